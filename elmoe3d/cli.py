@@ -1,0 +1,52 @@
+"""The ``elmoe3d`` console script.
+
+Each subcommand lives in its own module, which defines ``configure(parser)`` and
+``run(args) -> int``. User mistakes (:class:`~elmoe3d.errors.UserError` and the golden model's
+:class:`~elmoe3d.sw.quant.QuantizationError`) print one line and exit with code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+from .errors import UserError
+
+
+#: subcommand -> (module, one-line help)
+COMMANDS = {
+    "quant": ("elmoe3d.quant_cmd", "bit-nested quantization error report for a weight file"),
+    "sim": ("elmoe3d.sim.main", "generate Verilog, run the cocotb + Verilator benches, summarise"),
+    "bench": ("elmoe3d.sim.bench", "benchmark figures (RTL throughput, golden GEMM speed)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="elmoe3d", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"elmoe3d {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).configure(sub_parser)
+        sub_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .sw.quant import QuantizationError
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except (UserError, QuantizationError) as exc:
+        print(f"elmoe3d {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"elmoe3d {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

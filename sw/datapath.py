@@ -1,0 +1,302 @@
+"""Exact emulation of the bit-sliced IA8xW5 datapath and the fused-dequantization accumulator.
+
+The executable definition of BRIEF section 3, items 3-5 (paper Section 4.3, Fig. 8; Section 4.1
+"partial sums are accumulated through a 32-way adder tree and immediately scaled"). The RTL in
+:mod:`elmoe3d.hw` is checked against these functions with plain equality.
+
+Fixed point: the accumulator is a signed 64-bit integer holding ``value * 2^24`` (Q.24). A group
+psum is scaled by its FP16 group scale exactly: for a normal scale (exponent field e in 1..30,
+mantissa m = 1024 + fraction) the term is ``psum * m << (e - 1)``; for a subnormal scale
+(e = 0) it is ``psum * fraction``. Terms are added with saturation at the int64 bounds and a
+sticky overflow flag. Because every term is an exact integer, results do not depend on the order
+of accumulation, on K tiling, on batch size or on how work is split across PEs, as long as no
+accumulator saturates (a saturated result is flagged and, as in any saturating datapath, then
+depends on the order in which terms arrived; the golden model adds groups in ascending K).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+from .quant import GROUP, QuantizedWeight, msb_slice, lsb_slice
+
+
+__all__ = [
+    "Mode", "ACC_FRAC_BITS", "INT64_MIN", "INT64_MAX",
+    "msb_field", "lsb_field", "unit_pe", "slice_product", "effective_weight",
+    "scale_fields", "scale_term", "group_psums", "group_psums_reference",
+    "Accumulator", "accumulate", "gemm", "gemm_reference", "acc_to_float",
+]
+
+#: Fractional bits of the fused-dequantization accumulator.
+ACC_FRAC_BITS = 24
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+
+class Mode(enum.IntEnum):
+    """Unit-PE operating mode (BRIEF 3.3). The integer values are the RTL encoding."""
+
+    #: Both slices: two unit PEs per weight, ``(a*{msb,0}) << 3 + a*{0,lsb} = a*q``.
+    FULL = 0
+    #: MSB slice with the LSB-augmentation mux at 1: ``(a*{msb,1}) << 3 = a*(16*msb + 8)``.
+    DRAFT = 1
+    #: MSB slice with the mux at 0: ``a*16*msb``; the HB half of a verify split.
+    MSB_ONLY = 2
+    #: LSB slice alone: ``a*lsb``; the EXT half of a verify split.
+    LSB_ONLY = 3
+
+
+def msb_field(msb, aug):
+    """The unit PE's 5-bit signed weight field ``{msb[3:0], aug}`` = ``2*msb + aug``
+    (int16, in [-16, 15])."""
+    return np.asarray(msb, np.int16) * 2 + np.asarray(aug, np.int16)
+
+
+def lsb_field(lsb):
+    """The 5-bit field ``{0, lsb[3:0]}`` = lsb (int16, in [0, 15])."""
+    return np.asarray(lsb, np.int16) & 15
+
+
+def unit_pe(a, field):
+    """IA8xW5 unit-PE product: int8 activation times signed 5-bit field (int32, |p| <= 2048)."""
+    return np.asarray(a, np.int32) * np.asarray(field, np.int32)
+
+
+def slice_product(a, q, mode) -> np.ndarray:
+    """Product of activation ``a`` and INT8 weight ``q`` as the bit-sliced datapath forms it
+    (slice by slice, with the shift of the slice combiner). int32, broadcasting."""
+    mode = Mode(mode)
+    msb, lsb = msb_slice(q), lsb_slice(q)
+    if mode is Mode.FULL:
+        return (unit_pe(a, msb_field(msb, 0)) << 3) + unit_pe(a, lsb_field(lsb))
+    if mode is Mode.DRAFT:
+        return unit_pe(a, msb_field(msb, 1)) << 3
+    if mode is Mode.MSB_ONLY:
+        return unit_pe(a, msb_field(msb, 0)) << 3
+    return unit_pe(a, lsb_field(lsb))
+
+
+def effective_weight(q, mode) -> np.ndarray:
+    """The weight value a mode multiplies by (int16): q, 16*msb + 8, 16*msb or lsb."""
+    mode = Mode(mode)
+    q = np.asarray(q, np.int8)
+    if mode is Mode.FULL:
+        return q.astype(np.int16)
+    if mode is Mode.DRAFT:
+        return msb_slice(q).astype(np.int16) * 16 + 8
+    if mode is Mode.MSB_ONLY:
+        return msb_slice(q).astype(np.int16) * 16
+    return lsb_slice(q).astype(np.int16)
+
+
+def scale_fields(scale):
+    """Split FP16 scales into (exponent field e, fraction f) as int64 arrays."""
+    bits = np.asarray(scale, np.float16).view(np.uint16).astype(np.int64)
+    return (bits >> 10) & 31, bits & 1023
+
+
+def _mantissa_shift(scale):
+    """``(m, shift)`` with ``scale * 2^24 == m << shift`` and the sign of the scale applied to
+    m. Exponent 31 (Inf/NaN) is not produced by the quantizer; it extends the same rule."""
+    e, f = scale_fields(scale)
+    sign = np.where(np.asarray(scale, np.float16).view(np.uint16) >> 15, -1, 1)
+    m = np.where(e == 0, f, 1024 + f) * sign
+    shift = np.where(e == 0, 0, e - 1)
+    return m.astype(np.int64), shift.astype(np.int64)
+
+
+def scale_term(psum, scale) -> np.ndarray:
+    """Exact Q.24 term ``psum * scale * 2^24`` (int64; |term| < 2^60 for |psum| <= 2^19)."""
+    m, shift = _mantissa_shift(scale)
+    return (np.asarray(psum, np.int64) * m) << shift
+
+
+def group_psums_reference(a, w_eff) -> np.ndarray:
+    """Exact group psums ``psum[m, n, g] = sum_k a[m, k] * w_eff[n, k]`` over each group of 32,
+    in int64 arithmetic (slow, obviously right)."""
+    a = np.asarray(a, np.int64)
+    w = np.asarray(w_eff, np.int64)
+    mdim, k = a.shape
+    ndim = w.shape[0]
+    g = k // GROUP
+    return np.einsum("mgk,ngk->mng", a.reshape(mdim, g, GROUP), w.reshape(ndim, g, GROUP))
+
+
+def group_psums(a, w_eff) -> np.ndarray:
+    """Exact group psums (int32, shape ``[M, N, K/32]``) through float32 BLAS.
+
+    Exact because every partial sum is an integer of magnitude at most 32 * 128 * 128 = 2^19,
+    well inside float32's 24-bit significand, whatever the summation order.
+    """
+    a = np.asarray(a)
+    w = np.asarray(w_eff)
+    mdim, k = a.shape
+    ndim = w.shape[0]
+    g = k // GROUP
+    a3 = a.astype(np.float32).reshape(mdim, g, GROUP).transpose(1, 0, 2)   # [G, M, 32]
+    w3 = w.astype(np.float32).reshape(ndim, g, GROUP).transpose(1, 2, 0)   # [G, 32, N]
+    return np.matmul(a3, w3).transpose(1, 2, 0).astype(np.int32)
+
+
+@dataclass(frozen=True, eq=False)
+class Accumulator:
+    """Fused-dequantization accumulator state.
+
+    Attributes
+    ----------
+    acc : ndarray of int64, shape ``[M, N]``
+        Q.24 values: the real value is ``acc * 2^-24`` (times the activation scale).
+    overflow : ndarray of bool, shape ``[M, N]``
+        Sticky flag: some addition saturated at the int64 bounds.
+    """
+
+    acc: np.ndarray
+    overflow: np.ndarray
+
+    @classmethod
+    def zeros(cls, m, n):
+        return cls(np.zeros((m, n), np.int64), np.zeros((m, n), bool))
+
+    def __eq__(self, other):
+        return (isinstance(other, Accumulator) and np.array_equal(self.acc, other.acc)
+                and np.array_equal(self.overflow, other.overflow))
+
+
+def _saturating_add(acc, term):
+    with np.errstate(over="ignore"):
+        total = acc + term                       # wraps; detect by the sign rule
+    ovf = ((acc ^ total) & (term ^ total)) < 0
+    total = np.where(ovf, np.where(term > 0, INT64_MAX, INT64_MIN), total)
+    return total, ovf
+
+
+def accumulate(psums, scale, init: Accumulator | None = None) -> Accumulator:
+    """Scale group psums and add them, group by group in ascending K, into the Q.24 accumulator.
+
+    Parameters
+    ----------
+    psums : int array, shape ``[M, N, G]``
+    scale : float16 array, shape ``[N, G]``
+    init : Accumulator, optional
+        Carry-in state (K tiling); defaults to zeros.
+    """
+    psums = np.asarray(psums, np.int64)
+    mdim, ndim, g = psums.shape
+    state = init or Accumulator.zeros(mdim, ndim)
+    acc, flag = state.acc.copy(), state.overflow.copy()
+    terms = scale_term(psums, np.asarray(scale)[None, :, :])
+    for j in range(g):
+        acc, ovf = _saturating_add(acc, terms[:, :, j])
+        flag |= ovf
+    return Accumulator(acc, flag)
+
+
+def _check_gemm_operands(a_q, qw: QuantizedWeight):
+    a_q = np.asarray(a_q)
+    if a_q.dtype != np.int8:
+        raise TypeError(f"activations: expected int8 codes, got dtype {a_q.dtype}")
+    if a_q.ndim != 2 or qw.q.ndim != 2:
+        raise ValueError(f"gemm: expected a[M, K] and {qw.name}[N, K], got "
+                         f"{tuple(a_q.shape)} and {tuple(qw.q.shape)}")
+    if a_q.shape[1] != qw.q.shape[1]:
+        raise ValueError(f"gemm: K mismatch: activations have K = {a_q.shape[1]}, "
+                         f"{qw.name!r} has K = {qw.q.shape[1]}")
+    return a_q
+
+
+def gemm_reference(a_q, qw: QuantizedWeight, mode=Mode.FULL,
+                   init: Accumulator | None = None) -> Accumulator:
+    """Bit-exact GEMM the slow, obvious way: slice products -> group psums -> scaled,
+    saturating accumulation in ascending K. ``a_q`` int8 ``[M, K]``; ``qw`` ``[N, K]``."""
+    a_q = _check_gemm_operands(a_q, qw)
+    mdim, k = a_q.shape
+    ndim = qw.q.shape[0]
+    prods = slice_product(a_q[:, None, :], qw.q[None, :, :], mode)        # [M, N, K]
+    psums = prods.reshape(mdim, ndim, k // GROUP, GROUP).sum(axis=-1, dtype=np.int64)
+    return accumulate(psums, qw.scale, init)
+
+
+_FAST_CACHE_ATTR = "_elmoe3d_fast_cache"
+
+
+def _fast_operand(qw: QuantizedWeight, mode: Mode):
+    """Weight-stationary float64 operand ``w_eff * m * 2^shift`` ([K, N]) plus per-row bounds,
+    cached on the weight object (the hardware also lays weights out once)."""
+    cache = qw.__dict__.setdefault(_FAST_CACHE_ATTR, {})
+    if mode in cache:
+        return cache[mode]
+    w_eff = effective_weight(qw.q, mode).astype(np.float64)                # [N, K]
+    m, shift = _mantissa_shift(qw.scale)                                   # [N, G]
+    col_scale = np.ldexp(m.astype(np.float64), shift.astype(np.int32))     # exact
+    w_scaled = w_eff * np.repeat(col_scale, GROUP, axis=1)                 # exact: <= 2^19 * 2^s
+    abs_row = np.abs(w_scaled).sum(axis=1)                                 # ~sum |w| * scale
+    live = (m != 0) & (np.abs(w_eff).reshape(*m.shape, GROUP).max(axis=-1) > 0)
+    min_shift = np.where(live, shift, 1 << 20).min(axis=1)                 # [N]
+    entry = (np.ascontiguousarray(w_scaled.T), abs_row, min_shift)
+    cache[mode] = entry
+    return entry
+
+
+def gemm(a_q, qw: QuantizedWeight, mode=Mode.FULL, init: Accumulator | None = None) -> Accumulator:
+    """Bit-exact GEMM with fused dequantization: ``acc[m, n] = sum_g psum[m, n, g] * scale[n, g]``
+    in Q.24, equal to :func:`gemm_reference` bit for bit.
+
+    Fast path: one float64 BLAS GEMM against the weight-stationary operand
+    ``w_eff * scale * 2^24``. Every product and partial sum there is an integer multiple of
+    ``2^min_shift`` (the smallest group exponent of the row) bounded by
+    ``max|a| * sum_k |w_eff * scale|``; where that bound over ``2^min_shift`` stays below 2^52
+    and the bound itself below 2^62, float64 is exact in any summation order and no
+    accumulator can saturate, so the result equals the sequential int64 datapath. Output
+    channels that fail the check take :func:`gemm_reference`.
+
+    Parameters
+    ----------
+    a_q : ndarray of int8, shape ``[M, K]``
+    qw : QuantizedWeight, shape ``[N, K]``
+    mode : Mode
+    init : Accumulator, optional
+        Carry-in (K tiling).
+
+    Returns
+    -------
+    Accumulator with ``acc`` int64 ``[M, N]`` and ``overflow`` bool ``[M, N]``.
+    """
+    a_q = _check_gemm_operands(a_q, qw)
+    mode = Mode(mode)
+    mdim = a_q.shape[0]
+    ndim = qw.q.shape[0]
+    w_scaled, abs_row, min_shift = _fast_operand(qw, mode)
+    amax = float(np.abs(a_q.astype(np.int16)).max(initial=0))
+    bound = amax * abs_row * (1 + 1e-12)
+    if init is not None:
+        carry = np.abs(init.acc.astype(np.float64)).max(axis=0) if mdim else 0.0
+        bound = bound + carry * (1 + 1e-12)
+        carry_flag = init.overflow.any(axis=0)
+    else:
+        carry_flag = np.zeros(ndim, bool)
+    exact = (bound < 2.0 ** 62) & (bound < np.ldexp(1.0, np.minimum(min_shift, 1000) + 52)) \
+        & ~carry_flag
+    acc = (a_q.astype(np.float64) @ w_scaled).astype(np.int64)
+    if init is not None:
+        acc = acc + init.acc
+    flag = np.zeros((mdim, ndim), bool) if init is None else init.overflow.copy()
+    if not exact.all():
+        cols = np.flatnonzero(~exact)
+        sub = QuantizedWeight(q=qw.q[cols], scale=qw.scale[cols], bits=qw.bits, name=qw.name)
+        sub_init = None if init is None else Accumulator(init.acc[:, cols], init.overflow[:, cols])
+        slow = gemm_reference(a_q, sub, mode, sub_init)
+        acc[:, cols] = slow.acc
+        flag[:, cols] = slow.overflow
+    return Accumulator(acc, flag)
+
+
+def acc_to_float(acc, act_exp) -> np.ndarray:
+    """Real GEMM output ``acc * 2^(e - 24)`` in float64 (one rounding of acc to 53 bits).
+
+    ``acc`` int64 ``[M, N]``; ``act_exp`` int ``[M]`` per-token activation exponents."""
+    return np.ldexp(np.asarray(acc).astype(np.float64),
+                    np.asarray(act_exp, np.int32)[:, None] - ACC_FRAC_BITS)

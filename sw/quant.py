@@ -1,0 +1,330 @@
+"""Bit-nested INT8 quantization: the golden model of weights, slices, drafts and activations.
+
+This module is the executable definition of BRIEF section 3, items 1, 2 and 6 (paper Section 4.3,
+Fig. 8). Plain NumPy; it never imports Amaranth or cocotb.
+
+Weights ``W[..., N, K]`` are quantized symmetrically in groups of ``G = 32`` along K (the last
+axis, the input-feature axis of a PyTorch ``Linear`` weight), one FP16 scale per (row, group).
+The INT8 code splits exactly into a signed 4-bit MSB slice and an unsigned 4-bit LSB slice,
+``q == 16 * msb + lsb``; the MSB slice alone is the draft weight.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+
+__all__ = [
+    "GROUP", "QuantizationError", "DraftMethod",
+    "fp16_scale_for", "QuantizedWeight", "quantize_weights",
+    "msb_slice", "lsb_slice", "join_slices", "draft_codes", "draft_weights",
+    "QuantizedActivation", "quantize_activations", "quantize_activations_fp16",
+]
+
+#: Quantization group size along K; also the depth of one adder tree.
+GROUP = 32
+
+_FP16_MAX = float(np.finfo(np.float16).max)
+
+
+class QuantizationError(ValueError):
+    """Bad input to the quantizer. The message names the tensor and the position."""
+
+
+class DraftMethod(str, enum.Enum):
+    """How a k-bit draft weight is derived (paper Fig. 8, Fig. 17c)."""
+
+    #: Keep the top k bits of q, drop the rest: ``(q >> d) << d``. Error in ``[0, 2^d)``.
+    TRUNCATE = "truncate"
+    #: Round q to the nearest multiple of ``2^d`` (half up), clipped to the k-bit range.
+    #: This alters the MSB slice, so it is not bit-nested.
+    ROUND = "round"
+    #: LSB augmentation: truncate, then add the half-unit ``2^(d-1)`` (the hardwired 1 of the
+    #: unit PE's 5-bit field). Bit-nested: the stored MSB slice is unchanged.
+    LSB_AUG = "lsb-aug"
+    #: A separate k-bit symmetric quantization with its own FP16 group scales.
+    DEDICATED = "dedicated"
+
+
+def _position(shape, flat_index):
+    """Human-readable (row, column) of a flat index into an array of ``shape``."""
+    idx = np.unravel_index(int(flat_index), shape)
+    *lead, col = idx
+    if len(lead) == 1:
+        return f"row {lead[0]}, column {col} (group {col // GROUP})"
+    return f"row {tuple(int(i) for i in lead)}, column {col} (group {col // GROUP})"
+
+
+def fp16_scale_for(amax, qmax: int = 127):
+    """Smallest FP16 ``s >= 0`` with ``qmax * float32(s) >= amax``, element-wise.
+
+    This is ``amax / qmax`` rounded *up* to FP16, so no code is clipped by more than rounding,
+    including where ``s`` is subnormal (BRIEF 3.1). ``amax == 0`` gives ``s == 0``.
+
+    Parameters
+    ----------
+    amax : array_like of float, >= 0
+    qmax : int
+        Largest code magnitude (127 for INT8; ``2^(k-1) - 1`` for k bits).
+
+    Returns
+    -------
+    (scale, ok) : (ndarray of float16, ndarray of bool)
+        ``ok`` is False where no finite FP16 scale is large enough (FP16 overflow).
+    """
+    amax = np.asarray(amax, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        near = (amax / qmax).astype(np.float16)
+    down = np.nextafter(near, np.float16(-np.inf))
+    up = np.nextafter(near, np.float16(np.inf))
+
+    def fits(s):
+        return (s >= 0) & np.isfinite(s) & (qmax * s.astype(np.float64) >= amax)
+
+    scale = np.where(fits(down), down, np.where(fits(near), near, up)).astype(np.float16)
+    return scale, fits(scale)
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedWeight:
+    """A group-quantized weight tensor.
+
+    Attributes
+    ----------
+    q : ndarray of int8, shape ``[..., N, K]``
+        Codes in ``[-qmax, qmax]`` with ``qmax = 2^(bits-1) - 1``.
+    scale : ndarray of float16, shape ``[..., N, K // 32]``
+        Group scales; 0 for an all-zero group.
+    bits : int
+        Code width (8 for the bit-nested INT8 format; 2..7 for a dedicated draft).
+    name : str
+        Tensor name used in error messages and reports.
+    """
+
+    q: np.ndarray
+    scale: np.ndarray
+    bits: int = 8
+    name: str = "weight"
+
+    @property
+    def shape(self):
+        return self.q.shape
+
+    @property
+    def msb(self) -> np.ndarray:
+        """Signed 4-bit MSB slice, int8 in ``[-8, 7]`` (only meaningful for ``bits == 8``)."""
+        return msb_slice(self.q)
+
+    @property
+    def lsb(self) -> np.ndarray:
+        """Unsigned 4-bit LSB slice, uint8 in ``[0, 15]``."""
+        return lsb_slice(self.q)
+
+    def scale_per_column(self) -> np.ndarray:
+        """Group scales repeated along K: float32, shape ``[..., N, K]``."""
+        return np.repeat(self.scale.astype(np.float32), GROUP, axis=-1)
+
+    def dequantize(self, codes=None) -> np.ndarray:
+        """``codes * scale`` in float64, shape ``[..., N, K]`` (``codes`` defaults to ``q``;
+        pass draft codes on the same grid to dequantize a draft)."""
+        codes = self.q if codes is None else codes
+        return codes.astype(np.float64) * self.scale_per_column().astype(np.float64)
+
+
+def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeight:
+    """Symmetric group quantization of ``w`` with FP16 scales (BRIEF 3.1).
+
+    ``s`` = the smallest FP16 with ``qmax * float32(s) >= max|W|`` over the group, then
+    ``q = clip(rint(W / float32(s)), -qmax, qmax)`` computed in float32 (round half to even).
+    An all-zero group has ``s = 0`` and ``q = 0``.
+
+    Parameters
+    ----------
+    w : array_like of float, shape ``[..., N, K]`` with ``K % 32 == 0``
+        Weights; converted to float32 first (float16, bfloat16-decoded and float32 are exact).
+    bits : int
+        Code width, 2..8. 8 is the bit-nested format; 2..7 is a dedicated k-bit quantization.
+    name : str
+        Tensor name for error messages.
+
+    Raises
+    ------
+    QuantizationError
+        ``w`` has fewer than 2 dimensions; K is not divisible by 32; a weight is NaN or Inf; a
+        group needs a scale above the FP16 maximum (65504). The message names the tensor, the
+        row and the group.
+    """
+    if not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 8:
+        raise QuantizationError(f"tensor {name!r}: bits must be an integer in 2..8, got {bits!r}")
+    w = np.asarray(w)
+    if w.ndim < 2:
+        raise QuantizationError(f"tensor {name!r}: expected a weight of shape [..., N, K], "
+                                f"got shape {tuple(w.shape)}")
+    if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
+        raise QuantizationError(f"tensor {name!r}: expected a floating-point weight, "
+                                f"got dtype {w.dtype}")
+    k = w.shape[-1]
+    if k % GROUP:
+        raise QuantizationError(f"tensor {name!r}: K = {k} (last axis of shape "
+                                f"{tuple(w.shape)}) is not divisible by the group size {GROUP}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        w32 = w.astype(np.float32)
+    bad = ~np.isfinite(w32)
+    if bad.any():
+        flat = int(np.flatnonzero(bad)[0])
+        value = w.reshape(-1)[flat]
+        what = "non-finite" if not np.isfinite(value) else "beyond the float32 range"
+        raise QuantizationError(f"tensor {name!r}: {what} weight {value} at "
+                                f"{_position(w.shape, flat)}")
+    qmax = (1 << (bits - 1)) - 1
+    grouped = w32.reshape(*w.shape[:-1], k // GROUP, GROUP)
+    amax = np.abs(grouped).max(axis=-1)
+    scale, ok = fp16_scale_for(amax, qmax)
+    if not ok.all():
+        flat = int(np.flatnonzero(~ok)[0])
+        idx = np.unravel_index(flat, amax.shape)
+        *row, group = idx
+        row = row[0] if len(row) == 1 else tuple(int(i) for i in row)
+        raise QuantizationError(
+            f"tensor {name!r}: row {row}, group {group}: max|W| = {float(amax[idx]):.6g} needs "
+            f"an FP16 scale above {_FP16_MAX:g} (FP16 overflow)")
+    s32 = scale.astype(np.float32)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(s32 > 0, grouped / np.where(s32 > 0, s32, 1), 0).astype(np.float32)
+    q = np.clip(np.rint(ratio), -qmax, qmax).astype(np.int8).reshape(w.shape)
+    return QuantizedWeight(q=q, scale=scale, bits=bits, name=name)
+
+
+def msb_slice(q) -> np.ndarray:
+    """``q >> 4``, arithmetic (floor): int8 in ``[-8, 7]`` for every int8 including -128."""
+    return np.right_shift(np.asarray(q, dtype=np.int8), 4)
+
+
+def lsb_slice(q) -> np.ndarray:
+    """``q & 15``: uint8 in ``[0, 15]``."""
+    return (np.asarray(q, dtype=np.int8).view(np.uint8) & 15).astype(np.uint8)
+
+
+def join_slices(msb, lsb) -> np.ndarray:
+    """``16 * msb + lsb`` as int8 (exact inverse of the two slices)."""
+    return (np.asarray(msb, np.int16) * 16 + np.asarray(lsb, np.int16)).astype(np.int8)
+
+
+def draft_codes(q, bits: int, method) -> np.ndarray:
+    """k-bit draft codes derived from INT8 codes, on the INT8 grid (int16, same shape as q).
+
+    Parameters
+    ----------
+    q : array_like of int8
+    bits : int
+        k in 2..7 (k = 4 is the MSB slice the hardware stores apart).
+    method : DraftMethod or str
+        TRUNCATE, ROUND or LSB_AUG. DEDICATED needs the float weights: use
+        :func:`draft_weights`.
+
+    With ``d = 8 - k``: TRUNCATE gives ``(q >> d) << d``; LSB_AUG gives that plus ``2^(d-1)``
+    (at k = 4: ``16 * msb + 8``, the unit PE's DRAFT mode); ROUND gives
+    ``clip((q + 2^(d-1)) >> d, -2^(k-1), 2^(k-1) - 1) << d``.
+    """
+    method = DraftMethod(method)
+    if not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 7:
+        raise QuantizationError(f"draft bits must be an integer in 2..7, got {bits!r}")
+    d = 8 - int(bits)
+    q16 = np.asarray(q, dtype=np.int8).astype(np.int16)
+    if method is DraftMethod.TRUNCATE:
+        return (q16 >> d) << d
+    if method is DraftMethod.LSB_AUG:
+        return ((q16 >> d) << d) + (1 << (d - 1))
+    if method is DraftMethod.ROUND:
+        lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        return np.clip((q16 + (1 << (d - 1))) >> d, lo, hi) << d
+    raise QuantizationError(f"draft_codes: method {method.value!r} is not derived from INT8 "
+                            f"codes; use draft_weights()")
+
+
+def draft_weights(w, qw: QuantizedWeight, bits: int, method) -> np.ndarray:
+    """Dequantized k-bit draft weights (float64, shape of ``w``) for accuracy experiments.
+
+    ``qw`` is the INT8 quantization of ``w``; DEDICATED re-quantizes ``w`` at ``bits`` with
+    its own scales, the other methods derive codes from ``qw.q`` and use ``qw.scale``.
+    """
+    method = DraftMethod(method)
+    if method is DraftMethod.DEDICATED:
+        return quantize_weights(w, bits=bits, name=qw.name).dequantize()
+    return qw.dequantize(draft_codes(qw.q, bits, method))
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedActivation:
+    """Per-token INT8 activations with power-of-two scales (BRIEF 3.6).
+
+    Attributes
+    ----------
+    q : ndarray of int8, shape ``[..., K]``
+    exp : ndarray of int32, shape ``[...]``
+        Scale exponent e: the real value is ``q * 2^e``.
+    """
+
+    q: np.ndarray
+    exp: np.ndarray
+
+    def dequantize(self) -> np.ndarray:
+        return np.ldexp(self.q.astype(np.float64), self.exp[..., None].astype(np.int32))
+
+
+def _check_finite_tokens(x, name):
+    bad = ~np.isfinite(x)
+    if bad.any():
+        flat = int(np.flatnonzero(bad)[0])
+        idx = np.unravel_index(flat, x.shape)
+        raise QuantizationError(f"activation {name!r}: non-finite value {x[idx]} at token "
+                                f"{tuple(int(i) for i in idx[:-1])}, feature {idx[-1]}")
+
+
+def quantize_activations(x, *, name: str = "activation") -> QuantizedActivation:
+    """Per-token INT8 quantization with a power-of-two scale.
+
+    ``e`` is the smallest integer with ``max|x| * 2^-e <= 127``, found exactly from
+    ``frexp`` (not a floating log2); ``q = clip(rint(x * 2^-e), -127, 127)`` (round half to
+    even). An all-zero token has ``e = 0``.
+
+    Parameters
+    ----------
+    x : array_like of float, shape ``[..., K]``
+
+    Raises
+    ------
+    QuantizationError
+        NaN or Inf in ``x`` (names the token and feature).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim < 1:
+        raise QuantizationError(f"activation {name!r}: expected shape [..., K], got a scalar")
+    _check_finite_tokens(x, name)
+    amax = np.abs(x).max(axis=-1)
+    mant, e2 = np.frexp(amax)                 # amax = mant * 2^e2, mant in [0.5, 1)
+    exp = np.where(np.ldexp(mant, 7) <= 127, e2 - 7, e2 - 6)
+    exp = np.where(amax == 0, 0, exp).astype(np.int32)
+    q = np.clip(np.rint(np.ldexp(x, -exp[..., None])), -127, 127).astype(np.int8)
+    return QuantizedActivation(q=q, exp=exp)
+
+
+def quantize_activations_fp16(x, *, name: str = "activation"):
+    """Per-token INT8 with an FP16 scale (for comparison with power-of-two scales only).
+
+    Returns ``(q int8 [..., K], scale float16 [...])``; the real value is ``q * scale``.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    _check_finite_tokens(x, name)
+    amax = np.abs(x).max(axis=-1)
+    scale, ok = fp16_scale_for(amax, 127)
+    if not ok.all():
+        raise QuantizationError(f"activation {name!r}: a token's max|x| exceeds "
+                                f"127 * {_FP16_MAX:g} (FP16 scale overflow)")
+    s = scale.astype(np.float64)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(s > 0, np.rint(x / np.where(s > 0, s, 1)), 0)
+    return np.clip(q, -127, 127).astype(np.int8), scale

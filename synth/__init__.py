@@ -1,0 +1,1 @@
+"""elmoe3d.synth."""
