@@ -278,9 +278,10 @@ def gemm(a_q, qw: QuantizedWeight, mode=Mode.FULL, init: Accumulator | None = No
         carry_flag = init.overflow.any(axis=0)
     else:
         carry_flag = np.zeros(ndim, bool)
-    exact = (bound < 2.0 ** 62) & (bound < np.ldexp(1.0, np.minimum(min_shift, 1000) + 52)) \
+    exact = (bound < 2.0 ** 62) & (bound < np.ldexp(1.0, np.minimum(min_shift, 900) + 52)) \
         & ~carry_flag
-    acc = (a_q.astype(np.float64) @ w_scaled).astype(np.int64)
+    with np.errstate(invalid="ignore"):        # inexact columns are recomputed below
+        acc = (a_q.astype(np.float64) @ w_scaled).astype(np.int64)
     if init is not None:
         acc = acc + init.acc
     flag = np.zeros((mdim, ndim), bool) if init is None else init.overflow.copy()

@@ -78,8 +78,8 @@ def fp16_scale_for(amax, qmax: int = 127):
     amax = np.asarray(amax, dtype=np.float64)
     with np.errstate(over="ignore"):
         near = (amax / qmax).astype(np.float16)
-    down = np.nextafter(near, np.float16(-np.inf))
-    up = np.nextafter(near, np.float16(np.inf))
+        down = np.nextafter(near, np.float16(-np.inf))
+        up = np.nextafter(near, np.float16(np.inf))
 
     def fits(s):
         return (s >= 0) & np.isfinite(s) & (qmax * s.astype(np.float64) >= amax)
