@@ -1,0 +1,271 @@
+"""The bit-sliced tensor tile: unit PEs, 32-way adder trees, slice combining, fused
+dequantization and Q.24 accumulators (paper Sections 4.1 and 4.3; BRIEF 3.3-3.5).
+
+The golden model of this block's stream behaviour is :func:`elmoe3d.sw.tile.ref_tile`.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import TileConfig
+from .layouts import TileMode, tile_beat_layout, tile_result_layout
+from .unit_pe import SliceCombiner, lane_controls, weight_field
+
+
+__all__ = ["TensorTile", "TREE_SHAPE", "PSUM_SHAPE", "SCALED_SHAPE", "TERM_SHAPE"]
+
+
+#: One 32-way adder-tree output. Unit-PE products lie in [-2032, 2048] (13 bits signed), so a
+#: sum of 32 lies in [-65024, 65536]: +65536 = 32 * (-128) * (-16) needs 18 signed bits
+#: (13 + log2(32)); 17 bits would wrap the all-(-128) x all-(msb -8, aug 0) group.
+TREE_SHAPE = signed(18)
+#: Combined group psum after the slice shift. Every mode computes sum_k a[k] * w[k] with
+#: w = q (FULL, -128..127), 16*msb + 8 (DRAFT, -120..120), 16*msb (MSB_ONLY, -128..112) or
+#: lsb (LSB_ONLY, 0..15), so |psum| <= 32 * 128 * 128 = 2^19 (BRIEF 3, "2^19 needs 21 signed
+#: bits"): [-520192, 524288] fits signed(21) exactly.
+PSUM_SHAPE = signed(21)
+#: psum times the signed FP16 mantissa (|m| <= 2047, 12 bits signed): 21 + 12 = 33 bits.
+SCALED_SHAPE = signed(33)
+#: The Q.24 term after the exponent shift (0..30): |term| < 2^20 * 2^11 * 2^30 = 2^61.
+TERM_SHAPE = signed(64)
+
+_ACC_SHAPE = signed(64)
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+
+
+def _adder_tree(terms):
+    """Balanced binary adder tree; Amaranth grows the width by one bit per level, so every
+    node is exact (13 bits -> 18 bits after five levels for 32 unit-PE products)."""
+    terms = list(terms)
+    while len(terms) > 1:
+        nxt = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
+        if len(terms) % 2:
+            nxt.append(terms[-1])
+        terms = nxt
+    return terms[0]
+
+
+class TensorTile(wiring.Component):
+    """Tensor tile of ``rows x lanes x 32`` bit-sliced IA8xW5 unit PEs with fused dequantization.
+
+    Each input beat carries one K-group (32 deep) of activations for every row and one weight
+    nibble per unit PE (see :func:`~elmoe3d.hw.layouts.tile_beat_layout`). For every row m and
+    lane n, 32 unit PEs (:func:`~elmoe3d.hw.unit_pe.weight_field`, BRIEF 3.3) feed a 32-way
+    adder tree (exact: :data:`TREE_SHAPE`, 18 bits signed). A :class:`~.unit_pe.SliceCombiner`
+    per lane pair forms the group psum (BRIEF 3.4, :data:`PSUM_SHAPE`, 21 bits signed):
+
+    * FULL: lane 2j is the MSB slice (aug 0), lane 2j+1 the LSB slice; channel j's psum
+      ``(tree[2j] << 3) + tree[2j+1]`` is accumulated at lane 2j with lane 2j's scale; lane
+      2j+1 adds nothing (its accumulator keeps its value; ``first`` still clears it).
+    * DRAFT: every lane an MSB slice with aug 1, psum ``tree << 3``.
+    * MSB_ONLY: every lane an MSB slice with aug 0, psum ``tree << 3``.
+    * LSB_ONLY: every lane an LSB slice, psum ``tree``.
+
+    Fused dequantization (BRIEF 3.5, paper 4.1 "partial sums ... immediately scaled"): the lane's
+    FP16 scale bits split into sign s, exponent e and fraction f; ``mant = f`` if e == 0 else
+    ``1024 + f``; ``shift = 0`` if e == 0 else ``e - 1`` (e == 31 follows the same rule, shift
+    30); ``term = (psum * (-1)^s * mant) << shift`` (exact, :data:`TERM_SHAPE`), and
+    ``acc = (first ? 0 : acc) + term`` saturated to the int64 bounds, with a sticky overflow flag
+    (cleared by ``first``). The beat that has ``last`` set emits the accumulators, the flags and
+    its mode on ``o`` (:func:`~elmoe3d.hw.layouts.tile_result_layout`). Modes may change from
+    beat to beat inside an accumulation.
+
+    Pipeline (initiation interval 1)::
+
+        cycle t    : beat accepted; unit PEs + adder trees            -> register s1 (tree sums)
+        cycle t+1  : slice combine, scale decode, psum * mantissa     -> register s2 (33 bits)
+        cycle t+2  : exponent shift, saturating add                   -> accumulators, o.valid
+        cycle t+3  : o.valid (if the beat was ``last``)
+
+    The result is read straight from the accumulator registers. While a result is pending and
+    the sink is not ready (``o.valid & ~o.ready``) the whole pipeline holds and ``i.ready`` is
+    low, so no beat is lost or duplicated and no accumulator changes; otherwise one beat is
+    accepted per cycle. ``i.ready`` depends combinationally on ``o.ready`` (never on ``i.valid``);
+    ``o.valid`` is a register.
+
+    Parameters
+    ----------
+    config : TileConfig
+        ``rows`` (M), ``lanes`` (N, even) and ``group`` (32).
+
+    Attributes
+    ----------
+    i : In(stream.Signature(tile_beat_layout(config)))
+    o : Out(stream.Signature(tile_result_layout(config)))
+
+    Raises
+    ------
+    TypeError
+        ``config`` is not a :class:`~elmoe3d.config.TileConfig`.
+    """
+
+    def __init__(self, *, config: TileConfig):
+        if not isinstance(config, TileConfig):
+            raise TypeError(f"config: expected a TileConfig, got {type(config).__name__}")
+        self._config = config
+        super().__init__({
+            "i": In(stream.Signature(tile_beat_layout(config))),
+            "o": Out(stream.Signature(tile_result_layout(config))),
+        })
+
+    @property
+    def config(self) -> TileConfig:
+        return self._config
+
+    @property
+    def rows(self) -> int:
+        """M: activation rows per beat."""
+        return self._config.rows
+
+    @property
+    def lanes(self) -> int:
+        """N: unit-PE lanes (adder trees, accumulators) per row."""
+        return self._config.lanes
+
+    @property
+    def group(self) -> int:
+        """G: adder-tree depth (32)."""
+        return self._config.group
+
+    @property
+    def latency(self) -> int:
+        """Cycles from accepting a ``last`` beat (cycle t) to ``o.valid`` (cycle t + 3) with an
+        always-ready sink."""
+        return 3
+
+    def elaborate(self, platform):
+        m = Module()
+        rows, lanes, group = self.rows, self.lanes, self.group
+        beat = self.i.payload
+
+        # Global stall: a result is pending and the sink does not take it.
+        advance = Signal()
+        m.d.comb += [
+            advance.eq(~(self.o.valid & ~self.o.ready)),
+            self.i.ready.eq(advance),
+        ]
+
+        # ---- stage 1: unit PEs and adder trees ------------------------------------------------
+        s1_valid = Signal()
+        s1_first = Signal()
+        s1_last = Signal()
+        s1_mode = Signal(TileMode)
+        s1_scale = Signal(data.ArrayLayout(unsigned(16), lanes))
+        s1_tree = [[Signal(TREE_SHAPE, name=f"s1_tree_{r}_{n}") for n in range(lanes)]
+                   for r in range(rows)]
+
+        # The 5-bit weight field of a unit PE depends only on its lane and depth (the weight
+        # operand is broadcast down the rows), so the LSB-augmentation mux is built once per
+        # (lane, k) and shared by the rows' multipliers.
+        fields = []
+        for n in range(lanes):
+            is_msb, aug = lane_controls(beat.mode, n % 2)
+            lane_fields = []
+            for k in range(group):
+                field = Signal(signed(5), name=f"field_{n}_{k}")
+                m.d.comb += field.eq(weight_field(beat.wgt[n][k], is_msb, aug))
+                lane_fields.append(field)
+            fields.append(lane_fields)
+
+        with m.If(advance):
+            m.d.sync += [
+                s1_valid.eq(self.i.valid),
+                s1_first.eq(beat.first),
+                s1_last.eq(beat.last),
+                s1_mode.eq(beat.mode),
+                s1_scale.eq(beat.scale),
+            ]
+            for r in range(rows):
+                for n in range(lanes):
+                    products = [beat.act[r][k] * fields[n][k] for k in range(group)]
+                    m.d.sync += s1_tree[r][n].eq(_adder_tree(products))
+
+        # ---- stage 2: slice combine, scale decode, psum * signed mantissa ----------------------
+        s2_valid = Signal()
+        s2_first = Signal()
+        s2_last = Signal()
+        s2_mode = Signal(TileMode)
+        s2_shift = [Signal(range(31), name=f"s2_shift_{n}") for n in range(lanes)]
+        s2_scaled = [[Signal(SCALED_SHAPE, name=f"s2_scaled_{r}_{n}") for n in range(lanes)]
+                     for r in range(rows)]
+
+        mant = []
+        for n in range(lanes):
+            bits = s1_scale[n]
+            sign, exp, frac = bits[15], bits[10:15], bits[0:10]
+            mag = Signal(unsigned(11), name=f"mant_mag_{n}")
+            sm = Signal(signed(12), name=f"mant_{n}")
+            shift = Signal(range(31), name=f"shift_{n}")
+            m.d.comb += [
+                mag.eq(Mux(exp == 0, frac, frac + 1024)),
+                sm.eq(Mux(sign, -mag, mag)),
+                shift.eq(Mux(exp == 0, 0, exp - 1)),
+            ]
+            mant.append(sm)
+            with m.If(advance):
+                m.d.sync += s2_shift[n].eq(shift)
+
+        for r in range(rows):
+            for j in range(lanes // 2):
+                comb = SliceCombiner(width=TREE_SHAPE.width)
+                m.submodules[f"combine_{r}_{j}"] = comb
+                m.d.comb += [
+                    comb.mode.eq(s1_mode),
+                    comb.even.eq(s1_tree[r][2 * j]),
+                    comb.odd.eq(s1_tree[r][2 * j + 1]),
+                ]
+                for n, out in ((2 * j, comb.out_even), (2 * j + 1, comb.out_odd)):
+                    psum = Signal(PSUM_SHAPE, name=f"psum_{r}_{n}")
+                    m.d.comb += psum.eq(out)          # exact: see PSUM_SHAPE
+                    with m.If(advance):
+                        m.d.sync += s2_scaled[r][n].eq(psum * mant[n])
+
+        with m.If(advance):
+            m.d.sync += [
+                s2_valid.eq(s1_valid),
+                s2_first.eq(s1_first),
+                s2_last.eq(s1_last),
+                s2_mode.eq(s1_mode),
+            ]
+
+        # ---- stage 3: exponent shift and saturating accumulation -------------------------------
+        out_mode = Signal(TileMode)
+        for r in range(rows):
+            for n in range(lanes):
+                acc = Signal(_ACC_SHAPE, name=f"acc_{r}_{n}")
+                flag = Signal(name=f"ovf_{r}_{n}")
+                term = Signal(TERM_SHAPE, name=f"term_{r}_{n}")
+                base = Signal(_ACC_SHAPE, name=f"base_{r}_{n}")
+                total = Signal(signed(65), name=f"total_{r}_{n}")
+                wrap = Signal(name=f"wrap_{r}_{n}")
+                m.d.comb += [
+                    term.eq(s2_scaled[r][n] << s2_shift[n]),
+                    base.eq(Mux(s2_first, 0, acc)),
+                    total.eq(base + term),
+                    # The exact 65-bit sum does not fit in 64 bits.
+                    wrap.eq(total[64] != total[63]),
+                ]
+                with m.If(advance & s2_valid):
+                    m.d.sync += flag.eq(Mux(s2_first, 0, flag) | wrap)
+                    with m.If(~wrap):
+                        m.d.sync += acc.eq(total[:64])
+                    with m.Elif(total[64]):
+                        m.d.sync += acc.eq(_INT64_MIN)
+                    with m.Else():
+                        m.d.sync += acc.eq(_INT64_MAX)
+                m.d.comb += [
+                    self.o.payload.acc[r][n].eq(acc),
+                    self.o.payload.overflow[r][n].eq(flag),
+                ]
+
+        with m.If(advance):
+            m.d.sync += self.o.valid.eq(s2_valid & s2_last)
+            with m.If(s2_valid):
+                m.d.sync += out_mode.eq(s2_mode)
+        m.d.comb += self.o.payload.mode.eq(out_mode)
+
+        return m

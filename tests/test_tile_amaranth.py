@@ -1,0 +1,438 @@
+"""Tensor tile in the Amaranth simulator against its golden model (:mod:`elmoe3d.sw.tile`) and the
+bit-exact GEMM (:func:`elmoe3d.sw.datapath.gemm`), plus the golden-only tiling property.
+
+Every comparison is plain equality. Seeds are fixed and printed (``pytest -s`` shows them; a
+failing assertion shows them too).
+"""
+
+import random
+import time
+
+import numpy as np
+import pytest
+from amaranth.back import verilog
+from amaranth.hdl import Fragment
+from amaranth.sim import Simulator
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from elmoe3d.config import ConfigError, TileConfig
+from elmoe3d.hw.layouts import TileMode, tile_beat_layout, tile_result_layout
+from elmoe3d.hw.tile import TensorTile
+from elmoe3d.sw.datapath import INT64_MAX, INT64_MIN, Mode, gemm
+from elmoe3d.sw.quant import QuantizedWeight, quantize_weights
+from elmoe3d.sw.tile import ref_tile, tile_assemble, tile_schedule
+
+
+FP16_MAX_BITS = 0x7BFF      # 65504
+
+
+# ---- bench --------------------------------------------------------------------------------------
+
+def _beat_consts(cfg, beats):
+    layout = tile_beat_layout(cfg)
+    return [layout.const({
+        "act": beats["act"][b].tolist(),
+        "wgt": beats["wgt"][b].tolist(),
+        "scale": beats["scale"][b].tolist(),
+        "mode": TileMode(int(beats["mode"][b])),
+        "first": int(beats["first"][b]),
+        "last": int(beats["last"][b]),
+    }) for b in range(len(beats["mode"]))]
+
+
+def _expected_results(beats):
+    return int(np.count_nonzero(beats["last"]))
+
+
+def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12):
+    """Drive ``beats`` through a :class:`TensorTile` with a random source (idle probability
+    ``idle``) and a random sink (not-ready probability ``stall``).
+
+    Checks the stream protocol on every cycle: ``i.ready == ~(o.valid & ~o.ready)``; a result
+    offered and not taken stays valid and unchanged; after the expected results and ``drain``
+    more cycles no further result appears (nothing duplicated).
+
+    Returns ``(results, log)``: results in :func:`ref_tile`'s format; log with the cycle of every
+    accepted beat (``accept``) and every taken result (``emit``) and the DUT's ``latency``.
+    """
+    dut = TensorTile(config=cfg)
+    consts = _beat_consts(cfg, beats)
+    nbeats, n_results = len(consts), _expected_results(beats)
+    rng = random.Random(seed)
+    got, accept, emit = [], [], []
+    max_cycles = 50 + int((nbeats + 4 * n_results + 10) / max(1e-3, (1 - idle) * (1 - stall)) * 4)
+
+    async def bench(ctx):
+        idx, cycle, valid, pending, quiet = 0, 0, False, None, 0
+        while True:
+            if not valid and idx < nbeats:
+                valid = rng.random() >= idle
+            ctx.set(dut.i.valid, valid)
+            if valid:
+                ctx.set(dut.i.payload, consts[idx])
+            ready = rng.random() >= stall
+            ctx.set(dut.o.ready, ready)
+            o_valid, i_ready = ctx.get(dut.o.valid), ctx.get(dut.i.ready)
+            assert i_ready == (not (o_valid and not ready)), f"cycle {cycle}"
+            if o_valid:
+                payload = ctx.get(dut.o.payload)
+                if pending is not None:
+                    assert payload == pending, f"cycle {cycle}: stalled result changed"
+                if ready:
+                    got.append(payload)
+                    emit.append(cycle)
+                    pending = None
+                else:
+                    pending = payload
+            else:
+                assert pending is None, f"cycle {cycle}: o.valid dropped before the handshake"
+            assert len(got) <= n_results, f"cycle {cycle}: unexpected extra result"
+            if valid and i_ready:
+                accept.append(cycle)
+                idx += 1
+                valid = False
+            if idx == nbeats and len(got) == n_results:
+                quiet += 1
+                if quiet > drain:
+                    return
+            await ctx.tick()
+            cycle += 1
+            assert cycle < max_cycles, f"timeout: {idx}/{nbeats} beats, {len(got)} results"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    rows, lanes = cfg.rows, cfg.lanes
+    results = {
+        "acc": np.array([[[p.acc[r][n] for n in range(lanes)] for r in range(rows)] for p in got],
+                        np.int64).reshape(len(got), rows, lanes),
+        "overflow": np.array([[[p.overflow[r][n] for n in range(lanes)] for r in range(rows)]
+                              for p in got], bool).reshape(len(got), rows, lanes),
+        "mode": np.array([int(p.mode.value) for p in got], np.int64),
+    }
+    return results, {"accept": accept, "emit": emit, "latency": dut.latency}
+
+
+def assert_results_equal(got, want):
+    assert got["acc"].shape == want["acc"].shape
+    assert np.array_equal(got["mode"], want["mode"])
+    assert np.array_equal(got["overflow"], want["overflow"])
+    assert np.array_equal(got["acc"], want["acc"])
+
+
+def assert_latency(beats, log):
+    """Every result leaves exactly ``latency`` cycles after its ``last`` beat was accepted
+    (valid only with an always-ready sink)."""
+    last_idx = np.flatnonzero(beats["last"])
+    want = [log["accept"][i] + log["latency"] for i in last_idx]
+    assert log["emit"] == want
+
+
+# ---- stimulus -----------------------------------------------------------------------------------
+
+def random_scale_bits(rng, shape):
+    """FP16 scale bits: mostly moderate normals, some zeros, subnormals, negatives, the FP16
+    maximum and exponent-31 patterns (which extend the normal rule, shift 30)."""
+    kind = rng.integers(0, 8, shape)
+    exp = rng.integers(1, 16, shape)
+    frac = rng.integers(0, 1024, shape)
+    bits = (exp << 10) | frac
+    bits = np.where(kind == 0, 0, bits)
+    bits = np.where(kind == 1, rng.integers(1, 1024, shape), bits)          # subnormal
+    bits = np.where(kind == 2, bits | 0x8000, bits)                         # negative
+    bits = np.where(kind == 3, rng.integers(0, 1 << 16, shape), bits)       # anything at all
+    bits = np.where(kind == 4, FP16_MAX_BITS, bits)
+    return bits.astype(np.uint16)
+
+
+def random_beats(rng, cfg, nbeats, *, p_first=0.3, p_last=0.3):
+    """Fully random beats: random codes, nibbles, scale bits, modes, first and last flags (mixed
+    modes inside accumulations, accumulations without ``first``)."""
+    last = rng.random(nbeats) < p_last
+    last[-1] = True
+    return {
+        "act": rng.integers(-128, 128, (nbeats, cfg.rows, 32)).astype(np.int8),
+        "wgt": rng.integers(0, 16, (nbeats, cfg.lanes, 32)).astype(np.uint8),
+        "scale": random_scale_bits(rng, (nbeats, cfg.lanes)),
+        "mode": rng.integers(0, 4, nbeats).astype(np.int64),
+        "first": rng.random(nbeats) < p_first,
+        "last": last,
+    }
+
+
+def random_weights(rng, n, k, *, zero_groups=0.15, name="w"):
+    """Quantized weights with group magnitudes from 1e-7 (subnormal scales) to 1e3, and some
+    all-zero groups (scale 0)."""
+    g = k // 32
+    mag = 10.0 ** rng.uniform(-7, 3, (n, g, 1))
+    w = rng.standard_normal((n, g, 32)) * mag
+    w[rng.random((n, g)) < zero_groups] = 0.0
+    return quantize_weights(w.reshape(n, k).astype(np.float32), name=name)
+
+
+CONFIGS = [TileConfig(rows=1, lanes=2), TileConfig(rows=2, lanes=4), TileConfig(rows=2, lanes=2),
+           TileConfig(rows=1, lanes=4)]
+
+
+# ---- component --------------------------------------------------------------------------------
+
+# A constructor that raises still leaves an object behind: Amaranth warns that it went unused.
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_tile_parameters():
+    cfg = TileConfig(rows=2, lanes=4)
+    dut = TensorTile(config=cfg)
+    assert (dut.rows, dut.lanes, dut.group, dut.config) == (2, 4, 32, cfg)
+    assert dut.latency == 3
+    for name in ("rows", "lanes", "group", "latency", "config"):
+        with pytest.raises(AttributeError):
+            setattr(dut, name, 1)
+    with pytest.raises(TypeError):
+        TensorTile(config=(2, 4))
+    with pytest.raises(TypeError):
+        TensorTile(TileConfig())            # keyword-only
+    with pytest.raises(ConfigError):
+        TileConfig(rows=2, lanes=3)
+    assert dut.i.payload.shape() == tile_beat_layout(cfg)
+    assert dut.o.payload.shape() == tile_result_layout(cfg)
+    Fragment.get(dut, None)                 # elaborates
+
+
+def test_verilog_converts():
+    t0 = time.perf_counter()
+    text = verilog.convert(TensorTile(config=TileConfig(rows=2, lanes=4)), name="tensor_tile")
+    lines = len(text.splitlines())
+    print(f"tensor_tile 2x4x32: {lines} Verilog lines, {len(text)} bytes, "
+          f"{time.perf_counter() - t0:.2f} s")
+    assert "module tensor_tile" in text
+    assert lines < 20000
+
+
+# ---- RTL vs golden ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.rows}x{c.lanes}")
+@pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.name)
+def test_random_gemm(cfg, mode):
+    """tile_schedule -> TensorTile -> tile_assemble == ref_tile == gemm, ragged shapes."""
+    seed = 1000 + 10 * int(mode) + CONFIGS.index(cfg)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    m_total = int(rng.integers(1, 2 * cfg.rows + 2))
+    n_total = int(rng.integers(1, 2 * cfg.lanes + 2))
+    k = 32 * int(rng.integers(1, 4))
+    a_q = rng.integers(-128, 128, (m_total, k)).astype(np.int8)
+    qw = random_weights(rng, n_total, k)
+    beats = tile_schedule(a_q, qw, mode, cfg.rows, cfg.lanes)
+    got, log = run_tile(cfg, beats, seed=seed)
+    assert_results_equal(got, ref_tile(beats))
+    assert_latency(beats, log)
+    assert tile_assemble(got, m_total, n_total, mode, cfg.rows, cfg.lanes) == gemm(a_q, qw, mode)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS[:2], ids=lambda c: f"{c.rows}x{c.lanes}")
+@pytest.mark.parametrize("idle,stall", [(0.0, 0.0), (0.4, 0.0), (0.0, 0.5), (0.3, 0.6)])
+def test_random_beats_flow_control(cfg, idle, stall):
+    """Fully random beat streams (mixed modes, random first/last, any scale bits) with random
+    idle cycles on the input and random backpressure on the output."""
+    seed = 2000 + int(100 * idle) + int(10 * stall) + CONFIGS.index(cfg)
+    print(f"seed={seed} idle={idle} stall={stall}")
+    rng = np.random.default_rng(seed)
+    beats = random_beats(rng, cfg, 60)
+    got, log = run_tile(cfg, beats, seed=seed, idle=idle, stall=stall)
+    assert_results_equal(got, ref_tile(beats))
+    if stall == 0.0:
+        assert_latency(beats, log)
+
+
+def test_throughput_one_beat_per_cycle():
+    """Always-valid source, always-ready sink: one beat per cycle (II = 1), and every result
+    exactly ``latency`` cycles after its last beat, including back-to-back first+last beats."""
+    cfg = TileConfig(rows=2, lanes=4)
+    rng = np.random.default_rng(3000)
+    print("seed=3000")
+    beats = random_beats(rng, cfg, 48, p_first=0.5, p_last=0.5)
+    beats["first"][:8] = beats["last"][:8] = True            # eight results back to back
+    got, log = run_tile(cfg, beats, seed=3000)
+    assert log["accept"] == list(range(48))
+    assert_latency(beats, log)
+    assert_results_equal(got, ref_tile(beats))
+
+
+def _const_beats(cfg, nbeats, *, act, nib, scale, mode, first=None, last=None):
+    beats = {
+        "act": np.full((nbeats, cfg.rows, 32), act, np.int8),
+        "wgt": np.broadcast_to(np.asarray(nib, np.uint8), (nbeats, cfg.lanes, 32)).copy(),
+        "scale": np.broadcast_to(np.asarray(scale, np.uint16), (nbeats, cfg.lanes)).copy(),
+        "mode": np.broadcast_to(np.asarray(mode, np.int64), (nbeats,)).copy(),
+        "first": np.zeros(nbeats, bool) if first is None else np.asarray(first, bool),
+        "last": np.ones(nbeats, bool) if last is None else np.asarray(last, bool),
+    }
+    if first is None:
+        beats["first"][0] = True
+    return beats
+
+
+def _wgt_nibbles(q, mode, lanes):
+    """Per-lane nibble vector [lanes, 1] for a weight code ``q`` on every channel."""
+    q = np.int8(q)
+    msb, lsb = (int(q) >> 4) & 15, int(q) & 15
+    if mode is Mode.FULL:
+        return np.array([[msb], [lsb]] * (lanes // 2), np.uint8)
+    return np.full((lanes, 1), lsb if mode is Mode.LSB_ONLY else msb, np.uint8)
+
+
+@pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.name)
+def test_corner_extremes(mode):
+    """Activations -128 / 127 against weights -128 / 127 / -1 / 0 in every combination, with
+    first+last on one beat: the psum extremes (+-2^19 region) through every width."""
+    cfg = TileConfig(rows=2, lanes=4)
+    beats_list = []
+    for act in (-128, 127, -1, 0):
+        for q in (-128, 127, -1, 0, 1, -121):
+            b = _const_beats(cfg, 1, act=act, nib=_wgt_nibbles(q, mode, cfg.lanes),
+                             scale=0x3C00, mode=int(mode))                # scale 1.0
+            beats_list.append(b)
+    beats = {k: np.concatenate([b[k] for b in beats_list]) for k in beats_list[0]}
+    beats["act"][:, 1, ::2] = np.where(beats["act"][:, 0, ::2] == -128, 127, -128)  # row mix
+    got, log = run_tile(cfg, beats, seed=4000 + int(mode))
+    want = ref_tile(beats)
+    assert_results_equal(got, want)
+    assert_latency(beats, log)
+    if mode is Mode.FULL:      # the extreme psum 32 * (-128) * (-128) = 2^19 at scale 1.0
+        assert want["acc"].max() == (1 << 19) << 24
+
+
+def test_corner_zero_groups_and_subnormals():
+    """All-zero groups with scale 0 (a DRAFT nibble 0 is a nonzero field 1, but scale 0 keeps
+    it 0), every subnormal scale magnitude class, negative zero and negative scales."""
+    cfg = TileConfig(rows=2, lanes=4)
+    rng = np.random.default_rng(4100)
+    print("seed=4100")
+    nb = 40
+    beats = random_beats(rng, cfg, nb, p_first=0.3, p_last=0.4)
+    beats["scale"][:10] = 0                                   # zero groups
+    beats["wgt"][:10] = 0
+    beats["scale"][10:20] = rng.integers(1, 1024, (10, cfg.lanes))          # subnormal
+    beats["scale"][20:25] = [[0x0001, 0x03FF, 0x8001, 0x83FF]] * 5          # extremes, signed
+    beats["scale"][25:30] = [[0x8000, 0x0400, 0x8400, 0x3C00]] * 5          # -0, min normal
+    got, _ = run_tile(cfg, beats, seed=4100)
+    want = ref_tile(beats)
+    assert_results_equal(got, want)
+    # Zero groups in DRAFT: scale 0 must give exactly zero, never a stand-in scale of 1.
+    draft0 = _const_beats(cfg, 3, act=-128, nib=0, scale=0, mode=int(Mode.DRAFT),
+                          first=[1, 1, 1], last=[1, 1, 1])
+    got0, _ = run_tile(cfg, draft0, seed=4101)
+    assert not got0["acc"].any() and not got0["overflow"].any()
+
+
+def test_corner_saturation_sticky():
+    """The largest FP16 scale (65504) with extreme psums saturates the int64 accumulators: the
+    sticky flag stays set across later beats that pull the value back, ``first`` clears it, and
+    both bounds are reached."""
+    cfg = TileConfig(rows=2, lanes=4)
+    mode = Mode.FULL
+    plus = _wgt_nibbles(-128, mode, cfg.lanes)
+    n = 24
+    # Accumulation 1: 20 beats of +2^19 * 65504 * 2^24 (saturates after 16), then 4 beats of a
+    # negative scale that would pull an unsaturated value back.
+    b1 = _const_beats(cfg, n, act=-128, nib=plus, scale=FP16_MAX_BITS, mode=int(mode),
+                      last=[0] * (n - 1) + [1])
+    b1["scale"][20:] = FP16_MAX_BITS | 0x8000
+    # Accumulation 2: towards INT64_MIN with exponent-31 scale bits 0xFFFF (m = -2047,
+    # shift 30): 8 terms of -2^19 * 2047 * 2^30 stay just inside int64, the 9th saturates.
+    b2 = _const_beats(cfg, 10, act=-128, nib=plus, scale=0xFFFF, mode=int(mode),
+                      last=[0] * 9 + [1])
+    # Accumulation 3: first clears the flag; one small beat.
+    b3 = _const_beats(cfg, 1, act=1, nib=plus, scale=0x3C00, mode=int(mode))
+    beats = {k: np.concatenate([b1[k], b2[k], b3[k]]) for k in b1}
+    got, _ = run_tile(cfg, beats, seed=4200, stall=0.3, idle=0.2)
+    want = ref_tile(beats)
+    assert_results_equal(got, want)
+    assert want["overflow"][0][:, 0::2].all() and want["overflow"][1][:, 0::2].all()
+    assert not want["overflow"][0][:, 1::2].any()                 # FULL odd lanes add nothing
+    assert (want["acc"][0][:, 0::2] < INT64_MAX).all()            # pulled back after saturating
+    assert (want["acc"][1][:, 0::2] == INT64_MIN).all()
+    assert not want["overflow"][2].any()
+
+
+def test_mixed_modes_in_one_accumulation():
+    """One accumulation whose beats cycle through all four modes, FULL odd lanes included."""
+    cfg = TileConfig(rows=2, lanes=4)
+    rng = np.random.default_rng(4300)
+    print("seed=4300")
+    beats = random_beats(rng, cfg, 16, p_first=0.0, p_last=0.0)
+    beats["scale"] = rng.integers(0x2000, 0x4000, (16, cfg.lanes)).astype(np.uint16)
+    beats["mode"] = np.arange(16) % 4
+    beats["first"][0] = beats["first"][8] = True
+    beats["last"][7] = beats["last"][15] = True
+    got, log = run_tile(cfg, beats, seed=4300)
+    assert_results_equal(got, ref_tile(beats))
+    assert_latency(beats, log)
+
+
+def test_saturating_gemm_through_tile():
+    """A GEMM that saturates (scales near 65504, activations -128): gemm's slow path, ref_tile
+    and the RTL agree, flags included."""
+    cfg = TileConfig(rows=1, lanes=2)
+    rng = np.random.default_rng(4400)
+    print("seed=4400")
+    k = 32 * 20
+    q = np.full((2, k), -128, np.int8)
+    q[1, ::3] = 127
+    qw = QuantizedWeight(q=q, scale=np.full((2, k // 32), 65504, np.float16), name="big")
+    a_q = np.full((1, k), -128, np.int8)
+    want = gemm(a_q, qw, Mode.FULL)
+    assert want.overflow[0, 0]
+    for mode in (Mode.FULL, Mode.MSB_ONLY):
+        beats = tile_schedule(a_q, qw, mode, cfg.rows, cfg.lanes)
+        got, _ = run_tile(cfg, beats, seed=4400, stall=0.25)
+        assert_results_equal(got, ref_tile(beats))
+        assert tile_assemble(got, 1, 2, mode, cfg.rows, cfg.lanes) == gemm(a_q, qw, mode)
+    _ = rng
+
+
+# ---- golden-only property ---------------------------------------------------------------------
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(rows=st.integers(1, 4), pairs=st.integers(1, 4), m_total=st.integers(1, 9),
+       n_total=st.integers(1, 11), groups=st.integers(1, 4), mode=st.sampled_from(list(Mode)),
+       seed=st.integers(0, 2**31 - 1), big=st.booleans())
+def test_schedule_ref_assemble_equals_gemm(rows, pairs, m_total, n_total, groups, mode, seed,
+                                           big):
+    """tile_assemble(ref_tile(tile_schedule(a, w))) == gemm(a, w) bit for bit, every mode,
+    ragged edges, zero groups, subnormal scales, and (``big``) saturating accumulations."""
+    rng = np.random.default_rng(seed)
+    k = 32 * groups
+    a_q = rng.integers(-128, 128, (m_total, k)).astype(np.int8)
+    if big:
+        q = rng.integers(-128, 128, (n_total, k)).astype(np.int8)
+        scale = np.where(rng.random((n_total, groups)) < 0.7, 65504,
+                         rng.uniform(0, 65504, (n_total, groups))).astype(np.float16)
+        qw = QuantizedWeight(q=q, scale=scale, name="big")
+    else:
+        qw = random_weights(rng, n_total, k)
+    lanes = 2 * pairs
+    beats = tile_schedule(a_q, qw, mode, rows, lanes)
+    acc = tile_assemble(ref_tile(beats), m_total, n_total, mode, rows, lanes)
+    assert acc == gemm(a_q, qw, mode)
+
+
+def test_golden_rejects_bad_input():
+    cfg = TileConfig(rows=1, lanes=2)
+    beats = random_beats(np.random.default_rng(0), cfg, 2)
+    bad = dict(beats, wgt=beats["wgt"] + 16)
+    with pytest.raises(ValueError):
+        ref_tile(bad)
+    with pytest.raises(ValueError):
+        ref_tile(dict(beats, scale=beats["scale"].astype(np.int32)))
+    with pytest.raises(ValueError):
+        ref_tile({k: v for k, v in beats.items() if k != "last"})
+    with pytest.raises(ValueError):
+        ref_tile(dict(beats, mode=np.array([0, 7])))
+    with pytest.raises(ConfigError):
+        tile_schedule(np.zeros((1, 32), np.int8), random_weights(np.random.default_rng(0), 1, 32),
+                      Mode.FULL, 1, 3)
+    res = ref_tile(beats)
+    with pytest.raises(ValueError):
+        tile_assemble(res, 5, 5, Mode.FULL, 1, 2)
