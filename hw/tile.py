@@ -6,7 +6,7 @@ The golden model of this block's stream behaviour is :func:`elmoe3d.sw.tile.ref_
 
 from __future__ import annotations
 
-from amaranth.hdl import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 

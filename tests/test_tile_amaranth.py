@@ -375,7 +375,6 @@ def test_saturating_gemm_through_tile():
     """A GEMM that saturates (scales near 65504, activations -128): gemm's slow path, ref_tile
     and the RTL agree, flags included."""
     cfg = TileConfig(rows=1, lanes=2)
-    rng = np.random.default_rng(4400)
     print("seed=4400")
     k = 32 * 20
     q = np.full((2, k), -128, np.int8)
@@ -389,7 +388,6 @@ def test_saturating_gemm_through_tile():
         got, _ = run_tile(cfg, beats, seed=4400, stall=0.25)
         assert_results_equal(got, ref_tile(beats))
         assert tile_assemble(got, 1, 2, mode, cfg.rows, cfg.lanes) == gemm(a_q, qw, mode)
-    _ = rng
 
 
 # ---- golden-only property ---------------------------------------------------------------------

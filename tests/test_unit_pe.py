@@ -19,8 +19,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from elmoe3d.hw.layouts import TileMode
-from elmoe3d.hw.unit_pe import (PRODUCT_SHAPE, SliceCombiner, UnitPE, lane_controls,
-                                weight_field)
+from elmoe3d.hw.unit_pe import PRODUCT_SHAPE, SliceCombiner, UnitPE, lane_controls
 from elmoe3d.sw.datapath import Mode, lsb_field, msb_field, slice_product, unit_pe
 from elmoe3d.sw.quant import lsb_slice, msb_slice
 
