@@ -69,7 +69,7 @@ class ErrorSums:
         e = a - r
         return cls(n=int(r.size), ref_sq=float(r @ r), approx_sq=float(a @ a),
                    err_sq=float(e @ e), dot=float(r @ a),
-                   max_abs=float(np.abs(e).max()) if e.size else 0.0)
+                   max_abs=float(max(e.max(), -e.min())) if e.size else 0.0)
 
     def __add__(self, other: "ErrorSums") -> "ErrorSums":
         if not isinstance(other, ErrorSums):

@@ -1,0 +1,244 @@
+"""`elmoe3d quant`: the weight-error report on real and hand-made weight files."""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import elmoe3d.cli as cli
+import elmoe3d.quant_cmd as quant_cmd
+from elmoe3d.errors import UserError
+from elmoe3d.sw.metrics import error_metrics
+from elmoe3d.sw.quant import DraftMethod, draft_weights, quantize_weights
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(autouse=True)
+def only_quant_subcommand(monkeypatch):
+    """In-process runs build a parser with the quant subcommand only, so that these tests do
+    not depend on the other subcommands' modules; the subprocess tests below run the real,
+    complete console entry point."""
+    monkeypatch.setattr(cli, "COMMANDS", {"quant": cli.COMMANDS["quant"]})
+
+
+def run_main(capsys, *argv):
+    rc = cli.main(["quant", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def leftovers(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+# --- --bits --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, bits", [("4", [4]), ("2-7", [2, 3, 4, 5, 6, 7]),
+                                        ("3,5", [3, 5]), (" 2-3,6 ", [2, 3, 6])])
+def test_parse_bits(text, bits):
+    assert quant_cmd.parse_bits(text) == bits
+
+
+@pytest.mark.parametrize("text", ["8", "1-3", "7-2", "abc", "", "4.5", "-4"])
+def test_parse_bits_rejects(text):
+    with pytest.raises(UserError, match="--bits"):
+        quant_cmd.parse_bits(text)
+
+
+# --- numbers ------------------------------------------------------------------------------
+
+def test_chunked_analysis_equals_golden_draft_weights(monkeypatch):
+    """Row chunking and the pooled sums give exactly the metrics of the golden model's
+    draft_weights() over the whole tensor (3-D tensor: the last axis is K)."""
+    w = (RNG.standard_normal((3, 5, 96)) * np.exp(RNG.standard_normal((3, 5, 1)))).astype(
+        np.float32)
+    w[1, 2, 32:64] = 0.0                                   # an all-zero group
+    monkeypatch.setattr(quant_cmd, "CHUNK_ELEMENTS", 2 * 96)  # 2 rows per chunk, ragged end
+    bits = [2, 4, 7]
+    res = quant_cmd.analyse_tensor(w, name="w", bits=bits)
+    qw = quantize_weights(w, name="w")
+    ref = error_metrics(w, qw.dequantize())
+    assert res.int8.metrics() == pytest.approx(ref, rel=1e-12)
+    for k in bits:
+        for m in DraftMethod:
+            want = error_metrics(w, draft_weights(w, qw, k, m))
+            assert res.drafts[(m.value, k)].metrics() == pytest.approx(want, rel=1e-12), (m, k)
+
+
+def npz(tmp_path, name="w.npz", **arrays):
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return path
+
+
+def test_skipped_tensors_are_listed_and_json_is_strict(tmp_path, capsys):
+    path = npz(tmp_path, **{"fc.weight": RNG.standard_normal((8, 64)).astype(np.float32),
+                            "fc.bias": np.ones(8, np.float32),
+                            "ids": np.arange(64, dtype=np.int64).reshape(2, 32),
+                            "zero.weight": np.zeros((2, 32), np.float16)})
+    out_json = tmp_path / "r.json"
+    rc, out, err = run_main(capsys, path, "--bits", "3-4", "--json", out_json, "--per-tensor")
+    assert rc == 0, err
+    assert "skipped 2 of 4 selected tensors (1-D: 1; non-float dtype I64: 1): fc.bias, ids" \
+        in out
+    assert "fc.weight" in out and "zero.weight" in out          # per-tensor table
+    doc = json.loads(out_json.read_text())                       # strict JSON (no Infinity)
+    assert doc["bits"] == [3, 4] and doc["methods"] == ["truncate", "round", "lsb-aug",
+                                                        "dedicated"]
+    assert [t["name"] for t in doc["tensors"]] == ["fc.weight", "zero.weight"]
+    assert doc["tensors"][1]["shape"] == [2, 32] and doc["tensors"][1]["dtype"] == "F16"
+    assert doc["tensors"][1]["int8"]["sqnr_db"] is None          # exact zero error: +inf
+    assert doc["tensors"][1]["drafts"]["lsb-aug"]["3"]["max_abs"] == 0.0   # scale 0, not 1
+    assert {s["name"]: s["reason"] for s in doc["skipped"]} == \
+        {"fc.bias": "1-D", "ids": "non-float dtype I64"}
+    assert doc["aggregate"]["elements"] == 8 * 64 + 2 * 32 and doc["aggregate"]["tensors"] == 2
+    # Pooled, not averaged: the zero tensor adds elements but no signal and no error.
+    fc = doc["tensors"][0]["drafts"]["truncate"]["4"]
+    agg = doc["aggregate"]["drafts"]["truncate"]["4"]
+    assert agg["sqnr_db"] == pytest.approx(fc["sqnr_db"], abs=1e-9)
+    assert agg["mse"] == pytest.approx(fc["mse"] * 512 / 576)
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.minilm
+def test_minilm_table_truncation_worse_than_lsb_aug(minilm_file, tmp_path, capsys):
+    out_json, out_png = tmp_path / "minilm.json", tmp_path / "minilm.png"
+    tensors = "encoder.layer.0.intermediate.dense.weight,encoder.layer.0.output.dense.weight"
+    rc, out, err = run_main(capsys, "minilm", "--tensors", tensors, "--bits", "2-7",
+                            "--json", out_json, "--plot", out_png)
+    assert rc == 0, err
+    # The printed table: rows "method │ bits │ MSE │ SQNR dB │ cosine │ max abs".
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in re.split(r"[│|]", line) if c.strip()]
+        if len(cells) == 6 and cells[1].isdigit():
+            rows[(cells[0], int(cells[1]))] = [float(c) for c in cells[2:]]
+    assert set(rows) == {("int8", 8)} | {(m, k) for m in quant_cmd.METHODS for k in range(2, 8)}
+    mse_trunc, mse_aug = rows[("truncate", 4)][0], rows[("lsb-aug", 4)][0]
+    assert mse_trunc > 2.5 * mse_aug, (mse_trunc, mse_aug)
+    doc = json.loads(out_json.read_text())
+    assert doc["file"] == str(minilm_file)
+    assert [(t["name"], t["shape"]) for t in doc["tensors"]] == [
+        ("encoder.layer.0.intermediate.dense.weight", [1536, 384]),
+        ("encoder.layer.0.output.dense.weight", [384, 1536])]
+    agg = doc["aggregate"]
+    assert agg["elements"] == 2 * 1536 * 384
+    d = agg["drafts"]
+    assert d["truncate"]["4"]["mse"] == pytest.approx(mse_trunc, rel=1e-3)
+    for k in map(str, range(2, 7)):
+        assert d["lsb-aug"][k]["mse"] < 0.6 * d["truncate"][k]["mse"], k
+    # At 7 bits the "half unit" 2^(d-1) is one whole INT8 step: the code error is {0, +1}
+    # instead of truncation's {-1, 0}, so neither wins clearly.
+    assert d["lsb-aug"]["7"]["mse"] == pytest.approx(d["truncate"]["7"]["mse"], rel=0.15)
+    for k in map(str, range(2, 8)):
+        assert agg["int8"]["sqnr_db"] > d["dedicated"][k]["sqnr_db"]
+    for m in quant_cmd.METHODS:
+        sq = [d[m][str(k)]["sqnr_db"] for k in range(2, 8)]
+        assert sq == sorted(sq), (m, sq)
+    assert 40 < agg["int8"]["sqnr_db"] < 50 and agg["int8"]["cosine"] > 0.9999
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_png.stat().st_size > 10_000
+    assert leftovers(tmp_path) == []
+
+
+# --- errors: exit 2, one line naming the tensor, no traceback, no output files ----------------
+
+def bad_files(tmp_path):
+    good = RNG.standard_normal((4, 64)).astype(np.float32)
+    nan = good.copy()
+    nan[2, 40] = np.nan
+    inf = good.copy()
+    inf[3, 1] = -np.inf
+    huge = good.copy()
+    huge[1, 33] = 1e7                      # INT8 scale 1e7/127 > 65504
+    big = good.copy()
+    big[0, 5] = 1e5                        # INT8 fine; a dedicated 2-bit scale is not
+    files = {}
+    for name, arr in [("nan", nan), ("inf", inf), ("huge", huge), ("big", big)]:
+        files[name] = tmp_path / f"{name}.safetensors"
+        save_file({"a.weight": good, "b.weight": arr}, str(files[name]))  # bad one second
+    files["k48"] = npz(tmp_path, "k48.npz", **{"a.weight": good,
+                                               "odd.weight": np.ones((4, 48), np.float32)})
+    files["lfs"] = tmp_path / "lfs.safetensors"
+    files["lfs"].write_text("version https://git-lfs.github.com/spec/v1\noid sha256:00\n"
+                            "size 123\n")
+    files["cut"] = tmp_path / "cut.safetensors"
+    files["cut"].write_bytes(files["nan"].read_bytes()[:-100])
+    files["bias"] = npz(tmp_path, "bias.npz", bias=np.ones(4, np.float32))
+    return files
+
+
+ERROR_CASES = {
+    "missing file": (lambda f, d: [d / "nope.safetensors"], r"nope\.safetensors: no such file"),
+    "missing tensor": (lambda f, d: [f["nan"], "--tensors", "c.weight"],
+                       r"no tensor matches 'c\.weight' \(did you mean [ab]\.weight"),
+    "K not divisible": (lambda f, d: [f["k48"]],
+                        r"tensor 'odd\.weight': K = 48 .* not divisible by the group size 32"),
+    "nan": (lambda f, d: [f["nan"]],
+            r"tensor 'b\.weight': non-finite weight nan at row 2, column 40 \(group 1\)"),
+    "inf": (lambda f, d: [f["inf"]],
+            r"tensor 'b\.weight': non-finite weight -inf at row 3, column 1 \(group 0\)"),
+    "fp16 overflow": (lambda f, d: [f["huge"]],
+                      r"tensor 'b\.weight': row 1, group 1: .*FP16 overflow"),
+    "fp16 overflow in a dedicated draft": (
+        lambda f, d: [f["big"], "--bits", "2-4"],
+        r"tensor 'b\.weight': row 0, group 0: .*FP16 overflow\) \[dedicated 2-bit draft\]"),
+    "bad bits": (lambda f, d: [f["nan"], "--bits", "1-8"], r"--bits '1-8': .* 2\.\.7"),
+    "lfs pointer": (lambda f, d: [f["lfs"]], r"lfs\.safetensors: is a Git LFS pointer"),
+    "truncated": (lambda f, d: [f["cut"]], r"cut\.safetensors: tensor 'b\.weight': data ends "
+                                           r"at byte \d+ but the file has only"),
+    "nothing to quantize": (lambda f, d: [f["bias"]],
+                            r"none of the 1 selected tensors is a floating weight .*1-D"),
+    "output folder missing": (lambda f, d: [f["k48"], "--json", d / "no" / "r.json"],
+                              r"--json .*r\.json: directory .*no does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", list(ERROR_CASES))
+def test_error_cases_in_process(case, tmp_path, capsys):
+    files = bad_files(tmp_path)
+    make_args, pattern = ERROR_CASES[case]
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    argv = make_args(files, tmp_path)
+    if "--json" not in argv:
+        argv += ["--json", out_json, "--plot", out_png]
+    rc, out, err = run_main(capsys, *argv)
+    assert rc == 2, (out, err)
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("elmoe3d quant: error: ")
+    assert re.search(pattern, lines[0]), lines[0]
+    assert "Traceback" not in err
+    assert not out_json.exists() and not out_png.exists()
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("case", ["missing file", "nan", "bad bits"])
+def test_error_cases_subprocess(case, tmp_path):
+    files = bad_files(tmp_path)
+    make_args, pattern = ERROR_CASES[case]
+    out_json = tmp_path / "r.json"
+    argv = [str(a) for a in make_args(files, tmp_path)] + ["--json", str(out_json)]
+    proc = subprocess.run([sys.executable, "-m", "elmoe3d", "quant", *argv], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(pattern, lines[0]), proc.stderr
+    assert not out_json.exists() and leftovers(tmp_path) == []
+
+
+def test_subprocess_success_exit_zero(tmp_path):
+    path = npz(tmp_path, **{"w": RNG.standard_normal((4, 32)).astype(np.float32)})
+    proc = subprocess.run([sys.executable, "-m", "elmoe3d", "quant", str(path), "--bits", "4"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "lsb-aug" in proc.stdout and "w.npz: 1 tensor, 128 weights" in proc.stdout
