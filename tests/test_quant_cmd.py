@@ -242,3 +242,25 @@ def test_subprocess_success_exit_zero(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "lsb-aug" in proc.stdout and "w.npz: 1 tensor, 128 weights" in proc.stdout
+
+
+def test_bf16_file_gives_the_numbers_of_its_float32_values(tmp_path, capsys):
+    import struct
+    w32 = RNG.standard_normal((6, 64)).astype(np.float32)
+    bits16 = (w32.view(np.uint32) >> 16).astype("<u2")               # exact bfloat16 values
+    exact = (bits16.astype(np.uint32) << 16).view(np.float32)
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [6, 64],
+                               "data_offsets": [0, bits16.nbytes]}}).encode()
+    header += b" " * (-len(header) % 8)
+    bf = tmp_path / "bf.safetensors"
+    bf.write_bytes(struct.pack("<Q", len(header)) + header + bits16.tobytes())
+    f32 = tmp_path / "f32.safetensors"
+    save_file({"w": exact}, str(f32))
+    docs = []
+    for path in (bf, f32):
+        out_json = tmp_path / f"{path.stem}.json"
+        rc, out, err = run_main(capsys, path, "--bits", "4", "--json", out_json)
+        assert rc == 0, err
+        docs.append(json.loads(out_json.read_text()))
+    assert docs[0]["tensors"][0]["dtype"] == "BF16" and docs[1]["tensors"][0]["dtype"] == "F32"
+    assert docs[0]["aggregate"] == docs[1]["aggregate"]
