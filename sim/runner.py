@@ -537,9 +537,12 @@ def run(built: Build, *, test_module: str, testcase=None, params: dict | None = 
     if exit_note and not failed:
         raise SimulationError(f"{test_module}: {exit_note} after {len(cases)} test(s); "
                               f"seed {seed}; log {sim_log}:\n{_log_tail(sim_log)}")
-    if check and (failed or not cases):
-        what = "; ".join(f"{c.name}: {c.message or 'failed'}" for c in failed) \
-            or "no tests ran (check the testcase filter)"
+    if check and not cases:
+        raise SimulationFailure(f"no cocotb tests ran in {test_module} on "
+                                f"{built.build_dir.name} (testcase filter {testcase!r}); "
+                                f"log {sim_log}")
+    if check and failed:
+        what = "; ".join(f"{c.name}: {c.message or 'failed'}" for c in failed)
         raise SimulationFailure(
             f"{len(failed)} of {len(cases)} cocotb test(s) failed in {test_module} on "
             f"{built.build_dir.name} (seed {seed}; rerun with {SEED_ENV}={seed}): {what}; "
