@@ -72,6 +72,7 @@ def _shape(rec):
 
 def summary_table(records, title):
     from rich.table import Table
+    from rich.markup import escape
     table = Table(title=title, title_justify="left")
     for name, justify in (("case", "left"), ("traffic", "left"), ("mode", "left"),
                           ("GEMM MxKxN", "right"), ("beats", "right"), ("cycles", "right"),
@@ -79,7 +80,7 @@ def summary_table(records, title):
         table.add_column(name, justify=justify)
     for rec in records:
         bad = rec["mismatches"]
-        table.add_row(rec["case"], rec["traffic"], rec.get("mode") or "mixed", _shape(rec),
+        table.add_row(escape(rec["case"]), rec["traffic"], rec.get("mode") or "mixed", _shape(rec),
                       f"{rec['beats']:,}" if rec["beats"] else "-",
                       f"{rec['cycles']:,}" if rec["cycles"] else "-", f"{rec['comparisons']:,}",
                       f"[bold red]{bad}[/]" if bad else "0")
@@ -88,6 +89,7 @@ def summary_table(records, title):
 
 def run(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from ..hw.tile import TensorTile
     from .bench_tile import build_tile, run_tile_bench
     from .runner import SimulationError, generate_verilog, resolve_seed
@@ -111,12 +113,16 @@ def run(args) -> int:
     try:
         built = build_tile(cfg, waves=waves)
     except SimulationError as exc:
-        console.print(f"[bold red]Verilator build failed[/]: {exc}")
+        console.print(f"[bold red]Verilator build failed[/]: {escape(str(exc))}")
         return 1
     how = f"built in {built.seconds:.1f} s" if built.built else \
         f"reused (built earlier in {built.seconds:.1f} s)"
-    console.print(f"[2/{steps}] Verilator: {built.build_dir}/{built.toplevel}.v {how}"
-                  f"{', FST waves' if built.waves else ''}")
+    console.print(f"[2/{steps}] Verilator: {escape(str(built.build_dir))}/{built.toplevel}.v "
+                  f"{how}" + (f", {built.wave_format.upper()} waves" if built.waves else ""))
+
+    if built.wave_format == "vcd":
+        console.print("      note: FST needs the lz4 and zlib headers (liblz4-dev, zlib1g-dev); "
+                      "dumping VCD instead")
 
     plan = [
         ("real MiniLM FFN weights and activations on GSM8K prompts, smooth and stalled "
@@ -132,7 +138,8 @@ def run(args) -> int:
                                  params={"traces": str(traces), "minilm": MINILM_SLICE},
                                  check=False)
         except SimulationError as exc:
-            console.print(f"[{i}/{steps}] {what}: [bold red]simulator error[/]: {exc}")
+            console.print(f"[{i}/{steps}] {what}: [bold red]simulator error[/]: "
+                          f"{escape(str(exc))}")
             failed.append(what)
             continue
         runs.append(res.sim)
@@ -144,7 +151,8 @@ def run(args) -> int:
         status = "[bold red]FAILED[/]" if bad else "ok"
         console.print(f"[{i}/{steps}] {what}: {len(res.records)} cases, "
                       f"{res.comparisons:,} values compared, {res.mismatches} mismatches, "
-                      f"{status} ({time.perf_counter() - t0:.1f} s; log {res.sim.log_file})"
+                      f"{status} ({time.perf_counter() - t0:.1f} s; log "
+                      f"{escape(str(res.sim.log_file))})"
                       + (f", {len(skipped)} skipped" if skipped else ""))
         if not res.sim.tests:
             failed.append(f"{what}: no tests ran")
@@ -162,9 +170,9 @@ def run(args) -> int:
         console.print(f"throughput: {thr['beats']:,} beats, {thr['fraction']:.4f} of peak "
                       f"(one beat = one group-column per lane per cycle; latency "
                       f"{thr['latency']} cycles from tile.latency)")
-    if args.waves:
-        for res in runs:
-            console.print(f"waves: {res.test_dir / 'dump.fst'}")
+    for res in runs:
+        if res.waves_file is not None:
+            console.print(f"waves: {escape(str(res.waves_file))}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"config": arch.name, "seed": seed, "records": records}, f, indent=1)
@@ -174,7 +182,7 @@ def run(args) -> int:
                   f"{minilm_bad} mismatches[/]")
     if failed:
         for line in failed:
-            console.print(f"[bold red]failed[/]: {line}")
+            console.print(f"[bold red]failed[/]: {escape(line)}")
     if total_bad or failed or not minilm_cmp:
         return 1
     return 0

@@ -14,7 +14,9 @@ Reproducibility: every run has a seed -- the ``seed`` argument, else ``$ELMOE3D_
 their NumPy generators from it (:func:`case_rng`).
 
 Waveforms: ``waves=True`` or ``WAVES=1`` in the environment builds with ``--trace-fst`` (a
-separate build folder) and writes ``dump.fst`` into the run folder.
+separate build folder) and writes ``dump.fst`` into the run folder. Verilator's FST writer
+needs the lz4 and zlib headers (``liblz4-dev``, ``zlib1g-dev``); without them the runner warns
+and dumps VCD (``dump.vcd``) instead.
 
 Parallel safety (pytest-xdist): a build folder is keyed by a hash of the Verilog text and
 every build input, built under an exclusive file lock and marked complete by a stamp file, so
@@ -198,11 +200,13 @@ class Build:
     build_dir : Path
         ``build/<name>-<hash>``.
     waves : bool
-        Built with FST tracing.
+        Built with tracing.
     built : bool
         True if this call compiled it, False if an earlier complete build was reused.
     seconds : float
         Wall time of the compile (of the original build when reused).
+    wave_format : str or None
+        "fst" or "vcd" when built with tracing.
     """
 
     name: str
@@ -211,12 +215,38 @@ class Build:
     waves: bool
     built: bool
     seconds: float
+    wave_format: str | None = None
+
+    @property
+    def wave_file(self) -> str | None:
+        """File name the simulator dumps into the run folder (``dump.fst``/``dump.vcd``)."""
+        return f"dump.{self.wave_format}" if self.wave_format else None
 
 
 def _waves_default(waves):
     if waves is not None:
         return bool(waves)
     return os.environ.get("WAVES", "").strip().lower() in ("1", "yes", "true", "on")
+
+
+_FST_PROBE = None
+
+
+def _fst_available() -> bool:
+    """Whether the C++ compiler finds the headers Verilator's FST writer includes."""
+    global _FST_PROBE
+    if _FST_PROBE is None:
+        import shlex
+        import subprocess
+        cmd = [os.environ.get("CXX", "c++"), *shlex.split(os.environ.get("CXXFLAGS", "")),
+               "-E", "-x", "c++", "-", "-o", os.devnull]
+        try:
+            done = subprocess.run(cmd, input="#include <lz4.h>\n#include <zlib.h>\n",
+                                  capture_output=True, text=True, timeout=60)
+            _FST_PROBE = done.returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            _FST_PROBE = False
+    return _FST_PROBE
 
 
 def _log_tail(path: Path, lines: int = 40) -> str:
@@ -259,7 +289,7 @@ class _RuntimeCache:
     They do not depend on the design and are about half of a small design's compile time.
     A cache folder is created complete or not at all (written aside, then renamed)."""
 
-    def __init__(self, root: Path, args, waves: bool):
+    def __init__(self, root: Path, args, waves):
         import subprocess
         try:
             cxx = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True,
@@ -312,7 +342,7 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
     name : str
         Build name: a Verilog identifier-like string (letters, digits, ``_``, ``-``).
     waves : bool, optional
-        FST tracing; defaults to ``$WAVES``.
+        Waveform tracing (FST, else VCD); defaults to ``$WAVES``.
     extra_args : sequence of str
         More Verilator options (part of the build key).
 
@@ -324,8 +354,15 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
     toplevel = toplevel or name.replace("-", "_")
     waves = _waves_default(waves)
     verilog_text = design if isinstance(design, str) else generate_verilog(design, name=toplevel)
-    args = list(VERILATOR_ARGS) + (["--trace-fst", "--trace-structs"] if waves else []) \
-        + list(extra_args)
+    wave_format = None
+    if waves:
+        wave_format = "fst" if _fst_available() else "vcd"
+        if wave_format == "vcd":
+            log.warning("FST waveforms need the lz4 and zlib headers (liblz4-dev, zlib1g-dev), "
+                        "which the C++ compiler does not find: dumping VCD instead")
+    # cocotb's runner adds --trace (VCD) itself when waves are on; --trace-fst selects FST.
+    args = list(VERILATOR_ARGS) + (["--trace-fst"] if wave_format == "fst" else []) \
+        + (["--trace-structs"] if waves else []) + list(extra_args)
     import cocotb
     key = json.dumps({"verilog": verilog_text, "toplevel": toplevel, "args": args,
                       "make": MAKE_OPT, "waves": waves, "verilator": _verilator_version(),
@@ -344,7 +381,8 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
             if stamp.is_file():
                 info = json.loads(stamp.read_text())
                 log.info("reusing build %s (compiled in %.1f s)", build_dir, info["seconds"])
-                return Build(name, toplevel, build_dir, waves, False, float(info["seconds"]))
+                return Build(name, toplevel, build_dir, waves, False, float(info["seconds"]),
+                             info.get("wave_format"))
             if build_dir.exists():                      # an interrupted earlier build
                 shutil.rmtree(build_dir)
             build_dir.mkdir(parents=True)
@@ -352,8 +390,9 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
             source.write_text(verilog_text)
             build_log = build_dir / "build.log"
             start = time.perf_counter()
-            with verilator_environment():
-                runtime = _RuntimeCache(root, args, waves)
+            # cocotb's runner lets $WAVES override its argument: keep both in step.
+            with verilator_environment({"WAVES": int(waves)}):
+                runtime = _RuntimeCache(root, args, wave_format)
                 reused = runtime.restore(build_dir)
                 runner = _get_runner()
                 _extend_make(runner, list(MAKE_OPT) + [f"PYTHON3={sys.executable}"]
@@ -370,10 +409,11 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
             tmp = stamp.with_suffix(".tmp")
             tmp.write_text(json.dumps({"name": name, "toplevel": toplevel, "args": args,
                                        "make": MAKE_OPT, "waves": waves, "seconds": seconds,
+                                       "wave_format": wave_format,
                                        "verilator": _verilator_version()}, indent=1))
             os.replace(tmp, stamp)
             log.info("built %s in %.1f s", build_dir, seconds)
-            return Build(name, toplevel, build_dir, waves, True, seconds)
+            return Build(name, toplevel, build_dir, waves, True, seconds, wave_format)
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
 
@@ -427,6 +467,11 @@ class SimResult:
 
     def artifact(self, filename: str) -> Path:
         return self.test_dir / filename
+
+    @property
+    def waves_file(self) -> Path | None:
+        """The waveform dump of this run (None unless built with waves)."""
+        return self.test_dir / self.build.wave_file if self.build.wave_file else None
 
 
 def _parse_results(path: Path):
@@ -506,7 +551,7 @@ def run(built: Build, *, test_module: str, testcase=None, params: dict | None = 
     results_xml = test_dir / "results.xml"
     sim_log = test_dir / "sim.log"
     env = {PARAMS_ENV: params_file, SEED_ENV: seed, "COCOTB_RANDOM_SEED": seed,
-           "COCOTB_ANSI_OUTPUT": "0", **(extra_env or {})}
+           "COCOTB_ANSI_OUTPUT": "0", "WAVES": int(built.waves), **(extra_env or {})}
     log.info("running %s on %s (seed %d, folder %s)", test_module, built.build_dir.name, seed,
              test_dir)
     start = time.perf_counter()

@@ -192,3 +192,13 @@ def test_test_filter_selects_parametrized_variants():
 def test_bad_build_name_is_rejected():
     with pytest.raises(ValueError, match="build name"):
         runner.build("module m; endmodule\n", name="bad name/with slash")
+
+
+def test_waves_are_dumped(tiny_bench):
+    result = runner.simulate(Increment(), name="tiny_increment", test_module=tiny_bench,
+                             testcase="passes", waves=True)
+    assert result.build.waves and result.build.wave_format in ("fst", "vcd")
+    assert result.waves_file.name == f"dump.{result.build.wave_format}"
+    assert result.waves_file.is_file() and result.waves_file.stat().st_size > 0
+    plain = runner.build(Increment(), name="tiny_increment", waves=False)
+    assert plain.build_dir != result.build.build_dir and plain.wave_file is None
