@@ -69,13 +69,12 @@ def _operands(seed):
     """Real MiniLM layer-0 FFN weights and activations when installed, else random ones.
     Returns (source, {"up": w, "down": w}, {"up": x, "down": x})."""
     from ..sw.minilm import ffn_activations, ffn_weights, minilm_path
-    from .bench_tile import _gsm8k_prompts, default_traces
+    from ..sw.corpus import gsm8k_prompts
+    from .bench_tile import default_traces
     traces = default_traces()
     if minilm_path() is not None and traces.is_file():
         up, down = ffn_weights(0)
-        rows = [json.loads(line) for line in traces.read_text().splitlines() if line.strip()]
-        texts = [r["prompt"] for r in rows] + [r.get("generated", "") for r in rows]
-        ffn_in, ffn_mid = ffn_activations([t for t in texts if t], 0)
+        ffn_in, ffn_mid = ffn_activations(gsm8k_prompts(traces), 0)
         return ("real MiniLM layer-0 weights and activations", {"up": up, "down": down},
                 {"up": ffn_in, "down": ffn_mid})
     rng = np.random.default_rng(seed)

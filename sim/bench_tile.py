@@ -50,6 +50,7 @@ from ..config import TileConfig
 from ..hw.layouts import TileMode, tile_beat_layout, tile_result_layout
 from ..hw.tile import TensorTile
 from ..sw.datapath import Mode, gemm
+from ..sw.corpus import gsm8k_prompts, traces_dir
 from ..sw.quant import GROUP, QuantizedWeight, quantize_activations, quantize_weights
 from ..sw.tile import channels_per_block, ref_tile, tile_assemble, tile_schedule
 from .runner import case_rng, load_params, resolve_seed
@@ -373,26 +374,9 @@ def _evenly(total: int, count: int) -> np.ndarray:
     return np.unique(np.linspace(0, total - 1, count).round().astype(int))
 
 
-def _gsm8k_prompts(path) -> list:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"GSM8K prompts not found at {path} (set params 'traces' or "
-                                f"$ELMOE3D_TRACES to gsm8k_2_outputs.jsonl)")
-    prompts = []
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                prompts.append(json.loads(line)["prompt"])
-    return prompts
-
-
 def default_traces() -> Path:
-    """``$ELMOE3D_TRACES``, else ``../shared/traces/gsm8k_2_outputs.jsonl`` beside the repo."""
-    env = os.environ.get("ELMOE3D_TRACES")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parent.parent.parent / "shared" / "traces" \
-        / "gsm8k_2_outputs.jsonl"
+    """The GSM8K prompt file (see :func:`elmoe3d.sw.corpus.traces_dir`)."""
+    return traces_dir() / "gsm8k_2_outputs.jsonl"
 
 
 def _random_weights(rng, n, k, name):
@@ -432,7 +416,7 @@ async def test_minilm(dut, traffic):
     opts = {"layer": 0, "tokens": 8, "up_channels": 16, "down_tokens": 4, "down_channels": 8,
             **params.get("minilm", {})}
     layer = int(opts["layer"])
-    prompts = _gsm8k_prompts(params.get("traces") or default_traces())
+    prompts = gsm8k_prompts(params.get("traces") or default_traces())
     ffn_in, ffn_mid = ffn_activations(prompts, layer)
     up, down = ffn_weights(layer)
     dut._log.info("MiniLM layer %d: %d real tokens from %d GSM8K prompts", layer,

