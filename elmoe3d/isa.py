@@ -1,0 +1,150 @@
+"""The PE command ISA, defined once (paper Sections 4.1, 5.2; BRIEF section 4).
+
+This module is plain Python (no Amaranth, no NumPy) so that the host, the assembler and the
+functional simulator in :mod:`elmoe3d.sw` and the RTL in :mod:`elmoe3d.hw` all read the same
+table. :func:`elmoe3d.hw.isa.command_layout` turns it into an Amaranth ``data.StructLayout``;
+:func:`encode` / :func:`decode` pack and unpack the same bits in Python. A test checks that the
+two agree bit for bit.
+
+A command is :data:`COMMAND_BITS` wide: ``op`` in the low :data:`OP_BITS` bits, then the
+operation's fields in the order listed in :data:`OPS`, from the least significant bit up
+(Amaranth's ``StructLayout`` order). Unused high bits are zero.
+
+Engines: ``LOAD`` runs on the load engine (``ld`` stream -> memories), everything else on the
+execute engine; the two run concurrently and synchronise through the two WMEM buffer flags
+(``LOAD.signal`` sets ``full[buf]``; ``GEMM.wait`` waits for it; ``GEMM.release`` clears it
+when the GEMM has read its last weight word) and through ``BARRIER``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+__all__ = ["COMMAND_BITS", "OP_BITS", "Op", "Target", "Sink", "Field", "OPS",
+           "encode", "decode", "IsaError"]
+
+COMMAND_BITS = 128
+OP_BITS = 4
+
+
+class IsaError(ValueError):
+    """A command field is out of range or unknown; the message names the op and field."""
+
+
+class Op(enum.IntEnum):
+    """Command opcodes."""
+
+    NOP = 0
+    #: Load engine: copy ``words`` beats of the ``ld`` stream into ``target`` at ``addr``.
+    LOAD = 1
+    #: Execute engine: tiled GEMM through the tensor tile; results go to ``sink``.
+    GEMM = 2
+    #: Per-token requantization of the H buffer to INT8 activations (BRIEF 3.7).
+    REQUANT = 3
+    #: FP32 conversion of the output accumulators onto the ``o`` stream (BRIEF 3.8).
+    OUTPUT = 4
+    #: Clear state: output accumulators, per-token row max, sticky flags (bit mask).
+    CLEAR = 5
+    #: Send memory words on the link port (activations or psums).
+    SEND = 6
+    #: Receive link-port words into memory; ``accumulate`` adds them (psum reduction).
+    RECV = 7
+    #: Wait until both engines are idle (all earlier commands complete).
+    BARRIER = 8
+    #: Emit the performance counters and sticky flags as one ``o`` beat.
+    STATUS = 9
+
+
+class Target(enum.IntEnum):
+    """Memories a LOAD, SEND or RECV addresses."""
+
+    WMSB = 0     #: WMEM MSB nibble plane (of buffer ``buf``)
+    WLSB = 1     #: WMEM LSB nibble plane (of buffer ``buf``)
+    WSCALE = 2   #: WMEM group scales (of buffer ``buf``), 8 entries per word
+    ACT = 3      #: IOMEM activation words (INT8 codes, the tile's ``act`` field)
+    TOK = 4      #: token table: per row, exponent, gate weight, output slot
+    HBUF = 5     #: IOMEM H buffer (SwiGLU output, Q16.16)
+    OUT = 6      #: IOMEM output accumulators (Q.24)
+
+
+class Sink(enum.IntEnum):
+    """Where the execute engine sends tile results of a GEMM."""
+
+    SWIGLU = 0   #: VPU: h = silu(gate) * up into HBUF, row max updated (up/gate interleaved)
+    COMBINE = 1  #: VPU: out += gate_weight * y into OUT (down projection)
+    RAW = 2      #: raw Q.24 accumulators onto the link port (psum exchange, BRIEF 3.5)
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    width: int
+
+
+#: Fields of each op, least significant first (after ``op``).
+OPS: dict[Op, tuple[Field, ...]] = {
+    Op.NOP: (),
+    Op.LOAD: (Field("target", 3), Field("buf", 1), Field("addr", 16), Field("words", 16),
+              Field("signal", 1)),
+    Op.GEMM: (Field("mode", 2), Field("wbuf", 1), Field("act_base", 16), Field("w_base", 16),
+              Field("row_blocks", 8), Field("col_blocks", 10), Field("groups", 8),
+              Field("sink", 2), Field("out_base", 16), Field("tok_base", 8),
+              Field("wait", 1), Field("release", 1)),
+    Op.REQUANT: (Field("row_blocks", 8), Field("channels", 16), Field("act_base", 16),
+                 Field("tok_base", 8)),
+    Op.OUTPUT: (Field("row_blocks", 8), Field("channels", 16)),
+    Op.CLEAR: (Field("out", 1), Field("rowmax", 1), Field("flags", 1), Field("counters", 1)),
+    Op.SEND: (Field("target", 3), Field("addr", 16), Field("words", 16)),
+    Op.RECV: (Field("target", 3), Field("addr", 16), Field("words", 16),
+              Field("accumulate", 1)),
+    Op.BARRIER: (),
+    Op.STATUS: (),
+}
+
+for _op, _fields in OPS.items():
+    assert OP_BITS + sum(f.width for f in _fields) <= COMMAND_BITS, _op
+
+
+def encode(op, **fields) -> int:
+    """Pack one command into an integer of :data:`COMMAND_BITS` bits.
+
+    Missing fields are 0. Raises :class:`IsaError` naming the op and field for an unknown field
+    or a value outside ``[0, 2^width)`` (enums are accepted for their integer value)."""
+    try:
+        op = Op(op)
+    except ValueError:
+        raise IsaError(f"unknown opcode {op!r}") from None
+    word, pos = int(op), OP_BITS
+    known = {f.name for f in OPS[op]}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise IsaError(f"{op.name}: unknown field(s) {', '.join(unknown)}; fields are "
+                       f"{', '.join(f.name for f in OPS[op]) or 'none'}")
+    for f in OPS[op]:
+        value = int(fields.get(f.name, 0))
+        if not 0 <= value < (1 << f.width):
+            raise IsaError(f"{op.name}.{f.name} = {value} does not fit {f.width} bits")
+        word |= value << pos
+        pos += f.width
+    return word
+
+
+def decode(word: int) -> tuple[Op, dict]:
+    """Unpack an integer command into ``(op, {field: value})``; raises :class:`IsaError` on an
+    unknown opcode or nonzero unused bits."""
+    word = int(word)
+    if not 0 <= word < (1 << COMMAND_BITS):
+        raise IsaError(f"command {word:#x} does not fit {COMMAND_BITS} bits")
+    try:
+        op = Op(word & ((1 << OP_BITS) - 1))
+    except ValueError:
+        raise IsaError(f"unknown opcode {word & 15} in command {word:#x}") from None
+    pos, out = OP_BITS, {}
+    for f in OPS[op]:
+        out[f.name] = (word >> pos) & ((1 << f.width) - 1)
+        pos += f.width
+    if word >> pos:
+        raise IsaError(f"{op.name}: nonzero bits above bit {pos} in command {word:#x}")
+    return op, out
