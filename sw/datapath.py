@@ -21,14 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .quant import GROUP, QuantizedWeight, msb_slice, lsb_slice
+from .quant import GROUP, QuantizedWeight, as_int8_codes, msb_slice, lsb_slice
 
 
 __all__ = [
     "Mode", "ACC_FRAC_BITS", "INT64_MIN", "INT64_MAX",
     "msb_field", "lsb_field", "unit_pe", "slice_product", "effective_weight",
     "scale_fields", "scale_term", "group_psums", "group_psums_reference",
-    "Accumulator", "accumulate", "gemm", "gemm_reference", "acc_to_float",
+    "Accumulator", "accumulate", "check_gemm_operands", "gemm", "gemm_reference",
+    "acc_to_float",
 ]
 
 #: Fractional bits of the fused-dequantization accumulator.
@@ -83,7 +84,7 @@ def slice_product(a, q, mode) -> np.ndarray:
 def effective_weight(q, mode) -> np.ndarray:
     """The weight value a mode multiplies by (int16): q, 16*msb + 8, 16*msb or lsb."""
     mode = Mode(mode)
-    q = np.asarray(q, np.int8)
+    q = as_int8_codes(q)
     if mode is Mode.FULL:
         return q.astype(np.int16)
     if mode is Mode.DRAFT:
@@ -195,7 +196,14 @@ def accumulate(psums, scale, init: Accumulator | None = None) -> Accumulator:
     return Accumulator(acc, flag)
 
 
-def _check_gemm_operands(a_q, qw: QuantizedWeight):
+def check_gemm_operands(a_q, qw: QuantizedWeight, mode=Mode.FULL):
+    """Validate GEMM operands; returns ``a_q`` as an array.
+
+    Raises ``TypeError`` for non-int8 activations, ``ValueError`` for shapes that do not
+    match, and for a slice mode on a weight that is not bit-nested INT8 (``qw.bits != 8``)."""
+    if Mode(mode) is not Mode.FULL and qw.bits != 8:
+        raise ValueError(f"gemm: mode {Mode(mode).name} needs bit-nested INT8 weights; "
+                         f"{qw.name!r} has {qw.bits}-bit codes (use FULL)")
     a_q = np.asarray(a_q)
     if a_q.dtype != np.int8:
         raise TypeError(f"activations: expected int8 codes, got dtype {a_q.dtype}")
@@ -212,7 +220,7 @@ def gemm_reference(a_q, qw: QuantizedWeight, mode=Mode.FULL,
                    init: Accumulator | None = None) -> Accumulator:
     """Bit-exact GEMM the slow, obvious way: slice products -> group psums -> scaled,
     saturating accumulation in ascending K. ``a_q`` int8 ``[M, K]``; ``qw`` ``[N, K]``."""
-    a_q = _check_gemm_operands(a_q, qw)
+    a_q = check_gemm_operands(a_q, qw, mode)
     mdim, k = a_q.shape
     ndim = qw.q.shape[0]
     prods = slice_product(a_q[:, None, :], qw.q[None, :, :], mode)        # [M, N, K]
@@ -265,7 +273,7 @@ def gemm(a_q, qw: QuantizedWeight, mode=Mode.FULL, init: Accumulator | None = No
     -------
     Accumulator with ``acc`` int64 ``[M, N]`` and ``overflow`` bool ``[M, N]``.
     """
-    a_q = _check_gemm_operands(a_q, qw)
+    a_q = check_gemm_operands(a_q, qw, mode)
     mode = Mode(mode)
     mdim = a_q.shape[0]
     ndim = qw.q.shape[0]

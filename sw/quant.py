@@ -20,7 +20,7 @@ import numpy as np
 __all__ = [
     "GROUP", "QuantizationError", "DraftMethod",
     "fp16_scale_for", "QuantizedWeight", "quantize_weights",
-    "msb_slice", "lsb_slice", "join_slices", "draft_codes", "draft_weights",
+    "as_int8_codes", "msb_slice", "lsb_slice", "join_slices", "draft_codes", "draft_weights",
     "QuantizedActivation", "quantize_activations", "quantize_activations_fp16",
 ]
 
@@ -108,6 +108,28 @@ class QuantizedWeight:
     scale: np.ndarray
     bits: int = 8
     name: str = "weight"
+
+    def __post_init__(self):
+        name = self.name
+        if not isinstance(self.bits, (int, np.integer)) or not 2 <= self.bits <= 8:
+            raise QuantizationError(f"tensor {name!r}: bits must be an integer in 2..8, "
+                                    f"got {self.bits!r}")
+        lo, hi = -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
+        q = as_int8_codes(self.q, f"tensor {name!r} codes", lo=lo, hi=hi)
+        scale = np.array(self.scale, copy=True)
+        if scale.dtype != np.float16:
+            raise QuantizationError(f"tensor {name!r}: scales must be float16 (FP16 group "
+                                    f"scales), got dtype {scale.dtype}")
+        if q.ndim < 2 or q.shape[-1] % GROUP or scale.shape != (*q.shape[:-1],
+                                                                  q.shape[-1] // GROUP):
+            raise QuantizationError(f"tensor {name!r}: codes of shape {tuple(q.shape)} need "
+                                    f"scales of shape [..., N, K/{GROUP}], got "
+                                    f"{tuple(scale.shape)}")
+        q = q.copy()
+        q.setflags(write=False)            # the fast GEMM caches a layout of these arrays
+        scale.setflags(write=False)
+        object.__setattr__(self, "q", q)
+        object.__setattr__(self, "scale", scale)
 
     @property
     def shape(self):
@@ -198,14 +220,30 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
     return QuantizedWeight(q=q, scale=scale, bits=bits, name=name)
 
 
+def as_int8_codes(q, what: str = "codes", *, lo: int = -128, hi: int = 127) -> np.ndarray:
+    """``q`` as an int8 array, refusing anything that would wrap silently.
+
+    Raises :class:`QuantizationError` naming ``what`` for a non-integer dtype or a value
+    outside ``[lo, hi]`` (so ``astype(int8)`` of 128 never becomes -128)."""
+    q = np.asarray(q)
+    if not (np.issubdtype(q.dtype, np.integer) or q.dtype == np.bool_):
+        raise QuantizationError(f"{what}: expected integer codes, got dtype {q.dtype}")
+    if q.size and (q.min() < lo or q.max() > hi):
+        bad = int(np.flatnonzero((q < lo) | (q > hi))[0])
+        raise QuantizationError(f"{what}: value {q.reshape(-1)[bad]} at flat index {bad} is "
+                                f"outside [{lo}, {hi}]")
+    return q if q.dtype == np.int8 else q.astype(np.int8)
+
+
 def msb_slice(q) -> np.ndarray:
-    """``q >> 4``, arithmetic (floor): int8 in ``[-8, 7]`` for every int8 including -128."""
-    return np.right_shift(np.asarray(q, dtype=np.int8), 4)
+    """``q >> 4``, arithmetic (floor): int8 in ``[-8, 7]`` for every int8 including -128.
+    Raises :class:`QuantizationError` for codes that are not int8 values."""
+    return np.right_shift(as_int8_codes(q), 4)
 
 
 def lsb_slice(q) -> np.ndarray:
     """``q & 15``: uint8 in ``[0, 15]``."""
-    return (np.asarray(q, dtype=np.int8).view(np.uint8) & 15).astype(np.uint8)
+    return (as_int8_codes(q).view(np.uint8) & 15).astype(np.uint8)
 
 
 def join_slices(msb, lsb) -> np.ndarray:
@@ -233,7 +271,7 @@ def draft_codes(q, bits: int, method) -> np.ndarray:
     if not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 7:
         raise QuantizationError(f"draft bits must be an integer in 2..7, got {bits!r}")
     d = 8 - int(bits)
-    q16 = np.asarray(q, dtype=np.int8).astype(np.int16)
+    q16 = as_int8_codes(q).astype(np.int16)
     if method is DraftMethod.TRUNCATE:
         return (q16 >> d) << d
     if method is DraftMethod.LSB_AUG:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import TileConfig
-from .datapath import (Accumulator, Mode, _check_gemm_operands, accumulate, lsb_field,
+from .datapath import (Accumulator, Mode, check_gemm_operands, accumulate, lsb_field,
                        msb_field, unit_pe)
 from .quant import GROUP, QuantizedWeight, lsb_slice, msb_slice
 
@@ -205,7 +205,7 @@ def tile_schedule(a_q, qw: QuantizedWeight, mode, rows: int, lanes: int) -> dict
     """
     cfg = TileConfig(rows=rows, lanes=lanes)
     mode = Mode(mode)
-    a_q = _check_gemm_operands(a_q, qw)
+    a_q = check_gemm_operands(a_q, qw, mode)
     mdim, k = a_q.shape
     ndim = qw.q.shape[0]
     if k == 0:

@@ -159,7 +159,7 @@ def test_saturating_gemm_matches_reference_and_flags():
     init = Accumulator(out.acc, out.overflow)
     again = gemm(a[:, :32], QuantizedWeight(q[:, :32], qw.scale[:, :1]), Mode.LSB_ONLY, init)
     assert again.overflow[:, :2].all()
-    del rng
+
 
 
 def test_gemm_rejects_bad_operands():
@@ -183,3 +183,44 @@ def test_end_to_end_accuracy_against_float64():
         return 10 * np.log10(np.sum(ref ** 2) / np.sum((y - ref) ** 2))
     assert sqnr(full) > 30
     assert 10 < sqnr(draft) < sqnr(full)
+
+
+def test_weight_codes_that_would_wrap_are_refused():
+    from elmoe3d.sw.quant import QuantizationError, lsb_slice, msb_slice
+    scale = np.ones((1, 1), np.float16)
+    with pytest.raises(QuantizationError, match=r"'w' codes.*200.*outside \[-128, 127\]"):
+        QuantizedWeight(np.full((1, 32), 200, np.int16), scale, name="w")
+    with pytest.raises(QuantizationError, match="integer codes"):
+        msb_slice(np.array([128.0]))
+    with pytest.raises(QuantizationError, match="outside"):
+        lsb_slice(np.array([-129]))
+    with pytest.raises(QuantizationError, match="float16"):
+        QuantizedWeight(np.zeros((1, 32), np.int8), np.ones((1, 1), np.float32))
+    with pytest.raises(QuantizationError, match=r"scales of shape"):
+        QuantizedWeight(np.zeros((2, 64), np.int8), np.ones((2, 1), np.float16))
+    with pytest.raises(QuantizationError, match=r"outside \[-8, 7\]"):
+        QuantizedWeight(np.full((1, 32), 9, np.int8), scale, bits=4)
+    # In-range wider integers are accepted and stored as int8.
+    assert QuantizedWeight(np.full((1, 32), -128, np.int64), scale).q.dtype == np.int8
+
+
+def test_quantized_weight_is_immutable_so_the_gemm_cache_cannot_go_stale():
+    rng = np.random.default_rng(6)
+    q = rng.integers(-127, 128, (4, 64)).astype(np.int8)
+    qw = QuantizedWeight(q, np.ones((4, 2), np.float16))
+    a = rng.integers(-128, 128, (2, 64)).astype(np.int8)
+    before = gemm(a, qw)
+    q[:] = 0                                   # the caller's array is copied, not aliased
+    assert gemm(a, qw) == before == gemm_reference(a, qw)
+    with pytest.raises(ValueError):
+        qw.q[0, 0] = 1
+    with pytest.raises(ValueError):
+        qw.scale[0, 0] = 0
+
+
+def test_slice_modes_need_bit_nested_int8():
+    w4 = quantize_weights(np.ones((2, 32), np.float32), bits=4, name="d4")
+    a = np.ones((1, 32), np.int8)
+    assert gemm(a, w4, Mode.FULL) == gemm_reference(a, w4, Mode.FULL)
+    with pytest.raises(ValueError, match="DRAFT needs bit-nested INT8.*'d4'"):
+        gemm(a, w4, Mode.DRAFT)
