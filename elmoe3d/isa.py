@@ -91,7 +91,7 @@ OPS: dict[Op, tuple[Field, ...]] = {
     Op.GEMM: (Field("mode", 2), Field("wbuf", 1), Field("act_base", 16), Field("w_base", 16),
               Field("row_blocks", 8), Field("col_blocks", 10), Field("groups", 8),
               Field("sink", 2), Field("out_base", 16), Field("tok_base", 8),
-              Field("wait", 1), Field("release", 1)),
+              Field("wait", 1), Field("release", 1), Field("stride", 16)),
     Op.REQUANT: (Field("row_blocks", 8), Field("channels", 16), Field("act_base", 16),
                  Field("tok_base", 8)),
     Op.OUTPUT: (Field("row_blocks", 8), Field("channels", 16)),
