@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 
-__all__ = ["TileConfig", "ArchConfig", "PRESETS", "preset", "ConfigError"]
+__all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "ConfigError"]
 
 
 class ConfigError(ValueError):
@@ -114,8 +114,8 @@ class ArchConfig:
     pes: int = 4
     pes_per_group: int = 2
     clock_ghz: float = 1.0
-    wmem_bytes: int = 4096
-    iomem_bytes: int = 4096
+    wmem_bytes: int = 8192
+    iomem_bytes: int = 32768
     hb_bank_gbps: float = 51.2
     hb_bank_bytes: int = 1 << 20
     hb_pj_per_bit: float = 0.43
@@ -151,6 +151,13 @@ class ArchConfig:
         """HB bytes delivered per logic-die cycle per bank (51.2 at 1 GHz)."""
         return self.hb_bank_gbps / self.clock_ghz
 
+    @property
+    def pe(self) -> "PEConfig":
+        """Memory geometry of one PE (``docs/pe.md``), derived from this configuration.
+
+        Raises :class:`ConfigError` if the tile shape or memory sizes do not suit the PE."""
+        return PEConfig.from_arch(self)
+
     def peak_tops(self, weight_bits: int) -> float:
         """Peak tera-operations per second of the die (2 ops per MAC)."""
         return 2 * self.pes * self.tile.peak_macs_per_cycle(weight_bits) * self.clock_ghz / 1e3
@@ -180,6 +187,101 @@ class ArchConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class PEConfig:
+    """Memory geometry of one PE (``docs/pe.md``), derived from an :class:`ArchConfig`.
+
+    Build it with :meth:`from_arch` (or ``ArchConfig.pe``); every figure is computed from the
+    architecture, never typed here. Units are memory words of ``word_bits`` bits.
+
+    Attributes
+    ----------
+    rows, lanes : int
+        Tensor-tile shape (M, N); the PE needs ``lanes % 4 == 0`` and ``lanes == 2 * rows``.
+    word_bits : int
+        W = lanes * 128: one weight nibble plane of one K-group for all lanes; also one
+        activation word (rows x 32 INT8) and one ``ld`` / ``o`` / link beat.
+    wmem_words : int
+        Words of one WMEM nibble plane of one buffer:
+        ``wmem_bytes / 2 buffers / 2 planes / (W/8)``; a multiple of 8.
+    wscale_words : int
+        Words of one buffer's scale memory (8 entries of ``lanes`` FP16 per word):
+        ``wmem_words / 8``.
+    act_words, tok_words, hbuf_words, out_words : int
+        IOMEM split (``iomem_words = iomem_bytes / (W/8)``, a multiple of 32): ACT 1/8,
+        TOK 1/32, HBUF 1/2 and OUT the remaining 11/32.
+    tok_entries : int
+        64-bit token-table entries: ``tok_words * W / 64`` (at most 256 are addressable by the
+        8-bit ``tok_base`` plus a GEMM's rows).
+    """
+
+    rows: int
+    lanes: int
+    word_bits: int
+    wmem_words: int
+    act_words: int
+    tok_words: int
+    hbuf_words: int
+    out_words: int
+
+    @classmethod
+    def from_arch(cls, arch: "ArchConfig") -> "PEConfig":
+        rows, lanes = arch.tile.rows, arch.tile.lanes
+        if lanes % 4:
+            raise ConfigError(f"tile.lanes: the PE needs lanes % 4 == 0 (FULL-mode SwiGLU "
+                              f"blocks of lanes/4 channels), got {lanes}")
+        if lanes != 2 * rows:
+            raise ConfigError(f"tile.lanes: the PE needs lanes == 2 * rows so that an "
+                              f"activation word (rows x 32 INT8) is as wide as a weight word "
+                              f"(lanes x 32 nibbles); got rows={rows}, lanes={lanes}")
+        word_bits = lanes * 128
+        word_bytes = word_bits // 8
+        if arch.wmem_bytes % (4 * word_bytes * 8):
+            raise ConfigError(f"wmem_bytes: {arch.wmem_bytes} is not a multiple of 2 buffers x "
+                              f"2 planes x {word_bytes} B words x 8 (scale entries per word)")
+        if arch.iomem_bytes % (32 * word_bytes):
+            raise ConfigError(f"iomem_bytes: {arch.iomem_bytes} is not a multiple of "
+                              f"32 words of {word_bytes} B")
+        iomem_words = arch.iomem_bytes // word_bytes
+        act, tok, hbuf = iomem_words // 8, iomem_words // 32, iomem_words // 2
+        return cls(rows=rows, lanes=lanes, word_bits=word_bits,
+                   wmem_words=arch.wmem_bytes // (4 * word_bytes),
+                   act_words=act, tok_words=tok, hbuf_words=hbuf,
+                   out_words=iomem_words - act - tok - hbuf)
+
+    @property
+    def word_bytes(self) -> int:
+        return self.word_bits // 8
+
+    @property
+    def wscale_words(self) -> int:
+        return self.wmem_words // 8
+
+    @property
+    def tok_entries(self) -> int:
+        return self.tok_words * (self.word_bits // 64)
+
+    @property
+    def q16_per_word(self) -> int:
+        """Q16.16 values per HBUF word (W/32)."""
+        return self.word_bits // 32
+
+    @property
+    def q24_per_word(self) -> int:
+        """Q.24 values per OUT word (W/64)."""
+        return self.word_bits // 64
+
+    @property
+    def fp32_per_beat(self) -> int:
+        """FP32 values per ``o`` DATA beat (W/32)."""
+        return self.word_bits // 32
+
+    @property
+    def tok_per_word(self) -> int:
+        """Token-table entries per TOK word / LOAD beat (W/64)."""
+        return self.word_bits // 64
 
 
 PRESETS = {
