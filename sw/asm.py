@@ -1,0 +1,720 @@
+"""Assembler for the PE command ISA and packers for the PE's memory words (plain NumPy).
+
+The host-side twin of :mod:`elmoe3d.hw.isa` (``docs/pe.md``; paper Sections 4.1, 5.2):
+
+* :class:`Program` builds a command list with one helper per op (:meth:`Program.load`,
+  :meth:`Program.gemm`, ...), checks every field against the ISA widths and the PE's memory
+  sizes as it goes (a :class:`ProgramError` names the command index, the op and the field) and
+  encodes it with :meth:`Program.encode` (128-bit integers, :func:`elmoe3d.isa.encode`).
+* :class:`SyncChecker` is the buffer-flag and engine-ordering protocol of the two engines
+  (load engine, execute engine). The functional simulator runs it on every command; a program
+  it accepts behaves the same however the engines interleave.
+* Packers turn arrays into memory words and back, bit for bit the Amaranth layouts of
+  :mod:`elmoe3d.hw.isa` (``tests/test_isa.py`` compares them): a word is W = lanes * 128 bits,
+  least significant bit first. In NumPy a word is ``W/8`` little-endian bytes (``uint8``
+  ``[n, W/8]``); :func:`words_to_ints` / :func:`ints_to_words` convert to the Python integers
+  a stream carries.
+
+Word layouts (element ``[i][j]`` of an array field sits at the lowest bits first)::
+
+    WMSB / WLSB   [lanes][32] x u4      nibble (n, k) at bit 4 * (32 n + k)   (tile ``wgt``)
+    WSCALE        [8][lanes] x u16      FP16 bits of (slot, n) at bit 16 * (lanes slot + n)
+    ACT           [rows][32] x s8       code (r, k) at bit 8 * (32 r + k)     (tile ``act``)
+    TOK           [W/64] x entry        entry j at bit 64 j: e_x s8, e_h s8, gate FP16 u16,
+                                        slot u8, pad u24 (:data:`TOK_FIELDS`)
+    HBUF          [W/32] x s32          Q16.16
+    OUT           [W/64] x s64          Q.24
+    o DATA        [W/32] x u32          FP32 bits
+    o STATUS      :data:`STATUS_FIELDS`, zero-padded to W
+    o beat        kind (1 bit, :class:`OKind`) then the W data bits
+
+This module never imports Amaranth.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import ArchConfig, PEConfig
+from ..isa import COMMAND_BITS, OPS, IsaError, Op, Sink, Target, decode, encode
+from .datapath import Mode
+
+
+__all__ = [
+    "ProgramError", "OKind", "TOK_FIELDS", "STATUS_FIELDS", "TIMING_STATUS_FIELDS",
+    "FUNCTIONAL_STATUS_FIELDS", "W_TARGETS", "pe_config", "target_words",
+    "Command", "Program", "SyncChecker",
+    "words_to_ints", "ints_to_words",
+    "pack_wgt", "unpack_wgt", "pack_scales", "unpack_scales", "pack_act", "unpack_act",
+    "TOK_DTYPE", "pack_tok", "unpack_tok", "pack_q16", "unpack_q16", "pack_q24", "unpack_q24",
+    "pack_fp32", "unpack_fp32", "pack_status", "unpack_status", "OBeat",
+]
+
+
+class ProgramError(ValueError):
+    """A PE program is wrong: a field out of range, an address beyond a memory, a broken
+    buffer-flag protocol, an ``ld`` stream too short. The message names the command index."""
+
+
+class OKind(enum.IntEnum):
+    """Kind of an ``o`` beat."""
+
+    DATA = 0     #: W/32 FP32 results (OUTPUT)
+    STATUS = 1   #: counters and sticky flags (STATUS), :data:`STATUS_FIELDS`
+
+
+#: Token-table entry, least significant first: (name, bits, signed).
+TOK_FIELDS = (("e_x", 8, True), ("e_h", 8, True), ("gate", 16, False), ("slot", 8, False),
+              ("pad", 24, False))
+
+#: STATUS beat contents, least significant first: (name, bits). Counters count since the last
+#: ``CLEAR counters`` (or reset); flags are sticky until ``CLEAR flags``.
+#:
+#: cycles, load_busy, exec_busy, stall
+#:     clock cycles: all, load engine busy, execute engine busy, execute engine waiting on a
+#:     buffer flag or a BARRIER (RTL only: the functional simulator reports 0)
+#: gemm_beats
+#:     tensor-tile beats issued by GEMMs
+#: words_loaded, words_sent, words_received
+#:     ``ld`` beats consumed, ``link_o`` words sent, ``link_i`` words received
+#: acc_overflow
+#:     a GEMM accumulator saturated (the tile's sticky overflow flag of any result)
+#: vpu_saturation
+#:     any VPU saturation: Q16.16 conversion, SwiGLU product, REQUANT clip, COMBINE term or OUT
+#:     addition, RECV accumulation
+STATUS_FIELDS = (("cycles", 48), ("load_busy", 48), ("exec_busy", 48), ("stall", 48),
+                 ("gemm_beats", 48), ("words_loaded", 48), ("words_sent", 48),
+                 ("words_received", 48), ("acc_overflow", 1), ("vpu_saturation", 1))
+#: STATUS fields that depend on timing (not modelled by the functional simulator).
+TIMING_STATUS_FIELDS = ("cycles", "load_busy", "exec_busy", "stall")
+#: STATUS fields every backend must agree on.
+FUNCTIONAL_STATUS_FIELDS = tuple(n for n, _ in STATUS_FIELDS if n not in TIMING_STATUS_FIELDS)
+
+#: WMEM targets of LOAD (they take a buffer number and a signal).
+W_TARGETS = (Target.WMSB, Target.WLSB, Target.WSCALE)
+
+
+def pe_config(config) -> PEConfig:
+    """The :class:`~elmoe3d.config.PEConfig` of an ``ArchConfig`` or a ``PEConfig``."""
+    if isinstance(config, PEConfig):
+        return config
+    if isinstance(config, ArchConfig):
+        return config.pe
+    raise TypeError(f"config: expected an ArchConfig or a PEConfig, got {type(config).__name__}")
+
+
+def target_words(pe: PEConfig, target) -> int:
+    """Words of the memory ``target`` (WMEM targets: one buffer)."""
+    return {Target.WMSB: pe.wmem_words, Target.WLSB: pe.wmem_words,
+            Target.WSCALE: pe.wscale_words, Target.ACT: pe.act_words,
+            Target.TOK: pe.tok_words, Target.HBUF: pe.hbuf_words,
+            Target.OUT: pe.out_words}[Target(target)]
+
+
+# ---- commands and programs --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Command:
+    """One command: ``op`` and all of its fields (missing ones are 0)."""
+
+    op: Op
+    fields: dict
+
+    def encode(self) -> int:
+        return encode(self.op, **self.fields)
+
+    def __str__(self):
+        parts = []
+        for f in OPS[self.op]:
+            v = self.fields[f.name]
+            if f.name == "target":
+                v = Target(v).name
+            elif f.name == "sink":
+                v = Sink(v).name if v in Sink._value2member_map_ else v
+            elif f.name == "mode":
+                v = Mode(v).name
+            parts.append(f"{f.name}={v}")
+        return f"{self.op.name:<8}" + " ".join(parts)
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+class Program:
+    """A PE command program for one configuration.
+
+    Every helper appends one command and checks it at once (the ISA field widths and the PE's
+    memory sizes); it returns the command's index. Addresses and counts are in words of the
+    addressed memory (``docs/pe.md``).
+
+    Parameters
+    ----------
+    config : ArchConfig or PEConfig
+
+    Raises
+    ------
+    ProgramError
+        From every helper: the message names the command index, the op and the field.
+    """
+
+    def __init__(self, config):
+        self._pe = pe_config(config)
+        self._commands: list[Command] = []
+
+    @property
+    def pe(self) -> PEConfig:
+        return self._pe
+
+    @property
+    def commands(self) -> tuple:
+        return tuple(self._commands)
+
+    def __len__(self):
+        return len(self._commands)
+
+    def __iter__(self):
+        return iter(self._commands)
+
+    def __getitem__(self, i):
+        return self._commands[i]
+
+    def counts(self) -> dict:
+        """Number of commands per op name (and per LOAD target / GEMM sink)."""
+        c = Counter()
+        for cmd in self._commands:
+            c[cmd.op.name] += 1
+            if cmd.op is Op.LOAD:
+                c[f"LOAD {Target(cmd.fields['target']).name}"] += 1
+            if cmd.op is Op.GEMM:
+                c[f"GEMM {Sink(cmd.fields['sink']).name}"] += 1
+        return dict(c)
+
+    def listing(self) -> str:
+        return "\n".join(f"{i:5d}  {cmd}" for i, cmd in enumerate(self._commands))
+
+    def encode(self) -> list[int]:
+        """The commands as :data:`~elmoe3d.isa.COMMAND_BITS`-bit integers, in order."""
+        return [cmd.encode() for cmd in self._commands]
+
+    @classmethod
+    def decode(cls, words, config) -> "Program":
+        """A program from encoded commands (checked like a built one)."""
+        prog = cls(config)
+        for i, w in enumerate(words):
+            try:
+                op, fields = decode(w)
+            except IsaError as exc:
+                raise ProgramError(f"command {i}: {exc}") from None
+            prog.append(op, **fields)
+        return prog
+
+    # -- building ---------------------------------------------------------------------------
+
+    def append(self, op, **fields) -> int:
+        """Append a command (fields by name, missing ones 0) after checking it."""
+        i = len(self._commands)
+        try:
+            op = Op(op)
+        except ValueError:
+            raise ProgramError(f"command {i}: unknown opcode {op!r}") from None
+        try:
+            encode(op, **fields)
+        except IsaError as exc:
+            raise ProgramError(f"command {i}: {exc}") from None
+        full = {f.name: int(fields.get(f.name, 0)) for f in OPS[op]}
+        check_command(self._pe, i, op, full)
+        self._commands.append(Command(op, full))
+        return i
+
+    def nop(self) -> int:
+        return self.append(Op.NOP)
+
+    def load(self, target, addr: int, words: int, *, buf: int = 0, signal: bool = False) -> int:
+        """LOAD ``words`` beats of the ``ld`` stream into ``target`` at ``addr`` (WMEM targets:
+        of buffer ``buf``; ``signal`` sets the buffer's full flag when the load completes)."""
+        return self.append(Op.LOAD, target=_enum(Target, target, len(self), "LOAD", "target"),
+                           buf=buf, addr=addr, words=words, signal=int(bool(signal)))
+
+    def gemm(self, *, mode, wbuf: int, act_base: int, w_base: int, row_blocks: int,
+             col_blocks: int, groups: int, sink, out_base: int = 0, tok_base: int = 0,
+             stride: int = 0, wait: bool = False, release: bool = False) -> int:
+        """GEMM of ACT row blocks against WMEM column blocks of buffer ``wbuf`` (``docs/pe.md``
+        address generation); results go to ``sink``."""
+        return self.append(Op.GEMM, mode=_enum(Mode, mode, len(self), "GEMM", "mode"),
+                           wbuf=wbuf, act_base=act_base, w_base=w_base, row_blocks=row_blocks,
+                           col_blocks=col_blocks, groups=groups,
+                           sink=_enum(Sink, sink, len(self), "GEMM", "sink"),
+                           out_base=out_base, tok_base=tok_base, stride=stride,
+                           wait=int(bool(wait)), release=int(bool(release)))
+
+    def requant(self, *, row_blocks: int, channels: int, act_base: int, tok_base: int) -> int:
+        """REQUANT HBUF rows ``tok_base + rb*rows + r`` (``channels`` = I) into ACT and e_h."""
+        return self.append(Op.REQUANT, row_blocks=row_blocks, channels=channels,
+                           act_base=act_base, tok_base=tok_base)
+
+    def output(self, *, row_blocks: int, channels: int) -> int:
+        """OUTPUT OUT rows ``0 .. row_blocks*rows - 1`` (``channels`` = H) as FP32 beats."""
+        return self.append(Op.OUTPUT, row_blocks=row_blocks, channels=channels)
+
+    def clear(self, *, out=False, rowmax=False, flags=False, counters=False) -> int:
+        return self.append(Op.CLEAR, out=int(bool(out)), rowmax=int(bool(rowmax)),
+                           flags=int(bool(flags)), counters=int(bool(counters)))
+
+    def send(self, target, addr: int, words: int) -> int:
+        return self.append(Op.SEND, target=_enum(Target, target, len(self), "SEND", "target"),
+                           addr=addr, words=words)
+
+    def recv(self, target, addr: int, words: int, *, accumulate: bool = False) -> int:
+        return self.append(Op.RECV, target=_enum(Target, target, len(self), "RECV", "target"),
+                           addr=addr, words=words, accumulate=int(bool(accumulate)))
+
+    def barrier(self) -> int:
+        return self.append(Op.BARRIER)
+
+    def status(self) -> int:
+        return self.append(Op.STATUS)
+
+    def check_sync(self) -> None:
+        """Run the :class:`SyncChecker` over the whole program."""
+        sync = SyncChecker()
+        for i, cmd in enumerate(self._commands):
+            sync.step(i, cmd.op, cmd.fields)
+
+    def ld_words(self) -> int:
+        """Beats of the ``ld`` stream the program consumes."""
+        return sum(c.fields["words"] for c in self._commands if c.op is Op.LOAD)
+
+
+def _enum(cls, value, i, op, field):
+    try:
+        return cls(value if not isinstance(value, str) else cls[value.upper()])
+    except (ValueError, KeyError):
+        raise ProgramError(f"command {i}: {op}.{field} = {value!r} is not one of "
+                           f"{', '.join(m.name for m in cls)}") from None
+
+
+def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
+    """Static checks of one command against the PE's sizes (raises :class:`ProgramError`)."""
+    def fail(field, msg):
+        raise ProgramError(f"command {i}: {op.name}.{field} = {f[field]}: {msg}")
+
+    def at_least_one(*names):
+        for n in names:
+            if f[n] < 1:
+                fail(n, "must be at least 1")
+
+    def span(field, end, size, what):
+        if end > size:
+            fail(field, f"{what} reaches word {end - 1}, beyond the {size} words of the memory")
+
+    L, R = pe.lanes, pe.rows
+    if op in (Op.LOAD, Op.SEND, Op.RECV):
+        try:
+            target = Target(f["target"])
+        except ValueError:
+            fail("target", f"unknown target; targets are {', '.join(t.name for t in Target)}")
+        at_least_one("words")
+        size = target_words(pe, target)
+        span("addr", f["addr"] + f["words"], size, f"{target.name} addr + words")
+        if op is Op.LOAD and target not in W_TARGETS:
+            if f["buf"]:
+                fail("buf", f"only WMEM targets have buffers, not {target.name}")
+            if f["signal"]:
+                fail("signal", f"only WMEM loads signal a buffer, not {target.name}")
+        if op in (Op.SEND, Op.RECV) and target in W_TARGETS:
+            fail("target", f"{op.name} addresses IOMEM (ACT, TOK, HBUF, OUT), not WMEM")
+        if op is Op.RECV and f["accumulate"] and target is not Target.OUT:
+            fail("accumulate", f"RECV accumulates into OUT only, not {target.name}")
+    elif op is Op.GEMM:
+        try:
+            mode = Mode(f["mode"])
+        except ValueError:                                # pragma: no cover - 2 bits, 4 modes
+            fail("mode", "unknown mode")
+        try:
+            sink = Sink(f["sink"])
+        except ValueError:
+            fail("sink", f"unknown sink; sinks are {', '.join(s.name for s in Sink)}")
+        at_least_one("row_blocks", "col_blocks", "groups")
+        span("act_base", f["act_base"] + f["row_blocks"] * f["groups"], pe.act_words,
+             "act_base + row_blocks * groups")
+        span("w_base", f["w_base"] + f["col_blocks"] * f["groups"], pe.wmem_words,
+             "w_base + col_blocks * groups")
+        rows_end = f["tok_base"] + f["row_blocks"] * R
+        if sink is not Sink.RAW and rows_end > pe.tok_entries:
+            fail("row_blocks", f"token rows reach entry {rows_end - 1}, beyond the "
+                               f"{pe.tok_entries} TOK entries")
+        halves = 2 if mode is Mode.FULL else 1
+        nblk = f["col_blocks"] * halves
+        if sink is Sink.SWIGLU:
+            if mode not in (Mode.FULL, Mode.DRAFT):
+                fail("mode", f"SWIGLU needs whole products (FULL or DRAFT), not {mode.name}")
+            at_least_one("stride")
+            p = L // 4 if mode is Mode.FULL else L // 2
+            per_row = f["stride"] * pe.q16_per_word
+            if f["out_base"] + nblk * p > per_row:
+                fail("out_base", f"channels out_base + {nblk} blocks x {p} = "
+                                 f"{f['out_base'] + nblk * p} exceed the HBUF row of stride "
+                                 f"{f['stride']} words ({per_row} channels)")
+            span("stride", rows_end * f["stride"], pe.hbuf_words,
+                 f"HBUF rows up to {rows_end - 1} x stride")
+        elif sink is Sink.COMBINE:
+            at_least_one("stride")
+            c = L // 2 if mode is Mode.FULL else L
+            per_row = f["stride"] * pe.q24_per_word
+            if f["out_base"] + nblk * c > per_row:
+                fail("out_base", f"channels out_base + {nblk} blocks x {c} = "
+                                 f"{f['out_base'] + nblk * c} exceed the OUT row of stride "
+                                 f"{f['stride']} words ({per_row} channels)")
+            span("stride", f["stride"], pe.out_words, "one OUT row")
+        if f["wait"] or f["release"]:
+            pass
+    elif op is Op.REQUANT:
+        at_least_one("row_blocks")
+        ch = f["channels"]
+        if ch < 1 or ch % 32 or ch % pe.q16_per_word:
+            fail("channels", f"must be a positive multiple of 32 and of W/32 = "
+                             f"{pe.q16_per_word}")
+        span("act_base", f["act_base"] + f["row_blocks"] * (ch // 32), pe.act_words,
+             "act_base + row_blocks * channels/32")
+        rows_end = f["tok_base"] + f["row_blocks"] * R
+        if rows_end > pe.tok_entries:
+            fail("row_blocks", f"token rows reach entry {rows_end - 1}, beyond the "
+                               f"{pe.tok_entries} TOK entries")
+        span("channels", rows_end * (ch // pe.q16_per_word), pe.hbuf_words,
+             f"HBUF rows up to {rows_end - 1}")
+    elif op is Op.OUTPUT:
+        at_least_one("row_blocks")
+        ch = f["channels"]
+        if ch < 1 or ch % pe.fp32_per_beat:
+            fail("channels", f"must be a positive multiple of W/32 = {pe.fp32_per_beat}")
+        span("row_blocks", f["row_blocks"] * R * (ch // pe.q24_per_word), pe.out_words,
+             "OUT rows x channels")
+
+
+# ---- the engines' synchronisation protocol ------------------------------------------------------
+
+_REGIONS_OF_SINK = {Sink.SWIGLU: ("ACT", "TOK", "HBUF"), Sink.COMBINE: ("ACT", "TOK", "OUT"),
+                    Sink.RAW: ("ACT",)}
+
+
+class SyncChecker:
+    """The protocol that makes a program's result independent of how the load engine and the
+    execute engine interleave (``docs/pe.md``, ``elmoe3d.isa``).
+
+    The load engine runs LOADs in order; the execute engine runs everything else in order; the
+    two meet only at the WMEM buffer flags (``LOAD.signal`` sets ``full[b]``, ``GEMM.wait``
+    waits for it, ``GEMM.release`` clears it) and at BARRIER. Rules, checked command by command
+    in program order (:meth:`step` raises :class:`ProgramError` naming the command):
+
+    1. A GEMM with ``wait`` on buffer ``b`` needs ``full[b]`` (a LOAD with ``signal`` since the
+       last release); otherwise it would wait forever. ``release`` needs ``full[b]`` too.
+    2. A LOAD into a WMEM plane of buffer ``b`` needs ``full[b]`` clear (the releasing GEMM comes
+       first in the program) and no unreleased GEMM read of ``b`` since the last BARRIER.
+    3. An execute command that uses a memory (ACT, TOK, HBUF, OUT, WMEM buffer) last written by
+       a LOAD needs that LOAD ordered before it: by a ``GEMM.wait`` on a buffer whose signalling
+       LOAD came after it (the load engine is in order), or by a BARRIER.
+    4. A LOAD into ACT, TOK, HBUF or OUT needs a BARRIER after the last execute command that
+       used that memory.
+    """
+
+    REGIONS = ("W0", "W1", "ACT", "TOK", "HBUF", "OUT")
+
+    def __init__(self):
+        self.full = [False, False]
+        self.signal_at = [-1, -1]
+        self.last_load = {r: -1 for r in self.REGIONS}
+        self.exec_used = {r: -1 for r in self.REGIONS}
+        self.exec_known = -1
+
+    def _use(self, i, op, regions):
+        for r in regions:
+            j = self.last_load[r]
+            if j > self.exec_known:
+                raise ProgramError(
+                    f"command {i}: {op.name} uses {_region_name(r)}, loaded by command {j} "
+                    f"without ordering: the execute engine may run before that load completes "
+                    f"(add a BARRIER, or a GEMM wait on a buffer signalled after command {j})")
+        for r in regions:
+            self.exec_used[r] = i
+
+    def step(self, i: int, op, f: dict) -> None:
+        op = Op(op)
+        if op is Op.LOAD:
+            target = Target(f["target"])
+            if target in W_TARGETS:
+                b = f["buf"]
+                r = f"W{b}"
+                if self.full[b]:
+                    raise ProgramError(
+                        f"command {i}: LOAD {target.name} into WMEM buffer {b}, which is full "
+                        f"(signalled by command {self.signal_at[b]}) and not yet released by a "
+                        f"GEMM: the load engine would wait forever")
+                if self.exec_used[r] >= 0:
+                    raise ProgramError(
+                        f"command {i}: LOAD {target.name} into WMEM buffer {b} while GEMM "
+                        f"command {self.exec_used[r]} may still read it (it did not release "
+                        f"the buffer; add release or a BARRIER)")
+                self.last_load[r] = i
+                if f["signal"]:
+                    self.full[b] = True
+                    self.signal_at[b] = i
+            else:
+                r = target.name
+                if self.exec_used[r] >= 0:
+                    raise ProgramError(
+                        f"command {i}: LOAD {target.name} while command {self.exec_used[r]} on "
+                        f"the execute engine may still use {target.name}: add a BARRIER before "
+                        f"the load")
+                self.last_load[r] = i
+            return
+        if op is Op.BARRIER:
+            self.exec_known = i
+            self.exec_used = {r: -1 for r in self.REGIONS}
+            return
+        if op is Op.GEMM:
+            b = f["wbuf"]
+            if f["wait"]:
+                if not self.full[b]:
+                    raise ProgramError(
+                        f"command {i}: GEMM waits on WMEM buffer {b}, which is empty (no LOAD "
+                        f"with signal into it since its last release): it would wait forever")
+                self.exec_known = max(self.exec_known, self.signal_at[b])
+            try:
+                regions = _REGIONS_OF_SINK[Sink(f["sink"])]
+            except ValueError:
+                regions = ("ACT",)
+            self._use(i, op, (f"W{b}",) + regions)
+            if f["release"]:
+                if not self.full[b]:
+                    raise ProgramError(f"command {i}: GEMM releases WMEM buffer {b}, which is "
+                                       f"not full")
+                self.full[b] = False
+                self.exec_used[f"W{b}"] = -1
+            return
+        if op is Op.REQUANT:
+            self._use(i, op, ("HBUF", "TOK", "ACT"))
+        elif op is Op.OUTPUT:
+            self._use(i, op, ("OUT",))
+        elif op is Op.CLEAR:
+            if f["out"]:
+                self._use(i, op, ("OUT",))
+        elif op in (Op.SEND, Op.RECV):
+            self._use(i, op, (Target(f["target"]).name,))
+
+
+def _region_name(r):
+    return f"WMEM buffer {r[1]}" if r.startswith("W") else r
+
+
+# ---- memory words ---------------------------------------------------------------------------------
+
+def _word_bytes(pe):
+    return pe.word_bits // 8
+
+
+def words_to_ints(words) -> list[int]:
+    """``uint8 [n, W/8]`` little-endian words -> Python integers."""
+    words = np.ascontiguousarray(words, np.uint8)
+    return [int.from_bytes(w.tobytes(), "little") for w in words]
+
+
+def ints_to_words(ints, config) -> np.ndarray:
+    """Python integers (each ``0 <= v < 2^W``) -> ``uint8 [n, W/8]``."""
+    nb = _word_bytes(pe_config(config))
+    out = np.zeros((len(ints), nb), np.uint8)
+    for i, v in enumerate(ints):
+        v = int(v)
+        if not 0 <= v < (1 << (8 * nb)):
+            raise ValueError(f"word {i}: {v:#x} does not fit {8 * nb} bits")
+        out[i] = np.frombuffer(v.to_bytes(nb, "little"), np.uint8)
+    return out
+
+
+def _check_shape(name, arr, shape, kinds):
+    arr = np.asarray(arr)
+    if arr.ndim != len(shape) + 1 or tuple(arr.shape[1:]) != tuple(shape):
+        raise ValueError(f"{name}: expected shape [n, {', '.join(map(str, shape))}], got "
+                         f"{tuple(arr.shape)}")
+    if arr.dtype.kind not in kinds:
+        raise ValueError(f"{name}: expected an integer array, got dtype {arr.dtype}")
+    return arr
+
+
+def pack_wgt(nibbles, config) -> np.ndarray:
+    """WMEM plane words from nibbles ``[n, lanes, 32]`` (0..15; an MSB nibble is the
+    two's-complement slice ``msb & 15``) -> ``uint8 [n, W/8]``."""
+    pe = pe_config(config)
+    nib = _check_shape("wgt nibbles", nibbles, (pe.lanes, 32), "iu")
+    if nib.size and (nib.min() < 0 or nib.max() > 15):
+        raise ValueError("wgt nibbles: values must lie in 0..15")
+    flat = nib.astype(np.uint8).reshape(len(nib), -1)
+    return (flat[:, 0::2] | (flat[:, 1::2] << 4)).astype(np.uint8)
+
+
+def unpack_wgt(words, config) -> np.ndarray:
+    """``uint8 [n, W/8]`` -> nibbles ``uint8 [n, lanes, 32]``."""
+    pe = pe_config(config)
+    w = np.asarray(words, np.uint8)
+    out = np.empty((len(w), w.shape[1] * 2), np.uint8)
+    out[:, 0::2] = w & 15
+    out[:, 1::2] = w >> 4
+    return out.reshape(len(w), pe.lanes, 32)
+
+
+def pack_scales(bits, config) -> np.ndarray:
+    """WSCALE words from FP16 bits ``[n, 8, lanes]`` (uint16, or float16 values)."""
+    pe = pe_config(config)
+    bits = np.asarray(bits)
+    if bits.dtype == np.float16:
+        bits = bits.view(np.uint16)
+    bits = _check_shape("scales", bits, (8, pe.lanes), "iu")
+    return np.ascontiguousarray(bits.astype("<u2")).view(np.uint8).reshape(len(bits), -1)
+
+
+def unpack_scales(words, config) -> np.ndarray:
+    """``uint8 [n, W/8]`` -> FP16 bits ``uint16 [n, 8, lanes]``."""
+    pe = pe_config(config)
+    w = np.ascontiguousarray(words, np.uint8)
+    return w.view("<u2").astype(np.uint16).reshape(len(w), 8, pe.lanes)
+
+
+def pack_act(codes, config) -> np.ndarray:
+    """ACT words from INT8 codes ``[n, rows, 32]``."""
+    pe = pe_config(config)
+    codes = _check_shape("act codes", codes, (pe.rows, 32), "i")
+    if codes.size and (codes.min() < -128 or codes.max() > 127):
+        raise ValueError("act codes: values must lie in -128..127")
+    return np.ascontiguousarray(codes.astype(np.int8)).view(np.uint8).reshape(len(codes), -1)
+
+
+def unpack_act(words, config) -> np.ndarray:
+    """``uint8 [n, W/8]`` -> INT8 codes ``[n, rows, 32]``."""
+    pe = pe_config(config)
+    w = np.ascontiguousarray(words, np.uint8)
+    return w.view(np.int8).reshape(len(w), pe.rows, 32).copy()
+
+
+#: NumPy twin of one token-table entry (8 bytes, little-endian).
+TOK_DTYPE = np.dtype([("e_x", "i1"), ("e_h", "i1"), ("gate", "<u2"), ("slot", "u1"),
+                      ("pad", "V3")])
+
+
+def pack_tok(entries, config) -> np.ndarray:
+    """TOK words from entries: a structured array of :data:`TOK_DTYPE`, or a dict of arrays
+    ``e_x``, ``e_h``, ``gate`` (FP16 bits or float16 values), ``slot`` (one value per entry).
+    The last word is padded with zero entries. Returns ``uint8 [ceil(n / (W/64)), W/8]``."""
+    pe = pe_config(config)
+    if isinstance(entries, dict):
+        n = len(np.asarray(entries["slot"]))
+        arr = np.zeros(n, TOK_DTYPE)
+        for name, bits, signed in TOK_FIELDS[:-1]:
+            v = np.asarray(entries.get(name, np.zeros(n, np.int64)))
+            if v.dtype == np.float16:
+                v = v.view(np.uint16)
+            v = v.astype(np.int64)
+            lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+            if v.shape != (n,) or (v.size and (v.min() < lo or v.max() > hi)):
+                raise ValueError(f"TOK entries: {name} must be {n} values in {lo}..{hi}")
+            arr[name] = v
+    else:
+        arr = np.asarray(entries)
+        if arr.dtype != TOK_DTYPE:
+            raise ValueError(f"TOK entries: expected a dict or dtype {TOK_DTYPE}")
+    per = pe.tok_per_word
+    nwords = _cdiv(len(arr), per)
+    padded = np.zeros(nwords * per, TOK_DTYPE)
+    padded[:len(arr)] = arr
+    return padded.view(np.uint8).reshape(nwords, -1).copy()
+
+
+def unpack_tok(words, config) -> np.ndarray:
+    """``uint8 [n, W/8]`` -> entries, structured ``TOK_DTYPE [n * W/64]``."""
+    w = np.ascontiguousarray(words, np.uint8)
+    return w.reshape(-1).view(TOK_DTYPE).copy()
+
+
+def _pack_values(name, values, config, per, dtype):
+    pe = pe_config(config)
+    v = _check_shape(name, values, (per(pe),), "iuf" if dtype == "<f4" else "iu")
+    return np.ascontiguousarray(v.astype(dtype)).view(np.uint8).reshape(len(v), -1)
+
+
+def pack_q16(values, config) -> np.ndarray:
+    """HBUF words from Q16.16 values ``int32 [n, W/32]``."""
+    return _pack_values("HBUF values", values, config, lambda pe: pe.q16_per_word, "<i4")
+
+
+def unpack_q16(words, config) -> np.ndarray:
+    return np.ascontiguousarray(words, np.uint8).view("<i4").astype(np.int32).reshape(
+        len(words), -1)
+
+
+def pack_q24(values, config) -> np.ndarray:
+    """OUT (and RAW link) words from Q.24 values ``int64 [n, W/64]``."""
+    return _pack_values("OUT values", values, config, lambda pe: pe.q24_per_word, "<i8")
+
+
+def unpack_q24(words, config) -> np.ndarray:
+    return np.ascontiguousarray(words, np.uint8).view("<i8").astype(np.int64).reshape(
+        len(words), -1)
+
+
+def pack_fp32(values, config) -> np.ndarray:
+    """``o`` DATA words from FP32 values ``float32 [n, W/32]``."""
+    return _pack_values("FP32 values", np.asarray(values, np.float32), config,
+                        lambda pe: pe.fp32_per_beat, "<f4")
+
+
+def unpack_fp32(words, config) -> np.ndarray:
+    return np.ascontiguousarray(words, np.uint8).view("<f4").astype(np.float32).reshape(
+        len(words), -1)
+
+
+def pack_status(values: dict, config) -> int:
+    """STATUS beat data (an integer of W bits) from field values (missing ones 0)."""
+    pe = pe_config(config)
+    unknown = sorted(set(values) - {n for n, _ in STATUS_FIELDS})
+    if unknown:
+        raise ValueError(f"STATUS: unknown field(s) {', '.join(unknown)}")
+    word, pos = 0, 0
+    for name, bits in STATUS_FIELDS:
+        v = int(values.get(name, 0))
+        if not 0 <= v < (1 << bits):
+            raise ValueError(f"STATUS.{name} = {v} does not fit {bits} bits")
+        word |= v << pos
+        pos += bits
+    assert pos <= pe.word_bits
+    return word
+
+
+def unpack_status(word: int) -> dict:
+    """STATUS beat data -> ``{field: int}``."""
+    out, pos = {}, 0
+    for name, bits in STATUS_FIELDS:
+        out[name] = (int(word) >> pos) & ((1 << bits) - 1)
+        pos += bits
+    return out
+
+
+@dataclass(frozen=True)
+class OBeat:
+    """One ``o`` beat: ``kind`` and the W data bits as an integer."""
+
+    kind: OKind
+    data: int
+
+    def as_int(self) -> int:
+        """The beat as the ``o`` payload layout's bits: kind in bit 0, data above."""
+        return int(self.kind) | (int(self.data) << 1)
+
+    @classmethod
+    def from_int(cls, value: int) -> "OBeat":
+        return cls(OKind(value & 1), int(value) >> 1)
+
+
+assert COMMAND_BITS == 128
