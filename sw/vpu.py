@@ -339,26 +339,28 @@ def requant_exponent(rowmax) -> np.ndarray:
 
     Parameters
     ----------
-    rowmax : integer array, values in [0, 2^31] (the max |h| of a Q16.16 row)
+    rowmax : integer array, values in [0, 2^32 - 1] (the max |h| of a Q16.16 row is at most
+        2^31; the 32-bit range is what :class:`elmoe3d.hw.vpu.RowMaxExponent` accepts)
 
     Returns
     -------
-    int64 ndarray, same shape; in [-6, 25] for a nonzero row max (-6 for 1, 25 for 2^31).
+    int64 ndarray, same shape; in [-6, 26] for a nonzero row max (-6 for 1, 25 for 2^31, 26
+    above 127 * 2^25).
 
     Raises
     ------
     ValueError
-        A row max outside [0, 2^31].
+        A row max outside [0, 2^32 - 1].
     """
     m = np.asarray(rowmax)
     if m.dtype.kind not in "iu":
         raise TypeError(f"requant_exponent: expected integers, got dtype {m.dtype}")
     m = m.astype(np.int64)
-    if m.size and (m.min() < 0 or m.max() > (1 << 31)):
-        raise ValueError("requant_exponent: row max must lie in [0, 2^31]")
+    if m.size and (m.min() < 0 or m.max() >= (1 << 32)):
+        raise ValueError("requant_exponent: row max must lie in [0, 2^32 - 1]")
     b = _bit_length(m)
     # e' is b - 7 or b - 6: 127 * 2^(b-8) < 2^(b-1) <= m < 2^b < 127 * 2^(b-6).
-    # m <= 127 * 2^(b-7)  <=>  128 m <= 127 * 2^b   (exact: m <= 2^31).
+    # m <= 127 * 2^(b-7)  <=>  128 m <= 127 * 2^b   (exact in int64: m < 2^32).
     e = np.where(128 * m <= 127 * (np.int64(1) << b), b - 7, b - 6)
     return np.where(m == 0, 0, e).astype(np.int64)
 

@@ -245,16 +245,18 @@ def test_swiglu_block_broadcast():
 # ---- 7.4-7.5 requantization ---------------------------------------------------------------------
 
 @SETTINGS
-@given(mx=st.one_of(st.integers(0, 1 << 31), st.sampled_from(
-    [0, 1, 2, 63, 64, 126, 127, 128, 129, 254, 255, 256, 127 << 24, (127 << 24) + 1, 1 << 31])))
+@given(mx=st.one_of(st.integers(0, 1 << 31), st.integers(0, (1 << 32) - 1), st.sampled_from(
+    [0, 1, 2, 63, 64, 126, 127, 128, 129, 254, 255, 256, 127 << 24, (127 << 24) + 1, 1 << 31,
+     127 << 25, (127 << 25) + 1, (1 << 32) - 1])))
 def test_requant_exponent(mx):
     assert int(requant_exponent(np.array([mx]))[0]) == ref_exponent(mx)
 
 
 def test_requant_exponent_extremes():
-    assert requant_exponent(np.array([0, 1, 1 << 31, 127, 128])).tolist() == [0, -6, 25, 0, 1]
+    assert requant_exponent(np.array([0, 1, 1 << 31, 127, 128, (1 << 32) - 1])).tolist() == [
+        0, -6, 25, 0, 1, 26]
     with pytest.raises(ValueError):
-        requant_exponent(np.array([(1 << 31) + 1]))
+        requant_exponent(np.array([1 << 32]))
     with pytest.raises(ValueError):
         requant_exponent(np.array([-1]))
 

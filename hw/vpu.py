@@ -1,0 +1,611 @@
+"""VPU datapath units: SwiGLU, row-max exponent, INT8 requantization, expert combination and the
+Q.24 -> FP32 conversion (paper Section 4.1 "VPU"; BRIEF 3.7-3.8; ``docs/numerics.md`` 7-8).
+
+Every unit is **per element**: one value per cycle (initiation interval 1); the PE instantiates
+as many lanes as it needs. Each has an input stream ``i`` and an output stream ``o``
+(:mod:`amaranth.lib.stream`) whose payloads are the ``data.StructLayout`` s returned by the
+``*_layout`` functions below, and a ``tag`` field of ``tag_width`` bits that travels with the
+element unchanged (write address, row end, ...; zero bits by default).
+
+The golden model is :mod:`elmoe3d.sw.vpu`; the units equal it bit for bit:
+
+=================== ===================================================== ==================
+unit                function                                              latency (cycles)
+=================== ===================================================== ==================
+:class:`SwiGLUUnit` :func:`~elmoe3d.sw.vpu.swiglu_q16`                    ``7 + 2 (mul_stages - 1)``
+:class:`RowMaxExponent` :func:`~elmoe3d.sw.vpu.requant_exponent`          1
+:class:`RequantUnit` :func:`~elmoe3d.sw.vpu.requant_shift`                1
+:class:`CombineUnit` :func:`~elmoe3d.sw.vpu.combine_term` + saturating add ``3 + (mul_stages - 1)``
+:class:`Fp32Converter` :func:`~elmoe3d.sw.vpu.q24_to_fp32`                2
+=================== ===================================================== ==================
+
+Flow control (all units): the pipeline advances unless a result is offered and not taken;
+``i.ready = ~o.valid | o.ready`` (combinational in ``o.ready``, never in ``i.valid``);
+``o.valid`` and the output payload are registers. No element is lost or duplicated; with an
+always-ready sink a result appears exactly ``latency`` cycles after its input was accepted.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import C, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..sw import vpu as golden
+
+
+__all__ = [
+    "SwiGLUUnit", "RowMaxExponent", "RequantUnit", "CombineUnit", "Fp32Converter",
+    "swiglu_in_layout", "swiglu_out_layout", "rowmax_in_layout", "rowmax_out_layout",
+    "requant_in_layout", "requant_out_layout", "combine_in_layout", "combine_out_layout",
+    "fp32_in_layout", "fp32_out_layout", "SIGMOID_ROM_LAYOUT", "sigmoid_rom_init",
+    "rshift_rne_sat",
+]
+
+
+# ---- payload layouts ------------------------------------------------------------------------------
+
+def swiglu_in_layout(tag_width: int = 0) -> data.StructLayout:
+    """:class:`SwiGLUUnit` input: ``acc_up``, ``acc_gate`` (signed(64), Q.24 accumulators of the
+    up and gate GEMMs), ``e_x`` (signed(8), the token's activation exponent), ``tag``."""
+    return data.StructLayout({"acc_up": signed(64), "acc_gate": signed(64), "e_x": signed(8),
+                              "tag": unsigned(tag_width)})
+
+
+def swiglu_out_layout(tag_width: int = 0) -> data.StructLayout:
+    """:class:`SwiGLUUnit` output: ``h`` (signed(32), Q16.16), ``sat`` (1: u, g or h
+    saturated), ``tag``."""
+    return data.StructLayout({"h": signed(32), "sat": unsigned(1), "tag": unsigned(tag_width)})
+
+
+def rowmax_in_layout(tag_width: int = 0) -> data.StructLayout:
+    """:class:`RowMaxExponent` input: ``max`` (unsigned(32), a row's max |h| in Q16.16 units,
+    at most 2^31 for int32 rows), ``tag``."""
+    return data.StructLayout({"max": unsigned(32), "tag": unsigned(tag_width)})
+
+
+def rowmax_out_layout(tag_width: int = 0) -> data.StructLayout:
+    """:class:`RowMaxExponent` output: ``e`` (signed(8), e' in [-6, 26]; 0 for a zero max),
+    ``e_h`` (signed(8), ``e' - 16``, the down-projection exponent), ``tag``."""
+    return data.StructLayout({"e": signed(8), "e_h": signed(8), "tag": unsigned(tag_width)})
+
+
+def requant_in_layout(tag_width: int = 0) -> data.StructLayout:
+    """:class:`RequantUnit` input: ``h`` (signed(32), Q16.16), ``e`` (signed(8), the row's
+    e'), ``tag``."""
+    return data.StructLayout({"h": signed(32), "e": signed(8), "tag": unsigned(tag_width)})
+
+
+def requant_out_layout(tag_width: int = 0) -> data.StructLayout:
+    """:class:`RequantUnit` output: ``h_q`` (signed(8), -127..127), ``clip`` (1: the clip to
+    +-127 changed the value; never with e' from the row max), ``tag``."""
+    return data.StructLayout({"h_q": signed(8), "clip": unsigned(1), "tag": unsigned(tag_width)})
+
+
+def combine_in_layout(tag_width: int = 0) -> data.StructLayout:
+    """:class:`CombineUnit` input: ``acc_y`` (signed(64), Q.24 down-GEMM accumulator),
+    ``e_h`` (signed(8), the token's down-projection exponent), ``gw`` (unsigned(16), the
+    router's FP16 gate weight, raw bits), ``out`` (signed(64), the Q.24 running sum read from
+    OUT), ``flag`` (1, its sticky saturation flag), ``tag``."""
+    return data.StructLayout({"acc_y": signed(64), "e_h": signed(8), "gw": unsigned(16),
+                              "out": signed(64), "flag": unsigned(1),
+                              "tag": unsigned(tag_width)})
+
+
+def combine_out_layout(tag_width: int = 0) -> data.StructLayout:
+    """:class:`CombineUnit` output: ``out`` (signed(64), the new Q.24 sum), ``flag`` (1,
+    sticky), ``tag``."""
+    return data.StructLayout({"out": signed(64), "flag": unsigned(1), "tag": unsigned(tag_width)})
+
+
+def fp32_in_layout(tag_width: int = 0) -> data.StructLayout:
+    """:class:`Fp32Converter` input: ``value`` (signed(64), Q.24), ``tag``."""
+    return data.StructLayout({"value": signed(64), "tag": unsigned(tag_width)})
+
+
+def fp32_out_layout(tag_width: int = 0) -> data.StructLayout:
+    """:class:`Fp32Converter` output: ``bits`` (unsigned(32), IEEE 754 binary32), ``tag``."""
+    return data.StructLayout({"bits": unsigned(32), "tag": unsigned(tag_width)})
+
+
+#: One sigmoid ROM word: ``base = T[i]`` (0..65536, 17 bits) and ``diff = T[i+1] - T[i]``
+#: (0..1024, 11 bits), so the interpolation needs one read port.
+SIGMOID_ROM_LAYOUT = data.StructLayout({"base": unsigned(17), "diff": unsigned(11)})
+
+
+def sigmoid_rom_init() -> list[dict]:
+    """The 512 words of the sigmoid ROM, from :func:`elmoe3d.sw.vpu.sigmoid_table`."""
+    t = [int(x) for x in golden.sigmoid_table()]
+    return [{"base": t[i], "diff": t[i + 1] - t[i]} for i in range(len(t) - 1)]
+
+
+# ---- shared combinational pieces ----------------------------------------------------------------
+
+def rshift_rne_sat(m: Module, v, s, *, out_bits: int, name: str):
+    """Combinational ``sat(rshift_rne(v, s), out_bits)`` (numerics 7): ``(value, saturated)``
+    Signals of shape ``signed(out_bits)`` and 1.
+
+    ``v`` is a signed value of width ``w``; ``s`` a signed shift (right for ``s > 0``, an exact
+    left shift for ``s <= 0``), any width. Right shifts are clamped to ``w`` (a shift by ``w``
+    or more gives 0: ``|v / 2^w| <= 1/2`` and the tie goes to the even 0) and rounded with
+    ``(v + 2^(k-1) - 1 + bit_k(v)) >> k``; left shifts are clamped to ``out_bits`` (any nonzero
+    value shifted that far saturates).
+    """
+    v = Value.cast(v).as_signed()
+    s = Value.cast(s).as_signed()
+    w = len(v)
+    kr = Signal(range(w + 1), name=f"{name}_kr")
+    kl = Signal(range(out_bits + 1), name=f"{name}_kl")
+    m.d.comb += [
+        kr.eq(Mux(s > w, w, Mux(s > 0, s, 0))),
+        kl.eq(Mux(-s > out_bits, out_bits, Mux(s < 0, -s, 0))),
+    ]
+    # Right: v + (2^(k-1) - 1) + bit k of v, then an arithmetic shift by k (round half even).
+    km1 = Signal(range(w), name=f"{name}_km1")
+    half_m1 = Signal(unsigned(w), name=f"{name}_half_m1")
+    lsb = Signal(name=f"{name}_lsb")
+    biased = Signal(signed(w + 2), name=f"{name}_biased")
+    right = Signal(signed(w), name=f"{name}_right")
+    m.d.comb += [
+        km1.eq(Mux(kr == 0, 0, kr - 1)),
+        half_m1.eq(Mux(kr == 0, 0, (C(1, w) << km1)[:w] - 1)),
+        lsb.eq((v >> kr)[0]),
+        biased.eq(v + half_m1 + Mux(kr == 0, 0, lsb)),
+        right.eq(biased >> kr),
+    ]
+    left = Signal(signed(w + out_bits), name=f"{name}_left")
+    m.d.comb += left.eq(v << kl)
+    pre = Signal(signed(w + out_bits), name=f"{name}_pre")
+    m.d.comb += pre.eq(Mux(s > 0, right, left))
+    lo, hi = -(1 << (out_bits - 1)), (1 << (out_bits - 1)) - 1
+    value = Signal(signed(out_bits), name=f"{name}_val")
+    flag = Signal(name=f"{name}_sat")
+    m.d.comb += [
+        flag.eq((pre < lo) | (pre > hi)),
+        value.eq(Mux(pre < lo, lo, Mux(pre > hi, hi, pre[:out_bits]))),
+    ]
+    return value, flag
+
+
+def _rne_const(v, k: int):
+    """``rshift_rne(v, k)`` for a constant ``k >= 1`` (an expression one bit narrower than v
+    plus the carry)."""
+    v = Value.cast(v)
+    q = v >> k
+    rnd = v[k - 1]
+    sticky = v[:k - 1] != 0 if k > 1 else C(0, 1)
+    return q + (rnd & (sticky | q[0]))
+
+
+def _check_tag_width(tag_width):
+    if not isinstance(tag_width, int) or isinstance(tag_width, bool) or not 0 <= tag_width <= 64:
+        raise ValueError(f"tag_width: expected an integer in 0..64, got {tag_width!r}")
+    return tag_width
+
+
+def _check_mul_stages(mul_stages):
+    if (not isinstance(mul_stages, int) or isinstance(mul_stages, bool)
+            or not 1 <= mul_stages <= 4):
+        raise ValueError(f"mul_stages: expected an integer in 1..4, got {mul_stages!r}")
+    return mul_stages
+
+
+class _Pipeline:
+    """Stage registers that load when the pipeline advances (``advance``: no result is held
+    back by the sink). ``stage(**values)`` registers every value and returns the registers."""
+
+    def __init__(self, m: Module, advance):
+        self.m = m
+        self.advance = advance
+        self.n = 0
+
+    def stage(self, **values):
+        self.n += 1
+        regs = {}
+        for key, val in values.items():
+            if isinstance(val, data.View):
+                reg = Signal(val.shape(), name=f"s{self.n}_{key}")
+            else:
+                reg = Signal(Value.cast(val).shape(), name=f"s{self.n}_{key}")
+            with self.m.If(self.advance):
+                self.m.d.sync += reg.eq(val)
+            regs[key] = reg
+        return regs
+
+
+class _Unit(wiring.Component):
+    """Common frame: ``i``/``o`` streams, the global advance and the output register."""
+
+    def __init__(self, in_layout, out_layout, tag_width):
+        self._tag_width = tag_width
+        super().__init__({
+            "i": In(stream.Signature(in_layout)),
+            "o": Out(stream.Signature(out_layout)),
+        })
+
+    @property
+    def tag_width(self) -> int:
+        """Bits of the ``tag`` field carried from ``i`` to ``o`` unchanged."""
+        return self._tag_width
+
+    def _frame(self):
+        m = Module()
+        advance = Signal()
+        m.d.comb += [
+            advance.eq(~self.o.valid | self.o.ready),
+            self.i.ready.eq(advance),
+        ]
+        return m, _Pipeline(m, advance)
+
+    def _output(self, m, pipe, valid, **fields):
+        """The final stage register is the output: ``o.valid`` and ``o.payload``."""
+        with m.If(pipe.advance):
+            m.d.sync += self.o.valid.eq(valid)
+            for key, val in fields.items():
+                m.d.sync += getattr(self.o.payload, key).eq(val)
+        pipe.n += 1
+        return pipe.n
+
+
+# ---- SwiGLU --------------------------------------------------------------------------------------
+
+class SwiGLUUnit(_Unit):
+    """One SwiGLU element per cycle: ``h = silu(g) * u`` in Q16.16 (numerics 7.1-7.3; paper 4.1
+    "VPU ... SiLU"). Golden: :func:`elmoe3d.sw.vpu.swiglu_q16`.
+
+    ``u = sat32(rshift_rne(acc_up, 8 - e_x))`` and ``g`` likewise (one rounding barrel shifter
+    each); SiLU by linear interpolation in the 513-entry sigmoid table, held as a 512 x 28-bit
+    ROM (``amaranth.lib.memory.Memory``, one synchronous read port, words
+    :data:`SIGMOID_ROM_LAYOUT`); ``h = sat32(rshift_rne(silu * u, 16))``. ``sat`` is the OR of
+    the three saturations.
+
+    Pipeline (``mul_stages = 1``)::
+
+        t   : to_q16 of acc_up and acc_gate           -> u, g, sat
+        t+1 : ROM address (g + 16) >> 1/16             -> ROM word
+        t+2 : sig = T[i] + rne(diff * frac, 12)        -> sig
+        t+3 : g * sig (32 x 17 bits)                   -> product (+ mul_stages - 1 registers)
+        t+4 : silu = rne(product, 16), or g, or 0      -> silu
+        t+5 : silu * u (32 x 32 bits)                  -> product (+ mul_stages - 1 registers)
+        t+6 : h = sat32(rne(product, 16))              -> o.payload
+        t+7 : o.valid
+
+    Parameters
+    ----------
+    tag_width : int, 0..64
+        Bits of the pass-through ``tag``.
+    mul_stages : int, 1..4
+        Registers after each of the two multipliers (more than 1 lets synthesis retime them).
+
+    Attributes
+    ----------
+    i : In(stream.Signature(swiglu_in_layout(tag_width)))
+    o : Out(stream.Signature(swiglu_out_layout(tag_width)))
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range.
+    """
+
+    def __init__(self, *, tag_width: int = 0, mul_stages: int = 1):
+        self._mul_stages = _check_mul_stages(mul_stages)
+        tag_width = _check_tag_width(tag_width)
+        super().__init__(swiglu_in_layout(tag_width), swiglu_out_layout(tag_width), tag_width)
+
+    @property
+    def mul_stages(self) -> int:
+        return self._mul_stages
+
+    @property
+    def latency(self) -> int:
+        """Cycles from accepting an element to ``o.valid`` with an always-ready sink."""
+        return 7 + 2 * (self._mul_stages - 1)
+
+    def elaborate(self, platform):
+        m, pipe = self._frame()
+        p = self.i.payload
+        shift = Signal(signed(9))
+        m.d.comb += shift.eq(8 - p.e_x)
+        u, su = rshift_rne_sat(m, p.acc_up, shift, out_bits=32, name="u")
+        g, sg = rshift_rne_sat(m, p.acc_gate, shift, out_bits=32, name="g")
+        s1 = pipe.stage(valid=self.i.valid, tag=p.tag, u=u, g=g, sat=su | sg)
+
+        # Table index: x = g + 16 (Q16.16), i = x >> 12, frac = x & 4095, for -16 <= g < 16.
+        lim = golden.SILU_LIMIT
+        x = Signal(signed(34))
+        inside = Signal()
+        m.d.comb += [
+            x.eq(s1["g"] + lim),
+            inside.eq((s1["g"] >= -lim) & (s1["g"] < lim)),
+        ]
+        rom = Memory(shape=SIGMOID_ROM_LAYOUT, depth=golden.SIG_ENTRIES - 1,
+                     init=sigmoid_rom_init())
+        m.submodules.sigmoid_rom = rom
+        rd = rom.read_port(domain="sync")
+        m.d.comb += [
+            rd.en.eq(pipe.advance),
+            rd.addr.eq(Mux(inside, x[golden.SIG_STEP_BITS:golden.SIG_STEP_BITS + 9], 0)),
+        ]
+        s2 = pipe.stage(valid=s1["valid"], tag=s1["tag"], u=s1["u"], g=s1["g"],
+                        sat=s1["sat"], frac=x[:golden.SIG_STEP_BITS],
+                        hi=s1["g"] >= lim, lo=s1["g"] < -lim)
+
+        interp = Signal(unsigned(23))
+        sig = Signal(unsigned(18))
+        m.d.comb += [
+            interp.eq(rd.data.diff * s2["frac"]),
+            sig.eq(rd.data.base + _rne_const(interp, golden.SIG_STEP_BITS)),
+        ]
+        s3 = pipe.stage(valid=s2["valid"], tag=s2["tag"], u=s2["u"], g=s2["g"], sat=s2["sat"],
+                        hi=s2["hi"], lo=s2["lo"], sig=sig)
+
+        prod1 = Signal(signed(50))
+        m.d.comb += prod1.eq(s3["g"] * s3["sig"])
+        sk = dict(valid=s3["valid"], tag=s3["tag"], u=s3["u"], g=s3["g"], sat=s3["sat"],
+                  hi=s3["hi"], lo=s3["lo"], prod=prod1)
+        for _ in range(self._mul_stages):
+            sk = pipe.stage(**sk)
+
+        silu = Signal(signed(32))
+        m.d.comb += silu.eq(Mux(sk["hi"], sk["g"],
+                                Mux(sk["lo"], 0, _rne_const(sk["prod"], golden.SIG_FRAC_BITS))))
+        s5 = pipe.stage(valid=sk["valid"], tag=sk["tag"], u=sk["u"], sat=sk["sat"], silu=silu)
+
+        prod2 = Signal(signed(64))
+        m.d.comb += prod2.eq(s5["silu"] * s5["u"])          # |silu * u| < 2^62
+        sk = dict(valid=s5["valid"], tag=s5["tag"], sat=s5["sat"], prod=prod2)
+        for _ in range(self._mul_stages):
+            sk = pipe.stage(**sk)
+
+        h, sh = rshift_rne_sat(m, sk["prod"], C(golden.SIG_FRAC_BITS, signed(6)), out_bits=32,
+                               name="h")
+        n = self._output(m, pipe, sk["valid"], tag=sk["tag"], h=h, sat=sk["sat"] | sh)
+        assert n == self.latency
+        return m
+
+
+# ---- requantization --------------------------------------------------------------------------------
+
+class RowMaxExponent(_Unit):
+    """``e'`` of a row from its max |h| (numerics 7.5): the smallest integer with
+    ``max <= 127 * 2^e'``, 0 for a zero max; also ``e_h = e' - 16``. Golden:
+    :func:`elmoe3d.sw.vpu.requant_exponent`. One row max per cycle.
+
+    A thermometer of 32 comparisons ``max > floor(127 * 2^e)`` for e = -6..25 (constants),
+    counted: ``e' = -6 + count``. Exact for every 32-bit input (e' in [-6, 26]).
+
+    Latency 1 (comparisons and count, then the output register).
+
+    Parameters
+    ----------
+    tag_width : int, 0..64
+
+    Attributes
+    ----------
+    i : In(stream.Signature(rowmax_in_layout(tag_width)))
+    o : Out(stream.Signature(rowmax_out_layout(tag_width)))
+    """
+
+    E_MIN = -6
+    E_MAX = 26
+
+    def __init__(self, *, tag_width: int = 0):
+        tag_width = _check_tag_width(tag_width)
+        super().__init__(rowmax_in_layout(tag_width), rowmax_out_layout(tag_width), tag_width)
+
+    @property
+    def latency(self) -> int:
+        return 1
+
+    def elaborate(self, platform):
+        m, pipe = self._frame()
+        mx = self.i.payload.max
+        above = [mx > ((127 << e) if e >= 0 else (127 >> -e))
+                 for e in range(self.E_MIN, self.E_MAX)]
+        count = Signal(range(len(above) + 1))
+        total = above[0]
+        for a in above[1:]:
+            total = total + a
+        m.d.comb += count.eq(total)
+        e = Signal(signed(8))
+        m.d.comb += e.eq(Mux(mx == 0, 0, count + self.E_MIN))
+        self._output(m, pipe, self.i.valid, tag=self.i.payload.tag, e=e,
+                     e_h=e - golden.Q16_FRAC_BITS)
+        return m
+
+
+class RequantUnit(_Unit):
+    """One INT8 code per cycle: ``h_q = clip(rshift_rne(h, e'), -127, 127)`` (numerics 7.5).
+    Golden: :func:`elmoe3d.sw.vpu.requant_shift`.
+
+    ``e'`` comes with every element (the row's e', from :class:`RowMaxExponent` after the max
+    all-reduce). Right shifts up to 32 round half to even; ``e' < 0`` is an exact left shift.
+    ``clip`` reports a clip that changed the value (never with e' from the row's max).
+
+    Latency 1 (rounding barrel shifter and clip, then the output register).
+
+    Parameters
+    ----------
+    tag_width : int, 0..64
+
+    Attributes
+    ----------
+    i : In(stream.Signature(requant_in_layout(tag_width)))
+    o : Out(stream.Signature(requant_out_layout(tag_width)))
+    """
+
+    def __init__(self, *, tag_width: int = 0):
+        tag_width = _check_tag_width(tag_width)
+        super().__init__(requant_in_layout(tag_width), requant_out_layout(tag_width), tag_width)
+
+    @property
+    def latency(self) -> int:
+        return 1
+
+    def elaborate(self, platform):
+        m, pipe = self._frame()
+        p = self.i.payload
+        val, sat = rshift_rne_sat(m, p.h, p.e, out_bits=8, name="hq")
+        neg128 = val == -128
+        self._output(m, pipe, self.i.valid, tag=p.tag, h_q=Mux(neg128, -127, val),
+                     clip=sat | neg128)
+        return m
+
+
+# ---- expert combination -------------------------------------------------------------------------
+
+class CombineUnit(_Unit):
+    """One output element per cycle: the read-modify-write arithmetic of the expert combination
+    (numerics 8; BRIEF 3.8). Golden: :func:`elmoe3d.sw.vpu.combine_term` followed by a
+    saturating add (:func:`elmoe3d.sw.vpu.combine`).
+
+    The FP16 gate weight decodes to ``m`` (signed 12 bits: ``1024 + f`` or ``f``, negated by
+    the sign) and ``E`` (``e - 25``, or -24 for subnormals; e = 31 gives 6);
+    ``term = sat64(rshift_rne(acc_y * m, -(e_h + E)))`` with the exact 76-bit product;
+    ``out_new = sat64(out + term)``; ``flag_new = flag | term saturated | sum saturated``.
+
+    The unit does not read or write the OUT memory: the PE reads ``out``/``flag`` into the
+    input beat and writes ``o`` back (and must not issue a read of an address whose write is
+    still in flight, ``latency`` cycles).
+
+    Pipeline (``mul_stages = 1``)::
+
+        t   : decode gw, acc_y * m (64 x 12 bits)          -> product (+ mul_stages - 1)
+        t+1 : sat64(rne(product, -(e_h + E)))               -> term, sat
+        t+2 : out + term, saturated; sticky flag            -> o.payload
+        t+3 : o.valid
+
+    Parameters
+    ----------
+    tag_width : int, 0..64
+    mul_stages : int, 1..4
+        Registers after the multiplier.
+
+    Attributes
+    ----------
+    i : In(stream.Signature(combine_in_layout(tag_width)))
+    o : Out(stream.Signature(combine_out_layout(tag_width)))
+    """
+
+    def __init__(self, *, tag_width: int = 0, mul_stages: int = 1):
+        self._mul_stages = _check_mul_stages(mul_stages)
+        tag_width = _check_tag_width(tag_width)
+        super().__init__(combine_in_layout(tag_width), combine_out_layout(tag_width), tag_width)
+
+    @property
+    def mul_stages(self) -> int:
+        return self._mul_stages
+
+    @property
+    def latency(self) -> int:
+        return 3 + (self._mul_stages - 1)
+
+    def elaborate(self, platform):
+        m, pipe = self._frame()
+        p = self.i.payload
+        sign, exp, frac = p.gw[15], p.gw[10:15], p.gw[0:10]
+        mag = Signal(unsigned(11))
+        mant = Signal(signed(12))
+        big_e = Signal(signed(6))
+        shift = Signal(signed(9))                   # -(e_h + E) in [-133, 152]
+        prod = Signal(signed(76))                   # |acc_y * m| < 2^74
+        m.d.comb += [
+            mag.eq(Mux(exp == 0, frac, frac + 1024)),
+            mant.eq(Mux(sign, -mag, mag)),
+            big_e.eq(Mux(exp == 0, -24, exp - 25)),
+            shift.eq(-(p.e_h + big_e)),
+            prod.eq(p.acc_y * mant),
+        ]
+        sk = dict(valid=self.i.valid, tag=p.tag, out=p.out, flag=p.flag, shift=shift, prod=prod)
+        for _ in range(self._mul_stages):
+            sk = pipe.stage(**sk)
+
+        term, st = rshift_rne_sat(m, sk["prod"], sk["shift"], out_bits=64, name="term")
+        s2 = pipe.stage(valid=sk["valid"], tag=sk["tag"], out=sk["out"], flag=sk["flag"],
+                        term=term, sat=st)
+
+        total = Signal(signed(65))
+        wrap = Signal()
+        m.d.comb += [
+            total.eq(s2["out"] + s2["term"]),
+            wrap.eq(total[64] != total[63]),
+        ]
+        new = Mux(wrap, Mux(total[64], Const(golden.INT64_MIN, signed(64)),
+                            Const(golden.INT64_MAX, signed(64))), total[:64])
+        n = self._output(m, pipe, s2["valid"], tag=s2["tag"], out=new,
+                         flag=s2["flag"] | s2["sat"] | wrap)
+        assert n == self.latency
+        return m
+
+
+# ---- FP32 conversion ------------------------------------------------------------------------------
+
+class Fp32Converter(_Unit):
+    """One Q.24 value per cycle to IEEE binary32 bits, ``float32(value * 2^-24)``, round to
+    nearest even straight from the integer (numerics 8). Golden:
+    :func:`elmoe3d.sw.vpu.q24_to_fp32`.
+
+    Magnitude ``|v|`` (64 bits unsigned, so -2^63 is fine) with bit length ``b``; the top 24
+    bits are rounded half to even on the bits below (round bit and sticky); a carry out bumps
+    the exponent. The biased exponent is ``b + 102`` (+1 on a carry): every nonzero input is a
+    normal number, none overflows; 0 gives +0.0.
+
+    Pipeline::
+
+        t   : sign, magnitude, leading-zero count        -> registers
+        t+1 : normalise, round, pack                      -> o.payload
+        t+2 : o.valid
+
+    Parameters
+    ----------
+    tag_width : int, 0..64
+
+    Attributes
+    ----------
+    i : In(stream.Signature(fp32_in_layout(tag_width)))
+    o : Out(stream.Signature(fp32_out_layout(tag_width)))
+    """
+
+    def __init__(self, *, tag_width: int = 0):
+        tag_width = _check_tag_width(tag_width)
+        super().__init__(fp32_in_layout(tag_width), fp32_out_layout(tag_width), tag_width)
+
+    @property
+    def latency(self) -> int:
+        return 2
+
+    def elaborate(self, platform):
+        m, pipe = self._frame()
+        v = self.i.payload.value
+        neg = v < 0
+        mag = Signal(unsigned(64))
+        m.d.comb += mag.eq(Mux(neg, -v, v))            # -(-2^63) = 2^63 as 64 bits unsigned
+        lzc = Signal(range(65))
+        m.d.comb += lzc.eq(64)
+        for bit in range(64):                           # the highest set bit wins (last assignment)
+            with m.If(mag[bit]):
+                m.d.comb += lzc.eq(63 - bit)
+        s1 = pipe.stage(valid=self.i.valid, tag=self.i.payload.tag, neg=neg, mag=mag, lzc=lzc)
+
+        norm = Signal(unsigned(64))
+        m.d.comb += norm.eq((s1["mag"] << s1["lzc"])[:64])   # top bit at 63 (if nonzero)
+        top = norm[40:64]                                     # 24 significant bits
+        rnd = norm[39]
+        sticky = norm[:39] != 0
+        mant = Signal(unsigned(25))
+        m.d.comb += mant.eq(top + (rnd & (sticky | top[0])))
+        carry = mant[24]
+        # bit length b = 64 - lzc; biased exponent b - 25 + 127 = 166 - lzc (+ carry).
+        exp = Signal(unsigned(8))
+        frac = Signal(unsigned(23))
+        m.d.comb += [
+            exp.eq(166 - s1["lzc"] + carry),
+            frac.eq(Mux(carry, 0, mant[:23])),
+        ]
+        bits = Signal(unsigned(32))
+        m.d.comb += bits.eq(Mux(s1["mag"] == 0, 0,
+                                frac | (exp << 23) | (s1["neg"].as_unsigned() << 31)))
+        self._output(m, pipe, s1["valid"], tag=s1["tag"], bits=bits)
+        return m
