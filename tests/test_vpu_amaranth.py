@@ -248,10 +248,37 @@ def run_swiglu(rows, *, seed, idle=0.0, stall=0.0, tag_width=0, mul_stages=1):
     return h, s
 
 
+def _swiglu_ties(rows):
+    """How many corner elements hit a rounding tie in each rounding step (coverage check)."""
+    up = np.array([r[0] for r in rows], np.int64)
+    acc_g = np.array([r[1] for r in rows], np.int64)
+    e_x = np.array([r[2] for r in rows], np.int64)
+    g, _ = sw.to_q16(acc_g, e_x)
+    u, _ = sw.to_q16(up, e_x)
+    lim = sw.SILU_LIMIT
+    inside = (g >= -lim) & (g < lim)
+    t = sw.sigmoid_table()
+    x = np.clip(g, -lim, lim - 1) + lim
+    interp = (t[(x >> 12) + 1] - t[x >> 12]) * (x & 4095)
+    sig = sw.sigmoid_q16(g)
+    sh = 8 - e_x
+    k = np.clip(sh, 1, 62)
+    return {
+        "to_q16": int(np.sum((sh > 0) & (sh < 63) & ((acc_g & ((1 << k) - 1)) == 1 << (k - 1)))),
+        "interpolation": int(np.sum(inside & ((interp & 4095) == 2048))),
+        "g*sig": int(np.sum(inside & (((g * sig) & 65535) == 32768))),
+        "silu*u": int(np.sum(((sw.silu_q16(g) * u) & 65535) == 32768)),
+    }
+
+
 def test_swiglu_corners():
     seed = 5000
     print(f"seed={seed}")
-    h, s = run_swiglu(swiglu_inputs_corners(), seed=seed)
+    rows = swiglu_inputs_corners()
+    ties = _swiglu_ties(rows)
+    print(f"rounding ties covered: {ties}")
+    assert min(ties.values()) >= 5
+    h, s = run_swiglu(rows, seed=seed)
     assert s.any() and not s.all()
     assert h.max() == INT32_MAX and h.min() == INT32_MIN
 
