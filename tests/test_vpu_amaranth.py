@@ -143,8 +143,9 @@ def test_parameters(cls):
     assert dut.o.payload.shape().members["tag"].width == 3
     Fragment.get(dut, None)
     if cls in (hw.SwiGLUUnit, hw.CombineUnit):
-        assert cls(mul_stages=3).latency == cls().latency + (3 - 1) * (
-            2 if cls is hw.SwiGLUUnit else 1)
+        deep = cls(mul_stages=3)
+        assert deep.latency == dut.latency + (3 - 1) * (2 if cls is hw.SwiGLUUnit else 1)
+        Fragment.get(deep, None)
         for bad in (0, 5, 1.0, True):
             with pytest.raises(ValueError):
                 cls(mul_stages=bad)
