@@ -3,7 +3,6 @@
 
 import numpy as np
 import pytest
-from amaranth.lib import data
 
 from elmoe3d import isa
 from elmoe3d.config import ArchConfig, ConfigError, TileConfig, preset
