@@ -1,9 +1,10 @@
 """The processing element (PE): memories, command decoder, load and execute engines, the
-tensor tile and its sinks (paper Sections 4.1 and 5.2, Fig. 6 centre, Fig. 10b).
+tensor tile and its VPU sinks (paper Sections 4.1 and 5.2, Fig. 6 centre, Fig. 10b).
 
-The contract is ``docs/pe.md``; the ISA is :mod:`elmoe3d.isa`; the numerics are
-``docs/numerics.md``. The functional reference is :mod:`elmoe3d.sw.fsim`: the RTL and it run
-the same programs in the same tests and are compared with plain equality.
+The contract is ``docs/pe.md``; the ISA is :mod:`elmoe3d.isa` (Amaranth layouts in
+:mod:`elmoe3d.hw.isa`); the numerics are ``docs/numerics.md``. The functional reference is
+:mod:`elmoe3d.sw.fsim`: the RTL and it run the same programs in the same tests and are compared
+with plain equality.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig, PEConfig, TileConfig
-from ..isa import OP_BITS, OPS, Op, Sink, Target
+from ..isa import Op, Sink, Target
+from .isa import command_layout, o_beat_layout, status_layout, tok_entry_layout
 from .layouts import TileMode
 from .tile import TensorTile
+from .vpu import CombineUnit, Fp32Converter, RequantUnit, RowMaxExponent, SwiGLUUnit
 
 
 __all__ = ["PE"]
@@ -24,21 +27,21 @@ __all__ = ["PE"]
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
+#: Width of the performance counters (``elmoe3d.sw.asm.STATUS_FIELDS``).
+_COUNTER_BITS = 48
 
 
-def _field_positions():
-    """``{op: {field: (lsb, width)}}`` from the one ISA table (:data:`elmoe3d.isa.OPS`)."""
-    out = {}
-    for op, fields in OPS.items():
-        pos, table = OP_BITS, {}
-        for f in fields:
-            table[f.name] = (pos, f.width)
-            pos += f.width
-        out[op] = table
-    return out
+def _log2(n: int) -> int:
+    assert n > 0 and n & (n - 1) == 0, n
+    return n.bit_length() - 1
 
 
-_FIELDS = _field_positions()
+def _latency(cls, **params) -> int:
+    """The ``latency`` property of a block built with ``params`` (the instance is only
+    inspected, never elaborated)."""
+    block = cls(**params)
+    block._MustUse__silence = True
+    return block.latency
 
 
 def _sat_add64(a, b):
@@ -51,8 +54,9 @@ def _sat_add64(a, b):
 
 
 class _Writes:
-    """Prioritised write requests onto one memory write port; the load engine is served last
-    and is told through :attr:`busy` when an engine with priority writes in this cycle."""
+    """Prioritised write requests onto one memory write port. Requests are served in the order
+    they were made; the load engine comes last and sees :attr:`busy` when an execute-engine
+    request takes the port in this cycle."""
 
     def __init__(self, port, *, name):
         self.port = port
@@ -71,13 +75,13 @@ class _Writes:
         if low is not None:
             reqs.append(low)
         first = True
-        for en, addr, data, mask in reqs:
+        for en, addr, value, mask in reqs:
             ctx = m.If(en) if first else m.Elif(en)
             first = False
             with ctx:
                 m.d.comb += [
                     port.addr.eq(addr),
-                    port.data.eq(data),
+                    port.data.eq(value),
                     port.en.eq(full_mask if mask is None else mask),
                 ]
 
@@ -88,6 +92,10 @@ class _Reads:
     def __init__(self, port):
         self.port = port
         self.requests = []
+
+    @property
+    def data(self):
+        return self.port.data
 
     def request(self, cond, addr, en=1):
         self.requests.append((cond, addr, en))
@@ -103,12 +111,9 @@ class _Reads:
 
 
 class PE(wiring.Component):
-    """One ELMoE-3D processing element running fused SwiGLU experts from a command stream.
+    """PLACEHOLDER"""
 
-    Placeholder; the full docstring is written with the sinks.
-    """
-
-    def __init__(self, *, config):
+    def __init__(self, *, config, mul_stages: int = 1):
         if isinstance(config, ArchConfig):
             pe_config = config.pe
         elif isinstance(config, PEConfig):
@@ -116,16 +121,21 @@ class PE(wiring.Component):
         else:
             raise TypeError(f"config: expected an ArchConfig or a PEConfig, got "
                             f"{type(config).__name__}")
-        if pe_config.lanes % 4 or pe_config.lanes != 2 * pe_config.rows:
+        rows, lanes = pe_config.rows, pe_config.lanes
+        if lanes % 4 or lanes != 2 * rows:
             raise ValueError(f"config: the PE needs lanes % 4 == 0 and lanes == 2 * rows, got "
-                             f"rows={pe_config.rows}, lanes={pe_config.lanes}")
+                             f"rows={rows}, lanes={lanes}")
+        if lanes & (lanes - 1):
+            raise ValueError(f"config: the PE needs a power-of-two number of lanes (word "
+                             f"addressing by shifts), got {lanes}")
         self._pe = pe_config
-        self._tile_config = TileConfig(rows=pe_config.rows, lanes=pe_config.lanes)
+        self._tile_config = TileConfig(rows=rows, lanes=lanes)
+        self._mul_stages = mul_stages
         W = pe_config.word_bits
         super().__init__({
-            "cmd": In(stream.Signature(unsigned(128))),   # TODO hw.isa.command_layout
+            "cmd": In(stream.Signature(command_layout())),
             "ld": In(stream.Signature(unsigned(W))),
-            "o": Out(stream.Signature(data.StructLayout({"kind": 1, "data": W}))),
+            "o": Out(stream.Signature(o_beat_layout(pe_config))),
             "link_o": Out(stream.Signature(unsigned(W))),
             "link_i": In(stream.Signature(unsigned(W))),
         })
@@ -139,10 +149,12 @@ class PE(wiring.Component):
 
     @property
     def rows(self) -> int:
+        """M: token rows per tile beat."""
         return self._pe.rows
 
     @property
     def lanes(self) -> int:
+        """N: unit-PE lanes per row."""
         return self._pe.lanes
 
     @property
@@ -151,21 +163,52 @@ class PE(wiring.Component):
         return self._pe.word_bits
 
     @property
-    def tile_latency(self) -> int:
-        """Cycles from the tile accepting a ``last`` beat to its result (TensorTile.latency)."""
-        return TensorTile(config=self._tile_config).latency
+    def mul_stages(self) -> int:
+        """Registers after each VPU multiplier (``SwiGLUUnit`` / ``CombineUnit``)."""
+        return self._mul_stages
 
+    @property
+    def tile_latency(self) -> int:
+        """Cycles from the tile accepting a ``last`` beat to its result
+        (:attr:`TensorTile.latency <elmoe3d.hw.tile.TensorTile.latency>`)."""
+        return _latency(TensorTile, config=self._tile_config)
+
+    @property
+    def swiglu_latency(self) -> int:
+        """Cycles of the SwiGLU unit (:attr:`SwiGLUUnit.latency`)."""
+        return _latency(SwiGLUUnit, mul_stages=self._mul_stages)
+
+    @property
+    def combine_latency(self) -> int:
+        """Cycles of the combine unit (:attr:`CombineUnit.latency`)."""
+        return _latency(CombineUnit, mul_stages=self._mul_stages)
+
+    @property
+    def sink_latency(self) -> dict:
+        """Cycles from a tile result being taken by the sink to the last memory write of its
+        first row, per sink: RAW 0 (first link word offered at once), SWIGLU 1 (TOK read) +
+        SwiGLU unit + 1 (row-max update), COMBINE 1 (TOK) + 1 (OUT read) + combine unit."""
+        return {Sink.RAW: 0,
+                Sink.SWIGLU: 1 + self.swiglu_latency + 1,
+                Sink.COMBINE: 2 + self.combine_latency}
+
+    @property
+    def gemm_overhead(self) -> int:
+        """Cycles between two back-to-back GEMM commands' issue phases (decode and start):
+        the first beat of a GEMM is issued this many cycles after the previous GEMM's last
+        beat when the next command is waiting."""
+        return 3
 
     def elaborate(self, platform):
         m = Module()
         cfg = self._pe
         R, L, W = cfg.rows, cfg.lanes, cfg.word_bits
-        OV = W // 64                  # Q.24 values per OUT word, TOK entries per word
-        Q = W // 32                   # Q16.16 values per HBUF word
+        OV = W // 64                  # Q.24 values per OUT word = TOK entries per word
+        Q = W // 32                   # Q16.16 values per HBUF word = FP32 values per o beat
+        log_ov, log_q = _log2(OV), _log2(Q)
 
-        def fld(src, op, name):
-            pos, width = _FIELDS[op][name]
-            return src[pos:pos + width]
+        def fld(view, op, name):
+            return Value.cast(getattr(getattr(view.args, op.name.lower()), name))
 
         # ---- memories (one write port, one synchronous read port each) ------------------------
         def memory(name, depth, *, width=W, granularity=None, transparent=False):
@@ -183,7 +226,6 @@ class PE(wiring.Component):
         hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words, granularity=32)
         out_rp, out_w = memory("out", cfg.out_words, granularity=64, transparent=True)
         rmax_rp, rmax_w = memory("rowmax", cfg.tok_entries, width=32, transparent=True)
-        # target -> (buffer -> writes) for the load engine
         load_targets = {
             Target.WMSB: [wmsb[0][1], wmsb[1][1]],
             Target.WLSB: [wlsb[0][1], wlsb[1][1]],
@@ -194,14 +236,14 @@ class PE(wiring.Component):
             Target.OUT: [out_w],
         }
 
-        # ---- sticky flags and performance counters ----------------------------------------------
-        flag_acc = Signal()       # a tile accumulator saturated
-        flag_vpu = Signal()       # a VPU saturation (SwiGLU, requant clip, combine)
+        # ---- sticky flags -------------------------------------------------------------------------
+        flag_acc = Signal()           # a tile accumulator saturated
+        flag_vpu = Signal()           # any VPU saturation
+        set_vpu = []                  # conditions that set flag_vpu in this cycle
 
         # ---- command decoder ----------------------------------------------------------------------
-        raw = Value.cast(self.cmd.payload)
-        op = raw[:OP_BITS]
-        is_load = op == Op.LOAD
+        cmd_op = Value.cast(self.cmd.payload.op)
+        is_load = cmd_op == Op.LOAD
         ld_active = Signal()
         ex_idle = Signal()
         ex_barrier = Signal()
@@ -210,7 +252,16 @@ class PE(wiring.Component):
 
         # ---- load engine ------------------------------------------------------------------------
         full = [Signal(name="full0"), Signal(name="full1")]
-        full_sel = lambda b: Mux(b, full[1], full[0])          # noqa: E731
+
+        def full_sel(b):
+            return Mux(b, full[1], full[0])
+
+        def set_full(b, value):
+            with m.If(b):
+                m.d.sync += full[1].eq(value)
+            with m.Else():
+                m.d.sync += full[0].eq(value)
+
         ld_target = Signal(3)
         ld_buf = Signal()
         ld_addr = Signal(16)
@@ -219,11 +270,11 @@ class PE(wiring.Component):
         with m.If(take & is_load):
             m.d.sync += [
                 ld_active.eq(1),
-                ld_target.eq(fld(raw, Op.LOAD, "target")),
-                ld_buf.eq(fld(raw, Op.LOAD, "buf")),
-                ld_addr.eq(fld(raw, Op.LOAD, "addr")),
-                ld_left.eq(fld(raw, Op.LOAD, "words")),
-                ld_signal.eq(fld(raw, Op.LOAD, "signal")),
+                ld_target.eq(fld(self.cmd.payload, Op.LOAD, "target")),
+                ld_buf.eq(fld(self.cmd.payload, Op.LOAD, "buf")),
+                ld_addr.eq(fld(self.cmd.payload, Op.LOAD, "addr")),
+                ld_left.eq(fld(self.cmd.payload, Op.LOAD, "words")),
+                ld_signal.eq(fld(self.cmd.payload, Op.LOAD, "signal")),
             ]
         ld_blocked = (ld_target <= Target.WSCALE) & full_sel(ld_buf)
         ld_grant = Signal()
@@ -235,15 +286,15 @@ class PE(wiring.Component):
         with m.If(ld_finish):
             m.d.sync += ld_active.eq(0)
             with m.If(ld_signal):
-                with m.If(ld_buf):
-                    m.d.sync += full[1].eq(1)
-                with m.Else():
-                    m.d.sync += full[0].eq(1)
+                set_full(ld_buf, 1)
 
         # ---- execute engine: GEMM address generator -------------------------------------------
-        xc = Signal(len(raw))                    # the command being executed
-        xop = xc[:OP_BITS]
-        gx = lambda name: fld(xc, Op.GEMM, name)    # noqa: E731
+        xc = Signal(command_layout())            # the command being executed
+        xop = Value.cast(xc.op)
+
+        def gx(name):
+            return fld(xc, Op.GEMM, name)
+
         g_is_full = gx("mode") == TileMode.FULL.value
         g_cb = Signal(10)
         g_half = Signal()
@@ -269,7 +320,8 @@ class PE(wiring.Component):
         tile = m.submodules.tile = TensorTile(config=self._tile_config)
         adv = ~bv | tile.i.ready
         g_step = g_issuing & adv
-        w_addr = g_w_blk + g_g
+        w_addr = Signal(16)
+        m.d.comb += w_addr.eq(g_w_blk + g_g)
         for b in range(2):
             wmsb[b][0].request(1, w_addr, adv)
             wlsb[b][0].request(1, w_addr, adv)
@@ -299,41 +351,38 @@ class PE(wiring.Component):
             with m.Else():
                 m.d.sync += g_g.eq(g_g + 1)
 
-        # the tile beat (docs/pe.md "GEMM address generation")
+        # the tile beat (docs/pe.md "GEMM address generation"): FULL interleaves half `half` of
+        # the MSB and LSB words, lane 2i <- MSB[half*L/2 + i], lane 2i+1 <- LSB[half*L/2 + i]
         beat = tile.i.payload
-        msb_word = Mux(b_wbuf, wmsb[1][0].port.data, wmsb[0][0].port.data)
-        lsb_word = Mux(b_wbuf, wlsb[1][0].port.data, wlsb[0][0].port.data)
-        scl_word = Mux(b_wbuf, wscl[1][0].port.data, wscl[0][0].port.data)
+        msb_word = Mux(b_wbuf, wmsb[1][0].data, wmsb[0][0].data)
+        lsb_word = Mux(b_wbuf, wlsb[1][0].data, wlsb[0][0].data)
+        scl_word = Mux(b_wbuf, wscl[1][0].data, wscl[0][0].data)
         scl_entry = scl_word.word_select(b_slot, 16 * L)
         b_is_full = b_mode == TileMode.FULL.value
         b_is_lsb = b_mode == TileMode.LSB_ONLY.value
-        lane = lambda word, n: word[128 * n:128 * (n + 1)]      # noqa: E731
-        lane_scale = lambda n: scl_entry[16 * n:16 * (n + 1)]   # noqa: E731
         for n in range(L):
-            i = n // 2
-            src_full = Mux(b_half, i + L // 2, i)
+            src_full = Mux(b_half, n // 2 + L // 2, n // 2)
             full_wgt = (msb_word if n % 2 == 0 else lsb_word).word_select(src_full, 128)
+            plain_wgt = Mux(b_is_lsb, lsb_word, msb_word)[128 * n:128 * (n + 1)]
             m.d.comb += [
-                Value.cast(beat.wgt[n]).eq(Mux(b_is_full, full_wgt,
-                                               Mux(b_is_lsb, lane(lsb_word, n),
-                                                   lane(msb_word, n)))),
+                Value.cast(beat.wgt[n]).eq(Mux(b_is_full, full_wgt, plain_wgt)),
                 beat.scale[n].eq(Mux(b_is_full, scl_entry.word_select(src_full, 16),
-                                     lane_scale(n))),
+                                     scl_entry[16 * n:16 * (n + 1)])),
             ]
         m.d.comb += [
-            Value.cast(beat.act).eq(act_rp.port.data),
-            beat.mode.eq(b_mode),
+            Value.cast(beat.act).eq(act_rp.data),
+            Value.cast(beat.mode).eq(b_mode),
             beat.first.eq(b_first),
             beat.last.eq(b_last),
             tile.i.valid.eq(bv),
         ]
-        tile_pending = Signal(range(2 + 4 * 8))      # last beats accepted, results not taken
-        tile_in_last = tile.i.valid & tile.i.ready & beat.last
+        tile_pending = Signal(range(16))         # last beats accepted, results not yet taken
+        tile_in = tile.i.valid & tile.i.ready
         tile_out = tile.o.valid & tile.o.ready
-        m.d.sync += tile_pending.eq(tile_pending + tile_in_last - tile_out)
+        m.d.sync += tile_pending.eq(tile_pending + (tile_in & beat.last) - tile_out)
 
         # ---- sink: GEMM descriptors, result capture --------------------------------------------
-        # A GEMM hands its sink parameters to the sink when it starts issuing; the sink holds one
+        # A GEMM hands its sink parameters over when it starts issuing; the sink holds one
         # pending and one active descriptor, so back-to-back GEMMs overlap their drain.
         def desc_regs(prefix):
             return {
@@ -352,14 +401,11 @@ class PE(wiring.Component):
         s_half = Signal()
         s_rb = Signal(8)
         s_t0 = Signal(16)            # tok_base + rb * rows
-        s_ch = Signal(16)            # out_base + block * channels per block
-        s_last = ((s_rb == ds["rbn"] - 1) & (~ds["full"] | s_half) & (s_cb == ds["cbn"] - 1))
-
-        # channels a block contributes: SWIGLU P = lanes/2 (lanes/4 FULL), COMBINE lanes (/2)
-        def block_channels(d):
-            swiglu = Mux(d["full"], L // 4, L // 2)
-            combine = Mux(d["full"], L // 2, L)
-            return Mux(d["sink"] == Sink.SWIGLU, swiglu, combine)
+        s_ch = Signal(16)            # out_base + block index * channels per block
+        s_last = (s_rb == ds["rbn"] - 1) & (~ds["full"] | s_half) & (s_cb == ds["cbn"] - 1)
+        block_channels = Mux(ds["sink"] == Sink.SWIGLU,
+                             Mux(ds["full"], L // 4, L // 2),
+                             Mux(ds["full"], L // 2, L))
 
         res_valid = Signal()
         res_acc = Signal(data.ArrayLayout(data.ArrayLayout(signed(64), L), R))
@@ -374,7 +420,6 @@ class PE(wiring.Component):
         with m.If(res_done):
             m.d.sync += res_valid.eq(0)
         with m.If(tile_out):
-            overflow = Value.cast(tile.o.payload.overflow)
             m.d.sync += [
                 res_valid.eq(1),
                 res_acc.eq(tile.o.payload.acc),
@@ -383,11 +428,11 @@ class PE(wiring.Component):
                 res_t0.eq(s_t0),
                 res_ch.eq(s_ch),
                 res_stride.eq(ds["stride"]),
-                flag_acc.eq(flag_acc | overflow.any()),
+                flag_acc.eq(flag_acc | Value.cast(tile.o.payload.overflow).any()),
             ]
             with m.If(s_rb == ds["rbn"] - 1):
                 m.d.sync += [s_rb.eq(0), s_t0.eq(ds["tok_base"]),
-                             s_ch.eq(s_ch + block_channels(ds))]
+                             s_ch.eq(s_ch + block_channels)]
                 with m.If(~ds["full"] | s_half):
                     m.d.sync += [s_half.eq(0), s_cb.eq(s_cb + 1)]
                 with m.Else():
@@ -404,44 +449,218 @@ class PE(wiring.Component):
         # ---- RAW sink: accumulators onto link_o, W/64 values per word ----------------------------
         raw_words = R * L // OV
         raw_k = Signal(range(max(raw_words, 2)))
-        res_bits = Value.cast(res_acc)
         raw_valid = res_valid & (res_sink == Sink.RAW)
         raw_take = raw_valid & self.link_o.ready
         with m.If(raw_take):
             m.d.sync += raw_k.eq(Mux(raw_k == raw_words - 1, 0, raw_k + 1))
         raw_done = raw_take & (raw_k == raw_words - 1)
 
-        # ---- execute engine: control ---------------------------------------------------------------
-        vpu_busy = Signal()           # the VPU sink pipelines hold rows
-        vpu_res_done = Signal()
-        m.d.comb += res_done.eq(raw_done | vpu_res_done)
-        gemm_busy = (g_issuing | bv | (tile_pending != 0) | res_valid | dq_valid | s_active
-                     | vpu_busy)
+        # ---- VPU sinks: one result row per cycle -------------------------------------------------
+        # stage A: the row and its TOK entry (read in flight); SWIGLU rows enter the SwiGLU units
+        # from here, COMBINE rows read their OUT word (stalling on a write still in flight)
+        res_r = Signal(range(max(R, 2)))
+        vpu_rows = res_valid & (res_sink != Sink.RAW)
+        stall_a = Signal()
+        row_take = vpu_rows & ~stall_a
+        row_t = Signal(16)
+        m.d.comb += row_t.eq(res_t0 + res_r)
+        with m.If(row_take):
+            m.d.sync += res_r.eq(Mux(res_r == R - 1, 0, res_r + 1))
+        vpu_res_done = row_take & (res_r == R - 1)
 
-        # SEND / RECV / CLEAR / REQUANT / OUTPUT share an address and a count
+        a_valid = Signal()
+        a_acc = Signal(data.ArrayLayout(signed(64), L))
+        a_sink = Signal(2)
+        a_full = Signal()
+        a_t = Signal(16)
+        a_ch = Signal(16)
+        a_stride = Signal(16)
+        with m.If(~stall_a):
+            m.d.sync += [
+                a_valid.eq(row_take),
+                a_acc.eq(res_acc[res_r]),
+                a_sink.eq(res_sink),
+                a_full.eq(res_full),
+                a_t.eq(row_t),
+                a_ch.eq(res_ch),
+                a_stride.eq(res_stride),
+            ]
+        tok_entry = data.View(tok_entry_layout(), tok_rp.data.word_select(a_t[:log_ov], 64))
+
+        # SwiGLU lanes: P = L/2 (one pass) or L/4 (FULL) channels per row, up channels first
+        # Tag of lane 0: HBUF word address, position in the word, FULL, token row.
+        sw_tag = {"addr": unsigned(16), "pos": unsigned(max(log_q, 1)), "full": unsigned(1),
+                  "t": unsigned(16)}
+        sw_tag_layout = data.StructLayout(sw_tag)
+        sw_units = []
+        a_sw = a_valid & (a_sink == Sink.SWIGLU)
+        for j in range(L // 2):
+            unit = SwiGLUUnit(tag_width=sw_tag_layout.size if j == 0 else 0,
+                              mul_stages=self._mul_stages)
+            m.submodules[f"swiglu{j}"] = unit
+            sw_units.append(unit)
+            up = Mux(a_full, a_acc[(2 * j) % L], a_acc[j])
+            gate = Mux(a_full, a_acc[(L // 2 + 2 * j) % L], a_acc[L // 2 + j])
+            m.d.comb += [
+                unit.i.valid.eq(a_sw),
+                unit.i.payload.acc_up.eq(up),
+                unit.i.payload.acc_gate.eq(gate),
+                unit.i.payload.e_x.eq(tok_entry.e_x),
+                unit.o.ready.eq(1),
+            ]
+        sw_tag_in = Signal(sw_tag_layout)
+        m.d.comb += [
+            sw_tag_in.addr.eq(a_t * a_stride + (a_ch >> log_q)),
+            sw_tag_in.pos.eq(a_ch[:log_q] if log_q else 0),
+            sw_tag_in.full.eq(a_full),
+            sw_tag_in.t.eq(a_t),
+            sw_units[0].i.payload.tag.eq(sw_tag_in),
+        ]
+        sw_out = sw_units[0].o.valid
+        sw_tag_out = data.View(sw_tag_layout, sw_units[0].o.payload.tag)
+        sw_full = sw_tag_out.full
+        # HBUF write: value q of the word <- h[q mod P], enabled where q // P == pos // P
+        hb_data = Signal(W)
+        hb_mask = Signal(Q)
+        for q in range(Q):
+            m.d.comb += [
+                hb_data[32 * q:32 * (q + 1)].eq(
+                    Mux(sw_full, sw_units[q % (L // 4)].o.payload.h,
+                        sw_units[q % (L // 2)].o.payload.h)),
+                hb_mask[q].eq(Mux(sw_full, (q // (L // 4)) == (sw_tag_out.pos >> _log2(L // 4)),
+                                  (q // (L // 2)) == (sw_tag_out.pos >> _log2(L // 2)))),
+            ]
+        hbuf_w.request(sw_out, sw_tag_out.addr, hb_data, hb_mask)
+        # row max |h| of the valid lanes, then a read-modify-write of the row's register
+        absmax = Const(0, unsigned(32))
+        sw_sat = Const(0, 1)
+        for j, unit in enumerate(sw_units):
+            h = unit.o.payload.h
+            mag = Signal(unsigned(32), name=f"sw_abs{j}")
+            live = Const(1, 1) if j < L // 4 else ~sw_full
+            m.d.comb += mag.eq(Mux(live, Mux(h < 0, -h, h), 0))
+            absmax = Mux(mag > absmax, mag, absmax)
+            sw_sat = sw_sat | (live & unit.o.payload.sat)
+        set_vpu.append(sw_out & sw_sat)
+        rm_valid = Signal()
+        rm_t = Signal(16)
+        rm_max = Signal(unsigned(32))
+        m.d.sync += [rm_valid.eq(sw_out), rm_t.eq(sw_tag_out.t), rm_max.eq(absmax)]
+        rmax_rp.request(sw_out, sw_tag_out.t, 1)
+        rmax_w.request(rm_valid, rm_t, Mux(rmax_rp.data > rm_max, rmax_rp.data, rm_max))
+        sw_inflight = Signal(range(64))
+        m.d.sync += sw_inflight.eq(sw_inflight + a_sw - sw_out)
+
+        # COMBINE: OUT word slot*stride + ch/OV, L (L/2 FULL) values at position ch mod OV
+        cmb_lat = self.combine_latency
+        a_cmb = a_valid & (a_sink == Sink.COMBINE)
+        c_addr = Signal(16)
+        c_pos = Signal(log_ov)
+        c_mask = Signal(OV)
+        m.d.comb += [
+            c_addr.eq(tok_entry.slot * a_stride + (a_ch >> log_ov)),
+            c_pos.eq(a_ch[:log_ov]),
+        ]
+        for q in range(OV):
+            m.d.comb += c_mask[q].eq(Mux(a_full, (q // (L // 2)) == (c_pos >> _log2(L // 2)),
+                                         (q // L) == (c_pos >> _log2(L))))
+        # writes still in flight: a read issued k+1 cycles ago writes at cmb_lat + 1 cycles
+        hz = [(Signal(name=f"hz_v{k}"), Signal(16, name=f"hz_a{k}"), Signal(OV, name=f"hz_m{k}"))
+              for k in range(cmb_lat)]
+        hazard = Const(0, 1)
+        for v, a, msk in hz:
+            hazard = hazard | (v & (a == c_addr) & (msk & c_mask).any())
+        c_issue = a_cmb & ~hazard
+        m.d.comb += stall_a.eq(a_cmb & hazard)
+        m.d.sync += [hz[0][0].eq(c_issue), hz[0][1].eq(c_addr), hz[0][2].eq(c_mask)]
+        for k in range(1, cmb_lat):
+            m.d.sync += [hz[k][0].eq(hz[k - 1][0]), hz[k][1].eq(hz[k - 1][1]),
+                         hz[k][2].eq(hz[k - 1][2])]
+        out_rp.request(c_issue, c_addr, 1)
+        c_valid = Signal()
+        c_y = Signal(data.ArrayLayout(signed(64), L))
+        c_e_h = Signal(signed(8))
+        c_gw = Signal(16)
+        c_tag_layout = data.StructLayout({"addr": unsigned(16), "pos": unsigned(log_ov),
+                                          "full": unsigned(1)})
+        c_tag = Signal(c_tag_layout)
+        m.d.sync += [
+            c_valid.eq(c_issue),
+            c_e_h.eq(tok_entry.e_h),
+            c_gw.eq(tok_entry.gate),
+            c_tag.addr.eq(c_addr),
+            c_tag.pos.eq(c_pos),
+            c_tag.full.eq(a_full),
+        ]
+        for j in range(L):
+            m.d.sync += c_y[j].eq(Mux(a_full, a_acc[(2 * j) % L], a_acc[j]))
+        cmb_units = []
+        for j in range(L):
+            unit = CombineUnit(tag_width=c_tag_layout.size if j == 0 else 0,
+                               mul_stages=self._mul_stages)
+            m.submodules[f"combine{j}"] = unit
+            cmb_units.append(unit)
+            m.d.comb += [
+                unit.i.valid.eq(c_valid),
+                unit.i.payload.acc_y.eq(c_y[j]),
+                unit.i.payload.e_h.eq(c_e_h),
+                unit.i.payload.gw.eq(c_gw),
+                unit.i.payload.out.eq(out_rp.data.word_select((c_tag.pos + j)[:log_ov], 64)),
+                unit.i.payload.flag.eq(0),
+                unit.o.ready.eq(1),
+            ]
+        m.d.comb += cmb_units[0].i.payload.tag.eq(c_tag)
+        cmb_out = cmb_units[0].o.valid
+        cmb_tag_out = data.View(c_tag_layout, cmb_units[0].o.payload.tag)
+        cmb_full = cmb_tag_out.full
+        ow_data = Signal(W)
+        ow_mask = Signal(OV)
+        for q in range(OV):
+            m.d.comb += [
+                ow_data[64 * q:64 * (q + 1)].eq(
+                    Mux(cmb_full, cmb_units[q % (L // 2)].o.payload.out,
+                        cmb_units[q % L].o.payload.out)),
+                ow_mask[q].eq(Mux(cmb_full,
+                                  (q // (L // 2)) == (cmb_tag_out.pos >> _log2(L // 2)),
+                                  (q // L) == (cmb_tag_out.pos >> _log2(L)))),
+            ]
+        out_w.request(cmb_out, cmb_tag_out.addr, ow_data, ow_mask)
+        cmb_flag = Const(0, 1)
+        for j, unit in enumerate(cmb_units):
+            live = Const(1, 1) if j < L // 2 else ~cmb_full
+            cmb_flag = cmb_flag | (live & unit.o.payload.flag)
+        set_vpu.append(cmb_out & cmb_flag)
+        cmb_inflight = Signal(range(64))
+        m.d.sync += cmb_inflight.eq(cmb_inflight + c_valid - cmb_out)
+
+        vpu_busy = a_valid | c_valid | rm_valid | (sw_inflight != 0) | (cmb_inflight != 0)
+        m.d.comb += res_done.eq(raw_done | vpu_res_done)
+        gemm_busy = Signal()
+        m.d.comb += gemm_busy.eq(g_issuing | bv | (tile_pending != 0) | res_valid | dq_valid
+                                 | s_active | vpu_busy)
+
+        # ---- execute engine: control ---------------------------------------------------------------
         x_addr = Signal(16)
         x_left = Signal(17)
         x_target = Signal(3)
         st = {name: Signal(name=f"st_{name.lower()}") for name in
               ("CLEAR", "STATUS", "SEND", "RECV", "REQUANT", "OUTPUT")}
-
-        def release_buffer():
-            with m.If(gx("release")):
-                with m.If(gx("wbuf")):
-                    m.d.sync += full[1].eq(0)
-                with m.Else():
-                    m.d.sync += full[0].eq(0)
-
         x_done = Signal()             # the current multi-cycle op finishes in this cycle
+        x_start = Signal()            # DRAIN hands over to the op's state in this cycle
+        g_wait_flag = Signal()        # a GEMM waits for its buffer flag
+        counters_clear = Signal()
 
+        # BARRIER, and CLEAR of the counters, wait for the load engine to go idle and hold back
+        # later LOADs, so that words_loaded counts exactly the LOADs before them in the program
+        x_is_barrier = (xop == Op.BARRIER) | ((xop == Op.CLEAR) & fld(xc, Op.CLEAR, "counters"))
         with m.FSM(name="ex"):
             with m.State("IDLE"):
                 m.d.comb += ex_idle.eq(1)
                 with m.If(take & ~is_load):
-                    m.d.sync += xc.eq(raw)
+                    m.d.sync += xc.eq(self.cmd.payload)
                     m.next = "DISPATCH"
             with m.State("DISPATCH"):
-                m.d.comb += ex_barrier.eq(xop == Op.BARRIER)
+                m.d.comb += ex_barrier.eq(x_is_barrier)
                 with m.Switch(xop):
                     with m.Case(Op.GEMM):
                         m.next = "GEMM_START"
@@ -453,8 +672,10 @@ class PE(wiring.Component):
             with m.State("GEMM_START"):
                 empty = (gx("row_blocks") == 0) | (gx("col_blocks") == 0) | (gx("groups") == 0)
                 ready = ~gx("wait") | full_sel(gx("wbuf"))
+                m.d.comb += g_wait_flag.eq(~ready)
                 with m.If(ready & empty):
-                    release_buffer()
+                    with m.If(gx("release")):
+                        set_full(gx("wbuf"), 0)
                     m.next = "IDLE"
                 with m.Elif(ready & ~dq_valid):
                     m.d.sync += [
@@ -473,40 +694,22 @@ class PE(wiring.Component):
             with m.State("GEMM_RUN"):
                 m.d.comb += g_issuing.eq(1)
                 with m.If(g_step & g_final):
-                    release_buffer()
+                    with m.If(gx("release")):
+                        set_full(gx("wbuf"), 0)
                     m.next = "IDLE"
             with m.State("DRAIN"):
-                m.d.comb += ex_barrier.eq(xop == Op.BARRIER)
-                with m.If(~gemm_busy):
+                m.d.comb += ex_barrier.eq(x_is_barrier)
+                with m.If(~gemm_busy & ~(x_is_barrier & ld_active)):
+                    m.d.comb += x_start.eq(1)
                     with m.Switch(xop):
                         with m.Case(Op.BARRIER):
                             m.next = "BARRIER"
-                        with m.Case(Op.CLEAR):
-                            m.d.sync += [x_addr.eq(0),
-                                         x_left.eq(max(cfg.out_words, cfg.tok_entries))]
-                            with m.If(fld(xc, Op.CLEAR, "flags")):
-                                m.d.sync += [flag_acc.eq(0), flag_vpu.eq(0)]
-                            m.next = "CLEAR"
-                        with m.Case(Op.STATUS):
-                            m.next = "STATUS"
-                        with m.Case(Op.SEND):
-                            m.d.sync += [x_target.eq(fld(xc, Op.SEND, "target")),
-                                         x_addr.eq(fld(xc, Op.SEND, "addr")),
-                                         x_left.eq(fld(xc, Op.SEND, "words"))]
-                            m.next = "SEND"
-                        with m.Case(Op.RECV):
-                            m.d.sync += [x_target.eq(fld(xc, Op.RECV, "target")),
-                                         x_addr.eq(fld(xc, Op.RECV, "addr")),
-                                         x_left.eq(fld(xc, Op.RECV, "words"))]
-                            m.next = "RECV"
-                        with m.Case(Op.REQUANT):
-                            m.next = "REQUANT"
-                        with m.Case(Op.OUTPUT):
-                            m.next = "OUTPUT"
+                        for op in (Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV, Op.REQUANT,
+                                   Op.OUTPUT):
+                            with m.Case(op):
+                                m.next = op.name
             with m.State("BARRIER"):
-                m.d.comb += ex_barrier.eq(1)
-                with m.If(~ld_active):
-                    m.next = "IDLE"
+                m.next = "IDLE"
             for name in st:
                 with m.State(name):
                     m.d.comb += st[name].eq(1)
@@ -514,13 +717,25 @@ class PE(wiring.Component):
                         m.next = "IDLE"
 
         # ---- CLEAR ------------------------------------------------------------------------------
+        with m.If(x_start & (xop == Op.CLEAR)):
+            m.d.sync += [x_addr.eq(0), x_left.eq(max(cfg.out_words, cfg.tok_entries))]
+            with m.If(fld(xc, Op.CLEAR, "flags")):
+                m.d.sync += [flag_acc.eq(0), flag_vpu.eq(0)]
+            m.d.comb += counters_clear.eq(fld(xc, Op.CLEAR, "counters"))
         with m.If(st["CLEAR"]):
             m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
-            out_w.request(fld(xc, Op.CLEAR, "out") & (x_addr < cfg.out_words), x_addr, 0)
-            rmax_w.request(fld(xc, Op.CLEAR, "rowmax") & (x_addr < cfg.tok_entries), x_addr, 0)
-        clear_done = st["CLEAR"] & (x_left <= 1)
+        out_w.request(st["CLEAR"] & fld(xc, Op.CLEAR, "out") & (x_addr < cfg.out_words),
+                      x_addr, 0)
+        rmax_w.request(st["CLEAR"] & fld(xc, Op.CLEAR, "rowmax") & (x_addr < cfg.tok_entries),
+                       x_addr, 0)
+        clear_done = st["CLEAR"] & ((x_left <= 1) | ~(fld(xc, Op.CLEAR, "out")
+                                                       | fld(xc, Op.CLEAR, "rowmax")))
 
-        # ---- SEND: target memory words onto link_o ------------------------------------------------
+        # ---- SEND: IOMEM words onto link_o ----------------------------------------------------------
+        with m.If(x_start & (xop == Op.SEND)):
+            m.d.sync += [x_target.eq(fld(xc, Op.SEND, "target")),
+                         x_addr.eq(fld(xc, Op.SEND, "addr")),
+                         x_left.eq(fld(xc, Op.SEND, "words"))]
         sv = Signal()                 # read data of the target is valid in its read port
         send_adv = ~sv | self.link_o.ready
         send_reads = {Target.ACT: act_rp, Target.TOK: tok_rp, Target.HBUF: hbuf_rp,
@@ -531,63 +746,243 @@ class PE(wiring.Component):
         with m.Switch(x_target):
             for target, rp in send_reads.items():
                 with m.Case(target):
-                    m.d.comb += send_data.eq(rp.port.data)
+                    m.d.comb += send_data.eq(rp.data)
         with m.If(st["SEND"] & send_adv):
             m.d.sync += sv.eq(x_left != 0)
             with m.If(x_left != 0):
                 m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
         send_done = st["SEND"] & send_adv & (x_left == 0)
-
-        # ---- link_o: RAW results or SEND words ----------------------------------------------------
         m.d.comb += [
             self.link_o.valid.eq(Mux(st["SEND"], sv, raw_valid)),
             self.link_o.payload.eq(Mux(st["SEND"], send_data,
-                                       res_bits.word_select(raw_k, W))),
+                                       Value.cast(res_acc).word_select(raw_k, W))),
         ]
 
-        # ---- RECV: link_i words into a memory (accumulate: saturating add) -------------------------
-        r_valid = Signal()
-        r_addr = Signal(16)
-        r_data = Signal(W)
+        # ---- RECV: link_i words into IOMEM (accumulate: saturating add into OUT) ------------------
+        with m.If(x_start & (xop == Op.RECV)):
+            m.d.sync += [x_target.eq(fld(xc, Op.RECV, "target")),
+                         x_addr.eq(fld(xc, Op.RECV, "addr")),
+                         x_left.eq(fld(xc, Op.RECV, "words"))]
         recv_acc = fld(xc, Op.RECV, "accumulate")
         m.d.comb += self.link_i.ready.eq(st["RECV"] & (x_left != 0))
         recv_take = self.link_i.valid & self.link_i.ready
         with m.If(recv_take):
             m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
-        recv_writes = {Target.ACT: act_w, Target.TOK: tok_w, Target.HBUF: hbuf_w,
-                       Target.OUT: out_w}
-        for target, wr in recv_writes.items():
+        for target, wr in {Target.ACT: act_w, Target.TOK: tok_w, Target.HBUF: hbuf_w,
+                           Target.OUT: out_w}.items():
             plain = recv_take & (x_target == target)
             if target == Target.OUT:
                 plain = plain & ~recv_acc
             wr.request(plain, x_addr, self.link_i.payload)
-        # accumulate into OUT: read at accept, add and write one cycle later (the read port is
+        # accumulate: read at accept, add and write one cycle later (the OUT read port is
         # transparent, so back-to-back words to one address see each other)
+        r_valid = Signal()
+        r_addr = Signal(16)
+        r_data = Signal(W)
         out_rp.request(st["RECV"], x_addr, 1)
         m.d.sync += [r_valid.eq(recv_take & recv_acc & (x_target == Target.OUT)),
                      r_addr.eq(x_addr), r_data.eq(self.link_i.payload)]
         acc_sum = Signal(W)
         acc_ovf = Signal(OV)
         for j in range(OV):
-            total, wrap = _sat_add64(out_rp.port.data[64 * j:64 * (j + 1)],
+            total, wrap = _sat_add64(out_rp.data[64 * j:64 * (j + 1)],
                                      r_data[64 * j:64 * (j + 1)])
             m.d.comb += [acc_sum[64 * j:64 * (j + 1)].eq(total), acc_ovf[j].eq(wrap)]
         out_w.request(r_valid, r_addr, acc_sum)
-        with m.If(r_valid):
-            m.d.sync += flag_vpu.eq(flag_vpu | acc_ovf.any())
+        set_vpu.append(r_valid & acc_ovf.any())
         recv_done = st["RECV"] & (x_left == 0) & ~r_valid
 
-        # ---- STATUS -----------------------------------------------------------------------------
+        # ---- REQUANT: HBUF rows -> INT8 codes in ACT, e_h into TOK -----------------------------------
+        # Per token row t: read its row max, e' (RowMaxExponent), write e_h; then C = min(W/32,
+        # 32) values per cycle: HBUF word t*I/(W/32) + c/(W/32) -> C RequantUnits -> ACT bytes.
+        C = min(Q, 32)
+        log_c = _log2(C)
+        rq_rbn = fld(xc, Op.REQUANT, "row_blocks")
+        rq_ch = fld(xc, Op.REQUANT, "channels")
+        rq_groups = rq_ch >> 5
+        rq_t = Signal(16)
+        rq_t_end = Signal(16)
+        rq_r = Signal(range(max(R, 2)))
+        rq_act_row = Signal(16)       # act_base + rb * I/32
+        rq_c = Signal(16)             # channel of the next chunk in the row
+        rq_haddr = Signal(16)         # HBUF word of the next chunk
+        rq_e = Signal(signed(8))
+        rme = m.submodules.rowmax_exponent = RowMaxExponent()
+        with m.If(x_start & (xop == Op.REQUANT)):
+            t0 = fld(xc, Op.REQUANT, "tok_base")
+            m.d.sync += [
+                rq_t.eq(t0), rq_t_end.eq(t0 + rq_rbn * R), rq_r.eq(0),
+                rq_act_row.eq(fld(xc, Op.REQUANT, "act_base")), rq_c.eq(0),
+                rq_haddr.eq(t0 * (rq_ch >> log_q)),
+            ]
+        h1_valid = Signal()
+        h1_sel = Signal(range(max(Q // C, 2)))
+        rq_tag_layout = data.StructLayout({"addr": unsigned(16), "byte": unsigned(_log2(R * 32))})
+        h1_tag = Signal(rq_tag_layout)
+        rq_units = []
+        for i in range(C):
+            unit = RequantUnit(tag_width=rq_tag_layout.size if i == 0 else 0)
+            m.submodules[f"requant{i}"] = unit
+            rq_units.append(unit)
+            m.d.comb += [
+                unit.i.valid.eq(h1_valid),
+                unit.i.payload.h.eq(hbuf_rp.data.word_select(
+                    (h1_sel << log_c) + i if Q > C else i, 32)),
+                unit.i.payload.e.eq(rq_e),
+                unit.o.ready.eq(1),
+            ]
+        m.d.comb += rq_units[0].i.payload.tag.eq(h1_tag)
+        rq_out = rq_units[0].o.valid
+        rq_tag_out = data.View(rq_tag_layout, rq_units[0].o.payload.tag)
+        act_data = Signal(W)
+        for b in range(W // 8):
+            m.d.comb += act_data[8 * b:8 * (b + 1)].eq(rq_units[b % C].o.payload.h_q)
+        act_w.request(rq_out, rq_tag_out.addr,
+                      act_data, ((1 << C) - 1) << rq_tag_out.byte)
+        rq_clip = Const(0, 1)
+        for unit in rq_units:
+            rq_clip = rq_clip | unit.o.payload.clip
+        set_vpu.append(rq_out & rq_clip)
+        m.d.sync += h1_valid.eq(0)
+        rq_done = Signal()
+        rq_rd_max = Signal()
+        rq_wr_eh = Signal()
+        rq_rd_h = Signal()
+        rmax_rp.request(rq_rd_max, rq_t, 1)
+        e_h_word = Cat(*([Const(0, 8), rme.o.payload.e_h, Const(0, 48)] * OV))
+        tok_w.request(rq_wr_eh, rq_t >> log_ov, e_h_word,
+                      Const(1 << 1, OV * 8) << (rq_t[:log_ov] << 3))
+        hbuf_rp.request(rq_rd_h, rq_haddr, 1)
+        with m.FSM(name="requant"):
+            with m.State("IDLE"):
+                with m.If(st["REQUANT"]):
+                    m.next = "ROWMAX"
+            with m.State("ROWMAX"):
+                with m.If(rq_t == rq_t_end):
+                    m.next = "DRAIN"
+                with m.Else():
+                    m.d.comb += rq_rd_max.eq(1)
+                    m.next = "EXP_IN"
+            with m.State("EXP_IN"):
+                m.d.comb += [rme.i.valid.eq(1), rme.i.payload.max.eq(rmax_rp.data)]
+                m.next = "EXP_OUT"
+            with m.State("EXP_OUT"):
+                m.d.comb += rme.o.ready.eq(1)
+                m.d.sync += rq_e.eq(rme.o.payload.e)
+                m.d.comb += rq_wr_eh.eq(1)
+                m.next = "CHUNKS"
+            with m.State("CHUNKS"):
+                m.d.comb += rq_rd_h.eq(1)
+                byte = (rq_r << 5) + (rq_c[:5] if C < 32 else 0)
+                m.d.sync += [
+                    h1_valid.eq(1),
+                    h1_sel.eq(rq_c[log_c:log_q] if Q > C else 0),
+                    h1_tag.addr.eq(rq_act_row + (rq_c >> 5)),
+                    h1_tag.byte.eq(byte),
+                    rq_c.eq(rq_c + C),
+                ]
+                with m.If(((rq_c + C) & (Q - 1)) == 0):
+                    m.d.sync += rq_haddr.eq(rq_haddr + 1)
+                with m.If(rq_c + C == rq_ch):
+                    m.d.sync += [rq_c.eq(0), rq_t.eq(rq_t + 1)]
+                    with m.If(rq_r == R - 1):
+                        m.d.sync += [rq_r.eq(0), rq_act_row.eq(rq_act_row + rq_groups)]
+                    with m.Else():
+                        m.d.sync += rq_r.eq(rq_r + 1)
+                    m.next = "ROWMAX"
+            with m.State("DRAIN"):
+                with m.If(~h1_valid & ~rq_out):
+                    m.d.comb += rq_done.eq(1)
+                    m.next = "IDLE"
+
+        # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words) per beat --------------------
+        op_addr = Signal(16)
+        op_left = Signal(17)
+        with m.If(x_start & (xop == Op.OUTPUT)):
+            m.d.sync += [op_addr.eq(0),
+                         op_left.eq(fld(xc, Op.OUTPUT, "row_blocks") * R
+                                    * (fld(xc, Op.OUTPUT, "channels") >> log_ov))]
+        ov = Signal()
+        cv_units = []
+        for j in range(OV):
+            unit = Fp32Converter()
+            m.submodules[f"fp32_{j}"] = unit
+            cv_units.append(unit)
+        cv_ready = cv_units[0].i.ready
+        op_adv = ~ov | cv_ready
+        out_rp.request(st["OUTPUT"], op_addr, op_adv)
+        with m.If(st["OUTPUT"] & op_adv):
+            m.d.sync += ov.eq(op_left != 0)
+            with m.If(op_left != 0):
+                m.d.sync += [op_addr.eq(op_addr + 1), op_left.eq(op_left - 1)]
+        have_lo = Signal()
+        lo_bits = Signal(W // 2)
+        beat_valid = Signal()
+        beat_bits = Signal(W)
+        cv_take = Signal()
+        for j, unit in enumerate(cv_units):
+            m.d.comb += [
+                unit.i.valid.eq(ov),
+                unit.i.payload.value.eq(out_rp.data[64 * j:64 * (j + 1)]),
+                unit.o.ready.eq(~have_lo | ~beat_valid),
+            ]
+        cv_bits = Cat(unit.o.payload.bits for unit in cv_units)
+        m.d.comb += cv_take.eq(cv_units[0].o.valid & cv_units[0].o.ready)
+        cv_inflight = Signal(range(8))
+        m.d.sync += cv_inflight.eq(cv_inflight + (ov & cv_ready) - cv_take)
+        with m.If(cv_take):
+            with m.If(~have_lo):
+                m.d.sync += [lo_bits.eq(cv_bits), have_lo.eq(1)]
+            with m.Else():
+                m.d.sync += [beat_bits.eq(Cat(lo_bits, cv_bits)), have_lo.eq(0)]
+        data_taken = beat_valid & self.o.ready & ~st["STATUS"]
+        with m.If(cv_take & have_lo):
+            m.d.sync += beat_valid.eq(1)
+        with m.Elif(data_taken):
+            m.d.sync += beat_valid.eq(0)
+        output_done = (st["OUTPUT"] & (op_left == 0) & ~ov & (cv_inflight == 0) & ~have_lo
+                       & ~beat_valid)
+
+        # ---- performance counters and STATUS --------------------------------------------------------
+        slayout = status_layout(cfg)
+        counters = {
+            "cycles": Const(1, 1),
+            "load_busy": ld_active,
+            "exec_busy": ~ex_idle | gemm_busy,
+            "stall": g_wait_flag | ex_barrier,
+            "gemm_beats": tile_in,
+            "words_loaded": ld_xfer,
+            "words_sent": self.link_o.valid & self.link_o.ready,
+            "words_received": recv_take,
+        }
+        status_now = Signal(slayout)
+        for name, inc in counters.items():
+            reg = Signal(_COUNTER_BITS, name=f"count_{name}")
+            with m.If(counters_clear):
+                m.d.sync += reg.eq(0)
+            with m.Else():
+                m.d.sync += reg.eq(reg + inc)
+            m.d.comb += getattr(status_now, name).eq(reg)
+        m.d.comb += [status_now.acc_overflow.eq(flag_acc),
+                     status_now.vpu_saturation.eq(flag_vpu)]
+        status_beat = Signal(slayout)
+        with m.If(x_start & (xop == Op.STATUS)):
+            m.d.sync += status_beat.eq(status_now)
         status_done = st["STATUS"] & self.o.ready
-
-        m.d.comb += x_done.eq(clear_done | send_done | recv_done | status_done | st["REQUANT"] | st["OUTPUT"])
-        # ---- o port ---------------------------------------------------------------------------
         m.d.comb += [
-            self.o.valid.eq(st["STATUS"]),
+            self.o.valid.eq(st["STATUS"] | beat_valid),
+            Value.cast(self.o.payload.kind).eq(st["STATUS"]),
+            self.o.payload.data.eq(Mux(st["STATUS"], Value.cast(status_beat), beat_bits)),
         ]
+        with m.If(Cat(set_vpu).any()):
+            m.d.sync += flag_vpu.eq(1)
 
-        # ---- the ACT read port: the GEMM's unless SEND holds it ----------------------------------
+        m.d.comb += x_done.eq(clear_done | send_done | recv_done | status_done | rq_done
+                              | output_done)
+
+        # ---- the ACT read port: the GEMM's unless SEND holds it; TOK: the sink's unless SEND -----
         act_rp.request(~st["SEND"], g_act_row + g_g, adv)
+        tok_rp.request(~st["SEND"], row_t >> log_ov, ~stall_a)
 
         # ---- build the port muxes; the load engine writes with the lowest priority ---------------
         grants = []
@@ -598,7 +993,7 @@ class PE(wiring.Component):
                     sel = sel & (ld_buf == b)
                 wr.build(m, low=(ld_xfer & sel, ld_addr, self.ld.payload, None))
                 grants.append((sel, ~wr.busy))
-        grant = Const(1)
+        grant = Const(1, 1)
         for sel, ok in grants:
             grant = Mux(sel, ok, grant)
         m.d.comb += ld_grant.eq(grant)

@@ -1,0 +1,377 @@
+"""The PE (:class:`elmoe3d.hw.pe.PE`) in the Amaranth simulator against the functional simulator
+(:mod:`elmoe3d.sw.fsim`) running the same encoded program and ``ld`` data, plus direct checks
+against the golden GEMM (:func:`elmoe3d.sw.datapath.gemm`) and the golden VPU.
+
+Every comparison is plain equality: both outputs (``o`` beats, ``link_o`` words) word for word;
+STATUS beats on their functional fields (the timing counters are RTL-only). Streams run with
+and without idle cycles on ``cmd``/``ld``/``link_i`` and backpressure on ``o``/``link_o``.
+Seeds are fixed and printed. Whole experts run in the cocotb bench (``sim/bench_pe.py``).
+"""
+
+import random
+import time
+
+import numpy as np
+import pytest
+from amaranth.hdl import Value
+from amaranth.sim import Simulator
+
+from elmoe3d.config import preset
+from elmoe3d.hw.pe import PE
+from elmoe3d.isa import Sink, Target
+from elmoe3d.sw import asm, fsim
+from elmoe3d.sw.asm import OKind
+from elmoe3d.sw.datapath import Mode, gemm
+from elmoe3d.sw.quant import lsb_slice, msb_slice, quantize_weights
+from elmoe3d.sw.vpu import swiglu_q16
+
+
+ARCH = preset("small")
+PE_CFG = ARCH.pe
+R, L = PE_CFG.rows, PE_CFG.lanes
+
+
+# ---- harness ------------------------------------------------------------------------------------
+
+class Traffic:
+    """Probabilities of an idle cycle before each source beat and of a not-ready sink cycle."""
+
+    def __init__(self, idle_cmd=0.0, idle_ld=0.0, idle_link=0.0, stall_o=0.0, stall_link=0.0):
+        self.idle_cmd, self.idle_ld, self.idle_link = idle_cmd, idle_ld, idle_link
+        self.stall_o, self.stall_link = stall_o, stall_link
+
+
+SMOOTH = Traffic()
+ROUGH = Traffic(idle_cmd=0.3, idle_ld=0.4, idle_link=0.4, stall_o=0.5, stall_link=0.5)
+
+_DUT_CACHE = {}
+
+
+def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, drain=40,
+           max_cycles=20000, dut=None):
+    """Run an encoded program on the RTL PE until ``n_o`` beats and ``n_link`` link words came
+    out, then ``drain`` more cycles (nothing more may come out).
+
+    Checks the stream rule on ``o`` and ``link_o`` (an offered beat stays valid and unchanged
+    until taken). Returns a dict: ``o`` (list of (kind, data)), ``link_o`` (ints), ``cycles``
+    (to the last output or the last command), and handshake cycles ``cmd``, ``ld``, ``link_o``.
+    """
+    program, ld, link_i = list(program), list(ld), list(link_i)
+    if dut is None:
+        dut = PE(config=ARCH)
+    rng = random.Random(seed)
+    log = {"o": [], "link_o": [], "cmd": [], "ld": [], "link_o_cycles": [], "o_cycles": []}
+
+    async def bench(ctx):
+        srcs = [
+            (dut.cmd, program, traffic.idle_cmd, "cmd"),
+            (dut.ld, ld, traffic.idle_ld, "ld"),
+            (dut.link_i, link_i, traffic.idle_link, None),
+        ]
+        pos = [0, 0, 0]
+        shown = [False, False, False]
+        held = {"o": None, "link_o": None}
+        cycle = quiet = 0
+        while True:
+            for k, (port, items, idle, _) in enumerate(srcs):
+                if not shown[k] and pos[k] < len(items):
+                    shown[k] = rng.random() >= idle
+                ctx.set(port.valid, shown[k])
+                if shown[k]:
+                    ctx.set(Value.cast(port.payload), items[pos[k]])
+            o_ready = rng.random() >= traffic.stall_o
+            l_ready = rng.random() >= traffic.stall_link
+            ctx.set(dut.o.ready, o_ready)
+            ctx.set(dut.link_o.ready, l_ready)
+            for k, (port, items, _, name) in enumerate(srcs):
+                if shown[k] and ctx.get(port.ready):
+                    if name:
+                        log[name].append(cycle)
+                    pos[k] += 1
+                    shown[k] = False
+            for name, port, ready in (("o", dut.o, o_ready), ("link_o", dut.link_o, l_ready)):
+                if ctx.get(port.valid):
+                    if name == "o":
+                        beat = (int(ctx.get(port.payload.kind).value),
+                                ctx.get(port.payload.data))
+                    else:
+                        beat = ctx.get(port.payload)
+                    if held[name] is not None:
+                        assert beat == held[name], f"cycle {cycle}: offered {name} beat changed"
+                    if ready:
+                        log[name].append(beat)
+                        log[f"{name}_cycles"].append(cycle)
+                        held[name] = None
+                    else:
+                        held[name] = beat
+                else:
+                    assert held[name] is None, f"cycle {cycle}: {name}.valid dropped"
+            assert len(log["o"]) <= n_o, f"cycle {cycle}: unexpected extra o beat"
+            assert len(log["link_o"]) <= n_link, f"cycle {cycle}: unexpected extra link word"
+            if (pos[0] == len(program) and len(log["o"]) == n_o
+                    and len(log["link_o"]) == n_link):
+                quiet += 1
+                if quiet > drain:
+                    return
+            await ctx.tick()
+            cycle += 1
+            assert cycle < max_cycles, (f"timeout: {pos[0]}/{len(program)} commands, "
+                                        f"{pos[1]}/{len(ld)} ld, {len(log['o'])}/{n_o} o, "
+                                        f"{len(log['link_o'])}/{n_link} link_o")
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    ends = log["o_cycles"][-1:] + log["link_o_cycles"][-1:] + log["cmd"][-1:]
+    log["cycles"] = max(ends) + 1 if ends else 0
+    return log
+
+
+def compare_with_fsim(prog, ld=(), link_i=(), *, traffic=SMOOTH, seed=0, **kw):
+    """Run ``prog`` (an :class:`~elmoe3d.sw.asm.Program`) on fsim and on the RTL; assert equal
+    ``link_o`` words, DATA beats, and STATUS beats on the functional fields. Returns
+    ``(rtl_log, fsim_result)``."""
+    ref = fsim.run(prog, ld, link_i)
+    t0 = time.perf_counter()
+    got = run_pe(prog.encode(), ld, link_i, n_o=len(ref.o), n_link=len(ref.link_o),
+                 traffic=traffic, seed=seed, **kw)
+    print(f"  RTL: {got['cycles']} cycles, {time.perf_counter() - t0:.1f} s wall")
+    assert got["link_o"] == ref.link_o
+    assert [k for k, _ in got["o"]] == [int(b.kind) for b in ref.o]
+    for (kind, data), want in zip(got["o"], ref.o):
+        if kind == OKind.STATUS:
+            g, w = asm.unpack_status(data), asm.unpack_status(want.data)
+            for name in asm.FUNCTIONAL_STATUS_FIELDS:
+                assert g[name] == w[name], f"STATUS.{name}: RTL {g[name]} fsim {w[name]}"
+        else:
+            assert data == want.data
+    return got, ref
+
+
+# ---- stimulus -----------------------------------------------------------------------------------
+
+def weight_words(qw, mode=Mode.FULL):
+    """WMSB, WLSB and WSCALE words (uint8 [n, W/8]) of a quantized weight [N, K]: block cb,
+    group g at word cb*G + g; channel cb*L + n on lane n (docs/pe.md)."""
+    q = qw.q
+    n, k = q.shape
+    G, cbn = k // 32, -(-n // L)
+    qp = np.zeros((cbn * L, k), np.int8)
+    qp[:n] = q
+    sp = np.zeros((cbn * L, G), np.uint16)
+    sp[:n] = np.asarray(qw.scale, np.float16).view(np.uint16)
+    msb = (msb_slice(qp).view(np.uint8) & 15).reshape(cbn, L, G, 32).transpose(0, 2, 1, 3)
+    lsb = lsb_slice(qp).reshape(cbn, L, G, 32).transpose(0, 2, 1, 3)
+    ent = sp.reshape(cbn, L, G).transpose(0, 2, 1).reshape(cbn * G, L)
+    ent = np.concatenate([ent, np.zeros((-len(ent) % 8, L), np.uint16)]).reshape(-1, 8, L)
+    return (asm.pack_wgt(msb.reshape(-1, L, 32), PE_CFG),
+            asm.pack_wgt(lsb.reshape(-1, L, 32), PE_CFG),
+            asm.pack_scales(ent, PE_CFG))
+
+
+def act_words(a_q):
+    """ACT words of INT8 activations [M, K] (zero-padded to whole row blocks): (rb, g)."""
+    m, k = a_q.shape
+    rbn, G = -(-m // R), k // 32
+    ap = np.zeros((rbn * R, k), np.int8)
+    ap[:m] = a_q
+    return asm.pack_act(ap.reshape(rbn, R, G, 32).transpose(0, 2, 1, 3).reshape(-1, R, 32),
+                        PE_CFG)
+
+
+def random_weight(rng, n, k, *, spread=1.0):
+    w = rng.normal(size=(n, k)) * np.exp(rng.normal(size=(n, k // 32, 1)) * spread
+                                         ).repeat(32, axis=2).reshape(n, k)
+    return quantize_weights(w.astype(np.float32))
+
+
+def raw_gemm_program(a_q, qw, mode, *, wbuf=0, w_base=0, act_base=0):
+    """LOAD ACT + weights into buffer ``wbuf``, GEMM to RAW; returns (program, ld words)."""
+    msb, lsb, scl = weight_words(qw)
+    acts = act_words(a_q)
+    G = a_q.shape[1] // 32
+    cbn = len(msb) // G
+    prog = asm.Program(PE_CFG)
+    prog.load(Target.ACT, act_base, len(acts))
+    ld = [acts]
+    prog.load(Target.WMSB, w_base, len(msb), buf=wbuf)
+    ld.append(msb)
+    if mode in (Mode.FULL, Mode.LSB_ONLY):
+        prog.load(Target.WLSB, w_base, len(lsb), buf=wbuf)
+        ld.append(lsb)
+    # scale entries w_base + e: a whole-word load needs w_base % 8 == 0
+    assert w_base % 8 == 0
+    prog.load(Target.WSCALE, w_base // 8, len(scl), buf=wbuf, signal=True)
+    ld.append(scl)
+    prog.gemm(mode=mode, wbuf=wbuf, act_base=act_base, w_base=w_base,
+              row_blocks=len(acts) // G, col_blocks=cbn, groups=G, sink=Sink.RAW,
+              wait=True, release=True)
+    return prog, asm.words_to_ints(np.concatenate(ld))
+
+
+def raw_to_acc(words, m, n, mode, rbn):
+    """RAW link words of one GEMM back to the [m, n] accumulator matrix."""
+    vals = asm.unpack_q24(asm.ints_to_words(words, PE_CFG), PE_CFG).reshape(-1, R, L)
+    if mode is Mode.FULL:
+        vals = vals[:, :, 0::2]
+    c = vals.shape[2]
+    nblk = len(vals) // rbn
+    acc = vals.reshape(nblk, rbn, R, c).transpose(1, 2, 0, 3).reshape(rbn * R, nblk * c)
+    return acc[:m, :n]
+
+
+# ---- tests ------------------------------------------------------------------------------------
+
+def test_parameters_and_errors():
+    dut = PE(config=ARCH)
+    assert dut.word_bits == 128 * L and dut.rows == R and dut.lanes == L
+    assert dut.tile_latency == 3
+    assert dut.sink_latency[Sink.RAW] == 0
+    assert PE(config=PE_CFG).config == PE_CFG
+    with pytest.raises(TypeError, match="ArchConfig"):
+        PE(config="small")
+
+
+@pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.name)
+def test_raw_gemm_equals_golden_gemm(mode):
+    """A GEMM through the RAW sink equals sw.datapath.gemm (and fsim) bit for bit."""
+    seed = 100 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    m, k, n = 3, 96, 12
+    a_q = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    qw = random_weight(rng, n, k)
+    prog, ld = raw_gemm_program(a_q, qw, mode)
+    got, ref = compare_with_fsim(prog, ld, seed=seed)
+    rbn = -(-m // R)
+    acc = raw_to_acc(got["link_o"], m, n, mode, rbn)
+    assert np.array_equal(acc, gemm(a_q, qw, mode).acc)
+
+
+def interleave_up_gate(up, gate, mode):
+    """Rows of the fused up/gate weight in SWIGLU block order: per weight block of L channels,
+    per half (FULL) ``[up c..c+P-1, gate c..c+P-1]``, P = L/4 (FULL) or L/2."""
+    i = up.shape[0]
+    p = L // 4 if mode is Mode.FULL else L // 2
+    assert i % p == 0
+    rows = []
+    for c in range(0, i, p):
+        rows.append(up[c:c + p])
+        rows.append(gate[c:c + p])
+    return np.concatenate(rows)
+
+
+def expert_program(x_q, e_x, w_up, w_gate, w_down, gw, slots, mode, *, buf_words=None,
+                   clear=True, output=True, tok_base=0, x_base=0, h_base=None, buf0=0):
+    """A whole SwiGLU expert as a PE program (the shape of ``docs/pe.md`` "Program of one
+    expert"), built here independently of ``sw/expert.py``. Returns (program, ld words)."""
+    t, h = x_q.shape
+    i = w_up.q.shape[0]
+    G, Gi = h // 32, i // 32
+    rbn = -(-t // R)
+    buf_words = buf_words or PE_CFG.wmem_words
+    prog = asm.Program(PE_CFG)
+    ld = []
+    if clear:
+        prog.clear(out=True, rowmax=True, flags=True, counters=True)
+    ent = {"e_x": np.zeros(rbn * R, np.int64), "gate": np.zeros(rbn * R, np.uint16),
+           "slot": np.zeros(rbn * R, np.int64)}
+    ent["e_x"][:t] = e_x
+    ent["gate"][:t] = np.asarray(gw, np.float16).view(np.uint16)
+    ent["slot"][:t] = slots
+    ent["slot"][t:] = slots[0]
+    tok = asm.pack_tok(ent, PE_CFG)
+    assert tok_base % PE_CFG.tok_per_word == 0
+    prog.load(Target.TOK, tok_base // PE_CFG.tok_per_word, len(tok))
+    acts = act_words(x_q)
+    prog.load(Target.ACT, x_base, len(acts))
+    ld += [tok, acts]
+    if h_base is None:
+        h_base = x_base + len(acts)
+    ug = quantize_like(w_up, w_gate, mode)
+    buf = buf0
+
+    def gemm_chunks(qw, groups, sink, stride, act_base, ch_per_block):
+        nonlocal buf
+        msb, lsb, scl = weight_words(qw)
+        cbn = len(msb) // groups
+        per = buf_words // groups
+        for cb0 in range(0, cbn, per):
+            cbs = min(per, cbn - cb0)
+            sl = slice(cb0 * groups, (cb0 + cbs) * groups)
+            prog.load(Target.WMSB, 0, cbs * groups, buf=buf)
+            ld.append(msb[sl])
+            if mode is Mode.FULL:
+                prog.load(Target.WLSB, 0, cbs * groups, buf=buf)
+                ld.append(lsb[sl])
+            ent = unpack_entries(scl)[sl]
+            ent = np.concatenate([ent, np.zeros((-len(ent) % 8, L), np.uint16)])
+            sw = asm.pack_scales(ent.reshape(-1, 8, L), PE_CFG)
+            prog.load(Target.WSCALE, 0, len(sw), buf=buf, signal=True)
+            ld.append(sw)
+            prog.gemm(mode=mode, wbuf=buf, act_base=act_base, w_base=0, row_blocks=rbn,
+                      col_blocks=cbs, groups=groups, sink=sink, tok_base=tok_base,
+                      out_base=cb0 * ch_per_block, stride=stride, wait=True, release=True)
+            buf ^= 1
+
+    gemm_chunks(ug, G, Sink.SWIGLU, i // PE_CFG.q16_per_word, x_base, L // 2)
+    prog.requant(row_blocks=rbn, channels=i, act_base=h_base, tok_base=tok_base)
+    gemm_chunks(w_down, Gi, Sink.COMBINE, h // PE_CFG.q24_per_word, h_base, L)
+    if output:
+        prog.output(row_blocks=-(-(int(np.max(slots)) + 1) // R), channels=h)
+        prog.barrier()
+        prog.status()
+    return prog, asm.words_to_ints(np.concatenate(ld))
+
+
+def unpack_entries(scl_words):
+    return asm.unpack_scales(scl_words, PE_CFG).reshape(-1, L)
+
+
+def quantize_like(w_up, w_gate, mode):
+    """The fused up/gate QuantizedWeight in SWIGLU block order."""
+    from elmoe3d.sw.quant import QuantizedWeight
+    q = interleave_up_gate(w_up.q, w_gate.q, mode)
+    s = interleave_up_gate(np.asarray(w_up.scale, np.float16), np.asarray(w_gate.scale,
+                                                                        np.float16), mode)
+    return QuantizedWeight(q=q, scale=s)
+
+
+def random_expert(rng, t, h, i, *, gate_scale=1.0):
+    """Synthetic expert weights and a token batch: (x_q, e_x, up, gate, down, gw, slots)."""
+    from elmoe3d.sw.quant import quantize_activations
+    x = rng.normal(size=(t, h))
+    xa = quantize_activations(x)
+    x_q, e_x = xa.q, xa.exp
+    up = random_weight(rng, i, h, spread=0.3)
+    gate = quantize_weights((rng.normal(size=(i, h)) * gate_scale).astype(np.float32))
+    down = random_weight(rng, h, i, spread=0.3)
+    gw = rng.uniform(0.1, 1.0, t).astype(np.float16)
+    slots = rng.permutation(t)
+    return x_q, e_x, up, gate, down, gw, slots
+
+
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
+def test_small_expert_equals_fsim(mode):
+    """One expert (T=3, H=64, I=64: the up/gate weights span two WMEM buffers) against fsim."""
+    seed = 200 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 3, 64, 64)
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode)
+    got, ref = compare_with_fsim(prog, ld, seed=seed)
+
+
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
+def test_expert_with_stalls_and_shared_slots(mode):
+    """Idle cycles on cmd/ld, backpressure on o; two token rows share an OUT slot (the COMBINE
+    read-modify-write must see the first row's write) and padding rows add zero to slot 0."""
+    seed = 300 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 5, 64, 32)
+    slots = np.array([1, 0, 1, 2, 0])
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode)
+    got, ref = compare_with_fsim(prog, ld, traffic=ROUGH, seed=seed)
+    assert np.abs(ref.data()).max() > 0
