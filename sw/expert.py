@@ -1,0 +1,611 @@
+"""SwiGLU expert FFN: the golden expert, the float64 reference and the PE-program builder.
+
+Paper Sections 4.1, 5.2 and Fig. 10b: one PE runs a fused expert (up, gate, down). This module
+gives three views of the same computation (plain NumPy, never Amaranth):
+
+* :func:`ref_expert` / :func:`ref_moe` -- the contract's numerics computed directly, with no
+  program (BRIEF 3.1-3.8, ``docs/numerics.md``): per-token INT8 activations, bit-exact GEMMs
+  (FULL or DRAFT), SwiGLU in Q16.16, per-token requantization, the down GEMM, gate-weighted
+  combination in Q.24 (several experts per token summed there) and one FP32 conversion.
+* :func:`float_expert` / :func:`float_moe` -- float64 references for accuracy figures
+  (:func:`expert_accuracy`: SQNR, cosine, max abs error via :func:`.metrics.error_metrics`).
+* :func:`build_expert_program` / :func:`build_moe_program` -- quantize, lay the weights out
+  (up and gate rows interleaved per block, the intermediate dimension tiled over WMEM
+  buffer-fulls, double buffering with signal / wait / release) and emit the PE program and its
+  ``ld`` stream (``docs/pe.md``, "Program of one expert"). :meth:`PEJob.run_fsim` executes it
+  on the functional simulator; :meth:`PEJob.decode` turns the ``o`` beats back into ``[T, H]``.
+
+The program's results equal :func:`ref_expert` / :func:`ref_moe` bit for bit (FP32 bits, Q.24
+sums and the sticky flags); ``tests/test_expert.py`` checks it.
+
+Layout (lanes L, rows R, W = 128 L bits)
+---------------------------------------
+* Up/gate: intermediate channels in blocks of P (P = L/2 in DRAFT, L/4 in FULL); block b is
+  the weight rows ``[up bP .. bP+P-1, gate bP .. bP+P-1]``, so a column block (L weight rows)
+  is one block in DRAFT and two in FULL (one per half); every column block covers L/2
+  intermediate channels. K = H, ``groups = H/32``.
+* Down: output channels in natural order, L per column block. K = I, ``groups = I/32``.
+* A WMEM buffer-full holds ``wmem_words // groups`` column blocks at ``w_base = 0``. The
+  contract has no K tiling (a GEMM accumulates all of K in the tile), so ``groups`` must fit
+  one buffer: a larger K is a :class:`~.asm.ProgramError`.
+* IOMEM: TOK entries 0.. (the expert's tokens, padded to R), ACT at word 0 (x rows, then the
+  requantized h rows over them), HBUF rows = TOK entries (stride I/(4L)), OUT rows = token
+  positions in the batch (stride H/(2L)).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..isa import Sink, Target
+from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
+from .datapath import Mode, gemm
+from .metrics import error_metrics
+from .quant import QuantizedWeight, lsb_slice, msb_slice, quantize_activations, quantize_weights
+from .vpu import combine, q24_to_fp32, row_requant, swiglu_q16
+
+
+__all__ = ["Expert", "ExpertResult", "ref_expert", "ref_moe", "float_expert", "float_moe",
+           "expert_accuracy", "PEJob", "build_expert_program", "build_moe_program",
+           "EXPERT_MODES"]
+
+#: Modes an expert runs in (the split MSB_ONLY / LSB_ONLY halves need a psum exchange).
+EXPERT_MODES = (Mode.FULL, Mode.DRAFT)
+
+
+def _mode(mode) -> Mode:
+    if isinstance(mode, str):
+        try:
+            mode = Mode[mode.upper()]
+        except KeyError:
+            raise ValueError(f"mode: expected one of {[m.name for m in EXPERT_MODES]}, "
+                             f"got {mode!r}") from None
+    mode = Mode(mode)
+    if mode not in EXPERT_MODES:
+        raise ValueError(f"mode: an expert runs in FULL or DRAFT, not {mode.name}")
+    return mode
+
+
+@dataclass(frozen=True, eq=False)
+class Expert:
+    """The INT8 group-quantized weights of one SwiGLU expert.
+
+    Attributes
+    ----------
+    up, gate : QuantizedWeight ``[I, H]``
+    down : QuantizedWeight ``[H, I]``
+    """
+
+    up: QuantizedWeight
+    gate: QuantizedWeight
+    down: QuantizedWeight
+
+    @classmethod
+    def quantize(cls, w_up, w_gate, w_down, *, name: str = "expert") -> "Expert":
+        """Quantize float weights (PyTorch ``Linear`` layout: up/gate ``[I, H]``, down
+        ``[H, I]``). Raises :class:`~.quant.QuantizationError` or ``ValueError`` on shapes."""
+        up = quantize_weights(w_up, name=f"{name}.up")
+        gate = quantize_weights(w_gate, name=f"{name}.gate")
+        down = quantize_weights(w_down, name=f"{name}.down")
+        e = cls(up, gate, down)
+        e.check()
+        return e
+
+    def check(self):
+        i, h = self.up.shape
+        if self.up.q.ndim != 2 or self.gate.shape != (i, h) or self.down.shape != (h, i):
+            raise ValueError(f"expert: expected up/gate [I, H] and down [H, I], got "
+                             f"{self.up.shape}, {self.gate.shape}, {self.down.shape}")
+
+    @property
+    def hidden(self) -> int:
+        return self.up.shape[1]
+
+    @property
+    def intermediate(self) -> int:
+        return self.up.shape[0]
+
+
+def _as_expert(e, name="expert") -> Expert:
+    if isinstance(e, Expert):
+        e.check()
+        return e
+    if isinstance(e, dict):
+        return Expert.quantize(e["up"], e["gate"], e["down"], name=name)
+    if isinstance(e, (tuple, list)) and len(e) == 3:
+        if all(isinstance(w, QuantizedWeight) for w in e):
+            ex = Expert(*e)
+            ex.check()
+            return ex
+        return Expert.quantize(*e, name=name)
+    raise TypeError(f"{name}: expected an Expert, a (w_up, w_gate, w_down) tuple or a dict "
+                    f"with up/gate/down, got {type(e).__name__}")
+
+
+def _gate_bits(gw, n, what="gate_weights") -> np.ndarray:
+    gw = np.asarray(gw)
+    if gw.shape != (n,):
+        raise ValueError(f"{what}: expected shape ({n},), got {gw.shape}")
+    if gw.dtype == np.uint16:
+        return gw
+    g16 = gw.astype(np.float16)
+    if not np.isfinite(g16).all():
+        raise ValueError(f"{what}: gate weights must be finite FP16 values")
+    return g16.view(np.uint16)
+
+
+@dataclass(eq=False)
+class ExpertResult:
+    """Output of the golden expert / MoE layer.
+
+    Attributes
+    ----------
+    y : float32 ``[T, H]``
+        ``q24_to_fp32(out)``: what the PE's OUTPUT emits.
+    out : int64 ``[T, H]``
+        The Q.24 sums (BRIEF 3.8).
+    acc_overflow, vpu_saturation : bool
+        The sticky flags the PE's STATUS beat reports.
+    """
+
+    y: np.ndarray
+    out: np.ndarray
+    acc_overflow: bool = False
+    vpu_saturation: bool = False
+    detail: dict = field(default_factory=dict)
+
+
+def _expert_terms(x_q, e_x, ex: Expert, mode):
+    """Down-GEMM accumulators of one expert for INT8 rows ``x_q`` (``[T, H]``) with exponents
+    ``e_x``: returns (acc_y, e_h, acc_overflow, vpu_saturation, detail)."""
+    up = gemm(x_q, ex.up, mode)
+    gt = gemm(x_q, ex.gate, mode)
+    h, sat_h = swiglu_q16(up.acc, gt.acc, np.asarray(e_x, np.int64)[:, None])
+    h_q, e_h = row_requant(h)
+    y = gemm(h_q, ex.down, mode)
+    ovf = bool(up.overflow.any() or gt.overflow.any() or y.overflow.any())
+    detail = {"acc_up": up.acc, "acc_gate": gt.acc, "h": h, "h_q": h_q, "e_h": e_h,
+              "acc_y": y.acc}
+    return y.acc, e_h, ovf, bool(sat_h.any()), detail
+
+
+def ref_expert(x, w_up, w_gate, w_down, gate_weights=None, mode=Mode.FULL) -> ExpertResult:
+    """The golden expert: ``gate_weight * down(silu(gate(x)) * up(x))`` in the contract's
+    numerics, with no program involved.
+
+    ``quantize_activations(x)`` -> GEMM up and gate (``mode``) -> ``swiglu_q16`` ->
+    ``row_requant`` -> GEMM down -> ``combine`` with the FP16 gate weights into a zero Q.24
+    output -> ``q24_to_fp32``.
+
+    Parameters
+    ----------
+    x : float array ``[T, H]``
+    w_up, w_gate : float ``[I, H]`` or QuantizedWeight
+    w_down : float ``[H, I]`` or QuantizedWeight
+    gate_weights : ``[T]`` floats (rounded to FP16), float16 values or uint16 FP16 bits;
+        default 1.0
+    mode : Mode.FULL or Mode.DRAFT (MSB slices with LSB augmentation)
+
+    Returns
+    -------
+    ExpertResult
+    """
+    ex = _as_expert((w_up, w_gate, w_down))
+    x = np.asarray(x)
+    t = _check_x(x, ex)
+    gw = _gate_bits(np.ones(t) if gate_weights is None else gate_weights, t)
+    return ref_moe(x, [ex], (np.zeros((t, 1), np.int64), gw.view(np.float16)[:, None]),
+                   mode=mode)
+
+
+def _check_x(x, ex: Expert) -> int:
+    if x.ndim != 2 or x.shape[1] != ex.hidden:
+        raise ValueError(f"x: expected [T, H={ex.hidden}], got {x.shape}")
+    return x.shape[0]
+
+
+def _routing(routing, t, n_experts):
+    """(ids int64 [T, k], gate bits uint16 [T, k]) from ``(ids, weights)``; -1 ids are empty
+    slots. Raises ValueError on shapes, out-of-range or repeated ids."""
+    if hasattr(routing, "ids") and hasattr(routing, "weights"):
+        ids, weights = routing.ids, routing.weights
+    else:
+        ids, weights = routing
+    ids = np.asarray(ids)
+    weights = np.asarray(weights)
+    if ids.ndim == 1:
+        ids, weights = ids[:, None], weights[:, None]
+    if ids.shape[0] != t or ids.ndim != 2 or weights.shape != ids.shape:
+        raise ValueError(f"routing: expected ids and weights of shape [T={t}, k], got "
+                         f"{ids.shape} and {weights.shape}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"routing: expert ids must be integers, got dtype {ids.dtype}")
+    ids = ids.astype(np.int64)
+    bad = (ids < -1) | (ids >= n_experts)
+    if bad.any():
+        r, c = map(int, np.argwhere(bad)[0])
+        raise ValueError(f"routing: token {r}, slot {c}: expert id {ids[r, c]} is not in "
+                         f"0..{n_experts - 1} (-1 marks an empty slot)")
+    for r in range(t):
+        live = ids[r][ids[r] >= 0]
+        if len(set(live.tolist())) != len(live):
+            raise ValueError(f"routing: token {r} names expert(s) more than once: "
+                             f"{ids[r].tolist()}")
+    bits = _gate_bits(weights.reshape(-1), weights.size, "routing weights").reshape(ids.shape)
+    return ids, bits
+
+
+def _expert_tokens(ids, bits, e):
+    """Tokens routed to expert ``e`` in ascending order and their gate-weight bits."""
+    rows, cols = np.nonzero(ids == e)
+    order = np.argsort(rows, kind="stable")
+    return rows[order], bits[rows[order], cols[order]]
+
+
+def ref_moe(x, experts, routing, mode=Mode.FULL) -> ExpertResult:
+    """Golden MoE layer: each token runs through its routed experts; the gate-weighted outputs
+    are summed in Q.24 (experts in ascending id, the order a PE program uses) and converted to
+    FP32 once.
+
+    Parameters
+    ----------
+    x : float ``[T, H]``
+    experts : sequence of Expert, ``(w_up, w_gate, w_down)`` tuples or dicts
+    routing : ``(ids, weights)``, both ``[T, k]`` (``[T]`` for k = 1): expert ids (-1 for an
+        empty slot, never used as an index) and gate weights (rounded to FP16; the router's
+        softmax / top-k / renormalisation is the caller's)
+    mode : Mode.FULL or Mode.DRAFT
+    """
+    mode = _mode(mode)
+    exs = [_as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    x = np.asarray(x)
+    t = _check_x(x, exs[0])
+    ids, bits = _routing(routing, t, len(exs))
+    xq = quantize_activations(x, name="x")
+    out = np.zeros((t, exs[0].hidden), np.int64)
+    flags = np.zeros(out.shape, bool)
+    ovf = satd = False
+    detail = {"x_q": xq.q, "e_x": xq.exp, "experts": {}}
+    for e in range(len(exs)):
+        rows, gw = _expert_tokens(ids, bits, e)
+        if len(rows) == 0:
+            continue
+        acc_y, e_h, o, s, d = _expert_terms(xq.q[rows], xq.exp[rows], exs[e], mode)
+        new, fl = combine(out[rows], np.zeros((len(rows), out.shape[1]), bool), acc_y, e_h, gw)
+        out[rows] = new
+        flags[rows] |= fl
+        ovf |= o
+        satd |= s
+        detail["experts"][e] = dict(d, tokens=rows)
+    return ExpertResult(y=q24_to_fp32(out), out=out, acc_overflow=ovf,
+                        vpu_saturation=bool(satd or flags.any()), detail=detail)
+
+
+# ---- float64 references ---------------------------------------------------------------------------
+
+def _float(w):
+    return w.dequantize() if isinstance(w, QuantizedWeight) else np.asarray(w, np.float64)
+
+
+def float_expert(x, w_up, w_gate, w_down, gate_weights=None) -> np.ndarray:
+    """float64 ``gate_weight * (silu(x W_gate^T) * (x W_up^T)) W_down^T`` ``[T, H]``."""
+    x = np.asarray(x, np.float64)
+    up = x @ _float(w_up).T
+    g = x @ _float(w_gate).T
+    with np.errstate(over="ignore"):
+        h = g / (1.0 + np.exp(-g)) * up
+    y = h @ _float(w_down).T
+    if gate_weights is not None:
+        y = y * np.asarray(gate_weights, np.float64)[:, None]
+    return y
+
+
+def float_moe(x, experts, routing) -> np.ndarray:
+    """float64 MoE layer (float gate weights as given, not rounded to FP16)."""
+    x = np.asarray(x, np.float64)
+    ids, weights = routing if not hasattr(routing, "ids") else (routing.ids, routing.weights)
+    ids = np.asarray(ids)
+    weights = np.asarray(weights, np.float64)
+    if ids.ndim == 1:
+        ids, weights = ids[:, None], weights[:, None]
+    y = np.zeros(x.shape)
+    for e, ex in enumerate(experts):
+        if isinstance(ex, Expert):
+            ws = (ex.up, ex.gate, ex.down)
+        elif isinstance(ex, dict):
+            ws = (ex["up"], ex["gate"], ex["down"])
+        else:
+            ws = tuple(ex)
+        rows, cols = np.nonzero(ids == e)
+        if len(rows):
+            y[rows] += float_expert(x[rows], *ws, weights[rows, cols])
+    return y
+
+
+def expert_accuracy(x, w_up, w_gate, w_down, gate_weights=None) -> dict:
+    """Error metrics (:func:`.metrics.error_metrics`: mse, sqnr_db, cosine, max_abs) of the
+    DRAFT and FULL golden expert against the float64 reference on the float weights."""
+    ref = float_expert(x, w_up, w_gate, w_down, gate_weights)
+    ex = Expert.quantize(w_up, w_gate, w_down)
+    return {mode.name.lower(): error_metrics(ref, ref_expert(x, ex.up, ex.gate, ex.down,
+                                                             gate_weights, mode).y)
+            for mode in (Mode.DRAFT, Mode.FULL)}
+
+
+# ---- the PE program -------------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class PEJob:
+    """A PE program with its ``ld`` stream.
+
+    Attributes
+    ----------
+    program : Program
+    ld : list of int
+        ``ld`` beats (W bits each) in the order the LOADs consume them.
+    tokens, hidden : int
+        Shape of the result the OUTPUT command emits (rows beyond ``tokens`` are cropped).
+    info : dict
+        Builder figures (buffer-fulls per expert, tile beats, weight words).
+    """
+
+    program: Program
+    ld: list
+    tokens: int
+    hidden: int
+    info: dict = field(default_factory=dict)
+
+    def run_fsim(self):
+        """Run on the functional simulator; returns its :class:`~.fsim.FsimResult`."""
+        from .fsim import run
+        return run(self.program, self.ld)
+
+    def decode(self, result) -> np.ndarray:
+        """``float32 [T, H]`` from an :class:`~.fsim.FsimResult` (or anything with ``.data()``
+        returning the DATA beats' FP32 values ``[beats, W/32]``)."""
+        vals = result.data()
+        rows = vals.size // self.hidden
+        return vals.reshape(rows, self.hidden)[:self.tokens]
+
+
+@dataclass
+class _Job:
+    """One WMEM buffer-full: its plane loads, its scale load (signals) and its GEMM."""
+
+    planes: list                  # [(target, words uint8 [n, W/8])]
+    scales: np.ndarray
+    gemm: dict
+    pre: list = field(default_factory=list)        # exec commands before the GEMM
+    prologue: list | None = None                   # loads/exec before the scale load
+
+
+def _nibbles(codes) -> tuple:
+    """MSB nibbles (two's complement) and LSB nibbles of INT8 codes."""
+    return (msb_slice(codes).view(np.uint8) & 15).astype(np.uint8), lsb_slice(codes)
+
+
+def _weight_jobs(qw: QuantizedWeight, rows_order, mode, pe, *, sink, out_base_of, stride,
+                 tok_base, row_blocks):
+    """Buffer-full jobs for the weight rows ``qw[rows_order]`` (column blocks of L rows)."""
+    L = pe.lanes
+    q = qw.q[rows_order]
+    scale = np.asarray(qw.scale, np.float16).view(np.uint16)[rows_order]
+    n_rows, k = q.shape
+    groups = k // 32
+    n_cb = n_rows // L
+    per_buf = pe.wmem_words // groups
+    if per_buf < 1:
+        raise ProgramError(
+            f"{qw.name}: K = {k} ({groups} groups of 32) does not fit one WMEM buffer of "
+            f"{pe.wmem_words} words: the PE contract accumulates the whole of K in one GEMM "
+            f"(no K tiling); use K <= {32 * pe.wmem_words} or a larger wmem_bytes")
+    msb, lsb = _nibbles(q)
+    # [cb, g, L, 32] and scales [cb, g, L]
+    def blocks(a):
+        return a.reshape(n_cb, L, groups, 32).transpose(0, 2, 1, 3)
+    msb_b, lsb_b = blocks(msb), blocks(lsb)
+    scl_b = scale.reshape(n_cb, L, groups).transpose(0, 2, 1)
+    jobs = []
+    for j0 in range(0, n_cb, per_buf):
+        n = min(per_buf, n_cb - j0)
+        planes = [(Target.WMSB, pack_wgt(msb_b[j0:j0 + n].reshape(-1, L, 32), pe))]
+        if mode is Mode.FULL:
+            planes.append((Target.WLSB, pack_wgt(lsb_b[j0:j0 + n].reshape(-1, L, 32), pe)))
+        entries = scl_b[j0:j0 + n].reshape(-1, L)
+        padded = np.zeros((-(-len(entries) // 8) * 8, L), np.uint16)
+        padded[:len(entries)] = entries
+        scales = pack_scales(padded.reshape(-1, 8, L), pe)
+        gemm_f = dict(mode=mode, act_base=0, w_base=0, row_blocks=row_blocks, col_blocks=n,
+                      groups=groups, sink=sink, out_base=out_base_of(j0), tok_base=tok_base,
+                      stride=stride, wait=True, release=True)
+        jobs.append(_Job(planes=planes, scales=scales, gemm=gemm_f))
+    return jobs
+
+
+def _expert_jobs(ex: Expert, x_q, e_x, gw_bits, slots, mode, pe):
+    """Jobs of one expert over its tokens (rows of ``x_q``)."""
+    L, R = pe.lanes, pe.rows
+    h_dim, i_dim = ex.hidden, ex.intermediate
+    te = len(x_q)
+    rbn = -(-te // R)
+    t_pad = rbn * R
+    need = {
+        "H % 32 and H % (W/32)": h_dim % 32 == 0 and h_dim % pe.q16_per_word == 0,
+        "I % 32 and I % (W/32)": i_dim % 32 == 0 and i_dim % pe.q16_per_word == 0,
+    }
+    for what, ok in need.items():
+        if not ok:
+            raise ProgramError(f"expert H={h_dim}, I={i_dim}: needs {what} == 0 "
+                               f"(W/32 = {pe.q16_per_word})")
+    checks = [
+        ("TOK entries", t_pad, pe.tok_entries),
+        ("ACT words (x rows)", rbn * h_dim // 32, pe.act_words),
+        ("ACT words (h rows)", rbn * i_dim // 32, pe.act_words),
+        ("HBUF words", t_pad * i_dim // pe.q16_per_word, pe.hbuf_words),
+    ]
+    for what, used, size in checks:
+        if used > size:
+            raise ProgramError(f"expert H={h_dim}, I={i_dim} with {te} tokens needs {used} "
+                               f"{what}; the PE has {size}")
+    # prologue: CLEAR rowmax, LOAD TOK, LOAD ACT
+    tok = {"e_x": np.zeros(t_pad, np.int64), "e_h": np.zeros(t_pad, np.int64),
+           "gate": np.zeros(t_pad, np.uint16), "slot": np.zeros(t_pad, np.int64)}
+    e_x = np.asarray(e_x, np.int64)
+    if e_x.size and (e_x.min() < -128 or e_x.max() > 127):
+        raise ProgramError(f"activation exponents {e_x.min()}..{e_x.max()} do not fit the "
+                           f"TOK entry's signed 8-bit e_x (scale the input)")
+    tok["e_x"][:te] = e_x
+    tok["gate"][:te] = gw_bits
+    tok["slot"][:te] = slots
+    xp = np.zeros((t_pad, h_dim), np.int8)
+    xp[:te] = x_q
+    act = xp.reshape(rbn, R, h_dim // 32, 32).transpose(0, 2, 1, 3).reshape(-1, R, 32)
+    prologue = [("clear", dict(rowmax=True)),
+                ("load", (Target.TOK, pack_tok(tok, pe))),
+                ("load", (Target.ACT, pack_act(act, pe)))]
+    # up/gate interleaved in blocks of P
+    p = L // 4 if mode is Mode.FULL else L // 2
+    blocks = np.arange(i_dim // p)
+    order = np.concatenate([np.concatenate([np.arange(b * p, b * p + p),
+                                            i_dim + np.arange(b * p, b * p + p)])
+                            for b in blocks])
+    both = QuantizedWeight(q=np.concatenate([ex.up.q, ex.gate.q]),
+                           scale=np.concatenate([ex.up.scale, ex.gate.scale]),
+                           name=f"{ex.up.name}+gate")
+    up_jobs = _weight_jobs(both, order, mode, pe, sink=Sink.SWIGLU,
+                           out_base_of=lambda j0: j0 * (L // 2),
+                           stride=i_dim // pe.q16_per_word, tok_base=0, row_blocks=rbn)
+    down_jobs = _weight_jobs(ex.down, np.arange(h_dim), mode, pe, sink=Sink.COMBINE,
+                             out_base_of=lambda j0: j0 * L,
+                             stride=h_dim // pe.q24_per_word, tok_base=0, row_blocks=rbn)
+    up_jobs[0].prologue = prologue
+    down_jobs[0].pre = [("requant", dict(row_blocks=rbn, channels=i_dim, act_base=0,
+                                         tok_base=0))]
+    return up_jobs + down_jobs
+
+
+def _emit(pe, jobs, tokens, hidden) -> tuple:
+    """Schedule the jobs into one program: loads of buffer-full k+2 follow GEMM k (double
+    buffering); an expert's prologue (BARRIER, CLEAR rowmax, LOAD TOK, LOAD ACT) follows the
+    previous expert's last GEMM and precedes its first scale load (which signals)."""
+    prog = Program(pe)
+    ld = []
+    prog.clear(out=True, rowmax=True, flags=True, counters=True)
+    n = len(jobs)
+    state = {"next": 0, "planes": set(), "last_gemm": -1}
+
+    def load(target, words, buf=0, signal=False):
+        prog.load(target, 0, len(words), buf=buf, signal=signal)
+        ld.append(words)
+
+    def emit_loads(limit):
+        while state["next"] < min(limit, n):
+            k = state["next"]
+            job, buf = jobs[k], k % 2
+            if k not in state["planes"]:
+                for target, words in job.planes:
+                    load(target, words, buf)
+                state["planes"].add(k)
+            if job.prologue is not None:
+                if state["last_gemm"] < k - 1:
+                    return                       # the previous expert's last GEMM comes first
+                if k > 0:
+                    prog.barrier()
+                for kind, arg in job.prologue:
+                    if kind == "clear":
+                        prog.clear(**arg)
+                    else:
+                        load(*arg)
+            load(Target.WSCALE, job.scales, buf, signal=True)
+            state["next"] = k + 1
+
+    emit_loads(2)
+    for k, job in enumerate(jobs):
+        emit_loads(k + 2)
+        assert state["next"] > k
+        for kind, arg in job.pre:
+            getattr(prog, kind)(**arg)
+        prog.gemm(wbuf=k % 2, **job.gemm)
+        state["last_gemm"] = k
+        emit_loads(k + 3)
+    t_pad = -(-tokens // pe.rows) * pe.rows
+    if t_pad * hidden // pe.q24_per_word > pe.out_words:
+        raise ProgramError(f"{tokens} tokens x H={hidden} need "
+                           f"{t_pad * hidden // pe.q24_per_word} OUT words; the PE has "
+                           f"{pe.out_words}")
+    prog.output(row_blocks=t_pad // pe.rows, channels=hidden)
+    prog.barrier()
+    prog.status()
+    prog.check_sync()
+    words = [w for chunk in ld for w in _ints(chunk)]
+    return prog, words
+
+
+def _ints(chunk):
+    from .asm import words_to_ints
+    return words_to_ints(chunk)
+
+
+def build_moe_program(x, experts, routing, mode, config) -> PEJob:
+    """PE program and ``ld`` stream of an MoE layer on one PE: every expert with at least one
+    routed token, in ascending id, over its tokens (ascending); outputs summed in OUT (Q.24)
+    at the tokens' batch positions; then OUTPUT (FP32 ``[T, H]``), BARRIER, STATUS.
+
+    Parameters
+    ----------
+    x : float ``[T, H]`` (T <= 256)
+    experts, routing : as for :func:`ref_moe`
+    mode : Mode.FULL or Mode.DRAFT (DRAFT loads only the MSB planes)
+    config : ArchConfig or PEConfig
+
+    Raises
+    ------
+    ProgramError
+        The shapes do not fit the PE (the message names the memory and the figures).
+    """
+    pe = pe_config(config)
+    mode = _mode(mode)
+    exs = [_as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    x = np.asarray(x)
+    t = _check_x(x, exs[0])
+    if t > 256:
+        raise ProgramError(f"{t} tokens: the TOK slot field addresses at most 256 OUT rows")
+    ids, bits = _routing(routing, t, len(exs))
+    xq = quantize_activations(x, name="x")
+    jobs = []
+    per_expert = {}
+    for e, ex in enumerate(exs):
+        if ex.hidden != exs[0].hidden:
+            raise ValueError(f"expert {e}: hidden size {ex.hidden} differs from expert 0's "
+                             f"{exs[0].hidden}")
+        rows, gw = _expert_tokens(ids, bits, e)
+        if len(rows) == 0:
+            continue
+        ej = _expert_jobs(ex, xq.q[rows], xq.exp[rows], gw, rows, mode, pe)
+        per_expert[e] = {"tokens": len(rows), "buffer_fulls": len(ej)}
+        jobs.extend(ej)
+    if not jobs:
+        raise ProgramError("routing sends no token to any expert")
+    prog, words = _emit(pe, jobs, t, exs[0].hidden)
+    beats = sum(j.gemm["col_blocks"] * (2 if mode is Mode.FULL else 1) * j.gemm["row_blocks"]
+                * j.gemm["groups"] for j in jobs)
+    info = {"experts": per_expert, "gemm_beats": beats, "ld_words": len(words),
+            "commands": prog.counts()}
+    return PEJob(program=prog, ld=words, tokens=t, hidden=exs[0].hidden, info=info)
+
+
+def build_expert_program(x, w_up, w_gate, w_down, gate_weights=None, mode=Mode.FULL,
+                         config=None) -> PEJob:
+    """PE program and ``ld`` stream of one expert over all tokens of ``x`` (see
+    :func:`build_moe_program`); equal bit for bit to :func:`ref_expert` with the same
+    arguments. ``config`` is an ArchConfig or PEConfig (required)."""
+    if config is None:
+        raise TypeError("build_expert_program: pass config= (an ArchConfig or PEConfig)")
+    ex = _as_expert((w_up, w_gate, w_down))
+    x = np.asarray(x)
+    t = _check_x(x, ex)
+    gw = _gate_bits(np.ones(t) if gate_weights is None else gate_weights, t)
+    return build_moe_program(x, [ex], (np.zeros((t, 1), np.int64), gw.view(np.float16)[:, None]),
+                             mode, config)
