@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import types
 
-from amaranth.hdl import signed, unsigned
+from amaranth.hdl import Shape, signed, unsigned
 from amaranth.lib import data, enum
 
 from .. import isa
@@ -62,7 +62,7 @@ _ENUM_FIELDS = {"target": TargetCode, "sink": SinkCode, "mode": TileMode}
 
 def _field_shape(field: isa.Field):
     shape = _ENUM_FIELDS.get(field.name)
-    if shape is not None and data.Shape.cast(shape).width == field.width:
+    if shape is not None and Shape.cast(shape).width == field.width:
         return shape
     return unsigned(field.width)
 

@@ -371,8 +371,6 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
                                  f"{f['out_base'] + nblk * c} exceed the OUT row of stride "
                                  f"{f['stride']} words ({per_row} channels)")
             span("stride", f["stride"], pe.out_words, "one OUT row")
-        if f["wait"] or f["release"]:
-            pass
     elif op is Op.REQUANT:
         at_least_one("row_blocks")
         ch = f["channels"]
@@ -511,7 +509,7 @@ def _region_name(r):
     return f"WMEM buffer {r[1]}" if r.startswith("W") else r
 
 
-# ---- memory words ---------------------------------------------------------------------------------
+# ---- memory words --------------------------------------------------------------------------------
 
 def _word_bytes(pe):
     return pe.word_bits // 8

@@ -283,7 +283,7 @@ def ref_moe(x, experts, routing, mode=Mode.FULL) -> ExpertResult:
                         vpu_saturation=bool(satd or flags.any()), detail=detail)
 
 
-# ---- float64 references ---------------------------------------------------------------------------
+# ---- float64 references --------------------------------------------------------------------------
 
 def _float(w):
     return w.dequantize() if isinstance(w, QuantizedWeight) else np.asarray(w, np.float64)
@@ -334,7 +334,7 @@ def expert_accuracy(x, w_up, w_gate, w_down, gate_weights=None) -> dict:
             for mode in (Mode.DRAFT, Mode.FULL)}
 
 
-# ---- the PE program -------------------------------------------------------------------------------
+# ---- the PE program ------------------------------------------------------------------------------
 
 @dataclass(eq=False)
 class PEJob:

@@ -217,7 +217,7 @@ def test_encoded_program_and_byte_streams_run_the_same():
         fsim.run(p.encode(), ld)
 
 
-# ---- program errors -------------------------------------------------------------------------------
+# ---- program errors ------------------------------------------------------------------------------
 
 def _expect(p, ld, match, **kw):
     with pytest.raises(ProgramError, match=match):

@@ -100,7 +100,7 @@ def test_decode_rejects_unknown_opcode_and_stray_bits():
         isa.decode(int(isa.Op.BARRIER) | (1 << 100))
 
 
-# ---- PE configuration -----------------------------------------------------------------------------
+# ---- PE configuration ----------------------------------------------------------------------------
 
 def test_pe_config_figures():
     pe = preset("small").pe
@@ -127,7 +127,7 @@ def test_pe_config_rejects_memory_sizes():
         ArchConfig(iomem_bytes=64 * 31).pe
 
 
-# ---- memory words: NumPy packers == Amaranth layouts ----------------------------------------------
+# ---- memory words: NumPy packers == Amaranth layouts ---------------------------------------------
 
 def _const_int(layout, value):
     return layout.const(value).as_bits()
@@ -217,7 +217,7 @@ def test_status_and_o_beat_match_layouts(cfg):
         asm.pack_status({"gemm_beats": 1 << 48}, cfg)
 
 
-# ---- the assembler ----------------------------------------------------------------------------------
+# ---- the assembler -------------------------------------------------------------------------------
 
 def test_program_encode_decode_roundtrip():
     cfg = preset("small")
