@@ -356,6 +356,8 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
             at_least_one("stride")
             p = L // 4 if mode is Mode.FULL else L // 2
             per_row = f["stride"] * pe.q16_per_word
+            if f["out_base"] % p:
+                fail("out_base", f"must be a multiple of the {p} channels a block writes")
             if f["out_base"] + nblk * p > per_row:
                 fail("out_base", f"channels out_base + {nblk} blocks x {p} = "
                                  f"{f['out_base'] + nblk * p} exceed the HBUF row of stride "
@@ -366,6 +368,8 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
             at_least_one("stride")
             c = L // 2 if mode is Mode.FULL else L
             per_row = f["stride"] * pe.q24_per_word
+            if f["out_base"] % c:
+                fail("out_base", f"must be a multiple of the {c} channels a block writes")
             if f["out_base"] + nblk * c > per_row:
                 fail("out_base", f"channels out_base + {nblk} blocks x {c} = "
                                  f"{f['out_base'] + nblk * c} exceed the OUT row of stride "
