@@ -186,15 +186,18 @@ def random_weight(rng, n, k, *, spread=1.0):
     return quantize_weights(w.astype(np.float32))
 
 
-def raw_gemm_program(a_q, qw, mode, *, wbuf=0, w_base=0, act_base=0):
-    """LOAD ACT + weights into buffer ``wbuf``, GEMM to RAW; returns (program, ld words)."""
+def raw_gemm_program(a_q, qw, mode, *, wbuf=0, w_base=0, act_base=0, prog=None, load_act=True):
+    """LOAD ACT + weights into buffer ``wbuf``, GEMM to RAW; returns (program, ld words).
+    Appends to ``prog`` if given; ``load_act=False`` expects the activations at ``act_base``."""
     msb, lsb, scl = weight_words(qw)
     acts = act_words(a_q)
     G = a_q.shape[1] // 32
     cbn = len(msb) // G
-    prog = asm.Program(PE_CFG)
-    prog.load(Target.ACT, act_base, len(acts))
-    ld = [acts]
+    prog = asm.Program(PE_CFG) if prog is None else prog
+    ld = []
+    if load_act:
+        prog.load(Target.ACT, act_base, len(acts))
+        ld.append(acts)
     prog.load(Target.WMSB, w_base, len(msb), buf=wbuf)
     ld.append(msb)
     if mode in (Mode.FULL, Mode.LSB_ONLY):
@@ -375,3 +378,90 @@ def test_expert_with_stalls_and_shared_slots(mode):
     prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode)
     got, ref = compare_with_fsim(prog, ld, traffic=ROUGH, seed=seed)
     assert np.abs(ref.data()).max() > 0
+
+
+@pytest.mark.parametrize("mode", [Mode.FULL, Mode.LSB_ONLY], ids=lambda m: m.name)
+def test_raw_gemm_with_link_backpressure(mode):
+    """RAW results under link_o backpressure and idle cycles on cmd/ld, two GEMMs on the two
+    buffers back to back (the second overlaps the first one's drain)."""
+    seed = 400 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (4, 64)).astype(np.int8)
+    qw0, qw1 = random_weight(rng, 8, 64), random_weight(rng, 8, 64)
+    prog, ld = raw_gemm_program(a_q, qw0, mode, wbuf=0)
+    _, ld1 = raw_gemm_program(a_q, qw1, mode, wbuf=1, prog=prog, load_act=False)
+    got, ref = compare_with_fsim(prog, ld + ld1, traffic=ROUGH, seed=seed)
+    n0 = len(got["link_o"]) // 2
+    for words, qw in ((got["link_o"][:n0], qw0), (got["link_o"][n0:], qw1)):
+        assert np.array_equal(raw_to_acc(words, 4, 8, mode, 2), gemm(a_q, qw, mode).acc)
+
+
+def test_load_overlaps_gemm():
+    """Double buffering: while a long GEMM reads buffer 0 (its RAW results stream out), the load
+    engine fills buffer 1; the overlapped program is faster than the same work serialized by
+    BARRIERs."""
+    seed = 500
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (32, 64)).astype(np.int8)     # 16 row blocks
+    qw0, qw1 = random_weight(rng, 32, 64), random_weight(rng, 32, 64)
+
+    def program(serial):
+        prog, ld = raw_gemm_program(a_q, qw0, Mode.DRAFT, wbuf=0)
+        if serial:
+            prog.barrier()
+        _, ld1 = raw_gemm_program(a_q[:2], qw1, Mode.DRAFT, wbuf=1, prog=prog, load_act=False)
+        return prog, ld + ld1, len(ld)
+
+    prog, ld, n_first = program(serial=False)
+    got, ref = compare_with_fsim(prog, ld, seed=seed)
+    n_raw0 = 16 * 8                                     # GEMM 0: 16 x 8 results of one word
+    first_out, last_out = got["link_o_cycles"][0], got["link_o_cycles"][n_raw0 - 1]
+    loads1 = got["ld"][n_first:]
+    print(f"  GEMM 0 results in cycles {first_out}..{last_out}; buffer 1 loaded in cycles "
+          f"{loads1[0]}..{loads1[-1]}")
+    assert loads1[-1] < last_out                      # buffer 1 filled while GEMM 0 runs
+    prog_s, ld_s, _ = program(serial=True)
+    got_s, _ = compare_with_fsim(prog_s, ld_s, seed=seed)
+    loads1_s = got_s["ld"][n_first:]
+    assert loads1_s[0] > got_s["link_o_cycles"][n_raw0 - 1]
+    print(f"  overlapped {got['cycles']} cycles, serialized {got_s['cycles']} cycles")
+    assert got["cycles"] < got_s["cycles"]
+
+
+def test_send_recv_accumulate_status():
+    """RECV (plain and accumulating, with int64 saturation), SEND, OUTPUT, CLEAR and the STATUS
+    counters and flags, under idle link_i cycles and link_o/o backpressure."""
+    seed = 600
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    OV = PE_CFG.q24_per_word
+    base = rng.integers(-2**40, 2**40, (8, OV))
+    base[0, 0] = 2**63 - 5                                   # saturates on accumulation
+    add = rng.integers(-2**40, 2**40, (8, OV))
+    add[0, 0] = 100
+    acts = rng.integers(-128, 128, (3, R, 32))
+    prog = asm.Program(PE_CFG)
+    prog.clear(out=True, flags=True, counters=True)
+    prog.barrier()
+    prog.load(Target.OUT, 0, 8)
+    prog.load(Target.ACT, 2, 3)
+    prog.barrier()
+    prog.recv(Target.OUT, 0, 8, accumulate=True)
+    prog.recv(Target.HBUF, 5, 2)
+    prog.send(Target.OUT, 0, 8)
+    prog.send(Target.HBUF, 5, 2)
+    prog.send(Target.ACT, 2, 3)
+    prog.output(row_blocks=1, channels=4 * OV)
+    prog.status()
+    prog.clear(flags=True)
+    prog.status()
+    ld = asm.words_to_ints(np.concatenate([asm.pack_q24(base, PE_CFG),
+                                           asm.pack_act(acts, PE_CFG)]))
+    hb = rng.integers(-2**31, 2**31, (2, PE_CFG.q16_per_word))
+    link_i = asm.words_to_ints(np.concatenate([asm.pack_q24(add, PE_CFG),
+                                               asm.pack_q16(hb, PE_CFG)]))
+    got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed)
+    st = ref.statuses()
+    assert st[0]["vpu_saturation"] == 1 and st[1]["vpu_saturation"] == 0
+    assert st[0]["words_received"] == 10 and st[0]["words_sent"] == 13
