@@ -1,0 +1,550 @@
+"""cocotb bench of the processing element, :class:`elmoe3d.hw.pe.PE`: whole SwiGLU experts and
+MoE layers from a command stream (paper Sections 4.1, 5.2, Fig. 10b).
+
+Run through :mod:`elmoe3d.sim.runner` (never directly): the runner builds the PE's Verilog and
+writes ``params.json`` (read with :func:`~elmoe3d.sim.runner.load_params`)::
+
+    {"arch": "small",                           # preset name (or an ArchConfig dict)
+     "routing": "/path/gsm8k_2_routing.jsonl",  # real Mixtral-8x7B routing (top-2 of 8)
+     "hidden": 64, "intermediate": 96,          # synthetic expert shape
+     "batches": [1, 4, 16],                     # tokens per MoE layer (trace test)
+     "modes": ["DRAFT", "FULL"]}
+
+Every case builds a PE program with :func:`elmoe3d.sw.expert.build_moe_program` (the expert
+builder: quantization, weight layout, WMEM buffer-fulls with double buffering), runs it on the
+RTL with a cocotb driver per stream (``cmd``, ``ld``, ``link_i`` sources with optional idle
+cycles that drive garbage payloads; ``o``, ``link_o`` sinks with optional backpressure; a
+monitor per output checking that an offered beat stays valid and unchanged until taken), and
+compares with plain equality:
+
+* every ``o`` DATA beat and ``link_o`` word against the functional simulator
+  (:mod:`elmoe3d.sw.fsim`) running the same program and ``ld`` stream;
+* the decoded FP32 output ``[T, H]`` (as bits) against the golden MoE layer
+  :func:`elmoe3d.sw.expert.ref_moe` (no program involved);
+* the STATUS beat's functional counters against fsim and its sticky flags (accumulator
+  overflow, VPU saturation) against both fsim and ``ref_moe``.
+
+Expert weights and token activations are synthetic (seeded Gaussians); the routing -- which
+experts each token runs through and with what gate weight -- is the real Mixtral trace
+(``traces/gsm8k_2_routing.jsonl``, one JSON line per problem, layer and decode token). Each
+test writes ``summary-<test>.json`` (case records) into the run folder, then fails if any case
+had a mismatch. Seeds: :func:`~elmoe3d.sim.runner.resolve_seed`, one generator per case.
+
+Tests: ``test_trace_moe`` (batches 1, 4, 16; DRAFT and FULL; I larger than one WMEM buffer),
+``test_corners`` (all-zero token, SiLU-saturating gate pre-activations, accumulator saturation
+with the sticky flag read back through STATUS), each with ``traffic`` = ``smooth`` or
+``stalls``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.simtime import get_sim_time
+from cocotb.triggers import ReadOnly, RisingEdge
+
+from ..config import ArchConfig, preset
+from ..hw.pe import PE
+from ..sw import asm
+from ..sw.asm import OKind
+from ..sw.corpus import traces_dir
+from ..sw.datapath import Mode
+from ..sw.expert import Expert, build_moe_program, ref_moe
+from ..sw.quant import QuantizedWeight, quantize_weights
+from .runner import case_rng, load_params, resolve_seed
+
+
+#: Clock period of the bench (ns); only cycle counts are reported.
+CLOCK_NS = 10
+#: traffic name -> (probability of idle cycles before a source beat (cmd, ld, link_i),
+#: probability an output (o, link_o) is not ready in a cycle).
+TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
+#: Differences recorded in detail per case.
+MAX_DETAILS = 8
+#: Default synthetic expert shape: I = 96 spans three WMEM buffer-fulls of up/gate weights
+#: (and two of down weights) on the small PE.
+DEFAULTS = {"arch": "small", "hidden": 64, "intermediate": 96, "experts": 8,
+            "batches": [1, 4, 16], "modes": ["DRAFT", "FULL"],
+            "layers": {"1": 0, "4": 15, "16": 31}, "problem": 0}
+SYNTHETIC_NOTE = ("expert weights and token activations are synthetic (seeded Gaussians); "
+                  "the routing (expert ids and gate weights) is the real Mixtral-8x7B trace")
+
+
+def arch_from_params(params) -> ArchConfig:
+    arch = params.get("arch", DEFAULTS["arch"])
+    return preset(arch) if isinstance(arch, str) else ArchConfig.from_dict(arch)
+
+
+def default_routing() -> Path:
+    """The real Mixtral routing trace (see :func:`elmoe3d.sw.corpus.traces_dir`)."""
+    return traces_dir() / "gsm8k_2_routing.jsonl"
+
+
+def read_routing(path, *, problem: int, layer: int, tokens: int, n_experts: int = 8):
+    """``(ids int64 [T, 2], weights float64 [T, 2], token_idx [T])`` of the first ``tokens``
+    decode tokens of ``problem`` at ``layer`` (records sorted by token index; missing records
+    are skipped, as the trace README says a few are). Raises ``ValueError`` naming the file if
+    fewer records exist or an id is out of range."""
+    recs = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if r["problem_id"] == problem and r["layer"] == layer:
+                recs.append(r)
+    recs.sort(key=lambda r: r["token_idx"])
+    if len(recs) < tokens:
+        raise ValueError(f"{path}: only {len(recs)} records for problem {problem}, layer "
+                         f"{layer}; need {tokens}")
+    recs = recs[:tokens]
+    ids = np.array([r["experts"] for r in recs], np.int64)
+    wts = np.array([r["gating_probs"] for r in recs], np.float64)
+    if ids.min() < 0 or ids.max() >= n_experts:
+        raise ValueError(f"{path}: expert ids outside 0..{n_experts - 1}")
+    return ids, wts, np.array([r["token_idx"] for r in recs], np.int64)
+
+
+# -- the stream harness ----------------------------------------------------------------------
+
+@dataclass
+class PERun:
+    """What one program did on the DUT."""
+
+    o: list                            # (kind, data int) per accepted o beat
+    link_o: list                       # accepted link_o words
+    start_cycle: int
+    end_cycle: int
+    errors: list = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+    @property
+    def cycles(self) -> int:
+        """Cycles from the first command offered to the last output taken."""
+        return self.end_cycle - self.start_cycle + 1
+
+
+class PEBench:
+    """Clock, reset, stream drivers, monitors and comparisons for one PE DUT."""
+
+    def __init__(self, dut, arch: ArchConfig, seed: int, test: str):
+        self.dut = dut
+        self.arch = arch
+        self.pe = arch.pe
+        self.seed = seed
+        self.test = test
+        probe = PE(config=arch)
+        probe._MustUse__silence = True
+        self.tile_latency = probe.tile_latency
+        self.sink_latency = {int(k): v for k, v in probe.sink_latency.items()}
+        self.records = []
+        self.word_mask = (1 << self.pe.word_bits) - 1
+
+    @staticmethod
+    def cycle() -> int:
+        return int(get_sim_time("ns")) // CLOCK_NS
+
+    def rng(self, case: str) -> np.random.Generator:
+        return case_rng(self.seed, f"{self.test}/{case}")
+
+    async def start(self):
+        dut = self.dut
+        Clock(dut.clk, CLOCK_NS, unit="ns").start(start_high=False)
+        dut.rst.value = 1
+        for port in ("cmd", "ld", "link_i"):
+            getattr(dut, f"{port}__valid").value = 0
+            getattr(dut, f"{port}__payload").value = 0
+        dut.o__ready.value = 0
+        dut.link_o__ready.value = 0
+        for _ in range(3):
+            await RisingEdge(dut.clk)
+        dut.rst.value = 0
+        await RisingEdge(dut.clk)
+        dut._log.info("PE %s: rows=%d lanes=%d W=%d bits, WMEM %d words/plane/buffer; tile "
+                      "latency %d, sink latencies %s; seed %d", self.arch.name, self.pe.rows,
+                      self.pe.lanes, self.pe.word_bits, self.pe.wmem_words, self.tile_latency,
+                      self.sink_latency, self.seed)
+
+    async def _source(self, port, words, bits, rng, idle):
+        dut = self.dut
+        valid = getattr(dut, f"{port}__valid")
+        payload = getattr(dut, f"{port}__payload")
+        ready = getattr(dut, f"{port}__ready")
+        nbytes = (bits + 7) // 8
+        for word in words:
+            if idle and rng.random() < idle:
+                valid.value = 0
+                for _ in range(int(rng.integers(1, 4))):
+                    # Garbage while not valid: the PE must ignore the payload.
+                    payload.value = int.from_bytes(rng.bytes(nbytes), "little") & ((1 << bits) - 1)
+                    await RisingEdge(dut.clk)
+            payload.value = int(word)
+            valid.value = 1
+            while True:
+                await ReadOnly()
+                taken = ready.value == 1
+                await RisingEdge(dut.clk)
+                if taken:
+                    break
+        valid.value = 0
+
+    async def _ready(self, port, rng, backpressure):
+        ready = getattr(self.dut, f"{port}__ready")
+        while True:
+            ready.value = 0 if backpressure and rng.random() < backpressure else 1
+            await RisingEdge(self.dut.clk)
+
+    async def _monitor(self, port, out, cycles, errors):
+        dut = self.dut
+        valid = getattr(dut, f"{port}__valid")
+        payload = getattr(dut, f"{port}__payload")
+        ready = getattr(dut, f"{port}__ready")
+        held = None
+        while True:
+            await ReadOnly()
+            v = valid.value == 1
+            raw = payload.value.to_unsigned() if v else None
+            if held is not None and (not v or raw != held[0]):
+                errors.append(f"cycle {self.cycle()}: {port} beat offered at cycle {held[1]} "
+                              f"was withdrawn or changed before it was taken")
+            held = None
+            if v:
+                if ready.value == 1:
+                    out.append(raw)
+                    cycles.append(self.cycle())
+                else:
+                    held = (raw, self.cycle())
+            await RisingEdge(dut.clk)
+
+    async def run(self, program, ld, link_i=(), *, n_o, n_link, rng, traffic) -> PERun:
+        """Drive the encoded ``program`` and the ``ld`` / ``link_i`` streams; collect ``o`` and
+        ``link_o`` until ``n_o`` beats and ``n_link`` words came out (or a deadline), then
+        drain: nothing more may come out."""
+        dut = self.dut
+        idle, backpressure = TRAFFIC[traffic]
+        o_raw, o_cyc, l_raw, l_cyc, errors = [], [], [], [], []
+        W = self.pe.word_bits
+        mons = [cocotb.start_soon(self._monitor("o", o_raw, o_cyc, errors)),
+                cocotb.start_soon(self._monitor("link_o", l_raw, l_cyc, errors)),
+                cocotb.start_soon(self._ready("o", rng, backpressure)),
+                cocotb.start_soon(self._ready("link_o", rng, backpressure))]
+        srcs = [cocotb.start_soon(self._source("cmd", program, 128, rng, idle)),
+                cocotb.start_soon(self._source("ld", ld, W, rng, idle)),
+                cocotb.start_soon(self._source("link_i", link_i, W, rng, idle))]
+        start = self.cycle()
+        wall = time.perf_counter()
+        budget = 200 + 40 * (len(program) + len(ld) + len(link_i)) + 8 * n_o
+        deadline = start + int(budget / (1 - idle) / (1 - backpressure))
+        while (not all(s.done() for s in srcs) or len(o_raw) < n_o or len(l_raw) < n_link) \
+                and self.cycle() < deadline:
+            await RisingEdge(dut.clk)
+        if self.cycle() >= deadline:
+            errors.append(f"deadline: {len(o_raw)}/{n_o} o beats, {len(l_raw)}/{n_link} link "
+                          f"words after {self.cycle() - start} cycles "
+                          f"(sources done: {[s.done() for s in srcs]})")
+        ends = o_cyc[-1:] + l_cyc[-1:]
+        end = max(ends) if ends else self.cycle()
+        wall = time.perf_counter() - wall
+        for task in srcs + mons[2:]:
+            task.cancel()
+        dut.o__ready.value = 1
+        dut.link_o__ready.value = 1
+        for port in ("cmd", "ld", "link_i"):
+            getattr(dut, f"{port}__valid").value = 0
+        for _ in range(64):
+            await RisingEdge(dut.clk)
+        for task in mons[:2]:
+            task.cancel()
+        dut.o__ready.value = 0
+        dut.link_o__ready.value = 0
+        if len(o_raw) > n_o or len(l_raw) > n_link:
+            errors.append(f"extra output: {len(o_raw)} o beats (expected {n_o}), {len(l_raw)} "
+                          f"link words (expected {n_link})")
+        o = [(raw & 1, raw >> 1) for raw in o_raw]          # kind in bit 0, data above
+        return PERun(o=o, link_o=l_raw, start_cycle=start, end_cycle=end, errors=errors,
+                     wall_seconds=wall)
+
+    # -- one program, all comparisons --
+
+    async def moe_case(self, case, source, x, experts, routing, mode, traffic, *, extra=None):
+        """Build the MoE program, run it on the RTL, fsim and ref_moe, compare, record."""
+        mode = Mode[mode] if isinstance(mode, str) else Mode(mode)
+        job = build_moe_program(x, experts, routing, mode, self.arch)
+        ref = job.run_fsim()
+        gold = ref_moe(x, experts, routing, mode)
+        run = await self.run(job.program.encode(), job.ld, n_o=len(ref.o),
+                             n_link=len(ref.link_o), rng=self.rng(f"{case}/{mode.name}/{traffic}"),
+                             traffic=traffic)
+        details = list(run.errors)
+        mismatches = len(run.errors)
+        comparisons = 0
+        # o beats and link words vs fsim, word for word
+        for i, want in enumerate(ref.o):
+            comparisons += 1
+            if i >= len(run.o):
+                mismatches += 1
+                continue
+            kind, data = run.o[i]
+            if kind != int(want.kind):
+                mismatches += 1
+                details.append(f"o beat {i}: kind {kind}, fsim {int(want.kind)}")
+            elif kind == OKind.DATA and data != want.data:
+                mismatches += 1
+                if len(details) < MAX_DETAILS:
+                    details.append(f"o beat {i}: DATA differs from fsim")
+        for i, want in enumerate(ref.link_o):
+            comparisons += 1
+            if i >= len(run.link_o) or run.link_o[i] != want:
+                mismatches += 1
+        # decoded output vs the golden MoE layer (FP32 bits)
+        data = [d for k, d in run.o if k == OKind.DATA]
+        y = None
+        if len(data) * self.pe.fp32_per_beat >= job.tokens * job.hidden:
+            vals = asm.unpack_fp32(asm.ints_to_words(data, self.pe), self.pe)
+            y = vals.reshape(-1, job.hidden)[:job.tokens]
+            bad = y.view(np.uint32) != gold.y.view(np.uint32)
+            comparisons += int(bad.size)
+            mismatches += int(bad.sum())
+            for t, c in zip(*np.nonzero(bad)):
+                if len(details) < MAX_DETAILS:
+                    details.append(f"y[{t}, {c}]: RTL {y[t, c]!r}, ref_moe {gold.y[t, c]!r}")
+        else:
+            comparisons += job.tokens * job.hidden
+            mismatches += job.tokens * job.hidden
+            details.append(f"only {len(data)} DATA beats")
+        # STATUS: functional counters vs fsim, sticky flags vs fsim and ref_moe
+        st_rtl = [asm.unpack_status(d) for k, d in run.o if k == OKind.STATUS]
+        st_ref = ref.statuses()
+        status = st_rtl[-1] if st_rtl else {}
+        for got, want in zip(st_rtl, st_ref):
+            for name in asm.FUNCTIONAL_STATUS_FIELDS:
+                comparisons += 1
+                if got[name] != want[name]:
+                    mismatches += 1
+                    details.append(f"STATUS.{name}: RTL {got[name]}, fsim {want[name]}")
+        if len(st_rtl) != len(st_ref):
+            mismatches += 1
+            details.append(f"{len(st_rtl)} STATUS beats, fsim {len(st_ref)}")
+        flags = (bool(status.get("acc_overflow")), bool(status.get("vpu_saturation")))
+        comparisons += 2
+        if flags != (gold.acc_overflow, gold.vpu_saturation):
+            mismatches += 1
+            details.append(f"flags (acc_overflow, vpu_saturation): RTL {flags}, ref_moe "
+                           f"{(gold.acc_overflow, gold.vpu_saturation)}")
+        ids = np.asarray(routing[0])
+        used = sorted(set(int(e) for e in ids.reshape(-1) if e >= 0))
+        beats = int(status.get("gemm_beats", 0))
+        rec = dict(case=case, source=source, mode=mode.name, traffic=traffic,
+                   tokens=int(job.tokens), hidden=int(job.hidden),
+                   intermediate=int(experts[0][0].shape[0] if isinstance(experts[0], tuple)
+                                    else experts[0].intermediate),
+                   experts_run=used, commands=len(job.program), ld_words=len(job.ld),
+                   gemm_beats=beats, cycles=run.cycles,
+                   beats_per_cycle=beats / run.cycles if run.cycles else 0.0,
+                   status={k: int(v) for k, v in status.items()},
+                   acc_overflow=flags[0], vpu_saturation=flags[1],
+                   comparisons=comparisons, mismatches=mismatches, details=details[:MAX_DETAILS],
+                   wall_seconds=run.wall_seconds,
+                   cycles_per_second=run.cycles / run.wall_seconds if run.wall_seconds else 0.0,
+                   note=SYNTHETIC_NOTE)
+        rec.update(extra or {})
+        return self.record(**rec)
+
+    def record(self, **rec):
+        rec.setdefault("test", self.test)
+        self.records.append(rec)
+        self.dut._log.info("%-30s %-5s %-6s T=%-3d experts %-16s %6d cycles %5d beats "
+                           "flags %d%d %6d values %d mismatches", rec["case"], rec["mode"],
+                           rec["traffic"], rec["tokens"], rec["experts_run"], rec["cycles"],
+                           rec["gemm_beats"], rec["acc_overflow"], rec["vpu_saturation"],
+                           rec["comparisons"], rec["mismatches"])
+        for line in rec.get("details", []):
+            self.dut._log.error("  %s: %s", rec["case"], line)
+        return rec
+
+    def finish(self, name: str):
+        """Write ``summary-<name>.json``; fail if any case mismatched."""
+        out = Path(load_params().get("out_dir") or os.getcwd())
+        path = out / f"summary-{name}.json"
+        path.write_text(json.dumps(self.records, indent=1))
+        bad = [r for r in self.records if r["mismatches"]]
+        total = sum(r["comparisons"] for r in self.records)
+        self.dut._log.info("%s: %d cases, %d values compared, %d mismatching case(s); %s; "
+                           "summary %s", name, len(self.records), total, len(bad),
+                           SYNTHETIC_NOTE, path)
+        assert not bad, (f"{len(bad)} case(s) mismatched (seed {self.seed}): "
+                         + "; ".join(f"{r['case']} {r['mode']} ({r['traffic']}): "
+                                     f"{r['mismatches']} mismatches, first: "
+                                     f"{r['details'][:2]}" for r in bad))
+
+
+async def _bench(dut, test) -> PEBench:
+    bench = PEBench(dut, arch_from_params(load_params()), resolve_seed(), test)
+    await bench.start()
+    return bench
+
+
+def _synthetic_experts(rng, n, hidden, inter):
+    """``n`` float experts ``(w_up [I, H], w_gate [I, H], w_down [H, I])`` with per-group
+    magnitudes spread over two decades."""
+    def weight(shape):
+        w = rng.standard_normal(shape)
+        mag = 10.0 ** rng.uniform(-1.5, 0.5, (shape[0], shape[1] // 32))
+        return w * np.repeat(mag, 32, axis=1) * 0.2
+    return [(weight((inter, hidden)), weight((inter, hidden)), weight((hidden, inter)))
+            for _ in range(n)]
+
+
+# -- tests -----------------------------------------------------------------------------------
+
+@cocotb.test()
+@cocotb.parametrize(traffic=list(TRAFFIC))
+async def test_trace_moe(dut, traffic):
+    """MoE layers on one PE, routed by the real Mixtral trace: batches of 1, 4 and 16 decode
+    tokens, DRAFT and FULL, I larger than one WMEM buffer."""
+    bench = await _bench(dut, f"test_trace_moe-{traffic}")
+    params = {**DEFAULTS, **load_params()}
+    path = Path(params.get("routing") or default_routing())
+    hidden, inter, n_exp = int(params["hidden"]), int(params["intermediate"]), \
+        int(params["experts"])
+    experts = _synthetic_experts(bench.rng("experts"), n_exp, hidden, inter)
+    dut._log.info("routing: %s; %d synthetic experts H=%d I=%d (%s)", path, n_exp, hidden,
+                  inter, SYNTHETIC_NOTE)
+    for batch in params["batches"]:
+        layer = int(params["layers"].get(str(batch), 0))
+        ids, wts, tok_idx = read_routing(path, problem=int(params["problem"]), layer=layer,
+                                         tokens=int(batch), n_experts=n_exp)
+        x = bench.rng(f"x/{batch}").standard_normal((int(batch), hidden))
+        for mode in params["modes"]:
+            await bench.moe_case(f"trace L{layer} batch {batch}", "mixtral-trace", x, experts,
+                                 (ids, wts), mode, traffic,
+                                 extra={"layer": layer, "trace_tokens": tok_idx.tolist(),
+                                        "routing_file": path.name})
+    bench.finish(f"test_trace_moe-{traffic}")
+
+
+def _saturating_expert(rng, hidden, inter):
+    """An expert whose up and gate GEMMs saturate the Q.24 accumulator for an input token of
+    constant 127 (codes 127): codes -127 with the FP16 maximum scale (65504), so each of the
+    H/32 >= 18 groups adds about -2^59 (the sum passes -2^63 at the 17th group)."""
+    assert hidden // 32 >= 18, hidden
+    big = np.full((inter, hidden), -127.0 * 65504.0)
+    up = quantize_weights(big, name="up-max")
+    assert (np.asarray(up.scale, np.float32) == 65504).all()
+    gate = quantize_weights(big, name="gate-max")
+    down = quantize_weights(rng.standard_normal((hidden, inter)) * 0.2, name="down")
+    return Expert(up, gate, down)
+
+
+def _silu_corner_expert(rng, hidden, inter):
+    """An expert whose gate rows span tiny to huge magnitudes (both signs): pre-activations
+    inside the sigmoid table, beyond +16 (silu = g), below -16 (silu = 0) and beyond the Q16.16
+    range (saturation)."""
+    mags = np.array([0.05, 0.5, 5.0, 60.0, -0.5, -5.0, -60.0, 1e5])
+    gate = rng.standard_normal((inter, hidden)) * 0.05 + mags[np.arange(inter) % len(mags),
+                                                              None] / hidden
+    up = rng.standard_normal((inter, hidden)) * 0.2
+    down = rng.standard_normal((hidden, inter)) * 0.2
+    return (up, gate, down)
+
+
+@cocotb.test()
+@cocotb.parametrize(traffic=list(TRAFFIC))
+async def test_corners(dut, traffic):
+    """All-zero token; SiLU-saturating gate pre-activations; accumulator saturation with the
+    sticky flag read back through STATUS."""
+    bench = await _bench(dut, f"test_corners-{traffic}")
+    params = {**DEFAULTS, **load_params()}
+    hidden, inter = int(params["hidden"]), int(params["intermediate"])
+    rng = bench.rng("corners")
+    experts = _synthetic_experts(rng, 2, hidden, inter)
+    x = rng.standard_normal((4, hidden))
+    x[2] = 0.0
+    ids = np.array([[0, 1], [1, 0], [0, 1], [1, -1]])
+    wts = np.array([[0.6, 0.4], [0.75, 0.25], [0.5, 0.5], [1.0, 0.0]])
+    for mode in ("DRAFT", "FULL"):
+        rec = await bench.moe_case("all-zero token", "corner", x, experts, (ids, wts), mode,
+                                   traffic)
+    silu = _silu_corner_expert(rng, hidden, inter)
+    xs = np.abs(rng.standard_normal((3, hidden))) + 0.5
+    xs[1] *= -1.0
+    for mode in ("DRAFT", "FULL"):
+        rec = await bench.moe_case("SiLU-saturating gates", "corner", xs, [silu],
+                                   (np.zeros((3, 1), np.int64), np.ones((3, 1))), mode,
+                                   traffic)
+        assert rec["mismatches"] or rec["vpu_saturation"], "the SiLU corner did not saturate"
+    # H = 576: 18 groups per up/gate accumulation (OUT holds 2 rows of 576 on the small PE)
+    sat_h = int(params.get("saturation_hidden", 576))
+    sat = _saturating_expert(rng, sat_h, 32)
+    xa = np.full((2, sat_h), 127.0)
+    xa[1] = rng.standard_normal(sat_h)
+    for mode in ("FULL",):
+        rec = await bench.moe_case("accumulator saturation", "corner", xa, [sat],
+                                   (np.zeros((2, 1), np.int64), np.ones((2, 1))), mode,
+                                   traffic)
+        assert rec["mismatches"] or rec["acc_overflow"], "the saturation corner did not saturate"
+    bench.finish(f"test_corners-{traffic}")
+
+
+# -- host side -------------------------------------------------------------------------------
+
+#: Test names in the order the host runs and reports them.
+TESTS = ("test_trace_moe", "test_corners")
+
+
+@dataclass(frozen=True)
+class PEBenchResult:
+    """A host-side run of this bench: the runner's result and the case records."""
+
+    sim: object
+    records: list
+
+    @property
+    def comparisons(self) -> int:
+        return sum(r["comparisons"] for r in self.records)
+
+    @property
+    def mismatches(self) -> int:
+        return sum(r["mismatches"] for r in self.records)
+
+
+def build_pe(arch: ArchConfig, *, waves=None):
+    """Verilog + Verilator build of ``PE(config=arch)`` (reused when unchanged)."""
+    from .runner import build
+    return build(PE(config=arch), name=f"pe_{arch.name.replace('-', '_')}", toplevel="pe",
+                 waves=waves)
+
+
+def run_pe_bench(arch: ArchConfig | None = None, *, tests=None, seed=None, waves=None,
+                 params=None, built=None, check=True) -> PEBenchResult:
+    """Build (or reuse) the PE and run the named tests of this bench (default: all).
+
+    ``params`` are merged over ``{"arch": arch.name, "routing": default_routing()}``. With
+    ``check=True`` a failing test raises :class:`~elmoe3d.sim.runner.SimulationFailure`;
+    records are read from the run folder's ``summary-*.json`` files either way."""
+    from .runner import run
+    arch = arch or preset("small")
+    built = built or build_pe(arch, waves=waves)
+    tests = [tests] if isinstance(tests, str) else list(tests or TESTS)
+    arch_param = arch.name if arch.name in ("small", "paper-4gb", "paper-8gb") \
+        and preset(arch.name) == arch else arch.to_dict()
+    merged = {"arch": arch_param, "routing": str(default_routing()), **(params or {})}
+    name = "-".join(t.removeprefix("test_") for t in tests)
+    result = run(built, test_module=__name__, testcase=tests, params=merged, seed=seed,
+                 run_name=f"bench_pe-{name}", check=check)
+    records = []
+    for case in result.testcases:
+        base, _, param = case.name.partition("/")
+        label = f"{base}-{param.partition('=')[2]}" if param else base
+        path = result.test_dir / f"summary-{label}.json"
+        if path.is_file():
+            records.extend(json.loads(path.read_text()))
+    return PEBenchResult(sim=result, records=records)
