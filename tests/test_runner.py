@@ -6,8 +6,10 @@ temporary folder; one of its tests fails on purpose.
 
 import json
 import os
+import re
 import shutil
 import textwrap
+import time
 
 import pytest
 
@@ -202,3 +204,110 @@ def test_waves_are_dumped(tiny_bench):
     assert result.waves_file.is_file() and result.waves_file.stat().st_size > 0
     plain = runner.build(Increment(), name="tiny_increment", waves=False)
     assert plain.build_dir != result.build.build_dir and plain.wave_file is None
+
+
+# -- make variables, environment, runtime cache, run folders ---------------------------------
+
+def test_makeflags_reach_gnu_make(tmp_path):
+    """The make variables travel in MAKEFLAGS (no private cocotb API): GNU make applies them
+    over the makefile's own assignments, blanks and backslashes included."""
+    import subprocess
+    (tmp_path / "Makefile").write_text("X = from-makefile\nY = y\nshow:\n\t@echo 'X=$(X)' 'Y=$(Y)'\n")
+    for existing in ("", "-s", "-s -- Y=2"):
+        flags = runner._makeflags([r"X=a b\c"], existing)
+        done = subprocess.run(["make", "-C", str(tmp_path), "--no-print-directory", "show"],
+                              env={**os.environ, "MAKEFLAGS": flags}, capture_output=True,
+                              text=True, check=True)
+        want_y = "2" if "Y=2" in existing else "y"
+        assert done.stdout.strip() == rf"X=a b\c Y={want_y}", (existing, flags, done)
+
+
+def test_make_variables(monkeypatch):
+    import sys
+    monkeypatch.delenv("CXX", raising=False)
+    variables = runner._make_variables()
+    assert set(runner.MAKE_OPT) <= set(variables)
+    assert f"PYTHON3={sys.executable}" in variables
+    assert not any(v.startswith(("CXX=", "LINK=")) for v in variables)
+    monkeypatch.setenv("CXX", "ccache g++")
+    assert {"CXX=ccache g++", "LINK=ccache g++"} <= set(runner._make_variables())
+
+
+def test_perl_is_required(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SimulationError, match="perl is not on PATH.*Perl script"):
+        runner.verilator_root()
+
+
+def test_cxxflags_are_extended_not_replaced(monkeypatch):
+    monkeypatch.setenv("CXXFLAGS", "-g -DFOO")
+    with runner.verilator_environment():
+        assert os.environ["CXXFLAGS"] == f"-g -DFOO {runner.CXX_STD}"
+    assert os.environ["CXXFLAGS"] == "-g -DFOO"
+    monkeypatch.setenv("CXXFLAGS", "-std=c++23 -g")
+    with runner.verilator_environment():
+        assert os.environ["CXXFLAGS"] == "-std=c++23 -g"
+    monkeypatch.delenv("CXXFLAGS")
+    with runner.verilator_environment():
+        assert os.environ["CXXFLAGS"] == runner.CXX_STD
+    assert "CXXFLAGS" not in os.environ
+
+
+def test_runtime_cache_key(tmp_path, monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("VERILATOR_ROOT", "/a")
+    base = runner._RuntimeCache(tmp_path, ["--no-timing"], None).folder
+    assert runner._RuntimeCache(tmp_path, ["--no-timing"], None).folder == base
+    assert runner._RuntimeCache(tmp_path, ["--no-timing", "-CFLAGS", "-DX"], None).folder != base
+    assert runner._RuntimeCache(tmp_path, ["--no-timing"], "fst").folder != base
+    monkeypatch.setenv("VERILATOR_ROOT", "/b")
+    assert runner._RuntimeCache(tmp_path, ["--no-timing"], None).folder != base
+    monkeypatch.setenv("VERILATOR_ROOT", "/a")
+    monkeypatch.setenv("CXX", "g++")
+    assert runner._RuntimeCache(tmp_path, ["--no-timing"], None).folder != base
+
+
+def test_runtime_objects_are_shared_not_recompiled(tmp_path, tiny_bench):
+    """A fresh build root: the first build compiles Verilator's runtime objects and caches
+    them; a second design copies them in (through OBJCACHE) instead of compiling them, with the
+    optimisation levels of MAKE_OPT, and the simulation still works."""
+    first = runner.build(Increment(), name="tiny_increment", root=tmp_path)
+    log1 = (first.build_dir / "build.log").read_text()
+    compiled = sorted(set(re.findall(r"-o (verilated\w*\.o)", log1)))
+    assert "verilated.o" in compiled
+    assert " -Os " not in log1 and " -O1 " in log1           # MAKE_OPT reached make
+    assert runner._RuntimeCache.copied(first.build_dir / "build.log") == []
+    changed = runner.generate_verilog(Increment(), name="tiny_increment") + "// changed\n"
+    second = runner.build(changed, name="tiny_increment", root=tmp_path)
+    assert second.built and second.build_dir != first.build_dir
+    assert runner._RuntimeCache.copied(second.build_dir / "build.log") == compiled
+    result = runner.run(second, test_module=tiny_bench, testcase="passes")
+    assert result.passed == 1
+
+
+def _fake_run_dir(runs, name, pid, age):
+    path = runs / f"{name}-p{pid}"
+    path.mkdir(parents=True)
+    (path / "sim.log").write_text("old\n")
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def test_old_run_folders_are_pruned(tiny_bench):
+    built = runner.build(Increment(), name="tiny_increment")
+    runs = built.build_dir / "runs"
+    name = f"prune{os.getpid()}x{time.monotonic_ns()}"
+    dead = 4_194_304 + 12345                   # above any pid_max: never a live process
+    old = [_fake_run_dir(runs, name, dead + i, age=100 + 10 * i) for i in range(6)]
+    alive = _fake_run_dir(runs, name, os.getppid(), age=1000)
+    other = _fake_run_dir(runs, f"{name}-too", dead, age=1000)
+    try:
+        result = runner.run(built, test_module=tiny_bench, testcase="passes", run_name=name)
+        assert result.test_dir.is_dir()
+        kept = [p for p in old if p.exists()]
+        assert kept == old[:runner.RUNS_KEPT - 1]           # the newest others
+        assert alive.exists() and other.exists()
+    finally:
+        for path in runs.glob(f"{name}*"):
+            shutil.rmtree(path, ignore_errors=True)
