@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from .errors import UserError
+from .outputs import AtomicOutputs, check_output
 
 
 __all__ = ["configure", "run", "parse_bits", "TensorResult", "analyse_tensor", "METHODS"]
@@ -287,44 +286,6 @@ def _plot(path_tmp, fmt, agg: TensorResult, bits, methods, title):
     fig.savefig(path_tmp, format=fmt, dpi=150)
 
 
-def _check_output(path: Path, option: str):
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise UserError(f"{option} {path}: is a directory")
-    if not parent.is_dir():
-        raise UserError(f"{option} {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise UserError(f"{option} {path}: directory {parent} is not writable")
-
-
-class _AtomicOutputs:
-    """Temporary files in the destination folders, renamed into place by :meth:`commit`,
-    removed by :meth:`discard`."""
-
-    def __init__(self):
-        self._pending = []
-
-    def temp_for(self, dest: Path) -> str:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp",
-                                   dir=dest.parent if str(dest.parent) else ".")
-        os.close(fd)
-        self._pending.append((tmp, dest))
-        return tmp
-
-    def commit(self):
-        for tmp, dest in self._pending:
-            os.replace(tmp, dest)
-        self._pending = []
-
-    def discard(self):
-        for tmp, _ in self._pending:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        self._pending = []
-
-
 def _resolve_weights(arg: str) -> Path:
     if arg == "minilm":
         from .sw.minilm import minilm_path
@@ -360,7 +321,7 @@ def run(args) -> int:
     methods = METHODS
     for option, dest in (("--json", args.json), ("--plot", args.plot)):
         if dest is not None:
-            _check_output(dest, option)
+            check_output(dest, option)
     plot_fmt = None
     if args.plot is not None:
         plot_fmt = args.plot.suffix.lower().lstrip(".")
@@ -424,7 +385,7 @@ def run(args) -> int:
     if args.per_tensor:
         out.print(_per_tensor_table(results, bits, methods))
 
-    outputs = _AtomicOutputs()
+    outputs = AtomicOutputs()
     try:
         if args.json is not None:
             doc = {"file": str(path), "format": tf.format, "group_size": 32, "bits": bits,

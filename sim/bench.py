@@ -15,7 +15,6 @@ measured in the same run (BRIEF section 6; tests never time anything, this comma
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from ..config import ConfigError, preset
 from ..errors import UserError
+from ..outputs import check_output, write_json
 
 
 #: (label, M, K, N, weight): MiniLM FFN shapes, prefill (256 tokens) and a decode batch.
@@ -45,7 +45,9 @@ def configure(parser):
     parser.add_argument("--beats", type=int, default=4096,
                         help="minimum length of the RTL throughput GEMM in beats "
                              "(default 4096)")
-    parser.add_argument("--json", metavar="OUT", default=None, help="write the figures to OUT")
+    parser.add_argument("--json", metavar="OUT", default=None,
+                        help="write the figures to OUT (JSON; checked before the run, written "
+                             "only when it completes)")
 
 
 def median_time(fn, repeats: int, min_seconds: float = 0.05) -> float:
@@ -141,6 +143,8 @@ def run(args) -> int:
         raise UserError(str(exc)) from None
     if args.repeats < 1 or args.beats < 1:
         raise UserError("--repeats and --beats must be positive")
+    if args.json:
+        check_output(args.json, "--json")
     console = Console(highlight=False)
     if not console.is_terminal:            # logs and pipes: wide enough for the tables
         console.width = max(console.width, 120)
@@ -185,8 +189,7 @@ def run(args) -> int:
                   f"{rtl['clock_only_cycles_per_s']:,.0f} cycles/s with only the clock running "
                   f"({rtl['sim_cycles_per_s'] / rtl['clock_only_cycles_per_s']:.0%})")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
-                       "targets": {"throughput": THROUGHPUT_TARGET, "golden": GOLDEN_TARGET}},
-                      f, indent=1)
+        write_json(args.json, {"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
+                               "targets": {"throughput": THROUGHPUT_TARGET,
+                                           "golden": GOLDEN_TARGET}})
     return 0 if rtl["mismatches"] == 0 else 1

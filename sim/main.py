@@ -12,11 +12,11 @@ failing test, 2 on a usage or setup error.
 
 from __future__ import annotations
 
-import json
 import time
 
 from ..config import ConfigError, preset
 from ..errors import UserError
+from ..outputs import check_output, write_json
 
 
 #: Presets this command simulates (the paper configurations are for synthesis and the
@@ -39,7 +39,8 @@ def configure(parser):
     parser.add_argument("--waves", action="store_true",
                         help="dump FST waveforms (dump.fst in each run folder)")
     parser.add_argument("--json", metavar="OUT", default=None,
-                        help="also write every case record to OUT (JSON)")
+                        help="also write every case record to OUT (JSON; checked before the "
+                             "run, written only when the run completes)")
 
 
 def _config(name):
@@ -98,6 +99,8 @@ def run(args) -> int:
         console.width = max(console.width, 120)
     arch = _config(args.config)
     cfg = arch.tile
+    if args.json:
+        check_output(args.json, "--json")
     traces = _check_inputs()
     seed = resolve_seed(args.seed)
     waves = True if args.waves else None
@@ -173,8 +176,7 @@ def run(args) -> int:
         if res.waves_file is not None:
             console.print(f"waves: {escape(str(res.waves_file))}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"config": arch.name, "seed": seed, "records": records}, f, indent=1)
+        write_json(args.json, {"config": arch.name, "seed": seed, "records": records})
     console.print(f"{total_cmp:,} bit-exact comparisons in total, {total_bad} mismatches")
     style = "bold green" if not (minilm_bad or total_bad or failed) and minilm_cmp else "bold red"
     console.print(f"[{style}]{minilm_cmp:,} bit-exact comparisons on real MiniLM weights, "
