@@ -43,7 +43,9 @@ def configure(parser):
                              "run, written only when the run completes)")
 
 
-def _config(name):
+def sim_config(name):
+    """The preset ``name`` if it is one this command simulates (:data:`SIM_CONFIGS`), else a
+    :class:`UserError` saying which are."""
     if name not in SIM_CONFIGS:
         try:
             preset(name)
@@ -97,7 +99,7 @@ def run(args) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:            # logs and pipes: wide enough for the tables
         console.width = max(console.width, 120)
-    arch = _config(args.config)
+    arch = sim_config(args.config)
     cfg = arch.tile
     if args.json:
         check_output(args.json, "--json")
