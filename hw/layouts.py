@@ -1,11 +1,14 @@
 """Stream payload layouts shared by the RTL, the benches and the host.
 
 Nobody packs bits by hand: benches build payloads with ``layout.const({...}).as_bits()`` and read
-results with ``layout.from_bits(raw)``.
+results with ``layout.from_bits(raw)`` -- for the tensor tile through :func:`pack_beats` and
+:func:`unpack_results`, which convert between those payloads and the beat and result
+dictionaries of the golden model (:mod:`elmoe3d.sw.tile`).
 """
 
 from __future__ import annotations
 
+import numpy as np
 from amaranth.hdl import signed, unsigned
 from amaranth.lib import data, enum
 
@@ -13,7 +16,7 @@ from ..config import TileConfig
 from ..sw.datapath import Mode
 
 
-__all__ = ["TileMode", "tile_beat_layout", "tile_result_layout"]
+__all__ = ["TileMode", "tile_beat_layout", "tile_result_layout", "pack_beats", "unpack_results"]
 
 
 class TileMode(enum.Enum, shape=2):
@@ -73,3 +76,40 @@ def tile_result_layout(config: TileConfig) -> data.StructLayout:
         "overflow": data.ArrayLayout(data.ArrayLayout(unsigned(1), config.lanes), config.rows),
         "mode": TileMode,
     })
+
+
+def pack_beats(config: TileConfig, beats) -> list[int]:
+    """Beat dictionary of :func:`elmoe3d.sw.tile.tile_schedule` (``act`` int8 [B, rows, 32],
+    ``wgt`` nibbles [B, lanes, 32], ``scale`` FP16 bits [B, lanes], ``mode`` [B], ``first``
+    and ``last`` [B]) -> one :func:`tile_beat_layout` payload integer per beat."""
+    layout = tile_beat_layout(config)
+    return [layout.const({
+        "act": np.asarray(beats["act"][b]).tolist(),
+        "wgt": np.asarray(beats["wgt"][b]).tolist(),
+        "scale": np.asarray(beats["scale"][b]).tolist(),
+        "mode": TileMode(int(beats["mode"][b])),
+        "first": int(bool(beats["first"][b])),
+        "last": int(bool(beats["last"][b])),
+    }).as_bits() for b in range(len(beats["mode"]))]
+
+
+def unpack_results(config: TileConfig, raws) -> dict:
+    """:func:`tile_result_layout` payloads (integers, or the ``data.Const`` views a simulator
+    returns) -> the result dictionary of :func:`elmoe3d.sw.tile.ref_tile`: ``acc`` int64
+    [R, rows, lanes], ``overflow`` bool [R, rows, lanes], ``mode`` int64 [R]."""
+    layout = tile_result_layout(config)
+    rows, lanes = config.rows, config.lanes
+    acc = np.zeros((len(raws), rows, lanes), np.int64)
+    overflow = np.zeros((len(raws), rows, lanes), bool)
+    mode = np.zeros(len(raws), np.int64)
+    for i, raw in enumerate(raws):
+        view = raw if isinstance(raw, data.Const) else layout.from_bits(int(raw))
+        if isinstance(raw, data.Const) and data.Layout.cast(raw.shape()) != layout:
+            raise ValueError(f"result {i}: layout {raw.shape()!r} is not the tile result "
+                             f"layout of {config}")
+        for r in range(rows):
+            for n in range(lanes):
+                acc[i, r, n] = int(view.acc[r][n])
+                overflow[i, r, n] = bool(view.overflow[r][n])
+        mode[i] = TileMode(view.mode).value
+    return {"acc": acc, "overflow": overflow, "mode": mode}

@@ -15,8 +15,8 @@ Streams are driven with plain cocotb coroutines: a source that presents beats (o
 random idle cycles, during which it drives garbage payloads), a sink that drives ``o.ready``
 (optionally with random backpressure) and a monitor that collects every accepted result and
 checks the stream rule (a presented result stays valid and unchanged until taken). Payloads are
-packed and unpacked only through the Amaranth layouts (:func:`~elmoe3d.hw.layouts.tile_beat_layout`,
-:func:`~elmoe3d.hw.layouts.tile_result_layout`).
+packed and unpacked only through the Amaranth layouts (:func:`~elmoe3d.hw.layouts.pack_beats`,
+:func:`~elmoe3d.hw.layouts.unpack_results`).
 
 Every result is compared with plain equality against :func:`elmoe3d.sw.tile.ref_tile`, and
 each GEMM reassembled from the results against :func:`elmoe3d.sw.datapath.gemm`. Comparisons
@@ -47,7 +47,7 @@ from cocotb.simtime import get_sim_time
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..config import TileConfig
-from ..hw.layouts import TileMode, tile_beat_layout, tile_result_layout
+from ..hw.layouts import pack_beats, tile_beat_layout, unpack_results
 from ..hw.tile import TensorTile
 from ..sw.datapath import Mode, gemm
 from ..sw.corpus import gsm8k_prompts, traces_dir
@@ -100,7 +100,6 @@ class TileBench:
         self.seed = seed
         self.test = test
         self.beat_layout = tile_beat_layout(config)
-        self.result_layout = tile_result_layout(config)
         self.latency = TensorTile(config=config).latency
         self.records = []
 
@@ -124,37 +123,6 @@ class TileBench:
         await RisingEdge(dut.clk)
         dut._log.info("TensorTile rows=%d lanes=%d latency=%d; seed %d", self.config.rows,
                       self.config.lanes, self.latency, self.seed)
-
-    # -- payloads, through the layouts only --
-
-    def pack(self, beats) -> list:
-        """Beat dict (see :mod:`elmoe3d.sw.tile`) -> payload integers."""
-        words = []
-        for b in range(len(beats["mode"])):
-            words.append(self.beat_layout.const({
-                "act": beats["act"][b].tolist(),
-                "wgt": beats["wgt"][b].tolist(),
-                "scale": beats["scale"][b].tolist(),
-                "mode": TileMode(int(beats["mode"][b])),
-                "first": int(bool(beats["first"][b])),
-                "last": int(bool(beats["last"][b])),
-            }).as_bits())
-        return words
-
-    def unpack(self, raws) -> dict:
-        """Result payload integers -> result dict (see :func:`elmoe3d.sw.tile.ref_tile`)."""
-        rows, lanes = self.config.rows, self.config.lanes
-        acc = np.zeros((len(raws), rows, lanes), np.int64)
-        ovf = np.zeros((len(raws), rows, lanes), bool)
-        mode = np.zeros(len(raws), np.int64)
-        for i, raw in enumerate(raws):
-            view = self.result_layout.from_bits(raw)
-            for r in range(rows):
-                for n in range(lanes):
-                    acc[i, r, n] = int(view.acc[r][n])
-                    ovf[i, r, n] = bool(view.overflow[r][n])
-            mode[i] = TileMode(view.mode).value
-        return {"acc": acc, "overflow": ovf, "mode": mode}
 
     # -- coroutines --
 
@@ -209,7 +177,7 @@ class TileBench:
     async def stream(self, beats, *, rng, idle=0.0, backpressure=0.0) -> StreamRun:
         """Send ``beats`` through the DUT and collect its results."""
         dut = self.dut
-        words = self.pack(beats)
+        words = pack_beats(self.config, beats)
         expected = int(np.count_nonzero(beats["last"]))
         raws, result_cycles, accept_cycles, errors = [], [], [], []
         monitor = cocotb.start_soon(self._monitor(raws, result_cycles, errors))
@@ -236,8 +204,8 @@ class TileBench:
         if len(raws) > expected:
             errors.append(f"{len(raws) - expected} extra result(s) beyond the {expected} "
                           f"the beats ask for")
-        return StreamRun(results=self.unpack(raws[:expected]), accept_cycles=accept_cycles,
-                         result_cycles=result_cycles[:expected], start_cycle=start,
+        return StreamRun(results=unpack_results(self.config, raws[:expected]),
+                         accept_cycles=accept_cycles, result_cycles=result_cycles[:expected], start_cycle=start,
                          end_cycle=end, expected=expected, errors=errors, wall_seconds=wall)
 
     # -- comparisons --

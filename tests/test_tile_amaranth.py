@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from elmoe3d.config import ConfigError, TileConfig
-from elmoe3d.hw.layouts import TileMode, tile_beat_layout, tile_result_layout
+from elmoe3d.hw.layouts import TileMode, pack_beats, tile_beat_layout, tile_result_layout, \
+    unpack_results
 from elmoe3d.hw.tile import TensorTile
 from elmoe3d.sw.datapath import INT64_MAX, INT64_MIN, Mode, gemm
 from elmoe3d.sw.quant import QuantizedWeight, quantize_weights
@@ -28,18 +29,6 @@ FP16_MAX_BITS = 0x7BFF      # 65504
 
 
 # ---- bench --------------------------------------------------------------------------------------
-
-def _beat_consts(cfg, beats):
-    layout = tile_beat_layout(cfg)
-    return [layout.const({
-        "act": beats["act"][b].tolist(),
-        "wgt": beats["wgt"][b].tolist(),
-        "scale": beats["scale"][b].tolist(),
-        "mode": TileMode(int(beats["mode"][b])),
-        "first": int(beats["first"][b]),
-        "last": int(beats["last"][b]),
-    }) for b in range(len(beats["mode"]))]
-
 
 def _expected_results(beats):
     return int(np.count_nonzero(beats["last"]))
@@ -57,8 +46,8 @@ def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12):
     accepted beat (``accept``) and every taken result (``emit``) and the DUT's ``latency``.
     """
     dut = TensorTile(config=cfg)
-    consts = _beat_consts(cfg, beats)
-    nbeats, n_results = len(consts), _expected_results(beats)
+    words = pack_beats(cfg, beats)
+    nbeats, n_results = len(words), _expected_results(beats)
     rng = random.Random(seed)
     got, accept, emit = [], [], []
     max_cycles = 50 + int((nbeats + 4 * n_results + 10) / max(1e-3, (1 - idle) * (1 - stall)) * 4)
@@ -70,7 +59,7 @@ def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12):
                 valid = rng.random() >= idle
             ctx.set(dut.i.valid, valid)
             if valid:
-                ctx.set(dut.i.payload, consts[idx])
+                ctx.set(dut.i.payload.as_value(), words[idx])
             ready = rng.random() >= stall
             ctx.set(dut.o.ready, ready)
             o_valid, i_ready = ctx.get(dut.o.valid), ctx.get(dut.i.ready)
@@ -104,15 +93,7 @@ def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12):
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
-    rows, lanes = cfg.rows, cfg.lanes
-    results = {
-        "acc": np.array([[[p.acc[r][n] for n in range(lanes)] for r in range(rows)] for p in got],
-                        np.int64).reshape(len(got), rows, lanes),
-        "overflow": np.array([[[p.overflow[r][n] for n in range(lanes)] for r in range(rows)]
-                              for p in got], bool).reshape(len(got), rows, lanes),
-        "mode": np.array([int(p.mode.value) for p in got], np.int64),
-    }
-    return results, {"accept": accept, "emit": emit, "latency": dut.latency}
+    return unpack_results(cfg, got), {"accept": accept, "emit": emit, "latency": dut.latency}
 
 
 def assert_results_equal(got, want):
@@ -197,6 +178,48 @@ def test_tile_parameters():
     assert dut.i.payload.shape() == tile_beat_layout(cfg)
     assert dut.o.payload.shape() == tile_result_layout(cfg)
     Fragment.get(dut, None)                 # elaborates
+
+
+def test_pack_beats_and_unpack_results_through_the_layouts():
+    """pack_beats puts every field where the layout says (read back field by field);
+    unpack_results reads integers and simulator Const views alike, extremes included."""
+    cfg = TileConfig(rows=2, lanes=4)
+    rng = np.random.default_rng(3)
+    beats = random_beats(rng, cfg, 5)
+    beats["act"][0] = -128
+    beats["wgt"][1] = 15
+    beats["scale"][2] = 0xFFFF
+    words = pack_beats(cfg, beats)
+    layout = tile_beat_layout(cfg)
+    assert len(words) == 5 and all(0 <= w < 1 << layout.size for w in words)
+    for b, word in enumerate(words):
+        view = layout.from_bits(word)
+        assert [[int(view.act[r][k]) for k in range(32)] for r in range(cfg.rows)] == \
+            beats["act"][b].tolist()
+        assert [[int(view.wgt[n][k]) for k in range(32)] for n in range(cfg.lanes)] == \
+            beats["wgt"][b].tolist()
+        assert [int(view.scale[n]) for n in range(cfg.lanes)] == beats["scale"][b].tolist()
+        assert view.mode.value == int(beats["mode"][b])
+        assert (int(view.first), int(view.last)) == (int(beats["first"][b]),
+                                                      int(beats["last"][b]))
+
+    rlayout = tile_result_layout(cfg)
+    acc = rng.integers(INT64_MIN, INT64_MAX, (3, cfg.rows, cfg.lanes), dtype=np.int64,
+                       endpoint=True)
+    acc[0, 0, 0], acc[0, 0, 1] = INT64_MIN, INT64_MAX
+    ovf = rng.random((3, cfg.rows, cfg.lanes)) < 0.5
+    modes = [Mode.FULL, Mode.LSB_ONLY, Mode.DRAFT]
+    consts = [rlayout.const({"acc": acc[i].tolist(), "overflow": ovf[i].astype(int).tolist(),
+                             "mode": TileMode(modes[i].value)}) for i in range(3)]
+    want = {"acc": acc, "overflow": ovf, "mode": np.array([m.value for m in modes])}
+    for raws in (consts, [c.as_bits() for c in consts]):
+        got = unpack_results(cfg, raws)
+        assert got["acc"].dtype == np.int64 and got["overflow"].dtype == bool
+        assert_results_equal(got, want)
+    empty = unpack_results(cfg, [])
+    assert empty["acc"].shape == (0, cfg.rows, cfg.lanes)
+    with pytest.raises(ValueError, match="not the tile result layout"):
+        unpack_results(TileConfig(rows=1, lanes=2), consts)
 
 
 def test_verilog_converts():
