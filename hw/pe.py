@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig, PEConfig, TileConfig
 from ..isa import Op, Sink, Target
-from .isa import command_layout, o_beat_layout, status_layout, tok_entry_layout
+from .isa import command_layout, o_beat_layout, op_layout, status_layout, tok_entry_layout
 from .layouts import TileMode
 from .tile import TensorTile
 from .vpu import CombineUnit, Fp32Converter, RequantUnit, RowMaxExponent, SwiGLUUnit
@@ -56,13 +57,24 @@ def _sat_add64(a, b):
 class _Writes:
     """Prioritised write requests onto one memory write port. Requests are served in the order
     they were made; the load engine comes last and sees :attr:`busy` when an execute-engine
-    request takes the port in this cycle."""
+    request takes the port in this cycle.
 
-    def __init__(self, port, *, name):
+    With ``valid`` (a Signal of one bit per word) the memory has valid bits: a word whose bit is
+    clear reads as zero, a write sets it (writing zeros into the granules the request does not
+    enable), and ``clear`` resets every bit in one cycle (CLEAR)."""
+
+    def __init__(self, port, *, name, valid=None):
         self.port = port
         self.name = name
+        self.valid = valid
+        self.clear = Signal(name=f"{name}_vclear") if valid is not None else None
         self.requests = []
         self.busy = Signal(name=f"{name}_wbusy")
+        gran = len(port.data) // len(port.en)
+        self.addr = Signal.like(port.addr, name=f"{name}_waddr")
+        self.data = Signal.like(port.data, name=f"{name}_wdata")
+        self.mask = Signal(len(port.en), name=f"{name}_wmask")
+        self._gran = gran
 
     def request(self, en, addr, data, mask=None):
         self.requests.append((en, addr, data, mask))
@@ -80,22 +92,45 @@ class _Writes:
             first = False
             with ctx:
                 m.d.comb += [
-                    port.addr.eq(addr),
-                    port.data.eq(value),
-                    port.en.eq(full_mask if mask is None else mask),
+                    self.addr.eq(addr),
+                    self.data.eq(value),
+                    self.mask.eq(full_mask if mask is None else mask),
                 ]
+        m.d.comb += port.addr.eq(self.addr)
+        if self.valid is None:
+            m.d.comb += [port.data.eq(self.data), port.en.eq(self.mask)]
+            return
+        was_valid = self.valid.bit_select(self.addr, 1)
+        any_en = self.mask.any()
+        keep = Cat(bit.replicate(self._gran) for bit in self.mask)
+        m.d.comb += [
+            port.en.eq(Mux(was_valid, self.mask, Mux(any_en, full_mask, 0))),
+            port.data.eq(Mux(was_valid, self.data, self.data & keep)),
+        ]
+        with m.If(self.clear):
+            m.d.sync += self.valid.eq(0)
+        with m.Elif(any_en):
+            m.d.sync += self.valid.bit_select(self.addr, 1).eq(1)
 
 
 class _Reads:
-    """Prioritised users of one synchronous read port (``en`` low holds the data)."""
+    """Prioritised users of one synchronous read port (``en`` low holds the data). With the
+    memory's :class:`_Writes` having valid bits, :attr:`data` reads zero for a word whose bit
+    was clear (a write to it in the same cycle counts, as the port is transparent)."""
 
-    def __init__(self, port):
+    def __init__(self, port, writes=None):
         self.port = port
+        self.writes = writes
         self.requests = []
+        if writes is not None and writes.valid is not None:
+            self.ok = Signal(name=f"{writes.name}_rok")
+            self._data = Signal.like(port.data, name=f"{writes.name}_rdata")
+        else:
+            self.ok = None
 
     @property
     def data(self):
-        return self.port.data
+        return self.port.data if self.ok is None else self._data
 
     def request(self, cond, addr, en=1):
         self.requests.append((cond, addr, en))
@@ -108,6 +143,12 @@ class _Reads:
             first = False
             with ctx:
                 m.d.comb += [self.port.addr.eq(addr), self.port.en.eq(en)]
+        if self.ok is not None:
+            wr = self.writes
+            with m.If(self.port.en):
+                m.d.sync += self.ok.eq(wr.valid.bit_select(self.port.addr, 1)
+                                       | (wr.mask.any() & (wr.addr == self.port.addr)))
+            m.d.comb += self._data.eq(Mux(self.ok, self.port.data, 0))
 
 
 class PE(wiring.Component):
@@ -168,6 +209,12 @@ class PE(wiring.Component):
         return self._mul_stages
 
     @property
+    def load_queue_depth(self) -> int:
+        """LOAD commands the decoder can queue for the load engine (so that a LOAD waiting for
+        a buffer flag does not block the execute commands behind it)."""
+        return 8
+
+    @property
     def tile_latency(self) -> int:
         """Cycles from the tile accepting a ``last`` beat to its result
         (:attr:`TensorTile.latency <elmoe3d.hw.tile.TensorTile.latency>`)."""
@@ -211,12 +258,15 @@ class PE(wiring.Component):
             return Value.cast(getattr(getattr(view.args, op.name.lower()), name))
 
         # ---- memories (one write port, one synchronous read port each) ------------------------
-        def memory(name, depth, *, width=W, granularity=None, transparent=False):
+        def memory(name, depth, *, width=W, granularity=None, transparent=False,
+                   valid_bits=False):
             mem = Memory(shape=unsigned(width), depth=depth, init=[])
             m.submodules[name] = mem
             wp = mem.write_port(granularity=granularity)
             rp = mem.read_port(transparent_for=(wp,) if transparent else ())
-            return _Reads(rp), _Writes(wp, name=name)
+            valid = Signal(depth, name=f"{name}_valid") if valid_bits else None
+            writes = _Writes(wp, name=name, valid=valid)
+            return _Reads(rp, writes), writes
 
         wmsb = [memory(f"wmsb{b}", cfg.wmem_words) for b in range(2)]
         wlsb = [memory(f"wlsb{b}", cfg.wmem_words) for b in range(2)]
@@ -224,8 +274,11 @@ class PE(wiring.Component):
         act_rp, act_w = memory("act", cfg.act_words, granularity=8)
         tok_rp, tok_w = memory("tok", cfg.tok_words, granularity=8)
         hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words, granularity=32)
-        out_rp, out_w = memory("out", cfg.out_words, granularity=64, transparent=True)
-        rmax_rp, rmax_w = memory("rowmax", cfg.tok_entries, width=32, transparent=True)
+        # OUT and the row-max registers have valid bits: CLEAR takes one cycle
+        out_rp, out_w = memory("out", cfg.out_words, granularity=64, transparent=True,
+                               valid_bits=True)
+        rmax_rp, rmax_w = memory("rowmax", cfg.tok_entries, width=32, transparent=True,
+                                 valid_bits=True)
         load_targets = {
             Target.WMSB: [wmsb[0][1], wmsb[1][1]],
             Target.WLSB: [wlsb[0][1], wlsb[1][1]],
@@ -247,8 +300,15 @@ class PE(wiring.Component):
         ld_active = Signal()
         ex_idle = Signal()
         ex_barrier = Signal()
-        m.d.comb += self.cmd.ready.eq(Mux(is_load, ~ld_active & ~ex_barrier, ex_idle))
+        # LOADs queue up for the load engine, so that a LOAD waiting for a buffer flag does not
+        # hold back the execute commands behind it (each engine still runs in program order)
+        ld_queue = m.submodules.ld_queue = SyncFIFO(width=op_layout(Op.LOAD).size,
+                                                    depth=self.load_queue_depth)
+        ld_busy = ld_active | ld_queue.r_rdy
+        m.d.comb += self.cmd.ready.eq(Mux(is_load, ld_queue.w_rdy & ~ex_barrier, ex_idle))
         take = self.cmd.valid & self.cmd.ready
+        m.d.comb += [ld_queue.w_en.eq(take & is_load),
+                     ld_queue.w_data.eq(Value.cast(self.cmd.payload.args.load))]
 
         # ---- load engine ------------------------------------------------------------------------
         full = [Signal(name="full0"), Signal(name="full1")]
@@ -267,15 +327,6 @@ class PE(wiring.Component):
         ld_addr = Signal(16)
         ld_left = Signal(16)
         ld_signal = Signal()
-        with m.If(take & is_load):
-            m.d.sync += [
-                ld_active.eq(1),
-                ld_target.eq(fld(self.cmd.payload, Op.LOAD, "target")),
-                ld_buf.eq(fld(self.cmd.payload, Op.LOAD, "buf")),
-                ld_addr.eq(fld(self.cmd.payload, Op.LOAD, "addr")),
-                ld_left.eq(fld(self.cmd.payload, Op.LOAD, "words")),
-                ld_signal.eq(fld(self.cmd.payload, Op.LOAD, "signal")),
-            ]
         ld_blocked = (ld_target <= Target.WSCALE) & full_sel(ld_buf)
         ld_grant = Signal()
         m.d.comb += self.ld.ready.eq(ld_active & (ld_left != 0) & ~ld_blocked & ld_grant)
@@ -287,6 +338,17 @@ class PE(wiring.Component):
             m.d.sync += ld_active.eq(0)
             with m.If(ld_signal):
                 set_full(ld_buf, 1)
+        ld_next = data.View(op_layout(Op.LOAD), ld_queue.r_data)
+        m.d.comb += ld_queue.r_en.eq(~ld_active | ld_finish)
+        with m.If(ld_queue.r_rdy & ld_queue.r_en):
+            m.d.sync += [
+                ld_active.eq(1),
+                ld_target.eq(Value.cast(ld_next.target)),
+                ld_buf.eq(ld_next.buf),
+                ld_addr.eq(ld_next.addr),
+                ld_left.eq(ld_next.words),
+                ld_signal.eq(ld_next.signal),
+            ]
 
         # ---- execute engine: GEMM address generator -------------------------------------------
         xc = Signal(command_layout())            # the command being executed
@@ -570,8 +632,10 @@ class PE(wiring.Component):
         hazard = Const(0, 1)
         for v, a, msk in hz:
             hazard = hazard | (v & (a == c_addr) & (msk & c_mask).any())
-        c_issue = a_cmb & ~hazard
-        m.d.comb += stall_a.eq(a_cmb & hazard)
+        # a row with gate weight +-0 adds exactly 0 (term 0, no saturation): it is skipped
+        c_live = (tok_entry.gate & 0x7FFF) != 0
+        c_issue = a_cmb & c_live & ~hazard
+        m.d.comb += stall_a.eq(a_cmb & c_live & hazard)
         m.d.sync += [hz[0][0].eq(c_issue), hz[0][1].eq(c_addr), hz[0][2].eq(c_mask)]
         for k in range(1, cmb_lat):
             m.d.sync += [hz[k][0].eq(hz[k - 1][0]), hz[k][1].eq(hz[k - 1][1]),
@@ -699,7 +763,7 @@ class PE(wiring.Component):
                     m.next = "IDLE"
             with m.State("DRAIN"):
                 m.d.comb += ex_barrier.eq(x_is_barrier)
-                with m.If(~gemm_busy & ~(x_is_barrier & ld_active)):
+                with m.If(~gemm_busy & ~(x_is_barrier & ld_busy)):
                     m.d.comb += x_start.eq(1)
                     with m.Switch(xop):
                         with m.Case(Op.BARRIER):
@@ -716,20 +780,14 @@ class PE(wiring.Component):
                     with m.If(x_done):
                         m.next = "IDLE"
 
-        # ---- CLEAR ------------------------------------------------------------------------------
+        # ---- CLEAR (one cycle: OUT and the row maxima are cleared through their valid bits) --
         with m.If(x_start & (xop == Op.CLEAR)):
-            m.d.sync += [x_addr.eq(0), x_left.eq(max(cfg.out_words, cfg.tok_entries))]
             with m.If(fld(xc, Op.CLEAR, "flags")):
                 m.d.sync += [flag_acc.eq(0), flag_vpu.eq(0)]
             m.d.comb += counters_clear.eq(fld(xc, Op.CLEAR, "counters"))
-        with m.If(st["CLEAR"]):
-            m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
-        out_w.request(st["CLEAR"] & fld(xc, Op.CLEAR, "out") & (x_addr < cfg.out_words),
-                      x_addr, 0)
-        rmax_w.request(st["CLEAR"] & fld(xc, Op.CLEAR, "rowmax") & (x_addr < cfg.tok_entries),
-                       x_addr, 0)
-        clear_done = st["CLEAR"] & ((x_left <= 1) | ~(fld(xc, Op.CLEAR, "out")
-                                                       | fld(xc, Op.CLEAR, "rowmax")))
+        m.d.comb += [out_w.clear.eq(st["CLEAR"] & fld(xc, Op.CLEAR, "out")),
+                     rmax_w.clear.eq(st["CLEAR"] & fld(xc, Op.CLEAR, "rowmax"))]
+        clear_done = st["CLEAR"]
 
         # ---- SEND: IOMEM words onto link_o ----------------------------------------------------------
         with m.If(x_start & (xop == Op.SEND)):
@@ -947,7 +1005,7 @@ class PE(wiring.Component):
         slayout = status_layout(cfg)
         counters = {
             "cycles": Const(1, 1),
-            "load_busy": ld_active,
+            "load_busy": ld_busy,
             "exec_busy": ~ex_idle | gemm_busy,
             "stall": g_wait_flag | ex_barrier,
             "gemm_beats": tile_in,
@@ -977,6 +1035,11 @@ class PE(wiring.Component):
         with m.If(Cat(set_vpu).any()):
             m.d.sync += flag_vpu.eq(1)
 
+        # internal signals a test bench may watch (cycle accounting); no logic
+        self.probes = {"ld_xfer": ld_xfer, "ld_active": ld_active, "ld_blocked": ld_blocked,
+                       "tile_in": tile_in, "g_issuing": g_issuing, "ex_idle": ex_idle,
+                       "gemm_busy": gemm_busy, "wait_flag": g_wait_flag, "barrier": ex_barrier,
+                       "xop": xop, "full0": full[0], "full1": full[1]}
         m.d.comb += x_done.eq(clear_done | send_done | recv_done | status_done | rq_done
                               | output_done)
 
