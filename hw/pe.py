@@ -152,7 +152,90 @@ class _Reads:
 
 
 class PE(wiring.Component):
-    """PLACEHOLDER"""
+    """One ELMoE-3D processing element: runs fused SwiGLU experts (up, gate, down) from a
+    command stream, draft (MSB slices, LSB augmentation) or full precision (paper Sections 4.1
+    and 5.2, Fig. 6 centre, Fig. 10b; contract ``docs/pe.md``; golden model
+    :mod:`elmoe3d.sw.fsim`).
+
+    Ports (W = ``lanes * 128`` bits; ``amaranth.lib.stream``)
+    ----------------------------------------------------------
+    cmd : In, :func:`elmoe3d.hw.isa.command_layout` (128 bits)
+        Commands (:mod:`elmoe3d.isa`), in program order.
+    ld : In, W bits
+        Load data: weight nibble planes, scales, activations, token table (LOADs consume it in
+        order).
+    o : Out, :func:`elmoe3d.hw.isa.o_beat_layout`
+        ``kind`` DATA (W/32 FP32 results of OUTPUT) or STATUS (counters and sticky flags).
+    link_o, link_i : Out / In, W bits
+        Aggregation-link port: RAW psums and SEND words out, RECV words in.
+
+    Memories (``amaranth.lib.memory``, one write and one synchronous read port each)
+    ---------------------------------------------------------------------------------
+    WMEM: 2 buffers x (MSB plane, LSB plane) x ``wmem_words`` words plus 2 x ``wscale_words``
+    scale words (the planes are separate memories, so a DRAFT GEMM reads only MSB words and
+    the planes can arrive from different sources); IOMEM: ACT (byte write enables, for
+    REQUANT), TOK (byte enables, for e_h), HBUF (32-bit enables), OUT (64-bit enables,
+    transparent read for the COMBINE read-modify-write, valid bits), and one row-max register
+    per TOK entry (a transparent 32-bit memory with valid bits). Valid bits make
+    ``CLEAR out`` / ``CLEAR rowmax`` one cycle. Sizes: :class:`~elmoe3d.config.PEConfig`.
+
+    Engines
+    -------
+    * Decoder: takes commands in order; LOADs go to a queue of :attr:`load_queue_depth`
+      entries for the load engine, everything else to the execute engine when it is idle.
+      BARRIER (and ``CLEAR counters``) holds back later LOADs until all earlier work is done.
+    * Load engine: one ``ld`` beat per cycle into the target memory (lowest write priority:
+      it waits a cycle when the execute engine writes the same memory); a load into a WMEM
+      plane of a buffer whose flag ``full[b]`` is set waits for the GEMM that releases it;
+      ``signal`` sets ``full[b]`` when the load completes.
+    * Execute engine: GEMM (``wait`` for ``full[wbuf]``; ``release`` clears it when the last
+      weight word has been read, so the next load overlaps the GEMM's drain), REQUANT,
+      OUTPUT, CLEAR, SEND, RECV, BARRIER, STATUS. Non-GEMM commands first wait until every
+      earlier GEMM's results are written; a GEMM may start while the previous one drains.
+
+    GEMM datapath (II = 1)
+    ----------------------
+    Address generator (cb, half, rb, g; ``docs/pe.md``) -> synchronous reads of ACT, both
+    WMEM planes and the scale word (1 cycle; data held while the tile stalls) -> beat
+    forming (FULL: half ``half`` of the MSB and LSB words interleaved onto lanes 2i / 2i+1,
+    scale entry ``entry & 7`` of word ``entry >> 3``) -> :class:`~elmoe3d.hw.tile.TensorTile`
+    (:attr:`tile_latency` cycles, global stall) -> result register -> the sink:
+
+    * RAW: ``rows * lanes / (W/64)`` link words per result (accumulator ``[r][n]`` at value
+      ``r * lanes + n``).
+    * SWIGLU and COMBINE: one result row per cycle. Cycle 0: TOK entry read. SWIGLU: lanes/2
+      :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s -> masked HBUF word write, then the row-max
+      read-modify-write. COMBINE: OUT word read (stalling while a write to the same granules
+      is in flight; rows with gate weight +-0 add nothing and are skipped) -> ``lanes``
+      :class:`~elmoe3d.hw.vpu.CombineUnit` s -> masked OUT write. :attr:`sink_latency`.
+
+    A result is taken every ``rows`` cycles (VPU sinks) or ``rows * lanes / (W/64)`` cycles
+    (RAW, with a ready link), so GEMMs with at least that many groups run at one beat per
+    cycle. REQUANT: per token row, the row max -> :class:`~elmoe3d.hw.vpu.RowMaxExponent`
+    (e', e_h written into TOK) -> ``min(W/32, 32)`` :class:`~elmoe3d.hw.vpu.RequantUnit` s per
+    cycle into ACT (byte enables). OUTPUT: one OUT word per cycle through ``W/64``
+    :class:`~elmoe3d.hw.vpu.Fp32Converter` s, one ``o`` beat per two words.
+
+    STATUS: 48-bit counters (cycles, load engine busy, execute engine busy, stall on a buffer
+    flag or BARRIER, GEMM beats, words loaded / sent / received) and the sticky flags
+    ``acc_overflow`` (a tile accumulator saturated) and ``vpu_saturation``
+    (:data:`elmoe3d.sw.asm.STATUS_FIELDS`).
+
+    Parameters
+    ----------
+    config : ArchConfig or PEConfig
+        The tile shape must have ``lanes % 4 == 0``, ``lanes == 2 * rows`` and a power-of-two
+        ``lanes``.
+    mul_stages : int
+        Registers after each VPU multiplier (1..4).
+
+    Raises
+    ------
+    TypeError
+        ``config`` is neither an ArchConfig nor a PEConfig.
+    ValueError
+        The tile shape does not suit the PE.
+    """
 
     def __init__(self, *, config, mul_stages: int = 1):
         if isinstance(config, ArchConfig):
@@ -169,6 +252,9 @@ class PE(wiring.Component):
         if lanes & (lanes - 1):
             raise ValueError(f"config: the PE needs a power-of-two number of lanes (word "
                              f"addressing by shifts), got {lanes}")
+        if (not isinstance(mul_stages, int) or isinstance(mul_stages, bool)
+                or not 1 <= mul_stages <= 4):
+            raise ValueError(f"mul_stages: expected an integer in 1..4, got {mul_stages!r}")
         self._pe = pe_config
         self._tile_config = TileConfig(rows=rows, lanes=lanes)
         self._mul_stages = mul_stages
@@ -240,10 +326,9 @@ class PE(wiring.Component):
                 Sink.COMBINE: 2 + self.combine_latency}
 
     @property
-    def gemm_overhead(self) -> int:
-        """Cycles between two back-to-back GEMM commands' issue phases (decode and start):
-        the first beat of a GEMM is issued this many cycles after the previous GEMM's last
-        beat when the next command is waiting."""
+    def gemm_gap(self) -> int:
+        """Idle tile cycles between the last beat of a GEMM and the first beat of the next
+        GEMM waiting behind it (its buffer already full): decode, start, first read."""
         return 3
 
     def elaborate(self, platform):

@@ -48,19 +48,21 @@ _DUT_CACHE = {}
 
 
 def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, drain=40,
-           max_cycles=20000, dut=None):
+           max_cycles=20000, dut=None, watch=()):
     """Run an encoded program on the RTL PE until ``n_o`` beats and ``n_link`` link words came
     out, then ``drain`` more cycles (nothing more may come out).
 
     Checks the stream rule on ``o`` and ``link_o`` (an offered beat stays valid and unchanged
     until taken). Returns a dict: ``o`` (list of (kind, data)), ``link_o`` (ints), ``cycles``
-    (to the last output or the last command), and handshake cycles ``cmd``, ``ld``, ``link_o``.
+    (to the last output or the last command), handshake cycles ``cmd``, ``ld``, ``link_o``,
+    and for every name in ``watch`` the cycles in which that :attr:`PE.probes` bit was set.
     """
     program, ld, link_i = list(program), list(ld), list(link_i)
     if dut is None:
         dut = PE(config=ARCH)
     rng = random.Random(seed)
     log = {"o": [], "link_o": [], "cmd": [], "ld": [], "link_o_cycles": [], "o_cycles": []}
+    log.update({name: [] for name in watch})
 
     async def bench(ctx):
         srcs = [
@@ -106,6 +108,9 @@ def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, dr
                         held[name] = beat
                 else:
                     assert held[name] is None, f"cycle {cycle}: {name}.valid dropped"
+            for name in watch:
+                if ctx.get(dut.probes[name]):
+                    log[name].append(cycle)
             assert len(log["o"]) <= n_o, f"cycle {cycle}: unexpected extra o beat"
             assert len(log["link_o"]) <= n_link, f"cycle {cycle}: unexpected extra link word"
             if (pos[0] == len(program) and len(log["o"]) == n_o
@@ -119,7 +124,7 @@ def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, dr
                                         f"{pos[1]}/{len(ld)} ld, {len(log['o'])}/{n_o} o, "
                                         f"{len(log['link_o'])}/{n_link} link_o")
 
-    sim = Simulator(dut)
+    sim = Simulator(dut)                      # elaborates: dut.probes exists from here
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
@@ -226,14 +231,35 @@ def raw_to_acc(words, m, n, mode, rbn):
 
 # ---- tests ------------------------------------------------------------------------------------
 
+def _unused(dut):
+    dut._MustUse__silence = True
+    return dut
+
+
 def test_parameters_and_errors():
-    dut = PE(config=ARCH)
+    dut = _unused(PE(config=ARCH))
     assert dut.word_bits == 128 * L and dut.rows == R and dut.lanes == L
     assert dut.tile_latency == 3
     assert dut.sink_latency[Sink.RAW] == 0
-    assert PE(config=PE_CFG).config == PE_CFG
+    assert _unused(PE(config=PE_CFG)).config == PE_CFG
     with pytest.raises(TypeError, match="ArchConfig"):
         PE(config="small")
+    with pytest.raises(ValueError, match="mul_stages"):
+        PE(config=ARCH, mul_stages=0)
+    from elmoe3d.config import ArchConfig, TileConfig
+    with pytest.raises(ValueError, match="power-of-two"):
+        PE(config=ArchConfig(tile=TileConfig(rows=6, lanes=12), wmem_bytes=4 * 192 * 8,
+                             iomem_bytes=32 * 192))
+
+
+def test_verilog_size():
+    """The small PE converts to Verilog (figures printed for the report)."""
+    from amaranth.back import verilog
+    t0 = time.perf_counter()
+    text = verilog.convert(PE(config=ARCH), name="pe", emit_src=False)
+    print(f"small PE: {len(text)} bytes, {text.count(chr(10))} lines of Verilog in "
+          f"{time.perf_counter() - t0:.1f} s")
+    assert "module pe(" in text
 
 
 @pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.name)
@@ -491,3 +517,38 @@ def test_moe_program_from_builder(mode):
     st = asm.unpack_status([d for k, d in got["o"] if k == OKind.STATUS][-1])
     assert (st["acc_overflow"], st["vpu_saturation"]) == (want.acc_overflow,
                                                           want.vpu_saturation)
+
+
+def test_back_to_back_gemms_gap():
+    """Two RAW GEMMs with both buffers full before the first starts: the tile takes one beat
+    per cycle inside a GEMM and idles exactly ``gemm_gap`` cycles between them."""
+    seed = 800
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (2, 128)).astype(np.int8)      # 4 groups: a result per 4
+    qw0, qw1 = random_weight(rng, 16, 128), random_weight(rng, 16, 128)
+    prog = asm.Program(PE_CFG)
+    acts = act_words(a_q)
+    prog.load(Target.ACT, 0, len(acts))
+    ld = [acts]
+    gemms = []
+    for buf, qw in enumerate((qw0, qw1)):
+        msb, _, scl = weight_words(qw)
+        prog.load(Target.WMSB, 0, len(msb), buf=buf)
+        prog.load(Target.WSCALE, 0, len(scl), buf=buf, signal=True)
+        ld += [msb, scl]
+        gemms.append(dict(mode=Mode.DRAFT, wbuf=buf, act_base=0, w_base=0, row_blocks=1,
+                          col_blocks=4, groups=4, sink=Sink.RAW, wait=True, release=True))
+    prog.barrier()
+    for g in gemms:
+        prog.gemm(**g)
+    dut = PE(config=ARCH)
+    ref = fsim.run(prog, asm.words_to_ints(np.concatenate(ld)))
+    got = run_pe(prog.encode(), asm.words_to_ints(np.concatenate(ld)), n_o=0,
+                 n_link=len(ref.link_o), dut=dut, watch=("tile_in",))
+    assert got["link_o"] == ref.link_o
+    beats = got["tile_in"]
+    assert len(beats) == 32
+    first, second = beats[:16], beats[16:]
+    assert first == list(range(first[0], first[0] + 16))
+    assert second == list(range(second[0], second[0] + 16))
+    assert second[0] - first[-1] - 1 == dut.gemm_gap
