@@ -33,6 +33,7 @@ always-ready sink: accepted beats per cycle, and the result latency against ``ti
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -94,11 +95,12 @@ class StreamRun:
 class TileBench:
     """Clock, reset, stream source/sink/monitor and comparisons for one TensorTile DUT."""
 
-    def __init__(self, dut, config: TileConfig, seed: int, test: str):
+    def __init__(self, dut, config: TileConfig, seed: int, test: str, traffic: str = "-"):
         self.dut = dut
         self.config = config
         self.seed = seed
         self.test = test
+        self.traffic = traffic
         self.beat_layout = tile_beat_layout(config)
         self.latency = TensorTile(config=config).latency
         self.records = []
@@ -205,8 +207,9 @@ class TileBench:
             errors.append(f"{len(raws) - expected} extra result(s) beyond the {expected} "
                           f"the beats ask for")
         return StreamRun(results=unpack_results(self.config, raws[:expected]),
-                         accept_cycles=accept_cycles, result_cycles=result_cycles[:expected], start_cycle=start,
-                         end_cycle=end, expected=expected, errors=errors, wall_seconds=wall)
+                         accept_cycles=accept_cycles, result_cycles=result_cycles[:expected],
+                         start_cycle=start, end_cycle=end, expected=expected, errors=errors,
+                         wall_seconds=wall)
 
     # -- comparisons --
 
@@ -306,19 +309,78 @@ class TileBench:
                     mismatches=bad + len(run.errors),
                     overflowed=int(ref["overflow"].any(axis=(1, 2)).sum()), details=details)
 
-    def finish(self, name: str):
-        """Write ``summary-<name>.json``; fail if any case mismatched."""
+    def fail(self, case, message, *, source="bench", mode=None, traffic=None, shape=None):
+        """Record a failed check that compares no values (a bench precondition, an aborted
+        test) as a case with one mismatch, so it shows in the summary and fails the test."""
+        return self.record(case=case, source=source, mode=mode,
+                           traffic=traffic or self.traffic, shape=shape, beats=0, results=0,
+                           cycles=0, tile_values=0, gemm_values=0, comparisons=0, mismatches=1,
+                           overflowed=0, details=[message], error=message)
+
+    def check_split(self, case, source, traffic, full, msb, lsb, shape):
+        """BRIEF 3.5: MSB_ONLY + LSB_ONLY equals FULL bit for bit (three RTL Accumulators).
+        The identity holds only without saturation: a saturated operand is a failed case."""
+        from ..sw.datapath import Accumulator
+        saturated = [name for name, acc in (("FULL", full), ("MSB_ONLY", msb),
+                                            ("LSB_ONLY", lsb)) if acc.overflow.any()]
+        if saturated:
+            return self.fail(f"{case} split", f"{', '.join(saturated)} saturated: MSB_ONLY + "
+                             f"LSB_ONLY = FULL holds only without saturation, so the split "
+                             f"cannot be checked on this slice", source=source, mode="MSB+LSB",
+                             traffic=traffic, shape=shape)
+        details = []
+        split = Accumulator(msb.acc + lsb.acc, msb.overflow | lsb.overflow)
+        values, bad = self.compare_acc(split, full, "MSB_ONLY + LSB_ONLY vs FULL", details)
+        return self.record(case=f"{case} split", source=source, mode="MSB+LSB", traffic=traffic,
+                           shape=shape, beats=0, results=0, cycles=0, tile_values=0,
+                           gemm_values=values, comparisons=values, mismatches=bad,
+                           overflowed=0, details=details)
+
+    def write_summary(self) -> Path:
+        """Write the case records to ``summary-<test>.json`` in the run folder."""
         out = Path(load_params().get("out_dir") or os.getcwd())
-        path = out / f"summary-{name}.json"
+        path = out / f"summary-{self.test}.json"
         path.write_text(json.dumps(self.records, indent=1))
+        return path
+
+    def finish(self):
+        """Write the summary; fail (AssertionError) if any case mismatched or failed."""
+        path = self.write_summary()
         bad = [r for r in self.records if r["mismatches"]]
         total = sum(r["comparisons"] for r in self.records)
-        self.dut._log.info("%s: %d cases, %d accumulator values compared, %d mismatching "
-                           "case(s); summary %s", name, len(self.records), total, len(bad), path)
-        assert not bad, (f"{len(bad)} case(s) mismatched (seed {self.seed}): "
+        self.dut._log.info("%s: %s, %s compared, %s; summary %s", self.test,
+                           counted(len(self.records), "case"),
+                           counted(total, "accumulator value"),
+                           counted(len(bad), "failing case"), path)
+        if os.environ.get("WAVES", "") == "1":
+            for wave in sorted(Path(path.parent).glob("dump.*")):
+                self.dut._log.info("%s: waves %s", self.test, wave.resolve())
+        assert not bad, (f"{counted(len(bad), 'case')} failed (seed {self.seed}): "
                          + "; ".join(f"{r['case']} {r.get('mode') or ''} ({r['traffic']}): "
-                                     f"{r['mismatches']} mismatches, first: "
-                                     f"{r['details'][:2]}" for r in bad))
+                                     + (r["error"] if r.get("error") else
+                                        f"{r['mismatches']} mismatches, first: "
+                                        f"{r['details'][:2]}") for r in bad))
+
+    @contextlib.contextmanager
+    def summary(self):
+        """Context for a test body: an exception in it becomes a failed case ("test aborted",
+        naming the exception) and the summary is written either way; on leaving,
+        :meth:`finish` fails the test if any case failed."""
+        try:
+            yield self
+        except Exception as exc:                       # noqa: BLE001 - recorded, then failed
+            self.dut._log.error("%s aborted", self.test, exc_info=True)
+            self.fail("test aborted", f"{type(exc).__name__}: {exc}")
+        except BaseException:
+            self.write_summary()
+            raise
+        self.finish()
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 case``, ``2 cases``, ``0 mismatches``."""
+    plural = noun + ("es" if noun.endswith(("s", "x", "ch", "sh")) else "s")
+    return f"{n:,} {noun if n == 1 else plural}"
 
 
 def _config() -> TileConfig:
@@ -329,8 +391,8 @@ def _config() -> TileConfig:
     return TileConfig(**params["tile"])
 
 
-async def _bench(dut, test) -> TileBench:
-    bench = TileBench(dut, _config(), resolve_seed(), test)
+async def _bench(dut, test, traffic="-") -> TileBench:
+    bench = TileBench(dut, _config(), resolve_seed(), test, traffic)
     await bench.start()
     return bench
 
@@ -379,65 +441,58 @@ def _random_beats(rng, count, config: TileConfig):
 async def test_minilm(dut, traffic):
     """Real all-MiniLM-L6-v2 FFN weights and real activations on GSM8K prompts."""
     from ..sw.minilm import ffn_activations, ffn_weights
-    bench = await _bench(dut, f"test_minilm-{traffic}")
-    params = load_params()
-    opts = {"layer": 0, "tokens": 8, "up_channels": 16, "down_tokens": 4, "down_channels": 8,
-            **params.get("minilm", {})}
-    layer = int(opts["layer"])
-    prompts = gsm8k_prompts(params.get("traces") or default_traces())
-    ffn_in, ffn_mid = ffn_activations(prompts, layer)
-    up, down = ffn_weights(layer)
-    dut._log.info("MiniLM layer %d: %d real tokens from %d GSM8K prompts", layer,
-                  ffn_in.shape[0], len(prompts))
+    bench = await _bench(dut, f"test_minilm-{traffic}", traffic)
+    with bench.summary():
+        params = load_params()
+        opts = {"layer": 0, "tokens": 8, "up_channels": 16, "down_tokens": 4, "down_channels": 8,
+                **params.get("minilm", {})}
+        layer = int(opts["layer"])
+        prompts = gsm8k_prompts(params.get("traces") or default_traces())
+        ffn_in, ffn_mid = ffn_activations(prompts, layer)
+        up, down = ffn_weights(layer)
+        dut._log.info("MiniLM layer %d: %d real tokens from %d GSM8K prompts", layer,
+                      ffn_in.shape[0], len(prompts))
 
-    tok = _evenly(ffn_in.shape[0], int(opts["tokens"]))
-    ch = _evenly(up.shape[0], int(opts["up_channels"]))
-    a_up = quantize_activations(ffn_in[tok], name=f"layer{layer}.ffn_in").q
-    w_up = quantize_weights(up[ch], name=f"encoder.layer.{layer}.intermediate.dense.weight")
-    case = f"minilm L{layer} up"
-    rtl = {}
-    for mode in (Mode.FULL, Mode.DRAFT, Mode.MSB_ONLY, Mode.LSB_ONLY):
-        rtl[mode] = await bench.gemm_case(case, "minilm", a_up, w_up, mode, traffic)
+        tok = _evenly(ffn_in.shape[0], int(opts["tokens"]))
+        ch = _evenly(up.shape[0], int(opts["up_channels"]))
+        a_up = quantize_activations(ffn_in[tok], name=f"layer{layer}.ffn_in").q
+        w_up = quantize_weights(up[ch], name=f"encoder.layer.{layer}.intermediate.dense.weight")
+        case = f"minilm L{layer} up"
+        rtl = {}
+        for mode in (Mode.FULL, Mode.DRAFT, Mode.MSB_ONLY, Mode.LSB_ONLY):
+            rtl[mode] = await bench.gemm_case(case, "minilm", a_up, w_up, mode, traffic)
 
-    # Split verification (BRIEF 3.5): MSB_ONLY + LSB_ONLY must equal FULL bit for bit.
-    if all(rtl[m] is not None for m in (Mode.FULL, Mode.MSB_ONLY, Mode.LSB_ONLY)):
-        details = []
-        full, msb, lsb = rtl[Mode.FULL], rtl[Mode.MSB_ONLY], rtl[Mode.LSB_ONLY]
-        assert not (full.overflow.any() or msb.overflow.any() or lsb.overflow.any())
-        from ..sw.datapath import Accumulator
-        split = Accumulator(msb.acc + lsb.acc, msb.overflow | lsb.overflow)
-        values, bad = bench.compare_acc(split, full, "MSB_ONLY + LSB_ONLY vs FULL", details)
-        bench.record(case=f"{case} split", source="minilm", mode="MSB+LSB", traffic=traffic,
-                     shape=[int(a_up.shape[0]), int(a_up.shape[1]), int(w_up.q.shape[0])],
-                     beats=0, results=0, cycles=0, tile_values=0, gemm_values=values,
-                     comparisons=values, mismatches=bad, overflowed=0, details=details)
+        # Split verification (BRIEF 3.5): MSB_ONLY + LSB_ONLY must equal FULL bit for bit.
+        if all(rtl[m] is not None for m in (Mode.FULL, Mode.MSB_ONLY, Mode.LSB_ONLY)):
+            bench.check_split(case, "minilm", traffic, rtl[Mode.FULL], rtl[Mode.MSB_ONLY],
+                              rtl[Mode.LSB_ONLY], [int(a_up.shape[0]), int(a_up.shape[1]),
+                                                   int(w_up.q.shape[0])])
 
-    tok = _evenly(ffn_mid.shape[0], int(opts["down_tokens"]))
-    ch = _evenly(down.shape[0], int(opts["down_channels"]))
-    a_down = quantize_activations(ffn_mid[tok], name=f"layer{layer}.ffn_mid").q
-    w_down = quantize_weights(down[ch], name=f"encoder.layer.{layer}.output.dense.weight")
-    for mode in (Mode.FULL, Mode.DRAFT):
-        await bench.gemm_case(f"minilm L{layer} down", "minilm", a_down, w_down, mode, traffic)
-    bench.finish(f"test_minilm-{traffic}")
+        tok = _evenly(ffn_mid.shape[0], int(opts["down_tokens"]))
+        ch = _evenly(down.shape[0], int(opts["down_channels"]))
+        a_down = quantize_activations(ffn_mid[tok], name=f"layer{layer}.ffn_mid").q
+        w_down = quantize_weights(down[ch], name=f"encoder.layer.{layer}.output.dense.weight")
+        for mode in (Mode.FULL, Mode.DRAFT):
+            await bench.gemm_case(f"minilm L{layer} down", "minilm", a_down, w_down, mode, traffic)
 
 
 @cocotb.test()
 @cocotb.parametrize(traffic=list(TRAFFIC))
 async def test_random(dut, traffic):
     """Random GEMMs with ragged edges in every mode, and a raw random beat sequence."""
-    bench = await _bench(dut, f"test_random-{traffic}")
-    params = load_params()
-    rng = bench.rng("operands")
-    m = 2 * bench.config.rows + 1
-    n = 2 * channels_per_block(Mode.FULL, bench.config.lanes) + 1
-    a_q = rng.integers(-128, 128, (m, 3 * GROUP)).astype(np.int8)
-    qw = _random_weights(rng, n, 3 * GROUP, "random")
-    for mode in Mode:
-        await bench.gemm_case("random gemm", "random", a_q, qw, mode, traffic)
-    beats = _random_beats(bench.rng("beats"), int(params.get("random_beats", 200)),
-                          bench.config)
-    await bench.beats_case("random beats (mixed modes)", "random", beats, traffic)
-    bench.finish(f"test_random-{traffic}")
+    bench = await _bench(dut, f"test_random-{traffic}", traffic)
+    with bench.summary():
+        params = load_params()
+        rng = bench.rng("operands")
+        m = 2 * bench.config.rows + 1
+        n = 2 * channels_per_block(Mode.FULL, bench.config.lanes) + 1
+        a_q = rng.integers(-128, 128, (m, 3 * GROUP)).astype(np.int8)
+        qw = _random_weights(rng, n, 3 * GROUP, "random")
+        for mode in Mode:
+            await bench.gemm_case("random gemm", "random", a_q, qw, mode, traffic)
+        beats = _random_beats(bench.rng("beats"), int(params.get("random_beats", 200)),
+                              bench.config)
+        await bench.beats_case("random beats (mixed modes)", "random", beats, traffic)
 
 
 @cocotb.test()
@@ -445,72 +500,78 @@ async def test_random(dut, traffic):
 async def test_corners(dut, traffic):
     """-128/127 codes, all-zero groups (scale 0), subnormal scales, FP16 max scale driving
     int64 saturation with the sticky flag."""
-    bench = await _bench(dut, f"test_corners-{traffic}")
-    rng = bench.rng("operands")
-    m = 2 * bench.config.rows
-    n = 2 * channels_per_block(Mode.FULL, bench.config.lanes)
+    bench = await _bench(dut, f"test_corners-{traffic}", traffic)
+    with bench.summary():
+        rng = bench.rng("operands")
+        m = 2 * bench.config.rows
+        n = 2 * channels_per_block(Mode.FULL, bench.config.lanes)
 
-    # Extremes: every code and activation -128 or 127 (the quantizer never emits -128; the
-    # datapath must still take it), a few scales from the smallest normal to the largest.
-    a_q = rng.choice(np.array([-128, 127], np.int8), (m, 2 * GROUP))
-    q = rng.choice(np.array([-128, 127], np.int8), (n, 2 * GROUP))
-    scales = np.array([1.0, 2.0 ** -14, 0.5, 65504.0, 3.0], np.float16)
-    qw = QuantizedWeight(q=q, scale=rng.choice(scales, (n, 2)), name="extremes")
-    for mode in Mode:
-        await bench.gemm_case("corner -128/127", "corner", a_q, qw, mode, traffic)
+        # Extremes: every code and activation -128 or 127 (the quantizer never emits -128; the
+        # datapath must still take it), a few scales from the smallest normal to the largest.
+        a_q = rng.choice(np.array([-128, 127], np.int8), (m, 2 * GROUP))
+        q = rng.choice(np.array([-128, 127], np.int8), (n, 2 * GROUP))
+        scales = np.array([1.0, 2.0 ** -14, 0.5, 65504.0, 3.0], np.float16)
+        qw = QuantizedWeight(q=q, scale=rng.choice(scales, (n, 2)), name="extremes")
+        for mode in Mode:
+            await bench.gemm_case("corner -128/127", "corner", a_q, qw, mode, traffic)
 
-    # All-zero groups: scale 0 from the quantizer; and scale 0 under nonzero codes, which
-    # must contribute nothing (a DRAFT of a zero group is 16*0 + 8 = 8, times scale 0).
-    w = rng.standard_normal((n, 4 * GROUP))
-    w[:, GROUP:2 * GROUP] = 0
-    w[0] = 0
-    qz = quantize_weights(w, name="zero-groups")
-    assert (qz.scale[:, 1] == 0).all() and (qz.scale[0] == 0).all()
-    a_q = rng.integers(-128, 128, (m, 4 * GROUP)).astype(np.int8)
-    for mode in (Mode.FULL, Mode.DRAFT):
-        await bench.gemm_case("corner zero groups", "corner", a_q, qz, mode, traffic)
-    scale0 = np.asarray(qz.scale).copy()
-    scale0[:, 2] = 0
-    qz0 = QuantizedWeight(q=rng.integers(-128, 128, (n, 4 * GROUP)).astype(np.int8),
-                          scale=scale0, name="scale0-nonzero-codes")
-    for mode in (Mode.FULL, Mode.DRAFT):
-        await bench.gemm_case("corner scale 0, codes != 0", "corner", a_q, qz0, mode, traffic)
+        # All-zero groups: scale 0 from the quantizer; and scale 0 under nonzero codes, which
+        # must contribute nothing (a DRAFT of a zero group is 16*0 + 8 = 8, times scale 0).
+        w = rng.standard_normal((n, 4 * GROUP))
+        w[:, GROUP:2 * GROUP] = 0
+        w[0] = 0
+        qz = quantize_weights(w, name="zero-groups")
+        if not ((qz.scale[:, 1] == 0).all() and (qz.scale[0] == 0).all()):
+            bench.fail("corner zero groups", "the quantizer gave a nonzero scale to an all-zero "
+                       "group", source="corner")
+        a_q = rng.integers(-128, 128, (m, 4 * GROUP)).astype(np.int8)
+        for mode in (Mode.FULL, Mode.DRAFT):
+            await bench.gemm_case("corner zero groups", "corner", a_q, qz, mode, traffic)
+        scale0 = np.asarray(qz.scale).copy()
+        scale0[:, 2] = 0
+        qz0 = QuantizedWeight(q=rng.integers(-128, 128, (n, 4 * GROUP)).astype(np.int8),
+                              scale=scale0, name="scale0-nonzero-codes")
+        for mode in (Mode.FULL, Mode.DRAFT):
+            await bench.gemm_case("corner scale 0, codes != 0", "corner", a_q, qz0, mode, traffic)
 
-    # Subnormal scales: tiny weights through the quantizer, and raw subnormal bit patterns.
-    qs = quantize_weights(rng.standard_normal((n, 2 * GROUP)) * 1e-6, name="subnormal")
-    assert (np.abs(qs.scale) < np.float16(2.0 ** -14)).all()
-    a_q = rng.integers(-128, 128, (m, 2 * GROUP)).astype(np.int8)
-    for mode in (Mode.FULL, Mode.DRAFT):
-        await bench.gemm_case("corner subnormal scales", "corner", a_q, qs, mode, traffic)
-    bits = np.array([0x0001, 0x03FF, 0x0200, 0x0155], np.uint16)
-    qsb = QuantizedWeight(q=rng.integers(-128, 128, (n, 2 * GROUP)).astype(np.int8),
-                          scale=rng.choice(bits, (n, 2)).view(np.float16), name="subnormal-bits")
-    await bench.gemm_case("corner subnormal bit patterns", "corner", a_q, qsb, Mode.FULL,
-                          traffic)
+        # Subnormal scales: tiny weights through the quantizer, and raw subnormal bit patterns.
+        qs = quantize_weights(rng.standard_normal((n, 2 * GROUP)) * 1e-6, name="subnormal")
+        if not (np.abs(qs.scale) < np.float16(2.0 ** -14)).all():
+            bench.fail("corner subnormal scales", "the tiny weights did not get subnormal FP16 "
+                       "scales", source="corner")
+        a_q = rng.integers(-128, 128, (m, 2 * GROUP)).astype(np.int8)
+        for mode in (Mode.FULL, Mode.DRAFT):
+            await bench.gemm_case("corner subnormal scales", "corner", a_q, qs, mode, traffic)
+        bits = np.array([0x0001, 0x03FF, 0x0200, 0x0155], np.uint16)
+        qsb = QuantizedWeight(q=rng.integers(-128, 128, (n, 2 * GROUP)).astype(np.int8),
+                              scale=rng.choice(bits, (n, 2)).view(np.float16),
+                              name="subnormal-bits")
+        await bench.gemm_case("corner subnormal bit patterns", "corner", a_q, qsb, Mode.FULL,
+                              traffic)
 
-    # Saturation: scale 65504 (the FP16 maximum), |psum| = 2^19 per group: each term is
-    # 2047 * 2^48 ~ 2^59, so 16 groups pass 2^63. Rows: saturate high then come back down
-    # (sticky flag stays set), saturate low, stay in range, zero.
-    groups = 24
-    k = groups * GROUP
-    a_sat = np.zeros((m, k), np.int8)
-    a_sat[0, :20 * GROUP] = -128
-    a_sat[0, 20 * GROUP:] = 127
-    a_sat[1 % m, :] = 127
-    if m > 2:
-        a_sat[2, :4 * GROUP] = -128
-    q_sat = np.full((n, k), -128, np.int8)
-    q_sat[1 % n] = 127
-    if n > 2:
-        q_sat[2, ::2] = 127
-    qmax = QuantizedWeight(q=q_sat, scale=np.full((n, groups), 65504.0, np.float16),
-                           name="fp16-max-scale")
-    for mode in (Mode.FULL, Mode.DRAFT, Mode.MSB_ONLY):
-        golden = gemm(a_sat, qmax, mode)
-        if mode is Mode.FULL:
-            assert golden.overflow.any(), "the saturation corner does not saturate"
-        await bench.gemm_case("corner int64 saturation", "corner", a_sat, qmax, mode, traffic)
-    bench.finish(f"test_corners-{traffic}")
+        # Saturation: scale 65504 (the FP16 maximum), |psum| = 2^19 per group: each term is
+        # 2047 * 2^48 ~ 2^59, so 16 groups pass 2^63. Rows: saturate high then come back down
+        # (sticky flag stays set), saturate low, stay in range, zero.
+        groups = 24
+        k = groups * GROUP
+        a_sat = np.zeros((m, k), np.int8)
+        a_sat[0, :20 * GROUP] = -128
+        a_sat[0, 20 * GROUP:] = 127
+        a_sat[1 % m, :] = 127
+        if m > 2:
+            a_sat[2, :4 * GROUP] = -128
+        q_sat = np.full((n, k), -128, np.int8)
+        q_sat[1 % n] = 127
+        if n > 2:
+            q_sat[2, ::2] = 127
+        qmax = QuantizedWeight(q=q_sat, scale=np.full((n, groups), 65504.0, np.float16),
+                               name="fp16-max-scale")
+        for mode in (Mode.FULL, Mode.DRAFT, Mode.MSB_ONLY):
+            golden = gemm(a_sat, qmax, mode)
+            if mode is Mode.FULL and not golden.overflow.any():
+                bench.fail("corner int64 saturation", "the saturation corner does not saturate "
+                           "in gemm()", source="corner", mode="FULL")
+            await bench.gemm_case("corner int64 saturation", "corner", a_sat, qmax, mode, traffic)
 
 
 @cocotb.test()
@@ -521,53 +582,53 @@ async def test_throughput(dut):
     ``tile.latency``); 1.0 is one beat (one group-column per lane) per cycle. Checks that each
     result comes exactly ``tile.latency`` cycles after its ``last`` beat is accepted."""
     bench = await _bench(dut, "test_throughput")
-    params = load_params()
-    target = int(params.get("throughput_beats", 1024))
-    rows, lanes = bench.config.rows, bench.config.lanes
-    rng = bench.rng("operands")
-    m, n = 4 * rows, 4 * channels_per_block(Mode.FULL, lanes)
-    groups = -(-target // 16)                  # 16 output blocks of `groups` beats each
-    a_q = rng.integers(-127, 128, (m, groups * GROUP)).astype(np.int8)
-    qw = _random_weights(rng, n, groups * GROUP, "throughput")
-    beats = tile_schedule(a_q, qw, Mode.FULL, rows, lanes)
-    run = await bench.stream(beats, rng=bench.rng("traffic"))
-    details = list(run.errors)
-    values, bad = bench.compare_results(run.results, ref_tile(beats), details)
-    golden = gemm(a_q, qw, Mode.FULL)
-    gvalues, gbad = int(golden.acc.size), int(2 * golden.acc.size)
-    if len(run.results["mode"]) == run.expected:
-        got = tile_assemble(run.results, m, n, Mode.FULL, rows, lanes)
-        gvalues, gbad = bench.compare_acc(got, golden, "GEMM vs gemm()", details)
-    nbeats = len(beats["mode"])
-    first, last_result = run.accept_cycles[0], run.end_cycle
-    span = last_result - first + 1 - bench.latency
-    fraction = nbeats / span if span > 0 else 0.0
-    last_idx = np.flatnonzero(beats["last"])
-    lat_bad = 0
-    for i, (b, rc) in enumerate(zip(last_idx, run.result_cycles)):
-        if rc - run.accept_cycles[b] != bench.latency:
-            lat_bad += 1
-            if len(details) < MAX_DETAILS:
-                details.append(f"result {i}: {rc - run.accept_cycles[b]} cycles after its last "
-                               f"beat, tile.latency says {bench.latency}")
-    stalls = (run.accept_cycles[-1] - first + 1) - nbeats
-    if stalls:
-        details.append(f"the tile refused {stalls} beat-cycle(s) although the sink was always "
-                       f"ready (documented: one beat per cycle)")
-    cycles_per_second = run.cycles / run.wall_seconds if run.wall_seconds else 0.0
-    bench.record(case="throughput", source="random", mode="FULL", traffic="always",
-                 shape=[m, groups * GROUP, n], beats=nbeats, results=run.expected,
-                 cycles=run.cycles, tile_values=values, gemm_values=gvalues,
-                 comparisons=values + gvalues,
-                 mismatches=bad + gbad + len(run.errors) + lat_bad + (1 if stalls else 0),
-                 overflowed=int(golden.overflow.sum()), details=details,
-                 latency=bench.latency, first_accept=first, last_result=last_result,
-                 fraction=fraction, wall_seconds=run.wall_seconds,
-                 cycles_per_second=cycles_per_second)
-    dut._log.info("throughput: %d beats, first accept cycle %d, last result cycle %d, latency "
-                  "%d -> %.4f beats/cycle; %.0f simulated cycles/s", nbeats, first,
-                  last_result, bench.latency, fraction, cycles_per_second)
-    bench.finish("test_throughput")
+    with bench.summary():
+        params = load_params()
+        target = int(params.get("throughput_beats", 1024))
+        rows, lanes = bench.config.rows, bench.config.lanes
+        rng = bench.rng("operands")
+        m, n = 4 * rows, 4 * channels_per_block(Mode.FULL, lanes)
+        groups = -(-target // 16)                  # 16 output blocks of `groups` beats each
+        a_q = rng.integers(-127, 128, (m, groups * GROUP)).astype(np.int8)
+        qw = _random_weights(rng, n, groups * GROUP, "throughput")
+        beats = tile_schedule(a_q, qw, Mode.FULL, rows, lanes)
+        run = await bench.stream(beats, rng=bench.rng("traffic"))
+        details = list(run.errors)
+        values, bad = bench.compare_results(run.results, ref_tile(beats), details)
+        golden = gemm(a_q, qw, Mode.FULL)
+        gvalues, gbad = int(golden.acc.size), int(2 * golden.acc.size)
+        if len(run.results["mode"]) == run.expected:
+            got = tile_assemble(run.results, m, n, Mode.FULL, rows, lanes)
+            gvalues, gbad = bench.compare_acc(got, golden, "GEMM vs gemm()", details)
+        nbeats = len(beats["mode"])
+        first, last_result = run.accept_cycles[0], run.end_cycle
+        span = last_result - first + 1 - bench.latency
+        fraction = nbeats / span if span > 0 else 0.0
+        last_idx = np.flatnonzero(beats["last"])
+        lat_bad = 0
+        for i, (b, rc) in enumerate(zip(last_idx, run.result_cycles)):
+            if rc - run.accept_cycles[b] != bench.latency:
+                lat_bad += 1
+                if len(details) < MAX_DETAILS:
+                    details.append(f"result {i}: {rc - run.accept_cycles[b]} cycles after its last "
+                                   f"beat, tile.latency says {bench.latency}")
+        stalls = (run.accept_cycles[-1] - first + 1) - nbeats
+        if stalls:
+            details.append(f"the tile refused {stalls} beat-cycle(s) although the sink was always "
+                           f"ready (documented: one beat per cycle)")
+        cycles_per_second = run.cycles / run.wall_seconds if run.wall_seconds else 0.0
+        bench.record(case="throughput", source="random", mode="FULL", traffic="always",
+                     shape=[m, groups * GROUP, n], beats=nbeats, results=run.expected,
+                     cycles=run.cycles, tile_values=values, gemm_values=gvalues,
+                     comparisons=values + gvalues,
+                     mismatches=bad + gbad + len(run.errors) + lat_bad + (1 if stalls else 0),
+                     overflowed=int(golden.overflow.sum()), details=details,
+                     latency=bench.latency, first_accept=first, last_result=last_result,
+                     fraction=fraction, wall_seconds=run.wall_seconds,
+                     cycles_per_second=cycles_per_second)
+        dut._log.info("throughput: %d beats, first accept cycle %d, last result cycle %d, latency "
+                      "%d -> %.4f beats/cycle; %.0f simulated cycles/s", nbeats, first,
+                      last_result, bench.latency, fraction, cycles_per_second)
 
 
 @cocotb.test()
@@ -575,16 +636,16 @@ async def test_clock_rate(dut):
     """Baseline for the bench's simulation speed: the same DUT with only the clock running
     and one coroutine awaiting each rising edge (no stream traffic, no payload packing)."""
     bench = await _bench(dut, "test_clock_rate")
-    cycles = int(load_params().get("clock_cycles", 5000))
-    wall = time.perf_counter()
-    for _ in range(cycles):
-        await RisingEdge(dut.clk)
-    wall = time.perf_counter() - wall
-    bench.record(case="clock only", source="baseline", mode=None, traffic="idle", shape=None,
-                 beats=0, results=0, cycles=cycles, tile_values=0, gemm_values=0,
-                 comparisons=0, mismatches=0, overflowed=0, details=[], wall_seconds=wall,
-                 cycles_per_second=cycles / wall if wall else 0.0)
-    bench.finish("test_clock_rate")
+    with bench.summary():
+        cycles = int(load_params().get("clock_cycles", 5000))
+        wall = time.perf_counter()
+        for _ in range(cycles):
+            await RisingEdge(dut.clk)
+        wall = time.perf_counter() - wall
+        bench.record(case="clock only", source="baseline", mode=None, traffic="idle", shape=None,
+                     beats=0, results=0, cycles=cycles, tile_values=0, gemm_values=0,
+                     comparisons=0, mismatches=0, overflowed=0, details=[], wall_seconds=wall,
+                     cycles_per_second=cycles / wall if wall else 0.0)
 
 
 # -- host side -------------------------------------------------------------------------------
@@ -624,7 +685,7 @@ def run_tile_bench(config: TileConfig, *, tests=None, seed=None, waves=None, par
     ``params`` are merged over ``{"tile": config, "traces": default_traces()}``. With
     ``check=True`` a failing test raises :class:`~elmoe3d.sim.runner.SimulationFailure`;
     records are read from the run folder's ``summary-*.json`` files either way."""
-    from .runner import run
+    from .runner import SimulationError, run
     built = built or build_tile(config, waves=waves)
     tests = [tests] if isinstance(tests, str) else list(tests or TESTS)
     merged = {"tile": {"rows": config.rows, "lanes": config.lanes},
@@ -639,5 +700,9 @@ def run_tile_bench(config: TileConfig, *, tests=None, seed=None, waves=None, par
         label = f"{base}-{param.partition('=')[2]}" if param else base
         path = result.test_dir / f"summary-{label}.json"
         if path.is_file():
-            records.extend(json.loads(path.read_text()))
+            try:
+                records.extend(json.loads(path.read_text()))
+            except (OSError, ValueError) as exc:
+                raise SimulationError(f"{path}: cannot read the bench summary ({exc}); log "
+                                      f"{result.log_file}") from None
     return TileBenchResult(sim=result, records=records)

@@ -93,7 +93,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.markup import escape
     from ..hw.tile import TensorTile
-    from .bench_tile import build_tile, run_tile_bench
+    from .bench_tile import build_tile, counted as _count, run_tile_bench
     from .runner import SimulationError, generate_verilog, resolve_seed
 
     console = Console(highlight=False)
@@ -134,7 +134,7 @@ def run(args) -> int:
         ("random and corner cases, smooth and stalled streams", ("test_random", "test_corners")),
         ("throughput: always-valid source, always-ready sink", ("test_throughput",)),
     ]
-    records, failed, runs = [], [], []
+    records, failed = [], []
     for i, (what, tests) in enumerate(plan, start=3):
         t0 = time.perf_counter()
         try:
@@ -146,18 +146,21 @@ def run(args) -> int:
                           f"{escape(str(exc))}")
             failed.append(what)
             continue
-        runs.append(res.sim)
         records.extend(res.records)
         bad = [c for c in res.sim.testcases if c.status == "failed"]
         skipped = [c for c in res.sim.testcases if c.status == "skipped"]
         failed.extend(f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}"
                       for c in bad)
         status = "[bold red]FAILED[/]" if bad else "ok"
-        console.print(f"[{i}/{steps}] {what}: {len(res.records)} cases, "
-                      f"{res.comparisons:,} values compared, {res.mismatches} mismatches, "
+        console.print(f"[{i}/{steps}] {what}: {_count(len(res.records), 'case')}, "
+                      f"{_count(res.comparisons, 'value')} compared, "
+                      f"{_count(res.mismatches, 'mismatch')}, "
                       f"{status} ({time.perf_counter() - t0:.1f} s; log "
                       f"{escape(str(res.sim.log_file))})"
                       + (f", {len(skipped)} skipped" if skipped else ""))
+        if res.sim.waves_file is not None:
+            console.print(f"      waves: {escape(str(res.sim.waves_file))}"
+                          + ("" if res.sim.waves_file.is_file() else " [red](not written)[/]"))
         if not res.sim.tests:
             failed.append(f"{what}: no tests ran")
 
@@ -174,18 +177,26 @@ def run(args) -> int:
         console.print(f"throughput: {thr['beats']:,} beats, {thr['fraction']:.4f} of peak "
                       f"(one beat = one group-column per lane per cycle; latency "
                       f"{thr['latency']} cycles from tile.latency)")
-    for res in runs:
-        if res.waves_file is not None:
-            console.print(f"waves: {escape(str(res.waves_file))}")
     if args.json:
         write_json(args.json, {"config": arch.name, "seed": seed, "records": records})
-    console.print(f"{total_cmp:,} bit-exact comparisons in total, {total_bad} mismatches")
-    style = "bold green" if not (minilm_bad or total_bad or failed) and minilm_cmp else "bold red"
-    console.print(f"[{style}]{minilm_cmp:,} bit-exact comparisons on real MiniLM weights, "
-                  f"{minilm_bad} mismatches[/]")
+    for line in failed:
+        console.print(f"[bold red]failed[/]: {escape(line)}")
+    ok = not (minilm_bad or total_bad or failed) and minilm_cmp
+    console.print(f"{_count(total_cmp, 'bit-exact comparison')} in total, "
+                  f"{_count(total_bad, 'mismatch')}")
+    style = "bold green" if ok else "bold red"
+    console.print(f"[{style}]{_count(minilm_cmp, 'bit-exact comparison')} on real MiniLM "
+                  f"weights, {_count(minilm_bad, 'mismatch')}[/]")
+    if ok:
+        console.print("[bold green]elmoe3d sim: PASSED[/] (every value bit-exact)")
+        return 0
+    why = []
     if failed:
-        for line in failed:
-            console.print(f"[bold red]failed[/]: {escape(line)}")
-    if total_bad or failed or not minilm_cmp:
-        return 1
-    return 0
+        why.append(f"{_count(len(failed), 'failure')} listed above")
+    if total_bad:
+        why.append(_count(total_bad, "mismatch"))
+    if not minilm_cmp:
+        why.append("nothing compared on real MiniLM weights")
+    console.print(f"[bold red]elmoe3d sim: FAILED[/] ({'; '.join(why)})")
+    return 1
+

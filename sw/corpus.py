@@ -35,18 +35,21 @@ def gsm8k_prompts(path: Path | None = None) -> list[str]:
         raise UserError(f"GSM8K prompts not found at {path} (set ELMOE3D_TRACES to the folder "
                         f"holding gsm8k_2_outputs.jsonl)")
     prompts = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                prompt = json.loads(line)["prompt"]
-            except (ValueError, KeyError, TypeError) as exc:
-                raise UserError(f"{path}:{lineno}: expected a JSON object with a 'prompt' "
-                                f"string ({exc})") from None
-            if not isinstance(prompt, str) or not prompt:
-                raise UserError(f"{path}:{lineno}: 'prompt' must be a non-empty string")
-            prompts.append(prompt)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    prompt = json.loads(line)["prompt"]
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise UserError(f"{path}:{lineno}: expected a JSON object with a 'prompt' "
+                                    f"string ({exc})") from None
+                if not isinstance(prompt, str) or not prompt:
+                    raise UserError(f"{path}:{lineno}: 'prompt' must be a non-empty string")
+                prompts.append(prompt)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the GSM8K prompts ({exc})") from None
     if not prompts:
         raise UserError(f"{path}: no prompts")
     return prompts
