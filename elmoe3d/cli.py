@@ -15,6 +15,10 @@ from . import __version__
 from .errors import UserError
 
 
+#: What ``elmoe3d --help`` says the tool is.
+DESCRIPTION = ("ELMoE-3D design framework: bit-nested INT8 MoE accelerator RTL (Amaranth), its "
+               "NumPy golden model, and cocotb + Verilator benches")
+
 #: subcommand -> (module, one-line help)
 COMMANDS = {
     "quant": ("elmoe3d.quant_cmd", "bit-nested quantization error report for a weight file"),
@@ -24,7 +28,7 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="elmoe3d", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="elmoe3d", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"elmoe3d {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
