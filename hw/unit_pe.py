@@ -134,6 +134,9 @@ class SliceCombiner(wiring.Component):
 
     def __init__(self, *, width: int):
         if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+            # Never constructed, so never to be elaborated: no "created but never used"
+            # warning from Amaranth when the half-made object is collected.
+            self._MustUse__silence = True
             raise ValueError(f"width: expected a positive integer, got {width!r}")
         self._width = width
         super().__init__({

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from amaranth.hdl import C, Module, Mux, signed, unsigned
+from amaranth.hdl import C, Fragment, Module, Mux, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
@@ -103,8 +103,12 @@ def test_unit_pe_ports_and_latency():
     assert pe.latency == 0
     assert pe.product.shape() == signed(13)
     assert pe.a.shape() == signed(8)
-    with pytest.raises(ValueError):
-        SliceCombiner(width=0)
+    # Combinational (latency 0): it elaborates to comb statements only, no registers.
+    fragment = Fragment.get(pe, None)
+    assert set(fragment.statements) == {"comb"} and not fragment.subfragments
+    for width in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match="width: expected a positive integer"):
+            SliceCombiner(width=width)
 
 
 def test_unit_pe_exhaustive():
