@@ -328,8 +328,9 @@ class PE(wiring.Component):
     @property
     def gemm_gap(self) -> int:
         """Idle tile cycles between the last beat of a GEMM and the first beat of the next
-        GEMM waiting behind it (its buffer already full): decode, start, first read."""
-        return 3
+        GEMM waiting behind it (its buffer already full): decode and start, then the first
+        read."""
+        return 2
 
     def elaborate(self, platform):
         m = Module()
@@ -807,17 +808,12 @@ class PE(wiring.Component):
                 m.d.comb += ex_idle.eq(1)
                 with m.If(take & ~is_load):
                     m.d.sync += xc.eq(self.cmd.payload)
-                    m.next = "DISPATCH"
-            with m.State("DISPATCH"):
-                m.d.comb += ex_barrier.eq(x_is_barrier)
-                with m.Switch(xop):
-                    with m.Case(Op.GEMM):
-                        m.next = "GEMM_START"
-                    with m.Case(Op.BARRIER, Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV, Op.REQUANT,
-                                Op.OUTPUT):
-                        m.next = "DRAIN"
-                    with m.Default():
-                        m.next = "IDLE"
+                    with m.Switch(cmd_op):
+                        with m.Case(Op.GEMM):
+                            m.next = "GEMM_START"
+                        with m.Case(Op.BARRIER, Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV,
+                                    Op.REQUANT, Op.OUTPUT):
+                            m.next = "DRAIN"
             with m.State("GEMM_START"):
                 empty = (gx("row_blocks") == 0) | (gx("col_blocks") == 0) | (gx("groups") == 0)
                 ready = ~gx("wait") | full_sel(gx("wbuf"))

@@ -173,13 +173,24 @@ class PEBench:
                       self.pe.lanes, self.pe.word_bits, self.pe.wmem_words, self.tile_latency,
                       self.sink_latency, self.seed)
 
-    async def _source(self, port, words, bits, rng, idle):
+    async def _source(self, port, words, bits, rng, idle, rate=None, log=None):
+        """Offer ``words`` on ``port``: with probability ``idle`` 1-3 idle cycles (garbage
+        payload) before a word; with ``rate`` (words per cycle, < 1) a token bucket paces the
+        stream (the HB bank rate): it gains ``rate`` words per cycle and holds at most two
+        (one word in flight and one buffered), so a stalled PE cannot bank bandwidth. ``log``
+        collects accept cycles."""
         dut = self.dut
         valid = getattr(dut, f"{port}__valid")
         payload = getattr(dut, f"{port}__payload")
         ready = getattr(dut, f"{port}__ready")
         nbytes = (bits + 7) // 8
+        credit = 1.0
         for word in words:
+            if rate is not None:
+                while credit < 1.0:
+                    valid.value = 0
+                    await RisingEdge(dut.clk)
+                    credit = min(2.0, credit + rate)
             if idle and rng.random() < idle:
                 valid.value = 0
                 for _ in range(int(rng.integers(1, 4))):
@@ -192,7 +203,11 @@ class PEBench:
                 await ReadOnly()
                 taken = ready.value == 1
                 await RisingEdge(dut.clk)
+                if rate is not None:
+                    credit = min(2.0, credit + rate - (1.0 if taken else 0.0))
                 if taken:
+                    if log is not None:
+                        log.append(self.cycle() - 1)
                     break
         valid.value = 0
 
@@ -224,7 +239,8 @@ class PEBench:
                     held = (raw, self.cycle())
             await RisingEdge(dut.clk)
 
-    async def run(self, program, ld, link_i=(), *, n_o, n_link, rng, traffic) -> PERun:
+    async def run(self, program, ld, link_i=(), *, n_o, n_link, rng, traffic,
+                  ld_rate=None) -> PERun:
         """Drive the encoded ``program`` and the ``ld`` / ``link_i`` streams; collect ``o`` and
         ``link_o`` until ``n_o`` beats and ``n_link`` words came out (or a deadline), then
         drain: nothing more may come out."""
@@ -237,7 +253,7 @@ class PEBench:
                 cocotb.start_soon(self._ready("o", rng, backpressure)),
                 cocotb.start_soon(self._ready("link_o", rng, backpressure))]
         srcs = [cocotb.start_soon(self._source("cmd", program, 128, rng, idle)),
-                cocotb.start_soon(self._source("ld", ld, W, rng, idle)),
+                cocotb.start_soon(self._source("ld", ld, W, rng, idle, ld_rate)),
                 cocotb.start_soon(self._source("link_i", link_i, W, rng, idle))]
         start = self.cycle()
         wall = time.perf_counter()
@@ -274,15 +290,17 @@ class PEBench:
 
     # -- one program, all comparisons --
 
-    async def moe_case(self, case, source, x, experts, routing, mode, traffic, *, extra=None):
-        """Build the MoE program, run it on the RTL, fsim and ref_moe, compare, record."""
+    async def moe_case(self, case, source, x, experts, routing, mode, traffic, *, extra=None,
+                       ld_rate=None):
+        """Build the MoE program, run it on the RTL, fsim and ref_moe, compare, record.
+        ``ld_rate`` (words per cycle) paces the ``ld`` stream (the HB bank rate)."""
         mode = Mode[mode] if isinstance(mode, str) else Mode(mode)
         job = build_moe_program(x, experts, routing, mode, self.arch)
         ref = job.run_fsim()
         gold = ref_moe(x, experts, routing, mode)
         run = await self.run(job.program.encode(), job.ld, n_o=len(ref.o),
                              n_link=len(ref.link_o), rng=self.rng(f"{case}/{mode.name}/{traffic}"),
-                             traffic=traffic)
+                             traffic=traffic, ld_rate=ld_rate)
         details = list(run.errors)
         mismatches = len(run.errors)
         comparisons = 0
@@ -342,12 +360,15 @@ class PEBench:
         ids = np.asarray(routing[0])
         used = sorted(set(int(e) for e in ids.reshape(-1) if e >= 0))
         beats = int(status.get("gemm_beats", 0))
+        wbytes = self.pe.word_bytes * sum(c.fields["words"] for c in job.program
+                                          if c.op.name == "LOAD" and c.fields["target"] <= 2)
         rec = dict(case=case, source=source, mode=mode.name, traffic=traffic,
                    tokens=int(job.tokens), hidden=int(job.hidden),
                    intermediate=int(experts[0][0].shape[0] if isinstance(experts[0], tuple)
                                     else experts[0].intermediate),
                    experts_run=used, commands=len(job.program), ld_words=len(job.ld),
-                   gemm_beats=beats, cycles=run.cycles,
+                   gemm_beats=beats, cycles=run.cycles, weight_bytes=wbytes,
+                   ld_bytes=self.pe.word_bytes * len(job.ld),
                    beats_per_cycle=beats / run.cycles if run.cycles else 0.0,
                    status={k: int(v) for k, v in status.items()},
                    acc_overflow=flags[0], vpu_saturation=flags[1],
@@ -494,10 +515,48 @@ async def test_corners(dut, traffic):
     bench.finish(f"test_corners-{traffic}")
 
 
+@cocotb.test()
+async def test_hb_roofline(dut):
+    """Whole experts with the ``ld`` stream paced at the HB bank rate (``hb_bank_gbps`` /
+    ``clock_ghz`` bytes per cycle: 51.2 B, 0.8 words of 64 B on the small PE) and always-ready
+    outputs. Figure: roofline cycles (weight bytes / HB bytes per cycle) over measured cycles
+    from the first command to the last output; also against all ``ld`` bytes (weights, tokens,
+    activations)."""
+    bench = await _bench(dut, "test_hb_roofline")
+    params = {**DEFAULTS, **load_params()}
+    hidden = int(params["hidden"])
+    inter = int(params.get("roofline_intermediate", 256))
+    rate = bench.arch.hb_bytes_per_cycle / bench.pe.word_bytes
+    rng = bench.rng("roofline")
+    (expert,) = _synthetic_experts(rng, 1, hidden, inter)
+    for tokens in params.get("roofline_batches", [1, 4]):
+        x = rng.standard_normal((int(tokens), hidden))
+        routing = (np.zeros((int(tokens), 1), np.int64), np.ones((int(tokens), 1)))
+        for mode in ("DRAFT", "FULL"):
+            rec = await bench.moe_case(f"HB-rate expert T={tokens}", "roofline", x, [expert],
+                                       routing, mode, "smooth", ld_rate=rate)
+            hb = bench.arch.hb_bytes_per_cycle
+            # roofline: the slower of streaming the weights at the HB rate and issuing the
+            # GEMM beats at one per cycle
+            rec["hb_bytes_per_cycle"] = hb
+            rec["roofline_cycles"] = max(rec["weight_bytes"] / hb, rec["gemm_beats"])
+            rec["roofline_bound"] = ("memory" if rec["weight_bytes"] / hb >= rec["gemm_beats"]
+                                     else "compute")
+            rec["roofline_fraction"] = rec["roofline_cycles"] / rec["cycles"]
+            rec["roofline_fraction_all_ld"] = max(rec["ld_bytes"] / hb,
+                                                  rec["gemm_beats"]) / rec["cycles"]
+            dut._log.info("  %s %s: %d cycles, weights %d B, %d beats -> %.1f%% of the %s "
+                          "roofline (%.1f%% counting all ld bytes)", rec["case"], mode,
+                          rec["cycles"], rec["weight_bytes"], rec["gemm_beats"],
+                          100 * rec["roofline_fraction"], rec["roofline_bound"],
+                          100 * rec["roofline_fraction_all_ld"])
+    bench.finish("test_hb_roofline")
+
+
 # -- host side -------------------------------------------------------------------------------
 
 #: Test names in the order the host runs and reports them.
-TESTS = ("test_trace_moe", "test_corners")
+TESTS = ("test_trace_moe", "test_corners", "test_hb_roofline")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,16 @@ pytestmark = pytest.mark.cocotb
 ARCH = preset("small")
 
 
+def _check_one(result, test):
+    sim = result.sim
+    assert sim.failures == 0 and sim.skipped == 0
+    assert {c.name.split("/")[0] for c in sim.testcases if c.status == "passed"} == {test}
+    assert result.records and result.comparisons > 0 and result.mismatches == 0
+    for rec in result.records:
+        assert rec["mismatches"] == 0 and rec["comparisons"] > 0, rec
+    return result
+
+
 def _check(result, *, tests):
     sim = result.sim
     assert sim.failures == 0 and sim.skipped == 0
@@ -60,3 +70,15 @@ def test_corner_cases():
             assert rec["vpu_saturation"]
         if rec["case"] == "all-zero token":
             assert not rec["acc_overflow"]
+
+
+def test_hb_rate_roofline():
+    """Whole experts with weights streamed at the HB bank rate: bit-exact, and the cycle
+    figure against the roofline (memory: weight bytes at 51.2 B/cycle; compute: one tile beat
+    per cycle) is recorded. The bound asserted is loose (a regression guard, not the target)."""
+    result = _check_one(run_pe_bench(ARCH, tests="test_hb_roofline"), "test_hb_roofline")
+    for rec in result.records:
+        print(f"{rec['case']} {rec['mode']}: {rec['cycles']} cycles, "
+              f"{100 * rec['roofline_fraction']:.1f}% of the {rec['roofline_bound']} roofline")
+        assert rec["roofline_fraction"] > 0.5
+    assert {r["roofline_bound"] for r in result.records} == {"memory", "compute"}
