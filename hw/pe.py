@@ -221,6 +221,9 @@ class PE(wiring.Component):
     ``acc_overflow`` (a tile accumulator saturated) and ``vpu_saturation``
     (:data:`elmoe3d.sw.asm.STATUS_FIELDS`).
 
+    After elaboration, :attr:`probes` maps a few internal control signals (load transfer,
+    tile beat, buffer flags, execute-engine waits) by name, for benches that account cycles.
+
     Parameters
     ----------
     config : ArchConfig or PEConfig
@@ -375,12 +378,12 @@ class PE(wiring.Component):
             Target.OUT: [out_w],
         }
 
-        # ---- sticky flags -------------------------------------------------------------------------
+        # ---- sticky flags ------------------------------------------------------------------------
         flag_acc = Signal()           # a tile accumulator saturated
         flag_vpu = Signal()           # any VPU saturation
         set_vpu = []                  # conditions that set flag_vpu in this cycle
 
-        # ---- command decoder ----------------------------------------------------------------------
+        # ---- command decoder ---------------------------------------------------------------------
         cmd_op = Value.cast(self.cmd.payload.op)
         is_load = cmd_op == Op.LOAD
         ld_active = Signal()
@@ -789,7 +792,7 @@ class PE(wiring.Component):
         m.d.comb += gemm_busy.eq(g_issuing | bv | (tile_pending != 0) | res_valid | dq_valid
                                  | s_active | vpu_busy)
 
-        # ---- execute engine: control ---------------------------------------------------------------
+        # ---- execute engine: control -------------------------------------------------------------
         x_addr = Signal(16)
         x_left = Signal(17)
         x_target = Signal(3)
@@ -870,7 +873,7 @@ class PE(wiring.Component):
                      rmax_w.clear.eq(st["CLEAR"] & fld(xc, Op.CLEAR, "rowmax"))]
         clear_done = st["CLEAR"]
 
-        # ---- SEND: IOMEM words onto link_o ----------------------------------------------------------
+        # ---- SEND: IOMEM words onto link_o -------------------------------------------------------
         with m.If(x_start & (xop == Op.SEND)):
             m.d.sync += [x_target.eq(fld(xc, Op.SEND, "target")),
                          x_addr.eq(fld(xc, Op.SEND, "addr")),
@@ -897,7 +900,7 @@ class PE(wiring.Component):
                                        Value.cast(res_acc).word_select(raw_k, W))),
         ]
 
-        # ---- RECV: link_i words into IOMEM (accumulate: saturating add into OUT) ------------------
+        # ---- RECV: link_i words into IOMEM (accumulate: saturating add into OUT) -----------------
         with m.If(x_start & (xop == Op.RECV)):
             m.d.sync += [x_target.eq(fld(xc, Op.RECV, "target")),
                          x_addr.eq(fld(xc, Op.RECV, "addr")),
@@ -931,7 +934,7 @@ class PE(wiring.Component):
         set_vpu.append(r_valid & acc_ovf.any())
         recv_done = st["RECV"] & (x_left == 0) & ~r_valid
 
-        # ---- REQUANT: HBUF rows -> INT8 codes in ACT, e_h into TOK -----------------------------------
+        # ---- REQUANT: HBUF rows -> INT8 codes in ACT, e_h into TOK -------------------------------
         # Per token row t: read its row max, e' (RowMaxExponent), write e_h; then C = min(W/32,
         # 32) values per cycle: HBUF word t*I/(W/32) + c/(W/32) -> C RequantUnits -> ACT bytes.
         C = min(Q, 32)
@@ -1034,7 +1037,7 @@ class PE(wiring.Component):
                     m.d.comb += rq_done.eq(1)
                     m.next = "IDLE"
 
-        # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words) per beat --------------------
+        # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words) per beat -----------------
         op_addr = Signal(16)
         op_left = Signal(17)
         with m.If(x_start & (xop == Op.OUTPUT)):
@@ -1082,7 +1085,7 @@ class PE(wiring.Component):
         output_done = (st["OUTPUT"] & (op_left == 0) & ~ov & (cv_inflight == 0) & ~have_lo
                        & ~beat_valid)
 
-        # ---- performance counters and STATUS --------------------------------------------------------
+        # ---- performance counters and STATUS -----------------------------------------------------
         slayout = status_layout(cfg)
         counters = {
             "cycles": Const(1, 1),

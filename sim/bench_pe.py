@@ -58,7 +58,7 @@ from ..sw.asm import OKind
 from ..sw.corpus import traces_dir
 from ..sw.datapath import Mode
 from ..sw.expert import Expert, build_moe_program, ref_moe
-from ..sw.quant import QuantizedWeight, quantize_weights
+from ..sw.quant import quantize_weights
 from .runner import case_rng, load_params, resolve_seed
 
 

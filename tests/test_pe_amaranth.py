@@ -23,7 +23,6 @@ from elmoe3d.sw import asm, fsim
 from elmoe3d.sw.asm import OKind
 from elmoe3d.sw.datapath import Mode, gemm
 from elmoe3d.sw.quant import lsb_slice, msb_slice, quantize_weights
-from elmoe3d.sw.vpu import swiglu_q16
 
 
 ARCH = preset("small")
