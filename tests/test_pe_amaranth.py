@@ -551,3 +551,61 @@ def test_back_to_back_gemms_gap():
     assert first == list(range(first[0], first[0] + 16))
     assert second == list(range(second[0], second[0] + 16))
     assert second[0] - first[-1] - 1 == dut.gemm_gap
+
+
+def test_wider_pe_moe_and_raw():
+    """A wider PE (8 x 16 x 32, W = 2048: 64 HBUF values per word, so REQUANT takes 32-value
+    chunks of a word; 4 link words per RAW result): a 2-expert MoE program from sw.expert, then
+    a RAW GEMM appended; RTL == fsim, FP32 == ref_moe, RAW == gemm."""
+    from elmoe3d.config import ArchConfig, TileConfig
+    from elmoe3d.sw.expert import build_moe_program, ref_moe
+    arch = ArchConfig(name="wide", tile=TileConfig(rows=8, lanes=16), wmem_bytes=16384,
+                      iomem_bytes=65536)
+    pe = arch.pe
+    seed = 900
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    t, h, i = 10, 128, 128
+    x = rng.normal(size=(t, h))
+    experts = [tuple(rng.normal(size=s) * 0.2 for s in ((i, h), (i, h), (h, i)))
+               for _ in range(2)]
+    ids = np.array([[0, 1]] * 5 + [[1, 0]] * 5)
+    wts = rng.uniform(0.2, 0.8, (t, 2))
+    job = build_moe_program(x, experts, (ids, wts), Mode.DRAFT, arch)
+    prog, ld = job.program, list(job.ld)
+    # a RAW GEMM after the expert program: 10 x 64 activations against 32 channels, FULL
+    a_q = rng.integers(-128, 128, (10, 64)).astype(np.int8)
+    qw = random_weight(rng, 32, 64)
+    q = np.zeros((32, 64), np.int8)
+    q[:] = qw.q
+    G, cbn, rbn = 2, 2, 2
+    msb = (msb_slice(q).view(np.uint8) & 15).reshape(cbn, 16, G, 32).transpose(0, 2, 1, 3)
+    lsb = lsb_slice(q).reshape(cbn, 16, G, 32).transpose(0, 2, 1, 3)
+    sc = np.asarray(qw.scale, np.float16).view(np.uint16).reshape(cbn, 16, G).transpose(0, 2, 1)
+    ent = np.zeros((8, 16), np.uint16)
+    ent[:cbn * G] = sc.reshape(-1, 16)
+    ap = np.zeros((rbn * 8, 64), np.int8)
+    ap[:10] = a_q
+    acts = asm.pack_act(ap.reshape(rbn, 8, G, 32).transpose(0, 2, 1, 3).reshape(-1, 8, 32), pe)
+    words = [acts, asm.pack_wgt(msb.reshape(-1, 16, 32), pe),
+             asm.pack_wgt(lsb.reshape(-1, 16, 32), pe), asm.pack_scales(ent[None], pe)]
+    prog.load(Target.ACT, 0, len(acts))
+    prog.load(Target.WMSB, 0, cbn * G, buf=0)
+    prog.load(Target.WLSB, 0, cbn * G, buf=0)
+    prog.load(Target.WSCALE, 0, 1, buf=0, signal=True)
+    prog.gemm(mode=Mode.FULL, wbuf=0, act_base=0, w_base=0, row_blocks=rbn, col_blocks=cbn,
+              groups=G, sink=Sink.RAW, wait=True, release=True)
+    ld += asm.words_to_ints(np.concatenate(words))
+    ref = fsim.run(prog, ld)
+    got = run_pe(prog.encode(), ld, n_o=len(ref.o), n_link=len(ref.link_o),
+                 dut=PE(config=arch), traffic=Traffic(idle_ld=0.2, stall_o=0.3), seed=seed)
+    assert got["link_o"] == ref.link_o
+    assert [(k, d) for k, d in got["o"] if k == OKind.DATA] == \
+        [(int(b.kind), b.data) for b in ref.o if b.kind == OKind.DATA]
+    data = [d for k, d in got["o"] if k == OKind.DATA]
+    y = asm.unpack_fp32(asm.ints_to_words(data, pe), pe).reshape(-1, h)[:t]
+    assert np.array_equal(y.view(np.uint32), ref_moe(x, experts, (ids, wts), Mode.DRAFT)
+                          .y.view(np.uint32))
+    vals = asm.unpack_q24(asm.ints_to_words(got["link_o"], pe), pe).reshape(-1, 8, 16)
+    acc = vals[:, :, 0::2].reshape(cbn * 2, rbn, 8, 8).transpose(1, 2, 0, 3).reshape(16, 32)
+    assert np.array_equal(acc[:10], gemm(a_q, qw, Mode.FULL).acc)
