@@ -321,12 +321,13 @@ class PE(wiring.Component):
 
     @property
     def sink_latency(self) -> dict:
-        """Cycles from a tile result being taken by the sink to the last memory write of its
-        first row, per sink: RAW 0 (first link word offered at once), SWIGLU 1 (TOK read) +
-        SwiGLU unit + 1 (row-max update), COMBINE 1 (TOK) + 1 (OUT read) + combine unit."""
-        return {Sink.RAW: 0,
-                Sink.SWIGLU: 1 + self.swiglu_latency + 1,
-                Sink.COMBINE: 2 + self.combine_latency}
+        """Cycles from the sink taking a tile result to the first effect of its first row, per
+        sink (no stall): RAW 1 (first link word offered), SWIGLU 2 + the SwiGLU unit (HBUF
+        write; the row-max update follows a cycle later), COMBINE 3 + the combine unit (OUT
+        write; TOK read, OUT read and the unit in between)."""
+        return {Sink.RAW: 1,
+                Sink.SWIGLU: 2 + self.swiglu_latency,
+                Sink.COMBINE: 3 + self.combine_latency}
 
     @property
     def gemm_gap(self) -> int:
@@ -1123,7 +1124,8 @@ class PE(wiring.Component):
         self.probes = {"ld_xfer": ld_xfer, "ld_active": ld_active, "ld_blocked": ld_blocked,
                        "tile_in": tile_in, "g_issuing": g_issuing, "ex_idle": ex_idle,
                        "gemm_busy": gemm_busy, "wait_flag": g_wait_flag, "barrier": ex_barrier,
-                       "xop": xop, "full0": full[0], "full1": full[1]}
+                       "xop": xop, "full0": full[0], "full1": full[1],
+                       "tile_out": tile_out, "hbuf_write": sw_out, "out_write": cmb_out}
         m.d.comb += x_done.eq(clear_done | send_done | recv_done | status_done | rq_done
                               | output_done)
 

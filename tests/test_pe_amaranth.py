@@ -239,7 +239,7 @@ def test_parameters_and_errors():
     dut = _unused(PE(config=ARCH))
     assert dut.word_bits == 128 * L and dut.rows == R and dut.lanes == L
     assert dut.tile_latency == 3
-    assert dut.sink_latency[Sink.RAW] == 0
+    assert dut.sink_latency[Sink.RAW] == 1
     assert _unused(PE(config=PE_CFG)).config == PE_CFG
     with pytest.raises(TypeError, match="ArchConfig"):
         PE(config="small")
@@ -609,3 +609,31 @@ def test_wider_pe_moe_and_raw():
     vals = asm.unpack_q24(asm.ints_to_words(got["link_o"], pe), pe).reshape(-1, 8, 16)
     acc = vals[:, :, 0::2].reshape(cbn * 2, rbn, 8, 8).transpose(1, 2, 0, 3).reshape(16, 32)
     assert np.array_equal(acc[:10], gemm(a_q, qw, Mode.FULL).acc)
+
+
+def test_sink_latencies():
+    """``tile_latency`` and ``sink_latency`` as documented: the first RAW link word, the first
+    HBUF write (SWIGLU) and the first OUT write (COMBINE) come exactly that many cycles after
+    the sink took the result (always-ready outputs, no idle input)."""
+    seed = 1000
+    rng = np.random.default_rng(seed)
+    dut = PE(config=ARCH)
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 2, 64, 32)
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, Mode.DRAFT)
+    ref = fsim.run(prog, ld)
+    got = run_pe(prog.encode(), ld, n_o=len(ref.o), n_link=0, dut=dut,
+                 watch=("tile_in", "tile_out", "hbuf_write", "out_write"))
+    lat = dut.sink_latency
+    assert got["hbuf_write"][0] - got["tile_out"][0] == lat[Sink.SWIGLU]
+    first_out = got["out_write"][0]
+    taken = min(c for c in got["tile_out"] if c > got["hbuf_write"][-1])   # first COMBINE
+    assert first_out - taken == lat[Sink.COMBINE]
+    assert got["tile_out"][0] - got["tile_in"][1] == dut.tile_latency    # 2 groups: beat 1
+    a_q = rng.integers(-128, 128, (2, 32)).astype(np.int8)
+    prog, ld = raw_gemm_program(a_q, random_weight(rng, 4, 32), Mode.DRAFT)
+    dut = PE(config=ARCH)
+    ref = fsim.run(prog, ld)
+    got = run_pe(prog.encode(), ld, n_o=0, n_link=len(ref.link_o), dut=dut,
+                 watch=("tile_in", "tile_out"))
+    assert got["tile_out"][0] - got["tile_in"][0] == dut.tile_latency
+    assert got["link_o_cycles"][0] - got["tile_out"][0] == dut.sink_latency[Sink.RAW]
