@@ -38,6 +38,7 @@ with the sticky flag read back through STATUS), each with ``traffic`` = ``smooth
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -135,8 +136,9 @@ class PERun:
 class PEBench:
     """Clock, reset, stream drivers, monitors and comparisons for one PE DUT."""
 
-    def __init__(self, dut, arch: ArchConfig, seed: int, test: str):
+    def __init__(self, dut, arch: ArchConfig, seed: int, test: str, traffic: str = "-"):
         self.dut = dut
+        self.traffic = traffic
         self.arch = arch
         self.pe = arch.pe
         self.seed = seed
@@ -391,24 +393,53 @@ class PEBench:
             self.dut._log.error("  %s: %s", rec["case"], line)
         return rec
 
-    def finish(self, name: str):
-        """Write ``summary-<name>.json``; fail if any case mismatched."""
+    def fail(self, case, message, *, source="bench", mode="-", traffic=None):
+        """Record a failed check that compares no values (a bench precondition, an aborted
+        test) as a case with one mismatch, so it shows in the summary and fails the test."""
+        return self.record(case=case, source=source, mode=mode,
+                           traffic=traffic or self.traffic, tokens=0, experts_run=[],
+                           cycles=0, gemm_beats=0, acc_overflow=False, vpu_saturation=False,
+                           comparisons=0, mismatches=1, details=[message], error=message)
+
+    def write_summary(self) -> Path:
+        """Write the case records to ``summary-<test>.json`` in the run folder."""
         out = Path(load_params().get("out_dir") or os.getcwd())
-        path = out / f"summary-{name}.json"
+        path = out / f"summary-{self.test}.json"
         path.write_text(json.dumps(self.records, indent=1))
+        return path
+
+    def finish(self):
+        """Write the summary; fail (AssertionError) if any case mismatched or failed."""
+        path = self.write_summary()
         bad = [r for r in self.records if r["mismatches"]]
         total = sum(r["comparisons"] for r in self.records)
-        self.dut._log.info("%s: %d cases, %d values compared, %d mismatching case(s); %s; "
-                           "summary %s", name, len(self.records), total, len(bad),
+        self.dut._log.info("%s: %d cases, %d values compared, %d failing case(s); %s; "
+                           "summary %s", self.test, len(self.records), total, len(bad),
                            SYNTHETIC_NOTE, path)
-        assert not bad, (f"{len(bad)} case(s) mismatched (seed {self.seed}): "
+        assert not bad, (f"{len(bad)} case(s) failed (seed {self.seed}): "
                          + "; ".join(f"{r['case']} {r['mode']} ({r['traffic']}): "
-                                     f"{r['mismatches']} mismatches, first: "
-                                     f"{r['details'][:2]}" for r in bad))
+                                     + (r["error"] if r.get("error") else
+                                        f"{r['mismatches']} mismatches, first: "
+                                        f"{r['details'][:2]}") for r in bad))
+
+    @contextlib.contextmanager
+    def summary(self):
+        """Context for a test body: an exception in it becomes a failed case ("test aborted",
+        naming the exception) and the summary is written either way; on leaving,
+        :meth:`finish` fails the test if any case failed."""
+        try:
+            yield self
+        except Exception as exc:                       # noqa: BLE001 - recorded, then failed
+            self.dut._log.error("%s aborted", self.test, exc_info=True)
+            self.fail("test aborted", f"{type(exc).__name__}: {exc}")
+        except BaseException:
+            self.write_summary()
+            raise
+        self.finish()
 
 
-async def _bench(dut, test) -> PEBench:
-    bench = PEBench(dut, arch_from_params(load_params()), resolve_seed(), test)
+async def _bench(dut, test, traffic="-") -> PEBench:
+    bench = PEBench(dut, arch_from_params(load_params()), resolve_seed(), test, traffic)
     await bench.start()
     return bench
 
@@ -431,25 +462,25 @@ def _synthetic_experts(rng, n, hidden, inter):
 async def test_trace_moe(dut, traffic):
     """MoE layers on one PE, routed by the real Mixtral trace: batches of 1, 4 and 16 decode
     tokens, DRAFT and FULL, I larger than one WMEM buffer."""
-    bench = await _bench(dut, f"test_trace_moe-{traffic}")
-    params = {**DEFAULTS, **load_params()}
-    path = Path(params.get("routing") or default_routing())
-    hidden, inter, n_exp = int(params["hidden"]), int(params["intermediate"]), \
-        int(params["experts"])
-    experts = _synthetic_experts(bench.rng("experts"), n_exp, hidden, inter)
-    dut._log.info("routing: %s; %d synthetic experts H=%d I=%d (%s)", path, n_exp, hidden,
-                  inter, SYNTHETIC_NOTE)
-    for batch in params["batches"]:
-        layer = int(params["layers"].get(str(batch), 0))
-        ids, wts, tok_idx = read_routing(path, problem=int(params["problem"]), layer=layer,
-                                         tokens=int(batch), n_experts=n_exp)
-        x = bench.rng(f"x/{batch}").standard_normal((int(batch), hidden))
-        for mode in params["modes"]:
-            await bench.moe_case(f"trace L{layer} batch {batch}", "mixtral-trace", x, experts,
-                                 (ids, wts), mode, traffic,
-                                 extra={"layer": layer, "trace_tokens": tok_idx.tolist(),
-                                        "routing_file": path.name})
-    bench.finish(f"test_trace_moe-{traffic}")
+    bench = await _bench(dut, f"test_trace_moe-{traffic}", traffic)
+    with bench.summary():
+        params = {**DEFAULTS, **load_params()}
+        path = Path(params.get("routing") or default_routing())
+        hidden, inter, n_exp = int(params["hidden"]), int(params["intermediate"]), \
+            int(params["experts"])
+        experts = _synthetic_experts(bench.rng("experts"), n_exp, hidden, inter)
+        dut._log.info("routing: %s; %d synthetic experts H=%d I=%d (%s)", path, n_exp, hidden,
+                      inter, SYNTHETIC_NOTE)
+        for batch in params["batches"]:
+            layer = int(params["layers"].get(str(batch), 0))
+            ids, wts, tok_idx = read_routing(path, problem=int(params["problem"]), layer=layer,
+                                             tokens=int(batch), n_experts=n_exp)
+            x = bench.rng(f"x/{batch}").standard_normal((int(batch), hidden))
+            for mode in params["modes"]:
+                await bench.moe_case(f"trace L{layer} batch {batch}", "mixtral-trace", x,
+                                     experts, (ids, wts), mode, traffic,
+                                     extra={"layer": layer, "trace_tokens": tok_idx.tolist(),
+                                            "routing_file": path.name})
 
 
 def _saturating_expert(rng, hidden, inter):
@@ -482,37 +513,41 @@ def _silu_corner_expert(rng, hidden, inter):
 async def test_corners(dut, traffic):
     """All-zero token; SiLU-saturating gate pre-activations; accumulator saturation with the
     sticky flag read back through STATUS."""
-    bench = await _bench(dut, f"test_corners-{traffic}")
-    params = {**DEFAULTS, **load_params()}
-    hidden, inter = int(params["hidden"]), int(params["intermediate"])
-    rng = bench.rng("corners")
-    experts = _synthetic_experts(rng, 2, hidden, inter)
-    x = rng.standard_normal((4, hidden))
-    x[2] = 0.0
-    ids = np.array([[0, 1], [1, 0], [0, 1], [1, -1]])
-    wts = np.array([[0.6, 0.4], [0.75, 0.25], [0.5, 0.5], [1.0, 0.0]])
-    for mode in ("DRAFT", "FULL"):
-        rec = await bench.moe_case("all-zero token", "corner", x, experts, (ids, wts), mode,
-                                   traffic)
-    silu = _silu_corner_expert(rng, hidden, inter)
-    xs = np.abs(rng.standard_normal((3, hidden))) + 0.5
-    xs[1] *= -1.0
-    for mode in ("DRAFT", "FULL"):
-        rec = await bench.moe_case("SiLU-saturating gates", "corner", xs, [silu],
-                                   (np.zeros((3, 1), np.int64), np.ones((3, 1))), mode,
-                                   traffic)
-        assert rec["mismatches"] or rec["vpu_saturation"], "the SiLU corner did not saturate"
-    # H = 576: 18 groups per up/gate accumulation (OUT holds 2 rows of 576 on the small PE)
-    sat_h = int(params.get("saturation_hidden", 576))
-    sat = _saturating_expert(rng, sat_h, 32)
-    xa = np.full((2, sat_h), 127.0)
-    xa[1] = rng.standard_normal(sat_h)
-    for mode in ("FULL",):
-        rec = await bench.moe_case("accumulator saturation", "corner", xa, [sat],
-                                   (np.zeros((2, 1), np.int64), np.ones((2, 1))), mode,
-                                   traffic)
-        assert rec["mismatches"] or rec["acc_overflow"], "the saturation corner did not saturate"
-    bench.finish(f"test_corners-{traffic}")
+    bench = await _bench(dut, f"test_corners-{traffic}", traffic)
+    with bench.summary():
+        params = {**DEFAULTS, **load_params()}
+        hidden, inter = int(params["hidden"]), int(params["intermediate"])
+        rng = bench.rng("corners")
+        experts = _synthetic_experts(rng, 2, hidden, inter)
+        x = rng.standard_normal((4, hidden))
+        x[2] = 0.0
+        ids = np.array([[0, 1], [1, 0], [0, 1], [1, -1]])
+        wts = np.array([[0.6, 0.4], [0.75, 0.25], [0.5, 0.5], [1.0, 0.0]])
+        for mode in ("DRAFT", "FULL"):
+            rec = await bench.moe_case("all-zero token", "corner", x, experts, (ids, wts), mode,
+                                       traffic)
+        silu = _silu_corner_expert(rng, hidden, inter)
+        xs = np.abs(rng.standard_normal((3, hidden))) + 0.5
+        xs[1] *= -1.0
+        for mode in ("DRAFT", "FULL"):
+            rec = await bench.moe_case("SiLU-saturating gates", "corner", xs, [silu],
+                                       (np.zeros((3, 1), np.int64), np.ones((3, 1))), mode,
+                                       traffic)
+            if not (rec["mismatches"] or rec["vpu_saturation"]):
+                bench.fail("SiLU-saturating gates", "the SiLU corner did not saturate",
+                           mode=mode)
+        # H = 576: 18 groups per up/gate accumulation (OUT holds 2 rows of 576 on the small PE)
+        sat_h = int(params.get("saturation_hidden", 576))
+        sat = _saturating_expert(rng, sat_h, 32)
+        xa = np.full((2, sat_h), 127.0)
+        xa[1] = rng.standard_normal(sat_h)
+        for mode in ("FULL",):
+            rec = await bench.moe_case("accumulator saturation", "corner", xa, [sat],
+                                       (np.zeros((2, 1), np.int64), np.ones((2, 1))), mode,
+                                       traffic)
+            if not (rec["mismatches"] or rec["acc_overflow"]):
+                bench.fail("accumulator saturation", "the saturation corner did not saturate",
+                           mode=mode)
 
 
 @cocotb.test()
@@ -522,35 +557,35 @@ async def test_hb_roofline(dut):
     outputs. Figure: roofline cycles (weight bytes / HB bytes per cycle) over measured cycles
     from the first command to the last output; also against all ``ld`` bytes (weights, tokens,
     activations)."""
-    bench = await _bench(dut, "test_hb_roofline")
-    params = {**DEFAULTS, **load_params()}
-    hidden = int(params["hidden"])
-    inter = int(params.get("roofline_intermediate", 256))
-    rate = bench.arch.hb_bytes_per_cycle / bench.pe.word_bytes
-    rng = bench.rng("roofline")
-    (expert,) = _synthetic_experts(rng, 1, hidden, inter)
-    for tokens in params.get("roofline_batches", [1, 4]):
-        x = rng.standard_normal((int(tokens), hidden))
-        routing = (np.zeros((int(tokens), 1), np.int64), np.ones((int(tokens), 1)))
-        for mode in ("DRAFT", "FULL"):
-            rec = await bench.moe_case(f"HB-rate expert T={tokens}", "roofline", x, [expert],
-                                       routing, mode, "smooth", ld_rate=rate)
-            hb = bench.arch.hb_bytes_per_cycle
-            # roofline: the slower of streaming the weights at the HB rate and issuing the
-            # GEMM beats at one per cycle
-            rec["hb_bytes_per_cycle"] = hb
-            rec["roofline_cycles"] = max(rec["weight_bytes"] / hb, rec["gemm_beats"])
-            rec["roofline_bound"] = ("memory" if rec["weight_bytes"] / hb >= rec["gemm_beats"]
-                                     else "compute")
-            rec["roofline_fraction"] = rec["roofline_cycles"] / rec["cycles"]
-            rec["roofline_fraction_all_ld"] = max(rec["ld_bytes"] / hb,
-                                                  rec["gemm_beats"]) / rec["cycles"]
-            dut._log.info("  %s %s: %d cycles, weights %d B, %d beats -> %.1f%% of the %s "
-                          "roofline (%.1f%% counting all ld bytes)", rec["case"], mode,
-                          rec["cycles"], rec["weight_bytes"], rec["gemm_beats"],
-                          100 * rec["roofline_fraction"], rec["roofline_bound"],
-                          100 * rec["roofline_fraction_all_ld"])
-    bench.finish("test_hb_roofline")
+    bench = await _bench(dut, "test_hb_roofline", "smooth")
+    with bench.summary():
+        params = {**DEFAULTS, **load_params()}
+        hidden = int(params["hidden"])
+        inter = int(params.get("roofline_intermediate", 256))
+        rate = bench.arch.hb_bytes_per_cycle / bench.pe.word_bytes
+        rng = bench.rng("roofline")
+        (expert,) = _synthetic_experts(rng, 1, hidden, inter)
+        for tokens in params.get("roofline_batches", [1, 4]):
+            x = rng.standard_normal((int(tokens), hidden))
+            routing = (np.zeros((int(tokens), 1), np.int64), np.ones((int(tokens), 1)))
+            for mode in ("DRAFT", "FULL"):
+                rec = await bench.moe_case(f"HB-rate expert T={tokens}", "roofline", x, [expert],
+                                           routing, mode, "smooth", ld_rate=rate)
+                hb = bench.arch.hb_bytes_per_cycle
+                # roofline: the slower of streaming the weights at the HB rate and issuing the
+                # GEMM beats at one per cycle
+                rec["hb_bytes_per_cycle"] = hb
+                rec["roofline_cycles"] = max(rec["weight_bytes"] / hb, rec["gemm_beats"])
+                rec["roofline_bound"] = ("memory" if rec["weight_bytes"] / hb >= rec["gemm_beats"]
+                                         else "compute")
+                rec["roofline_fraction"] = rec["roofline_cycles"] / rec["cycles"]
+                rec["roofline_fraction_all_ld"] = max(rec["ld_bytes"] / hb,
+                                                      rec["gemm_beats"]) / rec["cycles"]
+                dut._log.info("  %s %s: %d cycles, weights %d B, %d beats -> %.1f%% of the %s "
+                              "roofline (%.1f%% counting all ld bytes)", rec["case"], mode,
+                              rec["cycles"], rec["weight_bytes"], rec["gemm_beats"],
+                              100 * rec["roofline_fraction"], rec["roofline_bound"],
+                              100 * rec["roofline_fraction_all_ld"])
 
 
 # -- host side -------------------------------------------------------------------------------
