@@ -394,13 +394,15 @@ def test_small_expert_equals_fsim(mode):
 @pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
 def test_expert_with_stalls_and_shared_slots(mode):
     """Idle cycles on cmd/ld, backpressure on o; two token rows share an OUT slot (the COMBINE
-    read-modify-write must see the first row's write) and padding rows add zero to slot 0."""
+    read-modify-write must see the first row's write), padding rows add zero; nonzero TOK,
+    x and h bases (token rows from TOK entry 8, activations from ACT word 5, h from 20)."""
     seed = 300 + int(mode)
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 5, 64, 32)
     slots = np.array([1, 0, 1, 2, 0])
-    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode)
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode, tok_base=8, x_base=5,
+                              h_base=20)
     got, ref = compare_with_fsim(prog, ld, traffic=ROUGH, seed=seed)
     assert np.abs(ref.data()).max() > 0
 
