@@ -4,11 +4,14 @@ The figures themselves are stubbed (the real ones are timings, which tests never
 command's reporting around them is what is tested here."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 import elmoe3d.cli as cli
-from elmoe3d.sim import bench
+from elmoe3d.config import preset
+from elmoe3d.errors import UserError
+from elmoe3d.sim import bench, bench_pe, runner
 from elmoe3d.sim.runner import SimulationError, SimulationFailure
 
 
@@ -26,15 +29,75 @@ def golden(ratio=0.5):
              "matmul_gmacs": 1.0, "gemm_prepared_gmacs": 0.5}]
 
 
+def pe_case(tokens=1, mode="DRAFT", fraction=0.97, bound="memory"):
+    cycles = 1000
+    return {"case": f"HB-rate expert T={tokens}", "mode": mode, "tokens": tokens, "hidden": 64,
+            "intermediate": 256, "cycles": cycles, "gemm_beats": 384, "weight_bytes": 27648,
+            "ld_bytes": 28000, "hb_bytes_per_cycle": 51.2, "roofline_cycles": fraction * cycles,
+            "roofline_bound": bound, "roofline_fraction": fraction,
+            "roofline_fraction_all_ld": fraction, "comparisons": 100, "mismatches": 0}
+
+
+def pe(fraction=0.97, failures=()):
+    cases = [pe_case(t, m, fraction, "memory" if t == 1 else "compute")
+             for t in (1, 4, 16) for m in ("DRAFT", "FULL")]
+    util = [{"mode": m, "tokens": 16, "hidden": 64, "intermediate": 256, "bound": "compute",
+             "macs": 786432, "peak_macs_per_cycle": 256 if m == "DRAFT" else 128,
+             "weight_bits": 4 if m == "DRAFT" else 8, "cycles": 3200, "gemm_beats": 3072,
+             "utilization": 0.96, "beat_utilization": 0.96} for m in ("DRAFT", "FULL")]
+    return {"cases": cases, "utilization": util, "failures": list(failures),
+            "hb_bytes_per_cycle": 51.2, "word_bytes": 64, "seed": 1, "log": "/p/sim.log"}
+
+
+def accuracy():
+    m = {"mse": 1e-3, "sqnr_db": 20.0, "cosine": 0.99, "max_abs": 1.0}
+    return {"layer": 0, "up": "encoder.layer.0.intermediate.dense.weight",
+            "gate": "encoder.layer.1.intermediate.dense.weight",
+            "down": "encoder.layer.0.output.dense.weight", "hidden": 384, "intermediate": 1536,
+            "tokens": 92, "prompts": 2, "activations": "inputs of layer 0's FFN",
+            "draft": m, "full": dict(m, sqnr_db=28.0)}
+
+
+#: Met figures for the PE and accuracy steps, when the command has them (stubbed like the rest).
+PE_CASE = {"case": "expert", "mode": "FULL", "tokens": 16, "hidden": 4, "intermediate": 8,
+           "cycles": 10, "gemm_beats": 10, "weight_bytes": 100, "ld_bytes": 120,
+           "hb_bytes_per_cycle": 51.2, "roofline_cycles": 10, "roofline_bound": "compute",
+           "roofline_fraction": 1.0, "roofline_fraction_all_ld": 1.0, "comparisons": 8,
+           "mismatches": 0}
+PE_FIGURES = {"cases": [PE_CASE],
+              "utilization": [{"mode": "FULL", "tokens": 16, "hidden": 4, "intermediate": 8,
+                               "bound": "compute", "macs": 1536, "peak_macs_per_cycle": 256,
+                               "weight_bits": 8, "cycles": 10, "gemm_beats": 10,
+                               "utilization": 0.6, "beat_utilization": 1.0}],
+              "failures": [], "hb_bytes_per_cycle": 51.2, "word_bytes": 32, "seed": 1,
+              "log": "/x/pe/sim.log"}
+METRICS = {"mse": 1e-6, "sqnr_db": 30.0, "cosine": 0.999, "max_abs": 1e-3}
+ACCURACY = {"layer": 0, "up": "u", "gate": "g", "down": "d", "hidden": 4, "intermediate": 8,
+            "tokens": 3, "prompts": 2, "activations": "stub", "draft": METRICS, "full": METRICS}
+
+
 @pytest.fixture
 def stub(monkeypatch):
-    def set_figures(rtl_figs=None, golden_figs=None, rtl_error=None):
+    def set_figures(rtl_figs=None, golden_figs=None, rtl_error=None, pe_figs=None,
+                    pe_error=None, accuracy_error=None):
         def fake_rtl(cfg, seed, beats):
             if rtl_error is not None:
                 raise rtl_error
             return rtl_figs or rtl()
+
+        def fake_pe(arch, seed):
+            if pe_error is not None:
+                raise pe_error
+            return pe_figs or pe()
+
+        def fake_accuracy():
+            if accuracy_error is not None:
+                raise accuracy_error
+            return accuracy()
         monkeypatch.setattr(bench, "rtl_figures", fake_rtl)
         monkeypatch.setattr(bench, "golden_figures", lambda seed, repeats: golden_figs or golden())
+        monkeypatch.setattr(bench, "pe_figures", fake_pe)
+        monkeypatch.setattr(bench, "accuracy_figures", fake_accuracy)
     return set_figures
 
 
@@ -61,6 +124,14 @@ def test_all_targets_met_exit_zero_and_columns_defined(stub, capsys, tmp_path):
     ({"rtl_figs": rtl(mismatches=3)}, "1. 3 mismatching RTL result value(s)"),
     ({"golden_figs": golden(ratio=0.1)},
      "2. golden GEMM MiniLM up-proj, 256 tokens: prepared ratio 10.0% < target 25%"),
+    ({"pe_figs": {**pe(), "cases": [pe_case(4, "FULL", 0.9, "compute")]}},
+     "4. PE HB roofline, T=4 FULL: 90.0% < target 95%"),
+    ({"pe_figs": pe(failures=["HB-rate expert T=1 DRAFT: 3 mismatching value(s)"])},
+     "4. PE HB-rate bench: HB-rate expert T=1 DRAFT: 3 mismatching value(s) (log /p/sim.log)"),
+    ({"pe_figs": {**pe(), "utilization": []}},
+     "5. PE-array utilization: no case of 16 tokens"),
+    ({"accuracy_error": UserError("the all-MiniLM-L6-v2 weights are not installed")},
+     "6. accuracy not measured: the all-MiniLM-L6-v2 weights are not installed"),
 ])
 def test_a_missed_target_exits_one_and_says_which(stub, capsys, tmp_path, figures, which):
     stub(**figures)
@@ -80,12 +151,14 @@ def test_a_missed_target_exits_one_and_says_which(stub, capsys, tmp_path, figure
                       "(seed 5; rerun with ELMOE3D_SEED=5): test_throughput: boom\nmore\n"
                       "lines; log /r/sim.log"),
 ])
-def test_simulation_errors_are_one_line(stub, capsys, error):
-    stub(rtl_error=error)
+@pytest.mark.parametrize("which", ["rtl", "pe"])
+def test_simulation_errors_are_one_line(stub, capsys, error, which):
+    stub(**{f"{which}_error": error})
     rc, out, err = bench_main(capsys)
     assert rc == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("elmoe3d bench: error: RTL throughput bench:")
+    title = "RTL throughput bench" if which == "rtl" else "PE HB-roofline bench"
+    assert len(lines) == 1 and lines[0].startswith(f"elmoe3d bench: error: {title}:")
     assert "Traceback" not in err
     assert ("/b/build.log" if isinstance(error, SimulationError) else "/r/sim.log") in lines[0]
 
@@ -98,3 +171,79 @@ def test_only_simulated_configs(stub, capsys, name, message):
     stub()
     rc, out, err = bench_main(capsys, "--config", name)
     assert rc == 2 and message in err
+
+
+# -- figures 4 to 6 --------------------------------------------------------------------------
+
+def test_pe_and_accuracy_figures_are_printed_with_their_definitions(stub, capsys, tmp_path):
+    stub()
+    rc, out, err = bench_main(capsys, "--json", tmp_path / "b.json")
+    assert rc == 0, (out, err)
+    flat = " ".join(out.split())
+    assert "4. PE cycles per expert / HB roofline" in flat
+    assert "weights at 51.2 B per cycle = 0.8 ld words of 64 B" in flat
+    assert "roofline cycles = max(weight bytes / HB bytes per cycle, tile beats at one per " \
+           "cycle)" in flat
+    assert "target: >= 95% of the roofline on every case: met" in flat
+    assert "5. PE-array utilization on a compute-bound batch of 16 tokens" in flat
+    assert "DRAFT 96.0%" in flat and "FULL 96.0%" in flat
+    assert "MiniLM's FFN is GELU with no gate" in flat
+    assert ("up = encoder.layer.0.intermediate.dense.weight, gate = "
+            "encoder.layer.1.intermediate.dense.weight (layer 1's up-projection), down = "
+            "encoder.layer.0.output.dense.weight") in flat
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert doc["targets"]["roofline"] == 0.95
+    assert len(doc["pe"]["cases"]) == 6 and doc["pe"]["utilization"][0]["utilization"] == 0.96
+    assert doc["accuracy"]["full"]["sqnr_db"] == 28.0
+
+
+def _fake_pe_bench(monkeypatch, records, failed=()):
+    built = runner.Build("pe", "pe", "/b", False, False, 1.0)
+    cases = (runner.TestcaseResult("test_hb_roofline", "failed" if failed else "passed",
+                                   "; ".join(failed), 1.0, 1.0),)
+    sim = runner.SimResult(built, Path("/b/runs/r"), 3, 1, len(failed), 0, cases)
+    seen = {}
+
+    def fake(arch, **kwargs):
+        seen.update(kwargs)
+        return bench_pe.PEBenchResult(sim=sim, records=records)
+    monkeypatch.setattr(bench_pe, "run_pe_bench", fake)
+    return seen
+
+
+def test_pe_figures_roofline_cases_and_utilization(monkeypatch):
+    arch = preset("small")
+    recs = [dict(pe_case(t, m, 0.9, "compute"), cycles=4000, gemm_beats=3072)
+            for t in (1, 16) for m in ("DRAFT", "FULL")]
+    seen = _fake_pe_bench(monkeypatch, recs)
+    figs = bench.pe_figures(arch, 3)
+    assert seen["tests"] == "test_hb_roofline" and seen["check"] is False
+    assert seen["params"]["roofline_batches"] == list(bench.ROOFLINE_BATCHES)
+    assert len(figs["cases"]) == 4 and figs["failures"] == []
+    draft, full = figs["utilization"]
+    macs = 16 * 3 * 64 * 256
+    assert draft["utilization"] == macs / (arch.tile.peak_macs_per_cycle(4) * 4000)
+    assert full["utilization"] == macs / (arch.tile.peak_macs_per_cycle(8) * 4000)
+    assert draft["beat_utilization"] == 3072 / 4000
+
+
+def test_pe_figures_failures_are_lines(monkeypatch):
+    aborted = {"case": "test aborted", "mode": "-", "tokens": 0, "cycles": 0, "gemm_beats": 0,
+               "comparisons": 0, "mismatches": 1, "error": "ValueError: bad routing"}
+    bad = dict(pe_case(), mismatches=2)
+    _fake_pe_bench(monkeypatch, [bad, aborted], failed=["1 case(s) failed"])
+    figs = bench.pe_figures(preset("small"), 3)
+    assert figs["failures"] == ["HB-rate expert T=1 DRAFT: 2 mismatching value(s)",
+                                "test aborted -: ValueError: bad routing"]
+    assert len(figs["cases"]) == 1
+
+
+def test_accuracy_figures_on_minilm(minilm_file, gsm8k_prompts):
+    acc = bench.accuracy_figures()
+    assert (acc["up"], acc["gate"], acc["down"]) == (
+        "encoder.layer.0.intermediate.dense.weight", "encoder.layer.1.intermediate.dense.weight",
+        "encoder.layer.0.output.dense.weight")
+    assert (acc["hidden"], acc["intermediate"]) == (384, 1536) and acc["tokens"] > 0
+    assert acc["prompts"] == len(gsm8k_prompts)
+    assert 0.9 < acc["draft"]["cosine"] < acc["full"]["cosine"] <= 1.0
+    assert acc["full"]["sqnr_db"] > acc["draft"]["sqnr_db"] > 10
