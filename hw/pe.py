@@ -639,7 +639,10 @@ class PE(wiring.Component):
             ]
         tok_entry = data.View(tok_entry_layout(), tok_rp.data.word_select(a_t[:log_ov], 64))
 
-        # SwiGLU lanes: P = L/2 (one pass) or L/4 (FULL) channels per row, up channels first
+        # SwiGLU lanes: P = L/2 (DRAFT) or L/4 (FULL, per half) channels per row. Each half of
+        # a weight word holds [up c..c+L/4-1, gate c..c+L/4-1] (docs/pe.md): DRAFT pairs lane
+        # j with lane j + L/4 within each half of the result; FULL (lane 2i = MSB lane i of
+        # the half) pairs lane 2j with lane L/2 + 2j.
         # Tag of lane 0: HBUF word address, position in the word, FULL, token row.
         sw_tag = {"addr": unsigned(16), "pos": unsigned(max(log_q, 1)), "full": unsigned(1),
                   "t": unsigned(16)}
@@ -651,8 +654,9 @@ class PE(wiring.Component):
                               mul_stages=self._mul_stages)
             m.submodules[f"swiglu{j}"] = unit
             sw_units.append(unit)
-            up = Mux(a_full, a_acc[(2 * j) % L], a_acc[j])
-            gate = Mux(a_full, a_acc[(L // 2 + 2 * j) % L], a_acc[L // 2 + j])
+            d_up = (j // (L // 4)) * (L // 2) + j % (L // 4)
+            up = Mux(a_full, a_acc[(2 * j) % L], a_acc[d_up])
+            gate = Mux(a_full, a_acc[(L // 2 + 2 * j) % L], a_acc[d_up + L // 4])
             m.d.comb += [
                 unit.i.valid.eq(a_sw),
                 unit.i.payload.acc_up.eq(up),

@@ -20,10 +20,11 @@ sums and the sticky flags); ``tests/test_expert.py`` checks it.
 
 Layout (lanes L, rows R, W = 128 L bits)
 ---------------------------------------
-* Up/gate: intermediate channels in blocks of P (P = L/2 in DRAFT, L/4 in FULL); block b is
-  the weight rows ``[up bP .. bP+P-1, gate bP .. bP+P-1]``, so a column block (L weight rows)
-  is one block in DRAFT and two in FULL (one per half); every column block covers L/2
-  intermediate channels. K = H, ``groups = H/32``.
+* Up/gate: intermediate channels in blocks of P = L/4, in DRAFT and FULL alike; block b is
+  the weight rows ``[up bP .. bP+P-1, gate bP .. bP+P-1]``, one per half of a column block
+  (L weight rows), so every column block covers L/2 intermediate channels and the MSB plane
+  and scale words of an expert are the same bytes in DRAFT and FULL (one copy of the MSB
+  slices serves the draft and the verify). K = H, ``groups = H/32``.
 * Down: output channels in natural order, L per column block. K = I, ``groups = I/32``.
 * A WMEM buffer-full holds ``wmem_words // groups`` column blocks at ``w_base = 0``. The
   contract has no K tiling (a GEMM accumulates all of K in the tile), so ``groups`` must fit
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..isa import Sink, Target
+from ..isa import Op, Sink, Target
 from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
 from .datapath import Mode, gemm
 from .metrics import error_metrics
@@ -362,6 +363,21 @@ class PEJob:
         from .fsim import run
         return run(self.program, self.ld)
 
+    def loads(self, target=None) -> list:
+        """The LOAD commands with their ``ld`` words, in stream order: a list of ``(command
+        index, Target, buf, words)`` (``words``: the slice of :attr:`ld` the LOAD consumes);
+        only those into ``target`` if given."""
+        out, pos = [], 0
+        for i, cmd in enumerate(self.program):
+            if cmd.op is not Op.LOAD:
+                continue
+            n = cmd.fields["words"]
+            t = Target(cmd.fields["target"])
+            if target is None or t is Target(target):
+                out.append((i, t, cmd.fields["buf"], self.ld[pos:pos + n]))
+            pos += n
+        return out
+
     def decode(self, result) -> np.ndarray:
         """``float32 [T, H]`` from an :class:`~.fsim.FsimResult` (or anything with ``.data()``
         returning the DATA beats' FP32 values ``[beats, W/32]``)."""
@@ -465,8 +481,9 @@ def _expert_jobs(ex: Expert, x_q, e_x, gw_bits, slots, mode, pe):
     prologue = [("clear", dict(rowmax=True)),
                 ("load", (Target.TOK, pack_tok(tok, pe))),
                 ("load", (Target.ACT, pack_act(act, pe)))]
-    # up/gate interleaved in blocks of P
-    p = L // 4 if mode is Mode.FULL else L // 2
+    # up/gate interleaved in blocks of L/4 channels (one per half of a weight word), the same
+    # layout in DRAFT and FULL: the MSB plane and scale words of an expert are byte-identical
+    p = L // 4
     blocks = np.arange(i_dim // p)
     order = np.concatenate([np.concatenate([np.arange(b * p, b * p + p),
                                             i_dim + np.arange(b * p, b * p + p)])

@@ -316,9 +316,13 @@ class _Sim:
         tok = s.tok_entries()[t]
         lanes = res[:, :, 0::2] if mode is Mode.FULL else res     # one lane per channel
         if sink is Sink.SWIGLU:
+            # each half of a weight word (L/2 lanes) is [up c..c+L/4-1, gate c..c+L/4-1]:
+            # DRAFT blocks hold two halves, FULL blocks one (docs/pe.md)
             p = lanes.shape[2] // 2
-            up = lanes[:, :, :p].reshape(M, nblk * p)
-            gate = lanes[:, :, p:].reshape(M, nblk * p)
+            q = L // 4
+            pairs = lanes.reshape(M, nblk, p // q, 2, q)
+            up = pairs[:, :, :, 0].reshape(M, nblk * p)
+            gate = pairs[:, :, :, 1].reshape(M, nblk * p)
             h, satd = swiglu_q16(up, gate, tok["e_x"].astype(np.int64)[:, None])
             s.vpu_saturation |= bool(satd.any())
             row = f["stride"] * pe.q16_per_word

@@ -99,6 +99,29 @@ def test_program_shape_of_one_expert():
         job.program.check_sync()
 
 
+@pytest.mark.parametrize("tokens", [1, 5])
+def test_draft_and_full_share_the_msb_plane_and_scale_words(tokens):
+    """One copy of the MSB slices serves the draft and the verify (paper Sections 4.3, 5.2):
+    the MSB plane and scale words a DRAFT program loads are the very words the FULL program of
+    the same expert loads, in the same order and into the same buffers and addresses."""
+    rng = _rng(f"shared{tokens}")
+    w = _weights(rng)
+    x = rng.standard_normal((tokens, H))
+    jobs = {m: ex.build_expert_program(x, *w, mode=m, config=CFG) for m in (Mode.DRAFT,
+                                                                             Mode.FULL)}
+    def loads(job, target):
+        return [(job.program[i].fields["addr"], buf, words)
+                for i, _, buf, words in job.loads(target)]
+
+    for target in (Target.WMSB, Target.WSCALE):
+        d, f = loads(jobs[Mode.DRAFT], target), loads(jobs[Mode.FULL], target)
+        assert d == f and len(d) == 12
+    assert not jobs[Mode.DRAFT].loads(Target.WLSB)
+    assert len(jobs[Mode.FULL].loads(Target.WLSB)) == 12
+    for m, job in jobs.items():
+        _check_equal(job, ex.ref_expert(x, *w, None, m))
+
+
 def test_moe_several_experts_per_token():
     rng = _rng("moe")
     n_exp, t, k = 4, 12, 2

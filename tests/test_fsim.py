@@ -143,9 +143,12 @@ def test_swiglu_sink_writes_hbuf_rows_and_row_max():
         acc, _ = fsim.gemm_results(st, dict(p[-1].fields))     # [nblk, rb, R, L]
         nblk = acc.shape[0]
         res_t = acc.transpose(1, 2, 0, 3).reshape(4, nblk, PE.lanes)
-        lanes = res_t[:, :, 0::2] if mode is Mode.FULL else res_t
-        P = lanes.shape[2] // 2
-        h, _ = swiglu_q16(lanes[:, :, :P].reshape(4, -1), lanes[:, :, P:].reshape(4, -1),
+        # every half of a weight word is [up L/4, gate L/4]; FULL results: even lanes
+        halves = (res_t[:, :, 0::2] if mode is Mode.FULL else res_t).reshape(4, -1,
+                                                                              PE.lanes // 2)
+        q = PE.lanes // 4
+        P = q if mode is Mode.FULL else 2 * q           # channels per block
+        h, _ = swiglu_q16(halves[:, :, :q].reshape(4, -1), halves[:, :, q:].reshape(4, -1),
                           tok["e_x"][:, None])
         hv = st.hbuf_values()
         row = 3 * PE.q16_per_word

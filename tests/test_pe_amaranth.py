@@ -278,10 +278,10 @@ def test_raw_gemm_equals_golden_gemm(mode):
 
 
 def interleave_up_gate(up, gate, mode):
-    """Rows of the fused up/gate weight in SWIGLU block order: per weight block of L channels,
-    per half (FULL) ``[up c..c+P-1, gate c..c+P-1]``, P = L/4 (FULL) or L/2."""
+    """Rows of the fused up/gate weight in SWIGLU block order: per half of a weight block of L
+    channels ``[up c..c+P-1, gate c..c+P-1]``, P = L/4, in every mode (docs/pe.md)."""
     i = up.shape[0]
-    p = L // 4 if mode is Mode.FULL else L // 2
+    p = L // 4
     assert i % p == 0
     rows = []
     for c in range(0, i, p):
