@@ -11,6 +11,27 @@ measured in the same run (BRIEF section 6; tests never time anything, this comma
    and cold (preparation included). Median of repeated timings. Target >= 0.25.
 3. **Simulation speed** -- simulated cycles per second of the cocotb bench during the
    throughput run, beside the same simulator with only the clock running (no stream traffic).
+4. **PE cycles against the HB roofline** -- the PE bench's ``test_hb_roofline``
+   (:mod:`elmoe3d.sim.bench_pe`), for batches of :data:`ROOFLINE_BATCHES` tokens, DRAFT and
+   FULL: a MoE layer (the experts the real Mixtral trace routes the batch to, synthetic
+   weights, back to back in one program) and one expert over all the tokens; the ``ld`` stream
+   paced at the HB bank rate (``hb_bank_gbps / clock_ghz`` = 51.2 B per cycle at 1 GHz) by a
+   token bucket, outputs always ready, results checked bit for bit against fsim and
+   ``ref_moe``. Roofline cycles = max(ld bytes / 51.2, tile beats at one per cycle); figure =
+   roofline cycles / measured cycles (first command accepted to last output taken). Target
+   >= 0.95 on every case.
+5. **PE-array utilization on a compute-bound batch** -- from the same runs, the cases of
+   :data:`UTILIZATION_BATCH` tokens (compute-bound): useful MACs (3 H I per routed token and
+   expert) / (peak MACs per cycle of the tile at the mode's weight width x measured cycles),
+   and tile beats / measured cycles. No target of its own: on a compute-bound batch the
+   roofline of figure 4 is the compute roofline, so its target covers this figure.
+6. **Accuracy of the expert** (golden model, no RTL) -- cosine similarity and SQNR of the
+   DRAFT and FULL golden expert (:func:`elmoe3d.sw.expert.expert_accuracy`) against the
+   float64 reference on real weights and activations. MiniLM's FFN is GELU with no gate, so
+   the "expert" is ``encoder.layer.L.intermediate.dense`` as up, ``encoder.layer.L+1
+   .intermediate.dense`` as gate and ``encoder.layer.L.output.dense`` as down (L =
+   :data:`ACCURACY_LAYER`, biases dropped), on the real inputs of layer L's FFN for the GSM8K
+   prompts. Reported, no target.
 
 Columns of figure 2: *np.matmul f32* is the baseline's time per call; *gemm prepared* is
 ``gemm`` with the weight layout cached (the hardware lays weights out once and reuses them);
@@ -24,6 +45,7 @@ failed simulation (one line naming the log).
 
 from __future__ import annotations
 
+import functools
 import re
 import statistics
 import time
@@ -42,6 +64,15 @@ GEMM_SHAPES = (
 )
 THROUGHPUT_TARGET = 0.99
 GOLDEN_TARGET = 0.25
+#: Figure 4: cycles per expert on the PE as a fraction of the HB roofline, on every case.
+ROOFLINE_TARGET = 0.95
+#: Figure 4: batch sizes (tokens) of the HB-rate runs: one decode token (memory-bound) and the
+#: compute-bound batch of figure 5.
+ROOFLINE_BATCHES = (1, 16)
+#: Figure 5: the compute-bound batch whose PE-array utilization is reported.
+UTILIZATION_BATCH = 16
+#: Figure 6: MiniLM layer L whose FFN (with layer L+1's up-projection as the gate) is the expert.
+ACCURACY_LAYER = 0
 
 
 def configure(parser):
@@ -77,16 +108,27 @@ def median_time(fn, repeats: int, min_seconds: float = 0.05) -> float:
     return statistics.median(samples)
 
 
+@functools.lru_cache(maxsize=None)
+def _minilm_ffn_inputs(layer):
+    """``(prompts, ffn_in, ffn_mid)``: the real inputs of MiniLM layer ``layer``'s FFN for the
+    GSM8K prompts (computed once per process; figures 2 and 6 share them)."""
+    from ..sw.minilm import ffn_activations
+    from ..sw.corpus import gsm8k_prompts
+    from .bench_tile import default_traces
+    prompts = gsm8k_prompts(default_traces())
+    ffn_in, ffn_mid = ffn_activations(prompts, layer)
+    return len(prompts), ffn_in, ffn_mid
+
+
 def _operands(seed):
     """Real MiniLM layer-0 FFN weights and activations when installed, else random ones.
     Returns (source, {"up": w, "down": w}, {"up": x, "down": x})."""
-    from ..sw.minilm import ffn_activations, ffn_weights, minilm_path
-    from ..sw.corpus import gsm8k_prompts
+    from ..sw.minilm import ffn_weights, minilm_path
     from .bench_tile import default_traces
     traces = default_traces()
     if minilm_path() is not None and traces.is_file():
         up, down = ffn_weights(0)
-        ffn_in, ffn_mid = ffn_activations(gsm8k_prompts(traces), 0)
+        _, ffn_in, ffn_mid = _minilm_ffn_inputs(0)
         return ("real MiniLM layer-0 weights and activations", {"up": up, "down": down},
                 {"up": ffn_in, "down": ffn_mid})
     rng = np.random.default_rng(seed)
@@ -142,6 +184,76 @@ def rtl_figures(cfg, seed, beats):
             "seed": res.sim.seed, "log": str(res.sim.log_file)}
 
 
+def pe_figures(arch, seed):
+    """Figures 4 and 5 from one run of the PE bench's ``test_hb_roofline`` (its records carry
+    the roofline and utilization figures, :func:`elmoe3d.sim.bench_pe.roofline_figures`).
+
+    Returns ``{"cases": [...], "utilization": [...], "failures": [...], "log", "seed"}``:
+    per case (kind x batch x mode) the record's cycles, bytes, beats, roofline and
+    utilization fields; ``utilization`` holds the compute-bound cases of
+    :data:`UTILIZATION_BATCH` tokens; failures are recorded failing cases (a mismatch, an
+    aborted test) and failed cocotb tests, one line each."""
+    from .bench_pe import run_pe_bench
+    res = run_pe_bench(arch, tests="test_hb_roofline", seed=seed, check=False,
+                       params={"roofline_batches": list(ROOFLINE_BATCHES)})
+    keys = ("case", "kind", "mode", "tokens", "hidden", "intermediate", "experts_run",
+            "cycles", "gemm_beats", "weight_bytes", "ld_bytes", "hb_bytes_per_cycle",
+            "memory_cycles", "roofline_cycles", "roofline_bound", "roofline_fraction",
+            "roofline_fraction_weights", "beat_utilization", "mac_utilization", "useful_macs",
+            "peak_macs_per_cycle", "weight_bits", "comparisons", "mismatches")
+    cases, failures = [], []
+    for rec in res.records:
+        if rec.get("mismatches") or "roofline_fraction" not in rec:
+            failures.append(f"{rec['case']} {rec.get('mode', '-')}: "
+                            + (rec.get("error") or f"{rec['mismatches']} mismatching value(s)"))
+        if "roofline_fraction" in rec:
+            cases.append({k: rec.get(k) for k in keys})
+    util = [c for c in cases if c["tokens"] == UTILIZATION_BATCH
+            and c["roofline_bound"] == "compute" and c.get("mac_utilization") is not None]
+    for tc in res.sim.testcases:
+        if tc.status == "failed" and not failures:
+            failures.append(f"{tc.name}: {tc.message.splitlines()[0] if tc.message else 'failed'}")
+    if not res.sim.tests:
+        failures.append("test_hb_roofline did not run")
+    return {"cases": cases, "utilization": util, "failures": failures,
+            "hb_bytes_per_cycle": arch.hb_bytes_per_cycle, "word_bytes": arch.pe.word_bytes,
+            "seed": res.sim.seed, "log": str(res.sim.log_file)}
+
+
+def accuracy_figures(layer=ACCURACY_LAYER):
+    """Figure 6: error metrics (mse, sqnr_db, cosine, max_abs) of the DRAFT and FULL golden
+    expert against float64, MiniLM layer ``layer``'s up and down with layer ``layer + 1``'s
+    up as the gate, on the real inputs of layer ``layer``'s FFN. Raises
+    :class:`~elmoe3d.errors.UserError` when the weights or the prompts are missing."""
+    from ..sw.expert import expert_accuracy
+    from ..sw.minilm import ffn_weights
+    up, down = ffn_weights(layer)
+    gate, _ = ffn_weights(layer + 1)
+    prompts, x, _ = _minilm_ffn_inputs(layer)
+    metrics = expert_accuracy(x, up, gate, down)
+    name = "encoder.layer.{}.{}.dense.weight".format
+    return {"layer": layer, "up": name(layer, "intermediate"),
+            "gate": name(layer + 1, "intermediate"), "down": name(layer, "output"),
+            "hidden": int(up.shape[1]), "intermediate": int(up.shape[0]),
+            "tokens": int(x.shape[0]), "prompts": prompts,
+            "activations": f"inputs of layer {layer}'s FFN (after the attention block's "
+                           f"LayerNorm) for the GSM8K prompts",
+            "draft": metrics["draft"], "full": metrics["full"]}
+
+
+#: Definition of figure 4, printed under its table.
+ROOFLINE_DEFINITION = (
+    "roofline cycles = max(ld bytes / HB bytes per cycle, tile beats at one per cycle), ld "
+    "bytes = everything the program loads (weight nibble planes and scales -- DRAFT: MSB "
+    "planes only -- token tables, activations); figure = roofline cycles / measured cycles, "
+    "from the first command accepted to the last output taken, the ld stream paced at the HB "
+    "bank rate by a token bucket (holding at most two words), outputs always ready; "
+    "'weights': the same figure with only the weight bytes in the memory term; MoE layer: the "
+    "experts the real Mixtral trace routes the batch to (top-2 of 8), back to back in one "
+    "program; one expert: all tokens through expert 0; synthetic expert weights; results "
+    "bit-exact against fsim and ref_moe")
+
+
 #: Caption of the golden-GEMM table: what its columns mean.
 GOLDEN_COLUMNS = ("prepared: gemm with the weight layout cached (the hardware lays weights out "
                   "once); cold: including that preparation; ratio: np.matmul time / gemm time "
@@ -156,6 +268,86 @@ def _one_line(exc) -> str:
     if logs and logs[-1] not in first:
         first += f" (log {logs[-1]})"
     return first
+
+
+def print_pe(console, pe) -> list:
+    """Print figures 4 and 5; return the missed-target lines."""
+    from rich.markup import escape
+    from rich.table import Table
+    missed = []
+    hb = pe["hb_bytes_per_cycle"]
+    shapes = sorted({(c["hidden"], c["intermediate"]) for c in pe["cases"]})
+    table = Table(title=f"4. PE cycles / HB roofline (ld stream at {hb:g} B per cycle = "
+                        f"{hb / pe['word_bytes']:g} words of {pe['word_bytes']} B; experts H x "
+                        f"I = {', '.join(f'{h}x{i}' for h, i in shapes) or '-'})",
+                  title_justify="left", caption=ROOFLINE_DEFINITION, caption_justify="left")
+    for col in ("case", "mode", "ld bytes", "beats", "bound", "roofline", "cycles",
+                "fraction", "weights", "target"):
+        table.add_column(col, justify="left" if col in ("case", "mode", "bound", "target")
+                         else "right", no_wrap=col == "case")
+    for c in pe["cases"]:
+        ok = c["roofline_fraction"] >= ROOFLINE_TARGET
+        if not ok:
+            missed.append(f"4. PE HB roofline, {c['case']} {c['mode']}: "
+                          f"{c['roofline_fraction']:.1%} < target {ROOFLINE_TARGET:.0%}")
+        weights = c.get("roofline_fraction_weights")
+        table.add_row(escape(c["case"]), c["mode"], f"{c['ld_bytes']:,}",
+                      f"{c['gemm_beats']:,}", c["roofline_bound"],
+                      f"{c['roofline_cycles']:,.0f}", f"{c['cycles']:,}",
+                      f"{c['roofline_fraction']:.1%}",
+                      f"{weights:.1%}" if weights is not None else "-",
+                      "[green]met[/]" if ok else "[red]MISSED[/]")
+    console.print(table)
+    if not pe["cases"]:
+        missed.append("4. PE HB roofline: no case measured")
+    for line in pe["failures"]:
+        missed.append(f"4. PE HB-rate bench: {line} (log {pe['log']})")
+    met = pe["cases"] and all(c["roofline_fraction"] >= ROOFLINE_TARGET for c in pe["cases"])
+    console.print(f"   target: >= {ROOFLINE_TARGET:.0%} of the roofline on every case: "
+                  f"{'[green]met[/]' if met else '[red]MISSED[/]'}")
+    console.print(f"[bold]5. PE-array utilization[/] on the compute-bound batch of "
+                  f"{UTILIZATION_BATCH} tokens (same runs as 4): MACs = useful multiply-"
+                  f"accumulates (3 x H x I per routed token and expert, padding excluded) / "
+                  f"(peak MACs per cycle of the tile at the mode's weight width x measured "
+                  f"cycles); tile busy = tile beats / measured cycles")
+    for u in pe["utilization"]:
+        console.print(f"   {escape(u['case'])} {u['mode']}: MACs [bold]"
+                      f"{u['mac_utilization']:.1%}[/] of peak ({u['useful_macs']:,} / "
+                      f"({u['peak_macs_per_cycle']} per cycle at {u['weight_bits']}-bit weights "
+                      f"x {u['cycles']:,} cycles)); tile busy {u['beat_utilization']:.1%}")
+    if not pe["utilization"]:
+        console.print("   [red]not measured[/]")
+        missed.append(f"5. PE-array utilization: no compute-bound case of "
+                      f"{UTILIZATION_BATCH} tokens")
+    console.print("   no target of its own (on a compute-bound batch the roofline of 4 is the "
+                  "compute roofline, so its target covers this figure)")
+    return missed
+
+
+def print_accuracy(console, acc, error=None):
+    """Print figure 6 (or why it is missing)."""
+    from rich.markup import escape
+    from rich.table import Table
+    if acc is None:
+        console.print(f"[bold]6. Accuracy of the expert[/]: [red]not measured[/]: "
+                      f"{escape(error or '')}")
+        return
+    console.print(f"[bold]6. Accuracy of the expert[/] (golden model vs float64, no RTL). "
+                  f"MiniLM's FFN is GELU with no gate, so the SwiGLU expert is made of up = "
+                  f"{acc['up']}, gate = {acc['gate']} (layer {acc['layer'] + 1}'s "
+                  f"up-projection), down = {acc['down']} (biases dropped; H = {acc['hidden']}, "
+                  f"I = {acc['intermediate']}); x = the {acc['activations']} "
+                  f"({acc['prompts']} prompts, {acc['tokens']} tokens); reference: float64 "
+                  f"down(silu(gate x) * up x) on the float weights; gate weight 1")
+    table = Table()
+    for col in ("mode", "cosine", "SQNR dB", "MSE", "max abs"):
+        table.add_column(col, justify="left" if col == "mode" else "right")
+    for mode in ("draft", "full"):
+        m = acc[mode]
+        table.add_row(mode.upper(), f"{m['cosine']:.6f}", f"{m['sqnr_db']:.2f}",
+                      f"{m['mse']:.3e}", f"{m['max_abs']:.3e}")
+    console.print(table)
+    console.print("   reported, no target")
 
 
 def run(args) -> int:
@@ -177,15 +369,30 @@ def run(args) -> int:
     cfg = arch.tile
     console.print(f"elmoe3d bench: config {arch.name}, seed {seed}")
 
-    console.print(f"[1/3] RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} tile "
+    steps = 6
+    console.print(f"[1/{steps}] RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} tile "
                   f"(cocotb + Verilator) ...")
     try:
         rtl = rtl_figures(cfg, seed, args.beats)
     except (SimulationError, SimulationFailure) as exc:
         raise UserError(f"RTL throughput bench: {_one_line(exc)}") from None
-    console.print("[2/3] golden GEMM vs float32 np.matmul ...")
+    console.print(f"[2/{steps}] golden GEMM vs float32 np.matmul ...")
     golden = golden_figures(seed, args.repeats)
-    console.print("[3/3] simulation speed (measured during 1)")
+    console.print(f"[3/{steps}] simulation speed (measured during 1)")
+    console.print(f"[4/{steps}] PE cycles with the ld stream at the HB bank rate (cocotb + "
+                  f"Verilator), batches {', '.join(map(str, ROOFLINE_BATCHES))}, MoE layer "
+                  f"and one expert, DRAFT and FULL ...")
+    try:
+        pe = pe_figures(arch, seed)
+    except (SimulationError, SimulationFailure) as exc:
+        raise UserError(f"PE HB-roofline bench: {_one_line(exc)}") from None
+    console.print(f"[5/{steps}] PE-array utilization on the compute-bound batch of "
+                  f"{UTILIZATION_BATCH} tokens (measured during 4)")
+    console.print(f"[6/{steps}] accuracy of the expert on MiniLM weights (golden model) ...")
+    try:
+        accuracy, accuracy_error = accuracy_figures(), None
+    except UserError as exc:
+        accuracy, accuracy_error = None, str(exc)
     console.print()
 
     missed = []
@@ -226,10 +433,16 @@ def run(args) -> int:
                   f"cycles/s with stream traffic (source, sink, monitor coroutines); baseline "
                   f"{rtl['clock_only_cycles_per_s']:,.0f} cycles/s with only the clock running "
                   f"({rtl['sim_cycles_per_s'] / rtl['clock_only_cycles_per_s']:.0%})")
+    missed += print_pe(console, pe)
+    print_accuracy(console, accuracy, accuracy_error)
+    if accuracy_error:
+        missed.append(f"6. accuracy not measured: {accuracy_error}")
     if args.json:
         write_json(args.json, {"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
+                               "pe": pe, "accuracy": accuracy,
                                "targets": {"throughput": THROUGHPUT_TARGET,
-                                           "golden": GOLDEN_TARGET},
+                                           "golden": GOLDEN_TARGET,
+                                           "roofline": ROOFLINE_TARGET},
                                "missed": missed})
     if missed:
         for line in missed:

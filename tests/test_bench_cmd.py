@@ -29,24 +29,26 @@ def golden(ratio=0.5):
              "matmul_gmacs": 1.0, "gemm_prepared_gmacs": 0.5}]
 
 
-def pe_case(tokens=1, mode="DRAFT", fraction=0.97, bound="memory"):
+def pe_case(tokens=1, mode="DRAFT", fraction=0.97, bound="memory", kind="expert"):
     cycles = 1000
-    return {"case": f"HB-rate expert T={tokens}", "mode": mode, "tokens": tokens, "hidden": 64,
-            "intermediate": 256, "cycles": cycles, "gemm_beats": 384, "weight_bytes": 27648,
-            "ld_bytes": 28000, "hb_bytes_per_cycle": 51.2, "roofline_cycles": fraction * cycles,
-            "roofline_bound": bound, "roofline_fraction": fraction,
-            "roofline_fraction_all_ld": fraction, "comparisons": 100, "mismatches": 0}
+    bits = 4 if mode == "DRAFT" else 8
+    return {"case": f"one expert T={tokens}", "kind": kind, "mode": mode, "tokens": tokens,
+            "hidden": 64, "intermediate": 256, "experts_run": [0], "cycles": cycles,
+            "gemm_beats": 384, "weight_bytes": 27648, "ld_bytes": 28000,
+            "hb_bytes_per_cycle": 51.2, "memory_cycles": 28000 / 51.2,
+            "roofline_cycles": fraction * cycles, "roofline_bound": bound,
+            "roofline_fraction": fraction, "roofline_fraction_weights": fraction,
+            "beat_utilization": 0.96, "mac_utilization": 0.96, "useful_macs": 786432,
+            "peak_macs_per_cycle": 256 if bits == 4 else 128, "weight_bits": bits,
+            "comparisons": 100, "mismatches": 0}
 
 
 def pe(fraction=0.97, failures=()):
     cases = [pe_case(t, m, fraction, "memory" if t == 1 else "compute")
-             for t in (1, 4, 16) for m in ("DRAFT", "FULL")]
-    util = [{"mode": m, "tokens": 16, "hidden": 64, "intermediate": 256, "bound": "compute",
-             "macs": 786432, "peak_macs_per_cycle": 256 if m == "DRAFT" else 128,
-             "weight_bits": 4 if m == "DRAFT" else 8, "cycles": 3200, "gemm_beats": 3072,
-             "utilization": 0.96, "beat_utilization": 0.96} for m in ("DRAFT", "FULL")]
-    return {"cases": cases, "utilization": util, "failures": list(failures),
-            "hb_bytes_per_cycle": 51.2, "word_bytes": 64, "seed": 1, "log": "/p/sim.log"}
+             for t in (1, 16) for m in ("DRAFT", "FULL")]
+    return {"cases": cases, "utilization": [c for c in cases if c["tokens"] == 16],
+            "failures": list(failures), "hb_bytes_per_cycle": 51.2, "word_bytes": 64,
+            "seed": 1, "log": "/p/sim.log"}
 
 
 def accuracy():
@@ -56,24 +58,6 @@ def accuracy():
             "down": "encoder.layer.0.output.dense.weight", "hidden": 384, "intermediate": 1536,
             "tokens": 92, "prompts": 2, "activations": "inputs of layer 0's FFN",
             "draft": m, "full": dict(m, sqnr_db=28.0)}
-
-
-#: Met figures for the PE and accuracy steps, when the command has them (stubbed like the rest).
-PE_CASE = {"case": "expert", "mode": "FULL", "tokens": 16, "hidden": 4, "intermediate": 8,
-           "cycles": 10, "gemm_beats": 10, "weight_bytes": 100, "ld_bytes": 120,
-           "hb_bytes_per_cycle": 51.2, "roofline_cycles": 10, "roofline_bound": "compute",
-           "roofline_fraction": 1.0, "roofline_fraction_all_ld": 1.0, "comparisons": 8,
-           "mismatches": 0}
-PE_FIGURES = {"cases": [PE_CASE],
-              "utilization": [{"mode": "FULL", "tokens": 16, "hidden": 4, "intermediate": 8,
-                               "bound": "compute", "macs": 1536, "peak_macs_per_cycle": 256,
-                               "weight_bits": 8, "cycles": 10, "gemm_beats": 10,
-                               "utilization": 0.6, "beat_utilization": 1.0}],
-              "failures": [], "hb_bytes_per_cycle": 51.2, "word_bytes": 32, "seed": 1,
-              "log": "/x/pe/sim.log"}
-METRICS = {"mse": 1e-6, "sqnr_db": 30.0, "cosine": 0.999, "max_abs": 1e-3}
-ACCURACY = {"layer": 0, "up": "u", "gate": "g", "down": "d", "hidden": 4, "intermediate": 8,
-            "tokens": 3, "prompts": 2, "activations": "stub", "draft": METRICS, "full": METRICS}
 
 
 @pytest.fixture
@@ -124,12 +108,12 @@ def test_all_targets_met_exit_zero_and_columns_defined(stub, capsys, tmp_path):
     ({"rtl_figs": rtl(mismatches=3)}, "1. 3 mismatching RTL result value(s)"),
     ({"golden_figs": golden(ratio=0.1)},
      "2. golden GEMM MiniLM up-proj, 256 tokens: prepared ratio 10.0% < target 25%"),
-    ({"pe_figs": {**pe(), "cases": [pe_case(4, "FULL", 0.9, "compute")]}},
-     "4. PE HB roofline, T=4 FULL: 90.0% < target 95%"),
-    ({"pe_figs": pe(failures=["HB-rate expert T=1 DRAFT: 3 mismatching value(s)"])},
-     "4. PE HB-rate bench: HB-rate expert T=1 DRAFT: 3 mismatching value(s) (log /p/sim.log)"),
+    ({"pe_figs": {**pe(), "cases": [pe_case(16, "FULL", 0.9, "compute")]}},
+     "4. PE HB roofline, one expert T=16 FULL: 90.0% < target 95%"),
+    ({"pe_figs": pe(failures=["one expert T=1 DRAFT: 3 mismatching value(s)"])},
+     "4. PE HB-rate bench: one expert T=1 DRAFT: 3 mismatching value(s) (log /p/sim.log)"),
     ({"pe_figs": {**pe(), "utilization": []}},
-     "5. PE-array utilization: no case of 16 tokens"),
+     "5. PE-array utilization: no compute-bound case of 16 tokens"),
     ({"accuracy_error": UserError("the all-MiniLM-L6-v2 weights are not installed")},
      "6. accuracy not measured: the all-MiniLM-L6-v2 weights are not installed"),
 ])
@@ -180,20 +164,21 @@ def test_pe_and_accuracy_figures_are_printed_with_their_definitions(stub, capsys
     rc, out, err = bench_main(capsys, "--json", tmp_path / "b.json")
     assert rc == 0, (out, err)
     flat = " ".join(out.split())
-    assert "4. PE cycles per expert / HB roofline" in flat
-    assert "weights at 51.2 B per cycle = 0.8 ld words of 64 B" in flat
-    assert "roofline cycles = max(weight bytes / HB bytes per cycle, tile beats at one per " \
+    assert "4. PE cycles / HB roofline (ld stream at 51.2 B per cycle = 0.8 words of 64 B; " \
+           "experts H x I = 64x256)" in flat
+    assert "roofline cycles = max(ld bytes / HB bytes per cycle, tile beats at one per " \
            "cycle)" in flat
     assert "target: >= 95% of the roofline on every case: met" in flat
-    assert "5. PE-array utilization on a compute-bound batch of 16 tokens" in flat
-    assert "DRAFT 96.0%" in flat and "FULL 96.0%" in flat
+    assert "5. PE-array utilization on the compute-bound batch of 16 tokens" in flat
+    assert "one expert T=16 DRAFT: MACs 96.0% of peak (786,432 / (256 per cycle at 4-bit " \
+           "weights x 1,000 cycles)); tile busy 96.0%" in flat
     assert "MiniLM's FFN is GELU with no gate" in flat
     assert ("up = encoder.layer.0.intermediate.dense.weight, gate = "
             "encoder.layer.1.intermediate.dense.weight (layer 1's up-projection), down = "
             "encoder.layer.0.output.dense.weight") in flat
     doc = json.loads((tmp_path / "b.json").read_text())
     assert doc["targets"]["roofline"] == 0.95
-    assert len(doc["pe"]["cases"]) == 6 and doc["pe"]["utilization"][0]["utilization"] == 0.96
+    assert len(doc["pe"]["cases"]) == 4 and doc["pe"]["utilization"][0]["mac_utilization"] == 0.96
     assert doc["accuracy"]["full"]["sqnr_db"] == 28.0
 
 
@@ -212,19 +197,17 @@ def _fake_pe_bench(monkeypatch, records, failed=()):
 
 
 def test_pe_figures_roofline_cases_and_utilization(monkeypatch):
-    arch = preset("small")
-    recs = [dict(pe_case(t, m, 0.9, "compute"), cycles=4000, gemm_beats=3072)
-            for t in (1, 16) for m in ("DRAFT", "FULL")]
+    recs = [pe_case(1, "DRAFT"), pe_case(1, "FULL"),
+            pe_case(16, "DRAFT", bound="compute"), pe_case(16, "FULL", bound="compute"),
+            pe_case(16, "FULL", bound="memory", kind="moe")]
     seen = _fake_pe_bench(monkeypatch, recs)
-    figs = bench.pe_figures(arch, 3)
+    figs = bench.pe_figures(preset("small"), 3)
     assert seen["tests"] == "test_hb_roofline" and seen["check"] is False
     assert seen["params"]["roofline_batches"] == list(bench.ROOFLINE_BATCHES)
-    assert len(figs["cases"]) == 4 and figs["failures"] == []
-    draft, full = figs["utilization"]
-    macs = 16 * 3 * 64 * 256
-    assert draft["utilization"] == macs / (arch.tile.peak_macs_per_cycle(4) * 4000)
-    assert full["utilization"] == macs / (arch.tile.peak_macs_per_cycle(8) * 4000)
-    assert draft["beat_utilization"] == 3072 / 4000
+    assert len(figs["cases"]) == 5 and figs["failures"] == []
+    # the compute-bound cases of the utilization batch only
+    assert [(u["tokens"], u["mode"], u["kind"]) for u in figs["utilization"]] == [
+        (16, "DRAFT", "expert"), (16, "FULL", "expert")]
 
 
 def test_pe_figures_failures_are_lines(monkeypatch):
@@ -233,7 +216,7 @@ def test_pe_figures_failures_are_lines(monkeypatch):
     bad = dict(pe_case(), mismatches=2)
     _fake_pe_bench(monkeypatch, [bad, aborted], failed=["1 case(s) failed"])
     figs = bench.pe_figures(preset("small"), 3)
-    assert figs["failures"] == ["HB-rate expert T=1 DRAFT: 2 mismatching value(s)",
+    assert figs["failures"] == ["one expert T=1 DRAFT: 2 mismatching value(s)",
                                 "test aborted -: ValueError: bad routing"]
     assert len(figs["cases"]) == 1
 
