@@ -48,7 +48,7 @@ class TileConfig:
         DRAFT, MSB_ONLY and LSB_ONLY each lane is a channel. Must be even.
     group : int
         G, depth of one adder tree = weight-quantization group size along K. Fixed at 32 by the
-        numerics contract (BRIEF section 3.1).
+        numerics contract (numerics §1).
     """
 
     rows: int = 2

@@ -7,9 +7,9 @@
 
 For every selected floating tensor with at least two dimensions (the last axis is K, the
 input-feature axis of a PyTorch ``Linear`` weight), the golden model (:mod:`elmoe3d.sw.quant`)
-quantizes it to INT8 in groups of 32 along K with FP16 scales (BRIEF 3.1) and derives k-bit
+quantizes it to INT8 in groups of 32 along K with FP16 scales (numerics §1) and derives k-bit
 drafts for every k in ``--bits`` and every :class:`~elmoe3d.sw.quant.DraftMethod` (truncate,
-round, lsb-aug, dedicated; BRIEF 3.2, paper Fig. 8 / Fig. 17c). Each dequantized draft and the
+round, lsb-aug, dedicated; numerics §2, paper Fig. 8 / Fig. 17c). Each dequantized draft and the
 INT8 weight itself (the baseline) are compared with the float weights in float64
 (:mod:`elmoe3d.sw.metrics`): MSE, SQNR dB, cosine similarity, max abs error.
 

@@ -1,5 +1,5 @@
 """The bit-sliced tensor tile: unit PEs, 32-way adder trees, slice combining, fused
-dequantization and Q.24 accumulators (paper Sections 4.1 and 4.3; BRIEF 3.3-3.5).
+dequantization and Q.24 accumulators (paper Sections 4.1 and 4.3; numerics §3-5).
 
 The golden model of this block's stream behaviour is :func:`elmoe3d.sw.tile.ref_tile`.
 """
@@ -24,8 +24,8 @@ __all__ = ["TensorTile", "TREE_SHAPE", "PSUM_SHAPE", "SCALED_SHAPE", "TERM_SHAPE
 TREE_SHAPE = signed(18)
 #: Combined group psum after the slice shift. Every mode computes sum_k a[k] * w[k] with
 #: w = q (FULL, -128..127), 16*msb + 8 (DRAFT, -120..120), 16*msb (MSB_ONLY, -128..112) or
-#: lsb (LSB_ONLY, 0..15), so |psum| <= 32 * 128 * 128 = 2^19 (BRIEF 3, "2^19 needs 21 signed
-#: bits"): [-520192, 524288] fits signed(21) exactly.
+#: lsb (LSB_ONLY, 0..15), so |psum| <= 32 * 128 * 128 = 2^19 (numerics §4: 21 signed
+#: bits): [-520192, 524288] fits signed(21) exactly.
 PSUM_SHAPE = signed(21)
 #: psum times the signed FP16 mantissa (|m| <= 2047, 12 bits signed): 21 + 12 = 33 bits.
 SCALED_SHAPE = signed(33)
@@ -54,9 +54,9 @@ class TensorTile(wiring.Component):
 
     Each input beat carries one K-group (32 deep) of activations for every row and one weight
     nibble per unit PE (see :func:`~elmoe3d.hw.layouts.tile_beat_layout`). For every row m and
-    lane n, 32 unit PEs (:func:`~elmoe3d.hw.unit_pe.weight_field`, BRIEF 3.3) feed a 32-way
+    lane n, 32 unit PEs (:func:`~elmoe3d.hw.unit_pe.weight_field`, numerics §3) feed a 32-way
     adder tree (exact: :data:`TREE_SHAPE`, 18 bits signed). A :class:`~.unit_pe.SliceCombiner`
-    per lane pair forms the group psum (BRIEF 3.4, :data:`PSUM_SHAPE`, 21 bits signed):
+    per lane pair forms the group psum (numerics §4, :data:`PSUM_SHAPE`, 21 bits signed):
 
     * FULL: lane 2j is the MSB slice (aug 0), lane 2j+1 the LSB slice; channel j's psum
       ``(tree[2j] << 3) + tree[2j+1]`` is accumulated at lane 2j with lane 2j's scale; lane
@@ -65,7 +65,7 @@ class TensorTile(wiring.Component):
     * MSB_ONLY: every lane an MSB slice with aug 0, psum ``tree << 3``.
     * LSB_ONLY: every lane an LSB slice, psum ``tree``.
 
-    Fused dequantization (BRIEF 3.5, paper 4.1 "partial sums ... immediately scaled"): the lane's
+    Fused dequantization (numerics §5, paper 4.1 "partial sums ... immediately scaled"): the lane's
     FP16 scale bits split into sign s, exponent e and fraction f; ``mant = f`` if e == 0 else
     ``1024 + f``; ``shift = 0`` if e == 0 else ``e - 1`` (e == 31 follows the same rule, shift
     30); ``term = (psum * (-1)^s * mant) << shift`` (exact, :data:`TERM_SHAPE`), and

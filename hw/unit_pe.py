@@ -1,4 +1,4 @@
-"""The bit-sliced IA8xW5 unit PE and the slice combiner (paper Section 4.3, Fig. 8; BRIEF 3.3).
+"""The bit-sliced IA8xW5 unit PE and the slice combiner (paper Section 4.3, Fig. 8; numerics §3).
 
 One unit PE multiplies an INT8 activation by a signed 5-bit weight field. An INT8 weight
 ``q = 16*msb + lsb`` is split into two 4-bit slices that enter two unit PEs:

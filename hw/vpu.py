@@ -1,5 +1,5 @@
 """VPU datapath units: SwiGLU, row-max exponent, INT8 requantization, expert combination and the
-Q.24 -> FP32 conversion (paper Section 4.1 "VPU"; BRIEF 3.7-3.8; ``docs/numerics.md`` 7-8).
+Q.24 -> FP32 conversion (paper Section 4.1 "VPU"; ``docs/numerics.md`` §7-8).
 
 Every unit is **per element**: one value per cycle (initiation interval 1); the PE instantiates
 as many lanes as it needs. Each has an input stream ``i`` and an output stream ``o``
@@ -458,7 +458,7 @@ class RequantUnit(_Unit):
 
 class CombineUnit(_Unit):
     """One output element per cycle: the read-modify-write arithmetic of the expert combination
-    (numerics 8; BRIEF 3.8). Golden: :func:`elmoe3d.sw.vpu.combine_term` followed by a
+    (numerics 8; numerics §8). Golden: :func:`elmoe3d.sw.vpu.combine_term` followed by a
     saturating add (:func:`elmoe3d.sw.vpu.combine`).
 
     The FP16 gate weight decodes to ``m`` (signed 12 bits: ``1024 + f`` or ``f``, negated by

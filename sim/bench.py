@@ -1,5 +1,5 @@
 """``elmoe3d bench`` (what ``make bench`` runs): the benchmark figures, each beside a baseline
-measured in the same run (BRIEF section 6; tests never time anything, this command does).
+measured in the same run (design brief section 6; tests never time anything, this command does).
 
 1. **Tile throughput in RTL simulation** -- the cocotb bench's ``test_throughput``: a long FULL
    GEMM with an always-valid source and an always-ready sink; accepted beats / (cycles from the

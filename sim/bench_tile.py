@@ -320,7 +320,7 @@ class TileBench:
                            overflowed=0, details=[message], error=message)
 
     def check_split(self, case, source, traffic, full, msb, lsb, shape):
-        """BRIEF 3.5: MSB_ONLY + LSB_ONLY equals FULL bit for bit (three RTL Accumulators).
+        """numerics §5: MSB_ONLY + LSB_ONLY equals FULL bit for bit (three RTL Accumulators).
         The identity holds only without saturation: a saturated operand is a failed case."""
         from ..sw.datapath import Accumulator
         saturated = [name for name, acc in (("FULL", full), ("MSB_ONLY", msb),
@@ -464,7 +464,7 @@ async def test_minilm(dut, traffic):
         for mode in (Mode.FULL, Mode.DRAFT, Mode.MSB_ONLY, Mode.LSB_ONLY):
             rtl[mode] = await bench.gemm_case(case, "minilm", a_up, w_up, mode, traffic)
 
-        # Split verification (BRIEF 3.5): MSB_ONLY + LSB_ONLY must equal FULL bit for bit.
+        # Split verification (numerics §5): MSB_ONLY + LSB_ONLY must equal FULL bit for bit.
         if all(rtl[m] is not None for m in (Mode.FULL, Mode.MSB_ONLY, Mode.LSB_ONLY)):
             bench.check_split(case, "minilm", traffic, rtl[Mode.FULL], rtl[Mode.MSB_ONLY],
                               rtl[Mode.LSB_ONLY], [int(a_up.shape[0]), int(a_up.shape[1]),

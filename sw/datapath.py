@@ -1,6 +1,6 @@
 """Exact emulation of the bit-sliced IA8xW5 datapath and the fused-dequantization accumulator.
 
-The executable definition of BRIEF section 3, items 3-5 (paper Section 4.3, Fig. 8; Section 4.1
+The executable definition of docs/numerics.md, items 3-5 (paper Section 4.3, Fig. 8; Section 4.1
 "partial sums are accumulated through a 32-way adder tree and immediately scaled"). The RTL in
 :mod:`elmoe3d.hw` is checked against these functions with plain equality.
 
@@ -39,7 +39,7 @@ INT64_MAX = (1 << 63) - 1
 
 
 class Mode(enum.IntEnum):
-    """Unit-PE operating mode (BRIEF 3.3). The integer values are the RTL encoding."""
+    """Unit-PE operating mode (numerics §3). The integer values are the RTL encoding."""
 
     #: Both slices: two unit PEs per weight, ``(a*{msb,0}) << 3 + a*{0,lsb} = a*q``.
     FULL = 0

@@ -1,6 +1,6 @@
 """Float64 reference and error metrics: how far the quantized datapath is from real arithmetic.
 
-BRIEF section 3: a float64 reference runs beside the golden model to *report* accuracy (SQNR dB,
+docs/numerics.md: a float64 reference runs beside the golden model to *report* accuracy (SQNR dB,
 cosine, max abs error); it is never what the RTL is checked against (that is plain equality
 with :mod:`elmoe3d.sw.datapath`). Plain NumPy, float64 throughout.
 

@@ -1,6 +1,6 @@
 """Bit-nested INT8 quantization: the golden model of weights, slices, drafts and activations.
 
-This module is the executable definition of BRIEF section 3, items 1, 2 and 6 (paper Section 4.3,
+This module is the executable definition of docs/numerics.md, items 1, 2 and 6 (paper Section 4.3,
 Fig. 8). Plain NumPy; it never imports Amaranth or cocotb.
 
 Weights ``W[..., N, K]`` are quantized symmetrically in groups of ``G = 32`` along K (the last
@@ -62,7 +62,7 @@ def fp16_scale_for(amax, qmax: int = 127):
     """Smallest FP16 ``s >= 0`` with ``qmax * float32(s) >= amax``, element-wise.
 
     This is ``amax / qmax`` rounded *up* to FP16, so no code is clipped by more than rounding,
-    including where ``s`` is subnormal (BRIEF 3.1). ``amax == 0`` gives ``s == 0``.
+    including where ``s`` is subnormal (numerics §1). ``amax == 0`` gives ``s == 0``.
 
     Parameters
     ----------
@@ -157,7 +157,7 @@ class QuantizedWeight:
 
 
 def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeight:
-    """Symmetric group quantization of ``w`` with FP16 scales (BRIEF 3.1).
+    """Symmetric group quantization of ``w`` with FP16 scales (numerics §1).
 
     ``s`` = the smallest FP16 with ``qmax * float32(s) >= max|W|`` over the group, then
     ``q = clip(rint(W / float32(s)), -qmax, qmax)`` computed in float32 (round half to even).
@@ -297,7 +297,7 @@ def draft_weights(w, qw: QuantizedWeight, bits: int, method) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class QuantizedActivation:
-    """Per-token INT8 activations with power-of-two scales (BRIEF 3.6).
+    """Per-token INT8 activations with power-of-two scales (numerics §6).
 
     Attributes
     ----------

@@ -6,7 +6,7 @@
   ``[M, N]``.
 
 ``tile_assemble(ref_tile(tile_schedule(a_q, qw, mode, rows, lanes)), ...)`` equals
-``gemm(a_q, qw, mode)`` bit for bit (BRIEF 3.5: results do not depend on tiling).
+``gemm(a_q, qw, mode)`` bit for bit (numerics §5: results do not depend on tiling).
 
 Beats are a dict of NumPy arrays, the host-side twin of
 :func:`elmoe3d.hw.layouts.tile_beat_layout` (B beats, M = rows, N = lanes)::

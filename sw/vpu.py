@@ -1,5 +1,5 @@
 """Golden model of the VPU: SwiGLU in Q16.16, per-token INT8 requantization, expert combination
-and the Q.24 -> FP32 conversion (plain NumPy; BRIEF 3.7-3.8; ``docs/numerics.md`` sections 7-8).
+and the Q.24 -> FP32 conversion (plain NumPy; ``docs/numerics.md`` §7-8).
 
 The executable definition of the VPU numerics. The RTL in :mod:`elmoe3d.hw.vpu` is compared with
 these functions by plain equality. Every function is exact integer arithmetic: int64 where every

@@ -1,6 +1,6 @@
 """Reading real weight files (``.safetensors``, ``.npz``) into NumPy, with the failure kinds
-designed out (BRIEF section 5: "a weight file that is a Git LFS pointer, truncated, or in BF16
-loaded as garbage").
+designed out (design brief section 5: "a weight file that is a Git LFS pointer, truncated, or in
+BF16 loaded as garbage").
 
 * :func:`open_tensors` reads and checks a file's index (names, dtypes, shapes) without loading
   any tensor data; :meth:`TensorFile.load` then loads one tensor at a time.

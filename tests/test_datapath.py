@@ -1,5 +1,5 @@
 """Golden model: bit-sliced datapath, group psums, Q.24 fused dequantization, exact GEMM
-(BRIEF 3.3-3.5)."""
+(numerics §3-5)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Golden model: weight and activation quantization, slices, drafts (BRIEF 3.1, 3.2, 3.6)."""
+"""Golden model: weight and activation quantization, slices, drafts (numerics §1, 3.2, 3.6)."""
 
 import numpy as np
 import pytest

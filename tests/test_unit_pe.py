@@ -1,5 +1,5 @@
 """Exhaustive Amaranth-simulator tests of the IA8xW5 unit PE and the slice combiner against the
-golden model (:mod:`elmoe3d.sw.datapath`, BRIEF 3.3).
+golden model (:mod:`elmoe3d.sw.datapath`, numerics §3).
 
 * every activation (256) x every nibble (16) x {MSB aug 0, MSB aug 1, LSB}: the unit PE;
 * every activation (256) x every INT8 weight (256) x every mode (4): two unit PEs (MSB and LSB

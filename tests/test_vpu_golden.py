@@ -121,7 +121,7 @@ def test_rshift_rne_vector_and_ties():
     v = np.array([5, -5, 6, 7, -6, -7, 3, 1, -1, 2, -2, 0], np.int64)
     s = np.array([1, 1, 2, 1, 2, 1, 0, 1, 1, 2, 2, 5])
     assert rshift_rne(v, s).tolist() == [2, -2, 2, 4, -2, -4, 3, 0, 0, 0, 0, 0]
-    # -5 >> 1 floors to -3; the half-even result is -2 (BRIEF 3: "-5 >> 1 is -3").
+    # -5 >> 1 floors to -3; the half-even result is -2 (docs/numerics.md: "-5 >> 1 is -3").
     assert rshift_rne(np.int64(-5), 1) == -2
     big = rshift_rne(np.array([INT64_MAX, 1], np.int64), -8)
     assert big.dtype == object and big.tolist() == [INT64_MAX << 8, 256]
