@@ -146,7 +146,6 @@ def test_fast_path_falls_back_when_exponents_spread():
 
 
 def test_saturating_gemm_matches_reference_and_flags():
-    rng = np.random.default_rng(4)
     k = 32 * 64
     a = np.full((2, k), -128, np.int8)
     q = np.full((3, k), -128, np.int8)
