@@ -10,10 +10,22 @@ A command is :data:`COMMAND_BITS` wide: ``op`` in the low :data:`OP_BITS` bits, 
 operation's fields in the order listed in :data:`OPS`, from the least significant bit up
 (Amaranth's ``StructLayout`` order). Unused high bits are zero.
 
-Engines: ``LOAD`` runs on the load engine (``ld`` stream -> memories), everything else on the
-execute engine; the two run concurrently and synchronise through the two WMEM buffer flags
-(``LOAD.signal`` sets ``full[buf]``; ``GEMM.wait`` waits for it; ``GEMM.release`` clears it
-when the GEMM has read its last weight word) and through ``BARRIER``.
+Engines: ``LOAD`` runs on the load engine (``ld`` stream -> memories), ``REQUANT`` on the
+requantization engine, everything else on the execute engine; they run concurrently and
+synchronise through
+
+* the two WMEM buffer flags (``LOAD.signal`` sets ``full[buf]``; ``GEMM.wait`` waits for it;
+  ``GEMM.release`` clears it when the GEMM has read its last weight word);
+* ``LOAD.fence``: the load (and so every later one) waits until every execute command before
+  it in the program, REQUANT included, has completed (its results written); the execute
+  engine does not wait;
+* ``REQUANT``: starts when every earlier execute command has completed, then runs beside later
+  GEMMs; a GEMM with ``rq_wait`` waits until it has completed (every other execute command
+  waits for it anyway);
+* ``BARRIER``: waits until all three engines are idle and holds back later LOADs until then.
+
+``docs/pe.md`` states the rules a program must keep (``elmoe3d.sw.asm.SyncChecker`` checks
+them).
 """
 
 from __future__ import annotations
@@ -87,11 +99,12 @@ class Field:
 OPS: dict[Op, tuple[Field, ...]] = {
     Op.NOP: (),
     Op.LOAD: (Field("target", 3), Field("buf", 1), Field("addr", 16), Field("words", 16),
-              Field("signal", 1)),
+              Field("signal", 1), Field("fence", 1)),
     Op.GEMM: (Field("mode", 2), Field("wbuf", 1), Field("act_base", 16), Field("w_base", 16),
               Field("row_blocks", 8), Field("col_blocks", 10), Field("groups", 8),
               Field("sink", 2), Field("out_base", 16), Field("tok_base", 8),
-              Field("wait", 1), Field("release", 1), Field("stride", 16)),
+              Field("wait", 1), Field("release", 1), Field("stride", 16),
+              Field("rq_wait", 1)),
     Op.REQUANT: (Field("row_blocks", 8), Field("channels", 16), Field("act_base", 16),
                  Field("tok_base", 8)),
     Op.OUTPUT: (Field("row_blocks", 8), Field("channels", 16)),

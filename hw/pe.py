@@ -300,8 +300,8 @@ class PE(wiring.Component):
     @property
     def load_queue_depth(self) -> int:
         """LOAD commands the decoder can queue for the load engine (so that a LOAD waiting for
-        a buffer flag does not block the execute commands behind it)."""
-        return 8
+        a buffer flag or a fence does not block the execute commands behind it)."""
+        return 16
 
     @property
     def tile_latency(self) -> int:
@@ -334,7 +334,7 @@ class PE(wiring.Component):
         """Idle tile cycles between the last beat of a GEMM and the first beat of the next
         GEMM waiting behind it (its buffer already full): decode and start, then the first
         read."""
-        return 2
+        return 0
 
     def elaborate(self, platform):
         m = Module()
@@ -385,20 +385,56 @@ class PE(wiring.Component):
         set_vpu = []                  # conditions that set flag_vpu in this cycle
 
         # ---- command decoder ---------------------------------------------------------------------
+        # LOADs queue up for the load engine, so that a LOAD waiting for a buffer flag or a fence
+        # does not hold back the execute commands behind it; the next execute command waits in
+        # a register (xn), decoded while the current one runs. Each engine runs in program
+        # order. Every execute command gets a sequence number (the order it was taken in); a
+        # LOAD carries the number of execute commands taken before it, which its fence waits
+        # for (completion tracking: ``inflight`` below).
+        SEQ = 16
         cmd_op = Value.cast(self.cmd.payload.op)
         is_load = cmd_op == Op.LOAD
         ld_active = Signal()
         ex_idle = Signal()
         ex_barrier = Signal()
-        # LOADs queue up for the load engine, so that a LOAD waiting for a buffer flag does not
-        # hold back the execute commands behind it (each engine still runs in program order)
-        ld_queue = m.submodules.ld_queue = SyncFIFO(width=op_layout(Op.LOAD).size,
+        x_seq = Signal(SEQ)                      # execute commands taken so far
+        xn = Signal(command_layout())            # the next execute command
+        xn_valid = Signal()
+        xn_seq = Signal(SEQ)
+        xn_take = Signal()                       # the execute engine takes xn in this cycle
+        xn_op = Value.cast(xn.op)
+        xn_is_barrier = (xn_op == Op.BARRIER) | ((xn_op == Op.CLEAR)
+                                                 & Value.cast(xn.args.clear.counters))
+        ld_entry = data.StructLayout({"cmd": op_layout(Op.LOAD), "need": unsigned(SEQ)})
+        ld_queue = m.submodules.ld_queue = SyncFIFO(width=ld_entry.size,
                                                     depth=self.load_queue_depth)
         ld_busy = ld_active | ld_queue.r_rdy
-        m.d.comb += self.cmd.ready.eq(Mux(is_load, ld_queue.w_rdy & ~ex_barrier, ex_idle))
+        # a BARRIER (or CLEAR counters) holds back later LOADs from the moment it is taken
+        hold_loads = (xn_valid & xn_is_barrier) | ex_barrier
+        m.d.comb += self.cmd.ready.eq(Mux(is_load, ld_queue.w_rdy & ~hold_loads,
+                                          ~xn_valid | xn_take))
         take = self.cmd.valid & self.cmd.ready
-        m.d.comb += [ld_queue.w_en.eq(take & is_load),
-                     ld_queue.w_data.eq(Value.cast(self.cmd.payload.args.load))]
+        ld_in = Signal(ld_entry)
+        m.d.comb += [ld_in.cmd.eq(self.cmd.payload.args.load), ld_in.need.eq(x_seq),
+                     ld_queue.w_en.eq(take & is_load),
+                     ld_queue.w_data.eq(Value.cast(ld_in))]
+        with m.If(take & ~is_load):
+            m.d.sync += [xn.eq(self.cmd.payload), xn_valid.eq(1), xn_seq.eq(x_seq),
+                         x_seq.eq(x_seq + 1)]
+        with m.Elif(xn_take):
+            m.d.sync += xn_valid.eq(0)
+
+        # completion tracking: (valid, seq) of every place an unfinished execute command can be
+        # (filled in below); a command is complete when no valid entry carries its number
+        inflight = {}
+
+        def older(seq, ref):
+            """``seq`` was taken before ``ref`` (sequence numbers wrap around)."""
+            return (seq - ref)[SEQ - 1]
+
+        def done_before(ref, *, skip=()):
+            pending = [v & older(q, ref) for name, (v, q) in inflight.items() if name not in skip]
+            return ~Cat(pending).any()
 
         # ---- load engine ------------------------------------------------------------------------
         full = [Signal(name="full0"), Signal(name="full1")]
@@ -417,31 +453,39 @@ class PE(wiring.Component):
         ld_addr = Signal(16)
         ld_left = Signal(16)
         ld_signal = Signal()
-        ld_blocked = (ld_target <= Target.WSCALE) & full_sel(ld_buf)
+        ld_fence = Signal()
+        ld_need = Signal(SEQ)
+        fence_ok = Signal()                      # every execute command before ld_need is done
+        ld_blocked = (((ld_target <= Target.WSCALE) & full_sel(ld_buf))
+                      | (ld_fence & ~fence_ok))
         ld_grant = Signal()
         m.d.comb += self.ld.ready.eq(ld_active & (ld_left != 0) & ~ld_blocked & ld_grant)
         ld_xfer = self.ld.valid & self.ld.ready
         with m.If(ld_xfer):
             m.d.sync += [ld_addr.eq(ld_addr + 1), ld_left.eq(ld_left - 1)]
-        ld_finish = ld_active & (ld_left == 0) & ~ld_blocked
+        # a load ends with its last word (the next one starts in the following cycle)
+        ld_finish = (ld_xfer & (ld_left == 1)) | (ld_active & (ld_left == 0) & ~ld_blocked)
         with m.If(ld_finish):
             m.d.sync += ld_active.eq(0)
             with m.If(ld_signal):
                 set_full(ld_buf, 1)
-        ld_next = data.View(op_layout(Op.LOAD), ld_queue.r_data)
+        ld_next = data.View(ld_entry, ld_queue.r_data)
         m.d.comb += ld_queue.r_en.eq(~ld_active | ld_finish)
         with m.If(ld_queue.r_rdy & ld_queue.r_en):
             m.d.sync += [
                 ld_active.eq(1),
-                ld_target.eq(Value.cast(ld_next.target)),
-                ld_buf.eq(ld_next.buf),
-                ld_addr.eq(ld_next.addr),
-                ld_left.eq(ld_next.words),
-                ld_signal.eq(ld_next.signal),
+                ld_target.eq(Value.cast(ld_next.cmd.target)),
+                ld_buf.eq(ld_next.cmd.buf),
+                ld_addr.eq(ld_next.cmd.addr),
+                ld_left.eq(ld_next.cmd.words),
+                ld_signal.eq(ld_next.cmd.signal),
+                ld_fence.eq(ld_next.cmd.fence),
+                ld_need.eq(ld_next.need),
             ]
 
         # ---- execute engine: GEMM address generator -------------------------------------------
         xc = Signal(command_layout())            # the command being executed
+        xc_seq = Signal(SEQ)
         xop = Value.cast(xc.op)
 
         def gx(name):
@@ -545,6 +589,7 @@ class PE(wiring.Component):
                 "out_base": Signal(16, name=f"{prefix}_out_base"),
                 "tok_base": Signal(8, name=f"{prefix}_tok_base"),
                 "stride": Signal(16, name=f"{prefix}_stride"),
+                "seq": Signal(SEQ, name=f"{prefix}_seq"),
             }
         dq, ds = desc_regs("dq"), desc_regs("ds")
         dq_valid = Signal()
@@ -566,6 +611,7 @@ class PE(wiring.Component):
         res_t0 = Signal(16)
         res_ch = Signal(16)
         res_stride = Signal(16)
+        res_seq = Signal(SEQ)
         res_done = Signal()          # the sink finishes the held result in this cycle
         m.d.comb += tile.o.ready.eq(~res_valid | res_done)
 
@@ -580,6 +626,7 @@ class PE(wiring.Component):
                 res_t0.eq(s_t0),
                 res_ch.eq(s_ch),
                 res_stride.eq(ds["stride"]),
+                res_seq.eq(ds["seq"]),
                 flag_acc.eq(flag_acc | Value.cast(tile.o.payload.overflow).any()),
             ]
             with m.If(s_rb == ds["rbn"] - 1):
@@ -627,6 +674,7 @@ class PE(wiring.Component):
         a_t = Signal(16)
         a_ch = Signal(16)
         a_stride = Signal(16)
+        a_seq = Signal(SEQ)
         with m.If(~stall_a):
             m.d.sync += [
                 a_valid.eq(row_take),
@@ -636,6 +684,7 @@ class PE(wiring.Component):
                 a_t.eq(row_t),
                 a_ch.eq(res_ch),
                 a_stride.eq(res_stride),
+                a_seq.eq(res_seq),
             ]
         tok_entry = data.View(tok_entry_layout(), tok_rp.data.word_select(a_t[:log_ov], 64))
 
@@ -645,7 +694,7 @@ class PE(wiring.Component):
         # the half) pairs lane 2j with lane L/2 + 2j.
         # Tag of lane 0: HBUF word address, position in the word, FULL, token row.
         sw_tag = {"addr": unsigned(16), "pos": unsigned(max(log_q, 1)), "full": unsigned(1),
-                  "t": unsigned(16)}
+                  "t": unsigned(16), "start": unsigned(1)}
         sw_tag_layout = data.StructLayout(sw_tag)
         sw_units = []
         a_sw = a_valid & (a_sink == Sink.SWIGLU)
@@ -670,6 +719,7 @@ class PE(wiring.Component):
             sw_tag_in.pos.eq(a_ch[:log_q] if log_q else 0),
             sw_tag_in.full.eq(a_full),
             sw_tag_in.t.eq(a_t),
+            sw_tag_in.start.eq(a_ch == 0),
             sw_units[0].i.payload.tag.eq(sw_tag_in),
         ]
         sw_out = sw_units[0].o.valid
@@ -698,12 +748,16 @@ class PE(wiring.Component):
             absmax = Mux(mag > absmax, mag, absmax)
             sw_sat = sw_sat | (live & unit.o.payload.sat)
         set_vpu.append(sw_out & sw_sat)
+        # (the block that writes channel 0 of the row starts the row's max: docs/pe.md)
         rm_valid = Signal()
         rm_t = Signal(16)
         rm_max = Signal(unsigned(32))
-        m.d.sync += [rm_valid.eq(sw_out), rm_t.eq(sw_tag_out.t), rm_max.eq(absmax)]
+        rm_start = Signal()
+        m.d.sync += [rm_valid.eq(sw_out), rm_t.eq(sw_tag_out.t), rm_max.eq(absmax),
+                     rm_start.eq(sw_tag_out.start)]
         rmax_rp.request(sw_out, sw_tag_out.t, 1)
-        rmax_w.request(rm_valid, rm_t, Mux(rmax_rp.data > rm_max, rmax_rp.data, rm_max))
+        rmax_w.request(rm_valid, rm_t, Mux(~rm_start & (rmax_rp.data > rm_max), rmax_rp.data,
+                                           rm_max))
         sw_inflight = Signal(range(64))
         m.d.sync += sw_inflight.eq(sw_inflight + a_sw - sw_out)
 
@@ -792,6 +846,20 @@ class PE(wiring.Component):
         m.d.sync += cmb_inflight.eq(cmb_inflight + c_valid - cmb_out)
 
         vpu_busy = a_valid | c_valid | rm_valid | (sw_inflight != 0) | (cmb_inflight != 0)
+
+        # completion of GEMMs: a descriptor (dq, ds), a held result, a row in stage A, then a
+        # row in the SwiGLU or combine pipeline: a delay line as long as the longest of them
+        # (no stall after stage A), whose last entry is the cycle the row's last write is made
+        inflight.update(dq=(dq_valid, dq["seq"]), ds=(s_active, ds["seq"]),
+                        res=(res_valid, res_seq), a=(a_valid, a_seq))
+        tail = max(self.swiglu_latency, 1 + self.combine_latency) + 1
+        for k in range(tail):
+            v, q = Signal(name=f"tail_v{k}"), Signal(SEQ, name=f"tail_seq{k}")
+            if k == 0:
+                m.d.sync += [v.eq(a_valid & ~stall_a), q.eq(a_seq)]
+            else:
+                m.d.sync += [v.eq(prev[0]), q.eq(prev[1])]
+            inflight[f"tail{k}"] = prev = (v, q)
         m.d.comb += res_done.eq(raw_done | vpu_res_done)
         gemm_busy = Signal()
         m.d.comb += gemm_busy.eq(g_issuing | bv | (tile_pending != 0) | res_valid | dq_valid
@@ -802,63 +870,99 @@ class PE(wiring.Component):
         x_left = Signal(17)
         x_target = Signal(3)
         st = {name: Signal(name=f"st_{name.lower()}") for name in
-              ("CLEAR", "STATUS", "SEND", "RECV", "REQUANT", "OUTPUT")}
+              ("CLEAR", "STATUS", "SEND", "RECV", "OUTPUT")}
         x_done = Signal()             # the current multi-cycle op finishes in this cycle
         x_start = Signal()            # DRAIN hands over to the op's state in this cycle
         g_wait_flag = Signal()        # a GEMM waits for its buffer flag
         counters_clear = Signal()
 
+        rq_busy = Signal()            # the requantization engine holds a REQUANT
+        rq_issue = Signal()           # the execute engine hands a REQUANT over in this cycle
+        rq_wait_stall = Signal()      # a GEMM or another command waits for the REQUANT
+
+        def gemm_view(view):
+            return lambda name: fld(view, Op.GEMM, name)
+
+        def gemm_ready(f, releasing=Const(0, 1)):
+            return ((~f("wait") | (full_sel(f("wbuf")) & ~releasing))
+                    & (~f("rq_wait") | ~rq_busy))
+
+        def gemm_empty(f):
+            return (f("row_blocks") == 0) | (f("col_blocks") == 0) | (f("groups") == 0)
+
+        def start_gemm(f, seq):
+            m.d.sync += [
+                g_cb.eq(0), g_half.eq(0), g_rb.eq(0), g_g.eq(0),
+                g_act_row.eq(f("act_base")), g_w_blk.eq(f("w_base")),
+                dq_valid.eq(1),
+                dq["sink"].eq(f("sink")),
+                dq["full"].eq(f("mode") == TileMode.FULL.value),
+                dq["rbn"].eq(f("row_blocks")),
+                dq["cbn"].eq(f("col_blocks")),
+                dq["out_base"].eq(f("out_base")),
+                dq["tok_base"].eq(f("tok_base")),
+                dq["stride"].eq(f("stride")),
+                dq["seq"].eq(seq),
+            ]
+
+        def take_next():
+            m.d.comb += xn_take.eq(1)
+            m.d.sync += [xc.eq(xn), xc_seq.eq(xn_seq)]
+
         # BARRIER, and CLEAR of the counters, wait for the load engine to go idle and hold back
         # later LOADs, so that words_loaded counts exactly the LOADs before them in the program
         x_is_barrier = (xop == Op.BARRIER) | ((xop == Op.CLEAR) & fld(xc, Op.CLEAR, "counters"))
-        with m.FSM(name="ex"):
+        with m.FSM(name="ex") as ex_fsm:
             with m.State("IDLE"):
                 m.d.comb += ex_idle.eq(1)
-                with m.If(take & ~is_load):
-                    m.d.sync += xc.eq(self.cmd.payload)
-                    with m.Switch(cmd_op):
+                with m.If(xn_valid):
+                    take_next()
+                    with m.Switch(xn_op):
                         with m.Case(Op.GEMM):
                             m.next = "GEMM_START"
+                        with m.Case(Op.REQUANT):
+                            m.next = "RQ_ISSUE"
                         with m.Case(Op.BARRIER, Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV,
-                                    Op.REQUANT, Op.OUTPUT):
+                                    Op.OUTPUT):
                             m.next = "DRAIN"
             with m.State("GEMM_START"):
-                empty = (gx("row_blocks") == 0) | (gx("col_blocks") == 0) | (gx("groups") == 0)
-                ready = ~gx("wait") | full_sel(gx("wbuf"))
-                m.d.comb += g_wait_flag.eq(~ready)
-                with m.If(ready & empty):
+                ready = gemm_ready(gx)
+                m.d.comb += [g_wait_flag.eq(~ready),
+                             rq_wait_stall.eq(gx("rq_wait") & rq_busy)]
+                with m.If(ready & gemm_empty(gx)):
                     with m.If(gx("release")):
                         set_full(gx("wbuf"), 0)
                     m.next = "IDLE"
                 with m.Elif(ready & ~dq_valid):
-                    m.d.sync += [
-                        g_cb.eq(0), g_half.eq(0), g_rb.eq(0), g_g.eq(0),
-                        g_act_row.eq(gx("act_base")), g_w_blk.eq(gx("w_base")),
-                        dq_valid.eq(1),
-                        dq["sink"].eq(gx("sink")),
-                        dq["full"].eq(g_is_full),
-                        dq["rbn"].eq(gx("row_blocks")),
-                        dq["cbn"].eq(gx("col_blocks")),
-                        dq["out_base"].eq(gx("out_base")),
-                        dq["tok_base"].eq(gx("tok_base")),
-                        dq["stride"].eq(gx("stride")),
-                    ]
+                    start_gemm(gx, xc_seq)
                     m.next = "GEMM_RUN"
             with m.State("GEMM_RUN"):
                 m.d.comb += g_issuing.eq(1)
                 with m.If(g_step & g_final):
                     with m.If(gx("release")):
                         set_full(gx("wbuf"), 0)
+                    # the next GEMM, decoded and ready, issues its first beat in the next cycle
+                    nx = gemm_view(xn)
+                    releasing = gx("release") & (nx("wbuf") == gx("wbuf"))
+                    with m.If(xn_valid & (xn_op == Op.GEMM) & gemm_ready(nx, releasing)
+                              & ~gemm_empty(nx) & ~dq_valid):
+                        take_next()
+                        start_gemm(nx, xn_seq)
+                    with m.Else():
+                        m.next = "IDLE"
+            with m.State("RQ_ISSUE"):
+                m.d.comb += rq_wait_stall.eq(rq_busy)
+                with m.If(~rq_busy):
+                    m.d.comb += rq_issue.eq(1)
                     m.next = "IDLE"
             with m.State("DRAIN"):
-                m.d.comb += ex_barrier.eq(x_is_barrier)
-                with m.If(~gemm_busy & ~(x_is_barrier & ld_busy)):
+                m.d.comb += [ex_barrier.eq(x_is_barrier), rq_wait_stall.eq(rq_busy)]
+                with m.If(~gemm_busy & ~rq_busy & ~(x_is_barrier & ld_busy)):
                     m.d.comb += x_start.eq(1)
                     with m.Switch(xop):
                         with m.Case(Op.BARRIER):
                             m.next = "BARRIER"
-                        for op in (Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV, Op.REQUANT,
-                                   Op.OUTPUT):
+                        for op in (Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV, Op.OUTPUT):
                             with m.Case(op):
                                 m.next = op.name
             with m.State("BARRIER"):
@@ -868,6 +972,7 @@ class PE(wiring.Component):
                     m.d.comb += st[name].eq(1)
                     with m.If(x_done):
                         m.next = "IDLE"
+        inflight.update(xn=(xn_valid, xn_seq), xc=(~ex_fsm.ongoing("IDLE"), xc_seq))
 
         # ---- CLEAR (one cycle: OUT and the row maxima are cleared through their valid bits) --
         with m.If(x_start & (xop == Op.CLEAR)):
@@ -939,31 +1044,63 @@ class PE(wiring.Component):
         set_vpu.append(r_valid & acc_ovf.any())
         recv_done = st["RECV"] & (x_left == 0) & ~r_valid
 
-        # ---- REQUANT: HBUF rows -> INT8 codes in ACT, e_h into TOK -------------------------------
-        # Per token row t: read its row max, e' (RowMaxExponent), write e_h; then C = min(W/32,
-        # 32) values per cycle: HBUF word t*I/(W/32) + c/(W/32) -> C RequantUnits -> ACT bytes.
+        # ---- REQUANT engine: HBUF rows -> INT8 codes in ACT, e_h into TOK ------------------------
+        # Handed over by the execute engine (which goes on with later commands), it starts when
+        # every earlier execute command has completed and then runs beside later GEMMs. Per
+        # token row t: the row max -> e' (RowMaxExponent) -> e_h into TOK, prepared for the next
+        # row while the current one streams; then C = min(W/32, 32) values per cycle: HBUF
+        # word t*I/(W/32) + c/(W/32) -> C RequantUnits -> ACT bytes. The row-max port is shared
+        # with the SWIGLU sink, which has priority.
         C = min(Q, 32)
         log_c = _log2(C)
-        rq_rbn = fld(xc, Op.REQUANT, "row_blocks")
-        rq_ch = fld(xc, Op.REQUANT, "channels")
+        rq_ch = Signal(16)
         rq_groups = rq_ch >> 5
-        rq_t = Signal(16)
-        rq_t_end = Signal(16)
+        rq_seq = Signal(SEQ)
+        rq_run = Signal()             # started (every earlier command done)
+        rq_rows = Signal(17)          # rows still to stream
         rq_r = Signal(range(max(R, 2)))
         rq_act_row = Signal(16)       # act_base + rb * I/32
         rq_c = Signal(16)             # channel of the next chunk in the row
         rq_haddr = Signal(16)         # HBUF word of the next chunk
-        rq_e = Signal(signed(8))
+        rq_e = Signal(signed(8))      # e' of the streaming row
+        rq_cur = Signal()             # a row is streaming
+        # row preparation: read the max of row rp_t, e' one cycle later, then e' waits in e_next
+        rp_t = Signal(16)
+        rp_end = Signal(16)
+        rp_rd = Signal()              # the max of rp_t is in the read port's data
+        e_next = Signal(signed(8))
+        e_next_valid = Signal()
         rme = m.submodules.rowmax_exponent = RowMaxExponent()
-        with m.If(x_start & (xop == Op.REQUANT)):
+        with m.If(rq_issue):
             t0 = fld(xc, Op.REQUANT, "tok_base")
+            ch = fld(xc, Op.REQUANT, "channels")
+            rows = fld(xc, Op.REQUANT, "row_blocks") * R
             m.d.sync += [
-                rq_t.eq(t0), rq_t_end.eq(t0 + rq_rbn * R), rq_r.eq(0),
-                rq_act_row.eq(fld(xc, Op.REQUANT, "act_base")), rq_c.eq(0),
-                rq_haddr.eq(t0 * (rq_ch >> log_q)),
+                rq_busy.eq(1), rq_run.eq(0), rq_seq.eq(xc_seq), rq_ch.eq(ch),
+                rq_rows.eq(rows), rq_r.eq(0), rq_act_row.eq(fld(xc, Op.REQUANT, "act_base")),
+                rq_c.eq(0), rq_haddr.eq(t0 * (ch >> log_q)), rq_cur.eq(0),
+                rp_t.eq(t0), rp_end.eq(t0 + rows), rp_rd.eq(0), e_next_valid.eq(0),
             ]
+        rq_older_done = Signal()      # every execute command before the REQUANT is done
+        with m.If(rq_busy & ~rq_run & rq_older_done):
+            m.d.sync += rq_run.eq(1)
+        inflight["rq"] = (rq_busy, rq_seq)
+        # preparation
+        rp_issue = (rq_run & (rp_t != rp_end) & ~rp_rd & ~rme.o.valid & ~e_next_valid
+                    & ~sw_out)
+        rmax_rp.request(rp_issue, rp_t, 1)
+        m.d.sync += rp_rd.eq(rp_issue)
+        m.d.comb += [rme.i.valid.eq(rp_rd), rme.i.payload.max.eq(rmax_rp.data),
+                     rme.o.ready.eq(1)]
+        e_h_word = Cat(*([Const(0, 8), rme.o.payload.e_h, Const(0, 48)] * OV))
+        tok_w.request(rme.o.valid, rp_t >> log_ov, e_h_word,
+                      Const(1 << 1, OV * 8) << (rp_t[:log_ov] << 3))
+        with m.If(rme.o.valid):
+            m.d.sync += [e_next.eq(rme.o.payload.e), e_next_valid.eq(1), rp_t.eq(rp_t + 1)]
+        # streaming
         h1_valid = Signal()
         h1_sel = Signal(range(max(Q // C, 2)))
+        h1_e = Signal(signed(8))
         rq_tag_layout = data.StructLayout({"addr": unsigned(16), "byte": unsigned(_log2(R * 32))})
         h1_tag = Signal(rq_tag_layout)
         rq_units = []
@@ -975,7 +1112,7 @@ class PE(wiring.Component):
                 unit.i.valid.eq(h1_valid),
                 unit.i.payload.h.eq(hbuf_rp.data.word_select(
                     (h1_sel << log_c) + i if Q > C else i, 32)),
-                unit.i.payload.e.eq(rq_e),
+                unit.i.payload.e.eq(h1_e),
                 unit.o.ready.eq(1),
             ]
         m.d.comb += rq_units[0].i.payload.tag.eq(h1_tag)
@@ -991,56 +1128,31 @@ class PE(wiring.Component):
             rq_clip = rq_clip | unit.o.payload.clip
         set_vpu.append(rq_out & rq_clip)
         m.d.sync += h1_valid.eq(0)
-        rq_done = Signal()
-        rq_rd_max = Signal()
-        rq_wr_eh = Signal()
-        rq_rd_h = Signal()
-        rmax_rp.request(rq_rd_max, rq_t, 1)
-        e_h_word = Cat(*([Const(0, 8), rme.o.payload.e_h, Const(0, 48)] * OV))
-        tok_w.request(rq_wr_eh, rq_t >> log_ov, e_h_word,
-                      Const(1 << 1, OV * 8) << (rq_t[:log_ov] << 3))
-        hbuf_rp.request(rq_rd_h, rq_haddr, 1)
-        with m.FSM(name="requant"):
-            with m.State("IDLE"):
-                with m.If(st["REQUANT"]):
-                    m.next = "ROWMAX"
-            with m.State("ROWMAX"):
-                with m.If(rq_t == rq_t_end):
-                    m.next = "DRAIN"
+        hbuf_rp.request(rq_cur, rq_haddr, 1)
+        row_end = rq_cur & (rq_c + C == rq_ch)
+        with m.If(rq_cur):
+            byte = (rq_r << 5) + (rq_c[:5] if C < 32 else 0)
+            m.d.sync += [
+                h1_valid.eq(1),
+                h1_e.eq(rq_e),
+                h1_sel.eq(rq_c[log_c:log_q] if Q > C else 0),
+                h1_tag.addr.eq(rq_act_row + (rq_c >> 5)),
+                h1_tag.byte.eq(byte),
+                rq_c.eq(rq_c + C),
+            ]
+            with m.If(((rq_c + C) & (Q - 1)) == 0):
+                m.d.sync += rq_haddr.eq(rq_haddr + 1)
+            with m.If(row_end):
+                m.d.sync += [rq_c.eq(0), rq_cur.eq(0), rq_rows.eq(rq_rows - 1)]
+                with m.If(rq_r == R - 1):
+                    m.d.sync += [rq_r.eq(0), rq_act_row.eq(rq_act_row + rq_groups)]
                 with m.Else():
-                    m.d.comb += rq_rd_max.eq(1)
-                    m.next = "EXP_IN"
-            with m.State("EXP_IN"):
-                m.d.comb += [rme.i.valid.eq(1), rme.i.payload.max.eq(rmax_rp.data)]
-                m.next = "EXP_OUT"
-            with m.State("EXP_OUT"):
-                m.d.comb += rme.o.ready.eq(1)
-                m.d.sync += rq_e.eq(rme.o.payload.e)
-                m.d.comb += rq_wr_eh.eq(1)
-                m.next = "CHUNKS"
-            with m.State("CHUNKS"):
-                m.d.comb += rq_rd_h.eq(1)
-                byte = (rq_r << 5) + (rq_c[:5] if C < 32 else 0)
-                m.d.sync += [
-                    h1_valid.eq(1),
-                    h1_sel.eq(rq_c[log_c:log_q] if Q > C else 0),
-                    h1_tag.addr.eq(rq_act_row + (rq_c >> 5)),
-                    h1_tag.byte.eq(byte),
-                    rq_c.eq(rq_c + C),
-                ]
-                with m.If(((rq_c + C) & (Q - 1)) == 0):
-                    m.d.sync += rq_haddr.eq(rq_haddr + 1)
-                with m.If(rq_c + C == rq_ch):
-                    m.d.sync += [rq_c.eq(0), rq_t.eq(rq_t + 1)]
-                    with m.If(rq_r == R - 1):
-                        m.d.sync += [rq_r.eq(0), rq_act_row.eq(rq_act_row + rq_groups)]
-                    with m.Else():
-                        m.d.sync += rq_r.eq(rq_r + 1)
-                    m.next = "ROWMAX"
-            with m.State("DRAIN"):
-                with m.If(~h1_valid & ~rq_out):
-                    m.d.comb += rq_done.eq(1)
-                    m.next = "IDLE"
+                    m.d.sync += rq_r.eq(rq_r + 1)
+        with m.If(e_next_valid & (~rq_cur | row_end)):
+            m.d.sync += [rq_e.eq(e_next), rq_cur.eq(1), e_next_valid.eq(0)]
+        rq_done = rq_run & (rq_rows == 0) & ~h1_valid & ~rq_out
+        with m.If(rq_done):
+            m.d.sync += [rq_busy.eq(0), rq_run.eq(0)]
 
         # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words) per beat -----------------
         op_addr = Signal(16)
@@ -1095,8 +1207,8 @@ class PE(wiring.Component):
         counters = {
             "cycles": Const(1, 1),
             "load_busy": ld_busy,
-            "exec_busy": ~ex_idle | gemm_busy,
-            "stall": g_wait_flag | ex_barrier,
+            "exec_busy": ~ex_idle | gemm_busy | rq_busy,
+            "stall": g_wait_flag | ex_barrier | rq_wait_stall,
             "gemm_beats": tile_in,
             "words_loaded": ld_xfer,
             "words_sent": self.link_o.valid & self.link_o.ready,
@@ -1129,9 +1241,12 @@ class PE(wiring.Component):
                        "tile_in": tile_in, "g_issuing": g_issuing, "ex_idle": ex_idle,
                        "gemm_busy": gemm_busy, "wait_flag": g_wait_flag, "barrier": ex_barrier,
                        "xop": xop, "full0": full[0], "full1": full[1],
-                       "tile_out": tile_out, "hbuf_write": sw_out, "out_write": cmb_out}
-        m.d.comb += x_done.eq(clear_done | send_done | recv_done | status_done | rq_done
-                              | output_done)
+                       "tile_out": tile_out, "hbuf_write": sw_out, "out_write": cmb_out,
+                       "rq_busy": rq_busy, "rq_wait": rq_wait_stall,
+                       "fence_wait": ld_active & ld_fence & ~fence_ok}
+        m.d.comb += x_done.eq(clear_done | send_done | recv_done | status_done | output_done)
+        m.d.comb += [fence_ok.eq(done_before(ld_need)),
+                     rq_older_done.eq(done_before(rq_seq, skip=("rq",)))]
 
         # ---- the ACT read port: the GEMM's unless SEND holds it; TOK: the sink's unless SEND -----
         act_rp.request(~st["SEND"], g_act_row + g_g, adv)

@@ -47,7 +47,7 @@ from .datapath import Mode
 __all__ = [
     "ProgramError", "OKind", "TOK_FIELDS", "STATUS_FIELDS", "TIMING_STATUS_FIELDS",
     "FUNCTIONAL_STATUS_FIELDS", "W_TARGETS", "pe_config", "target_words",
-    "Command", "Program", "SyncChecker",
+    "Command", "Program", "SyncChecker", "command_ranges",
     "words_to_ints", "ints_to_words",
     "pack_wgt", "unpack_wgt", "pack_scales", "unpack_scales", "pack_act", "unpack_act",
     "TOK_DTYPE", "pack_tok", "unpack_tok", "pack_q16", "unpack_q16", "pack_q24", "unpack_q24",
@@ -234,23 +234,29 @@ class Program:
     def nop(self) -> int:
         return self.append(Op.NOP)
 
-    def load(self, target, addr: int, words: int, *, buf: int = 0, signal: bool = False) -> int:
+    def load(self, target, addr: int, words: int, *, buf: int = 0, signal: bool = False,
+             fence: bool = False) -> int:
         """LOAD ``words`` beats of the ``ld`` stream into ``target`` at ``addr`` (WMEM targets:
-        of buffer ``buf``; ``signal`` sets the buffer's full flag when the load completes)."""
+        of buffer ``buf``; ``signal`` sets the buffer's full flag when the load completes;
+        ``fence``: the load waits until every earlier execute command has completed)."""
         return self.append(Op.LOAD, target=_enum(Target, target, len(self), "LOAD", "target"),
-                           buf=buf, addr=addr, words=words, signal=int(bool(signal)))
+                           buf=buf, addr=addr, words=words, signal=int(bool(signal)),
+                           fence=int(bool(fence)))
 
     def gemm(self, *, mode, wbuf: int, act_base: int, w_base: int, row_blocks: int,
              col_blocks: int, groups: int, sink, out_base: int = 0, tok_base: int = 0,
-             stride: int = 0, wait: bool = False, release: bool = False) -> int:
+             stride: int = 0, wait: bool = False, release: bool = False,
+             rq_wait: bool = False) -> int:
         """GEMM of ACT row blocks against WMEM column blocks of buffer ``wbuf`` (``docs/pe.md``
-        address generation); results go to ``sink``."""
+        address generation); results go to ``sink``. ``rq_wait``: start only when every
+        earlier REQUANT has completed."""
         return self.append(Op.GEMM, mode=_enum(Mode, mode, len(self), "GEMM", "mode"),
                            wbuf=wbuf, act_base=act_base, w_base=w_base, row_blocks=row_blocks,
                            col_blocks=col_blocks, groups=groups,
                            sink=_enum(Sink, sink, len(self), "GEMM", "sink"),
                            out_base=out_base, tok_base=tok_base, stride=stride,
-                           wait=int(bool(wait)), release=int(bool(release)))
+                           wait=int(bool(wait)), release=int(bool(release)),
+                           rq_wait=int(bool(rq_wait)))
 
     def requant(self, *, row_blocks: int, channels: int, act_base: int, tok_base: int) -> int:
         """REQUANT HBUF rows ``tok_base + rb*rows + r`` (``channels`` = I) into ACT and e_h."""
@@ -281,7 +287,7 @@ class Program:
 
     def check_sync(self) -> None:
         """Run the :class:`SyncChecker` over the whole program."""
-        sync = SyncChecker()
+        sync = SyncChecker(self._pe)
         for i, cmd in enumerate(self._commands):
             sync.step(i, cmd.op, cmd.fields)
 
@@ -400,84 +406,150 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
 
 # ---- the engines' synchronisation protocol ------------------------------------------------------
 
-_REGIONS_OF_SINK = {Sink.SWIGLU: ("ACT", "TOK", "HBUF"), Sink.COMBINE: ("ACT", "TOK", "OUT"),
-                    Sink.RAW: ("ACT",)}
+def command_ranges(pe: PEConfig, op, f: dict) -> dict:
+    """The memory words an execute command reads or writes: ``{memory: (lo, hi)}`` (word
+    ranges; ``W0``/``W1`` are whole WMEM buffers of one unit, ``ROWMAX`` counts TOK entries).
+    Data-dependent addresses (COMBINE's OUT slots) cover the whole memory."""
+    op = Op(op)
+    R, OV, Q = pe.rows, pe.q24_per_word, pe.q16_per_word
+    out = {}
+
+    def rows(t0, t1):
+        out["TOK"] = (t0 // OV, _cdiv(t1, OV))
+
+    if op is Op.GEMM:
+        out[f"W{f['wbuf']}"] = (0, 1)
+        out["ACT"] = (f["act_base"], f["act_base"] + f["row_blocks"] * f["groups"])
+        t0, t1 = f["tok_base"], f["tok_base"] + f["row_blocks"] * R
+        try:
+            sink = Sink(f["sink"])
+        except ValueError:
+            sink = Sink.RAW
+        if sink is Sink.SWIGLU:
+            rows(t0, t1)
+            out["HBUF"] = (t0 * f["stride"], t1 * f["stride"])
+            out["ROWMAX"] = (t0, t1)
+        elif sink is Sink.COMBINE:
+            rows(t0, t1)
+            out["OUT"] = (0, pe.out_words)
+    elif op is Op.REQUANT:
+        t0, t1 = f["tok_base"], f["tok_base"] + f["row_blocks"] * R
+        ch = f["channels"]
+        rows(t0, t1)
+        out["HBUF"] = (t0 * (ch // Q), t1 * (ch // Q))
+        out["ACT"] = (f["act_base"], f["act_base"] + f["row_blocks"] * (ch // 32))
+        out["ROWMAX"] = (t0, t1)
+    elif op is Op.OUTPUT:
+        out["OUT"] = (0, f["row_blocks"] * R * (f["channels"] // OV))
+    elif op is Op.CLEAR:
+        if f["out"]:
+            out["OUT"] = (0, pe.out_words)
+        if f["rowmax"]:
+            out["ROWMAX"] = (0, pe.tok_entries)
+    elif op in (Op.SEND, Op.RECV):
+        out[Target(f["target"]).name] = (f["addr"], f["addr"] + f["words"])
+    return out
 
 
 class SyncChecker:
-    """The protocol that makes a program's result independent of how the load engine and the
-    execute engine interleave (``docs/pe.md``, ``elmoe3d.isa``).
+    """The protocol that makes a program's result independent of how the load engine, the
+    execute engine and the requantization engine interleave (``docs/pe.md``,
+    ``elmoe3d.isa``).
 
-    The load engine runs LOADs in order; the execute engine runs everything else in order; the
-    two meet only at the WMEM buffer flags (``LOAD.signal`` sets ``full[b]``, ``GEMM.wait``
-    waits for it, ``GEMM.release`` clears it) and at BARRIER. Rules, checked command by command
-    in program order (:meth:`step` raises :class:`ProgramError` naming the command):
+    The load engine runs LOADs in order; the execute engine runs everything else in order but
+    hands each REQUANT to the requantization engine (which starts it when every earlier
+    execute command has completed and runs it beside later GEMMs). They meet at the WMEM
+    buffer flags (``LOAD.signal`` sets ``full[b]``, ``GEMM.wait`` waits for it,
+    ``GEMM.release`` clears it), at ``LOAD.fence`` (the load waits until every earlier execute
+    command has completed), at ``GEMM.rq_wait`` and at BARRIER. Rules, checked command by
+    command in program order on word ranges (:func:`command_ranges`; :meth:`step` raises
+    :class:`ProgramError` naming the command):
 
     1. A GEMM with ``wait`` on buffer ``b`` needs ``full[b]`` (a LOAD with ``signal`` since the
        last release); otherwise it would wait forever. ``release`` needs ``full[b]`` too.
     2. A LOAD into a WMEM plane of buffer ``b`` needs ``full[b]`` clear (the releasing GEMM comes
-       first in the program) and no unreleased GEMM read of ``b`` since the last BARRIER.
-    3. An execute command that uses a memory (ACT, TOK, HBUF, OUT, WMEM buffer) last written by
-       a LOAD needs that LOAD ordered before it: by a ``GEMM.wait`` on a buffer whose signalling
-       LOAD came after it (the load engine is in order), or by a BARRIER.
-    4. A LOAD into ACT, TOK, HBUF or OUT needs a BARRIER after the last execute command that
-       used that memory.
+       first in the program) and no unreleased GEMM read of ``b`` that is not ordered before
+       the load (by a BARRIER or a fence at or after it).
+    3. An execute command that uses words last written by a LOAD needs that LOAD ordered before
+       it: by a ``GEMM.wait`` (at or before the command) on a buffer whose signalling LOAD came
+       after that LOAD (the load engine is in order), or by a BARRIER.
+    4. A LOAD into words an execute command used needs that command ordered before the load: a
+       BARRIER, or a LOAD with ``fence`` (the load itself or an earlier one), after the
+       command.
+    5. While a REQUANT is open (no BARRIER, no GEMM with ``rq_wait``, no other execute command
+       since), a GEMM must not touch the ACT, TOK, HBUF or row-max words the REQUANT uses.
     """
 
-    REGIONS = ("W0", "W1", "ACT", "TOK", "HBUF", "OUT")
+    REGIONS = ("W0", "W1", "ACT", "TOK", "HBUF", "OUT", "ROWMAX")
 
-    def __init__(self):
+    def __init__(self, pe: PEConfig):
+        self.pe = pe = pe_config(pe)
+        size = {"W0": 1, "W1": 1, "ACT": pe.act_words, "TOK": pe.tok_words,
+                "HBUF": pe.hbuf_words, "OUT": pe.out_words, "ROWMAX": pe.tok_entries}
         self.full = [False, False]
         self.signal_at = [-1, -1]
-        self.last_load = {r: -1 for r in self.REGIONS}
-        self.exec_used = {r: -1 for r in self.REGIONS}
-        self.exec_known = -1
+        self.last_load = {r: np.full(size[r], -1, np.int64) for r in self.REGIONS}
+        self.exec_used = {r: np.full(size[r], -1, np.int64) for r in self.REGIONS}
+        self.exec_known = -1          # every LOAD up to here completed before exec commands
+        self.load_known = -1          # every exec command before here completed before LOADs
+        self.rq_open = None           # (index, ranges) of a REQUANT later GEMMs may overlap
 
-    def _use(self, i, op, regions):
-        for r in regions:
-            j = self.last_load[r]
+    def _use(self, i, op, ranges):
+        for r, (lo, hi) in ranges.items():
+            if hi <= lo:
+                continue
+            j = int(self.last_load[r][lo:hi].max())
             if j > self.exec_known:
                 raise ProgramError(
-                    f"command {i}: {op.name} uses {_region_name(r)}, loaded by command {j} "
-                    f"without ordering: the execute engine may run before that load completes "
-                    f"(add a BARRIER, or a GEMM wait on a buffer signalled after command {j})")
-        for r in regions:
-            self.exec_used[r] = i
+                    f"command {i}: {op.name} uses {_region_name(r)} words {lo}..{hi - 1}, "
+                    f"loaded by command {j} without ordering: the execute engine may run "
+                    f"before that load completes (add a BARRIER, or a GEMM wait on a buffer "
+                    f"signalled after command {j})")
+        for r, (lo, hi) in ranges.items():
+            self.exec_used[r][lo:hi] = i
+
+    def _load(self, i, target, r, lo, hi):
+        j = int(self.exec_used[r][lo:hi].max()) if hi > lo else -1
+        if j >= 0 and j >= self.load_known:
+            raise ProgramError(
+                f"command {i}: LOAD {target.name} into {_region_name(r)} words {lo}..{hi - 1} "
+                f"while command {j} on the execute engine may still use them: add a BARRIER, "
+                f"or fence this load (or an earlier one after command {j})")
+        self.last_load[r][lo:hi] = i
 
     def step(self, i: int, op, f: dict) -> None:
         op = Op(op)
         if op is Op.LOAD:
             target = Target(f["target"])
+            if f.get("fence"):
+                self.load_known = i
             if target in W_TARGETS:
                 b = f["buf"]
-                r = f"W{b}"
                 if self.full[b]:
                     raise ProgramError(
                         f"command {i}: LOAD {target.name} into WMEM buffer {b}, which is full "
                         f"(signalled by command {self.signal_at[b]}) and not yet released by a "
                         f"GEMM: the load engine would wait forever")
-                if self.exec_used[r] >= 0:
+                j = int(self.exec_used[f"W{b}"][0])
+                if j >= 0 and j >= self.load_known:
                     raise ProgramError(
                         f"command {i}: LOAD {target.name} into WMEM buffer {b} while GEMM "
-                        f"command {self.exec_used[r]} may still read it (it did not release "
-                        f"the buffer; add release or a BARRIER)")
-                self.last_load[r] = i
+                        f"command {j} may still read it (it did not release the buffer; add "
+                        f"release, a BARRIER or a fence)")
+                self.last_load[f"W{b}"][0] = i
                 if f["signal"]:
                     self.full[b] = True
                     self.signal_at[b] = i
             else:
-                r = target.name
-                if self.exec_used[r] >= 0:
-                    raise ProgramError(
-                        f"command {i}: LOAD {target.name} while command {self.exec_used[r]} on "
-                        f"the execute engine may still use {target.name}: add a BARRIER before "
-                        f"the load")
-                self.last_load[r] = i
+                self._load(i, target, target.name, f["addr"], f["addr"] + f["words"])
             return
         if op is Op.BARRIER:
-            self.exec_known = i
-            self.exec_used = {r: -1 for r in self.REGIONS}
+            self.exec_known = self.load_known = i
+            self.rq_open = None
             return
+        if op is Op.NOP:
+            return
+        ranges = command_ranges(self.pe, op, f)
         if op is Op.GEMM:
             b = f["wbuf"]
             if f["wait"]:
@@ -486,31 +558,38 @@ class SyncChecker:
                         f"command {i}: GEMM waits on WMEM buffer {b}, which is empty (no LOAD "
                         f"with signal into it since its last release): it would wait forever")
                 self.exec_known = max(self.exec_known, self.signal_at[b])
-            try:
-                regions = _REGIONS_OF_SINK[Sink(f["sink"])]
-            except ValueError:
-                regions = ("ACT",)
-            self._use(i, op, (f"W{b}",) + regions)
+            if f.get("rq_wait"):
+                self.rq_open = None
+            elif self.rq_open is not None:
+                q, q_ranges = self.rq_open
+                for r in ("ACT", "TOK", "HBUF", "ROWMAX"):
+                    if r in ranges and r in q_ranges:
+                        (a0, a1), (b0, b1) = ranges[r], q_ranges[r]
+                        if max(a0, b0) < min(a1, b1):
+                            raise ProgramError(
+                                f"command {i}: GEMM uses {_region_name(r)} words "
+                                f"{max(a0, b0)}..{min(a1, b1) - 1}, which REQUANT command {q} "
+                                f"may still use: set rq_wait")
+            self._use(i, op, ranges)
             if f["release"]:
                 if not self.full[b]:
                     raise ProgramError(f"command {i}: GEMM releases WMEM buffer {b}, which is "
                                        f"not full")
                 self.full[b] = False
-                self.exec_used[f"W{b}"] = -1
+                self.exec_used[f"W{b}"][0] = -1
             return
+        self.rq_open = None                  # every other execute command waits for REQUANT
+        self._use(i, op, ranges)
         if op is Op.REQUANT:
-            self._use(i, op, ("HBUF", "TOK", "ACT"))
-        elif op is Op.OUTPUT:
-            self._use(i, op, ("OUT",))
-        elif op is Op.CLEAR:
-            if f["out"]:
-                self._use(i, op, ("OUT",))
-        elif op in (Op.SEND, Op.RECV):
-            self._use(i, op, (Target(f["target"]).name,))
+            self.rq_open = (i, ranges)
 
 
 def _region_name(r):
-    return f"WMEM buffer {r[1]}" if r.startswith("W") else r
+    if r in ("W0", "W1"):
+        return f"WMEM buffer {r[1]}"
+    return "row max" if r == "ROWMAX" else r
+
+
 
 
 # ---- memory words --------------------------------------------------------------------------------

@@ -500,6 +500,7 @@ def _expert_jobs(ex: Expert, x_q, e_x, gw_bits, slots, mode, pe):
     up_jobs[0].prologue = prologue
     down_jobs[0].pre = [("requant", dict(row_blocks=rbn, channels=i_dim, act_base=0,
                                          tok_base=0))]
+    down_jobs[0].gemm["rq_wait"] = True
     return up_jobs + down_jobs
 
 

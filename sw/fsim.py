@@ -229,7 +229,7 @@ class _Sim:
         self.link_pos = 0
         self.o: list = []
         self.link_o: list = []
-        self.sync = SyncChecker()
+        self.sync = SyncChecker(state.pe)
         self.sync.full = list(state.full)
 
     def step(self, i, op, f):
@@ -328,7 +328,9 @@ class _Sim:
             row = f["stride"] * pe.q16_per_word
             idx = t[:, None] * row + f["out_base"] + np.arange(nblk * p)[None, :]
             s.hbuf_values()[idx] = h
-            s.rowmax[t] = np.maximum(s.rowmax[t], np.abs(h.astype(np.int64)).max(axis=1))
+            m = np.abs(h.astype(np.int64)).max(axis=1)
+            # the block that writes channel 0 of a row starts its max (docs/pe.md)
+            s.rowmax[t] = m if f["out_base"] == 0 else np.maximum(s.rowmax[t], m)
             return
         # COMBINE
         c = lanes.shape[2]

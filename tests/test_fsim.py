@@ -251,7 +251,8 @@ def test_unordered_activation_load_is_an_error():
     _load(p, ld, Target.ACT, zero)
     p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
            groups=1, sink=Sink.RAW, wait=True, release=True)
-    _expect(p, ld, r"command 2: GEMM uses ACT, loaded by command 1 without ordering")
+    _expect(p, ld, r"command 2: GEMM uses ACT words 0..0, loaded by command 1 "
+                   r"without ordering")
 
 
 def test_load_over_memory_in_use_needs_a_barrier():
@@ -262,16 +263,54 @@ def test_load_over_memory_in_use_needs_a_barrier():
     p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
            groups=1, sink=Sink.RAW, wait=True, release=True)
     _load(p, ld, Target.ACT, zero)
-    _expect(p, ld, r"command 3: LOAD ACT while command 2 on the execute engine")
-    # with the barrier it runs
-    q, ld2 = Program(CFG), []
-    _load(q, ld2, Target.ACT, zero)
-    _load(q, ld2, Target.WSCALE, zero, buf=0, signal=True)
-    q.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
-           groups=1, sink=Sink.RAW, wait=True, release=True)
-    q.barrier()
-    _load(q, ld2, Target.ACT, zero)
-    fsim.run(q, ld2)
+    _expect(p, ld, r"command 3: LOAD ACT into ACT words 0..0 while command 2 on the execute "
+                   r"engine may still use them")
+    # with a barrier, or a fence on this load or an earlier one, it runs; words the GEMM
+    # did not use need neither
+    for order in ("barrier", "fence", "earlier fence", "other words"):
+        q, ld2 = Program(CFG), []
+        _load(q, ld2, Target.ACT, zero)
+        _load(q, ld2, Target.WSCALE, zero, buf=0, signal=True)
+        q.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
+               groups=1, sink=Sink.RAW, wait=True, release=True)
+        if order == "barrier":
+            q.barrier()
+        if order == "earlier fence":
+            q.load(Target.TOK, 0, 1, fence=True)
+            ld2.append(0)
+        addr = 1 if order == "other words" else 0
+        q.load(Target.ACT, addr, 1, fence=order == "fence")
+        ld2.append(0)
+        fsim.run(q, ld2)
+
+
+def test_requant_overlaps_only_gemms_on_other_words():
+    """REQUANT runs beside later GEMMs: a GEMM touching its ACT, TOK, HBUF or row-max words
+    needs rq_wait (rule 5); one on other words does not; OUTPUT always waits."""
+    zero = np.zeros((1, PE.word_bytes), np.uint8)
+
+    def program(act_base, tok_base, rq_wait, sink=Sink.SWIGLU):
+        p, ld = Program(CFG), []
+        _load(p, ld, Target.TOK, np.zeros((2, PE.word_bytes), np.uint8))
+        _load(p, ld, Target.ACT, np.zeros((8, PE.word_bytes), np.uint8))
+        p.barrier()
+        _load(p, ld, Target.WSCALE, zero, buf=0, signal=True)
+        p.requant(row_blocks=1, channels=32, act_base=0, tok_base=0)
+        p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=act_base, w_base=0, row_blocks=1,
+               col_blocks=1, groups=1, sink=sink, out_base=0, tok_base=tok_base, stride=2,
+               wait=True, release=True, rq_wait=rq_wait)
+        return p, ld
+
+    fsim.run(*program(4, 8, False))
+    fsim.run(*program(0, 0, True))
+    _expect(*program(0, 8, False), r"command 5: GEMM uses ACT words 0..0, which REQUANT "
+                                   r"command 4 may still use: set rq_wait")
+    _expect(*program(4, 2, False), r"command 5: GEMM uses TOK words 0..0, which REQUANT")
+    p, ld = program(4, 8, False)
+    p.output(row_blocks=1, channels=16)
+    p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
+           groups=1, sink=Sink.RAW)
+    fsim.run(p, ld)
 
 
 def test_short_streams_and_bad_slots_are_errors():

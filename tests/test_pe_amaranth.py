@@ -320,7 +320,7 @@ def expert_program(x_q, e_x, w_up, w_gate, w_down, gw, slots, mode, *, buf_words
     ug = quantize_like(w_up, w_gate, mode)
     buf = buf0
 
-    def gemm_chunks(qw, groups, sink, stride, act_base, ch_per_block):
+    def gemm_chunks(qw, groups, sink, stride, act_base, ch_per_block, rq_wait=False):
         nonlocal buf
         msb, lsb, scl = weight_words(qw)
         cbn = len(msb) // groups
@@ -340,12 +340,13 @@ def expert_program(x_q, e_x, w_up, w_gate, w_down, gw, slots, mode, *, buf_words
             ld.append(sw)
             prog.gemm(mode=mode, wbuf=buf, act_base=act_base, w_base=0, row_blocks=rbn,
                       col_blocks=cbs, groups=groups, sink=sink, tok_base=tok_base,
-                      out_base=cb0 * ch_per_block, stride=stride, wait=True, release=True)
+                      out_base=cb0 * ch_per_block, stride=stride, wait=True, release=True,
+                      rq_wait=rq_wait and cb0 == 0)
             buf ^= 1
 
     gemm_chunks(ug, G, Sink.SWIGLU, i // PE_CFG.q16_per_word, x_base, L // 2)
     prog.requant(row_blocks=rbn, channels=i, act_base=h_base, tok_base=tok_base)
-    gemm_chunks(w_down, Gi, Sink.COMBINE, h // PE_CFG.q24_per_word, h_base, L)
+    gemm_chunks(w_down, Gi, Sink.COMBINE, h // PE_CFG.q24_per_word, h_base, L, rq_wait=True)
     if output:
         prog.output(row_blocks=-(-(int(np.max(slots)) + 1) // R), channels=h)
         prog.barrier()
