@@ -386,6 +386,14 @@ class PEJob:
         return vals.reshape(rows, self.hidden)[:self.tokens]
 
 
+#: Buffer-fulls at the start of the program and at its end, in words of a weight plane
+#: (rounded to whole column blocks): a small first buffer-full lets the first GEMM start early
+#: (compute-bound batches), a small last one shortens what runs after the last weight word
+#: arrives (memory-bound batches). Multiples of 8 words fill whole scale words.
+RAMP_UP_WORDS = (8, 16)
+RAMP_DOWN_WORDS = (16, 8)
+
+
 @dataclass
 class _Job:
     """One WMEM buffer-full: its plane loads, its scale load (signals) and its GEMM."""
@@ -393,8 +401,31 @@ class _Job:
     planes: list                  # [(target, words uint8 [n, W/8])]
     scales: np.ndarray
     gemm: dict
-    pre: list = field(default_factory=list)        # exec commands before the GEMM
-    prologue: list | None = None                   # loads/exec before the scale load
+    expert: int = -1
+    prologue: list | None = None  # the expert's TOK / ACT loads, before this scale load
+    fence: bool = False           # the prologue's first load fences
+    after: int = -1               # the prologue follows GEMM job `after` in the program
+
+
+@dataclass
+class _Plan:
+    """One expert of the program: its IOMEM region, loads, REQUANT and buffer-full jobs."""
+
+    index: int
+    t0: int                       # first TOK entry (= HBUF row) of the region
+    tok_entries: int
+    a0: int                       # first ACT word of the region
+    act_words: int
+    prologue: list
+    requant: dict
+    up: list
+    down: list
+
+    def overlaps(self, other) -> bool:
+        return (max(self.t0, other.t0) < min(self.t0 + self.tok_entries,
+                                             other.t0 + other.tok_entries)
+                or max(self.a0, other.a0) < min(self.a0 + self.act_words,
+                                                other.a0 + other.act_words))
 
 
 def _nibbles(codes) -> tuple:
@@ -402,8 +433,36 @@ def _nibbles(codes) -> tuple:
     return (msb_slice(codes).view(np.uint8) & 15).astype(np.uint8), lsb_slice(codes)
 
 
+def _chunks(n_cb, groups, per_buf, *, first=False, last=False) -> list:
+    """Column blocks per buffer-full: ``per_buf`` each, ramped at the program's start
+    (``first``) and end (``last``) by :data:`RAMP_UP_WORDS` / :data:`RAMP_DOWN_WORDS`."""
+    def cb(words):
+        return max(1, min(per_buf, -(-words // groups)))
+    rest, front, back = n_cb, [], []
+    for c in (map(cb, RAMP_UP_WORDS) if first else ()):
+        c = min(c, rest)
+        if c:
+            front.append(c)
+            rest -= c
+    for c in (map(cb, reversed(RAMP_DOWN_WORDS)) if last else ()):
+        c = min(c, rest)
+        if c:
+            back.insert(0, c)
+            rest -= c
+    mid = [per_buf] * (rest // per_buf)
+    rest -= per_buf * len(mid)
+    if rest:                             # the remainder joins a ramp buffer-full if it fits
+        if back and back[0] + rest <= per_buf:
+            back[0] += rest
+        elif front and front[-1] + rest <= per_buf:
+            front[-1] += rest
+        else:
+            mid.append(rest)
+    return front + mid + back
+
+
 def _weight_jobs(qw: QuantizedWeight, rows_order, mode, pe, *, sink, out_base_of, stride,
-                 tok_base, row_blocks):
+                 tok_base, act_base, row_blocks, first=False, last=False):
     """Buffer-full jobs for the weight rows ``qw[rows_order]`` (column blocks of L rows)."""
     L = pe.lanes
     q = qw.q[rows_order]
@@ -424,8 +483,8 @@ def _weight_jobs(qw: QuantizedWeight, rows_order, mode, pe, *, sink, out_base_of
     msb_b, lsb_b = blocks(msb), blocks(lsb)
     scl_b = scale.reshape(n_cb, L, groups).transpose(0, 2, 1)
     jobs = []
-    for j0 in range(0, n_cb, per_buf):
-        n = min(per_buf, n_cb - j0)
+    j0 = 0
+    for n in _chunks(n_cb, groups, per_buf, first=first, last=last):
         planes = [(Target.WMSB, pack_wgt(msb_b[j0:j0 + n].reshape(-1, L, 32), pe))]
         if mode is Mode.FULL:
             planes.append((Target.WLSB, pack_wgt(lsb_b[j0:j0 + n].reshape(-1, L, 32), pe)))
@@ -433,18 +492,19 @@ def _weight_jobs(qw: QuantizedWeight, rows_order, mode, pe, *, sink, out_base_of
         padded = np.zeros((-(-len(entries) // 8) * 8, L), np.uint16)
         padded[:len(entries)] = entries
         scales = pack_scales(padded.reshape(-1, 8, L), pe)
-        gemm_f = dict(mode=mode, act_base=0, w_base=0, row_blocks=row_blocks, col_blocks=n,
-                      groups=groups, sink=sink, out_base=out_base_of(j0), tok_base=tok_base,
-                      stride=stride, wait=True, release=True)
+        gemm_f = dict(mode=mode, act_base=act_base, w_base=0, row_blocks=row_blocks,
+                      col_blocks=n, groups=groups, sink=sink, out_base=out_base_of(j0),
+                      tok_base=tok_base, stride=stride, wait=True, release=True)
         jobs.append(_Job(planes=planes, scales=scales, gemm=gemm_f))
+        j0 += n
     return jobs
 
 
-def _expert_jobs(ex: Expert, x_q, e_x, gw_bits, slots, mode, pe):
-    """Jobs of one expert over its tokens (rows of ``x_q``)."""
-    L, R = pe.lanes, pe.rows
+def _expert_needs(ex: Expert, te: int, pe) -> tuple:
+    """(TOK entries, ACT words) of an expert's IOMEM region for ``te`` tokens; raises
+    ProgramError when the expert does not fit the PE at all."""
+    R, OV = pe.rows, pe.q24_per_word
     h_dim, i_dim = ex.hidden, ex.intermediate
-    te = len(x_q)
     rbn = -(-te // R)
     t_pad = rbn * R
     need = {
@@ -465,7 +525,24 @@ def _expert_jobs(ex: Expert, x_q, e_x, gw_bits, slots, mode, pe):
         if used > size:
             raise ProgramError(f"expert H={h_dim}, I={i_dim} with {te} tokens needs {used} "
                                f"{what}; the PE has {size}")
-    # prologue: CLEAR rowmax, LOAD TOK, LOAD ACT
+    return -(-t_pad // OV) * OV, rbn * max(h_dim, i_dim) // 32
+
+
+def _tok_capacity(pe, i_dim) -> int:
+    """TOK entries usable as regions: HBUF rows (stride I/(W/32)) and the 8-bit tok_base."""
+    return min(pe.tok_entries, pe.hbuf_words // (i_dim // pe.q16_per_word), 256)
+
+
+def _expert_plan(index, ex: Expert, x_q, e_x, gw_bits, slots, mode, pe, *, t0, a0, first,
+                 last) -> _Plan:
+    """Loads, REQUANT and jobs of one expert over its tokens (rows of ``x_q``) in the IOMEM
+    region starting at TOK entry ``t0`` and ACT word ``a0``."""
+    L, R = pe.lanes, pe.rows
+    h_dim, i_dim = ex.hidden, ex.intermediate
+    te = len(x_q)
+    tok_n, act_n = _expert_needs(ex, te, pe)
+    rbn = -(-te // R)
+    t_pad = rbn * R
     tok = {"e_x": np.zeros(t_pad, np.int64), "e_h": np.zeros(t_pad, np.int64),
            "gate": np.zeros(t_pad, np.uint16), "slot": np.zeros(t_pad, np.int64)}
     e_x = np.asarray(e_x, np.int64)
@@ -478,9 +555,8 @@ def _expert_jobs(ex: Expert, x_q, e_x, gw_bits, slots, mode, pe):
     xp = np.zeros((t_pad, h_dim), np.int8)
     xp[:te] = x_q
     act = xp.reshape(rbn, R, h_dim // 32, 32).transpose(0, 2, 1, 3).reshape(-1, R, 32)
-    prologue = [("clear", dict(rowmax=True)),
-                ("load", (Target.TOK, pack_tok(tok, pe))),
-                ("load", (Target.ACT, pack_act(act, pe)))]
+    prologue = [(Target.TOK, t0 // pe.q24_per_word, pack_tok(tok, pe)),
+                (Target.ACT, a0, pack_act(act, pe))]
     # up/gate interleaved in blocks of L/4 channels (one per half of a weight word), the same
     # layout in DRAFT and FULL: the MSB plane and scale words of an expert are byte-identical
     p = L // 4
@@ -493,29 +569,67 @@ def _expert_jobs(ex: Expert, x_q, e_x, gw_bits, slots, mode, pe):
                            name=f"{ex.up.name}+gate")
     up_jobs = _weight_jobs(both, order, mode, pe, sink=Sink.SWIGLU,
                            out_base_of=lambda j0: j0 * (L // 2),
-                           stride=i_dim // pe.q16_per_word, tok_base=0, row_blocks=rbn)
+                           stride=i_dim // pe.q16_per_word, tok_base=t0, act_base=a0,
+                           row_blocks=rbn, first=first)
     down_jobs = _weight_jobs(ex.down, np.arange(h_dim), mode, pe, sink=Sink.COMBINE,
                              out_base_of=lambda j0: j0 * L,
-                             stride=h_dim // pe.q24_per_word, tok_base=0, row_blocks=rbn)
-    up_jobs[0].prologue = prologue
-    down_jobs[0].pre = [("requant", dict(row_blocks=rbn, channels=i_dim, act_base=0,
-                                         tok_base=0))]
+                             stride=h_dim // pe.q24_per_word, tok_base=t0, act_base=a0,
+                             row_blocks=rbn, last=last)
     down_jobs[0].gemm["rq_wait"] = True
-    return up_jobs + down_jobs
+    for job in up_jobs + down_jobs:
+        job.expert = index
+    up_jobs[0].prologue = prologue
+    return _Plan(index=index, t0=t0, tok_entries=tok_n, a0=a0, act_words=act_n,
+                 prologue=prologue,
+                 requant=dict(row_blocks=rbn, channels=i_dim, act_base=a0, tok_base=t0),
+                 up=up_jobs, down=down_jobs)
 
 
-def _emit(pe, jobs, tokens, hidden) -> tuple:
-    """Schedule the jobs into one program: loads of buffer-full k+2 follow GEMM k (double
-    buffering); an expert's prologue (BARRIER, CLEAR rowmax, LOAD TOK, LOAD ACT) follows the
-    previous expert's last GEMM and precedes its first scale load (which signals)."""
+def _schedule(plans) -> list:
+    """Execute order of the experts' jobs and REQUANTs, as ``("gemm", job)`` and
+    ``("requant", fields)`` items. Software-pipelined: each expert's REQUANT runs beside the
+    previous expert's down GEMMs and the next expert's up/gate GEMMs, so the tile never waits
+    for it (``docs/pe.md``, "Program of an MoE layer"):
+
+        U0 Q0 U1 D0 Q1 ... becomes U0 Q0 | U1 D0[0] Q1 D0[1:] | U2 D1[0] Q2 D1[1:] | ... Dn-1
+
+    (``D0[0]`` carries ``rq_wait`` for Q0, so Q1 comes after it). When two consecutive experts'
+    regions overlap (the IOMEM is too small for both), the earlier one's down GEMMs come first.
+    """
+    items, pending, prev = [], [], None
+    for plan in plans:
+        if pending and prev.overlaps(plan):
+            items += [("gemm", j) for j in pending]
+            pending = []
+        items += [("gemm", j) for j in plan.up]
+        items += [("gemm", j) for j in pending[:1]]
+        items.append(("requant", plan.requant))
+        items += [("gemm", j) for j in pending[1:]]
+        pending, prev = plan.down, plan
+    items += [("gemm", j) for j in pending]
+    return items
+
+
+def _emit(pe, plans, tokens, hidden) -> tuple:
+    """Schedule the experts into one program: loads of buffer-full k+2 follow GEMM k (double
+    buffering); an expert's TOK and ACT loads precede its first scale load (which signals) and
+    follow the last GEMM of every earlier expert whose region they overwrite (then the first
+    of them fences)."""
+    items = _schedule(plans)
+    jobs = [job for kind, job in items if kind == "gemm"]
+    pos = {id(job): k for k, job in enumerate(jobs)}
+    for e, plan in enumerate(plans):
+        olds = [q for q in plans[:e] if q.overlaps(plan)]
+        plan.up[0].fence = bool(olds)
+        plan.up[0].after = max((pos[id(q.down[-1])] for q in olds), default=-1)
     prog = Program(pe)
     ld = []
     prog.clear(out=True, rowmax=True, flags=True, counters=True)
     n = len(jobs)
     state = {"next": 0, "planes": set(), "last_gemm": -1}
 
-    def load(target, words, buf=0, signal=False):
-        prog.load(target, 0, len(words), buf=buf, signal=signal)
+    def load(target, addr, words, buf=0, signal=False, fence=False):
+        prog.load(target, addr, len(words), buf=buf, signal=signal, fence=fence)
         ld.append(words)
 
     def emit_loads(limit):
@@ -524,28 +638,25 @@ def _emit(pe, jobs, tokens, hidden) -> tuple:
             job, buf = jobs[k], k % 2
             if k not in state["planes"]:
                 for target, words in job.planes:
-                    load(target, words, buf)
+                    load(target, 0, words, buf)
                 state["planes"].add(k)
             if job.prologue is not None:
-                if state["last_gemm"] < k - 1:
-                    return                       # the previous expert's last GEMM comes first
-                if k > 0:
-                    prog.barrier()
-                for kind, arg in job.prologue:
-                    if kind == "clear":
-                        prog.clear(**arg)
-                    else:
-                        load(*arg)
-            load(Target.WSCALE, job.scales, buf, signal=True)
+                if state["last_gemm"] < job.after:
+                    return                       # its region is still in use
+                for i, (target, addr, words) in enumerate(job.prologue):
+                    load(target, addr, words, fence=job.fence and i == 0)
+            load(Target.WSCALE, 0, job.scales, buf, signal=True)
             state["next"] = k + 1
 
     emit_loads(2)
-    for k, job in enumerate(jobs):
+    for kind, item in items:
+        if kind == "requant":
+            prog.requant(**item)
+            continue
+        k = pos[id(item)]
         emit_loads(k + 2)
         assert state["next"] > k
-        for kind, arg in job.pre:
-            getattr(prog, kind)(**arg)
-        prog.gemm(wbuf=k % 2, **job.gemm)
+        prog.gemm(wbuf=k % 2, **item.gemm)
         state["last_gemm"] = k
         emit_loads(k + 3)
     t_pad = -(-tokens // pe.rows) * pe.rows
@@ -558,7 +669,7 @@ def _emit(pe, jobs, tokens, hidden) -> tuple:
     prog.status()
     prog.check_sync()
     words = [w for chunk in ld for w in _ints(chunk)]
-    return prog, words
+    return prog, words, jobs
 
 
 def _ints(chunk):
@@ -592,21 +703,35 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
         raise ProgramError(f"{t} tokens: the TOK slot field addresses at most 256 OUT rows")
     ids, bits = _routing(routing, t, len(exs))
     xq = quantize_activations(x, name="x")
-    jobs = []
-    per_expert = {}
+    routed = []
     for e, ex in enumerate(exs):
-        if ex.hidden != exs[0].hidden:
-            raise ValueError(f"expert {e}: hidden size {ex.hidden} differs from expert 0's "
-                             f"{exs[0].hidden}")
+        if ex.hidden != exs[0].hidden or ex.intermediate != exs[0].intermediate:
+            raise ValueError(f"expert {e}: shape H={ex.hidden}, I={ex.intermediate} differs "
+                             f"from expert 0's H={exs[0].hidden}, I={exs[0].intermediate}")
         rows, gw = _expert_tokens(ids, bits, e)
-        if len(rows) == 0:
-            continue
-        ej = _expert_jobs(ex, xq.q[rows], xq.exp[rows], gw, rows, mode, pe)
-        per_expert[e] = {"tokens": len(rows), "buffer_fulls": len(ej)}
-        jobs.extend(ej)
-    if not jobs:
+        if len(rows):
+            routed.append((e, rows, gw))
+    if not routed:
         raise ProgramError("routing sends no token to any expert")
-    prog, words = _emit(pe, jobs, t, exs[0].hidden)
+    # IOMEM regions: each expert's TOK entries (= HBUF rows) and ACT words placed right after
+    # the previous expert's, wrapping to 0 (a ring), so consecutive experts use separate
+    # regions whenever the memories hold both
+    cap_t, cap_a = _tok_capacity(pe, exs[0].intermediate), pe.act_words
+    plans, per_expert, cur_t, cur_a = [], {}, 0, 0
+    for n, (e, rows, gw) in enumerate(routed):
+        tok_n, act_n = _expert_needs(exs[e], len(rows), pe)
+        t0 = cur_t if cur_t + tok_n <= cap_t else 0
+        a0 = cur_a if cur_a + act_n <= cap_a else 0
+        if t0 + tok_n > cap_t:
+            raise ProgramError(f"expert {e}: {len(rows)} tokens need {tok_n} TOK entries; "
+                               f"with I={exs[e].intermediate} the HBUF holds {cap_t} rows")
+        plan = _expert_plan(e, exs[e], xq.q[rows], xq.exp[rows], gw, rows, mode, pe, t0=t0,
+                            a0=a0, first=n == 0, last=n == len(routed) - 1)
+        plans.append(plan)
+        cur_t, cur_a = t0 + tok_n, a0 + act_n
+        per_expert[e] = {"tokens": len(rows), "buffer_fulls": len(plan.up) + len(plan.down),
+                         "tok_base": t0, "act_base": a0}
+    prog, words, jobs = _emit(pe, plans, t, exs[0].hidden)
     beats = sum(j.gemm["col_blocks"] * (2 if mode is Mode.FULL else 1) * j.gemm["row_blocks"]
                 * j.gemm["groups"] for j in jobs)
     info = {"experts": per_expert, "gemm_beats": beats, "ld_words": len(words),

@@ -64,8 +64,9 @@ def test_expert_program_equals_ref_expert(mode, tokens):
     ref = ex.ref_expert(x, *w, gw, mode)
     y, _ = _check_equal(job, ref)
     assert not ref.acc_overflow and not ref.vpu_saturation
-    # up/gate: 128 column blocks of 2 groups, 16 per buffer; down: 16 of 8 groups, 4 per buffer
-    assert job.info["experts"][0]["buffer_fulls"] == 8 + 4
+    # up/gate: 128 column blocks of 2 groups, 16 per buffer, ramped up at the start
+    # (4, 12, 16 x 7); down: 16 of 8 groups, 4 per buffer, ramped down at the end (4, 4, 4, 3, 1)
+    assert job.info["experts"][0]["buffer_fulls"] == 9 + 5
     flt = ex.float_expert(x, *w, gw)
     m = ex.error_metrics(flt, y)
     assert m["cosine"] > (0.999 if mode is Mode.FULL else 0.97), m
@@ -78,8 +79,9 @@ def test_program_shape_of_one_expert():
     for mode in (Mode.FULL, Mode.DRAFT):
         job = ex.build_expert_program(x, *w, mode=mode, config=CFG)
         c = job.program.counts()
-        n_up, n_down = 8, 4
+        n_up, n_down = 9, 5                    # ramped buffer-fulls (see above)
         assert c["GEMM SWIGLU"] == n_up and c["GEMM COMBINE"] == n_down
+        assert c["BARRIER"] == 1 and "CLEAR" in c
         assert c["LOAD WSCALE"] == n_up + n_down == c["LOAD WMSB"]
         assert c.get("LOAD WLSB", 0) == (n_up + n_down if mode is Mode.FULL else 0)
         assert c["REQUANT"] == c["OUTPUT"] == c["STATUS"] == 1
@@ -96,6 +98,8 @@ def test_program_shape_of_one_expert():
         rq = ops.index((Op.REQUANT, None))
         assert ops[rq - 1] != (Op.GEMM, int(Sink.COMBINE))
         assert (Op.GEMM, int(Sink.SWIGLU)) not in ops[rq:]
+        # the first COMBINE GEMM waits for the REQUANT, no other GEMM does
+        assert [g.fields["rq_wait"] for g in gemms] == [0] * n_up + [1] + [0] * (n_down - 1)
         job.program.check_sync()
 
 
@@ -115,9 +119,9 @@ def test_draft_and_full_share_the_msb_plane_and_scale_words(tokens):
 
     for target in (Target.WMSB, Target.WSCALE):
         d, f = loads(jobs[Mode.DRAFT], target), loads(jobs[Mode.FULL], target)
-        assert d == f and len(d) == 12
+        assert d == f and len(d) == 14
     assert not jobs[Mode.DRAFT].loads(Target.WLSB)
-    assert len(jobs[Mode.FULL].loads(Target.WLSB)) == 12
+    assert len(jobs[Mode.FULL].loads(Target.WLSB)) == 14
     for m, job in jobs.items():
         _check_equal(job, ex.ref_expert(x, *w, None, m))
 
@@ -139,9 +143,56 @@ def test_moe_several_experts_per_token():
         ref = ex.ref_moe(x, experts, (ids, weights), mode)
         y, _ = _check_equal(job, ref)
         assert 2 not in job.info["experts"]
-        assert job.program.counts()["BARRIER"] == len(job.info["experts"])
+        assert job.program.counts()["BARRIER"] == 1          # only before the final STATUS
         flt = ex.float_moe(x, experts, (ids, weights))
         assert ex.error_metrics(flt, y)["cosine"] > 0.97
+
+
+def _pipelined(job):
+    """(REQUANT index, index of the next GEMM waiting for it, SWIGLU GEMMs in between)."""
+    cmds = list(job.program)
+    out = []
+    for i, cmd in enumerate(cmds):
+        if cmd.op is Op.REQUANT:
+            j = next(k for k in range(i + 1, len(cmds))
+                     if cmds[k].op is Op.GEMM and cmds[k].fields["rq_wait"])
+            out.append((i, j, sum(1 for c in cmds[i:j] if c.op is Op.GEMM
+                                  and c.fields["sink"] == Sink.SWIGLU)))
+    return out
+
+
+@pytest.mark.parametrize("tokens, inter, expect", [
+    (16, 128, "ring"),          # 6 experts in IOMEM regions that wrap around: fenced loads
+    (20, 256, "sequential"),    # two experts' regions do not fit at once
+])
+def test_moe_program_regions_fences_and_pipelining(tokens, inter, expect):
+    """A MoE layer as one software-pipelined program: each expert's REQUANT runs beside the
+    next expert's up/gate GEMMs (no BARRIER between experts); IOMEM regions rotate, and a
+    region is reloaded only by a fenced LOAD after the last GEMM that used it. Bit-exact
+    against ref_moe in both modes."""
+    rng = _rng(f"regions{tokens}{inter}")
+    n_exp = 6
+    experts = [ex.Expert.quantize(*_weights(rng, i=inter), name=f"e{e}") for e in range(n_exp)]
+    x = rng.standard_normal((tokens, H))
+    if expect == "ring":
+        ids = np.stack([np.arange(tokens) % n_exp, (np.arange(tokens) + 1) % n_exp], axis=1)
+    else:
+        ids = np.stack([np.arange(tokens) % 2, np.full(tokens, -1)], axis=1)   # 10 each
+    wts = rng.uniform(0.1, 0.9, ids.shape)
+    for mode in (Mode.DRAFT, Mode.FULL):
+        job = ex.build_moe_program(x, experts, (ids, wts), mode, CFG)
+        _check_equal(job, ex.ref_moe(x, experts, (ids, wts), mode))
+        c = job.program.counts()
+        assert c["BARRIER"] == 1
+        fences = [cmd for cmd in job.program if cmd.op is Op.LOAD and cmd.fields["fence"]]
+        piped = _pipelined(job)
+        bases = [(v["tok_base"], v["act_base"]) for v in job.info["experts"].values()]
+        if expect == "ring":
+            assert len(set(bases)) > 2 and fences
+            assert all(n > 0 for _, _, n in piped[:-1])      # REQUANT beside up/gate GEMMs
+        else:
+            assert set(bases) == {(0, 0)} and len(fences) == 1
+            assert [n for _, _, n in piped] == [0, 0]
 
 
 def test_moe_sums_equal_separate_experts_when_exact():
