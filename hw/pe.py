@@ -151,6 +151,71 @@ class _Reads:
             m.d.comb += self._data.eq(Mux(self.ok, self.port.data, 0))
 
 
+class _BankedWrites:
+    """The write side of a memory split into two banks by the lowest word-address bit (OUT),
+    with the interface of :class:`_Writes`; each bank keeps its own priorities."""
+
+    def __init__(self, banks):
+        self.banks = banks
+        self.clear = Signal(name=f"{banks[0].name}_bclear")
+
+    def request(self, en, addr, data, mask=None):
+        for b, wr in enumerate(self.banks):
+            wr.request(en & (addr[0] == b), addr >> 1, data, mask)
+
+    def free(self, addr):
+        """The load engine may write word ``addr`` in this cycle."""
+        return ~Mux(addr[0], self.banks[1].busy, self.banks[0].busy)
+
+    def build(self, m, low=None):
+        for b, wr in enumerate(self.banks):
+            lo = None
+            if low is not None:
+                en, addr, data, mask = low
+                lo = (en & (addr[0] == b), addr >> 1, data, mask)
+            wr.build(m, low=lo)
+            m.d.comb += wr.clear.eq(self.clear)
+
+
+class _BankedReads:
+    """The read side of a two-bank memory: prioritised users of one word (the bank of the
+    winning request answers; :attr:`data` follows the bank last read) or of a pair of words
+    ``2 row`` and ``2 row + 1`` at once (:attr:`pair_data`, for OUTPUT)."""
+
+    def __init__(self, banks):
+        self.banks = banks
+        self.requests = []
+        self.sel = Signal()
+
+    def request(self, cond, addr, en=1, *, pair=False):
+        """``addr``: a word address, or with ``pair`` a row (both banks at that address)."""
+        self.requests.append((cond, addr, en, pair))
+
+    @property
+    def data(self):
+        return Mux(self.sel, self.banks[1].data, self.banks[0].data)
+
+    @property
+    def pair_data(self):
+        return Cat(self.banks[0].data, self.banks[1].data)
+
+    def build(self, m):
+        act, en, pair, bank = Signal(), Signal(), Signal(), Signal()
+        row = Signal(16)
+        first = True
+        for cond, addr, e, p in self.requests:
+            ctx = m.If(cond) if first else m.Elif(cond)
+            first = False
+            with ctx:
+                m.d.comb += [act.eq(1), en.eq(e), pair.eq(p),
+                             row.eq(addr if p else addr >> 1), bank.eq(0 if p else addr[0])]
+        for b, rd in enumerate(self.banks):
+            rd.request(act & (pair | (bank == b)), row, en)
+            rd.build(m)
+        with m.If(act & en & ~pair):
+            m.d.sync += self.sel.eq(bank)
+
+
 class PE(wiring.Component):
     """One ELMoE-3D processing element: runs fused SwiGLU experts (up, gate, down) from a
     command stream, draft (MSB slices, LSB augmentation) or full precision (paper Sections 4.1
@@ -349,14 +414,15 @@ class PE(wiring.Component):
 
         # ---- memories (one write port, one synchronous read port each) ------------------------
         def memory(name, depth, *, width=W, granularity=None, transparent=False,
-                   valid_bits=False):
+                   valid_bits=False, read_ports=1):
             mem = Memory(shape=unsigned(width), depth=depth, init=[])
             m.submodules[name] = mem
             wp = mem.write_port(granularity=granularity)
-            rp = mem.read_port(transparent_for=(wp,) if transparent else ())
             valid = Signal(depth, name=f"{name}_valid") if valid_bits else None
             writes = _Writes(wp, name=name, valid=valid)
-            return _Reads(rp, writes), writes
+            reads = [_Reads(mem.read_port(transparent_for=(wp,) if transparent else ()), writes)
+                     for _ in range(read_ports)]
+            return (*reads, writes)
 
         wmsb = [memory(f"wmsb{b}", cfg.wmem_words) for b in range(2)]
         wlsb = [memory(f"wlsb{b}", cfg.wmem_words) for b in range(2)]
@@ -365,10 +431,14 @@ class PE(wiring.Component):
         tok_rp, tok_w = memory("tok", cfg.tok_words, granularity=8)
         hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words, granularity=32)
         # OUT and the row-max registers have valid bits: CLEAR takes one cycle
-        out_rp, out_w = memory("out", cfg.out_words, granularity=64, transparent=True,
-                               valid_bits=True)
-        rmax_rp, rmax_w = memory("rowmax", cfg.tok_entries, width=32, transparent=True,
-                                 valid_bits=True)
+        # OUT in two banks (even and odd words): OUTPUT reads two words, one o beat, a cycle
+        out_banks = [memory(f"out{b}", (cfg.out_words + 1 - b) // 2, granularity=64,
+                            transparent=True, valid_bits=True) for b in range(2)]
+        out_rp = _BankedReads([rp for rp, _ in out_banks])
+        out_w = _BankedWrites([wr for _, wr in out_banks])
+        # the row maxima: one read port for the SWIGLU sink's updates, one for REQUANT
+        rmax_rp, rmax_rq, rmax_w = memory("rowmax", cfg.tok_entries, width=32, transparent=True,
+                                          valid_bits=True, read_ports=2)
         load_targets = {
             Target.WMSB: [wmsb[0][1], wmsb[1][1]],
             Target.WLSB: [wlsb[0][1], wlsb[1][1]],
@@ -1049,8 +1119,8 @@ class PE(wiring.Component):
         # every earlier execute command has completed and then runs beside later GEMMs. Per
         # token row t: the row max -> e' (RowMaxExponent) -> e_h into TOK, prepared for the next
         # row while the current one streams; then C = min(W/32, 32) values per cycle: HBUF
-        # word t*I/(W/32) + c/(W/32) -> C RequantUnits -> ACT bytes. The row-max port is shared
-        # with the SWIGLU sink, which has priority.
+        # word t*I/(W/32) + c/(W/32) -> C RequantUnits -> ACT bytes. The row maxima have a read
+        # port of their own (the SWIGLU sink updates other rows meanwhile).
         C = min(Q, 32)
         log_c = _log2(C)
         rq_ch = Signal(16)
@@ -1086,18 +1156,20 @@ class PE(wiring.Component):
             m.d.sync += rq_run.eq(1)
         inflight["rq"] = (rq_busy, rq_seq)
         # preparation
-        rp_issue = (rq_run & (rp_t != rp_end) & ~rp_rd & ~rme.o.valid & ~e_next_valid
-                    & ~sw_out)
-        rmax_rp.request(rp_issue, rp_t, 1)
+        rp_issue = rq_run & (rp_t != rp_end) & ~rp_rd & ~rme.o.valid & ~e_next_valid
+        rmax_rq.request(rp_issue, rp_t, 1)
         m.d.sync += rp_rd.eq(rp_issue)
-        m.d.comb += [rme.i.valid.eq(rp_rd), rme.i.payload.max.eq(rmax_rp.data),
+        m.d.comb += [rme.i.valid.eq(rp_rd), rme.i.payload.max.eq(rmax_rq.data),
                      rme.o.ready.eq(1)]
         e_h_word = Cat(*([Const(0, 8), rme.o.payload.e_h, Const(0, 48)] * OV))
         tok_w.request(rme.o.valid, rp_t >> log_ov, e_h_word,
                       Const(1 << 1, OV * 8) << (rp_t[:log_ov] << 3))
         with m.If(rme.o.valid):
             m.d.sync += [e_next.eq(rme.o.payload.e), e_next_valid.eq(1), rp_t.eq(rp_t + 1)]
-        # streaming
+        # streaming; the ACT write port goes to the load engine first (REQUANT writes ACT every
+        # cycle, and the next expert's activations load beside it): REQUANT holds meanwhile
+        rq_hold = (ld_active & (ld_target == Target.ACT) & (ld_left != 0) & ~ld_blocked
+                   & self.ld.valid)
         h1_valid = Signal()
         h1_sel = Signal(range(max(Q // C, 2)))
         h1_e = Signal(signed(8))
@@ -1113,24 +1185,27 @@ class PE(wiring.Component):
                 unit.i.payload.h.eq(hbuf_rp.data.word_select(
                     (h1_sel << log_c) + i if Q > C else i, 32)),
                 unit.i.payload.e.eq(h1_e),
-                unit.o.ready.eq(1),
+                unit.o.ready.eq(~rq_hold),
             ]
         m.d.comb += rq_units[0].i.payload.tag.eq(h1_tag)
+        rq_adv = rq_units[0].i.ready
         rq_out = rq_units[0].o.valid
         rq_tag_out = data.View(rq_tag_layout, rq_units[0].o.payload.tag)
         act_data = Signal(W)
         for b in range(W // 8):
             m.d.comb += act_data[8 * b:8 * (b + 1)].eq(rq_units[b % C].o.payload.h_q)
-        act_w.request(rq_out, rq_tag_out.addr,
+        act_w.request(rq_out & ~rq_hold, rq_tag_out.addr,
                       act_data, ((1 << C) - 1) << rq_tag_out.byte)
         rq_clip = Const(0, 1)
         for unit in rq_units:
             rq_clip = rq_clip | unit.o.payload.clip
-        set_vpu.append(rq_out & rq_clip)
-        m.d.sync += h1_valid.eq(0)
-        hbuf_rp.request(rq_cur, rq_haddr, 1)
-        row_end = rq_cur & (rq_c + C == rq_ch)
-        with m.If(rq_cur):
+        set_vpu.append(rq_out & ~rq_hold & rq_clip)
+        with m.If(rq_adv):
+            m.d.sync += h1_valid.eq(0)
+        hbuf_rp.request(rq_cur, rq_haddr, rq_adv)
+        rq_step = rq_cur & rq_adv
+        row_end = rq_step & (rq_c + C == rq_ch)
+        with m.If(rq_step):
             byte = (rq_r << 5) + (rq_c[:5] if C < 32 else 0)
             m.d.sync += [
                 h1_valid.eq(1),
@@ -1154,53 +1229,45 @@ class PE(wiring.Component):
         with m.If(rq_done):
             m.d.sync += [rq_busy.eq(0), rq_run.eq(0)]
 
-        # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words) per beat -----------------
-        op_addr = Signal(16)
+        # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words, one per bank) a cycle ----
+        op_row = Signal(16)
         op_left = Signal(17)
         with m.If(x_start & (xop == Op.OUTPUT)):
-            m.d.sync += [op_addr.eq(0),
+            m.d.sync += [op_row.eq(0),
                          op_left.eq(fld(xc, Op.OUTPUT, "row_blocks") * R
-                                    * (fld(xc, Op.OUTPUT, "channels") >> log_ov))]
+                                    * (fld(xc, Op.OUTPUT, "channels") >> log_q))]
         ov = Signal()
         cv_units = []
-        for j in range(OV):
+        for j in range(Q):
             unit = Fp32Converter()
             m.submodules[f"fp32_{j}"] = unit
             cv_units.append(unit)
         cv_ready = cv_units[0].i.ready
         op_adv = ~ov | cv_ready
-        out_rp.request(st["OUTPUT"], op_addr, op_adv)
+        out_rp.request(st["OUTPUT"], op_row, op_adv, pair=True)
         with m.If(st["OUTPUT"] & op_adv):
             m.d.sync += ov.eq(op_left != 0)
             with m.If(op_left != 0):
-                m.d.sync += [op_addr.eq(op_addr + 1), op_left.eq(op_left - 1)]
-        have_lo = Signal()
-        lo_bits = Signal(W // 2)
+                m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
         beat_valid = Signal()
         beat_bits = Signal(W)
         cv_take = Signal()
+        data_taken = beat_valid & self.o.ready & ~st["STATUS"]
         for j, unit in enumerate(cv_units):
             m.d.comb += [
                 unit.i.valid.eq(ov),
-                unit.i.payload.value.eq(out_rp.data[64 * j:64 * (j + 1)]),
-                unit.o.ready.eq(~have_lo | ~beat_valid),
+                unit.i.payload.value.eq(out_rp.pair_data[64 * j:64 * (j + 1)]),
+                unit.o.ready.eq(~beat_valid | data_taken),
             ]
-        cv_bits = Cat(unit.o.payload.bits for unit in cv_units)
         m.d.comb += cv_take.eq(cv_units[0].o.valid & cv_units[0].o.ready)
         cv_inflight = Signal(range(8))
         m.d.sync += cv_inflight.eq(cv_inflight + (ov & cv_ready) - cv_take)
         with m.If(cv_take):
-            with m.If(~have_lo):
-                m.d.sync += [lo_bits.eq(cv_bits), have_lo.eq(1)]
-            with m.Else():
-                m.d.sync += [beat_bits.eq(Cat(lo_bits, cv_bits)), have_lo.eq(0)]
-        data_taken = beat_valid & self.o.ready & ~st["STATUS"]
-        with m.If(cv_take & have_lo):
-            m.d.sync += beat_valid.eq(1)
+            m.d.sync += [beat_bits.eq(Cat(unit.o.payload.bits for unit in cv_units)),
+                         beat_valid.eq(1)]
         with m.Elif(data_taken):
             m.d.sync += beat_valid.eq(0)
-        output_done = (st["OUTPUT"] & (op_left == 0) & ~ov & (cv_inflight == 0) & ~have_lo
-                       & ~beat_valid)
+        output_done = (st["OUTPUT"] & (op_left == 0) & ~ov & (cv_inflight == 0) & ~beat_valid)
 
         # ---- performance counters and STATUS -----------------------------------------------------
         slayout = status_layout(cfg)
@@ -1260,13 +1327,14 @@ class PE(wiring.Component):
                 if len(writes) == 2:
                     sel = sel & (ld_buf == b)
                 wr.build(m, low=(ld_xfer & sel, ld_addr, self.ld.payload, None))
-                grants.append((sel, ~wr.busy))
+                grants.append((sel, wr.free(ld_addr) if isinstance(wr, _BankedWrites)
+                               else ~wr.busy))
         grant = Const(1, 1)
         for sel, ok in grants:
             grant = Mux(sel, ok, grant)
         m.d.comb += ld_grant.eq(grant)
         rmax_w.build(m)
         for reads in (*(w[0] for w in wmsb + wlsb + wscl), act_rp, tok_rp, hbuf_rp, out_rp,
-                      rmax_rp):
+                      rmax_rp, rmax_rq):
             reads.build(m)
         return m

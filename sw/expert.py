@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..config import ArchConfig
 from ..isa import Op, Sink, Target
 from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
 from .datapath import Mode, gemm
@@ -391,7 +392,10 @@ class PEJob:
 #: (compute-bound batches), a small last one shortens what runs after the last weight word
 #: arrives (memory-bound batches). Multiples of 8 words fill whole scale words.
 RAMP_UP_WORDS = (8, 16)
-RAMP_DOWN_WORDS = (16, 8)
+RAMP_DOWN_WORDS = (24, 16, 8, 8, 8)
+#: HB bank bytes per PE clock cycle assumed when the builder gets a PEConfig (the paper's
+#: 51.2 GB/s at 1 GHz); with an ArchConfig it uses ``hb_bytes_per_cycle``.
+DEFAULT_HB_BYTES_PER_CYCLE = 51.2
 
 
 @dataclass
@@ -401,6 +405,8 @@ class _Job:
     planes: list                  # [(target, words uint8 [n, W/8])]
     scales: np.ndarray
     gemm: dict
+    beats: int = 0                # tile beats of the GEMM
+    words: int = 0                # ld words of its loads
     expert: int = -1
     prologue: list | None = None  # the expert's TOK / ACT loads, before this scale load
     fence: bool = False           # the prologue's first load fences
@@ -418,6 +424,7 @@ class _Plan:
     act_words: int
     prologue: list
     requant: dict
+    requant_cycles: int           # estimate: rows x chunks per row + pipeline
     up: list
     down: list
 
@@ -433,36 +440,36 @@ def _nibbles(codes) -> tuple:
     return (msb_slice(codes).view(np.uint8) & 15).astype(np.uint8), lsb_slice(codes)
 
 
-def _chunks(n_cb, groups, per_buf, *, first=False, last=False) -> list:
-    """Column blocks per buffer-full: ``per_buf`` each, ramped at the program's start
-    (``first``) and end (``last``) by :data:`RAMP_UP_WORDS` / :data:`RAMP_DOWN_WORDS`."""
+def _chunks(n_cb, groups, per_buf, *, head=(), tail=()) -> list:
+    """Column blocks per buffer-full: ``per_buf`` each, the first ones ``head`` and the last
+    ones ``tail`` words of a weight plane (rounded to whole column blocks)."""
     def cb(words):
         return max(1, min(per_buf, -(-words // groups)))
     rest, front, back = n_cb, [], []
-    for c in (map(cb, RAMP_UP_WORDS) if first else ()):
+    for c in map(cb, head):
         c = min(c, rest)
         if c:
             front.append(c)
             rest -= c
-    for c in (map(cb, reversed(RAMP_DOWN_WORDS)) if last else ()):
+    for c in map(cb, reversed(tail)):
         c = min(c, rest)
         if c:
             back.insert(0, c)
             rest -= c
     mid = [per_buf] * (rest // per_buf)
     rest -= per_buf * len(mid)
-    if rest:                             # the remainder joins a ramp buffer-full if it fits
+    if rest:                 # the remainder joins a ramp buffer-full (not the first) if it fits
         if back and back[0] + rest <= per_buf:
             back[0] += rest
-        elif front and front[-1] + rest <= per_buf:
+        elif len(front) > 1 and front[-1] + rest <= per_buf:
             front[-1] += rest
         else:
-            mid.append(rest)
+            mid.insert(0, rest)
     return front + mid + back
 
 
 def _weight_jobs(qw: QuantizedWeight, rows_order, mode, pe, *, sink, out_base_of, stride,
-                 tok_base, act_base, row_blocks, first=False, last=False):
+                 tok_base, act_base, row_blocks, head=(), tail=()):
     """Buffer-full jobs for the weight rows ``qw[rows_order]`` (column blocks of L rows)."""
     L = pe.lanes
     q = qw.q[rows_order]
@@ -484,7 +491,8 @@ def _weight_jobs(qw: QuantizedWeight, rows_order, mode, pe, *, sink, out_base_of
     scl_b = scale.reshape(n_cb, L, groups).transpose(0, 2, 1)
     jobs = []
     j0 = 0
-    for n in _chunks(n_cb, groups, per_buf, first=first, last=last):
+    halves = 2 if mode is Mode.FULL else 1
+    for n in _chunks(n_cb, groups, per_buf, head=head, tail=tail):
         planes = [(Target.WMSB, pack_wgt(msb_b[j0:j0 + n].reshape(-1, L, 32), pe))]
         if mode is Mode.FULL:
             planes.append((Target.WLSB, pack_wgt(lsb_b[j0:j0 + n].reshape(-1, L, 32), pe)))
@@ -495,7 +503,9 @@ def _weight_jobs(qw: QuantizedWeight, rows_order, mode, pe, *, sink, out_base_of
         gemm_f = dict(mode=mode, act_base=act_base, w_base=0, row_blocks=row_blocks,
                       col_blocks=n, groups=groups, sink=sink, out_base=out_base_of(j0),
                       tok_base=tok_base, stride=stride, wait=True, release=True)
-        jobs.append(_Job(planes=planes, scales=scales, gemm=gemm_f))
+        jobs.append(_Job(planes=planes, scales=scales, gemm=gemm_f,
+                         beats=n * groups * row_blocks * halves,
+                         words=sum(len(w) for _, w in planes) + len(scales)))
         j0 += n
     return jobs
 
@@ -570,52 +580,126 @@ def _expert_plan(index, ex: Expert, x_q, e_x, gw_bits, slots, mode, pe, *, t0, a
     up_jobs = _weight_jobs(both, order, mode, pe, sink=Sink.SWIGLU,
                            out_base_of=lambda j0: j0 * (L // 2),
                            stride=i_dim // pe.q16_per_word, tok_base=t0, act_base=a0,
-                           row_blocks=rbn, first=first)
+                           row_blocks=rbn, head=RAMP_UP_WORDS if first else ())
     down_jobs = _weight_jobs(ex.down, np.arange(h_dim), mode, pe, sink=Sink.COMBINE,
                              out_base_of=lambda j0: j0 * L,
                              stride=h_dim // pe.q24_per_word, tok_base=t0, act_base=a0,
-                             row_blocks=rbn, last=last)
+                             row_blocks=rbn, tail=RAMP_DOWN_WORDS if last else ())
     down_jobs[0].gemm["rq_wait"] = True
     for job in up_jobs + down_jobs:
         job.expert = index
     up_jobs[0].prologue = prologue
+    c = min(pe.q16_per_word, 32)                   # REQUANT values per cycle
     return _Plan(index=index, t0=t0, tok_entries=tok_n, a0=a0, act_words=act_n,
                  prologue=prologue,
                  requant=dict(row_blocks=rbn, channels=i_dim, act_base=a0, tok_base=t0),
+                 requant_cycles=t_pad * max(i_dim // c, 3) + 8,
                  up=up_jobs, down=down_jobs)
 
 
-def _schedule(plans) -> list:
+#: Cycles from a GEMM's last beat to its last result written (tile, sink and VPU pipeline):
+#: the builder's scheduling estimate of when a REQUANT after it can start.
+DRAIN_CYCLES = 16
+
+
+class _Timeline:
+    """The builder's model of the two engines over the buffer-fulls, for choosing the order of
+    jobs (a heuristic, not the contract): the load engine streams a job's words at
+    ``ld_cycles`` per word into the buffer the GEMM two jobs earlier released; a GEMM starts
+    when its words are in and the previous GEMM is done, and issues one beat per cycle."""
+
+    def __init__(self, ld_cycles):
+        self.ld_cycles = ld_cycles
+        self.load_end = 0.0
+        self.gemm_end = [0.0, 0.0]            # of the last two GEMMs
+
+    def trial(self, job, not_before=0.0):
+        words = job.words + sum(len(w) for _, _, w in job.prologue or ())
+        start = max(self.load_end, self.gemm_end[-2])
+        load_end = start + words * self.ld_cycles
+        begin = max(load_end, self.gemm_end[-1], not_before)
+        return load_end, begin, begin + job.beats
+
+    def push(self, job, not_before=0.0):
+        self.load_end, begin, end = self.trial(job, not_before)
+        self.gemm_end = [self.gemm_end[-1], end]
+        return begin, end
+
+
+def _schedule(plans, ld_cycles) -> list:
     """Execute order of the experts' jobs and REQUANTs, as ``("gemm", job)`` and
-    ``("requant", fields)`` items. Software-pipelined: each expert's REQUANT runs beside the
-    previous expert's down GEMMs and the next expert's up/gate GEMMs, so the tile never waits
-    for it (``docs/pe.md``, "Program of an MoE layer"):
+    ``("requant", fields)`` items: a software pipeline over the experts (``docs/pe.md``,
+    "Program of an MoE layer"). Block e is expert e's up/gate jobs but the last, interleaved
+    with expert e-1's down jobs, then expert e's last up/gate job and its REQUANT, which runs
+    beside block e+1 (the first down job of e waits for it)::
 
-        U0 Q0 U1 D0 Q1 ... becomes U0 Q0 | U1 D0[0] Q1 D0[1:] | U2 D1[0] Q2 D1[1:] | ... Dn-1
+        U0 Q0 | U1[:-1] + D0 (interleaved), U1[-1], Q1 | U2[:-1] + D1, U2[-1], Q2 | ... | Dn-1
 
-    (``D0[0]`` carries ``rq_wait`` for Q0, so Q1 comes after it). When two consecutive experts'
-    regions overlap (the IOMEM is too small for both), the earlier one's down GEMMs come first.
+    So a REQUANT does not idle the tile, and expert e+1's IOMEM region may reuse expert e-1's:
+    its first loads wait only for D(e-1), which ends at least a job earlier. Within a block
+    the two lists keep their order and are interleaved greedily on a :class:`_Timeline`: the
+    job that leaves the tile idle least, and among those the more memory-heavy one (spending
+    the load engine's lead when it has one; a memory-bound expert beside a compute-bound one
+    keeps the tile busy). The last expert's REQUANT has no next block: the previous expert's
+    last down jobs follow it instead. When two consecutive experts' regions overlap (the IOMEM
+    is too small for both), the earlier one's down jobs all come first.
     """
-    items, pending, prev = [], [], None
-    for plan in plans:
-        if pending and prev.overlaps(plan):
-            items += [("gemm", j) for j in pending]
-            pending = []
-        items += [("gemm", j) for j in plan.up]
-        items += [("gemm", j) for j in pending[:1]]
+    tl = _Timeline(ld_cycles)
+    items, prev, q_end = [], None, 0.0
+
+    def place(job, not_before=0.0):
+        items.append(("gemm", job))
+        return tl.push(job, not_before)
+
+    def heavy(job):                          # load cycles per beat
+        return job.words * ld_cycles / max(job.beats, 1)
+
+    for n, plan in enumerate(plans):
+        downs = list(prev.down) if prev is not None else []
+        if prev is not None and prev.overlaps(plan):
+            for k, job in enumerate(downs):
+                place(job, q_end if k == 0 else 0.0)
+            downs = []
+        late = []
+        if n == len(plans) - 1 and len(downs) > 1:
+            # the previous expert's last down jobs run beside this (last) expert's REQUANT
+            need = plan.requant_cycles + DRAIN_CYCLES
+            while len(downs) > 1 and need > 0:
+                job = downs.pop()
+                late.insert(0, job)
+                need -= max(job.beats, job.words * ld_cycles)
+        ups = list(plan.up[:-1])
+        while ups or downs:
+            cands = []
+            if ups:
+                cands.append((ups, 0.0))
+            if downs:
+                cands.append((downs, q_end if downs[0] is prev.down[0] else 0.0))
+            best = None
+            for lst, nb in cands:
+                _, begin, _ = tl.trial(lst[0], nb)
+                key = (round(begin - tl.gemm_end[-1], 6), -heavy(lst[0]))
+                if best is None or key < best[0]:
+                    best = (key, lst, nb)
+            _, lst, nb = best
+            place(lst.pop(0), nb)
+        _, end = place(plan.up[-1])
         items.append(("requant", plan.requant))
-        items += [("gemm", j) for j in pending[1:]]
-        pending, prev = plan.down, plan
-    items += [("gemm", j) for j in pending]
+        q_end = end + DRAIN_CYCLES + plan.requant_cycles
+        for job in late:
+            place(job)
+        prev = plan
+    for k, job in enumerate(prev.down):
+        place(job, q_end if k == 0 else 0.0)
     return items
 
 
-def _emit(pe, plans, tokens, hidden) -> tuple:
+def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
     """Schedule the experts into one program: loads of buffer-full k+2 follow GEMM k (double
     buffering); an expert's TOK and ACT loads precede its first scale load (which signals) and
     follow the last GEMM of every earlier expert whose region they overwrite (then the first
     of them fences)."""
-    items = _schedule(plans)
+    items = _schedule(plans, ld_cycles)
     jobs = [job for kind, job in items if kind == "gemm"]
     pos = {id(job): k for k, job in enumerate(jobs)}
     for e, plan in enumerate(plans):
@@ -731,7 +815,9 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
         cur_t, cur_a = t0 + tok_n, a0 + act_n
         per_expert[e] = {"tokens": len(rows), "buffer_fulls": len(plan.up) + len(plan.down),
                          "tok_base": t0, "act_base": a0}
-    prog, words, jobs = _emit(pe, plans, t, exs[0].hidden)
+    hb = (config.hb_bytes_per_cycle if isinstance(config, ArchConfig)
+          else DEFAULT_HB_BYTES_PER_CYCLE)
+    prog, words, jobs = _emit(pe, plans, t, exs[0].hidden, pe.word_bytes / hb)
     beats = sum(j.gemm["col_blocks"] * (2 if mode is Mode.FULL else 1) * j.gemm["row_blocks"]
                 * j.gemm["groups"] for j in jobs)
     info = {"experts": per_expert, "gemm_beats": beats, "ld_words": len(words),
