@@ -481,16 +481,22 @@ class PE(wiring.Component):
         ld_busy = ld_active | ld_queue.r_rdy
         # a BARRIER (or CLEAR counters) holds back later LOADs from the moment it is taken
         hold_loads = (xn_valid & xn_is_barrier) | ex_barrier
+        # REQUANT goes straight to the requantization engine (one at a time), numbered in order
+        is_rq = cmd_op == Op.REQUANT
+        rq_busy = Signal()            # the requantization engine holds a REQUANT
+        rq_seq = Signal(SEQ)
         m.d.comb += self.cmd.ready.eq(Mux(is_load, ld_queue.w_rdy & ~hold_loads,
-                                          ~xn_valid | xn_take))
+                                          Mux(is_rq, ~rq_busy, ~xn_valid | xn_take)))
         take = self.cmd.valid & self.cmd.ready
+        rq_issue = take & is_rq
         ld_in = Signal(ld_entry)
         m.d.comb += [ld_in.cmd.eq(self.cmd.payload.args.load), ld_in.need.eq(x_seq),
                      ld_queue.w_en.eq(take & is_load),
                      ld_queue.w_data.eq(Value.cast(ld_in))]
         with m.If(take & ~is_load):
-            m.d.sync += [xn.eq(self.cmd.payload), xn_valid.eq(1), xn_seq.eq(x_seq),
-                         x_seq.eq(x_seq + 1)]
+            m.d.sync += x_seq.eq(x_seq + 1)
+        with m.If(take & ~is_load & ~is_rq):
+            m.d.sync += [xn.eq(self.cmd.payload), xn_valid.eq(1), xn_seq.eq(x_seq)]
         with m.Elif(xn_take):
             m.d.sync += xn_valid.eq(0)
 
@@ -946,16 +952,18 @@ class PE(wiring.Component):
         g_wait_flag = Signal()        # a GEMM waits for its buffer flag
         counters_clear = Signal()
 
-        rq_busy = Signal()            # the requantization engine holds a REQUANT
-        rq_issue = Signal()           # the execute engine hands a REQUANT over in this cycle
         rq_wait_stall = Signal()      # a GEMM or another command waits for the REQUANT
+
+        def rq_before(seq):
+            """A REQUANT taken before the command ``seq`` has not completed."""
+            return rq_busy & older(rq_seq, seq)
 
         def gemm_view(view):
             return lambda name: fld(view, Op.GEMM, name)
 
-        def gemm_ready(f, releasing=Const(0, 1)):
+        def gemm_ready(f, seq, releasing=Const(0, 1)):
             return ((~f("wait") | (full_sel(f("wbuf")) & ~releasing))
-                    & (~f("rq_wait") | ~rq_busy))
+                    & (~f("rq_wait") | ~rq_before(seq)))
 
         def gemm_empty(f):
             return (f("row_blocks") == 0) | (f("col_blocks") == 0) | (f("groups") == 0)
@@ -990,15 +998,13 @@ class PE(wiring.Component):
                     with m.Switch(xn_op):
                         with m.Case(Op.GEMM):
                             m.next = "GEMM_START"
-                        with m.Case(Op.REQUANT):
-                            m.next = "RQ_ISSUE"
                         with m.Case(Op.BARRIER, Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV,
                                     Op.OUTPUT):
                             m.next = "DRAIN"
             with m.State("GEMM_START"):
-                ready = gemm_ready(gx)
+                ready = gemm_ready(gx, xc_seq)
                 m.d.comb += [g_wait_flag.eq(~ready),
-                             rq_wait_stall.eq(gx("rq_wait") & rq_busy)]
+                             rq_wait_stall.eq(gx("rq_wait") & rq_before(xc_seq))]
                 with m.If(ready & gemm_empty(gx)):
                     with m.If(gx("release")):
                         set_full(gx("wbuf"), 0)
@@ -1014,20 +1020,15 @@ class PE(wiring.Component):
                     # the next GEMM, decoded and ready, issues its first beat in the next cycle
                     nx = gemm_view(xn)
                     releasing = gx("release") & (nx("wbuf") == gx("wbuf"))
-                    with m.If(xn_valid & (xn_op == Op.GEMM) & gemm_ready(nx, releasing)
+                    with m.If(xn_valid & (xn_op == Op.GEMM) & gemm_ready(nx, xn_seq, releasing)
                               & ~gemm_empty(nx) & ~dq_valid):
                         take_next()
                         start_gemm(nx, xn_seq)
                     with m.Else():
                         m.next = "IDLE"
-            with m.State("RQ_ISSUE"):
-                m.d.comb += rq_wait_stall.eq(rq_busy)
-                with m.If(~rq_busy):
-                    m.d.comb += rq_issue.eq(1)
-                    m.next = "IDLE"
             with m.State("DRAIN"):
-                m.d.comb += [ex_barrier.eq(x_is_barrier), rq_wait_stall.eq(rq_busy)]
-                with m.If(~gemm_busy & ~rq_busy & ~(x_is_barrier & ld_busy)):
+                m.d.comb += [ex_barrier.eq(x_is_barrier), rq_wait_stall.eq(rq_before(xc_seq))]
+                with m.If(~gemm_busy & ~rq_before(xc_seq) & ~(x_is_barrier & ld_busy)):
                     m.d.comb += x_start.eq(1)
                     with m.Switch(xop):
                         with m.Case(Op.BARRIER):
@@ -1125,7 +1126,6 @@ class PE(wiring.Component):
         log_c = _log2(C)
         rq_ch = Signal(16)
         rq_groups = rq_ch >> 5
-        rq_seq = Signal(SEQ)
         rq_run = Signal()             # started (every earlier command done)
         rq_rows = Signal(17)          # rows still to stream
         rq_r = Signal(range(max(R, 2)))
@@ -1142,12 +1142,14 @@ class PE(wiring.Component):
         e_next_valid = Signal()
         rme = m.submodules.rowmax_exponent = RowMaxExponent()
         with m.If(rq_issue):
-            t0 = fld(xc, Op.REQUANT, "tok_base")
-            ch = fld(xc, Op.REQUANT, "channels")
-            rows = fld(xc, Op.REQUANT, "row_blocks") * R
+            rq_cmd = self.cmd.payload
+            t0 = fld(rq_cmd, Op.REQUANT, "tok_base")
+            ch = fld(rq_cmd, Op.REQUANT, "channels")
+            rows = fld(rq_cmd, Op.REQUANT, "row_blocks") * R
             m.d.sync += [
-                rq_busy.eq(1), rq_run.eq(0), rq_seq.eq(xc_seq), rq_ch.eq(ch),
-                rq_rows.eq(rows), rq_r.eq(0), rq_act_row.eq(fld(xc, Op.REQUANT, "act_base")),
+                rq_busy.eq(1), rq_run.eq(0), rq_seq.eq(x_seq), rq_ch.eq(ch),
+                rq_rows.eq(rows), rq_r.eq(0),
+                rq_act_row.eq(fld(rq_cmd, Op.REQUANT, "act_base")),
                 rq_c.eq(0), rq_haddr.eq(t0 * (ch >> log_q)), rq_cur.eq(0),
                 rp_t.eq(t0), rp_end.eq(t0 + rows), rp_rd.eq(0), e_next_valid.eq(0),
             ]

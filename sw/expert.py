@@ -425,8 +425,34 @@ class _Plan:
     prologue: list
     requant: dict
     requant_cycles: int           # estimate: rows x chunks per row + pipeline
-    up: list
-    down: list
+    up_w: _Weights
+    down_w: _Weights
+    first: bool                   # the program's first expert (ramped up)
+    last: bool                    # the program's last expert (ramped down)
+    tokens: int = 0
+    up: list = None               # jobs, once the scheduler has cut them
+    down: list = None
+    pairing: tuple = None         # (head up jobs, paired jobs) of its block (_cut_pair)
+
+    def cut_up(self, sizes=None):
+        if sizes is None:
+            sizes = _chunks(self.up_w.n_cb, self.up_w.groups, self.up_w.per_buf,
+                            head=RAMP_UP_WORDS if self.first else ())
+        self.up = self.up_w.jobs(sizes)
+        self.up[0].prologue = self.prologue
+        for job in self.up:
+            job.expert = self.index
+        return self.up
+
+    def cut_down(self, sizes=None):
+        if sizes is None:
+            sizes = _chunks(self.down_w.n_cb, self.down_w.groups, self.down_w.per_buf,
+                            tail=RAMP_DOWN_WORDS if self.last else ())
+        self.down = self.down_w.jobs(sizes)
+        self.down[0].gemm["rq_wait"] = True
+        for job in self.down:
+            job.expert = self.index
+        return self.down
 
     def overlaps(self, other) -> bool:
         return (max(self.t0, other.t0) < min(self.t0 + self.tok_entries,
@@ -468,46 +494,63 @@ def _chunks(n_cb, groups, per_buf, *, head=(), tail=()) -> list:
     return front + mid + back
 
 
-def _weight_jobs(qw: QuantizedWeight, rows_order, mode, pe, *, sink, out_base_of, stride,
-                 tok_base, act_base, row_blocks, head=(), tail=()):
-    """Buffer-full jobs for the weight rows ``qw[rows_order]`` (column blocks of L rows)."""
-    L = pe.lanes
-    q = qw.q[rows_order]
-    scale = np.asarray(qw.scale, np.float16).view(np.uint16)[rows_order]
-    n_rows, k = q.shape
-    groups = k // 32
-    n_cb = n_rows // L
-    per_buf = pe.wmem_words // groups
-    if per_buf < 1:
-        raise ProgramError(
-            f"{qw.name}: K = {k} ({groups} groups of 32) does not fit one WMEM buffer of "
-            f"{pe.wmem_words} words: the PE contract accumulates the whole of K in one GEMM "
-            f"(no K tiling); use K <= {32 * pe.wmem_words} or a larger wmem_bytes")
-    msb, lsb = _nibbles(q)
-    # [cb, g, L, 32] and scales [cb, g, L]
-    def blocks(a):
-        return a.reshape(n_cb, L, groups, 32).transpose(0, 2, 1, 3)
-    msb_b, lsb_b = blocks(msb), blocks(lsb)
-    scl_b = scale.reshape(n_cb, L, groups).transpose(0, 2, 1)
-    jobs = []
-    j0 = 0
-    halves = 2 if mode is Mode.FULL else 1
-    for n in _chunks(n_cb, groups, per_buf, head=head, tail=tail):
-        planes = [(Target.WMSB, pack_wgt(msb_b[j0:j0 + n].reshape(-1, L, 32), pe))]
-        if mode is Mode.FULL:
-            planes.append((Target.WLSB, pack_wgt(lsb_b[j0:j0 + n].reshape(-1, L, 32), pe)))
-        entries = scl_b[j0:j0 + n].reshape(-1, L)
-        padded = np.zeros((-(-len(entries) // 8) * 8, L), np.uint16)
-        padded[:len(entries)] = entries
-        scales = pack_scales(padded.reshape(-1, 8, L), pe)
-        gemm_f = dict(mode=mode, act_base=act_base, w_base=0, row_blocks=row_blocks,
-                      col_blocks=n, groups=groups, sink=sink, out_base=out_base_of(j0),
-                      tok_base=tok_base, stride=stride, wait=True, release=True)
-        jobs.append(_Job(planes=planes, scales=scales, gemm=gemm_f,
-                         beats=n * groups * row_blocks * halves,
-                         words=sum(len(w) for _, w in planes) + len(scales)))
-        j0 += n
-    return jobs
+class _Weights:
+    """One weight matrix of an expert (the rows ``qw[rows_order]``) in column blocks of L rows,
+    cut into buffer-full jobs by :meth:`jobs` (the scheduler chooses the cut)."""
+
+    def __init__(self, qw: QuantizedWeight, rows_order, mode, pe, *, sink, out_base_of, stride,
+                 tok_base, act_base, row_blocks):
+        L = pe.lanes
+        q = qw.q[rows_order]
+        scale = np.asarray(qw.scale, np.float16).view(np.uint16)[rows_order]
+        n_rows, k = q.shape
+        self.groups = groups = k // 32
+        self.n_cb = n_cb = n_rows // L
+        self.per_buf = pe.wmem_words // groups
+        if self.per_buf < 1:
+            raise ProgramError(
+                f"{qw.name}: K = {k} ({groups} groups of 32) does not fit one WMEM buffer of "
+                f"{pe.wmem_words} words: the PE contract accumulates the whole of K in one "
+                f"GEMM (no K tiling); use K <= {32 * pe.wmem_words} or a larger wmem_bytes")
+        msb, lsb = _nibbles(q)
+
+        def blocks(a):                            # [cb, g, L, 32]
+            return a.reshape(n_cb, L, groups, 32).transpose(0, 2, 1, 3)
+        self.msb_b, self.lsb_b = blocks(msb), blocks(lsb)
+        self.scl_b = scale.reshape(n_cb, L, groups).transpose(0, 2, 1)     # [cb, g, L]
+        self.mode, self.pe, self.row_blocks = mode, pe, row_blocks
+        self.planes = self.halves = 2 if mode is Mode.FULL else 1
+        self.gemm = dict(mode=mode, act_base=act_base, w_base=0, row_blocks=row_blocks,
+                         groups=groups, sink=sink, tok_base=tok_base, stride=stride,
+                         wait=True, release=True)
+        self.out_base_of = out_base_of
+
+    def words(self, n) -> int:
+        """ld words of a job of ``n`` column blocks (planes and scale words)."""
+        return n * self.groups * self.planes + -(-n * self.groups // 8)
+
+    def beats(self, n) -> int:
+        return n * self.groups * self.row_blocks * self.halves
+
+    def jobs(self, sizes) -> list:
+        """Jobs of ``sizes`` column blocks each, in order (they must cover the matrix)."""
+        assert sum(sizes) == self.n_cb and all(0 < n <= self.per_buf for n in sizes), sizes
+        pe, L = self.pe, self.pe.lanes
+        jobs, j0 = [], 0
+        for n in sizes:
+            planes = [(Target.WMSB, pack_wgt(self.msb_b[j0:j0 + n].reshape(-1, L, 32), pe))]
+            if self.mode is Mode.FULL:
+                planes.append((Target.WLSB,
+                               pack_wgt(self.lsb_b[j0:j0 + n].reshape(-1, L, 32), pe)))
+            entries = self.scl_b[j0:j0 + n].reshape(-1, L)
+            padded = np.zeros((-(-len(entries) // 8) * 8, L), np.uint16)
+            padded[:len(entries)] = entries
+            scales = pack_scales(padded.reshape(-1, 8, L), pe)
+            gemm_f = dict(self.gemm, col_blocks=n, out_base=self.out_base_of(j0))
+            jobs.append(_Job(planes=planes, scales=scales, gemm=gemm_f, beats=self.beats(n),
+                             words=self.words(n)))
+            j0 += n
+        return jobs
 
 
 def _expert_needs(ex: Expert, te: int, pe) -> tuple:
@@ -577,24 +620,18 @@ def _expert_plan(index, ex: Expert, x_q, e_x, gw_bits, slots, mode, pe, *, t0, a
     both = QuantizedWeight(q=np.concatenate([ex.up.q, ex.gate.q]),
                            scale=np.concatenate([ex.up.scale, ex.gate.scale]),
                            name=f"{ex.up.name}+gate")
-    up_jobs = _weight_jobs(both, order, mode, pe, sink=Sink.SWIGLU,
-                           out_base_of=lambda j0: j0 * (L // 2),
-                           stride=i_dim // pe.q16_per_word, tok_base=t0, act_base=a0,
-                           row_blocks=rbn, head=RAMP_UP_WORDS if first else ())
-    down_jobs = _weight_jobs(ex.down, np.arange(h_dim), mode, pe, sink=Sink.COMBINE,
-                             out_base_of=lambda j0: j0 * L,
-                             stride=h_dim // pe.q24_per_word, tok_base=t0, act_base=a0,
-                             row_blocks=rbn, tail=RAMP_DOWN_WORDS if last else ())
-    down_jobs[0].gemm["rq_wait"] = True
-    for job in up_jobs + down_jobs:
-        job.expert = index
-    up_jobs[0].prologue = prologue
+    up_w = _Weights(both, order, mode, pe, sink=Sink.SWIGLU,
+                    out_base_of=lambda j0: j0 * (L // 2), stride=i_dim // pe.q16_per_word,
+                    tok_base=t0, act_base=a0, row_blocks=rbn)
+    down_w = _Weights(ex.down, np.arange(h_dim), mode, pe, sink=Sink.COMBINE,
+                      out_base_of=lambda j0: j0 * L, stride=h_dim // pe.q24_per_word,
+                      tok_base=t0, act_base=a0, row_blocks=rbn)
     c = min(pe.q16_per_word, 32)                   # REQUANT values per cycle
     return _Plan(index=index, t0=t0, tok_entries=tok_n, a0=a0, act_words=act_n,
                  prologue=prologue,
                  requant=dict(row_blocks=rbn, channels=i_dim, act_base=a0, tok_base=t0),
                  requant_cycles=t_pad * max(i_dim // c, 3) + 8,
-                 up=up_jobs, down=down_jobs)
+                 up_w=up_w, down_w=down_w, first=first, last=last, tokens=te)
 
 
 #: Cycles from a GEMM's last beat to its last result written (tile, sink and VPU pipeline):
@@ -626,6 +663,65 @@ class _Timeline:
         return begin, end
 
 
+def _whole(n_cb, per_buf) -> list:
+    """``n_cb`` column blocks in whole buffer-fulls, the remainder last."""
+    out = [per_buf] * (n_cb // per_buf)
+    return out + [n_cb % per_buf] if n_cb % per_buf else out
+
+
+def _cut_pair(plan, prev, ld_cycles):
+    """Cut ``plan``'s up/gate jobs and ``prev``'s down jobs, which share a block of the
+    schedule. When one matrix is memory-heavy (its beats fall short of its load time) and the
+    other compute-heavy, they are cut for pairing: after the up/gate jobs that run while
+    ``prev``'s REQUANT finishes (the first down job waits for it), alternating jobs of ``n_m``
+    and ``n_c`` column blocks hide each one's load under the other one's beats (the load engine
+    is at most a buffer-full ahead); ``n_m``, ``n_c`` are chosen to leave the least idle on
+    the model over ``min(mem / n_m, cmp / n_c)`` pairs, and the rest is cut in whole
+    buffer-fulls. Sets ``plan.pairing = (head jobs, pairs)`` for :func:`_schedule`."""
+    up, down = plan.up_w, prev.down_w
+    plan.pairing = None
+
+    def load(w, n):
+        return ld_cycles * w.words(n)
+
+    def heavy(w):
+        return w.beats(w.per_buf) < load(w, w.per_buf)
+
+    def deficit(w, n_cb):                  # idle of a memory-heavy list in whole buffer-fulls
+        return (n_cb / w.per_buf) * max(0.0, load(w, w.per_buf) - w.beats(w.per_buf))
+
+    if heavy(up) == heavy(down) or up.n_cb < 3:
+        plan.cut_up()
+        prev.cut_down()
+        return
+    skip = min(up.n_cb - 2, -(-(prev.requant_cycles + DRAIN_CYCLES) // up.beats(1)))
+    # two buffer-fulls of up/gate jobs stay last (the next expert's loads go under them)
+    avail = {id(up): max(0, up.n_cb - skip - 2 * up.per_buf), id(down): down.n_cb}
+    mem, cmp = (up, down) if heavy(up) else (down, up)
+    base = deficit(mem, avail[id(mem)])
+    best = None
+    for n_m in range(1, mem.per_buf + 1):
+        for n_c in range(1, cmp.per_buf + 1):
+            pairs = min(avail[id(mem)] // n_m, avail[id(cmp)] // n_c)
+            if not pairs:
+                continue
+            idle = pairs * (max(0.0, load(cmp, n_c) - mem.beats(n_m))
+                            + max(0.0, load(mem, n_m) - cmp.beats(n_c)))
+            cost = idle + deficit(mem, avail[id(mem)] - pairs * n_m) + 0.5 * pairs
+            if best is None or cost < best[0]:
+                best = (cost, n_m, n_c, pairs)
+    if best is None or best[0] >= base:
+        plan.cut_up()
+        prev.cut_down()
+        return
+    _, n_m, n_c, pairs = best
+    n_up, n_down = (n_m, n_c) if mem is up else (n_c, n_m)
+    head = _whole(skip, up.per_buf)
+    plan.cut_up(head + [n_up] * pairs + _whole(up.n_cb - skip - pairs * n_up, up.per_buf))
+    prev.cut_down([n_down] * pairs + _whole(down.n_cb - pairs * n_down, down.per_buf))
+    plan.pairing = (len(head), pairs)
+
+
 def _schedule(plans, ld_cycles) -> list:
     """Execute order of the experts' jobs and REQUANTs, as ``("gemm", job)`` and
     ``("requant", fields)`` items: a software pipeline over the experts (``docs/pe.md``,
@@ -646,6 +742,16 @@ def _schedule(plans, ld_cycles) -> list:
     """
     tl = _Timeline(ld_cycles)
     items, prev, q_end = [], None, 0.0
+    for n, plan in enumerate(plans):
+        if n == 0:
+            plan.cut_up()
+        elif plans[n - 1].overlaps(plan) or n == len(plans) - 1:
+            # (the last block keeps whole buffer-fulls: its down jobs run beside the REQUANT)
+            plan.cut_up()
+            plans[n - 1].cut_down()
+        else:
+            _cut_pair(plan, plans[n - 1], ld_cycles)
+    plans[-1].cut_down()
 
     def place(job, not_before=0.0):
         items.append(("gemm", job))
@@ -661,14 +767,25 @@ def _schedule(plans, ld_cycles) -> list:
                 place(job, q_end if k == 0 else 0.0)
             downs = []
         late = []
+        paired = plan.pairing[1] if plan.pairing else 0
         if n == len(plans) - 1 and len(downs) > 1:
             # the previous expert's last down jobs run beside this (last) expert's REQUANT
             need = plan.requant_cycles + DRAIN_CYCLES
-            while len(downs) > 1 and need > 0:
+            while len(downs) > max(1, paired) and need > 0:
                 job = downs.pop()
                 late.insert(0, job)
                 need -= max(job.beats, job.words * ld_cycles)
-        ups = list(plan.up[:-1])
+        keep = 2 if len(plan.up) > 2 else 1      # up/gate jobs after the last down job
+        ups = list(plan.up[:-keep])
+        if plan.pairing and downs:
+            head, pairs = plan.pairing
+            pairs = min(pairs, len(downs))
+            for job in ups[:head]:
+                place(job)
+            for d, u in zip(downs[:pairs], ups[head:head + pairs]):
+                place(d, q_end if d is prev.down[0] else 0.0)
+                place(u)
+            ups, downs = ups[head + pairs:], downs[pairs:]
         while ups or downs:
             cands = []
             if ups:
@@ -683,7 +800,8 @@ def _schedule(plans, ld_cycles) -> list:
                     best = (key, lst, nb)
             _, lst, nb = best
             place(lst.pop(0), nb)
-        _, end = place(plan.up[-1])
+        for job in plan.up[len(plan.up) - keep:]:
+            _, end = place(job)
         items.append(("requant", plan.requant))
         q_end = end + DRAIN_CYCLES + plan.requant_cycles
         for job in late:
@@ -716,21 +834,35 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
         prog.load(target, addr, len(words), buf=buf, signal=signal, fence=fence)
         ld.append(words)
 
+    def prologue(job):
+        for i, (target, addr, words) in enumerate(job.prologue):
+            load(target, addr, words, fence=job.fence and i == 0)
+        job.prologue = None
+
     def emit_loads(limit):
         while state["next"] < min(limit, n):
             k = state["next"]
             job, buf = jobs[k], k % 2
+            if job.prologue is not None:
+                if state["last_gemm"] < job.after:          # its region is still in use
+                    if k not in state["planes"]:
+                        for target, words in job.planes:
+                            load(target, 0, words, buf)
+                        state["planes"].add(k)
+                    return
+                prologue(job)
             if k not in state["planes"]:
                 for target, words in job.planes:
                     load(target, 0, words, buf)
                 state["planes"].add(k)
-            if job.prologue is not None:
-                if state["last_gemm"] < job.after:
-                    return                       # its region is still in use
-                for i, (target, addr, words) in enumerate(job.prologue):
-                    load(target, addr, words, fence=job.fence and i == 0)
             load(Target.WSCALE, 0, job.scales, buf, signal=True)
             state["next"] = k + 1
+            # the next expert's tokens go in as early as their region allows (a buffer-full
+            # before they are needed, so that their fence finds the region's GEMMs done)
+            nxt = jobs[k + 1] if k + 1 < n else None
+            if nxt is not None and nxt.prologue is not None \
+                    and state["last_gemm"] >= nxt.after:
+                prologue(nxt)
 
     emit_loads(2)
     for kind, item in items:
@@ -813,11 +945,13 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
                             a0=a0, first=n == 0, last=n == len(routed) - 1)
         plans.append(plan)
         cur_t, cur_a = t0 + tok_n, a0 + act_n
-        per_expert[e] = {"tokens": len(rows), "buffer_fulls": len(plan.up) + len(plan.down),
-                         "tok_base": t0, "act_base": a0}
     hb = (config.hb_bytes_per_cycle if isinstance(config, ArchConfig)
           else DEFAULT_HB_BYTES_PER_CYCLE)
     prog, words, jobs = _emit(pe, plans, t, exs[0].hidden, pe.word_bytes / hb)
+    for plan in plans:
+        per_expert[plan.index] = {"tokens": plan.tokens,
+                                  "buffer_fulls": len(plan.up) + len(plan.down),
+                                  "tok_base": plan.t0, "act_base": plan.a0}
     beats = sum(j.gemm["col_blocks"] * (2 if mode is Mode.FULL else 1) * j.gemm["row_blocks"]
                 * j.gemm["groups"] for j in jobs)
     info = {"experts": per_expert, "gemm_beats": beats, "ld_words": len(words),
