@@ -239,24 +239,35 @@ class PE(wiring.Component):
     WMEM: 2 buffers x (MSB plane, LSB plane) x ``wmem_words`` words plus 2 x ``wscale_words``
     scale words (the planes are separate memories, so a DRAFT GEMM reads only MSB words and
     the planes can arrive from different sources); IOMEM: ACT (byte write enables, for
-    REQUANT), TOK (byte enables, for e_h), HBUF (32-bit enables), OUT (64-bit enables,
-    transparent read for the COMBINE read-modify-write, valid bits), and one row-max register
-    per TOK entry (a transparent 32-bit memory with valid bits). Valid bits make
-    ``CLEAR out`` / ``CLEAR rowmax`` one cycle. Sizes: :class:`~elmoe3d.config.PEConfig`.
+    REQUANT), TOK (byte enables, for e_h), HBUF (32-bit enables), OUT in two banks (even and
+    odd words; 64-bit enables, transparent read for the COMBINE read-modify-write, valid
+    bits), and one row-max register per TOK entry (a transparent 32-bit memory with valid
+    bits and a second read port for REQUANT). Valid bits make ``CLEAR out`` / ``CLEAR
+    rowmax`` one cycle. Sizes: :class:`~elmoe3d.config.PEConfig`.
 
-    Engines
-    -------
-    * Decoder: takes commands in order; LOADs go to a queue of :attr:`load_queue_depth`
-      entries for the load engine, everything else to the execute engine when it is idle.
-      BARRIER (and ``CLEAR counters``) holds back later LOADs until all earlier work is done.
-    * Load engine: one ``ld`` beat per cycle into the target memory (lowest write priority:
-      it waits a cycle when the execute engine writes the same memory); a load into a WMEM
-      plane of a buffer whose flag ``full[b]`` is set waits for the GEMM that releases it;
-      ``signal`` sets ``full[b]`` when the load completes.
+    Engines (``docs/pe.md``, "Engines and synchronisation")
+    -------------------------------------------------------
+    * Decoder: takes commands in order and numbers the execute commands; LOADs go to a queue
+      of :attr:`load_queue_depth` entries for the load engine, REQUANT to the requantization
+      engine (when it is free), everything else to a one-command register in front of the
+      execute engine. BARRIER (and ``CLEAR counters``) holds back later LOADs until all earlier
+      work is done.
+    * Load engine: one ``ld`` beat per cycle into the target memory, the next LOAD from the
+      cycle after the previous one's last word (lowest write priority, but for ACT above
+      REQUANT, which holds meanwhile); a load into a WMEM plane of a buffer whose flag
+      ``full[b]`` is set waits for the GEMM that releases it; ``signal`` sets ``full[b]`` when
+      the load completes; ``fence`` waits until every execute command before the LOAD has
+      completed (sequence numbers against every place an unfinished command can be: the
+      command register, the execute engine, REQUANT, the GEMM descriptors, the result and
+      sink registers and a delay line as long as the VPU pipelines).
     * Execute engine: GEMM (``wait`` for ``full[wbuf]``; ``release`` clears it when the last
-      weight word has been read, so the next load overlaps the GEMM's drain), REQUANT,
-      OUTPUT, CLEAR, SEND, RECV, BARRIER, STATUS. Non-GEMM commands first wait until every
-      earlier GEMM's results are written; a GEMM may start while the previous one drains.
+      weight word has been read, so the next load overlaps the GEMM's drain; ``rq_wait`` for
+      earlier REQUANTs), OUTPUT, CLEAR, SEND, RECV, BARRIER, STATUS. A GEMM whose buffer is
+      ready follows the previous one's last beat with no idle cycle (:attr:`gemm_gap`) and may
+      start while earlier ones drain; other commands first wait until every earlier GEMM and
+      REQUANT has completed.
+    * Requantization engine: REQUANT, started when every earlier execute command has
+      completed, then beside later GEMMs.
 
     GEMM datapath (II = 1)
     ----------------------
@@ -277,9 +288,10 @@ class PE(wiring.Component):
     A result is taken every ``rows`` cycles (VPU sinks) or ``rows * lanes / (W/64)`` cycles
     (RAW, with a ready link), so GEMMs with at least that many groups run at one beat per
     cycle. REQUANT: per token row, the row max -> :class:`~elmoe3d.hw.vpu.RowMaxExponent`
-    (e', e_h written into TOK) -> ``min(W/32, 32)`` :class:`~elmoe3d.hw.vpu.RequantUnit` s per
-    cycle into ACT (byte enables). OUTPUT: one OUT word per cycle through ``W/64``
-    :class:`~elmoe3d.hw.vpu.Fp32Converter` s, one ``o`` beat per two words.
+    (e', e_h written into TOK; prepared while the previous row streams) -> ``min(W/32, 32)``
+    :class:`~elmoe3d.hw.vpu.RequantUnit` s per cycle into ACT (byte enables). OUTPUT: two OUT
+    words (one per bank) per cycle through ``W/32`` :class:`~elmoe3d.hw.vpu.Fp32Converter` s,
+    one ``o`` beat per cycle.
 
     STATUS: 48-bit counters (cycles, load engine busy, execute engine busy, stall on a buffer
     flag or BARRIER, GEMM beats, words loaded / sent / received) and the sticky flags
@@ -287,7 +299,8 @@ class PE(wiring.Component):
     (:data:`elmoe3d.sw.asm.STATUS_FIELDS`).
 
     After elaboration, :attr:`probes` maps a few internal control signals (load transfer,
-    tile beat, buffer flags, execute-engine waits) by name, for benches that account cycles.
+    tile beat, buffer flags, execute-engine waits, REQUANT busy and waits, fence waits) by
+    name, for benches that account cycles.
 
     Parameters
     ----------
@@ -397,8 +410,8 @@ class PE(wiring.Component):
     @property
     def gemm_gap(self) -> int:
         """Idle tile cycles between the last beat of a GEMM and the first beat of the next
-        GEMM waiting behind it (its buffer already full): decode and start, then the first
-        read."""
+        GEMM waiting behind it (its buffer already full, its descriptor slot free): none, the
+        next GEMM is decoded while the current one runs and starts in its last cycle."""
         return 0
 
     def elaborate(self, platform):

@@ -663,10 +663,11 @@ class _Timeline:
         return begin, end
 
 
-def _whole(n_cb, per_buf) -> list:
-    """``n_cb`` column blocks in whole buffer-fulls, the remainder last."""
+def _whole(n_cb, per_buf, *, rest_first=False) -> list:
+    """``n_cb`` column blocks in whole buffer-fulls, the remainder last (or first)."""
     out = [per_buf] * (n_cb // per_buf)
-    return out + [n_cb % per_buf] if n_cb % per_buf else out
+    rest = [n_cb % per_buf] if n_cb % per_buf else []
+    return rest + out if rest_first else out + rest
 
 
 def _cut_pair(plan, prev, ld_cycles):
@@ -717,7 +718,8 @@ def _cut_pair(plan, prev, ld_cycles):
     _, n_m, n_c, pairs = best
     n_up, n_down = (n_m, n_c) if mem is up else (n_c, n_m)
     head = _whole(skip, up.per_buf)
-    plan.cut_up(head + [n_up] * pairs + _whole(up.n_cb - skip - pairs * n_up, up.per_buf))
+    plan.cut_up(head + [n_up] * pairs
+                + _whole(up.n_cb - skip - pairs * n_up, up.per_buf, rest_first=True))
     prev.cut_down([n_down] * pairs + _whole(down.n_cb - pairs * n_down, down.per_buf))
     plan.pairing = (len(head), pairs)
 
@@ -786,12 +788,16 @@ def _schedule(plans, ld_cycles) -> list:
                 place(d, q_end if d is prev.down[0] else 0.0)
                 place(u)
             ups, downs = ups[head + pairs:], downs[pairs:]
+        up_beats = 0
         while ups or downs:
             cands = []
             if ups:
                 cands.append((ups, 0.0))
-            if downs:
-                cands.append((downs, q_end if downs[0] is prev.down[0] else 0.0))
+            first_down = bool(downs) and downs[0] is prev.down[0]
+            # the first down job waits for prev's REQUANT: up/gate jobs go first meanwhile
+            if downs and (not first_down or not ups
+                          or up_beats >= prev.requant_cycles + DRAIN_CYCLES):
+                cands.append((downs, q_end if first_down else 0.0))
             best = None
             for lst, nb in cands:
                 _, begin, _ = tl.trial(lst[0], nb)
@@ -799,6 +805,8 @@ def _schedule(plans, ld_cycles) -> list:
                 if best is None or key < best[0]:
                     best = (key, lst, nb)
             _, lst, nb = best
+            if lst is ups:
+                up_beats += ups[0].beats
             place(lst.pop(0), nb)
         for job in plan.up[len(plan.up) - keep:]:
             _, end = place(job)
@@ -881,7 +889,9 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
                            f"{t_pad * hidden // pe.q24_per_word} OUT words; the PE has "
                            f"{pe.out_words}")
     prog.output(row_blocks=t_pad // pe.rows, channels=hidden)
-    prog.barrier()
+    # no BARRIER before STATUS: every LOAD precedes the last GEMM's wait (the load engine is in
+    # order), and STATUS waits for every execute command, so its counters do not depend on
+    # timing either
     prog.status()
     prog.check_sync()
     words = [w for chunk in ld for w in _ints(chunk)]
@@ -896,7 +906,7 @@ def _ints(chunk):
 def build_moe_program(x, experts, routing, mode, config) -> PEJob:
     """PE program and ``ld`` stream of an MoE layer on one PE: every expert with at least one
     routed token, in ascending id, over its tokens (ascending); outputs summed in OUT (Q.24)
-    at the tokens' batch positions; then OUTPUT (FP32 ``[T, H]``), BARRIER, STATUS.
+    at the tokens' batch positions; then OUTPUT (FP32 ``[T, H]``) and STATUS.
 
     Parameters
     ----------

@@ -82,7 +82,7 @@ def test_program_shape_of_one_expert():
         c = job.program.counts()
         n_up, n_down = 9, 7                    # ramped buffer-fulls (see above)
         assert c["GEMM SWIGLU"] == n_up and c["GEMM COMBINE"] == n_down
-        assert c["BARRIER"] == 1 and "CLEAR" in c
+        assert "BARRIER" not in c and "CLEAR" in c
         assert c["LOAD WSCALE"] == n_up + n_down == c["LOAD WMSB"]
         assert c.get("LOAD WLSB", 0) == (n_up + n_down if mode is Mode.FULL else 0)
         assert c["REQUANT"] == c["OUTPUT"] == c["STATUS"] == 1
@@ -144,7 +144,7 @@ def test_moe_several_experts_per_token():
         ref = ex.ref_moe(x, experts, (ids, weights), mode)
         y, _ = _check_equal(job, ref)
         assert 2 not in job.info["experts"]
-        assert job.program.counts()["BARRIER"] == 1          # only before the final STATUS
+        assert "BARRIER" not in job.program.counts()      # experts are software-pipelined
         flt = ex.float_moe(x, experts, (ids, weights))
         assert ex.error_metrics(flt, y)["cosine"] > 0.97
 
@@ -184,7 +184,7 @@ def test_moe_program_regions_fences_and_pipelining(tokens, inter, expect):
         job = ex.build_moe_program(x, experts, (ids, wts), mode, CFG)
         _check_equal(job, ex.ref_moe(x, experts, (ids, wts), mode))
         c = job.program.counts()
-        assert c["BARRIER"] == 1
+        assert "BARRIER" not in c
         fences = [cmd for cmd in job.program if cmd.op is Op.LOAD and cmd.fields["fence"]]
         piped = _pipelined(job)
         bases = [(v["tok_base"], v["act_base"]) for v in job.info["experts"].values()]

@@ -592,6 +592,7 @@ def test_wider_pe_moe_and_raw():
     acts = asm.pack_act(ap.reshape(rbn, 8, G, 32).transpose(0, 2, 1, 3).reshape(-1, 8, 32), pe)
     words = [acts, asm.pack_wgt(msb.reshape(-1, 16, 32), pe),
              asm.pack_wgt(lsb.reshape(-1, 16, 32), pe), asm.pack_scales(ent[None], pe)]
+    prog.barrier()                          # the MoE program's ACT words are reloaded
     prog.load(Target.ACT, 0, len(acts))
     prog.load(Target.WMSB, 0, cbn * G, buf=0)
     prog.load(Target.WLSB, 0, cbn * G, buf=0)
