@@ -36,6 +36,7 @@ Layout (lanes L, rows R, W = 128 L bits)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -364,6 +365,13 @@ class PEJob:
         from .fsim import run
         return run(self.program, self.ld)
 
+    def weight_words(self, expert, matrix, target) -> list:
+        """The ``ld`` words (ints) of one weight matrix (``"up"``: up/gate, ``"down"``) of
+        expert ``expert`` that LOADs into ``target`` (WMSB, WLSB, WSCALE), in stream order."""
+        owners = self.info.get("weight_loads", {})
+        return [w for i, _, _, words in self.loads(target)
+                if owners.get(i) == (expert, matrix) for w in words]
+
     def loads(self, target=None) -> list:
         """The LOAD commands with their ``ld`` words, in stream order: a list of ``(command
         index, Target, buf, words)`` (``words``: the slice of :attr:`ld` the LOAD consumes);
@@ -466,32 +474,51 @@ def _nibbles(codes) -> tuple:
     return (msb_slice(codes).view(np.uint8) & 15).astype(np.uint8), lsb_slice(codes)
 
 
+def _align(groups, per_buf) -> int:
+    """Column blocks that fill whole scale words (8 entries of ``groups`` per column block):
+    buffer-fulls cut at multiples of it load the matrix's scale words unchanged, whatever the
+    cut (so DRAFT and FULL programs stream the same scale words)."""
+    a = 8 // math.gcd(groups, 8)
+    return a if a <= per_buf else 1
+
+
 def _chunks(n_cb, groups, per_buf, *, head=(), tail=()) -> list:
     """Column blocks per buffer-full: ``per_buf`` each, the first ones ``head`` and the last
-    ones ``tail`` words of a weight plane (rounded to whole column blocks)."""
-    def cb(words):
-        return max(1, min(per_buf, -(-words // groups)))
-    rest, front, back = n_cb, [], []
-    for c in map(cb, head):
+    ones ``tail`` words of a weight plane (rounded up to whole column blocks), every one but
+    the matrix's last a multiple of :func:`_align`."""
+    a = _align(groups, per_buf)
+    per = per_buf // a                     # in units of a column blocks
+    units, extra = divmod(n_cb, a)
+
+    def unit(words):
+        return max(1, min(per, -(-words // (groups * a))))
+    rest, front, back = units, [], []
+    for c in map(unit, head):
         c = min(c, rest)
         if c:
             front.append(c)
             rest -= c
-    for c in map(cb, reversed(tail)):
+    for c in map(unit, reversed(tail)):
         c = min(c, rest)
         if c:
             back.insert(0, c)
             rest -= c
-    mid = [per_buf] * (rest // per_buf)
-    rest -= per_buf * len(mid)
+    mid = [per] * (rest // per)
+    rest -= per * len(mid)
     if rest:                 # the remainder joins a ramp buffer-full (not the first) if it fits
-        if back and back[0] + rest <= per_buf:
+        if back and back[0] + rest <= per:
             back[0] += rest
-        elif len(front) > 1 and front[-1] + rest <= per_buf:
+        elif len(front) > 1 and front[-1] + rest <= per:
             front[-1] += rest
         else:
             mid.insert(0, rest)
-    return front + mid + back
+    sizes = [c * a for c in front + mid + back]
+    if extra:                                # column blocks short of a whole scale word: last
+        if sizes and sizes[-1] + extra <= per_buf:
+            sizes[-1] += extra
+        else:
+            sizes.append(extra)
+    return sizes
 
 
 class _Weights:
@@ -507,6 +534,7 @@ class _Weights:
         self.groups = groups = k // 32
         self.n_cb = n_cb = n_rows // L
         self.per_buf = pe.wmem_words // groups
+        self.align = _align(groups, max(self.per_buf, 1))
         if self.per_buf < 1:
             raise ProgramError(
                 f"{qw.name}: K = {k} ({groups} groups of 32) does not fit one WMEM buffer of "
@@ -535,6 +563,8 @@ class _Weights:
     def jobs(self, sizes) -> list:
         """Jobs of ``sizes`` column blocks each, in order (they must cover the matrix)."""
         assert sum(sizes) == self.n_cb and all(0 < n <= self.per_buf for n in sizes), sizes
+        # whole scale words: the cut does not change the matrix's scale words
+        assert all(n % self.align == 0 for n in sizes[:-1]), (sizes, self.align)
         pe, L = self.pe, self.pe.lanes
         jobs, j0 = [], 0
         for n in sizes:
@@ -665,6 +695,8 @@ class _Timeline:
 
 def _whole(n_cb, per_buf, *, rest_first=False) -> list:
     """``n_cb`` column blocks in whole buffer-fulls, the remainder last (or first)."""
+    if n_cb <= 0:
+        return []
     out = [per_buf] * (n_cb // per_buf)
     rest = [n_cb % per_buf] if n_cb % per_buf else []
     return rest + out if rest_first else out + rest
@@ -691,18 +723,21 @@ def _cut_pair(plan, prev, ld_cycles):
     def deficit(w, n_cb):                  # idle of a memory-heavy list in whole buffer-fulls
         return (n_cb / w.per_buf) * max(0.0, load(w, w.per_buf) - w.beats(w.per_buf))
 
-    if heavy(up) == heavy(down) or up.n_cb < 3:
+    if (heavy(up) == heavy(down) or up.n_cb < 3 or up.n_cb % up.align
+            or down.n_cb % down.align):
         plan.cut_up()
         prev.cut_down()
         return
-    skip = min(up.n_cb - 2, -(-(prev.requant_cycles + DRAIN_CYCLES) // up.beats(1)))
+    a_u = up.align
+    skip = -(-(prev.requant_cycles + DRAIN_CYCLES) // up.beats(a_u)) * a_u
+    skip = min(skip, max(0, up.n_cb - 2 * a_u))
     # two buffer-fulls of up/gate jobs stay last (the next expert's loads go under them)
     avail = {id(up): max(0, up.n_cb - skip - 2 * up.per_buf), id(down): down.n_cb}
     mem, cmp = (up, down) if heavy(up) else (down, up)
     base = deficit(mem, avail[id(mem)])
     best = None
-    for n_m in range(1, mem.per_buf + 1):
-        for n_c in range(1, cmp.per_buf + 1):
+    for n_m in range(mem.align, mem.per_buf + 1, mem.align):
+        for n_c in range(cmp.align, cmp.per_buf + 1, cmp.align):
             pairs = min(avail[id(mem)] // n_m, avail[id(cmp)] // n_c)
             if not pairs:
                 continue
@@ -717,10 +752,12 @@ def _cut_pair(plan, prev, ld_cycles):
         return
     _, n_m, n_c, pairs = best
     n_up, n_down = (n_m, n_c) if mem is up else (n_c, n_m)
-    head = _whole(skip, up.per_buf)
+    up_per = up.per_buf // up.align * up.align
+    head = _whole(skip, up_per)
     plan.cut_up(head + [n_up] * pairs
-                + _whole(up.n_cb - skip - pairs * n_up, up.per_buf, rest_first=True))
-    prev.cut_down([n_down] * pairs + _whole(down.n_cb - pairs * n_down, down.per_buf))
+                + _whole(up.n_cb - skip - pairs * n_up, up_per, rest_first=True))
+    prev.cut_down([n_down] * pairs
+                  + _whole(down.n_cb - pairs * n_down, down.per_buf // down.align * down.align))
     plan.pairing = (len(head), pairs)
 
 
@@ -838,9 +875,13 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
     n = len(jobs)
     state = {"next": 0, "planes": set(), "last_gemm": -1}
 
-    def load(target, addr, words, buf=0, signal=False, fence=False):
-        prog.load(target, addr, len(words), buf=buf, signal=signal, fence=fence)
+    owners = {}
+
+    def load(target, addr, words, buf=0, signal=False, fence=False, job=None):
+        i = prog.load(target, addr, len(words), buf=buf, signal=signal, fence=fence)
         ld.append(words)
+        if job is not None:
+            owners[i] = (job.expert, "up" if job.gemm["sink"] == Sink.SWIGLU else "down")
 
     def prologue(job):
         for i, (target, addr, words) in enumerate(job.prologue):
@@ -855,15 +896,15 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
                 if state["last_gemm"] < job.after:          # its region is still in use
                     if k not in state["planes"]:
                         for target, words in job.planes:
-                            load(target, 0, words, buf)
+                            load(target, 0, words, buf, job=job)
                         state["planes"].add(k)
                     return
                 prologue(job)
             if k not in state["planes"]:
                 for target, words in job.planes:
-                    load(target, 0, words, buf)
+                    load(target, 0, words, buf, job=job)
                 state["planes"].add(k)
-            load(Target.WSCALE, 0, job.scales, buf, signal=True)
+            load(Target.WSCALE, 0, job.scales, buf, signal=True, job=job)
             state["next"] = k + 1
             # the next expert's tokens go in as early as their region allows (a buffer-full
             # before they are needed, so that their fence finds the region's GEMMs done)
@@ -895,7 +936,7 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
     prog.status()
     prog.check_sync()
     words = [w for chunk in ld for w in _ints(chunk)]
-    return prog, words, jobs
+    return prog, words, jobs, owners
 
 
 def _ints(chunk):
@@ -957,7 +998,7 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
         cur_t, cur_a = t0 + tok_n, a0 + act_n
     hb = (config.hb_bytes_per_cycle if isinstance(config, ArchConfig)
           else DEFAULT_HB_BYTES_PER_CYCLE)
-    prog, words, jobs = _emit(pe, plans, t, exs[0].hidden, pe.word_bytes / hb)
+    prog, words, jobs, owners = _emit(pe, plans, t, exs[0].hidden, pe.word_bytes / hb)
     for plan in plans:
         per_expert[plan.index] = {"tokens": plan.tokens,
                                   "buffer_fulls": len(plan.up) + len(plan.down),
@@ -965,7 +1006,7 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
     beats = sum(j.gemm["col_blocks"] * (2 if mode is Mode.FULL else 1) * j.gemm["row_blocks"]
                 * j.gemm["groups"] for j in jobs)
     info = {"experts": per_expert, "gemm_beats": beats, "ld_words": len(words),
-            "commands": prog.counts()}
+            "commands": prog.counts(), "weight_loads": owners}
     return PEJob(program=prog, ld=words, tokens=t, hidden=exs[0].hidden, info=info)
 
 

@@ -127,6 +127,36 @@ def test_draft_and_full_share_the_msb_plane_and_scale_words(tokens):
         _check_equal(job, ex.ref_expert(x, *w, None, m))
 
 
+@pytest.mark.parametrize("tokens", [4, 16])
+def test_moe_draft_and_full_stream_the_same_msb_and_scale_words(tokens):
+    """In MoE programs the builder cuts buffer-fulls by mode (a FULL one carries twice the
+    words), but only at whole scale words: every expert's MSB plane words and scale words
+    stream in the same order with the same bytes in DRAFT and FULL, so one copy in HB serves
+    both."""
+    rng = _rng(f"moeshare{tokens}")
+    n_exp = 8
+    experts = [ex.Expert.quantize(*_weights(rng), name=f"e{e}") for e in range(n_exp)]
+    x = rng.standard_normal((tokens, H))
+    ids = np.stack([rng.permutation(n_exp)[:2] for _ in range(tokens)])
+    ids[: tokens // 2, 1] = -1
+    wts = rng.uniform(0.1, 0.9, ids.shape)
+    jobs = {m: ex.build_moe_program(x, experts, (ids, wts), m, CFG)
+            for m in (Mode.DRAFT, Mode.FULL)}
+    cuts = []
+    for e in jobs[Mode.FULL].info["experts"]:
+        for matrix in ("up", "down"):
+            for target in (Target.WMSB, Target.WSCALE):
+                d, f = (jobs[m].weight_words(e, matrix, target) for m in (Mode.DRAFT, Mode.FULL))
+                assert d == f and d
+            cuts.append(tuple(len(w) for i, _, _, w in jobs[Mode.DRAFT].loads(Target.WMSB)
+                           if jobs[Mode.DRAFT].info["weight_loads"][i] == (e, matrix))
+                     != tuple(len(w) for i, _, _, w in jobs[Mode.FULL].loads(Target.WMSB)
+                              if jobs[Mode.FULL].info["weight_loads"][i] == (e, matrix)))
+    for m, job in jobs.items():
+        _check_equal(job, ex.ref_moe(x, experts, (ids, wts), m))
+    print(f"{sum(cuts)} of {len(cuts)} matrices cut differently in DRAFT and FULL")
+
+
 def test_moe_several_experts_per_token():
     rng = _rng("moe")
     n_exp, t, k = 4, 12, 2
