@@ -942,13 +942,11 @@ class PE(wiring.Component):
         inflight.update(dq=(dq_valid, dq["seq"]), ds=(s_active, ds["seq"]),
                         res=(res_valid, res_seq), a=(a_valid, a_seq))
         tail = max(self.swiglu_latency, 1 + self.combine_latency) + 1
+        feed = (a_valid & ~stall_a, a_seq)       # a row leaves stage A
         for k in range(tail):
             v, q = Signal(name=f"tail_v{k}"), Signal(SEQ, name=f"tail_seq{k}")
-            if k == 0:
-                m.d.sync += [v.eq(a_valid & ~stall_a), q.eq(a_seq)]
-            else:
-                m.d.sync += [v.eq(prev[0]), q.eq(prev[1])]
-            inflight[f"tail{k}"] = prev = (v, q)
+            m.d.sync += [v.eq(feed[0]), q.eq(feed[1])]
+            inflight[f"tail{k}"] = feed = (v, q)
         m.d.comb += res_done.eq(raw_done | vpu_res_done)
         gemm_busy = Signal()
         m.d.comb += gemm_busy.eq(g_issuing | bv | (tile_pending != 0) | res_valid | dq_valid
