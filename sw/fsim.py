@@ -31,8 +31,8 @@ from ..config import PEConfig
 from ..isa import IsaError, Op, Sink, Target, decode
 from . import asm
 from .asm import OBeat, OKind, ProgramError, SyncChecker
-from .datapath import INT64_MAX, INT64_MIN, Mode, accumulate, lsb_field, msb_field
-from .tile import _signed_nibble
+from .datapath import INT64_MAX, INT64_MIN, Mode, accumulate
+from .tile import lane_fields
 from .vpu import combine, q24_to_fp32, requant_exponent, requant_shift, swiglu_q16
 
 
@@ -455,16 +455,7 @@ def gemm_results(state: PEState, f: dict):
     nib, sc = _lane_operands(mode, msb, lsb, scl)
     nblk, G, L, K = nib.shape
     rbn, _, R, _ = act.shape
-    if mode is Mode.FULL:
-        field_ = np.empty(nib.shape, np.int16)
-        field_[:, :, 0::2] = msb_field(_signed_nibble(nib[:, :, 0::2]), 0)
-        field_[:, :, 1::2] = lsb_field(nib[:, :, 1::2])
-    elif mode is Mode.DRAFT:
-        field_ = msb_field(_signed_nibble(nib), 1)
-    elif mode is Mode.MSB_ONLY:
-        field_ = msb_field(_signed_nibble(nib), 0)
-    else:
-        field_ = lsb_field(nib)
+    field_ = lane_fields(nib, mode, lane_axis=2)
     # adder trees: tree[m, blk, l, g] = sum_k a[m, g, k] * field[blk, g, l, k]; |tree| <= 2^16,
     # exact in float32 in any summation order.
     a = act.transpose(0, 2, 1, 3).reshape(rbn * R, G, K).astype(np.float32)   # [M, G, K]

@@ -56,6 +56,28 @@ def _signed_nibble(nib):
     return np.where(nib >= 8, nib - 16, nib).astype(np.int16)
 
 
+def lane_fields(nibbles, mode, lane_axis: int = 0) -> np.ndarray:
+    """The unit PEs' 5-bit weight fields (int16) of weight nibbles laid out along lanes.
+
+    ``nibbles``: uint 0..15, lanes on axis ``lane_axis``. FULL: even lanes are MSB slices
+    (aug 0), odd lanes LSB slices; DRAFT: MSB with aug 1; MSB_ONLY: MSB with aug 0; LSB_ONLY:
+    LSB (numerics §3). One definition for :func:`beat_psums` and the PE's functional
+    simulator."""
+    mode = Mode(mode)
+    nib = np.moveaxis(np.asarray(nibbles), lane_axis, 0)
+    if mode is Mode.FULL:
+        field = np.empty(nib.shape, np.int16)
+        field[0::2] = msb_field(_signed_nibble(nib[0::2]), 0)
+        field[1::2] = lsb_field(nib[1::2])
+    elif mode is Mode.DRAFT:
+        field = msb_field(_signed_nibble(nib), 1)
+    elif mode is Mode.MSB_ONLY:
+        field = msb_field(_signed_nibble(nib), 0)
+    else:
+        field = lsb_field(nib)
+    return np.moveaxis(field, 0, lane_axis)
+
+
 def beat_psums(act, wgt, mode) -> np.ndarray:
     """Group psums of one beat as the tile forms them, after slice combining (int64 [M, N]).
 
@@ -67,17 +89,7 @@ def beat_psums(act, wgt, mode) -> np.ndarray:
     """
     mode = Mode(mode)
     act = np.asarray(act, np.int8)
-    wgt = np.asarray(wgt)
-    if mode is Mode.FULL:
-        field = np.empty(wgt.shape, np.int16)
-        field[0::2] = msb_field(_signed_nibble(wgt[0::2]), 0)
-        field[1::2] = lsb_field(wgt[1::2])
-    elif mode is Mode.DRAFT:
-        field = msb_field(_signed_nibble(wgt), 1)
-    elif mode is Mode.MSB_ONLY:
-        field = msb_field(_signed_nibble(wgt), 0)
-    else:
-        field = lsb_field(wgt)
+    field = lane_fields(wgt, mode, lane_axis=0)
     tree = unit_pe(act[:, None, :], field[None, :, :]).sum(axis=-1, dtype=np.int64)  # [M, N]
     if mode is Mode.FULL:
         psum = np.zeros_like(tree)
