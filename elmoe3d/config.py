@@ -152,6 +152,16 @@ class ArchConfig:
         return self.hb_bank_gbps / self.clock_ghz
 
     @property
+    def streamline_bytes_per_cycle(self) -> float:
+        """Streamline-ring bytes per logic-die cycle (128 at 1 GHz): the ring's flit width."""
+        return self.streamline_gbps / self.clock_ghz
+
+    @property
+    def aggregation_bytes_per_cycle(self) -> float:
+        """Aggregation-link bytes per logic-die cycle (32 at 1 GHz): the link's flit width."""
+        return self.aggregation_gbps / self.clock_ghz
+
+    @property
     def pe(self) -> "PEConfig":
         """Memory geometry of one PE (``docs/pe.md``), derived from this configuration.
 
