@@ -5,14 +5,12 @@ Every comparison is plain equality. Seeds are fixed and printed (``pytest -s`` s
 failing assertion shows them too).
 """
 
-import random
 import time
 
 import numpy as np
 import pytest
 from amaranth.back import verilog
 from amaranth.hdl import Fragment
-from amaranth.sim import Simulator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +18,7 @@ from elmoe3d.config import ConfigError, TileConfig
 from elmoe3d.hw.layouts import TileMode, pack_beats, tile_beat_layout, tile_result_layout, \
     unpack_results
 from elmoe3d.hw.tile import TensorTile
+from elmoe3d.sim.amaranth_streams import drive_pipeline
 from elmoe3d.sw.datapath import INT64_MAX, INT64_MIN, Mode, gemm
 from elmoe3d.sw.quant import QuantizedWeight, quantize_weights
 from elmoe3d.sw.tile import ref_tile, tile_assemble, tile_schedule
@@ -47,53 +46,9 @@ def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12):
     """
     dut = TensorTile(config=cfg)
     words = pack_beats(cfg, beats)
-    nbeats, n_results = len(words), _expected_results(beats)
-    rng = random.Random(seed)
-    got, accept, emit = [], [], []
-    max_cycles = 50 + int((nbeats + 4 * n_results + 10) / max(1e-3, (1 - idle) * (1 - stall)) * 4)
-
-    async def bench(ctx):
-        idx, cycle, valid, pending, quiet = 0, 0, False, None, 0
-        while True:
-            if not valid and idx < nbeats:
-                valid = rng.random() >= idle
-            ctx.set(dut.i.valid, valid)
-            if valid:
-                ctx.set(dut.i.payload.as_value(), words[idx])
-            ready = rng.random() >= stall
-            ctx.set(dut.o.ready, ready)
-            o_valid, i_ready = ctx.get(dut.o.valid), ctx.get(dut.i.ready)
-            assert i_ready == (not (o_valid and not ready)), f"cycle {cycle}"
-            if o_valid:
-                payload = ctx.get(dut.o.payload)
-                if pending is not None:
-                    assert payload == pending, f"cycle {cycle}: stalled result changed"
-                if ready:
-                    got.append(payload)
-                    emit.append(cycle)
-                    pending = None
-                else:
-                    pending = payload
-            else:
-                assert pending is None, f"cycle {cycle}: o.valid dropped before the handshake"
-            assert len(got) <= n_results, f"cycle {cycle}: unexpected extra result"
-            if valid and i_ready:
-                accept.append(cycle)
-                idx += 1
-                valid = False
-            if idx == nbeats and len(got) == n_results:
-                quiet += 1
-                if quiet > drain:
-                    return
-            await ctx.tick()
-            cycle += 1
-            assert cycle < max_cycles, f"timeout: {idx}/{nbeats} beats, {len(got)} results"
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
-    return unpack_results(cfg, got), {"accept": accept, "emit": emit, "latency": dut.latency}
+    got, log = drive_pipeline(dut, [int(w) for w in words], n_results=_expected_results(beats),
+                              seed=seed, idle=idle, stall=stall, drain=drain)
+    return unpack_results(cfg, got), log
 
 
 def assert_results_equal(got, want):

@@ -5,16 +5,15 @@ Every comparison is plain equality. Seeds are fixed and printed (``pytest -s`` s
 failing assertion shows them too).
 """
 
-import random
 import time
 
 import numpy as np
 import pytest
 from amaranth.back import verilog
 from amaranth.hdl import Fragment
-from amaranth.sim import Simulator
 
 from elmoe3d.hw import vpu as hw
+from elmoe3d.sim.amaranth_streams import drive_pipeline
 from elmoe3d.sw import vpu as sw
 from elmoe3d.sw.vpu import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
@@ -36,58 +35,11 @@ def run_unit(dut, inputs, *, seed, idle=0.0, stall=0.0, drain=None):
     in arrival order, log with the accept and emit cycles and the DUT's latency.
     """
     in_layout = dut.i.payload.shape()
-    out_layout = dut.o.payload.shape()
-    consts = [in_layout.const(x) for x in inputs]
-    fields = list(out_layout.members)
-    n = len(consts)
-    drain = dut.latency + 4 if drain is None else drain
-    rng = random.Random(seed)
-    got, accept, emit = [], [], []
-    max_cycles = 100 + int((n + dut.latency) / max(1e-3, (1 - idle) * (1 - stall)) * 4)
-
-    async def bench(ctx):
-        idx, cycle, valid, pending, quiet = 0, 0, False, None, 0
-        while True:
-            if not valid and idx < n:
-                valid = rng.random() >= idle
-            ctx.set(dut.i.valid, valid)
-            if valid:
-                ctx.set(dut.i.payload, consts[idx])
-            ready = rng.random() >= stall
-            ctx.set(dut.o.ready, ready)
-            o_valid, i_ready = ctx.get(dut.o.valid), ctx.get(dut.i.ready)
-            assert i_ready == (not o_valid or ready), f"cycle {cycle}"
-            if o_valid:
-                p = ctx.get(dut.o.payload)
-                payload = {f: int(getattr(p, f)) for f in fields}
-                if pending is not None:
-                    assert payload == pending, f"cycle {cycle}: stalled result changed"
-                if ready:
-                    got.append(payload)
-                    emit.append(cycle)
-                    pending = None
-                else:
-                    pending = payload
-            else:
-                assert pending is None, f"cycle {cycle}: o.valid dropped before the handshake"
-            assert len(got) <= n, f"cycle {cycle}: unexpected extra result"
-            if valid and i_ready:
-                accept.append(cycle)
-                idx += 1
-                valid = False
-            if idx == n and len(got) == n:
-                quiet += 1
-                if quiet > drain:
-                    return
-            await ctx.tick()
-            cycle += 1
-            assert cycle < max_cycles, f"timeout: {idx}/{n} accepted, {len(got)} results"
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
-    return got, {"accept": accept, "emit": emit, "latency": dut.latency}
+    fields = list(dut.o.payload.shape().members)
+    return drive_pipeline(dut, [in_layout.const(x) for x in inputs], n_results=len(inputs),
+                          seed=seed, idle=idle, stall=stall,
+                          drain=dut.latency + 4 if drain is None else drain,
+                          read=lambda p: {f: int(getattr(p, f)) for f in fields})
 
 
 def check(dut, inputs, want, *, seed, idle=0.0, stall=0.0):
