@@ -24,6 +24,14 @@ synchronise through
   waits for it anyway);
 * ``BARRIER``: waits until all three engines are idle and holds back later LOADs until then.
 
+Multi-PE work (paper Sections 5.1, 5.2): ``GEMM.psum_in`` adds ``rows * lanes / (W/64)``
+``link_i`` words (the RAW psum layout) into every result before its sink (psum-level
+synchronisation: MSB slices on one PE plus the LSB psums of another equal FULL bit for bit);
+SEND / RECV of :attr:`Target.ROWMAX` exchange the per-token row maxima (RECV ``accumulate``:
+unsigned max) for the max all-reduce before REQUANT; ``LOAD.src`` (:class:`Source`) and
+``LOAD.hb_addr`` tell the die's load router where a LOAD's words come from (the PE ignores
+them).
+
 ``docs/pe.md`` states the rules a program must keep (``elmoe3d.sw.asm.SyncChecker`` checks
 them).
 """
@@ -34,7 +42,7 @@ import enum
 from dataclasses import dataclass
 
 
-__all__ = ["COMMAND_BITS", "OP_BITS", "Op", "Target", "Sink", "Field", "OPS",
+__all__ = ["COMMAND_BITS", "OP_BITS", "Op", "Target", "Sink", "Source", "Field", "OPS",
            "encode", "decode", "IsaError"]
 
 COMMAND_BITS = 128
@@ -79,6 +87,9 @@ class Target(enum.IntEnum):
     TOK = 4      #: token table: per row, exponent, gate weight, output slot
     HBUF = 5     #: IOMEM H buffer (SwiGLU output, Q16.16)
     OUT = 6      #: IOMEM output accumulators (Q.24)
+    #: per-TOK-entry row-max registers (u32 max |h|, W/32 entries per word; SEND / RECV only,
+    #: RECV ``accumulate`` takes the unsigned max: the max all-reduce before REQUANT)
+    ROWMAX = 7
 
 
 class Sink(enum.IntEnum):
@@ -87,6 +98,16 @@ class Sink(enum.IntEnum):
     SWIGLU = 0   #: VPU: h = silu(gate) * up into HBUF, row max updated (up/gate interleaved)
     COMBINE = 1  #: VPU: out += gate_weight * y into OUT (down projection)
     RAW = 2      #: raw Q.24 accumulators onto the link port (psum exchange, BRIEF 3.5)
+
+
+class Source(enum.IntEnum):
+    """Where the words of a LOAD come from (``LOAD.src``). The PE ignores it (its words arrive
+    on ``ld`` in LOAD order whatever the source); the logic die's per-PE load router reads it
+    (with ``LOAD.hb_addr``) to pick the source of each LOAD's words and to issue HB reads."""
+
+    HOST = 0     #: the host command / DMA interface
+    HB = 1       #: the PE's hybrid-bonded DRAM bank, from word ``hb_addr`` (W-bit PE words)
+    EXT = 2      #: external memory (LPDDR5) through the streamline ring
 
 
 @dataclass(frozen=True)
@@ -99,12 +120,12 @@ class Field:
 OPS: dict[Op, tuple[Field, ...]] = {
     Op.NOP: (),
     Op.LOAD: (Field("target", 3), Field("buf", 1), Field("addr", 16), Field("words", 16),
-              Field("signal", 1), Field("fence", 1)),
+              Field("signal", 1), Field("fence", 1), Field("src", 2), Field("hb_addr", 32)),
     Op.GEMM: (Field("mode", 2), Field("wbuf", 1), Field("act_base", 16), Field("w_base", 16),
               Field("row_blocks", 8), Field("col_blocks", 10), Field("groups", 8),
               Field("sink", 2), Field("out_base", 16), Field("tok_base", 8),
               Field("wait", 1), Field("release", 1), Field("stride", 16),
-              Field("rq_wait", 1)),
+              Field("rq_wait", 1), Field("psum_in", 1)),
     Op.REQUANT: (Field("row_blocks", 8), Field("channels", 16), Field("act_base", 16),
                  Field("tok_base", 8)),
     Op.OUTPUT: (Field("row_blocks", 8), Field("channels", 16)),

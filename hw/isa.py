@@ -29,7 +29,7 @@ from ..sw import asm as _asm
 from .layouts import TileMode, tile_beat_layout
 
 
-__all__ = ["OpCode", "TargetCode", "SinkCode", "OKind", "op_layout", "command_layout",
+__all__ = ["OpCode", "TargetCode", "SinkCode", "SourceCode", "OKind", "op_layout", "command_layout",
            "tok_entry_layout", "tok_word_layout", "wgt_word_layout", "act_word_layout",
            "scale_word_layout", "hbuf_word_layout", "out_word_layout", "fp32_word_layout",
            "status_layout", "o_beat_layout"]
@@ -53,11 +53,14 @@ TargetCode = _shaped_enum("TargetCode", isa.Target, 3,
 
 SinkCode = _shaped_enum("SinkCode", isa.Sink, 2, "RTL encoding of :class:`elmoe3d.isa.Sink`.")
 
+SourceCode = _shaped_enum("SourceCode", isa.Source, 2,
+                          "RTL encoding of :class:`elmoe3d.isa.Source` (``LOAD.src``).")
+
 OKind = _shaped_enum("OKind", _asm.OKind, 1,
                      "Kind of an ``o`` beat (:class:`elmoe3d.sw.asm.OKind`).")
 
 #: Fields whose values are enumerations (the width must match the ISA table).
-_ENUM_FIELDS = {"target": TargetCode, "sink": SinkCode, "mode": TileMode}
+_ENUM_FIELDS = {"target": TargetCode, "sink": SinkCode, "mode": TileMode, "src": SourceCode}
 
 
 def _field_shape(field: isa.Field):

@@ -23,7 +23,8 @@ Word layouts (element ``[i][j]`` of an array field sits at the lowest bits first
     TOK           [W/64] x entry        entry j at bit 64 j: e_x s8, e_h s8, gate FP16 u16,
                                         slot u8, pad u24 (:data:`TOK_FIELDS`)
     HBUF          [W/32] x s32          Q16.16
-    OUT           [W/64] x s64          Q.24
+    OUT           [W/64] x s64          Q.24 (also a RAW / psum_in link word)
+    ROWMAX        [W/32] x u32          row max |h| (Q16.16) of TOK entry a * W/32 + j
     o DATA        [W/32] x u32          FP32 bits
     o STATUS      :data:`STATUS_FIELDS`, zero-padded to W
     o beat        kind (1 bit, :class:`OKind`) then the W data bits
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ArchConfig, PEConfig
-from ..isa import COMMAND_BITS, OPS, IsaError, Op, Sink, Target, decode, encode
+from ..isa import COMMAND_BITS, OPS, IsaError, Op, Sink, Source, Target, decode, encode
 from .datapath import Mode
 
 
@@ -51,7 +52,8 @@ __all__ = [
     "words_to_ints", "ints_to_words",
     "pack_wgt", "unpack_wgt", "pack_scales", "unpack_scales", "pack_act", "unpack_act",
     "TOK_DTYPE", "pack_tok", "unpack_tok", "pack_q16", "unpack_q16", "pack_q24", "unpack_q24",
-    "pack_fp32", "unpack_fp32", "pack_status", "unpack_status", "OBeat",
+    "pack_rowmax", "unpack_rowmax", "pack_fp32", "unpack_fp32", "pack_status",
+    "unpack_status", "OBeat",
 ]
 
 
@@ -108,11 +110,14 @@ def pe_config(config) -> PEConfig:
 
 
 def target_words(pe: PEConfig, target) -> int:
-    """Words of the memory ``target`` (WMEM targets: one buffer)."""
+    """Words of the memory ``target`` (WMEM targets: one buffer; ROWMAX: words of W/32 row-max
+    registers, ``tok_entries // (W/32)``, so entries beyond the last whole word, if any, are
+    not addressable by SEND / RECV)."""
     return {Target.WMSB: pe.wmem_words, Target.WLSB: pe.wmem_words,
             Target.WSCALE: pe.wscale_words, Target.ACT: pe.act_words,
             Target.TOK: pe.tok_words, Target.HBUF: pe.hbuf_words,
-            Target.OUT: pe.out_words}[Target(target)]
+            Target.OUT: pe.out_words,
+            Target.ROWMAX: pe.tok_entries // pe.q16_per_word}[Target(target)]
 
 
 # ---- commands and programs --------------------------------------------------------------------
@@ -133,6 +138,8 @@ class Command:
             v = self.fields[f.name]
             if f.name == "target":
                 v = Target(v).name
+            elif f.name == "src":
+                v = Source(v).name if v in Source._value2member_map_ else v
             elif f.name == "sink":
                 v = Sink(v).name if v in Sink._value2member_map_ else v
             elif f.name == "mode":
@@ -192,6 +199,8 @@ class Program:
                 c[f"LOAD {Target(cmd.fields['target']).name}"] += 1
             if cmd.op is Op.GEMM:
                 c[f"GEMM {Sink(cmd.fields['sink']).name}"] += 1
+                if cmd.fields["psum_in"]:
+                    c["GEMM psum_in"] += 1
         return dict(c)
 
     def listing(self) -> str:
@@ -235,28 +244,32 @@ class Program:
         return self.append(Op.NOP)
 
     def load(self, target, addr: int, words: int, *, buf: int = 0, signal: bool = False,
-             fence: bool = False) -> int:
+             fence: bool = False, src=Source.HOST, hb_addr: int = 0) -> int:
         """LOAD ``words`` beats of the ``ld`` stream into ``target`` at ``addr`` (WMEM targets:
         of buffer ``buf``; ``signal`` sets the buffer's full flag when the load completes;
-        ``fence``: the load waits until every earlier execute command has completed)."""
+        ``fence``: the load waits until every earlier execute command has completed).
+        ``src`` (:class:`~elmoe3d.isa.Source`) and ``hb_addr`` (HB address in W-bit words,
+        for ``src = HB``) are for the die's load router; the PE ignores them."""
         return self.append(Op.LOAD, target=_enum(Target, target, len(self), "LOAD", "target"),
                            buf=buf, addr=addr, words=words, signal=int(bool(signal)),
-                           fence=int(bool(fence)))
+                           fence=int(bool(fence)),
+                           src=_enum(Source, src, len(self), "LOAD", "src"), hb_addr=hb_addr)
 
     def gemm(self, *, mode, wbuf: int, act_base: int, w_base: int, row_blocks: int,
              col_blocks: int, groups: int, sink, out_base: int = 0, tok_base: int = 0,
              stride: int = 0, wait: bool = False, release: bool = False,
-             rq_wait: bool = False) -> int:
+             rq_wait: bool = False, psum_in: bool = False) -> int:
         """GEMM of ACT row blocks against WMEM column blocks of buffer ``wbuf`` (``docs/pe.md``
         address generation); results go to ``sink``. ``rq_wait``: start only when every
-        earlier REQUANT has completed."""
+        earlier REQUANT has completed. ``psum_in``: add ``rows * lanes / (W/64)`` ``link_i``
+        words (RAW layout, saturating) into every result before the sink."""
         return self.append(Op.GEMM, mode=_enum(Mode, mode, len(self), "GEMM", "mode"),
                            wbuf=wbuf, act_base=act_base, w_base=w_base, row_blocks=row_blocks,
                            col_blocks=col_blocks, groups=groups,
                            sink=_enum(Sink, sink, len(self), "GEMM", "sink"),
                            out_base=out_base, tok_base=tok_base, stride=stride,
                            wait=int(bool(wait)), release=int(bool(release)),
-                           rq_wait=int(bool(rq_wait)))
+                           rq_wait=int(bool(rq_wait)), psum_in=int(bool(psum_in)))
 
     def requant(self, *, row_blocks: int, channels: int, act_base: int, tok_base: int) -> int:
         """REQUANT HBUF rows ``tok_base + rb*rows + r`` (``channels`` = I) into ACT and e_h."""
@@ -276,6 +289,8 @@ class Program:
                            addr=addr, words=words)
 
     def recv(self, target, addr: int, words: int, *, accumulate: bool = False) -> int:
+        """RECV ``words`` ``link_i`` words into ``target`` at ``addr``; ``accumulate``: OUT
+        saturating s64 add, ROWMAX unsigned max."""
         return self.append(Op.RECV, target=_enum(Target, target, len(self), "RECV", "target"),
                            addr=addr, words=words, accumulate=int(bool(accumulate)))
 
@@ -327,15 +342,22 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
         at_least_one("words")
         size = target_words(pe, target)
         span("addr", f["addr"] + f["words"], size, f"{target.name} addr + words")
+        if op is Op.LOAD and target is Target.ROWMAX:
+            fail("target", "LOAD does not address the row-max registers (SEND / RECV do)")
+        if op is Op.LOAD and f["src"] not in Source._value2member_map_:
+            fail("src", f"unknown source; sources are {', '.join(s.name for s in Source)}")
         if op is Op.LOAD and target not in W_TARGETS:
             if f["buf"]:
                 fail("buf", f"only WMEM targets have buffers, not {target.name}")
             if f["signal"]:
                 fail("signal", f"only WMEM loads signal a buffer, not {target.name}")
         if op in (Op.SEND, Op.RECV) and target in W_TARGETS:
-            fail("target", f"{op.name} addresses IOMEM (ACT, TOK, HBUF, OUT), not WMEM")
-        if op is Op.RECV and f["accumulate"] and target is not Target.OUT:
-            fail("accumulate", f"RECV accumulates into OUT only, not {target.name}")
+            fail("target", f"{op.name} addresses IOMEM (ACT, TOK, HBUF, OUT) or ROWMAX, not "
+                           f"WMEM")
+        if (op is Op.RECV and f["accumulate"]
+                and target not in (Target.OUT, Target.ROWMAX)):
+            fail("accumulate", f"RECV accumulates into OUT (add) or ROWMAX (max) only, not "
+                               f"{target.name}")
     elif op is Op.GEMM:
         try:
             mode = Mode(f["mode"])
@@ -357,8 +379,6 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
         halves = 2 if mode is Mode.FULL else 1
         nblk = f["col_blocks"] * halves
         if sink is Sink.SWIGLU:
-            if mode not in (Mode.FULL, Mode.DRAFT):
-                fail("mode", f"SWIGLU needs whole products (FULL or DRAFT), not {mode.name}")
             at_least_one("stride")
             p = L // 4 if mode is Mode.FULL else L // 2
             per_row = f["stride"] * pe.q16_per_word
@@ -447,7 +467,10 @@ def command_ranges(pe: PEConfig, op, f: dict) -> dict:
         if f["rowmax"]:
             out["ROWMAX"] = (0, pe.tok_entries)
     elif op in (Op.SEND, Op.RECV):
-        out[Target(f["target"]).name] = (f["addr"], f["addr"] + f["words"])
+        if Target(f["target"]) is Target.ROWMAX:
+            out["ROWMAX"] = (f["addr"] * Q, (f["addr"] + f["words"]) * Q)
+        else:
+            out[Target(f["target"]).name] = (f["addr"], f["addr"] + f["words"])
     return out
 
 
@@ -742,6 +765,21 @@ def pack_q24(values, config) -> np.ndarray:
 
 def unpack_q24(words, config) -> np.ndarray:
     return np.ascontiguousarray(words, np.uint8).view("<i8").astype(np.int64).reshape(
+        len(words), -1)
+
+
+def pack_rowmax(values, config) -> np.ndarray:
+    """ROWMAX (SEND / RECV) words from row maxima ``[n, W/32]`` (unsigned 32-bit values)."""
+    pe = pe_config(config)
+    v = _check_shape("ROWMAX values", values, (pe.q16_per_word,), "iu")
+    if v.size and (v.min() < 0 or v.max() > 0xFFFFFFFF):
+        raise ValueError("ROWMAX values: must lie in 0..2^32-1")
+    return np.ascontiguousarray(v.astype("<u4")).view(np.uint8).reshape(len(v), -1)
+
+
+def unpack_rowmax(words, config) -> np.ndarray:
+    """``uint8 [n, W/8]`` -> row maxima ``int64 [n, W/32]`` (0..2^32-1)."""
+    return np.ascontiguousarray(words, np.uint8).view("<u4").astype(np.int64).reshape(
         len(words), -1)
 
 

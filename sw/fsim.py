@@ -14,6 +14,17 @@ results. Counters are functional (beats, words); the timing counters of the STAT
 State (:class:`PEState`): every memory as raw little-endian words (``uint8 [words, W/8]``, the
 bits the RTL holds), the per-row max registers, the sticky flags and the counters.
 
+Phases: :func:`run` may be called any number of times on one :class:`PEState` (pass
+``state=``); the calls behave as one program made of all their commands, run in turn, each
+call with its own ``ld`` and ``link_i`` words (a multi-PE simulation runs every PE up to a link
+exchange, moves the words, then runs the next phase). The synchronisation checker and the
+command numbering carry over from call to call: command indices in errors count every command
+run on the state.
+
+Multi-PE features (``docs/pe.md``): ``GEMM.psum_in`` takes ``rows * lanes / (W/64)`` ``link_i``
+words per result (the RAW layout) and adds them, saturating, into the result before its sink;
+SEND / RECV of ``ROWMAX`` move the row-max registers (RECV ``accumulate``: unsigned max).
+
 Errors: :class:`~.asm.ProgramError` naming the command index (bad field, address beyond a
 memory, broken buffer-flag protocol, ``ld`` or ``link_i`` stream too short, a token slot beyond
 OUT).
@@ -31,7 +42,7 @@ from ..config import PEConfig
 from ..isa import IsaError, Op, Sink, Target, decode
 from . import asm
 from .asm import OBeat, OKind, ProgramError, SyncChecker
-from .datapath import INT64_MAX, INT64_MIN, Mode, accumulate
+from .datapath import Mode, _saturating_add, accumulate
 from .tile import lane_fields
 from .vpu import combine, q24_to_fp32, requant_exponent, requant_shift, swiglu_q16
 
@@ -60,6 +71,11 @@ class PEState:
         ``words_received``).
     full : list of bool
         WMEM buffer flags.
+    sync : SyncChecker or None
+        The synchronisation checker of the commands run so far (``None`` before the first
+        :func:`run`), carried over between phases.
+    commands_run : int
+        Commands run on this state so far (the index of the next one).
     """
 
     pe: PEConfig
@@ -75,6 +91,8 @@ class PEState:
     vpu_saturation: bool = False
     counters: dict = field(default_factory=dict)
     full: list = field(default_factory=lambda: [False, False])
+    sync: SyncChecker | None = None
+    commands_run: int = 0
 
     @classmethod
     def reset(cls, config) -> "PEState":
@@ -96,8 +114,11 @@ class PEState:
                          if name not in ("acc_overflow", "vpu_saturation")}
 
     def memory(self, target, buf: int = 0) -> np.ndarray:
-        """The raw words of ``target`` (WMEM targets: of buffer ``buf``), a writable view."""
+        """The raw words of ``target`` (WMEM targets: of buffer ``buf``), a writable view
+        (ROWMAX: a packed copy, :meth:`rowmax_words`)."""
         target = Target(target)
+        if target is Target.ROWMAX:
+            return self.rowmax_words()
         if target is Target.WMSB:
             return self.wmsb[buf]
         if target is Target.WLSB:
@@ -106,6 +127,13 @@ class PEState:
             return self.wscale[buf]
         return {Target.ACT: self.act, Target.TOK: self.tok, Target.HBUF: self.hbuf,
                 Target.OUT: self.out}[target]
+
+    def rowmax_words(self) -> np.ndarray:
+        """The row-max registers as ROWMAX words (``uint8 [tok_entries // (W/32), W/8]``, a
+        copy): entry ``j`` of word ``a`` is the register of TOK entry ``a * W/32 + j``."""
+        q = self.pe.q16_per_word
+        n = len(self.rowmax) // q
+        return asm.pack_rowmax(self.rowmax[:n * q].reshape(n, q), self.pe)
 
     # typed views
     def tok_entries(self) -> np.ndarray:
@@ -180,11 +208,12 @@ def run(program, ld=(), link_i=(), *, config=None, state: PEState | None = None)
     ld : sequence of int (W bits each) or ``uint8 [n, W/8]``
         The ``ld`` stream: LOADs consume it in program order.
     link_i : sequence of int or ``uint8 [n, W/8]``
-        Words RECV takes from the link port.
+        Words RECV and ``psum_in`` GEMMs take from the link port, in program order.
     config : ArchConfig or PEConfig, optional
         Needed for encoded programs; defaults to the program's.
     state : PEState, optional
-        Initial state (reset if omitted); modified in place.
+        Initial state (reset if omitted); modified in place. Running on the state of an
+        earlier run continues that program (phases; the module docstring).
 
     Returns
     -------
@@ -193,7 +222,7 @@ def run(program, ld=(), link_i=(), *, config=None, state: PEState | None = None)
     Raises
     ------
     ProgramError
-        Naming the command index.
+        Naming the command index (counted from the first command run on the state).
     """
     if isinstance(program, asm.Program):
         pe = program.pe if config is None else asm.pe_config(config)
@@ -212,9 +241,15 @@ def run(program, ld=(), link_i=(), *, config=None, state: PEState | None = None)
             commands.append((op, fields))
     if state is None:
         state = PEState.reset(pe)
+    elif state.pe != pe:
+        raise ValueError(f"state: a state of a PE with word_bits={state.pe.word_bits}, "
+                         f"rows={state.pe.rows}, lanes={state.pe.lanes} does not match the "
+                         f"program's configuration")
     sim = _Sim(state, ld, link_i)
+    base = state.commands_run
     for i, (op, fields) in enumerate(commands):
-        sim.step(i, op, fields)
+        sim.step(base + i, op, fields)
+        state.commands_run = base + i + 1
     return FsimResult(o=sim.o, link_o=sim.link_o, state=state, ld_used=sim.ld_pos,
                       link_i_used=sim.link_pos)
 
@@ -229,7 +264,9 @@ class _Sim:
         self.link_pos = 0
         self.o: list = []
         self.link_o: list = []
-        self.sync = SyncChecker(state.pe)
+        if state.sync is None:
+            state.sync = SyncChecker(state.pe)
+        self.sync = state.sync
         self.sync.full = list(state.full)
 
     def step(self, i, op, f):
@@ -267,6 +304,12 @@ class _Sim:
     def _status(self, i, f):
         self.o.append(OBeat(OKind.STATUS, asm.pack_status(self.s.status(), self.pe)))
 
+    def _link_in(self, i, n):
+        words = _words_in(self.link_i, self.link_pos, n, self.pe, i, "link_i")
+        self.link_pos += n
+        self.s.counters["words_received"] += n
+        return words
+
     def _send(self, i, f):
         mem = self.s.memory(f["target"])
         words = mem[f["addr"]:f["addr"] + f["words"]]
@@ -274,22 +317,22 @@ class _Sim:
         self.s.counters["words_sent"] += f["words"]
 
     def _recv(self, i, f):
-        words = _words_in(self.link_i, self.link_pos, f["words"], self.pe, i, "link_i")
-        self.link_pos += f["words"]
+        words = self._link_in(i, f["words"])
+        if Target(f["target"]) is Target.ROWMAX:
+            q = self.pe.q16_per_word
+            sl = slice(f["addr"] * q, (f["addr"] + f["words"]) * q)
+            new = asm.unpack_rowmax(words, self.pe).reshape(-1)
+            self.s.rowmax[sl] = np.maximum(self.s.rowmax[sl], new) if f["accumulate"] else new
+            return
         mem = self.s.memory(f["target"])
         sl = slice(f["addr"], f["addr"] + f["words"])
         if f["accumulate"]:
-            old = asm.unpack_q24(mem[sl], self.pe)
-            new = asm.unpack_q24(words, self.pe)
-            with np.errstate(over="ignore"):
-                total = old + new
-            flag = ((old ^ total) & (new ^ total)) < 0           # int64 saturation
-            total = np.where(flag, np.where(new > 0, INT64_MAX, INT64_MIN), total)
+            total, flag = _saturating_add(asm.unpack_q24(mem[sl], self.pe),
+                                          asm.unpack_q24(words, self.pe))
             self.s.vpu_saturation |= bool(flag.any())
             mem[sl] = asm.pack_q24(total, self.pe)
         else:
             mem[sl] = words
-        self.s.counters["words_received"] += f["words"]
 
     # -- GEMM --------------------------------------------------------------------------------------
 
@@ -299,6 +342,13 @@ class _Sim:
         acc, ovf = gemm_results(s, f)                       # [nblk, rbn, R, L]
         nblk, rbn = acc.shape[:2]
         s.acc_overflow |= bool(ovf.any())
+        if f.get("psum_in"):
+            # every result, in sink order, adds its RAW-layout link words: tile result first
+            per_result = pe.rows * pe.lanes // pe.q24_per_word
+            words = self._link_in(i, nblk * rbn * per_result)
+            psum = asm.unpack_q24(words, pe).reshape(acc.shape)
+            acc, pin_ovf = _saturating_add(acc, psum)
+            s.acc_overflow |= bool(pin_ovf.any())
         s.counters["gemm_beats"] += nblk * rbn * f["groups"]
         R, L = pe.rows, pe.lanes
         M = rbn * R

@@ -39,6 +39,8 @@ def _random_fields(op, rng):
             out[f.name] = int(rng.choice([int(t) for t in isa.Target]))
         elif f.name == "sink":
             out[f.name] = int(rng.choice([int(s) for s in isa.Sink]))
+        elif f.name == "src":
+            out[f.name] = int(rng.choice([int(s) for s in isa.Source]))
         else:
             out[f.name] = int(rng.integers(0, 1 << f.width))
     return out
@@ -54,7 +56,7 @@ def test_command_layout_matches_encode(op):
         fields = _random_fields(op, rng)
         if trial == 0:
             fields = {f.name: (1 << f.width) - 1 for f in isa.OPS[op]}
-            fields.update({k: 0 for k in ("target", "sink") if k in fields})
+            fields.update({k: 0 for k in ("target", "sink", "src") if k in fields})
         args = {}
         for name, value in fields.items():
             shape = member[name].shape
@@ -73,10 +75,17 @@ def test_enum_shapes_match_isa():
     assert [(m.name, m.value) for m in hisa.TargetCode] == \
         [(m.name, m.value) for m in isa.Target]
     assert [(m.name, m.value) for m in hisa.SinkCode] == [(m.name, m.value) for m in isa.Sink]
+    assert [(m.name, m.value) for m in hisa.SourceCode] == \
+        [(m.name, m.value) for m in isa.Source]
     assert [(m.name, m.value) for m in TileMode] == [(m.name, m.value) for m in Mode]
     gemm = hisa.op_layout(isa.Op.GEMM)
     assert gemm["mode"].shape is TileMode and gemm["sink"].shape is hisa.SinkCode
     assert hisa.op_layout(isa.Op.LOAD)["target"].shape is hisa.TargetCode
+    assert hisa.op_layout(isa.Op.LOAD)["src"].shape is hisa.SourceCode
+    # fields appended for multi-PE work keep the older fields' bit positions
+    assert [f.name for f in isa.OPS[isa.Op.LOAD]][-2:] == ["src", "hb_addr"]
+    assert [f.name for f in isa.OPS[isa.Op.GEMM]][-2:] == ["rq_wait", "psum_in"]
+    assert isa.Target.ROWMAX == 7 and [int(s) for s in isa.Source] == [0, 1, 2]
 
 
 @pytest.mark.parametrize("op,fields,words", [
@@ -231,15 +240,22 @@ def test_program_encode_decode_roundtrip():
            groups=2, sink="SWIGLU", stride=2, wait=True, release=True)
     p.requant(row_blocks=2, channels=32, act_base=0, tok_base=0)
     p.output(row_blocks=1, channels=16)
+    p.load("ACT", 8, 2, src="HB", hb_addr=0xFFFF_FFFF)
+    p.gemm(mode=Mode.MSB_ONLY, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
+           groups=1, sink="RAW", psum_in=True)
+    p.send("ROWMAX", 0, 2)
+    p.recv(isa.Target.ROWMAX, 6, 2, accumulate=True)
     p.barrier()
     p.status()
     words = p.encode()
     assert all(0 <= w < (1 << isa.COMMAND_BITS) for w in words)
     q = asm.Program.decode(words, cfg)
     assert [c for c in q] == [c for c in p]
-    assert p.counts()["LOAD"] == 4 and p.counts()["GEMM SWIGLU"] == 1
+    assert p.counts()["LOAD"] == 5 and p.counts()["GEMM SWIGLU"] == 1
+    assert p.counts()["GEMM psum_in"] == 1
+    assert q[8].fields["src"] == isa.Source.HB and q[8].fields["hb_addr"] == 0xFFFF_FFFF
     p.check_sync()
-    assert "GEMM" in p.listing()
+    assert "GEMM" in p.listing() and "src=HB" in p.listing() and "target=ROWMAX" in p.listing()
 
 
 @pytest.mark.parametrize("build,match", [
@@ -250,9 +266,12 @@ def test_program_encode_decode_roundtrip():
     (lambda p: p.load("FOO", 0, 1), r"command 0: LOAD.target = 'FOO'"),
     (lambda p: p.gemm(mode=0, wbuf=0, act_base=0, w_base=30, row_blocks=1, col_blocks=2,
                       groups=2, sink=0, stride=1), r"command 0: GEMM.w_base = 30"),
-    (lambda p: p.gemm(mode=Mode.LSB_ONLY, wbuf=0, act_base=0, w_base=0, row_blocks=1,
-                      col_blocks=1, groups=1, sink="SWIGLU", stride=1),
-     r"command 0: GEMM.mode = 3: SWIGLU needs"),
+    (lambda p: p.load("ROWMAX", 0, 1), r"command 0: LOAD.target = 7: LOAD does not address"),
+    (lambda p: p.append(isa.Op.LOAD, target=3, words=1, src=3),
+     r"command 0: LOAD.src = 3: unknown source"),
+    (lambda p: p.load("ACT", 0, 1, src="DRAM"), r"command 0: LOAD.src = 'DRAM'"),
+    (lambda p: p.recv("ROWMAX", 7, 2), r"command 0: RECV.addr = 7: ROWMAX addr \+ words"),
+    (lambda p: p.recv("HBUF", 0, 1, accumulate=True), r"command 0: RECV.accumulate = 1"),
     (lambda p: p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1,
                       col_blocks=20, groups=1, sink="SWIGLU", stride=2),
      r"command 0: GEMM.out_base = 0: channels"),
