@@ -16,7 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 
-__all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "ConfigError"]
+__all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "ConfigError",
+           "DramConfig", "HB_BANK", "LPDDR5_6400_X16"]
 
 
 class ConfigError(ValueError):
@@ -77,6 +78,338 @@ class TileConfig:
         raise ConfigError(f"weight_bits: expected 4 or 8, got {weight_bits}")
 
 
+# == DRAM devices: geometry and timing (issue 4; owner: the DRAM controllers) =====================
+#
+# One frozen :class:`DramConfig` per DRAM tier. The RTL controllers (hw/dram_ctrl.py), the
+# behavioural device models that enforce the timing (sim/dram_model.py), the benches and the
+# performance model all read these figures; values are in ns as published, converted to clock
+# cycles by :meth:`DramConfig.ck` (ceil, never below the standard's stated minimum in nCK).
+
+#: Timing parameters of a :class:`DramConfig`, all in ns (0 = no such constraint).
+DRAM_TIMINGS = ("RL", "WL", "tRCD", "tRP", "tRAS", "tRC", "tCCD_S", "tCCD_L", "tRRD_S",
+                "tRRD_L", "tFAW", "tWR", "tRTP", "tWTR_S", "tWTR_L", "tPPD", "tREFI", "tRFCab",
+                "tRFCpb", "tPBR2PBR", "tPBR2ACT")
+
+
+def _ilog2(name, value):
+    _check_int(name, value, power_of_two=True)
+    return value.bit_length() - 1
+
+
+@dataclass(frozen=True)
+class DramConfig:
+    """Geometry and timing of one DRAM channel (an HB bank, or one LPDDR5 x16 channel).
+
+    The controller issues commands on the DRAM command clock (period ``tck_ns``); a column
+    command (RD/WR) moves one burst of ``burst_bytes`` = ``data_bits / 8 * burst_length`` bytes
+    over ``burst_ck`` = ``burst_length / data_rate`` command clocks. Peak bandwidth
+    :attr:`peak_gbps` = ``burst_bytes / (burst_ck * tck_ns)`` GB/s.
+
+    Organisation: ``bank_groups`` x ``banks_per_group`` banks of ``rows`` rows of
+    ``page_bytes`` (one row = :attr:`columns` bursts). ``rows=None`` inside an
+    :class:`ArchConfig` means "derived from the tier's capacity". Bank ``b`` is in bank group
+    ``b % bank_groups`` (:meth:`decode` gives the address mapping).
+
+    Timing (ns, as published; :data:`DRAM_TIMINGS`): ``RL``/``WL`` read/write latency (CL/CWL),
+    ``tRCD`` ACT->RD/WR, ``tRP`` PRE->ACT (per bank), ``tRAS`` ACT->PRE, ``tRC`` ACT->ACT same
+    bank, ``tCCD_S``/``tCCD_L`` column->column in different / the same bank group, ``tRRD_S``/
+    ``tRRD_L`` ACT->ACT in different / the same bank group (channel scope), ``tFAW`` window of
+    four ACTs (channel scope), ``tWR`` write recovery (end of write data -> PRE), ``tRTP``
+    RD->PRE, ``tWTR_S``/``tWTR_L`` end of write data -> RD, ``tPPD`` PRE->PRE, ``tREFI`` average
+    refresh interval (every bank once per tREFI), ``tRFCab``/``tRFCpb`` all-bank / per-bank
+    refresh cycle, ``tPBR2PBR`` per-bank REF -> per-bank REF, ``tPBR2ACT`` per-bank REF -> ACT
+    of another bank. ``min_ck`` holds the standard's minimum in command clocks for a parameter
+    (``((name, nCK), ...)``): :meth:`ck` never returns less.
+
+    Refresh: ``per_bank_refresh`` selects per-bank refresh (one REFpb refreshes the
+    ``refpb_banks`` banks ``u, u + U, ...`` of unit ``u``, ``U = banks / refpb_banks``, each
+    unit once per tREFI, in any order within a round) or all-bank refresh (REFab once per
+    tREFI). ``max_postponed`` refreshes may be owed at once (JEDEC: 8), so every bank is
+    refreshed at least once every ``(max_postponed + 1) * tREFI``.
+
+    ``dual_command_bus``: separate row (ACT/PRE/REF) and column (RD/WR) command buses, as in
+    HBM; otherwise one command per command clock (LPDDR5).
+
+    Raises :class:`ConfigError` naming the field on a bad value.
+    """
+
+    standard: str
+    source: str
+    tck_ns: float
+    data_bits: int
+    data_rate: int
+    burst_length: int
+    bank_groups: int
+    banks_per_group: int
+    page_bytes: int
+    rows: int | None
+    RL: float
+    WL: float
+    tRCD: float
+    tRP: float
+    tRAS: float
+    tRC: float
+    tCCD_S: float
+    tCCD_L: float
+    tRRD_S: float
+    tRRD_L: float
+    tFAW: float
+    tWR: float
+    tRTP: float
+    tWTR_S: float
+    tWTR_L: float
+    tPPD: float
+    tREFI: float
+    tRFCab: float
+    tRFCpb: float
+    tPBR2PBR: float
+    tPBR2ACT: float
+    min_ck: tuple = ()
+    per_bank_refresh: bool = True
+    refpb_banks: int = 1
+    max_postponed: int = 8
+    dual_command_bus: bool = False
+
+    def __post_init__(self):
+        for name in ("standard", "source"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ConfigError(f"{name}: expected a non-empty string, got "
+                                  f"{getattr(self, name)!r}")
+        if not isinstance(self.tck_ns, (int, float)) or isinstance(self.tck_ns, bool) \
+                or not self.tck_ns > 0:
+            raise ConfigError(f"tck_ns: expected a positive number of ns, got {self.tck_ns!r}")
+        for name in ("data_bits", "data_rate", "burst_length", "bank_groups", "banks_per_group",
+                     "page_bytes", "refpb_banks"):
+            _ilog2(name, getattr(self, name))
+        _check_int("max_postponed", self.max_postponed)
+        if self.rows is not None:
+            _ilog2("rows", self.rows)
+        for name in DRAM_TIMINGS:
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name}: expected a non-negative number of ns, got {value!r}")
+        for name in ("per_bank_refresh", "dual_command_bus"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
+        if self.burst_length % self.data_rate:
+            raise ConfigError(f"burst_length: {self.burst_length} is not a multiple of "
+                              f"data_rate ({self.data_rate})")
+        if self.page_bytes % self.burst_bytes:
+            raise ConfigError(f"page_bytes: {self.page_bytes} is not a multiple of the burst "
+                              f"({self.burst_bytes} B)")
+        if self.refpb_banks > self.banks:
+            raise ConfigError(f"refpb_banks: {self.refpb_banks} exceeds the {self.banks} banks")
+        try:
+            pairs = tuple(sorted((str(k), v) for k, v in
+                                 (self.min_ck.items() if isinstance(self.min_ck, dict)
+                                  else self.min_ck)))
+        except (TypeError, ValueError):
+            raise ConfigError(f"min_ck: expected (name, cycles) pairs, got {self.min_ck!r}") \
+                from None
+        for k, v in pairs:
+            if k not in DRAM_TIMINGS:
+                raise ConfigError(f"min_ck: unknown timing {k!r}; expected one of "
+                                  f"{', '.join(DRAM_TIMINGS)}")
+            _check_int(f"min_ck.{k}", v, lo=0)
+        object.__setattr__(self, "min_ck", pairs)
+        if self.ck("tCCD_S") < self.burst_ck:
+            raise ConfigError(f"tCCD_S: {self.ck('tCCD_S')} clocks is shorter than a burst "
+                              f"({self.burst_ck} clocks)")
+        if self.ck("tREFI") < self.refresh_units:
+            raise ConfigError(f"tREFI: {self.tREFI} ns leaves less than one clock per refresh")
+
+    @classmethod
+    def from_dict(cls, values: dict, *, where: str = "dram") -> "DramConfig":
+        """Build from a plain dictionary; raises :class:`ConfigError` naming unknown keys."""
+        if isinstance(values, cls):
+            return values
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}: expected a table of DRAM fields, got {values!r}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown configuration key(s) in {where}: {', '.join(unknown)}; "
+                              f"known keys: {', '.join(sorted(known))}")
+        missing = sorted(f.name for f in dataclasses.fields(cls)
+                         if f.name not in values and f.default is dataclasses.MISSING)
+        if missing:
+            raise ConfigError(f"missing configuration key(s) in {where}: {', '.join(missing)}")
+        return cls(**values)
+
+    # -- geometry --
+
+    @property
+    def banks(self) -> int:
+        return self.bank_groups * self.banks_per_group
+
+    @property
+    def burst_bytes(self) -> int:
+        """Bytes moved by one RD or WR (one burst)."""
+        return self.data_bits // 8 * self.burst_length
+
+    @property
+    def burst_ck(self) -> int:
+        """Command clocks the data bus is busy with one burst."""
+        return self.burst_length // self.data_rate
+
+    @property
+    def columns(self) -> int:
+        """Bursts per row (page)."""
+        return self.page_bytes // self.burst_bytes
+
+    @property
+    def capacity_bytes(self) -> int:
+        if self.rows is None:
+            raise ConfigError("rows: not set (derived from the capacity inside an ArchConfig)")
+        return self.banks * self.rows * self.page_bytes
+
+    @property
+    def bursts(self) -> int:
+        """Capacity in bursts (the address space of the controller's requests)."""
+        return self.capacity_bytes // self.burst_bytes
+
+    @property
+    def peak_gbps(self) -> float:
+        """Peak data-bus bandwidth, GB/s (one burst every ``burst_ck`` clocks)."""
+        return self.burst_bytes / (self.burst_ck * self.tck_ns)
+
+    @property
+    def refresh_units(self) -> int:
+        """Refresh commands per tREFI: banks / refpb_banks (per-bank) or 1 (all-bank)."""
+        return self.banks // self.refpb_banks if self.per_bank_refresh else 1
+
+    def with_capacity(self, capacity_bytes: int, *, where: str = "dram") -> "DramConfig":
+        """This configuration with ``rows`` derived from ``capacity_bytes`` (or checked
+        against it when set). Raises :class:`ConfigError` when it does not divide."""
+        per_row = self.banks * self.page_bytes
+        rows = capacity_bytes // per_row
+        if capacity_bytes % per_row or rows < 1 or rows & (rows - 1):
+            raise ConfigError(f"{where}: capacity {capacity_bytes} B is not a power-of-two "
+                              f"number of rows of {self.banks} banks x {self.page_bytes} B")
+        if self.rows is not None and self.rows != rows:
+            raise ConfigError(f"{where}.rows: {self.rows} rows x {self.banks} banks x "
+                              f"{self.page_bytes} B = {self.rows * per_row} B differs from the "
+                              f"capacity {capacity_bytes} B")
+        return dataclasses.replace(self, rows=rows)
+
+    def decode(self, addr: int) -> tuple:
+        """Address mapping of a burst address (the controllers' request unit) ->
+        ``(bank, row, column)``. Bits from LSB: bank group, column, bank within the group,
+        row (``row : ba : col : bg``): consecutive bursts alternate bank groups (tCCD_S, not
+        tCCD_L, between them), then walk the columns of one row in every group, then move to
+        the next bank of each group, so a streaming read keeps ``bank_groups`` rows open and
+        opens the next ones while the current ones are read. Addresses wrap modulo
+        :attr:`bursts`."""
+        addr %= self.bursts
+        bg = addr % self.bank_groups
+        addr //= self.bank_groups
+        col = addr % self.columns
+        addr //= self.columns
+        ba = addr % self.banks_per_group
+        row = addr // self.banks_per_group
+        return ba * self.bank_groups + bg, row, col
+
+    def encode(self, bank: int, row: int, col: int) -> int:
+        """Inverse of :meth:`decode`."""
+        bg, ba = bank % self.bank_groups, bank // self.bank_groups
+        return ((row * self.banks_per_group + ba) * self.columns + col) * self.bank_groups + bg
+
+    # -- timing in clock cycles --
+
+    def ck(self, name: str) -> int:
+        """Parameter ``name`` in DRAM command clocks: ``ceil(ns / tck_ns)``, at least the
+        standard's minimum (``min_ck``). Raises :class:`ConfigError` on an unknown name."""
+        if name not in DRAM_TIMINGS:
+            raise ConfigError(f"timing: unknown parameter {name!r}; expected one of "
+                              f"{', '.join(DRAM_TIMINGS)}")
+        cycles = -(-round(getattr(self, name) * 1000) // round(self.tck_ns * 1000))
+        return max(cycles, dict(self.min_ck).get(name, 0))
+
+    def logic_cycles(self, name: str, clock_ghz: float) -> int:
+        """Parameter ``name`` (after :meth:`ck`) in cycles of a ``clock_ghz`` logic clock
+        (ceil), for performance models that count logic cycles."""
+        ns = self.ck(name) * self.tck_ns
+        return -(-round(ns * clock_ghz * 1000) // 1000)
+
+    def timing_table(self) -> list:
+        """``[(name, ns, clocks), ...]`` for every timing parameter (docs and reports)."""
+        return [(n, getattr(self, n), self.ck(n)) for n in DRAM_TIMINGS]
+
+    # -- derived spacings (command clocks) used by the controller and the checker --
+
+    @property
+    def rtw_ck(self) -> int:
+        """RD -> WR (any bank): RL + burst + 2 - WL (bus turnaround with a one-clock write
+        preamble, as Ramulator2's HBM2/LPDDR5 models)."""
+        return max(1, self.ck("RL") + self.burst_ck + 2 - self.ck("WL"))
+
+    def wtr_ck(self, same_group: bool) -> int:
+        """WR -> RD: WL + burst + tWTR_L (same bank group) or tWTR_S."""
+        return self.ck("WL") + self.burst_ck + self.ck("tWTR_L" if same_group else "tWTR_S")
+
+    @property
+    def wr_to_pre_ck(self) -> int:
+        """WR -> PRE (same bank): WL + burst + tWR."""
+        return self.ck("WL") + self.burst_ck + self.ck("tWR")
+
+    @property
+    def refresh_ck(self) -> int:
+        """tRFCpb or tRFCab, whichever the refresh mode uses."""
+        return self.ck("tRFCpb" if self.per_bank_refresh else "tRFCab")
+
+    @property
+    def refresh_interval_ck(self) -> int:
+        """Command clocks between two refresh commands: floor(tREFI / refresh_units)."""
+        return self.ck("tREFI") // self.refresh_units
+
+
+#: The HB bank of one PE (paper Section 6 and Table 1): 1024 data pins at 0.4 GHz (one
+#: 1024-bit = 128 B transfer per 2.5 ns clock), limited by tCCD_S = 2.5 ns (Han et al., 2025, as
+#: cited by the paper): 51.2 GB/s. 4 bank groups x 4 banks, 2 KB rows (our choice; the paper
+#: gives none), rows derived from the capacity (256 MB per bank in the paper presets). Separate
+#: row and column command buses as in HBM. The paper gives no other timing: the array timings
+#: are HBM2's (JESD235) as published in DRAMsim3 ``configs/HBM2_8Gb_x128.ini`` (tCK = 1 ns, so
+#: its cycle counts are ns): CL 14, CWL 4, tRCD 14, tRP 14, tRAS 34, tRRD_S/L 4/6, tFAW 30,
+#: tWR 16, tRTP_L 6, tWTR_S/L 6/8, tREFI 3900, tRFC 260; tRFCSB 160 ns and tRREFD 8 ns (per-bank
+#: refresh spacing) from Ramulator2 ``src/dram/impl/HBM2.cpp``; tRC = tRAS + tRP. tCCD_L =
+#: 2 x tCCD_S = 5 ns, HBM2's ratio of tCCD_L to tCCD_S (DRAMsim3: 2 and 1 tCK).
+HB_BANK = DramConfig(
+    standard="HB (hybrid-bonded DRAM bank, HBM2 array timing)",
+    source="paper Table 1/Sec. 6 (1024 pins, 0.4 GHz, tCCD_S 2.5 ns); HBM2 JESD235 timings as "
+           "in DRAMsim3 configs/HBM2_8Gb_x128.ini and Ramulator2 src/dram/impl/HBM2.cpp "
+           "(tRFCSB, tRREFD)",
+    tck_ns=2.5, data_bits=1024, data_rate=1, burst_length=1, bank_groups=4, banks_per_group=4,
+    page_bytes=2048, rows=None,
+    RL=14, WL=4, tRCD=14, tRP=14, tRAS=34, tRC=48, tCCD_S=2.5, tCCD_L=5.0, tRRD_S=4, tRRD_L=6,
+    tFAW=30, tWR=16, tRTP=6, tWTR_S=6, tWTR_L=8, tPPD=0, tREFI=3900, tRFCab=260, tRFCpb=160,
+    tPBR2PBR=8, tPBR2ACT=8, per_bank_refresh=True, refpb_banks=1, max_postponed=8,
+    dual_command_bus=True)
+
+#: One LPDDR5-6400 x16 channel (JEDEC JESD209-5, bank-group mode: 4 bank groups x 4 banks,
+#: 2 KB page; CK = 800 MHz, WCK:CK = 4:1, 16 bits x 8 transfers per CK = 12.8 GB/s; eight of
+#: them give the paper's 102.4 GB/s). BL16 = 32 B over 2 CK; tCCD_S = 2 CK and tCCD_L = 4 CK
+#: (BG mode, BL16). Array timings as published in Ramulator2 ``src/dram/impl/LPDDR5.cpp``
+#: (preset LPDDR5_6400 and its 16 Gb refresh tables): RL 20 CK, WL 11 CK, tRCD 18, tRPpb 18,
+#: tRAS 42, tWR 34, tRTP 7.5 (min 4 nCK), tRRD 5 (min 2 nCK), tWTR_S/L
+#: 6.25/12, tFAW 20, tPPD 2 CK, tREFI 3906, tRFCab 280, tRFCpb 140, tPBR2PBR 90, tPBR2ACT 8 ns;
+#: tRC = tRAS + tRPpb = 60 ns. Per-bank refresh refreshes a bank pair (b, b + 8) in 16-bank mode.
+#: Rows are derived from the capacity (8 GB per channel in the paper presets: one rank of
+#: 2 KB x 16 banks x 256 Ki rows, a simplification of the multi-die channel).
+LPDDR5_6400_X16 = DramConfig(
+    standard="LPDDR5-6400 x16 (BG mode)",
+    source="JEDEC JESD209-5 LPDDR5-6400 as published in Ramulator2 src/dram/impl/LPDDR5.cpp "
+           "(LPDDR5_6400 preset, 16 Gb refresh tables)",
+    tck_ns=1.25, data_bits=16, data_rate=8, burst_length=16, bank_groups=4, banks_per_group=4,
+    page_bytes=2048, rows=None,
+    RL=25, WL=13.75, tRCD=18, tRP=18, tRAS=42, tRC=60, tCCD_S=2.5, tCCD_L=5.0, tRRD_S=5,
+    tRRD_L=5, tFAW=20, tWR=34, tRTP=7.5, tWTR_S=6.25, tWTR_L=12, tPPD=0, tREFI=3906,
+    tRFCab=280, tRFCpb=140, tPBR2PBR=90, tPBR2ACT=8,
+    min_ck=(("tPPD", 2), ("tRRD_S", 2), ("tRRD_L", 2), ("tRTP", 4)),
+    per_bank_refresh=True, refpb_banks=2, max_postponed=8, dual_command_bus=False)
+
+# == end of the DRAM section =======================================================================
+
+
 @dataclass(frozen=True)
 class ArchConfig:
     """Architecture of one ELMoE-3D logic die and its memories (paper Table 1).
@@ -107,6 +440,15 @@ class ArchConfig:
         External capacity (64 GB).
     streamline_gbps, aggregation_gbps : float
         Streamline ring (128 GB/s) and aggregation link (32 GB/s).
+    hb : DramConfig
+        Geometry and timing of one HB bank (:data:`HB_BANK`); ``rows`` is derived from
+        ``hb_bank_bytes`` (or checked against it) and its peak bandwidth must equal
+        ``hb_bank_gbps``. A dictionary is merged over :data:`HB_BANK`.
+    ext : DramConfig
+        One external-memory channel (:data:`LPDDR5_6400_X16`); rows derived from
+        ``ext_bytes / ext_channels``; ``ext_channels`` x its peak must equal ``ext_gbps``.
+    ext_channels : int
+        External-memory channels (8 x16 LPDDR5 channels in the paper).
     """
 
     name: str = "small"
@@ -124,6 +466,9 @@ class ArchConfig:
     ext_pj_per_bit: float = 3.88
     streamline_gbps: float = 128.0
     aggregation_gbps: float = 32.0
+    hb: DramConfig = HB_BANK
+    ext: DramConfig = LPDDR5_6400_X16
+    ext_channels: int = 8
 
     def __post_init__(self):
         if not isinstance(self.tile, TileConfig):
@@ -140,6 +485,29 @@ class ArchConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ConfigError(f"{name}: expected a positive number, got {value!r}")
+        self._check_dram()
+
+    def _check_dram(self):
+        """DRAM section (issue 4): derive rows from the capacities, check the bandwidths."""
+        for name in ("hb", "ext"):
+            if not isinstance(getattr(self, name), DramConfig):
+                raise ConfigError(f"{name}: expected a DramConfig, got "
+                                  f"{type(getattr(self, name)).__name__}")
+        _check_int("ext_channels", self.ext_channels)
+        if self.ext_bytes % self.ext_channels:
+            raise ConfigError(f"ext_bytes: {self.ext_bytes} is not a multiple of ext_channels "
+                              f"({self.ext_channels})")
+        object.__setattr__(self, "hb", self.hb.with_capacity(self.hb_bank_bytes, where="hb"))
+        object.__setattr__(self, "ext", self.ext.with_capacity(
+            self.ext_bytes // self.ext_channels, where="ext"))
+        if abs(self.hb.peak_gbps - self.hb_bank_gbps) > 1e-9 * self.hb_bank_gbps:
+            raise ConfigError(f"hb_bank_gbps: {self.hb_bank_gbps} differs from the HB bank's "
+                              f"peak {self.hb.peak_gbps:g} GB/s ({self.hb.burst_bytes} B per "
+                              f"{self.hb.burst_ck} x {self.hb.tck_ns} ns)")
+        ext_peak = self.ext.peak_gbps * self.ext_channels
+        if abs(ext_peak - self.ext_gbps) > 1e-9 * self.ext_gbps:
+            raise ConfigError(f"ext_gbps: {self.ext_gbps} differs from ext_channels x the "
+                              f"channel's peak = {ext_peak:g} GB/s")
 
     @property
     def groups(self) -> int:
@@ -193,6 +561,11 @@ class ArchConfig:
                                   f"{', '.join(tile_unknown)}; known keys: "
                                   f"{', '.join(sorted(tile_known))}")
             values["tile"] = TileConfig(**tile)
+        for name, default in (("hb", HB_BANK), ("ext", LPDDR5_6400_X16)):
+            dram = values.get(name)
+            if isinstance(dram, dict):
+                DramConfig.from_dict({**dataclasses.asdict(default), **dram}, where=name)
+                values[name] = dataclasses.replace(default, **dram)
         return cls(**values)
 
     def to_dict(self) -> dict:
