@@ -1,0 +1,358 @@
+"""Aggregation link of one PE group: bypass, all-to-all, reduce-add, reduce-max (paper
+Section 4.1, Fig. 6 right: "control logic with buffering, bypass, and accumulation support";
+Section 5.2: psum-level synchronisation of the MSB/LSB split).
+
+Golden model: :func:`elmoe3d.sw.links.ref_link` (descriptor :class:`elmoe3d.sw.links.LinkOp`).
+Descriptor payload: :func:`link_op_layout`, packed from a ``LinkOp`` by :func:`pack_link_op`.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from ..sw.links import LinkMode, LinkOp
+from .pe import _sat_add64
+
+
+__all__ = ["LinkModeRTL", "link_op_layout", "pack_link_op", "AggregationLink",
+           "DEFAULT_BUFFER_WORDS"]
+
+#: Destination FIFO depth (W-bit words) of :meth:`AggregationLink.from_arch` unless given.
+DEFAULT_BUFFER_WORDS = 32
+
+
+class LinkModeRTL(enum.Enum, shape=2):
+    """RTL encoding of :class:`elmoe3d.sw.links.LinkMode` (the same integer values)."""
+
+    BYPASS = LinkMode.BYPASS.value
+    ALL_TO_ALL = LinkMode.ALL_TO_ALL.value
+    REDUCE_ADD = LinkMode.REDUCE_ADD.value
+    REDUCE_MAX = LinkMode.REDUCE_MAX.value
+
+
+def link_op_layout(pes: int) -> data.StructLayout:
+    """One aggregation-link descriptor for a group of ``pes`` PEs.
+
+    Fields
+    ------
+    mode : LinkModeRTL
+    src_mask, dst_mask : unsigned(pes)
+        Bit i = PE i of the group.
+    words : unsigned(16)
+        W-bit words each source sends.
+    chunk : unsigned(16)
+        ALL_TO_ALL chunk (words); ignored by the other modes.
+    """
+    if not isinstance(pes, int) or isinstance(pes, bool) or pes < 1:
+        raise ValueError(f"pes: expected a positive integer, got {pes!r}")
+    return data.StructLayout({
+        "mode": LinkModeRTL,
+        "src_mask": unsigned(pes),
+        "dst_mask": unsigned(pes),
+        "words": unsigned(16),
+        "chunk": unsigned(16),
+    })
+
+
+def pack_link_op(op: LinkOp, pes: int) -> int:
+    """:class:`~elmoe3d.sw.links.LinkOp` -> :func:`link_op_layout` payload integer (the masks
+    checked against ``pes``; ValueError naming the field)."""
+    if not isinstance(op, LinkOp):
+        raise ValueError(f"op: expected a LinkOp, got {type(op).__name__}")
+    op.check(pes)
+    return link_op_layout(pes).const({
+        "mode": LinkModeRTL(op.mode.value), "src_mask": op.src_mask, "dst_mask": op.dst_mask,
+        "words": op.words, "chunk": op.chunk}).as_bits()
+
+
+def _check_int(name, value, lo):
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
+
+
+def _lowest(x, width):
+    """One-hot lowest set bit of ``x`` (0 if none)."""
+    return (x & (~x + 1))[:width]
+
+
+def _next_bit(cur, mask, width):
+    """The lowest bit of ``mask`` above one-hot ``cur``, else (wrapping) the lowest of ``mask``."""
+    above = mask & ~(cur | (cur - 1)[:width])
+    return Mux(above.any(), _lowest(above, width), _lowest(mask, width))
+
+
+def _onehot_mux(sel, values):
+    """OR of ``values[i]`` where one-hot ``sel[i]``."""
+    out = 0
+    for i, v in enumerate(values):
+        out = out | (v & sel[i].replicate(len(v)))
+    return out
+
+
+class AggregationLink(wiring.Component):
+    """The aggregation link of a group of G PEs (paper Section 4.1; 32 GB/s per port).
+
+    Parameters (keyword-only, read-only properties)
+    ----------
+    pes : int
+        G, PEs in the group (``ArchConfig.pes_per_group``), >= 1.
+    word_bits : int
+        W, bits of a PE link word (``ArchConfig.pe.word_bits``); a multiple of ``flit_bytes*8``.
+    flit_bytes : int
+        Bytes every port moves per cycle (``ArchConfig.aggregation_bytes_per_cycle``: 32 B at
+        1 GHz = 32 GB/s); ``flit_bytes * 8`` must be a multiple of 64 and divide W. A word
+        crosses the link as ``W / (8 flit_bytes)`` flits, one per cycle per port.
+    buffer_words : int
+        Depth of every destination FIFO in W-bit words (>= 1).
+
+    Ports
+    -----
+    op : In stream of :func:`link_op_layout` (G)
+        Descriptors, run one at a time in order; taken when the link is idle (or in the cycle
+        the running one finishes).
+    pe_i[i] : In stream, unsigned(W)
+        From PE i's ``link_o``.
+    pe_o[i] : Out stream, unsigned(W)
+        To PE i's ``link_i``, from PE i's destination FIFO.
+    busy : Out(1)
+        A descriptor is running (taken and not all its words in the destination FIFOs).
+    done : Out(1)
+        One-cycle pulse: the running descriptor's last word entered its destination FIFOs.
+
+    Behaviour (bit-exact to :func:`elmoe3d.sw.links.ref_link`)
+    ---------
+    Each source's words are taken from ``pe_i`` flit by flit (the word stays presented until
+    its last flit is taken: ``pe_i.ready`` pulses with the last flit) and each destination
+    assembles flits back into words written into its FIFO. A flit moves only when every
+    destination FIFO it goes to has room (``w_rdy``), so destinations are decoupled from their
+    PEs by ``buffer_words`` words. Per mode:
+
+    * BYPASS: the (lowest) source's flit goes to every destination at once (multicast).
+    * ALL_TO_ALL: source s points at the destination of its current chunk (dst_mask bits in
+      ascending order, advancing every ``chunk`` words), destination d at the source whose chunk
+      it takes next (src_mask bits ascending, advancing every ``chunk`` words); a flit moves
+      from s to d when they point at each other, so up to min(ns, nd) flits move per cycle and
+      every destination receives its chunks in the order of the golden model. Sources skew
+      into a wavefront (source s starts s chunks late) and then all ports run at one flit per
+      cycle. No deadlock: a source waits on a destination that is taking an earlier (chunk,
+      source) in the order, so waits never form a cycle.
+    * REDUCE_ADD / REDUCE_MAX: flit k of every source is taken in the same cycle, reduced by
+      a chain of lane-wise saturating signed 64-bit adders in ascending source order (the
+      PE's ``_sat_add64``) or unsigned 32-bit max units, and the result goes to every
+      destination.
+
+    A source's word is therefore accepted only when its destinations can take it: in
+    ALL_TO_ALL when the destination has reached that source's chunk, in the reduce modes when
+    every source offers its word. The compiler keeps every destination within ``buffer_words``
+    unread words (``docs/memory.md``).
+
+    Undefined inputs (the host validates descriptors with :class:`~elmoe3d.sw.links.LinkOp`):
+    BYPASS with several sources uses the lowest; ALL_TO_ALL with ``chunk`` = 0 or ``words`` not
+    a multiple of ``chunk * nd``; an empty ``dst_mask`` consumes and drops the words.
+
+    Throughput: ``flit_bytes`` per cycle on every port (BYPASS and the reduce modes: one flit
+    per cycle; ALL_TO_ALL: one flit per cycle per port after a skew of up to ns - 1 chunks);
+    one idle cycle between descriptors.
+
+    Latency: :attr:`latency` = ``W / (8 flit_bytes)`` cycles from the cycle a word's first flit
+    moves to the cycle the word is offered on ``pe_o`` (no stall); a descriptor's first flit
+    moves :attr:`op_latency` = 1 cycle after it is taken.
+    """
+
+    def __init__(self, *, pes, word_bits, flit_bytes, buffer_words):
+        _check_int("pes", pes, 1)
+        _check_int("word_bits", word_bits, 64)
+        _check_int("flit_bytes", flit_bytes, 8)
+        _check_int("buffer_words", buffer_words, 1)
+        if (flit_bytes * 8) % 64:
+            raise ValueError(f"flit_bytes: expected a multiple of 8 bytes (whole 64-bit lanes), "
+                             f"got {flit_bytes}")
+        if word_bits % (flit_bytes * 8):
+            raise ValueError(f"word_bits: {word_bits} is not a whole number of {flit_bytes} B "
+                             f"flits (flit_bytes)")
+        self._pes, self._w, self._fb, self._depth = pes, word_bits, flit_bytes, buffer_words
+        super().__init__({
+            "op": In(stream.Signature(link_op_layout(pes))),
+            "pe_i": In(stream.Signature(unsigned(word_bits))).array(pes),
+            "pe_o": Out(stream.Signature(unsigned(word_bits))).array(pes),
+            "busy": Out(1),
+            "done": Out(1),
+        })
+
+    @classmethod
+    def from_arch(cls, arch, *, buffer_words=DEFAULT_BUFFER_WORDS) -> "AggregationLink":
+        """The link of a group of ``arch`` (:class:`~elmoe3d.config.ArchConfig`):
+        G = ``pes_per_group``, W = ``pe.word_bits``, flit = ``aggregation_bytes_per_cycle``."""
+        fb = arch.aggregation_bytes_per_cycle
+        if fb != int(fb):
+            raise ValueError(f"aggregation_gbps: {arch.aggregation_gbps} GB/s at "
+                             f"{arch.clock_ghz} GHz is not a whole number of bytes per cycle")
+        return cls(pes=arch.pes_per_group, word_bits=arch.pe.word_bits, flit_bytes=int(fb),
+                   buffer_words=buffer_words)
+
+    @property
+    def pes(self) -> int:
+        """G, PEs of the group."""
+        return self._pes
+
+    @property
+    def word_bits(self) -> int:
+        """W, bits per link word."""
+        return self._w
+
+    @property
+    def flit_bytes(self) -> int:
+        """Bytes per port per cycle."""
+        return self._fb
+
+    @property
+    def buffer_words(self) -> int:
+        """Destination FIFO depth in words."""
+        return self._depth
+
+    @property
+    def flits_per_word(self) -> int:
+        """Cycles a word occupies a port: ``W / (8 flit_bytes)``."""
+        return self._w // (8 * self._fb)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a word's first flit moving to the word offered on ``pe_o`` (no stall)."""
+        return self.flits_per_word
+
+    @property
+    def op_latency(self) -> int:
+        """Cycles from a descriptor taken to its first flit moving (sources valid)."""
+        return 1
+
+    def elaborate(self, platform):
+        m = Module()
+        G, W, S = self._pes, self._w, self.flits_per_word
+        FB = self._fb * 8
+
+        act = Signal()
+        mode = Signal(LinkModeRTL)
+        src = Signal(G)                    # effective sources (BYPASS: the lowest one)
+        dst = Signal(G)
+        chunk = Signal(16)
+        left = [Signal(16, name=f"left{s}") for s in range(G)]
+        fidx = [Signal(range(S), name=f"fidx{s}") for s in range(G)]
+        cw = [Signal(16, name=f"cw{s}") for s in range(G)]        # words into the chunk
+        cdst = [Signal(G, name=f"cdst{s}") for s in range(G)]     # one-hot chunk destination
+        dw = [Signal(16, name=f"dw{d}") for d in range(G)]
+        csrc = [Signal(G, name=f"csrc{d}") for d in range(G)]     # one-hot expected source
+        didx = [Signal(range(S), name=f"didx{d}") for d in range(G)]
+
+        fifos = []
+        for d in range(G):
+            fifo = SyncFIFO(width=W, depth=self._depth)
+            m.submodules[f"fifo{d}"] = fifo
+            fifos.append(fifo)
+            m.d.comb += [self.pe_o[d].valid.eq(fifo.r_rdy),
+                         self.pe_o[d].payload.eq(fifo.r_data),
+                         fifo.r_en.eq(self.pe_o[d].ready)]
+
+        # ---- sources: one flit of the presented word per cycle ----------------------------
+        flit = [self.pe_i[s].payload.word_select(fidx[s], FB) for s in range(G)]
+        has = Signal(G)
+        m.d.comb += has.eq(Cat(act & self.pe_i[s].valid & (left[s] != 0) for s in range(G)))
+        dok = Signal(G)
+        m.d.comb += dok.eq(Cat(f.w_rdy for f in fifos))
+        dst_ok = ((dok | ~dst) == (1 << G) - 1)
+
+        is_a2a = mode == LinkModeRTL.ALL_TO_ALL
+        is_red = (mode == LinkModeRTL.REDUCE_ADD) | (mode == LinkModeRTL.REDUCE_MAX)
+        # BYPASS / reduce: everything moves together.
+        together = Signal()
+        m.d.comb += together.eq(act & ~is_a2a & src.any() & ((has | ~src) == (1 << G) - 1)
+                                & dst_ok)
+        # ALL_TO_ALL: pairs pointing at each other.
+        pair = [[Signal(name=f"pair{s}_{d}") for d in range(G)] for s in range(G)]
+        for s in range(G):
+            for d in range(G):
+                m.d.comb += pair[s][d].eq(act & is_a2a & has[s] & cdst[s][d] & csrc[d][s]
+                                          & dok[d])
+        take = Signal(G)
+        to = Signal(G)
+        m.d.comb += [
+            take.eq(Cat(Mux(is_a2a, Cat(pair[s]).any(), together & src[s]) for s in range(G))),
+            to.eq(Cat(Mux(is_a2a, Cat(pair[s][d] for s in range(G)).any(), together & dst[d])
+                      for d in range(G))),
+        ]
+
+        # ---- reductions --------------------------------------------------------------------
+        add_lanes, max_lanes = [], []
+        for j in range(FB // 64):
+            acc = Const(0, 64)
+            for s in range(G):
+                term = Mux(src[s], flit[s][64 * j:64 * (j + 1)], 0)
+                acc = _sat_add64(acc, term)[0]
+            add_lanes.append(acc)
+        for j in range(FB // 32):
+            acc = Const(0, 32)
+            for s in range(G):
+                term = Mux(src[s], flit[s][32 * j:32 * (j + 1)], 0)
+                acc = Mux(term > acc, term, acc)
+            max_lanes.append(acc)
+        add_flit = Signal(FB)
+        max_flit = Signal(FB)
+        m.d.comb += [add_flit.eq(Cat(*add_lanes)), max_flit.eq(Cat(*max_lanes))]
+
+        # ---- destinations: flits -> words -> FIFO ------------------------------------------
+        for d in range(G):
+            sel = Mux(is_a2a, csrc[d], src)
+            dflit = Signal(FB, name=f"dflit{d}")
+            m.d.comb += dflit.eq(Mux(is_red, Mux(mode == LinkModeRTL.REDUCE_ADD, add_flit,
+                                                 max_flit),
+                                     _onehot_mux(sel, flit)))
+            regs = [Signal(FB, name=f"dreg{d}_{t}") for t in range(S - 1)]
+            word_end = didx[d] == S - 1
+            m.d.comb += [fifos[d].w_data.eq(Cat(*regs, dflit)),
+                         fifos[d].w_en.eq(to[d] & word_end)]
+            with m.If(to[d]):
+                m.d.sync += didx[d].eq(Mux(word_end, 0, didx[d] + 1))
+                for t in range(S - 1):
+                    with m.If(didx[d] == t):
+                        m.d.sync += regs[t].eq(dflit)
+                with m.If(word_end):
+                    with m.If(dw[d] + 1 == chunk):
+                        m.d.sync += [dw[d].eq(0), csrc[d].eq(_next_bit(csrc[d], src, G))]
+                    with m.Else():
+                        m.d.sync += dw[d].eq(dw[d] + 1)
+
+        for s in range(G):
+            word_end = fidx[s] == S - 1
+            m.d.comb += self.pe_i[s].ready.eq(take[s] & word_end)
+            with m.If(take[s]):
+                m.d.sync += fidx[s].eq(Mux(word_end, 0, fidx[s] + 1))
+                with m.If(word_end):
+                    m.d.sync += left[s].eq(left[s] - 1)
+                    with m.If(cw[s] + 1 == chunk):
+                        m.d.sync += [cw[s].eq(0), cdst[s].eq(_next_bit(cdst[s], dst, G))]
+                    with m.Else():
+                        m.d.sync += cw[s].eq(cw[s] + 1)
+
+        # ---- descriptors -------------------------------------------------------------------
+        finish = Signal()
+        m.d.comb += [
+            finish.eq(act & Cat(l == 0 for l in left).all()),
+            self.done.eq(finish),
+            self.busy.eq(act),
+            self.op.ready.eq(~act | finish),
+        ]
+        with m.If(finish):
+            m.d.sync += act.eq(0)
+        p = self.op.payload
+        with m.If(self.op.valid & self.op.ready):
+            esrc = Mux(p.mode == LinkModeRTL.BYPASS, _lowest(p.src_mask, G), p.src_mask)
+            m.d.sync += [act.eq(1), mode.eq(p.mode), src.eq(esrc), dst.eq(p.dst_mask),
+                         chunk.eq(p.chunk)]
+            for s in range(G):
+                m.d.sync += [left[s].eq(Mux(esrc[s], p.words, 0)), fidx[s].eq(0), cw[s].eq(0),
+                             cdst[s].eq(_lowest(p.dst_mask, G))]
+            for d in range(G):
+                m.d.sync += [dw[d].eq(0), csrc[d].eq(_lowest(esrc, G)), didx[d].eq(0)]
+        return m

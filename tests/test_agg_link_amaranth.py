@@ -1,0 +1,321 @@
+"""Aggregation link (:class:`elmoe3d.hw.agg_link.AggregationLink`) in the Amaranth simulator
+against its golden model :func:`elmoe3d.sw.links.ref_link`, plus the golden model's own rules.
+
+Every comparison is plain equality on the W-bit words each destination PE receives. Seeds are
+fixed and in the test ids.
+"""
+
+import random
+
+import numpy as np
+import pytest
+from amaranth.hdl import Fragment
+from amaranth.sim import Simulator
+
+from elmoe3d.config import preset
+from elmoe3d.hw.agg_link import AggregationLink, LinkModeRTL, link_op_layout, pack_link_op
+from elmoe3d.sw.datapath import INT64_MAX, INT64_MIN
+from elmoe3d.sw.links import LinkMode, LinkOp, ref_link, reduce_add_words
+
+# Constructors that raise, and instances only inspected, leave unused elaboratables behind.
+pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+
+
+def _word(values, dtype, word_bits):
+    raw = np.asarray(values, dtype).tobytes()
+    assert len(raw) * 8 == word_bits
+    return int.from_bytes(raw, "little")
+
+
+def random_word(rng, word_bits):
+    return rng.getrandbits(word_bits)
+
+
+def random_op(rng, pes, *, max_words=12):
+    mode = LinkMode(rng.randrange(4))
+    dst = rng.randrange(1, 1 << pes)
+    if mode == LinkMode.BYPASS:
+        src = 1 << rng.randrange(pes)
+    else:
+        src = rng.randrange(1, 1 << pes)
+    chunk = 1
+    if mode == LinkMode.ALL_TO_ALL:
+        nd = bin(dst).count("1")
+        chunk = rng.randrange(1, 4)
+        words = chunk * nd * rng.randrange(0, max(1, max_words // (chunk * nd)) + 1)
+    else:
+        words = rng.randrange(0, max_words + 1)
+    return LinkOp(mode, src, dst, words, chunk)
+
+
+def run_link(dut, ops, inputs, *, seed=0, idle=0.0, stall=0.0, op_gap=0.0, max_cycles=20000):
+    """Drive descriptors ``ops`` and per-PE word lists ``inputs`` (each source's words for all
+    descriptors, in order) through ``dut`` with random source idles, sink stalls and gaps before
+    descriptors; check the stream rule on every ``pe_o`` (a word offered and not taken stays
+    unchanged). Returns ``(received per PE, log)``: log has the cycle of every descriptor taken
+    (``op``), every ``done`` pulse, every word taken per source (``take``) and offered/taken per
+    destination (``first_valid``, ``recv``), and ``cycles``."""
+    G = dut.pes
+    layout = link_op_layout(G)
+    raws = [pack_link_op(op, G) for op in ops]
+    rng = random.Random(seed)
+    got = [[] for _ in range(G)]
+    log = {"op": [], "done": [], "take": [[] for _ in range(G)], "recv": [[] for _ in range(G)],
+           "first_valid": [None] * G, "cycles": 0}
+    total = sum(op.delivered_words() * len(op.dsts) for op in ops)
+
+    async def bench(ctx):
+        pos = [0] * G
+        opi, cycle = 0, 0
+        valid = [False] * G
+        op_valid = False
+        held = [None] * G
+        quiet = 0
+        while True:
+            if not op_valid and opi < len(ops):
+                op_valid = rng.random() >= op_gap
+            ctx.set(dut.op.valid, op_valid)
+            if op_valid:
+                ctx.set(dut.op.payload.as_value(), raws[opi])
+            for s in range(G):
+                if not valid[s] and pos[s] < len(inputs[s]):
+                    valid[s] = rng.random() >= idle
+                ctx.set(dut.pe_i[s].valid, valid[s])
+                ctx.set(dut.pe_i[s].payload, inputs[s][pos[s]] if valid[s] else
+                        rng.getrandbits(dut.word_bits))
+            ready = [rng.random() >= stall for _ in range(G)]
+            for d in range(G):
+                ctx.set(dut.pe_o[d].ready, ready[d])
+            if op_valid and ctx.get(dut.op.ready):
+                log["op"].append(cycle)
+                op_valid = False
+                opi += 1
+            if ctx.get(dut.done):
+                log["done"].append(cycle)
+            for s in range(G):
+                if valid[s] and ctx.get(dut.pe_i[s].ready):
+                    log["take"][s].append(cycle)
+                    pos[s] += 1
+                    valid[s] = False
+            for d in range(G):
+                if ctx.get(dut.pe_o[d].valid):
+                    w = ctx.get(dut.pe_o[d].payload)
+                    if held[d] is not None:
+                        assert w == held[d], f"cycle {cycle}: PE {d} word changed while held"
+                    if log["first_valid"][d] is None:
+                        log["first_valid"][d] = cycle
+                    if ready[d]:
+                        got[d].append(w)
+                        log["recv"][d].append(cycle)
+                        held[d] = None
+                    else:
+                        held[d] = w
+                else:
+                    assert held[d] is None, f"cycle {cycle}: PE {d} valid dropped"
+            n = sum(map(len, got))
+            assert n <= total, f"cycle {cycle}: more words delivered than sent"
+            quiet = quiet + 1 if n == total and opi == len(ops) else 0
+            if quiet > 3 * dut.flits_per_word + 8:
+                break
+            assert cycle < max_cycles, f"timeout: {n} of {total} words after {cycle} cycles"
+            cycle += 1
+            await ctx.tick()
+        log["cycles"] = cycle
+        log["pos"] = pos
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return got, log
+
+
+def expected(ops, data, G, word_bits):
+    """Per-destination concatenation of ref_link over the descriptor sequence; ``data[k][s]``
+    is source s's words for descriptor k."""
+    out = [[] for _ in range(G)]
+    for op, d in zip(ops, data):
+        for pe, words in enumerate(ref_link(op, d, word_bits=word_bits)):
+            out[pe].extend(words)
+    return out
+
+
+def make_traffic(rng, ops, G, word_bits):
+    """Random words per descriptor and source: ``(data[k][s], inputs[s])``."""
+    data = [[[random_word(rng, word_bits) for _ in range(op.words)] if s in op.srcs else []
+             for s in range(G)] for op in ops]
+    inputs = [[w for d in data for w in d[s]] for s in range(G)]
+    return data, inputs
+
+
+# ---- parameters and layout -----------------------------------------------------------------
+
+def test_parameters_and_errors():
+    dut = AggregationLink(pes=4, word_bits=512, flit_bytes=32, buffer_words=8)
+    assert (dut.pes, dut.word_bits, dut.flit_bytes, dut.buffer_words) == (4, 512, 32, 8)
+    assert dut.flits_per_word == 2 and dut.latency == 2 and dut.op_latency == 1
+    for name in ("pes", "word_bits", "flit_bytes", "buffer_words", "latency"):
+        with pytest.raises(AttributeError):
+            setattr(dut, name, 1)
+    with pytest.raises(TypeError):
+        AggregationLink(4, 512, 32, 8)
+    for kw, msg in ((dict(pes=0), "pes"), (dict(word_bits=500), "word_bits"),
+                    (dict(flit_bytes=12), "flit_bytes"), (dict(flit_bytes=128), "word_bits"),
+                    (dict(buffer_words=0), "buffer_words"), (dict(pes=2.0), "pes")):
+        args = dict(pes=4, word_bits=512, flit_bytes=32, buffer_words=8) | kw
+        with pytest.raises(ValueError, match=msg):
+            AggregationLink(**args)
+    arch = preset("paper-4gb")
+    link = AggregationLink.from_arch(arch)
+    assert (link.pes, link.word_bits, link.flit_bytes, link.flits_per_word) == (4, 4096, 32, 16)
+    small = AggregationLink.from_arch(preset("small"), buffer_words=4)
+    assert (small.pes, small.word_bits, small.flit_bytes) == (2, 512, 32)
+    assert dut.op.payload.shape() == link_op_layout(4)
+    Fragment.get(dut, None)
+
+
+def test_link_op_validation_names_the_field():
+    for kw, field in ((dict(mode=7), "mode"), (dict(src_mask=0), "src_mask"),
+                      (dict(dst_mask=0), "dst_mask"), (dict(words=-1), "words"),
+                      (dict(words=1 << 16), "words"), (dict(chunk=0), "chunk"),
+                      (dict(mode=LinkMode.BYPASS, src_mask=3), "src_mask"),
+                      (dict(mode=LinkMode.ALL_TO_ALL, dst_mask=3, chunk=2, words=6), "words"),
+                      (dict(words=True), "words"), (dict(src_mask="1"), "src_mask")):
+        args = dict(mode=LinkMode.REDUCE_ADD, src_mask=1, dst_mask=1, words=4, chunk=1) | kw
+        with pytest.raises(ValueError, match=field):
+            LinkOp(**args)
+    op = LinkOp(LinkMode.REDUCE_MAX, 0b101, 0b1, 2)
+    with pytest.raises(ValueError, match="src_mask"):
+        op.check(2)
+    with pytest.raises(ValueError, match="src_mask"):
+        ref_link(op, [[1, 2], [3, 4]], word_bits=64)
+    with pytest.raises(ValueError, match="inputs"):
+        ref_link(op, [[1], [3], [4, 5]], word_bits=64)
+    with pytest.raises(ValueError, match="word_bits"):
+        ref_link(op, [[1, 2], [3, 4], [4, 5]], word_bits=48)
+    with pytest.raises(ValueError, match="src_mask"):
+        pack_link_op(op, 2)
+    layout = link_op_layout(3)
+    view = layout.from_bits(pack_link_op(op, 3))
+    assert (LinkModeRTL(view.mode), int(view.src_mask), int(view.dst_mask), int(view.words),
+            int(view.chunk)) == (LinkModeRTL.REDUCE_MAX, 0b101, 1, 2, 1)
+
+
+def test_golden_modes_by_hand():
+    W = 128
+    a = [_word([1, -2], "<i8", W), _word([INT64_MAX, 5], "<i8", W)]
+    b = [_word([10, 20], "<i8", W), _word([1, INT64_MIN], "<i8", W)]
+    c = [_word([100, 200], "<i8", W), _word([-1, -6], "<i8", W)]
+    out = ref_link(LinkOp(LinkMode.REDUCE_ADD, 0b111, 0b101, 2), [a, b, c], word_bits=W)
+    # Saturation at every step in ascending source order: (MAX + 1) saturates, then - 1.
+    assert out[0] == out[2] == [_word([111, 218], "<i8", W),
+                                _word([INT64_MAX - 1, INT64_MIN], "<i8", W)]
+    assert out[1] == []
+    assert reduce_add_words([a, b, c], word_bits=W)[1] is True
+    m = ref_link(LinkOp(LinkMode.REDUCE_MAX, 0b11, 0b10, 1),
+                 [[_word([0xFFFFFFFF, 1, 7, 0], "<u4", W)],
+                  [_word([3, 0x80000000, 7, 0], "<u4", W)]], word_bits=W)
+    assert m == [[], [_word([0xFFFFFFFF, 0x80000000, 7, 0], "<u4", W)]]
+    # ALL_TO_ALL: 2 sources x 4 chunks of 1 word to 2 destinations.
+    s0, s1 = [0, 1, 2, 3], [10, 11, 12, 13]
+    out = ref_link(LinkOp(LinkMode.ALL_TO_ALL, 0b11, 0b101, 4, 1), [s0, s1, []], word_bits=W)
+    assert out == [[0, 10, 2, 12], [], [1, 11, 3, 13]]
+    out = ref_link(LinkOp(LinkMode.ALL_TO_ALL, 0b10, 0b1, 4, 2), [[], s1], word_bits=W)
+    assert out == [s1, []]
+    out = ref_link(LinkOp(LinkMode.BYPASS, 0b10, 0b11, 3), [[], s1], word_bits=W)
+    assert out == [s1[:3], s1[:3]]
+
+
+# ---- RTL against the golden model ------------------------------------------------------------
+
+GEOMS = {"G2-W512-F32": (2, 512, 32, 4), "G4-W256-F32": (4, 256, 32, 3),
+         "G3-W512-F64": (3, 512, 64, 2), "G4-W512-F16": (4, 512, 16, 5)}
+
+
+@pytest.mark.parametrize("mode", list(LinkMode), ids=lambda m: m.name)
+@pytest.mark.parametrize("geom", ["G2-W512-F32", "G4-W256-F32"])
+def test_each_mode_smooth_traffic(mode, geom):
+    G, W, F, depth = GEOMS[geom]
+    rng = random.Random(f"{geom}/{mode.name}")
+    dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=depth)
+    allm = (1 << G) - 1
+    if mode == LinkMode.BYPASS:
+        ops = [LinkOp(mode, 1 << (G - 1), allm, 6), LinkOp(mode, 1, 1 << (G - 1), 5)]
+    elif mode == LinkMode.ALL_TO_ALL:
+        ops = [LinkOp(mode, allm, allm, 2 * G * 2, 2), LinkOp(mode, 0b1, allm, G, 1)]
+    else:
+        ops = [LinkOp(mode, allm, allm, 7), LinkOp(mode, 0b10, 0b1, 3)]
+    data, inputs = make_traffic(rng, ops, G, W)
+    got, log = run_link(dut, ops, inputs)
+    assert got == expected(ops, data, G, W)
+    assert len(log["done"]) == len(ops)
+    assert log["pos"] == [len(x) for x in inputs]
+
+
+@pytest.mark.parametrize("geom", list(GEOMS))
+@pytest.mark.parametrize("seed", [1])
+def test_random_descriptors_with_idles_and_backpressure(geom, seed):
+    G, W, F, depth = GEOMS[geom]
+    rng = random.Random(seed * 1000 + hash(geom) % 1000)
+    dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=depth)
+    ops = [random_op(rng, G) for _ in range(10)]
+    data, inputs = make_traffic(rng, ops, G, W)
+    got, log = run_link(dut, ops, inputs, seed=seed, idle=0.3, stall=0.4, op_gap=0.3)
+    assert got == expected(ops, data, G, W)
+    assert len(log["done"]) == len(ops)
+
+
+def test_corners_saturation_and_max():
+    """Saturation in both directions mid-chain, 0xFFFFFFFF in max, single source, all
+    destinations, chunk = 1."""
+    G, W = 4, 256
+    dut = AggregationLink(pes=G, word_bits=W, flit_bytes=32, buffer_words=2)
+    i64 = lambda v: _word(v, "<i8", W)
+    u32 = lambda v: _word(v, "<u4", W)
+    add_in = [[i64([INT64_MAX, INT64_MIN, -1, 0]), i64([INT64_MAX] * 4)],
+              [i64([1, -1, INT64_MIN, 0]), i64([INT64_MAX] * 4)],
+              [i64([-5, 3, INT64_MIN, 0]), i64([INT64_MIN] * 4)],
+              [i64([0, 0, 1, -1]), i64([5, 6, 7, 8])]]
+    max_in = [[u32([0xFFFFFFFF, 0, 1, 2, 3, 4, 5, 6])], [u32([0, 0xFFFFFFFF] + [0] * 6)],
+              [u32([7] * 8)], [u32([0x80000000] * 8)]]
+    ops = [LinkOp(LinkMode.REDUCE_ADD, 0b1111, 0b1111, 2),
+           LinkOp(LinkMode.REDUCE_MAX, 0b1111, 0b1111, 1),
+           LinkOp(LinkMode.REDUCE_ADD, 0b0100, 0b0011, 1),            # single source
+           LinkOp(LinkMode.ALL_TO_ALL, 0b1111, 0b1111, 4, 1),
+           LinkOp(LinkMode.BYPASS, 0b1000, 0b1111, 3)]
+    rng = random.Random(5)
+    data = [add_in, max_in,
+            [[], [], [i64([INT64_MIN, 1, 2, 3])], []],
+            [[rng.getrandbits(W) for _ in range(4)] for _ in range(G)],
+            [[], [], [], [rng.getrandbits(W) for _ in range(3)]]]
+    inputs = [[w for d in data for w in d[s]] for s in range(G)]
+    want = expected(ops, data, G, W)
+    assert want[0][0] == i64([INT64_MAX - 5, INT64_MIN + 3, INT64_MIN + 1, -1])
+    # MAX + MAX saturates to MAX, + MIN = -1, + 5..8 (the exact sum would overflow).
+    assert want[0][1] == i64([4, 5, 6, 7])
+    assert want[0][2] == want[3][2] == u32([0xFFFFFFFF, 0xFFFFFFFF] + [0x80000000] * 6)
+    for stall in (0.0, 0.5):
+        got, log = run_link(dut, ops, inputs, seed=3, idle=stall, stall=stall)
+        assert got == want
+
+
+def test_latency_and_full_rate_streaming():
+    """Always-valid sources, always-ready sinks: one flit per cycle per port, the first word
+    offered ``op_latency + latency`` cycles after the descriptor is taken, and an ALL_TO_ALL
+    that skews into a wavefront and then runs every port at full rate."""
+    G, W, F = 2, 512, 32
+    dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=4)
+    S = dut.flits_per_word
+    n = 40
+    for op in (LinkOp(LinkMode.BYPASS, 0b01, 0b11, n), LinkOp(LinkMode.REDUCE_ADD, 0b11, 0b11, n),
+               LinkOp(LinkMode.REDUCE_MAX, 0b11, 0b10, n),
+               LinkOp(LinkMode.ALL_TO_ALL, 0b11, 0b11, n, 1)):
+        data, inputs = make_traffic(random.Random(op.mode), [op], G, W)
+        got, log = run_link(dut, [op], inputs)
+        assert got == expected([op], data, G, W)
+        first = min(log["first_valid"][d] for d in op.dsts)
+        last = max(log["recv"][d][-1] for d in op.dsts)
+        assert first - log["op"][0] == dut.op_latency + dut.latency
+        skew = (len(op.srcs) - 1) * op.chunk * S if op.mode == LinkMode.ALL_TO_ALL else 0
+        ideal = max(op.words, op.delivered_words()) * S
+        assert last - first == ideal - S + skew, op
