@@ -254,7 +254,7 @@ def ring_geometry(*, word_bits: int, flit_bytes: int) -> tuple[int, int]:
     fb = flit_bytes * 8
     if fb >= word_bits:
         if fb % word_bits:
-            raise ValueError(f"flit_bytes: {flit_bytes} B is not a whole number of "
+            raise ValueError(f"flit_bytes: {flit_bytes} B is not a whole number of (word_bits) "
                              f"{word_bits}-bit words")
         return fb // word_bits, 1
     if word_bits % fb:
