@@ -408,6 +408,22 @@ class PE(wiring.Component):
                 Sink.COMBINE: 3 + self.combine_latency}
 
     @property
+    def result_cycles(self) -> dict:
+        """Cycles the sink holds one tile result (``rows x lanes`` accumulators), by
+        ``(sink, psum_in)``, with ready outputs and, for ``psum_in``, a ``link_i`` word offered
+        in every cycle: RAW ``rows * lanes / (W/64)`` (one link word a cycle), SWIGLU and
+        COMBINE ``rows`` (one row a cycle); ``psum_in`` adds its ``rows * lanes / (W/64)``
+        words (one a cycle, overlapped with the sink, which takes a row or word as soon as it
+        has been added) and one cycle per result. A GEMM with at least that many groups issues
+        one tile beat per cycle."""
+        raw = self.rows * self.lanes // (self.word_bits // 64)
+        out = {}
+        for sink, cycles in ((Sink.RAW, raw), (Sink.SWIGLU, self.rows),
+                             (Sink.COMBINE, self.rows)):
+            out[(sink, False)], out[(sink, True)] = cycles, cycles + 1
+        return out
+
+    @property
     def gemm_gap(self) -> int:
         """Idle tile cycles between the last beat of a GEMM and the first beat of the next
         GEMM waiting behind it (its buffer already full, its descriptor slot free): none, the
@@ -449,9 +465,11 @@ class PE(wiring.Component):
                             transparent=True, valid_bits=True) for b in range(2)]
         out_rp = _BankedReads([rp for rp, _ in out_banks])
         out_w = _BankedWrites([wr for _, wr in out_banks])
-        # the row maxima: one read port for the SWIGLU sink's updates, one for REQUANT
-        rmax_rp, rmax_rq, rmax_w = memory("rowmax", cfg.tok_entries, width=32, transparent=True,
-                                          valid_bits=True, read_ports=2)
+        # the row maxima, W/32 registers of 32 bits per word (the ROWMAX word of SEND / RECV):
+        # one read port for the SWIGLU sink's updates (and SEND / RECV), one for REQUANT
+        rmax_words = -(-cfg.tok_entries // Q)
+        rmax_rp, rmax_rq, rmax_w = memory("rowmax", rmax_words, granularity=32,
+                                          transparent=True, valid_bits=True, read_ports=2)
         load_targets = {
             Target.WMSB: [wmsb[0][1], wmsb[1][1]],
             Target.WLSB: [wlsb[0][1], wlsb[1][1]],
@@ -488,7 +506,11 @@ class PE(wiring.Component):
         xn_op = Value.cast(xn.op)
         xn_is_barrier = (xn_op == Op.BARRIER) | ((xn_op == Op.CLEAR)
                                                  & Value.cast(xn.args.clear.counters))
-        ld_entry = data.StructLayout({"cmd": op_layout(Op.LOAD), "need": unsigned(SEQ)})
+        # a queued LOAD: the fields the PE uses (src and hb_addr are for the die's load router)
+        ld_fields = ("target", "buf", "addr", "words", "signal", "fence")
+        ld_cmd_layout = data.StructLayout({name: op_layout(Op.LOAD)[name].shape
+                                           for name in ld_fields})
+        ld_entry = data.StructLayout({"cmd": ld_cmd_layout, "need": unsigned(SEQ)})
         ld_queue = m.submodules.ld_queue = SyncFIFO(width=ld_entry.size,
                                                     depth=self.load_queue_depth)
         ld_busy = ld_active | ld_queue.r_rdy
@@ -503,7 +525,9 @@ class PE(wiring.Component):
         take = self.cmd.valid & self.cmd.ready
         rq_issue = take & is_rq
         ld_in = Signal(ld_entry)
-        m.d.comb += [ld_in.cmd.eq(self.cmd.payload.args.load), ld_in.need.eq(x_seq),
+        m.d.comb += [*(getattr(ld_in.cmd, name).eq(getattr(self.cmd.payload.args.load, name))
+                       for name in ld_fields),
+                     ld_in.need.eq(x_seq),
                      ld_queue.w_en.eq(take & is_load),
                      ld_queue.w_data.eq(Value.cast(ld_in))]
         with m.If(take & ~is_load):
@@ -678,6 +702,7 @@ class PE(wiring.Component):
                 "out_base": Signal(16, name=f"{prefix}_out_base"),
                 "tok_base": Signal(8, name=f"{prefix}_tok_base"),
                 "stride": Signal(16, name=f"{prefix}_stride"),
+                "pin": Signal(name=f"{prefix}_pin"),
                 "seq": Signal(SEQ, name=f"{prefix}_seq"),
             }
         dq, ds = desc_regs("dq"), desc_regs("ds")
@@ -700,6 +725,7 @@ class PE(wiring.Component):
         res_t0 = Signal(16)
         res_ch = Signal(16)
         res_stride = Signal(16)
+        res_pin = Signal()           # the held result takes psum_in words
         res_seq = Signal(SEQ)
         res_done = Signal()          # the sink finishes the held result in this cycle
         m.d.comb += tile.o.ready.eq(~res_valid | res_done)
@@ -715,6 +741,7 @@ class PE(wiring.Component):
                 res_t0.eq(s_t0),
                 res_ch.eq(s_ch),
                 res_stride.eq(ds["stride"]),
+                res_pin.eq(ds["pin"]),
                 res_seq.eq(ds["seq"]),
                 flag_acc.eq(flag_acc | Value.cast(tile.o.payload.overflow).any()),
             ]
@@ -734,10 +761,35 @@ class PE(wiring.Component):
                          s_rb.eq(0), s_t0.eq(dq["tok_base"]), s_ch.eq(dq["out_base"])]
             m.d.sync += [ds[k].eq(dq[k]) for k in dq]
 
-        # ---- RAW sink: accumulators onto link_o, W/64 values per word ----------------------------
+        # ---- psum_in: link_i words added into the held result, one word (W/64 values) a cycle --
+        # word k holds accumulators [r][n] at value positions k*W/64 .. (the RAW layout), i.e.
+        # rows 2k and 2k+1 (W/64 = 2 * lanes); the sinks take a word's rows once it is added
         raw_words = R * L // OV
+        pin_k = Signal(range(raw_words + 1))      # words of the held result added so far
+        pin_need = res_valid & res_pin & (pin_k != raw_words)
+        pin_take = Signal()
+        res_bits = Value.cast(res_acc)
+        pin_old = res_bits.word_select(pin_k[:max(_log2(raw_words), 1)] if raw_words > 1 else 0,
+                                       W)
+        pin_sum = Signal(W)
+        pin_ovf = Signal(OV)
+        for j in range(OV):
+            total, wrap = _sat_add64(pin_old[64 * j:64 * (j + 1)],
+                                     self.link_i.payload[64 * j:64 * (j + 1)])
+            m.d.comb += [pin_sum[64 * j:64 * (j + 1)].eq(total), pin_ovf[j].eq(wrap)]
+        with m.If(pin_take):
+            m.d.sync += pin_k.eq(pin_k + 1)
+            for k in range(raw_words):
+                with m.If(pin_k == k):
+                    m.d.sync += res_bits.word_select(k, W).eq(pin_sum)
+            with m.If(pin_ovf.any()):
+                m.d.sync += flag_acc.eq(1)
+        with m.If(tile_out):
+            m.d.sync += pin_k.eq(0)
+
+        # ---- RAW sink: accumulators onto link_o, W/64 values per word ----------------------------
         raw_k = Signal(range(max(raw_words, 2)))
-        raw_valid = res_valid & (res_sink == Sink.RAW)
+        raw_valid = res_valid & (res_sink == Sink.RAW) & (~res_pin | (raw_k < pin_k))
         raw_take = raw_valid & self.link_o.ready
         with m.If(raw_take):
             m.d.sync += raw_k.eq(Mux(raw_k == raw_words - 1, 0, raw_k + 1))
@@ -747,7 +799,7 @@ class PE(wiring.Component):
         # stage A: the row and its TOK entry (read in flight); SWIGLU rows enter the SwiGLU units
         # from here, COMBINE rows read their OUT word (stalling on a write still in flight)
         res_r = Signal(range(max(R, 2)))
-        vpu_rows = res_valid & (res_sink != Sink.RAW)
+        vpu_rows = res_valid & (res_sink != Sink.RAW) & (~res_pin | ((res_r >> 1) < pin_k))
         stall_a = Signal()
         row_take = vpu_rows & ~stall_a
         row_t = Signal(16)
@@ -844,9 +896,11 @@ class PE(wiring.Component):
         rm_start = Signal()
         m.d.sync += [rm_valid.eq(sw_out), rm_t.eq(sw_tag_out.t), rm_max.eq(absmax),
                      rm_start.eq(sw_tag_out.start)]
-        rmax_rp.request(sw_out, sw_tag_out.t, 1)
-        rmax_w.request(rm_valid, rm_t, Mux(~rm_start & (rmax_rp.data > rm_max), rmax_rp.data,
-                                           rm_max))
+        rmax_rp.request(sw_out, sw_tag_out.t >> log_q, 1)
+        rm_old = rmax_rp.data.word_select(rm_t[:log_q], 32) if log_q else rmax_rp.data
+        rm_new = Mux(~rm_start & (rm_old > rm_max), rm_old, rm_max)
+        rmax_w.request(rm_valid, rm_t >> log_q, rm_new.replicate(Q),
+                       Const(1, Q) << rm_t[:log_q] if log_q else 1)
         sw_inflight = Signal(range(64))
         m.d.sync += sw_inflight.eq(sw_inflight + a_sw - sw_out)
 
@@ -991,6 +1045,7 @@ class PE(wiring.Component):
                 dq["out_base"].eq(f("out_base")),
                 dq["tok_base"].eq(f("tok_base")),
                 dq["stride"].eq(f("stride")),
+                dq["pin"].eq(f("psum_in")),
                 dq["seq"].eq(seq),
             ]
 
@@ -1073,7 +1128,7 @@ class PE(wiring.Component):
         sv = Signal()                 # read data of the target is valid in its read port
         send_adv = ~sv | self.link_o.ready
         send_reads = {Target.ACT: act_rp, Target.TOK: tok_rp, Target.HBUF: hbuf_rp,
-                      Target.OUT: out_rp}
+                      Target.OUT: out_rp, Target.ROWMAX: rmax_rp}
         for target, rp in send_reads.items():
             rp.request(st["SEND"] & (x_target == target), x_addr, send_adv)
         send_data = Signal(W)
@@ -1098,32 +1153,42 @@ class PE(wiring.Component):
                          x_addr.eq(fld(xc, Op.RECV, "addr")),
                          x_left.eq(fld(xc, Op.RECV, "words"))]
         recv_acc = fld(xc, Op.RECV, "accumulate")
-        m.d.comb += self.link_i.ready.eq(st["RECV"] & (x_left != 0))
-        recv_take = self.link_i.valid & self.link_i.ready
+        # link_i: RECV, or a GEMM's psum_in words (never both: RECV waits for every GEMM)
+        m.d.comb += self.link_i.ready.eq((st["RECV"] & (x_left != 0)) | pin_need)
+        recv_take = self.link_i.valid & self.link_i.ready & st["RECV"]
+        m.d.comb += pin_take.eq(self.link_i.valid & pin_need)
         with m.If(recv_take):
             m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
         for target, wr in {Target.ACT: act_w, Target.TOK: tok_w, Target.HBUF: hbuf_w,
-                           Target.OUT: out_w}.items():
+                           Target.OUT: out_w, Target.ROWMAX: rmax_w}.items():
             plain = recv_take & (x_target == target)
-            if target == Target.OUT:
+            if target in (Target.OUT, Target.ROWMAX):
                 plain = plain & ~recv_acc
             wr.request(plain, x_addr, self.link_i.payload)
-        # accumulate: read at accept, add and write one cycle later (the OUT read port is
-        # transparent, so back-to-back words to one address see each other)
+        # accumulate: read at accept, combine and write one cycle later (the read ports are
+        # transparent, so back-to-back words to one address see each other): OUT saturating
+        # s64 addition, ROWMAX unsigned 32-bit max
         r_valid = Signal()
         r_addr = Signal(16)
         r_data = Signal(W)
-        out_rp.request(st["RECV"], x_addr, 1)
-        m.d.sync += [r_valid.eq(recv_take & recv_acc & (x_target == Target.OUT)),
-                     r_addr.eq(x_addr), r_data.eq(self.link_i.payload)]
+        r_is_out = x_target == Target.OUT
+        out_rp.request(st["RECV"] & r_is_out, x_addr, 1)
+        rmax_rp.request(st["RECV"] & ~r_is_out, x_addr, 1)
+        m.d.sync += [r_valid.eq(recv_take & recv_acc), r_addr.eq(x_addr),
+                     r_data.eq(self.link_i.payload)]
         acc_sum = Signal(W)
         acc_ovf = Signal(OV)
         for j in range(OV):
             total, wrap = _sat_add64(out_rp.data[64 * j:64 * (j + 1)],
                                      r_data[64 * j:64 * (j + 1)])
             m.d.comb += [acc_sum[64 * j:64 * (j + 1)].eq(total), acc_ovf[j].eq(wrap)]
-        out_w.request(r_valid, r_addr, acc_sum)
-        set_vpu.append(r_valid & acc_ovf.any())
+        out_w.request(r_valid & r_is_out, r_addr, acc_sum)
+        set_vpu.append(r_valid & r_is_out & acc_ovf.any())
+        max_word = Signal(W)
+        for j in range(Q):
+            old, new = rmax_rp.data[32 * j:32 * (j + 1)], r_data[32 * j:32 * (j + 1)]
+            m.d.comb += max_word[32 * j:32 * (j + 1)].eq(Mux(new > old, new, old))
+        rmax_w.request(r_valid & ~r_is_out, r_addr, max_word)
         recv_done = st["RECV"] & (x_left == 0) & ~r_valid
 
         # ---- REQUANT engine: HBUF rows -> INT8 codes in ACT, e_h into TOK ------------------------
@@ -1170,9 +1235,10 @@ class PE(wiring.Component):
         inflight["rq"] = (rq_busy, rq_seq)
         # preparation
         rp_issue = rq_run & (rp_t != rp_end) & ~rp_rd & ~rme.o.valid & ~e_next_valid
-        rmax_rq.request(rp_issue, rp_t, 1)
+        rmax_rq.request(rp_issue, rp_t >> log_q, 1)
         m.d.sync += rp_rd.eq(rp_issue)
-        m.d.comb += [rme.i.valid.eq(rp_rd), rme.i.payload.max.eq(rmax_rq.data),
+        rq_max = rmax_rq.data.word_select(rp_t[:log_q], 32) if log_q else rmax_rq.data
+        m.d.comb += [rme.i.valid.eq(rp_rd), rme.i.payload.max.eq(rq_max),
                      rme.o.ready.eq(1)]
         e_h_word = Cat(*([Const(0, 8), rme.o.payload.e_h, Const(0, 48)] * OV))
         tok_w.request(rme.o.valid, rp_t >> log_ov, e_h_word,
@@ -1292,7 +1358,7 @@ class PE(wiring.Component):
             "gemm_beats": tile_in,
             "words_loaded": ld_xfer,
             "words_sent": self.link_o.valid & self.link_o.ready,
-            "words_received": recv_take,
+            "words_received": self.link_i.valid & self.link_i.ready,
         }
         status_now = Signal(slayout)
         for name, inc in counters.items():

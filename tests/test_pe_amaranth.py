@@ -641,3 +641,148 @@ def test_sink_latencies():
                  watch=("tile_in", "tile_out"))
     assert got["tile_out"][0] - got["tile_in"][0] == dut.tile_latency
     assert got["link_o_cycles"][0] - got["tile_out"][0] == dut.sink_latency[Sink.RAW]
+
+
+# ---- multi-PE features: psum_in, MSB_ONLY / LSB_ONLY sinks, ROWMAX ------------------------------
+
+def _multipe_operands(rng, rbn, cbn, G, pe=PE_CFG):
+    R, L = pe.rows, pe.lanes
+    act = rng.integers(-128, 128, (rbn * G, R, 32))
+    msb = rng.integers(0, 16, (cbn * G, L, 32))
+    lsb = rng.integers(0, 16, (cbn * G, L, 32))
+    scl = rng.integers(0x1800, 0x2C00, (cbn * G, L)).astype(np.uint16)
+    scl |= (rng.random(scl.shape) < 0.3).astype(np.uint16) << 15
+    scl = np.concatenate([scl, np.zeros((-len(scl) % 8, L), np.uint16)]).reshape(-1, 8, L)
+    n = rbn * R
+    tok = {"e_x": rng.integers(-10, -4, n), "e_h": rng.integers(-20, -12, n),
+           "gate": rng.integers(0x3000, 0x3C00, n).astype(np.uint16), "slot": rng.permutation(n)}
+    return [asm.pack_tok(tok, pe), asm.pack_act(act, pe), asm.pack_wgt(msb, pe),
+            asm.pack_wgt(lsb, pe), asm.pack_scales(scl, pe)]
+
+
+def _load_multipe(prog, words):
+    """LOAD TOK, ACT and buffer 0's planes and scales (signalled); returns the ld words."""
+    for target, w in zip((Target.TOK, Target.ACT, Target.WMSB, Target.WLSB, Target.WSCALE),
+                         words):
+        prog.load(target, 0, len(w), signal=target is Target.WSCALE)
+    return list(words)
+
+
+def multipe_program(rng, rbn=2, cbn=2, G=3, pe=PE_CFG):
+    """Every new feature in one program: MSB_ONLY GEMMs with psum_in into RAW, SWIGLU and
+    COMBINE (fed the LSB_ONLY psums of the same operands, as on a second PE), an LSB_ONLY
+    COMBINE, a FULL RAW GEMM with psum_in values that saturate, SEND / RECV ROWMAX (plain and
+    max), REQUANT from the received maxima, OUTPUT, STATUS. Returns (program, ld, link_i)."""
+    R, L, OV, Q = pe.rows, pe.lanes, pe.q24_per_word, pe.q16_per_word
+    words = _multipe_operands(rng, rbn, cbn, G, pe)
+    prog, ld = asm.Program(pe), []
+    prog.clear(out=True, rowmax=True, flags=True, counters=True)
+    ld += _load_multipe(prog, words)
+    geo = dict(wbuf=0, act_base=0, w_base=0, row_blocks=rbn, col_blocks=cbn, groups=G)
+    # the LSB psums a second PE would send
+    lsb_prog = asm.Program(pe)
+    lsb_ld = _load_multipe(lsb_prog, words)
+    lsb_prog.gemm(mode=Mode.LSB_ONLY, sink=Sink.RAW, wait=True, **geo)
+    psums = fsim.run(lsb_prog, asm.words_to_ints(np.concatenate(lsb_ld))).link_o
+    n = len(psums)
+    assert n == rbn * cbn * R * L // OV
+    stride_h = max(32 // Q, 1)                              # REQUANT: >= 32 channels
+    assert cbn * L // 2 <= stride_h * Q
+    prog.gemm(mode=Mode.MSB_ONLY, sink=Sink.RAW, wait=True, psum_in=True, **geo)
+    prog.gemm(mode=Mode.MSB_ONLY, sink=Sink.SWIGLU, stride=stride_h, psum_in=True, **geo)
+    stride_o = -(-cbn * L // Q) * Q // OV                   # OUTPUT: whole FP32 beats
+    prog.gemm(mode=Mode.MSB_ONLY, sink=Sink.COMBINE, stride=stride_o, psum_in=True, **geo)
+    prog.gemm(mode=Mode.LSB_ONLY, sink=Sink.COMBINE, stride=stride_o, **geo)
+    prog.gemm(mode=Mode.FULL, sink=Sink.RAW, psum_in=True, release=True, **geo)
+    extreme = rng.integers(-2**62, 2**62, (2 * n, OV))
+    extreme[::3] = np.where(rng.random((len(extreme[::3]), OV)) < 0.5, 2**63 - 1, -2**63)
+    rm_words = -(-rbn * R // Q)
+    peer = rng.integers(0, 2**24, (rm_words + 1, Q))
+    peer[0, 0] = 2**32 - 1
+    peer_words = asm.words_to_ints(asm.pack_rowmax(peer, pe))
+    prog.send(Target.ROWMAX, 0, rm_words)
+    prog.recv(Target.ROWMAX, 0, rm_words, accumulate=True)
+    prog.recv(Target.ROWMAX, rm_words, 1)
+    prog.send(Target.ROWMAX, 0, rm_words + 1)
+    peer[0, 0] = 0                                           # keep REQUANT's e' in range
+    prog.recv(Target.ROWMAX, 0, rm_words)
+    prog.recv(Target.ROWMAX, 0, rm_words, accumulate=True)
+    prog.requant(row_blocks=rbn, channels=stride_h * Q, act_base=rbn * G, tok_base=0)
+    prog.send(Target.ACT, rbn * G, rbn * stride_h * Q // 32)
+    prog.output(row_blocks=rbn, channels=stride_o * OV)
+    prog.barrier()
+    prog.status()
+    own = rng.integers(0, 2**20, (rm_words, Q))
+    link_i = (psums * 3 + asm.words_to_ints(asm.pack_q24(extreme, pe))
+              + peer_words + asm.words_to_ints(asm.pack_rowmax(own, pe))
+              + asm.words_to_ints(asm.pack_rowmax(peer[:rm_words], pe)))
+    return prog, asm.words_to_ints(np.concatenate(ld)), link_i
+
+
+@pytest.mark.parametrize("traffic", ["smooth", "rough"])
+def test_multipe_features_equal_fsim(traffic):
+    """psum_in with every sink and mode, ROWMAX SEND / RECV, REQUANT from received maxima:
+    RTL == fsim, with link_i always valid and with idle link_i cycles and backpressure."""
+    seed = 1100 + (traffic == "rough")
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    prog, ld, link_i = multipe_program(rng)
+    got, ref = compare_with_fsim(prog, ld, link_i, seed=seed,
+                                 traffic=ROUGH if traffic == "rough" else SMOOTH)
+    st = ref.statuses()[0]
+    assert st["acc_overflow"] == 1 and st["words_received"] == len(link_i)
+    assert ref.link_i_used == len(link_i)
+    assert np.abs(ref.data()).max() > 0
+
+
+def test_multipe_features_wider_pe():
+    """The same on a wider PE (8 x 16 x 32, W = 2048): psum_in takes 4 link words per result
+    (rows 2k, 2k+1 from word k) and a ROWMAX word holds 64 registers; idle link_i cycles."""
+    from elmoe3d.config import ArchConfig, TileConfig
+    arch = ArchConfig(name="wide", tile=TileConfig(rows=8, lanes=16), wmem_bytes=16384,
+                      iomem_bytes=65536)
+    seed = 1150
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    prog, ld, link_i = multipe_program(rng, rbn=2, cbn=2, G=2, pe=arch.pe)
+    ref = fsim.run(prog, ld, link_i)
+    got = run_pe(prog.encode(), ld, link_i, n_o=len(ref.o), n_link=len(ref.link_o),
+                 dut=PE(config=arch), traffic=Traffic(idle_link=0.4, stall_link=0.3), seed=seed)
+    assert got["link_o"] == ref.link_o
+    assert [d for k, d in got["o"] if k == OKind.DATA] == \
+        [b.data for b in ref.o if b.kind == OKind.DATA]
+    g = asm.unpack_status([d for k, d in got["o"] if k == OKind.STATUS][0])
+    w = ref.statuses()[0]
+    assert all(g[n] == w[n] for n in asm.FUNCTIONAL_STATUS_FIELDS)
+    assert w["acc_overflow"] == 1
+
+
+@pytest.mark.parametrize("sink", [Sink.RAW, Sink.SWIGLU], ids=lambda s: s.name)
+def test_psum_in_throughput(sink):
+    """With link_i always valid, a psum_in GEMM whose results are ``PE.result_cycles`` beats
+    apart (groups) takes one tile beat per cycle; one group fewer stalls the tile."""
+    seed = 1200
+    rng = np.random.default_rng(seed)
+    dut = _unused(PE(config=ARCH))
+    for G, stalls in ((dut.result_cycles[(sink, True)], False),
+                      (dut.result_cycles[(sink, True)] - 1, True)):
+        words = _multipe_operands(rng, 2, 4, G)
+        prog, ld = asm.Program(PE_CFG), []
+        ld += _load_multipe(prog, words)
+        prog.barrier()
+        prog.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=2, col_blocks=4,
+                  groups=G, sink=sink, stride=1, psum_in=True)
+        prog.barrier()
+        prog.status()
+        n = 2 * 4 * R * L // PE_CFG.q24_per_word
+        link_i = asm.words_to_ints(asm.pack_q24(
+            rng.integers(-2**40, 2**40, (n, PE_CFG.q24_per_word)), PE_CFG))
+        ref = fsim.run(prog, asm.words_to_ints(np.concatenate(ld)), link_i)
+        got = run_pe(prog.encode(), asm.words_to_ints(np.concatenate(ld)), link_i,
+                     n_o=len(ref.o), n_link=len(ref.link_o), watch=("tile_in",))
+        assert got["link_o"] == ref.link_o
+        beats = got["tile_in"]
+        assert len(beats) == 2 * 4 * G
+        busy = beats[-1] - beats[0] + 1
+        print(f"  {sink.name} psum_in, groups {G}: {len(beats)} beats in {busy} cycles")
+        assert (busy > len(beats)) == stalls
