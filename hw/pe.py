@@ -241,9 +241,10 @@ class PE(wiring.Component):
     the planes can arrive from different sources); IOMEM: ACT (byte write enables, for
     REQUANT), TOK (byte enables, for e_h), HBUF (32-bit enables), OUT in two banks (even and
     odd words; 64-bit enables, transparent read for the COMBINE read-modify-write, valid
-    bits), and one row-max register per TOK entry (a transparent 32-bit memory with valid
-    bits and a second read port for REQUANT). Valid bits make ``CLEAR out`` / ``CLEAR
-    rowmax`` one cycle. Sizes: :class:`~elmoe3d.config.PEConfig`.
+    bits), and one 32-bit row-max register per TOK entry, W/32 registers per word (the
+    ROWMAX word of SEND / RECV; a transparent memory with 32-bit enables, valid bits and a
+    second read port for REQUANT). Valid bits make ``CLEAR out`` / ``CLEAR rowmax`` one
+    cycle. Sizes: :class:`~elmoe3d.config.PEConfig`.
 
     Engines (``docs/pe.md``, "Engines and synchronisation")
     -------------------------------------------------------
@@ -252,7 +253,9 @@ class PE(wiring.Component):
       engine (when it is free), everything else to a one-command register in front of the
       execute engine. BARRIER (and ``CLEAR counters``) holds back later LOADs until all earlier
       work is done.
-    * Load engine: one ``ld`` beat per cycle into the target memory, the next LOAD from the
+    * Load engine (``LOAD.src`` and ``LOAD.hb_addr`` are for the die's load router and are not
+      even queued: the words arrive on ``ld`` in LOAD order whatever their source):
+      one ``ld`` beat per cycle into the target memory, the next LOAD from the
       cycle after the previous one's last word (lowest write priority, but for ACT above
       REQUANT, which holds meanwhile); a load into a WMEM plane of a buffer whose flag
       ``full[b]`` is set waits for the GEMM that releases it; ``signal`` sets ``full[b]`` when
@@ -262,7 +265,8 @@ class PE(wiring.Component):
       sink registers and a delay line as long as the VPU pipelines).
     * Execute engine: GEMM (``wait`` for ``full[wbuf]``; ``release`` clears it when the last
       weight word has been read, so the next load overlaps the GEMM's drain; ``rq_wait`` for
-      earlier REQUANTs), OUTPUT, CLEAR, SEND, RECV, BARRIER, STATUS. A GEMM whose buffer is
+      earlier REQUANTs), OUTPUT, CLEAR, SEND, RECV (``ROWMAX`` with ``accumulate``: unsigned
+      max; OUT: saturating add), BARRIER, STATUS. A GEMM whose buffer is
       ready follows the previous one's last beat with no idle cycle (:attr:`gemm_gap`) and may
       start while earlier ones drain; other commands first wait until every earlier GEMM and
       REQUANT has completed.
@@ -275,7 +279,12 @@ class PE(wiring.Component):
     WMEM planes and the scale word (1 cycle; data held while the tile stalls) -> beat
     forming (FULL: half ``half`` of the MSB and LSB words interleaved onto lanes 2i / 2i+1,
     scale entry ``entry & 7`` of word ``entry >> 3``) -> :class:`~elmoe3d.hw.tile.TensorTile`
-    (:attr:`tile_latency` cycles, global stall) -> result register -> the sink:
+    (:attr:`tile_latency` cycles, global stall) -> result register (``psum_in``: the
+    ``rows * lanes / (W/64)`` ``link_i`` words of the result, one a cycle, added into it with
+    saturating s64 additions that set ``acc_overflow``; word ``k`` holds rows ``2k`` and
+    ``2k + 1``, which the sink takes once it is added; a ``link_i`` word not yet valid stalls
+    the sink) -> the sink (every sink in every mode; MSB_ONLY and LSB_ONLY results have the
+    DRAFT layout):
 
     * RAW: ``rows * lanes / (W/64)`` link words per result (accumulator ``[r][n]`` at value
       ``r * lanes + n``).
@@ -286,8 +295,9 @@ class PE(wiring.Component):
       :class:`~elmoe3d.hw.vpu.CombineUnit` s -> masked OUT write. :attr:`sink_latency`.
 
     A result is taken every ``rows`` cycles (VPU sinks) or ``rows * lanes / (W/64)`` cycles
-    (RAW, with a ready link), so GEMMs with at least that many groups run at one beat per
-    cycle. REQUANT: per token row, the row max -> :class:`~elmoe3d.hw.vpu.RowMaxExponent`
+    (RAW, with a ready link), one more with ``psum_in`` (a ``link_i`` word offered every
+    cycle; :attr:`result_cycles`), so GEMMs with at least that many groups run at one beat
+    per cycle (II = 1). REQUANT: per token row, the row max -> :class:`~elmoe3d.hw.vpu.RowMaxExponent`
     (e', e_h written into TOK; prepared while the previous row streams) -> ``min(W/32, 32)``
     :class:`~elmoe3d.hw.vpu.RequantUnit` s per cycle into ACT (byte enables). OUTPUT: two OUT
     words (one per bank) per cycle through ``W/32`` :class:`~elmoe3d.hw.vpu.Fp32Converter` s,
