@@ -663,8 +663,12 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     cols = {c: [] for c in ("request", "position", "layer", "phase", "ids", "w", "scores",
                             "line")}
     seen = {}
-    any_scores = any(("router_scores" in o or "scores" in o or "router_logits" in o)
-                     for _, o in records)
+    def has_scores(o):
+        return any(key in o for key in ("router_scores", "scores", "router_logits"))
+
+    # all rows carry full scores or none do: the first data row decides
+    any_scores = bool(records) and has_scores(records[0][1])
+    first_line = records[0][0] if records else 0
     for lineno, obj in records:
         for key in obj:
             if key not in known:
@@ -767,8 +771,10 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         except (ValueError, TypeError) as exc:
             bad(lineno, "bad-scores", str(exc))
             continue
-        if any_scores and sc is None:
-            bad(lineno, "bad-scores", "scores given on other lines but not on this one")
+        if any_scores != (sc is not None):
+            bad(lineno, "bad-scores", f"full scores {'missing' if any_scores else 'given'} "
+                                      f"here but {'given' if any_scores else 'not'} on the "
+                                      f"first row (line {first_line}): all rows or none")
             continue
         key = (vals["request"], vals["position"], vals["layer"], ph)
         if ph != "draft" and key in seen:
