@@ -73,8 +73,9 @@ __all__ = ["PHASES", "DEFAULT_BUFFER_WORDS", "LinkScheduleError", "ExtTransfer",
 #: Phases of speculative decoding a group program runs (paper Section 5.1).
 PHASES = ("draft", "verify")
 #: Default depth (W-bit words) of the aggregation link's per-destination FIFO that the compiler
-#: may fill ahead of a destination's RECV / psum_in GEMM.
-DEFAULT_BUFFER_WORDS = 64
+#: may fill ahead of a destination's RECV / psum_in GEMM (the RTL's default,
+#: ``elmoe3d.hw.agg_link.DEFAULT_BUFFER_WORDS``; a test checks they agree).
+DEFAULT_BUFFER_WORDS = 32
 
 
 class LinkScheduleError(ProgramError):
@@ -329,23 +330,27 @@ class GroupJob:
 
 # ---- per-PE program emission -----------------------------------------------------------------
 
-@dataclass
 class _Job:
-    """One WMEM buffer-full on one PE: its loads (the last signals) and its GEMMs (the first
-    waits, the last releases)."""
+    """One WMEM buffer-full on one PE: its loads (the last one signals); the GEMMs that read it
+    (the first waits, the last releases) are items of the PE's list."""
 
-    loads: list          # (target, words, src, hb_addr)
-    gemms: list          # GEMM fields without wbuf / wait / release
+    def __init__(self, loads):
+        self.loads = loads        # (target, words, src, hb_addr)
+        self.k = -1               # its number on the PE (buffer k % 2)
 
 
 class _PEBuild:
+    """One PE's program under construction: an expert at a time, as a list of items (GEMMs on
+    buffer-full jobs, other commands), emitted by :meth:`flush`."""
+
     def __init__(self, pe: PEConfig, index: int):
         self.pe = pe
         self.index = index
         self.prog = Program(pe)
         self.ld: list = []
         self.load_src: list = []
-        self.items: list = []          # of the current expert: ("job", _Job) / ("cmd", name, kw)
+        self.items: list = []          # ("gemm", _Job, fields) / ("cmd", name, kw)
+        self.jobs: list = []
         self.prologue: list = []
 
     def load(self, target, addr, words, *, src, hb_addr=0, buf=0, signal=False, fence=False):
@@ -354,52 +359,60 @@ class _PEBuild:
         self.ld.extend(int(w) for w in words)
         self.load_src.append((i, Source(src), hb_addr, len(words)))
 
-    def job(self, loads, gemms):
-        self.items.append(("job", _Job(loads, gemms)))
+    def job(self, loads) -> _Job:
+        job = _Job(loads)
+        job.k = len(self.jobs)
+        self.jobs.append(job)
+        return job
+
+    def gemm(self, job, **fields):
+        self.items.append(("gemm", job, fields))
 
     def cmd(self, name, **kw):
         self.items.append(("cmd", name, kw))
 
     def flush(self):
         """Emit the current expert: its HOST prologue (the first load fenced: it reuses the
-        IOMEM region of the previous expert), then the items, with double-buffered weight
-        loads (the loads of job k+2 follow job k's GEMMs, which release its buffer)."""
+        IOMEM region of the previous expert), then the items. Weight loads are double
+        buffered: job k uses buffer k % 2 and its loads follow the GEMM that releases job
+        k - 2 (the jobs' GEMMs must start in job order, each job's after job k - 2's last)."""
         if not self.items:
-            self.prologue = []
+            self.prologue, self.jobs = [], []
             return
         for n, (target, addr, words) in enumerate(self.prologue):
             self.load(target, addr, words, src=Source.HOST, fence=n == 0)
-        jobs = [it[1] for it in self.items if it[0] == "job"]
-        state = {"next": 0}
+        first, last = {}, {}
+        for n, it in enumerate(self.items):
+            if it[0] == "gemm":
+                first.setdefault(it[1].k, n)
+                last[it[1].k] = n
+        assert sorted(first) == list(range(len(self.jobs))), "every job needs a GEMM"
+        nxt = [0]
 
         def loads(upto):
-            while state["next"] < min(upto, len(jobs)):
-                k = state["next"]
-                job = jobs[k]
+            while nxt[0] < min(upto, len(self.jobs)):
+                job = self.jobs[nxt[0]]
                 for n, (target, words, src, hb) in enumerate(job.loads):
-                    self.load(target, 0, words, src=src, hb_addr=hb, buf=k % 2,
+                    self.load(target, 0, words, src=src, hb_addr=hb, buf=job.k % 2,
                               signal=n == len(job.loads) - 1)
-                state["next"] = k + 1
+                nxt[0] += 1
 
         loads(2)
-        k = 0
         rq_open = False
-        for it in self.items:
+        for n, it in enumerate(self.items):
             if it[0] == "cmd":
-                _, name, kw = it
-                getattr(self.prog, name)(**kw)
-                rq_open = name == "requant"
+                getattr(self.prog, it[1])(**it[2])
+                rq_open = it[1] == "requant"
                 continue
-            job = it[1]
-            loads(k + 2)
-            for n, g in enumerate(job.gemms):
-                self.prog.gemm(wbuf=k % 2, wait=n == 0, release=n == len(job.gemms) - 1,
-                               rq_wait=rq_open and n == 0, **g)
+            _, job, fields = it
+            assert nxt[0] > job.k, "a job's loads precede its GEMMs"
+            self.prog.gemm(wbuf=job.k % 2, wait=first[job.k] == n, release=last[job.k] == n,
+                           rq_wait=rq_open, **fields)
             rq_open = False
-            k += 1
-            loads(k + 2)
-        self.items = []
-        self.prologue = []
+            if last[job.k] == n:
+                loads(job.k + 3)
+        self.items, self.jobs, self.prologue = [], [], []
+
 
 
 def _ints(arr):
@@ -667,9 +680,9 @@ class _Ctx:
         return self.buffer_words // per_cb
 
 
-def _chunk_error(what, n, align):
-    return (f"buffer_words: chunks of {what} must hold a multiple of {align} column blocks "
-            f"(whole scale words); the link FIFO allows {n}")
+def _steps(n, m):
+    """Sub-ranges ``(s0, size)`` of ``n`` column blocks, ``m`` at most each."""
+    return [(s0, min(m, n - s0)) for s0 in range(0, n, m)]
 
 
 def _draft_expert(ctx: _Ctx, pl, rbn, prologue) -> dict:
@@ -690,10 +703,11 @@ def _draft_expert(ctx: _Ctx, pl, rbn, prologue) -> dict:
         for n in sizes_u:
             msb, a_m = m.load(Target.WMSB, j0, n)
             scl, a_s = m.load(Target.WSCALE, j0, n)
-            B[p].job([(Target.WMSB, msb, Source.HB, a_m), (Target.WSCALE, scl, Source.HB, a_s)],
-                     [dict(mode=Mode.DRAFT, act_base=0, w_base=0, row_blocks=rbn,
-                           col_blocks=n, groups=Gu, sink=Sink.SWIGLU, out_base=j0 * L // 2,
-                           tok_base=0, stride=Ip // pe.q16_per_word)])
+            job = B[p].job([(Target.WMSB, msb, Source.HB, a_m),
+                            (Target.WSCALE, scl, Source.HB, a_s)])
+            B[p].gemm(job, mode=Mode.DRAFT, act_base=0, w_base=0, row_blocks=rbn,
+                      col_blocks=n, groups=Gu, sink=Sink.SWIGLU, out_base=j0 * L // 2,
+                      tok_base=0, stride=Ip // pe.q16_per_word)
             j0 += n
     # all-reduce of the per-token max |h| (W/32 row-max registers per word)
     rw = -(-rbn * R // pe.q16_per_word)
@@ -706,34 +720,35 @@ def _draft_expert(ctx: _Ctx, pl, rbn, prologue) -> dict:
         ctx.steps += 1
     for b in B:
         b.cmd("requant", row_blocks=rbn, channels=Ip, act_base=0, tok_base=0)
-    # down: K split, RAW psums reduced into the root's COMBINE
+    # down: K split; per step, RAW psums of the other PEs reduced into the root's COMBINE
     dn = pl["dn_hb"][0].mat
-    per_d = pe.wmem_words // Gp
-    limit = min(per_d, ctx.cap(rbn, "the down projection"))
-    if dn.align > limit and dn.align <= per_d:
-        raise ValueError(_chunk_error("the down projection", limit, dn.align))
-    sizes_d = _cuts(dn.n_cb, limit, dn.align, "down chunk (WMEM buffer)")
+    sizes_d = _cuts(dn.n_cb, pe.wmem_words // Gp, dn.align, "down chunk (WMEM buffer)")
+    step = ctx.cap(rbn, "the down projection")
     others = [p for p in range(G) if p != ctx.root]
     j0 = 0
     for n in sizes_d:
+        jobs = []
         for p in range(G):
             m = pl["dn_hb"][p]
             msb, a_m = m.load(Target.WMSB, j0, n)
             scl, a_s = m.load(Target.WSCALE, j0, n)
-            g = dict(mode=Mode.DRAFT, act_base=0, w_base=0, row_blocks=rbn, col_blocks=n,
-                     groups=Gp, tok_base=0)
-            if p == ctx.root:
-                g.update(sink=Sink.COMBINE, out_base=j0 * L, stride=H // pe.q24_per_word,
-                         psum_in=True)
-            else:
-                g.update(sink=Sink.RAW)
-            B[p].job([(Target.WMSB, msb, Source.HB, a_m), (Target.WSCALE, scl, Source.HB, a_s)],
-                     [g])
-        ctx.ops.append(LinkOp(LinkMode.REDUCE_ADD, _mask(others), 1 << ctx.root,
-                              n * rbn * ctx.wpr))
-        ctx.steps += 1
+            jobs.append(B[p].job([(Target.WMSB, msb, Source.HB, a_m),
+                                  (Target.WSCALE, scl, Source.HB, a_s)]))
+        for s0, k in _steps(n, step):
+            for p in range(G):
+                g = dict(mode=Mode.DRAFT, act_base=0, w_base=s0 * Gp, row_blocks=rbn,
+                         col_blocks=k, groups=Gp, tok_base=0)
+                if p == ctx.root:
+                    g.update(sink=Sink.COMBINE, out_base=(j0 + s0) * L,
+                             stride=H // pe.q24_per_word, psum_in=True)
+                else:
+                    g.update(sink=Sink.RAW)
+                B[p].gemm(jobs[p], **g)
+            ctx.ops.append(LinkOp(LinkMode.REDUCE_ADD, _mask(others), 1 << ctx.root,
+                                  k * rbn * ctx.wpr))
+            ctx.steps += 1
         j0 += n
-    return {"up_chunks": sizes_u, "down_chunks": sizes_d}
+    return {"up_chunks": sizes_u, "down_chunks": sizes_d, "link_step_cbs": step}
 
 
 def _verify_cached(ctx: _Ctx, pl, rbn, prologue) -> dict:
@@ -757,47 +772,50 @@ def _verify_cached(ctx: _Ctx, pl, rbn, prologue) -> dict:
             raise ProgramError(f"PE {p}: {rbn} row blocks need {need} ACT words (x rows, h "
                                f"rows and the K-slice h of all tokens); the PE has "
                                f"{pe.act_words}")
-    # up/gate: chunk c of slice o; owner o sends MSB psums to every other token owner
+    # up/gate: buffer-full chunks of slice o, cut into link steps; in a step the owner o
+    # sends MSB_ONLY psums to every other token owner, which adds them to its LSB_ONLY
+    # result before SwiGLU; the owner's own tokens run FULL
     per_u = pe.wmem_words // Gu
-    limit = min(per_u, ctx.cap(max(rbs), "the up/gate projection"))
+    step = ctx.cap(max(rbs), "the up/gate projection")
     sizes_u = []
     for o in range(G):
         m_hb, m_ext = pl["ug_hb"][o], pl["ug_ext"][o]
-        al = m_hb.mat.align
-        if al > limit:
-            raise ValueError(_chunk_error("the up/gate projection", limit, al))
-        sizes = _cuts(m_hb.mat.n_cb, limit, al, "up/gate chunk")
+        sizes = _cuts(m_hb.mat.n_cb, per_u, m_hb.mat.align, "up/gate chunk (WMEM buffer)")
         sizes_u.append(sizes)
+        recv = [q for q in Q if q != o]
         j0 = 0
         for n in sizes:
             jg = o * m_hb.mat.n_cb + j0
-            recv = [q for q in Q if q != o]
-            lsb, a_l = ctx.ext(m_ext, Target.WLSB, j0, n, Q, "up/gate LSB")
-            scl_x, a_x = ctx.ext(m_ext, Target.WSCALE, j0, n, recv, "up/gate scales")
+            lsb, _ = ctx.ext(m_ext, Target.WLSB, j0, n, Q, "up/gate LSB")
+            scl_x, _ = ctx.ext(m_ext, Target.WSCALE, j0, n, recv, "up/gate scales")
             msb, a_m = m_hb.load(Target.WMSB, j0, n)
             scl, a_s = m_hb.load(Target.WSCALE, j0, n)
-            gemms = []
-            for q in recv:
-                gemms.append(dict(mode=Mode.MSB_ONLY, act_base=sl[q][0] * Gu, w_base=0,
-                                  row_blocks=rbs[q], col_blocks=n, groups=Gu, sink=Sink.RAW,
-                                  tok_base=sl[q][0] * R))
-                ctx.ops.append(LinkOp(LinkMode.BYPASS, 1 << o, 1 << q, n * rbs[q] * ctx.wpr))
             loads = [(Target.WMSB, msb, Source.HB, a_m)]
             if o in Q:
                 loads.append((Target.WLSB, lsb, Source.EXT, 0))
-                gemms.append(dict(mode=Mode.FULL, act_base=sl[o][0] * Gu, w_base=0,
-                                  row_blocks=rbs[o], col_blocks=n, groups=Gu,
-                                  sink=Sink.SWIGLU, out_base=jg * L // 2,
-                                  tok_base=sl[o][0] * R, stride=I // pe.q16_per_word))
             loads.append((Target.WSCALE, scl, Source.HB, a_s))
-            B[o].job(loads, gemms)
-            for q in recv:
-                B[q].job([(Target.WLSB, lsb, Source.EXT, 0), (Target.WSCALE, scl_x, Source.EXT, 0)],
-                         [dict(mode=Mode.LSB_ONLY, act_base=sl[q][0] * Gu, w_base=0,
-                               row_blocks=rbs[q], col_blocks=n, groups=Gu, sink=Sink.SWIGLU,
-                               out_base=jg * L // 2, tok_base=sl[q][0] * R,
-                               stride=I // pe.q16_per_word, psum_in=True)])
-            ctx.steps += 1
+            own = B[o].job(loads)
+            theirs = {q: B[q].job([(Target.WLSB, lsb, Source.EXT, 0),
+                                   (Target.WSCALE, scl_x, Source.EXT, 0)]) for q in recv}
+            for s0, k in _steps(n, step):
+                for q in recv:
+                    B[o].gemm(own, mode=Mode.MSB_ONLY, act_base=sl[q][0] * Gu, w_base=s0 * Gu,
+                              row_blocks=rbs[q], col_blocks=k, groups=Gu, sink=Sink.RAW,
+                              tok_base=sl[q][0] * R)
+                    ctx.ops.append(LinkOp(LinkMode.BYPASS, 1 << o, 1 << q,
+                                          k * rbs[q] * ctx.wpr))
+                for q in recv:
+                    B[q].gemm(theirs[q], mode=Mode.LSB_ONLY, act_base=sl[q][0] * Gu,
+                              w_base=s0 * Gu, row_blocks=rbs[q], col_blocks=k, groups=Gu,
+                              sink=Sink.SWIGLU, out_base=(jg + s0) * L // 2,
+                              tok_base=sl[q][0] * R, stride=I // pe.q16_per_word,
+                              psum_in=True)
+                ctx.steps += 1
+            if o in Q:
+                B[o].gemm(own, mode=Mode.FULL, act_base=sl[o][0] * Gu, w_base=0,
+                          row_blocks=rbs[o], col_blocks=n, groups=Gu, sink=Sink.SWIGLU,
+                          out_base=jg * L // 2, tok_base=sl[o][0] * R,
+                          stride=I // pe.q16_per_word)
             j0 += n
     for q in Q:
         B[q].cmd("requant", row_blocks=rbs[q], channels=I, act_base=0, tok_base=sl[q][0] * R)
@@ -817,38 +835,42 @@ def _verify_cached(ctx: _Ctx, pl, rbn, prologue) -> dict:
                 B[p].cmd("recv", target=Target.ACT, addr=ha[p] + (sl[q][0] + k0) * Gp,
                          words=k * Gp)
             ctx.steps += 1
-    # down: MSB_ONLY on each PE's K slice for every token slice (REDUCE_ADD to the token
-    # owner), LSB_ONLY over all of K on the token owner with psum_in, into COMBINE
+    # down: per buffer-full, MSB_ONLY on each PE's K slice for every token slice (REDUCE_ADD
+    # to the token owner) and LSB_ONLY over all of K on the token owner with psum_in, into
+    # COMBINE; link steps of at most buffer_words words per destination
     dn_hb0, dn_ext = pl["dn_hb"][0].mat, pl["dn_ext"]
-    per_l = pe.wmem_words // Ga
-    limit = min(per_l, ctx.cap(max(rbs), "the down projection"))
     al = dn_hb0.align * dn_ext.mat.align // math.gcd(dn_hb0.align, dn_ext.mat.align)
-    if al > limit:
-        raise ValueError(_chunk_error("the down projection", limit, al))
-    sizes_d = _cuts(dn_ext.mat.n_cb, limit, al, "down chunk")
+    sizes_d = _cuts(dn_ext.mat.n_cb, pe.wmem_words // Ga, al, "down chunk (WMEM buffer)")
+    step = ctx.cap(max(rbs), "the down projection")
     j0 = 0
     for n in sizes_d:
         lsb, _ = ctx.ext(dn_ext, Target.WLSB, j0, n, Q, "down LSB")
         scl_x, _ = ctx.ext(dn_ext, Target.WSCALE, j0, n, Q, "down scales")
+        ja, jb = {}, {}
         for p in range(G):
             m = pl["dn_hb"][p]
             msb, a_m = m.load(Target.WMSB, j0, n)
             scl, a_s = m.load(Target.WSCALE, j0, n)
-            B[p].job([(Target.WMSB, msb, Source.HB, a_m), (Target.WSCALE, scl, Source.HB, a_s)],
-                     [dict(mode=Mode.MSB_ONLY, act_base=ha[p] + sl[q][0] * Gp, w_base=0,
-                           row_blocks=rbs[q], col_blocks=n, groups=Gp, sink=Sink.RAW,
-                           tok_base=sl[q][0] * R) for q in Q])
+            ja[p] = B[p].job([(Target.WMSB, msb, Source.HB, a_m),
+                              (Target.WSCALE, scl, Source.HB, a_s)])
             if p in Q:
-                B[p].job([(Target.WLSB, lsb, Source.EXT, 0),
-                          (Target.WSCALE, scl_x, Source.EXT, 0)],
-                         [dict(mode=Mode.LSB_ONLY, act_base=0, w_base=0, row_blocks=rbs[p],
-                               col_blocks=n, groups=Ga, sink=Sink.COMBINE, out_base=j0 * L,
-                               tok_base=sl[p][0] * R, stride=H // pe.q24_per_word,
-                               psum_in=True)])
-        for q in Q:
-            ctx.ops.append(LinkOp(LinkMode.REDUCE_ADD, _mask(range(G)), 1 << q,
-                                  n * rbs[q] * ctx.wpr))
-        ctx.steps += 1
+                jb[p] = B[p].job([(Target.WLSB, lsb, Source.EXT, 0),
+                                  (Target.WSCALE, scl_x, Source.EXT, 0)])
+        for s0, k in _steps(n, step):
+            for p in range(G):
+                for q in Q:
+                    B[p].gemm(ja[p], mode=Mode.MSB_ONLY, act_base=ha[p] + sl[q][0] * Gp,
+                              w_base=s0 * Gp, row_blocks=rbs[q], col_blocks=k, groups=Gp,
+                              sink=Sink.RAW, tok_base=sl[q][0] * R)
+                if p in Q:
+                    B[p].gemm(jb[p], mode=Mode.LSB_ONLY, act_base=0, w_base=s0 * Ga,
+                              row_blocks=rbs[p], col_blocks=k, groups=Ga, sink=Sink.COMBINE,
+                              out_base=(j0 + s0) * L, tok_base=sl[p][0] * R,
+                              stride=H // pe.q24_per_word, psum_in=True)
+            for q in Q:
+                ctx.ops.append(LinkOp(LinkMode.REDUCE_ADD, _mask(range(G)), 1 << q,
+                                      k * rbs[q] * ctx.wpr))
+            ctx.steps += 1
         j0 += n
     return {"token_slices": sl, "up_chunks": sizes_u, "down_chunks": sizes_d}
 
@@ -864,35 +886,36 @@ def _verify_uncached(ctx: _Ctx, pl, rbn, prologue) -> dict:
     for q in Q:
         B[q].prologue = prologue
     out = {"token_slices": sl}
-    for key, per, mat_sink in (("ug_ext", pe.wmem_words // Gu, Sink.SWIGLU),
-                               ("dn_ext", pe.wmem_words // Ga, Sink.COMBINE)):
+    for key, per, sink in (("ug_ext", pe.wmem_words // Gu, Sink.SWIGLU),
+                           ("dn_ext", pe.wmem_words // Ga, Sink.COMBINE)):
         m = pl[key]
-        sizes = _cuts(m.mat.n_cb, per, m.mat.align, "uncached chunk (WMEM buffer)")
+        name = "up/gate" if key == "ug_ext" else "down"
+        sizes = _cuts(m.mat.n_cb, per, m.mat.align, f"{name} chunk (WMEM buffer)")
         out["up_chunks" if key == "ug_ext" else "down_chunks"] = sizes
         j0 = 0
         for n in sizes:
             loads = []
             for t in (Target.WMSB, Target.WLSB, Target.WSCALE):
-                words, _ = ctx.ext(m, t, j0, n, Q, f"{'up/gate' if key == 'ug_ext' else 'down'}"
-                                                   f" {t.name[1:]} (uncached)")
+                words, _ = ctx.ext(m, t, j0, n, Q, f"{name} {t.name[1:]} (uncached)")
                 loads.append((t, words, Source.EXT, 0))
             for q in Q:
-                if mat_sink is Sink.SWIGLU:
-                    g = dict(mode=Mode.FULL, act_base=sl[q][0] * Gu, w_base=0,
-                             row_blocks=rbs[q], col_blocks=n, groups=Gu, sink=Sink.SWIGLU,
-                             out_base=j0 * L // 2, tok_base=sl[q][0] * R,
-                             stride=I // pe.q16_per_word)
+                job = B[q].job(loads)
+                if sink is Sink.SWIGLU:
+                    B[q].gemm(job, mode=Mode.FULL, act_base=sl[q][0] * Gu, w_base=0,
+                              row_blocks=rbs[q], col_blocks=n, groups=Gu, sink=Sink.SWIGLU,
+                              out_base=j0 * L // 2, tok_base=sl[q][0] * R,
+                              stride=I // pe.q16_per_word)
                 else:
-                    g = dict(mode=Mode.FULL, act_base=0, w_base=0, row_blocks=rbs[q],
-                             col_blocks=n, groups=Ga, sink=Sink.COMBINE, out_base=j0 * L,
-                             tok_base=sl[q][0] * R, stride=H // pe.q24_per_word)
-                B[q].job(loads, [g])
+                    B[q].gemm(job, mode=Mode.FULL, act_base=0, w_base=0, row_blocks=rbs[q],
+                              col_blocks=n, groups=Ga, sink=Sink.COMBINE, out_base=j0 * L,
+                              tok_base=sl[q][0] * R, stride=H // pe.q24_per_word)
             j0 += n
-        if mat_sink is Sink.SWIGLU:
+        if sink is Sink.SWIGLU:
             for q in Q:
                 B[q].cmd("requant", row_blocks=rbs[q], channels=I, act_base=0,
                          tok_base=sl[q][0] * R)
     return out
+
 
 
 # ---- link schedule check (word level, FIFO bound) ---------------------------------------------
@@ -923,60 +946,65 @@ def link_actions(pe: PEConfig, program) -> list:
 
 
 class _OpState:
-    """Progress of the link's current descriptor on the word-level FIFO model."""
+    """Progress of the link's current descriptor on the word-level FIFO model, with the RTL's
+    acceptance rules (:class:`elmoe3d.hw.agg_link.AggregationLink`): a word moves only when
+    every destination FIFO it goes to has room; ALL_TO_ALL: a destination takes chunks in the
+    golden order ((chunk round, source) ascending), so a source's word moves only when its
+    destination has reached it; REDUCE: word k moves when every source offers its word k."""
 
     def __init__(self, op: LinkOp, occ, ready, cap):
         self.op, self.occ, self.ready, self.cap = op, occ, ready, cap
         self.srcs, self.dsts = op.srcs, op.dsts
         self.sent = {s: 0 for s in self.srcs}
-        self.reserved = 0                       # REDUCE: words with a slot in every FIFO
-        self.done_words = 0                     # REDUCE: words summed (every source in)
+        self.reduce = op.mode in (LinkMode.REDUCE_ADD, LinkMode.REDUCE_MAX)
         if op.mode == LinkMode.ALL_TO_ALL:
-            self.arrived = {d: set() for d in self.dsts}
-            self.prefix = {d: 0 for d in self.dsts}
+            self.next = {d: 0 for d in self.dsts}       # next word index in d's order
 
     def complete(self) -> bool:
         return all(v >= self.op.words for v in self.sent.values())
 
-    def offer(self, s) -> bool:
-        """Source ``s`` offers its next word; True if the link accepts it."""
+    def room(self, dsts, n) -> int:
+        return min([n] + [self.cap - self.occ[d] for d in dsts])
+
+    def deliver(self, dsts, n):
+        for d in dsts:
+            self.occ[d] += n
+            self.ready[d] += n
+
+    def offer(self, s, n) -> int:
+        """Source ``s`` (BYPASS, ALL_TO_ALL) offers up to ``n`` words; returns the number the
+        link accepts."""
         op, k = self.op, self.sent[s]
-        if k >= op.words:
-            return False
+        n = min(n, op.words - k)
+        if n <= 0:
+            return 0
         if op.mode == LinkMode.BYPASS:
-            if any(self.occ[d] >= self.cap for d in self.dsts):
-                return False
-            for d in self.dsts:
-                self.occ[d] += 1
-                self.ready[d] += 1
-        elif op.mode == LinkMode.ALL_TO_ALL:
-            c, nd, ns = op.chunk, len(self.dsts), len(self.srcs)
-            j = k // c
-            d = self.dsts[j % nd]
-            if self.occ[d] >= self.cap:
-                return False
-            self.occ[d] += 1
-            idx = (j // nd) * ns * c + self.srcs.index(s) * c + k % c
-            self.arrived[d].add(idx)
-            while self.prefix[d] in self.arrived[d]:
-                self.arrived[d].discard(self.prefix[d])
-                self.prefix[d] += 1
-                self.ready[d] += 1
-        else:
-            if k == self.reserved:
-                if any(self.occ[d] >= self.cap for d in self.dsts):
-                    return False
-                for d in self.dsts:
-                    self.occ[d] += 1
-                self.reserved += 1
-            self.sent[s] = k + 1
-            done = min(self.sent.values())
-            for d in self.dsts:
-                self.ready[d] += done - self.done_words
-            self.done_words = done
-            return True
-        self.sent[s] = k + 1
-        return True
+            n = self.room(self.dsts, n)
+            self.deliver(self.dsts, n)
+            self.sent[s] = k + n
+            return n
+        c, nd, ns = op.chunk, len(self.dsts), len(self.srcs)
+        j = k // c
+        d = self.dsts[j % nd]
+        idx = (j // nd) * ns * c + self.srcs.index(s) * c + k % c
+        if self.next[d] != idx:
+            return 0
+        n = self.room([d], min(n, c - k % c))
+        self.deliver([d], n)
+        self.next[d] += n
+        self.sent[s] = k + n
+        return n
+
+    def collective(self, offers) -> int:
+        """REDUCE: every source offers ``offers[s]`` words; returns the words moved."""
+        k = next(iter(self.sent.values()))
+        n = min([self.op.words - k] + [offers[s] for s in self.srcs])
+        n = self.room(self.dsts, n)
+        if n > 0:
+            self.deliver(self.dsts, n)
+            for s in self.srcs:
+                self.sent[s] = k + n
+        return max(n, 0)
 
 
 def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe=None) -> dict:
@@ -1043,15 +1071,31 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
                     left[p] -= n
                     progress = True
                 else:
-                    if cur is None or p not in cur.sent or not cur.offer(p):
+                    if cur is None or p not in cur.sent or cur.reduce:
                         break
-                    left[p] -= 1
-                    moved += 1
+                    n = cur.offer(p, left[p])
+                    if n == 0:
+                        break
+                    left[p] -= n
+                    moved += n
                     progress = True
                     for q in range(G):
                         peak[q] = max(peak[q], occ[q])
                 if left[p] == 0:
                     advance(p)
+            if cur is not None and cur.reduce:
+                offers = {s: (left[s] if pos[s] < len(acts[s]) and acts[s][pos[s]][0] == "out"
+                              else 0) for s in cur.srcs}
+                n = cur.collective(offers)
+                if n:
+                    for s in cur.srcs:
+                        left[s] -= n
+                        moved += n
+                        if left[s] == 0:
+                            advance(s)
+                    for q in range(G):
+                        peak[q] = max(peak[q], occ[q])
+                    progress = True
             while cur is not None and cur.complete():
                 d += 1
                 cur = _OpState(link_ops[d], occ, ready, cap) if d < len(link_ops) else None
