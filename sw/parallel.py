@@ -112,7 +112,7 @@ def group_routing(routing, tokens: int, n_experts: int, group_experts=None):
     return ids, bits.view(np.float16)
 
 
-# ---- weights in column blocks, HB and EXT images ---------------------------------------------------
+# ---- weights in column blocks, HB and EXT images -----------------------------------------
 
 class _Mat:
     """A weight matrix (rows = output channels, K = 32 * groups) in column blocks of ``lanes``
@@ -415,10 +415,6 @@ class _PEBuild:
 
 
 
-def _ints(arr):
-    return words_to_ints(arr)
-
-
 def _cuts(n_cb, limit, align, what):
     """Column blocks per chunk: ``limit`` rounded down to a multiple of ``align`` (whole scale
     words) each, the remainder last. ``limit`` below ``align``: a ProgramError (a WMEM buffer
@@ -603,7 +599,7 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
         te = len(rows)
         plan = _expert_plan(e, exs[e], xq.q[rows], xq.exp[rows], gw, rows, mode, pe, t0=0,
                             a0=0, first=True, last=True)
-        prologue = [(t, a, _ints(w)) for t, a, w in plan.prologue]
+        prologue = [(t, a, words_to_ints(w)) for t, a, w in plan.prologue]
         rbn = -(-te // R)
         if phase == "draft":
             rec = _draft_expert(ctx, placed[e], rbn, prologue)
@@ -1148,6 +1144,11 @@ class GroupResult:
         OR of every PE's sticky flags (their STATUS beats).
     statuses : list of dict
         Each PE's STATUS fields.
+    o : list of list of OBeat
+        Each PE's ``o`` beats in order (the root: DATA then STATUS; the others: STATUS), what
+        an RTL bench compares beat for beat.
+    link_o : list of list of int
+        Each PE's ``link_o`` words in order.
     states : list of PEState
     link_words : int
         Words the sources put on the link (functional run).
@@ -1162,6 +1163,8 @@ class GroupResult:
     acc_overflow: bool
     vpu_saturation: bool
     statuses: list
+    o: list
+    link_o: list
     states: list
     link_words: int
     schedule: dict
@@ -1259,5 +1262,6 @@ def run_group(job: GroupJob) -> GroupResult:
     return GroupResult(y=y, out=out,
                        acc_overflow=any(s["acc_overflow"] for s in statuses),
                        vpu_saturation=any(s["vpu_saturation"] for s in statuses),
-                       statuses=statuses, states=states, link_words=moved, schedule=sched,
+                       statuses=statuses, o=obeats, link_o=outbox, states=states,
+                       link_words=moved, schedule=sched,
                        phases=phases)
