@@ -43,7 +43,7 @@ Before the first iteration, the first ``depth`` tokens of each request run autor
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

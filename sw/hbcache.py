@@ -25,7 +25,7 @@ the bytes into cycles with the config's bandwidths).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -28,7 +28,7 @@ applies Elastic-SD to it by expert throttling alone) and it has no LSB slice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from .models import ModelPreset, model_preset
+from .models import model_preset
 
 
 __all__ = ["TRACE_FORMAT", "TRACE_VERSION", "PHASES", "TraceError", "RoutingTrace",
@@ -284,7 +284,7 @@ class RoutingTrace:
         lidx = {lay: j for j, lay in enumerate(self.layer_ids)}
         L, k, E = len(self.layer_ids), self.top_k, self.num_experts
         out = []
-        req_all, pos_all = self.request[m], self.position[m]
+        req_all = self.request[m]
         rows_all = np.nonzero(m)[0]
         for r in np.unique(req_all):
             sel = rows_all[req_all == r]

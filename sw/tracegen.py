@@ -91,7 +91,7 @@ def routing_stats(trace: RoutingTrace, phase="decode") -> RoutingStats:
     reqs = trace.requests(phase)
     if not reqs:
         raise TraceError(f"routing_stats: no {phase} rows")
-    E, k, L = trace.num_experts, trace.top_k, len(trace.layer_ids)
+    E, L = trace.num_experts, len(trace.layer_ids)
     load = np.zeros((L, E))
     load1 = np.zeros((L, E))
     top1, same, over, pairs, tokens = [], 0, 0.0, 0, 0
