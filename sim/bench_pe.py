@@ -35,7 +35,9 @@ Tests: ``test_trace_moe`` (batches 1, 4, 16; DRAFT and FULL; I larger than one W
 with the sticky flag read back through STATUS), each with ``traffic`` = ``smooth`` or
 ``stalls``; ``test_hb_roofline`` (MoE layers and single experts with the ``ld`` stream paced
 at the HB bank rate: cycles against the HB-bandwidth roofline and PE-array utilization; the
-definitions are in its docstring).
+definitions are in its docstring); ``test_psum_split`` (the verify phase's MSB/LSB split on
+one PE: an MSB_ONLY GEMM with ``psum_in`` fed, on ``link_i``, the LSB_ONLY psums another PE
+would send, against fsim and the golden FULL GEMM; ``smooth`` or ``stalls``).
 """
 
 from __future__ import annotations
@@ -56,10 +58,11 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..config import ArchConfig, preset
 from ..hw.pe import PE
-from ..sw import asm
+from ..isa import Sink, Target
+from ..sw import asm, fsim
 from ..sw.asm import OKind
 from ..sw.corpus import traces_dir
-from ..sw.datapath import Mode
+from ..sw.datapath import Mode, gemm
 from ..sw.expert import Expert, build_moe_program, ref_moe
 from ..sw.quant import quantize_weights
 from .runner import case_rng, load_params, resolve_seed
@@ -556,6 +559,84 @@ async def test_corners(dut, traffic):
                            mode=mode)
 
 
+@cocotb.test()
+@cocotb.parametrize(traffic=list(TRAFFIC))
+async def test_psum_split(dut, traffic):
+    """Psum-level synchronisation (paper 5.2, ``docs/pe.md`` psum_in): the PE holds only the
+    MSB plane of a weight (as from HB) and runs an MSB_ONLY GEMM with ``psum_in`` to RAW; its
+    ``link_i`` carries the LSB_ONLY RAW psums of the same activations and LSB plane (what the
+    PE fetching the LSB slices from EXT sends, computed by fsim). The RAW words must equal
+    fsim's and decode to the golden FULL GEMM (``sw.datapath.gemm``) bit for bit."""
+    bench = await _bench(dut, f"test_psum_split-{traffic}", traffic)
+    with bench.summary():
+        pe = bench.pe
+        rng = bench.rng("psum-split")
+        m, n, k = 2 * pe.rows + 1, 3 * pe.lanes, 160           # K: 5 groups per result
+        a_q = rng.integers(-127, 128, (m, k)).astype(np.int8)
+        qw = quantize_weights(rng.standard_normal((n, k)) * np.exp(
+            rng.standard_normal((n, 1))), name="psum-split")
+        msb, lsb, scl = asm.pack_weight_matrix(qw.q, qw.scale, pe)
+        acts = asm.pack_act_matrix(a_q, pe)
+        G, rbn, cbn = k // 32, -(-m // pe.rows), -(-n // pe.lanes)
+        geo = dict(wbuf=0, act_base=0, w_base=0, row_blocks=rbn, col_blocks=cbn, groups=G,
+                   sink=Sink.RAW, wait=True, release=True)
+
+        def program(mode, plane, psum_in):
+            prog = asm.Program(pe)
+            prog.load(Target.ACT, 0, len(acts))
+            prog.load(Target.WLSB if mode is Mode.LSB_ONLY else Target.WMSB, 0, len(plane))
+            prog.load(Target.WSCALE, 0, len(scl), signal=True)
+            prog.gemm(mode=mode, psum_in=psum_in, **geo)
+            prog.barrier()
+            prog.status()
+            return prog, asm.words_to_ints(np.concatenate([acts, plane, scl]))
+
+        lsb_prog, lsb_ld = program(Mode.LSB_ONLY, lsb, False)
+        psums = fsim.run(lsb_prog, lsb_ld).link_o
+        prog, ld = program(Mode.MSB_ONLY, msb, True)
+        ref = fsim.run(prog, ld, psums)
+        run = await bench.run(prog.encode(), ld, psums, n_o=len(ref.o), n_link=len(ref.link_o),
+                              rng=bench.rng(f"psum-split/{traffic}"), traffic=traffic)
+        details, comparisons = list(run.errors), 0
+        mismatches = len(run.errors)
+        for i, want in enumerate(ref.link_o):
+            comparisons += 1
+            if i >= len(run.link_o) or run.link_o[i] != want:
+                mismatches += 1
+                if len(details) < MAX_DETAILS:
+                    details.append(f"link_o word {i} differs from fsim")
+        st_rtl = [asm.unpack_status(d) for kind, d in run.o if kind == OKind.STATUS]
+        status = st_rtl[-1] if st_rtl else {}
+        for name in asm.FUNCTIONAL_STATUS_FIELDS:
+            comparisons += 1
+            if status.get(name) != ref.statuses()[0][name]:
+                mismatches += 1
+                details.append(f"STATUS.{name}: RTL {status.get(name)}, fsim "
+                               f"{ref.statuses()[0][name]}")
+        want = gemm(a_q, qw, Mode.FULL).acc                      # [m, n]
+        if len(run.link_o) == len(ref.link_o):
+            vals = asm.unpack_q24(asm.ints_to_words(run.link_o, pe), pe)
+            acc = vals.reshape(cbn, rbn, pe.rows, pe.lanes).transpose(1, 2, 0, 3)
+            acc = acc.reshape(rbn * pe.rows, cbn * pe.lanes)[:m, :n]
+            bad = acc != want
+            comparisons += int(bad.size)
+            mismatches += int(bad.sum())
+            for r, c in list(zip(*np.nonzero(bad)))[:2]:
+                details.append(f"acc[{r}, {c}]: RTL {acc[r, c]}, golden FULL {want[r, c]}")
+        else:
+            comparisons += want.size
+            mismatches += want.size
+        beats = int(status.get("gemm_beats", 0))
+        bench.record(case="MSB_ONLY + LSB psum_in", source="synthetic", mode="MSB_ONLY",
+                     traffic=traffic, tokens=m, experts_run=[], cycles=run.cycles,
+                     gemm_beats=beats, link_i_words=len(psums),
+                     beats_per_cycle=beats / run.cycles if run.cycles else 0.0,
+                     acc_overflow=bool(status.get("acc_overflow")),
+                     vpu_saturation=bool(status.get("vpu_saturation")),
+                     comparisons=comparisons, mismatches=mismatches, details=details,
+                     note="activations and weights are synthetic (seeded)")
+
+
 #: Roofline cases: (kind, label). ``moe``: a MoE layer, every expert the real trace routes a
 #: token to, back to back on one PE (the steady state); ``expert``: one expert over all tokens.
 ROOFLINE_KINDS = (("moe", "MoE layer"), ("expert", "one expert"))
@@ -660,7 +741,7 @@ async def test_hb_roofline(dut):
 # -- host side -------------------------------------------------------------------------------
 
 #: Test names in the order the host runs and reports them.
-TESTS = ("test_trace_moe", "test_corners", "test_hb_roofline")
+TESTS = ("test_trace_moe", "test_corners", "test_hb_roofline", "test_psum_split")
 
 
 @dataclass(frozen=True)

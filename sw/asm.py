@@ -52,7 +52,7 @@ __all__ = [
     "words_to_ints", "ints_to_words",
     "pack_wgt", "unpack_wgt", "pack_scales", "unpack_scales", "pack_act", "unpack_act",
     "TOK_DTYPE", "pack_tok", "unpack_tok", "pack_q16", "unpack_q16", "pack_q24", "unpack_q24",
-    "pack_rowmax", "unpack_rowmax", "pack_fp32", "unpack_fp32", "pack_status",
+    "pack_rowmax", "unpack_rowmax", "pack_weight_matrix", "pack_act_matrix", "pack_fp32", "unpack_fp32", "pack_status",
     "unpack_status", "OBeat",
 ]
 
@@ -766,6 +766,59 @@ def pack_q24(values, config) -> np.ndarray:
 def unpack_q24(words, config) -> np.ndarray:
     return np.ascontiguousarray(words, np.uint8).view("<i8").astype(np.int64).reshape(
         len(words), -1)
+
+
+def pack_weight_matrix(q, scale, config):
+    """WMEM words of an INT8 weight matrix for a GEMM with ``w_base = 0`` (``docs/pe.md``):
+    ``q`` int8 ``[N, K]`` (K a multiple of 32), ``scale`` FP16 ``[N, K/32]`` (float16 values
+    or uint16 bits). Column block ``cb`` holds channels ``cb*L .. cb*L + L-1`` (zero-padded to
+    whole blocks), group ``g`` at word ``cb*G + g``; MSB nibble ``(q >> 4) & 15``, LSB nibble
+    ``q & 15`` (numerics 2); scale entry ``cb*G + g``, 8 per word.
+
+    Returns ``(msb, lsb, scales)``, ``uint8 [cbn*G, W/8]`` twice and ``[ceil(cbn*G/8), W/8]``.
+    """
+    pe = pe_config(config)
+    q = np.asarray(q)
+    scale = np.asarray(scale)
+    if scale.dtype == np.float16:
+        scale = scale.view(np.uint16)
+    if q.ndim != 2 or q.shape[1] % 32 or q.dtype.kind != "i":
+        raise ValueError(f"q: expected int8 codes [N, K] with K a multiple of 32, got "
+                         f"{q.dtype} {tuple(q.shape)}")
+    n, k = q.shape
+    L, G = pe.lanes, k // 32
+    if scale.shape != (n, G):
+        raise ValueError(f"scale: expected shape {(n, G)}, got {tuple(scale.shape)}")
+    cbn = _cdiv(n, L)
+    qp = np.zeros((cbn * L, k), np.int16)
+    qp[:n] = q
+    sp = np.zeros((cbn * L, G), np.uint16)
+    sp[:n] = scale
+
+    def planes(nib):                                    # [cbn*L, K] -> [cbn*G, L, 32]
+        return nib.reshape(cbn, L, G, 32).transpose(0, 2, 1, 3).reshape(-1, L, 32)
+
+    ent = sp.reshape(cbn, L, G).transpose(0, 2, 1).reshape(cbn * G, L)
+    ent = np.concatenate([ent, np.zeros((-len(ent) % 8, L), np.uint16)]).reshape(-1, 8, L)
+    return (pack_wgt(planes((qp >> 4) & 15), pe), pack_wgt(planes(qp & 15), pe),
+            pack_scales(ent, pe))
+
+
+def pack_act_matrix(a_q, config) -> np.ndarray:
+    """ACT words of INT8 activations ``[M, K]`` for a GEMM with ``act_base = 0``: row block
+    ``rb`` (token rows ``rb*rows ..``, zero-padded to whole blocks), group ``g`` at word
+    ``rb*G + g``. Returns ``uint8 [row_blocks*G, W/8]``."""
+    pe = pe_config(config)
+    a = np.asarray(a_q)
+    if a.ndim != 2 or a.shape[1] % 32:
+        raise ValueError(f"a_q: expected codes [M, K] with K a multiple of 32, got "
+                         f"{tuple(a.shape)}")
+    m, k = a.shape
+    R, G = pe.rows, k // 32
+    rbn = _cdiv(m, R)
+    ap = np.zeros((rbn * R, k), np.int64)
+    ap[:m] = a
+    return pack_act(ap.reshape(rbn, R, G, 32).transpose(0, 2, 1, 3).reshape(-1, R, 32), pe)
 
 
 def pack_rowmax(values, config) -> np.ndarray:
