@@ -59,7 +59,8 @@ class Op(enum.IntEnum):
     NOP = 0
     #: Load engine: copy ``words`` beats of the ``ld`` stream into ``target`` at ``addr``.
     LOAD = 1
-    #: Execute engine: tiled GEMM through the tensor tile; results go to ``sink``.
+    #: Execute engine: tiled GEMM through the tensor tile; results go to ``sink`` (with
+    #: ``psum_in``, after adding ``link_i`` psums into them).
     GEMM = 2
     #: Per-token requantization of the H buffer to INT8 activations (BRIEF 3.7).
     REQUANT = 3
@@ -69,7 +70,8 @@ class Op(enum.IntEnum):
     CLEAR = 5
     #: Send memory words on the link port (activations or psums).
     SEND = 6
-    #: Receive link-port words into memory; ``accumulate`` adds them (psum reduction).
+    #: Receive link-port words into memory; ``accumulate`` adds them into OUT (psum
+    #: reduction, saturating) or takes the unsigned max into ROWMAX (max all-reduce).
     RECV = 7
     #: Wait until both engines are idle (all earlier commands complete).
     BARRIER = 8

@@ -82,9 +82,11 @@ TOK_FIELDS = (("e_x", 8, True), ("e_h", 8, True), ("gate", 16, False), ("slot", 
 #: gemm_beats
 #:     tensor-tile beats issued by GEMMs
 #: words_loaded, words_sent, words_received
-#:     ``ld`` beats consumed, ``link_o`` words sent, ``link_i`` words received
+#:     ``ld`` beats consumed, ``link_o`` words sent (SEND, RAW sink), ``link_i`` words
+#:     received (RECV, GEMM ``psum_in``)
 #: acc_overflow
-#:     a GEMM accumulator saturated (the tile's sticky overflow flag of any result)
+#:     a GEMM accumulator saturated (the tile's sticky overflow flag of any result, or a
+#:     ``psum_in`` addition)
 #: vpu_saturation
 #:     any VPU saturation: Q16.16 conversion, SwiGLU product, REQUANT clip, COMBINE term or OUT
 #:     addition, RECV accumulation
