@@ -35,8 +35,9 @@ Deadlock freedom (``docs/parallel.md``, "Deadlock freedom"): a PE runs its execu
 order and the link runs its descriptors in order, so every exchange is cut into *steps*: in a
 step every PE issues all its sends before its receives, the descriptors follow the steps, and a
 destination receives at most ``buffer_words`` words in one step (the link's per-destination
-FIFO absorbs them). :func:`check_link_schedule` checks this on a word-level model of the link's
-FIFOs (it raises :class:`LinkScheduleError` on a deadlock or an unread word); :func:`run_group`
+FIFO absorbs them). :func:`check_link_schedule` checks this on a word-level model of the PEs'
+engines, the link's FIFOs and the ring's EXT FIFOs (it raises :class:`LinkScheduleError` on a
+deadlock or an unread word); :func:`run_group`
 runs the programs in phases on one :class:`~.fsim.PEState` per PE, moving ``link_o`` words
 through :func:`~.links.ref_link` descriptor by descriptor.
 
@@ -68,7 +69,7 @@ from .quant import quantize_activations
 
 __all__ = ["PHASES", "DEFAULT_BUFFER_WORDS", "LinkScheduleError", "ExtTransfer", "GroupJob",
            "GroupResult", "compile_group", "group_routing", "run_group",
-           "check_link_schedule", "link_actions"]
+           "check_link_schedule", "link_actions", "DEFAULT_EXT_FIFO_WORDS"]
 
 #: Phases of speculative decoding a group program runs (paper Section 5.1).
 PHASES = ("draft", "verify")
@@ -1003,33 +1004,138 @@ class _OpState:
         return max(n, 0)
 
 
-def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe=None) -> dict:
-    """Run the group's link traffic on a word-level model of the aggregation link and fail on
-    any schedule that would deadlock.
+#: Depth (W-bit words) of each PE's EXT FIFO in the die's load router assumed by
+#: :func:`check_link_schedule` (``hw.load_router.LoadRouter``'s default ``ext_fifo_words``).
+DEFAULT_EXT_FIFO_WORDS = 8
 
-    Each PE executes its link actions (:func:`link_actions`) in order; the link runs its
-    descriptors one at a time in order; a destination's FIFO holds ``buffer_words`` words
-    (words accepted and not yet read, a reduction's word counted from its first source's
-    arrival); a source's word waits while the current descriptor does not take it from that
-    PE or its destination FIFO is full; a read waits for a complete word.
+
+def _cmd_actions(pe, program) -> dict:
+    """Command index -> its link actions ``[kind, words]`` (:func:`link_actions`)."""
+    out = {}
+    for kind, n, i in link_actions(pe, program):
+        out.setdefault(i, []).append([kind, n])
+    return out
+
+
+class _PEModel:
+    """One PE's two engines on the schedule model: the load engine (LOADs in order: a fence
+    waits for every earlier execute command, a WMEM load for its buffer's flag to be clear, an
+    EXT load for ring words; ``signal`` sets the flag when the load completes) and the execute
+    engine (commands in order: a GEMM with ``wait`` waits for its buffer's flag, moves its link
+    words, then ``release`` clears the flag; a BARRIER waits for every earlier LOAD)."""
+
+    def __init__(self, pe, program, ext):
+        cmds = list(program)
+        self.cmds = cmds
+        self.loads = [i for i, c in enumerate(cmds) if c.op is Op.LOAD]
+        self.execs = [i for i, c in enumerate(cmds) if c.op is not Op.LOAD]
+        barrier, self.barrier_before = -1, {}
+        for i, c in enumerate(cmds):
+            if c.op is Op.BARRIER:
+                barrier = i
+            elif c.op is Op.LOAD:
+                self.barrier_before[i] = barrier
+        self.acts = _cmd_actions(pe, cmds)
+        self.ext = ext                      # model EXT words (ring) or take them as free
+        self.lpos = self.epos = 0
+        self.lleft = None                   # EXT words the current LOAD still needs
+        self.cur = None                     # link actions left of the current execute command
+        self.started = False
+        self.full = [False, False]
+
+    def next_exec(self) -> int:
+        return self.execs[self.epos] if self.epos < len(self.execs) else 1 << 62
+
+    def next_load(self) -> int:
+        return self.loads[self.lpos] if self.lpos < len(self.loads) else 1 << 62
+
+    def done(self) -> bool:
+        return self.lpos >= len(self.loads) and self.epos >= len(self.execs)
+
+    def load_step(self, ext_words) -> tuple:
+        """Advance the load engine once; returns (progressed, EXT words taken)."""
+        if self.lpos >= len(self.loads):
+            return False, 0
+        i = self.loads[self.lpos]
+        f = self.cmds[i].fields
+        if (f["fence"] and self.next_exec() < i) or self.next_exec() <= self.barrier_before[i]:
+            return False, 0
+        target = Target(f["target"])
+        wmem = target in (Target.WMSB, Target.WLSB, Target.WSCALE)
+        if self.lleft is None:
+            if wmem and self.full[f["buf"]]:
+                return False, 0
+            self.lleft = f["words"] if (self.ext and f["src"] == Source.EXT) else 0
+        took = min(self.lleft, ext_words)
+        self.lleft -= took
+        if self.lleft:
+            return took > 0, took
+        if wmem and f["signal"]:
+            self.full[f["buf"]] = True
+        self.lpos += 1
+        self.lleft = None
+        return True, took
+
+    def waiting(self) -> str:
+        parts = []
+        if self.lpos < len(self.loads):
+            i = self.loads[self.lpos]
+            f = self.cmds[i].fields
+            parts.append(f"load engine at command {i} (LOAD {Target(f['target']).name} "
+                         f"{Source(f['src']).name}"
+                         + (f", {self.lleft} EXT words missing" if self.lleft else "") + ")")
+        if self.epos < len(self.execs):
+            i = self.execs[self.epos]
+            c = self.cmds[i]
+            what = c.op.name
+            if self.cur:
+                kind, n = self.cur[0]
+                what += f", {'sending' if kind == 'out' else 'receiving'} {n} link words"
+            elif c.op is Op.GEMM and c.fields["wait"] and not self.started:
+                what += f", waiting for buffer {c.fields['wbuf']}"
+            parts.append(f"execute engine at command {i} ({what})")
+        return "; ".join(parts) or "finished"
+
+
+def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe=None,
+                        ext_transfers=None, ext_fifo_words=DEFAULT_EXT_FIFO_WORDS) -> dict:
+    """Run a group's programs on a timing-free model of the PEs' engines, the aggregation link
+    and the streamline ring, word by word, and fail on any schedule that would deadlock.
+
+    * Each PE: a load engine and an execute engine (:class:`_PEModel`: buffer flags, fences,
+      BARRIER); the execute engine moves a command's link words (:func:`link_actions`) in
+      order.
+    * The link runs its descriptors one at a time in order; each destination has a FIFO of
+      ``buffer_words`` words; a source's word moves when every FIFO it goes to has room and,
+      in ALL_TO_ALL, when its destination has reached that (chunk, source) in the golden order;
+      a reduction's word k moves when every source offers it (the RTL's rules,
+      :class:`elmoe3d.hw.agg_link.AggregationLink`). A read waits for a word.
+    * The ring delivers ``ext_transfers`` in order, a multicast word to all its destinations
+      at once (the strictest ring), into per-PE EXT FIFOs of ``ext_fifo_words`` words that the
+      PEs' EXT LOADs drain in order (the load router's FIFO). Without transfers (a list of
+      programs) EXT words are taken as always available. HB and HOST words always are.
 
     Parameters
     ----------
     job_or_programs : GroupJob, or a list of Program (then pass ``link_ops``,
         ``buffer_words``)
+    buffer_words : int, optional
+        Link FIFO depth (default: the job's).
+    ext_fifo_words : int
 
-    Returns ``{"max_fifo_words": [per PE], "link_words": words moved}``.
+    Returns ``{"max_fifo_words": [per PE], "max_ext_fifo_words": [per PE], "link_words": n}``.
 
     Raises
     ------
     LinkScheduleError
-        A deadlock (what each PE and the link wait for), a PE's words that no descriptor
-        takes, a descriptor whose source sends too few words, words nobody reads.
+        A deadlock (what every engine, the link and the ring wait for), words that no
+        descriptor takes, a descriptor whose sources send too few words, words nobody reads.
     """
     if isinstance(job_or_programs, GroupJob):
         job = job_or_programs
         programs, link_ops, pe = job.programs, job.link_ops, job.pe
         buffer_words = job.buffer_words if buffer_words is None else buffer_words
+        ext_transfers = job.ext_transfers if ext_transfers is None else ext_transfers
     else:
         programs = job_or_programs
         if link_ops is None or buffer_words is None:
@@ -1037,95 +1143,128 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
                             "of programs")
         pe = programs[0].pe if pe is None else pe_config(pe)
     cap = _int_param("buffer_words", buffer_words, 1)
+    ext_cap = _int_param("ext_fifo_words", ext_fifo_words, 1)
     G = len(programs)
     for op in link_ops:
         op.check(G)
-    acts = [link_actions(pe, prog) for prog in programs]
-    pos = [0] * G
-    left = [a[0][1] if a else 0 for a in acts]
+    ring = list(ext_transfers or ())
+    pes = [_PEModel(pe, prog, ext_transfers is not None) for prog in programs]
     occ, ready = [0] * G, [0] * G
-    peak = [0] * G
+    ext_occ = [0] * G
+    peak, ext_peak = [0] * G, [0] * G
     d = 0
     cur = _OpState(link_ops[0], occ, ready, cap) if link_ops else None
+    head, head_sent = 0, 0
     moved = 0
 
-    def advance(p):
-        pos[p] += 1
-        left[p] = acts[p][pos[p]][1] if pos[p] < len(acts[p]) else 0
+    def exec_step(m: _PEModel, p) -> bool:
+        """Advance PE p's execute engine as far as it goes; True on progress."""
+        nonlocal moved
+        progress = False
+        while m.epos < len(m.execs):
+            i = m.execs[m.epos]
+            c = m.cmds[i]
+            if m.cur is None:
+                if c.op is Op.BARRIER and m.next_load() < i:
+                    return progress
+                if c.op is Op.GEMM and c.fields["wait"] and not m.started:
+                    if not m.full[c.fields["wbuf"]]:
+                        return progress
+                m.started = True
+                m.cur = [list(a) for a in m.acts.get(i, [])]
+            while m.cur:
+                kind, n = m.cur[0]
+                if kind == "in":
+                    k = min(n, ready[p])
+                    ready[p] -= k
+                    occ[p] -= k
+                else:
+                    if cur is None or p not in cur.sent or cur.reduce:
+                        k = 0
+                    else:
+                        k = cur.offer(p, n)
+                        moved += k
+                        for q in range(G):
+                            peak[q] = max(peak[q], occ[q])
+                if k == 0:
+                    return progress
+                progress = True
+                m.cur[0][1] -= k
+                if m.cur[0][1] == 0:
+                    m.cur.pop(0)
+            if c.op is Op.GEMM and c.fields["release"]:
+                m.full[c.fields["wbuf"]] = False
+            m.cur, m.started = None, False
+            m.epos += 1
+            progress = True
+        return progress
 
     while True:
         progress = False
-        for p in range(G):
-            while pos[p] < len(acts[p]):
-                kind, _, _ = acts[p][pos[p]]
-                if kind == "in":
-                    n = min(left[p], ready[p])
-                    if n == 0:
-                        break
-                    ready[p] -= n
-                    occ[p] -= n
-                    left[p] -= n
-                    progress = True
-                else:
-                    if cur is None or p not in cur.sent or cur.reduce:
-                        break
-                    n = cur.offer(p, left[p])
-                    if n == 0:
-                        break
-                    left[p] -= n
+        # the ring: the head transfer's words go to all its destinations at once
+        while head < len(ring):
+            tr = ring[head]
+            n = min([len(tr.words) - head_sent] + [ext_cap - ext_occ[q] for q in tr.dsts])
+            if n <= 0:
+                break
+            for q in tr.dsts:
+                ext_occ[q] += n
+                ext_peak[q] = max(ext_peak[q], ext_occ[q])
+            head_sent += n
+            progress = True
+            if head_sent == len(tr.words):
+                head, head_sent = head + 1, 0
+        for p, m in enumerate(pes):
+            while True:
+                ok, took = m.load_step(ext_occ[p])
+                ext_occ[p] -= took
+                progress |= ok
+                if not ok or m.lpos >= len(m.loads):
+                    break
+            progress |= exec_step(m, p)
+        if cur is not None and cur.reduce:
+            offers = {}
+            for s in cur.srcs:
+                m = pes[s]
+                offers[s] = m.cur[0][1] if m.cur and m.cur[0][0] == "out" else 0
+            n = cur.collective(offers)
+            if n:
+                for s in cur.srcs:
+                    m = pes[s]
+                    m.cur[0][1] -= n
                     moved += n
-                    progress = True
-                    for q in range(G):
-                        peak[q] = max(peak[q], occ[q])
-                if left[p] == 0:
-                    advance(p)
-            if cur is not None and cur.reduce:
-                offers = {s: (left[s] if pos[s] < len(acts[s]) and acts[s][pos[s]][0] == "out"
-                              else 0) for s in cur.srcs}
-                n = cur.collective(offers)
-                if n:
-                    for s in cur.srcs:
-                        left[s] -= n
-                        moved += n
-                        if left[s] == 0:
-                            advance(s)
-                    for q in range(G):
-                        peak[q] = max(peak[q], occ[q])
-                    progress = True
-            while cur is not None and cur.complete():
-                d += 1
-                cur = _OpState(link_ops[d], occ, ready, cap) if d < len(link_ops) else None
+                    if m.cur[0][1] == 0:
+                        m.cur.pop(0)
+                for q in range(G):
+                    peak[q] = max(peak[q], occ[q])
                 progress = True
-        done = all(pos[p] >= len(acts[p]) for p in range(G))
-        if done and cur is None:
+        while cur is not None and cur.complete():
+            d += 1
+            cur = _OpState(link_ops[d], occ, ready, cap) if d < len(link_ops) else None
+            progress = True
+        if all(m.done() for m in pes) and cur is None and head >= len(ring):
             break
         if not progress:
-            waits = []
-            for p in range(G):
-                if pos[p] < len(acts[p]):
-                    kind, n, i = acts[p][pos[p]]
-                    cmd = programs[p][i]
-                    waits.append(f"PE {p} at command {i} ({cmd.op.name}) "
-                                 f"{'sending' if kind == 'out' else 'receiving'}, "
-                                 f"{left[p]} words left")
-                else:
-                    waits.append(f"PE {p} finished")
-            if cur is None:
-                msg = "no descriptor left to carry them"
-            else:
-                msg = (f"link at descriptor {d} ({cur.op.mode.name} src {cur.srcs} dst "
-                       f"{cur.dsts}, {cur.op.words} words; sent {cur.sent})")
-            if done:
+            waits = [f"PE {p}: {m.waiting()}" for p, m in enumerate(pes)]
+            link = ("link idle" if cur is None else
+                    f"link at descriptor {d} ({cur.op.mode.name} src {cur.srcs} dst "
+                    f"{cur.dsts}, {cur.op.words} words, sent {cur.sent})")
+            if all(m.done() for m in pes) and cur is not None:
                 raise LinkScheduleError(
                     f"descriptor {d} ({cur.op.mode.name} src {cur.srcs}) waits for words its "
                     f"sources never send (sent {cur.sent} of {cur.op.words})")
+            ring_s = (f"ring at transfer {head} of {len(ring)} ({head_sent} words sent, "
+                      f"EXT FIFO words {ext_occ})" if head < len(ring) else "ring idle")
             raise LinkScheduleError(
-                f"link schedule deadlocks (buffer_words = {cap}): {'; '.join(waits)}; {msg}; "
-                f"FIFO words per destination {occ}")
+                f"the group's schedule deadlocks (buffer_words = {cap}, ext_fifo_words = "
+                f"{ext_cap}): {' | '.join(waits)} | {link}; link FIFO words {occ} | {ring_s}")
     if any(occ):
         raise LinkScheduleError(f"words delivered but never read: FIFO words per destination "
                                 f"{occ}")
-    return {"max_fifo_words": peak, "link_words": moved}
+    if any(ext_occ):
+        raise LinkScheduleError(f"EXT words delivered but never loaded: {ext_occ}")
+    return {"max_fifo_words": peak, "max_ext_fifo_words": ext_peak, "link_words": moved}
+
 
 
 # ---- multi-PE functional simulation -----------------------------------------------------------

@@ -254,11 +254,12 @@ def test_random_layers_equal_ref_moe(data):
 
 
 def test_schedule_check_finds_deadlocks(experts):
-    """The word-level link model fails on a schedule that needs more FIFO than it has: two PEs
-    that each send before receiving deadlock when the first transfer exceeds the FIFO; a
-    verify program cut for 32-word FIFOs deadlocks on 4-word ones (a token owner's ALL_TO_ALL
-    scatter sends its own chunks back to itself before its RECV); words no descriptor takes
-    and words nobody reads are errors."""
+    """The schedule model (engines, link FIFOs, ring) fails on a schedule that needs more FIFO
+    than it has: two PEs that each send before receiving deadlock when the first transfer
+    exceeds the link FIFO; a multicast EXT transfer waiting for a PE whose loads wait for the
+    other PE deadlocks on a too small EXT FIFO; a verify program cut for 32-word link FIFOs
+    deadlocks on 4-word ones (a token owner's ALL_TO_ALL scatter sends its own chunks back to
+    itself before its RECV); words no descriptor takes and words nobody reads are errors."""
     progs = []
     for _ in range(2):
         prog = Program(CFG)
@@ -277,10 +278,33 @@ def test_schedule_check_finds_deadlocks(experts):
                                 buffer_words=16)
     with pytest.raises(par.LinkScheduleError):      # PE 1's words: no descriptor takes them
         par.check_link_schedule(progs, ops[:1], buffer_words=8)
+    # the ring: a multicast transfer both PEs load from; PE 0 drains its EXT FIFO only after
+    # a GEMM that waits for PE 1's words, and PE 1 sends them only after its EXT load: a
+    # one-word EXT FIFO deadlocks, a two-word one does not
+    p0, p1 = Program(CFG), Program(CFG)
+    gemm = dict(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
+                groups=1, sink=Sink.COMBINE, stride=1, wait=True, release=True)
+    p0.load(Target.WSCALE, 0, 1, signal=True, src=Source.HB)
+    p0.recv(Target.OUT, 0, 1)
+    p0.gemm(**gemm)
+    p0.load(Target.WMSB, 0, 2, src=Source.EXT)
+    p1.load(Target.WMSB, 0, 2, signal=True, src=Source.EXT)
+    p1.gemm(**gemm)
+    p1.send(Target.OUT, 0, 1)
+    ring = [par.ExtTransfer(0, (1, 2), 0b11)]
+    one = [LinkOp(LinkMode.BYPASS, 0b10, 0b01, 1)]
+    got = par.check_link_schedule([p0, p1], one, buffer_words=1, ext_transfers=ring,
+                                  ext_fifo_words=2)
+    assert got["max_ext_fifo_words"] == [2, 2]
+    with pytest.raises(par.LinkScheduleError, match="ring at transfer 0"):
+        par.check_link_schedule([p0, p1], one, buffer_words=1, ext_transfers=ring,
+                                ext_fifo_words=1)
     x = _rng("dead").standard_normal((16, H))
     job = par.compile_group(x, experts, (np.full((16, 1), 0), np.ones((16, 1))),
                             phase="verify", config=CFG, pes=2)
-    par.check_link_schedule(job)
+    # the compiled schedule holds with the router's EXT FIFO down to one word (the strictest
+    # ring: a multicast word moves to all its PEs at once)
+    assert par.check_link_schedule(job, ext_fifo_words=1)["max_ext_fifo_words"] == [1, 1]
     with pytest.raises(par.LinkScheduleError, match="deadlock"):
         par.check_link_schedule(job, buffer_words=4)
     job.buffer_words = 4
@@ -316,6 +340,11 @@ def test_bad_inputs(experts):
     fails("^experts: expert 1 has H=64, I=256", experts=[experts[0], small])
 
 
-def test_default_buffer_matches_the_link_rtl():
+def test_defaults_match_the_rtl():
+    import inspect
+
     from elmoe3d.hw.agg_link import DEFAULT_BUFFER_WORDS
+    from elmoe3d.hw.load_router import LoadRouter
     assert par.DEFAULT_BUFFER_WORDS == DEFAULT_BUFFER_WORDS
+    ext = inspect.signature(LoadRouter).parameters["ext_fifo_words"].default
+    assert par.DEFAULT_EXT_FIFO_WORDS == ext
