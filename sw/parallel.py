@@ -59,10 +59,10 @@ import numpy as np
 from ..config import ArchConfig, PEConfig
 from ..isa import Op, Sink, Source, Target
 from . import fsim
-from .asm import (OKind, Program, ProgramError, pack_scales, pack_wgt, pe_config,
-                  words_to_ints)
+from .asm import (OKind, Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt,
+                  pe_config, words_to_ints)
 from .datapath import Mode
-from .expert import (_as_expert, _check_x, _expert_plan, _expert_tokens, _nibbles, _routing)
+from .expert import _as_expert, _check_x, _expert_tokens, _nibbles, _routing
 from .links import LinkMode, LinkOp, ref_link
 from .quant import quantize_activations
 
@@ -541,6 +541,15 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
                              f"(group_experts {grp})")
     H, I = exs[0].hidden, exs[0].intermediate
     L, R = pe.lanes, pe.rows
+    for name, v in (("H", H), ("I", I)):
+        if v % 32 or v % pe.q16_per_word or v % L:
+            raise ProgramError(f"experts: {name} = {v} must be a multiple of 32, of W/32 = "
+                               f"{pe.q16_per_word} and of lanes = {L}")
+    t_pad = -(-T // R) * R
+    out_words = t_pad * H // pe.q24_per_word
+    if out_words > pe.out_words:
+        raise ProgramError(f"{T} tokens x H={H} need {out_words} OUT words; the PE has "
+                           f"{pe.out_words}")
     n_cb = 2 * I // L
     if n_cb % G or (I // G) % 32 or (I // G) % pe.q16_per_word:
         if hb_set:
@@ -598,10 +607,9 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
     for e in routed:
         rows, gw = _expert_tokens(ids, bits, e)
         te = len(rows)
-        plan = _expert_plan(e, exs[e], xq.q[rows], xq.exp[rows], gw, rows, mode, pe, t0=0,
-                            a0=0, first=True, last=True)
-        prologue = [(t, a, words_to_ints(w)) for t, a, w in plan.prologue]
+        prologue = _prologue(pe, e, xq.q[rows], xq.exp[rows], gw, rows)
         rbn = -(-te // R)
+        ctx.expert = e
         if phase == "draft":
             rec = _draft_expert(ctx, placed[e], rbn, prologue)
         elif e in hb_set:
@@ -613,11 +621,6 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
         for b in builds:
             b.flush()
 
-    t_pad = -(-T // R) * R
-    out_words = t_pad * H // pe.q24_per_word
-    if out_words > pe.out_words:
-        raise ProgramError(f"{T} tokens x H={H} need {out_words} OUT words; the PE has "
-                           f"{pe.out_words}")
     if phase == "verify":
         # final reduction: every PE holds the outputs of its token slices; OUT rows summed on
         # the root (exact Q.24 additions, saturating)
@@ -641,6 +644,35 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
                     buffer_words=buffer_words, info=info)
 
 
+def _prologue(pe, e, x_q, e_x, gw_bits, slots) -> list:
+    """An expert's HOST loads, the same on every PE (activations replicated): its TOK entries
+    (``e_x``, gate weight, output slot; ``e_h`` written by REQUANT) at entry 0 and its INT8 x
+    rows at ACT word 0 (``(rb, g)`` at ``rb * H/32 + g``), padded to whole row blocks."""
+    R = pe.rows
+    te, h_dim = x_q.shape
+    t_pad = -(-te // R) * R
+    if t_pad > min(pe.tok_entries, 256):
+        raise ProgramError(f"expert {e}: {te} tokens need {t_pad} TOK entries; the PE has "
+                           f"{min(pe.tok_entries, 256)}")
+    e_x = np.asarray(e_x, np.int64)
+    if e_x.min() < -128 or e_x.max() > 127:
+        raise ProgramError(f"activation exponents {e_x.min()}..{e_x.max()} do not fit the "
+                           f"TOK entry's signed 8-bit e_x (scale the input)")
+    tok = {"e_x": np.zeros(t_pad, np.int64), "e_h": np.zeros(t_pad, np.int64),
+           "gate": np.zeros(t_pad, np.uint16), "slot": np.zeros(t_pad, np.int64)}
+    tok["e_x"][:te], tok["gate"][:te], tok["slot"][:te] = e_x, gw_bits, slots
+    xp = np.zeros((t_pad, h_dim), np.int8)
+    xp[:te] = x_q
+    act = xp.reshape(t_pad // R, R, h_dim // 32, 32).transpose(0, 2, 1, 3).reshape(-1, R, 32)
+    return [(Target.TOK, 0, words_to_ints(pack_tok(tok, pe))),
+            (Target.ACT, 0, words_to_ints(pack_act(act, pe)))]
+
+
+def _fits(what, used, size, e):
+    if used > size:
+        raise ProgramError(f"expert {e}: {what} need {used} words; the PE has {size}")
+
+
 @dataclass
 class _Ctx:
     pe: PEConfig
@@ -653,6 +685,7 @@ class _Ctx:
     ops: list
     transfers: list
     steps: int = 0
+    expert: int = -1
 
     @property
     def wpr(self) -> int:
@@ -689,6 +722,10 @@ def _draft_expert(ctx: _Ctx, pl, rbn, prologue) -> dict:
     L, R, Gu = pe.lanes, pe.rows, H // 32
     Ip = I // G
     Gp = Ip // 32
+    _fits(f"{rbn} row blocks of x and of the h slice (ACT)", rbn * max(Gu, Gp), pe.act_words,
+          ctx.expert)
+    _fits(f"{rbn * R} HBUF rows of {Ip} channels", rbn * R * Ip // pe.q16_per_word,
+          pe.hbuf_words, ctx.expert)
     for b in B:
         b.prologue = prologue
     per_u = pe.wmem_words // Gu
@@ -764,11 +801,10 @@ def _verify_cached(ctx: _Ctx, pl, rbn, prologue) -> dict:
     # K-slice layout of every token's h at HA_p (after the owner's rows)
     ha = [rbs[p] * Ga for p in range(G)]
     for p in range(G):
-        need = max(rbn * Gu, ha[p] + rbn * Gp)
-        if need > pe.act_words:
-            raise ProgramError(f"PE {p}: {rbn} row blocks need {need} ACT words (x rows, h "
-                               f"rows and the K-slice h of all tokens); the PE has "
-                               f"{pe.act_words}")
+        _fits(f"PE {p}'s x rows, h rows and K-slice h of all {rbn} row blocks (ACT)",
+              max(rbn * Gu, ha[p] + rbn * Gp), pe.act_words, ctx.expert)
+    _fits(f"HBUF rows up to {rbn * R} of {I} channels", rbn * R * I // pe.q16_per_word,
+          pe.hbuf_words, ctx.expert)
     # up/gate: buffer-full chunks of slice o, cut into link steps; in a step the owner o
     # sends MSB_ONLY psums to every other token owner, which adds them to its LSB_ONLY
     # result before SwiGLU; the owner's own tokens run FULL
@@ -880,6 +916,10 @@ def _verify_uncached(ctx: _Ctx, pl, rbn, prologue) -> dict:
     sl = _slices(rbn, G)
     rbs = [r1 - r0 for r0, r1 in sl]
     Q = [q for q in range(G) if rbs[q]]
+    _fits(f"x rows and h rows of {rbn} row blocks (ACT)", max(rbn * Gu, max(rbs) * Ga),
+          pe.act_words, ctx.expert)
+    _fits(f"HBUF rows up to {rbn * R} of {I} channels", rbn * R * I // pe.q16_per_word,
+          pe.hbuf_words, ctx.expert)
     for q in Q:
         B[q].prologue = prologue
     out = {"token_slices": sl}
