@@ -85,10 +85,10 @@ def _next_bit(cur, mask, width):
 
 
 def _onehot_mux(sel, values):
-    """OR of ``values[i]`` where one-hot ``sel[i]``."""
+    """OR of ``values[i]`` where one-hot ``sel[i]`` (``sel`` a Signal)."""
     out = 0
     for i, v in enumerate(values):
-        out = out | (v & sel[i].replicate(len(v)))
+        out = out | Mux(sel[i], v, 0)
     return out
 
 
@@ -256,7 +256,9 @@ class AggregationLink(wiring.Component):
                          fifo.r_en.eq(self.pe_o[d].ready)]
 
         # ---- sources: one flit of the presented word per cycle ----------------------------
-        flit = [self.pe_i[s].payload.word_select(fidx[s], FB) for s in range(G)]
+        flit = [Signal(FB, name=f"flit{s}") for s in range(G)]
+        for s in range(G):
+            m.d.comb += flit[s].eq(self.pe_i[s].payload.word_select(fidx[s], FB))
         has = Signal(G)
         m.d.comb += has.eq(Cat(act & self.pe_i[s].valid & (left[s] != 0) for s in range(G)))
         dok = Signal(G)
@@ -284,18 +286,23 @@ class AggregationLink(wiring.Component):
         ]
 
         # ---- reductions --------------------------------------------------------------------
+        # One signal per stage of every chain (each stage reads its input three times).
         add_lanes, max_lanes = [], []
         for j in range(FB // 64):
             acc = Const(0, 64)
             for s in range(G):
-                term = Mux(src[s], flit[s][64 * j:64 * (j + 1)], 0)
-                acc = _sat_add64(acc, term)[0]
+                stage = Signal(64, name=f"add{j}_{s}")
+                m.d.comb += stage.eq(_sat_add64(acc, Mux(src[s], flit[s][64 * j:64 * (j + 1)],
+                                                         0))[0])
+                acc = stage
             add_lanes.append(acc)
         for j in range(FB // 32):
             acc = Const(0, 32)
             for s in range(G):
+                stage = Signal(32, name=f"max{j}_{s}")
                 term = Mux(src[s], flit[s][32 * j:32 * (j + 1)], 0)
-                acc = Mux(term > acc, term, acc)
+                m.d.comb += stage.eq(Mux(term > acc, term, acc))
+                acc = stage
             max_lanes.append(acc)
         add_flit = Signal(FB)
         max_flit = Signal(FB)
@@ -303,7 +310,8 @@ class AggregationLink(wiring.Component):
 
         # ---- destinations: flits -> words -> FIFO ------------------------------------------
         for d in range(G):
-            sel = Mux(is_a2a, csrc[d], src)
+            sel = Signal(G, name=f"sel{d}")
+            m.d.comb += sel.eq(Mux(is_a2a, csrc[d], src))
             dflit = Signal(FB, name=f"dflit{d}")
             m.d.comb += dflit.eq(Mux(is_red, Mux(mode == LinkModeRTL.REDUCE_ADD, add_flit,
                                                  max_flit),
