@@ -430,13 +430,14 @@ def _cuts(n_cb, limit, align, what):
     return sizes
 
 
-def _slices(rbn, pes):
-    """Row blocks ``[r0, r1)`` of each PE (DP over tokens): contiguous, sizes differing by at
-    most one, the larger first."""
+def _slices(rbn, pes, first=0):
+    """Row blocks ``[r0, r1)`` of each PE (DP over tokens): contiguous in PE order, sizes
+    differing by at most one, the larger ones on PEs ``first, first+1, ...`` (mod G; the
+    compiler rotates ``first`` from expert to expert to spread the extra row blocks)."""
     base, extra = divmod(rbn, pes)
     out, r = [], 0
     for p in range(pes):
-        n = base + (1 if p < extra else 0)
+        n = base + (1 if (p - first) % pes < extra else 0)
         out.append((r, r + n))
         r += n
     return out
@@ -686,6 +687,7 @@ class _Ctx:
     transfers: list
     steps: int = 0
     expert: int = -1
+    rotate: int = 0               # first PE of the next expert's larger token slices
 
     @property
     def wpr(self) -> int:
@@ -792,7 +794,8 @@ def _verify_cached(ctx: _Ctx, pl, rbn, prologue) -> dict:
     L, R, Gu = pe.lanes, pe.rows, H // 32
     Ip = I // G
     Gp, Ga = Ip // 32, I // 32
-    sl = _slices(rbn, G)
+    sl = _slices(rbn, G, ctx.rotate)
+    ctx.rotate += rbn % G
     rbs = [r1 - r0 for r0, r1 in sl]
     Q = [q for q in range(G) if rbs[q]]
     for b in B:
@@ -913,7 +916,8 @@ def _verify_uncached(ctx: _Ctx, pl, rbn, prologue) -> dict:
     to the PEs holding tokens of it, DP over row blocks, no exchange."""
     pe, G, H, I, B = ctx.pe, ctx.G, ctx.H, ctx.I, ctx.builds
     L, R, Gu, Ga = pe.lanes, pe.rows, H // 32, I // 32
-    sl = _slices(rbn, G)
+    sl = _slices(rbn, G, ctx.rotate)
+    ctx.rotate += rbn % G
     rbs = [r1 - r0 for r0, r1 in sl]
     Q = [q for q in range(G) if rbs[q]]
     _fits(f"x rows and h rows of {rbn} row blocks (ACT)", max(rbn * Gu, max(rbs) * Ga),
