@@ -214,6 +214,31 @@ def test_streams_images_and_transfers_agree(experts):
             assert list(tr.words) == job.ext_image[tr.addr:tr.addr + len(tr.words)]
 
 
+@pytest.mark.parametrize("pes", [2, 4])
+def test_hb_slices_are_the_single_pe_msb_words(experts, pes):
+    """The HB banks hold exactly the single-PE program's MSB plane words, split by channel
+    (up/gate: whole column blocks) and by K (down: whole groups): one copy of the MSB slices,
+    the same layout as sw/expert.py's builder."""
+    e = 3
+    x = _rng("hbwords").standard_normal((2, H))
+    routing = (np.full((2, 1), e), np.ones((2, 1)))
+    job = par.compile_group(x, experts, routing, phase="draft", config=CFG, pes=pes,
+                            cached=[e])
+    one = ex.build_moe_program(x, experts, routing, Mode.DRAFT, CFG)
+    Gu, Ga = H // 32, I // 32
+    ncp, Gp = 2 * I // PE.lanes // pes, Ga // pes
+    up_words = ncp * Gu
+    up_scales = -(-up_words // 8)
+    up = [w for p in range(pes) for w in job.hb_images[p][:up_words]]
+    assert up == one.weight_words(e, "up", Target.WMSB)
+    down = one.weight_words(e, "down", Target.WMSB)
+    for p in range(pes):
+        base = up_words + up_scales
+        for cb in range(H // PE.lanes):
+            for g in range(Gp):
+                assert job.hb_images[p][base + cb * Gp + g] == down[cb * Ga + p * Gp + g]
+
+
 def test_corner_cases(experts):
     """A token routed to no expert of the group (its row is 0), uneven token counts across the
     PEs (expert 2's six tokens = 3 row blocks on 2 and 4 PEs: one PE without tokens), one
@@ -248,8 +273,8 @@ def test_corner_cases(experts):
           suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_layers_equal_ref_moe(data):
-    """Random groups, batches, routings (top-1 or top-2, empty slots), cached sets and FIFO
-    depths: bit-exact every time."""
+    """Random groups, batches, routings (top-1 or top-2, empty slots), cached sets, FIFO
+    depths and root PEs: bit-exact every time."""
     pes = data.draw(st.sampled_from([2, 4]), "pes")
     tokens = data.draw(st.integers(1, 16), "tokens")
     phase = data.draw(st.sampled_from(par.PHASES), "phase")
@@ -264,11 +289,14 @@ def test_random_layers_equal_ref_moe(data):
     ids[rng.random(ids.shape) < 0.15] = -1
     wts = rng.uniform(0.05, 1.0, ids.shape)
     buffer_words = data.draw(st.sampled_from([16, 32, 64]), "buffer_words")
+    root = data.draw(st.integers(0, pes - 1), "root")
     x = rng.standard_normal((tokens, H)) * rng.uniform(0.2, 3.0, (tokens, 1))
     experts = list(_experts()[:4])
     job = par.compile_group(x, experts, (ids, wts), phase=phase, config=CFG, pes=pes,
-                            cached=cached, buffer_words=buffer_words)
+                            cached=cached, buffer_words=buffer_words, root=root)
     res, _ = _check(job, experts, x)
+    assert [bool(res.o[p]) and res.o[p][0].kind.name == "DATA" for p in range(pes)] == \
+        [p == root for p in range(pes)]
     assert res.schedule["link_words"] == job.traffic()["link_words_sent"]
 
 
