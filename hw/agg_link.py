@@ -150,8 +150,9 @@ class AggregationLink(wiring.Component):
     unread words (``docs/memory.md``).
 
     Undefined inputs (the host validates descriptors with :class:`~elmoe3d.sw.links.LinkOp`):
-    BYPASS with several sources uses the lowest; ALL_TO_ALL with ``chunk`` = 0 or ``words`` not
-    a multiple of ``chunk * nd``; an empty ``dst_mask`` consumes and drops the words.
+    BYPASS with several sources uses the lowest; an ALL_TO_ALL with ``chunk`` = 0 or ``words``
+    not a multiple of ``chunk * nd`` can hang; an empty ``dst_mask`` consumes and drops the
+    words.
 
     Throughput: ``flit_bytes`` per cycle on every port (BYPASS and the reduce modes: one flit
     per cycle; ALL_TO_ALL: one flit per cycle per port after a skew of up to ns - 1 chunks);
