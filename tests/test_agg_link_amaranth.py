@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 
 from elmoe3d.config import preset
 from elmoe3d.hw.agg_link import AggregationLink, LinkModeRTL, link_op_layout, pack_link_op
+from elmoe3d.sim.bench_links import random_link_op
 from elmoe3d.sw.datapath import INT64_MAX, INT64_MIN
 from elmoe3d.sw.links import LinkMode, LinkOp, ref_link, reduce_add_words
 
@@ -29,23 +30,6 @@ def _word(values, dtype, word_bits):
 
 def random_word(rng, word_bits):
     return rng.getrandbits(word_bits)
-
-
-def random_op(rng, pes, *, max_words=12):
-    mode = LinkMode(rng.randrange(4))
-    dst = rng.randrange(1, 1 << pes)
-    if mode == LinkMode.BYPASS:
-        src = 1 << rng.randrange(pes)
-    else:
-        src = rng.randrange(1, 1 << pes)
-    chunk = 1
-    if mode == LinkMode.ALL_TO_ALL:
-        nd = bin(dst).count("1")
-        chunk = rng.randrange(1, 4)
-        words = chunk * nd * rng.randrange(0, max(1, max_words // (chunk * nd)) + 1)
-    else:
-        words = rng.randrange(0, max_words + 1)
-    return LinkOp(mode, src, dst, words, chunk)
 
 
 def run_link(dut, ops, inputs, *, seed=0, idle=0.0, stall=0.0, op_gap=0.0, max_cycles=20000):
@@ -256,9 +240,9 @@ def test_each_mode_smooth_traffic(mode, geom):
 @pytest.mark.parametrize("seed", [1])
 def test_random_descriptors_with_idles_and_backpressure(geom, seed):
     G, W, F, depth = GEOMS[geom]
-    rng = random.Random(seed * 1000 + hash(geom) % 1000)
+    rng = random.Random(f"{geom}/{seed}")
     dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=depth)
-    ops = [random_op(rng, G) for _ in range(10)]
+    ops = [random_link_op(rng, G, max_words=12) for _ in range(10)]
     data, inputs = make_traffic(rng, ops, G, W)
     got, log = run_link(dut, ops, inputs, seed=seed, idle=0.3, stall=0.4, op_gap=0.3)
     assert got == expected(ops, data, G, W)

@@ -57,3 +57,33 @@ def test_ring_stress_and_throughput():
     for r in streaming.values():
         assert r["fraction_of_bound"] >= RING_TARGET, r
     assert streaming["unicast round-robin"]["fraction"] >= RING_TARGET
+
+
+def _figs(link_fraction, ring_of_bound, failures=()):
+    link = [{"mode": m, "words_per_source": 512, "words_per_destination": 512,
+             "ideal_cycles": 1024, "cycles": round(1024 / link_fraction),
+             "bytes_per_cycle": 32 * link_fraction, "fraction": link_fraction}
+            for m in ("BYPASS", "ALL_TO_ALL", "REDUCE_ADD", "REDUCE_MAX")]
+    ring = [{"pattern": "multicast all", "flits": 1024, "cycles": 2048, "bytes_per_cycle": 64.0,
+             "fraction": 0.5 * ring_of_bound, "bound": 0.5, "fraction_of_bound": ring_of_bound}]
+    return {"link": link, "ring": ring, "failures": list(failures), "logs": ["a.log", "b.log"],
+            "aggregation_bytes_per_cycle": 32.0, "streamline_bytes_per_cycle": 128.0,
+            "word_bytes": 64, "pes": 4, "pes_per_group": 2, "seed": 1}
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_print_links_reports_missed_targets():
+    """print_links (no simulation): met targets print no missed line; a missed link mode, a
+    missed ring pattern and a bench failure each give one line naming it."""
+    from rich.console import Console
+    console = Console(file=open("/dev/null", "w"), width=140)
+    from elmoe3d.sim.bench_links import print_links
+    assert print_links(console, _figs(1.0, 1.0)) == []
+    missed = print_links(console, _figs(0.95, 0.9, ["ring stress: 1 mismatch"]))
+    assert len(missed) == 4 + 1 + 1
+    assert any("ALL_TO_ALL" in m and "95.00%" in m for m in missed)
+    assert any("multicast all" in m for m in missed)
+    assert any("ring stress" in m and "a.log" in m for m in missed)
+    empty = _figs(1.0, 1.0)
+    empty["link"], empty["ring"] = [], []
+    assert len(print_links(console, empty)) == 2

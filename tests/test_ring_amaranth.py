@@ -13,36 +13,10 @@ from amaranth.sim import Simulator
 
 from elmoe3d.config import preset
 from elmoe3d.hw.ring import RingStation, StreamlineRing, pack_flit, ring_flit_layout
+from elmoe3d.sim.bench_links import random_ring_flits
 from elmoe3d.sw.links import RingFlit, ref_ring, ref_ring_streams, ring_flits, ring_geometry
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
-
-
-def random_transfers(rng, *, pes, word_bits, flit_bytes, transfers, max_words=6,
-                     stream_bits=4, p_multicast=0.4):
-    """Flits of ``transfers`` random transfers (random unicast or multicast masks, random
-    lengths, stream ids), interleaved flit by flit between up to three open transfers so that
-    streams mix on the ring (a word spanning flits keeps its flits together)."""
-    per, span = ring_geometry(word_bits=word_bits, flit_bytes=flit_bytes)
-    pending = []
-    for t in range(transfers):
-        if rng.random() < p_multicast:
-            mask = rng.randrange(1, 1 << pes)
-        else:
-            mask = 1 << rng.randrange(pes)
-        words = [rng.getrandbits(word_bits) for _ in range(rng.randrange(1, max_words + 1))]
-        fl = ring_flits(words, mask, word_bits=word_bits, flit_bytes=flit_bytes,
-                        stream=t % (1 << stream_bits))
-        pending.append([fl[i:i + span] for i in range(0, len(fl), span)])
-    out, open_ = [], []
-    while pending or open_:
-        while pending and len(open_) < 3:
-            open_.append(pending.pop(0))
-        k = rng.randrange(len(open_))
-        out.extend(open_[k].pop(0))
-        if not open_[k]:
-            open_.pop(k)
-    return out
 
 
 def run_ring(dut, flits, *, seed=0, idle=0.0, stall=0.0, max_cycles=20000):
@@ -178,9 +152,9 @@ def test_random_traffic(geom, traffic):
     dut = StreamlineRing(pes=P, pes_per_group=G, word_bits=W, flit_bytes=F, stream_bits=3,
                          buffer_flits=depth)
     rng = random.Random(f"{geom}/{traffic}")
-    flits = random_transfers(rng, pes=P, word_bits=W, flit_bytes=F, transfers=14,
-                             stream_bits=3)
-    flits.insert(3, RingFlit(rng.getrandbits(8 * F), 0))   # names no PE: dropped
+    flits = random_ring_flits(rng, pes=P, word_bits=W, flit_bytes=F, transfers=14,
+                              stream_bits=3, max_words=6)  # with a flit naming no PE
+    assert any(f.dst_mask == 0 for f in flits)
     idle, stall = (0.0, 0.0) if traffic == "smooth" else (0.3, 0.4)
     got, log = run_ring(dut, flits, seed=len(flits), idle=idle, stall=stall)
     assert got == ref_ring(flits, pes=P, word_bits=W, flit_bytes=F)
