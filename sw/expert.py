@@ -52,7 +52,8 @@ from .vpu import combine, q24_to_fp32, row_requant, swiglu_q16
 
 __all__ = ["Expert", "ExpertResult", "ref_expert", "ref_moe", "float_expert", "float_moe",
            "expert_accuracy", "PEJob", "build_expert_program", "build_moe_program",
-           "EXPERT_MODES"]
+           "EXPERT_MODES", "updown_order", "as_expert", "check_x",
+           "parse_routing", "expert_tokens", "nibbles"]
 
 #: Modes an expert runs in (the split MSB_ONLY / LSB_ONLY halves need a psum exchange).
 EXPERT_MODES = (Mode.FULL, Mode.DRAFT)
@@ -111,7 +112,7 @@ class Expert:
         return self.up.shape[0]
 
 
-def _as_expert(e, name="expert") -> Expert:
+def as_expert(e, name="expert") -> Expert:
     if isinstance(e, Expert):
         e.check()
         return e
@@ -195,21 +196,21 @@ def ref_expert(x, w_up, w_gate, w_down, gate_weights=None, mode=Mode.FULL) -> Ex
     -------
     ExpertResult
     """
-    ex = _as_expert((w_up, w_gate, w_down))
+    ex = as_expert((w_up, w_gate, w_down))
     x = np.asarray(x)
-    t = _check_x(x, ex)
+    t = check_x(x, ex)
     gw = _gate_bits(np.ones(t) if gate_weights is None else gate_weights, t)
     return ref_moe(x, [ex], (np.zeros((t, 1), np.int64), gw.view(np.float16)[:, None]),
                    mode=mode)
 
 
-def _check_x(x, ex: Expert) -> int:
+def check_x(x, ex: Expert) -> int:
     if x.ndim != 2 or x.shape[1] != ex.hidden:
         raise ValueError(f"x: expected [T, H={ex.hidden}], got {x.shape}")
     return x.shape[0]
 
 
-def _routing(routing, t, n_experts):
+def parse_routing(routing, t, n_experts):
     """(ids int64 [T, k], gate bits uint16 [T, k]) from ``(ids, weights)``; -1 ids are empty
     slots. Raises ValueError on shapes, out-of-range or repeated ids."""
     if hasattr(routing, "ids") and hasattr(routing, "weights"):
@@ -240,7 +241,7 @@ def _routing(routing, t, n_experts):
     return ids, bits
 
 
-def _expert_tokens(ids, bits, e):
+def expert_tokens(ids, bits, e):
     """Tokens routed to expert ``e`` in ascending order and their gate-weight bits."""
     rows, cols = np.nonzero(ids == e)
     order = np.argsort(rows, kind="stable")
@@ -262,17 +263,17 @@ def ref_moe(x, experts, routing, mode=Mode.FULL) -> ExpertResult:
     mode : Mode.FULL or Mode.DRAFT
     """
     mode = _mode(mode)
-    exs = [_as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
     x = np.asarray(x)
-    t = _check_x(x, exs[0])
-    ids, bits = _routing(routing, t, len(exs))
+    t = check_x(x, exs[0])
+    ids, bits = parse_routing(routing, t, len(exs))
     xq = quantize_activations(x, name="x")
     out = np.zeros((t, exs[0].hidden), np.int64)
     flags = np.zeros(out.shape, bool)
     ovf = satd = False
     detail = {"x_q": xq.q, "e_x": xq.exp, "experts": {}}
     for e in range(len(exs)):
-        rows, gw = _expert_tokens(ids, bits, e)
+        rows, gw = expert_tokens(ids, bits, e)
         if len(rows) == 0:
             continue
         acc_y, e_h, o, s, d = _expert_terms(xq.q[rows], xq.exp[rows], exs[e], mode)
@@ -469,7 +470,7 @@ class _Plan:
                                                 other.a0 + other.act_words))
 
 
-def _nibbles(codes) -> tuple:
+def nibbles(codes) -> tuple:
     """MSB nibbles (two's complement) and LSB nibbles of INT8 codes."""
     return (msb_slice(codes).view(np.uint8) & 15).astype(np.uint8), lsb_slice(codes)
 
@@ -540,7 +541,7 @@ class _Weights:
                 f"{qw.name}: K = {k} ({groups} groups of 32) does not fit one WMEM buffer of "
                 f"{pe.wmem_words} words: the PE contract accumulates the whole of K in one "
                 f"GEMM (no K tiling); use K <= {32 * pe.wmem_words} or a larger wmem_bytes")
-        msb, lsb = _nibbles(q)
+        msb, lsb = nibbles(q)
 
         def blocks(a):                            # [cb, g, L, 32]
             return a.reshape(n_cb, L, groups, 32).transpose(0, 2, 1, 3)
@@ -616,6 +617,17 @@ def _tok_capacity(pe, i_dim) -> int:
     return min(pe.tok_entries, pe.hbuf_words // (i_dim // pe.q16_per_word), 256)
 
 
+def updown_order(intermediate: int, lanes: int) -> np.ndarray:
+    """Row order of the interleaved up/gate weight matrix (rows of ``concat(up, gate)``): blocks
+    of ``lanes / 4`` up channels then the same ``lanes / 4`` gate channels, one block per half
+    of a weight word, so the MSB plane and scale words of an expert are byte-identical in DRAFT
+    and FULL (``docs/pe.md``, SWIGLU sink). Returns int64 ``[2 * intermediate]``."""
+    p = lanes // 4
+    return np.concatenate([np.concatenate([np.arange(b * p, b * p + p),
+                                           intermediate + np.arange(b * p, b * p + p)])
+                           for b in range(intermediate // p)])
+
+
 def _expert_plan(index, ex: Expert, x_q, e_x, gw_bits, slots, mode, pe, *, t0, a0, first,
                  last) -> _Plan:
     """Loads, REQUANT and jobs of one expert over its tokens (rows of ``x_q``) in the IOMEM
@@ -642,11 +654,7 @@ def _expert_plan(index, ex: Expert, x_q, e_x, gw_bits, slots, mode, pe, *, t0, a
                 (Target.ACT, a0, pack_act(act, pe))]
     # up/gate interleaved in blocks of L/4 channels (one per half of a weight word), the same
     # layout in DRAFT and FULL: the MSB plane and scale words of an expert are byte-identical
-    p = L // 4
-    blocks = np.arange(i_dim // p)
-    order = np.concatenate([np.concatenate([np.arange(b * p, b * p + p),
-                                            i_dim + np.arange(b * p, b * p + p)])
-                            for b in blocks])
+    order = updown_order(i_dim, L)
     both = QuantizedWeight(q=np.concatenate([ex.up.q, ex.gate.q]),
                            scale=np.concatenate([ex.up.scale, ex.gate.scale]),
                            name=f"{ex.up.name}+gate")
@@ -963,19 +971,19 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
     """
     pe = pe_config(config)
     mode = _mode(mode)
-    exs = [_as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
     x = np.asarray(x)
-    t = _check_x(x, exs[0])
+    t = check_x(x, exs[0])
     if t > 256:
         raise ProgramError(f"{t} tokens: the TOK slot field addresses at most 256 OUT rows")
-    ids, bits = _routing(routing, t, len(exs))
+    ids, bits = parse_routing(routing, t, len(exs))
     xq = quantize_activations(x, name="x")
     routed = []
     for e, ex in enumerate(exs):
         if ex.hidden != exs[0].hidden or ex.intermediate != exs[0].intermediate:
             raise ValueError(f"expert {e}: shape H={ex.hidden}, I={ex.intermediate} differs "
                              f"from expert 0's H={exs[0].hidden}, I={exs[0].intermediate}")
-        rows, gw = _expert_tokens(ids, bits, e)
+        rows, gw = expert_tokens(ids, bits, e)
         if len(rows):
             routed.append((e, rows, gw))
     if not routed:
@@ -1017,9 +1025,9 @@ def build_expert_program(x, w_up, w_gate, w_down, gate_weights=None, mode=Mode.F
     arguments. ``config`` is an ArchConfig or PEConfig (required)."""
     if config is None:
         raise TypeError("build_expert_program: pass config= (an ArchConfig or PEConfig)")
-    ex = _as_expert((w_up, w_gate, w_down))
+    ex = as_expert((w_up, w_gate, w_down))
     x = np.asarray(x)
-    t = _check_x(x, ex)
+    t = check_x(x, ex)
     gw = _gate_bits(np.ones(t) if gate_weights is None else gate_weights, t)
     return build_moe_program(x, [ex], (np.zeros((t, 1), np.int64), gw.view(np.float16)[:, None]),
                              mode, config)

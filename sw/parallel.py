@@ -62,7 +62,7 @@ from . import fsim
 from .asm import (OKind, Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt,
                   pe_config, words_to_ints)
 from .datapath import Mode
-from .expert import _as_expert, _check_x, _expert_tokens, _nibbles, _routing
+from .expert import as_expert, check_x, expert_tokens, nibbles, parse_routing, updown_order
 from .links import LinkMode, LinkOp, ref_link
 from .quant import quantize_activations
 
@@ -98,7 +98,7 @@ def group_routing(routing, tokens: int, n_experts: int, group_experts=None):
     ``group_experts`` (default: all): the slots naming other experts become empty (-1, weight
     0). This is the routing the group's result equals :func:`.expert.ref_moe` for. ValueError
     naming ``routing`` or ``group_experts``."""
-    ids, bits = _routing(routing, tokens, n_experts)
+    ids, bits = parse_routing(routing, tokens, n_experts)
     if group_experts is None:
         keep = np.ones(n_experts, bool)
     else:
@@ -127,7 +127,7 @@ class _Mat:
         self.pe = pe
         self.groups = G = k // 32
         self.n_cb = n_cb = n_rows // L
-        msb, lsb = _nibbles(q)
+        msb, lsb = nibbles(q)
 
         def blocks(a):
             return a.reshape(n_cb, L, G, 32).transpose(0, 2, 1, 3).reshape(-1, L, 32)
@@ -183,12 +183,7 @@ def _place(mat, store, targets) -> _Placed:
 def _updown(ex, pe):
     """Interleaved up/gate matrix (the builder's layout: blocks of L/4 up then L/4 gate rows)
     and the down matrix as ``(q, scale bits)`` pairs."""
-    L = pe.lanes
-    i_dim = ex.intermediate
-    p = L // 4
-    order = np.concatenate([np.concatenate([np.arange(b * p, b * p + p),
-                                            i_dim + np.arange(b * p, b * p + p)])
-                            for b in range(i_dim // p)])
+    order = updown_order(ex.intermediate, pe.lanes)
     q = np.concatenate([ex.up.q, ex.gate.q])[order]
     s = np.concatenate([np.asarray(ex.up.scale, np.float16),
                         np.asarray(ex.gate.scale, np.float16)]).view(np.uint16)[order]
@@ -517,7 +512,7 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
     if root >= G:
         raise ValueError(f"root: expected a PE index in 0..{G - 1}, got {root}")
     mode = Mode.DRAFT if phase == "draft" else Mode.FULL
-    exs = [_as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
     if not exs:
         raise ValueError("experts: expected at least one expert")
     for i, e in enumerate(exs):
@@ -525,7 +520,7 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
             raise ValueError(f"experts: expert {i} has H={e.hidden}, I={e.intermediate}, "
                              f"expert 0 has H={exs[0].hidden}, I={exs[0].intermediate}")
     x = np.asarray(x)
-    T = _check_x(x, exs[0])
+    T = check_x(x, exs[0])
     if not 1 <= T <= 256:
         raise ValueError(f"x: expected 1..256 tokens (the TOK slot field), got {T}")
     n_exp = len(exs)
@@ -606,7 +601,7 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
                ops=ops, transfers=transfers)
 
     for e in routed:
-        rows, gw = _expert_tokens(ids, bits, e)
+        rows, gw = expert_tokens(ids, bits, e)
         te = len(rows)
         prologue = _prologue(pe, e, xq.q[rows], xq.exp[rows], gw, rows)
         rbn = -(-te // R)
