@@ -108,15 +108,19 @@ class RingStation(wiring.Component):
     ring_i : In stream of :func:`ring_flit_layout`
         From the previous station (or the injection port).
     ring_o : Out stream of :func:`ring_flit_layout`
-        To the next station: the flits that still name PEs beyond this group, with this
-        group's bits cleared (a registered output).
+        To the next station: the flits that still name PEs after this group, with this
+        group's bits cleared (from a two-flit output FIFO: ``ring_i.ready`` does not depend on
+        ``ring_o.ready`` in the same cycle, so no combinational ready path runs along the
+        ring).
     ext[i] : Out stream, unsigned(W)
         To PE ``first_pe + i``: the words of the flits naming it, in arrival order.
 
     Behaviour
     ---------
     A flit is taken from ``ring_i`` when every local PE it names has room in its FIFO and,
-    if it names PEs beyond this group, the output register is free (or being emptied); it is
+    if it names PEs after this group, the output FIFO has room (bits of PEs before the group
+    are ignored: the stations before it cleared them; the last station, with no PE after its
+    group, never forwards and builds no output); it is
     then written into those FIFOs and forwarded in the same cycle (multicast costs no extra
     cycles). Flits are never reordered, dropped or duplicated; a flit naming no PE is taken
     and dropped. Behind each FIFO a width converter emits words: a flit holding several words
@@ -173,8 +177,9 @@ class RingStation(wiring.Component):
         nwb = per.bit_length()
         flit = self.ring_i.payload
         local = flit.dst_mask[f0:f0 + L]
+        # Bits of the PEs after this group (those before it were cleared upstream).
         rest = Signal(self._pes)
-        m.d.comb += rest.eq(flit.dst_mask & ~(((1 << L) - 1) << f0))
+        m.d.comb += rest.eq(flit.dst_mask & ~((1 << (f0 + L)) - 1))
 
         fifos = []
         for p in range(L):
@@ -183,16 +188,22 @@ class RingStation(wiring.Component):
             fifos.append(fifo)
         room = Cat(f.w_rdy | ~local[p] for p, f in enumerate(fifos)).all()
 
-        o_valid = Signal()
-        o_flit = Signal.like(self.ring_o.payload)
-        o_free = ~o_valid | self.ring_o.ready
-        m.d.comb += [self.ring_o.valid.eq(o_valid), self.ring_o.payload.eq(o_flit),
-                     self.ring_i.ready.eq(room & ((rest == 0) | o_free))]
-        take = self.ring_i.valid & self.ring_i.ready
-        with m.If(take & (rest != 0)):
-            m.d.sync += [o_valid.eq(1), o_flit.eq(flit), o_flit.dst_mask.eq(rest)]
-        with m.Elif(self.ring_o.ready):
-            m.d.sync += o_valid.eq(0)
+        # Output: a two-flit FIFO, so ring_i.ready never waits on ring_o.ready combinationally
+        # (no ready path along the ring) and a flit a cycle still passes.
+        # The last station (no PE after its group) forwards nothing and builds no output.
+        if f0 + L < self._pes:
+            layout = self.ring_o.payload.shape()
+            out = m.submodules.out = SyncFIFO(width=layout.size, depth=2)
+            fwd = Signal(layout)
+            m.d.comb += [fwd.eq(flit), fwd.dst_mask.eq(rest)]
+            m.d.comb += [self.ring_o.valid.eq(out.r_rdy), self.ring_o.payload.eq(out.r_data),
+                         out.r_en.eq(self.ring_o.ready), out.w_data.eq(fwd),
+                         self.ring_i.ready.eq(room & ((rest == 0) | out.w_rdy))]
+            take = self.ring_i.valid & self.ring_i.ready
+            m.d.comb += out.w_en.eq(take & (rest != 0))
+        else:
+            m.d.comb += self.ring_i.ready.eq(room)
+            take = self.ring_i.valid & self.ring_i.ready
 
         for p, fifo in enumerate(fifos):
             ext = self.ext[p]

@@ -151,8 +151,10 @@ def test_parameters_and_errors():
             AggregationLink(**args)
     arch = preset("paper-4gb")
     link = AggregationLink.from_arch(arch)
+    link._MustUse__silence = True           # only inspected
     assert (link.pes, link.word_bits, link.flit_bytes, link.flits_per_word) == (4, 4096, 32, 16)
     small = AggregationLink.from_arch(preset("small"), buffer_words=4)
+    small._MustUse__silence = True
     assert (small.pes, small.word_bits, small.flit_bytes) == (2, 512, 32)
     assert dut.op.payload.shape() == link_op_layout(4)
     Fragment.get(dut, None)
