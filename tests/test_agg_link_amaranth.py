@@ -305,3 +305,49 @@ def test_latency_and_full_rate_streaming():
         skew = (len(op.srcs) - 1) * op.chunk * S if op.mode == LinkMode.ALL_TO_ALL else 0
         ideal = max(op.words, op.delivered_words()) * S
         assert last - first == ideal - S + skew, op
+
+
+@pytest.mark.parametrize("pes", [1, 2, 3, 4])
+def test_golden_properties_on_random_descriptors(pes):
+    """ref_link on random descriptors: ALL_TO_ALL delivers every source word exactly once
+    (destination i gets exactly the chunks j = i mod nd); BYPASS copies the source; with
+    small values REDUCE_ADD is the exact lane sum and REDUCE_MAX the lane max; non-destinations
+    get nothing and words beyond ``words`` are ignored."""
+    rng = random.Random(f"golden/{pes}")
+    W = 128
+    for _ in range(60):
+        op = random_link_op(rng, pes, max_words=12)
+        small = op.mode in (LinkMode.REDUCE_ADD, LinkMode.REDUCE_MAX) and rng.random() < 0.5
+        lanes = [[[rng.randrange(-1000, 1000) for _ in range(2)] for _ in range(op.words + 2)]
+                 for _ in range(pes)]
+        if small:
+            inputs = [[_word(v, "<i8", W) if op.mode == LinkMode.REDUCE_ADD else
+                       _word([x & 0xFFFFFFFF for x in v for _ in (0, 1)], "<u4", W)
+                       for v in src] for src in lanes]
+        else:
+            inputs = [[rng.getrandbits(W) for _ in range(op.words + 2)] for _ in range(pes)]
+        out = ref_link(op, inputs, word_bits=W)
+        for d in range(pes):
+            if d not in op.dsts:
+                assert out[d] == []
+            else:
+                assert len(out[d]) == op.delivered_words()
+        if op.mode == LinkMode.BYPASS:
+            assert all(out[d] == inputs[op.srcs[0]][:op.words] for d in op.dsts)
+        elif op.mode == LinkMode.ALL_TO_ALL:
+            sent = sorted(w for s in op.srcs for w in inputs[s][:op.words])
+            assert sorted(w for d in op.dsts for w in out[d]) == sent
+            nd, c = len(op.dsts), op.chunk
+            for i, d in enumerate(op.dsts):
+                mine = sorted(w for s in op.srcs for j in range(i, op.words // c, nd)
+                              for w in inputs[s][j * c:(j + 1) * c])
+                assert sorted(out[d]) == mine
+        elif small and op.mode == LinkMode.REDUCE_ADD:
+            want = [_word([sum(lanes[s][k][j] for s in op.srcs) for j in range(2)], "<i8", W)
+                    for k in range(op.words)]
+            assert all(out[d] == want for d in op.dsts)
+        elif small:
+            want = [_word([max(lanes[s][k][j] & 0xFFFFFFFF for s in op.srcs)
+                           for j in range(2) for _ in (0, 1)], "<u4", W)
+                    for k in range(op.words)]
+            assert all(out[d] == want for d in op.dsts)
