@@ -40,7 +40,6 @@ def run_link(dut, ops, inputs, *, seed=0, idle=0.0, stall=0.0, op_gap=0.0, max_c
     (``op``), every ``done`` pulse, every word taken per source (``take``) and offered/taken per
     destination (``first_valid``, ``recv``), and ``cycles``."""
     G = dut.pes
-    layout = link_op_layout(G)
     raws = [pack_link_op(op, G) for op in ops]
     rng = random.Random(seed)
     got = [[] for _ in range(G)]
