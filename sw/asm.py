@@ -778,15 +778,22 @@ def pack_weight_matrix(q, scale, config):
     ``q & 15`` (numerics 2); scale entry ``cb*G + g``, 8 per word.
 
     Returns ``(msb, lsb, scales)``, ``uint8 [cbn*G, W/8]`` twice and ``[ceil(cbn*G/8), W/8]``.
+    ValueError naming ``q`` (not integer codes in -128..127 of shape [N, K]) or ``scale``
+    (neither float16 nor uint16, or not of shape [N, K/32]).
     """
     pe = pe_config(config)
     q = np.asarray(q)
     scale = np.asarray(scale)
     if scale.dtype == np.float16:
         scale = scale.view(np.uint16)
+    elif scale.dtype != np.uint16:
+        raise ValueError(f"scale: expected FP16 values (float16) or their bits (uint16), got "
+                         f"dtype {scale.dtype}")
     if q.ndim != 2 or q.shape[1] % 32 or q.dtype.kind != "i":
         raise ValueError(f"q: expected int8 codes [N, K] with K a multiple of 32, got "
                          f"{q.dtype} {tuple(q.shape)}")
+    if q.size and (q.min() < -128 or q.max() > 127):
+        raise ValueError(f"q: INT8 codes must lie in -128..127, got {q.min()}..{q.max()}")
     n, k = q.shape
     L, G = pe.lanes, k // 32
     if scale.shape != (n, G):
@@ -809,12 +816,13 @@ def pack_weight_matrix(q, scale, config):
 def pack_act_matrix(a_q, config) -> np.ndarray:
     """ACT words of INT8 activations ``[M, K]`` for a GEMM with ``act_base = 0``: row block
     ``rb`` (token rows ``rb*rows ..``, zero-padded to whole blocks), group ``g`` at word
-    ``rb*G + g``. Returns ``uint8 [row_blocks*G, W/8]``."""
+    ``rb*G + g``. Returns ``uint8 [row_blocks*G, W/8]``. ValueError naming ``a_q`` (not
+    integer codes in -128..127 of shape [M, K], K a multiple of 32)."""
     pe = pe_config(config)
     a = np.asarray(a_q)
-    if a.ndim != 2 or a.shape[1] % 32:
-        raise ValueError(f"a_q: expected codes [M, K] with K a multiple of 32, got "
-                         f"{tuple(a.shape)}")
+    if a.ndim != 2 or a.shape[1] % 32 or a.dtype.kind not in "iu":
+        raise ValueError(f"a_q: expected integer codes [M, K] with K a multiple of 32, got "
+                         f"{a.dtype} {tuple(a.shape)}")
     m, k = a.shape
     R, G = pe.rows, k // 32
     rbn = _cdiv(m, R)

@@ -362,3 +362,25 @@ def test_matrix_packers_give_the_golden_gemm():
     assert np.array_equal(_raw_channels(split, Mode.MSB_ONLY, rbn, cbn)[:5, :10], want)
     with pytest.raises(ValueError, match="scale"):
         asm.pack_weight_matrix(qw.q, qw.scale[:, :1], PE)
+
+
+def test_matrix_packers_reject_what_they_would_garble():
+    """Scales that are neither FP16 values nor FP16 bits (float32 0.01 would become bits 0),
+    codes outside INT8 (200 would wrap to another nibble pair) and non-integer activations
+    (1.7 would truncate) are ValueErrors naming the argument, not silently different words."""
+    q = np.zeros((PE.lanes, 64), np.int8)
+    s16 = np.ones((PE.lanes, 2), np.float16)
+    with pytest.raises(ValueError, match="^scale: expected FP16"):
+        asm.pack_weight_matrix(q, s16.astype(np.float32), PE)
+    with pytest.raises(ValueError, match="^scale: expected FP16"):
+        asm.pack_weight_matrix(q, s16.view(np.uint16).astype(np.int64), PE)
+    with pytest.raises(ValueError, match=r"^q: .*-128\.\.127"):
+        asm.pack_weight_matrix(np.full((PE.lanes, 64), 200), s16, PE)
+    with pytest.raises(ValueError, match="^q: expected"):
+        asm.pack_weight_matrix(q.astype(np.float32), s16, PE)
+    with pytest.raises(ValueError, match="^a_q: expected"):
+        asm.pack_act_matrix(np.full((2, 32), 1.7), PE)
+    # what they accept: FP16 values or their uint16 bits (the same words), any int dtype
+    a = asm.pack_weight_matrix(q.astype(np.int64), s16, PE)
+    b = asm.pack_weight_matrix(q, s16.view(np.uint16), PE)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
