@@ -1,16 +1,17 @@
 """cocotb + Verilator stress benches of the aggregation link and the streamline ring, run through
 the one runner (:mod:`elmoe3d.sim.bench_links`).
 
-Group of 4 PEs (W = 512, 32 B link ports, 4-word destination FIFOs) and a ring of 8 PEs in two
-stations (128 B flits holding two words, 4-flit PE FIFOs): random descriptors / transfers with
-random idle cycles and backpressure on every port, corner descriptors, and streaming throughput.
+Group of 4 PEs (W = 512, 32 B link ports, 4-word destination FIFOs) and the small preset's ring
+of 4 PEs in two stations (128 B flits holding two words, 8-flit PE FIFOs): random descriptors /
+transfers with random idle cycles and backpressure on every port, corner descriptors, and
+streaming throughput.
 Every word is compared with plain equality against ``ref_link`` / ``ref_ring`` inside the bench;
 these tests also check that the comparisons happened.
 """
 
 import pytest
 
-from elmoe3d.config import ArchConfig
+from elmoe3d.config import ArchConfig, preset
 from elmoe3d.sim.bench_links import (LINK_TARGET, RING_TARGET, link_params, ring_params,
                                      run_link_bench, run_ring_bench)
 
@@ -46,8 +47,9 @@ def test_link_stress_and_throughput():
 
 
 def test_ring_stress_and_throughput():
-    records = _check(run_ring_bench(ring_params(ARCH, buffer_flits=4),
-                                    params={"transfers": 60, "stream_flits": 512}),
+    # The small preset's ring (the build `elmoe3d bench` uses too): 4 PEs in two stations.
+    records = _check(run_ring_bench(ring_params(preset("small")),
+                                    params={"transfers": 80, "stream_flits": 512}),
                      ["test_ring_stress", "test_ring_throughput"])
     stress = [r for r in records if r["case"] == "ring stress"]
     assert {r["traffic"] for r in stress} == {"smooth", "stalls"}
