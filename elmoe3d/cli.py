@@ -23,6 +23,8 @@ DESCRIPTION = ("ELMoE-3D design framework: bit-nested INT8 MoE accelerator RTL (
 COMMANDS = {
     "quant": ("elmoe3d.quant_cmd", "bit-nested quantization error report for a weight file"),
     "sim": ("elmoe3d.sim.main", "generate Verilog, run the cocotb + Verilator benches, summarise"),
+    "run": ("elmoe3d.run_cmd", "run a routing trace through the host compiler and a backend "
+                               "(golden, rtl, perf)"),
     "bench": ("elmoe3d.sim.bench", "benchmark figures (tile throughput, golden GEMM speed, "
                                    "PE roofline and utilization, expert accuracy)"),
 }

@@ -1,0 +1,568 @@
+"""``elmoe3d run``: drive the design from a routing trace (``docs/host.md``).
+
+::
+
+    elmoe3d run --trace FILE --model PRESET --config small|paper-4gb|paper-8gb
+                --backend golden|rtl|perf [--layers SLICE] [--tokens N]
+                [--schedule elastic|replay] [--depth D [D ...]] [--acceptance RULE]
+                [--batch B] [--hb-slots N] [--dense-bytes B] [--kv-bytes B] [--seed S]
+                [--json F] [--csv F] [--plot DIR]
+
+The trace (a vLLM-style JSONL routing log, or the canonical ``.npz`` of
+:mod:`elmoe3d.sw.trace`; ``gsm8k`` and ``humaneval`` stand for the real Mixtral traces in
+``../shared/traces`` or ``$ELMOE3D_TRACES``) is scheduled into steps (:mod:`elmoe3d.sw.host`):
+Elastic-SD (default; one run per ``--depth``) or a plain replay through the LRU cache. Every
+step's expert work is placed on the die's PE groups and compiled, then run by a backend:
+
+* ``perf`` -- the analytical model (:mod:`elmoe3d.sw.perf`) on the model's real shapes (on
+  ``small``, the synthetic shapes the golden and RTL backends run): per-step latency (cycles,
+  us), bytes per tier (HB read/write, EXT, link), hit rates, energy; and how many trace tokens
+  the model simulates per second of wall time;
+* ``golden`` -- the per-PE programs on the multi-PE functional simulation, every group's
+  output checked bit for bit against ``ref_moe`` (``small`` only; synthetic weights at
+  H x I = 64 x 128, the trace's real routing);
+* ``rtl`` -- the golden run, then every PE program on the PE's Verilog (cocotb + Verilator)
+  with the link traffic of the golden link model, every ``o`` beat and link word and the
+  FP32 outputs checked bit for bit (``small`` only).
+
+``--layers`` picks the layers compiled and reported (``A:B``, ``A:B:S``, ``N``, ``A,B``; the
+cache and Elastic-SD still see every layer); ``--tokens N`` keeps the trace's first N tokens.
+Outputs: a summary table (and one row per run), ``--json`` (everything, per step),
+``--csv`` (one row per step), ``--plot DIR`` (``hit_rate.png``, ``bytes_per_tier.png``,
+``latency.png``); all are checked before the run and written atomically after it, so a failed
+run leaves none. Exit status: 0, 1 when a golden or RTL comparison found a mismatch, 2 on a
+usage error (one line naming the option).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from pathlib import Path
+
+from .errors import UserError
+from .outputs import AtomicOutputs, check_output
+
+
+__all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "BACKENDS",
+           "execute"]
+
+CONFIGS = ("small", "paper-4gb", "paper-8gb")
+BACKENDS = ("golden", "rtl", "perf")
+SCHEDULES = ("elastic", "replay")
+#: Real traces by name (files in :func:`elmoe3d.sw.corpus.traces_dir`).
+NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
+#: CSV columns (one row per step).
+CSV_COLUMNS = ("run", "depth", "step", "kind", "iteration", "tokens", "produced", "layers",
+               "cycles", "us", "hb_read_bytes", "hb_write_bytes", "ext_bytes", "link_bytes",
+               "accesses", "hits", "hit_rate", "energy_pj", "pool_writes", "pool_extra",
+               "compared", "mismatches")
+
+
+def configure(parser) -> None:
+    parser.add_argument("--trace", required=True, metavar="FILE",
+                        help="routing trace: vLLM-style .jsonl or canonical .npz; 'gsm8k' or "
+                             "'humaneval' for the real Mixtral traces")
+    parser.add_argument("--model", default=None, metavar="PRESET",
+                        help="model preset (e.g. mixtral-8x7b; default: the .npz trace's model)")
+    parser.add_argument("--config", default="small", metavar="NAME",
+                        help=f"architecture preset: {', '.join(CONFIGS)} (default small)")
+    parser.add_argument("--backend", default="perf", metavar="NAME",
+                        help=f"{', '.join(BACKENDS)} (default perf)")
+    parser.add_argument("--layers", default=None, metavar="SLICE",
+                        help="MoE layers compiled and reported: A:B, A:B:S, N or A,B,... "
+                             "(decoder-layer indices; default all)")
+    parser.add_argument("--tokens", type=int, default=None, metavar="N",
+                        help="keep the trace's first N decode tokens (default all)")
+    parser.add_argument("--schedule", default="elastic", metavar="NAME",
+                        help="elastic (Elastic-SD draft/verify, default) or replay (plain "
+                             "decode through the LRU cache)")
+    parser.add_argument("--depth", type=int, nargs="+", default=[4], metavar="D",
+                        help="Elastic-SD draft depth(s); one run per value (default 4)")
+    parser.add_argument("--acceptance", default="coverage:0.5", metavar="RULE",
+                        help="Elastic-SD acceptance: coverage:T (pool share of the gate "
+                             "weight >= T) or bernoulli:A (rate A) (default coverage:0.5)")
+    parser.add_argument("--batch", type=int, default=1, metavar="B",
+                        help="requests in lockstep (default 1)")
+    parser.add_argument("--hb-slots", type=int, default=None, metavar="N",
+                        help="cap the HB expert-slice slots (default: the HB capacity less the "
+                             "reservations)")
+    parser.add_argument("--dense-bytes", type=int, default=None, metavar="B",
+                        help="HB bytes reserved for dense weights (default: the model's "
+                             "figure for real shapes, 0 for synthetic ones)")
+    parser.add_argument("--kv-bytes", type=int, default=None, metavar="B",
+                        help="HB bytes reserved for the KV cache (default as --dense-bytes)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the synthetic weights, activations and Bernoulli "
+                             "acceptance (default $ELMOE3D_SEED, else a fixed seed)")
+    parser.add_argument("--traffic", default="smooth", metavar="NAME",
+                        help="rtl: smooth, or stalls (idle source cycles and backpressure)")
+    parser.add_argument("--json", type=Path, default=None, metavar="F",
+                        help="write the runs, their summaries and every step as JSON")
+    parser.add_argument("--csv", type=Path, default=None, metavar="F",
+                        help="write one row per step as CSV")
+    parser.add_argument("--plot", type=Path, default=None, metavar="DIR",
+                        help="write hit_rate.png, bytes_per_tier.png, latency.png into DIR")
+
+
+# -- inputs -----------------------------------------------------------------------------------
+
+def resolve_trace(text) -> Path:
+    """The trace file of ``--trace`` (a named real trace or a path); UserError if missing."""
+    from .sw.corpus import traces_dir
+    if text in NAMED_TRACES:
+        path = traces_dir() / NAMED_TRACES[text]
+    else:
+        path = Path(text)
+    if not path.is_file():
+        raise UserError(f"--trace {text}: no such file {path}")
+    if path.suffix.lower() not in (".jsonl", ".npz", ".json"):
+        raise UserError(f"--trace {text}: expected a .jsonl routing log or a .npz trace, "
+                        f"got {path.suffix or 'no suffix'}")
+    return path
+
+
+def load_trace(path: Path, model):
+    """``(RoutingTrace, preset, import note)``; the model from ``--model`` or the .npz."""
+    from .sw.models import model_preset
+    from .sw.trace import RoutingTrace, import_vllm_jsonl
+    if path.suffix.lower() == ".npz":
+        tr = RoutingTrace.load(path)
+        name = model or tr.model
+        if name is None:
+            raise UserError(f"--model: {path.name} names no model; give --model PRESET")
+        note = f"{len(tr)} rows"
+    else:
+        if model is None:
+            raise UserError("--model: required with a JSONL routing log (e.g. mixtral-8x7b)")
+        tr, rep = import_vllm_jsonl(path, model=model)
+        name = model
+        note = f"{rep.rows} rows, {rep.tokens} tokens, {rep.missing_records} records missing"
+    p = model_preset(name)
+    from .sw.host import check_model_trace
+    check_model_trace(tr, p)
+    return tr, p, note
+
+
+def parse_acceptance(text):
+    """``coverage:T`` / ``bernoulli:A`` -> the Elastic-SD acceptance rule (UserError)."""
+    from .sw.elastic_sd import BernoulliAcceptance, CoverageAcceptance
+    kind, _, val = str(text).partition(":")
+    try:
+        v = float(val)
+    except ValueError:
+        raise UserError(f"--acceptance {text!r}: expected coverage:T or bernoulli:A with a "
+                        f"number in [0, 1]") from None
+    if kind == "coverage":
+        return CoverageAcceptance(v)
+    if kind == "bernoulli":
+        return BernoulliAcceptance(v)
+    raise UserError(f"--acceptance {text!r}: expected coverage:T or bernoulli:A")
+
+
+def _choice(option, value, choices):
+    if value not in choices:
+        raise UserError(f"{option} {value}: expected one of {', '.join(choices)}")
+    return value
+
+
+def _positive(option, value):
+    if value is not None and value < 1:
+        raise UserError(f"{option} {value}: expected a positive integer")
+    return value
+
+
+def _nonneg(option, value):
+    if value is not None and value < 0:
+        raise UserError(f"{option} {value}: expected an integer >= 0")
+    return value
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def _cache(model, arch, args, *, admit, real):
+    from .sw.hbcache import HBExpertCache, hb_capacity_bytes
+    from .sw.host import reserved_hb_bytes
+    dense, kv = reserved_hb_bytes(model) if real else (0, 0)
+    dense = dense if args.dense_bytes is None else args.dense_bytes
+    kv = kv if args.kv_bytes is None else args.kv_bytes
+    cap = hb_capacity_bytes(arch, dense_bytes=dense, kv_bytes=kv)
+    if args.hb_slots is not None:
+        cap = min(cap, args.hb_slots * model.expert_msb_bytes)
+    return HBExpertCache(capacity_bytes=cap, model=model, admit=admit), dense, kv
+
+
+def execute(args, *, progress_factory=None) -> dict:
+    """Run everything ``args`` asks for and return the JSON document (no output written).
+    ``progress_factory(total, description)`` returns a callable advanced once per step."""
+    from .config import ConfigError, preset
+    from .sim.runner import resolve_seed
+    from .sw import backends, host
+
+    backend = _choice("--backend", args.backend, BACKENDS)
+    schedule = _choice("--schedule", args.schedule, SCHEDULES)
+    _choice("--config", args.config, CONFIGS)
+    _choice("--traffic", args.traffic, ("smooth", "stalls"))
+    for opt, v in (("--tokens", args.tokens), ("--batch", args.batch),
+                   ("--hb-slots", args.hb_slots)):
+        _positive(opt, v)
+    for opt, v in (("--dense-bytes", args.dense_bytes), ("--kv-bytes", args.kv_bytes)):
+        _nonneg(opt, v)
+    for d in args.depth:
+        _positive("--depth", d)
+    try:
+        arch = preset(args.config)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    if backend in ("golden", "rtl") and args.config != "small":
+        raise UserError(f"--backend {backend}: runs the small configuration only (the paper "
+                        f"configurations are for the perf backend)")
+    acceptance = parse_acceptance(args.acceptance) if schedule == "elastic" else None
+    path = resolve_trace(args.trace)
+    if args.model is not None:
+        from .sw.models import model_preset
+        model_preset(args.model)                   # an unknown preset fails before the import
+    trace, real_model, note = load_trace(path, args.model)
+    layers = host.parse_layers(args.layers, real_model)
+    trace = host.limit_tokens(trace, args.tokens)
+    if not len(trace):
+        raise UserError(f"--trace {args.trace}: no decode tokens")
+    real = args.config != "small"
+    model = real_model if real else host.synthetic_model(real_model)
+    seed = resolve_seed(args.seed)
+    doc = {"trace": str(path), "import": note, "model": real_model.name,
+           "shapes": {"hidden": model.hidden, "intermediate": model.expert_intermediate,
+                      "synthetic": not real},
+           "config": arch.name, "backend": backend, "schedule": schedule,
+           "layers": layers, "tokens": trace.token_count(), "batch": args.batch, "seed": seed,
+           "runs": []}
+    if not real:
+        doc["note"] = host.SYNTHETIC_NOTE.format(h=model.hidden, i=model.expert_intermediate)
+    depths = args.depth if schedule == "elastic" else [None]
+    for depth in depths:
+        t0 = time.perf_counter()
+        cache, dense, kv = _cache(model, arch, args, admit=schedule == "replay", real=real)
+        if schedule == "elastic":
+            from .sw.elastic_sd import ElasticSD
+            esd = ElasticSD(cache=cache, depth=depth, acceptance=acceptance, seed=seed)
+            steps, res = host.elastic_steps(trace, esd, layers=layers, batch=args.batch,
+                                            groups=arch.groups)
+            esd_summary = res.summary()
+        else:
+            steps = host.replay_steps(trace, cache, layers=layers, batch=args.batch,
+                                      groups=arch.groups)
+            esd_summary = None
+        t_sched = time.perf_counter() - t0
+        label = f"depth {depth}" if depth else "replay"
+        tick = progress_factory(len(steps), f"{backend} {label}") if progress_factory \
+            else None
+        t1 = time.perf_counter()
+        run = {"label": label, "depth": depth, "hb_slots": cache.slots,
+               "msb_bytes": cache.msb_bytes, "dense_bytes": dense, "kv_bytes": kv,
+               "elastic_sd": esd_summary}
+        lost = None
+        if backend == "perf":
+            recs = backends.run_perf(steps, arch, model, progress=tick)
+        else:
+            weights = host.SyntheticWeights(model, seed=seed)
+            recs, glayers = backends.run_golden(steps, weights, arch, keep=backend == "rtl",
+                                                progress=tick)
+            if backend == "rtl":
+                from .sim.bench_host import run_host_rtl
+                rtl = run_host_rtl(glayers, arch, seed=seed, traffic=args.traffic)
+                per_step = {}
+                for lr in rtl.layers:
+                    s = per_step.setdefault(lr["step"], {"cycles": 0, "compared": 0,
+                                                         "mismatches": 0, "details": []})
+                    s["cycles"] += lr["cycles"]
+                    s["compared"] += lr["compared"]
+                    s["mismatches"] += lr["mismatches"]
+                    s["details"] += lr["details"]
+                for r in recs:
+                    s = per_step.pop(r["step"], None)
+                    if s:
+                        r["cycles"] = s["cycles"]
+                        r["us"] = s["cycles"] / (arch.clock_ghz * 1e3)
+                        r["golden_mismatches"] = r["mismatches"]
+                        r["compared"] += s["compared"]
+                        r["mismatches"] += s["mismatches"]
+                        r["details"] = (r["details"] + s["details"])[:4]
+                lost = per_step.pop(None, None)
+                run["rtl"] = {"pe_runs": len(rtl.records),
+                              "pe_cycles": sum(r["cycles"] for r in rtl.records),
+                              "log": str(rtl.sim.log_file),
+                              "build_seconds": rtl.build_seconds, "built": rtl.built,
+                              "cycles_note": "per layer-step: the slowest PE of the slowest "
+                                             "group, every PE run alone with its link words "
+                                             "pre-delivered (a lower bound of the die's)"}
+                if lost:
+                    run["rtl"]["error"] = lost["details"]
+        t_run = time.perf_counter() - t1
+        run["summary"] = backends.summarise(recs, arch)
+        if backend == "rtl" and lost:
+            run["summary"]["mismatches"] += lost["mismatches"]
+        run["wall_seconds"] = {"schedule": t_sched, "backend": t_run}
+        toks = trace.token_count()
+        run["tokens_simulated_per_s"] = toks / (t_sched + t_run) if t_sched + t_run else None
+        run["steps"] = recs
+        doc["runs"].append(run)
+    return doc
+
+
+# -- output -------------------------------------------------------------------------------------
+
+def _b(x):
+    if x is None:
+        return "-"
+    for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def _pct(x):
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def summary_table(doc):
+    from rich.table import Table
+    title = (f"elmoe3d run: {Path(doc['trace']).name}, {doc['model']}"
+             f"{' (synthetic ' + str(doc['shapes']['hidden']) + 'x' + str(doc['shapes']['intermediate']) + ' experts)' if doc['shapes']['synthetic'] else ''}"
+             f", {doc['config']}, backend {doc['backend']}, {doc['schedule']}, "
+             f"{len(doc['layers'])} layers, {doc['tokens']} tokens")
+    t = Table(title=title, title_justify="left")
+    cols = ["run", "steps", "tokens", "slots", "hit rate", "HB read", "HB write", "EXT", "link",
+            "cycles", "us/token", "tokens/s", "energy mJ/tok"]
+    if doc["backend"] != "perf":
+        cols += ["compared", "mismatches"]
+    cols += ["sim tok/s"]
+    for c in cols:
+        t.add_column(c, justify="left" if c == "run" else "right", no_wrap=True)
+    for run in doc["runs"]:
+        s = run["summary"]
+        row = [run["label"], str(s["steps"]), str(s["produced"]), str(run["hb_slots"]),
+               _pct(s["hit_rate"]), _b(s["hb_read_bytes"]), _b(s["hb_write_bytes"]),
+               _b(s["ext_bytes"]), _b(s["link_bytes"]),
+               f"{s['cycles']:,.0f}" if "cycles" in s else "-",
+               f"{s['us_per_token']:,.1f}" if s.get("us_per_token") else "-",
+               f"{s['tokens_per_s']:,.1f}" if s.get("tokens_per_s") else "-",
+               f"{s['energy_mj_per_token']:.3f}" if s.get("energy_mj_per_token") is not None
+               else "-"]
+        if doc["backend"] != "perf":
+            bad = s.get("mismatches", 0)
+            row += [f"{s.get('compared', 0):,}", f"[bold red]{bad}[/]" if bad else "0"]
+        row += [f"{run['tokens_simulated_per_s']:,.1f}"]
+        t.add_row(*row)
+    return t
+
+
+def kind_table(run, backend):
+    from rich.table import Table
+    t = Table(title=f"{run['label']}: per step kind", title_justify="left")
+    for c in ("kind", "steps", "mean cycles", "mean us", "HB read", "EXT", "link",
+              "hit rate", "bound (layer-steps)"):
+        t.add_column(c, justify="left" if c in ("kind", "bound (layer-steps)") else "right",
+                     no_wrap=True)
+    for kind in ("ar", "decode", "draft", "verify"):
+        rs = [r for r in run["steps"] if r["kind"] == kind]
+        if not rs:
+            continue
+        cyc = [r["cycles"] for r in rs if r["cycles"] is not None]
+        acc = sum(r["accesses"] for r in rs)
+        bounds = {}
+        for r in rs:
+            for k, v in (r.get("bounds") or {}).items():
+                bounds[k] = bounds.get(k, 0) + v
+        t.add_row(kind, str(len(rs)),
+                  f"{sum(cyc) / len(cyc):,.0f}" if cyc else "-",
+                  f"{sum(r['us'] for r in rs if r['us'] is not None) / len(rs):,.1f}"
+                  if cyc else "-",
+                  _b(sum(r["hb_read_bytes"] for r in rs)), _b(sum(r["ext_bytes"] for r in rs)),
+                  _b(sum(r["link_bytes"] for r in rs)),
+                  _pct(sum(r["hits"] for r in rs) / acc if acc else None),
+                  ", ".join(f"{k} {v}" for k, v in sorted(bounds.items())) or "-")
+    return t
+
+
+def write_csv(path, doc):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for run in doc["runs"]:
+            for r in run["steps"]:
+                vals = {**r, "run": run["label"], "depth": run["depth"]}
+                w.writerow(["" if vals.get(c) is None else vals.get(c) for c in CSV_COLUMNS])
+
+
+def write_plots(paths, doc):
+    """``paths``: {name: temp file} for hit_rate, bytes_per_tier, latency (PNG)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    def fig():
+        f = Figure(figsize=(7, 4), layout="constrained")
+        FigureCanvasAgg(f)
+        return f, f.add_subplot()
+    tag = f"{doc['model']} on {doc['config']} ({doc['backend']}, {Path(doc['trace']).name})"
+    f, ax = fig()
+    for run in doc["runs"]:
+        pts = [(r["step"], r["hit_rate"]) for r in run["steps"]
+               if r["kind"] != "draft" and r.get("hit_rate") is not None]
+        if pts:
+            ax.plot(*zip(*pts), ".-", label=f"{run['label']} ({_pct(run['summary']['hit_rate'])})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("HB hit rate (expert reads, non-draft steps)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"hit rate over time: {tag}", fontsize=9)
+    f.savefig(paths["hit_rate"], format="png", dpi=120)
+
+    f, ax = fig()
+    tiers = ("hb_read_bytes", "hb_write_bytes", "ext_bytes", "link_bytes")
+    labels = [run["label"] for run in doc["runs"]]
+    import numpy as np
+    xs = np.arange(len(labels))
+    for i, tier in enumerate(tiers):
+        ax.bar(xs + (i - 1.5) * 0.2, [run["summary"][tier] / 1e9 for run in doc["runs"]], 0.2,
+               label=tier.replace("_bytes", "").replace("_", " "))
+    ax.set_xticks(xs, labels)
+    ax.set_ylabel("GB")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_title(f"bytes per tier: {tag}", fontsize=9)
+    f.savefig(paths["bytes_per_tier"], format="png", dpi=120)
+
+    f, ax = fig()
+    any_t = False
+    for run in doc["runs"]:
+        for kind, style in (("ar", "^"), ("decode", "o"), ("draft", "."), ("verify", "s")):
+            pts = [(r["step"], r["us"]) for r in run["steps"]
+                   if r["kind"] == kind and r.get("us") is not None]
+            if pts:
+                any_t = True
+                ax.plot(*zip(*pts), style, markersize=3, label=f"{run['label']} {kind}")
+    if any_t:
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "the golden backend has no timing", ha="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("step")
+    ax.set_ylabel("latency (us)")
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"latency per step: {tag}", fontsize=9)
+    f.savefig(paths["latency"], format="png", dpi=120)
+
+
+PLOTS = ("hit_rate", "bytes_per_tier", "latency")
+
+
+def _check_outputs(args):
+    dests = {}
+    for opt, dest in (("--json", args.json), ("--csv", args.csv)):
+        if dest is not None:
+            check_output(dest, opt)
+            dests[opt] = Path(dest).resolve()
+    if args.plot is not None:
+        d = Path(args.plot)
+        if d.exists() and not d.is_dir():
+            raise UserError(f"--plot {d}: not a directory")
+        check_output(d / "hit_rate.png", "--plot") if d.is_dir() else \
+            check_output(d, "--plot")
+        for name in PLOTS:
+            dests[f"--plot {name}"] = (d / f"{name}.png").resolve()
+    seen = {}
+    for opt, p in dests.items():
+        if p in seen:
+            raise UserError(f"{opt} and {seen[p]} name the same file {p}")
+        seen[p] = opt
+
+
+def _clean(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item"):
+        return x.item()
+    return x
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+    _check_outputs(args)
+    err = Console(stderr=True)
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), console=err,
+                        transient=True, disable=not err.is_terminal)
+
+    def factory(total, description):
+        task = progress.add_task(description, total=total)
+        return lambda _step: progress.advance(task)
+
+    with progress:
+        doc = _clean(execute(args, progress_factory=factory))
+
+    out = Console(highlight=False)
+    if not out.is_terminal:
+        out.width = max(out.width, 160)
+    if doc.get("note"):
+        out.print(f"note: {doc['note']}")
+    out.print(summary_table(doc))
+    for r in doc["runs"]:
+        out.print(kind_table(r, doc["backend"]))
+        if r.get("elastic_sd"):
+            e = r["elastic_sd"]
+            out.print(f"{r['label']}: Elastic-SD {e['iterations']} iterations, accepted "
+                      f"{e['accepted']}/{e['drafted']} drafted ({_pct(e['acceptance_rate'])}), "
+                      f"{e['mean_accept_length']:.2f} tokens/iteration; HB slots "
+                      f"{r['hb_slots']} of {_b(r['msb_bytes'])} MSB slices")
+        w = r["wall_seconds"]
+        out.print(f"{r['label']}: {doc['backend']} simulated {doc['tokens']} trace tokens in "
+                  f"{w['schedule'] + w['backend']:.2f} s (schedule {w['schedule']:.2f} s, "
+                  f"backend {w['backend']:.2f} s): {r['tokens_simulated_per_s']:,.1f} tokens "
+                  f"simulated per second")
+        if r.get("rtl"):
+            x = r["rtl"]
+            out.print(f"{r['label']}: RTL {x['pe_runs']} PE program runs, {x['pe_cycles']:,} "
+                      f"PE cycles in all; {x['cycles_note']}; log {x['log']}")
+            if x.get("error"):
+                out.print(f"[bold red]RTL bench error[/]: {x['error']}")
+
+    outputs = AtomicOutputs()
+    try:
+        if args.json is not None:
+            tmp = outputs.temp_for(args.json)
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=1, allow_nan=False)
+                f.write("\n")
+        if args.csv is not None:
+            write_csv(outputs.temp_for(args.csv), doc)
+        if args.plot is not None:
+            Path(args.plot).mkdir(exist_ok=True)
+            write_plots({n: outputs.temp_for(Path(args.plot) / f"{n}.png") for n in PLOTS}, doc)
+        outputs.commit()
+    except OSError as exc:
+        raise UserError(f"cannot write output: {exc}") from None
+    finally:
+        outputs.discard()
+
+    if doc["backend"] in ("golden", "rtl"):
+        bad = sum(r["summary"].get("mismatches", 0) for r in doc["runs"])
+        cmp_ = sum(r["summary"].get("compared", 0) for r in doc["runs"])
+        if bad or not cmp_:
+            out.print(f"[bold red]elmoe3d run: FAILED[/] ({bad:,} mismatches of {cmp_:,} "
+                      f"values compared)")
+            return 1
+        out.print(f"[bold green]elmoe3d run: {cmp_:,} values compared bit for bit, 0 "
+                  f"mismatches[/] ({doc['backend']} vs "
+                  f"{'the functional simulation and ' if doc['backend'] == 'rtl' else ''}"
+                  f"ref_moe)")
+    return 0
