@@ -735,6 +735,50 @@ def test_multipe_features_equal_fsim(traffic):
     assert np.abs(ref.data()).max() > 0
 
 
+@pytest.mark.parametrize("traffic", ["smooth", "rough"])
+def test_recv_and_psum_in_take_link_i_in_program_order(traffic):
+    """RECV and psum_in GEMMs share link_i: back-to-back RECV OUT, an MSB_ONLY RAW GEMM with
+    psum_in, RECV OUT accumulate, an MSB_ONLY COMBINE GEMM with psum_in over the received OUT
+    rows, RECV ROWMAX accumulate and a second RAW psum_in GEMM take their words strictly in
+    program order (a word taken by the wrong one changes the link_o words, OUT or the row
+    maxima): RTL == fsim with link_i always valid and with idle cycles and backpressure."""
+    seed = 1300 + (traffic == "rough")
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    rbn, cbn, G = 2, 2, 3
+    OV, Q = PE_CFG.q24_per_word, PE_CFG.q16_per_word
+    words = _multipe_operands(rng, rbn, cbn, G)
+    prog = asm.Program(PE_CFG)
+    prog.clear(out=True, rowmax=True, flags=True, counters=True)
+    ld = _load_multipe(prog, words)
+    geo = dict(wbuf=0, act_base=0, w_base=0, row_blocks=rbn, col_blocks=cbn, groups=G)
+    stride_o = -(-cbn * L // Q) * Q // OV
+    out_words = rbn * R * stride_o
+    per_gemm = rbn * cbn * R * L // OV
+    rm_words = -(-rbn * R // Q)
+    prog.recv(Target.OUT, 0, out_words)
+    prog.gemm(mode=Mode.MSB_ONLY, sink=Sink.RAW, wait=True, psum_in=True, **geo)
+    prog.recv(Target.OUT, 0, out_words, accumulate=True)
+    prog.gemm(mode=Mode.MSB_ONLY, sink=Sink.COMBINE, stride=stride_o, psum_in=True, **geo)
+    prog.recv(Target.ROWMAX, 0, rm_words, accumulate=True)
+    prog.gemm(mode=Mode.LSB_ONLY, sink=Sink.RAW, psum_in=True, release=True, **geo)
+    prog.send(Target.ROWMAX, 0, rm_words)
+    prog.output(row_blocks=rbn, channels=stride_o * OV)
+    prog.barrier()
+    prog.status()
+    n = 2 * out_words + 3 * per_gemm
+    q24 = asm.words_to_ints(asm.pack_q24(rng.integers(-2**40, 2**40, (n, OV)), PE_CFG))
+    rmax = asm.words_to_ints(asm.pack_rowmax(rng.integers(0, 2**24, (rm_words, Q)), PE_CFG))
+    a, b = out_words, out_words + per_gemm
+    link_i = (q24[:a] + q24[a:b] + q24[b:b + out_words] + q24[b + out_words:b + out_words
+              + per_gemm] + rmax + q24[b + out_words + per_gemm:])
+    got, ref = compare_with_fsim(prog, asm.words_to_ints(np.concatenate(ld)), link_i,
+                                 seed=seed, traffic=ROUGH if traffic == "rough" else SMOOTH)
+    assert ref.link_i_used == len(link_i)
+    assert ref.statuses()[0]["words_received"] == len(link_i)
+    assert np.abs(ref.data()).max() > 0
+
+
 def test_multipe_features_wider_pe():
     """The same on a wider PE (8 x 16 x 32, W = 2048): psum_in takes 4 link words per result
     (rows 2k, 2k+1 from word k) and a ROWMAX word holds 64 registers; idle link_i cycles."""
