@@ -59,10 +59,10 @@ import numpy as np
 from ..config import ArchConfig, PEConfig
 from ..isa import Op, Sink, Source, Target
 from . import fsim
-from .asm import (OKind, Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt,
+from .asm import (OKind, Program, ProgramError, pack_act, pack_tok, pack_weight_matrix,
                   pe_config, words_to_ints)
 from .datapath import Mode
-from .expert import as_expert, check_x, expert_tokens, nibbles, parse_routing, updown_order
+from .expert import as_expert, check_x, expert_tokens, parse_routing, updown_order
 from .links import LinkMode, LinkOp, ref_link
 from .quant import quantize_activations
 
@@ -122,21 +122,14 @@ class _Mat:
     same order (the last word zero-padded)."""
 
     def __init__(self, q, scale_bits, pe: PEConfig):
-        L = pe.lanes
         n_rows, k = q.shape
+        assert n_rows % pe.lanes == 0, (n_rows, pe.lanes)
         self.pe = pe
         self.groups = G = k // 32
-        self.n_cb = n_cb = n_rows // L
-        msb, lsb = nibbles(q)
-
-        def blocks(a):
-            return a.reshape(n_cb, L, G, 32).transpose(0, 2, 1, 3).reshape(-1, L, 32)
-        self.words = {Target.WMSB: words_to_ints(pack_wgt(blocks(msb), pe)),
-                      Target.WLSB: words_to_ints(pack_wgt(blocks(lsb), pe))}
-        entries = scale_bits.reshape(n_cb, L, G).transpose(0, 2, 1).reshape(-1, L)
-        padded = np.zeros((-(-len(entries) // 8) * 8, L), np.uint16)
-        padded[:len(entries)] = entries
-        self.words[Target.WSCALE] = words_to_ints(pack_scales(padded.reshape(-1, 8, L), pe))
+        self.n_cb = n_rows // pe.lanes
+        msb, lsb, scl = pack_weight_matrix(q, scale_bits, pe)
+        self.words = {Target.WMSB: words_to_ints(msb), Target.WLSB: words_to_ints(lsb),
+                      Target.WSCALE: words_to_ints(scl)}
         #: column blocks of whole scale words: cuts at multiples of it keep them whole
         self.align = 8 // math.gcd(G, 8)
 
@@ -1349,14 +1342,13 @@ class GroupResult:
     phases: int
 
 
-def _link_in_words(pe, cmd) -> int:
-    f = cmd.fields
-    if cmd.op is Op.RECV:
-        return f["words"]
-    if cmd.op is Op.GEMM and f["psum_in"]:
-        nblk = f["col_blocks"] * (2 if Mode(f["mode"]) is Mode.FULL else 1)
-        return nblk * f["row_blocks"] * pe.rows * pe.lanes // pe.q24_per_word
-    return 0
+def _link_in_words(pe, program) -> list:
+    """``link_i`` words each command of ``program`` takes (:func:`link_actions`)."""
+    need = [0] * len(program)
+    for kind, n, i in link_actions(pe, program):
+        if kind == "in":
+            need[i] += n
+    return need
 
 
 def run_group(job: GroupJob) -> GroupResult:
@@ -1373,7 +1365,7 @@ def run_group(job: GroupJob) -> GroupResult:
     sched = check_link_schedule(job)
     pe, G = job.pe, job.pes
     cmds = [[c.encode() for c in prog] for prog in job.programs]
-    need = [[_link_in_words(pe, c) for c in prog] for prog in job.programs]
+    need = [_link_in_words(pe, prog) for prog in job.programs]
     states = [fsim.PEState.reset(pe) for _ in range(G)]
     pos, ld_pos, in_pos, out_pos = [0] * G, [0] * G, [0] * G, [0] * G
     inbox = [[] for _ in range(G)]
