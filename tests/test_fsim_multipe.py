@@ -54,10 +54,11 @@ def _load(p, ld, target, words, *, addr=0, buf=0, signal=False):
     ld.extend(asm.words_to_ints(words))
 
 
-def _load_operands(p, ld, act, msb, lsb, scl, tok, *, buf=0):
+def _load_operands(p, ld, act, msb, lsb, scl, tok, *, buf=0, load_tok=True):
     G = act.shape[1]
-    _load(p, ld, Target.TOK, asm.pack_tok(tok, PE))
-    _load(p, ld, Target.ACT, asm.pack_act(act.reshape(-1, R, 32), PE))
+    if load_tok:
+        _load(p, ld, Target.TOK, asm.pack_tok(tok, PE))
+        _load(p, ld, Target.ACT, asm.pack_act(act.reshape(-1, R, 32), PE))
     _load(p, ld, Target.WMSB, asm.pack_wgt(msb.reshape(-1, L, 32), PE), buf=buf)
     _load(p, ld, Target.WLSB, asm.pack_wgt(lsb.reshape(-1, L, 32), PE), buf=buf)
     entries = scl.reshape(-1, L)
@@ -218,17 +219,7 @@ def test_rowmax_send_recv_and_unsigned_max():
 def _tp_swiglu(p, ld, act, msb, lsb, scl, tok, *, mode, channels, rbn, buf=0, out_base=0,
                load_tok=True):
     """Load and run one SWIGLU GEMM writing `channels`-wide HBUF rows."""
-    G = act.shape[1]
-    if load_tok:
-        _load(p, ld, Target.TOK, asm.pack_tok(tok, PE))
-        _load(p, ld, Target.ACT, asm.pack_act(act.reshape(-1, R, 32), PE))
-    _load(p, ld, Target.WMSB, asm.pack_wgt(msb.reshape(-1, L, 32), PE), buf=buf)
-    _load(p, ld, Target.WLSB, asm.pack_wgt(lsb.reshape(-1, L, 32), PE), buf=buf)
-    entries = scl.reshape(-1, L)
-    pad = np.zeros((-len(entries) % 8, L), np.uint16)
-    _load(p, ld, Target.WSCALE,
-          asm.pack_scales(np.concatenate([entries, pad]).reshape(-1, 8, L), PE), buf=buf,
-          signal=True)
+    G = _load_operands(p, ld, act, msb, lsb, scl, tok, buf=buf, load_tok=load_tok)
     p.gemm(mode=mode, wbuf=buf, act_base=0, w_base=0, row_blocks=rbn, col_blocks=msb.shape[0],
            groups=G, sink=Sink.SWIGLU, out_base=out_base, stride=channels // Q, wait=True,
            release=True)
