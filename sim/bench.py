@@ -32,6 +32,15 @@ measured in the same run (design brief section 6; tests never time anything, thi
    .intermediate.dense`` as gate and ``encoder.layer.L.output.dense`` as down (L =
    :data:`ACCURACY_LAYER`, biases dropped), on the real inputs of layer L's FFN for the GSM8K
    prompts. Reported, no target.
+7. **DRAM controllers** (:mod:`elmoe3d.sim.bench_dram`) -- the HB bank controller and the
+   LPDDR5 controller driving the behavioural device models, which check every timing
+   constraint (a violation fails the run): streaming-read efficiency = bytes delivered / (peak
+   bytes per cycle x cycles). Targets: HB >= 97% of 51.2 GB/s per bank, LPDDR5 >= 99% of
+   102.4 GB/s; the random-row runs report the row-conflict loss (no target).
+8. **Streamline ring and aggregation link** (:mod:`elmoe3d.sim.bench_links`) -- throughput on
+   long streaming transfers (always-valid sources, always-ready sinks) as a fraction of
+   128 B/cycle (ring) and 32 B/cycle per port (link), every word checked against
+   :mod:`elmoe3d.sw.links`. Target >= 0.99 of the rate (multicast: of the PE-side bound).
 
 Columns of figure 2: *np.matmul f32* is the baseline's time per call; *gemm prepared* is
 ``gemm`` with the weight layout cached (the hardware lays weights out once and reuses them);
@@ -260,6 +269,29 @@ GOLDEN_COLUMNS = ("prepared: gemm with the weight layout cached (the hardware la
                   "(higher is faster)")
 
 
+def dram_figures(arch, seed) -> dict:
+    """Figure 7 (:func:`elmoe3d.sim.bench_dram.dram_figures`; imported here, not at start-up,
+    as it imports cocotb)."""
+    from .bench_dram import dram_figures as figures
+    return figures(arch, seed)
+
+
+def print_dram(console, figs) -> list:
+    from .bench_dram import print_dram as show
+    return show(console, figs)
+
+
+def link_figures(arch, seed) -> dict:
+    """Figure 8 (:func:`elmoe3d.sim.bench_links.link_figures`)."""
+    from .bench_links import link_figures as figures
+    return figures(arch, seed)
+
+
+def print_links(console, figs) -> list:
+    from .bench_links import print_links as show
+    return show(console, figs)
+
+
 def _one_line(exc) -> str:
     """A simulation error or failure as one line: its first line, plus the log it names."""
     text = str(exc)
@@ -369,7 +401,7 @@ def run(args) -> int:
     cfg = arch.tile
     console.print(f"elmoe3d bench: config {arch.name}, seed {seed}")
 
-    steps = 6
+    steps = 8
     console.print(f"[1/{steps}] RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} tile "
                   f"(cocotb + Verilator) ...")
     try:
@@ -393,6 +425,18 @@ def run(args) -> int:
         accuracy, accuracy_error = accuracy_figures(), None
     except UserError as exc:
         accuracy, accuracy_error = None, str(exc)
+    console.print(f"[7/{steps}] HB bank and LPDDR5 controllers against the timing-checked "
+                  f"DRAM models (cocotb + Verilator) ...")
+    try:
+        dram = dram_figures(arch, seed)
+    except (SimulationError, SimulationFailure) as exc:
+        raise UserError(f"DRAM bench: {_one_line(exc)}") from None
+    console.print(f"[8/{steps}] streamline ring and aggregation link throughput (cocotb + "
+                  f"Verilator) ...")
+    try:
+        links = link_figures(arch, seed)
+    except (SimulationError, SimulationFailure) as exc:
+        raise UserError(f"ring/link bench: {_one_line(exc)}") from None
     console.print()
 
     missed = []
@@ -437,9 +481,12 @@ def run(args) -> int:
     print_accuracy(console, accuracy, accuracy_error)
     if accuracy_error:
         missed.append(f"6. accuracy not measured: {accuracy_error}")
+    missed += [f"7. {line}" for line in print_dram(console, dram)]
+    missed += [f"8. {line}" for line in print_links(console, links)]
     if args.json:
         write_json(args.json, {"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
-                               "pe": pe, "accuracy": accuracy,
+                               "pe": pe, "accuracy": accuracy, "dram": dram,
+                               "links": links,
                                "targets": {"throughput": THROUGHPUT_TARGET,
                                            "golden": GOLDEN_TARGET,
                                            "roofline": ROOFLINE_TARGET},
