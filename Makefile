@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml constraints.txt
 # RTL backend on the small configuration (synthetic 64x128 experts), checked bit for bit
 # against the golden backend (docs/host.md).
 SIM_TRACE_RUN ?= --trace gsm8k --model mixtral-8x7b --config small --backend rtl \
-                 --layers 0:4 --tokens 16
+                 --layers 0:32:8 --tokens 24
 
 sim: $(STAMP)
 	$(PY) -m elmoe3d sim
