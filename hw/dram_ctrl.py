@@ -135,8 +135,9 @@ class DramController(wiring.Component):
        beat.
     4. Refresh (:attr:`DramConfig.per_bank_refresh`): one refresh is owed every
        ``refresh_interval_ck`` clocks. Per-bank: the controller refreshes, in any order
-       within a round, a unit none of whose banks is needed by a prepared entry or the
-       look-ahead (PRE first if a bank is open), so streaming never waits for it. When
+       within a round, a unit none of whose banks has an entry anywhere in the queue (PRE
+       first if a bank is open), so streaming never waits for a bank under refresh; owed
+       refreshes accumulate while every unit is queued (random traffic). When
        ``max_postponed / 2`` refreshes are owed it becomes urgent: the look-ahead stops
        before the lowest unrefreshed unit, which is drained, precharged and refreshed.
        All-bank mode does the same with every bank in one unit (REFAB).
