@@ -27,6 +27,7 @@ COMMANDS = {
                                "(golden, rtl, perf)"),
     "bench": ("elmoe3d.sim.bench", "benchmark figures (tile throughput, golden GEMM speed, "
                                    "PE roofline and utilization, expert accuracy)"),
+    "synth": ("elmoe3d.synth.main", "Yosys area of every block, rolled up to the logic die"),
 }
 
 

@@ -1,0 +1,258 @@
+"""Hierarchical area roll-up: plan the leaves, synthesise them (in parallel, cached), multiply
+by the instance counts the RTL elaborates to, and break the total down like the paper's
+Fig. 11.
+
+A :class:`Planner` walks a block: the block is hollowed (:func:`~elmoe3d.synth.blocks.hollow`)
+into one synthesis job for its own logic plus its SRAM macros, and each distinct registered
+sub-block instance is planned in turn (memoised on :func:`~elmoe3d.synth.blocks.instance_key`)
+and counted. The tensor tile is the exception: its area is the model ``a + b L + c R L`` solved
+from three small tiles (:data:`~elmoe3d.synth.blocks.TILE_FIT`), split into categories by the
+attribution leaves. :meth:`Planner.run` synthesises every job once; :func:`evaluate` then gives
+a node's area by category (logic categories and ``sram:<role>`` lines, um^2).
+
+Categories inside a PE: ``MAC`` (the IA8xW5 multipliers), ``adder tree`` (the 32-way trees and
+their registers), ``bit-slice support`` (the LSB-augmentation mux and slice select of every
+weight field, and the slice combiners' shifts and multiplexers), ``dequantization`` (FP16 scale
+decode, psum x mantissa, exponent shift, saturating Q.24 accumulators), ``tile control``,
+``VPU`` and ``PE control`` (decoder, engines, address generation, beat forming, result
+registers, write arbitration, small FIFOs), plus ``sram:WMEM`` and ``sram:IOMEM``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from amaranth.back import rtlil
+
+from .blocks import (BLOCK_TYPES, TILE_FIT, DotRowLeaf, LaneFieldsLeaf, MulLeaf, hollow,
+                     instance_key)
+from .flow import SynthResult, synthesize
+from .sram import sram_area
+
+
+__all__ = ["Planner", "Node", "TileNode", "evaluate", "logic_area", "sram_total",
+           "tile_model"]
+
+
+@dataclass
+class Node:
+    """A synthesised block: its own logic (job ``job``) in ``category``, its SRAMs and its
+    sub-blocks ``children`` as (node, count)."""
+
+    label: str
+    category: str
+    job: str
+    srams: list = field(default_factory=list)
+    children: list = field(default_factory=list)
+
+
+@dataclass
+class TileNode:
+    """A tensor tile of ``rows`` x ``lanes`` x 32 unit PEs, area from the tile model."""
+
+    label: str
+    rows: int
+    lanes: int
+
+
+@dataclass
+class _Job:
+    name: str
+    label: str
+    rtlil: str
+    stubs: str = ""
+
+
+def _tile_job(r, lanes):
+    return f"tile_r{r}_l{lanes}"
+
+
+class Planner:
+    """Collects the synthesis jobs of one or more blocks, runs them, keeps the results.
+
+    Parameters
+    ----------
+    liberty : Liberty
+    cache_dir : Path or None
+    jobs : int
+        Yosys processes at once.
+    progress : callable or None
+        Called as ``progress(done, total, job_label, result)`` after every job.
+    """
+
+    def __init__(self, *, liberty, cache_dir=None, jobs: int = 1, progress=None):
+        self.liberty = liberty
+        self.cache_dir = cache_dir
+        self.jobs = max(1, int(jobs))
+        self.progress = progress
+        self._jobs = {}                  # name -> _Job
+        self._nodes = {}                 # instance key -> Node
+        self.results = {}                # name -> SynthResult
+        self._types = [(bt, bt.load()) for bt in BLOCK_TYPES]
+        self._classes = [cls for _, cls in self._types if cls is not None]
+
+    # ---- planning -------------------------------------------------------------------------
+
+    def _type_of(self, obj):
+        for bt, cls in self._types:
+            if cls is not None and type(obj) is cls:
+                return bt
+        return None
+
+    def add_job(self, name, label, elaboratable_or_text, stubs=""):
+        if name not in self._jobs:
+            text = elaboratable_or_text
+            if not isinstance(text, str):
+                text = rtlil.convert(text, name="top", emit_src=False)
+            self._jobs[name] = _Job(name, label, text, stubs)
+        return name
+
+    def plan(self, obj, *, label=None, category=None):
+        """The :class:`Node` (or :class:`TileNode`) of block ``obj``, its jobs registered."""
+        key = instance_key(obj)
+        if key in self._nodes:
+            return self._nodes[key]
+        bt = self._type_of(obj)
+        label = label or (bt.label if bt else type(obj).__name__)
+        if bt is not None and bt.model == "tile":
+            node = TileNode(label=label, rows=obj.rows, lanes=obj.lanes)
+            obj._MustUse__silence = True
+            self._plan_tile_leaves()
+        else:
+            h = hollow(obj, owner=label, leaf_classes=self._classes)
+            job = self.add_job(f"{type(obj).__name__}_{_short(key)}", label, h.rtlil, h.stubs)
+            own = category or (f"{label} control" if label == "PE" else
+                               (bt.category if bt else label))
+            node = Node(label=label, category=own, job=job, srams=h.srams)
+            for sub_key, (rep, count) in h.subs.items():
+                node.children.append((self.plan(rep), count))
+        self._nodes[key] = node
+        return node
+
+    def plan_whole(self, obj, *, name, label):
+        """A job synthesising ``obj`` whole (only its RAMs as macros): the roll-up check."""
+        h = hollow(obj, owner=label, leaf_classes=())
+        self.add_job(name, label, h.rtlil, h.stubs)
+        return h.srams
+
+    def _plan_tile_leaves(self):
+        from ..config import TileConfig
+        from ..hw.tile import TensorTile
+        from ..hw.unit_pe import SliceCombiner
+        for r, lanes in TILE_FIT:
+            self.add_job(_tile_job(r, lanes), f"tile {r}x{lanes}x32 (model fit)",
+                         TensorTile(config=TileConfig(rows=r, lanes=lanes)))
+        self.add_job("leaf_mul", "IA8xW5 multiplier", MulLeaf())
+        self.add_job("leaf_dot_row", "dot row (32 mul + tree)", DotRowLeaf())
+        self.add_job("leaf_fields_even", "lane fields, even lane", LaneFieldsLeaf(parity=0))
+        self.add_job("leaf_fields_odd", "lane fields, odd lane", LaneFieldsLeaf(parity=1))
+        self.add_job("leaf_combiner", "slice combiner", SliceCombiner(width=18))
+
+    # ---- running --------------------------------------------------------------------------
+
+    def run(self):
+        """Synthesise every planned job not yet done (``jobs`` at a time, largest first)."""
+        todo = [j for j in self._jobs.values() if j.name not in self.results]
+        todo.sort(key=lambda j: -len(j.rtlil))
+        total, done = len(todo), 0
+        if not todo:
+            return self.results
+
+        def one(job):
+            return job, synthesize(job.label, job.rtlil, liberty=self.liberty, stubs=job.stubs,
+                                   cache_dir=self.cache_dir)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = [pool.submit(one, j) for j in todo]
+            for fut in concurrent.futures.as_completed(futures):
+                job, result = fut.result()
+                self.results[job.name] = result
+                done += 1
+                if self.progress:
+                    self.progress(done, total, job.label, result)
+        return self.results
+
+    def result(self, name) -> SynthResult:
+        return self.results[name]
+
+
+def _short(key):
+    from .blocks import short_key
+    return short_key(key)
+
+
+# ---- the tile model -----------------------------------------------------------------------
+
+def tile_model(results) -> dict:
+    """Coefficients of ``area(R, L) = a + b L + c R L`` (um^2) from the three fit tiles, and
+    the categories of ``b`` (per lane) and ``c`` (per row and lane)."""
+    t12 = results[_tile_job(1, 2)].area
+    t22 = results[_tile_job(2, 2)].area
+    t14 = results[_tile_job(1, 4)].area
+    c = (t22 - t12) / 2                  # one more row of 2 lanes
+    b = (t14 - t12) / 2 - c              # two more lanes of 1 row
+    a = t12 - 2 * b - 2 * c
+    mul = results["leaf_mul"].area
+    dot = results["leaf_dot_row"].area
+    fields = (results["leaf_fields_even"].area + results["leaf_fields_odd"].area) / 2
+    comb = results["leaf_combiner"].area
+    per_rl = {"MAC": 32 * mul, "adder tree": dot - 32 * mul, "bit-slice support": comb / 2}
+    per_rl["dequantization"] = c - sum(per_rl.values())
+    per_l = {"bit-slice support": fields, "dequantization": b - fields}
+    return {"a": a, "b": b, "c": c, "per_rl": per_rl, "per_l": per_l}
+
+
+def _tile_breakdown(node: TileNode, results) -> Counter:
+    m = tile_model(results)
+    out = Counter()
+    out["tile control"] += m["a"]
+    for cat, v in m["per_l"].items():
+        out[cat] += v * node.lanes
+    for cat, v in m["per_rl"].items():
+        out[cat] += v * node.rows * node.lanes
+    return out
+
+
+# ---- evaluation ---------------------------------------------------------------------------
+
+def evaluate(node, results) -> Counter:
+    """Area of one instance of ``node`` by category (um^2): logic categories and
+    ``sram:<role>``."""
+    if isinstance(node, TileNode):
+        return _tile_breakdown(node, results)
+    out = Counter()
+    out[node.category] += results[node.job].area
+    for s in node.srams:
+        out[f"sram:{s.role}"] += sram_area(s.width, s.depth, s.read_ports).area
+    for child, count in node.children:
+        for cat, v in evaluate(child, results).items():
+            out[cat] += v * count
+    return out
+
+
+def logic_area(breakdown: Counter) -> float:
+    return sum(v for k, v in breakdown.items() if not k.startswith("sram:"))
+
+
+def sram_total(breakdown: Counter) -> float:
+    return sum(v for k, v in breakdown.items() if k.startswith("sram:"))
+
+
+def leaf_table(node, results, count=1, rows=None, seen_depth=0):
+    """Rows (label, instances, cells per instance, um^2 per instance, um^2 total) of every
+    synthesised node under ``node`` (instances multiplied down the tree)."""
+    rows = [] if rows is None else rows
+    if isinstance(node, TileNode):
+        m = tile_model(results)
+        area = m["a"] + m["b"] * node.lanes + m["c"] * node.rows * node.lanes
+        rows.append((f"{node.label} {node.rows}x{node.lanes}x32 (model)", count, None, area,
+                     area * count))
+        return rows
+    r = results[node.job]
+    rows.append((f"{node.label} (own logic)", count, r.cell_count, r.area, r.area * count))
+    for child, n in node.children:
+        leaf_table(child, results, count * n, rows)
+    return rows
