@@ -390,13 +390,15 @@ async def test_long_refresh(dut):
     refs = sum(d.stats["refpb"] + d.stats["refab"] for d in bench.devices)
     elapsed = bench.cycle() - start
     expected = elapsed / trefi * cfg.refresh_units * bench.channels
+    # the devices enforce the per-bank rule; this checks the total against the nominal rate
+    enough = refs >= 0.9 * expected - cfg.max_postponed * bench.channels
     bench.records.append({"case": "long-refresh", "target": bench.target,
                           "channels": bench.channels, "cycles": elapsed,
                           "trefi_cycles": trefi, "refreshes": refs,
                           "refreshes_nominal": expected, "comparisons": 0, "mismatches": 0,
-                          "errors": [] if refs >= 0.9 * expected - cfg.max_postponed * bench.channels
-                          else [f"only {refs} refreshes in {elapsed} cycles (nominal "
-                                f"{expected:.0f})"], "stats": {}})
+                          "errors": [] if enough else [f"only {refs} refreshes in {elapsed} "
+                                                       f"cycles (nominal {expected:.0f})"],
+                          "stats": {}})
     bench.finish()
 
 

@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from elmoe3d.config import (HB_BANK, LPDDR5_6400_X16, ArchConfig, ConfigError, DramConfig,
-                            preset)
+from elmoe3d.config import HB_BANK, LPDDR5_6400_X16, ArchConfig, ConfigError, preset
 from elmoe3d.sim.dram_model import (DramDevice, RowCmd, TimingChecker, TimingViolation,
                                     dram_pattern)
 
