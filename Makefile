@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml constraints.txt
 # RTL backend on the small configuration (synthetic 64x128 experts), checked bit for bit
 # against the golden backend (docs/host.md).
 SIM_TRACE_RUN ?= --trace gsm8k --model mixtral-8x7b --config small --backend rtl \
-                 --layers 0:32:8 --tokens 24
+                 --layers 0:32:8 --tokens 16 --hb-slots 68
 
 sim: $(STAMP)
 	$(PY) -m elmoe3d sim
@@ -44,6 +44,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m elmoe3d bench
+
+.PHONY: synth
+# Area of every block (Yosys, ASAP7-subset Liberty), rolled up to the 4 GB and 8 GB logic dies.
+synth: $(STAMP)
+	@mkdir -p build/synth
+	$(PY) -m elmoe3d synth --jobs $(JOBS) --json build/synth/report.json --plot build/synth/area.png
 
 clean:
 	rm -rf build out
