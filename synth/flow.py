@@ -11,7 +11,7 @@ Script (:func:`yosys_script`)::
     dfflibmap -liberty LIB
     abc -liberty LIB -script +strash;dc2;map,-a;topo
     opt_clean; delete t:$scopeinfo
-    check; stat -json -liberty LIB
+    check; write_verilog mapped.v; stat -json -liberty LIB
 
 ``synth -booth`` builds Booth multipliers (Yosys' default array multiplier extends both
 operands to the product width). ABC runs an area-oriented mapping script (``map -a`` after
@@ -157,6 +157,7 @@ def yosys_script(*, liberty: Path, stubs: bool, adders: bool) -> str:
         "opt_clean",
         "delete t:$scopeinfo",
         "tee -q -o check.txt check",
+        "write_verilog -noattr mapped.v",
         f"tee -q -o stat.json stat -json -liberty {_q(lib)}",
     ]
     return "\n".join(lines) + "\n"

@@ -114,6 +114,7 @@ class Planner:
         """The :class:`Node` (or :class:`TileNode`) of block ``obj``, its jobs registered."""
         key = instance_key(obj)
         if key in self._nodes:
+            obj._MustUse__silence = True      # an equal instance was elaborated already
             return self._nodes[key]
         bt = self._type_of(obj)
         label = label or (bt.label if bt else type(obj).__name__)

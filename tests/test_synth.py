@@ -1,0 +1,272 @@
+"""elmoe3d.synth: the Liberty reader, the Yosys flow on the smallest blocks, hollowing, the
+area models and the CLI's one-line errors. Every Yosys run here takes seconds (the whole-die
+roll-up is `make synth`)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from elmoe3d.cli import main
+from elmoe3d.config import preset
+from elmoe3d.synth.blocks import (SRAM_MIN_BITS, TILE_FIT, LaneFieldsLeaf, MulLeaf, hollow,
+                                  instance_key)
+from elmoe3d.synth.flow import synthesize, yosys_command
+from elmoe3d.synth.liberty import (BUNDLED_LIBERTY, LibertyError, adder_techmap,
+                                   eval_function, read_liberty, truth_table)
+from elmoe3d.synth.rollup import tile_model
+from elmoe3d.synth.sram import CELL_ROW_UM2, COLUMN_UM2, sram_area
+
+
+LIB = read_liberty(BUNDLED_LIBERTY)
+
+#: What each cell's name says it computes (inputs in pin order), by name prefix.
+EXPECTED = {
+    "INVx1": lambda a: 1 - a,
+    "NAND2": lambda a, b: 1 - (a & b),
+    "NOR2": lambda a, b: 1 - (a | b),
+    "AND2": lambda a, b: a & b,
+    "NAND3": lambda a, b, c: 1 - (a & b & c),
+    "XOR2": lambda a, b: a ^ b,
+    "XNOR2": lambda a, b: 1 - (a ^ b),
+    "AOI21": lambda a1, a2, b: 1 - ((a1 & a2) | b),
+}
+
+
+# ---- Liberty --------------------------------------------------------------------------------
+
+def test_bundled_liberty_cells_do_what_their_names_say():
+    names = set(LIB.cells)
+    for prefix, fn in EXPECTED.items():
+        cell = next(c for n, c in LIB.cells.items() if n.startswith(prefix))
+        (out,) = cell.outputs
+        n = len(cell.inputs)
+        ref = tuple(fn(*bits) for bits in itertools.product((0, 1), repeat=n))
+        assert truth_table(cell, out) == ref, cell.name
+        names.discard(cell.name)
+    fa, ha = LIB.cells["FAx1_ASAP7_75t_R"], LIB.cells["HAxp5_ASAP7_75t_R"]
+    for bits in itertools.product((0, 1), repeat=3):
+        v = dict(zip(fa.inputs, bits))
+        assert eval_function(fa.outputs["CON"], v) == 1 - (sum(bits) >= 2)
+        assert eval_function(fa.outputs["SN"], v) == 1 - (sum(bits) & 1)
+    for bits in itertools.product((0, 1), repeat=2):
+        v = dict(zip(ha.inputs, bits))
+        assert eval_function(ha.outputs["CON"], v) == 1 - (bits[0] & bits[1])
+        assert eval_function(ha.outputs["SN"], v) == 1 - (bits[0] ^ bits[1])
+    names -= {"FAx1_ASAP7_75t_R", "HAxp5_ASAP7_75t_R", "DFFHQNx1_ASAP7_75t_R"}
+    assert names == set(), f"cells without a check: {names}"
+    assert LIB.cells["DFFHQNx1_ASAP7_75t_R"].sequential
+    # areas are the LEF footprints: width x 0.27 um, widths multiples of the 0.054 um site
+    for cell in LIB.cells.values():
+        sites = cell.area / 0.27 / 0.054
+        assert abs(sites - round(sites)) < 1e-6, cell.name
+
+
+def test_yosys_reads_the_cell_functions_the_same_way(tmp_path):
+    """Yosys' own reading of the library (read_liberty -> modules) proves each cell against
+    an independent Verilog expression with SAT."""
+    checks = {
+        "INVx1_ASAP7_75t_R": ("(.A(a), .Y(y))", "~a"),
+        "NAND2xp33_ASAP7_75t_R": ("(.A(a), .B(b), .Y(y))", "~(a & b)"),
+        "NOR2xp33_ASAP7_75t_R": ("(.A(a), .B(b), .Y(y))", "~(a | b)"),
+        "AND2x2_ASAP7_75t_R": ("(.A(a), .B(b), .Y(y))", "a & b"),
+        "NAND3xp33_ASAP7_75t_R": ("(.A(a), .B(b), .C(c), .Y(y))", "~(a & b & c)"),
+        "XOR2xp5_ASAP7_75t_R": ("(.A(a), .B(b), .Y(y))", "a ^ b"),
+        "XNOR2xp5_ASAP7_75t_R": ("(.A(a), .B(b), .Y(y))", "~(a ^ b)"),
+        "AOI21xp33_ASAP7_75t_R": ("(.A1(a), .A2(b), .B(c), .Y(y))", "~((a & b) | c)"),
+        "FAx1_ASAP7_75t_R": ("(.A(a), .B(b), .CI(c), .CON(y), .SN(z))",
+                             "~((a & b) | (a & c) | (b & c))", "~(a ^ b ^ c)"),
+        "HAxp5_ASAP7_75t_R": ("(.A(a), .B(b), .CON(y), .SN(z))", "~(a & b)", "~(a ^ b)"),
+    }
+    body = []
+    for i, (cell, (conns, *exprs)) in enumerate(checks.items()):
+        conns = conns.replace("(y)", f"(y{i})").replace("(z)", f"(z{i})")
+        body.append(f"  wire y{i}, z{i};\n  {cell} u{i} {conns};")
+        body.append(f"  assign ok[{i}] = (y{i} == ({exprs[0]}))"
+                    + (f" && (z{i} == ({exprs[1]}));" if len(exprs) > 1 else ";"))
+    (tmp_path / "chk.v").write_text(
+        f"module chk(input a, b, c, output [{len(checks) - 1}:0] ok);\n"
+        + "\n".join(body) + "\nendmodule\n")
+    script = (f"read_liberty {BUNDLED_LIBERTY}\nread_verilog chk.v\nhierarchy -top chk\n"
+              f"flatten\nsat -prove ok {(1 << len(checks)) - 1} -verify chk\n")
+    (tmp_path / "run.ys").write_text(script)
+    proc = subprocess.run([*yosys_command(), "-q", "-s", "run.ys"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_function_operators_and_precedence():
+    v = {"A": 1, "B": 0, "C": 1}
+    assert eval_function("A B", v) == 0                 # juxtaposition is AND
+    assert eval_function("A+B C", v) == 1               # AND binds tighter than OR
+    assert eval_function("A^B*C", v) == 1               # AND before XOR: 1 ^ (0 & 1)
+    assert eval_function("A^C*B", v) == 1               # 1 ^ (1 & 0)
+    assert eval_function("(A^C)*B", v) == 0
+    assert eval_function("A'", v) == 0
+    assert eval_function("!(A|B)", v) == 0
+    with pytest.raises(LibertyError, match="unknown pin 'D'"):
+        eval_function("A & D", v)
+
+
+def test_adder_techmap_found_by_truth_table():
+    text = adder_techmap(LIB)
+    assert "FAx1_ASAP7_75t_R" in text and "HAxp5_ASAP7_75t_R" in text
+    assert "assign X = ~c_raw" in text            # both ASAP7 adders have inverted outputs
+
+
+def test_liberty_errors_are_one_line(tmp_path):
+    with pytest.raises(LibertyError, match="no such file"):
+        read_liberty(tmp_path / "missing.lib")
+    bad = tmp_path / "bad.lib"
+    bad.write_text("cell (X) { area : 1; }\n")
+    with pytest.raises(LibertyError, match="no 'library"):
+        read_liberty(bad)
+    bad.write_text("library (x) { cell (X) { area : wide; } }\n")
+    with pytest.raises(LibertyError, match="area 'wide' is not a number"):
+        read_liberty(bad)
+    no_fa = tmp_path / "nofa.lib"
+    no_fa.write_text("library (x) { cell (INV) { area : 1; pin (A) { direction : input; }\n"
+                     "pin (Y) { direction : output; function : \"!A\"; } } }\n")
+    assert adder_techmap(read_liberty(no_fa)) is None
+
+
+def test_cli_bad_liberty_is_one_line(tmp_path, capsys):
+    assert main(["synth", "--liberty", str(tmp_path / "nope.lib")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--liberty" in err and "nope.lib" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--config", "huge"], "--config"),
+    (["--jobs", "0"], "--jobs"),
+    (["--scaling", "4,x"], "--scaling"),
+])
+def test_cli_bad_options_are_one_line(argv, needle, capsys):
+    assert main(["synth", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and needle in err
+
+
+# ---- the flow on the smallest blocks --------------------------------------------------------
+
+def _rtlil(block):
+    h = hollow(block, owner=type(block).__name__)
+    return h.rtlil
+
+
+def test_flow_small_leaves_clean_stable_and_cached(tmp_path):
+    from elmoe3d.hw.unit_pe import SliceCombiner
+    from elmoe3d.hw.vpu import RowMaxExponent
+    cache = tmp_path / "cache"
+    for block in (MulLeaf(), SliceCombiner(width=18), LaneFieldsLeaf(parity=1),
+                  RowMaxExponent()):
+        text = _rtlil(block)
+        r1 = synthesize("leaf", text, liberty=LIB, cache_dir=cache)
+        assert r1.area > 0 and r1.cell_count > 0
+        assert r1.latches == 0 and r1.problems == [], (r1.latches, r1.problems[:5])
+        assert not [t for t in r1.blackboxes if t.startswith("$")], r1.blackboxes
+        assert set(r1.cells) <= set(LIB.cells)
+        assert abs(sum(LIB.area(c) * n for c, n in r1.cells.items()) - r1.area) < 1e-6
+        r2 = synthesize("leaf", text, liberty=LIB, cache_dir=cache)
+        assert r2.cached and r2.cells == r1.cells and r2.area == r1.area
+    # RowMaxExponent has registers: they are library flip-flops
+    assert r1.seq_area > 0 and "DFFHQNx1_ASAP7_75t_R" in r1.cells
+
+
+def test_unit_pe_cell_counts_stable_across_runs():
+    """Two fresh Yosys runs (no cache) on the IA8xW5 multiplier give the same cells."""
+    text = _rtlil(MulLeaf())
+    a = synthesize("mul", text, liberty=LIB)
+    b = synthesize("mul", text, liberty=LIB)
+    assert not a.cached and not b.cached
+    assert a.cells == b.cells and a.cell_count == b.cell_count
+    assert "FAx1_ASAP7_75t_R" in a.cells or "HAxp5_ASAP7_75t_R" in a.cells
+
+
+def test_mapped_multiplier_is_equivalent_to_the_rtl(tmp_path):
+    """The mapped netlist (adder cells with inverted outputs, ABC's gates, the library's
+    functions) equals the Amaranth multiplier for every input (SAT, Yosys equiv miter)."""
+    text = _rtlil(MulLeaf())
+    synthesize("mul", text, liberty=LIB, keep=tmp_path / "kept")
+    (tmp_path / "gold.il").write_text(text)
+    (tmp_path / "gate.v").write_text((tmp_path / "kept" / "mapped.v").read_text())
+    script = (f"read_liberty {BUNDLED_LIBERTY}\n"
+              "read_verilog gate.v\nrename top gate\n"
+              "read_rtlil gold.il\nrename top gold\n"
+              "proc\nmiter -equiv -flatten -make_assert gold gate miter\n"
+              "hierarchy -top miter\nsat -verify -prove-asserts -show-ports miter\n")
+    (tmp_path / "eq.ys").write_text(script)
+    proc = subprocess.run([*yosys_command(), "-q", "-s", "eq.ys"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+# ---- hollowing and instance counts ----------------------------------------------------------
+
+def test_hollow_pe_counts_and_srams_come_from_the_config():
+    from elmoe3d.hw.pe import PE
+    from elmoe3d.hw.tile import TensorTile
+    from elmoe3d.hw.vpu import CombineUnit, Fp32Converter, SwiGLUUnit
+    arch = preset("small")
+    cfg = arch.pe
+    h = hollow(PE(config=arch), owner="PE",
+               leaf_classes=(TensorTile, SwiGLUUnit, CombineUnit, Fp32Converter))
+    counts = Counter()
+    for key, (rep, n) in h.subs.items():
+        counts[type(rep).__name__] += n
+    assert counts == {"TensorTile": 1, "SwiGLUUnit": cfg.lanes // 2,
+                      "CombineUnit": cfg.lanes, "Fp32Converter": cfg.word_bits // 32}
+    roles = Counter()
+    for s in h.srams:
+        assert s.bits >= SRAM_MIN_BITS
+        roles[s.role] += s.bits
+    planes = {s.name: s for s in h.srams if s.name.startswith(("wmsb", "wlsb"))}
+    assert sorted(planes) == ["wlsb0", "wlsb1", "wmsb0", "wmsb1"]
+    assert sum(s.bits for s in planes.values()) == arch.wmem_bytes * 8
+    assert roles["IOMEM"] >= arch.iomem_bytes * 8
+    assert "elmoe3d_bb_TensorTile" in h.stubs and "elmoe3d_sram_wmsb0" in h.stubs
+
+
+def test_instance_key_separates_parameters():
+    from elmoe3d.hw.vpu import RequantUnit
+    a, b, c = RequantUnit(), RequantUnit(), RequantUnit(tag_width=5)
+    for u in (a, b, c):
+        u._MustUse__silence = True
+    assert instance_key(a) == instance_key(b) != instance_key(c)
+
+
+# ---- area models ------------------------------------------------------------------------------
+
+class _R:
+    def __init__(self, area):
+        self.area = area
+
+
+def test_tile_model_solves_the_linear_structure_exactly():
+    a, b, c = 17.0, 311.0, 1234.0
+    res = {f"tile_r{r}_l{l}": _R(a + b * l + c * r * l) for r, l in TILE_FIT}
+    res |= {"leaf_mul": _R(20.0), "leaf_dot_row": _R(900.0), "leaf_fields_even": _R(9.0),
+            "leaf_fields_odd": _R(11.0), "leaf_combiner": _R(16.0)}
+    m = tile_model(res)
+    assert (m["a"], m["b"], m["c"]) == pytest.approx((a, b, c))
+    assert sum(m["per_rl"].values()) == pytest.approx(c)
+    assert sum(m["per_l"].values()) == pytest.approx(b)
+    assert m["per_rl"]["MAC"] == 640.0 and m["per_rl"]["adder tree"] == 260.0
+    assert m["per_rl"]["bit-slice support"] == 8.0 and m["per_l"]["bit-slice support"] == 10.0
+
+
+def test_sram_model_reproduces_the_published_macros():
+    assert sram_area(256, 64).area == pytest.approx(9.612 * 77.76)        # 64 rows x 256 cols
+    assert sram_area(256, 256).area == pytest.approx(30.348 * 77.76)
+    assert 0.027 < CELL_ROW_UM2 < 0.04 and COLUMN_UM2 > 0
+    deep = sram_area(64, 1024)                     # folded: 256 rows, 4-way column mux
+    assert (deep.rows, deep.cols, deep.mux) == (256, 256, 4)
+    assert deep.area == pytest.approx(30.348 * 77.76)
+    assert sram_area(32, 128, read_ports=2).area == pytest.approx(2 * sram_area(32, 128).area)
+    with pytest.raises(ValueError, match="depth"):
+        sram_area(8, 0)
