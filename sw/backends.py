@@ -6,7 +6,8 @@
   :class:`~.parallel.GroupJob` per busy group) on the multi-PE functional simulation
   (:func:`.parallel.run_group`), each group's FP32 output, Q.24 sums and sticky flags checked
   bit for bit against :func:`.expert.ref_moe` with the group's routing; the bytes each tier
-  moves are the programs' (:meth:`~.parallel.GroupJob.traffic`).
+  moves are the programs' (:meth:`~.parallel.GroupJob.traffic`) and the pool updates' HB
+  payloads (:func:`.host.slice_images`).
 * The RTL backend runs the same :class:`GoldenLayer` jobs on the PE's Verilog
   (``elmoe3d.sim.bench_host``; cocotb stays out of ``sw/``).
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .host import Step, SyntheticWeights, compile_layer
+from .host import Step, SyntheticWeights, compile_layer, slice_images
 from .perf import PerfModel
 
 
@@ -125,7 +126,6 @@ def run_golden(steps, weights: SyntheticWeights, arch, *, keep=False, progress=N
     Returns ``(records, layers)``: one record per step, and the :class:`GoldenLayer` list
     (their jobs kept only with ``keep``, for the RTL backend)."""
     pe = arch.pe
-    msb_pe = weights.model.expert_msb_bytes / arch.pes_per_group
     records, layers = [], []
     for step in steps:
         hb = ext = link = beats = 0
@@ -145,7 +145,11 @@ def run_golden(steps, weights: SyntheticWeights, arch, *, keep=False, progress=N
             if not keep:
                 gl.jobs = [(g, None, None, None) for g, *_ in gl.jobs]
             layers.append(gl)
-        writes = len(step.writes) * msb_pe * arch.pes_per_group
+        # pool-update payloads: the slice words each bank of the home group receives
+        writes = 0
+        for w in step.writes:
+            imgs = slice_images(w.key[0], w.key[1], weights, arch)
+            writes += sum(len(img) for img in imgs) * pe.word_bytes
         extra = sum(w.extra for w in step.writes) * weights.model.expert_msb_bytes
         records.append(step_record(step, hb_read=hb, hb_write=writes, ext=ext + extra,
                                    link=link, accesses=acc, hits=hits, compared=compared,

@@ -61,7 +61,7 @@ from .models import ModelPreset, model_preset
 __all__ = ["STEP_KINDS", "SYNTHETIC_SHAPE", "SYNTHETIC_NOTE", "LayerWork", "Step", "PoolWrite",
            "HomeGroups", "Placement", "place_layer", "replay_steps", "elastic_steps",
            "limit_tokens", "parse_layers", "synthetic_model", "SyntheticWeights",
-           "compile_layer", "reserved_hb_bytes"]
+           "compile_layer", "slice_images", "reserved_hb_bytes", "check_model_trace"]
 
 #: Step kinds: Elastic-SD's autoregressive seed tokens, draft steps and verify steps; plain
 #: replay's decode steps. ``draft`` runs DRAFT numerics (MSB slices only); the others FULL.
@@ -552,16 +552,41 @@ class SyntheticWeights:
 def compile_layer(step: Step, work: LayerWork, placement: Placement, weights: SyntheticWeights,
                   arch) -> list:
     """The programs of one layer-step: ``[(group, GroupJob)]`` for every busy group
-    (:func:`.parallel.compile_group` with the group's experts and its cached subset)."""
+    (:func:`.parallel.compile_group` with the group's experts and its cached subset). A batch
+    the PE's memories cannot hold raises :class:`UserError` naming the step, layer and group."""
+    from .asm import ProgramError
     from .parallel import compile_group
     x = weights.x(work.layer, step.tokens)
     exs = weights.experts(work.layer)
     jobs = []
     for g in placement.busy():
-        jobs.append((g, compile_group(x, exs, (work.ids, work.weights), phase=step.phase,
-                                      config=arch, cached=sorted(placement.cached[g]),
-                                      group_experts=sorted(placement.groups[g]))))
+        try:
+            jobs.append((g, compile_group(x, exs, (work.ids, work.weights), phase=step.phase,
+                                          config=arch, cached=sorted(placement.cached[g]),
+                                          group_experts=sorted(placement.groups[g]))))
+        except ProgramError as exc:
+            raise UserError(f"step {step.index} ({step.kind}, {len(step.tokens)} tokens), "
+                            f"layer {work.layer}, group {g}: {exc} (the {arch.name} PE cannot "
+                            f"hold this batch: reduce --batch or --depth)") from None
     return jobs
+
+
+def slice_images(layer, expert, weights: SyntheticWeights, arch) -> list:
+    """The words a pool update writes into the G HB banks of the home group for the MSB slice
+    of (``layer``, ``expert``): per PE, the up/gate MSB plane and scales of its channel slice
+    and the down MSB plane and scales of its K slice, in the layout
+    :func:`.parallel.compile_group` reads (a group's HB image is its cached experts' slices
+    in ascending id; ``tests/test_host.py`` checks the concatenation). W-bit ints."""
+    from .parallel import compile_group
+    x = weights.x(layer, [(0, 0)])
+    k = weights.model.top_k
+    ids = np.full((1, k), -1, np.int64)
+    ids[0, 0] = expert
+    w = np.zeros((1, k), np.float32)
+    w[0, 0] = 1.0
+    job = compile_group(x, weights.experts(layer), (ids, w), phase="draft", config=arch,
+                        cached=[expert], group_experts=[expert])
+    return [list(img) for img in job.hb_images]
 
 
 def check_model_trace(trace, model) -> ModelPreset:

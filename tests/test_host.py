@@ -74,6 +74,19 @@ def test_golden_equals_ref_moe_on_real_trace():
                           "DRAFT" if step.kind == "draft" else "FULL")
             assert np.array_equal(gl.y.view(np.uint32), ref.y.view(np.uint32))
     assert two_groups and mixed
+    # a pool update writes exactly the words later programs read from HB: a group's HB image
+    # is its cached experts' slices (host.slice_images) in ascending id
+    checked = 0
+    for gl in layers:
+        for g, job, _, _ in gl.jobs:
+            c = sorted(steps[gl.step].placements[gl.layer].cached[g])
+            if not c or checked > 6:
+                continue
+            imgs = [host.slice_images(gl.layer, e, w, SMALL) for e in c]
+            for p in range(job.pes):
+                assert job.hb_images[p] == [x for im in imgs for x in im[p]]
+            checked += 1
+    assert checked
     assert sum(s.produced for s in steps) == res.tokens == 10
 
 
