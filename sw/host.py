@@ -213,13 +213,13 @@ class HomeGroups:
             self.count[g] -= 1
 
     def sync(self, keys) -> tuple:
-        """Homes for exactly ``keys``: returns ``(new keys, released keys)``."""
-        keys = [(int(a), int(b)) for a, b in keys]
-        want = set(keys)
-        gone = [k for k in self.home if k not in want]
+        """Homes for exactly ``keys``: returns ``(new keys, released keys)``, each sorted
+        (homes are assigned in that order)."""
+        want = {(int(a), int(b)) for a, b in keys}
+        gone = sorted(self.home.keys() - want)
         for k in gone:
             self.release(k)
-        new = [k for k in keys if k not in self.home]
+        new = sorted(want - self.home.keys())
         for k in new:
             self.assign(k)
         return new, gone
@@ -331,11 +331,12 @@ def replay_steps(trace, cache: HBExpertCache, *, layers=None, batch=1, groups=1,
                 experts = [e for ri, _ in rows for e in ri]
                 if not experts:
                     continue
-                hits, _ = cache.step(lay, experts)
+                hits, misses = cache.step(lay, experts)
                 if lay in sel:
                     work[lay] = _layer_work(lay, rows, hits, p)
                     placed[lay] = place_layer(work[lay], homes, draft=False)
-                new, gone = homes.sync(cache.contents())
+                # membership changes only by admissions (and the evictions they cause)
+                new, gone = homes.sync(cache.contents()) if misses else ([], [])
                 writes += [PoolWrite(k, homes.home[k], False) for k in new if k[0] in sel]
                 evicted += [k for k in gone if k[0] in sel]
             steps.append(Step(index=len(steps), kind="decode", tokens=toks, layers=work,
