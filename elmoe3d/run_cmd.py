@@ -332,8 +332,10 @@ def _pct(x):
 
 def summary_table(doc):
     from rich.table import Table
-    title = (f"elmoe3d run: {Path(doc['trace']).name}, {doc['model']}"
-             f"{' (synthetic ' + str(doc['shapes']['hidden']) + 'x' + str(doc['shapes']['intermediate']) + ' experts)' if doc['shapes']['synthetic'] else ''}"
+    sh = doc["shapes"]
+    synth = f" (synthetic {sh['hidden']}x{sh['intermediate']} experts)" if sh["synthetic"] \
+        else ""
+    title = (f"elmoe3d run: {Path(doc['trace']).name}, {doc['model']}{synth}"
              f", {doc['config']}, backend {doc['backend']}, {doc['schedule']}, "
              f"{len(doc['layers'])} layers, {doc['tokens']} tokens")
     t = Table(title=title, title_justify="left")
@@ -346,7 +348,8 @@ def summary_table(doc):
         t.add_column(c, justify="left" if c == "run" else "right", no_wrap=True)
     for run in doc["runs"]:
         s = run["summary"]
-        row = [run["label"], str(s["steps"]), str(s["produced"]), _pct(s["hit_rate"]), _b(s["hb_read_bytes"]), _b(s["hb_write_bytes"]),
+        row = [run["label"], str(s["steps"]), str(s["produced"]), _pct(s["hit_rate"]),
+               _b(s["hb_read_bytes"]), _b(s["hb_write_bytes"]),
                _b(s["ext_bytes"]), _b(s["link_bytes"]),
                f"{s['cycles']:,.0f}" if "cycles" in s else "-",
                f"{s['tokens_per_s']:,.1f}" if s.get("tokens_per_s") else "-",

@@ -238,8 +238,8 @@ class PerfModel:
         hits = len(set(work.routed()) & set(work.cached))
         return LayerCost(layer=work.layer, cycles=cycles, bound=bound, hb_read_bytes=hb_read,
                          hb_write_bytes=hb_write, ext_bytes=ext, link_bytes=link_b, macs=macs,
-                         tile_cycles=tile, group_cycles=groups, ext_cycles=ext_cycles, accesses=acc, hits=hits,
-                         experts=experts)
+                         tile_cycles=tile, group_cycles=groups, ext_cycles=ext_cycles,
+                         accesses=acc, hits=hits, experts=experts)
 
     def step(self, step, placements: dict) -> StepCost:
         """Cost of a :class:`~.host.Step` with ``placements`` = ``{layer: Placement}``."""
