@@ -56,7 +56,7 @@ SCHEDULES = ("elastic", "replay")
 NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
 #: CSV columns (one row per step).
 CSV_COLUMNS = ("run", "depth", "step", "kind", "iteration", "tokens", "produced", "layers",
-               "cycles", "us", "hb_read_bytes", "hb_write_bytes", "ext_bytes", "link_bytes",
+               "cycles", "us", "perf_cycles", "hb_read_bytes", "hb_write_bytes", "ext_bytes", "link_bytes",
                "accesses", "hits", "hit_rate", "energy_pj", "pool_writes", "pool_extra",
                "compared", "mismatches")
 
@@ -308,6 +308,12 @@ def execute(args, *, progress_factory=None) -> dict:
         if backend == "rtl" and lost:
             run["summary"]["mismatches"] += lost["mismatches"]
         run["wall_seconds"] = {"schedule": t_sched, "backend": t_run}
+        if backend != "perf":
+            # the perf model on the same steps and shapes, beside the measured figures
+            perf = backends.run_perf(steps, arch, model)
+            for r, p in zip(recs, perf):
+                r["perf_cycles"] = p["cycles"]
+            run["perf_cycles"] = sum(p["cycles"] for p in perf)
         toks = trace.token_count()
         run["tokens_simulated_per_s"] = toks / (t_sched + t_run) if t_sched + t_run else None
         run["steps"] = recs
@@ -540,6 +546,12 @@ def run(args) -> int:
                       f"PE cycles in all; {x['cycles_note']}; log {x['log']}")
             if x.get("error"):
                 out.print(f"[bold red]RTL bench error[/]: {x['error']}")
+        if r.get("perf_cycles") is not None:
+            cyc = r["summary"].get("cycles")
+            out.print(f"{r['label']}: the perf model puts the same steps at "
+                      f"{r['perf_cycles']:,.0f} cycles"
+                      + (f" (RTL lower bound / perf = {cyc / r['perf_cycles']:.2f})"
+                         if cyc and r["perf_cycles"] else ""))
 
     outputs = AtomicOutputs()
     try:
