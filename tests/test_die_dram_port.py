@@ -7,7 +7,7 @@ small die's HB bank) and words of several bursts (the paper's PE), and equal wid
 import random
 
 import pytest
-from amaranth.hdl import Fragment, Value
+from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from elmoe3d.hw.dram_port import DramWordPort

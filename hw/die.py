@@ -1,0 +1,438 @@
+"""The ELMoE-3D logic die: groups of PEs with their HB banks, aggregation links, the
+streamline ring fed by the external-memory controller, and the host interface (paper Section
+4.1, Fig. 6; Sections 5.1 and 5.2; Table 1).
+
+Host-side payloads are defined here once (:func:`host_cmd_layout`, :func:`host_dma_layout`,
+:func:`die_o_layout`, and :func:`elmoe3d.hw.ext_stream.ext_read_layout`) and shared with the
+benches (``sim/bench_die.py``) through ``layout.const(...)``; ``docs/memory.md`` ("Logic die")
+describes the die and the rules a host keeps.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from ..config import ArchConfig
+from .agg_link import AggregationLink, link_op_layout
+from .dram_ctrl import dram_bus_signature
+from .dram_port import DramWordPort
+from .ext_ctrl import ExtController
+from .ext_stream import ExtStreamer, ext_read_layout
+from .hb_ctrl import HBController
+from .isa import command_layout, o_beat_layout
+from .load_router import ADDR_BITS, LoadRouter
+from .pe import PE
+from .ring import StreamlineRing
+
+
+__all__ = ["HostQueue", "DmaKind", "host_cmd_layout", "host_dma_layout", "die_o_layout",
+           "LogicDie", "queue_bit", "dma_bit"]
+
+
+class HostQueue(enum.Enum, shape=2):
+    """The queue a host command beat goes to (:func:`host_cmd_layout` ``queue``)."""
+
+    PE = 0      #: PE ``index``'s command stream (``body.cmd``)
+    LINK = 1    #: group ``index``'s aggregation-link descriptors (``body.link``)
+    EXT = 2     #: the external-memory read descriptors (``body.ext``)
+
+
+class DmaKind(enum.Enum, shape=1):
+    """What a host DMA beat carries (:func:`host_dma_layout` ``kind``)."""
+
+    LD = 0         #: a word of PE ``pe``'s HOST loads
+    HB_WRITE = 1   #: a word written into PE ``pe``'s HB bank at word ``addr``
+
+
+def _index_bits(arch: ArchConfig) -> int:
+    return max(1, (max(arch.pes, arch.groups) - 1).bit_length())
+
+
+def _pe_bits(arch: ArchConfig) -> int:
+    return max(1, (arch.pes - 1).bit_length())
+
+
+def host_cmd_layout(arch: ArchConfig) -> data.StructLayout:
+    """One beat of the host command stream.
+
+    Fields
+    ------
+    queue : HostQueue
+    index : unsigned
+        PE index (``PE``) or group index (``LINK``); ignored for ``EXT``.
+    body : union
+        ``cmd``: :func:`elmoe3d.hw.isa.command_layout` (a PE command, 128 bits); ``link``:
+        :func:`elmoe3d.hw.agg_link.link_op_layout` (``pes_per_group``); ``ext``:
+        :func:`elmoe3d.hw.ext_stream.ext_read_layout` (``pes``).
+    """
+    return data.StructLayout({
+        "queue": HostQueue,
+        "index": unsigned(_index_bits(arch)),
+        "body": data.UnionLayout({"cmd": command_layout(),
+                                  "link": link_op_layout(arch.pes_per_group),
+                                  "ext": ext_read_layout(arch.pes)}),
+    })
+
+
+def host_dma_layout(arch: ArchConfig) -> data.StructLayout:
+    """One beat of the host DMA write stream: ``kind`` (:class:`DmaKind`), ``pe``, ``addr``
+    (:data:`~elmoe3d.hw.load_router.ADDR_BITS`, HB word address of an ``HB_WRITE``; ignored
+    for ``LD``), ``data`` (one W-bit PE word)."""
+    return data.StructLayout({"kind": DmaKind, "pe": unsigned(_pe_bits(arch)),
+                              "addr": unsigned(ADDR_BITS),
+                              "data": unsigned(arch.pe.word_bits)})
+
+
+def die_o_layout(arch: ArchConfig) -> data.StructLayout:
+    """One beat of the die's output stream: ``pe`` (the PE that emitted it) and ``beat``
+    (:func:`elmoe3d.hw.isa.o_beat_layout`: kind DATA or STATUS and W data bits)."""
+    return data.StructLayout({"pe": unsigned(_pe_bits(arch)), "beat": o_beat_layout(arch)})
+
+
+def queue_bit(arch: ArchConfig, queue, index: int = 0) -> int:
+    """Bit of ``cmd_room`` for a queue: PE ``i`` -> ``i``, LINK ``g`` -> ``pes + g``, EXT ->
+    ``pes + groups``."""
+    queue = HostQueue(queue)
+    if queue is HostQueue.PE:
+        return index
+    if queue is HostQueue.LINK:
+        return arch.pes + index
+    return arch.pes + arch.groups
+
+
+def dma_bit(arch: ArchConfig, kind, pe: int) -> int:
+    """Bit of ``dma_room`` for a DMA kind and PE: LD -> ``pe``, HB_WRITE -> ``pes + pe``."""
+    return pe if DmaKind(kind) is DmaKind.LD else arch.pes + pe
+
+
+def _check(name, value, lo):
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
+
+
+class LogicDie(wiring.Component):
+    """The logic die (paper Fig. 6): ``groups`` x ``pes_per_group`` PEs.
+
+    Per PE ``p``: a :class:`~elmoe3d.hw.pe.PE`, its :class:`~elmoe3d.hw.load_router.LoadRouter`
+    (each LOAD's words from HOST, HB or EXT, HB reads prefetched), its
+    :class:`~elmoe3d.hw.hb_ctrl.HBController` behind a
+    :class:`~elmoe3d.hw.dram_port.DramWordPort` (PE words <-> 128 B bursts), the bank's command
+    bus on the top-level port ``hb[p]``. Per group ``g``: an
+    :class:`~elmoe3d.hw.agg_link.AggregationLink` joining the PEs' ``link_o`` / ``link_i``
+    (group-local PE ``j`` = die PE ``g * pes_per_group + j``) with a descriptor queue. One
+    :class:`~elmoe3d.hw.ring.StreamlineRing` (a station per group) into the PEs' load routers'
+    ``ext`` inputs, fed by an :class:`~elmoe3d.hw.ext_stream.ExtStreamer` reading the
+    :class:`~elmoe3d.hw.ext_ctrl.ExtController` (LPDDR5 channels on the top-level ports
+    ``ext[c]``) through another :class:`~elmoe3d.hw.dram_port.DramWordPort`.
+
+    Host interface
+    --------------
+    host_cmd : In stream, :func:`host_cmd_layout`
+        PE commands (to PE ``index``'s command queue, :attr:`cmd_queue_depth` commands),
+        link descriptors (to group ``index``'s queue, :attr:`link_queue_depth`) and EXT read
+        descriptors (:attr:`ext_queue_depth`). A beat is taken in a cycle where its queue's
+        ``cmd_room`` bit is 1 (``host_cmd.ready`` is that bit), so a host that offers only
+        beats of queues with room never blocks one queue behind another. A room bit falls only
+        when a beat enters its queue.
+    cmd_room : Out(pes + groups + 1)
+        One bit per queue (:func:`queue_bit`).
+    host_dma : In stream, :func:`host_dma_layout`
+        LD words to PE ``pe``'s HOST loads; HB_WRITE words into PE ``pe``'s HB bank (whole
+        128 B bursts: the words of a burst in address order, see
+        :class:`~elmoe3d.hw.dram_port.DramWordPort`; ordered with the PE's HB reads by request
+        order at the controller). Taken when its ``dma_room`` bit is 1, as for ``host_cmd``.
+    dma_room : Out(2 pes)
+        :func:`dma_bit`.
+    o : Out stream, :func:`die_o_layout`
+        Every PE's ``o`` beats, tagged with the PE index, merged round robin (a register:
+        :attr:`o_latency` = 1 cycle); a PE's beats keep their order.
+    errors : Out(2)
+        Sticky: bit 0 a ``host_cmd`` beat named a PE or group that does not exist; bit 1 a
+        ``host_dma`` beat did (the beat is taken and dropped).
+    hb[p] : Out :func:`elmoe3d.hw.dram_ctrl.dram_bus_signature` (``config.hb``)
+    ext[c] : Out :func:`elmoe3d.hw.dram_ctrl.dram_bus_signature` (``config.ext``), per
+        LPDDR5 channel
+        DRAM command and data buses, for the behavioural models of ``sim/dram_model.py``.
+
+    Parameters
+    ----------
+    config : ArchConfig
+    cmd_queue_depth, link_queue_depth, ext_queue_depth : int
+        Host queue depths (commands, descriptors), >= 1.
+    router : dict
+        Keyword arguments of every :class:`~elmoe3d.hw.load_router.LoadRouter`
+        (``queue_depth``, ``hb_fifo_words``, ``hb_burst_words``, ``ext_fifo_words``,
+        ``host_fifo_words``).
+    link_buffer_words : int
+        The aggregation link's per-destination FIFO (the compiler's ``buffer_words``).
+    ring_buffer_flits, ring_stream_bits : int
+        The streamline ring's per-PE flit FIFO depth and stream-id bits.
+    hb_queue_depth, hb_read_buffer : int
+        :class:`~elmoe3d.hw.hb_ctrl.HBController` burst queue and read buffer.
+    ext_channels, ext_queue_depth_bursts, ext_read_buffer : int or None
+        :class:`~elmoe3d.hw.ext_ctrl.ExtController` channels (default ``config.ext_channels``),
+        per-channel burst queue and read buffer.
+    mul_stages : int
+        The PEs' VPU multiplier stages.
+
+    Raises
+    ------
+    TypeError
+        ``config`` is not an ArchConfig.
+    ValueError
+        A parameter out of range (named; the blocks' own checks name theirs).
+    """
+
+    def __init__(self, *, config, cmd_queue_depth: int = 16, link_queue_depth: int = 8,
+                 ext_queue_depth: int = 8, router: dict | None = None,
+                 link_buffer_words: int = 64, ring_buffer_flits: int = 8,
+                 ring_stream_bits: int = 4, hb_queue_depth: int = 32, hb_read_buffer: int = 16,
+                 ext_channels: int | None = None, ext_queue_depth_bursts: int = 32,
+                 ext_read_buffer: int = 32, mul_stages: int = 1):
+        try:
+            if not isinstance(config, ArchConfig):
+                raise TypeError(f"config: expected an ArchConfig, got {type(config).__name__}")
+            _check("cmd_queue_depth", cmd_queue_depth, 1)
+            _check("link_queue_depth", link_queue_depth, 1)
+            _check("ext_queue_depth", ext_queue_depth, 1)
+            if router is not None and not isinstance(router, dict):
+                raise ValueError(f"router: expected a dict of LoadRouter parameters, got "
+                                 f"{type(router).__name__}")
+            arch = config
+            self._arch = arch
+            self._cmd_depth, self._link_depth, self._ext_depth = \
+                cmd_queue_depth, link_queue_depth, ext_queue_depth
+            # sub-blocks built here (their constructors validate their parameters)
+            self._pes = [PE(config=arch, mul_stages=mul_stages) for _ in range(arch.pes)]
+            self._routers = [LoadRouter(config=arch, **(router or {}))
+                             for _ in range(arch.pes)]
+            self._hb = [HBController(config=arch, queue_depth=hb_queue_depth,
+                                     read_buffer=hb_read_buffer) for _ in range(arch.pes)]
+            W = arch.pe.word_bits
+            self._hb_ports = [DramWordPort(word_bits=W, burst_bits=arch.hb.burst_bytes * 8,
+                                           addr_bits=h.addr_bits, length_bits=16,
+                                           inflight=max(2, self._routers[0].hb_fifo_words))
+                              for h in self._hb]
+            self._links = [AggregationLink.from_arch(arch, buffer_words=link_buffer_words)
+                           for _ in range(arch.groups)]
+            self._ring = StreamlineRing.from_arch(arch, stream_bits=ring_stream_bits,
+                                                  buffer_flits=ring_buffer_flits)
+            self._ext = ExtController(config=arch, channels=ext_channels,
+                                      queue_depth=ext_queue_depth_bursts,
+                                      read_buffer=ext_read_buffer)
+            self._ext_port = DramWordPort(word_bits=W, burst_bits=self._ext.stripe_bytes * 8,
+                                          addr_bits=self._ext.channel.addr_bits, length_bits=16,
+                                          inflight=ext_queue_depth)
+            self._streamer = ExtStreamer(pes=arch.pes, word_bits=W,
+                                         flit_bytes=int(arch.streamline_bytes_per_cycle),
+                                         stream_bits=ring_stream_bits, inflight=ext_queue_depth)
+        except (TypeError, ValueError):
+            self._MustUse__silence = True
+            for block in self.__dict__.values():
+                for b in block if isinstance(block, list) else [block]:
+                    if isinstance(b, wiring.Component):
+                        b._MustUse__silence = True
+            raise
+        self._link_buffer_words = link_buffer_words
+        super().__init__({
+            "host_cmd": In(stream.Signature(host_cmd_layout(arch))),
+            "cmd_room": Out(arch.pes + arch.groups + 1),
+            "host_dma": In(stream.Signature(host_dma_layout(arch))),
+            "dma_room": Out(2 * arch.pes),
+            "o": Out(stream.Signature(die_o_layout(arch))),
+            "errors": Out(2),
+            "hb": Out(dram_bus_signature(arch.hb)).array(arch.pes),
+            "ext": Out(dram_bus_signature(arch.ext)).array(self._ext.channels),
+        })
+
+    # ---- parameters -------------------------------------------------------------------------
+
+    @property
+    def config(self) -> ArchConfig:
+        return self._arch
+
+    @property
+    def cmd_queue_depth(self) -> int:
+        return self._cmd_depth
+
+    @property
+    def link_queue_depth(self) -> int:
+        return self._link_depth
+
+    @property
+    def ext_queue_depth(self) -> int:
+        return self._ext_depth
+
+    @property
+    def link_buffer_words(self) -> int:
+        """Words of every aggregation-link destination FIFO (compile with this
+        ``buffer_words``)."""
+        return self._link_buffer_words
+
+    @property
+    def ext_channels(self) -> int:
+        return self._ext.channels
+
+    @property
+    def ext_stripe_bytes(self) -> int:
+        """Bytes of one EXT request unit (a burst in every channel)."""
+        return self._ext.stripe_bytes
+
+    @property
+    def router(self) -> LoadRouter:
+        """PE 0's load router (all are alike): its parameters."""
+        return self._routers[0]
+
+    @property
+    def pe(self) -> PE:
+        """PE 0 (all are alike): its latencies."""
+        return self._pes[0]
+
+    @property
+    def o_latency(self) -> int:
+        """Cycles from a PE's ``o`` beat taken to it offered on the die's ``o``."""
+        return 1
+
+    # ---- logic ------------------------------------------------------------------------------
+
+    def elaborate(self, platform):
+        m = Module()
+        arch = self._arch
+        P, G, NG = arch.pes, arch.pes_per_group, arch.groups
+
+        for p in range(P):
+            m.submodules[f"pe{p}"] = self._pes[p]
+            m.submodules[f"router{p}"] = self._routers[p]
+            m.submodules[f"hb_ctrl{p}"] = self._hb[p]
+            m.submodules[f"hb_port{p}"] = self._hb_ports[p]
+        for g in range(NG):
+            m.submodules[f"link{g}"] = self._links[g]
+        m.submodules.ring = ring = self._ring
+        m.submodules.ext_ctrl = ext = self._ext
+        m.submodules.ext_port = xport = self._ext_port
+        m.submodules.ext_stream = streamer = self._streamer
+
+        # -- host command queues --
+        hc = self.host_cmd.payload
+        cmd_q = [SyncFIFO(width=command_layout().size, depth=self._cmd_depth) for _ in range(P)]
+        link_q = [SyncFIFO(width=link_op_layout(G).size, depth=self._link_depth)
+                  for _ in range(NG)]
+        ext_q = SyncFIFO(width=ext_read_layout(P).size, depth=self._ext_depth)
+        for p, q in enumerate(cmd_q):
+            m.submodules[f"cmd_q{p}"] = q
+        for g, q in enumerate(link_q):
+            m.submodules[f"link_q{g}"] = q
+        m.submodules.ext_q = ext_q
+        room = Cat(*[q.w_rdy for q in cmd_q], *[q.w_rdy for q in link_q], ext_q.w_rdy)
+        m.d.comb += self.cmd_room.eq(room)
+        is_pe = hc.queue == HostQueue.PE
+        is_link = hc.queue == HostQueue.LINK
+        is_ext = hc.queue == HostQueue.EXT
+        in_range = Mux(is_pe, hc.index < P, Mux(is_link, hc.index < NG, is_ext))
+        qbit = Mux(is_pe, hc.index, Mux(is_link, P + hc.index, P + NG))
+        m.d.comb += self.host_cmd.ready.eq(Mux(in_range, room.bit_select(qbit, 1), 1))
+        put = self.host_cmd.valid & self.host_cmd.ready & in_range
+        for p, q in enumerate(cmd_q):
+            m.d.comb += [q.w_data.eq(hc.body.cmd.as_value()),
+                         q.w_en.eq(put & is_pe & (hc.index == p))]
+        for g, q in enumerate(link_q):
+            m.d.comb += [q.w_data.eq(hc.body.link.as_value()),
+                         q.w_en.eq(put & is_link & (hc.index == g))]
+        m.d.comb += [ext_q.w_data.eq(hc.body.ext.as_value()), ext_q.w_en.eq(put & is_ext)]
+        with m.If(self.host_cmd.valid & ~in_range):
+            m.d.sync += self.errors[0].eq(1)
+
+        # -- host DMA --
+        hd = self.host_dma.payload
+        is_ld = hd.kind == DmaKind.LD
+        dma_room = Cat(*[r.host.ready for r in self._routers],
+                       *[hp.wr.ready for hp in self._hb_ports])
+        m.d.comb += self.dma_room.eq(dma_room)
+        d_in_range = hd.pe < P
+        m.d.comb += self.host_dma.ready.eq(
+            Mux(d_in_range, dma_room.bit_select(Mux(is_ld, hd.pe, P + hd.pe), 1), 1))
+        with m.If(self.host_dma.valid & ~d_in_range):
+            m.d.sync += self.errors[1].eq(1)
+        for p in range(P):
+            r, hp = self._routers[p], self._hb_ports[p]
+            mine = self.host_dma.valid & (hd.pe == p)
+            m.d.comb += [
+                r.host.valid.eq(mine & is_ld), r.host.payload.eq(hd.data),
+                hp.wr.valid.eq(mine & ~is_ld), hp.wr.payload.addr.eq(hd.addr),
+                hp.wr.payload.data.eq(hd.data),
+            ]
+
+        # -- per PE: command queue -> router -> PE; router <-> HB port <-> HB controller --
+        for p in range(P):
+            pe, r, hp, hb, q = self._pes[p], self._routers[p], self._hb_ports[p], self._hb[p], \
+                cmd_q[p]
+            m.d.comb += [
+                r.cmd_i.valid.eq(q.r_rdy), r.cmd_i.payload.as_value().eq(q.r_data),
+                q.r_en.eq(r.cmd_i.ready),
+            ]
+            wiring.connect(m, r.cmd_o, pe.cmd)
+            wiring.connect(m, r.ld, pe.ld)
+            wiring.connect(m, r.hb_req, hp.rd_req)
+            wiring.connect(m, hp.rd_data, r.hb_data)
+            wiring.connect(m, hp.req, hb.req)
+            wiring.connect(m, hp.wdata, hb.wdata)
+            wiring.connect(m, hb.rdata, hp.rdata)
+            wiring.connect(m, wiring.flipped(self.hb[p]), hb.dram)
+            wiring.connect(m, ring.ext[p], r.ext)
+
+        # -- aggregation links --
+        for g in range(NG):
+            link, q = self._links[g], link_q[g]
+            m.d.comb += [link.op.valid.eq(q.r_rdy), link.op.payload.as_value().eq(q.r_data),
+                         q.r_en.eq(link.op.ready)]
+            for j in range(G):
+                pe = self._pes[g * G + j]
+                wiring.connect(m, pe.link_o, link.pe_i[j])
+                wiring.connect(m, link.pe_o[j], pe.link_i)
+
+        # -- EXT: descriptors -> streamer -> word port -> LPDDR5 controller; flits -> ring --
+        m.d.comb += [streamer.desc.valid.eq(ext_q.r_rdy),
+                     streamer.desc.payload.as_value().eq(ext_q.r_data),
+                     ext_q.r_en.eq(streamer.desc.ready)]
+        wiring.connect(m, streamer.rd_req, xport.rd_req)
+        wiring.connect(m, xport.rd_data, streamer.rd_data)
+        wiring.connect(m, xport.req, ext.req)
+        wiring.connect(m, xport.wdata, ext.wdata)
+        wiring.connect(m, ext.rdata, xport.rdata)
+        m.d.comb += xport.wr.valid.eq(0)
+        wiring.connect(m, streamer.inject, ring.inject)
+        for c in range(ext.channels):
+            wiring.connect(m, wiring.flipped(self.ext[c]), ext.dram[c])
+
+        # -- output merge: round robin over the PEs' o streams into one register --
+        o_valid = Signal()
+        o_pe = Signal(range(P) if P > 1 else 1)
+        o_beat = Signal(o_beat_layout(arch))
+        last = Signal(range(P) if P > 1 else 1)
+        m.d.comb += [self.o.valid.eq(o_valid), self.o.payload.pe.eq(o_pe),
+                     self.o.payload.beat.eq(o_beat)]
+        free = ~o_valid | self.o.ready
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += o_valid.eq(0)
+        valids = Cat(*[pe.o.valid for pe in self._pes])
+        above = Signal(P)
+        m.d.comb += above.eq(valids & ~((Const(1, P + 2) << (last + 1)) - 1)[:P])
+        grant = Signal(range(P) if P > 1 else 1)
+        any_valid = valids.any()
+        # lowest valid PE above the last granted one, else the lowest valid PE
+        for p in reversed(range(P)):
+            with m.If(valids[p]):
+                m.d.comb += grant.eq(p)
+        for p in reversed(range(P)):
+            with m.If(above.any() & above[p]):
+                m.d.comb += grant.eq(p)
+        with m.If(free & any_valid):
+            for p in range(P):
+                with m.If(grant == p):
+                    m.d.comb += self._pes[p].o.ready.eq(1)
+                    m.d.sync += o_beat.eq(self._pes[p].o.payload)
+            m.d.sync += [o_valid.eq(1), o_pe.eq(grant), last.eq(grant)]
+        return m
