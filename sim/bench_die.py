@@ -405,13 +405,13 @@ class DieBench:
             for lst in ext_lists:
                 if lst:
                     cmd_q[ext_bit].append(lst.pop(0))
+        dram0 = self.dram_stats()
         if dma_hb:
             await self._pool_update(dma_hb, rng)
         words = sum(len(d) for d in cmd_q.values()) + sum(len(d) for d in dma_q.values())
         ext_words = sum(len(j[1].ext_image) for j in jobs if j)
         hb_words = sum(len(w) for j in jobs if j for w in j[1].hb_images)
         budget = 4000 + 30 * words + 4 * (ext_words + hb_words)
-        dram0 = self.dram_stats()
         wall = time.perf_counter()
         beats, errors, first = await self.run(cmd_q, dma_q, n_o=n_o, rng=rng, traffic=traffic,
                                               budget=budget)
