@@ -637,9 +637,49 @@ async def test_pool_update(dut):
                              "smooth", cached=cached, hb_by_dma=(0, bench.arch.pes - 1))
 
 
+@cocotb.test()
+async def test_host_errors(dut):
+    """A host command naming a group that does not exist is taken and dropped, and sets the
+    sticky ``errors`` bit 0 (bit 1 stays clear); a reset clears it."""
+    bench = await _bench(dut, "test_host_errors", "smooth")
+    with bench.summary():
+        arch = bench.arch
+        index_bits = bench.cmd_layout["index"].shape.width
+        if (1 << index_bits) <= arch.groups:
+            bench.fail("bad group index", f"no out-of-range group index fits {index_bits} bits")
+            return
+        op = link_op_layout(arch.pes_per_group).const({"words": 1, "src_mask": 1,
+                                                       "dst_mask": 1})
+        bad = bench._cmd(HostQueue.LINK, (1 << index_bits) - 1, {"link": op})
+        before = int(dut.errors.value)
+        await RisingEdge(dut.clk)
+        dut.host_cmd__payload.value = bad
+        dut.host_cmd__valid.value = 1
+        await ReadOnly()
+        taken = dut.host_cmd__ready.value == 1
+        await RisingEdge(dut.clk)
+        dut.host_cmd__valid.value = 0
+        for _ in range(3):
+            await RisingEdge(dut.clk)
+        after = int(dut.errors.value)
+        room = int(dut.cmd_room.value)
+        details = []
+        if before != 0:
+            details.append(f"errors = {before:#b} after reset")
+        if not taken:
+            details.append("the beat naming a missing group was not taken")
+        if after != 0b01:
+            details.append(f"errors = {after:#b} after the bad beat, expected 0b01")
+        if room != (1 << (arch.pes + arch.groups + 1)) - 1:
+            details.append(f"cmd_room = {room:#b}: a queue took the dropped beat")
+        bench.record(case="bad group index", phase="-", traffic="smooth", tokens=0,
+                     experts_run=[], cycles=0, comparisons=4, mismatches=len(details),
+                     details=details, dram=bench.dram_stats(), note="host error path, no data")
+
+
 # -- host side -------------------------------------------------------------------------------
 
-TESTS = ("test_phases", "test_pool_update")
+TESTS = ("test_phases", "test_pool_update", "test_host_errors")
 
 
 @dataclass(frozen=True)
