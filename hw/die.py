@@ -29,7 +29,7 @@ from .ring import StreamlineRing
 
 
 __all__ = ["HostQueue", "DmaKind", "host_cmd_layout", "host_dma_layout", "die_o_layout",
-           "LogicDie", "queue_bit", "dma_bit"]
+           "die_probe_layout", "LogicDie", "queue_bit", "dma_bit"]
 
 
 class HostQueue(enum.Enum, shape=2):
@@ -92,6 +92,49 @@ def die_o_layout(arch: ArchConfig) -> data.StructLayout:
     return data.StructLayout({"pe": unsigned(_pe_bits(arch)), "beat": o_beat_layout(arch)})
 
 
+def die_probe_layout(arch: ArchConfig) -> data.StructLayout:
+    """The die's read-only ``probe`` output: per-cycle handshake and stall bits of its internal
+    streams, for benches (``sim/bench_die.py`` measures the verify-phase overlap from them).
+    Every bit is combinational from the cycle's ``valid`` / ``ready`` (a handshake bit is 1 in
+    the cycle a word moves); bit ``p`` of a P-bit field is die PE ``p``, bit ``g`` of a
+    G-bit field is group ``g``.
+
+    Fields
+    ------
+    ext_word : unsigned(pes)
+        The streamline ring delivered a W-bit EXT word into PE ``p``'s load-router FIFO.
+    ext_full : unsigned(pes)
+        The ring offered PE ``p`` a word its load router's EXT FIFO had no room for.
+    ld_word : unsigned(pes)
+        PE ``p`` took a load word (any source).
+    ld_wait : unsigned(pes)
+        PE ``p`` was ready for a load word and its router had none.
+    ld_held : unsigned(pes)
+        The router offered PE ``p`` a load word and the PE was not ready.
+    hb_word : unsigned(pes)
+        PE ``p``'s HB word port delivered a word to its router.
+    link_o_word, link_i_word : unsigned(pes)
+        A word went from PE ``p``'s ``link_o`` into its group's link / from the link into
+        its ``link_i``.
+    link_busy, link_op, link_done : unsigned(groups)
+        Group ``g``'s aggregation link is running a descriptor / took one / finished one
+        (:class:`~elmoe3d.hw.agg_link.AggregationLink` ``busy``, ``op`` handshake, ``done``).
+    inject, inject_full : unsigned(1)
+        A ring flit entered the ring from the EXT streamer / the streamer offered one the ring
+        had no room for.
+    ext_rd_word : unsigned(1)
+        A W-bit word came from the LPDDR5 controller's word port into the EXT streamer.
+    """
+    P, NG = arch.pes, arch.groups
+    return data.StructLayout({
+        "ext_word": unsigned(P), "ext_full": unsigned(P), "ld_word": unsigned(P),
+        "ld_wait": unsigned(P), "ld_held": unsigned(P), "hb_word": unsigned(P),
+        "link_o_word": unsigned(P), "link_i_word": unsigned(P),
+        "link_busy": unsigned(NG), "link_op": unsigned(NG), "link_done": unsigned(NG),
+        "inject": unsigned(1), "inject_full": unsigned(1), "ext_rd_word": unsigned(1),
+    })
+
+
 def queue_bit(arch: ArchConfig, queue, index: int = 0) -> int:
     """Bit of ``cmd_room`` for a queue: PE ``i`` -> ``i``, LINK ``g`` -> ``pes + g``, EXT ->
     ``pes + groups``."""
@@ -152,6 +195,9 @@ class LogicDie(wiring.Component):
     errors : Out(2)
         Sticky: bit 0 a ``host_cmd`` beat named a PE or group that does not exist; bit 1 a
         ``host_dma`` beat did (the beat is taken and dropped).
+    probe : Out :func:`die_probe_layout`
+        Read-only observation bits (handshakes and stalls of the internal streams, link
+        descriptor state) for benches; they drive nothing inside the die.
     hb[p] : Out :func:`elmoe3d.hw.dram_ctrl.dram_bus_signature` (``config.hb``)
     ext[c] : Out :func:`elmoe3d.hw.dram_ctrl.dram_bus_signature` (``config.ext``), per
         LPDDR5 channel
@@ -244,6 +290,7 @@ class LogicDie(wiring.Component):
             "dma_room": Out(2 * arch.pes),
             "o": Out(stream.Signature(die_o_layout(arch))),
             "errors": Out(2),
+            "probe": Out(die_probe_layout(arch)),
             "hb": Out(dram_bus_signature(arch.hb)).array(arch.pes),
             "ext": Out(dram_bus_signature(arch.ext)).array(self._ext.channels),
         })
@@ -406,6 +453,26 @@ class LogicDie(wiring.Component):
         wiring.connect(m, streamer.inject, ring.inject)
         for c in range(ext.channels):
             wiring.connect(m, wiring.flipped(self.ext[c]), ext.dram[c])
+
+        # -- read-only probes (die_probe_layout) --
+        pr = self.probe
+        ext_o = [ring.ext[p] for p in range(P)]
+        m.d.comb += [
+            pr.ext_word.eq(Cat(e.valid & e.ready for e in ext_o)),
+            pr.ext_full.eq(Cat(e.valid & ~e.ready for e in ext_o)),
+            pr.ld_word.eq(Cat(pe.ld.valid & pe.ld.ready for pe in self._pes)),
+            pr.ld_wait.eq(Cat(pe.ld.ready & ~pe.ld.valid for pe in self._pes)),
+            pr.ld_held.eq(Cat(pe.ld.valid & ~pe.ld.ready for pe in self._pes)),
+            pr.hb_word.eq(Cat(r.hb_data.valid & r.hb_data.ready for r in self._routers)),
+            pr.link_o_word.eq(Cat(pe.link_o.valid & pe.link_o.ready for pe in self._pes)),
+            pr.link_i_word.eq(Cat(pe.link_i.valid & pe.link_i.ready for pe in self._pes)),
+            pr.link_busy.eq(Cat(link.busy for link in self._links)),
+            pr.link_op.eq(Cat(link.op.valid & link.op.ready for link in self._links)),
+            pr.link_done.eq(Cat(link.done for link in self._links)),
+            pr.inject.eq(ring.inject.valid & ring.inject.ready),
+            pr.inject_full.eq(ring.inject.valid & ~ring.inject.ready),
+            pr.ext_rd_word.eq(streamer.rd_data.valid & streamer.rd_data.ready),
+        ]
 
         # -- output merge: round robin over the PEs' o streams into one register --
         o_valid = Signal()
