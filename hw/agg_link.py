@@ -14,7 +14,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..sw.links import LinkMode, LinkOp
-from .pe import _sat_add64
+from .pe import sat_add64
 
 
 __all__ = ["LinkModeRTL", "link_op_layout", "pack_link_op", "AggregationLink",
@@ -141,7 +141,7 @@ class AggregationLink(wiring.Component):
       source) in the order, so waits never form a cycle.
     * REDUCE_ADD / REDUCE_MAX: flit k of every source is taken in the same cycle, reduced by
       a chain of lane-wise saturating signed 64-bit adders in ascending source order (the
-      PE's ``_sat_add64``) or unsigned 32-bit max units, and the result goes to every
+      PE's ``sat_add64``) or unsigned 32-bit max units, and the result goes to every
       destination.
 
     A source's word is therefore accepted only when its destinations can take it: in
@@ -293,8 +293,8 @@ class AggregationLink(wiring.Component):
             acc = Const(0, 64)
             for s in range(G):
                 stage = Signal(64, name=f"add{j}_{s}")
-                m.d.comb += stage.eq(_sat_add64(acc, Mux(src[s], flit[s][64 * j:64 * (j + 1)],
-                                                         0))[0])
+                m.d.comb += stage.eq(sat_add64(acc, Mux(src[s], flit[s][64 * j:64 * (j + 1)],
+                                                        0))[0])
                 acc = stage
             add_lanes.append(acc)
         for j in range(FB // 32):

@@ -45,7 +45,7 @@ def _latency(cls, **params) -> int:
     return block.latency
 
 
-def _sat_add64(a, b):
+def sat_add64(a, b):
     """Saturating signed 64-bit addition: ``(sum, overflowed)`` expressions."""
     total = a.as_signed() + b.as_signed()          # signed(65), exact
     wrap = total[64] != total[63]
@@ -784,8 +784,8 @@ class PE(wiring.Component):
         pin_sum = Signal(W)
         pin_ovf = Signal(OV)
         for j in range(OV):
-            total, wrap = _sat_add64(pin_old[64 * j:64 * (j + 1)],
-                                     self.link_i.payload[64 * j:64 * (j + 1)])
+            total, wrap = sat_add64(pin_old[64 * j:64 * (j + 1)],
+                                    self.link_i.payload[64 * j:64 * (j + 1)])
             m.d.comb += [pin_sum[64 * j:64 * (j + 1)].eq(total), pin_ovf[j].eq(wrap)]
         with m.If(pin_take):
             m.d.sync += pin_k.eq(pin_k + 1)
@@ -1189,8 +1189,8 @@ class PE(wiring.Component):
         acc_sum = Signal(W)
         acc_ovf = Signal(OV)
         for j in range(OV):
-            total, wrap = _sat_add64(out_rp.data[64 * j:64 * (j + 1)],
-                                     r_data[64 * j:64 * (j + 1)])
+            total, wrap = sat_add64(out_rp.data[64 * j:64 * (j + 1)],
+                                    r_data[64 * j:64 * (j + 1)])
             m.d.comb += [acc_sum[64 * j:64 * (j + 1)].eq(total), acc_ovf[j].eq(wrap)]
         out_w.request(r_valid & r_is_out, r_addr, acc_sum)
         set_vpu.append(r_valid & r_is_out & acc_ovf.any())

@@ -28,7 +28,7 @@ __all__ = [
     "Mode", "ACC_FRAC_BITS", "INT64_MIN", "INT64_MAX",
     "msb_field", "lsb_field", "unit_pe", "slice_product", "effective_weight",
     "scale_fields", "scale_term", "group_psums", "group_psums_reference",
-    "Accumulator", "accumulate", "check_gemm_operands", "gemm", "gemm_reference",
+    "Accumulator", "saturating_add", "accumulate", "check_gemm_operands", "gemm", "gemm_reference",
     "acc_to_float",
 ]
 
@@ -167,7 +167,12 @@ class Accumulator:
                 and np.array_equal(self.overflow, other.overflow))
 
 
-def _saturating_add(acc, term):
+def saturating_add(acc, term):
+    """Saturating signed 64-bit addition, elementwise: ``(sum, overflowed)``.
+
+    ``acc`` and ``term`` are int64 arrays (broadcast together); a sum beyond the int64 range
+    clamps to ``INT64_MAX`` (positive ``term``) or ``INT64_MIN`` (negative) and sets the bool
+    ``overflowed``. The accumulator's rule (numerics), ``hw.pe.sat_add64`` in the RTL."""
     with np.errstate(over="ignore"):
         total = acc + term                       # wraps; detect by the sign rule
     ovf = ((acc ^ total) & (term ^ total)) < 0
@@ -191,7 +196,7 @@ def accumulate(psums, scale, init: Accumulator | None = None) -> Accumulator:
     acc, flag = state.acc.copy(), state.overflow.copy()
     terms = scale_term(psums, np.asarray(scale)[None, :, :])
     for j in range(g):
-        acc, ovf = _saturating_add(acc, terms[:, :, j])
+        acc, ovf = saturating_add(acc, terms[:, :, j])
         flag |= ovf
     return Accumulator(acc, flag)
 

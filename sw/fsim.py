@@ -42,7 +42,7 @@ from ..config import PEConfig
 from ..isa import IsaError, Op, Sink, Target, decode
 from . import asm
 from .asm import OBeat, OKind, ProgramError, SyncChecker
-from .datapath import Mode, _saturating_add, accumulate
+from .datapath import Mode, accumulate, saturating_add
 from .tile import lane_fields
 from .vpu import combine, q24_to_fp32, requant_exponent, requant_shift, swiglu_q16
 
@@ -327,7 +327,7 @@ class _Sim:
         mem = self.s.memory(f["target"])
         sl = slice(f["addr"], f["addr"] + f["words"])
         if f["accumulate"]:
-            total, flag = _saturating_add(asm.unpack_q24(mem[sl], self.pe),
+            total, flag = saturating_add(asm.unpack_q24(mem[sl], self.pe),
                                           asm.unpack_q24(words, self.pe))
             self.s.vpu_saturation |= bool(flag.any())
             mem[sl] = asm.pack_q24(total, self.pe)
@@ -347,7 +347,7 @@ class _Sim:
             per_result = pe.rows * pe.lanes // pe.q24_per_word
             words = self._link_in(i, nblk * rbn * per_result)
             psum = asm.unpack_q24(words, pe).reshape(acc.shape)
-            acc, pin_ovf = _saturating_add(acc, psum)
+            acc, pin_ovf = saturating_add(acc, psum)
             s.acc_overflow |= bool(pin_ovf.any())
         s.counters["gemm_beats"] += nblk * rbn * f["groups"]
         R, L = pe.rows, pe.lanes

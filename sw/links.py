@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .datapath import _saturating_add
+from .datapath import saturating_add
 
 
 __all__ = [
@@ -169,7 +169,7 @@ def reduce_add_words(sources, *, word_bits) -> tuple[list[int], bool]:
     acc = _lanes(sources[0], word_bits, 64, "<i8").astype(np.int64)
     sat = False
     for src in sources[1:]:
-        acc, ovf = _saturating_add(acc, _lanes(src, word_bits, 64, "<i8").astype(np.int64))
+        acc, ovf = saturating_add(acc, _lanes(src, word_bits, 64, "<i8").astype(np.int64))
         sat |= bool(ovf.any())
     return _words(acc.astype("<i8"), word_bits), sat
 
