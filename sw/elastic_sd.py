@@ -304,8 +304,11 @@ class ElasticSD:
     def model(self) -> ModelPreset:
         return self._cache.model
 
-    def _weights(self, rr, t, j, chosen, fallback_w):
-        """Throttled gate weights (see the module docstring)."""
+    def throttled_weights(self, rr, t, j, chosen, fallback_w) -> np.ndarray:
+        """Gate weights (float64 ``[len(chosen)]``) of the experts ``chosen`` for token ``t``
+        of ``rr`` at layer index ``j`` (see the module docstring): the router scores when
+        ``rr`` has them, else the recorded weights with ``fallback_w`` for an expert not
+        recorded; renormalised to sum 1 when the model normalises its top-k."""
         p = self.model
         if rr.scores is not None:
             w = rr.scores[t, j, chosen].astype(np.float64)
@@ -323,7 +326,7 @@ class ElasticSD:
         sc = None if rr.scores is None else rr.scores[t, j]
         rank = original_ranking(rr.ids[t, j], E, scores=sc, fallback=hot_row)
         chosen = throttle(rank, pool_mask, k)
-        return chosen, self._weights(rr, t, j, chosen, float(rr.weights[t, j, -1]))
+        return chosen, self.throttled_weights(rr, t, j, chosen, float(rr.weights[t, j, -1]))
 
     def run(self, trace, *, batch=1, phase="decode") -> ElasticSDResult:
         """Simulate Elastic-SD over the ``phase`` routing of ``trace`` (requests ``batch`` at a

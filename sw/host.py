@@ -60,8 +60,9 @@ from .models import ModelPreset, model_preset
 
 __all__ = ["STEP_KINDS", "SYNTHETIC_SHAPE", "SYNTHETIC_NOTE", "LayerWork", "Step", "PoolWrite",
            "HomeGroups", "Placement", "place_layer", "replay_steps", "elastic_steps",
-           "limit_tokens", "parse_layers", "synthetic_model", "SyntheticWeights",
-           "compile_layer", "slice_images", "reserved_hb_bytes", "check_model_trace"]
+           "limit_tokens", "parse_layers", "synthetic_model", "synthetic_experts",
+           "SyntheticWeights", "compile_layer", "slice_images", "reserved_hb_bytes",
+           "check_model_trace"]
 
 #: Step kinds: Elastic-SD's autoregressive seed tokens, draft steps and verify steps; plain
 #: replay's decode steps. ``draft`` runs DRAFT numerics (MSB slices only); the others FULL.
@@ -439,7 +440,8 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                     ch = [int(e) for e in ch if e < E]
                     if not ch:
                         return [], []
-                    wts = esd._weights(rr, tt, j, np.array(ch), float(rr.weights[tt, j, -1]))
+                    wts = esd.throttled_weights(rr, tt, j, np.array(ch),
+                                                 float(rr.weights[tt, j, -1]))
                     return ch, [float(x) for x in wts]
                 add("draft", toks, draft_rows, lambda lay: lp.get(lay, set()), 0,
                     iteration=n_it)
@@ -510,11 +512,24 @@ def synthetic_model(model, shape=SYNTHETIC_SHAPE) -> ModelPreset:
                                expert_format="int8-nested")
 
 
+def synthetic_experts(rng, n, hidden, inter) -> list:
+    """``n`` float64 experts ``(w_up [I, H], w_gate [I, H], w_down [H, I])`` (``I`` =
+    ``inter``, ``H`` = ``hidden``, a multiple of 32) drawn from the NumPy generator ``rng``:
+    Gaussians x 0.2 with per-group (32 along K) magnitudes spread over two decades,
+    10^U(-1.5, 0.5). The experts of :class:`SyntheticWeights` and of the PE and die benches."""
+    def weight(shape):
+        w = rng.standard_normal(shape)
+        mag = 10.0 ** rng.uniform(-1.5, 0.5, (shape[0], shape[1] // 32))
+        return w * np.repeat(mag, 32, axis=1) * 0.2
+    return [(weight((inter, hidden)), weight((inter, hidden)), weight((hidden, inter)))
+            for _ in range(n)]
+
+
 class SyntheticWeights:
     """Seeded synthetic experts and activations (labelled synthetic, :data:`SYNTHETIC_NOTE`).
 
-    Experts of layer l: seeded Gaussians with per-group magnitudes over two decades (as
-    ``sim/bench_pe.py``'s), quantized once and kept. Activation of (layer, request, position):
+    Experts of layer l: :func:`synthetic_experts` from a generator seeded by (seed, layer),
+    quantized once and kept. Activation of (layer, request, position):
     a seeded Gaussian row (x 2), the same in the draft and the verify of a token."""
 
     def __init__(self, model, *, seed: int):
@@ -530,16 +545,10 @@ class SyntheticWeights:
         from .expert import Expert
         if layer not in self._experts:
             rng = np.random.default_rng([self.seed, 1, int(layer)])
-            H, I = self.model.hidden, self.model.expert_intermediate
-
-            def weight(shape):
-                w = rng.standard_normal(shape)
-                mag = 10.0 ** rng.uniform(-1.5, 0.5, (shape[0], shape[1] // 32))
-                return w * np.repeat(mag, 32, axis=1) * 0.2
-            self._experts[layer] = [
-                Expert.quantize(weight((I, H)), weight((I, H)), weight((H, I)),
-                                name=f"synthetic L{layer} E{e}")
-                for e in range(self.model.routed_experts)]
+            ws = synthetic_experts(rng, self.model.routed_experts, self.model.hidden,
+                                   self.model.expert_intermediate)
+            self._experts[layer] = [Expert.quantize(*w, name=f"synthetic L{layer} E{e}")
+                                    for e, w in enumerate(ws)]
         return self._experts[layer]
 
     def x(self, layer, tokens) -> np.ndarray:
