@@ -1,6 +1,8 @@
 """Amaranth-simulator stream bench shared by the unit tests of streaming blocks (the tensor
 tile, the VPU units): one input stream, one output stream, a random source and a random sink,
-and the stream protocol checked on every cycle.
+and the stream protocol checked on every cycle (:func:`drive_pipeline`); and the random sink
+with the same checks for one output stream of a block with several (:class:`StreamSink`, the
+aggregation link's and the streamline ring's unit tests).
 
 This is for fast unit tests (``amaranth.sim``); the cocotb + Verilator benches go through
 :mod:`elmoe3d.sim.runner`.
@@ -13,7 +15,49 @@ import random
 from amaranth.sim import Simulator
 
 
-__all__ = ["drive_pipeline"]
+__all__ = ["drive_pipeline", "StreamSink"]
+
+
+class StreamSink:
+    """The consumer of one output stream of a DUT in an Amaranth testbench.
+
+    Each cycle, :meth:`drive` sets ``ready`` (not ready with probability ``stall``: one draw
+    of ``rng``, a ``random.Random``, per cycle, also when ``stall`` is 0), then :meth:`sample`
+    takes the payload offered while ready and checks the stream rule: an item offered and not
+    taken stays valid and unchanged (``AssertionError`` naming the cycle and ``name``).
+
+    Attributes: ``got`` (items taken, in order), ``cycles`` (the cycle each was taken),
+    ``first`` (the first cycle an item was offered, None before). ``read`` maps the payload
+    view to the item (default: ``ctx.get`` of the payload)."""
+
+    def __init__(self, stream, rng, stall, name, read=None):
+        self.stream, self.rng, self.stall, self.name, self.read = stream, rng, stall, name, read
+        self.got, self.cycles, self.first = [], [], None
+        self.ready, self.held = False, None
+
+    def drive(self, ctx) -> bool:
+        self.ready = self.rng.random() >= self.stall
+        ctx.set(self.stream.ready, self.ready)
+        return self.ready
+
+    def sample(self, ctx, cycle):
+        if ctx.get(self.stream.valid):
+            item = ctx.get(self.stream.payload)
+            if self.read is not None:
+                item = self.read(item)
+            assert self.held is None or item == self.held, \
+                f"cycle {cycle}: {self.name}: an item offered and not taken changed"
+            if self.first is None:
+                self.first = cycle
+            if self.ready:
+                self.got.append(item)
+                self.cycles.append(cycle)
+                self.held = None
+            else:
+                self.held = item
+        else:
+            assert self.held is None, \
+                f"cycle {cycle}: {self.name}: valid dropped before the handshake"
 
 
 def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=12,
@@ -45,13 +89,14 @@ def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=1
     """
     n_in = len(inputs)
     rng = random.Random(seed)
-    got, accept, emit = [], [], []
+    sink = StreamSink(dut.o, rng, stall, "o", read)
+    got, accept = sink.got, []
     if max_cycles is None:
         rate = max(1e-3, (1 - idle) * (1 - stall))
         max_cycles = 100 + int((n_in + 4 * n_results + dut.latency + 10) / rate * 4)
 
     async def bench(ctx):
-        idx, cycle, valid, pending, quiet = 0, 0, False, None, 0
+        idx, cycle, valid, quiet = 0, 0, False, 0
         while True:
             if not valid and idx < n_in:
                 valid = rng.random() >= idle
@@ -62,24 +107,10 @@ def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=1
                     ctx.set(dut.i.payload.as_value(), value)
                 else:
                     ctx.set(dut.i.payload, value)
-            ready = rng.random() >= stall
-            ctx.set(dut.o.ready, ready)
+            ready = sink.drive(ctx)
             o_valid, i_ready = ctx.get(dut.o.valid), ctx.get(dut.i.ready)
             assert i_ready == (not o_valid or ready), f"cycle {cycle}: i.ready"
-            if o_valid:
-                payload = ctx.get(dut.o.payload)
-                if read is not None:
-                    payload = read(payload)
-                if pending is not None:
-                    assert payload == pending, f"cycle {cycle}: stalled result changed"
-                if ready:
-                    got.append(payload)
-                    emit.append(cycle)
-                    pending = None
-                else:
-                    pending = payload
-            else:
-                assert pending is None, f"cycle {cycle}: o.valid dropped before the handshake"
+            sink.sample(ctx, cycle)
             assert len(got) <= n_results, f"cycle {cycle}: unexpected extra result"
             if valid and i_ready:
                 accept.append(cycle)
@@ -98,4 +129,4 @@ def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=1
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
-    return got, {"accept": accept, "emit": emit, "latency": dut.latency}
+    return got, {"accept": accept, "emit": sink.cycles, "latency": dut.latency}

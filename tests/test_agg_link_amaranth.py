@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 
 from elmoe3d.config import preset
 from elmoe3d.hw.agg_link import AggregationLink, LinkModeRTL, link_op_layout, pack_link_op
+from elmoe3d.sim.amaranth_streams import StreamSink
 from elmoe3d.sim.bench_links import random_link_op
 from elmoe3d.sw.datapath import INT64_MAX, INT64_MIN
 from elmoe3d.sw.links import LinkMode, LinkOp, ref_link, reduce_add_words
@@ -42,9 +43,10 @@ def run_link(dut, ops, inputs, *, seed=0, idle=0.0, stall=0.0, op_gap=0.0, max_c
     G = dut.pes
     raws = [pack_link_op(op, G) for op in ops]
     rng = random.Random(seed)
-    got = [[] for _ in range(G)]
-    log = {"op": [], "done": [], "take": [[] for _ in range(G)], "recv": [[] for _ in range(G)],
-           "first_valid": [None] * G, "cycles": 0}
+    sinks = [StreamSink(dut.pe_o[d], rng, stall, f"PE {d}") for d in range(G)]
+    got = [k.got for k in sinks]
+    log = {"op": [], "done": [], "take": [[] for _ in range(G)], "recv": [k.cycles for k in sinks],
+           "cycles": 0}
     total = sum(op.delivered_words() * len(op.dsts) for op in ops)
 
     async def bench(ctx):
@@ -52,7 +54,6 @@ def run_link(dut, ops, inputs, *, seed=0, idle=0.0, stall=0.0, op_gap=0.0, max_c
         opi, cycle = 0, 0
         valid = [False] * G
         op_valid = False
-        held = [None] * G
         quiet = 0
         while True:
             if not op_valid and opi < len(ops):
@@ -66,9 +67,8 @@ def run_link(dut, ops, inputs, *, seed=0, idle=0.0, stall=0.0, op_gap=0.0, max_c
                 ctx.set(dut.pe_i[s].valid, valid[s])
                 ctx.set(dut.pe_i[s].payload, inputs[s][pos[s]] if valid[s] else
                         rng.getrandbits(dut.word_bits))
-            ready = [rng.random() >= stall for _ in range(G)]
-            for d in range(G):
-                ctx.set(dut.pe_o[d].ready, ready[d])
+            for k in sinks:
+                k.drive(ctx)
             if op_valid and ctx.get(dut.op.ready):
                 log["op"].append(cycle)
                 op_valid = False
@@ -80,21 +80,8 @@ def run_link(dut, ops, inputs, *, seed=0, idle=0.0, stall=0.0, op_gap=0.0, max_c
                     log["take"][s].append(cycle)
                     pos[s] += 1
                     valid[s] = False
-            for d in range(G):
-                if ctx.get(dut.pe_o[d].valid):
-                    w = ctx.get(dut.pe_o[d].payload)
-                    if held[d] is not None:
-                        assert w == held[d], f"cycle {cycle}: PE {d} word changed while held"
-                    if log["first_valid"][d] is None:
-                        log["first_valid"][d] = cycle
-                    if ready[d]:
-                        got[d].append(w)
-                        log["recv"][d].append(cycle)
-                        held[d] = None
-                    else:
-                        held[d] = w
-                else:
-                    assert held[d] is None, f"cycle {cycle}: PE {d} valid dropped"
+            for k in sinks:
+                k.sample(ctx, cycle)
             n = sum(map(len, got))
             assert n <= total, f"cycle {cycle}: more words delivered than sent"
             quiet = quiet + 1 if n == total and opi == len(ops) else 0
@@ -105,6 +92,7 @@ def run_link(dut, ops, inputs, *, seed=0, idle=0.0, stall=0.0, op_gap=0.0, max_c
             await ctx.tick()
         log["cycles"] = cycle
         log["pos"] = pos
+        log["first_valid"] = [k.first for k in sinks]
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)

@@ -13,6 +13,7 @@ from amaranth.sim import Simulator
 
 from elmoe3d.config import preset
 from elmoe3d.hw.ring import RingStation, StreamlineRing, pack_flit, ring_flit_layout
+from elmoe3d.sim.amaranth_streams import StreamSink
 from elmoe3d.sim.bench_links import random_ring_flits
 from elmoe3d.sw.links import RingFlit, ref_ring, ref_ring_streams, ring_flits, ring_geometry
 
@@ -30,36 +31,26 @@ def run_ring(dut, flits, *, seed=0, idle=0.0, stall=0.0, max_cycles=20000):
     total = sum(map(len, ref_ring(flits, pes=P, word_bits=dut.word_bits,
                                   flit_bytes=dut.flit_bytes)))
     rng = random.Random(seed)
-    got = [[] for _ in range(P)]
-    log = {"inject": [], "recv": [[] for _ in range(P)]}
+    sinks = [StreamSink(dut.ext[p], rng, stall, f"PE {p}") for p in range(P)]
+    got = [k.got for k in sinks]
+    log = {"inject": [], "recv": [k.cycles for k in sinks]}
     nbits = ring_flit_layout(**kw).size
 
     async def bench(ctx):
-        pos, cycle, valid, held, quiet = 0, 0, False, [None] * P, 0
+        pos, cycle, valid, quiet = 0, 0, False, 0
         while True:
             if not valid and pos < len(raws):
                 valid = rng.random() >= idle
             ctx.set(dut.inject.valid, valid)
             ctx.set(dut.inject.payload.as_value(), raws[pos] if valid else rng.getrandbits(nbits))
-            ready = [rng.random() >= stall for _ in range(P)]
-            for p in range(P):
-                ctx.set(dut.ext[p].ready, ready[p])
+            for k in sinks:
+                k.drive(ctx)
             if valid and ctx.get(dut.inject.ready):
                 log["inject"].append(cycle)
                 pos += 1
                 valid = False
-            for p in range(P):
-                if ctx.get(dut.ext[p].valid):
-                    w = ctx.get(dut.ext[p].payload)
-                    assert held[p] is None or held[p] == w, f"cycle {cycle}: PE {p} changed"
-                    if ready[p]:
-                        got[p].append(w)
-                        log["recv"][p].append(cycle)
-                        held[p] = None
-                    else:
-                        held[p] = w
-                else:
-                    assert held[p] is None, f"cycle {cycle}: PE {p} valid dropped"
+            for k in sinks:
+                k.sample(ctx, cycle)
             n = sum(map(len, got))
             assert n <= total, f"cycle {cycle}: more words than injected"
             quiet = quiet + 1 if n == total and pos == len(raws) else 0
