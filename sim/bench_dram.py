@@ -38,10 +38,6 @@ Host side: :func:`run_dram_bench`, and :func:`dram_figures` / :func:`print_dram`
 
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import dataclass
-from pathlib import Path
 
 import cocotb
 from cocotb.clock import Clock
@@ -50,6 +46,8 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..config import ArchConfig, preset
 from .dram_model import DramDevice, TimingViolation, dram_pattern
+from .dram_bus import dram_bus, drive_devices
+from .records import BenchResult, arch_from_params, arch_param, run_bench, write_summary
 from .runner import case_rng, load_params, resolve_seed
 
 
@@ -70,11 +68,6 @@ TESTS = ("test_random_rw", "test_stream", "test_random_rows", "test_long_refresh
          "test_replay_violation")
 
 
-def arch_from_params(params) -> ArchConfig:
-    arch = params.get("arch", DEFAULTS["arch"])
-    return preset(arch) if isinstance(arch, str) else ArchConfig.from_dict(arch)
-
-
 class DramBench:
     """Clock, reset, one device model per command bus, stream drivers and the golden memory
     for one controller DUT (HB or external)."""
@@ -82,7 +75,7 @@ class DramBench:
     def __init__(self, dut, params: dict, test: str):
         self.dut, self.test = dut, test
         self.params = {**DEFAULTS, **params}
-        self.arch = arch_from_params(self.params)
+        self.arch = arch_from_params(self.params, DEFAULTS["arch"])
         self.target = self.params["target"]
         if self.target not in ("hb", "ext"):
             raise ValueError(f"target: expected 'hb' or 'ext', got {self.target!r}")
@@ -108,36 +101,7 @@ class DramBench:
     # -- devices --
 
     def _prefix(self, c):
-        return "dram__" if self.target == "hb" else f"dram__{c}__"
-
-    async def _device(self, prefix, dev, trace):
-        dut = self.dut
-        h = {n: getattr(dut, prefix + n) for n in (
-            "row_valid", "row_kind", "row_bank", "row_addr", "col_valid", "col_write",
-            "col_bank", "col_addr", "col_wdata", "rd_valid", "rd_data")}
-        rd = None
-        while True:
-            h["rd_valid"].value = int(rd is not None)
-            if rd is not None:
-                h["rd_data"].value = rd
-            await ReadOnly()
-            row = col = None
-            if h["row_valid"].value == 1:
-                row = (int(h["row_kind"].value), int(h["row_bank"].value),
-                       int(h["row_addr"].value))
-            if h["col_valid"].value == 1:
-                write = int(h["col_write"].value)
-                col = (write, int(h["col_bank"].value), int(h["col_addr"].value),
-                       int(h["col_wdata"].value) if write else 0)
-            if trace is not None and (row or col):
-                trace.append((dev.cycle, row, col))
-            try:
-                rd = dev.clock(row, col)
-            except TimingViolation as exc:
-                self.violations.append(str(exc))
-                dut._log.error("%s", exc)
-                return
-            await RisingEdge(dut.clk)
+        return "dram" if self.target == "hb" else f"dram__{c}"
 
     async def start(self, trace=None):
         dut = self.dut
@@ -147,15 +111,16 @@ class DramBench:
             getattr(dut, f"{port}__valid").value = 0
         dut.rdata__ready.value = 0
         for c in range(self.channels):
-            getattr(dut, self._prefix(c) + "rd_valid").value = 0
+            getattr(dut, self._prefix(c) + "__rd_valid").value = 0
         for _ in range(3):
             await RisingEdge(dut.clk)
         dut.rst.value = 0
         self.devices = [DramDevice(self.cfg, clock_ghz=self.arch.clock_ghz, name=f"ch{c}",
                                    seed=c) for c in range(self.channels)]
         self.start_cycle = self.cycle()
-        for c, dev in enumerate(self.devices):
-            cocotb.start_soon(self._device(self._prefix(c), dev, trace))
+        cocotb.start_soon(drive_devices(
+            dut, [(dev, dram_bus(dut, self._prefix(c))) for c, dev in enumerate(self.devices)],
+            self.violations, trace=trace))
         dut._log.info("DRAM bench %s: %s, %d channel(s), %s (%d B bursts, %g GB/s each); "
                       "seed %d", self.test, self.target, self.channels, self.cfg.standard,
                       self.cfg.burst_bytes, self.cfg.peak_gbps, self.seed)
@@ -303,9 +268,7 @@ class DramBench:
                     self.violations.append(str(exc))
         for rec in self.records:
             rec["violations"] = list(self.violations)
-        out = Path(load_params().get("out_dir") or os.getcwd())
-        path = out / f"summary-{self.test}.json"
-        path.write_text(json.dumps(self.records, indent=1))
+        write_summary(self.test, self.records)
         bad = [r for r in self.records if r["mismatches"] or r["errors"]]
         assert not self.violations, "DRAM timing violation: " + "; ".join(self.violations[:3])
         assert not bad, "; ".join(f"{r['case']}: {r['mismatches']} mismatches, {r['errors'][:3]}"
@@ -463,10 +426,8 @@ async def test_replay_violation(dut):
 
 # -- host side ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class DramBenchResult:
-    sim: object
-    records: list
+#: A host-side run of this bench: the runner's result and the case records.
+DramBenchResult = BenchResult
 
 
 def build_dram(arch: ArchConfig, target: str, channels=None, *, waves=None):
@@ -489,20 +450,12 @@ def run_dram_bench(arch: ArchConfig | None = None, *, target="hb", channels=None
                    seed=None, waves=None, params=None, check=True) -> DramBenchResult:
     """Build (or reuse) the controller and run the named tests (default: all). With
     ``check=True`` a failing test raises :class:`~elmoe3d.sim.runner.SimulationFailure`."""
-    from .runner import run
     arch = arch or preset("small")
     built = build_dram(arch, target, channels, waves=waves)
-    tests = [tests] if isinstance(tests, str) else list(tests or TESTS)
-    arch_param = arch.name if arch.name in ("small", "paper-4gb", "paper-8gb") \
-        and preset(arch.name) == arch else arch.to_dict()
-    merged = {"arch": arch_param, "target": target, "channels": channels, **(params or {})}
-    name = "-".join(t.removeprefix("test_") for t in tests)
-    result = run(built, test_module=__name__, testcase=tests, params=merged, seed=seed,
-                 run_name=f"bench_dram-{target}-{name}", check=check)
-    records = []
-    for path in sorted(result.test_dir.glob("summary-*.json")):
-        records.extend(json.loads(path.read_text()))
-    return DramBenchResult(sim=result, records=records)
+    merged = {"arch": arch_param(arch), "target": target, "channels": channels,
+              **(params or {})}
+    return run_bench(built, test_module=__name__, tests=tests, default_tests=TESTS,
+                     params=merged, prefix=f"bench_dram-{target}", seed=seed, check=check)
 
 
 def dram_figures(arch: ArchConfig, seed, *, ext_channels: int | None = None) -> dict:

@@ -36,7 +36,8 @@ import cocotb
 
 from ..sw import asm
 from ..sw.asm import OKind
-from .bench_pe import PEBench, arch_from_params
+from .bench_pe import PEBench
+from .records import arch_from_params, arch_param, read_records
 from .runner import load_params, resolve_seed
 
 
@@ -169,18 +170,15 @@ def run_host_rtl(golden_layers, arch, *, seed=None, traffic="smooth", waves=None
         HostRTLResult:
     """Run the PE programs of ``golden_layers`` on the PE's Verilog (built or reused by
     :func:`elmoe3d.sim.bench_pe.build_pe`) and check them (module docstring)."""
-    import json
     import numpy as np
     from .bench_pe import build_pe
     from .runner import run
     built = build_pe(arch, waves=waves)
     cases = pe_cases(golden_layers)
-    arch_param = arch.name if arch.name == "small" else arch.to_dict()
     result = run(built, test_module=__name__, testcase="test_programs",
-                 params={"arch": arch_param, "traffic": traffic, "cases": cases}, seed=seed,
-                 run_name="bench_host", check=False)
-    path = result.test_dir / "summary-test_programs.json"
-    records = json.loads(path.read_text()) if path.is_file() else []
+                 params={"arch": arch_param(arch), "traffic": traffic, "cases": cases},
+                 seed=seed, run_name="bench_host", check=False)
+    records = read_records(result)
     by_key = {tuple(r["key"]): r for r in records if r.get("key")}
     pe = arch.pe
     out = []

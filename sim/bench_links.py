@@ -37,11 +37,7 @@ bound the PEs' ``ext`` ports set). Target :data:`LINK_TARGET` / :data:`RING_TARG
 
 from __future__ import annotations
 
-import json
-import os
 import random
-from dataclasses import dataclass
-from pathlib import Path
 
 import cocotb
 from cocotb.clock import Clock
@@ -50,6 +46,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..sw.links import (LinkMode, LinkOp, RingFlit, ref_link, ref_ring, ring_flits,
                         ring_geometry)
+from .records import BenchResult, run_bench, write_summary
 from .runner import case_rng, load_params, resolve_seed
 
 
@@ -293,9 +290,7 @@ class _Records:
         return rec
 
     def finish(self):
-        out = Path(load_params().get("out_dir") or os.getcwd())
-        path = out / f"summary-{self.test}.json"
-        path.write_text(json.dumps(self.records, indent=1))
+        write_summary(self.test, self.records)
         bad = [r for r in self.records if r["mismatches"]]
         assert self.records, f"{self.test}: no case ran"
         assert not bad, (f"{len(bad)} case(s) failed (seed {self.seed}): "
@@ -565,36 +560,8 @@ async def test_ring_throughput(dut):
 
 # ---- host side -------------------------------------------------------------------------------
 
-@dataclass
-class LinkBenchResult:
-    """A run of this bench: the runner's result and the case records."""
-
-    sim: object
-    records: list
-
-    @property
-    def comparisons(self) -> int:
-        return sum(r["comparisons"] for r in self.records)
-
-    @property
-    def mismatches(self) -> int:
-        return sum(r["mismatches"] for r in self.records)
-
-
-def _records(result):
-    from .runner import SimulationError
-    records = []
-    for case in result.testcases:
-        base, _, param = case.name.partition("/")
-        label = f"{base}-{param.partition('=')[2]}" if param else base
-        path = result.test_dir / f"summary-{label}.json"
-        if path.is_file():
-            try:
-                records.extend(json.loads(path.read_text()))
-            except (OSError, ValueError) as exc:
-                raise SimulationError(f"{path}: cannot read the bench summary ({exc}); log "
-                                      f"{result.log_file}") from None
-    return records
+#: A run of this bench: the runner's result and the case records.
+LinkBenchResult = BenchResult
 
 
 def link_params(arch, *, pes=None, buffer_words=None) -> dict:
@@ -619,15 +586,13 @@ def run_link_bench(link: dict, *, tests=None, seed=None, params=None, waves=None
     """Build (or reuse) an :class:`~elmoe3d.hw.agg_link.AggregationLink` with parameters
     ``link`` and run the named ``test_link_*`` tests (default both)."""
     from ..hw.agg_link import AggregationLink
-    from .runner import build, run
+    from .runner import build
     dut = AggregationLink(**link)
     name = "agg_link_g{pes}_w{word_bits}_f{flit_bytes}_b{buffer_words}".format(**link)
     built = build(dut, name=name, toplevel="agg_link", waves=waves)
-    tests = [tests] if isinstance(tests, str) else list(tests or LINK_TESTS)
-    res = run(built, test_module=__name__, testcase=tests, params={"link": link, **(params or {})},
-              seed=seed, run_name="bench_links-" + "-".join(t.removeprefix("test_") for t in tests),
-              check=check)
-    return LinkBenchResult(sim=res, records=_records(res))
+    return run_bench(built, test_module=__name__, tests=tests, default_tests=LINK_TESTS,
+                     params={"link": link, **(params or {})}, prefix="bench_links", seed=seed,
+                     check=check)
 
 
 def run_ring_bench(ring: dict, *, tests=None, seed=None, params=None, waves=None,
@@ -635,16 +600,14 @@ def run_ring_bench(ring: dict, *, tests=None, seed=None, params=None, waves=None
     """Build (or reuse) a :class:`~elmoe3d.hw.ring.StreamlineRing` with parameters ``ring``
     and run the named ``test_ring_*`` tests (default both)."""
     from ..hw.ring import StreamlineRing
-    from .runner import build, run
+    from .runner import build
     dut = StreamlineRing(**ring)
     name = ("ring_p{pes}_g{pes_per_group}_w{word_bits}_f{flit_bytes}_s{stream_bits}"
             "_b{buffer_flits}").format(**ring)
     built = build(dut, name=name, toplevel="streamline_ring", waves=waves)
-    tests = [tests] if isinstance(tests, str) else list(tests or RING_TESTS)
-    res = run(built, test_module=__name__, testcase=tests, params={"ring": ring, **(params or {})},
-              seed=seed, run_name="bench_links-" + "-".join(t.removeprefix("test_") for t in tests),
-              check=check)
-    return LinkBenchResult(sim=res, records=_records(res))
+    return run_bench(built, test_module=__name__, tests=tests, default_tests=RING_TESTS,
+                     params={"ring": ring, **(params or {})}, prefix="bench_links", seed=seed,
+                     check=check)
 
 
 def link_figures(arch, seed=None, *, stream_words=512, stream_flits=1024) -> dict:

@@ -42,9 +42,7 @@ would send, against fsim and the golden FULL GEMM; ``smooth`` or ``stalls``).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +62,10 @@ from ..sw.asm import OKind
 from ..sw.corpus import traces_dir
 from ..sw.datapath import Mode, gemm
 from ..sw.expert import Expert, build_moe_program, ref_moe
+from ..sw.host import synthetic_experts
 from ..sw.quant import quantize_weights
+from .records import (BenchResult, CaseRecorder, arch_from_params, arch_param, failed_cases,
+                      run_bench)
 from .runner import case_rng, load_params, resolve_seed
 
 
@@ -82,11 +83,6 @@ DEFAULTS = {"arch": "small", "hidden": 64, "intermediate": 96, "experts": 8,
             "layers": {"1": 0, "4": 15, "16": 31}, "problem": 0}
 SYNTHETIC_NOTE = ("expert weights and token activations are synthetic (seeded Gaussians); "
                   "the routing (expert ids and gate weights) is the real Mixtral-8x7B trace")
-
-
-def arch_from_params(params) -> ArchConfig:
-    arch = params.get("arch", DEFAULTS["arch"])
-    return preset(arch) if isinstance(arch, str) else ArchConfig.from_dict(arch)
 
 
 def default_routing() -> Path:
@@ -141,7 +137,7 @@ class PERun:
         return self.end_cycle - start + 1
 
 
-class PEBench:
+class PEBench(CaseRecorder):
     """Clock, reset, stream drivers, monitors and comparisons for one PE DUT."""
 
     def __init__(self, dut, arch: ArchConfig, seed: int, test: str, traffic: str = "-"):
@@ -410,13 +406,6 @@ class PEBench:
                            cycles=0, gemm_beats=0, acc_overflow=False, vpu_saturation=False,
                            comparisons=0, mismatches=1, details=[message], error=message)
 
-    def write_summary(self) -> Path:
-        """Write the case records to ``summary-<test>.json`` in the run folder."""
-        out = Path(load_params().get("out_dir") or os.getcwd())
-        path = out / f"summary-{self.test}.json"
-        path.write_text(json.dumps(self.records, indent=1))
-        return path
-
     def finish(self):
         """Write the summary; fail (AssertionError) if any case mismatched or failed."""
         path = self.write_summary()
@@ -425,43 +414,18 @@ class PEBench:
         self.dut._log.info("%s: %d cases, %d values compared, %d failing case(s); %s; "
                            "summary %s", self.test, len(self.records), total, len(bad),
                            SYNTHETIC_NOTE, path)
-        assert not bad, (f"{len(bad)} case(s) failed (seed {self.seed}): "
-                         + "; ".join(f"{r['case']} {r['mode']} ({r['traffic']}): "
-                                     + (r["error"] if r.get("error") else
-                                        f"{r['mismatches']} mismatches, first: "
-                                        f"{r['details'][:2]}") for r in bad))
+        assert not bad, f"{len(bad)} case(s) failed (seed {self.seed}): " + failed_cases(bad)
 
-    @contextlib.contextmanager
-    def summary(self):
-        """Context for a test body: an exception in it becomes a failed case ("test aborted",
-        naming the exception) and the summary is written either way; on leaving,
-        :meth:`finish` fails the test if any case failed."""
-        try:
-            yield self
-        except Exception as exc:                       # noqa: BLE001 - recorded, then failed
-            self.dut._log.error("%s aborted", self.test, exc_info=True)
-            self.fail("test aborted", f"{type(exc).__name__}: {exc}")
-        except BaseException:
-            self.write_summary()
-            raise
-        self.finish()
+
+#: The old private name, still imported by ``sim/bench_die.py`` (use
+#: :func:`elmoe3d.sw.host.synthetic_experts`).
+_synthetic_experts = synthetic_experts
 
 
 async def _bench(dut, test, traffic="-") -> PEBench:
     bench = PEBench(dut, arch_from_params(load_params()), resolve_seed(), test, traffic)
     await bench.start()
     return bench
-
-
-def _synthetic_experts(rng, n, hidden, inter):
-    """``n`` float experts ``(w_up [I, H], w_gate [I, H], w_down [H, I])`` with per-group
-    magnitudes spread over two decades."""
-    def weight(shape):
-        w = rng.standard_normal(shape)
-        mag = 10.0 ** rng.uniform(-1.5, 0.5, (shape[0], shape[1] // 32))
-        return w * np.repeat(mag, 32, axis=1) * 0.2
-    return [(weight((inter, hidden)), weight((inter, hidden)), weight((hidden, inter)))
-            for _ in range(n)]
 
 
 # -- tests -----------------------------------------------------------------------------------
@@ -477,7 +441,7 @@ async def test_trace_moe(dut, traffic):
         path = Path(params.get("routing") or default_routing())
         hidden, inter, n_exp = int(params["hidden"]), int(params["intermediate"]), \
             int(params["experts"])
-        experts = _synthetic_experts(bench.rng("experts"), n_exp, hidden, inter)
+        experts = synthetic_experts(bench.rng("experts"), n_exp, hidden, inter)
         dut._log.info("routing: %s; %d synthetic experts H=%d I=%d (%s)", path, n_exp, hidden,
                       inter, SYNTHETIC_NOTE)
         for batch in params["batches"]:
@@ -527,7 +491,7 @@ async def test_corners(dut, traffic):
         params = {**DEFAULTS, **load_params()}
         hidden, inter = int(params["hidden"]), int(params["intermediate"])
         rng = bench.rng("corners")
-        experts = _synthetic_experts(rng, 2, hidden, inter)
+        experts = synthetic_experts(rng, 2, hidden, inter)
         x = rng.standard_normal((4, hidden))
         x[2] = 0.0
         ids = np.array([[0, 1], [1, 0], [0, 1], [1, -1]])
@@ -699,7 +663,7 @@ async def test_hb_roofline(dut):
         n_exp = int(params["experts"])
         rate = bench.arch.hb_bytes_per_cycle / bench.pe.word_bytes
         rng = bench.rng("roofline")
-        experts = _synthetic_experts(rng, n_exp, hidden, inter)
+        experts = synthetic_experts(rng, n_exp, hidden, inter)
         path = Path(params.get("routing") or default_routing())
         kinds = params.get("roofline_kinds", [k for k, _ in ROOFLINE_KINDS])
         for tokens in params.get("roofline_batches", [1, 16]):
@@ -744,20 +708,8 @@ async def test_hb_roofline(dut):
 TESTS = ("test_trace_moe", "test_corners", "test_hb_roofline", "test_psum_split")
 
 
-@dataclass(frozen=True)
-class PEBenchResult:
-    """A host-side run of this bench: the runner's result and the case records."""
-
-    sim: object
-    records: list
-
-    @property
-    def comparisons(self) -> int:
-        return sum(r["comparisons"] for r in self.records)
-
-    @property
-    def mismatches(self) -> int:
-        return sum(r["mismatches"] for r in self.records)
+#: A host-side run of this bench: the runner's result and the case records.
+PEBenchResult = BenchResult
 
 
 def build_pe(arch: ArchConfig, *, waves=None):
@@ -774,21 +726,8 @@ def run_pe_bench(arch: ArchConfig | None = None, *, tests=None, seed=None, waves
     ``params`` are merged over ``{"arch": arch.name, "routing": default_routing()}``. With
     ``check=True`` a failing test raises :class:`~elmoe3d.sim.runner.SimulationFailure`;
     records are read from the run folder's ``summary-*.json`` files either way."""
-    from .runner import run
     arch = arch or preset("small")
     built = built or build_pe(arch, waves=waves)
-    tests = [tests] if isinstance(tests, str) else list(tests or TESTS)
-    arch_param = arch.name if arch.name in ("small", "paper-4gb", "paper-8gb") \
-        and preset(arch.name) == arch else arch.to_dict()
-    merged = {"arch": arch_param, "routing": str(default_routing()), **(params or {})}
-    name = "-".join(t.removeprefix("test_") for t in tests)
-    result = run(built, test_module=__name__, testcase=tests, params=merged, seed=seed,
-                 run_name=f"bench_pe-{name}", check=check)
-    records = []
-    for case in result.testcases:
-        base, _, param = case.name.partition("/")
-        label = f"{base}-{param.partition('=')[2]}" if param else base
-        path = result.test_dir / f"summary-{label}.json"
-        if path.is_file():
-            records.extend(json.loads(path.read_text()))
-    return PEBenchResult(sim=result, records=records)
+    merged = {"arch": arch_param(arch), "routing": str(default_routing()), **(params or {})}
+    return run_bench(built, test_module=__name__, tests=tests, default_tests=TESTS,
+                     params=merged, prefix="bench_pe", seed=seed, check=check)

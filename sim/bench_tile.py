@@ -33,8 +33,6 @@ always-ready sink: accepted beats per cycle, and the result latency against ``ti
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -54,6 +52,7 @@ from ..sw.datapath import Mode, gemm
 from ..sw.corpus import gsm8k_prompts, traces_dir
 from ..sw.quant import GROUP, QuantizedWeight, quantize_activations, quantize_weights
 from ..sw.tile import channels_per_block, ref_tile, tile_assemble, tile_schedule
+from .records import BenchResult, CaseRecorder, failed_cases, run_bench
 from .runner import case_rng, load_params, resolve_seed
 
 
@@ -92,7 +91,7 @@ class StreamRun:
         return self.end_cycle - self.start_cycle + 1
 
 
-class TileBench:
+class TileBench(CaseRecorder):
     """Clock, reset, stream source/sink/monitor and comparisons for one TensorTile DUT."""
 
     def __init__(self, dut, config: TileConfig, seed: int, test: str, traffic: str = "-"):
@@ -338,13 +337,6 @@ class TileBench:
                            gemm_values=values, comparisons=values, mismatches=bad,
                            overflowed=0, details=details)
 
-    def write_summary(self) -> Path:
-        """Write the case records to ``summary-<test>.json`` in the run folder."""
-        out = Path(load_params().get("out_dir") or os.getcwd())
-        path = out / f"summary-{self.test}.json"
-        path.write_text(json.dumps(self.records, indent=1))
-        return path
-
     def finish(self):
         """Write the summary; fail (AssertionError) if any case mismatched or failed."""
         path = self.write_summary()
@@ -358,25 +350,7 @@ class TileBench:
             for wave in sorted(Path(path.parent).glob("dump.*")):
                 self.dut._log.info("%s: waves %s", self.test, wave.resolve())
         assert not bad, (f"{counted(len(bad), 'case')} failed (seed {self.seed}): "
-                         + "; ".join(f"{r['case']} {r.get('mode') or ''} ({r['traffic']}): "
-                                     + (r["error"] if r.get("error") else
-                                        f"{r['mismatches']} mismatches, first: "
-                                        f"{r['details'][:2]}") for r in bad))
-
-    @contextlib.contextmanager
-    def summary(self):
-        """Context for a test body: an exception in it becomes a failed case ("test aborted",
-        naming the exception) and the summary is written either way; on leaving,
-        :meth:`finish` fails the test if any case failed."""
-        try:
-            yield self
-        except Exception as exc:                       # noqa: BLE001 - recorded, then failed
-            self.dut._log.error("%s aborted", self.test, exc_info=True)
-            self.fail("test aborted", f"{type(exc).__name__}: {exc}")
-        except BaseException:
-            self.write_summary()
-            raise
-        self.finish()
+                         + failed_cases(bad))
 
 
 def counted(n: int, noun: str) -> str:
@@ -656,21 +630,9 @@ async def test_clock_rate(dut):
 TESTS = ("test_minilm", "test_random", "test_corners", "test_throughput", "test_clock_rate")
 
 
-@dataclass(frozen=True)
-class TileBenchResult:
-    """A host-side run of this bench: the runner's result and the case records (dicts, see
-    :meth:`TileBench.record`) of every test that ran, in run order."""
-
-    sim: object
-    records: list
-
-    @property
-    def comparisons(self) -> int:
-        return sum(r["comparisons"] for r in self.records)
-
-    @property
-    def mismatches(self) -> int:
-        return sum(r["mismatches"] for r in self.records)
+#: A host-side run of this bench: the runner's result and the case records (dicts, see
+#: :meth:`TileBench.record`) of every test that ran, in run order.
+TileBenchResult = BenchResult
 
 
 def build_tile(config: TileConfig, *, waves=None):
@@ -687,24 +649,8 @@ def run_tile_bench(config: TileConfig, *, tests=None, seed=None, waves=None, par
     ``params`` are merged over ``{"tile": config, "traces": default_traces()}``. With
     ``check=True`` a failing test raises :class:`~elmoe3d.sim.runner.SimulationFailure`;
     records are read from the run folder's ``summary-*.json`` files either way."""
-    from .runner import SimulationError, run
     built = built or build_tile(config, waves=waves)
-    tests = [tests] if isinstance(tests, str) else list(tests or TESTS)
     merged = {"tile": {"rows": config.rows, "lanes": config.lanes},
               "traces": str(default_traces()), **(params or {})}
-    name = "-".join(t.removeprefix("test_") for t in tests)
-    result = run(built, test_module=__name__, testcase=tests, params=merged, seed=seed,
-                 run_name=f"bench_tile-{name}", check=check)
-    records = []
-    for case in result.testcases:
-        # "test_minilm/traffic=smooth" wrote summary-test_minilm-smooth.json
-        base, _, param = case.name.partition("/")
-        label = f"{base}-{param.partition('=')[2]}" if param else base
-        path = result.test_dir / f"summary-{label}.json"
-        if path.is_file():
-            try:
-                records.extend(json.loads(path.read_text()))
-            except (OSError, ValueError) as exc:
-                raise SimulationError(f"{path}: cannot read the bench summary ({exc}); log "
-                                      f"{result.log_file}") from None
-    return TileBenchResult(sim=result, records=records)
+    return run_bench(built, test_module=__name__, tests=tests, default_tests=TESTS,
+                     params=merged, prefix="bench_tile", seed=seed, check=check)

@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 
 from elmoe3d.config import preset
 from elmoe3d.isa import Op, Sink, Source, Target
-from elmoe3d.sim.bench_pe import _synthetic_experts, default_routing, read_routing
+from elmoe3d.sim.bench_pe import default_routing, read_routing
 from elmoe3d.sw import expert as ex
 from elmoe3d.sw import parallel as par
 from elmoe3d.sw.asm import Program, ProgramError
 from elmoe3d.sw.datapath import Mode
+from elmoe3d.sw.host import synthetic_experts
 from elmoe3d.sw.links import LinkMode, LinkOp
 
 SEED = 4242
@@ -41,7 +42,7 @@ def _experts():
     """Eight synthetic experts (labelled synthetic: seeded Gaussians with per-group magnitudes
     over two decades), quantized once."""
     return tuple(ex.Expert.quantize(*w, name=f"synthetic{i}")
-                 for i, w in enumerate(_synthetic_experts(_rng("experts"), N_EXPERTS, H, I)))
+                 for i, w in enumerate(synthetic_experts(_rng("experts"), N_EXPERTS, H, I)))
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +178,7 @@ def test_draft_tp_runs_an_expert_one_pe_cannot_hold():
     them fits each of 4 PEs; the draft still equals ref_moe bit for bit."""
     rng = _rng("wide")
     big = [ex.Expert.quantize(*w, name=f"synthetic_wide{i}")
-           for i, w in enumerate(_synthetic_experts(rng, 2, H, 512))]
+           for i, w in enumerate(synthetic_experts(rng, 2, H, 512))]
     x = rng.standard_normal((16, H))
     routing = (np.tile([0, 1], (16, 1)), rng.uniform(0.2, 1.0, (16, 2)))
     with pytest.raises(ProgramError, match="ACT words|HBUF"):
@@ -381,9 +382,9 @@ def test_bad_inputs(experts):
     fails("^routing: expected ids and weights", routing=(np.zeros((4, 2), np.int64),
                                                          np.ones((4, 1))))
     fails("^x: expected", x=np.zeros((4, H + 32)))
-    w = _synthetic_experts(_rng("bad"), 1, H, I)[0]
+    w = synthetic_experts(_rng("bad"), 1, H, I)[0]
     fails("^expert: expected up/gate", experts=[(w[0], w[1], w[2][:, :96])])   # down K != I
-    small = _synthetic_experts(_rng("bad2"), 1, H, 256)[0]
+    small = synthetic_experts(_rng("bad2"), 1, H, 256)[0]
     fails("^experts: expert 1 has H=64, I=256", experts=[experts[0], small])
 
 
