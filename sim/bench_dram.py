@@ -40,12 +40,11 @@ from __future__ import annotations
 
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.simtime import get_sim_time
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..config import ArchConfig, preset
 from .dram_model import DramDevice, TimingViolation, dram_pattern
+from . import cocotb_streams as streams
 from .dram_bus import dram_bus, drive_devices
 from .records import BenchResult, arch_from_params, arch_param, run_bench, write_summary
 from .runner import case_rng, load_params, resolve_seed
@@ -54,8 +53,6 @@ from .runner import case_rng, load_params, resolve_seed
 __all__ = ["run_dram_bench", "dram_figures", "print_dram", "HB_TARGET", "EXT_TARGET",
            "TESTS", "DEFAULTS"]
 
-#: Clock period of the bench (ns of simulation time; the logic clock is arch.clock_ghz).
-CLOCK_NS = 10
 #: traffic -> (probability of idle cycles before a req / wdata beat, rdata backpressure).
 TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
 #: Figure targets (BRIEF section 6).
@@ -91,9 +88,7 @@ class DramBench:
         self.violations = []
         self.golden = {}
 
-    @staticmethod
-    def cycle() -> int:
-        return int(get_sim_time("ns")) // CLOCK_NS
+    cycle = staticmethod(streams.cycle)
 
     def rng(self, case):
         return case_rng(self.seed, f"{self.test}/{case}")
@@ -105,16 +100,9 @@ class DramBench:
 
     async def start(self, trace=None):
         dut = self.dut
-        Clock(dut.clk, CLOCK_NS, unit="ns").start(start_high=False)
-        dut.rst.value = 1
-        for port in ("req", "wdata"):
-            getattr(dut, f"{port}__valid").value = 0
-        dut.rdata__ready.value = 0
-        for c in range(self.channels):
-            getattr(dut, self._prefix(c) + "__rd_valid").value = 0
-        for _ in range(3):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
+        await streams.start(dut, ["req__valid", "wdata__valid", "rdata__ready"]
+                            + [self._prefix(c) + "__rd_valid" for c in range(self.channels)],
+                            settle=0)
         self.devices = [DramDevice(self.cfg, clock_ghz=self.arch.clock_ghz, name=f"ch{c}",
                                    seed=c) for c in range(self.channels)]
         self.start_cycle = self.cycle()
@@ -140,27 +128,6 @@ class DramBench:
         return self.cfg.bursts
 
     # -- streams --
-
-    async def _source(self, port, beats, rng, idle, log=None):
-        dut = self.dut
-        valid, payload, ready = (getattr(dut, f"{port}__{n}") for n in ("valid", "payload",
-                                                                         "ready"))
-        for beat in beats:
-            if idle and rng.random() < idle:
-                valid.value = 0
-                for _ in range(int(rng.integers(1, 4))):
-                    await RisingEdge(dut.clk)
-            payload.value = int(beat)
-            valid.value = 1
-            while True:
-                await ReadOnly()
-                taken = ready.value == 1
-                await RisingEdge(dut.clk)
-                if taken:
-                    if log is not None:
-                        log.append(self.cycle() - 1)
-                    break
-        valid.value = 0
 
     async def _sink(self, out, cycles, rng, backpressure, errors):
         dut = self.dut
@@ -206,8 +173,8 @@ class DramBench:
         out, out_cycles, errors, req_log = [], [], [], []
         before = self.device_stats()
         sink = cocotb.start_soon(self._sink(out, out_cycles, rng, backpressure, errors))
-        srcs = [cocotb.start_soon(self._source("req", reqs, rng, idle, req_log)),
-                cocotb.start_soon(self._source("wdata", wbeats, rng, idle))]
+        srcs = [cocotb.start_soon(streams.offer(self.dut, "req", reqs, rng, idle, log=req_log)),
+                cocotb.start_soon(streams.offer(self.dut, "wdata", wbeats, rng, idle))]
         start = self.cycle()
         total = sum(length for _, _, length in requests)
         budget = int((400 + 40 * total * self.cfg.burst_ck * 3) / (1 - idle) / (1 - backpressure))

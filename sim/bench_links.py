@@ -40,12 +40,11 @@ from __future__ import annotations
 import random
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.simtime import get_sim_time
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..sw.links import (LinkMode, LinkOp, RingFlit, ref_link, ref_ring, ring_flits,
                         ring_geometry)
+from . import cocotb_streams as streams
 from .records import BenchResult, run_bench, write_summary
 from .runner import case_rng, load_params, resolve_seed
 
@@ -55,7 +54,6 @@ __all__ = ["LINK_TARGET", "RING_TARGET", "TRAFFIC", "random_link_op", "corner_li
            "link_figures",
            "print_links", "LinkBenchResult"]
 
-CLOCK_NS = 10
 #: traffic name -> (probability a source idles before an item, probability a sink is not
 #: ready in a cycle).
 TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
@@ -162,10 +160,6 @@ def random_ring_flits(rng: random.Random, *, pes: int, word_bits: int, flit_byte
 
 # ---- the per-cycle harness -------------------------------------------------------------------
 
-def _cycle() -> int:
-    return int(get_sim_time("ns")) // CLOCK_NS
-
-
 class _Source:
     """Presents ``items`` on stream ``prefix`` in order, idling with probability ``idle``."""
 
@@ -230,22 +224,11 @@ class _Sink:
             self.held = None
 
 
-async def _reset(dut, inputs):
-    Clock(dut.clk, CLOCK_NS, unit="ns").start(start_high=False)
-    dut.rst.value = 1
-    for name in inputs:
-        getattr(dut, name).value = 0
-    for _ in range(3):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
-    await RisingEdge(dut.clk)
-
-
 async def _run(dut, sources, sinks, *, expected, deadline, drain, extra=None):
     """Run the per-cycle loop until every source is finished, ``expected`` items were taken
     from the sinks and ``drain`` more cycles passed (to catch extra items), or ``deadline``
     cycles. ``extra(cycle)`` is called in the read-only phase of each cycle."""
-    start = _cycle()
+    start = streams.cycle()
     quiet = 0
     while True:
         for s in sources:
@@ -253,7 +236,7 @@ async def _run(dut, sources, sinks, *, expected, deadline, drain, extra=None):
         for k in sinks:
             k.drive()
         await ReadOnly()
-        cycle = _cycle()
+        cycle = streams.cycle()
         for s in sources:
             s.sample(cycle)
         for k in sinks:
@@ -361,7 +344,7 @@ async def test_link_stress(dut, traffic):
     rec = _Records(dut, test, seed)
     rng = random.Random(int(case_rng(seed, test).integers(1 << 62)))
     G, W = link.pes, link.word_bits
-    await _reset(dut, ["op__valid"] + [f"pe_i__{s}__valid" for s in range(G)]
+    await streams.start(dut, ["op__valid"] + [f"pe_i__{s}__valid" for s in range(G)]
                  + [f"pe_o__{d}__ready" for d in range(G)])
     dut._log.info("AggregationLink G=%d W=%d flit=%d B buffer=%d words latency=%d; seed %d",
                   G, W, link.flit_bytes, link.buffer_words, link.latency, seed)
@@ -410,7 +393,7 @@ async def test_link_throughput(dut):
     rec = _Records(dut, "test_link_throughput", seed)
     rng = random.Random(int(case_rng(seed, "test_link_throughput").integers(1 << 62)))
     G, W, S = link.pes, link.word_bits, link.flits_per_word
-    await _reset(dut, ["op__valid"] + [f"pe_i__{s}__valid" for s in range(G)]
+    await streams.start(dut, ["op__valid"] + [f"pe_i__{s}__valid" for s in range(G)]
                  + [f"pe_o__{d}__ready" for d in range(G)])
     n = int(p.get("stream_words", 512))
     for mode in LinkMode:
@@ -475,7 +458,7 @@ async def _ring_case(dut, ring, flits, *, rng, idle, stall):
 
 
 async def _ring_reset(dut, ring):
-    await _reset(dut, ["inject__valid"] + [f"ext__{p}__ready" for p in range(ring.pes)])
+    await streams.start(dut, ["inject__valid"] + [f"ext__{p}__ready" for p in range(ring.pes)])
 
 
 @cocotb.test()

@@ -50,9 +50,7 @@ from pathlib import Path
 import numpy as np
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.simtime import get_sim_time
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import RisingEdge
 
 from ..config import ArchConfig, preset
 from ..hw.pe import PE
@@ -64,13 +62,12 @@ from ..sw.datapath import Mode, gemm
 from ..sw.expert import Expert, build_moe_program, ref_moe
 from ..sw.host import synthetic_experts
 from ..sw.quant import quantize_weights
+from . import cocotb_streams as streams
 from .records import (BenchResult, CaseRecorder, arch_from_params, arch_param, failed_cases,
                       run_bench)
 from .runner import case_rng, load_params, resolve_seed
 
 
-#: Clock period of the bench (ns); only cycle counts are reported.
-CLOCK_NS = 10
 #: traffic name -> (probability of idle cycles before a source beat (cmd, ld, link_i),
 #: probability an output (o, link_o) is not ready in a cycle).
 TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
@@ -154,96 +151,19 @@ class PEBench(CaseRecorder):
         self.records = []
         self.word_mask = (1 << self.pe.word_bits) - 1
 
-    @staticmethod
-    def cycle() -> int:
-        return int(get_sim_time("ns")) // CLOCK_NS
+    cycle = staticmethod(streams.cycle)
 
     def rng(self, case: str) -> np.random.Generator:
         return case_rng(self.seed, f"{self.test}/{case}")
 
     async def start(self):
         dut = self.dut
-        Clock(dut.clk, CLOCK_NS, unit="ns").start(start_high=False)
-        dut.rst.value = 1
-        for port in ("cmd", "ld", "link_i"):
-            getattr(dut, f"{port}__valid").value = 0
-            getattr(dut, f"{port}__payload").value = 0
-        dut.o__ready.value = 0
-        dut.link_o__ready.value = 0
-        for _ in range(3):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        await RisingEdge(dut.clk)
+        await streams.start(dut, [f"{port}__{sig}" for port in ("cmd", "ld", "link_i")
+                                  for sig in ("valid", "payload")] + ["o__ready", "link_o__ready"])
         dut._log.info("PE %s: rows=%d lanes=%d W=%d bits, WMEM %d words/plane/buffer; tile "
                       "latency %d, sink latencies %s; seed %d", self.arch.name, self.pe.rows,
                       self.pe.lanes, self.pe.word_bits, self.pe.wmem_words, self.tile_latency,
                       self.sink_latency, self.seed)
-
-    async def _source(self, port, words, bits, rng, idle, rate=None, log=None):
-        """Offer ``words`` on ``port``: with probability ``idle`` 1-3 idle cycles (garbage
-        payload) before a word; with ``rate`` (words per cycle, < 1) a token bucket paces the
-        stream (the HB bank rate): it gains ``rate`` words per cycle and holds at most two
-        (one word in flight and one buffered), so a stalled PE cannot bank bandwidth. ``log``
-        collects accept cycles."""
-        dut = self.dut
-        valid = getattr(dut, f"{port}__valid")
-        payload = getattr(dut, f"{port}__payload")
-        ready = getattr(dut, f"{port}__ready")
-        nbytes = (bits + 7) // 8
-        credit = 1.0
-        for word in words:
-            if rate is not None:
-                while credit < 1.0:
-                    valid.value = 0
-                    await RisingEdge(dut.clk)
-                    credit = min(2.0, credit + rate)
-            if idle and rng.random() < idle:
-                valid.value = 0
-                for _ in range(int(rng.integers(1, 4))):
-                    # Garbage while not valid: the PE must ignore the payload.
-                    payload.value = int.from_bytes(rng.bytes(nbytes), "little") & ((1 << bits) - 1)
-                    await RisingEdge(dut.clk)
-            payload.value = int(word)
-            valid.value = 1
-            while True:
-                await ReadOnly()
-                taken = ready.value == 1
-                await RisingEdge(dut.clk)
-                if rate is not None:
-                    credit = min(2.0, credit + rate - (1.0 if taken else 0.0))
-                if taken:
-                    if log is not None:
-                        log.append(self.cycle() - 1)
-                    break
-        valid.value = 0
-
-    async def _ready(self, port, rng, backpressure):
-        ready = getattr(self.dut, f"{port}__ready")
-        while True:
-            ready.value = 0 if backpressure and rng.random() < backpressure else 1
-            await RisingEdge(self.dut.clk)
-
-    async def _monitor(self, port, out, cycles, errors):
-        dut = self.dut
-        valid = getattr(dut, f"{port}__valid")
-        payload = getattr(dut, f"{port}__payload")
-        ready = getattr(dut, f"{port}__ready")
-        held = None
-        while True:
-            await ReadOnly()
-            v = valid.value == 1
-            raw = payload.value.to_unsigned() if v else None
-            if held is not None and (not v or raw != held[0]):
-                errors.append(f"cycle {self.cycle()}: {port} beat offered at cycle {held[1]} "
-                              f"was withdrawn or changed before it was taken")
-            held = None
-            if v:
-                if ready.value == 1:
-                    out.append(raw)
-                    cycles.append(self.cycle())
-                else:
-                    held = (raw, self.cycle())
-            await RisingEdge(dut.clk)
 
     async def run(self, program, ld, link_i=(), *, n_o, n_link, rng, traffic,
                   ld_rate=None) -> PERun:
@@ -254,14 +174,15 @@ class PEBench(CaseRecorder):
         idle, backpressure = TRAFFIC[traffic]
         o_raw, o_cyc, l_raw, l_cyc, errors = [], [], [], [], []
         W = self.pe.word_bits
-        mons = [cocotb.start_soon(self._monitor("o", o_raw, o_cyc, errors)),
-                cocotb.start_soon(self._monitor("link_o", l_raw, l_cyc, errors)),
-                cocotb.start_soon(self._ready("o", rng, backpressure)),
-                cocotb.start_soon(self._ready("link_o", rng, backpressure))]
+        mons = [cocotb.start_soon(streams.monitor(dut, "o", o_raw, o_cyc, errors)),
+                cocotb.start_soon(streams.monitor(dut, "link_o", l_raw, l_cyc, errors)),
+                cocotb.start_soon(streams.drive_ready(dut, "o", rng, backpressure)),
+                cocotb.start_soon(streams.drive_ready(dut, "link_o", rng, backpressure))]
         cmd_log = []
-        srcs = [cocotb.start_soon(self._source("cmd", program, 128, rng, idle, log=cmd_log)),
-                cocotb.start_soon(self._source("ld", ld, W, rng, idle, ld_rate)),
-                cocotb.start_soon(self._source("link_i", link_i, W, rng, idle))]
+        srcs = [cocotb.start_soon(streams.offer(dut, "cmd", program, rng, idle, bits=128,
+                                                log=cmd_log)),
+                cocotb.start_soon(streams.offer(dut, "ld", ld, rng, idle, bits=W, rate=ld_rate)),
+                cocotb.start_soon(streams.offer(dut, "link_i", link_i, rng, idle, bits=W))]
         start = self.cycle()
         wall = time.perf_counter()
         budget = 200 + 40 * (len(program) + len(ld) + len(link_i)) + 8 * n_o

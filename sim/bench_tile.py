@@ -41,9 +41,7 @@ from pathlib import Path
 import numpy as np
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.simtime import get_sim_time
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import RisingEdge
 
 from ..config import TileConfig
 from ..hw.layouts import pack_beats, tile_beat_layout, unpack_results
@@ -52,12 +50,11 @@ from ..sw.datapath import Mode, gemm
 from ..sw.corpus import gsm8k_prompts, traces_dir
 from ..sw.quant import GROUP, QuantizedWeight, quantize_activations, quantize_weights
 from ..sw.tile import channels_per_block, ref_tile, tile_assemble, tile_schedule
+from . import cocotb_streams as streams
 from .records import BenchResult, CaseRecorder, failed_cases, run_bench
 from .runner import case_rng, load_params, resolve_seed
 
 
-#: Clock period of the bench (ns); only cycle counts are reported.
-CLOCK_NS = 10
 #: traffic name -> (probability of idle cycles before a beat, probability the sink is not
 #: ready in a cycle).
 TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
@@ -106,76 +103,16 @@ class TileBench(CaseRecorder):
         self.latency = tile.latency
         self.records = []
 
-    @staticmethod
-    def cycle() -> int:
-        return int(get_sim_time("ns")) // CLOCK_NS
+    cycle = staticmethod(streams.cycle)
 
     def rng(self, case: str) -> np.random.Generator:
         return case_rng(self.seed, f"{self.test}/{case}")
 
     async def start(self):
         dut = self.dut
-        Clock(dut.clk, CLOCK_NS, unit="ns").start(start_high=False)
-        dut.rst.value = 1
-        dut.i__valid.value = 0
-        dut.i__payload.value = 0
-        dut.o__ready.value = 0
-        for _ in range(3):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
-        await RisingEdge(dut.clk)
+        await streams.start(dut, ("i__valid", "i__payload", "o__ready"))
         dut._log.info("TensorTile rows=%d lanes=%d latency=%d; seed %d", self.config.rows,
                       self.config.lanes, self.latency, self.seed)
-
-    # -- coroutines --
-
-    async def _source(self, words, rng, idle, accept_cycles):
-        dut = self.dut
-        nbytes = (self.beat_layout.size + 7) // 8
-        for word in words:
-            if idle and rng.random() < idle:
-                dut.i__valid.value = 0
-                for _ in range(int(rng.integers(1, 4))):
-                    # Garbage while not valid: the tile must ignore the payload.
-                    dut.i__payload.value = int.from_bytes(rng.bytes(nbytes), "little") \
-                        & ((1 << self.beat_layout.size) - 1)
-                    await RisingEdge(dut.clk)
-            dut.i__payload.value = word
-            dut.i__valid.value = 1
-            while True:
-                await ReadOnly()
-                taken = dut.i__ready.value == 1
-                cycle = self.cycle()
-                await RisingEdge(dut.clk)
-                if taken:
-                    accept_cycles.append(cycle)
-                    break
-        dut.i__valid.value = 0
-
-    async def _sink(self, rng, backpressure):
-        dut = self.dut
-        while True:
-            dut.o__ready.value = 0 if backpressure and rng.random() < backpressure else 1
-            await RisingEdge(dut.clk)
-
-    async def _monitor(self, raws, cycles, errors):
-        dut = self.dut
-        held = None                    # a result presented but not taken in the last cycle
-        while True:
-            await ReadOnly()
-            valid = dut.o__valid.value == 1
-            raw = dut.o__payload.value.to_unsigned() if valid else None
-            if held is not None and (not valid or raw != held[0]):
-                errors.append(f"cycle {self.cycle()}: output result presented at cycle "
-                              f"{held[1]} was withdrawn or changed before it was taken")
-            held = None
-            if valid:
-                if dut.o__ready.value == 1:
-                    raws.append(raw)
-                    cycles.append(self.cycle())
-                else:
-                    held = (raw, self.cycle())
-            await RisingEdge(dut.clk)
 
     async def stream(self, beats, *, rng, idle=0.0, backpressure=0.0) -> StreamRun:
         """Send ``beats`` through the DUT and collect its results."""
@@ -183,11 +120,12 @@ class TileBench(CaseRecorder):
         words = pack_beats(self.config, beats)
         expected = int(np.count_nonzero(beats["last"]))
         raws, result_cycles, accept_cycles, errors = [], [], [], []
-        monitor = cocotb.start_soon(self._monitor(raws, result_cycles, errors))
-        sink = cocotb.start_soon(self._sink(rng, backpressure))
+        monitor = cocotb.start_soon(streams.monitor(dut, "o", raws, result_cycles, errors))
+        sink = cocotb.start_soon(streams.drive_ready(dut, "o", rng, backpressure))
         start = self.cycle()
         wall = time.perf_counter()
-        await self._source(words, rng, idle, accept_cycles)
+        await streams.offer(dut, "i", words, rng, idle, bits=self.beat_layout.size,
+                            log=accept_cycles)
         # Generous bound: every beat could wait for a stalled result.
         deadline = self.cycle() + (self.latency + 8) * (expected + 2) * 20 + 100
         while len(raws) < expected and self.cycle() < deadline:
