@@ -41,6 +41,7 @@ import re
 from dataclasses import dataclass, field
 
 from amaranth.back import rtlil
+from amaranth.hdl import _nir
 from amaranth.hdl import Elaboratable, Instance, Module, Signal, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
@@ -48,7 +49,7 @@ from amaranth.lib.wiring import In, Out
 
 
 __all__ = ["SRAM_MIN_BITS", "BlockType", "DieBlock", "BLOCK_TYPES", "DIE_BLOCKS", "TILE_FIT",
-           "SramUse", "Hollow", "hollow", "instance_key", "resolve", "MulLeaf", "DotRowLeaf",
+           "SramUse", "Hollow", "hollow", "inventory", "instance_key", "resolve", "MulLeaf", "DotRowLeaf",
            "LaneFieldsLeaf", "memory_role"]
 
 
@@ -57,6 +58,12 @@ SRAM_MIN_BITS = 2048
 
 #: The small tiles (rows, lanes) whose synthesis gives the tile's area model exactly.
 TILE_FIT = ((1, 2), (2, 2), (1, 4))
+
+#: PEs with more lanes than this are not synthesised whole: their own (control) logic comes
+#: from hollow PEs of these lane counts (rows = lanes / 2, the target's memory depths), fitted
+#: with ``a + b L + c L^2`` (:func:`elmoe3d.synth.rollup.pe_control_model`).
+PE_DIRECT_MAX_LANES = 8
+PE_FIT_LANES = (4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -300,11 +307,40 @@ def hollow(top, *, owner: str, leaf_classes=()) -> Hollow:
                 anon[i] = (_replace(sub, stubs, subs), src_loc)
     platform = _Platform(owner, names, stubs, srams)
     top.elaborate = lambda platform: m        # the Module built above, once
+    # Amaranth's combinational-loop check walks every path through the wide multiplexers of
+    # a paper-sized PE without memoisation (minutes); Yosys ``check`` reports loops instead.
+    check = _nir.Netlist.check_comb_cycles
+    _nir.Netlist.check_comb_cycles = lambda self: None
     try:
         text = rtlil.convert(top, name="top", platform=platform, emit_src=False)
     finally:
+        _nir.Netlist.check_comb_cycles = check
         del top.elaborate
     return Hollow(rtlil=text, stubs="".join(stubs.values()), subs=subs, srams=srams)
+
+
+def inventory(top, *, owner: str, leaf_classes=()):
+    """The registered sub-block instances (key -> (representative, count)) and the SRAM
+    macros among the direct children of ``top``, from its elaboration alone (no RTLIL): for
+    blocks whose own logic comes from a model rather than from synthesising them."""
+    leaf_classes = tuple(c for c in leaf_classes if c is not None and not isinstance(top, c))
+    m = top.elaborate(None)
+    top._MustUse__silence = True
+    subs, srams = {}, []
+    children = list(m._named_submodules.items()) + [(None, x) for x in m._anon_submodules]
+    for name, (sub, _src_loc) in children:
+        if isinstance(sub, Memory):
+            if _is_macro(sub):
+                width = len(Value.cast(Signal(sub.shape)))
+                srams.append(SramUse(owner=owner, name=name or "<anon>", width=width,
+                                     depth=sub.depth, read_ports=len(sub.read_ports),
+                                     write_ports=len(sub.write_ports)))
+        elif leaf_classes and isinstance(sub, leaf_classes):
+            key = instance_key(sub)
+            rep, n = subs.get(key, (sub, 0))
+            subs[key] = (rep, n + 1)
+            sub._MustUse__silence = True
+    return subs, srams
 
 
 def _replace(sub, stubs, subs):

@@ -138,8 +138,13 @@ def synth_report(planner, arch, die):
     pe_total = sum(pe.values())
     leaves = [{"block": r[0], "instances": r[1], "cells": r[2], "area_each": r[3],
                "area_total": r[4]} for r in leaf_table(pe_node, res)]
+    from .rollup import PEModelNode, pe_control_model, tile_model
+    model = pe_control_model(pe_node, res) if isinstance(pe_node, PEModelNode) else None
     return {
         "name": arch.name, "pes": arch.pes, "die": blocks, "die_total": total,
+        "tile_model": {k: v for k, v in tile_model(res).items()} if
+        any(k.startswith("tile_r") for k in res) else None,
+        "pe_control_model": model,
         "pe_share": blocks["PE"]["total"] / total if total else 0.0,
         "pe": {k: pe[k] for k in _PE_ORDER if k in pe} | {k: v for k, v in pe.items()
                                                            if k not in _PE_ORDER},

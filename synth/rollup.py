@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from amaranth.back import rtlil
 
-from .blocks import (BLOCK_TYPES, TILE_FIT, DotRowLeaf, LaneFieldsLeaf, MulLeaf, hollow,
-                     instance_key)
+from .blocks import (BLOCK_TYPES, PE_DIRECT_MAX_LANES, PE_FIT_LANES, TILE_FIT, DotRowLeaf,
+                     LaneFieldsLeaf, MulLeaf, hollow, instance_key, inventory)
 from .flow import SynthResult, synthesize
 from .sram import sram_area
 
@@ -56,6 +56,19 @@ class TileNode:
     label: str
     rows: int
     lanes: int
+
+
+@dataclass
+class PEModelNode:
+    """A PE too large to synthesise whole: its own logic from the control model (fit jobs
+    ``fits``: lanes -> job), its SRAMs and sub-blocks from its elaboration."""
+
+    label: str
+    category: str
+    lanes: int
+    fits: dict
+    srams: list = field(default_factory=list)
+    children: list = field(default_factory=list)
 
 
 @dataclass
@@ -103,6 +116,8 @@ class Planner:
         return None
 
     def add_job(self, name, label, elaboratable_or_text, stubs=""):
+        if name in self._jobs and not isinstance(elaboratable_or_text, str):
+            elaboratable_or_text._MustUse__silence = True
         if name not in self._jobs:
             text = elaboratable_or_text
             if not isinstance(text, str):
@@ -122,6 +137,8 @@ class Planner:
             node = TileNode(label=label, rows=obj.rows, lanes=obj.lanes)
             obj._MustUse__silence = True
             self._plan_tile_leaves()
+        elif bt is not None and bt.label == "PE" and obj.lanes > PE_DIRECT_MAX_LANES:
+            node = self._plan_pe_model(obj, label)
         else:
             h = hollow(obj, owner=label, leaf_classes=self._classes)
             job = self.add_job(f"{type(obj).__name__}_{_short(key)}", label, h.rtlil, h.stubs)
@@ -133,6 +150,28 @@ class Planner:
         self._nodes[key] = node
         return node
 
+    def _plan_pe_model(self, pe, label):
+        from ..config import PEConfig
+        from ..hw.pe import PE
+        cfg = pe.config
+        subs, srams = inventory(pe, owner=label, leaf_classes=self._classes)
+        fits = {}
+        for lanes in PE_FIT_LANES:
+            variant = PEConfig(rows=lanes // 2, lanes=lanes, word_bits=128 * lanes,
+                               wmem_words=cfg.wmem_words, act_words=cfg.act_words,
+                               tok_words=cfg.tok_words, hbuf_words=cfg.hbuf_words,
+                               out_words=cfg.out_words)
+            small = PE(config=variant, mul_stages=pe.mul_stages)
+            key = instance_key(small)
+            h = hollow(small, owner=label, leaf_classes=self._classes)
+            fits[lanes] = self.add_job(f"PE_fit_{_short(key)}",
+                                       f"PE control fit, {lanes} lanes", h.rtlil, h.stubs)
+        node = PEModelNode(label=label, category="PE control", lanes=pe.lanes, fits=fits,
+                           srams=srams)
+        for sub_key, (rep, count) in subs.items():
+            node.children.append((self.plan(rep), count))
+        return node
+
     def plan_whole(self, obj, *, name, label):
         """A job synthesising ``obj`` whole (only its RAMs as macros): the roll-up check."""
         h = hollow(obj, owner=label, leaf_classes=())
@@ -140,6 +179,8 @@ class Planner:
         return h.srams
 
     def _plan_tile_leaves(self):
+        if "leaf_mul" in self._jobs:
+            return
         from ..config import TileConfig
         from ..hw.tile import TensorTile
         from ..hw.unit_pe import SliceCombiner
@@ -217,6 +258,20 @@ def _tile_breakdown(node: TileNode, results) -> Counter:
     return out
 
 
+def pe_control_model(node: PEModelNode, results) -> dict:
+    """``a + b L + c L^2`` through the three hollow PEs of :data:`PE_FIT_LANES` lanes (the
+    beat forming and memory ports grow with the word width W = 128 L, the result registers and
+    the sinks' row selection with rows x lanes = L^2 / 2), evaluated at the PE's lanes."""
+    (x0, x1, x2) = sorted(node.fits)
+    y0, y1, y2 = (results[node.fits[x]].area for x in (x0, x1, x2))
+    # Lagrange interpolation through the three points
+    def basis(x, xa, xb, xc):
+        return (x - xb) * (x - xc) / ((xa - xb) * (xa - xc))
+    x = node.lanes
+    value = (y0 * basis(x, x0, x1, x2) + y1 * basis(x, x1, x0, x2) + y2 * basis(x, x2, x0, x1))
+    return {"points": {x0: y0, x1: y1, x2: y2}, "lanes": x, "area": value}
+
+
 # ---- evaluation ---------------------------------------------------------------------------
 
 def evaluate(node, results) -> Counter:
@@ -225,7 +280,10 @@ def evaluate(node, results) -> Counter:
     if isinstance(node, TileNode):
         return _tile_breakdown(node, results)
     out = Counter()
-    out[node.category] += results[node.job].area
+    if isinstance(node, PEModelNode):
+        out[node.category] += pe_control_model(node, results)["area"]
+    else:
+        out[node.category] += results[node.job].area
     for s in node.srams:
         out[f"sram:{s.role}"] += sram_area(s.width, s.depth, s.read_ports).area
     for child, count in node.children:
@@ -252,8 +310,13 @@ def leaf_table(node, results, count=1, rows=None, seen_depth=0):
         rows.append((f"{node.label} {node.rows}x{node.lanes}x32 (model)", count, None, area,
                      area * count))
         return rows
-    r = results[node.job]
-    rows.append((f"{node.label} (own logic)", count, r.cell_count, r.area, r.area * count))
+    if isinstance(node, PEModelNode):
+        area = pe_control_model(node, results)["area"]
+        rows.append((f"{node.label} control (model, {node.lanes} lanes)", count, None, area,
+                     area * count))
+    else:
+        r = results[node.job]
+        rows.append((f"{node.label} (own logic)", count, r.cell_count, r.area, r.area * count))
     for child, n in node.children:
         leaf_table(child, results, count * n, rows)
     return rows
