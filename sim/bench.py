@@ -41,6 +41,16 @@ measured in the same run (design brief section 6; tests never time anything, thi
    long streaming transfers (always-valid sources, always-ready sinks) as a fraction of
    128 B/cycle (ring) and 32 B/cycle per port (link), every word checked against
    :mod:`elmoe3d.sw.links`. Target >= 0.99 of the rate (multicast: of the PE-side bound).
+9. **Logic die** (:mod:`elmoe3d.sim.bench_die`) -- the die bench's MoE layers (real Mixtral
+   routing, batches of 1, 4 and 16 tokens, draft and verify, smooth traffic): cycles, HB and
+   EXT bytes per cycle against their peaks, link bytes, and the verify-phase overlap = the
+   fraction of the psum exchange (BYPASS / REDUCE_ADD link descriptors, first flit to last
+   word) inside the LSB-fetch window (first to last EXT word the ring delivers to the
+   group), measured cycle by cycle from the die's ``probe`` output, with the exposed
+   exchange cycles and their share of the layer (:func:`elmoe3d.sim.bench_die
+   .exchange_figures`). The overlap is reported beside the paper's goal of 1.0 (Section 5.2),
+   not judged; targets: every output bit-exact (``run_group`` and ``ref_moe``), zero DRAM
+   timing violations.
 
 Columns of figure 2: *np.matmul f32* is the baseline's time per call; *gemm prepared* is
 ``gemm`` with the weight layout cached (the hardware lays weights out once and reuses them);
@@ -292,6 +302,17 @@ def print_links(console, figs) -> list:
     return show(console, figs)
 
 
+def die_figures(arch, seed) -> dict:
+    """Figure 9 (:func:`elmoe3d.sim.bench_die.die_figures`)."""
+    from .bench_die import die_figures as figures
+    return figures(arch, seed)
+
+
+def print_die(console, figs) -> list:
+    from .bench_die import print_die as show
+    return show(console, figs)
+
+
 def _one_line(exc) -> str:
     """A simulation error or failure as one line: its first line, plus the log it names."""
     text = str(exc)
@@ -401,7 +422,7 @@ def run(args) -> int:
     cfg = arch.tile
     console.print(f"elmoe3d bench: config {arch.name}, seed {seed}")
 
-    steps = 8
+    steps = 9
     console.print(f"[1/{steps}] RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} tile "
                   f"(cocotb + Verilator) ...")
     try:
@@ -437,6 +458,12 @@ def run(args) -> int:
         links = link_figures(arch, seed)
     except (SimulationError, SimulationFailure) as exc:
         raise UserError(f"ring/link bench: {_one_line(exc)}") from None
+    console.print(f"[9/{steps}] logic die: draft and verify MoE layers, verify-phase overlap "
+                  f"(cocotb + Verilator) ...")
+    try:
+        die = die_figures(arch, seed)
+    except (SimulationError, SimulationFailure) as exc:
+        raise UserError(f"die bench: {_one_line(exc)}") from None
     console.print()
 
     missed = []
@@ -483,10 +510,11 @@ def run(args) -> int:
         missed.append(f"6. accuracy not measured: {accuracy_error}")
     missed += [f"7. {line}" for line in print_dram(console, dram)]
     missed += [f"8. {line}" for line in print_links(console, links)]
+    missed += [f"9. {line}" for line in print_die(console, die)]
     if args.json:
         write_json(args.json, {"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
                                "pe": pe, "accuracy": accuracy, "dram": dram,
-                               "links": links,
+                               "links": links, "die": die,
                                "targets": {"throughput": THROUGHPUT_TARGET,
                                            "golden": GOLDEN_TARGET,
                                            "roofline": ROOFLINE_TARGET},

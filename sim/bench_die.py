@@ -11,7 +11,9 @@ with the parameters ``params["die"]`` (keyword arguments of ``LogicDie``) and wr
      "routing": "/path/gsm8k_2_routing.jsonl",  # real Mixtral-8x7B routing (top-2 of 8)
      "hidden": 64, "intermediate": 128, "experts": 8, "tokens": [1, 4, 16],
      "layers": {"1": 0, "4": 15, "16": 31},
-     "cached": [0, 2, 3, 5, 6]}                 # HB-resident experts (the draft pool)
+     "cached": [0, 2, 3, 5, 6],                 # HB-resident experts (the draft pool)
+     "dump_probes": false}                      # true: probes-<test>-<phase>-T<n>.json
+                                                # (every cycle's probe value) per case
 
 The host side of every case: each PE group serves a share of the experts (expert ``e`` on
 group ``e % groups``); :func:`elmoe3d.sw.parallel.compile_group` compiles the group's work
@@ -34,6 +36,27 @@ Checked with plain equality, per group:
 * the sticky flags (OR over the group's PEs) against ``ref_moe``;
 * every DRAM command against the timing rules (:class:`elmoe3d.sim.dram_model.DramDevice`:
   zero violations, refresh rate checked at the end); the die's ``errors`` output stays 0.
+
+Measured cycle by cycle from the die's read-only ``probe`` output
+(:func:`elmoe3d.hw.die.die_probe_layout`, sampled every cycle of a case):
+
+* the **verify-phase overlap** (paper Section 5.2: the LSB fetch should hide the psum
+  exchange), per group g: the *psum exchange* X_g = the cycles of g's BYPASS and REDUCE_ADD
+  link descriptors (the ones carrying Q.24 psums, :data:`PSUM_MODES`), each from the cycle its
+  first flit moved to the cycle its last word entered the destination FIFOs (not the cycles
+  a taken descriptor waits for its sources' first word); the *LSB-fetch window* F_g = from
+  the first to the last cycle the ring delivered an EXT word to a PE of g. ``overlap`` =
+  sum_g |X_g & F_g| / sum_g |X_g|; ``exposed_cycles`` = the die cycles in which some group
+  exchanges psums outside its window, ``exposed_share`` = exposed / the layer's cycles (of
+  which ``exposed_final_cycles`` are the layer-final OUT-row reduction, after the last GEMM
+  by construction); ``concurrent`` = the stricter share of X_g in cycles an EXT word reached
+  g. Precise definitions: :func:`exchange_figures`;
+* every probe bit's count (``exchange["counts"]``: EXT words delivered and refused per PE,
+  load words, load waits and holds, HB words, link words, descriptors), checked: the link of
+  every group took exactly the descriptors sent, and the ring delivered exactly the EXT words
+  the programs load;
+* each PE's STATUS counters (``pe_status``: cycles, load_busy, exec_busy, stall, gemm_beats
+  ...).
 
 Expert weights and token activations are synthetic (seeded Gaussians); the routing is the
 real Mixtral trace. Traffic ``smooth``: the host offers a beat every cycle, ``o`` always
@@ -61,14 +84,15 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..config import ArchConfig, preset
 from ..hw.agg_link import link_op_layout, pack_link_op
-from ..hw.die import (DmaKind, HostQueue, LogicDie, die_o_layout, dma_bit, host_cmd_layout,
-                      host_dma_layout, queue_bit)
+from ..hw.die import (DmaKind, HostQueue, LogicDie, die_o_layout, die_probe_layout, dma_bit,
+                      host_cmd_layout, host_dma_layout, queue_bit)
 from ..hw.ext_stream import ext_read_layout
 from ..hw.isa import command_layout
 from ..isa import Source
 from ..sw import asm
 from ..sw.asm import OKind
 from ..sw.expert import Expert, ref_moe
+from ..sw.links import LinkMode
 from ..sw.parallel import compile_group, run_group
 from .bench_pe import SYNTHETIC_NOTE, _synthetic_experts, default_routing, read_routing
 from .dram_model import DramDevice, TimingViolation
@@ -76,7 +100,8 @@ from .runner import case_rng, load_params, resolve_seed
 
 
 __all__ = ["DEFAULTS", "DIE_DEFAULTS", "TESTS", "DieBenchResult", "build_die", "run_die_bench",
-           "die_kwargs"]
+           "die_kwargs", "PSUM_MODES", "probe_fields", "exchange_figures", "die_figures",
+           "print_die"]
 
 #: Clock period of the bench (ns of simulation time; only cycles are reported).
 CLOCK_NS = 10
@@ -91,7 +116,13 @@ DIE_DEFAULTS = {"ext_channels": 2, "hb_queue_depth": 16, "ext_queue_depth_bursts
 DEFAULTS = {"arch": "small", "hidden": 64, "intermediate": 128, "experts": 8,
             "tokens": [1, 4, 16],
             "layers": {"1": 0, "4": 15, "16": 31}, "problem": 0,
-            "cached": [0, 2, 3, 5, 6], "pool_tokens": 4}
+            "cached": [0, 2, 3, 5, 6], "pool_tokens": 4, "ext_layout": "stream"}
+#: Placements of the EXT data (``params["ext_layout"]``): ``"stream"``, every transfer's words
+#: in the order the EXT queue reads them (the groups' transfers interleaved: one sequential
+#: stream); ``"group"``, each group's ``GroupJob.ext_image`` at its own base (the groups'
+#: interleaved reads alternate between two regions, which at 16 tokens share banks at
+#: different rows: row conflicts, ``docs/memory.md``).
+EXT_LAYOUTS = ("stream", "group")
 
 
 def arch_from_params(params) -> ArchConfig:
@@ -112,6 +143,140 @@ def _to_bytes(words, nbytes):
     return b"".join(int(w).to_bytes(nbytes, "little") for w in words)
 
 
+#: Link descriptor modes that carry Q.24 psums in the programs of :mod:`elmoe3d.sw.parallel`:
+#: BYPASS (an owner's MSB_ONLY up/gate psums to a token owner), REDUCE_ADD (the down
+#: projection's MSB_ONLY psums summed into the token owner, and the layer-final sum of the
+#: OUT rows on the root). ALL_TO_ALL carries the INT8 h rows (activations) and REDUCE_MAX the
+#: row maxima: neither is a psum exchange.
+PSUM_MODES = (LinkMode.BYPASS, LinkMode.REDUCE_ADD)
+
+
+def probe_fields(arch) -> dict:
+    """``{field: (bit offset, width)}`` of :func:`elmoe3d.hw.die.die_probe_layout`."""
+    return {name: (f.offset, f.width) for name, f in die_probe_layout(arch)}
+
+
+def _bits(value, offsets, name):
+    off, width = offsets[name]
+    return value >> off & ((1 << width) - 1)
+
+
+def exchange_figures(events, offsets, *, pes_per_group, flits_per_word, link_ops, final_ops,
+                     first, end) -> dict:
+    """The verify-phase overlap of one layer from the die's per-cycle ``probe`` values.
+
+    Parameters
+    ----------
+    events : list of (cycle, int)
+        The ``probe`` value (:func:`elmoe3d.hw.die.die_probe_layout`) of every cycle in which
+        it was not 0, cycles ascending (a cycle not listed had every bit 0).
+    offsets : dict
+        :func:`probe_fields`.
+    pes_per_group, flits_per_word : int
+        G, and S = W / (8 x the link's flit bytes) link cycles per W-bit word.
+    link_ops : list of (list of LinkOp or None)
+        Per group, the descriptors sent to its link in order (None: the group had no work).
+    final_ops : list of int
+        Per group, how many of its last descriptors are the layer-final OUT-row reduction.
+    first, end : int
+        The layer's first and last cycle (first command taken, last ``o`` beat).
+
+    Definitions (every set a set of cycles in ``[first, end]``, per group g)
+    -----------
+    * A descriptor's *exchange span*: from the cycle its first flit moved to the cycle its
+      last word entered the destination FIFOs (the link's ``done``): ``[max(taken + 1,
+      h0 - (S - 1)), done]``, where h0 is the first cycle a source word of the descriptor was
+      accepted (``link_o_word``; a word's S flits move on S consecutive cycles, the last with
+      the word's handshake, unless a destination FIFO is full). The cycles a taken descriptor
+      waits for its sources' first word (the psums are still being computed) are not in it.
+    * X_g, the *psum exchange*: the union of the spans of g's descriptors in
+      :data:`PSUM_MODES`.
+    * E_g: the cycles in which the ring delivered an EXT word to a PE of g (``ext_word``);
+      the *LSB-fetch window* F_g = [min E_g, max E_g] (LSB planes, scale copies and uncached
+      experts: every EXT word of the layer).
+    * ``overlap`` = sum_g |X_g & F_g| / sum_g |X_g| (None without psum exchange): the
+      fraction of the psum exchange the LSB fetch hides. The paper's goal is 1.0.
+    * ``concurrent`` = sum_g |X_g & E_g| / sum_g |X_g|: the stricter per-cycle share (an EXT
+      word arrived in the same cycle).
+    * ``exposed_cycles`` = |U_g (X_g - F_g)| (die cycles in which some group exchanges psums
+      outside its LSB-fetch window); ``exposed_share`` = that / (end - first + 1);
+      ``exposed_final_cycles``: the part of it in the layer-final OUT reductions, which follow
+      the last GEMM and so cannot overlap any fetch by construction.
+    * ``overlap_in_layer``: ``overlap`` without the layer-final OUT reductions (the psum
+      exchange of the experts' GEMMs, ``layer_psum_cycles`` cycles).
+
+    Also returns ``descriptors`` (per group: descriptors the link took, which must equal the
+    descriptors sent) and ``counts``: per probe field, the cycles each bit was 1.
+    """
+    G, S = pes_per_group, flits_per_word
+    NG = len(link_ops)
+    counts = {name: [0] * width for name, (_, width) in offsets.items()}
+    ext = [[] for _ in range(NG)]
+    # per group: list of [taken, first word, done] of every descriptor taken
+    desc = [[] for _ in range(NG)]
+    for cyc, v in events:
+        if cyc < first or cyc > end:
+            continue
+        for name, (off, width) in offsets.items():
+            b = v >> off & ((1 << width) - 1)
+            i = 0
+            while b:
+                if b & 1:
+                    counts[name][i] += 1
+                b >>= 1
+                i += 1
+        ew = _bits(v, offsets, "ext_word")
+        lo = _bits(v, offsets, "link_o_word")
+        done = _bits(v, offsets, "link_done")
+        took = _bits(v, offsets, "link_op")
+        for g in range(NG):
+            if ew >> (g * G) & ((1 << G) - 1):
+                ext[g].append(cyc)
+            d = desc[g]
+            # a word accepted in this cycle belongs to the descriptor taken before it
+            if lo >> (g * G) & ((1 << G) - 1) and d and d[-1][1] is None and d[-1][0] < cyc:
+                d[-1][1] = cyc
+            if done >> g & 1 and d and d[-1][2] is None:
+                d[-1][2] = cyc
+            if took >> g & 1:
+                d.append([cyc, None, None])
+    psum, hidden, conc, layer, layer_hidden = 0, 0, 0, 0, 0
+    per_group, exposed, exposed_final = [], set(), set()
+    for g in range(NG):
+        ops = link_ops[g] or []
+        window = (ext[g][0], ext[g][-1]) if ext[g] else None
+        eset = set(ext[g])
+        x, xf = set(), set()
+        for k, (taken, h0, done) in enumerate(desc[g]):
+            if k >= len(ops) or ops[k].mode not in PSUM_MODES or h0 is None:
+                continue
+            span = range(max(taken + 1, h0 - (S - 1)), (done if done is not None else end) + 1)
+            x.update(span)
+            if k >= len(ops) - final_ops[g]:
+                xf.update(span)
+        inside = {c for c in x if window and window[0] <= c <= window[1]}
+        psum += len(x)
+        hidden += len(inside)
+        conc += len(x & eset)
+        exposed |= x - inside
+        exposed_final |= xf - inside
+        layer += len(x - xf)
+        layer_hidden += len(inside - xf)
+        per_group.append({"group": g, "descriptors": len(desc[g]), "descriptors_sent": len(ops),
+                          "psum_cycles": len(x), "hidden_cycles": len(inside),
+                          "ext_window": list(window) if window else None,
+                          "ext_cycles": len(eset)})
+    cycles = end - first + 1
+    return {"psum_cycles": psum, "hidden_cycles": hidden, "concurrent_cycles": conc,
+            "overlap": hidden / psum if psum else None,
+            "concurrent": conc / psum if psum else None,
+            "layer_psum_cycles": layer,
+            "overlap_in_layer": layer_hidden / layer if layer else None,
+            "exposed_cycles": len(exposed), "exposed_final_cycles": len(exposed_final),
+            "exposed_share": len(exposed) / cycles if cycles > 0 else 0.0,
+            "groups": per_group, "counts": counts}
+
+
 class DieBench:
     """Clock, reset, DRAM models, the host driver and the output monitor of one die DUT."""
 
@@ -130,6 +295,7 @@ class DieBench:
         self.cmd_layout = host_cmd_layout(arch)
         self.dma_layout = host_dma_layout(arch)
         self.ext_layout = ext_read_layout(arch.pes)
+        self.probe_offsets = probe_fields(arch)
 
     @staticmethod
     def cycle() -> int:
@@ -293,13 +459,25 @@ class DieBench:
                     held = (raw, self.cycle())
             await RisingEdge(dut.clk)
 
+    async def _probes(self, events):
+        """Append ``(cycle, probe value)`` for every cycle whose ``probe`` is not 0."""
+        probe = self.dut.probe
+        while True:
+            await ReadOnly()
+            v = probe.value.to_unsigned()
+            if v:
+                events.append((self.cycle(), v))
+            await RisingEdge(self.dut.clk)
+
     async def run(self, cmd_queues, dma_queues, *, n_o, rng, traffic, budget):
         """Stream the host queues into the die and collect ``o`` beats until ``n_o`` came
         out (or ``budget`` cycles passed), then drain: nothing more may come out. Returns
-        ``(beats as (cycle, pe, kind, data), errors, first command cycle)``."""
+        ``(beats as (cycle, pe, kind, data), errors, first command cycle, probe events)``
+        (probe events: :meth:`_probes`)."""
         dut = self.dut
         idle, bp = TRAFFIC[traffic]
-        out, errors, cmd_log, dma_log = [], [], [], []
+        out, errors, cmd_log, dma_log, events = [], [], [], [], []
+        probes = cocotb.start_soon(self._probes(events))
         mon = cocotb.start_soon(self._monitor(out, rng, bp, errors))
         hosts = [cocotb.start_soon(self._host("host_cmd", cmd_queues, "cmd_room", rng, idle,
                                               cmd_log)),
@@ -328,6 +506,7 @@ class DieBench:
             if dut.o__valid.value == 1:
                 out.append((self.cycle(), dut.o__payload.value.to_unsigned()))
             await RisingEdge(dut.clk)
+        probes.cancel()
         if len(out) > n_o:
             errors.append(f"extra output: {len(out)} o beats, expected {n_o}")
         if int(dut.errors.value):
@@ -337,7 +516,7 @@ class DieBench:
             view = self.o_layout.from_bits(raw)
             beats.append((cyc, int(view.pe), view.beat.kind.value,
                           int(view.beat.data)))
-        return beats, errors, (cmd_log[0] if cmd_log else start)
+        return beats, errors, (cmd_log[0] if cmd_log else start), events
 
     # -- one MoE layer on the die --
 
@@ -371,6 +550,9 @@ class DieBench:
         cmd_q[ext_bit] = deque()
         dma_q = {dma_bit(arch, k, p): deque() for k in DmaKind for p in range(arch.pes)}
         stripe_words = max(1, self.die.ext_stripe_bytes // pe.word_bytes)
+        layout = self.params["ext_layout"]
+        if layout not in EXT_LAYOUTS:
+            raise ValueError(f"ext_layout: expected one of {EXT_LAYOUTS}, got {layout!r}")
         base, n_o = 0, 0
         ext_lists = []
         dma_hb = {}
@@ -395,16 +577,27 @@ class DieBench:
                 cmd_q[queue_bit(arch, HostQueue.LINK, g)].append(self._cmd(
                     HostQueue.LINK, g, {"link": link_op_layout(G).from_bits(
                         pack_link_op(op, G))}))
-            self.preload_ext(base, job.ext_image)
-            ext_lists.append([self._cmd(HostQueue.EXT, 0, {"ext": self.ext_layout.const(
-                {"addr": base + tr.addr, "words": len(tr.words), "dst_mask": tr.dst_mask << (
-                    g * G)})}) for tr in job.ext_transfers])
+            if layout == "group":
+                self.preload_ext(base, job.ext_image)
+            ext_lists.append([(base + tr.addr, tr, g) for tr in job.ext_transfers])
             base += -(-len(job.ext_image) // stripe_words) * stripe_words
         # the groups' EXT reads interleaved (each group's in its order)
+        order = []
         while any(ext_lists):
             for lst in ext_lists:
                 if lst:
-                    cmd_q[ext_bit].append(lst.pop(0))
+                    order.append(lst.pop(0))
+        if layout == "stream":
+            # the transfers' words laid out in the order they are read (one sequential
+            # stream through the LPDDR5 rows), each transfer from a stripe boundary
+            image = []
+            for k, (_, tr, g) in enumerate(order):
+                order[k] = (len(image), tr, g)
+                image += list(tr.words) + [0] * (-len(tr.words) % stripe_words)
+            self.preload_ext(0, image)
+        for addr, tr, g in order:
+            cmd_q[ext_bit].append(self._cmd(HostQueue.EXT, 0, {"ext": self.ext_layout.const(
+                {"addr": addr, "words": len(tr.words), "dst_mask": tr.dst_mask << (g * G)})}))
         dram0 = self.dram_stats()
         if dma_hb:
             await self._pool_update(dma_hb, rng)
@@ -413,13 +606,14 @@ class DieBench:
         hb_words = sum(len(w) for j in jobs if j for w in j[1].hb_images)
         budget = 4000 + 30 * words + 4 * (ext_words + hb_words)
         wall = time.perf_counter()
-        beats, errors, first = await self.run(cmd_q, dma_q, n_o=n_o, rng=rng, traffic=traffic,
-                                              budget=budget)
+        beats, errors, first, events = await self.run(cmd_q, dma_q, n_o=n_o, rng=rng,
+                                                      traffic=traffic, budget=budget)
         wall = time.perf_counter() - wall
         end = beats[-1][0] if beats else self.cycle()
         by_pe = [[(k, d) for _, q, k, d in beats if q == p] for p in range(arch.pes)]
         details, mismatches, comparisons = list(errors), len(errors), 0
         groups = []
+        pe_status = [None] * arch.pes        # each PE's last STATUS beat's counters
         for g, item in enumerate(jobs):
             if item is None:
                 continue
@@ -443,6 +637,8 @@ class DieBench:
                         details.append(f"group {g} PE {j} beat {i}: DATA differs")
                     elif kind == OKind.STATUS:
                         s, sw = asm.unpack_status(data), asm.unpack_status(w.data)
+                        pe_status[g * G + j] = {n: int(s[n]) for n, _ in asm.STATUS_FIELDS
+                                                if n not in ("acc_overflow", "vpu_saturation")}
                         flags[0] |= bool(s["acc_overflow"])
                         flags[1] |= bool(s["vpu_saturation"])
                         for name in asm.FUNCTIONAL_STATUS_FIELDS:
@@ -482,6 +678,31 @@ class DieBench:
             mismatches += len(self.violations)
             details += self.violations[:2]
         cycles = end - first + 1
+        exchange = exchange_figures(
+            events, self.probe_offsets, pes_per_group=G,
+            flits_per_word=self.pe.word_bytes // int(arch.aggregation_bytes_per_cycle),
+            link_ops=[item[1].link_ops if item else None for item in jobs],
+            final_ops=[self._final_ops(item[1]) if item else 0 for item in jobs],
+            first=first, end=end)
+        for eg in exchange["groups"]:
+            comparisons += 1
+            if eg["descriptors"] != eg["descriptors_sent"]:
+                mismatches += 1
+                details.append(f"group {eg['group']}: the link took {eg['descriptors']} "
+                               f"descriptors, {eg['descriptors_sent']} were sent")
+        if self.params.get("dump_probes"):
+            out = Path(load_params().get("out_dir") or os.getcwd())
+            name = f"probes-{self.test}-{phase}-T{x.shape[0]}.json"
+            (out / name).write_text(json.dumps({"first": first, "end": end, "events": events,
+                                                "fields": self.probe_offsets}))
+        ext_words = sum(exchange["counts"]["ext_word"])
+        want_ext = sum(sum(item[1].traffic()["ext_pe_bytes"]) for item in jobs if item) \
+            // pe.word_bytes
+        comparisons += 1
+        if ext_words != want_ext:
+            mismatches += 1
+            details.append(f"the ring delivered {ext_words} EXT words to the PEs, the "
+                           f"programs' EXT loads take {want_ext}")
         dram1 = self.dram_stats()
         dram = {k: ({n: v - dram0[k][n] for n, v in dram1[k].items()}
                     if isinstance(dram1[k], dict) else dram1[k]) for k in dram1}
@@ -491,8 +712,20 @@ class DieBench:
                    hb_by_dma=sorted(hb_by_dma), dram=dram,
                    hb_bytes_per_cycle=dram["hb"]["bytes_read"] / cycles,
                    ext_bytes_per_cycle=dram["ext"]["bytes_read"] / cycles,
+                   link_bytes=sum(g["link_words_sent"] for g in groups) * pe.word_bytes,
+                   exchange=exchange, pe_status=pe_status,
                    wall_seconds=wall, note=SYNTHETIC_NOTE)
         return self.record(**rec)
+
+    def _final_ops(self, job) -> int:
+        """Descriptors at the end of a verify job's ``link_ops`` that sum the OUT rows on the
+        root (:func:`elmoe3d.sw.parallel.compile_group`: ``out_words`` in steps of
+        ``buffer_words``); 0 for the draft."""
+        if job.phase != "verify" or job.pes < 2:
+            return 0
+        R = self.pe.rows
+        out_words = -(-job.tokens // R) * R * job.hidden // self.pe.q24_per_word
+        return -(-out_words // job.buffer_words)
 
     async def _pool_update(self, images, rng):
         """Write PE images into HB through the host DMA (``HB_WRITE``, whole bursts in
@@ -531,6 +764,15 @@ class DieBench:
                            rec["phase"], rec["traffic"], rec["tokens"], rec["experts_run"],
                            rec["cycles"], rec["comparisons"], rec["mismatches"],
                            rec.get("hb_bytes_per_cycle", 0.0), rec.get("ext_bytes_per_cycle", 0.0))
+        ex = rec.get("exchange")
+        if ex and ex["psum_cycles"]:
+            self.dut._log.info("  psum exchange %d cycles, %d inside the LSB-fetch window "
+                               "(overlap %.3f, %s without the final OUT reduction, concurrent "
+                               "%.3f); exposed %d cycles (%d of them the final OUT reduction), "
+                               "%.1f%% of the layer",
+                               ex["psum_cycles"], ex["hidden_cycles"], ex["overlap"],
+                               ex["overlap_in_layer"], ex["concurrent"], ex["exposed_cycles"],
+                               ex["exposed_final_cycles"], 100 * ex["exposed_share"])
         for line in rec.get("details", []):
             self.dut._log.error("  %s: %s", rec["case"], line)
         return rec
@@ -718,7 +960,8 @@ def run_die_bench(arch: ArchConfig | None = None, *, tests=None, seed=None, wave
         and preset(arch.name) == arch else arch.to_dict()
     merged = {"arch": arch_param, "routing": str(default_routing()), "die": die,
               **(params or {})}
-    name = "-".join(t.removeprefix("test_") for t in tests)
+    name = "-".join(t.removeprefix("test_").replace("/", "_").replace("=", "_")
+                    for t in tests)
     result = run(built, test_module=__name__, testcase=tests, params=merged, seed=seed,
                  run_name=f"bench_die-{name}", check=check)
     records = []
@@ -729,3 +972,115 @@ def run_die_bench(arch: ArchConfig | None = None, *, tests=None, seed=None, wave
         if path.is_file():
             records.extend(json.loads(path.read_text()))
     return DieBenchResult(sim=result, records=records)
+
+
+# -- figure 9 of ``elmoe3d bench`` ----------------------------------------------------------
+
+#: Figure 9: the paper's design goal for the verify-phase overlap (all of the psum exchange
+#: hidden behind the LSB fetch; paper Section 5.2). Reported beside the measurement, not a
+#: pass/fail target.
+OVERLAP_GOAL = 1.0
+
+
+def die_figures(arch, seed=None) -> dict:
+    """Figure 9: the die bench's ``test_phases`` with smooth traffic on ``arch``
+    (:class:`~elmoe3d.config.ArchConfig`; the bench build, :data:`DIE_DEFAULTS`): per batch
+    and phase the cycles, HB and EXT bytes per cycle against their peaks, link bytes, the
+    verify-phase overlap (:func:`exchange_figures`), bit-exact comparisons and mismatches,
+    DRAM timing violations.
+
+    Returns ``{"cases": [...], "failures": [...], "seed", "log", "hb_peak_bytes_per_cycle"
+    (all banks), "ext_peak_bytes_per_cycle" (the bench's channels), "pes", "ext_channels",
+    "overlap_goal"}``; failures are failing cases and cocotb tests, one line each."""
+    channels = DIE_DEFAULTS.get("ext_channels") or arch.ext_channels
+    res = run_die_bench(arch, tests="test_phases/traffic=smooth", seed=seed, check=False)
+    cases, failures = [], []
+    for r in res.records:
+        if r.get("error"):
+            failures.append(f"{r['case']}: {r['error']}")
+            continue
+        ex = r.get("exchange") or {}
+        cases.append({
+            "tokens": r["tokens"], "phase": r["phase"], "experts": r["experts_run"],
+            "cycles": r["cycles"], "hb_bytes_per_cycle": r["hb_bytes_per_cycle"],
+            "ext_bytes_per_cycle": r["ext_bytes_per_cycle"], "link_bytes": r["link_bytes"],
+            "psum_cycles": ex.get("psum_cycles", 0), "overlap": ex.get("overlap"),
+            "overlap_in_layer": ex.get("overlap_in_layer"),
+            "concurrent": ex.get("concurrent"), "exposed_cycles": ex.get("exposed_cycles", 0),
+            "exposed_final_cycles": ex.get("exposed_final_cycles", 0),
+            "exposed_share": ex.get("exposed_share", 0.0),
+            "comparisons": r["comparisons"], "mismatches": r["mismatches"],
+            "violations": r["dram"]["violations"], "details": r["details"][:2]})
+        if r["mismatches"]:
+            failures.append(f"T={r['tokens']} {r['phase']}: {r['mismatches']} mismatch(es): "
+                            f"{'; '.join(r['details'][:2])}")
+    for tc in res.sim.testcases:
+        if tc.status == "failed" and not failures:
+            failures.append(f"{tc.name}: "
+                            f"{tc.message.splitlines()[0] if tc.message else 'failed'}")
+    if not res.sim.tests:
+        failures.append("test_phases did not run")
+    return {"cases": cases, "failures": failures, "seed": res.sim.seed,
+            "log": str(res.sim.log_file), "pes": arch.pes,
+            "hb_peak_bytes_per_cycle": arch.hb_bytes_per_cycle * arch.pes,
+            "ext_peak_bytes_per_cycle": arch.ext.peak_gbps * channels / arch.clock_ghz,
+            "ext_channels": channels, "overlap_goal": OVERLAP_GOAL}
+
+
+#: Definition printed under figure 9.
+DIE_DEFINITION = (
+    "cycles: first host command taken to the last o beat; HB/EXT: bytes the DRAM models "
+    "delivered / cycles (% of the peak of every bank / of the bench's LPDDR5 channels); link: "
+    "bytes the PEs put on the aggregation links. Overlap (verify) = psum-exchange cycles "
+    "inside the LSB-fetch window / psum-exchange cycles, per group: exchange = spans of the "
+    "BYPASS / REDUCE_ADD descriptors from their first flit to their last word delivered; "
+    "window = first to last EXT word the ring delivered to the group. Exposed = exchange "
+    "cycles outside the window (final: the layer-final OUT-row reduction, after the last "
+    "GEMM by construction), share of the layer's cycles; in layer: the overlap without that "
+    "final reduction. Every o beat compared with "
+    "run_group, every output with ref_moe; DRAM timing checked on every command.")
+
+
+def print_die(console, figs) -> list:
+    """Print figure 9's table; return the missed-target lines (mismatches, DRAM timing
+    violations, failed runs; the overlap is reported against the paper's goal, not judged)."""
+    from rich.table import Table
+    missed = []
+    hb_peak, ext_peak = figs["hb_peak_bytes_per_cycle"], figs["ext_peak_bytes_per_cycle"]
+    table = Table(title=f"Logic die, MoE layer of the Mixtral routing ({figs['pes']} PEs, HB "
+                        f"peak {hb_peak:g} B/cycle, EXT {figs['ext_channels']} channels "
+                        f"{ext_peak:g} B/cycle; overlap goal {figs['overlap_goal']:g})",
+                  title_justify="left", caption=DIE_DEFINITION, caption_justify="left")
+    for col in ("T", "phase", "cycles", "HB B/cycle", "EXT B/cycle", "link bytes",
+                "psum cycles", "overlap (in layer)", "exposed (final)", "compared", "mismatches",
+                "DRAM viol.", "target"):
+        table.add_column(col, justify="left" if col in ("phase", "target") else "right")
+    for c in figs["cases"]:
+        ok = c["mismatches"] == 0 and c["violations"] == 0
+        if c["mismatches"]:
+            missed.append(f"die T={c['tokens']} {c['phase']}: {c['mismatches']} mismatch(es) "
+                          f"in {c['comparisons']:,} comparisons")
+        if c["violations"]:
+            missed.append(f"die T={c['tokens']} {c['phase']}: {c['violations']} DRAM timing "
+                          f"violation(s)")
+        verify = c["phase"] == "verify"
+        overlap = "-"
+        if verify and c["overlap"] is not None:
+            inner = c.get("overlap_in_layer")
+            overlap = f"{c['overlap']:.3f} ({inner:.3f})" if inner is not None \
+                else f"{c['overlap']:.3f} (-)"
+        exposed = (f"{c['exposed_cycles']:,} ({c['exposed_final_cycles']:,}) "
+                   f"{c['exposed_share']:.1%}") if verify else "-"
+        table.add_row(str(c["tokens"]), c["phase"], f"{c['cycles']:,}",
+                      f"{c['hb_bytes_per_cycle']:.1f} ({c['hb_bytes_per_cycle'] / hb_peak:.0%})",
+                      f"{c['ext_bytes_per_cycle']:.1f} "
+                      f"({c['ext_bytes_per_cycle'] / ext_peak:.0%})",
+                      f"{c['link_bytes']:,}", f"{c['psum_cycles']:,}" if verify else "-",
+                      overlap, exposed, f"{c['comparisons']:,}", str(c["mismatches"]),
+                      str(c["violations"]), "[green]met[/]" if ok else "[red]MISSED[/]")
+    console.print(table)
+    if not figs["cases"]:
+        missed.append("logic die: no case measured")
+    for line in figs["failures"]:
+        missed.append(f"die bench: {line} (log {figs['log']})")
+    return missed

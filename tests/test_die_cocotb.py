@@ -61,6 +61,20 @@ def test_draft_and_verify_phases(built):
             assert any(set(g["experts"]) - set(g["cached"]) for g in rec["groups"])
             assert any(g["cached"] for g in rec["groups"])
             assert any("REDUCE_ADD" in g["link_ops"] for g in rec["groups"])
+            # the overlap was measured from the die's probes: psums were exchanged, partly
+            # inside the LSB-fetch windows (the layer-final reduction comes after them)
+            ex = rec["exchange"]
+            assert ex["psum_cycles"] > 0 and 0 < ex["hidden_cycles"] <= ex["psum_cycles"]
+            assert 0.0 < ex["overlap"] <= 1.0
+            assert ex["exposed_final_cycles"] <= ex["exposed_cycles"] \
+                <= ex["psum_cycles"] - ex["hidden_cycles"]
+            assert all(g["ext_window"] for g in ex["groups"] if g["descriptors_sent"])
+        else:
+            assert sum(rec["exchange"]["counts"]["ext_word"]) == 0     # draft: HB only
+        # every PE that had work reported its STATUS counters
+        assert all(s is not None for g in rec["groups"] for s in
+                   rec["pe_status"][g["group"] * ARCH.pes_per_group:
+                                    (g["group"] + 1) * ARCH.pes_per_group])
 
 
 def test_pool_update_and_host_errors(built):
