@@ -12,6 +12,7 @@ with the parameters ``params["die"]`` (keyword arguments of ``LogicDie``) and wr
      "hidden": 64, "intermediate": 128, "experts": 8, "tokens": [1, 4, 16],
      "layers": {"1": 0, "4": 15, "16": 31},
      "cached": [0, 2, 3, 5, 6],                 # HB-resident experts (the draft pool)
+     "ext_layout": "stream",                    # EXT placement (EXT_LAYOUTS)
      "dump_probes": false}                      # true: probes-<test>-<phase>-T<n>.json
                                                 # (every cycle's probe value) per case
 
@@ -21,8 +22,10 @@ group ``e % groups``); :func:`elmoe3d.sw.parallel.compile_group` compiles the gr
 psum-level synchronisation for cached experts, uncached experts streamed whole from EXT).
 The HB banks get each PE's MSB slices and scales by the behavioural model's backdoor (or,
 in the pool-update case, through the die's host DMA ``HB_WRITE`` path); EXT (the LPDDR5
-models) holds each group's image (LSB slices, scale copies, uncached experts) at its own base
-address. The host then streams, on one command stream with per-queue room bits, every PE's
+models) holds the groups' transfers (LSB slices, scale copies, uncached experts) with their
+words in the order the EXT queue reads them, the groups' transfers interleaved
+(``params["ext_layout"]``, :data:`EXT_LAYOUTS`; ``"group"``: each group's image at its own
+base address). The host then streams, on one command stream with per-queue room bits, every PE's
 program, every group's link descriptors and the EXT read descriptors (group-local masks
 shifted to the die's PEs), and on the DMA stream the HOST loads' words.
 
