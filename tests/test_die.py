@@ -8,8 +8,8 @@ from amaranth.hdl import Fragment
 from elmoe3d import isa
 from elmoe3d.config import preset
 from elmoe3d.hw.agg_link import link_op_layout, pack_link_op
-from elmoe3d.hw.die import (DmaKind, HostQueue, LogicDie, die_o_layout, dma_bit,
-                            host_cmd_layout, host_dma_layout, queue_bit)
+from elmoe3d.hw.die import (DmaKind, HostQueue, LogicDie, die_o_layout, die_probe_layout,
+                            dma_bit, host_cmd_layout, host_dma_layout, queue_bit)
 from elmoe3d.hw.ext_stream import ext_read_layout
 from elmoe3d.hw.isa import OKind, command_layout
 from elmoe3d.sw.links import LinkMode, LinkOp
@@ -68,8 +68,10 @@ def test_small_die_elaborates():
     assert die.ext_stripe_bytes == 2 * SMALL.ext.burst_bytes
     Fragment.get(die, None)
     names = set(die.signature.members)
-    assert {"host_cmd", "cmd_room", "host_dma", "dma_room", "o", "errors", "hb",
+    assert {"host_cmd", "cmd_room", "host_dma", "dma_room", "o", "errors", "probe", "hb",
             "ext"} <= names
+    assert len(die.probe.as_value()) == die_probe_layout(SMALL).size == 8 * SMALL.pes + \
+        3 * SMALL.groups + 3
 
 
 @pytest.mark.parametrize("name", ["paper-4gb", "paper-8gb"])
