@@ -858,7 +858,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
 # ---------------------------------------------------------------------------------------------
 
 def trace_from_router_logits(logits, model, *, request=None, position=None, phase="prefill",
-                             layer_ids=None, source="router logits") -> RoutingTrace:
+                             layer_ids=None, source="router logits", notes=()) -> RoutingTrace:
     """Route per-layer router logits exactly as ``model`` does and keep the full scores.
 
     Parameters
@@ -874,13 +874,15 @@ def trace_from_router_logits(logits, model, *, request=None, position=None, phas
         Request id and position of each of the T tokens (default: one request, 0..T-1).
     layer_ids : sequence of int, optional
         Decoder-layer index of each array (default: the preset's ``moe_layer_ids``).
+    source, notes : str, sequence of str
+        Provenance kept in the trace's metadata.
     """
     preset = model_preset(model)
     layers = list(logits)
     lids = tuple(layer_ids) if layer_ids is not None else tuple(preset.moe_layer_ids)
     if len(layers) != len(lids):
         raise TraceError(f"logits: {len(layers)} layers given, {len(lids)} layer ids "
-                         f"({preset.name} has {preset.moe_layers} MoE layers)")
+                         f"({preset.name} has {preset.moe_layers} MoE layers; pass layer_ids)")
     arrays = [np.asarray(x, np.float64) for x in layers]
     T = arrays[0].shape[0] if arrays and arrays[0].ndim == 2 else -1
     for j, a in enumerate(arrays):
@@ -905,41 +907,122 @@ def trace_from_router_logits(logits, model, *, request=None, position=None, phas
         request=np.tile(req, L), position=np.tile(pos, L), layer=np.repeat(lids, T),
         phase=np.full(T * L, _phase_code(phase)), expert_ids=np.concatenate(ids),
         gate_weights=np.concatenate(ws), scores=np.concatenate(ss),
-        num_experts=preset.routed_experts, layer_ids=lids, model=preset.name, source=source)
+        num_experts=preset.routed_experts, layer_ids=lids, model=preset.name, source=source,
+        notes=tuple(notes))
+
+
+#: Hugging Face config fields checked against the preset by :func:`capture_hf` (first present).
+_HF_ROUTER_FIELDS = (("routed_experts", ("num_local_experts", "num_experts", "n_routed_experts")),
+                     ("top_k", ("num_experts_per_tok",)),
+                     ("norm_topk_prob", ("norm_topk_prob",)))
+
+
+def _hf_config_mismatches(config, preset) -> list:
+    """``field = value`` of the Hugging Face config that disagree with the preset's router."""
+    out = []
+    for attr, fields in _HF_ROUTER_FIELDS:
+        for name in fields:
+            value = getattr(config, name, None)
+            if value is None:
+                continue
+            want = getattr(preset, attr)
+            if (bool(value) != want) if isinstance(want, bool) else (int(value) != want):
+                out.append(f"config.{name} = {value!r} (preset {attr} = {want!r})")
+            break
+    return out
 
 
 def capture_hf(hf_model, input_ids, model, *, attention_mask=None, phase="prefill",
-               layer_ids=None) -> RoutingTrace:
+               layer_ids=None, notes=()) -> RoutingTrace:
     """Run a Hugging Face MoE causal LM once with ``output_router_logits=True`` and return the
     routing of every (non-padding) token of every batch row as a trace (request = batch row).
 
     ``hf_model`` is any ``transformers`` MoE model whose forward accepts
-    ``output_router_logits`` (Mixtral, OLMoE, Qwen2-MoE, Qwen3-MoE, ...); ``input_ids`` a
-    ``[B, S]`` tensor or array; ``model`` the preset whose router the logits go through
-    (:func:`trace_from_router_logits`). Padding positions (``attention_mask == 0``) are dropped
-    from the trace, not routed. Needs ``torch``; raises :class:`~elmoe3d.errors.UserError` with
-    the install command when it is missing.
+    ``output_router_logits`` and ``position_ids`` (Mixtral, OLMoE, Qwen2-MoE, Qwen3-MoE, ...);
+    ``input_ids`` a ``[B, S]`` integer tensor or array; ``attention_mask`` ``[B, S]`` of 0/1
+    (left or right padding); ``model`` the preset whose router the logits go through
+    (:func:`trace_from_router_logits`).
+
+    * The model runs in eval mode under ``torch.no_grad()`` (no router jitter, no dropout);
+      its training flag is restored afterwards.
+    * Positions count the row's non-padding tokens (``cumsum(mask) - 1``), so a left-padded
+      row has the positions of the same row unpadded; they are also passed to the model as
+      ``position_ids``, as ``generate()`` does. Padding positions are dropped from the trace,
+      not routed.
+    * ``layer_ids`` defaults to every decoder layer (0..L-1) when the model returned router
+      logits for all ``config.num_hidden_layers`` layers, else to the preset's MoE layers.
+    * The trace's notes record the model class, the torch and transformers versions and the
+      checkpoint (``config._name_or_path``); a model with no checkpoint name (built from a
+      config, not ``from_pretrained``) is labelled ``pretrained: no``. ``notes`` are appended.
+
+    Raises :class:`~elmoe3d.errors.UserError` when torch is missing (with the install
+    command), on input_ids/attention_mask of the wrong shape or values, when the model's config
+    disagrees with the preset's router (expert count, top-k, ``norm_topk_prob``), or when the
+    model returns no router logits.
     """
     try:
         import torch
     except ImportError:
         raise UserError("capture_hf needs PyTorch and transformers (pip install torch "
-                        "transformers); trace_from_router_logits converts logits you already "
-                        "have without them") from None
+                        "transformers, or pip install 'elmoe3d[hf]'); trace_from_router_logits "
+                        "converts logits you already have without them") from None
+    preset = model_preset(model)
     ids = torch.as_tensor(input_ids)
-    if ids.ndim != 2:
-        raise UserError(f"input_ids: expected [batch, seq], got shape {tuple(ids.shape)}")
+    if ids.ndim != 2 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise UserError(f"input_ids: expected an integer [batch, seq] tensor, got "
+                        f"{ids.dtype} of shape {tuple(ids.shape)}")
     B, S = ids.shape
-    mask = torch.ones_like(ids) if attention_mask is None else torch.as_tensor(attention_mask)
-    with torch.no_grad():
-        out = hf_model(input_ids=ids, attention_mask=mask, output_router_logits=True)
+    if attention_mask is None:
+        mask = torch.ones_like(ids)
+    else:
+        mask = torch.as_tensor(attention_mask)
+        if tuple(mask.shape) != (B, S):
+            raise UserError(f"attention_mask: expected shape {(B, S)} like input_ids, got "
+                            f"{tuple(mask.shape)}")
+        if not bool(((mask == 0) | (mask == 1)).all()):
+            raise UserError("attention_mask: expected 0 (padding) or 1 (token) only")
+        mask = mask.to(ids.dtype)
+    config = getattr(hf_model, "config", None)
+    bad = _hf_config_mismatches(config, preset) if config is not None else []
+    if bad:
+        raise UserError(f"model: {preset.name}'s router does not match the Hugging Face "
+                        f"model: {'; '.join(bad)}")
+    position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
+    was_training = bool(getattr(hf_model, "training", False))
+    hf_model.eval()
+    try:
+        with torch.no_grad():
+            out = hf_model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                           output_router_logits=True)
+    finally:
+        hf_model.train(was_training)
     logits = getattr(out, "router_logits", None)
     if not logits:
         raise UserError("the model returned no router_logits: is it a MoE model that supports "
                         "output_router_logits?")
+    logits = list(logits)
+    if layer_ids is None and len(logits) == getattr(config, "num_hidden_layers", None):
+        layer_ids = range(len(logits))
     keep = mask.reshape(-1).cpu().numpy().astype(bool)
     req = np.repeat(np.arange(B), S)[keep]
-    pos = np.tile(np.arange(S), B)[keep]
-    arrays = [x.detach().float().cpu().numpy().reshape(B * S, -1)[keep] for x in logits]
-    return trace_from_router_logits(arrays, model, request=req, position=pos, phase=phase,
-                                    layer_ids=layer_ids, source="hf output_router_logits")
+    pos = position_ids.reshape(-1).cpu().numpy()[keep]
+    arrays = []
+    for j, x in enumerate(logits):
+        if x.ndim < 2 or x.numel() != B * S * x.shape[-1]:
+            raise UserError(f"router_logits[{j}]: expected {B * S} token rows, got shape "
+                            f"{tuple(x.shape)}")
+        arrays.append(x.detach().float().cpu().numpy().reshape(B * S, -1)[keep])
+    try:
+        import transformers
+        tf_version = transformers.__version__
+    except ImportError:
+        tf_version = "not installed"
+    checkpoint = getattr(config, "_name_or_path", "") or getattr(hf_model, "name_or_path", "")
+    provenance = (f"hf model: {type(hf_model).__name__}, transformers {tf_version}, "
+                  f"torch {torch.__version__}",
+                  f"checkpoint: {checkpoint}" if checkpoint else
+                  "pretrained: no (no checkpoint name: built from a config, not from_pretrained;"
+                  " random weights unless loaded by hand)")
+    return trace_from_router_logits(arrays, preset, request=req, position=pos, phase=phase,
+                                    layer_ids=layer_ids, source="hf output_router_logits",
+                                    notes=provenance + tuple(str(n) for n in notes))
