@@ -235,6 +235,7 @@ def _unused(dut):
     return dut
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_parameters_and_errors():
     dut = _unused(PE(config=ARCH))
     assert dut.word_bits == 128 * L and dut.rows == R and dut.lanes == L
