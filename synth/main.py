@@ -269,7 +269,7 @@ def run(args) -> int:
             if n % base.pes_per_group:
                 raise UserError(f"--scaling: {n} PEs is not a multiple of pes_per_group "
                                 f"({base.pes_per_group}) of {base.name}")
-            arch = dataclasses.replace(base, pes=n, name=f"{base.name}@{n}")
+            arch = dataclasses.replace(base, pes=n)
             scale_dies.append((n, _die_nodes(planner, arch, skipped)))
     say(f"planned {len(planner._jobs)} synthesis jobs in {time.monotonic() - started:.1f} s")
     planner.run()

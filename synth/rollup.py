@@ -21,6 +21,7 @@ registers, write arbitration, small FIFOs), plus ``sram:WMEM`` and ``sram:IOMEM`
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -102,6 +103,7 @@ class Planner:
         self.jobs = max(1, int(jobs))
         self.progress = progress
         self._jobs = {}                  # name -> _Job
+        self._by_text = {}               # sha256 of RTLIL + stubs -> job name
         self._nodes = {}                 # instance key -> Node
         self.results = {}                # name -> SynthResult
         self._types = [(bt, bt.load()) for bt in BLOCK_TYPES]
@@ -122,6 +124,12 @@ class Planner:
             text = elaboratable_or_text
             if not isinstance(text, str):
                 text = rtlil.convert(text, name="top", emit_src=False)
+            # instances with different parameters can elaborate to the same logic (a block
+            # that stores the whole configuration but uses a part of it): synthesise once
+            digest = hashlib.sha256((text + "\0" + stubs).encode()).hexdigest()
+            if digest in self._by_text:
+                return self._by_text[digest]
+            self._by_text[digest] = name
             self._jobs[name] = _Job(name, label, text, stubs)
         return name
 
