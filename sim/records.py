@@ -143,10 +143,12 @@ def run_bench(built, *, test_module: str, tests, default_tests, params: dict, pr
               seed=None, check: bool = True) -> BenchResult:
     """Run the named ``tests`` (a name, a list, or None for ``default_tests``) of the cocotb
     module ``test_module`` on ``built`` with ``params``, in a run folder named
-    ``<prefix>-<tests without "test_">``; return the result and its records. With
-    ``check=True`` a failing test raises :class:`~elmoe3d.sim.runner.SimulationFailure`."""
+    ``<prefix>-<tests without "test_">`` (``/`` and ``=`` of a parametrized variant as ``_``:
+    ``test_x/traffic=smooth`` -> ``x_traffic_smooth``); return the result and its records.
+    With ``check=True`` a failing test raises :class:`~elmoe3d.sim.runner.SimulationFailure`."""
     tests = [tests] if isinstance(tests, str) else list(tests or default_tests)
-    name = "-".join(t.removeprefix("test_") for t in tests)
+    name = "-".join(t.removeprefix("test_").replace("/", "_").replace("=", "_")
+                    for t in tests)
     result = runner.run(built, test_module=test_module, testcase=tests, params=params,
                         seed=seed, run_name=f"{prefix}-{name}", check=check)
     return BenchResult(sim=result, records=read_records(result))
