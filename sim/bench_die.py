@@ -70,19 +70,15 @@ ready; ``stalls``: idle host cycles and backpressure on the die's ``o``. Each te
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.simtime import get_sim_time
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..config import ArchConfig, preset
@@ -95,10 +91,15 @@ from ..isa import Source
 from ..sw import asm
 from ..sw.asm import OKind
 from ..sw.expert import Expert, ref_moe
+from ..sw.host import synthetic_experts
 from ..sw.links import LinkMode
 from ..sw.parallel import compile_group, run_group
-from .bench_pe import SYNTHETIC_NOTE, _synthetic_experts, default_routing, read_routing
+from . import cocotb_streams as streams
+from .bench_pe import SYNTHETIC_NOTE, default_routing, read_routing
+from .dram_bus import dram_bus, drive_devices
 from .dram_model import DramDevice, TimingViolation
+from .records import (BenchResult, CaseRecorder, arch_from_params, arch_param, failed_cases,
+                      run_bench)
 from .runner import case_rng, load_params, resolve_seed
 
 
@@ -107,7 +108,7 @@ __all__ = ["DEFAULTS", "DIE_DEFAULTS", "TESTS", "DieBenchResult", "build_die", "
            "print_die"]
 
 #: Clock period of the bench (ns of simulation time; only cycles are reported).
-CLOCK_NS = 10
+CLOCK_NS = streams.CLOCK_NS
 #: traffic name -> (probability the host offers nothing in a cycle, probability the die's
 #: ``o`` is not ready in a cycle).
 TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
@@ -126,11 +127,6 @@ DEFAULTS = {"arch": "small", "hidden": 64, "intermediate": 128, "experts": 8,
 #: interleaved reads alternate between two regions, which at 16 tokens share banks at
 #: different rows: row conflicts, ``docs/memory.md``).
 EXT_LAYOUTS = ("stream", "group")
-
-
-def arch_from_params(params) -> ArchConfig:
-    arch = params.get("arch", DEFAULTS["arch"])
-    return preset(arch) if isinstance(arch, str) else ArchConfig.from_dict(arch)
 
 
 def die_kwargs(params) -> dict:
@@ -280,13 +276,13 @@ def exchange_figures(events, offsets, *, pes_per_group, flits_per_word, link_ops
             "groups": per_group, "counts": counts}
 
 
-class DieBench:
+class DieBench(CaseRecorder):
     """Clock, reset, DRAM models, the host driver and the output monitor of one die DUT."""
 
     def __init__(self, dut, params, test, traffic="-"):
         self.dut, self.test, self.traffic = dut, test, traffic
         self.params = {**DEFAULTS, **params}
-        self.arch = arch = arch_from_params(self.params)
+        self.arch = arch = arch_from_params(self.params, DEFAULTS["arch"])
         self.pe = arch.pe
         self.seed = resolve_seed()
         probe = LogicDie(config=arch, **die_kwargs(self.params))
@@ -300,56 +296,12 @@ class DieBench:
         self.ext_layout = ext_read_layout(arch.pes)
         self.probe_offsets = probe_fields(arch)
 
-    @staticmethod
-    def cycle() -> int:
-        return int(get_sim_time("ns")) // CLOCK_NS
+    cycle = staticmethod(streams.cycle)
 
     def rng(self, case):
         return case_rng(self.seed, f"{self.test}/{case}")
 
     # -- DRAM models --
-
-    def _bus(self, prefix):
-        dut = self.dut
-        return {n: getattr(dut, f"{prefix}__{n}") for n in (
-            "row_valid", "row_kind", "row_bank", "row_addr", "col_valid", "col_write",
-            "col_bank", "col_addr", "col_wdata", "rd_valid", "rd_data")}
-
-    async def _devices(self):
-        """Clock every DRAM model once per logic cycle with the command bus it sampled; its
-        read data goes back during the next cycle. A violation is recorded and that model
-        stops (the test then fails)."""
-        devs = [(d, self._bus(p)) for d, p in self.devices]
-        rd = [None] * len(devs)
-        shown = [False] * len(devs)
-        live = [True] * len(devs)
-        while True:
-            for i, (_, h) in enumerate(devs):
-                if rd[i] is not None:
-                    h["rd_data"].value = rd[i]
-                if shown[i] != (rd[i] is not None):
-                    shown[i] = rd[i] is not None
-                    h["rd_valid"].value = int(shown[i])
-            await ReadOnly()
-            for i, (dev, h) in enumerate(devs):
-                if not live[i]:
-                    continue
-                row = col = None
-                if h["row_valid"].value == 1:
-                    row = (int(h["row_kind"].value), int(h["row_bank"].value),
-                           int(h["row_addr"].value))
-                if h["col_valid"].value == 1:
-                    write = int(h["col_write"].value)
-                    col = (write, int(h["col_bank"].value), int(h["col_addr"].value),
-                           int(h["col_wdata"].value) if write else 0)
-                try:
-                    rd[i] = dev.clock(row, col)
-                except TimingViolation as exc:
-                    self.violations.append(str(exc))
-                    self.dut._log.error("%s", exc)
-                    live[i] = False
-                    rd[i] = None
-            await RisingEdge(self.dut.clk)
 
     def preload_hb(self, p, words):
         """Backdoor: PE ``p``'s HB bank holds ``words`` from word 0."""
@@ -380,26 +332,19 @@ class DieBench:
 
     async def start(self):
         dut, arch = self.dut, self.arch
-        Clock(dut.clk, CLOCK_NS, unit="ns").start(start_high=False)
-        dut.rst.value = 1
-        for port in ("host_cmd", "host_dma"):
-            getattr(dut, f"{port}__valid").value = 0
-        dut.o__ready.value = 0
         n_ext = self.die.ext_channels
-        for p in range(arch.pes):
-            getattr(dut, f"hb__{p}__rd_valid").value = 0
-        for c in range(n_ext):
-            getattr(dut, f"ext__{c}__rd_valid").value = 0
-        for _ in range(3):
-            await RisingEdge(dut.clk)
-        dut.rst.value = 0
+        # the DRAM models start clocking in the first cycle out of reset (settle=0)
+        await streams.start(dut, ["host_cmd__valid", "host_dma__valid", "o__ready"]
+                            + [f"hb__{p}__rd_valid" for p in range(arch.pes)]
+                            + [f"ext__{c}__rd_valid" for c in range(n_ext)], settle=0)
         self.hb_devs = [DramDevice(arch.hb, clock_ghz=arch.clock_ghz, name=f"hb{p}", seed=p)
                         for p in range(arch.pes)]
         self.ext_devs = [DramDevice(arch.ext, clock_ghz=arch.clock_ghz, name=f"ext{c}",
                                     seed=100 + c) for c in range(n_ext)]
         self.devices = [(d, f"hb__{p}") for p, d in enumerate(self.hb_devs)] + \
             [(d, f"ext__{c}") for c, d in enumerate(self.ext_devs)]
-        cocotb.start_soon(self._devices())
+        cocotb.start_soon(drive_devices(dut, [(d, dram_bus(dut, p)) for d, p in self.devices],
+                                        self.violations))
         await RisingEdge(dut.clk)
         dut._log.info("die %s: %d groups x %d PEs, W=%d bits, HB %s, EXT %d x %s, link FIFO %d "
                       "words; seed %d", arch.name, arch.groups, arch.pes_per_group,
@@ -443,25 +388,6 @@ class DieBench:
         await RisingEdge(dut.clk)
         valid.value = 0
 
-    async def _monitor(self, out, rng, backpressure, errors):
-        dut = self.dut
-        held = None
-        while True:
-            dut.o__ready.value = 0 if backpressure and rng.random() < backpressure else 1
-            await ReadOnly()
-            v = dut.o__valid.value == 1
-            raw = dut.o__payload.value.to_unsigned() if v else None
-            if held is not None and (not v or raw != held[0]):
-                errors.append(f"cycle {self.cycle()}: o beat offered at cycle {held[1]} was "
-                              f"withdrawn or changed before it was taken")
-            held = None
-            if v:
-                if dut.o__ready.value == 1:
-                    out.append((self.cycle(), raw))
-                else:
-                    held = (raw, self.cycle())
-            await RisingEdge(dut.clk)
-
     async def _probes(self, events):
         """Append ``(cycle, probe value)`` for every cycle whose ``probe`` is not 0."""
         probe = self.dut.probe
@@ -479,9 +405,10 @@ class DieBench:
         (probe events: :meth:`_probes`)."""
         dut = self.dut
         idle, bp = TRAFFIC[traffic]
-        out, errors, cmd_log, dma_log, events = [], [], [], [], []
+        out, out_cyc, errors, cmd_log, dma_log, events = [], [], [], [], [], []
         probes = cocotb.start_soon(self._probes(events))
-        mon = cocotb.start_soon(self._monitor(out, rng, bp, errors))
+        mons = [cocotb.start_soon(streams.drive_ready(dut, "o", rng, bp)),
+                cocotb.start_soon(streams.monitor(dut, "o", out, out_cyc, errors))]
         hosts = [cocotb.start_soon(self._host("host_cmd", cmd_queues, "cmd_room", rng, idle,
                                               cmd_log)),
                  cocotb.start_soon(self._host("host_dma", dma_queues, "dma_room", rng, idle,
@@ -502,12 +429,14 @@ class DieBench:
             h.cancel()
         dut.host_cmd__valid.value = 0
         dut.host_dma__valid.value = 0
-        mon.cancel()
+        for m in mons:
+            m.cancel()
         dut.o__ready.value = 1
         for _ in range(40):
             await ReadOnly()
             if dut.o__valid.value == 1:
-                out.append((self.cycle(), dut.o__payload.value.to_unsigned()))
+                out.append(dut.o__payload.value.to_unsigned())
+                out_cyc.append(self.cycle())
             await RisingEdge(dut.clk)
         probes.cancel()
         if len(out) > n_o:
@@ -515,7 +444,7 @@ class DieBench:
         if int(dut.errors.value):
             errors.append(f"die errors output = {int(dut.errors.value):#b}")
         beats = []
-        for cyc, raw in out:
+        for cyc, raw in zip(out_cyc, out):
             view = self.o_layout.from_bits(raw)
             beats.append((cyc, int(view.pe), view.beat.kind.value,
                           int(view.beat.data)))
@@ -785,12 +714,6 @@ class DieBench:
                            cycles=0, comparisons=0, mismatches=1, details=[message],
                            error=message)
 
-    def write_summary(self) -> Path:
-        out = Path(load_params().get("out_dir") or os.getcwd())
-        path = out / f"summary-{self.test}.json"
-        path.write_text(json.dumps(self.records, indent=1))
-        return path
-
     def finish(self):
         for dev, name in self.devices:
             try:
@@ -806,22 +729,8 @@ class DieBench:
                            self.dram_stats(), SYNTHETIC_NOTE, path)
         assert not bad and not self.violations, (
             f"{len(bad)} case(s) failed (seed {self.seed}): "
-            + "; ".join(f"{r['case']} {r['phase']} ({r['traffic']}): "
-                        + (r.get("error") or f"{r['mismatches']} mismatches, first: "
-                           f"{r['details'][:2]}") for r in bad)
+            + failed_cases(bad, "phase")
             + (f"; DRAM violations: {self.violations[:2]}" if self.violations else ""))
-
-    @contextlib.contextmanager
-    def summary(self):
-        try:
-            yield self
-        except Exception as exc:                       # noqa: BLE001 - recorded, then failed
-            self.dut._log.error("%s aborted", self.test, exc_info=True)
-            self.fail("test aborted", f"{type(exc).__name__}: {exc}")
-        except BaseException:
-            self.write_summary()
-            raise
-        self.finish()
 
 
 async def _bench(dut, test, traffic="-") -> DieBench:
@@ -832,7 +741,7 @@ async def _bench(dut, test, traffic="-") -> DieBench:
 
 def _experts(bench, params):
     hidden, inter, n = int(params["hidden"]), int(params["intermediate"]), int(params["experts"])
-    ws = _synthetic_experts(bench.rng("experts"), n, hidden, inter)
+    ws = synthetic_experts(bench.rng("experts"), n, hidden, inter)
     return [Expert.quantize(*w, name=f"synthetic{i}") for i, w in enumerate(ws)]
 
 
@@ -927,18 +836,8 @@ async def test_host_errors(dut):
 TESTS = ("test_phases", "test_pool_update", "test_host_errors")
 
 
-@dataclass(frozen=True)
-class DieBenchResult:
-    sim: object
-    records: list
-
-    @property
-    def comparisons(self) -> int:
-        return sum(r["comparisons"] for r in self.records)
-
-    @property
-    def mismatches(self) -> int:
-        return sum(r["mismatches"] for r in self.records)
+#: A host-side run of this bench (the runner's result and the case records).
+DieBenchResult = BenchResult
 
 
 def build_die(arch: ArchConfig, die: dict | None = None, *, waves=None):
@@ -954,27 +853,13 @@ def run_die_bench(arch: ArchConfig | None = None, *, tests=None, seed=None, wave
     """Build (or reuse) the die and run the named tests of this bench (default: all).
     ``params`` are merged over ``{"arch": arch.name, "routing": default_routing(), "die":
     die}``; records are read from the run folder's ``summary-*.json`` files."""
-    from .runner import run
     arch = arch or preset("small")
     die = {**DIE_DEFAULTS, **(die or {})}
     built = built or build_die(arch, die, waves=waves)
-    tests = [tests] if isinstance(tests, str) else list(tests or TESTS)
-    arch_param = arch.name if arch.name in ("small", "paper-4gb", "paper-8gb") \
-        and preset(arch.name) == arch else arch.to_dict()
-    merged = {"arch": arch_param, "routing": str(default_routing()), "die": die,
+    merged = {"arch": arch_param(arch), "routing": str(default_routing()), "die": die,
               **(params or {})}
-    name = "-".join(t.removeprefix("test_").replace("/", "_").replace("=", "_")
-                    for t in tests)
-    result = run(built, test_module=__name__, testcase=tests, params=merged, seed=seed,
-                 run_name=f"bench_die-{name}", check=check)
-    records = []
-    for case in result.testcases:
-        base, _, param = case.name.partition("/")
-        label = f"{base}-{param.partition('=')[2]}" if param else base
-        path = result.test_dir / f"summary-{label}.json"
-        if path.is_file():
-            records.extend(json.loads(path.read_text()))
-    return DieBenchResult(sim=result, records=records)
+    return run_bench(built, test_module=__name__, tests=tests, default_tests=TESTS,
+                     params=merged, prefix="bench_die", seed=seed, check=check)
 
 
 # -- figure 9 of ``elmoe3d bench`` ----------------------------------------------------------

@@ -338,11 +338,6 @@ class PEBench(CaseRecorder):
         assert not bad, f"{len(bad)} case(s) failed (seed {self.seed}): " + failed_cases(bad)
 
 
-#: The old private name, still imported by ``sim/bench_die.py`` (use
-#: :func:`elmoe3d.sw.host.synthetic_experts`).
-_synthetic_experts = synthetic_experts
-
-
 async def _bench(dut, test, traffic="-") -> PEBench:
     bench = PEBench(dut, arch_from_params(load_params()), resolve_seed(), test, traffic)
     await bench.start()
