@@ -25,6 +25,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from .datapath import saturating_add
+
 
 __all__ = [
     "INT32_MIN", "INT32_MAX", "INT64_MIN", "INT64_MAX", "Q16_FRAC_BITS", "Q24_FRAC_BITS",
@@ -491,15 +493,6 @@ def combine_term(acc_y, e_h, gate_weight_fp16):
     return term.astype(np.int64), satd
 
 
-def _sat_add64(a, b):
-    a = np.asarray(a, np.int64)
-    b = np.asarray(b, np.int64)
-    with np.errstate(over="ignore"):
-        total = a + b
-    ovf = ((a ^ total) & (b ^ total)) < 0
-    return np.where(ovf, np.where(b > 0, INT64_MAX, INT64_MIN), total).astype(np.int64), ovf
-
-
 def combine(out, flags, acc_y, e_h, gw):
     """Add one expert's weighted output into the token outputs (numerics 8): the VPU's
     read-modify-write of the OUT memory.
@@ -530,7 +523,7 @@ def combine(out, flags, acc_y, e_h, gw):
         raise ValueError(f"combine: e_h and gw must have shape {out.shape[:1]}, got "
                          f"{e_h.shape}, {gw.shape}")
     term, st = combine_term(acc_y, e_h[:, None], gw[:, None])
-    new, so = _sat_add64(out, term)
+    new, so = saturating_add(out, term)            # the accumulator's rule
     return new, flags | st | so
 
 
