@@ -339,6 +339,21 @@ class LogicDie(wiring.Component):
         return self._pes[0]
 
     @property
+    def hb_port(self) -> DramWordPort:
+        """PE 0's HB word port (all are alike): its parameters (synthesis roll-up)."""
+        return self._hb_ports[0]
+
+    @property
+    def ext_port(self) -> DramWordPort:
+        """The LPDDR5 controller's word port."""
+        return self._ext_port
+
+    @property
+    def streamer(self) -> ExtStreamer:
+        """The EXT streamer (EXT read descriptors -> ring flits)."""
+        return self._streamer
+
+    @property
     def o_latency(self) -> int:
         """Cycles from a PE's ``o`` beat taken to it offered on the die's ``o``."""
         return 1

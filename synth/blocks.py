@@ -141,7 +141,38 @@ DIE_BLOCKS = [
              lambda a, c: c.from_arch(a), lambda a: 1),
     DieBlock("EXT controller", "elmoe3d.hw.ext_ctrl:ExtController",
              lambda a, c: c(config=a), lambda a: 1),
+    DieBlock("HB word ports", "elmoe3d.hw.die:LogicDie",
+             lambda a, c: _die_part(c, a, "hb_port"), lambda a: a.pes),
+    DieBlock("EXT word port", "elmoe3d.hw.die:LogicDie",
+             lambda a, c: _die_part(c, a, "ext_port"), lambda a: 1),
+    DieBlock("EXT streamer", "elmoe3d.hw.die:LogicDie",
+             lambda a, c: _die_part(c, a, "streamer"), lambda a: 1),
 ]
+
+
+def _die_part(die_cls, arch, name):
+    """The sub-block ``name`` of a :class:`~elmoe3d.hw.die.LogicDie` built for ``arch`` with
+    its default parameters (the die and its other parts are only constructed, never
+    elaborated)."""
+    die = die_cls(config=arch)
+    part = getattr(die, name)
+    silence(die, keep=part)
+    return part
+
+
+def silence(block, *, keep=None):
+    """Mark ``block`` and every block it constructed (held in its attributes, or lists of
+    them), but ``keep``, as deliberately not elaborated (no ``UnusedElaboratable`` warning)."""
+    todo, seen = [block], set()
+    while todo:
+        b = todo.pop()
+        if id(b) in seen or b is keep:
+            continue
+        seen.add(id(b))
+        b._MustUse__silence = True
+        for value in vars(b).values():
+            todo += [x for x in (value if isinstance(value, (list, tuple)) else [value])
+                     if hasattr(x, "elaborate")]
 
 
 def memory_role(owner_label: str, name: str) -> str:

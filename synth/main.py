@@ -41,7 +41,6 @@ import dataclasses
 import json
 import os
 import time
-from collections import Counter
 from pathlib import Path
 
 from ..errors import UserError
@@ -257,13 +256,12 @@ def run(args) -> int:
 
     skipped = {}
     dies = {arch.name: (arch, _die_nodes(planner, arch, skipped)) for arch in configs}
-    check_node = whole_srams = None
+    check_node = None
     if not args.no_check:
         from ..hw.pe import PE
         small = preset("small")
         check_node = planner.plan(PE(config=small), label="PE")
-        whole_srams = planner.plan_whole(PE(config=small), name="pe_small_whole",
-                                         label="PE small, whole")
+        planner.plan_whole(PE(config=small), name="pe_small_whole", label="PE small, whole")
     scale_dies = []
     if scaling:
         base = configs[0]

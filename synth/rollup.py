@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
 from amaranth.back import rtlil
 
-from .blocks import (BLOCK_TYPES, PE_DIRECT_MAX_LANES, PE_FIT_LANES, TILE_FIT, DotRowLeaf,
+from .blocks import (silence, BLOCK_TYPES, PE_DIRECT_MAX_LANES, PE_FIT_LANES, TILE_FIT, DotRowLeaf,
                      LaneFieldsLeaf, MulLeaf, hollow, instance_key, inventory)
 from .flow import SynthResult, synthesize
 from .sram import sram_area
@@ -119,7 +118,7 @@ class Planner:
 
     def add_job(self, name, label, elaboratable_or_text, stubs=""):
         if name in self._jobs and not isinstance(elaboratable_or_text, str):
-            elaboratable_or_text._MustUse__silence = True
+            silence(elaboratable_or_text)
         if name not in self._jobs:
             text = elaboratable_or_text
             if not isinstance(text, str):
@@ -137,7 +136,7 @@ class Planner:
         """The :class:`Node` (or :class:`TileNode`) of block ``obj``, its jobs registered."""
         key = instance_key(obj)
         if key in self._nodes:
-            obj._MustUse__silence = True      # an equal instance was elaborated already
+            silence(obj)                     # an equal instance was elaborated already
             return self._nodes[key]
         bt = self._type_of(obj)
         label = label or (bt.label if bt else type(obj).__name__)
