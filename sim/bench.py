@@ -423,22 +423,23 @@ def run(args) -> int:
     console.print(f"elmoe3d bench: config {arch.name}, seed {seed}")
 
     steps = 9
-    console.print(f"[1/{steps}] RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} tile "
-                  f"(cocotb + Verilator) ...")
-    try:
-        rtl = rtl_figures(cfg, seed, args.beats)
-    except (SimulationError, SimulationFailure) as exc:
-        raise UserError(f"RTL throughput bench: {_one_line(exc)}") from None
+
+    def simulate(step, what, title, fn, *fn_args):
+        """Print step ``step``'s line and run a cocotb figure; a failed simulation is one line."""
+        console.print(f"[{step}/{steps}] {what} ...")
+        try:
+            return fn(*fn_args)
+        except (SimulationError, SimulationFailure) as exc:
+            raise UserError(f"{title}: {_one_line(exc)}") from None
+
+    rtl = simulate(1, f"RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} tile (cocotb + "
+                      f"Verilator)", "RTL throughput bench", rtl_figures, cfg, seed, args.beats)
     console.print(f"[2/{steps}] golden GEMM vs float32 np.matmul ...")
     golden = golden_figures(seed, args.repeats)
     console.print(f"[3/{steps}] simulation speed (measured during 1)")
-    console.print(f"[4/{steps}] PE cycles with the ld stream at the HB bank rate (cocotb + "
-                  f"Verilator), batches {', '.join(map(str, ROOFLINE_BATCHES))}, MoE layer "
-                  f"and one expert, DRAFT and FULL ...")
-    try:
-        pe = pe_figures(arch, seed)
-    except (SimulationError, SimulationFailure) as exc:
-        raise UserError(f"PE HB-roofline bench: {_one_line(exc)}") from None
+    pe = simulate(4, f"PE cycles with the ld stream at the HB bank rate (cocotb + Verilator), "
+                     f"batches {', '.join(map(str, ROOFLINE_BATCHES))}, MoE layer and one expert, "
+                     f"DRAFT and FULL", "PE HB-roofline bench", pe_figures, arch, seed)
     console.print(f"[5/{steps}] PE-array utilization on the compute-bound batch of "
                   f"{UTILIZATION_BATCH} tokens (measured during 4)")
     console.print(f"[6/{steps}] accuracy of the expert on MiniLM weights (golden model) ...")
@@ -446,24 +447,12 @@ def run(args) -> int:
         accuracy, accuracy_error = accuracy_figures(), None
     except UserError as exc:
         accuracy, accuracy_error = None, str(exc)
-    console.print(f"[7/{steps}] HB bank and LPDDR5 controllers against the timing-checked "
-                  f"DRAM models (cocotb + Verilator) ...")
-    try:
-        dram = dram_figures(arch, seed)
-    except (SimulationError, SimulationFailure) as exc:
-        raise UserError(f"DRAM bench: {_one_line(exc)}") from None
-    console.print(f"[8/{steps}] streamline ring and aggregation link throughput (cocotb + "
-                  f"Verilator) ...")
-    try:
-        links = link_figures(arch, seed)
-    except (SimulationError, SimulationFailure) as exc:
-        raise UserError(f"ring/link bench: {_one_line(exc)}") from None
-    console.print(f"[9/{steps}] logic die: draft and verify MoE layers, verify-phase overlap "
-                  f"(cocotb + Verilator) ...")
-    try:
-        die = die_figures(arch, seed)
-    except (SimulationError, SimulationFailure) as exc:
-        raise UserError(f"die bench: {_one_line(exc)}") from None
+    dram = simulate(7, "HB bank and LPDDR5 controllers against the timing-checked DRAM models "
+                       "(cocotb + Verilator)", "DRAM bench", dram_figures, arch, seed)
+    links = simulate(8, "streamline ring and aggregation link throughput (cocotb + Verilator)",
+                     "ring/link bench", link_figures, arch, seed)
+    die = simulate(9, "logic die: draft and verify MoE layers, verify-phase overlap (cocotb + "
+                      "Verilator)", "die bench", die_figures, arch, seed)
     console.print()
 
     missed = []
