@@ -524,6 +524,7 @@ def run(args) -> int:
     out = Console(highlight=False)
     if not out.is_terminal:
         out.width = max(out.width, 200)
+    out.print(f"trace: {doc['trace']} ({doc['import']})")
     if doc.get("note"):
         out.print(f"note: {doc['note']}")
     out.print(summary_table(doc))
