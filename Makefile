@@ -7,14 +7,16 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JOBS   ?= 2
 
-.PHONY: all sim test bench venv clean distclean help
+.PHONY: all sim test bench synth venv clean distclean help
 
 all: sim
 
 help:
-	@echo "make sim    - generate Verilog, run the cocotb+Verilator benches on real weights, summarise"
+	@echo "make sim    - generate Verilog, run the cocotb+Verilator benches on real weights and the"
+	@echo "              real Mixtral trace through the RTL backend, summarise"
 	@echo "make test   - the whole test suite (pytest, $(JOBS) workers)"
-	@echo "make bench  - benchmark figures (RTL throughput vs peak, golden GEMM vs np.matmul)"
+	@echo "make bench  - the nine benchmark figures (tile, golden GEMM, PE roofline, DRAM, ring/link, die)"
+	@echo "make synth  - Yosys area of every block rolled up to the 4 GB and 8 GB logic dies"
 	@echo "make clean  - remove build output (build/, out/)"
 
 venv: $(STAMP)
