@@ -1,7 +1,6 @@
 """Canonical routing-trace format (elmoe3d.sw.trace): validation, round trips, on-disk failure
-kinds, router logits to trace, the Hugging Face capture helper's guard."""
+kinds, router logits to trace (the Hugging Face capture: tests/test_trace_hf.py)."""
 
-import importlib.util
 import json
 import zipfile
 
@@ -9,9 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from elmoe3d.errors import UserError
 from elmoe3d.sw.models import model_preset
-from elmoe3d.sw.trace import (PHASES, TRACE_VERSION, RoutingTrace, TraceError, capture_hf,
+from elmoe3d.sw.trace import (PHASES, TRACE_VERSION, RoutingTrace, TraceError,
                               trace_from_router_logits)
 
 
@@ -194,8 +192,3 @@ def test_trace_from_router_logits_routes_like_the_model():
         trace_from_router_logits([np.zeros((5, 8))] * 46, p)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torch") is not None,
-                    reason="torch is installed: the missing-torch guard cannot be exercised")
-def test_capture_hf_without_torch_says_what_to_install():
-    with pytest.raises(UserError, match="pip install torch transformers"):
-        capture_hf(object(), [[1, 2, 3]], "olmoe-1b-7b")
