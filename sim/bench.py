@@ -417,7 +417,7 @@ def run(args) -> int:
         check_output(args.json, "--json")
     console = Console(highlight=False)
     if not console.is_terminal:            # logs and pipes: wide enough for the tables
-        console.width = max(console.width, 120)
+        console.width = max(console.width, 170)
     seed = resolve_seed(args.seed)
     cfg = arch.tile
     console.print(f"elmoe3d bench: config {arch.name}, seed {seed}")
