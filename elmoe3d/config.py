@@ -680,6 +680,16 @@ PRESETS = {
 }
 
 
+def pe_config(config) -> PEConfig:
+    """The :class:`PEConfig` of an :class:`ArchConfig` or a ``PEConfig``; raises ``TypeError``
+    naming ``config`` for anything else."""
+    if isinstance(config, PEConfig):
+        return config
+    if isinstance(config, ArchConfig):
+        return config.pe
+    raise TypeError(f"config: expected an ArchConfig or a PEConfig, got {type(config).__name__}")
+
+
 def preset(name: str) -> ArchConfig:
     """Return the named preset; raises :class:`ConfigError` listing the known names."""
     try:

@@ -25,6 +25,7 @@ from amaranth.lib import data, enum
 
 from .. import isa
 from ..config import TileConfig
+from ..config import pe_config
 from ..sw import asm as _asm
 from .layouts import TileMode, tile_beat_layout
 
@@ -94,8 +95,7 @@ def command_layout() -> data.StructLayout:
     return layout
 
 
-def _pe(config):
-    return _asm.pe_config(config)
+_pe = pe_config
 
 
 def tok_entry_layout() -> data.StructLayout:

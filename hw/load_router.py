@@ -31,7 +31,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from ..config import ArchConfig, PEConfig
+from ..config import PEConfig, pe_config
 from ..isa import OPS, Op, Source
 from .isa import OpCode, command_layout
 
@@ -149,13 +149,7 @@ class LoadRouter(wiring.Component):
     @staticmethod
     def _validate(config, queue_depth, hb_fifo_words, hb_burst_words, ext_fifo_words,
                   host_fifo_words) -> PEConfig:
-        if isinstance(config, ArchConfig):
-            pe = config.pe
-        elif isinstance(config, PEConfig):
-            pe = config
-        else:
-            raise TypeError(f"config: expected an ArchConfig or a PEConfig, got "
-                            f"{type(config).__name__}")
+        pe = pe_config(config)
         _check_depth("queue_depth", queue_depth, 1)
         _check_depth("hb_fifo_words", hb_fifo_words, 1)
         _check_depth("hb_burst_words", hb_burst_words, 1)

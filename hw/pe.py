@@ -15,7 +15,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config import ArchConfig, PEConfig, TileConfig
+from ..config import PEConfig, TileConfig, pe_config as as_pe_config
 from ..isa import Op, Sink, Target
 from .isa import command_layout, o_beat_layout, op_layout, status_layout, tok_entry_layout
 from .layouts import TileMode
@@ -329,13 +329,7 @@ class PE(wiring.Component):
     """
 
     def __init__(self, *, config, mul_stages: int = 1):
-        if isinstance(config, ArchConfig):
-            pe_config = config.pe
-        elif isinstance(config, PEConfig):
-            pe_config = config
-        else:
-            raise TypeError(f"config: expected an ArchConfig or a PEConfig, got "
-                            f"{type(config).__name__}")
+        pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
             raise ValueError(f"config: the PE needs lanes % 4 == 0 and lanes == 2 * rows, got "

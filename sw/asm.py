@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import ArchConfig, PEConfig
+from ..config import PEConfig, pe_config
 from ..isa import COMMAND_BITS, OPS, IsaError, Op, Sink, Source, Target, decode, encode
 from .datapath import Mode
 
@@ -101,14 +101,6 @@ FUNCTIONAL_STATUS_FIELDS = tuple(n for n, _ in STATUS_FIELDS if n not in TIMING_
 #: WMEM targets of LOAD (they take a buffer number and a signal).
 W_TARGETS = (Target.WMSB, Target.WLSB, Target.WSCALE)
 
-
-def pe_config(config) -> PEConfig:
-    """The :class:`~elmoe3d.config.PEConfig` of an ``ArchConfig`` or a ``PEConfig``."""
-    if isinstance(config, PEConfig):
-        return config
-    if isinstance(config, ArchConfig):
-        return config.pe
-    raise TypeError(f"config: expected an ArchConfig or a PEConfig, got {type(config).__name__}")
 
 
 def target_words(pe: PEConfig, target) -> int:
