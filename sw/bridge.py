@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections import deque
 from dataclasses import dataclass
 
 
 __all__ = ["VERSION", "FLAG", "ESC", "Type", "Reason", "Frame", "FrameError", "Credits",
            "Info", "crc16", "stuff", "encode_frame", "decode_body", "Deframer",
-           "pack_words", "unpack_words", "max_body_bytes", "CREDIT_BYTES", "INFO_BYTES"]
+           "pack_words", "unpack_words", "max_body_bytes", "CREDIT_BYTES", "INFO_BYTES",
+           "BridgeModel", "ADDR_BYTES", "EXT_STREAM_BYTES", "CMD_BYTES"]
 
 #: Protocol version carried by INFO.
 VERSION = 1
@@ -278,3 +280,229 @@ class Info:
             raise ValueError(f"INFO: expected {INFO_BYTES} bytes, got {len(data)}")
         fields = _INFO.unpack(data[:_INFO.size])
         return cls(*fields, credits=Credits.unpack(data[_INFO.size:]))
+
+
+# -- the board side ----------------------------------------------------------------------------
+
+#: Frame types the board accepts from the host, with the target their payload goes to.
+_TARGET = {Type.CMD: "cmd", Type.HOST: "host", Type.LINK: "link", Type.EXT_STREAM: "ext"}
+#: Bytes of the address header of HB_WRITE / EXT_WRITE, and of an EXT_STREAM payload.
+ADDR_BYTES = 4
+EXT_STREAM_BYTES = 8
+#: Bytes of one command in a CMD payload.
+CMD_BYTES = 16
+
+
+def _depth(name, value, lo=1, hi=None):
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo or \
+            (hi is not None and value > hi):
+        rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
+        raise ValueError(f"{name}: expected an integer {rng}, got {value!r}")
+    return value
+
+
+class BridgeModel:
+    """The board side of the protocol as a pure-Python state machine: the reference the RTL
+    bridge (:mod:`elmoe3d.hw.bridge`) is compared with byte for byte, and the stand-in board
+    the host driver (:mod:`elmoe3d.sw.fpga`) is tested against.
+
+    Parameters (keyword-only)
+    -------------------------
+    word_bits : int
+        W, the PE word (a multiple of 8).
+    frame_words : int
+        The staging buffer in W-bit words: the largest HOST / LINK / HB_WRITE / EXT_WRITE
+        payload (and ``frame_words * W/8`` bytes of CMD payload). Bodies longer than
+        :func:`max_body_bytes` are framing errors.
+    hb_words, ext_words : int
+        Depths of the HB and EXT stand-in memories (W-bit words).
+    cmd_depth, host_depth, link_depth, ext_depth : int
+        Entries of the CMD FIFO (commands), the HOST and LINK FIFOs (words) and the
+        EXT_STREAM descriptor queue (at most 65535: credits are u16).
+    rows, lanes, clk_hz, baud : int
+        Reported by INFO.
+
+    :meth:`receive` takes wire bytes (any split) and returns the wire bytes of the replies, one
+    frame per item, in order. Every frame is checked in this order (the first failing check
+    names the NAK reason; the RTL bridge implements the same order):
+
+    1. framing: a body shorter than 4 bytes, an ESC followed by a FLAG, a body longer than
+       :func:`max_body_bytes` -> NAK LENGTH (seq = the carried seq, 0xFF if unknown);
+    2. CRC -> NAK CRC (the carried seq);
+    3. type: not a host -> board type -> NAK TYPE;
+    4. seq (not for HELLO / POLL, which are answered whatever their seq): ``seq == expect``
+       goes on; ``seq == expect - 1`` (mod 256) is a retransmission whose ACK was lost: ACKed
+       again, NOT applied, no further checks; anything else -> NAK SEQ;
+    5. payload length for the type -> NAK LENGTH: HELLO and POLL empty; CMD a whole number
+       >= 1 of 16-byte commands, at most ``frame_words * W/8`` bytes; HOST / LINK a whole
+       number >= 1 of W/8-byte words, at most ``frame_words``; HB_WRITE / EXT_WRITE a u32
+       address and a whole number >= 1 of words, at most ``frame_words``; EXT_STREAM exactly
+       8 bytes with ``words >= 1``;
+    6. address range (HB_WRITE / EXT_WRITE / EXT_STREAM: ``addr + n > depth``) -> NAK ADDR;
+    7. room (CMD / HOST / LINK: n entries; EXT_STREAM: one descriptor) -> NAK BUSY.
+
+    An accepted frame is applied whole, ``expect`` advances (mod 256) and the ACK carries
+    its seq. HELLO (empty) sets ``expect = seq + 1`` and the output counter to 0, and is
+    answered by INFO; POLL by ACK; neither is "applied". Credits in every reply are the free
+    entries when the reply is formed (after applying the frame).
+
+    State a test (the fake PE) uses: the FIFOs :attr:`cmd`, :attr:`host`, :attr:`link` (deques
+    of ints) and :attr:`ext` (deque of ``(addr, words)``): pop entries to free room; the
+    stand-in memories :attr:`hb_mem` and :attr:`ext_mem` (dicts ``addr -> word``);
+    :attr:`applied` (per target ``"cmd" / "host" / "link" / "ext"``, every entry ever
+    applied, in order); :attr:`naks` (count per :class:`Reason`); :attr:`replies`.
+    Outputs: :meth:`push_o` / :meth:`push_link_o` return the OUT / LINK_O frame of one PE
+    output, numbered by the output sequence counter (one counter for both, mod 256).
+    """
+
+    def __init__(self, *, word_bits, frame_words, hb_words, ext_words, cmd_depth=16,
+                 host_depth=64, link_depth=64, ext_depth=8, rows=2, lanes=4,
+                 clk_hz=25_000_000, baud=115_200):
+        _depth("word_bits", word_bits, 8)
+        if word_bits % 8:
+            raise ValueError(f"word_bits: expected a multiple of 8, got {word_bits}")
+        self.word_bits = word_bits
+        self.word_bytes = word_bits // 8
+        self.frame_words = _depth("frame_words", frame_words)
+        self.hb_words = _depth("hb_words", hb_words)
+        self.ext_words = _depth("ext_words", ext_words)
+        self.depths = {"cmd": _depth("cmd_depth", cmd_depth, 1, 0xFFFF),
+                       "host": _depth("host_depth", host_depth, 1, 0xFFFF),
+                       "link": _depth("link_depth", link_depth, 1, 0xFFFF),
+                       "ext": _depth("ext_depth", ext_depth, 1, 0xFFFF)}
+        self.rows = _depth("rows", rows, 1, 0xFF)
+        self.lanes = _depth("lanes", lanes, 1, 0xFF)
+        self.clk_hz = _depth("clk_hz", clk_hz)
+        self.baud = _depth("baud", baud)
+        self.cmd, self.host, self.link, self.ext = deque(), deque(), deque(), deque()
+        self.hb_mem, self.ext_mem = {}, {}
+        self.applied = {"cmd": [], "host": [], "link": [], "ext": []}
+        self.naks = {r: 0 for r in Reason}
+        self.replies = 0
+        self.expect = 0
+        self.out_seq = 0
+        self.deframer = Deframer(max_body=self.max_body)
+
+    @property
+    def max_body(self) -> int:
+        """The longest body accepted (:func:`max_body_bytes`)."""
+        return max_body_bytes(self.frame_words, self.word_bits)
+
+    def fifo(self, target: str):
+        return {"cmd": self.cmd, "host": self.host, "link": self.link, "ext": self.ext}[target]
+
+    def free(self, target: str) -> int:
+        """Free entries of ``target`` (``"cmd"``, ``"host"``, ``"link"``, ``"ext"``)."""
+        return self.depths[target] - len(self.fifo(target))
+
+    def credits(self) -> Credits:
+        return Credits(self.free("cmd"), self.free("host"), self.free("link"), self.free("ext"))
+
+    def info(self) -> Info:
+        return Info(VERSION, self.rows, self.lanes, self.word_bits, self.hb_words,
+                    self.ext_words, self.frame_words, self.clk_hz, self.baud, self.credits())
+
+    # replies
+    def _ack(self, seq):
+        self.replies += 1
+        return encode_frame(Type.ACK, seq, self.credits().pack())
+
+    def _nak(self, seq, reason):
+        self.replies += 1
+        self.naks[Reason(reason)] += 1
+        return encode_frame(Type.NAK, seq, bytes((int(reason),)) + self.credits().pack())
+
+    def receive(self, data: bytes) -> list:
+        """Feed wire bytes; returns the reply frames (wire bytes, one per item) in order."""
+        out = []
+        for item in self.deframer.feed(data):
+            if isinstance(item, FrameError):
+                seq = 0xFF if item.seq is None else item.seq
+                out.append(self._nak(seq, item.reason))
+            else:
+                out.append(self.handle(item))
+        return out
+
+    def _length_ok(self, kind, p) -> bool:
+        wb, n = self.word_bytes, len(p)
+        if kind in (Type.HELLO, Type.POLL):
+            return n == 0
+        if kind == Type.CMD:
+            return n >= CMD_BYTES and n % CMD_BYTES == 0 and n <= self.frame_words * wb
+        if kind in (Type.HOST, Type.LINK):
+            return n >= wb and n % wb == 0 and n // wb <= self.frame_words
+        if kind in (Type.HB_WRITE, Type.EXT_WRITE):
+            n -= ADDR_BYTES
+            return n >= wb and n % wb == 0 and n // wb <= self.frame_words
+        if kind == Type.EXT_STREAM:
+            return n == EXT_STREAM_BYTES and struct.unpack("<I", p[4:])[0] >= 1
+        return False
+
+    def handle(self, frame: Frame) -> bytes:
+        """The reply to one decoded (good-CRC) frame, applying it if accepted."""
+        kind = frame.kind
+        seq, p = frame.seq, frame.payload
+        if kind is None or kind >= 0x80:
+            return self._nak(seq, Reason.TYPE)
+        if kind not in (Type.HELLO, Type.POLL):
+            if seq == (self.expect - 1) % 256:
+                return self._ack(seq)
+            if seq != self.expect:
+                return self._nak(seq, Reason.SEQ)
+        if not self._length_ok(kind, p):
+            return self._nak(seq, Reason.LENGTH)
+        if kind == Type.HELLO:
+            self.expect = (seq + 1) % 256
+            self.out_seq = 0
+            self.replies += 1
+            return encode_frame(Type.INFO, seq, self.info().pack())
+        if kind == Type.POLL:
+            return self._ack(seq)
+        wb = self.word_bytes
+        if kind in (Type.HB_WRITE, Type.EXT_WRITE, Type.EXT_STREAM):
+            addr = struct.unpack("<I", p[:ADDR_BYTES])[0]
+            if kind == Type.EXT_STREAM:
+                n = struct.unpack("<I", p[4:])[0]
+            else:
+                n = (len(p) - ADDR_BYTES) // wb
+            depth = self.hb_words if kind == Type.HB_WRITE else self.ext_words
+            if addr + n > depth:
+                return self._nak(seq, Reason.ADDR)
+        if kind in _TARGET:
+            target = _TARGET[kind]
+            need = 1 if kind == Type.EXT_STREAM else \
+                len(p) // (CMD_BYTES if kind == Type.CMD else wb)
+            if need > self.free(target):
+                return self._nak(seq, Reason.BUSY)
+        # accepted: apply all of it
+        if kind == Type.CMD:
+            entries = [int.from_bytes(p[i:i + CMD_BYTES], "little")
+                       for i in range(0, len(p), CMD_BYTES)]
+        elif kind in (Type.HOST, Type.LINK):
+            entries = unpack_words(p, self.word_bits)
+        elif kind == Type.EXT_STREAM:
+            entries = [(addr, n)]
+        else:
+            mem = self.hb_mem if kind == Type.HB_WRITE else self.ext_mem
+            for i, w in enumerate(unpack_words(p[ADDR_BYTES:], self.word_bits)):
+                mem[addr + i] = w
+            entries = None
+        if entries is not None:
+            self.fifo(_TARGET[kind]).extend(entries)
+            self.applied[_TARGET[kind]].extend(entries)
+        self.expect = (self.expect + 1) % 256
+        return self._ack(seq)
+
+    # outputs
+    def _output(self, type_, payload) -> bytes:
+        frame = encode_frame(type_, self.out_seq, payload)
+        self.out_seq = (self.out_seq + 1) % 256
+        return frame
+
+    def push_o(self, kind: int, data: int) -> bytes:
+        """The OUT frame of one PE ``o`` beat (``kind``: an :class:`~elmoe3d.sw.asm.OKind`)."""
+        return self._output(Type.OUT, bytes((int(kind),)) + pack_words([data], self.word_bits))
+
+    def push_link_o(self, word: int) -> bytes:
+        """The LINK_O frame of one PE ``link_o`` word."""
+        return self._output(Type.LINK_O, pack_words([word], self.word_bits))
