@@ -1,0 +1,205 @@
+"""hw.uart (Amaranth simulator): TX -> RX loopback of random bytes with random idle gaps at
+several divisors, the TX waveform against the 8N1 bit sequence, a sender whose bit period is
+off by up to 3 %, a framing error (stop bit 0) counted with the next byte still received, an
+overrun counted, and the parameter checks."""
+
+import random
+
+import pytest
+from amaranth.hdl import Module
+from amaranth.sim import Simulator
+
+from elmoe3d.hw.uart import UartRx, UartTx
+
+
+def bits_8n1(byte, stop=1):
+    """The line levels of one character: start 0, data LSB first, stop."""
+    return [0] + [(byte >> i) & 1 for i in range(8)] + [stop]
+
+
+def _loopback(divisor, data, seed, idle=0.3, stall=0.0):
+    rx, tx = UartRx(divisor=divisor), UartTx(divisor=divisor)
+    m = Module()
+    m.submodules.rx, m.submodules.tx = rx, tx
+    m.d.comb += rx.rx.eq(tx.tx)
+    rng = random.Random(seed)
+    got, line = [], []
+
+    async def bench(ctx):
+        i = 0
+        cycle = 0
+        deadline = 100 + len(data) * divisor * 14 * 3
+        valid = False
+        while (i < len(data) or len(got) < len(data)) and cycle < deadline:
+            if not valid and i < len(data) and rng.random() >= idle:
+                valid = True
+            ctx.set(tx.i.valid, valid)
+            if valid:
+                ctx.set(tx.i.payload, data[i])
+            ready_o = rng.random() >= stall
+            ctx.set(rx.o.ready, ready_o)
+            if ctx.get(rx.o.valid) and ready_o:
+                got.append(ctx.get(rx.o.payload))
+            if valid and ctx.get(tx.i.ready):
+                i += 1
+                valid = False
+            line.append(ctx.get(tx.tx))
+            await ctx.tick()
+            cycle += 1
+        ctx.set(tx.i.valid, 0)
+        for _ in range(divisor * 12):
+            if ctx.get(rx.o.valid):
+                got.append(ctx.get(rx.o.payload))
+            await ctx.tick()
+        got.append(("errors", ctx.get(rx.framing_errors), ctx.get(rx.overruns)))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return got, line
+
+
+@pytest.mark.parametrize("divisor", [4, 5, 8, 13])
+def test_loopback_random_bytes(divisor):
+    rng = random.Random(divisor)
+    data = [rng.randrange(256) for _ in range(40)] + [0x00, 0xFF, 0x7E, 0x7D, 0x55, 0xAA]
+    got, line = _loopback(divisor, data, seed=divisor)
+    assert got[:-1] == data
+    assert got[-1] == ("errors", 0, 0)
+
+
+def test_tx_waveform_is_8n1():
+    """The TX line, sampled once per bit, is idle high then start, data LSB first, stop."""
+    divisor = 5
+    data = [0x35, 0xC8]
+    _, line = _loopback(divisor, data, seed=1, idle=0.0)
+    first = line.index(0)
+    want = [b for byte in data for b in bits_8n1(byte)]
+    sampled = [line[first + k * divisor + divisor // 2] for k in range(len(want))]
+    assert sampled == want
+    # every bit lasts exactly divisor cycles
+    assert line[first:first + divisor] == [0] * divisor
+    assert all(v == 1 for v in line[:first])
+
+
+def _drive_line(divisor_rx, chars, period, gap_bits=1.5, ready=True):
+    """Drive rx with characters whose bits last ``period`` clock cycles (a float: the
+    sender's clock differs); ``chars`` holds (byte, stop level)."""
+    rx = UartRx(divisor=divisor_rx)
+    levels = []
+    t = 5.0
+    for byte, stop in chars:
+        for b in bits_8n1(byte, stop):
+            levels.append((t, b))
+            t += period
+        levels.append((t, 1))
+        t += gap_bits * period
+    end = int(t + 4 * divisor_rx * 12)
+    got = []
+
+    async def bench(ctx):
+        k = 0
+        level = 1
+        ctx.set(rx.o.ready, ready)
+        for cycle in range(end):
+            while k < len(levels) and levels[k][0] <= cycle:
+                level = levels[k][1]
+                k += 1
+            ctx.set(rx.rx, level)
+            if ready and ctx.get(rx.o.valid):
+                got.append(ctx.get(rx.o.payload))
+            await ctx.tick()
+        got.append(("errors", ctx.get(rx.framing_errors), ctx.get(rx.overruns),
+                    ctx.get(rx.o.valid), ctx.get(rx.o.payload)))
+
+    sim = Simulator(rx)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return got
+
+
+@pytest.mark.parametrize("divisor,skew", [(8, 0.97), (8, 1.03), (25, 0.98), (25, 1.02),
+                                          (4, 1.0)])
+def test_baud_mismatch_within_tolerance(divisor, skew):
+    rng = random.Random(int(divisor * skew * 100))
+    data = [rng.randrange(256) for _ in range(24)]
+    got = _drive_line(divisor, [(b, 1) for b in data], divisor * skew, gap_bits=0.0)
+    assert got[:-1] == data
+    assert got[-1][1:3] == (0, 0)
+
+
+def test_framing_error_counted_and_next_byte_received():
+    data = [(0x12, 1), (0xA5, 0), (0x00, 0), (0x3C, 1), (0x7E, 1)]
+    got = _drive_line(6, data, 6.0)
+    assert got[:-1] == [0x12, 0x3C, 0x7E]
+    assert got[-1][1:3] == (2, 0)
+
+
+def test_break_then_resync():
+    """A line held low (a break: 0x00 with stop 0, then low for a while) counts one framing
+    error; the receiver waits for the line to go high and takes the next character."""
+    divisor = 6
+    rx = UartRx(divisor=divisor)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(rx.o.ready, 1)
+        seq = [1] * 10 + [0] * (divisor * 30) + [1] * (divisor * 2)
+        for b in bits_8n1(0x5A):
+            seq += [b] * divisor
+        seq += [1] * (divisor * 14)
+        for level in seq:
+            ctx.set(rx.rx, level)
+            if ctx.get(rx.o.valid):
+                got.append(ctx.get(rx.o.payload))
+            await ctx.tick()
+        got.append(ctx.get(rx.framing_errors))
+
+    sim = Simulator(rx)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [0x5A, 1]
+
+
+def test_overrun_counted_and_held_byte_kept():
+    """Nobody takes o: the first byte stays on offer unchanged, the next two are counted as
+    overruns."""
+    got = _drive_line(5, [(0x11, 1), (0x22, 1), (0x33, 1)], 5.0, ready=False)
+    errors, framing, overruns, valid, payload = got[-1]
+    assert (framing, overruns, valid, payload) == (0, 2, 1, 0x11)
+
+
+@pytest.mark.parametrize("cls", [UartRx, UartTx])
+@pytest.mark.parametrize("bad", [3, 0, 4.0, True, "8"])
+def test_divisor_validated(cls, bad):
+    with pytest.raises(ValueError, match="divisor"):
+        cls(divisor=bad)
+
+
+@pytest.mark.parametrize("divisor", [4, 7, 8])
+def test_rx_latency_measured(divisor):
+    """The byte is offered exactly UartRx.latency cycles after the start bit's falling edge
+    reaches rx."""
+    rx = UartRx(divisor=divisor)
+    seen = []
+
+    async def bench(ctx):
+        seq = [1] * 3
+        for b in bits_8n1(0x96):
+            seq += [b] * divisor
+        seq += [1] * (divisor * 3)
+        for cycle, level in enumerate(seq):
+            ctx.set(rx.rx, level)
+            if ctx.get(rx.o.valid) and not seen:
+                seen.append(cycle)
+            await ctx.tick()
+
+    sim = Simulator(rx)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    # the falling edge is set before the clock edge of cycle 3
+    assert seen == [3 + rx.latency]
