@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import cocotb
 
-from ..sw import asm
 from ..sw.asm import OKind
+from ..sw.pe_runs import check_layers, compare_run, link_inputs, pe_cases
 from .bench_pe import PEBench
 from .records import arch_from_params, arch_param, read_records
 from .runner import load_params, resolve_seed
@@ -46,6 +46,10 @@ __all__ = ["pe_cases", "link_inputs", "run_host_rtl", "HostRTLResult"]
 
 def _hex(v) -> str:
     return format(int(v), "x")
+
+
+# pe_cases and link_inputs (imported from elmoe3d.sw.pe_runs, shared with the FPGA backend)
+# stay names of this module: run_host_rtl looks pe_cases up here.
 
 
 @cocotb.test()
@@ -67,82 +71,21 @@ async def test_programs(dut):
             run = await bench.run(prog, ld, link_i, n_o=len(want_o), n_link=len(want_l),
                                   rng=bench.rng(case["name"]), traffic=traffic)
             wall = time.perf_counter() - wall
-            details = list(run.errors)
-            bad = len(run.errors)
-            compared = len(want_o) + len(want_l)
-            if len(run.o) != len(want_o):
-                bad += 1
-                details.append(f"{len(run.o)} o beats, fsim {len(want_o)}")
-            status = {}
-            for i, ((kind, data), (wk, wd)) in enumerate(zip(run.o, want_o)):
-                if kind != wk:
-                    bad += 1
-                    details.append(f"o beat {i}: kind {kind}, fsim {wk}")
-                elif kind == OKind.DATA and data != wd:
-                    bad += 1
-                    details.append(f"o beat {i}: DATA differs from fsim")
-                elif kind == OKind.STATUS:
-                    s, w = asm.unpack_status(data), asm.unpack_status(wd)
-                    status = s
-                    for name in asm.FUNCTIONAL_STATUS_FIELDS:
-                        if s[name] != w[name]:
-                            bad += 1
-                            details.append(f"STATUS.{name}: RTL {s[name]}, fsim {w[name]}")
-            if run.link_o != want_l:
-                bad += 1 + sum(a != b for a, b in zip(run.link_o, want_l))
-                details.append(f"link_o: {len(run.link_o)} words, fsim {len(want_l)}; "
-                               f"differing")
+            cmp_ = compare_run(run.o, run.link_o, want_o, want_l, run.errors)
+            status = cmp_["status"]
             bench.record(case=case["name"], source="host", mode=case.get("phase", "-"),
                          traffic=traffic, tokens=int(case.get("tokens", 0)),
                          experts_run=case.get("experts", []), cycles=run.cycles,
                          gemm_beats=int(status.get("gemm_beats", 0)),
                          acc_overflow=bool(status.get("acc_overflow")),
                          vpu_saturation=bool(status.get("vpu_saturation")),
-                         comparisons=compared, mismatches=bad, details=details[:8],
+                         comparisons=cmp_["comparisons"], mismatches=cmp_["mismatches"],
+                         details=cmp_["details"][:8],
                          o_data=[_hex(d) for k, d in run.o if k == OKind.DATA],
                          key=case.get("key"), wall_seconds=wall)
 
 
 # -- host side -------------------------------------------------------------------------------
-
-def link_inputs(job, res) -> list:
-    """Each PE's ``link_i`` words of a group run: the group's descriptors applied in order
-    (:func:`~elmoe3d.sw.links.ref_link`) to the PEs' ``link_o`` words of ``res``
-    (:class:`~elmoe3d.sw.parallel.GroupResult`) -- what the aggregation link delivers."""
-    from ..sw.links import ref_link
-    G = job.pes
-    pos = [0] * G
-    inbox = [[] for _ in range(G)]
-    for op in job.link_ops:
-        got = ref_link(op, [res.link_o[s][pos[s]:pos[s] + op.words] for s in range(G)],
-                       word_bits=job.pe.word_bits)
-        for s in op.srcs:
-            pos[s] += op.words
-        for q in range(G):
-            inbox[q].extend(got[q])
-    return inbox
-
-
-def pe_cases(layers) -> list:
-    """The bench cases of golden layer-steps (:class:`elmoe3d.sw.backends.GoldenLayer` with
-    their jobs kept): one per PE of every busy group."""
-    cases = []
-    for gl in layers:
-        for g, job, res, _ in gl.jobs:
-            ins = link_inputs(job, res)
-            experts = sorted(int(e) for e in job.info["experts"])
-            for p in range(job.pes):
-                cases.append({
-                    "name": f"step {gl.step} L{gl.layer} group {g} PE {p}",
-                    "key": [gl.step, gl.layer, g, p], "phase": job.phase,
-                    "tokens": int(job.tokens), "experts": experts,
-                    "program": [_hex(c) for c in job.programs[p].encode()],
-                    "ld": [_hex(w) for w in job.ld[p]],
-                    "link_i": [_hex(w) for w in ins[p]],
-                    "o": [[int(b.kind), _hex(b.data)] for b in res.o[p]],
-                    "link_o": [_hex(w) for w in res.link_o[p]]})
-    return cases
-
 
 @dataclass
 class HostRTLResult:
@@ -170,7 +113,6 @@ def run_host_rtl(golden_layers, arch, *, seed=None, traffic="smooth", waves=None
         HostRTLResult:
     """Run the PE programs of ``golden_layers`` on the PE's Verilog (built or reused by
     :func:`elmoe3d.sim.bench_pe.build_pe`) and check them (module docstring)."""
-    import numpy as np
     from .bench_pe import build_pe
     from .runner import run
     built = build_pe(arch, waves=waves)
@@ -180,44 +122,7 @@ def run_host_rtl(golden_layers, arch, *, seed=None, traffic="smooth", waves=None
                  seed=seed, run_name="bench_host", check=False)
     records = read_records(result)
     by_key = {tuple(r["key"]): r for r in records if r.get("key")}
-    pe = arch.pe
-    out = []
-    for gl in golden_layers:
-        compared = bad = 0
-        cycles = 0
-        details = []
-        for g, job, res, ref in gl.jobs:
-            recs = [by_key.get((gl.step, gl.layer, g, p)) for p in range(job.pes)]
-            if any(r is None for r in recs):
-                bad += 1
-                details.append(f"group {g}: the bench reported no result for some PE")
-                continue
-            compared += sum(r["comparisons"] for r in recs)
-            bad += sum(r["mismatches"] for r in recs)
-            details += [d for r in recs for d in r.get("details", [])][:4]
-            cycles = max(cycles, max(r["cycles"] for r in recs))
-            data = [int(d, 16) for d in recs[job.root]["o_data"]]
-            T, H = job.tokens, job.hidden
-            compared += T * H + 2
-            if len(data) * pe.fp32_per_beat < T * H:
-                bad += T * H
-                details.append(f"group {g}: only {len(data)} DATA beats from the root")
-            else:
-                y = job.decode(asm.unpack_fp32(asm.ints_to_words(data, pe), pe).reshape(-1))
-                diff = np.asarray(y, np.float32).view(np.uint32) != \
-                    np.asarray(ref.y, np.float32).view(np.uint32)
-                bad += int(diff.sum())
-                if diff.any():
-                    details.append(f"group {g}: {int(diff.sum())} FP32 outputs differ from "
-                                   f"ref_moe")
-            flags = (any(r["acc_overflow"] for r in recs), any(r["vpu_saturation"]
-                                                              for r in recs))
-            if flags != (ref.acc_overflow, ref.vpu_saturation):
-                bad += 1
-                details.append(f"group {g}: flags {flags}, ref_moe "
-                               f"{(ref.acc_overflow, ref.vpu_saturation)}")
-        out.append({"step": gl.step, "layer": gl.layer, "cycles": cycles, "compared": compared,
-                    "mismatches": bad, "details": details[:4]})
+    out = check_layers(golden_layers, by_key, arch.pe)
     if not records or len(records) != len(cases):
         out.append({"step": None, "layer": None, "cycles": 0, "compared": 0, "mismatches": 1,
                     "details": [f"the bench ran {len(records)} of {len(cases)} cases "
