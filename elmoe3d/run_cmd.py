@@ -3,7 +3,8 @@
 ::
 
     elmoe3d run --trace FILE --model PRESET --config small|paper-4gb|paper-8gb
-                --backend golden|rtl|perf [--layers SLICE] [--tokens N]
+                --backend golden|rtl|fpga|perf [--port PORT [--baud B]]
+                [--layers SLICE] [--tokens N]
                 [--schedule elastic|replay] [--depth D [D ...]] [--acceptance RULE]
                 [--batch B] [--hb-slots N] [--dense-bytes B] [--kv-bytes B] [--seed S]
                 [--json F] [--csv F] [--plot DIR]
@@ -23,7 +24,10 @@ step's expert work is placed on the die's PE groups and compiled, then run by a 
   H x I = 64 x 128, the trace's real routing);
 * ``rtl`` -- the golden run, then every PE program on the PE's Verilog (cocotb + Verilator)
   with the link traffic of the golden link model, every ``o`` beat and link word and the
-  FP32 outputs checked bit for bit (``small`` only).
+  FP32 outputs checked bit for bit (``small`` only);
+* ``fpga`` -- the golden run, then every PE program on the FPGA board at ``--port`` (its UART,
+  ``--baud``; :mod:`elmoe3d.sw.fpga`, ``docs/fpga.md``), checked exactly as ``rtl``'s
+  (``small`` only; the board must be built for the same configuration: its INFO is checked).
 
 ``--layers`` picks the layers compiled and reported (``A:B``, ``A:B:S``, ``N``, ``A,B``; the
 cache and Elastic-SD still see every layer); ``--tokens N`` keeps the trace's first N tokens.
@@ -50,7 +54,7 @@ __all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "
            "execute"]
 
 CONFIGS = ("small", "paper-4gb", "paper-8gb")
-BACKENDS = ("golden", "rtl", "perf")
+BACKENDS = ("golden", "rtl", "fpga", "perf")
 SCHEDULES = ("elastic", "replay")
 #: Real traces by name (files in :func:`elmoe3d.sw.corpus.traces_dir`).
 NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
@@ -99,6 +103,11 @@ def configure(parser) -> None:
                              "acceptance (default $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--traffic", default="smooth", metavar="NAME",
                         help="rtl: smooth, or stalls (idle source cycles and backpressure)")
+    parser.add_argument("--port", default=None, metavar="PORT",
+                        help="fpga: the board's serial port (e.g. /dev/ttyUSB0; any pyserial "
+                             "URL)")
+    parser.add_argument("--baud", type=int, default=None, metavar="B",
+                        help="fpga: the UART rate of the board's bitstream (default 115200)")
     parser.add_argument("--json", type=Path, default=None, metavar="F",
                         help="write the runs, their summaries and every step as JSON")
     parser.add_argument("--csv", type=Path, default=None, metavar="F",
@@ -203,7 +212,7 @@ def execute(args, *, progress_factory=None) -> dict:
     ``progress_factory(total, description)`` returns a callable advanced once per step."""
     from .config import ConfigError, preset
     from .sim.runner import resolve_seed
-    from .sw import backends, host
+    from .sw import host
 
     backend = _choice("--backend", args.backend, BACKENDS)
     schedule = _choice("--schedule", args.schedule, SCHEDULES)
@@ -220,7 +229,16 @@ def execute(args, *, progress_factory=None) -> dict:
         arch = preset(args.config)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
-    if backend in ("golden", "rtl") and args.config != "small":
+    port, baud = getattr(args, "port", None), getattr(args, "baud", None)
+    if backend == "fpga" and not port:
+        raise UserError("--backend fpga: needs --port PORT, the board's serial port (e.g. "
+                        "/dev/ttyUSB0)")
+    if backend != "fpga" and (port is not None or baud is not None):
+        raise UserError(f"--{'port' if port is not None else 'baud'}: only with --backend "
+                        f"fpga (got --backend {backend})")
+    if baud is not None and baud < 1:
+        raise UserError(f"--baud {baud}: expected a positive integer")
+    if backend in ("golden", "rtl", "fpga") and args.config != "small":
         raise UserError(f"--backend {backend}: runs the small configuration only (the paper "
                         f"configurations are for the perf backend)")
     acceptance = parse_acceptance(args.acceptance) if schedule == "elastic" else None
@@ -245,80 +263,120 @@ def execute(args, *, progress_factory=None) -> dict:
     if not real:
         doc["note"] = host.SYNTHETIC_NOTE.format(h=model.hidden, i=model.expert_intermediate)
     depths = args.depth if schedule == "elastic" else [None]
-    for depth in depths:
-        t0 = time.perf_counter()
-        cache, dense, kv = _cache(model, arch, args, admit=schedule == "replay", real=real)
-        if schedule == "elastic":
-            from .sw.elastic_sd import ElasticSD
-            esd = ElasticSD(cache=cache, depth=depth, acceptance=acceptance, seed=seed)
-            steps, res = host.elastic_steps(trace, esd, layers=layers, batch=args.batch,
-                                            groups=arch.groups)
-            esd_summary = res.summary()
-        else:
-            steps = host.replay_steps(trace, cache, layers=layers, batch=args.batch,
-                                      groups=arch.groups)
-            esd_summary = None
-        t_sched = time.perf_counter() - t0
-        label = f"depth {depth}" if depth else "replay"
-        tick = progress_factory(len(steps), f"{backend} {label}") if progress_factory \
-            else None
-        t1 = time.perf_counter()
-        run = {"label": label, "depth": depth, "hb_slots": cache.slots,
-               "msb_bytes": cache.msb_bytes, "dense_bytes": dense, "kv_bytes": kv,
-               "elastic_sd": esd_summary}
-        lost = None
-        if backend == "perf":
-            recs = backends.run_perf(steps, arch, model, progress=tick)
-        else:
-            weights = host.SyntheticWeights(model, seed=seed)
-            recs, glayers = backends.run_golden(steps, weights, arch, keep=backend == "rtl",
-                                                progress=tick)
-            if backend == "rtl":
-                from .sim.bench_host import run_host_rtl
-                rtl = run_host_rtl(glayers, arch, seed=seed, traffic=args.traffic)
-                per_step = {}
-                for lr in rtl.layers:
-                    s = per_step.setdefault(lr["step"], {"cycles": 0, "compared": 0,
-                                                         "mismatches": 0, "details": []})
-                    s["cycles"] += lr["cycles"]
-                    s["compared"] += lr["compared"]
-                    s["mismatches"] += lr["mismatches"]
-                    s["details"] += lr["details"]
-                for r in recs:
-                    s = per_step.pop(r["step"], None)
-                    if s:
-                        r["cycles"] = s["cycles"]
-                        r["us"] = s["cycles"] / (arch.clock_ghz * 1e3)
-                        r["golden_mismatches"] = r["mismatches"]
-                        r["compared"] += s["compared"]
-                        r["mismatches"] += s["mismatches"]
-                        r["details"] = (r["details"] + s["details"])[:4]
-                lost = per_step.pop(None, None)
-                run["rtl"] = {"pe_runs": len(rtl.records),
-                              "pe_cycles": sum(r["cycles"] for r in rtl.records),
-                              "log": str(rtl.sim.log_file),
-                              "build_seconds": rtl.build_seconds, "built": rtl.built,
-                              "cycles_note": "per layer-step: the slowest PE of the slowest "
-                                             "group, every PE run alone with its link words "
-                                             "pre-delivered (a lower bound of the die's)"}
-                if lost:
-                    run["rtl"]["error"] = lost["details"]
-        t_run = time.perf_counter() - t1
-        run["summary"] = backends.summarise(recs, arch)
-        if backend == "rtl" and lost:
-            run["summary"]["mismatches"] += lost["mismatches"]
-        run["wall_seconds"] = {"schedule": t_sched, "backend": t_run}
-        if backend != "perf":
-            # the perf model on the same steps and shapes, beside the measured figures
-            perf = backends.run_perf(steps, arch, model)
-            for r, p in zip(recs, perf):
-                r["perf_cycles"] = p["cycles"]
-            run["perf_cycles"] = sum(p["cycles"] for p in perf)
-        toks = trace.token_count()
-        run["tokens_simulated_per_s"] = toks / (t_sched + t_run) if t_sched + t_run else None
-        run["steps"] = recs
-        doc["runs"].append(run)
+    board = None
+    if backend == "fpga":
+        # open the board first: no board fails in seconds, not after the golden run
+        from .sw.fpga import DEFAULT_BAUD, FpgaBoard
+        board = FpgaBoard.open(port, baud=baud or DEFAULT_BAUD, config=arch)
+        try:
+            info = board.hello()
+        except BaseException:
+            board.close()
+            raise
+        doc["board"] = {"port": port, "baud": baud or DEFAULT_BAUD, **{
+            k: getattr(info, k) for k in ("version", "rows", "lanes", "word_bits", "hb_words",
+                                          "ext_words", "frame_words", "clk_hz")}}
+    try:
+        for depth in depths:
+            _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acceptance,
+                     layers, real, board, progress_factory)
+    finally:
+        if board is not None:
+            board.close()
     return doc
+
+
+def _merge_layers(recs, layer_results, arch, *, timed) -> dict | None:
+    """Add a hardware backend's per-layer-step results to the golden step records (compared,
+    mismatches, details; cycles when ``timed``). Returns the results of no step (a bench
+    that lost cases), or None."""
+    per_step = {}
+    for lr in layer_results:
+        s = per_step.setdefault(lr["step"], {"cycles": 0, "compared": 0, "mismatches": 0,
+                                             "details": []})
+        s["cycles"] += lr["cycles"]
+        s["compared"] += lr["compared"]
+        s["mismatches"] += lr["mismatches"]
+        s["details"] += lr["details"]
+    for r in recs:
+        s = per_step.pop(r["step"], None)
+        if s:
+            if timed:
+                r["cycles"] = s["cycles"]
+                r["us"] = s["cycles"] / (arch.clock_ghz * 1e3)
+            r["golden_mismatches"] = r["mismatches"]
+            r["compared"] += s["compared"]
+            r["mismatches"] += s["mismatches"]
+            r["details"] = (r["details"] + s["details"])[:4]
+    return per_step.pop(None, None)
+
+
+def _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acceptance, layers,
+             real, board, progress_factory):
+    from .sw import backends, host
+    t0 = time.perf_counter()
+    cache, dense, kv = _cache(model, arch, args, admit=schedule == "replay", real=real)
+    if schedule == "elastic":
+        from .sw.elastic_sd import ElasticSD
+        esd = ElasticSD(cache=cache, depth=depth, acceptance=acceptance, seed=seed)
+        steps, res = host.elastic_steps(trace, esd, layers=layers, batch=args.batch,
+                                        groups=arch.groups)
+        esd_summary = res.summary()
+    else:
+        steps = host.replay_steps(trace, cache, layers=layers, batch=args.batch,
+                                  groups=arch.groups)
+        esd_summary = None
+    t_sched = time.perf_counter() - t0
+    label = f"depth {depth}" if depth else "replay"
+    tick = progress_factory(len(steps), f"{backend} {label}") if progress_factory \
+        else None
+    t1 = time.perf_counter()
+    run = {"label": label, "depth": depth, "hb_slots": cache.slots,
+           "msb_bytes": cache.msb_bytes, "dense_bytes": dense, "kv_bytes": kv,
+           "elastic_sd": esd_summary}
+    lost = None
+    if backend == "perf":
+        recs = backends.run_perf(steps, arch, model, progress=tick)
+    else:
+        weights = host.SyntheticWeights(model, seed=seed)
+        recs, glayers = backends.run_golden(steps, weights, arch,
+                                            keep=backend in ("rtl", "fpga"),
+                                            progress=tick)
+        if backend == "rtl":
+            from .sim.bench_host import run_host_rtl
+            rtl = run_host_rtl(glayers, arch, seed=seed, traffic=args.traffic)
+            lost = _merge_layers(recs, rtl.layers, arch, timed=True)
+            run["rtl"] = {"pe_runs": len(rtl.records),
+                          "pe_cycles": sum(r["cycles"] for r in rtl.records),
+                          "log": str(rtl.sim.log_file),
+                          "build_seconds": rtl.build_seconds, "built": rtl.built,
+                          "cycles_note": "per layer-step: the slowest PE of the slowest "
+                                         "group, every PE run alone with its link words "
+                                         "pre-delivered (a lower bound of the die's)"}
+            if lost:
+                run["rtl"]["error"] = lost["details"]
+        if backend == "fpga":
+            from .sw.fpga import run_host_fpga
+            fp = run_host_fpga(glayers, arch, board)
+            _merge_layers(recs, fp.layers, arch, timed=False)
+            run["fpga"] = {**fp.totals(), "port": board.port, "baud": board.baud,
+                           "cycles_note": "STATUS cycles of the board's PE (its clock), "
+                                          "waiting on the UART included: not the die's"}
+    t_run = time.perf_counter() - t1
+    run["summary"] = backends.summarise(recs, arch)
+    if backend == "rtl" and lost:
+        run["summary"]["mismatches"] += lost["mismatches"]
+    run["wall_seconds"] = {"schedule": t_sched, "backend": t_run}
+    if backend != "perf":
+        # the perf model on the same steps and shapes, beside the measured figures
+        perf = backends.run_perf(steps, arch, model)
+        for r, p in zip(recs, perf):
+            r["perf_cycles"] = p["cycles"]
+        run["perf_cycles"] = sum(p["cycles"] for p in perf)
+    toks = trace.token_count()
+    run["tokens_simulated_per_s"] = toks / (t_sched + t_run) if t_sched + t_run else None
+    run["steps"] = recs
+    doc["runs"].append(run)
 
 
 # -- output -------------------------------------------------------------------------------------
@@ -547,6 +605,14 @@ def run(args) -> int:
                       f"PE cycles in all; {x['cycles_note']}; log {x['log']}")
             if x.get("error"):
                 out.print(f"[bold red]RTL bench error[/]: {x['error']}")
+        if r.get("fpga"):
+            x = r["fpga"]
+            naks = ", ".join(f"{k} {v}" for k, v in sorted(x["naks"].items())) or "none"
+            out.print(f"{r['label']}: FPGA on {x['port']} at {x['baud']} baud: {x['pe_runs']} "
+                      f"PE program runs in {x['seconds']:.1f} s, {x['frames']:,} frames "
+                      f"({x['retransmissions']} retransmitted, {x['polls']} polls; NAKs: "
+                      f"{naks}), {_b(x['bytes_sent'])} sent, {_b(x['bytes_received'])} "
+                      f"received; {x['cycles']:,} PE cycles ({x['cycles_note']})")
         if r.get("perf_cycles") is not None:
             cyc = r["summary"].get("cycles")
             out.print(f"{r['label']}: the perf model puts the same steps at "
@@ -572,7 +638,7 @@ def run(args) -> int:
     finally:
         outputs.discard()
 
-    if doc["backend"] in ("golden", "rtl"):
+    if doc["backend"] in ("golden", "rtl", "fpga"):
         bad = sum(r["summary"].get("mismatches", 0) for r in doc["runs"])
         cmp_ = sum(r["summary"].get("compared", 0) for r in doc["runs"])
         if bad or not cmp_:
@@ -581,6 +647,6 @@ def run(args) -> int:
             return 1
         out.print(f"[bold green]elmoe3d run: {cmp_:,} values compared bit for bit, 0 "
                   f"mismatches[/] ({doc['backend']} vs "
-                  f"{'the functional simulation and ' if doc['backend'] == 'rtl' else ''}"
+                  f"{'the functional simulation and ' if doc['backend'] != 'golden' else ''}"
                   f"ref_moe)")
     return 0

@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 
 from ..errors import UserError
 from ..isa import Op, Source, decode, encode
-from .bridge import (ADDR_BYTES, CMD_BYTES, VERSION, Credits, Deframer, Frame, FrameError,
+from .bridge import (CMD_BYTES, VERSION, Credits, Deframer, Frame, FrameError,
                      Info, Reason, Type, encode_frame, pack_words, unpack_words)
 
 
 __all__ = ["BoardError", "PipeTransport", "ProgramSplit", "split_program", "FpgaBoard",
-           "FpgaRun", "DEFAULT_BAUD"]
+           "FpgaRun", "DEFAULT_BAUD", "HostFPGAResult", "run_host_fpga"]
 
 #: The UART rate of ``make fpga``'s bitstream unless told otherwise.
 DEFAULT_BAUD = 115_200
@@ -171,13 +171,13 @@ def split_program(commands, ld, *, hb_words=None, ext_words=None, name="program"
         n = f["words"]
         chunk = ld[pos:pos + n]
         if len(chunk) < n:
-            raise ValueError(f"{name}: ld has {len(ld)} words, but LOAD {i} needs words "
-                             f"{pos}..{pos + n - 1}")
+            raise ValueError(f"{name}: ld has {len(ld)} words, but command {i} (LOAD) needs "
+                             f"words {pos}..{pos + n - 1}")
         pos += n
         try:
             src = Source(f["src"])
         except ValueError:
-            raise ValueError(f"{name}: LOAD {i} has unknown src {f['src']}") from None
+            raise ValueError(f"{name}: command {i} (LOAD) has unknown src {f['src']}") from None
         if src == Source.HOST:
             host += chunk
             out.append(int(word))
@@ -555,3 +555,80 @@ class FpgaBoard:
         run.errors = errors
         run.seconds = time.monotonic() - start
         return run
+
+
+# -- the FPGA backend of `elmoe3d run` ---------------------------------------------------------
+
+@dataclass
+class HostFPGAResult:
+    """``records``: one per PE run (case name and key, the comparison with the functional
+    simulation, the STATUS beat's ``cycles`` (board clock cycles, the PE waiting on the UART
+    included), the link figures of :class:`FpgaRun`); ``layers``: per layer-step ``{"step",
+    "layer", "cycles", "compared", "mismatches", "details"}`` with the FP32 comparison with
+    ref_moe (:func:`elmoe3d.sw.pe_runs.check_layers`); ``info``: the board's INFO."""
+
+    records: list
+    layers: list
+    info: Info
+
+    @property
+    def mismatches(self) -> int:
+        return sum(r["mismatches"] for r in self.layers)
+
+    @property
+    def compared(self) -> int:
+        return sum(r["compared"] for r in self.layers)
+
+    def totals(self) -> dict:
+        """Link figures over every run: frames, retransmissions, polls, NAKs per reason,
+        bytes each way, seconds, PE cycles."""
+        naks = {}
+        for r in self.records:
+            for k, v in r["naks"].items():
+                naks[k] = naks.get(k, 0) + v
+        tot = {k: sum(r[k] for r in self.records) for k in
+               ("frames", "retransmissions", "polls", "bytes_sent", "bytes_received",
+                "seconds", "cycles")}
+        tot["naks"] = naks
+        tot["pe_runs"] = len(self.records)
+        return tot
+
+
+def run_host_fpga(golden_layers, arch, board: FpgaBoard, *, deadline_s=120.0,
+                  progress=None) -> HostFPGAResult:
+    """Run every PE program of ``golden_layers`` (:func:`~elmoe3d.sw.backends.run_golden`
+    with ``keep=True``) on ``board``, one after the other, each with its ``ld`` and
+    ``link_i`` words (:func:`~elmoe3d.sw.pe_runs.pe_cases`), and check them like the RTL
+    backend: every ``o`` beat and ``link_o`` word against the functional simulation, then
+    every group's FP32 output and flags against ref_moe, bit for bit. ``progress(case)`` is
+    called after each run. Raises :class:`BoardError` (see :class:`FpgaBoard`)."""
+    from .asm import OKind
+    from .pe_runs import check_layers, compare_run, pe_cases
+    if board.info is None:
+        board.hello()
+    records = []
+    for case in pe_cases(golden_layers):
+        want_o = [(int(k), int(d, 16)) for k, d in case["o"]]
+        want_l = [int(w, 16) for w in case["link_o"]]
+        run = board.run_program([int(c, 16) for c in case["program"]],
+                                [int(w, 16) for w in case["ld"]],
+                                [int(w, 16) for w in case["link_i"]],
+                                n_o=len(want_o), n_link=len(want_l), deadline_s=deadline_s,
+                                name=case["name"])
+        cmp_ = compare_run(run.o, run.link_o, want_o, want_l, run.errors)
+        status = cmp_["status"]
+        records.append({
+            "case": case["name"], "key": case["key"], "cycles": int(status.get("cycles", 0)),
+            "acc_overflow": bool(status.get("acc_overflow")),
+            "vpu_saturation": bool(status.get("vpu_saturation")),
+            "comparisons": cmp_["comparisons"], "mismatches": cmp_["mismatches"],
+            "details": cmp_["details"][:8],
+            "o_data": [format(d, "x") for k, d in run.o if k == OKind.DATA],
+            "frames": run.frames, "retransmissions": run.retransmissions, "polls": run.polls,
+            "naks": dict(run.naks), "bytes_sent": run.bytes_sent,
+            "bytes_received": run.bytes_received, "seconds": run.seconds})
+        if progress:
+            progress(case)
+    by_key = {tuple(r["key"]): r for r in records}
+    return HostFPGAResult(records=records, layers=check_layers(golden_layers, by_key, arch.pe),
+                          info=board.info)

@@ -1,0 +1,493 @@
+"""The FPGA host driver (elmoe3d.sw.fpga) against the protocol's golden board (BridgeModel),
+served by a thread over a real pty pair (the driver opens the slave by its path with pyserial)
+and over PipeTransport. Behind the bridge, a Python board: a load-router model consuming the
+FIFOs at random (HB / EXT words from the stand-ins, EXT descriptors in order) and the PE's
+functional simulation (sw.fsim) executing each command as it arrives. Checked: every stream
+delivered exactly (what the board applied vs the program's split, the ld stream the router
+rebuilt vs the program's), retransmissions under injected faults, the output checks, the
+errors (no board, no port, another configuration), and `elmoe3d run --backend fpga` end to
+end on real compiled programs, bit-exact against the functional simulation and ref_moe."""
+
+import copy
+import functools
+import os
+import random
+import select
+import struct
+import threading
+import time
+import tty
+
+import pytest
+
+from elmoe3d.cli import main
+from elmoe3d.config import pe_config, preset
+from elmoe3d.isa import Op, Source, Target, decode, encode
+from elmoe3d.sw import fsim
+from elmoe3d.sw.asm import ProgramError
+from elmoe3d.sw.bridge import BridgeModel, Reason, Type
+from elmoe3d.sw.fpga import (BoardError, FpgaBoard, PipeTransport, run_host_fpga,
+                             split_program)
+
+SMALL = preset("small")
+W = SMALL.pe.word_bits
+SEED = 20250607
+
+
+# -- the Python board ------------------------------------------------------------------------
+
+class RouterPE:
+    """The board behind the bridge: the load router (commands in order; each LOAD's words from
+    its source: the HOST FIFO, the HB stand-in at ``hb_addr``, the EXT stand-in through the
+    descriptors in order) and the PE (``execute``: sw.fsim, one command at a time, its outputs
+    pushed as OUT / LINK_O frames). Takes at most a few entries per :meth:`step`, at random."""
+
+    def __init__(self, m: BridgeModel, rng, *, execute=True, rate=0.6, tamper=None):
+        self.m, self.rng, self.rate, self.execute = m, rng, rate, execute
+        self.pe = pe_config(SMALL)
+        self.state = fsim.PEState.reset(self.pe)
+        self.cmds, self.ld, self.link = [], [], []
+        self.link_pos = 0
+        self.cur = None          # (word, op, fields, words gathered)
+        self.ext_cur = None      # [addr, words left]
+        self.tamper = tamper     # output filter (frame bytes -> frame bytes or None)
+        self.drop_out = None     # index of an output frame to lose
+        self.outs = 0
+
+    def _out(self, frame):
+        self.outs += 1
+        if self.drop_out == self.outs - 1:
+            return []
+        return [frame]
+
+    def step(self) -> list:
+        m, rng = self.m, self.rng
+        if m.link and rng.random() < self.rate:
+            for _ in range(rng.randint(1, len(m.link))):
+                self.link.append(m.link.popleft())
+        if self.cur is None:
+            if not m.cmd or rng.random() > self.rate:
+                return []
+            word = m.cmd.popleft()
+            op, f = decode(word)
+            self.cmds.append(word)
+            self.cur = (word, op, f, [])
+        word, op, f, got = self.cur
+        if op == Op.LOAD:
+            for _ in range(rng.randint(0, 4)):
+                if len(got) == f["words"]:
+                    break
+                src = Source(f["src"])
+                if src == Source.HOST:
+                    if not m.host:
+                        break
+                    got.append(m.host.popleft())
+                elif src == Source.HB:
+                    got.append(m.hb_mem[f["hb_addr"] + len(got)])
+                else:
+                    if self.ext_cur is None:
+                        if not m.ext:
+                            break
+                        self.ext_cur = list(m.ext.popleft())
+                    got.append(m.ext_mem[self.ext_cur[0]])
+                    self.ext_cur[0] += 1
+                    self.ext_cur[1] -= 1
+                    if not self.ext_cur[1]:
+                        self.ext_cur = None
+            if len(got) < f["words"]:
+                return []
+            self.ld += got
+        if not self.execute:
+            self.cur = None
+            return []
+        state = self.state
+        if op == Op.RECV or (op == Op.GEMM and f["psum_in"]):
+            state = copy.deepcopy(state)          # may need link words not yet here
+        try:
+            res = fsim.run([word], got, self.link[self.link_pos:], config=SMALL, state=state)
+        except ProgramError as exc:
+            if "link_i" in str(exc) and state is not self.state:
+                return []
+            raise
+        self.state = res.state
+        self.link_pos += res.link_i_used
+        self.cur = None
+        out = []
+        for b in res.o:
+            fr = m.push_o(int(b.kind), int(b.data))
+            if self.tamper:
+                fr = self.tamper(fr)
+            out += self._out(fr)
+        for w in res.link_o:
+            out += self._out(m.push_link_o(int(w)))
+        return out
+
+
+class Server:
+    """Serves ``model`` (+ ``pe``) on a byte channel in a thread. ``flip``: stream offset of a
+    host -> board byte whose bit 0 is flipped; ``drop_ack``: index of an ACK reply to lose."""
+
+    def __init__(self, model, pe, read, write, *, flip=None, drop_ack=None):
+        self.m, self.pe, self.read, self.write = model, pe, read, write
+        self.flip, self.drop_ack = flip, drop_ack
+        self.rx = self.acks = 0
+        self.stop = threading.Event()
+        self.error = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self):
+        try:
+            while not self.stop.is_set():
+                data = self.read()
+                if data and self.flip is not None and \
+                        self.rx <= self.flip < self.rx + len(data):
+                    b = bytearray(data)
+                    b[self.flip - self.rx] ^= 1
+                    data = bytes(b)
+                self.rx += len(data)
+                for r in self.m.receive(data):
+                    if r[1] == Type.ACK:
+                        self.acks += 1
+                        if self.acks - 1 == self.drop_ack:
+                            continue
+                    self.write(r)
+                for fr in (self.pe.step() if self.pe else []):
+                    self.write(fr)
+                if not data:
+                    time.sleep(0.0002)
+        except BaseException as exc:          # reported by the test
+            self.error = exc
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(5)
+        if self.error and not exc[0]:
+            raise self.error
+
+
+def small_model(cls=BridgeModel, **kw):
+    args = dict(word_bits=W, frame_words=8, hb_words=512, ext_words=1024, cmd_depth=4,
+                host_depth=8, link_depth=8, ext_depth=2, rows=2, lanes=4)
+    args.update(kw)
+    return cls(**args)
+
+
+def pipe_server(m, pe, **kw):
+    host, board = PipeTransport.pair(timeout=0.05)
+    return host, Server(m, pe, board.read_nowait, board.write, **kw)
+
+
+class Pty:
+    """A pty pair in raw mode: the driver opens ``path`` with pyserial; the server uses the
+    master fd."""
+
+    def __init__(self):
+        self.master, self.slave = os.openpty()
+        tty.setraw(self.master)
+        tty.setraw(self.slave)
+        self.path = os.ttyname(self.slave)
+
+    def read(self):
+        r, _, _ = select.select([self.master], [], [], 0.001)
+        return os.read(self.master, 65536) if r else b""
+
+    def write(self, data):
+        view = memoryview(data)
+        while view:
+            n = os.write(self.master, view)
+            view = view[n:]
+
+    def close(self):
+        os.close(self.master)
+        os.close(self.slave)
+
+
+def random_program(rng, n=40):
+    """LOADs of random sources and sizes (ACT target, in range) between BARRIERs."""
+    cmds, ld = [], []
+    for _ in range(n):
+        if rng.random() < 0.75:
+            k = rng.randint(1, 20)
+            cmds.append(encode(Op.LOAD, target=Target.ACT, addr=0, words=k,
+                               src=rng.choice(list(Source)), hb_addr=rng.randrange(1 << 20)))
+            ld += [rng.getrandbits(W) for _ in range(k)]
+        else:
+            cmds.append(encode(Op.BARRIER))
+    # a repeated HB load shares its stand-in words
+    cmds.append(encode(Op.LOAD, target=Target.ACT, words=3, src=Source.HB, hb_addr=7))
+    cmds.append(encode(Op.LOAD, target=Target.ACT, words=3, src=Source.HB, hb_addr=7))
+    ld += ld[:0] + [5, 6, 7] * 2
+    return cmds, ld
+
+
+def drained(m, pe, seconds=10):
+    """Wait until the Python board has taken every entry (the program has no outputs to
+    wait for)."""
+    end = time.monotonic() + seconds
+    while (m.cmd or m.host or m.link or m.ext or pe.cur) and time.monotonic() < end:
+        time.sleep(0.001)
+
+
+def check_delivered(m, pe, cmds, ld, link):
+    sp = split_program(cmds, ld)
+    assert m.applied["cmd"] == sp.commands and pe.cmds == sp.commands
+    assert m.applied["host"] == sp.host
+    assert m.applied["ext"] == sp.ext_stream
+    assert m.applied["link"] == link
+    assert pe.ld == ld                        # what the router rebuilt from the three sources
+    assert pe.link == link
+
+
+# -- the splitter ----------------------------------------------------------------------------
+
+def test_split_program():
+    rng = random.Random(SEED)
+    cmds, ld = random_program(rng)
+    sp = split_program(cmds, ld)
+    # rebuild ld from the split, LOAD by LOAD
+    hb = {a + i: w for a, ws in sp.hb_writes for i, w in enumerate(ws)}
+    ext = {a + i: w for a, ws in sp.ext_writes for i, w in enumerate(ws)}
+    host, descs, out = iter(sp.host), iter(sp.ext_stream), []
+    for orig, new in zip(cmds, sp.commands):
+        op, f = decode(new)
+        o_op, o_f = decode(orig)
+        assert {k: v for k, v in f.items() if k != "hb_addr"} == \
+            {k: v for k, v in o_f.items() if k != "hb_addr"}
+        if op != Op.LOAD:
+            continue
+        if f["src"] == Source.HOST:
+            assert f["hb_addr"] == o_f["hb_addr"]
+            out += [next(host) for _ in range(f["words"])]
+        elif f["src"] == Source.HB:
+            out += [hb[f["hb_addr"] + i] for i in range(f["words"])]
+        else:
+            a, n = next(descs)
+            assert n == f["words"]
+            out += [ext[a + i] for i in range(n)]
+    assert out == ld
+    assert sp.hb_writes[-1][1] == [5, 6, 7]       # the repeated load written once
+    assert sp.hb_used == sum(len(ws) for _, ws in sp.hb_writes)
+    with pytest.raises(BoardError, match=r"expert X needs \d+ HB stand-in words; the board "
+                                         r"has 10"):
+        split_program(cmds, ld, hb_words=10, name="expert X")
+    with pytest.raises(ValueError, match="the LOADs take"):
+        split_program(cmds, ld + [1])
+    with pytest.raises(ValueError, match=r"ld has 0 words, but command \d+ \(LOAD\) needs"):
+        split_program(cmds, ld[:0])
+
+
+def test_pipe_transport():
+    a, b = PipeTransport.pair(timeout=0.01)
+    a.write(b"abc")
+    assert b.in_waiting == 3
+    assert b.read(5) == b"abc"                    # fewer bytes on timeout
+    assert b.read(1) == b""
+    b.write(b"xyz")
+    assert a.read_nowait(2) == b"xy" and a.read(1) == b"z"
+    a.write(b"1")
+    b.reset_input_buffer()
+    assert b.in_waiting == 0
+    a.close()
+    with pytest.raises(OSError):
+        b.write(b"q")
+
+
+# -- streams, credits, faults ----------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(3))
+def test_streams_exact_with_random_room(seed):
+    rng = random.Random(SEED + seed)
+    print(f"seed {SEED + seed}")
+    cmds, ld = random_program(rng)
+    link = [rng.getrandbits(W) for _ in range(30)]
+    m = small_model(cmd_depth=rng.randint(1, 6), host_depth=rng.randint(1, 12),
+                    link_depth=rng.randint(1, 12), ext_depth=rng.randint(1, 3),
+                    frame_words=rng.choice([1, 3, 8]))
+    pe = RouterPE(m, rng, execute=False, rate=rng.choice([0.1, 0.5, 1.0]))
+    host, server = pipe_server(m, pe)
+    with server:
+        board = FpgaBoard(host, timeout=0.5)
+        info = board.hello()
+        assert info.frame_words == m.frame_words
+        run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=30)
+        drained(m, pe)
+    assert run.errors == [] and run.retransmissions == 0 and run.naks == {}
+    check_delivered(m, pe, cmds, ld, link)
+    assert run.bytes_sent > len(ld) * W // 8 and run.frames > 0
+
+
+class BusyOnce(BridgeModel):
+    """Answers the 3rd and 9th HOST frames that would be accepted with NAK BUSY."""
+
+    busy = (3, 9)
+    seen = 0
+
+    def handle(self, frame):
+        if frame.type == Type.HOST and frame.seq == self.expect and len(frame.payload):
+            self.seen += 1
+            if self.seen in self.busy:
+                return self._nak(frame.seq, Reason.BUSY)
+        return super().handle(frame)
+
+
+@pytest.mark.parametrize("fault", ["flip", "lost_ack", "busy"])
+def test_faults_retransmitted_and_still_exact(fault):
+    rng = random.Random(SEED)
+    cmds, ld = random_program(rng)
+    link = [rng.getrandbits(W) for _ in range(20)]
+    m = small_model(BusyOnce if fault == "busy" else BridgeModel)
+    pe = RouterPE(m, rng, execute=False)
+    host, server = pipe_server(m, pe, flip=3000 if fault == "flip" else None,
+                               drop_ack=6 if fault == "lost_ack" else None)
+    with server:
+        board = FpgaBoard(host, timeout=0.1)
+        board.hello()
+        run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=30)
+        drained(m, pe)
+    check_delivered(m, pe, cmds, ld, link)
+    if fault == "flip":
+        assert run.retransmissions >= 1
+        assert sum(m.naks.values()) >= 1 and set(run.naks) <= {"CRC", "LENGTH"}
+    elif fault == "lost_ack":
+        assert run.retransmissions == 1 and run.naks == {}
+    else:
+        assert run.naks == {"BUSY": 2} and run.retransmissions == 0
+
+
+# -- real programs over a pty; outputs ---------------------------------------------------------
+
+@functools.cache
+def golden_layers():
+    from elmoe3d.sw import backends, host
+    from elmoe3d.sw.corpus import traces_dir
+    from elmoe3d.sw.elastic_sd import CoverageAcceptance, ElasticSD
+    from elmoe3d.sw.hbcache import HBExpertCache
+    from elmoe3d.sw.models import model_preset
+    from elmoe3d.sw.trace import import_vllm_jsonl
+    mix = model_preset("mixtral-8x7b")
+    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=mix)
+    sm = host.synthetic_model(mix)
+    cache = HBExpertCache(capacity_bytes=32 * sm.expert_msb_bytes, model=sm, admit=False)
+    esd = ElasticSD(cache=cache, depth=2, acceptance=CoverageAcceptance(0.5))
+    steps, _ = host.elastic_steps(host.limit_tokens(tr, 3), esd, layers=[15],
+                                  groups=SMALL.groups)
+    _, layers = backends.run_golden(steps, host.SyntheticWeights(sm, seed=7), SMALL, keep=True)
+    return layers
+
+
+def test_real_programs_over_a_pty_bit_exact():
+    """Every PE program of 4 layer-steps (HOST, HB and EXT loads, link words both ways) run
+    on the Python board through a pty, checked like the RTL backend."""
+    layers = golden_layers()
+    rng = random.Random(SEED)
+    m = small_model()
+    pe = RouterPE(m, rng)
+    p = Pty()
+    try:
+        with Server(m, pe, p.read, p.write):
+            with FpgaBoard.open(p.path, baud=115200, config=SMALL, timeout=0.5) as board:
+                out = run_host_fpga(layers, SMALL, board)
+    finally:
+        p.close()
+    assert out.compared > 0 and out.mismatches == 0, [r["details"] for r in out.layers]
+    assert len(out.records) == sum(job.pes for gl in layers for _, job, _, _ in gl.jobs)
+    assert all(r["mismatches"] == 0 and r["o_data"] for r in out.records
+               if r["key"][3] == 0)
+    tot = out.totals()
+    assert tot["retransmissions"] == 0 and tot["bytes_sent"] > 0
+    # the Python board is honest: a flipped DATA bit on the board is caught
+    def flip_data(frame):
+        from elmoe3d.sw.bridge import Deframer, encode_frame
+        (f,) = Deframer().feed(frame)
+        if f.type != Type.OUT or f.payload[0] != 0:
+            return frame
+        return encode_frame(f.type, f.seq, f.payload[:5] + bytes((f.payload[5] ^ 4,))
+                            + f.payload[6:])
+    m = small_model()
+    host, server = pipe_server(m, RouterPE(m, rng, tamper=flip_data))
+    with server:
+        bad = run_host_fpga(layers[:1], SMALL, FpgaBoard(host, config=SMALL))
+    assert bad.mismatches > 0
+
+
+def test_lost_output_frame_raises():
+    layers = golden_layers()
+    m = small_model()
+    pe = RouterPE(m, random.Random(SEED))
+    pe.drop_out = 3
+    host, server = pipe_server(m, pe)
+    with server:
+        with pytest.raises(BoardError, match=r"output frame (OUT|LINK_O) carries output "
+                                             r"number 4, expected 3: 1 output frame\(s\) lost"):
+            run_host_fpga(layers[:1], SMALL, FpgaBoard(host, config=SMALL, timeout=0.5))
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+def test_no_board_answers():
+    p = Pty()
+    try:
+        board = FpgaBoard.open(p.path, baud=57600, timeout=0.05, retries=2)
+        with pytest.raises(BoardError) as e:
+            board.hello()
+        board.close()
+    finally:
+        p.close()
+    assert str(e.value) == (f"no board answered on {p.path} within 0.15 s at 57600 baud (is "
+                            f"the board programmed with `make fpga`, and is {p.path} its "
+                            f"UART?)")
+    host, _board = PipeTransport.pair(timeout=0.01)
+    with pytest.raises(BoardError, match="no board answered on pipe:host"):
+        FpgaBoard(host, timeout=0.02, retries=0).hello()
+
+
+def test_bad_port_and_other_config():
+    with pytest.raises(BoardError, match=r"^cannot open serial port /nonexistent/tty0: .*") \
+            as e:
+        FpgaBoard.open("/nonexistent/tty0")
+    assert "\n" not in str(e.value)
+    m = small_model(lanes=2, word_bits=256)
+    host, server = pipe_server(m, None)
+    with server:
+        with pytest.raises(BoardError, match="has a 2x2 tile with 256-bit words; the programs "
+                                             "are compiled for a 2x4 tile with 512-bit words"):
+            FpgaBoard(host, config=SMALL).hello()
+    with pytest.raises(ValueError, match="timeout"):
+        FpgaBoard(host, timeout=0)
+
+
+BASE = ("run", "--trace", "gsm8k", "--model", "mixtral-8x7b", "--config", "small",
+        "--tokens", "3", "--layers", "15", "--depth", "2")
+
+
+def test_cli_fpga_backend(capsys, tmp_path):
+    assert main([*BASE, "--backend", "fpga"]) == 2
+    assert "--backend fpga: needs --port PORT" in capsys.readouterr().err
+    assert main([*BASE, "--backend", "golden", "--port", "/dev/ttyUSB0"]) == 2
+    assert "--port: only with --backend fpga (got --backend golden)" in \
+        capsys.readouterr().err
+    assert main([*BASE, "--backend", "fpga", "--port", "/nonexistent/tty0"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot open serial port /nonexistent/tty0" in err and "Traceback" not in err
+    # end to end over a pty, on the Python board
+    m = small_model()
+    p = Pty()
+    try:
+        with Server(m, RouterPE(m, random.Random(SEED)), p.read, p.write):
+            code = main([*BASE, "--backend", "fpga", "--port", p.path, "--json",
+                         str(tmp_path / "r.json")])
+    finally:
+        p.close()
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "0 mismatches" in out and "FPGA on" in out
+    import json
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["board"]["word_bits"] == W
+    run = doc["runs"][0]
+    assert run["fpga"]["pe_runs"] == 14 and run["summary"]["mismatches"] == 0
+    assert run["summary"]["compared"] > 0
