@@ -23,6 +23,7 @@ available from the start: a lower bound of the PE's time inside the die. ``param
     {"arch": "small", "traffic": "smooth", "cases": [{"name", "program": [hex],
      "ld": [hex], "link_i": [hex], "o": [[kind, hex]], "link_o": [hex]}, ...]}
 
+The cases and both comparisons are :mod:`elmoe3d.sw.pe_runs` (shared with the FPGA backend).
 Each run writes ``summary-test_programs.json`` (one record per case, with the RTL's DATA
 beats as hex) and fails if any case mismatched.
 """

@@ -9,7 +9,8 @@
   moves are the programs' (:meth:`~.parallel.GroupJob.traffic`) and the pool updates' HB
   payloads (:func:`.host.slice_images`).
 * The RTL backend runs the same :class:`GoldenLayer` jobs on the PE's Verilog
-  (``elmoe3d.sim.bench_host``; cocotb stays out of ``sw/``).
+  (``elmoe3d.sim.bench_host``; cocotb stays out of ``sw/``), the FPGA backend on a board over
+  its UART (:func:`.fpga.run_host_fpga`); both check them with :mod:`.pe_runs`.
 
 Both return one record (a plain dict, JSON-ready) per step; :func:`summarise` totals them.
 """

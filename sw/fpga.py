@@ -239,8 +239,9 @@ class FpgaBoard:
     ``in_waiting`` / ``reset_input_buffer`` / ``close`` / ``timeout``, e.g.
     :class:`PipeTransport`). ``config``: the :class:`~elmoe3d.config.ArchConfig` or
     :class:`~elmoe3d.config.PEConfig` the programs were compiled for (checked against INFO;
-    ``None``: not checked). ``timeout``: seconds to wait for each reply before retransmitting;
-    ``retries``: retransmissions of one frame before :class:`BoardError`. ``port`` / ``baud``
+    ``None``: not checked). ``timeout``: seconds to wait for each reply before retransmitting
+    (plus twice the frame's time on the wire at ``baud``); ``retries``: retransmissions of one
+    frame before :class:`BoardError`. ``port`` / ``baud``
     name the link in error messages.
     """
 
@@ -371,6 +372,11 @@ class FpgaBoard:
                 return None
             self._pump(left)
 
+    def _wait(self, nbytes) -> float:
+        """Seconds to wait for the reply to a frame of ``nbytes`` wire bytes: the timeout plus
+        twice the frame's time on the wire (10 bits a byte) when the baud rate is known."""
+        return self.timeout + (20.0 * nbytes / self.baud if self.baud else 0.0)
+
     def _transact(self, type_, seq, payload, what) -> Frame:
         """Send one frame and return its reply (ACK, NAK BUSY or INFO), retransmitting on a
         timeout or a NAK CRC / LENGTH. Raises :class:`BoardError` after :attr:`retries`
@@ -382,7 +388,7 @@ class FpgaBoard:
                 self._stats.retransmissions += 1
             self._write(frame)
             self._stats.frames += 1
-            reply = self._await_reply(seq, want, self.timeout)
+            reply = self._await_reply(seq, want, self._wait(len(frame)))
             if reply is None:
                 continue
             if reply.type == Type.INFO:
