@@ -366,7 +366,9 @@ class FpgaBoard:
                 r = self._replies.popleft()
                 if r.seq == seq and r.type in types:
                     return r
-                # a late reply to an earlier frame (its ACK came after we retransmitted)
+                if r.type == Type.NAK and Type.NAK in types and r.seq == 0xFF:
+                    return r    # a framing error too early in a frame to know its seq: ours
+                # else a late reply to an earlier frame (its ACK came after we retransmitted)
             left = end - time.monotonic()
             if left <= 0:
                 return None

@@ -334,12 +334,26 @@ class BusyOnce(BridgeModel):
         return super().handle(frame)
 
 
-@pytest.mark.parametrize("fault", ["flip", "lost_ack", "busy"])
+class UnknownSeqOnce(BridgeModel):
+    """Answers the 2nd HOST frame with a NAK LENGTH of seq 0xFF (a framing error before its
+    seq), applying nothing."""
+
+    seen = 0
+
+    def handle(self, frame):
+        if frame.type == Type.HOST and frame.seq == self.expect:
+            self.seen += 1
+            if self.seen == 2:
+                return self._nak(0xFF, Reason.LENGTH)
+        return super().handle(frame)
+
+
+@pytest.mark.parametrize("fault", ["flip", "lost_ack", "busy", "unknown_seq"])
 def test_faults_retransmitted_and_still_exact(fault):
     rng = random.Random(SEED)
     cmds, ld = random_program(rng)
     link = [rng.getrandbits(W) for _ in range(20)]
-    m = small_model(BusyOnce if fault == "busy" else BridgeModel)
+    m = small_model({"busy": BusyOnce, "unknown_seq": UnknownSeqOnce}.get(fault, BridgeModel))
     pe = RouterPE(m, rng, execute=False)
     host, server = pipe_server(m, pe, flip=3000 if fault == "flip" else None,
                                drop_ack=6 if fault == "lost_ack" else None)
@@ -354,8 +368,10 @@ def test_faults_retransmitted_and_still_exact(fault):
         assert sum(m.naks.values()) >= 1 and set(run.naks) <= {"CRC", "LENGTH"}
     elif fault == "lost_ack":
         assert run.retransmissions == 1 and run.naks == {}
-    else:
+    elif fault == "busy":
         assert run.naks == {"BUSY": 2} and run.retransmissions == 0
+    else:       # taken as the reply to the frame in flight: retransmitted at once
+        assert run.naks == {"LENGTH": 1} and run.retransmissions == 1
 
 
 # -- real programs over a pty; outputs ---------------------------------------------------------
