@@ -13,7 +13,6 @@ import functools
 import os
 import random
 import select
-import struct
 import threading
 import time
 import tty
