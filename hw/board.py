@@ -1,0 +1,326 @@
+"""The FPGA prototype's board top (``docs/fpga.md``, "Board top"): one PE with its load router,
+block-RAM stand-ins for its HB bank and the EXT memory, and the host bridge over a UART
+(issue 7; the PE is paper Section 4.1's, the HB / EXT sources of its LOADs Section 5.1's).
+
+::
+
+    uart_rx -> UartRx -> Bridge --cmd--> LoadRouter --cmd_o/ld--> PE --o/link_o--> Bridge
+                                 --host-->  (host)                                  -> UartTx
+                                 --link-----------------------------> link_i          -> uart_tx
+                                 --hb_write--> HB stand-in  <--hb_req/hb_data-- LoadRouter
+                                 --ext_write-> EXT stand-in <-- EXT streamer --ext--> LoadRouter
+                                 --ext_desc--> EXT streamer
+
+* :class:`BoardTop` -- platform independent (pins ``uart_rx``, ``uart_tx``, ``leds``); the
+  cocotb bench (:mod:`elmoe3d.sim.bench_board`) drives it at the pin level.
+* :class:`BoardPlatformTop` -- the same for an amaranth-boards platform: the platform's
+  default clock, ``uart`` 0, the LEDs it has. The FPGA flow (:mod:`elmoe3d.synth.fpga`)
+  builds it.
+
+Stand-ins. HB: an ``amaranth.lib.memory.Memory`` of ``hb_words`` x W bits (block RAM: one
+synchronous read port, one write port, no reset) written by HB_WRITE frames; each read
+request ``(addr, words)`` of the router is answered with words ``addr .. addr + words - 1``
+(addresses modulo ``hb_words``), one per cycle, in order. EXT: ``ext_words`` x W bits written
+by EXT_WRITE frames, and the EXT streamer: per EXT_STREAM descriptor ``(addr, words)``, in
+order, words ``addr .. addr + words - 1`` into the router's ``ext`` port, one per cycle
+while the router takes them. Both readers stall on their consumer (the read port's enable
+holds the data), though the router always takes HB data.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Elaboratable, Module, Signal, unsigned
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..config import pe_config
+from .bridge import Bridge, _bits
+from .load_router import LoadRouter
+from .pe import PE
+from .uart import UartRx, UartTx
+
+
+__all__ = ["BoardTop", "BoardPlatformTop", "uart_divisor", "MAX_BAUD_ERROR", "LED_BITS"]
+
+#: The largest relative baud-rate error accepted (the receiver samples at mid-bit; a
+#: standard host UART is within 1-2 %).
+MAX_BAUD_ERROR = 0.02
+
+#: Meaning of the ``leds`` bits.
+LED_BITS = {
+    0: "heartbeat (toggles every 2**k cycles, k the bit length of clk_hz // 3 minus 1: 0.17-0.33 s)",
+    1: "a frame was NAKed since reset (sticky)",
+    2: "PE busy: a command, load word or output is in flight between bridge, router and PE",
+    3: "UART framing error seen since reset (sticky)",
+    4: "UART receive overrun seen since reset (sticky)",
+    5: "bridge busy: receiving, checking, copying or sending a frame",
+    6: "transmit line low (a character is being sent)",
+    7: "receive line low (a character is arriving)",
+}
+
+
+def uart_divisor(clk_hz: int, baud: int) -> int:
+    """Clock cycles per bit, ``round(clk_hz / baud)``. Raises ``ValueError`` naming ``baud``
+    if the divisor is below 4 or the resulting rate is more than :data:`MAX_BAUD_ERROR` off."""
+    for name, v in (("clk_hz", clk_hz), ("baud", baud)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+    divisor = round(clk_hz / baud)
+    if divisor < 4:
+        raise ValueError(f"baud: {baud} is too fast for clk_hz = {clk_hz}: {clk_hz / baud:.2f} "
+                         f"clock cycles per bit, the UART needs at least 4")
+    error = abs(clk_hz / divisor - baud) / baud
+    if error > MAX_BAUD_ERROR:
+        raise ValueError(f"baud: {baud} is {100 * error:.1f} % off with clk_hz = {clk_hz} "
+                         f"(divisor {divisor}); at most {100 * MAX_BAUD_ERROR:.0f} % works")
+    return divisor
+
+
+def _check_pow2(name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or \
+            value & (value - 1):
+        raise ValueError(f"{name}: expected a power of two (W-bit words), got {value!r}")
+
+
+def _word_reader(m, name, rd, req, req_addr, req_words, out, addr_bits, words_bits):
+    """Requests ``(addr, words)`` on stream ``req`` -> words of the memory read port ``rd``
+    on stream ``out``, one per cycle, in order; ``out`` may stall (``rd.en`` holds the data).
+    The next request is taken once the current one's last read is issued."""
+    cur = Signal(addr_bits, name=f"{name}_addr")
+    left = Signal(words_bits, name=f"{name}_left")
+    ovalid = Signal(name=f"{name}_valid")
+    advance = ~ovalid | out.ready
+    m.d.comb += [rd.addr.eq(cur), rd.en.eq(advance), req.ready.eq(left == 0),
+                 out.valid.eq(ovalid), out.payload.eq(rd.data)]
+    with m.If(advance):
+        m.d.sync += ovalid.eq(left != 0)
+        with m.If(left != 0):
+            m.d.sync += [cur.eq(cur + 1), left.eq(left - 1)]
+    with m.If(req.valid & req.ready):
+        m.d.sync += [cur.eq(req_addr), left.eq(req_words)]
+
+
+class BoardTop(wiring.Component):
+    """UART bridge + load router + PE + stand-ins (module docstring).
+
+    Ports
+    -----
+    uart_rx : In(1)
+        Serial line from the host (idle high; asynchronous, synchronised inside).
+    uart_tx : Out(1)
+        Serial line to the host (idle high).
+    leds : Out(8)
+        Status, :data:`LED_BITS`.
+
+    Parameters
+    ----------
+    config : ArchConfig or PEConfig
+        The PE (and router) configuration.
+    clk_hz : int
+        The clock frequency (Hz): the UART divisor and INFO.
+    baud : int
+        UART rate; ``round(clk_hz / baud)`` >= 4 and within :data:`MAX_BAUD_ERROR`.
+    hb_words, ext_words : int
+        HB and EXT stand-in depths in W-bit words (powers of two).
+    frame_words : int
+        The bridge's staging buffer in W-bit words (:class:`~elmoe3d.hw.bridge.Bridge`).
+    cmd_depth, host_depth, link_depth, ext_depth, rx_fifo_bytes : int
+        The bridge's queues (:class:`~elmoe3d.hw.bridge.Bridge`).
+
+    Attributes: :attr:`divisor`, :attr:`bridge_params` (the bridge's keyword arguments, for a
+    host model of this board), the sub-blocks after construction (``uart_rx_block``,
+    ``uart_tx_block``, ``bridge``, ``router``, ``pe``: their latencies and parameters).
+
+    Raises
+    ------
+    TypeError
+        ``config`` is neither an ArchConfig nor a PEConfig.
+    ValueError
+        A parameter out of range (named), the baud rate unreachable (:func:`uart_divisor`).
+    """
+
+    def __init__(self, *, config, clk_hz: int, baud: int = 1_000_000, hb_words: int = 512,
+                 ext_words: int = 512, frame_words: int = 16, cmd_depth: int = 16,
+                 host_depth: int = 64, link_depth: int = 64, ext_depth: int = 8,
+                 rx_fifo_bytes: int = 32):
+        try:
+            pe = pe_config(config)
+            self._divisor = uart_divisor(clk_hz, baud)
+            _check_pow2("hb_words", hb_words)
+            _check_pow2("ext_words", ext_words)
+            self._bridge_params = dict(
+                frame_words=frame_words, cmd_depth=cmd_depth, host_depth=host_depth,
+                link_depth=link_depth, ext_depth=ext_depth, rx_fifo_bytes=rx_fifo_bytes,
+                hb_words=hb_words, ext_words=ext_words, clk_hz=clk_hz, baud=baud)
+            self.bridge = Bridge(config=pe, **self._bridge_params)
+            self.uart_rx_block = UartRx(divisor=self._divisor)
+            self.uart_tx_block = UartTx(divisor=self._divisor)
+            self.router = LoadRouter(config=pe)
+            self.pe = PE(config=pe)
+        except (TypeError, ValueError):
+            self._MustUse__silence = True
+            for name in ("bridge", "uart_rx_block", "uart_tx_block", "router", "pe"):
+                block = getattr(self, name, None)
+                if block is not None:
+                    block._MustUse__silence = True
+            raise
+        self._pe = pe
+        self._config = config
+        self._clk_hz = clk_hz
+        self._baud = baud
+        self._hb_words = hb_words
+        self._ext_words = ext_words
+        super().__init__({
+            "uart_rx": In(1, init=1),
+            "uart_tx": Out(1, init=1),
+            "leds": Out(8),
+        })
+
+    @property
+    def config(self):
+        return self._pe
+
+    @property
+    def clk_hz(self) -> int:
+        return self._clk_hz
+
+    @property
+    def baud(self) -> int:
+        return self._baud
+
+    @property
+    def divisor(self) -> int:
+        """UART clock cycles per bit."""
+        return self._divisor
+
+    @property
+    def hb_words(self) -> int:
+        return self._hb_words
+
+    @property
+    def ext_words(self) -> int:
+        return self._ext_words
+
+    @property
+    def bridge_params(self) -> dict:
+        """The bridge's parameters (a copy): what a host model of this board needs."""
+        return dict(self._bridge_params)
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self._pe.word_bits
+        m.submodules.uart_rx = urx = self.uart_rx_block
+        m.submodules.uart_tx = utx = self.uart_tx_block
+        m.submodules.bridge = br = self.bridge
+        m.submodules.router = rt = self.router
+        m.submodules.pe = pe = self.pe
+
+        m.d.comb += [urx.rx.eq(self.uart_rx), self.uart_tx.eq(utx.tx)]
+        wiring.connect(m, urx.o, br.rx)
+        wiring.connect(m, br.tx, utx.i)
+        wiring.connect(m, br.cmd, rt.cmd_i)
+        wiring.connect(m, br.host, rt.host)
+        wiring.connect(m, br.link, pe.link_i)
+        wiring.connect(m, rt.cmd_o, pe.cmd)
+        wiring.connect(m, rt.ld, pe.ld)
+        wiring.connect(m, pe.o, br.o)
+        wiring.connect(m, pe.link_o, br.link_o)
+
+        # -- HB stand-in --
+        hb_bits = _bits(self._hb_words)
+        m.submodules.hb_mem = hb_mem = Memory(shape=unsigned(W), depth=self._hb_words,
+                                              init=[])
+        hb_w = hb_mem.write_port()
+        hb_r = hb_mem.read_port()
+        m.d.comb += [hb_w.en.eq(br.hb_write.en), hb_w.addr.eq(br.hb_write.addr),
+                     hb_w.data.eq(br.hb_write.data)]
+        _word_reader(m, "hb", hb_r, rt.hb_req, rt.hb_req.payload.addr[:hb_bits],
+                     rt.hb_req.payload.words, rt.hb_data, hb_bits,
+                     len(rt.hb_req.payload.words))
+
+        # -- EXT stand-in and streamer --
+        ext_bits = _bits(self._ext_words)
+        m.submodules.ext_mem = ext_mem = Memory(shape=unsigned(W), depth=self._ext_words,
+                                                init=[])
+        ext_w = ext_mem.write_port()
+        ext_r = ext_mem.read_port()
+        m.d.comb += [ext_w.en.eq(br.ext_write.en), ext_w.addr.eq(br.ext_write.addr),
+                     ext_w.data.eq(br.ext_write.data)]
+        _word_reader(m, "ext", ext_r, br.ext_desc, br.ext_desc.payload.addr,
+                     br.ext_desc.payload.words, rt.ext, ext_bits,
+                     len(br.ext_desc.payload.words))
+
+        # -- status LEDs --
+        beat = Signal(max(2, (self._clk_hz // 3).bit_length()))
+        m.d.sync += beat.eq(beat + 1)
+        framing = Signal()
+        overrun = Signal()
+        with m.If(urx.framing_errors != 0):
+            m.d.sync += framing.eq(1)
+        with m.If(urx.overruns != 0):
+            m.d.sync += overrun.eq(1)
+        m.d.comb += self.leds.eq(Cat(
+            beat[-1], br.nak_seen,
+            rt.cmd_o.valid | rt.ld.valid | pe.o.valid | pe.link_o.valid | br.cmd.valid,
+            framing, overrun, br.busy, ~utx.tx, ~self.uart_rx))
+        return m
+
+
+class BoardPlatformTop(Elaboratable):
+    """:class:`BoardTop` on an amaranth-boards platform (for the FPGA flow).
+
+    ``elaborate(platform)`` takes ``clk_hz`` from ``platform.default_clk_frequency`` (the
+    platform drives the ``sync`` domain from its default clock, e.g. the ULX3S's 25 MHz
+    ``clk25``), requests ``uart`` 0 (``rx``, ``tx``) and as many of the 8 ``led`` resources
+    as the platform has, and instantiates :class:`BoardTop` with the other parameters.
+
+    Parameters (keyword-only)
+    -------------------------
+    config : ArchConfig or PEConfig
+    baud : int
+        UART rate (checked against the platform clock at elaboration).
+    hb_words, ext_words, frame_words : int
+        As :class:`BoardTop`.
+    **board : further :class:`BoardTop` parameters (queue depths).
+
+    Raises ``ValueError`` (at elaboration) if the baud rate does not suit the platform clock;
+    ``TypeError`` / ``ValueError`` at construction for a bad ``config`` or size.
+    """
+
+    def __init__(self, *, config, baud: int = 1_000_000, hb_words: int = 512,
+                 ext_words: int = 512, frame_words: int = 16, **board):
+        pe_config(config)
+        _check_pow2("hb_words", hb_words)
+        _check_pow2("ext_words", ext_words)
+        if not isinstance(baud, int) or isinstance(baud, bool) or baud < 1:
+            raise ValueError(f"baud: expected a positive integer, got {baud!r}")
+        self.config = config
+        self.baud = baud
+        self.hb_words = hb_words
+        self.ext_words = ext_words
+        self.frame_words = frame_words
+        self.board = dict(board)
+        self.top = None                     # the BoardTop, after elaboration
+
+    def elaborate(self, platform):
+        from amaranth.build import ResourceError
+        m = Module()
+        if platform is None:
+            raise ValueError("platform: BoardPlatformTop needs an amaranth-boards platform "
+                             "(use BoardTop for simulation)")
+        clk_hz = int(round(platform.default_clk_frequency))
+        top = BoardTop(config=self.config, clk_hz=clk_hz, baud=self.baud,
+                       hb_words=self.hb_words, ext_words=self.ext_words,
+                       frame_words=self.frame_words, **self.board)
+        self.top = top
+        m.submodules.board = top
+        uart = platform.request("uart", 0)
+        m.d.comb += [top.uart_rx.eq(uart.rx.i), uart.tx.o.eq(top.uart_tx)]
+        for i in range(8):
+            try:
+                led = platform.request("led", i)
+            except ResourceError:
+                break
+            m.d.comb += led.o.eq(top.leds[i])
+        return m
