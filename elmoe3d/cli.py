@@ -24,7 +24,7 @@ COMMANDS = {
     "quant": ("elmoe3d.quant_cmd", "bit-nested quantization error report for a weight file"),
     "sim": ("elmoe3d.sim.main", "generate Verilog, run the cocotb + Verilator benches, summarise"),
     "run": ("elmoe3d.run_cmd", "run a routing trace through the host compiler and a backend "
-                               "(golden, rtl, perf)"),
+                               "(golden, rtl, perf, fpga)"),
     "bench": ("elmoe3d.sim.bench", "benchmark figures (tile throughput, golden GEMM speed, "
                                    "PE roofline and utilization, expert accuracy)"),
     "synth": ("elmoe3d.synth.main", "Yosys area of every block, rolled up to the logic die"),

@@ -107,7 +107,8 @@ def configure(parser) -> None:
                         help="fpga: the board's serial port (e.g. /dev/ttyUSB0; any pyserial "
                              "URL)")
     parser.add_argument("--baud", type=int, default=None, metavar="B",
-                        help="fpga: the UART rate of the board's bitstream (default 115200)")
+                        help="fpga: the UART rate of the board's bitstream (default 1000000, the rate "
+                             "`make fpga` builds)")
     parser.add_argument("--json", type=Path, default=None, metavar="F",
                         help="write the runs, their summaries and every step as JSON")
     parser.add_argument("--csv", type=Path, default=None, metavar="F",

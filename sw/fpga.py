@@ -41,7 +41,7 @@ __all__ = ["BoardError", "PipeTransport", "ProgramSplit", "split_program", "Fpga
            "FpgaRun", "DEFAULT_BAUD", "HostFPGAResult", "run_host_fpga"]
 
 #: The UART rate of ``make fpga``'s bitstream unless told otherwise.
-DEFAULT_BAUD = 115_200
+DEFAULT_BAUD = 1_000_000
 
 
 class BoardError(UserError):
