@@ -60,7 +60,8 @@ SCHEDULES = ("elastic", "replay")
 NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
 #: CSV columns (one row per step).
 CSV_COLUMNS = ("run", "depth", "step", "kind", "iteration", "tokens", "produced", "layers",
-               "cycles", "us", "perf_cycles", "hb_read_bytes", "hb_write_bytes", "ext_bytes", "link_bytes",
+               "cycles", "us", "perf_cycles", "hb_read_bytes", "hb_write_bytes", "ext_bytes",
+               "link_bytes",
                "accesses", "hits", "hit_rate", "energy_pj", "pool_writes", "pool_extra",
                "compared", "mismatches")
 
@@ -107,8 +108,8 @@ def configure(parser) -> None:
                         help="fpga: the board's serial port (e.g. /dev/ttyUSB0; any pyserial "
                              "URL)")
     parser.add_argument("--baud", type=int, default=None, metavar="B",
-                        help="fpga: the UART rate of the board's bitstream (default 1000000, the rate "
-                             "`make fpga` builds)")
+                        help="fpga: the UART rate of the board's bitstream (default 1000000, "
+                             "the rate `make fpga` builds)")
     parser.add_argument("--json", type=Path, default=None, metavar="F",
                         help="write the runs, their summaries and every step as JSON")
     parser.add_argument("--csv", type=Path, default=None, metavar="F",
