@@ -1,0 +1,295 @@
+"""``elmoe3d fpga``: build the FPGA prototype's bitstream and report utilization and fmax.
+
+::
+
+    elmoe3d fpga [--board NAME] [--config NAME|auto|default] [--json F] [--seed N]
+                 [--hb-words N] [--ext-words N] [--baud B] [--max-runs N]
+                 [--estimate-only] [--no-asic] [--list-boards]
+
+``make fpga BOARD=ulx3s-85f [CONFIG=...]`` runs it. The board top
+(:class:`elmoe3d.hw.board.BoardPlatformTop`: UART bridge, load router, one PE, HB / EXT
+stand-ins in block RAM) goes through Amaranth's platform flow for the board's
+``amaranth-boards`` class with the YoWASP tools (:mod:`elmoe3d.synth.fpga`); the outputs land
+in ``build/fpga/<board>/``: ``top.bit`` (the bitstream), ``top_report.json`` (nextpnr's
+report), ``top.rpt`` / ``top.tim`` / ``build.log`` (Yosys, nextpnr, the build script), and
+``report.json`` (this command's figures; ``--json`` puts them elsewhere).
+
+``--config``: ``default`` (the board's named configuration,
+:data:`elmoe3d.synth.fpga.FPGA_CONFIGS`; the board's fit search if it has none), ``auto``
+(the fit search: Yosys estimates of the candidates, largest first; the largest that fits is
+built, and what limits it is reported), a named configuration, or a preset of
+:mod:`elmoe3d.config` (one PE of it). ``--estimate-only`` stops after the estimate (no
+place-and-route). The report: utilization (used / available / % of LUT4 positions,
+flip-flops, MULT18X18D, DP16KD and every other cell type used), fmax per clock against its
+constraint, the step times, and beside them the ASIC area roll-up of the same PE
+configuration (:mod:`elmoe3d.synth`, cached in ``build/synth``; ``--no-asic`` skips it).
+
+Exit status: 0 with a bitstream (also when the timing is not met: the report says so); 2 with
+one line for a bad option, an unknown board or configuration, a configuration that cannot fit,
+or a tool that failed (named with its log file); nothing is written then.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .errors import UserError
+from .outputs import check_output, write_json
+
+
+__all__ = ["configure", "run", "print_report", "report_rows", "asic_rollup"]
+
+
+def configure(parser) -> None:
+    from .synth.fpga import DEFAULT_BOARD
+    parser.add_argument("--board", metavar="NAME", default=DEFAULT_BOARD,
+                        help=f"amaranth-boards board (default {DEFAULT_BOARD}; --list-boards)")
+    parser.add_argument("--config", metavar="NAME", default="default",
+                        help="default (the board's named configuration), auto (fit search), "
+                             "a named FPGA configuration or a preset (default: default)")
+    parser.add_argument("--json", metavar="F", type=Path, default=None,
+                        help="write the figures as JSON (default build/fpga/<board>/report.json)")
+    parser.add_argument("--seed", metavar="N", type=int, default=None,
+                        help="nextpnr placement seed (default 1)")
+    parser.add_argument("--hb-words", metavar="N", type=int, default=None,
+                        help="HB stand-in depth in W-bit words (power of two)")
+    parser.add_argument("--ext-words", metavar="N", type=int, default=None,
+                        help="EXT stand-in depth in W-bit words (power of two)")
+    parser.add_argument("--baud", metavar="B", type=int, default=None,
+                        help="UART rate the board top is built for (default 1000000)")
+    parser.add_argument("--max-runs", metavar="N", type=int, default=4,
+                        help="most Yosys estimates the fit search runs (default 4)")
+    parser.add_argument("--estimate-only", action="store_true",
+                        help="stop after the Yosys estimate (no place and route)")
+    parser.add_argument("--no-asic", action="store_true",
+                        help="leave out the ASIC area roll-up of the same configuration")
+    parser.add_argument("--list-boards", action="store_true",
+                        help="list the supported boards with their devices and capacities")
+
+
+def _console():
+    from rich.console import Console
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=max(console.width, 120))
+    return console
+
+
+def list_boards(say) -> None:
+    from rich.table import Table
+    from .synth.fpga import BOARDS, DEFAULT_BOARD
+    t = Table(title="Boards (amaranth-boards 0.0.21, ECP5 with a UART); capacities: Lattice "
+                    "ECP5 and ECP5-5G Family Data Sheet FPGA-DS-02012, Table 1.1",
+              title_justify="left")
+    for h in ("board", "device", "clock", "LUT4", "FF", "MULT18X18D", "DP16KD", "description"):
+        t.add_column(h, justify="left" if h in ("board", "device", "clock", "description")
+                     else "right")
+    for name, b in BOARDS.items():
+        cls = b.platform_class
+        d = b.device
+        t.add_row(name + (" (default)" if name == DEFAULT_BOARD else ""), d.name,
+                  f"{b.clock} {cls().default_clk_frequency / 1e6:g} MHz", f"{d.lut4:,}",
+                  f"{d.ff:,}", str(d.mult18), str(d.ebr), b.description)
+    say(t)
+
+
+def _positive(value, option):
+    if value is not None and value < 1:
+        raise UserError(f"{option}: expected a positive integer, got {value}")
+
+
+def run(args) -> int:
+    from .synth import fpga
+
+    console = _console()
+    say = console.print
+    if args.list_boards:
+        list_boards(say)
+        return 0
+    bd = fpga.board(args.board)
+    for value, option in ((args.seed, "--seed"), (args.hb_words, "--hb-words"),
+                          (args.ext_words, "--ext-words"), (args.baud, "--baud"),
+                          (args.max_runs, "--max-runs")):
+        _positive(value, option)
+    for value, option in ((args.hb_words, "--hb-words"), (args.ext_words, "--ext-words")):
+        if value is not None and value & (value - 1):
+            raise UserError(f"{option}: expected a power of two, got {value}")
+    build_dir = fpga.BUILD_ROOT / bd.name
+    json_path = args.json if args.json is not None else build_dir / "report.json"
+    if args.json is None:
+        build_dir.mkdir(parents=True, exist_ok=True)
+        json_path.unlink(missing_ok=True)       # a failed run leaves no report of an old one
+    check_output(json_path, "--json")
+    fpga.tool_env()                              # fails early if a tool is missing
+
+    started = time.monotonic()
+    doc = {"board": _board_doc(bd), "search": None, "estimate": None}
+    name = args.config
+    if name == "default" and bd.name not in fpga.FPGA_CONFIGS:
+        say(f"elmoe3d fpga: {bd.name} has no named configuration: running the fit search")
+        name = "auto"
+    if name == "auto":
+        if args.hb_words or args.ext_words:
+            raise UserError("--hb-words/--ext-words: the fit search (--config auto) chooses "
+                            "the stand-in depths")
+        say(f"elmoe3d fpga: fit search on {bd.name} ({bd.device.name})")
+        search = fpga.fit_search(bd, max_runs=args.max_runs, say=say)
+        doc["search"] = search.to_json()
+        say(f"  {search.limit}")
+        if search.chosen is None:
+            raise UserError(f"no configuration fits {bd.name}: {search.limit}")
+        cfg = search.chosen
+        if args.baud:
+            import dataclasses
+            cfg = dataclasses.replace(cfg, baud=args.baud)
+        doc["estimate"] = search.tried[-1][1].to_json()
+        source = "fit search"
+    else:
+        cfg = fpga.resolve_config(name, bd.name, hb_words=args.hb_words,
+                                  ext_words=args.ext_words, baud=args.baud)
+        fpga.check_fits_at_all(cfg, bd.device)
+        source = "named default" if name == "default" or name in {
+            c.name for c in fpga.FPGA_CONFIGS.values()} else "preset"
+    doc["config"] = {**cfg.summary(), "source": source, "documented_estimate": cfg.estimate}
+    say(f"elmoe3d fpga: {bd.name} ({bd.device.name}), configuration {cfg.name} ({source}): "
+        f"{fpga._describe(cfg)}")
+
+    if args.estimate_only:
+        if doc["estimate"] is None:
+            est = fpga.estimate(fpga.board_top(cfg), bd.platform(),
+                                script_after_read=cfg.script_after_read)
+            say(f"  estimate: {fpga._est_line(est)}")
+            doc["estimate"] = est.to_json()
+        doc["seconds"] = round(time.monotonic() - started, 1)
+        write_json(json_path, doc)
+        say(f"elmoe3d fpga: estimate only (no place and route); JSON: {json_path}")
+        return 0
+
+    if not args.no_asic:
+        doc["asic"] = asic_rollup(cfg.arch, say=say)
+    say(f"elmoe3d fpga: building {build_dir}/top.bit (one Yosys / nextpnr job at a time)")
+    res = fpga.build(fpga.board_top(cfg), bd.platform(), build_dir=build_dir,
+                     seed=args.seed or fpga.DEFAULT_SEED,
+                     script_after_read=cfg.script_after_read, say=say)
+    doc["build"] = {"dir": str(res.build_dir), "bitstream": str(res.bitstream),
+                    "nextpnr_report": str(res.report_path),
+                    "logs": {k: str(v) for k, v in res.logs.items()},
+                    "seed": args.seed or fpga.DEFAULT_SEED,
+                    "seconds": {k: round(v, 1) for k, v in res.seconds.items()}}
+    doc.update(res.report)
+    doc["seconds"] = round(time.monotonic() - started, 1)
+    print_report(say, doc)
+    write_json(json_path, doc)
+    say(f"JSON: {json_path}")
+    return 0
+
+
+def _board_doc(bd) -> dict:
+    cls = bd.platform_class
+    return {"name": bd.name, "description": bd.description, "device": bd.device.name,
+            "package": cls.package, "speed": cls.speed, "clock": bd.clock,
+            "clock_mhz": cls().default_clk_frequency / 1e6,
+            "capacity": bd.device.capacity()}
+
+
+# ---- the report -----------------------------------------------------------------------------
+
+def report_rows(doc) -> dict:
+    """The printed tables of a report document, as rows of strings: ``utilization``
+    (resource, used, available, %), ``fmax`` (clock, achieved MHz, constraint MHz, met) and
+    ``beside`` (what, FPGA, ASIC); :func:`print_report` prints exactly these."""
+    util = [(k, f"{v['used']:,}", f"{v['available']:,}",
+             "-" if v["pct"] is None else f"{v['pct']:.2f}")
+            for k, v in doc["utilization"].items()]
+    fmax = [(k, f"{v['achieved_mhz']:.2f}", f"{v['constraint_mhz']:.2f}",
+             "yes" if v["met"] else "NO") for k, v in doc["fmax"].items()]
+    beside = []
+    asic = doc.get("asic")
+    u = doc["utilization"]
+
+    def fpga_cell(k):
+        v = u.get(k)
+        return "-" if v is None else f"{v['used']:,} {k} ({v['pct']:.1f} %)"
+
+    a = (lambda k: f"{asic[k]:.4f} mm²") if asic else (lambda k: "-")
+    beside.append(("logic", fpga_cell("TRELLIS_COMB") + ", " + fpga_cell("TRELLIS_FF"),
+                   a("pe_logic_mm2")))
+    beside.append(("multipliers", fpga_cell("MULT18X18D") + " + LUT multipliers (booth)"
+                   if doc["config"].get("booth") else fpga_cell("MULT18X18D"),
+                   a("pe_mac_mm2")))
+    beside.append(("memories", fpga_cell("DP16KD"), a("pe_sram_mm2")))
+    slowest = min(doc["fmax"].values(), key=lambda v: v["achieved_mhz"], default=None)
+    beside.append(("clock", "-" if slowest is None else
+                   f"fmax {slowest['achieved_mhz']:.2f} MHz (board clock "
+                   f"{slowest['constraint_mhz']:.2f} MHz)",
+                   f"{asic['clock_ghz']:g} GHz target" if asic else "-"))
+    beside.append(("one PE", f"{doc['board']['device']}: 1 PE",
+                   f"{asic['pe_mm2']:.4f} mm² ({100 * asic['pe_share_of_die']:.1f} % of its "
+                   f"{asic['die_pes']}-PE die, {asic['die_mm2']:.3f} mm²)" if asic else "-"))
+    return {"utilization": util, "fmax": fmax, "beside": beside}
+
+
+def print_report(say, doc) -> None:
+    """Print the tables of :func:`report_rows` and the timing verdict."""
+    from rich.table import Table
+    rows = report_rows(doc)
+    b, c = doc["board"], doc["config"]
+    tables = (
+        (f"FPGA utilization: {b['name']} ({b['device']}), configuration {c['name']}",
+         ("resource", "used", "available", "%"), rows["utilization"]),
+        ("fmax (nextpnr)", ("clock", "achieved MHz", "constraint MHz", "met"), rows["fmax"]),
+        (f"FPGA beside the ASIC roll-up of the same PE configuration ({c['arch']})",
+         ("", "FPGA", "ASIC (ASAP7 roll-up)"), rows["beside"]),
+    )
+    for title, header, body in tables:
+        t = Table(title=title, title_justify="left")
+        for i, h in enumerate(header):
+            t.add_column(h, justify="left" if i == 0 or title.startswith("FPGA beside")
+                         else "right")
+        for r in body:
+            t.add_row(*r)
+        say(t)
+    if doc["timing_met"]:
+        say("timing: met on every clock")
+    else:
+        bad = [f"{k} achieved {v['achieved_mhz']:.2f} MHz < constraint "
+               f"{v['constraint_mhz']:.2f} MHz" for k, v in doc["fmax"].items() if not v["met"]]
+        say(f"timing: NOT MET ({'; '.join(bad)}); the bitstream is built but the design is "
+            f"not guaranteed to work at the board clock")
+    s = doc.get("build", {}).get("seconds")
+    if s:
+        say("time: " + ", ".join(f"{k} {v:.0f} s" for k, v in s.items()))
+
+
+# ---- the ASIC roll-up beside it -------------------------------------------------------------
+
+def asic_rollup(arch, *, say=print, jobs: int = 1) -> dict:
+    """The ASIC area of ``arch``'s PE (and its share of ``arch``'s die) through
+    :mod:`elmoe3d.synth` (the roll-up of ``make synth``, cached in ``build/synth``): mm² of
+    the PE (logic, SRAM, MAC), of the die, the PE's share, the categories inside the PE."""
+    from .synth.liberty import BUNDLED_LIBERTY, read_liberty
+    from .synth.main import CACHE_DIR, _die_nodes, synth_report
+    from .synth.rollup import Planner
+    lib = read_liberty(BUNDLED_LIBERTY)
+    started = time.monotonic()
+
+    def progress(done, total, label, r):
+        note = "cached" if r.cached else f"{r.seconds:.0f} s"
+        say(f"  asic [{done}/{total}] {label}: {r.area:,.0f} um² ({note})")
+
+    planner = Planner(liberty=lib, cache_dir=CACHE_DIR, jobs=jobs, progress=progress)
+    skipped = {}
+    die = _die_nodes(planner, arch, skipped)
+    say(f"elmoe3d fpga: ASIC roll-up of {arch.name} ({len(planner._jobs)} Yosys jobs, "
+        f"cache {CACHE_DIR}/)")
+    planner.run()
+    rep = synth_report(planner, arch, die)
+    pe_one = rep["pe_total"]
+    sram = sum(v for k, v in rep["pe"].items() if k.startswith("sram:"))
+    return {"config": arch.name, "liberty": str(lib.path), "clock_ghz": arch.clock_ghz,
+            "pe_mm2": pe_one / 1e6, "pe_logic_mm2": rep["pe_logic"] / 1e6,
+            "pe_sram_mm2": sram / 1e6, "pe_mac_mm2": rep["pe"].get("MAC", 0.0) / 1e6,
+            "pe_breakdown_um2": rep["pe"], "die_pes": arch.pes,
+            "die_mm2": rep["die_total"] / 1e6, "pe_share_of_die": pe_one / rep["die_total"],
+            "skipped_blocks": skipped, "seconds": round(time.monotonic() - started, 1)}

