@@ -17,6 +17,8 @@ help:
 	@echo "make test   - the whole test suite (pytest, $(JOBS) workers)"
 	@echo "make bench  - the nine benchmark figures (tile, golden GEMM, PE roofline, DRAM, ring/link, die)"
 	@echo "make synth  - Yosys area of every block rolled up to the 4 GB and 8 GB logic dies"
+	@echo "make fpga   - FPGA bitstream, utilization and fmax of the board top (BOARD=ulx3s-85f,"
+	@echo "              CONFIG=default|auto|NAME; elmoe3d fpga --list-boards lists the boards)"
 	@echo "make clean  - remove build output (build/, out/)"
 
 venv: $(STAMP)
@@ -52,6 +54,14 @@ bench: $(STAMP)
 synth: $(STAMP)
 	@mkdir -p build/synth
 	$(PY) -m elmoe3d synth --jobs $(JOBS) --json build/synth/report.json --plot build/synth/area.png
+
+.PHONY: fpga
+# The board top (UART bridge, load router, one PE, HB/EXT stand-ins) through Amaranth's platform
+# flow and the YoWASP tools: build/fpga/$(BOARD)/top.bit, utilization, fmax, report.json.
+BOARD  ?= ulx3s-85f
+CONFIG ?= default
+fpga: $(STAMP)
+	$(PY) -m elmoe3d fpga --board $(BOARD) --config $(CONFIG)
 
 clean:
 	rm -rf build out
