@@ -224,9 +224,12 @@ def report_rows(doc) -> dict:
                    f"fmax {slowest['achieved_mhz']:.2f} MHz (board clock "
                    f"{slowest['constraint_mhz']:.2f} MHz)",
                    f"{asic['clock_ghz']:g} GHz target" if asic else "-"))
+    pp = asic.get("paper") if asic else None
     beside.append(("one PE", f"{doc['board']['device']}: 1 PE",
-                   f"{asic['pe_mm2']:.4f} mm² ({100 * asic['pe_share_of_die']:.1f} % of its "
-                   f"{asic['die_pes']}-PE die, {asic['die_mm2']:.3f} mm²)" if asic else "-"))
+                   "-" if not asic else f"{asic['pe_mm2']:.4f} mm²" + (
+                       f" ({100 * pp['share_of_die']:.2f} % of the paper 4 GB die, "
+                       f"{pp['die_mm2']:.2f} mm²; its PEs are {pp['pe_mm2']:.3f} mm² each)"
+                       if pp else "")))
     return {"utilization": util, "fmax": fmax, "beside": beside}
 
 
@@ -264,13 +267,20 @@ def print_report(say, doc) -> None:
 
 # ---- the ASIC roll-up beside it -------------------------------------------------------------
 
-def asic_rollup(arch, *, say=print, jobs: int = 1) -> dict:
-    """The ASIC area of ``arch``'s PE (and its share of ``arch``'s die) through
-    :mod:`elmoe3d.synth` (the roll-up of ``make synth``, cached in ``build/synth``): mm² of
-    the PE (logic, SRAM, MAC), of the die, the PE's share, the categories inside the PE."""
+def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None) -> dict:
+    """The ASIC area of ``arch``'s PE through :mod:`elmoe3d.synth` (the roll-up of ``make
+    synth``: the PE's own logic synthesised with its SRAMs as macros, the tile from its area
+    model, the VPU units; cached in ``build/synth``, so only the PE's own logic is new for a
+    new memory depth): mm² of the PE (logic, SRAM, MAC) and its categories. Beside it, from
+    ``make synth``'s report (``paper_report``, default ``build/synth/report.json``, if
+    present): the paper 4 GB die and PE, and this PE's share of that die. The die of ``arch``
+    itself is not rolled up (its controllers and links are a dozen more Yosys runs, over ten
+    minutes on this machine, for blocks the board does not have)."""
+    import json
     from .synth.liberty import BUNDLED_LIBERTY, read_liberty
-    from .synth.main import CACHE_DIR, _die_nodes, synth_report
-    from .synth.rollup import Planner
+    from .synth.main import CACHE_DIR
+    from .synth.rollup import Planner, evaluate, logic_area, sram_total
+    from .hw.pe import PE
     lib = read_liberty(BUNDLED_LIBERTY)
     started = time.monotonic()
 
@@ -279,17 +289,23 @@ def asic_rollup(arch, *, say=print, jobs: int = 1) -> dict:
         say(f"  asic [{done}/{total}] {label}: {r.area:,.0f} um² ({note})")
 
     planner = Planner(liberty=lib, cache_dir=CACHE_DIR, jobs=jobs, progress=progress)
-    skipped = {}
-    die = _die_nodes(planner, arch, skipped)
-    say(f"elmoe3d fpga: ASIC roll-up of {arch.name} ({len(planner._jobs)} Yosys jobs, "
+    node = planner.plan(PE(config=arch), label="PE")
+    say(f"elmoe3d fpga: ASIC roll-up of the {arch.name} PE ({len(planner._jobs)} Yosys jobs, "
         f"cache {CACHE_DIR}/)")
     planner.run()
-    rep = synth_report(planner, arch, die)
-    pe_one = rep["pe_total"]
-    sram = sum(v for k, v in rep["pe"].items() if k.startswith("sram:"))
-    return {"config": arch.name, "liberty": str(lib.path), "clock_ghz": arch.clock_ghz,
-            "pe_mm2": pe_one / 1e6, "pe_logic_mm2": rep["pe_logic"] / 1e6,
-            "pe_sram_mm2": sram / 1e6, "pe_mac_mm2": rep["pe"].get("MAC", 0.0) / 1e6,
-            "pe_breakdown_um2": rep["pe"], "die_pes": arch.pes,
-            "die_mm2": rep["die_total"] / 1e6, "pe_share_of_die": pe_one / rep["die_total"],
-            "skipped_blocks": skipped, "seconds": round(time.monotonic() - started, 1)}
+    pe = evaluate(node, planner.results)
+    total = logic_area(pe) + sram_total(pe)
+    out = {"config": arch.name, "liberty": str(lib.path), "clock_ghz": arch.clock_ghz,
+           "pe_mm2": total / 1e6, "pe_logic_mm2": logic_area(pe) / 1e6,
+           "pe_sram_mm2": sram_total(pe) / 1e6, "pe_mac_mm2": pe.get("MAC", 0.0) / 1e6,
+           "pe_breakdown_um2": dict(pe), "paper": None}
+    path = Path(paper_report) if paper_report else CACHE_DIR / "report.json"
+    try:
+        paper = json.loads(path.read_text())["configs"]["paper-4gb"]
+        out["paper"] = {"source": str(path), "die_mm2": paper["die_total"] / 1e6,
+                        "pe_mm2": paper["pe_total"] / 1e6, "pes": paper["pes"],
+                        "share_of_die": total / paper["die_total"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    out["seconds"] = round(time.monotonic() - started, 1)
+    return out

@@ -238,6 +238,11 @@ def test_printed_report_equals_json(small_build, tmp_path):
     cfg = fpga.resolve_config("small", bd.name)
     doc = {"board": fpga_cmd._board_doc(bd), "config": {**cfg.summary(), "source": "preset"},
            "build": {"seconds": {k: round(v, 1) for k, v in res.seconds.items()}},
+           # the roll-up's fields (its figures come from elmoe3d.synth: not run here)
+           "asic": {"config": "small", "clock_ghz": 1.0, "pe_mm2": 0.0422,
+                    "pe_logic_mm2": 0.0256, "pe_sram_mm2": 0.0166, "pe_mac_mm2": 0.0048,
+                    "paper": {"die_mm2": 12.0079, "pe_mm2": 0.7091, "pes": 16,
+                              "share_of_die": 0.0422 / 12.0079}},
            **res.report}
     console = Console(record=True, width=200, highlight=False)
     fpga_cmd.print_report(console.print, doc)
@@ -253,6 +258,7 @@ def test_printed_report_equals_json(small_build, tmp_path):
         for row in rows[table]:
             pat = r".*".join(re.escape(c) for c in row)
             assert any(re.search(pat, ln) for ln in lines), (table, row)
+    assert any("0.0422 mm² (0.35 % of the paper 4 GB die" in ln for ln in lines)
     (clock, f), = back["fmax"].items()
     assert (f"timing: NOT MET ({clock} achieved {f['achieved_mhz']:.2f} MHz < constraint "
             f"400.00 MHz)") in printed
