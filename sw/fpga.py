@@ -46,8 +46,12 @@ DEFAULT_BAUD = 1_000_000
 
 class BoardError(UserError):
     """The board cannot run the request: it does not answer, is another configuration, the
-    program does not fit its stand-ins, or the protocol broke. The message names the port
-    and the frame or program."""
+    program does not fit its stand-ins, the port failed, or the protocol broke. The message
+    names the port and the frame or program."""
+
+
+class _NoReply(BoardError):
+    """No reply at all to a frame after the retries."""
 
 
 # -- transport ---------------------------------------------------------------------------------
@@ -379,14 +383,18 @@ class FpgaBoard:
         twice the frame's time on the wire (10 bits a byte) when the baud rate is known."""
         return self.timeout + (20.0 * nbytes / self.baud if self.baud else 0.0)
 
-    def _transact(self, type_, seq, payload, what) -> Frame:
-        """Send one frame and return its reply (ACK, NAK BUSY or INFO), retransmitting on a
-        timeout or a NAK CRC / LENGTH. Raises :class:`BoardError` after :attr:`retries`
-        retransmissions, or on a NAK SEQ / TYPE / ADDR (a driver bug)."""
+    def _transact(self, type_, seq, payload, what, *, resend=False) -> tuple:
+        """Send one frame and return ``(reply, copies)``: its reply (ACK, NAK BUSY or INFO)
+        and how many times the frame went out. Retransmits the same bytes on a timeout or a
+        NAK CRC / LENGTH; ``resend``: the first transmission is itself a retransmission (a
+        frame sent before). Raises :class:`BoardError` after :attr:`retries`
+        retransmissions (saying so if the board NAKed them as line errors), or on a NAK SEQ /
+        TYPE / ADDR (a driver bug)."""
         frame = encode_frame(type_, seq, payload)
         want = (Type.INFO,) if type_ == Type.HELLO else (Type.ACK, Type.NAK)
+        line_naks = {}
         for attempt in range(self.retries + 1):
-            if attempt:
+            if attempt or resend:
                 self._stats.retransmissions += 1
             self._write(frame)
             self._stats.frames += 1
@@ -394,7 +402,7 @@ class FpgaBoard:
             if reply is None:
                 continue
             if reply.type == Type.INFO:
-                return reply
+                return reply, attempt + 1
             if reply.type == Type.NAK:
                 if len(reply.payload) != 9:
                     raise BoardError(f"{self.port}: NAK of {what} with {len(reply.payload)} "
@@ -407,18 +415,25 @@ class FpgaBoard:
                 self._stats.naks[rname] = self._stats.naks.get(rname, 0) + 1
                 self.credits = Credits.unpack(reply.payload[1:])
                 if reason in (Reason.CRC, Reason.LENGTH):
+                    line_naks[rname] = line_naks.get(rname, 0) + 1
                     continue
                 if reason == Reason.BUSY:
-                    return reply
+                    return reply, attempt + 1
                 raise BoardError(f"{self.port}: the board NAKed {what} (seq {seq}) with "
                                  f"{rname}: a driver bug")
             if len(reply.payload) != 8:
                 raise BoardError(f"{self.port}: ACK of {what} with {len(reply.payload)} "
                                  f"payload bytes, expected 8")
             self.credits = Credits.unpack(reply.payload)
-            return reply
-        raise BoardError(f"{self.port}: no reply to {what} (seq {seq}) after "
-                         f"{self.retries + 1} tries of {self.timeout:g} s")
+            return reply, attempt + 1
+        tries = self.retries + 1
+        if line_naks:
+            naks = " and ".join(f"{k} {v} times" for k, v in line_naks.items())
+            raise BoardError(f"{self.port}: the board NAKed {what} (seq {seq}) with {naks} "
+                             f"in {tries} tries: line errors? try a lower --baud (the "
+                             f"bitstream's rate too)")
+        raise _NoReply(f"{self.port}: no reply to {what} (seq {seq}) after {tries} tries of "
+                       f"{self.timeout:g} s")
 
     # -- session --
     def hello(self) -> Info:
@@ -431,8 +446,8 @@ class FpgaBoard:
         self._replies.clear()
         self._accept_out = False
         try:
-            reply = self._transact(Type.HELLO, 0, b"", "HELLO")
-        except BoardError:
+            reply, _ = self._transact(Type.HELLO, 0, b"", "HELLO")
+        except _NoReply:
             total = self.timeout * (self.retries + 1)
             baud = f" at {self.baud} baud" if self.baud else ""
             raise BoardError(f"no board answered on {self.port} within {total:g} s{baud} (is "
@@ -460,10 +475,27 @@ class FpgaBoard:
         self._corrupt.clear()
         return info
 
-    def _send(self, type_, payload, what) -> bool:
+    def _send(self, type_, payload, what, deadline=None) -> bool:
         """Send one data frame with the next seq; True if ACKed (seq advanced), False if
-        NAKed BUSY (nothing applied)."""
-        reply = self._transact(type_, self._seq, payload, what)
+        NAKed BUSY (nothing applied).
+
+        A BUSY is taken at its word only when the frame went out exactly once. Once it was
+        retransmitted, the BUSY may answer an earlier copy while a later one was applied (its
+        ACK still on the way): moving the seq to another stream's frame would let that stale
+        ACK answer it. So the same bytes are resent (with a growing pause) until ACKed: the
+        board ACKs a duplicate without applying it, or applies the frame once there is room.
+        Raises :class:`BoardError` if ``deadline`` (``time.monotonic()``) passes meanwhile."""
+        reply, copies = self._transact(type_, self._seq, payload, what)
+        idle = 0.0005
+        while reply.type == Type.NAK and copies > 1:
+            if deadline is not None and time.monotonic() > deadline:
+                raise BoardError(f"{self.port}: the board still answers BUSY to the "
+                                 f"retransmitted {what} (seq {self._seq}) at the deadline "
+                                 f"(the PE stopped taking its entries)")
+            self._pump(idle)
+            idle = min(idle * 2, 0.02)
+            reply, more = self._transact(type_, self._seq, payload, what, resend=True)
+            copies += more
         if reply.type == Type.NAK:
             return False
         self._seq = (self._seq + 1) % 256
@@ -503,7 +535,7 @@ class FpgaBoard:
                     part = words[k:k + fw]
                     payload = struct.pack("<I", addr + k) + pack_words(part, wb)
                     if not self._send(type_, payload, f"{_NAMES[type_]} of {name} words "
-                                      f"{addr + k}..{addr + k + len(part) - 1}"):
+                                      f"{addr + k}..{addr + k + len(part) - 1}", deadline):
                         raise BoardError(f"{self.port}: the board NAKed a "
                                          f"{_NAMES[type_]} with BUSY")
         cmd_cap = max(1, fw * (wb // 8) // CMD_BYTES)
@@ -534,7 +566,7 @@ class FpgaBoard:
                     n = min(len(items) - sent[i], room, cap)
                     part = items[sent[i]:sent[i] + n]
                     if self._send(type_, pack(part), f"{_NAMES[type_]} of {name} entries "
-                                  f"{sent[i]}..{sent[i] + n - 1}"):
+                                  f"{sent[i]}..{sent[i] + n - 1}", deadline):
                         sent[i] += n
                     turn = i + 1
                     idle = 0.0005

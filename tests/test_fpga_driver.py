@@ -347,6 +347,43 @@ class UnknownSeqOnce(BridgeModel):
         return super().handle(frame)
 
 
+class LateBusy(BridgeModel):
+    """NAKs the first HOST frame it would accept with BUSY (applying nothing) but holds that
+    reply back until the next frame arrives: by then the host has timed out and retransmitted,
+    and that copy is applied and ACKed. The BUSY the host then reads answers its first copy."""
+
+    held = None
+    done = False
+
+    def handle(self, frame):
+        late, self.held = self.held, None
+        if frame.type == Type.HOST and frame.seq == self.expect and not self.done:
+            self.done = True
+            self.held = self._nak(frame.seq, Reason.BUSY)
+            return late
+        reply = super().handle(frame)
+        return reply if late is None else late + reply
+
+    def receive(self, data):
+        return [r for r in super().receive(data) if r is not None]
+
+
+def test_late_busy_after_a_retransmission_keeps_the_seq():
+    """A BUSY that arrives after the frame was retransmitted may answer a copy the board then
+    applied: the driver resends the same bytes (ACKed as a duplicate) instead of moving the
+    seq to another stream, whose frame the stale ACK would otherwise seem to answer."""
+    m = small_model(LateBusy)
+    cmds = [encode(Op.LOAD, target=Target.ACT, addr=0, words=2, src=Source.HOST, hb_addr=0)]
+    host, server = pipe_server(m, None)
+    with server:
+        board = FpgaBoard(host, timeout=0.05)
+        board.hello()
+        run = board.run_program(cmds, [11, 22], [33, 44], n_o=0, n_link=0, deadline_s=30)
+    assert m.done and m.held is None
+    assert m.applied == {"cmd": cmds, "host": [11, 22], "link": [33, 44], "ext": []}
+    assert run.retransmissions >= 2 and run.naks == {"BUSY": 1} and run.errors == []
+
+
 @pytest.mark.parametrize("fault", ["flip", "lost_ack", "busy", "unknown_seq"])
 def test_faults_retransmitted_and_still_exact(fault):
     rng = random.Random(SEED)
