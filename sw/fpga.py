@@ -278,11 +278,14 @@ class FpgaBoard:
     def open(cls, port, *, baud=DEFAULT_BAUD, config=None, timeout=0.5, retries=5) -> \
             "FpgaBoard":
         """Open ``port`` with pyserial (``serial.serial_for_url``: a device path, a pty,
-        ``loop://``, ``socket://host:port``...). Raises :class:`BoardError` naming the port if
-        it cannot be opened."""
+        ``loop://``, ``socket://host:port``...); a device path is opened exclusively (an
+        advisory lock: a second ``elmoe3d run`` or driver on the same port fails here instead
+        of interleaving frames). Raises :class:`BoardError` naming the port if it cannot be
+        opened."""
         import serial
+        kw = {} if "://" in str(port) else {"exclusive": True}
         try:
-            ser = serial.serial_for_url(str(port), baudrate=int(baud), timeout=timeout)
+            ser = serial.serial_for_url(str(port), baudrate=int(baud), timeout=timeout, **kw)
         except (serial.SerialException, ValueError, OSError) as exc:
             raise BoardError(f"cannot open serial port {port}: {exc}") from None
         return cls(ser, config=config, timeout=timeout, retries=retries, port=str(port),
@@ -298,8 +301,15 @@ class FpgaBoard:
         self.close()
 
     # -- bytes in and out --
+    def _io_error(self, exc) -> BoardError:
+        return BoardError(f"{self.port}: serial I/O failed: {exc} (was the board unplugged or "
+                          f"the port taken by another program?)")
+
     def _write(self, data: bytes) -> None:
-        self._t.write(data)
+        try:
+            self._t.write(data)
+        except OSError as exc:       # pyserial's SerialException is an OSError
+            raise self._io_error(exc) from None
         self._stats.bytes_sent += len(data)
 
     def _pump(self, wait: float) -> None:
@@ -307,12 +317,15 @@ class FpgaBoard:
         it: outputs to the output lists, replies to the reply queue."""
         end = time.monotonic() + wait
         while True:
-            n = self._t.in_waiting
-            data = self._t.read(n if n else 1)
-            if data and not n:
-                more = self._t.in_waiting
-                if more:
-                    data += self._t.read(more)
+            try:
+                n = self._t.in_waiting
+                data = self._t.read(n if n else 1)
+                if data and not n:
+                    more = self._t.in_waiting
+                    if more:
+                        data += self._t.read(more)
+            except OSError as exc:   # pyserial's SerialException is an OSError
+                raise self._io_error(exc) from None
             if data:
                 self._stats.bytes_received += len(data)
                 for item in self._deframer.feed(data):
@@ -430,8 +443,8 @@ class FpgaBoard:
         if line_naks:
             naks = " and ".join(f"{k} {v} times" for k, v in line_naks.items())
             raise BoardError(f"{self.port}: the board NAKed {what} (seq {seq}) with {naks} "
-                             f"in {tries} tries: line errors? try a lower --baud (the "
-                             f"bitstream's rate too)")
+                             f"in {tries} tries: line errors? try a lower --baud (and a "
+                             f"bitstream built for it)")
         raise _NoReply(f"{self.port}: no reply to {what} (seq {seq}) after {tries} tries of "
                        f"{self.timeout:g} s")
 
@@ -450,9 +463,11 @@ class FpgaBoard:
         except _NoReply:
             total = self.timeout * (self.retries + 1)
             baud = f" at {self.baud} baud" if self.baud else ""
+            built = f", and was its bitstream built for {self.baud} baud (--baud)" \
+                if self.baud else ""
             raise BoardError(f"no board answered on {self.port} within {total:g} s{baud} (is "
-                             f"the board programmed with `make fpga`, and is {self.port} its "
-                             f"UART?)") from None
+                             f"the board programmed with `make fpga`, is {self.port} its "
+                             f"UART{built}?)") from None
         try:
             info = Info.unpack(reply.payload)
         except ValueError as exc:

@@ -490,11 +490,92 @@ def test_no_board_answers():
     finally:
         p.close()
     assert str(e.value) == (f"no board answered on {p.path} within 0.15 s at 57600 baud (is "
-                            f"the board programmed with `make fpga`, and is {p.path} its "
-                            f"UART?)")
+                            f"the board programmed with `make fpga`, is {p.path} its UART, and "
+                            f"was its bitstream built for 57600 baud (--baud)?)")
     host, _board = PipeTransport.pair(timeout=0.01)
-    with pytest.raises(BoardError, match="no board answered on pipe:host"):
+    with pytest.raises(BoardError, match=r"^no board answered on pipe:host within 0.02 s \(is "
+                                         r"the board programmed with `make fpga`, is pipe:host "
+                                         r"its UART\?\)$"):
         FpgaBoard(host, timeout=0.02, retries=0).hello()
+    # a URL (no exclusive lock there) opens too; its echo is no board
+    with FpgaBoard.open("loop://", baud=9600, timeout=0.02, retries=0) as board:
+        with pytest.raises(BoardError, match="no board answered on loop://"):
+            board.hello()
+
+
+class CrcAlways(BridgeModel):
+    """Every HOST frame arrives with a bad CRC (a line that garbles long frames)."""
+
+    def handle(self, frame):
+        if frame.type == Type.HOST:
+            return self._nak(frame.seq, Reason.CRC)
+        return super().handle(frame)
+
+
+def test_line_errors_named_after_the_retries():
+    m = small_model(CrcAlways)
+    cmds = [encode(Op.LOAD, target=Target.ACT, addr=0, words=2, src=Source.HOST, hb_addr=0)]
+    host, server = pipe_server(m, None)
+    with server:
+        board = FpgaBoard(host, timeout=5, retries=2)
+        board.hello()
+        with pytest.raises(BoardError, match=r"^pipe:host: the board NAKed HOST of P entries "
+                                             r"0..1 \(seq 2\) with CRC 3 times in 3 tries: "
+                                             r"line errors\? try a lower --baud"):
+            board.run_program(cmds, [1, 2], n_o=0, n_link=0, name="P")
+    assert m.naks[Reason.CRC] == 3 and m.applied["host"] == []
+
+
+class Unplugged(PipeTransport):
+    """A pipe end whose write (or read) fails like pyserial's when the USB adapter is pulled,
+    after ``ok`` successful writes."""
+
+    def __init__(self, end, *, ok, on):
+        super().__init__(end._rx, end._tx, timeout=end.timeout, name="/dev/ttyUSB9")
+        self.ok, self.on = ok, on
+
+    def _fail(self, what):
+        if self.ok <= 0 and self.on == what:
+            import serial
+            raise serial.SerialException("device reports readiness to read but returned no "
+                                         "data (device disconnected or multiple access on "
+                                         "port?)")
+
+    def write(self, data):
+        self._fail("write")
+        self.ok -= 1
+        return super().write(data)
+
+    def read(self, size=1):
+        self._fail("read")
+        return super().read(size)
+
+
+@pytest.mark.parametrize("on", ["write", "read"])
+def test_io_error_names_the_port(on):
+    m = small_model()
+    end, server = pipe_server(m, None)
+    host = Unplugged(end, ok=2, on=on)           # HELLO and the first CMD frame go out
+    cmds = [encode(Op.BARRIER)] * 40
+    with server:
+        board = FpgaBoard(host, timeout=5)
+        board.hello()
+        with pytest.raises(BoardError, match=r"^/dev/ttyUSB9: serial I/O failed: device "
+                                             r"reports .* \(was the board unplugged"):
+            board.run_program(cmds, [], n_o=0, n_link=0)
+    if on == "write":
+        assert m.applied["cmd"] == cmds[:4]      # the first frame (4 free CMD entries) only
+
+
+def test_device_path_opened_exclusively():
+    p = Pty()
+    try:
+        with FpgaBoard.open(p.path, baud=115200, timeout=0.05):
+            with pytest.raises(BoardError, match=f"^cannot open serial port {p.path}: .*lock"):
+                FpgaBoard.open(p.path, baud=115200, timeout=0.05)
+        FpgaBoard.open(p.path, baud=115200, timeout=0.05).close()   # free again
+    finally:
+        p.close()
 
 
 def test_bad_port_and_other_config():
