@@ -3,7 +3,7 @@
 ::
 
     elmoe3d run --trace FILE --model PRESET --config small|paper-4gb|paper-8gb
-                --backend golden|rtl|fpga|perf [--port PORT [--baud B]]
+                --backend golden|rtl|fpga|perf [--port PORT [--baud B] [--deadline S]]
                 [--layers SLICE] [--tokens N]
                 [--schedule elastic|replay] [--depth D [D ...]] [--acceptance RULE]
                 [--batch B] [--hb-slots N] [--dense-bytes B] [--kv-bytes B] [--seed S]
@@ -28,6 +28,9 @@ step's expert work is placed on the die's PE groups and compiled, then run by a 
 * ``fpga`` -- the golden run, then every PE program on the FPGA board at ``--port`` (its UART,
   ``--baud``; :mod:`elmoe3d.sw.fpga`, ``docs/fpga.md``), checked exactly as ``rtl``'s
   (``small`` only; the board must be built for the same configuration: its INFO is checked).
+  ``--deadline S``: each PE program gets S seconds (default 10) plus 20 times its bytes' wire
+  time at ``--baud``; the first program that misses it stops the run (status 2, the program
+  named).
 
 ``--layers`` picks the layers compiled and reported (``A:B``, ``A:B:S``, ``N``, ``A,B``; the
 cache and Elastic-SD still see every layer); ``--tokens N`` keeps the trace's first N tokens.
@@ -110,6 +113,9 @@ def configure(parser) -> None:
     parser.add_argument("--baud", type=int, default=None, metavar="B",
                         help="fpga: the UART rate of the board's bitstream (default 1000000, "
                              "the rate `make fpga` builds)")
+    parser.add_argument("--deadline", type=float, default=None, metavar="S",
+                        help="fpga: seconds each PE program may take beyond 20 times its "
+                             "bytes' wire time at --baud (default 10)")
     parser.add_argument("--json", type=Path, default=None, metavar="F",
                         help="write the runs, their summaries and every step as JSON")
     parser.add_argument("--csv", type=Path, default=None, metavar="F",
@@ -232,14 +238,19 @@ def execute(args, *, progress_factory=None) -> dict:
     except ConfigError as exc:
         raise UserError(str(exc)) from None
     port, baud = getattr(args, "port", None), getattr(args, "baud", None)
+    deadline = getattr(args, "deadline", None)
     if backend == "fpga" and not port:
         raise UserError("--backend fpga: needs --port PORT, the board's serial port (e.g. "
                         "/dev/ttyUSB0)")
-    if backend != "fpga" and (port is not None or baud is not None):
-        raise UserError(f"--{'port' if port is not None else 'baud'}: only with --backend "
-                        f"fpga (got --backend {backend})")
+    if backend != "fpga":
+        for opt, v in (("port", port), ("baud", baud), ("deadline", deadline)):
+            if v is not None:
+                raise UserError(f"--{opt}: only with --backend fpga (got --backend "
+                                f"{backend})")
     if baud is not None and baud < 1:
         raise UserError(f"--baud {baud}: expected a positive integer")
+    if deadline is not None and not deadline > 0:
+        raise UserError(f"--deadline {deadline:g}: expected seconds > 0")
     if backend in ("golden", "rtl", "fpga") and args.config != "small":
         raise UserError(f"--backend {backend}: runs the small configuration only (the paper "
                         f"configurations are for the perf backend)")
@@ -268,14 +279,16 @@ def execute(args, *, progress_factory=None) -> dict:
     board = None
     if backend == "fpga":
         # open the board first: no board fails in seconds, not after the golden run
-        from .sw.fpga import DEFAULT_BAUD, FpgaBoard
+        from .sw.fpga import DEFAULT_BAUD, DEFAULT_DEADLINE_S, FpgaBoard
         board = FpgaBoard.open(port, baud=baud or DEFAULT_BAUD, config=arch)
         try:
             info = board.hello()
         except BaseException:
             board.close()
             raise
-        doc["board"] = {"port": port, "baud": baud or DEFAULT_BAUD, **{
+        # info_baud: the rate the board's INFO reports (its bitstream's)
+        doc["board"] = {"port": port, "baud": baud or DEFAULT_BAUD, "info_baud": info.baud,
+                        "deadline_base_s": deadline or DEFAULT_DEADLINE_S, **{
             k: getattr(info, k) for k in ("version", "rows", "lanes", "word_bits", "hb_words",
                                           "ext_words", "frame_words", "clk_hz")}}
     try:
@@ -359,7 +372,11 @@ def _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acce
                 run["rtl"]["error"] = lost["details"]
         if backend == "fpga":
             from .sw.fpga import run_host_fpga
-            fp = run_host_fpga(glayers, arch, board)
+            n_runs = sum(job.pes for gl in glayers for _, job, _, _ in gl.jobs)
+            ftick = progress_factory(n_runs, f"fpga {label}: PE runs") if progress_factory \
+                else None
+            fp = run_host_fpga(glayers, arch, board, deadline_s=doc["board"]["deadline_base_s"],
+                               progress=ftick)
             _merge_layers(recs, fp.layers, arch, timed=False)
             run["fpga"] = {**fp.totals(), "port": board.port, "baud": board.baud,
                            "cycles_note": "STATUS cycles of the board's PE (its clock), "

@@ -36,17 +36,14 @@ from dataclasses import dataclass
 import cocotb
 
 from ..sw.asm import OKind
-from ..sw.pe_runs import check_layers, compare_run, link_inputs, pe_cases
+from ..sw.pe_runs import (PERunsResult, case_ints, check_layers, compare_run, hex_str,
+                          link_inputs, pe_cases)
 from .bench_pe import PEBench
 from .records import arch_from_params, arch_param, read_records
 from .runner import load_params, resolve_seed
 
 
 __all__ = ["pe_cases", "link_inputs", "run_host_rtl", "HostRTLResult"]
-
-
-def _hex(v) -> str:
-    return format(int(v), "x")
 
 
 # pe_cases and link_inputs (imported from elmoe3d.sw.pe_runs, shared with the FPGA backend)
@@ -63,16 +60,13 @@ async def test_programs(dut):
     await bench.start()
     with bench.summary():
         for case in params["cases"]:
-            prog = [int(c, 16) for c in case["program"]]
-            ld = [int(w, 16) for w in case["ld"]]
-            link_i = [int(w, 16) for w in case["link_i"]]
-            want_o = [(int(k), int(d, 16)) for k, d in case["o"]]
-            want_l = [int(w, 16) for w in case["link_o"]]
+            c = case_ints(case)
             wall = time.perf_counter()
-            run = await bench.run(prog, ld, link_i, n_o=len(want_o), n_link=len(want_l),
-                                  rng=bench.rng(case["name"]), traffic=traffic)
+            run = await bench.run(c["program"], c["ld"], c["link_i"], n_o=len(c["o"]),
+                                  n_link=len(c["link_o"]), rng=bench.rng(case["name"]),
+                                  traffic=traffic)
             wall = time.perf_counter() - wall
-            cmp_ = compare_run(run.o, run.link_o, want_o, want_l, run.errors)
+            cmp_ = compare_run(run.o, run.link_o, c["o"], c["link_o"], run.errors)
             status = cmp_["status"]
             bench.record(case=case["name"], source="host", mode=case.get("phase", "-"),
                          traffic=traffic, tokens=int(case.get("tokens", 0)),
@@ -82,32 +76,23 @@ async def test_programs(dut):
                          vpu_saturation=bool(status.get("vpu_saturation")),
                          comparisons=cmp_["comparisons"], mismatches=cmp_["mismatches"],
                          details=cmp_["details"][:8],
-                         o_data=[_hex(d) for k, d in run.o if k == OKind.DATA],
+                         o_data=[hex_str(d) for k, d in run.o if k == OKind.DATA],
                          key=case.get("key"), wall_seconds=wall)
 
 
 # -- host side -------------------------------------------------------------------------------
 
 @dataclass
-class HostRTLResult:
+class HostRTLResult(PERunsResult):
     """``records``: the bench's per-case records; ``layers``: per layer-step ``{"step",
     "layer", "cycles" (max over its groups of the max over each group's PEs), "compared",
     "mismatches", "details"}`` with the host's FP32 comparison of every group's output
-    against ref_moe included; ``sim``: the runner's result."""
+    against ref_moe included; ``sim``: the runner's result. ``mismatches`` / ``compared``:
+    :class:`~elmoe3d.sw.pe_runs.PERunsResult`."""
 
-    records: list
-    layers: list
     sim: object
     build_seconds: float
     built: bool
-
-    @property
-    def mismatches(self) -> int:
-        return sum(r["mismatches"] for r in self.layers)
-
-    @property
-    def compared(self) -> int:
-        return sum(r["compared"] for r in self.layers)
 
 
 def run_host_rtl(golden_layers, arch, *, seed=None, traffic="smooth", waves=None) -> \

@@ -33,15 +33,26 @@ from dataclasses import dataclass, field
 
 from ..errors import UserError
 from ..isa import Op, Source, decode, encode
-from .bridge import (CMD_BYTES, VERSION, Credits, Deframer, Frame, FrameError,
-                     Info, Reason, Type, encode_frame, pack_words, unpack_words)
+from .pe_runs import PERunsResult
+from .bridge import (ADDR_BYTES, CMD_BYTES, CREDIT_BYTES, EXT_STREAM_BYTES, VERSION,
+                     Credits, Deframer, Frame, FrameError, Info, Reason, Type, encode_frame,
+                     pack_words, unpack_words)
 
 
 __all__ = ["BoardError", "PipeTransport", "ProgramSplit", "split_program", "FpgaBoard",
-           "FpgaRun", "DEFAULT_BAUD", "HostFPGAResult", "run_host_fpga"]
+           "FpgaRun", "DEFAULT_BAUD", "DEFAULT_DEADLINE_S", "WIRE_MARGIN", "wire_bytes",
+           "HostFPGAResult", "run_host_fpga"]
 
 #: The UART rate of ``make fpga``'s bitstream unless told otherwise.
 DEFAULT_BAUD = 1_000_000
+#: Seconds a PE program may take on the board beyond :data:`WIRE_MARGIN` times its bytes' wire
+#: time (:meth:`FpgaBoard.deadline`; ``elmoe3d run --deadline``).
+DEFAULT_DEADLINE_S = 10.0
+#: The wire time of a program's bytes is multiplied by this in its deadline: round trips,
+#: POLLs and the PE's own time come on top of the bytes.
+WIRE_MARGIN = 20
+#: Bytes of a frame beside its payload: two flags, type, seq, CRC (stuffing not counted).
+_FRAME_BYTES = 6
 
 
 class BoardError(UserError):
@@ -208,6 +219,30 @@ def split_program(commands, ld, *, hb_words=None, ext_words=None, name="program"
                         hb_used=used[Source.HB], ext_used=used[Source.EXT])
 
 
+def wire_bytes(split: ProgramSplit, n_link_i: int, n_o: int, n_link: int, *, word_bits: int,
+               frame_words: int) -> int:
+    """The bytes a program puts on the wire, both ways: the stand-in writes, CMD / HOST / LINK
+    / EXT_STREAM frames at their largest (``frame_words`` words, as many commands as fit the
+    staging buffer), one reply per frame, and the OUT / LINK_O frames of ``n_o`` beats and
+    ``n_link`` words. POLLs, retransmissions and stuffing are not counted (the deadline's
+    margin covers them)."""
+    wb = word_bits // 8
+    reply = _FRAME_BYTES + CREDIT_BYTES
+
+    def frames(n, cap, entry, head=0):
+        k = -(-n // cap) if n else 0
+        return n * entry + k * (head + _FRAME_BYTES + reply)
+
+    cmd_cap = max(1, frame_words * wb // CMD_BYTES)
+    total = sum(frames(len(ws), frame_words, wb, ADDR_BYTES)
+                for _, ws in split.hb_writes + split.ext_writes)
+    total += frames(len(split.commands), cmd_cap, CMD_BYTES)
+    total += frames(len(split.host), frame_words, wb) + frames(n_link_i, frame_words, wb)
+    total += frames(len(split.ext_stream), 1, EXT_STREAM_BYTES)
+    total += n_o * (1 + wb + _FRAME_BYTES) + n_link * (wb + _FRAME_BYTES)
+    return total
+
+
 # -- the driver --------------------------------------------------------------------------------
 
 @dataclass
@@ -215,7 +250,8 @@ class FpgaRun:
     """One :meth:`FpgaBoard.run_program`: ``o`` beats ``[(kind, data)]`` and ``link_o`` words
     as received; ``frames`` sent (retransmissions and POLLs included), ``retransmissions``,
     ``polls``, ``naks`` (count per reason name), ``bytes_sent`` / ``bytes_received`` (wire
-    bytes), ``seconds`` (wall), ``errors`` (e.g. the deadline passed before every output
+    bytes), ``seconds`` (wall), ``deadline_s`` (the time the program was given:
+    :meth:`FpgaBoard.deadline`), ``errors`` (e.g. the deadline passed before every output
     arrived)."""
 
     o: list
@@ -227,6 +263,7 @@ class FpgaRun:
     bytes_sent: int = 0
     bytes_received: int = 0
     seconds: float = 0.0
+    deadline_s: float = 0.0
     errors: list = field(default_factory=list)
 
 
@@ -522,24 +559,37 @@ class FpgaBoard:
         self._transact(Type.POLL, (self._seq + _POLL_SEQ) % 256, b"", "POLL")
         return self.credits
 
-    def run_program(self, program_words, ld, link_i=(), *, n_o, n_link, deadline_s=60.0,
-                    name="program") -> FpgaRun:
+    def deadline(self, nbytes: int, base_s: float = DEFAULT_DEADLINE_S) -> float:
+        """Seconds a program of ``nbytes`` wire bytes (:func:`wire_bytes`) is given:
+        ``base_s + WIRE_MARGIN * nbytes * 10 / baud`` (10 bits a byte, 8N1), just ``base_s``
+        when the baud rate is unknown (an in-process pipe)."""
+        return base_s + (WIRE_MARGIN * nbytes * 10 / self.baud if self.baud else 0.0)
+
+    def run_program(self, program_words, ld, link_i=(), *, n_o, n_link,
+                    deadline_s=DEFAULT_DEADLINE_S, name="program") -> FpgaRun:
         """Run one PE program on the board (module docstring) and collect its outputs.
 
         ``program_words``: encoded commands (ints, :mod:`elmoe3d.isa`); ``ld``: every LOAD's
         words merged in LOAD order; ``link_i``: the words the PE's ``link_i`` receives;
         ``n_o`` / ``n_link``: the ``o`` beats and ``link_o`` words to wait for. Returns an
-        :class:`FpgaRun`; if ``deadline_s`` passes first, its ``errors`` say what was
-        missing. Raises :class:`BoardError` (module docstring)."""
+        :class:`FpgaRun`; if its deadline (:meth:`deadline` of the program's
+        :func:`wire_bytes`, ``deadline_s`` the base) passes first, its ``errors`` say what
+        was missing. Raises :class:`BoardError` (module docstring), ``ValueError`` naming
+        ``deadline_s`` if it is negative."""
+        if not (isinstance(deadline_s, (int, float)) and deadline_s >= 0):
+            raise ValueError(f"deadline_s: expected seconds >= 0, got {deadline_s!r}")
         start = time.monotonic()
-        deadline = start + deadline_s
         if self.info is None:
             self.hello()
         info = self.info
         wb = info.word_bits
         split = split_program(program_words, ld, hb_words=info.hb_words,
                               ext_words=info.ext_words, name=name)
-        self._stats = FpgaRun(o=[], link_o=[])
+        link_i = [int(w) for w in link_i]
+        budget = self.deadline(wire_bytes(split, len(link_i), n_o, n_link, word_bits=wb,
+                                          frame_words=info.frame_words), deadline_s)
+        deadline = start + budget
+        self._stats = FpgaRun(o=[], link_o=[], deadline_s=budget)
         self._o, self._link_o = [], []
         self._corrupt.clear()
         fw = info.frame_words
@@ -558,7 +608,7 @@ class FpgaBoard:
             (Type.CMD, split.commands, cmd_cap, "cmd",
              lambda xs: b"".join(int(c).to_bytes(CMD_BYTES, "little") for c in xs)),
             (Type.HOST, split.host, fw, "host", lambda xs: pack_words(xs, wb)),
-            (Type.LINK, [int(w) for w in link_i], fw, "link", lambda xs: pack_words(xs, wb)),
+            (Type.LINK, link_i, fw, "link", lambda xs: pack_words(xs, wb)),
             (Type.EXT_STREAM, split.ext_stream, 1, "ext",
              lambda xs: struct.pack("<II", *xs[0])),
         ]
@@ -615,24 +665,15 @@ class FpgaBoard:
 # -- the FPGA backend of `elmoe3d run` ---------------------------------------------------------
 
 @dataclass
-class HostFPGAResult:
+class HostFPGAResult(PERunsResult):
     """``records``: one per PE run (case name and key, the comparison with the functional
     simulation, the STATUS beat's ``cycles`` (board clock cycles, the PE waiting on the UART
     included), the link figures of :class:`FpgaRun`); ``layers``: per layer-step ``{"step",
     "layer", "cycles", "compared", "mismatches", "details"}`` with the FP32 comparison with
-    ref_moe (:func:`elmoe3d.sw.pe_runs.check_layers`); ``info``: the board's INFO."""
+    ref_moe (:func:`elmoe3d.sw.pe_runs.check_layers`); ``info``: the board's INFO.
+    ``mismatches`` / ``compared``: :class:`~elmoe3d.sw.pe_runs.PERunsResult`."""
 
-    records: list
-    layers: list
     info: Info
-
-    @property
-    def mismatches(self) -> int:
-        return sum(r["mismatches"] for r in self.layers)
-
-    @property
-    def compared(self) -> int:
-        return sum(r["compared"] for r in self.layers)
 
     def totals(self) -> dict:
         """Link figures over every run: frames, retransmissions, polls, NAKs per reason,
@@ -649,28 +690,36 @@ class HostFPGAResult:
         return tot
 
 
-def run_host_fpga(golden_layers, arch, board: FpgaBoard, *, deadline_s=120.0,
+def run_host_fpga(golden_layers, arch, board: FpgaBoard, *, deadline_s=DEFAULT_DEADLINE_S,
                   progress=None) -> HostFPGAResult:
     """Run every PE program of ``golden_layers`` (:func:`~elmoe3d.sw.backends.run_golden`
     with ``keep=True``) on ``board``, one after the other, each with its ``ld`` and
     ``link_i`` words (:func:`~elmoe3d.sw.pe_runs.pe_cases`), and check them like the RTL
     backend: every ``o`` beat and ``link_o`` word against the functional simulation, then
-    every group's FP32 output and flags against ref_moe, bit for bit. ``progress(case)`` is
-    called after each run. Raises :class:`BoardError` (see :class:`FpgaBoard`)."""
+    every group's FP32 output and flags against ref_moe, bit for bit. ``deadline_s``: the
+    base of each program's deadline (:meth:`FpgaBoard.deadline`). ``progress(case)`` is
+    called after each run.
+
+    Raises :class:`BoardError` (see :class:`FpgaBoard`), and at the first run that misses its
+    deadline (the board stopped taking entries or sending outputs: every later run would
+    wait out its deadline too), naming the case."""
     from .asm import OKind
-    from .pe_runs import check_layers, compare_run, pe_cases
+    from .pe_runs import case_ints, check_layers, compare_run, hex_str, pe_cases
     if board.info is None:
         board.hello()
     records = []
-    for case in pe_cases(golden_layers):
-        want_o = [(int(k), int(d, 16)) for k, d in case["o"]]
-        want_l = [int(w, 16) for w in case["link_o"]]
-        run = board.run_program([int(c, 16) for c in case["program"]],
-                                [int(w, 16) for w in case["ld"]],
-                                [int(w, 16) for w in case["link_i"]],
-                                n_o=len(want_o), n_link=len(want_l), deadline_s=deadline_s,
+    cases = pe_cases(golden_layers)
+    for done, case in enumerate(cases):
+        c = case_ints(case)
+        run = board.run_program(c["program"], c["ld"], c["link_i"], n_o=len(c["o"]),
+                                n_link=len(c["link_o"]), deadline_s=deadline_s,
                                 name=case["name"])
-        cmp_ = compare_run(run.o, run.link_o, want_o, want_l, run.errors)
+        if run.errors:
+            raise BoardError(
+                f"{board.port}: {case['name']}: {'; '.join(run.errors)} within its "
+                f"{run.deadline_s:.1f} s; stopped there, {len(cases) - done - 1} later PE "
+                f"run(s) not tried (reset the board, or allow more with --deadline)")
+        cmp_ = compare_run(run.o, run.link_o, c["o"], c["link_o"])
         status = cmp_["status"]
         records.append({
             "case": case["name"], "key": case["key"], "cycles": int(status.get("cycles", 0)),
@@ -678,7 +727,7 @@ def run_host_fpga(golden_layers, arch, board: FpgaBoard, *, deadline_s=120.0,
             "vpu_saturation": bool(status.get("vpu_saturation")),
             "comparisons": cmp_["comparisons"], "mismatches": cmp_["mismatches"],
             "details": cmp_["details"][:8],
-            "o_data": [format(d, "x") for k, d in run.o if k == OKind.DATA],
+            "o_data": [hex_str(d) for k, d in run.o if k == OKind.DATA],
             "frames": run.frames, "retransmissions": run.retransmissions, "polls": run.polls,
             "naks": dict(run.naks), "bytes_sent": run.bytes_sent,
             "bytes_received": run.bytes_received, "seconds": run.seconds})

@@ -15,16 +15,20 @@ output and the sticky flags with ``ref_moe``, bit for bit. Plain Python + NumPy.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import asm
 from .asm import OKind
 
 
-__all__ = ["link_inputs", "pe_cases", "compare_run", "check_layers"]
+__all__ = ["hex_str", "link_inputs", "pe_cases", "case_ints", "compare_run", "check_layers",
+           "PERunsResult"]
 
 
-def _hex(v) -> str:
+def hex_str(v) -> str:
+    """An integer as the hex string of the cases and records (no prefix, lower case)."""
     return format(int(v), "x")
 
 
@@ -61,12 +65,23 @@ def pe_cases(layers) -> list:
                     "name": f"step {gl.step} L{gl.layer} group {g} PE {p}",
                     "key": [gl.step, gl.layer, g, p], "phase": job.phase,
                     "tokens": int(job.tokens), "experts": experts,
-                    "program": [_hex(c) for c in job.programs[p].encode()],
-                    "ld": [_hex(w) for w in job.ld[p]],
-                    "link_i": [_hex(w) for w in ins[p]],
-                    "o": [[int(b.kind), _hex(b.data)] for b in res.o[p]],
-                    "link_o": [_hex(w) for w in res.link_o[p]]})
+                    "program": [hex_str(c) for c in job.programs[p].encode()],
+                    "ld": [hex_str(w) for w in job.ld[p]],
+                    "link_i": [hex_str(w) for w in ins[p]],
+                    "o": [[int(b.kind), hex_str(b.data)] for b in res.o[p]],
+                    "link_o": [hex_str(w) for w in res.link_o[p]]})
     return cases
+
+
+def case_ints(case) -> dict:
+    """A case of :func:`pe_cases` with its hex strings parsed: ``{"program": [int], "ld":
+    [int], "link_i": [int], "o": [(kind, int)], "link_o": [int]}``, what a runner sends
+    (program, ld, link_i) and what :func:`compare_run` wants (o, link_o)."""
+    return {"program": [int(c, 16) for c in case["program"]],
+            "ld": [int(w, 16) for w in case["ld"]],
+            "link_i": [int(w, 16) for w in case["link_i"]],
+            "o": [(int(k), int(d, 16)) for k, d in case["o"]],
+            "link_o": [int(w, 16) for w in case["link_o"]]}
 
 
 def compare_run(o, link_o, want_o, want_link, errors=()) -> dict:
@@ -149,3 +164,22 @@ def check_layers(golden_layers, by_key, pe) -> list:
         out.append({"step": gl.step, "layer": gl.layer, "cycles": cycles, "compared": compared,
                     "mismatches": bad, "details": details[:4]})
     return out
+
+
+@dataclass
+class PERunsResult:
+    """The result of a backend that ran the cases of :func:`pe_cases`: ``records`` (one per
+    run), ``layers`` (:func:`check_layers`). The RTL and FPGA backends' results extend it."""
+
+    records: list
+    layers: list
+
+    @property
+    def mismatches(self) -> int:
+        """Mismatches over every layer-step (beats, link words, FP32 outputs, flags)."""
+        return sum(r["mismatches"] for r in self.layers)
+
+    @property
+    def compared(self) -> int:
+        """Values compared over every layer-step."""
+        return sum(r["compared"] for r in self.layers)

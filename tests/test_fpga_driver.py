@@ -25,8 +25,8 @@ from elmoe3d.isa import Op, Source, Target, decode, encode
 from elmoe3d.sw import fsim
 from elmoe3d.sw.asm import ProgramError
 from elmoe3d.sw.bridge import BridgeModel, Reason, Type
-from elmoe3d.sw.fpga import (BoardError, FpgaBoard, PipeTransport, run_host_fpga,
-                             split_program)
+from elmoe3d.sw.fpga import (WIRE_MARGIN, BoardError, FpgaBoard, PipeTransport, run_host_fpga,
+                             split_program, wire_bytes)
 
 SMALL = preset("small")
 W = SMALL.pe.word_bits
@@ -466,6 +466,51 @@ def test_real_programs_over_a_pty_bit_exact():
     assert bad.mismatches > 0
 
 
+def test_stuck_board_stops_at_the_first_program():
+    """A board that takes nothing (no PE behind the bridge): the first program misses its
+    deadline and the run stops there, naming it, instead of waiting on every later one."""
+    import re
+
+    from elmoe3d.sw.pe_runs import pe_cases
+    layers = golden_layers()[:1]
+    first = pe_cases(layers)[0]["name"]
+    m = small_model()
+    host, server = pipe_server(m, None)
+    done = []
+    with server:
+        board = FpgaBoard(host, config=SMALL, timeout=5)
+        with pytest.raises(BoardError, match=rf"^pipe:host: {re.escape(first)}: deadline "
+                                             rf"passed with .* within its 0.2 s; stopped "
+                                             rf"there, [1-9]\d* later PE run\(s\) not tried"):
+            run_host_fpga(layers, SMALL, board, deadline_s=0.2, progress=done.append)
+    assert done == [] and len(m.applied["cmd"]) == m.depths["cmd"]
+
+
+def test_deadline_scales_with_the_wire_time():
+    rng = random.Random(SEED)
+    cmds, ld = random_program(rng)
+    link = [rng.getrandbits(W) for _ in range(20)]
+    m = small_model(cmd_depth=64, host_depth=64, link_depth=64, ext_depth=8)
+    pe = RouterPE(m, rng, execute=False, rate=1.0)
+    host, server = pipe_server(m, pe)
+    with server:
+        board = FpgaBoard(host, timeout=5, baud=20_000)   # a slow line: seconds of wire time
+        board.hello()
+        est = wire_bytes(split_program(cmds, ld), len(link), 0, 0, word_bits=W,
+                         frame_words=m.frame_words)
+        assert board.deadline(est, 1.5) == 1.5 + WIRE_MARGIN * est * 10 / 20_000
+        # a base of 0 s: the wire-time share alone carries the program through
+        run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=0)
+        drained(m, pe)
+        with pytest.raises(ValueError, match="deadline_s"):
+            board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=-1)
+    assert run.errors == [] and run.deadline_s == board.deadline(est, 0)
+    check_delivered(m, pe, cmds, ld, link)
+    # the estimate is the traffic of a run with room for most frames (+ stuffing, POLLs)
+    assert 0.95 * est <= run.bytes_sent + run.bytes_received <= 1.25 * est
+    assert FpgaBoard(host).deadline(est, 2.0) == 2.0              # baud unknown: the base
+
+
 def test_lost_output_frame_raises():
     layers = golden_layers()
     m = small_model()
@@ -597,22 +642,43 @@ BASE = ("run", "--trace", "gsm8k", "--model", "mixtral-8x7b", "--config", "small
         "--tokens", "3", "--layers", "15", "--depth", "2")
 
 
-def test_cli_fpga_backend(capsys, tmp_path):
+def test_cli_fpga_backend(capsys, tmp_path, monkeypatch):
+    from elmoe3d import run_cmd
     assert main([*BASE, "--backend", "fpga"]) == 2
     assert "--backend fpga: needs --port PORT" in capsys.readouterr().err
     assert main([*BASE, "--backend", "golden", "--port", "/dev/ttyUSB0"]) == 2
     assert "--port: only with --backend fpga (got --backend golden)" in \
         capsys.readouterr().err
+    assert main([*BASE, "--backend", "perf", "--deadline", "5"]) == 2
+    assert "--deadline: only with --backend fpga (got --backend perf)" in \
+        capsys.readouterr().err
+    assert main([*BASE, "--backend", "fpga", "--port", "/nonexistent/tty0", "--deadline",
+                 "0"]) == 2
+    assert "--deadline 0: expected seconds > 0" in capsys.readouterr().err
     assert main([*BASE, "--backend", "fpga", "--port", "/nonexistent/tty0"]) == 2
     err = capsys.readouterr().err
     assert "cannot open serial port /nonexistent/tty0" in err and "Traceback" not in err
-    # end to end over a pty, on the Python board
-    m = small_model()
+    # end to end over a pty, on the Python board; the progress bars' ticks counted
+    ticks = {}
+    real_execute = run_cmd.execute
+
+    def counted(args, *, progress_factory=None):
+        def factory(total, description):
+            tick = progress_factory(total, description)
+            ticks[description] = [total, 0]
+
+            def advance(x):
+                ticks[description][1] += 1
+                tick(x)
+            return advance
+        return real_execute(args, progress_factory=factory)
+    monkeypatch.setattr(run_cmd, "execute", counted)
+    m = small_model(baud=1_000_000)
     p = Pty()
     try:
         with Server(m, RouterPE(m, random.Random(SEED)), p.read, p.write):
-            code = main([*BASE, "--backend", "fpga", "--port", p.path, "--json",
-                         str(tmp_path / "r.json")])
+            code = main([*BASE, "--backend", "fpga", "--port", p.path, "--deadline", "30",
+                         "--json", str(tmp_path / "r.json")])
     finally:
         p.close()
     out = capsys.readouterr().out
@@ -620,7 +686,9 @@ def test_cli_fpga_backend(capsys, tmp_path):
     assert "0 mismatches" in out and "FPGA on" in out
     import json
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert doc["board"]["word_bits"] == W
+    assert doc["board"]["word_bits"] == W and doc["board"]["info_baud"] == 1_000_000
+    assert doc["board"]["baud"] == 1_000_000 and doc["board"]["deadline_base_s"] == 30
+    assert ticks["fpga depth 2: PE runs"] == [14, 14]
     run = doc["runs"][0]
     assert run["fpga"]["pe_runs"] == 14 and run["summary"]["mismatches"] == 0
     assert run["summary"]["compared"] > 0
