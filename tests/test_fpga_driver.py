@@ -219,7 +219,7 @@ def random_program(rng, n=40):
     # a repeated HB load shares its stand-in words
     cmds.append(encode(Op.LOAD, target=Target.ACT, words=3, src=Source.HB, hb_addr=7))
     cmds.append(encode(Op.LOAD, target=Target.ACT, words=3, src=Source.HB, hb_addr=7))
-    ld += ld[:0] + [5, 6, 7] * 2
+    ld += [5, 6, 7] * 2
     return cmds, ld
 
 
@@ -268,7 +268,11 @@ def test_split_program():
             assert n == f["words"]
             out += [ext[a + i] for i in range(n)]
     assert out == ld
-    assert sp.hb_writes[-1][1] == [5, 6, 7]       # the repeated load written once
+    # the repeated HB load: both LOADs point at one place, its words written once
+    (_, a), (_, b) = decode(sp.commands[-2]), decode(sp.commands[-1])
+    assert a["hb_addr"] == b["hb_addr"]
+    assert [ws for _, ws in sp.hb_writes].count([5, 6, 7]) == 1
+    assert (a["hb_addr"], [5, 6, 7]) in sp.hb_writes
     assert sp.hb_used == sum(len(ws) for _, ws in sp.hb_writes)
     with pytest.raises(BoardError, match=r"expert X needs \d+ HB stand-in words; the board "
                                          r"has 10"):
@@ -309,7 +313,7 @@ def test_streams_exact_with_random_room(seed):
     pe = RouterPE(m, rng, execute=False, rate=rng.choice([0.1, 0.5, 1.0]))
     host, server = pipe_server(m, pe)
     with server:
-        board = FpgaBoard(host, timeout=0.5)
+        board = FpgaBoard(host, timeout=5)      # nothing is lost: a long timeout costs nothing
         info = board.hello()
         assert info.frame_words == m.frame_words
         run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=30)
@@ -394,7 +398,9 @@ def test_faults_retransmitted_and_still_exact(fault):
     host, server = pipe_server(m, pe, flip=3000 if fault == "flip" else None,
                                drop_ack=6 if fault == "lost_ack" else None)
     with server:
-        board = FpgaBoard(host, timeout=0.1)
+        # a flipped bit may hit a flag and a lost ACK is only noticed by its timeout: short;
+        # BUSY and the unknown-seq NAK are answered at once: long (no spurious timeouts)
+        board = FpgaBoard(host, timeout=0.1 if fault in ("flip", "lost_ack") else 5)
         board.hello()
         run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=30)
         drained(m, pe)
@@ -402,8 +408,8 @@ def test_faults_retransmitted_and_still_exact(fault):
     if fault == "flip":
         assert run.retransmissions >= 1
         assert sum(m.naks.values()) >= 1 and set(run.naks) <= {"CRC", "LENGTH"}
-    elif fault == "lost_ack":
-        assert run.retransmissions == 1 and run.naks == {}
+    elif fault == "lost_ack":            # (a slow thread may add a spurious timeout)
+        assert run.retransmissions >= 1 and run.naks == {}
     elif fault == "busy":
         assert run.naks == {"BUSY": 2} and run.retransmissions == 0
     else:       # taken as the reply to the frame in flight: retransmitted at once
@@ -441,7 +447,7 @@ def test_real_programs_over_a_pty_bit_exact():
     p = Pty()
     try:
         with Server(m, pe, p.read, p.write):
-            with FpgaBoard.open(p.path, baud=115200, config=SMALL, timeout=0.5) as board:
+            with FpgaBoard.open(p.path, baud=115200, config=SMALL, timeout=5) as board:
                 out = run_host_fpga(layers, SMALL, board)
     finally:
         p.close()
@@ -462,7 +468,7 @@ def test_real_programs_over_a_pty_bit_exact():
     m = small_model()
     host, server = pipe_server(m, RouterPE(m, rng, tamper=flip_data))
     with server:
-        bad = run_host_fpga(layers[:1], SMALL, FpgaBoard(host, config=SMALL))
+        bad = run_host_fpga(layers[:1], SMALL, FpgaBoard(host, config=SMALL, timeout=5))
     assert bad.mismatches > 0
 
 
@@ -520,7 +526,7 @@ def test_lost_output_frame_raises():
     with server:
         with pytest.raises(BoardError, match=r"output frame (OUT|LINK_O) carries output "
                                              r"number 4, expected 3: 1 output frame\(s\) lost"):
-            run_host_fpga(layers[:1], SMALL, FpgaBoard(host, config=SMALL, timeout=0.5))
+            run_host_fpga(layers[:1], SMALL, FpgaBoard(host, config=SMALL, timeout=5))
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -633,7 +639,7 @@ def test_bad_port_and_other_config():
     with server:
         with pytest.raises(BoardError, match="has a 2x2 tile with 256-bit words; the programs "
                                              "are compiled for a 2x4 tile with 512-bit words"):
-            FpgaBoard(host, config=SMALL).hello()
+            FpgaBoard(host, config=SMALL, timeout=5).hello()
     with pytest.raises(ValueError, match="timeout"):
         FpgaBoard(host, timeout=0)
 
