@@ -16,8 +16,9 @@ least significant byte first; a command is the 16-byte :mod:`elmoe3d.isa` encodi
 significant byte first.
 
 Sequence numbers, atomicity and flow control are the board's (``docs/fpga.md``): a frame is
-applied whole or not at all, every good frame of a known type gets exactly one reply (ACK, NAK
-or INFO), and the host sends a frame only when the last credits it saw say it fits.
+applied whole or not at all, every frame with a good CRC gets exactly one reply (ACK, NAK or
+INFO; an unknown type gets NAK TYPE, and framing and CRC errors get a NAK too), and the host
+sends a frame only when the last credits it saw say it fits.
 """
 
 from __future__ import annotations
@@ -163,6 +164,13 @@ class Deframer:
         self._overflow = False
 
     def feed(self, data: bytes) -> list:
+        """Take the received bytes ``data`` (any split of the stream: state is kept between
+        calls) and return what they complete, in order: a :class:`Frame` per good body, a
+        :class:`FrameError` per bad one (reason LENGTH: shorter than 4 bytes, an ESC then a
+        FLAG, longer than ``max_body``; reason CRC: the CRC does not match), nothing for an
+        empty frame (consecutive flags). Bytes before the first flag are a body like any
+        other (a stream joined mid-frame gives one error, then frames). Bytes after the last
+        flag wait for the next call. Never raises on bad input."""
         out = []
         for byte in data:
             if byte == FLAG:
@@ -242,6 +250,8 @@ class Credits:
 
     @classmethod
     def unpack(cls, data: bytes) -> "Credits":
+        """From the :data:`CREDIT_BYTES` bytes closing an ACK, NAK or INFO payload. Raises
+        ``ValueError`` if ``data`` is not exactly :data:`CREDIT_BYTES` long."""
         if len(data) != CREDIT_BYTES:
             raise ValueError(f"credits: expected {CREDIT_BYTES} bytes, got {len(data)}")
         return cls(*struct.unpack("<HHHH", data))
@@ -276,6 +286,8 @@ class Info:
 
     @classmethod
     def unpack(cls, data: bytes) -> "Info":
+        """From an INFO payload. Raises ``ValueError`` if ``data`` is not exactly
+        :data:`INFO_BYTES` long (fields are not range-checked: the host compares them)."""
         if len(data) != INFO_BYTES:
             raise ValueError(f"INFO: expected {INFO_BYTES} bytes, got {len(data)}")
         fields = _INFO.unpack(data[:_INFO.size])
@@ -291,6 +303,9 @@ ADDR_BYTES = 4
 EXT_STREAM_BYTES = 8
 #: Bytes of one command in a CMD payload.
 CMD_BYTES = 16
+
+
+_U16, _U32 = 0xFFFF, 0xFFFFFFFF
 
 
 def _depth(name, value, lo=1, hi=None):
@@ -309,18 +324,24 @@ class BridgeModel:
     Parameters (keyword-only)
     -------------------------
     word_bits : int
-        W, the PE word (a multiple of 8).
+        W, the PE word (a multiple of 8, at most 65535: INFO's u16).
     frame_words : int
-        The staging buffer in W-bit words: the largest HOST / LINK / HB_WRITE / EXT_WRITE
-        payload (and ``frame_words * W/8`` bytes of CMD payload). Bodies longer than
-        :func:`max_body_bytes` are framing errors.
+        The staging buffer in W-bit words (1..65535, INFO's u16): the largest HOST / LINK /
+        HB_WRITE / EXT_WRITE payload (and ``frame_words * W/8`` bytes of CMD payload). Bodies
+        longer than :func:`max_body_bytes` are framing errors.
     hb_words, ext_words : int
-        Depths of the HB and EXT stand-in memories (W-bit words).
+        Depths of the HB and EXT stand-in memories (W-bit words; at most 2**32 - 1, INFO's
+        u32).
     cmd_depth, host_depth, link_depth, ext_depth : int
         Entries of the CMD FIFO (commands), the HOST and LINK FIFOs (words) and the
         EXT_STREAM descriptor queue (at most 65535: credits are u16).
-    rows, lanes, clk_hz, baud : int
-        Reported by INFO.
+    rows, lanes : int
+        Reported by INFO (u8 each).
+    clk_hz, baud : int
+        Reported by INFO (u32 each).
+
+    Raises ``ValueError`` naming the parameter if one is not an integer in its range (or
+    ``word_bits`` not a multiple of 8).
 
     :meth:`receive` takes wire bytes (any split) and returns the wire bytes of the replies, one
     frame per item, in order. Every frame is checked in this order (the first failing check
@@ -358,22 +379,23 @@ class BridgeModel:
     def __init__(self, *, word_bits, frame_words, hb_words, ext_words, cmd_depth=16,
                  host_depth=64, link_depth=64, ext_depth=8, rows=2, lanes=4,
                  clk_hz=25_000_000, baud=115_200):
-        _depth("word_bits", word_bits, 8)
+        # upper bounds: the INFO fields they are reported in (u16 / u32)
+        _depth("word_bits", word_bits, 8, _U16)
         if word_bits % 8:
             raise ValueError(f"word_bits: expected a multiple of 8, got {word_bits}")
         self.word_bits = word_bits
         self.word_bytes = word_bits // 8
-        self.frame_words = _depth("frame_words", frame_words)
-        self.hb_words = _depth("hb_words", hb_words)
-        self.ext_words = _depth("ext_words", ext_words)
-        self.depths = {"cmd": _depth("cmd_depth", cmd_depth, 1, 0xFFFF),
-                       "host": _depth("host_depth", host_depth, 1, 0xFFFF),
-                       "link": _depth("link_depth", link_depth, 1, 0xFFFF),
-                       "ext": _depth("ext_depth", ext_depth, 1, 0xFFFF)}
+        self.frame_words = _depth("frame_words", frame_words, 1, _U16)
+        self.hb_words = _depth("hb_words", hb_words, 1, _U32)
+        self.ext_words = _depth("ext_words", ext_words, 1, _U32)
+        self.depths = {"cmd": _depth("cmd_depth", cmd_depth, 1, _U16),
+                       "host": _depth("host_depth", host_depth, 1, _U16),
+                       "link": _depth("link_depth", link_depth, 1, _U16),
+                       "ext": _depth("ext_depth", ext_depth, 1, _U16)}
         self.rows = _depth("rows", rows, 1, 0xFF)
         self.lanes = _depth("lanes", lanes, 1, 0xFF)
-        self.clk_hz = _depth("clk_hz", clk_hz)
-        self.baud = _depth("baud", baud)
+        self.clk_hz = _depth("clk_hz", clk_hz, 1, _U32)
+        self.baud = _depth("baud", baud, 1, _U32)
         self.cmd, self.host, self.link, self.ext = deque(), deque(), deque(), deque()
         self.hb_mem, self.ext_mem = {}, {}
         self.applied = {"cmd": [], "host": [], "link": [], "ext": []}
@@ -389,6 +411,9 @@ class BridgeModel:
         return max_body_bytes(self.frame_words, self.word_bits)
 
     def fifo(self, target: str):
+        """The deque of ``target``: ``"cmd"`` (commands, ints), ``"host"`` / ``"link"``
+        (words, ints), ``"ext"`` (``(addr, words)`` descriptors). The fake PE pops from it;
+        ``KeyError`` for another name."""
         return {"cmd": self.cmd, "host": self.host, "link": self.link, "ext": self.ext}[target]
 
     def free(self, target: str) -> int:

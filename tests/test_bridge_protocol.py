@@ -205,6 +205,81 @@ def test_duplicates_wrap_and_credits():
     assert Credits.unpack(one(m, Type.POLL, 0).payload).link == 10
 
 
+def test_duplicates_at_the_wrap():
+    """seq 255 and seq 0 retransmitted right after being accepted: ACKed, not applied."""
+    m = model(link_depth=300)
+    one(m, Type.HELLO, 253)                          # expect = 254
+    sent = []
+    for seq in (254, 255, 0, 1):
+        w = pack_words(words(1, seq), W)
+        assert (r := one(m, Type.LINK, seq, w)).type == Type.ACK and r.seq == seq
+        sent += words(1, seq)
+        if seq in (255, 0):                          # its ACK lost: sent again
+            assert (r := one(m, Type.LINK, seq, w)).type == Type.ACK and r.seq == seq
+            assert m.applied["link"] == sent
+    assert m.expect == 2 and list(m.link) == sent
+    # the frame before the duplicate window: NAK SEQ (255 is two behind expect = 1 + 0)
+    one(m, Type.HELLO, 0)
+    assert nak_reason(one(m, Type.LINK, 255, pack_words(words(1), W))) == Reason.SEQ
+
+
+def test_data_seq_0_after_hello_0_is_a_duplicate():
+    """The documented trap: HELLO seq 0 sets expect = 1, so a data frame with seq 0 is taken
+    for a retransmission of the frame before it: ACKed and NOT applied. The host's first data
+    frame after HELLO seq 0 carries seq 1."""
+    m = model()
+    one(m, Type.HELLO, 0)
+    r = one(m, Type.HOST, 0, pack_words(words(1), W))
+    assert r.type == Type.ACK and r.seq == 0
+    assert m.applied["host"] == [] and m.expect == 1
+    assert one(m, Type.HOST, 1, pack_words(words(1), W)).type == Type.ACK
+    assert m.applied["host"] == words(1)
+
+
+def test_body_of_max_body_and_one_more():
+    m = model()
+    one(m, Type.HELLO, 0)
+    n = m.max_body - 4                               # type, seq, payload, CRC = max_body
+    # an unknown type is judged on its type: the body itself passes framing ...
+    assert len(encode_frame(0x40, 1, b"\x11" * n)) - 2 == m.max_body     # nothing stuffed
+    assert nak_reason(one(m, 0x40, 1, b"\x11" * n)) == Reason.TYPE
+    # ... one byte more is a framing error (LENGTH), the next frame decodes again
+    assert nak_reason(one(m, 0x40, 1, b"\x11" * (n + 1))) == Reason.LENGTH
+    assert one(m, Type.POLL, 3).type == Type.ACK
+    # a duplicate of max_body bytes is re-ACKed (no payload check); max_body + 1 is not
+    assert one(m, Type.HOST, 1, pack_words(words(1), W)).type == Type.ACK
+    assert one(m, Type.HOST, 1, b"\x11" * n).type == Type.ACK
+    assert nak_reason(one(m, Type.HOST, 1, b"\x11" * (n + 1))) == Reason.LENGTH
+    # the Deframer alone: a body of exactly max_body is a frame, one more an error
+    d = Deframer(max_body=m.max_body)
+    (f,) = d.feed(encode_frame(0x40, 9, b"\x11" * n))
+    assert isinstance(f, Frame) and len(f.payload) == n
+    (e,) = d.feed(encode_frame(0x40, 9, b"\x11" * (n + 1)))
+    assert isinstance(e, FrameError) and e.reason == Reason.LENGTH and e.seq == 9
+    # the largest legal frames are within it: HB_WRITE of frame_words words
+    hb = struct.pack("<I", 0) + pack_words(words(m.frame_words), W)
+    assert one(m, Type.HB_WRITE, 2, hb).type == Type.ACK
+
+
+def test_addr_and_words_at_u32_max():
+    """addr + n is compared without wrapping at 32 bits (the RTL needs 33)."""
+    m = model()
+    one(m, Type.HELLO, 0)
+    host1 = pack_words(words(1), W)
+    big = 0xFFFFFFFF
+    for type_, payload in ((Type.EXT_STREAM, struct.pack("<II", big, 1)),
+                           (Type.EXT_STREAM, struct.pack("<II", 0, big)),
+                           (Type.EXT_STREAM, struct.pack("<II", big, big)),
+                           (Type.EXT_STREAM, struct.pack("<II", 1, big)),
+                           (Type.HB_WRITE, struct.pack("<I", big) + host1),
+                           (Type.EXT_WRITE, struct.pack("<I", big) + host1)):
+        assert nak_reason(one(m, type_, 1, payload)) == Reason.ADDR, (type_, payload[:8])
+    assert m.expect == 1 and m.hb_mem == {} and m.ext_mem == {} and not m.ext
+    # the last word of each stand-in is in range
+    assert one(m, Type.EXT_STREAM, 1, struct.pack("<II", 15, 1)).type == Type.ACK
+    assert one(m, Type.HB_WRITE, 2, struct.pack("<I", 31) + host1).type == Type.ACK
+
+
 def test_atomic_apply_and_targets():
     m = model()
     one(m, Type.HELLO, 0)
@@ -248,3 +323,12 @@ def test_max_body_and_constructor_errors():
                       ("cmd_depth", 0x10000), ("ext_depth", 1.5), ("rows", 0)):
         with pytest.raises(ValueError, match=name):
             model(**{name: bad})
+    # the widths INFO packs them into: u16 word_bits / frame_words, u32 the rest
+    for name, top in (("word_bits", 0xFFF8), ("frame_words", 0xFFFF), ("hb_words", 2**32 - 1),
+                      ("ext_words", 2**32 - 1), ("clk_hz", 2**32 - 1), ("baud", 2**32 - 1)):
+        assert getattr(Info.unpack(model(**{name: top}).info().pack()), name) == top
+        over = top + 8 if name == "word_bits" else top + 1
+        hi = 0xFFFF if name in ("word_bits", "frame_words") else 0xFFFFFFFF
+        with pytest.raises(ValueError, match=rf"^{name}: expected an integer in \d+\.\.{hi}, "
+                                             rf"got {over}$"):
+            model(**{name: over})
