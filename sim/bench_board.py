@@ -1,0 +1,374 @@
+"""cocotb bench of the FPGA prototype's board top, :class:`elmoe3d.hw.board.BoardTop`, at the
+pin level: a real expert program sent by the host driver through a bit-level UART model
+(``docs/fpga.md``, "Board top"; issue 7).
+
+Run through :mod:`elmoe3d.sim.runner` by :func:`run_board_bench` (never directly). The host
+side is the real driver, :class:`elmoe3d.sw.fpga.FpgaBoard` with
+:func:`elmoe3d.sw.fpga.run_host_fpga`, in a Python thread, talking over one end of a
+:class:`elmoe3d.sw.fpga.PipeTransport` pair. The cocotb side serves the other end: it
+serialises every byte the driver writes onto ``uart_rx`` (8N1, LSB first, ``divisor`` clock
+cycles a bit, no gap between characters) and deserialises ``uart_tx`` (start bit found on the
+falling edge, every bit sampled at mid-bit, a stop bit of 0 recorded as an error) into bytes
+for the driver. The driver runs whole PE programs (HELLO, HB_WRITE / EXT_WRITE into the
+stand-ins, CMD / HOST / LINK / EXT_STREAM frames by credits, OUT / LINK_O frames back) and
+the host checks every ``o`` beat and ``link_o`` word against the functional simulation and
+each group's root-PE FP32 output against ``ref_moe`` bit for bit
+(:func:`elmoe3d.sw.pe_runs.compare_run`, :func:`~elmoe3d.sw.pe_runs.check_layers`).
+
+``params.json``::
+
+    {"arch": "small", "divisor": 4, "shape": [hidden, intermediate],
+     "sessions": [{"name": "clean", "layers": [[step, layer, group], ...],
+                   "faults": {"flip_rx_frame": N or null, "drop_tx_ack": K or null}}, ...],
+     "timeout": seconds, "deadline": seconds}
+
+Each session is a fresh driver (its own HELLO: the board is left in whatever state the
+previous session left it, as a newly started host finds a board) on a fresh pipe.
+
+The golden layer-steps are rebuilt inside the bench by :func:`golden_layers` (the real
+Mixtral GSM8K routing trace, synthetic weights: the host's compiler as the RTL backend of
+``elmoe3d run`` uses it), restricted to the named (step, layer, group) jobs.
+
+Faults (per session): ``flip_rx_frame`` flips one bit of the third byte after the opening
+flag (the first payload byte, unless an escape came first) of the N-th frame the host sends
+in the session (counted from 1, the HELLO; a bit is chosen so that the byte does not become a
+FLAG or ESC); ``drop_tx_ack`` drops the third byte of the K-th ACK frame the board sends in
+the session. The driver must NAK-retransmit the first and
+time out and retransmit the second (the board re-ACKs the duplicate without applying it),
+and the run must still be bit-exact.
+
+Figures in ``summary-test_board.json``: per PE run the driver's frames, retransmissions,
+POLLs, NAKs per reason, wire bytes each way and the PE's STATUS cycles; per layer the
+comparisons; per session the board clock cycles simulated, the bytes on the wire each way,
+the wall time and the faults injected.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+from ..config import ArchConfig, preset
+
+
+__all__ = ["BOARD_PARAMS", "SHAPE", "DEFAULT_SESSIONS", "build_board", "golden_layers",
+           "run_board_bench", "UartLine"]
+
+#: The BoardTop the bench builds: a 4-cycle bit (the UART's minimum) keeps the simulated wire
+#: short; the stand-ins hold the largest program of the default layer-steps.
+BOARD_PARAMS = {"clk_hz": 25_000_000, "baud": 6_250_000, "hb_words": 256, "ext_words": 512,
+                "frame_words": 16}
+#: Synthetic expert shape (hidden, intermediate) of the bench's programs: half the host's
+#: default (64, 128) in each dimension, so a program is a quarter of the wire bytes (the
+#: Verilator model of the board runs about 15 k cycles/s, and every W-bit word costs
+#: about 2,600 cycles on a 4-cycle-bit UART).
+SHAPE = (32, 64)
+
+
+def build_board(arch: ArchConfig | None = None, *, waves=None, **params):
+    """Verilog + Verilator build of ``BoardTop(config=arch, **BOARD_PARAMS | params)``
+    (reused when unchanged)."""
+    from ..hw.board import BoardTop
+    from .runner import build
+    arch = arch or preset("small")
+    top = BoardTop(config=arch, **{**BOARD_PARAMS, **params})
+    return build(top, name=f"board_{arch.name.replace('-', '_')}", toplevel="board",
+                 waves=waves), top
+
+
+# -- the golden layer-steps ------------------------------------------------------------------
+
+@functools.cache
+def _all_golden(arch_json: str, tokens: int, layer: int, shape: tuple):
+    import json
+    from ..config import ArchConfig
+    from ..sw import backends, host
+    from ..sw.corpus import traces_dir
+    from ..sw.elastic_sd import CoverageAcceptance, ElasticSD
+    from ..sw.hbcache import HBExpertCache
+    from ..sw.models import model_preset
+    from ..sw.trace import import_vllm_jsonl
+    arch = ArchConfig.from_dict(json.loads(arch_json))
+    mix = model_preset("mixtral-8x7b")
+    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=mix)
+    sm = host.synthetic_model(mix, shape)
+    cache = HBExpertCache(capacity_bytes=32 * sm.expert_msb_bytes, model=sm, admit=False)
+    esd = ElasticSD(cache=cache, depth=2, acceptance=CoverageAcceptance(0.5))
+    steps, _ = host.elastic_steps(host.limit_tokens(tr, tokens), esd, layers=[layer],
+                                  groups=arch.groups)
+    _, layers = backends.run_golden(steps, host.SyntheticWeights(sm, seed=7), arch, keep=True)
+    return steps, layers
+
+
+def golden_layers(arch: ArchConfig, jobs, *, tokens: int = 5, layer: int = 15,
+                  shape=SHAPE) -> list:
+    """The golden layer-steps (:class:`elmoe3d.sw.backends.GoldenLayer`, jobs kept) of the
+    real Mixtral GSM8K routing trace (first ``tokens`` decode tokens of problem 0, layer
+    ``layer``, Elastic-SD depth 2: autoregressive, draft and verify steps; synthetic experts
+    of ``shape`` = (hidden, intermediate), weights seed 7; compiled by the host as the RTL
+    backend of ``elmoe3d run`` does), each restricted to the ``(step, layer, group)`` entries
+    of ``jobs``. Raises ``ValueError`` naming a job that does not exist."""
+    import copy
+    import json
+    _, layers = _all_golden(json.dumps(arch.to_dict(), sort_keys=True), tokens, layer,
+                            tuple(int(v) for v in shape))
+    out = []
+    want = [tuple(int(v) for v in j) for j in jobs]
+    for gl in layers:
+        keep = [j for j in gl.jobs if (gl.step, gl.layer, j[0]) in want]
+        if keep:
+            part = copy.copy(gl)
+            part.jobs = keep
+            out.append(part)
+    found = {(gl.step, gl.layer, j[0]) for gl in out for j in gl.jobs}
+    for w in want:
+        if w not in found:
+            raise ValueError(f"jobs: no busy group {w[2]} in step {w[0]}, layer {w[1]} of the "
+                             f"trace's first {tokens} tokens")
+    return out
+
+
+# -- cocotb side -----------------------------------------------------------------------------
+
+try:
+    import cocotb
+    from cocotb.triggers import FallingEdge, Timer
+except ImportError:                                      # host side without cocotb
+    cocotb = None
+
+
+#: The driver's idea of the baud rate (bits per wall-clock second) until the bench has
+#: measured the simulator: a slow guess (the board model runs about 15 k cycles/s).
+INITIAL_WALL_BAUD = 1000
+
+
+def _bits_8n1(byte):
+    return [0] + [(byte >> i) & 1 for i in range(8)] + [1]
+
+
+class UartLine:
+    """Bit-level UART of the bench: the host end of the board's serial pins.
+
+    :meth:`send` drives ``uart_rx`` with the bytes the driver writes (read from ``pipe``, the
+    board end of a :class:`~elmoe3d.sw.fpga.PipeTransport`), no gap between characters;
+    :meth:`receive` decodes ``uart_tx`` and writes the bytes to ``pipe``. Faults: see the
+    module docstring. Counters: ``to_board``, ``from_board`` (bytes on the wire), ``flipped``,
+    ``dropped``, ``stop_errors``."""
+
+    def __init__(self, dut, pipe, divisor, clock_ns, *, flip_rx_frame=None, drop_tx_ack=None):
+        self.dut, self.pipe = dut, pipe
+        self.bit_ns = divisor * clock_ns
+        self.flip_rx_frame, self.drop_tx_ack = flip_rx_frame, drop_tx_ack
+        self.to_board = self.from_board = 0
+        self.flipped, self.dropped = [], []
+        self.stop_errors = 0
+        self.running = True
+
+    async def send(self):
+        from ..sw.bridge import ESC, FLAG
+        dut = self.dut
+        dut.uart_rx.value = 1
+        in_frame, frames, pos = False, 0, 0
+        while self.running:
+            data = self.pipe.read_nowait()
+            if not data:
+                await Timer(10 * self.bit_ns, "ns")
+                continue
+            for byte in data:
+                if byte == FLAG:
+                    if in_frame and pos > 0:
+                        in_frame = False
+                    else:
+                        in_frame, pos = True, 0
+                        frames += 1
+                elif in_frame:
+                    pos += 1
+                    if frames == self.flip_rx_frame and pos == 3 and not self.flipped:
+                        for bit in range(8):
+                            if byte ^ (1 << bit) not in (FLAG, ESC):
+                                self.flipped.append((self.to_board, byte, byte ^ (1 << bit)))
+                                byte ^= 1 << bit
+                                break
+                self.to_board += 1
+                for level in _bits_8n1(byte):
+                    dut.uart_rx.value = level
+                    await Timer(self.bit_ns, "ns")
+
+    async def receive(self):
+        from ..sw.bridge import FLAG, Type
+        dut = self.dut
+        half = self.bit_ns // 2
+        in_frame, index, ftype, acks = False, 0, None, 0
+        while True:
+            await FallingEdge(dut.uart_tx)
+            await Timer(half, "ns")
+            if dut.uart_tx.value != 0:
+                continue                                  # a glitch, not a start bit
+            byte = 0
+            for i in range(8):
+                await Timer(self.bit_ns, "ns")
+                byte |= int(dut.uart_tx.value) << i
+            await Timer(self.bit_ns, "ns")
+            if dut.uart_tx.value != 1:
+                self.stop_errors += 1
+            self.from_board += 1
+            # frame tracking, for the drop fault
+            if byte == FLAG:
+                if in_frame and index > 0:
+                    in_frame = False
+                else:
+                    in_frame, index, ftype = True, 0, None
+            elif in_frame:
+                index += 1
+                if index == 1:
+                    ftype = byte
+                    if ftype == Type.ACK:
+                        acks += 1
+            if in_frame and ftype == Type.ACK and acks == self.drop_tx_ack and index == 3 \
+                    and not self.dropped:
+                self.dropped.append((self.from_board - 1, byte))
+                continue
+            self.pipe.write(bytes((byte,)))
+
+
+async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
+    """One driver session (a fresh :class:`~elmoe3d.sw.fpga.FpgaBoard` on a fresh pipe, its
+    own HELLO, the board left as the previous session left it): run the session's layer-steps
+    with its faults; returns its records."""
+    import traceback
+    from ..sw.fpga import FpgaBoard, PipeTransport, run_host_fpga
+    from . import cocotb_streams as streams
+    name = session["name"]
+    layers = golden_layers(arch, session["layers"], shape=shape)
+    faults = session.get("faults") or {}
+    host_end, board_end = PipeTransport.pair()
+    line = UartLine(dut, board_end, divisor, streams.CLOCK_NS,
+                    flip_rx_frame=faults.get("flip_rx_frame"),
+                    drop_tx_ack=faults.get("drop_tx_ack"))
+    # The driver waits for a reply ``timeout`` plus twice the frame's wire time at
+    # ``board.baud``: the bench sets that to the simulated link's speed in wall-clock terms
+    # (measured below), so the waits scale with the simulator's speed.
+    board = FpgaBoard(host_end, config=arch, timeout=timeout, retries=5,
+                      baud=INITIAL_WALL_BAUD)
+    result = {}
+
+    def host():
+        try:
+            result["out"] = run_host_fpga(layers, arch, board, deadline_s=deadline)
+        except Exception as exc:                         # reported in the summary
+            result["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+
+    dut._log.info("session %s: jobs %s, faults %s", name, session["layers"], faults)
+    tasks = [cocotb.start_soon(line.send()), cocotb.start_soon(line.receive())]
+    start = streams.cycle()
+    wall = time.perf_counter()
+    th = threading.Thread(target=host, name=f"fpga-driver-{name}", daemon=True)
+    th.start()
+    mark = (start, wall)
+    while th.is_alive():
+        await Timer(200 * streams.CLOCK_NS, "ns")
+        now = time.perf_counter()
+        if now - mark[1] >= 0.5:
+            rate = (streams.cycle() - mark[0]) / (now - mark[1])
+            board.baud = max(100.0, rate / divisor)      # bits per wall-clock second
+            mark = (streams.cycle(), now)
+    line.running = False
+    for t in tasks:
+        t.cancel()
+    while line.pipe.read_nowait():                       # nothing left for the next session
+        pass
+    cycles = streams.cycle() - start
+    wall = time.perf_counter() - wall
+    records = []
+    out = result.get("out")
+    totals = {}
+    errors = [result["error"]] if "error" in result else []
+    if out is not None:
+        for r in out.records:
+            records.append({**r, "kind": "pe_run", "session": name})
+        for lr in out.layers:
+            records.append({"case": f"step {lr['step']} L{lr['layer']}", "kind": "layer",
+                            "session": name, "comparisons": lr["compared"],
+                            "mismatches": lr["mismatches"], "details": lr["details"],
+                            "cycles": lr["cycles"]})
+        totals = out.totals()
+        if not out.compared:
+            errors.append("nothing was compared")
+    if line.stop_errors:
+        errors.append(f"{line.stop_errors} characters from the board had a stop bit of 0")
+    records.append({"case": f"wire {name}", "kind": "wire", "session": name,
+                    "comparisons": 0, "mismatches": len(errors), "details": errors,
+                    "board_cycles": cycles, "wall_seconds": wall,
+                    "bytes_to_board": line.to_board, "bytes_from_board": line.from_board,
+                    "flipped": line.flipped, "dropped": line.dropped, "totals": totals,
+                    "faults": faults, "wall_baud": board.baud})
+    return records
+
+
+if cocotb is not None:
+    @cocotb.test()
+    async def test_board(dut):
+        """The driver runs the programs of each session's layer-steps through the UART
+        model; every output is checked bit for bit (module docstring)."""
+        from . import cocotb_streams as streams
+        from .records import arch_from_params, write_summary
+        from .runner import load_params, resolve_seed
+        params = load_params()
+        arch = arch_from_params(params)
+        seed = resolve_seed()
+        divisor = int(params["divisor"])
+        dut._log.info("board bench: %s, divisor %d (cycles per bit), seed %d", arch.name,
+                      divisor, seed)
+        dut.uart_rx.value = 1                            # idle line through reset
+        await streams.start(dut)
+        records = []
+        for session in params["sessions"]:
+            records += await _session(dut, arch, session, divisor=divisor,
+                                      timeout=float(params["timeout"]),
+                                      deadline=float(params["deadline"]),
+                                      shape=params.get("shape", SHAPE))
+        for r in records:
+            r.setdefault("seed", seed)
+            r.setdefault("divisor", divisor)
+        write_summary("test_board", records)
+        bad = [r for r in records if r["mismatches"]]
+        assert not bad, "; ".join(f"{r['case']}: {r['details'][:2]}" for r in bad)
+
+
+# -- host side -------------------------------------------------------------------------------
+
+#: Default sessions: "clean", the 1-token draft step 2 of layer 15, group 1 (both PEs: HB and
+#: HOST loads, link words both ways); "faults", the 1-token autoregressive step 0, group 0
+#: (its root PE: EXT and HOST loads, 102 EXT words; the other PE: psums on link_o) with one
+#: bit flipped in the host's 9th frame (after the HELLO and the seven EXT_WRITEs: the first
+#: command / data frame) and the board's 10th ACK damaged (its third byte dropped), both on
+#: small frames, so the retransmissions cost little simulated time. No 1-token step has all three sources in one program
+#: (a draft step reads HB only, an autoregressive one EXT only); together they use every
+#: stand-in.
+DEFAULT_SESSIONS = [
+    {"name": "clean", "layers": [[2, 15, 1]], "faults": {}},
+    {"name": "faults", "layers": [[0, 15, 0]],
+     "faults": {"flip_rx_frame": 9, "drop_tx_ack": 10}},
+]
+
+
+def run_board_bench(arch: ArchConfig | None = None, *, sessions=None, seed=None,
+                    shape=SHAPE, timeout: float = 2.0, deadline: float = 600.0, waves=None,
+                    run_name="bench_board"):
+    """Build (or reuse) the board and run :func:`test_board` with ``sessions`` (default
+    :data:`DEFAULT_SESSIONS`: ``[{"name", "layers": [[step, layer, group]], "faults"}]``);
+    returns ``(records, result, built)``: the summary records (``kind`` ``pe_run`` /
+    ``layer`` / ``wire``, each with its ``session``), the runner's
+    :class:`~elmoe3d.sim.runner.SimResult` (not checked: the caller judges the records) and
+    the :class:`~elmoe3d.sim.runner.Build`."""
+    from .records import arch_param, read_records
+    from .runner import run
+    arch = arch or preset("small")
+    built, top = build_board(arch, waves=waves)
+    params = {"arch": arch_param(arch), "divisor": top.divisor,
+              "sessions": sessions or DEFAULT_SESSIONS, "shape": list(shape),
+              "timeout": timeout, "deadline": deadline}
+    result = run(built, test_module=__name__, testcase="test_board", params=params, seed=seed,
+                 run_name=run_name, check=False)
+    return read_records(result), result, built
