@@ -18,9 +18,11 @@ imported only by :meth:`FpgaBoard.open`.
   API the driver uses, for tests and for the cocotb bench that serves the RTL board.
 
 Errors: :class:`BoardError` (a :class:`~elmoe3d.errors.UserError`: the CLI prints one line)
-when no board answers, the port cannot be opened, the board is another configuration, a
-program does not fit the stand-ins, or the protocol breaks (a NAK SEQ / TYPE / ADDR, which
-are driver bugs; a lost or corrupt output frame, which is not retransmitted).
+when no board answers, the port cannot be opened or fails mid-run (I/O errors), the board is
+another configuration, a frame's retries are all NAKed as line errors, a program does not fit
+the stand-ins, :func:`run_host_fpga`'s program misses its deadline, or the protocol breaks (a
+NAK SEQ / TYPE / ADDR, which are driver bugs; a lost or corrupt output frame, which is not
+retransmitted).
 """
 
 from __future__ import annotations
@@ -491,7 +493,10 @@ class FpgaBoard:
         counter) and return the board's :class:`~elmoe3d.sw.bridge.Info`. Raises
         :class:`BoardError` if no board answers, if it speaks another protocol version, or if
         its rows / lanes / word_bits differ from :attr:`config`'s."""
-        self._t.reset_input_buffer()
+        try:
+            self._t.reset_input_buffer()
+        except OSError as exc:
+            raise self._io_error(exc) from None
         self._deframer = Deframer()
         self._replies.clear()
         self._accept_out = False
