@@ -290,11 +290,15 @@ class BoardPlatformTop(Elaboratable):
 
     def __init__(self, *, config, baud: int = 1_000_000, hb_words: int = 512,
                  ext_words: int = 512, frame_words: int = 16, **board):
-        pe_config(config)
-        _check_pow2("hb_words", hb_words)
-        _check_pow2("ext_words", ext_words)
-        if not isinstance(baud, int) or isinstance(baud, bool) or baud < 1:
-            raise ValueError(f"baud: expected a positive integer, got {baud!r}")
+        try:
+            pe_config(config)
+            _check_pow2("hb_words", hb_words)
+            _check_pow2("ext_words", ext_words)
+            if not isinstance(baud, int) or isinstance(baud, bool) or baud < 1:
+                raise ValueError(f"baud: expected a positive integer, got {baud!r}")
+        except (TypeError, ValueError):
+            self._MustUse__silence = True
+            raise
         self.config = config
         self.baud = baud
         self.hb_words = hb_words
@@ -305,6 +309,7 @@ class BoardPlatformTop(Elaboratable):
 
     def elaborate(self, platform):
         from amaranth.build import ResourceError
+        from amaranth.lib import io
         m = Module()
         if platform is None:
             raise ValueError("platform: BoardPlatformTop needs an amaranth-boards platform "
@@ -315,12 +320,15 @@ class BoardPlatformTop(Elaboratable):
                        frame_words=self.frame_words, **self.board)
         self.top = top
         m.submodules.board = top
-        uart = platform.request("uart", 0)
-        m.d.comb += [top.uart_rx.eq(uart.rx.i), uart.tx.o.eq(top.uart_tx)]
+        uart = platform.request("uart", 0, dir="-")
+        m.submodules.uart_rx_buf = rx_buf = io.Buffer("i", uart.rx)
+        m.submodules.uart_tx_buf = tx_buf = io.Buffer("o", uart.tx)
+        m.d.comb += [top.uart_rx.eq(rx_buf.i), tx_buf.o.eq(top.uart_tx)]
         for i in range(8):
             try:
-                led = platform.request("led", i)
+                led = platform.request("led", i, dir="-")
             except ResourceError:
                 break
-            m.d.comb += led.o.eq(top.leds[i])
+            m.submodules[f"led_buf_{i}"] = buf = io.Buffer("o", led)
+            m.d.comb += buf.o.eq(top.leds[i])
         return m
