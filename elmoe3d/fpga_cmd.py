@@ -176,6 +176,7 @@ def run(args) -> int:
                     "nextpnr_report": str(res.report_path),
                     "logs": {k: str(v) for k, v in res.logs.items()},
                     "seed": args.seed or fpga.DEFAULT_SEED,
+                    "synth_cached": res.synth_cached,
                     "seconds": {k: round(v, 1) for k, v in res.seconds.items()}}
     doc.update(res.report)
     doc["seconds"] = round(time.monotonic() - started, 1)

