@@ -45,11 +45,15 @@ from .pe import PE
 from .uart import UartRx, UartTx
 
 
-__all__ = ["BoardTop", "BoardPlatformTop", "uart_divisor", "MAX_BAUD_ERROR", "LED_BITS"]
+__all__ = ["BoardTop", "BoardPlatformTop", "uart_divisor", "MAX_BAUD_ERROR", "LED_BITS",
+           "ROUTER_HB_FIFO_WORDS"]
 
 #: The largest relative baud-rate error accepted (the receiver samples at mid-bit; a
 #: standard host UART is within 1-2 %).
 MAX_BAUD_ERROR = 0.02
+
+#: The load router's HB data FIFO on the board (words; LUT RAM, 16 deep per bank).
+ROUTER_HB_FIFO_WORDS = 16
 
 #: Meaning of the ``leds`` bits.
 LED_BITS = {
@@ -159,7 +163,10 @@ class BoardTop(wiring.Component):
             self.bridge = Bridge(config=pe, **self._bridge_params)
             self.uart_rx_block = UartRx(divisor=self._divisor)
             self.uart_tx_block = UartTx(divisor=self._divisor)
-            self.router = LoadRouter(config=pe)
+            # HB FIFO of 16 words, not the die's 32: one LUT-RAM bank (16 deep) instead of
+            # two plus a W-bit 2:1 multiplexer; the stand-in delivers a word per W/8 + 2
+            # cycles, so a deeper prefetch buys nothing here
+            self.router = LoadRouter(config=pe, hb_fifo_words=ROUTER_HB_FIFO_WORDS)
             self.pe = PE(config=pe)
         except (TypeError, ValueError):
             self._MustUse__silence = True
