@@ -33,7 +33,7 @@ read rate anyway.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Elaboratable, Module, Signal
+from amaranth.hdl import Cat, Elaboratable, Module, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -59,11 +59,15 @@ ROUTER_HB_FIFO_WORDS = 16
 LED_BITS = {
     0: "heartbeat (toggles every 2**k cycles, k the bit length of clk_hz // 3 minus 1: 0.17-0.33 s)",
     1: "a frame was NAKed since reset (sticky)",
-    2: "PE busy: a command, load word or output is in flight between bridge, router and PE",
+    2: "traffic: a command, load word, stand-in request or output is offered (moving or "
+       "waiting) between bridge, stand-ins, router and PE (lit and still: the PE waits for "
+       "entries the host has not sent, or the host for outputs)",
     3: "UART framing error seen since reset (sticky)",
     4: "UART receive overrun seen since reset (sticky)",
     5: "bridge busy: receiving, checking, copying or sending a frame",
-    6: "transmit line low (a character is being sent)",
+    6: "an HB read past the stand-in (addr + words > hb_words; the reader wraps the "
+       "address) seen since reset (sticky; the driver allocates HB addresses, so a program "
+       "that was not split by it)",
     7: "receive line low (a character is arriving)",
 }
 
@@ -91,12 +95,14 @@ def _check_pow2(name, value):
         raise ValueError(f"{name}: expected a power of two (W-bit words), got {value!r}")
 
 
-def _stand_in_reader(m, name, rd, req, req_addr, req_words, out, word_bytes, addr_bits):
+def _stand_in_reader(m, name, rd, req, req_addr, req_words, out, word_bytes, addr_bits,
+                     clear):
     """Requests ``(addr, words)`` on stream ``req`` -> the words ``addr .. addr + words - 1``
     (modulo the memory) of a byte-wide stand-in memory on stream ``out``, in order, through
     :func:`~elmoe3d.hw.bridge.byte_word_fetch` (``W/8 + 2`` cycles a word). The next request
-    is taken once the current one's last word fetch has started."""
-    start, addr, idle = byte_word_fetch(m, name, rd, word_bytes, out)
+    is taken once the current one's last word fetch has started. ``clear`` (HELLO's soft
+    reset) drops the request being served and the word in flight."""
+    start, addr, idle = byte_word_fetch(m, name, rd, word_bytes, out, clear=clear)
     cur = Signal(addr_bits, name=f"{name}_next")
     left = Signal(len(req_words), name=f"{name}_left")
     m.d.comb += req.ready.eq(left == 0)
@@ -106,6 +112,8 @@ def _stand_in_reader(m, name, rd, req, req_addr, req_words, out, word_bytes, add
         m.d.sync += [cur.eq(cur + 1), left.eq(left - 1)]
     with m.If(req.valid & req.ready):
         m.d.sync += [cur.eq(req_addr), left.eq(req_words)]
+    with m.If(clear):
+        m.d.sync += [cur.eq(0), left.eq(0)]
 
 
 class BoardTop(wiring.Component):
@@ -223,8 +231,13 @@ class BoardTop(wiring.Component):
         m.submodules.uart_rx = urx = self.uart_rx_block
         m.submodules.uart_tx = utx = self.uart_tx_block
         m.submodules.bridge = br = self.bridge
-        m.submodules.router = rt = self.router
-        m.submodules.pe = pe = self.pe
+        rt, pe = self.router, self.pe
+        # HELLO's soft reset (the bridge's one-cycle pulse when its INFO reply leaves): the
+        # router and the PE start over like after power-on; the stand-in memories keep
+        # their contents
+        soft = br.soft_reset
+        m.submodules.router = ResetInserter(soft)(rt)
+        m.submodules.pe = ResetInserter(soft)(pe)
 
         m.d.comb += [urx.rx.eq(self.uart_rx), self.uart_tx.eq(utx.tx)]
         wiring.connect(m, urx.o, br.rx)
@@ -250,7 +263,15 @@ class BoardTop(wiring.Component):
             w, r = mem.write_port(), mem.read_port()
             m.d.comb += [w.en.eq(wr.en), w.addr.eq(Cat(wr.lane, wr.addr)), w.data.eq(wr.data)]
             abits = _bits(depth)
-            _stand_in_reader(m, name, r, req, req_addr[:abits], req_words, out, wb, abits)
+            _stand_in_reader(m, name, r, req, req_addr[:abits], req_words, out, wb, abits,
+                             soft)
+
+        # HB requests past the stand-in (the reader wraps the address): sticky flag
+        hb_range = Signal()
+        hb_top = Signal(len(rt.hb_req.payload.addr) + 1)
+        m.d.comb += hb_top.eq(rt.hb_req.payload.addr + rt.hb_req.payload.words)
+        with m.If(rt.hb_req.valid & rt.hb_req.ready & (hb_top > self._hb_words)):
+            m.d.sync += hb_range.eq(1)
 
         # -- status LEDs --
         beat = Signal(max(2, (self._clk_hz // 3).bit_length()))
@@ -261,10 +282,12 @@ class BoardTop(wiring.Component):
             m.d.sync += framing.eq(1)
         with m.If(urx.overruns != 0):
             m.d.sync += overrun.eq(1)
+        traffic = (br.cmd.valid | br.host.valid | br.link.valid | br.ext_desc.valid
+                   | rt.hb_req.valid | rt.hb_data.valid | rt.ext.valid | rt.cmd_o.valid
+                   | rt.ld.valid | pe.o.valid | pe.link_o.valid)
         m.d.comb += self.leds.eq(Cat(
-            beat[-1], br.nak_seen,
-            rt.cmd_o.valid | rt.ld.valid | pe.o.valid | pe.link_o.valid | br.cmd.valid,
-            framing, overrun, br.busy, ~utx.tx, ~self.uart_rx))
+            beat[-1], br.nak_seen, traffic, framing, overrun, br.busy, hb_range,
+            ~self.uart_rx))
         return m
 
 

@@ -44,7 +44,7 @@ CCU2C, 5 DP16KD, 42 TRELLIS_DPR16X4. The PE it serves fills most of the FPGA.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -52,7 +52,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import pe_config
 from ..sw.bridge import (ADDR_BYTES, CMD_BYTES, CREDIT_BYTES, ESC, EXT_STREAM_BYTES, FLAG,
-                         VERSION, Credits, Info, INFO_BYTES, Reason, Type, max_body_bytes)
+                         VERSION, Credits, Info, INFO_BYTES, Reason, Type, check_int, crc16,
+                         max_body_bytes)
 from .isa import command_layout, o_beat_layout
 
 
@@ -90,15 +91,18 @@ def byte_mux(value, index, nbytes: int):
     return level[0]
 
 
-def byte_word_fetch(m, name: str, rd, word_bytes: int, out):
+def byte_word_fetch(m, name: str, rd, word_bytes: int, out, clear=None):
     """Logic that reads one W-bit word (``word_bytes`` bytes) out of a byte-wide memory
     through its synchronous read port ``rd`` (byte address = word address * W/8 + lane), one
     byte a cycle, into a W-bit shift register (flip-flops with enable: no multiplexer), and
     offers it on the stream ``out`` until taken.
 
     Returns ``(start, addr, idle)``: the caller drives ``start`` (1 cycle) with the word
-    address ``addr`` when ``idle`` (no fetch in flight, nothing on offer). A word takes
-    ``W/8 + 2`` cycles from ``start`` to ``out.valid``. Shared by the bridge's HOST / LINK
+    address ``addr`` when ``idle`` (no fetch in flight, and nothing on offer or the word on
+    offer taken this cycle). A word takes ``W/8 + 2`` cycles from ``start`` to
+    ``out.valid``; with ``out.ready`` high, back-to-back fetches deliver one word every
+    ``W/8 + 2`` cycles. ``clear`` (optional 1-bit signal): drops the fetch in flight and the
+    word on offer (the soft reset of a HELLO). Shared by the bridge's HOST / LINK
     FIFOs and the board's stand-in readers: byte-wide block RAM avoids the soft logic yosys
     adds around a W-wide two-port block RAM (about 530 LUT4 and 510-1030 FF per memory for
     its read-during-write semantics)."""
@@ -114,7 +118,7 @@ def byte_word_fetch(m, name: str, rd, word_bytes: int, out):
     obuf = Signal(8 * word_bytes, name=f"{name}_obuf")
     ovalid = Signal(name=f"{name}_ovalid")
     idle = Signal(name=f"{name}_idle")
-    m.d.comb += [idle.eq(~issuing & ~dv & ~ovalid), rd.en.eq(issuing),
+    m.d.comb += [idle.eq(~issuing & ~dv & (~ovalid | out.ready)), rd.en.eq(issuing),
                  rd.addr.eq(Cat(lane, word) if word_bits_ > 0 else lane),
                  out.valid.eq(ovalid), out.payload.eq(obuf)]
     with m.If(start):
@@ -130,6 +134,9 @@ def byte_word_fetch(m, name: str, rd, word_bytes: int, out):
         m.d.sync += ovalid.eq(0)
     with m.If(dv & dlast):
         m.d.sync += ovalid.eq(1)
+    if clear is not None:
+        with m.If(clear):
+            m.d.sync += [issuing.eq(0), dv.eq(0), dlast.eq(0), ovalid.eq(0)]
     return start, addr, idle
 
 
@@ -146,11 +153,7 @@ def _crc16_byte(crc, byte):
     result bits is the XOR of fixed register and data bits, found by running the golden
     update on unit vectors."""
     def golden(c, d):
-        c ^= d << 8
-        for _ in range(8):
-            c = ((c << 1) ^ 0x1021) if c & 0x8000 else c << 1
-            c &= 0xFFFF
-        return c
+        return crc16(bytes((d,)), c)
     terms = [[] for _ in range(16)]
     for k in range(16):
         out = golden(1 << k, 0)
@@ -169,13 +172,6 @@ def _crc16_byte(crc, byte):
             v = v ^ x
         bits.append(v)
     return Cat(*bits)
-
-
-def _check(name, value, lo, hi=None):
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo or \
-            (hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
-        raise ValueError(f"{name}: expected an integer {rng}, got {value!r}")
 
 
 class Bridge(wiring.Component):
@@ -251,16 +247,16 @@ class Bridge(wiring.Component):
             if pe.word_bits % 8 or wb & (wb - 1) or wb < CMD_BYTES:
                 raise ValueError(f"config: the bridge needs W/8 a power of two >= "
                                  f"{CMD_BYTES}, got W = {pe.word_bits}")
-            _check("frame_words", frame_words, 1, 4096)
-            _check("cmd_depth", cmd_depth, 2, 0xFFFF)
-            _check("host_depth", host_depth, 2, 0xFFFF)
-            _check("link_depth", link_depth, 2, 0xFFFF)
-            _check("ext_depth", ext_depth, 1, 0xFFFF)
-            _check("rx_fifo_bytes", rx_fifo_bytes, 2, 4096)
-            _check("hb_words", hb_words, 1, 0xFFFFFFFF)
-            _check("ext_words", ext_words, 1, 0xFFFFFFFF)
-            _check("clk_hz", clk_hz, 1, 0xFFFFFFFF)
-            _check("baud", baud, 1, 0xFFFFFFFF)
+            check_int("frame_words", frame_words, 1, 4096)
+            check_int("cmd_depth", cmd_depth, 2, 0xFFFF)
+            check_int("host_depth", host_depth, 2, 0xFFFF)
+            check_int("link_depth", link_depth, 2, 0xFFFF)
+            check_int("ext_depth", ext_depth, 1, 0xFFFF)
+            check_int("rx_fifo_bytes", rx_fifo_bytes, 2, 4096)
+            check_int("hb_words", hb_words, 1, 0xFFFFFFFF)
+            check_int("ext_words", ext_words, 1, 0xFFFFFFFF)
+            check_int("clk_hz", clk_hz, 1, 0xFFFFFFFF)
+            check_int("baud", baud, 1, 0xFFFFFFFF)
             for name, v in (("rows", pe.rows), ("lanes", pe.lanes)):
                 if v > 0xFF:
                     raise ValueError(f"config: {name} = {v} does not fit INFO's u8")
@@ -290,6 +286,7 @@ class Bridge(wiring.Component):
             "link_o": In(stream.Signature(unsigned(W))),
             "nak_seen": Out(1),
             "busy": Out(1),
+            "soft_reset": Out(1),
         })
 
     # ---- parameters -------------------------------------------------------------------------
@@ -363,11 +360,19 @@ class Bridge(wiring.Component):
         max_body = self.max_body
         fw = self._frame_words
 
+        # HELLO's soft reset: one cycle, when the transmitter takes the INFO reply (no
+        # output frame is being framed then); empties the CMD / HOST / LINK FIFOs and the
+        # EXT_STREAM queue, restarts the output counter, and is the board's PE-side reset
+        flush = Signal()
+        m.d.comb += self.soft_reset.eq(flush)
+
         # -- queues --
         m.submodules.rxq = rxq = SyncFIFO(width=8, depth=self._rx_fifo_bytes)
-        m.submodules.cmd_q = cmd_q = SyncFIFOBuffered(width=128, depth=self.cmd_depth)
+        cmd_q = SyncFIFOBuffered(width=128, depth=self.cmd_depth)
+        m.submodules.cmd_q = ResetInserter(flush)(cmd_q)
         dl = ext_desc_layout(self._ext_words)
-        m.submodules.ext_q = ext_q = SyncFIFO(width=dl.size, depth=self.ext_depth)
+        ext_q = SyncFIFO(width=dl.size, depth=self.ext_depth)
+        m.submodules.ext_q = ResetInserter(flush)(ext_q)
         m.d.comb += [
             rxq.w_data.eq(self.rx.payload), rxq.w_en.eq(self.rx.valid),
             self.rx.ready.eq(rxq.w_rdy),
@@ -387,7 +392,7 @@ class Bridge(wiring.Component):
             mem = Memory(shape=8, depth=depth * wb, init=[])
             m.submodules[f"{name}_mem"] = mem
             w, r = mem.write_port(), mem.read_port()
-            start, addr, idle = byte_word_fetch(m, name, r, wb, port)
+            start, addr, idle = byte_word_fetch(m, name, r, wb, port, clear=flush)
             wptr = Signal(range(depth), name=f"{name}_wptr")
             rptr = Signal(range(depth), name=f"{name}_rptr")
             wlane = Signal(max(1, wb_log), name=f"{name}_wlane")
@@ -407,6 +412,8 @@ class Bridge(wiring.Component):
             m.d.sync += [stored.eq(stored + done - fetch),
                          level.eq(level + done - (port.valid & port.ready))]
             m.d.comb += free[name].eq(depth - level)
+            with m.If(flush):
+                m.d.sync += [wptr.eq(0), rptr.eq(0), wlane.eq(0), stored.eq(0), level.eq(0)]
             byte_q[name] = (we, w.data)
 
         # -- staging buffer --
@@ -419,7 +426,6 @@ class Bridge(wiring.Component):
         rep_type = Signal(8)
         rep_seq = Signal(8)
         rep_reason = Signal(8)
-        out_seq_reset = Signal()
 
         # ================= receive path =================
         count = Signal(range(max_body + 1))              # body bytes stored
@@ -565,7 +571,6 @@ class Bridge(wiring.Component):
                 with m.Elif(ftype == Type.HELLO):
                     post(Type.INFO, fseq)
                     m.d.sync += expect.eq(fseq + 1)
-                    m.d.comb += out_seq_reset.eq(1)
                 with m.Elif(ftype == Type.POLL):
                     post(Type.ACK, fseq)
                 with m.Elif(addr_bad):
@@ -696,10 +701,17 @@ class Bridge(wiring.Component):
             with m.State("IDLE"):
                 m.d.sync += [idx.eq(0), esc_sent.eq(0), tcrc.eq(0xFFFF)]
                 with m.If(rep_pending):
+                    is_info = rep_type == Type.INFO
+                    # INFO: the queues are emptied in this very cycle (flush), so its
+                    # credits are the full depths
+                    full = Const(int.from_bytes(self.info.credits.pack(), "little"),
+                                 8 * CREDIT_BYTES)
+                    m.d.comb += flush.eq(is_info)
                     m.d.sync += [src.eq(SRC_REPLY), tx_type.eq(rep_type), tx_seq.eq(rep_seq),
                                  tx_reason.eq(rep_reason), rep_pending.eq(0),
-                                 credits.eq(Cat(free["cmd"], free["host"], free["link"],
-                                                free["ext"])),
+                                 credits.eq(Mux(is_info, full,
+                                                Cat(free["cmd"], free["host"], free["link"],
+                                                    free["ext"]))),
                                  plen_tx.eq(Mux(rep_type == Type.INFO, INFO_BYTES,
                                                 Mux(rep_type == Type.NAK, 1 + CREDIT_BYTES,
                                                     CREDIT_BYTES)))]
@@ -737,9 +749,9 @@ class Bridge(wiring.Component):
                                  self.link_o.ready.eq(src == SRC_LINK)]
                     m.next = "IDLE"
 
-        # HELLO's reset wins over an OUT / LINK_O frame numbered in the same cycle (that frame
-        # counts as sent before the HELLO)
-        with m.If(out_seq_reset):
-            m.d.sync += out_seq.eq(0)
+        # the output counter restarts with the INFO: the first OUT / LINK_O frame after it
+        # is numbered 0 (the INFO is taken in IDLE, so no output is numbered this cycle)
+        with m.If(flush):
+            m.d.sync += [out_seq.eq(0), last_out.eq(0)]
         m.d.comb += self.busy.eq(rx_busy | tx_busy)
         return m

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 __all__ = ["VERSION", "FLAG", "ESC", "Type", "Reason", "Frame", "FrameError", "Credits",
            "Info", "crc16", "stuff", "encode_frame", "decode_body", "Deframer",
            "pack_words", "unpack_words", "max_body_bytes", "CREDIT_BYTES", "INFO_BYTES",
-           "BridgeModel", "ADDR_BYTES", "EXT_STREAM_BYTES", "CMD_BYTES"]
+           "BridgeModel", "ADDR_BYTES", "EXT_STREAM_BYTES", "CMD_BYTES", "check_int"]
 
 #: Protocol version carried by INFO.
 VERSION = 1
@@ -308,12 +308,18 @@ CMD_BYTES = 16
 _U16, _U32 = 0xFFFF, 0xFFFFFFFF
 
 
-def _depth(name, value, lo=1, hi=None):
+def check_int(name, value, lo=1, hi=None):
+    """``value`` if it is an integer (not a bool) in ``lo..hi`` (``hi`` None: no upper
+    bound), else ``ValueError`` naming ``name`` and the range expected. Shared by the model's
+    and the RTL bridge's (:mod:`elmoe3d.hw.bridge`) parameter checks."""
     if not isinstance(value, int) or isinstance(value, bool) or value < lo or \
             (hi is not None and value > hi):
         rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
         raise ValueError(f"{name}: expected an integer {rng}, got {value!r}")
     return value
+
+
+_depth = check_int
 
 
 class BridgeModel:
@@ -363,9 +369,16 @@ class BridgeModel:
     7. room (CMD / HOST / LINK: n entries; EXT_STREAM: one descriptor) -> NAK BUSY.
 
     An accepted frame is applied whole, ``expect`` advances (mod 256) and the ACK carries
-    its seq. HELLO (empty) sets ``expect = seq + 1`` and the output counter to 0, and is
-    answered by INFO; POLL by ACK; neither is "applied". Credits in every reply are the free
-    entries when the reply is formed (after applying the frame).
+    its seq. HELLO (empty) is a soft reset of the board's PE side: it empties the CMD, HOST
+    and LINK FIFOs and the EXT_STREAM queue (the board also resets its PE, load router and
+    stand-in readers; the stand-in memories keep their contents), sets ``expect = seq + 1``
+    and the output counter to 0 (:attr:`hello_resets` counts them), and is answered by INFO
+    with full credits; POLL by ACK; neither is "applied". Credits in every reply are the free
+    entries when the reply is formed (after applying the frame). The board restarts its
+    output counter when its transmitter takes the INFO: an output frame already being sent
+    then keeps the old numbering, the first one after the INFO is number 0 (a bench that
+    numbers outputs with :meth:`push_o` while a HELLO is in flight sets :attr:`out_seq` to 0
+    when the INFO leaves).
 
     State a test (the fake PE) uses: the FIFOs :attr:`cmd`, :attr:`host`, :attr:`link` (deques
     of ints) and :attr:`ext` (deque of ``(addr, words)``): pop entries to free room; the
@@ -403,6 +416,7 @@ class BridgeModel:
         self.replies = 0
         self.expect = 0
         self.out_seq = 0
+        self.hello_resets = 0
         self.deframer = Deframer(max_body=self.max_body)
 
     @property
@@ -477,6 +491,11 @@ class BridgeModel:
         if not self._length_ok(kind, p):
             return self._nak(seq, Reason.LENGTH)
         if kind == Type.HELLO:
+            # a soft reset of the board's PE side: the queues emptied (the INFO's credits
+            # are the full depths), the output counter restarted; the stand-ins kept
+            for q in (self.cmd, self.host, self.link, self.ext):
+                q.clear()
+            self.hello_resets += 1
             self.expect = (seq + 1) % 256
             self.out_seq = 0
             self.replies += 1

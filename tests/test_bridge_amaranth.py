@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections import deque
 
 import pytest
 from amaranth.sim import Simulator
@@ -19,8 +20,10 @@ from hypothesis import strategies as st
 
 from elmoe3d.config import preset
 from elmoe3d.hw.bridge import Bridge
-from elmoe3d.sw.bridge import (ESC, FLAG, BridgeModel, Reason, Type, crc16, encode_frame,
-                               pack_words, stuff)
+from elmoe3d.sim.amaranth_streams import StreamSink
+from elmoe3d.sw.bridge import (CREDIT_BYTES, ESC, FLAG, BridgeModel, Credits, Deframer,
+                               FrameError, Info, Reason, Type, crc16, encode_frame, pack_words,
+                               stuff)
 
 SMALL = preset("small")
 W = SMALL.pe.word_bits
@@ -70,20 +73,38 @@ class Run:
     to go idle; ``("drain", target, k)`` -- pop ``k`` entries of ``target`` (cmd, host,
     link, ext) from both; ``("o", kind, data)`` / ``("link_o", word)`` -- queue a PE output
     (sent whenever the bridge takes it); ``("settle",)`` -- wait until every queued output was
-    sent."""
+    sent.
+
+    HELLO's soft reset (``soft_reset``, one cycle as the INFO leaves): the queued outputs not
+    yet taken are dropped (the PE is reset on the board), and the model's output counter is
+    set to 0 when the INFO frame has left (the model restarts it as it answers the HELLO,
+    which is earlier than the bridge: the output frame being sent then keeps the old
+    numbering).
+
+    ``drain_stall`` (None: entries leave only by ``drain`` ops): the CMD / HOST / LINK /
+    EXT_STREAM ports are drained all the time by :class:`StreamSink` s (not ready with that
+    probability; stream rule checked), also while frames are being received and copied; each
+    entry taken is compared with the model's next one, which the model then pops too. The
+    model then judges each frame with at most the room the bridge has (it pops later), so
+    replies are compared with their credits cut off, and each reply's credits must satisfy
+    model <= got <= depth. The scenario must not send a frame the model would NAK BUSY."""
 
     TARGETS = ("cmd", "host", "link", "ext")
 
-    def __init__(self, bridge, model, *, seed=0, idle=0.0, stall=0.0):
+    def __init__(self, bridge, model, *, seed=0, idle=0.0, stall=0.0, drain_stall=None):
         self.bridge, self.model = bridge, model
         self.rng = random.Random(seed)
         self.idle, self.stall = idle, stall
+        self.drain_stall = drain_stall
         self.tx = bytearray()
         self.popped = {t: [] for t in self.TARGETS}
         self.model_popped = {t: [] for t in self.TARGETS}
         self.hb_writes, self.ext_writes = [], []
         self.want_replies = []
         self.want_outs = []                  # the model's OUT / LINK_O frames, in hw order
+        self.dropped_outputs = 0             # queued outputs dropped by a soft reset
+        self.soft_resets = []                # cycles of the soft-reset pulse
+        self.pop_cycles = {t: [] for t in self.TARGETS}
         self.cycles = 0
 
     def port(self, target):
@@ -94,6 +115,23 @@ class Run:
         b = self.bridge
         rng = self.rng
         ops = list(ops)
+        concurrent = self.drain_stall is not None
+        sinks = {}
+        if concurrent:
+            srng = random.Random(rng.random())
+            sinks = {t: StreamSink(self.port(t), srng, self.drain_stall, t)
+                     for t in self.TARGETS}
+        shadow = {t: deque() for t in self.TARGETS}   # entries the bridge still holds
+        tx_sink = StreamSink(b.tx, rng, self.stall, "tx")
+
+        def value_of(t, ctx):
+            p = self.port(t)
+            if t == "cmd":
+                return ctx.get(p.payload.as_value())
+            v = ctx.get(p.payload)
+            if t == "ext":
+                return (v["addr"], v["words"])
+            return v
 
         async def bench(ctx):
             rxq = []
@@ -103,6 +141,7 @@ class Run:
             waiting = None
             rx_valid = False
             cycle = 0
+            cur = None                               # the tx frame being received
             while True:
                 # -- next op when the previous is done --
                 if waiting is None and op_i < len(ops):
@@ -110,9 +149,17 @@ class Run:
                     op_i += 1
                     if op[0] == "frame":
                         rxq.extend(op[1])
+                        before = {t: len(self.model.applied[t]) for t in self.TARGETS}
+                        out_seq = self.model.out_seq
+                        resets = self.model.hello_resets
                         self.want_replies.extend(self.model.receive(op[1]))
+                        if self.model.hello_resets != resets:
+                            self.model.out_seq = out_seq   # restarted when the INFO leaves
+                        for t in self.TARGETS:
+                            shadow[t].extend(self.model.applied[t][before[t]:])
                         waiting = "frame"
                     elif op[0] == "drain":
+                        assert not concurrent
                         _, target, k = op
                         fifo = self.model.fifo(target)
                         k = min(k, len(fifo))
@@ -131,8 +178,7 @@ class Run:
                 ctx.set(b.rx.valid, rx_valid)
                 if rx_valid:
                     ctx.set(b.rx.payload, rxq[0])
-                tx_ready = rng.random() >= self.stall
-                ctx.set(b.tx.ready, tx_ready)
+                tx_sink.drive(ctx)
                 ctx.set(b.o.valid, bool(oq))
                 if oq:
                     ctx.set(b.o.payload.kind, oq[0][0])
@@ -141,32 +187,67 @@ class Run:
                 if lq:
                     ctx.set(b.link_o.payload, lq[0])
                 for t in self.TARGETS:
-                    ctx.set(self.port(t).ready, to_pop[t] > 0)
+                    if concurrent:
+                        sinks[t].drive(ctx)
+                    else:
+                        ctx.set(self.port(t).ready, to_pop[t] > 0)
                 # -- sample --
                 if rx_valid and ctx.get(b.rx.ready):
                     rxq.pop(0)
                     rx_valid = False
-                if tx_ready and ctx.get(b.tx.valid):
-                    self.tx.append(ctx.get(b.tx.payload))
-                # the model numbers an output when the bridge takes it (after the frames
-                # fed so far: the scenarios settle outputs before a HELLO)
+                n_tx = len(tx_sink.got)
+                tx_sink.sample(ctx, cycle)
+                if len(tx_sink.got) > n_tx:
+                    byte = tx_sink.got[-1]
+                    self.tx.append(byte)
+                    if cur is None:
+                        cur = bytearray((byte,))
+                    else:
+                        cur.append(byte)
+                        if byte == FLAG:
+                            if frame_type(bytes(cur)) == Type.INFO:
+                                self.model.out_seq = 0
+                            cur = None
+                # the model numbers an output when the bridge takes it
                 if oq and ctx.get(b.o.ready):
                     self.want_outs.append(self.model.push_o(*oq.pop(0)))
                 if lq and ctx.get(b.link_o.ready):
                     self.want_outs.append(self.model.push_link_o(lq.pop(0)))
                 for t in self.TARGETS:
                     p = self.port(t)
-                    if to_pop[t] and ctx.get(p.valid):
-                        v = ctx.get(p.payload)
-                        if t == "cmd":
-                            v = ctx.get(p.payload.as_value())
-                        elif t == "ext":
-                            v = (v["addr"], v["words"])
+                    if concurrent:
+                        n = len(sinks[t].got)
+                        sinks[t].sample(ctx, cycle)
+                        taken = len(sinks[t].got) > n
+                        if taken:
+                            v = value_of(t, ctx)
+                    else:
+                        taken = bool(to_pop[t] and ctx.get(p.valid))
+                        if taken:
+                            v = value_of(t, ctx)
+                            to_pop[t] -= 1
+                    if taken:
                         self.popped[t].append(v)
-                        to_pop[t] -= 1
+                        self.pop_cycles[t].append(cycle)
+                        if concurrent:
+                            assert shadow[t], f"cycle {cycle}: {t}: an entry never applied"
+                            self.model_popped[t].append(shadow[t].popleft())
+                            mf = self.model.fifo(t)
+                            if len(mf) > len(shadow[t]):
+                                mf.popleft()
                 for wr, log in ((b.hb_write, self.hb_writes), (b.ext_write, self.ext_writes)):
                     if ctx.get(wr.en):
                         log.append((ctx.get(wr.addr), ctx.get(wr.lane), ctx.get(wr.data)))
+                if ctx.get(b.soft_reset):
+                    # the PE is reset with the queues: its outputs not yet taken are lost
+                    self.soft_resets.append(cycle)
+                    self.dropped_outputs += len(oq) + len(lq)
+                    oq.clear()
+                    lq.clear()
+                    for t in self.TARGETS:
+                        shadow[t].clear()
+                        if concurrent:
+                            sinks[t].held = None
                 busy = ctx.get(b.busy)
                 # -- op completion --
                 if waiting == "frame":
@@ -181,7 +262,8 @@ class Run:
                 elif waiting == "settle":
                     if not oq and not lq and not busy:
                         waiting = None
-                if waiting is None and op_i == len(ops) and not oq and not lq and not busy:
+                if waiting is None and op_i == len(ops) and not oq and not lq and not busy \
+                        and not (concurrent and any(shadow.values())):
                     break
                 await ctx.tick()
                 cycle += 1
@@ -202,7 +284,20 @@ class Run:
     def check(self):
         frames = split_frames(bytes(self.tx))
         replies = [f for f in frames if frame_type(f) in (Type.ACK, Type.NAK, Type.INFO)]
-        assert replies == self.want_replies
+        if self.drain_stall is None:
+            assert replies == self.want_replies
+        else:
+            assert len(replies) == len(self.want_replies)
+            for k, (got, want) in enumerate(zip(replies, self.want_replies)):
+                got_f, want_f = unframe(got), unframe(want)
+                n = len(want_f.payload) - CREDIT_BYTES
+                assert (got_f.type, got_f.seq, got_f.payload[:n]) == \
+                    (want_f.type, want_f.seq, want_f.payload[:n]), f"reply {k}"
+                g = Credits.unpack(got_f.payload[n:])
+                w = Credits.unpack(want_f.payload[n:])
+                for t in self.TARGETS:
+                    assert getattr(w, t) <= getattr(g, t) <= self.model.depths[t], \
+                        f"reply {k}: {t} credits {getattr(g, t)}, model {getattr(w, t)}"
         outs = [f for f in frames if frame_type(f) in (Type.OUT, Type.LINK_O)]
         assert outs == self.want_outs
         assert len(frames) == len(replies) + len(outs)
@@ -212,6 +307,13 @@ class Run:
         assert words_written(self.hb_writes) == self.model.hb_mem
         assert words_written(self.ext_writes) == self.model.ext_mem
         return frames
+
+
+def unframe(frame: bytes):
+    """One wire frame (FLAG .. FLAG) -> :class:`~elmoe3d.sw.bridge.Frame`."""
+    (item,) = Deframer().feed(frame)
+    assert not isinstance(item, FrameError), item
+    return item
 
 
 def words_written(log) -> dict:
@@ -336,7 +438,7 @@ def test_every_type_and_corners():
     # every reason exercised
     assert set(naks) == set(Reason), naks
     assert model.applied["cmd"] and model.applied["host"] and model.applied["link"]
-    assert model.applied["ext"] == [(3, 5), (0, 8), (0, 8)][:len(model.applied["ext"])]
+    assert model.applied["ext"] == [(3, 5), (0, 8)]
     assert len(model.hb_mem) == 3 and len(model.ext_mem) == 1
     assert any(frame_type(f) == Type.INFO for f in frames)
 
@@ -375,6 +477,101 @@ def test_largest_frame_config_and_status():
     run = Run(bridge, model, seed=4).run(ops)
     run.check()
     assert model.naks[Reason.ADDR] == 1 and len(model.applied["cmd"]) == 64
+
+
+@pytest.mark.parametrize("seed,stall", [(6, 0.0), (7, 0.5), (8, 0.3)])
+def test_hello_soft_reset_with_output_stream(seed, stall):
+    """HELLO while the FIFOs hold entries and a continuous ``o`` / ``link_o`` stream is being
+    sent: the INFO's credits are the full depths, nothing queued before the HELLO comes out
+    of the FIFOs afterwards, one soft-reset pulse, the outputs not yet taken are dropped (the
+    PE is reset), and the output counter restarts with the INFO: every output frame before
+    it keeps the old numbering, the first after it is number 0 (the model's counter is reset
+    when the INFO leaves, so an output numbered 0 ahead of the INFO would not match)."""
+    rng = random.Random(seed)
+    bridge, model = make()
+    ops = [fr(Type.HELLO, 0), fr(Type.CMD, 1, cmd_bytes(rng, 2)),
+           fr(Type.HOST, 2, pack_words(words(rng, 3), W)),
+           fr(Type.LINK, 3, pack_words(words(rng, 2), W)),
+           fr(Type.EXT_STREAM, 4, struct.pack("<II", 1, 2)),
+           ("o", 0, rng.getrandbits(W)), ("o", 1, rng.getrandbits(W)),
+           ("link_o", rng.getrandbits(W))]
+    ops += [("o", k & 1, rng.getrandbits(W)) for k in range(12)]
+    ops += [("link_o", rng.getrandbits(W)) for _ in range(4)]
+    ops += [fr(Type.HELLO, 40),                                  # while outputs stream out
+            ("o", 1, rng.getrandbits(W)), ("link_o", rng.getrandbits(W)), ("settle",),
+            fr(Type.HOST, 41, pack_words(words(rng, 1), W)), *drain_all(), fr(Type.POLL, 0)]
+    run = Run(bridge, model, seed=seed, stall=stall).run(ops)
+    frames = run.check()
+    infos = [k for k, f in enumerate(frames) if frame_type(f) == Type.INFO]
+    assert len(infos) == 2 and len(run.soft_resets) == 2
+    info = Info.unpack(unframe(frames[infos[1]]).payload)
+    assert info.credits == bridge.info.credits                   # full although not drained
+    # nothing applied before the second HELLO came out; the HOST word after it did
+    assert run.popped["cmd"] == [] and run.popped["link"] == [] and run.popped["ext"] == []
+    assert run.popped["host"] == model.applied["host"][-1:]
+    outs = [(k, unframe(f)) for k, f in enumerate(frames) if frame_type(f) in
+            (Type.OUT, Type.LINK_O)]
+    before = [f.seq for k, f in outs if k < infos[1]]
+    after = [f.seq for k, f in outs if k > infos[1]]
+    assert before == list(range(len(before))) and after == [0, 1]
+    assert before and run.dropped_outputs > 0                    # the stream was cut
+
+
+@pytest.mark.parametrize("seed,stall,drain", [(9, 0.0, 0.0), (10, 0.4, 0.5), (11, 0.2, 0.8)])
+def test_entries_drained_while_frames_arrive(seed, stall, drain):
+    """The CMD / HOST / LINK / EXT_STREAM ports drained all the time (random stalls, stream
+    rule checked), also while frames are received, checked and copied: every entry equal to
+    the model's, in order; each reply's credits between the model's (which pops no earlier
+    than the bridge) and the depth. The frames are sized by the model's credits, as the
+    driver does, plus one HELLO in the middle (its INFO credits full)."""
+    rng = random.Random(seed)
+    bridge, model = make()
+    scratch = make_model()
+    ops = []
+
+    def add(op):                     # the scratch model drains after every frame
+        ops.append(op)
+        scratch.receive(op[1])
+        for t in Run.TARGETS:
+            scratch.fifo(t).clear()
+
+    add(fr(Type.HELLO, 0))
+    for k in range(24):
+        if k == 12:
+            add(fr(Type.HELLO, 99))
+            continue
+        seq = scratch.expect
+        t = rng.choice([Type.CMD, Type.HOST, Type.LINK, Type.EXT_STREAM, Type.HB_WRITE])
+        if t == Type.CMD:
+            payload = cmd_bytes(rng, rng.randint(1, 2))
+        elif t in (Type.HOST, Type.LINK):
+            payload = pack_words(words(rng, rng.randint(1, 2)), W)
+        elif t == Type.HB_WRITE:
+            payload = addr_words(rng.randint(0, 10), words(rng, 2))
+        else:
+            payload = struct.pack("<II", rng.randint(0, 4), rng.randint(1, 4))
+        add(fr(t, seq, payload))
+    # at most 2 entries a frame against depths of 2 (EXT queue: 1 a frame) and more: with the
+    # sinks draining, no frame meets a full FIFO (asserted: no BUSY, so the seqs hold)
+    run = Run(bridge, model, seed=seed, stall=stall, drain_stall=drain).run(ops)
+    run.check()
+    assert not model.naks[Reason.BUSY]
+    for t in Run.TARGETS:
+        assert run.popped[t], t
+    assert len(run.soft_resets) == 2
+
+
+def test_word_fifo_rate():
+    """A HOST / LINK FIFO drained with ``ready`` high delivers one word every W/8 + 2 cycles
+    (the next fetch starts as the word on offer is taken)."""
+    rng = random.Random(12)
+    bridge, model = make(host_depth=5)
+    ops = [fr(Type.HELLO, 0), fr(Type.HOST, 1, pack_words(words(rng, 3), W)),
+           fr(Type.HOST, 2, pack_words(words(rng, 2), W)), ("drain", "host", 5)]
+    run = Run(bridge, model, seed=12).run(ops)
+    run.check()
+    c = run.pop_cycles["host"]
+    assert [b - a for a, b in zip(c, c[1:])] == [WB + 2] * 4
 
 
 # -- random sequences ----------------------------------------------------------------------
