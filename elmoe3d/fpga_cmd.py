@@ -4,7 +4,7 @@
 
     elmoe3d fpga [--board NAME] [--config NAME|auto|default] [--json F] [--seed N]
                  [--hb-words N] [--ext-words N] [--baud B] [--max-runs N]
-                 [--estimate-only] [--no-asic] [--list-boards]
+                 [--estimate-only] [--force] [--no-asic] [--list-boards]
 
 ``make fpga BOARD=ulx3s-85f [CONFIG=...]`` runs it. The board top
 (:class:`elmoe3d.hw.board.BoardPlatformTop`: UART bridge, load router, one PE, HB / EXT
@@ -18,8 +18,10 @@ report), ``top.rpt`` / ``top.tim`` / ``build.log`` (Yosys, nextpnr, the build sc
 :data:`elmoe3d.synth.fpga.FPGA_CONFIGS`; the board's fit search if it has none), ``auto``
 (the fit search: Yosys estimates of the candidates, largest first; the largest that fits is
 built, and what limits it is reported), a named configuration, or a preset of
-:mod:`elmoe3d.config` (one PE of it). ``--estimate-only`` stops after the estimate (no
-place-and-route). The report: utilization (used / available / % of LUT4 positions,
+:mod:`elmoe3d.config` (one PE of it). Every configuration is estimated first (Yosys alone,
+cached with its netlist, which the build then takes: no second Yosys run); one that does not
+fit stops there with one line (``--force`` places and routes it anyway: nextpnr's verdict).
+``--estimate-only`` stops after the estimate. The report: utilization (used / available / % of LUT4 positions,
 flip-flops, MULT18X18D, DP16KD and every other cell type used), fmax per clock against its
 constraint, the step times, and beside them the ASIC area roll-up of the same PE
 configuration (:mod:`elmoe3d.synth`, cached in ``build/synth``; ``--no-asic`` skips it).
@@ -62,6 +64,8 @@ def configure(parser) -> None:
                         help="most Yosys estimates the fit search runs (default 4)")
     parser.add_argument("--estimate-only", action="store_true",
                         help="stop after the Yosys estimate (no place and route)")
+    parser.add_argument("--force", action="store_true",
+                        help="place and route even when the estimate says it does not fit")
     parser.add_argument("--no-asic", action="store_true",
                         help="leave out the ASIC area roll-up of the same configuration")
     parser.add_argument("--list-boards", action="store_true",
@@ -155,16 +159,26 @@ def run(args) -> int:
     say(f"elmoe3d fpga: {bd.name} ({bd.device.name}), configuration {cfg.name} ({source}): "
         f"{fpga._describe(cfg)}")
 
+    if doc["estimate"] is None:
+        say("elmoe3d fpga: Yosys estimate of the board top (cached; the build takes its netlist)")
+        est = fpga.estimate(fpga.board_top(cfg), bd.platform(),
+                            script_after_read=cfg.script_after_read)
+        say(f"  {fpga._est_line(est)}"
+            + ("  (cached)" if est.cached else f"  ({est.seconds:.0f} s)"))
+        doc["estimate"] = est.to_json()
+    est = doc["estimate"]
     if args.estimate_only:
-        if doc["estimate"] is None:
-            est = fpga.estimate(fpga.board_top(cfg), bd.platform(),
-                                script_after_read=cfg.script_after_read)
-            say(f"  estimate: {fpga._est_line(est)}")
-            doc["estimate"] = est.to_json()
         doc["seconds"] = round(time.monotonic() - started, 1)
         write_json(json_path, doc)
         say(f"elmoe3d fpga: estimate only (no place and route); JSON: {json_path}")
         return 0
+    if not est["fits"] and not args.force:
+        lim = est["limit"]
+        raise UserError(
+            f"{cfg.name} does not fit {bd.name} ({bd.device.name}): {lim} "
+            f"{est['used'][lim]:,} of {est['available'][lim]:,} ({est['pct'][lim]:.1f} %, "
+            f"allowed {90 if lim == 'TRELLIS_COMB' else 100} %) by the Yosys estimate; "
+            f"--force places and routes it anyway")
 
     if not args.no_asic:
         doc["asic"] = asic_rollup(cfg.arch, say=say)

@@ -293,3 +293,33 @@ def test_unreadable_report(tmp_path):
     p.write_text('{"utilization": {}}')
     with pytest.raises(fpga.FpgaToolError, match="unreadable report"):
         fpga.parse_report(p)
+
+
+def test_cli_refuses_what_does_not_fit(capsys, tmp_path, monkeypatch):
+    """The estimate comes first; a configuration over the margin stops with one line (the
+    cell counts are the board top's measured estimate on the 85F, 1,024-word stand-ins)."""
+    cells = {"CCU2C": 7589, "DP16KD": 243, "LUT4": 98291, "MULT18X18D": 50,
+             "TRELLIS_DPR16X4": 1087, "TRELLIS_FF": 24551}
+    seen = []
+
+    def fake_estimate(top, platform, **kw):
+        seen.append((top, type(platform).__name__, kw))
+        return fpga.estimate_from_stat(cells, fpga.DEVICES[platform.device])
+
+    monkeypatch.setattr(fpga, "estimate", fake_estimate)
+    monkeypatch.setattr(fpga, "board_top", lambda cfg: ("top of", cfg.name))
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["fpga", "--no-asic"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1
+    assert ("fpga-ulx3s-85f does not fit ulx3s-85f (LFE5U-85F): TRELLIS_COMB 119,991 of "
+            "83,640 (143.5 %, allowed 90 %)") in err and "--force" in err
+    assert seen == [(("top of", "fpga-ulx3s-85f"), "ULX3S_85F_Platform",
+                     {"script_after_read": fpga.BOOTH_SCRIPT})]
+    assert not (tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json").exists()
+    # --estimate-only writes the estimate and its verdict
+    rc = cli.main(["fpga", "--estimate-only", "--json", str(tmp_path / "e.json")])
+    assert rc == 0
+    doc = json.loads((tmp_path / "e.json").read_text())
+    assert doc["estimate"]["fits"] is False and doc["estimate"]["limit"] == "TRELLIS_COMB"
+    assert doc["estimate"]["used"]["DP16KD"] == 243
