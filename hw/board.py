@@ -141,7 +141,13 @@ class BoardTop(wiring.Component):
     frame_words : int
         The bridge's staging buffer in W-bit words (:class:`~elmoe3d.hw.bridge.Bridge`).
     cmd_depth, host_depth, link_depth, ext_depth, rx_fifo_bytes : int
-        The bridge's queues (:class:`~elmoe3d.hw.bridge.Bridge`).
+        The bridge's queues (:class:`~elmoe3d.hw.bridge.Bridge`; ``rx_fifo_bytes`` assumes
+        a stop-and-wait host, as :class:`elmoe3d.sw.fpga.FpgaBoard` is).
+
+    HELLO is a soft reset of the PE side: the bridge's ``soft_reset`` pulse (as its INFO
+    reply leaves) resets the load router and the PE (``ResetInserter``) and the HB reader
+    and EXT streamer, while the bridge empties its FIFOs and queue; the stand-in memories
+    keep their contents. The LEDs' sticky bits are kept (power-on reset only).
 
     Attributes: :attr:`divisor`, :attr:`bridge_params` (the bridge's keyword arguments, for a
     host model of this board), the sub-blocks after construction (``uart_rx_block``,
@@ -308,8 +314,12 @@ class BoardPlatformTop(Elaboratable):
         As :class:`BoardTop`.
     **board : further :class:`BoardTop` parameters (queue depths).
 
-    Raises ``ValueError`` (at elaboration) if the baud rate does not suit the platform clock;
-    ``TypeError`` / ``ValueError`` at construction for a bad ``config`` or size.
+    Checked at construction (``TypeError`` / ``ValueError`` naming the parameter):
+    ``config`` (an ArchConfig or PEConfig), ``hb_words`` and ``ext_words`` (powers of two),
+    ``baud`` (a positive integer). Checked at elaboration, when the platform's clock is
+    known (``ValueError`` from :class:`BoardTop`): ``baud`` against the clock
+    (:func:`uart_divisor`), ``frame_words`` and the ``**board`` queue depths (the bridge's
+    ranges), and a ``platform`` of None.
     """
 
     def __init__(self, *, config, baud: int = 1_000_000, hb_words: int = 512,

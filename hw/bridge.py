@@ -29,8 +29,22 @@ two alternating when both wait; arbitration only between frames. OUT and LINK_O 
 the output sequence counter (one for both, +1 per frame, reset by HELLO). The ``o`` beat or
 ``link_o`` word is read in place, one byte a cycle, and taken (``ready``) as the frame's
 closing flag is sent: no W-bit copy register. Reply credits are the free entries of the four
-queues sampled when the reply frame starts (free space only grows between the check and that
-moment, so they never overstate the room).
+queues sampled when the reply frame starts: they never exceed the room when sampled, and
+the room only grows after that (the consumers drain) until the host's next frame is
+applied, so a host that trusts them is never NAKed BUSY.
+
+HELLO (soft reset)
+------------------
+An accepted HELLO sets ``expect = seq + 1`` at the check and posts INFO. When the
+transmitter takes that INFO (between frames: no OUT / LINK_O frame is being sent, and the
+receive path is waiting for the reply slot, so no copy is in flight) the bridge raises
+``soft_reset`` for one cycle: the CMD / HOST / LINK FIFOs and the EXT_STREAM queue are
+emptied, the output counter restarts (the first OUT / LINK_O frame after the INFO is number
+0; one already being sent when the HELLO was checked leaves before the INFO with the old
+numbering), and the board top resets the PE, the load router and the stand-in readers with
+the pulse (a PE output not yet being framed is dropped). The INFO's credits are the full
+depths. The stand-in memories keep their contents. So a HELLO gives a clean board whatever
+state a previous host left it in (mid-program, stuck mid-LOAD).
 
 Resources (why it is this shape): byte-wide block RAM for the staging buffer and the HOST /
 LINK FIFOs (yosys wraps a W-wide two-port block RAM in about 530 LUT4 and 510-1030 FF of
@@ -202,10 +216,15 @@ class Bridge(wiring.Component):
         Sticky: a NAK was sent since reset.
     busy : Out(1)
         A frame is being received, checked or copied, or a frame is being sent.
+    soft_reset : Out(1)
+        One-cycle pulse as the transmitter takes a HELLO's INFO reply (module docstring):
+        the board top's reset of the PE side.
 
     Latency and throughput
     ----------------------
-    One body byte per cycle in (the UART delivers one per ``10 * divisor`` cycles); from the
+    One body byte per cycle in (the UART delivers one per ``10 * divisor`` cycles); the HOST
+    and LINK FIFOs deliver one word every ``W/8 + 2`` cycles when their consumer is always
+    ready (``tests/test_bridge_amaranth.py`` measures it); from the
     closing flag leaving the byte FIFO to the reply posted: 3 cycles (wait for a free reply
     slot, check, post) for a frame not applied, plus the copy (its payload bytes + about 3
     cycles) for an applied one. A reply frame starts as soon as the
@@ -215,15 +234,22 @@ class Bridge(wiring.Component):
     Parameters
     ----------
     config : ArchConfig or PEConfig
-        The PE (W, rows, lanes reported by INFO). W/8 must be a power of two.
+        The PE (W, rows, lanes reported by INFO). W/8 must be a power of two >= 16 (a word
+        at least one 16-byte command; every PE configuration has W = lanes * 128).
     frame_words : int
         Staging buffer: the largest HOST / LINK / HB_WRITE / EXT_WRITE payload in W-bit
-        words (CMD: ``frame_words * W/8`` bytes). :attr:`max_body` bytes of block RAM.
+        words (CMD: ``frame_words * W/8`` bytes), 1..4096. :attr:`max_body` bytes of block
+        RAM.
     cmd_depth, host_depth, link_depth, ext_depth : int
         Entries of the CMD FIFO (commands; >= 2), the HOST and LINK FIFOs (words; >= 2)
         and the EXT_STREAM queue (descriptors; >= 1); at most 65535 (credits are u16).
     rx_fifo_bytes : int
-        Byte FIFO in front of the deframer (>= 2).
+        Byte FIFO in front of the deframer (2..4096). It holds the bytes that arrive while a
+        frame is checked, copied and waits for the reply slot. Sized for a stop-and-wait
+        host (``docs/fpga.md``, "Flow control": one frame in flight, nothing sent until its
+        reply): then only line noise arrives meanwhile. A host that sends the next frame
+        before the reply can fill it during a long copy (``frame_words * W/8`` cycles);
+        the UART then drops bytes (``overruns``) and the frame is NAKed CRC / LENGTH.
     hb_words, ext_words : int
         Depths of the stand-in memories (W-bit words; >= 1): the ADDR check, INFO.
     clk_hz, baud : int

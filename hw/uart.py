@@ -15,9 +15,18 @@ significant first, and a stop bit (1); the idle line is high.
 * :class:`UartTx`: takes a byte when idle and shifts out its ten bits, ``divisor`` cycles
   each; the next byte may follow the stop bit with no idle time.
 
-The receiver samples at ``divisor // 2`` cycles into each bit, so it tolerates a bit-period
-mismatch of roughly +-(divisor/2 - 2) / (9.5 * divisor) (about 4 % at divisor 8, 4.7 % at
-divisor 25); the board keeps its own error at or below 2 %.
+The receiver samples ``divisor // 2`` cycles after the first clock edge that sees the start
+bit's falling edge (through the synchroniser, which delays every sample alike), then every
+``divisor`` cycles: the stop bit at ``s + d//2 + 9 d``, ``s`` in (0, 1] cycle after the
+edge, ``d`` the divisor. For a sender whose bit lasts ``d (1 + e)`` cycles, sending
+characters back to back (the worst case: the next start bit right after the stop bit), that
+sample lies in the stop bit iff ``9 d (1 + e) <= s + d//2 + 9 d < 10 d (1 + e)`` for every
+``s``: ``-(d - d//2 - 1) / (10 d) < e <= (d//2) / (9 d)``, asymmetric: -3.75 / +5.56 % at
+divisor 8, -4.8 / +5.33 % at divisor 25, -2.5 / +5.56 % at divisor 4 (``tests/test_uart.py``
+checks just inside and beyond at 8 and 25). The board keeps its own rate error at or below
+2 % (:func:`elmoe3d.hw.board.uart_divisor`). A low pulse on the idle line shorter than about
+``d//2`` cycles is a glitch: START finds the line high at mid-bit and returns to IDLE, no
+byte and no error.
 """
 
 from __future__ import annotations

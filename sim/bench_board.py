@@ -19,11 +19,27 @@ each group's root-PE FP32 output against ``ref_moe`` bit for bit
 
     {"arch": "small", "divisor": 4, "shape": [hidden, intermediate],
      "sessions": [{"name": "clean", "layers": [[step, layer, group], ...],
-                   "faults": {"flip_rx_frame": N or null, "drop_tx_ack": K or null}}, ...],
+                   "faults": {"flip_rx_frame": N or null, "drop_tx_ack": K or null},
+                   "timeout": seconds (optional),
+                   "stuck": {"layers": [...], "commands": N, "host_words": H,
+                             "link_words": L} (optional)}, ...],
      "timeout": seconds, "deadline": seconds}
 
 Each session is a fresh driver (its own HELLO: the board is left in whatever state the
-previous session left it, as a newly started host finds a board) on a fresh pipe.
+previous session left it, as a newly started host finds a board) on a fresh pipe. With
+``stuck``, an abandoned session comes first on the same pipe (:func:`leave_stuck`: part of a
+program, the PE left waiting mid-LOAD, stale entries in the FIFOs); the session's HELLO is a
+soft reset of the board's PE side, so its programs must still come out bit-exact.
+
+Wall-clock dependence: the driver's reply timeout (``timeout``, per session or global), its
+retransmissions and the deadline are wall-clock time, and the bench sets the driver's
+``baud`` to the simulated bits per wall-clock second (measured every 0.5 s), so that the
+reply waits scale with the simulator's speed. A session whose replies all come in time is
+independent of the machine's load (the clean one, with a 10 s timeout that never fires on a
+fault-free line: a load spike can only cost a retransmission, which the board re-ACKs
+without applying, with :data:`RETRIES` of them). The "faults" session needs one timeout to
+fire (the damaged ACK): its board cycle count includes the cycles simulated while the driver
+waited out its 2 s timeout, so it varies with the simulator's speed; its outputs do not.
 
 The golden layer-steps are rebuilt inside the bench by :func:`golden_layers` (the real
 Mixtral GSM8K routing trace, synthetic weights: the host's compiler as the RTL backend of
@@ -53,7 +69,7 @@ from ..config import ArchConfig, preset
 
 
 __all__ = ["BOARD_PARAMS", "SHAPE", "DEFAULT_SESSIONS", "build_board", "golden_layers",
-           "run_board_bench", "UartLine"]
+           "run_board_bench", "UartLine", "bits_8n1", "leave_stuck"]
 
 #: The BoardTop the bench builds: a 4-cycle bit (the UART's minimum) keeps the simulated wire
 #: short; the stand-ins hold the largest program of the default layer-steps.
@@ -141,10 +157,17 @@ except ImportError:                                      # host side without coc
 #: The driver's idea of the baud rate (bits per wall-clock second) until the bench has
 #: measured the simulator: a slow guess (the board model runs about 15 k cycles/s).
 INITIAL_WALL_BAUD = 1000
+#: Retransmissions of one frame before the driver gives up: generous, so that a load spike
+#: on the machine (a reply that takes longer than the timeout in wall-clock time) costs a
+#: retransmission, which the protocol absorbs (the board re-ACKs a duplicate), never a
+#: failure.
+RETRIES = 10
 
 
-def _bits_8n1(byte):
-    return [0] + [(byte >> i) & 1 for i in range(8)] + [1]
+def bits_8n1(byte, stop=1):
+    """The line levels of one 8N1 character: start 0, eight data bits LSB first, ``stop``
+    (1; 0 makes a framing error). Shared with ``tests/test_uart.py``."""
+    return [0] + [(byte >> i) & 1 for i in range(8)] + [stop]
 
 
 class UartLine:
@@ -191,7 +214,7 @@ class UartLine:
                                 byte ^= 1 << bit
                                 break
                 self.to_board += 1
-                for level in _bits_8n1(byte):
+                for level in bits_8n1(byte):
                     dut.uart_rx.value = level
                     await Timer(self.bit_ns, "ns")
 
@@ -232,6 +255,44 @@ class UartLine:
             self.pipe.write(bytes((byte,)))
 
 
+def leave_stuck(board, arch, stuck, *, shape=SHAPE):
+    """An abandoned session (a host stopped by Ctrl-C or an error mid-program): on ``board``
+    (a fresh :class:`~elmoe3d.sw.fpga.FpgaBoard`), HELLO, then the first ``commands``
+    commands of the first PE program of ``stuck["layers"]`` in one CMD frame, only
+    ``host_words`` of its HOST words and ``link_words`` junk words on ``link_i``: the PE is
+    left waiting in the middle of a LOAD with stale entries in the bridge's FIFOs. With
+    ``hb_past_end``, the first HB LOAD among those commands is moved right after the first
+    command and its ``hb_addr`` set so that it reads past the HB stand-in's end (the
+    out-of-range LED, bit 6). Returns what was sent."""
+    from ..sw.bridge import CMD_BYTES, Type, pack_words
+    from ..sw.fpga import split_program
+    from ..sw.pe_runs import case_ints, pe_cases
+    layers = golden_layers(arch, stuck["layers"], shape=shape)
+    c = case_ints(pe_cases(layers)[0])
+    info = board.hello()
+    split = split_program(c["program"], c["ld"], hb_words=info.hb_words,
+                          ext_words=info.ext_words)
+    wb = info.word_bits
+    cmds = list(split.commands[:int(stuck["commands"])])
+    if stuck.get("hb_past_end"):
+        from ..isa import Op, Source, decode, encode
+        k = next(i for i, w in enumerate(cmds)
+                 if decode(w)[0] == Op.LOAD and decode(w)[1]["src"] == Source.HB)
+        op, fields = decode(cmds.pop(k))
+        fields = {**fields, "hb_addr": info.hb_words - fields["words"] // 2}
+        cmds.insert(1, encode(op, **fields))
+    host = split.host[:int(stuck.get("host_words", 0))]
+    link = [(0x5A << (wb - 8)) | k for k in range(int(stuck.get("link_words", 0)))]
+    sent = {"commands": len(cmds), "host_words": len(host), "link_words": len(link),
+            "hb_past_end": bool(stuck.get("hb_past_end"))}
+    for type_, payload in ((Type.CMD, b"".join(int(x).to_bytes(CMD_BYTES, "little")
+                                               for x in cmds)),
+                           (Type.HOST, pack_words(host, wb)), (Type.LINK, pack_words(link, wb))):
+        if payload and not board._send(type_, payload, f"stuck {type_.name}"):
+            raise RuntimeError(f"stuck {type_.name}: NAKed BUSY")
+    return sent
+
+
 async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
     """One driver session (a fresh :class:`~elmoe3d.sw.fpga.FpgaBoard` on a fresh pipe, its
     own HELLO, the board left as the previous session left it): run the session's layer-steps
@@ -249,12 +310,22 @@ async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
     # The driver waits for a reply ``timeout`` plus twice the frame's wire time at
     # ``board.baud``: the bench sets that to the simulated link's speed in wall-clock terms
     # (measured below), so the waits scale with the simulator's speed.
-    board = FpgaBoard(host_end, config=arch, timeout=timeout, retries=5,
-                      baud=INITIAL_WALL_BAUD)
+    timeout = float(session.get("timeout", timeout))
+    boards = [FpgaBoard(host_end, config=arch, timeout=timeout, retries=RETRIES,
+                        baud=INITIAL_WALL_BAUD)]
+    board = boards[0]
+    stuck = session.get("stuck")
+    if stuck:
+        boards.append(FpgaBoard(host_end, config=arch, timeout=timeout, retries=RETRIES,
+                                baud=INITIAL_WALL_BAUD))
     result = {}
 
     def host():
         try:
+            if stuck:
+                # first an abandoned session on a driver of its own, then the session's
+                # driver: its HELLO must give it a clean board
+                result["stuck"] = leave_stuck(boards[1], arch, stuck, shape=shape)
             result["out"] = run_host_fpga(layers, arch, board, deadline_s=deadline)
         except Exception as exc:                         # reported in the summary
             result["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
@@ -262,6 +333,7 @@ async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
     dut._log.info("session %s: jobs %s, faults %s", name, session["layers"], faults)
     tasks = [cocotb.start_soon(line.send()), cocotb.start_soon(line.receive())]
     start = streams.cycle()
+    leds_before = int(dut.leds.value)
     wall = time.perf_counter()
     th = threading.Thread(target=host, name=f"fpga-driver-{name}", daemon=True)
     th.start()
@@ -271,7 +343,8 @@ async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
         now = time.perf_counter()
         if now - mark[1] >= 0.5:
             rate = (streams.cycle() - mark[0]) / (now - mark[1])
-            board.baud = max(100.0, rate / divisor)      # bits per wall-clock second
+            for b in boards:                             # bits per wall-clock second
+                b.baud = max(100.0, rate / divisor)
             mark = (streams.cycle(), now)
     line.running = False
     for t in tasks:
@@ -302,7 +375,9 @@ async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
                     "board_cycles": cycles, "wall_seconds": wall,
                     "bytes_to_board": line.to_board, "bytes_from_board": line.from_board,
                     "flipped": line.flipped, "dropped": line.dropped, "totals": totals,
-                    "faults": faults, "wall_baud": board.baud})
+                    "faults": faults, "wall_baud": board.baud, "timeout": timeout,
+                    "stuck": result.get("stuck"), "leds_before": leds_before,
+                    "leds_after": int(dut.leds.value)})
     return records
 
 
@@ -339,7 +414,11 @@ if cocotb is not None:
 # -- host side -------------------------------------------------------------------------------
 
 #: Default sessions: "clean", the 1-token draft step 2 of layer 15, group 1 (both PEs: HB and
-#: HOST loads, link words both ways); "faults", the 1-token autoregressive step 0, group 0
+#: HOST loads, link words both ways), after an abandoned session (:func:`leave_stuck`: the
+#: first 4 commands of its first program, CLEAR and three LOADs -- its HB LOAD moved second
+#: and reading past the HB stand-in's end, which lights the sticky LED 6 -- with 1 of the 2
+#: HOST words the two HOST LOADs need, and a junk LINK word: the PE waits mid-LOAD) that its
+#: HELLO must clear; "faults", the 1-token autoregressive step 0, group 0
 #: (its root PE: EXT and HOST loads, 102 EXT words; the other PE: psums on link_o) with one
 #: bit flipped in the host's 9th frame (after the HELLO and the seven EXT_WRITEs: the first
 #: command / data frame) and the board's 10th ACK damaged (its third byte dropped), both on
@@ -347,14 +426,16 @@ if cocotb is not None:
 #: (a draft step reads HB only, an autoregressive one EXT only); together they use every
 #: stand-in.
 DEFAULT_SESSIONS = [
-    {"name": "clean", "layers": [[2, 15, 1]], "faults": {}},
-    {"name": "faults", "layers": [[0, 15, 0]],
+    {"name": "clean", "layers": [[2, 15, 1]], "faults": {}, "timeout": 10.0,
+      "stuck": {"layers": [[2, 15, 1]], "commands": 4, "host_words": 1, "link_words": 1,
+               "hb_past_end": True}},
+    {"name": "faults", "layers": [[0, 15, 0]], "timeout": 2.0,
      "faults": {"flip_rx_frame": 9, "drop_tx_ack": 10}},
 ]
 
 
 def run_board_bench(arch: ArchConfig | None = None, *, sessions=None, seed=None,
-                    shape=SHAPE, timeout: float = 2.0, deadline: float = 600.0, waves=None,
+                    shape=SHAPE, timeout: float = 2.0, deadline: float = 300.0, waves=None,
                     run_name="bench_board"):
     """Build (or reuse) the board and run :func:`test_board` with ``sessions`` (default
     :data:`DEFAULT_SESSIONS`: ``[{"name", "layers": [[step, layer, group]], "faults"}]``);

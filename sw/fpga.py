@@ -490,7 +490,9 @@ class FpgaBoard:
     # -- session --
     def hello(self) -> Info:
         """Start a session (HELLO seq 0: resets the board's sequence numbers and output
-        counter) and return the board's :class:`~elmoe3d.sw.bridge.Info`. Raises
+        counter, and is a soft reset of its PE side -- FIFOs emptied, PE, load router and
+        stand-in readers reset, stand-in memories kept -- so a board a previous host left
+        mid-program recovers) and return the board's :class:`~elmoe3d.sw.bridge.Info`. Raises
         :class:`BoardError` if no board answers, if it speaks another protocol version, or if
         its rows / lanes / word_bits differ from :attr:`config`'s."""
         try:

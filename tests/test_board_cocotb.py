@@ -1,7 +1,8 @@
 """The board top (hw.board.BoardTop) at the pin level under cocotb + Verilator (sim.bench_board):
 the host driver (sw.fpga.FpgaBoard, run_host_fpga) runs the PE programs of a real-trace
 layer-step through a bit-level UART model, every o beat and link_o word bit-exact against the
-functional simulation and the root PE's FP32 output against ref_moe; then the same with one
+functional simulation and the root PE's FP32 output against ref_moe, after an abandoned
+session left the PE stuck mid-LOAD (HELLO's soft reset recovers it); then the same with one
 host->board bit flipped and one board->host byte dropped, recovered by retransmission. Also
 BoardTop's and BoardPlatformTop's parameter checks and the platform wrapper's elaboration."""
 
@@ -31,7 +32,8 @@ def _report(records):
 @pytest.mark.cocotb
 def test_board_runs_real_programs_bit_exact_through_line_errors():
     """Session "clean": the 1-token draft step of the real trace (HB + HOST loads, link words
-    both ways); session "faults": the 1-token autoregressive step (EXT + HOST loads, link
+    both ways), started after an abandoned session left the PE stuck mid-LOAD (part of a
+    program: 4 commands, 1 of 2 HOST words, a junk LINK word); session "faults": the 1-token autoregressive step (EXT + HOST loads, link
     words out) with a flipped bit and a lost byte on the line."""
     from elmoe3d.sim.bench_board import run_board_bench
     records, result, built = run_board_bench(SMALL, seed=11)
@@ -48,6 +50,13 @@ def test_board_runs_real_programs_bit_exact_through_line_errors():
         assert len(runs) == n_runs and all(r["mismatches"] == 0 and r["cycles"] > 0
                                            for r in runs)
     clean, faults = wires["clean"]["totals"], wires["faults"]["totals"]
+    # the clean session started on a board an abandoned session left waiting mid-LOAD with
+    # stale CMD / HOST / LINK entries: its HELLO (a soft reset of the PE side) recovered it
+    assert wires["clean"]["stuck"] == {"commands": 4, "host_words": 1, "link_words": 1,
+                                       "hb_past_end": True}
+    # its HB LOAD read past the stand-in: LED 6 lit, and sticky (HELLO does not clear it)
+    assert not wires["clean"]["leds_before"] >> 6 & 1
+    assert wires["clean"]["leds_after"] >> 6 & 1 and wires["faults"]["leds_after"] >> 6 & 1
     # a clean line: nothing NAKed (a retransmission could only come from a driver timeout,
     # which the board re-ACKs without applying the frame twice)
     assert not clean["naks"]

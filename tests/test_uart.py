@@ -10,11 +10,9 @@ from amaranth.hdl import Module
 from amaranth.sim import Simulator
 
 from elmoe3d.hw.uart import UartRx, UartTx
+from elmoe3d.sim.bench_board import bits_8n1
 
 
-def bits_8n1(byte, stop=1):
-    """The line levels of one character: start 0, data LSB first, stop."""
-    return [0] + [(byte >> i) & 1 for i in range(8)] + [stop]
 
 
 def _loopback(divisor, data, seed, idle=0.3, stall=0.0):
@@ -60,11 +58,13 @@ def _loopback(divisor, data, seed, idle=0.3, stall=0.0):
     return got, line
 
 
-@pytest.mark.parametrize("divisor", [4, 5, 8, 13])
-def test_loopback_random_bytes(divisor):
+@pytest.mark.parametrize("divisor,stall", [(4, 0.0), (5, 0.5), (8, 0.0), (13, 0.5)])
+def test_loopback_random_bytes(divisor, stall):
+    """With and without backpressure on the receiver's output (a byte not taken at once
+    stays on offer; at most a character time of stall, so no overrun)."""
     rng = random.Random(divisor)
     data = [rng.randrange(256) for _ in range(40)] + [0x00, 0xFF, 0x7E, 0x7D, 0x55, 0xAA]
-    got, line = _loopback(divisor, data, seed=divisor)
+    got, line = _loopback(divisor, data, seed=divisor, stall=stall)
     assert got[:-1] == data
     assert got[-1] == ("errors", 0, 0)
 
@@ -128,6 +128,51 @@ def test_baud_mismatch_within_tolerance(divisor, skew):
     got = _drive_line(divisor, [(b, 1) for b in data], divisor * skew, gap_bits=0.0)
     assert got[:-1] == data
     assert got[-1][1:3] == (0, 0)
+
+
+@pytest.mark.parametrize("divisor,skew,ok", [
+    # the margins for back-to-back characters (hw.uart): -(d - d//2 - 1) / (10 d) and
+    # +(d//2) / (9 d): -3.75 / +5.56 % at divisor 8, -4.8 / +5.33 % at 25
+    (8, 0.965, True), (8, 1.05, True), (25, 0.955, True), (25, 1.05, True),
+    (8, 0.95, False), (8, 1.07, False), (25, 0.94, False), (25, 1.065, False)])
+def test_baud_mismatch_margins(divisor, skew, ok):
+    """Just inside the stated margins every character arrives; beyond them some do not (a
+    sample lands in the neighbouring bit)."""
+    rng = random.Random(int(divisor * skew * 1000))
+    data = [rng.randrange(256) for _ in range(32)]
+    got = _drive_line(divisor, [(b, 1) for b in data], divisor * skew, gap_bits=0.0)
+    if ok:
+        assert got[:-1] == data and got[-1][1:3] == (0, 0)
+    else:
+        assert got[:-1] != data or got[-1][1] != 0
+
+
+@pytest.mark.parametrize("divisor,pulse", [(8, 2), (8, 3), (25, 11)])
+def test_glitch_in_start_rejected(divisor, pulse):
+    """A low pulse shorter than half a bit on the idle line: START finds the line high again
+    at mid-bit and goes back to IDLE: no byte, no framing error, and the next character
+    (which follows the glitch by two bit times) arrives intact."""
+    rx = UartRx(divisor=divisor)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(rx.o.ready, 1)
+        seq = [1] * 7 + [0] * pulse + [1] * (2 * divisor)
+        for b in bits_8n1(0xA7):
+            seq += [b] * divisor
+        seq += [1] * (divisor * 3)
+        for level in seq:
+            ctx.set(rx.rx, level)
+            if ctx.get(rx.o.valid):
+                got.append(ctx.get(rx.o.payload))
+            await ctx.tick()
+        got.append(("errors", ctx.get(rx.framing_errors), ctx.get(rx.overruns)))
+
+    sim = Simulator(rx)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [0xA7, ("errors", 0, 0)]
 
 
 def test_framing_error_counted_and_next_byte_received():
