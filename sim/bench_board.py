@@ -20,10 +20,10 @@ each group's root-PE FP32 output against ``ref_moe`` bit for bit
     {"arch": "small", "divisor": 4, "shape": [hidden, intermediate],
      "sessions": [{"name": "clean", "layers": [[step, layer, group], ...],
                    "faults": {"flip_rx_frame": N or null, "drop_tx_ack": K or null},
-                   "timeout": seconds (optional),
+                   "timeout": driver seconds (optional),
                    "stuck": {"layers": [...], "commands": N, "host_words": H,
                              "link_words": L} (optional)}, ...],
-     "timeout": seconds, "deadline": seconds}
+     "timeout": driver seconds, "deadline": driver seconds}
 
 Each session is a fresh driver (its own HELLO: the board is left in whatever state the
 previous session left it, as a newly started host finds a board) on a fresh pipe. With
@@ -31,15 +31,14 @@ previous session left it, as a newly started host finds a board) on a fresh pipe
 program, the PE left waiting mid-LOAD, stale entries in the FIFOs); the session's HELLO is a
 soft reset of the board's PE side, so its programs must still come out bit-exact.
 
-Wall-clock dependence: the driver's reply timeout (``timeout``, per session or global), its
-retransmissions and the deadline are wall-clock time, and the bench sets the driver's
-``baud`` to the simulated bits per wall-clock second (measured every 0.5 s), so that the
-reply waits scale with the simulator's speed. A session whose replies all come in time is
-independent of the machine's load (the clean one, with a 10 s timeout that never fires on a
-fault-free line: a load spike can only cost a retransmission, which the board re-ACKs
-without applying, with :data:`RETRIES` of them). The "faults" session needs one timeout to
-fire (the damaged ACK): its board cycle count includes the cycles simulated while the driver
-waited out its 2 s timeout, so it varies with the simulator's speed; its outputs do not.
+Simulated time only: the driver runs on a :class:`LockstepClock` (``FpgaBoard`` /
+``PipeTransport`` ``clock=``): the simulator advances one character time (``STEP_BITS``
+bits) at a time and only while the driver thread is blocked, then waits for it to look at
+what arrived. The driver's clock counts one microsecond per UART bit (the simulated link
+looks like the real board's 1 Mbaud, :data:`DRIVER_BAUD`), and ``timeout`` / ``deadline``
+are in that clock's seconds (default 2 ms, i.e. 2,000 bit times, and 0.5 s). So reply
+timeouts, retransmissions, POLL pauses and cycle counts depend only on the seed, not on the
+machine's load (the faults session's timeout is simulated too).
 
 The golden layer-steps are rebuilt inside the bench by :func:`golden_layers` (the real
 Mixtral GSM8K routing trace, synthetic weights: the host's compiler as the RTL backend of
@@ -154,14 +153,63 @@ except ImportError:                                      # host side without coc
     cocotb = None
 
 
-#: The driver's idea of the baud rate (bits per wall-clock second) until the bench has
-#: measured the simulator: a slow guess (the board model runs about 15 k cycles/s).
-INITIAL_WALL_BAUD = 1000
-#: Retransmissions of one frame before the driver gives up: generous, so that a load spike
-#: on the machine (a reply that takes longer than the timeout in wall-clock time) costs a
-#: retransmission, which the protocol absorbs (the board re-ACKs a duplicate), never a
-#: failure.
-RETRIES = 10
+#: The driver's time base in the bench: one UART bit (``divisor`` board cycles) is one
+#: microsecond of the driver's clock, i.e. the driver sees the simulated link as a 1 Mbaud
+#: one (the real board's rate), whatever the divisor, so its timeouts, pauses and deadlines
+#: keep the proportions they have on the board.
+DRIVER_BAUD = 1_000_000
+#: Retransmissions of one frame before the driver gives up.
+RETRIES = 5
+#: Board cycles the simulator advances between two looks of the driver (one character).
+STEP_BITS = 10
+
+
+class LockstepClock:
+    """A clock for the host driver (:class:`~elmoe3d.sw.fpga.FpgaBoard` and
+    :class:`~elmoe3d.sw.fpga.PipeTransport`, ``clock=``) that runs on simulated time, the
+    driver thread and the simulator taking turns: the simulator advances only while the
+    driver is blocked (in a read or a pause, :meth:`wait`), by one step at a time
+    (:meth:`advance`), and then waits until the driver has looked at what arrived and
+    blocked again (:meth:`settle`). So every reply timeout, retransmission, POLL pause and
+    deadline is measured in board cycles and the run depends only on its seed, not on the
+    machine's load. ``clock()`` is the driver's time in seconds."""
+
+    def __init__(self):
+        self.t = 0.0
+        self._cv = threading.Condition()
+        self._epoch = 0
+        self._blocked = -1
+
+    def __call__(self) -> float:
+        return self.t
+
+    # driver thread
+    def wait(self) -> None:
+        """Block until the simulator has advanced the clock."""
+        with self._cv:
+            e = self._epoch
+            self._blocked = e
+            self._cv.notify_all()
+            while self._epoch == e:
+                self._cv.wait()
+
+    def sleep(self, seconds: float) -> None:
+        end = self.t + seconds
+        while self.t < end:
+            self.wait()
+
+    # simulator side (blocks the simulator: that is the point)
+    def settle(self, thread) -> None:
+        """Return once the driver is blocked at the current time, or ``thread`` ended."""
+        with self._cv:
+            while self._blocked != self._epoch and thread.is_alive():
+                self._cv.wait(0.01)
+
+    def advance(self, t: float) -> None:
+        with self._cv:
+            self.t = t
+            self._epoch += 1
+            self._cv.notify_all()
 
 
 def bits_8n1(byte, stop=1):
@@ -303,21 +351,21 @@ async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
     name = session["name"]
     layers = golden_layers(arch, session["layers"], shape=shape)
     faults = session.get("faults") or {}
-    host_end, board_end = PipeTransport.pair()
+    clock = LockstepClock()
+    host_end, board_end = PipeTransport.pair(clock=clock)
     line = UartLine(dut, board_end, divisor, streams.CLOCK_NS,
                     flip_rx_frame=faults.get("flip_rx_frame"),
                     drop_tx_ack=faults.get("drop_tx_ack"))
-    # The driver waits for a reply ``timeout`` plus twice the frame's wire time at
-    # ``board.baud``: the bench sets that to the simulated link's speed in wall-clock terms
-    # (measured below), so the waits scale with the simulator's speed.
+    # The driver runs on simulated time (LockstepClock): it waits for a reply ``timeout``
+    # plus twice the frame's wire time at DRIVER_BAUD, in its clock's seconds
     timeout = float(session.get("timeout", timeout))
     boards = [FpgaBoard(host_end, config=arch, timeout=timeout, retries=RETRIES,
-                        baud=INITIAL_WALL_BAUD)]
+                        baud=DRIVER_BAUD, clock=clock)]
     board = boards[0]
     stuck = session.get("stuck")
     if stuck:
         boards.append(FpgaBoard(host_end, config=arch, timeout=timeout, retries=RETRIES,
-                                baud=INITIAL_WALL_BAUD))
+                                baud=DRIVER_BAUD, clock=clock))
     result = {}
 
     def host():
@@ -337,15 +385,14 @@ async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
     wall = time.perf_counter()
     th = threading.Thread(target=host, name=f"fpga-driver-{name}", daemon=True)
     th.start()
-    mark = (start, wall)
-    while th.is_alive():
-        await Timer(200 * streams.CLOCK_NS, "ns")
-        now = time.perf_counter()
-        if now - mark[1] >= 0.5:
-            rate = (streams.cycle() - mark[0]) / (now - mark[1])
-            for b in boards:                             # bits per wall-clock second
-                b.baud = max(100.0, rate / divisor)
-            mark = (streams.cycle(), now)
+    step_ns = STEP_BITS * divisor * streams.CLOCK_NS
+    seconds_per_cycle = 1.0 / (divisor * DRIVER_BAUD)
+    while True:
+        clock.settle(th)                                 # the driver looked and blocked
+        if not th.is_alive():
+            break
+        await Timer(step_ns, "ns")
+        clock.advance((streams.cycle() - start) * seconds_per_cycle)
     line.running = False
     for t in tasks:
         t.cancel()
@@ -375,7 +422,7 @@ async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
                     "board_cycles": cycles, "wall_seconds": wall,
                     "bytes_to_board": line.to_board, "bytes_from_board": line.from_board,
                     "flipped": line.flipped, "dropped": line.dropped, "totals": totals,
-                    "faults": faults, "wall_baud": board.baud, "timeout": timeout,
+                    "faults": faults, "timeout": timeout,
                     "stuck": result.get("stuck"), "leds_before": leds_before,
                     "leds_after": int(dut.leds.value)})
     return records
@@ -426,16 +473,16 @@ if cocotb is not None:
 #: (a draft step reads HB only, an autoregressive one EXT only); together they use every
 #: stand-in.
 DEFAULT_SESSIONS = [
-    {"name": "clean", "layers": [[2, 15, 1]], "faults": {}, "timeout": 10.0,
+    {"name": "clean", "layers": [[2, 15, 1]], "faults": {},
       "stuck": {"layers": [[2, 15, 1]], "commands": 4, "host_words": 1, "link_words": 1,
                "hb_past_end": True}},
-    {"name": "faults", "layers": [[0, 15, 0]], "timeout": 2.0,
+    {"name": "faults", "layers": [[0, 15, 0]],
      "faults": {"flip_rx_frame": 9, "drop_tx_ack": 10}},
 ]
 
 
 def run_board_bench(arch: ArchConfig | None = None, *, sessions=None, seed=None,
-                    shape=SHAPE, timeout: float = 2.0, deadline: float = 300.0, waves=None,
+                    shape=SHAPE, timeout: float = 0.002, deadline: float = 0.5, waves=None,
                     run_name="bench_board"):
     """Build (or reuse) the board and run :func:`test_board` with ``sessions`` (default
     :data:`DEFAULT_SESSIONS`: ``[{"name", "layers": [[step, layer, group]], "faults"}]``);

@@ -83,19 +83,29 @@ class PipeTransport:
     ``Serial`` the driver uses: :meth:`write`, :meth:`read` (blocks up to :attr:`timeout`
     seconds, returns fewer bytes on timeout), :attr:`in_waiting`, :meth:`reset_input_buffer`,
     :meth:`close`; and :meth:`read_nowait` (never blocks: for a cocotb coroutine serving the
-    board end). Make a pair with :meth:`pair`."""
+    board end). Make a pair with :meth:`pair`.
 
-    def __init__(self, rx: _Pipe, tx: _Pipe, *, timeout=None, name="pipe"):
+    ``clock``: the time :meth:`read`'s timeout is measured in (``None``: ``time.monotonic``,
+    wall-clock seconds). A clock with a ``wait()`` method is a *lockstep* clock (e.g. a
+    simulator's: :class:`elmoe3d.sim.bench_board.LockstepClock`): :meth:`read` then never
+    waits in wall-clock time but calls ``clock.wait()``, which returns once the clock has
+    advanced, until the bytes are there or the timeout has passed on that clock. Another
+    callable is polled every 5 ms of wall-clock time."""
+
+    def __init__(self, rx: _Pipe, tx: _Pipe, *, timeout=None, name="pipe", clock=None):
         self._rx, self._tx = rx, tx
         self.timeout = timeout
         self.port = name
         self.is_open = True
+        self.clock = clock
 
     @classmethod
-    def pair(cls, timeout=None) -> tuple:
-        """``(host_end, board_end)``: bytes written to one are read from the other."""
+    def pair(cls, timeout=None, clock=None) -> tuple:
+        """``(host_end, board_end)``: bytes written to one are read from the other; ``clock``
+        is the host end's (the board end is only read with :meth:`read_nowait` by a
+        bench)."""
         a, b = _Pipe(), _Pipe()
-        return (cls(a, b, timeout=timeout, name="pipe:host"),
+        return (cls(a, b, timeout=timeout, name="pipe:host", clock=clock),
                 cls(b, a, timeout=timeout, name="pipe:board"))
 
     def write(self, data) -> int:
@@ -110,13 +120,22 @@ class PipeTransport:
     def read(self, size=1) -> bytes:
         """Up to ``size`` bytes: returns when ``size`` bytes are there, or after
         :attr:`timeout` seconds (``None``: wait for ever) with what arrived."""
-        end = None if self.timeout is None else time.monotonic() + self.timeout
-        with self._rx.cond:
-            while len(self._rx.buf) < size and not self._rx.closed:
-                left = None if end is None else end - time.monotonic()
+        clock = self.clock or time.monotonic
+        end = None if self.timeout is None else clock() + self.timeout
+        lockstep = hasattr(clock, "wait")
+        while True:
+            with self._rx.cond:
+                if len(self._rx.buf) >= size or self._rx.closed:
+                    break
+                left = None if end is None else end - clock()
                 if left is not None and left <= 0:
                     break
-                self._rx.cond.wait(left)
+                if not lockstep:
+                    self._rx.cond.wait(left if self.clock is None else
+                                       (0.005 if left is None else min(left, 0.005)))
+                    continue
+            clock.wait()                 # outside the lock: the other end writes meanwhile
+        with self._rx.cond:
             out = bytes(self._rx.buf[:size])
             del self._rx.buf[:size]
         return out
@@ -285,16 +304,22 @@ class FpgaBoard:
     ``None``: not checked). ``timeout``: seconds to wait for each reply before retransmitting
     (plus twice the frame's time on the wire at ``baud``); ``retries``: retransmissions of one
     frame before :class:`BoardError`. ``port`` / ``baud``
-    name the link in error messages.
+    name the link in error messages. ``clock``: the time every timeout, pause and deadline is
+    measured in (``None``: ``time.monotonic``, wall-clock seconds); a clock with ``wait()``
+    and ``sleep(seconds)`` methods (a lockstep clock, see :class:`PipeTransport`) is also
+    what the driver pauses on, so a bench can run it on simulated time: then its timeouts,
+    retransmissions and deadlines depend only on the simulation, not on the machine's load.
     """
 
     def __init__(self, transport, *, config=None, timeout=0.5, retries=5, port=None,
-                 baud=None):
+                 baud=None, clock=None):
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
         if not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries: expected an integer >= 0, got {retries!r}")
         self._t = transport
+        self._clock = clock or time.monotonic
+        self._sleep = getattr(clock, "sleep", None) or time.sleep
         self.config = config
         self.timeout = float(timeout)
         self.retries = retries
@@ -354,7 +379,7 @@ class FpgaBoard:
     def _pump(self, wait: float) -> None:
         """Read what arrives within ``wait`` seconds (at least one read slice) and dispatch
         it: outputs to the output lists, replies to the reply queue."""
-        end = time.monotonic() + wait
+        end = self._clock() + wait
         while True:
             try:
                 n = self._t.in_waiting
@@ -370,7 +395,7 @@ class FpgaBoard:
                 for item in self._deframer.feed(data):
                     self._dispatch(item)
                 return
-            if time.monotonic() >= end:
+            if self._clock() >= end:
                 return
 
     def _dispatch(self, item) -> None:
@@ -416,7 +441,7 @@ class FpgaBoard:
             self._corrupt.append(f"a frame of unknown type 0x{item.type:02x} from the board")
 
     def _await_reply(self, seq, types, wait) -> Frame | None:
-        end = time.monotonic() + wait
+        end = self._clock() + wait
         while True:
             while self._replies:
                 r = self._replies.popleft()
@@ -425,7 +450,7 @@ class FpgaBoard:
                 if r.type == Type.NAK and Type.NAK in types and r.seq == 0xFF:
                     return r    # a framing error too early in a frame to know its seq: ours
                 # else a late reply to an earlier frame (its ACK came after we retransmitted)
-            left = end - time.monotonic()
+            left = end - self._clock()
             if left <= 0:
                 return None
             self._pump(left)
@@ -543,11 +568,11 @@ class FpgaBoard:
         ACK still on the way): moving the seq to another stream's frame would let that stale
         ACK answer it. So the same bytes are resent (with a growing pause) until ACKed: the
         board ACKs a duplicate without applying it, or applies the frame once there is room.
-        Raises :class:`BoardError` if ``deadline`` (``time.monotonic()``) passes meanwhile."""
+        Raises :class:`BoardError` if ``deadline`` (on the driver's clock) passes meanwhile."""
         reply, copies = self._transact(type_, self._seq, payload, what)
         idle = 0.0005
         while reply.type == Type.NAK and copies > 1:
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and self._clock() > deadline:
                 raise BoardError(f"{self.port}: the board still answers BUSY to the "
                                  f"retransmitted {what} (seq {self._seq}) at the deadline "
                                  f"(the PE stopped taking its entries)")
@@ -585,7 +610,7 @@ class FpgaBoard:
         ``deadline_s`` if it is negative."""
         if not (isinstance(deadline_s, (int, float)) and deadline_s >= 0):
             raise ValueError(f"deadline_s: expected seconds >= 0, got {deadline_s!r}")
-        start = time.monotonic()
+        start = self._clock()
         if self.info is None:
             self.hello()
         info = self.info
@@ -624,7 +649,7 @@ class FpgaBoard:
         idle = 0.0005
         errors = []
         while any(s < len(st[1]) for s, st in zip(sent, streams)):
-            if time.monotonic() > deadline:
+            if self._clock() > deadline:
                 errors.append("deadline passed with " + ", ".join(
                     f"{len(st[1]) - s} {_NAMES[st[0]]} entries unsent"
                     for s, st in zip(sent, streams) if s < len(st[1]))
@@ -647,10 +672,10 @@ class FpgaBoard:
                 before = self.credits
                 self.poll()
                 if self.credits == before:
-                    time.sleep(idle)
+                    self._sleep(idle)
                     idle = min(idle * 2, 0.02)
         while not errors and (len(self._o) < n_o or len(self._link_o) < n_link):
-            left = deadline - time.monotonic()
+            left = deadline - self._clock()
             if left <= 0:
                 errors.append(f"deadline passed with {len(self._o)} of {n_o} o beats and "
                               f"{len(self._link_o)} of {n_link} link_o words")
@@ -665,7 +690,7 @@ class FpgaBoard:
         run = self._stats
         run.o, run.link_o = list(self._o), list(self._link_o)
         run.errors = errors
-        run.seconds = time.monotonic() - start
+        run.seconds = self._clock() - start
         return run
 
 

@@ -120,3 +120,26 @@ def test_platform_top_on_ulx3s():
     assert all(f"led_{i}__io" in lpf for i in range(8))
     with pytest.raises(ValueError, match="hb_words"):
         BoardPlatformTop(config=SMALL, hb_words=3)
+
+
+def test_pipe_read_on_lockstep_clock():
+    """PipeTransport with the bench's LockstepClock: a read's timeout runs on that clock only
+    (no wall-clock wait): the reader blocks until the clock passes its end, then returns what
+    arrived."""
+    import threading
+
+    from elmoe3d.sim.bench_board import LockstepClock
+    from elmoe3d.sw.fpga import PipeTransport
+    clock = LockstepClock()
+    host, board = PipeTransport.pair(timeout=0.5, clock=clock)
+    got = []
+    th = threading.Thread(target=lambda: got.append(host.read(3)), daemon=True)
+    th.start()
+    clock.settle(th)
+    board.write(b"ab")
+    clock.advance(0.3)                       # 2 of 3 bytes, 0.3 < 0.5: still waiting
+    clock.settle(th)
+    assert th.is_alive() and not got
+    clock.advance(0.6)
+    th.join(5)
+    assert got == [b"ab"]
