@@ -5,7 +5,10 @@ EXT_STREAM queue, the HB / EXT stand-in writes) equal to what the model applied 
 a NAKed frame. Corner frames (every type, the largest payload, FLAG / ESC bytes in the
 payload, bad CRC, too long, too short, a dangling escape, wrong length, unknown type,
 duplicate and wrong seq, BUSY, ADDR, HELLO resetting seq) and random frame sequences
-(hypothesis, derandomized), with idle cycles on rx and backpressure on tx."""
+(hypothesis, derandomized), with idle cycles on rx and backpressure on tx; HELLO's soft reset
+(FIFOs emptied, INFO credits full, the output counter restarted as the INFO leaves, under a
+continuous output stream); the FIFO ports drained by StreamSinks while frames arrive (entries
+exact, credits bounded by the model's and the depth); the HOST FIFO's word rate."""
 
 from __future__ import annotations
 
