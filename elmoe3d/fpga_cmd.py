@@ -168,6 +168,9 @@ def run(args) -> int:
         doc["estimate"] = est.to_json()
     est = doc["estimate"]
     if args.estimate_only:
+        if not args.no_asic:
+            doc["asic"] = asic_rollup(cfg.arch, say=say)
+        print_report(say, doc)
         doc["seconds"] = round(time.monotonic() - started, 1)
         write_json(json_path, doc)
         say(f"elmoe3d fpga: estimate only (no place and route); JSON: {json_path}")
@@ -213,15 +216,15 @@ def _board_doc(bd) -> dict:
 def report_rows(doc) -> dict:
     """The printed tables of a report document, as rows of strings: ``utilization``
     (resource, used, available, %), ``fmax`` (clock, achieved MHz, constraint MHz, met) and
-    ``beside`` (what, FPGA, ASIC); :func:`print_report` prints exactly these."""
+    ``beside`` (what, FPGA, ASIC); :func:`print_report` prints exactly these. A document
+    without a build (``--estimate-only``) shows the Yosys estimate's figures and no fmax."""
+    u = doc.get("utilization") or _estimate_utilization(doc["estimate"])
     util = [(k, f"{v['used']:,}", f"{v['available']:,}",
-             "-" if v["pct"] is None else f"{v['pct']:.2f}")
-            for k, v in doc["utilization"].items()]
+             "-" if v["pct"] is None else f"{v['pct']:.2f}") for k, v in u.items()]
     fmax = [(k, f"{v['achieved_mhz']:.2f}", f"{v['constraint_mhz']:.2f}",
-             "yes" if v["met"] else "NO") for k, v in doc["fmax"].items()]
+             "yes" if v["met"] else "NO") for k, v in doc.get("fmax", {}).items()]
     beside = []
     asic = doc.get("asic")
-    u = doc["utilization"]
 
     def fpga_cell(k):
         v = u.get(k)
@@ -234,7 +237,7 @@ def report_rows(doc) -> dict:
                    if doc["config"].get("booth") else fpga_cell("MULT18X18D"),
                    a("pe_mac_mm2")))
     beside.append(("memories", fpga_cell("DP16KD"), a("pe_sram_mm2")))
-    slowest = min(doc["fmax"].values(), key=lambda v: v["achieved_mhz"], default=None)
+    slowest = min(doc.get("fmax", {}).values(), key=lambda v: v["achieved_mhz"], default=None)
     beside.append(("clock", "-" if slowest is None else
                    f"fmax {slowest['achieved_mhz']:.2f} MHz (board clock "
                    f"{slowest['constraint_mhz']:.2f} MHz)",
@@ -248,13 +251,19 @@ def report_rows(doc) -> dict:
     return {"utilization": util, "fmax": fmax, "beside": beside}
 
 
+def _estimate_utilization(est) -> dict:
+    return {k: {"used": est["used"][k], "available": est["available"][k],
+                "pct": est["pct"][k]} for k in est["used"]}
+
+
 def print_report(say, doc) -> None:
     """Print the tables of :func:`report_rows` and the timing verdict."""
     from rich.table import Table
     rows = report_rows(doc)
     b, c = doc["board"], doc["config"]
     tables = (
-        (f"FPGA utilization: {b['name']} ({b['device']}), configuration {c['name']}",
+        (f"FPGA utilization: {b['name']} ({b['device']}), configuration {c['name']}"
+         + ("" if "utilization" in doc else " (Yosys estimate, not placed)"),
          ("resource", "used", "available", "%"), rows["utilization"]),
         ("fmax (nextpnr)", ("clock", "achieved MHz", "constraint MHz", "met"), rows["fmax"]),
         (f"FPGA beside the ASIC roll-up of the same PE configuration ({c['arch']})",
@@ -268,7 +277,9 @@ def print_report(say, doc) -> None:
         for r in body:
             t.add_row(*r)
         say(t)
-    if doc["timing_met"]:
+    if "timing_met" not in doc:
+        say("timing: not placed and routed (estimate only)")
+    elif doc["timing_met"]:
         say("timing: met on every clock")
     else:
         bad = [f"{k} achieved {v['achieved_mhz']:.2f} MHz < constraint "

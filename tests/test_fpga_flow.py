@@ -318,8 +318,11 @@ def test_cli_refuses_what_does_not_fit(capsys, tmp_path, monkeypatch):
                      {"script_after_read": fpga.BOOTH_SCRIPT})]
     assert not (tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json").exists()
     # --estimate-only writes the estimate and its verdict
-    rc = cli.main(["fpga", "--estimate-only", "--json", str(tmp_path / "e.json")])
+    rc = cli.main(["fpga", "--estimate-only", "--no-asic", "--json", str(tmp_path / "e.json")])
     assert rc == 0
+    out = capsys.readouterr().out
+    assert "(Yosys estimate, not placed)" in out and "119,991" in out
+    assert "timing: not placed and routed (estimate only)" in out
     doc = json.loads((tmp_path / "e.json").read_text())
     assert doc["estimate"]["fits"] is False and doc["estimate"]["limit"] == "TRELLIS_COMB"
     assert doc["estimate"]["used"]["DP16KD"] == 243
