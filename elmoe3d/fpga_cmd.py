@@ -21,10 +21,10 @@ built, and what limits it is reported), a named configuration, or a preset of
 :mod:`elmoe3d.config` (one PE of it). Every configuration is estimated first (Yosys alone,
 cached with its netlist, which the build then takes: no second Yosys run); one that does not
 fit stops there with one line (``--force`` places and routes it anyway: nextpnr's verdict).
-``--estimate-only`` stops after the estimate. The report: utilization (used / available / % of LUT4 positions,
-flip-flops, MULT18X18D, DP16KD and every other cell type used), fmax per clock against its
-constraint, the step times, and beside them the ASIC area roll-up of the same PE
-configuration (:mod:`elmoe3d.synth`, cached in ``build/synth``; ``--no-asic`` skips it).
+``--estimate-only`` stops after the estimate. The report: utilization (used / available /
+% of LUT4 positions, flip-flops, MULT18X18D, DP16KD and every other cell type used), fmax per
+clock against its constraint, the step times, and beside them the ASIC area roll-up of the
+same PE configuration (:mod:`elmoe3d.synth`, cached in ``build/synth``; ``--no-asic`` skips it).
 
 Exit status: 0 with a bitstream (also when the timing is not met: the report says so); 2 with
 one line for a bad option, an unknown board or configuration, a configuration that cannot fit,
