@@ -276,14 +276,21 @@ def _fpga_arch(name, **kw):
     return ArchConfig(name=name, **kw)
 
 
-#: Named defaults per board (``make fpga`` builds these without searching), each the
-#: configuration ``elmoe3d fpga --config auto`` chose on that board, with its estimate.
+#: Named defaults per board (``make fpga`` builds these without searching). The fit search
+#: on the ULX3S-85F (``elmoe3d fpga --config auto``, 2026-11-30) found no configuration that
+#: fits: its largest candidate (this one with 1,024-word stand-ins) measured 98,291 LUT4 +
+#: 7,589 CCU2C + 1,087 TRELLIS_DPR16X4 = 119,991 LUT4 positions (143.5 % of 83,640; 90 %
+#: allowed), 24,551 FF, 50 MULT18X18D, 243 DP16KD (116.8 %) in 1,672 s of Yosys, and smaller
+#: memories only add distributed RAM. The named default is that candidate with the board top's
+#: default 512-word stand-ins: the largest configuration, built with ``--force`` to get
+#: nextpnr's verdict (``docs/fpga.md``, FPGA build).
 FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512,
-        estimate="(to be measured)"),
+        estimate="does not fit: the 1,024-word-stand-in variant is 119,991 LUT4 positions "
+                 "(143.5 %), 243 DP16KD (116.8 %), 50 MULT18X18D (Yosys, 2026-11-30)"),
 }
 
 
