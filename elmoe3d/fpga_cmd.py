@@ -157,13 +157,14 @@ def run(args) -> int:
             c.name for c in fpga.FPGA_CONFIGS.values()} else "preset"
     doc["config"] = {**cfg.summary(), "source": source, "documented_estimate": cfg.estimate}
     say(f"elmoe3d fpga: {bd.name} ({bd.device.name}), configuration {cfg.name} ({source}): "
-        f"{fpga._describe(cfg)}")
+        f"{fpga.describe(cfg)}")
 
     if doc["estimate"] is None:
-        say("elmoe3d fpga: Yosys estimate of the board top (cached; the build takes its netlist)")
+        say(f"elmoe3d fpga: Yosys estimate of the board top (cache {fpga.BUILD_ROOT}/estimates/; "
+            "the build takes its netlist)")
         est = fpga.estimate(fpga.board_top(cfg), bd.platform(),
                             script_after_read=cfg.script_after_read)
-        say(f"  {fpga._est_line(est)}"
+        say(f"  {fpga.estimate_line(est)}"
             + ("  (cached)" if est.cached else f"  ({est.seconds:.0f} s)"))
         doc["estimate"] = est.to_json()
     est = doc["estimate"]

@@ -70,7 +70,8 @@ __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "Fp
            "FpgaToolError", "tool_env", "FpgaConfig", "FPGA_CONFIGS", "BOOTH_SCRIPT",
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
-           "resolve_config", "BUILD_ROOT"]
+           "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
+           "prepare", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
 
 
 #: Where builds go: ``build/fpga/<board>/``; estimates are cached in ``build/fpga/estimates``.
@@ -759,12 +760,13 @@ def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
         if runs >= max_runs:
             say(f"  fit search: stopped after {max_runs} Yosys runs")
             break
-        say(f"  estimating {_describe(cfg)} ...")
+        say(f"  estimating {describe(cfg)} ...")
         est = estimate(make_top(cfg), bd.platform(), script_after_read=cfg.script_after_read,
                        cache_dir=cache_dir)
         runs += 0 if est.cached else 1
         res.tried.append((cfg, est))
-        say(f"    {_est_line(est)}{'  (cached)' if est.cached else f'  ({est.seconds:.0f} s)'}")
+        note = "  (cached)" if est.cached else f"  ({est.seconds:.0f} s)"
+        say(f"    {estimate_line(est)}{note}")
         if est.fits:
             res.chosen = cfg
             res.limit = _limit_sentence(cfg, est, prev)
@@ -783,14 +785,14 @@ def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
     return res
 
 
-def _describe(cfg: FpgaConfig) -> str:
+def describe(cfg: FpgaConfig) -> str:
     a = cfg.arch
     return (f"1 PE {a.tile.rows}x{a.tile.lanes}x32, WMEM {a.wmem_bytes // 1024} KiB, IOMEM "
             f"{a.iomem_bytes // 1024} KiB, HB {cfg.hb_words} / EXT {cfg.ext_words} words"
             f"{', booth' if cfg.booth else ''}")
 
 
-def _est_line(est: Estimate) -> str:
+def estimate_line(est: Estimate) -> str:
     p = est.pct
     return (f"LUT4 {est.used['TRELLIS_COMB']:,} ({p['TRELLIS_COMB']:.1f} %), FF "
             f"{est.used['TRELLIS_FF']:,} ({p['TRELLIS_FF']:.1f} %), MULT18 "
@@ -801,12 +803,12 @@ def _est_line(est: Estimate) -> str:
 
 def _limit_sentence(cfg, est, larger) -> str:
     lim = est.limit
-    s = (f"{_describe(cfg)}: the highest share is {lim} at {est.pct[lim]:.1f} % "
+    s = (f"{describe(cfg)}: the highest share is {lim} at {est.pct[lim]:.1f} % "
          f"(allowed {100 * est.allowance[lim] / est.available[lim]:.0f} %)")
     if larger is not None:
         lcfg, lest = larger
         ll = lest.limit
-        s += (f"; the next larger candidate ({_describe(lcfg)}) needs {lest.used[ll]:,} {ll} "
+        s += (f"; the next larger candidate ({describe(lcfg)}) needs {lest.used[ll]:,} {ll} "
               f"of {lest.available[ll]:,} ({lest.pct[ll]:.1f} %)")
     else:
         s += "; it is the largest candidate (deeper memories are not used by the PE)"
