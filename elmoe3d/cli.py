@@ -28,8 +28,8 @@ COMMANDS = {
     "bench": ("elmoe3d.sim.bench", "benchmark figures (tile throughput, golden GEMM speed, "
                                    "PE roofline and utilization, expert accuracy)"),
     "synth": ("elmoe3d.synth.main", "Yosys area of every block, rolled up to the logic die"),
-    "fpga": ("elmoe3d.fpga_cmd", "FPGA prototype: bitstream, utilization and fmax of the board "
-                                 "top (YoWASP tools, amaranth-boards)"),
+    "fpga": ("elmoe3d.fpga_cmd", "FPGA prototype: fit estimate, bitstream, utilization and fmax "
+                                 "of the board top (YoWASP tools, amaranth-boards)"),
 }
 
 

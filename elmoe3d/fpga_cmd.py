@@ -43,6 +43,16 @@ from .outputs import check_output, write_json
 __all__ = ["configure", "run", "print_report", "report_rows", "asic_rollup"]
 
 
+def _resource(cell: str) -> str:
+    """A cell type as the user reads it: nextpnr's TRELLIS_COMB is LUT4 positions."""
+    return "LUT4 positions (TRELLIS_COMB)" if cell == "TRELLIS_COMB" else cell
+
+
+def _allowed_pct(cell: str) -> int:
+    from .synth import fpga
+    return round(100 * fpga.LUT_MARGIN) if cell == "TRELLIS_COMB" else 100
+
+
 def configure(parser) -> None:
     from .synth.fpga import DEFAULT_BOARD
     parser.add_argument("--board", metavar="NAME", default=DEFAULT_BOARD,
@@ -179,10 +189,11 @@ def run(args) -> int:
     if not est["fits"] and not args.force:
         lim = est["limit"]
         raise UserError(
-            f"{cfg.name} does not fit {bd.name} ({bd.device.name}): {lim} "
+            f"{cfg.name} does not fit {bd.name} ({bd.device.name}): {_resource(lim)} "
             f"{est['used'][lim]:,} of {est['available'][lim]:,} ({est['pct'][lim]:.1f} %, "
-            f"allowed {90 if lim == 'TRELLIS_COMB' else 100} %) by the Yosys estimate; "
-            f"--force places and routes it anyway")
+            f"allowed {_allowed_pct(lim)} %) by the Yosys estimate; no bitstream "
+            f"(--estimate-only writes the estimate and the ASIC roll-up as JSON; --force "
+            f"places and routes it anyway)")
 
     if not args.no_asic:
         doc["asic"] = asic_rollup(cfg.arch, say=say)

@@ -794,7 +794,7 @@ def describe(cfg: FpgaConfig) -> str:
 
 def estimate_line(est: Estimate) -> str:
     p = est.pct
-    return (f"LUT4 {est.used['TRELLIS_COMB']:,} ({p['TRELLIS_COMB']:.1f} %), FF "
+    return (f"LUT4 positions {est.used['TRELLIS_COMB']:,} ({p['TRELLIS_COMB']:.1f} %), FF "
             f"{est.used['TRELLIS_FF']:,} ({p['TRELLIS_FF']:.1f} %), MULT18 "
             f"{est.used['MULT18X18D']} ({p['MULT18X18D']:.1f} %), DP16KD "
             f"{est.used['DP16KD']} ({p['DP16KD']:.1f} %): "

@@ -312,8 +312,9 @@ def test_cli_refuses_what_does_not_fit(capsys, tmp_path, monkeypatch):
     rc = cli.main(["fpga", "--no-asic"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
-    assert ("fpga-ulx3s-85f does not fit ulx3s-85f (LFE5U-85F): TRELLIS_COMB 119,991 of "
-            "83,640 (143.5 %, allowed 90 %)") in err and "--force" in err
+    assert ("fpga-ulx3s-85f does not fit ulx3s-85f (LFE5U-85F): LUT4 positions (TRELLIS_COMB) "
+            "119,991 of 83,640 (143.5 %, allowed 90 %)") in err and "--force" in err
+    assert "no bitstream" in err and "--estimate-only" in err
     assert seen == [(("top of", "fpga-ulx3s-85f"), "ULX3S_85F_Platform",
                      {"script_after_read": fpga.BOOTH_SCRIPT})]
     assert not (tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json").exists()
