@@ -9,7 +9,7 @@ with plain equality.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -298,10 +298,13 @@ class PE(wiring.Component):
     (RAW, with a ready link), one more with ``psum_in`` (a ``link_i`` word offered every
     cycle; :attr:`result_cycles`), so GEMMs with at least that many groups run at one beat
     per cycle (II = 1). REQUANT: per token row, the row max -> :class:`~elmoe3d.hw.vpu.RowMaxExponent`
-    (e', e_h written into TOK; prepared while the previous row streams) -> ``min(W/32, 32)``
-    :class:`~elmoe3d.hw.vpu.RequantUnit` s per cycle into ACT (byte enables). OUTPUT: two OUT
-    words (one per bank) per cycle through ``W/32`` :class:`~elmoe3d.hw.vpu.Fp32Converter` s,
-    one ``o`` beat per cycle.
+    (e', e_h written into TOK; prepared while the previous row streams) -> C =
+    :attr:`requant_units` :class:`~elmoe3d.hw.vpu.RequantUnit` s, C values per cycle, into ACT
+    (byte enables; one HBUF word in ``W/32 / C`` cycles). OUTPUT: two OUT words (one per bank,
+    W/32 Q.24 values) per beat through K = :attr:`fp32_units`
+    :class:`~elmoe3d.hw.vpu.Fp32Converter` s, one ``o`` beat every ``W/32 / K`` cycles
+    (:attr:`output_beat_cycles`; sub-step ``s`` converts values ``[s K, (s+1) K)`` while the
+    OUT read port holds the pair, and the beat is offered once assembled).
 
     STATUS: 48-bit counters (cycles, load engine busy, execute engine busy, stall on a buffer
     flag or BARRIER, GEMM beats, words loaded / sent / received) and the sticky flags
@@ -319,16 +322,29 @@ class PE(wiring.Component):
         ``lanes``.
     mul_stages : int
         Registers after each VPU multiplier (1..4).
+    requant_units : int or None
+        C, the RequantUnits of the requantization engine: a power of two in
+        ``1..min(W/32, 32)``; None (default) = ``min(W/32, 32)``. Fewer units save FPGA
+        area (each has a 32-bit shifter and rounding) at ``W/32 / C`` cycles per HBUF word.
+    fp32_units : int or None
+        K, the Fp32Converters of the OUTPUT engine: a power of two dividing W/32; None
+        (default) = W/32 (one ``o`` beat per cycle). Fewer units cost ``W/32 / K`` cycles per
+        ``o`` beat; the beats themselves (values, order) do not change.
+    tile_dsp_pairs : bool
+        Passed to the tensor tile as ``dsp_pairs`` (two IA8xW5 products per FPGA DSP
+        multiplier); default False.
 
     Raises
     ------
     TypeError
         ``config`` is neither an ArchConfig nor a PEConfig.
     ValueError
-        The tile shape does not suit the PE.
+        The tile shape does not suit the PE; ``mul_stages``, ``requant_units``,
+        ``fp32_units`` or ``tile_dsp_pairs`` out of range (the message names it).
     """
 
-    def __init__(self, *, config, mul_stages: int = 1):
+    def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
+                 fp32_units: int | None = None, tile_dsp_pairs: bool = False):
         pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
@@ -340,10 +356,29 @@ class PE(wiring.Component):
         if (not isinstance(mul_stages, int) or isinstance(mul_stages, bool)
                 or not 1 <= mul_stages <= 4):
             raise ValueError(f"mul_stages: expected an integer in 1..4, got {mul_stages!r}")
+        W = pe_config.word_bits
+        Q = W // 32
+        if requant_units is None:
+            requant_units = min(Q, 32)
+        if (not isinstance(requant_units, int) or isinstance(requant_units, bool)
+                or not 1 <= requant_units <= min(Q, 32)
+                or requant_units & (requant_units - 1)):
+            raise ValueError(f"requant_units: expected a power of two in 1..min(W/32, 32) = "
+                             f"1..{min(Q, 32)}, got {requant_units!r}")
+        if fp32_units is None:
+            fp32_units = Q
+        if (not isinstance(fp32_units, int) or isinstance(fp32_units, bool)
+                or not 1 <= fp32_units <= Q or fp32_units & (fp32_units - 1)):
+            raise ValueError(f"fp32_units: expected a power of two dividing W/32 = {Q} "
+                             f"(1..{Q}), got {fp32_units!r}")
+        if not isinstance(tile_dsp_pairs, bool):
+            raise ValueError(f"tile_dsp_pairs: expected a bool, got {tile_dsp_pairs!r}")
         self._pe = pe_config
         self._tile_config = TileConfig(rows=rows, lanes=lanes)
         self._mul_stages = mul_stages
-        W = pe_config.word_bits
+        self._requant_units = requant_units
+        self._fp32_units = fp32_units
+        self._tile_dsp_pairs = tile_dsp_pairs
         super().__init__({
             "cmd": In(stream.Signature(command_layout())),
             "ld": In(stream.Signature(unsigned(W))),
@@ -380,6 +415,45 @@ class PE(wiring.Component):
         return self._mul_stages
 
     @property
+    def requant_units(self) -> int:
+        """C: :class:`~elmoe3d.hw.vpu.RequantUnit` s of the requantization engine, INT8 codes
+        per cycle (a power of two in 1..min(W/32, 32); default min(W/32, 32)). One HBUF word
+        (W/32 values) takes ``W/32 / C`` cycles, a token row ``channels / C`` (at least 3)."""
+        return self._requant_units
+
+    @property
+    def fp32_units(self) -> int:
+        """K: :class:`~elmoe3d.hw.vpu.Fp32Converter` s of the OUTPUT engine (a power of two
+        dividing W/32; default W/32). One ``o`` DATA beat (W/32 FP32 values, two OUT words)
+        takes ``W/32 / K`` cycles (:attr:`output_beat_cycles`)."""
+        return self._fp32_units
+
+    @property
+    def output_beat_cycles(self) -> int:
+        """Cycles per ``o`` DATA beat of OUTPUT with a ready ``o``: ``W/32 / fp32_units`` (the
+        converters take values ``[s K, (s+1) K)`` of the beat in sub-step ``s``)."""
+        return self.word_bits // 32 // self._fp32_units
+
+    @property
+    def requant_word_cycles(self) -> int:
+        """Cycles per HBUF word (W/32 Q16.16 values) of REQUANT: ``W/32 / requant_units``;
+        a token row of ``channels`` values takes ``channels / requant_units`` cycles, at least
+        3 (the next row's e' is prepared meanwhile)."""
+        return self.word_bits // 32 // self._requant_units
+
+    @property
+    def tile_dsp_pairs(self) -> bool:
+        """Passed to :class:`~elmoe3d.hw.tile.TensorTile` as ``dsp_pairs`` (two IA8xW5
+        products per FPGA DSP multiplier)."""
+        return self._tile_dsp_pairs
+
+    def _tile_params(self) -> dict:
+        params = {"config": self._tile_config}
+        if self._tile_dsp_pairs:          # only then: older TensorTiles lack the keyword
+            params["dsp_pairs"] = True
+        return params
+
+    @property
     def load_queue_depth(self) -> int:
         """LOAD commands the decoder can queue for the load engine (so that a LOAD waiting for
         a buffer flag or a fence does not block the execute commands behind it)."""
@@ -389,7 +463,7 @@ class PE(wiring.Component):
     def tile_latency(self) -> int:
         """Cycles from the tile accepting a ``last`` beat to its result
         (:attr:`TensorTile.latency <elmoe3d.hw.tile.TensorTile.latency>`)."""
-        return _latency(TensorTile, config=self._tile_config)
+        return _latency(TensorTile, **self._tile_params())
 
     @property
     def swiglu_latency(self) -> int:
@@ -630,7 +704,7 @@ class PE(wiring.Component):
         b_slot = Signal(3)
         b_first = Signal()
         b_last = Signal()
-        tile = m.submodules.tile = TensorTile(config=self._tile_config)
+        tile = m.submodules.tile = TensorTile(**self._tile_params())
         adv = ~bv | tile.i.ready
         g_step = g_issuing & adv
         w_addr = Signal(16)
@@ -1199,10 +1273,10 @@ class PE(wiring.Component):
         # Handed over by the execute engine (which goes on with later commands), it starts when
         # every earlier execute command has completed and then runs beside later GEMMs. Per
         # token row t: the row max -> e' (RowMaxExponent) -> e_h into TOK, prepared for the next
-        # row while the current one streams; then C = min(W/32, 32) values per cycle: HBUF
+        # row while the current one streams; then C = requant_units values per cycle: HBUF
         # word t*I/(W/32) + c/(W/32) -> C RequantUnits -> ACT bytes. The row maxima have a read
         # port of their own (the SWIGLU sink updates other rows meanwhile).
-        C = min(Q, 32)
+        C = self._requant_units
         log_c = _log2(C)
         rq_ch = Signal(16)
         rq_groups = rq_ch >> 5
@@ -1312,44 +1386,67 @@ class PE(wiring.Component):
         with m.If(rq_done):
             m.d.sync += [rq_busy.eq(0), rq_run.eq(0)]
 
-        # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words, one per bank) a cycle ----
+        # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words, one per bank) a beat ----
         op_row = Signal(16)
         op_left = Signal(17)
         with m.If(x_start & (xop == Op.OUTPUT)):
             m.d.sync += [op_row.eq(0),
                          op_left.eq(fld(xc, Op.OUTPUT, "row_blocks") * R
                                     * (fld(xc, Op.OUTPUT, "channels") >> log_q))]
-        ov = Signal()
+        # K = fp32_units converters; with K < W/32 a pair of OUT words (held in the read port,
+        # whose data stays while its en is low) is converted in W/32 / K sub-steps, unit j
+        # taking value s K + j in sub-step s; the results are assembled in beat_bits (the
+        # converters carry s as their tag) and the beat is offered once complete
+        K = self._fp32_units
+        S = Q // K                    # sub-steps per beat
+        ov = Signal()                 # a pair of OUT words is in the read port's data
+        cv_s = Signal(range(max(S, 2)))
         cv_units = []
-        for j in range(Q):
-            unit = Fp32Converter()
+        for j in range(K):
+            unit = Fp32Converter(tag_width=_log2(S) if j == 0 and S > 1 else 0)
             m.submodules[f"fp32_{j}"] = unit
             cv_units.append(unit)
         cv_ready = cv_units[0].i.ready
-        op_adv = ~ov | cv_ready
+        cv_last = (cv_s == S - 1) if S > 1 else Const(1, 1)
+        op_adv = ~ov | (cv_ready & cv_last)
         out_rp.request(st["OUTPUT"], op_row, op_adv, pair=True)
         with m.If(st["OUTPUT"] & op_adv):
             m.d.sync += ov.eq(op_left != 0)
             with m.If(op_left != 0):
                 m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
+        if S > 1:
+            with m.If(ov & cv_ready):
+                m.d.sync += cv_s.eq(Mux(cv_last, 0, cv_s + 1))
         beat_valid = Signal()
         beat_bits = Signal(W)
         cv_take = Signal()
         data_taken = beat_valid & self.o.ready & ~st["STATUS"]
+        pair_values = [out_rp.pair_data[64 * v:64 * (v + 1)] for v in range(Q)]
         for j, unit in enumerate(cv_units):
             m.d.comb += [
                 unit.i.valid.eq(ov),
-                unit.i.payload.value.eq(out_rp.pair_data[64 * j:64 * (j + 1)]),
+                unit.i.payload.value.eq(
+                    Array(pair_values[j::K])[cv_s] if S > 1 else pair_values[j]),
                 unit.o.ready.eq(~beat_valid | data_taken),
             ]
         m.d.comb += cv_take.eq(cv_units[0].o.valid & cv_units[0].o.ready)
         cv_inflight = Signal(range(8))
         m.d.sync += cv_inflight.eq(cv_inflight + (ov & cv_ready) - cv_take)
-        with m.If(cv_take):
-            m.d.sync += [beat_bits.eq(Cat(unit.o.payload.bits for unit in cv_units)),
-                         beat_valid.eq(1)]
-        with m.Elif(data_taken):
-            m.d.sync += beat_valid.eq(0)
+        cv_bits = Cat(unit.o.payload.bits for unit in cv_units)
+        if S > 1:
+            m.d.comb += cv_units[0].i.payload.tag.eq(cv_s)
+            cv_tag = cv_units[0].o.payload.tag
+            with m.If(cv_take):
+                m.d.sync += beat_bits.word_select(cv_tag, 32 * K).eq(cv_bits)
+            with m.If(cv_take & (cv_tag == S - 1)):
+                m.d.sync += beat_valid.eq(1)
+            with m.Elif(data_taken):
+                m.d.sync += beat_valid.eq(0)
+        else:
+            with m.If(cv_take):
+                m.d.sync += [beat_bits.eq(cv_bits), beat_valid.eq(1)]
+            with m.Elif(data_taken):
+                m.d.sync += beat_valid.eq(0)
         output_done = (st["OUTPUT"] & (op_left == 0) & ~ov & (cv_inflight == 0) & ~beat_valid)
 
         # ---- performance counters and STATUS -----------------------------------------------------

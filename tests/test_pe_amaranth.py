@@ -48,7 +48,7 @@ _DUT_CACHE = {}
 
 
 def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, drain=40,
-           max_cycles=20000, dut=None, watch=()):
+           max_cycles=20000, dut=None, pe_options=None, watch=()):
     """Run an encoded program on the RTL PE until ``n_o`` beats and ``n_link`` link words came
     out, then ``drain`` more cycles (nothing more may come out).
 
@@ -56,10 +56,13 @@ def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, dr
     until taken). Returns a dict: ``o`` (list of (kind, data)), ``link_o`` (ints), ``cycles``
     (to the last output or the last command), handshake cycles ``cmd``, ``ld``, ``link_o``,
     and for every name in ``watch`` the cycles in which that :attr:`PE.probes` bit was set.
+    Without ``dut``, the PE is ``PE(config=ARCH, **pe_options)``.
     """
     program, ld, link_i = list(program), list(ld), list(link_i)
     if dut is None:
-        dut = PE(config=ARCH)
+        dut = PE(config=ARCH, **(pe_options or {}))
+    else:
+        assert pe_options is None, "pe_options: give them to the dut instead"
     rng = random.Random(seed)
     log = {"o": [], "link_o": [], "cmd": [], "ld": [], "link_o_cycles": [], "o_cycles": []}
     log.update({name: [] for name in watch})
@@ -254,6 +257,26 @@ def test_parameters_and_errors():
     gc.collect()      # the half-built PEs warn here, where it is ignored
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_vpu_unit_parameters_and_errors():
+    q = 128 * L // 32                       # W/32
+    dut = _unused(PE(config=ARCH))
+    assert (dut.requant_units, dut.fp32_units) == (min(q, 32), q)
+    assert (dut.output_beat_cycles, dut.requant_word_cycles, dut.tile_dsp_pairs) == (1, 1, False)
+    dut = _unused(PE(config=ARCH, requant_units=2, fp32_units=4))
+    assert (dut.requant_units, dut.fp32_units) == (2, 4)
+    assert (dut.output_beat_cycles, dut.requant_word_cycles) == (q // 4, q // 2)
+    for bad in (0, 3, 2 * q, -1, True, 1.0, "2"):
+        with pytest.raises(ValueError, match="requant_units"):
+            PE(config=ARCH, requant_units=bad)
+        with pytest.raises(ValueError, match="fp32_units"):
+            PE(config=ARCH, fp32_units=bad)
+    for bad in (1, None, "yes"):
+        with pytest.raises(ValueError, match="tile_dsp_pairs"):
+            PE(config=ARCH, tile_dsp_pairs=bad)
+    gc.collect()
+
+
 def test_verilog_size():
     """The small PE converts to Verilog (figures printed for the report)."""
     from amaranth.back import verilog
@@ -262,6 +285,10 @@ def test_verilog_size():
     print(f"small PE: {len(text)} bytes, {text.count(chr(10))} lines of Verilog in "
           f"{time.perf_counter() - t0:.1f} s")
     assert "module pe(" in text
+    shared = verilog.convert(PE(config=ARCH, requant_units=2, fp32_units=2), name="pe",
+                             emit_src=False)
+    print(f"small PE, requant_units=2, fp32_units=2: {len(shared)} bytes")
+    assert "module pe(" in shared and len(shared) < len(text)
 
 
 @pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.name)
@@ -393,6 +420,35 @@ def test_small_expert_equals_fsim(mode):
     x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 3, 64, 64)
     prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode)
     got, ref = compare_with_fsim(prog, ld, seed=seed)
+
+
+@pytest.mark.parametrize("requant_units, fp32_units, mode, traffic", [
+    (1, 1, Mode.DRAFT, SMOOTH),
+    (2, 2, Mode.FULL, ROUGH),
+    (2, 1, Mode.DRAFT, Traffic(stall_o=0.5)),
+], ids=["C1-K1-smooth", "C2-K2-rough", "C2-K1-stall_o"])
+def test_time_shared_vpu_units_equal_fsim(requant_units, fp32_units, mode, traffic):
+    """Fewer RequantUnits / Fp32Converters than W/32 (``requant_units``, ``fp32_units``): the
+    same expert program gives the same ``o`` beats as fsim (so as the full PE), with and
+    without backpressure on ``o``; with a ready ``o`` the DATA beats of OUTPUT come every
+    ``output_beat_cycles`` cycles, and REQUANT is busy at least ``channels / C`` cycles a row."""
+    seed = 1300 + 10 * requant_units + fp32_units
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    t, h, i = 3, 64, 64
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, t, h, i)
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode)
+    dut = PE(config=ARCH, requant_units=requant_units, fp32_units=fp32_units)
+    assert dut.output_beat_cycles == (128 * L // 32) // fp32_units
+    assert dut.requant_word_cycles == (128 * L // 32) // requant_units
+    got, ref = compare_with_fsim(prog, ld, traffic=traffic, seed=seed, dut=dut,
+                                 watch=("rq_busy",))
+    data_cycles = [c for (k, _), c in zip(got["o"], got["o_cycles"]) if k == OKind.DATA]
+    assert len(data_cycles) == -(-t // R) * R * h // (128 * L // 32)
+    assert np.abs(ref.data()).max() > 0
+    if traffic is SMOOTH:
+        assert set(np.diff(data_cycles)) == {dut.output_beat_cycles}
+    assert len(got["rq_busy"]) >= -(-t // R) * R * i // requant_units
 
 
 @pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
