@@ -6,7 +6,7 @@ The golden model of this block's stream behaviour is :func:`elmoe3d.sw.tile.ref_
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -15,7 +15,8 @@ from .layouts import TileMode, tile_beat_layout, tile_result_layout
 from .unit_pe import SliceCombiner, lane_controls, weight_field
 
 
-__all__ = ["TensorTile", "TREE_SHAPE", "PSUM_SHAPE", "SCALED_SHAPE", "TERM_SHAPE"]
+__all__ = ["TensorTile", "TREE_SHAPE", "PSUM_SHAPE", "SCALED_SHAPE", "TERM_SHAPE",
+           "PAIR_SHIFT"]
 
 
 #: One 32-way adder-tree output. Unit-PE products lie in [-2032, 2048] (13 bits signed), so a
@@ -32,6 +33,11 @@ SCALED_SHAPE = signed(33)
 #: The Q.24 term after the exponent shift (0..30): |term| < 2^20 * 2^11 * 2^30 = 2^61.
 TERM_SHAPE = signed(64)
 
+#: Bit position of the second field in a DSP pair operand (``dsp_pairs``): a low product
+#: ``a * (f + 16)`` lies in [-3968, 3937] and needs 13 signed bits, so the high field sits at
+#: bit 13 and the packed operand is 18 bits signed, one ECP5 MULT18X18D port.
+PAIR_SHIFT = 13
+
 _ACC_SHAPE = signed(64)
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
@@ -47,6 +53,14 @@ def _adder_tree(terms):
             nxt.append(terms[-1])
         terms = nxt
     return terms[0]
+
+
+def _pair_operand(f_low, f_high):
+    """The 18-bit signed operand ``(f_low + 16) + f_high * 2**PAIR_SHIFT`` of a DSP pair.
+
+    ``f_low + 16`` (0..31) is the 5-bit field with its sign bit inverted; ``f_high`` (-16..15)
+    fills bits 13..17 with its own sign: the operand lies in [-131072, 122911]."""
+    return Cat(f_low[:4], ~f_low[4], C(0, PAIR_SHIFT - 5), f_high).as_signed()
 
 
 class TensorTile(wiring.Component):
@@ -87,10 +101,22 @@ class TensorTile(wiring.Component):
     accepted per cycle. ``i.ready`` depends combinationally on ``o.ready`` (never on ``i.valid``);
     ``o.valid`` is a register.
 
+    DSP pairs (``dsp_pairs=True``, for FPGAs; the results are bit-identical): lanes 2j and
+    2j+1 of a row share one multiplier per depth k, ``p = a * ((f_2j + 16) + f_2j+1 * 2^13)``
+    (8 x 18 bits signed, one ECP5 MULT18X18D; :data:`PAIR_SHIFT`). The low 13 bits of ``p``
+    are ``a * (f_2j + 16)`` exactly (it lies in [-3968, 3937]) and ``p >> 13`` is
+    ``a * f_2j+1`` minus one when that low part is negative. Lane 2j's tree sums the low parts
+    and subtracts ``16 * sum_k a[k]`` (one 32-way activation sum per row, shared by its lane
+    pairs); lane 2j+1's tree sums ``p >> 13`` and adds the count of negative low parts. The
+    tile then needs ``rows * lanes * 32 / 2`` multipliers instead of ``rows * lanes * 32``.
+
     Parameters
     ----------
     config : TileConfig
         ``rows`` (M), ``lanes`` (N, even) and ``group`` (32).
+    dsp_pairs : bool
+        Two IA8xW5 products per multiplier (above). Default ``False`` (the ASIC datapath:
+        one unit PE per product, paper Fig. 8).
 
     Attributes
     ----------
@@ -100,13 +126,16 @@ class TensorTile(wiring.Component):
     Raises
     ------
     TypeError
-        ``config`` is not a :class:`~elmoe3d.config.TileConfig`.
+        ``config`` is not a :class:`~elmoe3d.config.TileConfig`; ``dsp_pairs`` is not a bool.
     """
 
-    def __init__(self, *, config: TileConfig):
+    def __init__(self, *, config: TileConfig, dsp_pairs: bool = False):
         if not isinstance(config, TileConfig):
             raise TypeError(f"config: expected a TileConfig, got {type(config).__name__}")
+        if not isinstance(dsp_pairs, bool):
+            raise TypeError(f"dsp_pairs: expected a bool, got {dsp_pairs!r}")
         self._config = config
+        self._dsp_pairs = dsp_pairs
         super().__init__({
             "i": In(stream.Signature(tile_beat_layout(config))),
             "o": Out(stream.Signature(tile_result_layout(config))),
@@ -115,6 +144,18 @@ class TensorTile(wiring.Component):
     @property
     def config(self) -> TileConfig:
         return self._config
+
+    @property
+    def dsp_pairs(self) -> bool:
+        """Two products per multiplier (FPGA DSP packing); results unchanged."""
+        return self._dsp_pairs
+
+    @property
+    def multipliers(self) -> int:
+        """Hardware multipliers of the unit-PE array: ``rows * lanes * group``, halved with
+        :attr:`dsp_pairs`."""
+        n = self.rows * self.lanes * self.group
+        return n // 2 if self._dsp_pairs else n
 
     @property
     def rows(self) -> int:
@@ -180,9 +221,13 @@ class TensorTile(wiring.Component):
                 s1_scale.eq(beat.scale),
             ]
             for r in range(rows):
+                if self._dsp_pairs:
+                    trees = self._paired_trees(m, beat.act[r], fields, r)
+                else:
+                    trees = [_adder_tree(beat.act[r][k] * fields[n][k] for k in range(group))
+                             for n in range(lanes)]
                 for n in range(lanes):
-                    products = [beat.act[r][k] * fields[n][k] for k in range(group)]
-                    m.d.sync += s1_tree[r][n].eq(_adder_tree(products))
+                    m.d.sync += s1_tree[r][n].eq(trees[n])
 
         # ---- stage 2: slice combine, scale decode, psum * signed mantissa ----------------------
         s2_valid = Signal()
@@ -269,3 +314,27 @@ class TensorTile(wiring.Component):
         m.d.comb += self.o.payload.mode.eq(out_mode)
 
         return m
+
+    def _paired_trees(self, m, act, fields, r):
+        """The ``lanes`` adder-tree sums of row ``r`` with two products per multiplier."""
+        lanes, group = self.lanes, self.group
+        act_sum = Signal(signed(8 + 5), name=f"act_sum_{r}")      # 32 x [-128, 127]
+        m.d.comb += act_sum.eq(_adder_tree(act[k] for k in range(group)))
+        trees = []
+        for j in range(lanes // 2):
+            lows, highs, negs = [], [], []
+            for k in range(group):
+                p = Signal(signed(8 + 18), name=f"pair_{r}_{j}_{k}")
+                m.d.comb += p.eq(act[k] * _pair_operand(fields[2 * j][k], fields[2 * j + 1][k]))
+                lows.append(p[:PAIR_SHIFT].as_signed())
+                highs.append(p[PAIR_SHIFT:].as_signed())
+                negs.append(p[PAIR_SHIFT - 1])
+            low = Signal(TREE_SHAPE, name=f"pair_low_{r}_{j}")
+            high = Signal(TREE_SHAPE, name=f"pair_high_{r}_{j}")
+            # both sums are exact in TREE_SHAPE (they equal the unpaired trees)
+            m.d.comb += [
+                low.eq(_adder_tree(lows) - (act_sum << 4)),
+                high.eq(_adder_tree(highs) + _adder_tree(negs)),
+            ]
+            trees += [low, high]
+        return trees
