@@ -418,7 +418,7 @@ class PE(wiring.Component):
     def requant_units(self) -> int:
         """C: :class:`~elmoe3d.hw.vpu.RequantUnit` s of the requantization engine, INT8 codes
         per cycle (a power of two in 1..min(W/32, 32); default min(W/32, 32)). One HBUF word
-        (W/32 values) takes ``W/32 / C`` cycles, a token row ``channels / C`` (at least 3)."""
+        (W/32 values) takes ``W/32 / C`` cycles (:attr:`requant_word_cycles`)."""
         return self._requant_units
 
     @property
@@ -437,8 +437,9 @@ class PE(wiring.Component):
     @property
     def requant_word_cycles(self) -> int:
         """Cycles per HBUF word (W/32 Q16.16 values) of REQUANT: ``W/32 / requant_units``;
-        a token row of ``channels`` values takes ``channels / requant_units`` cycles, at least
-        3 (the next row's e' is prepared meanwhile)."""
+        a token row of ``channels`` values streams in ``channels / requant_units`` cycles (the
+        next row's e' is prepared meanwhile, in a few cycles, so very short rows take
+        longer)."""
         return self.word_bits // 32 // self._requant_units
 
     @property
