@@ -449,10 +449,7 @@ class PE(wiring.Component):
         return self._tile_dsp_pairs
 
     def _tile_params(self) -> dict:
-        params = {"config": self._tile_config}
-        if self._tile_dsp_pairs:          # only then: older TensorTiles lack the keyword
-            params["dsp_pairs"] = True
-        return params
+        return {"config": self._tile_config, "dsp_pairs": self._tile_dsp_pairs}
 
     @property
     def load_queue_depth(self) -> int:
