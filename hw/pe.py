@@ -344,7 +344,8 @@ class PE(wiring.Component):
     """
 
     def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
-                 fp32_units: int | None = None, tile_dsp_pairs: bool = False):
+                 fp32_units: int | None = None, combine_units: int | None = None,
+                 tile_dsp_pairs: bool = False):
         pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
@@ -371,6 +372,12 @@ class PE(wiring.Component):
                 or not 1 <= fp32_units <= Q or fp32_units & (fp32_units - 1)):
             raise ValueError(f"fp32_units: expected a power of two dividing W/32 = {Q} "
                              f"(1..{Q}), got {fp32_units!r}")
+        if combine_units is None:
+            combine_units = lanes
+        if (not isinstance(combine_units, int) or isinstance(combine_units, bool)
+                or not 1 <= combine_units <= lanes or combine_units & (combine_units - 1)):
+            raise ValueError(f"combine_units: expected a power of two dividing lanes = {lanes} "
+                             f"(1..{lanes}), got {combine_units!r}")
         if not isinstance(tile_dsp_pairs, bool):
             raise ValueError(f"tile_dsp_pairs: expected a bool, got {tile_dsp_pairs!r}")
         self._pe = pe_config
@@ -378,6 +385,7 @@ class PE(wiring.Component):
         self._mul_stages = mul_stages
         self._requant_units = requant_units
         self._fp32_units = fp32_units
+        self._combine_units = combine_units
         self._tile_dsp_pairs = tile_dsp_pairs
         super().__init__({
             "cmd": In(stream.Signature(command_layout())),
@@ -427,6 +435,20 @@ class PE(wiring.Component):
         dividing W/32; default W/32). One ``o`` DATA beat (W/32 FP32 values, two OUT words)
         takes ``W/32 / K`` cycles (:attr:`output_beat_cycles`)."""
         return self._fp32_units
+
+    @property
+    def combine_units(self) -> int:
+        """J: :class:`~elmoe3d.hw.vpu.CombineUnit` s of the COMBINE sink (a power of two
+        dividing ``lanes``; default ``lanes``). A result row takes :attr:`combine_row_cycles`
+        cycles in the sink instead of one."""
+        return self._combine_units
+
+    @property
+    def combine_row_cycles(self) -> dict:
+        """Cycles the COMBINE sink spends on one result row, by mode FULL (``True``: L/2
+        values) and not FULL (``False``: L values): ``ceil(values / combine_units)``."""
+        L, J = self.lanes, self._combine_units
+        return {True: max(L // 2 // J, 1), False: L // J}
 
     @property
     def output_beat_cycles(self) -> int:
@@ -487,15 +509,17 @@ class PE(wiring.Component):
     def result_cycles(self) -> dict:
         """Cycles the sink holds one tile result (``rows x lanes`` accumulators), by
         ``(sink, psum_in)``, with ready outputs and, for ``psum_in``, a ``link_i`` word offered
-        in every cycle: RAW ``rows * lanes / (W/64)`` (one link word a cycle), SWIGLU and
-        COMBINE ``rows`` (one row a cycle); ``psum_in`` adds its ``rows * lanes / (W/64)``
+        in every cycle: RAW ``rows * lanes / (W/64)`` (one link word a cycle), SWIGLU ``rows``
+        (one row a cycle), COMBINE ``rows * combine_row_cycles[False]`` (one row a cycle with
+        the default ``combine_units``; the non-FULL figure, FULL rows take
+        ``combine_row_cycles[True]``); ``psum_in`` adds its ``rows * lanes / (W/64)``
         words (one a cycle, overlapped with the sink, which takes a row or word as soon as it
         has been added) and one cycle per result. A GEMM with at least that many groups issues
         one tile beat per cycle."""
         raw = self.rows * self.lanes // (self.word_bits // 64)
         out = {}
         for sink, cycles in ((Sink.RAW, raw), (Sink.SWIGLU, self.rows),
-                             (Sink.COMBINE, self.rows)):
+                             (Sink.COMBINE, self.rows * self.combine_row_cycles[False])):
             out[(sink, False)], out[(sink, True)] = cycles, cycles + 1
         return out
 
@@ -980,8 +1004,13 @@ class PE(wiring.Component):
         sw_inflight = Signal(range(64))
         m.d.sync += sw_inflight.eq(sw_inflight + a_sw - sw_out)
 
-        # COMBINE: OUT word slot*stride + ch/OV, L (L/2 FULL) values at position ch mod OV
+        # COMBINE: OUT word slot*stride + ch/OV, L (L/2 FULL) values at position ch mod OV.
+        # A row leaves stage A into stage C (its OUT word read, held in the read port) and
+        # enters the J = combine_units CombineUnits in n_sub = L/J (FULL: L/2/J) sub-steps,
+        # lanes [s J, (s+1) J) in sub-step s; each sub-step writes its own OUT granules.
         cmb_lat = self.combine_latency
+        J = self._combine_units
+        n_sub_max = L // J
         a_cmb = a_valid & (a_sink == Sink.COMBINE)
         c_addr = Signal(16)
         c_pos = Signal(log_ov)
@@ -993,72 +1022,108 @@ class PE(wiring.Component):
         for q in range(OV):
             m.d.comb += c_mask[q].eq(Mux(a_full, (q // (L // 2)) == (c_pos >> _log2(L // 2)),
                                          (q // L) == (c_pos >> _log2(L))))
-        # writes still in flight: a read issued k+1 cycles ago writes at cmb_lat + 1 cycles
-        hz = [(Signal(name=f"hz_v{k}"), Signal(16, name=f"hz_a{k}"), Signal(OV, name=f"hz_m{k}"))
-              for k in range(cmb_lat)]
+
+        def lane_mask(full, sub):
+            """OUT granules of the row's lanes [sub J, (sub+1) J)."""
+            if n_sub_max == 1:
+                return Const((1 << OV) - 1, OV)
+            return Cat(Mux(full, ((q % (L // 2)) // J) == sub, ((q % L) // J) == sub)
+                       for q in range(OV))
+
+        c_valid = Signal()            # stage C holds a row; one sub-step enters the units
+        c_sub = Signal(range(max(n_sub_max, 2)))
+        c_y = Signal(data.ArrayLayout(signed(64), L))
+        c_e_h = Signal(signed(8))
+        c_gw = Signal(16)
+        c_row_mask = Signal(OV)
+        c_tag_layout = data.StructLayout({"addr": unsigned(16), "pos": unsigned(log_ov),
+                                          "full": unsigned(1),
+                                          "sub": unsigned(max(_log2(n_sub_max), 1))})
+        c_tag = Signal(c_tag_layout)  # the row's (registered); sub: the unit tag's sub-step
+        c_tag_in = Signal(c_tag_layout)
+        c_last = Signal()             # the row's last sub-step enters in this cycle
+        n_sub_full = max(L // 2 // J, 1)
+        m.d.comb += [
+            c_tag_in.addr.eq(c_tag.addr),
+            c_tag_in.pos.eq(c_tag.pos),
+            c_tag_in.full.eq(c_tag.full),
+            c_tag_in.sub.eq(c_sub),
+            c_last.eq(c_valid & (c_sub == Mux(c_tag.full, n_sub_full - 1, n_sub_max - 1))),
+        ]
+        # unit entries at t, t-1, ..., t-cmb_lat+1 (valid, address, granules): their writes
+        # are still to come when an OUT word is read in cycle t
+        hz = [(c_valid, c_tag.addr, c_row_mask & lane_mask(c_tag.full, c_sub))]
+        for k in range(1, cmb_lat):
+            hz.append((Signal(name=f"hz_v{k}"), Signal(16, name=f"hz_a{k}"),
+                       Signal(OV, name=f"hz_m{k}")))
+            for dst, src in zip(hz[k], hz[k - 1]):
+                m.d.sync += dst.eq(src)
         hazard = Const(0, 1)
         for v, a, msk in hz:
             hazard = hazard | (v & (a == c_addr) & (msk & c_mask).any())
         # a row with gate weight +-0 adds exactly 0 (term 0, no saturation): it is skipped
         c_live = (tok_entry.gate & 0x7FFF) != 0
-        c_issue = a_cmb & c_live & ~hazard
-        m.d.comb += stall_a.eq(a_cmb & c_live & hazard)
-        m.d.sync += [hz[0][0].eq(c_issue), hz[0][1].eq(c_addr), hz[0][2].eq(c_mask)]
-        for k in range(1, cmb_lat):
-            m.d.sync += [hz[k][0].eq(hz[k - 1][0]), hz[k][1].eq(hz[k - 1][1]),
-                         hz[k][2].eq(hz[k - 1][2])]
+        c_held = c_valid & ~c_last    # stage C still busy with its row next cycle
+        c_issue = a_cmb & c_live & ~hazard & ~c_held
+        m.d.comb += stall_a.eq(a_cmb & c_live & (hazard | c_held))
         out_rp.request(c_issue, c_addr, 1)
-        c_valid = Signal()
-        c_y = Signal(data.ArrayLayout(signed(64), L))
-        c_e_h = Signal(signed(8))
-        c_gw = Signal(16)
-        c_tag_layout = data.StructLayout({"addr": unsigned(16), "pos": unsigned(log_ov),
-                                          "full": unsigned(1)})
-        c_tag = Signal(c_tag_layout)
-        m.d.sync += [
-            c_valid.eq(c_issue),
-            c_e_h.eq(tok_entry.e_h),
-            c_gw.eq(tok_entry.gate),
-            c_tag.addr.eq(c_addr),
-            c_tag.pos.eq(c_pos),
-            c_tag.full.eq(a_full),
-        ]
-        for j in range(L):
-            m.d.sync += c_y[j].eq(Mux(a_full, a_acc[(2 * j) % L], a_acc[j]))
+        with m.If(c_issue):
+            m.d.sync += [
+                c_valid.eq(1),
+                c_sub.eq(0),
+                c_e_h.eq(tok_entry.e_h),
+                c_gw.eq(tok_entry.gate),
+                c_row_mask.eq(c_mask),
+                c_tag.addr.eq(c_addr),
+                c_tag.pos.eq(c_pos),
+                c_tag.full.eq(a_full),
+            ]
+            for j in range(L):
+                m.d.sync += c_y[j].eq(Mux(a_full, a_acc[(2 * j) % L], a_acc[j]))
+        with m.Elif(c_last):
+            m.d.sync += c_valid.eq(0)
+        with m.Elif(c_valid):
+            m.d.sync += c_sub.eq(c_sub + 1)
         cmb_units = []
-        for j in range(L):
+        for j in range(J):
             unit = CombineUnit(tag_width=c_tag_layout.size if j == 0 else 0,
                                mul_stages=self._mul_stages)
             m.submodules[f"combine{j}"] = unit
             cmb_units.append(unit)
+            lanes_j = [c_y[v] for v in range(j, L, J)]           # lane s J + j in sub-step s
+            lane = (c_sub * J + j) if n_sub_max > 1 else j
             m.d.comb += [
                 unit.i.valid.eq(c_valid),
-                unit.i.payload.acc_y.eq(c_y[j]),
+                unit.i.payload.acc_y.eq(Array(lanes_j)[c_sub] if n_sub_max > 1 else lanes_j[0]),
                 unit.i.payload.e_h.eq(c_e_h),
                 unit.i.payload.gw.eq(c_gw),
-                unit.i.payload.out.eq(out_rp.data.word_select((c_tag.pos + j)[:log_ov], 64)),
+                unit.i.payload.out.eq(out_rp.data.word_select((c_tag.pos + lane)[:log_ov], 64)),
                 unit.i.payload.flag.eq(0),
                 unit.o.ready.eq(1),
             ]
-        m.d.comb += cmb_units[0].i.payload.tag.eq(c_tag)
+        m.d.comb += cmb_units[0].i.payload.tag.eq(c_tag_in)
         cmb_out = cmb_units[0].o.valid
         cmb_tag_out = data.View(c_tag_layout, cmb_units[0].o.payload.tag)
         cmb_full = cmb_tag_out.full
         ow_data = Signal(W)
         ow_mask = Signal(OV)
+        out_lanes = lane_mask(cmb_full, cmb_tag_out.sub)
         for q in range(OV):
             m.d.comb += [
                 ow_data[64 * q:64 * (q + 1)].eq(
-                    Mux(cmb_full, cmb_units[q % (L // 2)].o.payload.out,
-                        cmb_units[q % L].o.payload.out)),
-                ow_mask[q].eq(Mux(cmb_full,
-                                  (q // (L // 2)) == (cmb_tag_out.pos >> _log2(L // 2)),
-                                  (q // L) == (cmb_tag_out.pos >> _log2(L)))),
+                    Mux(cmb_full, cmb_units[(q % (L // 2)) % J].o.payload.out,
+                        cmb_units[(q % L) % J].o.payload.out)),
+                ow_mask[q].eq(out_lanes[q] & Mux(
+                    cmb_full, (q // (L // 2)) == (cmb_tag_out.pos >> _log2(L // 2)),
+                    (q // L) == (cmb_tag_out.pos >> _log2(L)))),
             ]
         out_w.request(cmb_out, cmb_tag_out.addr, ow_data, ow_mask)
         cmb_flag = Const(0, 1)
         for j, unit in enumerate(cmb_units):
-            live = Const(1, 1) if j < L // 2 else ~cmb_full
+            if n_sub_max > 1:
+                live = ~cmb_full | ((cmb_tag_out.sub * J + j) < L // 2)
+            else:
+                live = Const(1, 1) if j < L // 2 else ~cmb_full
             cmb_flag = cmb_flag | (live & unit.o.payload.flag)
         set_vpu.append(cmb_out & cmb_flag)
         cmb_inflight = Signal(range(64))
@@ -1071,7 +1136,7 @@ class PE(wiring.Component):
         # (no stall after stage A), whose last entry is the cycle the row's last write is made
         inflight.update(dq=(dq_valid, dq["seq"]), ds=(s_active, ds["seq"]),
                         res=(res_valid, res_seq), a=(a_valid, a_seq))
-        tail = max(self.swiglu_latency, 1 + self.combine_latency) + 1
+        tail = max(self.swiglu_latency, self.combine_row_cycles[False] + self.combine_latency) + 1
         feed = (a_valid & ~stall_a, a_seq)       # a row leaves stage A
         for k in range(tail):
             v, q = Signal(name=f"tail_v{k}"), Signal(SEQ, name=f"tail_seq{k}")

@@ -18,6 +18,7 @@ from amaranth.hdl import Value
 from amaranth.sim import Simulator
 
 from elmoe3d.config import preset
+from elmoe3d.hw.board import LEAN_PE_PARAMS
 from elmoe3d.hw.pe import PE
 from elmoe3d.isa import Sink, Target
 from elmoe3d.sw import asm, fsim
@@ -274,6 +275,14 @@ def test_vpu_unit_parameters_and_errors():
     for bad in (1, None, "yes"):
         with pytest.raises(ValueError, match="tile_dsp_pairs"):
             PE(config=ARCH, tile_dsp_pairs=bad)
+    dut = _unused(PE(config=ARCH))
+    assert dut.combine_units == L and dut.combine_row_cycles == {True: 1, False: 1}
+    dut = _unused(PE(config=ARCH, combine_units=1))
+    assert dut.combine_units == 1 and dut.combine_row_cycles == {True: L // 2, False: L}
+    assert dut.result_cycles[(Sink.COMBINE, False)] == R * L
+    for bad in (0, 3, 2 * L, -1, True, 1.0, "2"):
+        with pytest.raises(ValueError, match="combine_units"):
+            PE(config=ARCH, combine_units=bad)
     gc.collect()
 
 
@@ -285,9 +294,9 @@ def test_verilog_size():
     print(f"small PE: {len(text)} bytes, {text.count(chr(10))} lines of Verilog in "
           f"{time.perf_counter() - t0:.1f} s")
     assert "module pe(" in text
-    shared = verilog.convert(PE(config=ARCH, requant_units=2, fp32_units=2), name="pe",
-                             emit_src=False)
-    print(f"small PE, requant_units=2, fp32_units=2: {len(shared)} bytes")
+    shared = verilog.convert(PE(config=ARCH, requant_units=2, fp32_units=2, combine_units=1),
+                             name="pe", emit_src=False)
+    print(f"small PE, requant_units=2, fp32_units=2, combine_units=1: {len(shared)} bytes")
     assert "module pe(" in shared and len(shared) < len(text)
 
 
@@ -465,19 +474,24 @@ def test_tile_dsp_pairs_expert_equals_fsim():
     assert np.abs(ref.data()).max() > 0
 
 
-@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
-def test_expert_with_stalls_and_shared_slots(mode):
+@pytest.mark.parametrize("mode, combine_units", [
+    (Mode.DRAFT, None), (Mode.FULL, None), (Mode.DRAFT, 1), (Mode.FULL, 1), (Mode.DRAFT, 2),
+], ids=["DRAFT", "FULL", "DRAFT-J1", "FULL-J1", "DRAFT-J2"])
+def test_expert_with_stalls_and_shared_slots(mode, combine_units):
     """Idle cycles on cmd/ld, backpressure on o; two token rows share an OUT slot (the COMBINE
     read-modify-write must see the first row's write), padding rows add zero; nonzero TOK,
-    x and h bases (token rows from TOK entry 8, activations from ACT word 5, h from 20)."""
-    seed = 300 + int(mode)
+    x and h bases (token rows from TOK entry 8, activations from ACT word 5, h from 20).
+    Also with time-shared combine units (``combine_units`` J < lanes: a row in L/J sub-steps,
+    each writing its own OUT granules, the shared-slot hazard across sub-steps)."""
+    seed = 300 + int(mode) + 10 * (combine_units or 0)
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 5, 64, 32)
     slots = np.array([1, 0, 1, 2, 0])
     prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode, tok_base=8, x_base=5,
                               h_base=20)
-    got, ref = compare_with_fsim(prog, ld, traffic=ROUGH, seed=seed)
+    options = None if combine_units is None else {"combine_units": combine_units}
+    got, ref = compare_with_fsim(prog, ld, traffic=ROUGH, seed=seed, pe_options=options)
     assert np.abs(ref.data()).max() > 0
 
 
@@ -571,12 +585,14 @@ def test_send_recv_accumulate_status():
 @pytest.mark.parametrize("mode, pe_options", [
     (Mode.DRAFT, None), (Mode.FULL, None),
     (Mode.DRAFT, {"requant_units": 1, "fp32_units": 2}),
-], ids=["DRAFT", "FULL", "DRAFT-C1-K2"])
+    (Mode.FULL, LEAN_PE_PARAMS),
+], ids=["DRAFT", "FULL", "DRAFT-C1-K2", "FULL-fpga-lean"])
 def test_moe_program_from_builder(mode, pe_options):
     """A small MoE layer built by sw.expert (3 synthetic experts, top-2 routing of 4 tokens):
     RTL == fsim, and the decoded FP32 output == ref_moe bit for bit (flags included); also on
     a PE with time-shared REQUANT / FP32 units (each REQUANT runs beside the next expert's
-    GEMMs for longer than the builder's schedule assumes)."""
+    GEMMs for longer than the builder's schedule assumes), and on the board's FPGA-lean PE
+    (paired tile products, one requant, FP32 and combine unit)."""
     from elmoe3d.sw.expert import build_moe_program, ref_moe
     seed = 700 + int(mode)
     print(f"seed={seed}")
