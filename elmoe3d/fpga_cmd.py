@@ -180,7 +180,7 @@ def run(args) -> int:
     est = doc["estimate"]
     if args.estimate_only:
         if not args.no_asic:
-            doc["asic"] = asic_rollup(cfg.arch, say=say)
+            doc["asic"] = asic_rollup(cfg.arch, say=say, pe_params=_asic_pe_params(cfg))
         print_report(say, doc)
         doc["seconds"] = round(time.monotonic() - started, 1)
         write_json(json_path, doc)
@@ -196,7 +196,7 @@ def run(args) -> int:
             f"places and routes it anyway)")
 
     if not args.no_asic:
-        doc["asic"] = asic_rollup(cfg.arch, say=say)
+        doc["asic"] = asic_rollup(cfg.arch, say=say, pe_params=_asic_pe_params(cfg))
     say(f"elmoe3d fpga: building {build_dir}/top.bit (one Yosys / nextpnr job at a time)")
     res = fpga.build(fpga.board_top(cfg), bd.platform(), build_dir=build_dir,
                      seed=args.seed or fpga.DEFAULT_SEED,
@@ -245,9 +245,13 @@ def report_rows(doc) -> dict:
     a = (lambda k: f"{asic[k]:.4f} mm²") if asic else (lambda k: "-")
     beside.append(("logic", fpga_cell("TRELLIS_COMB") + ", " + fpga_cell("TRELLIS_FF"),
                    a("pe_logic_mm2")))
-    beside.append(("multipliers", fpga_cell("MULT18X18D") + " + LUT multipliers (booth)"
-                   if doc["config"].get("booth") else fpga_cell("MULT18X18D"),
-                   a("pe_mac_mm2")))
+    muls = fpga_cell("MULT18X18D")
+    if doc["config"].get("tile_dsp_pairs"):
+        muls += ", two IA8xW5 products each"
+    if doc["config"].get("lut_multipliers"):
+        muls += " + Booth LUT multipliers (" + ", ".join(
+            f"{a}x{b}" for a, b in doc["config"]["lut_multipliers"]) + ")"
+    beside.append(("multipliers", muls, a("pe_mac_mm2")))
     beside.append(("memories", fpga_cell("DP16KD"), a("pe_sram_mm2")))
     slowest = min(doc.get("fmax", {}).values(), key=lambda v: v["achieved_mhz"], default=None)
     beside.append(("clock", "-" if slowest is None else
@@ -305,7 +309,15 @@ def print_report(say, doc) -> None:
 
 # ---- the ASIC roll-up beside it -------------------------------------------------------------
 
-def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None) -> dict:
+def _asic_pe_params(cfg) -> dict:
+    """The board PE's time-shared VPU units for the ASIC roll-up; the tile stays the ASIC's
+    (one unit PE per product: DSP pairing is an FPGA mapping, not an ASIC datapath)."""
+    return {"requant_units": cfg.requant_units, "fp32_units": cfg.fp32_units,
+            "combine_units": cfg.combine_units}
+
+
+def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None,
+                pe_params=None) -> dict:
     """The ASIC area of ``arch``'s PE through :mod:`elmoe3d.synth` (the roll-up of ``make
     synth``: the PE's own logic synthesised with its SRAMs as macros, the tile from its area
     model, the VPU units; cached in ``build/synth``, so only the PE's own logic is new for a
@@ -313,7 +325,8 @@ def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None) -> dict:
     ``make synth``'s report (``paper_report``, default ``build/synth/report.json``, if
     present): the paper 4 GB die and PE, and this PE's share of that die. The die of ``arch``
     itself is not rolled up (its controllers and links are a dozen more Yosys runs, over ten
-    minutes on this machine, for blocks the board does not have)."""
+    minutes on this machine, for blocks the board does not have). ``pe_params``: the PE's
+    keyword arguments (the board's time-shared VPU units)."""
     import json
     from .synth.liberty import BUNDLED_LIBERTY, read_liberty
     from .synth.main import CACHE_DIR
@@ -327,7 +340,7 @@ def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None) -> dict:
         say(f"  asic [{done}/{total}] {label}: {r.area:,.0f} um² ({note})")
 
     planner = Planner(liberty=lib, cache_dir=CACHE_DIR, jobs=jobs, progress=progress)
-    node = planner.plan(PE(config=arch), label="PE")
+    node = planner.plan(PE(config=arch, **(pe_params or {})), label="PE")
     say(f"elmoe3d fpga: ASIC roll-up of the {arch.name} PE ({len(planner._jobs)} Yosys jobs, "
         f"cache {CACHE_DIR}/)")
     planner.run()

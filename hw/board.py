@@ -46,6 +46,7 @@ from .uart import UartRx, UartTx
 
 
 __all__ = ["BoardTop", "BoardPlatformTop", "uart_divisor", "MAX_BAUD_ERROR", "LED_BITS",
+           "LEAN_PE_PARAMS",
            "ROUTER_HB_FIFO_WORDS"]
 
 #: The largest relative baud-rate error accepted (the receiver samples at mid-bit; a
@@ -54,6 +55,15 @@ MAX_BAUD_ERROR = 0.02
 
 #: The load router's HB data FIFO on the board (words; LUT RAM, 16 deep per bank).
 ROUTER_HB_FIFO_WORDS = 16
+
+#: The FPGA-lean PE (``BoardTop(pe_params=...)``; the FPGA flow's defaults): two IA8xW5
+#: products per MULT18X18D in the tile, and one RequantUnit, one Fp32Converter and one
+#: CombineUnit, time-shared, instead of one per value of a word (per lane for the combine).
+#: Results are bit-identical to the ASIC PE's; REQUANT and OUTPUT take W/32 cycles per word
+#: instead of one, COMBINE ``lanes`` cycles per result row (L/2 in FULL mode) instead of one:
+#: nothing next to the UART's 10 bit times per byte.
+LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "requant_units": 1, "fp32_units": 1,
+                  "combine_units": 1}
 
 #: Meaning of the ``leds`` bits.
 LED_BITS = {
@@ -143,6 +153,10 @@ class BoardTop(wiring.Component):
     cmd_depth, host_depth, link_depth, ext_depth, rx_fifo_bytes : int
         The bridge's queues (:class:`~elmoe3d.hw.bridge.Bridge`; ``rx_fifo_bytes`` assumes
         a stop-and-wait host, as :class:`elmoe3d.sw.fpga.FpgaBoard` is).
+    pe_params : dict or None
+        Keyword arguments of the :class:`~elmoe3d.hw.pe.PE` (``tile_dsp_pairs``,
+        ``requant_units``, ``fp32_units``, ``combine_units``, ``mul_stages``): the FPGA-lean datapath options,
+        which change cycle counts but never a result. ``None``: the PE's defaults.
 
     HELLO is a soft reset of the PE side: the bridge's ``soft_reset`` pulse (as its INFO
     reply leaves) resets the load router and the PE (``ResetInserter``) and the HB reader
@@ -164,8 +178,11 @@ class BoardTop(wiring.Component):
     def __init__(self, *, config, clk_hz: int, baud: int = 1_000_000, hb_words: int = 512,
                  ext_words: int = 512, frame_words: int = 16, cmd_depth: int = 16,
                  host_depth: int = 64, link_depth: int = 64, ext_depth: int = 8,
-                 rx_fifo_bytes: int = 32):
+                 rx_fifo_bytes: int = 32, pe_params: dict | None = None):
         try:
+            if pe_params is not None and not isinstance(pe_params, dict):
+                raise TypeError(f"pe_params: expected a dict of PE keyword arguments or None, "
+                                f"got {type(pe_params).__name__}")
             pe = pe_config(config)
             self._divisor = uart_divisor(clk_hz, baud)
             _check_pow2("hb_words", hb_words)
@@ -181,7 +198,7 @@ class BoardTop(wiring.Component):
             # two plus a W-bit 2:1 multiplexer; the stand-in delivers a word per W/8 + 2
             # cycles, so a deeper prefetch buys nothing here
             self.router = LoadRouter(config=pe, hb_fifo_words=ROUTER_HB_FIFO_WORDS)
-            self.pe = PE(config=pe)
+            self.pe = PE(config=pe, **(pe_params or {}))
         except (TypeError, ValueError):
             self._MustUse__silence = True
             for name in ("bridge", "uart_rx_block", "uart_tx_block", "router", "pe"):

@@ -68,6 +68,7 @@ from ..errors import UserError
 
 __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "FpgaError",
            "FpgaToolError", "tool_env", "FpgaConfig", "FPGA_CONFIGS", "BOOTH_SCRIPT",
+           "LUT_MULTIPLIERS", "lut_multiplier_script",
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
            "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
@@ -79,10 +80,31 @@ BUILD_ROOT = Path("build") / "fpga"
 #: Largest share of the device's LUT4 positions an estimate may take and still be placed
 #: (nextpnr needs room to pack LUTs with their flip-flops and route; 100 % never places).
 LUT_MARGIN = 0.90
-#: Yosys commands run after ``read_rtlil``: the tile's IA8xW5 products (``$mul`` cells with an
-#: 8-bit and a 5-bit operand, exactly the unit PEs' multipliers) become Booth-encoded LUT
-#: multipliers, so ``synth_ecp5`` puts only the wider (VPU) multipliers into MULT18X18D.
+#: Yosys commands run after ``read_rtlil`` for the unpaired ASIC tile on an FPGA: its IA8xW5
+#: products (``$mul`` cells with an 8-bit and a 5-bit operand) become Booth-encoded LUT
+#: multipliers. About 78 LUT4 each, 20,000 for a 2x4x32 tile: :attr:`FpgaConfig.tile_dsp_pairs`
+#: (two products per MULT18X18D) is the better lever, and the named defaults use it.
 BOOTH_SCRIPT = "proc; select -set m t:$mul r:A_WIDTH=8 %i r:B_WIDTH=5 %i; booth @m"
+#: ``$mul`` operand widths built as Booth LUT multipliers by default, so that the DSPs take
+#: the tile's paired products: the tile's fused dequantization (psum 21 x FP16 mantissa 12,
+#: 2 MULT18X18D each as DSPs, about 500 LUT4 each as LUTs). (The combine unit's 64 x 12 would
+#: cost about 2,400 LUT4 each for its 4 MULT18X18D: it stays in DSPs, time-shared.)
+LUT_MULTIPLIERS = ((21, 12),)
+
+
+def lut_multiplier_script(widths) -> str | None:
+    """Yosys commands (after ``read_rtlil``) that build the ``$mul`` cells whose operand
+    widths ``(A_WIDTH, B_WIDTH)`` are in ``widths`` as Booth LUT multipliers (``booth``),
+    keeping them out of the MULT18X18D; ``None`` for no widths."""
+    widths = tuple(widths)
+    if not widths:
+        return None
+    sel = []
+    for i, (a, b) in enumerate(widths):
+        sel.append(f"t:$mul r:A_WIDTH={a} %i r:B_WIDTH={b} %i" + (" %u" if i else ""))
+    return f"proc; select -set m {' '.join(sel)}; booth @m"
+
+
 #: nextpnr seed used unless ``--seed`` says otherwise.
 DEFAULT_SEED = 1
 
@@ -229,9 +251,13 @@ def _yosys_version(env) -> str:
 class FpgaConfig:
     """What goes on the board: the PE configuration ``arch`` (one PE), the HB and EXT stand-in
     depths (W-bit words, powers of two), the bridge's staging buffer (``frame_words``), the
-    UART ``baud`` and whether the tile's multipliers are LUTs (``booth``, :data:`BOOTH_SCRIPT`).
-    ``estimate`` documents the measured Yosys estimate of a named default (not used in
-    computing anything)."""
+    UART ``baud``, and the FPGA-lean datapath options of the PE, which change cycle counts but
+    never a result: ``tile_dsp_pairs`` (two IA8xW5 products per MULT18X18D,
+    :class:`~elmoe3d.hw.tile.TensorTile`), ``requant_units``, ``fp32_units`` and
+    ``combine_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`; ``None``: one per value of a word) and
+    ``lut_multipliers`` (``$mul`` operand widths built as Booth LUT multipliers,
+    :func:`lut_multiplier_script`). ``estimate`` documents the measured Yosys estimate of a
+    named default (not used in computing anything)."""
 
     name: str
     arch: object
@@ -239,14 +265,18 @@ class FpgaConfig:
     ext_words: int
     frame_words: int = 16
     baud: int = 1_000_000
-    booth: bool = True
+    tile_dsp_pairs: bool = True
+    requant_units: int | None = 1
+    fp32_units: int | None = 1
+    combine_units: int | None = 1
+    lut_multipliers: tuple = LUT_MULTIPLIERS
     estimate: str = ""
 
     def __post_init__(self):
         from ..config import ArchConfig
         if not isinstance(self.arch, ArchConfig):
             raise FpgaError(f"arch: expected an ArchConfig, got {type(self.arch).__name__}")
-        self.arch.pe                       # the PE's own validation (ConfigError names it)
+        pe = self.arch.pe                  # the PE's own validation (ConfigError names it)
         for name in ("hb_words", "ext_words", "frame_words"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -255,10 +285,32 @@ class FpgaConfig:
             v = getattr(self, name)
             if v & (v - 1):
                 raise FpgaError(f"{name}: expected a power of two, got {v}")
+        if not isinstance(self.tile_dsp_pairs, bool):
+            raise FpgaError(f"tile_dsp_pairs: expected a bool, got {self.tile_dsp_pairs!r}")
+        q = pe.word_bits // 32
+        for name, top in (("requant_units", min(q, 32)), ("fp32_units", q),
+                          ("combine_units", pe.lanes)):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
+                                  or v & (v - 1) or v > top):
+                raise FpgaError(f"{name}: expected None or a power of two in 1..{top} for "
+                                f"W = {pe.word_bits} ({pe.lanes} lanes), got {v!r}")
+        try:
+            widths = tuple((int(a), int(b)) for a, b in self.lut_multipliers)
+        except (TypeError, ValueError):
+            raise FpgaError(f"lut_multipliers: expected (A_WIDTH, B_WIDTH) pairs, got "
+                            f"{self.lut_multipliers!r}") from None
+        object.__setattr__(self, "lut_multipliers", widths)
 
     @property
     def script_after_read(self) -> str | None:
-        return BOOTH_SCRIPT if self.booth else None
+        return lut_multiplier_script(self.lut_multipliers)
+
+    @property
+    def pe_params(self) -> dict:
+        """The PE's keyword arguments (:class:`~elmoe3d.hw.board.BoardTop` ``pe_params``)."""
+        return {"tile_dsp_pairs": self.tile_dsp_pairs, "requant_units": self.requant_units,
+                "fp32_units": self.fp32_units, "combine_units": self.combine_units}
 
     def summary(self) -> dict:
         a, pe = self.arch, self.arch.pe
@@ -269,7 +321,10 @@ class FpgaConfig:
                 "tok_words": pe.tok_words, "hbuf_words": pe.hbuf_words,
                 "out_words": pe.out_words, "hb_words": self.hb_words,
                 "ext_words": self.ext_words, "frame_words": self.frame_words,
-                "baud": self.baud, "booth": self.booth}
+                "baud": self.baud, "tile_dsp_pairs": self.tile_dsp_pairs,
+                "requant_units": self.requant_units, "fp32_units": self.fp32_units,
+                "combine_units": self.combine_units,
+                "lut_multipliers": [list(w) for w in self.lut_multipliers]}
 
 
 def _fpga_arch(name, **kw):
@@ -296,8 +351,8 @@ FPGA_CONFIGS = {
 }
 
 
-def resolve_config(name, board_name, *, hb_words=None, ext_words=None, baud=None,
-                   booth=True) -> FpgaConfig:
+def resolve_config(name, board_name, *, hb_words=None, ext_words=None,
+                   baud=None) -> FpgaConfig:
     """An :class:`FpgaConfig` from a name: a board default of :data:`FPGA_CONFIGS` (by its
     name, or ``default``: the board's) or an :mod:`elmoe3d.config` preset (one PE of it, the
     stand-ins ``hb_words`` / ``ext_words``, default 256). Overrides apply to both. Raises
@@ -320,11 +375,10 @@ def resolve_config(name, board_name, *, hb_words=None, ext_words=None, baud=None
     try:
         if cfg is None:
             cfg = FpgaConfig(name=name, arch=PRESETS[name], hb_words=hb_words or 256,
-                             ext_words=ext_words or 256, booth=booth)
+                             ext_words=ext_words or 256)
         else:
             cfg = dataclasses.replace(
-                cfg, hb_words=hb_words or cfg.hb_words, ext_words=ext_words or cfg.ext_words,
-                booth=booth and cfg.booth)
+                cfg, hb_words=hb_words or cfg.hb_words, ext_words=ext_words or cfg.ext_words)
         if baud is not None:
             cfg = dataclasses.replace(cfg, baud=baud)
     except ConfigError as exc:
@@ -363,7 +417,8 @@ def board_top(cfg: FpgaConfig):
                         f"({exc})") from None
     try:
         return BoardPlatformTop(config=cfg.arch, baud=cfg.baud, hb_words=cfg.hb_words,
-                                ext_words=cfg.ext_words, frame_words=cfg.frame_words)
+                                ext_words=cfg.ext_words, frame_words=cfg.frame_words,
+                                pe_params=cfg.pe_params)
     except (ValueError, TypeError) as exc:
         raise FpgaError(f"--config {cfg.name}: {exc}") from None
 
@@ -789,7 +844,10 @@ def describe(cfg: FpgaConfig) -> str:
     a = cfg.arch
     return (f"1 PE {a.tile.rows}x{a.tile.lanes}x32, WMEM {a.wmem_bytes // 1024} KiB, IOMEM "
             f"{a.iomem_bytes // 1024} KiB, HB {cfg.hb_words} / EXT {cfg.ext_words} words"
-            f"{', booth' if cfg.booth else ''}")
+            f"{', DSP pairs' if cfg.tile_dsp_pairs else ''}"
+            f"{f', {cfg.requant_units} requant' if cfg.requant_units else ''}"
+            f"{f', {cfg.fp32_units} FP32' if cfg.fp32_units else ''}"
+            f"{f', {cfg.combine_units} combine units' if cfg.combine_units else ''}")
 
 
 def estimate_line(est: Estimate) -> str:

@@ -137,6 +137,31 @@ def test_config_validation():
     fpga.check_fits_at_all(d, fpga.DEVICES["LFE5U-85F"])
 
 
+def test_lean_pe_options():
+    """The flow's defaults are the board's FPGA-lean PE; bad options are named; the Booth
+    selection script covers exactly the listed $mul widths."""
+    from elmoe3d.hw.board import LEAN_PE_PARAMS
+    small = preset("small")
+    cfg = fpga.FpgaConfig(name="x", arch=small, hb_words=256, ext_words=256)
+    assert cfg.pe_params == LEAN_PE_PARAMS
+    assert cfg.summary()["lut_multipliers"] == [[21, 12]]
+    assert fpga.lut_multiplier_script([]) is None
+    assert fpga.lut_multiplier_script([(21, 12), (64, 12)]) == (
+        "proc; select -set m t:$mul r:A_WIDTH=21 %i r:B_WIDTH=12 %i "
+        "t:$mul r:A_WIDTH=64 %i r:B_WIDTH=12 %i %u; booth @m")
+    for kw, match in (({"requant_units": 3}, "requant_units: expected None or a power of two "
+                       "in 1..16 for W = 512 \\(4 lanes\\), got 3"),
+                      ({"combine_units": 8}, "combine_units: expected None or a power of two "
+                       "in 1..4"),
+                      ({"fp32_units": 32}, "fp32_units: expected None or a power of two"),
+                      ({"tile_dsp_pairs": 1}, "tile_dsp_pairs: expected a bool"),
+                      ({"lut_multipliers": (5,)}, "lut_multipliers: expected")):
+        with pytest.raises(fpga.FpgaError, match=match):
+            fpga.FpgaConfig(name="x", arch=small, hb_words=256, ext_words=256, **kw)
+    top = fpga.board_top(cfg)
+    assert top.board["pe_params"] == LEAN_PE_PARAMS
+
+
 def test_candidates_largest_first_and_save_block_ram():
     dev = fpga.DEVICES["LFE5U-85F"]
     cands = fpga.candidates(dev)
@@ -316,7 +341,7 @@ def test_cli_refuses_what_does_not_fit(capsys, tmp_path, monkeypatch):
             "119,991 of 83,640 (143.5 %, allowed 90 %)") in err and "--force" in err
     assert "no bitstream" in err and "--estimate-only" in err
     assert seen == [(("top of", "fpga-ulx3s-85f"), "ULX3S_85F_Platform",
-                     {"script_after_read": fpga.BOOTH_SCRIPT})]
+                     {"script_after_read": fpga.lut_multiplier_script(fpga.LUT_MULTIPLIERS)})]
     assert not (tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json").exists()
     # --estimate-only writes the estimate and its verdict
     rc = cli.main(["fpga", "--estimate-only", "--no-asic", "--json", str(tmp_path / "e.json")])
