@@ -45,6 +45,17 @@ def _latency(cls, **params) -> int:
     return block.latency
 
 
+def _unit_count(name, value, top, what):
+    """A time-shared unit count: ``None`` -> ``top``, else a power of two in 1..``top``
+    (``ValueError`` naming ``name``, ``what`` saying the range)."""
+    if value is None:
+        return top
+    if (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top
+            or value & (value - 1)):
+        raise ValueError(f"{name}: expected a power of two {what}, got {value!r}")
+    return value
+
+
 def sat_add64(a, b):
     """Saturating signed 64-bit addition: ``(sum, overflowed)`` expressions."""
     total = a.as_signed() + b.as_signed()          # signed(65), exact
@@ -359,25 +370,11 @@ class PE(wiring.Component):
             raise ValueError(f"mul_stages: expected an integer in 1..4, got {mul_stages!r}")
         W = pe_config.word_bits
         Q = W // 32
-        if requant_units is None:
-            requant_units = min(Q, 32)
-        if (not isinstance(requant_units, int) or isinstance(requant_units, bool)
-                or not 1 <= requant_units <= min(Q, 32)
-                or requant_units & (requant_units - 1)):
-            raise ValueError(f"requant_units: expected a power of two in 1..min(W/32, 32) = "
-                             f"1..{min(Q, 32)}, got {requant_units!r}")
-        if fp32_units is None:
-            fp32_units = Q
-        if (not isinstance(fp32_units, int) or isinstance(fp32_units, bool)
-                or not 1 <= fp32_units <= Q or fp32_units & (fp32_units - 1)):
-            raise ValueError(f"fp32_units: expected a power of two dividing W/32 = {Q} "
-                             f"(1..{Q}), got {fp32_units!r}")
-        if combine_units is None:
-            combine_units = lanes
-        if (not isinstance(combine_units, int) or isinstance(combine_units, bool)
-                or not 1 <= combine_units <= lanes or combine_units & (combine_units - 1)):
-            raise ValueError(f"combine_units: expected a power of two dividing lanes = {lanes} "
-                             f"(1..{lanes}), got {combine_units!r}")
+        requant_units = _unit_count("requant_units", requant_units, min(Q, 32),
+                                    f"in 1..min(W/32, 32) = 1..{min(Q, 32)}")
+        fp32_units = _unit_count("fp32_units", fp32_units, Q, f"dividing W/32 = {Q} (1..{Q})")
+        combine_units = _unit_count("combine_units", combine_units, lanes,
+                                    f"dividing lanes = {lanes} (1..{lanes})")
         if not isinstance(tile_dsp_pairs, bool):
             raise ValueError(f"tile_dsp_pairs: expected a bool, got {tile_dsp_pairs!r}")
         self._pe = pe_config

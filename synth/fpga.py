@@ -42,10 +42,11 @@ PEs. A Yosys-only ``synth_ecp5`` of the board top (the platform's own RTLIL and 
 A candidate fits when LUT4 positions (``LUT4 + 2 CCU2C + 6 TRELLIS_DPR16X4``: a carry cell
 takes two, a 16x4 distributed RAM four in RAM mode and two more for its write port,
 ``TRELLIS_RAMW``) <= :data:`LUT_MARGIN` of the device, and flip-flops, MULT18X18D and
-DP16KD <= 100 %. Two levers make the PE fit at all (:data:`BOOTH_SCRIPT`, the memory depths):
-the tile's 256 IA8xW5 multipliers are built from LUTs by Yosys' ``booth`` pass (the DSPs then
-take only the VPU's wider multipliers), and memories of 512 words map onto DP16KD (512 x 36)
-instead of distributed RAM.
+DP16KD <= 100 %. What makes the PE fit at all (``docs/fpga.md``, "What fits"): the FPGA-lean
+PE of :data:`elmoe3d.hw.board.LEAN_PE_PARAMS` (the tile's 256 IA8xW5 products two to a
+MULT18X18D, one time-shared requant, FP32 and combine unit), the tile's dequantization
+multipliers as Booth LUT multipliers (:data:`LUT_MULTIPLIERS`), and memories of 512 words,
+which map onto DP16KD (512 x 36) instead of distributed RAM.
 """
 
 from __future__ import annotations
@@ -332,22 +333,24 @@ def _fpga_arch(name, **kw):
     return ArchConfig(name=name, **kw)
 
 
-#: Named defaults per board (``make fpga`` builds these without searching). The fit search
-#: on the ULX3S-85F (``elmoe3d fpga --config auto``, 2026-11-30) found no configuration that
-#: fits: its largest candidate (this one with 1,024-word stand-ins) measured 98,291 LUT4 +
-#: 7,589 CCU2C + 1,087 TRELLIS_DPR16X4 = 119,991 LUT4 positions (143.5 % of 83,640; 90 %
-#: allowed), 24,551 FF, 50 MULT18X18D, 243 DP16KD (116.8 %) in 1,672 s of Yosys, and smaller
-#: memories only add distributed RAM. The named default is that candidate with the board top's
-#: default 512-word stand-ins, the largest configuration; placed with ``--force``, nextpnr
-#: packed it into 118,864 LUT4 positions (142.1 %), 23,801 FF, 50 MULT18X18D, 191 DP16KD and
-#: stopped at placement (``docs/fpga.md``, FPGA build). ``make fpga`` stops at its estimate.
+#: Named defaults per board (``make fpga`` builds these without searching). ULX3S-85F: one
+#: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`) with 128 KiB WMEM and 64 KiB IOMEM
+#: (memories of 512 words, in DP16KD) and 512-word stand-ins, the largest configuration that
+#: fits: its Yosys estimate (2026-11-30, 450 s) is 59,303 LUT4 + 3,978 CCU2C + 963
+#: TRELLIS_DPR16X4 = 73,037 LUT4 positions (87.3 % of 83,640), 21,241 FF, 150 MULT18X18D
+#: (96.2 %), 193 DP16KD (92.8 %). The larger candidates have a 1,024-word HB stand-in: with
+#: both stand-ins at 1,024 words the board top measured 243 DP16KD (208 available; the lean
+#: PE leaves the block RAM as it was), with EXT at 512 about 26 fewer, still over; and more
+#: than one PE needs twice the LUTs.
+#: Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value), the same
+#: memories needed 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
 FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512,
-        estimate="does not fit: the 1,024-word-stand-in variant is 119,991 LUT4 positions "
-                 "(143.5 %), 243 DP16KD (116.8 %), 50 MULT18X18D (Yosys, 2026-11-30)"),
+        estimate="fits: 73,037 LUT4 positions (87.3 %), 150 MULT18X18D (96.2 %), 193 DP16KD "
+                 "(92.8 %) (Yosys, 2026-11-30)"),
 }
 
 

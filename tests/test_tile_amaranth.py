@@ -190,11 +190,13 @@ def test_verilog_converts():
 
 # ---- RTL vs golden ----------------------------------------------------------------------------
 
+@pytest.mark.parametrize("dsp_pairs", [False, True], ids=["unit", "pairs"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.rows}x{c.lanes}")
 @pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.name)
-def test_random_gemm(cfg, mode):
-    """tile_schedule -> TensorTile -> tile_assemble == ref_tile == gemm, ragged shapes."""
-    seed = 1000 + 10 * int(mode) + CONFIGS.index(cfg)
+def test_random_gemm(cfg, mode, dsp_pairs):
+    """tile_schedule -> TensorTile -> tile_assemble == ref_tile == gemm, ragged shapes; also
+    the paired tile (``dsp_pairs``: two products per multiplier)."""
+    seed = 1000 + 10 * int(mode) + CONFIGS.index(cfg) + 4000 * dsp_pairs
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     m_total = int(rng.integers(1, 2 * cfg.rows + 2))
@@ -203,7 +205,7 @@ def test_random_gemm(cfg, mode):
     a_q = rng.integers(-128, 128, (m_total, k)).astype(np.int8)
     qw = random_weights(rng, n_total, k)
     beats = tile_schedule(a_q, qw, mode, cfg.rows, cfg.lanes)
-    got, log = run_tile(cfg, beats, seed=seed)
+    got, log = run_tile(cfg, beats, seed=seed, dsp_pairs=dsp_pairs)
     assert_results_equal(got, ref_tile(beats))
     assert_latency(beats, log)
     assert tile_assemble(got, m_total, n_total, mode, cfg.rows, cfg.lanes) == gemm(a_q, qw, mode)
@@ -431,25 +433,6 @@ def test_dsp_pairs_parameter():
     with pytest.raises(TypeError, match="dsp_pairs"):
         TensorTile(config=cfg, dsp_pairs=1)
     gc.collect()                            # the half-built object warns here (filtered)
-
-
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.rows}x{c.lanes}")
-@pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.name)
-def test_dsp_pairs_random_gemm(cfg, mode):
-    """The paired tile against the golden model: ragged GEMMs in every mode and shape."""
-    seed = 5000 + 10 * int(mode) + CONFIGS.index(cfg)
-    print(f"seed={seed}")
-    rng = np.random.default_rng(seed)
-    m_total = int(rng.integers(1, 2 * cfg.rows + 2))
-    n_total = int(rng.integers(1, 2 * cfg.lanes + 2))
-    k = 32 * int(rng.integers(1, 4))
-    a_q = rng.integers(-128, 128, (m_total, k)).astype(np.int8)
-    qw = random_weights(rng, n_total, k)
-    beats = tile_schedule(a_q, qw, mode, cfg.rows, cfg.lanes)
-    got, log = run_tile(cfg, beats, seed=seed, dsp_pairs=True)
-    assert_results_equal(got, ref_tile(beats))
-    assert_latency(beats, log)
-    assert tile_assemble(got, m_total, n_total, mode, cfg.rows, cfg.lanes) == gemm(a_q, qw, mode)
 
 
 def test_dsp_pairs_flow_control():
