@@ -322,7 +322,8 @@ def test_unreadable_report(tmp_path):
 
 def test_cli_refuses_what_does_not_fit(capsys, tmp_path, monkeypatch):
     """The estimate comes first; a configuration over the margin stops with one line (the
-    cell counts are the board top's measured estimate on the 85F, 1,024-word stand-ins)."""
+    cell counts are a measured estimate on the 85F: the board top before the FPGA-lean PE,
+    1,024-word stand-ins)."""
     cells = {"CCU2C": 7589, "DP16KD": 243, "LUT4": 98291, "MULT18X18D": 50,
              "TRELLIS_DPR16X4": 1087, "TRELLIS_FF": 24551}
     seen = []
