@@ -924,3 +924,40 @@ def test_psum_in_throughput(sink):
         busy = beats[-1] - beats[0] + 1
         print(f"  {sink.name} psum_in, groups {G}: {len(beats)} beats in {busy} cycles")
         assert (busy > len(beats)) == stalls
+
+
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
+def test_combine_units_throughput(mode):
+    """With ``combine_units=1`` the COMBINE sink holds a result for ``rows *
+    combine_row_cycles[FULL]`` cycles: a GEMM with that many groups takes one tile beat per
+    cycle, one group fewer stalls the tile (FULL rows take L/2 sub-steps, others L); the
+    results equal fsim."""
+    seed = 1210 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    dut = _unused(PE(config=ARCH, combine_units=1))
+    per_result = R * dut.combine_row_cycles[mode is Mode.FULL]
+    if mode is not Mode.FULL:
+        assert dut.result_cycles[(Sink.COMBINE, False)] == per_result
+    rbn, cbn = 4, 4                         # 16 results: more than the pipeline's slack
+    for G, stalls in ((per_result, False), (per_result - 1, True)):
+        words = _multipe_operands(rng, rbn, cbn, G)
+        prog, ld = asm.Program(PE_CFG), []
+        prog.clear(out=True, rowmax=True, flags=True, counters=True)
+        ld += _load_multipe(prog, words)
+        prog.barrier()
+        prog.gemm(mode=mode, wbuf=0, act_base=0, w_base=0, row_blocks=rbn, col_blocks=cbn,
+                  groups=G, sink=Sink.COMBINE, stride=cbn * L // PE_CFG.q24_per_word)
+        prog.barrier()
+        prog.output(row_blocks=rbn, channels=cbn * L)
+        prog.barrier()
+        prog.status()
+        got, ref = compare_with_fsim(prog, asm.words_to_ints(np.concatenate(ld)), seed=seed,
+                                     pe_options={"combine_units": 1}, watch=("tile_in",))
+        assert np.abs(ref.data()).max() > 0
+        beats = got["tile_in"]
+        assert len(beats) % (rbn * cbn * G) == 0
+        busy = beats[-1] - beats[0] + 1
+        print(f"  COMBINE {mode.name}, combine_units 1, groups {G}: {len(beats)} beats in "
+              f"{busy} cycles")
+        assert (busy > len(beats)) == stalls
