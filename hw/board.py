@@ -198,7 +198,12 @@ class BoardTop(wiring.Component):
             # two plus a W-bit 2:1 multiplexer; the stand-in delivers a word per W/8 + 2
             # cycles, so a deeper prefetch buys nothing here
             self.router = LoadRouter(config=pe, hb_fifo_words=ROUTER_HB_FIFO_WORDS)
-            self.pe = PE(config=pe, **(pe_params or {}))
+            try:
+                self.pe = PE(config=pe, **(pe_params or {}))
+            except TypeError as exc:
+                raise TypeError(f"pe_params: {exc} (expected PE keyword arguments: "
+                                f"tile_dsp_pairs, requant_units, fp32_units, combine_units, "
+                                f"mul_stages)") from None
         except (TypeError, ValueError):
             self._MustUse__silence = True
             for name in ("bridge", "uart_rx_block", "uart_tx_block", "router", "pe"):

@@ -45,7 +45,7 @@ def _latency(cls, **params) -> int:
     return block.latency
 
 
-def _unit_count(name, value, top, what):
+def unit_count(name, value, top, what):
     """A time-shared unit count: ``None`` -> ``top``, else a power of two in 1..``top``
     (``ValueError`` naming ``name``, ``what`` saying the range)."""
     if value is None:
@@ -299,13 +299,17 @@ class PE(wiring.Component):
 
     * RAW: ``rows * lanes / (W/64)`` link words per result (accumulator ``[r][n]`` at value
       ``r * lanes + n``).
-    * SWIGLU and COMBINE: one result row per cycle. Cycle 0: TOK entry read. SWIGLU: lanes/2
-      :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s -> masked HBUF word write, then the row-max
-      read-modify-write. COMBINE: OUT word read (stalling while a write to the same granules
-      is in flight; rows with gate weight +-0 add nothing and are skipped) -> ``lanes``
-      :class:`~elmoe3d.hw.vpu.CombineUnit` s -> masked OUT write. :attr:`sink_latency`.
+    * SWIGLU and COMBINE: one result row per cycle (COMBINE with fewer than ``lanes``
+      :attr:`combine_units`: one row per :attr:`combine_row_cycles`). Cycle 0: TOK entry
+      read. SWIGLU: lanes/2 :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s -> masked HBUF word write,
+      then the row-max read-modify-write. COMBINE: OUT word read (stalling while a write to
+      the same granules is in flight; rows with gate weight +-0 add nothing and are skipped)
+      -> J = :attr:`combine_units` :class:`~elmoe3d.hw.vpu.CombineUnit` s (default
+      ``lanes``; the row's lanes in ``lanes / J`` sub-steps) -> masked OUT writes.
+      :attr:`sink_latency`.
 
-    A result is taken every ``rows`` cycles (VPU sinks) or ``rows * lanes / (W/64)`` cycles
+    A result is taken every ``rows`` cycles (SWIGLU; COMBINE ``rows *
+    combine_row_cycles``) or ``rows * lanes / (W/64)`` cycles
     (RAW, with a ready link), one more with ``psum_in`` (a ``link_i`` word offered every
     cycle; :attr:`result_cycles`), so GEMMs with at least that many groups run at one beat
     per cycle (II = 1). REQUANT: per token row, the row max -> :class:`~elmoe3d.hw.vpu.RowMaxExponent`
@@ -341,6 +345,10 @@ class PE(wiring.Component):
         K, the Fp32Converters of the OUTPUT engine: a power of two dividing W/32; None
         (default) = W/32 (one ``o`` beat per cycle). Fewer units cost ``W/32 / K`` cycles per
         ``o`` beat; the beats themselves (values, order) do not change.
+    combine_units : int or None
+        J, the CombineUnits of the COMBINE sink: a power of two dividing ``lanes``; None
+        (default) = ``lanes`` (one result row per cycle). Fewer units cost ``lanes / J``
+        cycles per row (``lanes / 2 / J``, at least one, in FULL mode).
     tile_dsp_pairs : bool
         Passed to the tensor tile as ``dsp_pairs`` (two IA8xW5 products per FPGA DSP
         multiplier); default False.
@@ -351,7 +359,8 @@ class PE(wiring.Component):
         ``config`` is neither an ArchConfig nor a PEConfig.
     ValueError
         The tile shape does not suit the PE; ``mul_stages``, ``requant_units``,
-        ``fp32_units`` or ``tile_dsp_pairs`` out of range (the message names it).
+        ``fp32_units``, ``combine_units`` or ``tile_dsp_pairs`` out of range (the message
+        names it).
     """
 
     def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
@@ -370,10 +379,10 @@ class PE(wiring.Component):
             raise ValueError(f"mul_stages: expected an integer in 1..4, got {mul_stages!r}")
         W = pe_config.word_bits
         Q = W // 32
-        requant_units = _unit_count("requant_units", requant_units, min(Q, 32),
+        requant_units = unit_count("requant_units", requant_units, min(Q, 32),
                                     f"in 1..min(W/32, 32) = 1..{min(Q, 32)}")
-        fp32_units = _unit_count("fp32_units", fp32_units, Q, f"dividing W/32 = {Q} (1..{Q})")
-        combine_units = _unit_count("combine_units", combine_units, lanes,
+        fp32_units = unit_count("fp32_units", fp32_units, Q, f"dividing W/32 = {Q} (1..{Q})")
+        combine_units = unit_count("combine_units", combine_units, lanes,
                                     f"dividing lanes = {lanes} (1..{lanes})")
         if not isinstance(tile_dsp_pairs, bool):
             raise ValueError(f"tile_dsp_pairs: expected a bool, got {tile_dsp_pairs!r}")
@@ -892,7 +901,7 @@ class PE(wiring.Component):
             m.d.sync += raw_k.eq(Mux(raw_k == raw_words - 1, 0, raw_k + 1))
         raw_done = raw_take & (raw_k == raw_words - 1)
 
-        # ---- VPU sinks: one result row per cycle -------------------------------------------------
+        # ---- VPU sinks: one result row per cycle (COMBINE: per combine_row_cycles) --------------
         # stage A: the row and its TOK entry (read in flight); SWIGLU rows enter the SwiGLU units
         # from here, COMBINE rows read their OUT word (stalling on a write still in flight)
         res_r = Signal(range(max(R, 2)))
@@ -1133,6 +1142,8 @@ class PE(wiring.Component):
         # (no stall after stage A), whose last entry is the cycle the row's last write is made
         inflight.update(dq=(dq_valid, dq["seq"]), ds=(s_active, ds["seq"]),
                         res=(res_valid, res_seq), a=(a_valid, a_seq))
+        # (with time-shared combine units a row stays in stage C for its sub-steps: the line
+        # covers its last write; defensive, as DRAIN also waits for vpu_busy)
         tail = max(self.swiglu_latency, self.combine_row_cycles[False] + self.combine_latency) + 1
         feed = (a_valid & ~stall_a, a_seq)       # a row leaves stage A
         for k in range(tail):

@@ -74,7 +74,8 @@ __all__ = ["BOARD_PARAMS", "SHAPE", "DEFAULT_SESSIONS", "build_board", "golden_l
 #: The BoardTop the bench builds: a 4-cycle bit (the UART's minimum) keeps the simulated wire
 #: short; the stand-ins hold the largest program of the default layer-steps; the PE is the
 #: FPGA-lean one the flow builds (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`: paired tile
-#: products, two requant and two FP32 units), so real programs check those paths bit-exactly.
+#: products, one time-shared requant, FP32 and combine unit), so real programs check those
+#: paths bit-exactly.
 BOARD_PARAMS = {"clk_hz": 25_000_000, "baud": 6_250_000, "hb_words": 256, "ext_words": 512,
                 "frame_words": 16, "pe_params": LEAN_PE_PARAMS}
 #: Synthetic expert shape (hidden, intermediate) of the bench's programs: half the host's

@@ -68,7 +68,7 @@ from ..errors import UserError
 
 
 __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "FpgaError",
-           "FpgaToolError", "tool_env", "FpgaConfig", "FPGA_CONFIGS", "BOOTH_SCRIPT",
+           "FpgaToolError", "tool_env", "FpgaConfig", "FPGA_CONFIGS",
            "LUT_MULTIPLIERS", "lut_multiplier_script",
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
@@ -81,15 +81,12 @@ BUILD_ROOT = Path("build") / "fpga"
 #: Largest share of the device's LUT4 positions an estimate may take and still be placed
 #: (nextpnr needs room to pack LUTs with their flip-flops and route; 100 % never places).
 LUT_MARGIN = 0.90
-#: Yosys commands run after ``read_rtlil`` for the unpaired ASIC tile on an FPGA: its IA8xW5
-#: products (``$mul`` cells with an 8-bit and a 5-bit operand) become Booth-encoded LUT
-#: multipliers. About 78 LUT4 each, 20,000 for a 2x4x32 tile: :attr:`FpgaConfig.tile_dsp_pairs`
-#: (two products per MULT18X18D) is the better lever, and the named defaults use it.
-BOOTH_SCRIPT = "proc; select -set m t:$mul r:A_WIDTH=8 %i r:B_WIDTH=5 %i; booth @m"
 #: ``$mul`` operand widths built as Booth LUT multipliers by default, so that the DSPs take
 #: the tile's paired products: the tile's fused dequantization (psum 21 x FP16 mantissa 12,
 #: 2 MULT18X18D each as DSPs, about 500 LUT4 each as LUTs). (The combine unit's 64 x 12 would
-#: cost about 2,400 LUT4 each for its 4 MULT18X18D: it stays in DSPs, time-shared.)
+#: cost about 2,400 LUT4 each for its 4 MULT18X18D: it stays in DSPs, time-shared. The
+#: unpaired tile's 8 x 5 unit-PE products, ``(8, 5)``, cost about 78 LUT4 each as Booth LUTs:
+#: 20,000 for a 2x4x32 tile, against 128 MULT18X18D paired.)
 LUT_MULTIPLIERS = ((21, 12),)
 
 
@@ -288,19 +285,21 @@ class FpgaConfig:
                 raise FpgaError(f"{name}: expected a power of two, got {v}")
         if not isinstance(self.tile_dsp_pairs, bool):
             raise FpgaError(f"tile_dsp_pairs: expected a bool, got {self.tile_dsp_pairs!r}")
+        from ..hw.pe import unit_count    # the PE's own rule for each unit count
         q = pe.word_bits // 32
-        for name, top in (("requant_units", min(q, 32)), ("fp32_units", q),
-                          ("combine_units", pe.lanes)):
-            v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1
-                                  or v & (v - 1) or v > top):
-                raise FpgaError(f"{name}: expected None or a power of two in 1..{top} for "
-                                f"W = {pe.word_bits} ({pe.lanes} lanes), got {v!r}")
         try:
-            widths = tuple((int(a), int(b)) for a, b in self.lut_multipliers)
+            unit_count("requant_units", self.requant_units, min(q, 32),
+                       f"in 1..{min(q, 32)} (W = {pe.word_bits})")
+            unit_count("fp32_units", self.fp32_units, q, f"in 1..{q} (W = {pe.word_bits})")
+            unit_count("combine_units", self.combine_units, pe.lanes,
+                       f"in 1..{pe.lanes} ({pe.lanes} lanes)")
+        except ValueError as exc:
+            raise FpgaError(str(exc)) from None
+        try:
+            widths = tuple((_positive(a), _positive(b)) for a, b in self.lut_multipliers)
         except (TypeError, ValueError):
-            raise FpgaError(f"lut_multipliers: expected (A_WIDTH, B_WIDTH) pairs, got "
-                            f"{self.lut_multipliers!r}") from None
+            raise FpgaError(f"lut_multipliers: expected (A_WIDTH, B_WIDTH) pairs of positive "
+                            f"integers, got {self.lut_multipliers!r}") from None
         object.__setattr__(self, "lut_multipliers", widths)
 
     @property
@@ -326,6 +325,12 @@ class FpgaConfig:
                 "requant_units": self.requant_units, "fp32_units": self.fp32_units,
                 "combine_units": self.combine_units,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
+
+
+def _positive(v) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(v)
+    return v
 
 
 def _fpga_arch(name, **kw):
@@ -847,10 +852,9 @@ def describe(cfg: FpgaConfig) -> str:
     a = cfg.arch
     return (f"1 PE {a.tile.rows}x{a.tile.lanes}x32, WMEM {a.wmem_bytes // 1024} KiB, IOMEM "
             f"{a.iomem_bytes // 1024} KiB, HB {cfg.hb_words} / EXT {cfg.ext_words} words"
-            f"{', DSP pairs' if cfg.tile_dsp_pairs else ''}"
-            f"{f', {cfg.requant_units} requant' if cfg.requant_units else ''}"
-            f"{f', {cfg.fp32_units} FP32' if cfg.fp32_units else ''}"
-            f"{f', {cfg.combine_units} combine units' if cfg.combine_units else ''}")
+            f"{', paired tile products' if cfg.tile_dsp_pairs else ''}, VPU units: requant "
+            f"{cfg.requant_units or 'all'}, FP32 {cfg.fp32_units or 'all'}, combine "
+            f"{cfg.combine_units or 'all'}")
 
 
 def estimate_line(est: Estimate) -> str:

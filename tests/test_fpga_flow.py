@@ -149,17 +149,29 @@ def test_lean_pe_options():
     assert fpga.lut_multiplier_script([(21, 12), (64, 12)]) == (
         "proc; select -set m t:$mul r:A_WIDTH=21 %i r:B_WIDTH=12 %i "
         "t:$mul r:A_WIDTH=64 %i r:B_WIDTH=12 %i %u; booth @m")
-    for kw, match in (({"requant_units": 3}, "requant_units: expected None or a power of two "
-                       "in 1..16 for W = 512 \\(4 lanes\\), got 3"),
-                      ({"combine_units": 8}, "combine_units: expected None or a power of two "
-                       "in 1..4"),
-                      ({"fp32_units": 32}, "fp32_units: expected None or a power of two"),
+    for kw, match in (({"requant_units": 3}, "requant_units: expected a power of two "
+                       "in 1..16 \\(W = 512\\), got 3"),
+                      ({"combine_units": 8}, "combine_units: expected a power of two "
+                       "in 1..4 \\(4 lanes\\), got 8"),
+                      ({"lut_multipliers": ((21, 0),)}, "lut_multipliers: expected"),
+                      ({"lut_multipliers": ((True, 12),)}, "lut_multipliers: expected"),
+                      ({"fp32_units": 32}, "fp32_units: expected a power of two in 1..16"),
                       ({"tile_dsp_pairs": 1}, "tile_dsp_pairs: expected a bool"),
                       ({"lut_multipliers": (5,)}, "lut_multipliers: expected")):
         with pytest.raises(fpga.FpgaError, match=match):
             fpga.FpgaConfig(name="x", arch=small, hb_words=256, ext_words=256, **kw)
     top = fpga.board_top(cfg)
+    top._MustUse__silence = True            # not elaborated here
     assert top.board["pe_params"] == LEAN_PE_PARAMS
+    # the Booth selection is not a no-op: the lean PE has exactly its 8 dequantization
+    # multipliers of those widths, and the paired tile's 128 products are 8 x 18
+    from amaranth.back import rtlil
+    from elmoe3d.hw.pe import PE
+    text = rtlil.convert(PE(config=small, **cfg.pe_params), name="pe")
+    widths = re.findall(r"cell \$mul \S+\n\s+parameter \\A_SIGNED \d+\n\s+parameter \\B_SIGNED "
+                        r"\d+\n\s+parameter \\A_WIDTH (\d+)\n\s+parameter \\B_WIDTH (\d+)", text)
+    counts = {w: widths.count(w) for w in set(widths)}
+    assert counts[("21", "12")] == 8 and counts[("8", "18")] == 128
 
 
 def test_candidates_largest_first_and_save_block_ram():

@@ -476,7 +476,8 @@ def test_tile_dsp_pairs_expert_equals_fsim():
 
 @pytest.mark.parametrize("mode, combine_units", [
     (Mode.DRAFT, None), (Mode.FULL, None), (Mode.DRAFT, 1), (Mode.FULL, 1), (Mode.DRAFT, 2),
-], ids=["DRAFT", "FULL", "DRAFT-J1", "FULL-J1", "DRAFT-J2"])
+    (Mode.FULL, 2),
+], ids=["DRAFT", "FULL", "DRAFT-J1", "FULL-J1", "DRAFT-J2", "FULL-J2"])
 def test_expert_with_stalls_and_shared_slots(mode, combine_units):
     """Idle cycles on cmd/ld, backpressure on o; two token rows share an OUT slot (the COMBINE
     read-modify-write must see the first row's write), padding rows add zero; nonzero TOK,
