@@ -33,7 +33,7 @@ read rate anyway.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Elaboratable, Module, ResetInserter, Signal
+from amaranth.hdl import Cat, ClockDomain, Elaboratable, Module, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -42,6 +42,7 @@ from ..config import pe_config
 from .bridge import Bridge, _bits, byte_word_fetch
 from .load_router import LoadRouter
 from .pe import PE
+from .pll import Ecp5Pll, ecp5_pll_dividers
 from .uart import UartRx, UartTx
 
 
@@ -322,16 +323,20 @@ class BoardTop(wiring.Component):
 class BoardPlatformTop(Elaboratable):
     """:class:`BoardTop` on an amaranth-boards platform (for the FPGA flow).
 
-    ``elaborate(platform)`` takes ``clk_hz`` from ``platform.default_clk_frequency`` (the
-    platform drives the ``sync`` domain from its default clock, e.g. the ULX3S's 25 MHz
-    ``clk25``), requests ``uart`` 0 (``rx``, ``tx``) and as many of the 8 ``led`` resources
+    ``elaborate(platform)`` runs the ``sync`` domain from the platform's default clock (e.g.
+    the ULX3S's 25 MHz ``clk25``) or, with ``clk_hz``, from an ECP5 PLL output of that
+    frequency (:class:`~elmoe3d.hw.pll.Ecp5Pll`: ``sync`` held in reset until it locks),
+    requests ``uart`` 0 (``rx``, ``tx``) and as many of the 8 ``led`` resources
     as the platform has, and instantiates :class:`BoardTop` with the other parameters.
 
     Parameters (keyword-only)
     -------------------------
     config : ArchConfig or PEConfig
     baud : int
-        UART rate (checked against the platform clock at elaboration).
+        UART rate (checked against the board clock at elaboration).
+    clk_hz : int or None
+        The board top's clock (Hz) from a PLL (ECP5 platforms); ``None``: the platform's
+        default clock itself.
     hb_words, ext_words, frame_words : int
         As :class:`BoardTop`.
     **board : further :class:`BoardTop` parameters (queue depths).
@@ -345,9 +350,14 @@ class BoardPlatformTop(Elaboratable):
     """
 
     def __init__(self, *, config, baud: int = 1_000_000, hb_words: int = 512,
-                 ext_words: int = 512, frame_words: int = 16, **board):
+                 ext_words: int = 512, frame_words: int = 16, clk_hz: int | None = None,
+                 **board):
         try:
             pe_config(config)
+            if clk_hz is not None and (not isinstance(clk_hz, int) or isinstance(clk_hz, bool)
+                                       or clk_hz < 1):
+                raise ValueError(f"clk_hz: expected a positive integer (Hz) or None, got "
+                                 f"{clk_hz!r}")
             _check_pow2("hb_words", hb_words)
             _check_pow2("ext_words", ext_words)
             if not isinstance(baud, int) or isinstance(baud, bool) or baud < 1:
@@ -360,17 +370,29 @@ class BoardPlatformTop(Elaboratable):
         self.hb_words = hb_words
         self.ext_words = ext_words
         self.frame_words = frame_words
+        self.clk_hz = clk_hz
         self.board = dict(board)
         self.top = None                     # the BoardTop, after elaboration
 
     def elaborate(self, platform):
         from amaranth.build import ResourceError
         from amaranth.lib import io
-        m = Module()
         if platform is None:
             raise ValueError("platform: BoardPlatformTop needs an amaranth-boards platform "
                              "(use BoardTop for simulation)")
         clk_hz = int(round(platform.default_clk_frequency))
+        if self.clk_hz is not None:                 # a clk_hz out of reach fails first
+            if getattr(platform, "family", None) != "ecp5":
+                raise ValueError(f"clk_hz: a PLL clock is built for ECP5 platforms only, not "
+                                 f"{type(platform).__name__}")
+            ecp5_pll_dividers(clk_hz, self.clk_hz)
+        m = Module()
+        if self.clk_hz is not None:
+            clk = platform.request(platform.default_clk, dir="-")
+            m.submodules.clk_buf = clk_buf = io.Buffer("i", clk)
+            m.domains.sync = ClockDomain("sync")
+            m.submodules.pll = Ecp5Pll(clk_in=clk_buf.i, clk_in_hz=clk_hz, clk_hz=self.clk_hz)
+            clk_hz = self.clk_hz
         top = BoardTop(config=self.config, clk_hz=clk_hz, baud=self.baud,
                        hb_words=self.hb_words, ext_words=self.ext_words,
                        frame_words=self.frame_words, **self.board)

@@ -73,7 +73,7 @@ __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "Fp
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
            "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
-           "prepare", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
+           "prepare", "ROUTERS", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
 
 
 #: Where builds go: ``build/fpga/<board>/``; estimates are cached in ``build/fpga/estimates``.
@@ -88,6 +88,11 @@ LUT_MARGIN = 0.90
 #: unpaired tile's 8 x 5 unit-PE products, ``(8, 5)``, cost about 78 LUT4 each as Booth LUTs:
 #: 20,000 for a 2x4x32 tile, against 128 MULT18X18D paired.)
 LUT_MULTIPLIERS = ((21, 12),)
+
+#: nextpnr routers (``--router``): router1, nextpnr's default, and router2, its newer router
+#: for congested designs, which the board tops use (``FpgaConfig.router``; ``docs/fpga.md``,
+#: "Measured": router1 on the board top at 89 % of the LUTs).
+ROUTERS = ("router1", "router2")
 
 
 def lut_multiplier_script(widths) -> str | None:
@@ -249,7 +254,8 @@ def _yosys_version(env) -> str:
 class FpgaConfig:
     """What goes on the board: the PE configuration ``arch`` (one PE), the HB and EXT stand-in
     depths (W-bit words, powers of two), the bridge's staging buffer (``frame_words``), the
-    UART ``baud``, and the FPGA-lean datapath options of the PE, which change cycle counts but
+    UART ``baud``, the board top's clock ``clk_hz`` (from the board's PLL, :mod:`elmoe3d.hw.pll`;
+    ``None``: the board's oscillator itself), and the FPGA-lean datapath options of the PE, which change cycle counts but
     never a result: ``tile_dsp_pairs`` (two IA8xW5 products per MULT18X18D,
     :class:`~elmoe3d.hw.tile.TensorTile`), ``requant_units``, ``fp32_units`` and
     ``combine_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`; ``None``: one per value of a word) and
@@ -263,6 +269,8 @@ class FpgaConfig:
     ext_words: int
     frame_words: int = 16
     baud: int = 1_000_000
+    clk_hz: int | None = None
+    router: str = "router2"
     tile_dsp_pairs: bool = True
     requant_units: int | None = 1
     fp32_units: int | None = 1
@@ -285,6 +293,13 @@ class FpgaConfig:
                 raise FpgaError(f"{name}: expected a power of two, got {v}")
         if not isinstance(self.tile_dsp_pairs, bool):
             raise FpgaError(f"tile_dsp_pairs: expected a bool, got {self.tile_dsp_pairs!r}")
+        if self.clk_hz is not None and (not isinstance(self.clk_hz, int)
+                                        or isinstance(self.clk_hz, bool) or self.clk_hz < 1):
+            raise FpgaError(f"clk_hz: expected a positive integer (Hz) or None, got "
+                            f"{self.clk_hz!r}")
+        if self.router not in ROUTERS:
+            raise FpgaError(f"router: expected one of {', '.join(ROUTERS)}, got "
+                            f"{self.router!r}")
         from ..hw.pe import unit_count    # the PE's own rule for each unit count
         q = pe.word_bits // 32
         try:
@@ -321,7 +336,8 @@ class FpgaConfig:
                 "tok_words": pe.tok_words, "hbuf_words": pe.hbuf_words,
                 "out_words": pe.out_words, "hb_words": self.hb_words,
                 "ext_words": self.ext_words, "frame_words": self.frame_words,
-                "baud": self.baud, "tile_dsp_pairs": self.tile_dsp_pairs,
+                "baud": self.baud, "clk_hz": self.clk_hz, "router": self.router,
+                "tile_dsp_pairs": self.tile_dsp_pairs,
                 "requant_units": self.requant_units, "fp32_units": self.fp32_units,
                 "combine_units": self.combine_units,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
@@ -353,7 +369,7 @@ FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
-        hb_words=512, ext_words=512,
+        hb_words=512, ext_words=512, clk_hz=10_000_000,
         estimate="fits: 73,037 LUT4 positions (87.3 %), 150 MULT18X18D (96.2 %), 193 DP16KD "
                  "(92.8 %) (Yosys, 2026-11-30)"),
 }
@@ -452,8 +468,11 @@ class BuildResult:
     synth_cached: bool = False
 
 
-def _overrides(name, seed, script_after_read, synth_opts):
-    ov = {"nextpnr_opts": f"--report {name}_report.json --seed {int(seed)} --timing-allow-fail"}
+def _overrides(name, seed, script_after_read, synth_opts, router="router1"):
+    if router not in ROUTERS:
+        raise FpgaError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
+    ov = {"nextpnr_opts": f"--report {name}_report.json --seed {int(seed)} --timing-allow-fail"
+                          f" --router {router}"}
     if script_after_read:
         ov["script_after_read"] = script_after_read
     if synth_opts:
@@ -462,15 +481,16 @@ def _overrides(name, seed, script_after_read, synth_opts):
 
 
 def prepare(top, platform, *, name="top", build_dir, seed=DEFAULT_SEED,
-            script_after_read=None, synth_opts=None):
+            script_after_read=None, synth_opts=None, router="router1"):
     """Amaranth's build plan of ``top`` on ``platform`` (elaboration; nothing run)."""
     return platform.build(top, name=name, build_dir=str(build_dir), do_build=False,
                           do_program=False, **_overrides(name, seed, script_after_read,
-                                                         synth_opts))
+                                                         synth_opts, router))
 
 
 def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_after_read=None,
-          synth_opts=None, say=print, netlist_cache=BUILD_ROOT / "estimates") -> BuildResult:
+          synth_opts=None, say=print, netlist_cache=BUILD_ROOT / "estimates",
+          router="router1") -> BuildResult:
     """Synthesise, place, route and pack ``top`` for ``platform`` in ``build_dir`` through
     Amaranth's platform flow and the YoWASP tools; see the module docstring.
 
@@ -478,6 +498,8 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
     ``netlist_cache``), the build takes that netlist (and its Yosys log) and runs the
     platform's script without its Yosys line (``seconds["yosys"]`` is then 0 and
     ``synth_cached`` True); ``netlist_cache=None`` always runs Yosys.
+
+    ``router``: nextpnr's router (:data:`ROUTERS`).
 
     Raises :class:`FpgaToolError` naming the tool that failed and its log (no bitstream)."""
     env = tool_env()
@@ -487,7 +509,7 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
         (build_dir / pattern.format(name=name)).unlink(missing_ok=True)
     start = time.time()
     plan = prepare(top, platform, name=name, build_dir=build_dir, seed=seed,
-                   script_after_read=script_after_read, synth_opts=synth_opts)
+                   script_after_read=script_after_read, synth_opts=synth_opts, router=router)
     plan.extract(str(build_dir))
     script = f"build_{name}.sh"
     synth_cached = False

@@ -110,7 +110,7 @@ def test_board_properties():
 
 def test_platform_top_on_ulx3s():
     """BoardPlatformTop elaborates on the ULX3S 85F: 25 MHz clock, divisor 25 at 1 Mbaud,
-    uart 0 and the eight LEDs wired."""
+    uart 0 and the eight LEDs wired; with ``clk_hz`` through the PLL."""
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
     top = BoardPlatformTop(config=SMALL, baud=1_000_000, hb_words=64, ext_words=64)
     plan = ULX3S_85F_Platform().prepare(top, name="board")
@@ -120,6 +120,18 @@ def test_platform_top_on_ulx3s():
     assert all(f"led_{i}__io" in lpf for i in range(8))
     with pytest.raises(ValueError, match="hb_words"):
         BoardPlatformTop(config=SMALL, hb_words=3)
+    # from the PLL: 10 MHz, divisor 10 at 1 Mbaud, the EHXPLLL with its dividers
+    top = BoardPlatformTop(config=SMALL, baud=1_000_000, hb_words=64, ext_words=64,
+                           clk_hz=10_000_000)
+    plan = ULX3S_85F_Platform().prepare(top, name="board")
+    assert top.top.clk_hz == 10_000_000 and top.top.divisor == 10
+    il = plan.files["board.il"]
+    assert "EHXPLLL" in il and "CLKFB_DIV" in il
+    with pytest.raises(ValueError, match="clk_hz: 12 MHz is not 25 MHz"):
+        ULX3S_85F_Platform().prepare(BoardPlatformTop(config=SMALL, hb_words=64,
+                                                      ext_words=64, clk_hz=12_000_000))
+    with pytest.raises(ValueError, match="clk_hz: expected a positive integer"):
+        BoardPlatformTop(config=SMALL, clk_hz=0)
 
 
 def test_pipe_read_on_lockstep_clock():

@@ -15,7 +15,7 @@ import json
 import re
 
 import pytest
-from amaranth import Elaboratable, Instance, Module, Signal
+from amaranth import ClockDomain, Elaboratable, Instance, Module, Signal
 from amaranth.build import Attrs, Clock, Pins, Resource
 from amaranth.lib import io
 from amaranth.lib.memory import Memory
@@ -56,6 +56,27 @@ class _Small(Elaboratable):
         return m
 
 
+class _PllCounter(Elaboratable):
+    """A counter on the LEDs in a ``sync`` domain of 10 MHz from the ULX3S's 25 MHz through
+    :class:`~elmoe3d.hw.pll.Ecp5Pll` (as :class:`~elmoe3d.hw.board.BoardPlatformTop` with
+    ``clk_hz``)."""
+
+    def elaborate(self, platform):
+        from elmoe3d.hw.pll import Ecp5Pll
+        m = Module()
+        clk = io.Buffer("i", platform.request(platform.default_clk, dir="-"))
+        m.submodules.clk = clk
+        m.domains.sync = ClockDomain("sync")
+        m.submodules.pll = Ecp5Pll(clk_in=clk.i, clk_in_hz=25_000_000, clk_hz=10_000_000)
+        leds = [io.Buffer("o", platform.request("led", i, dir="-")) for i in range(8)]
+        m.submodules += leds
+        ctr = Signal(32)
+        m.d.sync += ctr.eq(ctr + 1)
+        for i in range(8):
+            m.d.comb += leds[i].o.eq(ctr[24 + i])
+        return m
+
+
 class _Broken(Elaboratable):
     """An instance of a cell no library defines: Yosys stops."""
 
@@ -73,6 +94,34 @@ def small_build(tmp_path_factory):
     res = fpga.build(_Small(), _Fast85F(), build_dir=out, seed=3, say=lines.append,
                      netlist_cache=None)
     return res, lines
+
+
+def test_pll_clock_through_the_flow(tmp_path):
+    """A real place and route of a PLL-clocked design on the 85F (with router2, as the board
+    top's): nextpnr derives the 10 MHz constraint of the PLL output from the 25 MHz board
+    clock, the report has that clock and its fmax, and a bitstream is written."""
+    res = fpga.build(_PllCounter(), ULX3S_85F_Platform(), build_dir=tmp_path, seed=1,
+                     say=lambda line: None, netlist_cache=None, router="router2")
+    assert res.bitstream.exists() and res.bitstream.stat().st_size > 100_000
+    rep = res.report
+    assert rep["utilization"]["EHXPLLL"]["used"] == 1
+    derived = [c for c in rep["fmax"].values() if abs(c["constraint_mhz"] - 10.0) < 1e-6]
+    assert len(derived) == 1 and derived[0]["achieved_mhz"] > 10.0
+
+
+def test_pll_dividers():
+    from elmoe3d.hw.pll import ecp5_pll_dividers
+    for f_out, want in ((10_000_000, (5, 2, 60)), (12_500_000, (2, 1, 48)),
+                        (5_000_000, (5, 1, 120)), (50_000_000, (1, 2, 12))):
+        d = ecp5_pll_dividers(25_000_000, f_out)
+        assert (d["CLKI_DIV"], d["CLKFB_DIV"], d["CLKOP_DIV"]) == want
+        assert 25_000_000 * d["CLKFB_DIV"] / d["CLKI_DIV"] == f_out
+        assert 400e6 <= f_out * d["CLKOP_DIV"] <= 800e6
+    for f_out, match in ((12_000_000, "clk_hz: 12 MHz is not 25 MHz x"),
+                         (2_000_000, "clk_hz: the ECP5 PLL gives 3.125-400 MHz"),
+                         (0, "clk_hz: expected a positive integer")):
+        with pytest.raises(ValueError, match=match):
+            ecp5_pll_dividers(25_000_000, f_out)
 
 
 # ---- boards ---------------------------------------------------------------------------------
@@ -154,6 +203,8 @@ def test_lean_pe_options():
                       ({"combine_units": 8}, "combine_units: expected a power of two "
                        "in 1..4 \\(4 lanes\\), got 8"),
                       ({"lut_multipliers": ((21, 0),)}, "lut_multipliers: expected"),
+                      ({"router": "router3"}, "router: expected one of router1, router2"),
+                      ({"clk_hz": 0}, "clk_hz: expected a positive integer"),
                       ({"lut_multipliers": ((True, 12),)}, "lut_multipliers: expected"),
                       ({"fp32_units": 32}, "fp32_units: expected a power of two in 1..16"),
                       ({"tile_dsp_pairs": 1}, "tile_dsp_pairs: expected a bool"),
