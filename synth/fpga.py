@@ -369,7 +369,7 @@ FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
-        hb_words=512, ext_words=512, clk_hz=10_000_000,
+        hb_words=512, ext_words=512, clk_hz=5_000_000,
         estimate="fits: 73,037 LUT4 positions (87.3 %), 150 MULT18X18D (96.2 %), 193 DP16KD "
                  "(92.8 %) (Yosys, 2026-11-30)"),
 }
