@@ -168,6 +168,7 @@ def run(args) -> int:
     doc["config"] = {**cfg.summary(), "source": source, "documented_estimate": cfg.estimate}
     say(f"elmoe3d fpga: {bd.name} ({bd.device.name}), configuration {cfg.name} ({source}): "
         f"{fpga.describe(cfg)}")
+    fpga.check_clock(cfg, bd)
 
     if doc["estimate"] is None:
         say(f"elmoe3d fpga: Yosys estimate of the board top (cache {fpga.BUILD_ROOT}/estimates/; "

@@ -73,7 +73,7 @@ __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "Fp
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
            "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
-           "prepare", "ROUTERS", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
+           "prepare", "ROUTERS", "check_clock", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
 
 
 #: Where builds go: ``build/fpga/<board>/``; estimates are cached in ``build/fpga/estimates``.
@@ -431,6 +431,23 @@ def check_fits_at_all(cfg: FpgaConfig, dev: Device):
                         f"the smallest PE tile is 2x4x32")
 
 
+def check_clock(cfg: FpgaConfig, bd) -> int:
+    """The board top's clock (Hz) on board ``bd``: ``cfg.clk_hz`` from the PLL (whose dividers
+    must exist) or the board's own clock; the UART ``baud`` checked against it. Raises
+    :class:`FpgaError` naming the option, before any tool runs."""
+    from ..hw.board import uart_divisor
+    from ..hw.pll import ecp5_pll_dividers
+    board_hz = int(round(bd.platform().default_clk_frequency))
+    try:
+        if cfg.clk_hz is not None:
+            ecp5_pll_dividers(board_hz, cfg.clk_hz)
+        clk = cfg.clk_hz or board_hz
+        uart_divisor(clk, cfg.baud)
+    except ValueError as exc:
+        raise FpgaError(f"--config {cfg.name} on {bd.name}: {exc}") from None
+    return clk
+
+
 def board_top(cfg: FpgaConfig):
     """The board top of ``cfg``: :class:`elmoe3d.hw.board.BoardPlatformTop` (UART bridge,
     load router, one PE, HB / EXT stand-ins), requesting the board's clock, UART and LEDs."""
@@ -442,7 +459,7 @@ def board_top(cfg: FpgaConfig):
     try:
         return BoardPlatformTop(config=cfg.arch, baud=cfg.baud, hb_words=cfg.hb_words,
                                 ext_words=cfg.ext_words, frame_words=cfg.frame_words,
-                                pe_params=cfg.pe_params)
+                                clk_hz=cfg.clk_hz, pe_params=cfg.pe_params)
     except (ValueError, TypeError) as exc:
         raise FpgaError(f"--config {cfg.name}: {exc}") from None
 
@@ -876,7 +893,9 @@ def describe(cfg: FpgaConfig) -> str:
             f"{a.iomem_bytes // 1024} KiB, HB {cfg.hb_words} / EXT {cfg.ext_words} words"
             f"{', paired tile products' if cfg.tile_dsp_pairs else ''}, VPU units: requant "
             f"{cfg.requant_units or 'all'}, FP32 {cfg.fp32_units or 'all'}, combine "
-            f"{cfg.combine_units or 'all'}")
+            f"{cfg.combine_units or 'all'}; "
+            f"{f'{cfg.clk_hz / 1e6:g} MHz from the PLL' if cfg.clk_hz else 'the board clock'}, "
+            f"UART {cfg.baud:,} baud")
 
 
 def estimate_line(est: Estimate) -> str:

@@ -213,7 +213,13 @@ def test_lean_pe_options():
             fpga.FpgaConfig(name="x", arch=small, hb_words=256, ext_words=256, **kw)
     top = fpga.board_top(cfg)
     top._MustUse__silence = True            # not elaborated here
-    assert top.board["pe_params"] == LEAN_PE_PARAMS
+    assert top.board["pe_params"] == LEAN_PE_PARAMS and top.clk_hz is None
+    d = fpga.FPGA_CONFIGS["ulx3s-85f"]
+    top = fpga.board_top(d)
+    top._MustUse__silence = True
+    assert top.clk_hz == d.clk_hz == 5_000_000
+    assert fpga.check_clock(d, fpga.board("ulx3s-85f")) == 5_000_000
+    assert "5 MHz from the PLL, UART 1,000,000 baud" in fpga.describe(d)
     # the Booth selection is not a no-op: the lean PE has exactly its 8 dequantization
     # multipliers of those widths, and the paired tile's 128 products are 8 x 18
     from amaranth.back import rtlil
@@ -262,6 +268,8 @@ def test_estimate_fit_rules():
     (["--config", "small", "--hb-words", "100"], "--hb-words: expected a power of two"),
     (["--seed", "0"], "--seed: expected a positive integer"),
     (["--config", "auto", "--ext-words", "256"], "--hb-words/--ext-words: the fit search"),
+    (["--baud", "3000000"], "--config fpga-ulx3s-85f on ulx3s-85f: baud: 3000000 is too fast "
+                            "for clk_hz = 5000000"),
 ])
 def test_cli_errors_are_one_line(argv, needle, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
