@@ -19,7 +19,7 @@ help:
 	@echo "make synth  - Yosys area of every block rolled up to the 4 GB and 8 GB logic dies"
 	@echo "make fpga   - FPGA fit estimate, then bitstream, utilization and fmax of the board top"
 	@echo "              (BOARD=ulx3s-85f, CONFIG=default|auto|NAME; elmoe3d fpga --list-boards);"
-	@echo "              today the PE does not fit the 85F: it stops after the estimate (docs/fpga.md)"
+	@echo "              the default: one FPGA-lean PE on the ULX3S-85F at 5 MHz (docs/fpga.md)"
 	@echo "make clean  - remove build output (build/, out/)"
 
 venv: $(STAMP)
