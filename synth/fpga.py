@@ -356,21 +356,21 @@ def _fpga_arch(name, **kw):
 
 #: Named defaults per board (``make fpga`` builds these without searching). ULX3S-85F: one
 #: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`) with 128 KiB WMEM and 64 KiB IOMEM
-#: (memories of 512 words, in DP16KD) and 512-word stand-ins, the largest configuration that
-#: fits: its Yosys estimate (2026-11-30, 450 s) is 59,303 LUT4 + 3,978 CCU2C + 963
-#: TRELLIS_DPR16X4 = 73,037 LUT4 positions (87.3 % of 83,640), 21,241 FF, 150 MULT18X18D
-#: (96.2 %), 193 DP16KD (92.8 %). The larger candidates have a 1,024-word HB stand-in: with
-#: both stand-ins at 1,024 words the board top measured 243 DP16KD (208 available; the lean
-#: PE leaves the block RAM as it was), with EXT at 512 about 26 fewer, still over; and more
-#: than one PE needs twice the LUTs.
-#: Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value), the same
-#: memories needed 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
+#: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL, the
+#: largest configuration that fits: its Yosys estimate (2026-11-30) is 58,655 LUT4 + 3,978
+#: CCU2C + 963 TRELLIS_DPR16X4 = 72,389 LUT4 positions (86.5 % of 83,640), 21,235 FF, 150
+#: MULT18X18D (96.2 %), 193 DP16KD (92.8 %). The larger candidates have a 1,024-word HB
+#: stand-in: with both stand-ins at 1,024 words the board top measured 243 DP16KD (208
+#: available; the lean PE leaves the block RAM as it was), with EXT at 512 about 26 fewer,
+#: still over; and more than one PE needs twice the LUTs. Before the lean PE (Booth LUT
+#: multipliers for the tile, one VPU unit per value), the same memories needed 116,332 LUT4
+#: positions (139 %) and nextpnr stopped at placement.
 FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512, clk_hz=5_000_000,
-        estimate="fits: 73,037 LUT4 positions (87.3 %), 150 MULT18X18D (96.2 %), 193 DP16KD "
+        estimate="fits: 72,389 LUT4 positions (86.5 %), 150 MULT18X18D (96.2 %), 193 DP16KD "
                  "(92.8 %) (Yosys, 2026-11-30)"),
 }
 
