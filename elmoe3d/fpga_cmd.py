@@ -4,7 +4,7 @@
 
     elmoe3d fpga [--board NAME] [--config NAME|auto|default] [--json F] [--seed N]
                  [--hb-words N] [--ext-words N] [--baud B] [--max-runs N]
-                 [--estimate-only] [--force] [--no-asic] [--list-boards]
+                 [--estimate-only] [--hierarchy] [--force] [--no-asic] [--list-boards]
 
 ``make fpga BOARD=ulx3s-85f [CONFIG=...]`` runs it. The board top
 (:class:`elmoe3d.hw.board.BoardPlatformTop`: UART bridge, load router, one PE, HB / EXT
@@ -21,7 +21,9 @@ built, and what limits it is reported), a named configuration, or a preset of
 :mod:`elmoe3d.config` (one PE of it). Every configuration is estimated first (Yosys alone,
 cached with its netlist, which the build then takes: no second Yosys run); one that does not
 fit stops there with one line (``--force`` places and routes it anyway: nextpnr's verdict).
-``--estimate-only`` stops after the estimate. The report: utilization (used / available /
+``--estimate-only`` stops after the estimate; ``--hierarchy`` adds an estimate block by block
+(Yosys without flattening: LUT4 positions, flip-flops, DSPs and block RAMs of every block of
+the board top, in the JSON as ``hierarchy``). The report: utilization (used / available /
 % of LUT4 positions, flip-flops, MULT18X18D, DP16KD and every other cell type used), fmax per
 clock against its constraint, the step times, and beside them the ASIC area roll-up of the
 same PE configuration (:mod:`elmoe3d.synth`, cached in ``build/synth``; ``--no-asic`` skips it).
@@ -40,7 +42,8 @@ from .errors import UserError
 from .outputs import check_output, write_json
 
 
-__all__ = ["configure", "run", "print_report", "report_rows", "asic_rollup"]
+__all__ = ["configure", "run", "print_report", "report_rows", "asic_rollup", "block_rows",
+           "print_blocks"]
 
 
 def _resource(cell: str) -> str:
@@ -76,6 +79,9 @@ def configure(parser) -> None:
                         help="stop after the Yosys estimate (no place and route)")
     parser.add_argument("--force", action="store_true",
                         help="place and route even when the estimate says it does not fit")
+    parser.add_argument("--hierarchy", action="store_true",
+                        help="also estimate block by block (Yosys without flattening, a few "
+                             "minutes more): where the LUTs, flip-flops, DSPs and block RAMs go")
     parser.add_argument("--no-asic", action="store_true",
                         help="leave out the ASIC area roll-up of the same configuration")
     parser.add_argument("--list-boards", action="store_true",
@@ -178,6 +184,14 @@ def run(args) -> int:
         say(f"  {fpga.estimate_line(est)}"
             + ("  (cached)" if est.cached else f"  ({est.seconds:.0f} s)"))
         doc["estimate"] = est.to_json()
+    if args.hierarchy:
+        say("elmoe3d fpga: Yosys estimate block by block (not flattened)")
+        hest = fpga.estimate(fpga.board_top(cfg), bd.platform(),
+                             script_after_read=cfg.script_after_read, hierarchy=True)
+        doc["hierarchy"] = {"blocks": [b.to_json() for b in hest.blocks],
+                            "used": hest.used, "available": hest.available,
+                            "seconds": round(hest.seconds, 1), "cached": hest.cached}
+        print_blocks(say, doc["hierarchy"])
     est = doc["estimate"]
     if args.estimate_only:
         if not args.no_asic:
@@ -271,6 +285,50 @@ def report_rows(doc) -> dict:
 def _estimate_utilization(est) -> dict:
     return {k: {"used": est["used"][k], "available": est["available"][k],
                 "pct": est["pct"][k]} for k in est["used"]}
+
+
+#: Blocks below this share of the board top's LUT4 positions (and with no DSP or block RAM)
+#: are left out of the printed block table (the JSON has them all).
+BLOCK_MIN_SHARE = 0.01
+
+
+def block_rows(hier: dict) -> tuple[list, int]:
+    """Rows of the block table of a hierarchical estimate (``doc["hierarchy"]``): block
+    (indented by depth), LUT4 positions with everything inside (and % of the device), its own
+    LUT4 positions, flip-flops, MULT18X18D and DP16KD with everything inside; and how many
+    blocks were left out (:data:`BLOCK_MIN_SHARE`)."""
+    blocks = hier["blocks"]
+    top = blocks[0]["total"]["TRELLIS_COMB"] or 1
+    avail = hier["available"]["TRELLIS_COMB"]
+    rows, left = [], 0
+    for b in blocks:
+        t = b["total"]
+        if (b["depth"] and t["TRELLIS_COMB"] < BLOCK_MIN_SHARE * top
+                and not t["MULT18X18D"] and not t["DP16KD"]):
+            left += 1
+            continue
+        name = b["path"].rsplit(".", 1)[-1] if b["depth"] else b["path"]
+        rows.append(("  " * b["depth"] + name,
+                     f"{t['TRELLIS_COMB']:,} ({100 * t['TRELLIS_COMB'] / avail:.1f} %)",
+                     f"{b['own']['TRELLIS_COMB']:,}", f"{t['TRELLIS_FF']:,}",
+                     str(t["MULT18X18D"]), str(t["DP16KD"])))
+    return rows, left
+
+
+def print_blocks(say, hier: dict) -> None:
+    """Print :func:`block_rows`."""
+    from rich.table import Table
+    rows, left = block_rows(hier)
+    t = Table(title="Where the resources go (Yosys, not flattened: the blocks add up to more "
+                    "than the flat estimate)", title_justify="left")
+    for i, h in enumerate(("block", "LUT4 positions", "own", "FF", "MULT18X18D", "DP16KD")):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for r in rows:
+        t.add_row(*r)
+    say(t)
+    if left:
+        say(f"  ({left} smaller blocks under {100 * BLOCK_MIN_SHARE:g} % of the LUT4 positions "
+            f"and without DSPs or block RAM left out; the JSON has every block)")
 
 
 def print_report(say, doc) -> None:

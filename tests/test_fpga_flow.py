@@ -424,3 +424,193 @@ def test_cli_refuses_what_does_not_fit(capsys, tmp_path, monkeypatch):
     doc = json.loads((tmp_path / "e.json").read_text())
     assert doc["estimate"]["fits"] is False and doc["estimate"]["limit"] == "TRELLIS_COMB"
     assert doc["estimate"]["used"]["DP16KD"] == 243
+
+
+# ---- nextpnr's progress and the estimate by block --------------------------------------------
+
+# nextpnr-ecp5 0.11 log lines, in the order a run writes them (router2 and router1 variants)
+_PACKED = ("Info: Device utilisation:\n"
+           "Info: \t          MULT18X18D:     150/    156    96%\n"
+           "Info: \t        TRELLIS_COMB:   73665/  83640    88%\n")
+_HEAP = ("Info: Running main analytical placer, max placement attempts per cell = 83520171.\n"
+         "Info:     at iteration #1, type ALL: wirelen solved = 34457, spread = 2209103, "
+         "legal = 2351151; time = 14.47s\n"
+         "Info:     at iteration #2, type ALL: wirelen solved = 191784, spread = 1568995, "
+         "legal = 1857312; time = 15.97s\n")
+_SA = ("Info: Running simulated annealing placer for refinement.\n"
+       "Info:   at iteration #1: temp = 0.000000, timing cost = 19081, wirelen = 1331891\n"
+       "Info:   at iteration #5: temp = 0.000000, timing cost = 16797, wirelen = 1165400\n")
+_PLACED = ("Info: Max frequency for clock '$glbnet$board.bridge.clk': 14.77 MHz (PASS at "
+           "5.00 MHz)\n")
+_ROUTE2 = ("Info: Routing globals...\nInfo: Running router2...\n"
+           "Info:     iter=1 wires=1402165 overused=162346 overuse=218772 archfail=NA\n"
+           "Info:     iter=2 wires=1398000 overused=51234 overuse=60000 archfail=NA\n")
+_ROUTE1 = ("Info: Routing globals...\nInfo: Routing..\nInfo: Routing 151 arcs.\n"
+           "Info:            |   (re-)routed arcs  |   delta    | remaining|       time spent"
+           "     |\n"
+           "Info:    IterCnt |  w/ripup   wo/ripup |  w/r  wo/r |      arcs| batch(sec) "
+           "total(sec)|\n"
+           "Info:       1000 |       12        988 |   12   988 |     24936|       2.08"
+           "       2.08|\n")
+
+
+@pytest.mark.parametrize("log, want", [
+    ("Info: Packing IOs..\n", None),
+    (_PACKED, ("packed", "packed: 73,665 of 83,640 LUT4 positions (88 %)")),
+    (_PACKED + _HEAP, ("placing", "placing (analytic placer, iteration 2, wirelength "
+                                  "1,857,312)")),
+    (_PACKED + _HEAP + _SA, ("refining", "refining the placement (annealing, iteration 5, "
+                                         "wirelength 1,165,400)")),
+    (_PACKED + _HEAP + _SA + _PLACED,
+     ("placed", "placed; fmax estimated before routing 14.77 MHz (PASS at 5.00 MHz)")),
+    (_PACKED + _HEAP + _SA + _PLACED + _ROUTE2,
+     ("routing", "routing (router2 iteration 2: 51,234 of 1,398,000 wires overused)")),
+    (_PACKED + _PLACED + _ROUTE1,
+     ("routing", "routing (router1: 24,936 arcs left after 1,000 iterations)")),
+    (_PACKED + _PLACED + _ROUTE2 + _PLACED + "Info: Program finished normally.\n",
+     ("routed", "routed")),
+])
+def test_pnr_progress(log, want):
+    assert fpga.pnr_progress(log) == want
+
+
+def test_build_reports_nextpnr_progress(tmp_path, monkeypatch):
+    """A real build reports where nextpnr is as it runs, and the step it ended in."""
+    monkeypatch.setattr(fpga, "PROGRESS_POLL_S", 0.05)
+    lines = []
+    fpga.build(_PllCounter(), ULX3S_85F_Platform(), build_dir=tmp_path, seed=1,
+               say=lines.append, netlist_cache=None, router="router1")
+    steps = [ln for ln in lines if ln.startswith("  nextpnr: ")]
+    assert steps and re.fullmatch(r"  nextpnr: routed \(\d+ min\)", steps[-1])
+    assert len(steps) == len(set(s.split(" (")[0] for s in steps))   # one line per step
+
+
+class _Mul(Elaboratable):
+    """A counter squared through a registered 18x18 multiplier (one MULT18X18D)."""
+
+    def __init__(self):
+        self.o = Signal(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        ctr, p = Signal(18), Signal(36)
+        m.d.sync += [ctr.eq(ctr + 1), p.eq(ctr * ctr[::-1])]
+        m.d.comb += self.o.eq(p[20:28])
+        return m
+
+
+class _TwoMuls(Elaboratable):
+    """Two :class:`_Mul` blocks XORed onto the LEDs."""
+
+    def elaborate(self, platform):
+        m = Module()
+        leds = [io.Buffer("o", platform.request("led", i, dir="-")) for i in range(8)]
+        m.submodules += leds
+        m.submodules.a, m.submodules.b = a, b = _Mul(), _Mul()
+        for i in range(8):
+            m.d.comb += leds[i].o.eq(a.o[i] ^ b.o[i])
+        return m
+
+
+def test_blocks_from_stat():
+    mods = {"\\top": {"num_cells_by_type": {"LUT4": 10, "top.pe": 1, "top.fifo": 2}},
+            "\\top.pe": {"num_cells_by_type": {"LUT4": 100, "CCU2C": 5, "MULT18X18D": 3,
+                                               "top.pe.tile": 1}},
+            "\\top.pe.tile": {"num_cells_by_type": {"LUT4": 1000, "TRELLIS_FF": 7}},
+            "\\top.fifo": {"num_cells_by_type": {"TRELLIS_DPR16X4": 4, "DP16KD": 1}}}
+    blocks = fpga.blocks_from_stat(mods)
+    assert [(b.path, b.depth) for b in blocks] == [
+        ("top", 0), ("top.pe", 1), ("top.pe.tile", 2), ("top.fifo", 1)]
+    top, pe, tile, fifo = blocks
+    assert top.own["TRELLIS_COMB"] == 10
+    assert pe.total == {"TRELLIS_COMB": 1110, "TRELLIS_FF": 7, "MULT18X18D": 3, "DP16KD": 0}
+    assert fifo.total == {"TRELLIS_COMB": 24, "TRELLIS_FF": 0, "MULT18X18D": 0, "DP16KD": 1}
+    # the fifo is instantiated twice
+    assert top.total == {"TRELLIS_COMB": 10 + 1110 + 2 * 24, "TRELLIS_FF": 7,
+                         "MULT18X18D": 3, "DP16KD": 2}
+    assert top.cells["LUT4"] == 1110 and top.cells["TRELLIS_DPR16X4"] == 8
+    with pytest.raises(fpga.FpgaToolError, match="stat has no module board"):
+        fpga.blocks_from_stat(mods, "board")
+    loop = {"\\top": {"num_cells_by_type": {"top.a": 1}},
+            "\\top.a": {"num_cells_by_type": {"top": 1}}}
+    with pytest.raises(fpga.FpgaToolError, match="loops through top"):
+        fpga.blocks_from_stat(loop)
+
+
+def test_estimate_by_block(tmp_path):
+    """Yosys without flattening: each block's resources, which add up to the design's."""
+    est = fpga.estimate(_TwoMuls(), _Fast85F(), cache_dir=tmp_path, hierarchy=True)
+    by = {b.path: b for b in est.blocks}
+    assert est.blocks[0].path == "top" and est.blocks[0].total == est.used
+    assert by["top.a"].total["MULT18X18D"] == by["top.b"].total["MULT18X18D"] == 1
+    assert by["top.a"].total["TRELLIS_FF"] >= 18 and est.used["MULT18X18D"] == 2
+    for k in est.used:
+        assert sum(b.own[k] for b in est.blocks) == est.used[k]
+    again = fpga.estimate(_TwoMuls(), _Fast85F(), cache_dir=tmp_path, hierarchy=True)
+    assert again.cached and [b.to_json() for b in again.blocks] == \
+        [b.to_json() for b in est.blocks]
+    assert not list(tmp_path.glob("*.netlist.json.gz"))     # a build never takes it
+    flat = fpga.estimate(_TwoMuls(), _Fast85F(), cache_dir=tmp_path)
+    assert flat.blocks is None and flat.key != est.key
+    assert flat.used["MULT18X18D"] == 2
+
+
+def test_cli_hierarchy(capsys, tmp_path, monkeypatch):
+    """``--hierarchy`` prints where the resources go, block by block, and writes them."""
+    mods = {"\\top": {"num_cells_by_type": {"LUT4": 50, "top.board": 1}},
+            "\\top.board": {"num_cells_by_type": {"LUT4": 200, "top.board.pe": 1,
+                                                  "top.board.uart": 1}},
+            "\\top.board.pe": {"num_cells_by_type": {"LUT4": 30000, "CCU2C": 1000,
+                                                     "MULT18X18D": 150, "DP16KD": 154}},
+            "\\top.board.uart": {"num_cells_by_type": {"LUT4": 40}}}
+    calls = []
+
+    def fake_estimate(top, platform, **kw):
+        calls.append(kw.get("hierarchy", False))
+        blocks = fpga.blocks_from_stat(mods)
+        est = fpga.estimate_from_stat(blocks[0].cells, fpga.DEVICES[platform.device])
+        if kw.get("hierarchy"):
+            est.blocks = blocks
+        return est
+
+    monkeypatch.setattr(fpga, "estimate", fake_estimate)
+    monkeypatch.setattr(fpga, "board_top", lambda cfg: ("top of", cfg.name))
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["fpga", "--estimate-only", "--hierarchy", "--no-asic", "--json",
+                   str(tmp_path / "h.json")])
+    assert rc == 0 and calls == [False, True]
+    out = capsys.readouterr().out
+    assert "Where the resources go" in out
+    assert re.search(r"pe\s+│\s+32,000 \(38\.3 %\)\s+│\s+32,000\s+│\s+0\s+│\s+150\s+│\s+154",
+                     out)
+    assert "uart" not in out and "1 smaller blocks under 1 %" in " ".join(out.split())
+    doc = json.loads((tmp_path / "h.json").read_text())
+    paths = [b["path"] for b in doc["hierarchy"]["blocks"]]
+    assert paths == ["top", "top.board", "top.board.pe", "top.board.uart"]
+    assert doc["hierarchy"]["blocks"][0]["total"]["TRELLIS_COMB"] == 32290
+
+
+def test_interrupt_stops_the_tools(tmp_path, monkeypatch):
+    """Ctrl-C while nextpnr runs: the tools' whole process group is stopped, then the
+    interrupt goes on (the CLI turns it into one line and exit status 130)."""
+    import os
+    import time
+    (tmp_path / "build.sh").write_text("sleep 60 &\necho $! > tool.pid\nwait\n")
+    (tmp_path / "top.tim").write_text(_PACKED)
+    monkeypatch.setattr(fpga, "PROGRESS_POLL_S", 0.05)
+
+    def say(line):
+        raise KeyboardInterrupt
+
+    with open(tmp_path / "build.log", "w") as log, pytest.raises(KeyboardInterrupt):
+        fpga._run_script("build.sh", cwd=tmp_path, env=dict(os.environ), log=log,
+                         tim_path=tmp_path / "top.tim", say=say, start=time.time())
+    pid = int((tmp_path / "tool.pid").read_text())
+    for _ in range(100):                       # SIGTERM delivered; wait for it to go
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the tool (pid {pid}) is still running")
