@@ -80,8 +80,9 @@ def configure(parser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="place and route even when the estimate says it does not fit")
     parser.add_argument("--hierarchy", action="store_true",
-                        help="also estimate block by block (Yosys without flattening, a few "
-                             "minutes more): where the LUTs, flip-flops, DSPs and block RAMs go")
+                        help="also estimate block by block (a second Yosys run, without "
+                             "flattening: 4-12 minutes for a board top here): where the LUTs, "
+                             "flip-flops, DSPs and block RAMs go")
     parser.add_argument("--no-asic", action="store_true",
                         help="leave out the ASIC area roll-up of the same configuration")
     parser.add_argument("--list-boards", action="store_true",
@@ -188,9 +189,7 @@ def run(args) -> int:
         say("elmoe3d fpga: Yosys estimate block by block (not flattened)")
         hest = fpga.estimate(fpga.board_top(cfg), bd.platform(),
                              script_after_read=cfg.script_after_read, hierarchy=True)
-        doc["hierarchy"] = {"blocks": [b.to_json() for b in hest.blocks],
-                            "used": hest.used, "available": hest.available,
-                            "seconds": round(hest.seconds, 1), "cached": hest.cached}
+        doc["hierarchy"] = hest.to_json()
         print_blocks(say, doc["hierarchy"])
     est = doc["estimate"]
     if args.estimate_only:
@@ -308,6 +307,7 @@ def block_rows(hier: dict) -> tuple[list, int]:
             left += 1
             continue
         name = b["path"].rsplit(".", 1)[-1] if b["depth"] else b["path"]
+        name = name.split("$", 1)[0]                   # Yosys' uniquifying suffix
         rows.append(("  " * b["depth"] + name,
                      f"{t['TRELLIS_COMB']:,} ({100 * t['TRELLIS_COMB'] / avail:.1f} %)",
                      f"{b['own']['TRELLIS_COMB']:,}", f"{t['TRELLIS_FF']:,}",
@@ -319,8 +319,8 @@ def print_blocks(say, hier: dict) -> None:
     """Print :func:`block_rows`."""
     from rich.table import Table
     rows, left = block_rows(hier)
-    t = Table(title="Where the resources go (Yosys, not flattened: the blocks add up to more "
-                    "than the flat estimate)", title_justify="left")
+    t = Table(title="Where the resources go (Yosys, not flattened: the total differs from the "
+                    "flat estimate)", title_justify="left")
     for i, h in enumerate(("block", "LUT4 positions", "own", "FF", "MULT18X18D", "DP16KD")):
         t.add_column(h, justify="left" if i == 0 else "right")
     for r in rows:

@@ -62,6 +62,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +76,7 @@ __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "Fp
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
            "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
-           "prepare", "pnr_progress", "ROUTERS", "check_clock", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
+           "prepare", "pnr_progress", "Block", "blocks_from_stat", "ROUTERS", "check_clock", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
 
 
 #: Where builds go: ``build/fpga/<board>/``; estimates are cached in ``build/fpga/estimates``.
@@ -507,11 +508,12 @@ _RE_R1 = re.compile(r"^Info:\s+(\d+) \|\s+\d+\s+\d+ \|\s+\d+\s+\d+ \|\s+(\d+)\|"
 def pnr_progress(log_text: str) -> tuple[str, str] | None:
     """Where nextpnr-ecp5 is, read from its log so far (``--log``): ``(step, line)`` with
     ``step`` one of ``packed``, ``placing``, ``refining``, ``placed``, ``routing``, ``routed``
-    and ``line`` what to tell the user (the packed LUT4 positions; the placer's iteration and
-    wirelength; the fmax estimated after placement; router2's iteration and overused wires or
-    router1's arcs left); ``None`` before packing ends. Recognises nextpnr 0.11's messages;
-    unknown text only makes the line less precise."""
-    step = line = None
+    and ``line`` what to tell the user (the packed LUT4 positions; the placer's last finished
+    iteration and its wirelength; the fmax estimated after placement; router2's last finished
+    iteration and its overused wires, or router1's arcs left); ``None`` before packing ends.
+    Only complete lines are read (nextpnr may be writing the last one). Recognises nextpnr
+    0.11's messages; unknown text only makes the line less precise."""
+    log_text = log_text[:log_text.rfind("\n") + 1]     # complete lines only
     util = _RE_UTIL.search(log_text)
     if util is None:
         return None
@@ -519,13 +521,13 @@ def pnr_progress(log_text: str) -> tuple[str, str] | None:
                             f"({util[3]} %)")
     heap = _RE_HEAP.findall(log_text)
     if heap:
-        step, line = "placing", (f"placing (analytic placer, iteration {heap[-1][0]}, "
+        step, line = "placing", (f"placing (analytic placer after iteration {heap[-1][0]}: "
                                  f"wirelength {int(heap[-1][1]):,})")
     if "Running simulated annealing placer" in log_text:
         sa = _RE_SA.findall(log_text)
         step, line = "refining", ("refining the placement (annealing"
-                                  + (f", iteration {sa[-1][0]}, wirelength {int(sa[-1][1]):,})"
-                                     if sa else ")"))
+                                  + (f" after iteration {sa[-1][0]}: wirelength "
+                                     f"{int(sa[-1][1]):,})" if sa else ")"))
     routing = log_text.find("Routing globals")
     fmax = _RE_FMAX.search(log_text)
     if fmax and (routing < 0 or fmax.start() < routing):
@@ -536,9 +538,11 @@ def pnr_progress(log_text: str) -> tuple[str, str] | None:
         r1 = _RE_R1.findall(log_text)
         if r2:
             it, wires, over = r2[-1]
-            detail = f"router2 iteration {it}: {int(over):,} of {int(wires):,} wires overused"
+            detail = (f"router2 after iteration {it}: {int(over):,} of {int(wires):,} wires "
+                      f"overused")
         elif r1:
-            detail = f"router1: {int(r1[-1][1]):,} arcs left after {int(r1[-1][0]):,} iterations"
+            detail = (f"router1 after {int(r1[-1][0]):,} iterations: {int(r1[-1][1]):,} arcs "
+                      f"left")
         else:
             detail = "router2" if "Running router2" in log_text else "starting"
         step, line = "routing", f"routing ({detail})"
@@ -549,7 +553,25 @@ def pnr_progress(log_text: str) -> tuple[str, str] | None:
 
 def _run_script(script, *, cwd, env, log, tim_path, say, start):
     """Run the build script, reporting nextpnr's progress (:func:`pnr_progress`) through
-    ``say``; returns the exit status. An interrupt stops the tools before it propagates."""
+    ``say``; returns the exit status. The tools run in their own process group, which is
+    stopped (SIGTERM) before an interrupt, SIGTERM or SIGHUP of this process propagates (as
+    ``KeyboardInterrupt`` or ``SystemExit(128 + signal)``)."""
+    def leave(signum, frame):
+        raise SystemExit(128 + signum)
+
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            handlers[sig] = signal.signal(sig, leave)
+    try:
+        return _follow(script, cwd=cwd, env=env, log=log, tim_path=tim_path, say=say,
+                       start=start)
+    finally:
+        for sig, old in handlers.items():
+            signal.signal(sig, old)
+
+
+def _follow(script, *, cwd, env, log, tim_path, say, start):
     proc = subprocess.Popen(["sh", script], cwd=cwd, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     last_step, last_said = None, time.time()
@@ -563,7 +585,7 @@ def _run_script(script, *, cwd, env, log, tim_path, say, start):
         now = time.time()
         if state and (state[0] != last_step or (not final and
                                                  now - last_said >= PROGRESS_EVERY_S)):
-            say(f"  nextpnr: {state[1]} ({(now - start) / 60:.0f} min)")
+            say(f"  nextpnr: {state[1]} ({(now - start) / 60:.0f} min into the build)")
             last_step, last_said = state[0], now
 
     try:
@@ -869,9 +891,10 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
 
     ``hierarchy``: synthesise without flattening (``synth_ecp5 -noflatten``) and fill
     :attr:`Estimate.blocks` (:func:`blocks_from_stat`): where the resources go, block by
-    block. Optimisation stops at block boundaries, so the blocks add up to more than the
-    flat estimate (the ULX3S board top: 78,573 LUT4 positions against 72,389); its netlist is
-    not kept (a build never takes it)."""
+    block. Optimisation stops at block boundaries, so the blocks add up to a different total
+    than the flat estimate (the ULX3S named default's board top, 2026-11-30: 78,573 LUT4
+    positions and 21,441 FF against 72,389 and 21,235); its netlist is not kept (a build
+    never takes it)."""
     if hierarchy:
         synth_opts = f"{synth_opts} -noflatten" if synth_opts else "-noflatten"
     env = tool_env()

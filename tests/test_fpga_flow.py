@@ -450,23 +450,28 @@ _ROUTE1 = ("Info: Routing globals...\nInfo: Routing..\nInfo: Routing 151 arcs.\n
            "     |\n"
            "Info:    IterCnt |  w/ripup   wo/ripup |  w/r  wo/r |      arcs| batch(sec) "
            "total(sec)|\n"
-           "Info:       1000 |       12        988 |   12   988 |     24936|       2.08"
+           "Info:       1000 |       12        988 |   12   988 |    304679|       2.08"
            "       2.08|\n")
 
 
 @pytest.mark.parametrize("log, want", [
     ("Info: Packing IOs..\n", None),
     (_PACKED, ("packed", "packed: 73,665 of 83,640 LUT4 positions (88 %)")),
-    (_PACKED + _HEAP, ("placing", "placing (analytic placer, iteration 2, wirelength "
+    (_PACKED + _HEAP, ("placing", "placing (analytic placer after iteration 2: wirelength "
                                   "1,857,312)")),
-    (_PACKED + _HEAP + _SA, ("refining", "refining the placement (annealing, iteration 5, "
-                                         "wirelength 1,165,400)")),
+    # a line nextpnr is still writing is not read (its number may be cut short)
+    (_PACKED + _HEAP + "Info:     at iteration #3, type ALL: wirelen solved = 2, spread = 1, "
+                       "legal = 18",
+     ("placing", "placing (analytic placer after iteration 2: wirelength 1,857,312)")),
+    (_PACKED + _HEAP + _SA, ("refining", "refining the placement (annealing after iteration "
+                                         "5: wirelength 1,165,400)")),
     (_PACKED + _HEAP + _SA + _PLACED,
      ("placed", "placed; fmax estimated before routing 14.77 MHz (PASS at 5.00 MHz)")),
     (_PACKED + _HEAP + _SA + _PLACED + _ROUTE2,
-     ("routing", "routing (router2 iteration 2: 51,234 of 1,398,000 wires overused)")),
+     ("routing", "routing (router2 after iteration 2: 51,234 of 1,398,000 wires overused)")),
     (_PACKED + _PLACED + _ROUTE1,
-     ("routing", "routing (router1: 24,936 arcs left after 1,000 iterations)")),
+     ("routing", "routing (router1 after 1,000 iterations: 304,679 arcs left)")),
+    (_PACKED + _PLACED + _ROUTE1 + "Info: Routing complete.\n", ("routed", "routed")),
     (_PACKED + _PLACED + _ROUTE2 + _PLACED + "Info: Program finished normally.\n",
      ("routed", "routed")),
 ])
@@ -481,7 +486,7 @@ def test_build_reports_nextpnr_progress(tmp_path, monkeypatch):
     fpga.build(_PllCounter(), ULX3S_85F_Platform(), build_dir=tmp_path, seed=1,
                say=lines.append, netlist_cache=None, router="router1")
     steps = [ln for ln in lines if ln.startswith("  nextpnr: ")]
-    assert steps and re.fullmatch(r"  nextpnr: routed \(\d+ min\)", steps[-1])
+    assert steps and re.fullmatch(r"  nextpnr: routed \(\d+ min into the build\)", steps[-1])
     assert len(steps) == len(set(s.split(" (")[0] for s in steps))   # one line per step
 
 
@@ -614,3 +619,58 @@ def test_interrupt_stops_the_tools(tmp_path, monkeypatch):
         time.sleep(0.05)
     else:
         pytest.fail(f"the tool (pid {pid}) is still running")
+
+
+def test_progress_lines_per_step_and_repeated(tmp_path, monkeypatch):
+    """A line when nextpnr enters a step, and the same step again after PROGRESS_EVERY_S."""
+    import os
+    import time
+    (tmp_path / "top.tim").write_text("")
+    (tmp_path / "build.sh").write_text(
+        f"printf '%s' '{_PACKED}' > top.tim; sleep 1\n"
+        f"printf '%s' '{_HEAP}' >> top.tim; sleep 1\n")
+    monkeypatch.setattr(fpga, "PROGRESS_POLL_S", 0.05)
+    monkeypatch.setattr(fpga, "PROGRESS_EVERY_S", 0.4)
+    lines = []
+    with open(tmp_path / "build.log", "w") as log:
+        code = fpga._run_script("build.sh", cwd=tmp_path, env=dict(os.environ), log=log,
+                                tim_path=tmp_path / "top.tim", say=lines.append,
+                                start=time.time())
+    assert code == 0
+    steps = [ln.split("nextpnr: ", 1)[1].split(" ", 1)[0].rstrip(":") for ln in lines]
+    assert steps[0] == "packed" and steps[-1] == "placing"
+    assert steps.count("packed") >= 2 and steps.count("placing") >= 2   # repeated
+    assert steps == sorted(steps, key=["packed", "placing"].index)
+
+
+def test_sigterm_stops_the_tools(tmp_path):
+    """SIGTERM (a CI timeout, ``timeout``) to the flow stops the tools too: they run in their
+    own session, where the terminal's signals do not reach them."""
+    import os
+    import subprocess
+    import sys
+    import time
+    (tmp_path / "build.sh").write_text("sleep 60 &\necho $! > tool.pid\nwait\n")
+    (tmp_path / "top.tim").write_text("")
+    driver = (f"import os, time\nfrom elmoe3d.synth import fpga\n"
+              f"fpga._run_script('build.sh', cwd={str(tmp_path)!r}, env=dict(os.environ), "
+              f"log=open(os.devnull, 'w'), tim_path={str(tmp_path / 'top.tim')!r}, "
+              f"say=print, start=time.time())\n")
+    proc = subprocess.Popen([sys.executable, "-c", driver])
+    for _ in range(200):
+        if (tmp_path / "tool.pid").is_file() and (tmp_path / "tool.pid").read_text().strip():
+            break
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.terminate()
+    assert proc.wait(timeout=30) == 128 + 15
+    pid = int((tmp_path / "tool.pid").read_text())
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail(f"the tool (pid {pid}) outlived the flow")
