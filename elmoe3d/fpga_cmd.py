@@ -82,7 +82,8 @@ def configure(parser) -> None:
     parser.add_argument("--hierarchy", action="store_true",
                         help="also estimate block by block (a second Yosys run, without "
                              "flattening: 4-12 minutes for a board top here): where the LUTs, "
-                             "flip-flops, DSPs and block RAMs go")
+                             "flip-flops, DSPs and block RAMs go; with --estimate-only, no "
+                             "place and route follows")
     parser.add_argument("--no-asic", action="store_true",
                         help="leave out the ASIC area roll-up of the same configuration")
     parser.add_argument("--list-boards", action="store_true",
@@ -173,9 +174,9 @@ def run(args) -> int:
         source = "named default" if name == "default" or name in {
             c.name for c in fpga.FPGA_CONFIGS.values()} else "preset"
     doc["config"] = {**cfg.summary(), "source": source, "documented_estimate": cfg.estimate}
+    fpga.check_clock(cfg, bd)
     say(f"elmoe3d fpga: {bd.name} ({bd.device.name}), configuration {cfg.name} ({source}): "
         f"{fpga.describe(cfg)}")
-    fpga.check_clock(cfg, bd)
 
     if doc["estimate"] is None:
         say(f"elmoe3d fpga: Yosys estimate of the board top (cache {fpga.BUILD_ROOT}/estimates/; "
@@ -212,6 +213,8 @@ def run(args) -> int:
     if not args.no_asic:
         doc["asic"] = asic_rollup(cfg.arch, say=say, pe_params=_asic_pe_params(cfg))
     say(f"elmoe3d fpga: building {build_dir}/top.bit (one Yosys / nextpnr job at a time)")
+    if cfg.note:
+        say(f"  note: {cfg.note}")
     res = fpga.build(fpga.board_top(cfg), bd.platform(), build_dir=build_dir,
                      seed=args.seed or fpga.DEFAULT_SEED,
                      script_after_read=cfg.script_after_read, say=say, router=cfg.router)

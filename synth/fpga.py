@@ -264,7 +264,8 @@ class FpgaConfig:
     ``combine_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`; ``None``: one per value of a word) and
     ``lut_multipliers`` (``$mul`` operand widths built as Booth LUT multipliers,
     :func:`lut_multiplier_script`). ``estimate`` documents the measured Yosys estimate of a
-    named default (not used in computing anything)."""
+    named default, ``note`` what a build of it met on the reference machine (printed before
+    place and route; neither is used in computing anything)."""
 
     name: str
     arch: object
@@ -280,6 +281,7 @@ class FpgaConfig:
     combine_units: int | None = 1
     lut_multipliers: tuple = LUT_MULTIPLIERS
     estimate: str = ""
+    note: str = ""
 
     def __post_init__(self):
         from ..config import ArchConfig
@@ -365,7 +367,9 @@ def _fpga_arch(name, **kw):
 #: MULT18X18D (96.2 %), 193 DP16KD (92.8 %). The larger candidates have a 1,024-word HB
 #: stand-in: with both stand-ins at 1,024 words the board top measured 243 DP16KD (208
 #: available; the lean PE leaves the block RAM as it was), with EXT at 512 about 26 fewer,
-#: still over; and more than one PE needs twice the LUTs. Before the lean PE (Booth LUT
+#: still over; and more than one PE needs twice the LUTs. nextpnr packs and places it (88.1 %
+#: of the LUT4 positions), but router2 had not routed it after 66 minutes (``docs/fpga.md``,
+#: "Measured"; "Where the resources go" for what to shrink). Before the lean PE (Booth LUT
 #: multipliers for the tile, one VPU unit per value), the same memories needed 116,332 LUT4
 #: positions (139 %) and nextpnr stopped at placement.
 FPGA_CONFIGS = {
@@ -374,7 +378,10 @@ FPGA_CONFIGS = {
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512, clk_hz=5_000_000,
         estimate="fits: 72,389 LUT4 positions (86.5 %), 150 MULT18X18D (96.2 %), 193 DP16KD "
-                 "(92.8 %) (Yosys, 2026-11-30)"),
+                 "(92.8 %) (Yosys, 2026-11-30)",
+        note="on the 2-core reference machine (2026-11-30) nextpnr placed it in 25 minutes "
+             "but router2 had not routed it after 66 (docs/fpga.md, \"Measured\"); Ctrl-C "
+             "stops the tools"),
 }
 
 
@@ -444,10 +451,16 @@ def check_clock(cfg: FpgaConfig, bd) -> int:
     try:
         if cfg.clk_hz is not None:
             ecp5_pll_dividers(board_hz, cfg.clk_hz)
-        clk = cfg.clk_hz or board_hz
-        uart_divisor(clk, cfg.baud)
     except ValueError as exc:
         raise FpgaError(f"--config {cfg.name} on {bd.name}: {exc}") from None
+    clk = cfg.clk_hz or board_hz
+    try:
+        uart_divisor(clk, cfg.baud)
+    except ValueError as exc:
+        fastest = clk // 4
+        raise FpgaError(f"--baud {cfg.baud}: {str(exc).removeprefix('baud: ')} (configuration "
+                        f"{cfg.name} on {bd.name}; the fastest is {fastest:,} baud at "
+                        f"{clk / 1e6:g} MHz)") from None
     return clk
 
 
@@ -1048,7 +1061,9 @@ class SearchResult:
 def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
                cache_dir=BUILD_ROOT / "estimates") -> SearchResult:
     """Estimate :func:`candidates` of ``bd`` in order (at most ``max_runs`` Yosys runs that
-    are not cached), choose the first that fits; see the module docstring. A candidate that
+    are not cached), choose the first that fits; see the module docstring. The candidates
+    take the clock of the board's named default (:data:`FPGA_CONFIGS`: its PLL clock), else
+    the board's own. A candidate that
     misses on LUT4 positions or flip-flops stops the search: smaller memories only add
     distributed RAM."""
     dev = bd.device
@@ -1056,7 +1071,10 @@ def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
     runs = 0
     prev = None
     excess = 0                     # DP16KD Yosys used beyond the model (largest seen)
+    named = FPGA_CONFIGS.get(bd.name)
     for model_blocks, cfg in candidates(dev):
+        if named is not None:          # the board's clock choice (its PLL) as the named default
+            cfg = dataclasses.replace(cfg, clk_hz=named.clk_hz)
         if model_blocks + excess > dev.ebr:
             continue
         if runs >= max_runs:

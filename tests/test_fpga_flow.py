@@ -268,17 +268,19 @@ def test_estimate_fit_rules():
     (["--config", "small", "--hb-words", "100"], "--hb-words: expected a power of two"),
     (["--seed", "0"], "--seed: expected a positive integer"),
     (["--config", "auto", "--ext-words", "256"], "--hb-words/--ext-words: the fit search"),
-    (["--baud", "3000000"], "--config fpga-ulx3s-85f on ulx3s-85f: baud: 3000000 is too fast "
-                            "for clk_hz = 5000000"),
+    (["--baud", "3000000"], "--baud 3000000: 3000000 is too fast for clk_hz = 5000000: 1.67 "
+                            "clock cycles per bit, the UART needs at least 4 (configuration "
+                            "fpga-ulx3s-85f on ulx3s-85f; the fastest is 1,250,000 baud at 5 MHz)"),
 ])
 def test_cli_errors_are_one_line(argv, needle, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rc = cli.main(["fpga", *argv])
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert rc == 2
     assert err.count("\n") == 1 and err.startswith("elmoe3d fpga: error: ")
     assert needle in err
     assert not (tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json").exists()
+    assert "configuration" not in out                     # refused before the summary
 
 
 def test_cli_list_boards(capsys):
@@ -610,15 +612,23 @@ def test_interrupt_stops_the_tools(tmp_path, monkeypatch):
     with open(tmp_path / "build.log", "w") as log, pytest.raises(KeyboardInterrupt):
         fpga._run_script("build.sh", cwd=tmp_path, env=dict(os.environ), log=log,
                          tim_path=tmp_path / "top.tim", say=say, start=time.time())
-    pid = int((tmp_path / "tool.pid").read_text())
-    for _ in range(100):                       # SIGTERM delivered; wait for it to go
+    _assert_tool_gone(tmp_path / "tool.pid")
+
+
+def _assert_tool_gone(pid_file):
+    """The process whose pid ``pid_file`` holds ends within 5 s (else it is killed and the
+    test fails)."""
+    import os
+    import time
+    pid = int(pid_file.read_text())
+    for _ in range(100):
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            break
+            return
         time.sleep(0.05)
-    else:
-        pytest.fail(f"the tool (pid {pid}) is still running")
+    os.kill(pid, 9)
+    pytest.fail(f"the tool (pid {pid}) outlived the flow")
 
 
 def test_progress_lines_per_step_and_repeated(tmp_path, monkeypatch):
@@ -646,7 +656,6 @@ def test_progress_lines_per_step_and_repeated(tmp_path, monkeypatch):
 def test_sigterm_stops_the_tools(tmp_path):
     """SIGTERM (a CI timeout, ``timeout``) to the flow stops the tools too: they run in their
     own session, where the terminal's signals do not reach them."""
-    import os
     import subprocess
     import sys
     import time
@@ -664,13 +673,25 @@ def test_sigterm_stops_the_tools(tmp_path):
     time.sleep(0.3)
     proc.terminate()
     assert proc.wait(timeout=30) == 128 + 15
-    pid = int((tmp_path / "tool.pid").read_text())
-    for _ in range(100):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        os.kill(pid, 9)
-        pytest.fail(f"the tool (pid {pid}) outlived the flow")
+    _assert_tool_gone(tmp_path / "tool.pid")
+
+
+@pytest.mark.parametrize("board, clk_hz", [("ulx3s-85f", 5_000_000), ("ecpix5-85f", None)])
+def test_fit_search_order_and_clock(board, clk_hz, monkeypatch):
+    """The fit search estimates the largest candidate first, stops at the first that fits, and
+    builds it on the clock of the board's named default (its PLL), else on the board's own."""
+    tried = []
+
+    def fake_estimate(top, platform, **kw):
+        tried.append(top)
+        ebr = 209 if len(tried) == 1 else 190          # the first needs one block too many
+        return fpga.estimate_from_stat({"LUT4": 60_000, "DP16KD": ebr, "MULT18X18D": 150},
+                                       fpga.DEVICES[platform.device])
+
+    monkeypatch.setattr(fpga, "estimate", fake_estimate)
+    bd = fpga.board(board)
+    res = fpga.fit_search(bd, make_top=lambda cfg: cfg, say=lambda line: None)
+    first = fpga.candidates(bd.device)[0][1]
+    assert tried[0].arch == first.arch and len(tried) == 2
+    assert res.chosen is tried[1] and res.chosen.clk_hz == clk_hz
+    assert all(c.clk_hz == clk_hz for c in tried)
