@@ -137,6 +137,7 @@ def run(args) -> int:
     for value, option in ((args.hb_words, "--hb-words"), (args.ext_words, "--ext-words")):
         if value is not None and value & (value - 1):
             raise UserError(f"{option}: expected a power of two, got {value}")
+    fpga.check_device(bd.device)
     build_dir = fpga.BUILD_ROOT / bd.name
     json_path = args.json if args.json is not None else build_dir / "report.json"
     if args.json is None:

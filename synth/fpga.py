@@ -75,7 +75,7 @@ __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "Fp
            "LUT_MULTIPLIERS", "lut_multiplier_script",
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
-           "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
+           "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all", "check_device",
            "prepare", "pnr_progress", "Block", "blocks_from_stat", "ROUTERS", "check_clock", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
 
 
@@ -429,9 +429,30 @@ def resolve_config(name, board_name, *, hb_words=None, ext_words=None,
 LUT4_PER_UNIT_PE_MIN = 48
 
 
+#: A lower bound of the LUT4 positions of a board top with one FPGA-lean PE of the smallest
+#: tile (2x4x32): the named ULX3S-85F default measured 72,389 (Yosys, 2026-11-30), the PE's
+#: own logic alone 39,165 of them; smaller memories than its 128 KiB WMEM / 64 KiB IOMEM only
+#: move words from block RAM into distributed RAM. A device below it (every ECP5 but the 85F
+#: ones) is refused before any tool runs.
+BOARD_TOP_LUT4_MIN = 60_000
+
+
+def check_device(dev: Device):
+    """Refuse a device that cannot hold one PE (:data:`BOARD_TOP_LUT4_MIN`), naming
+    ``--board``: an estimate or fit search would take many minutes to say so."""
+    if dev.lut4 < BOARD_TOP_LUT4_MIN:
+        big = sorted({b.device.name for b in BOARDS.values()
+                      if b.device.lut4 >= BOARD_TOP_LUT4_MIN})
+        raise FpgaError(f"--board: {dev.name} has {dev.lut4:,} LUT4; a board top with one PE "
+                        f"needs at least {BOARD_TOP_LUT4_MIN:,} (measured 72,389 on the "
+                        f"LFE5U-85F); boards with {' or '.join(big)} hold one")
+
+
 def check_fits_at_all(cfg: FpgaConfig, dev: Device):
     """Refuse a tile that cannot fit ``dev`` even at :data:`LUT4_PER_UNIT_PE_MIN` (a paper
-    16x32x32 tile on any ECP5): a Yosys run of it would take hours to say so."""
+    16x32x32 tile on any ECP5): a Yosys run of it would take hours to say so; and a device
+    too small for any PE (:func:`check_device`)."""
+    check_device(dev)
     need = cfg.arch.tile.unit_pes * LUT4_PER_UNIT_PE_MIN
     if need > dev.lut4:
         t = cfg.arch.tile
