@@ -156,6 +156,12 @@ def run(args) -> int:
         if args.hb_words or args.ext_words:
             raise UserError("--hb-words/--ext-words: the fit search (--config auto) chooses "
                             "the stand-in depths")
+        if args.baud:                   # the search's clock and this rate, before any search
+            import dataclasses
+            named = fpga.FPGA_CONFIGS.get(bd.name)
+            fpga.check_clock(dataclasses.replace(
+                fpga.candidates(bd.device)[0][1], baud=args.baud,
+                clk_hz=named.clk_hz if named else None), bd)
         say(f"elmoe3d fpga: fit search on {bd.name} ({bd.device.name})")
         search = fpga.fit_search(bd, max_runs=args.max_runs, say=say)
         doc["search"] = search.to_json()

@@ -48,14 +48,18 @@ from .uart import UartRx, UartTx
 
 __all__ = ["BoardTop", "BoardPlatformTop", "uart_divisor", "MAX_BAUD_ERROR", "LED_BITS",
            "LEAN_PE_PARAMS",
-           "ROUTER_HB_FIFO_WORDS"]
+           "ROUTER_FIFO_WORDS"]
 
 #: The largest relative baud-rate error accepted (the receiver samples at mid-bit; a
 #: standard host UART is within 1-2 %).
 MAX_BAUD_ERROR = 0.02
 
-#: The load router's HB data FIFO on the board (words; LUT RAM, 16 deep per bank).
-ROUTER_HB_FIFO_WORDS = 16
+#: The load router's FIFOs on the board (HB data, EXT and HOST input; words) and its HB read
+#: burst: one word each, a W-bit register instead of a 16-deep LUT-RAM bank (``synth_ecp5``
+#: of the router: 1,396 LUT4 positions against 3,793 with the 16/8/4-word FIFOs, 2026-11-30).
+#: The stand-ins deliver a word every W/8 + 2 cycles and the UART far slower, so the
+#: single-word FIFOs' one word every other cycle costs the board nothing.
+ROUTER_FIFO_WORDS = 1
 
 #: The FPGA-lean PE (``BoardTop(pe_params=...)``; the FPGA flow's defaults): two IA8xW5
 #: products per MULT18X18D in the tile, and one RequantUnit, one Fp32Converter and one
@@ -195,10 +199,11 @@ class BoardTop(wiring.Component):
             self.bridge = Bridge(config=pe, **self._bridge_params)
             self.uart_rx_block = UartRx(divisor=self._divisor)
             self.uart_tx_block = UartTx(divisor=self._divisor)
-            # HB FIFO of 16 words, not the die's 32: one LUT-RAM bank (16 deep) instead of
-            # two plus a W-bit 2:1 multiplexer; the stand-in delivers a word per W/8 + 2
-            # cycles, so a deeper prefetch buys nothing here
-            self.router = LoadRouter(config=pe, hb_fifo_words=ROUTER_HB_FIFO_WORDS)
+            # one-word FIFOs (registers, not LUT RAM) and HB reads of one word: the stand-in
+            # delivers a word per W/8 + 2 cycles, so a deeper prefetch buys nothing here
+            w = ROUTER_FIFO_WORDS
+            self.router = LoadRouter(config=pe, hb_fifo_words=w, hb_burst_words=w,
+                                     ext_fifo_words=w, host_fifo_words=w)
             try:
                 self.pe = PE(config=pe, **(pe_params or {}))
             except TypeError as exc:

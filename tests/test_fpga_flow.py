@@ -267,6 +267,8 @@ def test_estimate_fit_rules():
     (["--config", "paper-8gb"], "--config paper-8gb: a 16x32x32 tile"),
     (["--config", "small", "--hb-words", "100"], "--hb-words: expected a power of two"),
     (["--seed", "0"], "--seed: expected a positive integer"),
+    (["--config", "auto", "--baud", "3000000"], "--baud 3000000: 3000000 is too fast for "
+                                                "clk_hz = 5000000"),
     (["--board", "ulx3s-45f"], "--board: LFE5U-45F has 43,848 LUT4; a board top with one PE "
                                "needs at least 60,000 (measured 72,389 on the LFE5U-85F); "
                                "boards with LFE5U-85F or LFE5UM5G-85F hold one"),

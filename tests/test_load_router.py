@@ -212,6 +212,20 @@ def test_random_programs(traffic, seed):
     assert {s for s, _, _ in loads} == {Source.HOST, Source.HB, Source.EXT}
 
 
+@pytest.mark.parametrize("seed", [4, 5])
+def test_one_word_fifos(seed):
+    """The board's router (``elmoe3d.hw.board.ROUTER_FIFO_WORDS``): every FIFO one word deep,
+    HB reads of one word, under rough traffic."""
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    cmds, loads = random_program(rng, 30)
+    dut = LoadRouter(config=ARCH, queue_depth=8, hb_fifo_words=1, hb_burst_words=1,
+                     ext_fifo_words=1, host_fifo_words=1)
+    out = run_router(dut, cmds, loads, seed=seed, idle=0.35, stall=0.45)
+    check(out, cmds, loads, dut)
+    assert all(n == 1 for _, n in out["hb_req"])
+
+
 def test_back_to_back_at_full_rate():
     """Always-valid sources and always-ready sinks: one ld word per cycle across LOADs of
     every source (no idle cycle between LOADs)."""
