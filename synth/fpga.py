@@ -362,13 +362,14 @@ def _fpga_arch(name, **kw):
 #: Named defaults per board (``make fpga`` builds these without searching). ULX3S-85F: one
 #: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`) with 128 KiB WMEM and 64 KiB IOMEM
 #: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL, the
-#: largest configuration that fits: its Yosys estimate (2026-11-30) is 58,655 LUT4 + 3,978
-#: CCU2C + 963 TRELLIS_DPR16X4 = 72,389 LUT4 positions (86.5 % of 83,640), 21,235 FF, 150
-#: MULT18X18D (96.2 %), 193 DP16KD (92.8 %). The larger candidates have a 1,024-word HB
+#: largest configuration that fits: its Yosys estimate (2026-11-30, one-word router FIFOs) is
+#: 58,689 LUT4 + 3,961 CCU2C + 579 TRELLIS_DPR16X4 = 70,085 LUT4 positions (83.8 % of 83,640),
+#: 22,740 FF, 150 MULT18X18D (96.2 %), 193 DP16KD (92.8 %). The larger candidates have a 1,024-word HB
 #: stand-in: with both stand-ins at 1,024 words the board top measured 243 DP16KD (208
 #: available; the lean PE leaves the block RAM as it was), with EXT at 512 about 26 fewer,
-#: still over; and more than one PE needs twice the LUTs. nextpnr packs and places it (88.1 %
-#: of the LUT4 positions), but router2 had not routed it after 66 minutes (``docs/fpga.md``,
+#: still over; and more than one PE needs twice the LUTs. With the router's 16/8/4-word FIFOs
+#: (72,389 positions) nextpnr packed and placed it (88.1 % of the LUT4 positions), but router2
+#: had not routed it after 66 minutes (``docs/fpga.md``,
 #: "Measured"; "Where the resources go" for what to shrink). Before the lean PE (Booth LUT
 #: multipliers for the tile, one VPU unit per value), the same memories needed 116,332 LUT4
 #: positions (139 %) and nextpnr stopped at placement.
@@ -377,11 +378,11 @@ FPGA_CONFIGS = {
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512, clk_hz=5_000_000,
-        estimate="fits: 72,389 LUT4 positions (86.5 %), 150 MULT18X18D (96.2 %), 193 DP16KD "
+        estimate="fits: 70,085 LUT4 positions (83.8 %), 150 MULT18X18D (96.2 %), 193 DP16KD "
                  "(92.8 %) (Yosys, 2026-11-30)",
-        note="on the 2-core reference machine (2026-11-30) nextpnr placed it in 25 minutes "
-             "but router2 had not routed it after 66 (docs/fpga.md, \"Measured\"); Ctrl-C "
-             "stops the tools"),
+        note="on the 2-core reference machine (2026-11-30) nextpnr placed it (with 2,304 more "
+             "LUT4 positions) in 25 minutes but router2 had not routed it after 66 "
+             "(docs/fpga.md, \"Measured\"); Ctrl-C stops the tools"),
 }
 
 
@@ -430,7 +431,7 @@ LUT4_PER_UNIT_PE_MIN = 48
 
 
 #: A lower bound of the LUT4 positions of a board top with one FPGA-lean PE of the smallest
-#: tile (2x4x32): the named ULX3S-85F default measured 72,389 (Yosys, 2026-11-30), the PE's
+#: tile (2x4x32): the named ULX3S-85F default measured 70,085 (Yosys, 2026-11-30), the PE's
 #: own logic alone 39,165 of them; smaller memories than its 128 KiB WMEM / 64 KiB IOMEM only
 #: move words from block RAM into distributed RAM. A device below it (every ECP5 but the 85F
 #: ones) is refused before any tool runs.
@@ -444,7 +445,7 @@ def check_device(dev: Device):
         big = sorted({b.device.name for b in BOARDS.values()
                       if b.device.lut4 >= BOARD_TOP_LUT4_MIN})
         raise FpgaError(f"--board: {dev.name} has {dev.lut4:,} LUT4; a board top with one PE "
-                        f"needs at least {BOARD_TOP_LUT4_MIN:,} (measured 72,389 on the "
+                        f"needs at least {BOARD_TOP_LUT4_MIN:,} (measured 70,085 on the "
                         f"LFE5U-85F); boards with {' or '.join(big)} hold one")
 
 
@@ -926,8 +927,8 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
     ``hierarchy``: synthesise without flattening (``synth_ecp5 -noflatten``) and fill
     :attr:`Estimate.blocks` (:func:`blocks_from_stat`): where the resources go, block by
     block. Optimisation stops at block boundaries, so the blocks add up to a different total
-    than the flat estimate (the ULX3S named default's board top, 2026-11-30: 78,573 LUT4
-    positions and 21,441 FF against 72,389 and 21,235); its netlist is not kept (a build
+    than the flat estimate (the ULX3S board top with 16/8/4-word router FIFOs, 2026-11-30:
+    78,573 LUT4 positions and 21,441 FF against 72,389 and 21,235); its netlist is not kept (a build
     never takes it)."""
     if hierarchy:
         synth_opts = f"{synth_opts} -noflatten" if synth_opts else "-noflatten"

@@ -270,7 +270,7 @@ def test_estimate_fit_rules():
     (["--config", "auto", "--baud", "3000000"], "--baud 3000000: 3000000 is too fast for "
                                                 "clk_hz = 5000000"),
     (["--board", "ulx3s-45f"], "--board: LFE5U-45F has 43,848 LUT4; a board top with one PE "
-                               "needs at least 60,000 (measured 72,389 on the LFE5U-85F); "
+                               "needs at least 60,000 (measured 70,085 on the LFE5U-85F); "
                                "boards with LFE5U-85F or LFE5UM5G-85F hold one"),
     (["--board", "colorlight-5a75b", "--config", "small"], "--board: LFE5U-25F has 24,288"),
     (["--config", "auto", "--ext-words", "256"], "--hb-words/--ext-words: the fit search"),
