@@ -18,10 +18,10 @@ help:
 	@echo "make bench  - the nine benchmark figures (tile, golden GEMM, PE roofline, DRAM, ring/link, die)"
 	@echo "make synth  - Yosys area of every block rolled up to the 4 GB and 8 GB logic dies"
 	@echo "make fpga   - FPGA fit estimate, then bitstream, utilization and fmax of the board top"
-	@echo "              (BOARD=ulx3s-85f, CONFIG=default|auto|NAME, ARGS='--estimate-only --hierarchy';"
+	@echo "              (BOARD=ulx3s-85f, CONFIG=default|auto|NAME, ARGS='--estimate-only --hierarchy --no-asic';"
 	@echo "              elmoe3d fpga --list-boards);"
-	@echo "              the default: one FPGA-lean PE on the ULX3S-85F at 5 MHz, placed in ~25 min;"
-	@echo "              its routing has not finished here (docs/fpga.md, Measured; --hierarchy)"
+	@echo "              the default: one FPGA-lean PE on the ULX3S-85F at 5 MHz; placement took"
+	@echo "              ~25 min and routing did not finish here (docs/fpga.md, Measured)"
 	@echo "make clean  - remove build output (build/, out/)"
 
 venv: $(STAMP)

@@ -12,7 +12,10 @@ that source into the PE's ``ld`` stream, LOADs in program order:
   time*: up to :attr:`hb_burst_words` words per request, as soon as the HB data FIFO
   (:attr:`hb_fifo_words` words) has room for every word requested and not yet forwarded, even
   while earlier LOADs (from any source) are still streaming. So HB reads of the next LOADs
-  overlap the current one and the bank never stalls on the PE unless the FIFO is full.
+  overlap the current one and the bank never stalls on the PE unless the FIFO is full. With
+  ``hb_fifo_words = 1`` (the board top's) one HB word is in flight at a time, and a one-word
+  FIFO of any source passes a word every other cycle (it takes no word while full, even in a
+  cycle that reads).
 * ``Source.EXT``: words of the streamline ring's ``ext`` port of this PE, through a FIFO of
   :attr:`ext_fifo_words` words that accepts ring words whenever it has room (the ring is not
   blocked by a PE busy with other loads, within that depth).
@@ -95,7 +98,8 @@ class LoadRouter(wiring.Component):
     -------
     :attr:`cmd_latency` = 0 cycles (``cmd_i`` to ``cmd_o``); :attr:`latency` = 1 cycle from a
     source word accepted (``hb_data``, ``ext``, ``host``) to it being offered on ``ld`` when its
-    LOAD is the current one; consecutive LOADs follow each other with no idle cycle.
+    LOAD is the current one; consecutive LOADs follow each other with no idle cycle (with
+    FIFOs of at least two words; one-word FIFOs pass a word every other cycle).
 
     Parameters
     ----------

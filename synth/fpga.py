@@ -414,6 +414,8 @@ def resolve_config(name, board_name, *, hb_words=None, ext_words=None,
         else:
             cfg = dataclasses.replace(
                 cfg, hb_words=hb_words or cfg.hb_words, ext_words=ext_words or cfg.ext_words)
+            if hb_words or ext_words or baud:    # no longer the measured named default
+                cfg = dataclasses.replace(cfg, estimate="", note="")
         if baud is not None:
             cfg = dataclasses.replace(cfg, baud=baud)
     except ConfigError as exc:
@@ -432,7 +434,7 @@ LUT4_PER_UNIT_PE_MIN = 48
 
 #: A lower bound of the LUT4 positions of a board top with one FPGA-lean PE of the smallest
 #: tile (2x4x32): the named ULX3S-85F default measured 70,085 (Yosys, 2026-11-30), the PE's
-#: own logic alone 39,165 of them; smaller memories than its 128 KiB WMEM / 64 KiB IOMEM only
+#: own logic alone 39,165 in the estimate by block; smaller memories than its 128 KiB WMEM / 64 KiB IOMEM only
 #: move words from block RAM into distributed RAM. A device below it (every ECP5 but the 85F
 #: ones) is refused before any tool runs.
 BOARD_TOP_LUT4_MIN = 60_000
@@ -445,8 +447,8 @@ def check_device(dev: Device):
         big = sorted({b.device.name for b in BOARDS.values()
                       if b.device.lut4 >= BOARD_TOP_LUT4_MIN})
         raise FpgaError(f"--board: {dev.name} has {dev.lut4:,} LUT4; a board top with one PE "
-                        f"needs at least {BOARD_TOP_LUT4_MIN:,} (measured 70,085 on the "
-                        f"LFE5U-85F); boards with {' or '.join(big)} hold one")
+                        f"needs at least {BOARD_TOP_LUT4_MIN:,}; boards with "
+                        f"{' or '.join(big)} hold one")
 
 
 def check_fits_at_all(cfg: FpgaConfig, dev: Device):
@@ -481,8 +483,8 @@ def check_clock(cfg: FpgaConfig, bd) -> int:
     except ValueError as exc:
         fastest = clk // 4
         raise FpgaError(f"--baud {cfg.baud}: {str(exc).removeprefix('baud: ')} (configuration "
-                        f"{cfg.name} on {bd.name}; the fastest is {fastest:,} baud at "
-                        f"{clk / 1e6:g} MHz)") from None
+                        f"{cfg.name} on {bd.name}; the fastest exact rate is {fastest:,} baud "
+                        f"at {clk / 1e6:g} MHz)") from None
     return clk
 
 

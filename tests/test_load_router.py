@@ -214,16 +214,25 @@ def test_random_programs(traffic, seed):
 
 @pytest.mark.parametrize("seed", [4, 5])
 def test_one_word_fifos(seed):
-    """The board's router (``elmoe3d.hw.board.ROUTER_FIFO_WORDS``): every FIFO one word deep,
-    HB reads of one word, under rough traffic."""
+    """The board's router: its data FIFOs one word deep and HB reads of one word
+    (``elmoe3d.hw.board.ROUTER_FIFO_WORDS``), under rough traffic; the board top builds its
+    router so."""
+    from elmoe3d.hw.board import ROUTER_FIFO_WORDS, BoardTop
     print(f"seed {seed}")
+    w = ROUTER_FIFO_WORDS
     rng = random.Random(seed)
     cmds, loads = random_program(rng, 30)
-    dut = LoadRouter(config=ARCH, queue_depth=8, hb_fifo_words=1, hb_burst_words=1,
-                     ext_fifo_words=1, host_fifo_words=1)
+    dut = LoadRouter(config=ARCH, queue_depth=8, hb_fifo_words=w, hb_burst_words=w,
+                     ext_fifo_words=w, host_fifo_words=w)
     out = run_router(dut, cmds, loads, seed=seed, idle=0.35, stall=0.45)
     check(out, cmds, loads, dut)
-    assert all(n == 1 for _, n in out["hb_req"])
+    board = BoardTop(config=ARCH, clk_hz=5_000_000, baud=1_000_000)
+    for block in (board, *vars(board).values()):    # inspected only, never elaborated
+        if hasattr(block, "elaborate"):
+            block._MustUse__silence = True
+    r = board.router
+    assert (r.hb_fifo_words, r.hb_burst_words, r.ext_fifo_words, r.host_fifo_words) == \
+        (w, w, w, w) == (1, 1, 1, 1)
 
 
 def test_back_to_back_at_full_rate():
