@@ -75,8 +75,10 @@ __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "Fp
            "LUT_MULTIPLIERS", "lut_multiplier_script",
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
-           "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all", "check_device",
-           "prepare", "pnr_progress", "Block", "blocks_from_stat", "ROUTERS", "check_clock", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model", "pe_ebr_model"]
+           "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
+           "check_device", "prepare", "pnr_progress", "Block", "blocks_from_stat", "ROUTERS",
+           "check_clock", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model",
+           "pe_ebr_model"]
 
 
 #: Where builds go: ``build/fpga/<board>/``; estimates are cached in ``build/fpga/estimates``.
@@ -364,8 +366,8 @@ def _fpga_arch(name, **kw):
 #: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL, the
 #: largest configuration that fits: its Yosys estimate (2026-11-30, one-word router FIFOs) is
 #: 58,689 LUT4 + 3,961 CCU2C + 579 TRELLIS_DPR16X4 = 70,085 LUT4 positions (83.8 % of 83,640),
-#: 22,740 FF, 150 MULT18X18D (96.2 %), 193 DP16KD (92.8 %). The larger candidates have a 1,024-word HB
-#: stand-in: with both stand-ins at 1,024 words the board top measured 243 DP16KD (208
+#: 22,740 FF, 150 MULT18X18D (96.2 %), 193 DP16KD (92.8 %). The larger candidates have a
+#: 1,024-word HB stand-in: with both stand-ins at 1,024 words the board top measured 243 DP16KD (208
 #: available; the lean PE leaves the block RAM as it was), with EXT at 512 about 26 fewer,
 #: still over; and more than one PE needs twice the LUTs. With the router's 16/8/4-word FIFOs
 #: (72,389 positions) nextpnr packed and placed it (88.1 % of the LUT4 positions), but router2
@@ -434,8 +436,8 @@ LUT4_PER_UNIT_PE_MIN = 48
 
 #: A lower bound of the LUT4 positions of a board top with one FPGA-lean PE of the smallest
 #: tile (2x4x32): the named ULX3S-85F default measured 70,085 (Yosys, 2026-11-30), the PE's
-#: own logic alone 39,165 in the estimate by block; smaller memories than its 128 KiB WMEM / 64 KiB IOMEM only
-#: move words from block RAM into distributed RAM. A device below it (every ECP5 but the 85F
+#: own logic alone 39,165 in the estimate by block; smaller memories than its 128 KiB WMEM /
+#: 64 KiB IOMEM only move words from block RAM into distributed RAM. A device below it (every ECP5 but the 85F
 #: ones) is refused before any tool runs.
 BOARD_TOP_LUT4_MIN = 60_000
 
