@@ -179,7 +179,11 @@ def test_config_validation():
     cfg = fpga.resolve_config("small", "ulx3s-85f", hb_words=128)
     assert (cfg.hb_words, cfg.ext_words, cfg.arch) == (128, 256, small)
     d = fpga.resolve_config("default", "ulx3s-85f")
-    assert d == fpga.FPGA_CONFIGS["ulx3s-85f"]
+    assert d == fpga.FPGA_CONFIGS["ulx3s-85f"] and d.estimate and d.note
+    # changed by an option, it is no longer the measured named default
+    for kw in ({"hb_words": 256}, {"ext_words": 256}, {"baud": 500_000}):
+        changed = fpga.resolve_config("default", "ulx3s-85f", **kw)
+        assert (changed.estimate, changed.note) == ("", "")
     with pytest.raises(fpga.FpgaError, match="16x32x32 tile .* needs at least"):
         fpga.check_fits_at_all(fpga.resolve_config("paper-4gb", "ulx3s-85f"),
                                fpga.DEVICES["LFE5U-85F"])
