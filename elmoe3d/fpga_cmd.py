@@ -382,7 +382,7 @@ def _asic_pe_params(cfg) -> dict:
     """The board PE's time-shared VPU units for the ASIC roll-up; the tile stays the ASIC's
     (one unit PE per product: DSP pairing is an FPGA mapping, not an ASIC datapath)."""
     return {"requant_units": cfg.requant_units, "fp32_units": cfg.fp32_units,
-            "combine_units": cfg.combine_units}
+            "combine_units": cfg.combine_units, "swiglu_units": cfg.swiglu_units}
 
 
 def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None,

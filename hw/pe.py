@@ -299,16 +299,19 @@ class PE(wiring.Component):
 
     * RAW: ``rows * lanes / (W/64)`` link words per result (accumulator ``[r][n]`` at value
       ``r * lanes + n``).
-    * SWIGLU and COMBINE: one result row per cycle (COMBINE with fewer than ``lanes``
-      :attr:`combine_units`: one row per :attr:`combine_row_cycles`). Cycle 0: TOK entry
-      read. SWIGLU: lanes/2 :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s -> masked HBUF word write,
-      then the row-max read-modify-write. COMBINE: OUT word read (stalling while a write to
-      the same granules is in flight; rows with gate weight +-0 add nothing and are skipped)
+    * SWIGLU and COMBINE: one result row per cycle (SWIGLU with fewer than ``lanes / 2``
+      :attr:`swiglu_units`: one row per :attr:`swiglu_row_cycles`; COMBINE with fewer than
+      ``lanes`` :attr:`combine_units`: one row per :attr:`combine_row_cycles`). Cycle 0: TOK
+      entry read. SWIGLU: S = :attr:`swiglu_units` :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s
+      (default ``lanes / 2``; the row's channels in sub-steps of S, the row held in stage
+      A) -> masked HBUF word write, then the row-max read-modify-write (per sub-step).
+      COMBINE: OUT word read (stalling while a write to the same granules is in flight; rows
+      with gate weight +-0 add nothing and are skipped)
       -> J = :attr:`combine_units` :class:`~elmoe3d.hw.vpu.CombineUnit` s (default
       ``lanes``; the row's lanes in ``lanes / J`` sub-steps) -> masked OUT writes.
       :attr:`sink_latency`.
 
-    A result is taken every ``rows`` cycles (SWIGLU; COMBINE ``rows *
+    A result is taken every ``rows * swiglu_row_cycles`` cycles (SWIGLU; COMBINE ``rows *
     combine_row_cycles``) or ``rows * lanes / (W/64)`` cycles
     (RAW, with a ready link), one more with ``psum_in`` (a ``link_i`` word offered every
     cycle; :attr:`result_cycles`), so GEMMs with at least that many groups run at one beat
@@ -349,6 +352,11 @@ class PE(wiring.Component):
         J, the CombineUnits of the COMBINE sink: a power of two dividing ``lanes``; None
         (default) = ``lanes`` (one result row per cycle). Fewer units cost ``lanes / J``
         cycles per row (``lanes / 2 / J``, at least one, in FULL mode).
+    swiglu_units : int or None
+        S, the SwiGLUUnits of the SWIGLU sink: a power of two dividing ``lanes / 2``; None
+        (default) = ``lanes / 2`` (one result row per cycle). Fewer units (each has two 64-bit
+        rounding shifters, the sigmoid ROM and two multipliers) cost ``lanes / 2 / S``
+        cycles per DRAFT row (``lanes / 4 / S``, at least one, in FULL mode).
     tile_dsp_pairs : bool
         Passed to the tensor tile as ``dsp_pairs`` (two IA8xW5 products per FPGA DSP
         multiplier); default False.
@@ -359,13 +367,13 @@ class PE(wiring.Component):
         ``config`` is neither an ArchConfig nor a PEConfig.
     ValueError
         The tile shape does not suit the PE; ``mul_stages``, ``requant_units``,
-        ``fp32_units``, ``combine_units`` or ``tile_dsp_pairs`` out of range (the message
-        names it).
+        ``fp32_units``, ``combine_units``, ``swiglu_units`` or ``tile_dsp_pairs`` out of range
+        (the message names it).
     """
 
     def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
                  fp32_units: int | None = None, combine_units: int | None = None,
-                 tile_dsp_pairs: bool = False):
+                 swiglu_units: int | None = None, tile_dsp_pairs: bool = False):
         pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
@@ -384,6 +392,8 @@ class PE(wiring.Component):
         fp32_units = unit_count("fp32_units", fp32_units, Q, f"dividing W/32 = {Q} (1..{Q})")
         combine_units = unit_count("combine_units", combine_units, lanes,
                                     f"dividing lanes = {lanes} (1..{lanes})")
+        swiglu_units = unit_count("swiglu_units", swiglu_units, lanes // 2,
+                                   f"dividing lanes / 2 = {lanes // 2} (1..{lanes // 2})")
         if not isinstance(tile_dsp_pairs, bool):
             raise ValueError(f"tile_dsp_pairs: expected a bool, got {tile_dsp_pairs!r}")
         self._pe = pe_config
@@ -392,6 +402,7 @@ class PE(wiring.Component):
         self._requant_units = requant_units
         self._fp32_units = fp32_units
         self._combine_units = combine_units
+        self._swiglu_units = swiglu_units
         self._tile_dsp_pairs = tile_dsp_pairs
         super().__init__({
             "cmd": In(stream.Signature(command_layout())),
@@ -457,6 +468,20 @@ class PE(wiring.Component):
         return {True: max(L // 2 // J, 1), False: L // J}
 
     @property
+    def swiglu_units(self) -> int:
+        """S: :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s of the SWIGLU sink (a power of two
+        dividing ``lanes / 2``; default ``lanes / 2``). A result row takes
+        :attr:`swiglu_row_cycles` cycles in the sink instead of one."""
+        return self._swiglu_units
+
+    @property
+    def swiglu_row_cycles(self) -> dict:
+        """Cycles the SWIGLU sink spends on one result row, by mode FULL (``True``: L/4
+        channels) and not FULL (``False``: L/2 channels): ``ceil(channels / swiglu_units)``."""
+        L, S = self.lanes, self._swiglu_units
+        return {True: max(L // 4 // S, 1), False: L // 2 // S}
+
+    @property
     def output_beat_cycles(self) -> int:
         """Cycles per ``o`` DATA beat of OUTPUT with a ready ``o``: ``W/32 / fp32_units`` (the
         converters take values ``[s K, (s+1) K)`` of the beat in sub-step ``s``)."""
@@ -515,18 +540,20 @@ class PE(wiring.Component):
     def result_cycles(self) -> dict:
         """Cycles the sink holds one tile result (``rows x lanes`` accumulators), by
         ``(sink, psum_in)``, with ready outputs and, for ``psum_in``, a ``link_i`` word offered
-        in every cycle: RAW ``rows * lanes / (W/64)`` (one link word a cycle), SWIGLU ``rows``
-        (one row a cycle), COMBINE ``rows * combine_row_cycles[False]`` (one row a cycle with
+        in every cycle: RAW ``rows * lanes / (W/64)`` (one link word a cycle), SWIGLU ``rows *
+        swiglu_row_cycles[False]`` (one row a cycle with the default ``swiglu_units``; the
+        non-FULL figure), COMBINE ``rows * combine_row_cycles[False]`` (one row a cycle with
         the default ``combine_units``; the non-FULL figure, FULL rows take
         ``combine_row_cycles[True]``); ``psum_in`` adds its ``rows * lanes / (W/64)``
         words (one a cycle, overlapped with the sink, which takes a row or word as soon as it
-        has been added) and one cycle per result. A GEMM with at least that many groups issues
-        one tile beat per cycle."""
+        has been added) and one cycle per result, except where a row takes several cycles
+        (time-shared units: the addition hides behind the previous result's last row). A GEMM
+        with at least that many groups issues one tile beat per cycle."""
         raw = self.rows * self.lanes // (self.word_bits // 64)
-        out = {}
-        for sink, cycles in ((Sink.RAW, raw), (Sink.SWIGLU, self.rows),
-                             (Sink.COMBINE, self.rows * self.combine_row_cycles[False])):
-            out[(sink, False)], out[(sink, True)] = cycles, cycles + 1
+        out = {(Sink.RAW, False): raw, (Sink.RAW, True): raw + 1}
+        for sink, row in ((Sink.SWIGLU, self.swiglu_row_cycles[False]),
+                          (Sink.COMBINE, self.combine_row_cycles[False])):
+            out[(sink, False)], out[(sink, True)] = self.rows * row, self.rows * row + (row == 1)
         return out
 
     @property
@@ -938,21 +965,45 @@ class PE(wiring.Component):
         # SwiGLU lanes: P = L/2 (DRAFT) or L/4 (FULL, per half) channels per row. Each half of
         # a weight word holds [up c..c+L/4-1, gate c..c+L/4-1] (docs/pe.md): DRAFT pairs lane
         # j with lane j + L/4 within each half of the result; FULL (lane 2i = MSB lane i of
-        # the half) pairs lane 2j with lane L/2 + 2j.
-        # Tag of lane 0: HBUF word address, position in the word, FULL, token row.
+        # the half) pairs lane 2j with lane L/2 + 2j. S = swiglu_units units take channels
+        # [s S, (s+1) S) of the row in sub-step s (P/S sub-steps, at least one), the row held
+        # in stage A meanwhile; each sub-step writes its own HBUF values and updates the row max.
+        S = self._swiglu_units
+        n_sw_max = L // 2 // S
+        n_sw_full = max(L // 4 // S, 1)
+        grain = {False: S, True: min(S, L // 4)}     # values an HBUF write takes, by FULL
+        sw_sub = Signal(range(max(n_sw_max, 2)))
+        a_sw = a_valid & (a_sink == Sink.SWIGLU)
+        sw_last = Signal()            # the row's last sub-step enters the units in this cycle
+        m.d.comb += sw_last.eq(sw_sub == Mux(a_full, n_sw_full - 1, n_sw_max - 1))
+        with m.If(a_sw):
+            m.d.sync += sw_sub.eq(Mux(sw_last, 0, sw_sub + 1))
+        # Tag of unit 0: HBUF word address, position of the sub-step's first value in the
+        # word, FULL, token row, start (channel 0 of the row: the row max starts).
         sw_tag = {"addr": unsigned(16), "pos": unsigned(max(log_q, 1)), "full": unsigned(1),
                   "t": unsigned(16), "start": unsigned(1)}
         sw_tag_layout = data.StructLayout(sw_tag)
         sw_units = []
-        a_sw = a_valid & (a_sink == Sink.SWIGLU)
-        for j in range(L // 2):
+
+        def sw_pair(c, full):
+            """(up, gate) accumulator lanes of channel ``c`` of a row."""
+            if full:
+                return (2 * c) % L, (L // 2 + 2 * c) % L
+            d_up = (c // (L // 4)) * (L // 2) + c % (L // 4)
+            return d_up, d_up + L // 4
+
+        def by_sub(values):
+            return Array(values)[sw_sub] if n_sw_max > 1 else values[0]
+
+        for j in range(S):
             unit = SwiGLUUnit(tag_width=sw_tag_layout.size if j == 0 else 0,
                               mul_stages=self._mul_stages)
             m.submodules[f"swiglu{j}"] = unit
             sw_units.append(unit)
-            d_up = (j // (L // 4)) * (L // 2) + j % (L // 4)
-            up = Mux(a_full, a_acc[(2 * j) % L], a_acc[d_up])
-            gate = Mux(a_full, a_acc[(L // 2 + 2 * j) % L], a_acc[d_up + L // 4])
+            up, gate = (
+                Mux(a_full, by_sub([a_acc[sw_pair(s * S + j, True)[k]] for s in range(n_sw_max)]),
+                    by_sub([a_acc[sw_pair(s * S + j, False)[k]] for s in range(n_sw_max)]))
+                for k in range(2))
             m.d.comb += [
                 unit.i.valid.eq(a_sw),
                 unit.i.payload.acc_up.eq(up),
@@ -963,39 +1014,42 @@ class PE(wiring.Component):
         sw_tag_in = Signal(sw_tag_layout)
         m.d.comb += [
             sw_tag_in.addr.eq(a_t * a_stride + (a_ch >> log_q)),
-            sw_tag_in.pos.eq(a_ch[:log_q] if log_q else 0),
+            sw_tag_in.pos.eq((a_ch[:log_q] + sw_sub * S)[:log_q] if log_q else 0),
             sw_tag_in.full.eq(a_full),
             sw_tag_in.t.eq(a_t),
-            sw_tag_in.start.eq(a_ch == 0),
+            sw_tag_in.start.eq((a_ch == 0) & (sw_sub == 0)),
             sw_units[0].i.payload.tag.eq(sw_tag_in),
         ]
         sw_out = sw_units[0].o.valid
         sw_tag_out = data.View(sw_tag_layout, sw_units[0].o.payload.tag)
         sw_full = sw_tag_out.full
-        # HBUF write: value q of the word <- h[q mod P], enabled where q // P == pos // P
+        # HBUF write: value q of the word <- h[q mod G], enabled where q // G == pos // G (G
+        # the values of a sub-step: S, or L/4 in FULL mode when fewer channels than units)
         hb_data = Signal(W)
         hb_mask = Signal(Q)
+        gf, gd = grain[True], grain[False]
         for q in range(Q):
             m.d.comb += [
                 hb_data[32 * q:32 * (q + 1)].eq(
-                    Mux(sw_full, sw_units[q % (L // 4)].o.payload.h,
-                        sw_units[q % (L // 2)].o.payload.h)),
-                hb_mask[q].eq(Mux(sw_full, (q // (L // 4)) == (sw_tag_out.pos >> _log2(L // 4)),
-                                  (q // (L // 2)) == (sw_tag_out.pos >> _log2(L // 2)))),
+                    Mux(sw_full, sw_units[q % gf].o.payload.h, sw_units[q % gd].o.payload.h)),
+                hb_mask[q].eq(Mux(sw_full, (q // gf) == (sw_tag_out.pos >> _log2(gf)),
+                                  (q // gd) == (sw_tag_out.pos >> _log2(gd)))),
             ]
         hbuf_w.request(sw_out, sw_tag_out.addr, hb_data, hb_mask)
-        # row max |h| of the valid lanes, then a read-modify-write of the row's register
+        # row max |h| of the valid lanes, then a read-modify-write of the row's register (the
+        # read port is transparent: a sub-step's update sees the previous sub-step's write)
         absmax = Const(0, unsigned(32))
         sw_sat = Const(0, 1)
         for j, unit in enumerate(sw_units):
             h = unit.o.payload.h
             mag = Signal(unsigned(32), name=f"sw_abs{j}")
+            # (a FULL row's channels s S + j < L/4 in all its sub-steps: units j >= L/4 idle)
             live = Const(1, 1) if j < L // 4 else ~sw_full
             m.d.comb += mag.eq(Mux(live, Mux(h < 0, -h, h), 0))
             absmax = Mux(mag > absmax, mag, absmax)
             sw_sat = sw_sat | (live & unit.o.payload.sat)
         set_vpu.append(sw_out & sw_sat)
-        # (the block that writes channel 0 of the row starts the row's max: docs/pe.md)
+        # (the sub-step that writes channel 0 of the row starts the row's max: docs/pe.md)
         rm_valid = Signal()
         rm_t = Signal(16)
         rm_max = Signal(unsigned(32))
@@ -1071,7 +1125,7 @@ class PE(wiring.Component):
         c_live = (tok_entry.gate & 0x7FFF) != 0
         c_held = c_valid & ~c_last    # stage C still busy with its row next cycle
         c_issue = a_cmb & c_live & ~hazard & ~c_held
-        m.d.comb += stall_a.eq(a_cmb & c_live & (hazard | c_held))
+        m.d.comb += stall_a.eq((a_cmb & c_live & (hazard | c_held)) | (a_sw & ~sw_last))
         out_rp.request(c_issue, c_addr, 1)
         with m.If(c_issue):
             m.d.sync += [

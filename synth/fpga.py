@@ -260,11 +260,11 @@ class FpgaConfig:
     """What goes on the board: the PE configuration ``arch`` (one PE), the HB and EXT stand-in
     depths (W-bit words, powers of two), the bridge's staging buffer (``frame_words``), the
     UART ``baud``, the board top's clock ``clk_hz`` (from the board's PLL, :mod:`elmoe3d.hw.pll`;
-    ``None``: the board's oscillator itself), and the FPGA-lean datapath options of the PE, which change cycle counts but
-    never a result: ``tile_dsp_pairs`` (two IA8xW5 products per MULT18X18D,
-    :class:`~elmoe3d.hw.tile.TensorTile`), ``requant_units``, ``fp32_units`` and
-    ``combine_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`; ``None``: one per value of a word) and
-    ``lut_multipliers`` (``$mul`` operand widths built as Booth LUT multipliers,
+    ``None``: the board's oscillator itself), and the FPGA-lean datapath options of the PE,
+    which change cycle counts but never a result: ``tile_dsp_pairs`` (two IA8xW5 products per
+    MULT18X18D, :class:`~elmoe3d.hw.tile.TensorTile`), ``requant_units``, ``fp32_units``,
+    ``combine_units`` and ``swiglu_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`;
+    ``None``: one per value of a word, lane or lane pair) and ``lut_multipliers`` (``$mul`` operand widths built as Booth LUT multipliers,
     :func:`lut_multiplier_script`). ``estimate`` documents the measured Yosys estimate of a
     named default, ``note`` what a build of it met on the reference machine (printed before
     place and route; neither is used in computing anything)."""
@@ -281,6 +281,7 @@ class FpgaConfig:
     requant_units: int | None = 1
     fp32_units: int | None = 1
     combine_units: int | None = 1
+    swiglu_units: int | None = 1
     lut_multipliers: tuple = LUT_MULTIPLIERS
     estimate: str = ""
     note: str = ""
@@ -315,6 +316,8 @@ class FpgaConfig:
             unit_count("fp32_units", self.fp32_units, q, f"in 1..{q} (W = {pe.word_bits})")
             unit_count("combine_units", self.combine_units, pe.lanes,
                        f"in 1..{pe.lanes} ({pe.lanes} lanes)")
+            unit_count("swiglu_units", self.swiglu_units, pe.lanes // 2,
+                       f"in 1..{pe.lanes // 2} ({pe.lanes} lanes / 2)")
         except ValueError as exc:
             raise FpgaError(str(exc)) from None
         try:
@@ -332,7 +335,8 @@ class FpgaConfig:
     def pe_params(self) -> dict:
         """The PE's keyword arguments (:class:`~elmoe3d.hw.board.BoardTop` ``pe_params``)."""
         return {"tile_dsp_pairs": self.tile_dsp_pairs, "requant_units": self.requant_units,
-                "fp32_units": self.fp32_units, "combine_units": self.combine_units}
+                "fp32_units": self.fp32_units, "combine_units": self.combine_units,
+                "swiglu_units": self.swiglu_units}
 
     def summary(self) -> dict:
         a, pe = self.arch, self.arch.pe
@@ -346,7 +350,7 @@ class FpgaConfig:
                 "baud": self.baud, "clk_hz": self.clk_hz, "router": self.router,
                 "tile_dsp_pairs": self.tile_dsp_pairs,
                 "requant_units": self.requant_units, "fp32_units": self.fp32_units,
-                "combine_units": self.combine_units,
+                "combine_units": self.combine_units, "swiglu_units": self.swiglu_units,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
 
 
@@ -1137,7 +1141,7 @@ def describe(cfg: FpgaConfig) -> str:
             f"{a.iomem_bytes // 1024} KiB, HB {cfg.hb_words} / EXT {cfg.ext_words} words"
             f"{', paired tile products' if cfg.tile_dsp_pairs else ''}, VPU units: requant "
             f"{cfg.requant_units or 'all'}, FP32 {cfg.fp32_units or 'all'}, combine "
-            f"{cfg.combine_units or 'all'}; "
+            f"{cfg.combine_units or 'all'}, SwiGLU {cfg.swiglu_units or 'all'}; "
             f"{f'{cfg.clk_hz / 1e6:g} MHz from the PLL' if cfg.clk_hz else 'the board clock'}, "
             f"UART {cfg.baud:,} baud")
 

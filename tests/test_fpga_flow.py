@@ -206,6 +206,8 @@ def test_lean_pe_options():
                        "in 1..16 \\(W = 512\\), got 3"),
                       ({"combine_units": 8}, "combine_units: expected a power of two "
                        "in 1..4 \\(4 lanes\\), got 8"),
+                      ({"swiglu_units": 4}, "swiglu_units: expected a power of two "
+                       "in 1..2 \\(4 lanes / 2\\), got 4"),
                       ({"lut_multipliers": ((21, 0),)}, "lut_multipliers: expected"),
                       ({"router": "router3"}, "router: expected one of router1, router2"),
                       ({"clk_hz": 0}, "clk_hz: expected a positive integer"),

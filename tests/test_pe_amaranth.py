@@ -283,6 +283,17 @@ def test_vpu_unit_parameters_and_errors():
     for bad in (0, 3, 2 * L, -1, True, 1.0, "2"):
         with pytest.raises(ValueError, match="combine_units"):
             PE(config=ARCH, combine_units=bad)
+    dut = _unused(PE(config=ARCH))
+    assert dut.swiglu_units == L // 2 and dut.swiglu_row_cycles == {True: 1, False: 1}
+    assert dut.result_cycles[(Sink.SWIGLU, False)] == R
+    dut = _unused(PE(config=ARCH, swiglu_units=1))
+    assert dut.swiglu_units == 1 and dut.swiglu_row_cycles == {True: max(L // 4, 1),
+                                                                False: L // 2}
+    assert dut.result_cycles[(Sink.SWIGLU, False)] == R * L // 2
+    assert dut.result_cycles[(Sink.SWIGLU, True)] == R * L // 2     # psum word hidden
+    for bad in (0, 3, L, -1, True, 1.0, "1"):
+        with pytest.raises(ValueError, match="swiglu_units"):
+            PE(config=ARCH, swiglu_units=bad)
     gc.collect()
 
 
@@ -474,24 +485,29 @@ def test_tile_dsp_pairs_expert_equals_fsim():
     assert np.abs(ref.data()).max() > 0
 
 
-@pytest.mark.parametrize("mode, combine_units", [
-    (Mode.DRAFT, None), (Mode.FULL, None), (Mode.DRAFT, 1), (Mode.FULL, 1), (Mode.DRAFT, 2),
-    (Mode.FULL, 2),
-], ids=["DRAFT", "FULL", "DRAFT-J1", "FULL-J1", "DRAFT-J2", "FULL-J2"])
-def test_expert_with_stalls_and_shared_slots(mode, combine_units):
+@pytest.mark.parametrize("mode, options, seed", [
+    (Mode.DRAFT, None, 300), (Mode.FULL, None, 301), (Mode.DRAFT, {"combine_units": 1}, 310),
+    (Mode.FULL, {"combine_units": 1}, 311), (Mode.DRAFT, {"combine_units": 2}, 320),
+    (Mode.FULL, {"combine_units": 2}, 321), (Mode.DRAFT, {"swiglu_units": 1}, 330),
+    (Mode.FULL, {"swiglu_units": 1}, 331), (Mode.DRAFT, LEAN_PE_PARAMS, 340),
+    (Mode.FULL, LEAN_PE_PARAMS, 341),
+], ids=["DRAFT", "FULL", "DRAFT-J1", "FULL-J1", "DRAFT-J2", "FULL-J2", "DRAFT-S1", "FULL-S1",
+        "DRAFT-lean", "FULL-lean"])
+def test_expert_with_stalls_and_shared_slots(mode, options, seed):
     """Idle cycles on cmd/ld, backpressure on o; two token rows share an OUT slot (the COMBINE
     read-modify-write must see the first row's write), padding rows add zero; nonzero TOK,
     x and h bases (token rows from TOK entry 8, activations from ACT word 5, h from 20).
     Also with time-shared combine units (``combine_units`` J < lanes: a row in L/J sub-steps,
-    each writing its own OUT granules, the shared-slot hazard across sub-steps)."""
-    seed = 300 + int(mode) + 10 * (combine_units or 0)
+    each writing its own OUT granules, the shared-slot hazard across sub-steps), one SwiGLU
+    unit (``swiglu_units`` 1: a DRAFT row in L/2 sub-steps, each writing its own HBUF value
+    and updating the row max back to back) and the FPGA board's lean PE (every VPU unit
+    time-shared, two IA8xW5 products per DSP multiplier)."""
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 5, 64, 32)
     slots = np.array([1, 0, 1, 2, 0])
     prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode, tok_base=8, x_base=5,
                               h_base=20)
-    options = None if combine_units is None else {"combine_units": combine_units}
     got, ref = compare_with_fsim(prog, ld, traffic=ROUGH, seed=seed, pe_options=options)
     assert np.abs(ref.data()).max() > 0
 
@@ -586,14 +602,14 @@ def test_send_recv_accumulate_status():
 @pytest.mark.parametrize("mode, pe_options", [
     (Mode.DRAFT, None), (Mode.FULL, None),
     (Mode.DRAFT, {"requant_units": 1, "fp32_units": 2}),
-    (Mode.FULL, LEAN_PE_PARAMS),
-], ids=["DRAFT", "FULL", "DRAFT-C1-K2", "FULL-fpga-lean"])
+    (Mode.FULL, LEAN_PE_PARAMS), (Mode.DRAFT, LEAN_PE_PARAMS),
+], ids=["DRAFT", "FULL", "DRAFT-C1-K2", "FULL-fpga-lean", "DRAFT-fpga-lean"])
 def test_moe_program_from_builder(mode, pe_options):
     """A small MoE layer built by sw.expert (3 synthetic experts, top-2 routing of 4 tokens):
     RTL == fsim, and the decoded FP32 output == ref_moe bit for bit (flags included); also on
     a PE with time-shared REQUANT / FP32 units (each REQUANT runs beside the next expert's
     GEMMs for longer than the builder's schedule assumes), and on the board's FPGA-lean PE
-    (paired tile products, one requant, FP32 and combine unit)."""
+    (paired tile products, one requant, FP32, combine and SwiGLU unit)."""
     from elmoe3d.sw.expert import build_moe_program, ref_moe
     seed = 700 + int(mode)
     print(f"seed={seed}")
@@ -651,16 +667,19 @@ def test_back_to_back_gemms_gap():
     assert second[0] - first[-1] - 1 == dut.gemm_gap
 
 
-def test_wider_pe_moe_and_raw():
+@pytest.mark.parametrize("mode, options, seed", [
+    (Mode.DRAFT, None, 900), (Mode.FULL, {"swiglu_units": 2}, 901),
+], ids=["DRAFT", "FULL-S2"])
+def test_wider_pe_moe_and_raw(mode, options, seed):
     """A wider PE (8 x 16 x 32, W = 2048: 64 HBUF values per word, so REQUANT takes 32-value
     chunks of a word; 4 link words per RAW result): a 2-expert MoE program from sw.expert, then
-    a RAW GEMM appended; RTL == fsim, FP32 == ref_moe, RAW == gemm."""
+    a RAW GEMM appended; RTL == fsim, FP32 == ref_moe, RAW == gemm. Also FULL with two SwiGLU
+    units (a FULL row's 4 channels in 2 sub-steps, a DRAFT one's 8 in 4)."""
     from elmoe3d.config import ArchConfig, TileConfig
     from elmoe3d.sw.expert import build_moe_program, ref_moe
     arch = ArchConfig(name="wide", tile=TileConfig(rows=8, lanes=16), wmem_bytes=16384,
                       iomem_bytes=65536)
     pe = arch.pe
-    seed = 900
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     t, h, i = 10, 128, 128
@@ -669,7 +688,7 @@ def test_wider_pe_moe_and_raw():
                for _ in range(2)]
     ids = np.array([[0, 1]] * 5 + [[1, 0]] * 5)
     wts = rng.uniform(0.2, 0.8, (t, 2))
-    job = build_moe_program(x, experts, (ids, wts), Mode.DRAFT, arch)
+    job = build_moe_program(x, experts, (ids, wts), mode, arch)
     prog, ld = job.program, list(job.ld)
     # a RAW GEMM after the expert program: 10 x 64 activations against 32 channels, FULL
     a_q = rng.integers(-128, 128, (10, 64)).astype(np.int8)
@@ -697,13 +716,14 @@ def test_wider_pe_moe_and_raw():
     ld += asm.words_to_ints(np.concatenate(words))
     ref = fsim.run(prog, ld)
     got = run_pe(prog.encode(), ld, n_o=len(ref.o), n_link=len(ref.link_o),
-                 dut=PE(config=arch), traffic=Traffic(idle_ld=0.2, stall_o=0.3), seed=seed)
+                 dut=PE(config=arch, **(options or {})),
+                 traffic=Traffic(idle_ld=0.2, stall_o=0.3), seed=seed)
     assert got["link_o"] == ref.link_o
     assert [(k, d) for k, d in got["o"] if k == OKind.DATA] == \
         [(int(b.kind), b.data) for b in ref.o if b.kind == OKind.DATA]
     data = [d for k, d in got["o"] if k == OKind.DATA]
     y = asm.unpack_fp32(asm.ints_to_words(data, pe), pe).reshape(-1, h)[:t]
-    assert np.array_equal(y.view(np.uint32), ref_moe(x, experts, (ids, wts), Mode.DRAFT)
+    assert np.array_equal(y.view(np.uint32), ref_moe(x, experts, (ids, wts), mode)
                           .y.view(np.uint32))
     vals = asm.unpack_q24(asm.ints_to_words(got["link_o"], pe), pe).reshape(-1, 8, 16)
     acc = vals[:, :, 0::2].reshape(cbn * 2, rbn, 8, 8).transpose(1, 2, 0, 3).reshape(16, 32)
@@ -896,13 +916,20 @@ def test_multipe_features_wider_pe():
     assert w["acc_overflow"] == 1
 
 
-@pytest.mark.parametrize("sink", [Sink.RAW, Sink.SWIGLU], ids=lambda s: s.name)
-def test_psum_in_throughput(sink):
+@pytest.mark.parametrize("sink, options", [
+    (Sink.RAW, None), (Sink.SWIGLU, None), (Sink.SWIGLU, {"swiglu_units": 1}),
+    (Sink.COMBINE, {"combine_units": 1}),
+], ids=["RAW", "SWIGLU", "SWIGLU-S1", "COMBINE-J1"])
+def test_psum_in_throughput(sink, options):
     """With link_i always valid, a psum_in GEMM whose results are ``PE.result_cycles`` beats
-    apart (groups) takes one tile beat per cycle; one group fewer stalls the tile."""
+    apart (groups) takes one tile beat per cycle; one group fewer stalls the tile (with one
+    SwiGLU unit a DRAFT row takes L/2 sub-steps, with one combine unit L; the psum addition
+    hides behind them). The results (link_o: RAW, or HBUF and the row maxima, or OUT, sent
+    after the GEMM) equal fsim."""
     seed = 1200
+    print(f"seed={seed}")
     rng = np.random.default_rng(seed)
-    dut = _unused(PE(config=ARCH))
+    dut = _unused(PE(config=ARCH, **(options or {})))
     for G, stalls in ((dut.result_cycles[(sink, True)], False),
                       (dut.result_cycles[(sink, True)] - 1, True)):
         words = _multipe_operands(rng, 2, 4, G)
@@ -910,20 +937,26 @@ def test_psum_in_throughput(sink):
         ld += _load_multipe(prog, words)
         prog.barrier()
         prog.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=2, col_blocks=4,
-                  groups=G, sink=sink, stride=1, psum_in=True)
+                  groups=G, sink=sink, stride=2 if sink == Sink.COMBINE else 1, psum_in=True)
         prog.barrier()
+        if sink == Sink.SWIGLU:             # the h values and row maxima, checked on link_o
+            prog.send(Target.HBUF, 0, 2 * R)
+            prog.send(Target.ROWMAX, 0, 1)
+        elif sink == Sink.COMBINE:          # the OUT sums
+            prog.send(Target.OUT, 0, 2 * 2 * R)
         prog.status()
         n = 2 * 4 * R * L // PE_CFG.q24_per_word
         link_i = asm.words_to_ints(asm.pack_q24(
             rng.integers(-2**40, 2**40, (n, PE_CFG.q24_per_word)), PE_CFG))
-        ref = fsim.run(prog, asm.words_to_ints(np.concatenate(ld)), link_i)
-        got = run_pe(prog.encode(), asm.words_to_ints(np.concatenate(ld)), link_i,
-                     n_o=len(ref.o), n_link=len(ref.link_o), watch=("tile_in",))
-        assert got["link_o"] == ref.link_o
+        got, ref = compare_with_fsim(prog, asm.words_to_ints(np.concatenate(ld)), link_i,
+                                     seed=seed, watch=("tile_in",), pe_options=options)
+        assert len(ref.link_o) == {Sink.RAW: n, Sink.SWIGLU: 2 * R + 1, Sink.COMBINE: 4 * R}[sink]
+        assert any(ref.link_o)
         beats = got["tile_in"]
         assert len(beats) == 2 * 4 * G
         busy = beats[-1] - beats[0] + 1
-        print(f"  {sink.name} psum_in, groups {G}: {len(beats)} beats in {busy} cycles")
+        print(f"  {sink.name} psum_in {options}, groups {G}: {len(beats)} beats in {busy} "
+              f"cycles")
         assert (busy > len(beats)) == stalls
 
 
