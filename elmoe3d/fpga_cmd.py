@@ -224,11 +224,13 @@ def run(args) -> int:
         say(f"  note: {cfg.note}")
     res = fpga.build(fpga.board_top(cfg), bd.platform(), build_dir=build_dir,
                      seed=args.seed or fpga.DEFAULT_SEED,
-                     script_after_read=cfg.script_after_read, say=say, router=cfg.router)
+                     script_after_read=cfg.script_after_read, say=say, router=cfg.router,
+                     placer=cfg.placer)
     doc["build"] = {"dir": str(res.build_dir), "bitstream": str(res.bitstream),
                     "nextpnr_report": str(res.report_path),
                     "logs": {k: str(v) for k, v in res.logs.items()},
                     "seed": args.seed or fpga.DEFAULT_SEED, "router": cfg.router,
+                    "placer": cfg.placer,
                     "synth_cached": res.synth_cached,
                     "seconds": {k: round(v, 1) for k, v in res.seconds.items()}}
     doc.update(res.report)

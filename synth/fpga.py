@@ -99,6 +99,13 @@ LUT_MULTIPLIERS = ((21, 12),)
 #: "Measured": router1 on the board top at 89 % of the LUTs).
 ROUTERS = ("router1", "router2")
 
+#: nextpnr placers (``--placer``): heap, nextpnr's default analytic placer, and static, its
+#: electrostatic placer, which the named ULX3S default uses (``FpgaConfig.placer``;
+#: ``docs/fpga.md``, "Measured": on the same board-top netlist about 10 % less wirelength
+#: after refinement in about the same time, and 1 % fewer wires overused by router2's first
+#: iteration). Both end with nextpnr's annealing refinement.
+PLACERS = ("heap", "static")
+
 
 def lut_multiplier_script(widths) -> str | None:
     """Yosys commands (after ``read_rtlil``) that build the ``$mul`` cells whose operand
@@ -278,6 +285,7 @@ class FpgaConfig:
     baud: int = 1_000_000
     clk_hz: int | None = None
     router: str = "router2"
+    placer: str = "heap"
     tile_dsp_pairs: bool = True
     tile_carry_trees: bool = True
     requant_units: int | None = 1
@@ -311,6 +319,9 @@ class FpgaConfig:
         if self.router not in ROUTERS:
             raise FpgaError(f"router: expected one of {', '.join(ROUTERS)}, got "
                             f"{self.router!r}")
+        if self.placer not in PLACERS:
+            raise FpgaError(f"placer: expected one of {', '.join(PLACERS)}, got "
+                            f"{self.placer!r}")
         from ..hw.pe import unit_count    # the PE's own rule for each unit count
         q = pe.word_bits // 32
         try:
@@ -352,6 +363,7 @@ class FpgaConfig:
                 "out_words": pe.out_words, "hb_words": self.hb_words,
                 "ext_words": self.ext_words, "frame_words": self.frame_words,
                 "baud": self.baud, "clk_hz": self.clk_hz, "router": self.router,
+                "placer": self.placer,
                 "tile_dsp_pairs": self.tile_dsp_pairs, "tile_carry_trees": self.tile_carry_trees,
                 "requant_units": self.requant_units, "fp32_units": self.fp32_units,
                 "combine_units": self.combine_units, "swiglu_units": self.swiglu_units,
@@ -387,7 +399,7 @@ FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
-        hb_words=512, ext_words=512, clk_hz=5_000_000,
+        hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
         estimate="fits: 70,085 LUT4 positions (83.8 %), 150 MULT18X18D (96.2 %), 193 DP16KD "
                  "(92.8 %) (Yosys, 2026-11-30)",
         note="on the 2-core reference machine (2026-11-30) nextpnr placed it (with 2,304 more "
@@ -548,6 +560,7 @@ _RE_HEAP = re.compile(r"at iteration #(\d+), type ALL: wirelen solved = \d+, spr
 _RE_SA = re.compile(r"at iteration #(\d+): temp = [\d.]+, timing cost = \d+, wirelen = (\d+)")
 _RE_FMAX = re.compile(r"Max frequency for clock '([^']+)': ([\d.]+) MHz \((PASS|FAIL) at "
                       r"([\d.]+) MHz\)")
+_RE_STATIC = re.compile(r"overlap: COMB=([\d.]+)%")
 _RE_R2 = re.compile(r"iter=(\d+) wires=(\d+) overused=(\d+)")
 _RE_R1 = re.compile(r"^Info:\s+(\d+) \|\s+\d+\s+\d+ \|\s+\d+\s+\d+ \|\s+(\d+)\|", re.M)
 
@@ -555,8 +568,8 @@ _RE_R1 = re.compile(r"^Info:\s+(\d+) \|\s+\d+\s+\d+ \|\s+\d+\s+\d+ \|\s+(\d+)\|"
 def pnr_progress(log_text: str) -> tuple[str, str] | None:
     """Where nextpnr-ecp5 is, read from its log so far (``--log``): ``(step, line)`` with
     ``step`` one of ``packed``, ``placing``, ``refining``, ``placed``, ``routing``, ``routed``
-    and ``line`` what to tell the user (the packed LUT4 positions; the placer's last finished
-    iteration and its wirelength; the fmax estimated after placement; router2's last finished
+    and ``line`` what to tell the user (the packed LUT4 positions; the analytic placer's last
+    finished iteration and its wirelength, or the static placer's overlap of logic cells; the fmax estimated after placement; router2's last finished
     iteration and its overused wires, or router1's arcs left); ``None`` before packing ends.
     Only complete lines are read (nextpnr may be writing the last one). Recognises nextpnr
     0.11's messages; unknown text only makes the line less precise."""
@@ -570,6 +583,10 @@ def pnr_progress(log_text: str) -> tuple[str, str] | None:
     if heap:
         step, line = "placing", (f"placing (analytic placer after iteration {heap[-1][0]}: "
                                  f"wirelength {int(heap[-1][1]):,})")
+    elif "Running Static placer" in log_text:
+        over = _RE_STATIC.findall(log_text)
+        step, line = "placing", ("placing (static placer" + (f": logic cells {over[-1]} % "
+                                                              f"overlapping)" if over else ")"))
     if "Running simulated annealing placer" in log_text:
         sa = _RE_SA.findall(log_text)
         step, line = "refining", ("refining the placement (annealing"
@@ -650,11 +667,13 @@ def _follow(script, *, cwd, env, log, tim_path, say, start):
             proc.wait()
 
 
-def _overrides(name, seed, script_after_read, synth_opts, router="router1"):
+def _overrides(name, seed, script_after_read, synth_opts, router="router1", placer="heap"):
     if router not in ROUTERS:
         raise FpgaError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
+    if placer not in PLACERS:
+        raise FpgaError(f"placer: expected one of {', '.join(PLACERS)}, got {placer!r}")
     ov = {"nextpnr_opts": f"--report {name}_report.json --seed {int(seed)} --timing-allow-fail"
-                          f" --router {router}"}
+                          f" --placer {placer} --router {router}"}
     if script_after_read:
         ov["script_after_read"] = script_after_read
     if synth_opts:
@@ -663,16 +682,16 @@ def _overrides(name, seed, script_after_read, synth_opts, router="router1"):
 
 
 def prepare(top, platform, *, name="top", build_dir, seed=DEFAULT_SEED,
-            script_after_read=None, synth_opts=None, router="router1"):
+            script_after_read=None, synth_opts=None, router="router1", placer="heap"):
     """Amaranth's build plan of ``top`` on ``platform`` (elaboration; nothing run)."""
     return platform.build(top, name=name, build_dir=str(build_dir), do_build=False,
                           do_program=False, **_overrides(name, seed, script_after_read,
-                                                         synth_opts, router))
+                                                         synth_opts, router, placer))
 
 
 def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_after_read=None,
           synth_opts=None, say=print, netlist_cache=BUILD_ROOT / "estimates",
-          router="router1") -> BuildResult:
+          router="router1", placer="heap") -> BuildResult:
     """Synthesise, place, route and pack ``top`` for ``platform`` in ``build_dir`` through
     Amaranth's platform flow and the YoWASP tools; see the module docstring.
 
@@ -681,7 +700,7 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
     platform's script without its Yosys line (``seconds["yosys"]`` is then 0 and
     ``synth_cached`` True); ``netlist_cache=None`` always runs Yosys.
 
-    ``router``: nextpnr's router (:data:`ROUTERS`).
+    ``router``, ``placer``: nextpnr's router and placer (:data:`ROUTERS`, :data:`PLACERS`).
 
     Raises :class:`FpgaToolError` naming the tool that failed and its log (no bitstream)."""
     env = tool_env()
@@ -691,7 +710,8 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
         (build_dir / pattern.format(name=name)).unlink(missing_ok=True)
     start = time.time()
     plan = prepare(top, platform, name=name, build_dir=build_dir, seed=seed,
-                   script_after_read=script_after_read, synth_opts=synth_opts, router=router)
+                   script_after_read=script_after_read, synth_opts=synth_opts, router=router,
+                   placer=placer)
     plan.extract(str(build_dir))
     script = f"build_{name}.sh"
     synth_cached = False

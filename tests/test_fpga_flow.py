@@ -190,7 +190,7 @@ def test_config_validation():
     fpga.check_fits_at_all(d, fpga.DEVICES["LFE5U-85F"])
 
 
-def test_lean_pe_options():
+def test_lean_pe_options(tmp_path):
     """The flow's defaults are the board's FPGA-lean PE; bad options are named; the Booth
     selection script covers exactly the listed $mul widths."""
     from elmoe3d.hw.board import LEAN_PE_PARAMS
@@ -210,6 +210,7 @@ def test_lean_pe_options():
                        "in 1..2 \\(4 lanes / 2\\), got 4"),
                       ({"lut_multipliers": ((21, 0),)}, "lut_multipliers: expected"),
                       ({"router": "router3"}, "router: expected one of router1, router2"),
+                      ({"placer": "sa"}, "placer: expected one of heap, static"),
                       ({"clk_hz": 0}, "clk_hz: expected a positive integer"),
                       ({"lut_multipliers": ((True, 12),)}, "lut_multipliers: expected"),
                       ({"fp32_units": 32}, "fp32_units: expected a power of two in 1..16"),
@@ -227,6 +228,16 @@ def test_lean_pe_options():
     assert top.clk_hz == d.clk_hz == 5_000_000
     assert fpga.check_clock(d, fpga.board("ulx3s-85f")) == 5_000_000
     assert "5 MHz from the PLL, UART 1,000,000 baud" in fpga.describe(d)
+    # the named default places with the static placer and routes with router2: the options
+    # reach the nextpnr line of Amaranth's build script
+    assert (d.placer, d.router) == ("static", "router2") and d.summary()["placer"] == "static"
+    plan = fpga.prepare(fpga.board_top(d), fpga.board("ulx3s-85f").platform(),
+                        build_dir=tmp_path, router=d.router, placer=d.placer)
+    pnr = plan.files["build_top.sh"]
+    assert "--placer static --router router2" in pnr and "--timing-allow-fail" in pnr
+    with pytest.raises(fpga.FpgaError, match="placer: expected one of heap, static"):
+        fpga.prepare(top, fpga.board("ulx3s-85f").platform(), build_dir=tmp_path,
+                     placer="sa")
     # the Booth selection is not a no-op: the lean PE has exactly its 8 dequantization
     # multipliers of those widths, and the paired tile's 128 products are 8 x 18
     from amaranth.back import rtlil
@@ -457,6 +468,10 @@ _SA = ("Info: Running simulated annealing placer for refinement.\n"
        "Info:   at iteration #5: temp = 0.000000, timing cost = 16797, wirelen = 1165400\n")
 _PLACED = ("Info: Max frequency for clock '$glbnet$board.bridge.clk': 14.77 MHz (PASS at "
            "5.00 MHz)\n")
+_STATIC = ("Info: Running Static placer...\n"
+           "Info: overlap: COMB=99.8%, FF=99.5%, RAM=99.0%, MUL=98.3%\n"
+           "Info: iter=45 steplen=0.345142 a=24.294085 penalty=[0.00, 0.00, 0.00, 0.00]\n"
+           "Info: overlap: COMB=45.6%, FF=30.0%, RAM=24.0%, MUL=43.4%\n")
 _ROUTE2 = ("Info: Routing globals...\nInfo: Running router2...\n"
            "Info:     iter=1 wires=1402165 overused=162346 overuse=218772 archfail=NA\n"
            "Info:     iter=2 wires=1398000 overused=51234 overuse=60000 archfail=NA\n")
@@ -478,6 +493,10 @@ _ROUTE1 = ("Info: Routing globals...\nInfo: Routing..\nInfo: Routing 151 arcs.\n
     (_PACKED + _HEAP + "Info:     at iteration #3, type ALL: wirelen solved = 2, spread = 1, "
                        "legal = 18",
      ("placing", "placing (analytic placer after iteration 2: wirelength 1,857,312)")),
+    (_PACKED + "Info: Running Static placer...\n", ("placing", "placing (static placer)")),
+    (_PACKED + _STATIC, ("placing", "placing (static placer: logic cells 45.6 % overlapping)")),
+    (_PACKED + _STATIC + _SA, ("refining", "refining the placement (annealing after "
+                                           "iteration 5: wirelength 1,165,400)")),
     (_PACKED + _HEAP + _SA, ("refining", "refining the placement (annealing after iteration "
                                          "5: wirelength 1,165,400)")),
     (_PACKED + _HEAP + _SA + _PLACED,
