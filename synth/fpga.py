@@ -569,8 +569,9 @@ def pnr_progress(log_text: str) -> tuple[str, str] | None:
     """Where nextpnr-ecp5 is, read from its log so far (``--log``): ``(step, line)`` with
     ``step`` one of ``packed``, ``placing``, ``refining``, ``placed``, ``routing``, ``routed``
     and ``line`` what to tell the user (the packed LUT4 positions; the analytic placer's last
-    finished iteration and its wirelength, or the static placer's overlap of logic cells; the fmax estimated after placement; router2's last finished
-    iteration and its overused wires, or router1's arcs left); ``None`` before packing ends.
+    finished iteration and its wirelength, or the static placer's overlap of logic cells; the
+    fmax estimated after placement; router2's last finished iteration and its overused wires,
+    or router1's arcs left); ``None`` before packing ends.
     Only complete lines are read (nextpnr may be writing the last one). Recognises nextpnr
     0.11's messages; unknown text only makes the line less precise."""
     log_text = log_text[:log_text.rfind("\n") + 1]     # complete lines only
