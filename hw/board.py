@@ -62,15 +62,15 @@ MAX_BAUD_ERROR = 0.02
 #: UART dominates).
 ROUTER_FIFO_WORDS = 1
 
-#: The FPGA-lean PE (``BoardTop(pe_params=...)``; the FPGA flow's defaults): two IA8xW5 products
-#: per MULT18X18D in the tile and its adder trees as carry chains, and one RequantUnit, one
-#: Fp32Converter, one CombineUnit and one SwiGLUUnit, time-shared, instead of one per value of a
-#: word (per lane for the combine, per lane pair for the SwiGLU). Results are bit-identical to
-#: the ASIC PE's; REQUANT and OUTPUT take W/32 cycles per word instead of one, COMBINE ``lanes``
+#: The FPGA-lean PE (``BoardTop(pe_params=...)``; the FPGA flow's defaults): two IA8xW5
+#: products per MULT18X18D in the tile, and one RequantUnit, one Fp32Converter, one
+#: CombineUnit and one SwiGLUUnit, time-shared, instead of one per value of a word (per lane
+#: for the combine, per lane pair for the SwiGLU). Results are bit-identical to the ASIC
+#: PE's; REQUANT and OUTPUT take W/32 cycles per word instead of one, COMBINE ``lanes``
 #: cycles per result row (L/2 in FULL mode) and SWIGLU ``lanes / 2`` (one in FULL mode at 4
 #: lanes) instead of one: nothing next to the UART's 10 bit times per byte.
-LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "tile_carry_trees": True, "requant_units": 1,
-                  "fp32_units": 1, "combine_units": 1, "swiglu_units": 1}
+LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "requant_units": 1, "fp32_units": 1,
+                  "combine_units": 1, "swiglu_units": 1}
 
 #: Meaning of the ``leds`` bits.
 LED_BITS = {
@@ -162,9 +162,9 @@ class BoardTop(wiring.Component):
         a stop-and-wait host, as :class:`elmoe3d.sw.fpga.FpgaBoard` is).
     pe_params : dict or None
         Keyword arguments of the :class:`~elmoe3d.hw.pe.PE` (``tile_dsp_pairs``,
-        ``tile_carry_trees``, ``requant_units``, ``fp32_units``, ``combine_units``,
-        ``swiglu_units``, ``mul_stages``): the FPGA-lean datapath options, which change cycle
-        counts but never a result. ``None``: the PE's defaults.
+        ``requant_units``, ``fp32_units``, ``combine_units``, ``swiglu_units``,
+        ``mul_stages``): the FPGA-lean datapath options, which change cycle counts but never
+        a result. ``None``: the PE's defaults.
 
     HELLO is a soft reset of the PE side: the bridge's ``soft_reset`` pulse (as its INFO
     reply leaves) resets the load router and the PE (``ResetInserter``) and the HB reader
@@ -211,8 +211,8 @@ class BoardTop(wiring.Component):
                 self.pe = PE(config=pe, **(pe_params or {}))
             except TypeError as exc:
                 raise TypeError(f"pe_params: {exc} (expected PE keyword arguments: "
-                                f"tile_dsp_pairs, tile_carry_trees, requant_units, fp32_units, "
-                                f"combine_units, swiglu_units, mul_stages)") from None
+                                f"tile_dsp_pairs, requant_units, fp32_units, combine_units, "
+                                f"swiglu_units, mul_stages)") from None
         except (TypeError, ValueError):
             self._MustUse__silence = True
             for name in ("bridge", "uart_rx_block", "uart_tx_block", "router", "pe"):

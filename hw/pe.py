@@ -360,9 +360,6 @@ class PE(wiring.Component):
     tile_dsp_pairs : bool
         Passed to the tensor tile as ``dsp_pairs`` (two IA8xW5 products per FPGA DSP
         multiplier); default False.
-    tile_carry_trees : bool
-        Passed to the tensor tile as ``carry_trees`` (adder trees of FPGA carry-chain
-        adders); default False.
 
     Raises
     ------
@@ -370,14 +367,13 @@ class PE(wiring.Component):
         ``config`` is neither an ArchConfig nor a PEConfig.
     ValueError
         The tile shape does not suit the PE; ``mul_stages``, ``requant_units``,
-        ``fp32_units``, ``combine_units``, ``swiglu_units``, ``tile_dsp_pairs`` or
-        ``tile_carry_trees`` out of range (the message names it).
+        ``fp32_units``, ``combine_units``, ``swiglu_units`` or ``tile_dsp_pairs`` out of range
+        (the message names it).
     """
 
     def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
                  fp32_units: int | None = None, combine_units: int | None = None,
-                 swiglu_units: int | None = None, tile_dsp_pairs: bool = False,
-                 tile_carry_trees: bool = False):
+                 swiglu_units: int | None = None, tile_dsp_pairs: bool = False):
         pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
@@ -398,10 +394,8 @@ class PE(wiring.Component):
                                     f"dividing lanes = {lanes} (1..{lanes})")
         swiglu_units = unit_count("swiglu_units", swiglu_units, lanes // 2,
                                    f"dividing lanes / 2 = {lanes // 2} (1..{lanes // 2})")
-        for name, value in (("tile_dsp_pairs", tile_dsp_pairs),
-                            ("tile_carry_trees", tile_carry_trees)):
-            if not isinstance(value, bool):
-                raise ValueError(f"{name}: expected a bool, got {value!r}")
+        if not isinstance(tile_dsp_pairs, bool):
+            raise ValueError(f"tile_dsp_pairs: expected a bool, got {tile_dsp_pairs!r}")
         self._pe = pe_config
         self._tile_config = TileConfig(rows=rows, lanes=lanes)
         self._mul_stages = mul_stages
@@ -410,7 +404,6 @@ class PE(wiring.Component):
         self._combine_units = combine_units
         self._swiglu_units = swiglu_units
         self._tile_dsp_pairs = tile_dsp_pairs
-        self._tile_carry_trees = tile_carry_trees
         super().__init__({
             "cmd": In(stream.Signature(command_layout())),
             "ld": In(stream.Signature(unsigned(W))),
@@ -508,15 +501,8 @@ class PE(wiring.Component):
         products per FPGA DSP multiplier)."""
         return self._tile_dsp_pairs
 
-    @property
-    def tile_carry_trees(self) -> bool:
-        """Passed to :class:`~elmoe3d.hw.tile.TensorTile` as ``carry_trees`` (adder trees of
-        FPGA carry-chain adders)."""
-        return self._tile_carry_trees
-
     def _tile_params(self) -> dict:
-        return {"config": self._tile_config, "dsp_pairs": self._tile_dsp_pairs,
-                "carry_trees": self._tile_carry_trees}
+        return {"config": self._tile_config, "dsp_pairs": self._tile_dsp_pairs}
 
     @property
     def load_queue_depth(self) -> int:

@@ -43,29 +43,15 @@ _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 
 
-def _adder_tree(terms, *, m=None, name=None):
+def _adder_tree(terms):
     """Balanced binary adder tree; Amaranth grows the width by one bit per level, so every
-    node is exact (13 bits -> 18 bits after five levels for 32 unit-PE products).
-
-    With ``m`` (a Module) every node is a Signal ``{name}_{level}_{i}`` with the ``keep``
-    attribute: Yosys then cannot merge the tree into one multi-operand ``$macc`` (which it
-    maps to a full-adder compression tree in LUTs) and builds each two-input adder as a
-    carry chain (``carry_trees``)."""
+    node is exact (13 bits -> 18 bits after five levels for 32 unit-PE products)."""
     terms = list(terms)
-    level = 0
     while len(terms) > 1:
         nxt = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
-        if m is not None:
-            kept = []
-            for i, node in enumerate(nxt):
-                sig = Signal(node.shape(), name=f"{name}_{level}_{i}", attrs={"keep": 1})
-                m.d.comb += sig.eq(node)
-                kept.append(sig)
-            nxt = kept
         if len(terms) % 2:
             nxt.append(terms[-1])
         terms = nxt
-        level += 1
     return terms[0]
 
 
@@ -124,13 +110,6 @@ class TensorTile(wiring.Component):
     pairs); lane 2j+1's tree sums ``p >> 13`` and adds the count of negative low parts. The
     tile then needs ``rows * lanes * 32 / 2`` multipliers instead of ``rows * lanes * 32``.
 
-    Carry-chain trees (``carry_trees=True``, for FPGAs; the results are bit-identical): every
-    two-input node of the adder trees is a kept signal, so Yosys builds it as a carry chain
-    (ECP5 CCU2C) instead of merging each 32-way tree into one full-adder compression tree
-    in LUTs: about as many LUT4 positions, but each adder bit takes two inputs from general
-    routing and passes its carry on the dedicated chain, where a full adder takes three
-    and drives two outputs.
-
     Parameters
     ----------
     config : TileConfig
@@ -138,9 +117,6 @@ class TensorTile(wiring.Component):
     dsp_pairs : bool
         Two IA8xW5 products per multiplier (above). Default ``False`` (the ASIC datapath:
         one unit PE per product, paper Fig. 8).
-    carry_trees : bool
-        Adder trees of two-input carry-chain adders (above). Default ``False`` (Yosys's
-        compression trees, the better ASIC netlist).
 
     Attributes
     ----------
@@ -150,20 +126,16 @@ class TensorTile(wiring.Component):
     Raises
     ------
     TypeError
-        ``config`` is not a :class:`~elmoe3d.config.TileConfig`; ``dsp_pairs`` or
-        ``carry_trees`` is not a bool.
+        ``config`` is not a :class:`~elmoe3d.config.TileConfig`; ``dsp_pairs`` is not a bool.
     """
 
-    def __init__(self, *, config: TileConfig, dsp_pairs: bool = False,
-                 carry_trees: bool = False):
+    def __init__(self, *, config: TileConfig, dsp_pairs: bool = False):
         if not isinstance(config, TileConfig):
             raise TypeError(f"config: expected a TileConfig, got {type(config).__name__}")
-        for name, value in (("dsp_pairs", dsp_pairs), ("carry_trees", carry_trees)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name}: expected a bool, got {value!r}")
+        if not isinstance(dsp_pairs, bool):
+            raise TypeError(f"dsp_pairs: expected a bool, got {dsp_pairs!r}")
         self._config = config
         self._dsp_pairs = dsp_pairs
-        self._carry_trees = carry_trees
         super().__init__({
             "i": In(stream.Signature(tile_beat_layout(config))),
             "o": Out(stream.Signature(tile_result_layout(config))),
@@ -177,11 +149,6 @@ class TensorTile(wiring.Component):
     def dsp_pairs(self) -> bool:
         """Two products per multiplier (FPGA DSP packing); results unchanged."""
         return self._dsp_pairs
-
-    @property
-    def carry_trees(self) -> bool:
-        """Adder trees of kept two-input adders (FPGA carry chains); results unchanged."""
-        return self._carry_trees
 
     @property
     def multipliers(self) -> int:
@@ -257,8 +224,7 @@ class TensorTile(wiring.Component):
                 if self._dsp_pairs:
                     trees = self._paired_trees(m, beat.act[r], fields, r)
                 else:
-                    trees = [self._tree(m, (beat.act[r][k] * fields[n][k] for k in range(group)),
-                                        f"tree_{r}_{n}")
+                    trees = [_adder_tree(beat.act[r][k] * fields[n][k] for k in range(group))
                              for n in range(lanes)]
                 for n in range(lanes):
                     m.d.sync += s1_tree[r][n].eq(trees[n])
@@ -349,14 +315,11 @@ class TensorTile(wiring.Component):
 
         return m
 
-    def _tree(self, m, terms, name):
-        return _adder_tree(terms, m=m if self._carry_trees else None, name=name)
-
     def _paired_trees(self, m, act, fields, r):
         """The ``lanes`` adder-tree sums of row ``r`` with two products per multiplier."""
         lanes, group = self.lanes, self.group
         act_sum = Signal(signed(8 + 5), name=f"act_sum_{r}")      # 32 x [-128, 127]
-        m.d.comb += act_sum.eq(self._tree(m, (act[k] for k in range(group)), f"act_tree_{r}"))
+        m.d.comb += act_sum.eq(_adder_tree(act[k] for k in range(group)))
         trees = []
         for j in range(lanes // 2):
             lows, highs, negs = [], [], []
@@ -370,9 +333,8 @@ class TensorTile(wiring.Component):
             high = Signal(TREE_SHAPE, name=f"pair_high_{r}_{j}")
             # both sums are exact in TREE_SHAPE (they equal the unpaired trees)
             m.d.comb += [
-                low.eq(self._tree(m, lows, f"low_tree_{r}_{j}") - (act_sum << 4)),
-                high.eq(self._tree(m, highs, f"high_tree_{r}_{j}")
-                        + self._tree(m, negs, f"neg_tree_{r}_{j}")),
+                low.eq(_adder_tree(lows) - (act_sum << 4)),
+                high.eq(_adder_tree(highs) + _adder_tree(negs)),
             ]
             trees += [low, high]
         return trees

@@ -265,17 +265,16 @@ def _yosys_version(env) -> str:
 @dataclass(frozen=True)
 class FpgaConfig:
     """What goes on the board: the PE configuration ``arch`` (one PE), the HB and EXT stand-in
-    depths (W-bit words, powers of two), the bridge's staging buffer (``frame_words``), the UART
-    ``baud``, the board top's clock ``clk_hz`` (from the board's PLL, :mod:`elmoe3d.hw.pll`;
+    depths (W-bit words, powers of two), the bridge's staging buffer (``frame_words``), the
+    UART ``baud``, the board top's clock ``clk_hz`` (from the board's PLL, :mod:`elmoe3d.hw.pll`;
     ``None``: the board's oscillator itself), and the FPGA-lean datapath options of the PE,
     which change cycle counts but never a result: ``tile_dsp_pairs`` (two IA8xW5 products per
-    MULT18X18D, :class:`~elmoe3d.hw.tile.TensorTile`), ``tile_carry_trees`` (the tile's adder
-    trees as carry chains: less routing), ``requant_units``, ``fp32_units``, ``combine_units``
-    and ``swiglu_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`; ``None``: one per
-    value of a word, lane or lane pair) and ``lut_multipliers`` (``$mul`` operand widths built
-    as Booth LUT multipliers, :func:`lut_multiplier_script`). ``estimate`` documents the
-    measured Yosys estimate of a named default, ``note`` what a build of it met on the reference
-    machine (printed before place and route; neither is used in computing anything)."""
+    MULT18X18D, :class:`~elmoe3d.hw.tile.TensorTile`), ``requant_units``, ``fp32_units``,
+    ``combine_units`` and ``swiglu_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`;
+    ``None``: one per value of a word, lane or lane pair) and ``lut_multipliers`` (``$mul`` operand widths built as Booth LUT multipliers,
+    :func:`lut_multiplier_script`). ``estimate`` documents the measured Yosys estimate of a
+    named default, ``note`` what a build of it met on the reference machine (printed before
+    place and route; neither is used in computing anything)."""
 
     name: str
     arch: object
@@ -287,7 +286,6 @@ class FpgaConfig:
     router: str = "router2"
     placer: str = "heap"
     tile_dsp_pairs: bool = True
-    tile_carry_trees: bool = True
     requant_units: int | None = 1
     fp32_units: int | None = 1
     combine_units: int | None = 1
@@ -309,9 +307,8 @@ class FpgaConfig:
             v = getattr(self, name)
             if v & (v - 1):
                 raise FpgaError(f"{name}: expected a power of two, got {v}")
-        for name in ("tile_dsp_pairs", "tile_carry_trees"):
-            if not isinstance(getattr(self, name), bool):
-                raise FpgaError(f"{name}: expected a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.tile_dsp_pairs, bool):
+            raise FpgaError(f"tile_dsp_pairs: expected a bool, got {self.tile_dsp_pairs!r}")
         if self.clk_hz is not None and (not isinstance(self.clk_hz, int)
                                         or isinstance(self.clk_hz, bool) or self.clk_hz < 1):
             raise FpgaError(f"clk_hz: expected a positive integer (Hz) or None, got "
@@ -348,8 +345,7 @@ class FpgaConfig:
     @property
     def pe_params(self) -> dict:
         """The PE's keyword arguments (:class:`~elmoe3d.hw.board.BoardTop` ``pe_params``)."""
-        return {"tile_dsp_pairs": self.tile_dsp_pairs, "tile_carry_trees": self.tile_carry_trees,
-                "requant_units": self.requant_units,
+        return {"tile_dsp_pairs": self.tile_dsp_pairs, "requant_units": self.requant_units,
                 "fp32_units": self.fp32_units, "combine_units": self.combine_units,
                 "swiglu_units": self.swiglu_units}
 
@@ -364,7 +360,7 @@ class FpgaConfig:
                 "ext_words": self.ext_words, "frame_words": self.frame_words,
                 "baud": self.baud, "clk_hz": self.clk_hz, "router": self.router,
                 "placer": self.placer,
-                "tile_dsp_pairs": self.tile_dsp_pairs, "tile_carry_trees": self.tile_carry_trees,
+                "tile_dsp_pairs": self.tile_dsp_pairs,
                 "requant_units": self.requant_units, "fp32_units": self.fp32_units,
                 "combine_units": self.combine_units, "swiglu_units": self.swiglu_units,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
@@ -1164,8 +1160,7 @@ def describe(cfg: FpgaConfig) -> str:
     a = cfg.arch
     return (f"1 PE {a.tile.rows}x{a.tile.lanes}x32, WMEM {a.wmem_bytes // 1024} KiB, IOMEM "
             f"{a.iomem_bytes // 1024} KiB, HB {cfg.hb_words} / EXT {cfg.ext_words} words"
-            f"{', paired tile products' if cfg.tile_dsp_pairs else ''}"
-            f"{', carry-chain adder trees' if cfg.tile_carry_trees else ''}, VPU units: requant "
+            f"{', paired tile products' if cfg.tile_dsp_pairs else ''}, VPU units: requant "
             f"{cfg.requant_units or 'all'}, FP32 {cfg.fp32_units or 'all'}, combine "
             f"{cfg.combine_units or 'all'}, SwiGLU {cfg.swiglu_units or 'all'}; "
             f"{f'{cfg.clk_hz / 1e6:g} MHz from the PLL' if cfg.clk_hz else 'the board clock'}, "

@@ -215,7 +215,6 @@ def test_lean_pe_options(tmp_path):
                       ({"lut_multipliers": ((True, 12),)}, "lut_multipliers: expected"),
                       ({"fp32_units": 32}, "fp32_units: expected a power of two in 1..16"),
                       ({"tile_dsp_pairs": 1}, "tile_dsp_pairs: expected a bool"),
-                      ({"tile_carry_trees": "no"}, "tile_carry_trees: expected a bool"),
                       ({"lut_multipliers": (5,)}, "lut_multipliers: expected")):
         with pytest.raises(fpga.FpgaError, match=match):
             fpga.FpgaConfig(name="x", arch=small, hb_words=256, ext_words=256, **kw)

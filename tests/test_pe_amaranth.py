@@ -275,10 +275,6 @@ def test_vpu_unit_parameters_and_errors():
     for bad in (1, None, "yes"):
         with pytest.raises(ValueError, match="tile_dsp_pairs"):
             PE(config=ARCH, tile_dsp_pairs=bad)
-        with pytest.raises(ValueError, match="tile_carry_trees"):
-            PE(config=ARCH, tile_carry_trees=bad)
-    assert not _unused(PE(config=ARCH)).tile_carry_trees
-    assert _unused(PE(config=ARCH, tile_carry_trees=True)).tile_carry_trees
     dut = _unused(PE(config=ARCH))
     assert dut.combine_units == L and dut.combine_row_cycles == {True: 1, False: 1}
     dut = _unused(PE(config=ARCH, combine_units=1))

@@ -34,8 +34,7 @@ def _expected_results(beats):
     return int(np.count_nonzero(beats["last"]))
 
 
-def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=False,
-             carry_trees=False):
+def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=False):
     """Drive ``beats`` through a :class:`TensorTile` with a random source (idle probability
     ``idle``) and a random sink (not-ready probability ``stall``).
 
@@ -46,7 +45,7 @@ def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=Fal
     Returns ``(results, log)``: results in :func:`ref_tile`'s format; log with the cycle of every
     accepted beat (``accept``) and every taken result (``emit``) and the DUT's ``latency``.
     """
-    dut = TensorTile(config=cfg, dsp_pairs=dsp_pairs, carry_trees=carry_trees)
+    dut = TensorTile(config=cfg, dsp_pairs=dsp_pairs)
     words = pack_beats(cfg, beats)
     got, log = drive_pipeline(dut, [int(w) for w in words], n_results=_expected_results(beats),
                               seed=seed, idle=idle, stall=stall, drain=drain)
@@ -191,16 +190,13 @@ def test_verilog_converts():
 
 # ---- RTL vs golden ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dsp_pairs, carry_trees", [
-    (False, False), (True, False), (True, True), (False, True),
-], ids=["unit", "pairs", "pairs-carry", "unit-carry"])
+@pytest.mark.parametrize("dsp_pairs", [False, True], ids=["unit", "pairs"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.rows}x{c.lanes}")
 @pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.name)
-def test_random_gemm(cfg, mode, dsp_pairs, carry_trees):
+def test_random_gemm(cfg, mode, dsp_pairs):
     """tile_schedule -> TensorTile -> tile_assemble == ref_tile == gemm, ragged shapes; also
-    the paired tile (``dsp_pairs``: two products per multiplier) and the carry-chain adder
-    trees (``carry_trees``), alone and together (the FPGA board's tile)."""
-    seed = 1000 + 10 * int(mode) + CONFIGS.index(cfg) + 4000 * dsp_pairs + 8000 * carry_trees
+    the paired tile (``dsp_pairs``: two products per multiplier)."""
+    seed = 1000 + 10 * int(mode) + CONFIGS.index(cfg) + 4000 * dsp_pairs
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     m_total = int(rng.integers(1, 2 * cfg.rows + 2))
@@ -209,7 +205,7 @@ def test_random_gemm(cfg, mode, dsp_pairs, carry_trees):
     a_q = rng.integers(-128, 128, (m_total, k)).astype(np.int8)
     qw = random_weights(rng, n_total, k)
     beats = tile_schedule(a_q, qw, mode, cfg.rows, cfg.lanes)
-    got, log = run_tile(cfg, beats, seed=seed, dsp_pairs=dsp_pairs, carry_trees=carry_trees)
+    got, log = run_tile(cfg, beats, seed=seed, dsp_pairs=dsp_pairs)
     assert_results_equal(got, ref_tile(beats))
     assert_latency(beats, log)
     assert tile_assemble(got, m_total, n_total, mode, cfg.rows, cfg.lanes) == gemm(a_q, qw, mode)
@@ -436,16 +432,6 @@ def test_dsp_pairs_parameter():
     Fragment.get(paired, None)              # elaborates
     with pytest.raises(TypeError, match="dsp_pairs"):
         TensorTile(config=cfg, dsp_pairs=1)
-    chained = TensorTile(config=cfg, dsp_pairs=True, carry_trees=True)
-    assert chained.carry_trees and not paired.carry_trees and chained.multipliers == 128
-    from amaranth.back import rtlil
-    text = rtlil.convert(chained, name="tile")
-    # every node of every 32-way tree is a kept wire (31 per tree; per row one activation
-    # tree and per lane pair a low, a high and a negative-count tree)
-    kept = sum(1 for line in text.splitlines() if line.strip() == 'attribute \\keep 1')
-    assert kept == 31 * 2 * (1 + 3 * 2), kept
-    with pytest.raises(TypeError, match="carry_trees"):
-        TensorTile(config=cfg, carry_trees="yes")
     gc.collect()                            # the half-built object warns here (filtered)
 
 
