@@ -67,8 +67,8 @@ ROUTER_FIFO_WORDS = 1
 #: CombineUnit and one SwiGLUUnit, time-shared, instead of one per value of a word (per lane
 #: for the combine, per lane pair for the SwiGLU). Results are bit-identical to the ASIC
 #: PE's; REQUANT and OUTPUT take W/32 cycles per word instead of one, COMBINE ``lanes``
-#: cycles per result row (L/2 in FULL mode) and SWIGLU ``lanes / 2`` (one in FULL mode at 4
-#: lanes) instead of one: nothing next to the UART's 10 bit times per byte.
+#: cycles per result row (L/2 in FULL mode) and SWIGLU ``lanes / 2`` (``lanes / 4``, at least
+#: one, in FULL mode) instead of one: nothing next to the UART's 10 bit times per byte.
 LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "requant_units": 1, "fp32_units": 1,
                   "combine_units": 1, "swiglu_units": 1}
 

@@ -265,16 +265,18 @@ def _yosys_version(env) -> str:
 @dataclass(frozen=True)
 class FpgaConfig:
     """What goes on the board: the PE configuration ``arch`` (one PE), the HB and EXT stand-in
-    depths (W-bit words, powers of two), the bridge's staging buffer (``frame_words``), the
-    UART ``baud``, the board top's clock ``clk_hz`` (from the board's PLL, :mod:`elmoe3d.hw.pll`;
-    ``None``: the board's oscillator itself), and the FPGA-lean datapath options of the PE,
-    which change cycle counts but never a result: ``tile_dsp_pairs`` (two IA8xW5 products per
+    depths (W-bit words, powers of two), the bridge's staging buffer (``frame_words``), the UART
+    ``baud``, the board top's clock ``clk_hz`` (from the board's PLL, :mod:`elmoe3d.hw.pll`;
+    ``None``: the board's oscillator itself), nextpnr's ``router`` and ``placer``
+    (:data:`ROUTERS`, :data:`PLACERS`), and the FPGA-lean datapath options of the PE, which
+    change cycle counts but never a result: ``tile_dsp_pairs`` (two IA8xW5 products per
     MULT18X18D, :class:`~elmoe3d.hw.tile.TensorTile`), ``requant_units``, ``fp32_units``,
     ``combine_units`` and ``swiglu_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`;
-    ``None``: one per value of a word, lane or lane pair) and ``lut_multipliers`` (``$mul`` operand widths built as Booth LUT multipliers,
-    :func:`lut_multiplier_script`). ``estimate`` documents the measured Yosys estimate of a
-    named default, ``note`` what a build of it met on the reference machine (printed before
-    place and route; neither is used in computing anything)."""
+    ``None``: one per value of a word, lane or lane pair) and ``lut_multipliers`` (``$mul``
+    operand widths built as Booth LUT multipliers, :func:`lut_multiplier_script`). ``estimate``
+    documents the measured Yosys estimate of a named default, ``note`` what a build of it met on
+    the reference machine (printed before place and route; neither is used in computing
+    anything)."""
 
     name: str
     arch: object
@@ -379,25 +381,24 @@ def _fpga_arch(name, **kw):
 
 #: Named defaults per board (``make fpga`` builds these without searching). ULX3S-85F: one
 #: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`) with 128 KiB WMEM and 64 KiB IOMEM
-#: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL, the
-#: largest configuration that fits: its Yosys estimate (2026-11-30, one-word router FIFOs) is
-#: 58,689 LUT4 + 3,961 CCU2C + 579 TRELLIS_DPR16X4 = 70,085 LUT4 positions (83.8 % of 83,640),
-#: 22,740 FF, 150 MULT18X18D (96.2 %), 193 DP16KD (92.8 %). The larger candidates have a
-#: 1,024-word HB stand-in: with both stand-ins at 1,024 words the board top measured 243 DP16KD (208
-#: available; the lean PE leaves the block RAM as it was), with EXT at 512 about 26 fewer,
-#: still over; and more than one PE needs twice the LUTs. With the router's 16/8/4-word FIFOs
-#: (72,389 positions) nextpnr packed and placed it (88.1 % of the LUT4 positions), but router2
-#: had not routed it after 66 minutes (``docs/fpga.md``,
-#: "Measured"; "Where the resources go" for what to shrink). Before the lean PE (Booth LUT
-#: multipliers for the tile, one VPU unit per value), the same memories needed 116,332 LUT4
-#: positions (139 %) and nextpnr stopped at placement.
+#: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL,
+#: placed with nextpnr's static placer, the largest configuration that fits: its Yosys
+#: estimate (2026-11-30, one SwiGLU unit) is 55,398 LUT4 + 3,496 CCU2C + 579 TRELLIS_DPR16X4 =
+#: 65,864 LUT4 positions (78.8 % of 83,640), 22,239 FF, 143 MULT18X18D (91.7 %), 192 DP16KD
+#: (92.3 %). The larger candidates have a 1,024-word HB stand-in: with both stand-ins at 1,024
+#: words the board top measured 243 DP16KD (208 available; the lean PE leaves the block RAM
+#: as it was), with EXT at 512 about 26 fewer, still over; and more than one PE needs twice
+#: the LUTs. nextpnr places it, but router2's first iteration still leaves 11 % of the wires
+#: it uses overused (``docs/fpga.md``, "Measured"; "Where the resources go" for what to
+#: shrink). Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value),
+#: the same memories needed 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
 FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
-        estimate="fits: 70,085 LUT4 positions (83.8 %), 150 MULT18X18D (96.2 %), 193 DP16KD "
-                 "(92.8 %) (Yosys, 2026-11-30)",
+        estimate="fits: 65,864 LUT4 positions (78.8 %), 143 MULT18X18D (91.7 %), 192 DP16KD "
+                 "(92.3 %) (Yosys, 2026-11-30)",
         note="on the 2-core reference machine (2026-11-30) nextpnr placed it (with 2,304 more "
              "LUT4 positions) in 25 minutes but router2 had not routed it after 66 "
              "(docs/fpga.md, \"Measured\"); Ctrl-C stops the tools"),
@@ -451,10 +452,10 @@ LUT4_PER_UNIT_PE_MIN = 48
 
 
 #: A lower bound of the LUT4 positions of a board top with one FPGA-lean PE of the smallest
-#: tile (2x4x32): the named ULX3S-85F default measured 70,085 (Yosys, 2026-11-30), the PE's
-#: own logic alone 39,165 in the estimate by block; smaller memories than its 128 KiB WMEM /
-#: 64 KiB IOMEM only move words from block RAM into distributed RAM. A device below it (every ECP5 but the 85F
-#: ones) is refused before any tool runs.
+#: tile (2x4x32): the named ULX3S-85F default measured 65,864 (Yosys, 2026-11-30), the PE's
+#: own logic alone 37,385 in the estimate by block; smaller memories than its 128 KiB WMEM /
+#: 64 KiB IOMEM only move words from block RAM into distributed RAM. A device below it (every
+#: ECP5 but the 85F ones) is refused before any tool runs.
 BOARD_TOP_LUT4_MIN = 60_000
 
 
@@ -1113,10 +1114,10 @@ def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
                cache_dir=BUILD_ROOT / "estimates") -> SearchResult:
     """Estimate :func:`candidates` of ``bd`` in order (at most ``max_runs`` Yosys runs that
     are not cached), choose the first that fits; see the module docstring. The candidates
-    take the clock of the board's named default (:data:`FPGA_CONFIGS`: its PLL clock), else
-    the board's own. A candidate that
-    misses on LUT4 positions or flip-flops stops the search: smaller memories only add
-    distributed RAM."""
+    take the clock and the placer of the board's named default (:data:`FPGA_CONFIGS`: its PLL
+    clock), else the board's own clock and nextpnr's default placer. A candidate that misses
+    on LUT4 positions or flip-flops stops the search: smaller memories only add distributed
+    RAM."""
     dev = bd.device
     res = SearchResult()
     runs = 0
@@ -1124,8 +1125,8 @@ def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
     excess = 0                     # DP16KD Yosys used beyond the model (largest seen)
     named = FPGA_CONFIGS.get(bd.name)
     for model_blocks, cfg in candidates(dev):
-        if named is not None:          # the board's clock choice (its PLL) as the named default
-            cfg = dataclasses.replace(cfg, clk_hz=named.clk_hz)
+        if named is not None:          # the board's clock (its PLL) and placer as its default's
+            cfg = dataclasses.replace(cfg, clk_hz=named.clk_hz, placer=named.placer)
         if model_blocks + excess > dev.ebr:
             continue
         if runs >= max_runs:

