@@ -399,9 +399,10 @@ FPGA_CONFIGS = {
         hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
         estimate="fits: 65,864 LUT4 positions (78.8 %), 143 MULT18X18D (91.7 %), 192 DP16KD "
                  "(92.3 %) (Yosys, 2026-11-30)",
-        note="on the 2-core reference machine (2026-11-30) nextpnr placed it (with 2,304 more "
-             "LUT4 positions) in 25 minutes but router2 had not routed it after 66 "
-             "(docs/fpga.md, \"Measured\"); Ctrl-C stops the tools"),
+        note="on the 2-core reference machine (2026-11-30) nextpnr placed it in about 15 "
+             "minutes, but router2 left 147,092 of 1,299,659 wires overused after its first "
+             "iteration and had not routed larger netlists in over an hour (docs/fpga.md, "
+             "\"Measured\"); Ctrl-C stops the tools"),
 }
 
 
