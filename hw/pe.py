@@ -316,8 +316,9 @@ class PE(wiring.Component):
     more with ``psum_in`` (a ``link_i`` word offered every cycle) unless a row takes several
     cycles (:attr:`result_cycles`), so GEMMs with at least that many groups run at one beat
     per cycle (II = 1). REQUANT: per token row, the row max ->
-    :class:`~elmoe3d.hw.vpu.RowMaxExponent` (e', e_h written into TOK; prepared while the previous row streams) -> C =
-    :attr:`requant_units` :class:`~elmoe3d.hw.vpu.RequantUnit` s, C values per cycle, into ACT
+    :class:`~elmoe3d.hw.vpu.RowMaxExponent` (e', e_h written into TOK; prepared while the
+    previous row streams) -> C = :attr:`requant_units` :class:`~elmoe3d.hw.vpu.RequantUnit` s,
+    C values per cycle, into ACT
     (byte enables; one HBUF word in ``W/32 / C`` cycles). OUTPUT: two OUT words (one per bank,
     W/32 Q.24 values) per beat through K = :attr:`fp32_units`
     :class:`~elmoe3d.hw.vpu.Fp32Converter` s, one ``o`` beat every ``W/32 / K`` cycles
@@ -992,19 +993,21 @@ class PE(wiring.Component):
             d_up = (c // (L // 4)) * (L // 2) + c % (L // 4)
             return d_up, d_up + L // 4
 
-        def by_sub(j, k, full):
-            """Accumulator ``k`` (0 up, 1 gate) of unit ``j`` by sub-step (a FULL row has only
-            its first ``n_sw_full`` sub-steps)."""
-            n = n_sw_full if full else n_sw_max
-            values = [a_acc[sw_pair(s * S + j, full)[k]] for s in range(n)]
-            return Array(values)[sw_sub[:_log2(n)]] if n > 1 else values[0]
+        def by_sub(values):
+            return Array(values)[sw_sub] if n_sw_max > 1 else values[0]
 
         for j in range(S):
             unit = SwiGLUUnit(tag_width=sw_tag_layout.size if j == 0 else 0,
                               mul_stages=self._mul_stages)
             m.submodules[f"swiglu{j}"] = unit
             sw_units.append(unit)
-            up, gate = (Mux(a_full, by_sub(j, k, True), by_sub(j, k, False)) for k in range(2))
+            # (a FULL row never reaches sub-steps n_sw_full.., whose entries are don't-care:
+            # selecting among only its sub-steps measured 749 LUT4 positions more on the
+            # board top, 2026-11-30, so the mux is the same shape for both modes)
+            up, gate = (
+                Mux(a_full, by_sub([a_acc[sw_pair(s * S + j, True)[k]] for s in range(n_sw_max)]),
+                    by_sub([a_acc[sw_pair(s * S + j, False)[k]] for s in range(n_sw_max)]))
+                for k in range(2))
             m.d.comb += [
                 unit.i.valid.eq(a_sw),
                 unit.i.payload.acc_up.eq(up),

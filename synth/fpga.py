@@ -608,7 +608,10 @@ def pnr_progress(log_text: str) -> tuple[str, str] | None:
                       f"left")
         else:
             detail = "router2" if "Running router2" in log_text else "starting"
-        step, line = "routing", f"routing ({detail})"
+        placed = (f"; fmax estimated after placement {fmax[2]} MHz"
+                  if fmax and fmax.start() < routing else "")
+        # (the placed step lasts seconds: a poll may not see it, so routing lines repeat it)
+        step, line = "routing", f"routing ({detail}{placed})"
         if "Routing complete" in log_text or "Program finished normally" in log_text:
             step, line = "routed", "routed"
     return step, line
