@@ -388,9 +388,9 @@ def _fpga_arch(name, **kw):
 #: (92.3 %). The larger candidates have a 1,024-word HB stand-in: with both stand-ins at 1,024
 #: words the board top measured 243 DP16KD (208 available; the lean PE leaves the block RAM
 #: as it was), with EXT at 512 about 26 fewer, still over; and more than one PE needs twice
-#: the LUTs. nextpnr places it, but router2's first iteration still leaves 11 % of the wires
-#: it uses overused (``docs/fpga.md``, "Measured"; "Where the resources go" for what to
-#: shrink). Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value),
+#: the LUTs. nextpnr places it, but router2 still leaves about 10 % of the wires it uses
+#: overused after three iterations (``docs/fpga.md``, "Measured"; "Where the resources go"
+#: for what to shrink). Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value),
 #: the same memories needed 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
 FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
@@ -399,9 +399,9 @@ FPGA_CONFIGS = {
         hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
         estimate="fits: 65,864 LUT4 positions (78.8 %), 143 MULT18X18D (91.7 %), 192 DP16KD "
                  "(92.3 %) (Yosys, 2026-11-30)",
-        note="on the 2-core reference machine (2026-11-30) nextpnr placed it in about 15 "
+        note="on the 2-core reference machine (2026-11-30) nextpnr placed it in about 12 "
              "minutes, but router2 left 147,092 of 1,299,659 wires overused after its first "
-             "iteration and had not routed larger netlists in over an hour (docs/fpga.md, "
+             "iteration and 138,235 after its third, 58 minutes into the build (docs/fpga.md, "
              "\"Measured\"); Ctrl-C stops the tools"),
 }
 
