@@ -107,6 +107,13 @@ ROUTERS = ("router1", "router2")
 PLACERS = ("heap", "static")
 
 
+def _check_pnr_options(router, placer):
+    """Refuse a router or placer nextpnr-ecp5 does not have (:class:`FpgaError` naming it)."""
+    for name, value, choices in (("router", router, ROUTERS), ("placer", placer, PLACERS)):
+        if value not in choices:
+            raise FpgaError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
+
+
 def lut_multiplier_script(widths) -> str | None:
     """Yosys commands (after ``read_rtlil``) that build the ``$mul`` cells whose operand
     widths ``(A_WIDTH, B_WIDTH)`` are in ``widths`` as Booth LUT multipliers (``booth``),
@@ -315,12 +322,7 @@ class FpgaConfig:
                                         or isinstance(self.clk_hz, bool) or self.clk_hz < 1):
             raise FpgaError(f"clk_hz: expected a positive integer (Hz) or None, got "
                             f"{self.clk_hz!r}")
-        if self.router not in ROUTERS:
-            raise FpgaError(f"router: expected one of {', '.join(ROUTERS)}, got "
-                            f"{self.router!r}")
-        if self.placer not in PLACERS:
-            raise FpgaError(f"placer: expected one of {', '.join(PLACERS)}, got "
-                            f"{self.placer!r}")
+        _check_pnr_options(self.router, self.placer)
         from ..hw.pe import unit_count    # the PE's own rule for each unit count
         q = pe.word_bits // 32
         try:
@@ -670,10 +672,7 @@ def _follow(script, *, cwd, env, log, tim_path, say, start):
 
 
 def _overrides(name, seed, script_after_read, synth_opts, router="router1", placer="heap"):
-    if router not in ROUTERS:
-        raise FpgaError(f"router: expected one of {', '.join(ROUTERS)}, got {router!r}")
-    if placer not in PLACERS:
-        raise FpgaError(f"placer: expected one of {', '.join(PLACERS)}, got {placer!r}")
+    _check_pnr_options(router, placer)
     ov = {"nextpnr_opts": f"--report {name}_report.json --seed {int(seed)} --timing-allow-fail"
                           f" --placer {placer} --router {router}"}
     if script_after_read:
