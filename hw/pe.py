@@ -97,6 +97,11 @@ class _Writes:
         m.d.comb += self.busy.eq(Cat(r[0] for r in reqs).any() if reqs else 0)
         if low is not None:
             reqs.append(low)
+        if reqs:
+            # without a request the enables are clear and the address and data don't matter:
+            # the last request's are the default (one W-bit multiplexer fewer per memory, and
+            # none for a memory with a single writer)
+            m.d.comb += [self.addr.eq(reqs[-1][1]), self.data.eq(reqs[-1][2])]
         first = True
         for en, addr, value, mask in reqs:
             ctx = m.If(en) if first else m.Elif(en)
@@ -148,6 +153,8 @@ class _Reads:
 
     def build(self, m):
         m.d.comb += self.port.en.eq(0)
+        if self.requests:                    # the address of no read: the last request's
+            m.d.comb += self.port.addr.eq(self.requests[-1][1])
         first = True
         for cond, addr, en in self.requests:
             ctx = m.If(cond) if first else m.Elif(cond)
@@ -332,7 +339,10 @@ class PE(wiring.Component):
 
     After elaboration, :attr:`probes` maps a few internal control signals (load transfer,
     tile beat, buffer flags, execute-engine waits, REQUANT busy and waits, fence waits) by
-    name, for benches that account cycles.
+    name, for benches that account cycles, and ``rw_collision`` (``rw_collision_<memory>``
+    per memory): a word of WMSB, WLSB, WSCALE, ACT or HBUF read and written in the same
+    cycle. Those memories are synthesised with Yosys's ``no_rw_check`` (no read-first
+    emulation on an FPGA), so the benches assert it never fires.
 
     Parameters
     ----------
@@ -576,23 +586,37 @@ class PE(wiring.Component):
             return Value.cast(getattr(getattr(view.args, op.name.lower()), name))
 
         # ---- memories (one write port, one synchronous read port each) ------------------------
+        # A memory with ``collision_free`` is never read and written at the same word in one
+        # cycle by a program that keeps to the buffer flags, fences and REQUANT waits (reads
+        # are enabled only for the words a consumer takes; :attr:`probes` ``rw_collision``
+        # shows any, and the benches assert it never fires). It carries Yosys's
+        # ``no_rw_check`` attribute, which the FPGA flow applies to its read port
+        # (:func:`elmoe3d.synth.fpga.apply_no_rw_check`): no W-bit bypass register and
+        # multiplexer emulating read-first around the block RAM.
+        collisions = {}
+
         def memory(name, depth, *, width=W, granularity=None, transparent=False,
-                   valid_bits=False, read_ports=1):
-            mem = Memory(shape=unsigned(width), depth=depth, init=[])
+                   valid_bits=False, read_ports=1, collision_free=False):
+            mem = Memory(shape=unsigned(width), depth=depth, init=[],
+                         attrs={"no_rw_check": 1} if collision_free else None)
             m.submodules[name] = mem
             wp = mem.write_port(granularity=granularity)
             valid = Signal(depth, name=f"{name}_valid") if valid_bits else None
             writes = _Writes(wp, name=name, valid=valid)
             reads = [_Reads(mem.read_port(transparent_for=(wp,) if transparent else ()), writes)
                      for _ in range(read_ports)]
+            if collision_free:
+                assert not transparent and read_ports == 1
+                rp = reads[0].port
+                collisions[name] = wp.en.any() & rp.en & (wp.addr == rp.addr)
             return (*reads, writes)
 
-        wmsb = [memory(f"wmsb{b}", cfg.wmem_words) for b in range(2)]
-        wlsb = [memory(f"wlsb{b}", cfg.wmem_words) for b in range(2)]
-        wscl = [memory(f"wscale{b}", cfg.wscale_words) for b in range(2)]
-        act_rp, act_w = memory("act", cfg.act_words, granularity=8)
+        wmsb = [memory(f"wmsb{b}", cfg.wmem_words, collision_free=True) for b in range(2)]
+        wlsb = [memory(f"wlsb{b}", cfg.wmem_words, collision_free=True) for b in range(2)]
+        wscl = [memory(f"wscale{b}", cfg.wscale_words, collision_free=True) for b in range(2)]
+        act_rp, act_w = memory("act", cfg.act_words, granularity=8, collision_free=True)
         tok_rp, tok_w = memory("tok", cfg.tok_words, granularity=8)
-        hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words, granularity=32)
+        hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words, granularity=32, collision_free=True)
         # OUT and the row-max registers have valid bits: CLEAR takes one cycle
         # OUT in two banks (even and odd words): OUTPUT reads two words, one o beat, a cycle
         out_banks = [memory(f"out{b}", (cfg.out_words + 1 - b) // 2, granularity=64,
@@ -765,10 +789,12 @@ class PE(wiring.Component):
         g_step = g_issuing & adv
         w_addr = Signal(16)
         m.d.comb += w_addr.eq(g_w_blk + g_g)
+        # only the words a beat takes are read (the other buffer may be loading meanwhile)
         for b in range(2):
-            wmsb[b][0].request(1, w_addr, adv)
-            wlsb[b][0].request(1, w_addr, adv)
-            wscl[b][0].request(1, w_addr >> 3, adv)
+            w_rd = g_step & (gx("wbuf") == b)
+            wmsb[b][0].request(1, w_addr, w_rd)
+            wlsb[b][0].request(1, w_addr, w_rd)
+            wscl[b][0].request(1, w_addr >> 3, w_rd)
         with m.If(adv):
             m.d.sync += [
                 bv.eq(g_issuing),
@@ -1337,7 +1363,7 @@ class PE(wiring.Component):
         send_reads = {Target.ACT: act_rp, Target.TOK: tok_rp, Target.HBUF: hbuf_rp,
                       Target.OUT: out_rp, Target.ROWMAX: rmax_rp}
         for target, rp in send_reads.items():
-            rp.request(st["SEND"] & (x_target == target), x_addr, send_adv)
+            rp.request(st["SEND"] & (x_target == target), x_addr, send_adv & (x_left != 0))
         send_data = Signal(W)
         with m.Switch(x_target):
             for target, rp in send_reads.items():
@@ -1619,13 +1645,15 @@ class PE(wiring.Component):
                        "xop": xop, "full0": full[0], "full1": full[1],
                        "tile_out": tile_out, "hbuf_write": sw_out, "out_write": cmb_out,
                        "rq_busy": rq_busy, "rq_wait": rq_wait_stall,
-                       "fence_wait": ld_active & ld_fence & ~fence_ok}
+                       "fence_wait": ld_active & ld_fence & ~fence_ok,
+                       "rw_collision": Cat(collisions.values()).any(),
+                       **{f"rw_collision_{k}": v for k, v in collisions.items()}}
         m.d.comb += x_done.eq(clear_done | send_done | recv_done | status_done | output_done)
         m.d.comb += [fence_ok.eq(done_before(ld_need)),
                      rq_older_done.eq(done_before(rq_seq, skip=("rq",)))]
 
         # ---- the ACT read port: the GEMM's unless SEND holds it; TOK: the sink's unless SEND -----
-        act_rp.request(~st["SEND"], g_act_row + g_g, adv)
+        act_rp.request(~st["SEND"], g_act_row + g_g, g_step)
         tok_rp.request(~st["SEND"], row_t >> log_ov, ~stall_a)
 
         # ---- build the port muxes; the load engine writes with the lowest priority ---------------

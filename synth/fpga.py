@@ -72,7 +72,7 @@ from ..errors import UserError
 
 __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "FpgaError",
            "FpgaToolError", "tool_env", "FpgaConfig", "FPGA_CONFIGS",
-           "LUT_MULTIPLIERS", "lut_multiplier_script",
+           "LUT_MULTIPLIERS", "lut_multiplier_script", "apply_no_rw_check",
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
            "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
@@ -112,6 +112,85 @@ def _check_pnr_options(router, placer):
     for name, value, choices in (("router", router, ROUTERS), ("placer", placer, PLACERS)):
         if value not in choices:
             raise FpgaError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
+
+
+_RTLIL_MEMORY = re.compile(r"^\s*memory\b.*\s(\S+)\s*$")
+_RTLIL_MEMID = re.compile(r'^\s*parameter \\MEMID "(\S+)"\s*$')
+_RTLIL_MASK = re.compile(r"^(\s*parameter \\(TRANSPARENCY_MASK|COLLISION_X_MASK) )(\d+)'([01]+)\s*$")
+
+
+def apply_no_rw_check(rtlil: str) -> tuple[str, int]:
+    """Give the synchronous read ports of every memory that carries Yosys's ``no_rw_check``
+    attribute a don't-care result when the word they read is written in the same cycle
+    (``COLLISION_X_MASK`` all ones; the port must not be transparent).
+
+    Yosys applies ``no_rw_check`` in ``memory_dff``, when it merges a register into an
+    asynchronous read port; Amaranth emits synchronous ports, so without this the attribute
+    is ignored and ``memory_libmap`` wraps each such ECP5 block RAM in a W-bit register and
+    multiplexer that emulate read-first (for a 512 x 512 memory 532 LUT4 and 1,035 FF).
+    The PE marks the memories it never reads and writes at one word in one cycle
+    (``PE.probes["rw_collision"]``, asserted by the benches).
+
+    Parameters
+    ----------
+    rtlil : str
+        Amaranth's RTLIL of the design (one text, all modules).
+
+    Returns
+    -------
+    (str, int)
+        The RTLIL with those ports changed, and how many ports were changed.
+
+    Raises
+    ------
+    FpgaError
+        A ``no_rw_check`` memory has a transparent read port.
+    """
+    lines = rtlil.split("\n")
+    marked, module, attrs = set(), None, []
+    for line in lines:                       # pass 1: the marked memories, per module
+        text = line.strip()
+        if text.startswith("module "):
+            module = text.split()[1]
+        if text.startswith("attribute "):
+            attrs.append(text)
+            continue
+        found = _RTLIL_MEMORY.match(line)
+        if found and any(a.split()[1] == "\\no_rw_check" for a in attrs):
+            marked.add((module, found.group(1).lstrip("\\")))
+        attrs = []
+    changed, module, in_port, memid, collision_at = 0, None, False, None, None
+    for i, line in enumerate(lines):         # pass 2: their read ports
+        text = line.strip()
+        if text.startswith("module "):
+            module = text.split()[1]
+        if text.startswith("cell "):
+            in_port, memid, collision_at = text.split()[1] == "$memrd_v2", None, None
+            transparent = False
+            continue
+        if not in_port:
+            continue
+        found = _RTLIL_MEMID.match(line)
+        if found:
+            memid = found.group(1).lstrip("\\")
+            continue
+        found = _RTLIL_MASK.match(line)
+        if found:
+            if found.group(2) == "TRANSPARENCY_MASK":
+                transparent = "1" in found.group(4)
+            else:
+                collision_at = i
+            continue
+        if text == "end":
+            in_port = False
+            if (module, memid) in marked and collision_at is not None:
+                if transparent:
+                    raise FpgaError(f"memory {memid} in {module}: no_rw_check on a "
+                                    f"transparent read port")
+                head, _, width, _ = _RTLIL_MASK.match(lines[collision_at]).groups()
+                lines[collision_at] = f"{head}{width}'{'1' * int(width)}"
+                changed += 1
+    return "\n".join(lines), changed
 
 
 def lut_multiplier_script(widths) -> str | None:
@@ -684,10 +763,14 @@ def _overrides(name, seed, script_after_read, synth_opts, router="router1", plac
 
 def prepare(top, platform, *, name="top", build_dir, seed=DEFAULT_SEED,
             script_after_read=None, synth_opts=None, router="router1", placer="heap"):
-    """Amaranth's build plan of ``top`` on ``platform`` (elaboration; nothing run)."""
-    return platform.build(top, name=name, build_dir=str(build_dir), do_build=False,
+    """Amaranth's build plan of ``top`` on ``platform`` (elaboration; nothing run), its RTLIL
+    through :func:`apply_no_rw_check`."""
+    plan = platform.build(top, name=name, build_dir=str(build_dir), do_build=False,
                           do_program=False, **_overrides(name, seed, script_after_read,
                                                          synth_opts, router, placer))
+    il = f"{name}.il"
+    plan.files[il], _ = apply_no_rw_check(plan.files[il])
+    return plan
 
 
 def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_after_read=None,

@@ -15,7 +15,7 @@ import json
 import re
 
 import pytest
-from amaranth import ClockDomain, Elaboratable, Instance, Module, Signal
+from amaranth import Cat, ClockDomain, Elaboratable, Instance, Module, Signal
 from amaranth.build import Attrs, Clock, Pins, Resource
 from amaranth.lib import io
 from amaranth.lib.memory import Memory
@@ -246,6 +246,57 @@ def test_lean_pe_options(tmp_path):
                         r"\d+\n\s+parameter \\A_WIDTH (\d+)\n\s+parameter \\B_WIDTH (\d+)", text)
     counts = {w: widths.count(w) for w in set(widths)}
     assert counts[("21", "12")] == 8 and counts[("8", "18")] == 128
+    # the PE's no_rw_check memories (WMSB, WLSB and WSCALE of both buffers, ACT, HBUF) lose
+    # their read-first emulation in the flow's RTLIL, and only they
+    _, changed = fpga.apply_no_rw_check(text)
+    assert changed == 8
+    board_il = plan.files["top.il"]
+    assert len(re.findall(r"parameter \\COLLISION_X_MASK 1'1\n", board_il)) == 8
+    assert fpga.apply_no_rw_check(board_il) == (board_il, 8)
+
+
+class _TwoMemories(Elaboratable):
+    """Two 16 x 8 memories with one write and one synchronous read port each, ``a`` marked
+    ``no_rw_check`` (its read port transparent with ``transparent``), ``b`` not."""
+
+    def __init__(self, transparent=False):
+        self.transparent = transparent
+        self.addr = Signal(4)
+        self.data = Signal(8)
+        self.out = Signal(16)
+
+    def elaborate(self, platform):
+        m = Module()
+        outs = []
+        for name, attrs in (("a", {"no_rw_check": 1}), ("b", None)):
+            mem = m.submodules[name] = Memory(shape=8, depth=16, init=[], attrs=attrs)
+            wp = mem.write_port()
+            rp = mem.read_port(transparent_for=(wp,) if self.transparent and attrs else ())
+            m.d.comb += [wp.addr.eq(self.addr), wp.data.eq(self.data), wp.en.eq(1),
+                         rp.addr.eq(self.addr)]
+            outs.append(rp.data)
+        m.d.comb += self.out.eq(Cat(*outs))
+        return m
+
+
+def test_apply_no_rw_check():
+    """Only the read port of the memory with the attribute becomes collision-don't-care; a
+    transparent one is refused by name."""
+    from amaranth.back import rtlil
+    top = _TwoMemories()
+    text = rtlil.convert(top, ports=[top.addr, top.data, top.out])
+    out, changed = fpga.apply_no_rw_check(text)
+    assert changed == 1
+    ports = re.findall(r'cell \$memrd_v2 \S+\n\s+parameter \\MEMID "\\\\(\w+)"(?:\n.*?)*?'
+                       r"COLLISION_X_MASK (\d+'\d+)", out)
+    assert sorted(ports) == [("a", "1'1"), ("b", "1'0")]
+    assert fpga.apply_no_rw_check(out) == (out, 1)                 # idempotent
+    assert fpga.apply_no_rw_check(text.replace("no_rw_check", "keep")) == (
+        text.replace("no_rw_check", "keep"), 0)
+    bad = _TwoMemories(transparent=True)
+    with pytest.raises(fpga.FpgaError, match=r"memory a in \S+: no_rw_check on a transparent "
+                                             r"read port"):
+        fpga.apply_no_rw_check(rtlil.convert(bad, ports=[bad.addr, bad.data, bad.out]))
 
 
 def test_candidates_largest_first_and_save_block_ram():

@@ -54,7 +54,9 @@ def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, dr
     out, then ``drain`` more cycles (nothing more may come out).
 
     Checks the stream rule on ``o`` and ``link_o`` (an offered beat stays valid and unchanged
-    until taken). Returns a dict: ``o`` (list of (kind, data)), ``link_o`` (ints), ``cycles``
+    until taken) and that :attr:`PE.probes` ``rw_collision`` never fires (no word of a
+    ``no_rw_check`` memory read and written in one cycle). Returns a dict: ``o`` (list of
+    (kind, data)), ``link_o`` (ints), ``cycles``
     (to the last output or the last command), handshake cycles ``cmd``, ``ld``, ``link_o``,
     and for every name in ``watch`` the cycles in which that :attr:`PE.probes` bit was set.
     Without ``dut``, the PE is ``PE(config=ARCH, **pe_options)``.
@@ -115,6 +117,11 @@ def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, dr
             for name in watch:
                 if ctx.get(dut.probes[name]):
                     log[name].append(cycle)
+            if ctx.get(dut.probes["rw_collision"]):
+                hit = [k[len("rw_collision_"):] for k, v in dut.probes.items()
+                       if k.startswith("rw_collision_") and ctx.get(v)]
+                raise AssertionError(f"cycle {cycle}: a word of {', '.join(hit)} read and "
+                                     f"written in one cycle (no_rw_check memories)")
             assert len(log["o"]) <= n_o, f"cycle {cycle}: unexpected extra o beat"
             assert len(log["link_o"]) <= n_link, f"cycle {cycle}: unexpected extra link word"
             if (pos[0] == len(program) and len(log["o"]) == n_o
@@ -559,6 +566,23 @@ def test_load_overlaps_gemm():
     assert loads1_s[0] > got_s["link_o_cycles"][n_raw0 - 1]
     print(f"  overlapped {got['cycles']} cycles, serialized {got_s['cycles']} cycles")
     assert got["cycles"] < got_s["cycles"]
+
+
+def test_rw_collision_probe_fires_for_a_racing_load():
+    """The bench's ``rw_collision`` check can fail: LOADs into an ACT word without a fence,
+    one a cycle while a GEMM re-reads that word every 32 cycles, write it in a cycle the GEMM
+    reads it (a program the host never emits; the FPGA's no_rw_check ACT may then return
+    anything)."""
+    seed = 501
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (32, 64)).astype(np.int8)     # 16 row blocks x 2 groups
+    prog, ld = raw_gemm_program(a_q, random_weight(rng, 32, 64), Mode.DRAFT, wbuf=0)
+    word = int(rng.integers(0, 1 << 62))
+    for _ in range(64):
+        prog.load(Target.ACT, 5, 1)
+    ld = ld + [word] * 64
+    with pytest.raises(AssertionError, match=r"a word of act read and written in one cycle"):
+        run_pe(prog.encode(), ld, n_o=0, n_link=16 * 8, seed=seed)
 
 
 def test_send_recv_accumulate_status():
