@@ -69,8 +69,12 @@ ROUTER_FIFO_WORDS = 1
 #: PE's; REQUANT and OUTPUT take W/32 cycles per word instead of one, COMBINE ``lanes``
 #: cycles per result row (L/2 in FULL mode) and SWIGLU ``lanes / 2`` (``lanes / 4``, at least
 #: one, in FULL mode) instead of one: nothing next to the UART's 10 bit times per byte.
-LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "requant_units": 1, "fp32_units": 1,
-                  "combine_units": 1, "swiglu_units": 1}
+#: The tile takes a beat in two passes (``tile_passes``: 64 MULT18X18D and half the adder
+#: trees; a GEMM beat every other cycle). OUT and ROWMAX have no valid bits
+#: (``out_valid_bits``): CLEAR writes zeros a row a cycle.
+LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "tile_passes": 2, "requant_units": 1,
+                  "fp32_units": 1, "combine_units": 1, "swiglu_units": 1,
+                  "out_valid_bits": False}
 
 #: Meaning of the ``leds`` bits.
 LED_BITS = {
@@ -162,8 +166,8 @@ class BoardTop(wiring.Component):
         a stop-and-wait host, as :class:`elmoe3d.sw.fpga.FpgaBoard` is).
     pe_params : dict or None
         Keyword arguments of the :class:`~elmoe3d.hw.pe.PE` (``tile_dsp_pairs``,
-        ``requant_units``, ``fp32_units``, ``combine_units``, ``swiglu_units``,
-        ``mul_stages``): the FPGA-lean datapath options, which change cycle counts but never
+        ``tile_passes``, ``requant_units``, ``fp32_units``, ``combine_units``,
+        ``swiglu_units``, ``out_valid_bits``, ``mul_stages``): the FPGA-lean datapath options, which change cycle counts but never
         a result. ``None``: the PE's defaults.
 
     HELLO is a soft reset of the PE side: the bridge's ``soft_reset`` pulse (as its INFO
@@ -212,7 +216,8 @@ class BoardTop(wiring.Component):
             except TypeError as exc:
                 raise TypeError(f"pe_params: {exc} (expected PE keyword arguments: "
                                 f"tile_dsp_pairs, requant_units, fp32_units, combine_units, "
-                                f"swiglu_units, mul_stages)") from None
+                                f"swiglu_units, tile_passes, out_valid_bits, "
+                                f"mul_stages)") from None
         except (TypeError, ValueError):
             self._MustUse__silence = True
             for name in ("bridge", "uart_rx_block", "uart_tx_block", "router", "pe"):

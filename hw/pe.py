@@ -192,7 +192,8 @@ class _BankedWrites:
                 en, addr, data, mask = low
                 lo = (en & (addr[0] == b), addr >> 1, data, mask)
             wr.build(m, low=lo)
-            m.d.comb += wr.clear.eq(self.clear)
+            if wr.clear is not None:
+                m.d.comb += wr.clear.eq(self.clear)
 
 
 class _BankedReads:
@@ -371,6 +372,17 @@ class PE(wiring.Component):
     tile_dsp_pairs : bool
         Passed to the tensor tile as ``dsp_pairs`` (two IA8xW5 products per FPGA DSP
         multiplier); default False.
+    tile_passes : int
+        Passed to the tensor tile as ``passes`` (1, 2 or 4; default 1): the unit PEs of a
+        beat in that many cycles with that many times fewer multipliers, a GEMM beat every
+        ``tile_passes`` cycles.
+    out_valid_bits : bool
+        OUT and ROWMAX with a valid bit per word (default True): ``CLEAR out`` / ``CLEAR
+        rowmax`` take one cycle, and a word reads as zero until written, also after a reset.
+        False: no valid bits (and none of the W-bit read gates and write masks they need);
+        CLEAR writes zeros, both OUT banks and ROWMAX a row a cycle
+        (:attr:`clear_cycles`), and a reset leaves the memories as they were (power-up
+        contents are zero; every program the host builds starts with ``CLEAR out rowmax``).
 
     Raises
     ------
@@ -378,13 +390,14 @@ class PE(wiring.Component):
         ``config`` is neither an ArchConfig nor a PEConfig.
     ValueError
         The tile shape does not suit the PE; ``mul_stages``, ``requant_units``,
-        ``fp32_units``, ``combine_units``, ``swiglu_units`` or ``tile_dsp_pairs`` out of range
-        (the message names it).
+        ``fp32_units``, ``combine_units``, ``swiglu_units``, ``tile_dsp_pairs``,
+        ``tile_passes`` or ``out_valid_bits`` out of range (the message names it).
     """
 
     def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
                  fp32_units: int | None = None, combine_units: int | None = None,
-                 swiglu_units: int | None = None, tile_dsp_pairs: bool = False):
+                 swiglu_units: int | None = None, tile_dsp_pairs: bool = False,
+                 tile_passes: int = 1, out_valid_bits: bool = True):
         pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
@@ -407,6 +420,11 @@ class PE(wiring.Component):
                                    f"dividing lanes / 2 = {lanes // 2} (1..{lanes // 2})")
         if not isinstance(tile_dsp_pairs, bool):
             raise ValueError(f"tile_dsp_pairs: expected a bool, got {tile_dsp_pairs!r}")
+        if (not isinstance(tile_passes, int) or isinstance(tile_passes, bool)
+                or tile_passes not in (1, 2, 4)):
+            raise ValueError(f"tile_passes: expected 1, 2 or 4, got {tile_passes!r}")
+        if not isinstance(out_valid_bits, bool):
+            raise ValueError(f"out_valid_bits: expected a bool, got {out_valid_bits!r}")
         self._pe = pe_config
         self._tile_config = TileConfig(rows=rows, lanes=lanes)
         self._mul_stages = mul_stages
@@ -415,6 +433,8 @@ class PE(wiring.Component):
         self._combine_units = combine_units
         self._swiglu_units = swiglu_units
         self._tile_dsp_pairs = tile_dsp_pairs
+        self._out_valid_bits = out_valid_bits
+        self._tile_passes = tile_passes
         super().__init__({
             "cmd": In(stream.Signature(command_layout())),
             "ld": In(stream.Signature(unsigned(W))),
@@ -479,6 +499,21 @@ class PE(wiring.Component):
         return {True: max(L // 2 // J, 1), False: L // J}
 
     @property
+    def out_valid_bits(self) -> bool:
+        """OUT and ROWMAX have valid bits (one-cycle CLEAR)."""
+        return self._out_valid_bits
+
+    @property
+    def clear_cycles(self) -> int:
+        """Cycles of ``CLEAR`` with ``out`` or ``rowmax`` set, from its start to its last
+        write: 1 with :attr:`out_valid_bits`, otherwise one per row of the larger of the OUT
+        banks (``ceil(out_words / 2)``) and ROWMAX (``ceil(tok_entries / (W/32))``)."""
+        if self._out_valid_bits:
+            return 1
+        cfg = self._pe
+        return max(-(-cfg.out_words // 2), -(-cfg.tok_entries // (cfg.word_bits // 32)))
+
+    @property
     def swiglu_units(self) -> int:
         """S: :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s of the SWIGLU sink (a power of two
         dividing ``lanes / 2``; default ``lanes / 2``). A result row takes
@@ -512,8 +547,15 @@ class PE(wiring.Component):
         products per FPGA DSP multiplier)."""
         return self._tile_dsp_pairs
 
+    @property
+    def tile_passes(self) -> int:
+        """Passed to :class:`~elmoe3d.hw.tile.TensorTile` as ``passes`` (a GEMM beat every
+        ``tile_passes`` cycles)."""
+        return self._tile_passes
+
     def _tile_params(self) -> dict:
-        return {"config": self._tile_config, "dsp_pairs": self._tile_dsp_pairs}
+        return {"config": self._tile_config, "dsp_pairs": self._tile_dsp_pairs,
+                "passes": self._tile_passes}
 
     @property
     def load_queue_depth(self) -> int:
@@ -603,6 +645,7 @@ class PE(wiring.Component):
             wp = mem.write_port(granularity=granularity)
             valid = Signal(depth, name=f"{name}_valid") if valid_bits else None
             writes = _Writes(wp, name=name, valid=valid)
+            writes.depth = depth
             reads = [_Reads(mem.read_port(transparent_for=(wp,) if transparent else ()), writes)
                      for _ in range(read_ports)]
             if collision_free:
@@ -617,17 +660,18 @@ class PE(wiring.Component):
         act_rp, act_w = memory("act", cfg.act_words, granularity=8, collision_free=True)
         tok_rp, tok_w = memory("tok", cfg.tok_words, granularity=8)
         hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words, granularity=32, collision_free=True)
-        # OUT and the row-max registers have valid bits: CLEAR takes one cycle
+        # OUT and the row-max registers have valid bits (out_valid_bits): CLEAR takes one cycle
         # OUT in two banks (even and odd words): OUTPUT reads two words, one o beat, a cycle
+        vb = self._out_valid_bits
         out_banks = [memory(f"out{b}", (cfg.out_words + 1 - b) // 2, granularity=64,
-                            transparent=True, valid_bits=True) for b in range(2)]
+                            transparent=True, valid_bits=vb) for b in range(2)]
         out_rp = _BankedReads([rp for rp, _ in out_banks])
         out_w = _BankedWrites([wr for _, wr in out_banks])
         # the row maxima, W/32 registers of 32 bits per word (the ROWMAX word of SEND / RECV):
         # one read port for the SWIGLU sink's updates (and SEND / RECV), one for REQUANT
         rmax_words = -(-cfg.tok_entries // Q)
         rmax_rp, rmax_rq, rmax_w = memory("rowmax", rmax_words, granularity=32,
-                                          transparent=True, valid_bits=True, read_ports=2)
+                                          transparent=True, valid_bits=vb, read_ports=2)
         load_targets = {
             Target.WMSB: [wmsb[0][1], wmsb[1][1]],
             Target.WLSB: [wlsb[0][1], wlsb[1][1]],
@@ -1344,14 +1388,27 @@ class PE(wiring.Component):
                         m.next = "IDLE"
         inflight.update(xn=(xn_valid, xn_seq), xc=(~ex_fsm.ongoing("IDLE"), xc_seq))
 
-        # ---- CLEAR (one cycle: OUT and the row maxima are cleared through their valid bits) --
+        # ---- CLEAR (OUT and the row maxima: one cycle through their valid bits, or zeros
+        # written a row a cycle, both OUT banks and ROWMAX at once) ------------------------------
         with m.If(x_start & (xop == Op.CLEAR)):
             with m.If(fld(xc, Op.CLEAR, "flags")):
                 m.d.sync += [flag_acc.eq(0), flag_vpu.eq(0)]
             m.d.comb += counters_clear.eq(fld(xc, Op.CLEAR, "counters"))
-        m.d.comb += [out_w.clear.eq(st["CLEAR"] & fld(xc, Op.CLEAR, "out")),
-                     rmax_w.clear.eq(st["CLEAR"] & fld(xc, Op.CLEAR, "rowmax"))]
-        clear_done = st["CLEAR"]
+        clr_out = st["CLEAR"] & fld(xc, Op.CLEAR, "out")
+        clr_rmax = st["CLEAR"] & fld(xc, Op.CLEAR, "rowmax")
+        if vb:
+            m.d.comb += [out_w.clear.eq(clr_out), rmax_w.clear.eq(clr_rmax)]
+            clear_done = st["CLEAR"]
+        else:
+            n_clr = self.clear_cycles
+            clr_row = Signal(range(n_clr))
+            for wr, en in ((out_w.banks[0], clr_out), (out_w.banks[1], clr_out),
+                           (rmax_w, clr_rmax)):
+                wr.request(en & (clr_row < wr.depth), clr_row, 0)
+            clr_last = (clr_row == n_clr - 1) | ~(clr_out | clr_rmax)
+            clear_done = st["CLEAR"] & clr_last
+            with m.If(st["CLEAR"]):
+                m.d.sync += clr_row.eq(Mux(clr_last, 0, clr_row + 1))
 
         # ---- SEND: IOMEM words onto link_o -------------------------------------------------------
         with m.If(x_start & (xop == Op.SEND)):

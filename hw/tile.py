@@ -6,7 +6,7 @@ The golden model of this block's stream behaviour is :func:`elmoe3d.sw.tile.ref_
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -117,6 +117,13 @@ class TensorTile(wiring.Component):
     dsp_pairs : bool
         Two IA8xW5 products per multiplier (above). Default ``False`` (the ASIC datapath:
         one unit PE per product, paper Fig. 8).
+    passes : int
+        P, the stage-1 passes per beat (1, 2 or 4; default 1). With P > 1 the unit PEs and
+        adder trees are built for ``group / P`` depths: pass p multiplies depths
+        ``[p G/P, (p+1) G/P)`` and adds the partial trees, so the tile takes one beat every P
+        cycles (``i.ready`` is high only in the last pass) with ``multipliers / P``
+        multipliers. Results and :attr:`latency` (from the cycle the beat is taken) are
+        unchanged; an FPGA option, like ``dsp_pairs``.
 
     Attributes
     ----------
@@ -126,16 +133,22 @@ class TensorTile(wiring.Component):
     Raises
     ------
     TypeError
-        ``config`` is not a :class:`~elmoe3d.config.TileConfig`; ``dsp_pairs`` is not a bool.
+        ``config`` is not a :class:`~elmoe3d.config.TileConfig`; ``dsp_pairs`` is not a bool;
+        ``passes`` is not 1, 2 or 4.
     """
 
-    def __init__(self, *, config: TileConfig, dsp_pairs: bool = False):
+    def __init__(self, *, config: TileConfig, dsp_pairs: bool = False, passes: int = 1):
         if not isinstance(config, TileConfig):
             raise TypeError(f"config: expected a TileConfig, got {type(config).__name__}")
         if not isinstance(dsp_pairs, bool):
             raise TypeError(f"dsp_pairs: expected a bool, got {dsp_pairs!r}")
+        if (not isinstance(passes, int) or isinstance(passes, bool) or passes not in (1, 2, 4)
+                or config.group % passes):
+            raise TypeError(f"passes: expected 1, 2 or 4 (dividing the group of "
+                            f"{config.group}), got {passes!r}")
         self._config = config
         self._dsp_pairs = dsp_pairs
+        self._passes = passes
         super().__init__({
             "i": In(stream.Signature(tile_beat_layout(config))),
             "o": Out(stream.Signature(tile_result_layout(config))),
@@ -151,10 +164,15 @@ class TensorTile(wiring.Component):
         return self._dsp_pairs
 
     @property
+    def passes(self) -> int:
+        """P: stage-1 passes per beat (one beat every P cycles)."""
+        return self._passes
+
+    @property
     def multipliers(self) -> int:
         """Hardware multipliers of the unit-PE array: ``rows * lanes * group``, halved with
-        :attr:`dsp_pairs`."""
-        n = self.rows * self.lanes * self.group
+        :attr:`dsp_pairs`, divided by :attr:`passes`."""
+        n = self.rows * self.lanes * self.group // self._passes
         return n // 2 if self._dsp_pairs else n
 
     @property
@@ -174,9 +192,10 @@ class TensorTile(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from accepting a ``last`` beat (cycle t) to ``o.valid`` (cycle t + 3) with an
-        always-ready sink."""
-        return 3
+        """Cycles from accepting a ``last`` beat (cycle t) to ``o.valid`` (cycle t + 3; t + 2 +
+        P with :attr:`passes` P, whose dequantization takes P sub-steps) with an always-ready
+        sink."""
+        return 2 + self._passes
 
     def elaborate(self, platform):
         m = Module()
@@ -185,10 +204,17 @@ class TensorTile(wiring.Component):
 
         # Global stall: a result is pending and the sink does not take it.
         advance = Signal()
+        P = self._passes
+        depth = group // P                       # unit-PE depths built
+        phase = Signal(range(P), name="phase")   # the pass of the offered beat
+        last_pass = phase == P - 1
         m.d.comb += [
             advance.eq(~(self.o.valid & ~self.o.ready)),
-            self.i.ready.eq(advance),
+            self.i.ready.eq(advance & last_pass),
         ]
+        if P > 1:
+            with m.If(advance & self.i.valid):
+                m.d.sync += phase.eq(Mux(last_pass, 0, phase + 1))
 
         # ---- stage 1: unit PEs and adder trees ------------------------------------------------
         s1_valid = Signal()
@@ -199,6 +225,13 @@ class TensorTile(wiring.Component):
         s1_tree = [[Signal(TREE_SHAPE, name=f"s1_tree_{r}_{n}") for n in range(lanes)]
                    for r in range(rows)]
 
+        def in_pass(values):
+            """The ``depth`` operands of the current pass (depths p * depth + k)."""
+            if P == 1:
+                return list(values)
+            values = list(values)
+            return [Array(values[p * depth + k] for p in range(P))[phase] for k in range(depth)]
+
         # The 5-bit weight field of a unit PE depends only on its lane and depth (the weight
         # operand is broadcast down the rows), so the LSB-augmentation mux is built once per
         # (lane, k) and shared by the rows' multipliers.
@@ -206,39 +239,82 @@ class TensorTile(wiring.Component):
         for n in range(lanes):
             is_msb, aug = lane_controls(beat.mode, n % 2)
             lane_fields = []
-            for k in range(group):
+            for k, nib in enumerate(in_pass(beat.wgt[n][k] for k in range(group))):
                 field = Signal(signed(5), name=f"field_{n}_{k}")
-                m.d.comb += field.eq(weight_field(beat.wgt[n][k], is_msb, aug))
+                m.d.comb += field.eq(weight_field(nib, is_msb, aug))
                 lane_fields.append(field)
             fields.append(lane_fields)
+        acts = []
+        for r in range(rows):
+            row = []
+            for k, a in enumerate(in_pass(beat.act[r][k] for k in range(group))):
+                sel = Signal(signed(8), name=f"act_{r}_{k}")
+                m.d.comb += sel.eq(a)
+                row.append(sel)
+            acts.append(row)
 
-        with m.If(advance):
+        # stage 1 takes a beat in its last pass (with P > 1 only then: its registers hold the
+        # beat's trees through the P dequantization sub-steps that follow)
+        s1_take = advance if P == 1 else advance & self.i.valid & last_pass
+        with m.If(s1_take):
             m.d.sync += [
-                s1_valid.eq(self.i.valid),
+                s1_valid.eq(self.i.valid & last_pass),
                 s1_first.eq(beat.first),
                 s1_last.eq(beat.last),
                 s1_mode.eq(beat.mode),
                 s1_scale.eq(beat.scale),
             ]
-            for r in range(rows):
-                if self._dsp_pairs:
-                    trees = self._paired_trees(m, beat.act[r], fields, r)
+        for r in range(rows):
+            if self._dsp_pairs:
+                trees = self._paired_trees(m, acts[r], fields, r)
+            else:
+                trees = [_adder_tree(acts[r][k] * fields[n][k] for k in range(depth))
+                         for n in range(lanes)]
+            for n in range(lanes):
+                if P == 1:
+                    total = trees[n]
                 else:
-                    trees = [_adder_tree(beat.act[r][k] * fields[n][k] for k in range(group))
-                             for n in range(lanes)]
-                for n in range(lanes):
-                    m.d.sync += s1_tree[r][n].eq(trees[n])
+                    # the earlier passes' sum (exact: a partial sum of the group's tree)
+                    part = Signal(TREE_SHAPE, name=f"part_{r}_{n}")
+                    total = Mux(phase == 0, 0, part) + trees[n]
+                    with m.If(advance & self.i.valid & ~last_pass):
+                        m.d.sync += part.eq(total)
+                with m.If(s1_take):
+                    m.d.sync += s1_tree[r][n].eq(total)
 
         # ---- stage 2: slice combine, scale decode, psum * signed mantissa ----------------------
+        # The rows x lanes accumulators in S = P sub-steps of ``per`` slots: sub-step q of a
+        # beat dequantizes accumulators [q per, (q+1) per) (row-major), each slot one of them
+        # (S = 1: every accumulator its own slot, one sub-step, the ASIC datapath).
+        S = P
+        cells = [(r, n) for r in range(rows) for n in range(lanes)]
+        per = len(cells) // S
+        sub = Signal(range(S), name="dq_sub")    # the sub-step in stage 2
+        if S == 1:
+            active = s1_valid
+        else:
+            active = Signal(name="dq_busy")
+            with m.If(advance):
+                with m.If(s1_take):
+                    m.d.sync += [active.eq(1), sub.eq(0)]
+                with m.Elif(active):
+                    m.d.sync += [active.eq(sub != S - 1), sub.eq(Mux(sub == S - 1, 0, sub + 1))]
+
+        def pick(values, j, index):
+            """Slot ``j``'s value in sub-step ``index`` (values by cell)."""
+            if S == 1:
+                return values[j]
+            return Array(values[q * per + j] for q in range(S))[index]
+
         s2_valid = Signal()
         s2_first = Signal()
         s2_last = Signal()
         s2_mode = Signal(TileMode)
-        s2_shift = [Signal(range(31), name=f"s2_shift_{n}") for n in range(lanes)]
-        s2_scaled = [[Signal(SCALED_SHAPE, name=f"s2_scaled_{r}_{n}") for n in range(lanes)]
-                     for r in range(rows)]
+        s2_sub = Signal(range(S), name="s2_sub")
+        s2_shift = [Signal(range(31), name=f"s2_shift_{j}") for j in range(per)]
+        s2_scaled = [Signal(SCALED_SHAPE, name=f"s2_scaled_{j}") for j in range(per)]
 
-        mant = []
+        mant, shifts = [], []
         for n in range(lanes):
             bits = s1_scale[n]
             sign, exp, frac = bits[15], bits[10:15], bits[0:10]
@@ -251,9 +327,9 @@ class TensorTile(wiring.Component):
                 shift.eq(Mux(exp == 0, 0, exp - 1)),
             ]
             mant.append(sm)
-            with m.If(advance):
-                m.d.sync += s2_shift[n].eq(shift)
+            shifts.append(shift)
 
+        psums = {}
         for r in range(rows):
             for j in range(lanes // 2):
                 comb = SliceCombiner(width=TREE_SHAPE.width)
@@ -266,12 +342,20 @@ class TensorTile(wiring.Component):
                 for n, out in ((2 * j, comb.out_even), (2 * j + 1, comb.out_odd)):
                     psum = Signal(PSUM_SHAPE, name=f"psum_{r}_{n}")
                     m.d.comb += psum.eq(out)          # exact: see PSUM_SHAPE
-                    with m.If(advance):
-                        m.d.sync += s2_scaled[r][n].eq(psum * mant[n])
+                    psums[r, n] = psum
+
+        for j in range(per):
+            with m.If(advance):
+                m.d.sync += [
+                    s2_scaled[j].eq(pick([psums[c] for c in cells], j, sub)
+                                    * pick([mant[n] for _, n in cells], j, sub)),
+                    s2_shift[j].eq(pick([shifts[n] for _, n in cells], j, sub)),
+                ]
 
         with m.If(advance):
             m.d.sync += [
-                s2_valid.eq(s1_valid),
+                s2_valid.eq(active),
+                s2_sub.eq(sub),
                 s2_first.eq(s1_first),
                 s2_last.eq(s1_last),
                 s2_mode.eq(s1_mode),
@@ -279,36 +363,35 @@ class TensorTile(wiring.Component):
 
         # ---- stage 3: exponent shift and saturating accumulation -------------------------------
         out_mode = Signal(TileMode)
-        for r in range(rows):
-            for n in range(lanes):
-                acc = Signal(_ACC_SHAPE, name=f"acc_{r}_{n}")
-                flag = Signal(name=f"ovf_{r}_{n}")
-                term = Signal(TERM_SHAPE, name=f"term_{r}_{n}")
-                base = Signal(_ACC_SHAPE, name=f"base_{r}_{n}")
-                total = Signal(signed(65), name=f"total_{r}_{n}")
-                wrap = Signal(name=f"wrap_{r}_{n}")
-                m.d.comb += [
-                    term.eq(s2_scaled[r][n] << s2_shift[n]),
-                    base.eq(Mux(s2_first, 0, acc)),
-                    total.eq(base + term),
-                    # The exact 65-bit sum does not fit in 64 bits.
-                    wrap.eq(total[64] != total[63]),
-                ]
-                with m.If(advance & s2_valid):
-                    m.d.sync += flag.eq(Mux(s2_first, 0, flag) | wrap)
-                    with m.If(~wrap):
-                        m.d.sync += acc.eq(total[:64])
-                    with m.Elif(total[64]):
-                        m.d.sync += acc.eq(_INT64_MIN)
-                    with m.Else():
-                        m.d.sync += acc.eq(_INT64_MAX)
-                m.d.comb += [
-                    self.o.payload.acc[r][n].eq(acc),
-                    self.o.payload.overflow[r][n].eq(flag),
-                ]
+        accs = [Signal(_ACC_SHAPE, name=f"acc_{r}_{n}") for r, n in cells]
+        flags = [Signal(name=f"ovf_{r}_{n}") for r, n in cells]
+        for j in range(per):
+            term = Signal(TERM_SHAPE, name=f"term_{j}")
+            base = Signal(_ACC_SHAPE, name=f"base_{j}")
+            total = Signal(signed(65), name=f"total_{j}")
+            wrap = Signal(name=f"wrap_{j}")
+            value = Signal(_ACC_SHAPE, name=f"value_{j}")
+            m.d.comb += [
+                term.eq(s2_scaled[j] << s2_shift[j]),
+                base.eq(Mux(s2_first, 0, pick(accs, j, s2_sub))),
+                total.eq(base + term),
+                # The exact 65-bit sum does not fit in 64 bits.
+                wrap.eq(total[64] != total[63]),
+                value.eq(Mux(~wrap, total[:64], Mux(total[64], _INT64_MIN, _INT64_MAX))),
+            ]
+            for q in range(S):
+                i = q * per + j
+                with m.If(advance & s2_valid & (s2_sub == q)):
+                    m.d.sync += [flags[i].eq(Mux(s2_first, 0, flags[i]) | wrap),
+                                 accs[i].eq(value)]
+        for i, (r, n) in enumerate(cells):
+            m.d.comb += [
+                self.o.payload.acc[r][n].eq(accs[i]),
+                self.o.payload.overflow[r][n].eq(flags[i]),
+            ]
 
         with m.If(advance):
-            m.d.sync += self.o.valid.eq(s2_valid & s2_last)
+            m.d.sync += self.o.valid.eq(s2_valid & s2_last & (s2_sub == S - 1))
             with m.If(s2_valid):
                 m.d.sync += out_mode.eq(s2_mode)
         m.d.comb += self.o.payload.mode.eq(out_mode)
@@ -316,8 +399,9 @@ class TensorTile(wiring.Component):
         return m
 
     def _paired_trees(self, m, act, fields, r):
-        """The ``lanes`` adder-tree sums of row ``r`` with two products per multiplier."""
-        lanes, group = self.lanes, self.group
+        """The ``lanes`` adder-tree sums of row ``r`` over the pass's ``len(act)`` depths with
+        two products per multiplier."""
+        lanes, group = self.lanes, len(act)
         act_sum = Signal(signed(8 + 5), name=f"act_sum_{r}")      # 32 x [-128, 127]
         m.d.comb += act_sum.eq(_adder_tree(act[k] for k in range(group)))
         trees = []

@@ -61,12 +61,13 @@ class StreamSink:
 
 
 def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=12,
-                   max_cycles=None, read=None):
+                   max_cycles=None, read=None, passes=1):
     """Drive ``inputs`` into ``dut.i`` and collect ``n_results`` payloads from ``dut.o``.
 
     The source offers the next input with probability ``1 - idle`` each cycle (and holds it until
     taken); the sink is ready with probability ``1 - stall`` (``random.Random(seed)``). Checks,
-    every cycle: ``i.ready == ~o.valid | o.ready`` (a pipeline with a global stall); a result
+    every cycle: ``i.ready == ~o.valid | o.ready`` (a pipeline with a global stall; with
+    ``passes`` P > 1, only once an input has been offered in P - 1 such cycles before); a result
     offered and not taken stays valid and unchanged; no more than ``n_results`` results, and
     none in the ``drain`` cycles after the last one (nothing duplicated). Raises
     ``AssertionError`` naming the cycle on a violation or after ``max_cycles`` (default: scaled
@@ -93,10 +94,10 @@ def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=1
     got, accept = sink.got, []
     if max_cycles is None:
         rate = max(1e-3, (1 - idle) * (1 - stall))
-        max_cycles = 100 + int((n_in + 4 * n_results + dut.latency + 10) / rate * 4)
+        max_cycles = 100 + int((n_in * passes + 4 * n_results + dut.latency + 10) / rate * 4)
 
     async def bench(ctx):
-        idx, cycle, valid, quiet = 0, 0, False, 0
+        idx, cycle, valid, quiet, offered = 0, 0, False, 0, 0
         while True:
             if not valid and idx < n_in:
                 valid = rng.random() >= idle
@@ -109,13 +110,17 @@ def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=1
                     ctx.set(dut.i.payload, value)
             ready = sink.drive(ctx)
             o_valid, i_ready = ctx.get(dut.o.valid), ctx.get(dut.i.ready)
-            assert i_ready == (not o_valid or ready), f"cycle {cycle}: i.ready"
+            advance = not o_valid or ready
+            assert i_ready == (advance and offered == passes - 1), f"cycle {cycle}: i.ready"
+            if valid and advance and not i_ready:
+                offered += 1
             sink.sample(ctx, cycle)
             assert len(got) <= n_results, f"cycle {cycle}: unexpected extra result"
             if valid and i_ready:
                 accept.append(cycle)
                 idx += 1
                 valid = False
+                offered = 0
             if idx == n_in and len(got) == n_results:
                 quiet += 1
                 if quiet > drain:

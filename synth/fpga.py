@@ -356,9 +356,11 @@ class FpgaConfig:
     ``None``: the board's oscillator itself), nextpnr's ``router`` and ``placer``
     (:data:`ROUTERS`, :data:`PLACERS`), and the FPGA-lean datapath options of the PE, which
     change cycle counts but never a result: ``tile_dsp_pairs`` (two IA8xW5 products per
-    MULT18X18D, :class:`~elmoe3d.hw.tile.TensorTile`), ``requant_units``, ``fp32_units``,
+    MULT18X18D, :class:`~elmoe3d.hw.tile.TensorTile`), ``tile_passes`` (the tile's beat in
+    that many cycles with that many times fewer multipliers), ``requant_units``, ``fp32_units``,
     ``combine_units`` and ``swiglu_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`;
-    ``None``: one per value of a word, lane or lane pair) and ``lut_multipliers`` (``$mul``
+    ``None``: one per value of a word, lane or lane pair), ``out_valid_bits`` (False: CLEAR
+    writes zeros instead of clearing valid bits) and ``lut_multipliers`` (``$mul``
     operand widths built as Booth LUT multipliers, :func:`lut_multiplier_script`). ``estimate``
     documents the measured Yosys estimate of a named default, ``note`` what a build of it met on
     the reference machine (printed before place and route; neither is used in computing
@@ -374,10 +376,12 @@ class FpgaConfig:
     router: str = "router2"
     placer: str = "heap"
     tile_dsp_pairs: bool = True
+    tile_passes: int = 2
     requant_units: int | None = 1
     fp32_units: int | None = 1
     combine_units: int | None = 1
     swiglu_units: int | None = 1
+    out_valid_bits: bool = False
     lut_multipliers: tuple = LUT_MULTIPLIERS
     estimate: str = ""
     note: str = ""
@@ -397,6 +401,10 @@ class FpgaConfig:
                 raise FpgaError(f"{name}: expected a power of two, got {v}")
         if not isinstance(self.tile_dsp_pairs, bool):
             raise FpgaError(f"tile_dsp_pairs: expected a bool, got {self.tile_dsp_pairs!r}")
+        if self.tile_passes not in (1, 2, 4) or isinstance(self.tile_passes, bool):
+            raise FpgaError(f"tile_passes: expected 1, 2 or 4, got {self.tile_passes!r}")
+        if not isinstance(self.out_valid_bits, bool):
+            raise FpgaError(f"out_valid_bits: expected a bool, got {self.out_valid_bits!r}")
         if self.clk_hz is not None and (not isinstance(self.clk_hz, int)
                                         or isinstance(self.clk_hz, bool) or self.clk_hz < 1):
             raise FpgaError(f"clk_hz: expected a positive integer (Hz) or None, got "
@@ -428,9 +436,10 @@ class FpgaConfig:
     @property
     def pe_params(self) -> dict:
         """The PE's keyword arguments (:class:`~elmoe3d.hw.board.BoardTop` ``pe_params``)."""
-        return {"tile_dsp_pairs": self.tile_dsp_pairs, "requant_units": self.requant_units,
+        return {"tile_dsp_pairs": self.tile_dsp_pairs, "tile_passes": self.tile_passes,
+                "requant_units": self.requant_units,
                 "fp32_units": self.fp32_units, "combine_units": self.combine_units,
-                "swiglu_units": self.swiglu_units}
+                "swiglu_units": self.swiglu_units, "out_valid_bits": self.out_valid_bits}
 
     def summary(self) -> dict:
         a, pe = self.arch, self.arch.pe
@@ -443,9 +452,10 @@ class FpgaConfig:
                 "ext_words": self.ext_words, "frame_words": self.frame_words,
                 "baud": self.baud, "clk_hz": self.clk_hz, "router": self.router,
                 "placer": self.placer,
-                "tile_dsp_pairs": self.tile_dsp_pairs,
+                "tile_dsp_pairs": self.tile_dsp_pairs, "tile_passes": self.tile_passes,
                 "requant_units": self.requant_units, "fp32_units": self.fp32_units,
                 "combine_units": self.combine_units, "swiglu_units": self.swiglu_units,
+                "out_valid_bits": self.out_valid_bits,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
 
 
@@ -478,7 +488,7 @@ FPGA_CONFIGS = {
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
-        estimate="fits: 65,864 LUT4 positions (78.8 %), 143 MULT18X18D (91.7 %), 192 DP16KD "
+        estimate="fits: 52,579 LUT4 positions (62.9 %), 79 MULT18X18D (50.6 %), 192 DP16KD "
                  "(92.3 %) (Yosys, 2026-11-30)",
         note="on the 2-core reference machine (2026-11-30) nextpnr placed it in about 12 "
              "minutes, but router2 left 147,092 of 1,299,659 wires overused after its first "
@@ -534,11 +544,11 @@ LUT4_PER_UNIT_PE_MIN = 48
 
 
 #: A lower bound of the LUT4 positions of a board top with one FPGA-lean PE of the smallest
-#: tile (2x4x32): the named ULX3S-85F default measured 65,864 (Yosys, 2026-11-30), the PE's
-#: own logic alone 37,385 in the estimate by block; smaller memories than its 128 KiB WMEM /
-#: 64 KiB IOMEM only move words from block RAM into distributed RAM. A device below it (every
-#: ECP5 but the 85F ones) is refused before any tool runs.
-BOARD_TOP_LUT4_MIN = 60_000
+#: tile (2x4x32): the named ULX3S-85F default measured 52,579 (Yosys, 2026-11-30); smaller
+#: memories than its 128 KiB WMEM / 64 KiB IOMEM only move words from block RAM into
+#: distributed RAM. A device below it (every ECP5 but the 85F ones: the 45F has 43,848) is
+#: refused before any tool runs.
+BOARD_TOP_LUT4_MIN = 48_000
 
 
 def check_device(dev: Device):
@@ -1247,9 +1257,12 @@ def describe(cfg: FpgaConfig) -> str:
     a = cfg.arch
     return (f"1 PE {a.tile.rows}x{a.tile.lanes}x32, WMEM {a.wmem_bytes // 1024} KiB, IOMEM "
             f"{a.iomem_bytes // 1024} KiB, HB {cfg.hb_words} / EXT {cfg.ext_words} words"
-            f"{', paired tile products' if cfg.tile_dsp_pairs else ''}, VPU units: requant "
+            f"{', paired tile products' if cfg.tile_dsp_pairs else ''}"
+            f"{f' in {cfg.tile_passes} passes' if cfg.tile_passes > 1 else ''}"
+            f", VPU units: requant "
             f"{cfg.requant_units or 'all'}, FP32 {cfg.fp32_units or 'all'}, combine "
-            f"{cfg.combine_units or 'all'}, SwiGLU {cfg.swiglu_units or 'all'}; "
+            f"{cfg.combine_units or 'all'}, SwiGLU {cfg.swiglu_units or 'all'}"
+            f"{'' if cfg.out_valid_bits else ', CLEAR by writes'}; "
             f"{f'{cfg.clk_hz / 1e6:g} MHz from the PLL' if cfg.clk_hz else 'the board clock'}, "
             f"UART {cfg.baud:,} baud")
 

@@ -282,6 +282,14 @@ def test_vpu_unit_parameters_and_errors():
     for bad in (1, None, "yes"):
         with pytest.raises(ValueError, match="tile_dsp_pairs"):
             PE(config=ARCH, tile_dsp_pairs=bad)
+        with pytest.raises(ValueError, match="out_valid_bits: expected a bool"):
+            PE(config=ARCH, out_valid_bits=bad)
+    dut = _unused(PE(config=ARCH))
+    assert dut.out_valid_bits and dut.clear_cycles == 1
+    dut = _unused(PE(config=ARCH, out_valid_bits=False))
+    cfg = dut.config
+    assert not dut.out_valid_bits and dut.clear_cycles == max(
+        -(-cfg.out_words // 2), -(-cfg.tok_entries // (cfg.word_bits // 32))) > 1
     dut = _unused(PE(config=ARCH))
     assert dut.combine_units == L and dut.combine_row_cycles == {True: 1, False: 1}
     dut = _unused(PE(config=ARCH, combine_units=1))
@@ -621,6 +629,41 @@ def test_send_recv_accumulate_status():
     st = ref.statuses()
     assert st[0]["vpu_saturation"] == 1 and st[1]["vpu_saturation"] == 0
     assert st[0]["words_received"] == 10 and st[0]["words_sent"] == 13
+
+
+@pytest.mark.parametrize("out_valid_bits", [True, False])
+def test_clear_zeroes_out_and_rowmax(out_valid_bits):
+    """CLEAR out rowmax zeroes every OUT word and row-max register written before it, through
+    the valid bits or (``out_valid_bits=False``) by writing zeros a row a cycle; a RECV
+    accumulating after it starts from zero; RTL == fsim."""
+    seed = 610
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    OV, Q = PE_CFG.q24_per_word, PE_CFG.q16_per_word
+    n_out, n_rm = 6, 2
+    base = rng.integers(-2**40, 2**40, (n_out, OV))
+    add = rng.integers(-2**40, 2**40, (n_out, OV))
+    maxima = rng.integers(1, 2**31, (n_rm, Q))
+    prog = asm.Program(PE_CFG)
+    prog.load(Target.OUT, 0, n_out)
+    prog.recv(Target.ROWMAX, 0, n_rm)
+    prog.barrier()
+    prog.send(Target.OUT, 0, n_out)
+    prog.send(Target.ROWMAX, 0, n_rm)
+    prog.clear(out=True, rowmax=True)
+    prog.send(Target.OUT, 0, n_out)
+    prog.send(Target.ROWMAX, 0, n_rm)
+    prog.recv(Target.OUT, 0, n_out, accumulate=True)
+    prog.send(Target.OUT, 0, n_out)
+    ld = asm.words_to_ints(asm.pack_q24(base, PE_CFG))
+    link_i = asm.words_to_ints(np.concatenate([asm.pack_q16(maxima, PE_CFG),
+                                               asm.pack_q24(add, PE_CFG)]))
+    got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
+                                 pe_options={"out_valid_bits": out_valid_bits})
+    words = got["link_o"]
+    before, after = words[:n_out + n_rm], words[n_out + n_rm:2 * (n_out + n_rm)]
+    assert any(before) and not any(after)
+    assert words[-n_out:] == asm.words_to_ints(asm.pack_q24(add, PE_CFG))
 
 
 @pytest.mark.parametrize("mode, pe_options", [

@@ -34,7 +34,7 @@ def _expected_results(beats):
     return int(np.count_nonzero(beats["last"]))
 
 
-def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=False):
+def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=False, passes=1):
     """Drive ``beats`` through a :class:`TensorTile` with a random source (idle probability
     ``idle``) and a random sink (not-ready probability ``stall``).
 
@@ -45,10 +45,10 @@ def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=Fal
     Returns ``(results, log)``: results in :func:`ref_tile`'s format; log with the cycle of every
     accepted beat (``accept``) and every taken result (``emit``) and the DUT's ``latency``.
     """
-    dut = TensorTile(config=cfg, dsp_pairs=dsp_pairs)
+    dut = TensorTile(config=cfg, dsp_pairs=dsp_pairs, passes=passes)
     words = pack_beats(cfg, beats)
     got, log = drive_pipeline(dut, [int(w) for w in words], n_results=_expected_results(beats),
-                              seed=seed, idle=idle, stall=stall, drain=drain)
+                              seed=seed, idle=idle, stall=stall, drain=drain, passes=passes)
     return unpack_results(cfg, got), log
 
 
@@ -476,4 +476,50 @@ def test_dsp_pairs_every_operand_combination(mode):
             for j in range(2) for a in [acts[r, k]]}
     assert len(seen) == 256 * 16 * 16
     got, _ = run_tile(cfg, beats, seed=5200 + int(mode), dsp_pairs=True)
+    assert_results_equal(got, ref_tile(beats))
+
+
+# ---- passes (the group's depths in P passes, FPGA) --------------------------------------------
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_passes_parameter():
+    cfg = TileConfig(rows=2, lanes=4)
+    tile = TensorTile(config=cfg, dsp_pairs=True, passes=2)
+    assert tile.passes == 2 and tile.multipliers == 64 and tile.latency == 4
+    assert TensorTile(config=cfg, passes=4).multipliers == 64
+    Fragment.get(tile, None)                 # elaborates
+    for bad in (0, 3, 8, True, 2.0, "2"):
+        with pytest.raises(TypeError, match="passes: expected 1, 2 or 4"):
+            TensorTile(config=cfg, passes=bad)
+    gc.collect()
+
+
+@pytest.mark.parametrize("passes, dsp_pairs", [(2, True), (2, False), (4, True)],
+                         ids=["P2-pairs", "P2-unit", "P4-pairs"])
+@pytest.mark.parametrize("idle,stall", [(0.0, 0.0), (0.3, 0.6)])
+def test_passes_random_beats(passes, dsp_pairs, idle, stall):
+    """Random beats (mixed modes, random first/last, any scale bits) through a tile that takes
+    the group in ``passes`` passes: the golden results, one beat every P cycles when nothing
+    waits, every result ``latency`` cycles after its last beat was taken."""
+    cfg = TileConfig(rows=2, lanes=4)
+    seed = 5200 + 10 * passes + dsp_pairs + int(10 * idle)
+    print(f"seed={seed}")
+    beats = random_beats(np.random.default_rng(seed), cfg, 40)
+    got, log = run_tile(cfg, beats, seed=seed, idle=idle, stall=stall, dsp_pairs=dsp_pairs,
+                        passes=passes)
+    assert_results_equal(got, ref_tile(beats))
+    if idle == stall == 0.0:
+        assert log["accept"] == [passes * (i + 1) - 1 for i in range(40)]
+        assert_latency(beats, log)
+
+
+@pytest.mark.parametrize("mode", [Mode.FULL, Mode.DRAFT], ids=lambda m: m.name)
+def test_passes_corner_extremes(mode):
+    """-128 activations against the most negative weight fields on every depth, two passes
+    of DSP pairs: the partial trees add up to the extreme group psum exactly."""
+    cfg = TileConfig(rows=2, lanes=4)
+    q = -128 if mode is Mode.FULL else -120
+    beats = _const_beats(cfg, 3, act=-128, nib=_wgt_nibbles(q, mode, cfg.lanes), scale=0x3C00,
+                         mode=int(mode))
+    got, _ = run_tile(cfg, beats, dsp_pairs=True, passes=2)
     assert_results_equal(got, ref_tile(beats))
