@@ -69,10 +69,10 @@ ROUTER_FIFO_WORDS = 1
 #: PE's; REQUANT and OUTPUT take W/32 cycles per word instead of one, COMBINE ``lanes``
 #: cycles per result row (L/2 in FULL mode) and SWIGLU ``lanes / 2`` (``lanes / 4``, at least
 #: one, in FULL mode) instead of one: nothing next to the UART's 10 bit times per byte.
-#: The tile takes a beat in two passes (``tile_passes``: 64 MULT18X18D and half the adder
-#: trees; a GEMM beat every other cycle). OUT and ROWMAX have no valid bits
+#: The tile takes a beat in four passes (``tile_passes``: 32 MULT18X18D, a quarter of the
+#: adder trees and of the dequantization; a GEMM beat every fourth cycle). OUT and ROWMAX have no valid bits
 #: (``out_valid_bits``): CLEAR writes zeros a row a cycle.
-LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "tile_passes": 2, "requant_units": 1,
+LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "tile_passes": 4, "requant_units": 1,
                   "fp32_units": 1, "combine_units": 1, "swiglu_units": 1,
                   "out_valid_bits": False}
 

@@ -239,8 +239,8 @@ def test_lean_pe_options(tmp_path):
     with pytest.raises(fpga.FpgaError, match="placer: expected one of heap, static"):
         fpga.prepare(top, fpga.board("ulx3s-85f").platform(), build_dir=tmp_path,
                      placer="sa")
-    # the Booth selection is not a no-op: the lean PE has exactly its 4 dequantization
-    # multipliers of those widths (two sub-steps), and the paired tile's 64 products (two
+    # the Booth selection is not a no-op: the lean PE has exactly its 2 dequantization
+    # multipliers of those widths (four sub-steps), and the paired tile's 32 products (four
     # passes) are 8 x 18
     from amaranth.back import rtlil
     from elmoe3d.hw.pe import PE
@@ -248,7 +248,7 @@ def test_lean_pe_options(tmp_path):
     widths = re.findall(r"cell \$mul \S+\n\s+parameter \\A_SIGNED \d+\n\s+parameter \\B_SIGNED "
                         r"\d+\n\s+parameter \\A_WIDTH (\d+)\n\s+parameter \\B_WIDTH (\d+)", text)
     counts = {w: widths.count(w) for w in set(widths)}
-    assert counts[("21", "12")] == 4 and counts[("8", "18")] == 64
+    assert counts[("21", "12")] == 2 and counts[("8", "18")] == 32
     # the PE's no_rw_check memories (WMSB, WLSB and WSCALE of both buffers, ACT, HBUF) lose
     # their read-first emulation in the flow's RTLIL, and only they
     _, changed = fpga.apply_no_rw_check(text)
@@ -341,7 +341,7 @@ def test_estimate_fit_rules():
     (["--config", "auto", "--baud", "3000000"], "--baud 3000000: 3000000 is too fast for "
                                                 "clk_hz = 5000000"),
     (["--board", "ulx3s-45f"], "--board: LFE5U-45F has 43,848 LUT4; a board top with one PE "
-                               "needs at least 48,000; "
+                               "needs at least 45,000; "
                                "boards with LFE5U-85F or LFE5UM5G-85F hold one"),
     (["--board", "colorlight-5a75b", "--config", "small"], "--board: LFE5U-25F has 24,288"),
     (["--config", "auto", "--ext-words", "256"], "--hb-words/--ext-words: the fit search"),
