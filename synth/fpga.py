@@ -474,14 +474,14 @@ def _fpga_arch(name, **kw):
 #: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`) with 128 KiB WMEM and 64 KiB IOMEM
 #: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL,
 #: placed with nextpnr's static placer, the largest configuration that fits: its Yosys
-#: estimate (2026-11-30, one SwiGLU unit) is 55,398 LUT4 + 3,496 CCU2C + 579 TRELLIS_DPR16X4 =
-#: 65,864 LUT4 positions (78.8 % of 83,640), 22,239 FF, 143 MULT18X18D (91.7 %), 192 DP16KD
-#: (92.3 %). The larger candidates have a 1,024-word HB stand-in: with both stand-ins at 1,024
+#: estimate (2026-11-30, the tile in four passes, CLEAR by writes) is 48,623 LUT4 positions
+#: (58.1 % of 83,640), 13,389 FF, 47 MULT18X18D (30.1 %), 192 DP16KD (92.3 %): block RAM is
+#: the limit. The larger candidates have a 1,024-word HB stand-in: with both stand-ins at 1,024
 #: words the board top measured 243 DP16KD (208 available; the lean PE leaves the block RAM
 #: as it was), with EXT at 512 about 26 fewer, still over; and more than one PE needs twice
-#: the LUTs. nextpnr places it, but router2 still leaves about 10 % of the wires it uses
-#: overused after three iterations (``docs/fpga.md``, "Measured"; "Where the resources go"
-#: for what to shrink). Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value),
+#: the LUTs. nextpnr places it, but router2 leaves about 10 % of the wires it uses overused
+#: after its first iteration and converges too slowly to finish (``docs/fpga.md``,
+#: "Measured"). Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value),
 #: the same memories needed 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
 FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
@@ -490,10 +490,10 @@ FPGA_CONFIGS = {
         hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
         estimate="fits: 48,623 LUT4 positions (58.1 %), 47 MULT18X18D (30.1 %), 192 DP16KD "
                  "(92.3 %) (Yosys, 2026-11-30)",
-        note="on the 2-core reference machine (2026-11-30) nextpnr placed it in about 12 "
-             "minutes, but router2 left 147,092 of 1,299,659 wires overused after its first "
-             "iteration and 138,235 after its third, 58 minutes into the build (docs/fpga.md, "
-             "\"Measured\"); Ctrl-C stops the tools"),
+        note="on the 2-core reference machine (2026-11-30) nextpnr placed it in 9 minutes, "
+             "but router2 left 98,078 of 928,294 wires overused after its first iteration, "
+             "and with the tile in two passes 74,951 after its fourth, 25 minutes into "
+             "routing (docs/fpga.md, \"Measured\"); Ctrl-C stops the tools"),
 }
 
 
