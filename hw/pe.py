@@ -74,9 +74,10 @@ class _Writes:
     clear reads as zero, a write sets it (writing zeros into the granules the request does not
     enable), and ``clear`` resets every bit in one cycle (CLEAR)."""
 
-    def __init__(self, port, *, name, valid=None):
+    def __init__(self, port, *, name, valid=None, depth=None):
         self.port = port
         self.name = name
+        self.depth = depth
         self.valid = valid
         self.clear = Signal(name=f"{name}_vclear") if valid is not None else None
         self.requests = []
@@ -292,7 +293,7 @@ class PE(wiring.Component):
     * Requantization engine: REQUANT, started when every earlier execute command has
       completed, then beside later GEMMs.
 
-    GEMM datapath (II = 1)
+    GEMM datapath (II = 1; one beat every ``tile_passes`` cycles)
     ----------------------
     Address generator (cb, half, rb, g; ``docs/pe.md``) -> synchronous reads of ACT, both
     WMEM planes and the scale word (1 cycle; data held while the tile stalls) -> beat
@@ -644,8 +645,7 @@ class PE(wiring.Component):
             m.submodules[name] = mem
             wp = mem.write_port(granularity=granularity)
             valid = Signal(depth, name=f"{name}_valid") if valid_bits else None
-            writes = _Writes(wp, name=name, valid=valid)
-            writes.depth = depth
+            writes = _Writes(wp, name=name, valid=valid, depth=depth)
             reads = [_Reads(mem.read_port(transparent_for=(wp,) if transparent else ()), writes)
                      for _ in range(read_ports)]
             if collision_free:
@@ -833,11 +833,14 @@ class PE(wiring.Component):
         g_step = g_issuing & adv
         w_addr = Signal(16)
         m.d.comb += w_addr.eq(g_w_blk + g_g)
-        # only the words a beat takes are read (the other buffer may be loading meanwhile)
+        # only the words a beat takes are read: the GEMM's buffer (the other may be loading
+        # meanwhile), the MSB plane unless LSB_ONLY, the LSB plane in FULL and LSB_ONLY (a
+        # DRAFT GEMM may run while the LSB plane of its buffer is loaded)
+        g_lsb_only = gx("mode") == TileMode.LSB_ONLY.value
         for b in range(2):
             w_rd = g_step & (gx("wbuf") == b)
-            wmsb[b][0].request(1, w_addr, w_rd)
-            wlsb[b][0].request(1, w_addr, w_rd)
+            wmsb[b][0].request(1, w_addr, w_rd & ~g_lsb_only)
+            wlsb[b][0].request(1, w_addr, w_rd & (g_is_full | g_lsb_only))
             wscl[b][0].request(1, w_addr >> 3, w_rd)
         with m.If(adv):
             m.d.sync += [

@@ -122,8 +122,11 @@ class TensorTile(wiring.Component):
         adder trees are built for ``group / P`` depths: pass p multiplies depths
         ``[p G/P, (p+1) G/P)`` and adds the partial trees, so the tile takes one beat every P
         cycles (``i.ready`` is high only in the last pass) with ``multipliers / P``
-        multipliers. Results and :attr:`latency` (from the cycle the beat is taken) are
-        unchanged; an FPGA option, like ``dsp_pairs``.
+        multipliers; the dequantization (stages 2 and 3) runs in P sub-steps of
+        ``rows * lanes / P`` accumulators each, so :attr:`latency` is 2 + P. Results are
+        unchanged (an FPGA option, like ``dsp_pairs``). The source must keep ``valid`` and
+        the payload of an offered beat through all P passes (the stream rule: a beat stays
+        until taken). The pipeline diagram below is for P = 1.
 
     Attributes
     ----------
@@ -143,9 +146,10 @@ class TensorTile(wiring.Component):
         if not isinstance(dsp_pairs, bool):
             raise TypeError(f"dsp_pairs: expected a bool, got {dsp_pairs!r}")
         if (not isinstance(passes, int) or isinstance(passes, bool) or passes not in (1, 2, 4)
-                or config.group % passes):
-            raise TypeError(f"passes: expected 1, 2 or 4 (dividing the group of "
-                            f"{config.group}), got {passes!r}")
+                or config.group % passes or (config.rows * config.lanes) % passes):
+            raise TypeError(f"passes: expected 1, 2 or 4 dividing the group of {config.group} "
+                            f"and the {config.rows * config.lanes} accumulators, got "
+                            f"{passes!r}")
         self._config = config
         self._dsp_pairs = dsp_pairs
         self._passes = passes

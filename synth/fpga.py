@@ -156,7 +156,7 @@ def apply_no_rw_check(rtlil: str) -> tuple[str, int]:
             attrs.append(text)
             continue
         found = _RTLIL_MEMORY.match(line)
-        if found and any(a.split()[1] == "\\no_rw_check" for a in attrs):
+        if found and any(a.split()[1:3] == ["\\no_rw_check", "1"] for a in attrs):
             marked.add((module, found.group(1).lstrip("\\")))
         attrs = []
     changed, module, in_port, memid, collision_at = 0, None, False, None, None
@@ -779,7 +779,10 @@ def prepare(top, platform, *, name="top", build_dir, seed=DEFAULT_SEED,
                           do_program=False, **_overrides(name, seed, script_after_read,
                                                          synth_opts, router, placer))
     il = f"{name}.il"
-    plan.files[il], _ = apply_no_rw_check(plan.files[il])
+    plan.files[il], changed = apply_no_rw_check(plan.files[il])
+    if not changed and "attribute \\no_rw_check 1" in plan.files[il]:
+        raise FpgaError("apply_no_rw_check: memories carry no_rw_check but no read port was "
+                        "changed (an RTLIL format this flow does not know)")
     return plan
 
 

@@ -633,14 +633,14 @@ def test_send_recv_accumulate_status():
 
 @pytest.mark.parametrize("out_valid_bits", [True, False])
 def test_clear_zeroes_out_and_rowmax(out_valid_bits):
-    """CLEAR out rowmax zeroes every OUT word and row-max register written before it, through
-    the valid bits or (``out_valid_bits=False``) by writing zeros a row a cycle; a RECV
-    accumulating after it starts from zero; RTL == fsim."""
+    """CLEAR out rowmax zeroes every OUT word and row-max register (all of them written
+    before it), through the valid bits or (``out_valid_bits=False``) by writing zeros a row a
+    cycle; a RECV accumulating after it starts from zero; RTL == fsim."""
     seed = 610
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     OV, Q = PE_CFG.q24_per_word, PE_CFG.q16_per_word
-    n_out, n_rm = 6, 2
+    n_out, n_rm = PE_CFG.out_words, -(-PE_CFG.tok_entries // Q)
     base = rng.integers(-2**40, 2**40, (n_out, OV))
     add = rng.integers(-2**40, 2**40, (n_out, OV))
     maxima = rng.integers(1, 2**31, (n_rm, Q))

@@ -491,11 +491,13 @@ def test_passes_parameter():
     for bad in (0, 3, 8, True, 2.0, "2"):
         with pytest.raises(TypeError, match="passes: expected 1, 2 or 4"):
             TensorTile(config=cfg, passes=bad)
+    with pytest.raises(TypeError, match="passes: .* and the 6 accumulators, got 4"):
+        TensorTile(config=TileConfig(rows=1, lanes=6), passes=4)
     gc.collect()
 
 
-@pytest.mark.parametrize("passes, dsp_pairs", [(2, True), (2, False), (4, True)],
-                         ids=["P2-pairs", "P2-unit", "P4-pairs"])
+@pytest.mark.parametrize("passes, dsp_pairs", [(2, True), (2, False), (4, True), (4, False)],
+                         ids=["P2-pairs", "P2-unit", "P4-pairs", "P4-unit"])
 @pytest.mark.parametrize("idle,stall", [(0.0, 0.0), (0.3, 0.6)])
 def test_passes_random_beats(passes, dsp_pairs, idle, stall):
     """Random beats (mixed modes, random first/last, any scale bits) through a tile that takes
