@@ -474,8 +474,8 @@ def _fpga_arch(name, **kw):
 #: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`) with 128 KiB WMEM and 64 KiB IOMEM
 #: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL,
 #: placed with nextpnr's static placer, the largest configuration that fits: its Yosys
-#: estimate (2026-11-30, the tile in four passes, CLEAR by writes) is 48,623 LUT4 positions
-#: (58.1 % of 83,640), 13,389 FF, 47 MULT18X18D (30.1 %), 192 DP16KD (92.3 %): block RAM is
+#: estimate (2026-11-30, the tile in four passes, CLEAR by writes) is 48,841 LUT4 positions
+#: (58.4 % of 83,640), 13,389 FF, 47 MULT18X18D (30.1 %), 192 DP16KD (92.3 %): block RAM is
 #: the limit. The larger candidates have a 1,024-word HB stand-in: with both stand-ins at 1,024
 #: words the board top measured 243 DP16KD (208 available; the lean PE leaves the block RAM
 #: as it was), with EXT at 512 about 26 fewer, still over; and more than one PE needs twice
@@ -488,12 +488,12 @@ FPGA_CONFIGS = {
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
-        estimate="fits: 48,623 LUT4 positions (58.1 %), 47 MULT18X18D (30.1 %), 192 DP16KD "
+        estimate="fits: 48,841 LUT4 positions (58.4 %), 47 MULT18X18D (30.1 %), 192 DP16KD "
                  "(92.3 %) (Yosys, 2026-11-30)",
         note="on the 2-core reference machine (2026-11-30) nextpnr placed it in 9 minutes, "
-             "but router2 left 98,078 of 928,294 wires overused after its first iteration, "
-             "and with the tile in two passes 74,951 after its fourth, 25 minutes into "
-             "routing (docs/fpga.md, \"Measured\"); Ctrl-C stops the tools"),
+             "but router2 left 98,078 of 928,294 wires overused after its first iteration "
+             "and 73,347 after its third, 13 minutes into routing, slowing down (docs/fpga.md, "
+             "\"Measured\"); Ctrl-C stops the tools"),
 }
 
 
@@ -544,7 +544,7 @@ LUT4_PER_UNIT_PE_MIN = 48
 
 
 #: A lower bound of the LUT4 positions of a board top with one FPGA-lean PE of the smallest
-#: tile (2x4x32): the named ULX3S-85F default measured 48,623 (Yosys, 2026-11-30); smaller
+#: tile (2x4x32): the named ULX3S-85F default measured 48,841 (Yosys, 2026-11-30); smaller
 #: memories than its 128 KiB WMEM / 64 KiB IOMEM only move words from block RAM into
 #: distributed RAM. A device below it (every ECP5 but the 85F ones: the 45F has 43,848) is
 #: refused before any tool runs.
