@@ -262,12 +262,14 @@ class TensorTile(wiring.Component):
         s1_take = advance if P == 1 else advance & self.i.valid & last_pass
         with m.If(s1_take):
             m.d.sync += [
-                s1_valid.eq(self.i.valid & last_pass),
                 s1_first.eq(beat.first),
                 s1_last.eq(beat.last),
                 s1_mode.eq(beat.mode),
                 s1_scale.eq(beat.scale),
             ]
+        if P == 1:                               # with P > 1, dq_busy below tracks the beat
+            with m.If(s1_take):
+                m.d.sync += s1_valid.eq(self.i.valid)
         for r in range(rows):
             if self._dsp_pairs:
                 trees = self._paired_trees(m, acts[r], fields, r)
