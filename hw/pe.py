@@ -384,6 +384,14 @@ class PE(wiring.Component):
         CLEAR writes zeros, both OUT banks and ROWMAX a row a cycle
         (:attr:`clear_cycles`), and a reset leaves the memories as they were (power-up
         contents are zero; every program the host builds starts with ``CLEAR out rowmax``).
+    wbuf_memories : int
+        2 (default): each WMEM buffer's MSB plane, LSB plane and scales are memories of their
+        own (an SRAM macro each, :mod:`elmoe3d.synth`). 1: both buffers of a plane in one
+        memory of twice the depth, the buffer the top address bit (one W-bit read and write
+        bus per plane instead of two and no buffer multiplexer; on an ECP5 a 1,024-word
+        plane is 29 DP16KD in 1,024 x 18 mode against 2 x 15); needs a power-of-two
+        ``wmem_words``. The same cycles and results: a LOAD into one buffer and a GEMM
+        reading the other use the memory's two ports.
 
     Raises
     ------
@@ -392,13 +400,14 @@ class PE(wiring.Component):
     ValueError
         The tile shape does not suit the PE; ``mul_stages``, ``requant_units``,
         ``fp32_units``, ``combine_units``, ``swiglu_units``, ``tile_dsp_pairs``,
-        ``tile_passes`` or ``out_valid_bits`` out of range (the message names it).
+        ``tile_passes``, ``out_valid_bits`` or ``wbuf_memories`` out of range (the message
+        names it).
     """
 
     def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
                  fp32_units: int | None = None, combine_units: int | None = None,
                  swiglu_units: int | None = None, tile_dsp_pairs: bool = False,
-                 tile_passes: int = 1, out_valid_bits: bool = True):
+                 tile_passes: int = 1, out_valid_bits: bool = True, wbuf_memories: int = 2):
         pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
@@ -426,6 +435,14 @@ class PE(wiring.Component):
             raise ValueError(f"tile_passes: expected 1, 2 or 4, got {tile_passes!r}")
         if not isinstance(out_valid_bits, bool):
             raise ValueError(f"out_valid_bits: expected a bool, got {out_valid_bits!r}")
+        if (not isinstance(wbuf_memories, int) or isinstance(wbuf_memories, bool)
+                or wbuf_memories not in (1, 2)):
+            raise ValueError(f"wbuf_memories: expected 1 or 2, got {wbuf_memories!r}")
+        w_words = pe_config.wmem_words
+        if wbuf_memories == 1 and w_words & (w_words - 1):
+            raise ValueError(f"wbuf_memories: one memory for both buffers needs a power-of-two "
+                             f"wmem_words (the buffer is the top address bit), got {w_words}")
+        self._wbuf_memories = wbuf_memories
         self._pe = pe_config
         self._tile_config = TileConfig(rows=rows, lanes=lanes)
         self._mul_stages = mul_stages
@@ -498,6 +515,11 @@ class PE(wiring.Component):
         values) and not FULL (``False``: L values): ``ceil(values / combine_units)``."""
         L, J = self.lanes, self._combine_units
         return {True: max(L // 2 // J, 1), False: L // J}
+
+    @property
+    def wbuf_memories(self) -> int:
+        """Memories per WMEM plane: 2 (one per buffer) or 1 (both buffers in one)."""
+        return self._wbuf_memories
 
     @property
     def out_valid_bits(self) -> bool:
@@ -654,9 +676,23 @@ class PE(wiring.Component):
                 collisions[name] = wp.en.any() & rp.en & (wp.addr == rp.addr)
             return (*reads, writes)
 
-        wmsb = [memory(f"wmsb{b}", cfg.wmem_words, collision_free=True) for b in range(2)]
-        wlsb = [memory(f"wlsb{b}", cfg.wmem_words, collision_free=True) for b in range(2)]
-        wscl = [memory(f"wscale{b}", cfg.wscale_words, collision_free=True) for b in range(2)]
+        # WMEM: per plane a memory per buffer, or (wbuf_memories == 1) one memory of twice the
+        # depth addressed by Cat(word address, buffer): the same words at the same ports
+        split = self._wbuf_memories == 2
+
+        def wmem_plane(name, depth):
+            if split:
+                return [memory(f"{name}{b}", depth, collision_free=True) for b in range(2)]
+            return memory(name, 2 * depth, collision_free=True)
+
+        def in_buffer(addr, buf, depth):
+            return Cat(addr[:_log2(depth)], buf)
+
+        wmsb = wmem_plane("wmsb", cfg.wmem_words)
+        wlsb = wmem_plane("wlsb", cfg.wmem_words)
+        wscl = wmem_plane("wscale", cfg.wscale_words)
+        wmem_depths = {Target.WMSB: cfg.wmem_words, Target.WLSB: cfg.wmem_words,
+                       Target.WSCALE: cfg.wscale_words}
         act_rp, act_w = memory("act", cfg.act_words, granularity=8, collision_free=True)
         tok_rp, tok_w = memory("tok", cfg.tok_words, granularity=8)
         hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words, granularity=32, collision_free=True)
@@ -673,9 +709,8 @@ class PE(wiring.Component):
         rmax_rp, rmax_rq, rmax_w = memory("rowmax", rmax_words, granularity=32,
                                           transparent=True, valid_bits=vb, read_ports=2)
         load_targets = {
-            Target.WMSB: [wmsb[0][1], wmsb[1][1]],
-            Target.WLSB: [wlsb[0][1], wlsb[1][1]],
-            Target.WSCALE: [wscl[0][1], wscl[1][1]],
+            **{t: [plane[0][1], plane[1][1]] if split else [plane[1]]
+               for t, plane in ((Target.WMSB, wmsb), (Target.WLSB, wlsb), (Target.WSCALE, wscl))},
             Target.ACT: [act_w],
             Target.TOK: [tok_w],
             Target.HBUF: [hbuf_w],
@@ -837,11 +872,18 @@ class PE(wiring.Component):
         # meanwhile), the MSB plane unless LSB_ONLY, the LSB plane in FULL and LSB_ONLY (a
         # DRAFT GEMM may run while the LSB plane of its buffer is loaded)
         g_lsb_only = gx("mode") == TileMode.LSB_ONLY.value
-        for b in range(2):
-            w_rd = g_step & (gx("wbuf") == b)
-            wmsb[b][0].request(1, w_addr, w_rd & ~g_lsb_only)
-            wlsb[b][0].request(1, w_addr, w_rd & (g_is_full | g_lsb_only))
-            wscl[b][0].request(1, w_addr >> 3, w_rd)
+        g_reads_msb, g_reads_lsb = ~g_lsb_only, g_is_full | g_lsb_only
+        if split:
+            for b in range(2):
+                w_rd = g_step & (gx("wbuf") == b)
+                wmsb[b][0].request(1, w_addr, w_rd & g_reads_msb)
+                wlsb[b][0].request(1, w_addr, w_rd & g_reads_lsb)
+                wscl[b][0].request(1, w_addr >> 3, w_rd)
+        else:
+            g_wbuf = gx("wbuf")
+            wmsb[0].request(1, in_buffer(w_addr, g_wbuf, cfg.wmem_words), g_step & g_reads_msb)
+            wlsb[0].request(1, in_buffer(w_addr, g_wbuf, cfg.wmem_words), g_step & g_reads_lsb)
+            wscl[0].request(1, in_buffer(w_addr >> 3, g_wbuf, cfg.wscale_words), g_step)
         with m.If(adv):
             m.d.sync += [
                 bv.eq(g_issuing),
@@ -870,9 +912,11 @@ class PE(wiring.Component):
         # the tile beat (docs/pe.md "GEMM address generation"): FULL interleaves half `half` of
         # the MSB and LSB words, lane 2i <- MSB[half*L/2 + i], lane 2i+1 <- LSB[half*L/2 + i]
         beat = tile.i.payload
-        msb_word = Mux(b_wbuf, wmsb[1][0].data, wmsb[0][0].data)
-        lsb_word = Mux(b_wbuf, wlsb[1][0].data, wlsb[0][0].data)
-        scl_word = Mux(b_wbuf, wscl[1][0].data, wscl[0][0].data)
+        if split:
+            msb_word, lsb_word, scl_word = (Mux(b_wbuf, plane[1][0].data, plane[0][0].data)
+                                            for plane in (wmsb, wlsb, wscl))
+        else:
+            msb_word, lsb_word, scl_word = (plane[0].data for plane in (wmsb, wlsb, wscl))
         scl_entry = scl_word.word_select(b_slot, 16 * L)
         b_is_full = b_mode == TileMode.FULL.value
         b_is_lsb = b_mode == TileMode.LSB_ONLY.value
@@ -1721,9 +1765,12 @@ class PE(wiring.Component):
         for target, writes in load_targets.items():
             for b, wr in enumerate(writes):
                 sel = ld_target == target
+                addr = ld_addr
                 if len(writes) == 2:
                     sel = sel & (ld_buf == b)
-                wr.build(m, low=(ld_xfer & sel, ld_addr, self.ld.payload, None))
+                elif target in wmem_depths:           # both buffers in one memory
+                    addr = in_buffer(ld_addr, ld_buf, wmem_depths[target])
+                wr.build(m, low=(ld_xfer & sel, addr, self.ld.payload, None))
                 grants.append((sel, wr.free(ld_addr) if isinstance(wr, _BankedWrites)
                                else ~wr.busy))
         grant = Const(1, 1)
@@ -1731,7 +1778,9 @@ class PE(wiring.Component):
             grant = Mux(sel, ok, grant)
         m.d.comb += ld_grant.eq(grant)
         rmax_w.build(m)
-        for reads in (*(w[0] for w in wmsb + wlsb + wscl), act_rp, tok_rp, hbuf_rp, out_rp,
+        wmem_reads = [w[0] for w in wmsb + wlsb + wscl] if split else [
+            plane[0] for plane in (wmsb, wlsb, wscl)]
+        for reads in (*wmem_reads, act_rp, tok_rp, hbuf_rp, out_rp,
                       rmax_rp, rmax_rq):
             reads.build(m)
         return m

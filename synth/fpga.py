@@ -360,7 +360,8 @@ class FpgaConfig:
     that many cycles with that many times fewer multipliers), ``requant_units``, ``fp32_units``,
     ``combine_units`` and ``swiglu_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`;
     ``None``: one per value of a word, lane or lane pair), ``out_valid_bits`` (False: CLEAR
-    writes zeros instead of clearing valid bits) and ``lut_multipliers`` (``$mul``
+    writes zeros instead of clearing valid bits), ``wbuf_memories`` (1: both buffers of a WMEM
+    plane in one memory) and ``lut_multipliers`` (``$mul``
     operand widths built as Booth LUT multipliers, :func:`lut_multiplier_script`). ``estimate``
     documents the measured Yosys estimate of a named default, ``note`` what a build of it met on
     the reference machine (printed before place and route; neither is used in computing
@@ -382,6 +383,7 @@ class FpgaConfig:
     combine_units: int | None = 1
     swiglu_units: int | None = 1
     out_valid_bits: bool = False
+    wbuf_memories: int = 1
     lut_multipliers: tuple = LUT_MULTIPLIERS
     estimate: str = ""
     note: str = ""
@@ -405,6 +407,8 @@ class FpgaConfig:
             raise FpgaError(f"tile_passes: expected 1, 2 or 4, got {self.tile_passes!r}")
         if not isinstance(self.out_valid_bits, bool):
             raise FpgaError(f"out_valid_bits: expected a bool, got {self.out_valid_bits!r}")
+        if self.wbuf_memories not in (1, 2) or isinstance(self.wbuf_memories, bool):
+            raise FpgaError(f"wbuf_memories: expected 1 or 2, got {self.wbuf_memories!r}")
         if self.clk_hz is not None and (not isinstance(self.clk_hz, int)
                                         or isinstance(self.clk_hz, bool) or self.clk_hz < 1):
             raise FpgaError(f"clk_hz: expected a positive integer (Hz) or None, got "
@@ -439,7 +443,8 @@ class FpgaConfig:
         return {"tile_dsp_pairs": self.tile_dsp_pairs, "tile_passes": self.tile_passes,
                 "requant_units": self.requant_units,
                 "fp32_units": self.fp32_units, "combine_units": self.combine_units,
-                "swiglu_units": self.swiglu_units, "out_valid_bits": self.out_valid_bits}
+                "swiglu_units": self.swiglu_units, "out_valid_bits": self.out_valid_bits,
+                "wbuf_memories": self.wbuf_memories}
 
     def summary(self) -> dict:
         a, pe = self.arch, self.arch.pe
@@ -455,7 +460,7 @@ class FpgaConfig:
                 "tile_dsp_pairs": self.tile_dsp_pairs, "tile_passes": self.tile_passes,
                 "requant_units": self.requant_units, "fp32_units": self.fp32_units,
                 "combine_units": self.combine_units, "swiglu_units": self.swiglu_units,
-                "out_valid_bits": self.out_valid_bits,
+                "out_valid_bits": self.out_valid_bits, "wbuf_memories": self.wbuf_memories,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
 
 
@@ -1265,7 +1270,9 @@ def describe(cfg: FpgaConfig) -> str:
             f", VPU units: requant "
             f"{cfg.requant_units or 'all'}, FP32 {cfg.fp32_units or 'all'}, combine "
             f"{cfg.combine_units or 'all'}, SwiGLU {cfg.swiglu_units or 'all'}"
-            f"{'' if cfg.out_valid_bits else ', CLEAR by writes'}; "
+            f"{'' if cfg.out_valid_bits else ', CLEAR by writes'}"
+            f"{', both weight buffers in one memory per plane' if cfg.wbuf_memories == 1 else ''}"
+            f"; "
             f"{f'{cfg.clk_hz / 1e6:g} MHz from the PLL' if cfg.clk_hz else 'the board clock'}, "
             f"UART {cfg.baud:,} baud")
 

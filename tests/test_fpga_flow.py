@@ -217,6 +217,8 @@ def test_lean_pe_options(tmp_path):
                       ({"tile_dsp_pairs": 1}, "tile_dsp_pairs: expected a bool"),
                       ({"out_valid_bits": 0}, "out_valid_bits: expected a bool"),
                       ({"tile_passes": 3}, "tile_passes: expected 1, 2 or 4"),
+                      ({"wbuf_memories": 0}, "wbuf_memories: expected 1 or 2"),
+                      ({"wbuf_memories": True}, "wbuf_memories: expected 1 or 2"),
                       ({"lut_multipliers": (5,)}, "lut_multipliers: expected")):
         with pytest.raises(fpga.FpgaError, match=match):
             fpga.FpgaConfig(name="x", arch=small, hb_words=256, ext_words=256, **kw)
@@ -249,13 +251,17 @@ def test_lean_pe_options(tmp_path):
                         r"\d+\n\s+parameter \\A_WIDTH (\d+)\n\s+parameter \\B_WIDTH (\d+)", text)
     counts = {w: widths.count(w) for w in set(widths)}
     assert counts[("21", "12")] == 2 and counts[("8", "18")] == 32
-    # the PE's no_rw_check memories (WMSB, WLSB and WSCALE of both buffers, ACT, HBUF) lose
-    # their read-first emulation in the flow's RTLIL, and only they
+    # the PE's no_rw_check memories (WMSB, WLSB and WSCALE, each holding both buffers, ACT,
+    # HBUF) lose their read-first emulation in the flow's RTLIL, and only they
     _, changed = fpga.apply_no_rw_check(text)
-    assert changed == 8
+    assert changed == 5
+    memids = set(re.findall(r'parameter \\MEMID "\\\\(\w+)"', text))
+    assert {"wmsb", "wlsb", "wscale"} <= memids and not memids & {"wmsb0", "wlsb1", "wscale0"}
     board_il = plan.files["top.il"]
-    assert len(re.findall(r"parameter \\COLLISION_X_MASK 1'1\n", board_il)) == 8
-    assert fpga.apply_no_rw_check(board_il) == (board_il, 8)
+    assert len(re.findall(r"parameter \\COLLISION_X_MASK 1'1\n", board_il)) == 5
+    assert fpga.apply_no_rw_check(board_il) == (board_il, 5)
+    split = rtlil.convert(PE(config=small, **{**cfg.pe_params, "wbuf_memories": 2}), name="pe")
+    assert fpga.apply_no_rw_check(split)[1] == 8     # a memory per buffer: 6 + ACT + HBUF
 
 
 class _TwoMemories(Elaboratable):

@@ -8,13 +8,14 @@ and without idle cycles on ``cmd``/``ld``/``link_i`` and backpressure on ``o``/`
 Seeds are fixed and printed. Whole experts run in the cocotb bench (``sim/bench_pe.py``).
 """
 
+import dataclasses
 import gc
 import random
 import time
 
 import numpy as np
 import pytest
-from amaranth.hdl import Value
+from amaranth.hdl import Fragment, Value
 from amaranth.sim import Simulator
 
 from elmoe3d.config import preset
@@ -284,6 +285,20 @@ def test_vpu_unit_parameters_and_errors():
             PE(config=ARCH, tile_dsp_pairs=bad)
         with pytest.raises(ValueError, match="out_valid_bits: expected a bool"):
             PE(config=ARCH, out_valid_bits=bad)
+    for bad in (0, 3, True, 2.0, "1"):
+        with pytest.raises(ValueError, match="wbuf_memories: expected 1 or 2"):
+            PE(config=ARCH, wbuf_memories=bad)
+    odd = dataclasses.replace(ARCH, wmem_bytes=3 * ARCH.wmem_bytes)
+    with pytest.raises(ValueError, match="wbuf_memories: .*power-of-two wmem_words"):
+        PE(config=odd, wbuf_memories=1)
+    _unused(PE(config=odd))                   # a memory per buffer: any multiple of 8 words
+    for n, names in ((2, {"wmsb0", "wmsb1", "wlsb0", "wlsb1", "wscale0", "wscale1"}),
+                     (1, {"wmsb", "wlsb", "wscale"})):
+        dut = PE(config=ARCH, wbuf_memories=n)
+        Fragment.get(dut, None)
+        assert dut.wbuf_memories == n
+        probes = {k[len("rw_collision_"):] for k in dut.probes if k.startswith("rw_collision_")}
+        assert probes == names | {"act", "hbuf"}
     dut = _unused(PE(config=ARCH))
     assert dut.out_valid_bits and dut.clear_cycles == 1
     dut = _unused(PE(config=ARCH, out_valid_bits=False))
@@ -574,6 +589,26 @@ def test_load_overlaps_gemm():
     assert loads1_s[0] > got_s["link_o_cycles"][n_raw0 - 1]
     print(f"  overlapped {got['cycles']} cycles, serialized {got_s['cycles']} cycles")
     assert got["cycles"] < got_s["cycles"]
+
+
+def test_one_memory_per_wmem_plane_same_cycles():
+    """``wbuf_memories=1`` (both buffers of a WMEM plane in one memory, as on the FPGA): a
+    FULL GEMM from buffer 0 (both planes and the scales) while the load engine fills buffer 1,
+    then a GEMM from buffer 1. RTL == fsim, and every ``ld`` and ``link_o`` handshake falls in
+    the same cycle as with a memory per buffer (only the memory organisation differs)."""
+    seed = 505
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (16, 64)).astype(np.int8)     # 8 row blocks
+    qw0, qw1 = random_weight(rng, 32, 64), random_weight(rng, 32, 64)
+    prog, ld = raw_gemm_program(a_q, qw0, Mode.FULL, wbuf=0)
+    _, ld1 = raw_gemm_program(a_q[:2], qw1, Mode.FULL, wbuf=1, prog=prog, load_act=False)
+    runs = {n: compare_with_fsim(prog, ld + ld1, traffic=ROUGH, seed=seed,
+                                 pe_options={"wbuf_memories": n})[0] for n in (2, 1)}
+    assert runs[1]["link_o"] == runs[2]["link_o"]
+    for key in ("ld", "link_o_cycles", "cycles"):
+        assert runs[1][key] == runs[2][key], key
+    print(f"  {runs[1]['cycles']} cycles with one memory per plane and with one per buffer")
 
 
 def test_rw_collision_probe_fires_for_a_racing_load():
