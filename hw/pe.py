@@ -392,6 +392,12 @@ class PE(wiring.Component):
         plane is 29 DP16KD in 1,024 x 18 mode against 2 x 15); needs a power-of-two
         ``wmem_words``. The same cycles and results: a LOAD into one buffer and a GEMM
         reading the other use the memory's two ports.
+    out_banks : int
+        2 (default): OUT in two banks (even and odd words), so that OUTPUT reads an o beat's
+        two words in one cycle. 1: one memory (one W-bit read and write bus instead of two,
+        no bank multiplexer); OUTPUT reads the two words one after the other, each for half
+        of the beat's FP32 sub-steps, so it needs ``fp32_units`` below W/32 and keeps its
+        throughput; ``CLEAR out`` without valid bits takes ``out_words`` cycles.
 
     Raises
     ------
@@ -400,14 +406,15 @@ class PE(wiring.Component):
     ValueError
         The tile shape does not suit the PE; ``mul_stages``, ``requant_units``,
         ``fp32_units``, ``combine_units``, ``swiglu_units``, ``tile_dsp_pairs``,
-        ``tile_passes``, ``out_valid_bits`` or ``wbuf_memories`` out of range (the message
-        names it).
+        ``tile_passes``, ``out_valid_bits``, ``wbuf_memories`` or ``out_banks`` out of range
+        (the message names it).
     """
 
     def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
                  fp32_units: int | None = None, combine_units: int | None = None,
                  swiglu_units: int | None = None, tile_dsp_pairs: bool = False,
-                 tile_passes: int = 1, out_valid_bits: bool = True, wbuf_memories: int = 2):
+                 tile_passes: int = 1, out_valid_bits: bool = True, wbuf_memories: int = 2,
+                 out_banks: int = 2):
         pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
@@ -443,6 +450,15 @@ class PE(wiring.Component):
             raise ValueError(f"wbuf_memories: one memory for both buffers needs a power-of-two "
                              f"wmem_words (the buffer is the top address bit), got {w_words}")
         self._wbuf_memories = wbuf_memories
+        if (not isinstance(out_banks, int) or isinstance(out_banks, bool)
+                or out_banks not in (1, 2)):
+            raise ValueError(f"out_banks: expected 1 or 2, got {out_banks!r}")
+        if out_banks == 1 and fp32_units == W // 32:
+            raise ValueError(f"out_banks: one OUT memory needs fewer than W/32 = {W // 32} "
+                             f"fp32_units (an o beat's two OUT words are read one after the "
+                             f"other, one per half of its sub-steps), got fp32_units="
+                             f"{fp32_units}")
+        self._out_banks = out_banks
         self._pe = pe_config
         self._tile_config = TileConfig(rows=rows, lanes=lanes)
         self._mul_stages = mul_stages
@@ -517,6 +533,11 @@ class PE(wiring.Component):
         return {True: max(L // 2 // J, 1), False: L // J}
 
     @property
+    def out_banks(self) -> int:
+        """OUT memories: 2 (even and odd words) or 1."""
+        return self._out_banks
+
+    @property
     def wbuf_memories(self) -> int:
         """Memories per WMEM plane: 2 (one per buffer) or 1 (both buffers in one)."""
         return self._wbuf_memories
@@ -530,11 +551,12 @@ class PE(wiring.Component):
     def clear_cycles(self) -> int:
         """Cycles of ``CLEAR`` with ``out`` or ``rowmax`` set, from its start to its last
         write: 1 with :attr:`out_valid_bits`, otherwise one per row of the larger of the OUT
-        banks (``ceil(out_words / 2)``) and ROWMAX (``ceil(tok_entries / (W/32))``)."""
+        banks (``ceil(out_words / out_banks)``) and ROWMAX (``ceil(tok_entries / (W/32))``)."""
         if self._out_valid_bits:
             return 1
         cfg = self._pe
-        return max(-(-cfg.out_words // 2), -(-cfg.tok_entries // (cfg.word_bits // 32)))
+        return max(-(-cfg.out_words // self._out_banks),
+                   -(-cfg.tok_entries // (cfg.word_bits // 32)))
 
     @property
     def swiglu_units(self) -> int:
@@ -699,10 +721,16 @@ class PE(wiring.Component):
         # OUT and the row-max registers have valid bits (out_valid_bits): CLEAR takes one cycle
         # OUT in two banks (even and odd words): OUTPUT reads two words, one o beat, a cycle
         vb = self._out_valid_bits
-        out_banks = [memory(f"out{b}", (cfg.out_words + 1 - b) // 2, granularity=64,
-                            transparent=True, valid_bits=vb) for b in range(2)]
-        out_rp = _BankedReads([rp for rp, _ in out_banks])
-        out_w = _BankedWrites([wr for _, wr in out_banks])
+        if self._out_banks == 2:
+            out_banks = [memory(f"out{b}", (cfg.out_words + 1 - b) // 2, granularity=64,
+                                transparent=True, valid_bits=vb) for b in range(2)]
+            out_rp = _BankedReads([rp for rp, _ in out_banks])
+            out_w = _BankedWrites([wr for _, wr in out_banks])
+            out_w_banks = out_w.banks
+        else:                         # one memory (out_banks=1): OUTPUT reads word by word
+            out_rp, out_w = memory("out", cfg.out_words, granularity=64, transparent=True,
+                                   valid_bits=vb)
+            out_w_banks = [out_w]
         # the row maxima, W/32 registers of 32 bits per word (the ROWMAX word of SEND / RECV):
         # one read port for the SWIGLU sink's updates (and SEND / RECV), one for REQUANT
         rmax_words = -(-cfg.tok_entries // Q)
@@ -1449,8 +1477,7 @@ class PE(wiring.Component):
         else:
             n_clr = self.clear_cycles
             clr_row = Signal(range(n_clr))
-            for wr, en in ((out_w.banks[0], clr_out), (out_w.banks[1], clr_out),
-                           (rmax_w, clr_rmax)):
+            for wr, en in (*((bank, clr_out) for bank in out_w_banks), (rmax_w, clr_rmax)):
                 wr.request(en & (clr_row < wr.depth), clr_row, 0)
             clr_last = (clr_row == n_clr - 1) | ~(clr_out | clr_rmax)
             clear_done = st["CLEAR"] & clr_last
@@ -1667,12 +1694,39 @@ class PE(wiring.Component):
             cv_units.append(unit)
         cv_ready = cv_units[0].i.ready
         cv_last = (cv_s == S - 1) if S > 1 else Const(1, 1)
-        op_adv = ~ov | (cv_ready & cv_last)
-        out_rp.request(st["OUTPUT"], op_row, op_adv, pair=True)
-        with m.If(st["OUTPUT"] & op_adv):
-            m.d.sync += ov.eq(op_left != 0)
-            with m.If(op_left != 0):
-                m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
+        if self._out_banks == 2:
+            op_adv = ~ov | (cv_ready & cv_last)
+            out_rp.request(st["OUTPUT"], op_row, op_adv, pair=True)
+            with m.If(st["OUTPUT"] & op_adv):
+                m.d.sync += ov.eq(op_left != 0)
+                with m.If(op_left != 0):
+                    m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
+            pair_values = [out_rp.pair_data[64 * v:64 * (v + 1)] for v in range(Q)]
+
+            def cv_value(j):          # unit j's value in sub-step cv_s
+                return Array(pair_values[j::K])[cv_s] if S > 1 else pair_values[j]
+        else:
+            # one OUT memory: word 2 row + half is in the read port for sub-steps
+            # [half S/2, (half + 1) S/2); the next word is read in the last of them
+            op_half = Signal()
+            with m.If(x_start & (xop == Op.OUTPUT)):
+                m.d.sync += op_half.eq(0)
+            op_adv = ~ov | (cv_ready & (cv_s[:_log2(S // 2)] == S // 2 - 1 if S > 2
+                                        else Const(1, 1)))
+            out_rp.request(st["OUTPUT"], Cat(op_half, op_row), op_adv)
+            with m.If(st["OUTPUT"] & op_adv):
+                m.d.sync += ov.eq(op_left != 0)
+                with m.If(op_left != 0):
+                    m.d.sync += op_half.eq(~op_half)
+                    with m.If(op_half):
+                        m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
+            # sub-step s takes values [s K, (s + 1) K) of the beat: of its word, values
+            # [(s mod S/2) K, ...), so unit j selects by the sub-step's low bits
+            word_values = [out_rp.data[64 * v:64 * (v + 1)] for v in range(OV)]
+
+            def cv_value(j):
+                return (Array(word_values[j::K])[cv_s[:_log2(S // 2)]] if S > 2
+                        else word_values[j])
         if S > 1:
             with m.If(ov & cv_ready):
                 m.d.sync += cv_s.eq(Mux(cv_last, 0, cv_s + 1))
@@ -1680,12 +1734,10 @@ class PE(wiring.Component):
         beat_bits = Signal(W)
         cv_take = Signal()
         data_taken = beat_valid & self.o.ready & ~st["STATUS"]
-        pair_values = [out_rp.pair_data[64 * v:64 * (v + 1)] for v in range(Q)]
         for j, unit in enumerate(cv_units):
             m.d.comb += [
                 unit.i.valid.eq(ov),
-                unit.i.payload.value.eq(
-                    Array(pair_values[j::K])[cv_s] if S > 1 else pair_values[j]),
+                unit.i.payload.value.eq(cv_value(j)),
                 unit.o.ready.eq(~beat_valid | data_taken),
             ]
         m.d.comb += cv_take.eq(cv_units[0].o.valid & cv_units[0].o.ready)

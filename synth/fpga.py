@@ -361,7 +361,7 @@ class FpgaConfig:
     ``combine_units`` and ``swiglu_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`;
     ``None``: one per value of a word, lane or lane pair), ``out_valid_bits`` (False: CLEAR
     writes zeros instead of clearing valid bits), ``wbuf_memories`` (1: both buffers of a WMEM
-    plane in one memory) and ``lut_multipliers`` (``$mul``
+    plane in one memory), ``out_banks`` (1: OUT in one memory) and ``lut_multipliers`` (``$mul``
     operand widths built as Booth LUT multipliers, :func:`lut_multiplier_script`). ``estimate``
     documents the measured Yosys estimate of a named default, ``note`` what a build of it met on
     the reference machine (printed before place and route; neither is used in computing
@@ -384,6 +384,7 @@ class FpgaConfig:
     swiglu_units: int | None = 1
     out_valid_bits: bool = False
     wbuf_memories: int = 1
+    out_banks: int = 1
     lut_multipliers: tuple = LUT_MULTIPLIERS
     estimate: str = ""
     note: str = ""
@@ -407,8 +408,10 @@ class FpgaConfig:
             raise FpgaError(f"tile_passes: expected 1, 2 or 4, got {self.tile_passes!r}")
         if not isinstance(self.out_valid_bits, bool):
             raise FpgaError(f"out_valid_bits: expected a bool, got {self.out_valid_bits!r}")
-        if self.wbuf_memories not in (1, 2) or isinstance(self.wbuf_memories, bool):
-            raise FpgaError(f"wbuf_memories: expected 1 or 2, got {self.wbuf_memories!r}")
+        for name in ("wbuf_memories", "out_banks"):
+            v = getattr(self, name)
+            if v not in (1, 2) or isinstance(v, bool):
+                raise FpgaError(f"{name}: expected 1 or 2, got {v!r}")
         if self.clk_hz is not None and (not isinstance(self.clk_hz, int)
                                         or isinstance(self.clk_hz, bool) or self.clk_hz < 1):
             raise FpgaError(f"clk_hz: expected a positive integer (Hz) or None, got "
@@ -419,7 +422,10 @@ class FpgaConfig:
         try:
             unit_count("requant_units", self.requant_units, min(q, 32),
                        f"in 1..{min(q, 32)} (W = {pe.word_bits})")
-            unit_count("fp32_units", self.fp32_units, q, f"in 1..{q} (W = {pe.word_bits})")
+            k = unit_count("fp32_units", self.fp32_units, q, f"in 1..{q} (W = {pe.word_bits})")
+            if self.out_banks == 1 and k == q:
+                raise ValueError(f"out_banks: one OUT memory needs fewer than W/32 = {q} "
+                                 f"fp32_units, got {self.fp32_units!r}")
             unit_count("combine_units", self.combine_units, pe.lanes,
                        f"in 1..{pe.lanes} ({pe.lanes} lanes)")
             unit_count("swiglu_units", self.swiglu_units, pe.lanes // 2,
@@ -444,7 +450,7 @@ class FpgaConfig:
                 "requant_units": self.requant_units,
                 "fp32_units": self.fp32_units, "combine_units": self.combine_units,
                 "swiglu_units": self.swiglu_units, "out_valid_bits": self.out_valid_bits,
-                "wbuf_memories": self.wbuf_memories}
+                "wbuf_memories": self.wbuf_memories, "out_banks": self.out_banks}
 
     def summary(self) -> dict:
         a, pe = self.arch, self.arch.pe
@@ -461,6 +467,7 @@ class FpgaConfig:
                 "requant_units": self.requant_units, "fp32_units": self.fp32_units,
                 "combine_units": self.combine_units, "swiglu_units": self.swiglu_units,
                 "out_valid_bits": self.out_valid_bits, "wbuf_memories": self.wbuf_memories,
+                "out_banks": self.out_banks,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
 
 
@@ -1272,6 +1279,7 @@ def describe(cfg: FpgaConfig) -> str:
             f"{cfg.combine_units or 'all'}, SwiGLU {cfg.swiglu_units or 'all'}"
             f"{'' if cfg.out_valid_bits else ', CLEAR by writes'}"
             f"{', both weight buffers in one memory per plane' if cfg.wbuf_memories == 1 else ''}"
+            f"{', OUT in one memory' if cfg.out_banks == 1 else ''}"
             f"; "
             f"{f'{cfg.clk_hz / 1e6:g} MHz from the PLL' if cfg.clk_hz else 'the board clock'}, "
             f"UART {cfg.baud:,} baud")

@@ -292,6 +292,17 @@ def test_vpu_unit_parameters_and_errors():
     with pytest.raises(ValueError, match="wbuf_memories: .*power-of-two wmem_words"):
         PE(config=odd, wbuf_memories=1)
     _unused(PE(config=odd))                   # a memory per buffer: any multiple of 8 words
+    for bad in (0, 3, True, None):
+        with pytest.raises(ValueError, match="out_banks: expected 1 or 2"):
+            PE(config=ARCH, out_banks=bad)
+    with pytest.raises(ValueError, match="out_banks: one OUT memory needs fewer than W/32"):
+        PE(config=ARCH, out_banks=1)                 # fp32_units defaults to W/32
+    for banks, fp32 in ((2, None), (1, 1), (1, 8)):
+        cfg = PE_CFG
+        dut = _unused(PE(config=ARCH, out_banks=banks, fp32_units=fp32, out_valid_bits=False))
+        assert dut.out_banks == banks
+        assert dut.clear_cycles == max(-(-cfg.out_words // banks),
+                                       -(-cfg.tok_entries // (cfg.word_bits // 32)))
     for n, names in ((2, {"wmsb0", "wmsb1", "wlsb0", "wlsb1", "wscale0", "wscale1"}),
                      (1, {"wmsb", "wlsb", "wscale"})):
         dut = PE(config=ARCH, wbuf_memories=n)
@@ -472,23 +483,30 @@ def test_small_expert_equals_fsim(mode):
     got, ref = compare_with_fsim(prog, ld, seed=seed)
 
 
-@pytest.mark.parametrize("requant_units, fp32_units, mode, traffic", [
-    (1, 1, Mode.DRAFT, SMOOTH),
-    (2, 2, Mode.FULL, ROUGH),
-    (2, 1, Mode.DRAFT, Traffic(stall_o=0.5)),
-], ids=["C1-K1-smooth", "C2-K2-rough", "C2-K1-stall_o"])
-def test_time_shared_vpu_units_equal_fsim(requant_units, fp32_units, mode, traffic):
+@pytest.mark.parametrize("requant_units, fp32_units, mode, traffic, out_banks", [
+    (1, 1, Mode.DRAFT, SMOOTH, 2),
+    (2, 2, Mode.FULL, ROUGH, 2),
+    (2, 1, Mode.DRAFT, Traffic(stall_o=0.5), 2),
+    (1, 1, Mode.DRAFT, SMOOTH, 1),
+    (2, 8, Mode.FULL, SMOOTH, 1),
+    (2, 2, Mode.FULL, ROUGH, 1),
+], ids=["C1-K1-smooth", "C2-K2-rough", "C2-K1-stall_o", "C1-K1-smooth-out1", "C2-K8-smooth-out1",
+        "C2-K2-rough-out1"])
+def test_time_shared_vpu_units_equal_fsim(requant_units, fp32_units, mode, traffic, out_banks):
     """Fewer RequantUnits / Fp32Converters than W/32 (``requant_units``, ``fp32_units``): the
     same expert program gives the same ``o`` beats as fsim (so as the full PE), with and
     without backpressure on ``o``; with a ready ``o`` the DATA beats of OUTPUT come every
-    ``output_beat_cycles`` cycles, and REQUANT is busy at least ``channels / C`` cycles a row."""
-    seed = 1300 + 10 * requant_units + fp32_units
+    ``output_beat_cycles`` cycles, and REQUANT is busy at least ``channels / C`` cycles a row.
+    Also with OUT in one memory (``out_banks=1``: an o beat's two words read one after the
+    other, down to one sub-step per word with K = W/64): the same beats at the same rate."""
+    seed = 1300 + 10 * requant_units + fp32_units + 100 * (out_banks == 1)
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     t, h, i = 3, 64, 64
     x_q, e_x, up, gate, down, gw, slots = random_expert(rng, t, h, i)
     prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode)
-    dut = PE(config=ARCH, requant_units=requant_units, fp32_units=fp32_units)
+    dut = PE(config=ARCH, requant_units=requant_units, fp32_units=fp32_units,
+             out_banks=out_banks)
     assert dut.output_beat_cycles == (128 * L // 32) // fp32_units
     assert dut.requant_word_cycles == (128 * L // 32) // requant_units
     got, ref = compare_with_fsim(prog, ld, traffic=traffic, seed=seed, dut=dut,
@@ -666,11 +684,13 @@ def test_send_recv_accumulate_status():
     assert st[0]["words_received"] == 10 and st[0]["words_sent"] == 13
 
 
-@pytest.mark.parametrize("out_valid_bits", [True, False])
-def test_clear_zeroes_out_and_rowmax(out_valid_bits):
+@pytest.mark.parametrize("out_valid_bits, out_banks", [(True, 2), (False, 2), (False, 1)],
+                         ids=["valid-bits", "writes", "writes-out1"])
+def test_clear_zeroes_out_and_rowmax(out_valid_bits, out_banks):
     """CLEAR out rowmax zeroes every OUT word and row-max register (all of them written
     before it), through the valid bits or (``out_valid_bits=False``) by writing zeros a row a
-    cycle; a RECV accumulating after it starts from zero; RTL == fsim."""
+    cycle (both OUT banks at once, or with ``out_banks=1`` a word a cycle); a RECV
+    accumulating after it starts from zero; RTL == fsim."""
     seed = 610
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
@@ -694,7 +714,9 @@ def test_clear_zeroes_out_and_rowmax(out_valid_bits):
     link_i = asm.words_to_ints(np.concatenate([asm.pack_q16(maxima, PE_CFG),
                                                asm.pack_q24(add, PE_CFG)]))
     got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
-                                 pe_options={"out_valid_bits": out_valid_bits})
+                                 pe_options={"out_valid_bits": out_valid_bits,
+                                             "out_banks": out_banks,
+                                             "fp32_units": 1 if out_banks == 1 else None})
     words = got["link_o"]
     before, after = words[:n_out + n_rm], words[n_out + n_rm:2 * (n_out + n_rm)]
     assert any(before) and not any(after)
