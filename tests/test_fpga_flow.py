@@ -469,6 +469,33 @@ def test_tool_failure_names_tool_and_log(small_build, tmp_path):
     assert not (tmp_path / "top.bit").exists() and not (tmp_path / "top_report.json").exists()
 
 
+def test_estimate_refuses_conflicting_drivers(tmp_path, monkeypatch):
+    """A Yosys netlist with a net driven by two cells (``check``'s "multiple conflicting
+    drivers", which Yosys 0.70's ABC9 once produced on the board top) stops the estimate with
+    one line naming the net and the kept log; nothing is cached, so no build takes it. The
+    flow's scripts select ABC9's first XAIGER writer (the workaround)."""
+    import sys
+    fake = tmp_path / "fake-yosys"
+    fake.write_text(f"#!{sys.executable}\n" + """import sys
+if sys.argv[1:] == ["-V"]:
+    print("Yosys 0.70 (fake)")
+    sys.exit(0)
+open("yosys.log", "w").write("Warning: multiple conflicting drivers for top.\\\\pe.x [1]:\\n")
+open("stat.json", "w").write('{"modules": {"top": {"num_cells_by_type": {"LUT4": 1}}}}')
+""")
+    fake.chmod(0o755)
+    monkeypatch.setattr(fpga, "tool_env", lambda: {"YOSYS": str(fake)})
+    cache = tmp_path / "cache"
+    with pytest.raises(fpga.FpgaToolError) as e:
+        fpga.estimate(_Small(), _Fast85F(), cache_dir=cache)
+    msg = str(e.value)
+    assert "drives top.\\pe.x [1] from more than one cell" in msg and "\n" not in msg
+    kept = [p.name for p in cache.iterdir()]
+    assert len(kept) == 1 and kept[0].endswith(".failed.log") and kept[0] in msg
+    plan = fpga.prepare(_Small(), _Fast85F(), build_dir=tmp_path)
+    assert fpga.YOSYS_ABC9_XAIGER1 in plan.files["top.ys"]
+
+
 def test_unreadable_report(tmp_path):
     p = tmp_path / "r.json"
     p.write_text('{"utilization": {}}')
