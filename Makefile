@@ -21,7 +21,7 @@ help:
 	@echo "              (BOARD=ulx3s-85f, CONFIG=default|auto|NAME, ARGS='--estimate-only --hierarchy --no-asic';"
 	@echo "              elmoe3d fpga --list-boards);"
 	@echo "              the default: one FPGA-lean PE on the ULX3S-85F at 5 MHz; placement took"
-	@echo "              ~25 min and routing did not finish here (docs/fpga.md, Measured)"
+	@echo "              ~7 min and routing did not finish here (docs/fpga.md, Measured)"
 	@echo "make clean  - remove build output (build/, out/)"
 
 venv: $(STAMP)

@@ -505,10 +505,10 @@ FPGA_CONFIGS = {
         hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
         estimate="fits: 43,559 LUT4 positions (52.1 %), 47 MULT18X18D (30.1 %), 159 DP16KD "
                  "(76.4 %) (Yosys, 2026-11-30)",
-        note="on the 2-core reference machine (2026-11-30) nextpnr placed it in 9 minutes, "
-             "but router2 left 98,078 of 928,294 wires overused after its first iteration "
-             "and 73,347 after its third, 13 minutes into routing, slowing down (docs/fpga.md, "
-             "\"Measured\"); Ctrl-C stops the tools"),
+        note="on the 2-core reference machine (2026-11-30) nextpnr placed it in 7 minutes, "
+             "but router2 left 77,633 of 804,562 wires overused after its first iteration "
+             "and stalled near 30,000 from its sixth to its ninth, 32 minutes into the build "
+             "(docs/fpga.md, \"Measured\"); Ctrl-C stops the tools"),
 }
 
 
