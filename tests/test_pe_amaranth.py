@@ -297,12 +297,11 @@ def test_vpu_unit_parameters_and_errors():
             PE(config=ARCH, out_banks=bad)
     with pytest.raises(ValueError, match="out_banks: one OUT memory needs fewer than W/32"):
         PE(config=ARCH, out_banks=1)                 # fp32_units defaults to W/32
-    for banks, fp32 in ((2, None), (1, 1), (1, 8)):
-        cfg = PE_CFG
+    # the small PE: 176 OUT words, 128 TOK entries = 8 ROWMAX rows of W/32 = 16
+    assert (PE_CFG.out_words, PE_CFG.tok_entries, PE_CFG.word_bits) == (176, 128, 512)
+    for banks, fp32, cycles in ((2, None, 88), (1, 1, 176), (1, 8, 176)):
         dut = _unused(PE(config=ARCH, out_banks=banks, fp32_units=fp32, out_valid_bits=False))
-        assert dut.out_banks == banks
-        assert dut.clear_cycles == max(-(-cfg.out_words // banks),
-                                       -(-cfg.tok_entries // (cfg.word_bits // 32)))
+        assert dut.out_banks == banks and dut.clear_cycles == cycles
     for n, names in ((2, {"wmsb0", "wmsb1", "wlsb0", "wlsb1", "wscale0", "wscale1"}),
                      (1, {"wmsb", "wlsb", "wscale"})):
         dut = PE(config=ARCH, wbuf_memories=n)
