@@ -73,6 +73,9 @@ def configure(parser) -> None:
                         help="EXT stand-in depth in W-bit words (power of two)")
     parser.add_argument("--baud", metavar="B", type=int, default=None,
                         help="UART rate the board top is built for (default 1000000)")
+    parser.add_argument("--route-patience", metavar="N", type=int, default=None,
+                        help="stop when nextpnr's router2 has not cut its overused wires by "
+                             "5 %% in N iterations (default 5; 0: route on until Ctrl-C)")
     parser.add_argument("--max-runs", metavar="N", type=int, default=4,
                         help="most Yosys estimates the fit search runs (default 4)")
     parser.add_argument("--estimate-only", action="store_true",
@@ -134,6 +137,12 @@ def run(args) -> int:
                           (args.ext_words, "--ext-words"), (args.baud, "--baud"),
                           (args.max_runs, "--max-runs")):
         _positive(value, option)
+    patience = args.route_patience
+    if patience is None:
+        patience = fpga.ROUTE_PATIENCE
+    elif patience < 0:
+        raise UserError(f"--route-patience: expected 0 (never stop) or a positive number of "
+                        f"router2 iterations, got {patience}")
     for value, option in ((args.hb_words, "--hb-words"), (args.ext_words, "--ext-words")):
         if value is not None and value & (value - 1):
             raise UserError(f"{option}: expected a power of two, got {value}")
@@ -225,11 +234,12 @@ def run(args) -> int:
     res = fpga.build(fpga.board_top(cfg), bd.platform(), build_dir=build_dir,
                      seed=args.seed or fpga.DEFAULT_SEED,
                      script_after_read=cfg.script_after_read, say=say, router=cfg.router,
-                     placer=cfg.placer)
+                     placer=cfg.placer, route_patience=patience)
     doc["build"] = {"dir": str(res.build_dir), "bitstream": str(res.bitstream),
                     "nextpnr_report": str(res.report_path),
                     "logs": {k: str(v) for k, v in res.logs.items()},
                     "seed": args.seed or fpga.DEFAULT_SEED, "router": cfg.router,
+                    "route_patience": patience,
                     "placer": cfg.placer,
                     "synth_cached": res.synth_cached,
                     "seconds": {k: round(v, 1) for k, v in res.seconds.items()}}

