@@ -74,8 +74,8 @@ def configure(parser) -> None:
     parser.add_argument("--baud", metavar="B", type=int, default=None,
                         help="UART rate the board top is built for (default 1000000)")
     parser.add_argument("--route-patience", metavar="N", type=int, default=None,
-                        help="stop when nextpnr's router2 has not cut its overused wires by "
-                             "5 %% in N iterations (default 5; 0: route on until Ctrl-C)")
+                        help="stop nextpnr when its router2 has not cut its overused wires "
+                             "by 5 %% in N iterations (default 5; 0: never stop it)")
     parser.add_argument("--max-runs", metavar="N", type=int, default=4,
                         help="most Yosys estimates the fit search runs (default 4)")
     parser.add_argument("--estimate-only", action="store_true",

