@@ -902,7 +902,7 @@ def test_stalled_router_stops_the_tools(tmp_path, monkeypatch):
 
 def test_build_refuses_bad_route_patience(tmp_path):
     with pytest.raises(fpga.FpgaError, match="route_patience: expected 0 .never stop."):
-        fpga.build(_PllCounter(), ULX3S_85F_Platform(), build_dir=tmp_path, route_patience=-2)
+        fpga.build(None, ULX3S_85F_Platform(), build_dir=tmp_path, route_patience=-2)
     assert not any(tmp_path.iterdir())
 
 
