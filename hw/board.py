@@ -150,6 +150,12 @@ class BoardTop(wiring.Component):
         Serial line to the host (idle high).
     leds : Out(8)
         Status, :data:`LED_BITS`.
+    rw_collision : Out(1)
+        Sticky (power-on reset only): the PE read and wrote one word of a memory synthesised
+        without read-first emulation in the same cycle (:attr:`PE.rw_collision
+        <elmoe3d.hw.pe.PE>`; on an FPGA that read is undefined). For the simulation benches,
+        which assert it stays low; :class:`BoardPlatformTop` leaves it unconnected, so the
+        FPGA build drops it.
 
     Parameters
     ----------
@@ -239,6 +245,7 @@ class BoardTop(wiring.Component):
             "uart_rx": In(1, init=1),
             "uart_tx": Out(1, init=1),
             "leds": Out(8),
+            "rw_collision": Out(1),
         })
 
     @property
@@ -318,6 +325,9 @@ class BoardTop(wiring.Component):
         m.d.comb += hb_top.eq(rt.hb_req.payload.addr + rt.hb_req.payload.words)
         with m.If(rt.hb_req.valid & rt.hb_req.ready & (hb_top > self._hb_words)):
             m.d.sync += hb_range.eq(1)
+
+        with m.If(pe.rw_collision):
+            m.d.sync += self.rw_collision.eq(1)
 
         # -- status LEDs --
         beat = Signal(max(2, (self._clk_hz // 3).bit_length()))

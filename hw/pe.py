@@ -346,7 +346,9 @@ class PE(wiring.Component):
     name, for benches that account cycles, and ``rw_collision`` (``rw_collision_<memory>``
     per memory): a word of WMSB, WLSB, WSCALE, ACT or HBUF read and written in the same
     cycle. Those memories are synthesised with Yosys's ``no_rw_check`` (no read-first
-    emulation on an FPGA), so the benches assert it never fires.
+    emulation on an FPGA), so the benches assert it never fires. The same signal is the
+    attribute :attr:`rw_collision` (``Signal(1)``, not a port, there before elaboration), which
+    :class:`~elmoe3d.hw.board.BoardTop` turns into its sticky ``rw_collision`` output.
 
     Parameters
     ----------
@@ -478,6 +480,8 @@ class PE(wiring.Component):
             "link_o": Out(stream.Signature(unsigned(W))),
             "link_i": In(stream.Signature(unsigned(W))),
         })
+        # not a port: a design around the PE may watch it (BoardTop keeps it sticky)
+        self.rw_collision = Signal(name="rw_collision")
 
     # ---- parameters ---------------------------------------------------------------------------
 
@@ -1805,8 +1809,9 @@ class PE(wiring.Component):
                        "tile_out": tile_out, "hbuf_write": sw_out, "out_write": cmb_out,
                        "rq_busy": rq_busy, "rq_wait": rq_wait_stall,
                        "fence_wait": ld_active & ld_fence & ~fence_ok,
-                       "rw_collision": Cat(collisions.values()).any(),
+                       "rw_collision": self.rw_collision,
                        **{f"rw_collision_{k}": v for k, v in collisions.items()}}
+        m.d.comb += self.rw_collision.eq(Cat(collisions.values()).any())
         m.d.comb += x_done.eq(clear_done | send_done | recv_done | status_done | output_done)
         m.d.comb += [fence_ok.eq(done_before(ld_need)),
                      rq_older_done.eq(done_before(rq_seq, skip=("rq",)))]

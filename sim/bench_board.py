@@ -421,6 +421,11 @@ async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
             errors.append("nothing was compared")
     if line.stop_errors:
         errors.append(f"{line.stop_errors} characters from the board had a stop bit of 0")
+    rw_collision = int(dut.rw_collision.value)
+    if rw_collision:
+        errors.append("the PE read and wrote one word of a memory in the same cycle "
+                      "(rw_collision, sticky since power-on): on the FPGA that read is "
+                      "undefined")
     records.append({"case": f"wire {name}", "kind": "wire", "session": name,
                     "comparisons": 0, "mismatches": len(errors), "details": errors,
                     "board_cycles": cycles, "wall_seconds": wall,
@@ -428,7 +433,7 @@ async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
                     "flipped": line.flipped, "dropped": line.dropped, "totals": totals,
                     "faults": faults, "timeout": timeout,
                     "stuck": result.get("stuck"), "leds_before": leds_before,
-                    "leds_after": int(dut.leds.value)})
+                    "leds_after": int(dut.leds.value), "rw_collision": rw_collision})
     return records
 
 
