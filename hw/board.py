@@ -11,7 +11,8 @@ block-RAM stand-ins for its HB bank and the EXT memory, and the host bridge over
                                  --ext_write-> EXT stand-in <-- EXT streamer --ext--> LoadRouter
                                  --ext_desc--> EXT streamer
 
-* :class:`BoardTop` -- platform independent (pins ``uart_rx``, ``uart_tx``, ``leds``); the
+* :class:`BoardTop` -- platform independent (pins ``uart_rx``, ``uart_tx``, ``leds``, and
+  ``rw_collision`` for the simulation benches); the
   cocotb bench (:mod:`elmoe3d.sim.bench_board`) drives it at the pin level.
 * :class:`BoardPlatformTop` -- the same for an amaranth-boards platform: the platform's
   default clock, ``uart`` 0, the LEDs it has. The FPGA flow (:mod:`elmoe3d.synth.fpga`)
@@ -153,7 +154,7 @@ class BoardTop(wiring.Component):
     rw_collision : Out(1)
         Sticky (power-on reset only): the PE read and wrote one word of a memory synthesised
         without read-first emulation in the same cycle (:attr:`PE.rw_collision
-        <elmoe3d.hw.pe.PE>`; on an FPGA that read is undefined). For the simulation benches,
+        <elmoe3d.hw.pe.PE.rw_collision>`; on an FPGA that read is undefined). For the simulation benches,
         which assert it stays low; :class:`BoardPlatformTop` leaves it unconnected, so the
         FPGA build drops it.
 
@@ -183,7 +184,8 @@ class BoardTop(wiring.Component):
     HELLO is a soft reset of the PE side: the bridge's ``soft_reset`` pulse (as its INFO
     reply leaves) resets the load router and the PE (``ResetInserter``) and the HB reader
     and EXT streamer, while the bridge empties its FIFOs and queue; the stand-in memories
-    keep their contents. The LEDs' sticky bits are kept (power-on reset only).
+    keep their contents. The LEDs' sticky bits and ``rw_collision`` are kept (power-on reset
+    only).
 
     Attributes: :attr:`divisor`, :attr:`bridge_params` (the bridge's keyword arguments, for a
     host model of this board), the sub-blocks after construction (``uart_rx_block``,
@@ -326,7 +328,8 @@ class BoardTop(wiring.Component):
         with m.If(rt.hb_req.valid & rt.hb_req.ready & (hb_top > self._hb_words)):
             m.d.sync += hb_range.eq(1)
 
-        with m.If(pe.rw_collision):
+        # (not in HELLO's cycle: the PE's ports then still show the state being reset)
+        with m.If(pe.rw_collision & ~soft):
             m.d.sync += self.rw_collision.eq(1)
 
         # -- status LEDs --

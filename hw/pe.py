@@ -1801,7 +1801,8 @@ class PE(wiring.Component):
         with m.If(Cat(set_vpu).any()):
             m.d.sync += flag_vpu.eq(1)
 
-        # internal signals a test bench may watch (cycle accounting); no logic
+        # internal signals a test bench may watch (cycle accounting); no logic of their own
+        # (rw_collision is driven above, for BoardTop)
         self.probes = {"ld_xfer": ld_xfer, "ld_active": ld_active, "ld_blocked": ld_blocked,
                        "tile_in": tile_in, "g_issuing": g_issuing, "ex_idle": ex_idle,
                        "gemm_busy": gemm_busy, "wait_flag": g_wait_flag, "barrier": ex_barrier,

@@ -44,7 +44,8 @@ def test_board_runs_real_programs_bit_exact_through_line_errors():
     assert result.failures == 0 and set(wires) == {"clean", "faults"}, \
         f"see {result.log_file}: {[w['details'] for w in wires.values()]}"
     # no memory word read and written in one cycle (undefined on the FPGA) since power-on
-    assert [w["rw_collision"] for w in wires.values()] == [0, 0]
+    assert [w["rw_collision"] for w in wires.values()] == [0, 0], \
+        "a PE memory word was read and written in one cycle (undefined on the FPGA)"
     for session, n_runs in (("clean", 2), ("faults", 2)):
         layers = [r for r in records if r["kind"] == "layer" and r["session"] == session]
         runs = [r for r in records if r["kind"] == "pe_run" and r["session"] == session]
