@@ -730,8 +730,9 @@ def pnr_progress(log_text: str) -> tuple[str, str] | None:
 #: ``elmoe3d fpga --route-patience``; 0: never). With :data:`ROUTE_STALL_GAIN`, the named
 #: ULX3S-85F default's measured router2 run (``docs/fpga.md``, "Measured") stops after its
 #: eleventh iteration if the tenth and eleventh do not get below 29,352 overused wires (the
-#: fewest, 30,433, came at the seventh), about 40 minutes into the build, instead of running
-#: on until nextpnr gives up by itself after about 1,000 iterations.
+#: fewest, 30,433, came at the seventh; from a fresh clone they left 32,488 and 33,834, and
+#: the build stopped 52 minutes in, the cores shared), instead of running on until nextpnr
+#: gives up by itself after about 1,000 iterations.
 ROUTE_PATIENCE = 5
 
 #: The least relative fall in router2's overused wires over :data:`ROUTE_PATIENCE` iterations
