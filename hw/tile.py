@@ -126,21 +126,37 @@ class TensorTile(wiring.Component):
         ``rows * lanes / P`` accumulators each, so :attr:`latency` is 2 + P. Results are
         unchanged (an FPGA option, like ``dsp_pairs``). The source must keep ``valid`` and
         the payload of an offered beat through all P passes (the stream rule: a beat stays
-        until taken). The pipeline diagram below is for P = 1.
+        until taken), except the weights with ``streamed_weights``. The pipeline diagram
+        below is for P = 1.
+    streamed_weights : bool
+        With P > 1 (default False): the source presents the weights a pass at a time. In
+        the cycle of pass p (:attr:`phase`), nibbles ``0 .. G/P - 1`` of ``wgt[n]`` carry
+        the lane's depths ``p G/P .. (p+1) G/P - 1`` and the other nibbles are ignored; the
+        activations, scales and side band stay as in the stream rule. A source that reads
+        the weights from memories G/P nibbles wide (the PE's ``streamed_weights``) then
+        needs no beat-wide weight register or multiplexer: it reads part 0 when it offers a
+        beat and part ``phase + 1`` in every cycle :attr:`next_pass` is high (the data one
+        cycle later, a synchronous read). Results unchanged.
 
     Attributes
     ----------
     i : In(stream.Signature(tile_beat_layout(config)))
     o : Out(stream.Signature(tile_result_layout(config)))
+    phase : Signal(range(P)), not a port
+        The pass of the offered beat (0 with P = 1).
+    next_pass : Signal(1), not a port
+        High in a cycle whose pass p < P - 1 of an offered beat is taken: the tile is in
+        pass p + 1 of the same beat in the next cycle (never high with P = 1).
 
     Raises
     ------
     TypeError
         ``config`` is not a :class:`~elmoe3d.config.TileConfig`; ``dsp_pairs`` is not a bool;
-        ``passes`` is not 1, 2 or 4.
+        ``passes`` is not 1, 2 or 4; ``streamed_weights`` is not a bool.
     """
 
-    def __init__(self, *, config: TileConfig, dsp_pairs: bool = False, passes: int = 1):
+    def __init__(self, *, config: TileConfig, dsp_pairs: bool = False, passes: int = 1,
+                 streamed_weights: bool = False):
         if not isinstance(config, TileConfig):
             raise TypeError(f"config: expected a TileConfig, got {type(config).__name__}")
         if not isinstance(dsp_pairs, bool):
@@ -150,9 +166,14 @@ class TensorTile(wiring.Component):
             raise TypeError(f"passes: expected 1, 2 or 4 dividing the group of {config.group} "
                             f"and the {config.rows * config.lanes} accumulators, got "
                             f"{passes!r}")
+        if not isinstance(streamed_weights, bool):
+            raise TypeError(f"streamed_weights: expected a bool, got {streamed_weights!r}")
         self._config = config
         self._dsp_pairs = dsp_pairs
         self._passes = passes
+        self._streamed_weights = streamed_weights and passes > 1
+        self.phase = Signal(range(passes), name="phase")
+        self.next_pass = Signal(name="next_pass")
         super().__init__({
             "i": In(stream.Signature(tile_beat_layout(config))),
             "o": Out(stream.Signature(tile_result_layout(config))),
@@ -171,6 +192,11 @@ class TensorTile(wiring.Component):
     def passes(self) -> int:
         """P: stage-1 passes per beat (one beat every P cycles)."""
         return self._passes
+
+    @property
+    def streamed_weights(self) -> bool:
+        """The weights come a pass at a time (always False with one pass)."""
+        return self._streamed_weights
 
     @property
     def multipliers(self) -> int:
@@ -210,11 +236,12 @@ class TensorTile(wiring.Component):
         advance = Signal()
         P = self._passes
         depth = group // P                       # unit-PE depths built
-        phase = Signal(range(P), name="phase")   # the pass of the offered beat
+        phase = self.phase                       # the pass of the offered beat
         last_pass = phase == P - 1
         m.d.comb += [
             advance.eq(~(self.o.valid & ~self.o.ready)),
             self.i.ready.eq(advance & last_pass),
+            self.next_pass.eq(advance & self.i.valid & ~last_pass),
         ]
         if P > 1:
             with m.If(advance & self.i.valid):
@@ -229,11 +256,12 @@ class TensorTile(wiring.Component):
         s1_tree = [[Signal(TREE_SHAPE, name=f"s1_tree_{r}_{n}") for n in range(lanes)]
                    for r in range(rows)]
 
-        def in_pass(values):
-            """The ``depth`` operands of the current pass (depths p * depth + k)."""
-            if P == 1:
-                return list(values)
+        def in_pass(values, streamed=False):
+            """The ``depth`` operands of the current pass (depths p * depth + k); streamed:
+            the source's first ``depth`` operands are the pass's."""
             values = list(values)
+            if P == 1 or streamed:
+                return values[:depth]
             return [Array(values[p * depth + k] for p in range(P))[phase] for k in range(depth)]
 
         # The 5-bit weight field of a unit PE depends only on its lane and depth (the weight
@@ -243,7 +271,8 @@ class TensorTile(wiring.Component):
         for n in range(lanes):
             is_msb, aug = lane_controls(beat.mode, n % 2)
             lane_fields = []
-            for k, nib in enumerate(in_pass(beat.wgt[n][k] for k in range(group))):
+            for k, nib in enumerate(in_pass((beat.wgt[n][k] for k in range(group)),
+                                            self._streamed_weights)):
                 field = Signal(signed(5), name=f"field_{n}_{k}")
                 m.d.comb += field.eq(weight_field(nib, is_msb, aug))
                 lane_fields.append(field)

@@ -61,7 +61,7 @@ class StreamSink:
 
 
 def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=12,
-                   max_cycles=None, read=None, passes=1):
+                   max_cycles=None, read=None, passes=1, in_pass=None):
     """Drive ``inputs`` into ``dut.i`` and collect ``n_results`` payloads from ``dut.o``.
 
     The source offers the next input with probability ``1 - idle`` each cycle (and holds it until
@@ -82,6 +82,11 @@ def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=1
     read : callable, optional
         Maps each output payload view to the value collected (default: the view's raw int
         through ``ctx.get``).
+    in_pass : callable, optional
+        ``in_pass(value, p) -> int``: the raw payload offered in pass ``p`` of an input (a
+        source that changes part of it from pass to pass, the tile's ``streamed_weights``).
+        With it the bench also checks the DUT's ``phase`` (the pass offered) and
+        ``next_pass`` (a pass before the last one taken) every cycle.
 
     Returns
     -------
@@ -104,7 +109,9 @@ def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=1
             ctx.set(dut.i.valid, valid)
             if valid:
                 value = inputs[idx]
-                if isinstance(value, int):
+                if in_pass is not None:
+                    ctx.set(dut.i.payload.as_value(), in_pass(value, offered))
+                elif isinstance(value, int):
                     ctx.set(dut.i.payload.as_value(), value)
                 else:
                     ctx.set(dut.i.payload, value)
@@ -112,6 +119,10 @@ def drive_pipeline(dut, inputs, *, n_results, seed, idle=0.0, stall=0.0, drain=1
             o_valid, i_ready = ctx.get(dut.o.valid), ctx.get(dut.i.ready)
             advance = not o_valid or ready
             assert i_ready == (advance and offered == passes - 1), f"cycle {cycle}: i.ready"
+            if in_pass is not None:
+                assert ctx.get(dut.phase) == offered, f"cycle {cycle}: phase"
+                assert ctx.get(dut.next_pass) == (valid and advance and offered < passes - 1), \
+                    f"cycle {cycle}: next_pass"
             if valid and advance and not i_ready:
                 offered += 1
             sink.sample(ctx, cycle)

@@ -34,7 +34,8 @@ def _expected_results(beats):
     return int(np.count_nonzero(beats["last"]))
 
 
-def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=False, passes=1):
+def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=False, passes=1,
+             streamed_weights=False):
     """Drive ``beats`` through a :class:`TensorTile` with a random source (idle probability
     ``idle``) and a random sink (not-ready probability ``stall``).
 
@@ -44,12 +45,40 @@ def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=Fal
 
     Returns ``(results, log)``: results in :func:`ref_tile`'s format; log with the cycle of every
     accepted beat (``accept``) and every taken result (``emit``) and the DUT's ``latency``.
+
+    ``streamed_weights``: the source offers the weights a pass at a time (the pass's nibbles
+    first in every lane, the other nibbles random, different in every pass: the tile must
+    ignore them), following the tile's ``phase``.
     """
-    dut = TensorTile(config=cfg, dsp_pairs=dsp_pairs, passes=passes)
+    dut = TensorTile(config=cfg, dsp_pairs=dsp_pairs, passes=passes,
+                     streamed_weights=streamed_weights)
     words = pack_beats(cfg, beats)
+    in_pass = None
+    if streamed_weights:
+        in_pass = _weights_in_pass(cfg, passes, np.random.default_rng(seed + 1))
     got, log = drive_pipeline(dut, [int(w) for w in words], n_results=_expected_results(beats),
-                              seed=seed, idle=idle, stall=stall, drain=drain, passes=passes)
+                              seed=seed, idle=idle, stall=stall, drain=drain, passes=passes,
+                              in_pass=in_pass)
     return unpack_results(cfg, got), log
+
+
+def _weights_in_pass(cfg, passes, rng):
+    """``in_pass(word, p)`` for :func:`drive_pipeline`: the beat word with every lane's weight
+    nibbles ``p d .. p d + d - 1`` (d = group / passes) moved to nibbles ``0 .. d - 1`` and
+    random nibbles after them."""
+    field = tile_beat_layout(cfg)["wgt"]
+    lane_bits, d = 4 * cfg.group, cfg.group // passes
+    keep = (1 << 4 * d) - 1
+
+    def in_pass(word, p):
+        for n in range(cfg.lanes):
+            at = field.offset + n * lane_bits
+            lane = (word >> at) & ((1 << lane_bits) - 1)
+            noise = int(rng.integers(0, 1 << 62)) | int(rng.integers(0, 1 << 62)) << 62
+            new = ((lane >> 4 * d * p) & keep) | ((noise << 4 * d) & ((1 << lane_bits) - 1))
+            word = word & ~(((1 << lane_bits) - 1) << at) | new << at
+        return word
+    return in_pass
 
 
 def assert_results_equal(got, want):
@@ -493,6 +522,12 @@ def test_passes_parameter():
             TensorTile(config=cfg, passes=bad)
     with pytest.raises(TypeError, match="passes: .* and the 6 accumulators, got 4"):
         TensorTile(config=TileConfig(rows=1, lanes=6), passes=4)
+    streamed = TensorTile(config=cfg, passes=4, streamed_weights=True)
+    assert streamed.streamed_weights and streamed.multipliers == 64
+    assert not TensorTile(config=cfg, streamed_weights=True).streamed_weights   # one pass
+    Fragment.get(streamed, None)
+    with pytest.raises(TypeError, match="streamed_weights: expected a bool, got 1"):
+        TensorTile(config=cfg, passes=4, streamed_weights=1)
     gc.collect()
 
 
@@ -513,6 +548,36 @@ def test_passes_random_beats(passes, dsp_pairs, idle, stall):
     if idle == stall == 0.0:
         assert log["accept"] == [passes * (i + 1) - 1 for i in range(40)]
         assert_latency(beats, log)
+
+
+@pytest.mark.parametrize("passes, dsp_pairs", [(2, False), (4, True)], ids=["P2-unit", "P4-pairs"])
+@pytest.mark.parametrize("idle,stall", [(0.0, 0.0), (0.3, 0.6)])
+def test_streamed_weights_random_beats(passes, dsp_pairs, idle, stall):
+    """``streamed_weights``: the source offers each pass's weight nibbles first in every lane
+    (the rest random noise, new in every pass), following ``phase``; the golden results, the
+    same acceptance cycles as the tile that holds the whole beat, ``phase`` and ``next_pass``
+    checked every cycle by the bench."""
+    cfg = TileConfig(rows=2, lanes=4)
+    seed = 5300 + 10 * passes + dsp_pairs + int(10 * idle)
+    print(f"seed={seed}")
+    beats = random_beats(np.random.default_rng(seed), cfg, 40)
+    got, log = run_tile(cfg, beats, seed=seed, idle=idle, stall=stall, dsp_pairs=dsp_pairs,
+                        passes=passes, streamed_weights=True)
+    assert_results_equal(got, ref_tile(beats))
+    if idle == stall == 0.0:
+        assert log["accept"] == [passes * (i + 1) - 1 for i in range(40)]
+        assert_latency(beats, log)
+
+
+@pytest.mark.parametrize("mode", [Mode.FULL, Mode.DRAFT], ids=lambda m: m.name)
+def test_streamed_weights_corner_extremes(mode):
+    """The extreme group psum with the weights streamed in four passes of DSP pairs."""
+    cfg = TileConfig(rows=2, lanes=4)
+    q = -128 if mode is Mode.FULL else -120
+    beats = _const_beats(cfg, 3, act=-128, nib=_wgt_nibbles(q, mode, cfg.lanes), scale=0x3C00,
+                         mode=int(mode))
+    got, _ = run_tile(cfg, beats, dsp_pairs=True, passes=4, streamed_weights=True)
+    assert_results_equal(got, ref_tile(beats))
 
 
 @pytest.mark.parametrize("mode", [Mode.FULL, Mode.DRAFT], ids=lambda m: m.name)
