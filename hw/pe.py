@@ -402,6 +402,17 @@ class PE(wiring.Component):
         no bank multiplexer); OUTPUT reads the two words one after the other, each for half
         of the beat's FP32 sub-steps, so it needs ``fp32_units`` below W/32 and keeps its
         throughput; ``CLEAR out`` without valid bits takes ``out_words`` cycles.
+    streamed_weights : bool
+        False (default): the WMSB and WLSB planes are W bits wide and a GEMM beat reads a word
+        of each. True (needs ``tile_passes`` P > 1; an FPGA option): they are W/P bits wide
+        and P times as deep, part p of word w at address ``w P + p`` holding depths
+        ``p G/P .. (p+1) G/P - 1`` of every lane (lane n's bits ``128 n + 128 p/P ..`` of the
+        loaded word, lane after lane). The tile takes its weights a pass at a time
+        (``TensorTile(streamed_weights=True)``): the beat reads part 0 and every further pass
+        the next part, so a weight plane's read data, its block-RAM data pins and the beat's
+        weight multiplexers are W/P bits wide instead of W. A LOAD into WMSB or WLSB writes
+        a word in P cycles (part by part, ``ld.ready`` in the last), other LOADs one word a
+        cycle as before. GEMM cycles and every result are unchanged.
 
     Raises
     ------
@@ -410,15 +421,15 @@ class PE(wiring.Component):
     ValueError
         The tile shape does not suit the PE; ``mul_stages``, ``requant_units``,
         ``fp32_units``, ``combine_units``, ``swiglu_units``, ``tile_dsp_pairs``,
-        ``tile_passes``, ``out_valid_bits``, ``wbuf_memories`` or ``out_banks`` out of range
-        (the message names it).
+        ``tile_passes``, ``out_valid_bits``, ``wbuf_memories``, ``out_banks`` or
+        ``streamed_weights`` out of range (the message names it).
     """
 
     def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
                  fp32_units: int | None = None, combine_units: int | None = None,
                  swiglu_units: int | None = None, tile_dsp_pairs: bool = False,
                  tile_passes: int = 1, out_valid_bits: bool = True, wbuf_memories: int = 2,
-                 out_banks: int = 2):
+                 out_banks: int = 2, streamed_weights: bool = False):
         pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
@@ -463,6 +474,12 @@ class PE(wiring.Component):
                              f"other, one per half of its sub-steps), got fp32_units="
                              f"{fp32_units}")
         self._out_banks = out_banks
+        if not isinstance(streamed_weights, bool):
+            raise ValueError(f"streamed_weights: expected a bool, got {streamed_weights!r}")
+        if streamed_weights and tile_passes == 1:
+            raise ValueError("streamed_weights: the weights come a pass at a time, so it needs "
+                             "tile_passes 2 or 4, got tile_passes=1")
+        self._streamed_weights = streamed_weights
         self._pe = pe_config
         self._tile_config = TileConfig(rows=rows, lanes=lanes)
         self._mul_stages = mul_stages
@@ -604,9 +621,15 @@ class PE(wiring.Component):
         ``tile_passes`` cycles)."""
         return self._tile_passes
 
+    @property
+    def streamed_weights(self) -> bool:
+        """WMSB and WLSB W/P bits wide, read a tile pass at a time (P = :attr:`tile_passes`);
+        a LOAD into them takes P cycles a word."""
+        return self._streamed_weights
+
     def _tile_params(self) -> dict:
         return {"config": self._tile_config, "dsp_pairs": self._tile_dsp_pairs,
-                "passes": self._tile_passes}
+                "passes": self._tile_passes, "streamed_weights": self._streamed_weights}
 
     @property
     def load_queue_depth(self) -> int:
@@ -707,17 +730,23 @@ class PE(wiring.Component):
         # WMEM: per plane a memory per buffer, or (wbuf_memories == 1) one memory of twice the
         # depth addressed by Cat(word address, buffer): the same words at the same ports
         split = self._wbuf_memories == 2
+        # streamed_weights: the MSB and LSB planes in P parts of W/P bits a word (part p of word
+        # w at w P + p: depths p G/P .. of every lane, lane after lane)
+        P = self._tile_passes
+        parts = P if self._streamed_weights else 1
+        log_parts, part_lane = _log2(parts), 128 // parts   # a lane: 32 nibbles
 
-        def wmem_plane(name, depth):
+        def wmem_plane(name, depth, parts=1):
             if split:
-                return [memory(f"{name}{b}", depth, collision_free=True) for b in range(2)]
-            return memory(name, 2 * depth, collision_free=True)
+                return [memory(f"{name}{b}", depth * parts, width=W // parts,
+                               collision_free=True) for b in range(2)]
+            return memory(name, 2 * depth * parts, width=W // parts, collision_free=True)
 
         def in_buffer(addr, buf, depth):
             return Cat(addr[:_log2(depth)], buf)
 
-        wmsb = wmem_plane("wmsb", cfg.wmem_words)
-        wlsb = wmem_plane("wlsb", cfg.wmem_words)
+        wmsb = wmem_plane("wmsb", cfg.wmem_words, parts)
+        wlsb = wmem_plane("wlsb", cfg.wmem_words, parts)
         wscl = wmem_plane("wscale", cfg.wscale_words)
         wmem_depths = {Target.WMSB: cfg.wmem_words, Target.WLSB: cfg.wmem_words,
                        Target.WSCALE: cfg.wscale_words}
@@ -843,7 +872,17 @@ class PE(wiring.Component):
         ld_blocked = (((ld_target <= Target.WSCALE) & full_sel(ld_buf))
                       | (ld_fence & ~fence_ok))
         ld_grant = Signal()
-        m.d.comb += self.ld.ready.eq(ld_active & (ld_left != 0) & ~ld_blocked & ld_grant)
+        ld_open = ld_active & (ld_left != 0) & ~ld_blocked & ld_grant
+        if parts > 1:
+            # a word into a streamed weight plane: part by part, the word taken with its last
+            ld_part = Signal(log_parts)
+            ld_parted = (ld_target == Target.WMSB) | (ld_target == Target.WLSB)
+            ld_part_write = self.ld.valid & ld_open & ld_parted
+            with m.If(ld_part_write):
+                m.d.sync += ld_part.eq(ld_part + 1)
+            m.d.comb += self.ld.ready.eq(ld_open & (~ld_parted | (ld_part == parts - 1)))
+        else:
+            m.d.comb += self.ld.ready.eq(ld_open)
         ld_xfer = self.ld.valid & self.ld.ready
         with m.If(ld_xfer):
             m.d.sync += [ld_addr.eq(ld_addr + 1), ld_left.eq(ld_left - 1)]
@@ -907,19 +946,39 @@ class PE(wiring.Component):
         # DRAFT GEMM may run while the LSB plane of its buffer is loaded)
         g_lsb_only = gx("mode") == TileMode.LSB_ONLY.value
         g_reads_msb, g_reads_lsb = ~g_lsb_only, g_is_full | g_lsb_only
+        b_is_full = b_mode == TileMode.FULL.value
+        b_is_lsb = b_mode == TileMode.LSB_ONLY.value
+        # streamed_weights: part 0 with the beat, part phase + 1 while the tile takes pass phase
+        b_waddr = Signal(16)                     # the beat's word (in its memory)
+        b_part = (tile.phase + 1)[:log_parts] if parts > 1 else Const(0, 0)
+
+        def w_planes(planes, addr, b_addr):
+            (msb, g_en, b_en), (lsb, g_en_l, b_en_l) = planes
+            for rp, en, b_rd in ((msb, g_en, b_en), (lsb, g_en_l, b_en_l)):
+                if parts == 1:
+                    rp.request(1, addr, en)
+                else:
+                    rp.request(g_step, Cat(Const(0, log_parts), addr), en)
+                    rp.request(tile.next_pass, Cat(b_part, b_addr), b_rd)
+
         if split:
             for b in range(2):
                 w_rd = g_step & (gx("wbuf") == b)
-                wmsb[b][0].request(1, w_addr, w_rd & g_reads_msb)
-                wlsb[b][0].request(1, w_addr, w_rd & g_reads_lsb)
+                b_rd = b_wbuf == b
+                w_planes(((wmsb[b][0], w_rd & g_reads_msb, b_rd & ~b_is_lsb),
+                          (wlsb[b][0], w_rd & g_reads_lsb, b_rd & (b_is_full | b_is_lsb))),
+                         w_addr, b_waddr)
                 wscl[b][0].request(1, w_addr >> 3, w_rd)
+            g_waddr = w_addr
         else:
             g_wbuf = gx("wbuf")
-            wmsb[0].request(1, in_buffer(w_addr, g_wbuf, cfg.wmem_words), g_step & g_reads_msb)
-            wlsb[0].request(1, in_buffer(w_addr, g_wbuf, cfg.wmem_words), g_step & g_reads_lsb)
+            g_waddr = in_buffer(w_addr, g_wbuf, cfg.wmem_words)
+            w_planes(((wmsb[0], g_step & g_reads_msb, ~b_is_lsb),
+                      (wlsb[0], g_step & g_reads_lsb, b_is_full | b_is_lsb)), g_waddr, b_waddr)
             wscl[0].request(1, in_buffer(w_addr >> 3, g_wbuf, cfg.wscale_words), g_step)
         with m.If(adv):
             m.d.sync += [
+                b_waddr.eq(g_waddr),
                 bv.eq(g_issuing),
                 b_mode.eq(gx("mode")),
                 b_wbuf.eq(gx("wbuf")),
@@ -952,14 +1011,12 @@ class PE(wiring.Component):
         else:
             msb_word, lsb_word, scl_word = (plane[0].data for plane in (wmsb, wlsb, wscl))
         scl_entry = scl_word.word_select(b_slot, 16 * L)
-        b_is_full = b_mode == TileMode.FULL.value
-        b_is_lsb = b_mode == TileMode.LSB_ONLY.value
-        for n in range(L):
+        for n in range(L):               # (streamed_weights: the pass's part, lane by lane)
             src_full = Mux(b_half, n // 2 + L // 2, n // 2)
-            full_wgt = (msb_word if n % 2 == 0 else lsb_word).word_select(src_full, 128)
-            plain_wgt = Mux(b_is_lsb, lsb_word, msb_word)[128 * n:128 * (n + 1)]
+            full_wgt = (msb_word if n % 2 == 0 else lsb_word).word_select(src_full, part_lane)
+            plain_wgt = Mux(b_is_lsb, lsb_word, msb_word)[part_lane * n:part_lane * (n + 1)]
             m.d.comb += [
-                Value.cast(beat.wgt[n]).eq(Mux(b_is_full, full_wgt, plain_wgt)),
+                Value.cast(beat.wgt[n])[:part_lane].eq(Mux(b_is_full, full_wgt, plain_wgt)),
                 beat.scale[n].eq(Mux(b_is_full, scl_entry.word_select(src_full, 16),
                                      scl_entry[16 * n:16 * (n + 1)])),
             ]
@@ -1822,6 +1879,10 @@ class PE(wiring.Component):
         tok_rp.request(~st["SEND"], row_t >> log_ov, ~stall_a)
 
         # ---- build the port muxes; the load engine writes with the lowest priority ---------------
+        if parts > 1:                 # the parts of the loaded word (streamed_weights)
+            lane_bits = 128
+            ld_parts = Array(Cat(self.ld.payload[lane_bits * n + part_lane * p:][:part_lane]
+                                 for n in range(L)) for p in range(parts))
         grants = []
         for target, writes in load_targets.items():
             for b, wr in enumerate(writes):
@@ -1831,7 +1892,11 @@ class PE(wiring.Component):
                     sel = sel & (ld_buf == b)
                 elif target in wmem_depths:           # both buffers in one memory
                     addr = in_buffer(ld_addr, ld_buf, wmem_depths[target])
-                wr.build(m, low=(ld_xfer & sel, addr, self.ld.payload, None))
+                if parts > 1 and target in (Target.WMSB, Target.WLSB):
+                    wr.build(m, low=(ld_part_write & sel, Cat(ld_part, addr),
+                                     ld_parts[ld_part], None))
+                else:
+                    wr.build(m, low=(ld_xfer & sel, addr, self.ld.payload, None))
                 grants.append((sel, wr.free(ld_addr) if isinstance(wr, _BankedWrites)
                                else ~wr.busy))
         grant = Const(1, 1)

@@ -634,6 +634,74 @@ def test_one_memory_per_wmem_plane_same_cycles():
     print(f"  {runs[1]['cycles']} cycles with one memory per plane and with one per buffer")
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_streamed_weights_parameters():
+    """``streamed_weights`` needs a tile in passes and elaborates with one memory per plane
+    and per buffer (the planes' geometry in the RTLIL: ``tests/test_fpga_flow.py``)."""
+    for bad in (1, None, "yes"):
+        with pytest.raises(ValueError, match="streamed_weights: expected a bool"):
+            PE(config=ARCH, tile_passes=4, streamed_weights=bad)
+    with pytest.raises(ValueError, match="streamed_weights: .* needs tile_passes 2 or 4"):
+        PE(config=ARCH, streamed_weights=True)
+    assert not _unused(PE(config=ARCH)).streamed_weights
+    for passes, split in ((4, 1), (2, 2)):
+        dut = PE(config=ARCH, tile_passes=passes, streamed_weights=True, wbuf_memories=split)
+        Fragment.get(dut, None)
+        assert dut.streamed_weights and dut.tile_passes == passes
+    gc.collect()
+
+
+@pytest.mark.parametrize("mode, wbuf_memories, passes", [
+    (Mode.FULL, 1, 4), (Mode.LSB_ONLY, 2, 4), (Mode.DRAFT, 1, 2)],
+    ids=["FULL-one-memory-P4", "LSB_ONLY-per-buffer-P4", "DRAFT-one-memory-P2"])
+def test_streamed_weights_gemms_equal_fsim(mode, wbuf_memories, passes):
+    """``streamed_weights``: two GEMMs on the two buffers, buffer 1 loaded while GEMM 0 reads
+    buffer 0, idle cycles on cmd/ld and backpressure on link_o: RTL == fsim and == the
+    bit-exact GEMM, no read-write collision (the bench checks), and every word into WMSB or
+    WLSB taken at least P cycles after the one before (a part a cycle)."""
+    seed = 520 + 10 * int(mode) + wbuf_memories + passes
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (8, 64)).astype(np.int8)
+    qw0, qw1 = random_weight(rng, 16, 64, spread=2.0), random_weight(rng, 8, 64)
+    prog, ld = raw_gemm_program(a_q, qw0, mode, wbuf=0)
+    _, ld1 = raw_gemm_program(a_q, qw1, mode, wbuf=1, prog=prog, load_act=False)
+    got, ref = compare_with_fsim(prog, ld + ld1, traffic=ROUGH, seed=seed,
+                                 pe_options={"tile_passes": passes, "streamed_weights": True,
+                                             "wbuf_memories": wbuf_memories})
+    n0 = len(got["link_o"]) - len(got["link_o"]) // 3      # GEMM 0 has twice the columns
+    for words, qw in ((got["link_o"][:n0], qw0), (got["link_o"][n0:], qw1)):
+        m, n = 8, qw.q.shape[0]
+        assert np.array_equal(raw_to_acc(words, m, n, mode, 4), gemm(a_q, qw, mode).acc)
+    msb0 = len(act_words(a_q))                 # GEMM 0's ld: ACT, then WMSB (and WLSB) words
+    n_w = len(weight_words(qw0)[0]) * (2 if mode in (Mode.FULL, Mode.LSB_ONLY) else 1)
+    steps = np.diff(got["ld"][msb0:msb0 + n_w])
+    assert steps.min() >= passes, steps
+
+
+def test_streamed_weights_same_gemm_cycles():
+    """A FULL GEMM after its loads, nothing else waiting: with ``streamed_weights`` the tile
+    takes its beats in the same cycles relative to the first (a beat every 4 cycles), the
+    weight words are taken exactly 4 cycles apart (1 without), and the results are equal."""
+    seed = 560
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (4, 128)).astype(np.int8)
+    qw = random_weight(rng, 16, 128)
+    prog, ld = raw_gemm_program(a_q, qw, Mode.FULL)
+    runs = {st: compare_with_fsim(prog, ld, seed=seed, watch=("tile_in",),
+                                  pe_options={"tile_passes": 4, "streamed_weights": st})[0]
+            for st in (False, True)}
+    assert runs[True]["link_o"] == runs[False]["link_o"]
+    rel = {st: np.array(r["tile_in"]) - r["tile_in"][0] for st, r in runs.items()}
+    assert np.array_equal(rel[True], rel[False]) and set(np.diff(rel[True])) == {4}
+    n_act, n_msb = len(act_words(a_q)), len(weight_words(qw)[0])
+    for st, step in ((False, 1), (True, 4)):
+        w_ld = runs[st]["ld"][n_act:n_act + 2 * n_msb]    # WMSB then WLSB
+        assert set(np.diff(w_ld[:n_msb])) == {step} and set(np.diff(w_ld[n_msb:])) == {step}
+    print(f"  {runs[True]['cycles']} cycles streamed, {runs[False]['cycles']} not")
+
+
 def test_rw_collision_probe_fires_for_a_racing_load():
     """The bench's ``rw_collision`` check can fail: LOADs into an ACT word without a fence,
     one a cycle while a GEMM re-reads that word every 32 cycles, write it in a cycle the GEMM
