@@ -73,11 +73,14 @@ ROUTER_FIFO_WORDS = 1
 #: The tile takes a beat in four passes (``tile_passes``: 32 MULT18X18D, a quarter of the
 #: adder trees and of the dequantization; a GEMM beat every fourth cycle). OUT and ROWMAX have no valid bits
 #: (``out_valid_bits``): CLEAR writes zeros a row a cycle. Both buffers of a WMEM plane share
-#: one block-RAM memory (``wbuf_memories``): half the W-bit buses to the weight planes; OUT is
+#: one block-RAM memory (``wbuf_memories``): half the W-bit buses to the weight planes, which
+#: are W/4 bits wide and read a tile pass at a time (``streamed_weights``; a LOAD into them
+#: takes 4 cycles a word); OUT is
 #: one memory (``out_banks``), OUTPUT reading an o beat's two words one after the other.
 LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "tile_passes": 4, "requant_units": 1,
                   "fp32_units": 1, "combine_units": 1, "swiglu_units": 1,
-                  "out_valid_bits": False, "wbuf_memories": 1, "out_banks": 1}
+                  "out_valid_bits": False, "wbuf_memories": 1, "out_banks": 1,
+                  "streamed_weights": True}
 
 #: Meaning of the ``leds`` bits.
 LED_BITS = {
@@ -177,7 +180,7 @@ class BoardTop(wiring.Component):
         Keyword arguments of the :class:`~elmoe3d.hw.pe.PE` (``tile_dsp_pairs``,
         ``tile_passes``, ``requant_units``, ``fp32_units``, ``combine_units``,
         ``swiglu_units``, ``out_valid_bits``, ``wbuf_memories``, ``out_banks``,
-        ``mul_stages``): the
+        ``streamed_weights``, ``mul_stages``): the
         FPGA-lean datapath options, which change cycle counts or memory organisation but
         never a result. ``None``: the PE's defaults.
 
@@ -229,7 +232,8 @@ class BoardTop(wiring.Component):
                 raise TypeError(f"pe_params: {exc} (expected PE keyword arguments: "
                                 f"tile_dsp_pairs, requant_units, fp32_units, combine_units, "
                                 f"swiglu_units, tile_passes, out_valid_bits, "
-                                f"wbuf_memories, out_banks, mul_stages)") from None
+                                f"wbuf_memories, out_banks, streamed_weights, "
+                                f"mul_stages)") from None
         except (TypeError, ValueError):
             self._MustUse__silence = True
             for name in ("bridge", "uart_rx_block", "uart_tx_block", "router", "pe"):

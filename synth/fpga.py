@@ -362,7 +362,8 @@ class FpgaConfig:
     ``combine_units`` and ``swiglu_units`` (time-shared VPU units, :class:`~elmoe3d.hw.pe.PE`;
     ``None``: one per value of a word, lane or lane pair), ``out_valid_bits`` (False: CLEAR
     writes zeros instead of clearing valid bits), ``wbuf_memories`` (1: both buffers of a WMEM
-    plane in one memory), ``out_banks`` (1: OUT in one memory) and ``lut_multipliers`` (``$mul``
+    plane in one memory), ``out_banks`` (1: OUT in one memory), ``streamed_weights`` (the
+    MSB and LSB planes W/P bits wide, read a tile pass at a time) and ``lut_multipliers`` (``$mul``
     operand widths built as Booth LUT multipliers, :func:`lut_multiplier_script`). ``estimate``
     documents the measured Yosys estimate of a named default, ``note`` what a build of it met on
     the reference machine (printed before place and route; neither is used in computing
@@ -386,6 +387,7 @@ class FpgaConfig:
     out_valid_bits: bool = False
     wbuf_memories: int = 1
     out_banks: int = 1
+    streamed_weights: bool = True
     lut_multipliers: tuple = LUT_MULTIPLIERS
     estimate: str = ""
     note: str = ""
@@ -409,6 +411,12 @@ class FpgaConfig:
             raise FpgaError(f"tile_passes: expected 1, 2 or 4, got {self.tile_passes!r}")
         if not isinstance(self.out_valid_bits, bool):
             raise FpgaError(f"out_valid_bits: expected a bool, got {self.out_valid_bits!r}")
+        if not isinstance(self.streamed_weights, bool):
+            raise FpgaError(f"streamed_weights: expected a bool, got "
+                            f"{self.streamed_weights!r}")
+        if self.streamed_weights and self.tile_passes == 1:
+            raise FpgaError("streamed_weights: the weights come a tile pass at a time, so it "
+                            "needs tile_passes 2 or 4, got tile_passes=1")
         for name in ("wbuf_memories", "out_banks"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v not in (1, 2):
@@ -455,7 +463,8 @@ class FpgaConfig:
                 "requant_units": self.requant_units,
                 "fp32_units": self.fp32_units, "combine_units": self.combine_units,
                 "swiglu_units": self.swiglu_units, "out_valid_bits": self.out_valid_bits,
-                "wbuf_memories": self.wbuf_memories, "out_banks": self.out_banks}
+                "wbuf_memories": self.wbuf_memories, "out_banks": self.out_banks,
+                "streamed_weights": self.streamed_weights}
 
     def summary(self) -> dict:
         a, pe = self.arch, self.arch.pe
@@ -472,7 +481,7 @@ class FpgaConfig:
                 "requant_units": self.requant_units, "fp32_units": self.fp32_units,
                 "combine_units": self.combine_units, "swiglu_units": self.swiglu_units,
                 "out_valid_bits": self.out_valid_bits, "wbuf_memories": self.wbuf_memories,
-                "out_banks": self.out_banks,
+                "out_banks": self.out_banks, "streamed_weights": self.streamed_weights,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
 
 
@@ -490,26 +499,27 @@ def _fpga_arch(name, **kw):
 #: Named defaults per board (``make fpga`` builds these without searching). ULX3S-85F: one
 #: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`) with 128 KiB WMEM and 64 KiB IOMEM
 #: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL,
-#: placed with nextpnr's static placer: its Yosys estimate (2026-11-30, the tile in four
-#: passes, CLEAR by writes, both weight buffers in one memory per plane, OUT in one memory) is
-#: 43,559 LUT4 positions (52.1 % of 83,640), 12,869 FF, 47 MULT18X18D (30.1 %), 159 DP16KD
-#: (76.4 %). What limits it is routing, not a resource count: every PE memory word and every
-#: ``ld``, ``link`` and ``o`` beat is 512 bits wide, and router2 converges slowly on those
-#: buses (``docs/fpga.md``, "Measured"). Deeper stand-ins (1,024 words: 16 DP16KD more each)
-#: fit the block RAM by the estimate now but were not placed and routed. Before the lean PE
-#: (Booth LUT multipliers for the tile, one VPU unit per value), the same memories needed
-#: 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
+#: placed with nextpnr's static placer: its Yosys estimate (2026-12-01, the tile in four
+#: passes, CLEAR by writes, both weight buffers in one memory per plane, the weight planes
+#: read a pass at a time, OUT in one memory) is 43,861 LUT4 positions (52.4 % of 83,640),
+#: 12,880 FF, 47 MULT18X18D (30.1 %), 161 DP16KD (77.4 %). What limits it is routing, not a
+#: resource count: every PE memory word and every ``ld``, ``link`` and ``o`` beat is 512 bits
+#: wide, and router2 stalls on those buses (``docs/fpga.md``, "Measured": at 18,348 overused
+#: wires; 8,585 with 32 KiB WMEM and IOMEM and 256-word stand-ins, which stalls too).
+#: Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value), the same
+#: memories needed 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
 FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
-        estimate="fits: 43,559 LUT4 positions (52.1 %), 47 MULT18X18D (30.1 %), 159 DP16KD "
-                 "(76.4 %) (Yosys, 2026-11-30)",
-        note="on the 2-core reference machine (2026-11-30) nextpnr placed it in 7 minutes, "
-             "but router2 left 77,633 of 804,562 wires overused after its first iteration "
-             "and stalled near 30,000 from its sixth on (docs/fpga.md, \"Measured\"); the "
-             "build stops when router2 stalls (--route-patience), Ctrl-C stops it sooner"),
+        estimate="fits: 43,861 LUT4 positions (52.4 %), 47 MULT18X18D (30.1 %), 161 DP16KD "
+                 "(77.4 %) (Yosys, 2026-12-01)",
+        note="on the 2-core reference machine (2026-12-01, another build beside it) nextpnr "
+             "placed it in 25 minutes, router2 left 71,827 of 785,762 wires overused after its "
+             "first iteration and 18,348 after its ninth, then more again (docs/fpga.md, "
+             "\"Measured\"); the build stops when router2 stalls (--route-patience: iteration 12, 70 "
+             "minutes in), Ctrl-C stops it sooner"),
 }
 
 
@@ -1282,19 +1292,23 @@ def ebr_model(width: int, depth: int) -> int:
     return -(-width // 1) * -(-depth // 16384)
 
 
-def pe_ebr_model(arch, *, wbuf_memories: int = 1, out_banks: int = 1) -> int:
+def pe_ebr_model(arch, *, wbuf_memories: int = 1, out_banks: int = 1,
+                 plane_parts: int = 4) -> int:
     """:func:`ebr_model` of the PE's memories of at least 64 words (shallower ones go to
-    distributed RAM): the WMEM planes and scales (a memory per buffer, or with
+    distributed RAM): the WMEM planes (``plane_parts`` parts of W/parts bits a word: the
+    tile passes with ``streamed_weights``, else 1) and scales (a memory per buffer, or with
     ``wbuf_memories=1`` one of twice the depth per plane), ACT, TOK, HBUF and OUT (two banks,
     or one memory with ``out_banks=1``); the defaults are :class:`FpgaConfig`'s."""
     pe = arch.pe
     W = pe.word_bits
     b = 3 - wbuf_memories                      # buffers per memory
-    depths = [b * pe.wmem_words] * (2 * wbuf_memories) + [b * pe.wscale_words] * wbuf_memories
+    planes = [(W // plane_parts, b * pe.wmem_words * plane_parts)] * (2 * wbuf_memories)
+    depths = [b * pe.wscale_words] * wbuf_memories
     depths += [pe.act_words, pe.tok_words, pe.hbuf_words]
     depths += ([pe.out_words] if out_banks == 1
                else [(pe.out_words + 1) // 2, pe.out_words // 2])
-    return sum(ebr_model(W, d) for d in depths if d >= 64)
+    return (sum(ebr_model(w, d) for w, d in planes if d >= 64)
+            + sum(ebr_model(W, d) for d in depths if d >= 64))
 
 
 def candidates(dev: Device, *, base=None) -> list:
@@ -1398,6 +1412,7 @@ def describe(cfg: FpgaConfig) -> str:
             f"{'' if cfg.out_valid_bits else ', CLEAR by writes'}"
             f"{', both weight buffers in one memory per plane' if cfg.wbuf_memories == 1 else ''}"
             f"{', OUT in one memory' if cfg.out_banks == 1 else ''}"
+            f"{', weight planes read a tile pass at a time' if cfg.streamed_weights else ''}"
             f"; "
             f"{f'{cfg.clk_hz / 1e6:g} MHz from the PLL' if cfg.clk_hz else 'the board clock'}, "
             f"UART {cfg.baud:,} baud")

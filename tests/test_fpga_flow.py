@@ -222,6 +222,8 @@ def test_lean_pe_options(tmp_path):
                       ({"wbuf_memories": True}, "wbuf_memories: expected 1 or 2"),
                       ({"wbuf_memories": 1.0}, "wbuf_memories: expected 1 or 2"),
                       ({"out_banks": 3}, "out_banks: expected 1 or 2"),
+                      ({"streamed_weights": 1}, "streamed_weights: expected a bool"),
+                      ({"tile_passes": 1}, "streamed_weights: .* needs tile_passes 2 or 4"),
                       ({"fp32_units": None}, "out_banks: one OUT memory needs fewer than "
                                              "W/32 = 16 fp32_units, got fp32_units=None"),
                       ({"arch": dataclasses.replace(small, wmem_bytes=3 * small.wmem_bytes)},
@@ -270,6 +272,13 @@ def test_lean_pe_options(tmp_path):
     assert fpga.apply_no_rw_check(board_il) == (board_il, 5)
     split = rtlil.convert(PE(config=small, **{**cfg.pe_params, "wbuf_memories": 2}), name="pe")
     assert fpga.apply_no_rw_check(split)[1] == 8     # a memory per buffer: 6 + ACT + HBUF
+    # streamed_weights: the MSB and LSB planes W/4 = 128 bits wide and 4 x 2 x wmem_words
+    # deep (both buffers), the scales W-bit words
+    geometry = {name: (int(w), int(d)) for w, d, name in
+                re.findall(r"^\s*memory width (\d+) size (\d+) \\(\w+)$", text, re.M)}
+    words = 4 * 2 * small.pe.wmem_words
+    assert geometry["wmsb"] == geometry["wlsb"] == (128, words), geometry
+    assert geometry["wscale"] == (512, 2 * small.pe.wscale_words)
 
 
 class _TwoMemories(Elaboratable):
@@ -329,10 +338,14 @@ def test_candidates_largest_first_and_save_block_ram():
     # the model: a 512 x 512-bit memory in 512 x 36 mode is 15 blocks, 1024 deep 29
     assert fpga.ebr_model(512, 512) == 15 and fpga.ebr_model(512, 1024) == 29
     # the named default's PE (512-word planes, 64 KiB IOMEM): a memory per buffer and two OUT
-    # banks 10 x 15 = 150 blocks; one memory per plane (2 x 29 + 15) and one OUT memory 118
+    # banks 10 x 15 = 150 blocks (planes in quarters: 2,048 x 128 in 2K x 9 mode, also 15);
+    # one memory per plane (2 x 29 + 15) and one OUT memory 118; with the planes in quarters
+    # (4,096 x 128 in 4K x 4 mode: 32 blocks) 124
     arch = fpga.FPGA_CONFIGS["ulx3s-85f"].arch
-    assert fpga.pe_ebr_model(arch, wbuf_memories=2, out_banks=2) == 150
-    assert fpga.pe_ebr_model(arch) == 118
+    for parts in (1, 4):
+        assert fpga.pe_ebr_model(arch, wbuf_memories=2, out_banks=2, plane_parts=parts) == 150
+    assert fpga.pe_ebr_model(arch, plane_parts=1) == 118
+    assert fpga.pe_ebr_model(arch) == 124 and fpga.ebr_model(128, 4096) == 32
 
 
 def test_estimate_fit_rules():
