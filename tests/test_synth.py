@@ -5,10 +5,8 @@ roll-up is `make synth`)."""
 from __future__ import annotations
 
 import itertools
-import json
 import subprocess
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
