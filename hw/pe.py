@@ -1865,6 +1865,8 @@ class PE(wiring.Component):
                        "gemm_busy": gemm_busy, "wait_flag": g_wait_flag, "barrier": ex_barrier,
                        "xop": xop, "full0": full[0], "full1": full[1],
                        "tile_out": tile_out, "hbuf_write": sw_out, "out_write": cmb_out,
+                       "tile_held_mid_beat": tile.i.valid & (tile.phase != 0)
+                                             & ~tile.next_pass & ~tile.i.ready,
                        "rq_busy": rq_busy, "rq_wait": rq_wait_stall,
                        "fence_wait": ld_active & ld_fence & ~fence_ok,
                        "rw_collision": self.rw_collision,

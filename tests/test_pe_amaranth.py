@@ -666,9 +666,15 @@ def test_streamed_weights_gemms_equal_fsim(mode, wbuf_memories, passes):
     qw0, qw1 = random_weight(rng, 16, 64, spread=2.0), random_weight(rng, 8, 64)
     prog, ld = raw_gemm_program(a_q, qw0, mode, wbuf=0)
     _, ld1 = raw_gemm_program(a_q, qw1, mode, wbuf=1, prog=prog, load_act=False)
-    got, ref = compare_with_fsim(prog, ld + ld1, traffic=ROUGH, seed=seed,
+    # ROUGH traffic with link_o mostly stalled: the RAW words back up into the tile
+    jammed = Traffic(idle_cmd=0.3, idle_ld=0.4, idle_link=0.4, stall_o=0.5, stall_link=0.9)
+    got, ref = compare_with_fsim(prog, ld + ld1, traffic=jammed, seed=seed,
+                                 watch=("tile_held_mid_beat",),
                                  pe_options={"tile_passes": passes, "streamed_weights": True,
                                              "wbuf_memories": wbuf_memories})
+    # the backpressure reached the tile while a beat was between passes (the plane's read
+    # port must then hold the next part's data)
+    assert got["tile_held_mid_beat"], "no beat held mid-pass: the traffic does not test it"
     n0 = len(got["link_o"]) - len(got["link_o"]) // 3      # GEMM 0 has twice the columns
     for words, qw in ((got["link_o"][:n0], qw0), (got["link_o"][n0:], qw1)):
         m, n = 8, qw.q.shape[0]
@@ -699,6 +705,10 @@ def test_streamed_weights_same_gemm_cycles():
     for st, step in ((False, 1), (True, 4)):
         w_ld = runs[st]["ld"][n_act:n_act + 2 * n_msb]    # WMSB then WLSB
         assert set(np.diff(w_ld[:n_msb])) == {step} and set(np.diff(w_ld[n_msb:])) == {step}
+        # ACT and WSCALE words (not parted) still go in a word a cycle
+        scl_ld = runs[st]["ld"][n_act + 2 * n_msb:]
+        assert n_act > 1 and set(np.diff(runs[st]["ld"][:n_act])) == {1}
+        assert len(scl_ld) > 1 and set(np.diff(scl_ld)) == {1}, scl_ld
     print(f"  {runs[True]['cycles']} cycles streamed, {runs[False]['cycles']} not")
 
 
