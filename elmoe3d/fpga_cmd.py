@@ -221,7 +221,7 @@ def run(args) -> int:
         lim = est["limit"]
         raise UserError(
             f"{cfg.name} does not fit {bd.name} ({bd.device.name}): {_resource(lim)} "
-            f"{est['used'][lim]:,} of {est['available'][lim]:,} ({est['pct'][lim]:.1f} %, "
+            f"{est['used'][lim]:,} of {est['available'][lim]:,} ({100 * est['used'][lim] / est['available'][lim]:.1f} %, "
             f"allowed {_allowed_pct(lim)} %) by the Yosys estimate; no bitstream "
             f"(--estimate-only writes the estimate and the ASIC roll-up as JSON; --force "
             f"places and routes it anyway)")
@@ -276,7 +276,9 @@ def report_rows(doc) -> dict:
 
     def fpga_cell(k):
         v = u.get(k)
-        return "-" if v is None else f"{v['used']:,} {k} ({v['pct']:.1f} %)"
+        if v is None or not v["available"]:
+            return "-"
+        return f"{v['used']:,} {k} ({100 * v['used'] / v['available']:.1f} %)"
 
     a = (lambda k: f"{asic[k]:.4f} mm²") if asic else (lambda k: "-")
     beside.append(("logic", fpga_cell("TRELLIS_COMB") + ", " + fpga_cell("TRELLIS_FF"),

@@ -416,7 +416,8 @@ class FpgaConfig:
                             f"{self.streamed_weights!r}")
         if self.streamed_weights and self.tile_passes == 1:
             raise FpgaError("streamed_weights: the weights come a tile pass at a time, so it "
-                            "needs tile_passes 2 or 4, got tile_passes=1")
+                            "needs tile_passes 2 or 4, got tile_passes=1 (set "
+                            "streamed_weights=False for a tile in one pass)")
         for name in ("wbuf_memories", "out_banks"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v not in (1, 2):
@@ -570,7 +571,7 @@ LUT4_PER_UNIT_PE_MIN = 48
 
 
 #: A lower bound of the LUT4 positions of a board top with one FPGA-lean PE of the smallest
-#: tile (2x4x32): the named ULX3S-85F default measured 43,559 (Yosys, 2026-11-30); smaller
+#: tile (2x4x32): the named ULX3S-85F default measured 43,861 (Yosys, 2026-12-01); smaller
 #: memories than its 128 KiB WMEM / 64 KiB IOMEM only move words from block RAM into
 #: distributed RAM. A device whose :data:`LUT_MARGIN` share is below it (every ECP5 but the
 #: 85F ones: 90 % of the 45F's 43,848 is 39,463) is refused before any tool runs.
@@ -738,11 +739,11 @@ def pnr_progress(log_text: str) -> tuple[str, str] | None:
 
 #: router2 iterations without progress after which a build stops (:func:`route_stall`;
 #: ``elmoe3d fpga --route-patience``; 0: never). With :data:`ROUTE_STALL_GAIN`, the named
-#: ULX3S-85F default's measured router2 run (``docs/fpga.md``, "Measured") stops after its
-#: eleventh iteration if the tenth and eleventh do not get below 29,352 overused wires (the
-#: fewest, 30,433, came at the seventh; from a fresh clone they left 32,488 and 33,834, and
-#: the build stopped 52 minutes in, the cores shared), instead of running on until nextpnr
-#: gives up by itself after about 1,000 iterations.
+#: ULX3S-85F default's measured router2 run (``docs/fpga.md``, "Measured", 2026-12-01) stops
+#: after its twelfth iteration: the fewest overused wires of iterations 8 to 12, 18,348 (the
+#: ninth), are 1.8 % below the 18,692 of the seventh (about 70 minutes into the build, the
+#: cores shared; run on, router2 had 25,048 after its sixteenth), instead of running on until
+#: nextpnr gives up by itself after about 1,000 iterations.
 ROUTE_PATIENCE = 5
 
 #: The least relative fall in router2's overused wires over :data:`ROUTE_PATIENCE` iterations
@@ -751,7 +752,8 @@ ROUTE_STALL_GAIN = 0.05
 
 #: The share of the wires router2 uses that must be overused for a run to count as stalled:
 #: a run down to its last few hundred conflicts can level out for some iterations and still
-#: finish; the measured stall of the named default is at 3.4 to 3.8 %.
+#: finish; the measured stall of the named default is at 2.1 to 2.2 % (1.0 % with 32 KiB
+#: WMEM and IOMEM and 256-word stand-ins, stalled as well).
 ROUTE_STALL_MIN_SHARE = 0.005
 
 
@@ -1060,7 +1062,13 @@ class Estimate:
 
     @property
     def pct(self) -> dict:
-        return {k: round(100.0 * self.used[k] / self.available[k], 2) for k in self.used}
+        """Per cell type, 100 x used / available rounded to 2 decimals (for the JSON)."""
+        return {k: round(self.share(k), 2) for k in self.used}
+
+    def share(self, kind: str) -> float:
+        """100 x used / available of cell type ``kind``, unrounded (what the printed
+        one-decimal figures round, so that 86 of 208 prints 41.3 %, not 41.4 % from 41.35)."""
+        return 100.0 * self.used[kind] / self.available[kind]
 
     @property
     def allowance(self) -> dict:
@@ -1282,14 +1290,14 @@ STANDIN_CANDIDATES = (1024, 512, 256)
 
 
 def ebr_model(width: int, depth: int) -> int:
-    """DP16KD blocks of a ``width`` x ``depth`` one-write-one-read memory in the widest
-    DP16KD mode deep enough (512 x 36, 1K x 18, 2K x 9, 4K x 4, 8K x 2, 16K x 1); used only
-    to order candidates and skip ones that cannot fit (Yosys decides the real mapping, and
-    the search corrects the model by what Yosys used)."""
-    for d, w in ((512, 36), (1024, 18), (2048, 9), (4096, 4), (8192, 2), (16384, 1)):
-        if depth <= d:
-            return -(-width // w)
-    return -(-width // 1) * -(-depth // 16384)
+    """DP16KD blocks of a ``width`` x ``depth`` one-write-one-read memory: the fewest over the
+    DP16KD modes (512 x 36, 1K x 18, 2K x 9, 4K x 4, 8K x 2, 16K x 1) of blocks across the
+    width times blocks down the depth (Yosys's choice: a 4,096 x 128 memory in 2K x 9 blocks
+    with a 2:1 read multiplexer, 30, not 32 in 4K x 4); used only to order candidates and skip
+    ones that cannot fit (Yosys decides the real mapping, and the search corrects the model
+    by what Yosys used)."""
+    return min(-(-width // w) * -(-depth // d)
+               for d, w in ((512, 36), (1024, 18), (2048, 9), (4096, 4), (8192, 2), (16384, 1)))
 
 
 def pe_ebr_model(arch, *, wbuf_memories: int = 1, out_banks: int = 1,
@@ -1394,7 +1402,7 @@ def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
     more_pes = ""
     if est is not None:
         more_pes = (f"; not even one PE fits {dev.name}: {est.limit} at "
-                    f"{est.pct[est.limit]:.1f} % (allowed "
+                    f"{est.share(est.limit):.1f} % (allowed "
                     f"{100 * est.allowance[est.limit] / est.available[est.limit]:.0f} %)")
     res.limit = f"no candidate fits{more_pes}"
     return res
@@ -1419,23 +1427,23 @@ def describe(cfg: FpgaConfig) -> str:
 
 
 def estimate_line(est: Estimate) -> str:
-    p = est.pct
-    return (f"LUT4 positions {est.used['TRELLIS_COMB']:,} ({p['TRELLIS_COMB']:.1f} %), FF "
-            f"{est.used['TRELLIS_FF']:,} ({p['TRELLIS_FF']:.1f} %), MULT18 "
-            f"{est.used['MULT18X18D']} ({p['MULT18X18D']:.1f} %), DP16KD "
-            f"{est.used['DP16KD']} ({p['DP16KD']:.1f} %): "
+    p = est.share
+    return (f"LUT4 positions {est.used['TRELLIS_COMB']:,} ({p('TRELLIS_COMB'):.1f} %), FF "
+            f"{est.used['TRELLIS_FF']:,} ({p('TRELLIS_FF'):.1f} %), MULT18 "
+            f"{est.used['MULT18X18D']} ({p('MULT18X18D'):.1f} %), DP16KD "
+            f"{est.used['DP16KD']} ({p('DP16KD'):.1f} %): "
             f"{'fits' if est.fits else 'does not fit'} (limit {est.limit})")
 
 
 def _limit_sentence(cfg, est, larger) -> str:
     lim = est.limit
-    s = (f"{describe(cfg)}: the highest share is {lim} at {est.pct[lim]:.1f} % "
+    s = (f"{describe(cfg)}: the highest share is {lim} at {est.share(lim):.1f} % "
          f"(allowed {100 * est.allowance[lim] / est.available[lim]:.0f} %)")
     if larger is not None:
         lcfg, lest = larger
         ll = lest.limit
         s += (f"; the next larger candidate ({describe(lcfg)}) needs {lest.used[ll]:,} {ll} "
-              f"of {lest.available[ll]:,} ({lest.pct[ll]:.1f} %)")
+              f"of {lest.available[ll]:,} ({lest.share(ll):.1f} %)")
     else:
         s += "; it is the largest candidate (deeper memories are not used by the PE)"
     per_pe = est.used["TRELLIS_COMB"]

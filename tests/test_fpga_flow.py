@@ -223,7 +223,8 @@ def test_lean_pe_options(tmp_path):
                       ({"wbuf_memories": 1.0}, "wbuf_memories: expected 1 or 2"),
                       ({"out_banks": 3}, "out_banks: expected 1 or 2"),
                       ({"streamed_weights": 1}, "streamed_weights: expected a bool"),
-                      ({"tile_passes": 1}, "streamed_weights: .* needs tile_passes 2 or 4"),
+                      ({"tile_passes": 1}, "streamed_weights: .* needs tile_passes 2 or 4, got "
+                       "tile_passes=1 \\(set streamed_weights=False"),
                       ({"fp32_units": None}, "out_banks: one OUT memory needs fewer than "
                                              "W/32 = 16 fp32_units, got fp32_units=None"),
                       ({"arch": dataclasses.replace(small, wmem_bytes=3 * small.wmem_bytes)},
@@ -340,12 +341,14 @@ def test_candidates_largest_first_and_save_block_ram():
     # the named default's PE (512-word planes, 64 KiB IOMEM): a memory per buffer and two OUT
     # banks 10 x 15 = 150 blocks (planes in quarters: 2,048 x 128 in 2K x 9 mode, also 15);
     # one memory per plane (2 x 29 + 15) and one OUT memory 118; with the planes in quarters
-    # (4,096 x 128 in 4K x 4 mode: 32 blocks) 124
+    # (4,096 x 128: 2K x 9 blocks, 15 across and 2 down, as Yosys maps them) 120
     arch = fpga.FPGA_CONFIGS["ulx3s-85f"].arch
     for parts in (1, 4):
         assert fpga.pe_ebr_model(arch, wbuf_memories=2, out_banks=2, plane_parts=parts) == 150
     assert fpga.pe_ebr_model(arch, plane_parts=1) == 118
-    assert fpga.pe_ebr_model(arch) == 124 and fpga.ebr_model(128, 4096) == 32
+    assert fpga.pe_ebr_model(arch) == 120 and fpga.ebr_model(128, 4096) == 30
+    # the fewest over the modes: byte-wide stand-ins (16K x 1), a deep narrow memory
+    assert fpga.ebr_model(8, 32768) == 16 and fpga.ebr_model(4, 4096) == 1
 
 
 def test_estimate_fit_rules():
@@ -360,6 +363,9 @@ def test_estimate_fit_rules():
     assert est2.fits is False and est2.limit == "MULT18X18D"
     est3 = fpga.estimate_from_stat({"LUT4": 75_276, "MULT18X18D": 156, "DP16KD": 208}, dev)
     assert est3.fits is True
+    # printed shares round once: 86 of 208 DP16KD is 41.346 %, 41.3 % (not 41.35 -> 41.4)
+    est4 = fpga.estimate_from_stat({"LUT4": 1_000, "DP16KD": 86}, dev)
+    assert est4.pct["DP16KD"] == 41.35 and "DP16KD 86 (41.3 %)" in fpga.estimate_line(est4)
 
 
 # ---- the CLI's one-line errors ---------------------------------------------------------------
