@@ -73,9 +73,9 @@ ROUTER_FIFO_WORDS = 1
 #: The tile takes a beat in four passes (``tile_passes``: 32 MULT18X18D, a quarter of the
 #: adder trees and of the dequantization; a GEMM beat every fourth cycle). OUT and ROWMAX have no valid bits
 #: (``out_valid_bits``): CLEAR writes zeros a row a cycle. Both buffers of a WMEM plane share
-#: one block-RAM memory (``wbuf_memories``): half the W-bit buses to the weight planes, which
-#: are W/4 bits wide and read a tile pass at a time (``streamed_weights``; a LOAD into them
-#: takes 4 cycles a word); OUT is
+#: one block-RAM memory (``wbuf_memories``): half the buses to the weight planes; the MSB and
+#: LSB planes are W/4 bits wide, read a tile pass at a time (``streamed_weights``; a LOAD into
+#: them takes 4 cycles a word); OUT is
 #: one memory (``out_banks``), OUTPUT reading an o beat's two words one after the other.
 LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "tile_passes": 4, "requant_units": 1,
                   "fp32_units": 1, "combine_units": 1, "swiglu_units": 1,

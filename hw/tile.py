@@ -134,9 +134,10 @@ class TensorTile(wiring.Component):
         the lane's depths ``p G/P .. (p+1) G/P - 1`` and the other nibbles are ignored; the
         activations, scales and side band stay as in the stream rule. A source that reads
         the weights from memories G/P nibbles wide (the PE's ``streamed_weights``) then
-        needs no beat-wide weight register or multiplexer: it reads part 0 when it offers a
-        beat and part ``phase + 1`` in every cycle :attr:`next_pass` is high (the data one
-        cycle later, a synchronous read). Results unchanged.
+        needs no beat-wide weight register or multiplexer: it reads part 0 when it forms a
+        beat (the cycle before it offers it) and part ``phase + 1`` in every cycle
+        :attr:`next_pass` is high (the data one cycle later, a synchronous read), holding
+        the read port while the tile holds the beat. Results unchanged.
 
     Attributes
     ----------
