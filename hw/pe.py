@@ -405,14 +405,17 @@ class PE(wiring.Component):
     streamed_weights : bool
         False (default): the WMSB and WLSB planes are W bits wide and a GEMM beat reads a word
         of each. True (needs ``tile_passes`` P > 1; an FPGA option): they are W/P bits wide
-        and P times as deep, part p of word w at address ``w P + p`` holding depths
+        and P times as deep, part p of word w at address ``w P + p`` (with both buffers in
+        one memory, ``(b wmem_words + w) P + p`` for buffer b) holding depths
         ``p G/P .. (p+1) G/P - 1`` of every lane (lane n's bits ``128 n + 128 p/P ..`` of the
         loaded word, lane after lane). The tile takes its weights a pass at a time
         (``TensorTile(streamed_weights=True)``): the beat reads part 0 and every further pass
         the next part, so a weight plane's read data, its block-RAM data pins and the beat's
         weight multiplexers are W/P bits wide instead of W. A LOAD into WMSB or WLSB writes
         a word in P cycles (part by part, ``ld.ready`` in the last), other LOADs one word a
-        cycle as before. GEMM cycles and every result are unchanged.
+        cycle as before. Every result is unchanged, and so are a GEMM's cycles once its
+        weights are in (one that waits for its own weight LOAD starts up to P - 1 cycles a
+        weight word later).
 
     Raises
     ------
