@@ -53,6 +53,21 @@ TINY_BENCH_SOURCE = textwrap.dedent('''
 
 
     @cocotb.test()
+    async def reports_handles(dut):
+        found = {}
+        for path in ("a", "b", "stage.q"):
+            handle = dut
+            try:
+                for part in path.split("."):
+                    handle = getattr(handle, part)
+                found[path] = True
+            except AttributeError:
+                found[path] = False
+        with open("handles.json", "w") as f:
+            json.dump(found, f)
+
+
+    @cocotb.test()
     async def records_seed(dut):
         with open("seed.json", "w") as f:
             json.dump({"cocotb": os.environ.get("COCOTB_RANDOM_SEED"),
@@ -68,6 +83,28 @@ class Increment(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.d.sync += self.b.eq(self.a + 1)
+        return m
+
+
+class Stage(wiring.Component):
+    d: In(8)
+    q: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.q.eq(self.d)
+        return m
+
+
+class Staged(wiring.Component):
+    """``b = a + 1`` through a registered submodule ``stage``."""
+    a: In(8)
+    b: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.stage = stage = Stage()
+        m.d.comb += [stage.d.eq(self.a + 1), self.b.eq(stage.q)]
         return m
 
 
@@ -178,6 +215,22 @@ def test_builds_are_keyed_by_verilog_and_reused():
     changed = runner.generate_verilog(Increment(), name="tiny_increment") + "// changed\n"
     other = runner.build(changed, name="tiny_increment")
     assert other.build_dir != first.build_dir
+
+
+def test_only_the_top_ports_are_public_unless_asked(tiny_bench):
+    """Default builds turn cocotb's --public-flat-rw off again and make the top module's
+    signals public (a .vlt file); ``internals=True`` keeps the whole hierarchy reachable."""
+    seen = {}
+    for internals in (False, True):
+        result = runner.simulate(Staged(), name="tiny_staged", test_module=tiny_bench,
+                                 testcase="reports_handles", internals=internals)
+        seen[internals] = json.loads(result.artifact("handles.json").read_text())
+        vlt = result.build.build_dir / "ports.vlt"
+        assert vlt.is_file() != internals
+    assert seen[False] == {"a": True, "b": True, "stage.q": False}
+    assert seen[True] == {"a": True, "b": True, "stage.q": True}
+    assert runner.ports_config("die").splitlines() == [
+        "`verilator_config", 'public_flat_rw -module "die" -var "*"']
 
 
 def test_test_filter_selects_parametrized_variants():
