@@ -126,8 +126,8 @@ class TensorTile(wiring.Component):
         ``rows * lanes / P`` accumulators each, so :attr:`latency` is 2 + P. Results are
         unchanged (an FPGA option, like ``dsp_pairs``). The source must keep ``valid`` and
         the payload of an offered beat through all P passes (the stream rule: a beat stays
-        until taken), except the weights with ``streamed_weights``. The pipeline diagram
-        below is for P = 1.
+        until taken), except the weights with ``streamed_weights`` and the activations with
+        ``streamed_acts``. The pipeline diagram below is for P = 1.
     streamed_weights : bool
         With P > 1 (default False): the source presents the weights a pass at a time. In
         the cycle of pass p (:attr:`phase`), nibbles ``0 .. G/P - 1`` of ``wgt[n]`` carry
@@ -138,6 +138,10 @@ class TensorTile(wiring.Component):
         beat (the cycle before it offers it) and part ``phase + 1`` in every cycle
         :attr:`next_pass` is high (the data one cycle later, a synchronous read), holding
         the read port while the tile holds the beat. Results unchanged.
+    streamed_acts : bool
+        The same for the activations (default False): in pass p, bytes ``0 .. G/P - 1`` of
+        every row ``act[r]`` carry the row's depths ``p G/P ..``, the other bytes ignored
+        (the PE's ``narrow_iomem``: an ACT memory W/P bits wide).
 
     Attributes
     ----------
@@ -153,11 +157,11 @@ class TensorTile(wiring.Component):
     ------
     TypeError
         ``config`` is not a :class:`~elmoe3d.config.TileConfig`; ``dsp_pairs`` is not a bool;
-        ``passes`` is not 1, 2 or 4; ``streamed_weights`` is not a bool.
+        ``passes`` is not 1, 2 or 4; ``streamed_weights`` or ``streamed_acts`` is not a bool.
     """
 
     def __init__(self, *, config: TileConfig, dsp_pairs: bool = False, passes: int = 1,
-                 streamed_weights: bool = False):
+                 streamed_weights: bool = False, streamed_acts: bool = False):
         if not isinstance(config, TileConfig):
             raise TypeError(f"config: expected a TileConfig, got {type(config).__name__}")
         if not isinstance(dsp_pairs, bool):
@@ -167,12 +171,15 @@ class TensorTile(wiring.Component):
             raise TypeError(f"passes: expected 1, 2 or 4 dividing the group of {config.group} "
                             f"and the {config.rows * config.lanes} accumulators, got "
                             f"{passes!r}")
-        if not isinstance(streamed_weights, bool):
-            raise TypeError(f"streamed_weights: expected a bool, got {streamed_weights!r}")
+        for name, value in (("streamed_weights", streamed_weights),
+                            ("streamed_acts", streamed_acts)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name}: expected a bool, got {value!r}")
         self._config = config
         self._dsp_pairs = dsp_pairs
         self._passes = passes
         self._streamed_weights = streamed_weights and passes > 1
+        self._streamed_acts = streamed_acts and passes > 1
         self.phase = Signal(range(passes), name="phase")
         self.next_pass = Signal(name="next_pass")
         super().__init__({
@@ -198,6 +205,11 @@ class TensorTile(wiring.Component):
     def streamed_weights(self) -> bool:
         """The weights come a pass at a time (always False with one pass)."""
         return self._streamed_weights
+
+    @property
+    def streamed_acts(self) -> bool:
+        """The activations come a pass at a time (always False with one pass)."""
+        return self._streamed_acts
 
     @property
     def multipliers(self) -> int:
@@ -281,7 +293,8 @@ class TensorTile(wiring.Component):
         acts = []
         for r in range(rows):
             row = []
-            for k, a in enumerate(in_pass(beat.act[r][k] for k in range(group))):
+            for k, a in enumerate(in_pass((beat.act[r][k] for k in range(group)),
+                                          self._streamed_acts)):
                 sel = Signal(signed(8), name=f"act_{r}_{k}")
                 m.d.comb += sel.eq(a)
                 row.append(sel)

@@ -35,7 +35,7 @@ def _expected_results(beats):
 
 
 def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=False, passes=1,
-             streamed_weights=False):
+             streamed_weights=False, streamed_acts=False):
     """Drive ``beats`` through a :class:`TensorTile` with a random source (idle probability
     ``idle``) and a random sink (not-ready probability ``stall``).
 
@@ -46,37 +46,47 @@ def run_tile(cfg, beats, *, seed=0, idle=0.0, stall=0.0, drain=12, dsp_pairs=Fal
     Returns ``(results, log)``: results in :func:`ref_tile`'s format; log with the cycle of every
     accepted beat (``accept``) and every taken result (``emit``) and the DUT's ``latency``.
 
-    ``streamed_weights``: the source offers the weights a pass at a time (the pass's nibbles
-    first in every lane, the other nibbles random, different in every pass: the tile must
-    ignore them), following the tile's ``phase``.
+    ``streamed_weights`` / ``streamed_acts``: the source offers the weights / activations a
+    pass at a time (the pass's nibbles first in every lane, its bytes first in every row, the
+    others random, different in every pass: the tile must ignore them), following the tile's
+    ``phase``.
     """
     dut = TensorTile(config=cfg, dsp_pairs=dsp_pairs, passes=passes,
-                     streamed_weights=streamed_weights)
+                     streamed_weights=streamed_weights, streamed_acts=streamed_acts)
     words = pack_beats(cfg, beats)
     in_pass = None
-    if streamed_weights:
-        in_pass = _weights_in_pass(cfg, passes, np.random.default_rng(seed + 1))
+    if streamed_weights or streamed_acts:
+        in_pass = _streamed_in_pass(cfg, passes, np.random.default_rng(seed + 1),
+                                    weights=streamed_weights, acts=streamed_acts)
     got, log = drive_pipeline(dut, [int(w) for w in words], n_results=_expected_results(beats),
                               seed=seed, idle=idle, stall=stall, drain=drain, passes=passes,
                               in_pass=in_pass)
     return unpack_results(cfg, got), log
 
 
-def _weights_in_pass(cfg, passes, rng):
-    """``in_pass(word, p)`` for :func:`drive_pipeline`: the beat word with every lane's weight
-    nibbles ``p d .. p d + d - 1`` (d = group / passes) moved to nibbles ``0 .. d - 1`` and
-    random nibbles after them."""
-    field = tile_beat_layout(cfg)["wgt"]
-    lane_bits, d = 4 * cfg.group, cfg.group // passes
-    keep = (1 << 4 * d) - 1
+def _streamed_in_pass(cfg, passes, rng, *, weights, acts):
+    """``in_pass(word, p)`` for :func:`drive_pipeline`: the beat word with (``weights``) every
+    lane's weight nibbles ``p d .. p d + d - 1`` (d = group / passes) moved to nibbles
+    ``0 .. d - 1`` and (``acts``) every row's activation bytes ``p d ..`` moved to bytes
+    ``0 .. d - 1``, random bits after them."""
+    layout = tile_beat_layout(cfg)
+    d = cfg.group // passes
+    fields = []                  # (offset, count, bits per element)
+    if weights:
+        fields += [(layout["wgt"].offset + n * 4 * cfg.group, cfg.group, 4)
+                   for n in range(cfg.lanes)]
+    if acts:
+        fields += [(layout["act"].offset + r * 8 * cfg.group, cfg.group, 8)
+                   for r in range(cfg.rows)]
 
     def in_pass(word, p):
-        for n in range(cfg.lanes):
-            at = field.offset + n * lane_bits
-            lane = (word >> at) & ((1 << lane_bits) - 1)
-            noise = int(rng.integers(0, 1 << 62)) | int(rng.integers(0, 1 << 62)) << 62
-            new = ((lane >> 4 * d * p) & keep) | ((noise << 4 * d) & ((1 << lane_bits) - 1))
-            word = word & ~(((1 << lane_bits) - 1) << at) | new << at
+        for at, count, bits in fields:
+            width, keep = count * bits, (1 << bits * d) - 1
+            mask = (1 << width) - 1
+            part = (word >> at) & mask
+            noise = int.from_bytes(rng.bytes(width // 8), "little")
+            new = ((part >> bits * d * p) & keep) | ((noise << bits * d) & mask)
+            word = word & ~(mask << at) | new << at
         return word
     return in_pass
 
@@ -528,6 +538,11 @@ def test_passes_parameter():
     Fragment.get(streamed, None)
     with pytest.raises(TypeError, match="streamed_weights: expected a bool, got 1"):
         TensorTile(config=cfg, passes=4, streamed_weights=1)
+    both = TensorTile(config=cfg, passes=4, streamed_weights=True, streamed_acts=True)
+    assert both.streamed_acts and not TensorTile(config=cfg, streamed_acts=True).streamed_acts
+    Fragment.get(both, None)
+    with pytest.raises(TypeError, match="streamed_acts: expected a bool, got 'yes'"):
+        TensorTile(config=cfg, passes=4, streamed_acts="yes")
     gc.collect()
 
 
@@ -550,19 +565,25 @@ def test_passes_random_beats(passes, dsp_pairs, idle, stall):
         assert_latency(beats, log)
 
 
+STREAMED = {"weights": {"streamed_weights": True}, "acts": {"streamed_acts": True},
+            "both": {"streamed_weights": True, "streamed_acts": True}}
+
+
+@pytest.mark.parametrize("streamed", ["weights", "acts", "both"])
 @pytest.mark.parametrize("passes, dsp_pairs", [(2, False), (4, True)], ids=["P2-unit", "P4-pairs"])
 @pytest.mark.parametrize("idle,stall", [(0.0, 0.0), (0.3, 0.6)])
-def test_streamed_weights_random_beats(passes, dsp_pairs, idle, stall):
-    """``streamed_weights``: the source offers each pass's weight nibbles first in every lane
-    (the rest random noise, new in every pass), following ``phase``; the golden results, the
-    same acceptance cycles as the tile that holds the whole beat, ``phase`` and ``next_pass``
-    checked every cycle by the bench."""
+def test_streamed_random_beats(passes, dsp_pairs, idle, stall, streamed):
+    """``streamed_weights`` / ``streamed_acts``: the source offers each pass's weight nibbles
+    first in every lane and / or its activation bytes first in every row (the rest random
+    noise, new in every pass), following ``phase``; the golden results, the same acceptance
+    cycles as the tile that holds the whole beat, ``phase`` and ``next_pass`` checked every
+    cycle by the bench."""
     cfg = TileConfig(rows=2, lanes=4)
-    seed = 5300 + 10 * passes + dsp_pairs + int(10 * idle)
+    seed = 5300 + 10 * passes + dsp_pairs + int(10 * idle) + 100 * list(STREAMED).index(streamed)
     print(f"seed={seed}")
     beats = random_beats(np.random.default_rng(seed), cfg, 40)
     got, log = run_tile(cfg, beats, seed=seed, idle=idle, stall=stall, dsp_pairs=dsp_pairs,
-                        passes=passes, streamed_weights=True)
+                        passes=passes, **STREAMED[streamed])
     assert_results_equal(got, ref_tile(beats))
     if idle == stall == 0.0:
         assert log["accept"] == [passes * (i + 1) - 1 for i in range(40)]
@@ -571,12 +592,13 @@ def test_streamed_weights_random_beats(passes, dsp_pairs, idle, stall):
 
 @pytest.mark.parametrize("mode", [Mode.FULL, Mode.DRAFT], ids=lambda m: m.name)
 def test_streamed_weights_corner_extremes(mode):
-    """The extreme group psum with the weights streamed in four passes of DSP pairs."""
+    """The extreme group psum with the weights and activations streamed in four passes of
+    DSP pairs."""
     cfg = TileConfig(rows=2, lanes=4)
     q = -128 if mode is Mode.FULL else -120
     beats = _const_beats(cfg, 3, act=-128, nib=_wgt_nibbles(q, mode, cfg.lanes), scale=0x3C00,
                          mode=int(mode))
-    got, _ = run_tile(cfg, beats, dsp_pairs=True, passes=4, streamed_weights=True)
+    got, _ = run_tile(cfg, beats, dsp_pairs=True, passes=4, **STREAMED["both"])
     assert_results_equal(got, ref_tile(beats))
 
 
