@@ -416,6 +416,20 @@ class PE(wiring.Component):
         cycle as before. Every result is unchanged, and so are a GEMM's cycles once its
         weights are in (one that waits for its own weight LOAD starts up to P - 1 cycles a
         weight word later).
+    narrow_iomem : bool
+        False (default): ACT and HBUF are W bits wide. True (needs ``tile_passes`` P > 1,
+        ``requant_units`` and ``swiglu_units`` at most W/32/P; an FPGA option): both are W/P
+        bits wide and P times as deep, part p of word w at address ``w P + p``. ACT's part p
+        holds depths ``p G/P .. (p+1) G/P - 1`` of every row (bytes ``r G + p G/P ..`` of the
+        word, row after row), so the tile takes its activations a pass at a time
+        (``TensorTile(streamed_acts=True)``) as it does the weights with
+        ``streamed_weights``; HBUF's part p holds values ``p W/32/P ..`` (bits ``p W/P ..``).
+        REQUANT and the SWIGLU sink write, and REQUANT reads, the one part their values are
+        in, in the same cycles; a LOAD or RECV into ACT or HBUF writes a word in P cycles
+        (``ld.ready`` / ``link_i.ready`` in the last), and a SEND of ACT or HBUF reads a word
+        in P cycles into a W-bit register and offers it the cycle after (P + 1 cycles a
+        word). Every result is unchanged; a GEMM's beats after its loads come in the same
+        cycles.
 
     Raises
     ------
@@ -424,15 +438,16 @@ class PE(wiring.Component):
     ValueError
         The tile shape does not suit the PE; ``mul_stages``, ``requant_units``,
         ``fp32_units``, ``combine_units``, ``swiglu_units``, ``tile_dsp_pairs``,
-        ``tile_passes``, ``out_valid_bits``, ``wbuf_memories``, ``out_banks`` or
-        ``streamed_weights`` out of range (the message names it).
+        ``tile_passes``, ``out_valid_bits``, ``wbuf_memories``, ``out_banks``,
+        ``streamed_weights`` or ``narrow_iomem`` out of range (the message names it).
     """
 
     def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
                  fp32_units: int | None = None, combine_units: int | None = None,
                  swiglu_units: int | None = None, tile_dsp_pairs: bool = False,
                  tile_passes: int = 1, out_valid_bits: bool = True, wbuf_memories: int = 2,
-                 out_banks: int = 2, streamed_weights: bool = False):
+                 out_banks: int = 2, streamed_weights: bool = False,
+                 narrow_iomem: bool = False):
         pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
@@ -483,6 +498,19 @@ class PE(wiring.Component):
             raise ValueError("streamed_weights: the weights come a pass at a time, so it needs "
                              "tile_passes 2 or 4, got tile_passes=1")
         self._streamed_weights = streamed_weights
+        if not isinstance(narrow_iomem, bool):
+            raise ValueError(f"narrow_iomem: expected a bool, got {narrow_iomem!r}")
+        if narrow_iomem:
+            if tile_passes == 1:
+                raise ValueError("narrow_iomem: ACT comes a tile pass at a time, so it needs "
+                                 "tile_passes 2 or 4, got tile_passes=1")
+            # (the SWIGLU sink's S <= lanes / 2 values always do: W/32/P = 4 lanes / P)
+            per_part = Q // tile_passes
+            if requant_units > per_part:
+                raise ValueError(f"narrow_iomem: the requant_units values of a cycle must lie "
+                                 f"in one HBUF part of W/32/P = {per_part} values, got "
+                                 f"requant_units={requant_units}")
+        self._narrow_iomem = narrow_iomem
         self._pe = pe_config
         self._tile_config = TileConfig(rows=rows, lanes=lanes)
         self._mul_stages = mul_stages
@@ -630,9 +658,16 @@ class PE(wiring.Component):
         a LOAD into them takes P cycles a word."""
         return self._streamed_weights
 
+    @property
+    def narrow_iomem(self) -> bool:
+        """ACT and HBUF W/P bits wide (P = :attr:`tile_passes`), ACT read a tile pass at a
+        time; a LOAD, RECV or SEND of them takes P cycles a word (SEND P + 1)."""
+        return self._narrow_iomem
+
     def _tile_params(self) -> dict:
         return {"config": self._tile_config, "dsp_pairs": self._tile_dsp_pairs,
-                "passes": self._tile_passes, "streamed_weights": self._streamed_weights}
+                "passes": self._tile_passes, "streamed_weights": self._streamed_weights,
+                "streamed_acts": self._narrow_iomem}
 
     @property
     def load_queue_depth(self) -> int:
@@ -753,9 +788,28 @@ class PE(wiring.Component):
         wscl = wmem_plane("wscale", cfg.wscale_words)
         wmem_depths = {Target.WMSB: cfg.wmem_words, Target.WLSB: cfg.wmem_words,
                        Target.WSCALE: cfg.wscale_words}
-        act_rp, act_w = memory("act", cfg.act_words, granularity=8, collision_free=True)
+        # narrow_iomem: ACT and HBUF in P parts of W/P bits a word (part p of word w at w P + p);
+        # `elems[target][p]` lists the word's elements (ACT bytes, HBUF values) in part p, in
+        # order: ACT depths p G/P .. of every row, row after row; HBUF values p Q/P ..
+        narrow = self._narrow_iomem
+        io_parts = P if narrow else 1
+        G = self._tile_config.group
+        elems = {Target.ACT: [[r * G + p * (G // P) + j for r in range(R) for j in range(G // P)]
+                              for p in range(P)],
+                 Target.HBUF: [list(range(p * (Q // P), (p + 1) * (Q // P))) for p in range(P)]}
+        elem_bits = {Target.ACT: 8, Target.HBUF: 32}
+
+        def io_parts_of(value, target, bits=None):
+            """The P parts of a W-bit ``value`` (or of a mask of ``bits`` = 1 per element) of
+            a narrow ``target``."""
+            b = elem_bits[target] if bits is None else bits
+            return [Cat(value[b * e:b * (e + 1)] for e in part) for part in elems[target]]
+
+        act_rp, act_w = memory("act", cfg.act_words * io_parts, width=W // io_parts,
+                               granularity=8, collision_free=True)
         tok_rp, tok_w = memory("tok", cfg.tok_words, granularity=8)
-        hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words, granularity=32, collision_free=True)
+        hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words * io_parts, width=W // io_parts,
+                                 granularity=32, collision_free=True)
         # OUT and the row-max registers have valid bits (out_valid_bits): CLEAR takes one cycle
         # OUT in two banks (even and odd words): OUTPUT reads two words, one o beat, a cycle
         vb = self._out_valid_bits
@@ -876,14 +930,17 @@ class PE(wiring.Component):
                       | (ld_fence & ~fence_ok))
         ld_grant = Signal()
         ld_open = ld_active & (ld_left != 0) & ~ld_blocked & ld_grant
-        if parts > 1:
-            # a word into a streamed weight plane: part by part, the word taken with its last
-            ld_part = Signal(log_parts)
-            ld_parted = (ld_target == Target.WMSB) | (ld_target == Target.WLSB)
+        parted = ((Target.WMSB, Target.WLSB) if parts > 1 else ()) + (
+            (Target.ACT, Target.HBUF) if narrow else ())
+        if parted:
+            # a word into a memory in P parts (streamed_weights, narrow_iomem): part by part,
+            # the word taken with its last
+            ld_part = Signal(_log2(P))
+            ld_parted = Cat(ld_target == t for t in parted).any()
             ld_part_write = self.ld.valid & ld_open & ld_parted
             with m.If(ld_part_write):
                 m.d.sync += ld_part.eq(ld_part + 1)
-            m.d.comb += self.ld.ready.eq(ld_open & (~ld_parted | (ld_part == parts - 1)))
+            m.d.comb += self.ld.ready.eq(ld_open & (~ld_parted | (ld_part == P - 1)))
         else:
             m.d.comb += self.ld.ready.eq(ld_open)
         ld_xfer = self.ld.valid & self.ld.ready
@@ -954,6 +1011,10 @@ class PE(wiring.Component):
         # streamed_weights: part 0 with the beat, part phase + 1 while the tile takes pass phase
         b_waddr = Signal(16)                     # the beat's word (in its memory)
         b_part = (tile.phase + 1)[:log_parts] if parts > 1 else Const(0, 0)
+        # narrow_iomem: the ACT word of the beat, read the same way
+        b_aaddr = Signal(16)
+        log_io = _log2(io_parts)
+        b_apart = (tile.phase + 1)[:log_io] if narrow else Const(0, 0)
 
         def w_planes(planes, addr, b_addr):
             (msb, g_en, b_en), (lsb, g_en_l, b_en_l) = planes
@@ -982,6 +1043,7 @@ class PE(wiring.Component):
         with m.If(adv):
             m.d.sync += [
                 b_waddr.eq(g_waddr),
+                b_aaddr.eq(g_act_row + g_g),
                 bv.eq(g_issuing),
                 b_mode.eq(gx("mode")),
                 b_wbuf.eq(gx("wbuf")),
@@ -1023,8 +1085,14 @@ class PE(wiring.Component):
                 beat.scale[n].eq(Mux(b_is_full, scl_entry.word_select(src_full, 16),
                                      scl_entry[16 * n:16 * (n + 1)])),
             ]
+        if narrow:                    # (narrow_iomem: the pass's part, row by row)
+            row_bits = 8 * G // P
+            for r in range(R):
+                m.d.comb += Value.cast(beat.act[r])[:row_bits].eq(
+                    act_rp.data[row_bits * r:row_bits * (r + 1)])
+        else:
+            m.d.comb += Value.cast(beat.act).eq(act_rp.data)
         m.d.comb += [
-            Value.cast(beat.act).eq(act_rp.data),
             Value.cast(beat.mode).eq(b_mode),
             beat.first.eq(b_first),
             beat.last.eq(b_last),
@@ -1250,7 +1318,15 @@ class PE(wiring.Component):
                 hb_mask[q].eq(Mux(sw_full, (q // gf) == (sw_tag_out.pos >> _log2(gf)),
                                   (q // gd) == (sw_tag_out.pos >> _log2(gd)))),
             ]
-        hbuf_w.request(sw_out, sw_tag_out.addr, hb_data, hb_mask)
+        if narrow:
+            # (a part holds Q/P values, a multiple of the grains: every part of hb_data is
+            # the same, and the enabled values lie in the part of pos)
+            qr = Q // P
+            hb_part = Value.cast(sw_tag_out.pos)[_log2(qr):]
+            hbuf_w.request(sw_out, Cat(hb_part, sw_tag_out.addr), hb_data[:W // P],
+                           hb_mask.word_select(hb_part, qr))
+        else:
+            hbuf_w.request(sw_out, sw_tag_out.addr, hb_data, hb_mask)
         # row max |h| of the valid lanes, then a read-modify-write of the row's register (the
         # read port is transparent: a sub-step's update sees the previous sub-step's write)
         absmax = Const(0, unsigned(32))
@@ -1559,20 +1635,54 @@ class PE(wiring.Component):
         send_adv = ~sv | self.link_o.ready
         send_reads = {Target.ACT: act_rp, Target.TOK: tok_rp, Target.HBUF: hbuf_rp,
                       Target.OUT: out_rp, Target.ROWMAX: rmax_rp}
+        narrow_targets = (Target.ACT, Target.HBUF) if narrow else ()
+
+        def is_narrow(target_sig):
+            return Cat(target_sig == t for t in narrow_targets).any()
+
+        # narrow_iomem, ACT and HBUF: a word's P parts read one a cycle (s_part), each put in
+        # its place in s_word the cycle after (s_cap), the word offered once complete (s_full)
+        s_narrow = is_narrow(x_target)
+        s_part, s_cap_part = Signal(log_io), Signal(log_io)
+        s_cap, s_full = Signal(), Signal()
+        s_word = Signal(W)
+        s_go = (st["SEND"] & s_narrow & (x_left != 0) & (~s_full | self.link_o.ready)
+                & ~(s_cap & (s_cap_part == io_parts - 1)))
         for target, rp in send_reads.items():
-            rp.request(st["SEND"] & (x_target == target), x_addr, send_adv & (x_left != 0))
+            if target in narrow_targets:
+                rp.request(st["SEND"] & (x_target == target), Cat(s_part, x_addr), s_go)
+            else:
+                rp.request(st["SEND"] & (x_target == target), x_addr, send_adv & (x_left != 0))
         send_data = Signal(W)
         with m.Switch(x_target):
             for target, rp in send_reads.items():
                 with m.Case(target):
-                    m.d.comb += send_data.eq(rp.data)
-        with m.If(st["SEND"] & send_adv):
+                    m.d.comb += send_data.eq(s_word if target in narrow_targets else rp.data)
+        with m.If(st["SEND"] & send_adv & ~s_narrow):
             m.d.sync += sv.eq(x_left != 0)
             with m.If(x_left != 0):
                 m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
-        send_done = st["SEND"] & send_adv & (x_left == 0)
+        send_done = st["SEND"] & Mux(s_narrow, (x_left == 0) & ~s_cap & ~s_full,
+                                     send_adv & (x_left == 0))
+        if narrow:
+            m.d.sync += [s_cap.eq(s_go), s_cap_part.eq(s_part)]
+            with m.If(s_go):
+                m.d.sync += s_part.eq(s_part + 1)
+                with m.If(s_part == io_parts - 1):
+                    m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
+            for target in narrow_targets:
+                b = elem_bits[target]
+                for p, part in enumerate(elems[target]):
+                    with m.If(s_cap & (x_target == target) & (s_cap_part == p)):
+                        m.d.sync += [s_word[b * e:b * (e + 1)].eq(
+                            send_reads[target].data[b * j:b * (j + 1)])
+                            for j, e in enumerate(part)]
+            with m.If(s_cap & (s_cap_part == io_parts - 1)):
+                m.d.sync += s_full.eq(1)
+            with m.Elif(self.link_o.ready):
+                m.d.sync += s_full.eq(0)
         m.d.comb += [
-            self.link_o.valid.eq(Mux(st["SEND"], sv, raw_valid)),
+            self.link_o.valid.eq(Mux(st["SEND"], Mux(s_narrow, s_full, sv), raw_valid)),
             self.link_o.payload.eq(Mux(st["SEND"], send_data,
                                        Value.cast(res_acc).word_select(raw_k, W))),
         ]
@@ -1584,13 +1694,25 @@ class PE(wiring.Component):
                          x_left.eq(fld(xc, Op.RECV, "words"))]
         recv_acc = fld(xc, Op.RECV, "accumulate")
         # link_i: RECV, or a GEMM's psum_in words (never both: RECV waits for every GEMM)
-        m.d.comb += self.link_i.ready.eq((st["RECV"] & (x_left != 0)) | pin_need)
+        # (narrow_iomem, ACT and HBUF: a word in P cycles, a part a cycle, taken with its last)
+        r_part = Signal(log_io)
+        r_narrow = is_narrow(x_target)
+        recv_part = st["RECV"] & (x_left != 0) & r_narrow & self.link_i.valid
+        m.d.comb += self.link_i.ready.eq(
+            (st["RECV"] & (x_left != 0) & (~r_narrow | (r_part == io_parts - 1))) | pin_need)
         recv_take = self.link_i.valid & self.link_i.ready & st["RECV"]
         m.d.comb += pin_take.eq(self.link_i.valid & pin_need)
         with m.If(recv_take):
             m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
+        if narrow:
+            with m.If(recv_part):
+                m.d.sync += r_part.eq(r_part + 1)
         for target, wr in {Target.ACT: act_w, Target.TOK: tok_w, Target.HBUF: hbuf_w,
                            Target.OUT: out_w, Target.ROWMAX: rmax_w}.items():
+            if target in narrow_targets:
+                wr.request(recv_part & (x_target == target), Cat(r_part, x_addr),
+                           Array(io_parts_of(self.link_i.payload, target))[r_part])
+                continue
             plain = recv_take & (x_target == target)
             if target in (Target.OUT, Target.ROWMAX):
                 plain = plain & ~recv_acc
@@ -1680,7 +1802,10 @@ class PE(wiring.Component):
         rq_hold = (ld_active & (ld_target == Target.ACT) & (ld_left != 0) & ~ld_blocked
                    & self.ld.valid)
         h1_valid = Signal()
-        h1_sel = Signal(range(max(Q // C, 2)))
+        # the values of an HBUF read: a word, or with narrow_iomem a part, of QR values
+        QR = Q // io_parts
+        log_qr = _log2(QR)
+        h1_sel = Signal(range(max(QR // C, 2)))
         h1_e = Signal(signed(8))
         rq_tag_layout = data.StructLayout({"addr": unsigned(16), "byte": unsigned(_log2(R * 32))})
         h1_tag = Signal(rq_tag_layout)
@@ -1692,7 +1817,7 @@ class PE(wiring.Component):
             m.d.comb += [
                 unit.i.valid.eq(h1_valid),
                 unit.i.payload.h.eq(hbuf_rp.data.word_select(
-                    (h1_sel << log_c) + i if Q > C else i, 32)),
+                    (h1_sel << log_c) + i if QR > C else i, 32)),
                 unit.i.payload.e.eq(h1_e),
                 unit.o.ready.eq(~rq_hold),
             ]
@@ -1703,15 +1828,22 @@ class PE(wiring.Component):
         act_data = Signal(W)
         for b in range(W // 8):
             m.d.comb += act_data[8 * b:8 * (b + 1)].eq(rq_units[b % C].o.payload.h_q)
-        act_w.request(rq_out & ~rq_hold, rq_tag_out.addr,
-                      act_data, ((1 << C) - 1) << rq_tag_out.byte)
+        rq_byte = rq_tag_out.byte
+        if narrow:                    # the part of the byte's depth, its place in the part
+            lg = _log2(G // P)
+            act_w.request(rq_out & ~rq_hold, Cat(rq_byte[lg:5], rq_tag_out.addr),
+                          act_data[:W // P], ((1 << C) - 1) << Cat(rq_byte[:lg], rq_byte[5:]))
+        else:
+            act_w.request(rq_out & ~rq_hold, rq_tag_out.addr,
+                          act_data, ((1 << C) - 1) << rq_byte)
         rq_clip = Const(0, 1)
         for unit in rq_units:
             rq_clip = rq_clip | unit.o.payload.clip
         set_vpu.append(rq_out & ~rq_hold & rq_clip)
         with m.If(rq_adv):
             m.d.sync += h1_valid.eq(0)
-        hbuf_rp.request(rq_cur, rq_haddr, rq_adv)
+        hbuf_rp.request(rq_cur, Cat(rq_c[log_qr:log_q], rq_haddr) if narrow else rq_haddr,
+                        rq_adv)
         rq_step = rq_cur & rq_adv
         row_end = rq_step & (rq_c + C == rq_ch)
         with m.If(rq_step):
@@ -1719,7 +1851,7 @@ class PE(wiring.Component):
             m.d.sync += [
                 h1_valid.eq(1),
                 h1_e.eq(rq_e),
-                h1_sel.eq(rq_c[log_c:log_q] if Q > C else 0),
+                h1_sel.eq(rq_c[log_c:log_qr] if QR > C else 0),
                 h1_tag.addr.eq(rq_act_row + (rq_c >> 5)),
                 h1_tag.byte.eq(byte),
                 rq_c.eq(rq_c + C),
@@ -1880,7 +2012,11 @@ class PE(wiring.Component):
                      rq_older_done.eq(done_before(rq_seq, skip=("rq",)))]
 
         # ---- the ACT read port: the GEMM's unless SEND holds it; TOK: the sink's unless SEND -----
-        act_rp.request(~st["SEND"], g_act_row + g_g, g_step)
+        if narrow:
+            act_rp.request(g_step, Cat(Const(0, log_io), g_act_row + g_g))
+            act_rp.request(tile.next_pass, Cat(b_apart, b_aaddr))
+        else:
+            act_rp.request(~st["SEND"], g_act_row + g_g, g_step)
         tok_rp.request(~st["SEND"], row_t >> log_ov, ~stall_a)
 
         # ---- build the port muxes; the load engine writes with the lowest priority ---------------
@@ -1900,6 +2036,9 @@ class PE(wiring.Component):
                 if parts > 1 and target in (Target.WMSB, Target.WLSB):
                     wr.build(m, low=(ld_part_write & sel, Cat(ld_part, addr),
                                      ld_parts[ld_part], None))
+                elif target in narrow_targets:
+                    wr.build(m, low=(ld_part_write & sel, Cat(ld_part, addr),
+                                     Array(io_parts_of(self.ld.payload, target))[ld_part], None))
                 else:
                     wr.build(m, low=(ld_xfer & sel, addr, self.ld.payload, None))
                 grants.append((sel, wr.free(ld_addr) if isinstance(wr, _BankedWrites)

@@ -712,6 +712,112 @@ def test_streamed_weights_same_gemm_cycles():
     print(f"  {runs[True]['cycles']} cycles streamed, {runs[False]['cycles']} not")
 
 
+#: ACT and HBUF W/4 bits wide, with as many REQUANT units as an HBUF part has values (W/32/4)
+#: and two SwiGLU units
+NARROW = {"tile_passes": 4, "narrow_iomem": True, "requant_units": 4, "swiglu_units": 2}
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_narrow_iomem_parameters():
+    """``narrow_iomem`` needs a tile in passes and REQUANT units whose values of a cycle lie in
+    one HBUF part (W/32/P values); it elaborates with P = 2 and 4."""
+    for bad in (1, None, "yes"):
+        with pytest.raises(ValueError, match="narrow_iomem: expected a bool"):
+            PE(config=ARCH, tile_passes=4, narrow_iomem=bad)
+    with pytest.raises(ValueError, match="narrow_iomem: .* needs tile_passes 2 or 4"):
+        PE(config=ARCH, narrow_iomem=True)
+    with pytest.raises(ValueError, match=r"narrow_iomem: the requant_units values .* W/32/P = "
+                                         r"4 values, got requant_units=8"):
+        PE(config=ARCH, tile_passes=4, narrow_iomem=True, requant_units=8, swiglu_units=1)
+    assert not _unused(PE(config=ARCH)).narrow_iomem
+    for opts in (NARROW, {"tile_passes": 2, "narrow_iomem": True, "requant_units": 8},
+                 LEAN_PE_PARAMS):
+        dut = PE(config=ARCH, **opts)
+        Fragment.get(dut, None)
+        assert dut.narrow_iomem and dut._tile_params()["streamed_acts"]
+    gc.collect()
+
+
+@pytest.mark.parametrize("options", [NARROW, LEAN_PE_PARAMS], ids=["narrow", "lean"])
+def test_narrow_iomem_transfers(options):
+    """``narrow_iomem``: LOAD, RECV and SEND of ACT and HBUF (and of OUT beside them) under
+    idle ``ld`` / ``link_i`` cycles and backpressure: RTL == fsim word for word, every word
+    into ACT or HBUF taken at least P cycles after the one before (a part a cycle), every
+    SEND word of them at least P + 1 cycles after the one before."""
+    seed = 570 + (options is LEAN_PE_PARAMS)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    P = options["tile_passes"]
+    acts = rng.integers(-128, 128, (5, R, 32))
+    hb = rng.integers(-2**31, 2**31, (6, PE_CFG.q16_per_word))
+    prog = asm.Program(PE_CFG)
+    prog.clear(out=True)
+    prog.load(Target.ACT, 3, 5)
+    prog.load(Target.HBUF, 1, 3)
+    prog.barrier()
+    prog.recv(Target.HBUF, 4, 3)
+    prog.recv(Target.ACT, 0, 3)
+    prog.send(Target.ACT, 0, 8)              # received, then loaded words
+    prog.send(Target.HBUF, 1, 6)
+    ld = asm.words_to_ints(np.concatenate([asm.pack_act(acts, PE_CFG),
+                                           asm.pack_q16(hb[:3], PE_CFG)]))
+    link_i = asm.words_to_ints(np.concatenate([asm.pack_q16(hb[3:], PE_CFG),
+                                               asm.pack_act(acts[:3][::-1], PE_CFG)]))
+    got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
+                                 pe_options=options)
+    assert len(ref.link_o) == 14 and all(ref.link_o)
+    assert np.diff(got["ld"]).min() >= P
+    sent = got["link_o_cycles"]
+    assert np.diff(sent[:8]).min() >= P + 1 and np.diff(sent[8:]).min() >= P + 1
+    # with nothing in the way: a word a part a cycle, SEND one word in P + 1 cycles
+    smooth, _ = compare_with_fsim(prog, ld, link_i, seed=seed, pe_options=options)
+    assert set(np.diff(smooth["ld"][:5])) == {P}
+    assert set(np.diff(smooth["link_o_cycles"][:8])) == {P + 1}
+
+
+def test_narrow_iomem_same_gemm_cycles():
+    """A FULL GEMM after its loads, nothing else waiting: with ``narrow_iomem`` the tile takes
+    its beats in the same cycles relative to the first as with W-bit ACT (a beat every 4
+    cycles, the activations read a pass at a time), and the results are equal."""
+    seed = 575
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (6, 128)).astype(np.int8)
+    qw = random_weight(rng, 16, 128)
+    prog, ld = raw_gemm_program(a_q, qw, Mode.FULL)
+    runs = {nw: compare_with_fsim(prog, ld, seed=seed, watch=("tile_in",),
+                                  pe_options={**NARROW, "narrow_iomem": nw})[0]
+            for nw in (False, True)}
+    assert runs[True]["link_o"] == runs[False]["link_o"]
+    rel = {nw: np.array(r["tile_in"]) - r["tile_in"][0] for nw, r in runs.items()}
+    assert np.array_equal(rel[True], rel[False]) and set(np.diff(rel[True])) == {4}
+    print(f"  {runs[True]['cycles']} cycles narrow, {runs[False]['cycles']} not")
+
+
+@pytest.mark.parametrize("mode", [Mode.FULL, Mode.DRAFT], ids=lambda m: m.name)
+def test_narrow_iomem_expert_equals_fsim(mode):
+    """A MoE layer (REQUANT from HBUF parts into ACT parts, SwiGLU writes into HBUF parts,
+    the next expert's activations loaded beside a GEMM) on the narrow PE with the most units
+    it allows, under idle cycles and backpressure: RTL == fsim, FP32 == ref_moe."""
+    from elmoe3d.sw.expert import build_moe_program, ref_moe
+    seed = 580 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    t, h, i = 6, 64, 96
+    x = rng.normal(size=(t, h))
+    experts = [tuple(rng.normal(size=s) * 0.2 for s in ((i, h), (i, h), (h, i)))
+               for _ in range(3)]
+    ids = np.array([[0, 2], [1, 0], [2, 1], [0, 1], [1, 2], [2, 0]])
+    wts = rng.uniform(0.1, 0.9, (t, 2))
+    job = build_moe_program(x, experts, (ids, wts), mode, PE_CFG)
+    got, _ = compare_with_fsim(job.program, job.ld, traffic=ROUGH, seed=seed,
+                               pe_options=NARROW)
+    data = np.array([d for k, d in got["o"] if k == OKind.DATA], dtype=object)
+    y = asm.unpack_fp32(asm.ints_to_words(list(data), PE_CFG), PE_CFG).reshape(-1, h)[:t]
+    assert np.array_equal(y.view(np.uint32), ref_moe(x, experts, (ids, wts), mode).y.view(
+        np.uint32))
+
+
 def test_rw_collision_probe_fires_for_a_racing_load():
     """The bench's ``rw_collision`` check can fail: LOADs into an ACT word without a fence,
     one a cycle while a GEMM re-reads that word every 32 cycles, write it in a cycle the GEMM
