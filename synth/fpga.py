@@ -363,7 +363,8 @@ class FpgaConfig:
     ``None``: one per value of a word, lane or lane pair), ``out_valid_bits`` (False: CLEAR
     writes zeros instead of clearing valid bits), ``wbuf_memories`` (1: both buffers of a WMEM
     plane in one memory), ``out_banks`` (1: OUT in one memory), ``streamed_weights`` (the
-    MSB and LSB planes W/P bits wide, read a tile pass at a time) and ``lut_multipliers`` (``$mul``
+    MSB and LSB planes W/P bits wide, read a tile pass at a time), ``narrow_iomem`` (ACT and
+    HBUF W/P bits wide, ACT read a tile pass at a time) and ``lut_multipliers`` (``$mul``
     operand widths built as Booth LUT multipliers, :func:`lut_multiplier_script`). ``estimate``
     documents the measured Yosys estimate of a named default, ``note`` what a build of it met on
     the reference machine (printed before place and route; neither is used in computing
@@ -388,6 +389,7 @@ class FpgaConfig:
     wbuf_memories: int = 1
     out_banks: int = 1
     streamed_weights: bool = True
+    narrow_iomem: bool = True
     lut_multipliers: tuple = LUT_MULTIPLIERS
     estimate: str = ""
     note: str = ""
@@ -418,6 +420,12 @@ class FpgaConfig:
             raise FpgaError("streamed_weights: the weights come a tile pass at a time, so it "
                             "needs tile_passes 2 or 4, got tile_passes=1 (set "
                             "streamed_weights=False for a tile in one pass)")
+        if not isinstance(self.narrow_iomem, bool):
+            raise FpgaError(f"narrow_iomem: expected a bool, got {self.narrow_iomem!r}")
+        if self.narrow_iomem and self.tile_passes == 1:
+            raise FpgaError("narrow_iomem: ACT comes a tile pass at a time, so it needs "
+                            "tile_passes 2 or 4, got tile_passes=1 (set narrow_iomem=False "
+                            "for a tile in one pass)")
         for name in ("wbuf_memories", "out_banks"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v not in (1, 2):
@@ -434,8 +442,12 @@ class FpgaConfig:
         from ..hw.pe import unit_count    # the PE's own rule for each unit count
         q = pe.word_bits // 32
         try:
-            unit_count("requant_units", self.requant_units, min(q, 32),
-                       f"in 1..{min(q, 32)} (W = {pe.word_bits})")
+            c = unit_count("requant_units", self.requant_units, min(q, 32),
+                           f"in 1..{min(q, 32)} (W = {pe.word_bits})")
+            if self.narrow_iomem and c > q // self.tile_passes:
+                raise ValueError(f"narrow_iomem: the requant_units values of a cycle must lie "
+                                 f"in one HBUF part of W/32/P = {q // self.tile_passes} "
+                                 f"values, got requant_units={self.requant_units!r}")
             k = unit_count("fp32_units", self.fp32_units, q, f"in 1..{q} (W = {pe.word_bits})")
             if self.out_banks == 1 and k == q:
                 raise ValueError(f"out_banks: one OUT memory needs fewer than W/32 = {q} "
@@ -465,7 +477,7 @@ class FpgaConfig:
                 "fp32_units": self.fp32_units, "combine_units": self.combine_units,
                 "swiglu_units": self.swiglu_units, "out_valid_bits": self.out_valid_bits,
                 "wbuf_memories": self.wbuf_memories, "out_banks": self.out_banks,
-                "streamed_weights": self.streamed_weights}
+                "streamed_weights": self.streamed_weights, "narrow_iomem": self.narrow_iomem}
 
     def summary(self) -> dict:
         a, pe = self.arch, self.arch.pe
@@ -483,6 +495,7 @@ class FpgaConfig:
                 "combine_units": self.combine_units, "swiglu_units": self.swiglu_units,
                 "out_valid_bits": self.out_valid_bits, "wbuf_memories": self.wbuf_memories,
                 "out_banks": self.out_banks, "streamed_weights": self.streamed_weights,
+                "narrow_iomem": self.narrow_iomem,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
 
 
@@ -1301,18 +1314,20 @@ def ebr_model(width: int, depth: int) -> int:
 
 
 def pe_ebr_model(arch, *, wbuf_memories: int = 1, out_banks: int = 1,
-                 plane_parts: int = 4) -> int:
+                 plane_parts: int = 4, io_parts: int = 4) -> int:
     """:func:`ebr_model` of the PE's memories of at least 64 words (shallower ones go to
     distributed RAM): the WMEM planes (``plane_parts`` parts of W/parts bits a word: the
     tile passes with ``streamed_weights``, else 1) and scales (a memory per buffer, or with
-    ``wbuf_memories=1`` one of twice the depth per plane), ACT, TOK, HBUF and OUT (two banks,
-    or one memory with ``out_banks=1``); the defaults are :class:`FpgaConfig`'s."""
+    ``wbuf_memories=1`` one of twice the depth per plane), ACT and HBUF (``io_parts`` parts a
+    word: the tile passes with ``narrow_iomem``, else 1), TOK and OUT (two banks, or one
+    memory with ``out_banks=1``); the defaults are :class:`FpgaConfig`'s."""
     pe = arch.pe
     W = pe.word_bits
     b = 3 - wbuf_memories                      # buffers per memory
     planes = [(W // plane_parts, b * pe.wmem_words * plane_parts)] * (2 * wbuf_memories)
+    planes += [(W // io_parts, d * io_parts) for d in (pe.act_words, pe.hbuf_words)]
     depths = [b * pe.wscale_words] * wbuf_memories
-    depths += [pe.act_words, pe.tok_words, pe.hbuf_words]
+    depths += [pe.tok_words]
     depths += ([pe.out_words] if out_banks == 1
                else [(pe.out_words + 1) // 2, pe.out_words // 2])
     return (sum(ebr_model(w, d) for w, d in planes if d >= 64)
@@ -1421,6 +1436,7 @@ def describe(cfg: FpgaConfig) -> str:
             f"{', both weight buffers in one memory per plane' if cfg.wbuf_memories == 1 else ''}"
             f"{', OUT in one memory' if cfg.out_banks == 1 else ''}"
             f"{', weight planes read a tile pass at a time' if cfg.streamed_weights else ''}"
+            f"{f', ACT and HBUF 1/{cfg.tile_passes} word wide' if cfg.narrow_iomem else ''}"
             f"; "
             f"{f'{cfg.clk_hz / 1e6:g} MHz from the PLL' if cfg.clk_hz else 'the board clock'}, "
             f"UART {cfg.baud:,} baud")

@@ -225,6 +225,13 @@ def test_lean_pe_options(tmp_path):
                       ({"streamed_weights": 1}, "streamed_weights: expected a bool"),
                       ({"tile_passes": 1}, "streamed_weights: .* needs tile_passes 2 or 4, got "
                        "tile_passes=1 \\(set streamed_weights=False"),
+                      ({"narrow_iomem": 1}, "narrow_iomem: expected a bool"),
+                      ({"tile_passes": 1, "streamed_weights": False},
+                       "narrow_iomem: .* needs tile_passes 2 or 4, got tile_passes=1 \\(set "
+                       "narrow_iomem=False"),
+                      ({"requant_units": 8}, "narrow_iomem: the requant_units values of a "
+                       "cycle must lie in one HBUF part of W/32/P = 4 values, got "
+                       "requant_units=8"),
                       ({"fp32_units": None}, "out_banks: one OUT memory needs fewer than "
                                              "W/32 = 16 fp32_units, got fp32_units=None"),
                       ({"arch": dataclasses.replace(small, wmem_bytes=3 * small.wmem_bytes)},
@@ -280,6 +287,10 @@ def test_lean_pe_options(tmp_path):
     words = 4 * 2 * small.pe.wmem_words
     assert geometry["wmsb"] == geometry["wlsb"] == (128, words), geometry
     assert geometry["wscale"] == (512, 2 * small.pe.wscale_words)
+    # narrow_iomem: ACT and HBUF 128 bits wide and 4 times as deep; TOK and OUT 512
+    assert geometry["act"] == (128, 4 * small.pe.act_words)
+    assert geometry["hbuf"] == (128, 4 * small.pe.hbuf_words)
+    assert geometry["tok"][0] == geometry["out"][0] == 512
 
 
 class _TwoMemories(Elaboratable):
@@ -341,12 +352,17 @@ def test_candidates_largest_first_and_save_block_ram():
     # the named default's PE (512-word planes, 64 KiB IOMEM): a memory per buffer and two OUT
     # banks 10 x 15 = 150 blocks (planes in quarters: 2,048 x 128 in 2K x 9 mode, also 15);
     # one memory per plane (2 x 29 + 15) and one OUT memory 118; with the planes in quarters
-    # (4,096 x 128: 2K x 9 blocks, 15 across and 2 down, as Yosys maps them) 120
+    # (4,096 x 128: 2K x 9 blocks, 15 across and 2 down, as Yosys maps them) 120; with ACT
+    # (128 words) and HBUF (512) in quarters too 109: ACT 512 x 128 in 4 blocks instead of
+    # 15, HBUF 2,048 x 128 still 15
     arch = fpga.FPGA_CONFIGS["ulx3s-85f"].arch
     for parts in (1, 4):
-        assert fpga.pe_ebr_model(arch, wbuf_memories=2, out_banks=2, plane_parts=parts) == 150
-    assert fpga.pe_ebr_model(arch, plane_parts=1) == 118
-    assert fpga.pe_ebr_model(arch) == 120 and fpga.ebr_model(128, 4096) == 30
+        assert fpga.pe_ebr_model(arch, wbuf_memories=2, out_banks=2, plane_parts=parts,
+                                 io_parts=1) == 150
+    assert fpga.pe_ebr_model(arch, plane_parts=1, io_parts=1) == 118
+    assert fpga.pe_ebr_model(arch, io_parts=1) == 120 and fpga.ebr_model(128, 4096) == 30
+    assert (arch.pe.act_words, arch.pe.hbuf_words) == (128, 512)
+    assert fpga.pe_ebr_model(arch) == 109 and fpga.ebr_model(128, 512) == 4
     # the fewest over the modes: byte-wide stand-ins (16K x 1), a deep narrow memory
     assert fpga.ebr_model(8, 32768) == 16 and fpga.ebr_model(4, 4096) == 1
 
