@@ -77,11 +77,13 @@ ROUTER_FIFO_WORDS = 1
 #: LSB planes are W/4 bits wide, read a tile pass at a time (``streamed_weights``; a LOAD into
 #: them takes 4 cycles a word), and so are ACT (read a pass at a time as well) and HBUF
 #: (``narrow_iomem``: a LOAD, RECV or SEND of them takes 4 cycles a word, SEND 5); OUT is
-#: one memory (``out_banks``), OUTPUT reading an o beat's two words one after the other.
+#: one memory (``out_banks``), OUTPUT reading an o beat's two words one after the other, and
+#: a quarter word wide as well (``narrow_out``: COMBINE and OUTPUT read the part they need,
+#: in the same cycles).
 LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "tile_passes": 4, "requant_units": 1,
                   "fp32_units": 1, "combine_units": 1, "swiglu_units": 1,
                   "out_valid_bits": False, "wbuf_memories": 1, "out_banks": 1,
-                  "streamed_weights": True, "narrow_iomem": True}
+                  "streamed_weights": True, "narrow_iomem": True, "narrow_out": True}
 
 #: Meaning of the ``leds`` bits.
 LED_BITS = {

@@ -430,6 +430,16 @@ class PE(wiring.Component):
         in P cycles into a W-bit register and offers it the cycle after (P + 1 cycles a
         word). Every result is unchanged; a GEMM's beats after its loads come in the same
         cycles.
+    narrow_out : bool
+        False (default): OUT is W bits wide. True (needs ``tile_passes`` P > 1, ``out_banks``
+        1, ``out_valid_bits`` False, and ``combine_units`` and ``fp32_units`` at most W/64/P;
+        an FPGA option): OUT is W/P bits wide and P times as deep, part p of word w at
+        ``w P + p`` holding values ``p W/64/P ..`` (bits ``p W/P ..``). The COMBINE sink
+        reads and writes the part of each sub-step's values (read one cycle ahead, in the
+        same cycles), OUTPUT reads a part for each ``W/64/P / fp32_units`` sub-steps (the
+        same beat rate), a RECV with ``accumulate`` adds a part a cycle; LOAD, plain RECV and
+        SEND as ACT with ``narrow_iomem``, and CLEAR writes a part a cycle
+        (:attr:`clear_cycles`). Every result is unchanged.
 
     Raises
     ------
@@ -439,7 +449,8 @@ class PE(wiring.Component):
         The tile shape does not suit the PE; ``mul_stages``, ``requant_units``,
         ``fp32_units``, ``combine_units``, ``swiglu_units``, ``tile_dsp_pairs``,
         ``tile_passes``, ``out_valid_bits``, ``wbuf_memories``, ``out_banks``,
-        ``streamed_weights`` or ``narrow_iomem`` out of range (the message names it).
+        ``streamed_weights``, ``narrow_iomem`` or ``narrow_out`` out of range (the message
+        names it).
     """
 
     def __init__(self, *, config, mul_stages: int = 1, requant_units: int | None = None,
@@ -447,7 +458,7 @@ class PE(wiring.Component):
                  swiglu_units: int | None = None, tile_dsp_pairs: bool = False,
                  tile_passes: int = 1, out_valid_bits: bool = True, wbuf_memories: int = 2,
                  out_banks: int = 2, streamed_weights: bool = False,
-                 narrow_iomem: bool = False):
+                 narrow_iomem: bool = False, narrow_out: bool = False):
         pe_config = as_pe_config(config)
         rows, lanes = pe_config.rows, pe_config.lanes
         if lanes % 4 or lanes != 2 * rows:
@@ -511,6 +522,23 @@ class PE(wiring.Component):
                                  f"in one HBUF part of W/32/P = {per_part} values, got "
                                  f"requant_units={requant_units}")
         self._narrow_iomem = narrow_iomem
+        if not isinstance(narrow_out, bool):
+            raise ValueError(f"narrow_out: expected a bool, got {narrow_out!r}")
+        if narrow_out:
+            per_part = W // 64 // tile_passes
+            needs = (("tile_passes", tile_passes > 1, "2 or 4"),
+                     ("out_banks", out_banks == 1, "1"),
+                     ("out_valid_bits", not out_valid_bits, "False"),
+                     ("combine_units", combine_units <= per_part, f"at most W/64/P = {per_part}"),
+                     ("fp32_units", fp32_units <= per_part, f"at most W/64/P = {per_part}"))
+            for name, ok, want in needs:
+                if not ok:
+                    got = {"tile_passes": tile_passes, "out_banks": out_banks,
+                           "out_valid_bits": out_valid_bits, "combine_units": combine_units,
+                           "fp32_units": fp32_units}[name]
+                    raise ValueError(f"narrow_out: OUT in W/P-bit parts needs {name} {want}, "
+                                     f"got {name}={got}")
+        self._narrow_out = narrow_out
         self._pe = pe_config
         self._tile_config = TileConfig(rows=rows, lanes=lanes)
         self._mul_stages = mul_stages
@@ -605,11 +633,13 @@ class PE(wiring.Component):
     def clear_cycles(self) -> int:
         """Cycles of ``CLEAR`` with ``out`` or ``rowmax`` set, from its start to its last
         write: 1 with :attr:`out_valid_bits`, otherwise one per row of the larger of the OUT
-        banks (``ceil(out_words / out_banks)``) and ROWMAX (``ceil(tok_entries / (W/32))``)."""
+        banks (``ceil(out_words / out_banks)``; ``out_words * P`` parts with
+        :attr:`narrow_out`) and ROWMAX (``ceil(tok_entries / (W/32))``)."""
         if self._out_valid_bits:
             return 1
         cfg = self._pe
-        return max(-(-cfg.out_words // self._out_banks),
+        parts = self._tile_passes if self._narrow_out else 1
+        return max(-(-cfg.out_words * parts // self._out_banks),
                    -(-cfg.tok_entries // (cfg.word_bits // 32)))
 
     @property
@@ -663,6 +693,12 @@ class PE(wiring.Component):
         """ACT and HBUF W/P bits wide (P = :attr:`tile_passes`), ACT read a tile pass at a
         time; a LOAD, RECV or SEND of them takes P cycles a word (SEND P + 1)."""
         return self._narrow_iomem
+
+    @property
+    def narrow_out(self) -> bool:
+        """OUT W/P bits wide (P = :attr:`tile_passes`); a LOAD, RECV or SEND of it takes P
+        cycles a word (SEND P + 1), CLEAR a cycle a part."""
+        return self._narrow_out
 
     def _tile_params(self) -> dict:
         return {"config": self._tile_config, "dsp_pairs": self._tile_dsp_pairs,
@@ -791,13 +827,18 @@ class PE(wiring.Component):
         # narrow_iomem: ACT and HBUF in P parts of W/P bits a word (part p of word w at w P + p);
         # `elems[target][p]` lists the word's elements (ACT bytes, HBUF values) in part p, in
         # order: ACT depths p G/P .. of every row, row after row; HBUF values p Q/P ..
-        narrow = self._narrow_iomem
+        # (narrow_out: OUT the same way, values p OV/P ..)
+        narrow, narrow_o = self._narrow_iomem, self._narrow_out
         io_parts = P if narrow else 1
+        out_parts = P if narrow_o else 1
+        narrow_targets = (((Target.ACT, Target.HBUF) if narrow else ())
+                          + ((Target.OUT,) if narrow_o else ()))
         G = self._tile_config.group
         elems = {Target.ACT: [[r * G + p * (G // P) + j for r in range(R) for j in range(G // P)]
                               for p in range(P)],
-                 Target.HBUF: [list(range(p * (Q // P), (p + 1) * (Q // P))) for p in range(P)]}
-        elem_bits = {Target.ACT: 8, Target.HBUF: 32}
+                 Target.HBUF: [list(range(p * (Q // P), (p + 1) * (Q // P))) for p in range(P)],
+                 Target.OUT: [list(range(p * (OV // P), (p + 1) * (OV // P))) for p in range(P)]}
+        elem_bits = {Target.ACT: 8, Target.HBUF: 32, Target.OUT: 64}
 
         def io_parts_of(value, target, bits=None):
             """The P parts of a W-bit ``value`` (or of a mask of ``bits`` = 1 per element) of
@@ -820,8 +861,8 @@ class PE(wiring.Component):
             out_w = _BankedWrites([wr for _, wr in out_banks])
             out_w_banks = out_w.banks
         else:                         # one memory (out_banks=1): OUTPUT reads word by word
-            out_rp, out_w = memory("out", cfg.out_words, granularity=64, transparent=True,
-                                   valid_bits=vb)
+            out_rp, out_w = memory("out", cfg.out_words * out_parts, width=W // out_parts,
+                                   granularity=64, transparent=True, valid_bits=vb)
             out_w_banks = [out_w]
         # the row maxima, W/32 registers of 32 bits per word (the ROWMAX word of SEND / RECV):
         # one read port for the SWIGLU sink's updates (and SEND / RECV), one for REQUANT
@@ -930,8 +971,7 @@ class PE(wiring.Component):
                       | (ld_fence & ~fence_ok))
         ld_grant = Signal()
         ld_open = ld_active & (ld_left != 0) & ~ld_blocked & ld_grant
-        parted = ((Target.WMSB, Target.WLSB) if parts > 1 else ()) + (
-            (Target.ACT, Target.HBUF) if narrow else ())
+        parted = ((Target.WMSB, Target.WLSB) if parts > 1 else ()) + narrow_targets
         if parted:
             # a word into a memory in P parts (streamed_weights, narrow_iomem): part by part,
             # the word taken with its last
@@ -1014,6 +1054,7 @@ class PE(wiring.Component):
         # narrow_iomem: the ACT word of the beat, read the same way
         b_aaddr = Signal(16)
         log_io = _log2(io_parts)
+        log_np = _log2(P) if narrow_targets else 0    # part counters of SEND / RECV
         b_apart = (tile.phase + 1)[:log_io] if narrow else Const(0, 0)
 
         def w_planes(planes, addr, b_addr):
@@ -1417,7 +1458,17 @@ class PE(wiring.Component):
         c_held = c_valid & ~c_last    # stage C still busy with its row next cycle
         c_issue = a_cmb & c_live & ~hazard & ~c_held
         m.d.comb += stall_a.eq((a_cmb & c_live & (hazard | c_held)) | (a_sw & ~sw_last))
-        out_rp.request(c_issue, c_addr, 1)
+        if narrow_o:
+            # the part of sub-step 0's values with the row, then each next sub-step's part
+            # in the cycle before it (its J values lie in one part of OV/P: J <= OV/P)
+            log_ovp = _log2(OV // P)
+
+            def c_part(pos, sub):
+                return (pos + sub * J)[log_ovp:log_ov]
+            out_rp.request(c_issue, Cat(c_part(c_pos, 0), c_addr), 1)
+            out_rp.request(c_valid & ~c_last, Cat(c_part(c_tag.pos, c_sub + 1), c_tag.addr), 1)
+        else:
+            out_rp.request(c_issue, c_addr, 1)
         with m.If(c_issue):
             m.d.sync += [
                 c_valid.eq(1),
@@ -1448,7 +1499,8 @@ class PE(wiring.Component):
                 unit.i.payload.acc_y.eq(Array(lanes_j)[c_sub] if n_sub_max > 1 else lanes_j[0]),
                 unit.i.payload.e_h.eq(c_e_h),
                 unit.i.payload.gw.eq(c_gw),
-                unit.i.payload.out.eq(out_rp.data.word_select((c_tag.pos + lane)[:log_ov], 64)),
+                unit.i.payload.out.eq(out_rp.data.word_select(
+                    (c_tag.pos + lane)[:log_ov - _log2(out_parts)], 64)),
                 unit.i.payload.flag.eq(0),
                 unit.o.ready.eq(1),
             ]
@@ -1468,7 +1520,12 @@ class PE(wiring.Component):
                     cmb_full, (q // (L // 2)) == (cmb_tag_out.pos >> _log2(L // 2)),
                     (q // L) == (cmb_tag_out.pos >> _log2(L)))),
             ]
-        out_w.request(cmb_out, cmb_tag_out.addr, ow_data, ow_mask)
+        if narrow_o:                  # the sub-step's values: one part
+            w_part = c_part(cmb_tag_out.pos, cmb_tag_out.sub)
+            out_w.request(cmb_out, Cat(w_part, cmb_tag_out.addr),
+                          ow_data.word_select(w_part, W // P), ow_mask.word_select(w_part, OV // P))
+        else:
+            out_w.request(cmb_out, cmb_tag_out.addr, ow_data, ow_mask)
         cmb_flag = Const(0, 1)
         for j, unit in enumerate(cmb_units):
             if n_sub_max > 1:
@@ -1635,19 +1692,17 @@ class PE(wiring.Component):
         send_adv = ~sv | self.link_o.ready
         send_reads = {Target.ACT: act_rp, Target.TOK: tok_rp, Target.HBUF: hbuf_rp,
                       Target.OUT: out_rp, Target.ROWMAX: rmax_rp}
-        narrow_targets = (Target.ACT, Target.HBUF) if narrow else ()
-
         def is_narrow(target_sig):
             return Cat(target_sig == t for t in narrow_targets).any()
 
-        # narrow_iomem, ACT and HBUF: a word's P parts read one a cycle (s_part), each put in
+        # narrow_iomem / narrow_out, ACT, HBUF, OUT: a word's P parts read one a cycle (s_part), each put in
         # its place in s_word the cycle after (s_cap), the word offered once complete (s_full)
         s_narrow = is_narrow(x_target)
-        s_part, s_cap_part = Signal(log_io), Signal(log_io)
+        s_part, s_cap_part = Signal(log_np), Signal(log_np)
         s_cap, s_full = Signal(), Signal()
         s_word = Signal(W)
         s_go = (st["SEND"] & s_narrow & (x_left != 0) & (~s_full | self.link_o.ready)
-                & ~(s_cap & (s_cap_part == io_parts - 1)))
+                & ~(s_cap & (s_cap_part == P - 1)))
         for target, rp in send_reads.items():
             if target in narrow_targets:
                 rp.request(st["SEND"] & (x_target == target), Cat(s_part, x_addr), s_go)
@@ -1664,11 +1719,11 @@ class PE(wiring.Component):
                 m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
         send_done = st["SEND"] & Mux(s_narrow, (x_left == 0) & ~s_cap & ~s_full,
                                      send_adv & (x_left == 0))
-        if narrow:
+        if narrow_targets:
             m.d.sync += [s_cap.eq(s_go), s_cap_part.eq(s_part)]
             with m.If(s_go):
                 m.d.sync += s_part.eq(s_part + 1)
-                with m.If(s_part == io_parts - 1):
+                with m.If(s_part == P - 1):
                     m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
             for target in narrow_targets:
                 b = elem_bits[target]
@@ -1677,7 +1732,7 @@ class PE(wiring.Component):
                         m.d.sync += [s_word[b * e:b * (e + 1)].eq(
                             send_reads[target].data[b * j:b * (j + 1)])
                             for j, e in enumerate(part)]
-            with m.If(s_cap & (s_cap_part == io_parts - 1)):
+            with m.If(s_cap & (s_cap_part == P - 1)):
                 m.d.sync += s_full.eq(1)
             with m.Elif(self.link_o.ready):
                 m.d.sync += s_full.eq(0)
@@ -1695,22 +1750,25 @@ class PE(wiring.Component):
         recv_acc = fld(xc, Op.RECV, "accumulate")
         # link_i: RECV, or a GEMM's psum_in words (never both: RECV waits for every GEMM)
         # (narrow_iomem, ACT and HBUF: a word in P cycles, a part a cycle, taken with its last)
-        r_part = Signal(log_io)
+        r_part = Signal(log_np)
         r_narrow = is_narrow(x_target)
         recv_part = st["RECV"] & (x_left != 0) & r_narrow & self.link_i.valid
         m.d.comb += self.link_i.ready.eq(
-            (st["RECV"] & (x_left != 0) & (~r_narrow | (r_part == io_parts - 1))) | pin_need)
+            (st["RECV"] & (x_left != 0) & (~r_narrow | (r_part == P - 1))) | pin_need)
         recv_take = self.link_i.valid & self.link_i.ready & st["RECV"]
         m.d.comb += pin_take.eq(self.link_i.valid & pin_need)
         with m.If(recv_take):
             m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
-        if narrow:
+        if narrow_targets:
             with m.If(recv_part):
                 m.d.sync += r_part.eq(r_part + 1)
         for target, wr in {Target.ACT: act_w, Target.TOK: tok_w, Target.HBUF: hbuf_w,
                            Target.OUT: out_w, Target.ROWMAX: rmax_w}.items():
             if target in narrow_targets:
-                wr.request(recv_part & (x_target == target), Cat(r_part, x_addr),
+                plain = recv_part & (x_target == target)
+                if target == Target.OUT:
+                    plain = plain & ~recv_acc
+                wr.request(plain, Cat(r_part, x_addr),
                            Array(io_parts_of(self.link_i.payload, target))[r_part])
                 continue
             plain = recv_take & (x_target == target)
@@ -1720,19 +1778,30 @@ class PE(wiring.Component):
         # accumulate: read at accept, combine and write one cycle later (the read ports are
         # transparent, so back-to-back words to one address see each other): OUT saturating
         # s64 addition, ROWMAX unsigned 32-bit max
+        # (narrow_out: OUT a part a cycle, r_out_data the part of link_i)
         r_valid = Signal()
         r_addr = Signal(16)
         r_data = Signal(W)
         r_is_out = x_target == Target.OUT
-        out_rp.request(st["RECV"] & r_is_out, x_addr, 1)
+        if narrow_o:
+            r_out_data = Signal(W // P)
+            out_rp.request(st["RECV"] & r_is_out, Cat(r_part, x_addr), 1)
+            m.d.sync += [r_valid.eq(Mux(r_is_out, recv_part, recv_take) & recv_acc),
+                         r_addr.eq(Mux(r_is_out, Cat(r_part, x_addr), x_addr)),
+                         r_out_data.eq(Array(io_parts_of(self.link_i.payload,
+                                                         Target.OUT))[r_part])]
+        else:
+            r_out_data = r_data
+            out_rp.request(st["RECV"] & r_is_out, x_addr, 1)
+            m.d.sync += [r_valid.eq(recv_take & recv_acc), r_addr.eq(x_addr)]
         rmax_rp.request(st["RECV"] & ~r_is_out, x_addr, 1)
-        m.d.sync += [r_valid.eq(recv_take & recv_acc), r_addr.eq(x_addr),
-                     r_data.eq(self.link_i.payload)]
-        acc_sum = Signal(W)
-        acc_ovf = Signal(OV)
-        for j in range(OV):
+        m.d.sync += r_data.eq(self.link_i.payload)
+        ov_acc = OV // out_parts                  # values of an OUT read
+        acc_sum = Signal(W // out_parts)
+        acc_ovf = Signal(ov_acc)
+        for j in range(ov_acc):
             total, wrap = sat_add64(out_rp.data[64 * j:64 * (j + 1)],
-                                    r_data[64 * j:64 * (j + 1)])
+                                    r_out_data[64 * j:64 * (j + 1)])
             m.d.comb += [acc_sum[64 * j:64 * (j + 1)].eq(total), acc_ovf[j].eq(wrap)]
         out_w.request(r_valid & r_is_out, r_addr, acc_sum)
         set_vpu.append(r_valid & r_is_out & acc_ovf.any())
@@ -1905,27 +1974,31 @@ class PE(wiring.Component):
             def cv_value(j):          # unit j's value in sub-step cv_s
                 return Array(pair_values[j::K])[cv_s] if S > 1 else pair_values[j]
         else:
-            # one OUT memory: word 2 row + half is in the read port for sub-steps
-            # [half S/2, (half + 1) S/2); the next word is read in the last of them
-            op_half = Signal()
+            # one OUT memory: NR = 2 reads a beat, word 2 row + half (narrow_out: NR = 2 P,
+            # its parts, read op_sub = half P + part at address Cat(op_sub, row)); read i is in
+            # the read port for sub-steps [i SR, (i + 1) SR), SR = S / NR, and the next is read
+            # in the last of them
+            NR = 2 * out_parts
+            SR = S // NR
+            op_sub = Signal(_log2(NR))
             with m.If(x_start & (xop == Op.OUTPUT)):
-                m.d.sync += op_half.eq(0)
-            op_adv = ~ov | (cv_ready & (cv_s[:_log2(S // 2)] == S // 2 - 1 if S > 2
+                m.d.sync += op_sub.eq(0)
+            op_adv = ~ov | (cv_ready & (cv_s[:_log2(SR)] == SR - 1 if SR > 1
                                         else Const(1, 1)))
-            out_rp.request(st["OUTPUT"], Cat(op_half, op_row), op_adv)
+            out_rp.request(st["OUTPUT"], Cat(op_sub, op_row), op_adv)
             with m.If(st["OUTPUT"] & op_adv):
                 m.d.sync += ov.eq(op_left != 0)
                 with m.If(op_left != 0):
-                    m.d.sync += op_half.eq(~op_half)
-                    with m.If(op_half):
+                    m.d.sync += op_sub.eq(op_sub + 1)
+                    with m.If(op_sub == NR - 1):
                         m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
-            # sub-step s takes values [s K, (s + 1) K) of the beat: of its word, values
-            # [(s mod S/2) K, ...), so unit j selects by the sub-step's low bits
-            word_values = [out_rp.data[64 * v:64 * (v + 1)] for v in range(OV)]
+            # sub-step s takes values [s K, (s + 1) K) of the beat: of its read, values
+            # [(s mod SR) K, ...), so unit j selects by the sub-step's low bits
+            read_values = [out_rp.data[64 * v:64 * (v + 1)] for v in range(OV // out_parts)]
 
             def cv_value(j):
-                return (Array(word_values[j::K])[cv_s[:_log2(S // 2)]] if S > 2
-                        else word_values[j])
+                return (Array(read_values[j::K])[cv_s[:_log2(SR)]] if SR > 1
+                        else read_values[j])
         if S > 1:
             with m.If(ov & cv_ready):
                 m.d.sync += cv_s.eq(Mux(cv_last, 0, cv_s + 1))

@@ -364,7 +364,8 @@ class FpgaConfig:
     writes zeros instead of clearing valid bits), ``wbuf_memories`` (1: both buffers of a WMEM
     plane in one memory), ``out_banks`` (1: OUT in one memory), ``streamed_weights`` (the
     MSB and LSB planes W/P bits wide, read a tile pass at a time), ``narrow_iomem`` (ACT and
-    HBUF W/P bits wide, ACT read a tile pass at a time) and ``lut_multipliers`` (``$mul``
+    HBUF W/P bits wide, ACT read a tile pass at a time), ``narrow_out`` (OUT W/P bits wide)
+    and ``lut_multipliers`` (``$mul``
     operand widths built as Booth LUT multipliers, :func:`lut_multiplier_script`). ``estimate``
     documents the measured Yosys estimate of a named default, ``note`` what a build of it met on
     the reference machine (printed before place and route; neither is used in computing
@@ -390,6 +391,7 @@ class FpgaConfig:
     out_banks: int = 1
     streamed_weights: bool = True
     narrow_iomem: bool = True
+    narrow_out: bool = True
     lut_multipliers: tuple = LUT_MULTIPLIERS
     estimate: str = ""
     note: str = ""
@@ -426,6 +428,8 @@ class FpgaConfig:
             raise FpgaError("narrow_iomem: ACT comes a tile pass at a time, so it needs "
                             "tile_passes 2 or 4, got tile_passes=1 (set narrow_iomem=False "
                             "for a tile in one pass)")
+        if not isinstance(self.narrow_out, bool):
+            raise FpgaError(f"narrow_out: expected a bool, got {self.narrow_out!r}")
         for name in ("wbuf_memories", "out_banks"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v not in (1, 2):
@@ -452,12 +456,24 @@ class FpgaConfig:
             if self.out_banks == 1 and k == q:
                 raise ValueError(f"out_banks: one OUT memory needs fewer than W/32 = {q} "
                                  f"fp32_units, got fp32_units={self.fp32_units!r} (= {k})")
-            unit_count("combine_units", self.combine_units, pe.lanes,
-                       f"in 1..{pe.lanes} ({pe.lanes} lanes)")
+            j = unit_count("combine_units", self.combine_units, pe.lanes,
+                           f"in 1..{pe.lanes} ({pe.lanes} lanes)")
             unit_count("swiglu_units", self.swiglu_units, pe.lanes // 2,
                        f"in 1..{pe.lanes // 2} ({pe.lanes} lanes / 2)")
         except ValueError as exc:
             raise FpgaError(str(exc)) from None
+        if self.narrow_out:                  # the PE's own rule (PE(narrow_out=True))
+            per_part = pe.word_bits // 64 // self.tile_passes
+            for name, ok, want in (("tile_passes", self.tile_passes > 1, "2 or 4"),
+                                   ("out_banks", self.out_banks == 1, "1"),
+                                   ("out_valid_bits", not self.out_valid_bits, "False"),
+                                   ("combine_units", j <= per_part,
+                                    f"at most W/64/P = {per_part}"),
+                                   ("fp32_units", k <= per_part, f"at most W/64/P = {per_part}")):
+                if not ok:
+                    raise FpgaError(f"narrow_out: OUT in W/P-bit parts needs {name} {want}, "
+                                    f"got {name}={getattr(self, name)!r} (set narrow_out=False "
+                                    f"for a W-bit OUT)")
         try:
             widths = tuple((_positive(a), _positive(b)) for a, b in self.lut_multipliers)
         except (TypeError, ValueError):
@@ -477,7 +493,8 @@ class FpgaConfig:
                 "fp32_units": self.fp32_units, "combine_units": self.combine_units,
                 "swiglu_units": self.swiglu_units, "out_valid_bits": self.out_valid_bits,
                 "wbuf_memories": self.wbuf_memories, "out_banks": self.out_banks,
-                "streamed_weights": self.streamed_weights, "narrow_iomem": self.narrow_iomem}
+                "streamed_weights": self.streamed_weights, "narrow_iomem": self.narrow_iomem,
+                "narrow_out": self.narrow_out}
 
     def summary(self) -> dict:
         a, pe = self.arch, self.arch.pe
@@ -495,7 +512,7 @@ class FpgaConfig:
                 "combine_units": self.combine_units, "swiglu_units": self.swiglu_units,
                 "out_valid_bits": self.out_valid_bits, "wbuf_memories": self.wbuf_memories,
                 "out_banks": self.out_banks, "streamed_weights": self.streamed_weights,
-                "narrow_iomem": self.narrow_iomem,
+                "narrow_iomem": self.narrow_iomem, "narrow_out": self.narrow_out,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
 
 
@@ -1314,22 +1331,24 @@ def ebr_model(width: int, depth: int) -> int:
 
 
 def pe_ebr_model(arch, *, wbuf_memories: int = 1, out_banks: int = 1,
-                 plane_parts: int = 4, io_parts: int = 4) -> int:
+                 plane_parts: int = 4, io_parts: int = 4, out_parts: int = 4) -> int:
     """:func:`ebr_model` of the PE's memories of at least 64 words (shallower ones go to
     distributed RAM): the WMEM planes (``plane_parts`` parts of W/parts bits a word: the
     tile passes with ``streamed_weights``, else 1) and scales (a memory per buffer, or with
     ``wbuf_memories=1`` one of twice the depth per plane), ACT and HBUF (``io_parts`` parts a
     word: the tile passes with ``narrow_iomem``, else 1), TOK and OUT (two banks, or one
-    memory with ``out_banks=1``); the defaults are :class:`FpgaConfig`'s."""
+    memory with ``out_banks=1``, of ``out_parts`` parts a word: the tile passes with
+    ``narrow_out``); the defaults are :class:`FpgaConfig`'s."""
     pe = arch.pe
     W = pe.word_bits
     b = 3 - wbuf_memories                      # buffers per memory
     planes = [(W // plane_parts, b * pe.wmem_words * plane_parts)] * (2 * wbuf_memories)
     planes += [(W // io_parts, d * io_parts) for d in (pe.act_words, pe.hbuf_words)]
+    if out_banks == 1:
+        planes += [(W // out_parts, pe.out_words * out_parts)]
     depths = [b * pe.wscale_words] * wbuf_memories
     depths += [pe.tok_words]
-    depths += ([pe.out_words] if out_banks == 1
-               else [(pe.out_words + 1) // 2, pe.out_words // 2])
+    depths += [] if out_banks == 1 else [(pe.out_words + 1) // 2, pe.out_words // 2]
     return (sum(ebr_model(w, d) for w, d in planes if d >= 64)
             + sum(ebr_model(W, d) for d in depths if d >= 64))
 
@@ -1437,6 +1456,7 @@ def describe(cfg: FpgaConfig) -> str:
             f"{', OUT in one memory' if cfg.out_banks == 1 else ''}"
             f"{', weight planes read a tile pass at a time' if cfg.streamed_weights else ''}"
             f"{f', ACT and HBUF 1/{cfg.tile_passes} word wide' if cfg.narrow_iomem else ''}"
+            f"{f', OUT 1/{cfg.tile_passes} word wide' if cfg.narrow_out else ''}"
             f"; "
             f"{f'{cfg.clk_hz / 1e6:g} MHz from the PLL' if cfg.clk_hz else 'the board clock'}, "
             f"UART {cfg.baud:,} baud")

@@ -232,6 +232,13 @@ def test_lean_pe_options(tmp_path):
                       ({"requant_units": 8}, "narrow_iomem: the requant_units values of a "
                        "cycle must lie in one HBUF part of W/32/P = 4 values, got "
                        "requant_units=8"),
+                      ({"narrow_out": 0}, "narrow_out: expected a bool"),
+                      ({"combine_units": 4}, "narrow_out: OUT in W/P-bit parts needs "
+                       "combine_units at most W/64/P = 2, got combine_units=4 \\(set "
+                       "narrow_out=False"),
+                      ({"fp32_units": 4}, "narrow_out: .* needs fp32_units at most W/64/P = 2"),
+                      ({"out_valid_bits": True}, "narrow_out: .* needs out_valid_bits False"),
+                      ({"out_banks": 2, "fp32_units": 2}, "narrow_out: .* needs out_banks 1"),
                       ({"fp32_units": None}, "out_banks: one OUT memory needs fewer than "
                                              "W/32 = 16 fp32_units, got fp32_units=None"),
                       ({"arch": dataclasses.replace(small, wmem_bytes=3 * small.wmem_bytes)},
@@ -287,10 +294,11 @@ def test_lean_pe_options(tmp_path):
     words = 4 * 2 * small.pe.wmem_words
     assert geometry["wmsb"] == geometry["wlsb"] == (128, words), geometry
     assert geometry["wscale"] == (512, 2 * small.pe.wscale_words)
-    # narrow_iomem: ACT and HBUF 128 bits wide and 4 times as deep; TOK and OUT 512
+    # narrow_iomem: ACT and HBUF 128 bits wide and 4 times as deep; TOK 512
     assert geometry["act"] == (128, 4 * small.pe.act_words)
     assert geometry["hbuf"] == (128, 4 * small.pe.hbuf_words)
-    assert geometry["tok"][0] == geometry["out"][0] == 512
+    assert geometry["tok"][0] == 512
+    assert geometry["out"] == (128, 4 * small.pe.out_words)      # narrow_out
 
 
 class _TwoMemories(Elaboratable):
@@ -356,13 +364,16 @@ def test_candidates_largest_first_and_save_block_ram():
     # (128 words) and HBUF (512) in quarters too 109: ACT 512 x 128 in 4 blocks instead of
     # 15, HBUF 2,048 x 128 still 15
     arch = fpga.FPGA_CONFIGS["ulx3s-85f"].arch
+    # OUT (352 words) in quarters too 106: 1,408 x 128 in 2K x 9 blocks, 12 instead of 15
+    wide_io = {"io_parts": 1, "out_parts": 1}
     for parts in (1, 4):
         assert fpga.pe_ebr_model(arch, wbuf_memories=2, out_banks=2, plane_parts=parts,
-                                 io_parts=1) == 150
-    assert fpga.pe_ebr_model(arch, plane_parts=1, io_parts=1) == 118
-    assert fpga.pe_ebr_model(arch, io_parts=1) == 120 and fpga.ebr_model(128, 4096) == 30
-    assert (arch.pe.act_words, arch.pe.hbuf_words) == (128, 512)
-    assert fpga.pe_ebr_model(arch) == 109 and fpga.ebr_model(128, 512) == 4
+                                 **wide_io) == 150
+    assert fpga.pe_ebr_model(arch, plane_parts=1, **wide_io) == 118
+    assert fpga.pe_ebr_model(arch, **wide_io) == 120 and fpga.ebr_model(128, 4096) == 30
+    assert (arch.pe.act_words, arch.pe.hbuf_words, arch.pe.out_words) == (128, 512, 352)
+    assert fpga.pe_ebr_model(arch, out_parts=1) == 109 and fpga.ebr_model(128, 512) == 4
+    assert fpga.pe_ebr_model(arch) == 106 and fpga.ebr_model(128, 4 * 352) == 12
     # the fewest over the modes: byte-wide stand-ins (16K x 1), a deep narrow memory
     assert fpga.ebr_model(8, 32768) == 16 and fpga.ebr_model(4, 4096) == 1
 

@@ -712,9 +712,12 @@ def test_streamed_weights_same_gemm_cycles():
     print(f"  {runs[True]['cycles']} cycles streamed, {runs[False]['cycles']} not")
 
 
-#: ACT and HBUF W/4 bits wide, with as many REQUANT units as an HBUF part has values (W/32/4)
-#: and two SwiGLU units
-NARROW = {"tile_passes": 4, "narrow_iomem": True, "requant_units": 4, "swiglu_units": 2}
+#: ACT, HBUF and OUT W/4 bits wide, with as many REQUANT units as an HBUF part has values
+#: (W/32/4), as many combine units and FP32 converters as an OUT part has (W/64/4), two
+#: SwiGLU units
+NARROW = {"tile_passes": 4, "narrow_iomem": True, "requant_units": 4, "swiglu_units": 2,
+          "narrow_out": True, "combine_units": 2, "fp32_units": 2, "out_banks": 1,
+          "out_valid_bits": False}
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -738,37 +741,79 @@ def test_narrow_iomem_parameters():
     gc.collect()
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_narrow_out_parameters():
+    """``narrow_out`` needs a tile in passes, one OUT memory without valid bits, and combine
+    units and FP32 converters whose values of a cycle lie in one OUT part (W/64/P); CLEAR
+    then writes a part a cycle."""
+    ok = {"tile_passes": 4, "out_banks": 1, "out_valid_bits": False, "combine_units": 2,
+          "fp32_units": 2}
+    for bad in (1, None):
+        with pytest.raises(ValueError, match="narrow_out: expected a bool"):
+            PE(config=ARCH, **ok, narrow_out=bad)
+    for change, match in (({"tile_passes": 1}, "needs tile_passes 2 or 4, got tile_passes=1"),
+                          ({"out_banks": 2}, "needs out_banks 1, got out_banks=2"),
+                          ({"out_valid_bits": True}, "needs out_valid_bits False, got "
+                                                     "out_valid_bits=True"),
+                          ({"combine_units": 4}, "needs combine_units at most W/64/P = 2, got "
+                                                 "combine_units=4"),
+                          ({"fp32_units": 4}, "needs fp32_units at most W/64/P = 2, got "
+                                              "fp32_units=4")):
+        with pytest.raises(ValueError, match="narrow_out: OUT in W/P-bit parts " + match):
+            PE(config=ARCH, **{**ok, **change}, narrow_out=True)
+    wide = _unused(PE(config=ARCH, **ok))
+    narrow = _unused(PE(config=ARCH, **ok, narrow_out=True))
+    assert not wide.narrow_out and narrow.narrow_out
+    assert narrow.clear_cycles == 4 * PE_CFG.out_words == 4 * wide.clear_cycles
+    Fragment.get(PE(config=ARCH, **ok, narrow_out=True), None)
+    gc.collect()
+
+
 @pytest.mark.parametrize("options", [NARROW, LEAN_PE_PARAMS], ids=["narrow", "lean"])
 def test_narrow_iomem_transfers(options):
-    """``narrow_iomem``: LOAD, RECV and SEND of ACT and HBUF (and of OUT beside them) under
-    idle ``ld`` / ``link_i`` cycles and backpressure: RTL == fsim word for word, every word
-    into ACT or HBUF taken at least P cycles after the one before (a part a cycle), every
-    SEND word of them at least P + 1 cycles after the one before."""
+    """``narrow_iomem`` and ``narrow_out``: LOAD, RECV (OUT also accumulating, with int64
+    saturation) and SEND of ACT, HBUF and OUT under idle ``ld`` / ``link_i`` cycles and
+    backpressure: RTL == fsim word for word, every word into them taken at least P cycles
+    after the one before (a part a cycle), every SEND word at least P + 1 cycles after the
+    one before."""
     seed = 570 + (options is LEAN_PE_PARAMS)
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     P = options["tile_passes"]
     acts = rng.integers(-128, 128, (5, R, 32))
     hb = rng.integers(-2**31, 2**31, (6, PE_CFG.q16_per_word))
+    OV = PE_CFG.q24_per_word
+    base = rng.integers(-2**40, 2**40, (3, OV))
+    base[1, 3] = 2**63 - 7                                  # saturates on accumulation
+    add = rng.integers(-2**40, 2**40, (3, OV))
+    add[1, 3] = 10
     prog = asm.Program(PE_CFG)
     prog.clear(out=True)
+    prog.barrier()
     prog.load(Target.ACT, 3, 5)
     prog.load(Target.HBUF, 1, 3)
+    prog.load(Target.OUT, 4, 3)
     prog.barrier()
     prog.recv(Target.HBUF, 4, 3)
     prog.recv(Target.ACT, 0, 3)
+    prog.recv(Target.OUT, 5, 2, accumulate=True)
+    prog.recv(Target.OUT, 7, 1)
     prog.send(Target.ACT, 0, 8)              # received, then loaded words
     prog.send(Target.HBUF, 1, 6)
+    prog.send(Target.OUT, 4, 4)
     ld = asm.words_to_ints(np.concatenate([asm.pack_act(acts, PE_CFG),
-                                           asm.pack_q16(hb[:3], PE_CFG)]))
+                                           asm.pack_q16(hb[:3], PE_CFG),
+                                           asm.pack_q24(base, PE_CFG)]))
     link_i = asm.words_to_ints(np.concatenate([asm.pack_q16(hb[3:], PE_CFG),
-                                               asm.pack_act(acts[:3][::-1], PE_CFG)]))
+                                               asm.pack_act(acts[:3][::-1], PE_CFG),
+                                               asm.pack_q24(add, PE_CFG)]))
     got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
                                  pe_options=options)
-    assert len(ref.link_o) == 14 and all(ref.link_o)
+    assert len(ref.link_o) == 18 and all(ref.link_o)
     assert np.diff(got["ld"]).min() >= P
     sent = got["link_o_cycles"]
-    assert np.diff(sent[:8]).min() >= P + 1 and np.diff(sent[8:]).min() >= P + 1
+    for a, b in ((0, 8), (8, 14), (14, 18)):
+        assert np.diff(sent[a:b]).min() >= P + 1
     # with nothing in the way: a word a part a cycle, SEND one word in P + 1 cycles
     smooth, _ = compare_with_fsim(prog, ld, link_i, seed=seed, pe_options=options)
     assert set(np.diff(smooth["ld"][:5])) == {P}
@@ -792,6 +837,32 @@ def test_narrow_iomem_same_gemm_cycles():
     rel = {nw: np.array(r["tile_in"]) - r["tile_in"][0] for nw, r in runs.items()}
     assert np.array_equal(rel[True], rel[False]) and set(np.diff(rel[True])) == {4}
     print(f"  {runs[True]['cycles']} cycles narrow, {runs[False]['cycles']} not")
+
+
+def test_narrow_out_same_sink_cycles():
+    """A MoE layer on the FPGA-lean PE with and without ``narrow_out``: the COMBINE sink and
+    OUTPUT re-read the OUT part they need a cycle ahead, so the tile takes its beats and
+    ``o`` its DATA beats in the same cycles relative to the first (only CLEAR, a part a
+    cycle, starts the program later), and the results are equal."""
+    from elmoe3d.sw.expert import build_moe_program
+    seed = 578
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    t, h, i = 4, 64, 64
+    x = rng.normal(size=(t, h))
+    experts = [tuple(rng.normal(size=s) * 0.2 for s in ((i, h), (i, h), (h, i)))
+               for _ in range(2)]
+    ids, wts = np.array([[0, 1], [1, 0], [0, 1], [1, 0]]), rng.uniform(0.2, 0.8, (t, 2))
+    job = build_moe_program(x, experts, (ids, wts), Mode.FULL, PE_CFG)
+    runs = {no: compare_with_fsim(job.program, job.ld, seed=seed, watch=("tile_in",),
+                                  pe_options={**LEAN_PE_PARAMS, "narrow_out": no})[0]
+            for no in (False, True)}
+    data = {no: [d for k, d in r["o"] if k == OKind.DATA] for no, r in runs.items()}
+    assert data[True] == data[False] and len(data[True]) > 10
+    for key in ("tile_in", "o_cycles"):
+        rel = {no: np.array(r[key]) - r[key][0] for no, r in runs.items()}
+        assert len(rel[True]) > 10 and np.array_equal(rel[True], rel[False]), key
+    print(f"  {runs[True]['cycles']} cycles with narrow_out, {runs[False]['cycles']} without")
 
 
 @pytest.mark.parametrize("mode", [Mode.FULL, Mode.DRAFT], ids=lambda m: m.name)
@@ -835,9 +906,12 @@ def test_rw_collision_probe_fires_for_a_racing_load():
         run_pe(prog.encode(), ld, n_o=0, n_link=16 * 8, seed=seed)
 
 
-def test_send_recv_accumulate_status():
+@pytest.mark.parametrize("pe_options", [None, "lean"])
+def test_send_recv_accumulate_status(pe_options):
     """RECV (plain and accumulating, with int64 saturation), SEND, OUTPUT, CLEAR and the STATUS
-    counters and flags, under idle link_i cycles and link_o/o backpressure."""
+    counters and flags, under idle link_i cycles and link_o/o backpressure; also on the
+    FPGA-lean PE (ACT, HBUF and OUT in quarter words: the accumulation a part a cycle)."""
+    pe_options = LEAN_PE_PARAMS if pe_options == "lean" else None
     seed = 600
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
@@ -867,19 +941,23 @@ def test_send_recv_accumulate_status():
     hb = rng.integers(-2**31, 2**31, (2, PE_CFG.q16_per_word))
     link_i = asm.words_to_ints(np.concatenate([asm.pack_q24(add, PE_CFG),
                                                asm.pack_q16(hb, PE_CFG)]))
-    got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed)
+    got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
+                                 pe_options=pe_options)
     st = ref.statuses()
     assert st[0]["vpu_saturation"] == 1 and st[1]["vpu_saturation"] == 0
     assert st[0]["words_received"] == 10 and st[0]["words_sent"] == 13
 
 
-@pytest.mark.parametrize("out_valid_bits, out_banks", [(True, 2), (False, 2), (False, 1)],
-                         ids=["valid-bits", "writes", "writes-out1"])
-def test_clear_zeroes_out_and_rowmax(out_valid_bits, out_banks):
+@pytest.mark.parametrize("out_valid_bits, out_banks, narrow_out",
+                         [(True, 2, False), (False, 2, False), (False, 1, False),
+                          (False, 1, True)],
+                         ids=["valid-bits", "writes", "writes-out1", "writes-narrow-out"])
+def test_clear_zeroes_out_and_rowmax(out_valid_bits, out_banks, narrow_out):
     """CLEAR out rowmax zeroes every OUT word and row-max register (all of them written
     before it), through the valid bits or (``out_valid_bits=False``) by writing zeros a row a
-    cycle (both OUT banks at once, or with ``out_banks=1`` a word a cycle); a RECV
-    accumulating after it starts from zero; RTL == fsim."""
+    cycle (both OUT banks at once, or with ``out_banks=1`` a word a cycle, with
+    ``narrow_out`` a part a cycle); a RECV accumulating after it starts from zero; RTL ==
+    fsim."""
     seed = 610
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
@@ -905,7 +983,9 @@ def test_clear_zeroes_out_and_rowmax(out_valid_bits, out_banks):
     got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
                                  pe_options={"out_valid_bits": out_valid_bits,
                                              "out_banks": out_banks,
-                                             "fp32_units": 1 if out_banks == 1 else None})
+                                             "fp32_units": 1 if out_banks == 1 else None,
+                                             **({"narrow_out": True, "tile_passes": 4,
+                                                 "combine_units": 2} if narrow_out else {})})
     words = got["link_o"]
     before, after = words[:n_out + n_rm], words[n_out + n_rm:2 * (n_out + n_rm)]
     assert any(before) and not any(after)
