@@ -411,25 +411,28 @@ class PE(wiring.Component):
         loaded word, lane after lane). The tile takes its weights a pass at a time
         (``TensorTile(streamed_weights=True)``): the beat reads part 0 and every further pass
         the next part, so a weight plane's read data, its block-RAM data pins and the beat's
-        weight multiplexers are W/P bits wide instead of W. A LOAD into WMSB or WLSB writes
-        a word in P cycles (part by part, ``ld.ready`` in the last), other LOADs one word a
-        cycle as before. Every result is unchanged, and so are a GEMM's cycles once its
-        weights are in (one that waits for its own weight LOAD starts up to P - 1 cycles a
-        weight word later).
+        weight multiplexers are W/P bits wide instead of W. WSCALE too is W/P bits wide (part
+        p of a scale word holds its entries ``8 p/P ..``; the beat reads the part of its
+        entry). A LOAD into WMSB, WLSB or WSCALE writes a word in P cycles (part by part,
+        ``ld.ready`` in the last), other LOADs one word a cycle as before. Every result is
+        unchanged, and so are a GEMM's cycles once its weights are in (one that waits for
+        its own weight LOAD starts up to P - 1 cycles a weight word later).
     narrow_iomem : bool
-        False (default): ACT and HBUF are W bits wide. True (needs ``tile_passes`` P > 1,
-        ``requant_units`` and ``swiglu_units`` at most W/32/P; an FPGA option): both are W/P
-        bits wide and P times as deep, part p of word w at address ``w P + p``. ACT's part p
-        holds depths ``p G/P .. (p+1) G/P - 1`` of every row (bytes ``r G + p G/P ..`` of the
-        word, row after row), so the tile takes its activations a pass at a time
+        False (default): ACT, TOK, HBUF and ROWMAX are W bits wide. True (needs
+        ``tile_passes`` P > 1 and ``requant_units`` at most W/32/P; an FPGA option): they are
+        W/P bits wide and P times as deep, part p of word w at address ``w P + p``. ACT's part
+        p holds depths ``p G/P .. (p+1) G/P - 1`` of every row (bytes ``r G + p G/P ..`` of
+        the word, row after row), so the tile takes its activations a pass at a time
         (``TensorTile(streamed_acts=True)``) as it does the weights with
-        ``streamed_weights``; HBUF's part p holds values ``p W/32/P ..`` (bits ``p W/P ..``).
-        REQUANT and the SWIGLU sink write, and REQUANT reads, the one part their values are
-        in, in the same cycles; a LOAD or RECV into ACT or HBUF writes a word in P cycles
-        (``ld.ready`` / ``link_i.ready`` in the last), and a SEND of ACT or HBUF reads a word
-        in P cycles into a W-bit register and offers it the cycle after (P + 1 cycles a
-        word). Every result is unchanged; a GEMM's beats after its loads come in the same
-        cycles.
+        ``streamed_weights``; the others' part p holds bits ``p W/P ..`` (HBUF values and
+        row-max registers ``p W/32/P ..``, TOK entries ``p W/64/P ..``). REQUANT and the
+        SWIGLU and COMBINE sinks read and write the one part their values are in, in the same
+        cycles (the row-max read-modify-write included); a LOAD or RECV into them writes a
+        word in P cycles (``ld.ready`` / ``link_i.ready`` in the last; a ROWMAX RECV with
+        ``accumulate`` takes the maximum a part a cycle), a SEND of them reads a word in P
+        cycles into a W-bit register and offers it the cycle after (P + 1 cycles a word), and
+        CLEAR without valid bits writes ROWMAX a part a cycle. Every result is unchanged; a
+        GEMM's beats after its loads come in the same cycles.
     narrow_out : bool
         False (default): OUT is W bits wide. True (needs ``tile_passes`` P > 1, ``out_banks``
         1, ``out_valid_bits`` False, and ``combine_units`` and ``fp32_units`` at most W/64/P;
@@ -634,13 +637,15 @@ class PE(wiring.Component):
         """Cycles of ``CLEAR`` with ``out`` or ``rowmax`` set, from its start to its last
         write: 1 with :attr:`out_valid_bits`, otherwise one per row of the larger of the OUT
         banks (``ceil(out_words / out_banks)``; ``out_words * P`` parts with
-        :attr:`narrow_out`) and ROWMAX (``ceil(tok_entries / (W/32))``)."""
+        :attr:`narrow_out`) and ROWMAX (``ceil(tok_entries / (W/32))``, times P with
+        :attr:`narrow_iomem`)."""
         if self._out_valid_bits:
             return 1
         cfg = self._pe
         parts = self._tile_passes if self._narrow_out else 1
+        rm_parts = self._tile_passes if self._narrow_iomem else 1
         return max(-(-cfg.out_words * parts // self._out_banks),
-                   -(-cfg.tok_entries // (cfg.word_bits // 32)))
+                   -(-cfg.tok_entries // (cfg.word_bits // 32)) * rm_parts)
 
     @property
     def swiglu_units(self) -> int:
@@ -684,14 +689,14 @@ class PE(wiring.Component):
 
     @property
     def streamed_weights(self) -> bool:
-        """WMSB and WLSB W/P bits wide, read a tile pass at a time (P = :attr:`tile_passes`);
-        a LOAD into them takes P cycles a word."""
+        """WMSB and WLSB W/P bits wide, read a tile pass at a time (P = :attr:`tile_passes`),
+        and WSCALE W/P bits wide; a LOAD into them takes P cycles a word."""
         return self._streamed_weights
 
     @property
     def narrow_iomem(self) -> bool:
-        """ACT and HBUF W/P bits wide (P = :attr:`tile_passes`), ACT read a tile pass at a
-        time; a LOAD, RECV or SEND of them takes P cycles a word (SEND P + 1)."""
+        """ACT, TOK, HBUF and ROWMAX W/P bits wide (P = :attr:`tile_passes`), ACT read a tile
+        pass at a time; a LOAD, RECV or SEND of them takes P cycles a word (SEND P + 1)."""
         return self._narrow_iomem
 
     @property
@@ -821,34 +826,41 @@ class PE(wiring.Component):
 
         wmsb = wmem_plane("wmsb", cfg.wmem_words, parts)
         wlsb = wmem_plane("wlsb", cfg.wmem_words, parts)
-        wscl = wmem_plane("wscale", cfg.wscale_words)
+        wscl = wmem_plane("wscale", cfg.wscale_words, parts)   # (8/P scale entries a part)
         wmem_depths = {Target.WMSB: cfg.wmem_words, Target.WLSB: cfg.wmem_words,
                        Target.WSCALE: cfg.wscale_words}
-        # narrow_iomem: ACT and HBUF in P parts of W/P bits a word (part p of word w at w P + p);
-        # `elems[target][p]` lists the word's elements (ACT bytes, HBUF values) in part p, in
-        # order: ACT depths p G/P .. of every row, row after row; HBUF values p Q/P ..
-        # (narrow_out: OUT the same way, values p OV/P ..)
+        # narrow_iomem: ACT, TOK, HBUF and ROWMAX in P parts of W/P bits a word (part p of word
+        # w at w P + p): ACT's part p holds depths p G/P .. of every row, row after row (bytes
+        # act_elems[p] of the word), the others bits p W/P .. of the word; narrow_out: OUT the
+        # same way
         narrow, narrow_o = self._narrow_iomem, self._narrow_out
         io_parts = P if narrow else 1
         out_parts = P if narrow_o else 1
-        narrow_targets = (((Target.ACT, Target.HBUF) if narrow else ())
+        narrow_targets = (((Target.ACT, Target.TOK, Target.HBUF, Target.ROWMAX) if narrow else ())
                           + ((Target.OUT,) if narrow_o else ()))
         G = self._tile_config.group
-        elems = {Target.ACT: [[r * G + p * (G // P) + j for r in range(R) for j in range(G // P)]
-                              for p in range(P)],
-                 Target.HBUF: [list(range(p * (Q // P), (p + 1) * (Q // P))) for p in range(P)],
-                 Target.OUT: [list(range(p * (OV // P), (p + 1) * (OV // P))) for p in range(P)]}
-        elem_bits = {Target.ACT: 8, Target.HBUF: 32, Target.OUT: 64}
+        # (TOK, ROWMAX, OUT and, with streamed_weights, WSCALE the same way: bits p W/P ..)
+        act_elems = [[r * G + p * (G // P) + j for r in range(R) for j in range(G // P)]
+                     for p in range(P)]
 
-        def io_parts_of(value, target, bits=None):
-            """The P parts of a W-bit ``value`` (or of a mask of ``bits`` = 1 per element) of
-            a narrow ``target``."""
-            b = elem_bits[target] if bits is None else bits
-            return [Cat(value[b * e:b * (e + 1)] for e in part) for part in elems[target]]
+        def io_parts_of(value, target):
+            """The P parts of a W-bit ``value`` of a ``target`` stored in parts."""
+            if target == Target.ACT:
+                return [Cat(value[8 * e:8 * (e + 1)] for e in part) for part in act_elems]
+            return [value.word_select(p, W // P) for p in range(P)]
+
+        def io_word_of(target):
+            """The inverse of :func:`io_parts_of`: (bit range of the word, bits of the part)
+            pairs of each part."""
+            if target == Target.ACT:
+                return [[((8 * e, 8 * (e + 1)), (8 * j, 8 * (j + 1))) for j, e in enumerate(part)]
+                        for part in act_elems]
+            return [[((p * W // P, (p + 1) * W // P), (0, W // P))] for p in range(P)]
 
         act_rp, act_w = memory("act", cfg.act_words * io_parts, width=W // io_parts,
                                granularity=8, collision_free=True)
-        tok_rp, tok_w = memory("tok", cfg.tok_words, granularity=8)
+        tok_rp, tok_w = memory("tok", cfg.tok_words * io_parts, width=W // io_parts,
+                               granularity=8)
         hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words * io_parts, width=W // io_parts,
                                  granularity=32, collision_free=True)
         # OUT and the row-max registers have valid bits (out_valid_bits): CLEAR takes one cycle
@@ -867,8 +879,9 @@ class PE(wiring.Component):
         # the row maxima, W/32 registers of 32 bits per word (the ROWMAX word of SEND / RECV):
         # one read port for the SWIGLU sink's updates (and SEND / RECV), one for REQUANT
         rmax_words = -(-cfg.tok_entries // Q)
-        rmax_rp, rmax_rq, rmax_w = memory("rowmax", rmax_words, granularity=32,
-                                          transparent=True, valid_bits=vb, read_ports=2)
+        rmax_rp, rmax_rq, rmax_w = memory("rowmax", rmax_words * io_parts, width=W // io_parts,
+                                          granularity=32, transparent=True, valid_bits=vb,
+                                          read_ports=2)
         load_targets = {
             **{t: [plane[0][1], plane[1][1]] if split else [plane[1]]
                for t, plane in ((Target.WMSB, wmsb), (Target.WLSB, wlsb), (Target.WSCALE, wscl))},
@@ -971,7 +984,7 @@ class PE(wiring.Component):
                       | (ld_fence & ~fence_ok))
         ld_grant = Signal()
         ld_open = ld_active & (ld_left != 0) & ~ld_blocked & ld_grant
-        parted = ((Target.WMSB, Target.WLSB) if parts > 1 else ()) + narrow_targets
+        parted = ((Target.WMSB, Target.WLSB, Target.WSCALE) if parts > 1 else ()) + narrow_targets
         if parted:
             # a word into a memory in P parts (streamed_weights, narrow_iomem): part by part,
             # the word taken with its last
@@ -1057,6 +1070,9 @@ class PE(wiring.Component):
         log_np = _log2(P) if narrow_targets else 0    # part counters of SEND / RECV
         b_apart = (tile.phase + 1)[:log_io] if narrow else Const(0, 0)
 
+        # a scale word holds 8 entries; with streamed_weights a part 8/P, read with the beat
+        scl_shift = 3 - log_parts
+
         def w_planes(planes, addr, b_addr):
             (msb, g_en, b_en), (lsb, g_en_l, b_en_l) = planes
             for rp, en, b_rd in ((msb, g_en, b_en), (lsb, g_en_l, b_en_l)):
@@ -1073,14 +1089,15 @@ class PE(wiring.Component):
                 w_planes(((wmsb[b][0], w_rd & g_reads_msb, b_rd & ~b_is_lsb),
                           (wlsb[b][0], w_rd & g_reads_lsb, b_rd & (b_is_full | b_is_lsb))),
                          w_addr, b_waddr)
-                wscl[b][0].request(1, w_addr >> 3, w_rd)
+                wscl[b][0].request(1, w_addr >> scl_shift, w_rd)
             g_waddr = w_addr
         else:
             g_wbuf = gx("wbuf")
             g_waddr = in_buffer(w_addr, g_wbuf, cfg.wmem_words)
             w_planes(((wmsb[0], g_step & g_reads_msb, ~b_is_lsb),
                       (wlsb[0], g_step & g_reads_lsb, b_is_full | b_is_lsb)), g_waddr, b_waddr)
-            wscl[0].request(1, in_buffer(w_addr >> 3, g_wbuf, cfg.wscale_words), g_step)
+            wscl[0].request(1, in_buffer(w_addr >> scl_shift, g_wbuf, cfg.wscale_words * parts),
+                            g_step)
         with m.If(adv):
             m.d.sync += [
                 b_waddr.eq(g_waddr),
@@ -1116,7 +1133,7 @@ class PE(wiring.Component):
                                             for plane in (wmsb, wlsb, wscl))
         else:
             msb_word, lsb_word, scl_word = (plane[0].data for plane in (wmsb, wlsb, wscl))
-        scl_entry = scl_word.word_select(b_slot, 16 * L)
+        scl_entry = scl_word.word_select(b_slot[:scl_shift], 16 * L) if scl_shift else scl_word
         for n in range(L):               # (streamed_weights: the pass's part, lane by lane)
             src_full = Mux(b_half, n // 2 + L // 2, n // 2)
             full_wgt = (msb_word if n % 2 == 0 else lsb_word).word_select(src_full, part_lane)
@@ -1281,7 +1298,9 @@ class PE(wiring.Component):
                 a_stride.eq(res_stride),
                 a_seq.eq(res_seq),
             ]
-        tok_entry = data.View(tok_entry_layout(), tok_rp.data.word_select(a_t[:log_ov], 64))
+        # (narrow_iomem: TOK and ROWMAX words of OV/P entries and Q/P registers)
+        log_tk, log_rm = log_ov - _log2(io_parts), log_q - _log2(io_parts)
+        tok_entry = data.View(tok_entry_layout(), tok_rp.data.word_select(a_t[:log_tk], 64))
 
         # SwiGLU lanes: P = L/2 (DRAFT) or L/4 (FULL, per half) channels per row. Each half of
         # a weight word holds [up c..c+L/4-1, gate c..c+L/4-1] (docs/pe.md): DRAFT pairs lane
@@ -1388,11 +1407,11 @@ class PE(wiring.Component):
         rm_start = Signal()
         m.d.sync += [rm_valid.eq(sw_out), rm_t.eq(sw_tag_out.t), rm_max.eq(absmax),
                      rm_start.eq(sw_tag_out.start)]
-        rmax_rp.request(sw_out, sw_tag_out.t >> log_q, 1)
-        rm_old = rmax_rp.data.word_select(rm_t[:log_q], 32) if log_q else rmax_rp.data
+        rmax_rp.request(sw_out, sw_tag_out.t >> log_rm, 1)
+        rm_old = rmax_rp.data.word_select(rm_t[:log_rm], 32) if log_rm else rmax_rp.data
         rm_new = Mux(~rm_start & (rm_old > rm_max), rm_old, rm_max)
-        rmax_w.request(rm_valid, rm_t >> log_q, rm_new.replicate(Q),
-                       Const(1, Q) << rm_t[:log_q] if log_q else 1)
+        rmax_w.request(rm_valid, rm_t >> log_rm, rm_new.replicate(Q // io_parts),
+                       Const(1, Q // io_parts) << rm_t[:log_rm] if log_rm else 1)
         sw_inflight = Signal(range(64))
         m.d.sync += sw_inflight.eq(sw_inflight + a_sw - sw_out)
 
@@ -1695,8 +1714,9 @@ class PE(wiring.Component):
         def is_narrow(target_sig):
             return Cat(target_sig == t for t in narrow_targets).any()
 
-        # narrow_iomem / narrow_out, ACT, HBUF, OUT: a word's P parts read one a cycle (s_part), each put in
-        # its place in s_word the cycle after (s_cap), the word offered once complete (s_full)
+        # a memory in parts (narrow_iomem, narrow_out): a word's P parts read one a cycle
+        # (s_part), each put in its place in s_word the cycle after (s_cap), the word offered
+        # once complete (s_full)
         s_narrow = is_narrow(x_target)
         s_part, s_cap_part = Signal(log_np), Signal(log_np)
         s_cap, s_full = Signal(), Signal()
@@ -1726,12 +1746,10 @@ class PE(wiring.Component):
                 with m.If(s_part == P - 1):
                     m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
             for target in narrow_targets:
-                b = elem_bits[target]
-                for p, part in enumerate(elems[target]):
+                for p, places in enumerate(io_word_of(target)):
                     with m.If(s_cap & (x_target == target) & (s_cap_part == p)):
-                        m.d.sync += [s_word[b * e:b * (e + 1)].eq(
-                            send_reads[target].data[b * j:b * (j + 1)])
-                            for j, e in enumerate(part)]
+                        m.d.sync += [s_word[w0:w1].eq(send_reads[target].data[p0:p1])
+                                     for (w0, w1), (p0, p1) in places]
             with m.If(s_cap & (s_cap_part == P - 1)):
                 m.d.sync += s_full.eq(1)
             with m.Elif(self.link_o.ready):
@@ -1766,7 +1784,7 @@ class PE(wiring.Component):
                            Target.OUT: out_w, Target.ROWMAX: rmax_w}.items():
             if target in narrow_targets:
                 plain = recv_part & (x_target == target)
-                if target == Target.OUT:
+                if target in (Target.OUT, Target.ROWMAX):
                     plain = plain & ~recv_acc
                 wr.request(plain, Cat(r_part, x_addr),
                            Array(io_parts_of(self.link_i.payload, target))[r_part])
@@ -1778,24 +1796,22 @@ class PE(wiring.Component):
         # accumulate: read at accept, combine and write one cycle later (the read ports are
         # transparent, so back-to-back words to one address see each other): OUT saturating
         # s64 addition, ROWMAX unsigned 32-bit max
-        # (narrow_out: OUT a part a cycle, r_out_data the part of link_i)
+        # (narrow_out / narrow_iomem: OUT / ROWMAX a part a cycle, r_pdata the part of link_i)
         r_valid = Signal()
         r_addr = Signal(16)
-        r_data = Signal(W)
         r_is_out = x_target == Target.OUT
-        if narrow_o:
-            r_out_data = Signal(W // P)
-            out_rp.request(st["RECV"] & r_is_out, Cat(r_part, x_addr), 1)
-            m.d.sync += [r_valid.eq(Mux(r_is_out, recv_part, recv_take) & recv_acc),
-                         r_addr.eq(Mux(r_is_out, Cat(r_part, x_addr), x_addr)),
-                         r_out_data.eq(Array(io_parts_of(self.link_i.payload,
-                                                         Target.OUT))[r_part])]
-        else:
-            r_out_data = r_data
-            out_rp.request(st["RECV"] & r_is_out, x_addr, 1)
-            m.d.sync += [r_valid.eq(recv_take & recv_acc), r_addr.eq(x_addr)]
-        rmax_rp.request(st["RECV"] & ~r_is_out, x_addr, 1)
-        m.d.sync += r_data.eq(self.link_i.payload)
+        out_rp.request(st["RECV"] & r_is_out, Cat(r_part, x_addr) if narrow_o else x_addr, 1)
+        rmax_rp.request(st["RECV"] & ~r_is_out, Cat(r_part, x_addr) if narrow else x_addr, 1)
+        m.d.sync += [r_valid.eq(Mux(r_narrow, recv_part, recv_take) & recv_acc),
+                     r_addr.eq(Mux(r_narrow, Cat(r_part, x_addr), x_addr))]
+        if narrow_targets:
+            r_pdata = Signal(W // P)
+            m.d.sync += r_pdata.eq(self.link_i.payload.word_select(r_part, W // P))
+        if not (narrow and narrow_o):
+            r_data = Signal(W)
+            m.d.sync += r_data.eq(self.link_i.payload)
+        r_out_data = r_pdata if narrow_o else r_data
+        r_rmax_data = r_pdata if narrow else r_data
         ov_acc = OV // out_parts                  # values of an OUT read
         acc_sum = Signal(W // out_parts)
         acc_ovf = Signal(ov_acc)
@@ -1805,9 +1821,9 @@ class PE(wiring.Component):
             m.d.comb += [acc_sum[64 * j:64 * (j + 1)].eq(total), acc_ovf[j].eq(wrap)]
         out_w.request(r_valid & r_is_out, r_addr, acc_sum)
         set_vpu.append(r_valid & r_is_out & acc_ovf.any())
-        max_word = Signal(W)
-        for j in range(Q):
-            old, new = rmax_rp.data[32 * j:32 * (j + 1)], r_data[32 * j:32 * (j + 1)]
+        max_word = Signal(W // io_parts)
+        for j in range(Q // io_parts):
+            old, new = rmax_rp.data[32 * j:32 * (j + 1)], r_rmax_data[32 * j:32 * (j + 1)]
             m.d.comb += max_word[32 * j:32 * (j + 1)].eq(Mux(new > old, new, old))
         rmax_w.request(r_valid & ~r_is_out, r_addr, max_word)
         recv_done = st["RECV"] & (x_left == 0) & ~r_valid
@@ -1856,14 +1872,14 @@ class PE(wiring.Component):
         inflight["rq"] = (rq_busy, rq_seq)
         # preparation
         rp_issue = rq_run & (rp_t != rp_end) & ~rp_rd & ~rme.o.valid & ~e_next_valid
-        rmax_rq.request(rp_issue, rp_t >> log_q, 1)
+        rmax_rq.request(rp_issue, rp_t >> log_rm, 1)
         m.d.sync += rp_rd.eq(rp_issue)
-        rq_max = rmax_rq.data.word_select(rp_t[:log_q], 32) if log_q else rmax_rq.data
+        rq_max = rmax_rq.data.word_select(rp_t[:log_rm], 32) if log_rm else rmax_rq.data
         m.d.comb += [rme.i.valid.eq(rp_rd), rme.i.payload.max.eq(rq_max),
                      rme.o.ready.eq(1)]
         e_h_word = Cat(*([Const(0, 8), rme.o.payload.e_h, Const(0, 48)] * OV))
-        tok_w.request(rme.o.valid, rp_t >> log_ov, e_h_word,
-                      Const(1 << 1, OV * 8) << (rp_t[:log_ov] << 3))
+        tok_w.request(rme.o.valid, rp_t >> log_tk, e_h_word[:W // io_parts],
+                      Const(1 << 1, OV // io_parts * 8) << (rp_t[:log_tk] << 3))
         with m.If(rme.o.valid):
             m.d.sync += [e_next.eq(rme.o.payload.e), e_next_valid.eq(1), rp_t.eq(rp_t + 1)]
         # streaming; the ACT write port goes to the load engine first (REQUANT writes ACT every
@@ -2090,7 +2106,7 @@ class PE(wiring.Component):
             act_rp.request(tile.next_pass, Cat(b_apart, b_aaddr))
         else:
             act_rp.request(~st["SEND"], g_act_row + g_g, g_step)
-        tok_rp.request(~st["SEND"], row_t >> log_ov, ~stall_a)
+        tok_rp.request(~st["SEND"], row_t >> log_tk, ~stall_a)
 
         # ---- build the port muxes; the load engine writes with the lowest priority ---------------
         if parts > 1:                 # the parts of the loaded word (streamed_weights)
@@ -2109,7 +2125,7 @@ class PE(wiring.Component):
                 if parts > 1 and target in (Target.WMSB, Target.WLSB):
                     wr.build(m, low=(ld_part_write & sel, Cat(ld_part, addr),
                                      ld_parts[ld_part], None))
-                elif target in narrow_targets:
+                elif target in parted:  # (WSCALE with streamed_weights, narrow IOMEM)
                     wr.build(m, low=(ld_part_write & sel, Cat(ld_part, addr),
                                      Array(io_parts_of(self.ld.payload, target))[ld_part], None))
                 else:

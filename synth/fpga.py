@@ -363,8 +363,9 @@ class FpgaConfig:
     ``None``: one per value of a word, lane or lane pair), ``out_valid_bits`` (False: CLEAR
     writes zeros instead of clearing valid bits), ``wbuf_memories`` (1: both buffers of a WMEM
     plane in one memory), ``out_banks`` (1: OUT in one memory), ``streamed_weights`` (the
-    MSB and LSB planes W/P bits wide, read a tile pass at a time), ``narrow_iomem`` (ACT and
-    HBUF W/P bits wide, ACT read a tile pass at a time), ``narrow_out`` (OUT W/P bits wide)
+    MSB and LSB planes and the scales W/P bits wide, the planes read a tile pass at a time),
+    ``narrow_iomem`` (ACT, TOK, HBUF and ROWMAX W/P bits wide, ACT read a tile pass at a
+    time), ``narrow_out`` (OUT W/P bits wide)
     and ``lut_multipliers`` (``$mul``
     operand widths built as Booth LUT multipliers, :func:`lut_multiplier_script`). ``estimate``
     documents the measured Yosys estimate of a named default, ``note`` what a build of it met on
@@ -1333,24 +1334,25 @@ def ebr_model(width: int, depth: int) -> int:
 def pe_ebr_model(arch, *, wbuf_memories: int = 1, out_banks: int = 1,
                  plane_parts: int = 4, io_parts: int = 4, out_parts: int = 4) -> int:
     """:func:`ebr_model` of the PE's memories of at least 64 words (shallower ones go to
-    distributed RAM): the WMEM planes (``plane_parts`` parts of W/parts bits a word: the
-    tile passes with ``streamed_weights``, else 1) and scales (a memory per buffer, or with
-    ``wbuf_memories=1`` one of twice the depth per plane), ACT and HBUF (``io_parts`` parts a
-    word: the tile passes with ``narrow_iomem``, else 1), TOK and OUT (two banks, or one
+    distributed RAM): the WMEM planes and scales (``plane_parts`` parts of W/parts bits a
+    word: the tile passes with ``streamed_weights``, else 1; a memory per buffer, or with
+    ``wbuf_memories=1`` one of twice the depth per plane), ACT, TOK and HBUF (``io_parts``
+    parts a word: the tile passes with ``narrow_iomem``, else 1) and OUT (two banks, or one
     memory with ``out_banks=1``, of ``out_parts`` parts a word: the tile passes with
-    ``narrow_out``); the defaults are :class:`FpgaConfig`'s."""
+    ``narrow_out``); the defaults are :class:`FpgaConfig`'s. (ROWMAX, a few words, is in
+    distributed RAM.)"""
     pe = arch.pe
     W = pe.word_bits
     b = 3 - wbuf_memories                      # buffers per memory
     planes = [(W // plane_parts, b * pe.wmem_words * plane_parts)] * (2 * wbuf_memories)
-    planes += [(W // io_parts, d * io_parts) for d in (pe.act_words, pe.hbuf_words)]
+    planes += [(W // plane_parts, b * pe.wscale_words * plane_parts)] * wbuf_memories
+    planes += [(W // io_parts, d * io_parts)
+               for d in (pe.act_words, pe.tok_words, pe.hbuf_words)]
     if out_banks == 1:
         planes += [(W // out_parts, pe.out_words * out_parts)]
-    depths = [b * pe.wscale_words] * wbuf_memories
-    depths += [pe.tok_words]
-    depths += [] if out_banks == 1 else [(pe.out_words + 1) // 2, pe.out_words // 2]
-    return (sum(ebr_model(w, d) for w, d in planes if d >= 64)
-            + sum(ebr_model(W, d) for d in depths if d >= 64))
+    else:
+        planes += [(W, (pe.out_words + 1) // 2), (W, pe.out_words // 2)]
+    return sum(ebr_model(w, d) for w, d in planes if d >= 64)
 
 
 def candidates(dev: Device, *, base=None) -> list:
@@ -1444,6 +1446,9 @@ def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
 
 def describe(cfg: FpgaConfig) -> str:
     a = cfg.arch
+    narrow = [name for name, on in (("ACT, TOK, HBUF, ROWMAX", cfg.narrow_iomem),
+                                    ("OUT", cfg.narrow_out)) if on]
+    narrow = f", {', '.join(narrow)} 1/{cfg.tile_passes} word wide" if narrow else ""
     return (f"1 PE {a.tile.rows}x{a.tile.lanes}x32, WMEM {a.wmem_bytes // 1024} KiB, IOMEM "
             f"{a.iomem_bytes // 1024} KiB, HB {cfg.hb_words} / EXT {cfg.ext_words} words"
             f"{', paired tile products' if cfg.tile_dsp_pairs else ''}"
@@ -1455,8 +1460,7 @@ def describe(cfg: FpgaConfig) -> str:
             f"{', both weight buffers in one memory per plane' if cfg.wbuf_memories == 1 else ''}"
             f"{', OUT in one memory' if cfg.out_banks == 1 else ''}"
             f"{', weight planes read a tile pass at a time' if cfg.streamed_weights else ''}"
-            f"{f', ACT and HBUF 1/{cfg.tile_passes} word wide' if cfg.narrow_iomem else ''}"
-            f"{f', OUT 1/{cfg.tile_passes} word wide' if cfg.narrow_out else ''}"
+            f"{narrow}"
             f"; "
             f"{f'{cfg.clk_hz / 1e6:g} MHz from the PLL' if cfg.clk_hz else 'the board clock'}, "
             f"UART {cfg.baud:,} baud")

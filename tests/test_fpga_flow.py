@@ -287,17 +287,17 @@ def test_lean_pe_options(tmp_path):
     assert fpga.apply_no_rw_check(board_il) == (board_il, 5)
     split = rtlil.convert(PE(config=small, **{**cfg.pe_params, "wbuf_memories": 2}), name="pe")
     assert fpga.apply_no_rw_check(split)[1] == 8     # a memory per buffer: 6 + ACT + HBUF
-    # streamed_weights: the MSB and LSB planes W/4 = 128 bits wide and 4 x 2 x wmem_words
-    # deep (both buffers), the scales W-bit words
+    # streamed_weights: the MSB and LSB planes and the scales W/4 = 128 bits wide and 4 x 2 x
+    # their words deep (both buffers); narrow_iomem: ACT, TOK, HBUF and ROWMAX 128 bits wide
+    # and 4 times as deep; narrow_out: OUT the same
     geometry = {name: (int(w), int(d)) for w, d, name in
                 re.findall(r"^\s*memory width (\d+) size (\d+) \\(\w+)$", text, re.M)}
     words = 4 * 2 * small.pe.wmem_words
     assert geometry["wmsb"] == geometry["wlsb"] == (128, words), geometry
-    assert geometry["wscale"] == (512, 2 * small.pe.wscale_words)
-    # narrow_iomem: ACT and HBUF 128 bits wide and 4 times as deep; TOK 512
-    assert geometry["act"] == (128, 4 * small.pe.act_words)
-    assert geometry["hbuf"] == (128, 4 * small.pe.hbuf_words)
-    assert geometry["tok"][0] == 512
+    assert geometry["wscale"] == (128, 4 * 2 * small.pe.wscale_words)
+    for name, n in (("act", small.pe.act_words), ("tok", small.pe.tok_words),
+                    ("hbuf", small.pe.hbuf_words), ("rowmax", -(-small.pe.tok_entries // 16))):
+        assert geometry[name] == (128, 4 * n), name
     assert geometry["out"] == (128, 4 * small.pe.out_words)      # narrow_out
 
 
@@ -357,23 +357,25 @@ def test_candidates_largest_first_and_save_block_ram():
         c.arch.pe                                     # legal PE geometry
     # the model: a 512 x 512-bit memory in 512 x 36 mode is 15 blocks, 1024 deep 29
     assert fpga.ebr_model(512, 512) == 15 and fpga.ebr_model(512, 1024) == 29
-    # the named default's PE (512-word planes, 64 KiB IOMEM): a memory per buffer and two OUT
-    # banks 10 x 15 = 150 blocks (planes in quarters: 2,048 x 128 in 2K x 9 mode, also 15);
-    # one memory per plane (2 x 29 + 15) and one OUT memory 118; with the planes in quarters
-    # (4,096 x 128: 2K x 9 blocks, 15 across and 2 down, as Yosys maps them) 120; with ACT
-    # (128 words) and HBUF (512) in quarters too 109: ACT 512 x 128 in 4 blocks instead of
-    # 15, HBUF 2,048 x 128 still 15
+    # the named default's PE (512-word planes, 64 KiB IOMEM), every memory W = 512 bits wide:
+    # a memory per buffer and two OUT banks 10 x 15 = 150 blocks; one memory per plane
+    # (2 x 29 + 15) and one OUT memory 118. In quarters (2K x 9 blocks, as Yosys maps a
+    # 4,096 x 128 memory: 15 across and 2 down): the weight planes 4,096 x 128 (30 each, 29
+    # before) and the scales 512 x 128 (4, 15 before) 109 (a memory per buffer: 150 - 2 x 11
+    # = 128); ACT 512 x 128 (4, 15 before), TOK 128 x 128 (4: 32 W-bit words were distributed
+    # RAM) and HBUF 2,048 x 128 (still 15) 102; OUT 1,408 x 128 (12, 15 before) 99
     arch = fpga.FPGA_CONFIGS["ulx3s-85f"].arch
-    # OUT (352 words) in quarters too 106: 1,408 x 128 in 2K x 9 blocks, 12 instead of 15
+    pe = arch.pe
+    assert (pe.wscale_words, pe.act_words, pe.tok_words, pe.hbuf_words, pe.out_words) == (
+        64, 128, 32, 512, 352)
     wide_io = {"io_parts": 1, "out_parts": 1}
-    for parts in (1, 4):
-        assert fpga.pe_ebr_model(arch, wbuf_memories=2, out_banks=2, plane_parts=parts,
-                                 **wide_io) == 150
+    two = {"wbuf_memories": 2, "out_banks": 2}
+    assert fpga.pe_ebr_model(arch, **two, plane_parts=1, **wide_io) == 150
+    assert fpga.pe_ebr_model(arch, **two, plane_parts=4, **wide_io) == 128
     assert fpga.pe_ebr_model(arch, plane_parts=1, **wide_io) == 118
-    assert fpga.pe_ebr_model(arch, **wide_io) == 120 and fpga.ebr_model(128, 4096) == 30
-    assert (arch.pe.act_words, arch.pe.hbuf_words, arch.pe.out_words) == (128, 512, 352)
-    assert fpga.pe_ebr_model(arch, out_parts=1) == 109 and fpga.ebr_model(128, 512) == 4
-    assert fpga.pe_ebr_model(arch) == 106 and fpga.ebr_model(128, 4 * 352) == 12
+    assert fpga.pe_ebr_model(arch, **wide_io) == 109 and fpga.ebr_model(128, 4096) == 30
+    assert fpga.pe_ebr_model(arch, out_parts=1) == 102 and fpga.ebr_model(128, 512) == 4
+    assert fpga.pe_ebr_model(arch) == 99 and fpga.ebr_model(128, 4 * 352) == 12
     # the fewest over the modes: byte-wide stand-ins (16K x 1), a deep narrow memory
     assert fpga.ebr_model(8, 32768) == 16 and fpga.ebr_model(4, 4096) == 1
 

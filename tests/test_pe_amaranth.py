@@ -688,7 +688,8 @@ def test_streamed_weights_gemms_equal_fsim(mode, wbuf_memories, passes):
 def test_streamed_weights_same_gemm_cycles():
     """A FULL GEMM after its loads, nothing else waiting: with ``streamed_weights`` the tile
     takes its beats in the same cycles relative to the first (a beat every 4 cycles), the
-    weight words are taken exactly 4 cycles apart (1 without), and the results are equal."""
+    weight and scale words are taken exactly 4 cycles apart (1 without), and the results are
+    equal."""
     seed = 560
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
@@ -705,10 +706,11 @@ def test_streamed_weights_same_gemm_cycles():
     for st, step in ((False, 1), (True, 4)):
         w_ld = runs[st]["ld"][n_act:n_act + 2 * n_msb]    # WMSB then WLSB
         assert set(np.diff(w_ld[:n_msb])) == {step} and set(np.diff(w_ld[n_msb:])) == {step}
-        # ACT and WSCALE words (not parted) still go in a word a cycle
+        # WSCALE words (8 scale entries, 2 a part) too; ACT words (not parted here) still go
+        # in a word a cycle
         scl_ld = runs[st]["ld"][n_act + 2 * n_msb:]
         assert n_act > 1 and set(np.diff(runs[st]["ld"][:n_act])) == {1}
-        assert len(scl_ld) > 1 and set(np.diff(scl_ld)) == {1}, scl_ld
+        assert len(scl_ld) > 1 and set(np.diff(scl_ld)) == {step}, scl_ld
     print(f"  {runs[True]['cycles']} cycles streamed, {runs[False]['cycles']} not")
 
 
@@ -771,8 +773,9 @@ def test_narrow_out_parameters():
 
 @pytest.mark.parametrize("options", [NARROW, LEAN_PE_PARAMS], ids=["narrow", "lean"])
 def test_narrow_iomem_transfers(options):
-    """``narrow_iomem`` and ``narrow_out``: LOAD, RECV (OUT also accumulating, with int64
-    saturation) and SEND of ACT, HBUF and OUT under idle ``ld`` / ``link_i`` cycles and
+    """``narrow_iomem`` and ``narrow_out``: LOAD, RECV (OUT and ROWMAX also accumulating, OUT
+    with int64 saturation) and SEND of ACT, TOK, HBUF, ROWMAX and OUT under idle ``ld`` /
+    ``link_i`` cycles and
     backpressure: RTL == fsim word for word, every word into them taken at least P cycles
     after the one before (a part a cycle), every SEND word at least P + 1 cycles after the
     one before."""
@@ -793,26 +796,34 @@ def test_narrow_iomem_transfers(options):
     prog.load(Target.ACT, 3, 5)
     prog.load(Target.HBUF, 1, 3)
     prog.load(Target.OUT, 4, 3)
+    prog.load(Target.TOK, 0, 2)
     prog.barrier()
     prog.recv(Target.HBUF, 4, 3)
     prog.recv(Target.ACT, 0, 3)
     prog.recv(Target.OUT, 5, 2, accumulate=True)
     prog.recv(Target.OUT, 7, 1)
+    prog.recv(Target.ROWMAX, 0, 1)
+    prog.recv(Target.ROWMAX, 0, 1, accumulate=True)
     prog.send(Target.ACT, 0, 8)              # received, then loaded words
     prog.send(Target.HBUF, 1, 6)
     prog.send(Target.OUT, 4, 4)
+    prog.send(Target.TOK, 0, 2)
+    prog.send(Target.ROWMAX, 0, 1)
+    maxima = rng.integers(0, 2**32, (2, PE_CFG.q16_per_word))
     ld = asm.words_to_ints(np.concatenate([asm.pack_act(acts, PE_CFG),
                                            asm.pack_q16(hb[:3], PE_CFG),
                                            asm.pack_q24(base, PE_CFG)]))
+    ld += [int(w) for w in rng.integers(0, 2**63, 2)]      # TOK words: any bits
     link_i = asm.words_to_ints(np.concatenate([asm.pack_q16(hb[3:], PE_CFG),
                                                asm.pack_act(acts[:3][::-1], PE_CFG),
-                                               asm.pack_q24(add, PE_CFG)]))
+                                               asm.pack_q24(add, PE_CFG),
+                                               asm.pack_rowmax(maxima, PE_CFG)]))
     got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
                                  pe_options=options)
-    assert len(ref.link_o) == 18 and all(ref.link_o)
+    assert len(ref.link_o) == 21 and all(ref.link_o)
     assert np.diff(got["ld"]).min() >= P
     sent = got["link_o_cycles"]
-    for a, b in ((0, 8), (8, 14), (14, 18)):
+    for a, b in ((0, 8), (8, 14), (14, 18), (18, 20)):
         assert np.diff(sent[a:b]).min() >= P + 1
     # with nothing in the way: a word a part a cycle, SEND one word in P + 1 cycles
     smooth, _ = compare_with_fsim(prog, ld, link_i, seed=seed, pe_options=options)
@@ -1229,16 +1240,19 @@ def multipe_program(rng, rbn=2, cbn=2, G=3, pe=PE_CFG):
     return prog, asm.words_to_ints(np.concatenate(ld)), link_i
 
 
-@pytest.mark.parametrize("traffic", ["smooth", "rough"])
-def test_multipe_features_equal_fsim(traffic):
+@pytest.mark.parametrize("traffic, pe", [("smooth", None), ("rough", None), ("rough", "lean")])
+def test_multipe_features_equal_fsim(traffic, pe):
     """psum_in with every sink and mode, ROWMAX SEND / RECV, REQUANT from received maxima:
-    RTL == fsim, with link_i always valid and with idle link_i cycles and backpressure."""
-    seed = 1100 + (traffic == "rough")
+    RTL == fsim, with link_i always valid and with idle link_i cycles and backpressure; and on
+    the FPGA-lean PE (every IOMEM in quarter words: ROWMAX's max-accumulation a part a
+    cycle, TOK's e_h written into its part)."""
+    seed = 1100 + (traffic == "rough") + 2 * (pe == "lean")
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     prog, ld, link_i = multipe_program(rng)
     got, ref = compare_with_fsim(prog, ld, link_i, seed=seed,
-                                 traffic=ROUGH if traffic == "rough" else SMOOTH)
+                                 traffic=ROUGH if traffic == "rough" else SMOOTH,
+                                 pe_options=LEAN_PE_PARAMS if pe == "lean" else None)
     st = ref.statuses()[0]
     assert st["acc_overflow"] == 1 and st["words_received"] == len(link_i)
     assert ref.link_i_used == len(link_i)
