@@ -410,27 +410,18 @@ class FpgaConfig:
             v = getattr(self, name)
             if v & (v - 1):
                 raise FpgaError(f"{name}: expected a power of two, got {v}")
-        if not isinstance(self.tile_dsp_pairs, bool):
-            raise FpgaError(f"tile_dsp_pairs: expected a bool, got {self.tile_dsp_pairs!r}")
+        for name in ("tile_dsp_pairs", "out_valid_bits", "streamed_weights", "narrow_iomem",
+                     "narrow_out"):
+            if not isinstance(getattr(self, name), bool):
+                raise FpgaError(f"{name}: expected a bool, got {getattr(self, name)!r}")
         if self.tile_passes not in (1, 2, 4) or isinstance(self.tile_passes, bool):
             raise FpgaError(f"tile_passes: expected 1, 2 or 4, got {self.tile_passes!r}")
-        if not isinstance(self.out_valid_bits, bool):
-            raise FpgaError(f"out_valid_bits: expected a bool, got {self.out_valid_bits!r}")
-        if not isinstance(self.streamed_weights, bool):
-            raise FpgaError(f"streamed_weights: expected a bool, got "
-                            f"{self.streamed_weights!r}")
-        if self.streamed_weights and self.tile_passes == 1:
-            raise FpgaError("streamed_weights: the weights come a tile pass at a time, so it "
-                            "needs tile_passes 2 or 4, got tile_passes=1 (set "
-                            "streamed_weights=False for a tile in one pass)")
-        if not isinstance(self.narrow_iomem, bool):
-            raise FpgaError(f"narrow_iomem: expected a bool, got {self.narrow_iomem!r}")
-        if self.narrow_iomem and self.tile_passes == 1:
-            raise FpgaError("narrow_iomem: ACT comes a tile pass at a time, so it needs "
-                            "tile_passes 2 or 4, got tile_passes=1 (set narrow_iomem=False "
-                            "for a tile in one pass)")
-        if not isinstance(self.narrow_out, bool):
-            raise FpgaError(f"narrow_out: expected a bool, got {self.narrow_out!r}")
+        for name, what in (("streamed_weights", "the weights come"),
+                           ("narrow_iomem", "ACT comes")):
+            if getattr(self, name) and self.tile_passes == 1:
+                raise FpgaError(f"{name}: {what} a tile pass at a time, so it needs tile_passes "
+                                f"2 or 4, got tile_passes=1 (set {name}=False for a tile in "
+                                f"one pass)")
         for name in ("wbuf_memories", "out_banks"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v not in (1, 2):

@@ -685,23 +685,38 @@ def test_streamed_weights_gemms_equal_fsim(mode, wbuf_memories, passes):
     assert steps.min() >= passes, steps
 
 
+def synthetic_moe(rng, t, h, i, n):
+    """Tokens ``x`` [t, h] and ``n`` synthetic experts (up [i, h], gate [i, h], down [h, i]),
+    normal with sd 1 and 0.2."""
+    x = rng.normal(size=(t, h))
+    return x, [tuple(rng.normal(size=s) * 0.2 for s in ((i, h), (i, h), (h, i)))
+               for _ in range(n)]
+
+
+def gemm_with_and_without(flag, options, seed, rows):
+    """A FULL RAW GEMM after its loads, nothing else waiting, on ``PE(**options)`` with
+    ``flag`` False and True: ``(runs by flag, a_q, qw)``. The results are equal, and the tile
+    takes its beats in the same cycles relative to the first (a beat every 4 cycles)."""
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (rows, 128)).astype(np.int8)
+    qw = random_weight(rng, 16, 128)
+    prog, ld = raw_gemm_program(a_q, qw, Mode.FULL)
+    runs = {on: compare_with_fsim(prog, ld, seed=seed, watch=("tile_in",),
+                                  pe_options={**options, flag: on})[0] for on in (False, True)}
+    assert runs[True]["link_o"] == runs[False]["link_o"]
+    rel = {on: np.array(r["tile_in"]) - r["tile_in"][0] for on, r in runs.items()}
+    assert np.array_equal(rel[True], rel[False]) and set(np.diff(rel[True])) == {4}
+    print(f"  {runs[True]['cycles']} cycles with {flag}, {runs[False]['cycles']} without")
+    return runs, a_q, qw
+
+
 def test_streamed_weights_same_gemm_cycles():
     """A FULL GEMM after its loads, nothing else waiting: with ``streamed_weights`` the tile
     takes its beats in the same cycles relative to the first (a beat every 4 cycles), the
     weight and scale words are taken exactly 4 cycles apart (1 without), and the results are
     equal."""
-    seed = 560
-    print(f"seed={seed}")
-    rng = np.random.default_rng(seed)
-    a_q = rng.integers(-128, 128, (4, 128)).astype(np.int8)
-    qw = random_weight(rng, 16, 128)
-    prog, ld = raw_gemm_program(a_q, qw, Mode.FULL)
-    runs = {st: compare_with_fsim(prog, ld, seed=seed, watch=("tile_in",),
-                                  pe_options={"tile_passes": 4, "streamed_weights": st})[0]
-            for st in (False, True)}
-    assert runs[True]["link_o"] == runs[False]["link_o"]
-    rel = {st: np.array(r["tile_in"]) - r["tile_in"][0] for st, r in runs.items()}
-    assert np.array_equal(rel[True], rel[False]) and set(np.diff(rel[True])) == {4}
+    runs, a_q, qw = gemm_with_and_without("streamed_weights", {"tile_passes": 4}, 560, 4)
     n_act, n_msb = len(act_words(a_q)), len(weight_words(qw)[0])
     for st, step in ((False, 1), (True, 4)):
         w_ld = runs[st]["ld"][n_act:n_act + 2 * n_msb]    # WMSB then WLSB
@@ -711,7 +726,6 @@ def test_streamed_weights_same_gemm_cycles():
         scl_ld = runs[st]["ld"][n_act + 2 * n_msb:]
         assert n_act > 1 and set(np.diff(runs[st]["ld"][:n_act])) == {1}
         assert len(scl_ld) > 1 and set(np.diff(scl_ld)) == {step}, scl_ld
-    print(f"  {runs[True]['cycles']} cycles streamed, {runs[False]['cycles']} not")
 
 
 #: ACT, HBUF and OUT W/4 bits wide, with as many REQUANT units as an HBUF part has values
@@ -835,19 +849,7 @@ def test_narrow_iomem_same_gemm_cycles():
     """A FULL GEMM after its loads, nothing else waiting: with ``narrow_iomem`` the tile takes
     its beats in the same cycles relative to the first as with W-bit ACT (a beat every 4
     cycles, the activations read a pass at a time), and the results are equal."""
-    seed = 575
-    print(f"seed={seed}")
-    rng = np.random.default_rng(seed)
-    a_q = rng.integers(-128, 128, (6, 128)).astype(np.int8)
-    qw = random_weight(rng, 16, 128)
-    prog, ld = raw_gemm_program(a_q, qw, Mode.FULL)
-    runs = {nw: compare_with_fsim(prog, ld, seed=seed, watch=("tile_in",),
-                                  pe_options={**NARROW, "narrow_iomem": nw})[0]
-            for nw in (False, True)}
-    assert runs[True]["link_o"] == runs[False]["link_o"]
-    rel = {nw: np.array(r["tile_in"]) - r["tile_in"][0] for nw, r in runs.items()}
-    assert np.array_equal(rel[True], rel[False]) and set(np.diff(rel[True])) == {4}
-    print(f"  {runs[True]['cycles']} cycles narrow, {runs[False]['cycles']} not")
+    gemm_with_and_without("narrow_iomem", NARROW, 575, 6)
 
 
 def test_narrow_out_same_sink_cycles():
@@ -860,9 +862,7 @@ def test_narrow_out_same_sink_cycles():
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     t, h, i = 4, 64, 64
-    x = rng.normal(size=(t, h))
-    experts = [tuple(rng.normal(size=s) * 0.2 for s in ((i, h), (i, h), (h, i)))
-               for _ in range(2)]
+    x, experts = synthetic_moe(rng, t, h, i, 2)
     ids, wts = np.array([[0, 1], [1, 0], [0, 1], [1, 0]]), rng.uniform(0.2, 0.8, (t, 2))
     job = build_moe_program(x, experts, (ids, wts), Mode.FULL, PE_CFG)
     runs = {no: compare_with_fsim(job.program, job.ld, seed=seed, watch=("tile_in",),
@@ -874,30 +874,6 @@ def test_narrow_out_same_sink_cycles():
         rel = {no: np.array(r[key]) - r[key][0] for no, r in runs.items()}
         assert len(rel[True]) > 10 and np.array_equal(rel[True], rel[False]), key
     print(f"  {runs[True]['cycles']} cycles with narrow_out, {runs[False]['cycles']} without")
-
-
-@pytest.mark.parametrize("mode", [Mode.FULL, Mode.DRAFT], ids=lambda m: m.name)
-def test_narrow_iomem_expert_equals_fsim(mode):
-    """A MoE layer (REQUANT from HBUF parts into ACT parts, SwiGLU writes into HBUF parts,
-    the next expert's activations loaded beside a GEMM) on the narrow PE with the most units
-    it allows, under idle cycles and backpressure: RTL == fsim, FP32 == ref_moe."""
-    from elmoe3d.sw.expert import build_moe_program, ref_moe
-    seed = 580 + int(mode)
-    print(f"seed={seed}")
-    rng = np.random.default_rng(seed)
-    t, h, i = 6, 64, 96
-    x = rng.normal(size=(t, h))
-    experts = [tuple(rng.normal(size=s) * 0.2 for s in ((i, h), (i, h), (h, i)))
-               for _ in range(3)]
-    ids = np.array([[0, 2], [1, 0], [2, 1], [0, 1], [1, 2], [2, 0]])
-    wts = rng.uniform(0.1, 0.9, (t, 2))
-    job = build_moe_program(x, experts, (ids, wts), mode, PE_CFG)
-    got, _ = compare_with_fsim(job.program, job.ld, traffic=ROUGH, seed=seed,
-                               pe_options=NARROW)
-    data = np.array([d for k, d in got["o"] if k == OKind.DATA], dtype=object)
-    y = asm.unpack_fp32(asm.ints_to_words(list(data), PE_CFG), PE_CFG).reshape(-1, h)[:t]
-    assert np.array_equal(y.view(np.uint32), ref_moe(x, experts, (ids, wts), mode).y.view(
-        np.uint32))
 
 
 def test_rw_collision_probe_fires_for_a_racing_load():
@@ -1007,25 +983,29 @@ def test_clear_zeroes_out_and_rowmax(out_valid_bits, out_banks, narrow_out):
     (Mode.DRAFT, None), (Mode.FULL, None),
     (Mode.DRAFT, {"requant_units": 1, "fp32_units": 2}),
     (Mode.FULL, LEAN_PE_PARAMS), (Mode.DRAFT, LEAN_PE_PARAMS),
-], ids=["DRAFT", "FULL", "DRAFT-C1-K2", "FULL-fpga-lean", "DRAFT-fpga-lean"])
+    (Mode.FULL, NARROW), (Mode.DRAFT, NARROW),
+], ids=["DRAFT", "FULL", "DRAFT-C1-K2", "FULL-fpga-lean", "DRAFT-fpga-lean", "FULL-narrow",
+        "DRAFT-narrow"])
 def test_moe_program_from_builder(mode, pe_options):
     """A small MoE layer built by sw.expert (3 synthetic experts, top-2 routing of 4 tokens):
     RTL == fsim, and the decoded FP32 output == ref_moe bit for bit (flags included); also on
     a PE with time-shared REQUANT / FP32 units (each REQUANT runs beside the next expert's
-    GEMMs for longer than the builder's schedule assumes), and on the board's FPGA-lean PE
-    (paired tile products, one requant, FP32, combine and SwiGLU unit)."""
+    GEMMs for longer than the builder's schedule assumes), on the board's FPGA-lean PE
+    (paired tile products, one requant, FP32, combine and SwiGLU unit, every memory in
+    quarter words), and on the quarter-word PE with the most units it allows (REQUANT's 4
+    values, the combine units' and FP32 converters' 2, all in one part) under idle cycles and
+    backpressure."""
     from elmoe3d.sw.expert import build_moe_program, ref_moe
     seed = 700 + int(mode)
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     t, h, i = 4, 64, 64
-    x = rng.normal(size=(t, h))
-    experts = [tuple(rng.normal(size=s) * 0.2 for s in ((i, h), (i, h), (h, i)))
-               for _ in range(3)]
+    x, experts = synthetic_moe(rng, t, h, i, 3)
     ids = np.array([[0, 2], [1, 0], [2, 1], [0, 1]])
     wts = np.array([[0.7, 0.3], [0.6, 0.4], [0.55, 0.45], [0.9, 0.1]])
     job = build_moe_program(x, experts, (ids, wts), mode, PE_CFG)
-    got, ref = compare_with_fsim(job.program, job.ld, seed=seed, pe_options=pe_options)
+    got, ref = compare_with_fsim(job.program, job.ld, seed=seed, pe_options=pe_options,
+                                 traffic=ROUGH if pe_options is NARROW else SMOOTH)
     data = np.array([d for k, d in got["o"] if k == OKind.DATA], dtype=object)
     vals = asm.unpack_fp32(asm.ints_to_words(list(data), PE_CFG), PE_CFG)
     y = vals.reshape(-1, h)[:t]
@@ -1089,9 +1069,7 @@ def test_wider_pe_moe_and_raw(mode, options, seed):
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     t, h, i = 10, 128, 128
-    x = rng.normal(size=(t, h))
-    experts = [tuple(rng.normal(size=s) * 0.2 for s in ((i, h), (i, h), (h, i)))
-               for _ in range(2)]
+    x, experts = synthetic_moe(rng, t, h, i, 2)
     ids = np.array([[0, 1]] * 5 + [[1, 0]] * 5)
     wts = rng.uniform(0.2, 0.8, (t, 2))
     job = build_moe_program(x, experts, (ids, wts), mode, arch)
