@@ -523,12 +523,12 @@ def _fpga_arch(name, **kw):
 #: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`) with 128 KiB WMEM and 64 KiB IOMEM
 #: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL,
 #: placed with nextpnr's static placer: its Yosys estimate (2026-12-01, the tile in four
-#: passes, CLEAR by writes, both weight buffers in one memory per plane, the weight planes
-#: read a pass at a time, OUT in one memory) is 43,861 LUT4 positions (52.4 % of 83,640),
-#: 12,880 FF, 47 MULT18X18D (30.1 %), 161 DP16KD (77.4 %). What limits it is routing, not a
-#: resource count: every PE memory word and every ``ld``, ``link`` and ``o`` beat is 512 bits
-#: wide, and router2 stalls on those buses (``docs/fpga.md``, "Measured": at 18,348 overused
-#: wires; 8,585 with 32 KiB WMEM and IOMEM and 256-word stand-ins, which stalls too).
+#: passes, CLEAR by writes, both weight buffers in one memory per plane, OUT in one memory,
+#: every PE memory a quarter word wide) is 32,909 LUT4 positions (39.3 % of 83,640), 11,643
+#: FF, 47 MULT18X18D (30.1 %), 146 DP16KD (70.2 %). What limits it is routing, not a resource
+#: count: router2 does not converge on the 512-bit ``ld``, ``link`` and ``o`` beats and the
+#: middle block-RAM row (``docs/fpga.md``, "Measured": the smallest board top, 32 KiB WMEM
+#: and IOMEM and 256-word stand-ins, gets down to 1,132 overused wires and then spreads).
 #: Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value), the same
 #: memories needed 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
 FPGA_CONFIGS = {
@@ -536,13 +536,12 @@ FPGA_CONFIGS = {
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
                                                iomem_bytes=65536),
         hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
-        estimate="fits: 43,861 LUT4 positions (52.4 %), 47 MULT18X18D (30.1 %), 161 DP16KD "
-                 "(77.4 %) (Yosys, 2026-12-01)",
-        note="on the 2-core reference machine (2026-12-01, another build beside it) nextpnr "
-             "placed it in 25 minutes, router2 left 71,827 of 785,762 wires overused after its "
-             "first iteration and 18,348 after its ninth, then more again (docs/fpga.md, "
-             "\"Measured\"); the build stops when router2 stalls (--route-patience: iteration 12, 70 "
-             "minutes in), Ctrl-C stops it sooner"),
+        estimate="fits: 32,909 LUT4 positions (39.3 %), 47 MULT18X18D (30.1 %), 146 DP16KD "
+                 "(70.2 %) (Yosys, 2026-12-01)",
+        note="on the 2-core reference machine (2026-12-01) router2 has not finished routing the "
+             "lean board top: the smallest one (32 KiB WMEM and IOMEM) gets down to 1,132 "
+             "overused wires after 27 iterations, then more again (docs/fpga.md, \"Measured\"); "
+             "the build stops when router2 stalls (--route-patience), Ctrl-C stops it sooner"),
 }
 
 
@@ -593,11 +592,11 @@ LUT4_PER_UNIT_PE_MIN = 48
 
 
 #: A lower bound of the LUT4 positions of a board top with one FPGA-lean PE of the smallest
-#: tile (2x4x32): the named ULX3S-85F default measured 43,861 (Yosys, 2026-12-01); smaller
-#: memories than its 128 KiB WMEM / 64 KiB IOMEM only move words from block RAM into
-#: distributed RAM. A device whose :data:`LUT_MARGIN` share is below it (every ECP5 but the
-#: 85F ones: 90 % of the 45F's 43,848 is 39,463) is refused before any tool runs.
-BOARD_TOP_LUT4_MIN = 43_000
+#: tile (2x4x32): the named ULX3S-85F default measured 32,909 (Yosys, 2026-12-01, every PE
+#: memory a quarter word wide), the smallest memories 33,410. A device whose
+#: :data:`LUT_MARGIN` share is below it (the 25F and 12F ECP5s: 90 % of the 25F's 24,288 is
+#: 21,859) is refused before any tool runs; the 45F (90 %: 39,463) is not.
+BOARD_TOP_LUT4_MIN = 32_000
 
 
 def check_device(dev: Device):
@@ -774,9 +773,10 @@ ROUTE_STALL_GAIN = 0.05
 
 #: The share of the wires router2 uses that must be overused for a run to count as stalled:
 #: a run down to its last few hundred conflicts can level out for some iterations and still
-#: finish; the measured stall of the named default is at 2.1 to 2.2 % (1.0 % with 32 KiB
-#: WMEM and IOMEM and 256-word stand-ins, stalled as well).
-ROUTE_STALL_MIN_SHARE = 0.005
+#: finish; the lean board top with every PE memory in quarter words (32 KiB WMEM and IOMEM)
+#: got down to 1,132 of 630,589 (0.18 %) and then spread (0.21 % five iterations later); the
+#: earlier netlists stalled at 1.0 to 2.2 %.
+ROUTE_STALL_MIN_SHARE = 0.0015
 
 
 class RouteStalled(FpgaToolError):
