@@ -20,8 +20,8 @@ help:
 	@echo "make fpga   - FPGA fit estimate, then bitstream, utilization and fmax of the board top"
 	@echo "              (BOARD=ulx3s-85f, CONFIG=default|auto|NAME, ARGS='--estimate-only --hierarchy --no-asic';"
 	@echo "              elmoe3d fpga --list-boards);"
-	@echo "              the default: one FPGA-lean PE on the ULX3S-85F at 5 MHz; placement took"
-	@echo "              ~7 min and routing did not finish here (docs/fpga.md, Measured)"
+	@echo "              the default: one FPGA-lean PE on the ULX3S-85F at 5 MHz; place and"
+	@echo "              route ~20 min on 2 cores (docs/fpga.md, Measured)"
 	@echo "make clean  - remove build output (build/, out/)"
 
 venv: $(STAMP)

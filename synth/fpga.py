@@ -355,7 +355,8 @@ class FpgaConfig:
     depths (W-bit words, powers of two), the bridge's staging buffer (``frame_words``), the UART
     ``baud``, the board top's clock ``clk_hz`` (from the board's PLL, :mod:`elmoe3d.hw.pll`;
     ``None``: the board's oscillator itself), nextpnr's ``router`` and ``placer``
-    (:data:`ROUTERS`, :data:`PLACERS`), and the FPGA-lean datapath options of the PE, which
+    (:data:`ROUTERS`, :data:`PLACERS`; router1 and static by default: router2 does not
+    converge on the lean board top, router1 routes it), and the FPGA-lean datapath options of the PE, which
     change cycle counts but never a result: ``tile_dsp_pairs`` (two IA8xW5 products per
     MULT18X18D, :class:`~elmoe3d.hw.tile.TensorTile`), ``tile_passes`` (the tile's beat in
     that many cycles with that many times fewer multipliers), ``requant_units``, ``fp32_units``,
@@ -379,8 +380,8 @@ class FpgaConfig:
     frame_words: int = 16
     baud: int = 1_000_000
     clk_hz: int | None = None
-    router: str = "router2"
-    placer: str = "heap"
+    router: str = "router1"
+    placer: str = "static"
     tile_dsp_pairs: bool = True
     tile_passes: int = 4
     requant_units: int | None = 1
@@ -520,28 +521,28 @@ def _fpga_arch(name, **kw):
 
 
 #: Named defaults per board (``make fpga`` builds these without searching). ULX3S-85F: one
-#: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`) with 128 KiB WMEM and 64 KiB IOMEM
-#: (memories of 512 words, in DP16KD), 512-word stand-ins and a 5 MHz clock from the PLL,
-#: placed with nextpnr's static placer: its Yosys estimate (2026-12-01, the tile in four
-#: passes, CLEAR by writes, both weight buffers in one memory per plane, OUT in one memory,
-#: every PE memory a quarter word wide) is 32,909 LUT4 positions (39.3 % of 83,640), 11,643
-#: FF, 47 MULT18X18D (30.1 %), 146 DP16KD (70.2 %). What limits it is routing, not a resource
-#: count: router2 does not converge on the 512-bit ``ld``, ``link`` and ``o`` beats and the
-#: middle block-RAM row (``docs/fpga.md``, "Measured": the smallest board top, 32 KiB WMEM
-#: and IOMEM and 256-word stand-ins, gets down to 1,132 overused wires and then spreads).
-#: Before the lean PE (Booth LUT multipliers for the tile, one VPU unit per value), the same
-#: memories needed 116,332 LUT4 positions (139 %) and nextpnr stopped at placement.
+#: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`: the tile in four passes of paired
+#: products, one unit of each VPU kind, CLEAR by writes, both weight buffers in one memory
+#: per plane, OUT in one memory, every PE memory a quarter word wide) with 32 KiB WMEM and
+#: 32 KiB IOMEM, 256-word HB and EXT stand-ins and a 5 MHz clock from the PLL, placed with
+#: nextpnr's static placer and routed with router1: its Yosys estimate (2026-12-01) is 33,410
+#: LUT4 positions (39.9 % of 83,640), 11,585 FF, 47 MULT18X18D (30.1 %), 66 DP16KD (31.7 %),
+#: and it routes (``docs/fpga.md``, "Measured"). What limits it is routing, not a resource
+#: count: router2 does not converge on it (its fewest overused wires 1,132, then it spreads),
+#: and the larger memories (128 KiB WMEM, 64 KiB IOMEM, 512-word stand-ins: 32,909 LUT4
+#: positions, 146 DP16KD) have not been routed. Before the lean PE (Booth LUT multipliers for
+#: the tile, one VPU unit per value) a board top with one PE needed 116,332 LUT4 positions
+#: (139 %) and nextpnr stopped at placement.
 FPGA_CONFIGS = {
     "ulx3s-85f": FpgaConfig(
-        name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=131072,
-                                               iomem_bytes=65536),
-        hb_words=512, ext_words=512, clk_hz=5_000_000, placer="static",
-        estimate="fits: 32,909 LUT4 positions (39.3 %), 47 MULT18X18D (30.1 %), 146 DP16KD "
-                 "(70.2 %) (Yosys, 2026-12-01)",
-        note="on the 2-core reference machine (2026-12-01) router2 has not finished routing the "
-             "lean board top: the smallest one (32 KiB WMEM and IOMEM) gets down to 1,132 "
-             "overused wires after 27 iterations, then more again (docs/fpga.md, \"Measured\"); "
-             "the build stops when router2 stalls (--route-patience), Ctrl-C stops it sooner"),
+        name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=32768,
+                                               iomem_bytes=32768),
+        hb_words=256, ext_words=256, clk_hz=5_000_000, placer="static", router="router1",
+        estimate="fits: 33,410 LUT4 positions (39.9 %), 47 MULT18X18D (30.1 %), 66 DP16KD "
+                 "(31.7 %) (Yosys, 2026-12-01)",
+        note="on the 2-core reference machine (2026-12-01, another build beside it) nextpnr "
+             "placed it and router1 routed its 149,447 arcs in 12.4 minutes: 34,468 LUT4 "
+             "positions, fmax 20.21 MHz against 5 MHz (docs/fpga.md, \"Measured\")"),
 }
 
 
@@ -1392,8 +1393,8 @@ def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
                cache_dir=BUILD_ROOT / "estimates") -> SearchResult:
     """Estimate :func:`candidates` of ``bd`` in order (at most ``max_runs`` Yosys runs that
     are not cached), choose the first that fits; see the module docstring. The candidates
-    take the clock and the placer of the board's named default (:data:`FPGA_CONFIGS`: its PLL
-    clock), else the board's own clock and nextpnr's default placer. A candidate that misses
+    take the clock, placer and router of the board's named default (:data:`FPGA_CONFIGS`: its
+    PLL clock), else the board's own clock and :class:`FpgaConfig`'s (static, router1). A candidate that misses
     on LUT4 positions or flip-flops stops the search: smaller memories only add distributed
     RAM."""
     dev = bd.device
@@ -1404,7 +1405,8 @@ def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
     named = FPGA_CONFIGS.get(bd.name)
     for model_blocks, cfg in candidates(dev):
         if named is not None:          # the board's clock (its PLL) and placer as its default's
-            cfg = dataclasses.replace(cfg, clk_hz=named.clk_hz, placer=named.placer)
+            cfg = dataclasses.replace(cfg, clk_hz=named.clk_hz, placer=named.placer,
+                                      router=named.router)
         if model_blocks + excess > dev.ebr:
             continue
         if runs >= max_runs:
