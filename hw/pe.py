@@ -419,9 +419,9 @@ class PE(wiring.Component):
         its own weight LOAD starts up to P - 1 cycles a weight word later).
     narrow_iomem : bool
         False (default): ACT, TOK, HBUF and ROWMAX are W bits wide. True (needs
-        ``tile_passes`` P > 1 and ``requant_units`` at most W/32/P; an FPGA option): they are
-        W/P bits wide and P times as deep, part p of word w at address ``w P + p``. ACT's part
-        p holds depths ``p G/P .. (p+1) G/P - 1`` of every row (bytes ``r G + p G/P ..`` of
+        ``tile_passes`` P > 1 and ``requant_units`` at most min(W/32, 32)/P; an FPGA option):
+        they are W/P bits wide and P times as deep, part p of word w at address ``w P + p``.
+        ACT's part p holds depths ``p G/P .. (p+1) G/P - 1`` of every row (bytes ``r G + p G/P ..`` of
         the word, row after row), so the tile takes its activations a pass at a time
         (``TensorTile(streamed_acts=True)``) as it does the weights with
         ``streamed_weights``; the others' part p holds bits ``p W/P ..`` (HBUF values and
@@ -518,12 +518,14 @@ class PE(wiring.Component):
             if tile_passes == 1:
                 raise ValueError("narrow_iomem: ACT comes a tile pass at a time, so it needs "
                                  "tile_passes 2 or 4, got tile_passes=1")
-            # (the SWIGLU sink's S <= lanes / 2 values always do: W/32/P = 4 lanes / P)
-            per_part = Q // tile_passes
+            # REQUANT's C codes of a cycle go into one ACT part (32/P depths of a row) from one
+            # HBUF part (W/32/P values); the SWIGLU sink's S <= lanes / 2 values always fit
+            # (W/32/P = 4 lanes / P)
+            per_part = min(Q, 32) // tile_passes
             if requant_units > per_part:
                 raise ValueError(f"narrow_iomem: the requant_units values of a cycle must lie "
-                                 f"in one HBUF part of W/32/P = {per_part} values, got "
-                                 f"requant_units={requant_units}")
+                                 f"in one HBUF part and one ACT row part, min(W/32, 32)/P = "
+                                 f"{per_part} values, got requant_units={requant_units}")
         self._narrow_iomem = narrow_iomem
         if not isinstance(narrow_out, bool):
             raise ValueError(f"narrow_out: expected a bool, got {narrow_out!r}")
@@ -1767,7 +1769,7 @@ class PE(wiring.Component):
                          x_left.eq(fld(xc, Op.RECV, "words"))]
         recv_acc = fld(xc, Op.RECV, "accumulate")
         # link_i: RECV, or a GEMM's psum_in words (never both: RECV waits for every GEMM)
-        # (narrow_iomem, ACT and HBUF: a word in P cycles, a part a cycle, taken with its last)
+        # (a memory in parts: a word in P cycles, a part a cycle, taken with its last)
         r_part = Signal(log_np)
         r_narrow = is_narrow(x_target)
         recv_part = st["RECV"] & (x_left != 0) & r_narrow & self.link_i.valid

@@ -441,10 +441,11 @@ class FpgaConfig:
         try:
             c = unit_count("requant_units", self.requant_units, min(q, 32),
                            f"in 1..{min(q, 32)} (W = {pe.word_bits})")
-            if self.narrow_iomem and c > q // self.tile_passes:
+            if self.narrow_iomem and c > min(q, 32) // self.tile_passes:
                 raise ValueError(f"narrow_iomem: the requant_units values of a cycle must lie "
-                                 f"in one HBUF part of W/32/P = {q // self.tile_passes} "
-                                 f"values, got requant_units={self.requant_units!r}")
+                                 f"in one HBUF part and one ACT row part, min(W/32, 32)/P = "
+                                 f"{min(q, 32) // self.tile_passes} values, got "
+                                 f"requant_units={self.requant_units!r}")
             k = unit_count("fp32_units", self.fp32_units, q, f"in 1..{q} (W = {pe.word_bits})")
             if self.out_banks == 1 and k == q:
                 raise ValueError(f"out_banks: one OUT memory needs fewer than W/32 = {q} "

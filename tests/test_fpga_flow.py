@@ -230,8 +230,8 @@ def test_lean_pe_options(tmp_path):
                        "narrow_iomem: .* needs tile_passes 2 or 4, got tile_passes=1 \\(set "
                        "narrow_iomem=False"),
                       ({"requant_units": 8}, "narrow_iomem: the requant_units values of a "
-                       "cycle must lie in one HBUF part of W/32/P = 4 values, got "
-                       "requant_units=8"),
+                       "cycle must lie in one HBUF part and one ACT row part, "
+                       "min\\(W/32, 32\\)/P = 4 values, got requant_units=8"),
                       ({"narrow_out": 0}, "narrow_out: expected a bool"),
                       ({"combine_units": 4}, "narrow_out: OUT in W/P-bit parts needs "
                        "combine_units at most W/64/P = 2, got combine_units=4 \\(set "

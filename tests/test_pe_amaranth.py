@@ -734,6 +734,8 @@ def test_streamed_weights_same_gemm_cycles():
 NARROW = {"tile_passes": 4, "narrow_iomem": True, "requant_units": 4, "swiglu_units": 2,
           "narrow_out": True, "combine_units": 2, "fp32_units": 2, "out_banks": 1,
           "out_valid_bits": False}
+#: ACT, TOK, HBUF and ROWMAX in halves, with ROWMAX's valid bits (OUT W bits, two banks)
+NARROW_P2 = {"tile_passes": 2, "narrow_iomem": True, "requant_units": 8}
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -745,9 +747,20 @@ def test_narrow_iomem_parameters():
             PE(config=ARCH, tile_passes=4, narrow_iomem=bad)
     with pytest.raises(ValueError, match="narrow_iomem: .* needs tile_passes 2 or 4"):
         PE(config=ARCH, narrow_iomem=True)
-    with pytest.raises(ValueError, match=r"narrow_iomem: the requant_units values .* W/32/P = "
-                                         r"4 values, got requant_units=8"):
+    with pytest.raises(ValueError, match=r"narrow_iomem: the requant_units values .* "
+                                         r"min\(W/32, 32\)/P = 4 values, got requant_units=8"):
         PE(config=ARCH, tile_passes=4, narrow_iomem=True, requant_units=8, swiglu_units=1)
+    # a wide PE (W = 2048): an ACT row part of 32/P depths, not the HBUF part's 64/P values,
+    # limits REQUANT's units (the default 32 would write across two parts)
+    from elmoe3d.config import ArchConfig, TileConfig
+    wide = ArchConfig(name="wide", tile=TileConfig(rows=8, lanes=16), wmem_bytes=16384,
+                      iomem_bytes=65536)
+    for passes, units, limit in ((2, None, 16), (4, 16, 8)):
+        with pytest.raises(ValueError, match=rf"min\(W/32, 32\)/P = {limit} values, got "
+                                             rf"requant_units={16 if units else 32}"):
+            PE(config=wide, tile_passes=passes, narrow_iomem=True, requant_units=units)
+    assert _unused(PE(config=wide, tile_passes=2, narrow_iomem=True,
+                      requant_units=16)).narrow_iomem
     assert not _unused(PE(config=ARCH)).narrow_iomem
     for opts in (NARROW, {"tile_passes": 2, "narrow_iomem": True, "requant_units": 8},
                  LEAN_PE_PARAMS):
@@ -785,7 +798,8 @@ def test_narrow_out_parameters():
     gc.collect()
 
 
-@pytest.mark.parametrize("options", [NARROW, LEAN_PE_PARAMS], ids=["narrow", "lean"])
+@pytest.mark.parametrize("options", [NARROW, LEAN_PE_PARAMS, NARROW_P2],
+                         ids=["narrow", "lean", "narrow-P2-valid-bits"])
 def test_narrow_iomem_transfers(options):
     """``narrow_iomem`` and ``narrow_out``: LOAD, RECV (OUT and ROWMAX also accumulating, OUT
     with int64 saturation) and SEND of ACT, TOK, HBUF, ROWMAX and OUT under idle ``ld`` /
@@ -793,7 +807,7 @@ def test_narrow_iomem_transfers(options):
     backpressure: RTL == fsim word for word, every word into them taken at least P cycles
     after the one before (a part a cycle), every SEND word at least P + 1 cycles after the
     one before."""
-    seed = 570 + (options is LEAN_PE_PARAMS)
+    seed = 570 + (options is LEAN_PE_PARAMS) + 2 * (options is NARROW_P2)
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     P = options["tile_passes"]
@@ -835,10 +849,12 @@ def test_narrow_iomem_transfers(options):
     got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
                                  pe_options=options)
     assert len(ref.link_o) == 21 and all(ref.link_o)
-    assert np.diff(got["ld"]).min() >= P
+    out_parted = options.get("narrow_out", False)      # (ACT, HBUF and TOK always here)
+    for a, b, parted in ((0, 5, True), (5, 8, True), (8, 11, out_parted), (11, 13, True)):
+        assert np.diff(got["ld"][a:b]).min() >= (P if parted else 1)
     sent = got["link_o_cycles"]
-    for a, b in ((0, 8), (8, 14), (14, 18), (18, 20)):
-        assert np.diff(sent[a:b]).min() >= P + 1
+    for a, b, parted in ((0, 8, True), (8, 14, True), (14, 18, out_parted), (18, 20, True)):
+        assert np.diff(sent[a:b]).min() >= (P + 1 if parted else 1)
     # with nothing in the way: a word a part a cycle, SEND one word in P + 1 cycles
     smooth, _ = compare_with_fsim(prog, ld, link_i, seed=seed, pe_options=options)
     assert set(np.diff(smooth["ld"][:5])) == {P}
@@ -983,9 +999,9 @@ def test_clear_zeroes_out_and_rowmax(out_valid_bits, out_banks, narrow_out):
     (Mode.DRAFT, None), (Mode.FULL, None),
     (Mode.DRAFT, {"requant_units": 1, "fp32_units": 2}),
     (Mode.FULL, LEAN_PE_PARAMS), (Mode.DRAFT, LEAN_PE_PARAMS),
-    (Mode.FULL, NARROW), (Mode.DRAFT, NARROW),
+    (Mode.FULL, NARROW), (Mode.DRAFT, NARROW), (Mode.DRAFT, NARROW_P2),
 ], ids=["DRAFT", "FULL", "DRAFT-C1-K2", "FULL-fpga-lean", "DRAFT-fpga-lean", "FULL-narrow",
-        "DRAFT-narrow"])
+        "DRAFT-narrow", "DRAFT-narrow-P2"])
 def test_moe_program_from_builder(mode, pe_options):
     """A small MoE layer built by sw.expert (3 synthetic experts, top-2 routing of 4 tokens):
     RTL == fsim, and the decoded FP32 output == ref_moe bit for bit (flags included); also on
@@ -1005,7 +1021,7 @@ def test_moe_program_from_builder(mode, pe_options):
     wts = np.array([[0.7, 0.3], [0.6, 0.4], [0.55, 0.45], [0.9, 0.1]])
     job = build_moe_program(x, experts, (ids, wts), mode, PE_CFG)
     got, ref = compare_with_fsim(job.program, job.ld, seed=seed, pe_options=pe_options,
-                                 traffic=ROUGH if pe_options is NARROW else SMOOTH)
+                                 traffic=ROUGH if pe_options in (NARROW, NARROW_P2) else SMOOTH)
     data = np.array([d for k, d in got["o"] if k == OKind.DATA], dtype=object)
     vals = asm.unpack_fp32(asm.ints_to_words(list(data), PE_CFG), PE_CFG)
     y = vals.reshape(-1, h)[:t]
