@@ -2,16 +2,23 @@
 
 Script (:func:`yosys_script`)::
 
-    read_liberty -lib LIB              # the cells, as black boxes with pin directions
+    read_liberty -lib cells.lib        # the cells, as black boxes with pin directions
     read_verilog -lib stubs.v          # black boxes of the block's sub-blocks and SRAM macros
     read_rtlil block.il
     hierarchy -check -top top
     synth -flatten -booth -top top -noabc
-    extract_fa; techmap -map adders.v; techmap; opt -fast   # if LIB has a full adder
-    dfflibmap -liberty LIB
-    abc -liberty LIB -script +strash;dc2;map,-a;topo
+    extract_fa; techmap -map adders.v; techmap; opt -fast   # if the library has a full adder
+    dfflibmap -liberty cells.lib
+    abc -liberty cells.lib -script +strash;dc2;map,-a;topo
     opt_clean; delete t:$scopeinfo
-    check; write_verilog mapped.v; stat -json -liberty LIB
+    check; write_verilog mapped.v; stat -json -liberty cells.lib
+
+Every file Yosys reads or writes is in its work folder, named relative to it: the Liberty file
+is copied there as ``cells.lib`` (:data:`LIBERTY_NAME`). The YoWASP runtime maps a private
+temporary folder over the sandbox's ``/tmp``, so an absolute path under the host's ``/tmp``
+(a checkout or a ``--liberty`` there) is not found inside it; the work folder (the tool's
+current directory) is always mapped. The script, and with it the cache key, does not depend
+on where the library lives.
 
 ``synth -booth`` builds Booth multipliers (Yosys' default array multiplier extends both
 operands to the product width). ABC runs an area-oriented mapping script (``map -a`` after
@@ -46,13 +53,15 @@ from .liberty import Liberty, adder_techmap
 
 
 __all__ = ["SynthResult", "SynthError", "yosys_command", "yosys_script", "cache_key",
-           "synthesize", "FLOW_VERSION", "ABC_SCRIPT"]
+           "synthesize", "FLOW_VERSION", "ABC_SCRIPT", "LIBERTY_NAME"]
 
 
 #: Bumped whenever the script changes in a way that changes results (part of the cache key).
 FLOW_VERSION = 1
 #: ABC script (commas stand for spaces in Yosys' ``-script +...`` form).
 ABC_SCRIPT = "+strash;dc2;map,-a;topo"
+#: The Liberty file's name in the work folder (a copy; see the module docstring).
+LIBERTY_NAME = "cells.lib"
 
 
 class SynthError(UserError):
@@ -138,8 +147,9 @@ def yosys_version() -> str:
     return _VERSION_CACHE[cmd]
 
 
-def yosys_script(*, liberty: Path, stubs: bool, adders: bool) -> str:
-    """The Yosys script run on ``block.il`` in the work folder (see the module docstring)."""
+def yosys_script(*, liberty=LIBERTY_NAME, stubs: bool, adders: bool) -> str:
+    """The Yosys script run on ``block.il`` in the work folder (see the module docstring).
+    ``liberty``: the library's path as Yosys sees it (default: the copy in the work folder)."""
     lib = str(liberty)
     lines = [f"read_liberty -lib {_q(lib)}"]
     if stubs:
@@ -204,8 +214,7 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
     scripts) there. Raises :class:`SynthError` with the end of the Yosys log on failure."""
     lib_bytes = Path(liberty.path).read_bytes()
     adders = adder_techmap(liberty) or ""
-    script = yosys_script(liberty=Path(liberty.path).resolve(), stubs=bool(stubs),
-                          adders=bool(adders))
+    script = yosys_script(stubs=bool(stubs), adders=bool(adders))
     key = cache_key(rtlil, stubs, lib_bytes, script, adders)
     if cache_dir is not None:
         hit = Path(cache_dir) / f"{key}.json"
@@ -220,6 +229,7 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
         work = Path(tmp)
         (work / "block.il").write_text(rtlil)
         (work / "run.ys").write_text(script)
+        (work / LIBERTY_NAME).write_bytes(lib_bytes)
         if stubs:
             (work / "stubs.v").write_text(stubs)
         if adders:

@@ -5,7 +5,10 @@ roll-up is `make synth`)."""
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
 import subprocess
+import tempfile
 from collections import Counter
 
 import pytest
@@ -90,7 +93,9 @@ def test_yosys_reads_the_cell_functions_the_same_way(tmp_path):
     (tmp_path / "chk.v").write_text(
         f"module chk(input a, b, c, output [{len(checks) - 1}:0] ok);\n"
         + "\n".join(body) + "\nendmodule\n")
-    script = (f"read_liberty {BUNDLED_LIBERTY}\nread_verilog chk.v\nhierarchy -top chk\n"
+    # Yosys reads files by paths relative to its folder: it does not see the host's /tmp.
+    shutil.copyfile(BUNDLED_LIBERTY, tmp_path / "cells.lib")
+    script = ("read_liberty cells.lib\nread_verilog chk.v\nhierarchy -top chk\n"
               f"flatten\nsat -prove ok {(1 << len(checks)) - 1} -verify chk\n")
     (tmp_path / "run.ys").write_text(script)
     proc = subprocess.run([*yosys_command(), "-q", "-s", "run.ys"], cwd=tmp_path,
@@ -186,6 +191,23 @@ def test_unit_pe_cell_counts_stable_across_runs():
     assert "FAx1_ASAP7_75t_R" in a.cells or "HAxp5_ASAP7_75t_R" in a.cells
 
 
+@pytest.mark.skipif(not os.path.isdir("/tmp"), reason="no /tmp on this system")
+def test_flow_reads_a_liberty_under_the_hosts_tmp():
+    """The YoWASP runtime maps a private folder over the sandbox's /tmp: a library (or a
+    checkout) under the host's /tmp was "not found". The flow hands Yosys a copy in its work
+    folder, so the same cells come out wherever the library lives, with the same cache key
+    (the key holds the file name, in the adder techmap's comment, but not the folder)."""
+    text = _rtlil(MulLeaf())
+    here = synthesize("mul", text, liberty=LIB)
+    with tempfile.TemporaryDirectory(prefix="elmoe3d lib ", dir="/tmp") as tmp:
+        copy = os.path.join(tmp, BUNDLED_LIBERTY.name)
+        shutil.copyfile(BUNDLED_LIBERTY, copy)
+        there = synthesize("mul", text, liberty=read_liberty(copy))
+    assert not there.cached and there.problems == []
+    assert there.cells == here.cells and there.area == here.area > 0
+    assert there.key == here.key
+
+
 def test_mapped_multiplier_is_equivalent_to_the_rtl(tmp_path):
     """The mapped netlist (adder cells with inverted outputs, ABC's gates, the library's
     functions) equals the Amaranth multiplier for every input (SAT, Yosys equiv miter)."""
@@ -193,7 +215,7 @@ def test_mapped_multiplier_is_equivalent_to_the_rtl(tmp_path):
     synthesize("mul", text, liberty=LIB, keep=tmp_path / "kept")
     (tmp_path / "gold.il").write_text(text)
     (tmp_path / "gate.v").write_text((tmp_path / "kept" / "mapped.v").read_text())
-    script = (f"read_liberty {BUNDLED_LIBERTY}\n"
+    script = ("read_liberty kept/cells.lib\n"          # the flow's copy of the library
               "read_verilog gate.v\nrename top gate\n"
               "read_rtlil gold.il\nrename top gold\n"
               "proc\nmiter -equiv -flatten -make_assert gold gate miter\n"
