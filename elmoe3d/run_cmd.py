@@ -37,8 +37,16 @@ cache and Elastic-SD still see every layer); ``--tokens N`` keeps the trace's fi
 Outputs: a summary table (and one row per run), ``--json`` (everything, per step),
 ``--csv`` (one row per step), ``--plot DIR`` (``hit_rate.png``, ``bytes_per_tier.png``,
 ``latency.png``); all are checked before the run and written atomically after it, so a failed
-run leaves none. Exit status: 0, 1 when a golden or RTL comparison found a mismatch, 2 on a
-usage error (one line naming the option).
+run leaves none.
+
+``--hb-slots 0`` runs with no expert cache: every expert is streamed from EXT (hit rate 0).
+Elastic-SD then has no pool to draft from, so its draft cannot run: every token is decoded
+autoregressively (``ar`` steps, FULL, original routing) and the output says so; a replay
+admits nothing.
+
+Exit status: 0; 1 only when a golden, RTL or FPGA comparison found a mismatch; 2 on bad input
+or a request the backend cannot serve (one line naming the option, before anything runs);
+3 on an internal error (a bug: the traceback is printed).
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -61,6 +70,10 @@ BACKENDS = ("golden", "rtl", "fpga", "perf")
 SCHEDULES = ("elastic", "replay")
 #: Real traces by name (files in :func:`elmoe3d.sw.corpus.traces_dir`).
 NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
+#: What a run with no HB slot does under Elastic-SD (printed, and the run's ``note``).
+NO_POOL_NOTE = ("no HB slots: Elastic-SD has no pool to draft from, so the draft cannot run; "
+                "every token decoded autoregressively (AR, FULL), every expert streamed from "
+                "EXT (hit rate 0)")
 #: CSV columns (one row per step).
 CSV_COLUMNS = ("run", "depth", "step", "kind", "iteration", "tokens", "produced", "layers",
                "cycles", "us", "perf_cycles", "hb_read_bytes", "hb_write_bytes", "ext_bytes",
@@ -96,7 +109,8 @@ def configure(parser) -> None:
                         help="requests in lockstep (default 1)")
     parser.add_argument("--hb-slots", type=int, default=None, metavar="N",
                         help="cap the HB expert-slice slots (default: the HB capacity less the "
-                             "reservations)")
+                             "reservations; 0: no expert cache, Elastic-SD then decodes "
+                             "autoregressively)")
     parser.add_argument("--dense-bytes", type=int, default=None, metavar="B",
                         help="HB bytes reserved for dense weights (default: the model's "
                              "figure for real shapes, 0 for synthetic ones)")
@@ -226,10 +240,10 @@ def execute(args, *, progress_factory=None) -> dict:
     schedule = _choice("--schedule", args.schedule, SCHEDULES)
     _choice("--config", args.config, CONFIGS)
     _choice("--traffic", args.traffic, ("smooth", "stalls"))
-    for opt, v in (("--tokens", args.tokens), ("--batch", args.batch),
-                   ("--hb-slots", args.hb_slots)):
+    for opt, v in (("--tokens", args.tokens), ("--batch", args.batch)):
         _positive(opt, v)
-    for opt, v in (("--dense-bytes", args.dense_bytes), ("--kv-bytes", args.kv_bytes)):
+    for opt, v in (("--hb-slots", args.hb_slots), ("--dense-bytes", args.dense_bytes),
+                   ("--kv-bytes", args.kv_bytes)):
         _nonneg(opt, v)
     for d in args.depth:
         _positive("--depth", d)
@@ -266,6 +280,13 @@ def execute(args, *, progress_factory=None) -> dict:
         raise UserError(f"--trace {args.trace}: no decode tokens")
     real = args.config != "small"
     model = real_model if real else host.synthetic_model(real_model)
+    # every backend reports the perf model's figures: a model it cannot take is refused here
+    from .sw.perf import PerfModel
+    try:
+        PerfModel(arch, model)
+    except ValueError as exc:
+        raise UserError(f"--model {real_model.name} on --config {arch.name}: the performance "
+                        f"model cannot map it ({exc})") from None
     seed = resolve_seed(args.seed)
     doc = {"trace": str(path), "import": note, "model": real_model.name,
            "shapes": {"hidden": model.hidden, "intermediate": model.expert_intermediate,
@@ -331,7 +352,18 @@ def _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acce
     from .sw import backends, host
     t0 = time.perf_counter()
     cache, dense, kv = _cache(model, arch, args, admit=schedule == "replay", real=real)
-    if schedule == "elastic":
+    note = None
+    if cache.slots == 0:
+        note = (NO_POOL_NOTE if schedule == "elastic" else
+                "no HB slots: every expert streamed from EXT, nothing admitted (hit rate 0)")
+    if schedule == "elastic" and cache.slots == 0:
+        # no pool: the draft cannot run, every token is autoregressive (module docstring)
+        steps = host.replay_steps(trace, cache, layers=layers, batch=args.batch,
+                                  groups=arch.groups)
+        for s in steps:
+            s.kind = "ar"
+        esd_summary = None
+    elif schedule == "elastic":
         from .sw.elastic_sd import ElasticSD
         esd = ElasticSD(cache=cache, depth=depth, acceptance=acceptance, seed=seed)
         steps, res = host.elastic_steps(trace, esd, layers=layers, batch=args.batch,
@@ -348,7 +380,7 @@ def _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acce
     t1 = time.perf_counter()
     run = {"label": label, "depth": depth, "hb_slots": cache.slots,
            "msb_bytes": cache.msb_bytes, "dense_bytes": dense, "kv_bytes": kv,
-           "elastic_sd": esd_summary}
+           "elastic_sd": esd_summary, "note": note}
     lost = None
     if backend == "perf":
         recs = backends.run_perf(steps, arch, model, progress=tick)
@@ -595,8 +627,17 @@ def run(args) -> int:
         task = progress.add_task(description, total=total)
         return lambda _step: progress.advance(task)
 
-    with progress:
-        doc = _clean(execute(args, progress_factory=factory))
+    try:
+        with progress:
+            doc = _clean(execute(args, progress_factory=factory))
+    except UserError:
+        raise
+    except Exception:           # a bug: not a mismatch (1) and not the user's input (2)
+        import traceback
+        traceback.print_exc()
+        print("elmoe3d run: internal error (the traceback above; exit status 3)",
+              file=sys.stderr)
+        return 3
 
     out = Console(highlight=False)
     if not out.is_terminal:
@@ -607,6 +648,8 @@ def run(args) -> int:
     out.print(summary_table(doc))
     for r in doc["runs"]:
         out.print(kind_table(r, doc["backend"]))
+        if r.get("note"):
+            out.print(f"{r['label']}: {r['note']}")
         if r.get("elastic_sd"):
             e = r["elastic_sd"]
             out.print(f"{r['label']}: Elastic-SD {e['iterations']} iterations, accepted "
