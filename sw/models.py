@@ -28,6 +28,7 @@ applies Elastic-SD to it by expert throttling alone) and it has no LSB slice.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +46,7 @@ SCALE_BYTES = 2
 
 _SCORINGS = ("softmax", "sigmoid")
 _FORMATS = ("int8-nested", "mxfp4")
+_FFNS = ("swiglu", "relu")
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,13 @@ class ModelPreset:
     expert_format : str
         ``"int8-nested"`` (G32 INT8 split into MSB/LSB slices, the paper's baseline) or
         ``"mxfp4"`` (GPT-OSS-20B's shipped 4-bit experts: no LSB slice).
+    moe_layer_step : int
+        Every ``moe_layer_step``-th layer from ``first_dense_layers`` on is an MoE layer, the
+        others dense (1 for the decoder LLMs; 2 for Switch Transformers' ``encoder_sparse_step``).
+    ffn : str
+        Expert FFN: ``"swiglu"`` (up, gate and down projections: what the PE's VPU and the host
+        compiler run) or ``"relu"`` (two projections, ``wi`` and ``wo``: Switch Transformers;
+        a preset for routing statistics and trace calibration, refused by the run backends).
     """
 
     name: str
@@ -100,9 +109,12 @@ class ModelPreset:
     scoring: str
     routed_scaling_factor: float = 1.0
     expert_format: str = "int8-nested"
+    moe_layer_step: int = 1
+    ffn: str = "swiglu"
 
     def __post_init__(self):
-        for f in ("layers", "hidden", "expert_intermediate", "routed_experts", "top_k"):
+        for f in ("layers", "hidden", "expert_intermediate", "routed_experts", "top_k",
+                  "moe_layer_step"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{self.name}: {f}: expected a positive integer, got {v!r}")
@@ -122,6 +134,8 @@ class ModelPreset:
         if self.scoring not in _SCORINGS:
             raise ValueError(f"{self.name}: scoring: expected one of {_SCORINGS}, "
                              f"got {self.scoring!r}")
+        if self.ffn not in _FFNS:
+            raise ValueError(f"{self.name}: ffn: expected one of {_FFNS}, got {self.ffn!r}")
         if self.expert_format not in _FORMATS:
             raise ValueError(f"{self.name}: expert_format: expected one of {_FORMATS}, "
                              f"got {self.expert_format!r}")
@@ -135,18 +149,24 @@ class ModelPreset:
     @property
     def moe_layers(self) -> int:
         """Number of MoE layers."""
-        return self.layers - self.first_dense_layers
+        return len(self.moe_layer_ids)
 
     @property
     def moe_layer_ids(self) -> range:
         """Decoder-layer indices of the MoE layers (the ``layer`` column of a trace)."""
-        return range(self.first_dense_layers, self.layers)
+        return range(self.first_dense_layers, self.layers, self.moe_layer_step)
+
+    @property
+    def ffn_matrices(self) -> int:
+        """Weight matrices of one expert: 3 for SwiGLU (up, gate, down), 2 for ReLU."""
+        return 3 if self.ffn == "swiglu" else 2
 
     # -- sizes ----------------------------------------------------------------------------------
     @property
     def expert_weights(self) -> int:
-        """Weights of one routed expert: ``3 * hidden * expert_intermediate`` (up, gate, down)."""
-        return 3 * self.hidden * self.expert_intermediate
+        """Weights of one routed expert: ``ffn_matrices * hidden * expert_intermediate`` (up,
+        gate, down for SwiGLU)."""
+        return self.ffn_matrices * self.hidden * self.expert_intermediate
 
     @property
     def expert_msb_bytes(self) -> int:
@@ -250,6 +270,11 @@ MODEL_PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
        first_dense_layers=0, hidden=2048, expert_intermediate=1408, routed_experts=60,
        shared_experts=1, shared_intermediate=5632, top_k=4, norm_topk_prob=False,
        scoring="softmax"),
+    # Expert-usage statistics (calibration input; not run by the backends) --------------------------
+    _p(name="switch-base-128", hf_repo="google/switch-base-128", layers=12,
+       first_dense_layers=1, moe_layer_step=2, hidden=768, expert_intermediate=3072,
+       routed_experts=128, shared_experts=0, shared_intermediate=0, top_k=1,
+       norm_topk_prob=False, scoring="softmax", ffn="relu"),
 )}
 
 #: Where each figure comes from: preset name -> attribute -> "config.json field" (of the preset's
@@ -303,6 +328,17 @@ MODEL_SOURCES: dict[str, dict[str, str]] = {
                           "(with a sigmoid shared_expert_gate)",
         "top_k": "num_experts_per_tok=4", "norm_topk_prob": "norm_topk_prob=false",
         "scoring": "softmax (transformers Qwen2MoeSparseMoeBlock)"},
+    "switch-base-128": {
+        "layers": "num_layers=12 (the encoder; num_decoder_layers=12 likewise)",
+        "first_dense_layers": "encoder_sparse_step=2: block i is sparse when i % 2 == 1 "
+                              "(transformers SwitchTransformersStack), blocks 1, 3, ..., 11",
+        "moe_layer_step": "encoder_sparse_step=2",
+        "hidden": "d_model=768", "expert_intermediate": "d_ff=3072",
+        "routed_experts": "num_experts=128", "top_k": "num_selected_experts=1",
+        "norm_topk_prob": "no renormalisation: the expert output is scaled by the router "
+                          "probability (transformers SwitchTransformersTop1Router)",
+        "scoring": "softmax (router_dtype=float32)",
+        "ffn": "feed_forward_proj=relu, is_gated_act=false (wi, wo)"},
 }
 
 
@@ -318,3 +354,31 @@ def model_preset(name) -> ModelPreset:
     except KeyError:
         raise UserError(f"unknown model preset {name!r}; known presets: "
                         f"{', '.join(MODEL_PRESETS)}") from None
+
+
+#: Words of a checkpoint name that do not change the routing: fine-tunes and re-quantizations
+#: of one base model route alike (``Mixtral-8x7B-Instruct-v0.1-FP8`` is ``mixtral-8x7b``).
+_VARIANT_WORDS = {"instruct", "chat", "base", "it", "sft", "dpo", "fp8", "fp16", "bf16", "awq",
+                  "gptq", "int4", "int8", "hf"}
+
+
+def _model_words(text) -> tuple:
+    base = str(text).strip().lower().rsplit("/", 1)[-1]
+    words = [w for w in re.split(r"[-_]", base) if w]
+    return tuple(w for w in words if w not in _VARIANT_WORDS
+                 and not re.fullmatch(r"v\d+(\.\d+)*|\d{4}", w))
+
+
+def preset_for_model_id(model_id) -> ModelPreset | None:
+    """The preset a log's model id names, or None: a preset name, its Hugging Face repository,
+    or a checkpoint of the same base model (organisation, version and variant words such as
+    ``Instruct``, ``FP8``, ``v0.1`` and 4-digit release dates ignored:
+    ``mistralai/Mixtral-8x7B-Instruct-v0.1`` is ``mixtral-8x7b``)."""
+    key = str(model_id).strip().lower()
+    if key in MODEL_PRESETS:
+        return MODEL_PRESETS[key]
+    words = _model_words(key)
+    for p in MODEL_PRESETS.values():
+        if key == p.hf_repo.lower() or words in (_model_words(p.hf_repo), _model_words(p.name)):
+            return p
+    return None

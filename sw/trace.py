@@ -33,12 +33,14 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from .models import model_preset
+from .models import model_preset, preset_for_model_id
+from .routelog import (WARMUP_MIN_ROWS, DialectError, forward_passes, router_norm_mismatch,
+                       warmup_blocks)
 
 
 __all__ = ["TRACE_FORMAT", "TRACE_VERSION", "PHASES", "TraceError", "RoutingTrace",
-           "RequestRouting", "ImportReport", "import_vllm_jsonl", "trace_from_router_logits",
-           "capture_hf"]
+           "RequestRouting", "ImportReport", "import_vllm_jsonl", "describe_json",
+           "trace_from_router_logits", "capture_hf"]
 
 #: Value of the ``format`` key of a trace file's metadata.
 TRACE_FORMAT = "elmoe3d-routing-trace"
@@ -393,14 +395,18 @@ _ALIASES = {
     "layer": ("layer", "layer_id", "layer_idx"),
     "scores": ("router_scores", "scores"),
 }
-_OPTIONAL_ROW_KEYS = {"phase", "warmup", "padding", "dataset", "router_logits"}
+_OPTIONAL_ROW_KEYS = {"phase", "warmup", "padding", "dataset", "router_logits", "type"}
 _META_ALIASES = {
-    "model": "model", "num_experts": "num_experts", "n_experts": "num_experts",
+    "model": "model", "model_id": "model", "model_name": "model",
+    "num_experts": "num_experts", "n_experts": "num_experts",
     "top_k": "top_k", "topk": "top_k", "renormalized": "renormalised",
     "renormalised": "renormalised", "normalized": "renormalised",
     "warmup_tokens": "warmup_tokens", "dataset": "dataset", "num_layers": "num_layers",
-    "layer_ids": "layer_ids", "phase": "phase", "source": "source",
+    "layer_ids": "layer_ids", "layers_logged": "layers_logged", "phase": "phase",
+    "source": "source",
 }
+#: ``type`` values that mark a routing record in logs that tag every line with a ``type``.
+ROUTE_TYPES = ("route", "routing", "router")
 
 
 @dataclass
@@ -414,46 +420,79 @@ class ImportReport:
     lines : int
         Non-empty lines read (the meta line included).
     meta : dict
-        The ``meta`` line's content (empty if the file has none).
+        The meta line's content (empty if the file has none).
+    records : int
+        Routing records read (lines that are neither the meta line nor another record type).
     rows : int
-        Rows in the trace.
+        Rows kept in the trace.
     tokens, requests : int
     malformed : Counter
         Malformed lines skipped, by kind (only with ``on_error="warn"``; otherwise the first
-        one raised).
+        one raised). Kind ``"duplicate"``: a record repeated; ``"unplaceable"``: a request whose
+        forward passes cannot be placed (all its rows).
     issues : list of (line, kind, message)
         Every malformed line and every warning that belongs to one line.
+    other_records : Counter
+        Lines of another ``type`` than a routing record (``{"type": "step", ...}``), skipped.
     dropped_warmup, dropped_padding : int
-        Rows dropped as warm-up (``"warmup": true`` or position < warm-up tokens) or padding.
+        Rows dropped as warm-up (in a detected warm-up block, ``"warmup": true``, or position
+        below the warm-up tokens) or as padding.
+    warmup_blocks : list of (first line, last line, rows, reason)
+        The warm-up (profiling dummy pass) blocks detected and dropped
+        (:func:`~elmoe3d.sw.routelog.warmup_blocks`).
     renormalised_rows : int
         Rows whose weights were renormalised over their top-k by the importer.
     unnormalised_rows : int
         Rows kept whose weights do not sum to 1 (within :data:`NORM_TOL`).
+    router_mismatch : int
+        Rows whose weights, as logged, disagree with the model's router about renormalisation
+        (:func:`~elmoe3d.sw.routelog.router_norm_mismatch`; the message is in ``notes``).
     sorted_rows : int
         Rows whose (ids, weights) were reordered best first.
+    phase_rows : Counter
+        Rows kept per phase name.
+    reconstructed : dict
+        ``{request: description}`` of requests whose index restarts at each forward pass and
+        whose positions and phases were rebuilt (:func:`~elmoe3d.sw.routelog.forward_passes`).
+    request_names : dict
+        ``{id as logged: request number}`` when the log names requests by string.
+    layers_logged : tuple or None
+        The meta line's ``layers_logged``.
+    layers_absent : tuple
+        Expected MoE layers with no record at all (not counted in ``missing_by_layer``).
     missing_by_layer : dict
-        ``{layer: count}`` of (token, layer) records absent from the file.
+        ``{layer: count}`` of (token, layer) records absent from the file, over the layers that
+        have records.
     position_gaps : int
         Positions missing inside a request's range (whole tokens absent).
     unknown_fields : Counter
         Row fields the importer does not know (ignored, counted by name).
     notes : list of str
-        File-level warnings (inferred sizes, unknown meta keys).
+        File-level warnings (inferred sizes, unknown meta keys, router mismatch).
     """
 
     path: Path
     lines: int = 0
     meta: dict = field(default_factory=dict)
+    records: int = 0
     rows: int = 0
     tokens: int = 0
     requests: int = 0
     malformed: Counter = field(default_factory=Counter)
     issues: list = field(default_factory=list)
+    other_records: Counter = field(default_factory=Counter)
     dropped_warmup: int = 0
     dropped_padding: int = 0
+    warmup_blocks: list = field(default_factory=list)
     renormalised_rows: int = 0
     unnormalised_rows: int = 0
+    router_mismatch: int = 0
     sorted_rows: int = 0
+    phase_rows: Counter = field(default_factory=Counter)
+    reconstructed: dict = field(default_factory=dict)
+    request_names: dict = field(default_factory=dict)
+    layers_logged: tuple | None = None
+    layers_absent: tuple = ()
     missing_by_layer: dict = field(default_factory=dict)
     position_gaps: int = 0
     unknown_fields: Counter = field(default_factory=Counter)
@@ -464,6 +503,10 @@ class ImportReport:
         return sum(self.missing_by_layer.values())
 
     @property
+    def duplicates(self) -> int:
+        return self.malformed["duplicate"]
+
+    @property
     def warning_count(self) -> int:
         """Everything that was not read as given: malformed lines, missing records, dropped
         and repaired rows, gaps, unknown fields and file-level notes."""
@@ -472,11 +515,36 @@ class ImportReport:
                 + self.sorted_rows + self.position_gaps + sum(self.unknown_fields.values())
                 + len(self.notes))
 
+    def counts(self) -> dict:
+        """The import's counts by name: ``records`` read, ``kept``, ``warmup`` and ``padding``
+        rows dropped, ``duplicates`` and other ``malformed`` records, rows per phase
+        (``prefill``, ``decode``, ``draft``, ``verify``), ``missing`` (token, layer) records
+        and ``layers_absent``."""
+        out = {"records": self.records, "kept": self.rows, "warmup": self.dropped_warmup,
+               "padding": self.dropped_padding, "duplicates": self.duplicates,
+               "malformed": sum(self.malformed.values()) - self.duplicates}
+        out.update({ph: self.phase_rows.get(ph, 0) for ph in PHASES})
+        out["missing"] = self.missing_records
+        out["layers_absent"] = len(self.layers_absent)
+        return out
+
+    def counts_line(self) -> str:
+        """The counts as one line of text (what ``elmoe3d run`` prints for every import)."""
+        c = self.counts()
+        phases = ", ".join(f"{c[ph]} {ph}" for ph in PHASES if c[ph] or ph in ("prefill",
+                                                                               "decode"))
+        text = (f"{c['records']} records read, {c['kept']} kept ({phases}); dropped: "
+                f"{c['warmup']} warm-up, {c['padding']} padding, {c['duplicates']} duplicate, "
+                f"{c['malformed']} malformed; {c['missing']} (token, layer) records missing")
+        if self.layers_absent:
+            text += f"; {len(self.layers_absent)} layer(s) absent"
+        return text
+
     def summary(self) -> list:
         """One line of text per kind of event, each naming the file (and the first lines)."""
         p = self.path
         out = [f"{p}: {self.rows} rows, {self.tokens} tokens, {self.requests} requests "
-               f"from {self.lines} lines"]
+               f"from {self.lines} lines", f"{p}: {self.counts_line()}"]
 
         def lines_of(kind):
             ls = [ln for ln, kd, _ in self.issues if kd == kind]
@@ -485,9 +553,19 @@ class ImportReport:
 
         for kind, n in sorted(self.malformed.items()):
             out.append(f"{p}: skipped {n} malformed line(s) [{kind}]: line {lines_of(kind)}")
+        for first, last, rows, why in self.warmup_blocks:
+            out.append(f"{p}: lines {first}-{last}: {rows} records dropped as a warm-up "
+                       f"(profiling dummy) block: {why} (--keep-warmup keeps them)")
+        for kind, n in sorted(self.other_records.items()):
+            out.append(f"{p}: {n} record(s) of type {kind!r} skipped (not routing)")
         if self.missing_records:
             per = ", ".join(f"layer {k}: {v}" for k, v in sorted(self.missing_by_layer.items()))
             out.append(f"{p}: {self.missing_records} (token, layer) record(s) missing ({per})")
+        if self.layers_absent:
+            out.append(f"{p}: {len(self.layers_absent)} MoE layer(s) have no record at all: "
+                       f"{_span_text(self.layers_absent)}")
+        for req, what in self.reconstructed.items():
+            out.append(f"{p}: request {req}: {what}")
         for name, n in (("dropped as warm-up", self.dropped_warmup),
                         ("dropped as padding", self.dropped_padding),
                         ("renormalised over their top-k", self.renormalised_rows),
@@ -502,36 +580,71 @@ class ImportReport:
         return out
 
 
+def _span_text(ids) -> str:
+    """``1..31`` for a run, ``0, 4, 9`` otherwise (at most 8 listed)."""
+    ids = sorted(ids)
+    if len(ids) > 2 and ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}..{ids[-1]}"
+    more = f" (+{len(ids) - 8} more)" if len(ids) > 8 else ""
+    return ", ".join(str(x) for x in ids[:8]) + more
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _meta_of(obj):
+    """The meta content of a line, or None: ``{"meta": {...}}`` or a flat
+    ``{"type": "meta", ...}``."""
+    if "meta" in obj:
+        return obj["meta"] if len(obj) == 1 and isinstance(obj["meta"], dict) else False
+    if obj.get("type") == "meta":
+        return {k: v for k, v in obj.items() if k != "type"}
+    return None
+
+
 def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
-                      renormalise="keep", warmup_tokens=None, on_error="raise",
+                      renormalise="keep", warmup_tokens=None, keep_warmup=False,
+                      warmup_min_rows=WARMUP_MIN_ROWS, on_error="raise",
                       phase="decode") -> tuple:
-    """Import a vLLM-style JSONL routing log.
+    """Import a vLLM-style JSONL routing log (``docs/traces.md`` section 3).
 
     One JSON object a line, one line per (request, layer, token)::
 
         {"problem_id": 0, "layer": 0, "experts": [7, 0], "gating_probs": [0.8, 0.2],
          "token_idx": 0, "dataset": "gsm8k"}
 
-    Variants read: field aliases (ids ``experts`` / ``topk_ids`` / ``expert_ids``; weights
-    ``gating_probs`` / ``topk_weights`` / ``gate_weights`` / ``weights``; position
-    ``token_idx`` / ``token_pos`` / ``position``; request ``problem_id`` / ``request_id`` /
-    ``req_id`` / ``seq_id``; layer ``layer`` / ``layer_id`` / ``layer_idx``); an optional first
-    line ``{"meta": {...}}`` with ``model``, ``num_experts``, ``top_k``, ``renormalized``,
-    ``warmup_tokens``, ``dataset``, ``num_layers``/``layer_ids``, ``phase``, ``source``; an
-    optional per-row ``phase``; full ``router_scores``/``scores`` (probabilities) or
-    ``router_logits`` (scored through the model's router; needs ``model``); warm-up rows
-    (``"warmup": true``, or ``position < warmup_tokens``) and padding rows (``"padding": true``),
-    which are dropped and counted.
+    Dialects read:
+
+    * field aliases (ids ``experts`` / ``topk_ids`` / ``expert_ids``; weights ``gating_probs`` /
+      ``topk_weights`` / ``gate_weights`` / ``weights``; position ``token_idx`` / ``token_pos``
+      / ``position``; request ``problem_id`` / ``request_id`` / ``req_id`` / ``seq_id``, an
+      integer or a string id (numbered in order of first appearance); layer ``layer`` /
+      ``layer_id`` / ``layer_idx``);
+    * a first line ``{"meta": {...}}`` or a flat ``{"type": "meta", ...}``: ``model`` (or
+      ``model_id``: a preset name or its Hugging Face repository), ``num_experts``, ``top_k``,
+      ``renormalized``, ``warmup_tokens``, ``dataset``, ``num_layers``/``layer_ids``,
+      ``layers_logged`` (the layers the logger hooked: a record of another layer is
+      malformed, and the others are reported absent), ``phase``, ``source``;
+    * lines tagged ``"type": "route"`` (or ``routing``/``router``); lines of any other type are
+      skipped and counted by type;
+    * an optional per-row ``phase``; full ``router_scores``/``scores`` (probabilities) or
+      ``router_logits`` (scored through the model's router; needs ``model``);
+    * warm-up: profiling dummy blocks detected and dropped
+      (:func:`~elmoe3d.sw.routelog.warmup_blocks`: at least ``warmup_min_rows`` consecutive
+      records with uniform weights or a layer's routing repeated exactly), ``"warmup": true``
+      rows and positions below ``warmup_tokens``; padding rows (``"padding": true``);
+    * an index that is the row inside a forward pass (restarting at each pass: prefill rows
+      0..P-1, then every decode step at 0): positions and phases rebuilt per request
+      (:func:`~elmoe3d.sw.routelog.forward_passes`), or the request refused with the reason.
 
     Parameters
     ----------
     model : str or ModelPreset, optional
-        Fixes ``num_experts``, ``top_k`` and the expected MoE layers (``moe_layer_ids``), and is
-        what ``renormalise="model"`` follows. Must agree with the meta line and the arguments.
+        Fixes ``num_experts``, ``top_k`` and the expected MoE layers (``moe_layer_ids``), is
+        what ``renormalise="model"`` follows and what the weights' normalisation is checked
+        against (a mismatch is counted in ``router_mismatch`` and noted). Must agree with the
+        meta line and the arguments.
     num_experts, top_k : int, optional
         When neither these, ``model`` nor the meta line give them, they are inferred from the
         data (a counted note): ``num_experts`` = largest id + 1, ``top_k`` = first row's k.
@@ -540,15 +653,20 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         ``weights_renormalised`` is False). ``"topk"``: divide each row's weights by their sum.
         ``"model"``: renormalise only if the model renormalises (``norm_topk_prob``).
     warmup_tokens : int, optional
-        Drop positions below this (overrides the meta line's ``warmup_tokens``).
+        Drop positions below this in every request (overrides the meta line's).
+    keep_warmup : bool
+        Keep every row that would be dropped as warm-up (detected blocks, ``"warmup": true``,
+        ``warmup_tokens``) as real routing.
+    warmup_min_rows : int
+        Fewest consecutive alike records read as a warm-up block.
     on_error : {"raise", "warn"}
         A malformed line (bad JSON; missing or ambiguous field; wrong type; unknown expert id,
         -1 included; wrong k; ids and weights of different lengths; repeated id; negative,
-        NaN or > 1 weight; layer not a MoE layer; repeated record) raises
-        :class:`TraceError` naming the file and line, or with ``"warn"`` is skipped and counted
-        in the report with its line.
+        NaN or > 1 weight; layer not a MoE layer; repeated record; a request whose forward
+        passes cannot be placed) raises :class:`TraceError` naming the file and line, or with
+        ``"warn"`` is skipped and counted in the report with its line.
     phase : str
-        Phase of rows that carry none (``"decode"`` for these logs).
+        Phase of rows that carry none and are not rebuilt (``"decode"`` for these logs).
 
     Missing (token, layer) records and whole-token position gaps are never errors: they are
     counted per layer in the report (the real logs miss 0-3 records a layer).
@@ -560,9 +678,9 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         raise UserError(f"on_error: expected 'raise' or 'warn', got {on_error!r}")
     if renormalise not in ("keep", "topk", "model"):
         raise UserError(f"renormalise: expected 'keep', 'topk' or 'model', got {renormalise!r}")
+    if not _is_int(warmup_min_rows) or warmup_min_rows < 2:
+        raise UserError(f"warmup_min_rows: expected an integer >= 2, got {warmup_min_rows!r}")
     preset = model_preset(model) if model is not None else None
-    if renormalise == "model" and preset is None:
-        raise UserError("renormalise='model' needs model=")
     if not path.is_file():
         raise TraceError(f"{path}: no such routing log")
     rep = ImportReport(path=path)
@@ -579,8 +697,12 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         raise TraceError(f"{path}: cannot read ({exc})") from None
     if text.startswith("version https://git-lfs"):
         raise TraceError(f"{path}: a Git LFS pointer, not the routing log (run git lfs pull)")
+    if path.suffix.lower() == ".json" or text.lstrip()[:1] == "[":
+        what = describe_json(text, path)
+        if what is not None:
+            raise TraceError(f"{path}: {what}")
 
-    # -- first pass: JSON and the meta line -------------------------------------------------
+    # -- first pass: JSON, the meta line, record types --------------------------------------
     records = []
     meta = {}
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -595,10 +717,11 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         if not isinstance(obj, dict):
             bad(lineno, "not-object", f"expected a JSON object, got {type(obj).__name__}")
             continue
-        if "meta" in obj and not records and not meta:
-            m = obj["meta"]
-            if not isinstance(m, dict) or len(obj) != 1:
-                raise TraceError(f"{path}:{lineno}: meta line must be {{\"meta\": {{...}}}}")
+        m = _meta_of(obj)
+        if m is not None and not records and not meta and not rep.records:
+            if m is False:
+                raise TraceError(f"{path}:{lineno}: meta line must be {{\"meta\": {{...}}}} or "
+                                 f"a flat {{\"type\": \"meta\", ...}}")
             for key, value in m.items():
                 if key in _META_ALIASES:
                     meta[_META_ALIASES[key]] = value
@@ -606,9 +729,17 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                     rep.notes.append(f"line {lineno}: unknown meta key {key!r} ignored")
             rep.meta = dict(m)
             continue
-        if "meta" in obj:
+        if m is not None:
             bad(lineno, "late-meta", "a meta line is only allowed as the first line")
             continue
+        kind = obj.get("type", "route")
+        if not isinstance(kind, str):
+            bad(lineno, "bad-type", f"type must be a string, got {kind!r}")
+            continue
+        if kind not in ROUTE_TYPES:
+            rep.other_records[kind] += 1
+            continue
+        rep.records += 1
         records.append((lineno, obj))
 
     # -- sizes: arguments, model, meta, must agree ------------------------------------------
@@ -623,22 +754,28 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                              ", ".join(f"{src} says {v}" for src, v in vals))
         return vals[0][1] if vals else None
 
+    meta_preset = None
+    if meta.get("model") is not None:
+        meta_preset = preset_for_model_id(meta["model"])
+        if meta_preset is None:
+            rep.notes.append(f"meta model {meta['model']!r} is not a known preset")
+        elif preset is not None and meta_preset.name != preset.name:
+            raise TraceError(f"{path}: meta model {meta['model']!r} is not {preset.name}")
+        elif preset is None:
+            preset = meta_preset
+            rep.notes.append(f"model {preset.name} from the meta line ({meta['model']!r})")
+    if renormalise == "model" and preset is None:
+        raise UserError("renormalise='model' needs model= (or a meta line naming the model)")
     n_exp = agree("num_experts", ("argument", num_experts),
                   ("model", preset.routed_experts if preset else None),
                   ("meta line", meta.get("num_experts")))
     k = agree("top_k", ("argument", top_k), ("model", preset.top_k if preset else None),
               ("meta line", meta.get("top_k")))
-    if preset is not None and meta.get("model") is not None:
-        try:
-            if model_preset(meta["model"]).name != preset.name:
-                raise TraceError(f"{path}: meta model {meta['model']!r} is not {preset.name}")
-        except UserError as exc:
-            if isinstance(exc, TraceError):
-                raise
-            rep.notes.append(f"meta model {meta['model']!r} is not a known preset")
     warm = warmup_tokens if warmup_tokens is not None else meta.get("warmup_tokens", 0)
     if not _is_int(warm) or warm < 0:
         raise TraceError(f"{path}: warmup_tokens: expected an integer >= 0, got {warm!r}")
+    if keep_warmup:
+        warm = 0
     default_phase = meta.get("phase", phase)
     _phase_code(default_phase)
     layer_ids = None
@@ -657,12 +794,22 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             raise TraceError(f"{path}: meta num_layers {nl} but {preset.name} has "
                              f"{len(layer_ids)} MoE layers")
         layer_ids = layer_ids or tuple(range(nl))
+    logged = meta.get("layers_logged")
+    if logged is not None:
+        if (not isinstance(logged, list) or not logged
+                or not all(_is_int(x) and x >= 0 for x in logged)):
+            raise TraceError(f"{path}: meta layers_logged: expected a non-empty list of layer "
+                             f"indices, got {logged!r}")
+        if layer_ids is not None and not set(logged) <= set(layer_ids):
+            raise TraceError(f"{path}: meta layers_logged {logged} names layers that are not "
+                             f"MoE layers of {preset.name if preset else 'the log'}")
+        rep.layers_logged = tuple(sorted(set(logged)))
 
-    # -- second pass: rows ------------------------------------------------------------------
+    # -- second pass: each record on its own ------------------------------------------------
     known = {a for al in _ALIASES.values() for a in al} | _OPTIONAL_ROW_KEYS
-    cols = {c: [] for c in ("request", "position", "layer", "phase", "ids", "w", "scores",
-                            "line")}
-    seen = {}
+    rows = []                      # (line, request as logged, position, layer, phase or None,
+    #                                 ids, weights, scores)
+
     def has_scores(o):
         return any(key in o for key in ("router_scores", "scores", "router_logits"))
 
@@ -681,31 +828,33 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                 problem = ("ambiguous-field", f"both {got[0]!r} and {got[1]!r} given")
                 break
             vals[col] = obj[got[0]] if got else None
-            if not got and col != "scores":
+            if not got and col not in ("scores", "request"):
                 problem = ("missing-field", f"no {col} field (expected one of "
                                             f"{', '.join(aliases)})")
                 break
         if problem:
             bad(lineno, *problem)
             continue
-        if obj.get("warmup") is True:
+        if obj.get("warmup") is True and not keep_warmup:
             rep.dropped_warmup += 1
             continue
         if obj.get("padding") is True:
             rep.dropped_padding += 1
             continue
-        for col in ("request", "position", "layer"):
+        for col in ("position", "layer"):
             if not _is_int(vals[col]) or vals[col] < 0:
                 problem = ("bad-type", f"{col} must be an integer >= 0, got {vals[col]!r}")
                 break
+        req = vals["request"]
+        if not problem and req is not None and not (_is_int(req) and req >= 0) and not (
+                isinstance(req, str) and req.strip()):
+            problem = ("bad-type", f"request must be an integer >= 0 or a string id, got "
+                                   f"{req!r}")
         if problem:
             bad(lineno, *problem)
             continue
-        if vals["position"] < warm:
-            rep.dropped_warmup += 1
-            continue
-        ph = obj.get("phase", default_phase)
-        if ph not in PHASES:
+        ph = obj.get("phase")
+        if ph is not None and ph not in PHASES:
             bad(lineno, "bad-phase", f"phase must be one of {', '.join(PHASES)}, got {ph!r}")
             continue
         ids, w = vals["expert_ids"], vals["gate_weights"]
@@ -753,6 +902,10 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             bad(lineno, "bad-layer", f"layer {vals['layer']} is not a MoE layer "
                                      f"(expected one of {layer_ids[0]}..{layer_ids[-1]})")
             continue
+        if rep.layers_logged is not None and vals["layer"] not in rep.layers_logged:
+            bad(lineno, "bad-layer", f"layer {vals['layer']} is not in the meta line's "
+                                     f"layers_logged {list(rep.layers_logged)}")
+            continue
         sc = None
         if vals["scores"] is not None and "router_logits" in obj:
             bad(lineno, "ambiguous-field", "both scores and router_logits given")
@@ -776,42 +929,125 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                                       f"here but {'given' if any_scores else 'not'} on the "
                                       f"first row (line {first_line}): all rows or none")
             continue
-        key = (vals["request"], vals["position"], vals["layer"], ph)
-        if ph != "draft" and key in seen:
-            bad(lineno, "duplicate", f"record (request {key[0]}, position {key[1]}, layer "
-                                     f"{key[2]}, {ph}) already on line {seen[key]}")
+        rows.append((lineno, req, vals["position"], vals["layer"], ph, np.asarray(ids), wa,
+                     sc))
+
+    # -- warm-up blocks (profiling dummy passes) --------------------------------------------
+    if not keep_warmup and rows:
+        blocks = warmup_blocks([r[3] for r in rows], [r[5] for r in rows],
+                               [r[6] for r in rows], min_rows=warmup_min_rows)
+        drop = np.zeros(len(rows), bool)
+        for b in blocks:
+            drop[b.start:b.stop] = True
+            rep.warmup_blocks.append((rows[b.start][0], rows[b.stop - 1][0], b.rows,
+                                      b.reason()))
+            rep.dropped_warmup += b.rows
+        rows = [r for r, d in zip(rows, drop) if not d]
+
+    # -- requests: integers as logged, or string ids numbered in order of appearance --------
+    named = [r for r in rows if r[1] is None]
+    for r in named:
+        bad(r[0], "missing-field", f"no request field (expected one of "
+                                   f"{', '.join(_ALIASES['request'])})")
+    rows = [r for r in rows if r[1] is not None]
+    if any(isinstance(r[1], str) for r in rows):
+        names = {}
+        for r in rows:
+            names.setdefault((type(r[1]).__name__, r[1]), len(names))
+        rep.request_names = {str(v): i for (_, v), i in names.items()}
+        rows = [(r[0], names[(type(r[1]).__name__, r[1])]) + r[2:] for r in rows]
+        shown = ", ".join(f"{n!r} -> {i}" for n, i in list(rep.request_names.items())[:4])
+        rep.notes.append(f"request ids are strings: numbered in order of first appearance "
+                         f"({shown}{', ...' if len(names) > 4 else ''})")
+
+    # -- positions: as logged, or rebuilt where the index restarts at each forward pass -----
+    placed = []
+    by_req = {}
+    for r in rows:
+        by_req.setdefault(r[1], []).append(r)
+    for req, rr in by_req.items():
+        last, kept = {}, []
+        for r in rr:                            # a record repeated line for line
+            prev = last.get(r[3])
+            if (prev is not None and prev[2] == r[2] and prev[4] == r[4]
+                    and np.array_equal(prev[5], r[5]) and np.array_equal(prev[6], r[6])):
+                bad(r[0], "duplicate", f"record (request {req}, position {r[2]}, layer {r[3]})"
+                                       f" already on line {prev[0]} (the same routing)")
+                continue
+            last[r[3]] = r
+            kept.append(r)
+        rr = kept
+        keys = [(r[2], r[3], r[4]) for r in rr if r[4] != "draft"]
+        if len(set(keys)) == len(keys):
+            placed.extend((r, r[2], r[4] or default_phase) for r in rr)
             continue
-        seen[key] = lineno
-        order = np.argsort(-wa, kind="stable")
+        try:
+            lay = forward_passes([r[3] for r in rr], [r[2] for r in rr], [r[4] for r in rr])
+        except DialectError as exc:
+            name = _request_name(rep, req)
+            msg = (f"request {name}: the token index repeats (it restarts at each forward "
+                   f"pass?) but {exc}")
+            if on_error == "raise":
+                raise TraceError(f"{path}:{rr[exc.index][0]}: {msg}") from None
+            rep.malformed["unplaceable"] += len(rr)
+            rep.issues.append((rr[exc.index][0], "unplaceable", msg + f" ({len(rr)} rows "
+                                                                     f"skipped)"))
+            continue
+        rep.reconstructed[_request_name(rep, req)] = (
+            f"token index restarts at each forward pass (first at line "
+            f"{rr[lay.first_restart][0]}): positions rebuilt from {lay.passes('prefill')} "
+            f"prefill pass(es) of {lay.tokens('prefill')} token(s) and "
+            f"{lay.passes('decode')} decode step(s)")
+        placed.extend((r, p, ph) for r, p, ph in zip(rr, lay.position, lay.phase))
+
+    # -- warm-up positions, repeated records ------------------------------------------------
+    cols = {c: [] for c in ("request", "position", "layer", "phase", "ids", "w", "scores",
+                            "line")}
+    seen = {}
+    for r, pos, ph in placed:
+        if pos < warm:
+            rep.dropped_warmup += 1
+            continue
+        key = (r[1], pos, r[3], ph)
+        if ph != "draft" and key in seen:
+            bad(r[0], "duplicate", f"record (request {_request_name(rep, r[1])}, position "
+                                   f"{pos}, layer {r[3]}, {ph}) already on line {seen[key]}")
+            continue
+        seen[key] = r[0]
+        order = np.argsort(-r[6], kind="stable")
         if (order != np.arange(len(order))).any():
             rep.sorted_rows += 1
-            rep.issues.append((lineno, "reordered", "ids reordered best first"))
-        cols["request"].append(vals["request"])
-        cols["position"].append(vals["position"])
-        cols["layer"].append(vals["layer"])
+            rep.issues.append((r[0], "reordered", "ids reordered best first"))
+        cols["request"].append(r[1])
+        cols["position"].append(pos)
+        cols["layer"].append(r[3])
         cols["phase"].append(PHASES.index(ph))
-        cols["ids"].append(np.asarray(ids)[order])
-        cols["w"].append(wa[order])
-        cols["scores"].append(sc)
-        cols["line"].append(lineno)
+        cols["ids"].append(r[5][order])
+        cols["w"].append(r[6][order])
+        cols["scores"].append(r[7])
+        cols["line"].append(r[0])
 
-    rows = len(cols["request"])
+    nrows = len(cols["request"])
     if k is None:
         k = 1
-    ids = np.asarray(cols["ids"], np.int64).reshape(rows, k)
-    w = np.asarray(cols["w"], np.float64).reshape(rows, k)
+    ids = np.asarray(cols["ids"], np.int64).reshape(nrows, k)
+    w = np.asarray(cols["w"], np.float64).reshape(nrows, k)
     if n_exp is None:
-        n_exp = int(ids.max()) + 1 if rows else 1
+        n_exp = int(ids.max()) + 1 if nrows else 1
         rep.notes.append(f"num_experts not given: {n_exp} inferred from the largest id "
                          f"(pass model= or num_experts= to check ids)")
     scores = None
-    if any_scores and rows:
+    if any_scores and nrows:
         lens = {len(s) for s in cols["scores"]}
         if lens != {n_exp}:
             raise TraceError(f"{path}: scores have {sorted(lens)} entries, expected {n_exp}")
         scores = np.stack(cols["scores"])
     sums = w.sum(axis=1)
     off = np.abs(sums - 1) > NORM_TOL
+    if preset is not None:
+        rep.router_mismatch, msg = router_norm_mismatch(sums, preset, NORM_TOL)
+        if msg:
+            rep.notes.append(msg)
     do_norm = renormalise == "topk" or (renormalise == "model" and preset.norm_topk_prob)
     if do_norm:
         zero = sums <= 0
@@ -823,34 +1059,87 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     else:
         rep.unnormalised_rows = int(off.sum())
     if layer_ids is None:
-        layer_ids = tuple(range(int(max(cols["layer"])) + 1)) if rows else (0,)
-        if rows:
+        top = max(cols["layer"] + list(rep.layers_logged or ()), default=0)
+        layer_ids = tuple(range(int(top) + 1))
+        if nrows:
             rep.notes.append(f"layers not given: {len(layer_ids)} layers 0..{layer_ids[-1]} "
                              f"assumed from the data (pass model= to check them)")
     notes = [f"imported from {path.name}"]
     if do_norm:
         notes.append(f"gate weights renormalised over the top-{k} ({renormalise})")
+    if rep.reconstructed:
+        notes.append(f"positions rebuilt from forward passes for {len(rep.reconstructed)} "
+                     f"request(s)")
+    if rep.request_names:
+        notes.append("request ids numbered from string ids: " + ", ".join(
+            f"{n}={i}" for n, i in list(rep.request_names.items())[:16]))
+    model_name = preset.name if preset else (meta_preset.name if meta_preset else
+                                             meta.get("model"))
     try:
         trace = RoutingTrace(
-            request=np.asarray(cols["request"], np.int64), position=np.asarray(cols["position"],
-                                                                               np.int64),
+            request=np.asarray(cols["request"], np.int64),
+            position=np.asarray(cols["position"], np.int64),
             layer=np.asarray(cols["layer"], np.int64), phase=np.asarray(cols["phase"], np.int64),
             expert_ids=ids, gate_weights=w, scores=scores, num_experts=n_exp,
-            layer_ids=layer_ids, model=preset.name if preset else meta.get("model"),
+            layer_ids=layer_ids, model=model_name,
             source=str(meta.get("source", path.name)), notes=notes)
     except TraceError as exc:
         raise TraceError(f"{path}: {exc}") from None
-    rep.rows = rows
-    for ph in PHASES[:2] + PHASES[3:]:
-        if (trace.phase == PHASES.index(ph)).any():
-            rep.tokens += trace.token_count(ph)
-            for lay, n in trace.missing_records(ph).items():
+    rep.rows = nrows
+    present_layers = set(int(x) for x in np.unique(trace.layer))
+    rep.layers_absent = tuple(l for l in layer_ids if l not in present_layers) if nrows else ()
+    for ph in PHASES:
+        n_ph = int((trace.phase == PHASES.index(ph)).sum())
+        if n_ph:
+            rep.phase_rows[ph] = n_ph
+        if not n_ph or ph == "draft":
+            continue
+        rep.tokens += trace.token_count(ph)
+        for lay, n in trace.missing_records(ph).items():
+            if lay in present_layers:
                 rep.missing_by_layer[lay] = rep.missing_by_layer.get(lay, 0) + n
-            for rr in trace.requests(ph):
-                span = int(rr.positions[-1]) - int(rr.positions[0]) + 1
-                rep.position_gaps += span - rr.tokens
-    rep.requests = len(np.unique(trace.request)) if rows else 0
+        for rr in trace.requests(ph):
+            span = int(rr.positions[-1]) - int(rr.positions[0]) + 1
+            rep.position_gaps += span - rr.tokens
+    rep.requests = len(np.unique(trace.request)) if nrows else 0
     return trace, rep
+
+
+def _request_name(rep, req) -> str:
+    """A request as the log names it (its string id when it had one)."""
+    for name, i in rep.request_names.items():
+        if i == req:
+            return repr(name)
+    return str(req)
+
+
+def describe_json(text, path="FILE") -> str | None:
+    """What a JSON document (not JSON lines) offered as a routing log is, and what to do with it;
+    None if it is not one document, or is a single routing record (a one-line log). Expert-usage
+    statistics (per-layer selection counts) are named as such
+    (:func:`~elmoe3d.sw.tracegen.usage_counts`)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(doc, dict) and any(a in doc for a in _ALIASES["expert_ids"]):
+        return None
+    from .tracegen import usage_counts
+    try:
+        layers = usage_counts(doc)
+    except UserError:
+        layers = None
+    if layers:
+        e = {len(c) for c in layers.values()}
+        return (f"expert-usage statistics (selection counts of {len(layers)} layer(s) x "
+                f"{'/'.join(str(x) for x in sorted(e))} experts), not a routing log: it holds "
+                f"no per-token routing. Use it to calibrate the synthetic generator: "
+                f"elmoe3d run --trace synthetic:{path} --model PRESET "
+                f"(elmoe3d.sw.tracegen.calibrate_from_usage)")
+    kind = type(doc).__name__
+    return (f"one JSON {'object' if kind == 'dict' else kind} spanning the file, not a "
+            f"routing log: a routing log has one JSON object a line (docs/traces.md, "
+            f"section 3)")
 
 
 # ---------------------------------------------------------------------------------------------

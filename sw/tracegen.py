@@ -36,7 +36,8 @@ from .models import model_preset
 from .trace import PHASES, RoutingTrace, TraceError
 
 
-__all__ = ["RoutingStats", "routing_stats", "expert_count_table", "count_skew",
+__all__ = ["RoutingStats", "routing_stats", "expert_count_table", "count_skew", "usage_counts",
+           "expert_usage", "calibrate_from_usage",
            "SyntheticRouting", "synthetic_trace", "fit_synthetic", "CALIBRATED"]
 
 
@@ -286,3 +287,107 @@ CALIBRATED = {
     "mixtral-8x7b": SyntheticRouting(zipf=0.45, correlation=0.3, temperature=1.8),
     "olmoe-1b-7b": SyntheticRouting(zipf=0.43, correlation=0.3, temperature=1.0),
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Expert-usage statistics (per-layer selection counts) as calibration input
+# ---------------------------------------------------------------------------------------------
+
+#: Keys under which an expert-usage document may nest its per-layer counts.
+_USAGE_KEYS = ("layers", "expert_counts", "counts", "usage")
+
+
+def usage_counts(doc) -> dict:
+    """Per-layer expert selection counts from a parsed JSON document: ``{layer name: counts [E]
+    float64}`` in document order.
+
+    Shapes read: a list of per-layer lists (layers named ``"0"``, ``"1"``, ...); an object of
+    layer name -> list (``{"encoder.block.1": [...], ...}``); either nested under ``layers``,
+    ``expert_counts``, ``counts`` or ``usage`` beside other keys (``model``, ``top_k``,
+    ``tokens``, ...). Counts are finite numbers >= 0 (counts or frequencies), every layer with
+    the same number of experts (>= 2), at least one pick in each layer.
+
+    Raises :class:`~elmoe3d.errors.UserError` naming the layer and what was expected."""
+    if isinstance(doc, dict):
+        nested = [k for k in _USAGE_KEYS if k in doc]
+        if len(nested) > 1:
+            raise UserError(f"expert usage: both {nested[0]!r} and {nested[1]!r} given")
+        if nested:
+            doc = doc[nested[0]]
+    if isinstance(doc, list):
+        items = [(str(i), v) for i, v in enumerate(doc)]
+    elif isinstance(doc, dict):
+        items = list(doc.items())
+    else:
+        raise UserError(f"expert usage: expected per-layer count lists, got "
+                        f"{type(doc).__name__}")
+    if not items:
+        raise UserError("expert usage: no layer")
+    out, width = {}, None
+    for name, v in items:
+        if not isinstance(v, list) or not all(isinstance(x, (int, float))
+                                              and not isinstance(x, bool) for x in v):
+            raise UserError(f"expert usage: layer {name!r}: expected a list of counts, got "
+                            f"{type(v).__name__}")
+        c = np.asarray(v, np.float64)
+        if len(c) < 2 or not np.isfinite(c).all() or (c < 0).any() or c.sum() <= 0:
+            raise UserError(f"expert usage: layer {name!r}: expected >= 2 finite counts >= 0 "
+                            f"with at least one pick")
+        if width is not None and len(c) != width:
+            raise UserError(f"expert usage: layer {name!r} has {len(c)} experts, the first "
+                            f"layer {width}")
+        width = len(c)
+        out[str(name)] = c
+    return out
+
+
+def expert_usage(path) -> dict:
+    """Read an expert-usage statistics file (JSON, :func:`usage_counts`): ``{layer name: counts
+    [E]}``. Raises :class:`UserError` naming the file on a missing, unreadable or malformed
+    file."""
+    import json
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such expert-usage file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read ({exc})") from None
+    except ValueError as exc:
+        raise UserError(f"{path}: not a JSON document ({exc.msg} at line {exc.lineno}); "
+                        f"expert-usage statistics are one JSON object or list") from None
+    try:
+        return usage_counts(doc)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+def calibrate_from_usage(model, usage, *, tokens=None, seed=0, zipf=None) -> tuple:
+    """:class:`SyntheticRouting` for ``model`` whose per-layer load skew matches expert-usage
+    statistics (``usage``: a path, or a parsed document that :func:`usage_counts` reads).
+
+    Target: the median over the usage's layers of the hot ratio (hottest expert's count / mean
+    count, :func:`count_skew`), matched by a grid search of ``zipf`` (default 0 .. 2 in steps of
+    0.05) at ``tokens`` tokens (default: the tokens the counts stand for, picks / top-k, within
+    256 .. 4000: sampling noise raises the hot ratio of few tokens); as for OLMoE's count table (:data:`CALIBRATED`), counts say
+    nothing of consecutive tokens or gate weights, so ``correlation`` is Mixtral's (0.3) and
+    ``temperature`` 1. Raises :class:`UserError` if the usage's expert count is not the model's.
+
+    Returns ``(params, {"target": hot ratio, "generated": hot ratio, "layers": n})``."""
+    preset = model_preset(model)
+    counts = usage_counts(usage) if isinstance(usage, (dict, list)) else expert_usage(usage)
+    widths = {len(c) for c in counts.values()}
+    if widths != {preset.routed_experts}:
+        raise UserError(f"expert usage: {'/'.join(str(w) for w in sorted(widths))} experts per "
+                        f"layer, {preset.name} routes over {preset.routed_experts}")
+    target = float(np.median([count_skew(c) for c in counts.values()]))
+    if tokens is None:
+        picks = float(np.median([c.sum() for c in counts.values()]))
+        tokens = int(np.clip(round(picks / preset.top_k), 256, 4000))
+    grid = zipf if zipf is not None else np.round(np.arange(0, 2.0001, 0.05), 2)
+    p, got = fit_synthetic(preset, {"hot_ratio_median": target}, tokens=tokens, seed=seed,
+                           grid={"zipf": tuple(float(z) for z in grid),
+                                 "correlation": (CALIBRATED["mixtral-8x7b"].correlation,),
+                                 "temperature": (1.0,)})
+    return p, {"target": target, "generated": got["hot_ratio_median"], "layers": len(counts),
+               "tokens": tokens}

@@ -16,8 +16,32 @@ PAPER_TABLE2 = {"qwen3-30b-a3b": (128, 0, 8), "glm-4.7-flash": (64, 1, 4),
 TRACES_README = {"mixtral-8x7b": (8, 2), "olmoe-1b-7b": (64, 8)}
 
 
-def test_the_seven_presets_exist():
-    assert set(MODEL_PRESETS) == set(PAPER_TABLE2) | set(TRACES_README) | {"qwen1.5-moe-a2.7b"}
+def test_the_eight_presets_exist():
+    assert set(MODEL_PRESETS) == (set(PAPER_TABLE2) | set(TRACES_README)
+                                  | {"qwen1.5-moe-a2.7b", "switch-base-128"})
+
+
+def test_switch_base_128_every_other_encoder_block_two_matrix_experts():
+    """google/switch-base-128: encoder_sparse_step=2 makes blocks 1, 3, ..., 11 sparse; top-1
+    of 128; ReLU experts wi [3072, 768] and wo [768, 3072]: 2 x 768 x 3072 weights."""
+    p = model_preset("switch-base-128")
+    assert list(p.moe_layer_ids) == [1, 3, 5, 7, 9, 11] and p.moe_layers == 6
+    assert (p.routed_experts, p.top_k, p.norm_topk_prob, p.ffn) == (128, 1, False, "relu")
+    assert p.expert_weights == 2 * 768 * 3072 and p.ffn_matrices == 2
+    assert model_preset("mixtral-8x7b").ffn_matrices == 3
+
+
+@pytest.mark.parametrize("model_id, name", [
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"),
+    ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b"), ("MIXTRAL-8x7b", "mixtral-8x7b"),
+    ("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
+    ("allenai/OLMoE-1B-7B-0924-Instruct", "olmoe-1b-7b"), ("google/switch-base-128",
+                                                          "switch-base-128"),
+    ("mistralai/Mixtral-8x22B-v0.1", None), ("Qwen/Qwen3-235B-A22B", None), ("gpt2", None)])
+def test_preset_for_model_id(model_id, name):
+    from elmoe3d.sw.models import preset_for_model_id
+    p = preset_for_model_id(model_id)
+    assert (p.name if p else None) == name
 
 
 @pytest.mark.parametrize("name", sorted(PAPER_TABLE2))

@@ -1,0 +1,282 @@
+"""Routing-log dialects found in the wild (elmoe3d.sw.trace.import_vllm_jsonl with
+elmoe3d.sw.routelog): flat meta lines and string request ids, profiling dummy passes, forward-pass
+indices, token_pos restarts, gate weights that disagree with the router, expert-usage statistics
+offered as a trace. Every fixture is ours (tests/routelog_dialects.py); the expected counts come
+from the fixture's layout, never from the importer."""
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import routelog_dialects as D
+from elmoe3d.errors import UserError
+from elmoe3d.sw.corpus import traces_dir
+from elmoe3d.sw.routelog import forward_passes, router_norm_mismatch, warmup_blocks
+from elmoe3d.sw.models import model_preset
+from elmoe3d.sw.trace import PHASES, TraceError, import_vllm_jsonl
+from elmoe3d.sw.tracegen import calibrate_from_usage, expert_usage, usage_counts
+
+COUNTED = ("records", "kept", "prefill", "decode", "warmup", "duplicates", "missing",
+           "layers_absent")
+
+
+def check_counts(rep, want):
+    got = rep.counts()
+    assert {k: got[k] for k in COUNTED} == {k: want[k] for k in COUNTED}
+    line = rep.counts_line()
+    assert f"{want['records']} records read, {want['kept']} kept" in line
+    assert f"{want['warmup']} warm-up" in line and f"{want['duplicates']} duplicate" in line
+
+
+def by_position(tr):
+    """``{(request, position, layer): (phase, ids, weights)}`` of a trace."""
+    return {(int(r), int(p), int(l)): (PHASES[ph], ids.tolist(), w)
+            for r, p, l, ph, ids, w in zip(tr.request, tr.position, tr.layer, tr.phase,
+                                           tr.expert_ids, tr.gate_weights)}
+
+
+# -- 1. flat meta line, "type": "route" records, string request ids ---------------------------
+
+def test_flat_meta_line_and_string_request_ids(tmp_path):
+    path = tmp_path / "meta.jsonl"
+    want = D.meta_route(path)
+    for model in ("mixtral-8x7b", None):            # None: the model from the meta line's id
+        tr, rep = import_vllm_jsonl(path, model=model)
+        check_counts(rep, want)
+        assert tr.model == "mixtral-8x7b" and tr.layer_ids == tuple(range(32))
+        assert rep.request_names == want["requests"] and rep.requests == 2
+        assert rep.other_records == Counter(want["other"])
+        assert rep.layers_logged == (0,) and rep.layers_absent == tuple(range(1, 32))
+        assert rep.missing_by_layer == {}            # absent layers are not "missing records"
+        assert "1..31" in "\n".join(rep.summary())
+    # every row as written, request r2 numbered 1
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    routes = [r for r in rows if r.get("type") == "route"]
+    got = by_position(tr)
+    for r in routes:
+        _, ids, w = got[(want["requests"][r["req_id"]], r["token_idx"], 0)]
+        assert ids == r["topk_ids"]
+        np.testing.assert_allclose(w, r["topk_weights"], rtol=1e-6)
+
+
+def test_meta_layers_logged_rejects_a_record_of_another_layer(tmp_path):
+    path = tmp_path / "meta.jsonl"
+    D.meta_route(path)
+    lines = path.read_text().splitlines()
+    extra = json.loads(lines[2])
+    extra["layer"], extra["token_idx"] = 5, 99
+    path.write_text("\n".join(lines[:3] + [json.dumps(extra)] + lines[3:]) + "\n")
+    with pytest.raises(TraceError, match=r":4: layer 5 is not in the meta line's layers_logged"):
+        import_vllm_jsonl(path)
+    _, rep = import_vllm_jsonl(path, on_error="warn")
+    assert rep.malformed == Counter({"bad-layer": 1})
+
+
+def test_meta_model_disagreeing_with_the_argument(tmp_path):
+    path = tmp_path / "meta.jsonl"
+    D.meta_route(path)
+    with pytest.raises(TraceError, match="is not olmoe-1b-7b"):
+        import_vllm_jsonl(path, model="olmoe-1b-7b")
+
+
+# -- 2. profiling dummy passes ------------------------------------------------------------------
+
+def test_profiling_dummy_blocks_are_detected_dropped_and_reported(tmp_path):
+    path = tmp_path / "warmup.jsonl"
+    want = D.warmup(path)
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b")
+    check_counts(rep, want)
+    assert [(a, b, n) for a, b, n, _ in rep.warmup_blocks] == want["blocks"]
+    assert "uniform gate weights" in rep.warmup_blocks[0][3]
+    assert "exactly as its layer's neighbour" in rep.warmup_blocks[1][3]
+    assert {r.request: r.tokens for r in tr.requests()} == want["tokens"]
+    text = "\n".join(rep.summary())
+    assert "lines 1-2048: 2048 records dropped as a warm-up" in text and "--keep-warmup" in text
+    # the kept rows are the real ones: no uniform row is left
+    assert not (tr.gate_weights[:, 0] == tr.gate_weights[:, 1]).any()
+
+
+def test_keep_warmup_imports_the_dummy_rows_and_says_what_they_break(tmp_path):
+    path = tmp_path / "warmup.jsonl"
+    D.warmup(path)
+    with pytest.raises(TraceError, match=":2817: no request field"):
+        import_vllm_jsonl(path, model="mixtral-8x7b", keep_warmup=True)
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", keep_warmup=True, on_error="warn")
+    assert rep.dropped_warmup == 0 and not rep.warmup_blocks
+    # the null-id block has no request; under request 0 the dummy's 64 positions and the real
+    # 24 repeat the index, so they are read as two forward passes, and the report says so
+    assert rep.malformed == Counter({"missing-field": 32 * 32})
+    assert len(tr) == (64 + 24 + 16) * 32 and "2 prefill pass(es) of 88" in rep.reconstructed["0"]
+
+
+def test_warmup_rule_needs_a_long_alike_run():
+    """Below the run length nothing is dropped; uniform weights of k = 1 are not evidence."""
+    lay = [0, 1] * 8
+    ids = [np.array([0, 1])] * 16
+    w = [np.array([0.5, 0.5])] * 16
+    assert [(b.start, b.stop) for b in warmup_blocks(lay, ids, w, min_rows=16)] == [(0, 16)]
+    assert warmup_blocks(lay, ids, w, min_rows=17) == []
+    rng = np.random.default_rng(0)
+    ids1 = [np.array([int(rng.integers(8))]) for _ in range(16)]
+    assert warmup_blocks(lay, ids1, [np.array([1.0])] * 16, min_rows=4) == []
+
+
+def test_warmup_tokens_argument_and_meta(tmp_path):
+    """--warmup N: the first N positions of every request (after the positions are rebuilt)."""
+    path = tmp_path / "tp.jsonl"
+    want = D.token_pos_restart(path)
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", warmup_tokens=3)
+    assert rep.dropped_warmup == 2 * 3 * 32            # (the missing record is position 4)
+    assert tr.position.min() == 3 and rep.rows == want["kept"] - rep.dropped_warmup
+
+
+# -- 3 and 4. the index is the row inside a forward pass ----------------------------------------
+
+@pytest.mark.parametrize("writer", [D.forward_pass_index, D.token_pos_restart])
+def test_positions_rebuilt_from_forward_passes(tmp_path, writer):
+    path = tmp_path / "passes.jsonl"
+    want = writer(path)
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b")
+    check_counts(rep, want)
+    assert not rep.malformed and rep.position_gaps == 0
+    assert set(rep.reconstructed) == {"0", "1"}
+    got = by_position(tr)
+    n = 0
+    for r, (p, d) in enumerate(zip(want["prompt"], want["decode_tokens"])):
+        for t in range(p + d):
+            for lay in range(32):
+                if (r, t, lay) not in got:
+                    continue
+                phase, ids, w = got[(r, t, lay)]
+                assert phase == ("prefill" if t < p else "decode")
+                assert ids == want["ids"][r, t, lay].tolist()
+                np.testing.assert_allclose(w, want["weights"][r, t, lay], rtol=1e-6)
+                n += 1
+    assert n == want["kept"]
+    assert tr.token_count("prefill") == sum(want["prompt"])
+    assert tr.token_count("decode") == sum(want["decode_tokens"])
+
+
+def test_a_pass_that_cannot_be_placed_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "passes.jsonl"
+    D.forward_pass_index(path)
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    # a 3-row pass of request 0 after its decode steps (a speculative verification?)
+    extra = [dict(rows[0], token_idx=i, layer=lay) for lay in range(32) for i in range(3)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows + extra))
+    first = len(rows) + 1
+    with pytest.raises(TraceError, match=rf":{first}: request 0: .*3 rows after decode steps"):
+        import_vllm_jsonl(path, model="mixtral-8x7b")
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", on_error="warn")
+    assert rep.malformed["unplaceable"] == (12 + 20 + 3) * 32
+    assert set(np.unique(tr.request)) == {1}                  # request 1 still imported
+
+
+def test_a_genuine_duplicate_in_a_pass_log_is_still_a_duplicate(tmp_path):
+    path = tmp_path / "passes.jsonl"
+    D.token_pos_restart(path)
+    lines = path.read_text().splitlines()
+    lines.insert(20, lines[19])
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=":21: .*already on line 20"):
+        import_vllm_jsonl(path, model="mixtral-8x7b")
+
+
+def test_forward_passes_rules():
+    # pass by pass, two layers: prefill of 3, two decode steps
+    lay = [0, 0, 0, 1, 1, 1, 0, 1, 0, 1]
+    idx = [0, 1, 2, 0, 1, 2, 0, 0, 0, 0]
+    out = forward_passes(lay, idx)
+    assert out.position == [0, 1, 2, 0, 1, 2, 3, 3, 4, 4]
+    assert out.pass_phase == ["prefill", "decode", "decode"] and out.sizes == [3, 1, 1]
+    # every pass one row: decode steps only (the prefill was not logged)
+    assert forward_passes([0, 0, 0], [0, 0, 0]).phase == ["decode"] * 3
+    # a repeat that does not restart at the first index is not a pass
+    with pytest.raises(ValueError, match="repeats without the index restarting"):
+        forward_passes([0, 0, 0, 0], [0, 1, 2, 1])
+    # layer by layer with an unequal number of passes
+    with pytest.raises(ValueError, match="cannot be matched across layers"):
+        forward_passes([0, 0, 0, 1, 1], [0, 1, 0, 0, 1])
+    # stated phases are kept; a draft log cannot be rebuilt
+    assert forward_passes([0, 0], [0, 0], ["decode", "decode"]).phase == ["decode"] * 2
+    with pytest.raises(ValueError, match="prefill and decode logs only"):
+        forward_passes([0, 0], [0, 0], ["verify", "verify"])
+
+
+def test_real_logs_are_read_as_before():
+    """The real Mixtral logs have unique positions and no warm-up block: nothing rebuilt or
+    dropped (their figures are pinned in test_trace_import.py)."""
+    for name in ("gsm8k_2_routing.jsonl", "humaneval_2_routing.jsonl"):
+        _, rep = import_vllm_jsonl(traces_dir() / name, model="mixtral-8x7b")
+        assert not rep.warmup_blocks and not rep.reconstructed and not rep.router_mismatch
+        assert rep.counts()["warmup"] == 0 and rep.counts()["prefill"] == 0
+
+
+# -- 5. gate weights against the model's router -------------------------------------------------
+
+@pytest.mark.parametrize("model, k, experts, layers, renormalised, flagged", [
+    ("mixtral-8x7b", 2, 8, 32, False, True), ("mixtral-8x7b", 2, 8, 32, True, False),
+    ("olmoe-1b-7b", 8, 64, 16, True, True), ("olmoe-1b-7b", 8, 64, 16, False, False)])
+def test_gate_weights_against_the_router(tmp_path, model, k, experts, layers, renormalised,
+                                         flagged):
+    path = tmp_path / "w.jsonl"
+    want = D.unrenormalised(path, renormalised=renormalised, k=k, experts=experts,
+                            layers=layers)
+    _, rep = import_vllm_jsonl(path, model=model)
+    assert rep.router_mismatch == (want["rows"] if flagged else 0)
+    text = "\n".join(rep.notes)
+    if flagged:
+        verb = "not summing to 1" if not renormalised else "summing to 1"
+        assert f"{want['rows']} of {want['rows']} rows have gate weights {verb}" in text
+        assert f"norm_topk_prob {'true' if not renormalised else 'false'}" in text
+    else:
+        assert "norm_topk_prob" not in text
+
+
+def test_router_mismatch_names_the_scaling_factor():
+    glm = model_preset("glm-4.7-flash")
+    n, msg = router_norm_mismatch(np.array([1.8, 1.8, 1.0]), glm, 1e-3)
+    assert n == 2 and "2 sum to the routed scaling factor 1.8" in msg
+
+
+# -- 6. expert-usage statistics -----------------------------------------------------------------
+
+def test_expert_usage_offered_as_a_trace_is_named(tmp_path):
+    path = tmp_path / "switch_usage.json"
+    D.switch_usage(path)
+    with pytest.raises(TraceError) as e:
+        import_vllm_jsonl(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: expert-usage statistics (selection counts of 6 layer(s) x "
+                          f"128 experts), not a routing log")
+    assert "--trace synthetic:" in msg and "column" not in msg
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"hello": "world"}, indent=2))
+    with pytest.raises(TraceError, match="one JSON object spanning the file, not a routing log"):
+        import_vllm_jsonl(other)
+
+
+def test_expert_usage_calibrates_the_generator(tmp_path):
+    path = tmp_path / "switch_usage.json"
+    doc = D.switch_usage(path)
+    counts = expert_usage(path)
+    assert list(counts) == list(doc["layers"]) and all(len(c) == 128 for c in counts.values())
+    params, fit = calibrate_from_usage("switch-base-128", path, tokens=512,
+                                       zipf=(0.0, 0.5, 1.0, 1.5))
+    assert fit["layers"] == 6 and fit["tokens"] == 512
+    # the grid point whose generated skew is nearest the target's
+    assert abs(fit["generated"] - fit["target"]) / fit["target"] < 0.25 and params.zipf > 0
+    with pytest.raises(UserError, match="128 experts per layer, mixtral-8x7b routes over 8"):
+        calibrate_from_usage("mixtral-8x7b", path)
+
+
+@pytest.mark.parametrize("doc, words", [
+    ({"layers": {"a": [1, 2], "b": [1, 2, 3]}}, "layer 'b' has 3 experts"),
+    ([[1, -2]], "finite counts >= 0"), ({"layers": {"a": "x"}}, "expected a list of counts"),
+    ({"layers": {}}, "no layer"), ({"layers": [[1]], "counts": [[1]]}, "both"),
+    (3, "expected per-layer count lists")])
+def test_expert_usage_errors(doc, words):
+    with pytest.raises(UserError, match=words):
+        usage_counts(doc)
