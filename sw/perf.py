@@ -13,13 +13,19 @@ Per layer of a step (:class:`~.host.LayerWork` placed by :func:`~.host.place_lay
 expert on group g (G PEs, R tile rows, L lanes, ``rbn`` = ceil(tokens / R) row blocks split
 over the PEs as :mod:`.parallel` splits them), the same schemes as :func:`.parallel.compile_group`:
 
-* bytes: HB reads per PE = ``msb / G`` for an HB-resident expert (draft and verify alike); EXT
-  ring bytes (each multicast transfer once) = 0 (draft), LSB slice + the scale copies the LSB
-  GEMMs need (verify of a cached expert), the whole expert (uncached); pool-update writes add
-  ``msb / G`` to each bank of the home group, extra pool reads add ``msb`` to EXT;
+* bytes: HB reads from bank p = ``msb x I_p / I`` for an HB-resident expert (draft and
+  verify alike), ``I_p`` the intermediate channels of PE p's slice (:func:`channel_slices`:
+  ``I / G`` when ``I`` is a multiple of 32 x G, else whole 32-weight groups, the larger slices
+  on the lowest PEs); EXT ring bytes (each multicast transfer once) = 0 (draft), LSB slice +
+  the scale copies the LSB GEMMs need (verify of a cached expert), the whole expert
+  (uncached); pool-update writes add ``msb x I_p / I`` to bank p of the home group, extra pool
+  reads add ``msb`` to EXT;
 * compute per PE: MACs of its GEMMs (rows padded to whole row blocks) at the tile's peak:
   W4A8 GEMMs (DRAFT, MSB_ONLY, LSB_ONLY) at ``peak_macs_per_cycle(4)``, FULL ones at
   ``peak_macs_per_cycle(8)`` (one tensor-tile beat per cycle either way);
+* MXFP4 experts (GPT-OSS-20B: no LSB slice, the "MSB slice" is the whole 4-bit expert): every
+  GEMM is W4A8; a verify runs a cached expert as the draft does (HB only, tensor parallel, no
+  EXT) and an uncached one data-parallel from EXT;
 * link words (the group's descriptors run one at a time, each port moving
   ``aggregation_bytes_per_cycle``): draft: the row-max all-reduce and the down psums
   reduced into the root; verify of a cached expert: the MSB psums of the up/gate channel
@@ -48,7 +54,8 @@ from .host import LayerWork, Placement
 from .models import QUANT_GROUP, model_preset
 
 
-__all__ = ["ExpertCost", "LayerCost", "StepCost", "PerfModel", "token_slices"]
+__all__ = ["ExpertCost", "LayerCost", "StepCost", "PerfModel", "token_slices",
+           "channel_slices"]
 
 
 def token_slices(rbn: int, pes: int) -> list:
@@ -59,14 +66,28 @@ def token_slices(rbn: int, pes: int) -> list:
     return [base + (1 if p < extra else 0) for p in range(pes)]
 
 
+def channel_slices(channels: int, pes: int) -> list:
+    """Intermediate channels per PE of an HB-resident expert (up/gate split by output channel,
+    down by K, each PE's share in its own HB bank), in whole 32-weight groups: sizes differing
+    by at most one group, the larger ones on the lowest PEs. Equal when ``channels`` is a
+    multiple of 32 x ``pes`` (the only split :mod:`.parallel` compiles); otherwise, e.g.
+    GPT-OSS-20B's 2880 = 90 groups over 4 PEs: 736, 736, 704, 704 (the busiest bank and PE
+    carry 23/90 of the expert instead of 1/4: 2.2 % more time where the bank or the PE bounds
+    the layer; zero-padding to 3072 channels would cost 6.7 % more bytes and MACs)."""
+    groups = channels // QUANT_GROUP
+    base, extra = divmod(groups, pes)
+    return [(base + (1 if p < extra else 0)) * QUANT_GROUP for p in range(pes)]
+
+
 @dataclass
 class ExpertCost:
     """One expert on one group in one layer-step."""
 
     expert: int
     tokens: int
-    kind: str                  # "draft", "cached" (verify, MSB-TP + LSB-DP), "uncached"
-    hb_bytes_pe: float         # HB bytes read from each of the group's banks
+    kind: str                  # "draft", "cached" (verify: MSB-TP + LSB-DP; MXFP4: HB TP),
+                               # "uncached"
+    hb_bytes: list             # HB bytes read from each of the group's banks
     ext_bytes: float           # EXT ring bytes (multicast transfers once)
     w4_macs: list              # per PE
     w8_macs: list              # per PE
@@ -125,8 +146,11 @@ class PerfModel:
     """The analytical model (module docstring) for ``arch`` and ``model`` (a preset name or
     :class:`~.models.ModelPreset`, e.g. :func:`.host.synthetic_model`).
 
-    Raises ValueError naming ``model`` when its shapes do not split over the group as the
-    compiler splits them (intermediate size not a multiple of 32 x ``pes_per_group``)."""
+    An HB-resident expert is split over the group's PEs and banks by :func:`channel_slices`
+    (whole 32-weight groups; uneven when the intermediate size is not a multiple of 32 x
+    ``pes_per_group``). MXFP4 experts (GPT-OSS-20B) have no LSB slice: 4-bit weights
+    throughout, at the W4A8 peak; a verify runs a cached one as the draft runs it (HB-only
+    tensor parallelism) and streams an uncached one whole from EXT."""
 
     def __init__(self, arch: ArchConfig, model):
         if not isinstance(arch, ArchConfig):
@@ -135,11 +159,10 @@ class PerfModel:
         self.model = model_preset(model)
         self.pe = arch.pe
         G = arch.pes_per_group
-        if self.model.expert_intermediate % (QUANT_GROUP * G):
-            raise ValueError(f"model: {self.model.name}'s intermediate size "
-                             f"{self.model.expert_intermediate} does not split into {G} "
-                             f"slices of whole 32-weight groups")
         self.G = G
+        #: Intermediate channels of each PE's slice (:func:`channel_slices`).
+        self.slices = channel_slices(self.model.expert_intermediate, G)
+        self._share = [i / self.model.expert_intermediate for i in self.slices]
         self.hb_bpc = arch.hb_bytes_per_cycle
         self.ext_bpc = min(arch.ext_gbps, arch.streamline_gbps) / arch.clock_ghz
         self.link_bpc = arch.aggregation_bytes_per_cycle
@@ -168,29 +191,37 @@ class PerfModel:
         """Bytes, MACs and link words of one expert with ``tokens`` tokens on a group."""
         G, R, L = self.G, self.pe.rows, self.pe.lanes
         H, I = self.model.hidden, self.model.expert_intermediate
+        Ip = self.slices
         rbn = -(-tokens // R)
         rows = rbn * R
         wpr = R * L // self.pe.q24_per_word
-        n_cb, d_cb = 2 * I // L, H // L
+        d_cb = H // L
         Ga = I // 32
-        if phase == "draft":
+        mxfp4 = self.model.expert_format == "mxfp4"
+        hb = [self.msb * s for s in self._share]
+        if phase == "draft" or (cached and mxfp4):
             if not cached:
                 raise ValueError(f"expert {e}: a draft runs HB-resident experts only")
-            w4 = [rows * (2 * I // G) * H + rows * H * (I // G)] * G
+            w4 = [rows * 2 * i * H + rows * H * i for i in Ip]
             link = -(-rows // self.pe.q16_per_word) + d_cb * rbn * wpr
-            return ExpertCost(e, tokens, "draft", self.msb / G, 0.0, w4, [0] * G, link)
+            return ExpertCost(e, tokens, "draft" if phase == "draft" else "cached", hb, 0.0,
+                              w4, [0] * G, link)
         rbs = token_slices(rbn, G)
         if cached:
-            q_n = sum(1 for r in rbs if r)
+            owners = [p for p in range(G) if rbs[p]]
             ug_scales = self.scale_bytes * 2 / 3
-            ext = self.lsb + self.scale_bytes / 3 + ug_scales * (G if q_n >= 2 else G - 1) / G
-            w4 = [(rbn - r) * R * (2 * I // G) * H + (G - 1) * r * R * (2 * I // G) * H
-                  + rows * H * (I // G) + r * R * H * I for r in rbs]
-            w8 = [r * R * (2 * I // G) * H for r in rbs]
-            link = n_cb // G * wpr * rbn * (G - 1) + rbn * Ga + d_cb * rbn * wpr
-            return ExpertCost(e, tokens, "cached", self.msb / G, ext, w4, w8, link)
-        w8 = [r * R * (2 * I) * H + r * R * H * I for r in rbs]
-        return ExpertCost(e, tokens, "uncached", 0.0, self.msb + self.lsb, [0] * G, w8, 0)
+            # a slice's up/gate scale copies go (multicast, once) to the other token owners
+            copied = sum(s for o, s in enumerate(self._share) if any(q != o for q in owners))
+            ext = self.lsb + self.scale_bytes / 3 + ug_scales * copied
+            w4 = [(rbn - r) * R * 2 * Ip[p] * H + r * R * 2 * (I - Ip[p]) * H
+                  + rows * H * Ip[p] + r * R * H * I for p, r in enumerate(rbs)]
+            w8 = [r * R * 2 * Ip[p] * H for p, r in enumerate(rbs)]
+            link = sum(2 * Ip[o] // L * wpr * (rbn - rbs[o]) for o in range(G)) \
+                + rbn * Ga + d_cb * rbn * wpr
+            return ExpertCost(e, tokens, "cached", hb, ext, w4, w8, link)
+        macs = [r * R * (2 * I * H + H * I) for r in rbs]
+        w4, w8 = (macs, [0] * G) if mxfp4 else ([0] * G, macs)
+        return ExpertCost(e, tokens, "uncached", [0.0] * G, self.msb + self.lsb, w4, w8, 0)
 
     # -- a layer and a step -----------------------------------------------------------------
     def layer(self, work, placement, *, phase, step_tokens, writes=()) -> LayerCost:
@@ -205,29 +236,30 @@ class PerfModel:
         for g, ex in enumerate(placement.groups):
             if not ex and not any(w.group == g for w in writes):
                 continue
-            hb_pe = 0.0
+            hb_pe = [0.0] * G
             w4, w8 = [0] * G, [0] * G
             words = 0
             for e, n in sorted(ex.items()):
                 c = self.expert(e, n, phase=phase, cached=e in placement.cached[g])
                 experts.append(c)
-                hb_pe += c.hb_bytes_pe
+                hb_pe = [a + b for a, b in zip(hb_pe, c.hb_bytes)]
                 ext += c.ext_bytes
                 w4 = [a + b for a, b in zip(w4, c.w4_macs)]
                 w8 = [a + b for a, b in zip(w8, c.w8_macs)]
                 words += c.link_words
             if ex and phase == "verify":
                 words += -(-step_tokens // R) * R * self.model.hidden // self.pe.q24_per_word
-            wr = sum(self.msb / G for w in writes if w.group == g)
+            n_wr = sum(1 for w in writes if w.group == g)
+            wr = [n_wr * self.msb * s for s in self._share]
             ext += sum(self.msb for w in writes if w.group == g and w.extra)
             per_pe = [a / self.peak4 + b / self.peak8 for a, b in zip(w4, w8)]
             compute = max(per_pe)
             tile += sum(per_pe)
             lb = words * self.pe.word_bytes
-            groups[g] = {"hb": (hb_pe + wr) / self.hb_bpc, "compute": compute,
-                         "link": lb / self.link_bpc}
-            hb_read += hb_pe * G
-            hb_write += wr * G
+            groups[g] = {"hb": max(a + b for a, b in zip(hb_pe, wr)) / self.hb_bpc,
+                         "compute": compute, "link": lb / self.link_bpc}
+            hb_read += sum(hb_pe)
+            hb_write += sum(wr)
             link_b += lb
             macs += sum(w4) + sum(w8)
         ext_cycles = ext / self.ext_bpc
