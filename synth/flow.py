@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -53,7 +54,8 @@ from .liberty import Liberty, adder_techmap
 
 
 __all__ = ["SynthResult", "SynthError", "yosys_command", "yosys_script", "cache_key",
-           "synthesize", "FLOW_VERSION", "ABC_SCRIPT", "LIBERTY_NAME"]
+           "synthesize", "read_stat", "stat_cells", "FLOW_VERSION", "ABC_SCRIPT",
+           "LIBERTY_NAME"]
 
 
 #: Bumped whenever the script changes in a way that changes results (part of the cache key).
@@ -189,12 +191,99 @@ def cache_key(rtlil: str, stubs: str, liberty_bytes: bytes, script: str, adders:
 _LATCH = re.compile(r"(?i)\$_?dlatch|\$_?sr_|\$_?dlatchsr")
 
 
-def _parse(name, stat_path, check_path, lib: Liberty, key, seconds):
-    data = json.loads(Path(stat_path).read_text())
-    module = data["modules"].get("\\top") or next(iter(data["modules"].values()))
-    by_type = module.get("num_cells_by_type", {})
+#: A number JSON has no spelling for, as Yosys prints it (``%f`` of NaN or infinity) and as
+#: Python's ``json`` would otherwise accept it (``NaN``, ``Infinity``).
+_NOT_A_NUMBER = re.compile(r"-?(?:nan|inf(?:inity)?)\b", re.IGNORECASE)
+
+
+class _Constant(ValueError):
+    pass
+
+
+def _reject_constant(name):
+    raise _Constant(name)
+
+
+def read_stat(path, *, label: str, error=None) -> dict:
+    """Yosys' ``stat -json`` output in ``path`` as a dict.
+
+    Raises ``error`` (default :class:`SynthError`; one line beginning with ``label``, which
+    names the block and the file) for a file that is not strict JSON, naming the line: log
+    lines among the JSON, ``nan`` or ``inf`` where a number belongs, a cut-off file; or one
+    without a ``modules`` object."""
+    error = error or SynthError
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as exc:
+        raise error(f"{label}: cannot read it ({exc.strerror})") from None
+    if not text.strip():
+        raise error(f"{label}: empty file")
+    lines = text.splitlines()
+
+    def quote(lineno):
+        line = " ".join(lines[lineno - 1].split()) if 0 < lineno <= len(lines) else ""
+        return f": {line if len(line) <= 60 else line[:57] + '...'!r}" if line else ""
+
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except _Constant as exc:
+        m = re.search(rf"[:\[,]\s*({re.escape(str(exc))})\b", text)
+        lineno = text.count("\n", 0, m.start(1)) + 1 if m else 0
+        raise error(f"{label}, line {lineno}: {str(exc)!r} is not a number"
+                    f"{quote(lineno)}") from None
+    except json.JSONDecodeError as exc:
+        word = _NOT_A_NUMBER.match(text, exc.pos)
+        if not text[exc.pos:].strip():
+            why = "the file ends inside the JSON (cut off)"
+        elif word and exc.msg == "Expecting value":
+            why = f"{word.group(0)!r} is not a number"
+        else:
+            why = f"not JSON ({exc.msg})"
+        raise error(f"{label}, line {exc.lineno}: {why}{quote(exc.lineno)}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("modules"), dict):
+        raise error(f"{label}: no 'modules' object (not the output of stat -json)")
+    return data
+
+
+def stat_cells(data: dict, top: str, *, label: str, error=None) -> dict:
+    """``num_cells_by_type`` of module ``top`` in :func:`read_stat`'s ``data``: cell type ->
+    count. Raises ``error`` (default :class:`SynthError`, beginning with ``label``) when
+    ``top`` is missing (unless it is the only module), when the module has no per-cell counts
+    (``num_cells_by_type`` absent, or empty while ``num_cells`` is not 0) or a count is not a
+    non-negative integer."""
+    error = error or SynthError
+    modules = data["modules"]
+    module = modules.get(f"\\{top}", modules.get(top))
+    if module is None:
+        if len(modules) != 1:
+            raise error(f"{label}: no module {top} (modules: "
+                        f"{', '.join(m.lstrip(chr(92)) for m in modules) or 'none'})")
+        top, module = next(iter(modules.items()))
+        top = top.lstrip("\\")
+    by_type = module.get("num_cells_by_type") if isinstance(module, dict) else None
+    if not isinstance(by_type, dict):
+        raise error(f"{label}: module {top} has no per-cell counts ('num_cells_by_type')")
+    for cell, n in by_type.items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise error(f"{label}: module {top}, cell {cell}: count {n!r} is not a "
+                        f"non-negative integer")
+    num = module.get("num_cells")
+    if not by_type and isinstance(num, int) and num > 0:
+        raise error(f"{label}: module {top} has {num} cells but no per-cell counts "
+                    f"('num_cells_by_type' is empty)")
+    return dict(by_type)
+
+
+def _parse(name, stat_path, check_path, lib: Liberty, key, seconds, *, shown):
+    label = f"{name}: Yosys statistics {shown}"
+    by_type = stat_cells(read_stat(stat_path, label=label), "top", label=label)
     cells = {t: n for t, n in by_type.items() if t in lib.cells}
     blackboxes = {t: n for t, n in by_type.items() if t not in lib.cells}
+    for t, n in cells.items():
+        area = lib.cells[t].area
+        if not (math.isfinite(area) and area >= 0):   # read_liberty refuses such cells
+            raise SynthError(f"{name}: {lib.path}: cell {t} (used {n} times) has no usable "
+                             f"area ({area!r})")
     latches = sum(n for t, n in blackboxes.items() if _LATCH.search(t))
     area = sum(lib.cells[t].area * n for t, n in cells.items())
     seq_area = sum(lib.cells[t].area * n for t, n in cells.items() if lib.cells[t].sequential)
@@ -211,7 +300,9 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
 
     ``stubs``: Verilog black-box modules for the instances the RTLIL leaves open.
     ``cache_dir``: read and write ``<key>.json`` there. ``keep``: copy the work folder (log,
-    scripts) there. Raises :class:`SynthError` with the end of the Yosys log on failure."""
+    scripts) there. Raises :class:`SynthError` with the end of the Yosys log on failure, and
+    naming the file and the line when Yosys' statistics cannot be read (:func:`read_stat`,
+    :func:`stat_cells`; the file is kept as ``<cache_dir>/<key>.failed.stat.json``)."""
     lib_bytes = Path(liberty.path).read_bytes()
     adders = adder_techmap(liberty) or ""
     script = yosys_script(stubs=bool(stubs), adders=bool(adders))
@@ -248,7 +339,20 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
                 (work / "yosys.log").is_file() else proc.stderr
             err = [ln for ln in log.splitlines() if "ERROR" in ln] or log.splitlines()[-3:]
             raise SynthError(f"{name}: yosys failed: {' | '.join(err)[:400]}")
-        result = _parse(name, work / "stat.json", work / "check.txt", liberty, key, seconds)
+        if keep is not None:
+            shown = Path(keep) / "stat.json"
+        elif cache_dir is not None:                 # written there if it cannot be read
+            shown = Path(cache_dir) / f"{key}.failed.stat.json"
+        else:
+            shown = "stat.json"
+        try:
+            result = _parse(name, work / "stat.json", work / "check.txt", liberty, key, seconds,
+                            shown=shown)
+        except SynthError:
+            if keep is None and cache_dir is not None:
+                shown.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(work / "stat.json", shown)
+            raise
     if cache_dir is not None:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         tmp_path = Path(cache_dir) / f".{key}.{os.getpid()}.tmp"

