@@ -70,6 +70,8 @@ BACKENDS = ("golden", "rtl", "fpga", "perf")
 SCHEDULES = ("elastic", "replay")
 #: Real traces by name (files in :func:`elmoe3d.sw.corpus.traces_dir`).
 NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
+#: ``--trace synthetic:USAGE.json``: synthetic routing calibrated on expert-usage statistics.
+SYNTHETIC_PREFIX = "synthetic:"
 #: What a run with no HB slot does under Elastic-SD (printed, and the run's ``note``).
 NO_POOL_NOTE = ("no HB slots: Elastic-SD has no pool to draft from, so the draft cannot run; "
                 "every token decoded autoregressively (AR, FULL), every expert streamed from "
@@ -85,9 +87,11 @@ CSV_COLUMNS = ("run", "depth", "step", "kind", "iteration", "tokens", "produced"
 def configure(parser) -> None:
     parser.add_argument("--trace", required=True, metavar="FILE",
                         help="routing trace: vLLM-style .jsonl or canonical .npz; 'gsm8k' or "
-                             "'humaneval' for the real Mixtral traces")
+                             "'humaneval' for the real Mixtral traces; synthetic:USAGE.json "
+                             "for synthetic routing calibrated on expert-usage statistics")
     parser.add_argument("--model", default=None, metavar="PRESET",
-                        help="model preset (e.g. mixtral-8x7b; default: the .npz trace's model)")
+                        help="model preset (e.g. mixtral-8x7b; default: the .npz trace's model "
+                             "or the JSONL meta line's)")
     parser.add_argument("--config", default="small", metavar="NAME",
                         help=f"architecture preset: {', '.join(CONFIGS)} (default small)")
     parser.add_argument("--backend", default="perf", metavar="NAME",
@@ -97,6 +101,12 @@ def configure(parser) -> None:
                              "(decoder-layer indices; default all)")
     parser.add_argument("--tokens", type=int, default=None, metavar="N",
                         help="keep the trace's first N decode tokens (default all)")
+    parser.add_argument("--warmup", type=int, default=None, metavar="N",
+                        help="JSONL logs: drop the first N positions of every request as "
+                             "warm-up (besides the detected profiling dummy blocks)")
+    parser.add_argument("--keep-warmup", action="store_true",
+                        help="JSONL logs: keep every row read as warm-up (detected profiling "
+                             "dummy blocks, \"warmup\": true rows) as real routing")
     parser.add_argument("--schedule", default="elastic", metavar="NAME",
                         help="elastic (Elastic-SD draft/verify, default) or replay (plain "
                              "decode through the LRU cache)")
@@ -141,44 +151,99 @@ def configure(parser) -> None:
 # -- inputs -----------------------------------------------------------------------------------
 
 def resolve_trace(text) -> Path:
-    """The trace file of ``--trace`` (a named real trace or a path); UserError if missing."""
+    """The trace file of ``--trace`` (a named real trace, a path, or ``synthetic:USAGE``'s
+    usage file); UserError if missing."""
     from .sw.corpus import traces_dir
+    text = str(text)
+    usage = text.startswith(SYNTHETIC_PREFIX)
     if text in NAMED_TRACES:
         path = traces_dir() / NAMED_TRACES[text]
     else:
-        path = Path(text)
+        path = Path(text[len(SYNTHETIC_PREFIX):] if usage else text)
     if not path.is_file():
         raise UserError(f"--trace {text}: no such file {path}")
+    if usage:
+        return path
     if path.suffix.lower() not in (".jsonl", ".npz", ".json"):
         raise UserError(f"--trace {text}: expected a .jsonl routing log or a .npz trace, "
                         f"got {path.suffix or 'no suffix'}")
     return path
 
 
-def load_trace(path: Path, model):
-    """``(RoutingTrace, preset, import note)``; the model from ``--model`` or the .npz."""
+def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False, tokens=None,
+               seed=0):
+    """``(RoutingTrace, preset, import report or None, import note)``; the model from
+    ``--model``, the .npz, or the JSONL meta line. ``usage``: ``path`` is expert-usage
+    statistics, and the trace is synthetic routing calibrated on them
+    (:func:`~elmoe3d.sw.tracegen.calibrate_from_usage`), ``tokens`` tokens."""
     from .sw.models import model_preset
-    from .sw.trace import RoutingTrace, import_vllm_jsonl
-    if path.suffix.lower() == ".npz":
+    from .sw.trace import RoutingTrace, TraceError, import_vllm_jsonl
+    rep = None
+    if (warmup is not None or keep_warmup) and (usage or path.suffix.lower() == ".npz"):
+        raise UserError("--warmup / --keep-warmup: only for JSONL routing logs")
+    if usage:
+        from .sw.tracegen import calibrate_from_usage, synthetic_trace
+        if model is None:
+            raise UserError("--model: required with --trace synthetic:FILE")
+        params, fit = calibrate_from_usage(model, path)
+        tr = synthetic_trace(model, params, tokens=tokens or 256, seed=seed)
+        name = model
+        note = (f"synthetic routing, {tr.token_count()} tokens, zipf {params.zipf} fitted on "
+                f"{fit['layers']} layer(s) of {path.name} (hot ratio {fit['target']:.2f}, "
+                f"generated {fit['generated']:.2f})")
+    elif path.suffix.lower() == ".npz":
         tr = RoutingTrace.load(path)
         name = model or tr.model
         if name is None:
             raise UserError(f"--model: {path.name} names no model; give --model PRESET")
         note = f"{len(tr)} rows"
     else:
-        if model is None:
-            raise UserError("--model: required with a JSONL routing log (e.g. mixtral-8x7b)")
-        from .sw.trace import TraceError
         try:
-            tr, rep = import_vllm_jsonl(path, model=model)
+            tr, rep = import_vllm_jsonl(path, model=model, warmup_tokens=warmup,
+                                        keep_warmup=keep_warmup)
         except TraceError as exc:
-            raise UserError(f"{exc} (read as --model {model})") from None
-        name = model
-        note = f"{rep.rows} rows, {rep.tokens} tokens, {rep.missing_records} records missing"
+            raise UserError(f"{exc}" + (f" (read as --model {model})" if model else "")) \
+                from None
+        name = model or tr.model
+        if name is None or rep.notes and any(n.startswith("meta model") for n in rep.notes):
+            raise UserError(f"--model: required with {path.name} (its meta line names no "
+                            f"known preset), e.g. --model mixtral-8x7b")
+        note = rep.counts_line()
     p = model_preset(name)
     from .sw.host import check_model_trace
     check_model_trace(tr, p)
-    return tr, p, note
+    return tr, p, rep, note
+
+
+def _check_ffn(model):
+    """Refuse a preset whose experts the backends cannot run (UserError, one line)."""
+    if model.ffn != "swiglu":
+        raise UserError(f"--model {model.name}: its experts are two-matrix {model.ffn} FFNs, "
+                        f"not SwiGLU; the PE's VPU and the host compiler run SwiGLU experts "
+                        f"only (the preset serves routing statistics and trace calibration: "
+                        f"elmoe3d.sw.tracegen)")
+
+
+def check_layer_coverage(trace, model, layers, asked) -> list:
+    """The MoE layers of ``layers`` that the trace has no record of, after refusing a run that
+    would report figures for them: every layer of ``layers`` must have records (``asked``: they
+    came from ``--layers``). Raises :class:`UserError` naming the absent and the logged
+    layers."""
+    import numpy as np
+    from .sw.trace import _span_text
+    have = set(int(x) for x in np.unique(trace.layer))
+    absent = [x for x in layers if x not in have]
+    if not absent:
+        return []
+    logged = sorted(have & set(model.moe_layer_ids))
+    hint = (f"pass --layers {','.join(str(x) for x in logged)} to run the logged layer(s) only"
+            if logged else "the trace has no MoE layer of the model")
+    if asked:
+        raise UserError(f"--layers: layer(s) {_span_text(absent)} have no record in the trace; "
+                        f"{hint}")
+    raise UserError(f"--trace: {len(absent)} of {len(layers)} MoE layers of {model.name} have "
+                    f"no record ({_span_text(absent)}): figures over all layers would stand "
+                    f"for routing nobody logged; {hint}")
 
 
 def parse_acceptance(text):
@@ -217,13 +282,16 @@ def _nonneg(option, value):
 
 # -- the run ------------------------------------------------------------------------------------
 
-def _cache(model, arch, args, *, admit, real):
+def _cache(model, arch, args, *, admit, real, share=1.0):
+    """The HB expert cache of a run; ``share``: the fraction of the model's MoE layers the trace
+    logs, which get that share of the expert capacity (the other layers' slots are not theirs
+    to take)."""
     from .sw.hbcache import HBExpertCache, hb_capacity_bytes
     from .sw.host import reserved_hb_bytes
     dense, kv = reserved_hb_bytes(model) if real else (0, 0)
     dense = dense if args.dense_bytes is None else args.dense_bytes
     kv = kv if args.kv_bytes is None else args.kv_bytes
-    cap = hb_capacity_bytes(arch, dense_bytes=dense, kv_bytes=kv)
+    cap = int(hb_capacity_bytes(arch, dense_bytes=dense, kv_bytes=kv) * share)
     if args.hb_slots is not None:
         cap = min(cap, args.hb_slots * model.expert_msb_bytes)
     return HBExpertCache(capacity_bytes=cap, model=model, admit=admit), dense, kv
@@ -232,6 +300,7 @@ def _cache(model, arch, args, *, admit, real):
 def execute(args, *, progress_factory=None) -> dict:
     """Run everything ``args`` asks for and return the JSON document (no output written).
     ``progress_factory(total, description)`` returns a callable advanced once per step."""
+    import numpy as np
     from .config import ConfigError, preset
     from .sim.runner import resolve_seed
     from .sw import host
@@ -272,12 +341,22 @@ def execute(args, *, progress_factory=None) -> dict:
     path = resolve_trace(args.trace)
     if args.model is not None:
         from .sw.models import model_preset
-        model_preset(args.model)                   # an unknown preset fails before the import
-    trace, real_model, note = load_trace(path, args.model)
+        _check_ffn(model_preset(args.model))       # an unknown preset fails before the import
+    warmup = getattr(args, "warmup", None)
+    _nonneg("--warmup", warmup)
+    usage = str(args.trace).startswith(SYNTHETIC_PREFIX)
+    trace, real_model, report, note = load_trace(
+        path, args.model, warmup=warmup, keep_warmup=getattr(args, "keep_warmup", False),
+        usage=usage, tokens=args.tokens, seed=resolve_seed(args.seed))
+    _check_ffn(real_model)
     layers = host.parse_layers(args.layers, real_model)
     trace = host.limit_tokens(trace, args.tokens)
-    if not len(trace):
+    if not trace.phase_mask("decode").any():
         raise UserError(f"--trace {args.trace}: no decode tokens")
+    check_layer_coverage(trace.select(trace.phase_mask("decode")), real_model, layers,
+                         asked=args.layers is not None)
+    logged = len(set(np.unique(trace.layer[trace.phase_mask("decode")]).tolist())
+                 & set(real_model.moe_layer_ids))
     real = args.config != "small"
     model = real_model if real else host.synthetic_model(real_model)
     # every backend reports the perf model's figures: a model it cannot take is refused here
@@ -289,6 +368,8 @@ def execute(args, *, progress_factory=None) -> dict:
                         f"model cannot map it ({exc})") from None
     seed = resolve_seed(args.seed)
     doc = {"trace": str(path), "import": note, "model": real_model.name,
+           "import_counts": report.counts() if report else None,
+           "import_events": report.summary()[2:] if report else [],
            "shapes": {"hidden": model.hidden, "intermediate": model.expert_intermediate,
                       "synthetic": not real},
            "config": arch.name, "backend": backend, "schedule": schedule,
@@ -296,6 +377,11 @@ def execute(args, *, progress_factory=None) -> dict:
            "runs": []}
     if not real:
         doc["note"] = host.SYNTHETIC_NOTE.format(h=model.hidden, i=model.expert_intermediate)
+    if logged < real_model.moe_layers:
+        doc["hb_share"] = logged / real_model.moe_layers
+        doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+            f"the trace logs {logged} of {real_model.moe_layers} MoE layers: their experts get "
+            f"{logged}/{real_model.moe_layers} of the HB expert capacity, as in a full log")
     depths = args.depth if schedule == "elastic" else [None]
     board = None
     if backend == "fpga":
@@ -351,7 +437,8 @@ def _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acce
              real, board, progress_factory):
     from .sw import backends, host
     t0 = time.perf_counter()
-    cache, dense, kv = _cache(model, arch, args, admit=schedule == "replay", real=real)
+    cache, dense, kv = _cache(model, arch, args, admit=schedule == "replay", real=real,
+                              share=doc.get("hb_share", 1.0))
     note = None
     if cache.slots == 0:
         note = (NO_POOL_NOTE if schedule == "elastic" else
@@ -642,7 +729,9 @@ def run(args) -> int:
     out = Console(highlight=False)
     if not out.is_terminal:
         out.width = max(out.width, 200)
-    out.print(f"trace: {doc['trace']} ({doc['import']})")
+    out.print(f"trace: {doc['trace']} ({doc['import']})", soft_wrap=True)
+    for line in doc.get("import_events") or ():
+        out.print(f"import: {line}", soft_wrap=True)
     if doc.get("note"):
         out.print(f"note: {doc['note']}")
     out.print(summary_table(doc))

@@ -280,3 +280,99 @@ def test_expert_usage_calibrates_the_generator(tmp_path):
 def test_expert_usage_errors(doc, words):
     with pytest.raises(UserError, match=words):
         usage_counts(doc)
+
+
+# -- 7. every import prints its counts; a run over unlogged layers is refused -----------------
+
+def run_cli(capsys, *argv):
+    from elmoe3d.cli import main
+    code = main(["run", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+PERF = ("--config", "paper-8gb", "--backend", "perf", "--tokens", "8")
+
+
+@pytest.mark.parametrize("writer", [D.warmup, D.forward_pass_index, D.token_pos_restart])
+def test_run_prints_each_dialect_counts(tmp_path, capsys, writer):
+    path = tmp_path / "log.jsonl"
+    want = writer(path)
+    j = tmp_path / "r.json"
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
+                             "--json", str(j))
+    assert code == 0, err
+    first = out.splitlines()[0]
+    assert (f"({want['records']} records read, {want['kept']} kept ({want['prefill']} prefill, "
+            f"{want['decode']} decode); dropped: {want['warmup']} warm-up, 0 padding, "
+            f"{want['duplicates']} duplicate, 0 malformed; {want['missing']} (token, layer) "
+            f"records missing)") in first
+    doc = json.loads(j.read_text())
+    assert {k: doc["import_counts"][k] for k in COUNTED} == {k: want[k] for k in COUNTED}
+    assert doc["tokens"] == 8
+    if writer is D.warmup:
+        assert out.count("dropped as a warm-up (profiling dummy) block") == 2
+    else:
+        assert out.count("positions rebuilt from") == 2
+
+
+def test_run_refuses_a_log_of_one_layer_unless_layers_asks_for_it(tmp_path, capsys):
+    path = tmp_path / "meta.jsonl"
+    want = D.meta_route(path)
+    code, out, err = run_cli(capsys, "--trace", str(path), *PERF)
+    assert code == 2 and not out
+    assert err.strip().splitlines() == [
+        "elmoe3d run: error: --trace: 31 of 32 MoE layers of mixtral-8x7b have no record "
+        "(1..31): figures over all layers would stand for routing nobody logged; pass "
+        "--layers 0 to run the logged layer(s) only"]
+    code, out, err = run_cli(capsys, "--trace", str(path), *PERF, "--layers", "0:4")
+    assert code == 2 and "--layers: layer(s) 1..3 have no record in the trace" in err
+    j = tmp_path / "r.json"
+    code, out, err = run_cli(capsys, "--trace", str(path), *PERF, "--layers", "0",
+                             "--json", str(j))
+    assert code == 0, err
+    assert f"({want['records']} records read, {want['kept']} kept" in out
+    assert "31 layer(s) absent" in out and "1 of 32 MoE layers" in out
+    doc = json.loads(j.read_text())
+    assert doc["layers"] == [0] and doc["hb_share"] == 1 / 32
+    # one layer's share of the slots: the draft pool cannot hold all of layer 0's experts
+    esd = doc["runs"][0]["elastic_sd"]
+    assert doc["runs"][0]["hb_slots"] < 8 and esd["acceptance_rate"] < 0.9
+
+
+def test_run_warmup_options(tmp_path, capsys):
+    path = tmp_path / "tp.jsonl"
+    D.token_pos_restart(path)
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
+                             "--warmup", "3")
+    assert code == 0 and "dropped: 192 warm-up" in out
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
+                             "--warmup", "-1")
+    assert code == 2 and "--warmup -1: expected an integer >= 0" in err
+    wpath = tmp_path / "w.jsonl"
+    D.warmup(wpath)
+    code, out, err = run_cli(capsys, "--trace", str(wpath), "--model", "mixtral-8x7b", *PERF,
+                             "--keep-warmup")
+    assert code == 2 and f"{wpath}:2817: no request field" in err
+    code, out, err = run_cli(capsys, "--trace", "synthetic:" + str(tmp_path / "u.json"),
+                             "--model", "mixtral-8x7b", *PERF, "--keep-warmup")
+    assert code == 2 and "no such file" in err
+
+
+def test_run_on_expert_usage(tmp_path, capsys):
+    path = tmp_path / "switch_usage.json"
+    D.switch_usage(path)
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF)
+    assert code == 2 and "expert-usage statistics (selection counts of 6 layer(s) x 128" in err
+    assert "Traceback" not in err and "column" not in err
+    code, out, err = run_cli(capsys, "--trace", f"synthetic:{path}", "--model",
+                             "switch-base-128", *PERF)
+    assert code == 2 and "two-matrix relu FFNs, not SwiGLU" in err
+    # usage of the right width calibrates synthetic routing that runs
+    doc = {"layers": [list(range(1, 9))] * 4}
+    upath = tmp_path / "mixtral_usage.json"
+    upath.write_text(json.dumps(doc))
+    code, out, err = run_cli(capsys, "--trace", f"synthetic:{upath}", "--model",
+                             "mixtral-8x7b", *PERF)
+    assert code == 0, err
+    assert "synthetic routing, 8 tokens, zipf" in out.splitlines()[0]
