@@ -181,6 +181,9 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
     rep = None
     if (warmup is not None or keep_warmup) and (usage or path.suffix.lower() == ".npz"):
         raise UserError("--warmup / --keep-warmup: only for JSONL routing logs")
+    if warmup is not None and keep_warmup:
+        raise UserError("--warmup N drops positions as warm-up and --keep-warmup keeps every "
+                        "warm-up row: give one of them")
     if usage:
         from .sw.tracegen import calibrate_from_usage, synthetic_trace
         if model is None:
@@ -205,7 +208,7 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
             raise UserError(f"{exc}" + (f" (read as --model {model})" if model else "")) \
                 from None
         name = model or tr.model
-        if name is None or rep.notes and any(n.startswith("meta model") for n in rep.notes):
+        if name is None or model is None and any(n.startswith("meta model") for n in rep.notes):
             raise UserError(f"--model: required with {path.name} (its meta line names no "
                             f"known preset), e.g. --model mixtral-8x7b")
         note = rep.counts_line()
@@ -352,7 +355,7 @@ def execute(args, *, progress_factory=None) -> dict:
     layers = host.parse_layers(args.layers, real_model)
     trace = host.limit_tokens(trace, args.tokens)
     if not trace.phase_mask("decode").any():
-        raise UserError(f"--trace {args.trace}: no decode tokens")
+        raise UserError(f"--trace {args.trace}: no decode tokens ({note})")
     check_layer_coverage(trace.select(trace.phase_mask("decode")), real_model, layers,
                          asked=args.layers is not None)
     logged = len(set(np.unique(trace.layer[trace.phase_mask("decode")]).tolist())

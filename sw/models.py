@@ -366,13 +366,14 @@ def _model_words(text) -> tuple:
     base = str(text).strip().lower().rsplit("/", 1)[-1]
     words = [w for w in re.split(r"[-_]", base) if w]
     return tuple(w for w in words if w not in _VARIANT_WORDS
-                 and not re.fullmatch(r"v\d+(\.\d+)*|\d{4}", w))
+                 and not re.fullmatch(r"v\d+\.\d+(\.\d+)*|\d{4}", w))
 
 
 def preset_for_model_id(model_id) -> ModelPreset | None:
     """The preset a log's model id names, or None: a preset name, its Hugging Face repository,
     or a checkpoint of the same base model (organisation, version and variant words such as
-    ``Instruct``, ``FP8``, ``v0.1`` and 4-digit release dates ignored:
+    ``Instruct``, ``FP8``, dotted versions such as ``v0.1`` and 4-digit release dates ignored;
+    a generation such as ``V2`` is kept:
     ``mistralai/Mixtral-8x7B-Instruct-v0.1`` is ``mixtral-8x7b``)."""
     key = str(model_id).strip().lower()
     if key in MODEL_PRESETS:

@@ -12,8 +12,9 @@ access, no Amaranth), each for one kind of log seen in the wild (``docs/traces.m
   such row in a row, none uniform).
 * :func:`forward_passes` -- logs whose ``token_idx`` is the row inside a forward pass, not the
   token's position: a request's prefill pass logs rows 0..P-1 and every decode step logs row 0
-  again. The passes are found where a layer's index restarts, and the positions rebuilt as
-  ``offset of the pass + row - first row``; the first pass is the prefill (when it has more
+  again (or, indexed in the whole batch, rows a..a+P-1 and then its decode row). The passes are
+  found where a layer's index does not rise, and the positions rebuilt as ``offset of the pass
+  + row - the pass's first row``; the first pass is the prefill (when it has more
   than one row), later one-row passes are decode steps, multi-row passes before the first decode
   step are chunked prefill, and a multi-row pass after decode started (a speculative
   verification, or a new prompt on the same id) cannot be placed and is refused.
@@ -69,7 +70,7 @@ def _same(ids_a, w_a, ids_b, w_b) -> bool:
             and bool(np.all(np.abs(np.asarray(w_a) - np.asarray(w_b)) <= SAME_WEIGHT_TOL)))
 
 
-def warmup_blocks(layers, ids, weights, *, min_rows=WARMUP_MIN_ROWS) -> list:
+def warmup_blocks(layers, ids, weights, *, keys=None, min_rows=WARMUP_MIN_ROWS) -> list:
     """Warm-up blocks among records in file order.
 
     Parameters
@@ -77,6 +78,9 @@ def warmup_blocks(layers, ids, weights, *, min_rows=WARMUP_MIN_ROWS) -> list:
     layers : sequence of int [R]
     ids : sequence of int arrays [R][k]
     weights : sequence of float arrays [R][k]
+    keys : sequence [R], optional
+        Each record's (request, position) as logged: a record that repeats its layer's
+        previous one under the same key is a duplicated line, not evidence of a dummy pass.
     min_rows : int
         Fewest consecutive alike records that make a block (>= 2).
 
@@ -93,7 +97,8 @@ def warmup_blocks(layers, ids, weights, *, min_rows=WARMUP_MIN_ROWS) -> list:
         if len(w) > 1 and w.max() - w.min() <= UNIFORM_TOL:
             uniform[i] = True
         j = last.get(layers[i])
-        if j is not None and _same(ids[i], weights[i], ids[j], weights[j]):
+        if (j is not None and (keys is None or keys[i] != keys[j])
+                and _same(ids[i], weights[i], ids[j], weights[j])):
             repeated[i] = repeated[j] = True
         last[layers[i]] = i
     alike = uniform | repeated
@@ -153,14 +158,14 @@ def forward_passes(layers, index, phases=None) -> PassLayout:
     Passes are split where a layer's index does not rise (``index <= previous`` of that layer
     in the current pass): in file order across layers when the log interleaves layers (pass by
     pass), per layer when each layer's records are contiguous (layer by layer; the passes are
-    then matched by their order, and every layer must have as many). A restart must go back to
-    the request's first index (usually 0); anything else is a repeated position, not a new
-    pass. Raises :class:`DialectError` naming the row and the reason when the passes cannot be
+    then matched by their order, and every layer must have as many: a record missing from one
+    layer's decode steps cannot be placed). A pass's first row is its lowest index over the
+    layers (0 when the index is the row inside the request's part of the pass; the request's
+    first row in the batch when it is the row inside the whole batch). Raises :class:`DialectError` naming the row and the reason when the passes cannot be
     matched or placed."""
     n = len(layers)
     if phases is None:
         phases = [None] * n
-    base = min(index)
     # layer by layer: each layer's rows contiguous and in increasing layer order
     seq = [layers[0]] + [layers[i] for i in range(1, n) if layers[i] != layers[i - 1]]
     layer_major = len(seq) == len(set(seq)) and len(seq) > 1
@@ -173,9 +178,6 @@ def forward_passes(layers, index, phases=None) -> PassLayout:
             p, prev = 0, None
             for i in rows:
                 if prev is not None and index[i] <= index[prev]:
-                    if index[i] != base:
-                        raise DialectError(f"layer {lay}: row {index[i]} repeats without the "
-                                           f"index restarting at {base}", i)
                     p += 1
                     first_restart = i if first_restart is None else min(first_restart, i)
                 pass_of[i] = p
@@ -186,28 +188,27 @@ def forward_passes(layers, index, phases=None) -> PassLayout:
             hi = max(count, key=count.get)
             i = next(i for i in range(n) if layers[i] == lo)
             raise DialectError(f"the index restarts {count[hi] - 1} times in layer {hi} but "
-                               f"{count[lo] - 1} times in layer {lo}: its forward passes cannot "
-                               f"be matched across layers", i)
+                               f"{count[lo] - 1} times in layer {lo}, whose records are logged "
+                               f"layer by layer: which forward pass lacks a record cannot be "
+                               f"told, so its passes cannot be matched across layers", i)
     else:
         p, seen = 0, {}
         for i in range(n):
             lay = layers[i]
             if lay in seen and index[i] <= seen[lay]:
-                if index[i] != base:
-                    raise DialectError(f"layer {lay}: row {index[i]} repeats without the index "
-                                       f"restarting at {base}", i)
                 p += 1
                 seen = {}
                 first_restart = i if first_restart is None else first_restart
             seen[lay] = index[i]
             pass_of[i] = p
     passes = max(pass_of) + 1
+    base = [min(index[i] for i in range(n) if pass_of[i] == q) for q in range(passes)]
     size = [0] * passes
     stated = [set() for _ in range(passes)]
     first_row = [None] * passes
     for i in range(n):
         q = pass_of[i]
-        size[q] = max(size[q], index[i] - base + 1)
+        size[q] = max(size[q], index[i] - base[q] + 1)
         if phases[i] is not None:
             stated[q].add(phases[i])
         if first_row[q] is None:
@@ -233,7 +234,7 @@ def forward_passes(layers, index, phases=None) -> PassLayout:
         decode_seen |= ph == "decode"
         phase_of.append(ph)
     offset = np.concatenate([[0], np.cumsum(size)]).astype(int)
-    position = [int(offset[pass_of[i]] + index[i] - base) for i in range(n)]
+    position = [int(offset[pass_of[i]] + index[i] - base[pass_of[i]]) for i in range(n)]
     return PassLayout(position=position, phase=[phase_of[pass_of[i]] for i in range(n)],
                       sizes=size, pass_phase=phase_of,
                       first_restart=first_restart if first_restart is not None else 0)

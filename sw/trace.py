@@ -422,7 +422,8 @@ class ImportReport:
     meta : dict
         The meta line's content (empty if the file has none).
     records : int
-        Routing records read (lines that are neither the meta line nor another record type).
+        Records read: every non-empty line but the meta line and lines of another record type
+        (malformed lines included), so ``records = rows + dropped + malformed``.
     rows : int
         Rows kept in the trace.
     tokens, requests : int
@@ -538,6 +539,8 @@ class ImportReport:
                 f"{c['malformed']} malformed; {c['missing']} (token, layer) records missing")
         if self.layers_absent:
             text += f"; {len(self.layers_absent)} layer(s) absent"
+        if self.other_records:
+            text += f"; {sum(self.other_records.values())} line(s) of other record types skipped"
         return text
 
     def summary(self) -> list:
@@ -712,9 +715,11 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         try:
             obj = json.loads(line)
         except ValueError as exc:
+            rep.records += 1
             bad(lineno, "bad-json", f"not JSON ({exc.msg} at column {exc.colno})")
             continue
         if not isinstance(obj, dict):
+            rep.records += 1
             bad(lineno, "not-object", f"expected a JSON object, got {type(obj).__name__}")
             continue
         m = _meta_of(obj)
@@ -730,10 +735,12 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             rep.meta = dict(m)
             continue
         if m is not None:
+            rep.records += 1
             bad(lineno, "late-meta", "a meta line is only allowed as the first line")
             continue
         kind = obj.get("type", "route")
         if not isinstance(kind, str):
+            rep.records += 1
             bad(lineno, "bad-type", f"type must be a string, got {kind!r}")
             continue
         if kind not in ROUTE_TYPES:
@@ -935,7 +942,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     # -- warm-up blocks (profiling dummy passes) --------------------------------------------
     if not keep_warmup and rows:
         blocks = warmup_blocks([r[3] for r in rows], [r[5] for r in rows],
-                               [r[6] for r in rows], min_rows=warmup_min_rows)
+                               [r[6] for r in rows], min_rows=warmup_min_rows,
+                               keys=[(type(r[1]).__name__, r[1], r[2], r[4]) for r in rows])
         drop = np.zeros(len(rows), bool)
         for b in blocks:
             drop[b.start:b.stop] = True
@@ -954,7 +962,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         names = {}
         for r in rows:
             names.setdefault((type(r[1]).__name__, r[1]), len(names))
-        rep.request_names = {str(v): i for (_, v), i in names.items()}
+        rep.request_names = {v: i for (_, v), i in names.items()}
         rows = [(r[0], names[(type(r[1]).__name__, r[1])]) + r[2:] for r in rows]
         shown = ", ".join(f"{n!r} -> {i}" for n, i in list(rep.request_names.items())[:4])
         rep.notes.append(f"request ids are strings: numbered in order of first appearance "
@@ -966,23 +974,57 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     for r in rows:
         by_req.setdefault(r[1], []).append(r)
     for req, rr in by_req.items():
-        last, kept = {}, []
-        for r in rr:                            # a record repeated line for line
-            prev = last.get(r[3])
-            if (prev is not None and prev[2] == r[2] and prev[4] == r[4]
-                    and np.array_equal(prev[5], r[5]) and np.array_equal(prev[6], r[6])):
-                bad(r[0], "duplicate", f"record (request {req}, position {r[2]}, layer {r[3]})"
-                                       f" already on line {prev[0]} (the same routing)")
+        # the index restarts at each forward pass when a (layer, index) repeats with another
+        # routing; a repeat with the same routing is then a step like any other (two decode
+        # steps may route alike), and otherwise a duplicated line
+        first, restarts = {}, False
+        for r in rr:
+            if r[4] == "draft":
                 continue
-            last[r[3]] = r
-            kept.append(r)
-        rr = kept
-        keys = [(r[2], r[3], r[4]) for r in rr if r[4] != "draft"]
-        if len(set(keys)) == len(keys):
+            prev = first.setdefault((r[2], r[3], r[4]), r)
+            if prev is not r and not (np.array_equal(prev[5], r[5])
+                                      and np.array_equal(prev[6], r[6])):
+                restarts = True
+                break
+        if not restarts:
             placed.extend((r, r[2], r[4] or default_phase) for r in rr)
             continue
+        def passes(rows):
+            return forward_passes([r[3] for r in rows], [r[2] for r in rows],
+                                  [r[4] for r in rows])
+
         try:
-            lay = forward_passes([r[3] for r in rr], [r[2] for r in rr], [r[4] for r in rr])
+            try:
+                lay = passes(rr)
+            except DialectError:
+                # a line logged twice (same index and routing as its layer's previous record)
+                # adds a pass to its layer only: without such lines in the layers that restart
+                # more often than most, do the passes match?
+                restarts, last = Counter(), {}
+                for r in rr:
+                    if r[3] in last and r[2] <= last[r[3]][2]:
+                        restarts[r[3]] += 1
+                    last[r[3]] = r
+                usual = Counter(restarts[lay] for lay in last).most_common(1)[0][0]
+                excess = {lay: restarts[lay] - usual for lay in last if restarts[lay] > usual}
+                last, kept, dups = {}, [], []
+                for r in rr:
+                    prev = last.get(r[3])
+                    if (excess.get(r[3], 0) > 0 and prev is not None and prev[2] == r[2]
+                            and np.array_equal(prev[5], r[5]) and np.array_equal(prev[6], r[6])):
+                        dups.append((r, prev))
+                        excess[r[3]] -= 1
+                        continue
+                    last[r[3]] = r
+                    kept.append(r)
+                if not dups:
+                    raise
+                lay = passes(kept)
+                for r, prev in dups:
+                    bad(r[0], "duplicate", f"record (request {_request_name(rep, req)}, layer "
+                                           f"{r[3]}, index {r[2]}) repeats line {prev[0]} "
+                                           f"(already on line {prev[0]}, the same routing)")
+                rr = kept
         except DialectError as exc:
             name = _request_name(rep, req)
             msg = (f"request {name}: the token index repeats (it restarts at each forward "
@@ -1072,7 +1114,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                      f"request(s)")
     if rep.request_names:
         notes.append("request ids numbered from string ids: " + ", ".join(
-            f"{n}={i}" for n, i in list(rep.request_names.items())[:16]))
+            f"{n!r}={i}" for n, i in list(rep.request_names.items())[:16]))
     model_name = preset.name if preset else (meta_preset.name if meta_preset else
                                              meta.get("model"))
     try:
@@ -1109,7 +1151,7 @@ def _request_name(rep, req) -> str:
     """A request as the log names it (its string id when it had one)."""
     for name, i in rep.request_names.items():
         if i == req:
-            return repr(name)
+            return repr(name) if isinstance(name, str) else str(name)
     return str(req)
 
 

@@ -37,6 +37,8 @@ def test_switch_base_128_every_other_encoder_block_two_matrix_experts():
     ("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"),
     ("allenai/OLMoE-1B-7B-0924-Instruct", "olmoe-1b-7b"), ("google/switch-base-128",
                                                           "switch-base-128"),
+    ("deepseek-ai/DeepSeek-V2-Lite-Chat", "deepseek-v2-lite"),
+    ("deepseek-ai/DeepSeek-V3-Lite", None),
     ("mistralai/Mixtral-8x22B-v0.1", None), ("Qwen/Qwen3-235B-A22B", None), ("gpt2", None)])
 def test_preset_for_model_id(model_id, name):
     from elmoe3d.sw.models import preset_for_model_id

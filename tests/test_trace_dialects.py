@@ -74,11 +74,19 @@ def test_meta_layers_logged_rejects_a_record_of_another_layer(tmp_path):
     assert rep.malformed == Counter({"bad-layer": 1})
 
 
-def test_meta_model_disagreeing_with_the_argument(tmp_path):
+def test_meta_model_disagreeing_with_the_argument(tmp_path, capsys):
     path = tmp_path / "meta.jsonl"
     D.meta_route(path)
     with pytest.raises(TraceError, match="is not olmoe-1b-7b"):
         import_vllm_jsonl(path, model="olmoe-1b-7b")
+    # a model id no preset knows: noted; --model decides
+    text = path.read_text().replace("mistralai/Mixtral-8x7B-Instruct-v0.1", "acme/moe-9000")
+    path.write_text(text)
+    code, out, err = run_cli(capsys, "--trace", str(path), *PERF, "--layers", "0")
+    assert code == 2 and "--model: required with meta.jsonl" in err
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
+                             "--layers", "0")
+    assert code == 0 and "meta model 'acme/moe-9000' is not a known preset" in out
 
 
 # -- 2. profiling dummy passes ------------------------------------------------------------------
@@ -184,6 +192,76 @@ def test_a_genuine_duplicate_in_a_pass_log_is_still_a_duplicate(tmp_path):
         import_vllm_jsonl(path, model="mixtral-8x7b")
 
 
+def test_every_line_logged_twice_is_duplicates_not_warmup(tmp_path):
+    """Two tensor-parallel ranks logging the same records: every line twice in a row. The
+    copies are duplicates (counted); the originals are kept; nothing is read as warm-up."""
+    path = tmp_path / "w.jsonl"
+    want = D.warmup(path, dummy=(0, 0))
+    lines = path.read_text().splitlines()
+    path.write_text("".join(x + "\n" + x + "\n" for x in lines))
+    with pytest.raises(TraceError, match=":2: .*already on line 1"):
+        import_vllm_jsonl(path, model="mixtral-8x7b")
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", on_error="warn")
+    assert rep.counts()["duplicates"] == want["kept"] and rep.dropped_warmup == 0
+    assert len(tr) == want["kept"] and rep.records == 2 * want["kept"]
+
+
+def test_pass_log_with_two_decode_steps_routed_alike_and_a_line_logged_twice(tmp_path):
+    path = tmp_path / "passes.jsonl"
+    want = D.token_pos_restart(path)
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    # decode steps 3 and 4 of request 0 route alike in layer 2 (both logged at position 0)
+    dec = [i for i, r in enumerate(rows) if r["seq_id"] == 0 and r["layer_idx"] == 2
+           and r["token_pos"] == 0]
+    rows[dec[4]] = dict(rows[dec[4]], topk_ids=rows[dec[3]]["topk_ids"],
+                        topk_weights=rows[dec[3]]["topk_weights"])
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b")
+    assert rep.rows == want["kept"] and not rep.malformed
+    # ... and a line logged twice in that log is a duplicate, the rest placed
+    lines = path.read_text().splitlines()
+    lines.insert(20, lines[19])
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=":21: .*already on line 20"):
+        import_vllm_jsonl(path, model="mixtral-8x7b")
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", on_error="warn")
+    assert rep.malformed == Counter({"duplicate": 1}) and rep.rows == want["kept"]
+
+
+def test_a_missing_decode_record_in_a_layer_by_layer_pass_log_is_refused(tmp_path):
+    path = tmp_path / "passes.jsonl"
+    D.token_pos_restart(path, drop=((0, 3, 12),))
+    with pytest.raises(TraceError, match="request 0: .*restarts 14 times in layer 0 but 13 "
+                                         "times in layer 3.*which forward pass lacks a record"):
+        import_vllm_jsonl(path, model="mixtral-8x7b")
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", on_error="warn")
+    assert rep.malformed["unplaceable"] == (9 + 14) * 32 - 1 and set(tr.request) == {1}
+
+
+def test_mixed_integer_and_string_request_ids(tmp_path):
+    objs = [{"req_id": v, "layer": 0, "token_idx": 0, "experts": [1, 0],
+             "gating_probs": [0.6, 0.4]} for v in (0, "0", 1, "r1")]
+    path = D.write_lines(tmp_path / "m.jsonl", objs)
+    tr, rep = import_vllm_jsonl(path, num_experts=8)
+    assert rep.request_names == {0: 0, "0": 1, 1: 2, "r1": 3} and len(tr) == 4
+    assert "'0' -> 1" in "\n".join(rep.notes) and "0 -> 0" in "\n".join(rep.notes)
+
+
+@pytest.mark.parametrize("lines, words", [
+    ([], "0 records read, 0 kept"), (['{"type": "meta", "top_k": 2}'], "0 records read"),
+    (['{"meta": {"num_experts": 8}}', "{oops", "[1]"], "2 records read, 0 kept"),
+])
+def test_empty_logs_are_counted_and_run_says_so(tmp_path, capsys, lines, words):
+    path = tmp_path / "e.jsonl"
+    path.write_text("".join(x + "\n" for x in lines))
+    _, rep = import_vllm_jsonl(path, num_experts=8, on_error="warn")
+    assert words in rep.counts_line()
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF)
+    assert code == 2 and "Traceback" not in err
+    if not lines[1:]:
+        assert "no decode tokens (0 records read" in err
+
+
 def test_forward_passes_rules():
     # pass by pass, two layers: prefill of 3, two decode steps
     lay = [0, 0, 0, 1, 1, 1, 0, 1, 0, 1]
@@ -193,11 +271,12 @@ def test_forward_passes_rules():
     assert out.pass_phase == ["prefill", "decode", "decode"] and out.sizes == [3, 1, 1]
     # every pass one row: decode steps only (the prefill was not logged)
     assert forward_passes([0, 0, 0], [0, 0, 0]).phase == ["decode"] * 3
-    # a repeat that does not restart at the first index is not a pass
-    with pytest.raises(ValueError, match="repeats without the index restarting"):
-        forward_passes([0, 0, 0, 0], [0, 1, 2, 1])
+    # the index as the row in the whole batch: this request's prefill on rows 5..7, its
+    # decode steps on row 1: each pass starts at its own first row
+    out = forward_passes([0, 0, 0, 0, 0], [5, 6, 7, 1, 1])
+    assert out.position == [0, 1, 2, 3, 4] and out.sizes == [3, 1, 1]
     # layer by layer with an unequal number of passes
-    with pytest.raises(ValueError, match="cannot be matched across layers"):
+    with pytest.raises(ValueError, match="which forward pass lacks a record cannot be told"):
         forward_passes([0, 0, 0, 1, 1], [0, 1, 0, 0, 1])
     # stated phases are kept; a draft log cannot be rebuilt
     assert forward_passes([0, 0], [0, 0], ["decode", "decode"]).phase == ["decode"] * 2
@@ -354,6 +433,9 @@ def test_run_warmup_options(tmp_path, capsys):
     code, out, err = run_cli(capsys, "--trace", str(wpath), "--model", "mixtral-8x7b", *PERF,
                              "--keep-warmup")
     assert code == 2 and f"{wpath}:2817: no request field" in err
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
+                             "--keep-warmup", "--warmup", "2")
+    assert code == 2 and "give one of them" in err
     code, out, err = run_cli(capsys, "--trace", "synthetic:" + str(tmp_path / "u.json"),
                              "--model", "mixtral-8x7b", *PERF, "--keep-warmup")
     assert code == 2 and "no such file" in err
