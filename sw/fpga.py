@@ -16,6 +16,9 @@ imported only by :meth:`FpgaBoard.open`.
   frames collected whenever they arrive).
 * :class:`PipeTransport` -- an in-process byte pipe pair with the part of pyserial's ``Serial``
   API the driver uses, for tests and for the cocotb bench that serves the RTL board.
+* :class:`StepClock` -- a logical clock for the driver (``clock=``): time advances only while
+  the driver waits, one step at a time, the other end of the link taking its turn at each
+  step; so timeouts, retransmissions and deadlines count steps, not the machine's seconds.
 
 Errors: :class:`BoardError` (a :class:`~elmoe3d.errors.UserError`: the CLI prints one line)
 when no board answers, the port cannot be opened or fails mid-run (I/O errors), the board is
@@ -41,9 +44,9 @@ from .bridge import (ADDR_BYTES, CMD_BYTES, CREDIT_BYTES, EXT_STREAM_BYTES, VERS
                      pack_words, unpack_words)
 
 
-__all__ = ["BoardError", "PipeTransport", "ProgramSplit", "split_program", "FpgaBoard",
-           "FpgaRun", "DEFAULT_BAUD", "DEFAULT_DEADLINE_S", "WIRE_MARGIN", "wire_bytes",
-           "HostFPGAResult", "run_host_fpga"]
+__all__ = ["BoardError", "PipeTransport", "StepClock", "ProgramSplit", "split_program",
+           "FpgaBoard", "FpgaRun", "DEFAULT_BAUD", "DEFAULT_DEADLINE_S", "WIRE_MARGIN",
+           "wire_bytes", "HostFPGAResult", "run_host_fpga"]
 
 #: The UART rate of ``make fpga``'s bitstream unless told otherwise.
 DEFAULT_BAUD = 1_000_000
@@ -67,7 +70,41 @@ class _NoReply(BoardError):
     """No reply at all to a frame after the retries."""
 
 
-# -- transport ---------------------------------------------------------------------------------
+# -- clocks and transport ----------------------------------------------------------------------
+
+class StepClock:
+    """A logical clock for :class:`FpgaBoard` and :class:`PipeTransport` (``clock=``): it
+    reads ``waits x tick`` seconds and advances only when the driver waits (:meth:`wait`,
+    :meth:`sleep`), one ``tick`` per wait, after calling ``serve()``: the other end of the
+    link taking its turn (e.g. a model of the board reading what arrived and answering). The
+    driver, the link and the board then run in one thread, and every reply timeout,
+    retransmission, POLL pause and deadline of the driver is a count of turns: a run depends
+    only on its inputs, never on the machine's speed or load (what the tests use; real use
+    keeps ``time.monotonic``). ``tick``: seconds per wait (> 0)."""
+
+    def __init__(self, serve=None, *, tick=0.001):
+        if not (isinstance(tick, (int, float)) and tick > 0):
+            raise ValueError(f"tick: expected seconds > 0, got {tick!r}")
+        self.serve = serve
+        self.tick = float(tick)
+        self.waits = 0
+
+    def __call__(self) -> float:
+        return self.waits * self.tick
+
+    def wait(self) -> None:
+        """One turn: ``serve()``, then the clock advances one tick."""
+        if self.serve is not None:
+            self.serve()
+        self.waits += 1
+
+    def sleep(self, seconds: float) -> None:
+        """Wait until ``seconds`` have passed on this clock (at least one turn)."""
+        end = self() + seconds
+        self.wait()
+        while self() < end:
+            self.wait()
+
 
 class _Pipe:
     """One direction: a byte buffer with a condition variable."""
@@ -86,11 +123,11 @@ class PipeTransport:
     board end). Make a pair with :meth:`pair`.
 
     ``clock``: the time :meth:`read`'s timeout is measured in (``None``: ``time.monotonic``,
-    wall-clock seconds). A clock with a ``wait()`` method is a *lockstep* clock (e.g. a
-    simulator's: :class:`elmoe3d.sim.bench_board.LockstepClock`): :meth:`read` then never
-    waits in wall-clock time but calls ``clock.wait()``, which returns once the clock has
-    advanced, until the bytes are there or the timeout has passed on that clock. Another
-    callable is polled every 5 ms of wall-clock time."""
+    wall-clock seconds). A clock with a ``wait()`` method is a *lockstep* clock (a
+    simulator's, :class:`elmoe3d.sim.bench_board.LockstepClock`, or a :class:`StepClock`):
+    :meth:`read` then never waits in wall-clock time but calls ``clock.wait()``, which
+    returns once the clock has advanced, until the bytes are there or the timeout has passed
+    on that clock. Another callable is polled every 5 ms of wall-clock time."""
 
     def __init__(self, rx: _Pipe, tx: _Pipe, *, timeout=None, name="pipe", clock=None):
         self._rx, self._tx = rx, tx
@@ -271,7 +308,8 @@ class FpgaRun:
     """One :meth:`FpgaBoard.run_program`: ``o`` beats ``[(kind, data)]`` and ``link_o`` words
     as received; ``frames`` sent (retransmissions and POLLs included), ``retransmissions``,
     ``polls``, ``naks`` (count per reason name), ``bytes_sent`` / ``bytes_received`` (wire
-    bytes), ``seconds`` (wall), ``deadline_s`` (the time the program was given:
+    bytes), ``seconds`` (on the driver's clock: wall-clock seconds in real use),
+    ``deadline_s`` (the time the program was given:
     :meth:`FpgaBoard.deadline`), ``errors`` (e.g. the deadline passed before every output
     arrived)."""
 
@@ -305,10 +343,15 @@ class FpgaBoard:
     (plus twice the frame's time on the wire at ``baud``); ``retries``: retransmissions of one
     frame before :class:`BoardError`. ``port`` / ``baud``
     name the link in error messages. ``clock``: the time every timeout, pause and deadline is
-    measured in (``None``: ``time.monotonic``, wall-clock seconds); a clock with ``wait()``
-    and ``sleep(seconds)`` methods (a lockstep clock, see :class:`PipeTransport`) is also
-    what the driver pauses on, so a bench can run it on simulated time: then its timeouts,
-    retransmissions and deadlines depend only on the simulation, not on the machine's load.
+    measured in (``None``: the transport's ``clock`` if it has one, e.g. a
+    :class:`PipeTransport` made with one, else ``time.monotonic``, wall-clock seconds); a
+    clock with ``wait()`` and ``sleep(seconds)`` methods (a lockstep clock: the bench's
+    :class:`~elmoe3d.sim.bench_board.LockstepClock`, a :class:`StepClock`) is also what the
+    driver pauses on, so a bench or a test runs it on simulated or counted time: then its
+    timeouts, retransmissions and deadlines depend only on the simulation, not on the
+    machine's load. A transport that does not wait on that clock itself (a serial port, not a
+    :class:`PipeTransport` made with it) is never read while empty: the driver waits on the
+    clock instead (the other end's turn) and reads what that brought.
     """
 
     def __init__(self, transport, *, config=None, timeout=0.5, retries=5, port=None,
@@ -318,8 +361,12 @@ class FpgaBoard:
         if not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries: expected an integer >= 0, got {retries!r}")
         self._t = transport
+        clock = clock or getattr(transport, "clock", None)
         self._clock = clock or time.monotonic
         self._sleep = getattr(clock, "sleep", None) or time.sleep
+        # a lockstep clock the transport does not wait on (a serial port): the driver does
+        self._turn = clock.wait if hasattr(clock, "wait") and \
+            getattr(transport, "clock", None) is not clock else None
         self.config = config
         self.timeout = float(timeout)
         self.retries = retries
@@ -339,13 +386,13 @@ class FpgaBoard:
         self._stats = FpgaRun(o=[], link_o=[])
 
     @classmethod
-    def open(cls, port, *, baud=DEFAULT_BAUD, config=None, timeout=0.5, retries=5) -> \
-            "FpgaBoard":
+    def open(cls, port, *, baud=DEFAULT_BAUD, config=None, timeout=0.5, retries=5,
+             clock=None) -> "FpgaBoard":
         """Open ``port`` with pyserial (``serial.serial_for_url``: a device path, a pty,
         ``loop://``, ``socket://host:port``...); a device path is opened exclusively (an
         advisory lock: a second ``elmoe3d run`` or driver on the same port fails here instead
-        of interleaving frames). Raises :class:`BoardError` naming the port if it cannot be
-        opened."""
+        of interleaving frames). ``clock``: as :class:`FpgaBoard`'s. Raises
+        :class:`BoardError` naming the port if it cannot be opened."""
         import serial
         kw = {} if "://" in str(port) else {"exclusive": True}
         try:
@@ -353,7 +400,7 @@ class FpgaBoard:
         except (serial.SerialException, ValueError, OSError) as exc:
             raise BoardError(f"cannot open serial port {port}: {exc}") from None
         return cls(ser, config=config, timeout=timeout, retries=retries, port=str(port),
-                   baud=int(baud))
+                   baud=int(baud), clock=clock)
 
     def close(self) -> None:
         self._t.close()
@@ -383,7 +430,12 @@ class FpgaBoard:
         while True:
             try:
                 n = self._t.in_waiting
-                data = self._t.read(n if n else 1)
+                if not n and self._turn is not None:
+                    self._turn()             # the other end's turn, the clock advances
+                    n = self._t.in_waiting
+                data = b""
+                if n or self._turn is None:
+                    data = self._t.read(n if n else 1)
                 if data and not n:
                     more = self._t.in_waiting
                     if more:

@@ -1,20 +1,22 @@
 """The FPGA host driver (elmoe3d.sw.fpga) against the protocol's golden board (BridgeModel),
-served by a thread over a real pty pair (the driver opens the slave by its path with pyserial)
-and over PipeTransport. Behind the bridge, a Python board: a load-router model consuming the
-FIFOs at random (HB / EXT words from the stand-ins, EXT descriptors in order) and the PE's
-functional simulation (sw.fsim) executing each command as it arrives. Checked: every stream
-delivered exactly (what the board applied vs the program's split, the ld stream the router
-rebuilt vs the program's), retransmissions under injected faults, the output checks, the
-errors (no board, no port, another configuration), and `elmoe3d run --backend fpga` end to
-end on real compiled programs, bit-exact against the functional simulation and ref_moe."""
+served over a real pty pair (the driver opens the slave by its path with pyserial) and over
+PipeTransport. Behind the bridge, a Python board: a load-router model consuming the FIFOs at
+random (HB / EXT words from the stand-ins, EXT descriptors in order) and the PE's functional
+simulation (sw.fsim) executing each command as it arrives. Checked: every stream delivered
+exactly (what the board applied vs the program's split, the ld stream the router rebuilt vs
+the program's), retransmissions under injected faults, the output checks, the errors (no
+board, no port, another configuration), and `elmoe3d run --backend fpga` end to end on real
+compiled programs, bit-exact against the functional simulation and ref_moe.
+
+No test depends on the machine's speed: the board is served in the driver's own thread, one
+turn each time the driver waits (a StepClock), so every reply timeout, retransmission, pause
+and deadline counts turns (1 ms of driver time each), never wall-clock seconds."""
 
 import copy
 import functools
 import os
 import random
 import select
-import threading
-import time
 import tty
 
 import pytest
@@ -25,8 +27,8 @@ from elmoe3d.isa import Op, Source, Target, decode, encode
 from elmoe3d.sw import fsim
 from elmoe3d.sw.asm import ProgramError
 from elmoe3d.sw.bridge import BridgeModel, Reason, Type
-from elmoe3d.sw.fpga import (WIRE_MARGIN, BoardError, FpgaBoard, PipeTransport, run_host_fpga,
-                             split_program, wire_bytes)
+from elmoe3d.sw.fpga import (WIRE_MARGIN, BoardError, FpgaBoard, PipeTransport, StepClock,
+                             run_host_fpga, split_program, wire_bytes)
 
 SMALL = preset("small")
 W = SMALL.pe.word_bits
@@ -123,49 +125,33 @@ class RouterPE:
 
 
 class Server:
-    """Serves ``model`` (+ ``pe``) on a byte channel in a thread. ``flip``: stream offset of a
-    host -> board byte whose bit 0 is flipped; ``drop_ack``: index of an ACK reply to lose."""
+    """Serves ``model`` (+ ``pe``) on a byte channel, one turn per :meth:`serve` (the
+    driver's StepClock calls it each time the driver waits): what arrived goes to the
+    bridge, its replies out, then one step of the board behind it. ``flip``: stream offset
+    of a host -> board byte whose bit 0 is flipped; ``drop_ack``: index of an ACK reply to
+    lose."""
 
     def __init__(self, model, pe, read, write, *, flip=None, drop_ack=None):
         self.m, self.pe, self.read, self.write = model, pe, read, write
         self.flip, self.drop_ack = flip, drop_ack
-        self.rx = self.acks = 0
-        self.stop = threading.Event()
-        self.error = None
-        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.rx = self.acks = self.turns = 0
 
-    def _serve(self):
-        try:
-            while not self.stop.is_set():
-                data = self.read()
-                if data and self.flip is not None and \
-                        self.rx <= self.flip < self.rx + len(data):
-                    b = bytearray(data)
-                    b[self.flip - self.rx] ^= 1
-                    data = bytes(b)
-                self.rx += len(data)
-                for r in self.m.receive(data):
-                    if r[1] == Type.ACK:
-                        self.acks += 1
-                        if self.acks - 1 == self.drop_ack:
-                            continue
-                    self.write(r)
-                for fr in (self.pe.step() if self.pe else []):
-                    self.write(fr)
-                if not data:
-                    time.sleep(0.0002)
-        except BaseException as exc:          # reported by the test
-            self.error = exc
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(5)
-        if self.error and not exc[0]:
-            raise self.error
+    def serve(self):
+        self.turns += 1
+        data = self.read()
+        if data and self.flip is not None and self.rx <= self.flip < self.rx + len(data):
+            b = bytearray(data)
+            b[self.flip - self.rx] ^= 1
+            data = bytes(b)
+        self.rx += len(data)
+        for r in self.m.receive(data):
+            if r[1] == Type.ACK:
+                self.acks += 1
+                if self.acks - 1 == self.drop_ack:
+                    continue
+            self.write(r)
+        for fr in (self.pe.step() if self.pe else []):
+            self.write(fr)
 
 
 def small_model(cls=BridgeModel, **kw):
@@ -176,13 +162,18 @@ def small_model(cls=BridgeModel, **kw):
 
 
 def pipe_server(m, pe, **kw):
-    host, board = PipeTransport.pair(timeout=0.05)
-    return host, Server(m, pe, board.read_nowait, board.write, **kw)
+    """``(host end, server)``: a PipeTransport pair on a StepClock whose turns serve the
+    board end."""
+    clock = StepClock()
+    host, board = PipeTransport.pair(timeout=0.05, clock=clock)
+    server = Server(m, pe, board.read_nowait, board.write, **kw)
+    clock.serve = server.serve
+    return host, server
 
 
 class Pty:
     """A pty pair in raw mode: the driver opens ``path`` with pyserial; the server uses the
-    master fd."""
+    master fd (read without waiting: a pty delivers a write at once)."""
 
     def __init__(self):
         self.master, self.slave = os.openpty()
@@ -191,7 +182,7 @@ class Pty:
         self.path = os.ttyname(self.slave)
 
     def read(self):
-        r, _, _ = select.select([self.master], [], [], 0.001)
+        r, _, _ = select.select([self.master], [], [], 0)
         return os.read(self.master, 65536) if r else b""
 
     def write(self, data):
@@ -223,12 +214,15 @@ def random_program(rng, n=40):
     return cmds, ld
 
 
-def drained(m, pe, seconds=10):
-    """Wait until the Python board has taken every entry (the program has no outputs to
-    wait for)."""
-    end = time.monotonic() + seconds
-    while (m.cmd or m.host or m.link or m.ext or pe.cur) and time.monotonic() < end:
-        time.sleep(0.001)
+def drained(server, turns=100_000):
+    """Serve until the Python board has taken every entry (the program has no outputs to
+    wait for); fails after ``turns`` turns."""
+    m, pe = server.m, server.pe
+    for _ in range(turns):
+        if not (m.cmd or m.host or m.link or m.ext or pe.cur):
+            return
+        server.serve()
+    pytest.fail(f"the board did not drain in {turns} turns")
 
 
 def check_delivered(m, pe, cmds, ld, link):
@@ -283,12 +277,26 @@ def test_split_program():
         split_program(cmds, ld[:0])
 
 
-def test_pipe_transport():
+@pytest.mark.parametrize("clock", ["wall", "step"])
+def test_pipe_transport(clock):
+    """Reads on the wall clock (real use; the bytes are there or never come, so the time a
+    read takes changes no outcome) and on a StepClock: a read's timeout counts turns, and the
+    other end's turn can bring the bytes."""
+    step = StepClock() if clock == "step" else None
     a, b = PipeTransport.pair(timeout=0.01)
+    if step:
+        b = PipeTransport(b._rx, b._tx, timeout=0.01, clock=step)
     a.write(b"abc")
     assert b.in_waiting == 3
     assert b.read(5) == b"abc"                    # fewer bytes on timeout
     assert b.read(1) == b""
+    if step:
+        assert step.waits == 20                   # two timeouts of 10 turns
+        step.serve = lambda: a.write(b"d") if step.waits == 23 else None
+        assert b.read(1) == b"d" and step.waits == 24
+        step.serve = None
+        with pytest.raises(ValueError, match="tick: expected seconds > 0"):
+            StepClock(tick=0)
     b.write(b"xyz")
     assert a.read_nowait(2) == b"xy" and a.read(1) == b"z"
     a.write(b"1")
@@ -312,12 +320,11 @@ def test_streams_exact_with_random_room(seed):
                     frame_words=rng.choice([1, 3, 8]))
     pe = RouterPE(m, rng, execute=False, rate=rng.choice([0.1, 0.5, 1.0]))
     host, server = pipe_server(m, pe)
-    with server:
-        board = FpgaBoard(host, timeout=5)      # nothing is lost: a long timeout costs nothing
-        info = board.hello()
-        assert info.frame_words == m.frame_words
-        run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=30)
-        drained(m, pe)
+    board = FpgaBoard(host, timeout=5)      # nothing is lost: a long timeout costs nothing
+    info = board.hello()
+    assert info.frame_words == m.frame_words
+    run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=30)
+    drained(server)
     assert run.errors == [] and run.retransmissions == 0 and run.naks == {}
     check_delivered(m, pe, cmds, ld, link)
     assert run.bytes_sent > len(ld) * W // 8 and run.frames > 0
@@ -379,10 +386,9 @@ def test_late_busy_after_a_retransmission_keeps_the_seq():
     m = small_model(LateBusy)
     cmds = [encode(Op.LOAD, target=Target.ACT, addr=0, words=2, src=Source.HOST, hb_addr=0)]
     host, server = pipe_server(m, None)
-    with server:
-        board = FpgaBoard(host, timeout=0.05)
-        board.hello()
-        run = board.run_program(cmds, [11, 22], [33, 44], n_o=0, n_link=0, deadline_s=30)
+    board = FpgaBoard(host, timeout=0.05)
+    board.hello()
+    run = board.run_program(cmds, [11, 22], [33, 44], n_o=0, n_link=0, deadline_s=30)
     assert m.done and m.held is None
     assert m.applied == {"cmd": cmds, "host": [11, 22], "link": [33, 44], "ext": []}
     assert run.retransmissions >= 2 and run.naks == {"BUSY": 1} and run.errors == []
@@ -397,19 +403,18 @@ def test_faults_retransmitted_and_still_exact(fault):
     pe = RouterPE(m, rng, execute=False)
     host, server = pipe_server(m, pe, flip=3000 if fault == "flip" else None,
                                drop_ack=6 if fault == "lost_ack" else None)
-    with server:
-        # a flipped bit may hit a flag and a lost ACK is only noticed by its timeout: short;
-        # BUSY and the unknown-seq NAK are answered at once: long (no spurious timeouts)
-        board = FpgaBoard(host, timeout=0.1 if fault in ("flip", "lost_ack") else 5)
-        board.hello()
-        run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=30)
-        drained(m, pe)
+    # a flipped bit may hit a flag and a lost ACK is only noticed by its timeout: short;
+    # BUSY and the unknown-seq NAK are answered at once: long (no spurious timeouts)
+    board = FpgaBoard(host, timeout=0.1 if fault in ("flip", "lost_ack") else 5)
+    board.hello()
+    run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=30)
+    drained(server)
     check_delivered(m, pe, cmds, ld, link)
     if fault == "flip":
-        assert run.retransmissions >= 1
-        assert sum(m.naks.values()) >= 1 and set(run.naks) <= {"CRC", "LENGTH"}
-    elif fault == "lost_ack":            # (a slow thread may add a spurious timeout)
-        assert run.retransmissions >= 1 and run.naks == {}
+        assert run.retransmissions == 1 and run.naks == {"CRC": 1} == \
+            {k.name: v for k, v in m.naks.items() if v}
+    elif fault == "lost_ack":            # noticed by its reply timeout alone
+        assert run.retransmissions == 1 and run.naks == {}
     elif fault == "busy":
         assert run.naks == {"BUSY": 2} and run.retransmissions == 0
     else:       # taken as the reply to the frame in flight: retransmitted at once
@@ -446,9 +451,10 @@ def test_real_programs_over_a_pty_bit_exact():
     pe = RouterPE(m, rng)
     p = Pty()
     try:
-        with Server(m, pe, p.read, p.write):
-            with FpgaBoard.open(p.path, baud=115200, config=SMALL, timeout=5) as board:
-                out = run_host_fpga(layers, SMALL, board)
+        clock = StepClock(Server(m, pe, p.read, p.write).serve)
+        with FpgaBoard.open(p.path, baud=115200, config=SMALL, timeout=5,
+                            clock=clock) as board:
+            out = run_host_fpga(layers, SMALL, board)
     finally:
         p.close()
     assert out.compared > 0 and out.mismatches == 0, [r["details"] for r in out.layers]
@@ -467,29 +473,46 @@ def test_real_programs_over_a_pty_bit_exact():
                             + f.payload[6:])
     m = small_model()
     host, server = pipe_server(m, RouterPE(m, rng, tamper=flip_data))
-    with server:
-        bad = run_host_fpga(layers[:1], SMALL, FpgaBoard(host, config=SMALL, timeout=5))
+    bad = run_host_fpga(layers[:1], SMALL, FpgaBoard(host, config=SMALL, timeout=5))
     assert bad.mismatches > 0
 
 
 def test_stuck_board_stops_at_the_first_program():
     """A board that takes nothing (no PE behind the bridge): the first program misses its
-    deadline and the run stops there, naming it, instead of waiting on every later one."""
+    deadline and the run stops there, naming it, instead of waiting on every later one.
+
+    The deadline counts the driver's turns, not seconds: a board slowed by 2 ms of
+    wall-clock time per turn (a loaded machine) gives the very same run, turn for turn (this
+    test once failed on a loaded machine: its wall-clock deadline passed before the board
+    took one command)."""
     import re
+    import time
 
     from elmoe3d.sw.pe_runs import pe_cases
     layers = golden_layers()[:1]
     first = pe_cases(layers)[0]["name"]
-    m = small_model()
-    host, server = pipe_server(m, None)
-    done = []
-    with server:
+
+    def stuck(load):
+        m = small_model()
+        host, server = pipe_server(m, None)
+
+        def loaded():
+            time.sleep(load)                      # wall-clock time the driver must not see
+            server.serve()
+        host.clock.serve = loaded
+        done = []
         board = FpgaBoard(host, config=SMALL, timeout=5)
         with pytest.raises(BoardError, match=rf"^pipe:host: {re.escape(first)}: deadline "
                                              rf"passed with .* within its 0.2 s; stopped "
-                                             rf"there, [1-9]\d* later PE run\(s\) not tried"):
+                                             rf"there, [1-9]\d* later PE run\(s\) not "
+                                             rf"tried") as e:
             run_host_fpga(layers, SMALL, board, deadline_s=0.2, progress=done.append)
-    assert done == [] and len(m.applied["cmd"]) == m.depths["cmd"]
+        assert done == [] and len(m.applied["cmd"]) == m.depths["cmd"]
+        return str(e.value), server.turns, board._stats.frames, board._stats.polls
+
+    fast = stuck(0.0)
+    assert fast[1] >= 200                         # the 0.2 s deadline: 200 turns of 1 ms
+    assert stuck(0.002) == fast
 
 
 def test_deadline_scales_with_the_wire_time():
@@ -499,17 +522,16 @@ def test_deadline_scales_with_the_wire_time():
     m = small_model(cmd_depth=64, host_depth=64, link_depth=64, ext_depth=8)
     pe = RouterPE(m, rng, execute=False, rate=1.0)
     host, server = pipe_server(m, pe)
-    with server:
-        board = FpgaBoard(host, timeout=5, baud=20_000)   # a slow line: seconds of wire time
-        board.hello()
-        est = wire_bytes(split_program(cmds, ld), len(link), 0, 0, word_bits=W,
-                         frame_words=m.frame_words)
-        assert board.deadline(est, 1.5) == 1.5 + WIRE_MARGIN * est * 10 / 20_000
-        # a base of 0 s: the wire-time share alone carries the program through
-        run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=0)
-        drained(m, pe)
-        with pytest.raises(ValueError, match="deadline_s"):
-            board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=-1)
+    board = FpgaBoard(host, timeout=5, baud=20_000)   # a slow line: seconds of wire time
+    board.hello()
+    est = wire_bytes(split_program(cmds, ld), len(link), 0, 0, word_bits=W,
+                     frame_words=m.frame_words)
+    assert board.deadline(est, 1.5) == 1.5 + WIRE_MARGIN * est * 10 / 20_000
+    # a base of 0 s: the wire-time share alone carries the program through
+    run = board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=0)
+    drained(server)
+    with pytest.raises(ValueError, match="deadline_s"):
+        board.run_program(cmds, ld, link, n_o=0, n_link=0, deadline_s=-1)
     assert run.errors == [] and run.deadline_s == board.deadline(est, 0)
     check_delivered(m, pe, cmds, ld, link)
     # the estimate is the traffic of a run with room for most frames (+ stuffing, POLLs)
@@ -523,32 +545,35 @@ def test_lost_output_frame_raises():
     pe = RouterPE(m, random.Random(SEED))
     pe.drop_out = 3
     host, server = pipe_server(m, pe)
-    with server:
-        with pytest.raises(BoardError, match=r"output frame (OUT|LINK_O) carries output "
-                                             r"number 4, expected 3: 1 output frame\(s\) lost"):
-            run_host_fpga(layers[:1], SMALL, FpgaBoard(host, config=SMALL, timeout=5))
+    with pytest.raises(BoardError, match=r"output frame (OUT|LINK_O) carries output "
+                                         r"number 4, expected 3: 1 output frame\(s\) lost"):
+        run_host_fpga(layers[:1], SMALL, FpgaBoard(host, config=SMALL, timeout=5))
 
 
 # -- errors ------------------------------------------------------------------------------------
 
 def test_no_board_answers():
     p = Pty()
+    clock = StepClock()
     try:
-        board = FpgaBoard.open(p.path, baud=57600, timeout=0.05, retries=2)
+        board = FpgaBoard.open(p.path, baud=57600, timeout=0.05, retries=2, clock=clock)
         with pytest.raises(BoardError) as e:
             board.hello()
         board.close()
     finally:
         p.close()
+    # three tries of 0.05 s plus twice the HELLO's wire time, in 1 ms turns
+    assert 150 <= clock.waits <= 160
     assert str(e.value) == (f"no board answered on {p.path} within 0.15 s at 57600 baud (is "
                             f"the board programmed with `make fpga`, is {p.path} its UART, and "
                             f"was its bitstream built for 57600 baud (--baud)?)")
-    host, _board = PipeTransport.pair(timeout=0.01)
+    host, _board = PipeTransport.pair(timeout=0.01, clock=StepClock())
     with pytest.raises(BoardError, match=r"^no board answered on pipe:host within 0.02 s \(is "
                                          r"the board programmed with `make fpga`, is pipe:host "
                                          r"its UART\?\)$"):
         FpgaBoard(host, timeout=0.02, retries=0).hello()
-    # a URL (no exclusive lock there) opens too; its echo is no board
+    # a URL (no exclusive lock there) opens too; its echo is no board (on the wall clock, as
+    # in real use: there is no board to wait for, so no outcome depends on the time taken)
     with FpgaBoard.open("loop://", baud=9600, timeout=0.02, retries=0) as board:
         with pytest.raises(BoardError, match="no board answered on loop://"):
             board.hello()
@@ -567,13 +592,12 @@ def test_line_errors_named_after_the_retries():
     m = small_model(CrcAlways)
     cmds = [encode(Op.LOAD, target=Target.ACT, addr=0, words=2, src=Source.HOST, hb_addr=0)]
     host, server = pipe_server(m, None)
-    with server:
-        board = FpgaBoard(host, timeout=5, retries=2)
-        board.hello()
-        with pytest.raises(BoardError, match=r"^pipe:host: the board NAKed HOST of P entries "
-                                             r"0..1 \(seq 2\) with CRC 3 times in 3 tries: "
-                                             r"line errors\? try a lower --baud"):
-            board.run_program(cmds, [1, 2], n_o=0, n_link=0, name="P")
+    board = FpgaBoard(host, timeout=5, retries=2)
+    board.hello()
+    with pytest.raises(BoardError, match=r"^pipe:host: the board NAKed HOST of P entries "
+                                         r"0..1 \(seq 2\) with CRC 3 times in 3 tries: "
+                                         r"line errors\? try a lower --baud"):
+        board.run_program(cmds, [1, 2], n_o=0, n_link=0, name="P")
     assert m.naks[Reason.CRC] == 3 and m.applied["host"] == []
 
 
@@ -582,7 +606,8 @@ class Unplugged(PipeTransport):
     after ``ok`` successful writes."""
 
     def __init__(self, end, *, ok, on):
-        super().__init__(end._rx, end._tx, timeout=end.timeout, name="/dev/ttyUSB9")
+        super().__init__(end._rx, end._tx, timeout=end.timeout, name="/dev/ttyUSB9",
+                         clock=end.clock)
         self.ok, self.on = ok, on
 
     def _fail(self, what):
@@ -608,12 +633,11 @@ def test_io_error_names_the_port(on):
     end, server = pipe_server(m, None)
     host = Unplugged(end, ok=2, on=on)           # HELLO and the first CMD frame go out
     cmds = [encode(Op.BARRIER)] * 40
-    with server:
-        board = FpgaBoard(host, timeout=5)
-        board.hello()
-        with pytest.raises(BoardError, match=r"^/dev/ttyUSB9: serial I/O failed: device "
-                                             r"reports .* \(was the board unplugged"):
-            board.run_program(cmds, [], n_o=0, n_link=0)
+    board = FpgaBoard(host, timeout=5)
+    board.hello()
+    with pytest.raises(BoardError, match=r"^/dev/ttyUSB9: serial I/O failed: device "
+                                         r"reports .* \(was the board unplugged"):
+        board.run_program(cmds, [], n_o=0, n_link=0)
     if on == "write":
         assert m.applied["cmd"] == cmds[:4]      # the first frame (4 free CMD entries) only
 
@@ -636,10 +660,9 @@ def test_bad_port_and_other_config():
     assert "\n" not in str(e.value)
     m = small_model(lanes=2, word_bits=256)
     host, server = pipe_server(m, None)
-    with server:
-        with pytest.raises(BoardError, match="has a 2x2 tile with 256-bit words; the programs "
-                                             "are compiled for a 2x4 tile with 512-bit words"):
-            FpgaBoard(host, config=SMALL, timeout=5).hello()
+    with pytest.raises(BoardError, match="has a 2x2 tile with 256-bit words; the programs "
+                                         "are compiled for a 2x4 tile with 512-bit words"):
+        FpgaBoard(host, config=SMALL, timeout=5).hello()
     with pytest.raises(ValueError, match="timeout"):
         FpgaBoard(host, timeout=0)
 
@@ -681,10 +704,13 @@ def test_cli_fpga_backend(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(run_cmd, "execute", counted)
     m = small_model(baud=1_000_000)
     p = Pty()
+    clock = StepClock(Server(m, RouterPE(m, random.Random(SEED)), p.read, p.write).serve)
+    real_open = FpgaBoard.open.__func__
+    monkeypatch.setattr(FpgaBoard, "open", classmethod(
+        lambda cls, port, **kw: real_open(cls, port, clock=clock, **kw)))
     try:
-        with Server(m, RouterPE(m, random.Random(SEED)), p.read, p.write):
-            code = main([*BASE, "--backend", "fpga", "--port", p.path, "--deadline", "30",
-                         "--json", str(tmp_path / "r.json")])
+        code = main([*BASE, "--backend", "fpga", "--port", p.path, "--deadline", "30",
+                     "--json", str(tmp_path / "r.json")])
     finally:
         p.close()
     out = capsys.readouterr().out
@@ -698,3 +724,20 @@ def test_cli_fpga_backend(capsys, tmp_path, monkeypatch):
     run = doc["runs"][0]
     assert run["fpga"]["pe_runs"] == 14 and run["summary"]["mismatches"] == 0
     assert run["summary"]["compared"] > 0
+
+
+def test_cli_fpga_backend_gpt_oss(tmp_path, capsys, monkeypatch):
+    """Another preset than the real traces' (GPT-OSS-20B, top-4 of 32, on a synthetic trace)
+    runs on the FPGA backend end to end, on the Python board: bit-exact."""
+    from elmoe3d.sw.tracegen import CALIBRATED, synthetic_trace
+    trace = synthetic_trace("gpt-oss-20b", CALIBRATED["olmoe-1b-7b"], tokens=3, seed=1)
+    path = trace.save(tmp_path / "gpt-oss.npz")
+    m = small_model(baud=1_000_000)
+    host, server = pipe_server(m, RouterPE(m, random.Random(SEED)))
+    monkeypatch.setattr(FpgaBoard, "open", classmethod(
+        lambda cls, port, **kw: cls(host, port=port, **kw)))
+    code = main(["run", "--trace", str(path), "--config", "small", "--layers", "3",
+                 "--depth", "2", "--backend", "fpga", "--port", "pipe"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "gpt-oss-20b" in out and "0 mismatches" in out and "FPGA on pipe" in out
