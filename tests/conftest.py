@@ -1,6 +1,14 @@
-"""Shared fixtures: real weights (skipped with a reason when absent) and real text (required)."""
+"""Shared fixtures: real weights (skipped with a reason when absent) and real text (required).
+
+Hypothesis runs without wall-clock limits in every test (no test may depend on the machine's
+speed): no per-example deadline, and no "too slow" health check on data generation."""
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("elmoe3d", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("elmoe3d")
 
 
 @pytest.fixture(scope="session")
