@@ -229,8 +229,8 @@ def read_stat(path, *, label: str, error=None) -> dict:
     except _Constant as exc:
         m = re.search(rf"[:\[,]\s*({re.escape(str(exc))})\b", text)
         lineno = text.count("\n", 0, m.start(1)) + 1 if m else 0
-        raise error(f"{label}, line {lineno}: {str(exc)!r} is not a number"
-                    f"{quote(lineno)}") from None
+        where = f", line {lineno}" if m else ""
+        raise error(f"{label}{where}: {str(exc)!r} is not a number{quote(lineno)}") from None
     except json.JSONDecodeError as exc:
         word = _NOT_A_NUMBER.match(text, exc.pos)
         if not text[exc.pos:].strip():
