@@ -153,7 +153,9 @@ def unrenormalised(path, model="mixtral-8x7b", renormalised=False, tokens=10, k=
             objs.append({"problem_id": 0, "layer": lay, "token_idx": t,
                          "experts": top.tolist(), "gating_probs": wt.tolist()})
     write_lines(path, objs)
-    return {"rows": tokens * layers}
+    n = tokens * layers
+    return {"rows": n, "records": n, "kept": n, "prefill": 0, "decode": n, "warmup": 0,
+            "duplicates": 0, "missing": 0, "layers_absent": 0}
 
 
 def switch_usage(path, layers=6, experts=128, tokens=4096, zipf=1.0, seed=6):

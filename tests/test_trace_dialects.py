@@ -373,24 +373,32 @@ def run_cli(capsys, *argv):
 PERF = ("--config", "paper-8gb", "--backend", "perf", "--tokens", "8")
 
 
-@pytest.mark.parametrize("writer", [D.warmup, D.forward_pass_index, D.token_pos_restart])
+@pytest.mark.parametrize("writer", [D.meta_route, D.warmup, D.forward_pass_index,
+                                    D.token_pos_restart, D.unrenormalised])
 def test_run_prints_each_dialect_counts(tmp_path, capsys, writer):
     path = tmp_path / "log.jsonl"
     want = writer(path)
     j = tmp_path / "r.json"
+    extra = ("--layers", "0") if writer is D.meta_route else ()
     code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
-                             "--json", str(j))
+                             "--json", str(j), *extra)
     assert code == 0, err
     first = out.splitlines()[0]
     assert (f"({want['records']} records read, {want['kept']} kept ({want['prefill']} prefill, "
             f"{want['decode']} decode); dropped: {want['warmup']} warm-up, 0 padding, "
             f"{want['duplicates']} duplicate, 0 malformed; {want['missing']} (token, layer) "
-            f"records missing)") in first
+            f"records missing") in first
     doc = json.loads(j.read_text())
     assert {k: doc["import_counts"][k] for k in COUNTED} == {k: want[k] for k in COUNTED}
     assert doc["tokens"] == 8
     if writer is D.warmup:
         assert out.count("dropped as a warm-up (profiling dummy) block") == 2
+    elif writer is D.meta_route:
+        assert "31 layer(s) absent; 2 line(s) of other record types skipped)" in first
+        assert "request ids are strings" in out and "from the meta line" not in out
+    elif writer is D.unrenormalised:
+        assert (f"import: {path}: {want['rows']} of {want['rows']} rows have gate weights not "
+                f"summing to 1, but mixtral-8x7b renormalises its top-2") in out
     else:
         assert out.count("positions rebuilt from") == 2
 
