@@ -19,7 +19,8 @@ from amaranth.lib.wiring import In, Out
 from ..config import DramConfig
 
 
-__all__ = ["RowKind", "request_layout", "dram_bus_signature", "DramController"]
+__all__ = ["RowKind", "request_layout", "dram_bus_signature", "dram_errors_layout",
+           "DramController"]
 
 
 class RowKind(enum.Enum, shape=2):
@@ -50,6 +51,25 @@ def request_layout(addr_bits: int, length_bits: int) -> data.StructLayout:
     """
     return data.StructLayout({"write": unsigned(1), "addr": unsigned(addr_bits),
                               "length": unsigned(length_bits)})
+
+
+def dram_errors_layout(channels: int = 1) -> data.StructLayout:
+    """The sticky error flags of a DRAM controller (``errors``; ``errors_clear`` has the same
+    layout, a write-1-to-clear strobe per bit).
+
+    Fields
+    ------
+    refresh_overflow : unsigned(channels)
+        Bit c: channel c's refresh debt reached ``max_postponed`` owed refresh commands (the
+        JEDEC limit: 8), so the controller forced the refresh (it closed rows its queued
+        requests had prepared, refreshed, and reopened them). A client that holds the column
+        pipeline (a write request whose ``wdata`` beats do not come, ``rdata`` not taken
+        while the read buffer is full) for about ``max_postponed / 2`` refresh intervals
+        after the refresh became urgent causes it; the data stay correct.
+    """
+    if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
+        raise ValueError(f"channels: expected a positive integer, got {channels!r}")
+    return data.StructLayout({"refresh_overflow": unsigned(channels)})
 
 
 def dram_bus_signature(cfg: DramConfig) -> wiring.Signature:
@@ -140,7 +160,19 @@ class DramController(wiring.Component):
        refreshes accumulate while every unit is queued (random traffic). When
        ``max_postponed / 2`` refreshes are owed it becomes urgent: the look-ahead stops
        before the lowest unrefreshed unit, which is drained, precharged and refreshed.
-       All-bank mode does the same with every bank in one unit (REFAB).
+       All-bank mode does the same with every bank in one unit (REFAB). Draining needs the
+       head of the queue to issue; a client can stop it (a write whose ``wdata`` does not
+       come, ``rdata`` not taken with the read buffer full), and then the unit's prepared
+       entries keep its rows open. When ``max_postponed`` refreshes are owed (JEDEC: a
+       controller must not postpone more than 8) the refresh is *forced*: the look-ahead is
+       rolled back to the head (no entry prepared, so no row is held open for one), the
+       unit is precharged and refreshed, and the look-ahead reopens the rows afterwards;
+       the sticky ``errors.refresh_overflow`` is set. Once forced, every urgent unit held
+       open is forced until the debt is below ``max_postponed / 2`` again. The debt counter
+       stops at ``max_postponed + 1`` (a refresh owed beyond it would be dropped); forcing
+       keeps it out of reach while the refresh interval (``refresh_interval_ck``: 97 HB
+       clocks, 390 LPDDR5) is longer than tRFCpb (64, 112), so a unit refreshed last in
+       one round is ready for the next; and the flag is set before it could be reached.
     5. Read data: the device's bursts enter a FIFO of :attr:`read_buffer` bursts and leave on
        ``rdata`` in request order; backpressure on ``rdata`` only delays later RDs.
 
@@ -154,6 +186,12 @@ class DramController(wiring.Component):
     wdata : In stream, ``burst_bytes * 8`` bits: write bursts, in request order
     rdata : Out stream, ``burst_bytes * 8`` bits: read bursts, in request order
     dram : Out :func:`dram_bus_signature` -- to the DRAM channel (in simulation, the model)
+    errors : Out :func:`dram_errors_layout`
+        Sticky error flags (``refresh_overflow``), set in the cycle after the event, cleared
+        only by ``errors_clear`` (or reset).
+    errors_clear : In :func:`dram_errors_layout`
+        Write-1-to-clear: a 1 clears that flag in the next cycle, unless the same cycle sets
+        it again (setting wins).
 
     Parameters
     ----------
@@ -210,6 +248,8 @@ class DramController(wiring.Component):
             "wdata": In(stream.Signature(dram.burst_bytes * 8)),
             "rdata": Out(stream.Signature(dram.burst_bytes * 8)),
             "dram": Out(dram_bus_signature(dram)),
+            "errors": Out(dram_errors_layout()),
+            "errors_clear": In(dram_errors_layout()),
         })
 
     @property
@@ -424,7 +464,9 @@ class DramController(wiring.Component):
         ref_timer = Signal(range(interval))
         owed = Signal(range(d.max_postponed + 2))
         urgent = Signal()
-        m.d.comb += urgent.eq(owed >= max(1, d.max_postponed // 2))
+        force = Signal()                   # the JEDEC limit: no further postponing
+        m.d.comb += [urgent.eq(owed >= max(1, d.max_postponed // 2)),
+                     force.eq(owed >= max(1, d.max_postponed))]
         done = Signal(units)
         unit_of = [b % units for b in range(nb)]
         members = [[b for b in range(nb) if unit_of[b] == u] for u in range(units)]
@@ -547,6 +589,33 @@ class DramController(wiring.Component):
         done_next = Signal(units)
         m.d.comb += done_next.eq(done | Mux(is_ref, (Const(1, units) << cand)[:units], 0))
         m.d.sync += done.eq(Mux(done_next.all(), 0, done_next))
+
+        # forced refresh: the urgent unit's rows are held open by prepared entries behind a
+        # head that does not issue; roll the look-ahead back to the head (after the pointer
+        # and count updates above, so this wins), so the unit can be precharged and
+        # refreshed. The blocked look-ahead cannot prepare the unit's entries again before
+        # the refresh; the others it prepares again at one entry per cycle.
+        # Once forced, every urgent unit is forced until the debt is back below the urgent
+        # level (a client that holds the head pins every unit its queued entries touch).
+        forcing = Signal()
+        with m.If(force):
+            m.d.sync += forcing.eq(1)
+        with m.Elif(~urgent):
+            m.d.sync += forcing.eq(0)
+        pinned = Signal(units)
+        for u in range(units):
+            m.d.comb += pinned[u].eq(Cat(*[pending[b] != 0 for b in members[u]]).any())
+        rollback = Signal()
+        m.d.comb += rollback.eq((force | forcing) & pinned.bit_select(urgent_unit, 1))
+        with m.If(rollback):
+            m.d.sync += pp.eq(hp + col_go)
+            for b in range(nb):
+                m.d.sync += pending[b].eq(0)
+        err = self.errors.refresh_overflow
+        with m.If(force):
+            m.d.sync += err.eq(1)
+        with m.Elif(self.errors_clear.refresh_overflow):
+            m.d.sync += err.eq(0)
 
         # -- 5. read data --
         m.submodules.rfifo = rfifo = SyncFIFOBuffered(width=d.burst_bytes * 8,

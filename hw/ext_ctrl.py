@@ -8,7 +8,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .dram_ctrl import DramController, dram_bus_signature, request_layout
+from .dram_ctrl import DramController, dram_bus_signature, dram_errors_layout, request_layout
 
 
 __all__ = ["ExtController"]
@@ -34,6 +34,10 @@ class ExtController(wiring.Component):
     wdata, rdata : In / Out stream, ``channels * burst_bytes * 8`` bits
     dram : Out :func:`~elmoe3d.hw.dram_ctrl.dram_bus_signature` array of ``channels`` (one
         command bus per channel, ``dram[c]``)
+    errors, errors_clear : Out / In :func:`~elmoe3d.hw.dram_ctrl.dram_errors_layout`
+        (``channels``)
+        Bit c of ``refresh_overflow`` is channel c's sticky flag (a channel's refresh forced
+        at the postponing limit); a 1 in ``errors_clear`` clears it (write-1-to-clear).
 
     A request is handed to all channels (each channel takes it when it can; the next request
     waits until all have); a joined ``rdata`` beat is offered when every channel has its
@@ -75,6 +79,8 @@ class ExtController(wiring.Component):
             "wdata": In(stream.Signature(width)),
             "rdata": Out(stream.Signature(width)),
             "dram": Out(dram_bus_signature(config.ext)).array(channels),
+            "errors": Out(dram_errors_layout(channels)),
+            "errors_clear": In(dram_errors_layout(channels)),
         })
 
     @property
@@ -107,6 +113,9 @@ class ExtController(wiring.Component):
         for c, ctrl in enumerate(self._ctrl):
             m.submodules[f"ch{c}"] = ctrl
             wiring.connect(m, wiring.flipped(self.dram[c]), ctrl.dram)
+            m.d.comb += [self.errors.refresh_overflow[c].eq(ctrl.errors.refresh_overflow),
+                         ctrl.errors_clear.refresh_overflow.eq(
+                             self.errors_clear.refresh_overflow[c])]
         # requests and write beats: broadcast, each channel taking its copy once
         for port, part in ((self.req, None), (self.wdata, bw)):
             took = Signal(C, name="took_req" if part is None else "took_wdata")

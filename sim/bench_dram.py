@@ -12,7 +12,8 @@ runner writes ``params.json``::
      "stream_bursts": 4000, "random_requests": 300, "long_refresh_trefi": 10, ...}
 
 Tests (each writes ``summary-<test>.json`` records into the run folder, then fails on any
-violation or mismatch):
+violation or mismatch, or when a case ends with the controller's sticky ``errors`` set: none of
+this traffic may push the refresh to the postponing limit):
 
 * ``test_random_rw`` (``traffic`` = ``smooth`` / ``stalls``): random reads and writes
   (random addresses, 1-8 units), every read beat compared with plain equality against a
@@ -100,7 +101,7 @@ class DramBench:
 
     async def start(self, trace=None):
         dut = self.dut
-        await streams.start(dut, ["req__valid", "wdata__valid", "rdata__ready"]
+        await streams.start(dut, ["req__valid", "wdata__valid", "rdata__ready", "errors_clear"]
                             + [self._prefix(c) + "__rd_valid" for c in range(self.channels)],
                             settle=0)
         self.devices = [DramDevice(self.cfg, clock_ghz=self.arch.clock_ghz, name=f"ch{c}",
@@ -192,6 +193,10 @@ class DramBench:
         self.dut.rdata__ready.value = 0
         if len(out) > len(expect):
             errors.append(f"extra read beats: {len(out)} for {len(expect)} expected")
+        flags = int(self.dut.errors.value)
+        if flags:
+            errors.append(f"errors = {flags:#b}: a refresh reached the postponing limit "
+                          f"(dram_errors_layout refresh_overflow)")
         mismatches = sum(1 for a, b in zip(out, expect) if a != b)
         first = next((i for i, (a, b) in enumerate(zip(out, expect)) if a != b), None)
         if first is not None:

@@ -26,17 +26,21 @@ SEED = resolve_seed()
 
 
 def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, ready_p=1.0, idle_p=0.0,
-             rng=None, max_cycles=20000, extra_cycles=0):
+             rng=None, max_cycles=20000, extra_cycles=0, hook=None):
     """Drive ``reqs`` ((write, addr, length) in request units) and ``wbeats`` into ``dut`` (a
     DramController or an ExtController), one :class:`DramDevice` per command bus. Returns the
-    read beats, the per-device command lists ``(logic cycle, DRAM cycle, cmd)`` and devices."""
+    read beats, the per-device command lists ``(logic cycle, DRAM cycle, cmd)``, devices and
+    ``errors`` (the sticky ``errors`` value of every cycle). ``hook(ctx, cycle)``, if given,
+    runs after the bench has driven its inputs and may override them (``wdata.valid``,
+    ``rdata.ready``, ``errors_clear``); the handshakes read the values back."""
     rng = rng or np.random.default_rng(0)
     buses = [dut.dram] if channels is None else [dut.dram[c] for c in range(channels)]
     devs = [DramDevice(cfg, clock_ghz=ARCH.clock_ghz, seed=c) for c in range(len(buses))]
     addr_bits = (dut.channel if channels else dut).addr_bits
     lay = request_layout(addr_bits, 16)
     n_reads = sum(n for w, _, n in reqs if not w)
-    res = {"rdata": [], "cmds": [[] for _ in buses], "devs": devs, "rd_cycles": []}
+    res = {"rdata": [], "cmds": [[] for _ in buses], "devs": devs, "rd_cycles": [],
+           "errors": []}
 
     async def bench(ctx):
         ri = wi = 0
@@ -60,6 +64,10 @@ def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, ready_p=1.0, idle_p=0.
             if go:
                 ctx.set(dut.wdata.payload, wbeats[wi])
             ctx.set(dut.rdata.ready, int(rng.random() < ready_p))
+            ctx.set(dut.errors_clear.as_value(), 0)
+            if hook is not None:
+                hook(ctx, c)
+            res["errors"].append(ctx.get(dut.errors.as_value()))
             for i, (bus, dev) in enumerate(zip(buses, devs)):
                 row = col = None
                 if ctx.get(bus.row_valid):
@@ -132,6 +140,7 @@ def test_closed_bank_read_then_row_conflict_at_the_minimum_spacings():
     assert k_rd2 - k_act2 == cfg.ck("tRCD")
     st = res["devs"][0].stats
     assert (st["row_misses"], st["row_conflicts"], st["rd"]) == (1, 1, 2)
+    assert not any(res["errors"])
 
 
 def test_streaming_read_alternates_bank_groups_at_tccd_s():
@@ -146,6 +155,7 @@ def test_streaming_read_alternates_bank_groups_at_tccd_s():
     # after the first row opens: one RD per DRAM clock (tCCD_S = 1 clock = 2.5 ns), ACT/PRE of
     # the next rows hidden (the row change at burst 64 - 7 included)
     assert gaps[cfg.bank_groups:] == [cfg.ck("tCCD_S")] * (len(gaps) - cfg.bank_groups)
+    assert not any(res["errors"])
 
 
 @pytest.mark.parametrize("traffic", ["smooth", "stalls"])
@@ -168,6 +178,7 @@ def test_random_reads_and_writes_bit_exact(traffic):
     assert len(expect) > 30 and res["rdata"] == expect
     st = res["devs"][0].stats
     assert st["wr"] == nw and st["rd"] == len(expect)
+    assert not any(res["errors"])          # the refresh never reached the postponing limit
 
 
 def test_per_bank_refresh_rotates_through_every_unit_on_an_idle_controller():
@@ -181,6 +192,7 @@ def test_per_bank_refresh_rotates_through_every_unit_on_an_idle_controller():
     units = [b for _, b in refs]
     for r in range(len(units) // cfg.refresh_units):
         assert sorted(units[r * 16:(r + 1) * 16]) == list(range(cfg.refresh_units))
+    assert not any(res["errors"])
 
 
 def test_all_bank_refresh_precharges_then_refab_while_streaming():
@@ -191,6 +203,7 @@ def test_all_bank_refresh_precharges_then_refab_while_streaming():
     assert res["rdata"] == golden_reads(cfg, [(0, 0, n)], [])
     st = res["devs"][0].stats
     assert st["refab"] >= 2 and st["refpb"] == 0
+    assert not any(res["errors"])
 
 
 def test_ext_controller_stripes_and_joins_two_channels():
@@ -208,6 +221,7 @@ def test_ext_controller_stripes_and_joins_two_channels():
     first = wbeats[0]
     assert d0.memory[LP.decode(10)] == first & ((1 << 256) - 1)
     assert d1.memory[LP.decode(10)] == first >> 256
+    assert not any(res["errors"])
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -233,3 +247,109 @@ def test_parameters_are_validated_with_their_names():
     assert str(ctrl.tck_logic) == "5/2" and RowKind.REFPB.value == RowCmd.REFPB
     del ctrl
     gc.collect()      # the half-built and unused controllers warn here, where it is ignored
+
+
+# ---- refresh at the postponing limit: forced, flagged, never dropped ------------------------
+
+#: name -> (config, what the client withholds, the cycle it stops withholding). tREFI is
+#: shortened so a few refresh windows fit a short simulation (HB per-bank: tRFCpb with it, so
+#: the refresh interval, 10 clocks, stays longer than tRFCpb, 8, as in the real timings: 97 >
+#: 64 HB clocks, 390 > 112 LPDDR5 clocks); the hold outlasts one refresh window
+#: ((max_postponed + 1) x tREFI: 3,600 logic cycles for HB, 10,800 for LPDDR5), so a controller
+#: that postponed a pinned unit's refresh further would fail the device model's refresh-rate
+#: check.
+HB_SHORT = dataclasses.replace(HB, tREFI=400.0, tRFCpb=20.0)
+REFRESH_HOLDS = {
+    "hb-per-bank-wdata": (HB_SHORT, "wdata", 5000),
+    "hb-per-bank-rdata": (HB_SHORT, "rdata", 5000),
+    "hb-all-bank-wdata": (dataclasses.replace(HB, tREFI=400.0, per_bank_refresh=False),
+                          "wdata", 5000),
+    "lpddr5-per-bank-rdata": (dataclasses.replace(LP, tREFI=1200.0), "rdata", 13000),
+}
+
+
+@pytest.mark.parametrize("case", list(REFRESH_HOLDS))
+def test_refresh_forced_and_flagged_when_the_client_holds_the_head(case):
+    """A client stops the column pipeline: a write request whose ``wdata`` beats are withheld,
+    or ``rdata`` not taken with the read buffer full, for longer than a refresh window. The
+    head entry keeps its bank's row open (and prepared entries behind it theirs), so the
+    urgent refresh cannot drain the unit; when ``max_postponed`` refreshes are owed the
+    controller forces it (look-ahead rolled back, PRE, REF) and sets the sticky
+    ``errors.refresh_overflow``. Checked: no timing or refresh-rate violation in the device
+    model, no owed refresh dropped (the REF count covers every elapsed interval but the
+    debt), the data bit-exact, the flag 0 before the limit, then 1 until the host's clear
+    strobe (also when that strobe meets a new overflow in the same cycle: setting wins), then
+    0 with the debt repaid."""
+    cfg, held, until = REFRESH_HOLDS[case]
+    rng = case_rng(SEED, f"dram-amaranth-refresh-{case}")
+    a_w = cfg.encode(3, 5, 1)                  # the write's bank keeps its row open
+    reqs = [(0, 0, 8), (1, a_w, 2), (0, 40, 6), (0, a_w, 2), (0, cfg.encode(9, 2, 0), 3)]
+    if held == "rdata":
+        reqs = [(0, 0, 24)] + reqs[1:]
+    nw = sum(n for w, _, n in reqs if w)
+    wbeats = [int.from_bytes(rng.bytes(cfg.burst_bytes), "little") for _ in range(nw)]
+    clear_at, again = until + 2000, []
+    first = []
+
+    def hook(ctx, c):
+        if c < until:
+            ctx.set(dut.wdata.valid if held == "wdata" else dut.rdata.ready, 0)
+        flag = ctx.get(dut.errors.refresh_overflow)
+        if flag and not first:
+            first.append(c)
+            ctx.set(dut.errors_clear.refresh_overflow, 1)      # meets the set: set wins
+            again.append(c + 1)
+        if c == clear_at:
+            ctx.set(dut.errors_clear.refresh_overflow, 1)
+
+    dut = DramController(dram=cfg, clock_ghz=1.0, queue_depth=16, read_buffer=4)
+    print(f"seed {SEED} case {case}")
+    res = simulate(dut, cfg, reqs, wbeats, rng=rng, extra_cycles=clear_at + 600,
+                   max_cycles=clear_at + 4000, hook=hook)
+    dev = res["devs"][0]                       # finish() ran: refresh rate checked to the end
+    assert res["rdata"] == golden_reads(cfg, reqs, wbeats)
+    err = res["errors"]
+    assert first and first[0] < until, "the refresh was never forced while the head was held"
+    assert not any(err[:first[0]])
+    assert all(err[first[0]:clear_at + 1]), "the flag fell before its clear strobe"
+    assert again[0] <= clear_at and err[again[0]] == 1
+    assert not any(err[clear_at + 1:]), "the flag came back without a new overflow"
+    # no owed refresh dropped: every refresh interval elapsed got its REF, but the debt
+    n_ref = dev.stats["refpb"] + dev.stats["refab"]
+    intervals = dev.dram_cycle(res["cycles"] - 1) // cfg.refresh_interval_ck
+    assert intervals - n_ref <= cfg.max_postponed // 2, (intervals, n_ref)
+    # the held-open unit was refreshed while the client still held the head
+    kind = "REFPB" if cfg.per_bank_refresh else "REFAB"
+    unit = cfg.decode(a_w)[0] % cfg.refresh_units if held == "wdata" else None
+    forced = [k for k, name, b in kinds(res["cmds"][0]) if name == kind
+              and (unit is None or b == unit)]
+    k_first = dev.dram_cycle(first[0])
+    assert any(k_first - 2 * cfg.refresh_interval_ck <= k <= dev.dram_cycle(until)
+               for k in forced)
+
+
+def test_ext_controller_flags_every_channel_and_clears_per_bit():
+    """The external controller's ``errors.refresh_overflow`` has a bit per channel: with
+    ``rdata`` refused past a refresh window both channels force their refresh and flag it;
+    ``errors_clear`` clears only the bits it names (write-1-to-clear)."""
+    cfg = dataclasses.replace(LP, tREFI=400.0, tRFCpb=40.0, tPBR2PBR=20.0)  # 40 CK interval
+    rng = case_rng(SEED, "dram-amaranth-ext-refresh")
+    dut = ExtController(config=dataclasses.replace(ARCH, ext=cfg), channels=2, queue_depth=16,
+                        read_buffer=4)
+    until, seen = 5000, {}
+    reqs = [(0, 0, 20), (0, 300, 4)]
+
+    def hook(ctx, c):
+        if c < until:
+            ctx.set(dut.rdata.ready, 0)
+        if c in (until + 500, until + 502):
+            seen[c] = ctx.get(dut.errors.refresh_overflow)
+        if c == until + 500:
+            ctx.set(dut.errors_clear.refresh_overflow, 0b01)
+
+    print(f"seed {SEED}")
+    res = simulate(dut, cfg, reqs, channels=2, rng=rng, extra_cycles=600, hook=hook,
+                   max_cycles=8000)
+    assert res["rdata"] == golden_reads(cfg, reqs, [], channels=2)
+    assert seen == {until + 500: 0b11, until + 502: 0b10}
+    assert res["errors"].index(0b11) < until
