@@ -17,8 +17,8 @@ from ..sw.links import LinkMode, LinkOp
 from .pe import sat_add64
 
 
-__all__ = ["LinkModeRTL", "link_op_layout", "pack_link_op", "AggregationLink",
-           "DEFAULT_BUFFER_WORDS"]
+__all__ = ["LinkModeRTL", "link_op_layout", "link_errors_layout", "pack_link_op",
+           "AggregationLink", "DEFAULT_BUFFER_WORDS"]
 
 #: Destination FIFO depth (W-bit words) of :meth:`AggregationLink.from_arch` unless given.
 DEFAULT_BUFFER_WORDS = 32
@@ -55,6 +55,25 @@ def link_op_layout(pes: int) -> data.StructLayout:
         "words": unsigned(16),
         "chunk": unsigned(16),
     })
+
+
+def link_errors_layout() -> data.StructLayout:
+    """The aggregation link's sticky error flags (``errors``; ``errors_clear`` has the same
+    layout, a write-1-to-clear strobe per bit). The golden classification of a descriptor is
+    :func:`elmoe3d.sw.links.link_op_fault`.
+
+    Fields
+    ------
+    bad_desc : 1
+        A descriptor was rejected when taken: ``chunk`` = 0, ``src_mask`` = 0, ``dst_mask`` =
+        0, or BYPASS with more than one source. It was dropped; no word moved.
+    bad_length : 1
+        An ALL_TO_ALL's ``words`` was not a multiple of ``chunk`` x destinations. Detected when
+        a source's last word moves (the first word that would leave a chunk or a round of
+        destinations unfinished); the descriptor then drains: every source's remaining words
+        are taken and dropped, so it finishes.
+    """
+    return data.StructLayout({"bad_desc": 1, "bad_length": 1})
 
 
 def pack_link_op(op: LinkOp, pes: int) -> int:
@@ -120,7 +139,15 @@ class AggregationLink(wiring.Component):
     busy : Out(1)
         A descriptor is running (taken and not all its words in the destination FIFOs).
     done : Out(1)
-        One-cycle pulse: the running descriptor's last word entered its destination FIFOs.
+        One-cycle pulse: the running descriptor's last word entered its destination FIFOs
+        (a draining descriptor: its last source word was taken). A rejected descriptor never
+        runs: no ``busy``, no ``done``.
+    errors : Out :func:`link_errors_layout`
+        Sticky error flags (``bad_desc``, ``bad_length``), set in the cycle after the event and
+        held until cleared by ``errors_clear`` (or reset).
+    errors_clear : In :func:`link_errors_layout`
+        Write-1-to-clear: a 1 clears that flag in the next cycle, unless the same cycle sets
+        it again (setting wins).
 
     Behaviour (bit-exact to :func:`elmoe3d.sw.links.ref_link`)
     ---------
@@ -149,10 +176,25 @@ class AggregationLink(wiring.Component):
     every source offers its word. The compiler keeps every destination within ``buffer_words``
     unread words (``docs/memory.md``).
 
-    Undefined inputs (the host validates descriptors with :class:`~elmoe3d.sw.links.LinkOp`):
-    BYPASS with several sources uses the lowest; an ALL_TO_ALL with ``chunk`` = 0 or ``words``
-    not a multiple of ``chunk * nd`` can hang; an empty ``dst_mask`` consumes and drops the
-    words.
+    Bad descriptors (those :class:`~elmoe3d.sw.links.LinkOp` refuses; the golden
+    classification is :func:`elmoe3d.sw.links.link_op_fault`) never hang the link:
+
+    * ``chunk`` = 0 (any mode), an empty ``src_mask`` or ``dst_mask``, BYPASS with more than
+      one source: rejected when taken (in the same cycle as a good descriptor would be): no
+      word moves, the sources' words stay for the next descriptor (a corrected descriptor
+      sent next moves them as if nothing happened), and ``errors.bad_desc`` is set. (Without
+      the check an ALL_TO_ALL with ``chunk`` = 0 or no destination deadlocked.)
+    * ALL_TO_ALL with ``words`` not a multiple of ``chunk * nd`` (an unfinished last chunk
+      deadlocked a destination waiting for a source that had no words left): the words move
+      as for the next multiple until a source's last word moves; that word completes no
+      round of destinations, which sets ``errors.bad_length`` and turns the descriptor into a
+      drain: every source's remaining words are taken at one flit per cycle and dropped, and
+      the descriptor finishes (``done``) with every source at exactly ``words`` words, so
+      the next descriptor starts on the right words. Each destination has received a prefix
+      of what it receives from the next multiple (the cut depends on timing).
+
+    No descriptor field can hang the link otherwise: ``words`` = 0 finishes at once, every
+    ``mode`` value is a mode and the masks are G bits wide.
 
     Throughput: ``flit_bytes`` per cycle on every port (BYPASS and the reduce modes: one flit
     per cycle; ALL_TO_ALL: one flit per cycle per port after a skew of up to ns - 1 chunks);
@@ -181,6 +223,8 @@ class AggregationLink(wiring.Component):
             "pe_o": Out(stream.Signature(unsigned(word_bits))).array(pes),
             "busy": Out(1),
             "done": Out(1),
+            "errors": Out(link_errors_layout()),
+            "errors_clear": In(link_errors_layout()),
         })
 
     @classmethod
@@ -278,11 +322,15 @@ class AggregationLink(wiring.Component):
             for d in range(G):
                 m.d.comb += pair[s][d].eq(act & is_a2a & has[s] & cdst[s][d] & csrc[d][s]
                                           & dok[d])
+        # drain: a bad ALL_TO_ALL length was found; take every source's words, deliver none
+        drain = Signal()
         take = Signal(G)
         to = Signal(G)
         m.d.comb += [
-            take.eq(Cat(Mux(is_a2a, Cat(pair[s]).any(), together & src[s]) for s in range(G))),
-            to.eq(Cat(Mux(is_a2a, Cat(pair[s][d] for s in range(G)).any(), together & dst[d])
+            take.eq(Cat(Mux(drain, has[s], Mux(is_a2a, Cat(pair[s]).any(), together & src[s]))
+                        for s in range(G))),
+            to.eq(Cat(~drain & Mux(is_a2a, Cat(pair[s][d] for s in range(G)).any(),
+                                   together & dst[d])
                       for d in range(G))),
         ]
 
@@ -332,6 +380,17 @@ class AggregationLink(wiring.Component):
                     with m.Else():
                         m.d.sync += dw[d].eq(dw[d] + 1)
 
+        # A source's last word must end a chunk sent to the last destination (a whole round);
+        # otherwise ``words`` is not a multiple of chunk x destinations.
+        bad_end = Signal(G)
+        for s in range(G):
+            later_dst = dst & ~(cdst[s] | (cdst[s] - 1)[:G])
+            round_end = (cw[s] + 1 == chunk) & ~later_dst.any()
+            m.d.comb += bad_end[s].eq(is_a2a & ~drain & take[s] & (fidx[s] == S - 1)
+                                      & (left[s] == 1) & ~round_end)
+        with m.If(bad_end.any()):
+            m.d.sync += drain.eq(1)
+
         for s in range(G):
             word_end = fidx[s] == S - 1
             m.d.comb += self.pe_i[s].ready.eq(take[s] & word_end)
@@ -355,13 +414,27 @@ class AggregationLink(wiring.Component):
         with m.If(finish):
             m.d.sync += act.eq(0)
         p = self.op.payload
-        with m.If(self.op.valid & self.op.ready):
+        # descriptors LinkOp refuses, found in the cycle they are taken
+        rejected = Signal()
+        m.d.comb += rejected.eq((p.chunk == 0) | ~p.src_mask.any() | ~p.dst_mask.any()
+                                | ((p.mode == LinkModeRTL.BYPASS)
+                                   & (p.src_mask & (p.src_mask - 1)[:G]).any()))
+        taken = self.op.valid & self.op.ready
+        with m.If(taken & ~rejected):
             esrc = Mux(p.mode == LinkModeRTL.BYPASS, _lowest(p.src_mask, G), p.src_mask)
             m.d.sync += [act.eq(1), mode.eq(p.mode), src.eq(esrc), dst.eq(p.dst_mask),
-                         chunk.eq(p.chunk)]
+                         chunk.eq(p.chunk), drain.eq(0)]
             for s in range(G):
                 m.d.sync += [left[s].eq(Mux(esrc[s], p.words, 0)), fidx[s].eq(0), cw[s].eq(0),
                              cdst[s].eq(_lowest(p.dst_mask, G))]
             for d in range(G):
                 m.d.sync += [dw[d].eq(0), csrc[d].eq(_lowest(esrc, G)), didx[d].eq(0)]
+
+        # ---- sticky error flags (setting wins over a clear in the same cycle) --------------
+        for name, event in (("bad_desc", taken & rejected), ("bad_length", bad_end.any())):
+            flag = getattr(self.errors, name)
+            with m.If(event):
+                m.d.sync += flag.eq(1)
+            with m.Elif(getattr(self.errors_clear, name)):
+                m.d.sync += flag.eq(0)
         return m

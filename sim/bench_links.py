@@ -24,8 +24,9 @@ Payloads are packed only through the Amaranth layouts (:func:`~elmoe3d.hw.agg_li
 Checks: every destination's word sequence equals the golden model
 (:func:`elmoe3d.sw.links.ref_link` over the descriptor sequence, :func:`elmoe3d.sw.links.ref_ring`)
 with plain equality -- so every word / flit arrived once, intact and in order -- no word arrives
-after the expected ones, the link pulses ``done`` once per descriptor, and every source word is
-taken. Each test writes ``summary-<test>.json`` (case records) into the run folder and then
+after the expected ones, the link pulses ``done`` once per descriptor, every source word is
+taken and its sticky ``errors`` stay 0 (bad descriptors are the Amaranth-simulator tests' part,
+``tests/test_agg_link_amaranth.py``). Each test writes ``summary-<test>.json`` (case records) into the run folder and then
 fails if a case mismatched.
 
 Figures (:func:`link_figures`, :func:`print_links`, for ``elmoe3d bench``): streaming traffic
@@ -329,6 +330,8 @@ async def _link_case(dut, link, ops, data, *, rng, idle, stall):
             errors.append(f"pe_i[{s}]: {src.pos} of {len(src.items)} words taken")
     if not op_src.finished:
         errors.append(f"op: {op_src.pos} of {len(ops)} descriptors taken")
+    if int(dut.errors.value):
+        errors.append(f"errors = {int(dut.errors.value):#b} on valid descriptors")
     return [k.got for k in sinks], want, sinks, op_src, dones, cycles, errors
 
 
@@ -344,8 +347,9 @@ async def test_link_stress(dut, traffic):
     rec = _Records(dut, test, seed)
     rng = random.Random(int(case_rng(seed, test).integers(1 << 62)))
     G, W = link.pes, link.word_bits
-    await streams.start(dut, ["op__valid"] + [f"pe_i__{s}__valid" for s in range(G)]
-                 + [f"pe_o__{d}__ready" for d in range(G)])
+    await streams.start(dut, ["op__valid", "errors_clear"]
+                        + [f"pe_i__{s}__valid" for s in range(G)]
+                        + [f"pe_o__{d}__ready" for d in range(G)])
     dut._log.info("AggregationLink G=%d W=%d flit=%d B buffer=%d words latency=%d; seed %d",
                   G, W, link.flit_bytes, link.buffer_words, link.latency, seed)
     corners = corner_link_ops(rng, G, W)
@@ -393,8 +397,9 @@ async def test_link_throughput(dut):
     rec = _Records(dut, "test_link_throughput", seed)
     rng = random.Random(int(case_rng(seed, "test_link_throughput").integers(1 << 62)))
     G, W, S = link.pes, link.word_bits, link.flits_per_word
-    await streams.start(dut, ["op__valid"] + [f"pe_i__{s}__valid" for s in range(G)]
-                 + [f"pe_o__{d}__ready" for d in range(G)])
+    await streams.start(dut, ["op__valid", "errors_clear"]
+                        + [f"pe_i__{s}__valid" for s in range(G)]
+                        + [f"pe_o__{d}__ready" for d in range(G)])
     n = int(p.get("stream_words", 512))
     for mode in LinkMode:
         op = _streaming_op(mode, G, n)

@@ -29,8 +29,8 @@ from .datapath import saturating_add
 
 
 __all__ = [
-    "LinkMode", "LinkOp", "ref_link", "link_dsts", "link_srcs", "reduce_add_words",
-    "reduce_max_words",
+    "LinkMode", "LinkOp", "ref_link", "link_op_fault", "link_dsts", "link_srcs",
+    "reduce_add_words", "reduce_max_words",
     "RingFlit", "ring_geometry", "ring_flits", "ref_ring", "ref_ring_streams",
     "OP_WORDS_MAX",
 ]
@@ -181,6 +181,36 @@ def reduce_max_words(sources, *, word_bits) -> list[int]:
     for src in sources[1:]:
         acc = np.maximum(acc, _lanes(src, word_bits, 32, "<u4"))
     return _words(acc.astype("<u4"), word_bits)
+
+
+def link_op_fault(mode: int, src_mask: int, dst_mask: int, words: int, chunk: int, *,
+                  pes: int) -> str | None:
+    """How the aggregation link treats a raw descriptor (the fields of
+    :func:`elmoe3d.hw.agg_link.link_op_layout` for a group of ``pes``; the RTL flags of
+    :func:`elmoe3d.hw.agg_link.link_errors_layout`).
+
+    Returns ``None`` for a descriptor :class:`LinkOp` accepts (it runs as :func:`ref_link`
+    says); ``"bad_desc"`` for one rejected when taken, moving no word (``chunk`` = 0, no
+    source, no destination, BYPASS with several sources); ``"bad_length"`` for an ALL_TO_ALL
+    whose ``words`` is not a multiple of ``chunk`` x destinations (the link moves words until
+    a source's last word, then drains every source's remaining words; each destination gets
+    a prefix of what it would get from the next multiple). ``None`` exactly when
+    ``LinkOp(mode, src_mask, dst_mask, words, chunk)`` raises no ValueError. Raises
+    ValueError naming a field the layout cannot hold.
+    """
+    if not isinstance(pes, int) or isinstance(pes, bool) or pes < 1:
+        raise ValueError(f"pes: expected a positive integer, got {pes!r}")
+    for name, v, hi in (("mode", mode, len(LinkMode) - 1), ("src_mask", src_mask, (1 << pes) - 1),
+                        ("dst_mask", dst_mask, (1 << pes) - 1), ("words", words, OP_WORDS_MAX),
+                        ("chunk", chunk, OP_WORDS_MAX)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not 0 <= v <= hi:
+            raise ValueError(f"{name}: expected an integer in 0..{hi}, got {v!r}")
+    if chunk == 0 or src_mask == 0 or dst_mask == 0 or \
+            (mode == LinkMode.BYPASS and bin(src_mask).count("1") > 1):
+        return "bad_desc"
+    if mode == LinkMode.ALL_TO_ALL and words % (chunk * bin(dst_mask).count("1")):
+        return "bad_length"
+    return None
 
 
 def ref_link(op: LinkOp, inputs, *, word_bits: int) -> list[list[int]]:

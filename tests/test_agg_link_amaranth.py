@@ -17,7 +17,7 @@ from elmoe3d.hw.agg_link import AggregationLink, LinkModeRTL, link_op_layout, pa
 from elmoe3d.sim.amaranth_streams import StreamSink
 from elmoe3d.sim.bench_links import random_link_op
 from elmoe3d.sw.datapath import INT64_MAX, INT64_MIN
-from elmoe3d.sw.links import LinkMode, LinkOp, ref_link, reduce_add_words
+from elmoe3d.sw.links import LinkMode, LinkOp, link_op_fault, ref_link, reduce_add_words
 
 # Constructors that raise, and instances only inspected, leave unused elaboratables behind.
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -338,3 +338,265 @@ def test_golden_properties_on_random_descriptors(pes):
                            for j in range(2) for _ in (0, 1)], "<u4", W)
                     for k in range(op.words)]
             assert all(out[d] == want for d in op.dsts)
+
+
+# ---- bad descriptors: rejected or drained, flagged, never a hang ---------------------------
+
+def raw_op(G, mode, src_mask, dst_mask, words, chunk):
+    """A descriptor payload from raw field values (LinkOp would refuse the bad ones)."""
+    return link_op_layout(G).const({"mode": LinkModeRTL(int(mode)), "src_mask": src_mask,
+                                    "dst_mask": dst_mask, "words": words,
+                                    "chunk": chunk}).as_bits()
+
+
+def run_host(dut, raws, inputs, *, seed=0, idle=0.0, stall=0.0, clear=(), clear_on_take=(),
+             budget=3000):
+    """A host that sends descriptor payloads ``raws`` one at a time: it offers the next one
+    when the link is idle and every ``pe_o`` has been emptied for 3 cycles, then reads
+    ``errors``; after descriptor k in ``clear`` it pulses ``errors_clear`` (all bits) for a
+    cycle; for k in ``clear_on_take`` it pulses it in the cycle the descriptor is taken. The
+    sources offer ``inputs`` (each PE's words for all descriptors) with random idles, the
+    sinks stall at random. A descriptor that does not finish within ``budget`` cycles fails
+    the test (a hang). Returns ``(received per PE, log)``: per descriptor the ``errors``
+    value read, ``bounds`` (received words per PE), ``pos`` (words taken per source),
+    ``done`` (pulses) and ``cycles``."""
+    G = dut.pes
+    rng = random.Random(seed)
+    sinks = [StreamSink(dut.pe_o[d], rng, stall, f"PE {d}") for d in range(G)]
+    log = {"errors": [], "bounds": [], "pos": [], "done": [], "cycles": []}
+
+    async def bench(ctx):
+        pos, valid, cycle = [0] * G, [False] * G, 0
+
+        async def tick(op_valid, raw, clr):
+            nonlocal cycle
+            ctx.set(dut.op.valid, op_valid)
+            ctx.set(dut.op.payload.as_value(), raw)
+            for s in range(G):
+                if not valid[s] and pos[s] < len(inputs[s]):
+                    valid[s] = rng.random() >= idle
+                ctx.set(dut.pe_i[s].valid, valid[s])
+                ctx.set(dut.pe_i[s].payload, inputs[s][pos[s]] if valid[s] else 0)
+            for k in sinks:
+                k.drive(ctx)
+            taken = op_valid and ctx.get(dut.op.ready)
+            ctx.set(dut.errors_clear.as_value(), 0b11 if clr is True or (clr and taken) else 0)
+            done = ctx.get(dut.done)
+            for s in range(G):
+                if valid[s] and ctx.get(dut.pe_i[s].ready):
+                    pos[s] += 1
+                    valid[s] = False
+            for k in sinks:
+                k.sample(ctx, cycle)
+            busy = ctx.get(dut.busy) or any(ctx.get(dut.pe_o[d].valid) for d in range(G))
+            cycle += 1
+            await ctx.tick()
+            return taken, done, busy
+
+        for k, raw in enumerate(raws):
+            start, taken, dones, quiet = cycle, False, 0, 0
+            while quiet < 3:
+                assert cycle - start < budget, \
+                    f"descriptor {k} ({raw:#x}) not finished after {budget} cycles: a hang"
+                t, done, busy = await tick(not taken, raw,
+                                           "take" if k in clear_on_take else False)
+                quiet = 0 if (busy or not (taken or t)) else quiet + 1
+                taken, dones = taken or t, dones + done
+            log["errors"].append(ctx.get(dut.errors.as_value()))
+            log["bounds"].append([len(x.got) for x in sinks])
+            log["pos"].append(list(pos))
+            log["done"].append(dones)
+            log["cycles"].append(cycle - start)
+            if k in clear:
+                await tick(False, 0, True)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return [k.got for k in sinks], log
+
+
+BAD_DESC, BAD_LENGTH = 0b01, 0b10          # link_errors_layout bits
+
+
+def natural_prefix(G, mode, src, dst, words, chunk, data, word_bits):
+    """What each destination receives from an ALL_TO_ALL whose ``words`` is rounded up to the
+    next multiple of chunk x destinations (the sources' words padded with zeros): a bad-length
+    descriptor delivers a prefix of it."""
+    nd = bin(dst).count("1")
+    up = -(-words // (chunk * nd)) * chunk * nd
+    padded = [d + [0] * (up - len(d)) if d else [] for d in data]
+    return ref_link(LinkOp(mode, src, dst, up, chunk), padded, word_bits=word_bits)
+
+
+@pytest.mark.parametrize("geom", ["G2-W512-F32", "G4-W256-F32"])
+def test_bad_descriptor_rejected_flag_sticky_and_corrected_descriptor_bit_exact(geom):
+    """Each descriptor LinkOp refuses at take (chunk = 0 in ALL_TO_ALL -- which deadlocked
+    -- and in REDUCE_MAX, no destination, no source, BYPASS with every source) is taken in one
+    cycle and dropped: no source word is taken, nothing is delivered, no ``done``, and
+    ``errors.bad_desc`` rises. The flag stays set through the corrected descriptor that
+    follows (which moves the words the bad one left, bit-exact against ``ref_link``) until
+    the host's clear, and stays 0 after it while descriptors are good."""
+    G, W, F, depth = GEOMS[geom]
+    allm = (1 << G) - 1
+    A2A, RMAX, RADD, BYP = (LinkMode.ALL_TO_ALL, LinkMode.REDUCE_MAX, LinkMode.REDUCE_ADD,
+                            LinkMode.BYPASS)
+    cases = [  # (bad raw fields, the corrected LinkOp)
+        ((A2A, allm, allm, 2 * G, 0), LinkOp(A2A, allm, allm, 2 * G, 1)),
+        ((RMAX, allm, 0b1, 3, 0), LinkOp(RMAX, allm, 0b1, 3, 1)),
+        ((A2A, allm, 0, 2 * G, 1), LinkOp(A2A, allm, allm, 2 * G, 2)),
+        ((RADD, 0, allm, 4, 1), LinkOp(RADD, allm, allm, 4, 1)),
+        ((BYP, allm, allm, 3, 1), LinkOp(BYP, 1 << (G - 1), allm, 3, 1)),
+    ]
+    rng = random.Random(f"bad-desc/{geom}")
+    print(f"seed bad-desc/{geom}")
+    dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=depth)
+    raws, ops = [], []
+    for bad, good in cases:
+        assert link_op_fault(*bad, pes=G) == "bad_desc"
+        raws += [raw_op(G, *bad), pack_link_op(good, G)]
+        ops.append(good)
+    last = LinkOp(RADD, allm, allm, 2)          # after the clear: good, flag stays 0
+    raws.append(pack_link_op(last, G))
+    ops.append(last)
+    data, inputs = make_traffic(rng, ops, G, W)
+    got, log = run_host(dut, raws, inputs, seed=7, idle=0.3, stall=0.3,
+                        clear=[2 * len(cases) - 1])
+    n = len(cases)
+    for k in range(n):
+        before = log["pos"][2 * k - 1] if k else [0] * G
+        assert log["pos"][2 * k] == before, "a rejected descriptor took source words"
+        assert log["bounds"][2 * k] == (log["bounds"][2 * k - 1] if k else [0] * G)
+        assert log["done"][2 * k] == 0 and log["done"][2 * k + 1] == 1
+        assert log["cycles"][2 * k] <= 5
+    assert log["errors"][:2 * n] == [BAD_DESC] * (2 * n)    # sticky until the clear
+    assert log["errors"][2 * n] == 0
+    assert got == expected(ops, data, G, W)
+    assert log["pos"][-1] == [len(x) for x in inputs]
+
+
+@pytest.mark.parametrize("geom,fields", [
+    ("G2-W512-F32", (0b11, 0b11, 3, 2)),       # a half chunk: deadlocked
+    ("G2-W512-F32", (0b11, 0b11, 1, 1)),       # one chunk of a 2-destination round
+    ("G4-W256-F32", (0b1111, 0b1011, 7, 2)),
+    ("G4-W256-F32", (0b0110, 0b1111, 5, 1)),
+])
+def test_bad_all_to_all_length_drains_and_flags(geom, fields):
+    """An ALL_TO_ALL whose ``words`` is not a multiple of chunk x destinations (LinkOp refuses
+    it; a half-filled last chunk deadlocked the link): every source still gives exactly
+    ``words`` words, each destination receives a prefix of what the next multiple would give
+    it, ``done`` pulses once, ``errors.bad_length`` rises (``bad_desc`` does not) and stays
+    through the good descriptor after it, which is bit-exact; with and without idles and
+    backpressure."""
+    G, W, F, depth = GEOMS[geom]
+    src, dst, words, chunk = fields
+    mode = LinkMode.ALL_TO_ALL
+    assert link_op_fault(mode, src, dst, words, chunk, pes=G) == "bad_length"
+    good = LinkOp(LinkMode.REDUCE_ADD, (1 << G) - 1, dst, 3)
+    for seed, (idle, stall) in enumerate([(0.0, 0.0), (0.3, 0.5)]):
+        rng = random.Random(f"bad-length/{geom}/{fields}/{seed}")
+        print(f"seed bad-length/{geom}/{fields}/{seed}")
+        dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=depth)
+        bad_data = [[rng.getrandbits(W) for _ in range(words)] if src >> s & 1 else []
+                    for s in range(G)]
+        gdata, ginputs = make_traffic(rng, [good], G, W)
+        inputs = [bad_data[s] + ginputs[s] for s in range(G)]
+        got, log = run_host(dut, [raw_op(G, mode, src, dst, words, chunk),
+                                  pack_link_op(good, G)], inputs, seed=seed, idle=idle,
+                            stall=stall)
+        assert log["pos"][0] == [len(d) for d in bad_data]
+        assert log["done"] == [1, 1] and log["errors"] == [BAD_LENGTH] * 2
+        natural = natural_prefix(G, mode, src, dst, words, chunk, bad_data, W)
+        want_good = expected([good], gdata, G, W)
+        for d in range(G):
+            cut = log["bounds"][0][d]
+            assert got[d][:cut] == natural[d][:cut]
+            assert got[d][cut:] == want_good[d]
+
+
+def test_clear_strobe_meeting_a_new_error_leaves_it_set():
+    """A clear strobe in the very cycle a bad descriptor is taken: setting wins (the flag is
+    1 afterwards); a later clear alone clears it; ``bad_desc`` and ``bad_length`` are
+    separate bits."""
+    G, W, F, depth = GEOMS["G2-W512-F32"]
+    dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=depth)
+    A2A = LinkMode.ALL_TO_ALL
+    raws = [raw_op(G, A2A, 0b11, 0b11, 2, 0),      # bad_desc, cleared in its take cycle
+            raw_op(G, A2A, 0b11, 0b11, 3, 2),      # bad_length, while bad_desc is still set
+            pack_link_op(LinkOp(A2A, 0b11, 0b11, 2, 1), G)]
+    rng = random.Random(11)
+    inputs = [[rng.getrandbits(W) for _ in range(5)] for _ in range(G)]
+    got, log = run_host(dut, raws, inputs, clear_on_take=[0], clear=[1])
+    assert log["errors"] == [BAD_DESC, BAD_DESC | BAD_LENGTH, 0]
+    assert log["pos"][-1] == [5, 5]
+
+
+@pytest.mark.parametrize("geom", ["G3-W512-F64", "G4-W512-F16"])
+def test_random_raw_descriptors_never_hang_and_match_the_golden_classification(geom):
+    """Random raw descriptors, about half of them bad in some field (chunk 0, empty masks,
+    several BYPASS sources, ALL_TO_ALL lengths off the multiple), with idles and
+    backpressure; the host reads and clears ``errors`` after each. Every descriptor finishes
+    within the cycle budget; the flag read equals :func:`link_op_fault`'s classification;
+    good descriptors are bit-exact against ``ref_link``, rejected ones move nothing and
+    drained ones deliver a prefix of the next multiple and take exactly ``words`` words of
+    every source."""
+    G, W, F, depth = GEOMS[geom]
+    rng = random.Random(f"raw/{geom}")
+    print(f"seed raw/{geom}")
+    dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=depth)
+    fields = []
+    for _ in range(40):
+        fields.append((rng.randrange(4), rng.randrange(1 << G), rng.randrange(1 << G),
+                       rng.randrange(0, 9), rng.choice([0, 1, 1, 2, 3])))
+    faults = [link_op_fault(*f, pes=G) for f in fields]
+    assert {None, "bad_desc", "bad_length"} <= set(faults)
+    data, inputs = [], [[] for _ in range(G)]
+    for f, fault in zip(fields, faults):
+        mode, src, dst, words, chunk = f
+        takers = [] if fault == "bad_desc" else (
+            LinkOp(*f).srcs if fault is None else [s for s in range(G) if src >> s & 1])
+        d = [[rng.getrandbits(W) for _ in range(words)] if s in takers else [] for s in range(G)]
+        data.append(d)
+        for s in range(G):
+            inputs[s] += d[s]
+    got, log = run_host(dut, [raw_op(G, *f) for f in fields], inputs, seed=3, idle=0.25,
+                        stall=0.35, clear=range(len(fields)))
+    flag = {None: 0, "bad_desc": BAD_DESC, "bad_length": BAD_LENGTH}
+    assert log["errors"] == [flag[x] for x in faults]
+    prev = [0] * G
+    for k, (f, fault) in enumerate(zip(fields, faults)):
+        bounds = log["bounds"][k]
+        part = [got[d][prev[d]:bounds[d]] for d in range(G)]
+        if fault is None:
+            assert part == ref_link(LinkOp(*f), data[k], word_bits=W), k
+        elif fault == "bad_desc":
+            assert part == [[]] * G and log["done"][k] == 0, k
+        else:
+            natural = natural_prefix(G, *f, data[k], W)
+            assert all(part[d] == natural[d][:len(part[d])] for d in range(G)), k
+        prev = bounds
+    assert log["pos"][-1] == [len(x) for x in inputs]
+
+
+def test_link_op_fault_is_exactly_what_link_op_refuses():
+    """``link_op_fault`` is None exactly for the field values LinkOp accepts, over every mode,
+    mask pair of a 3-PE group, words 0..7 and chunk 0..3; out-of-layout values are errors."""
+    G = 3
+    for mode in range(4):
+        for src in range(1 << G):
+            for dst in range(1 << G):
+                for words in range(8):
+                    for chunk in range(4):
+                        fault = link_op_fault(mode, src, dst, words, chunk, pes=G)
+                        try:
+                            LinkOp(mode, src, dst, words, chunk)
+                            ok = True
+                        except ValueError:
+                            ok = False
+                        assert (fault is None) == ok, (mode, src, dst, words, chunk)
+    for kw, name in ((dict(mode=4), "mode"), (dict(src_mask=8), "src_mask"),
+                     (dict(words=1 << 16), "words"), (dict(chunk=-1), "chunk")):
+        args = dict(mode=0, src_mask=1, dst_mask=1, words=1, chunk=1) | kw
+        with pytest.raises(ValueError, match=name):
+            link_op_fault(**args, pes=G)
