@@ -29,7 +29,7 @@ from .ring import StreamlineRing
 
 
 __all__ = ["HostQueue", "DmaKind", "host_cmd_layout", "host_dma_layout", "die_o_layout",
-           "die_probe_layout", "LogicDie", "queue_bit", "dma_bit"]
+           "die_probe_layout", "die_errors_layout", "LogicDie", "queue_bit", "dma_bit"]
 
 
 class HostQueue(enum.Enum, shape=2):
@@ -135,6 +135,40 @@ def die_probe_layout(arch: ArchConfig) -> data.StructLayout:
     })
 
 
+def die_errors_layout(arch: ArchConfig, ext_channels: int | None = None) -> data.StructLayout:
+    """The die's sticky error flags (``errors``; ``errors_clear`` has the same layout, a
+    write-1-to-clear strobe per bit). Bit ``g`` of a G-bit field is group ``g``, bit ``p`` of
+    a P-bit field die PE ``p``, bit ``c`` of ``ext_refresh`` LPDDR5 channel ``c``
+    (``ext_channels``, default ``arch.ext_channels``). Bits 0 and 1 are the die's own.
+
+    Fields
+    ------
+    cmd_index : 1
+        A ``host_cmd`` beat named a PE or group that does not exist (taken and dropped).
+    dma_pe : 1
+        A ``host_dma`` beat named a PE that does not exist (taken and dropped).
+    link_bad_desc : unsigned(groups)
+        Group ``g``'s aggregation link rejected a descriptor (``chunk`` = 0, an empty mask,
+        BYPASS with several sources: dropped, no word moved;
+        :func:`elmoe3d.hw.agg_link.link_errors_layout` ``bad_desc``).
+    link_bad_length : unsigned(groups)
+        Group ``g``'s link drained an ALL_TO_ALL whose ``words`` was not a multiple of
+        ``chunk`` x destinations (``bad_length``).
+    hb_refresh : unsigned(pes)
+        PE ``p``'s HB controller reached the refresh postponing limit and forced a refresh
+        (:func:`elmoe3d.hw.dram_ctrl.dram_errors_layout` ``refresh_overflow``).
+    ext_refresh : unsigned(ext_channels)
+        The same for LPDDR5 channel ``c`` (e.g. an EXT read descriptor sent to a PE that never
+        loads its words: the ring, then the LPDDR5 read buffer fill up).
+    """
+    channels = arch.ext_channels if ext_channels is None else ext_channels
+    return data.StructLayout({
+        "cmd_index": unsigned(1), "dma_pe": unsigned(1),
+        "link_bad_desc": unsigned(arch.groups), "link_bad_length": unsigned(arch.groups),
+        "hb_refresh": unsigned(arch.pes), "ext_refresh": unsigned(channels),
+    })
+
+
 def queue_bit(arch: ArchConfig, queue, index: int = 0) -> int:
     """Bit of ``cmd_room`` for a queue: PE ``i`` -> ``i``, LINK ``g`` -> ``pes + g``, EXT ->
     ``pes + groups``."""
@@ -192,9 +226,16 @@ class LogicDie(wiring.Component):
     o : Out stream, :func:`die_o_layout`
         Every PE's ``o`` beats, tagged with the PE index, merged round robin (a register:
         :attr:`o_latency` = 1 cycle); a PE's beats keep their order.
-    errors : Out(2)
-        Sticky: bit 0 a ``host_cmd`` beat named a PE or group that does not exist; bit 1 a
-        ``host_dma`` beat did (the beat is taken and dropped).
+    errors : Out :func:`die_errors_layout`
+        Sticky error flags the host reads: bit 0 (``cmd_index``) a ``host_cmd`` beat named a
+        PE or group that does not exist; bit 1 (``dma_pe``) a ``host_dma`` beat did (the beat
+        is taken and dropped); then per group the aggregation links' ``bad_desc`` and
+        ``bad_length``, per PE its HB controller's and per channel the LPDDR5 controller's
+        ``refresh_overflow`` (the blocks' own flags, wired through). Each bit stays set until
+        the host clears it (or a reset).
+    errors_clear : In :func:`die_errors_layout`
+        Write-1-to-clear strobes, one per ``errors`` bit (held 0 when unused): a 1 clears the
+        bit in the next cycle, unless the same cycle sets it again (setting wins).
     probe : Out :func:`die_probe_layout`
         Read-only observation bits (handshakes and stalls of the internal streams, link
         descriptor state) for benches; they drive nothing inside the die.
@@ -289,7 +330,8 @@ class LogicDie(wiring.Component):
             "host_dma": In(stream.Signature(host_dma_layout(arch))),
             "dma_room": Out(2 * arch.pes),
             "o": Out(stream.Signature(die_o_layout(arch))),
-            "errors": Out(2),
+            "errors": Out(die_errors_layout(arch, self._ext.channels)),
+            "errors_clear": In(die_errors_layout(arch, self._ext.channels)),
             "probe": Out(die_probe_layout(arch)),
             "hb": Out(dram_bus_signature(arch.hb)).array(arch.pes),
             "ext": Out(dram_bus_signature(arch.ext)).array(self._ext.channels),
@@ -404,8 +446,13 @@ class LogicDie(wiring.Component):
             m.d.comb += [q.w_data.eq(hc.body.link.as_value()),
                          q.w_en.eq(put & is_link & (hc.index == g))]
         m.d.comb += [ext_q.w_data.eq(hc.body.ext.as_value()), ext_q.w_en.eq(put & is_ext)]
+        err, clr = self.errors, self.errors_clear
+        cmd_err, dma_err = Signal(), Signal()
+        m.d.comb += [err.cmd_index.eq(cmd_err), err.dma_pe.eq(dma_err)]
         with m.If(self.host_cmd.valid & ~in_range):
-            m.d.sync += self.errors[0].eq(1)
+            m.d.sync += cmd_err.eq(1)
+        with m.Elif(clr.cmd_index):
+            m.d.sync += cmd_err.eq(0)
 
         # -- host DMA --
         hd = self.host_dma.payload
@@ -417,7 +464,20 @@ class LogicDie(wiring.Component):
         m.d.comb += self.host_dma.ready.eq(
             Mux(d_in_range, dma_room.bit_select(Mux(is_ld, hd.pe, P + hd.pe), 1), 1))
         with m.If(self.host_dma.valid & ~d_in_range):
-            m.d.sync += self.errors[1].eq(1)
+            m.d.sync += dma_err.eq(1)
+        with m.Elif(clr.dma_pe):
+            m.d.sync += dma_err.eq(0)
+        # the blocks' own sticky flags, wired through (each block clears its own)
+        for g, link in enumerate(self._links):
+            m.d.comb += [err.link_bad_desc[g].eq(link.errors.bad_desc),
+                         err.link_bad_length[g].eq(link.errors.bad_length),
+                         link.errors_clear.bad_desc.eq(clr.link_bad_desc[g]),
+                         link.errors_clear.bad_length.eq(clr.link_bad_length[g])]
+        for p, hb in enumerate(self._hb):
+            m.d.comb += [err.hb_refresh[p].eq(hb.errors.refresh_overflow),
+                         hb.errors_clear.refresh_overflow.eq(clr.hb_refresh[p])]
+        m.d.comb += [err.ext_refresh.eq(self._ext.errors.refresh_overflow),
+                     self._ext.errors_clear.refresh_overflow.eq(clr.ext_refresh)]
         for p in range(P):
             r, hp = self._routers[p], self._hb_ports[p]
             mine = self.host_dma.valid & (hd.pe == p)

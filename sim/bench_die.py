@@ -83,8 +83,8 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..config import ArchConfig, preset
 from ..hw.agg_link import link_op_layout, pack_link_op
-from ..hw.die import (DmaKind, HostQueue, LogicDie, die_o_layout, die_probe_layout, dma_bit,
-                      host_cmd_layout, host_dma_layout, queue_bit)
+from ..hw.die import (DmaKind, HostQueue, LogicDie, die_errors_layout, die_o_layout,
+                      die_probe_layout, dma_bit, host_cmd_layout, host_dma_layout, queue_bit)
 from ..hw.ext_stream import ext_read_layout
 from ..hw.isa import command_layout
 from ..isa import Source
@@ -334,7 +334,8 @@ class DieBench(CaseRecorder):
         dut, arch = self.dut, self.arch
         n_ext = self.die.ext_channels
         # the DRAM models start clocking in the first cycle out of reset (settle=0)
-        await streams.start(dut, ["host_cmd__valid", "host_dma__valid", "o__ready"]
+        await streams.start(dut, ["host_cmd__valid", "host_dma__valid", "o__ready",
+                                  "errors_clear"]
                             + [f"hb__{p}__rd_valid" for p in range(arch.pes)]
                             + [f"ext__{c}__rd_valid" for c in range(n_ext)], settle=0)
         self.hb_devs = [DramDevice(arch.hb, clock_ghz=arch.clock_ghz, name=f"hb{p}", seed=p)
@@ -794,7 +795,10 @@ async def test_pool_update(dut):
 @cocotb.test()
 async def test_host_errors(dut):
     """A host command naming a group that does not exist is taken and dropped, and sets the
-    sticky ``errors`` bit 0 (bit 1 stays clear); a reset clears it."""
+    sticky ``errors`` bit 0 (bit 1 stays clear); a reset clears it. Then a link descriptor
+    with ``chunk`` = 0 for the last group: its link rejects it (taken, never busy) and
+    ``errors.link_bad_desc`` shows that group's bit beside bit 0; one ``errors_clear``
+    strobe of every bit clears them all."""
     bench = await _bench(dut, "test_host_errors", "smooth")
     with bench.summary():
         arch = bench.arch
@@ -828,6 +832,51 @@ async def test_host_errors(dut):
             details.append(f"cmd_room = {room:#b}: a queue took the dropped beat")
         bench.record(case="bad group index", phase="-", traffic="smooth", tokens=0,
                      experts_run=[], cycles=0, comparisons=4, mismatches=len(details),
+                     details=details, dram=bench.dram_stats(), note="host error path, no data")
+
+        # a descriptor the link must reject (it deadlocked the link before the check)
+        E = die_errors_layout(arch, bench.die.ext_channels)
+        g = arch.groups - 1
+        op = link_op_layout(arch.pes_per_group).const({
+            "mode": LinkMode.ALL_TO_ALL.value, "src_mask": 1, "dst_mask": 1, "words": 2,
+            "chunk": 0})
+        await RisingEdge(dut.clk)
+        dut.host_cmd__payload.value = bench._cmd(HostQueue.LINK, g, {"link": op})
+        dut.host_cmd__valid.value = 1
+        await ReadOnly()
+        taken = dut.host_cmd__ready.value == 1
+        await RisingEdge(dut.clk)
+        dut.host_cmd__valid.value = 0
+        busy = 0
+        for _ in range(6):                     # queue -> link -> flag, and a few cycles more
+            await RisingEdge(dut.clk)
+            await ReadOnly()
+            busy |= dut.probe.value.to_unsigned() >> bench.probe_offsets["link_busy"][0] \
+                & ((1 << arch.groups) - 1)
+        flagged = int(dut.errors.value)
+        room = int(dut.cmd_room.value)
+        await RisingEdge(dut.clk)
+        dut.errors_clear.value = (1 << E.size) - 1
+        await RisingEdge(dut.clk)
+        dut.errors_clear.value = 0
+        for _ in range(2):
+            await RisingEdge(dut.clk)
+        cleared = int(dut.errors.value)
+        want = 1 << E["cmd_index"].offset | 1 << (E["link_bad_desc"].offset + g)
+        details = []
+        if not taken:
+            details.append("the descriptor was not taken")
+        if busy:
+            details.append(f"link_busy = {busy:#b}: a rejected descriptor ran")
+        if flagged != want:
+            details.append(f"errors = {flagged:#b} after the chunk-0 descriptor, expected "
+                           f"{want:#b}")
+        if room != (1 << (arch.pes + arch.groups + 1)) - 1:
+            details.append(f"cmd_room = {room:#b}: the link queue kept the descriptor")
+        if cleared != 0:
+            details.append(f"errors = {cleared:#b} after errors_clear of every bit")
+        bench.record(case="bad link descriptor", phase="-", traffic="smooth", tokens=0,
+                     experts_run=[], cycles=0, comparisons=5, mismatches=len(details),
                      details=details, dram=bench.dram_stats(), note="host error path, no data")
 
 

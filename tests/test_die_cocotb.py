@@ -81,11 +81,12 @@ def test_pool_update_and_host_errors(built):
     """Two PEs' HB images written through the die's host DMA (HB_WRITE), then the draft reads
     them back through the load routers: bit-exact only if every burst landed where it
     should. And a host command naming a group that does not exist sets the sticky error bit
-    without reaching any queue."""
+    without reaching any queue; a link descriptor with ``chunk`` = 0 is rejected by its group's
+    link (never runs) and shows on ``errors.link_bad_desc``; the clear strobe clears both."""
     tests = ["test_pool_update", "test_host_errors"]
     result = _check(run_die_bench(ARCH, tests=tests, built=built), tests)
     pool = [r for r in result.records if r["test"] == "test_pool_update"]
     assert len(pool) == 1 and pool[0]["hb_by_dma"] == [0, ARCH.pes - 1]
     assert pool[0]["dram"]["hb"]["bytes_written"] > 0
     assert [r["case"] for r in result.records if r["test"] == "test_host_errors"] == \
-        ["bad group index"]
+        ["bad group index", "bad link descriptor"]
