@@ -20,6 +20,9 @@ access, no Amaranth), each for one kind of log seen in the wild (``docs/traces.m
   verification, or a new prompt on the same id) cannot be placed and is refused.
 * :func:`router_norm_mismatch` -- gate weights that disagree with the model's router about
   renormalisation (``norm_topk_prob``).
+* :func:`usage_counts` -- expert-usage statistics (per-layer selection counts), which are no
+  routing log: the importer names them, the synthetic generator calibrates on them
+  (:func:`elmoe3d.sw.tracegen.calibrate_from_usage`).
 """
 
 from __future__ import annotations
@@ -28,9 +31,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import UserError
+
 
 __all__ = ["WARMUP_MIN_ROWS", "SAME_WEIGHT_TOL", "WarmupBlock", "warmup_blocks",
-           "PassLayout", "DialectError", "forward_passes", "router_norm_mismatch"]
+           "PassLayout", "DialectError", "forward_passes", "router_norm_mismatch",
+           "usage_counts"]
 
 #: Fewest consecutive alike records read as a warm-up (profiling dummy) block. A real decode
 #: step never repeats a layer's routing exactly for this long; vLLM's profiling pass logs
@@ -274,3 +280,51 @@ def router_norm_mismatch(sums, preset, tol) -> tuple:
     return good, (f"{good} of {n} rows have gate weights summing to 1, but {name} does not "
                   f"renormalise its top-{k} (norm_topk_prob false): weights renormalised by "
                   f"the logger, or a log of another model")
+
+
+#: Keys under which an expert-usage document may nest its per-layer counts.
+_USAGE_KEYS = ("layers", "expert_counts", "counts", "usage")
+
+
+def usage_counts(doc) -> dict:
+    """Per-layer expert selection counts from a parsed JSON document: ``{layer name: counts [E]
+    float64}`` in document order.
+
+    Shapes read: a list of per-layer lists (layers named ``"0"``, ``"1"``, ...); an object of
+    layer name -> list (``{"encoder.block.1": [...], ...}``); either nested under ``layers``,
+    ``expert_counts``, ``counts`` or ``usage`` beside other keys (``model``, ``top_k``,
+    ``tokens``, ...). Counts are finite numbers >= 0 (counts or frequencies), every layer with
+    the same number of experts (>= 2), at least one pick in each layer.
+
+    Raises :class:`~elmoe3d.errors.UserError` naming the layer and what was expected."""
+    if isinstance(doc, dict):
+        nested = [k for k in _USAGE_KEYS if k in doc]
+        if len(nested) > 1:
+            raise UserError(f"expert usage: both {nested[0]!r} and {nested[1]!r} given")
+        if nested:
+            doc = doc[nested[0]]
+    if isinstance(doc, list):
+        items = [(str(i), v) for i, v in enumerate(doc)]
+    elif isinstance(doc, dict):
+        items = list(doc.items())
+    else:
+        raise UserError(f"expert usage: expected per-layer count lists, got "
+                        f"{type(doc).__name__}")
+    if not items:
+        raise UserError("expert usage: no layer")
+    out, width = {}, None
+    for name, v in items:
+        if not isinstance(v, list) or not all(isinstance(x, (int, float))
+                                              and not isinstance(x, bool) for x in v):
+            raise UserError(f"expert usage: layer {name!r}: expected a list of counts, got "
+                            f"{type(v).__name__}")
+        c = np.asarray(v, np.float64)
+        if len(c) < 2 or not np.isfinite(c).all() or (c < 0).any() or c.sum() <= 0:
+            raise UserError(f"expert usage: layer {name!r}: expected >= 2 finite counts >= 0 "
+                            f"with at least one pick")
+        if width is not None and len(c) != width:
+            raise UserError(f"expert usage: layer {name!r} has {len(c)} experts, the first "
+                            f"layer {width}")
+        width = len(c)
+        out[str(name)] = c
+    return out

@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import UserError
 from .models import model_preset, preset_for_model_id
 from .routelog import (WARMUP_MIN_ROWS, DialectError, forward_passes, router_norm_mismatch,
-                       warmup_blocks)
+                       usage_counts, warmup_blocks)
 
 
 __all__ = ["TRACE_FORMAT", "TRACE_VERSION", "PHASES", "TraceError", "RoutingTrace",
@@ -1159,14 +1159,13 @@ def describe_json(text, path="FILE") -> str | None:
     """What a JSON document (not JSON lines) offered as a routing log is, and what to do with it;
     None if it is not one document, or is a single routing record (a one-line log). Expert-usage
     statistics (per-layer selection counts) are named as such
-    (:func:`~elmoe3d.sw.tracegen.usage_counts`)."""
+    (:func:`~elmoe3d.sw.routelog.usage_counts`)."""
     try:
         doc = json.loads(text)
     except ValueError:
         return None
     if isinstance(doc, dict) and any(a in doc for a in _ALIASES["expert_ids"]):
         return None
-    from .tracegen import usage_counts
     try:
         layers = usage_counts(doc)
     except UserError:

@@ -33,6 +33,7 @@ import numpy as np
 from ..errors import UserError
 from .corpus import traces_dir
 from .models import model_preset
+from .routelog import usage_counts
 from .trace import PHASES, RoutingTrace, TraceError
 
 
@@ -292,54 +293,6 @@ CALIBRATED = {
 # ---------------------------------------------------------------------------------------------
 # Expert-usage statistics (per-layer selection counts) as calibration input
 # ---------------------------------------------------------------------------------------------
-
-#: Keys under which an expert-usage document may nest its per-layer counts.
-_USAGE_KEYS = ("layers", "expert_counts", "counts", "usage")
-
-
-def usage_counts(doc) -> dict:
-    """Per-layer expert selection counts from a parsed JSON document: ``{layer name: counts [E]
-    float64}`` in document order.
-
-    Shapes read: a list of per-layer lists (layers named ``"0"``, ``"1"``, ...); an object of
-    layer name -> list (``{"encoder.block.1": [...], ...}``); either nested under ``layers``,
-    ``expert_counts``, ``counts`` or ``usage`` beside other keys (``model``, ``top_k``,
-    ``tokens``, ...). Counts are finite numbers >= 0 (counts or frequencies), every layer with
-    the same number of experts (>= 2), at least one pick in each layer.
-
-    Raises :class:`~elmoe3d.errors.UserError` naming the layer and what was expected."""
-    if isinstance(doc, dict):
-        nested = [k for k in _USAGE_KEYS if k in doc]
-        if len(nested) > 1:
-            raise UserError(f"expert usage: both {nested[0]!r} and {nested[1]!r} given")
-        if nested:
-            doc = doc[nested[0]]
-    if isinstance(doc, list):
-        items = [(str(i), v) for i, v in enumerate(doc)]
-    elif isinstance(doc, dict):
-        items = list(doc.items())
-    else:
-        raise UserError(f"expert usage: expected per-layer count lists, got "
-                        f"{type(doc).__name__}")
-    if not items:
-        raise UserError("expert usage: no layer")
-    out, width = {}, None
-    for name, v in items:
-        if not isinstance(v, list) or not all(isinstance(x, (int, float))
-                                              and not isinstance(x, bool) for x in v):
-            raise UserError(f"expert usage: layer {name!r}: expected a list of counts, got "
-                            f"{type(v).__name__}")
-        c = np.asarray(v, np.float64)
-        if len(c) < 2 or not np.isfinite(c).all() or (c < 0).any() or c.sum() <= 0:
-            raise UserError(f"expert usage: layer {name!r}: expected >= 2 finite counts >= 0 "
-                            f"with at least one pick")
-        if width is not None and len(c) != width:
-            raise UserError(f"expert usage: layer {name!r} has {len(c)} experts, the first "
-                            f"layer {width}")
-        width = len(c)
-        out[str(name)] = c
-    return out
-
 
 def expert_usage(path) -> dict:
     """Read an expert-usage statistics file (JSON, :func:`usage_counts`): ``{layer name: counts
