@@ -107,6 +107,12 @@ def configure(parser) -> None:
     parser.add_argument("--keep-warmup", action="store_true",
                         help="JSONL logs: keep every row read as warm-up (detected profiling "
                              "dummy blocks, \"warmup\": true rows) as real routing")
+    parser.add_argument("--on-error", default="raise", metavar="MODE",
+                        help="JSONL logs: raise (default: the first malformed line is an error) "
+                             "or warn (malformed lines skipped, counted and listed)")
+    parser.add_argument("--renormalise", default="keep", metavar="MODE",
+                        help="JSONL logs: keep (gate weights as logged, default), topk (divide "
+                             "each row by its sum) or model (only if the model's router does)")
     parser.add_argument("--schedule", default="elastic", metavar="NAME",
                         help="elastic (Elastic-SD draft/verify, default) or replay (plain "
                              "decode through the LRU cache)")
@@ -160,18 +166,33 @@ def resolve_trace(text) -> Path:
         path = traces_dir() / NAMED_TRACES[text]
     else:
         path = Path(text[len(SYNTHETIC_PREFIX):] if usage else text)
+    if path.is_dir():
+        raise UserError(f"--trace {text}: {path} is a folder; give one routing log file")
     if not path.is_file():
         raise UserError(f"--trace {text}: no such file {path}")
     if usage:
         return path
-    if path.suffix.lower() not in (".jsonl", ".npz", ".json"):
-        raise UserError(f"--trace {text}: expected a .jsonl routing log or a .npz trace, "
-                        f"got {path.suffix or 'no suffix'}")
+    if _kind(path) is None:
+        raise UserError(f"--trace {text}: expected a JSON-lines routing log ("
+                        f"{', '.join(LOG_SUFFIXES)}) or a .npz trace, got "
+                        f"{''.join(path.suffixes[-2:]) or 'no suffix'}")
     return path
 
 
+#: File names read as JSON-lines routing logs (a ``.json`` is sniffed: one document is named).
+LOG_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz", ".json", ".txt")
+
+
+def _kind(path) -> str | None:
+    """``"npz"``, ``"log"`` or None from a trace file's name."""
+    name = path.name.lower()
+    if name.endswith(".npz"):
+        return "npz"
+    return "log" if name.endswith(LOG_SUFFIXES) else None
+
+
 def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False, tokens=None,
-               seed=0):
+               seed=0, on_error="raise", renormalise="keep"):
     """``(RoutingTrace, preset, import report or None, import note)``; the model from
     ``--model``, the .npz, or the JSONL meta line. ``usage``: ``path`` is expert-usage
     statistics, and the trace is synthetic routing calibrated on them
@@ -179,8 +200,10 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
     from .sw.models import model_preset
     from .sw.trace import RoutingTrace, TraceError, import_vllm_jsonl
     rep = None
-    if (warmup is not None or keep_warmup) and (usage or path.suffix.lower() == ".npz"):
-        raise UserError("--warmup / --keep-warmup: only for JSONL routing logs")
+    if (warmup is not None or keep_warmup or on_error != "raise" or renormalise != "keep") \
+            and (usage or _kind(path) == "npz"):
+        raise UserError("--warmup, --keep-warmup, --on-error, --renormalise: only for JSONL "
+                        "routing logs")
     if warmup is not None and keep_warmup:
         raise UserError("--warmup N drops positions as warm-up and --keep-warmup keeps every "
                         "warm-up row: give one of them")
@@ -194,7 +217,7 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
         note = (f"synthetic routing, {tr.token_count()} tokens, zipf {params.zipf} fitted on "
                 f"{fit['layers']} layer(s) of {path.name} (hot ratio {fit['target']:.2f}, "
                 f"generated {fit['generated']:.2f})")
-    elif path.suffix.lower() == ".npz":
+    elif _kind(path) == "npz":
         tr = RoutingTrace.load(path)
         name = model or tr.model
         if name is None:
@@ -203,14 +226,17 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
     else:
         try:
             tr, rep = import_vllm_jsonl(path, model=model, warmup_tokens=warmup,
-                                        keep_warmup=keep_warmup)
+                                        keep_warmup=keep_warmup, on_error=on_error,
+                                        renormalise=renormalise)
         except TraceError as exc:
             raise UserError(f"{exc}" + (f" (read as --model {model})" if model else "")) \
                 from None
         name = model or tr.model
         if name is None or model is None and any(n.startswith("meta model") for n in rep.notes):
-            raise UserError(f"--model: required with {path.name} (its meta line names no "
-                            f"known preset), e.g. --model mixtral-8x7b")
+            why = ("its meta line names no known preset" if rep.meta else
+                   "it has no meta line naming the model")
+            raise UserError(f"--model: required with {path.name} ({why}), e.g. --model "
+                            f"mixtral-8x7b")
         note = rep.counts_line()
     p = model_preset(name)
     from .sw.host import check_model_trace
@@ -348,16 +374,23 @@ def execute(args, *, progress_factory=None) -> dict:
     warmup = getattr(args, "warmup", None)
     _nonneg("--warmup", warmup)
     usage = str(args.trace).startswith(SYNTHETIC_PREFIX)
+    on_error = _choice("--on-error", getattr(args, "on_error", "raise"), ("raise", "warn"))
+    renorm = _choice("--renormalise", getattr(args, "renormalise", "keep"),
+                     ("keep", "topk", "model"))
     trace, real_model, report, note = load_trace(
         path, args.model, warmup=warmup, keep_warmup=getattr(args, "keep_warmup", False),
-        usage=usage, tokens=args.tokens, seed=resolve_seed(args.seed))
+        usage=usage, tokens=args.tokens, seed=resolve_seed(args.seed), on_error=on_error,
+        renormalise=renorm)
     _check_ffn(real_model)
     layers = host.parse_layers(args.layers, real_model)
     trace = host.limit_tokens(trace, args.tokens)
     if not trace.phase_mask("decode").any():
         raise UserError(f"--trace {args.trace}: no decode tokens ({note})")
-    check_layer_coverage(trace.select(trace.phase_mask("decode")), real_model, layers,
-                         asked=args.layers is not None)
+    try:
+        check_layer_coverage(trace.select(trace.phase_mask("decode")), real_model, layers,
+                             asked=args.layers is not None)
+    except UserError as exc:
+        raise UserError(f"{exc} [import: {note}]") from None
     logged = len(set(np.unique(trace.layer[trace.phase_mask("decode")]).tolist())
                  & set(real_model.moe_layer_ids))
     real = args.config != "small"

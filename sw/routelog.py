@@ -7,7 +7,8 @@ access, no Amaranth), each for one kind of log seen in the wild (``docs/traces.m
   real requests: a long block of records that are all alike. How it is recognised: a run of at
   least :data:`WARMUP_MIN_ROWS` consecutive records (file order) each of which has uniform gate
   weights (all ``1/k``, k > 1: a router fed constant input) or routes exactly as the previous
-  or next record of the same layer (ids equal, weights within :data:`SAME_WEIGHT_TOL`). Real
+  or next record of the same layer (ids equal, weights within :data:`SAME_WEIGHT_TOL`), or of
+  at least :data:`WARMUP_MIN_UNIFORM_ROWS` records that all have uniform weights. Real
   decode routing does neither for more than a row or two (the real Mixtral logs: at most one
   such row in a row, none uniform).
 * :func:`forward_passes` -- logs whose ``token_idx`` is the row inside a forward pass, not the
@@ -34,8 +35,9 @@ import numpy as np
 from ..errors import UserError
 
 
-__all__ = ["WARMUP_MIN_ROWS", "SAME_WEIGHT_TOL", "WarmupBlock", "warmup_blocks",
-           "PassLayout", "DialectError", "forward_passes", "router_norm_mismatch",
+__all__ = ["WARMUP_MIN_ROWS", "WARMUP_MIN_UNIFORM_ROWS", "SAME_WEIGHT_TOL", "WarmupBlock", "warmup_blocks",
+           "PassLayout", "DialectError", "layer_by_layer", "forward_passes",
+           "router_norm_mismatch",
            "usage_counts"]
 
 #: Fewest consecutive alike records read as a warm-up (profiling dummy) block. A real decode
@@ -46,6 +48,9 @@ WARMUP_MIN_ROWS = 256
 SAME_WEIGHT_TOL = 1e-7
 #: Gate weights within this of each other are "uniform".
 UNIFORM_TOL = 1e-6
+#: Fewest consecutive records with uniform gate weights (k > 1) read as a warm-up block: a
+#: trained router never splits its weight exactly evenly, so a short run is evidence enough.
+WARMUP_MIN_UNIFORM_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,8 @@ def _same(ids_a, w_a, ids_b, w_b) -> bool:
             and bool(np.all(np.abs(np.asarray(w_a) - np.asarray(w_b)) <= SAME_WEIGHT_TOL)))
 
 
-def warmup_blocks(layers, ids, weights, *, keys=None, min_rows=WARMUP_MIN_ROWS) -> list:
+def warmup_blocks(layers, ids, weights, *, keys=None, min_rows=WARMUP_MIN_ROWS,
+                  min_uniform=WARMUP_MIN_UNIFORM_ROWS) -> list:
     """Warm-up blocks among records in file order.
 
     Parameters
@@ -89,6 +95,8 @@ def warmup_blocks(layers, ids, weights, *, keys=None, min_rows=WARMUP_MIN_ROWS) 
         previous one under the same key is a duplicated line, not evidence of a dummy pass.
     min_rows : int
         Fewest consecutive alike records that make a block (>= 2).
+    min_uniform : int
+        Fewest consecutive records that make a block when every one has uniform weights.
 
     Returns a list of :class:`WarmupBlock`, in file order. See the module docstring for the
     rule."""
@@ -116,8 +124,9 @@ def warmup_blocks(layers, ids, weights, *, keys=None, min_rows=WARMUP_MIN_ROWS) 
         j = i
         while j < n and alike[j]:
             j += 1
-        if j - i >= min_rows:
-            out.append(WarmupBlock(i, j, int(uniform[i:j].sum()), int(repeated[i:j].sum())))
+        u = int(uniform[i:j].sum())
+        if j - i >= min_rows or (u == j - i and j - i >= min(min_uniform, min_rows)):
+            out.append(WarmupBlock(i, j, u, int(repeated[i:j].sum())))
         i = j
     return out
 
@@ -152,6 +161,14 @@ class PassLayout:
         return sum(s for s, p in zip(self.sizes, self.pass_phase) if p == phase)
 
 
+def layer_by_layer(layers) -> bool:
+    """True if each layer's records are contiguous (a log written layer by layer, as the real
+    Mixtral logs are) and there is more than one layer; False for a log that goes pass by pass
+    (every layer in turn within each forward pass)."""
+    seq = [x for i, x in enumerate(layers) if i == 0 or x != layers[i - 1]]
+    return len(seq) == len(set(seq)) and len(seq) > 1
+
+
 def forward_passes(layers, index, phases=None) -> PassLayout:
     """Rebuild positions and phases of one request whose index is the row inside a forward pass.
 
@@ -167,19 +184,18 @@ def forward_passes(layers, index, phases=None) -> PassLayout:
     then matched by their order, and every layer must have as many: a record missing from one
     layer's decode steps cannot be placed). A pass's first row is its lowest index over the
     layers (0 when the index is the row inside the request's part of the pass; the request's
-    first row in the batch when it is the row inside the whole batch). Raises :class:`DialectError` naming the row and the reason when the passes cannot be
-    matched or placed."""
+    first row in the batch when it is the row inside the whole batch). Raises
+    :class:`DialectError` naming the row and the reason when the passes cannot be matched or
+    placed."""
     n = len(layers)
     if phases is None:
         phases = [None] * n
-    # layer by layer: each layer's rows contiguous and in increasing layer order
-    seq = [layers[0]] + [layers[i] for i in range(1, n) if layers[i] != layers[i - 1]]
-    layer_major = len(seq) == len(set(seq)) and len(seq) > 1
+    layer_major = layer_by_layer(layers)
     pass_of = [0] * n
     first_restart = None
     if layer_major:
         count = {}
-        for lay in seq:
+        for lay in dict.fromkeys(layers):
             rows = [i for i in range(n) if layers[i] == lay]
             p, prev = 0, None
             for i in rows:

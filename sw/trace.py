@@ -34,8 +34,8 @@ import numpy as np
 
 from ..errors import UserError
 from .models import model_preset, preset_for_model_id
-from .routelog import (WARMUP_MIN_ROWS, DialectError, forward_passes, router_norm_mismatch,
-                       usage_counts, warmup_blocks)
+from .routelog import (WARMUP_MIN_ROWS, DialectError, forward_passes, layer_by_layer,
+                       router_norm_mismatch, usage_counts, warmup_blocks)
 
 
 __all__ = ["TRACE_FORMAT", "TRACE_VERSION", "PHASES", "TraceError", "RoutingTrace",
@@ -388,8 +388,9 @@ class RoutingTrace:
 # ---------------------------------------------------------------------------------------------
 
 _ALIASES = {
-    "expert_ids": ("experts", "topk_ids", "expert_ids"),
-    "gate_weights": ("gating_probs", "topk_weights", "gate_weights", "weights"),
+    "expert_ids": ("experts", "topk_ids", "expert_ids", "selected_experts"),
+    "gate_weights": ("gating_probs", "topk_weights", "gate_weights", "weights",
+                     "routing_weights"),
     "position": ("token_idx", "token_pos", "position"),
     "request": ("problem_id", "request_id", "req_id", "seq_id"),
     "layer": ("layer", "layer_id", "layer_idx"),
@@ -574,9 +575,12 @@ class ImportReport:
                         ("renormalised over their top-k", self.renormalised_rows),
                         ("kept with weights not summing to 1", self.unnormalised_rows),
                         ("reordered best first", self.sorted_rows),
-                        ("whole tokens absent (position gaps)", self.position_gaps)):
+                        ):
             if n:
                 out.append(f"{p}: {n} row(s) {name}")
+        if self.position_gaps:
+            out.append(f"{p}: {self.position_gaps} position(s) absent inside requests (whole "
+                       f"tokens with no record in any layer)")
         for name, n in sorted(self.unknown_fields.items()):
             out.append(f"{p}: unknown field {name!r} ignored on {n} line(s)")
         out.extend(f"{p}: {n}" for n in self.notes)
@@ -695,8 +699,13 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         rep.issues.append((lineno, kind, msg))
 
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        if path.suffix.lower() == ".gz":
+            import gzip
+            with gzip.open(path, "rt", encoding="utf-8-sig") as f:
+                text = f.read()
+        else:
+            text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise TraceError(f"{path}: cannot read ({exc})") from None
     if text.startswith("version https://git-lfs"):
         raise TraceError(f"{path}: a Git LFS pointer, not the routing log (run git lfs pull)")
@@ -708,8 +717,12 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     # -- first pass: JSON, the meta line, record types --------------------------------------
     records = []
     meta = {}
+    comments = 0
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
+            continue
+        if line.lstrip().startswith(("#", "//")):
+            comments += 1
             continue
         rep.lines += 1
         try:
@@ -748,6 +761,9 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             continue
         rep.records += 1
         records.append((lineno, obj))
+
+    if comments:
+        rep.notes.append(f"{comments} comment line(s) (# or //) skipped")
 
     # -- sizes: arguments, model, meta, must agree ------------------------------------------
     def agree(name, *sources):
@@ -955,7 +971,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     # -- requests: integers as logged, or string ids numbered in order of appearance --------
     named = [r for r in rows if r[1] is None]
     for r in named:
-        bad(r[0], "missing-field", f"no request field (expected one of "
+        bad(r[0], "missing-field", f"no request id (the field is absent or null; expected "
+                                   f"an integer or a string id in one of "
                                    f"{', '.join(_ALIASES['request'])})")
     rows = [r for r in rows if r[1] is not None]
     if any(isinstance(r[1], str) for r in rows):
@@ -989,6 +1006,22 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         if not restarts:
             placed.extend((r, r[2], r[4] or default_phase) for r in rr)
             continue
+        if not layer_by_layer([r[3] for r in rr]):
+            # pass by pass, a genuine step of a layer has the other layers' records between
+            # it and that layer's previous one: a record right after its twin is a line
+            # logged twice
+            kept = [rr[0]]
+            for r in rr[1:]:
+                p = kept[-1]
+                if (p[3] == r[3] and p[2] == r[2] and p[4] == r[4]
+                        and np.array_equal(p[5], r[5]) and np.array_equal(p[6], r[6])):
+                    bad(r[0], "duplicate", f"record (request {_request_name(rep, req)}, layer "
+                                           f"{r[3]}, index {r[2]}) already on line {p[0]} "
+                                           f"(the line before, the same routing)")
+                    continue
+                kept.append(r)
+            rr = kept
+
         def passes(rows):
             return forward_passes([r[3] for r in rows], [r[2] for r in rows],
                                   [r[4] for r in rows])

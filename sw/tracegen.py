@@ -317,7 +317,9 @@ def expert_usage(path) -> dict:
 
 def calibrate_from_usage(model, usage, *, tokens=None, seed=0, zipf=None) -> tuple:
     """:class:`SyntheticRouting` for ``model`` whose per-layer load skew matches expert-usage
-    statistics (``usage``: a path, or a parsed document that :func:`usage_counts` reads).
+    statistics (``usage``: a JSON path, a parsed document that :func:`usage_counts` reads, or a
+    ``.csv`` count table laid out as ``olmoe_mixtral_expert_counts.csv``, of which the
+    ``expert_counts`` tables with the model's expert count are used).
 
     Target: the median over the usage's layers of the hot ratio (hottest expert's count / mean
     count, :func:`count_skew`), matched by a grid search of ``zipf`` (default 0 .. 2 in steps of
@@ -328,10 +330,25 @@ def calibrate_from_usage(model, usage, *, tokens=None, seed=0, zipf=None) -> tup
 
     Returns ``(params, {"target": hot ratio, "generated": hot ratio, "layers": n})``."""
     preset = model_preset(model)
-    counts = usage_counts(usage) if isinstance(usage, (dict, list)) else expert_usage(usage)
+    where = "expert usage"
+    if isinstance(usage, (dict, list)):
+        counts = usage_counts(usage)
+    elif str(usage).lower().endswith(".csv"):
+        # a count table in the layout of olmoe_mixtral_expert_counts.csv: its tables of all
+        # top-k picks with this model's expert count
+        where = str(usage)
+        counts = {"/".join(str(x) for x in key): c.astype(np.float64)
+                  for key, c in expert_count_table(usage).items()
+                  if key[1] == "expert_counts" and len(c) == preset.routed_experts}
+        if not counts:
+            raise UserError(f"{usage}: no 'expert_counts' table with {preset.routed_experts} "
+                            f"experts ({preset.name})")
+    else:
+        where = str(usage)
+        counts = expert_usage(usage)
     widths = {len(c) for c in counts.values()}
     if widths != {preset.routed_experts}:
-        raise UserError(f"expert usage: {'/'.join(str(w) for w in sorted(widths))} experts per "
+        raise UserError(f"{where}: {'/'.join(str(w) for w in sorted(widths))} experts per "
                         f"layer, {preset.name} routes over {preset.routed_experts}")
     target = float(np.median([count_skew(c) for c in counts.values()]))
     if tokens is None:

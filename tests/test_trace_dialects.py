@@ -109,7 +109,7 @@ def test_profiling_dummy_blocks_are_detected_dropped_and_reported(tmp_path):
 def test_keep_warmup_imports_the_dummy_rows_and_says_what_they_break(tmp_path):
     path = tmp_path / "warmup.jsonl"
     D.warmup(path)
-    with pytest.raises(TraceError, match=":2817: no request field"):
+    with pytest.raises(TraceError, match=":2817: no request id"):
         import_vllm_jsonl(path, model="mixtral-8x7b", keep_warmup=True)
     tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", keep_warmup=True, on_error="warn")
     assert rep.dropped_warmup == 0 and not rep.warmup_blocks
@@ -411,7 +411,10 @@ def test_run_refuses_a_log_of_one_layer_unless_layers_asks_for_it(tmp_path, caps
     assert err.strip().splitlines() == [
         "elmoe3d run: error: --trace: 31 of 32 MoE layers of mixtral-8x7b have no record "
         "(1..31): figures over all layers would stand for routing nobody logged; pass "
-        "--layers 0 to run the logged layer(s) only"]
+        "--layers 0 to run the logged layer(s) only [import: 32 records read, 32 kept (0 "
+        "prefill, 32 decode); dropped: 0 warm-up, 0 padding, 0 duplicate, 0 malformed; 0 "
+        "(token, layer) records missing; 31 layer(s) absent; 2 line(s) of other record types "
+        "skipped]"]
     code, out, err = run_cli(capsys, "--trace", str(path), *PERF, "--layers", "0:4")
     assert code == 2 and "--layers: layer(s) 1..3 have no record in the trace" in err
     j = tmp_path / "r.json"
@@ -440,7 +443,7 @@ def test_run_warmup_options(tmp_path, capsys):
     D.warmup(wpath)
     code, out, err = run_cli(capsys, "--trace", str(wpath), "--model", "mixtral-8x7b", *PERF,
                              "--keep-warmup")
-    assert code == 2 and f"{wpath}:2817: no request field" in err
+    assert code == 2 and f"{wpath}:2817: no request id" in err
     code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
                              "--keep-warmup", "--warmup", "2")
     assert code == 2 and "give one of them" in err
@@ -466,3 +469,102 @@ def test_run_on_expert_usage(tmp_path, capsys):
                              "mixtral-8x7b", *PERF)
     assert code == 0, err
     assert "synthetic routing, 8 tokens, zipf" in out.splitlines()[0]
+
+
+# -- what a new user brought: doubled lines pass by pass, short dummy blocks, file forms -----
+
+@pytest.mark.parametrize("which", ["prefill", "decode"])
+def test_a_line_logged_twice_in_a_pass_by_pass_log(tmp_path, capsys, which):
+    path = tmp_path / "passes.jsonl"
+    want = D.forward_pass_index(path)
+    lines = path.read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    # request 0's first decode line of layer 7, or its prefill row 3 of layer 7
+    at = next(i for i, r in enumerate(rows) if r["req_id"] == 0 and r["layer"] == 7
+              and r["token_idx"] == (3 if which == "prefill" else 0)
+              and (which == "prefill" or i > 12 * 32))
+    lines.insert(at + 1, lines[at])
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match=rf":{at + 2}: .*already on line {at + 1}"):
+        import_vllm_jsonl(path, model="mixtral-8x7b")
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", on_error="warn")
+    assert rep.malformed == Counter({"duplicate": 1}) and rep.rows == want["kept"]
+    assert rep.missing_records == 0 and tr.token_count("decode") == sum(want["decode_tokens"])
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
+                             "--on-error", "warn")
+    assert code == 0, err
+    assert f"{want['records'] + 1} records read, {want['kept']} kept" in out
+    assert "1 duplicate, 0 malformed" in out
+
+
+def test_a_short_block_of_uniform_weights_is_warmup_and_a_null_request_named(tmp_path):
+    ids, w = D.routing(8, requests=1, seed=9)
+    dummy = [{"request_id": 0, "layer": lay, "experts": [0, 1], "gating_probs": [0.5, 0.5],
+              "token_idx": t} for lay in range(32) for t in range(4)]
+    real = [{"request_id": 0, "layer": lay, "experts": ids[0, t, lay].tolist(),
+             "gating_probs": w[0, t, lay].tolist(), "token_idx": t}
+            for lay in range(32) for t in range(8)]
+    path = D.write_lines(tmp_path / "w.jsonl", dummy + real)
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b")
+    assert rep.dropped_warmup == 128 and rep.rows == 256 and tr.token_count() == 8
+    # fewer uniform rows than WARMUP_MIN_UNIFORM_ROWS are kept (and counted as routing)
+    path = D.write_lines(tmp_path / "w2.jsonl", dummy[:20] + real)
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b")
+    assert rep.dropped_warmup == 0 and rep.rows == 20 + 256 and rep.reconstructed
+    path = D.write_lines(tmp_path / "w3.jsonl", [dict(real[0], request_id=None)] + real[1:])
+    with pytest.raises(TraceError, match=":1: no request id \\(the field is absent or null"):
+        import_vllm_jsonl(path, model="mixtral-8x7b")
+
+
+def test_file_forms_gzip_bom_comments_hf_names(tmp_path, capsys):
+    import gzip
+    path = tmp_path / "log.jsonl"
+    want = D.token_pos_restart(path)
+    text = path.read_text()
+    gz = tmp_path / "log.jsonl.gz"
+    with gzip.open(gz, "wt") as f:
+        f.write(text)
+    bom = tmp_path / "log.ndjson"
+    bom.write_text("\ufeff# logged by our hook\n" + text.replace("topk_ids", "selected_experts")
+                   .replace("topk_weights", "routing_weights"), encoding="utf-8")
+    for p in (gz, bom):
+        tr, rep = import_vllm_jsonl(p, model="mixtral-8x7b")
+        check_counts(rep, want)
+        code, out, err = run_cli(capsys, "--trace", str(p), "--model", "mixtral-8x7b", *PERF)
+        assert code == 0, err
+    assert any("1 comment line(s)" in n for n in rep.notes)
+    code, out, err = run_cli(capsys, "--trace", str(tmp_path), "--model", "mixtral-8x7b")
+    assert code == 2 and "is a folder" in err
+    other = tmp_path / "log.parquet"
+    other.write_text("x")
+    code, out, err = run_cli(capsys, "--trace", str(other), "--model", "mixtral-8x7b")
+    assert code == 2 and ".jsonl.gz" in err and "got .parquet" in err
+    code, out, err = run_cli(capsys, "--trace", str(path), *PERF)
+    assert code == 2 and "it has no meta line naming the model" in err
+
+
+def test_run_on_error_warn_keeps_a_log_with_a_cut_off_last_line(tmp_path, capsys):
+    path = tmp_path / "log.jsonl"
+    want = D.warmup(path, dummy=(0, 0))
+    path.write_text(path.read_text()[:-30])
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF)
+    assert code == 2 and "not JSON" in err
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
+                             "--on-error", "warn")
+    assert code == 0, err
+    assert (f"{want['records']} records read, {want['kept'] - 1} kept" in out
+            and "1 malformed; 1 (token, layer) records missing" in out)
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
+                             "--on-error", "ignore")
+    assert code == 2 and "--on-error ignore: expected one of raise, warn" in err
+
+
+def test_synthetic_from_the_count_table_csv(capsys):
+    csv = traces_dir() / "olmoe_mixtral_expert_counts.csv"
+    code, out, err = run_cli(capsys, "--trace", f"synthetic:{csv}", "--model", "mixtral-8x7b",
+                             *PERF)
+    assert code == 0, err
+    assert "synthetic routing, 8 tokens" in out and "olmoe_mixtral_expert_counts.csv" in out
+    code, out, err = run_cli(capsys, "--trace", f"synthetic:{csv}", "--model", "qwen3-30b-a3b",
+                             *PERF)
+    assert code == 2 and "no 'expert_counts' table with 128 experts" in err
