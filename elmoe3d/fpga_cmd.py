@@ -94,11 +94,8 @@ def configure(parser) -> None:
 
 
 def _console():
-    from rich.console import Console
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=max(console.width, 120))
-    return console
+    from .outputs import report_console
+    return report_console(120)
 
 
 def list_boards(say) -> None:

@@ -19,7 +19,18 @@ from pathlib import Path
 from .errors import UserError
 
 
-__all__ = ["check_output", "AtomicOutputs", "write_json"]
+__all__ = ["check_output", "AtomicOutputs", "write_json", "report_console"]
+
+
+def report_console(min_width=120):
+    """A ``rich`` console for a command's report on standard output: when the output is not a
+    terminal (a pipe, a file, a CI log), at least ``min_width`` columns wide so that tables and
+    long names are not cut to a guessed 80."""
+    from rich.console import Console
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=max(console.width, min_width))
+    return console
 
 
 def check_output(path, option: str) -> Path:

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import UserError
-from .outputs import AtomicOutputs, check_output
+from .outputs import AtomicOutputs, check_output, report_console
 
 
 __all__ = ["configure", "run", "parse_bits", "TensorResult", "analyse_tensor", "METHODS"]
@@ -420,7 +420,7 @@ def run(args) -> int:
     for res in results:
         agg.add(res)
 
-    out = Console()
+    out = report_console(160)
     title = (f"{path.name}: {len(results)} tensor{'s' * (len(results) != 1)}, "
              f"{agg.elements:,} weights")
     caption = ("INT8 (G32, FP16 scales) and k-bit drafts vs the float weights; "

