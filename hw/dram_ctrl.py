@@ -17,6 +17,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import DramConfig
+from .layouts import STICKY_LATENCY, sticky_flags
 
 
 __all__ = ["RowKind", "request_layout", "dram_bus_signature", "dram_errors_layout",
@@ -66,6 +67,12 @@ def dram_errors_layout(channels: int = 1) -> data.StructLayout:
         pipeline (a write request whose ``wdata`` beats do not come, ``rdata`` not taken
         while the read buffer is full) for about ``max_postponed / 2`` refresh intervals
         after the refresh became urgent causes it; the data stay correct.
+
+        The event is a *level*, unlike the aggregation link's one-cycle events: the flag is
+        set in every cycle the debt is at ``max_postponed`` or more, i.e. from the cycle
+        after the debt reaches the limit until the cycle after the forced REF brings it
+        below (a few DRAM clocks: PRE, tRP, REF). A host clear strobe in that time is
+        ignored (setting wins); once the debt is below the limit a clear takes effect.
     """
     if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
         raise ValueError(f"channels: expected a positive integer, got {channels!r}")
@@ -187,8 +194,9 @@ class DramController(wiring.Component):
     rdata : Out stream, ``burst_bytes * 8`` bits: read bursts, in request order
     dram : Out :func:`dram_bus_signature` -- to the DRAM channel (in simulation, the model)
     errors : Out :func:`dram_errors_layout`
-        Sticky error flags (``refresh_overflow``), set in the cycle after the event, cleared
-        only by ``errors_clear`` (or reset).
+        Sticky error flags (``refresh_overflow``), set in the cycle after the event
+        (:attr:`errors_latency`) -- a level: in every cycle the debt is at the limit --,
+        cleared only by ``errors_clear`` (or reset) once the debt is below the limit.
     errors_clear : In :func:`dram_errors_layout`
         Write-1-to-clear: a 1 clears that flag in the next cycle, unless the same cycle sets
         it again (setting wins).
@@ -211,7 +219,8 @@ class DramController(wiring.Component):
     TypeError
         ``dram`` is not a DramConfig.
     ValueError
-        A parameter is out of range (the message names it).
+        A parameter is out of range (the message names it); ``dram.max_postponed`` < 2
+        (the urgent and the forced refresh levels would coincide).
     """
 
     def __init__(self, *, dram: DramConfig, clock_ghz: float, queue_depth: int = 128,
@@ -239,6 +248,11 @@ class DramController(wiring.Component):
             raise ValueError(f"queue_depth: expected a power of two, got {queue_depth}")
         if length_bits > 32:
             raise ValueError(f"length_bits: expected at most 32, got {length_bits}")
+        if dram.max_postponed < 2:
+            raise ValueError(f"dram: max_postponed = {dram.max_postponed}; this controller "
+                             f"needs at least 2 (a refresh becomes urgent at max_postponed / 2 "
+                             f"owed and is forced at max_postponed owed: with fewer the two "
+                             f"coincide and every owed refresh is forced and flagged)")
         self._dram, self._clock_ghz, self._ratio = dram, clock_ghz, ratio
         self._queue_depth, self._read_buffer, self._length_bits = \
             queue_depth, read_buffer, length_bits
@@ -293,6 +307,12 @@ class DramController(wiring.Component):
         read FIFO; the benches measure it)."""
         d = self._dram
         return d.ck("tRCD") + d.ck("RL") + d.burst_ck
+
+    @property
+    def errors_latency(self) -> int:
+        """Cycles from the debt reaching the postponing limit, or from an ``errors_clear``
+        strobe (the debt below the limit), to ``errors`` showing it."""
+        return STICKY_LATENCY
 
     @property
     def peak_bytes_per_cycle(self) -> float:
@@ -466,7 +486,7 @@ class DramController(wiring.Component):
         urgent = Signal()
         force = Signal()                   # the JEDEC limit: no further postponing
         m.d.comb += [urgent.eq(owed >= max(1, d.max_postponed // 2)),
-                     force.eq(owed >= max(1, d.max_postponed))]
+                     force.eq(owed >= d.max_postponed)]
         done = Signal(units)
         unit_of = [b % units for b in range(nb)]
         members = [[b for b in range(nb) if unit_of[b] == u] for u in range(units)]
@@ -611,11 +631,8 @@ class DramController(wiring.Component):
             m.d.sync += pp.eq(hp + col_go)
             for b in range(nb):
                 m.d.sync += pending[b].eq(0)
-        err = self.errors.refresh_overflow
-        with m.If(force):
-            m.d.sync += err.eq(1)
-        with m.Elif(self.errors_clear.refresh_overflow):
-            m.d.sync += err.eq(0)
+        # a level: set in every cycle the debt is at the limit, so a clear meanwhile is lost
+        sticky_flags(m, self.errors, set_={"refresh_overflow": force}, clear=self.errors_clear)
 
         # -- 5. read data --
         m.submodules.rfifo = rfifo = SyncFIFOBuffered(width=d.burst_bytes * 8,

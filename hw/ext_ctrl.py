@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from .dram_ctrl import DramController, dram_bus_signature, dram_errors_layout, request_layout
+from .layouts import forward_flags
 
 
 __all__ = ["ExtController"]
@@ -37,7 +38,8 @@ class ExtController(wiring.Component):
     errors, errors_clear : Out / In :func:`~elmoe3d.hw.dram_ctrl.dram_errors_layout`
         (``channels``)
         Bit c of ``refresh_overflow`` is channel c's sticky flag (a channel's refresh forced
-        at the postponing limit); a 1 in ``errors_clear`` clears it (write-1-to-clear).
+        at the postponing limit; a level, see :func:`~elmoe3d.hw.dram_ctrl.dram_errors_layout`);
+        a 1 in ``errors_clear`` clears it (write-1-to-clear).
 
     A request is handed to all channels (each channel takes it when it can; the next request
     waits until all have); a joined ``rdata`` beat is offered when every channel has its
@@ -113,9 +115,9 @@ class ExtController(wiring.Component):
         for c, ctrl in enumerate(self._ctrl):
             m.submodules[f"ch{c}"] = ctrl
             wiring.connect(m, wiring.flipped(self.dram[c]), ctrl.dram)
-            m.d.comb += [self.errors.refresh_overflow[c].eq(ctrl.errors.refresh_overflow),
-                         ctrl.errors_clear.refresh_overflow.eq(
-                             self.errors_clear.refresh_overflow[c])]
+        # bit c of refresh_overflow is channel c's own sticky flag (it clears its own)
+        forward_flags(m, self.errors, self.errors_clear, self._ctrl,
+                      {name: name for name, _ in dram_errors_layout()})
         # requests and write beats: broadcast, each channel taking its copy once
         for port, part in ((self.req, None), (self.wdata, bw)):
             took = Signal(C, name="took_req" if part is None else "took_wdata")

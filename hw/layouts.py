@@ -4,19 +4,29 @@ Nobody packs bits by hand: benches build payloads with ``layout.const({...}).as_
 results with ``layout.from_bits(raw)`` -- for the tensor tile through :func:`pack_beats` and
 :func:`unpack_results`, which convert between those payloads and the beat and result
 dictionaries of the golden model (:mod:`elmoe3d.sw.tile`).
+
+Sticky error-flag words (a block's ``errors`` / ``errors_clear`` ports, one layout each:
+:func:`elmoe3d.hw.agg_link.link_errors_layout`, :func:`elmoe3d.hw.dram_ctrl.dram_errors_layout`,
+:func:`elmoe3d.hw.die.die_errors_layout`) share their register rule, :func:`sticky_flags`, and
+the wiring of a block's flags into an enclosing block's word, :func:`forward_flags`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from amaranth.hdl import signed, unsigned
+from amaranth.hdl import Signal, Value, signed, unsigned
 from amaranth.lib import data, enum
 
 from ..config import TileConfig
 from ..sw.datapath import Mode
 
 
-__all__ = ["TileMode", "tile_beat_layout", "tile_result_layout", "pack_beats", "unpack_results"]
+__all__ = ["TileMode", "tile_beat_layout", "tile_result_layout", "pack_beats", "unpack_results",
+           "STICKY_LATENCY", "sticky_flags", "forward_flags"]
+
+#: Cycles from a sticky flag's event, or from its ``errors_clear`` strobe, to the flag showing
+#: it (:func:`sticky_flags` is a register).
+STICKY_LATENCY = 1
 
 
 class TileMode(enum.Enum, shape=2):
@@ -113,3 +123,78 @@ def unpack_results(config: TileConfig, raws) -> dict:
                 overflow[i, r, n] = bool(view.overflow[r][n])
         mode[i] = TileMode(view.mode).value
     return {"acc": acc, "overflow": overflow, "mode": mode}
+
+
+def _flag_layout(flags) -> data.StructLayout:
+    if not isinstance(flags, data.View) or not isinstance(data.Layout.cast(flags.shape()),
+                                                          data.StructLayout):
+        raise TypeError(f"flags: expected a data.View of a StructLayout, got {flags!r}")
+    return data.Layout.cast(flags.shape())
+
+
+def _flag_value(m, layout, what, value):
+    """``value`` (a View of ``layout``, or a dict field -> bit vector, missing fields 0) as a
+    View of ``layout``."""
+    if isinstance(value, data.View):
+        if data.Layout.cast(value.shape()) != layout:
+            raise ValueError(f"{what}: layout {value.shape()!r} is not the flags' {layout!r}")
+        return value
+    if not isinstance(value, dict):
+        raise TypeError(f"{what}: expected a data.View or a dict of fields, got {value!r}")
+    names = {name for name, _ in layout}
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise ValueError(f"{what}: unknown field(s) {', '.join(unknown)}; the flags have "
+                         f"{', '.join(sorted(names))}")
+    sig = Signal(layout, name=what.rstrip("_"))
+    m.d.comb += [sig[name].eq(v) for name, v in value.items()]
+    return sig
+
+
+def sticky_flags(m, flags, *, set_, clear):
+    """Sticky error flags with write-1-to-clear, on a whole flags word.
+
+    In the next cycle (:data:`STICKY_LATENCY`) each bit of ``flags`` is 1 where ``set_`` is 1,
+    0 where ``clear`` is 1 and ``set_`` is 0 (setting wins over a clear in the same cycle),
+    and unchanged otherwise; reset clears it. A flag whose ``set_`` stays 1 (a level, not a
+    one-cycle event) cannot be cleared until it falls.
+
+    Parameters
+    ----------
+    m : Module
+        The flags are driven from its ``sync`` domain (``set_`` / ``clear`` dicts through
+        ``comb``).
+    flags : data.View of a StructLayout
+        The flag register (a component's ``errors`` port, or a ``Signal(layout)``).
+    set_, clear : data.View of the same layout, or dict
+        The events / the clear strobes: a View (``errors_clear``), or a dict field name ->
+        value (cast to the field's width; fields not named are 0).
+
+    Raises TypeError / ValueError naming the argument on a wrong type, layout or field.
+    """
+    layout = _flag_layout(flags)
+    s = _flag_value(m, layout, "set_", set_).as_value()
+    c = _flag_value(m, layout, "clear", clear).as_value()
+    f = flags.as_value()
+    m.d.sync += f.eq(s | (f & ~c))
+
+
+def forward_flags(m, flags, clear, blocks, fields):
+    """Wire sub-blocks' sticky flags into an enclosing flags word, and its clear strobes back
+    (each block keeps and clears its own flags; this is wiring only, no latency).
+
+    For each ``outer: inner`` of ``fields``, the ``outer`` field of ``flags`` is the ``inner``
+    fields of ``blocks[0].errors``, ``blocks[1].errors``, ... concatenated (LSB first), and
+    ``blocks[i].errors_clear.<inner>`` is the same slice of ``clear.<outer>``.
+
+    Raises ValueError when an outer field is not ``len(blocks)`` inner fields wide.
+    """
+    for outer, inner in fields.items():
+        out, out_clr = Value.cast(flags[outer]), Value.cast(clear[outer])
+        w = len(Value.cast(getattr(blocks[0].errors, inner))) if blocks else 0
+        if len(out) != w * len(blocks):
+            raise ValueError(f"{outer}: {len(out)} bits, expected {len(blocks)} x {w} "
+                             f"({inner} of each block)")
+        for i, block in enumerate(blocks):
+            m.d.comb += [out[i * w:(i + 1) * w].eq(getattr(block.errors, inner)),
+                         getattr(block.errors_clear, inner).eq(out_clr[i * w:(i + 1) * w])]

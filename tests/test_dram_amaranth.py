@@ -6,6 +6,7 @@ and parameter errors. Any timing violation raises inside the model and fails the
 
 import dataclasses
 import gc
+import math
 
 import numpy as np
 import pytest
@@ -249,23 +250,54 @@ def test_parameters_are_validated_with_their_names():
     gc.collect()      # the half-built and unused controllers warn here, where it is ignored
 
 
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_max_postponed_below_two_refused():
+    """With ``max_postponed`` = 1 the urgent level (``max_postponed / 2`` owed, at least 1)
+    and the forced level (``max_postponed`` owed) coincide: every owed refresh would be
+    forced and flagged on valid traffic. The controller refuses it, naming the parameter and
+    why; 2 (urgent at 1 owed, forced at 2) is the least it takes. (0 is refused by the config
+    itself.)"""
+    with pytest.raises(ValueError, match=r"dram: max_postponed = 1; .*at least 2 .*urgent.*"
+                                         r"forced"):
+        DramController(dram=dataclasses.replace(HB, max_postponed=1), clock_ghz=1.0)
+    with pytest.raises(ValueError, match="max_postponed"):
+        HBController(config=dataclasses.replace(ARCH, hb=dataclasses.replace(
+            ARCH.hb, max_postponed=1)))
+    with pytest.raises(ValueError, match="max_postponed"):
+        dataclasses.replace(HB, max_postponed=0)
+    ctrl = DramController(dram=dataclasses.replace(HB, max_postponed=2), clock_ghz=1.0)
+    assert ctrl.config.max_postponed == 2 and ctrl.errors_latency == 1
+    del ctrl
+    gc.collect()
+
+
 # ---- refresh at the postponing limit: forced, flagged, never dropped ------------------------
 
-#: name -> (config, what the client withholds, the cycle it stops withholding). tREFI is
-#: shortened so a few refresh windows fit a short simulation (HB per-bank: tRFCpb with it, so
-#: the refresh interval, 10 clocks, stays longer than tRFCpb, 8, as in the real timings: 97 >
-#: 64 HB clocks, 390 > 112 LPDDR5 clocks); the hold outlasts one refresh window
-#: ((max_postponed + 1) x tREFI: 3,600 logic cycles for HB, 10,800 for LPDDR5), so a controller
-#: that postponed a pinned unit's refresh further would fail the device model's refresh-rate
-#: check.
+#: name -> (config, what the client withholds). tREFI is shortened so a few refresh windows
+#: fit a short simulation (HB per-bank: tRFCpb with it, so the refresh interval, 10 clocks,
+#: stays longer than tRFCpb, 8, as in the real timings: 97 > 64 HB clocks, 390 > 112 LPDDR5
+#: clocks). The hold lengths are derived in :func:`refresh_hold_cycles`.
 HB_SHORT = dataclasses.replace(HB, tREFI=400.0, tRFCpb=20.0)
 REFRESH_HOLDS = {
-    "hb-per-bank-wdata": (HB_SHORT, "wdata", 5000),
-    "hb-per-bank-rdata": (HB_SHORT, "rdata", 5000),
+    "hb-per-bank-wdata": (HB_SHORT, "wdata"),
+    "hb-per-bank-rdata": (HB_SHORT, "rdata"),
     "hb-all-bank-wdata": (dataclasses.replace(HB, tREFI=400.0, per_bank_refresh=False),
-                          "wdata", 5000),
-    "lpddr5-per-bank-rdata": (dataclasses.replace(LP, tREFI=1200.0), "rdata", 13000),
+                          "wdata"),
+    "lpddr5-per-bank-rdata": (dataclasses.replace(LP, tREFI=1200.0), "rdata"),
 }
+
+
+def refresh_hold_cycles(cfg, tck_logic):
+    """``(tREFI, window, until)`` in logic cycles (``tck_logic``: the controller's DRAM clock
+    in logic cycles): the device model's refresh window is ``(max_postponed + 1) x tREFI``
+    (every unit refreshed at least once in any window: 3,600 logic cycles for HB_SHORT, 10,800
+    for the shortened LPDDR5); a client holds the controller from cycle 0 to ``until`` =
+    the window + 2 tREFI (a unit refreshed in the first round, before the hold bites, is due
+    again inside the hold), so a controller that postponed a pinned unit's refresh further
+    would fail the model's refresh-rate check."""
+    trefi = math.ceil(cfg.ck("tREFI") * tck_logic)
+    window = math.ceil((cfg.max_postponed + 1) * cfg.ck("tREFI") * tck_logic)
+    return trefi, window, window + 2 * trefi
 
 
 @pytest.mark.parametrize("case", list(REFRESH_HOLDS))
@@ -280,7 +312,9 @@ def test_refresh_forced_and_flagged_when_the_client_holds_the_head(case):
     debt), the data bit-exact, the flag 0 before the limit, then 1 until the host's clear
     strobe (also when that strobe meets a new overflow in the same cycle: setting wins), then
     0 with the debt repaid."""
-    cfg, held, until = REFRESH_HOLDS[case]
+    cfg, held = REFRESH_HOLDS[case]
+    dut = DramController(dram=cfg, clock_ghz=1.0, queue_depth=16, read_buffer=4)
+    trefi, window, until = refresh_hold_cycles(cfg, dut.tck_logic)
     rng = case_rng(SEED, f"dram-amaranth-refresh-{case}")
     a_w = cfg.encode(3, 5, 1)                  # the write's bank keeps its row open
     reqs = [(0, 0, 8), (1, a_w, 2), (0, 40, 6), (0, a_w, 2), (0, cfg.encode(9, 2, 0), 3)]
@@ -288,7 +322,7 @@ def test_refresh_forced_and_flagged_when_the_client_holds_the_head(case):
         reqs = [(0, 0, 24)] + reqs[1:]
     nw = sum(n for w, _, n in reqs if w)
     wbeats = [int.from_bytes(rng.bytes(cfg.burst_bytes), "little") for _ in range(nw)]
-    clear_at, again = until + 2000, []
+    clear_at, again = until + 2 * trefi, []   # the debt long repaid
     first = []
 
     def hook(ctx, c):
@@ -298,58 +332,81 @@ def test_refresh_forced_and_flagged_when_the_client_holds_the_head(case):
         if flag and not first:
             first.append(c)
             ctx.set(dut.errors_clear.refresh_overflow, 1)      # meets the set: set wins
-            again.append(c + 1)
+            again.append(c + dut.errors_latency)
         if c == clear_at:
             ctx.set(dut.errors_clear.refresh_overflow, 1)
 
-    dut = DramController(dram=cfg, clock_ghz=1.0, queue_depth=16, read_buffer=4)
-    print(f"seed {SEED} case {case}")
-    res = simulate(dut, cfg, reqs, wbeats, rng=rng, extra_cycles=clear_at + 600,
-                   max_cycles=clear_at + 4000, hook=hook)
+    print(f"seed {SEED} case {case}: tREFI {trefi}, window {window}, hold {until} cycles")
+    # the tail (counted once every request and read is done, after the hold) runs past the
+    # clear by a tREFI
+    res = simulate(dut, cfg, reqs, wbeats, rng=rng, extra_cycles=clear_at - until + trefi,
+                   max_cycles=2 * (clear_at + trefi), hook=hook)
     dev = res["devs"][0]                       # finish() ran: refresh rate checked to the end
     assert res["rdata"] == golden_reads(cfg, reqs, wbeats)
     err = res["errors"]
     assert first and first[0] < until, "the refresh was never forced while the head was held"
     assert not any(err[:first[0]])
-    assert all(err[first[0]:clear_at + 1]), "the flag fell before its clear strobe"
+    assert all(err[first[0]:clear_at + dut.errors_latency]), \
+        "the flag fell before its clear strobe"
     assert again[0] <= clear_at and err[again[0]] == 1
-    assert not any(err[clear_at + 1:]), "the flag came back without a new overflow"
+    assert len(err) > clear_at + trefi
+    assert not any(err[clear_at + dut.errors_latency:]), \
+        "the flag came back without a new overflow"
     # no owed refresh dropped: every refresh interval elapsed got its REF, but the debt
     n_ref = dev.stats["refpb"] + dev.stats["refab"]
     intervals = dev.dram_cycle(res["cycles"] - 1) // cfg.refresh_interval_ck
     assert intervals - n_ref <= cfg.max_postponed // 2, (intervals, n_ref)
-    # the held-open unit was refreshed while the client still held the head
+    # the held-open units were refreshed while the client still held the head: wdata, the
+    # unit of the write's bank; rdata, every unit the reads touch (those queued behind the
+    # held head are pinned: only a forced refresh reaches them)
     kind = "REFPB" if cfg.per_bank_refresh else "REFAB"
-    unit = cfg.decode(a_w)[0] % cfg.refresh_units if held == "wdata" else None
-    forced = [k for k, name, b in kinds(res["cmds"][0]) if name == kind
-              and (unit is None or b == unit)]
-    k_first = dev.dram_cycle(first[0])
-    assert any(k_first - 2 * cfg.refresh_interval_ck <= k <= dev.dram_cycle(until)
-               for k in forced)
+    units = {cfg.decode(a_w)[0] % cfg.refresh_units} if held == "wdata" else \
+        {cfg.decode(a + i)[0] % cfg.refresh_units for w, a, n in reqs if not w
+         for i in range(n)}
+    k_first, k_until = dev.dram_cycle(first[0]), dev.dram_cycle(until)
+    refreshed = {b for k, name, b in kinds(res["cmds"][0])
+                 if name == kind and k_first - 2 * cfg.refresh_interval_ck <= k <= k_until}
+    assert units <= refreshed, f"units {sorted(units - refreshed)} not refreshed in the hold"
 
 
 def test_ext_controller_flags_every_channel_and_clears_per_bit():
     """The external controller's ``errors.refresh_overflow`` has a bit per channel: with
     ``rdata`` refused past a refresh window both channels force their refresh and flag it;
-    ``errors_clear`` clears only the bits it names (write-1-to-clear)."""
+    ``errors_clear`` clears only the bits it names (write-1-to-clear). Which bit is which
+    channel: the channels get the same requests and are held by the same joined ``rdata``,
+    so real traffic overflows them together; channel 1's own flag register is therefore
+    set by the bench (poked, after both bits were cleared) and only bit 1 rises, until bit 1
+    of ``errors_clear`` clears that channel's flag."""
     cfg = dataclasses.replace(LP, tREFI=400.0, tRFCpb=40.0, tPBR2PBR=20.0)  # 40 CK interval
     rng = case_rng(SEED, "dram-amaranth-ext-refresh")
     dut = ExtController(config=dataclasses.replace(ARCH, ext=cfg), channels=2, queue_depth=16,
                         read_buffer=4)
-    until, seen = 5000, {}
+    trefi, _, until = refresh_hold_cycles(cfg, dut.channel.tck_logic)
+    lat = dut.channel.errors_latency
+    clear_at = until + trefi                   # the debt long repaid
+    poke_at = clear_at + 2 * lat + 1
+    seen = {}
     reqs = [(0, 0, 20), (0, 300, 4)]
 
     def hook(ctx, c):
         if c < until:
             ctx.set(dut.rdata.ready, 0)
-        if c in (until + 500, until + 502):
-            seen[c] = ctx.get(dut.errors.refresh_overflow)
-        if c == until + 500:
+        if c == poke_at:
+            ctx.set(dut._ctrl[1].errors.refresh_overflow, 1)    # channel 1's flag register
+        if clear_at <= c <= poke_at + 2 * lat + 1:
+            seen[c - clear_at] = ctx.get(dut.errors.refresh_overflow)
+        if c == clear_at:
             ctx.set(dut.errors_clear.refresh_overflow, 0b01)
+        if c == clear_at + lat:
+            ctx.set(dut.errors_clear.refresh_overflow, 0b10)
+        if c == poke_at + lat:
+            ctx.set(dut.errors_clear.refresh_overflow, 0b10)
 
     print(f"seed {SEED}")
-    res = simulate(dut, cfg, reqs, channels=2, rng=rng, extra_cycles=600, hook=hook,
-                   max_cycles=8000)
+    res = simulate(dut, cfg, reqs, channels=2, rng=rng, hook=hook,
+                   extra_cycles=clear_at - until + trefi, max_cycles=2 * (clear_at + trefi))
     assert res["rdata"] == golden_reads(cfg, reqs, [], channels=2)
-    assert seen == {until + 500: 0b11, until + 502: 0b10}
+    d = poke_at - clear_at
+    assert [seen[0], seen[lat], seen[2 * lat]] == [0b11, 0b10, 0], seen
+    assert [seen[d - 1], seen[d], seen[d + lat], seen[d + 2 * lat]] == [0, 0b10, 0b10, 0], seen
     assert res["errors"].index(0b11) < until
