@@ -14,6 +14,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..sw.links import LinkMode, LinkOp
+from .layouts import STICKY_LATENCY, sticky_flags
 from .pe import sat_add64
 
 
@@ -143,8 +144,9 @@ class AggregationLink(wiring.Component):
         (a draining descriptor: its last source word was taken). A rejected descriptor never
         runs: no ``busy``, no ``done``.
     errors : Out :func:`link_errors_layout`
-        Sticky error flags (``bad_desc``, ``bad_length``), set in the cycle after the event and
-        held until cleared by ``errors_clear`` (or reset).
+        Sticky error flags (``bad_desc``, ``bad_length``), set in the cycle after the event
+        (:attr:`errors_latency`; both events last one cycle) and held until cleared by
+        ``errors_clear`` (or reset).
     errors_clear : In :func:`link_errors_layout`
         Write-1-to-clear: a 1 clears that flag in the next cycle, unless the same cycle sets
         it again (setting wins).
@@ -157,7 +159,7 @@ class AggregationLink(wiring.Component):
     destination FIFO it goes to has room (``w_rdy``), so destinations are decoupled from their
     PEs by ``buffer_words`` words. Per mode:
 
-    * BYPASS: the (lowest) source's flit goes to every destination at once (multicast).
+    * BYPASS: the source's flit goes to every destination at once (multicast).
     * ALL_TO_ALL: source s points at the destination of its current chunk (dst_mask bits in
       ascending order, advancing every ``chunk`` words), destination d at the source whose chunk
       it takes next (src_mask bits ascending, advancing every ``chunk`` words); a flit moves
@@ -202,7 +204,9 @@ class AggregationLink(wiring.Component):
 
     Latency: :attr:`latency` = ``W / (8 flit_bytes)`` cycles from the cycle a word's first flit
     moves to the cycle the word is offered on ``pe_o`` (no stall); a descriptor's first flit
-    moves :attr:`op_latency` = 1 cycle after it is taken.
+    moves :attr:`op_latency` = 1 cycle after it is taken; a rejected descriptor holds the
+    ``op`` port :attr:`reject_cycles` = 1 cycle; ``errors`` shows an event or a clear
+    :attr:`errors_latency` = 1 cycle later.
     """
 
     def __init__(self, *, pes, word_bits, flit_bytes, buffer_words):
@@ -273,6 +277,19 @@ class AggregationLink(wiring.Component):
         """Cycles from a descriptor taken to its first flit moving (sources valid)."""
         return 1
 
+    @property
+    def reject_cycles(self) -> int:
+        """Cycles a rejected descriptor (``errors.bad_desc``) holds the ``op`` port: it is
+        taken in the cycle it is offered to an idle link and the next descriptor can be taken
+        in the next cycle; the link never goes ``busy`` for it."""
+        return 1
+
+    @property
+    def errors_latency(self) -> int:
+        """Cycles from an error event (a descriptor rejected when taken, a bad length's last
+        word moving) or an ``errors_clear`` strobe to ``errors`` showing it."""
+        return STICKY_LATENCY
+
     def elaborate(self, platform):
         m = Module()
         G, W, S = self._pes, self._w, self.flits_per_word
@@ -280,7 +297,7 @@ class AggregationLink(wiring.Component):
 
         act = Signal()
         mode = Signal(LinkModeRTL)
-        src = Signal(G)                    # effective sources (BYPASS: the lowest one)
+        src = Signal(G)
         dst = Signal(G)
         chunk = Signal(16)
         left = [Signal(16, name=f"left{s}") for s in range(G)]
@@ -420,21 +437,17 @@ class AggregationLink(wiring.Component):
                                 | ((p.mode == LinkModeRTL.BYPASS)
                                    & (p.src_mask & (p.src_mask - 1)[:G]).any()))
         taken = self.op.valid & self.op.ready
-        with m.If(taken & ~rejected):
-            esrc = Mux(p.mode == LinkModeRTL.BYPASS, _lowest(p.src_mask, G), p.src_mask)
-            m.d.sync += [act.eq(1), mode.eq(p.mode), src.eq(esrc), dst.eq(p.dst_mask),
+        with m.If(taken & ~rejected):      # a BYPASS taken here has exactly one source
+            m.d.sync += [act.eq(1), mode.eq(p.mode), src.eq(p.src_mask), dst.eq(p.dst_mask),
                          chunk.eq(p.chunk), drain.eq(0)]
             for s in range(G):
-                m.d.sync += [left[s].eq(Mux(esrc[s], p.words, 0)), fidx[s].eq(0), cw[s].eq(0),
-                             cdst[s].eq(_lowest(p.dst_mask, G))]
+                m.d.sync += [left[s].eq(Mux(p.src_mask[s], p.words, 0)), fidx[s].eq(0),
+                             cw[s].eq(0), cdst[s].eq(_lowest(p.dst_mask, G))]
             for d in range(G):
-                m.d.sync += [dw[d].eq(0), csrc[d].eq(_lowest(esrc, G)), didx[d].eq(0)]
+                m.d.sync += [dw[d].eq(0), csrc[d].eq(_lowest(p.src_mask, G)), didx[d].eq(0)]
 
         # ---- sticky error flags (setting wins over a clear in the same cycle) --------------
-        for name, event in (("bad_desc", taken & rejected), ("bad_length", bad_end.any())):
-            flag = getattr(self.errors, name)
-            with m.If(event):
-                m.d.sync += flag.eq(1)
-            with m.Elif(getattr(self.errors_clear, name)):
-                m.d.sync += flag.eq(0)
+        sticky_flags(m, self.errors, set_={"bad_desc": taken & rejected,
+                                           "bad_length": bad_end.any()},
+                     clear=self.errors_clear)
         return m
