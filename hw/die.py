@@ -16,13 +16,14 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .agg_link import AggregationLink, link_op_layout
+from .agg_link import AggregationLink, link_errors_layout, link_op_layout
 from .dram_ctrl import dram_bus_signature
 from .dram_port import DramWordPort
 from .ext_ctrl import ExtController
 from .ext_stream import ExtStreamer, ext_read_layout
 from .hb_ctrl import HBController
 from .isa import command_layout, o_beat_layout
+from .layouts import STICKY_LATENCY, forward_flags, sticky_flags
 from .load_router import ADDR_BITS, LoadRouter
 from .pe import PE
 from .ring import StreamlineRing
@@ -161,12 +162,33 @@ def die_errors_layout(arch: ArchConfig, ext_channels: int | None = None) -> data
         The same for LPDDR5 channel ``c`` (e.g. an EXT read descriptor sent to a PE that never
         loads its words: the ring, then the LPDDR5 read buffer fill up).
     """
+    if not isinstance(arch, ArchConfig):
+        raise TypeError(f"arch: expected an ArchConfig, got {type(arch).__name__}")
     channels = arch.ext_channels if ext_channels is None else ext_channels
+    if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
+        raise ValueError(f"ext_channels: expected a positive integer (an ext_refresh bit per "
+                         f"LPDDR5 channel), got {channels!r}")
+    width = {"link": arch.groups, "hb": arch.pes, "ext": channels}
     return data.StructLayout({
-        "cmd_index": unsigned(1), "dma_pe": unsigned(1),
-        "link_bad_desc": unsigned(arch.groups), "link_bad_length": unsigned(arch.groups),
-        "hb_refresh": unsigned(arch.pes), "ext_refresh": unsigned(channels),
+        **{name: f.shape for name, f in _own_errors_layout()},
+        **{outer: unsigned(width[kind]) for kind, fields in _BLOCK_ERRORS
+           for outer in fields},
     })
+
+
+def _own_errors_layout() -> data.StructLayout:
+    """The die's own flags, bits 0 and 1 of :func:`die_errors_layout`."""
+    return data.StructLayout({"cmd_index": unsigned(1), "dma_pe": unsigned(1)})
+
+
+#: The blocks' flags in :func:`die_errors_layout`, in bit order: per kind of block (links per
+#: group, HB controllers per PE, the LPDDR5 controller) die field -> the block's field, from
+#: the blocks' layouts (``link_<name>`` for each link flag).
+_BLOCK_ERRORS = (
+    ("link", {f"link_{name}": name for name, _ in link_errors_layout()}),
+    ("hb", {"hb_refresh": "refresh_overflow"}),
+    ("ext", {"ext_refresh": "refresh_overflow"}),
+)
 
 
 def queue_bit(arch: ArchConfig, queue, index: int = 0) -> int:
@@ -232,7 +254,8 @@ class LogicDie(wiring.Component):
         is taken and dropped); then per group the aggregation links' ``bad_desc`` and
         ``bad_length``, per PE its HB controller's and per channel the LPDDR5 controller's
         ``refresh_overflow`` (the blocks' own flags, wired through). Each bit stays set until
-        the host clears it (or a reset).
+        the host clears it (or a reset); a ``*_refresh`` bit is set again in every cycle its
+        controller's debt is still at the limit (a level), so a clear meanwhile is lost.
     errors_clear : In :func:`die_errors_layout`
         Write-1-to-clear strobes, one per ``errors`` bit (held 0 when unused): a 1 clears the
         bit in the next cycle, unless the same cycle sets it again (setting wins).
@@ -400,6 +423,27 @@ class LogicDie(wiring.Component):
         """Cycles from a PE's ``o`` beat taken to it offered on the die's ``o``."""
         return 1
 
+    @property
+    def queue_latency(self) -> int:
+        """Cycles from a ``host_cmd`` beat taken to it offered by its (empty) queue to the
+        PE's router, the group's link or the EXT streamer."""
+        return 1
+
+    @property
+    def errors_latency(self) -> int:
+        """Cycles from an ``errors_clear`` strobe, or from one of the die's own events (bits
+        0 and 1: the bad beat offered), to ``errors`` showing it; the blocks' flags are wired
+        through without a register (their own latency: the same)."""
+        return STICKY_LATENCY
+
+    @property
+    def link_error_latency(self) -> int:
+        """Cycles from a ``host_cmd`` LINK beat taken (the group's queue empty, its link
+        idle) to ``errors.link_bad_desc`` set when the link rejects the descriptor:
+        :attr:`queue_latency` + the link's ``errors_latency`` (the link takes it in the cycle
+        the queue offers it)."""
+        return self.queue_latency + self._links[0].errors_latency
+
     # ---- logic ------------------------------------------------------------------------------
 
     def elaborate(self, platform):
@@ -446,13 +490,6 @@ class LogicDie(wiring.Component):
             m.d.comb += [q.w_data.eq(hc.body.link.as_value()),
                          q.w_en.eq(put & is_link & (hc.index == g))]
         m.d.comb += [ext_q.w_data.eq(hc.body.ext.as_value()), ext_q.w_en.eq(put & is_ext)]
-        err, clr = self.errors, self.errors_clear
-        cmd_err, dma_err = Signal(), Signal()
-        m.d.comb += [err.cmd_index.eq(cmd_err), err.dma_pe.eq(dma_err)]
-        with m.If(self.host_cmd.valid & ~in_range):
-            m.d.sync += cmd_err.eq(1)
-        with m.Elif(clr.cmd_index):
-            m.d.sync += cmd_err.eq(0)
 
         # -- host DMA --
         hd = self.host_dma.payload
@@ -463,21 +500,18 @@ class LogicDie(wiring.Component):
         d_in_range = hd.pe < P
         m.d.comb += self.host_dma.ready.eq(
             Mux(d_in_range, dma_room.bit_select(Mux(is_ld, hd.pe, P + hd.pe), 1), 1))
-        with m.If(self.host_dma.valid & ~d_in_range):
-            m.d.sync += dma_err.eq(1)
-        with m.Elif(clr.dma_pe):
-            m.d.sync += dma_err.eq(0)
-        # the blocks' own sticky flags, wired through (each block clears its own)
-        for g, link in enumerate(self._links):
-            m.d.comb += [err.link_bad_desc[g].eq(link.errors.bad_desc),
-                         err.link_bad_length[g].eq(link.errors.bad_length),
-                         link.errors_clear.bad_desc.eq(clr.link_bad_desc[g]),
-                         link.errors_clear.bad_length.eq(clr.link_bad_length[g])]
-        for p, hb in enumerate(self._hb):
-            m.d.comb += [err.hb_refresh[p].eq(hb.errors.refresh_overflow),
-                         hb.errors_clear.refresh_overflow.eq(clr.hb_refresh[p])]
-        m.d.comb += [err.ext_refresh.eq(self._ext.errors.refresh_overflow),
-                     self._ext.errors_clear.refresh_overflow.eq(clr.ext_refresh)]
+
+        # -- errors: the die's own sticky flags, then the blocks' own, wired through (each
+        # block keeps and clears its own; the field names follow the blocks' layouts) --
+        err, clr = self.errors, self.errors_clear
+        own = Signal(_own_errors_layout())
+        sticky_flags(m, own, set_={"cmd_index": self.host_cmd.valid & ~in_range,
+                                   "dma_pe": self.host_dma.valid & ~d_in_range},
+                     clear={name: clr[name] for name, _ in _own_errors_layout()})
+        m.d.comb += [err[name].eq(own[name]) for name, _ in _own_errors_layout()]
+        blocks = {"link": self._links, "hb": self._hb, "ext": [self._ext]}
+        for kind, fields in _BLOCK_ERRORS:
+            forward_flags(m, err, clr, blocks[kind], fields)
         for p in range(P):
             r, hp = self._routers[p], self._hb_ports[p]
             mine = self.host_dma.valid & (hd.pe == p)
