@@ -4,6 +4,9 @@ and the stream protocol checked on every cycle (:func:`drive_pipeline`); and the
 with the same checks for one output stream of a block with several (:class:`StreamSink`, the
 aggregation link's and the streamline ring's unit tests).
 
+:func:`sample_dram_bus` reads the commands on a DRAM controller's command bus in a testbench, as
+:func:`elmoe3d.sim.dram_bus.sample_bus` does for the cocotb benches.
+
 This is for fast unit tests (``amaranth.sim``); the cocotb + Verilator benches go through
 :mod:`elmoe3d.sim.runner`.
 """
@@ -15,7 +18,23 @@ import random
 from amaranth.sim import Simulator
 
 
-__all__ = ["drive_pipeline", "StreamSink"]
+__all__ = ["drive_pipeline", "StreamSink", "sample_dram_bus"]
+
+
+def sample_dram_bus(ctx, bus) -> tuple:
+    """``(row, col)`` commands on a DRAM command bus (the controller's ``dram`` port,
+    :mod:`elmoe3d.hw.dram_ctrl`) this cycle, in the form
+    :meth:`elmoe3d.sim.dram_model.DramDevice.clock` takes: ``row`` = ``(RowCmd, bank, addr)``
+    or None, ``col`` = ``(write, bank, addr, wdata)`` or None."""
+    from .dram_model import RowCmd
+    row = col = None
+    if ctx.get(bus.row_valid):
+        row = (RowCmd(ctx.get(bus.row_kind).value), ctx.get(bus.row_bank),
+               ctx.get(bus.row_addr))
+    if ctx.get(bus.col_valid):
+        col = (ctx.get(bus.col_write), ctx.get(bus.col_bank), ctx.get(bus.col_addr),
+               ctx.get(bus.col_wdata))
+    return row, col
 
 
 class StreamSink:

@@ -144,7 +144,8 @@ def test_errors_output_reflects_the_blocks_sticky_flags():
 
     from amaranth.sim import Simulator
 
-    from elmoe3d.sim.dram_model import DramDevice, RowCmd
+    from elmoe3d.sim.amaranth_streams import sample_dram_bus
+    from elmoe3d.sim.dram_model import DramDevice
 
     ext = dataclasses.replace(SMALL.ext, tREFI=400.0, tRFCpb=40.0, tPBR2PBR=20.0)
     arch = dataclasses.replace(SMALL, ext=ext)          # refresh interval 40 CK (50 cycles)
@@ -196,14 +197,7 @@ def test_errors_output_reflects_the_blocks_sticky_flags():
             if beats and ctx.get(die.host_cmd.ready):
                 taken[beats.pop(0)[0]] = cycle
             for c, (bus, dev) in enumerate(zip(die.ext, devs)):
-                row = col = None
-                if ctx.get(bus.row_valid):
-                    row = (RowCmd(ctx.get(bus.row_kind).value), ctx.get(bus.row_bank),
-                           ctx.get(bus.row_addr))
-                if ctx.get(bus.col_valid):
-                    col = (ctx.get(bus.col_write), ctx.get(bus.col_bank),
-                           ctx.get(bus.col_addr), ctx.get(bus.col_wdata))
-                rds[c] = dev.clock(row, col)
+                rds[c] = dev.clock(*sample_dram_bus(ctx, bus))
             err = E.from_bits(ctx.get(die.errors.as_value()))
             log.append(err.as_value().value)
             await ctx.tick()

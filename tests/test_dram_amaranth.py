@@ -16,6 +16,7 @@ from elmoe3d.config import preset
 from elmoe3d.hw.dram_ctrl import DramController, RowKind, request_layout
 from elmoe3d.hw.ext_ctrl import ExtController
 from elmoe3d.hw.hb_ctrl import HBController
+from elmoe3d.sim.amaranth_streams import sample_dram_bus
 from elmoe3d.sim.dram_model import DramDevice, RowCmd, dram_pattern
 from elmoe3d.sim.runner import case_rng, resolve_seed
 
@@ -70,13 +71,7 @@ def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, ready_p=1.0, idle_p=0.
                 hook(ctx, c)
             res["errors"].append(ctx.get(dut.errors.as_value()))
             for i, (bus, dev) in enumerate(zip(buses, devs)):
-                row = col = None
-                if ctx.get(bus.row_valid):
-                    row = (RowCmd(ctx.get(bus.row_kind).value), ctx.get(bus.row_bank),
-                           ctx.get(bus.row_addr))
-                if ctx.get(bus.col_valid):
-                    col = (ctx.get(bus.col_write), ctx.get(bus.col_bank),
-                           ctx.get(bus.col_addr), ctx.get(bus.col_wdata))
+                row, col = sample_dram_bus(ctx, bus)
                 for cmd in (row, col):
                     if cmd is not None:
                         res["cmds"][i].append((c, dev.dram_cycle(c), cmd[:3]))
