@@ -413,6 +413,11 @@ def execute(args, *, progress_factory=None) -> dict:
            "runs": []}
     if not real:
         doc["note"] = host.SYNTHETIC_NOTE.format(h=model.hidden, i=model.expert_intermediate)
+    n_req = len(np.unique(trace.request[trace.phase_mask("decode")]))
+    if args.batch > n_req:
+        doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+            f"--batch {args.batch} but the trace has {n_req} request(s): {n_req} run in "
+            f"lockstep")
     if logged < real_model.moe_layers:
         doc["hb_share"] = logged / real_model.moe_layers
         doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
@@ -773,7 +778,10 @@ def run(args) -> int:
         out.print(kind_table(r, doc["backend"]))
         if r.get("note"):
             out.print(f"{r['label']}: {r['note']}")
-        if r.get("elastic_sd"):
+        if r.get("elastic_sd") and not r["elastic_sd"]["iterations"]:
+            out.print(f"{r['label']}: Elastic-SD drafted nothing: every request ends within its "
+                      f"autoregressive seed of {r['depth']} token(s) (the draft depth)")
+        elif r.get("elastic_sd"):
             e = r["elastic_sd"]
             out.print(f"{r['label']}: Elastic-SD {e['iterations']} iterations, accepted "
                       f"{e['accepted']}/{e['drafted']} drafted ({_pct(e['acceptance_rate'])}), "

@@ -568,3 +568,17 @@ def test_synthetic_from_the_count_table_csv(capsys):
     code, out, err = run_cli(capsys, "--trace", f"synthetic:{csv}", "--model", "qwen3-30b-a3b",
                              *PERF)
     assert code == 2 and "no 'expert_counts' table with 128 experts" in err
+
+
+def test_run_says_when_batch_exceeds_the_requests_and_nothing_was_drafted(tmp_path, capsys):
+    path = tmp_path / "log.jsonl"
+    D.warmup(path, dummy=(0, 0))
+    j = tmp_path / "r.json"
+    code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b",
+                             "--config", "paper-8gb", "--tokens", "3", "--batch", "3",
+                             "--json", str(j))
+    assert code == 0, err
+    assert "--batch 3 but the trace has 1 request(s): 1 run in lockstep" in out
+    assert "Elastic-SD drafted nothing: every request ends within its autoregressive seed of 4" \
+        in out
+    assert json.loads(j.read_text())["runs"][0]["elastic_sd"]["iterations"] == 0
