@@ -519,6 +519,17 @@ class ArchConfig:
         """HB bytes delivered per logic-die cycle per bank (51.2 at 1 GHz)."""
         return self.hb_bank_gbps / self.clock_ghz
 
+    def cycles_to_us(self, cycles) -> float:
+        """Logic-die ``cycles`` in microseconds at ``clock_ghz``."""
+        return cycles / (self.clock_ghz * 1e3)
+
+    def access_energy_pj(self, hb_bytes, ext_bytes) -> tuple:
+        """``(HB pJ, EXT pJ)`` of moving ``hb_bytes`` through the HB banks and ``ext_bytes``
+        through external memory: bits x ``hb_pj_per_bit`` and bits x ``ext_pj_per_bit`` (the
+        paper's figures; link and compute energy have no figure here and are not counted).
+        The one energy rule of the perf model and the golden backend."""
+        return hb_bytes * 8 * self.hb_pj_per_bit, ext_bytes * 8 * self.ext_pj_per_bit
+
     @property
     def streamline_bytes_per_cycle(self) -> float:
         """Streamline-ring bytes per logic-die cycle (128 at 1 GHz): the ring's flit width."""

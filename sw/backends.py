@@ -152,13 +152,11 @@ def run_golden(steps, weights: SyntheticWeights, arch, *, keep=False, progress=N
             imgs = slice_images(w.key[0], w.key[1], weights, arch)
             writes += sum(len(img) for img in imgs) * pe.word_bytes
         extra = sum(w.extra for w in step.writes) * weights.model.expert_msb_bytes
+        hb_pj, ext_pj = arch.access_energy_pj(hb + writes, ext + extra)
         records.append(step_record(step, hb_read=hb, hb_write=writes, ext=ext + extra,
                                    link=link, accesses=acc, hits=hits, compared=compared,
                                    mismatches=bad, details=details[:4], gemm_beats=beats,
-                                   hb_pj=(hb + writes) * 8 * arch.hb_pj_per_bit,
-                                   ext_pj=(ext + extra) * 8 * arch.ext_pj_per_bit,
-                                   energy_pj=(hb + writes) * 8 * arch.hb_pj_per_bit
-                                   + (ext + extra) * 8 * arch.ext_pj_per_bit))
+                                   hb_pj=hb_pj, ext_pj=ext_pj, energy_pj=hb_pj + ext_pj))
         if progress:
             progress(step)
     return records, layers
@@ -179,7 +177,7 @@ def summarise(records, arch) -> dict:
     if records and all(r["cycles"] is not None for r in records):
         cyc = sum(r["cycles"] for r in records)
         tot["cycles"] = cyc
-        tot["us"] = cyc / (arch.clock_ghz * 1e3)
+        tot["us"] = arch.cycles_to_us(cyc)
         tot["tokens_per_s"] = tot["produced"] / (tot["us"] * 1e-6) if cyc else None
         tot["us_per_token"] = tot["us"] / tot["produced"] if tot["produced"] else None
     if records and all(r["energy_pj"] is not None for r in records):

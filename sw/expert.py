@@ -402,9 +402,10 @@ class PEJob:
 #: arrives (memory-bound batches). Multiples of 8 words fill whole scale words.
 RAMP_UP_WORDS = (8, 16)
 RAMP_DOWN_WORDS = (24, 16, 8, 8, 8)
-#: HB bank bytes per PE clock cycle assumed when the builder gets a PEConfig (the paper's
-#: 51.2 GB/s at 1 GHz); with an ArchConfig it uses ``hb_bytes_per_cycle``.
-DEFAULT_HB_BYTES_PER_CYCLE = 51.2
+#: HB bank bytes per PE clock cycle assumed when the builder gets a PEConfig: the default
+#: :class:`~elmoe3d.config.ArchConfig`'s ``hb_bytes_per_cycle`` (``hb_bank_gbps / clock_ghz``,
+#: the paper's 51.2 GB/s at 1 GHz); with an ArchConfig it uses that one's.
+DEFAULT_HB_BYTES_PER_CYCLE = ArchConfig().hb_bytes_per_cycle
 
 
 @dataclass

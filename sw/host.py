@@ -55,14 +55,14 @@ import numpy as np
 from ..errors import UserError
 from .elastic_sd import ElasticSD
 from .hbcache import HBExpertCache
-from .models import ModelPreset, model_preset
+from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
 
 
 __all__ = ["STEP_KINDS", "SYNTHETIC_SHAPE", "SYNTHETIC_NOTE", "LayerWork", "Step", "PoolWrite",
            "HomeGroups", "Placement", "place_layer", "replay_steps", "elastic_steps",
            "limit_tokens", "parse_layers", "synthetic_model", "synthetic_experts",
            "SyntheticWeights", "compile_layer", "slice_images", "reserved_hb_bytes",
-           "check_model_trace"]
+           "KV_CACHE_TOKENS", "check_model_trace"]
 
 #: Step kinds: Elastic-SD's autoregressive seed tokens, draft steps and verify steps; plain
 #: replay's decode steps. ``draft`` runs DRAFT numerics (MSB slices only); the others FULL.
@@ -76,18 +76,29 @@ SYNTHETIC_NOTE = ("expert weights and token activations are synthetic (seeded Ga
                   "H x I = {h} x {i}; the routing (expert ids, gate weights) is the trace's")
 
 
+#: Tokens of FP16 KV cache the HB reserves (:func:`reserved_hb_bytes`).
+KV_CACHE_TOKENS = 1024
+
+
 def reserved_hb_bytes(model) -> tuple:
-    """``(dense_bytes, kv_bytes)`` of HB reserved before expert slices (``docs/traces.md``):
-    Mixtral-8x7B's non-expert weights (embeddings 2 x 32000 x 4096, attention 32 x (2 x 4096^2
-    + 2 x 4096 x 1024), routers 32 x 8 x 4096, 65 norms of 4096) in G32 INT8 with FP16 scales,
-    and a 1k-token FP16 KV cache (32 layers x 2 x 8 KV heads x 128 x 2 B x 1024). Other
-    presets: ``(0, 0)`` (their attention shapes are not preset data; pass the figures)."""
+    """``(dense_bytes, kv_bytes)`` of HB reserved before expert slices (``docs/traces.md``),
+    from the preset's shapes (:class:`~.models.ModelPreset`: ``vocab_size``,
+    ``attention_heads``, ``kv_heads``, ``head_dim``, ``hidden``, ``layers``,
+    ``routed_experts``): the non-expert weights (untied embeddings 2 x vocab x H; attention
+    layers x (2 x H x heads x head_dim + 2 x H x kv_heads x head_dim); routers MoE layers x
+    experts x H; 2 x layers + 1 norms of H) in G32 INT8 with FP16 scales, and a
+    :data:`KV_CACHE_TOKENS`-token FP16 KV cache (layers x 2 x kv_heads x head_dim x 2 B x
+    tokens). Presets without attention shapes (all but Mixtral-8x7B) and synthetic models:
+    ``(0, 0)`` (pass the figures)."""
     p = model_preset(model)
-    if p.name == "mixtral-8x7b":
-        dense = 2 * 32000 * 4096 + 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024) + 32 * 8 * 4096 \
-            + 65 * 4096
-        return dense + dense // 32 * 2, 32 * 2 * 8 * 128 * 2 * 1024
-    return 0, 0
+    if not p.attention_heads:
+        return 0, 0
+    H, L = p.hidden, p.layers
+    q, kv = p.attention_heads * p.head_dim, p.kv_heads * p.head_dim
+    fp16 = np.dtype(np.float16).itemsize
+    dense = 2 * p.vocab_size * H + L * (2 * H * q + 2 * H * kv) \
+        + p.moe_layers * p.routed_experts * H + (2 * L + 1) * H
+    return dense + dense // QUANT_GROUP * SCALE_BYTES, L * 2 * kv * fp16 * KV_CACHE_TOKENS
 
 
 # ---- steps --------------------------------------------------------------------------------------
@@ -509,7 +520,8 @@ def synthetic_model(model, shape=SYNTHETIC_SHAPE) -> ModelPreset:
     h, i = shape
     return dataclasses.replace(p, name=f"{p.name}@{h}x{i}", hidden=h, expert_intermediate=i,
                                shared_experts=0, shared_intermediate=0,
-                               expert_format="int8-nested")
+                               expert_format="int8-nested", vocab_size=0, attention_heads=0,
+                               kv_heads=0)
 
 
 def synthetic_experts(rng, n, hidden, inter) -> list:
@@ -519,8 +531,8 @@ def synthetic_experts(rng, n, hidden, inter) -> list:
     10^U(-1.5, 0.5). The experts of :class:`SyntheticWeights` and of the PE and die benches."""
     def weight(shape):
         w = rng.standard_normal(shape)
-        mag = 10.0 ** rng.uniform(-1.5, 0.5, (shape[0], shape[1] // 32))
-        return w * np.repeat(mag, 32, axis=1) * 0.2
+        mag = 10.0 ** rng.uniform(-1.5, 0.5, (shape[0], shape[1] // QUANT_GROUP))
+        return w * np.repeat(mag, QUANT_GROUP, axis=1) * 0.2
     return [(weight((inter, hidden)), weight((inter, hidden)), weight((hidden, inter)))
             for _ in range(n)]
 

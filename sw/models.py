@@ -7,7 +7,8 @@ estimated.
 
 * :class:`ModelPreset` -- one model: layers, first dense layers, hidden and expert intermediate
   sizes, routed and shared experts, top-k, scoring function, whether the top-k weights are
-  renormalised, routed scaling factor, expert weight format; derived sizes in bytes of an
+  renormalised, routed scaling factor, expert weight format, attention shapes (vocabulary,
+  query and key-value heads) where the host reserves HB for them; derived sizes in bytes of an
   expert's MSB slice (the unit the HB cache and the Elastic-SD draft hold) and LSB slice.
 * :func:`model_preset` -- look a preset up by name (case-insensitive); an unknown name raises
   :class:`~elmoe3d.errors.UserError` listing the known ones.
@@ -93,6 +94,11 @@ class ModelPreset:
         Expert FFN: ``"swiglu"`` (up, gate and down projections: what the PE's VPU and the host
         compiler run) or ``"relu"`` (two projections, ``wi`` and ``wo``: Switch Transformers;
         a preset for routing statistics and trace calibration, refused by the run backends).
+    vocab_size, attention_heads, kv_heads : int
+        Attention shapes (``vocab_size``, ``num_attention_heads``, ``num_key_value_heads``),
+        set for the presets whose non-expert weights the host reserves HB for
+        (:func:`.host.reserved_hb_bytes`); 0 elsewhere. The head size is
+        :attr:`head_dim` = ``hidden / attention_heads``.
     """
 
     name: str
@@ -111,6 +117,9 @@ class ModelPreset:
     expert_format: str = "int8-nested"
     moe_layer_step: int = 1
     ffn: str = "swiglu"
+    vocab_size: int = 0
+    attention_heads: int = 0
+    kv_heads: int = 0
 
     def __post_init__(self):
         for f in ("layers", "hidden", "expert_intermediate", "routed_experts", "top_k",
@@ -118,7 +127,8 @@ class ModelPreset:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{self.name}: {f}: expected a positive integer, got {v!r}")
-        for f in ("first_dense_layers", "shared_experts", "shared_intermediate"):
+        for f in ("first_dense_layers", "shared_experts", "shared_intermediate", "vocab_size",
+                  "attention_heads", "kv_heads"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{self.name}: {f}: expected an integer >= 0, got {v!r}")
@@ -144,6 +154,15 @@ class ModelPreset:
                              f"of the quantization group {QUANT_GROUP}")
         if not self.routed_scaling_factor > 0:
             raise ValueError(f"{self.name}: routed_scaling_factor must be > 0")
+        attention = (self.vocab_size, self.attention_heads, self.kv_heads)
+        if any(attention) and not all(attention):
+            raise ValueError(f"{self.name}: vocab_size, attention_heads and kv_heads must be "
+                             f"all zero or all positive")
+        if self.attention_heads and (self.hidden % self.attention_heads
+                                     or self.attention_heads % self.kv_heads):
+            raise ValueError(f"{self.name}: attention_heads ({self.attention_heads}) must divide "
+                             f"hidden ({self.hidden}) and be a multiple of kv_heads "
+                             f"({self.kv_heads})")
 
     # -- layers ---------------------------------------------------------------------------------
     @property
@@ -155,6 +174,11 @@ class ModelPreset:
     def moe_layer_ids(self) -> range:
         """Decoder-layer indices of the MoE layers (the ``layer`` column of a trace)."""
         return range(self.first_dense_layers, self.layers, self.moe_layer_step)
+
+    @property
+    def head_dim(self) -> int:
+        """Attention head size: ``hidden / attention_heads`` (0 without attention shapes)."""
+        return self.hidden // self.attention_heads if self.attention_heads else 0
 
     @property
     def ffn_matrices(self) -> int:
@@ -169,12 +193,18 @@ class ModelPreset:
         return self.ffn_matrices * self.hidden * self.expert_intermediate
 
     @property
-    def expert_msb_bytes(self) -> int:
-        """Bytes of one expert's MSB slice as held in HB: 4 bits a weight plus the group scales
-        (2-byte FP16 per 32 weights for INT8 experts; 1-byte E8M0 per 32 for MXFP4)."""
+    def expert_scale_bytes(self) -> int:
+        """Bytes of one expert's group scales (part of its MSB slice): 2-byte FP16 per 32
+        weights for INT8 experts, 1-byte E8M0 per 32 for MXFP4."""
         groups = self.expert_weights // QUANT_GROUP
         scale = SCALE_BYTES if self.expert_format == "int8-nested" else 1
-        return self.expert_weights // 2 + groups * scale
+        return groups * scale
+
+    @property
+    def expert_msb_bytes(self) -> int:
+        """Bytes of one expert's MSB slice as held in HB: 4 bits a weight plus the group scales
+        (:attr:`expert_scale_bytes`)."""
+        return self.expert_weights // 2 + self.expert_scale_bytes
 
     @property
     def expert_lsb_bytes(self) -> int:
@@ -262,7 +292,7 @@ MODEL_PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
     _p(name="mixtral-8x7b", hf_repo="mistralai/Mixtral-8x7B-v0.1", layers=32,
        first_dense_layers=0, hidden=4096, expert_intermediate=14336, routed_experts=8,
        shared_experts=0, shared_intermediate=0, top_k=2, norm_topk_prob=True,
-       scoring="softmax"),
+       scoring="softmax", vocab_size=32000, attention_heads=32, kv_heads=8),
     _p(name="olmoe-1b-7b", hf_repo="allenai/OLMoE-1B-7B-0924", layers=16, first_dense_layers=0,
        hidden=2048, expert_intermediate=1024, routed_experts=64, shared_experts=0,
        shared_intermediate=0, top_k=8, norm_topk_prob=False, scoring="softmax"),
@@ -315,7 +345,8 @@ MODEL_SOURCES: dict[str, dict[str, str]] = {
         "top_k": "num_experts_per_tok=2",
         "norm_topk_prob": "always renormalised (transformers MixtralSparseMoeBlock: "
                           "routing_weights /= sum)",
-        "scoring": "softmax"},
+        "scoring": "softmax", "vocab_size": "vocab_size=32000",
+        "attention_heads": "num_attention_heads=32", "kv_heads": "num_key_value_heads=8"},
     "olmoe-1b-7b": {
         "layers": "num_hidden_layers=16", "hidden": "hidden_size=2048",
         "expert_intermediate": "intermediate_size=1024", "routed_experts": "num_experts=64",

@@ -36,11 +36,12 @@ Timing: double-buffered streams overlap, so a group's layer time is the largest 
 time (busiest bank: read + written bytes / ``hb_bytes_per_cycle``), its compute time (busiest
 PE) and its link time; the EXT stream is shared by the die: ring bytes / min(EXT, streamline)
 bytes per cycle. A layer takes the maximum of the busiest group and the EXT time (its *bound*
-names which); a step is its layers in sequence. Energy: HB bits x ``hb_pj_per_bit`` + EXT bits
-x ``ext_pj_per_bit`` (the paper's figures; link and compute energy have no figure in the
-configuration and are not counted). Not modelled: attention and the dense layers, the host
-link, pipeline fill and DRAM row-miss / refresh losses (``make bench`` measures those: >= 97%
-of peak on streaming reads).
+names which); a step is its layers in sequence. Energy:
+:meth:`~elmoe3d.config.ArchConfig.access_energy_pj` of the HB (read + written) and EXT bytes:
+HB bits x ``hb_pj_per_bit`` + EXT bits x ``ext_pj_per_bit`` (the paper's figures; link and
+compute energy have no figure in the configuration and are not counted). Not modelled:
+attention and the dense layers, the host link, pipeline fill and DRAM row-miss / refresh
+losses (``make bench`` measures those: >= 97% of peak on streaming reads).
 """
 
 from __future__ import annotations
@@ -181,10 +182,10 @@ class PerfModel:
     @property
     def scale_bytes(self) -> int:
         """FP16 group scales of one expert (part of its MSB slice)."""
-        return self.model.expert_msb_bytes - self.model.expert_weights // 2
+        return self.model.expert_scale_bytes
 
     def cycles_to_us(self, cycles) -> float:
-        return cycles / (self.arch.clock_ghz * 1e3)
+        return self.arch.cycles_to_us(cycles)
 
     # -- one expert -------------------------------------------------------------------------
     def expert(self, e, tokens, *, phase, cached) -> ExpertCost:
@@ -196,7 +197,7 @@ class PerfModel:
         rows = rbn * R
         wpr = R * L // self.pe.q24_per_word
         d_cb = H // L
-        Ga = I // 32
+        Ga = I // QUANT_GROUP
         mxfp4 = self.model.expert_format == "mxfp4"
         hb = [self.msb * s for s in self._share]
         if phase == "draft" or (cached and mxfp4):
@@ -293,8 +294,7 @@ class PerfModel:
         hb_r = sum(c.hb_read_bytes for c in layers)
         hb_w = sum(c.hb_write_bytes for c in layers)
         ext = sum(c.ext_bytes for c in layers)
-        hb_e = (hb_r + hb_w) * 8 * a.hb_pj_per_bit
-        ext_e = ext * 8 * a.ext_pj_per_bit
+        hb_e, ext_e = a.access_energy_pj(hb_r + hb_w, ext)
         bounds = {}
         for c in layers:
             bounds[c.bound] = bounds.get(c.bound, 0) + 1

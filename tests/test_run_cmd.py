@@ -7,7 +7,9 @@ import json
 import pytest
 
 from elmoe3d.cli import main
+from elmoe3d.config import preset
 from elmoe3d.sw.corpus import traces_dir
+from elmoe3d.sw.models import model_preset
 
 BASE = ["run", "--trace", "gsm8k", "--model", "mixtral-8x7b"]
 
@@ -25,14 +27,16 @@ def test_perf_run_writes_json_csv_plots(tmp_path, capsys):
                           "--json", str(j), "--csv", str(c), "--plot", str(d))
     assert code == 0, err
     doc = json.loads(j.read_text())
+    mix, arch = model_preset("mixtral-8x7b"), preset("paper-8gb")
     assert doc["config"] == "paper-8gb" and doc["shapes"] == {
-        "hidden": 4096, "intermediate": 14336, "synthetic": False}
+        "hidden": mix.hidden, "intermediate": mix.expert_intermediate, "synthetic": False}
     assert [r["depth"] for r in doc["runs"]] == [2, 4]
     for r in doc["runs"]:
         s = r["summary"]
         assert s["produced"] == 12 and s["cycles"] > 0 and s["ext_bytes"] > 0
         assert s["energy_pj"] == pytest.approx(
-            (s["hb_read_bytes"] + s["hb_write_bytes"]) * 8 * 0.43 + s["ext_bytes"] * 8 * 3.88)
+            (s["hb_read_bytes"] + s["hb_write_bytes"]) * 8 * arch.hb_pj_per_bit
+            + s["ext_bytes"] * 8 * arch.ext_pj_per_bit)
         assert r["tokens_simulated_per_s"] > 0
         assert {st["kind"] for st in r["steps"]} == {"ar", "draft", "verify"}
     rows = list(csv.DictReader(c.open()))
