@@ -466,7 +466,7 @@ def _merge_layers(recs, layer_results, arch, *, timed) -> dict | None:
         if s:
             if timed:
                 r["cycles"] = s["cycles"]
-                r["us"] = s["cycles"] / (arch.clock_ghz * 1e3)
+                r["us"] = arch.cycles_to_us(s["cycles"])
             r["golden_mismatches"] = r["mismatches"]
             r["compared"] += s["compared"]
             r["mismatches"] += s["mismatches"]
