@@ -63,7 +63,8 @@ Measured cycle by cycle from the die's read-only ``probe`` output
 
 Expert weights and token activations are synthetic (seeded Gaussians); the routing is the
 real Mixtral trace. Traffic ``smooth``: the host offers a beat every cycle, ``o`` always
-ready; ``stalls``: idle host cycles and backpressure on the die's ``o``. Each test writes
+ready; ``stalls``: idle host cycles and backpressure on the die's ``o``
+(:mod:`elmoe3d.sim.traffic`; ports ``host`` and ``o``). Each test writes
 ``summary-<test>.json`` into the run folder and fails if any case failed. Seeds:
 :func:`~elmoe3d.sim.runner.resolve_seed`, one generator per case.
 """
@@ -101,6 +102,7 @@ from .dram_model import DramDevice, TimingViolation
 from .records import (BenchResult, CaseRecorder, arch_from_params, arch_param, failed_cases,
                       run_bench)
 from .runner import case_rng, load_params, resolve_seed
+from .traffic import BENCH_TRAFFIC, traffic as pattern
 
 
 __all__ = ["DEFAULTS", "DIE_DEFAULTS", "TESTS", "DieBenchResult", "build_die", "run_die_bench",
@@ -109,9 +111,6 @@ __all__ = ["DEFAULTS", "DIE_DEFAULTS", "TESTS", "DieBenchResult", "build_die", "
 
 #: Clock period of the bench (ns of simulation time; only cycles are reported).
 CLOCK_NS = streams.CLOCK_NS
-#: traffic name -> (probability the host offers nothing in a cycle, probability the die's
-#: ``o`` is not ready in a cycle).
-TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
 MAX_DETAILS = 8
 #: LogicDie parameters of the bench build (merged under ``params["die"]``): two LPDDR5
 #: channels (a scaled ExtController with the same per-channel behaviour) keep the build small.
@@ -405,7 +404,8 @@ class DieBench(CaseRecorder):
         ``(beats as (cycle, pe, kind, data), errors, first command cycle, probe events)``
         (probe events: :meth:`_probes`)."""
         dut = self.dut
-        idle, bp = TRAFFIC[traffic]
+        flow = pattern(traffic)
+        idle, bp = flow.idle_at("host"), flow.backpressure_at("o")
         out, out_cyc, errors, cmd_log, dma_log, events = [], [], [], [], [], []
         probes = cocotb.start_soon(self._probes(events))
         mons = [cocotb.start_soon(streams.drive_ready(dut, "o", rng, bp)),
@@ -415,7 +415,7 @@ class DieBench(CaseRecorder):
                  cocotb.start_soon(self._host("host_dma", dma_queues, "dma_room", rng, idle,
                                               dma_log))]
         start = self.cycle()
-        deadline = start + int(budget / (1 - idle) / (1 - bp))
+        deadline = start + int(budget / (1 - flow.idle) / (1 - flow.backpressure))
         while (not all(h.done() for h in hosts) or len(out) < n_o) \
                 and self.cycle() < deadline and not self.violations:
             await RisingEdge(dut.clk)
@@ -749,7 +749,7 @@ def _experts(bench, params):
 # -- tests -----------------------------------------------------------------------------------
 
 @cocotb.test()
-@cocotb.parametrize(traffic=list(TRAFFIC))
+@cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_phases(dut, traffic):
     """For each batch of ``tokens`` Mixtral-routed decode tokens: the draft (HB-only TP over
     the cached experts) and the verify (cached experts MSB-TP/LSB-DP, uncached ones from EXT)

@@ -19,7 +19,7 @@ this traffic may push the refresh to the postponing limit):
   (random addresses, 1-8 units), every read beat compared with plain equality against a
   golden memory (the writes in request order over :func:`~elmoe3d.sim.dram_model.dram_pattern`
   through :meth:`~elmoe3d.config.DramConfig.decode`); ``stalls`` adds idle cycles on ``req``
-  and ``wdata`` and backpressure on ``rdata``.
+  and ``wdata`` and backpressure on ``rdata`` (:mod:`elmoe3d.sim.traffic`).
 * ``test_stream``: one long sequential read, ``rdata`` always ready: efficiency = bytes
   delivered / (peak bytes per logic cycle x cycles from the first request accepted to the
   last beat); ``steady`` counts from the first beat instead (no start-up latency).
@@ -49,13 +49,12 @@ from . import cocotb_streams as streams
 from .dram_bus import dram_bus, drive_devices
 from .records import BenchResult, arch_from_params, arch_param, run_bench, write_summary
 from .runner import case_rng, load_params, resolve_seed
+from .traffic import BENCH_TRAFFIC, traffic as pattern
 
 
 __all__ = ["run_dram_bench", "dram_figures", "print_dram", "HB_TARGET", "EXT_TARGET",
            "TESTS", "DEFAULTS"]
 
-#: traffic -> (probability of idle cycles before a req / wdata beat, rdata backpressure).
-TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
 #: Figure targets (BRIEF section 6).
 HB_TARGET = 0.97
 EXT_TARGET = 0.99
@@ -156,7 +155,7 @@ class DramBench:
         collect every read beat; compare with the golden memory; record the case."""
         from ..hw.dram_ctrl import request_layout
         rng = self.rng(case)
-        idle, backpressure = TRAFFIC[traffic]
+        flow = pattern(traffic)
         addr_bits = (self.units() - 1).bit_length()
         layout = request_layout(addr_bits, 16)
         reqs, wbeats, expect = [], [], []
@@ -173,12 +172,16 @@ class DramBench:
                     expect.append(self.expected(unit))
         out, out_cycles, errors, req_log = [], [], [], []
         before = self.device_stats()
-        sink = cocotb.start_soon(self._sink(out, out_cycles, rng, backpressure, errors))
-        srcs = [cocotb.start_soon(streams.offer(self.dut, "req", reqs, rng, idle, log=req_log)),
-                cocotb.start_soon(streams.offer(self.dut, "wdata", wbeats, rng, idle))]
+        sink = cocotb.start_soon(self._sink(out, out_cycles, rng, flow.backpressure_at("rdata"),
+                                            errors))
+        srcs = [cocotb.start_soon(streams.offer(self.dut, "req", reqs, rng, flow.idle_at("req"),
+                                                log=req_log)),
+                cocotb.start_soon(streams.offer(self.dut, "wdata", wbeats, rng,
+                                                flow.idle_at("wdata")))]
         start = self.cycle()
         total = sum(length for _, _, length in requests)
-        budget = int((400 + 40 * total * self.cfg.burst_ck * 3) / (1 - idle) / (1 - backpressure))
+        budget = int((400 + 40 * total * self.cfg.burst_ck * 3) / (1 - flow.idle)
+                     / (1 - flow.backpressure))
         while (not all(s.done() for s in srcs) or len(out) < len(expect)) \
                 and self.cycle() < start + budget and not self.violations:
             await RisingEdge(self.dut.clk)
@@ -268,7 +271,7 @@ def _stream_requests(start, total, chunk=1 << 15):
 # -- tests --
 
 @cocotb.test()
-@cocotb.parametrize(traffic=list(TRAFFIC))
+@cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_random_rw(dut, traffic):
     bench = DramBench(dut, load_params(), f"test_random_rw-{traffic}")
     await bench.start()

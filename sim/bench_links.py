@@ -16,7 +16,8 @@ Run through :mod:`elmoe3d.sim.runner` (never directly), with :func:`run_link_ben
 DUTs: :class:`~elmoe3d.hw.agg_link.AggregationLink` (top ``agg_link``, tests ``test_link_*``)
 and :class:`~elmoe3d.hw.ring.StreamlineRing` (top ``streamline_ring``, tests ``test_ring_*``).
 Every port is driven from one per-cycle loop: sources present their items with random idle
-cycles (garbage payloads while not valid), sinks drop ``ready`` at random, and every output is
+cycles (garbage payloads while not valid), sinks drop ``ready`` at random (the patterns of
+:mod:`elmoe3d.sim.traffic`), and every output is
 checked against the stream rule (an offered item stays valid and unchanged until taken).
 Payloads are packed only through the Amaranth layouts (:func:`~elmoe3d.hw.agg_link.pack_link_op`,
 :func:`~elmoe3d.hw.ring.pack_flit`).
@@ -48,16 +49,14 @@ from ..sw.links import (LinkMode, LinkOp, RingFlit, ref_link, ref_ring, ring_fli
 from . import cocotb_streams as streams
 from .records import BenchResult, run_bench, write_summary
 from .runner import case_rng, load_params, resolve_seed
+from .traffic import BENCH_TRAFFIC, SMOOTH, traffic as traffic_pattern
 
 
-__all__ = ["LINK_TARGET", "RING_TARGET", "TRAFFIC", "random_link_op", "corner_link_ops",
+__all__ = ["LINK_TARGET", "RING_TARGET", "random_link_op", "corner_link_ops",
            "random_ring_flits", "link_params", "ring_params", "run_link_bench", "run_ring_bench",
            "link_figures",
            "print_links", "LinkBenchResult"]
 
-#: traffic name -> (probability a source idles before an item, probability a sink is not
-#: ready in a cycle).
-TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
 #: Figures: streaming fraction of the port rate, every link mode and ring pattern.
 LINK_TARGET = 0.99
 RING_TARGET = 0.99
@@ -296,8 +295,9 @@ def _link_dut_info(lp):
     return link
 
 
-async def _link_case(dut, link, ops, data, *, rng, idle, stall):
-    """Run descriptors ``ops`` with per-descriptor source words ``data[k][s]``; returns
+async def _link_case(dut, link, ops, data, *, rng, flow):
+    """Run descriptors ``ops`` with per-descriptor source words ``data[k][s]`` under traffic
+    ``flow`` (a :class:`~elmoe3d.sim.traffic.Traffic`, ports ``op``, ``pe_i``, ``pe_o``); returns
     ``(got per PE, want per PE, sinks, op source, done cycles, cycles, errors)``."""
     from ..hw.agg_link import link_op_layout, pack_link_op
     G, W = link.pes, link.word_bits
@@ -307,9 +307,12 @@ async def _link_case(dut, link, ops, data, *, rng, idle, stall):
             want[pe].extend(words)
     inputs = [[w for d in data for w in d[s]] for s in range(G)]
     op_bits = link_op_layout(G).size
-    op_src = _Source(dut, "op", [pack_link_op(op, G) for op in ops], rng, idle, op_bits)
-    srcs = [_Source(dut, f"pe_i__{s}", inputs[s], rng, idle, W) for s in range(G)]
-    sinks = [_Sink(dut, f"pe_o__{d}", rng, stall, f"pe_o[{d}]") for d in range(G)]
+    op_src = _Source(dut, "op", [pack_link_op(op, G) for op in ops], rng, flow.idle_at("op"),
+                     op_bits)
+    srcs = [_Source(dut, f"pe_i__{s}", inputs[s], rng, flow.idle_at("pe_i"), W)
+            for s in range(G)]
+    sinks = [_Sink(dut, f"pe_o__{d}", rng, flow.backpressure_at("pe_o"), f"pe_o[{d}]")
+             for d in range(G)]
     dones = []
 
     def watch(cycle):
@@ -319,7 +322,7 @@ async def _link_case(dut, link, ops, data, *, rng, idle, stall):
     total = sum(map(len, want))
     flits = sum(len(x) for x in inputs) * link.flits_per_word
     deadline = int((flits + total * link.flits_per_word + 50 * len(ops) + 200)
-                   / max(0.05, (1 - idle) * (1 - stall)) * 4)
+                   / max(0.05, flow.rate) * 4)
     cycles = await _run(dut, [op_src, *srcs], sinks, expected=total, deadline=deadline,
                         drain=4 * link.flits_per_word + 8, extra=watch)
     errors = [e for k in sinks for e in k.errors]
@@ -336,7 +339,7 @@ async def _link_case(dut, link, ops, data, *, rng, idle, stall):
 
 
 @cocotb.test()
-@cocotb.parametrize(traffic=list(TRAFFIC))
+@cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_link_stress(dut, traffic):
     """Corner descriptors, then random descriptors, random source words, random idle
     cycles and backpressure on every port (``stalls``) or none (``smooth``)."""
@@ -360,9 +363,8 @@ async def test_link_stress(dut, traffic):
         ops.append(op)
         data.append([[rng.getrandbits(W) for _ in range(op.words)] if s in op.srcs else []
                      for s in range(G)])
-    idle, stall = TRAFFIC[traffic]
-    got, want, sinks, _, _, cycles, errors = await _link_case(dut, link, ops, data, rng=rng,
-                                                              idle=idle, stall=stall)
+    got, want, sinks, _, _, cycles, errors = await _link_case(
+        dut, link, ops, data, rng=rng, flow=traffic_pattern(traffic))
     details = list(errors)
     for d in range(G):
         details += _mismatch_details(f"pe_o[{d}]", got[d], want[d])
@@ -406,7 +408,7 @@ async def test_link_throughput(dut):
         data = [[[rng.getrandbits(W) for _ in range(op.words)] if s in op.srcs else []
                  for s in range(G)]]
         got, want, sinks, op_src, dones, _, errors = await _link_case(
-            dut, link, [op], data, rng=rng, idle=0.0, stall=0.0)
+            dut, link, [op], data, rng=rng, flow=SMOOTH)
         taken = op_src.taken[0]
         last = max(k.cycles[-1] for k in sinks if k.cycles)
         first = min(k.first for k in sinks if k.first is not None)
@@ -443,17 +445,20 @@ def _ring_dut_info(rp):
     return ring
 
 
-async def _ring_case(dut, ring, flits, *, rng, idle, stall):
+async def _ring_case(dut, ring, flits, *, rng, flow):
+    """Inject ``flits`` under traffic ``flow`` (ports ``inject``, ``ext``); returns ``(got per
+    PE, want per PE, source, sinks, cycles, errors)``."""
     from ..hw.ring import pack_flit
     P = ring.pes
     kw = dict(pes=P, word_bits=ring.word_bits, flit_bytes=ring.flit_bytes,
               stream_bits=ring.stream_bits)
     want = ref_ring(flits, pes=P, word_bits=ring.word_bits, flit_bytes=ring.flit_bytes)
-    src = _Source(dut, "inject", [pack_flit(f, **kw) for f in flits], rng, idle,
-                  ring.flit_layout.size)
-    sinks = [_Sink(dut, f"ext__{p}", rng, stall, f"ext[{p}]") for p in range(P)]
+    src = _Source(dut, "inject", [pack_flit(f, **kw) for f in flits], rng,
+                  flow.idle_at("inject"), ring.flit_layout.size)
+    sinks = [_Sink(dut, f"ext__{p}", rng, flow.backpressure_at("ext"), f"ext[{p}]")
+             for p in range(P)]
     total = sum(map(len, want))
-    deadline = int((len(flits) + total + 100) / max(0.05, (1 - idle) * (1 - stall)) * 4)
+    deadline = int((len(flits) + total + 100) / max(0.05, flow.rate) * 4)
     cycles = await _run(dut, [src], sinks, expected=total, deadline=deadline,
                         drain=ring.groups + ring.words_per_flit + 8)
     errors = [e for k in sinks for e in k.errors]
@@ -467,7 +472,7 @@ async def _ring_reset(dut, ring):
 
 
 @cocotb.test()
-@cocotb.parametrize(traffic=list(TRAFFIC))
+@cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_ring_stress(dut, traffic):
     """Random unicast and multicast transfers of several streams interleaved flit by flit,
     a flit naming no PE, random idle injection cycles and backpressure on every PE port
@@ -485,9 +490,8 @@ async def test_ring_stress(dut, traffic):
     flits = random_ring_flits(rng, pes=ring.pes, word_bits=ring.word_bits,
                               flit_bytes=ring.flit_bytes, transfers=int(p.get("transfers", 60)),
                               stream_bits=ring.stream_bits)
-    idle, stall = TRAFFIC[traffic]
-    got, want, _, _, cycles, errors = await _ring_case(dut, ring, flits, rng=rng, idle=idle,
-                                                       stall=stall)
+    got, want, _, _, cycles, errors = await _ring_case(dut, ring, flits, rng=rng,
+                                                       flow=traffic_pattern(traffic))
     details = list(errors)
     for q in range(ring.pes):
         details += _mismatch_details(f"ext[{q}]", got[q], want[q])
@@ -528,7 +532,7 @@ async def test_ring_throughput(dut):
     for pattern in RING_PATTERNS:
         flits = _pattern_flits(pattern, rng, ring, n)
         got, want, src, sinks, _, errors = await _ring_case(dut, ring, flits, rng=rng,
-                                                            idle=0.0, stall=0.0)
+                                                            flow=SMOOTH)
         details = list(errors)
         for q in range(ring.pes):
             details += _mismatch_details(f"ext[{q}]", got[q], want[q])

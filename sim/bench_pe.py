@@ -33,11 +33,12 @@ had a mismatch. Seeds: :func:`~elmoe3d.sim.runner.resolve_seed`, one generator p
 Tests: ``test_trace_moe`` (batches 1, 4, 16; DRAFT and FULL; I larger than one WMEM buffer),
 ``test_corners`` (all-zero token, SiLU-saturating gate pre-activations, accumulator saturation
 with the sticky flag read back through STATUS), each with ``traffic`` = ``smooth`` or
-``stalls``; ``test_hb_roofline`` (MoE layers and single experts with the ``ld`` stream paced
-at the HB bank rate: cycles against the HB-bandwidth roofline and PE-array utilization; the
-definitions are in its docstring); ``test_psum_split`` (the verify phase's MSB/LSB split on
-one PE: an MSB_ONLY GEMM with ``psum_in`` fed, on ``link_i``, the LSB_ONLY psums another PE
-would send, against fsim and the golden FULL GEMM; ``smooth`` or ``stalls``).
+``stalls`` (:mod:`elmoe3d.sim.traffic`); ``test_hb_roofline`` (MoE layers and single experts
+with the ``ld`` stream paced at the HB bank rate: cycles against the HB-bandwidth roofline and
+PE-array utilization; the definitions are in its docstring); ``test_psum_split`` (the verify
+phase's MSB/LSB split on one PE: an MSB_ONLY GEMM with ``psum_in`` fed, on ``link_i``, the
+LSB_ONLY psums another PE would send, against fsim and the golden FULL GEMM; ``smooth`` or
+``stalls``).
 """
 
 from __future__ import annotations
@@ -66,11 +67,9 @@ from . import cocotb_streams as streams
 from .records import (BenchResult, CaseRecorder, arch_from_params, arch_param, failed_cases,
                       run_bench)
 from .runner import case_rng, load_params, resolve_seed
+from .traffic import BENCH_TRAFFIC, traffic as pattern
 
 
-#: traffic name -> (probability of idle cycles before a source beat (cmd, ld, link_i),
-#: probability an output (o, link_o) is not ready in a cycle).
-TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
 #: Differences recorded in detail per case.
 MAX_DETAILS = 8
 #: Default synthetic expert shape: I = 96 spans three WMEM buffer-fulls of up/gate weights
@@ -171,22 +170,27 @@ class PEBench(CaseRecorder):
         ``link_o`` until ``n_o`` beats and ``n_link`` words came out (or a deadline), then
         drain: nothing more may come out."""
         dut = self.dut
-        idle, backpressure = TRAFFIC[traffic]
+        flow = pattern(traffic)
         o_raw, o_cyc, l_raw, l_cyc, errors = [], [], [], [], []
         W = self.pe.word_bits
         mons = [cocotb.start_soon(streams.monitor(dut, "o", o_raw, o_cyc, errors)),
                 cocotb.start_soon(streams.monitor(dut, "link_o", l_raw, l_cyc, errors)),
-                cocotb.start_soon(streams.drive_ready(dut, "o", rng, backpressure)),
-                cocotb.start_soon(streams.drive_ready(dut, "link_o", rng, backpressure))]
+                cocotb.start_soon(streams.drive_ready(dut, "o", rng,
+                                                     flow.backpressure_at("o"))),
+                cocotb.start_soon(streams.drive_ready(dut, "link_o", rng,
+                                                     flow.backpressure_at("link_o")))]
         cmd_log = []
-        srcs = [cocotb.start_soon(streams.offer(dut, "cmd", program, rng, idle, bits=128,
+        idle = flow.idle_at
+        srcs = [cocotb.start_soon(streams.offer(dut, "cmd", program, rng, idle("cmd"), bits=128,
                                                 log=cmd_log)),
-                cocotb.start_soon(streams.offer(dut, "ld", ld, rng, idle, bits=W, rate=ld_rate)),
-                cocotb.start_soon(streams.offer(dut, "link_i", link_i, rng, idle, bits=W))]
+                cocotb.start_soon(streams.offer(dut, "ld", ld, rng, idle("ld"), bits=W,
+                                                rate=ld_rate)),
+                cocotb.start_soon(streams.offer(dut, "link_i", link_i, rng, idle("link_i"),
+                                                bits=W))]
         start = self.cycle()
         wall = time.perf_counter()
         budget = 200 + 40 * (len(program) + len(ld) + len(link_i)) + 8 * n_o
-        deadline = start + int(budget / (1 - idle) / (1 - backpressure))
+        deadline = start + int(budget / (1 - flow.idle) / (1 - flow.backpressure))
         while (not all(s.done() for s in srcs) or len(o_raw) < n_o or len(l_raw) < n_link) \
                 and self.cycle() < deadline:
             await RisingEdge(dut.clk)
@@ -347,7 +351,7 @@ async def _bench(dut, test, traffic="-") -> PEBench:
 # -- tests -----------------------------------------------------------------------------------
 
 @cocotb.test()
-@cocotb.parametrize(traffic=list(TRAFFIC))
+@cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_trace_moe(dut, traffic):
     """MoE layers on one PE, routed by the real Mixtral trace: batches of 1, 4 and 16 decode
     tokens, DRAFT and FULL, I larger than one WMEM buffer."""
@@ -398,7 +402,7 @@ def _silu_corner_expert(rng, hidden, inter):
 
 
 @cocotb.test()
-@cocotb.parametrize(traffic=list(TRAFFIC))
+@cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_corners(dut, traffic):
     """All-zero token; SiLU-saturating gate pre-activations; accumulator saturation with the
     sticky flag read back through STATUS."""
@@ -440,7 +444,7 @@ async def test_corners(dut, traffic):
 
 
 @cocotb.test()
-@cocotb.parametrize(traffic=list(TRAFFIC))
+@cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_psum_split(dut, traffic):
     """Psum-level synchronisation (paper 5.2, ``docs/pe.md`` psum_in): the PE holds only the
     MSB plane of a weight (as from HB) and runs an MSB_ONLY GEMM with ``psum_in`` to RAW; its

@@ -27,8 +27,9 @@ had a mismatch. Seeds: :func:`~elmoe3d.sim.runner.resolve_seed`, one generator p
 
 Tests: ``test_minilm`` (real all-MiniLM-L6-v2 FFN weights and activations, all four modes, the
 MSB_ONLY + LSB_ONLY split against FULL), ``test_random``, ``test_corners`` (each with
-``traffic`` = ``smooth`` or ``stalls``) and ``test_throughput`` (always-valid source,
-always-ready sink: accepted beats per cycle, and the result latency against ``tile.latency``).
+``traffic`` = ``smooth`` or ``stalls``, :mod:`elmoe3d.sim.traffic`) and ``test_throughput``
+(always-valid source, always-ready sink: accepted beats per cycle, and the result latency
+against ``tile.latency``).
 """
 
 from __future__ import annotations
@@ -53,11 +54,9 @@ from ..sw.tile import channels_per_block, ref_tile, tile_assemble, tile_schedule
 from . import cocotb_streams as streams
 from .records import BenchResult, CaseRecorder, failed_cases, run_bench
 from .runner import case_rng, load_params, resolve_seed
+from .traffic import BENCH_TRAFFIC, traffic as pattern
 
 
-#: traffic name -> (probability of idle cycles before a beat, probability the sink is not
-#: ready in a cycle).
-TRAFFIC = {"smooth": (0.0, 0.0), "stalls": (0.3, 0.4)}
 #: Results recorded in detail per case when values differ.
 MAX_DETAILS = 8
 
@@ -209,11 +208,11 @@ class TileBench(CaseRecorder):
 
         Returns the reassembled RTL Accumulator (None if results are missing)."""
         mode = Mode(mode)
-        idle, backpressure = TRAFFIC[traffic]
+        flow = pattern(traffic)
         rows, lanes = self.config.rows, self.config.lanes
         beats = tile_schedule(a_q, qw, mode, rows, lanes)
-        run = await self.stream(beats, rng=self.rng(f"{case}/{mode.name}/{traffic}"), idle=idle,
-                                backpressure=backpressure)
+        run = await self.stream(beats, rng=self.rng(f"{case}/{mode.name}/{traffic}"),
+                                idle=flow.idle_at("i"), backpressure=flow.backpressure_at("o"))
         details = list(run.errors)
         ref = ref_tile(beats)
         tile_values, tile_bad = self.compare_results(run.results, ref, details)
@@ -236,9 +235,9 @@ class TileBench(CaseRecorder):
 
     async def beats_case(self, case, source, beats, traffic):
         """Stream a raw beat sequence (any modes, first/last pattern), compare with ref_tile."""
-        idle, backpressure = TRAFFIC[traffic]
-        run = await self.stream(beats, rng=self.rng(f"{case}/{traffic}"), idle=idle,
-                                backpressure=backpressure)
+        flow = pattern(traffic)
+        run = await self.stream(beats, rng=self.rng(f"{case}/{traffic}"), idle=flow.idle_at("i"),
+                                backpressure=flow.backpressure_at("o"))
         details = list(run.errors)
         ref = ref_tile(beats)
         values, bad = self.compare_results(run.results, ref, details)
@@ -351,7 +350,7 @@ def _random_beats(rng, count, config: TileConfig):
 # -- tests -----------------------------------------------------------------------------------
 
 @cocotb.test(skip=_minilm_missing())
-@cocotb.parametrize(traffic=list(TRAFFIC))
+@cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_minilm(dut, traffic):
     """Real all-MiniLM-L6-v2 FFN weights and real activations on GSM8K prompts."""
     from ..sw.minilm import ffn_activations, ffn_weights
@@ -391,7 +390,7 @@ async def test_minilm(dut, traffic):
 
 
 @cocotb.test()
-@cocotb.parametrize(traffic=list(TRAFFIC))
+@cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_random(dut, traffic):
     """Random GEMMs with ragged edges in every mode, and a raw random beat sequence."""
     bench = await _bench(dut, f"test_random-{traffic}", traffic)
@@ -410,7 +409,7 @@ async def test_random(dut, traffic):
 
 
 @cocotb.test()
-@cocotb.parametrize(traffic=list(TRAFFIC))
+@cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_corners(dut, traffic):
     """-128/127 codes, all-zero groups (scale 0), subnormal scales, FP16 max scale driving
     int64 saturation with the sticky flag."""

@@ -16,6 +16,7 @@ from elmoe3d.config import preset
 from elmoe3d.hw.agg_link import AggregationLink, LinkModeRTL, link_op_layout, pack_link_op
 from elmoe3d.sim.amaranth_streams import StreamSink
 from elmoe3d.sim.bench_links import random_link_op
+from elmoe3d.sim.traffic import STALLS
 from elmoe3d.sw.datapath import INT64_MAX, INT64_MIN
 from elmoe3d.sw.links import LinkMode, LinkOp, link_op_fault, ref_link, reduce_add_words
 
@@ -235,7 +236,8 @@ def test_random_descriptors_with_idles_and_backpressure(geom, seed):
     dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=depth)
     ops = [random_link_op(rng, G, max_words=12) for _ in range(10)]
     data, inputs = make_traffic(rng, ops, G, W)
-    got, log = run_link(dut, ops, inputs, seed=seed, idle=0.3, stall=0.4, op_gap=0.3)
+    got, log = run_link(dut, ops, inputs, seed=seed, idle=STALLS.idle, stall=STALLS.backpressure,
+                        op_gap=0.3)
     assert got == expected(ops, data, G, W)
     assert len(log["done"]) == len(ops)
 

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from elmoe3d.config import preset
 from elmoe3d.hw.bridge import Bridge
 from elmoe3d.sim.amaranth_streams import StreamSink
+from elmoe3d.sim.traffic import SMOOTH, STALLS
 from elmoe3d.sw.bridge import (CREDIT_BYTES, ESC, FLAG, BridgeModel, Credits, Deframer,
                                FrameError, Info, Reason, Type, crc16, encode_frame, pack_words,
                                stuff)
@@ -647,8 +648,8 @@ def test_random_sequences(script, traffic):
             add(("frame", bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 9)))
                  + bytes((FLAG,))))
     ops += drain_all()
-    run = Run(bridge, model, seed=5, idle=0.3 if traffic else 0.0,
-              stall=0.4 if traffic else 0.0).run(ops)
+    flow = STALLS if traffic else SMOOTH
+    run = Run(bridge, model, seed=5, idle=flow.idle, stall=flow.backpressure).run(ops)
     run.check()
     assert model.replies == scratch.replies
 

@@ -19,6 +19,7 @@ from elmoe3d.hw.hb_ctrl import HBController
 from elmoe3d.sim.amaranth_streams import sample_dram_bus
 from elmoe3d.sim.dram_model import DramDevice, RowCmd, dram_pattern
 from elmoe3d.sim.runner import case_rng, resolve_seed
+from elmoe3d.sim.traffic import SMOOTH, STALLS, Traffic
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 
@@ -27,15 +28,18 @@ HB, LP = ARCH.hb, ARCH.ext
 SEED = resolve_seed()
 
 
-def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, ready_p=1.0, idle_p=0.0,
+def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, traffic: Traffic = SMOOTH,
              rng=None, max_cycles=20000, extra_cycles=0, hook=None):
     """Drive ``reqs`` ((write, addr, length) in request units) and ``wbeats`` into ``dut`` (a
-    DramController or an ExtController), one :class:`DramDevice` per command bus. Returns the
+    DramController or an ExtController), one :class:`DramDevice` per command bus, under
+    ``traffic`` (idle cycles on ``req`` and ``wdata``, backpressure on ``rdata``). Returns the
     read beats, the per-device command lists ``(logic cycle, DRAM cycle, cmd)``, devices and
     ``errors`` (the sticky ``errors`` value of every cycle). ``hook(ctx, cycle)``, if given,
     runs after the bench has driven its inputs and may override them (``wdata.valid``,
     ``rdata.ready``, ``errors_clear``); the handshakes read the values back."""
     rng = rng or np.random.default_rng(0)
+    idle_req, idle_wdata = traffic.idle_at("req"), traffic.idle_at("wdata")
+    ready_p = 1 - traffic.backpressure_at("rdata")
     buses = [dut.dram] if channels is None else [dut.dram[c] for c in range(channels)]
     devs = [DramDevice(cfg, clock_ghz=ARCH.clock_ghz, seed=c) for c in range(len(buses))]
     addr_bits = (dut.channel if channels else dut).addr_bits
@@ -56,12 +60,12 @@ def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, ready_p=1.0, idle_p=0.
             for bus, rd in zip(buses, rds):
                 ctx.set(bus.rd_valid, rd is not None)
                 ctx.set(bus.rd_data, rd or 0)
-            go = ri < len(reqs) and rng.random() >= idle_p
+            go = ri < len(reqs) and rng.random() >= idle_req
             ctx.set(dut.req.valid, go)
             if go:
                 w, a, n = reqs[ri]
                 ctx.set(dut.req.payload, lay.const({"write": w, "addr": a, "length": n}))
-            go = wi < len(wbeats) and rng.random() >= idle_p
+            go = wi < len(wbeats) and rng.random() >= idle_wdata
             ctx.set(dut.wdata.valid, go)
             if go:
                 ctx.set(dut.wdata.payload, wbeats[wi])
@@ -154,22 +158,25 @@ def test_streaming_read_alternates_bank_groups_at_tccd_s():
     assert not any(res["errors"])
 
 
-@pytest.mark.parametrize("traffic", ["smooth", "stalls"])
+#: This test's ``stalls``: rdata refused 50% of cycles (the benches' 40%).
+RW_STALLS = STALLS.but("stalls", backpressure=0.5)
+
+
+@pytest.mark.parametrize("traffic", [SMOOTH, RW_STALLS], ids=lambda t: t.name)
 def test_random_reads_and_writes_bit_exact(traffic):
     """Random requests on one LPDDR5 channel (single command bus, RD/WR turnarounds), reads
     compared bit for bit with the golden memory; ``stalls`` idles req/wdata 30% of cycles and
     refuses rdata 50%."""
     cfg = LP
-    rng = case_rng(SEED, f"dram-amaranth-rw-{traffic}")
+    rng = case_rng(SEED, f"dram-amaranth-rw-{traffic.name}")
     units = 96                                  # a window, so reads hit earlier writes
     reqs = [(int(rng.random() < 0.5), int(rng.integers(0, units)), int(rng.integers(1, 5)))
             for _ in range(40)]
     reqs.append((0, int(rng.integers(0, cfg.bursts)), 3))       # far away: another row
     nw = sum(n for w, _, n in reqs if w)
     wbeats = [int.from_bytes(rng.bytes(cfg.burst_bytes), "little") for _ in range(nw)]
-    idle, ready = (0.0, 1.0) if traffic == "smooth" else (0.3, 0.5)
     res = simulate(DramController(dram=cfg, clock_ghz=1.0, queue_depth=16, read_buffer=4),
-                   cfg, reqs, wbeats, idle_p=idle, ready_p=ready, rng=rng)
+                   cfg, reqs, wbeats, traffic=traffic, rng=rng)
     expect = golden_reads(cfg, reqs, wbeats)
     assert len(expect) > 30 and res["rdata"] == expect
     st = res["devs"][0].stats
@@ -209,7 +216,8 @@ def test_ext_controller_stripes_and_joins_two_channels():
     reqs = [(1, 10, 3), (0, 8, 6), (0, 200, 4), (1, 201, 1), (0, 199, 4)]
     nw = sum(n for w, _, n in reqs if w)
     wbeats = [int.from_bytes(rng.bytes(64), "little") for _ in range(nw)]
-    res = simulate(dut, LP, reqs, wbeats, channels=2, ready_p=0.6, idle_p=0.2, rng=rng)
+    res = simulate(dut, LP, reqs, wbeats, channels=2, rng=rng,
+                   traffic=Traffic("ext", idle=0.2, backpressure=0.4))
     assert res["rdata"] == golden_reads(LP, reqs, wbeats, channels=2)
     # each channel saw the same command stream and holds its half of every written stripe
     assert [c[2] for c in res["cmds"][0]] == [c[2] for c in res["cmds"][1]]

@@ -22,6 +22,7 @@ from elmoe3d.config import preset
 from elmoe3d.hw.board import LEAN_PE_PARAMS
 from elmoe3d.hw.pe import PE
 from elmoe3d.isa import Sink, Target
+from elmoe3d.sim.traffic import ROUGH, SMOOTH, TRAFFIC, Traffic
 from elmoe3d.sw import asm, fsim
 from elmoe3d.sw.asm import OKind
 from elmoe3d.sw.datapath import Mode, gemm
@@ -35,16 +36,8 @@ R, L = PE_CFG.rows, PE_CFG.lanes
 
 # ---- harness ------------------------------------------------------------------------------------
 
-class Traffic:
-    """Probabilities of an idle cycle before each source beat and of a not-ready sink cycle."""
-
-    def __init__(self, idle_cmd=0.0, idle_ld=0.0, idle_link=0.0, stall_o=0.0, stall_link=0.0):
-        self.idle_cmd, self.idle_ld, self.idle_link = idle_cmd, idle_ld, idle_link
-        self.stall_o, self.stall_link = stall_o, stall_link
-
-
-SMOOTH = Traffic()
-ROUGH = Traffic(idle_cmd=0.3, idle_ld=0.4, idle_link=0.4, stall_o=0.5, stall_link=0.5)
+#: ``o`` not ready half the cycles, nothing else stalled.
+O_STALLS = Traffic("o stalls", ports={"o": 0.5})
 
 _DUT_CACHE = {}
 
@@ -52,7 +45,8 @@ _DUT_CACHE = {}
 def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, drain=40,
            max_cycles=20000, dut=None, pe_options=None, watch=()):
     """Run an encoded program on the RTL PE until ``n_o`` beats and ``n_link`` link words came
-    out, then ``drain`` more cycles (nothing more may come out).
+    out, then ``drain`` more cycles (nothing more may come out), under ``traffic`` (a
+    :class:`~elmoe3d.sim.traffic.Traffic`; ports ``cmd``, ``ld``, ``link_i``, ``o``, ``link_o``).
 
     Checks the stream rule on ``o`` and ``link_o`` (an offered beat stays valid and unchanged
     until taken) and that :attr:`PE.probes` ``rw_collision`` never fires (no word of a
@@ -73,9 +67,9 @@ def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, dr
 
     async def bench(ctx):
         srcs = [
-            (dut.cmd, program, traffic.idle_cmd, "cmd"),
-            (dut.ld, ld, traffic.idle_ld, "ld"),
-            (dut.link_i, link_i, traffic.idle_link, None),
+            (dut.cmd, program, traffic.idle_at("cmd"), "cmd"),
+            (dut.ld, ld, traffic.idle_at("ld"), "ld"),
+            (dut.link_i, link_i, traffic.idle_at("link_i"), None),
         ]
         pos = [0, 0, 0]
         shown = [False, False, False]
@@ -88,8 +82,8 @@ def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, dr
                 ctx.set(port.valid, shown[k])
                 if shown[k]:
                     ctx.set(Value.cast(port.payload), items[pos[k]])
-            o_ready = rng.random() >= traffic.stall_o
-            l_ready = rng.random() >= traffic.stall_link
+            o_ready = rng.random() >= traffic.backpressure_at("o")
+            l_ready = rng.random() >= traffic.backpressure_at("link_o")
             ctx.set(dut.o.ready, o_ready)
             ctx.set(dut.link_o.ready, l_ready)
             for k, (port, items, _, name) in enumerate(srcs):
@@ -485,11 +479,11 @@ def test_small_expert_equals_fsim(mode):
 @pytest.mark.parametrize("requant_units, fp32_units, mode, traffic, out_banks", [
     (1, 1, Mode.DRAFT, SMOOTH, 2),
     (2, 2, Mode.FULL, ROUGH, 2),
-    (2, 1, Mode.DRAFT, Traffic(stall_o=0.5), 2),
+    (2, 1, Mode.DRAFT, O_STALLS, 2),
     (1, 1, Mode.DRAFT, SMOOTH, 1),
     (2, 8, Mode.FULL, SMOOTH, 1),
     (2, 2, Mode.FULL, ROUGH, 1),
-    (2, 8, Mode.DRAFT, Traffic(stall_o=0.5), 1),
+    (2, 8, Mode.DRAFT, O_STALLS, 1),
 ], ids=["C1-K1-smooth", "C2-K2-rough", "C2-K1-stall_o", "C1-K1-smooth-out1", "C2-K8-smooth-out1",
         "C2-K2-rough-out1", "C2-K8-stall_o-out1"])
 def test_time_shared_vpu_units_equal_fsim(requant_units, fp32_units, mode, traffic, out_banks):
@@ -529,7 +523,8 @@ def test_tile_dsp_pairs_expert_equals_fsim():
     prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, Mode.FULL)
     dut = PE(config=ARCH, tile_dsp_pairs=True, requant_units=4, fp32_units=4)
     assert dut.tile_dsp_pairs
-    got, ref = compare_with_fsim(prog, ld, traffic=Traffic(stall_o=0.3), seed=seed, dut=dut)
+    got, ref = compare_with_fsim(prog, ld, traffic=Traffic("o stalls", ports={"o": 0.3}),
+                                 seed=seed, dut=dut)
     assert np.abs(ref.data()).max() > 0
 
 
@@ -667,7 +662,7 @@ def test_streamed_weights_gemms_equal_fsim(mode, wbuf_memories, passes):
     prog, ld = raw_gemm_program(a_q, qw0, mode, wbuf=0)
     _, ld1 = raw_gemm_program(a_q, qw1, mode, wbuf=1, prog=prog, load_act=False)
     # ROUGH traffic with link_o mostly stalled: the RAW words back up into the tile
-    jammed = Traffic(idle_cmd=0.3, idle_ld=0.4, idle_link=0.4, stall_o=0.5, stall_link=0.9)
+    jammed = ROUGH.but("jammed", link_o=0.9)
     got, ref = compare_with_fsim(prog, ld + ld1, traffic=jammed, seed=seed,
                                  watch=("tile_held_mid_beat",),
                                  pe_options={"tile_passes": passes, "streamed_weights": True,
@@ -1117,7 +1112,7 @@ def test_wider_pe_moe_and_raw(mode, options, seed):
     ref = fsim.run(prog, ld)
     got = run_pe(prog.encode(), ld, n_o=len(ref.o), n_link=len(ref.link_o),
                  dut=PE(config=arch, **(options or {})),
-                 traffic=Traffic(idle_ld=0.2, stall_o=0.3), seed=seed)
+                 traffic=Traffic("ld idle, o stalls", ports={"ld": 0.2, "o": 0.3}), seed=seed)
     assert got["link_o"] == ref.link_o
     assert [(k, d) for k, d in got["o"] if k == OKind.DATA] == \
         [(int(b.kind), b.data) for b in ref.o if b.kind == OKind.DATA]
@@ -1245,7 +1240,7 @@ def test_multipe_features_equal_fsim(traffic, pe):
     rng = np.random.default_rng(seed)
     prog, ld, link_i = multipe_program(rng)
     got, ref = compare_with_fsim(prog, ld, link_i, seed=seed,
-                                 traffic=ROUGH if traffic == "rough" else SMOOTH,
+                                 traffic=TRAFFIC[traffic],
                                  pe_options=LEAN_PE_PARAMS if pe == "lean" else None)
     st = ref.statuses()[0]
     assert st["acc_overflow"] == 1 and st["words_received"] == len(link_i)
@@ -1291,7 +1286,7 @@ def test_recv_and_psum_in_take_link_i_in_program_order(traffic):
     link_i = (q24[:a] + q24[a:b] + q24[b:b + out_words] + q24[b + out_words:b + out_words
               + per_gemm] + rmax + q24[b + out_words + per_gemm:])
     got, ref = compare_with_fsim(prog, asm.words_to_ints(np.concatenate(ld)), link_i,
-                                 seed=seed, traffic=ROUGH if traffic == "rough" else SMOOTH)
+                                 seed=seed, traffic=TRAFFIC[traffic])
     assert ref.link_i_used == len(link_i)
     assert ref.statuses()[0]["words_received"] == len(link_i)
     assert np.abs(ref.data()).max() > 0
@@ -1309,7 +1304,8 @@ def test_multipe_features_wider_pe():
     prog, ld, link_i = multipe_program(rng, rbn=2, cbn=2, G=2, pe=arch.pe)
     ref = fsim.run(prog, ld, link_i)
     got = run_pe(prog.encode(), ld, link_i, n_o=len(ref.o), n_link=len(ref.link_o),
-                 dut=PE(config=arch), traffic=Traffic(idle_link=0.4, stall_link=0.3), seed=seed)
+                 dut=PE(config=arch), seed=seed,
+                 traffic=Traffic("link", ports={"link_i": 0.4, "link_o": 0.3}))
     assert got["link_o"] == ref.link_o
     assert [d for k, d in got["o"] if k == OKind.DATA] == \
         [b.data for b in ref.o if b.kind == OKind.DATA]

@@ -20,6 +20,7 @@ from elmoe3d.hw.layouts import TileMode, pack_beats, tile_beat_layout, tile_resu
     unpack_results
 from elmoe3d.hw.tile import TensorTile
 from elmoe3d.sim.amaranth_streams import drive_pipeline
+from elmoe3d.sim.traffic import FLOW_PAIRS
 from elmoe3d.sw.datapath import INT64_MAX, INT64_MIN, Mode, gemm
 from elmoe3d.sw.quant import QuantizedWeight, quantize_weights
 from elmoe3d.sw.tile import ref_tile, tile_assemble, tile_schedule
@@ -251,7 +252,7 @@ def test_random_gemm(cfg, mode, dsp_pairs):
 
 
 @pytest.mark.parametrize("cfg", CONFIGS[:2], ids=lambda c: f"{c.rows}x{c.lanes}")
-@pytest.mark.parametrize("idle,stall", [(0.0, 0.0), (0.4, 0.0), (0.0, 0.5), (0.3, 0.6)])
+@pytest.mark.parametrize("idle,stall", FLOW_PAIRS)
 def test_random_beats_flow_control(cfg, idle, stall):
     """Fully random beat streams (mixed modes, random first/last, any scale bits) with random
     idle cycles on the input and random backpressure on the output."""
@@ -548,7 +549,7 @@ def test_passes_parameter():
 
 @pytest.mark.parametrize("passes, dsp_pairs", [(2, True), (2, False), (4, True), (4, False)],
                          ids=["P2-pairs", "P2-unit", "P4-pairs", "P4-unit"])
-@pytest.mark.parametrize("idle,stall", [(0.0, 0.0), (0.3, 0.6)])
+@pytest.mark.parametrize("idle,stall", FLOW_PAIRS[::3])
 def test_passes_random_beats(passes, dsp_pairs, idle, stall):
     """Random beats (mixed modes, random first/last, any scale bits) through a tile that takes
     the group in ``passes`` passes: the golden results, one beat every P cycles when nothing
@@ -571,7 +572,7 @@ STREAMED = {"weights": {"streamed_weights": True}, "acts": {"streamed_acts": Tru
 
 @pytest.mark.parametrize("streamed", ["weights", "acts", "both"])
 @pytest.mark.parametrize("passes, dsp_pairs", [(2, False), (4, True)], ids=["P2-unit", "P4-pairs"])
-@pytest.mark.parametrize("idle,stall", [(0.0, 0.0), (0.3, 0.6)])
+@pytest.mark.parametrize("idle,stall", FLOW_PAIRS[::3])
 def test_streamed_random_beats(passes, dsp_pairs, idle, stall, streamed):
     """``streamed_weights`` / ``streamed_acts``: the source offers each pass's weight nibbles
     first in every lane and / or its activation bytes first in every row (the rest random

@@ -14,12 +14,12 @@ from amaranth.hdl import Fragment
 
 from elmoe3d.hw import vpu as hw
 from elmoe3d.sim.amaranth_streams import drive_pipeline
+from elmoe3d.sim.traffic import FLOW_IDS, FLOW_PAIRS
 from elmoe3d.sw import vpu as sw
 from elmoe3d.sw.vpu import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
 
-FLOWS = [(0.0, 0.0), (0.4, 0.0), (0.0, 0.5), (0.3, 0.6)]
-FLOW_IDS = ["free", "idle", "stall", "idle+stall"]
+FLOWS = FLOW_PAIRS           # (idle, stall) of the shared flow-control sweep
 
 
 # ---- bench --------------------------------------------------------------------------------------
