@@ -14,8 +14,8 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..sw.links import LinkMode, LinkOp
+from .fixed import sat_add64
 from .layouts import STICKY_LATENCY, sticky_flags
-from .pe import sat_add64
 
 
 __all__ = ["LinkModeRTL", "link_op_layout", "link_errors_layout", "pack_link_op",
@@ -169,9 +169,9 @@ class AggregationLink(wiring.Component):
       cycle. No deadlock: a source waits on a destination that is taking an earlier (chunk,
       source) in the order, so waits never form a cycle.
     * REDUCE_ADD / REDUCE_MAX: flit k of every source is taken in the same cycle, reduced by
-      a chain of lane-wise saturating signed 64-bit adders in ascending source order (the
-      PE's ``sat_add64``) or unsigned 32-bit max units, and the result goes to every
-      destination.
+      a chain of lane-wise saturating signed 64-bit adders in ascending source order
+      (:func:`~elmoe3d.hw.fixed.sat_add64`) or unsigned 32-bit max units, and the result goes
+      to every destination.
 
     A source's word is therefore accepted only when its destinations can take it: in
     ALL_TO_ALL when the destination has reached that source's chunk, in the reduce modes when

@@ -17,6 +17,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import PEConfig, TileConfig, pe_config as as_pe_config
 from ..isa import Op, Sink, Target
+from .fixed import sat_add64
 from .isa import command_layout, o_beat_layout, op_layout, status_layout, tok_entry_layout
 from .layouts import TileMode
 from .tile import TensorTile
@@ -26,8 +27,6 @@ from .vpu import CombineUnit, Fp32Converter, RequantUnit, RowMaxExponent, SwiGLU
 __all__ = ["PE"]
 
 
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
 #: Width of the performance counters (``elmoe3d.sw.asm.STATUS_FIELDS``).
 _COUNTER_BITS = 48
 
@@ -54,15 +53,6 @@ def unit_count(name, value, top, what):
             or value & (value - 1)):
         raise ValueError(f"{name}: expected a power of two {what}, got {value!r}")
     return value
-
-
-def sat_add64(a, b):
-    """Saturating signed 64-bit addition: ``(sum, overflowed)`` expressions."""
-    total = a.as_signed() + b.as_signed()          # signed(65), exact
-    wrap = total[64] != total[63]
-    value = Mux(wrap, Mux(total[64], Const(_INT64_MIN, signed(64)),
-                          Const(_INT64_MAX, signed(64))), total[:64].as_signed())
-    return value, wrap
 
 
 class _Writes:

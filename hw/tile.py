@@ -11,6 +11,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import TileConfig
+from .fixed import sat_add64
 from .layouts import TileMode, tile_beat_layout, tile_result_layout
 from .unit_pe import SliceCombiner, lane_controls, weight_field
 
@@ -39,8 +40,6 @@ TERM_SHAPE = signed(64)
 PAIR_SHIFT = 13
 
 _ACC_SHAPE = signed(64)
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
 
 
 def _adder_tree(terms):
@@ -417,17 +416,14 @@ class TensorTile(wiring.Component):
         for j in range(per):
             term = Signal(TERM_SHAPE, name=f"term_{j}")
             base = Signal(_ACC_SHAPE, name=f"base_{j}")
-            total = Signal(signed(65), name=f"total_{j}")
             wrap = Signal(name=f"wrap_{j}")
             value = Signal(_ACC_SHAPE, name=f"value_{j}")
             m.d.comb += [
                 term.eq(s2_scaled[j] << s2_shift[j]),
                 base.eq(Mux(s2_first, 0, pick(accs, j, s2_sub))),
-                total.eq(base + term),
-                # The exact 65-bit sum does not fit in 64 bits.
-                wrap.eq(total[64] != total[63]),
-                value.eq(Mux(~wrap, total[:64], Mux(total[64], _INT64_MIN, _INT64_MAX))),
             ]
+            sum_, ovf = sat_add64(base, term)
+            m.d.comb += [wrap.eq(ovf), value.eq(sum_)]
             for q in range(S):
                 i = q * per + j
                 with m.If(advance & s2_valid & (s2_sub == q)):

@@ -27,12 +27,13 @@ always-ready sink a result appears exactly ``latency`` cycles after its input wa
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import C, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..sw import vpu as golden
+from .fixed import rne_shift, rshift_rne_sat, sat_add64
 
 
 __all__ = [
@@ -40,7 +41,6 @@ __all__ = [
     "swiglu_in_layout", "swiglu_out_layout", "rowmax_in_layout", "rowmax_out_layout",
     "requant_in_layout", "requant_out_layout", "combine_in_layout", "combine_out_layout",
     "fp32_in_layout", "fp32_out_layout", "SIGMOID_ROM_LAYOUT", "sigmoid_rom_init",
-    "rshift_rne_sat",
 ]
 
 
@@ -118,64 +118,6 @@ def sigmoid_rom_init() -> list[dict]:
     """The 512 words of the sigmoid ROM, from :func:`elmoe3d.sw.vpu.sigmoid_table`."""
     t = [int(x) for x in golden.sigmoid_table()]
     return [{"base": t[i], "diff": t[i + 1] - t[i]} for i in range(len(t) - 1)]
-
-
-# ---- shared combinational pieces ----------------------------------------------------------------
-
-def rshift_rne_sat(m: Module, v, s, *, out_bits: int, name: str):
-    """Combinational ``sat(rshift_rne(v, s), out_bits)`` (numerics 7): ``(value, saturated)``
-    Signals of shape ``signed(out_bits)`` and 1.
-
-    ``v`` is a signed value of width ``w``; ``s`` a signed shift (right for ``s > 0``, an exact
-    left shift for ``s <= 0``), any width. Right shifts are clamped to ``w`` (a shift by ``w``
-    or more gives 0: ``|v / 2^w| <= 1/2`` and the tie goes to the even 0) and rounded with
-    ``(v + 2^(k-1) - 1 + bit_k(v)) >> k``; left shifts are clamped to ``out_bits`` (any nonzero
-    value shifted that far saturates).
-    """
-    v = Value.cast(v).as_signed()
-    s = Value.cast(s).as_signed()
-    w = len(v)
-    kr = Signal(range(w + 1), name=f"{name}_kr")
-    kl = Signal(range(out_bits + 1), name=f"{name}_kl")
-    m.d.comb += [
-        kr.eq(Mux(s > w, w, Mux(s > 0, s, 0))),
-        kl.eq(Mux(-s > out_bits, out_bits, Mux(s < 0, -s, 0))),
-    ]
-    # Right: v + (2^(k-1) - 1) + bit k of v, then an arithmetic shift by k (round half even).
-    km1 = Signal(range(w), name=f"{name}_km1")
-    half_m1 = Signal(unsigned(w), name=f"{name}_half_m1")
-    lsb = Signal(name=f"{name}_lsb")
-    biased = Signal(signed(w + 2), name=f"{name}_biased")
-    right = Signal(signed(w), name=f"{name}_right")
-    m.d.comb += [
-        km1.eq(Mux(kr == 0, 0, kr - 1)),
-        half_m1.eq(Mux(kr == 0, 0, (C(1, w) << km1)[:w] - 1)),
-        lsb.eq((v >> kr)[0]),
-        biased.eq(v + half_m1 + Mux(kr == 0, 0, lsb)),
-        right.eq(biased >> kr),
-    ]
-    left = Signal(signed(w + out_bits), name=f"{name}_left")
-    m.d.comb += left.eq(v << kl)
-    pre = Signal(signed(w + out_bits), name=f"{name}_pre")
-    m.d.comb += pre.eq(Mux(s > 0, right, left))
-    lo, hi = -(1 << (out_bits - 1)), (1 << (out_bits - 1)) - 1
-    value = Signal(signed(out_bits), name=f"{name}_val")
-    flag = Signal(name=f"{name}_sat")
-    m.d.comb += [
-        flag.eq((pre < lo) | (pre > hi)),
-        value.eq(Mux(pre < lo, lo, Mux(pre > hi, hi, pre[:out_bits]))),
-    ]
-    return value, flag
-
-
-def _rne_const(v, k: int):
-    """``rshift_rne(v, k)`` for a constant ``k >= 1`` (an expression one bit narrower than v
-    plus the carry)."""
-    v = Value.cast(v)
-    q = v >> k
-    rnd = v[k - 1]
-    sticky = v[:k - 1] != 0 if k > 1 else C(0, 1)
-    return q + (rnd & (sticky | q[0]))
 
 
 def _check_tag_width(tag_width):
@@ -336,7 +278,7 @@ class SwiGLUUnit(_Unit):
         sig = Signal(unsigned(18))
         m.d.comb += [
             interp.eq(rd.data.diff * s2["frac"]),
-            sig.eq(rd.data.base + _rne_const(interp, golden.SIG_STEP_BITS)),
+            sig.eq(rd.data.base + rne_shift(interp, golden.SIG_STEP_BITS)),
         ]
         s3 = pipe.stage(valid=s2["valid"], tag=s2["tag"], u=s2["u"], g=s2["g"], sat=s2["sat"],
                         hi=s2["hi"], lo=s2["lo"], sig=sig)
@@ -350,7 +292,7 @@ class SwiGLUUnit(_Unit):
 
         silu = Signal(signed(32))
         m.d.comb += silu.eq(Mux(sk["hi"], sk["g"],
-                                Mux(sk["lo"], 0, _rne_const(sk["prod"], golden.SIG_FRAC_BITS))))
+                                Mux(sk["lo"], 0, rne_shift(sk["prod"], golden.SIG_FRAC_BITS))))
         s5 = pipe.stage(valid=sk["valid"], tag=sk["tag"], u=sk["u"], sat=sk["sat"], silu=silu)
 
         prod2 = Signal(signed(64))
@@ -526,14 +468,7 @@ class CombineUnit(_Unit):
         s2 = pipe.stage(valid=sk["valid"], tag=sk["tag"], out=sk["out"], flag=sk["flag"],
                         term=term, sat=st)
 
-        total = Signal(signed(65))
-        wrap = Signal()
-        m.d.comb += [
-            total.eq(s2["out"] + s2["term"]),
-            wrap.eq(total[64] != total[63]),
-        ]
-        new = Mux(wrap, Mux(total[64], Const(golden.INT64_MIN, signed(64)),
-                            Const(golden.INT64_MAX, signed(64))), total[:64])
+        new, wrap = sat_add64(s2["out"], s2["term"])
         n = self._output(m, pipe, s2["valid"], tag=s2["tag"], out=new,
                          flag=s2["flag"] | s2["sat"] | wrap)
         assert n == self.latency
@@ -591,11 +526,8 @@ class Fp32Converter(_Unit):
 
         norm = Signal(unsigned(64))
         m.d.comb += norm.eq((s1["mag"] << s1["lzc"])[:64])   # top bit at 63 (if nonzero)
-        top = norm[40:64]                                     # 24 significant bits
-        rnd = norm[39]
-        sticky = norm[:39] != 0
-        mant = Signal(unsigned(25))
-        m.d.comb += mant.eq(top + (rnd & (sticky | top[0])))
+        mant = Signal(unsigned(25))                           # top 24 bits, rounded
+        m.d.comb += mant.eq(rne_shift(norm, 40))
         carry = mant[24]
         # bit length b = 64 - lzc; biased exponent b - 25 + 127 = 166 - lzc (+ carry).
         exp = Signal(unsigned(8))

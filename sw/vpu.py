@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .datapath import saturating_add
+from .datapath import INT64_MAX, INT64_MIN, saturating_add
 
 
 __all__ = [
@@ -38,8 +38,6 @@ __all__ = [
 
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
-INT64_MIN = -(1 << 63)
-INT64_MAX = (1 << 63) - 1
 #: Fractional bits of the VPU's Q16.16 format.
 Q16_FRAC_BITS = 16
 #: Fractional bits of the GEMM accumulator and the expert output (Q.24).
