@@ -136,7 +136,8 @@ def configure(parser) -> None:
                         help="seed of the synthetic weights, activations and Bernoulli "
                              "acceptance (default $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--traffic", default="smooth", metavar="NAME",
-                        help="rtl: smooth, or stalls (idle source cycles and backpressure)")
+                        help="rtl: smooth, or stalls (idle source cycles and backpressure; "
+                             "elmoe3d.sim.traffic)")
     parser.add_argument("--port", default=None, metavar="PORT",
                         help="fpga: the board's serial port (e.g. /dev/ttyUSB0; any pyserial "
                              "URL)")
@@ -337,7 +338,8 @@ def execute(args, *, progress_factory=None) -> dict:
     backend = _choice("--backend", args.backend, BACKENDS)
     schedule = _choice("--schedule", args.schedule, SCHEDULES)
     _choice("--config", args.config, CONFIGS)
-    _choice("--traffic", args.traffic, ("smooth", "stalls"))
+    from .sim.traffic import BENCH_TRAFFIC
+    _choice("--traffic", args.traffic, BENCH_TRAFFIC)
     for opt, v in (("--tokens", args.tokens), ("--batch", args.batch)):
         _positive(opt, v)
     for opt, v in (("--hb-slots", args.hb_slots), ("--dense-bytes", args.dense_bytes),
