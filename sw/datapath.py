@@ -172,7 +172,7 @@ def saturating_add(acc, term):
 
     ``acc`` and ``term`` are int64 arrays (broadcast together); a sum beyond the int64 range
     clamps to ``INT64_MAX`` (positive ``term``) or ``INT64_MIN`` (negative) and sets the bool
-    ``overflowed``. The accumulator's rule (numerics), ``hw.pe.sat_add64`` in the RTL."""
+    ``overflowed``. The accumulator's rule (numerics), ``hw.fixed.sat_add64`` in the RTL."""
     with np.errstate(over="ignore"):
         total = acc + term                       # wraps; detect by the sign rule
     ovf = ((acc ^ total) & (term ^ total)) < 0
