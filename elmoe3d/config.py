@@ -80,8 +80,8 @@ class TileConfig:
 
 # == DRAM devices: geometry and timing (issue 4; owner: the DRAM controllers) =====================
 #
-# One frozen :class:`DramConfig` per DRAM tier. The RTL controllers (hw/dram_ctrl.py), the
-# behavioural device models that enforce the timing (sim/dram_model.py), the benches and the
+# One frozen :class:`DramConfig` per DRAM tier. The RTL controllers (hw/dram.py), the
+# behavioural device models that enforce the timing (sw/golden/dram.py), the benches and the
 # performance model all read these figures; values are in ns as published, converted to clock
 # cycles by :meth:`DramConfig.ck` (ceil, never below the standard's stated minimum in nCK).
 

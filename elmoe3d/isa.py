@@ -32,7 +32,7 @@ unsigned max) for the max all-reduce before REQUANT; ``LOAD.src`` (:class:`Sourc
 ``LOAD.hb_addr`` tell the die's load router where a LOAD's words come from (the PE ignores
 them).
 
-``docs/pe.md`` states the rules a program must keep (``elmoe3d.sw.asm.SyncChecker`` checks
+``docs/pe.md`` states the rules a program must keep (``elmoe3d.sw.golden.asm.SyncChecker`` checks
 them).
 """
 

@@ -13,12 +13,12 @@ import time
 import numpy as np
 
 from elmoe3d.config import preset
-from elmoe3d.sw.corpus import traces_dir
-from elmoe3d.sw.elastic_sd import BernoulliAcceptance, CoverageAcceptance, ElasticSD
-from elmoe3d.sw.hbcache import HBExpertCache, replay
-from elmoe3d.sw.models import model_preset
-from elmoe3d.sw.trace import import_vllm_jsonl
-from elmoe3d.sw.tracegen import (CALIBRATED, count_skew, expert_count_table, routing_stats,
+from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.elastic_sd import BernoulliAcceptance, CoverageAcceptance, ElasticSD
+from elmoe3d.sw.host.hbcache import HBExpertCache, replay
+from elmoe3d.sw.host.models import model_preset
+from elmoe3d.sw.host.trace import import_vllm_jsonl
+from elmoe3d.sw.host.tracegen import (CALIBRATED, count_skew, expert_count_table, routing_stats,
                                  synthetic_trace)
 
 MIX = model_preset("mixtral-8x7b")

@@ -178,7 +178,7 @@ class BoardTop(wiring.Component):
         The bridge's staging buffer in W-bit words (:class:`~elmoe3d.hw.bridge.Bridge`).
     cmd_depth, host_depth, link_depth, ext_depth, rx_fifo_bytes : int
         The bridge's queues (:class:`~elmoe3d.hw.bridge.Bridge`; ``rx_fifo_bytes`` assumes
-        a stop-and-wait host, as :class:`elmoe3d.sw.fpga.FpgaBoard` is).
+        a stop-and-wait host, as :class:`elmoe3d.sw.host.fpga.FpgaBoard` is).
     pe_params : dict or None
         Keyword arguments of the :class:`~elmoe3d.hw.pe.PE` (``tile_dsp_pairs``,
         ``tile_passes``, ``requant_units``, ``fp32_units``, ``combine_units``,

@@ -1,6 +1,6 @@
 """The board side of the FPGA prototype's host bridge: wire protocol version 1 over a byte
 stream (``docs/fpga.md``, "Wire protocol" and "Bridge hardware"; golden model
-:class:`elmoe3d.sw.bridge.BridgeModel`, which this block equals byte for byte).
+:class:`elmoe3d.sw.golden.bridge.BridgeModel`, which this block equals byte for byte).
 
 Receive path (byte-serial, one byte per cycle at most)
 ------------------------------------------------------
@@ -65,7 +65,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import pe_config
-from ..sw.bridge import (ADDR_BYTES, CMD_BYTES, CREDIT_BYTES, ESC, EXT_STREAM_BYTES, FLAG,
+from ..sw.golden.bridge import (ADDR_BYTES, CMD_BYTES, CREDIT_BYTES, ESC, EXT_STREAM_BYTES, FLAG,
                          VERSION, Credits, Info, INFO_BYTES, Reason, Type, check_int, crc16,
                          max_body_bytes)
 from .isa import command_layout, o_beat_layout
@@ -163,7 +163,7 @@ def ext_desc_layout(ext_words: int) -> data.StructLayout:
 
 def _crc16_byte(crc, byte):
     """CRC-16/CCITT-FALSE register after one byte (combinational): the golden bitwise update
-    (:func:`elmoe3d.sw.bridge.crc16`, MSB first) is linear over GF(2), so each of the 16
+    (:func:`elmoe3d.sw.golden.bridge.crc16`, MSB first) is linear over GF(2), so each of the 16
     result bits is the XOR of fixed register and data bits, found by running the golden
     update on unit vectors."""
     def golden(c, d):
@@ -224,7 +224,7 @@ class Bridge(wiring.Component):
     ----------------------
     One body byte per cycle in (the UART delivers one per ``10 * divisor`` cycles); the HOST
     and LINK FIFOs deliver one word every ``W/8 + 2`` cycles when their consumer is always
-    ready (``tests/test_bridge_amaranth.py`` measures it); from the
+    ready (``tests/amaranth/test_bridge.py`` measures it); from the
     closing flag leaving the byte FIFO to the reply posted: 3 cycles (wait for a free reply
     slot, check, post) for a frame not applied, plus the copy (its payload bytes + about 3
     cycles) for an applied one. A reply frame starts as soon as the
@@ -364,7 +364,7 @@ class Bridge(wiring.Component):
     @property
     def max_body(self) -> int:
         """Staging buffer bytes: the longest body accepted
-        (:func:`elmoe3d.sw.bridge.max_body_bytes`)."""
+        (:func:`elmoe3d.sw.golden.bridge.max_body_bytes`)."""
         return max_body_bytes(self._frame_words, self._pe.word_bits)
 
     @property

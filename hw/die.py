@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from .agg_link import AggregationLink, link_errors_layout, link_op_layout
-from .dram_ctrl import dram_bus_signature
+from .dram import dram_bus_signature
 from .dram_port import DramWordPort
 from .ext_ctrl import ExtController
 from .ext_stream import ExtStreamer, ext_read_layout
@@ -157,7 +157,7 @@ def die_errors_layout(arch: ArchConfig, ext_channels: int | None = None) -> data
         ``chunk`` x destinations (``bad_length``).
     hb_refresh : unsigned(pes)
         PE ``p``'s HB controller reached the refresh postponing limit and forced a refresh
-        (:func:`elmoe3d.hw.dram_ctrl.dram_errors_layout` ``refresh_overflow``).
+        (:func:`elmoe3d.hw.dram.dram_errors_layout` ``refresh_overflow``).
     ext_refresh : unsigned(ext_channels)
         The same for LPDDR5 channel ``c`` (e.g. an EXT read descriptor sent to a PE that never
         loads its words: the ring, then the LPDDR5 read buffer fill up).
@@ -262,10 +262,10 @@ class LogicDie(wiring.Component):
     probe : Out :func:`die_probe_layout`
         Read-only observation bits (handshakes and stalls of the internal streams, link
         descriptor state) for benches; they drive nothing inside the die.
-    hb[p] : Out :func:`elmoe3d.hw.dram_ctrl.dram_bus_signature` (``config.hb``)
-    ext[c] : Out :func:`elmoe3d.hw.dram_ctrl.dram_bus_signature` (``config.ext``), per
+    hb[p] : Out :func:`elmoe3d.hw.dram.dram_bus_signature` (``config.hb``)
+    ext[c] : Out :func:`elmoe3d.hw.dram.dram_bus_signature` (``config.ext``), per
         LPDDR5 channel
-        DRAM command and data buses, for the behavioural models of ``sim/dram_model.py``.
+        DRAM command and data buses, for the behavioural models of ``sw/golden/dram.py``.
 
     Parameters
     ----------

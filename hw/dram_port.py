@@ -3,7 +3,7 @@ controller's burst requests on the other (paper Section 4.1, Fig. 6 centre: "eac
 data from its HB bank via an HB controller").
 
 The PE, its load router and the host address HB in W-bit PE words (``LOAD.hb_addr``); the DRAM
-controller (:class:`elmoe3d.hw.dram_ctrl.DramController`) works in bursts of ``burst_bytes``
+controller (:class:`elmoe3d.hw.dram.DramController`) works in bursts of ``burst_bytes``
 (128 B for the HB bank: 1024 pins x BL1). One of the two divides the other:
 
 * burst >= word (the ``small`` preset: 64 B words, ``kb`` = 2 words per burst): a read of words
@@ -21,7 +21,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .dram_ctrl import request_layout
+from .dram import request_layout
 from .load_router import ADDR_BITS, WORDS_BITS, hb_read_layout
 
 
@@ -51,7 +51,7 @@ class DramWordPort(wiring.Component):
         Word writes. With burst >= word, the words of a burst come ``kb`` at a time, in
         address order from a multiple of ``kb`` (a burst is written when its last word
         arrives); other sequences write undefined data.
-    req : Out, :func:`elmoe3d.hw.dram_ctrl.request_layout` (``addr_bits``, ``length_bits``)
+    req : Out, :func:`elmoe3d.hw.dram.request_layout` (``addr_bits``, ``length_bits``)
     wdata : Out, ``burst_bits``
     rdata : In, ``burst_bits``
         To / from the controller. Writes have priority over reads at the request port (a

@@ -8,7 +8,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .dram_ctrl import DramController, dram_bus_signature, dram_errors_layout, request_layout
+from .dram import DramController, dram_bus_signature, dram_errors_layout, request_layout
 from .layouts import forward_flags
 
 
@@ -16,7 +16,7 @@ __all__ = ["ExtController"]
 
 
 class ExtController(wiring.Component):
-    """``channels`` :class:`~elmoe3d.hw.dram_ctrl.DramController` s of ``config.ext``, with
+    """``channels`` :class:`~elmoe3d.hw.dram.DramController` s of ``config.ext``, with
     requests striped over them burst by burst.
 
     The unit of a request is a *stripe*: one burst (32 B for LPDDR5 x16 BL16) in every
@@ -30,15 +30,15 @@ class ExtController(wiring.Component):
 
     Ports
     -----
-    req : In stream, :func:`~elmoe3d.hw.dram_ctrl.request_layout` (``addr``, ``length`` in
+    req : In stream, :func:`~elmoe3d.hw.dram.request_layout` (``addr``, ``length`` in
         stripes)
     wdata, rdata : In / Out stream, ``channels * burst_bytes * 8`` bits
-    dram : Out :func:`~elmoe3d.hw.dram_ctrl.dram_bus_signature` array of ``channels`` (one
+    dram : Out :func:`~elmoe3d.hw.dram.dram_bus_signature` array of ``channels`` (one
         command bus per channel, ``dram[c]``)
-    errors, errors_clear : Out / In :func:`~elmoe3d.hw.dram_ctrl.dram_errors_layout`
+    errors, errors_clear : Out / In :func:`~elmoe3d.hw.dram.dram_errors_layout`
         (``channels``)
         Bit c of ``refresh_overflow`` is channel c's sticky flag (a channel's refresh forced
-        at the postponing limit; a level, see :func:`~elmoe3d.hw.dram_ctrl.dram_errors_layout`);
+        at the postponing limit; a level, see :func:`~elmoe3d.hw.dram.dram_errors_layout`);
         a 1 in ``errors_clear`` clears it (write-1-to-clear).
 
     A request is handed to all channels (each channel takes it when it can; the next request
@@ -53,7 +53,7 @@ class ExtController(wiring.Component):
         Channels to build (default ``config.ext_channels``); a smaller count builds a scaled
         controller with the same per-channel behaviour (benches).
     queue_depth, read_buffer, length_bits : int
-        Per channel, as :class:`~elmoe3d.hw.dram_ctrl.DramController`.
+        Per channel, as :class:`~elmoe3d.hw.dram.DramController`.
 
     Raises
     ------

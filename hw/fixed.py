@@ -5,12 +5,12 @@ Every helper is **combinational** (latency 0: it builds expressions or ``comb`` 
 register); the blocks that use it place it in their pipelines. The golden model defines the
 same rules in plain NumPy, and the bounds are taken from it, never typed here:
 
-* :func:`sat_add64`: golden :func:`elmoe3d.sw.datapath.saturating_add`; the tile's
+* :func:`sat_add64`: golden :func:`elmoe3d.sw.golden.datapath.saturating_add`; the tile's
   accumulators, the PE's link and OUT read-modify-writes, the VPU's expert combination and the
   aggregation link's REDUCE_ADD.
-* :func:`rne_shift`: golden :func:`elmoe3d.sw.vpu.rshift_rne` by a constant; the SwiGLU
+* :func:`rne_shift`: golden :func:`elmoe3d.sw.golden.vpu.rshift_rne` by a constant; the SwiGLU
   interpolation and SiLU, the FP32 conversion's mantissa.
-* :func:`rshift_rne_sat`: golden ``sat(rshift_rne(v, s), bits)`` (:mod:`elmoe3d.sw.vpu`); the
+* :func:`rshift_rne_sat`: golden ``sat(rshift_rne(v, s), bits)`` (:mod:`elmoe3d.sw.golden.vpu`); the
   SwiGLU inputs and output, the INT8 requantization, the expert-combination term.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from amaranth.hdl import C, Const, Module, Mux, Signal, Value, signed, unsigned
 
-from ..sw.datapath import INT64_MAX, INT64_MIN
+from ..sw.golden.datapath import INT64_MAX, INT64_MIN
 
 
 __all__ = ["INT64_MIN", "INT64_MAX", "sat_add64", "rne_shift", "rshift_rne_sat"]
@@ -26,7 +26,7 @@ __all__ = ["INT64_MIN", "INT64_MAX", "sat_add64", "rne_shift", "rshift_rne_sat"]
 
 def sat_add64(a, b):
     """Saturating signed 64-bit addition (numerics §5 and §8; golden
-    :func:`elmoe3d.sw.datapath.saturating_add`): ``(value, wrap)`` expressions.
+    :func:`elmoe3d.sw.golden.datapath.saturating_add`): ``(value, wrap)`` expressions.
 
     ``a`` and ``b`` are 64-bit values read as two's complement (an unsigned slice is taken as
     signed). The exact sum is 65 bits; when it does not fit in 64 bits (``wrap``, 1 bit) the

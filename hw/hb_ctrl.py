@@ -4,28 +4,28 @@ Sections 4.1 and 6, Table 1: 1024 pins at 0.4 GHz, tCCD_S = 2.5 ns, 51.2 GB/s pe
 from __future__ import annotations
 
 from ..config import ArchConfig
-from .dram_ctrl import DramController
+from .dram import DramController
 
 
 __all__ = ["HBController"]
 
 
 class HBController(DramController):
-    """:class:`~elmoe3d.hw.dram_ctrl.DramController` configured for ``config.hb`` at the
+    """:class:`~elmoe3d.hw.dram.DramController` configured for ``config.hb`` at the
     logic-die clock ``config.clock_ghz`` (one per PE).
 
     Requests address 128-byte bursts (``config.hb.burst_bytes``; the PE's LOAD ``hb_addr``
     counts W-bit words, the die's load router converts); ``rdata`` beats are 1024-bit bursts,
     one per 2.5 ns DRAM clock at most (51.2 B per logic cycle at 1 GHz). Separate row and
     column command buses (HBM style), per-bank refresh (tRFCpb 160 ns). Ports, pipeline,
-    address mapping and timing: :class:`~elmoe3d.hw.dram_ctrl.DramController` and
+    address mapping and timing: :class:`~elmoe3d.hw.dram.DramController` and
     ``docs/memory.md``.
 
     Parameters
     ----------
     config : ArchConfig
     queue_depth, read_buffer, length_bits : int
-        As :class:`~elmoe3d.hw.dram_ctrl.DramController`.
+        As :class:`~elmoe3d.hw.dram.DramController`.
 
     Raises
     ------

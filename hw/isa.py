@@ -1,9 +1,9 @@
 """Amaranth layouts of the PE's command ISA, memory words and output beats (``docs/pe.md``).
 
 Everything here is built from the plain-Python tables in :mod:`elmoe3d.isa` (commands) and
-:mod:`elmoe3d.sw.asm` (token entries, STATUS fields), so the RTL, the benches and the host share
-one definition; ``tests/test_isa.py`` checks that ``layout.const(...).as_bits()`` equals
-:func:`elmoe3d.isa.encode` and the NumPy packers of :mod:`elmoe3d.sw.asm` bit for bit.
+:mod:`elmoe3d.sw.golden.asm` (token entries, STATUS fields), so the RTL, the benches and the host share
+one definition; ``tests/golden/test_isa.py`` checks that ``layout.const(...).as_bits()`` equals
+:func:`elmoe3d.isa.encode` and the NumPy packers of :mod:`elmoe3d.sw.golden.asm` bit for bit.
 
 Layouts
 -------
@@ -26,7 +26,7 @@ from amaranth.lib import data, enum
 from .. import isa
 from ..config import TileConfig
 from ..config import pe_config
-from ..sw import asm as _asm
+from ..sw.golden import asm as _asm
 from .layouts import TileMode, tile_beat_layout
 
 
@@ -58,7 +58,7 @@ SourceCode = _shaped_enum("SourceCode", isa.Source, 2,
                           "RTL encoding of :class:`elmoe3d.isa.Source` (``LOAD.src``).")
 
 OKind = _shaped_enum("OKind", _asm.OKind, 1,
-                     "Kind of an ``o`` beat (:class:`elmoe3d.sw.asm.OKind`).")
+                     "Kind of an ``o`` beat (:class:`elmoe3d.sw.golden.asm.OKind`).")
 
 #: Fields whose values are enumerations (the width must match the ISA table).
 _ENUM_FIELDS = {"target": TargetCode, "sink": SinkCode, "mode": TileMode, "src": SourceCode}
@@ -99,7 +99,7 @@ _pe = pe_config
 
 
 def tok_entry_layout() -> data.StructLayout:
-    """One 64-bit token-table entry (:data:`elmoe3d.sw.asm.TOK_FIELDS`): ``e_x`` s8 (activation
+    """One 64-bit token-table entry (:data:`elmoe3d.sw.golden.asm.TOK_FIELDS`): ``e_x`` s8 (activation
     exponent), ``e_h`` s8 (down-projection exponent, written by REQUANT), ``gate`` u16 (FP16
     gate weight), ``slot`` u8 (OUT row), ``pad``."""
     return data.StructLayout({name: signed(bits) if sgn else unsigned(bits)
@@ -147,7 +147,7 @@ def fp32_word_layout(config) -> data.ArrayLayout:
 
 
 def status_layout(config) -> data.StructLayout:
-    """The data of an ``o`` STATUS beat (:data:`elmoe3d.sw.asm.STATUS_FIELDS`), padded to W:
+    """The data of an ``o`` STATUS beat (:data:`elmoe3d.sw.golden.asm.STATUS_FIELDS`), padded to W:
     48-bit counters ``cycles``, ``load_busy``, ``exec_busy``, ``stall`` (timing),
     ``gemm_beats``, ``words_loaded``, ``words_sent``, ``words_received`` (functional), and the
     sticky flags ``acc_overflow`` and ``vpu_saturation``."""

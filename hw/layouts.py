@@ -3,10 +3,10 @@
 Nobody packs bits by hand: benches build payloads with ``layout.const({...}).as_bits()`` and read
 results with ``layout.from_bits(raw)`` -- for the tensor tile through :func:`pack_beats` and
 :func:`unpack_results`, which convert between those payloads and the beat and result
-dictionaries of the golden model (:mod:`elmoe3d.sw.tile`).
+dictionaries of the golden model (:mod:`elmoe3d.sw.golden.tile`).
 
 Sticky error-flag words (a block's ``errors`` / ``errors_clear`` ports, one layout each:
-:func:`elmoe3d.hw.agg_link.link_errors_layout`, :func:`elmoe3d.hw.dram_ctrl.dram_errors_layout`,
+:func:`elmoe3d.hw.agg_link.link_errors_layout`, :func:`elmoe3d.hw.dram.dram_errors_layout`,
 :func:`elmoe3d.hw.die.die_errors_layout`) share their register rule, :func:`sticky_flags`, and
 the wiring of a block's flags into an enclosing block's word, :func:`forward_flags`.
 """
@@ -18,7 +18,7 @@ from amaranth.hdl import Signal, Value, signed, unsigned
 from amaranth.lib import data, enum
 
 from ..config import TileConfig
-from ..sw.datapath import Mode
+from ..sw.golden.datapath import Mode
 
 
 __all__ = ["TileMode", "tile_beat_layout", "tile_result_layout", "pack_beats", "unpack_results",
@@ -30,7 +30,7 @@ STICKY_LATENCY = 1
 
 
 class TileMode(enum.Enum, shape=2):
-    """RTL encoding of :class:`elmoe3d.sw.datapath.Mode` (the same integer values)."""
+    """RTL encoding of :class:`elmoe3d.sw.golden.datapath.Mode` (the same integer values)."""
 
     FULL = Mode.FULL.value
     DRAFT = Mode.DRAFT.value
@@ -89,7 +89,7 @@ def tile_result_layout(config: TileConfig) -> data.StructLayout:
 
 
 def pack_beats(config: TileConfig, beats) -> list[int]:
-    """Beat dictionary of :func:`elmoe3d.sw.tile.tile_schedule` (``act`` int8 [B, rows, 32],
+    """Beat dictionary of :func:`elmoe3d.sw.golden.tile.tile_schedule` (``act`` int8 [B, rows, 32],
     ``wgt`` nibbles [B, lanes, 32], ``scale`` FP16 bits [B, lanes], ``mode`` [B], ``first``
     and ``last`` [B]) -> one :func:`tile_beat_layout` payload integer per beat."""
     layout = tile_beat_layout(config)
@@ -105,7 +105,7 @@ def pack_beats(config: TileConfig, beats) -> list[int]:
 
 def unpack_results(config: TileConfig, raws) -> dict:
     """:func:`tile_result_layout` payloads (integers, or the ``data.Const`` views a simulator
-    returns) -> the result dictionary of :func:`elmoe3d.sw.tile.ref_tile`: ``acc`` int64
+    returns) -> the result dictionary of :func:`elmoe3d.sw.golden.tile.ref_tile`: ``acc`` int64
     [R, rows, lanes], ``overflow`` bool [R, rows, lanes], ``mode`` int64 [R]."""
     layout = tile_result_layout(config)
     rows, lanes = config.rows, config.lanes

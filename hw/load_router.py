@@ -24,7 +24,7 @@ that source into the PE's ``ld`` stream, LOADs in program order:
 
 Words of one source are consumed in order: the k-th EXT word the router receives belongs to
 the k-th EXT LOAD word in program order (likewise HOST and HB). The compiler
-(``elmoe3d.sw.parallel``) emits the EXT and HOST streams in that order.
+(``elmoe3d.sw.host.parallel``) emits the EXT and HOST streams in that order.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ tensor tile and its VPU sinks (paper Sections 4.1 and 5.2, Fig. 6 centre, Fig. 1
 
 The contract is ``docs/pe.md``; the ISA is :mod:`elmoe3d.isa` (Amaranth layouts in
 :mod:`elmoe3d.hw.isa`); the numerics are ``docs/numerics.md``. The functional reference is
-:mod:`elmoe3d.sw.fsim`: the RTL and it run the same programs in the same tests and are compared
+:mod:`elmoe3d.sw.golden.pe`: the RTL and it run the same programs in the same tests and are compared
 with plain equality.
 """
 
@@ -27,7 +27,7 @@ from .vpu import CombineUnit, Fp32Converter, RequantUnit, RowMaxExponent, SwiGLU
 __all__ = ["PE"]
 
 
-#: Width of the performance counters (``elmoe3d.sw.asm.STATUS_FIELDS``).
+#: Width of the performance counters (``elmoe3d.sw.golden.asm.STATUS_FIELDS``).
 _COUNTER_BITS = 48
 
 
@@ -230,7 +230,7 @@ class PE(wiring.Component):
     """One ELMoE-3D processing element: runs fused SwiGLU experts (up, gate, down) from a
     command stream, draft (MSB slices, LSB augmentation) or full precision (paper Sections 4.1
     and 5.2, Fig. 6 centre, Fig. 10b; contract ``docs/pe.md``; golden model
-    :mod:`elmoe3d.sw.fsim`).
+    :mod:`elmoe3d.sw.golden.pe`).
 
     Ports (W = ``lanes * 128`` bits; ``amaranth.lib.stream``)
     ----------------------------------------------------------
@@ -329,7 +329,7 @@ class PE(wiring.Component):
     STATUS: 48-bit counters (cycles, load engine busy, execute engine busy, stall on a buffer
     flag or BARRIER, GEMM beats, words loaded / sent / received) and the sticky flags
     ``acc_overflow`` (a tile accumulator saturated) and ``vpu_saturation``
-    (:data:`elmoe3d.sw.asm.STATUS_FIELDS`).
+    (:data:`elmoe3d.sw.golden.asm.STATUS_FIELDS`).
 
     After elaboration, :attr:`probes` maps a few internal control signals (load transfer,
     tile beat, buffer flags, execute-engine waits, REQUANT busy and waits, fence waits) by

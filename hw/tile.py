@@ -1,7 +1,7 @@
 """The bit-sliced tensor tile: unit PEs, 32-way adder trees, slice combining, fused
 dequantization and Q.24 accumulators (paper Sections 4.1 and 4.3; numerics §3-5).
 
-The golden model of this block's stream behaviour is :func:`elmoe3d.sw.tile.ref_tile`.
+The golden model of this block's stream behaviour is :func:`elmoe3d.sw.golden.tile.ref_tile`.
 """
 
 from __future__ import annotations

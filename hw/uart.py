@@ -22,7 +22,7 @@ edge, ``d`` the divisor. For a sender whose bit lasts ``d (1 + e)`` cycles, send
 characters back to back (the worst case: the next start bit right after the stop bit), that
 sample lies in the stop bit iff ``9 d (1 + e) <= s + d//2 + 9 d < 10 d (1 + e)`` for every
 ``s``: ``-(d - d//2 - 1) / (10 d) < e <= (d//2) / (9 d)``, asymmetric: -3.75 / +5.56 % at
-divisor 8, -4.8 / +5.33 % at divisor 25, -2.5 / +5.56 % at divisor 4 (``tests/test_uart.py``
+divisor 8, -4.8 / +5.33 % at divisor 25, -2.5 / +5.56 % at divisor 4 (``tests/amaranth/test_uart.py``
 checks just inside and beyond at 8 and 25). The board keeps its own rate error at or below
 2 % (:func:`elmoe3d.hw.board.uart_divisor`). A low pulse on the idle line shorter than about
 ``d//2`` cycles is a glitch: START finds the line high at mid-bit and returns to IDLE, no

@@ -10,9 +10,9 @@ One unit PE multiplies an INT8 activation by a signed 5-bit weight field. An INT
 
 The :class:`SliceCombiner` forms the INT8 product (or group partial sum) from the two slice
 results: ``(msb_part << 3) + lsb_part`` in FULL mode, ``msb_part << 3`` in DRAFT and MSB_ONLY,
-``lsb_part`` in LSB_ONLY. The executable definition is :func:`elmoe3d.sw.datapath.unit_pe`,
-:func:`~elmoe3d.sw.datapath.msb_field`, :func:`~elmoe3d.sw.datapath.lsb_field` and
-:func:`~elmoe3d.sw.datapath.slice_product`.
+``lsb_part`` in LSB_ONLY. The executable definition is :func:`elmoe3d.sw.golden.datapath.unit_pe`,
+:func:`~elmoe3d.sw.golden.datapath.msb_field`, :func:`~elmoe3d.sw.golden.datapath.lsb_field` and
+:func:`~elmoe3d.sw.golden.datapath.slice_product`.
 
 Both blocks are combinational (latency 0).
 """

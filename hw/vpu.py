@@ -7,16 +7,16 @@ as many lanes as it needs. Each has an input stream ``i`` and an output stream `
 ``*_layout`` functions below, and a ``tag`` field of ``tag_width`` bits that travels with the
 element unchanged (write address, row end, ...; zero bits by default).
 
-The golden model is :mod:`elmoe3d.sw.vpu`; the units equal it bit for bit:
+The golden model is :mod:`elmoe3d.sw.golden.vpu`; the units equal it bit for bit:
 
 =================== ===================================================== ==================
 unit                function                                              latency (cycles)
 =================== ===================================================== ==================
-:class:`SwiGLUUnit` :func:`~elmoe3d.sw.vpu.swiglu_q16`                    ``7 + 2 (mul_stages - 1)``
-:class:`RowMaxExponent` :func:`~elmoe3d.sw.vpu.requant_exponent`          1
-:class:`RequantUnit` :func:`~elmoe3d.sw.vpu.requant_shift`                1
-:class:`CombineUnit` :func:`~elmoe3d.sw.vpu.combine_term` + saturating add ``3 + (mul_stages - 1)``
-:class:`Fp32Converter` :func:`~elmoe3d.sw.vpu.q24_to_fp32`                2
+:class:`SwiGLUUnit` :func:`~elmoe3d.sw.golden.vpu.swiglu_q16`                    ``7 + 2 (mul_stages - 1)``
+:class:`RowMaxExponent` :func:`~elmoe3d.sw.golden.vpu.requant_exponent`          1
+:class:`RequantUnit` :func:`~elmoe3d.sw.golden.vpu.requant_shift`                1
+:class:`CombineUnit` :func:`~elmoe3d.sw.golden.vpu.combine_term` + saturating add ``3 + (mul_stages - 1)``
+:class:`Fp32Converter` :func:`~elmoe3d.sw.golden.vpu.q24_to_fp32`                2
 =================== ===================================================== ==================
 
 Flow control (all units): the pipeline advances unless a result is offered and not taken;
@@ -32,7 +32,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..sw import vpu as golden
+from ..sw.golden import vpu as golden
 from .fixed import rne_shift, rshift_rne_sat, sat_add64
 
 
@@ -115,7 +115,7 @@ SIGMOID_ROM_LAYOUT = data.StructLayout({"base": unsigned(17), "diff": unsigned(1
 
 
 def sigmoid_rom_init() -> list[dict]:
-    """The 512 words of the sigmoid ROM, from :func:`elmoe3d.sw.vpu.sigmoid_table`."""
+    """The 512 words of the sigmoid ROM, from :func:`elmoe3d.sw.golden.vpu.sigmoid_table`."""
     t = [int(x) for x in golden.sigmoid_table()]
     return [{"base": t[i], "diff": t[i + 1] - t[i]} for i in range(len(t) - 1)]
 
@@ -194,7 +194,7 @@ class _Unit(wiring.Component):
 
 class SwiGLUUnit(_Unit):
     """One SwiGLU element per cycle: ``h = silu(g) * u`` in Q16.16 (numerics 7.1-7.3; paper 4.1
-    "VPU ... SiLU"). Golden: :func:`elmoe3d.sw.vpu.swiglu_q16`.
+    "VPU ... SiLU"). Golden: :func:`elmoe3d.sw.golden.vpu.swiglu_q16`.
 
     ``u = sat32(rshift_rne(acc_up, 8 - e_x))`` and ``g`` likewise (one rounding barrel shifter
     each); SiLU by linear interpolation in the 513-entry sigmoid table, held as a 512 x 28-bit
@@ -313,7 +313,7 @@ class SwiGLUUnit(_Unit):
 class RowMaxExponent(_Unit):
     """``e'`` of a row from its max |h| (numerics 7.5): the smallest integer with
     ``max <= 127 * 2^e'``, 0 for a zero max; also ``e_h = e' - 16``. Golden:
-    :func:`elmoe3d.sw.vpu.requant_exponent`. One row max per cycle.
+    :func:`elmoe3d.sw.golden.vpu.requant_exponent`. One row max per cycle.
 
     A thermometer of 32 comparisons ``max > floor(127 * 2^e)`` for e = -6..25 (constants),
     counted: ``e' = -6 + count``. Exact for every 32-bit input (e' in [-6, 26]).
@@ -360,7 +360,7 @@ class RowMaxExponent(_Unit):
 
 class RequantUnit(_Unit):
     """One INT8 code per cycle: ``h_q = clip(rshift_rne(h, e'), -127, 127)`` (numerics 7.5).
-    Golden: :func:`elmoe3d.sw.vpu.requant_shift`.
+    Golden: :func:`elmoe3d.sw.golden.vpu.requant_shift`.
 
     ``e'`` comes with every element (the row's e', from :class:`RowMaxExponent` after the max
     all-reduce). Right shifts up to 32 round half to even; ``e' < 0`` is an exact left shift.
@@ -400,8 +400,8 @@ class RequantUnit(_Unit):
 
 class CombineUnit(_Unit):
     """One output element per cycle: the read-modify-write arithmetic of the expert combination
-    (numerics 8; numerics §8). Golden: :func:`elmoe3d.sw.vpu.combine_term` followed by a
-    saturating add (:func:`elmoe3d.sw.vpu.combine`).
+    (numerics 8; numerics §8). Golden: :func:`elmoe3d.sw.golden.vpu.combine_term` followed by a
+    saturating add (:func:`elmoe3d.sw.golden.vpu.combine`).
 
     The FP16 gate weight decodes to ``m`` (signed 12 bits: ``1024 + f`` or ``f``, negated by
     the sign) and ``E`` (``e - 25``, or -24 for subnormals; e = 31 gives 6);
@@ -480,7 +480,7 @@ class CombineUnit(_Unit):
 class Fp32Converter(_Unit):
     """One Q.24 value per cycle to IEEE binary32 bits, ``float32(value * 2^-24)``, round to
     nearest even straight from the integer (numerics 8). Golden:
-    :func:`elmoe3d.sw.vpu.q24_to_fp32`.
+    :func:`elmoe3d.sw.golden.vpu.q24_to_fp32`.
 
     Magnitude ``|v|`` (64 bits unsigned, so -2^63 is fine) with bit length ``b``; the top 24
     bits are rounded half to even on the bits below (round bit and sticky); a carry out bumps

@@ -23,10 +23,10 @@ __all__ = ["drive_pipeline", "StreamSink", "sample_dram_bus"]
 
 def sample_dram_bus(ctx, bus) -> tuple:
     """``(row, col)`` commands on a DRAM command bus (the controller's ``dram`` port,
-    :mod:`elmoe3d.hw.dram_ctrl`) this cycle, in the form
-    :meth:`elmoe3d.sim.dram_model.DramDevice.clock` takes: ``row`` = ``(RowCmd, bank, addr)``
+    :mod:`elmoe3d.hw.dram`) this cycle, in the form
+    :meth:`elmoe3d.sw.golden.dram.DramDevice.clock` takes: ``row`` = ``(RowCmd, bank, addr)``
     or None, ``col`` = ``(write, bank, addr, wdata)`` or None."""
-    from .dram_model import RowCmd
+    from ..sw.golden.dram import RowCmd
     row = col = None
     if ctx.get(bus.row_valid):
         row = (RowCmd(ctx.get(bus.row_kind).value), ctx.get(bus.row_bank),

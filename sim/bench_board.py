@@ -3,9 +3,9 @@ pin level: a real expert program sent by the host driver through a bit-level UAR
 (``docs/fpga.md``, "Board top"; issue 7).
 
 Run through :mod:`elmoe3d.sim.runner` by :func:`run_board_bench` (never directly). The host
-side is the real driver, :class:`elmoe3d.sw.fpga.FpgaBoard` with
-:func:`elmoe3d.sw.fpga.run_host_fpga`, in a Python thread, talking over one end of a
-:class:`elmoe3d.sw.fpga.PipeTransport` pair. The cocotb side serves the other end: it
+side is the real driver, :class:`elmoe3d.sw.host.fpga.FpgaBoard` with
+:func:`elmoe3d.sw.host.fpga.run_host_fpga`, in a Python thread, talking over one end of a
+:class:`elmoe3d.sw.host.fpga.PipeTransport` pair. The cocotb side serves the other end: it
 serialises every byte the driver writes onto ``uart_rx`` (8N1, LSB first, ``divisor`` clock
 cycles a bit, no gap between characters) and deserialises ``uart_tx`` (start bit found on the
 falling edge, every bit sampled at mid-bit, a stop bit of 0 recorded as an error) into bytes
@@ -13,7 +13,7 @@ for the driver. The driver runs whole PE programs (HELLO, HB_WRITE / EXT_WRITE i
 stand-ins, CMD / HOST / LINK / EXT_STREAM frames by credits, OUT / LINK_O frames back) and
 the host checks every ``o`` beat and ``link_o`` word against the functional simulation and
 each group's root-PE FP32 output against ``ref_moe`` bit for bit
-(:func:`elmoe3d.sw.pe_runs.compare_run`, :func:`~elmoe3d.sw.pe_runs.check_layers`).
+(:func:`elmoe3d.sw.host.pe_runs.compare_run`, :func:`~elmoe3d.sw.host.pe_runs.check_layers`).
 
 ``params.json``::
 
@@ -102,12 +102,12 @@ def build_board(arch: ArchConfig | None = None, *, waves=None, **params):
 def _all_golden(arch_json: str, tokens: int, layer: int, shape: tuple):
     import json
     from ..config import ArchConfig
-    from ..sw import backends, host
-    from ..sw.corpus import traces_dir
-    from ..sw.elastic_sd import CoverageAcceptance, ElasticSD
-    from ..sw.hbcache import HBExpertCache
-    from ..sw.models import model_preset
-    from ..sw.trace import import_vllm_jsonl
+    from ..sw.host import backends, compiler as host
+    from ..sw.host.corpus import traces_dir
+    from ..sw.host.elastic_sd import CoverageAcceptance, ElasticSD
+    from ..sw.host.hbcache import HBExpertCache
+    from ..sw.host.models import model_preset
+    from ..sw.host.trace import import_vllm_jsonl
     arch = ArchConfig.from_dict(json.loads(arch_json))
     mix = model_preset("mixtral-8x7b")
     tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=mix)
@@ -122,7 +122,7 @@ def _all_golden(arch_json: str, tokens: int, layer: int, shape: tuple):
 
 def golden_layers(arch: ArchConfig, jobs, *, tokens: int = 5, layer: int = 15,
                   shape=SHAPE) -> list:
-    """The golden layer-steps (:class:`elmoe3d.sw.backends.GoldenLayer`, jobs kept) of the
+    """The golden layer-steps (:class:`elmoe3d.sw.host.backends.GoldenLayer`, jobs kept) of the
     real Mixtral GSM8K routing trace (first ``tokens`` decode tokens of problem 0, layer
     ``layer``, Elastic-SD depth 2: autoregressive, draft and verify steps; synthetic experts
     of ``shape`` = (hidden, intermediate), weights seed 7; compiled by the host as the RTL
@@ -169,8 +169,8 @@ STEP_BITS = 10
 
 
 class LockstepClock:
-    """A clock for the host driver (:class:`~elmoe3d.sw.fpga.FpgaBoard` and
-    :class:`~elmoe3d.sw.fpga.PipeTransport`, ``clock=``) that runs on simulated time, the
+    """A clock for the host driver (:class:`~elmoe3d.sw.host.fpga.FpgaBoard` and
+    :class:`~elmoe3d.sw.host.fpga.PipeTransport`, ``clock=``) that runs on simulated time, the
     driver thread and the simulator taking turns: the simulator advances only while the
     driver is blocked (in a read or a pause, :meth:`wait`), by one step at a time
     (:meth:`advance`), and then waits until the driver has looked at what arrived and
@@ -218,7 +218,7 @@ class LockstepClock:
 
 def bits_8n1(byte, stop=1):
     """The line levels of one 8N1 character: start 0, eight data bits LSB first, ``stop``
-    (1; 0 makes a framing error). Shared with ``tests/test_uart.py``."""
+    (1; 0 makes a framing error). Shared with ``tests/amaranth/test_uart.py``."""
     return [0] + [(byte >> i) & 1 for i in range(8)] + [stop]
 
 
@@ -226,7 +226,7 @@ class UartLine:
     """Bit-level UART of the bench: the host end of the board's serial pins.
 
     :meth:`send` drives ``uart_rx`` with the bytes the driver writes (read from ``pipe``, the
-    board end of a :class:`~elmoe3d.sw.fpga.PipeTransport`), no gap between characters;
+    board end of a :class:`~elmoe3d.sw.host.fpga.PipeTransport`), no gap between characters;
     :meth:`receive` decodes ``uart_tx`` and writes the bytes to ``pipe``. Faults: see the
     module docstring. Counters: ``to_board``, ``from_board`` (bytes on the wire), ``flipped``,
     ``dropped``, ``stop_errors``."""
@@ -241,7 +241,7 @@ class UartLine:
         self.running = True
 
     async def send(self):
-        from ..sw.bridge import ESC, FLAG
+        from ..sw.golden.bridge import ESC, FLAG
         dut = self.dut
         dut.uart_rx.value = 1
         in_frame, frames, pos = False, 0, 0
@@ -271,7 +271,7 @@ class UartLine:
                     await Timer(self.bit_ns, "ns")
 
     async def receive(self):
-        from ..sw.bridge import FLAG, Type
+        from ..sw.golden.bridge import FLAG, Type
         dut = self.dut
         half = self.bit_ns // 2
         in_frame, index, ftype, acks = False, 0, None, 0
@@ -309,16 +309,16 @@ class UartLine:
 
 def leave_stuck(board, arch, stuck, *, shape=SHAPE):
     """An abandoned session (a host stopped by Ctrl-C or an error mid-program): on ``board``
-    (a fresh :class:`~elmoe3d.sw.fpga.FpgaBoard`), HELLO, then the first ``commands``
+    (a fresh :class:`~elmoe3d.sw.host.fpga.FpgaBoard`), HELLO, then the first ``commands``
     commands of the first PE program of ``stuck["layers"]`` in one CMD frame, only
     ``host_words`` of its HOST words and ``link_words`` junk words on ``link_i``: the PE is
     left waiting in the middle of a LOAD with stale entries in the bridge's FIFOs. With
     ``hb_past_end``, the first HB LOAD among those commands is moved right after the first
     command and its ``hb_addr`` set so that it reads past the HB stand-in's end (the
     out-of-range LED, bit 6). Returns what was sent."""
-    from ..sw.bridge import CMD_BYTES, Type, pack_words
-    from ..sw.fpga import split_program
-    from ..sw.pe_runs import case_ints, pe_cases
+    from ..sw.golden.bridge import CMD_BYTES, Type, pack_words
+    from ..sw.host.fpga import split_program
+    from ..sw.host.pe_runs import case_ints, pe_cases
     layers = golden_layers(arch, stuck["layers"], shape=shape)
     c = case_ints(pe_cases(layers)[0])
     info = board.hello()
@@ -346,11 +346,11 @@ def leave_stuck(board, arch, stuck, *, shape=SHAPE):
 
 
 async def _session(dut, arch, session, *, divisor, timeout, deadline, shape):
-    """One driver session (a fresh :class:`~elmoe3d.sw.fpga.FpgaBoard` on a fresh pipe, its
+    """One driver session (a fresh :class:`~elmoe3d.sw.host.fpga.FpgaBoard` on a fresh pipe, its
     own HELLO, the board left as the previous session left it): run the session's layer-steps
     with its faults; returns its records."""
     import traceback
-    from ..sw.fpga import FpgaBoard, PipeTransport, run_host_fpga
+    from ..sw.host.fpga import FpgaBoard, PipeTransport, run_host_fpga
     from . import cocotb_streams as streams
     name = session["name"]
     layers = golden_layers(arch, session["layers"], shape=shape)

@@ -17,7 +17,7 @@ with the parameters ``params["die"]`` (keyword arguments of ``LogicDie``) and wr
                                                 # (every cycle's probe value) per case
 
 The host side of every case: each PE group serves a share of the experts (expert ``e`` on
-group ``e % groups``); :func:`elmoe3d.sw.parallel.compile_group` compiles the group's work
+group ``e % groups``); :func:`elmoe3d.sw.host.parallel.compile_group` compiles the group's work
 (draft: HB-only TP over the cached experts; verify: MSB-TP from HB + LSB-DP from EXT with
 psum-level synchronisation for cached experts, uncached experts streamed whole from EXT).
 The HB banks get each PE's MSB slices and scales by the behavioural model's backdoor (or,
@@ -32,12 +32,12 @@ shifted to the die's PEs), and on the DMA stream the HOST loads' words.
 Checked with plain equality, per group:
 
 * every ``o`` beat of every PE of the group against the multi-PE functional simulation
-  (:func:`elmoe3d.sw.parallel.run_group`): DATA beats bit for bit, STATUS beats on their
+  (:func:`elmoe3d.sw.host.parallel.run_group`): DATA beats bit for bit, STATUS beats on their
   functional fields;
 * the root PE's decoded FP32 output ``[T, H]`` (as bits) against the golden MoE layer
-  :func:`elmoe3d.sw.expert.ref_moe` for the group's routing (and against ``run_group``);
+  :func:`elmoe3d.sw.golden.expert.ref_moe` for the group's routing (and against ``run_group``);
 * the sticky flags (OR over the group's PEs) against ``ref_moe``;
-* every DRAM command against the timing rules (:class:`elmoe3d.sim.dram_model.DramDevice`:
+* every DRAM command against the timing rules (:class:`elmoe3d.sw.golden.dram.DramDevice`:
   zero violations, refresh rate checked at the end); the die's ``errors`` output stays 0.
 
 Measured cycle by cycle from the die's read-only ``probe`` output
@@ -89,16 +89,16 @@ from ..hw.die import (DmaKind, HostQueue, LogicDie, die_errors_layout, die_o_lay
 from ..hw.ext_stream import ext_read_layout
 from ..hw.isa import command_layout
 from ..isa import Source
-from ..sw import asm
-from ..sw.asm import OKind
-from ..sw.expert import Expert, ref_moe
-from ..sw.host import synthetic_experts
-from ..sw.links import LinkMode
-from ..sw.parallel import compile_group, run_group
+from ..sw.golden import asm
+from ..sw.golden.asm import OKind
+from ..sw.golden.expert import Expert, ref_moe
+from ..sw.host.compiler import synthetic_experts
+from ..sw.golden.links import LinkMode
+from ..sw.host.parallel import compile_group, run_group
 from . import cocotb_streams as streams
 from .bench_pe import SYNTHETIC_NOTE, default_routing, read_routing
 from .dram_bus import dram_bus, drive_devices
-from .dram_model import DramDevice, TimingViolation
+from ..sw.golden.dram import DramDevice, TimingViolation
 from .records import (BenchResult, CaseRecorder, arch_from_params, arch_param, failed_cases,
                       run_bench)
 from .runner import case_rng, load_params, resolve_seed
@@ -141,7 +141,7 @@ def _to_bytes(words, nbytes):
     return b"".join(int(w).to_bytes(nbytes, "little") for w in words)
 
 
-#: Link descriptor modes that carry Q.24 psums in the programs of :mod:`elmoe3d.sw.parallel`:
+#: Link descriptor modes that carry Q.24 psums in the programs of :mod:`elmoe3d.sw.host.parallel`:
 #: BYPASS (an owner's MSB_ONLY up/gate psums to a token owner), REDUCE_ADD (the down
 #: projection's MSB_ONLY psums summed into the token owner, and the layer-final sum of the
 #: OUT rows on the root). ALL_TO_ALL carries the INT8 h rows (activations) and REDUCE_MAX the
@@ -652,7 +652,7 @@ class DieBench(CaseRecorder):
 
     def _final_ops(self, job) -> int:
         """Descriptors at the end of a verify job's ``link_ops`` that sum the OUT rows on the
-        root (:func:`elmoe3d.sw.parallel.compile_group`: ``out_words`` in steps of
+        root (:func:`elmoe3d.sw.host.parallel.compile_group`: ``out_words`` in steps of
         ``buffer_words``); 0 for the draft."""
         if job.phase != "verify" or job.pes < 2:
             return 0

@@ -3,7 +3,7 @@ figures (issue 4, items 7 and 8; paper Section 6, Table 1).
 
 DUTs: :class:`elmoe3d.hw.hb_ctrl.HBController` (``target = "hb"``, one HB bank) and
 :class:`elmoe3d.hw.ext_ctrl.ExtController` (``target = "ext"``, ``channels`` LPDDR5 channels).
-Every command bus is watched every logic cycle by a :class:`~elmoe3d.sim.dram_model.DramDevice`
+Every command bus is watched every logic cycle by a :class:`~elmoe3d.sw.golden.dram.DramDevice`
 (the timing checker: any violation fails the test with the constraint, bank and cycle), which
 also returns the read data from its sparse memory. Run through :mod:`elmoe3d.sim.runner`; the
 runner writes ``params.json``::
@@ -17,7 +17,7 @@ this traffic may push the refresh to the postponing limit):
 
 * ``test_random_rw`` (``traffic`` = ``smooth`` / ``stalls``): random reads and writes
   (random addresses, 1-8 units), every read beat compared with plain equality against a
-  golden memory (the writes in request order over :func:`~elmoe3d.sim.dram_model.dram_pattern`
+  golden memory (the writes in request order over :func:`~elmoe3d.sw.golden.dram.dram_pattern`
   through :meth:`~elmoe3d.config.DramConfig.decode`); ``stalls`` adds idle cycles on ``req``
   and ``wdata`` and backpressure on ``rdata`` (:mod:`elmoe3d.sim.traffic`).
 * ``test_stream``: one long sequential read, ``rdata`` always ready: efficiency = bytes
@@ -31,7 +31,7 @@ this traffic may push the refresh to the postponing limit):
   ``(max_postponed + 1) x tREFI`` and the refresh count is reported.
 * ``test_replay_violation``: the checker is shown to catch a violation: the command trace of
   a real run replays cleanly into a fresh device, and with one RD moved one DRAM clock
-  earlier it must raise :class:`~elmoe3d.sim.dram_model.TimingViolation`.
+  earlier it must raise :class:`~elmoe3d.sw.golden.dram.TimingViolation`.
 
 Host side: :func:`run_dram_bench`, and :func:`dram_figures` / :func:`print_dram` for
 ``elmoe3d bench``.
@@ -44,7 +44,7 @@ import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..config import ArchConfig, preset
-from .dram_model import DramDevice, TimingViolation, dram_pattern
+from ..sw.golden.dram import DramDevice, TimingViolation, dram_pattern
 from . import cocotb_streams as streams
 from .dram_bus import dram_bus, drive_devices
 from .records import BenchResult, arch_from_params, arch_param, run_bench, write_summary
@@ -153,7 +153,7 @@ class DramBench:
     async def run(self, case, requests, *, traffic="smooth", idle_gap=None):
         """Drive ``requests`` (``(write, addr, length)`` in units) with random write data;
         collect every read beat; compare with the golden memory; record the case."""
-        from ..hw.dram_ctrl import request_layout
+        from ..hw.dram import request_layout
         rng = self.rng(case)
         flow = pattern(traffic)
         addr_bits = (self.units() - 1).bit_length()

@@ -1,5 +1,5 @@
 """cocotb bench of the host backend's RTL runs: every PE program the host compiler produced
-(:mod:`elmoe3d.sw.host`, :func:`elmoe3d.sw.parallel.compile_group` per PE group) run on the
+(:mod:`elmoe3d.sw.host.compiler`, :func:`elmoe3d.sw.host.parallel.compile_group` per PE group) run on the
 processing element's Verilog, PE by PE, with the group's link traffic from the golden link
 model (``docs/host.md``, "RTL backend").
 
@@ -7,13 +7,13 @@ Run through :mod:`elmoe3d.sim.runner` by :func:`run_host_rtl` (never directly). 
 one PE's program of one group of one layer-step: its encoded commands, its ``ld`` words (all
 sources merged, in LOAD order: what the die's load router forwards), and its ``link_i`` words:
 the words the group's aggregation link delivers to that PE, computed on the host by running
-the group's descriptors (:func:`elmoe3d.sw.links.ref_link`) over the other PEs' ``link_o``
-words of the multi-PE functional simulation (:func:`elmoe3d.sw.parallel.run_group`). The
+the group's descriptors (:func:`elmoe3d.sw.golden.links.ref_link`) over the other PEs' ``link_o``
+words of the multi-PE functional simulation (:func:`elmoe3d.sw.host.parallel.run_group`). The
 bench offers all of them at once (the PE takes ``link_i`` words only when a RECV or a
 ``psum_in`` GEMM needs them) and compares with plain equality:
 
 * every ``o`` beat against the functional simulation (DATA beats bit for bit, STATUS beats
-  on :data:`~elmoe3d.sw.asm.FUNCTIONAL_STATUS_FIELDS`), every ``link_o`` word likewise;
+  on :data:`~elmoe3d.sw.golden.asm.FUNCTIONAL_STATUS_FIELDS`), every ``link_o`` word likewise;
 * the host then decodes the root PE's DATA beats and compares the FP32 output with the golden
   MoE layer (``ref_moe`` with the group's routing) and the sticky flags, bit for bit.
 
@@ -23,7 +23,7 @@ available from the start: a lower bound of the PE's time inside the die. ``param
     {"arch": "small", "traffic": "smooth", "cases": [{"name", "program": [hex],
      "ld": [hex], "link_i": [hex], "o": [[kind, hex]], "link_o": [hex]}, ...]}
 
-The cases and both comparisons are :mod:`elmoe3d.sw.pe_runs` (shared with the FPGA backend).
+The cases and both comparisons are :mod:`elmoe3d.sw.host.pe_runs` (shared with the FPGA backend).
 Each run writes ``summary-test_programs.json`` (one record per case, with the RTL's DATA
 beats as hex) and fails if any case mismatched.
 """
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import cocotb
 
-from ..sw.asm import OKind
-from ..sw.pe_runs import (PERunsResult, case_ints, check_layers, compare_run, hex_str,
+from ..sw.golden.asm import OKind
+from ..sw.host.pe_runs import (PERunsResult, case_ints, check_layers, compare_run, hex_str,
                           link_inputs, pe_cases)
 from .bench_pe import PEBench
 from .records import arch_from_params, arch_param, read_records
@@ -46,7 +46,7 @@ from .runner import load_params, resolve_seed
 __all__ = ["pe_cases", "link_inputs", "run_host_rtl", "HostRTLResult"]
 
 
-# pe_cases and link_inputs (imported from elmoe3d.sw.pe_runs, shared with the FPGA backend)
+# pe_cases and link_inputs (imported from elmoe3d.sw.host.pe_runs, shared with the FPGA backend)
 # stay names of this module: run_host_rtl looks pe_cases up here.
 
 
@@ -88,7 +88,7 @@ class HostRTLResult(PERunsResult):
     "layer", "cycles" (max over its groups of the max over each group's PEs), "compared",
     "mismatches", "details"}`` with the host's FP32 comparison of every group's output
     against ref_moe included; ``sim``: the runner's result. ``mismatches`` / ``compared``:
-    :class:`~elmoe3d.sw.pe_runs.PERunsResult`."""
+    :class:`~elmoe3d.sw.host.pe_runs.PERunsResult`."""
 
     sim: object
     build_seconds: float

@@ -23,11 +23,11 @@ Payloads are packed only through the Amaranth layouts (:func:`~elmoe3d.hw.agg_li
 :func:`~elmoe3d.hw.ring.pack_flit`).
 
 Checks: every destination's word sequence equals the golden model
-(:func:`elmoe3d.sw.links.ref_link` over the descriptor sequence, :func:`elmoe3d.sw.links.ref_ring`)
+(:func:`elmoe3d.sw.golden.links.ref_link` over the descriptor sequence, :func:`elmoe3d.sw.golden.links.ref_ring`)
 with plain equality -- so every word / flit arrived once, intact and in order -- no word arrives
 after the expected ones, the link pulses ``done`` once per descriptor, every source word is
 taken and its sticky ``errors`` stay 0 (bad descriptors are the Amaranth-simulator tests' part,
-``tests/test_agg_link_amaranth.py``). Each test writes ``summary-<test>.json`` (case records) into the run folder and then
+``tests/amaranth/test_agg_link.py``). Each test writes ``summary-<test>.json`` (case records) into the run folder and then
 fails if a case mismatched.
 
 Figures (:func:`link_figures`, :func:`print_links`, for ``elmoe3d bench``): streaming traffic
@@ -44,7 +44,7 @@ import random
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from ..sw.links import (LinkMode, LinkOp, RingFlit, ref_link, ref_ring, ring_flits,
+from ..sw.golden.links import (LinkMode, LinkOp, RingFlit, ref_link, ref_ring, ring_flits,
                         ring_geometry)
 from . import cocotb_streams as streams
 from .records import BenchResult, run_bench, write_summary

@@ -10,7 +10,7 @@ writes ``params.json`` (read with :func:`~elmoe3d.sim.runner.load_params`)::
      "batches": [1, 4, 16],                     # tokens per MoE layer (trace test)
      "modes": ["DRAFT", "FULL"]}
 
-Every case builds a PE program with :func:`elmoe3d.sw.expert.build_moe_program` (the expert
+Every case builds a PE program with :func:`elmoe3d.sw.golden.expert.build_moe_program` (the expert
 builder: quantization, weight layout, WMEM buffer-fulls with double buffering), runs it on the
 RTL with a cocotb driver per stream (``cmd``, ``ld``, ``link_i`` sources with optional idle
 cycles that drive garbage payloads; ``o``, ``link_o`` sinks with optional backpressure; a
@@ -18,9 +18,9 @@ monitor per output checking that an offered beat stays valid and unchanged until
 compares with plain equality:
 
 * every ``o`` DATA beat and ``link_o`` word against the functional simulator
-  (:mod:`elmoe3d.sw.fsim`) running the same program and ``ld`` stream;
+  (:mod:`elmoe3d.sw.golden.pe`) running the same program and ``ld`` stream;
 * the decoded FP32 output ``[T, H]`` (as bits) against the golden MoE layer
-  :func:`elmoe3d.sw.expert.ref_moe` (no program involved);
+  :func:`elmoe3d.sw.golden.expert.ref_moe` (no program involved);
 * the STATUS beat's functional counters against fsim and its sticky flags (accumulator
   overflow, VPU saturation) against both fsim and ``ref_moe``.
 
@@ -56,13 +56,13 @@ from cocotb.triggers import RisingEdge
 from ..config import ArchConfig, preset
 from ..hw.pe import PE
 from ..isa import Sink, Target
-from ..sw import asm, fsim
-from ..sw.asm import OKind
-from ..sw.corpus import traces_dir
-from ..sw.datapath import Mode, gemm
-from ..sw.expert import Expert, build_moe_program, ref_moe
-from ..sw.host import synthetic_experts
-from ..sw.quant import quantize_weights
+from ..sw.golden import asm, pe as fsim
+from ..sw.golden.asm import OKind
+from ..sw.host.corpus import traces_dir
+from ..sw.golden.datapath import Mode, gemm
+from ..sw.golden.expert import Expert, build_moe_program, ref_moe
+from ..sw.host.compiler import synthetic_experts
+from ..sw.golden.quant import quantize_weights
 from . import cocotb_streams as streams
 from .records import (BenchResult, CaseRecorder, arch_from_params, arch_param, failed_cases,
                       run_bench)
@@ -82,7 +82,7 @@ SYNTHETIC_NOTE = ("expert weights and token activations are synthetic (seeded Ga
 
 
 def default_routing() -> Path:
-    """The real Mixtral routing trace (see :func:`elmoe3d.sw.corpus.traces_dir`)."""
+    """The real Mixtral routing trace (see :func:`elmoe3d.sw.host.corpus.traces_dir`)."""
     return traces_dir() / "gsm8k_2_routing.jsonl"
 
 

@@ -18,8 +18,8 @@ checks the stream rule (a presented result stays valid and unchanged until taken
 packed and unpacked only through the Amaranth layouts (:func:`~elmoe3d.hw.layouts.pack_beats`,
 :func:`~elmoe3d.hw.layouts.unpack_results`).
 
-Every result is compared with plain equality against :func:`elmoe3d.sw.tile.ref_tile`, and
-each GEMM reassembled from the results against :func:`elmoe3d.sw.datapath.gemm`. Comparisons
+Every result is compared with plain equality against :func:`elmoe3d.sw.golden.tile.ref_tile`, and
+each GEMM reassembled from the results against :func:`elmoe3d.sw.golden.datapath.gemm`. Comparisons
 are counted in accumulator values; mismatches count every differing accumulator, overflow flag
 or mode, every missing or extra result and every stream-protocol violation. Each test writes
 ``summary-<test>.json`` (a list of case records) into the run folder, then fails if any case
@@ -47,10 +47,10 @@ from cocotb.triggers import RisingEdge
 from ..config import TileConfig
 from ..hw.layouts import pack_beats, tile_beat_layout, unpack_results
 from ..hw.tile import TensorTile
-from ..sw.datapath import Mode, gemm
-from ..sw.corpus import gsm8k_prompts, traces_dir
-from ..sw.quant import GROUP, QuantizedWeight, quantize_activations, quantize_weights
-from ..sw.tile import channels_per_block, ref_tile, tile_assemble, tile_schedule
+from ..sw.golden.datapath import Mode, gemm
+from ..sw.host.corpus import gsm8k_prompts, traces_dir
+from ..sw.golden.quant import GROUP, QuantizedWeight, quantize_activations, quantize_weights
+from ..sw.golden.tile import channels_per_block, ref_tile, tile_assemble, tile_schedule
 from . import cocotb_streams as streams
 from .records import BenchResult, CaseRecorder, failed_cases, run_bench
 from .runner import case_rng, load_params, resolve_seed
@@ -62,7 +62,7 @@ MAX_DETAILS = 8
 
 
 def _minilm_missing() -> bool:
-    from ..sw.minilm import minilm_path
+    from ..sw.host.minilm import minilm_path
     return minilm_path() is None
 
 
@@ -258,7 +258,7 @@ class TileBench(CaseRecorder):
     def check_split(self, case, source, traffic, full, msb, lsb, shape):
         """numerics §5: MSB_ONLY + LSB_ONLY equals FULL bit for bit (three RTL Accumulators).
         The identity holds only without saturation: a saturated operand is a failed case."""
-        from ..sw.datapath import Accumulator
+        from ..sw.golden.datapath import Accumulator
         saturated = [name for name, acc in (("FULL", full), ("MSB_ONLY", msb),
                                             ("LSB_ONLY", lsb)) if acc.overflow.any()]
         if saturated:
@@ -318,7 +318,7 @@ def _evenly(total: int, count: int) -> np.ndarray:
 
 
 def default_traces() -> Path:
-    """The GSM8K prompt file (see :func:`elmoe3d.sw.corpus.traces_dir`)."""
+    """The GSM8K prompt file (see :func:`elmoe3d.sw.host.corpus.traces_dir`)."""
     return traces_dir() / "gsm8k_2_outputs.jsonl"
 
 
@@ -353,7 +353,7 @@ def _random_beats(rng, count, config: TileConfig):
 @cocotb.parametrize(traffic=list(BENCH_TRAFFIC))
 async def test_minilm(dut, traffic):
     """Real all-MiniLM-L6-v2 FFN weights and real activations on GSM8K prompts."""
-    from ..sw.minilm import ffn_activations, ffn_weights
+    from ..sw.host.minilm import ffn_activations, ffn_weights
     bench = await _bench(dut, f"test_minilm-{traffic}", traffic)
     with bench.summary():
         params = load_params()

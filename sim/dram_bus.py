@@ -1,9 +1,9 @@
-"""cocotb driver of the behavioural DRAM devices (:class:`~elmoe3d.sim.dram_model.DramDevice`)
+"""cocotb driver of the behavioural DRAM devices (:class:`~elmoe3d.sw.golden.dram.DramDevice`)
 on a DUT's DRAM command buses: the one loop the DRAM controller bench
 (:mod:`elmoe3d.sim.bench_dram`) and the die bench use.
 
 A bus is the signal group ``<prefix>__<name>`` for the names in :data:`BUS_SIGNALS` (the
-controller's ``dram`` port, :mod:`elmoe3d.hw.dram_ctrl`): a row command (``row_kind``: ACT,
+controller's ``dram`` port, :mod:`elmoe3d.hw.dram`): a row command (``row_kind``: ACT,
 PRE, REFPB, REFAB; ``row_bank``, ``row_addr``), a column command (``col_write``, ``col_bank``,
 ``col_addr``, ``col_wdata``) and the read data the device returns (``rd_valid``,
 ``rd_data``).
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from .dram_model import TimingViolation
+from ..sw.golden.dram import TimingViolation
 
 
 __all__ = ["BUS_SIGNALS", "dram_bus", "sample_bus", "drive_devices"]
@@ -48,7 +48,7 @@ async def drive_devices(dut, devices, violations: list, *, trace: list | None = 
     once per logic cycle of ``dut.clk`` with the commands it sampled on its bus; its read data
     goes back (``rd_valid``, ``rd_data``) during the next cycle. Runs until cancelled.
 
-    A :class:`~elmoe3d.sim.dram_model.TimingViolation` is appended (as text) to ``violations``
+    A :class:`~elmoe3d.sw.golden.dram.TimingViolation` is appended (as text) to ``violations``
     and logged, and that device stops (its ``rd_valid`` low from then on); the others go on.
     ``trace`` (optional) collects ``(device cycle, row, col)`` of every cycle with a command."""
     rd = [None] * len(devices)

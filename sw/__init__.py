@@ -1,11 +1,16 @@
-"""Golden model of ELMoE-3D in plain NumPy (never imports Amaranth or cocotb).
+"""elmoe3d.sw: the software side of ELMoE-3D, in two subpackages.
 
-* :mod:`.quant`    -- bit-nested INT8 weight quantization, MSB/LSB slices, k-bit drafts,
-  per-token power-of-two activation quantization.
-* :mod:`.datapath` -- the IA8xW5 bit-sliced datapath, group psums, the Q.24 fused-dequantization
-  accumulator and the bit-exact GEMM.
-* :mod:`.metrics`  -- float64 reference and error metrics.
+* :mod:`.golden` -- the hardware's executable definition in plain NumPy: bit-nested quantization,
+  the IA8xW5 datapath, the tile, VPU, links, DRAM timing, the PE's assembler packers and
+  functional simulator, the expert FFN programs. Imports NumPy and the package root only
+  (``elmoe3d.config``, ``elmoe3d.isa``, ``elmoe3d.errors``); every RTL block is checked against it.
+* :mod:`.host` -- the host layer: model presets, routing traces, the HB expert cache,
+  Elastic-SD, placement and the compilers, the performance model, the run backends and the FPGA
+  board driver.
+
+The quantization and GEMM API is re-exported here for quantization experiments
+(``from elmoe3d.sw import quantize_weights, gemm``).
 """
 
-from .quant import *      # noqa: F401,F403
-from .datapath import *   # noqa: F401,F403
+from .golden.quant import *      # noqa: F401,F403
+from .golden.datapath import *   # noqa: F401,F403

@@ -125,7 +125,7 @@ BLOCK_TYPES = [
     BlockType("elmoe3d.hw.ring:RingStation", "ring station", "streamline ring"),
     BlockType("elmoe3d.hw.hb_ctrl:HBController", "HB controller", "HB controllers"),
     BlockType("elmoe3d.hw.ext_ctrl:ExtController", "EXT controller", "EXT controller"),
-    BlockType("elmoe3d.hw.dram_ctrl:DramController", "DRAM channel controller", "DRAM ctrl"),
+    BlockType("elmoe3d.hw.dram:DramController", "DRAM channel controller", "DRAM ctrl"),
 ]
 
 

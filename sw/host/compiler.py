@@ -1,0 +1,624 @@
+"""The host compiler: routing-trace steps -> expert work per MoE layer -> expert placement on
+the die's PE groups -> per-group PE programs (paper Sections 4.2, 5.1, 5.2; ``docs/host.md``).
+
+A run of the host layer has three stages; the backends (:mod:`.backends`) consume the result:
+
+1. **Steps** (:class:`Step`): what the die executes one after the other. From Elastic-SD
+   (:func:`elastic_steps`, paper Algorithm 1 via :class:`~.elastic_sd.ElasticSD`): the
+   autoregressive seed tokens (``ar``), then per iteration ``depth`` ``draft`` steps (throttled
+   routing, HB pool only, DRAFT numerics) and one ``verify`` step (all draft tokens, original
+   routing, FULL numerics, cached experts split MSB from HB / LSB from EXT) that also carries
+   the pool update (the next pool's new MSB slices written into HB). From a plain trace replay
+   through the LRU cache (:func:`replay_steps`, :class:`~.hbcache.HBExpertCache` with demand
+   admission): one ``decode`` step per token position (FULL numerics; misses admitted into HB).
+   Each step holds one :class:`LayerWork` per selected MoE layer: the tokens' expert ids and
+   gate weights, and the experts whose MSB slice is HB-resident at that moment.
+2. **Placement** (:func:`place_layer`, :class:`HomeGroups`) -- the policy:
+
+   * an HB-resident expert has a *home group*: its MSB slice is split by output channel (and
+     the down matrix by K) over the G HB banks of one PE group (``docs/parallel.md``, data
+     placement). The home is chosen when the slice is written into HB (pool update or
+     admission): the group holding the fewest resident slices, ties to the lower index; it is
+     released when the slice is evicted. A draft runs each routed pool expert in its home
+     group (HB-only tensor parallelism); a verify runs a cached expert in its home group (MSB
+     TP from HB, LSB DP from EXT, psum-level synchronisation on the group's link);
+   * an uncached (EXT-streamed) expert has no home: each step it goes to the group with the
+     least work so far in that layer (token-expert pairs, cached experts counted first;
+     longest-processing-time order: most tokens first, ties to the lower id; ties between
+     groups to the lower index), where it runs data-parallel over token row blocks with its
+     weights multicast on the streamline ring;
+   * groups share nothing but the ring: each group's layer result is the MoE sum over its own
+     experts (equal bit for bit to :func:`.expert.ref_moe` with the routing restricted to them,
+     :func:`.parallel.group_routing`); the host adds the groups' FP32 results (ascending group
+     index) for the layer's output.
+3. **Programs** (:func:`compile_layer`): one :func:`.parallel.compile_group` per busy group
+   (its PE programs, ``ld`` streams per source, HB images, EXT transfers with multicast masks
+   and link descriptors). Pool-update writes are :class:`PoolWrite` records: the slice, its
+   home group and the bytes written into each of the group's banks (``msb_bytes / G``), and
+   whether its source is the verify's own EXT stream or an extra EXT read.
+
+Shapes: the performance model runs the model preset's real shapes; the golden and RTL
+backends run the same steps and placement on the small configuration with synthetic weights of
+:data:`SYNTHETIC_SHAPE` (:func:`synthetic_model`, :class:`SyntheticWeights`: seeded Gaussians,
+labelled synthetic) and the trace's real routing.
+
+Plain NumPy; never imports Amaranth or cocotb.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import UserError
+from .elastic_sd import ElasticSD
+from .hbcache import HBExpertCache
+from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
+
+
+__all__ = ["STEP_KINDS", "SYNTHETIC_SHAPE", "SYNTHETIC_NOTE", "LayerWork", "Step", "PoolWrite",
+           "HomeGroups", "Placement", "place_layer", "replay_steps", "elastic_steps",
+           "limit_tokens", "parse_layers", "synthetic_model", "synthetic_experts",
+           "SyntheticWeights", "compile_layer", "slice_images", "reserved_hb_bytes",
+           "KV_CACHE_TOKENS", "check_model_trace"]
+
+#: Step kinds: Elastic-SD's autoregressive seed tokens, draft steps and verify steps; plain
+#: replay's decode steps. ``draft`` runs DRAFT numerics (MSB slices only); the others FULL.
+STEP_KINDS = ("ar", "draft", "verify", "decode")
+
+#: Expert shape (hidden, intermediate) of the golden and RTL backends on the small
+#: configuration: 2 PEs per group divide its 64 up/gate column blocks into intermediate slices
+#: of 64 channels (multiples of 32 and of W/32 = 16), as ``sw/host/parallel.py`` needs.
+SYNTHETIC_SHAPE = (64, 128)
+SYNTHETIC_NOTE = ("expert weights and token activations are synthetic (seeded Gaussians) at "
+                  "H x I = {h} x {i}; the routing (expert ids, gate weights) is the trace's")
+
+
+#: Tokens of FP16 KV cache the HB reserves (:func:`reserved_hb_bytes`).
+KV_CACHE_TOKENS = 1024
+
+
+def reserved_hb_bytes(model) -> tuple:
+    """``(dense_bytes, kv_bytes)`` of HB reserved before expert slices (``docs/traces.md``),
+    from the preset's shapes (:class:`~.models.ModelPreset`: ``vocab_size``,
+    ``attention_heads``, ``kv_heads``, ``head_dim``, ``hidden``, ``layers``,
+    ``routed_experts``): the non-expert weights (untied embeddings 2 x vocab x H; attention
+    layers x (2 x H x heads x head_dim + 2 x H x kv_heads x head_dim); routers MoE layers x
+    experts x H; 2 x layers + 1 norms of H) in G32 INT8 with FP16 scales, and a
+    :data:`KV_CACHE_TOKENS`-token FP16 KV cache (layers x 2 x kv_heads x head_dim x 2 B x
+    tokens). Presets without attention shapes (all but Mixtral-8x7B) and synthetic models:
+    ``(0, 0)`` (pass the figures)."""
+    p = model_preset(model)
+    if not p.attention_heads:
+        return 0, 0
+    H, L = p.hidden, p.layers
+    q, kv = p.attention_heads * p.head_dim, p.kv_heads * p.head_dim
+    fp16 = np.dtype(np.float16).itemsize
+    dense = 2 * p.vocab_size * H + L * (2 * H * q + 2 * H * kv) \
+        + p.moe_layers * p.routed_experts * H + (2 * L + 1) * H
+    return dense + dense // QUANT_GROUP * SCALE_BYTES, L * 2 * kv * fp16 * KV_CACHE_TOKENS
+
+
+# ---- steps --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class LayerWork:
+    """One MoE layer's expert work in one step.
+
+    Attributes
+    ----------
+    layer : int
+        Decoder-layer index.
+    ids : int64 ``[T, k]``
+        Each token's experts (-1: empty slot, e.g. a throttled draft token with fewer pool
+        experts than k, or a (token, layer) record missing from the trace).
+    weights : float32 ``[T, k]``
+        Their gate weights (the routed scaling factor applied; 0 in empty slots).
+    cached : frozenset of int
+        Experts whose MSB slice is HB-resident at this layer during the step.
+    """
+
+    layer: int
+    ids: np.ndarray
+    weights: np.ndarray
+    cached: frozenset
+
+    @property
+    def tokens(self) -> int:
+        return int(self.ids.shape[0])
+
+    def routed(self) -> list:
+        """Distinct experts the tokens use, ascending."""
+        return sorted(set(int(e) for e in self.ids.reshape(-1) if e >= 0))
+
+    def expert_tokens(self) -> dict:
+        """``{expert: tokens routed to it}``."""
+        ids = self.ids[self.ids >= 0]
+        u, c = np.unique(ids, return_counts=True)
+        return {int(e): int(n) for e, n in zip(u, c)}
+
+
+@dataclass(frozen=True)
+class PoolWrite:
+    """An MSB slice written into HB during a step (Elastic-SD's pool update, Algorithm 1 line
+    30, or an LRU admission): ``key`` = (layer, expert); ``group`` its home; ``extra``: True
+    when no EXT stream of the step carried the expert (an extra EXT read of the MSB slice)."""
+
+    key: tuple
+    group: int
+    extra: bool
+
+
+@dataclass(eq=False)
+class Step:
+    """One step the die executes (module docstring).
+
+    Attributes
+    ----------
+    index : int
+    kind : str
+        One of :data:`STEP_KINDS`.
+    tokens : list of (request, position)
+        The batch, in row order of every :class:`LayerWork`.
+    layers : dict
+        ``{layer: LayerWork}`` of the selected layers.
+    produced : int
+        Tokens this step completes (decode/ar: its tokens; verify: accepted + 1 per request;
+        draft: 0).
+    iteration : int or None
+        Elastic-SD iteration (None for ar/decode steps).
+    writes : list of PoolWrite
+        HB writes of the pool update carried by this step (selected layers only).
+    evicted : list of (layer, expert)
+        Slices leaving HB after this step.
+    accepted : list of int
+        Verify steps: accepted draft tokens per request.
+    placements : dict
+        ``{layer: Placement}``: where each layer's experts run (:func:`place_layer`, with the
+        homes of the step's HB contents).
+    """
+
+    index: int
+    kind: str
+    tokens: list
+    layers: dict
+    produced: int
+    iteration: int | None = None
+    writes: list = field(default_factory=list)
+    evicted: list = field(default_factory=list)
+    accepted: list = field(default_factory=list)
+    placements: dict = field(default_factory=dict)
+
+    @property
+    def phase(self) -> str:
+        """``"draft"`` or ``"verify"``: the numerics and scheme of :func:`.parallel.compile_group`
+        (ar, decode and verify steps run FULL with the original routing)."""
+        return "draft" if self.kind == "draft" else "verify"
+
+
+class HomeGroups:
+    """Home group of every HB-resident MSB slice (module docstring, placement policy).
+
+    ``groups``: PE groups of the die. :meth:`sync` makes the homes follow a cache content
+    (assigning a home to each new key, releasing departed ones)."""
+
+    def __init__(self, groups: int):
+        if not isinstance(groups, int) or groups < 1:
+            raise ValueError(f"groups: expected a positive integer, got {groups!r}")
+        self.groups = groups
+        self.home: dict = {}
+        self.count = [0] * groups
+
+    def assign(self, key) -> int:
+        key = (int(key[0]), int(key[1]))
+        if key not in self.home:
+            g = min(range(self.groups), key=lambda i: (self.count[i], i))
+            self.home[key] = g
+            self.count[g] += 1
+        return self.home[key]
+
+    def release(self, key):
+        g = self.home.pop((int(key[0]), int(key[1])), None)
+        if g is not None:
+            self.count[g] -= 1
+
+    def sync(self, keys) -> tuple:
+        """Homes for exactly ``keys``: returns ``(new keys, released keys)``, each sorted
+        (homes are assigned in that order)."""
+        want = {(int(a), int(b)) for a, b in keys}
+        gone = sorted(self.home.keys() - want)
+        for k in gone:
+            self.release(k)
+        new = sorted(want - self.home.keys())
+        for k in new:
+            self.assign(k)
+        return new, gone
+
+
+def parse_layers(text, model) -> list:
+    """Decoder-layer ids from ``--layers``: ``A:B`` (half-open, ``A:`` / ``:B`` allowed),
+    ``A:B:S``, ``N`` or ``A,B,...``; each must be a MoE layer of ``model``. None: all.
+    Raises :class:`UserError` naming ``--layers``."""
+    p = model_preset(model)
+    ids = list(p.moe_layer_ids)
+    if text is None:
+        return ids
+    s = str(text).strip()
+    try:
+        if ":" in s:
+            parts = [int(x) if x.strip() else None for x in s.split(":")]
+            if len(parts) > 3:
+                raise ValueError
+            lo, hi = parts[0], parts[1]
+            st = parts[2] if len(parts) == 3 else None
+            if st is not None and st < 1:
+                raise UserError(f"--layers {s!r}: the step must be >= 1")
+            out = list(range(lo if lo is not None else ids[0],
+                             hi if hi is not None else ids[-1] + 1, st or 1))
+        else:
+            out = [int(x) for x in s.split(",")]
+    except ValueError:
+        raise UserError(f"--layers {s!r}: expected A:B, A:B:S, N or a comma-separated list of "
+                        f"decoder-layer indices") from None
+    bad = [x for x in out if x not in ids]
+    if bad:
+        raise UserError(f"--layers {s!r}: layer {bad[0]} is not a MoE layer of {p.name} "
+                        f"({ids[0]}..{ids[-1]})")
+    if not out:
+        raise UserError(f"--layers {s!r}: selects no layer")
+    return sorted(set(out))
+
+
+def limit_tokens(trace, tokens, phase="decode"):
+    """The trace restricted to its first ``tokens`` tokens of ``phase`` (requests in increasing
+    id, positions in order). None: unchanged. Raises :class:`UserError` naming ``--tokens``."""
+    if tokens is None:
+        return trace
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+        raise UserError(f"--tokens: expected a positive integer, got {tokens!r}")
+    m = trace.phase_mask(phase)
+    keep = np.zeros(len(trace), bool)
+    left = tokens
+    for r in np.unique(trace.request[m]):
+        if left <= 0:
+            break
+        sel = m & (trace.request == r)
+        pos = np.unique(trace.position[sel])[:left]
+        keep |= sel & np.isin(trace.position, pos)
+        left -= len(pos)
+    return trace.select(keep)
+
+
+def _route_rows(rows, E, k, scale):
+    """``(ids int64 [T, k], weights float32 [T, k])`` from per-token (ids, weights) lists."""
+    ids = np.full((len(rows), k), -1, np.int64)
+    w = np.zeros((len(rows), k), np.float32)
+    for t, (ri, rw) in enumerate(rows):
+        n = len(ri)
+        ids[t, :n] = ri
+        w[t, :n] = np.asarray(rw, np.float64) * scale
+    return ids, w
+
+
+def _layer_work(layer, rows, cached, model):
+    ids, w = _route_rows(rows, model.routed_experts, model.top_k, model.routed_scaling_factor)
+    return LayerWork(layer=layer, ids=ids, weights=w, cached=frozenset(int(e) for e in cached))
+
+
+def _orig(rr, t, j, E):
+    """Recorded routing of token t of rr at layer index j (empty if missing)."""
+    if not rr.present[t, j]:
+        return [], []
+    ids = rr.ids[t, j]
+    keep = ids < E
+    return [int(e) for e in ids[keep]], [float(x) for x in rr.weights[t, j][keep]]
+
+
+def replay_steps(trace, cache: HBExpertCache, *, layers=None, batch=1, groups=1,
+                 phase="decode") -> list:
+    """Decode steps of a plain trace replay through the LRU ``cache`` (demand admission), as
+    :func:`.hbcache.replay` runs it: ``batch`` requests in lockstep, one token each per step,
+    each MoE layer accessing the union of its tokens' experts once (all layers run through the
+    cache; :class:`LayerWork` is kept for ``layers``, default all). A layer's ``cached`` set is
+    its hits; admitted misses become :class:`PoolWrite` records of the step (never ``extra``:
+    the step streams them), evictions are listed. Homes over ``groups`` PE groups."""
+    p = cache.model
+    lids = list(p.moe_layer_ids)
+    sel = set(lids if layers is None else layers)
+    E = p.routed_experts
+    homes = HomeGroups(groups)
+    homes.sync(cache.contents())
+    steps = []
+    reqs = trace.requests(phase)
+    for b0 in range(0, len(reqs), batch):
+        group = reqs[b0:b0 + batch]
+        for t in range(max(r.tokens for r in group)):
+            live = [r for r in group if t < r.tokens]
+            toks = [(r.request, int(r.positions[t])) for r in live]
+            work, writes, evicted, placed = {}, [], [], {}
+            for j, lay in enumerate(lids):
+                rows = [_orig(r, t, j, E) for r in live]
+                experts = [e for ri, _ in rows for e in ri]
+                if not experts:
+                    continue
+                hits, misses = cache.step(lay, experts)
+                if lay in sel:
+                    work[lay] = _layer_work(lay, rows, hits, p)
+                    placed[lay] = place_layer(work[lay], homes, draft=False)
+                # membership changes only by admissions (and the evictions they cause)
+                new, gone = homes.sync(cache.contents()) if misses else ([], [])
+                writes += [PoolWrite(k, homes.home[k], False) for k in new if k[0] in sel]
+                evicted += [k for k in gone if k[0] in sel]
+            steps.append(Step(index=len(steps), kind="decode", tokens=toks, layers=work,
+                              produced=len(toks), writes=writes, evicted=evicted,
+                              placements=placed))
+    return steps
+
+
+def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
+                  phase="decode") -> tuple:
+    """Run Elastic-SD (:meth:`.elastic_sd.ElasticSD.run`) over ``trace`` and turn its
+    iterations into steps: per batch the ``depth`` autoregressive seed tokens (``ar``, pool =
+    the cache's contents then; the first pool's slices written during the last of them), then
+    per iteration ``depth`` draft steps (the recorded throttled routing; gate weights by
+    :meth:`~.elastic_sd.ElasticSD.throttled`'s rule) and one verify step (original routing,
+    the iteration's pool, its pool update). Returns ``(steps, ElasticSDResult)``."""
+    p = esd.model
+    cache = esd.cache
+    lids = list(p.moe_layer_ids)
+    sel = set(lids if layers is None else layers)
+    E = p.routed_experts
+    pool_start = cache.contents()
+    res = esd.run(trace, batch=batch, phase=phase)
+    reqs = trace.requests(phase)
+    by_id = {r.request: r for r in reqs}
+    homes = HomeGroups(groups)
+    steps = []
+    its = list(res.iterations)
+    it_no = 0
+    pool = list(pool_start)
+
+    def layer_pool(keys):
+        out = {}
+        for lay, e in keys:
+            out.setdefault(lay, set()).add(e)
+        return out
+
+    def add(kind, toks, rows_of, cached_of, produced, **kw):
+        work = {}
+        for j, lay in enumerate(lids):
+            if lay not in sel:
+                continue
+            rows = [rows_of(rr, t, j) for rr, t in toks]
+            if not any(ri for ri, _ in rows):
+                continue
+            routed = {e for ri, _ in rows for e in ri}
+            work[lay] = _layer_work(lay, rows, cached_of(lay) & routed, p)
+        steps.append(Step(index=len(steps), kind=kind,
+                          tokens=[(rr.request, int(rr.positions[t])) for rr, t in toks],
+                          layers=work, produced=produced, **kw,
+                          placements={lay: place_layer(w, homes, draft=kind == "draft")
+                                      for lay, w in work.items()}))
+        return steps[-1]
+
+    def writes_for(new_pool, streamed):
+        new, gone = homes.sync(new_pool)
+        return ([PoolWrite(k, homes.home[k], k not in streamed) for k in new if k[0] in sel],
+                [k for k in gone if k[0] in sel])
+
+    for b0 in range(0, len(reqs), batch):
+        group = reqs[b0:b0 + batch]
+        ids_b = {r.request for r in group}
+        homes.sync(pool)
+        lp = layer_pool(pool)
+        d = esd.depth
+        for t in range(d):
+            toks = [(r, t) for r in group if t < r.tokens]
+            if toks:
+                add("ar", toks, lambda rr, tt, j: _orig(rr, tt, j, E),
+                    lambda lay: lp.get(lay, set()), len(toks))
+        mine = []
+        while its and set(its[0].requests) <= ids_b:
+            mine.append(its.pop(0))
+        first_pool = mine[0].pool_before if mine else pool
+        used = set()
+        for t in range(d):
+            for r in group:
+                if t < r.tokens:
+                    for j, lay in enumerate(lids):
+                        used.update((lay, e) for e in _orig(r, t, j, E)[0])
+        w, g = writes_for(first_pool, used)
+        if steps and steps[-1].kind == "ar":
+            steps[-1].writes += w
+            steps[-1].evicted += g
+        pool = list(first_pool)
+        for it in mine:
+            n_it = it_no
+            it_no += 1
+            lp = layer_pool(it.pool_before)
+            rrs = [by_id[q] for q in it.requests]
+            for s in range(d):
+                toks = [(rr, it.start[i] + s) for i, rr in enumerate(rrs) if s < it.drafted[i]]
+                if not toks:
+                    continue
+                route = {(rr.request, it.start[i] + s): it.draft_routing[i][s]
+                         for i, rr in enumerate(rrs) if s < it.drafted[i]}
+
+                def draft_rows(rr, tt, j, route=route):
+                    ch = route[(rr.request, tt)][j]
+                    ch = [int(e) for e in ch if e < E]
+                    if not ch:
+                        return [], []
+                    wts = esd.throttled_weights(rr, tt, j, np.array(ch),
+                                                 float(rr.weights[tt, j, -1]))
+                    return ch, [float(x) for x in wts]
+                add("draft", toks, draft_rows, lambda lay: lp.get(lay, set()), 0,
+                    iteration=n_it)
+            toks = [(rr, it.start[i] + s) for i, rr in enumerate(rrs)
+                    for s in range(it.drafted[i])]
+            streamed = {(lay, e) for lay, es in it.verify_uncached.items() for e in es}
+            st = add("verify", toks, lambda rr, tt, j: _orig(rr, tt, j, E),
+                     lambda lay: lp.get(lay, set()),
+                     sum(min(a + 1, rr.tokens - s0)
+                         for a, rr, s0 in zip(it.accepted, rrs, it.start)),
+                     iteration=n_it, accepted=list(it.accepted))
+            st.writes, st.evicted = writes_for(it.pool_after, streamed)
+            assert {pw.key for pw in st.writes if pw.extra} <= set(map(tuple, it.pool_extra))
+            pool = list(it.pool_after)
+    return steps, res
+
+
+# ---- placement ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Placement:
+    """Experts of one layer-step per PE group: ``groups[g]`` = ``{expert: tokens}``;
+    ``cached[g]`` = the HB-resident ones among them (run MSB-TP from the group's HB)."""
+
+    groups: tuple
+    cached: tuple
+
+    def busy(self) -> list:
+        return [g for g, ex in enumerate(self.groups) if ex]
+
+
+def place_layer(work: LayerWork, homes: HomeGroups, *, draft: bool) -> Placement:
+    """Place one layer's experts on the die's groups (module docstring, placement policy).
+    ``draft``: only HB-resident experts may be routed (a ValueError names ``work``)."""
+    G = homes.groups
+    per = [dict() for _ in range(G)]
+    cached = [set() for _ in range(G)]
+    load = [0] * G
+    toks = work.expert_tokens()
+    cold = []
+    for e in sorted(toks):
+        if e in work.cached:
+            g = homes.assign((work.layer, e))
+            per[g][e] = toks[e]
+            cached[g].add(e)
+            load[g] += toks[e]
+        else:
+            cold.append(e)
+    if draft and cold:
+        raise ValueError(f"work: layer {work.layer}: draft tokens routed to experts {cold} "
+                         f"outside the HB pool")
+    for e in sorted(cold, key=lambda e: (-toks[e], e)):
+        g = min(range(G), key=lambda i: (load[i], i))
+        per[g][e] = toks[e]
+        load[g] += toks[e]
+    return Placement(groups=tuple(per), cached=tuple(frozenset(c) for c in cached))
+
+
+# ---- synthetic weights and the compiled programs -------------------------------------------------
+
+def synthetic_model(model, shape=SYNTHETIC_SHAPE) -> ModelPreset:
+    """``model``'s routing (layers, experts, top-k, router rule) with expert shape ``shape``
+    (hidden, intermediate): what the golden and RTL backends run on the small configuration."""
+    p = model_preset(model)
+    h, i = shape
+    return dataclasses.replace(p, name=f"{p.name}@{h}x{i}", hidden=h, expert_intermediate=i,
+                               shared_experts=0, shared_intermediate=0,
+                               expert_format="int8-nested", vocab_size=0, attention_heads=0,
+                               kv_heads=0)
+
+
+def synthetic_experts(rng, n, hidden, inter) -> list:
+    """``n`` float64 experts ``(w_up [I, H], w_gate [I, H], w_down [H, I])`` (``I`` =
+    ``inter``, ``H`` = ``hidden``, a multiple of 32) drawn from the NumPy generator ``rng``:
+    Gaussians x 0.2 with per-group (32 along K) magnitudes spread over two decades,
+    10^U(-1.5, 0.5). The experts of :class:`SyntheticWeights` and of the PE and die benches."""
+    def weight(shape):
+        w = rng.standard_normal(shape)
+        mag = 10.0 ** rng.uniform(-1.5, 0.5, (shape[0], shape[1] // QUANT_GROUP))
+        return w * np.repeat(mag, QUANT_GROUP, axis=1) * 0.2
+    return [(weight((inter, hidden)), weight((inter, hidden)), weight((hidden, inter)))
+            for _ in range(n)]
+
+
+class SyntheticWeights:
+    """Seeded synthetic experts and activations (labelled synthetic, :data:`SYNTHETIC_NOTE`).
+
+    Experts of layer l: :func:`synthetic_experts` from a generator seeded by (seed, layer),
+    quantized once and kept. Activation of (layer, request, position):
+    a seeded Gaussian row (x 2), the same in the draft and the verify of a token."""
+
+    def __init__(self, model, *, seed: int):
+        self.model = model_preset(model)
+        self.seed = int(seed)
+        self._experts = {}
+
+    @property
+    def note(self) -> str:
+        return SYNTHETIC_NOTE.format(h=self.model.hidden, i=self.model.expert_intermediate)
+
+    def experts(self, layer) -> list:
+        from ..golden.expert import Expert
+        if layer not in self._experts:
+            rng = np.random.default_rng([self.seed, 1, int(layer)])
+            ws = synthetic_experts(rng, self.model.routed_experts, self.model.hidden,
+                                   self.model.expert_intermediate)
+            self._experts[layer] = [Expert.quantize(*w, name=f"synthetic L{layer} E{e}")
+                                    for e, w in enumerate(ws)]
+        return self._experts[layer]
+
+    def x(self, layer, tokens) -> np.ndarray:
+        """float64 ``[T, H]`` activations of ``tokens`` = [(request, position)]."""
+        H = self.model.hidden
+        return np.stack([np.random.default_rng([self.seed, 2, int(layer), int(r), int(p)])
+                         .standard_normal(H) * 2.0 for r, p in tokens]) if tokens else \
+            np.zeros((0, H))
+
+
+def compile_layer(step: Step, work: LayerWork, placement: Placement, weights: SyntheticWeights,
+                  arch) -> list:
+    """The programs of one layer-step: ``[(group, GroupJob)]`` for every busy group
+    (:func:`.parallel.compile_group` with the group's experts and its cached subset). A batch
+    the PE's memories cannot hold raises :class:`UserError` naming the step, layer and group."""
+    from ..golden.asm import ProgramError
+    from .parallel import compile_group
+    x = weights.x(work.layer, step.tokens)
+    exs = weights.experts(work.layer)
+    jobs = []
+    for g in placement.busy():
+        try:
+            jobs.append((g, compile_group(x, exs, (work.ids, work.weights), phase=step.phase,
+                                          config=arch, cached=sorted(placement.cached[g]),
+                                          group_experts=sorted(placement.groups[g]))))
+        except ProgramError as exc:
+            raise UserError(f"step {step.index} ({step.kind}, {len(step.tokens)} tokens), "
+                            f"layer {work.layer}, group {g}: {exc} (the {arch.name} PE cannot "
+                            f"hold this batch: reduce --batch or --depth)") from None
+    return jobs
+
+
+def slice_images(layer, expert, weights: SyntheticWeights, arch) -> list:
+    """The words a pool update writes into the G HB banks of the home group for the MSB slice
+    of (``layer``, ``expert``): per PE, the up/gate MSB plane and scales of its channel slice
+    and the down MSB plane and scales of its K slice, in the layout
+    :func:`.parallel.compile_group` reads (a group's HB image is its cached experts' slices
+    in ascending id; ``tests/host/test_compiler.py`` checks the concatenation). W-bit ints."""
+    from .parallel import compile_group
+    x = weights.x(layer, [(0, 0)])
+    k = weights.model.top_k
+    ids = np.full((1, k), -1, np.int64)
+    ids[0, 0] = expert
+    w = np.zeros((1, k), np.float32)
+    w[0, 0] = 1.0
+    job = compile_group(x, weights.experts(layer), (ids, w), phase="draft", config=arch,
+                        cached=[expert], group_experts=[expert])
+    return [list(img) for img in job.hb_images]
+
+
+def check_model_trace(trace, model) -> ModelPreset:
+    """The preset, after checking the trace's experts, top-k and layers agree with it
+    (:class:`UserError` naming ``--model`` otherwise)."""
+    p = model_preset(model)
+    if trace.num_experts != p.routed_experts or trace.top_k != p.top_k or \
+            tuple(trace.layer_ids) != tuple(p.moe_layer_ids):
+        raise UserError(f"--model {p.name}: the trace has {trace.num_experts} experts, top-"
+                        f"{trace.top_k}, layers {trace.layer_ids[0]}..{trace.layer_ids[-1]}; "
+                        f"{p.name} has {p.routed_experts}, top-{p.top_k}, layers "
+                        f"{p.moe_layer_ids[0]}..{p.moe_layer_ids[-1]}")
+    return p

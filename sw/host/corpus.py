@@ -1,0 +1,55 @@
+"""Real input data that lives beside the checkout, never inside it.
+
+The routing traces and prompts in ``../shared/traces/`` carry no license, so the repository reads
+them in place. ``$ELMOE3D_TRACES`` (a folder) overrides the location.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ...errors import UserError
+
+
+__all__ = ["traces_dir", "gsm8k_prompts"]
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def traces_dir() -> Path:
+    """``$ELMOE3D_TRACES`` if set, else ``../shared/traces`` beside the repository."""
+    env = os.environ.get("ELMOE3D_TRACES")
+    return Path(env) if env else _REPO.parent / "shared" / "traces"
+
+
+def gsm8k_prompts(path: Path | None = None) -> list[str]:
+    """The GSM8K prompts of ``gsm8k_2_outputs.jsonl`` (real text for real activations).
+
+    Raises :class:`~elmoe3d.errors.UserError` naming the file when it is missing or a line is
+    not a JSON object with a non-empty ``prompt`` string.
+    """
+    path = Path(path) if path is not None else traces_dir() / "gsm8k_2_outputs.jsonl"
+    if not path.is_file():
+        raise UserError(f"GSM8K prompts not found at {path} (set ELMOE3D_TRACES to the folder "
+                        f"holding gsm8k_2_outputs.jsonl)")
+    prompts = []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    prompt = json.loads(line)["prompt"]
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise UserError(f"{path}:{lineno}: expected a JSON object with a 'prompt' "
+                                    f"string ({exc})") from None
+                if not isinstance(prompt, str) or not prompt:
+                    raise UserError(f"{path}:{lineno}: 'prompt' must be a non-empty string")
+                prompts.append(prompt)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the GSM8K prompts ({exc})") from None
+    if not prompts:
+        raise UserError(f"{path}: no prompts")
+    return prompts

@@ -1,0 +1,487 @@
+"""Elastic Self-Speculative Decoding on routing traces (paper Section 4.2 and Algorithm 1).
+
+One Elastic-SD iteration, for a batch of requests advancing in lockstep:
+
+1. **Draft** (Algorithm 1 lines 6-17): ``depth`` draft steps. At every MoE layer each token's
+   experts are the *throttled top-k*: its original expert ranking restricted to the HB-resident
+   pool C of that layer, first k kept (fewer if the pool holds fewer), in the original order
+   (:func:`throttle`). Only MSB slices are read, all from HB. Hotness is recorded from the
+   token's *original* routing: its original top-k as a one-hot vector, accumulated per layer
+   over the draft steps (line 14).
+2. **Next pool, before verification**: the accumulated hotness picks the pool of the next draft
+   (:func:`select_pool`), sized to the HB slots.
+3. **Verify** (lines 18-31): the draft tokens run with the original routing, all together; per
+   layer each distinct expert is read once. An expert in the current pool runs its MSB slice
+   from HB and its LSB slice from EXT (summed at partial-sum level); an uncached expert streams
+   whole from EXT. The next pool's new MSB slices are written into HB during verification
+   (line 30): a new slice whose expert verification streams anyway is taken from that stream;
+   any other costs an extra EXT read of its MSB slice. Both are counted.
+4. **Accept**: the accepted length of a request is the length of the prefix of its draft tokens
+   that the acceptance rule accepts (never a token past the first rejection); the request then
+   advances by accepted + 1 (the verifier's own token at the first rejection, or after the
+   last draft token).
+
+Ranking when the trace lacks router scores (BRIEF section 5): with full ``scores`` the original
+ranking is all experts by descending score (ties: lower id first). With only the top-k ids and
+weights, the top-k come first in their recorded order and every other expert is ranked after
+them by the pool's hotness (the one-hot counts the pool was chosen by: more often routed
+first), ties by lower id. The throttled gate weights are then: with scores, the model's rule
+(renormalised over the throttled set if ``norm_topk_prob``, raw scores otherwise); without,
+recorded weights for recorded experts and the k-th recorded weight (an upper bound on any
+unrecorded score) for the others, renormalised if the model renormalises.
+
+Trace semantics: the routing a draft token gets "originally" is taken as the trace's routing of
+the token at that position (the target's own routing: the paper's point is that the draft
+shares it, Fig. 7); a rejected draft token's routing is likewise the trace's. The trace cannot
+say whether a draft token is accepted: that is the ``acceptance`` rule's job
+(:class:`CoverageAcceptance` from the routing, :class:`BernoulliAcceptance` with a given
+rate, or any callable).
+
+Before the first iteration, the first ``depth`` tokens of each request run autoregressively
+(original routing, current pool as cache) to seed the hotness of the first pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import UserError
+from .hbcache import CacheStats, HBExpertCache
+from .models import ModelPreset
+
+
+__all__ = ["throttle", "original_ranking", "select_pool", "CoverageAcceptance",
+           "BernoulliAcceptance", "accepted_prefix", "Iteration", "ElasticSDResult",
+           "ElasticSD"]
+
+
+def original_ranking(topk_ids, num_experts, *, scores=None, fallback=None) -> np.ndarray:
+    """All expert ids of one (token, layer), best first.
+
+    With ``scores`` [E] (finite): by descending score, ties to the lower id. Otherwise the
+    recorded ``topk_ids`` in their order, then the others by descending ``fallback`` [E]
+    (hotness; default all zero), ties to the lower id. Raises :class:`UserError` on an id outside
+    0..E-1 (-1 included)."""
+    ids = np.asarray(topk_ids, np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
+        raise UserError(f"topk_ids: {ids.tolist()} outside 0..{num_experts - 1}")
+    if scores is not None:
+        s = np.asarray(scores, np.float64)
+        if s.shape != (num_experts,) or not np.isfinite(s).all():
+            raise UserError(f"scores: expected {num_experts} finite values")
+        return np.argsort(-s, kind="stable")
+    f = np.zeros(num_experts) if fallback is None else np.asarray(fallback, np.float64)
+    rest = np.setdiff1d(np.arange(num_experts), ids)
+    rest = rest[np.argsort(-f[rest], kind="stable")]
+    return np.concatenate([ids, rest])
+
+
+def throttle(ranking, pool, k) -> np.ndarray:
+    """Throttled top-k: the first ``k`` experts of ``ranking`` that are in ``pool`` (a set or
+    bool mask [E]), in ranking order; fewer if the pool holds fewer."""
+    ranking = np.asarray(ranking, np.int64)
+    if isinstance(pool, np.ndarray) and pool.dtype == bool:
+        inpool = pool[ranking]
+    else:
+        pool = set(int(x) for x in pool)
+        inpool = np.array([int(e) in pool for e in ranking], bool)
+    return ranking[inpool][:k]
+
+
+def select_pool(hotness, slots, *, layer_ids, current=(), min_per_layer=1) -> list:
+    """The next draft pool: (layer, expert) keys, at most ``slots``.
+
+    ``hotness`` [L, E] holds the accumulated one-hot routing counts. First every layer gets
+    its ``min(min_per_layer, E, slots // L)`` hottest experts (so no layer is left without an
+    expert when the slots allow), then the remaining slots go to the hottest remaining keys of
+    any layer; keys with zero hotness are kept only if already cached (keeping costs nothing,
+    loading would). Ties: already cached first, then lower layer, then lower id. Returned
+    coldest first (the recency order :meth:`HBExpertCache.fill` takes)."""
+    h = np.asarray(hotness, np.float64)
+    L, E = h.shape
+    if len(layer_ids) != L:
+        raise UserError(f"hotness: {L} layers but {len(layer_ids)} layer ids")
+    cur = {(int(a), int(b)) for a, b in current}
+
+    def key(j, e):
+        lay = layer_ids[j]
+        return (-h[j, e], (lay, e) not in cur, lay, e)
+
+    floor = min(min_per_layer, E, slots // L) if L else 0
+    chosen = set()
+    for j in range(L):
+        order = sorted(range(E), key=lambda e: key(j, e))
+        for e in order[:floor]:
+            chosen.add((j, e))
+    rest = sorted(((j, e) for j in range(L) for e in range(E) if (j, e) not in chosen),
+                  key=lambda je: key(*je))
+    for j, e in rest:
+        if len(chosen) >= slots:
+            break
+        if h[j, e] > 0 or (layer_ids[j], e) in cur:
+            chosen.add((j, e))
+    ordered = sorted(chosen, key=lambda je: key(*je), reverse=True)
+    return [(layer_ids[j], int(e)) for j, e in ordered]
+
+
+def accepted_prefix(accept) -> int:
+    """Length of the leading run of True in ``accept`` (acceptance is a prefix length: nothing
+    after the first rejection counts)."""
+    a = np.asarray(accept, bool)
+    rej = np.nonzero(~a)[0]
+    return int(rej[0]) if rej.size else len(a)
+
+
+@dataclass(frozen=True)
+class CoverageAcceptance:
+    """Accept a draft token iff the mean, over its MoE layers, of the fraction of its original
+    gate weight whose experts the draft could use (were in the pool) is >= ``threshold``
+    (1.0: accepted only if throttling changed nothing). A routing-level proxy for draft-target
+    agreement; it never looks at later tokens."""
+
+    threshold: float
+
+    def __post_init__(self):
+        if not 0 <= self.threshold <= 1:
+            raise UserError(f"threshold: expected a number in [0, 1], got {self.threshold!r}")
+
+    def __call__(self, coverage, rng) -> np.ndarray:
+        return np.asarray(coverage) >= self.threshold - 1e-12
+
+
+@dataclass(frozen=True)
+class BernoulliAcceptance:
+    """Accept each draft token independently with probability ``alpha`` (the paper's
+    acceptance rate, Table 3), from the simulator's seeded generator."""
+
+    alpha: float
+
+    def __post_init__(self):
+        if not 0 <= self.alpha <= 1:
+            raise UserError(f"alpha: expected a number in [0, 1], got {self.alpha!r}")
+
+    def __call__(self, coverage, rng) -> np.ndarray:
+        return rng.random(len(coverage)) < self.alpha
+
+
+@dataclass
+class Iteration:
+    """One draft + verify iteration of a batch.
+
+    Attributes
+    ----------
+    requests : list of int
+    start : list of int
+        Index (within each request's tokens) of its first draft token.
+    drafted : list of int
+        Draft tokens per request (``depth``, fewer at the end of a request).
+    accepted : list of int
+        Accepted prefix length per request.
+    coverage : list of ndarray
+        Per request, per draft token: the routing coverage :class:`CoverageAcceptance` reads.
+    draft_routing : list of ndarray
+        Per request, [drafted, L, k] throttled expert ids (``num_experts`` pads unused slots).
+    draft_steps : list of dict
+        Per draft step: ``{layer: [expert ids]}`` read from HB (union over the batch).
+    verify_cached, verify_uncached : dict
+        ``{layer: [expert ids]}`` of verification: MSB from HB + LSB from EXT, or whole from
+        EXT.
+    pool_before, pool_after : list
+        (layer, expert) keys of the pool the draft used and of the one chosen for the next
+        draft.
+    pool_written, pool_extra : list
+        Keys of ``pool_after`` written into HB during verification, and those among them no
+        verification stream carried (extra EXT reads).
+    """
+
+    requests: list
+    start: list
+    drafted: list
+    accepted: list
+    coverage: list
+    draft_routing: list
+    draft_steps: list
+    verify_cached: dict
+    verify_uncached: dict
+    pool_before: list
+    pool_after: list
+    pool_written: list
+    pool_extra: list
+
+
+@dataclass
+class ElasticSDResult:
+    """Totals of an Elastic-SD run (bytes; tokens).
+
+    ``draft_hb_bytes``: MSB slices read in draft steps. ``verify``: a :class:`CacheStats` of the
+    verification reads (hits = experts found in the pool). ``ar``: the same for the seeding AR
+    tokens. ``pool_write_bytes`` / ``pool_extra_ext_bytes``: pool updates. ``tokens``: tokens
+    produced (accepted + one per iteration + the AR seed tokens), ``drafted`` / ``accepted``:
+    draft tokens made / accepted."""
+
+    iterations: list
+    draft_hb_bytes: int
+    verify: CacheStats
+    ar: CacheStats
+    pool_write_bytes: int
+    pool_extra_ext_bytes: int
+    tokens: int
+    drafted: int
+    accepted: int
+    ranking: str
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accept_length(self) -> float:
+        """Mean tokens produced per (request, iteration): accepted + 1."""
+        n = sum(len(it.requests) for it in self.iterations)
+        return (self.accepted + n) / n if n else 0.0
+
+    def summary(self) -> dict:
+        return {"iterations": len(self.iterations), "tokens": self.tokens,
+                "drafted": self.drafted, "accepted": self.accepted,
+                "acceptance_rate": self.acceptance_rate,
+                "mean_accept_length": self.mean_accept_length,
+                "draft_hb_bytes": self.draft_hb_bytes,
+                "verify_hit_rate": self.verify.hit_rate,
+                "verify_hb_bytes": self.verify.hb_read_bytes,
+                "verify_ext_bytes": self.verify.ext_read_bytes,
+                "pool_write_bytes": self.pool_write_bytes,
+                "pool_extra_ext_bytes": self.pool_extra_ext_bytes,
+                "ar_hit_rate": self.ar.hit_rate, "ranking": self.ranking}
+
+
+class ElasticSD:
+    """Elastic-SD simulator over a routing trace.
+
+    Parameters (keyword-only)
+    ----------
+    cache : HBExpertCache
+        The HB pool (its ``slots`` bound the pool; its model gives k, E, the MoE layers, the
+        slice sizes and the gate-weight rule). Demand admission must be off (``admit=False``):
+        the pool changes only by the hotness update.
+    depth : int
+        Draft tokens per iteration (>= 1).
+    acceptance : callable
+        ``acceptance(coverage [n], rng) -> bool [n]`` for a request's draft tokens; e.g.
+        :class:`CoverageAcceptance` or :class:`BernoulliAcceptance`. Only its prefix counts.
+    min_per_layer : int, optional
+        Pool floor per layer (default the model's top-k; capped by ``slots // layers``).
+    seed : int
+        Seed of the generator handed to ``acceptance``.
+    """
+
+    def __init__(self, *, cache, depth, acceptance, min_per_layer=None, seed=0):
+        if not isinstance(cache, HBExpertCache):
+            raise UserError("cache: expected an HBExpertCache")
+        if cache.admit:
+            raise UserError("cache: Elastic-SD needs a cache built with admit=False (the pool "
+                            "changes only through the hotness update)")
+        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+            raise UserError(f"depth: expected a positive integer, got {depth!r}")
+        if not callable(acceptance):
+            raise UserError("acceptance: expected a callable (coverage, rng) -> bool array")
+        m = cache.model.top_k if min_per_layer is None else min_per_layer
+        if not isinstance(m, int) or isinstance(m, bool) or m < 0:
+            raise UserError(f"min_per_layer: expected an integer >= 0, got {min_per_layer!r}")
+        self._cache, self._depth, self._accept, self._min, self._seed = (
+            cache, depth, acceptance, m, seed)
+
+    @property
+    def cache(self) -> HBExpertCache:
+        return self._cache
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def model(self) -> ModelPreset:
+        return self._cache.model
+
+    def throttled_weights(self, rr, t, j, chosen, fallback_w) -> np.ndarray:
+        """Gate weights (float64 ``[len(chosen)]``) of the experts ``chosen`` for token ``t``
+        of ``rr`` at layer index ``j`` (see the module docstring): the router scores when
+        ``rr`` has them, else the recorded weights with ``fallback_w`` for an expert not
+        recorded; renormalised to sum 1 when the model normalises its top-k."""
+        p = self.model
+        if rr.scores is not None:
+            w = rr.scores[t, j, chosen].astype(np.float64)
+        else:
+            rec = {int(e): float(x) for e, x in zip(rr.ids[t, j], rr.weights[t, j])}
+            w = np.array([rec.get(int(e), fallback_w) for e in chosen])
+        if p.norm_topk_prob and w.size and w.sum() > 0:
+            w = w / w.sum()
+        return w
+
+    def throttled(self, rr, t, j, pool_mask, hot_row):
+        """Throttled expert ids and gate weights of token ``t`` of ``rr`` at layer index ``j``
+        under a pool (bool mask [E] of that layer)."""
+        E, k = self.model.routed_experts, self.model.top_k
+        sc = None if rr.scores is None else rr.scores[t, j]
+        rank = original_ranking(rr.ids[t, j], E, scores=sc, fallback=hot_row)
+        chosen = throttle(rank, pool_mask, k)
+        return chosen, self.throttled_weights(rr, t, j, chosen, float(rr.weights[t, j, -1]))
+
+    def run(self, trace, *, batch=1, phase="decode") -> ElasticSDResult:
+        """Simulate Elastic-SD over the ``phase`` routing of ``trace`` (requests ``batch`` at a
+        time in increasing id, each batch in lockstep). The cache's contents at the start are
+        the first pool (usually empty); the cache is left holding the last pool."""
+        p, cache = self.model, self._cache
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise UserError(f"batch: expected a positive integer, got {batch!r}")
+        if tuple(trace.layer_ids) != tuple(p.moe_layer_ids) or trace.num_experts != \
+                p.routed_experts:
+            raise UserError(f"trace: layers/experts do not match {p.name}")
+        lids = tuple(p.moe_layer_ids)
+        L, E, k = len(lids), p.routed_experts, p.top_k
+        rng = np.random.default_rng(self._seed)
+        verify = CacheStats(lids)
+        ar = CacheStats(lids)
+        iterations = []
+        draft_hb = tokens = drafted = accepted = 0
+        w0, x0 = cache.stats.hb_write_bytes, cache.stats.ext_extra_bytes
+        reqs = trace.requests(phase)
+        msb, lsb = cache.msb_bytes, cache.lsb_bytes
+
+        def access(stats, layer_j, experts, pool_keys):
+            cached, uncached = [], []
+            for e in experts:
+                stats.accesses[layer_j] += 1
+                if (lids[layer_j], e) in pool_keys:
+                    stats.hits[layer_j] += 1
+                    stats.hb_read_bytes += msb
+                    stats.ext_read_bytes += lsb
+                    cached.append(e)
+                else:
+                    stats.ext_read_bytes += msb + lsb
+                    uncached.append(e)
+            return cached, uncached
+
+        def union(group, pos, j):
+            out, seen = [], set()
+            for r, t in zip(group, pos):
+                if t is not None and t < r.tokens and r.present[t, j]:
+                    for e in r.ids[t, j]:
+                        if int(e) not in seen:
+                            seen.add(int(e))
+                            out.append(int(e))
+            return out
+
+        for b0 in range(0, len(reqs), batch):
+            group = reqs[b0:b0 + batch]
+            hot = np.zeros((L, E))
+            # AR seed: the first `depth` tokens of each request, original routing.
+            pool = set(cache.contents())
+            for t in range(self._depth):
+                for j in range(L):
+                    ex = union(group, [t] * len(group), j)
+                    access(ar, j, ex, pool)
+                    for r in group:
+                        if t < r.tokens and r.present[t, j]:
+                            hot[j, r.ids[t, j]] += 1
+            tokens += sum(min(self._depth, r.tokens) for r in group)
+            nxt = select_pool(hot, cache.slots, layer_ids=lids, current=cache.contents(),
+                              min_per_layer=self._min)
+            used = set()
+            for t in range(self._depth):
+                for j in range(L):
+                    used.update((lids[j], e) for e in union(group, [t] * len(group), j))
+            cache.fill(nxt, streamed=used)        # AR read every expert it used
+            pos = [min(self._depth, r.tokens) for r in group]
+            while any(pp < r.tokens for pp, r in zip(pos, group)):
+                pool_keys = set(cache.contents())
+                masks = np.zeros((L, E), bool)
+                for lay, e in pool_keys:
+                    masks[lids.index(lay), e] = True
+                hot_prev = hot
+                hot = np.zeros((L, E))
+                active = [i for i, r in enumerate(group) if pos[i] < r.tokens]
+                n_draft = {i: min(self._depth, group[i].tokens - pos[i]) for i in active}
+                cover = {i: np.zeros(n_draft[i]) for i in active}
+                droute = {i: np.full((n_draft[i], L, k), E, np.int16) for i in active}
+                steps = []
+                for s in range(self._depth):
+                    step = {}
+                    for j in range(L):
+                        seen = []
+                        for i in active:
+                            if s >= n_draft[i]:
+                                continue
+                            r, t = group[i], pos[i] + s
+                            if not r.present[t, j]:
+                                continue
+                            ch, _ = self.throttled(r, t, j, masks[j], hot_prev[j])
+                            droute[i][s, j, :len(ch)] = ch
+                            for e in ch:
+                                if int(e) not in seen:
+                                    seen.append(int(e))
+                            hot[j, r.ids[t, j]] += 1              # one-hot of original top-k
+                            w = r.weights[t, j].astype(np.float64)
+                            cover[i][s] += w[masks[j][r.ids[t, j]]].sum() / max(w.sum(), 1e-30)
+                        if seen:
+                            step[lids[j]] = seen
+                            draft_hb += msb * len(seen)
+                    steps.append(step)
+                for i in active:
+                    r = group[i]
+                    nl = r.present[pos[i]:pos[i] + n_draft[i]].sum(axis=1)
+                    cover[i] = cover[i] / np.maximum(nl, 1)
+                acc = {}
+                for i in active:
+                    verdict = np.asarray(self._accept(cover[i], rng), bool)
+                    if verdict.shape != (n_draft[i],):
+                        raise UserError(f"acceptance returned shape {verdict.shape}, expected "
+                                        f"({n_draft[i]},)")
+                    acc[i] = accepted_prefix(verdict)
+                # next pool, chosen before verification from this draft's hotness
+                before = cache.contents()
+                nxt = select_pool(hot, cache.slots, layer_ids=lids, current=before,
+                                  min_per_layer=self._min)
+                # verify: all draft tokens, original routing, current pool
+                vc, vu = {}, {}
+                for j in range(L):
+                    ex = []
+                    for s in range(self._depth):
+                        for e in union([group[i] for i in active],
+                                       [pos[i] + s if s < n_draft[i] else None
+                                        for i in active], j):
+                            if e not in ex:
+                                ex.append(e)
+                    if ex:
+                        c, u = access(verify, j, ex, pool_keys)
+                        if c:
+                            vc[lids[j]] = c
+                        if u:
+                            vu[lids[j]] = u
+                streamed = {(lay, e) for lay, es in vu.items() for e in es}
+                x_before = cache.stats.ext_extra_bytes
+                cache.fill(nxt, streamed=streamed)
+                written = [key for key in nxt if key not in pool_keys]
+                extra = [key for key in written if key not in streamed]
+                assert cache.stats.ext_extra_bytes - x_before == msb * len(extra)
+                iterations.append(Iteration(
+                    requests=[group[i].request for i in active], start=[pos[i] for i in active],
+                    drafted=[n_draft[i] for i in active], accepted=[acc[i] for i in active],
+                    coverage=[cover[i] for i in active], draft_routing=[droute[i] for i in
+                                                                        active],
+                    draft_steps=steps, verify_cached=vc, verify_uncached=vu,
+                    pool_before=before, pool_after=list(nxt), pool_written=written,
+                    pool_extra=extra))
+                for i in active:
+                    drafted += n_draft[i]
+                    accepted += acc[i]
+                    adv = min(acc[i] + 1, group[i].tokens - pos[i])
+                    tokens += adv
+                    pos[i] += adv
+        return ElasticSDResult(
+            iterations=iterations, draft_hb_bytes=draft_hb, verify=verify, ar=ar,
+            pool_write_bytes=cache.stats.hb_write_bytes - w0,
+            pool_extra_ext_bytes=cache.stats.ext_extra_bytes - x0, tokens=tokens,
+            drafted=drafted, accepted=accepted,
+            ranking="scores" if trace.has_scores else "top-k then hotness")

@@ -1,0 +1,315 @@
+"""The HB expert cache: MSB slices of routed experts held in the hybrid-bonded DRAM (paper
+Sections 4.2 and 7, BRIEF section 5).
+
+HB holds the dense weights and the KV cache first; what remains holds MSB slices (4 bits a
+weight plus the FP16 group scales, :attr:`~elmoe3d.sw.host.models.ModelPreset.expert_msb_bytes`) of
+routed experts, keyed by (layer, expert). An expert whose MSB slice is cached runs its MSB half
+from HB and streams only its LSB slice from EXT; an uncached expert streams whole from EXT, and
+(with demand admission) its MSB slice is written into HB as it passes, evicting the least
+recently used slice. A hit refreshes the slice's recency (design brief: "an LRU that does not
+refresh on a hit" is a failure kind).
+
+* :class:`HBExpertCache` -- the LRU; :meth:`HBExpertCache.for_model` sizes it from an
+  :class:`~elmoe3d.config.ArchConfig` (``hb_bank_bytes * pes``) less the reserved dense-weight and
+  KV-cache bytes; :meth:`~HBExpertCache.step` accesses the experts one step (a batch of tokens)
+  uses at one layer, each once (weight reuse across the batch); :meth:`~HBExpertCache.fill`
+  replaces the contents (Elastic-SD's pool update).
+* :class:`CacheStats` -- per-layer accesses and hits, bytes read from HB and EXT, bytes written
+  into HB, evictions.
+* :func:`replay` -- run a trace's routing through a cache, ``batch`` requests in lockstep.
+
+Units: bytes. The cache models capacity and traffic, not timing (the performance model turns
+the bytes into cycles with the config's bandwidths).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import UserError
+from .models import ModelPreset, model_preset
+
+
+__all__ = ["HBExpertCache", "CacheStats", "replay", "hb_capacity_bytes"]
+
+
+def _nonneg_int(name, v):
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+        raise UserError(f"{name}: expected an integer number of bytes >= 0, got {v!r}")
+    return int(v)
+
+
+def hb_capacity_bytes(arch, *, dense_bytes=0, kv_bytes=0) -> int:
+    """Bytes of HB left for expert MSB slices: ``arch.hb_bank_bytes * arch.pes - dense_bytes -
+    kv_bytes``. Raises :class:`UserError` naming the parameters when nothing is left."""
+    dense_bytes = _nonneg_int("dense_bytes", dense_bytes)
+    kv_bytes = _nonneg_int("kv_bytes", kv_bytes)
+    total = arch.hb_bank_bytes * arch.pes
+    left = total - dense_bytes - kv_bytes
+    if left <= 0:
+        raise UserError(f"dense_bytes ({dense_bytes}) + kv_bytes ({kv_bytes}) leave no HB for "
+                        f"experts: {arch.name} has {total} bytes of HB "
+                        f"({arch.pes} banks x {arch.hb_bank_bytes})")
+    return left
+
+
+@dataclass
+class CacheStats:
+    """Traffic of an expert cache, per MoE layer (arrays indexed like ``layer_ids``).
+
+    Attributes
+    ----------
+    layer_ids : tuple
+    accesses, hits : ndarray int64 [L]
+        Expert accesses (distinct experts per step and layer) and those whose MSB slice was in
+        HB.
+    hb_read_bytes : int
+        MSB slices read from HB (hits).
+    ext_read_bytes : int
+        LSB slices of hits plus whole experts of misses, read from EXT.
+    hb_write_bytes : int
+        MSB slices written into HB (admissions and pool updates).
+    ext_extra_bytes : int
+        EXT reads made only to fill HB (a pool-update slice no verification step streamed).
+    evictions : int
+    """
+
+    layer_ids: tuple
+    accesses: np.ndarray = None
+    hits: np.ndarray = None
+    hb_read_bytes: int = 0
+    ext_read_bytes: int = 0
+    hb_write_bytes: int = 0
+    ext_extra_bytes: int = 0
+    evictions: int = 0
+
+    def __post_init__(self):
+        L = len(self.layer_ids)
+        if self.accesses is None:
+            self.accesses = np.zeros(L, np.int64)
+        if self.hits is None:
+            self.hits = np.zeros(L, np.int64)
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits / accesses over all layers (0 if nothing was accessed)."""
+        a = int(self.accesses.sum())
+        return int(self.hits.sum()) / a if a else 0.0
+
+    @property
+    def layer_hit_rates(self) -> np.ndarray:
+        """Per-layer hit rate (NaN for a layer never accessed)."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(self.accesses > 0, self.hits / np.maximum(self.accesses, 1), np.nan)
+
+    def merge(self, other: "CacheStats") -> "CacheStats":
+        if other.layer_ids != self.layer_ids:
+            raise ValueError("merge: different layer_ids")
+        return CacheStats(self.layer_ids, self.accesses + other.accesses,
+                          self.hits + other.hits, self.hb_read_bytes + other.hb_read_bytes,
+                          self.ext_read_bytes + other.ext_read_bytes,
+                          self.hb_write_bytes + other.hb_write_bytes,
+                          self.ext_extra_bytes + other.ext_extra_bytes,
+                          self.evictions + other.evictions)
+
+    def summary(self) -> dict:
+        return {"accesses": int(self.accesses.sum()), "hits": int(self.hits.sum()),
+                "hit_rate": self.hit_rate, "hb_read_bytes": self.hb_read_bytes,
+                "ext_read_bytes": self.ext_read_bytes, "hb_write_bytes": self.hb_write_bytes,
+                "ext_extra_bytes": self.ext_extra_bytes, "evictions": self.evictions}
+
+
+class HBExpertCache:
+    """LRU cache of expert MSB slices in HB.
+
+    Parameters (keyword-only)
+    ----------
+    capacity_bytes : int
+        HB bytes available to MSB slices (after dense weights and KV cache).
+    model : str or ModelPreset
+        Gives the slice sizes (``expert_msb_bytes``, ``expert_lsb_bytes``), the MoE layers and
+        the expert count (ids are checked against it).
+    admit : bool
+        Demand admission: write a missed expert's MSB slice into HB (default True). False
+        leaves the contents to :meth:`fill` (Elastic-SD's pool).
+
+    Raises :class:`UserError` naming the parameter on a bad value.
+    """
+
+    def __init__(self, *, capacity_bytes, model, admit=True):
+        self._preset = model_preset(model)
+        self._capacity = _nonneg_int("capacity_bytes", capacity_bytes)
+        if not isinstance(admit, bool):
+            raise UserError(f"admit: expected a bool, got {admit!r}")
+        self._admit = admit
+        self._lru = OrderedDict()                     # (layer, expert) -> None, LRU first
+        self._lidx = {lay: j for j, lay in enumerate(self._preset.moe_layer_ids)}
+        self.stats = CacheStats(tuple(self._preset.moe_layer_ids))
+
+    @classmethod
+    def for_model(cls, model, arch, *, dense_bytes=0, kv_bytes=0, admit=True):
+        """A cache sized from ``arch`` (:func:`hb_capacity_bytes`)."""
+        return cls(capacity_bytes=hb_capacity_bytes(arch, dense_bytes=dense_bytes,
+                                                    kv_bytes=kv_bytes),
+                   model=model, admit=admit)
+
+    # -- properties -----------------------------------------------------------------------------
+    @property
+    def model(self) -> ModelPreset:
+        return self._preset
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self._capacity
+
+    @property
+    def msb_bytes(self) -> int:
+        """Bytes of one MSB slice (with its group scales)."""
+        return self._preset.expert_msb_bytes
+
+    @property
+    def lsb_bytes(self) -> int:
+        return self._preset.expert_lsb_bytes
+
+    @property
+    def slots(self) -> int:
+        """MSB slices that fit: ``capacity_bytes // msb_bytes``."""
+        return self._capacity // self.msb_bytes
+
+    @property
+    def admit(self) -> bool:
+        return self._admit
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def __contains__(self, key) -> bool:
+        """``(layer, expert) in cache``: a look-up without side effects (no refresh)."""
+        return tuple(key) in self._lru
+
+    def contents(self) -> list:
+        """Cached (layer, expert) keys, least recently used first."""
+        return list(self._lru)
+
+    def layer_contents(self, layer) -> list:
+        """Experts cached at ``layer``, least recently used first."""
+        return [e for lay, e in self._lru if lay == layer]
+
+    # -- access ---------------------------------------------------------------------------------
+    def _check(self, layer, expert):
+        if layer not in self._lidx:
+            raise UserError(f"layer: {layer!r} is not a MoE layer of {self._preset.name}")
+        if (not isinstance(expert, (int, np.integer)) or isinstance(expert, bool)
+                or not 0 <= expert < self._preset.routed_experts):
+            raise UserError(f"expert: {expert!r} is not an expert id of {self._preset.name} "
+                            f"(0..{self._preset.routed_experts - 1})")
+
+    def _insert(self, key):
+        while len(self._lru) >= self.slots:
+            self._lru.popitem(last=False)
+            self.stats.evictions += 1
+        self._lru[key] = None
+        self.stats.hb_write_bytes += self.msb_bytes
+
+    def step(self, layer, experts) -> tuple:
+        """Access the experts one step uses at ``layer`` (all tokens of a batch together):
+        each distinct expert once, in the order given. A hit reads the MSB slice from HB and
+        the LSB slice from EXT and refreshes the slice; a miss reads the whole expert from EXT
+        and, with demand admission and at least one slot, writes its MSB slice into HB
+        (evicting the least recently used). Returns ``(hits, misses)`` as lists of ids."""
+        layer = int(layer)
+        hits, misses = [], []
+        seen = set()
+        for e in experts:
+            self._check(layer, e)
+            e = int(e)
+            if e in seen:
+                continue
+            seen.add(e)
+            key = (layer, e)
+            j = self._lidx[layer]
+            self.stats.accesses[j] += 1
+            if key in self._lru:
+                self._lru.move_to_end(key)
+                self.stats.hits[j] += 1
+                self.stats.hb_read_bytes += self.msb_bytes
+                self.stats.ext_read_bytes += self.lsb_bytes
+                hits.append(e)
+            else:
+                self.stats.ext_read_bytes += self.msb_bytes + self.lsb_bytes
+                if self._admit and self.slots:
+                    self._insert(key)
+                misses.append(e)
+        return hits, misses
+
+    def fill(self, keys, *, streamed=()) -> int:
+        """Make the contents exactly ``keys`` (an iterable of (layer, expert), at most
+        :attr:`slots`), in that recency order (last = most recent). Slices already cached are
+        kept (no traffic); each new one is written into HB (``hb_write_bytes``); a new one not
+        in ``streamed`` (the keys whose whole expert some step read from EXT anyway) costs an
+        extra EXT read of its MSB slice (``ext_extra_bytes``). Returns the bytes written."""
+        keys = [(int(lay), int(e)) for lay, e in keys]
+        for lay, e in keys:
+            self._check(lay, e)
+        if len(set(keys)) != len(keys):
+            raise UserError("keys: repeated (layer, expert)")
+        if len(keys) > self.slots:
+            raise UserError(f"keys: {len(keys)} MSB slices do not fit in {self.slots} slots "
+                            f"({self._capacity} bytes / {self.msb_bytes})")
+        streamed = {(int(a), int(b)) for a, b in streamed}
+        old = self._lru
+        written = 0
+        self._lru = OrderedDict((k, None) for k in keys)
+        for k in keys:
+            if k not in old:
+                written += self.msb_bytes
+                if k not in streamed:
+                    self.stats.ext_extra_bytes += self.msb_bytes
+        self.stats.evictions += sum(1 for k in old if k not in self._lru)
+        self.stats.hb_write_bytes += written
+        return written
+
+
+def replay(trace, cache: HBExpertCache, *, batch=1, phase="decode") -> CacheStats:
+    """Run the ``phase`` routing of ``trace`` through ``cache`` and return the traffic of this
+    replay (the cache's own :attr:`~HBExpertCache.stats` accumulate too).
+
+    Requests are taken ``batch`` at a time in increasing id; the requests of a batch advance in
+    lockstep, one token each per step, and at every step each MoE layer accesses the union of
+    the experts its tokens chose (tokens in batch order, experts best first), so an expert
+    shared by several tokens of a step is read once. Missing (token, layer) records access
+    nothing. The trace's layers must be the model's MoE layers."""
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise UserError(f"batch: expected a positive integer, got {batch!r}")
+    if tuple(trace.layer_ids) != tuple(cache.model.moe_layer_ids):
+        raise UserError(f"trace layers {trace.layer_ids[:3]}... are not the MoE layers of "
+                        f"{cache.model.name}")
+    if trace.num_experts != cache.model.routed_experts:
+        raise UserError(f"trace has {trace.num_experts} experts, {cache.model.name} "
+                        f"{cache.model.routed_experts}")
+    before = CacheStats(cache.stats.layer_ids, cache.stats.accesses.copy(),
+                        cache.stats.hits.copy(), cache.stats.hb_read_bytes,
+                        cache.stats.ext_read_bytes, cache.stats.hb_write_bytes,
+                        cache.stats.ext_extra_bytes, cache.stats.evictions)
+    reqs = trace.requests(phase)
+    for b0 in range(0, len(reqs), batch):
+        group = reqs[b0:b0 + batch]
+        steps = max(r.tokens for r in group)
+        for t in range(steps):
+            for j, layer in enumerate(trace.layer_ids):
+                experts = []
+                for r in group:
+                    if t < r.tokens and r.present[t, j]:
+                        experts.extend(int(e) for e in r.ids[t, j])
+                if experts:
+                    cache.step(layer, experts)
+    s = cache.stats
+    return CacheStats(s.layer_ids, s.accesses - before.accesses, s.hits - before.hits,
+                      s.hb_read_bytes - before.hb_read_bytes,
+                      s.ext_read_bytes - before.ext_read_bytes,
+                      s.hb_write_bytes - before.hb_write_bytes,
+                      s.ext_extra_bytes - before.ext_extra_bytes,
+                      s.evictions - before.evictions)

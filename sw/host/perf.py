@@ -1,0 +1,308 @@
+"""Analytical performance model of the logic die running the host's compiled steps (paper
+Sections 4.1, 5.1, 5.2, 6 and Table 1; ``docs/host.md``, "Performance model").
+
+Every figure is read from the one :class:`~elmoe3d.config.ArchConfig` (and its DRAM section):
+``hb_bank_gbps`` (per PE bank; = ``hb.peak_gbps``), ``ext_gbps`` (= ``ext_channels`` x
+``ext.peak_gbps``), ``streamline_gbps``, ``aggregation_gbps``, ``clock_ghz``, the tile's
+:meth:`~elmoe3d.config.TileConfig.peak_macs_per_cycle` at W4A8 and W8A8, the PE word width,
+``pes_per_group``, ``groups``, ``hb_pj_per_bit`` and ``ext_pj_per_bit``. The expert shapes and
+slice sizes come from the :class:`~.models.ModelPreset` (``expert_msb_bytes``,
+``expert_lsb_bytes``). Nothing else is typed here.
+
+Per layer of a step (:class:`~.host.LayerWork` placed by :func:`~.host.place_layer`), for every
+expert on group g (G PEs, R tile rows, L lanes, ``rbn`` = ceil(tokens / R) row blocks split
+over the PEs as :mod:`.parallel` splits them), the same schemes as :func:`.parallel.compile_group`:
+
+* bytes: HB reads from bank p = ``msb x I_p / I`` for an HB-resident expert (draft and
+  verify alike), ``I_p`` the intermediate channels of PE p's slice (:func:`channel_slices`:
+  ``I / G`` when ``I`` is a multiple of 32 x G, else whole 32-weight groups, the larger slices
+  on the lowest PEs); EXT ring bytes (each multicast transfer once) = 0 (draft), LSB slice +
+  the scale copies the LSB GEMMs need (verify of a cached expert), the whole expert
+  (uncached); pool-update writes add ``msb x I_p / I`` to bank p of the home group, extra pool
+  reads add ``msb`` to EXT;
+* compute per PE: MACs of its GEMMs (rows padded to whole row blocks) at the tile's peak:
+  W4A8 GEMMs (DRAFT, MSB_ONLY, LSB_ONLY) at ``peak_macs_per_cycle(4)``, FULL ones at
+  ``peak_macs_per_cycle(8)`` (one tensor-tile beat per cycle either way);
+* MXFP4 experts (GPT-OSS-20B: no LSB slice, the "MSB slice" is the whole 4-bit expert): every
+  GEMM is W4A8; a verify runs a cached expert as the draft does (HB only, tensor parallel, no
+  EXT) and an uncached one data-parallel from EXT;
+* link words (the group's descriptors run one at a time, each port moving
+  ``aggregation_bytes_per_cycle``): draft: the row-max all-reduce and the down psums
+  reduced into the root; verify of a cached expert: the MSB psums of the up/gate channel
+  slices to the token owners, the INT8 h scatter and the down MSB psums; and once per verify
+  layer the OUT rows reduced into the root.
+
+Timing: double-buffered streams overlap, so a group's layer time is the largest of its HB
+time (busiest bank: read + written bytes / ``hb_bytes_per_cycle``), its compute time (busiest
+PE) and its link time; the EXT stream is shared by the die: ring bytes / min(EXT, streamline)
+bytes per cycle. A layer takes the maximum of the busiest group and the EXT time (its *bound*
+names which); a step is its layers in sequence. Energy:
+:meth:`~elmoe3d.config.ArchConfig.access_energy_pj` of the HB (read + written) and EXT bytes:
+HB bits x ``hb_pj_per_bit`` + EXT bits x ``ext_pj_per_bit`` (the paper's figures; link and
+compute energy have no figure in the configuration and are not counted). Not modelled:
+attention and the dense layers, the host link, pipeline fill and DRAM row-miss / refresh
+losses (``make bench`` measures those: >= 97% of peak on streaming reads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...config import ArchConfig
+from .compiler import LayerWork, Placement
+from .models import QUANT_GROUP, model_preset
+
+
+__all__ = ["ExpertCost", "LayerCost", "StepCost", "PerfModel", "token_slices",
+           "channel_slices"]
+
+
+def token_slices(rbn: int, pes: int) -> list:
+    """Row blocks per PE of an expert's ``rbn`` row blocks (DP over tokens): sizes differing by
+    at most one, as :mod:`.parallel` cuts them (which PE gets the larger ones rotates; the
+    busiest PE's load does not depend on it)."""
+    base, extra = divmod(rbn, pes)
+    return [base + (1 if p < extra else 0) for p in range(pes)]
+
+
+def channel_slices(channels: int, pes: int) -> list:
+    """Intermediate channels per PE of an HB-resident expert (up/gate split by output channel,
+    down by K, each PE's share in its own HB bank), in whole 32-weight groups: sizes differing
+    by at most one group, the larger ones on the lowest PEs. Equal when ``channels`` is a
+    multiple of 32 x ``pes`` (the only split :mod:`.parallel` compiles); otherwise, e.g.
+    GPT-OSS-20B's 2880 = 90 groups over 4 PEs: 736, 736, 704, 704 (the busiest bank and PE
+    carry 23/90 of the expert instead of 1/4: 2.2 % more time where the bank or the PE bounds
+    the layer; zero-padding to 3072 channels would cost 6.7 % more bytes and MACs)."""
+    groups = channels // QUANT_GROUP
+    base, extra = divmod(groups, pes)
+    return [(base + (1 if p < extra else 0)) * QUANT_GROUP for p in range(pes)]
+
+
+@dataclass
+class ExpertCost:
+    """One expert on one group in one layer-step."""
+
+    expert: int
+    tokens: int
+    kind: str                  # "draft", "cached" (verify: MSB-TP + LSB-DP; MXFP4: HB TP),
+                               # "uncached"
+    hb_bytes: list             # HB bytes read from each of the group's banks
+    ext_bytes: float           # EXT ring bytes (multicast transfers once)
+    w4_macs: list              # per PE
+    w8_macs: list              # per PE
+    link_words: int
+
+
+@dataclass
+class LayerCost:
+    """A layer-step: per-group and die figures (bytes, cycles)."""
+
+    layer: int
+    cycles: float
+    bound: str                 # "hb", "ext", "compute" or "link"
+    hb_read_bytes: float       # over all banks
+    hb_write_bytes: float
+    ext_bytes: float
+    link_bytes: float
+    macs: float
+    tile_cycles: float         # compute cycles summed over every PE (= tensor-tile beats)
+    group_cycles: dict         # g -> {"hb", "compute", "link"}
+    ext_cycles: float
+    accesses: int
+    hits: int
+    experts: list = field(default_factory=list)
+
+
+@dataclass
+class StepCost:
+    """A step: its layers in sequence."""
+
+    index: int
+    kind: str
+    tokens: int
+    produced: int
+    cycles: float
+    us: float
+    hb_read_bytes: float
+    hb_write_bytes: float
+    ext_bytes: float
+    link_bytes: float
+    energy_pj: float
+    hb_energy_pj: float
+    ext_energy_pj: float
+    accesses: int
+    hits: int
+    bounds: dict
+    tile_cycles: float
+    layers: list
+
+    @property
+    def hit_rate(self):
+        return self.hits / self.accesses if self.accesses else None
+
+
+class PerfModel:
+    """The analytical model (module docstring) for ``arch`` and ``model`` (a preset name or
+    :class:`~.models.ModelPreset`, e.g. :func:`.host.synthetic_model`).
+
+    An HB-resident expert is split over the group's PEs and banks by :func:`channel_slices`
+    (whole 32-weight groups; uneven when the intermediate size is not a multiple of 32 x
+    ``pes_per_group``). MXFP4 experts (GPT-OSS-20B) have no LSB slice: 4-bit weights
+    throughout, at the W4A8 peak; a verify runs a cached one as the draft runs it (HB-only
+    tensor parallelism) and streams an uncached one whole from EXT."""
+
+    def __init__(self, arch: ArchConfig, model):
+        if not isinstance(arch, ArchConfig):
+            raise TypeError(f"arch: expected an ArchConfig, got {type(arch).__name__}")
+        self.arch = arch
+        self.model = model_preset(model)
+        self.pe = arch.pe
+        G = arch.pes_per_group
+        self.G = G
+        #: Intermediate channels of each PE's slice (:func:`channel_slices`).
+        self.slices = channel_slices(self.model.expert_intermediate, G)
+        self._share = [i / self.model.expert_intermediate for i in self.slices]
+        self.hb_bpc = arch.hb_bytes_per_cycle
+        self.ext_bpc = min(arch.ext_gbps, arch.streamline_gbps) / arch.clock_ghz
+        self.link_bpc = arch.aggregation_bytes_per_cycle
+        self.peak4 = arch.tile.peak_macs_per_cycle(4)
+        self.peak8 = arch.tile.peak_macs_per_cycle(8)
+
+    # -- sizes ------------------------------------------------------------------------------
+    @property
+    def msb(self) -> int:
+        return self.model.expert_msb_bytes
+
+    @property
+    def lsb(self) -> int:
+        return self.model.expert_lsb_bytes
+
+    @property
+    def scale_bytes(self) -> int:
+        """FP16 group scales of one expert (part of its MSB slice)."""
+        return self.model.expert_scale_bytes
+
+    def cycles_to_us(self, cycles) -> float:
+        return self.arch.cycles_to_us(cycles)
+
+    # -- one expert -------------------------------------------------------------------------
+    def expert(self, e, tokens, *, phase, cached) -> ExpertCost:
+        """Bytes, MACs and link words of one expert with ``tokens`` tokens on a group."""
+        G, R, L = self.G, self.pe.rows, self.pe.lanes
+        H, I = self.model.hidden, self.model.expert_intermediate
+        Ip = self.slices
+        rbn = -(-tokens // R)
+        rows = rbn * R
+        wpr = R * L // self.pe.q24_per_word
+        d_cb = H // L
+        Ga = I // QUANT_GROUP
+        mxfp4 = self.model.expert_format == "mxfp4"
+        hb = [self.msb * s for s in self._share]
+        if phase == "draft" or (cached and mxfp4):
+            if not cached:
+                raise ValueError(f"expert {e}: a draft runs HB-resident experts only")
+            w4 = [rows * 2 * i * H + rows * H * i for i in Ip]
+            link = -(-rows // self.pe.q16_per_word) + d_cb * rbn * wpr
+            return ExpertCost(e, tokens, "draft" if phase == "draft" else "cached", hb, 0.0,
+                              w4, [0] * G, link)
+        rbs = token_slices(rbn, G)
+        if cached:
+            owners = [p for p in range(G) if rbs[p]]
+            ug_scales = self.scale_bytes * 2 / 3
+            # a slice's up/gate scale copies go (multicast, once) to the other token owners
+            copied = sum(s for o, s in enumerate(self._share) if any(q != o for q in owners))
+            ext = self.lsb + self.scale_bytes / 3 + ug_scales * copied
+            w4 = [(rbn - r) * R * 2 * Ip[p] * H + r * R * 2 * (I - Ip[p]) * H
+                  + rows * H * Ip[p] + r * R * H * I for p, r in enumerate(rbs)]
+            w8 = [r * R * 2 * Ip[p] * H for p, r in enumerate(rbs)]
+            link = sum(2 * Ip[o] // L * wpr * (rbn - rbs[o]) for o in range(G)) \
+                + rbn * Ga + d_cb * rbn * wpr
+            return ExpertCost(e, tokens, "cached", hb, ext, w4, w8, link)
+        macs = [r * R * (2 * I * H + H * I) for r in rbs]
+        w4, w8 = (macs, [0] * G) if mxfp4 else ([0] * G, macs)
+        return ExpertCost(e, tokens, "uncached", [0.0] * G, self.msb + self.lsb, w4, w8, 0)
+
+    # -- a layer and a step -----------------------------------------------------------------
+    def layer(self, work, placement, *, phase, step_tokens, writes=()) -> LayerCost:
+        """Cost of one layer-step: ``placement`` from :func:`.host.place_layer`,
+        ``step_tokens`` the step's batch (the OUT reduction covers all of it), ``writes`` the
+        layer's :class:`~.host.PoolWrite` records."""
+        G, R = self.G, self.pe.rows
+        groups = {}
+        ext = 0.0
+        hb_read = hb_write = link_b = macs = tile = 0.0
+        experts = []
+        for g, ex in enumerate(placement.groups):
+            if not ex and not any(w.group == g for w in writes):
+                continue
+            hb_pe = [0.0] * G
+            w4, w8 = [0] * G, [0] * G
+            words = 0
+            for e, n in sorted(ex.items()):
+                c = self.expert(e, n, phase=phase, cached=e in placement.cached[g])
+                experts.append(c)
+                hb_pe = [a + b for a, b in zip(hb_pe, c.hb_bytes)]
+                ext += c.ext_bytes
+                w4 = [a + b for a, b in zip(w4, c.w4_macs)]
+                w8 = [a + b for a, b in zip(w8, c.w8_macs)]
+                words += c.link_words
+            if ex and phase == "verify":
+                words += -(-step_tokens // R) * R * self.model.hidden // self.pe.q24_per_word
+            n_wr = sum(1 for w in writes if w.group == g)
+            wr = [n_wr * self.msb * s for s in self._share]
+            ext += sum(self.msb for w in writes if w.group == g and w.extra)
+            per_pe = [a / self.peak4 + b / self.peak8 for a, b in zip(w4, w8)]
+            compute = max(per_pe)
+            tile += sum(per_pe)
+            lb = words * self.pe.word_bytes
+            groups[g] = {"hb": max(a + b for a, b in zip(hb_pe, wr)) / self.hb_bpc,
+                         "compute": compute, "link": lb / self.link_bpc}
+            hb_read += sum(hb_pe)
+            hb_write += sum(wr)
+            link_b += lb
+            macs += sum(w4) + sum(w8)
+        ext_cycles = ext / self.ext_bpc
+        terms = [("ext", ext_cycles)] + [(k, v[k]) for v in groups.values()
+                                         for k in ("hb", "compute", "link")]
+        bound, cycles = max(terms, key=lambda kv: kv[1]) if terms else ("ext", 0.0)
+        acc = len(work.routed())
+        hits = len(set(work.routed()) & set(work.cached))
+        return LayerCost(layer=work.layer, cycles=cycles, bound=bound, hb_read_bytes=hb_read,
+                         hb_write_bytes=hb_write, ext_bytes=ext, link_bytes=link_b, macs=macs,
+                         tile_cycles=tile, group_cycles=groups, ext_cycles=ext_cycles,
+                         accesses=acc, hits=hits, experts=experts)
+
+    def step(self, step, placements: dict) -> StepCost:
+        """Cost of a :class:`~.host.Step` with ``placements`` = ``{layer: Placement}``."""
+        a = self.arch
+        layers = []
+        for lay, work in step.layers.items():
+            wr = [w for w in step.writes if w.key[0] == lay]
+            layers.append(self.layer(work, placements[lay], phase=step.phase,
+                                     step_tokens=len(step.tokens), writes=wr))
+        # pool writes of layers the step does not compute (no routed token there)
+        for lay in sorted({w.key[0] for w in step.writes} - set(step.layers)):
+            empty = LayerWork(lay, np.zeros((0, self.model.top_k), np.int64),
+                              np.zeros((0, self.model.top_k), np.float32), frozenset())
+            pl = Placement(tuple({} for _ in range(a.groups)),
+                           tuple(frozenset() for _ in range(a.groups)))
+            layers.append(self.layer(empty, pl, phase=step.phase, step_tokens=0,
+                                     writes=[w for w in step.writes if w.key[0] == lay]))
+        cycles = sum(c.cycles for c in layers)
+        hb_r = sum(c.hb_read_bytes for c in layers)
+        hb_w = sum(c.hb_write_bytes for c in layers)
+        ext = sum(c.ext_bytes for c in layers)
+        hb_e, ext_e = a.access_energy_pj(hb_r + hb_w, ext)
+        bounds = {}
+        for c in layers:
+            bounds[c.bound] = bounds.get(c.bound, 0) + 1
+        return StepCost(index=step.index, kind=step.kind, tokens=len(step.tokens),
+                        produced=step.produced, cycles=cycles, us=self.cycles_to_us(cycles),
+                        hb_read_bytes=hb_r, hb_write_bytes=hb_w, ext_bytes=ext,
+                        link_bytes=sum(c.link_bytes for c in layers),
+                        energy_pj=hb_e + ext_e, hb_energy_pj=hb_e, ext_energy_pj=ext_e,
+                        accesses=sum(c.accesses for c in layers),
+                        hits=sum(c.hits for c in layers), bounds=bounds,
+                        tile_cycles=sum(c.tile_cycles for c in layers), layers=layers)

@@ -1,0 +1,363 @@
+"""Routing statistics and a calibrated synthetic routing generator (BRIEF section 5).
+
+* :func:`routing_stats` -- the figures ``../shared/traces/README.md`` quotes, measured on any
+  trace: per-layer load skew (hottest expert's picks / mean picks per expert), mean top-1 gate
+  weight, how often consecutive tokens pick the same top-k set and their mean overlap (experts
+  in common).
+* :func:`expert_count_table` / :func:`count_skew` -- the per-expert selection counts of
+  ``olmoe_mixtral_expert_counts.csv`` (OLMoE-1B-7B and Mixtral over ~205k tokens a domain) and
+  their skew.
+* :class:`SyntheticRouting` and :func:`synthetic_trace` -- a generator of routing with full
+  router scores. Model: router logit of expert e at layer l for token t is
+  ``b[l, e] + temperature * z[t, l, e]``; the popularity bias ``b[l, e] = -zipf * ln(1 +
+  rank_l(e))`` (a Zipf law over a random per-layer ranking, exponent ``zipf``: the popularity
+  skew), and ``z`` a unit Gaussian AR(1) process along the tokens of a request with
+  correlation ``correlation`` (the token-to-token overlap: 0 = independent tokens, -> 1 = the
+  same experts for ever). The logits are then routed by the model's own router
+  (:meth:`~elmoe3d.sw.host.models.ModelPreset.route`: scores, top-k, renormalisation), so ids,
+  weights and scores are consistent.
+* :func:`fit_synthetic` -- grid search of (zipf, correlation, temperature) that reproduces a
+  real trace's figures at the same token count (sampling noise included);
+  :data:`CALIBRATED` holds the result for Mixtral (both real traces) and OLMoE (the count
+  table), which ``tests/host/test_tracegen.py`` re-measures.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import UserError
+from .corpus import traces_dir
+from .models import model_preset
+from .routelog import usage_counts
+from .trace import PHASES, RoutingTrace, TraceError
+
+
+__all__ = ["RoutingStats", "routing_stats", "expert_count_table", "count_skew", "usage_counts",
+           "expert_usage", "calibrate_from_usage",
+           "SyntheticRouting", "synthetic_trace", "fit_synthetic", "CALIBRATED"]
+
+
+@dataclass(frozen=True)
+class RoutingStats:
+    """Figures of a trace's routing (one phase).
+
+    Attributes
+    ----------
+    hot_ratio : ndarray [L]
+        Per layer: picks of the most-picked expert / mean picks per expert (all top-k picks).
+    hot_ratio_top1 : ndarray [L]
+        The same counting only each token's first choice.
+    never_chosen : ndarray [L]
+        Per layer: fraction of experts never picked.
+    top1_weight : float
+        Mean gate weight of the first choice.
+    same_set : float
+        Fraction of consecutive (token, next token) pairs of a request, per layer, that pick
+        the same top-k set.
+    overlap : float
+        Mean number of experts the two top-k sets of such a pair share (out of k).
+    tokens : int
+    """
+
+    hot_ratio: np.ndarray
+    hot_ratio_top1: np.ndarray
+    never_chosen: np.ndarray
+    top1_weight: float
+    same_set: float
+    overlap: float
+    tokens: int
+
+    @property
+    def hot_ratio_median(self) -> float:
+        return float(np.median(self.hot_ratio))
+
+    def summary(self) -> dict:
+        return {"tokens": self.tokens,
+                "hot_ratio_min": float(self.hot_ratio.min()),
+                "hot_ratio_median": self.hot_ratio_median,
+                "hot_ratio_max": float(self.hot_ratio.max()),
+                "hot_ratio_top1_median": float(np.median(self.hot_ratio_top1)),
+                "hot_ratio_top1_max": float(self.hot_ratio_top1.max()),
+                "top1_weight": self.top1_weight, "same_set": self.same_set,
+                "overlap": self.overlap}
+
+
+def routing_stats(trace: RoutingTrace, phase="decode") -> RoutingStats:
+    """Measure :class:`RoutingStats` on the ``phase`` rows of ``trace`` (missing records are
+    left out of every count)."""
+    reqs = trace.requests(phase)
+    if not reqs:
+        raise TraceError(f"routing_stats: no {phase} rows")
+    E, L = trace.num_experts, len(trace.layer_ids)
+    load = np.zeros((L, E))
+    load1 = np.zeros((L, E))
+    top1, same, over, pairs, tokens = [], 0, 0.0, 0, 0
+    for rr in reqs:
+        tokens += rr.tokens
+        for j in range(L):
+            p = rr.present[:, j]
+            ids = rr.ids[p, j].astype(np.int64)
+            np.add.at(load[j], ids.ravel(), 1)
+            np.add.at(load1[j], ids[:, 0], 1)
+            top1.append(rr.weights[p, j, 0])
+            both = rr.present[1:, j] & rr.present[:-1, j]
+            consecutive = np.diff(rr.positions) == 1
+            both &= consecutive
+            if both.any():
+                a = np.sort(rr.ids[1:, j][both], axis=1)
+                b = np.sort(rr.ids[:-1, j][both], axis=1)
+                same += int((a == b).all(axis=1).sum())
+                common = (a[:, :, None] == b[:, None, :]).any(axis=2).sum(axis=1)
+                over += float(common.sum())
+                pairs += int(both.sum())
+    mean = load.sum(axis=1) / E
+    mean1 = load1.sum(axis=1) / E
+    return RoutingStats(hot_ratio=load.max(axis=1) / mean,
+                        hot_ratio_top1=load1.max(axis=1) / mean1,
+                        never_chosen=(load == 0).mean(axis=1),
+                        top1_weight=float(np.concatenate(top1).mean()),
+                        same_set=same / max(pairs, 1), overlap=over / max(pairs, 1),
+                        tokens=tokens)
+
+
+def expert_count_table(path=None) -> dict:
+    """Read ``olmoe_mixtral_expert_counts.csv``: ``{(model, variant, domain, layer):
+    counts [E] int64}``, experts 0..E-1. Raises :class:`UserError` naming the file and line on a
+    missing file, a wrong header, a bad value or a gap in the expert ids."""
+    path = Path(path) if path is not None else traces_dir() / "olmoe_mixtral_expert_counts.csv"
+    if not path.is_file():
+        raise UserError(f"{path}: expert count table not found (set ELMOE3D_TRACES)")
+    rows = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        want = ["model", "variant", "domain", "layer", "expert", "count"]
+        if header != want:
+            raise UserError(f"{path}:1: header {header}, expected {want}")
+        for lineno, row in enumerate(reader, 2):
+            try:
+                model, variant, domain, layer, expert, count = row
+                key = (model, variant, domain, int(layer))
+                e, c = int(expert), int(count)
+                if e < 0 or c < 0:
+                    raise ValueError("negative expert or count")
+            except ValueError as exc:
+                raise UserError(f"{path}:{lineno}: bad row {row} ({exc})") from None
+            rows.setdefault(key, {})[e] = c
+    out = {}
+    for key, d in rows.items():
+        if sorted(d) != list(range(len(d))):
+            raise UserError(f"{path}: {key}: expert ids are not 0..{len(d) - 1}")
+        out[key] = np.array([d[e] for e in range(len(d))], np.int64)
+    return out
+
+
+def count_skew(counts) -> float:
+    """Hottest expert's count / mean count."""
+    c = np.asarray(counts, np.float64)
+    return float(c.max() / c.mean())
+
+
+@dataclass(frozen=True)
+class SyntheticRouting:
+    """Parameters of :func:`synthetic_trace` (see the module docstring for the model).
+
+    Attributes
+    ----------
+    zipf : float
+        Popularity skew: Zipf exponent of the per-layer logit bias (>= 0; 0 = uniform).
+    correlation : float
+        Token-to-token correlation of the logit noise along a request, in [0, 1): sets the
+        overlap of consecutive tokens' expert sets.
+    temperature : float
+        Scale of the logit noise (> 0): larger = more token-to-token variety and flatter
+        popularity, sharper gate weights.
+    """
+
+    zipf: float
+    correlation: float
+    temperature: float
+
+    def __post_init__(self):
+        if not (np.isfinite(self.zipf) and self.zipf >= 0):
+            raise ValueError(f"zipf: expected a number >= 0, got {self.zipf!r}")
+        if not 0 <= self.correlation < 1:
+            raise ValueError(f"correlation: expected a number in [0, 1), got "
+                             f"{self.correlation!r}")
+        if not (np.isfinite(self.temperature) and self.temperature > 0):
+            raise ValueError(f"temperature: expected a number > 0, got {self.temperature!r}")
+
+
+def synthetic_trace(model, params: SyntheticRouting, *, requests=1, tokens=256, seed=0,
+                    phase="decode") -> RoutingTrace:
+    """Generate ``requests`` x ``tokens`` tokens of routing over every MoE layer of ``model``
+    (a preset name or :class:`~elmoe3d.sw.host.models.ModelPreset`), with full router scores.
+
+    Deterministic for a given ``seed``. Gate weights are stored without the routed scaling
+    factor (as :func:`~elmoe3d.sw.host.trace.trace_from_router_logits` does)."""
+    preset = model_preset(model)
+    if not isinstance(params, SyntheticRouting):
+        raise UserError("params: expected a SyntheticRouting")
+    for name, v in (("requests", requests), ("tokens", tokens)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise UserError(f"{name}: expected a positive integer, got {v!r}")
+    rng = np.random.default_rng(seed)
+    E, L = preset.routed_experts, preset.moe_layers
+    rank = np.argsort(rng.random((L, E)), axis=1)             # random per-layer ranking
+    bias = -params.zipf * np.log1p(rank)
+    rho = params.correlation
+    ids, ws, ss, req, pos, lay = [], [], [], [], [], []
+    for r in range(requests):
+        z = rng.standard_normal((L, E))
+        logits = np.empty((tokens, L, E))
+        for t in range(tokens):
+            if t:
+                z = rho * z + np.sqrt(1 - rho * rho) * rng.standard_normal((L, E))
+            logits[t] = bias + params.temperature * z
+        for j, layer in enumerate(preset.moe_layer_ids):
+            i, w, s = preset.route(logits[:, j])
+            ids.append(i)
+            ws.append(w / preset.routed_scaling_factor)
+            ss.append(s)
+            req.append(np.full(tokens, r))
+            pos.append(np.arange(tokens))
+            lay.append(np.full(tokens, layer))
+    return RoutingTrace(
+        request=np.concatenate(req), position=np.concatenate(pos), layer=np.concatenate(lay),
+        phase=np.full(requests * tokens * L, PHASES.index(phase)),
+        expert_ids=np.concatenate(ids), gate_weights=np.concatenate(ws),
+        scores=np.concatenate(ss), num_experts=E, layer_ids=tuple(preset.moe_layer_ids),
+        model=preset.name,
+        source=f"synthetic zipf={params.zipf} correlation={params.correlation} "
+               f"temperature={params.temperature} seed={seed}")
+
+
+_TARGETS = ("hot_ratio_median", "overlap", "top1_weight", "hot_ratio_top1_median",
+            "hot_ratio_top1_max", "same_set")
+
+
+def _distance(stats: dict, target: dict) -> float:
+    return sum(((stats[k] - v) / v) ** 2 for k, v in target.items())
+
+
+def fit_synthetic(model, target: dict, *, requests=1, tokens=256, seed=0, grid=None) -> tuple:
+    """Grid search of :class:`SyntheticRouting` whose generated figures come closest (sum of
+    squared relative errors) to ``target`` -- a dict with any of ``hot_ratio_median``,
+    ``overlap``, ``top1_weight``, ``hot_ratio_top1_median``, ``hot_ratio_top1_max``,
+    ``same_set`` (as in
+    :meth:`RoutingStats.summary`) -- at the given token count. ``grid`` maps ``zipf``,
+    ``correlation``, ``temperature`` to candidate values (defaults cover the real traces).
+
+    Returns ``(params, generated summary dict)``."""
+    unknown = sorted(set(target) - set(_TARGETS))
+    if unknown or not target:
+        raise UserError(f"target: unknown figure(s) {unknown}; expected some of {_TARGETS}")
+    grid = dict(grid or {})
+    zs = grid.pop("zipf", (0.0, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0))
+    cs = grid.pop("correlation", (0.0, 0.2, 0.35, 0.5, 0.65, 0.8))
+    ts = grid.pop("temperature", (0.5, 0.75, 1.0, 1.5, 2.0))
+    if grid:
+        raise UserError(f"grid: unknown key(s) {sorted(grid)}")
+    best = None
+    for z in zs:
+        for c in cs:
+            for t in ts:
+                p = SyntheticRouting(zipf=float(z), correlation=float(c), temperature=float(t))
+                s = routing_stats(synthetic_trace(model, p, requests=requests, tokens=tokens,
+                                                  seed=seed)).summary()
+                d = _distance(s, target)
+                if best is None or d < best[0]:
+                    best = (d, p, s)
+    return best[1], best[2]
+
+
+#: Parameters found by :func:`fit_synthetic` / a scan of ``zipf`` (``docs/traces.md`` gives the
+#: recipe and the figures). Mixtral-8x7B: fitted on both real JSONL traces (median hot ratio
+#: 1.47, overlap 0.74 of 2, top-1 weight 0.705) at 2 requests x 150 tokens. OLMoE-1B-7B: ``zipf``
+#: fitted on the count table (median hot ratio 4.48 of all picks, median top-1 hot ratio 11.9) at
+#: 4000 tokens; the count table says nothing of consecutive tokens, so ``correlation`` is
+#: Mixtral's, and nothing of gate weights, so ``temperature`` is 1. Only ``zipf / temperature``
+#: moves the picks (the top-k of ``b + T z`` is that of ``b / T + z``); ``temperature`` alone then
+#: sets the gate weights.
+CALIBRATED = {
+    "mixtral-8x7b": SyntheticRouting(zipf=0.45, correlation=0.3, temperature=1.8),
+    "olmoe-1b-7b": SyntheticRouting(zipf=0.43, correlation=0.3, temperature=1.0),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Expert-usage statistics (per-layer selection counts) as calibration input
+# ---------------------------------------------------------------------------------------------
+
+def expert_usage(path) -> dict:
+    """Read an expert-usage statistics file (JSON, :func:`usage_counts`): ``{layer name: counts
+    [E]}``. Raises :class:`UserError` naming the file on a missing, unreadable or malformed
+    file."""
+    import json
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such expert-usage file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read ({exc})") from None
+    except ValueError as exc:
+        raise UserError(f"{path}: not a JSON document ({exc.msg} at line {exc.lineno}); "
+                        f"expert-usage statistics are one JSON object or list") from None
+    try:
+        return usage_counts(doc)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc}") from None
+
+
+def calibrate_from_usage(model, usage, *, tokens=None, seed=0, zipf=None) -> tuple:
+    """:class:`SyntheticRouting` for ``model`` whose per-layer load skew matches expert-usage
+    statistics (``usage``: a JSON path, a parsed document that :func:`usage_counts` reads, or a
+    ``.csv`` count table laid out as ``olmoe_mixtral_expert_counts.csv``, of which the
+    ``expert_counts`` tables with the model's expert count are used).
+
+    Target: the median over the usage's layers of the hot ratio (hottest expert's count / mean
+    count, :func:`count_skew`), matched by a grid search of ``zipf`` (default 0 .. 2 in steps of
+    0.05) at ``tokens`` tokens (default: the tokens the counts stand for, picks / top-k, within
+    256 .. 4000: sampling noise raises the hot ratio of few tokens); as for OLMoE's count table (:data:`CALIBRATED`), counts say
+    nothing of consecutive tokens or gate weights, so ``correlation`` is Mixtral's (0.3) and
+    ``temperature`` 1. Raises :class:`UserError` if the usage's expert count is not the model's.
+
+    Returns ``(params, {"target": hot ratio, "generated": hot ratio, "layers": n})``."""
+    preset = model_preset(model)
+    where = "expert usage"
+    if isinstance(usage, (dict, list)):
+        counts = usage_counts(usage)
+    elif str(usage).lower().endswith(".csv"):
+        # a count table in the layout of olmoe_mixtral_expert_counts.csv: its tables of all
+        # top-k picks with this model's expert count
+        where = str(usage)
+        counts = {"/".join(str(x) for x in key): c.astype(np.float64)
+                  for key, c in expert_count_table(usage).items()
+                  if key[1] == "expert_counts" and len(c) == preset.routed_experts}
+        if not counts:
+            raise UserError(f"{usage}: no 'expert_counts' table with {preset.routed_experts} "
+                            f"experts ({preset.name})")
+    else:
+        where = str(usage)
+        counts = expert_usage(usage)
+    widths = {len(c) for c in counts.values()}
+    if widths != {preset.routed_experts}:
+        raise UserError(f"{where}: {'/'.join(str(w) for w in sorted(widths))} experts per "
+                        f"layer, {preset.name} routes over {preset.routed_experts}")
+    target = float(np.median([count_skew(c) for c in counts.values()]))
+    if tokens is None:
+        picks = float(np.median([c.sum() for c in counts.values()]))
+        tokens = int(np.clip(round(picks / preset.top_k), 256, 4000))
+    grid = zipf if zipf is not None else np.round(np.arange(0, 2.0001, 0.05), 2)
+    p, got = fit_synthetic(preset, {"hot_ratio_median": target}, tokens=tokens, seed=seed,
+                           grid={"zipf": tuple(float(z) for z in grid),
+                                 "correlation": (CALIBRATED["mixtral-8x7b"].correlation,),
+                                 "temperature": (1.0,)})
+    return p, {"target": target, "generated": got["hot_ratio_median"], "layers": len(counts),
+               "tokens": tokens}

@@ -1,0 +1,453 @@
+"""Reading real weight files (``.safetensors``, ``.npz``) into NumPy, with the failure kinds
+designed out (design brief section 5: "a weight file that is a Git LFS pointer, truncated, or in
+BF16 loaded as garbage").
+
+* :func:`open_tensors` reads and checks a file's index (names, dtypes, shapes) without loading
+  any tensor data; :meth:`TensorFile.load` then loads one tensor at a time.
+* :func:`load_tensors` loads the tensors selected by a glob pattern into an ordered dict.
+
+Dtypes: ``F16``, ``F32`` and ``F64`` are returned as stored; ``BF16`` (which NumPy lacks) is
+decoded exactly to float32 (``uint16 << 16`` reinterpreted as IEEE binary32: every bfloat16 is
+a float32); integer and bool tensors are returned as stored and flagged ``is_float = False``.
+FP8/FP4 and other dtypes without a NumPy equivalent are listed but refuse to load (their real
+values need per-block scale tensors that this reader does not interpret).
+
+Every problem is an :class:`~elmoe3d.errors.UserError` whose message names the file (and the
+tensor where there is one): a missing file; a Git LFS pointer instead of the weights; a
+truncated or corrupt safetensors file (a header length beyond the file, data offsets past the
+end, a size that does not match dtype and shape); a corrupt ``.npz``; an unsupported format or
+dtype; a pattern that matches no tensor (the message lists available names).
+
+Plain NumPy plus the ``safetensors`` library (used for everything NumPy can represent).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import json
+import math
+import struct
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import UserError
+
+
+__all__ = ["TensorInfo", "TensorFile", "TensorDict", "open_tensors", "load_tensors",
+           "select_names", "decode_bf16", "SUPPORTED_SUFFIXES", "LFS_POINTER_PREFIX"]
+
+SUPPORTED_SUFFIXES = (".safetensors", ".npz")
+
+#: First bytes of a Git LFS pointer file (what a clone without ``git lfs`` leaves behind).
+LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec"
+
+# safetensors dtype -> (numpy dtype or None, itemsize in bytes, is_float)
+_ST_DTYPES = {
+    "BOOL": (np.dtype(np.bool_), 1, False),
+    "U8": (np.dtype("<u1"), 1, False), "I8": (np.dtype("<i1"), 1, False),
+    "U16": (np.dtype("<u2"), 2, False), "I16": (np.dtype("<i2"), 2, False),
+    "U32": (np.dtype("<u4"), 4, False), "I32": (np.dtype("<i4"), 4, False),
+    "U64": (np.dtype("<u8"), 8, False), "I64": (np.dtype("<i8"), 8, False),
+    "F16": (np.dtype("<f2"), 2, True), "F32": (np.dtype("<f4"), 4, True),
+    "F64": (np.dtype("<f8"), 8, True),
+    "BF16": (None, 2, True),                     # decoded by decode_bf16
+    # Listed so that sizes can be checked, but not loadable (no NumPy dtype, and their real
+    # value needs the checkpoint's block scales).
+    "F8_E4M3": (None, 1, False), "F8_E5M2": (None, 1, False), "F8_E8M0": (None, 1, False),
+}
+_LOADABLE_ST = {k for k, (dt, _, _) in _ST_DTYPES.items() if dt is not None} | {"BF16"}
+_MAX_HEADER = 100 * 1024 * 1024          # the safetensors library's own limit
+
+_NP_CODES = {np.dtype(np.bool_): "BOOL", np.dtype(np.uint8): "U8", np.dtype(np.int8): "I8",
+             np.dtype(np.uint16): "U16", np.dtype(np.int16): "I16",
+             np.dtype(np.uint32): "U32", np.dtype(np.int32): "I32",
+             np.dtype(np.uint64): "U64", np.dtype(np.int64): "I64",
+             np.dtype(np.float16): "F16", np.dtype(np.float32): "F32",
+             np.dtype(np.float64): "F64"}
+
+
+def decode_bf16(raw) -> np.ndarray:
+    """Decode little-endian bfloat16 bit patterns to float32, exactly.
+
+    Parameters
+    ----------
+    raw : bytes-like (2 bytes per value) or array_like of uint16 bit patterns
+
+    Returns
+    -------
+    ndarray of float32, flat: ``(uint32(bits) << 16)`` viewed as IEEE binary32 (bfloat16 is the
+    top half of a float32, so this is exact, including subnormals, infinities and NaN).
+    """
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        bits = np.frombuffer(raw, dtype="<u2")
+    else:
+        bits = np.asarray(raw, dtype=np.uint16)
+    return (bits.astype("<u4") << 16).view("<f4").astype(np.float32)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of a weight file, as its index describes it (no data loaded).
+
+    Attributes
+    ----------
+    name : str
+    dtype : str
+        Stored dtype in safetensors spelling (``"F32"``, ``"BF16"``, ``"I64"``, ...); for an
+        ``.npz`` member with no such spelling, NumPy's ``dtype.str``.
+    shape : tuple of int
+    is_float : bool
+        A floating tensor (F16, BF16, F32, F64); integer, bool, FP8 etc. are not.
+    loadable : bool
+        False for dtypes this reader refuses to load (FP8, object arrays, ...).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple
+    is_float: bool
+    loadable: bool = True
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+class TensorDict(dict):
+    """``dict[name, ndarray]`` in file order, plus the index of what was loaded.
+
+    Attributes
+    ----------
+    path : Path
+    info : dict[str, TensorInfo]
+    non_float : tuple of str
+        Names of loaded tensors that are not floating point (returned as stored).
+    """
+
+    def __init__(self, path, items, info):
+        super().__init__(items)
+        self.path = Path(path)
+        self.info = dict(info)
+
+    @property
+    def non_float(self) -> tuple:
+        return tuple(n for n in self if not self.info[n].is_float)
+
+
+def _split_pattern(pattern) -> list:
+    if pattern is None:
+        return []
+    if isinstance(pattern, str):
+        parts = pattern.split(",")
+    else:
+        parts = list(pattern)
+    return [p.strip() for p in parts if p and p.strip()]
+
+
+def select_names(names, pattern, *, source="the file") -> list:
+    """Names (in their given order) matching ``pattern``.
+
+    Parameters
+    ----------
+    names : iterable of str
+    pattern : str, list of str or None
+        ``fnmatch`` globs on the full tensor name (case-sensitive; ``*`` also matches ``.``),
+        comma-separated in a string. ``None`` or empty selects everything.
+    source : str
+        What the names come from, for the error message (the file path).
+
+    Raises
+    ------
+    UserError
+        A glob matches no name (checked one by one, so a typo among several globs is caught);
+        the message lists close or, failing that, the first few available names.
+    """
+    names = list(names)
+    globs = _split_pattern(pattern)
+    if not globs:
+        return names
+    chosen = set()
+    for glob in globs:
+        hits = [n for n in names if fnmatch.fnmatchcase(n, glob)]
+        if not hits:
+            close = difflib.get_close_matches(glob, names, n=3, cutoff=0.5)
+            if close:
+                hint = "did you mean " + ", ".join(close)
+            elif names:
+                shown = names[:5]
+                hint = "available: " + ", ".join(shown) + (
+                    f", ... ({len(names)} tensors)" if len(names) > len(shown) else "")
+            else:
+                hint = "the file holds no tensors"
+            raise UserError(f"{source}: no tensor matches {glob!r} ({hint})")
+        chosen.update(hits)
+    return [n for n in names if n in chosen]
+
+
+def _check_path(path: Path) -> int:
+    """Existence, type and LFS-pointer checks; returns the file size."""
+    if not path.exists():
+        raise UserError(f"{path}: no such file")
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir() if p.suffix in SUPPORTED_SUFFIXES)
+        hint = (": give one of its weight files (" + ", ".join(inside[:5]) + ")") if inside \
+            else ""
+        raise UserError(f"{path}: is a directory{hint}")
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if head.startswith(LFS_POINTER_PREFIX):
+        detail = ""
+        for line in head.decode("ascii", "replace").splitlines():
+            if line.startswith("size "):
+                detail = f" to a {line[5:].strip()}-byte object"
+        raise UserError(f"{path}: is a Git LFS pointer file{detail} ({size} bytes), not the "
+                        f"weights: fetch the real file (git lfs pull, or download it directly)")
+    if size == 0:
+        raise UserError(f"{path}: is empty (0 bytes)")
+    return size
+
+
+class TensorFile:
+    """A checked weight file: its index in file order, and tensors loaded on demand.
+
+    Use :func:`open_tensors` to create one.
+
+    Attributes
+    ----------
+    path : Path
+    format : str
+        ``"safetensors"`` or ``"npz"``.
+    size : int
+        File size in bytes.
+    infos : dict[str, TensorInfo]
+        Every tensor in the file, in file order.
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.size = _check_path(self.path)
+        suffix = self.path.suffix.lower()
+        if suffix == ".safetensors":
+            self.format = "safetensors"
+            self._offsets = {}
+            self.infos = self._index_safetensors()
+        elif suffix == ".npz":
+            self.format = "npz"
+            self.infos = self._index_npz()
+        else:
+            hint = " (PyTorch pickles are not read: convert them to .safetensors)" \
+                if suffix in (".bin", ".pt", ".pth", ".ckpt") else ""
+            raise UserError(f"{self.path}: unsupported format {suffix or '(no suffix)'!r}; "
+                            f"expected one of {', '.join(SUPPORTED_SUFFIXES)}{hint}")
+
+    # -- safetensors ------------------------------------------------------------------------
+
+    def _corrupt(self, what):
+        return UserError(f"{self.path}: {what}")
+
+    def _index_safetensors(self) -> dict:
+        size = self.size
+        if size < 8:
+            raise self._corrupt(f"{size} bytes is too short for a safetensors header "
+                                f"(truncated, or not a safetensors file)")
+        with open(self.path, "rb") as f:
+            (hlen,) = struct.unpack("<Q", f.read(8))
+            if hlen > size - 8 or hlen > _MAX_HEADER:
+                raise self._corrupt(f"header length {hlen} bytes runs past the end of the "
+                                    f"file ({size} bytes): truncated or not a safetensors file")
+            raw = f.read(hlen)
+        try:
+            header = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise self._corrupt("header is not valid JSON (corrupt, or not a safetensors "
+                                "file)") from None
+        if not isinstance(header, dict):
+            raise self._corrupt("header is not a JSON object (corrupt safetensors file)")
+        data_start = 8 + hlen
+        entries = []
+        for order, (name, entry) in enumerate(header.items()):
+            if name == "__metadata__":
+                continue
+            where = f"tensor {name!r}"
+            try:
+                dtype = entry["dtype"]
+                shape = tuple(int(s) for s in entry["shape"])
+                begin, end = (int(o) for o in entry["data_offsets"])
+                if not isinstance(dtype, str) or any(s < 0 for s in shape) or \
+                        not 0 <= begin <= end:
+                    raise ValueError
+            except (KeyError, TypeError, ValueError):
+                raise self._corrupt(f"{where}: malformed header entry {entry!r}") from None
+            if dtype in _ST_DTYPES:
+                itemsize = _ST_DTYPES[dtype][1]
+                need = math.prod(shape) * itemsize
+                if end - begin != need:
+                    raise self._corrupt(f"{where}: data_offsets [{begin}, {end}] hold "
+                                        f"{end - begin} bytes but {dtype} {list(shape)} needs "
+                                        f"{need}: corrupt header")
+            if data_start + end > size:
+                raise self._corrupt(f"{where}: data ends at byte {data_start + end} but the "
+                                    f"file has only {size} bytes: truncated (incomplete "
+                                    f"download?)")
+            is_float = dtype in _ST_DTYPES and _ST_DTYPES[dtype][2]
+            info = TensorInfo(name, dtype, shape, bool(is_float), dtype in _LOADABLE_ST)
+            entries.append((begin, order, info))
+            self._offsets[name] = (data_start + begin, data_start + end)
+        entries.sort(key=lambda e: (e[0], e[1]))          # file order
+        return {info.name: info for _, _, info in entries}
+
+    def _load_safetensors(self, info: TensorInfo) -> np.ndarray:
+        begin, end = self._offsets[info.name]
+        if info.dtype == "BF16":
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(begin)
+                    raw = f.read(end - begin)
+            except OSError as exc:
+                raise UserError(f"{self.path}: tensor {info.name!r}: cannot read: "
+                                f"{exc.strerror or exc}") from None
+            if len(raw) != end - begin:
+                raise self._corrupt(f"tensor {info.name!r}: truncated while reading")
+            return decode_bf16(raw).reshape(info.shape)
+        from safetensors import SafetensorError, safe_open
+        try:
+            with safe_open(str(self.path), framework="numpy") as f:
+                array = f.get_tensor(info.name)
+        except (SafetensorError, OSError, TypeError, ValueError) as exc:
+            raise UserError(f"{self.path}: tensor {info.name!r}: the safetensors library "
+                            f"could not read it: {exc}") from None
+        return np.asarray(array).reshape(info.shape)
+
+    # -- npz --------------------------------------------------------------------------------
+
+    def _open_zip(self):
+        with open(self.path, "rb") as f:
+            magic = f.read(4)
+        if magic not in (b"PK\x03\x04", b"PK\x05\x06"):
+            raise self._corrupt("is not a zip archive, so not an .npz file (corrupt, or "
+                                "another format with an .npz name)")
+        try:
+            return zipfile.ZipFile(self.path)
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise self._corrupt(f"corrupt or truncated .npz archive ({exc})") from None
+
+    def _index_npz(self) -> dict:
+        infos = {}
+        self._members = {}
+        with self._open_zip() as zf:
+            for member in zf.namelist():
+                name = member[:-4] if member.endswith(".npy") else member
+                try:
+                    with zf.open(member) as f:
+                        version = np.lib.format.read_magic(f)
+                        if version == (1, 0):
+                            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                        else:
+                            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+                    raise UserError(f"{self.path}: tensor {name!r}: corrupt .npy member "
+                                    f"({exc})") from None
+                code = _NP_CODES.get(dtype.newbyteorder("=") if dtype.byteorder in "<>"
+                                     else dtype)
+                is_float = dtype.kind == "f"
+                loadable = not dtype.hasobject and dtype.kind in "biuf"
+                infos[name] = TensorInfo(name, code or dtype.str, tuple(shape), is_float,
+                                         loadable)
+                self._members[name] = member
+        return infos
+
+    def _load_npz(self, info: TensorInfo) -> np.ndarray:
+        try:
+            with self._open_zip() as zf, zf.open(self._members[info.name]) as f:
+                array = np.lib.format.read_array(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+            raise UserError(f"{self.path}: tensor {info.name!r}: corrupt or truncated data "
+                            f"({exc})") from None
+        if array.shape != info.shape:
+            raise UserError(f"{self.path}: tensor {info.name!r}: read shape {array.shape}, "
+                            f"header says {info.shape}")
+        return array
+
+    # -- public -----------------------------------------------------------------------------
+
+    @property
+    def names(self) -> list:
+        return list(self.infos)
+
+    def select(self, pattern=None) -> list:
+        """:class:`TensorInfo` of the tensors matching ``pattern`` (see :func:`select_names`),
+        in file order."""
+        return [self.infos[n] for n in select_names(self.infos, pattern, source=str(self.path))]
+
+    def load(self, name) -> np.ndarray:
+        """Load one tensor (BF16 decoded to float32, everything else as stored).
+
+        Raises
+        ------
+        UserError
+            No such tensor (lists close names); a dtype this reader does not load; corrupt data.
+        """
+        info = self.infos.get(name)
+        if info is None:
+            select_names(self.infos, [name], source=str(self.path))     # raises with a hint
+        if not info.loadable:
+            raise UserError(f"{self.path}: tensor {name!r}: dtype {info.dtype} is not "
+                            f"supported (F16, BF16, F32, F64 and integer tensors are)")
+        if self.format == "safetensors":
+            return self._load_safetensors(info)
+        return self._load_npz(info)
+
+
+def open_tensors(path) -> TensorFile:
+    """Check a ``.safetensors`` or ``.npz`` file and read its index (no tensor data).
+
+    Raises
+    ------
+    UserError
+        Missing file, directory, Git LFS pointer, empty, unsupported suffix, truncated or
+        corrupt file; the message names the file (and the tensor where there is one).
+    """
+    return TensorFile(path)
+
+
+def load_tensors(path, pattern=None) -> TensorDict:
+    """Load the tensors of a weight file whose names match ``pattern``.
+
+    Parameters
+    ----------
+    path : str or Path
+        A ``.safetensors`` or ``.npz`` file.
+    pattern : str, list of str or None
+        ``fnmatch`` globs on tensor names, comma-separated; ``None`` loads every tensor.
+        Tensors not selected are never read.
+
+    Returns
+    -------
+    TensorDict
+        ``{name: ndarray}`` in file order; F16/F32/F64 as stored, BF16 decoded to float32,
+        integer/bool tensors as stored and listed in ``.non_float``; ``.info`` has the
+        stored dtype and shape of each.
+
+    Raises
+    ------
+    UserError
+        See :func:`open_tensors`; also a glob that matches no tensor, and a selected tensor of
+        an unsupported dtype (FP8, object arrays).
+    """
+    tf = open_tensors(path)
+    infos = tf.select(pattern)
+    return TensorDict(tf.path, [(i.name, tf.load(i.name)) for i in infos],
+                      [(i.name, i) for i in infos])

@@ -1,0 +1,296 @@
+"""The logic die (:class:`elmoe3d.hw.die.LogicDie`): host payload layouts, queue numbering,
+parameter checks and elaboration at the bench's size and at the paper's 16 and 32 PEs (the
+cocotb bench ``tests/cocotb/test_die.py`` simulates the small die)."""
+
+import pytest
+from amaranth.hdl import Fragment
+
+from elmoe3d import isa
+from elmoe3d.config import preset
+from elmoe3d.hw.agg_link import LinkModeRTL, link_op_layout, pack_link_op
+from elmoe3d.hw.die import (DmaKind, HostQueue, LogicDie, die_errors_layout, die_o_layout,
+                            die_probe_layout, dma_bit, host_cmd_layout, host_dma_layout,
+                            queue_bit)
+from elmoe3d.hw.ext_stream import ext_read_layout
+from elmoe3d.hw.isa import OKind, command_layout
+from elmoe3d.sw.golden.links import LinkMode, LinkOp
+
+SMALL = preset("small")
+
+
+def test_host_layouts_round_trip():
+    arch = SMALL
+    cmd = isa.encode(isa.Op.LOAD, target=isa.Target.WMSB, words=7, src=isa.Source.HB,
+                     hb_addr=123456)
+    L = host_cmd_layout(arch)
+    v = L.from_bits(L.const({"queue": HostQueue.PE, "index": 3,
+                             "body": {"cmd": command_layout().from_bits(cmd)}}).as_bits())
+    assert (v.queue, int(v.index), v.body.cmd.as_value().value) == (HostQueue.PE, 3, cmd)
+    op = pack_link_op(LinkOp(LinkMode.REDUCE_ADD, 0b11, 0b01, 5), arch.pes_per_group)
+    v = L.from_bits(L.const({"queue": HostQueue.LINK, "index": 1,
+                             "body": {"link": link_op_layout(2).from_bits(op)}}).as_bits())
+    assert v.body.link.as_value().value == op and int(v.body.link.words) == 5
+    e = ext_read_layout(arch.pes).const({"addr": 99, "words": 12, "dst_mask": 0b1010})
+    v = L.from_bits(L.const({"queue": HostQueue.EXT, "body": {"ext": e}}).as_bits())
+    assert (int(v.body.ext.addr), int(v.body.ext.words), int(v.body.ext.dst_mask)) == \
+        (99, 12, 0b1010)
+    D = host_dma_layout(arch)
+    v = D.from_bits(D.const({"kind": DmaKind.HB_WRITE, "pe": 2, "addr": 5,
+                             "data": (1 << 511) | 3}).as_bits())
+    assert (v.kind, int(v.pe), int(v.addr), int(v.data)) == (DmaKind.HB_WRITE, 2, 5,
+                                                             (1 << 511) | 3)
+    O = die_o_layout(arch)
+    v = O.from_bits(O.const({"pe": 1, "beat": {"kind": OKind.STATUS, "data": 77}}).as_bits())
+    assert (int(v.pe), v.beat.kind, int(v.beat.data)) == (1, OKind.STATUS, 77)
+
+
+def test_queue_numbering():
+    arch = preset("paper-4gb")
+    assert [queue_bit(arch, HostQueue.PE, p) for p in (0, 15)] == [0, 15]
+    assert [queue_bit(arch, HostQueue.LINK, g) for g in (0, 3)] == [16, 19]
+    assert queue_bit(arch, HostQueue.EXT) == 20
+    assert (dma_bit(arch, DmaKind.LD, 7), dma_bit(arch, DmaKind.HB_WRITE, 7)) == (7, 23)
+
+
+def test_parameters_named():
+    with pytest.raises(TypeError, match="config"):
+        LogicDie(config=SMALL.pe)
+    with pytest.raises(ValueError, match="cmd_queue_depth"):
+        LogicDie(config=SMALL, cmd_queue_depth=0)
+    with pytest.raises(ValueError, match="hb_burst_words"):
+        LogicDie(config=SMALL, router={"hb_fifo_words": 4, "hb_burst_words": 8})
+    with pytest.raises(ValueError, match="router"):
+        LogicDie(config=SMALL, router=[1])
+    with pytest.raises(ValueError, match="ext_channels: expected a positive integer"):
+        die_errors_layout(SMALL, 0)
+    with pytest.raises(TypeError, match="arch"):
+        die_errors_layout(SMALL.pe)
+    assert die_errors_layout(SMALL)["ext_refresh"].width == SMALL.ext_channels
+
+
+def test_small_die_elaborates():
+    die = LogicDie(config=SMALL, ext_channels=2)
+    assert (die.ext_channels, die.link_buffer_words, die.o_latency) == (2, 64, 1)
+    assert (die.queue_latency, die.errors_latency, die.link_error_latency) == (1, 1, 2)
+    assert die.ext_stripe_bytes == 2 * SMALL.ext.burst_bytes
+    Fragment.get(die, None)
+    names = set(die.signature.members)
+    assert {"host_cmd", "cmd_room", "host_dma", "dma_room", "o", "errors", "errors_clear",
+            "probe", "hb", "ext"} <= names
+    assert len(die.probe.as_value()) == die_probe_layout(SMALL).size == 8 * SMALL.pes + \
+        3 * SMALL.groups + 3
+
+
+@pytest.mark.parametrize("name", ["paper-4gb", "paper-8gb"])
+def test_paper_dies_elaborate(name):
+    """The paper's 16- and 32-PE dies: every block is built (its parameters checked), the
+    die's own logic (host queues, DMA routing, output merge, the wiring) elaborates, and so do
+    the die's own blocks at the paper's widths (W = 4096: 4 HB bursts per word, 2 EXT stripes
+    per word, 4 ring flits per word). The PE, controllers, links and ring are elaborated by
+    their own tests and by synthesis."""
+    arch = preset(name)
+    die = LogicDie(config=arch)
+    assert die.ext_channels == 8 and die.ext_stripe_bytes == 256
+    assert len(die.signature.members["hb"].dimensions) == 1
+    assert die.signature.members["hb"].dimensions[0] == arch.pes
+    m = die.elaborate(None)                     # the die's logic, sub-blocks not lowered
+    assert die._hb_ports[0].bursts_per_word == 4
+    assert die._ext_port.bursts_per_word == 2
+    assert die._streamer.flits_per_word == 4
+    for block in (die.router, die._hb_ports[0], die._ext_port, die._streamer):
+        Fragment.get(block, None)
+    # the rest (PEs, controllers, links, ring, queues) are elaborated by their own tests and
+    # by synthesis (a paper PE alone takes 20 s of CPU to elaborate)
+    subs = [s for s, *_ in list(m._named_submodules.values()) + m._anon_submodules]
+    assert len(subs) >= 4 * arch.pes + arch.groups
+    for block in subs + die._ext._ctrl + [die, m]:
+        block._MustUse__silence = True
+
+
+#: Cycles the die test watches a set flag (it must stay set) before the host clears it.
+WATCH = 16
+
+
+def test_errors_output_reflects_the_blocks_sticky_flags():
+    """The small die in the Amaranth simulator (its LPDDR5 channels on timing-checked device
+    models, tREFI shortened so the refresh debt grows within a thousand cycles), every flag
+    watched for ``WATCH`` cycles, then cleared through ``errors_clear``; every other bit of
+    ``errors`` stays 0 throughout:
+
+    * a link descriptor with ``chunk`` = 0 for group 1 sets ``link_bad_desc`` bit 1 exactly
+      :attr:`LogicDie.link_error_latency` cycles after the host's beat is taken;
+    * PEs 0 and 1 SEND 3 words each and group 0 gets an ALL_TO_ALL over both of them with
+      ``words`` = 3, ``chunk`` = 1 (not a multiple of chunk x 2 destinations): the link drains
+      it and sets ``link_bad_length`` bit 0 (``link_bad_desc`` bit 0 stays 0);
+    * ``hb_refresh`` cannot be reached through the host interface: an HB controller is only
+      held by a client that withholds ``wdata`` or does not take ``rdata``, and on the die
+      its clients never do (a PE's load router requests only what its FIFO can hold, and the
+      word port issues a write request with its burst data already in hand), so valid or
+      not, host traffic never pushes its refresh to the limit. The wiring is checked by
+      setting PE 2's HB controller's own flag register from the bench (a poke, not an
+      overflow): only ``hb_refresh`` bit 2 rises, and bit 2 of ``errors_clear`` clears that
+      controller's flag;
+    * likewise the bit-to-channel order of ``ext_refresh``: both channels get the same
+      requests and are held by the same joined read data, so real traffic overflows them
+      together; LPDDR5 channel 1's flag register is poked and only bit 1 rises (and clears);
+    * the real overflow last: an EXT read descriptor for a PE that never loads its words
+      fills the ring and the LPDDR5 read buffers, the channels force their refresh and
+      ``ext_refresh`` rises for both (no DRAM timing violation); clearing bit 0 leaves
+      bit 1. That flag is a level (set in every cycle the channel's refresh debt is at the
+      limit), so the host's clear of bit 0 only takes once the forced refresh has brought
+      the debt below it: the bench strobes it until it does."""
+    import dataclasses
+    import math
+
+    from amaranth.sim import Simulator
+
+    from elmoe3d.sim.amaranth_streams import sample_dram_bus
+    from elmoe3d.sw.golden.dram import DramDevice
+
+    ext = dataclasses.replace(SMALL.ext, tREFI=400.0, tRFCpb=40.0, tPBR2PBR=20.0)
+    arch = dataclasses.replace(SMALL, ext=ext)          # refresh interval 40 CK (50 cycles)
+    die = LogicDie(config=arch, ext_channels=2)
+    interval = math.ceil(ext.refresh_interval_ck * die._ext.channel.tck_logic)   # cycles
+    E = die_errors_layout(arch, 2)
+    assert [(n, f.offset, f.width) for n, f in E] == [
+        ("cmd_index", 0, 1), ("dma_pe", 1, 1), ("link_bad_desc", 2, 2),
+        ("link_bad_length", 4, 2), ("hb_refresh", 6, 4), ("ext_refresh", 10, 2)]
+    lat, G = die.errors_latency, arch.pes_per_group
+    C = host_cmd_layout(arch)
+    L = link_op_layout(G)
+
+    def link_beat(group, **fields):
+        return C.const({"queue": HostQueue.LINK, "index": group,
+                        "body": {"link": L.const(fields)}}).as_bits()
+
+    bad_desc = link_beat(1, mode=LinkModeRTL.ALL_TO_ALL, src_mask=0b11, dst_mask=0b11,
+                         words=4, chunk=0)
+    bad_length = link_beat(0, mode=LinkModeRTL.ALL_TO_ALL, src_mask=0b11, dst_mask=0b11,
+                           words=3, chunk=1)
+    send = isa.encode(isa.Op.SEND, target=isa.Target.ACT, addr=0, words=3)
+    sends = [C.const({"queue": HostQueue.PE, "index": p,
+                      "body": {"cmd": command_layout().from_bits(send)}}).as_bits()
+             for p in range(G)]
+    ext_read = C.const({"queue": HostQueue.EXT, "body": {"ext": ext_read_layout(
+        arch.pes).const({"addr": 0, "words": 600, "dst_mask": 0b0100})}}).as_bits()
+    devs = [DramDevice(ext, clock_ghz=arch.clock_ghz, seed=c) for c in range(2)]
+    log, taken, marks = [], {}, {}
+
+    def flags(**fields):
+        return E.const(fields).as_bits()
+
+    async def bench(ctx):
+        beats, rds = [("bad_desc", bad_desc), ("send0", sends[0]), ("send1", sends[1]),
+                      ("bad_length", bad_length)], [None, None]
+
+        async def step(clear=0, poke=None):
+            cycle = len(log)
+            ctx.set(die.host_cmd.valid, bool(beats))
+            if beats:
+                ctx.set(die.host_cmd.payload.as_value(), beats[0][1])
+            if poke is not None:
+                ctx.set(poke, 1)
+            ctx.set(die.errors_clear.as_value(), clear)
+            for c, bus in enumerate(die.ext):
+                ctx.set(bus.rd_valid, rds[c] is not None)
+                ctx.set(bus.rd_data, rds[c] or 0)
+            if beats and ctx.get(die.host_cmd.ready):
+                taken[beats.pop(0)[0]] = cycle
+            for c, (bus, dev) in enumerate(zip(die.ext, devs)):
+                rds[c] = dev.clock(*sample_dram_bus(ctx, bus))
+            err = E.from_bits(ctx.get(die.errors.as_value()))
+            log.append(err.as_value().value)
+            await ctx.tick()
+            return err
+
+        async def until(what, pred, budget):
+            for _ in range(budget):
+                if pred(await step()):
+                    marks[what] = len(log) - 1
+                    return
+            marks[what] = None
+
+        async def watch_and_clear(what, clear):
+            for _ in range(WATCH):
+                await step()
+            marks[what + " clear"] = len(log)
+            await step(clear=clear)
+            for _ in range(2 * lat):
+                await step()
+
+        # link_bad_desc, group 1: the beat taken in cycle 0
+        for _ in range(die.link_error_latency + 1):
+            await step()
+        marks["bad_desc"] = len(log) - 1
+        await watch_and_clear("bad_desc", flags(link_bad_desc=0b10))
+        # link_bad_length, group 0
+        await until("bad_length", lambda e: e.link_bad_length != 0, 2000)
+        if marks["bad_length"] is None:
+            return
+        await watch_and_clear("bad_length", flags(link_bad_length=0b01))
+        # hb_refresh bit 2 / ext_refresh bit 1: the blocks' own flag registers poked
+        for what, reg, bit in (("hb", die._hb[2].errors.refresh_overflow,
+                                flags(hb_refresh=0b0100)),
+                               ("ext", die._ext._ctrl[1].errors.refresh_overflow,
+                                flags(ext_refresh=0b10))):
+            marks[what] = len(log)
+            await step(poke=reg)
+            await watch_and_clear(what, bit)
+        # the real LPDDR5 overflow, both channels
+        marks["quiet"] = len(log)
+        beats.append(("ext_read", ext_read))
+        await until("overflow", lambda e: e.ext_refresh == 0b11, 3000)
+        if marks["overflow"] is None:
+            return
+        for _ in range(WATCH):
+            await step()
+        # the flag is a level while a channel's debt is at the limit (a clear is lost then):
+        # strobe bit 0 until it falls, within the refresh intervals of a whole debt
+        marks["overflow clear"] = len(log)
+        for _ in range(ext.max_postponed * interval):
+            if not (await step(clear=flags(ext_refresh=0b01))).ext_refresh & 1:
+                break
+        marks["overflow cleared"] = len(log) - 1
+        for _ in range(2 * lat):
+            await step()
+
+    sim = Simulator(die)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    print(f"die errors: takes {taken}, marks {marks}")
+    for dev in devs:
+        dev.finish()                          # refresh rate up to the end
+
+    def field(name, a, b=None):
+        """The values of ``errors.<name>`` in cycles a..b-1."""
+        return {int(E.from_bits(v)[name]) for v in log[a:b]}
+
+    def first(name):
+        return next(c for c, v in enumerate(log) if E.from_bits(v)[name])
+
+    assert taken["bad_desc"] == 0
+    rise = taken["bad_desc"] + die.link_error_latency
+    assert marks["bad_desc"] == rise and first("link_bad_desc") == rise, \
+        "not exactly link_error_latency after the beat"
+    k = marks["bad_desc clear"]
+    assert field("link_bad_desc", rise, k + lat) == {0b10}, "group 1's bit only, sticky"
+    assert field("link_bad_desc", k + lat) == {0}, "not cleared for good"
+    assert marks["bad_length"] is not None, "group 0's link never flagged the bad length"
+    rise = first("link_bad_length")
+    k = marks["bad_length clear"]
+    assert field("link_bad_length", rise, k + lat) == {0b01}, "group 0's bit only, sticky"
+    assert field("link_bad_length", k + lat) == {0}, "not cleared for good"
+    for name in ("cmd_index", "dma_pe", "hb_refresh", "ext_refresh"):
+        assert field(name, 0, marks["hb"]) == {0}, name
+    for what, bit in (("hb", flags(hb_refresh=0b0100)), ("ext", flags(ext_refresh=0b10))):
+        k = marks[what + " clear"]
+        assert set(log[marks[what]:k + lat]) == {bit}, f"{what}: a single bit, sticky"
+        assert set(log[k + lat:k + 2 * lat + 1]) == {0}, f"{what}: not cleared"
+    assert marks["overflow"] is not None, "the LPDDR5 controllers never forced a refresh"
+    assert set(log[marks["quiet"]:marks["overflow"]]) <= {0, flags(ext_refresh=0b01),
+                                                         flags(ext_refresh=0b10)}
+    k, f = marks["overflow clear"], marks["overflow cleared"]
+    assert set(log[marks["overflow"]:f]) == {flags(ext_refresh=0b11)}
+    assert set(log[f:]) == {flags(ext_refresh=0b10)}, "bit 0 cleared alone"
+    print(f"ext_refresh bit 0: clear strobed from cycle {k}, fell in cycle {f}")

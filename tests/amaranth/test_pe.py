@@ -1,0 +1,1396 @@
+"""The PE (:class:`elmoe3d.hw.pe.PE`) in the Amaranth simulator against the functional simulator
+(:mod:`elmoe3d.sw.golden.pe`) running the same encoded program and ``ld`` data, plus direct checks
+against the golden GEMM (:func:`elmoe3d.sw.golden.datapath.gemm`) and the golden VPU.
+
+Every comparison is plain equality: both outputs (``o`` beats, ``link_o`` words) word for word;
+STATUS beats on their functional fields (the timing counters are RTL-only). Streams run with
+and without idle cycles on ``cmd``/``ld``/``link_i`` and backpressure on ``o``/``link_o``.
+Seeds are fixed and printed. Whole experts run in the cocotb bench (``sim/bench_pe.py``).
+"""
+
+import dataclasses
+import gc
+import random
+import time
+
+import numpy as np
+import pytest
+from amaranth.hdl import Fragment, Value
+from amaranth.sim import Simulator
+
+from elmoe3d.config import preset
+from elmoe3d.hw.board import LEAN_PE_PARAMS
+from elmoe3d.hw.pe import PE
+from elmoe3d.isa import Sink, Target
+from elmoe3d.sim.traffic import ROUGH, SMOOTH, TRAFFIC, Traffic
+from elmoe3d.sw.golden import asm, pe as fsim
+from elmoe3d.sw.golden.asm import OKind
+from elmoe3d.sw.golden.datapath import Mode, gemm
+from elmoe3d.sw.golden.quant import lsb_slice, msb_slice, quantize_weights
+
+
+ARCH = preset("small")
+PE_CFG = ARCH.pe
+R, L = PE_CFG.rows, PE_CFG.lanes
+
+
+# ---- harness ------------------------------------------------------------------------------------
+
+#: ``o`` not ready half the cycles, nothing else stalled.
+O_STALLS = Traffic("o stalls", ports={"o": 0.5})
+
+_DUT_CACHE = {}
+
+
+def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, drain=40,
+           max_cycles=20000, dut=None, pe_options=None, watch=()):
+    """Run an encoded program on the RTL PE until ``n_o`` beats and ``n_link`` link words came
+    out, then ``drain`` more cycles (nothing more may come out), under ``traffic`` (a
+    :class:`~elmoe3d.sim.traffic.Traffic`; ports ``cmd``, ``ld``, ``link_i``, ``o``, ``link_o``).
+
+    Checks the stream rule on ``o`` and ``link_o`` (an offered beat stays valid and unchanged
+    until taken) and that :attr:`PE.probes` ``rw_collision`` never fires (no word of a
+    ``no_rw_check`` memory read and written in one cycle). Returns a dict: ``o`` (list of
+    (kind, data)), ``link_o`` (ints), ``cycles``
+    (to the last output or the last command), handshake cycles ``cmd``, ``ld``, ``link_o``,
+    and for every name in ``watch`` the cycles in which that :attr:`PE.probes` bit was set.
+    Without ``dut``, the PE is ``PE(config=ARCH, **pe_options)``.
+    """
+    program, ld, link_i = list(program), list(ld), list(link_i)
+    if dut is None:
+        dut = PE(config=ARCH, **(pe_options or {}))
+    else:
+        assert pe_options is None, "pe_options: give them to the dut instead"
+    rng = random.Random(seed)
+    log = {"o": [], "link_o": [], "cmd": [], "ld": [], "link_o_cycles": [], "o_cycles": []}
+    log.update({name: [] for name in watch})
+
+    async def bench(ctx):
+        srcs = [
+            (dut.cmd, program, traffic.idle_at("cmd"), "cmd"),
+            (dut.ld, ld, traffic.idle_at("ld"), "ld"),
+            (dut.link_i, link_i, traffic.idle_at("link_i"), None),
+        ]
+        pos = [0, 0, 0]
+        shown = [False, False, False]
+        held = {"o": None, "link_o": None}
+        cycle = quiet = 0
+        while True:
+            for k, (port, items, idle, _) in enumerate(srcs):
+                if not shown[k] and pos[k] < len(items):
+                    shown[k] = rng.random() >= idle
+                ctx.set(port.valid, shown[k])
+                if shown[k]:
+                    ctx.set(Value.cast(port.payload), items[pos[k]])
+            o_ready = rng.random() >= traffic.backpressure_at("o")
+            l_ready = rng.random() >= traffic.backpressure_at("link_o")
+            ctx.set(dut.o.ready, o_ready)
+            ctx.set(dut.link_o.ready, l_ready)
+            for k, (port, items, _, name) in enumerate(srcs):
+                if shown[k] and ctx.get(port.ready):
+                    if name:
+                        log[name].append(cycle)
+                    pos[k] += 1
+                    shown[k] = False
+            for name, port, ready in (("o", dut.o, o_ready), ("link_o", dut.link_o, l_ready)):
+                if ctx.get(port.valid):
+                    if name == "o":
+                        beat = (int(ctx.get(port.payload.kind).value),
+                                ctx.get(port.payload.data))
+                    else:
+                        beat = ctx.get(port.payload)
+                    if held[name] is not None:
+                        assert beat == held[name], f"cycle {cycle}: offered {name} beat changed"
+                    if ready:
+                        log[name].append(beat)
+                        log[f"{name}_cycles"].append(cycle)
+                        held[name] = None
+                    else:
+                        held[name] = beat
+                else:
+                    assert held[name] is None, f"cycle {cycle}: {name}.valid dropped"
+            for name in watch:
+                if ctx.get(dut.probes[name]):
+                    log[name].append(cycle)
+            if ctx.get(dut.probes["rw_collision"]):
+                hit = [k[len("rw_collision_"):] for k, v in dut.probes.items()
+                       if k.startswith("rw_collision_") and ctx.get(v)]
+                raise AssertionError(f"cycle {cycle}: a word of {', '.join(hit)} read and "
+                                     f"written in one cycle (no_rw_check memories)")
+            assert len(log["o"]) <= n_o, f"cycle {cycle}: unexpected extra o beat"
+            assert len(log["link_o"]) <= n_link, f"cycle {cycle}: unexpected extra link word"
+            if (pos[0] == len(program) and len(log["o"]) == n_o
+                    and len(log["link_o"]) == n_link):
+                quiet += 1
+                if quiet > drain:
+                    return
+            await ctx.tick()
+            cycle += 1
+            assert cycle < max_cycles, (f"timeout: {pos[0]}/{len(program)} commands, "
+                                        f"{pos[1]}/{len(ld)} ld, {len(log['o'])}/{n_o} o, "
+                                        f"{len(log['link_o'])}/{n_link} link_o")
+
+    sim = Simulator(dut)                      # elaborates: dut.probes exists from here
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    ends = log["o_cycles"][-1:] + log["link_o_cycles"][-1:] + log["cmd"][-1:]
+    log["cycles"] = max(ends) + 1 if ends else 0
+    return log
+
+
+def compare_with_fsim(prog, ld=(), link_i=(), *, traffic=SMOOTH, seed=0, **kw):
+    """Run ``prog`` (an :class:`~elmoe3d.sw.golden.asm.Program`) on fsim and on the RTL; assert equal
+    ``link_o`` words, DATA beats, and STATUS beats on the functional fields. Returns
+    ``(rtl_log, fsim_result)``."""
+    ref = fsim.run(prog, ld, link_i)
+    t0 = time.perf_counter()
+    got = run_pe(prog.encode(), ld, link_i, n_o=len(ref.o), n_link=len(ref.link_o),
+                 traffic=traffic, seed=seed, **kw)
+    print(f"  RTL: {got['cycles']} cycles, {time.perf_counter() - t0:.1f} s wall")
+    assert got["link_o"] == ref.link_o
+    assert [k for k, _ in got["o"]] == [int(b.kind) for b in ref.o]
+    for (kind, data), want in zip(got["o"], ref.o):
+        if kind == OKind.STATUS:
+            g, w = asm.unpack_status(data), asm.unpack_status(want.data)
+            for name in asm.FUNCTIONAL_STATUS_FIELDS:
+                assert g[name] == w[name], f"STATUS.{name}: RTL {g[name]} fsim {w[name]}"
+        else:
+            assert data == want.data
+    return got, ref
+
+
+# ---- stimulus -----------------------------------------------------------------------------------
+
+def weight_words(qw, mode=Mode.FULL):
+    """WMSB, WLSB and WSCALE words (uint8 [n, W/8]) of a quantized weight [N, K]: block cb,
+    group g at word cb*G + g; channel cb*L + n on lane n (docs/pe.md)."""
+    q = qw.q
+    n, k = q.shape
+    G, cbn = k // 32, -(-n // L)
+    qp = np.zeros((cbn * L, k), np.int8)
+    qp[:n] = q
+    sp = np.zeros((cbn * L, G), np.uint16)
+    sp[:n] = np.asarray(qw.scale, np.float16).view(np.uint16)
+    msb = (msb_slice(qp).view(np.uint8) & 15).reshape(cbn, L, G, 32).transpose(0, 2, 1, 3)
+    lsb = lsb_slice(qp).reshape(cbn, L, G, 32).transpose(0, 2, 1, 3)
+    ent = sp.reshape(cbn, L, G).transpose(0, 2, 1).reshape(cbn * G, L)
+    ent = np.concatenate([ent, np.zeros((-len(ent) % 8, L), np.uint16)]).reshape(-1, 8, L)
+    return (asm.pack_wgt(msb.reshape(-1, L, 32), PE_CFG),
+            asm.pack_wgt(lsb.reshape(-1, L, 32), PE_CFG),
+            asm.pack_scales(ent, PE_CFG))
+
+
+def act_words(a_q):
+    """ACT words of INT8 activations [M, K] (zero-padded to whole row blocks): (rb, g)."""
+    m, k = a_q.shape
+    rbn, G = -(-m // R), k // 32
+    ap = np.zeros((rbn * R, k), np.int8)
+    ap[:m] = a_q
+    return asm.pack_act(ap.reshape(rbn, R, G, 32).transpose(0, 2, 1, 3).reshape(-1, R, 32),
+                        PE_CFG)
+
+
+def random_weight(rng, n, k, *, spread=1.0):
+    w = rng.normal(size=(n, k)) * np.exp(rng.normal(size=(n, k // 32, 1)) * spread
+                                         ).repeat(32, axis=2).reshape(n, k)
+    return quantize_weights(w.astype(np.float32))
+
+
+def raw_gemm_program(a_q, qw, mode, *, wbuf=0, w_base=0, act_base=0, prog=None, load_act=True):
+    """LOAD ACT + weights into buffer ``wbuf``, GEMM to RAW; returns (program, ld words).
+    Appends to ``prog`` if given; ``load_act=False`` expects the activations at ``act_base``."""
+    msb, lsb, scl = weight_words(qw)
+    acts = act_words(a_q)
+    G = a_q.shape[1] // 32
+    cbn = len(msb) // G
+    prog = asm.Program(PE_CFG) if prog is None else prog
+    ld = []
+    if load_act:
+        prog.load(Target.ACT, act_base, len(acts))
+        ld.append(acts)
+    prog.load(Target.WMSB, w_base, len(msb), buf=wbuf)
+    ld.append(msb)
+    if mode in (Mode.FULL, Mode.LSB_ONLY):
+        prog.load(Target.WLSB, w_base, len(lsb), buf=wbuf)
+        ld.append(lsb)
+    # scale entries w_base + e: a whole-word load needs w_base % 8 == 0
+    assert w_base % 8 == 0
+    prog.load(Target.WSCALE, w_base // 8, len(scl), buf=wbuf, signal=True)
+    ld.append(scl)
+    prog.gemm(mode=mode, wbuf=wbuf, act_base=act_base, w_base=w_base,
+              row_blocks=len(acts) // G, col_blocks=cbn, groups=G, sink=Sink.RAW,
+              wait=True, release=True)
+    return prog, asm.words_to_ints(np.concatenate(ld))
+
+
+def raw_to_acc(words, m, n, mode, rbn):
+    """RAW link words of one GEMM back to the [m, n] accumulator matrix."""
+    vals = asm.unpack_q24(asm.ints_to_words(words, PE_CFG), PE_CFG).reshape(-1, R, L)
+    if mode is Mode.FULL:
+        vals = vals[:, :, 0::2]
+    c = vals.shape[2]
+    nblk = len(vals) // rbn
+    acc = vals.reshape(nblk, rbn, R, c).transpose(1, 2, 0, 3).reshape(rbn * R, nblk * c)
+    return acc[:m, :n]
+
+
+# ---- tests ------------------------------------------------------------------------------------
+
+def _unused(dut):
+    dut._MustUse__silence = True
+    return dut
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_parameters_and_errors():
+    dut = _unused(PE(config=ARCH))
+    assert dut.word_bits == 128 * L and dut.rows == R and dut.lanes == L
+    assert dut.tile_latency == 3
+    assert dut.sink_latency[Sink.RAW] == 1
+    assert _unused(PE(config=PE_CFG)).config == PE_CFG
+    with pytest.raises(TypeError, match="ArchConfig"):
+        PE(config="small")
+    with pytest.raises(ValueError, match="mul_stages"):
+        PE(config=ARCH, mul_stages=0)
+    from elmoe3d.config import ArchConfig, TileConfig
+    with pytest.raises(ValueError, match="power-of-two"):
+        PE(config=ArchConfig(tile=TileConfig(rows=6, lanes=12), wmem_bytes=4 * 192 * 8,
+                             iomem_bytes=32 * 192))
+    gc.collect()      # the half-built PEs warn here, where it is ignored
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_vpu_unit_parameters_and_errors():
+    q = 128 * L // 32                       # W/32
+    dut = _unused(PE(config=ARCH))
+    assert (dut.requant_units, dut.fp32_units) == (min(q, 32), q)
+    assert (dut.output_beat_cycles, dut.requant_word_cycles, dut.tile_dsp_pairs) == (1, 1, False)
+    dut = _unused(PE(config=ARCH, requant_units=2, fp32_units=4))
+    assert (dut.requant_units, dut.fp32_units) == (2, 4)
+    assert (dut.output_beat_cycles, dut.requant_word_cycles) == (q // 4, q // 2)
+    for bad in (0, 3, 2 * q, -1, True, 1.0, "2"):
+        with pytest.raises(ValueError, match="requant_units"):
+            PE(config=ARCH, requant_units=bad)
+        with pytest.raises(ValueError, match="fp32_units"):
+            PE(config=ARCH, fp32_units=bad)
+    for bad in (1, None, "yes"):
+        with pytest.raises(ValueError, match="tile_dsp_pairs"):
+            PE(config=ARCH, tile_dsp_pairs=bad)
+        with pytest.raises(ValueError, match="out_valid_bits: expected a bool"):
+            PE(config=ARCH, out_valid_bits=bad)
+    for bad in (0, 3, True, 2.0, "1"):
+        with pytest.raises(ValueError, match="wbuf_memories: expected 1 or 2"):
+            PE(config=ARCH, wbuf_memories=bad)
+    odd = dataclasses.replace(ARCH, wmem_bytes=3 * ARCH.wmem_bytes)
+    with pytest.raises(ValueError, match="wbuf_memories: .*power-of-two wmem_words"):
+        PE(config=odd, wbuf_memories=1)
+    _unused(PE(config=odd))                   # a memory per buffer: any multiple of 8 words
+    for bad in (0, 3, True, None):
+        with pytest.raises(ValueError, match="out_banks: expected 1 or 2"):
+            PE(config=ARCH, out_banks=bad)
+    with pytest.raises(ValueError, match="out_banks: one OUT memory needs fewer than W/32"):
+        PE(config=ARCH, out_banks=1)                 # fp32_units defaults to W/32
+    # the small PE: 176 OUT words, 128 TOK entries = 8 ROWMAX rows of W/32 = 16
+    assert (PE_CFG.out_words, PE_CFG.tok_entries, PE_CFG.word_bits) == (176, 128, 512)
+    for banks, fp32, cycles in ((2, None, 88), (1, 1, 176), (1, 8, 176)):
+        dut = _unused(PE(config=ARCH, out_banks=banks, fp32_units=fp32, out_valid_bits=False))
+        assert dut.out_banks == banks and dut.clear_cycles == cycles
+    for n, names in ((2, {"wmsb0", "wmsb1", "wlsb0", "wlsb1", "wscale0", "wscale1"}),
+                     (1, {"wmsb", "wlsb", "wscale"})):
+        dut = PE(config=ARCH, wbuf_memories=n)
+        Fragment.get(dut, None)
+        assert dut.wbuf_memories == n
+        probes = {k[len("rw_collision_"):] for k in dut.probes if k.startswith("rw_collision_")}
+        assert probes == names | {"act", "hbuf"}
+    dut = _unused(PE(config=ARCH))
+    assert dut.out_valid_bits and dut.clear_cycles == 1
+    dut = _unused(PE(config=ARCH, out_valid_bits=False))
+    cfg = dut.config
+    assert not dut.out_valid_bits and dut.clear_cycles == max(
+        -(-cfg.out_words // 2), -(-cfg.tok_entries // (cfg.word_bits // 32))) > 1
+    dut = _unused(PE(config=ARCH))
+    assert dut.combine_units == L and dut.combine_row_cycles == {True: 1, False: 1}
+    dut = _unused(PE(config=ARCH, combine_units=1))
+    assert dut.combine_units == 1 and dut.combine_row_cycles == {True: L // 2, False: L}
+    assert dut.result_cycles[(Sink.COMBINE, False)] == R * L
+    for bad in (0, 3, 2 * L, -1, True, 1.0, "2"):
+        with pytest.raises(ValueError, match="combine_units"):
+            PE(config=ARCH, combine_units=bad)
+    dut = _unused(PE(config=ARCH))
+    assert dut.swiglu_units == L // 2 and dut.swiglu_row_cycles == {True: 1, False: 1}
+    assert dut.result_cycles[(Sink.SWIGLU, False)] == R
+    dut = _unused(PE(config=ARCH, swiglu_units=1))
+    assert dut.swiglu_units == 1 and dut.swiglu_row_cycles == {True: max(L // 4, 1),
+                                                                False: L // 2}
+    assert dut.result_cycles[(Sink.SWIGLU, False)] == R * L // 2
+    assert dut.result_cycles[(Sink.SWIGLU, True)] == R * L // 2     # psum word hidden
+    for bad in (0, 3, L, -1, True, 1.0, "1"):
+        with pytest.raises(ValueError, match="swiglu_units"):
+            PE(config=ARCH, swiglu_units=bad)
+    gc.collect()
+
+
+def test_verilog_size():
+    """The small PE converts to Verilog (figures printed for the report)."""
+    from amaranth.back import verilog
+    t0 = time.perf_counter()
+    text = verilog.convert(PE(config=ARCH), name="pe", emit_src=False)
+    print(f"small PE: {len(text)} bytes, {text.count(chr(10))} lines of Verilog in "
+          f"{time.perf_counter() - t0:.1f} s")
+    assert "module pe(" in text
+    shared = verilog.convert(PE(config=ARCH, requant_units=2, fp32_units=2, combine_units=1),
+                             name="pe", emit_src=False)
+    print(f"small PE, requant_units=2, fp32_units=2, combine_units=1: {len(shared)} bytes")
+    assert "module pe(" in shared and len(shared) < len(text)
+
+
+@pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.name)
+def test_raw_gemm_equals_golden_gemm(mode):
+    """A GEMM through the RAW sink equals sw.datapath.gemm (and fsim) bit for bit."""
+    seed = 100 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    m, k, n = 3, 96, 12
+    a_q = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    qw = random_weight(rng, n, k)
+    prog, ld = raw_gemm_program(a_q, qw, mode)
+    got, ref = compare_with_fsim(prog, ld, seed=seed)
+    rbn = -(-m // R)
+    acc = raw_to_acc(got["link_o"], m, n, mode, rbn)
+    assert np.array_equal(acc, gemm(a_q, qw, mode).acc)
+
+
+def interleave_up_gate(up, gate, mode):
+    """Rows of the fused up/gate weight in SWIGLU block order: per half of a weight block of L
+    channels ``[up c..c+P-1, gate c..c+P-1]``, P = L/4, in every mode (docs/pe.md)."""
+    i = up.shape[0]
+    p = L // 4
+    assert i % p == 0
+    rows = []
+    for c in range(0, i, p):
+        rows.append(up[c:c + p])
+        rows.append(gate[c:c + p])
+    return np.concatenate(rows)
+
+
+def expert_program(x_q, e_x, w_up, w_gate, w_down, gw, slots, mode, *, buf_words=None,
+                   clear=True, output=True, tok_base=0, x_base=0, h_base=None, buf0=0):
+    """A whole SwiGLU expert as a PE program (the shape of ``docs/pe.md`` "Program of one
+    expert"), built here independently of ``sw/golden/expert.py``. Returns (program, ld words)."""
+    t, h = x_q.shape
+    i = w_up.q.shape[0]
+    G, Gi = h // 32, i // 32
+    rbn = -(-t // R)
+    buf_words = buf_words or PE_CFG.wmem_words
+    prog = asm.Program(PE_CFG)
+    ld = []
+    if clear:
+        prog.clear(out=True, rowmax=True, flags=True, counters=True)
+    ent = {"e_x": np.zeros(rbn * R, np.int64), "gate": np.zeros(rbn * R, np.uint16),
+           "slot": np.zeros(rbn * R, np.int64)}
+    ent["e_x"][:t] = e_x
+    ent["gate"][:t] = np.asarray(gw, np.float16).view(np.uint16)
+    ent["slot"][:t] = slots
+    ent["slot"][t:] = slots[0]
+    tok = asm.pack_tok(ent, PE_CFG)
+    assert tok_base % PE_CFG.tok_per_word == 0
+    prog.load(Target.TOK, tok_base // PE_CFG.tok_per_word, len(tok))
+    acts = act_words(x_q)
+    prog.load(Target.ACT, x_base, len(acts))
+    ld += [tok, acts]
+    if h_base is None:
+        h_base = x_base + len(acts)
+    ug = quantize_like(w_up, w_gate, mode)
+    buf = buf0
+
+    def gemm_chunks(qw, groups, sink, stride, act_base, ch_per_block, rq_wait=False):
+        nonlocal buf
+        msb, lsb, scl = weight_words(qw)
+        cbn = len(msb) // groups
+        per = buf_words // groups
+        for cb0 in range(0, cbn, per):
+            cbs = min(per, cbn - cb0)
+            sl = slice(cb0 * groups, (cb0 + cbs) * groups)
+            prog.load(Target.WMSB, 0, cbs * groups, buf=buf)
+            ld.append(msb[sl])
+            if mode is Mode.FULL:
+                prog.load(Target.WLSB, 0, cbs * groups, buf=buf)
+                ld.append(lsb[sl])
+            ent = unpack_entries(scl)[sl]
+            ent = np.concatenate([ent, np.zeros((-len(ent) % 8, L), np.uint16)])
+            sw = asm.pack_scales(ent.reshape(-1, 8, L), PE_CFG)
+            prog.load(Target.WSCALE, 0, len(sw), buf=buf, signal=True)
+            ld.append(sw)
+            prog.gemm(mode=mode, wbuf=buf, act_base=act_base, w_base=0, row_blocks=rbn,
+                      col_blocks=cbs, groups=groups, sink=sink, tok_base=tok_base,
+                      out_base=cb0 * ch_per_block, stride=stride, wait=True, release=True,
+                      rq_wait=rq_wait and cb0 == 0)
+            buf ^= 1
+
+    gemm_chunks(ug, G, Sink.SWIGLU, i // PE_CFG.q16_per_word, x_base, L // 2)
+    prog.requant(row_blocks=rbn, channels=i, act_base=h_base, tok_base=tok_base)
+    gemm_chunks(w_down, Gi, Sink.COMBINE, h // PE_CFG.q24_per_word, h_base, L, rq_wait=True)
+    if output:
+        prog.output(row_blocks=-(-(int(np.max(slots)) + 1) // R), channels=h)
+        prog.barrier()
+        prog.status()
+    return prog, asm.words_to_ints(np.concatenate(ld))
+
+
+def unpack_entries(scl_words):
+    return asm.unpack_scales(scl_words, PE_CFG).reshape(-1, L)
+
+
+def quantize_like(w_up, w_gate, mode):
+    """The fused up/gate QuantizedWeight in SWIGLU block order."""
+    from elmoe3d.sw.golden.quant import QuantizedWeight
+    q = interleave_up_gate(w_up.q, w_gate.q, mode)
+    s = interleave_up_gate(np.asarray(w_up.scale, np.float16), np.asarray(w_gate.scale,
+                                                                        np.float16), mode)
+    return QuantizedWeight(q=q, scale=s)
+
+
+def random_expert(rng, t, h, i, *, gate_scale=1.0):
+    """Synthetic expert weights and a token batch: (x_q, e_x, up, gate, down, gw, slots)."""
+    from elmoe3d.sw.golden.quant import quantize_activations
+    x = rng.normal(size=(t, h))
+    xa = quantize_activations(x)
+    x_q, e_x = xa.q, xa.exp
+    up = random_weight(rng, i, h, spread=0.3)
+    gate = quantize_weights((rng.normal(size=(i, h)) * gate_scale).astype(np.float32))
+    down = random_weight(rng, h, i, spread=0.3)
+    gw = rng.uniform(0.1, 1.0, t).astype(np.float16)
+    slots = rng.permutation(t)
+    return x_q, e_x, up, gate, down, gw, slots
+
+
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
+def test_small_expert_equals_fsim(mode):
+    """One expert (T=3, H=64, I=64: the up/gate weights span two WMEM buffers) against fsim."""
+    seed = 200 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 3, 64, 64)
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode)
+    got, ref = compare_with_fsim(prog, ld, seed=seed)
+
+
+@pytest.mark.parametrize("requant_units, fp32_units, mode, traffic, out_banks", [
+    (1, 1, Mode.DRAFT, SMOOTH, 2),
+    (2, 2, Mode.FULL, ROUGH, 2),
+    (2, 1, Mode.DRAFT, O_STALLS, 2),
+    (1, 1, Mode.DRAFT, SMOOTH, 1),
+    (2, 8, Mode.FULL, SMOOTH, 1),
+    (2, 2, Mode.FULL, ROUGH, 1),
+    (2, 8, Mode.DRAFT, O_STALLS, 1),
+], ids=["C1-K1-smooth", "C2-K2-rough", "C2-K1-stall_o", "C1-K1-smooth-out1", "C2-K8-smooth-out1",
+        "C2-K2-rough-out1", "C2-K8-stall_o-out1"])
+def test_time_shared_vpu_units_equal_fsim(requant_units, fp32_units, mode, traffic, out_banks):
+    """Fewer RequantUnits / Fp32Converters than W/32 (``requant_units``, ``fp32_units``): the
+    same expert program gives the same ``o`` beats as fsim (so as the full PE), with and
+    without backpressure on ``o``; with a ready ``o`` the DATA beats of OUTPUT come every
+    ``output_beat_cycles`` cycles, and REQUANT is busy at least ``channels / C`` cycles a row.
+    Also with OUT in one memory (``out_banks=1``: an o beat's two words read one after the
+    other, down to one sub-step per word with K = W/64): the same beats at the same rate."""
+    seed = 1300 + 10 * requant_units + fp32_units + 100 * (out_banks == 1)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    t, h, i = 3, 64, 64
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, t, h, i)
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode)
+    dut = PE(config=ARCH, requant_units=requant_units, fp32_units=fp32_units,
+             out_banks=out_banks)
+    assert dut.output_beat_cycles == (128 * L // 32) // fp32_units
+    assert dut.requant_word_cycles == (128 * L // 32) // requant_units
+    got, ref = compare_with_fsim(prog, ld, traffic=traffic, seed=seed, dut=dut,
+                                 watch=("rq_busy",))
+    data_cycles = [c for (k, _), c in zip(got["o"], got["o_cycles"]) if k == OKind.DATA]
+    assert len(data_cycles) == -(-t // R) * R * h // (128 * L // 32)
+    assert np.abs(ref.data()).max() > 0
+    if traffic is SMOOTH:
+        assert set(np.diff(data_cycles)) == {dut.output_beat_cycles}
+    assert len(got["rq_busy"]) >= -(-t // R) * R * i // requant_units
+
+
+def test_tile_dsp_pairs_expert_equals_fsim():
+    """``tile_dsp_pairs=True`` (the tile's FPGA datapath, two products per multiplier) gives
+    the same results: a FULL expert (MSB and LSB slices) against fsim."""
+    seed = 1350
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 3, 64, 64)
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, Mode.FULL)
+    dut = PE(config=ARCH, tile_dsp_pairs=True, requant_units=4, fp32_units=4)
+    assert dut.tile_dsp_pairs
+    got, ref = compare_with_fsim(prog, ld, traffic=Traffic("o stalls", ports={"o": 0.3}),
+                                 seed=seed, dut=dut)
+    assert np.abs(ref.data()).max() > 0
+
+
+@pytest.mark.parametrize("mode, options, seed", [
+    (Mode.DRAFT, None, 300), (Mode.FULL, None, 301), (Mode.DRAFT, {"combine_units": 1}, 310),
+    (Mode.FULL, {"combine_units": 1}, 311), (Mode.DRAFT, {"combine_units": 2}, 320),
+    (Mode.FULL, {"combine_units": 2}, 321), (Mode.DRAFT, {"swiglu_units": 1}, 330),
+    (Mode.FULL, {"swiglu_units": 1}, 331), (Mode.DRAFT, LEAN_PE_PARAMS, 340),
+    (Mode.FULL, LEAN_PE_PARAMS, 341),
+], ids=["DRAFT", "FULL", "DRAFT-J1", "FULL-J1", "DRAFT-J2", "FULL-J2", "DRAFT-S1", "FULL-S1",
+        "DRAFT-lean", "FULL-lean"])
+def test_expert_with_stalls_and_shared_slots(mode, options, seed):
+    """Idle cycles on cmd/ld, backpressure on o; two token rows share an OUT slot (the COMBINE
+    read-modify-write must see the first row's write), padding rows add zero; nonzero TOK,
+    x and h bases (token rows from TOK entry 8, activations from ACT word 5, h from 20).
+    Also with time-shared combine units (``combine_units`` J < lanes: a row in L/J sub-steps,
+    each writing its own OUT granules, the shared-slot hazard across sub-steps), one SwiGLU
+    unit (``swiglu_units`` 1: a DRAFT row in L/2 sub-steps, each writing its own HBUF value
+    and updating the row max back to back) and the FPGA board's lean PE (every VPU unit
+    time-shared, two IA8xW5 products per DSP multiplier)."""
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 5, 64, 32)
+    slots = np.array([1, 0, 1, 2, 0])
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode, tok_base=8, x_base=5,
+                              h_base=20)
+    got, ref = compare_with_fsim(prog, ld, traffic=ROUGH, seed=seed, pe_options=options)
+    assert np.abs(ref.data()).max() > 0
+
+
+@pytest.mark.parametrize("mode", [Mode.FULL, Mode.LSB_ONLY], ids=lambda m: m.name)
+def test_raw_gemm_with_link_backpressure(mode):
+    """RAW results under link_o backpressure and idle cycles on cmd/ld, two GEMMs on the two
+    buffers back to back (the second overlaps the first one's drain)."""
+    seed = 400 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (4, 64)).astype(np.int8)
+    qw0, qw1 = random_weight(rng, 8, 64), random_weight(rng, 8, 64)
+    prog, ld = raw_gemm_program(a_q, qw0, mode, wbuf=0)
+    _, ld1 = raw_gemm_program(a_q, qw1, mode, wbuf=1, prog=prog, load_act=False)
+    got, ref = compare_with_fsim(prog, ld + ld1, traffic=ROUGH, seed=seed)
+    n0 = len(got["link_o"]) // 2
+    for words, qw in ((got["link_o"][:n0], qw0), (got["link_o"][n0:], qw1)):
+        assert np.array_equal(raw_to_acc(words, 4, 8, mode, 2), gemm(a_q, qw, mode).acc)
+
+
+def test_load_overlaps_gemm():
+    """Double buffering: while a long GEMM reads buffer 0 (its RAW results stream out), the load
+    engine fills buffer 1; the overlapped program is faster than the same work serialized by
+    BARRIERs."""
+    seed = 500
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (32, 64)).astype(np.int8)     # 16 row blocks
+    qw0, qw1 = random_weight(rng, 32, 64), random_weight(rng, 32, 64)
+
+    def program(serial):
+        prog, ld = raw_gemm_program(a_q, qw0, Mode.DRAFT, wbuf=0)
+        if serial:
+            prog.barrier()
+        _, ld1 = raw_gemm_program(a_q[:2], qw1, Mode.DRAFT, wbuf=1, prog=prog, load_act=False)
+        return prog, ld + ld1, len(ld)
+
+    prog, ld, n_first = program(serial=False)
+    got, ref = compare_with_fsim(prog, ld, seed=seed)
+    n_raw0 = 16 * 8                                     # GEMM 0: 16 x 8 results of one word
+    first_out, last_out = got["link_o_cycles"][0], got["link_o_cycles"][n_raw0 - 1]
+    loads1 = got["ld"][n_first:]
+    print(f"  GEMM 0 results in cycles {first_out}..{last_out}; buffer 1 loaded in cycles "
+          f"{loads1[0]}..{loads1[-1]}")
+    assert loads1[-1] < last_out                      # buffer 1 filled while GEMM 0 runs
+    prog_s, ld_s, _ = program(serial=True)
+    got_s, _ = compare_with_fsim(prog_s, ld_s, seed=seed)
+    loads1_s = got_s["ld"][n_first:]
+    assert loads1_s[0] > got_s["link_o_cycles"][n_raw0 - 1]
+    print(f"  overlapped {got['cycles']} cycles, serialized {got_s['cycles']} cycles")
+    assert got["cycles"] < got_s["cycles"]
+
+
+def test_one_memory_per_wmem_plane_same_cycles():
+    """``wbuf_memories=1`` (both buffers of a WMEM plane in one memory, as on the FPGA): a
+    FULL GEMM from buffer 0 (both planes and the scales) while the load engine fills buffer 1,
+    then a GEMM from buffer 1. RTL == fsim, and every ``ld`` and ``link_o`` handshake falls in
+    the same cycle as with a memory per buffer (only the memory organisation differs)."""
+    seed = 505
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (16, 64)).astype(np.int8)     # 8 row blocks
+    qw0, qw1 = random_weight(rng, 32, 64), random_weight(rng, 32, 64)
+    prog, ld = raw_gemm_program(a_q, qw0, Mode.FULL, wbuf=0)
+    _, ld1 = raw_gemm_program(a_q[:2], qw1, Mode.FULL, wbuf=1, prog=prog, load_act=False)
+    runs = {n: compare_with_fsim(prog, ld + ld1, traffic=ROUGH, seed=seed,
+                                 pe_options={"wbuf_memories": n},
+                                 watch=("ld_xfer", "tile_in"))[0] for n in (2, 1)}
+    # buffer 1 is written while GEMM 0 reads buffer 0: in one memory, its two ports at once
+    n0 = len(ld)
+    both = set(runs[1]["ld_xfer"]) & set(runs[1]["tile_in"])
+    assert len(both) > 0 and min(runs[1]["ld"][n0:]) < max(runs[1]["tile_in"])
+    assert runs[1]["link_o"] == runs[2]["link_o"]
+    for key in ("ld", "link_o_cycles", "cycles"):
+        assert runs[1][key] == runs[2][key], key
+    print(f"  {runs[1]['cycles']} cycles with one memory per plane and with one per buffer")
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_streamed_weights_parameters():
+    """``streamed_weights`` needs a tile in passes and elaborates with one memory per plane
+    and per buffer (the planes' geometry in the RTLIL: ``tests/tools/test_fpga_flow.py``)."""
+    for bad in (1, None, "yes"):
+        with pytest.raises(ValueError, match="streamed_weights: expected a bool"):
+            PE(config=ARCH, tile_passes=4, streamed_weights=bad)
+    with pytest.raises(ValueError, match="streamed_weights: .* needs tile_passes 2 or 4"):
+        PE(config=ARCH, streamed_weights=True)
+    assert not _unused(PE(config=ARCH)).streamed_weights
+    for passes, split in ((4, 1), (2, 2)):
+        dut = PE(config=ARCH, tile_passes=passes, streamed_weights=True, wbuf_memories=split)
+        Fragment.get(dut, None)
+        assert dut.streamed_weights and dut.tile_passes == passes
+    gc.collect()
+
+
+@pytest.mark.parametrize("mode, wbuf_memories, passes", [
+    (Mode.FULL, 1, 4), (Mode.LSB_ONLY, 2, 4), (Mode.DRAFT, 1, 2)],
+    ids=["FULL-one-memory-P4", "LSB_ONLY-per-buffer-P4", "DRAFT-one-memory-P2"])
+def test_streamed_weights_gemms_equal_fsim(mode, wbuf_memories, passes):
+    """``streamed_weights``: two GEMMs on the two buffers, buffer 1 loaded while GEMM 0 reads
+    buffer 0, idle cycles on cmd/ld and backpressure on link_o: RTL == fsim and == the
+    bit-exact GEMM, no read-write collision (the bench checks), and every word into WMSB or
+    WLSB taken at least P cycles after the one before (a part a cycle)."""
+    seed = 520 + 10 * int(mode) + wbuf_memories + passes
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (8, 64)).astype(np.int8)
+    qw0, qw1 = random_weight(rng, 16, 64, spread=2.0), random_weight(rng, 8, 64)
+    prog, ld = raw_gemm_program(a_q, qw0, mode, wbuf=0)
+    _, ld1 = raw_gemm_program(a_q, qw1, mode, wbuf=1, prog=prog, load_act=False)
+    # ROUGH traffic with link_o mostly stalled: the RAW words back up into the tile
+    jammed = ROUGH.but("jammed", link_o=0.9)
+    got, ref = compare_with_fsim(prog, ld + ld1, traffic=jammed, seed=seed,
+                                 watch=("tile_held_mid_beat",),
+                                 pe_options={"tile_passes": passes, "streamed_weights": True,
+                                             "wbuf_memories": wbuf_memories})
+    # the backpressure reached the tile while a beat was between passes (the plane's read
+    # port must then hold the next part's data)
+    assert got["tile_held_mid_beat"], "no beat held mid-pass: the traffic does not test it"
+    n0 = len(got["link_o"]) - len(got["link_o"]) // 3      # GEMM 0 has twice the columns
+    for words, qw in ((got["link_o"][:n0], qw0), (got["link_o"][n0:], qw1)):
+        m, n = 8, qw.q.shape[0]
+        assert np.array_equal(raw_to_acc(words, m, n, mode, 4), gemm(a_q, qw, mode).acc)
+    msb0 = len(act_words(a_q))                 # GEMM 0's ld: ACT, then WMSB (and WLSB) words
+    n_w = len(weight_words(qw0)[0]) * (2 if mode in (Mode.FULL, Mode.LSB_ONLY) else 1)
+    steps = np.diff(got["ld"][msb0:msb0 + n_w])
+    assert steps.min() >= passes, steps
+
+
+def synthetic_moe(rng, t, h, i, n):
+    """Tokens ``x`` [t, h] and ``n`` synthetic experts (up [i, h], gate [i, h], down [h, i]),
+    normal with sd 1 and 0.2."""
+    x = rng.normal(size=(t, h))
+    return x, [tuple(rng.normal(size=s) * 0.2 for s in ((i, h), (i, h), (h, i)))
+               for _ in range(n)]
+
+
+def gemm_with_and_without(flag, options, seed, rows):
+    """A FULL RAW GEMM after its loads, nothing else waiting, on ``PE(**options)`` with
+    ``flag`` False and True: ``(runs by flag, a_q, qw)``. The results are equal, and the tile
+    takes its beats in the same cycles relative to the first (a beat every 4 cycles)."""
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (rows, 128)).astype(np.int8)
+    qw = random_weight(rng, 16, 128)
+    prog, ld = raw_gemm_program(a_q, qw, Mode.FULL)
+    runs = {on: compare_with_fsim(prog, ld, seed=seed, watch=("tile_in",),
+                                  pe_options={**options, flag: on})[0] for on in (False, True)}
+    assert runs[True]["link_o"] == runs[False]["link_o"]
+    rel = {on: np.array(r["tile_in"]) - r["tile_in"][0] for on, r in runs.items()}
+    assert np.array_equal(rel[True], rel[False]) and set(np.diff(rel[True])) == {4}
+    print(f"  {runs[True]['cycles']} cycles with {flag}, {runs[False]['cycles']} without")
+    return runs, a_q, qw
+
+
+def test_streamed_weights_same_gemm_cycles():
+    """A FULL GEMM after its loads, nothing else waiting: with ``streamed_weights`` the tile
+    takes its beats in the same cycles relative to the first (a beat every 4 cycles), the
+    weight and scale words are taken exactly 4 cycles apart (1 without), and the results are
+    equal."""
+    runs, a_q, qw = gemm_with_and_without("streamed_weights", {"tile_passes": 4}, 560, 4)
+    n_act, n_msb = len(act_words(a_q)), len(weight_words(qw)[0])
+    for st, step in ((False, 1), (True, 4)):
+        w_ld = runs[st]["ld"][n_act:n_act + 2 * n_msb]    # WMSB then WLSB
+        assert set(np.diff(w_ld[:n_msb])) == {step} and set(np.diff(w_ld[n_msb:])) == {step}
+        # WSCALE words (8 scale entries, 2 a part) too; ACT words (not parted here) still go
+        # in a word a cycle
+        scl_ld = runs[st]["ld"][n_act + 2 * n_msb:]
+        assert n_act > 1 and set(np.diff(runs[st]["ld"][:n_act])) == {1}
+        assert len(scl_ld) > 1 and set(np.diff(scl_ld)) == {step}, scl_ld
+
+
+#: ACT, HBUF and OUT W/4 bits wide, with as many REQUANT units as an HBUF part has values
+#: (W/32/4), as many combine units and FP32 converters as an OUT part has (W/64/4), two
+#: SwiGLU units
+NARROW = {"tile_passes": 4, "narrow_iomem": True, "requant_units": 4, "swiglu_units": 2,
+          "narrow_out": True, "combine_units": 2, "fp32_units": 2, "out_banks": 1,
+          "out_valid_bits": False}
+#: ACT, TOK, HBUF and ROWMAX in halves, with ROWMAX's valid bits (OUT W bits, two banks)
+NARROW_P2 = {"tile_passes": 2, "narrow_iomem": True, "requant_units": 8}
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_narrow_iomem_parameters():
+    """``narrow_iomem`` needs a tile in passes and REQUANT units whose values of a cycle lie in
+    one HBUF part (W/32/P values); it elaborates with P = 2 and 4."""
+    for bad in (1, None, "yes"):
+        with pytest.raises(ValueError, match="narrow_iomem: expected a bool"):
+            PE(config=ARCH, tile_passes=4, narrow_iomem=bad)
+    with pytest.raises(ValueError, match="narrow_iomem: .* needs tile_passes 2 or 4"):
+        PE(config=ARCH, narrow_iomem=True)
+    with pytest.raises(ValueError, match=r"narrow_iomem: the requant_units values .* "
+                                         r"min\(W/32, 32\)/P = 4 values, got requant_units=8"):
+        PE(config=ARCH, tile_passes=4, narrow_iomem=True, requant_units=8, swiglu_units=1)
+    # a wide PE (W = 2048): an ACT row part of 32/P depths, not the HBUF part's 64/P values,
+    # limits REQUANT's units (the default 32 would write across two parts)
+    from elmoe3d.config import ArchConfig, TileConfig
+    wide = ArchConfig(name="wide", tile=TileConfig(rows=8, lanes=16), wmem_bytes=16384,
+                      iomem_bytes=65536)
+    for passes, units, limit in ((2, None, 16), (4, 16, 8)):
+        with pytest.raises(ValueError, match=rf"min\(W/32, 32\)/P = {limit} values, got "
+                                             rf"requant_units={16 if units else 32}"):
+            PE(config=wide, tile_passes=passes, narrow_iomem=True, requant_units=units)
+    assert _unused(PE(config=wide, tile_passes=2, narrow_iomem=True,
+                      requant_units=16)).narrow_iomem
+    assert not _unused(PE(config=ARCH)).narrow_iomem
+    for opts in (NARROW, {"tile_passes": 2, "narrow_iomem": True, "requant_units": 8},
+                 LEAN_PE_PARAMS):
+        dut = PE(config=ARCH, **opts)
+        Fragment.get(dut, None)
+        assert dut.narrow_iomem and dut._tile_params()["streamed_acts"]
+    gc.collect()
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_narrow_out_parameters():
+    """``narrow_out`` needs a tile in passes, one OUT memory without valid bits, and combine
+    units and FP32 converters whose values of a cycle lie in one OUT part (W/64/P); CLEAR
+    then writes a part a cycle."""
+    ok = {"tile_passes": 4, "out_banks": 1, "out_valid_bits": False, "combine_units": 2,
+          "fp32_units": 2}
+    for bad in (1, None):
+        with pytest.raises(ValueError, match="narrow_out: expected a bool"):
+            PE(config=ARCH, **ok, narrow_out=bad)
+    for change, match in (({"tile_passes": 1}, "needs tile_passes 2 or 4, got tile_passes=1"),
+                          ({"out_banks": 2}, "needs out_banks 1, got out_banks=2"),
+                          ({"out_valid_bits": True}, "needs out_valid_bits False, got "
+                                                     "out_valid_bits=True"),
+                          ({"combine_units": 4}, "needs combine_units at most W/64/P = 2, got "
+                                                 "combine_units=4"),
+                          ({"fp32_units": 4}, "needs fp32_units at most W/64/P = 2, got "
+                                              "fp32_units=4")):
+        with pytest.raises(ValueError, match="narrow_out: OUT in W/P-bit parts " + match):
+            PE(config=ARCH, **{**ok, **change}, narrow_out=True)
+    wide = _unused(PE(config=ARCH, **ok))
+    narrow = _unused(PE(config=ARCH, **ok, narrow_out=True))
+    assert not wide.narrow_out and narrow.narrow_out
+    assert narrow.clear_cycles == 4 * PE_CFG.out_words == 4 * wide.clear_cycles
+    Fragment.get(PE(config=ARCH, **ok, narrow_out=True), None)
+    gc.collect()
+
+
+@pytest.mark.parametrize("options", [NARROW, LEAN_PE_PARAMS, NARROW_P2],
+                         ids=["narrow", "lean", "narrow-P2-valid-bits"])
+def test_narrow_iomem_transfers(options):
+    """``narrow_iomem`` and ``narrow_out``: LOAD, RECV (OUT and ROWMAX also accumulating, OUT
+    with int64 saturation) and SEND of ACT, TOK, HBUF, ROWMAX and OUT under idle ``ld`` /
+    ``link_i`` cycles and
+    backpressure: RTL == fsim word for word, every word into them taken at least P cycles
+    after the one before (a part a cycle), every SEND word at least P + 1 cycles after the
+    one before."""
+    seed = 570 + (options is LEAN_PE_PARAMS) + 2 * (options is NARROW_P2)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    P = options["tile_passes"]
+    acts = rng.integers(-128, 128, (5, R, 32))
+    hb = rng.integers(-2**31, 2**31, (6, PE_CFG.q16_per_word))
+    OV = PE_CFG.q24_per_word
+    base = rng.integers(-2**40, 2**40, (3, OV))
+    base[1, 3] = 2**63 - 7                                  # saturates on accumulation
+    add = rng.integers(-2**40, 2**40, (3, OV))
+    add[1, 3] = 10
+    prog = asm.Program(PE_CFG)
+    prog.clear(out=True)
+    prog.barrier()
+    prog.load(Target.ACT, 3, 5)
+    prog.load(Target.HBUF, 1, 3)
+    prog.load(Target.OUT, 4, 3)
+    prog.load(Target.TOK, 0, 2)
+    prog.barrier()
+    prog.recv(Target.HBUF, 4, 3)
+    prog.recv(Target.ACT, 0, 3)
+    prog.recv(Target.OUT, 5, 2, accumulate=True)
+    prog.recv(Target.OUT, 7, 1)
+    prog.recv(Target.ROWMAX, 0, 1)
+    prog.recv(Target.ROWMAX, 0, 1, accumulate=True)
+    prog.send(Target.ACT, 0, 8)              # received, then loaded words
+    prog.send(Target.HBUF, 1, 6)
+    prog.send(Target.OUT, 4, 4)
+    prog.send(Target.TOK, 0, 2)
+    prog.send(Target.ROWMAX, 0, 1)
+    maxima = rng.integers(0, 2**32, (2, PE_CFG.q16_per_word))
+    ld = asm.words_to_ints(np.concatenate([asm.pack_act(acts, PE_CFG),
+                                           asm.pack_q16(hb[:3], PE_CFG),
+                                           asm.pack_q24(base, PE_CFG)]))
+    ld += [int(w) for w in rng.integers(0, 2**63, 2)]      # TOK words: any bits
+    link_i = asm.words_to_ints(np.concatenate([asm.pack_q16(hb[3:], PE_CFG),
+                                               asm.pack_act(acts[:3][::-1], PE_CFG),
+                                               asm.pack_q24(add, PE_CFG),
+                                               asm.pack_rowmax(maxima, PE_CFG)]))
+    got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
+                                 pe_options=options)
+    assert len(ref.link_o) == 21 and all(ref.link_o)
+    out_parted = options.get("narrow_out", False)      # (ACT, HBUF and TOK always here)
+    for a, b, parted in ((0, 5, True), (5, 8, True), (8, 11, out_parted), (11, 13, True)):
+        assert np.diff(got["ld"][a:b]).min() >= (P if parted else 1)
+    sent = got["link_o_cycles"]
+    for a, b, parted in ((0, 8, True), (8, 14, True), (14, 18, out_parted), (18, 20, True)):
+        assert np.diff(sent[a:b]).min() >= (P + 1 if parted else 1)
+    # with nothing in the way: a word a part a cycle, SEND one word in P + 1 cycles
+    smooth, _ = compare_with_fsim(prog, ld, link_i, seed=seed, pe_options=options)
+    assert set(np.diff(smooth["ld"][:5])) == {P}
+    assert set(np.diff(smooth["link_o_cycles"][:8])) == {P + 1}
+
+
+def test_narrow_iomem_same_gemm_cycles():
+    """A FULL GEMM after its loads, nothing else waiting: with ``narrow_iomem`` the tile takes
+    its beats in the same cycles relative to the first as with W-bit ACT (a beat every 4
+    cycles, the activations read a pass at a time), and the results are equal."""
+    gemm_with_and_without("narrow_iomem", NARROW, 575, 6)
+
+
+def test_narrow_out_same_sink_cycles():
+    """A MoE layer on the FPGA-lean PE with and without ``narrow_out``: the COMBINE sink and
+    OUTPUT re-read the OUT part they need a cycle ahead, so the tile takes its beats and
+    ``o`` its DATA beats in the same cycles relative to the first (only CLEAR, a part a
+    cycle, starts the program later), and the results are equal."""
+    from elmoe3d.sw.golden.expert import build_moe_program
+    seed = 578
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    t, h, i = 4, 64, 64
+    x, experts = synthetic_moe(rng, t, h, i, 2)
+    ids, wts = np.array([[0, 1], [1, 0], [0, 1], [1, 0]]), rng.uniform(0.2, 0.8, (t, 2))
+    job = build_moe_program(x, experts, (ids, wts), Mode.FULL, PE_CFG)
+    runs = {no: compare_with_fsim(job.program, job.ld, seed=seed, watch=("tile_in",),
+                                  pe_options={**LEAN_PE_PARAMS, "narrow_out": no})[0]
+            for no in (False, True)}
+    data = {no: [d for k, d in r["o"] if k == OKind.DATA] for no, r in runs.items()}
+    assert data[True] == data[False] and len(data[True]) > 10
+    for key in ("tile_in", "o_cycles"):
+        rel = {no: np.array(r[key]) - r[key][0] for no, r in runs.items()}
+        assert len(rel[True]) > 10 and np.array_equal(rel[True], rel[False]), key
+    print(f"  {runs[True]['cycles']} cycles with narrow_out, {runs[False]['cycles']} without")
+
+
+def test_rw_collision_probe_fires_for_a_racing_load():
+    """The bench's ``rw_collision`` check can fail: LOADs into an ACT word without a fence,
+    one a cycle while a GEMM re-reads that word every 32 cycles, write it in a cycle the GEMM
+    reads it (a program the host never emits; the FPGA's no_rw_check ACT may then return
+    anything)."""
+    seed = 501
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (32, 64)).astype(np.int8)     # 16 row blocks x 2 groups
+    prog, ld = raw_gemm_program(a_q, random_weight(rng, 32, 64), Mode.DRAFT, wbuf=0)
+    word = int(rng.integers(0, 1 << 62))
+    for _ in range(64):
+        prog.load(Target.ACT, 5, 1)
+    ld = ld + [word] * 64
+    with pytest.raises(AssertionError, match=r"a word of act read and written in one cycle"):
+        run_pe(prog.encode(), ld, n_o=0, n_link=16 * 8, seed=seed)
+
+
+@pytest.mark.parametrize("pe_options", [None, "lean"])
+def test_send_recv_accumulate_status(pe_options):
+    """RECV (plain and accumulating, with int64 saturation), SEND, OUTPUT, CLEAR and the STATUS
+    counters and flags, under idle link_i cycles and link_o/o backpressure; also on the
+    FPGA-lean PE (ACT, HBUF and OUT in quarter words: the accumulation a part a cycle)."""
+    pe_options = LEAN_PE_PARAMS if pe_options == "lean" else None
+    seed = 600
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    OV = PE_CFG.q24_per_word
+    base = rng.integers(-2**40, 2**40, (8, OV))
+    base[0, 0] = 2**63 - 5                                   # saturates on accumulation
+    add = rng.integers(-2**40, 2**40, (8, OV))
+    add[0, 0] = 100
+    acts = rng.integers(-128, 128, (3, R, 32))
+    prog = asm.Program(PE_CFG)
+    prog.clear(out=True, flags=True, counters=True)
+    prog.barrier()
+    prog.load(Target.OUT, 0, 8)
+    prog.load(Target.ACT, 2, 3)
+    prog.barrier()
+    prog.recv(Target.OUT, 0, 8, accumulate=True)
+    prog.recv(Target.HBUF, 5, 2)
+    prog.send(Target.OUT, 0, 8)
+    prog.send(Target.HBUF, 5, 2)
+    prog.send(Target.ACT, 2, 3)
+    prog.output(row_blocks=1, channels=4 * OV)
+    prog.status()
+    prog.clear(flags=True)
+    prog.status()
+    ld = asm.words_to_ints(np.concatenate([asm.pack_q24(base, PE_CFG),
+                                           asm.pack_act(acts, PE_CFG)]))
+    hb = rng.integers(-2**31, 2**31, (2, PE_CFG.q16_per_word))
+    link_i = asm.words_to_ints(np.concatenate([asm.pack_q24(add, PE_CFG),
+                                               asm.pack_q16(hb, PE_CFG)]))
+    got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
+                                 pe_options=pe_options)
+    st = ref.statuses()
+    assert st[0]["vpu_saturation"] == 1 and st[1]["vpu_saturation"] == 0
+    assert st[0]["words_received"] == 10 and st[0]["words_sent"] == 13
+
+
+@pytest.mark.parametrize("out_valid_bits, out_banks, narrow_out",
+                         [(True, 2, False), (False, 2, False), (False, 1, False),
+                          (False, 1, True)],
+                         ids=["valid-bits", "writes", "writes-out1", "writes-narrow-out"])
+def test_clear_zeroes_out_and_rowmax(out_valid_bits, out_banks, narrow_out):
+    """CLEAR out rowmax zeroes every OUT word and row-max register (all of them written
+    before it), through the valid bits or (``out_valid_bits=False``) by writing zeros a row a
+    cycle (both OUT banks at once, or with ``out_banks=1`` a word a cycle, with
+    ``narrow_out`` a part a cycle); a RECV accumulating after it starts from zero; RTL ==
+    fsim."""
+    seed = 610
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    OV, Q = PE_CFG.q24_per_word, PE_CFG.q16_per_word
+    n_out, n_rm = PE_CFG.out_words, -(-PE_CFG.tok_entries // Q)
+    base = rng.integers(-2**40, 2**40, (n_out, OV))
+    add = rng.integers(-2**40, 2**40, (n_out, OV))
+    maxima = rng.integers(1, 2**31, (n_rm, Q))
+    prog = asm.Program(PE_CFG)
+    prog.load(Target.OUT, 0, n_out)
+    prog.recv(Target.ROWMAX, 0, n_rm)
+    prog.barrier()
+    prog.send(Target.OUT, 0, n_out)
+    prog.send(Target.ROWMAX, 0, n_rm)
+    prog.clear(out=True, rowmax=True)
+    prog.send(Target.OUT, 0, n_out)
+    prog.send(Target.ROWMAX, 0, n_rm)
+    prog.recv(Target.OUT, 0, n_out, accumulate=True)
+    prog.send(Target.OUT, 0, n_out)
+    ld = asm.words_to_ints(asm.pack_q24(base, PE_CFG))
+    link_i = asm.words_to_ints(np.concatenate([asm.pack_q16(maxima, PE_CFG),
+                                               asm.pack_q24(add, PE_CFG)]))
+    got, ref = compare_with_fsim(prog, ld, link_i, traffic=ROUGH, seed=seed,
+                                 pe_options={"out_valid_bits": out_valid_bits,
+                                             "out_banks": out_banks,
+                                             "fp32_units": 1 if out_banks == 1 else None,
+                                             **({"narrow_out": True, "tile_passes": 4,
+                                                 "combine_units": 2} if narrow_out else {})})
+    words = got["link_o"]
+    before, after = words[:n_out + n_rm], words[n_out + n_rm:2 * (n_out + n_rm)]
+    assert any(before) and not any(after)
+    assert words[-n_out:] == asm.words_to_ints(asm.pack_q24(add, PE_CFG))
+
+
+@pytest.mark.parametrize("mode, pe_options", [
+    (Mode.DRAFT, None), (Mode.FULL, None),
+    (Mode.DRAFT, {"requant_units": 1, "fp32_units": 2}),
+    (Mode.FULL, LEAN_PE_PARAMS), (Mode.DRAFT, LEAN_PE_PARAMS),
+    (Mode.FULL, NARROW), (Mode.DRAFT, NARROW), (Mode.DRAFT, NARROW_P2),
+], ids=["DRAFT", "FULL", "DRAFT-C1-K2", "FULL-fpga-lean", "DRAFT-fpga-lean", "FULL-narrow",
+        "DRAFT-narrow", "DRAFT-narrow-P2"])
+def test_moe_program_from_builder(mode, pe_options):
+    """A small MoE layer built by sw.expert (3 synthetic experts, top-2 routing of 4 tokens):
+    RTL == fsim, and the decoded FP32 output == ref_moe bit for bit (flags included); also on
+    a PE with time-shared REQUANT / FP32 units (each REQUANT runs beside the next expert's
+    GEMMs for longer than the builder's schedule assumes), on the board's FPGA-lean PE
+    (paired tile products, one requant, FP32, combine and SwiGLU unit, every memory in
+    quarter words), and on the quarter-word PE with the most units it allows (REQUANT's 4
+    values, the combine units' and FP32 converters' 2, all in one part) under idle cycles and
+    backpressure."""
+    from elmoe3d.sw.golden.expert import build_moe_program, ref_moe
+    seed = 700 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    t, h, i = 4, 64, 64
+    x, experts = synthetic_moe(rng, t, h, i, 3)
+    ids = np.array([[0, 2], [1, 0], [2, 1], [0, 1]])
+    wts = np.array([[0.7, 0.3], [0.6, 0.4], [0.55, 0.45], [0.9, 0.1]])
+    job = build_moe_program(x, experts, (ids, wts), mode, PE_CFG)
+    got, ref = compare_with_fsim(job.program, job.ld, seed=seed, pe_options=pe_options,
+                                 traffic=ROUGH if pe_options in (NARROW, NARROW_P2) else SMOOTH)
+    data = np.array([d for k, d in got["o"] if k == OKind.DATA], dtype=object)
+    vals = asm.unpack_fp32(asm.ints_to_words(list(data), PE_CFG), PE_CFG)
+    y = vals.reshape(-1, h)[:t]
+    want = ref_moe(x, experts, (ids, wts), mode)
+    assert np.array_equal(y.view(np.uint32), want.y.view(np.uint32))
+    st = asm.unpack_status([d for k, d in got["o"] if k == OKind.STATUS][-1])
+    assert (st["acc_overflow"], st["vpu_saturation"]) == (want.acc_overflow,
+                                                          want.vpu_saturation)
+
+
+def test_back_to_back_gemms_gap():
+    """Two RAW GEMMs with both buffers full before the first starts: the tile takes one beat
+    per cycle inside a GEMM and idles exactly ``gemm_gap`` cycles between them."""
+    seed = 800
+    rng = np.random.default_rng(seed)
+    a_q = rng.integers(-128, 128, (2, 128)).astype(np.int8)      # 4 groups: a result per 4
+    qw0, qw1 = random_weight(rng, 16, 128), random_weight(rng, 16, 128)
+    prog = asm.Program(PE_CFG)
+    acts = act_words(a_q)
+    prog.load(Target.ACT, 0, len(acts))
+    ld = [acts]
+    gemms = []
+    for buf, qw in enumerate((qw0, qw1)):
+        msb, _, scl = weight_words(qw)
+        prog.load(Target.WMSB, 0, len(msb), buf=buf)
+        prog.load(Target.WSCALE, 0, len(scl), buf=buf, signal=True)
+        ld += [msb, scl]
+        gemms.append(dict(mode=Mode.DRAFT, wbuf=buf, act_base=0, w_base=0, row_blocks=1,
+                          col_blocks=4, groups=4, sink=Sink.RAW, wait=True, release=True))
+    prog.barrier()
+    for g in gemms:
+        prog.gemm(**g)
+    dut = PE(config=ARCH)
+    ref = fsim.run(prog, asm.words_to_ints(np.concatenate(ld)))
+    got = run_pe(prog.encode(), asm.words_to_ints(np.concatenate(ld)), n_o=0,
+                 n_link=len(ref.link_o), dut=dut, watch=("tile_in",))
+    assert got["link_o"] == ref.link_o
+    beats = got["tile_in"]
+    assert len(beats) == 32
+    first, second = beats[:16], beats[16:]
+    assert first == list(range(first[0], first[0] + 16))
+    assert second == list(range(second[0], second[0] + 16))
+    assert second[0] - first[-1] - 1 == dut.gemm_gap
+
+
+@pytest.mark.parametrize("mode, options, seed", [
+    (Mode.DRAFT, None, 900), (Mode.FULL, {"swiglu_units": 2}, 901),
+    (Mode.DRAFT, {"swiglu_units": 4}, 902), (Mode.FULL, {"swiglu_units": 1}, 903),
+], ids=["DRAFT", "FULL-S2", "DRAFT-S4", "FULL-S1"])
+def test_wider_pe_moe_and_raw(mode, options, seed):
+    """A wider PE (8 x 16 x 32, W = 2048: 64 HBUF values per word, so REQUANT takes 32-value
+    chunks of a word; 4 link words per RAW result): a 2-expert MoE program from sw.expert, then
+    a RAW GEMM appended; RTL == fsim, FP32 == ref_moe, RAW == gemm. Also with time-shared
+    SwiGLU units: FULL with 2 (a FULL row's 4 channels in 2 sub-steps) and 1 (in 4), DRAFT
+    with 4 (= lanes / 4: a DRAFT row's 8 channels in 2 sub-steps, a FULL one's in 1)."""
+    from elmoe3d.config import ArchConfig, TileConfig
+    from elmoe3d.sw.golden.expert import build_moe_program, ref_moe
+    arch = ArchConfig(name="wide", tile=TileConfig(rows=8, lanes=16), wmem_bytes=16384,
+                      iomem_bytes=65536)
+    pe = arch.pe
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    t, h, i = 10, 128, 128
+    x, experts = synthetic_moe(rng, t, h, i, 2)
+    ids = np.array([[0, 1]] * 5 + [[1, 0]] * 5)
+    wts = rng.uniform(0.2, 0.8, (t, 2))
+    job = build_moe_program(x, experts, (ids, wts), mode, arch)
+    prog, ld = job.program, list(job.ld)
+    # a RAW GEMM after the expert program: 10 x 64 activations against 32 channels, FULL
+    a_q = rng.integers(-128, 128, (10, 64)).astype(np.int8)
+    qw = random_weight(rng, 32, 64)
+    q = np.zeros((32, 64), np.int8)
+    q[:] = qw.q
+    G, cbn, rbn = 2, 2, 2
+    msb = (msb_slice(q).view(np.uint8) & 15).reshape(cbn, 16, G, 32).transpose(0, 2, 1, 3)
+    lsb = lsb_slice(q).reshape(cbn, 16, G, 32).transpose(0, 2, 1, 3)
+    sc = np.asarray(qw.scale, np.float16).view(np.uint16).reshape(cbn, 16, G).transpose(0, 2, 1)
+    ent = np.zeros((8, 16), np.uint16)
+    ent[:cbn * G] = sc.reshape(-1, 16)
+    ap = np.zeros((rbn * 8, 64), np.int8)
+    ap[:10] = a_q
+    acts = asm.pack_act(ap.reshape(rbn, 8, G, 32).transpose(0, 2, 1, 3).reshape(-1, 8, 32), pe)
+    words = [acts, asm.pack_wgt(msb.reshape(-1, 16, 32), pe),
+             asm.pack_wgt(lsb.reshape(-1, 16, 32), pe), asm.pack_scales(ent[None], pe)]
+    prog.barrier()                          # the MoE program's ACT words are reloaded
+    prog.load(Target.ACT, 0, len(acts))
+    prog.load(Target.WMSB, 0, cbn * G, buf=0)
+    prog.load(Target.WLSB, 0, cbn * G, buf=0)
+    prog.load(Target.WSCALE, 0, 1, buf=0, signal=True)
+    prog.gemm(mode=Mode.FULL, wbuf=0, act_base=0, w_base=0, row_blocks=rbn, col_blocks=cbn,
+              groups=G, sink=Sink.RAW, wait=True, release=True)
+    ld += asm.words_to_ints(np.concatenate(words))
+    ref = fsim.run(prog, ld)
+    got = run_pe(prog.encode(), ld, n_o=len(ref.o), n_link=len(ref.link_o),
+                 dut=PE(config=arch, **(options or {})),
+                 traffic=Traffic("ld idle, o stalls", ports={"ld": 0.2, "o": 0.3}), seed=seed)
+    assert got["link_o"] == ref.link_o
+    assert [(k, d) for k, d in got["o"] if k == OKind.DATA] == \
+        [(int(b.kind), b.data) for b in ref.o if b.kind == OKind.DATA]
+    data = [d for k, d in got["o"] if k == OKind.DATA]
+    y = asm.unpack_fp32(asm.ints_to_words(data, pe), pe).reshape(-1, h)[:t]
+    assert np.array_equal(y.view(np.uint32), ref_moe(x, experts, (ids, wts), mode)
+                          .y.view(np.uint32))
+    vals = asm.unpack_q24(asm.ints_to_words(got["link_o"], pe), pe).reshape(-1, 8, 16)
+    acc = vals[:, :, 0::2].reshape(cbn * 2, rbn, 8, 8).transpose(1, 2, 0, 3).reshape(16, 32)
+    assert np.array_equal(acc[:10], gemm(a_q, qw, Mode.FULL).acc)
+
+
+def test_sink_latencies():
+    """``tile_latency`` and ``sink_latency`` as documented: the first RAW link word, the first
+    HBUF write (SWIGLU) and the first OUT write (COMBINE) come exactly that many cycles after
+    the sink took the result (always-ready outputs, no idle input)."""
+    seed = 1000
+    rng = np.random.default_rng(seed)
+    dut = PE(config=ARCH)
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 2, 64, 32)
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, Mode.DRAFT)
+    ref = fsim.run(prog, ld)
+    got = run_pe(prog.encode(), ld, n_o=len(ref.o), n_link=0, dut=dut,
+                 watch=("tile_in", "tile_out", "hbuf_write", "out_write"))
+    lat = dut.sink_latency
+    assert got["hbuf_write"][0] - got["tile_out"][0] == lat[Sink.SWIGLU]
+    first_out = got["out_write"][0]
+    taken = min(c for c in got["tile_out"] if c > got["hbuf_write"][-1])   # first COMBINE
+    assert first_out - taken == lat[Sink.COMBINE]
+    assert got["tile_out"][0] - got["tile_in"][1] == dut.tile_latency    # 2 groups: beat 1
+    a_q = rng.integers(-128, 128, (2, 32)).astype(np.int8)
+    prog, ld = raw_gemm_program(a_q, random_weight(rng, 4, 32), Mode.DRAFT)
+    dut = PE(config=ARCH)
+    ref = fsim.run(prog, ld)
+    got = run_pe(prog.encode(), ld, n_o=0, n_link=len(ref.link_o), dut=dut,
+                 watch=("tile_in", "tile_out"))
+    assert got["tile_out"][0] - got["tile_in"][0] == dut.tile_latency
+    assert got["link_o_cycles"][0] - got["tile_out"][0] == dut.sink_latency[Sink.RAW]
+
+
+# ---- multi-PE features: psum_in, MSB_ONLY / LSB_ONLY sinks, ROWMAX ------------------------------
+
+def _multipe_operands(rng, rbn, cbn, G, pe=PE_CFG):
+    R, L = pe.rows, pe.lanes
+    act = rng.integers(-128, 128, (rbn * G, R, 32))
+    msb = rng.integers(0, 16, (cbn * G, L, 32))
+    lsb = rng.integers(0, 16, (cbn * G, L, 32))
+    scl = rng.integers(0x1800, 0x2C00, (cbn * G, L)).astype(np.uint16)
+    scl |= (rng.random(scl.shape) < 0.3).astype(np.uint16) << 15
+    scl = np.concatenate([scl, np.zeros((-len(scl) % 8, L), np.uint16)]).reshape(-1, 8, L)
+    n = rbn * R
+    tok = {"e_x": rng.integers(-10, -4, n), "e_h": rng.integers(-20, -12, n),
+           "gate": rng.integers(0x3000, 0x3C00, n).astype(np.uint16), "slot": rng.permutation(n)}
+    return [asm.pack_tok(tok, pe), asm.pack_act(act, pe), asm.pack_wgt(msb, pe),
+            asm.pack_wgt(lsb, pe), asm.pack_scales(scl, pe)]
+
+
+def _load_multipe(prog, words):
+    """LOAD TOK, ACT and buffer 0's planes and scales (signalled); returns the ld words."""
+    for target, w in zip((Target.TOK, Target.ACT, Target.WMSB, Target.WLSB, Target.WSCALE),
+                         words):
+        prog.load(target, 0, len(w), signal=target is Target.WSCALE)
+    return list(words)
+
+
+def multipe_program(rng, rbn=2, cbn=2, G=3, pe=PE_CFG):
+    """Every new feature in one program: MSB_ONLY GEMMs with psum_in into RAW, SWIGLU and
+    COMBINE (fed the LSB_ONLY psums of the same operands, as on a second PE), an LSB_ONLY
+    COMBINE, a FULL RAW GEMM with psum_in values that saturate, SEND / RECV ROWMAX (plain and
+    max), REQUANT from the received maxima, OUTPUT, STATUS. Returns (program, ld, link_i)."""
+    R, L, OV, Q = pe.rows, pe.lanes, pe.q24_per_word, pe.q16_per_word
+    words = _multipe_operands(rng, rbn, cbn, G, pe)
+    prog, ld = asm.Program(pe), []
+    prog.clear(out=True, rowmax=True, flags=True, counters=True)
+    ld += _load_multipe(prog, words)
+    geo = dict(wbuf=0, act_base=0, w_base=0, row_blocks=rbn, col_blocks=cbn, groups=G)
+    # the LSB psums a second PE would send
+    lsb_prog = asm.Program(pe)
+    lsb_ld = _load_multipe(lsb_prog, words)
+    lsb_prog.gemm(mode=Mode.LSB_ONLY, sink=Sink.RAW, wait=True, **geo)
+    psums = fsim.run(lsb_prog, asm.words_to_ints(np.concatenate(lsb_ld))).link_o
+    n = len(psums)
+    assert n == rbn * cbn * R * L // OV
+    stride_h = max(32 // Q, 1)                              # REQUANT: >= 32 channels
+    assert cbn * L // 2 <= stride_h * Q
+    prog.gemm(mode=Mode.MSB_ONLY, sink=Sink.RAW, wait=True, psum_in=True, **geo)
+    prog.gemm(mode=Mode.MSB_ONLY, sink=Sink.SWIGLU, stride=stride_h, psum_in=True, **geo)
+    stride_o = -(-cbn * L // Q) * Q // OV                   # OUTPUT: whole FP32 beats
+    prog.gemm(mode=Mode.MSB_ONLY, sink=Sink.COMBINE, stride=stride_o, psum_in=True, **geo)
+    prog.gemm(mode=Mode.LSB_ONLY, sink=Sink.COMBINE, stride=stride_o, **geo)
+    prog.gemm(mode=Mode.FULL, sink=Sink.RAW, psum_in=True, release=True, **geo)
+    extreme = rng.integers(-2**62, 2**62, (2 * n, OV))
+    extreme[::3] = np.where(rng.random((len(extreme[::3]), OV)) < 0.5, 2**63 - 1, -2**63)
+    rm_words = -(-rbn * R // Q)
+    peer = rng.integers(0, 2**24, (rm_words + 1, Q))
+    peer[0, 0] = 2**32 - 1
+    peer_words = asm.words_to_ints(asm.pack_rowmax(peer, pe))
+    prog.send(Target.ROWMAX, 0, rm_words)
+    prog.recv(Target.ROWMAX, 0, rm_words, accumulate=True)
+    prog.recv(Target.ROWMAX, rm_words, 1)
+    prog.send(Target.ROWMAX, 0, rm_words + 1)
+    peer[0, 0] = 0                                           # keep REQUANT's e' in range
+    prog.recv(Target.ROWMAX, 0, rm_words)
+    prog.recv(Target.ROWMAX, 0, rm_words, accumulate=True)
+    prog.requant(row_blocks=rbn, channels=stride_h * Q, act_base=rbn * G, tok_base=0)
+    prog.send(Target.ACT, rbn * G, rbn * stride_h * Q // 32)
+    prog.output(row_blocks=rbn, channels=stride_o * OV)
+    prog.barrier()
+    prog.status()
+    own = rng.integers(0, 2**20, (rm_words, Q))
+    link_i = (psums * 3 + asm.words_to_ints(asm.pack_q24(extreme, pe))
+              + peer_words + asm.words_to_ints(asm.pack_rowmax(own, pe))
+              + asm.words_to_ints(asm.pack_rowmax(peer[:rm_words], pe)))
+    return prog, asm.words_to_ints(np.concatenate(ld)), link_i
+
+
+@pytest.mark.parametrize("traffic, pe", [("smooth", None), ("rough", None), ("rough", "lean")])
+def test_multipe_features_equal_fsim(traffic, pe):
+    """psum_in with every sink and mode, ROWMAX SEND / RECV, REQUANT from received maxima:
+    RTL == fsim, with link_i always valid and with idle link_i cycles and backpressure; and on
+    the FPGA-lean PE (every IOMEM in quarter words: ROWMAX's max-accumulation a part a
+    cycle, TOK's e_h written into its part)."""
+    seed = 1100 + (traffic == "rough") + 2 * (pe == "lean")
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    prog, ld, link_i = multipe_program(rng)
+    got, ref = compare_with_fsim(prog, ld, link_i, seed=seed,
+                                 traffic=TRAFFIC[traffic],
+                                 pe_options=LEAN_PE_PARAMS if pe == "lean" else None)
+    st = ref.statuses()[0]
+    assert st["acc_overflow"] == 1 and st["words_received"] == len(link_i)
+    assert ref.link_i_used == len(link_i)
+    assert np.abs(ref.data()).max() > 0
+
+
+@pytest.mark.parametrize("traffic", ["smooth", "rough"])
+def test_recv_and_psum_in_take_link_i_in_program_order(traffic):
+    """RECV and psum_in GEMMs share link_i: back-to-back RECV OUT, an MSB_ONLY RAW GEMM with
+    psum_in, RECV OUT accumulate, an MSB_ONLY COMBINE GEMM with psum_in over the received OUT
+    rows, RECV ROWMAX accumulate and a second RAW psum_in GEMM take their words strictly in
+    program order (a word taken by the wrong one changes the link_o words, OUT or the row
+    maxima): RTL == fsim with link_i always valid and with idle cycles and backpressure."""
+    seed = 1300 + (traffic == "rough")
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    rbn, cbn, G = 2, 2, 3
+    OV, Q = PE_CFG.q24_per_word, PE_CFG.q16_per_word
+    words = _multipe_operands(rng, rbn, cbn, G)
+    prog = asm.Program(PE_CFG)
+    prog.clear(out=True, rowmax=True, flags=True, counters=True)
+    ld = _load_multipe(prog, words)
+    geo = dict(wbuf=0, act_base=0, w_base=0, row_blocks=rbn, col_blocks=cbn, groups=G)
+    stride_o = -(-cbn * L // Q) * Q // OV
+    out_words = rbn * R * stride_o
+    per_gemm = rbn * cbn * R * L // OV
+    rm_words = -(-rbn * R // Q)
+    prog.recv(Target.OUT, 0, out_words)
+    prog.gemm(mode=Mode.MSB_ONLY, sink=Sink.RAW, wait=True, psum_in=True, **geo)
+    prog.recv(Target.OUT, 0, out_words, accumulate=True)
+    prog.gemm(mode=Mode.MSB_ONLY, sink=Sink.COMBINE, stride=stride_o, psum_in=True, **geo)
+    prog.recv(Target.ROWMAX, 0, rm_words, accumulate=True)
+    prog.gemm(mode=Mode.LSB_ONLY, sink=Sink.RAW, psum_in=True, release=True, **geo)
+    prog.send(Target.ROWMAX, 0, rm_words)
+    prog.output(row_blocks=rbn, channels=stride_o * OV)
+    prog.barrier()
+    prog.status()
+    n = 2 * out_words + 3 * per_gemm
+    q24 = asm.words_to_ints(asm.pack_q24(rng.integers(-2**40, 2**40, (n, OV)), PE_CFG))
+    rmax = asm.words_to_ints(asm.pack_rowmax(rng.integers(0, 2**24, (rm_words, Q)), PE_CFG))
+    a, b = out_words, out_words + per_gemm
+    link_i = (q24[:a] + q24[a:b] + q24[b:b + out_words] + q24[b + out_words:b + out_words
+              + per_gemm] + rmax + q24[b + out_words + per_gemm:])
+    got, ref = compare_with_fsim(prog, asm.words_to_ints(np.concatenate(ld)), link_i,
+                                 seed=seed, traffic=TRAFFIC[traffic])
+    assert ref.link_i_used == len(link_i)
+    assert ref.statuses()[0]["words_received"] == len(link_i)
+    assert np.abs(ref.data()).max() > 0
+
+
+def test_multipe_features_wider_pe():
+    """The same on a wider PE (8 x 16 x 32, W = 2048): psum_in takes 4 link words per result
+    (rows 2k, 2k+1 from word k) and a ROWMAX word holds 64 registers; idle link_i cycles."""
+    from elmoe3d.config import ArchConfig, TileConfig
+    arch = ArchConfig(name="wide", tile=TileConfig(rows=8, lanes=16), wmem_bytes=16384,
+                      iomem_bytes=65536)
+    seed = 1150
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    prog, ld, link_i = multipe_program(rng, rbn=2, cbn=2, G=2, pe=arch.pe)
+    ref = fsim.run(prog, ld, link_i)
+    got = run_pe(prog.encode(), ld, link_i, n_o=len(ref.o), n_link=len(ref.link_o),
+                 dut=PE(config=arch), seed=seed,
+                 traffic=Traffic("link", ports={"link_i": 0.4, "link_o": 0.3}))
+    assert got["link_o"] == ref.link_o
+    assert [d for k, d in got["o"] if k == OKind.DATA] == \
+        [b.data for b in ref.o if b.kind == OKind.DATA]
+    g = asm.unpack_status([d for k, d in got["o"] if k == OKind.STATUS][0])
+    w = ref.statuses()[0]
+    assert all(g[n] == w[n] for n in asm.FUNCTIONAL_STATUS_FIELDS)
+    assert w["acc_overflow"] == 1
+
+
+@pytest.mark.parametrize("sink, options", [
+    (Sink.RAW, None), (Sink.SWIGLU, None), (Sink.SWIGLU, {"swiglu_units": 1}),
+    (Sink.COMBINE, {"combine_units": 1}),
+], ids=["RAW", "SWIGLU", "SWIGLU-S1", "COMBINE-J1"])
+def test_psum_in_throughput(sink, options):
+    """With link_i always valid, a psum_in GEMM whose results are ``PE.result_cycles`` beats
+    apart (groups) takes one tile beat per cycle; one group fewer stalls the tile (with one
+    SwiGLU unit a DRAFT row takes L/2 sub-steps, with one combine unit L; the psum addition
+    hides behind them). The results (link_o: RAW, or HBUF and the row maxima, or OUT, sent
+    after the GEMM) equal fsim."""
+    seed = 1200
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    dut = _unused(PE(config=ARCH, **(options or {})))
+    for G, stalls in ((dut.result_cycles[(sink, True)], False),
+                      (dut.result_cycles[(sink, True)] - 1, True)):
+        words = _multipe_operands(rng, 2, 4, G)
+        prog, ld = asm.Program(PE_CFG), []
+        ld += _load_multipe(prog, words)
+        prog.barrier()
+        prog.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=2, col_blocks=4,
+                  groups=G, sink=sink, stride=2 if sink == Sink.COMBINE else 1, psum_in=True)
+        prog.barrier()
+        if sink == Sink.SWIGLU:             # the h values and row maxima, checked on link_o
+            prog.send(Target.HBUF, 0, 2 * R)
+            prog.send(Target.ROWMAX, 0, 1)
+        elif sink == Sink.COMBINE:          # the OUT sums
+            prog.send(Target.OUT, 0, 2 * 2 * R)
+        prog.status()
+        n = 2 * 4 * R * L // PE_CFG.q24_per_word
+        link_i = asm.words_to_ints(asm.pack_q24(
+            rng.integers(-2**40, 2**40, (n, PE_CFG.q24_per_word)), PE_CFG))
+        got, ref = compare_with_fsim(prog, asm.words_to_ints(np.concatenate(ld)), link_i,
+                                     seed=seed, watch=("tile_in",), pe_options=options)
+        assert len(ref.link_o) == {Sink.RAW: n, Sink.SWIGLU: 2 * R + 1, Sink.COMBINE: 4 * R}[sink]
+        assert any(ref.link_o)
+        beats = got["tile_in"]
+        assert len(beats) == 2 * 4 * G
+        busy = beats[-1] - beats[0] + 1
+        print(f"  {sink.name} psum_in {options}, groups {G}: {len(beats)} beats in {busy} "
+              f"cycles")
+        assert (busy > len(beats)) == stalls
+
+
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
+def test_combine_units_throughput(mode):
+    """With ``combine_units=1`` the COMBINE sink holds a result for ``rows *
+    combine_row_cycles[FULL]`` cycles: a GEMM with that many groups takes one tile beat per
+    cycle, one group fewer stalls the tile (FULL rows take L/2 sub-steps, others L); the
+    results equal fsim."""
+    seed = 1210 + int(mode)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    dut = _unused(PE(config=ARCH, combine_units=1))
+    per_result = R * dut.combine_row_cycles[mode is Mode.FULL]
+    if mode is not Mode.FULL:
+        assert dut.result_cycles[(Sink.COMBINE, False)] == per_result
+    rbn, cbn = 4, 4                         # 16 results: more than the pipeline's slack
+    for G, stalls in ((per_result, False), (per_result - 1, True)):
+        words = _multipe_operands(rng, rbn, cbn, G)
+        prog, ld = asm.Program(PE_CFG), []
+        prog.clear(out=True, rowmax=True, flags=True, counters=True)
+        ld += _load_multipe(prog, words)
+        prog.barrier()
+        prog.gemm(mode=mode, wbuf=0, act_base=0, w_base=0, row_blocks=rbn, col_blocks=cbn,
+                  groups=G, sink=Sink.COMBINE, stride=cbn * L // PE_CFG.q24_per_word)
+        prog.barrier()
+        prog.output(row_blocks=rbn, channels=cbn * L)
+        prog.barrier()
+        prog.status()
+        got, ref = compare_with_fsim(prog, asm.words_to_ints(np.concatenate(ld)), seed=seed,
+                                     pe_options={"combine_units": 1}, watch=("tile_in",))
+        assert np.abs(ref.data()).max() > 0
+        beats = got["tile_in"]
+        assert len(beats) % (rbn * cbn * G) == 0
+        busy = beats[-1] - beats[0] + 1
+        print(f"  COMBINE {mode.name}, combine_units 1, groups {G}: {len(beats)} beats in "
+              f"{busy} cycles")
+        assert (busy > len(beats)) == stalls

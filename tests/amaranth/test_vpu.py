@@ -1,0 +1,448 @@
+"""VPU units (:mod:`elmoe3d.hw.vpu`) in the Amaranth simulator against the golden model
+(:mod:`elmoe3d.sw.golden.vpu`): random values, corner cases, and random idle / backpressure cycles.
+
+Every comparison is plain equality. Seeds are fixed and printed (``pytest -s`` shows them; a
+failing assertion shows them too).
+"""
+
+import time
+
+import numpy as np
+import pytest
+from amaranth.back import verilog
+from amaranth.hdl import Fragment
+
+from elmoe3d.hw import vpu as hw
+from elmoe3d.sim.amaranth_streams import drive_pipeline
+from elmoe3d.sim.traffic import FLOW_IDS, FLOW_PAIRS
+from elmoe3d.sw.golden import vpu as sw
+from elmoe3d.sw.golden.vpu import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
+
+
+FLOWS = FLOW_PAIRS           # (idle, stall) of the shared flow-control sweep
+
+
+# ---- bench --------------------------------------------------------------------------------------
+
+def run_unit(dut, inputs, *, seed, idle=0.0, stall=0.0, drain=None):
+    """Drive ``inputs`` (a list of field dicts of ``dut.i.payload``) through ``dut`` with a
+    random source (idle probability ``idle``) and a random sink (not-ready probability
+    ``stall``).
+
+    Checks on every cycle: ``i.ready == ~o.valid | o.ready``; a result offered and not taken
+    stays valid and unchanged; no more results than inputs, and none after the last one for
+    ``drain`` cycles (nothing duplicated). Returns ``(outputs, log)``: outputs as field dicts
+    in arrival order, log with the accept and emit cycles and the DUT's latency.
+    """
+    in_layout = dut.i.payload.shape()
+    fields = list(dut.o.payload.shape().members)
+    return drive_pipeline(dut, [in_layout.const(x) for x in inputs], n_results=len(inputs),
+                          seed=seed, idle=idle, stall=stall,
+                          drain=dut.latency + 4 if drain is None else drain,
+                          read=lambda p: {f: int(getattr(p, f)) for f in fields})
+
+
+def check(dut, inputs, want, *, seed, idle=0.0, stall=0.0):
+    """Run and compare with ``want`` (a dict of equal-length arrays, one per output field)."""
+    got, log = run_unit(dut, inputs, seed=seed, idle=idle, stall=stall)
+    assert len(got) == len(inputs)
+    for f, col in want.items():
+        g = [x[f] for x in got]
+        w = [int(v) for v in col]
+        bad = [k for k in range(len(w)) if g[k] != w[k]]
+        assert not bad, (f"seed={seed} field {f}: {len(bad)} mismatches; first at {bad[0]}: "
+                         f"input {inputs[bad[0]]} got {g[bad[0]]} want {w[bad[0]]}")
+    if stall == 0.0:      # always-ready sink: every result exactly `latency` after its input
+        assert log["emit"] == [c + log["latency"] for c in log["accept"]]
+    if idle == 0.0 and stall == 0.0:
+        assert log["accept"] == list(range(len(inputs)))          # II = 1
+    return got
+
+
+def _tags(n, width, rng):
+    return rng.integers(0, 1 << width, n) if width else np.zeros(n, np.int64)
+
+
+def _signed_mix(rng, n, bits, *, edges=()):
+    """Random signed integers of up to ``bits`` bits with random magnitudes (log-uniform), plus
+    the given edge values."""
+    mag = rng.integers(0, bits, n)
+    v = rng.integers(-(1 << 62), 1 << 62, n, dtype=np.int64, endpoint=True)
+    v = np.where(mag < 63, v >> (62 - np.minimum(mag, 62)), v)
+    v = np.clip(v, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    return np.concatenate([np.asarray(edges, np.int64), v]).astype(np.int64)
+
+
+# ---- parameters and elaboration ---------------------------------------------------------------
+
+UNITS = [hw.SwiGLUUnit, hw.RowMaxExponent, hw.RequantUnit, hw.CombineUnit, hw.Fp32Converter]
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("cls", UNITS, ids=lambda c: c.__name__)
+def test_parameters(cls):
+    dut = cls(tag_width=3)
+    assert dut.tag_width == 3 and isinstance(dut.latency, int) and dut.latency >= 1
+    for name in ("tag_width", "latency"):
+        with pytest.raises(AttributeError):
+            setattr(dut, name, 1)
+    for bad in (-1, 65, 1.5, True, "3"):
+        with pytest.raises(ValueError):
+            cls(tag_width=bad)
+    with pytest.raises(TypeError):
+        cls(3)                                   # keyword-only
+    assert dut.i.payload.shape().members["tag"].width == 3
+    assert dut.o.payload.shape().members["tag"].width == 3
+    Fragment.get(dut, None)
+    if cls in (hw.SwiGLUUnit, hw.CombineUnit):
+        deep = cls(mul_stages=3)
+        assert deep.latency == dut.latency + (3 - 1) * (2 if cls is hw.SwiGLUUnit else 1)
+        Fragment.get(deep, None)
+        for bad in (0, 5, 1.0, True):
+            with pytest.raises(ValueError):
+                cls(mul_stages=bad)
+        with pytest.raises(AttributeError):
+            dut.mul_stages = 2
+
+
+def test_latencies_and_verilog():
+    want = {hw.SwiGLUUnit: 7, hw.RowMaxExponent: 1, hw.RequantUnit: 1, hw.CombineUnit: 3,
+            hw.Fp32Converter: 2}
+    for cls, lat in want.items():
+        t0 = time.perf_counter()
+        dut = cls()
+        assert dut.latency == lat
+        text = verilog.convert(dut, name=cls.__name__.lower())
+        print(f"{cls.__name__}: latency {dut.latency}, {len(text.splitlines())} Verilog lines, "
+              f"{time.perf_counter() - t0:.2f} s")
+        assert f"module {cls.__name__.lower()}" in text
+
+
+def test_sigmoid_rom_init():
+    init = hw.sigmoid_rom_init()
+    t = sw.sigmoid_table()
+    assert len(init) == 512
+    assert [w["base"] for w in init] == t[:-1].tolist()
+    assert [w["base"] + w["diff"] for w in init] == t[1:].tolist()
+    assert max(w["diff"] for w in init) < 1 << 11
+
+
+# ---- SwiGLU -------------------------------------------------------------------------------------
+
+def swiglu_inputs_corners():
+    """(acc_up, acc_gate, e_x) corner triples. With e_x = 8 the shift is 0: acc = Q16.16 value."""
+    lim = 16 << 16
+    rows = []
+    # g at table points, midpoints (frac = 2048, the interpolation tie) and their neighbours,
+    # over the whole table and at the +-16 boundaries and beyond (SiLU saturation range).
+    pts = list(range(-lim, lim + 1, 4096 * 37)) + [-lim, -lim + 4096, lim - 4096, 0, 4096]
+    for p in pts:
+        for d in (0, 2048, 1, -1, 2047, 2049):
+            rows.append((3 << 16, p + d, 8))
+    for g in (-lim - 1, -lim, -lim + 1, lim - 1, lim, lim + 1, INT32_MIN, INT32_MAX, 20 << 16,
+              -(20 << 16), -(83756)):
+        for u in (1 << 16, -(1 << 16), INT32_MAX, INT32_MIN, 0, 12345):
+            rows.append((u, g, 8))
+    # to_q16 saturation: large accumulators, e_x that shifts left, ties of the rounding.
+    for e_x in (-128, -20, 0, 7, 8, 9, 30, 127):
+        for acc in (INT64_MAX, INT64_MIN, 1, -1, 1 << 40, -(1 << 40), (1 << 39) - 128,
+                    (1 << 39) - 64, 3 << 7, -(3 << 7), 5 << 7, 384, 640):
+            rows.append((acc, acc, e_x))
+            rows.append((acc, 1 << 24, e_x))
+    # h saturation (u and g in range), both signs; h ties (silu * u with a half in bit 15).
+    for u in (INT32_MAX, INT32_MIN, 1 << 30, -(1 << 30), 3 << 15, 1 << 15, -(1 << 15)):
+        for g in (lim, lim + 12345, INT32_MAX, 1 << 16, -(1 << 16), 1):
+            rows.append((u, g, 8))
+    return rows
+
+
+def _acc_for(target, shift, rng):
+    """An int64 accumulator that to_q16 maps near ``target`` for ``shift = 8 - e_x``: the target
+    shifted back, with random bits below (rounding, ties included), clipped to int64."""
+    if shift <= 0:
+        return target >> -shift
+    low = int(rng.integers(0, 1 << min(shift, 62)))
+    if rng.random() < 0.1:
+        low = 1 << (shift - 1)                      # an exact tie
+    return min(max((target << shift) + low, INT64_MIN), INT64_MAX)
+
+
+def swiglu_inputs_random(rng, n):
+    """80% realistic elements (u log-uniform in Q16.16, g in [-20, 20] for most), 20% anything
+    (saturating accumulators, extreme exponents)."""
+    rows = []
+    for _ in range(n):
+        if rng.random() < 0.2:
+            e_x = int(rng.integers(-128, 128))
+            up, gate = (int(x) for x in _signed_mix(rng, 2, 64))
+        else:
+            e_x = int(rng.integers(-12, 12))
+            u = int(rng.integers(INT32_MIN, INT32_MAX, endpoint=True)) >> int(rng.integers(0, 22))
+            if rng.random() < 0.7:
+                g = int(rng.integers(-(20 << 16), 20 << 16))
+            else:
+                g = int(_signed_mix(rng, 1, 32)[0])
+            up, gate = _acc_for(u, 8 - e_x, rng), _acc_for(g, 8 - e_x, rng)
+        rows.append((up, gate, e_x))
+    return rows
+
+
+def run_swiglu(rows, *, seed, idle=0.0, stall=0.0, tag_width=0, mul_stages=1):
+    rng = np.random.default_rng(seed)
+    up = np.array([r[0] for r in rows], np.int64)
+    gate = np.array([r[1] for r in rows], np.int64)
+    e_x = np.array([r[2] for r in rows], np.int64)
+    tags = _tags(len(rows), tag_width, rng)
+    h, s = sw.swiglu_q16(up, gate, e_x)
+    inputs = [{"acc_up": int(a), "acc_gate": int(b), "e_x": int(c), "tag": int(t)}
+              for a, b, c, t in zip(up, gate, e_x, tags)]
+    dut = hw.SwiGLUUnit(tag_width=tag_width, mul_stages=mul_stages)
+    check(dut, inputs, {"h": h, "sat": s, "tag": tags}, seed=seed, idle=idle, stall=stall)
+    return h, s
+
+
+def _swiglu_ties(rows):
+    """How many corner elements hit a rounding tie in each rounding step (coverage check)."""
+    up = np.array([r[0] for r in rows], np.int64)
+    acc_g = np.array([r[1] for r in rows], np.int64)
+    e_x = np.array([r[2] for r in rows], np.int64)
+    g, _ = sw.to_q16(acc_g, e_x)
+    u, _ = sw.to_q16(up, e_x)
+    lim = sw.SILU_LIMIT
+    inside = (g >= -lim) & (g < lim)
+    t = sw.sigmoid_table()
+    x = np.clip(g, -lim, lim - 1) + lim
+    interp = (t[(x >> 12) + 1] - t[x >> 12]) * (x & 4095)
+    sig = sw.sigmoid_q16(g)
+    sh = 8 - e_x
+    k = np.clip(sh, 1, 62)
+    return {
+        "to_q16": int(np.sum((sh > 0) & (sh < 63) & ((acc_g & ((1 << k) - 1)) == 1 << (k - 1)))),
+        "interpolation": int(np.sum(inside & ((interp & 4095) == 2048))),
+        "g*sig": int(np.sum(inside & (((g * sig) & 65535) == 32768))),
+        "silu*u": int(np.sum(((sw.silu_q16(g) * u) & 65535) == 32768)),
+    }
+
+
+def test_swiglu_corners():
+    seed = 5000
+    print(f"seed={seed}")
+    rows = swiglu_inputs_corners()
+    ties = _swiglu_ties(rows)
+    print(f"rounding ties covered: {ties}")
+    assert min(ties.values()) >= 5
+    h, s = run_swiglu(rows, seed=seed)
+    assert s.any() and not s.all()
+    assert h.max() == INT32_MAX and h.min() == INT32_MIN
+
+
+@pytest.mark.parametrize("idle,stall", FLOWS, ids=FLOW_IDS)
+def test_swiglu_random_flow(idle, stall):
+    seed = 5100 + FLOWS.index((idle, stall))
+    print(f"seed={seed} idle={idle} stall={stall}")
+    rng = np.random.default_rng(seed)
+    run_swiglu(swiglu_inputs_random(rng, 300), seed=seed, idle=idle, stall=stall, tag_width=5)
+
+
+def test_swiglu_mul_stages():
+    seed = 5200
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    rows = swiglu_inputs_random(rng, 120) + swiglu_inputs_corners()[:60]
+    run_swiglu(rows, seed=seed, mul_stages=3, tag_width=1)
+    run_swiglu(rows, seed=seed + 1, mul_stages=2, stall=0.3, idle=0.2)
+
+
+# ---- row max exponent and requantization --------------------------------------------------------
+
+def test_rowmax_exponent():
+    seed = 5300
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    thr = [(127 << e) if e >= 0 else (127 >> -e) for e in range(-6, 26)]
+    vals = [0, 1, 2, 1 << 31, (1 << 32) - 1] + [t + d for t in thr for d in (-1, 0, 1)]
+    vals += rng.integers(0, 1 << 32, 100, dtype=np.int64).tolist()
+    vals += (rng.integers(0, 1 << 31, 100, dtype=np.int64) >> rng.integers(0, 31, 100)).tolist()
+    vals = np.array([v for v in vals if 0 <= v < 1 << 32], np.int64)
+    e = sw.requant_exponent(vals)
+    tags = _tags(len(vals), 4, rng)
+    inputs = [{"max": int(v), "tag": int(t)} for v, t in zip(vals, tags)]
+    for k, (idle, stall) in enumerate(FLOWS[::3]):
+        check(hw.RowMaxExponent(tag_width=4), inputs, {"e": e, "e_h": e - 16, "tag": tags},
+              seed=seed + k, idle=idle, stall=stall)
+    assert e.min() == -6 and e.max() == 26
+
+
+def requant_inputs(rng, n):
+    h = _signed_mix(rng, n, 32, edges=[INT32_MIN, INT32_MAX, 0, -1, 1])
+    e = rng.integers(-128, 128, len(h))
+    e = np.where(rng.random(len(h)) < 0.7, rng.integers(-8, 34, len(h)), e)
+    # Mostly the e' a row max of about |h| gives (the clip never bites), sometimes one less.
+    fit = sw.requant_exponent(np.abs(h)) + rng.integers(-1, 3, len(h))
+    e = np.where(rng.random(len(h)) < 0.5, fit, e)
+    # ties: h = (2q + 1) * 2^(e-1) for small q, both signs; and the +-127.5 clip ties
+    q = rng.integers(-130, 130, 60)
+    et = rng.integers(1, 26, 60)
+    ht = (2 * q + 1) << (et - 1)
+    ok = (ht >= INT32_MIN) & (ht <= INT32_MAX)
+    h = np.concatenate([h, ht[ok], [255 << 5, -(255 << 5), 253 << 5, INT32_MIN, INT32_MIN, 1, -1,
+                                    -2, 2]])
+    e = np.concatenate([e, et[ok], [6, 6, 6, 32, 31, -6, -7, -6, -7]])
+    return h.astype(np.int64), e.astype(np.int64)
+
+
+@pytest.mark.parametrize("idle,stall", FLOWS[::3], ids=FLOW_IDS[::3])
+def test_requant(idle, stall):
+    seed = 5400 + FLOWS.index((idle, stall))
+    print(f"seed={seed} idle={idle} stall={stall}")
+    rng = np.random.default_rng(seed)
+    h, e = requant_inputs(rng, 300)
+    hq, clip = sw.requant_shift(h, e)
+    tags = _tags(len(h), 2, rng)
+    inputs = [{"h": int(a), "e": int(b), "tag": int(t)} for a, b, t in zip(h, e, tags)]
+    check(hw.RequantUnit(tag_width=2), inputs, {"h_q": hq, "clip": clip, "tag": tags},
+          seed=seed, idle=idle, stall=stall)
+    assert clip.any() and not clip.all()
+
+
+def test_requant_rows_end_to_end():
+    """Whole rows (all-zero rows, e' at its extremes): RowMaxExponent then RequantUnit equal
+    row_requant."""
+    seed = 5500
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(INT32_MIN, INT32_MAX, (6, 24), endpoint=True)
+    rows = rows >> rng.integers(0, 32, (6, 1))
+    rows[1] = 0
+    rows[2, :] = 0
+    rows[2, 5] = 1                                  # e' = -6
+    rows[3, 7] = INT32_MIN                          # e' = 25
+    want_q, want_eh = sw.row_requant(rows.astype(np.int32))
+    mx = sw.row_max(rows)
+    got_e, _ = run_unit(hw.RowMaxExponent(), [{"max": int(v), "tag": 0} for v in mx], seed=seed)
+    e = np.array([x["e"] for x in got_e])
+    assert [x["e_h"] for x in got_e] == want_eh.tolist()
+    assert e.min() == -6 and e.max() == 25 and e[1] == 0
+    inputs = [{"h": int(rows[t, i]), "e": int(e[t]), "tag": 0}
+              for t in range(rows.shape[0]) for i in range(rows.shape[1])]
+    got = check(hw.RequantUnit(), inputs, {"h_q": want_q.reshape(-1),
+                                           "clip": np.zeros(want_q.size, bool)}, seed=seed)
+    assert len(got) == rows.size
+
+
+# ---- combination ----------------------------------------------------------------------------------
+
+GW_SPECIAL = [0x0000, 0x8000, 0x0001, 0x03FF, 0x8001, 0x83FF, 0x0400, 0x3C00, 0xBC00, 0x3800,
+              0x7BFF, 0xFBFF, 0x7C00, 0xFFFF, 0x3555, 0x2E66, 0x0200]
+
+
+def combine_inputs(rng, n):
+    acc = _signed_mix(rng, n, 64, edges=[INT64_MAX, INT64_MIN, 0, 1, -1, 3, -3, 5, -5])
+    k = len(acc)
+    e_h = np.where(rng.random(k) < 0.7, rng.integers(-22, 10, k), rng.integers(-128, 128, k))
+    gw = np.where(rng.random(k) < 0.3, rng.choice(GW_SPECIAL, k),
+                  np.where(rng.random(k) < 0.5, rng.integers(0x1000, 0x3C01, k),
+                           rng.integers(0, 1 << 16, k)))
+    out = np.where(rng.random(k) < 0.2,
+                   rng.choice(np.array([INT64_MAX, INT64_MIN, INT64_MAX - 5, INT64_MIN + 5,
+                                        0]), k), _signed_mix(rng, k, 64)[:k])
+    flag = rng.random(k) < 0.2
+    # Ties of the single rounding: acc * m odd at one bit below 2^-24, subnormal and normal w.
+    t_acc = np.array([3, 5, -3, -5, 7, -7, 3 << 20, 1 << 52, -(1 << 52)], np.int64)
+    t_eh = np.array([23, 23, 23, 23, 23, 23, 3, -20, -20])
+    t_gw = np.array([0x0001, 0x0001, 0x0001, 0x0001, 0x0001, 0x0001, 0x3C00, 0x3C01, 0xBC01])
+    # Sticky: a flagged sum that a term pulls back stays flagged; saturating terms and sums.
+    s_acc = np.array([-(1 << 20), INT64_MAX, INT64_MIN, 1 << 40, -(1 << 40), 1], np.int64)
+    s_eh = np.array([0, 9, 9, 20, 20, -128])
+    s_gw = np.array([0x3C00, 0x7BFF, 0x7BFF, 0x3C00, 0x3C00, 0x0001])
+    s_out = np.array([INT64_MAX, 0, 0, INT64_MAX - 1, INT64_MIN + 1, INT64_MIN], np.int64)
+    s_flag = np.array([1, 0, 0, 0, 0, 1], bool)
+    acc = np.concatenate([acc, t_acc, s_acc])
+    e_h = np.concatenate([e_h, t_eh, s_eh])
+    gw = np.concatenate([gw, t_gw, s_gw]).astype(np.uint16)
+    out = np.concatenate([out, np.zeros(len(t_acc), np.int64), s_out])
+    flag = np.concatenate([flag, np.zeros(len(t_acc), bool), s_flag])
+    return acc, e_h, gw, out, flag
+
+
+def run_combine(acc, e_h, gw, out, flag, *, seed, idle=0.0, stall=0.0, tag_width=0,
+                mul_stages=1):
+    rng = np.random.default_rng(seed)
+    new, nflag = sw.combine(out[:, None], flag[:, None], acc[:, None], e_h, gw)
+    tags = _tags(len(acc), tag_width, rng)
+    inputs = [{"acc_y": int(a), "e_h": int(b), "gw": int(c), "out": int(d), "flag": int(f),
+               "tag": int(t)} for a, b, c, d, f, t in zip(acc, e_h, gw, out, flag, tags)]
+    dut = hw.CombineUnit(tag_width=tag_width, mul_stages=mul_stages)
+    check(dut, inputs, {"out": new[:, 0], "flag": nflag[:, 0], "tag": tags}, seed=seed,
+          idle=idle, stall=stall)
+    return new[:, 0], nflag[:, 0]
+
+
+@pytest.mark.parametrize("idle,stall", FLOWS, ids=FLOW_IDS)
+def test_combine(idle, stall):
+    seed = 5600 + FLOWS.index((idle, stall))
+    print(f"seed={seed} idle={idle} stall={stall}")
+    rng = np.random.default_rng(seed)
+    new, nflag = run_combine(*combine_inputs(rng, 250), seed=seed, idle=idle, stall=stall,
+                             tag_width=3)
+    assert nflag[-6] and new[-6] == INT64_MAX - (1 << 20)       # sticky after pulling back
+    assert nflag[-5] and new[-5] == INT64_MAX                   # saturating term
+    assert nflag[-4] and new[-4] == INT64_MIN
+    assert nflag[-3] and new[-3] == INT64_MAX                   # saturating sum
+    assert nflag[-2] and new[-2] == INT64_MIN
+
+
+def test_combine_mul_stages_and_expert_chain():
+    """mul_stages = 2, and a chain of experts whose outputs are fed back as ``out`` (the
+    read-modify-write of one OUT row), equal to sw.combine applied expert by expert."""
+    seed = 5700
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    run_combine(*combine_inputs(rng, 80), seed=seed, mul_stages=2, stall=0.3)
+    hdim, experts = 16, 5
+    out = np.zeros((1, hdim), np.int64)
+    flags = np.zeros((1, hdim), bool)
+    hw_out, hw_flag = out[0].copy(), flags[0].copy()
+    dut = hw.CombineUnit()
+    for x in range(experts):
+        acc = rng.integers(INT64_MIN, INT64_MAX, (1, hdim), endpoint=True) >> int(
+            rng.integers(0, 30))
+        e_h = rng.integers(-22, 10, 1)
+        gw = rng.choice(np.array(GW_SPECIAL[:12], np.uint16), 1)
+        out, flags = sw.combine(out, flags, acc, e_h, gw)
+        inputs = [{"acc_y": int(acc[0, c]), "e_h": int(e_h[0]), "gw": int(gw[0]),
+                   "out": int(hw_out[c]), "flag": int(hw_flag[c]), "tag": 0}
+                  for c in range(hdim)]
+        got, _ = run_unit(dut, inputs, seed=seed + x, idle=0.2, stall=0.2)
+        hw_out = np.array([g["out"] for g in got], np.int64)
+        hw_flag = np.array([g["flag"] for g in got], bool)
+    assert hw_out.tolist() == out[0].tolist() and hw_flag.tolist() == flags[0].tolist()
+
+
+# ---- FP32 ---------------------------------------------------------------------------------------
+
+def fp32_inputs(rng, n):
+    vals = [0, 1, -1, INT64_MAX, INT64_MIN, INT64_MIN + 1, INT64_MAX - 1, (1 << 24) - 1, 1 << 24,
+            (1 << 24) + 1, (1 << 25) + 1, (1 << 25) + 2, (1 << 25) + 3, (1 << 25) + 6,
+            (1 << 63) - (1 << 39), (1 << 63) - (1 << 38), (1 << 63) - (1 << 38) - 1,
+            (1 << 62) + (1 << 38) + 1]
+    for sh in (1, 2, 15, 39):
+        for q in ((1 << 23) + 1, (1 << 23) + 2, (1 << 24) - 1, (1 << 24) - 2):
+            v = (q << sh) + (1 << (sh - 1))
+            vals += [v, -v, v + 1, v - 1]
+    rand = _signed_mix(rng, n, 64)
+    return np.concatenate([np.array(vals, np.int64), rand])
+
+
+@pytest.mark.parametrize("idle,stall", FLOWS[::3], ids=FLOW_IDS[::3])
+def test_fp32(idle, stall):
+    seed = 5800 + FLOWS.index((idle, stall))
+    print(f"seed={seed} idle={idle} stall={stall}")
+    rng = np.random.default_rng(seed)
+    v = fp32_inputs(rng, 250)
+    bits = sw.q24_to_fp32(v).view(np.uint32)
+    tags = _tags(len(v), 6, rng)
+    inputs = [{"value": int(a), "tag": int(t)} for a, t in zip(v, tags)]
+    check(hw.Fp32Converter(tag_width=6), inputs, {"bits": bits, "tag": tags}, seed=seed,
+          idle=idle, stall=stall)
+    assert bits[3] == np.float32(2.0 ** 39).view(np.uint32)

@@ -1,0 +1,211 @@
+"""Golden model: weight and activation quantization, slices, drafts (numerics §1, 3.2, 3.6)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra import numpy as hnp
+
+from elmoe3d.sw.golden.quant import (
+    DraftMethod, QuantizationError, draft_codes, draft_weights, fp16_scale_for, join_slices,
+    lsb_slice, msb_slice, quantize_activations, quantize_activations_fp16, quantize_weights,
+)
+
+ALL_INT8 = np.arange(-128, 128).astype(np.int8)
+FP16_ALL = np.arange(0, 0x7C00, dtype=np.uint16).view(np.float16)   # every finite fp16 >= 0
+
+
+# --- slices -------------------------------------------------------------------------------------
+
+def test_slices_join_back_for_every_int8():
+    msb, lsb = msb_slice(ALL_INT8), lsb_slice(ALL_INT8)
+    assert msb.min() == -8 and msb.max() == 7
+    assert lsb.min() == 0 and lsb.max() == 15
+    assert np.array_equal(16 * msb.astype(np.int32) + lsb, ALL_INT8.astype(np.int32))
+    assert np.array_equal(join_slices(msb, lsb), ALL_INT8)
+
+
+def test_msb_slice_is_floor_not_truncation_toward_zero():
+    # -5 >> 4 must be -1 (floor), not 0; -128 >> 4 is -8.
+    assert msb_slice(np.int8(-5)) == -1
+    assert msb_slice(np.int8(-128)) == -8
+    assert lsb_slice(np.int8(-5)) == 11          # -5 = 16*(-1) + 11
+
+
+# --- scale rule ---------------------------------------------------------------------------------
+
+def test_scale_is_smallest_fp16_that_covers_amax():
+    # Exhaustive over the fp16 grid: for amax at, just below and just above 127*s.
+    s = FP16_ALL[1:-1]
+    for amax in (127.0 * s.astype(np.float64),
+                 np.nextafter(127.0 * s.astype(np.float64), 0),
+                 np.nextafter(127.0 * s.astype(np.float64), np.inf)):
+        scale, ok = fp16_scale_for(amax)
+        assert ok.all()
+        assert (127.0 * scale.astype(np.float64) >= amax).all()
+        below = np.nextafter(scale, np.float16(0))
+        smaller_fits = (below < scale) & (127.0 * below.astype(np.float64) >= amax)
+        assert not smaller_fits.any()
+
+
+def test_scale_overflow_is_reported():
+    scale, ok = fp16_scale_for(np.array([127.0 * 65504, 127.0 * 65504 * 1.0001]))
+    assert ok.tolist() == [True, False]
+    w = np.zeros((3, 64), np.float32)
+    w[2, 40] = 1e8
+    with pytest.raises(QuantizationError, match=r"'up'.*row 2, group 1.*FP16"):
+        quantize_weights(w, name="up")
+
+
+def test_zero_group_has_zero_scale_and_codes():
+    w = np.zeros((2, 64), np.float32)
+    w[1, 33] = 0.5
+    qw = quantize_weights(w)
+    assert qw.scale[0, 0] == 0 and qw.scale[0, 1] == 0 and qw.scale[1, 0] == 0
+    assert not qw.q[0].any() and not qw.q[1, :32].any()
+    assert qw.q[1, 33] == 127
+
+
+def test_subnormal_scale_never_clips_beyond_rounding():
+    tiny = np.float32(3e-6)                        # /127 is below fp16's normal range
+    w = np.full((1, 32), tiny, np.float32)
+    w[0, ::2] *= -0.37
+    qw = quantize_weights(w)
+    s = qw.scale[0, 0]
+    assert 0 < s < np.finfo(np.float16).tiny        # subnormal
+    assert np.abs(qw.q).max() <= 127
+    err = np.abs(qw.dequantize() - w.astype(np.float64))
+    assert err.max() <= 0.5 * float(s) * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("bad, where", [(np.nan, "row 1, column 37 \\(group 1\\)"),
+                                        (np.inf, "row 1, column 37 \\(group 1\\)")])
+def test_non_finite_weights_are_named(bad, where):
+    w = np.ones((2, 64), np.float32)
+    w[1, 37] = bad
+    with pytest.raises(QuantizationError, match=f"'gate'.*{where}"):
+        quantize_weights(w, name="gate")
+
+
+def test_k_not_divisible_by_group():
+    with pytest.raises(QuantizationError, match=r"'down'.*K = 100.*group size 32"):
+        quantize_weights(np.ones((4, 100), np.float32), name="down")
+
+
+def test_float64_beyond_float32_range_is_an_error_not_inf():
+    w = np.ones((1, 32))
+    w[0, 3] = 1e300
+    with pytest.raises(QuantizationError, match="float32 range"):
+        quantize_weights(w)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(np.float32, st.tuples(st.integers(1, 4), st.sampled_from([32, 64, 96])),
+                  elements=st.floats(-1e4, 1e4, width=32)))
+def test_weight_codes_in_range_and_error_bounded(w):
+    qw = quantize_weights(w)
+    assert qw.q.dtype == np.int8 and np.abs(qw.q.astype(int)).max(initial=0) <= 127
+    s = qw.scale_per_column().astype(np.float64)
+    err = np.abs(qw.dequantize() - w.astype(np.float64))
+    # Half a step of rounding, plus float32 division rounding.
+    assert (err <= 0.5 * s * (1 + 1e-6) + 1e-30).all()
+    # With a normal scale the largest |w| of a group maps to 126 or 127 (no wasted range); a
+    # subnormal scale sits on a coarser grid, so only the error bound above applies there.
+    g = np.abs(qw.q.astype(int)).reshape(*qw.q.shape[:-1], -1, 32).max(axis=-1)
+    assert ((g >= 126) | (qw.scale < np.finfo(np.float16).tiny)).all()
+
+
+# --- drafts -------------------------------------------------------------------------------------
+
+def test_draft_codes_at_four_bits():
+    q = ALL_INT8
+    msb = msb_slice(q).astype(np.int16)
+    assert np.array_equal(draft_codes(q, 4, "truncate"), 16 * msb)
+    assert np.array_equal(draft_codes(q, 4, "lsb-aug"), 16 * msb + 8)
+    rounded = draft_codes(q, 4, DraftMethod.ROUND)
+    assert rounded.min() == -128 and rounded.max() == 112           # clipped to 4-bit range
+    assert (np.abs(rounded - q) <= 16).all()
+
+
+@pytest.mark.parametrize("bits", range(2, 8))
+def test_draft_error_ranges(bits):
+    q = ALL_INT8.astype(np.int16)
+    d = 8 - bits
+    trunc = q - draft_codes(q.astype(np.int8), bits, "truncate")
+    aug = q - draft_codes(q.astype(np.int8), bits, "lsb-aug")
+    assert trunc.min() == 0 and trunc.max() == (1 << d) - 1               # clipping error
+    assert aug.min() == -(1 << (d - 1)) and aug.max() == (1 << (d - 1)) - 1   # rounding error
+
+
+def test_lsb_augmentation_beats_truncation_on_gaussian_weights():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((64, 256)).astype(np.float32)
+    qw = quantize_weights(w)
+    mse = {m: np.mean((draft_weights(w, qw, 4, m) - w) ** 2) for m in DraftMethod}
+    assert mse[DraftMethod.LSB_AUG] < 0.5 * mse[DraftMethod.TRUNCATE]
+    assert mse[DraftMethod.DEDICATED] < mse[DraftMethod.TRUNCATE]
+
+
+def test_dedicated_draft_uses_its_own_scale():
+    w = np.linspace(-1, 1, 64, dtype=np.float32).reshape(1, 64)
+    q4 = quantize_weights(w, bits=4)
+    assert np.abs(q4.q).max() == 7
+    assert np.all(7 * q4.scale.astype(np.float64) >= np.abs(w).reshape(1, 2, 32).max(-1))
+
+
+def test_bad_draft_bits():
+    with pytest.raises(QuantizationError, match="2..7"):
+        draft_codes(ALL_INT8, 8, "truncate")
+    with pytest.raises(ValueError):
+        draft_codes(ALL_INT8, 4, "nearest")
+
+
+# --- activations --------------------------------------------------------------------------------
+
+def test_activation_exponent_is_exact_at_boundaries():
+    # max|x| exactly 127 * 2^e is representable at e; a hair above needs e + 1.
+    for e in (-30, -7, 0, 3, 20):
+        x = np.array([[np.ldexp(127.0, e), np.ldexp(-1.0, e)]])
+        assert quantize_activations(x).exp[0] == e
+        x = np.array([[np.nextafter(np.ldexp(127.0, e), np.inf), 0.0]])
+        assert quantize_activations(x).exp[0] == e + 1
+        x = np.array([[np.ldexp(64.0, e)]])           # 64*2^e: e-1 would give 128 > 127
+        assert quantize_activations(x).exp[0] == e
+
+
+@settings(max_examples=80, deadline=None)
+@given(hnp.arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 70)),
+                  elements=st.floats(-1e30, 1e30) | st.floats(-1e-30, 1e-30)))
+def test_activation_exponent_is_smallest(x):
+    qa = quantize_activations(x)
+    amax = np.abs(x).max(axis=-1)
+    e = qa.exp.astype(np.int64)
+    nz = amax > 0
+    assert (np.ldexp(amax, -e) <= 127).all()
+    assert (np.ldexp(amax[nz], -(e[nz] - 1)) > 127).all()
+    assert (qa.exp[~nz] == 0).all()
+    assert np.array_equal(qa.q, np.rint(np.ldexp(x, -e[:, None])).astype(np.int8))
+
+
+def test_activation_rounding_is_half_even_and_zero_token():
+    x = np.array([[127.0, 2.5, -2.5, 3.5, 0.5], [0.0] * 5])
+    qa = quantize_activations(x)
+    assert qa.q[0].tolist() == [127, 2, -2, 4, 0]
+    assert qa.exp.tolist() == [0, 0] and not qa.q[1].any()
+
+
+def test_activation_non_finite_named():
+    x = np.zeros((3, 8))
+    x[2, 5] = np.nan
+    with pytest.raises(QuantizationError, match=r"'h'.*token \(2,\), feature 5"):
+        quantize_activations(x, name="h")
+
+
+def test_fp16_activation_scale_variant_is_no_worse_than_pow2():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 384)) * rng.uniform(0.1, 10, (64, 1))
+    qa = quantize_activations(x)
+    q16, s16 = quantize_activations_fp16(x)
+    err_pow2 = np.mean((qa.dequantize() - x) ** 2)
+    err_fp16 = np.mean((q16 * s16.astype(np.float64)[:, None] - x) ** 2)
+    assert err_fp16 <= err_pow2
+    assert np.abs(q16.astype(int)).max() <= 127

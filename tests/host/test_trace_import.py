@@ -1,0 +1,234 @@
+"""vLLM-style JSONL importer (elmoe3d.sw.host.trace.import_vllm_jsonl): the real Mixtral traces of
+../shared/traces, the schema variants, and every malformed case (an error naming file and line,
+or a counted warning naming the line; never a silent drop)."""
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.trace import PHASES, RoutingTrace, TraceError, import_vllm_jsonl
+
+# Counted independently of the importer (plain json over the files): rows, tokens per problem,
+# (token, layer) records absent.
+REAL = {"gsm8k_2_routing.jsonl": (7889, {0: 168, 1: 79}, 15),
+        "humaneval_2_routing.jsonl": (10779, {0: 83, 1: 255}, 37)}
+
+
+def raw_rows(name):
+    with open(traces_dir() / name) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def gsm8k():
+    return import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")
+
+
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_real_traces(name):
+    rows, tokens, missing = REAL[name]
+    tr, rep = import_vllm_jsonl(traces_dir() / name, model="mixtral-8x7b")
+    assert len(tr) == rep.rows == rows == rep.lines
+    assert rep.tokens == sum(tokens.values()) == tr.token_count()
+    assert rep.requests == 2 and tr.layer_ids == tuple(range(32))
+    assert {r.request: r.tokens for r in tr.requests()} == tokens
+    assert rep.missing_records == missing
+    assert all(1 <= n <= 4 for n in rep.missing_by_layer.values())
+    assert rep.missing_by_layer == tr.missing_records()
+    assert not rep.malformed and rep.position_gaps == 0 and tr.weights_renormalised
+    assert (tr.phase == PHASES.index("decode")).all() and tr.top_k == 2
+    assert rep.unknown_fields == Counter() and rep.sorted_rows == 0
+    assert any(f"{missing} (token, layer) record(s) missing" in s for s in rep.summary())
+    # every row as in the file
+    raw = {(r["problem_id"], r["token_idx"], r["layer"]): r for r in raw_rows(name)}
+    for i in range(0, len(tr), 97):
+        r = raw[(int(tr.request[i]), int(tr.position[i]), int(tr.layer[i]))]
+        assert tr.expert_ids[i].tolist() == r["experts"]
+        np.testing.assert_allclose(tr.gate_weights[i], r["gating_probs"], rtol=1e-6)
+
+
+def test_real_trace_round_trips_through_the_canonical_format(gsm8k, tmp_path):
+    tr, _ = gsm8k
+    back = RoutingTrace.load(tr.save(tmp_path / "gsm8k"))
+    for name in ("request", "position", "layer", "phase", "expert_ids", "gate_weights"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(tr, name))
+    assert back.meta() == tr.meta() and back.model == "mixtral-8x7b"
+
+
+def write(tmp_path, lines, name="log.jsonl"):
+    path = tmp_path / name
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def row(p=0, layer=0, t=0, ids=(1, 0), w=(0.6, 0.4), **extra):
+    d = {"problem_id": p, "layer": layer, "experts": list(ids), "gating_probs": list(w),
+         "token_idx": t}
+    d.update(extra)
+    return d
+
+
+def grid(tokens=3, layers=2, **kw):
+    return [row(t=t, layer=l, **kw) for l in range(layers) for t in range(tokens)]
+
+
+def test_variant_schema_gives_the_same_trace(tmp_path, gsm8k):
+    """The first 300 real rows rewritten with a meta line, topk_ids / topk_weights /
+    token_pos / request_id, weights not renormalised (x 0.9) and warm-up rows: after
+    renormalisation and the warm-up drop, the same routing."""
+    raw = raw_rows("gsm8k_2_routing.jsonl")[:300]
+    lines = [{"meta": {"model": "mixtral-8x7b", "num_experts": 8, "top_k": 2,
+                       "renormalized": False, "warmup_tokens": 0}}]
+    for r in raw:
+        lines.append({"request_id": r["problem_id"], "layer": r["layer"],
+                      "topk_ids": r["experts"],
+                      "topk_weights": [0.9 * x for x in r["gating_probs"]],
+                      "token_pos": r["token_idx"]})
+    lines.insert(5, {"request_id": 9, "layer": 0, "topk_ids": [0, 1],
+                     "topk_weights": [0.5, 0.5], "token_pos": 0, "warmup": True})
+    tr, rep = import_vllm_jsonl(write(tmp_path, lines), model="mixtral-8x7b",
+                                renormalise="model")
+    assert rep.meta["renormalized"] is False and rep.dropped_warmup == 1
+    assert rep.renormalised_rows == 300 and tr.weights_renormalised
+    ref = import_vllm_jsonl(write(tmp_path, [json.dumps(r) for r in raw], "ref.jsonl"),
+                            model="mixtral-8x7b")[0]
+    np.testing.assert_array_equal(tr.expert_ids, ref.expert_ids)
+    np.testing.assert_allclose(tr.gate_weights, ref.gate_weights, rtol=1e-6)
+    np.testing.assert_array_equal(tr.position, ref.position)
+
+
+def test_unnormalised_weights_kept_or_renormalised(tmp_path):
+    path = write(tmp_path, grid(w=(0.5, 0.3)))
+    tr, rep = import_vllm_jsonl(path, num_experts=8)
+    assert rep.unnormalised_rows == 6 and not tr.weights_renormalised
+    np.testing.assert_allclose(tr.gate_weights[0], [0.5, 0.3])
+    tr, rep = import_vllm_jsonl(path, num_experts=8, renormalise="topk")
+    assert rep.renormalised_rows == 6 and tr.weights_renormalised
+    np.testing.assert_allclose(tr.gate_weights[0], [0.625, 0.375])
+    # OLMoE does not renormalise: "model" keeps its weights
+    tr, rep = import_vllm_jsonl(write(tmp_path, [row(ids=list(range(8)), w=[0.1] * 8,
+                                                     layer=l) for l in range(16)], "o2.jsonl"),
+                                model="olmoe-1b-7b", renormalise="model")
+    assert rep.unnormalised_rows == 16 and rep.renormalised_rows == 0
+    np.testing.assert_allclose(tr.gate_weights[0], [0.1] * 8)
+
+
+def test_warmup_tokens_and_padding_are_dropped_and_counted(tmp_path):
+    lines = grid(tokens=5) + [row(t=9, padding=True)]
+    tr, rep = import_vllm_jsonl(write(tmp_path, lines), num_experts=8, warmup_tokens=2)
+    assert rep.dropped_warmup == 4 and rep.dropped_padding == 1
+    assert tr.token_count() == 3 and tr.position.min() == 2
+    assert any("warm-up" in s for s in rep.summary())
+    lines = [{"meta": {"warmup_tokens": 1, "num_experts": 8}}] + grid(tokens=3)
+    tr, rep = import_vllm_jsonl(write(tmp_path, lines))
+    assert rep.dropped_warmup == 2 and tr.token_count() == 2
+
+
+def test_reorders_best_first_and_counts_it(tmp_path):
+    tr, rep = import_vllm_jsonl(write(tmp_path, [row(ids=(3, 5), w=(0.2, 0.8))]),
+                                num_experts=8)
+    assert tr.expert_ids[0].tolist() == [5, 3] and rep.sorted_rows == 1
+    assert rep.issues == [(1, "reordered", "ids reordered best first")]
+
+
+def test_inferred_sizes_and_unknown_fields_are_noted(tmp_path):
+    tr, rep = import_vllm_jsonl(write(tmp_path, grid(colour="red")))
+    assert tr.num_experts == 2 and tr.top_k == 2 and tr.layer_ids == (0, 1)
+    text = "\n".join(rep.summary())
+    assert "num_experts not given" in text and "top_k not given" in text
+    assert "layers not given" in text and rep.unknown_fields == Counter(colour=6)
+    assert rep.warning_count >= 6 + 3
+
+
+def test_missing_layers_and_gaps_are_counted(tmp_path):
+    lines = [r for r in grid(tokens=4, layers=3) if not (r["token_idx"] == 1 and
+                                                          r["layer"] == 2)]
+    lines = [r for r in lines if r["token_idx"] != 2]            # a whole token absent
+    tr, rep = import_vllm_jsonl(write(tmp_path, lines), num_experts=8, top_k=2)
+    assert rep.missing_by_layer == {2: 1} and rep.position_gaps == 1
+    assert tr.token_count() == 3
+
+
+# malformed line -> (kind, words in the message)
+MALFORMED = [
+    ('{"problem_id": 0, "layer": 0,', "bad-json", "not JSON"),
+    ("[1, 2]", "not-object", "JSON object"),
+    (row(ids=(-1, 0)), "unknown-expert", "-1 is padding"),
+    (row(ids=(8, 0)), "unknown-expert", ">= num_experts"),
+    (row(ids=(1, 0, 2), w=(0.5, 0.3, 0.2)), "wrong-k", "expected top_k = 2"),
+    (row(w=(0.6,)), "length-mismatch", "2 expert ids but 1 weights"),
+    (row(w=(1.2, -0.2)), "negative-weight", "raw router logits"),
+    (row(w=(3.1, 0.4)), "bad-weight", "not a probability"),
+    (row(w=(float("nan"), 0.4)), "bad-weight", "NaN"),
+    (row(ids=(2, 2)), "repeated-expert", "repeat"),
+    ({"problem_id": 0, "layer": 0, "experts": [1, 0], "gating_probs": [0.6, 0.4]},
+     "missing-field", "no position field"),
+    (row(token_pos=0), "ambiguous-field", "'token_idx' and 'token_pos'"),
+    (row(layer=True), "bad-type", "layer must be an integer"),
+    (row(ids=(1.0, 0)), "bad-type", "list of integers"),
+    (row(layer=40), "bad-layer", "not a MoE layer"),
+    (row(phase="sample"), "bad-phase", "phase must be one of"),
+    (row(), "duplicate", "already on line 1"),
+    ({"meta": {"top_k": 2}}, "late-meta", "first line"),
+    (row(router_logits=[0.0] * 8), "bad-scores", "given here but not on the first row"),
+]
+
+
+@pytest.mark.parametrize("bad, kind, words", MALFORMED, ids=[m[1] + str(i) for i, m in
+                                                              enumerate(MALFORMED)])
+def test_malformed_line_raises_naming_file_and_line(tmp_path, bad, kind, words):
+    good = grid(tokens=2)
+    lines = good[:2] + [bad] + good[2:]
+    if kind == "duplicate":
+        lines = [good[0], bad] + good[1:]
+    path = write(tmp_path, lines)
+    with pytest.raises(TraceError, match=words) as e:
+        import_vllm_jsonl(path, model="mixtral-8x7b")
+    line = 2 if kind == "duplicate" else 3
+    assert f"{path}:{line}:" in str(e.value)
+    # warn mode: skipped, counted, the line listed; the good rows all kept
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", on_error="warn")
+    assert rep.malformed == Counter({kind: 1})
+    assert [(ln, kd) for ln, kd, _ in rep.issues] == [(line, kind)]
+    assert len(tr) == len(good)
+    assert any(f"[{kind}]: line {line}" in s for s in rep.summary())
+
+
+def test_scores_and_router_logits_columns(tmp_path):
+    z = np.random.default_rng(0).normal(0, 1, (2, 8))
+    sc = np.exp(z) / np.exp(z).sum(1, keepdims=True)
+    lines = [row(layer=0, router_scores=sc[0].tolist()), row(layer=1, router_logits=z[1].tolist())]
+    tr, rep = import_vllm_jsonl(write(tmp_path, lines), num_experts=8, top_k=2,
+                                model="mixtral-8x7b", on_error="warn")
+    assert tr.has_scores and tr.scores.shape == (2, 8) and not rep.malformed
+    np.testing.assert_allclose(tr.scores, sc.astype(np.float32), rtol=1e-6)
+
+
+def test_file_level_errors(tmp_path):
+    with pytest.raises(TraceError, match="no such"):
+        import_vllm_jsonl(tmp_path / "none.jsonl")
+    lfs = write(tmp_path, ["version https://git-lfs.github.com/spec/v1"], "lfs.jsonl")
+    with pytest.raises(TraceError, match="LFS"):
+        import_vllm_jsonl(lfs)
+    meta = write(tmp_path, [{"meta": {"num_experts": 64}}] + grid(), "m.jsonl")
+    with pytest.raises(TraceError, match="num_experts disagrees.*model says 8.*meta line says 64"):
+        import_vllm_jsonl(meta, model="mixtral-8x7b")
+    with pytest.raises(TraceError, match="is not mixtral"):
+        import_vllm_jsonl(write(tmp_path, [{"meta": {"model": "olmoe-1b-7b"}}] + grid(),
+                                "m2.jsonl"), model="mixtral-8x7b")
+    with pytest.raises(TraceError, match="meta line must be"):
+        import_vllm_jsonl(write(tmp_path, [{"meta": 3}] + grid(), "m3.jsonl"))
+    path = write(tmp_path, grid())
+    for kw, words in ((dict(on_error="ignore"), "on_error"), (dict(renormalise="yes"),
+                                                              "renormalise"),
+                      (dict(renormalise="model"), "needs model"),
+                      (dict(warmup_tokens=-1), "warmup_tokens"),
+                      (dict(model="mixtral-8x22b"), "unknown model preset")):
+        with pytest.raises(Exception, match=words):
+            import_vllm_jsonl(path, **kw)
+    _, rep = import_vllm_jsonl(write(tmp_path, [{"meta": {"colour": 1}}] + grid(), "m4.jsonl"),
+                               num_experts=8)
+    assert any("unknown meta key 'colour'" in n for n in rep.notes)

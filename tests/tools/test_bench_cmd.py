@@ -1,0 +1,241 @@
+"""`elmoe3d bench`: exit status, the one-line simulation errors, configs, the column legend.
+
+The figures themselves are stubbed (the real ones are timings, which tests never judge); the
+command's reporting around them is what is tested here."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import elmoe3d.cli as cli
+from elmoe3d.config import preset
+from elmoe3d.errors import UserError
+from elmoe3d.cli import bench
+from elmoe3d.sim import bench_pe, runner
+from elmoe3d.sim.runner import SimulationError, SimulationFailure
+
+
+def rtl(fraction=1.0, mismatches=0):
+    return {"rows": 2, "lanes": 4, "beats": 4096, "cycles": 4100, "latency": 4,
+            "first_accept": 10, "last_result": 4110, "fraction": fraction,
+            "comparisons": 1000, "mismatches": mismatches, "sim_cycles_per_s": 5000.0,
+            "clock_only_cycles_per_s": 20000.0, "seed": 1, "log": "/x/runs/r/sim.log"}
+
+
+def golden(ratio=0.5):
+    return [{"label": "MiniLM up-proj, 256 tokens", "M": 256, "K": 384, "N": 1536,
+             "source": "stub", "matmul_f32_s": 1e-3, "gemm_prepared_s": 1e-3 / ratio,
+             "gemm_cold_s": 4e-3, "ratio_prepared": ratio, "ratio_cold": 0.25,
+             "matmul_gmacs": 1.0, "gemm_prepared_gmacs": 0.5}]
+
+
+def pe_case(tokens=1, mode="DRAFT", fraction=0.97, bound="memory", kind="expert"):
+    cycles = 1000
+    bits = 4 if mode == "DRAFT" else 8
+    return {"case": f"one expert T={tokens}", "kind": kind, "mode": mode, "tokens": tokens,
+            "hidden": 64, "intermediate": 256, "experts_run": [0], "cycles": cycles,
+            "gemm_beats": 384, "weight_bytes": 27648, "ld_bytes": 28000,
+            "hb_bytes_per_cycle": 51.2, "memory_cycles": 28000 / 51.2,
+            "roofline_cycles": fraction * cycles, "roofline_bound": bound,
+            "roofline_fraction": fraction, "roofline_fraction_weights": fraction,
+            "beat_utilization": 0.96, "mac_utilization": 0.96, "useful_macs": 786432,
+            "peak_macs_per_cycle": 256 if bits == 4 else 128, "weight_bits": bits,
+            "comparisons": 100, "mismatches": 0}
+
+
+def pe(fraction=0.97, failures=()):
+    cases = [pe_case(t, m, fraction, "memory" if t == 1 else "compute")
+             for t in (1, 16) for m in ("DRAFT", "FULL")]
+    return {"cases": cases, "utilization": [c for c in cases if c["tokens"] == 16],
+            "failures": list(failures), "hb_bytes_per_cycle": 51.2, "word_bytes": 64,
+            "seed": 1, "log": "/p/sim.log"}
+
+
+def accuracy():
+    m = {"mse": 1e-3, "sqnr_db": 20.0, "cosine": 0.99, "max_abs": 1.0}
+    return {"layer": 0, "up": "encoder.layer.0.intermediate.dense.weight",
+            "gate": "encoder.layer.1.intermediate.dense.weight",
+            "down": "encoder.layer.0.output.dense.weight", "hidden": 384, "intermediate": 1536,
+            "tokens": 92, "prompts": 2, "activations": "inputs of layer 0's FFN",
+            "draft": m, "full": dict(m, sqnr_db=28.0)}
+
+
+@pytest.fixture
+def stub(monkeypatch):
+    def set_figures(rtl_figs=None, golden_figs=None, rtl_error=None, pe_figs=None,
+                    pe_error=None, accuracy_error=None):
+        def fake_rtl(cfg, seed, beats):
+            if rtl_error is not None:
+                raise rtl_error
+            return rtl_figs or rtl()
+
+        def fake_pe(arch, seed):
+            if pe_error is not None:
+                raise pe_error
+            return pe_figs or pe()
+
+        def fake_accuracy():
+            if accuracy_error is not None:
+                raise accuracy_error
+            return accuracy()
+        monkeypatch.setattr(bench, "rtl_figures", fake_rtl)
+        monkeypatch.setattr(bench, "golden_figures", lambda seed, repeats: golden_figs or golden())
+        monkeypatch.setattr(bench, "pe_figures", fake_pe)
+        monkeypatch.setattr(bench, "accuracy_figures", fake_accuracy)
+        # figures 7, 8 and 9 have their own printer tests (test_dram*, test_links_cocotb,
+        # test_die_figures)
+        monkeypatch.setattr(bench, "dram_figures", lambda arch, seed: {"missed": []})
+        monkeypatch.setattr(bench, "print_dram", lambda console, figs: figs["missed"])
+        monkeypatch.setattr(bench, "link_figures", lambda arch, seed: {"missed": []})
+        monkeypatch.setattr(bench, "print_links", lambda console, figs: figs["missed"])
+        monkeypatch.setattr(bench, "die_figures", lambda arch, seed: {"missed": []})
+        monkeypatch.setattr(bench, "print_die", lambda console, figs: figs["missed"])
+    return set_figures
+
+
+def bench_main(capsys, *argv):
+    rc = cli.main(["bench", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_all_targets_met_exit_zero_and_columns_defined(stub, capsys, tmp_path):
+    stub()
+    rc, out, err = bench_main(capsys, "--json", tmp_path / "b.json")
+    assert rc == 0, (out, err)
+    assert "every target met" in out
+    flat = " ".join(out.split())
+    assert "prepared: gemm with the weight layout cached" in flat
+    assert "cold: including that preparation" in flat
+    assert "ratio: np.matmul time / gemm time" in flat
+    assert json.loads((tmp_path / "b.json").read_text())["missed"] == []
+
+
+@pytest.mark.parametrize("figures, which", [
+    ({"rtl_figs": rtl(fraction=0.9)}, "1. tile throughput 0.9000 of peak < target 0.99"),
+    ({"rtl_figs": rtl(mismatches=3)}, "1. 3 mismatching RTL result value(s)"),
+    ({"golden_figs": golden(ratio=0.1)},
+     "2. golden GEMM MiniLM up-proj, 256 tokens: prepared ratio 10.0% < target 25%"),
+    ({"pe_figs": {**pe(), "cases": [pe_case(16, "FULL", 0.9, "compute")]}},
+     "4. PE HB roofline, one expert T=16 FULL: 90.0% < target 95%"),
+    ({"pe_figs": pe(failures=["one expert T=1 DRAFT: 3 mismatching value(s)"])},
+     "4. PE HB-rate bench: one expert T=1 DRAFT: 3 mismatching value(s) (log /p/sim.log)"),
+    ({"pe_figs": {**pe(), "utilization": []}},
+     "5. PE-array utilization: no compute-bound case of 16 tokens"),
+    ({"accuracy_error": UserError("the all-MiniLM-L6-v2 weights are not installed")},
+     "6. accuracy not measured: the all-MiniLM-L6-v2 weights are not installed"),
+])
+def test_a_missed_target_exits_one_and_says_which(stub, capsys, tmp_path, figures, which):
+    stub(**figures)
+    rc, out, err = bench_main(capsys, "--json", tmp_path / "b.json")
+    assert rc == 1
+    flat = " ".join(out.split())
+    assert f"missed: {which}" in flat
+    assert "1 target(s) missed (exit 1)" in flat
+    (missed,) = json.loads((tmp_path / "b.json").read_text())["missed"]
+    assert missed.startswith(which)
+
+
+@pytest.mark.parametrize("error", [
+    SimulationError("Verilator build of 'tile' failed (make exited); log /b/build.log:\n"
+                    "error: line 1\nerror: line 2"),
+    SimulationFailure("1 of 2 cocotb test(s) failed in elmoe3d.sim.bench_tile on tile "
+                      "(seed 5; rerun with ELMOE3D_SEED=5): test_throughput: boom\nmore\n"
+                      "lines; log /r/sim.log"),
+])
+@pytest.mark.parametrize("which", ["rtl", "pe"])
+def test_simulation_errors_are_one_line(stub, capsys, error, which):
+    stub(**{f"{which}_error": error})
+    rc, out, err = bench_main(capsys)
+    assert rc == 2
+    lines = err.strip().splitlines()
+    title = "RTL throughput bench" if which == "rtl" else "PE HB-roofline bench"
+    assert len(lines) == 1 and lines[0].startswith(f"elmoe3d bench: error: {title}:")
+    assert "Traceback" not in err
+    assert ("/b/build.log" if isinstance(error, SimulationError) else "/r/sim.log") in lines[0]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("paper-4gb", "--config paper-4gb: only small is simulated"),
+    ("nope", "unknown configuration 'nope'"),
+])
+def test_only_simulated_configs(stub, capsys, name, message):
+    stub()
+    rc, out, err = bench_main(capsys, "--config", name)
+    assert rc == 2 and message in err
+
+
+# -- figures 4 to 6 --------------------------------------------------------------------------
+
+def test_pe_and_accuracy_figures_are_printed_with_their_definitions(stub, capsys, tmp_path):
+    stub()
+    rc, out, err = bench_main(capsys, "--json", tmp_path / "b.json")
+    assert rc == 0, (out, err)
+    flat = " ".join(out.split())
+    assert "4. PE cycles / HB roofline (ld stream at 51.2 B per cycle = 0.8 words of 64 B; " \
+           "experts H x I = 64x256)" in flat
+    assert "roofline cycles = max(ld bytes / HB bytes per cycle, tile beats at one per " \
+           "cycle)" in flat
+    assert "target: >= 95% of the roofline on every case: met" in flat
+    assert "5. PE-array utilization on the compute-bound batch of 16 tokens" in flat
+    assert "one expert T=16 DRAFT: MACs 96.0% of peak (786,432 / (256 per cycle at 4-bit " \
+           "weights x 1,000 cycles)); tile busy 96.0%" in flat
+    assert "MiniLM's FFN is GELU with no gate" in flat
+    assert ("up = encoder.layer.0.intermediate.dense.weight, gate = "
+            "encoder.layer.1.intermediate.dense.weight (layer 1's up-projection), down = "
+            "encoder.layer.0.output.dense.weight") in flat
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert doc["targets"]["roofline"] == 0.95
+    assert len(doc["pe"]["cases"]) == 4 and doc["pe"]["utilization"][0]["mac_utilization"] == 0.96
+    assert doc["accuracy"]["full"]["sqnr_db"] == 28.0
+
+
+def _fake_pe_bench(monkeypatch, records, failed=()):
+    built = runner.Build("pe", "pe", "/b", False, False, 1.0)
+    cases = (runner.TestcaseResult("test_hb_roofline", "failed" if failed else "passed",
+                                   "; ".join(failed), 1.0, 1.0),)
+    sim = runner.SimResult(built, Path("/b/runs/r"), 3, 1, len(failed), 0, cases)
+    seen = {}
+
+    def fake(arch, **kwargs):
+        seen.update(kwargs)
+        return bench_pe.PEBenchResult(sim=sim, records=records)
+    monkeypatch.setattr(bench_pe, "run_pe_bench", fake)
+    return seen
+
+
+def test_pe_figures_roofline_cases_and_utilization(monkeypatch):
+    recs = [pe_case(1, "DRAFT"), pe_case(1, "FULL"),
+            pe_case(16, "DRAFT", bound="compute"), pe_case(16, "FULL", bound="compute"),
+            pe_case(16, "FULL", bound="memory", kind="moe")]
+    seen = _fake_pe_bench(monkeypatch, recs)
+    figs = bench.pe_figures(preset("small"), 3)
+    assert seen["tests"] == "test_hb_roofline" and seen["check"] is False
+    assert seen["params"]["roofline_batches"] == list(bench.ROOFLINE_BATCHES)
+    assert len(figs["cases"]) == 5 and figs["failures"] == []
+    # the compute-bound cases of the utilization batch only
+    assert [(u["tokens"], u["mode"], u["kind"]) for u in figs["utilization"]] == [
+        (16, "DRAFT", "expert"), (16, "FULL", "expert")]
+
+
+def test_pe_figures_failures_are_lines(monkeypatch):
+    aborted = {"case": "test aborted", "mode": "-", "tokens": 0, "cycles": 0, "gemm_beats": 0,
+               "comparisons": 0, "mismatches": 1, "error": "ValueError: bad routing"}
+    bad = dict(pe_case(), mismatches=2)
+    _fake_pe_bench(monkeypatch, [bad, aborted], failed=["1 case(s) failed"])
+    figs = bench.pe_figures(preset("small"), 3)
+    assert figs["failures"] == ["one expert T=1 DRAFT: 2 mismatching value(s)",
+                                "test aborted -: ValueError: bad routing"]
+    assert len(figs["cases"]) == 1
+
+
+def test_accuracy_figures_on_minilm(minilm_file, gsm8k_prompts):
+    acc = bench.accuracy_figures()
+    assert (acc["up"], acc["gate"], acc["down"]) == (
+        "encoder.layer.0.intermediate.dense.weight", "encoder.layer.1.intermediate.dense.weight",
+        "encoder.layer.0.output.dense.weight")
+    assert (acc["hidden"], acc["intermediate"]) == (384, 1536) and acc["tokens"] > 0
+    assert acc["prompts"] == len(gsm8k_prompts)
+    assert 0.9 < acc["draft"]["cosine"] < acc["full"]["cosine"] <= 1.0
+    assert acc["full"]["sqnr_db"] > acc["draft"]["sqnr_db"] > 10

@@ -1,0 +1,97 @@
+"""Output files of the CLI (elmoe3d.cli.outputs): checked before the run, written atomically,
+with the permissions the umask gives (not the 0600 of a private temporary file)."""
+
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+
+import elmoe3d.cli as cli
+from elmoe3d.errors import UserError
+from elmoe3d.cli.outputs import AtomicOutputs, check_output, write_json
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (restored after)."""
+    saved = os.umask(0o022)
+    os.umask(saved)
+    yield os.umask
+    os.umask(saved)
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def tmp_files(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o027, 0o077, 0o002])
+def test_written_files_honour_the_umask(tmp_path, umask, mask):
+    umask(mask)
+    out = tmp_path / "out.json"
+    write_json(out, {"a": 1})
+    assert json.loads(out.read_text()) == {"a": 1}
+    assert mode(out) == 0o666 & ~mask
+    outputs = AtomicOutputs()
+    other = tmp_path / "other.bin"
+    with open(outputs.temp_for(other), "wb") as f:
+        f.write(b"x")
+    outputs.commit()
+    assert mode(other) == 0o666 & ~mask
+    assert tmp_files(tmp_path) == []
+
+
+def test_discard_leaves_nothing_and_keeps_the_old_file(tmp_path):
+    out = tmp_path / "out.json"
+    out.write_text("old")
+    outputs = AtomicOutputs()
+    with open(outputs.temp_for(out), "w") as f:
+        f.write("new, unfinished")
+    outputs.discard()
+    assert out.read_text() == "old"
+    assert tmp_files(tmp_path) == []
+
+
+def test_write_json_failure_is_a_user_error_and_leaves_nothing(tmp_path):
+    out = tmp_path / "out.json"
+    with pytest.raises(TypeError):                  # not JSON-serialisable: nothing written
+        write_json(out, {"x": object()})
+    assert not out.exists() and tmp_files(tmp_path) == []
+    with pytest.raises(UserError, match=r"--json .*missing.*cannot write"):
+        write_json(tmp_path / "missing" / "out.json", {})
+
+
+def test_check_output(tmp_path):
+    assert check_output(tmp_path / "x.json", "--json") == tmp_path / "x.json"
+    check_output("relative.json", "--json")
+    with pytest.raises(UserError, match="--json .*: is a directory"):
+        check_output(tmp_path, "--json")
+    with pytest.raises(UserError, match="--plot .*: directory .*nope does not exist"):
+        check_output(tmp_path / "nope" / "x.png", "--plot")
+
+
+def test_quant_json_honours_the_umask(tmp_path, umask, capsys):
+    umask(0o022)
+    weights = tmp_path / "w.npz"
+    np.savez(weights, w=np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32))
+    out = tmp_path / "report.json"
+    assert cli.main(["quant", str(weights), "--bits", "4", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["bits"] == [4]
+    assert mode(out) == 0o644
+    assert tmp_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["sim", "bench"])
+def test_sim_and_bench_check_json_before_running(command, tmp_path, capsys):
+    """A bad --json path is refused at once (exit 2, one line), before any build or run."""
+    bad = tmp_path / "no-such-folder" / "out.json"
+    assert cli.main([command, "--json", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"elmoe3d {command}: error: --json {bad}: directory" in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "no-such-folder").exists()

@@ -1,0 +1,343 @@
+"""`elmoe3d quant`: the weight-error report on real and hand-made weight files."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+import elmoe3d.cli as cli
+import elmoe3d.cli.quant as quant_cmd
+from elmoe3d.errors import UserError
+from elmoe3d.sw.golden.metrics import error_metrics
+from elmoe3d.sw.golden.quant import DraftMethod, draft_weights, quantize_weights
+
+RNG = np.random.default_rng(7)
+
+
+@pytest.fixture(autouse=True)
+def only_quant_subcommand(monkeypatch):
+    """In-process runs build a parser with the quant subcommand only, so that these tests do
+    not depend on the other subcommands' modules; the subprocess tests below run the real,
+    complete console entry point."""
+    monkeypatch.setattr(cli, "COMMANDS", {"quant": cli.COMMANDS["quant"]})
+
+
+def run_main(capsys, *argv):
+    rc = cli.main(["quant", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def leftovers(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+# --- --bits --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, bits", [("4", [4]), ("2-7", [2, 3, 4, 5, 6, 7]),
+                                        ("3,5", [3, 5]), (" 2-3,6 ", [2, 3, 6])])
+def test_parse_bits(text, bits):
+    assert quant_cmd.parse_bits(text) == bits
+
+
+@pytest.mark.parametrize("text", ["8", "1-3", "7-2", "abc", "", "4.5", "-4"])
+def test_parse_bits_rejects(text):
+    with pytest.raises(UserError, match="--bits"):
+        quant_cmd.parse_bits(text)
+
+
+# --- numbers ------------------------------------------------------------------------------
+
+def test_chunked_analysis_equals_golden_draft_weights(monkeypatch):
+    """Row chunking and the pooled sums give exactly the metrics of the golden model's
+    draft_weights() over the whole tensor (3-D tensor: the last axis is K)."""
+    w = (RNG.standard_normal((3, 5, 96)) * np.exp(RNG.standard_normal((3, 5, 1)))).astype(
+        np.float32)
+    w[1, 2, 32:64] = 0.0                                   # an all-zero group
+    monkeypatch.setattr(quant_cmd, "CHUNK_ELEMENTS", 2 * 96)  # 2 rows per chunk, ragged end
+    bits = [2, 4, 7]
+    res = quant_cmd.analyse_tensor(w, name="w", bits=bits)
+    qw = quantize_weights(w, name="w")
+    ref = error_metrics(w, qw.dequantize())
+    assert res.int8.metrics() == pytest.approx(ref, rel=1e-12)
+    for k in bits:
+        for m in DraftMethod:
+            want = error_metrics(w, draft_weights(w, qw, k, m))
+            assert res.drafts[(m.value, k)].metrics() == pytest.approx(want, rel=1e-12), (m, k)
+
+
+def npz(tmp_path, name="w.npz", **arrays):
+    path = tmp_path / name
+    np.savez(path, **arrays)
+    return path
+
+
+def test_skipped_tensors_are_listed_and_json_is_strict(tmp_path, capsys):
+    path = npz(tmp_path, **{"fc.weight": RNG.standard_normal((8, 64)).astype(np.float32),
+                            "fc.bias": np.ones(8, np.float32),
+                            "ids": np.arange(64, dtype=np.int64).reshape(2, 32),
+                            "zero.weight": np.zeros((2, 32), np.float16)})
+    out_json = tmp_path / "r.json"
+    rc, out, err = run_main(capsys, path, "--bits", "3-4", "--json", out_json, "--per-tensor")
+    assert rc == 0, err
+    assert "skipped 2 of 4 selected tensors (1-D: 1; non-float dtype I64: 1): fc.bias, ids" \
+        in out
+    assert "fc.weight" in out and "zero.weight" in out          # per-tensor table
+    doc = json.loads(out_json.read_text())                       # strict JSON (no Infinity)
+    assert doc["bits"] == [3, 4] and doc["methods"] == ["truncate", "round", "lsb-aug",
+                                                        "dedicated"]
+    assert [t["name"] for t in doc["tensors"]] == ["fc.weight", "zero.weight"]
+    assert doc["tensors"][1]["shape"] == [2, 32] and doc["tensors"][1]["dtype"] == "F16"
+    assert doc["tensors"][1]["int8"]["sqnr_db"] is None          # exact zero error: +inf
+    assert doc["tensors"][1]["drafts"]["lsb-aug"]["3"]["max_abs"] == 0.0   # scale 0, not 1
+    assert {s["name"]: s["reason"] for s in doc["skipped"]} == \
+        {"fc.bias": "1-D", "ids": "non-float dtype I64"}
+    assert doc["aggregate"]["elements"] == 8 * 64 + 2 * 32 and doc["aggregate"]["tensors"] == 2
+    # Pooled, not averaged: the zero tensor adds elements but no signal and no error.
+    fc = doc["tensors"][0]["drafts"]["truncate"]["4"]
+    agg = doc["aggregate"]["drafts"]["truncate"]["4"]
+    assert agg["sqnr_db"] == pytest.approx(fc["sqnr_db"], abs=1e-9)
+    assert agg["mse"] == pytest.approx(fc["mse"] * 512 / 576)
+    assert leftovers(tmp_path) == []
+
+
+# --- a dedicated draft whose scale is beyond FP16: n/a, not an error -------------------------
+
+FP16_MAX = 65504.0
+
+
+@pytest.mark.parametrize("amax, na", [
+    (FP16_MAX, False),                                         # 1 x 65504: the largest fit
+    (float(np.nextafter(np.float32(FP16_MAX), np.float32(np.inf))), True),
+])
+def test_dedicated_2bit_na_from_the_fp16_maximum(amax, na):
+    """At k = 2 (qmax = 1) the dedicated scale is max|W| itself: n/a exactly above 65504."""
+    w = RNG.standard_normal((2, 64)).astype(np.float32)
+    w[1, 40] = amax
+    res = quant_cmd.analyse_tensor(w, name="w", bits=[2, 3])
+    assert (("dedicated", 2) in res.na) is na
+    assert (("dedicated", 2) in res.drafts) is not na
+    assert ("dedicated", 3) in res.drafts and ("truncate", 2) in res.drafts
+    if na:
+        assert res.na[("dedicated", 2)] == [f"tensor 'w': row 1, group 1: max|W| = "
+                                            f"{float(np.float32(amax)):.6g} needs an FP16 scale "
+                                            f"above 65504 (FP16 overflow)"]
+
+
+def test_dedicated_scale_beyond_fp16_is_na_and_the_rest_reported(tmp_path, capsys):
+    """A legal tensor (INT8 scale 1e6/127 fits FP16) whose dedicated drafts need a scale beyond
+    FP16 at k = 2..5 (1e6 / (2^(k-1) - 1) > 65504) and not at k = 6, 7: exit code 0, INT8
+    and the other methods reported with the golden model's numbers, the dedicated cells of that
+    tensor n/a with the reason, the aggregate of those cells n/a too."""
+    a = RNG.standard_normal((4, 64)).astype(np.float32)
+    b = RNG.standard_normal((3, 96)).astype(np.float32)
+    b[2, 70] = -1e6                                     # row 2, group 2
+    path = npz(tmp_path, **{"a.weight": a, "b.weight": b})
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    rc, out, err = run_main(capsys, path, "--json", out_json, "--plot", out_png, "--per-tensor")
+    assert rc == 0, err
+    assert err == ""
+    reason = ("tensor 'b.weight': row 2, group 2: max|W| = 1e+06 needs an FP16 scale above "
+              "65504 (FP16 overflow)")
+    doc = json.loads(out_json.read_text())
+    ta, tb = doc["tensors"]
+    qb = quantize_weights(b, name="b.weight")
+    assert tb["int8"] == pytest.approx(error_metrics(b, qb.dequantize()), rel=1e-12)
+    for k in range(2, 8):
+        for m in ("truncate", "round", "lsb-aug"):
+            want = error_metrics(b, draft_weights(b, qb, k, m))
+            assert tb["drafts"][m][str(k)] == pytest.approx(want, rel=1e-12), (m, k)
+        assert set(ta["drafts"]["dedicated"][str(k)]) == {"mse", "sqnr_db", "cosine", "max_abs"}
+    for k in (2, 3, 4, 5):
+        assert tb["drafts"]["dedicated"][str(k)] == {"na": reason}, k
+        assert doc["aggregate"]["drafts"]["dedicated"][str(k)] == {
+            "na": f"dedicated {k}-bit draft n/a for 1 of 2 tensors: {reason}"}
+    for k in (6, 7):
+        want = error_metrics(b, draft_weights(b, qb, k, "dedicated"))
+        assert tb["drafts"]["dedicated"][str(k)] == pytest.approx(want, rel=1e-12), k
+        assert "na" not in doc["aggregate"]["drafts"]["dedicated"][str(k)]
+    # the other methods' aggregates pool both tensors
+    assert doc["aggregate"]["elements"] == a.size + b.size
+    assert doc["aggregate"]["drafts"]["lsb-aug"]["2"]["mse"] == pytest.approx(
+        (ta["drafts"]["lsb-aug"]["2"]["mse"] * a.size + tb["drafts"]["lsb-aug"]["2"]["mse"]
+         * b.size) / (a.size + b.size), rel=1e-12)
+    # printed: the n/a rows, one line per n/a cell naming the reason, n/a in the per-tensor table
+    rows = [[c.strip() for c in re.split(r"[│|]", line) if c.strip()]
+            for line in out.splitlines()]
+    assert ["dedicated", "2", "n/a", "n/a", "n/a", "n/a"] in rows
+    assert ["dedicated", "6", "n/a", "n/a", "n/a", "n/a"] not in rows
+    notes = [line for line in out.splitlines() if "draft n/a for" in line]
+    assert notes == [f"dedicated {k}-bit draft n/a for 1 of 2 tensors: {reason}"
+                     for k in (2, 3, 4, 5)]
+    (row_a,) = [r for r in rows if r[:1] == ["a.weight"]]          # per-tensor table, k = 2
+    (row_b,) = [r for r in rows if r[:1] == ["b.weight"]]
+    assert row_b[1] == "3x96" and row_b[3] == "2" and row_b[-1] == "n/a", row_b
+    assert row_a[3] == "2" and row_a[-1] != "n/a", row_a
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.minilm
+def test_minilm_table_truncation_worse_than_lsb_aug(minilm_file, tmp_path, capsys):
+    out_json, out_png = tmp_path / "minilm.json", tmp_path / "minilm.png"
+    tensors = "encoder.layer.0.intermediate.dense.weight,encoder.layer.0.output.dense.weight"
+    rc, out, err = run_main(capsys, "minilm", "--tensors", tensors, "--bits", "2-7",
+                            "--json", out_json, "--plot", out_png)
+    assert rc == 0, err
+    # The printed table: rows "method │ bits │ MSE │ SQNR dB │ cosine │ max abs".
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in re.split(r"[│|]", line) if c.strip()]
+        if len(cells) == 6 and cells[1].isdigit():
+            rows[(cells[0], int(cells[1]))] = [float(c) for c in cells[2:]]
+    assert set(rows) == {("int8", 8)} | {(m, k) for m in quant_cmd.METHODS for k in range(2, 8)}
+    mse_trunc, mse_aug = rows[("truncate", 4)][0], rows[("lsb-aug", 4)][0]
+    assert mse_trunc > 2.5 * mse_aug, (mse_trunc, mse_aug)
+    doc = json.loads(out_json.read_text())
+    assert doc["file"] == str(minilm_file)
+    assert [(t["name"], t["shape"]) for t in doc["tensors"]] == [
+        ("encoder.layer.0.intermediate.dense.weight", [1536, 384]),
+        ("encoder.layer.0.output.dense.weight", [384, 1536])]
+    agg = doc["aggregate"]
+    assert agg["elements"] == 2 * 1536 * 384
+    d = agg["drafts"]
+    assert d["truncate"]["4"]["mse"] == pytest.approx(mse_trunc, rel=1e-3)
+    for k in map(str, range(2, 7)):
+        assert d["lsb-aug"][k]["mse"] < 0.6 * d["truncate"][k]["mse"], k
+    # At 7 bits the "half unit" 2^(d-1) is one whole INT8 step: the code error is {0, +1}
+    # instead of truncation's {-1, 0}, so neither wins clearly.
+    assert d["lsb-aug"]["7"]["mse"] == pytest.approx(d["truncate"]["7"]["mse"], rel=0.15)
+    for k in map(str, range(2, 8)):
+        assert agg["int8"]["sqnr_db"] > d["dedicated"][k]["sqnr_db"]
+    for m in quant_cmd.METHODS:
+        sq = [d[m][str(k)]["sqnr_db"] for k in range(2, 8)]
+        assert sq == sorted(sq), (m, sq)
+    assert 40 < agg["int8"]["sqnr_db"] < 50 and agg["int8"]["cosine"] > 0.9999
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out_png.stat().st_size > 10_000
+    assert leftovers(tmp_path) == []
+
+
+# --- errors: exit 2, one line naming the tensor, no traceback, no output files ----------------
+
+def bad_files(tmp_path):
+    good = RNG.standard_normal((4, 64)).astype(np.float32)
+    nan = good.copy()
+    nan[2, 40] = np.nan
+    inf = good.copy()
+    inf[3, 1] = -np.inf
+    huge = good.copy()
+    huge[1, 33] = 1e7                      # INT8 scale 1e7/127 > 65504
+    big = good.copy()
+    big[0, 5] = 1e5                        # INT8 fine; a dedicated 2-bit scale is not
+    files = {}
+    for name, arr in [("nan", nan), ("inf", inf), ("huge", huge)]:
+        files[name] = tmp_path / f"{name}.safetensors"
+        save_file({"a.weight": good, "b.weight": arr}, str(files[name]))  # bad one second
+    files["big_then_nan"] = tmp_path / "big_then_nan.safetensors"   # n/a first, then an error
+    save_file({"a.weight": big, "b.weight": nan}, str(files["big_then_nan"]))
+    files["k48"] = npz(tmp_path, "k48.npz", **{"a.weight": good,
+                                               "odd.weight": np.ones((4, 48), np.float32)})
+    files["lfs"] = tmp_path / "lfs.safetensors"
+    files["lfs"].write_text("version https://git-lfs.github.com/spec/v1\noid sha256:00\n"
+                            "size 123\n")
+    files["cut"] = tmp_path / "cut.safetensors"
+    files["cut"].write_bytes(files["nan"].read_bytes()[:-100])
+    files["bias"] = npz(tmp_path, "bias.npz", bias=np.ones(4, np.float32))
+    return files
+
+
+ERROR_CASES = {
+    "missing file": (lambda f, d: [d / "nope.safetensors"], r"nope\.safetensors: no such file"),
+    "missing tensor": (lambda f, d: [f["nan"], "--tensors", "c.weight"],
+                       r"no tensor matches 'c\.weight' \(did you mean [ab]\.weight"),
+    "K not divisible": (lambda f, d: [f["k48"]],
+                        r"tensor 'odd\.weight': K = 48 .* not divisible by the group size 32"),
+    "nan": (lambda f, d: [f["nan"]],
+            r"tensor 'b\.weight': non-finite weight nan at row 2, column 40 \(group 1\)"),
+    "inf": (lambda f, d: [f["inf"]],
+            r"tensor 'b\.weight': non-finite weight -inf at row 3, column 1 \(group 0\)"),
+    "fp16 overflow": (lambda f, d: [f["huge"]],
+                      r"tensor 'b\.weight': row 1, group 1: .*FP16 overflow"),
+    "nan after a dedicated draft that is n/a": (
+        lambda f, d: [f["big_then_nan"], "--bits", "2-4"],
+        r"tensor 'b\.weight': non-finite weight nan at row 2, column 40 \(group 1\)"),
+    "bad bits": (lambda f, d: [f["nan"], "--bits", "1-8"], r"--bits '1-8': .* 2\.\.7"),
+    "lfs pointer": (lambda f, d: [f["lfs"]], r"lfs\.safetensors: is a Git LFS pointer"),
+    "truncated": (lambda f, d: [f["cut"]], r"cut\.safetensors: tensor 'b\.weight': data ends "
+                                           r"at byte \d+ but the file has only"),
+    "nothing to quantize": (lambda f, d: [f["bias"]],
+                            r"none of the 1 selected tensors is a floating weight .*1-D"),
+    "output folder missing": (lambda f, d: [f["k48"], "--json", d / "no" / "r.json"],
+                              r"--json .*r\.json: directory .*no does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", list(ERROR_CASES))
+def test_error_cases_in_process(case, tmp_path, capsys):
+    files = bad_files(tmp_path)
+    make_args, pattern = ERROR_CASES[case]
+    out_json, out_png = tmp_path / "r.json", tmp_path / "r.png"
+    argv = make_args(files, tmp_path)
+    if "--json" not in argv:
+        argv += ["--json", out_json, "--plot", out_png]
+    rc, out, err = run_main(capsys, *argv)
+    assert rc == 2, (out, err)
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("elmoe3d quant: error: ")
+    assert re.search(pattern, lines[0]), lines[0]
+    assert "Traceback" not in err
+    assert not out_json.exists() and not out_png.exists()
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("case", ["missing file", "nan", "bad bits"])
+def test_error_cases_subprocess(case, tmp_path):
+    files = bad_files(tmp_path)
+    make_args, pattern = ERROR_CASES[case]
+    out_json = tmp_path / "r.json"
+    argv = [str(a) for a in make_args(files, tmp_path)] + ["--json", str(out_json)]
+    proc = subprocess.run([sys.executable, "-m", "elmoe3d", "quant", *argv], cwd=tmp_path,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(pattern, lines[0]), proc.stderr
+    assert not out_json.exists() and leftovers(tmp_path) == []
+
+
+def test_subprocess_success_exit_zero(tmp_path):
+    path = npz(tmp_path, **{"w": RNG.standard_normal((4, 32)).astype(np.float32)})
+    proc = subprocess.run([sys.executable, "-m", "elmoe3d", "quant", str(path), "--bits", "4"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "lsb-aug" in proc.stdout and "w.npz: 1 tensor, 128 weights" in proc.stdout
+
+
+def test_bf16_file_gives_the_numbers_of_its_float32_values(tmp_path, capsys):
+    import struct
+    w32 = RNG.standard_normal((6, 64)).astype(np.float32)
+    bits16 = (w32.view(np.uint32) >> 16).astype("<u2")               # exact bfloat16 values
+    exact = (bits16.astype(np.uint32) << 16).view(np.float32)
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [6, 64],
+                               "data_offsets": [0, bits16.nbytes]}}).encode()
+    header += b" " * (-len(header) % 8)
+    bf = tmp_path / "bf.safetensors"
+    bf.write_bytes(struct.pack("<Q", len(header)) + header + bits16.tobytes())
+    f32 = tmp_path / "f32.safetensors"
+    save_file({"w": exact}, str(f32))
+    docs = []
+    for path in (bf, f32):
+        out_json = tmp_path / f"{path.stem}.json"
+        rc, out, err = run_main(capsys, path, "--bits", "4", "--json", out_json)
+        assert rc == 0, err
+        docs.append(json.loads(out_json.read_text()))
+    assert docs[0]["tensors"][0]["dtype"] == "BF16" and docs[1]["tensors"][0]["dtype"] == "F32"
+    assert docs[0]["aggregate"] == docs[1]["aggregate"]

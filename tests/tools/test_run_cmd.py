@@ -1,0 +1,309 @@
+"""``elmoe3d run``: perf and golden runs on the real Mixtral trace with JSON, CSV and plots;
+bad input is one line and exit status 2, and a failed run leaves no output file."""
+
+import csv
+import json
+
+import pytest
+
+from elmoe3d.cli import main
+from elmoe3d.config import preset
+from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.models import model_preset
+
+BASE = ["run", "--trace", "gsm8k", "--model", "mixtral-8x7b"]
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_perf_run_writes_json_csv_plots(tmp_path, capsys):
+    j, c, d = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "plots"
+    code, out, err = _run(capsys, *BASE, "--config", "paper-8gb", "--backend", "perf",
+                          "--tokens", "12", "--layers", "0:8", "--depth", "2", "4",
+                          "--json", str(j), "--csv", str(c), "--plot", str(d))
+    assert code == 0, err
+    doc = json.loads(j.read_text())
+    mix, arch = model_preset("mixtral-8x7b"), preset("paper-8gb")
+    assert doc["config"] == "paper-8gb" and doc["shapes"] == {
+        "hidden": mix.hidden, "intermediate": mix.expert_intermediate, "synthetic": False}
+    assert [r["depth"] for r in doc["runs"]] == [2, 4]
+    for r in doc["runs"]:
+        s = r["summary"]
+        assert s["produced"] == 12 and s["cycles"] > 0 and s["ext_bytes"] > 0
+        assert s["energy_pj"] == pytest.approx(
+            (s["hb_read_bytes"] + s["hb_write_bytes"]) * 8 * arch.hb_pj_per_bit
+            + s["ext_bytes"] * 8 * arch.ext_pj_per_bit)
+        assert r["tokens_simulated_per_s"] > 0
+        assert {st["kind"] for st in r["steps"]} == {"ar", "draft", "verify"}
+    rows = list(csv.DictReader(c.open()))
+    assert len(rows) == sum(len(r["steps"]) for r in doc["runs"])
+    assert {"hit_rate", "cycles", "ext_bytes"} <= set(rows[0])
+    assert sorted(p.name for p in d.iterdir()) == ["bytes_per_tier.png", "hit_rate.png",
+                                                  "latency.png"]
+    assert "tokens simulated per second" in out and "depth 4" in out
+
+
+def test_golden_run_bit_exact(capsys):
+    code, out, err = _run(capsys, *BASE, "--config", "small", "--backend", "golden",
+                          "--tokens", "5", "--layers", "7:9", "--schedule", "replay")
+    assert code == 0, err
+    assert "0 mismatches" in out and "synthetic" in out
+
+
+def test_npz_trace_and_model_from_it(tmp_path, capsys):
+    from elmoe3d.sw.host.trace import import_vllm_jsonl
+    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")
+    path = tr.save(tmp_path / "t.npz")
+    code, out, err = _run(capsys, "run", "--trace", str(path), "--config", "paper-4gb",
+                          "--tokens", "6", "--layers", "0", "--schedule", "replay")
+    assert code == 0, err
+    assert "mixtral-8x7b" in out
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["--model", "mixtral-9x9b"], "unknown model preset"),
+    (["--layers", "40:41"], "--layers"),
+    (["--layers", "a:b"], "--layers"),
+    (["--config", "paper-16gb"], "--config"),
+    (["--backend", "gpu"], "--backend"),
+    (["--backend", "golden", "--config", "paper-4gb"], "small configuration only"),
+    (["--tokens", "0"], "--tokens"),
+    (["--depth", "0"], "--depth"),
+    (["--acceptance", "always"], "--acceptance"),
+    (["--model", "olmoe-1b-7b"], "--model"),
+])
+def test_bad_input_one_line_exit_2_no_outputs(tmp_path, capsys, argv, what):
+    j, c, d = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "plots"
+    # a repeated option: the last one counts (argparse)
+    args = BASE + ["--tokens", "3"] + argv + ["--json", str(j), "--csv", str(c), "--plot",
+                                              str(d)]
+    code, out, err = _run(capsys, *args)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and what in lines[0] and lines[0].startswith("elmoe3d run: error:")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_missing_trace_and_bad_outputs(tmp_path, capsys):
+    code, _, err = _run(capsys, "run", "--trace", str(tmp_path / "none.jsonl"), "--model",
+                        "mixtral-8x7b")
+    assert code == 2 and "--trace" in err and len(err.strip().splitlines()) == 1
+    code, _, err = _run(capsys, *BASE, "--json", str(tmp_path / "no" / "r.json"))
+    assert code == 2 and "--json" in err
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, _, err = _run(capsys, *BASE, "--plot", str(f))
+    assert code == 2 and "--plot" in err
+    code, _, err = _run(capsys, *BASE, "--json", str(tmp_path / "a"), "--csv",
+                        str(tmp_path / "a"))
+    assert code == 2 and "same file" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+# -- every preset on every backend (issue 22, item 13) -----------------------------------------
+
+@pytest.fixture(scope="module")
+def preset_traces(tmp_path_factory):
+    """A small synthetic routing trace (.npz, 6 tokens) per model preset: the real traces are
+    Mixtral's."""
+    from elmoe3d.sw.host.models import MODEL_PRESETS
+    from elmoe3d.sw.host.tracegen import SyntheticRouting, synthetic_trace
+    d = tmp_path_factory.mktemp("presets")
+    return {name: synthetic_trace(p, SyntheticRouting(1.0, 0.5, 1.0), tokens=6, seed=3)
+            .save(d / f"{name}.npz") for name, p in MODEL_PRESETS.items()}
+
+
+def _hardware_stand_ins(monkeypatch):
+    """The RTL and FPGA backends' hardware stood in for by the functional simulation's own
+    beats (every PE program is offered, the CLI's checks and outputs run): what this test
+    checks is the CLI on every preset up to the hardware; the programs are the golden
+    backend's, run on the Verilog by tests/cocotb/test_host_rtl.py and on the Python board by
+    tests/host/test_fpga_driver.py."""
+    from types import SimpleNamespace
+
+    from elmoe3d.sim import bench_host
+    from elmoe3d.sw.host import fpga
+    from elmoe3d.sw.golden.asm import OKind
+    from elmoe3d.sw.host.pe_runs import case_ints, check_layers, compare_run, hex_str, pe_cases
+
+    def echo(golden_layers, arch):
+        records = []
+        for case in pe_cases(golden_layers):
+            c = case_ints(case)
+            cmp_ = compare_run(c["o"], c["link_o"], c["o"], c["link_o"])
+            records.append({"key": case["key"], "cycles": 1, "acc_overflow": bool(
+                cmp_["status"].get("acc_overflow")), "vpu_saturation": bool(
+                cmp_["status"].get("vpu_saturation")), "comparisons": cmp_["comparisons"],
+                "mismatches": cmp_["mismatches"], "details": [],
+                "o_data": [hex_str(d) for k, d in c["o"] if k == OKind.DATA],
+                "naks": {}, **{k: 0 for k in ("frames", "retransmissions", "polls",
+                                               "bytes_sent", "bytes_received", "seconds")}})
+        by_key = {tuple(r["key"]): r for r in records}
+        return records, check_layers(golden_layers, by_key, arch.pe)
+
+    def rtl(golden_layers, arch, **kw):
+        records, layers = echo(golden_layers, arch)
+        return bench_host.HostRTLResult(records=records, layers=layers,
+                                        sim=SimpleNamespace(log_file="(stand-in)"),
+                                        build_seconds=0.0, built=False)
+
+    def fpga_run(golden_layers, arch, board, **kw):
+        records, layers = echo(golden_layers, arch)
+        return fpga.HostFPGAResult(records=records, layers=layers, info=None)
+
+    info = SimpleNamespace(baud=1_000_000, version=1, rows=2, lanes=4, word_bits=512,
+                           hb_words=512, ext_words=1024, frame_words=8, clk_hz=25_000_000)
+    board = SimpleNamespace(hello=lambda: info, close=lambda: None, port="stand-in",
+                            baud=1_000_000)
+    monkeypatch.setattr(bench_host, "run_host_rtl", rtl)
+    monkeypatch.setattr(fpga, "run_host_fpga", fpga_run)
+    monkeypatch.setattr(fpga.FpgaBoard, "open", classmethod(lambda cls, *a, **kw: board))
+
+
+#: The presets of the paper's Table 2 and of the real traces: each runs on the perf backend
+#: on every configuration and on golden, RTL and FPGA on the small one (synthetic shapes).
+MUST_RUN = ("qwen3-30b-a3b", "glm-4.7-flash", "deepseek-v2-lite", "gpt-oss-20b",
+            "mixtral-8x7b", "olmoe-1b-7b", "qwen1.5-moe-a2.7b")
+
+
+def test_every_preset_runs_on_every_backend_or_is_refused(preset_traces, tmp_path, capsys,
+                                                          monkeypatch):
+    """Every model preset x configuration x backend either runs (exit 0, a JSON document
+    with its steps; golden, RTL and FPGA: values compared, 0 mismatches) or is refused up
+    front: one line, exit status 2, no output written. Exit status 1 (a mismatch) and any
+    other never occur; the presets of MUST_RUN are never refused where their backend claims
+    them. The perf backend runs every preset on every configuration (GPT-OSS-
+    20B's 2880 channels split unevenly over a group's 4 PEs, sw/host/perf.py channel_slices);
+    golden, RTL and FPGA run the small configuration only."""
+    from elmoe3d.cli.run import BACKENDS, CONFIGS
+    from elmoe3d.sw.host.models import model_preset
+    _hardware_stand_ins(monkeypatch)
+    seen = {}
+    for name, path in preset_traces.items():
+        layers = ",".join(map(str, model_preset(name).moe_layer_ids[:2]))
+        for config in CONFIGS:
+            for backend in BACKENDS:
+                j = tmp_path / f"{name}-{config}-{backend}.json"
+                argv = ["run", "--trace", str(path), "--config", config, "--backend",
+                        backend, "--tokens", "3", "--layers", layers, "--depth",
+                        "2",
+                        "--json", str(j)]
+                if backend == "fpga":
+                    argv += ["--port", "stand-in"]
+                code, out, err = _run(capsys, *argv)
+                seen[name, config, backend] = code
+                what = f"{name} on {config}, {backend}: {err}"
+                refuse = backend in ("golden", "rtl", "fpga") and config != "small"
+                if code == 2 and (refuse or name not in MUST_RUN):
+                    lines = err.strip().splitlines()
+                    assert len(lines) == 1 and lines[0].startswith("elmoe3d run: error: "), \
+                        what
+                    assert not refuse or "small configuration only" in lines[0], what
+                    assert not j.exists()
+                    continue
+                assert code == 0 and not refuse, what
+                doc = json.loads(j.read_text())
+                assert doc["model"] == name and len(doc["layers"]) == 2
+                s = doc["runs"][0]["summary"]
+                assert s["produced"] == 3 and s["ext_bytes"] > 0, what
+                if backend == "perf":
+                    assert s["cycles"] > 0 and s["tokens_per_s"] > 0, what
+                else:
+                    assert s["compared"] > 0 and s["mismatches"] == 0, what
+    assert set(seen.values()) == {0, 2}
+    assert sum(seen[k] == 0 for k in seen if k[0] in MUST_RUN) == len(MUST_RUN) * (3 + 3)
+
+
+def test_gpt_oss_20b_perf_uneven_split(preset_traces, tmp_path, capsys):
+    """GPT-OSS-20B (H = I = 2880: 90 groups of 32 over 4 PEs) runs on the paper
+    configurations: its MXFP4 experts (no LSB slice) streamed whole when uncached, the bank
+    with the larger channel slice (736 of 2880) bounding the drafts."""
+    from elmoe3d.config import preset
+    from elmoe3d.sw.host.models import model_preset
+    from elmoe3d.sw.host.perf import PerfModel, channel_slices
+    gpt = model_preset("gpt-oss-20b")
+    assert channel_slices(2880, 4) == [736, 736, 704, 704]
+    assert channel_slices(14336, 4) == [3584] * 4
+    pm = PerfModel(preset("paper-4gb"), gpt)
+    d = pm.expert(0, 1, phase="draft", cached=True)
+    assert sum(d.hb_bytes) == pytest.approx(gpt.expert_msb_bytes)
+    assert max(d.hb_bytes) == pytest.approx(gpt.expert_msb_bytes * 736 / 2880)
+    v = pm.expert(0, 5, phase="verify", cached=True)           # MXFP4: as the draft, HB only
+    assert v.ext_bytes == 0 and v.w8_macs == [0] * 4 and v.hb_bytes == d.hb_bytes
+    u = pm.expert(0, 5, phase="verify", cached=False)
+    assert u.ext_bytes == gpt.expert_msb_bytes and u.w8_macs == [0] * 4
+    assert sum(u.w4_macs) == 16 * 3 * 2880 * 2880          # one row block of 16 token rows
+    j = tmp_path / "g.json"
+    code, out, err = _run(capsys, "run", "--trace", str(preset_traces["gpt-oss-20b"]),
+                          "--config", "paper-4gb", "--backend", "perf", "--json", str(j))
+    assert code == 0, err
+    doc = json.loads(j.read_text())
+    assert doc["shapes"] == {"hidden": 2880, "intermediate": 2880, "synthetic": False}
+    kinds = {st["kind"] for st in doc["runs"][0]["steps"]}
+    assert kinds == {"ar", "draft", "verify"}
+    assert all(st["bounds"] == {"hb": 24} for st in doc["runs"][0]["steps"]
+               if st["kind"] == "draft")
+
+
+def test_perf_refusal_is_one_line(monkeypatch, capsys):
+    """A model the perf model cannot map is refused before anything runs: one line, exit
+    status 2 (not a traceback and exit 1, the status of a mismatch)."""
+    from elmoe3d.sw.host import perf
+
+    def refuse(self, arch, model):
+        raise ValueError("stand-in: no mapping")
+    monkeypatch.setattr(perf.PerfModel, "__init__", refuse)
+    code, out, err = _run(capsys, *BASE, "--config", "paper-4gb", "--tokens", "2")
+    assert code == 2 and err.strip() == ("elmoe3d run: error: --model mixtral-8x7b on --config "
+                                         "paper-4gb: the performance model cannot map it "
+                                         "(stand-in: no mapping)")
+
+
+def test_internal_error_exits_3(monkeypatch, capsys):
+    """A bug (an unexpected exception) prints its traceback and exits 3: exit status 1 means
+    a golden/RTL mismatch only."""
+    from elmoe3d.sw.host import backends
+
+    def boom(*a, **kw):
+        raise RuntimeError("stand-in bug")
+    monkeypatch.setattr(backends, "run_perf", boom)
+    code, out, err = _run(capsys, *BASE, "--config", "paper-4gb", "--tokens", "2",
+                          "--layers", "0")
+    assert code == 3
+    assert "RuntimeError: stand-in bug" in err and "internal error" in err
+
+
+@pytest.mark.parametrize("schedule", ["elastic", "replay"])
+def test_hb_slots_zero_is_no_expert_cache(schedule, tmp_path, capsys):
+    """``--hb-slots 0``: no expert cache. Every expert is streamed from EXT (hit rate 0, no
+    HB traffic); Elastic-SD has no pool to draft from, so every token is decoded
+    autoregressively (``ar`` steps only), and the output says so. Negative slots are bad
+    input."""
+    j = tmp_path / "r.json"
+    code, out, err = _run(capsys, *BASE, "--config", "paper-4gb", "--tokens", "6",
+                          "--layers", "0:4", "--hb-slots", "0", "--schedule", schedule,
+                          "--json", str(j))
+    assert code == 0, err
+    run = json.loads(j.read_text())["runs"][0]
+    s = run["summary"]
+    assert run["hb_slots"] == 0 and s["hit_rate"] == 0 and s["produced"] == 6
+    assert s["hb_read_bytes"] == 0 and s["hb_write_bytes"] == 0 and s["ext_bytes"] > 0
+    kinds = {st["kind"] for st in run["steps"]}
+    if schedule == "elastic":
+        assert kinds == {"ar"} and len(run["steps"]) == 6 and run["elastic_sd"] is None
+        assert "the draft cannot run" in run["note"]
+        assert "the draft cannot run; every token decoded autoregressively" in \
+            " ".join(out.split())
+    else:
+        assert kinds == {"decode"} and "nothing admitted" in run["note"]
+    # the golden backend runs it too, bit-exact
+    code, out, err = _run(capsys, *BASE, "--config", "small", "--backend", "golden",
+                          "--tokens", "3", "--layers", "5", "--hb-slots", "0",
+                          "--schedule", schedule)
+    assert code == 0 and "0 mismatches" in out, err
+    code, out, err = _run(capsys, *BASE, "--hb-slots", "-1")
+    assert code == 2 and "--hb-slots -1: expected an integer >= 0" in err

@@ -1,0 +1,137 @@
+"""`elmoe3d sim`'s PE steps (trace-driven whole experts), without a simulator.
+
+The tile runs and the PE build and bench are replaced by canned results; what is tested is the
+command's reporting: the routing trace and the synthetic-weights note, the PE table, the
+final count of bit-exact FP32 outputs of whole experts, and the verdict when the PE run fails,
+mismatches or compares nothing."""
+
+import json
+
+import pytest
+
+import elmoe3d.cli as cli
+from elmoe3d.sim import bench_pe, bench_tile, runner
+from elmoe3d.cli import sim as sim_main
+
+
+def _tile_record(case="minilm L0 up", source="minilm"):
+    return {"case": case, "source": source, "mode": "FULL", "traffic": "smooth",
+            "shape": [2, 32, 2], "beats": 1, "cycles": 5, "comparisons": 10, "mismatches": 0}
+
+
+def _pe_record(mode="FULL", traffic="smooth", tokens=4, mismatches=0, **extra):
+    return {"case": f"trace L15 batch {tokens}", "source": "mixtral-trace", "mode": mode,
+            "traffic": traffic, "tokens": tokens, "hidden": 64, "intermediate": 96,
+            "experts_run": [3, 4, 5, 6, 7], "gemm_beats": 864, "cycles": 1361,
+            "comparisons": 281, "mismatches": mismatches, "note": bench_pe.SYNTHETIC_NOTE,
+            **extra}
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    """Canned tile runs (one passing MiniLM case each) and a canned PE build and bench."""
+    state = {"pe_records": [_pe_record("DRAFT"), _pe_record("FULL")], "pe_failed": {},
+             "pe_build_error": None, "pe_calls": []}
+    tile_built = runner.Build("tile", "tensor_tile", tmp_path, False, False, 2.0)
+    pe_built = runner.Build("pe_small", "pe", tmp_path / "pe", False, False, 60.0)
+
+    def sim_result(built, folder, tests, failures):
+        folder.mkdir(parents=True, exist_ok=True)
+        cases = tuple(runner.TestcaseResult(t, "failed" if t in failures else "passed",
+                                            failures.get(t, ""), 1.0, 1.0) for t in tests)
+        return runner.SimResult(built, folder, 1, len(cases), len(failures), 0, cases)
+
+    def fake_tile(cfg, *, tests, **kwargs):
+        return bench_tile.TileBenchResult(
+            sim=sim_result(tile_built, tmp_path / "runs" / tests[0], tests, {}),
+            records=[_tile_record()])
+
+    def fake_build_pe(arch, *, waves=None):
+        if state["pe_build_error"]:
+            raise runner.SimulationError(state["pe_build_error"])
+        return pe_built
+
+    def fake_pe(arch, *, tests, built, **kwargs):
+        state["pe_calls"].append({"tests": tests, "built": built, **kwargs})
+        return bench_pe.PEBenchResult(
+            sim=sim_result(pe_built, tmp_path / "pe" / "runs" / "trace", list(tests),
+                           state["pe_failed"]),
+            records=state["pe_records"])
+
+    monkeypatch.setattr(sim_main, "_check_inputs", lambda: tmp_path / "traces.jsonl")
+    monkeypatch.setattr(bench_tile, "build_tile", lambda cfg, waves=None: tile_built)
+    monkeypatch.setattr(bench_tile, "run_tile_bench", fake_tile)
+    monkeypatch.setattr(bench_pe, "build_pe", fake_build_pe)
+    monkeypatch.setattr(bench_pe, "run_pe_bench", fake_pe)
+    return state
+
+
+def sim_run(capsys, *argv):
+    rc = cli.main(["sim", *map(str, argv)])
+    out, err = capsys.readouterr()
+    return rc, " ".join(out.split()), err
+
+
+def test_trace_driven_experts_pass_and_are_counted(fake, capsys, tmp_path):
+    rc, out, err = sim_run(capsys, "--json", tmp_path / "s.json")
+    assert rc == 0, (out, err)
+    (call,) = fake["pe_calls"]
+    assert tuple(call["tests"]) == ("test_trace_moe",) and call["check"] is False
+    assert "[6/7] PE (tile 2x4, 512-bit words, WMEM 8 KB)" in out
+    assert "[7/7] trace-driven whole experts on the PE, DRAFT and FULL" in out
+    assert "2 cases, 562 values compared, 0 mismatches, ok" in out
+    assert "gsm8k_2_routing.jsonl (top-2 of 8 per token)" in out
+    assert bench_pe.SYNTHETIC_NOTE in out
+    assert "whole SwiGLU experts (H x I = 64x96) routed by the Mixtral trace" in out
+    assert "3,4,5,6,7" in out
+    # 3 tile runs x 10 + 2 PE cases x 281
+    assert "592 bit-exact comparisons in total, 0 mismatches" in out
+    assert ("512 bit-exact FP32 outputs of whole experts on the PE (DRAFT/FULL, "
+            "Mixtral-routed, synthetic weights), 0 mismatches") in out
+    assert out.rstrip().endswith("elmoe3d sim: PASSED (every value bit-exact)")
+    doc = json.loads((tmp_path / "s.json").read_text())
+    assert [r["mode"] for r in doc["pe_records"]] == ["DRAFT", "FULL"]
+    assert len(doc["records"]) == 3
+
+
+def test_a_pe_mismatch_fails(fake, capsys):
+    fake["pe_records"] = [_pe_record("DRAFT"), _pe_record("FULL", mismatches=3)]
+    fake["pe_failed"] = {"test_trace_moe": "1 case(s) failed (seed 1)"}
+    rc, out, err = sim_run(capsys)
+    assert rc == 1
+    assert "failed: test_trace_moe: 1 case(s) failed (seed 1)" in out
+    assert "of whole experts on the PE (DRAFT/FULL, Mixtral-routed, synthetic weights), " \
+           "3 mismatches" in out
+    assert out.rstrip().endswith("elmoe3d sim: FAILED (1 failure listed above; 3 mismatches)")
+
+
+def test_no_pe_output_fails(fake, capsys):
+    fake["pe_records"] = []
+    rc, out, err = sim_run(capsys)
+    assert rc == 1
+    assert "0 bit-exact FP32 outputs of whole experts on the PE (no mode" in out
+    assert out.rstrip().endswith("elmoe3d sim: FAILED (no whole-expert output compared on the "
+                                 "PE)")
+
+
+def test_a_pe_build_failure_still_prints_the_tile_summary(fake, capsys):
+    fake["pe_build_error"] = "Verilator build of 'pe' failed; log /b/build.log"
+    rc, out, err = sim_run(capsys)
+    assert rc == 1 and not fake["pe_calls"]
+    assert "[6/7] PE: Verilator build failed: Verilator build of 'pe' failed" in out
+    assert "TensorTile 2x4x32 vs golden model" in out
+    assert out.rstrip().endswith("elmoe3d sim: FAILED (1 failure listed above; no whole-expert "
+                                 "output compared on the PE)")
+
+
+def test_missing_routing_trace_is_a_user_error(monkeypatch, tmp_path, capsys):
+    import shutil
+    from elmoe3d.sw.host.corpus import traces_dir
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    shutil.copy(traces_dir() / "gsm8k_2_outputs.jsonl", folder)
+    monkeypatch.setenv("ELMOE3D_TRACES", str(folder))
+    rc = cli.main(["sim"])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert f"the Mixtral routing trace is missing: {folder / 'gsm8k_2_routing.jsonl'}" in err
