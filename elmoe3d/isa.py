@@ -34,6 +34,12 @@ them).
 
 ``docs/pe.md`` states the rules a program must keep (``elmoe3d.sw.golden.asm.SyncChecker`` checks
 them).
+
+The formats the PE's memories and its ``o`` stream share with the host are defined here too:
+:data:`TOK_FIELDS` (one 64-bit token-table entry), :class:`OKind` and :data:`OKIND_BITS` (the
+``o`` beat's kind), :data:`COUNTER_BITS` and :data:`STATUS_FIELDS` (the STATUS beat).
+:mod:`elmoe3d.hw.isa` builds the Amaranth layouts from them and :mod:`elmoe3d.sw.golden.asm`
+packs the same bits in NumPy.
 """
 
 from __future__ import annotations
@@ -42,11 +48,21 @@ import enum
 from dataclasses import dataclass
 
 
-__all__ = ["COMMAND_BITS", "OP_BITS", "Op", "Target", "Sink", "Source", "Field", "OPS",
-           "encode", "decode", "IsaError"]
+__all__ = ["COMMAND_BITS", "OP_BITS", "TARGET_BITS", "SINK_BITS", "SOURCE_BITS", "MODE_BITS",
+           "Op", "Target", "Sink", "Source", "Field", "OPS", "W_TARGETS", "encode", "decode",
+           "IsaError", "TOK_FIELDS", "TOK_ENTRY_BITS", "OKind", "OKIND_BITS",
+           "COUNTER_BITS", "STATUS_FIELDS", "TIMING_STATUS_FIELDS", "FUNCTIONAL_STATUS_FIELDS"]
 
+#: Bits of one command.
 COMMAND_BITS = 128
+#: Bits of the ``op`` field (the low bits of a command).
 OP_BITS = 4
+#: Bits of the enumerated fields: ``target`` (:class:`Target`), ``sink`` (:class:`Sink`),
+#: ``src`` (:class:`Source`) and ``mode`` (the tile mode, ``elmoe3d.sw.golden.datapath.Mode``).
+TARGET_BITS = 3
+SINK_BITS = 2
+SOURCE_BITS = 2
+MODE_BITS = 2
 
 
 class IsaError(ValueError):
@@ -121,19 +137,21 @@ class Field:
 #: Fields of each op, least significant first (after ``op``).
 OPS: dict[Op, tuple[Field, ...]] = {
     Op.NOP: (),
-    Op.LOAD: (Field("target", 3), Field("buf", 1), Field("addr", 16), Field("words", 16),
-              Field("signal", 1), Field("fence", 1), Field("src", 2), Field("hb_addr", 32)),
-    Op.GEMM: (Field("mode", 2), Field("wbuf", 1), Field("act_base", 16), Field("w_base", 16),
-              Field("row_blocks", 8), Field("col_blocks", 10), Field("groups", 8),
-              Field("sink", 2), Field("out_base", 16), Field("tok_base", 8),
+    Op.LOAD: (Field("target", TARGET_BITS), Field("buf", 1), Field("addr", 16),
+              Field("words", 16), Field("signal", 1), Field("fence", 1),
+              Field("src", SOURCE_BITS), Field("hb_addr", 32)),
+    Op.GEMM: (Field("mode", MODE_BITS), Field("wbuf", 1), Field("act_base", 16),
+              Field("w_base", 16), Field("row_blocks", 8), Field("col_blocks", 10),
+              Field("groups", 8), Field("sink", SINK_BITS), Field("out_base", 16),
+              Field("tok_base", 8),
               Field("wait", 1), Field("release", 1), Field("stride", 16),
               Field("rq_wait", 1), Field("psum_in", 1)),
     Op.REQUANT: (Field("row_blocks", 8), Field("channels", 16), Field("act_base", 16),
                  Field("tok_base", 8)),
     Op.OUTPUT: (Field("row_blocks", 8), Field("channels", 16)),
     Op.CLEAR: (Field("out", 1), Field("rowmax", 1), Field("flags", 1), Field("counters", 1)),
-    Op.SEND: (Field("target", 3), Field("addr", 16), Field("words", 16)),
-    Op.RECV: (Field("target", 3), Field("addr", 16), Field("words", 16),
+    Op.SEND: (Field("target", TARGET_BITS), Field("addr", 16), Field("words", 16)),
+    Op.RECV: (Field("target", TARGET_BITS), Field("addr", 16), Field("words", 16),
               Field("accumulate", 1)),
     Op.BARRIER: (),
     Op.STATUS: (),
@@ -141,6 +159,65 @@ OPS: dict[Op, tuple[Field, ...]] = {
 
 for _op, _fields in OPS.items():
     assert OP_BITS + sum(f.width for f in _fields) <= COMMAND_BITS, _op
+assert max(Op) < 1 << OP_BITS and max(Target) < 1 << TARGET_BITS
+assert max(Sink) < 1 << SINK_BITS and max(Source) < 1 << SOURCE_BITS
+
+#: WMEM targets of LOAD (they take a buffer number and a signal).
+W_TARGETS = (Target.WMSB, Target.WLSB, Target.WSCALE)
+
+
+# ---- memory-word and output formats --------------------------------------------------------------
+
+#: Token-table entry, least significant first: (name, bits, signed). ``e_x`` activation
+#: exponent, ``e_h`` down-projection exponent (written by REQUANT), ``gate`` FP16 bits of the
+#: gate weight, ``slot`` OUT row; a TOK word holds W/64 entries, entry ``j`` at bit 64 j.
+TOK_FIELDS = (("e_x", 8, True), ("e_h", 8, True), ("gate", 16, False), ("slot", 8, False),
+              ("pad", 24, False))
+#: Bits of one token-table entry.
+TOK_ENTRY_BITS = sum(bits for _, bits, _ in TOK_FIELDS)
+assert TOK_ENTRY_BITS == 64
+
+
+class OKind(enum.IntEnum):
+    """Kind of an ``o`` beat: its bit 0 (:data:`OKIND_BITS`); the W data bits sit above it."""
+
+    DATA = 0     #: W/32 FP32 results (OUTPUT)
+    STATUS = 1   #: counters and sticky flags (STATUS), :data:`STATUS_FIELDS`
+
+
+#: Bits of the ``kind`` field of an ``o`` beat.
+OKIND_BITS = 1
+assert max(OKind) < 1 << OKIND_BITS
+
+#: Width of the STATUS performance counters.
+COUNTER_BITS = 48
+
+#: STATUS beat contents, least significant first: (name, bits), zero-padded to W. Counters count
+#: since the last ``CLEAR counters`` (or reset); flags are sticky until ``CLEAR flags``.
+#:
+#: cycles, load_busy, exec_busy, stall
+#:     clock cycles: all, load engine busy, execute engine busy, execute engine waiting on a
+#:     buffer flag or a BARRIER (RTL only: the functional simulator reports 0)
+#: gemm_beats
+#:     tensor-tile beats issued by GEMMs
+#: words_loaded, words_sent, words_received
+#:     ``ld`` beats consumed, ``link_o`` words sent (SEND, RAW sink), ``link_i`` words
+#:     received (RECV, GEMM ``psum_in``)
+#: acc_overflow
+#:     a GEMM accumulator saturated (the tile's sticky overflow flag of any result, or a
+#:     ``psum_in`` addition)
+#: vpu_saturation
+#:     any VPU saturation: Q16.16 conversion, SwiGLU product, REQUANT clip, COMBINE term or OUT
+#:     addition, RECV accumulation
+STATUS_FIELDS = (("cycles", COUNTER_BITS), ("load_busy", COUNTER_BITS),
+                 ("exec_busy", COUNTER_BITS), ("stall", COUNTER_BITS),
+                 ("gemm_beats", COUNTER_BITS), ("words_loaded", COUNTER_BITS),
+                 ("words_sent", COUNTER_BITS), ("words_received", COUNTER_BITS),
+                 ("acc_overflow", 1), ("vpu_saturation", 1))
+#: STATUS fields that depend on timing (not modelled by the functional simulator).
+TIMING_STATUS_FIELDS = ("cycles", "load_busy", "exec_busy", "stall")
+#: STATUS fields every backend must agree on.
+FUNCTIONAL_STATUS_FIELDS = tuple(n for n, _ in STATUS_FIELDS if n not in TIMING_STATUS_FIELDS)
 
 
 def encode(op, **fields) -> int:
@@ -173,10 +250,11 @@ def decode(word: int) -> tuple[Op, dict]:
     word = int(word)
     if not 0 <= word < (1 << COMMAND_BITS):
         raise IsaError(f"command {word:#x} does not fit {COMMAND_BITS} bits")
+    opcode = word & ((1 << OP_BITS) - 1)
     try:
-        op = Op(word & ((1 << OP_BITS) - 1))
+        op = Op(opcode)
     except ValueError:
-        raise IsaError(f"unknown opcode {word & 15} in command {word:#x}") from None
+        raise IsaError(f"unknown opcode {opcode} in command {word:#x}") from None
     pos, out = OP_BITS, {}
     for f in OPS[op]:
         out[f.name] = (word >> pos) & ((1 << f.width) - 1)

@@ -1,8 +1,8 @@
 """Amaranth layouts of the PE's command ISA, memory words and output beats (``docs/pe.md``).
 
-Everything here is built from the plain-Python tables in :mod:`elmoe3d.isa` (commands) and
-:mod:`elmoe3d.sw.golden.asm` (token entries, STATUS fields), so the RTL, the benches and the host share
-one definition; ``tests/golden/test_isa.py`` checks that ``layout.const(...).as_bits()`` equals
+Everything here is built from the plain-Python tables in :mod:`elmoe3d.isa` (commands, token
+entries, ``o`` beat kinds, STATUS fields), so the RTL, the benches and the host share one
+definition; ``tests/golden/test_isa.py`` checks that ``layout.const(...).as_bits()`` equals
 :func:`elmoe3d.isa.encode` and the NumPy packers of :mod:`elmoe3d.sw.golden.asm` bit for bit.
 
 Layouts
@@ -24,9 +24,7 @@ from amaranth.hdl import Shape, signed, unsigned
 from amaranth.lib import data, enum
 
 from .. import isa
-from ..config import TileConfig
-from ..config import pe_config
-from ..sw.golden import asm as _asm
+from ..config import TileConfig, pe_config
 from .layouts import TileMode, tile_beat_layout
 
 
@@ -49,16 +47,17 @@ def _shaped_enum(name, members, width, doc):
 OpCode = _shaped_enum("OpCode", isa.Op, isa.OP_BITS,
                       "RTL encoding of :class:`elmoe3d.isa.Op` (the same integer values).")
 
-TargetCode = _shaped_enum("TargetCode", isa.Target, 3,
+TargetCode = _shaped_enum("TargetCode", isa.Target, isa.TARGET_BITS,
                           "RTL encoding of :class:`elmoe3d.isa.Target`.")
 
-SinkCode = _shaped_enum("SinkCode", isa.Sink, 2, "RTL encoding of :class:`elmoe3d.isa.Sink`.")
+SinkCode = _shaped_enum("SinkCode", isa.Sink, isa.SINK_BITS,
+                        "RTL encoding of :class:`elmoe3d.isa.Sink`.")
 
-SourceCode = _shaped_enum("SourceCode", isa.Source, 2,
+SourceCode = _shaped_enum("SourceCode", isa.Source, isa.SOURCE_BITS,
                           "RTL encoding of :class:`elmoe3d.isa.Source` (``LOAD.src``).")
 
-OKind = _shaped_enum("OKind", _asm.OKind, 1,
-                     "Kind of an ``o`` beat (:class:`elmoe3d.sw.golden.asm.OKind`).")
+OKind = _shaped_enum("OKind", isa.OKind, isa.OKIND_BITS,
+                     "Kind of an ``o`` beat (:class:`elmoe3d.isa.OKind`).")
 
 #: Fields whose values are enumerations (the width must match the ISA table).
 _ENUM_FIELDS = {"target": TargetCode, "sink": SinkCode, "mode": TileMode, "src": SourceCode}
@@ -99,11 +98,11 @@ _pe = pe_config
 
 
 def tok_entry_layout() -> data.StructLayout:
-    """One 64-bit token-table entry (:data:`elmoe3d.sw.golden.asm.TOK_FIELDS`): ``e_x`` s8 (activation
+    """One 64-bit token-table entry (:data:`elmoe3d.isa.TOK_FIELDS`): ``e_x`` s8 (activation
     exponent), ``e_h`` s8 (down-projection exponent, written by REQUANT), ``gate`` u16 (FP16
     gate weight), ``slot`` u8 (OUT row), ``pad``."""
     return data.StructLayout({name: signed(bits) if sgn else unsigned(bits)
-                              for name, bits, sgn in _asm.TOK_FIELDS})
+                              for name, bits, sgn in isa.TOK_FIELDS})
 
 
 def tok_word_layout(config) -> data.ArrayLayout:
@@ -147,13 +146,14 @@ def fp32_word_layout(config) -> data.ArrayLayout:
 
 
 def status_layout(config) -> data.StructLayout:
-    """The data of an ``o`` STATUS beat (:data:`elmoe3d.sw.golden.asm.STATUS_FIELDS`), padded to W:
-    48-bit counters ``cycles``, ``load_busy``, ``exec_busy``, ``stall`` (timing),
-    ``gemm_beats``, ``words_loaded``, ``words_sent``, ``words_received`` (functional), and the
-    sticky flags ``acc_overflow`` and ``vpu_saturation``."""
+    """The data of an ``o`` STATUS beat (:data:`elmoe3d.isa.STATUS_FIELDS`), padded to W:
+    counters of :data:`~elmoe3d.isa.COUNTER_BITS` bits ``cycles``, ``load_busy``,
+    ``exec_busy``, ``stall`` (timing), ``gemm_beats``, ``words_loaded``, ``words_sent``,
+    ``words_received`` (functional), and the sticky flags ``acc_overflow`` and
+    ``vpu_saturation``."""
     pe = _pe(config)
-    fields = {name: unsigned(bits) for name, bits in _asm.STATUS_FIELDS}
-    used = sum(bits for _, bits in _asm.STATUS_FIELDS)
+    fields = {name: unsigned(bits) for name, bits in isa.STATUS_FIELDS}
+    used = sum(bits for _, bits in isa.STATUS_FIELDS)
     if used < pe.word_bits:
         fields["pad"] = unsigned(pe.word_bits - used)
     return data.StructLayout(fields)

@@ -10,10 +10,12 @@ The host-side twin of :mod:`elmoe3d.hw.isa` (``docs/pe.md``; paper Sections 4.1,
   (load engine, execute engine). The functional simulator runs it on every command; a program
   it accepts behaves the same however the engines interleave.
 * Packers turn arrays into memory words and back, bit for bit the Amaranth layouts of
-  :mod:`elmoe3d.hw.isa` (``tests/golden/test_isa.py`` compares them): a word is W = lanes * 128 bits,
-  least significant bit first. In NumPy a word is ``W/8`` little-endian bytes (``uint8``
+  :mod:`elmoe3d.hw.isa` (``tests/golden/test_isa.py`` compares them): a word is W = lanes * 128
+  bits, least significant bit first. In NumPy a word is ``W/8`` little-endian bytes (``uint8``
   ``[n, W/8]``); :func:`words_to_ints` / :func:`ints_to_words` convert to the Python integers
-  a stream carries.
+  a stream carries. The formats themselves (:data:`~elmoe3d.isa.TOK_FIELDS`,
+  :data:`~elmoe3d.isa.STATUS_FIELDS`, :class:`~elmoe3d.isa.OKind`, ...) are defined in
+  :mod:`elmoe3d.isa`; this module re-exports them under their old names.
 
 Word layouts (element ``[i][j]`` of an array field sits at the lowest bits first)::
 
@@ -21,28 +23,30 @@ Word layouts (element ``[i][j]`` of an array field sits at the lowest bits first
     WSCALE        [8][lanes] x u16      FP16 bits of (slot, n) at bit 16 * (lanes slot + n)
     ACT           [rows][32] x s8       code (r, k) at bit 8 * (32 r + k)     (tile ``act``)
     TOK           [W/64] x entry        entry j at bit 64 j: e_x s8, e_h s8, gate FP16 u16,
-                                        slot u8, pad u24 (:data:`TOK_FIELDS`)
+                                        slot u8, pad u24 (:data:`~elmoe3d.isa.TOK_FIELDS`)
     HBUF          [W/32] x s32          Q16.16
     OUT           [W/64] x s64          Q.24 (also a RAW / psum_in link word)
     ROWMAX        [W/32] x u32          row max |h| (Q16.16) of TOK entry a * W/32 + j
     o DATA        [W/32] x u32          FP32 bits
-    o STATUS      :data:`STATUS_FIELDS`, zero-padded to W
-    o beat        kind (1 bit, :class:`OKind`) then the W data bits
+    o STATUS      :data:`~elmoe3d.isa.STATUS_FIELDS`, zero-padded to W
+    o beat        kind (:data:`~elmoe3d.isa.OKIND_BITS`, :class:`~elmoe3d.isa.OKind`) then
+                  the W data bits
 
 This module never imports Amaranth.
 """
 
 from __future__ import annotations
 
-import enum
 from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...config import PEConfig, pe_config
-from ...isa import COMMAND_BITS, OPS, IsaError, Op, Sink, Source, Target, decode, encode
-from .datapath import Mode
+from ...isa import (FUNCTIONAL_STATUS_FIELDS, OKIND_BITS, OPS, STATUS_FIELDS,
+                   TIMING_STATUS_FIELDS, TOK_ENTRY_BITS, TOK_FIELDS, W_TARGETS, IsaError, OKind,
+                   Op, Sink, Source, Target, decode, encode)
+from .datapath import UINT32_MAX, Mode
 
 
 __all__ = [
@@ -52,55 +56,14 @@ __all__ = [
     "words_to_ints", "ints_to_words",
     "pack_wgt", "unpack_wgt", "pack_scales", "unpack_scales", "pack_act", "unpack_act",
     "TOK_DTYPE", "pack_tok", "unpack_tok", "pack_q16", "unpack_q16", "pack_q24", "unpack_q24",
-    "pack_rowmax", "unpack_rowmax", "pack_weight_matrix", "pack_act_matrix", "pack_fp32", "unpack_fp32", "pack_status",
-    "unpack_status", "OBeat",
+    "pack_rowmax", "unpack_rowmax", "pack_weight_matrix", "pack_act_matrix", "pack_fp32",
+    "unpack_fp32", "pack_status", "unpack_status", "OBeat",
 ]
 
 
 class ProgramError(ValueError):
     """A PE program is wrong: a field out of range, an address beyond a memory, a broken
     buffer-flag protocol, an ``ld`` stream too short. The message names the command index."""
-
-
-class OKind(enum.IntEnum):
-    """Kind of an ``o`` beat."""
-
-    DATA = 0     #: W/32 FP32 results (OUTPUT)
-    STATUS = 1   #: counters and sticky flags (STATUS), :data:`STATUS_FIELDS`
-
-
-#: Token-table entry, least significant first: (name, bits, signed).
-TOK_FIELDS = (("e_x", 8, True), ("e_h", 8, True), ("gate", 16, False), ("slot", 8, False),
-              ("pad", 24, False))
-
-#: STATUS beat contents, least significant first: (name, bits). Counters count since the last
-#: ``CLEAR counters`` (or reset); flags are sticky until ``CLEAR flags``.
-#:
-#: cycles, load_busy, exec_busy, stall
-#:     clock cycles: all, load engine busy, execute engine busy, execute engine waiting on a
-#:     buffer flag or a BARRIER (RTL only: the functional simulator reports 0)
-#: gemm_beats
-#:     tensor-tile beats issued by GEMMs
-#: words_loaded, words_sent, words_received
-#:     ``ld`` beats consumed, ``link_o`` words sent (SEND, RAW sink), ``link_i`` words
-#:     received (RECV, GEMM ``psum_in``)
-#: acc_overflow
-#:     a GEMM accumulator saturated (the tile's sticky overflow flag of any result, or a
-#:     ``psum_in`` addition)
-#: vpu_saturation
-#:     any VPU saturation: Q16.16 conversion, SwiGLU product, REQUANT clip, COMBINE term or OUT
-#:     addition, RECV accumulation
-STATUS_FIELDS = (("cycles", 48), ("load_busy", 48), ("exec_busy", 48), ("stall", 48),
-                 ("gemm_beats", 48), ("words_loaded", 48), ("words_sent", 48),
-                 ("words_received", 48), ("acc_overflow", 1), ("vpu_saturation", 1))
-#: STATUS fields that depend on timing (not modelled by the functional simulator).
-TIMING_STATUS_FIELDS = ("cycles", "load_busy", "exec_busy", "stall")
-#: STATUS fields every backend must agree on.
-FUNCTIONAL_STATUS_FIELDS = tuple(n for n, _ in STATUS_FIELDS if n not in TIMING_STATUS_FIELDS)
-
-#: WMEM targets of LOAD (they take a buffer number and a signal).
-W_TARGETS = (Target.WMSB, Target.WLSB, Target.WSCALE)
-
 
 
 def target_words(pe: PEConfig, target) -> int:
@@ -697,9 +660,12 @@ def unpack_act(words, config) -> np.ndarray:
     return w.view(np.int8).reshape(len(w), pe.rows, 32).copy()
 
 
-#: NumPy twin of one token-table entry (8 bytes, little-endian).
-TOK_DTYPE = np.dtype([("e_x", "i1"), ("e_h", "i1"), ("gate", "<u2"), ("slot", "u1"),
-                      ("pad", "V3")])
+#: NumPy twin of one token-table entry (:data:`~elmoe3d.isa.TOK_FIELDS`, 8 bytes,
+#: little-endian): ``e_x`` i1, ``e_h`` i1, ``gate`` <u2, ``slot`` u1, ``pad`` V3.
+TOK_DTYPE = np.dtype([(name, f"V{bits // 8}" if name == "pad"
+                       else f"<{'i' if signed else 'u'}{bits // 8}")
+                      for name, bits, signed in TOK_FIELDS])
+assert TOK_DTYPE.itemsize * 8 == TOK_ENTRY_BITS
 
 
 def pack_tok(entries, config) -> np.ndarray:
@@ -827,7 +793,7 @@ def pack_rowmax(values, config) -> np.ndarray:
     """ROWMAX (SEND / RECV) words from row maxima ``[n, W/32]`` (unsigned 32-bit values)."""
     pe = pe_config(config)
     v = _check_shape("ROWMAX values", values, (pe.q16_per_word,), "iu")
-    if v.size and (v.min() < 0 or v.max() > 0xFFFFFFFF):
+    if v.size and (v.min() < 0 or v.max() > UINT32_MAX):
         raise ValueError("ROWMAX values: must lie in 0..2^32-1")
     return np.ascontiguousarray(v.astype("<u4")).view(np.uint8).reshape(len(v), -1)
 
@@ -884,11 +850,8 @@ class OBeat:
 
     def as_int(self) -> int:
         """The beat as the ``o`` payload layout's bits: kind in bit 0, data above."""
-        return int(self.kind) | (int(self.data) << 1)
+        return int(self.kind) | (int(self.data) << OKIND_BITS)
 
     @classmethod
     def from_int(cls, value: int) -> "OBeat":
-        return cls(OKind(value & 1), int(value) >> 1)
-
-
-assert COMMAND_BITS == 128
+        return cls(OKind(value & ((1 << OKIND_BITS) - 1)), int(value) >> OKIND_BITS)

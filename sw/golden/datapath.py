@@ -25,7 +25,7 @@ from .quant import GROUP, QuantizedWeight, as_int8_codes, msb_slice, lsb_slice
 
 
 __all__ = [
-    "Mode", "ACC_FRAC_BITS", "INT64_MIN", "INT64_MAX",
+    "Mode", "ACC_FRAC_BITS", "INT64_MIN", "INT64_MAX", "UINT32_MAX",
     "msb_field", "lsb_field", "unit_pe", "slice_product", "effective_weight",
     "scale_fields", "scale_term", "group_psums", "group_psums_reference",
     "Accumulator", "saturating_add", "accumulate", "check_gemm_operands", "gemm", "gemm_reference",
@@ -36,6 +36,8 @@ __all__ = [
 ACC_FRAC_BITS = 24
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
+#: Largest unsigned 32-bit value (a row-max register: max |h| in Q16.16).
+UINT32_MAX = (1 << 32) - 1
 
 
 class Mode(enum.IntEnum):

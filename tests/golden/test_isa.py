@@ -1,5 +1,6 @@
 """The command ISA and the PE word layouts: Amaranth layouts (hw.isa) == plain-Python encoder
-(elmoe3d.isa) == NumPy packers (sw.asm), bit for bit; field checks name the op and field."""
+and formats (elmoe3d.isa) == NumPy packers (sw.golden.asm), bit for bit; field checks name the
+op and field."""
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from elmoe3d.config import ArchConfig, ConfigError, TileConfig, preset
 from elmoe3d.hw import isa as hisa
 from elmoe3d.hw.layouts import TileMode, tile_beat_layout
 from elmoe3d.sw.golden import asm
-from elmoe3d.sw.golden.datapath import Mode
+from elmoe3d.sw.golden.datapath import INT64_MAX, INT64_MIN, Mode
 
 SEED = 20240603
 
@@ -78,6 +79,8 @@ def test_enum_shapes_match_isa():
     assert [(m.name, m.value) for m in hisa.SourceCode] == \
         [(m.name, m.value) for m in isa.Source]
     assert [(m.name, m.value) for m in TileMode] == [(m.name, m.value) for m in Mode]
+    assert [(m.name, m.value) for m in hisa.OKind] == [(m.name, m.value) for m in isa.OKind]
+    assert hisa.o_beat_layout(preset("small"))["kind"].shape is hisa.OKind
     gemm = hisa.op_layout(isa.Op.GEMM)
     assert gemm["mode"].shape is TileMode and gemm["sink"].shape is hisa.SinkCode
     assert hisa.op_layout(isa.Op.LOAD)["target"].shape is hisa.TargetCode
@@ -196,7 +199,7 @@ def test_value_words_match_layouts(cfg):
     rng = _rng("values" + cfg.name)
     pe = cfg.pe
     q16 = rng.integers(-(1 << 31), 1 << 31, (2, pe.q16_per_word)).astype(np.int32)
-    q24 = rng.integers(-(1 << 63), (1 << 63) - 1, (2, pe.q24_per_word), dtype=np.int64)
+    q24 = rng.integers(INT64_MIN, INT64_MAX, (2, pe.q24_per_word), dtype=np.int64)
     f32 = rng.standard_normal((2, pe.fp32_per_beat)).astype(np.float32)
     for i, w in enumerate(asm.words_to_ints(asm.pack_q16(q16, cfg))):
         assert w == _const_int(hisa.hbuf_word_layout(cfg), q16[i].tolist())
@@ -212,18 +215,27 @@ def test_value_words_match_layouts(cfg):
 
 def test_status_and_o_beat_match_layouts(cfg):
     rng = _rng("status" + cfg.name)
-    values = {name: int(rng.integers(0, 1 << bits)) for name, bits in asm.STATUS_FIELDS}
+    values = {name: int(rng.integers(0, 1 << bits)) for name, bits in isa.STATUS_FIELDS}
     word = asm.pack_status(values, cfg)
     layout = hisa.status_layout(cfg)
     assert layout.size == cfg.pe.word_bits
     assert word == _const_int(layout, values)
     assert asm.unpack_status(word) == values
-    beat = asm.OBeat(asm.OKind.STATUS, word)
+    beat = asm.OBeat(isa.OKind.STATUS, word)
     olay = hisa.o_beat_layout(cfg)
     assert beat.as_int() == _const_int(olay, {"kind": hisa.OKind.STATUS, "data": word})
     assert asm.OBeat.from_int(beat.as_int()) == beat
     with pytest.raises(ValueError, match="STATUS.gemm_beats"):
         asm.pack_status({"gemm_beats": 1 << 48}, cfg)
+
+
+def test_asm_formats_are_the_isa_ones():
+    """The assembler re-exports the ISA's formats under their old names (one definition)."""
+    for name in ("OKind", "TOK_FIELDS", "STATUS_FIELDS", "TIMING_STATUS_FIELDS",
+                 "FUNCTIONAL_STATUS_FIELDS", "W_TARGETS"):
+        assert getattr(asm, name) is getattr(isa, name), name
+    assert asm.TOK_DTYPE.names == tuple(name for name, _, _ in isa.TOK_FIELDS)
+    assert asm.TOK_DTYPE.itemsize * 8 == isa.TOK_ENTRY_BITS == hisa.tok_entry_layout().size
 
 
 # ---- the assembler -------------------------------------------------------------------------------
@@ -240,7 +252,8 @@ def test_program_encode_decode_roundtrip():
            groups=2, sink="SWIGLU", stride=2, wait=True, release=True)
     p.requant(row_blocks=2, channels=32, act_base=0, tok_base=0)
     p.output(row_blocks=1, channels=16)
-    p.load("ACT", 8, 2, src="HB", hb_addr=0xFFFF_FFFF)
+    hb_top = (1 << next(f.width for f in isa.OPS[isa.Op.LOAD] if f.name == "hb_addr")) - 1
+    p.load("ACT", 8, 2, src="HB", hb_addr=hb_top)
     p.gemm(mode=Mode.MSB_ONLY, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
            groups=1, sink="RAW", psum_in=True)
     p.send("ROWMAX", 0, 2)
@@ -253,7 +266,7 @@ def test_program_encode_decode_roundtrip():
     assert [c for c in q] == [c for c in p]
     assert p.counts()["LOAD"] == 5 and p.counts()["GEMM SWIGLU"] == 1
     assert p.counts()["GEMM psum_in"] == 1
-    assert q[8].fields["src"] == isa.Source.HB and q[8].fields["hb_addr"] == 0xFFFF_FFFF
+    assert q[8].fields["src"] == isa.Source.HB and q[8].fields["hb_addr"] == hb_top
     p.check_sync()
     assert "GEMM" in p.listing() and "src=HB" in p.listing() and "target=ROWMAX" in p.listing()
 
