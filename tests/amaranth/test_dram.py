@@ -246,7 +246,7 @@ def test_parameters_are_validated_with_their_names():
         ExtController(config=ARCH, channels=0)
     ctrl = HBController(config=ARCH)
     assert ctrl.burst_bytes == 128 and ctrl.addr_bits == (HB.bursts - 1).bit_length()
-    assert ctrl.peak_bytes_per_cycle == pytest.approx(51.2)
+    assert ctrl.peak_bytes_per_cycle == pytest.approx(ARCH.hb_bytes_per_cycle)
     assert ctrl.read_latency_ck == HB.ck("tRCD") + HB.ck("RL") + 1
     assert str(ctrl.tck_logic) == "5/2" and RowKind.REFPB.value == RowCmd.REFPB
     del ctrl

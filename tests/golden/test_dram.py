@@ -40,7 +40,7 @@ def test_cycles_are_ceil_of_ns_with_the_standards_minimum():
 def test_table_1_bandwidths_and_capacities():
     for name in ("paper-4gb", "paper-8gb"):
         arch = preset(name)
-        assert arch.hb.peak_gbps == pytest.approx(51.2)
+        assert arch.hb.peak_gbps == pytest.approx(ArchConfig.hb_bank_gbps)      # Table 1
         assert arch.hb.capacity_bytes == 256 << 20 and arch.hb.burst_bytes == 128
         assert arch.ext.peak_gbps * arch.ext_channels == pytest.approx(102.4)
         assert arch.ext.capacity_bytes * arch.ext_channels == 64 << 30

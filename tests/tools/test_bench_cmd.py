@@ -15,6 +15,10 @@ from elmoe3d.cli import bench
 from elmoe3d.sim import bench_pe, runner
 from elmoe3d.sim.runner import SimulationError, SimulationFailure
 
+#: The stubs' HB rate and word size: those of the simulated configuration.
+HB_BYTES_PER_CYCLE = preset("small").hb_bytes_per_cycle
+WORD_BYTES = preset("small").pe.word_bytes
+
 
 def rtl(fraction=1.0, mismatches=0):
     return {"rows": 2, "lanes": 4, "beats": 4096, "cycles": 4100, "latency": 4,
@@ -36,7 +40,7 @@ def pe_case(tokens=1, mode="DRAFT", fraction=0.97, bound="memory", kind="expert"
     return {"case": f"one expert T={tokens}", "kind": kind, "mode": mode, "tokens": tokens,
             "hidden": 64, "intermediate": 256, "experts_run": [0], "cycles": cycles,
             "gemm_beats": 384, "weight_bytes": 27648, "ld_bytes": 28000,
-            "hb_bytes_per_cycle": 51.2, "memory_cycles": 28000 / 51.2,
+            "hb_bytes_per_cycle": HB_BYTES_PER_CYCLE, "memory_cycles": 28000 / HB_BYTES_PER_CYCLE,
             "roofline_cycles": fraction * cycles, "roofline_bound": bound,
             "roofline_fraction": fraction, "roofline_fraction_weights": fraction,
             "beat_utilization": 0.96, "mac_utilization": 0.96, "useful_macs": 786432,
@@ -48,7 +52,8 @@ def pe(fraction=0.97, failures=()):
     cases = [pe_case(t, m, fraction, "memory" if t == 1 else "compute")
              for t in (1, 16) for m in ("DRAFT", "FULL")]
     return {"cases": cases, "utilization": [c for c in cases if c["tokens"] == 16],
-            "failures": list(failures), "hb_bytes_per_cycle": 51.2, "word_bytes": 64,
+            "failures": list(failures), "hb_bytes_per_cycle": HB_BYTES_PER_CYCLE,
+            "word_bytes": WORD_BYTES,
             "seed": 1, "log": "/p/sim.log"}
 
 
@@ -173,8 +178,9 @@ def test_pe_and_accuracy_figures_are_printed_with_their_definitions(stub, capsys
     rc, out, err = bench_main(capsys, "--json", tmp_path / "b.json")
     assert rc == 0, (out, err)
     flat = " ".join(out.split())
-    assert "4. PE cycles / HB roofline (ld stream at 51.2 B per cycle = 0.8 words of 64 B; " \
-           "experts H x I = 64x256)" in flat
+    assert (f"4. PE cycles / HB roofline (ld stream at {HB_BYTES_PER_CYCLE:g} B per cycle = "
+            f"{HB_BYTES_PER_CYCLE / WORD_BYTES:g} words of {WORD_BYTES} B; experts H x I = "
+            f"64x256)") in flat
     assert "roofline cycles = max(ld bytes / HB bytes per cycle, tile beats at one per " \
            "cycle)" in flat
     assert "target: >= 95% of the roofline on every case: met" in flat
