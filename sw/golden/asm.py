@@ -335,28 +335,25 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
                                f"{pe.tok_entries} TOK entries")
         halves = 2 if mode is Mode.FULL else 1
         nblk = f["col_blocks"] * halves
-        if sink is Sink.SWIGLU:
+
+        def row_channels(per_block, per_word, memory):
+            # the blocks' channels, from out_base, fit one row of ``stride`` words
             at_least_one("stride")
-            p = L // 4 if mode is Mode.FULL else L // 2
-            per_row = f["stride"] * pe.q16_per_word
-            if f["out_base"] % p:
-                fail("out_base", f"must be a multiple of the {p} channels a block writes")
-            if f["out_base"] + nblk * p > per_row:
-                fail("out_base", f"channels out_base + {nblk} blocks x {p} = "
-                                 f"{f['out_base'] + nblk * p} exceed the HBUF row of stride "
-                                 f"{f['stride']} words ({per_row} channels)")
+            per_row = f["stride"] * per_word
+            if f["out_base"] % per_block:
+                fail("out_base", f"must be a multiple of the {per_block} channels a block "
+                                 f"writes")
+            if f["out_base"] + nblk * per_block > per_row:
+                fail("out_base", f"channels out_base + {nblk} blocks x {per_block} = "
+                                 f"{f['out_base'] + nblk * per_block} exceed the {memory} row "
+                                 f"of stride {f['stride']} words ({per_row} channels)")
+
+        if sink is Sink.SWIGLU:
+            row_channels(L // 4 if mode is Mode.FULL else L // 2, pe.q16_per_word, "HBUF")
             span("stride", rows_end * f["stride"], pe.hbuf_words,
                  f"HBUF rows up to {rows_end - 1} x stride")
         elif sink is Sink.COMBINE:
-            at_least_one("stride")
-            c = L // 2 if mode is Mode.FULL else L
-            per_row = f["stride"] * pe.q24_per_word
-            if f["out_base"] % c:
-                fail("out_base", f"must be a multiple of the {c} channels a block writes")
-            if f["out_base"] + nblk * c > per_row:
-                fail("out_base", f"channels out_base + {nblk} blocks x {c} = "
-                                 f"{f['out_base'] + nblk * c} exceed the OUT row of stride "
-                                 f"{f['stride']} words ({per_row} channels)")
+            row_channels(L // 2 if mode is Mode.FULL else L, pe.q24_per_word, "OUT")
             span("stride", f["stride"], pe.out_words, "one OUT row")
     elif op is Op.REQUANT:
         at_least_one("row_blocks")
