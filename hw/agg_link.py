@@ -2,7 +2,7 @@
 Section 4.1, Fig. 6 right: "control logic with buffering, bypass, and accumulation support";
 Section 5.2: psum-level synchronisation of the MSB/LSB split).
 
-Golden model: :func:`elmoe3d.sw.golden.links.ref_link` (descriptor :class:`elmoe3d.sw.golden.links.LinkOp`).
+Golden model: :func:`elmoe3d.sw.golden.agg_link.ref_link` (descriptor :class:`elmoe3d.sw.golden.agg_link.LinkOp`).
 Descriptor payload: :func:`link_op_layout`, packed from a ``LinkOp`` by :func:`pack_link_op`.
 """
 
@@ -13,7 +13,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from ..sw.golden.links import LinkMode, LinkOp
+from ..sw.golden.agg_link import LinkMode, LinkOp
 from .fixed import sat_add64
 from .layouts import STICKY_LATENCY, sticky_flags
 
@@ -26,7 +26,7 @@ DEFAULT_BUFFER_WORDS = 32
 
 
 class LinkModeRTL(enum.Enum, shape=2):
-    """RTL encoding of :class:`elmoe3d.sw.golden.links.LinkMode` (the same integer values)."""
+    """RTL encoding of :class:`elmoe3d.sw.golden.agg_link.LinkMode` (the same integer values)."""
 
     BYPASS = LinkMode.BYPASS.value
     ALL_TO_ALL = LinkMode.ALL_TO_ALL.value
@@ -61,7 +61,7 @@ def link_op_layout(pes: int) -> data.StructLayout:
 def link_errors_layout() -> data.StructLayout:
     """The aggregation link's sticky error flags (``errors``; ``errors_clear`` has the same
     layout, a write-1-to-clear strobe per bit). The golden classification of a descriptor is
-    :func:`elmoe3d.sw.golden.links.link_op_fault`.
+    :func:`elmoe3d.sw.golden.agg_link.link_op_fault`.
 
     Fields
     ------
@@ -78,7 +78,7 @@ def link_errors_layout() -> data.StructLayout:
 
 
 def pack_link_op(op: LinkOp, pes: int) -> int:
-    """:class:`~elmoe3d.sw.golden.links.LinkOp` -> :func:`link_op_layout` payload integer (the masks
+    """:class:`~elmoe3d.sw.golden.agg_link.LinkOp` -> :func:`link_op_layout` payload integer (the masks
     checked against ``pes``; ValueError naming the field)."""
     if not isinstance(op, LinkOp):
         raise ValueError(f"op: expected a LinkOp, got {type(op).__name__}")
@@ -151,7 +151,7 @@ class AggregationLink(wiring.Component):
         Write-1-to-clear: a 1 clears that flag in the next cycle, unless the same cycle sets
         it again (setting wins).
 
-    Behaviour (bit-exact to :func:`elmoe3d.sw.golden.links.ref_link`)
+    Behaviour (bit-exact to :func:`elmoe3d.sw.golden.agg_link.ref_link`)
     ---------
     Each source's words are taken from ``pe_i`` flit by flit (the word stays presented until
     its last flit is taken: ``pe_i.ready`` pulses with the last flit) and each destination
@@ -178,8 +178,8 @@ class AggregationLink(wiring.Component):
     every source offers its word. The compiler keeps every destination within ``buffer_words``
     unread words (``docs/memory.md``).
 
-    Bad descriptors (those :class:`~elmoe3d.sw.golden.links.LinkOp` refuses; the golden
-    classification is :func:`elmoe3d.sw.golden.links.link_op_fault`) never hang the link:
+    Bad descriptors (those :class:`~elmoe3d.sw.golden.agg_link.LinkOp` refuses; the golden
+    classification is :func:`elmoe3d.sw.golden.agg_link.link_op_fault`) never hang the link:
 
     * ``chunk`` = 0 (any mode), an empty ``src_mask`` or ``dst_mask``, BYPASS with more than
       one source: rejected when taken (in the same cycle as a good descriptor would be): no

@@ -10,7 +10,7 @@ issues one word read per descriptor as soon as it is taken (descriptors are pipe
 next read is issued while the previous one's data still streams, up to :attr:`inflight`
 descriptors) and cuts the returned words into flits of the ring
 (:func:`elmoe3d.hw.ring.ring_flit_layout`; the golden cut is
-:func:`elmoe3d.sw.golden.links.ring_flits`): ``words_per_flit`` words per flit when a flit holds
+:func:`elmoe3d.sw.golden.ring.ring_flits`): ``words_per_flit`` words per flit when a flit holds
 several (the transfer's last flit partly filled), or ``flits_per_word`` flits per word; the
 transfer's last flit has ``last`` set; ``stream`` numbers the descriptors (modulo
 ``2^stream_bits``).
@@ -23,7 +23,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from ..sw.golden.links import ring_geometry
+from ..sw.golden.ring import ring_geometry
 from .load_router import ADDR_BITS, WORDS_BITS, hb_read_layout
 from .ring import ring_flit_layout
 

@@ -4,8 +4,8 @@ WMEM"; Table 1: 128 GB/s).
 
 :class:`RingStation` is one stop of the ring (one per PE group); :class:`StreamlineRing` chains
 the stations behind the injection port of the external-memory controller. Golden model:
-:func:`elmoe3d.sw.golden.links.ref_ring` (flits :class:`elmoe3d.sw.golden.links.RingFlit`, cut from word
-transfers by :func:`elmoe3d.sw.golden.links.ring_flits`); flit payloads :func:`ring_flit_layout`,
+:func:`elmoe3d.sw.golden.ring.ref_ring` (flits :class:`elmoe3d.sw.golden.ring.RingFlit`, cut from word
+transfers by :func:`elmoe3d.sw.golden.ring.ring_flits`); flit payloads :func:`ring_flit_layout`,
 packed by :func:`pack_flit`.
 """
 
@@ -16,7 +16,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from ..sw.golden.links import RingFlit, ring_geometry
+from ..sw.golden.ring import RingFlit, ring_geometry
 
 
 __all__ = ["ring_flit_layout", "pack_flit", "RingStation", "StreamlineRing",
@@ -46,7 +46,7 @@ def ring_flit_layout(*, pes: int, word_bits: int, flit_bytes: int,
     Fields
     ------
     data : unsigned(8 flit_bytes)
-        Payload (see :class:`~elmoe3d.sw.golden.links.RingFlit`: word slot j at bits ``[j W,
+        Payload (see :class:`~elmoe3d.sw.golden.ring.RingFlit`: word slot j at bits ``[j W,
         (j+1) W)`` when a flit holds several words; part t of a word when a word spans flits).
     dst_mask : unsigned(pes)
         One bit per PE of the die; multicast when several.
@@ -71,8 +71,8 @@ def ring_flit_layout(*, pes: int, word_bits: int, flit_bytes: int,
 
 def pack_flit(flit: RingFlit, *, pes: int, word_bits: int, flit_bytes: int,
               stream_bits: int) -> int:
-    """:class:`~elmoe3d.sw.golden.links.RingFlit` -> :func:`ring_flit_layout` payload integer (checked
-    with :meth:`RingFlit.check <elmoe3d.sw.golden.links.RingFlit.check>`: ValueError naming the
+    """:class:`~elmoe3d.sw.golden.ring.RingFlit` -> :func:`ring_flit_layout` payload integer (checked
+    with :meth:`RingFlit.check <elmoe3d.sw.golden.ring.RingFlit.check>`: ValueError naming the
     field)."""
     if not isinstance(flit, RingFlit):
         raise ValueError(f"flit: expected a RingFlit, got {type(flit).__name__}")
@@ -97,7 +97,7 @@ class RingStation(wiring.Component):
     flit_bytes : int
         Flit payload bytes (``ArchConfig.streamline_bytes_per_cycle``: 128 B at 1 GHz =
         128 GB/s). One of W and ``8 flit_bytes`` divides the other
-        (:func:`~elmoe3d.sw.golden.links.ring_geometry`).
+        (:func:`~elmoe3d.sw.golden.ring.ring_geometry`).
     stream_bits : int
         Bits of the stream id.
     buffer_flits : int
@@ -266,7 +266,7 @@ class StreamlineRing(wiring.Component):
     data of LOADs that PE has issued or will issue without waiting on another PE's EXT data
     (``docs/memory.md``).
 
-    Guarantees (checked against :func:`~elmoe3d.sw.golden.links.ref_ring`): every PE receives the
+    Guarantees (checked against :func:`~elmoe3d.sw.golden.ring.ref_ring`): every PE receives the
     words of the flits naming it exactly once, intact, in injection order (so in order
     within every stream). Throughput: one flit (``flit_bytes``) per cycle at the injection
     port while the PEs named drain their words (each PE port takes ``min(flit, W)`` bits per

@@ -93,7 +93,7 @@ from ..sw.golden import asm
 from ..sw.golden.asm import OKind
 from ..sw.golden.expert import Expert, ref_moe
 from ..sw.host.compiler import synthetic_experts
-from ..sw.golden.links import LinkMode
+from ..sw.golden.agg_link import LinkMode
 from ..sw.host.parallel import compile_group, run_group
 from . import cocotb_streams as streams
 from .bench_pe import SYNTHETIC_NOTE, default_routing, read_routing

@@ -7,7 +7,7 @@ Run through :mod:`elmoe3d.sim.runner` by :func:`run_host_rtl` (never directly). 
 one PE's program of one group of one layer-step: its encoded commands, its ``ld`` words (all
 sources merged, in LOAD order: what the die's load router forwards), and its ``link_i`` words:
 the words the group's aggregation link delivers to that PE, computed on the host by running
-the group's descriptors (:func:`elmoe3d.sw.golden.links.ref_link`) over the other PEs' ``link_o``
+the group's descriptors (:func:`elmoe3d.sw.golden.agg_link.ref_link`) over the other PEs' ``link_o``
 words of the multi-PE functional simulation (:func:`elmoe3d.sw.host.parallel.run_group`). The
 bench offers all of them at once (the PE takes ``link_i`` words only when a RECV or a
 ``psum_in`` GEMM needs them) and compares with plain equality:

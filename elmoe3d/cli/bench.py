@@ -37,10 +37,12 @@ measured in the same run (design brief section 6; tests never time anything, thi
    constraint (a violation fails the run): streaming-read efficiency = bytes delivered / (peak
    bytes per cycle x cycles). Targets: HB >= 97% of 51.2 GB/s per bank, LPDDR5 >= 99% of
    102.4 GB/s; the random-row runs report the row-conflict loss (no target).
-8. **Streamline ring and aggregation link** (:mod:`elmoe3d.sim.bench_links`) -- throughput on
-   long streaming transfers (always-valid sources, always-ready sinks) as a fraction of
-   128 B/cycle (ring) and 32 B/cycle per port (link), every word checked against
-   :mod:`elmoe3d.sw.golden.links`. Target >= 0.99 of the rate (multicast: of the PE-side bound).
+8. **Streamline ring and aggregation link** (:mod:`elmoe3d.sim.bench_ring`,
+   :mod:`elmoe3d.sim.bench_agg_link`) -- throughput on long streaming transfers (always-valid
+   sources, always-ready sinks) as a fraction of 128 B/cycle (ring) and 32 B/cycle per port
+   (link), every word checked against :mod:`elmoe3d.sw.golden.ring` and
+   :mod:`elmoe3d.sw.golden.agg_link`. Target >= 0.99 of the rate (multicast: of the PE-side
+   bound).
 9. **Logic die** (:mod:`elmoe3d.sim.bench_die`) -- the die bench's MoE layers (real Mixtral
    routing, batches of 1, 4 and 16 tokens, draft and verify, smooth traffic): cycles, HB and
    EXT bytes per cycle against their peaks, link bytes, and the verify-phase overlap = the
@@ -292,14 +294,21 @@ def print_dram(console, figs) -> list:
 
 
 def link_figures(arch, seed) -> dict:
-    """Figure 8 (:func:`elmoe3d.sim.bench_links.link_figures`)."""
-    from ..sim.bench_links import link_figures as figures
-    return figures(arch, seed)
+    """Figure 8: :func:`elmoe3d.sim.bench_agg_link.link_figures` and
+    :func:`elmoe3d.sim.bench_ring.ring_figures` in one dict
+    (:func:`elmoe3d.sim.cocotb_cycles.join_figures`)."""
+    from ..sim.bench_agg_link import link_figures as link
+    from ..sim.bench_ring import ring_figures as ring
+    from ..sim.cocotb_cycles import join_figures
+    return join_figures(link(arch, seed), ring(arch, seed))
 
 
 def print_links(console, figs) -> list:
-    from ..sim.bench_links import print_links as show
-    return show(console, figs)
+    """Figure 8's tables (link, then ring), then its failures; the missed-target lines."""
+    from ..sim.bench_agg_link import print_link
+    from ..sim.bench_ring import print_ring
+    from ..sim.cocotb_cycles import failure_lines
+    return print_link(console, figs) + print_ring(console, figs) + failure_lines(figs, "links")
 
 
 def die_figures(arch, seed) -> dict:

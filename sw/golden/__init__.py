@@ -5,8 +5,8 @@ serial or torch, nor :mod:`elmoe3d.sw.host` (``tests/tools/test_import_contract.
 
 * :mod:`.quant` (bit-nested INT8, MSB/LSB slices, drafts), :mod:`.datapath` (IA8xW5 GEMM, group
   psums, Q.24), :mod:`.metrics`;
-* :mod:`.tile`, :mod:`.vpu`, :mod:`.links` (aggregation link, streamline ring), :mod:`.dram`
-  (HB and LPDDR5 timing), :mod:`.bridge` (the FPGA bridge protocol);
+* :mod:`.tile`, :mod:`.vpu`, :mod:`.agg_link` (aggregation link), :mod:`.ring` (streamline
+  ring), :mod:`.dram` (HB and LPDDR5 timing), :mod:`.bridge` (the FPGA bridge protocol);
 * :mod:`.asm` (PE program packers), :mod:`.fsim` (PE functional simulator), :mod:`.expert`
   (expert FFN programs and ``ref_moe``).
 """

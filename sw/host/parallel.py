@@ -63,7 +63,7 @@ from ..golden.asm import (OKind, Program, ProgramError, pack_act, pack_tok, pack
                   pe_config, words_to_ints)
 from ..golden.datapath import Mode
 from ..golden.expert import as_expert, check_x, expert_tokens, parse_routing, updown_order
-from ..golden.links import LinkMode, LinkOp, ref_link
+from ..golden.agg_link import LinkMode, LinkOp, ref_link
 from ..golden.quant import quantize_activations
 
 

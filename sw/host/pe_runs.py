@@ -34,9 +34,9 @@ def hex_str(v) -> str:
 
 def link_inputs(job, res) -> list:
     """Each PE's ``link_i`` words of a group run: the group's descriptors applied in order
-    (:func:`~elmoe3d.sw.golden.links.ref_link`) to the PEs' ``link_o`` words of ``res``
+    (:func:`~elmoe3d.sw.golden.agg_link.ref_link`) to the PEs' ``link_o`` words of ``res``
     (:class:`~elmoe3d.sw.host.parallel.GroupResult`) -- what the aggregation link delivers."""
-    from ..golden.links import ref_link
+    from ..golden.agg_link import ref_link
     G = job.pes
     pos = [0] * G
     inbox = [[] for _ in range(G)]

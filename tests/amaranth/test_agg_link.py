@@ -1,5 +1,5 @@
 """Aggregation link (:class:`elmoe3d.hw.agg_link.AggregationLink`) in the Amaranth simulator
-against its golden model :func:`elmoe3d.sw.golden.links.ref_link`, plus the golden model's own rules.
+against its golden model :func:`elmoe3d.sw.golden.agg_link.ref_link`, plus the golden model's own rules.
 
 Every comparison is plain equality on the W-bit words each destination PE receives. Seeds are
 fixed and in the test ids.
@@ -15,10 +15,10 @@ from amaranth.sim import Simulator
 from elmoe3d.config import preset
 from elmoe3d.hw.agg_link import AggregationLink, LinkModeRTL, link_op_layout, pack_link_op
 from elmoe3d.sim.amaranth_streams import StreamSink
-from elmoe3d.sim.bench_links import random_link_op
+from elmoe3d.sim.bench_agg_link import random_link_op
 from elmoe3d.sim.traffic import STALLS
 from elmoe3d.sw.golden.datapath import INT64_MAX, INT64_MIN
-from elmoe3d.sw.golden.links import LinkMode, LinkOp, link_op_fault, ref_link, reduce_add_words
+from elmoe3d.sw.golden.agg_link import LinkMode, LinkOp, link_op_fault, ref_link, reduce_add_words
 
 # Constructors that raise, and instances only inspected, leave unused elaboratables behind.
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")

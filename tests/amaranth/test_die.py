@@ -13,7 +13,7 @@ from elmoe3d.hw.die import (DmaKind, HostQueue, LogicDie, die_errors_layout, die
                             queue_bit)
 from elmoe3d.hw.ext_stream import ext_read_layout
 from elmoe3d.hw.isa import OKind, command_layout
-from elmoe3d.sw.golden.links import LinkMode, LinkOp
+from elmoe3d.sw.golden.agg_link import LinkMode, LinkOp
 
 SMALL = preset("small")
 

@@ -2,7 +2,7 @@
 random descriptors (unicast and multicast masks, odd and even lengths), word reads answered by
 the bench from a memory with random latency, random backpressure on the ring's injection port.
 The flits are compared by plain equality with the golden cut
-:func:`elmoe3d.sw.golden.links.ring_flits` of each transfer (stream ids numbering the descriptors)."""
+:func:`elmoe3d.sw.golden.ring.ring_flits` of each transfer (stream ids numbering the descriptors)."""
 
 import random
 
@@ -11,7 +11,7 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from elmoe3d.hw.ext_stream import ExtStreamer, ext_read_layout
-from elmoe3d.sw.golden.links import RingFlit, ring_flits
+from elmoe3d.sw.golden.ring import RingFlit, ring_flits
 
 
 def mem_word(a, W):

@@ -1,5 +1,5 @@
 """Streamline ring (:class:`elmoe3d.hw.ring.StreamlineRing`, :class:`RingStation`) in the Amaranth
-simulator against :func:`elmoe3d.sw.golden.links.ref_ring`, plus the golden model's rules.
+simulator against :func:`elmoe3d.sw.golden.ring.ref_ring`, plus the golden model's rules.
 
 Every PE's delivered word sequence is compared with plain equality (so every flit arrived once,
 intact, in injection order, hence in order within every stream). Seeds are fixed.
@@ -14,8 +14,8 @@ from amaranth.sim import Simulator
 from elmoe3d.config import preset
 from elmoe3d.hw.ring import RingStation, StreamlineRing, pack_flit, ring_flit_layout
 from elmoe3d.sim.amaranth_streams import StreamSink
-from elmoe3d.sim.bench_links import random_ring_flits
-from elmoe3d.sw.golden.links import RingFlit, ref_ring, ref_ring_streams, ring_flits, ring_geometry
+from elmoe3d.sim.bench_ring import random_ring_flits
+from elmoe3d.sw.golden.ring import RingFlit, ref_ring, ref_ring_streams, ring_flits, ring_geometry
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 

@@ -20,7 +20,7 @@ from elmoe3d.sw.host import parallel as par
 from elmoe3d.sw.golden.asm import Program, ProgramError
 from elmoe3d.sw.golden.datapath import Mode
 from elmoe3d.sw.host.compiler import synthetic_experts
-from elmoe3d.sw.golden.links import LinkMode, LinkOp
+from elmoe3d.sw.golden.agg_link import LinkMode, LinkOp
 
 SEED = 4242
 CFG = preset("small")

@@ -9,7 +9,7 @@ from rich.console import Console
 from elmoe3d.config import preset
 from elmoe3d.hw.die import die_probe_layout
 from elmoe3d.sim.bench_die import exchange_figures, print_die, probe_fields
-from elmoe3d.sw.golden.links import LinkMode, LinkOp
+from elmoe3d.sw.golden.agg_link import LinkMode, LinkOp
 
 SMALL = preset("small")
 
