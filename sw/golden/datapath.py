@@ -36,7 +36,8 @@ __all__ = [
 ACC_FRAC_BITS = 24
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
-#: Largest unsigned 32-bit value (a row-max register: max |h| in Q16.16).
+#: Largest unsigned 32-bit value (a row-max register holds max |h|, Q16.16, as u32; the low
+#: half of a 64-bit magnitude).
 UINT32_MAX = (1 << 32) - 1
 
 

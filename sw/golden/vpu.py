@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .datapath import INT64_MAX, INT64_MIN, saturating_add
+from .datapath import INT64_MAX, INT64_MIN, UINT32_MAX, saturating_add
 
 
 __all__ = [
@@ -356,7 +356,7 @@ def requant_exponent(rowmax) -> np.ndarray:
     if m.dtype.kind not in "iu":
         raise TypeError(f"requant_exponent: expected integers, got dtype {m.dtype}")
     m = m.astype(np.int64)
-    if m.size and (m.min() < 0 or m.max() >= (1 << 32)):
+    if m.size and (m.min() < 0 or m.max() > UINT32_MAX):
         raise ValueError("requant_exponent: row max must lie in [0, 2^32 - 1]")
     b = _bit_length(m)
     # e' is b - 7 or b - 6: 127 * 2^(b-8) < 2^(b-1) <= m < 2^b < 127 * 2^(b-6).
@@ -547,7 +547,7 @@ def q24_to_fp32(out) -> np.ndarray:
     u = out.astype(np.uint64)
     mag = np.where(neg, ~u + np.uint64(1), u)             # |out| in uint64 (2^63 included)
     hi = (mag >> np.uint64(32)).astype(np.int64)
-    lo = (mag & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    lo = (mag & np.uint64(UINT32_MAX)).astype(np.int64)
     b = np.where(hi > 0, _bit_length(hi) + 32, _bit_length(lo))
     sh = np.maximum(b - 24, 0).astype(np.uint64)
     q = mag >> sh
