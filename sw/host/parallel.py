@@ -64,7 +64,7 @@ from ..golden.asm import (OKind, Program, ProgramError, pack_act, pack_tok, pack
 from ..golden.datapath import Mode
 from ..golden.expert import as_expert, check_x, expert_tokens, parse_routing, updown_order
 from ..golden.agg_link import LinkMode, LinkOp, ref_link
-from ..golden.quant import quantize_activations
+from ..golden.quant import GROUP, quantize_activations
 
 
 __all__ = ["PHASES", "DEFAULT_BUFFER_WORDS", "LinkScheduleError", "ExtTransfer", "GroupJob",
@@ -125,7 +125,7 @@ class _Mat:
         n_rows, k = q.shape
         assert n_rows % pe.lanes == 0, (n_rows, pe.lanes)
         self.pe = pe
-        self.groups = G = k // 32
+        self.groups = G = k // GROUP
         self.n_cb = n_rows // pe.lanes
         msb, lsb, scl = pack_weight_matrix(q, scale_bits, pe)
         self.words = {Target.WMSB: words_to_ints(msb), Target.WLSB: words_to_ints(lsb),
@@ -531,8 +531,8 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
     H, I = exs[0].hidden, exs[0].intermediate
     L, R = pe.lanes, pe.rows
     for name, v in (("H", H), ("I", I)):
-        if v % 32 or v % pe.q16_per_word or v % L:
-            raise ProgramError(f"experts: {name} = {v} must be a multiple of 32, of W/32 = "
+        if v % GROUP or v % pe.q16_per_word or v % L:
+            raise ProgramError(f"experts: {name} = {v} must be a multiple of {GROUP}, of W/32 = "
                                f"{pe.q16_per_word} and of lanes = {L}")
     t_pad = -(-T // R) * R
     out_words = t_pad * H // pe.q24_per_word
@@ -540,11 +540,11 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
         raise ProgramError(f"{T} tokens x H={H} need {out_words} OUT words; the PE has "
                            f"{pe.out_words}")
     n_cb = 2 * I // L
-    if n_cb % G or (I // G) % 32 or (I // G) % pe.q16_per_word:
+    if n_cb % G or (I // G) % GROUP or (I // G) % pe.q16_per_word:
         if hb_set:
             raise ValueError(
                 f"pes: {G} PEs must divide the {n_cb} up/gate column blocks of the HB-resident "
-                f"experts into intermediate slices of a multiple of 32 and of W/32 = "
+                f"experts into intermediate slices of a multiple of {GROUP} and of W/32 = "
                 f"{pe.q16_per_word} channels (I = {I})")
     routed = [e for e in range(n_exp) if (ids == e).any()]
     if phase == "draft":
@@ -566,7 +566,7 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
         if e in hb_set:
             ug_sl = [_Mat(uq[p * ncp * L:(p + 1) * ncp * L], us[p * ncp * L:(p + 1) * ncp * L],
                           pe) for p in range(G)]
-            g0 = Ip // 32
+            g0 = Ip // GROUP
             dn_sl = [_Mat(dq[:, p * Ip:(p + 1) * Ip], ds[:, p * g0:(p + 1) * g0], pe)
                      for p in range(G)]
             dn_all = _Mat(dq, ds, pe)
@@ -652,7 +652,8 @@ def _prologue(pe, e, x_q, e_x, gw_bits, slots) -> list:
     tok["e_x"][:te], tok["gate"][:te], tok["slot"][:te] = e_x, gw_bits, slots
     xp = np.zeros((t_pad, h_dim), np.int8)
     xp[:te] = x_q
-    act = xp.reshape(t_pad // R, R, h_dim // 32, 32).transpose(0, 2, 1, 3).reshape(-1, R, 32)
+    act = xp.reshape(t_pad // R, R, h_dim // GROUP, GROUP).transpose(0, 2, 1, 3).reshape(
+        -1, R, GROUP)
     return [(Target.TOK, 0, words_to_ints(pack_tok(tok, pe))),
             (Target.ACT, 0, words_to_ints(pack_act(act, pe)))]
 
@@ -709,9 +710,9 @@ def _draft_expert(ctx: _Ctx, pl, rbn, prologue) -> dict:
     """HB-only tensor parallelism (DRAFT): channel-split up/gate with local SwiGLU, row-max
     all-reduce, REQUANT of each PE's h slice, K-split down reduced into the root's COMBINE."""
     pe, G, H, I, B = ctx.pe, ctx.G, ctx.H, ctx.I, ctx.builds
-    L, R, Gu = pe.lanes, pe.rows, H // 32
+    L, R, Gu = pe.lanes, pe.rows, H // GROUP
     Ip = I // G
-    Gp = Ip // 32
+    Gp = Ip // GROUP
     _fits(f"{rbn} row blocks of x and of the h slice (ACT)", rbn * max(Gu, Gp), pe.act_words,
           ctx.expert)
     _fits(f"{rbn * R} HBUF rows of {Ip} channels", rbn * R * Ip // pe.q16_per_word,
@@ -779,9 +780,9 @@ def _verify_cached(ctx: _Ctx, pl, rbn, prologue) -> dict:
     """Verify of an HB-resident expert: MSB (HB, TP by channel / K) + LSB (EXT, DP by token
     row blocks), synchronised at psum level (paper Section 5.2, Fig. 10)."""
     pe, G, H, I, B = ctx.pe, ctx.G, ctx.H, ctx.I, ctx.builds
-    L, R, Gu = pe.lanes, pe.rows, H // 32
+    L, R, Gu = pe.lanes, pe.rows, H // GROUP
     Ip = I // G
-    Gp, Ga = Ip // 32, I // 32
+    Gp, Ga = Ip // GROUP, I // GROUP
     sl = _slices(rbn, G, ctx.rotate)
     ctx.rotate += rbn % G
     rbs = [r1 - r0 for r0, r1 in sl]
@@ -903,7 +904,7 @@ def _verify_uncached(ctx: _Ctx, pl, rbn, prologue) -> dict:
     """Verify of an expert outside HB: streamed whole from EXT (FULL), the weights multicast
     to the PEs holding tokens of it, DP over row blocks, no exchange."""
     pe, G, H, I, B = ctx.pe, ctx.G, ctx.H, ctx.I, ctx.builds
-    L, R, Gu, Ga = pe.lanes, pe.rows, H // 32, I // 32
+    L, R, Gu, Ga = pe.lanes, pe.rows, H // GROUP, I // GROUP
     sl = _slices(rbn, G, ctx.rotate)
     ctx.rotate += rbn % G
     rbs = [r1 - r0 for r0, r1 in sl]
