@@ -57,10 +57,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...config import ArchConfig, PEConfig
-from ...isa import Op, Sink, Source, Target
+from ...isa import OKind, Op, Sink, Source, Target
 from ..golden import pe as fsim
-from ..golden.asm import (OKind, Program, ProgramError, pack_act, pack_tok, pack_weight_matrix,
-                  pe_config, words_to_ints)
+from ..golden.asm import (Program, ProgramError, pack_act, pack_tok, pack_weight_matrix,
+                          pe_config, words_to_ints)
 from ..golden.datapath import Mode
 from ..golden.expert import as_expert, check_x, expert_tokens, parse_routing, updown_order
 from ..golden.agg_link import LinkMode, LinkOp, ref_link
