@@ -17,6 +17,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import DramConfig
+from .checked import CheckedComponent
 from .layouts import STICKY_LATENCY, sticky_flags
 
 
@@ -130,7 +131,7 @@ class _Timers:
                 m.d.sync += sig.eq(nxt)
 
 
-class DramController(wiring.Component):
+class DramController(CheckedComponent):
     """Controller of one DRAM channel: in-order requests, open-page policy, row commands
     looked ahead, refresh on idle banks.
 
@@ -223,8 +224,10 @@ class DramController(wiring.Component):
         (the urgent and the forced refresh levels would coincide).
     """
 
-    def __init__(self, *, dram: DramConfig, clock_ghz: float, queue_depth: int = 128,
-                 read_buffer: int = 16, length_bits: int = 16):
+    @classmethod
+    def check(cls, *, dram, clock_ghz, queue_depth, read_buffer, length_bits):
+        """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`):
+        raises before the object exists."""
         if not isinstance(dram, DramConfig):
             raise TypeError(f"dram: expected a DramConfig, got {type(dram).__name__}")
         if dram.rows is None:
@@ -253,6 +256,10 @@ class DramController(wiring.Component):
                              f"needs at least 2 (a refresh becomes urgent at max_postponed / 2 "
                              f"owed and is forced at max_postponed owed: with fewer the two "
                              f"coincide and every owed refresh is forced and flagged)")
+
+    def __init__(self, *, dram: DramConfig, clock_ghz: float, queue_depth: int = 128,
+                 read_buffer: int = 16, length_bits: int = 16):
+        ratio = Fraction(str(dram.tck_ns)) * Fraction(str(clock_ghz))
         self._dram, self._clock_ghz, self._ratio = dram, clock_ghz, ratio
         self._queue_depth, self._read_buffer, self._length_bits = \
             queue_depth, read_buffer, length_bits

@@ -17,10 +17,11 @@ controller (:class:`elmoe3d.hw.dram.DramController`) works in bursts of ``burst_
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, stream
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from .checked import CheckedComponent
 from .dram import request_layout
 from .load_router import ADDR_BITS, WORDS_BITS, hb_read_layout
 
@@ -38,7 +39,7 @@ def _log2(n):
     return n.bit_length() - 1
 
 
-class DramWordPort(wiring.Component):
+class DramWordPort(CheckedComponent):
     """Word requests <-> burst requests of one DRAM controller (module docstring).
 
     Ports
@@ -77,18 +78,21 @@ class DramWordPort(wiring.Component):
         A parameter out of range (named).
     """
 
-    def __init__(self, *, word_bits: int, burst_bits: int, addr_bits: int, length_bits: int,
-                 inflight: int = 8):
+    @classmethod
+    def check(cls, *, word_bits, burst_bits, addr_bits, length_bits, inflight):
+        """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`):
+        raises before the object exists."""
         for name, value, lo in (("word_bits", word_bits, 8), ("burst_bits", burst_bits, 8),
                                 ("addr_bits", addr_bits, 1), ("length_bits", length_bits, 1),
                                 ("inflight", inflight, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-                self._MustUse__silence = True
                 raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
         for name, value in (("word_bits", word_bits), ("burst_bits", burst_bits)):
             if value & (value - 1):
-                self._MustUse__silence = True
                 raise ValueError(f"{name}: expected a power of two, got {value}")
+
+    def __init__(self, *, word_bits: int, burst_bits: int, addr_bits: int, length_bits: int,
+                 inflight: int = 8):
         self._w, self._b = word_bits, burst_bits
         self._addr_bits, self._length_bits, self._inflight = addr_bits, length_bits, inflight
         super().__init__({

@@ -8,6 +8,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
+from .checked import CheckedComponent
 from .dram import DramController, dram_bus_signature, dram_errors_layout, request_layout
 from .layouts import forward_flags
 
@@ -15,7 +16,7 @@ from .layouts import forward_flags
 __all__ = ["ExtController"]
 
 
-class ExtController(wiring.Component):
+class ExtController(CheckedComponent):
     """``channels`` :class:`~elmoe3d.hw.dram.DramController` s of ``config.ext``, with
     requests striped over them burst by burst.
 
@@ -63,13 +64,22 @@ class ExtController(wiring.Component):
         ``channels`` is not a positive integer.
     """
 
-    def __init__(self, *, config: ArchConfig, channels: int | None = None,
-                 queue_depth: int = 128, read_buffer: int = 32, length_bits: int = 16):
+    @classmethod
+    def check(cls, *, config, channels, queue_depth, read_buffer, length_bits):
+        """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`), the
+        channel controllers' included: raises before any object exists."""
         if not isinstance(config, ArchConfig):
             raise TypeError(f"config: expected an ArchConfig, got {type(config).__name__}")
         channels = config.ext_channels if channels is None else channels
         if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
             raise ValueError(f"channels: expected a positive integer, got {channels!r}")
+        DramController.check(dram=config.ext, clock_ghz=config.clock_ghz,
+                             queue_depth=queue_depth, read_buffer=read_buffer,
+                             length_bits=length_bits)
+
+    def __init__(self, *, config: ArchConfig, channels: int | None = None,
+                 queue_depth: int = 128, read_buffer: int = 32, length_bits: int = 16):
+        channels = config.ext_channels if channels is None else channels
         self._arch, self._channels = config, channels
         self._ctrl = [DramController(dram=config.ext, clock_ghz=config.clock_ghz,
                                      queue_depth=queue_depth, read_buffer=read_buffer,

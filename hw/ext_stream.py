@@ -19,11 +19,12 @@ transfer's last flit has ``last`` set; ``stream`` numbers the descriptors (modul
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, stream
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..sw.golden.ring import ring_geometry
+from .checked import CheckedComponent
 from .load_router import ADDR_BITS, WORDS_BITS, hb_read_layout
 from .ring import ring_flit_layout
 
@@ -41,7 +42,7 @@ def ext_read_layout(pes: int) -> data.StructLayout:
                               "dst_mask": unsigned(pes)})
 
 
-class ExtStreamer(wiring.Component):
+class ExtStreamer(CheckedComponent):
     """Descriptors -> word reads -> ring flits (module docstring).
 
     Ports
@@ -74,17 +75,19 @@ class ExtStreamer(wiring.Component):
         A parameter out of range (named), or W and the flit not dividing one another.
     """
 
+    @classmethod
+    def check(cls, *, pes, word_bits, flit_bytes, stream_bits, inflight):
+        """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`):
+        raises before the object exists."""
+        for name, value, lo in (("pes", pes, 1), ("stream_bits", stream_bits, 1),
+                                ("inflight", inflight, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+                raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
+        ring_geometry(word_bits=word_bits, flit_bytes=flit_bytes)
+
     def __init__(self, *, pes: int, word_bits: int, flit_bytes: int, stream_bits: int,
                  inflight: int = 4):
-        try:
-            for name, value, lo in (("pes", pes, 1), ("stream_bits", stream_bits, 1),
-                                    ("inflight", inflight, 1)):
-                if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-                    raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
-            self._per, self._span = ring_geometry(word_bits=word_bits, flit_bytes=flit_bytes)
-        except ValueError:
-            self._MustUse__silence = True
-            raise
+        self._per, self._span = ring_geometry(word_bits=word_bits, flit_bytes=flit_bytes)
         self._pes, self._w, self._fb, self._sb = pes, word_bits, flit_bytes, stream_bits
         self._inflight = inflight
         self._flit = ring_flit_layout(pes=pes, word_bits=word_bits, flit_bytes=flit_bytes,

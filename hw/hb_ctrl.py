@@ -33,10 +33,18 @@ class HBController(DramController):
         ``config`` is not an ArchConfig.
     """
 
-    def __init__(self, *, config: ArchConfig, queue_depth: int = 128, read_buffer: int = 16,
-                 length_bits: int = 16):
+    @classmethod
+    def check(cls, *, config, queue_depth, read_buffer, length_bits):
+        """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`):
+        raises before the object exists."""
         if not isinstance(config, ArchConfig):
             raise TypeError(f"config: expected an ArchConfig, got {type(config).__name__}")
+        DramController.check(dram=config.hb, clock_ghz=config.clock_ghz,
+                             queue_depth=queue_depth, read_buffer=read_buffer,
+                             length_bits=length_bits)
+
+    def __init__(self, *, config: ArchConfig, queue_depth: int = 128, read_buffer: int = 16,
+                 length_bits: int = 16):
         self._arch = config
         super().__init__(dram=config.hb, clock_ghz=config.clock_ghz, queue_depth=queue_depth,
                          read_buffer=read_buffer, length_bits=length_bits)

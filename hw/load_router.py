@@ -30,12 +30,13 @@ the k-th EXT LOAD word in program order (likewise HOST and HB). The compiler
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, stream
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..config import PEConfig, pe_config
 from ..isa import OPS, Op, Source
+from .checked import CheckedComponent
 from .isa import OpCode, command_layout
 
 
@@ -72,7 +73,7 @@ def _check_depth(name, value, lo):
         raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
 
 
-class LoadRouter(wiring.Component):
+class LoadRouter(CheckedComponent):
     """Per-PE load router (module docstring; ``docs/memory.md``, "Logic die").
 
     Ports (W = ``lanes * 128`` bits, the PE word; ``amaranth.lib.stream``)
@@ -123,37 +124,12 @@ class LoadRouter(wiring.Component):
         A depth is not a positive integer, or ``hb_burst_words > hb_fifo_words``.
     """
 
-    def __init__(self, *, config, queue_depth: int = 8, hb_fifo_words: int = 32,
-                 hb_burst_words: int = 8, ext_fifo_words: int = 8, host_fifo_words: int = 4):
-        try:
-            pe = self._validate(config, queue_depth, hb_fifo_words, hb_burst_words,
-                                ext_fifo_words, host_fifo_words)
-        except (TypeError, ValueError):
-            # Never constructed, so never to be elaborated: no "created but never used"
-            # warning from Amaranth when the half-made object is collected.
-            self._MustUse__silence = True
-            raise
-        self._pe = pe
-        self._queue_depth = queue_depth
-        self._hb_fifo_words = hb_fifo_words
-        self._hb_burst_words = hb_burst_words
-        self._ext_fifo_words = ext_fifo_words
-        self._host_fifo_words = host_fifo_words
-        W = pe.word_bits
-        super().__init__({
-            "cmd_i": In(stream.Signature(command_layout())),
-            "cmd_o": Out(stream.Signature(command_layout())),
-            "ld": Out(stream.Signature(unsigned(W))),
-            "hb_req": Out(stream.Signature(hb_read_layout())),
-            "hb_data": In(stream.Signature(unsigned(W))),
-            "ext": In(stream.Signature(unsigned(W))),
-            "host": In(stream.Signature(unsigned(W))),
-        })
-
-    @staticmethod
-    def _validate(config, queue_depth, hb_fifo_words, hb_burst_words, ext_fifo_words,
-                  host_fifo_words) -> PEConfig:
-        pe = pe_config(config)
+    @classmethod
+    def check(cls, *, config, queue_depth, hb_fifo_words, hb_burst_words, ext_fifo_words,
+              host_fifo_words):
+        """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`):
+        raises before the object exists."""
+        pe_config(config)
         _check_depth("queue_depth", queue_depth, 1)
         _check_depth("hb_fifo_words", hb_fifo_words, 1)
         _check_depth("hb_burst_words", hb_burst_words, 1)
@@ -165,7 +141,25 @@ class LoadRouter(wiring.Component):
         if hb_burst_words >= 1 << WORDS_BITS:
             raise ValueError(f"hb_burst_words: {hb_burst_words} does not fit the "
                              f"{WORDS_BITS}-bit request length")
-        return pe
+
+    def __init__(self, *, config, queue_depth: int = 8, hb_fifo_words: int = 32,
+                 hb_burst_words: int = 8, ext_fifo_words: int = 8, host_fifo_words: int = 4):
+        self._pe = pe_config(config)
+        self._queue_depth = queue_depth
+        self._hb_fifo_words = hb_fifo_words
+        self._hb_burst_words = hb_burst_words
+        self._ext_fifo_words = ext_fifo_words
+        self._host_fifo_words = host_fifo_words
+        W = self._pe.word_bits
+        super().__init__({
+            "cmd_i": In(stream.Signature(command_layout())),
+            "cmd_o": Out(stream.Signature(command_layout())),
+            "ld": Out(stream.Signature(unsigned(W))),
+            "hb_req": Out(stream.Signature(hb_read_layout())),
+            "hb_data": In(stream.Signature(unsigned(W))),
+            "ext": In(stream.Signature(unsigned(W))),
+            "host": In(stream.Signature(unsigned(W))),
+        })
 
     # ---- parameters -------------------------------------------------------------------------
 

@@ -32,8 +32,10 @@ byte and no error.
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import stream
 from amaranth.lib.wiring import In, Out
+
+from .checked import CheckedComponent
 
 
 __all__ = ["UartRx", "UartTx", "COUNTER_BITS", "MIN_DIVISOR"]
@@ -51,7 +53,7 @@ def _check_divisor(divisor):
                          f"bit), got {divisor!r}")
 
 
-class UartRx(wiring.Component):
+class UartRx(CheckedComponent):
     """UART receiver, 8N1 (module docstring).
 
     Ports
@@ -82,12 +84,11 @@ class UartRx(wiring.Component):
         ``divisor`` is not an integer >= 4.
     """
 
+    @classmethod
+    def check(cls, *, divisor):
+        _check_divisor(divisor)
+
     def __init__(self, *, divisor: int):
-        try:
-            _check_divisor(divisor)
-        except ValueError:
-            self._MustUse__silence = True
-            raise
         self._divisor = divisor
         super().__init__({
             "rx": In(1, init=1),
@@ -165,7 +166,7 @@ class UartRx(wiring.Component):
         return m
 
 
-class UartTx(wiring.Component):
+class UartTx(CheckedComponent):
     """UART transmitter, 8N1 (module docstring).
 
     Ports
@@ -192,12 +193,11 @@ class UartTx(wiring.Component):
         ``divisor`` is not an integer >= 4.
     """
 
+    @classmethod
+    def check(cls, *, divisor):
+        _check_divisor(divisor)
+
     def __init__(self, *, divisor: int):
-        try:
-            _check_divisor(divisor)
-        except ValueError:
-            self._MustUse__silence = True
-            raise
         self._divisor = divisor
         super().__init__({
             "i": In(stream.Signature(8)),
