@@ -2,6 +2,14 @@
 stream (``docs/fpga.md``, "Wire protocol" and "Bridge hardware"; golden model
 :class:`elmoe3d.sw.golden.bridge.BridgeModel`, which this block equals byte for byte).
 
+Structure: :class:`Bridge` joins small blocks in its ``elaborate`` -- the deframer
+(:class:`elmoe3d.hw.bridge_rx.Deframer`), the enframer (:class:`elmoe3d.hw.bridge_tx.Enframer`),
+the HOST / LINK word FIFOs (:class:`elmoe3d.hw.bridge_bytes.ByteWordFIFO`), Amaranth FIFOs for
+the bytes, commands and descriptors -- and keeps the frame check, the copy engine and the
+reply slot between the two paths. :func:`byte_mux` and :func:`byte_word_fetch` (also used by
+the board's stand-in readers) live in :mod:`elmoe3d.hw.bridge_bytes` and are importable from
+here.
+
 Receive path (byte-serial, one byte per cycle at most)
 ------------------------------------------------------
 ``rx`` bytes -> a small byte FIFO (:attr:`rx_fifo_bytes`, so bytes arriving while a frame is
@@ -58,16 +66,19 @@ to assemble the HOST / LINK words, and two 1-of-W/8 byte multiplexers on the tra
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, ResetInserter, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import pe_config
-from ..sw.golden.bridge import (ADDR_BYTES, CMD_BYTES, CREDIT_BYTES, ESC, EXT_STREAM_BYTES, FLAG,
-                         VERSION, Credits, Info, INFO_BYTES, Reason, Type, check_int, crc16,
-                         max_body_bytes)
+from ..sw.golden.bridge import (ADDR_BYTES, CMD_BYTES, EXT_STREAM_BYTES, VERSION, Credits,
+                                Info, Reason, Type, check_int, max_body_bytes)
+from .bridge_bytes import ByteWordFIFO, byte_mux, byte_word_fetch
+from .bridge_rx import Deframer
+from .bridge_tx import Enframer
+from .checked import CheckedComponent
 from .isa import command_layout, o_beat_layout
 
 
@@ -90,70 +101,6 @@ def write_port_signature(depth: int, word_bits: int) -> wiring.Signature:
                              "lane": Out(max(1, (wb - 1).bit_length())), "data": Out(8)})
 
 
-def byte_mux(value, index, nbytes: int):
-    """Byte ``index`` of ``value`` (``nbytes`` bytes) as a binary tree of 2:1 multiplexers
-    (what LUT4 + PFUMX / L6MUX map well; a variable ``word_select`` becomes a barrel
-    shifter)."""
-    level = [value[8 * k:8 * k + 8] for k in range(nbytes)]
-    bit = 0
-    while len(level) > 1:
-        if len(level) % 2:
-            level.append(level[-1])
-        level = [Mux(index[bit], level[2 * k + 1], level[2 * k])
-                 for k in range(len(level) // 2)]
-        bit += 1
-    return level[0]
-
-
-def byte_word_fetch(m, name: str, rd, word_bytes: int, out, clear=None):
-    """Logic that reads one W-bit word (``word_bytes`` bytes) out of a byte-wide memory
-    through its synchronous read port ``rd`` (byte address = word address * W/8 + lane), one
-    byte a cycle, into a W-bit shift register (flip-flops with enable: no multiplexer), and
-    offers it on the stream ``out`` until taken.
-
-    Returns ``(start, addr, idle)``: the caller drives ``start`` (1 cycle) with the word
-    address ``addr`` when ``idle`` (no fetch in flight, and nothing on offer or the word on
-    offer taken this cycle). A word takes ``W/8 + 2`` cycles from ``start`` to
-    ``out.valid``; with ``out.ready`` high, back-to-back fetches deliver one word every
-    ``W/8 + 2`` cycles. ``clear`` (optional 1-bit signal): drops the fetch in flight and the
-    word on offer (the soft reset of a HELLO). Shared by the bridge's HOST / LINK
-    FIFOs and the board's stand-in readers: byte-wide block RAM avoids the soft logic yosys
-    adds around a W-wide two-port block RAM (about 530 LUT4 and 510-1030 FF per memory for
-    its read-during-write semantics)."""
-    lane_bits = max(1, (word_bytes - 1).bit_length())
-    word_bits_ = len(rd.addr) - lane_bits
-    start = Signal(name=f"{name}_start")
-    addr = Signal(max(1, word_bits_), name=f"{name}_addr")
-    word = Signal(max(1, word_bits_), name=f"{name}_word")
-    lane = Signal(lane_bits, name=f"{name}_lane")
-    issuing = Signal(name=f"{name}_issuing")
-    dv = Signal(name=f"{name}_dv")
-    dlast = Signal(name=f"{name}_dlast")
-    obuf = Signal(8 * word_bytes, name=f"{name}_obuf")
-    ovalid = Signal(name=f"{name}_ovalid")
-    idle = Signal(name=f"{name}_idle")
-    m.d.comb += [idle.eq(~issuing & ~dv & (~ovalid | out.ready)), rd.en.eq(issuing),
-                 rd.addr.eq(Cat(lane, word) if word_bits_ > 0 else lane),
-                 out.valid.eq(ovalid), out.payload.eq(obuf)]
-    with m.If(start):
-        m.d.sync += [word.eq(addr), lane.eq(0), issuing.eq(1)]
-    with m.If(issuing):
-        m.d.sync += lane.eq(lane + 1)
-        with m.If(lane == word_bytes - 1):
-            m.d.sync += issuing.eq(0)
-    m.d.sync += [dv.eq(issuing), dlast.eq(issuing & (lane == word_bytes - 1))]
-    with m.If(dv):
-        m.d.sync += obuf.eq(Cat(obuf[8:], rd.data))
-    with m.If(out.valid & out.ready):
-        m.d.sync += ovalid.eq(0)
-    with m.If(dv & dlast):
-        m.d.sync += ovalid.eq(1)
-    if clear is not None:
-        with m.If(clear):
-            m.d.sync += [issuing.eq(0), dv.eq(0), dlast.eq(0), ovalid.eq(0)]
-    return start, addr, idle
-
-
 def ext_desc_layout(ext_words: int) -> data.StructLayout:
     """One EXT_STREAM descriptor: ``addr`` (EXT stand-in word address) and ``words`` (>= 1);
     the bridge only queues descriptors with ``addr + words <= ext_words``."""
@@ -161,34 +108,7 @@ def ext_desc_layout(ext_words: int) -> data.StructLayout:
                               "words": unsigned(ext_words.bit_length())})
 
 
-def _crc16_byte(crc, byte):
-    """CRC-16/CCITT-FALSE register after one byte (combinational): the golden bitwise update
-    (:func:`elmoe3d.sw.golden.bridge.crc16`, MSB first) is linear over GF(2), so each of the 16
-    result bits is the XOR of fixed register and data bits, found by running the golden
-    update on unit vectors."""
-    def golden(c, d):
-        return crc16(bytes((d,)), c)
-    terms = [[] for _ in range(16)]
-    for k in range(16):
-        out = golden(1 << k, 0)
-        for i in range(16):
-            if out >> i & 1:
-                terms[i].append(crc[k])
-    for k in range(8):
-        out = golden(0, 1 << k)
-        for i in range(16):
-            if out >> i & 1:
-                terms[i].append(byte[k])
-    bits = []
-    for t in terms:
-        v = t[0]
-        for x in t[1:]:
-            v = v ^ x
-        bits.append(v)
-    return Cat(*bits)
-
-
-class Bridge(wiring.Component):
+class Bridge(CheckedComponent):
     """Host bridge, board side (module docstring; ``docs/fpga.md``).
 
     Ports (W = the PE word, ``lanes * 128`` bits; ``amaranth.lib.stream``)
@@ -263,33 +183,35 @@ class Bridge(wiring.Component):
         A parameter out of range (named).
     """
 
+    @classmethod
+    def check(cls, *, config, frame_words, cmd_depth, host_depth, link_depth, ext_depth,
+              rx_fifo_bytes, hb_words, ext_words, clk_hz, baud):
+        """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`):
+        raises before the object exists."""
+        pe = pe_config(config)
+        wb = pe.word_bits // 8
+        if pe.word_bits % 8 or wb & (wb - 1) or wb < CMD_BYTES:
+            raise ValueError(f"config: the bridge needs W/8 a power of two >= "
+                             f"{CMD_BYTES}, got W = {pe.word_bits}")
+        check_int("frame_words", frame_words, 1, 4096)
+        check_int("cmd_depth", cmd_depth, 2, 0xFFFF)
+        check_int("host_depth", host_depth, 2, 0xFFFF)
+        check_int("link_depth", link_depth, 2, 0xFFFF)
+        check_int("ext_depth", ext_depth, 1, 0xFFFF)
+        check_int("rx_fifo_bytes", rx_fifo_bytes, 2, 4096)
+        check_int("hb_words", hb_words, 1, 0xFFFFFFFF)
+        check_int("ext_words", ext_words, 1, 0xFFFFFFFF)
+        check_int("clk_hz", clk_hz, 1, 0xFFFFFFFF)
+        check_int("baud", baud, 1, 0xFFFFFFFF)
+        for name, v in (("rows", pe.rows), ("lanes", pe.lanes)):
+            if v > 0xFF:
+                raise ValueError(f"config: {name} = {v} does not fit INFO's u8")
+
     def __init__(self, *, config, frame_words: int = 16, cmd_depth: int = 16,
                  host_depth: int = 64, link_depth: int = 64, ext_depth: int = 8,
                  rx_fifo_bytes: int = 32, hb_words: int = 1024, ext_words: int = 1024,
                  clk_hz: int = 25_000_000, baud: int = 1_000_000):
-        try:
-            pe = pe_config(config)
-            wb = pe.word_bits // 8
-            if pe.word_bits % 8 or wb & (wb - 1) or wb < CMD_BYTES:
-                raise ValueError(f"config: the bridge needs W/8 a power of two >= "
-                                 f"{CMD_BYTES}, got W = {pe.word_bits}")
-            check_int("frame_words", frame_words, 1, 4096)
-            check_int("cmd_depth", cmd_depth, 2, 0xFFFF)
-            check_int("host_depth", host_depth, 2, 0xFFFF)
-            check_int("link_depth", link_depth, 2, 0xFFFF)
-            check_int("ext_depth", ext_depth, 1, 0xFFFF)
-            check_int("rx_fifo_bytes", rx_fifo_bytes, 2, 4096)
-            check_int("hb_words", hb_words, 1, 0xFFFFFFFF)
-            check_int("ext_words", ext_words, 1, 0xFFFFFFFF)
-            check_int("clk_hz", clk_hz, 1, 0xFFFFFFFF)
-            check_int("baud", baud, 1, 0xFFFFFFFF)
-            for name, v in (("rows", pe.rows), ("lanes", pe.lanes)):
-                if v > 0xFF:
-                    raise ValueError(f"config: {name} = {v} does not fit INFO's u8")
-        except (TypeError, ValueError):
-            self._MustUse__silence = True
-            raise
-        self._pe = pe
+        self._pe = pe = pe_config(config)
         self._frame_words = frame_words
         self._depths = {"cmd": cmd_depth, "host": host_depth, "link": link_depth,
                         "ext": ext_depth}
@@ -379,17 +301,21 @@ class Bridge(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        pe = self._pe
-        W = pe.word_bits
+        W = self._pe.word_bits
         wb = W // 8
         wb_log = wb.bit_length() - 1
         max_body = self.max_body
-        fw = self._frame_words
+        max_pl = self._frame_words * wb
 
-        # HELLO's soft reset: one cycle, when the transmitter takes the INFO reply (no
-        # output frame is being framed then); empties the CMD / HOST / LINK FIFOs and the
-        # EXT_STREAM queue, restarts the output counter, and is the board's PE-side reset
-        flush = Signal()
+        # the transmit path (enframer); it raises the HELLO's soft reset (``flush``): one
+        # cycle, when it takes the INFO reply (no output frame is being framed then); it
+        # empties the CMD / HOST / LINK FIFOs and the EXT_STREAM queue, restarts the output
+        # counter, and is the board's PE-side reset
+        m.submodules.enframer = tx = Enframer(config=self._pe, info=self.info)
+        flush = tx.flush
+        wiring.connect(m, wiring.flipped(self.tx), tx.tx)
+        wiring.connect(m, wiring.flipped(self.o), tx.o)
+        wiring.connect(m, wiring.flipped(self.link_o), tx.link_o)
         m.d.comb += self.soft_reset.eq(flush)
 
         # -- queues --
@@ -406,67 +332,36 @@ class Bridge(wiring.Component):
         for port, q in ((self.cmd, cmd_q), (self.ext_desc, ext_q)):
             m.d.comb += [port.valid.eq(q.r_rdy), port.payload.eq(q.r_data),
                          q.r_en.eq(port.ready)]
-        free = {name: Signal(16, name=f"{name}_free")
-                for name in ("cmd", "host", "link", "ext")}
+        # HOST and LINK: word FIFOs stored as bytes, written byte by byte by the copy engine
+        host_q = m.submodules.host_q = ByteWordFIFO(depth=self.host_depth, word_bytes=wb)
+        link_q = m.submodules.link_q = ByteWordFIFO(depth=self.link_depth, word_bytes=wb)
+        for port, q in ((self.host, host_q), (self.link, link_q)):
+            wiring.connect(m, wiring.flipped(port), q.r)
+            m.d.comb += q.clear.eq(flush)
+        free = {"cmd": Signal(16, name="cmd_free"), "host": host_q.free, "link": link_q.free,
+                "ext": Signal(16, name="ext_free")}
         for name, q in (("cmd", cmd_q), ("ext", ext_q)):
             m.d.comb += free[name].eq(self._depths[name] - q.level)
-        # HOST and LINK: word FIFOs stored as bytes (block RAM), words assembled on the way
-        # out (byte_word_fetch); written byte by byte by the copy engine
-        byte_q = {}
-        for name, port in (("host", self.host), ("link", self.link)):
-            depth = self._depths[name]
-            mem = Memory(shape=8, depth=depth * wb, init=[])
-            m.submodules[f"{name}_mem"] = mem
-            w, r = mem.write_port(), mem.read_port()
-            start, addr, idle = byte_word_fetch(m, name, r, wb, port, clear=flush)
-            wptr = Signal(range(depth), name=f"{name}_wptr")
-            rptr = Signal(range(depth), name=f"{name}_rptr")
-            wlane = Signal(max(1, wb_log), name=f"{name}_wlane")
-            stored = Signal(range(depth + 1), name=f"{name}_stored")  # not yet fetched
-            level = Signal(range(depth + 1), name=f"{name}_level")    # not yet taken
-            we = Signal(name=f"{name}_we")
-            m.d.comb += [w.addr.eq(Cat(wlane, wptr)), w.en.eq(we)]
-            done = we & (wlane == wb - 1)                # a word complete
-            with m.If(we):
-                m.d.sync += wlane.eq(wlane + 1)
-                with m.If(done):
-                    m.d.sync += wptr.eq(Mux(wptr == depth - 1, 0, wptr + 1))
-            fetch = idle & (stored != 0)
-            m.d.comb += [start.eq(fetch), addr.eq(rptr)]
-            with m.If(fetch):
-                m.d.sync += rptr.eq(Mux(rptr == depth - 1, 0, rptr + 1))
-            m.d.sync += [stored.eq(stored + done - fetch),
-                         level.eq(level + done - (port.valid & port.ready))]
-            m.d.comb += free[name].eq(depth - level)
-            with m.If(flush):
-                m.d.sync += [wptr.eq(0), rptr.eq(0), wlane.eq(0), stored.eq(0), level.eq(0)]
-            byte_q[name] = (we, w.data)
+        m.d.comb += tx.credits.eq(Cat(free["cmd"], free["host"], free["link"], free["ext"]))
 
-        # -- staging buffer --
+        # -- staging buffer, written by the deframer --
         m.submodules.staging = staging = Memory(shape=8, depth=max_body, init=[])
         st_w = staging.write_port()
         st_r = staging.read_port()
+        m.submodules.deframer = df = Deframer(max_body=max_body)
+        m.d.comb += [df.i.payload.eq(rxq.r_data), st_w.addr.eq(df.stage.addr),
+                     st_w.data.eq(df.stage.data), st_w.en.eq(df.stage.en)]
 
         # -- reply slot (receive path -> transmit path) --
         rep_pending = Signal()
-        rep_type = Signal(8)
-        rep_seq = Signal(8)
-        rep_reason = Signal(8)
+        rep = Signal(tx.reply.payload.shape())
+        m.d.comb += [tx.reply.valid.eq(rep_pending), tx.reply.payload.eq(rep)]
+        with m.If(tx.reply.valid & tx.reply.ready):
+            m.d.sync += rep_pending.eq(0)
 
-        # ================= receive path =================
-        count = Signal(range(max_body + 1))              # body bytes stored
-        esc = Signal()
-        overflow = Signal()
-        ftype = Signal(8)
-        fseq = Signal(8)
-        hdr = Signal(64)                                 # body bytes 2..9
-        b1 = Signal(8)                                   # the last body byte
-        b2 = Signal(8)                                   # the one before
-        crc = Signal(16, init=0xFFFF)
+        # ================= receive path: check and apply =================
+        count, ftype, fseq = df.length, df.type, df.seq
         expect = Signal(8)
-
-        byte = Signal(8)
-        m.d.comb += byte.eq(rxq.r_data)
 
         # copy engine
         ptr = Signal(range(max_body + 1))
@@ -480,8 +375,8 @@ class Bridge(wiring.Component):
         target = Signal(3)                               # 0 cmd 1 host 2 link 3 hb 4 ext
         T_CMD, T_HOST, T_LINK, T_HB, T_EXT = range(5)
 
-        hdr_addr = hdr[:32]
-        hdr_words = hdr[32:64]
+        hdr_addr = df.header[:32]
+        hdr_words = df.header[32:64]
         plen = Signal(range(max_body + 1))
         m.d.comb += plen.eq(count - 4)
         data_len = Signal(range(max_body + 1))           # payload after the address header
@@ -493,49 +388,19 @@ class Bridge(wiring.Component):
                      n_cmds.eq(plen >> 4)]
         whole_words = plen[:wb_log] == 0
         whole_data = data_len[:wb_log] == 0
-        max_pl = fw * wb
 
         def post(type_, seq, reason=0):
-            m.d.sync += [rep_type.eq(int(type_)), rep_seq.eq(seq), rep_reason.eq(int(reason))]
+            m.d.sync += [rep.type.eq(int(type_)), rep.seq.eq(seq), rep.reason.eq(int(reason))]
             if type_ == Type.NAK:
                 m.d.sync += self.nak_seen.eq(1)
-
-        def clear_frame():
-            m.d.sync += [count.eq(0), esc.eq(0), overflow.eq(0), crc.eq(0xFFFF)]
 
         rx_busy = Signal()
         with m.FSM(name="rx_fsm"):
             with m.State("RECV"):
-                m.d.comb += [rxq.r_en.eq(1), rx_busy.eq(count != 0)]
-                store = Signal()
-                value = Signal(8)
-                with m.If(rxq.r_rdy):
-                    with m.If(byte == FLAG):
-                        with m.If(esc | overflow | (count != 0)):
-                            m.next = "WAIT_SLOT"
-                    with m.Elif(esc):
-                        m.d.comb += [store.eq(1), value.eq(byte ^ 0x20)]
-                        m.d.sync += esc.eq(0)
-                    with m.Elif(byte == ESC):
-                        m.d.sync += esc.eq(1)
-                    with m.Else():
-                        m.d.comb += [store.eq(1), value.eq(byte)]
-                with m.If(store):
-                    with m.If(count == max_body):
-                        m.d.sync += overflow.eq(1)
-                    with m.Else():
-                        m.d.comb += [st_w.addr.eq(count), st_w.data.eq(value), st_w.en.eq(1)]
-                        m.d.sync += [count.eq(count + 1), b1.eq(value), b2.eq(b1)]
-                        with m.If(count >= 2):
-                            m.d.sync += crc.eq(_crc16_byte(crc, b2))
-                        with m.Switch(count):
-                            with m.Case(0):
-                                m.d.sync += ftype.eq(value)
-                            with m.Case(1):
-                                m.d.sync += fseq.eq(value)
-                            for k in range(8):
-                                with m.Case(2 + k):
-                                    m.d.sync += hdr[8 * k:8 * k + 8].eq(value)
+                m.d.comb += [df.i.valid.eq(rxq.r_rdy), rxq.r_en.eq(df.i.ready),
+                             rx_busy.eq(count != 0)]
+                with m.If(df.closed):
+                    m.next = "WAIT_SLOT"
             with m.State("WAIT_SLOT"):
                 m.d.comb += rx_busy.eq(1)
                 with m.If(~rep_pending):
@@ -543,7 +408,7 @@ class Bridge(wiring.Component):
             with m.State("CHECK"):
                 m.d.comb += rx_busy.eq(1)
                 seq_or_ff = Mux(count > 1, fseq, 0xFF)
-                crc_ok = crc == Cat(b2, b1)
+                crc_ok = df.crc_ok
                 known = (ftype >= Type.HELLO) & (ftype <= Type.POLL)
                 anyseq = (ftype == Type.HELLO) | (ftype == Type.POLL)
                 is_wr = (ftype == Type.HB_WRITE) | (ftype == Type.EXT_WRITE)
@@ -582,7 +447,7 @@ class Bridge(wiring.Component):
                         m.d.comb += room_bad.eq(free["ext"] == 0)
 
                 m.next = "POST"
-                with m.If(esc | overflow | (count < 4)):
+                with m.If(df.esc | df.overflow | (count < 4)):
                     post(Type.NAK, seq_or_ff, Reason.LENGTH)
                 with m.Elif(~crc_ok):
                     post(Type.NAK, fseq, Reason.CRC)
@@ -622,7 +487,7 @@ class Bridge(wiring.Component):
                         m.next = "COPY"
                 desc = data.View(dl, ext_q.w_data)
                 m.d.comb += [desc.addr.eq(hdr_addr), desc.words.eq(hdr_words)]
-                clear_frame()
+                m.d.comb += df.clear.eq(1)
             with m.State("COPY"):
                 m.d.comb += rx_busy.eq(1)
                 with m.If(ptr != end):
@@ -647,9 +512,8 @@ class Bridge(wiring.Component):
                     m.d.sync += push.eq(1)
             with m.If(bi == unit_last):
                 m.d.sync += waddr.eq(waddr + 1)
-        for name, code in (("host", T_HOST), ("link", T_LINK)):
-            we, wdata = byte_q[name]
-            m.d.comb += [we.eq(dvalid & (target == code)), wdata.eq(st_r.data)]
+        for q, code in ((host_q, T_HOST), (link_q, T_LINK)):
+            m.d.comb += [q.w_en.eq(dvalid & (target == code)), q.w_data.eq(st_r.data)]
         m.d.comb += [
             cmd_q.w_data.eq(asm), cmd_q.w_en.eq(push),
             self.hb_write.en.eq(dvalid & (target == T_HB)),
@@ -658,126 +522,5 @@ class Bridge(wiring.Component):
         for port in (self.hb_write, self.ext_write):
             m.d.comb += [port.addr.eq(waddr), port.lane.eq(bi), port.data.eq(st_r.data)]
 
-        # ================= transmit path =================
-        SRC_REPLY, SRC_OUT, SRC_LINK = 0, 1, 2
-        src = Signal(2)
-        tx_type = Signal(8)
-        tx_seq = Signal(8)
-        tx_reason = Signal(8)
-        credits = Signal(8 * CREDIT_BYTES)
-        out_seq = Signal(8)
-        last_out = Signal()                              # round robin: OUT went last
-        idx = Signal(range(max(INFO_BYTES, 1 + wb) + 5))  # body byte index
-        plen_tx = Signal(range(max(INFO_BYTES, 1 + wb) + 1))
-        esc_sent = Signal()
-        tcrc = Signal(16)
-
-        info_const = self.info.pack()[:INFO_BYTES - CREDIT_BYTES]
-        pidx = Signal.like(idx)
-        m.d.comb += pidx.eq(idx - 2)
-        cur = Signal(8)                                  # the current body byte
-        pay = Signal(8)
-        credit_byte = Signal(8)
-        cidx = Signal(range(len(info_const) + CREDIT_BYTES + 1))
-        o_byte = Signal(8)
-        l_byte = Signal(8)
-        m.d.comb += [
-            o_byte.eq(byte_mux(self.o.payload.data, (pidx - 1)[:wb_log], wb)),
-            l_byte.eq(byte_mux(self.link_o.payload, pidx[:wb_log], wb)),
-        ]
-        with m.Switch(tx_type):
-            with m.Case(Type.NAK):
-                m.d.comb += cidx.eq(pidx - 1)
-            with m.Case(Type.INFO):
-                m.d.comb += cidx.eq(pidx - len(info_const))
-            with m.Default():
-                m.d.comb += cidx.eq(pidx)
-        m.d.comb += credit_byte.eq(credits.word_select(cidx[:3], 8))
-        with m.Switch(src):
-            with m.Case(SRC_OUT):
-                m.d.comb += pay.eq(Mux(pidx == 0, self.o.payload.kind.as_value(), o_byte))
-            with m.Case(SRC_LINK):
-                m.d.comb += pay.eq(l_byte)
-            with m.Default():
-                with m.If(tx_type == Type.INFO):
-                    with m.Switch(pidx):
-                        for k, v in enumerate(info_const):
-                            with m.Case(k):
-                                m.d.comb += pay.eq(v)
-                        with m.Default():
-                            m.d.comb += pay.eq(credit_byte)
-                with m.Elif((tx_type == Type.NAK) & (pidx == 0)):
-                    m.d.comb += pay.eq(tx_reason)
-                with m.Else():
-                    m.d.comb += pay.eq(credit_byte)
-        with m.If(idx == 0):
-            m.d.comb += cur.eq(tx_type)
-        with m.Elif(idx == 1):
-            m.d.comb += cur.eq(tx_seq)
-        with m.Elif(idx == plen_tx + 2):
-            m.d.comb += cur.eq(tcrc[:8])
-        with m.Elif(idx == plen_tx + 3):
-            m.d.comb += cur.eq(tcrc[8:])
-        with m.Else():
-            m.d.comb += cur.eq(pay)
-        need_esc = (cur == FLAG) | (cur == ESC)
-
-        tx_busy = Signal()
-        with m.FSM(name="tx_fsm"):
-            with m.State("IDLE"):
-                m.d.sync += [idx.eq(0), esc_sent.eq(0), tcrc.eq(0xFFFF)]
-                with m.If(rep_pending):
-                    is_info = rep_type == Type.INFO
-                    # INFO: the queues are emptied in this very cycle (flush), so its
-                    # credits are the full depths
-                    full = Const(int.from_bytes(self.info.credits.pack(), "little"),
-                                 8 * CREDIT_BYTES)
-                    m.d.comb += flush.eq(is_info)
-                    m.d.sync += [src.eq(SRC_REPLY), tx_type.eq(rep_type), tx_seq.eq(rep_seq),
-                                 tx_reason.eq(rep_reason), rep_pending.eq(0),
-                                 credits.eq(Mux(is_info, full,
-                                                Cat(free["cmd"], free["host"], free["link"],
-                                                    free["ext"]))),
-                                 plen_tx.eq(Mux(rep_type == Type.INFO, INFO_BYTES,
-                                                Mux(rep_type == Type.NAK, 1 + CREDIT_BYTES,
-                                                    CREDIT_BYTES)))]
-                    m.next = "SOF"
-                with m.Elif(self.o.valid & (~last_out | ~self.link_o.valid)):
-                    m.d.sync += [src.eq(SRC_OUT), tx_type.eq(Type.OUT), tx_seq.eq(out_seq),
-                                 out_seq.eq(out_seq + 1), last_out.eq(1), plen_tx.eq(1 + wb)]
-                    m.next = "SOF"
-                with m.Elif(self.link_o.valid):
-                    m.d.sync += [src.eq(SRC_LINK), tx_type.eq(Type.LINK_O),
-                                 tx_seq.eq(out_seq), out_seq.eq(out_seq + 1), last_out.eq(0),
-                                 plen_tx.eq(wb)]
-                    m.next = "SOF"
-            with m.State("SOF"):
-                m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(FLAG), tx_busy.eq(1)]
-                with m.If(self.tx.ready):
-                    m.next = "BODY"
-            with m.State("BODY"):
-                m.d.comb += [self.tx.valid.eq(1), tx_busy.eq(1),
-                             self.tx.payload.eq(Mux(esc_sent, cur ^ 0x20,
-                                                    Mux(need_esc, ESC, cur)))]
-                with m.If(self.tx.ready):
-                    with m.If(need_esc & ~esc_sent):
-                        m.d.sync += esc_sent.eq(1)
-                    with m.Else():
-                        m.d.sync += [esc_sent.eq(0), idx.eq(idx + 1)]
-                        with m.If(idx < plen_tx + 2):
-                            m.d.sync += tcrc.eq(_crc16_byte(tcrc, cur))
-                        with m.If(idx == plen_tx + 3):
-                            m.next = "EOF"
-            with m.State("EOF"):
-                m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(FLAG), tx_busy.eq(1)]
-                with m.If(self.tx.ready):
-                    m.d.comb += [self.o.ready.eq(src == SRC_OUT),
-                                 self.link_o.ready.eq(src == SRC_LINK)]
-                    m.next = "IDLE"
-
-        # the output counter restarts with the INFO: the first OUT / LINK_O frame after it
-        # is numbered 0 (the INFO is taken in IDLE, so no output is numbered this cycle)
-        with m.If(flush):
-            m.d.sync += [out_seq.eq(0), last_out.eq(0)]
-        m.d.comb += self.busy.eq(rx_busy | tx_busy)
+        m.d.comb += self.busy.eq(rx_busy | tx.busy)
         return m
