@@ -124,8 +124,8 @@ class ByteWordFIFO(CheckedComponent):
         in consecutive writes (not necessarily adjacent cycles). The writer keeps to
         :attr:`free` (a write into a full FIFO is not checked).
     r : Out, ``stream.Signature(8 * word_bytes)``
-        The words, in order: ``word_bytes + 2`` cycles from a word's last byte written (or
-        from the previous word taken) to ``r.valid``; one word every ``word_bytes + 2``
+        The words, in order: :attr:`latency` cycles from the cycle a word's last byte is
+        written (nothing else queued) to ``r.valid``; one word every ``word_bytes + 2``
         cycles when ``r.ready`` stays high.
     free : Out(16)
         Words not taken: ``depth`` minus the words completed and not yet taken through
@@ -175,9 +175,9 @@ class ByteWordFIFO(CheckedComponent):
 
     @property
     def latency(self) -> int:
-        """Cycles from a word's last byte written (into an empty FIFO whose ``r`` is free)
-        to ``r.valid``: the fetch's ``word_bytes + 2``, plus 1 (the word is complete when its
-        last byte is written; the fetch starts the next cycle)."""
+        """Cycles from the cycle a word's last byte is written (into an empty FIFO) to the
+        first cycle of ``r.valid``: 1 (the word counts as stored) + the fetch's
+        ``word_bytes + 2`` (:func:`byte_word_fetch`)."""
         return self._word_bytes + 3
 
     def elaborate(self, platform):
