@@ -30,6 +30,8 @@ COMMANDS = {
     "synth": ("elmoe3d.cli.synth", "Yosys area of every block, rolled up to the logic die"),
     "fpga": ("elmoe3d.cli.fpga", "FPGA prototype: fit estimate, bitstream, utilization and fmax "
                                  "of the board top (YoWASP tools, amaranth-boards)"),
+    "blocks": ("elmoe3d.cli.blocks", "the block registry: each block's RTL, golden model, "
+                                     "bench, tests, area category and doc section"),
 }
 
 
