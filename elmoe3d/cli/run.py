@@ -11,9 +11,11 @@
 
 The trace (a vLLM-style JSONL routing log, or the canonical ``.npz`` of
 :mod:`elmoe3d.sw.host.trace`; ``gsm8k`` and ``humaneval`` stand for the real Mixtral traces in
-``../shared/traces`` or ``$ELMOE3D_TRACES``) is scheduled into steps (:mod:`elmoe3d.sw.host.compiler`):
-Elastic-SD (default; one run per ``--depth``) or a plain replay through the LRU cache. Every
-step's expert work is placed on the die's PE groups and compiled, then run by a backend:
+``../shared/traces`` or ``$ELMOE3D_TRACES``) is scheduled into steps
+(:mod:`elmoe3d.sw.host.compiler`): Elastic-SD (default; one run per ``--depth``) or a plain
+replay through the LRU cache. Every step's expert work is placed on the die's PE groups and
+compiled, then run by a backend of the registry :data:`elmoe3d.sw.host.backends.BACKENDS`
+(which also says which configurations and options each takes, and refuses the rest):
 
 * ``perf`` -- the analytical model (:mod:`elmoe3d.sw.host.perf`) on the model's real shapes (on
   ``small``, the synthetic shapes the golden and RTL backends run): per-step latency (cycles,
@@ -59,14 +61,18 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
+from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_options,
+                                check_request, run_perf, summarise)
+from ..sw.host.backends.records import format_bytes as _b
 from .outputs import AtomicOutputs, check_output, report_console
 
 
 __all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "BACKENDS",
            "execute"]
 
-CONFIGS = ("small", "paper-4gb", "paper-8gb")
-BACKENDS = ("golden", "rtl", "fpga", "perf")
+CONFIGS = (SMALL_CONFIG, "paper-4gb", "paper-8gb")
+#: ``--backend``'s default.
+DEFAULT_BACKEND = "perf"
 SCHEDULES = ("elastic", "replay")
 #: Real traces by name (files in :func:`elmoe3d.sw.host.corpus.traces_dir`).
 NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
@@ -94,8 +100,10 @@ def configure(parser) -> None:
                              "or the JSONL meta line's)")
     parser.add_argument("--config", default="small", metavar="NAME",
                         help=f"architecture preset: {', '.join(CONFIGS)} (default small)")
-    parser.add_argument("--backend", default="perf", metavar="NAME",
-                        help=f"{', '.join(BACKENDS)} (default perf)")
+    parser.add_argument("--backend", default=DEFAULT_BACKEND, metavar="NAME",
+                        help=f"{', '.join(BACKENDS)} (default {DEFAULT_BACKEND}): "
+                             + "; ".join(f"{b.name}: {b.description}"
+                                         for b in BACKENDS.values()))
     parser.add_argument("--layers", default=None, metavar="SLICE",
                         help="MoE layers compiled and reported: A:B, A:B:S, N or A,B,... "
                              "(decoder-layer indices; default all)")
@@ -138,15 +146,9 @@ def configure(parser) -> None:
     parser.add_argument("--traffic", default="smooth", metavar="NAME",
                         help="rtl: smooth, or stalls (idle source cycles and backpressure; "
                              "elmoe3d.sim.traffic)")
-    parser.add_argument("--port", default=None, metavar="PORT",
-                        help="fpga: the board's serial port (e.g. /dev/ttyUSB0; any pyserial "
-                             "URL)")
-    parser.add_argument("--baud", type=int, default=None, metavar="B",
-                        help="fpga: the UART rate of the board's bitstream (default 1000000, "
-                             "the rate `make fpga` builds)")
-    parser.add_argument("--deadline", type=float, default=None, metavar="S",
-                        help="fpga: seconds each PE program may take beyond 20 times its "
-                             "bytes' wire time at --baud (default 10)")
+    for backend, opt in backend_options():
+        parser.add_argument(f"--{opt.name}", type=opt.type, default=None, metavar=opt.metavar,
+                            help=f"{backend.name}: {opt.help}")
     parser.add_argument("--json", type=Path, default=None, metavar="F",
                         help="write the runs, their summaries and every step as JSON")
     parser.add_argument("--csv", type=Path, default=None, metavar="F",
@@ -351,23 +353,9 @@ def execute(args, *, progress_factory=None) -> dict:
         arch = preset(args.config)
     except ConfigError as exc:
         raise UserError(str(exc)) from None
-    port, baud = getattr(args, "port", None), getattr(args, "baud", None)
-    deadline = getattr(args, "deadline", None)
-    if backend == "fpga" and not port:
-        raise UserError("--backend fpga: needs --port PORT, the board's serial port (e.g. "
-                        "/dev/ttyUSB0)")
-    if backend != "fpga":
-        for opt, v in (("port", port), ("baud", baud), ("deadline", deadline)):
-            if v is not None:
-                raise UserError(f"--{opt}: only with --backend fpga (got --backend "
-                                f"{backend})")
-    if baud is not None and baud < 1:
-        raise UserError(f"--baud {baud}: expected a positive integer")
-    if deadline is not None and not deadline > 0:
-        raise UserError(f"--deadline {deadline:g}: expected seconds > 0")
-    if backend in ("golden", "rtl", "fpga") and args.config != "small":
-        raise UserError(f"--backend {backend}: runs the small configuration only (the paper "
-                        f"configurations are for the perf backend)")
+    options = {opt.name: getattr(args, opt.name, None) for _, opt in backend_options()}
+    options["traffic"] = args.traffic
+    be = check_request(backend, config=args.config, options=options)
     acceptance = parse_acceptance(args.acceptance) if schedule == "elastic" else None
     path = resolve_trace(args.trace)
     if args.model is not None:
@@ -395,7 +383,7 @@ def execute(args, *, progress_factory=None) -> dict:
         raise UserError(f"{exc} [import: {note}]") from None
     logged = len(set(np.unique(trace.layer[trace.phase_mask("decode")]).tolist())
                  & set(real_model.moe_layer_ids))
-    real = args.config != "small"
+    real = args.config != SMALL_CONFIG
     model = real_model if real else host.synthetic_model(real_model)
     # every backend reports the perf model's figures: a model it cannot take is refused here
     from ..sw.host.perf import PerfModel
@@ -426,59 +414,25 @@ def execute(args, *, progress_factory=None) -> dict:
             f"the trace logs {logged} of {real_model.moe_layers} MoE layers: their experts get "
             f"{logged}/{real_model.moe_layers} of the HB expert capacity, as in a full log")
     depths = args.depth if schedule == "elastic" else [None]
-    board = None
-    if backend == "fpga":
-        # open the board first: no board fails in seconds, not after the golden run
-        from ..sw.host.fpga import DEFAULT_BAUD, DEFAULT_DEADLINE_S, FpgaBoard
-        board = FpgaBoard.open(port, baud=baud or DEFAULT_BAUD, config=arch)
-        try:
-            info = board.hello()
-        except BaseException:
-            board.close()
-            raise
-        # info_baud: the rate the board's INFO reports (its bitstream's)
-        doc["board"] = {"port": port, "baud": baud or DEFAULT_BAUD, "info_baud": info.baud,
-                        "deadline_base_s": deadline or DEFAULT_DEADLINE_S, **{
-            k: getattr(info, k) for k in ("version", "rows", "lanes", "word_bits", "hb_words",
-                                          "ext_words", "frame_words", "clk_hz")}}
-    try:
+    # the backend's session (the FPGA board) opens before the first run: a missing device
+    # fails in seconds, not after the golden run
+    with be.session(arch, options) as session:
+        if session is not None:
+            doc.update(session.doc)
+        ctx = RunContext(arch=arch, model=model, seed=seed, options=options, session=session,
+                         progress_factory=progress_factory)
         for depth in depths:
-            _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acceptance,
-                     layers, real, board, progress_factory)
-    finally:
-        if board is not None:
-            board.close()
+            _one_run(doc, args, depth, be, ctx, trace, schedule, acceptance, layers, real)
     return doc
 
 
-def _merge_layers(recs, layer_results, arch, *, timed) -> dict | None:
-    """Add a hardware backend's per-layer-step results to the golden step records (compared,
-    mismatches, details; cycles when ``timed``). Returns the results of no step (a bench
-    that lost cases), or None."""
-    per_step = {}
-    for lr in layer_results:
-        s = per_step.setdefault(lr["step"], {"cycles": 0, "compared": 0, "mismatches": 0,
-                                             "details": []})
-        s["cycles"] += lr["cycles"]
-        s["compared"] += lr["compared"]
-        s["mismatches"] += lr["mismatches"]
-        s["details"] += lr["details"]
-    for r in recs:
-        s = per_step.pop(r["step"], None)
-        if s:
-            if timed:
-                r["cycles"] = s["cycles"]
-                r["us"] = arch.cycles_to_us(s["cycles"])
-            r["golden_mismatches"] = r["mismatches"]
-            r["compared"] += s["compared"]
-            r["mismatches"] += s["mismatches"]
-            r["details"] = (r["details"] + s["details"])[:4]
-    return per_step.pop(None, None)
+def _one_run(doc, args, depth, be, ctx, trace, schedule, acceptance, layers, real):
+    """One run of backend ``be`` (``ctx``: its :class:`RunContext` less the run's label and
+    progress) at Elastic-SD ``depth`` (None: replay); appended to ``doc["runs"]``."""
+    import dataclasses
 
-
-def _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acceptance, layers,
-             real, board, progress_factory):
-    from ..sw.host import backends, compiler as host
+    from ..sw.host import compiler as host
+    arch, model, seed, progress_factory = ctx.arch, ctx.model, ctx.seed, ctx.progress_factory
     t0 = time.perf_counter()
     cache, dense, kv = _cache(model, arch, args, admit=schedule == "replay", real=real,
                               share=doc.get("hb_share", 1.0))
@@ -505,52 +459,24 @@ def _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acce
         esd_summary = None
     t_sched = time.perf_counter() - t0
     label = f"depth {depth}" if depth else "replay"
-    tick = progress_factory(len(steps), f"{backend} {label}") if progress_factory \
+    tick = progress_factory(len(steps), f"{be.name} {label}") if progress_factory \
         else None
     t1 = time.perf_counter()
     run = {"label": label, "depth": depth, "hb_slots": cache.slots,
            "msb_bytes": cache.msb_bytes, "dense_bytes": dense, "kv_bytes": kv,
            "elastic_sd": esd_summary, "note": note}
-    lost = None
-    if backend == "perf":
-        recs = backends.run_perf(steps, arch, model, progress=tick)
-    else:
-        weights = host.SyntheticWeights(model, seed=seed)
-        recs, glayers = backends.run_golden(steps, weights, arch,
-                                            keep=backend in ("rtl", "fpga"),
-                                            progress=tick)
-        if backend == "rtl":
-            from ..sim.bench_host import run_host_rtl
-            rtl = run_host_rtl(glayers, arch, seed=seed, traffic=args.traffic)
-            lost = _merge_layers(recs, rtl.layers, arch, timed=True)
-            run["rtl"] = {"pe_runs": len(rtl.records),
-                          "pe_cycles": sum(r["cycles"] for r in rtl.records),
-                          "log": str(rtl.sim.log_file),
-                          "build_seconds": rtl.build_seconds, "built": rtl.built,
-                          "cycles_note": "per layer-step: the slowest PE of the slowest "
-                                         "group, every PE run alone with its link words "
-                                         "pre-delivered (a lower bound of the die's)"}
-            if lost:
-                run["rtl"]["error"] = lost["details"]
-        if backend == "fpga":
-            from ..sw.host.fpga import run_host_fpga
-            n_runs = sum(job.pes for gl in glayers for _, job, _, _ in gl.jobs)
-            ftick = progress_factory(n_runs, f"fpga {label}: PE runs") if progress_factory \
-                else None
-            fp = run_host_fpga(glayers, arch, board, deadline_s=doc["board"]["deadline_base_s"],
-                               progress=ftick)
-            _merge_layers(recs, fp.layers, arch, timed=False)
-            run["fpga"] = {**fp.totals(), "port": board.port, "baud": board.baud,
-                           "cycles_note": "STATUS cycles of the board's PE (its clock), "
-                                          "waiting on the UART included: not the die's"}
+    result = be.run(steps, dataclasses.replace(ctx, label=label, progress=tick))
+    recs = result.records
+    if result.figures is not None:
+        run[be.name] = result.figures
     t_run = time.perf_counter() - t1
-    run["summary"] = backends.summarise(recs, arch)
-    if backend == "rtl" and lost:
-        run["summary"]["mismatches"] += lost["mismatches"]
+    run["summary"] = summarise(recs, arch)
+    if result.lost_mismatches:
+        run["summary"]["mismatches"] += result.lost_mismatches
     run["wall_seconds"] = {"schedule": t_sched, "backend": t_run}
-    if backend != "perf":
+    if be.perf_beside:
         # the perf model on the same steps and shapes, beside the measured figures
-        perf = backends.run_perf(steps, arch, model)
+        perf = run_perf(steps, arch, model)
         for r, p in zip(recs, perf):
             r["perf_cycles"] = p["cycles"]
         run["perf_cycles"] = sum(p["cycles"] for p in perf)
@@ -561,15 +487,6 @@ def _one_run(doc, args, depth, arch, model, trace, seed, backend, schedule, acce
 
 
 # -- output -------------------------------------------------------------------------------------
-
-def _b(x):
-    if x is None:
-        return "-"
-    for unit, div in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(x) >= div:
-            return f"{x / div:.2f} {unit}"
-    return f"{x:.0f} B"
-
 
 def _pct(x):
     return "-" if x is None else f"{100 * x:.1f}%"
@@ -586,7 +503,8 @@ def summary_table(doc):
     t = Table(title=title, title_justify="left")
     cols = ["run", "steps", "tokens", "hit rate", "HB read", "HB write", "EXT", "link",
             "cycles", "tokens/s", "mJ/token"]
-    if doc["backend"] != "perf":
+    compares = BACKENDS[doc["backend"]].compares
+    if compares:
         cols += ["compared", "mismatches"]
     cols += ["sim tok/s"]
     for c in cols:
@@ -600,7 +518,7 @@ def summary_table(doc):
                f"{s['tokens_per_s']:,.1f}" if s.get("tokens_per_s") else "-",
                f"{s['energy_mj_per_token']:.3f}" if s.get("energy_mj_per_token") is not None
                else "-"]
-        if doc["backend"] != "perf":
+        if compares:
             bad = s.get("mismatches", 0)
             row += [f"{s.get('compared', 0):,}", f"[bold red]{bad}[/]" if bad else "0"]
         row += [f"{run['tokens_simulated_per_s']:,.1f}"]
@@ -770,6 +688,7 @@ def run(args) -> int:
         return 3
 
     out = report_console(200)
+    be = BACKENDS[doc["backend"]]
     out.print(f"trace: {doc['trace']} ({doc['import']})", soft_wrap=True)
     for line in doc.get("import_events") or ():
         out.print(f"import: {line}", soft_wrap=True)
@@ -794,20 +713,9 @@ def run(args) -> int:
                   f"{w['schedule'] + w['backend']:.2f} s (schedule {w['schedule']:.2f} s, "
                   f"backend {w['backend']:.2f} s): {r['tokens_simulated_per_s']:,.1f} tokens "
                   f"simulated per second")
-        if r.get("rtl"):
-            x = r["rtl"]
-            out.print(f"{r['label']}: RTL {x['pe_runs']} PE program runs, {x['pe_cycles']:,} "
-                      f"PE cycles in all; {x['cycles_note']}; log {x['log']}")
-            if x.get("error"):
-                out.print(f"[bold red]RTL bench error[/]: {x['error']}")
-        if r.get("fpga"):
-            x = r["fpga"]
-            naks = ", ".join(f"{k} {v}" for k, v in sorted(x["naks"].items())) or "none"
-            out.print(f"{r['label']}: FPGA on {x['port']} at {x['baud']} baud: {x['pe_runs']} "
-                      f"PE program runs in {x['seconds']:.1f} s, {x['frames']:,} frames "
-                      f"({x['retransmissions']} retransmitted, {x['polls']} polls; NAKs: "
-                      f"{naks}), {_b(x['bytes_sent'])} sent, {_b(x['bytes_received'])} "
-                      f"received; {x['cycles']:,} PE cycles ({x['cycles_note']})")
+        if r.get(be.name):
+            for line in be.report(r["label"], r[be.name]):
+                out.print(line)
         if r.get("perf_cycles") is not None:
             cyc = r["summary"].get("cycles")
             out.print(f"{r['label']}: the perf model puts the same steps at "
@@ -833,7 +741,7 @@ def run(args) -> int:
     finally:
         outputs.discard()
 
-    if doc["backend"] in ("golden", "rtl", "fpga"):
+    if be.compares:
         bad = sum(r["summary"].get("mismatches", 0) for r in doc["runs"])
         cmp_ = sum(r["summary"].get("compared", 0) for r in doc["runs"])
         if bad or not cmp_:
@@ -841,7 +749,5 @@ def run(args) -> int:
                       f"values compared)")
             return 1
         out.print(f"[bold green]elmoe3d run: {cmp_:,} values compared bit for bit, 0 "
-                  f"mismatches[/] ({doc['backend']} vs "
-                  f"{'the functional simulation and ' if doc['backend'] != 'golden' else ''}"
-                  f"ref_moe)")
+                  f"mismatches[/] ({be.name} vs {be.reference})")
     return 0

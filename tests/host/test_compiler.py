@@ -1,8 +1,9 @@
-"""The host compiler (sw.host), its golden and perf backends (sw.backends, sw.perf): the real
-Mixtral GSM8K routing (../shared/traces) scheduled by Elastic-SD and by the LRU replay, placed on
-the die's groups, compiled per PE and run on the multi-PE functional simulation bit-exactly
-against ref_moe (synthetic 64x128 experts, labelled); the perf model's bytes equal the compiled
-programs', and its latency and energy follow the configuration's figures."""
+"""The host compiler (sw.host.compiler), its golden and perf backends (sw.host.backends,
+sw.host.perf): the real Mixtral GSM8K routing (../shared/traces) scheduled by Elastic-SD and by
+the LRU replay, placed on the die's groups, compiled per PE and run on the multi-PE functional
+simulation bit-exactly against ref_moe (synthetic 64x128 experts, labelled); the perf model's
+bytes equal the compiled programs', and its latency and energy follow the configuration's
+figures."""
 
 import dataclasses
 import functools

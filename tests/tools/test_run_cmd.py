@@ -266,11 +266,11 @@ def test_perf_refusal_is_one_line(monkeypatch, capsys):
 def test_internal_error_exits_3(monkeypatch, capsys):
     """A bug (an unexpected exception) prints its traceback and exits 3: exit status 1 means
     a golden/RTL mismatch only."""
-    from elmoe3d.sw.host import backends
+    from elmoe3d.sw.host.backends import perf as perf_backend
 
     def boom(*a, **kw):
         raise RuntimeError("stand-in bug")
-    monkeypatch.setattr(backends, "run_perf", boom)
+    monkeypatch.setattr(perf_backend, "run_perf", boom)
     code, out, err = _run(capsys, *BASE, "--config", "paper-4gb", "--tokens", "2",
                           "--layers", "0")
     assert code == 3
