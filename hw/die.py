@@ -17,6 +17,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
 from .agg_link import AggregationLink, link_errors_layout, link_op_layout
+from .checked import constructor_params, inspection
 from .dram import dram_bus_signature
 from .dram_port import DramWordPort
 from .ext_ctrl import ExtController
@@ -296,56 +297,77 @@ class LogicDie(wiring.Component):
         A parameter out of range (named; the blocks' own checks name theirs).
     """
 
+    def __new__(cls, *args, **kwargs):
+        # The sub-blocks are built before the die exists: when one refuses its parameters,
+        # nothing half-built is left, and the ones built before it are dropped unused.
+        params = constructor_params(cls, *args, **kwargs)
+        blocks = {}
+        try:
+            cls._build(blocks, **params)
+        except (TypeError, ValueError):
+            with inspection():
+                blocks.clear()
+            raise
+        self = super().__new__(cls, src_loc_at=1)
+        self._blocks = blocks
+        return self
+
+    @staticmethod
+    def _build(blocks, *, config, cmd_queue_depth, link_queue_depth, ext_queue_depth, router,
+               link_buffer_words, ring_buffer_flits, ring_stream_bits, hb_queue_depth,
+               hb_read_buffer, ext_channels, ext_queue_depth_bursts, ext_read_buffer,
+               mul_stages):
+        """The die's parameter checks, then its sub-blocks (their constructors check their
+        own parameters) into ``blocks``."""
+        if not isinstance(config, ArchConfig):
+            raise TypeError(f"config: expected an ArchConfig, got {type(config).__name__}")
+        _check("cmd_queue_depth", cmd_queue_depth, 1)
+        _check("link_queue_depth", link_queue_depth, 1)
+        _check("ext_queue_depth", ext_queue_depth, 1)
+        if router is not None and not isinstance(router, dict):
+            raise ValueError(f"router: expected a dict of LoadRouter parameters, got "
+                             f"{type(router).__name__}")
+        arch = config
+        W = arch.pe.word_bits
+        blocks["pes"] = [PE(config=arch, mul_stages=mul_stages) for _ in range(arch.pes)]
+        blocks["routers"] = [LoadRouter(config=arch, **(router or {})) for _ in range(arch.pes)]
+        blocks["hb"] = [HBController(config=arch, queue_depth=hb_queue_depth,
+                                     read_buffer=hb_read_buffer) for _ in range(arch.pes)]
+        blocks["hb_ports"] = [
+            DramWordPort(word_bits=W, burst_bits=arch.hb.burst_bytes * 8,
+                         addr_bits=h.addr_bits, length_bits=16,
+                         inflight=max(2, blocks["routers"][0].hb_fifo_words))
+            for h in blocks["hb"]]
+        blocks["links"] = [AggregationLink.from_arch(arch, buffer_words=link_buffer_words)
+                           for _ in range(arch.groups)]
+        blocks["ring"] = StreamlineRing.from_arch(arch, stream_bits=ring_stream_bits,
+                                                  buffer_flits=ring_buffer_flits)
+        blocks["ext"] = ExtController(config=arch, channels=ext_channels,
+                                      queue_depth=ext_queue_depth_bursts,
+                                      read_buffer=ext_read_buffer)
+        blocks["ext_port"] = DramWordPort(word_bits=W,
+                                          burst_bits=blocks["ext"].stripe_bytes * 8,
+                                          addr_bits=blocks["ext"].channel.addr_bits,
+                                          length_bits=16, inflight=ext_queue_depth)
+        blocks["streamer"] = ExtStreamer(pes=arch.pes, word_bits=W,
+                                         flit_bytes=int(arch.streamline_bytes_per_cycle),
+                                         stream_bits=ring_stream_bits, inflight=ext_queue_depth)
+
     def __init__(self, *, config, cmd_queue_depth: int = 16, link_queue_depth: int = 8,
                  ext_queue_depth: int = 8, router: dict | None = None,
                  link_buffer_words: int = 64, ring_buffer_flits: int = 8,
                  ring_stream_bits: int = 4, hb_queue_depth: int = 32, hb_read_buffer: int = 16,
                  ext_channels: int | None = None, ext_queue_depth_bursts: int = 32,
                  ext_read_buffer: int = 32, mul_stages: int = 1):
-        try:
-            if not isinstance(config, ArchConfig):
-                raise TypeError(f"config: expected an ArchConfig, got {type(config).__name__}")
-            _check("cmd_queue_depth", cmd_queue_depth, 1)
-            _check("link_queue_depth", link_queue_depth, 1)
-            _check("ext_queue_depth", ext_queue_depth, 1)
-            if router is not None and not isinstance(router, dict):
-                raise ValueError(f"router: expected a dict of LoadRouter parameters, got "
-                                 f"{type(router).__name__}")
-            arch = config
-            self._arch = arch
-            self._cmd_depth, self._link_depth, self._ext_depth = \
-                cmd_queue_depth, link_queue_depth, ext_queue_depth
-            # sub-blocks built here (their constructors validate their parameters)
-            self._pes = [PE(config=arch, mul_stages=mul_stages) for _ in range(arch.pes)]
-            self._routers = [LoadRouter(config=arch, **(router or {}))
-                             for _ in range(arch.pes)]
-            self._hb = [HBController(config=arch, queue_depth=hb_queue_depth,
-                                     read_buffer=hb_read_buffer) for _ in range(arch.pes)]
-            W = arch.pe.word_bits
-            self._hb_ports = [DramWordPort(word_bits=W, burst_bits=arch.hb.burst_bytes * 8,
-                                           addr_bits=h.addr_bits, length_bits=16,
-                                           inflight=max(2, self._routers[0].hb_fifo_words))
-                              for h in self._hb]
-            self._links = [AggregationLink.from_arch(arch, buffer_words=link_buffer_words)
-                           for _ in range(arch.groups)]
-            self._ring = StreamlineRing.from_arch(arch, stream_bits=ring_stream_bits,
-                                                  buffer_flits=ring_buffer_flits)
-            self._ext = ExtController(config=arch, channels=ext_channels,
-                                      queue_depth=ext_queue_depth_bursts,
-                                      read_buffer=ext_read_buffer)
-            self._ext_port = DramWordPort(word_bits=W, burst_bits=self._ext.stripe_bytes * 8,
-                                          addr_bits=self._ext.channel.addr_bits, length_bits=16,
-                                          inflight=ext_queue_depth)
-            self._streamer = ExtStreamer(pes=arch.pes, word_bits=W,
-                                         flit_bytes=int(arch.streamline_bytes_per_cycle),
-                                         stream_bits=ring_stream_bits, inflight=ext_queue_depth)
-        except (TypeError, ValueError):
-            self._MustUse__silence = True
-            for block in self.__dict__.values():
-                for b in block if isinstance(block, list) else [block]:
-                    if isinstance(b, wiring.Component):
-                        b._MustUse__silence = True
-            raise
+        arch = self._arch = config
+        self._cmd_depth, self._link_depth, self._ext_depth = \
+            cmd_queue_depth, link_queue_depth, ext_queue_depth
+        b = self._blocks                                 # built by __new__
+        del self._blocks
+        self._pes, self._routers, self._hb, self._hb_ports = \
+            b["pes"], b["routers"], b["hb"], b["hb_ports"]
+        self._links, self._ring, self._ext, self._ext_port, self._streamer = \
+            b["links"], b["ring"], b["ext"], b["ext_port"], b["streamer"]
         self._link_buffer_words = link_buffer_words
         super().__init__({
             "host_cmd": In(stream.Signature(host_cmd_layout(arch))),
