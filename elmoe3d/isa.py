@@ -36,10 +36,10 @@ them).
 them).
 
 The formats the PE's memories and its ``o`` stream share with the host are defined here too:
-:data:`TOK_FIELDS` (one 64-bit token-table entry), :class:`OKind` and :data:`OKIND_BITS` (the
-``o`` beat's kind), :data:`COUNTER_BITS` and :data:`STATUS_FIELDS` (the STATUS beat).
-:mod:`elmoe3d.hw.isa` builds the Amaranth layouts from them and :mod:`elmoe3d.sw.golden.asm`
-packs the same bits in NumPy.
+:data:`SCALES_PER_WORD` (a WSCALE word), :data:`TOK_FIELDS` (one 64-bit token-table entry),
+:class:`OKind` and :data:`OKIND_BITS` (the ``o`` beat's kind), :data:`COUNTER_BITS` and
+:data:`STATUS_FIELDS` (the STATUS beat). :mod:`elmoe3d.hw.isa` builds the Amaranth layouts from
+them and :mod:`elmoe3d.sw.golden.asm` packs the same bits in NumPy.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 __all__ = ["COMMAND_BITS", "OP_BITS", "TARGET_BITS", "SINK_BITS", "SOURCE_BITS", "MODE_BITS",
            "Op", "Target", "Sink", "Source", "Field", "OPS", "W_TARGETS", "encode", "decode",
-           "IsaError", "TOK_FIELDS", "TOK_ENTRY_BITS", "OKind", "OKIND_BITS",
+           "IsaError", "SCALES_PER_WORD", "TOK_FIELDS", "TOK_ENTRY_BITS", "OKind", "OKIND_BITS",
            "COUNTER_BITS", "STATUS_FIELDS", "TIMING_STATUS_FIELDS", "FUNCTIONAL_STATUS_FIELDS"]
 
 #: Bits of one command.
@@ -167,6 +167,10 @@ W_TARGETS = (Target.WMSB, Target.WLSB, Target.WSCALE)
 
 
 # ---- memory-word and output formats --------------------------------------------------------------
+
+#: FP16 group-scale entries of ``lanes`` scales in one WSCALE word (W = lanes * 128 bits =
+#: 8 x lanes x 16): entry ``e`` of a buffer's scales is slot ``e % 8`` of word ``e // 8``.
+SCALES_PER_WORD = 8
 
 #: Token-table entry, least significant first: (name, bits, signed). ``e_x`` activation
 #: exponent, ``e_h`` down-projection exponent (written by REQUANT), ``gate`` FP16 bits of the

@@ -126,8 +126,10 @@ def act_word_layout(config) -> data.ArrayLayout:
 
 
 def scale_word_layout(config) -> data.ArrayLayout:
-    """One WSCALE word: ``[8][lanes] x unsigned(16)`` FP16 bits (entry ``slot``, lane ``n``)."""
-    return data.ArrayLayout(data.ArrayLayout(unsigned(16), _pe(config).lanes), 8)
+    """One WSCALE word: ``[8][lanes] x unsigned(16)`` FP16 bits (entry ``slot``, lane ``n``;
+    :data:`~elmoe3d.isa.SCALES_PER_WORD` entries)."""
+    return data.ArrayLayout(data.ArrayLayout(unsigned(16), _pe(config).lanes),
+                            isa.SCALES_PER_WORD)
 
 
 def hbuf_word_layout(config) -> data.ArrayLayout:

@@ -43,10 +43,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...config import PEConfig, pe_config
-from ...isa import (FUNCTIONAL_STATUS_FIELDS, OKIND_BITS, OPS, STATUS_FIELDS,
+from ...isa import (FUNCTIONAL_STATUS_FIELDS, OKIND_BITS, OPS, SCALES_PER_WORD, STATUS_FIELDS,
                    TIMING_STATUS_FIELDS, TOK_ENTRY_BITS, TOK_FIELDS, W_TARGETS, IsaError, OKind,
                    Op, Sink, Source, Target, decode, encode)
 from .datapath import UINT32_MAX, Mode
+from .quant import GROUP
 
 
 __all__ = [
@@ -358,11 +359,11 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
     elif op is Op.REQUANT:
         at_least_one("row_blocks")
         ch = f["channels"]
-        if ch < 1 or ch % 32 or ch % pe.q16_per_word:
-            fail("channels", f"must be a positive multiple of 32 and of W/32 = "
+        if ch < 1 or ch % GROUP or ch % pe.q16_per_word:
+            fail("channels", f"must be a positive multiple of {GROUP} and of W/32 = "
                              f"{pe.q16_per_word}")
-        span("act_base", f["act_base"] + f["row_blocks"] * (ch // 32), pe.act_words,
-             "act_base + row_blocks * channels/32")
+        span("act_base", f["act_base"] + f["row_blocks"] * (ch // GROUP), pe.act_words,
+             f"act_base + row_blocks * channels/{GROUP}")
         rows_end = f["tok_base"] + f["row_blocks"] * R
         if rows_end > pe.tok_entries:
             fail("row_blocks", f"token rows reach entry {rows_end - 1}, beyond the "
@@ -411,7 +412,7 @@ def command_ranges(pe: PEConfig, op, f: dict) -> dict:
         ch = f["channels"]
         rows(t0, t1)
         out["HBUF"] = (t0 * (ch // Q), t1 * (ch // Q))
-        out["ACT"] = (f["act_base"], f["act_base"] + f["row_blocks"] * (ch // 32))
+        out["ACT"] = (f["act_base"], f["act_base"] + f["row_blocks"] * (ch // GROUP))
         out["ROWMAX"] = (t0, t1)
     elif op is Op.OUTPUT:
         out["OUT"] = (0, f["row_blocks"] * R * (f["channels"] // OV))
@@ -607,7 +608,7 @@ def pack_wgt(nibbles, config) -> np.ndarray:
     """WMEM plane words from nibbles ``[n, lanes, 32]`` (0..15; an MSB nibble is the
     two's-complement slice ``msb & 15``) -> ``uint8 [n, W/8]``."""
     pe = pe_config(config)
-    nib = _check_shape("wgt nibbles", nibbles, (pe.lanes, 32), "iu")
+    nib = _check_shape("wgt nibbles", nibbles, (pe.lanes, GROUP), "iu")
     if nib.size and (nib.min() < 0 or nib.max() > 15):
         raise ValueError("wgt nibbles: values must lie in 0..15")
     flat = nib.astype(np.uint8).reshape(len(nib), -1)
@@ -621,7 +622,7 @@ def unpack_wgt(words, config) -> np.ndarray:
     out = np.empty((len(w), w.shape[1] * 2), np.uint8)
     out[:, 0::2] = w & 15
     out[:, 1::2] = w >> 4
-    return out.reshape(len(w), pe.lanes, 32)
+    return out.reshape(len(w), pe.lanes, GROUP)
 
 
 def pack_scales(bits, config) -> np.ndarray:
@@ -630,7 +631,7 @@ def pack_scales(bits, config) -> np.ndarray:
     bits = np.asarray(bits)
     if bits.dtype == np.float16:
         bits = bits.view(np.uint16)
-    bits = _check_shape("scales", bits, (8, pe.lanes), "iu")
+    bits = _check_shape("scales", bits, (SCALES_PER_WORD, pe.lanes), "iu")
     return np.ascontiguousarray(bits.astype("<u2")).view(np.uint8).reshape(len(bits), -1)
 
 
@@ -638,13 +639,13 @@ def unpack_scales(words, config) -> np.ndarray:
     """``uint8 [n, W/8]`` -> FP16 bits ``uint16 [n, 8, lanes]``."""
     pe = pe_config(config)
     w = np.ascontiguousarray(words, np.uint8)
-    return w.view("<u2").astype(np.uint16).reshape(len(w), 8, pe.lanes)
+    return w.view("<u2").astype(np.uint16).reshape(len(w), SCALES_PER_WORD, pe.lanes)
 
 
 def pack_act(codes, config) -> np.ndarray:
     """ACT words from INT8 codes ``[n, rows, 32]``."""
     pe = pe_config(config)
-    codes = _check_shape("act codes", codes, (pe.rows, 32), "i")
+    codes = _check_shape("act codes", codes, (pe.rows, GROUP), "i")
     if codes.size and (codes.min() < -128 or codes.max() > 127):
         raise ValueError("act codes: values must lie in -128..127")
     return np.ascontiguousarray(codes.astype(np.int8)).view(np.uint8).reshape(len(codes), -1)
@@ -654,7 +655,7 @@ def unpack_act(words, config) -> np.ndarray:
     """``uint8 [n, W/8]`` -> INT8 codes ``[n, rows, 32]``."""
     pe = pe_config(config)
     w = np.ascontiguousarray(words, np.uint8)
-    return w.view(np.int8).reshape(len(w), pe.rows, 32).copy()
+    return w.view(np.int8).reshape(len(w), pe.rows, GROUP).copy()
 
 
 #: NumPy twin of one token-table entry (:data:`~elmoe3d.isa.TOK_FIELDS`, 8 bytes,
@@ -744,13 +745,13 @@ def pack_weight_matrix(q, scale, config):
     elif scale.dtype != np.uint16:
         raise ValueError(f"scale: expected FP16 values (float16) or their bits (uint16), got "
                          f"dtype {scale.dtype}")
-    if q.ndim != 2 or q.shape[1] % 32 or q.dtype.kind != "i":
-        raise ValueError(f"q: expected int8 codes [N, K] with K a multiple of 32, got "
+    if q.ndim != 2 or q.shape[1] % GROUP or q.dtype.kind != "i":
+        raise ValueError(f"q: expected int8 codes [N, K] with K a multiple of {GROUP}, got "
                          f"{q.dtype} {tuple(q.shape)}")
     if q.size and (q.min() < -128 or q.max() > 127):
         raise ValueError(f"q: INT8 codes must lie in -128..127, got {q.min()}..{q.max()}")
     n, k = q.shape
-    L, G = pe.lanes, k // 32
+    L, G = pe.lanes, k // GROUP
     if scale.shape != (n, G):
         raise ValueError(f"scale: expected shape {(n, G)}, got {tuple(scale.shape)}")
     cbn = _cdiv(n, L)
@@ -760,10 +761,11 @@ def pack_weight_matrix(q, scale, config):
     sp[:n] = scale
 
     def planes(nib):                                    # [cbn*L, K] -> [cbn*G, L, 32]
-        return nib.reshape(cbn, L, G, 32).transpose(0, 2, 1, 3).reshape(-1, L, 32)
+        return nib.reshape(cbn, L, G, GROUP).transpose(0, 2, 1, 3).reshape(-1, L, GROUP)
 
     ent = sp.reshape(cbn, L, G).transpose(0, 2, 1).reshape(cbn * G, L)
-    ent = np.concatenate([ent, np.zeros((-len(ent) % 8, L), np.uint16)]).reshape(-1, 8, L)
+    ent = np.concatenate([ent, np.zeros((-len(ent) % SCALES_PER_WORD, L), np.uint16)])
+    ent = ent.reshape(-1, SCALES_PER_WORD, L)
     return (pack_wgt(planes((qp >> 4) & 15), pe), pack_wgt(planes(qp & 15), pe),
             pack_scales(ent, pe))
 
@@ -775,15 +777,16 @@ def pack_act_matrix(a_q, config) -> np.ndarray:
     integer codes in -128..127 of shape [M, K], K a multiple of 32)."""
     pe = pe_config(config)
     a = np.asarray(a_q)
-    if a.ndim != 2 or a.shape[1] % 32 or a.dtype.kind not in "iu":
-        raise ValueError(f"a_q: expected integer codes [M, K] with K a multiple of 32, got "
-                         f"{a.dtype} {tuple(a.shape)}")
+    if a.ndim != 2 or a.shape[1] % GROUP or a.dtype.kind not in "iu":
+        raise ValueError(f"a_q: expected integer codes [M, K] with K a multiple of {GROUP}, "
+                         f"got {a.dtype} {tuple(a.shape)}")
     m, k = a.shape
-    R, G = pe.rows, k // 32
+    R, G = pe.rows, k // GROUP
     rbn = _cdiv(m, R)
     ap = np.zeros((rbn * R, k), np.int64)
     ap[:m] = a
-    return pack_act(ap.reshape(rbn, R, G, 32).transpose(0, 2, 1, 3).reshape(-1, R, 32), pe)
+    return pack_act(ap.reshape(rbn, R, G, GROUP).transpose(0, 2, 1, 3).reshape(-1, R, GROUP),
+                    pe)
 
 
 def pack_rowmax(values, config) -> np.ndarray:

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...config import ArchConfig, PEConfig
-from ...isa import OKind, Op, Sink, Source, Target
+from ...isa import SCALES_PER_WORD, OKind, Op, Sink, Source, Target
 from ..golden import pe as fsim
 from ..golden.asm import (Program, ProgramError, pack_act, pack_tok, pack_weight_matrix,
                           pe_config, words_to_ints)
@@ -131,14 +131,15 @@ class _Mat:
         self.words = {Target.WMSB: words_to_ints(msb), Target.WLSB: words_to_ints(lsb),
                       Target.WSCALE: words_to_ints(scl)}
         #: column blocks of whole scale words: cuts at multiples of it keep them whole
-        self.align = 8 // math.gcd(G, 8)
+        self.align = SCALES_PER_WORD // math.gcd(G, SCALES_PER_WORD)
 
     def span(self, target, j0, n) -> tuple:
         """(first word, words) of column blocks ``j0 .. j0+n-1`` in ``target``'s words."""
         G = self.groups
         if target is Target.WSCALE:
-            assert (j0 * G) % 8 == 0, (j0, G)
-            return j0 * G // 8, -(-(j0 + n) * G // 8) - j0 * G // 8
+            S = SCALES_PER_WORD
+            assert (j0 * G) % S == 0, (j0, G)
+            return j0 * G // S, -(-(j0 + n) * G // S) - j0 * G // S
         return j0 * G, n * G
 
 
