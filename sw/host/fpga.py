@@ -746,7 +746,7 @@ class FpgaBoard:
         return run
 
 
-# -- the FPGA backend of `elmoe3d run` ---------------------------------------------------------
+# -- the PE runs of `elmoe3d run --backend fpga` (elmoe3d.sw.host.backends.fpga) ---------------
 
 @dataclass
 class HostFPGAResult(PERunsResult):
