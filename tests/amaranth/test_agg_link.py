@@ -14,6 +14,7 @@ from amaranth.sim import Simulator
 
 from elmoe3d.config import preset
 from elmoe3d.hw.agg_link import AggregationLink, LinkModeRTL, link_op_layout, pack_link_op
+from elmoe3d.hw.checked import inspection
 from elmoe3d.sim.amaranth_streams import StreamSink
 from elmoe3d.sim.bench_agg_link import random_link_op
 from elmoe3d.sim.traffic import STALLS
@@ -140,12 +141,13 @@ def test_parameters_and_errors():
         with pytest.raises(ValueError, match=msg):
             AggregationLink(**args)
     arch = preset("paper-4gb")
-    link = AggregationLink.from_arch(arch)
-    link._MustUse__silence = True           # only inspected
-    assert (link.pes, link.word_bits, link.flit_bytes, link.flits_per_word) == (4, 4096, 32, 16)
-    small = AggregationLink.from_arch(preset("small"), buffer_words=4)
-    small._MustUse__silence = True
-    assert (small.pes, small.word_bits, small.flit_bytes) == (2, 512, 32)
+    with inspection():                      # only inspected
+        link = AggregationLink.from_arch(arch)
+        assert (link.pes, link.word_bits, link.flit_bytes, link.flits_per_word) == \
+            (4, 4096, 32, 16)
+        small = AggregationLink.from_arch(preset("small"), buffer_words=4)
+        assert (small.pes, small.word_bits, small.flit_bytes) == (2, 512, 32)
+        del link, small
     assert dut.op.payload.shape() == link_op_layout(4)
     Fragment.get(dut, None)
 

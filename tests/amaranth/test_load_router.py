@@ -19,6 +19,7 @@ from amaranth.sim import Simulator
 
 from elmoe3d import isa
 from elmoe3d.config import preset
+from elmoe3d.hw.checked import inspection
 from elmoe3d.hw.load_router import LoadRouter
 from elmoe3d.isa import Op, Source, Target
 
@@ -226,13 +227,12 @@ def test_one_word_fifos(seed):
                      ext_fifo_words=w, host_fifo_words=w)
     out = run_router(dut, cmds, loads, seed=seed, idle=0.35, stall=0.45)
     check(out, cmds, loads, dut)
-    board = BoardTop(config=ARCH, clk_hz=5_000_000, baud=1_000_000)
-    for block in (board, *vars(board).values()):    # inspected only, never elaborated
-        if hasattr(block, "elaborate"):
-            block._MustUse__silence = True
-    r = board.router
-    assert (r.hb_fifo_words, r.hb_burst_words, r.ext_fifo_words, r.host_fifo_words) == \
-        (w, w, w, w) == (1, 1, 1, 1)
+    with inspection():                      # the board: inspected only, never elaborated
+        board = BoardTop(config=ARCH, clk_hz=5_000_000, baud=1_000_000)
+        r = board.router
+        assert (r.hb_fifo_words, r.hb_burst_words, r.ext_fifo_words, r.host_fifo_words) == \
+            (w, w, w, w) == (1, 1, 1, 1)
+        del board, r
 
 
 def test_back_to_back_at_full_rate():

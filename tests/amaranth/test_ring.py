@@ -12,6 +12,7 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from elmoe3d.config import preset
+from elmoe3d.hw.checked import inspection
 from elmoe3d.hw.ring import RingStation, StreamlineRing, pack_flit, ring_flit_layout
 from elmoe3d.sim.amaranth_streams import StreamSink
 from elmoe3d.sim.bench_ring import random_ring_flits
@@ -105,9 +106,10 @@ def test_parameters_and_errors():
     ring = StreamlineRing.from_arch(preset("small"))
     assert (ring.pes, ring.groups, ring.word_bits, ring.flit_bytes) == (4, 2, 512, 128)
     assert (ring.words_per_flit, ring.flits_per_word, ring.latency) == (2, 1, (1, 2))
-    paper = StreamlineRing.from_arch(preset("paper-8gb"))
-    paper._MustUse__silence = True          # only inspected
-    assert (paper.groups, paper.flits_per_word, paper.latency[-1]) == (8, 4, 8)
+    with inspection():                      # only inspected
+        paper = StreamlineRing.from_arch(preset("paper-8gb"))
+        assert (paper.groups, paper.flits_per_word, paper.latency[-1]) == (8, 4, 8)
+        del paper
     for name in ("pes", "groups", "latency", "flit_bytes"):
         with pytest.raises(AttributeError):
             setattr(ring, name, 1)
@@ -122,10 +124,11 @@ def test_parameters_and_errors():
     with pytest.raises(ValueError, match="first_pe"):
         RingStation(pes=4, first_pe=3, local_pes=2, word_bits=512, flit_bytes=128,
                     stream_bits=4, buffer_flits=2)
-    st = RingStation(pes=4, first_pe=2, local_pes=2, word_bits=512, flit_bytes=128,
-                     stream_bits=4, buffer_flits=2)
-    st._MustUse__silence = True
-    assert st.latency == 1 and st.ring_i.payload.shape() == ring.flit_layout
+    with inspection():
+        st = RingStation(pes=4, first_pe=2, local_pes=2, word_bits=512, flit_bytes=128,
+                         stream_bits=4, buffer_flits=2)
+        assert st.latency == 1 and st.ring_i.payload.shape() == ring.flit_layout
+        del st
     Fragment.get(ring, None)
 
 
