@@ -15,25 +15,24 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config import PEConfig, TileConfig, pe_config as as_pe_config
-from ..isa import Op, Sink, Target
-from .fixed import sat_add64
-from .isa import command_layout, o_beat_layout, op_layout, status_layout, tok_entry_layout
-from .layouts import TileMode
-from .tile import TensorTile
-from .vpu import CombineUnit, Fp32Converter, RequantUnit, RowMaxExponent, SwiGLUUnit
+from ...config import PEConfig, TileConfig, pe_config as as_pe_config
+from ...isa import Op, Sink, Target
+from ..fixed import sat_add64
+from ..isa import command_layout, o_beat_layout, op_layout, status_layout, tok_entry_layout
+from ..layouts import TileMode
+from ..tile import TensorTile
+from ..vpu import CombineUnit, Fp32Converter, RequantUnit, RowMaxExponent, SwiGLUUnit
+from .common import COUNTER_BITS as _COUNTER_BITS, SEQ, fld, log2 as _log2, older, unit_count
+from .decoder import CommandDecoder
+from .load import LoadEngine
+from .output import OutputEngine
+from .requant import RequantEngine
+from .status import StatusCounters
+from .memories import BankedReads as _BankedReads, BankedWrites as _BankedWrites, \
+    Reads as _Reads, Writes as _Writes, memory as _memory
 
 
-__all__ = ["PE"]
-
-
-#: Width of the performance counters (``elmoe3d.sw.golden.asm.STATUS_FIELDS``).
-_COUNTER_BITS = 48
-
-
-def _log2(n: int) -> int:
-    assert n > 0 and n & (n - 1) == 0, n
-    return n.bit_length() - 1
+__all__ = ["PE", "unit_count"]
 
 
 def _latency(cls, **params) -> int:
@@ -42,188 +41,6 @@ def _latency(cls, **params) -> int:
     block = cls(**params)
     block._MustUse__silence = True
     return block.latency
-
-
-def unit_count(name, value, top, what):
-    """A time-shared unit count: ``None`` -> ``top``, else a power of two in 1..``top``
-    (``ValueError`` naming ``name``, ``what`` saying the range)."""
-    if value is None:
-        return top
-    if (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top
-            or value & (value - 1)):
-        raise ValueError(f"{name}: expected a power of two {what}, got {value!r}")
-    return value
-
-
-class _Writes:
-    """Prioritised write requests onto one memory write port. Requests are served in the order
-    they were made; the load engine comes last and sees :attr:`busy` when an execute-engine
-    request takes the port in this cycle.
-
-    With ``valid`` (a Signal of one bit per word) the memory has valid bits: a word whose bit is
-    clear reads as zero, a write sets it (writing zeros into the granules the request does not
-    enable), and ``clear`` resets every bit in one cycle (CLEAR)."""
-
-    def __init__(self, port, *, name, valid=None, depth=None):
-        self.port = port
-        self.name = name
-        self.depth = depth
-        self.valid = valid
-        self.clear = Signal(name=f"{name}_vclear") if valid is not None else None
-        self.requests = []
-        self.busy = Signal(name=f"{name}_wbusy")
-        gran = len(port.data) // len(port.en)
-        self.addr = Signal.like(port.addr, name=f"{name}_waddr")
-        self.data = Signal.like(port.data, name=f"{name}_wdata")
-        self.mask = Signal(len(port.en), name=f"{name}_wmask")
-        self._gran = gran
-
-    def request(self, en, addr, data, mask=None):
-        self.requests.append((en, addr, data, mask))
-
-    def build(self, m, low=None):
-        port = self.port
-        full_mask = (1 << len(port.en)) - 1
-        reqs = list(self.requests)
-        m.d.comb += self.busy.eq(Cat(r[0] for r in reqs).any() if reqs else 0)
-        if low is not None:
-            reqs.append(low)
-        if reqs:
-            # without a request the enables are clear and the address and data don't matter:
-            # the last request's are the default (one W-bit multiplexer fewer per memory, and
-            # none for a memory with a single writer)
-            m.d.comb += [self.addr.eq(reqs[-1][1]), self.data.eq(reqs[-1][2])]
-        first = True
-        for en, addr, value, mask in reqs:
-            ctx = m.If(en) if first else m.Elif(en)
-            first = False
-            with ctx:
-                m.d.comb += [
-                    self.addr.eq(addr),
-                    self.data.eq(value),
-                    self.mask.eq(full_mask if mask is None else mask),
-                ]
-        m.d.comb += port.addr.eq(self.addr)
-        if self.valid is None:
-            m.d.comb += [port.data.eq(self.data), port.en.eq(self.mask)]
-            return
-        was_valid = self.valid.bit_select(self.addr, 1)
-        any_en = self.mask.any()
-        keep = Cat(bit.replicate(self._gran) for bit in self.mask)
-        m.d.comb += [
-            port.en.eq(Mux(was_valid, self.mask, Mux(any_en, full_mask, 0))),
-            port.data.eq(Mux(was_valid, self.data, self.data & keep)),
-        ]
-        with m.If(self.clear):
-            m.d.sync += self.valid.eq(0)
-        with m.Elif(any_en):
-            m.d.sync += self.valid.bit_select(self.addr, 1).eq(1)
-
-
-class _Reads:
-    """Prioritised users of one synchronous read port (``en`` low holds the data). With the
-    memory's :class:`_Writes` having valid bits, :attr:`data` reads zero for a word whose bit
-    was clear (a write to it in the same cycle counts, as the port is transparent)."""
-
-    def __init__(self, port, writes=None):
-        self.port = port
-        self.writes = writes
-        self.requests = []
-        if writes is not None and writes.valid is not None:
-            self.ok = Signal(name=f"{writes.name}_rok")
-            self._data = Signal.like(port.data, name=f"{writes.name}_rdata")
-        else:
-            self.ok = None
-
-    @property
-    def data(self):
-        return self.port.data if self.ok is None else self._data
-
-    def request(self, cond, addr, en=1):
-        self.requests.append((cond, addr, en))
-
-    def build(self, m):
-        m.d.comb += self.port.en.eq(0)
-        if self.requests:                    # the address of no read: the last request's
-            m.d.comb += self.port.addr.eq(self.requests[-1][1])
-        first = True
-        for cond, addr, en in self.requests:
-            ctx = m.If(cond) if first else m.Elif(cond)
-            first = False
-            with ctx:
-                m.d.comb += [self.port.addr.eq(addr), self.port.en.eq(en)]
-        if self.ok is not None:
-            wr = self.writes
-            with m.If(self.port.en):
-                m.d.sync += self.ok.eq(wr.valid.bit_select(self.port.addr, 1)
-                                       | (wr.mask.any() & (wr.addr == self.port.addr)))
-            m.d.comb += self._data.eq(Mux(self.ok, self.port.data, 0))
-
-
-class _BankedWrites:
-    """The write side of a memory split into two banks by the lowest word-address bit (OUT),
-    with the interface of :class:`_Writes`; each bank keeps its own priorities."""
-
-    def __init__(self, banks):
-        self.banks = banks
-        self.clear = Signal(name=f"{banks[0].name}_bclear")
-
-    def request(self, en, addr, data, mask=None):
-        for b, wr in enumerate(self.banks):
-            wr.request(en & (addr[0] == b), addr >> 1, data, mask)
-
-    def free(self, addr):
-        """The load engine may write word ``addr`` in this cycle."""
-        return ~Mux(addr[0], self.banks[1].busy, self.banks[0].busy)
-
-    def build(self, m, low=None):
-        for b, wr in enumerate(self.banks):
-            lo = None
-            if low is not None:
-                en, addr, data, mask = low
-                lo = (en & (addr[0] == b), addr >> 1, data, mask)
-            wr.build(m, low=lo)
-            if wr.clear is not None:
-                m.d.comb += wr.clear.eq(self.clear)
-
-
-class _BankedReads:
-    """The read side of a two-bank memory: prioritised users of one word (the bank of the
-    winning request answers; :attr:`data` follows the bank last read) or of a pair of words
-    ``2 row`` and ``2 row + 1`` at once (:attr:`pair_data`, for OUTPUT)."""
-
-    def __init__(self, banks):
-        self.banks = banks
-        self.requests = []
-        self.sel = Signal()
-
-    def request(self, cond, addr, en=1, *, pair=False):
-        """``addr``: a word address, or with ``pair`` a row (both banks at that address)."""
-        self.requests.append((cond, addr, en, pair))
-
-    @property
-    def data(self):
-        return Mux(self.sel, self.banks[1].data, self.banks[0].data)
-
-    @property
-    def pair_data(self):
-        return Cat(self.banks[0].data, self.banks[1].data)
-
-    def build(self, m):
-        act, en, pair, bank = Signal(), Signal(), Signal(), Signal()
-        row = Signal(16)
-        first = True
-        for cond, addr, e, p in self.requests:
-            ctx = m.If(cond) if first else m.Elif(cond)
-            first = False
-            with ctx:
-                m.d.comb += [act.eq(1), en.eq(e), pair.eq(p),
-                             row.eq(addr if p else addr >> 1), bank.eq(0 if p else addr[0])]
-        for b, rd in enumerate(self.banks):
-            rd.request(act & (pair | (bank == b)), row, en)
-            rd.build(m)
-        with m.If(act & en & ~pair):
-            m.d.sync += self.sel.eq(bank)
 
 
 class PE(wiring.Component):
@@ -769,9 +586,6 @@ class PE(wiring.Component):
         Q = W // 32                   # Q16.16 values per HBUF word = FP32 values per o beat
         log_ov, log_q = _log2(OV), _log2(Q)
 
-        def fld(view, op, name):
-            return Value.cast(getattr(getattr(view.args, op.name.lower()), name))
-
         # ---- memories (one write port, one synchronous read port each) ------------------------
         # A memory with ``collision_free`` is never read and written at the same word in one
         # cycle by a program that keeps to the buffer flags, fences and REQUANT waits (reads
@@ -782,21 +596,8 @@ class PE(wiring.Component):
         # multiplexer emulating read-first around the block RAM.
         collisions = {}
 
-        def memory(name, depth, *, width=W, granularity=None, transparent=False,
-                   valid_bits=False, read_ports=1, collision_free=False):
-            mem = Memory(shape=unsigned(width), depth=depth, init=[],
-                         attrs={"no_rw_check": 1} if collision_free else None)
-            m.submodules[name] = mem
-            wp = mem.write_port(granularity=granularity)
-            valid = Signal(depth, name=f"{name}_valid") if valid_bits else None
-            writes = _Writes(wp, name=name, valid=valid, depth=depth)
-            reads = [_Reads(mem.read_port(transparent_for=(wp,) if transparent else ()), writes)
-                     for _ in range(read_ports)]
-            if collision_free:
-                assert not transparent and read_ports == 1
-                rp = reads[0].port
-                collisions[name] = wp.en.any() & rp.en & (wp.addr == rp.addr)
-            return (*reads, writes)
+        def memory(name, depth, *, width=W, **kw):
+            return _memory(m, collisions, name, depth, width=width, **kw)
 
         # WMEM: per plane a memory per buffer, or (wbuf_memories == 1) one memory of twice the
         # depth addressed by Cat(word address, buffer): the same words at the same ports
@@ -888,128 +689,50 @@ class PE(wiring.Component):
         flag_vpu = Signal()           # any VPU saturation
         set_vpu = []                  # conditions that set flag_vpu in this cycle
 
-        # ---- command decoder ---------------------------------------------------------------------
-        # LOADs queue up for the load engine, so that a LOAD waiting for a buffer flag or a fence
-        # does not hold back the execute commands behind it; the next execute command waits in
-        # a register (xn), decoded while the current one runs. Each engine runs in program
-        # order. Every execute command gets a sequence number (the order it was taken in); a
-        # LOAD carries the number of execute commands taken before it, which its fence waits
-        # for (completion tracking: ``inflight`` below).
-        SEQ = 16
-        cmd_op = Value.cast(self.cmd.payload.op)
-        is_load = cmd_op == Op.LOAD
-        ld_active = Signal()
+        # ---- command decoder: LOADs to the load engine's queue, REQUANT to its engine, the
+        # next execute command in a register (xn); sequence numbers for completion tracking
+        dec = m.submodules.decoder = CommandDecoder(load_queue_depth=self.load_queue_depth)
+        wiring.connect(m, wiring.flipped(self.cmd), dec.cmd)
         ex_idle = Signal()
         ex_barrier = Signal()
-        x_seq = Signal(SEQ)                      # execute commands taken so far
-        xn = Signal(command_layout())            # the next execute command
-        xn_valid = Signal()
-        xn_seq = Signal(SEQ)
+        x_seq = dec.x_seq                        # execute commands taken so far
+        xn, xn_valid, xn_seq = dec.xn, dec.xn_valid, dec.xn_seq   # the next execute command
         xn_take = Signal()                       # the execute engine takes xn in this cycle
         xn_op = Value.cast(xn.op)
-        xn_is_barrier = (xn_op == Op.BARRIER) | ((xn_op == Op.CLEAR)
-                                                 & Value.cast(xn.args.clear.counters))
-        # a queued LOAD: the fields the PE uses (src and hb_addr are for the die's load router)
-        ld_fields = ("target", "buf", "addr", "words", "signal", "fence")
-        ld_cmd_layout = data.StructLayout({name: op_layout(Op.LOAD)[name].shape
-                                           for name in ld_fields})
-        ld_entry = data.StructLayout({"cmd": ld_cmd_layout, "need": unsigned(SEQ)})
-        ld_queue = m.submodules.ld_queue = SyncFIFO(width=ld_entry.size,
-                                                    depth=self.load_queue_depth)
-        ld_busy = ld_active | ld_queue.r_rdy
-        # a BARRIER (or CLEAR counters) holds back later LOADs from the moment it is taken
-        hold_loads = (xn_valid & xn_is_barrier) | ex_barrier
-        # REQUANT goes straight to the requantization engine (one at a time), numbered in order
-        is_rq = cmd_op == Op.REQUANT
         rq_busy = Signal()            # the requantization engine holds a REQUANT
         rq_seq = Signal(SEQ)
-        m.d.comb += self.cmd.ready.eq(Mux(is_load, ld_queue.w_rdy & ~hold_loads,
-                                          Mux(is_rq, ~rq_busy, ~xn_valid | xn_take)))
-        take = self.cmd.valid & self.cmd.ready
-        rq_issue = take & is_rq
-        ld_in = Signal(ld_entry)
-        m.d.comb += [*(getattr(ld_in.cmd, name).eq(getattr(self.cmd.payload.args.load, name))
-                       for name in ld_fields),
-                     ld_in.need.eq(x_seq),
-                     ld_queue.w_en.eq(take & is_load),
-                     ld_queue.w_data.eq(Value.cast(ld_in))]
-        with m.If(take & ~is_load):
-            m.d.sync += x_seq.eq(x_seq + 1)
-        with m.If(take & ~is_load & ~is_rq):
-            m.d.sync += [xn.eq(self.cmd.payload), xn_valid.eq(1), xn_seq.eq(x_seq)]
-        with m.Elif(xn_take):
-            m.d.sync += xn_valid.eq(0)
+        rq_issue = dec.rq_issue
+        m.d.comb += [dec.xn_take.eq(xn_take), dec.ex_barrier.eq(ex_barrier),
+                     dec.rq_busy.eq(rq_busy)]
 
         # completion tracking: (valid, seq) of every place an unfinished execute command can be
         # (filled in below); a command is complete when no valid entry carries its number
         inflight = {}
 
-        def older(seq, ref):
-            """``seq`` was taken before ``ref`` (sequence numbers wrap around)."""
-            return (seq - ref)[SEQ - 1]
-
         def done_before(ref, *, skip=()):
             pending = [v & older(q, ref) for name, (v, q) in inflight.items() if name not in skip]
             return ~Cat(pending).any()
 
-        # ---- load engine ------------------------------------------------------------------------
-        full = [Signal(name="full0"), Signal(name="full1")]
+        # ---- load engine and the WMEM buffer flags ---------------------------------------------
+        parted = ((Target.WMSB, Target.WLSB, Target.WSCALE) if parts > 1 else ()) + narrow_targets
+        lde = m.submodules.load = LoadEngine(word_bits=W, parted=parted, passes=P)
+        wiring.connect(m, wiring.flipped(self.ld), lde.ld)
+        wiring.connect(m, dec.ld, lde.queue)
+        full = [lde.full[0], lde.full[1]]
 
         def full_sel(b):
             return Mux(b, full[1], full[0])
 
-        def set_full(b, value):
-            with m.If(b):
-                m.d.sync += full[1].eq(value)
-            with m.Else():
-                m.d.sync += full[0].eq(value)
-
-        ld_target = Signal(3)
-        ld_buf = Signal()
-        ld_addr = Signal(16)
-        ld_left = Signal(16)
-        ld_signal = Signal()
-        ld_fence = Signal()
-        ld_need = Signal(SEQ)
+        ld_release = Signal()         # a GEMM releases its buffer (full[wbuf] cleared)
+        ld_active, ld_target, ld_buf = lde.active, lde.target, lde.buf
+        ld_addr, ld_left, ld_fence, ld_need = lde.addr, lde.left, lde.fence, lde.need
+        ld_blocked, ld_xfer = lde.blocked, lde.xfer
+        ld_part, ld_part_write = lde.part, lde.part_write
+        ld_busy = ld_active | dec.ld.valid
         fence_ok = Signal()                      # every execute command before ld_need is done
-        ld_blocked = (((ld_target <= Target.WSCALE) & full_sel(ld_buf))
-                      | (ld_fence & ~fence_ok))
         ld_grant = Signal()
-        ld_open = ld_active & (ld_left != 0) & ~ld_blocked & ld_grant
-        parted = ((Target.WMSB, Target.WLSB, Target.WSCALE) if parts > 1 else ()) + narrow_targets
-        if parted:
-            # a word into a memory in P parts (streamed_weights, narrow_iomem): part by part,
-            # the word taken with its last
-            ld_part = Signal(_log2(P))
-            ld_parted = Cat(ld_target == t for t in parted).any()
-            ld_part_write = self.ld.valid & ld_open & ld_parted
-            with m.If(ld_part_write):
-                m.d.sync += ld_part.eq(ld_part + 1)
-            m.d.comb += self.ld.ready.eq(ld_open & (~ld_parted | (ld_part == P - 1)))
-        else:
-            m.d.comb += self.ld.ready.eq(ld_open)
-        ld_xfer = self.ld.valid & self.ld.ready
-        with m.If(ld_xfer):
-            m.d.sync += [ld_addr.eq(ld_addr + 1), ld_left.eq(ld_left - 1)]
-        # a load ends with its last word (the next one starts in the following cycle)
-        ld_finish = (ld_xfer & (ld_left == 1)) | (ld_active & (ld_left == 0) & ~ld_blocked)
-        with m.If(ld_finish):
-            m.d.sync += ld_active.eq(0)
-            with m.If(ld_signal):
-                set_full(ld_buf, 1)
-        ld_next = data.View(ld_entry, ld_queue.r_data)
-        m.d.comb += ld_queue.r_en.eq(~ld_active | ld_finish)
-        with m.If(ld_queue.r_rdy & ld_queue.r_en):
-            m.d.sync += [
-                ld_active.eq(1),
-                ld_target.eq(Value.cast(ld_next.cmd.target)),
-                ld_buf.eq(ld_next.cmd.buf),
-                ld_addr.eq(ld_next.cmd.addr),
-                ld_left.eq(ld_next.cmd.words),
-                ld_signal.eq(ld_next.cmd.signal),
-                ld_fence.eq(ld_next.cmd.fence),
-                ld_need.eq(ld_next.need),
-            ]
+        m.d.comb += [lde.fence_ok.eq(fence_ok), lde.grant.eq(ld_grant),
+                     lde.release.eq(ld_release)]
 
         # ---- execute engine: GEMM address generator -------------------------------------------
         xc = Signal(command_layout())            # the command being executed
@@ -1018,6 +741,8 @@ class PE(wiring.Component):
 
         def gx(name):
             return fld(xc, Op.GEMM, name)
+
+        m.d.comb += lde.release_buf.eq(gx("wbuf"))
 
         g_is_full = gx("mode") == TileMode.FULL.value
         g_cb = Signal(10)
@@ -1635,7 +1360,7 @@ class PE(wiring.Component):
                              rq_wait_stall.eq(gx("rq_wait") & rq_before(xc_seq))]
                 with m.If(ready & gemm_empty(gx)):
                     with m.If(gx("release")):
-                        set_full(gx("wbuf"), 0)
+                        m.d.comb += ld_release.eq(1)
                     m.next = "IDLE"
                 with m.Elif(ready & ~dq_valid):
                     start_gemm(gx, xc_seq)
@@ -1644,7 +1369,7 @@ class PE(wiring.Component):
                 m.d.comb += g_issuing.eq(1)
                 with m.If(g_step & g_final):
                     with m.If(gx("release")):
-                        set_full(gx("wbuf"), 0)
+                        m.d.comb += ld_release.eq(1)
                     # the next GEMM, decoded and ready, issues its first beat in the next cycle
                     nx = gemm_view(xn)
                     releasing = gx("release") & (nx("wbuf") == gx("wbuf"))
@@ -1827,222 +1552,51 @@ class PE(wiring.Component):
         # row while the current one streams; then C = requant_units values per cycle: HBUF
         # word t*I/(W/32) + c/(W/32) -> C RequantUnits -> ACT bytes. The row maxima have a read
         # port of their own (the SWIGLU sink updates other rows meanwhile).
-        C = self._requant_units
-        log_c = _log2(C)
-        rq_ch = Signal(16)
-        rq_groups = rq_ch >> 5
-        rq_run = Signal()             # started (every earlier command done)
-        rq_rows = Signal(17)          # rows still to stream
-        rq_r = Signal(range(max(R, 2)))
-        rq_act_row = Signal(16)       # act_base + rb * I/32
-        rq_c = Signal(16)             # channel of the next chunk in the row
-        rq_haddr = Signal(16)         # HBUF word of the next chunk
-        rq_e = Signal(signed(8))      # e' of the streaming row
-        rq_cur = Signal()             # a row is streaming
-        # row preparation: read the max of row rp_t, e' one cycle later, then e' waits in e_next
-        rp_t = Signal(16)
-        rp_end = Signal(16)
-        rp_rd = Signal()              # the max of rp_t is in the read port's data
-        e_next = Signal(signed(8))
-        e_next_valid = Signal()
-        rme = m.submodules.rowmax_exponent = RowMaxExponent()
-        with m.If(rq_issue):
-            rq_cmd = self.cmd.payload
-            t0 = fld(rq_cmd, Op.REQUANT, "tok_base")
-            ch = fld(rq_cmd, Op.REQUANT, "channels")
-            rows = fld(rq_cmd, Op.REQUANT, "row_blocks") * R
-            m.d.sync += [
-                rq_busy.eq(1), rq_run.eq(0), rq_seq.eq(x_seq), rq_ch.eq(ch),
-                rq_rows.eq(rows), rq_r.eq(0),
-                rq_act_row.eq(fld(rq_cmd, Op.REQUANT, "act_base")),
-                rq_c.eq(0), rq_haddr.eq(t0 * (ch >> log_q)), rq_cur.eq(0),
-                rp_t.eq(t0), rp_end.eq(t0 + rows), rp_rd.eq(0), e_next_valid.eq(0),
-            ]
+        rqe = m.submodules.requant = RequantEngine(
+            rows=R, word_bits=W, group=G, requant_units=self._requant_units, io_parts=io_parts)
+        m.submodules.rowmax_exponent = rqe.rowmax_exponent
+        wiring.connect(m, rqe.rme_i, rqe.rowmax_exponent.i)
+        wiring.connect(m, rqe.rowmax_exponent.o, rqe.rme_o)
+        for i, unit in enumerate(rqe.units):
+            m.submodules[f"requant{i}"] = unit
+            wiring.connect(m, getattr(rqe, f"unit{i}_i"), unit.i)
+            wiring.connect(m, unit.o, getattr(rqe, f"unit{i}_o"))
         rq_older_done = Signal()      # every execute command before the REQUANT is done
-        with m.If(rq_busy & ~rq_run & rq_older_done):
-            m.d.sync += rq_run.eq(1)
-        inflight["rq"] = (rq_busy, rq_seq)
-        # preparation
-        rp_issue = rq_run & (rp_t != rp_end) & ~rp_rd & ~rme.o.valid & ~e_next_valid
-        rmax_rq.request(rp_issue, rp_t >> log_rm, 1)
-        m.d.sync += rp_rd.eq(rp_issue)
-        rq_max = rmax_rq.data.word_select(rp_t[:log_rm], 32) if log_rm else rmax_rq.data
-        m.d.comb += [rme.i.valid.eq(rp_rd), rme.i.payload.max.eq(rq_max),
-                     rme.o.ready.eq(1)]
-        e_h_word = Cat(*([Const(0, 8), rme.o.payload.e_h, Const(0, 48)] * OV))
-        tok_w.request(rme.o.valid, rp_t >> log_tk, e_h_word[:W // io_parts],
-                      Const(1 << 1, OV // io_parts * 8) << (rp_t[:log_tk] << 3))
-        with m.If(rme.o.valid):
-            m.d.sync += [e_next.eq(rme.o.payload.e), e_next_valid.eq(1), rp_t.eq(rp_t + 1)]
-        # streaming; the ACT write port goes to the load engine first (REQUANT writes ACT every
-        # cycle, and the next expert's activations load beside it): REQUANT holds meanwhile
+        # the ACT write port goes to the load engine first: REQUANT holds meanwhile
         rq_hold = (ld_active & (ld_target == Target.ACT) & (ld_left != 0) & ~ld_blocked
                    & self.ld.valid)
-        h1_valid = Signal()
-        # the values of an HBUF read: a word, or with narrow_iomem a part, of QR values
-        QR = Q // io_parts
-        log_qr = _log2(QR)
-        h1_sel = Signal(range(max(QR // C, 2)))
-        h1_e = Signal(signed(8))
-        rq_tag_layout = data.StructLayout({"addr": unsigned(16), "byte": unsigned(_log2(R * 32))})
-        h1_tag = Signal(rq_tag_layout)
-        rq_units = []
-        for i in range(C):
-            unit = RequantUnit(tag_width=rq_tag_layout.size if i == 0 else 0)
-            m.submodules[f"requant{i}"] = unit
-            rq_units.append(unit)
-            m.d.comb += [
-                unit.i.valid.eq(h1_valid),
-                unit.i.payload.h.eq(hbuf_rp.data.word_select(
-                    (h1_sel << log_c) + i if QR > C else i, 32)),
-                unit.i.payload.e.eq(h1_e),
-                unit.o.ready.eq(~rq_hold),
-            ]
-        m.d.comb += rq_units[0].i.payload.tag.eq(h1_tag)
-        rq_adv = rq_units[0].i.ready
-        rq_out = rq_units[0].o.valid
-        rq_tag_out = data.View(rq_tag_layout, rq_units[0].o.payload.tag)
-        act_data = Signal(W)
-        for b in range(W // 8):
-            m.d.comb += act_data[8 * b:8 * (b + 1)].eq(rq_units[b % C].o.payload.h_q)
-        rq_byte = rq_tag_out.byte
-        if narrow:                    # the part of the byte's depth, its place in the part
-            lg = _log2(G // P)
-            act_w.request(rq_out & ~rq_hold, Cat(rq_byte[lg:5], rq_tag_out.addr),
-                          act_data[:W // P], ((1 << C) - 1) << Cat(rq_byte[:lg], rq_byte[5:]))
-        else:
-            act_w.request(rq_out & ~rq_hold, rq_tag_out.addr,
-                          act_data, ((1 << C) - 1) << rq_byte)
-        rq_clip = Const(0, 1)
-        for unit in rq_units:
-            rq_clip = rq_clip | unit.o.payload.clip
-        set_vpu.append(rq_out & ~rq_hold & rq_clip)
-        with m.If(rq_adv):
-            m.d.sync += h1_valid.eq(0)
-        hbuf_rp.request(rq_cur, Cat(rq_c[log_qr:log_q], rq_haddr) if narrow else rq_haddr,
-                        rq_adv)
-        rq_step = rq_cur & rq_adv
-        row_end = rq_step & (rq_c + C == rq_ch)
-        with m.If(rq_step):
-            byte = (rq_r << 5) + (rq_c[:5] if C < 32 else 0)
-            m.d.sync += [
-                h1_valid.eq(1),
-                h1_e.eq(rq_e),
-                h1_sel.eq(rq_c[log_c:log_qr] if QR > C else 0),
-                h1_tag.addr.eq(rq_act_row + (rq_c >> 5)),
-                h1_tag.byte.eq(byte),
-                rq_c.eq(rq_c + C),
-            ]
-            with m.If(((rq_c + C) & (Q - 1)) == 0):
-                m.d.sync += rq_haddr.eq(rq_haddr + 1)
-            with m.If(row_end):
-                m.d.sync += [rq_c.eq(0), rq_cur.eq(0), rq_rows.eq(rq_rows - 1)]
-                with m.If(rq_r == R - 1):
-                    m.d.sync += [rq_r.eq(0), rq_act_row.eq(rq_act_row + rq_groups)]
-                with m.Else():
-                    m.d.sync += rq_r.eq(rq_r + 1)
-        with m.If(e_next_valid & (~rq_cur | row_end)):
-            m.d.sync += [rq_e.eq(e_next), rq_cur.eq(1), e_next_valid.eq(0)]
-        rq_done = rq_run & (rq_rows == 0) & ~h1_valid & ~rq_out
-        with m.If(rq_done):
-            m.d.sync += [rq_busy.eq(0), rq_run.eq(0)]
+        m.d.comb += [rqe.issue.eq(rq_issue), rqe.args.eq(self.cmd.payload.args.requant),
+                     rqe.seq_in.eq(x_seq), rqe.older_done.eq(rq_older_done),
+                     rqe.hold.eq(rq_hold), rq_busy.eq(rqe.busy), rq_seq.eq(rqe.seq),
+                     rqe.rmax_data.eq(rmax_rq.data), rqe.hbuf_data.eq(hbuf_rp.data)]
+        inflight["rq"] = (rq_busy, rq_seq)
+        rmax_rq.request(rqe.rmax_rd, rqe.rmax_addr, 1)
+        tok_w.request(rqe.tok_w_en, rqe.tok_w_addr, rqe.tok_w_data, rqe.tok_w_mask)
+        act_w.request(rqe.act_w_en, rqe.act_w_addr, rqe.act_w_data, rqe.act_w_mask)
+        set_vpu.append(rqe.vpu_saturation)
+        hbuf_rp.request(rqe.hbuf_rd, rqe.hbuf_addr, rqe.hbuf_en)
 
         # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words) a beat -----------------
-        op_row = Signal(16)
-        op_left = Signal(17)
-        with m.If(x_start & (xop == Op.OUTPUT)):
-            m.d.sync += [op_row.eq(0),
-                         op_left.eq(fld(xc, Op.OUTPUT, "row_blocks") * R
-                                    * (fld(xc, Op.OUTPUT, "channels") >> log_q))]
-        # K = fp32_units converters; with K < W/32 a pair of OUT words (or with one OUT memory
-        # each word of the pair in turn; held in the read port,
-        # whose data stays while its en is low) is converted in W/32 / K sub-steps, unit j
-        # taking value s K + j in sub-step s; the results are assembled in beat_bits (the
-        # converters carry s as their tag) and the beat is offered once complete
-        K = self._fp32_units
-        S = Q // K                    # sub-steps per beat
-        ov = Signal()                 # the beat's OUT words are in the read port's data
-        cv_s = Signal(range(max(S, 2)))
-        cv_units = []
-        for j in range(K):
-            unit = Fp32Converter(tag_width=_log2(S) if j == 0 and S > 1 else 0)
+        opx = m.submodules.output = OutputEngine(
+            rows=R, word_bits=W, fp32_units=self._fp32_units, out_banks=self._out_banks,
+            out_parts=out_parts)
+        for j, unit in enumerate(opx.units):
             m.submodules[f"fp32_{j}"] = unit
-            cv_units.append(unit)
-        cv_ready = cv_units[0].i.ready
-        cv_last = (cv_s == S - 1) if S > 1 else Const(1, 1)
+            wiring.connect(m, getattr(opx, f"unit{j}_i"), unit.i)
+            wiring.connect(m, unit.o, getattr(opx, f"unit{j}_o"))
+        m.d.comb += [opx.start.eq(x_start & (xop == Op.OUTPUT)), opx.args.eq(xc.args.output),
+                     opx.active.eq(st["OUTPUT"]), opx.o_ready.eq(self.o.ready & ~st["STATUS"])]
         if self._out_banks == 2:
-            op_adv = ~ov | (cv_ready & cv_last)
-            out_rp.request(st["OUTPUT"], op_row, op_adv, pair=True)
-            with m.If(st["OUTPUT"] & op_adv):
-                m.d.sync += ov.eq(op_left != 0)
-                with m.If(op_left != 0):
-                    m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
-            pair_values = [out_rp.pair_data[64 * v:64 * (v + 1)] for v in range(Q)]
-
-            def cv_value(j):          # unit j's value in sub-step cv_s
-                return Array(pair_values[j::K])[cv_s] if S > 1 else pair_values[j]
+            out_rp.request(st["OUTPUT"], opx.rd_addr, opx.rd_en, pair=True)
+            m.d.comb += opx.rd_data.eq(out_rp.pair_data)
         else:
-            # one OUT memory: NR = 2 reads a beat, word 2 row + half (narrow_out: NR = 2 P,
-            # its parts, read op_sub = half P + part at address Cat(op_sub, row)); read i is in
-            # the read port for sub-steps [i SR, (i + 1) SR), SR = S / NR, and the next is read
-            # in the last of them
-            NR = 2 * out_parts
-            SR = S // NR
-            op_sub = Signal(_log2(NR))
-            with m.If(x_start & (xop == Op.OUTPUT)):
-                m.d.sync += op_sub.eq(0)
-            op_adv = ~ov | (cv_ready & (cv_s[:_log2(SR)] == SR - 1 if SR > 1
-                                        else Const(1, 1)))
-            out_rp.request(st["OUTPUT"], Cat(op_sub, op_row), op_adv)
-            with m.If(st["OUTPUT"] & op_adv):
-                m.d.sync += ov.eq(op_left != 0)
-                with m.If(op_left != 0):
-                    m.d.sync += op_sub.eq(op_sub + 1)
-                    with m.If(op_sub == NR - 1):
-                        m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
-            # sub-step s takes values [s K, (s + 1) K) of the beat: of its read, values
-            # [(s mod SR) K, ...), so unit j selects by the sub-step's low bits
-            read_values = [out_rp.data[64 * v:64 * (v + 1)] for v in range(OV // out_parts)]
-
-            def cv_value(j):
-                return (Array(read_values[j::K])[cv_s[:_log2(SR)]] if SR > 1
-                        else read_values[j])
-        if S > 1:
-            with m.If(ov & cv_ready):
-                m.d.sync += cv_s.eq(Mux(cv_last, 0, cv_s + 1))
-        beat_valid = Signal()
-        beat_bits = Signal(W)
-        cv_take = Signal()
-        data_taken = beat_valid & self.o.ready & ~st["STATUS"]
-        for j, unit in enumerate(cv_units):
-            m.d.comb += [
-                unit.i.valid.eq(ov),
-                unit.i.payload.value.eq(cv_value(j)),
-                unit.o.ready.eq(~beat_valid | data_taken),
-            ]
-        m.d.comb += cv_take.eq(cv_units[0].o.valid & cv_units[0].o.ready)
-        cv_inflight = Signal(range(8))
-        m.d.sync += cv_inflight.eq(cv_inflight + (ov & cv_ready) - cv_take)
-        cv_bits = Cat(unit.o.payload.bits for unit in cv_units)
-        if S > 1:
-            m.d.comb += cv_units[0].i.payload.tag.eq(cv_s)
-            cv_tag = cv_units[0].o.payload.tag
-            with m.If(cv_take):
-                m.d.sync += beat_bits.word_select(cv_tag, 32 * K).eq(cv_bits)
-            with m.If(cv_take & (cv_tag == S - 1)):
-                m.d.sync += beat_valid.eq(1)
-            with m.Elif(data_taken):
-                m.d.sync += beat_valid.eq(0)
-        else:
-            with m.If(cv_take):
-                m.d.sync += [beat_bits.eq(cv_bits), beat_valid.eq(1)]
-            with m.Elif(data_taken):
-                m.d.sync += beat_valid.eq(0)
-        output_done = (st["OUTPUT"] & (op_left == 0) & ~ov & (cv_inflight == 0) & ~beat_valid)
+            out_rp.request(st["OUTPUT"], opx.rd_addr, opx.rd_en)
+            m.d.comb += opx.rd_data.eq(out_rp.data)
+        beat_valid, beat_bits, output_done = opx.valid, opx.bits, opx.done
 
         # ---- performance counters and STATUS -----------------------------------------------------
-        slayout = status_layout(cfg)
-        counters = {
+        stat = m.submodules.status = StatusCounters(config=cfg)
+        for name, inc in {
             "cycles": Const(1, 1),
             "load_busy": ld_busy,
             "exec_busy": ~ex_idle | gemm_busy | rq_busy,
@@ -2051,20 +1605,12 @@ class PE(wiring.Component):
             "words_loaded": ld_xfer,
             "words_sent": self.link_o.valid & self.link_o.ready,
             "words_received": self.link_i.valid & self.link_i.ready,
-        }
-        status_now = Signal(slayout)
-        for name, inc in counters.items():
-            reg = Signal(_COUNTER_BITS, name=f"count_{name}")
-            with m.If(counters_clear):
-                m.d.sync += reg.eq(0)
-            with m.Else():
-                m.d.sync += reg.eq(reg + inc)
-            m.d.comb += getattr(status_now, name).eq(reg)
-        m.d.comb += [status_now.acc_overflow.eq(flag_acc),
-                     status_now.vpu_saturation.eq(flag_vpu)]
-        status_beat = Signal(slayout)
-        with m.If(x_start & (xop == Op.STATUS)):
-            m.d.sync += status_beat.eq(status_now)
+        }.items():
+            m.d.comb += getattr(stat.inc, name).eq(inc)
+        m.d.comb += [stat.clear.eq(counters_clear), stat.acc_overflow.eq(flag_acc),
+                     stat.vpu_saturation.eq(flag_vpu),
+                     stat.snap.eq(x_start & (xop == Op.STATUS))]
+        status_beat = stat.beat
         status_done = st["STATUS"] & self.o.ready
         m.d.comb += [
             self.o.valid.eq(st["STATUS"] | beat_valid),

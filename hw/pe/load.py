@@ -1,0 +1,142 @@
+"""The PE's load engine and the WMEM buffer flags (paper Sections 4.1 and 5.2, Fig. 10b;
+``docs/pe.md``, "Engines and synchronisation")."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, unsigned
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...isa import Target
+from .common import SEQ, log2
+from .decoder import load_entry_layout
+
+
+__all__ = ["LoadEngine"]
+
+
+class LoadEngine(wiring.Component):
+    """Runs the queued LOADs in order, one ``ld`` beat per cycle into the target memory (the
+    write itself is the PE's: :attr:`xfer` / :attr:`part_write` at :attr:`addr`, with the
+    lowest priority on the port, ``grant`` low while another writer has it), the next LOAD
+    from the cycle after the previous one's last word. A load into a WMEM plane of a buffer
+    whose flag :attr:`full` ``[b]`` is set waits for the GEMM that releases it; ``signal``
+    sets ``full[b]`` when the load completes; ``fence`` waits until every execute command
+    before the LOAD has completed (``fence_ok``, for the LOAD's :attr:`need`). A word into a
+    memory in P parts (``parted`` targets) is written part by part, ``ld.ready`` with the last.
+
+    Ports
+    -----
+    ld : In, stream of W bits
+        Load data (the PE writes ``ld.payload``; this engine drives ``ld.ready``).
+    queue : In, stream of :func:`~elmoe3d.hw.pe.decoder.load_entry_layout`
+        The decoder's LOAD queue.
+    fence_ok : In(1)
+        Every execute command taken before :attr:`need` has completed.
+    grant : In(1)
+        The target memory's write port is free for the load in this cycle.
+    release, release_buf : In(1), In(1)
+        Clear ``full[release_buf]`` (a GEMM has read its buffer's last weight word; wins over
+        a load's ``signal`` setting the same flag in the same cycle).
+    full : Out(2)
+        The buffer flags.
+    active, target, buf, addr, left, need, fence : Out
+        The LOAD being run (``left`` words still to come; ``addr`` the next word's).
+    blocked : Out(1)
+        It waits for a buffer flag or its fence.
+    xfer : Out(1)
+        A ``ld`` word is taken (written, or its last part) in this cycle.
+    part, part_write : Out
+        The part written in this cycle (``parted`` targets only).
+
+    Parameters
+    ----------
+    word_bits : int
+        W.
+    parted : tuple of Target
+        Targets whose memories hold a word in ``passes`` parts.
+    passes : int
+        P, the parts of a word of a ``parted`` target.
+    """
+
+    def __init__(self, *, word_bits, parted=(), passes=1):
+        self._parted, self._passes = tuple(parted), passes
+        super().__init__({
+            "ld": In(stream.Signature(unsigned(word_bits))),
+            "queue": In(stream.Signature(load_entry_layout())),
+            "fence_ok": In(1),
+            "grant": In(1),
+            "release": In(1),
+            "release_buf": In(1),
+            "full": Out(2),
+            "active": Out(1),
+            "target": Out(3),
+            "buf": Out(1),
+            "addr": Out(16),
+            "left": Out(16),
+            "need": Out(SEQ),
+            "fence": Out(1),
+            "blocked": Out(1),
+            "xfer": Out(1),
+            "part": Out(log2(passes) if self._parted else 0),
+            "part_write": Out(1),
+        })
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a LOAD at the queue's head (the engine idle) to its first word taken."""
+        return 1
+
+    def elaborate(self, platform):
+        m = Module()
+        P, parted = self._passes, self._parted
+        full = self.full
+        ld_target, ld_buf, ld_addr, ld_left = self.target, self.buf, self.addr, self.left
+        ld_active, ld_fence = self.active, self.fence
+        ld_signal = Signal()
+
+        def set_full(b, value):
+            with m.If(b):
+                m.d.sync += full[1].eq(value)
+            with m.Else():
+                m.d.sync += full[0].eq(value)
+
+        m.d.comb += self.blocked.eq(((ld_target <= Target.WSCALE) & Mux(ld_buf, full[1], full[0]))
+                                    | (ld_fence & ~self.fence_ok))
+        ld_open = ld_active & (ld_left != 0) & ~self.blocked & self.grant
+        if parted:
+            # a word into a memory in P parts (streamed_weights, narrow_iomem): part by part,
+            # the word taken with its last
+            ld_part = self.part
+            ld_parted = Cat(ld_target == t for t in parted).any()
+            m.d.comb += self.part_write.eq(self.ld.valid & ld_open & ld_parted)
+            with m.If(self.part_write):
+                m.d.sync += ld_part.eq(ld_part + 1)
+            m.d.comb += self.ld.ready.eq(ld_open & (~ld_parted | (ld_part == P - 1)))
+        else:
+            m.d.comb += self.ld.ready.eq(ld_open)
+        m.d.comb += self.xfer.eq(self.ld.valid & self.ld.ready)
+        with m.If(self.xfer):
+            m.d.sync += [ld_addr.eq(ld_addr + 1), ld_left.eq(ld_left - 1)]
+        # a load ends with its last word (the next one starts in the following cycle)
+        ld_finish = (self.xfer & (ld_left == 1)) | (ld_active & (ld_left == 0) & ~self.blocked)
+        with m.If(ld_finish):
+            m.d.sync += ld_active.eq(0)
+            with m.If(ld_signal):
+                set_full(ld_buf, 1)
+        with m.If(self.release):
+            set_full(self.release_buf, 0)
+        ld_next = self.queue.payload
+        m.d.comb += self.queue.ready.eq(~ld_active | ld_finish)
+        with m.If(self.queue.valid & self.queue.ready):
+            m.d.sync += [
+                ld_active.eq(1),
+                ld_target.eq(Value.cast(ld_next.cmd.target)),
+                ld_buf.eq(ld_next.cmd.buf),
+                ld_addr.eq(ld_next.cmd.addr),
+                ld_left.eq(ld_next.cmd.words),
+                ld_signal.eq(ld_next.cmd.signal),
+                ld_fence.eq(ld_next.cmd.fence),
+                self.need.eq(ld_next.need),
+            ]
+        return m

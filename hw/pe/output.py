@@ -1,0 +1,196 @@
+"""The PE's OUTPUT engine: OUT rows (Q.24 values) to FP32 ``o`` DATA beats through
+:class:`~elmoe3d.hw.vpu.Fp32Converter` s (paper Section 4.1, Fig. 10b; ``docs/pe.md``,
+"OUTPUT")."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...isa import Op
+from ..isa import op_layout
+from ..vpu import Fp32Converter
+from .common import log2
+
+
+__all__ = ["OutputEngine"]
+
+
+class OutputEngine(wiring.Component):
+    """OUTPUT: ``row_blocks * rows * channels / (W/32)`` beats, each W/32 FP32 values from two
+    OUT words (``2 row`` and ``2 row + 1``, Q.24) through K = ``fp32_units``
+    :class:`~elmoe3d.hw.vpu.Fp32Converter` s, one beat every ``W/32 / K`` cycles with a ready
+    ``o``.
+
+    With K < W/32 the pair of OUT words (or with one OUT memory each word of the pair in turn,
+    with ``out_parts`` > 1 each of its parts) is held in the OUT read port, whose data stays
+    while its ``en`` is low, and converted in W/32 / K sub-steps, unit ``j`` taking value
+    ``s K + j`` in sub-step ``s``; the results are assembled in :attr:`bits` (the converters
+    carry ``s`` as their tag) and the beat is offered once complete.
+
+    The converters are :attr:`units`, which the PE instantiates (its direct children, so that
+    synthesis finds them, :mod:`elmoe3d.synth.blocks`) and connects to ``unit<j>_i`` and
+    ``unit<j>_o``.
+
+    Ports
+    -----
+    start : In(1)
+        OUTPUT starts (``args`` valid in this cycle): the row counter is loaded.
+    args : In, ``op_layout(Op.OUTPUT)``
+        The command's ``row_blocks`` and ``channels``.
+    active : In(1)
+        The execute engine is in OUTPUT (reads are made only then).
+    rd_addr, rd_en : Out
+        The OUT read (a row of both banks with two banks: ``Cat(part, word)`` with one).
+    rd_data : In
+        The read port's data: both banks' words (2 W bits), or the word (part) read.
+    o_ready : In(1)
+        The beat on :attr:`bits` is taken in this cycle if :attr:`valid`.
+    valid, bits : Out(1), Out(W)
+        A complete beat (W/32 FP32 values).
+    done : Out(1)
+        OUTPUT has sent its last beat (every converter drained).
+
+    Parameters
+    ----------
+    rows : int
+        R, token rows per row block.
+    word_bits : int
+        W.
+    fp32_units : int
+        K, a power of two dividing W/32 (checked by the PE).
+    out_banks : int
+        2 (a pair read in one cycle) or 1.
+    out_parts : int
+        Parts of an OUT word (``narrow_out``: P, else 1).
+    """
+
+    def __init__(self, *, rows, word_bits, fp32_units, out_banks, out_parts):
+        self._rows, self._word_bits, self._k = rows, word_bits, fp32_units
+        self._out_banks, self._out_parts = out_banks, out_parts
+        q = word_bits // 32
+        steps = q // fp32_units
+        self._units = [Fp32Converter(tag_width=log2(steps) if j == 0 and steps > 1 else 0)
+                       for j in range(fp32_units)]
+        if out_banks == 2:
+            addr_bits, data_bits = 16, 2 * word_bits
+        else:
+            addr_bits, data_bits = log2(2 * out_parts) + 16, word_bits // out_parts
+        members = {
+            "start": In(1),
+            "args": In(op_layout(Op.OUTPUT)),
+            "active": In(1),
+            "rd_addr": Out(addr_bits),
+            "rd_en": Out(1),
+            "rd_data": In(data_bits),
+            "o_ready": In(1),
+            "valid": Out(1),
+            "bits": Out(word_bits),
+            "done": Out(1),
+        }
+        for j, unit in enumerate(self._units):
+            members[f"unit{j}_i"] = Out(stream.Signature(unit.i.payload.shape()))
+            members[f"unit{j}_o"] = In(stream.Signature(unit.o.payload.shape()))
+        super().__init__(members)
+
+    @property
+    def units(self) -> list:
+        """The K :class:`~elmoe3d.hw.vpu.Fp32Converter` s (for the PE to instantiate)."""
+        return list(self._units)
+
+    @property
+    def beat_cycles(self) -> int:
+        """Cycles per beat with a ready ``o``: ``W/32 / fp32_units``."""
+        return self._word_bits // 32 // self._k
+
+    def elaborate(self, platform):
+        m = Module()
+        R, W, K = self._rows, self._word_bits, self._k
+        Q, OV = W // 32, W // 64
+        log_q = log2(Q)
+        out_parts = self._out_parts
+        cv_i = [getattr(self, f"unit{j}_i") for j in range(K)]
+        cv_o = [getattr(self, f"unit{j}_o") for j in range(K)]
+
+        op_row = Signal(16)
+        op_left = Signal(17)
+        with m.If(self.start):
+            m.d.sync += [op_row.eq(0),
+                         op_left.eq(self.args.row_blocks * R * (self.args.channels >> log_q))]
+        S = Q // K                    # sub-steps per beat
+        ov = Signal()                 # the beat's OUT words are in the read port's data
+        cv_s = Signal(range(max(S, 2)))
+        cv_ready = cv_i[0].ready
+        cv_last = (cv_s == S - 1) if S > 1 else Const(1, 1)
+        if self._out_banks == 2:
+            op_adv = ~ov | (cv_ready & cv_last)
+            m.d.comb += [self.rd_addr.eq(op_row), self.rd_en.eq(op_adv)]
+            with m.If(self.active & op_adv):
+                m.d.sync += ov.eq(op_left != 0)
+                with m.If(op_left != 0):
+                    m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
+            pair_values = [self.rd_data[64 * v:64 * (v + 1)] for v in range(Q)]
+
+            def cv_value(j):          # unit j's value in sub-step cv_s
+                return Array(pair_values[j::K])[cv_s] if S > 1 else pair_values[j]
+        else:
+            # one OUT memory: NR = 2 reads a beat, word 2 row + half (narrow_out: NR = 2 P,
+            # its parts, read op_sub = half P + part at address Cat(op_sub, row)); read i is in
+            # the read port for sub-steps [i SR, (i + 1) SR), SR = S / NR, and the next is read
+            # in the last of them
+            NR = 2 * out_parts
+            SR = S // NR
+            op_sub = Signal(log2(NR))
+            with m.If(self.start):
+                m.d.sync += op_sub.eq(0)
+            op_adv = ~ov | (cv_ready & (cv_s[:log2(SR)] == SR - 1 if SR > 1
+                                        else Const(1, 1)))
+            m.d.comb += [self.rd_addr.eq(Cat(op_sub, op_row)), self.rd_en.eq(op_adv)]
+            with m.If(self.active & op_adv):
+                m.d.sync += ov.eq(op_left != 0)
+                with m.If(op_left != 0):
+                    m.d.sync += op_sub.eq(op_sub + 1)
+                    with m.If(op_sub == NR - 1):
+                        m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
+            # sub-step s takes values [s K, (s + 1) K) of the beat: of its read, values
+            # [(s mod SR) K, ...), so unit j selects by the sub-step's low bits
+            read_values = [self.rd_data[64 * v:64 * (v + 1)] for v in range(OV // out_parts)]
+
+            def cv_value(j):
+                return (Array(read_values[j::K])[cv_s[:log2(SR)]] if SR > 1
+                        else read_values[j])
+        if S > 1:
+            with m.If(ov & cv_ready):
+                m.d.sync += cv_s.eq(Mux(cv_last, 0, cv_s + 1))
+        beat_valid = self.valid
+        beat_bits = self.bits
+        cv_take = Signal()
+        data_taken = beat_valid & self.o_ready
+        for j in range(K):
+            m.d.comb += [
+                cv_i[j].valid.eq(ov),
+                cv_i[j].payload.value.eq(cv_value(j)),
+                cv_o[j].ready.eq(~beat_valid | data_taken),
+            ]
+        m.d.comb += cv_take.eq(cv_o[0].valid & cv_o[0].ready)
+        cv_inflight = Signal(range(8))
+        m.d.sync += cv_inflight.eq(cv_inflight + (ov & cv_ready) - cv_take)
+        cv_bits = Cat(o.payload.bits for o in cv_o)
+        if S > 1:
+            m.d.comb += cv_i[0].payload.tag.eq(cv_s)
+            cv_tag = cv_o[0].payload.tag
+            with m.If(cv_take):
+                m.d.sync += beat_bits.word_select(cv_tag, 32 * K).eq(cv_bits)
+            with m.If(cv_take & (cv_tag == S - 1)):
+                m.d.sync += beat_valid.eq(1)
+            with m.Elif(data_taken):
+                m.d.sync += beat_valid.eq(0)
+        else:
+            with m.If(cv_take):
+                m.d.sync += [beat_bits.eq(cv_bits), beat_valid.eq(1)]
+            with m.Elif(data_taken):
+                m.d.sync += beat_valid.eq(0)
+        m.d.comb += self.done.eq(self.active & (op_left == 0) & ~ov & (cv_inflight == 0)
+                                 & ~beat_valid)
+        return m

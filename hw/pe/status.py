@@ -1,0 +1,78 @@
+"""The PE's performance counters and its STATUS word (paper Section 5.2; ``docs/pe.md``,
+"STATUS")."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..isa import status_layout
+from .common import COUNTER_BITS
+
+
+__all__ = ["COUNTERS", "StatusCounters"]
+
+
+#: The counters, in the order of :data:`elmoe3d.sw.golden.asm.STATUS_FIELDS`.
+COUNTERS = ("cycles", "load_busy", "exec_busy", "stall", "gemm_beats", "words_loaded",
+            "words_sent", "words_received")
+
+
+class StatusCounters(wiring.Component):
+    """:data:`COUNTERS`, :data:`~elmoe3d.hw.pe.common.COUNTER_BITS`-bit counters (wrapping), and
+    the snapshot a STATUS command sends (:func:`elmoe3d.hw.isa.status_layout`).
+
+    Ports
+    -----
+    inc : In, one bit per counter (:data:`COUNTERS`)
+        Count one in this cycle.
+    clear : In(1)
+        Reset every counter to zero (``CLEAR counters``; it wins over ``inc``).
+    acc_overflow, vpu_saturation : In(1)
+        The sticky flags, copied into the snapshot.
+    snap : In(1)
+        Take the snapshot (the counters' values before this cycle's counts) into :attr:`beat`.
+    beat : Out, :func:`~elmoe3d.hw.isa.status_layout`
+        The last snapshot (from the cycle after ``snap``).
+
+    Latency: a count shows in the snapshot taken a cycle later; ``beat`` one cycle after
+    ``snap``.
+
+    Parameters
+    ----------
+    config : ArchConfig or PEConfig
+        The word width W of the STATUS word.
+    """
+
+    def __init__(self, *, config):
+        self._layout = status_layout(config)
+        super().__init__({
+            "inc": In(data.StructLayout({name: 1 for name in COUNTERS})),
+            "clear": In(1),
+            "acc_overflow": In(1),
+            "vpu_saturation": In(1),
+            "snap": In(1),
+            "beat": Out(self._layout),
+        })
+
+    @property
+    def latency(self) -> int:
+        """Cycles from ``snap`` to the snapshot on ``beat``."""
+        return 1
+
+    def elaborate(self, platform):
+        m = Module()
+        status_now = Signal(self._layout)
+        for name in COUNTERS:
+            reg = Signal(COUNTER_BITS, name=f"count_{name}")
+            with m.If(self.clear):
+                m.d.sync += reg.eq(0)
+            with m.Else():
+                m.d.sync += reg.eq(reg + getattr(self.inc, name))
+            m.d.comb += getattr(status_now, name).eq(reg)
+        m.d.comb += [status_now.acc_overflow.eq(self.acc_overflow),
+                     status_now.vpu_saturation.eq(self.vpu_saturation)]
+        with m.If(self.snap):
+            m.d.sync += self.beat.eq(status_now)
+        return m
