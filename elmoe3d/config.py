@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .isa import Sink
 
 
 __all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "ConfigError",
-           "DramConfig", "HB_BANK", "LPDDR5_6400_X16"]
+           "DramConfig", "HB_BANK", "LPDDR5_6400_X16", "PEOptions", "FPGA_LEAN_PE",
+           "UNIT_PE_LATENCY", "ROWMAX_LATENCY", "REQUANT_LATENCY", "FP32_LATENCY",
+           "tile_latency", "swiglu_latency", "combine_latency", "check_mul_stages",
+           "unit_count"]
 
 
 class ConfigError(ValueError):
@@ -676,6 +682,366 @@ class PEConfig:
     def tok_per_word(self) -> int:
         """Token-table entries per TOK word / LOAD beat (W/64)."""
         return self.word_bits // 64
+
+
+# == Latencies of the datapath blocks (one formula each; the blocks' ``latency`` properties and
+# == the PE read them) =============================================================================
+
+#: :class:`~elmoe3d.hw.unit_pe.UnitPE` and :class:`~elmoe3d.hw.unit_pe.SliceCombiner`: cycles
+#: from inputs to outputs (combinational).
+UNIT_PE_LATENCY = 0
+#: :class:`~elmoe3d.hw.vpu.RowMaxExponent`: cycles from accepting a row maximum to its exponent.
+ROWMAX_LATENCY = 1
+#: :class:`~elmoe3d.hw.vpu.RequantUnit`: cycles from accepting a value to its INT8 code.
+REQUANT_LATENCY = 1
+#: :class:`~elmoe3d.hw.vpu.Fp32Converter`: cycles from accepting a Q.24 value to its FP32 word.
+FP32_LATENCY = 2
+
+
+def check_mul_stages(mul_stages) -> int:
+    """``mul_stages`` (registers after a VPU multiplier) if an integer in 1..4, else
+    ``ValueError`` naming it."""
+    if (not isinstance(mul_stages, int) or isinstance(mul_stages, bool)
+            or not 1 <= mul_stages <= 4):
+        raise ValueError(f"mul_stages: expected an integer in 1..4, got {mul_stages!r}")
+    return mul_stages
+
+
+def tile_latency(passes: int = 1) -> int:
+    """:class:`~elmoe3d.hw.tile.TensorTile`: cycles from accepting a ``last`` beat to
+    ``o.valid`` with an always-ready sink: stage 1 (unit PEs and adder trees), then the
+    dequantization in ``passes`` sub-steps, then the result register: ``2 + passes``."""
+    return 2 + passes
+
+
+def swiglu_latency(mul_stages: int = 1) -> int:
+    """:class:`~elmoe3d.hw.vpu.SwiGLUUnit`: cycles from accepting an element to ``o.valid``:
+    ``7 + 2 (mul_stages - 1)`` (two multipliers in series)."""
+    return 7 + 2 * (mul_stages - 1)
+
+
+def combine_latency(mul_stages: int = 1) -> int:
+    """:class:`~elmoe3d.hw.vpu.CombineUnit`: cycles from accepting an element to ``o.valid``:
+    ``3 + (mul_stages - 1)``."""
+    return 3 + (mul_stages - 1)
+
+
+def unit_count(name, value, top, what) -> int:
+    """A time-shared unit count: ``None`` -> ``top``, else a power of two in 1..``top``
+    (``ValueError`` naming ``name``, ``what`` saying the range)."""
+    if value is None:
+        return top
+    if (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top
+            or value & (value - 1)):
+        raise ValueError(f"{name}: expected a power of two {what}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class PEOptions:
+    """The build options of one PE (:class:`~elmoe3d.hw.pe.PE`; ``docs/pe.md``), validated once
+    against its memory geometry, and the timing they imply (paper Sections 4.1 and 5.2).
+
+    Every option changes cycle counts or the resources of the PE, never a result. The unit
+    counts given as ``None`` are resolved to their defaults here, so an instance always holds
+    the counts the PE builds (two instances that build the same PE are equal).
+
+    Parameters
+    ----------
+    config : ArchConfig or PEConfig
+        The PE's memory geometry (an ArchConfig is reduced to its :attr:`ArchConfig.pe`); the
+        PE needs ``lanes % 4 == 0``, ``lanes == 2 * rows`` and a power-of-two ``lanes``.
+    mul_stages : int
+        Registers after each VPU multiplier (``SwiGLUUnit`` / ``CombineUnit``), 1..4.
+    requant_units : int or None
+        C, :class:`~elmoe3d.hw.vpu.RequantUnit` s (INT8 codes per cycle): a power of two in
+        1..min(W/32, 32); ``None``: min(W/32, 32).
+    fp32_units : int or None
+        K, :class:`~elmoe3d.hw.vpu.Fp32Converter` s: a power of two dividing W/32; ``None``:
+        W/32.
+    combine_units : int or None
+        J, :class:`~elmoe3d.hw.vpu.CombineUnit` s: a power of two dividing ``lanes``;
+        ``None``: ``lanes``.
+    swiglu_units : int or None
+        S, :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s: a power of two dividing ``lanes / 2``;
+        ``None``: ``lanes / 2``.
+    tile_dsp_pairs : bool
+        The tile's ``dsp_pairs`` (two IA8xW5 products per FPGA DSP multiplier).
+    tile_passes : int
+        P, the tile's ``passes`` (1, 2 or 4: a GEMM beat every P cycles).
+    out_valid_bits : bool
+        OUT and ROWMAX have valid bits (one-cycle CLEAR); False: CLEAR writes zeros.
+    wbuf_memories : int
+        Memories per WMEM plane: 2 (one per buffer) or 1 (both buffers in one; needs a
+        power-of-two ``wmem_words``).
+    out_banks : int
+        OUT memories: 2 (even and odd words) or 1 (needs ``fp32_units`` < W/32).
+    streamed_weights : bool
+        WMSB, WLSB and WSCALE W/P bits wide, the planes read a tile pass at a time (needs
+        P > 1).
+    narrow_iomem : bool
+        ACT, TOK, HBUF and ROWMAX W/P bits wide, ACT read a tile pass at a time (needs P > 1
+        and ``requant_units`` <= min(W/32, 32)/P).
+    narrow_out : bool
+        OUT W/P bits wide (needs P > 1, one OUT bank, no valid bits, and ``combine_units``,
+        ``fp32_units`` <= W/64/P).
+
+    Raises
+    ------
+    TypeError
+        ``config`` is neither an ArchConfig nor a PEConfig.
+    ValueError
+        The tile shape does not suit the PE, or an option out of range (the message names it).
+    """
+
+    config: "PEConfig"
+    mul_stages: int = 1
+    requant_units: int | None = None
+    fp32_units: int | None = None
+    combine_units: int | None = None
+    swiglu_units: int | None = None
+    tile_dsp_pairs: bool = False
+    tile_passes: int = 1
+    out_valid_bits: bool = True
+    wbuf_memories: int = 2
+    out_banks: int = 2
+    streamed_weights: bool = False
+    narrow_iomem: bool = False
+    narrow_out: bool = False
+
+    def __post_init__(self):
+        pe_config_ = pe_config(self.config)
+        object.__setattr__(self, "config", pe_config_)
+        rows, lanes = pe_config_.rows, pe_config_.lanes
+        if lanes % 4 or lanes != 2 * rows:
+            raise ValueError(f"config: the PE needs lanes % 4 == 0 and lanes == 2 * rows, got "
+                             f"rows={rows}, lanes={lanes}")
+        if lanes & (lanes - 1):
+            raise ValueError(f"config: the PE needs a power-of-two number of lanes (word "
+                             f"addressing by shifts), got {lanes}")
+        check_mul_stages(self.mul_stages)
+        W = pe_config_.word_bits
+        Q = W // 32
+        requant_units = unit_count("requant_units", self.requant_units, min(Q, 32),
+                                    f"in 1..min(W/32, 32) = 1..{min(Q, 32)}")
+        fp32_units = unit_count("fp32_units", self.fp32_units, Q,
+                                f"dividing W/32 = {Q} (1..{Q})")
+        combine_units = unit_count("combine_units", self.combine_units, lanes,
+                                    f"dividing lanes = {lanes} (1..{lanes})")
+        swiglu_units = unit_count("swiglu_units", self.swiglu_units, lanes // 2,
+                                   f"dividing lanes / 2 = {lanes // 2} (1..{lanes // 2})")
+        for name, value in (("requant_units", requant_units), ("fp32_units", fp32_units),
+                            ("combine_units", combine_units), ("swiglu_units", swiglu_units)):
+            object.__setattr__(self, name, value)
+        if not isinstance(self.tile_dsp_pairs, bool):
+            raise ValueError(f"tile_dsp_pairs: expected a bool, got {self.tile_dsp_pairs!r}")
+        tile_passes = self.tile_passes
+        if (not isinstance(tile_passes, int) or isinstance(tile_passes, bool)
+                or tile_passes not in (1, 2, 4)):
+            raise ValueError(f"tile_passes: expected 1, 2 or 4, got {tile_passes!r}")
+        if not isinstance(self.out_valid_bits, bool):
+            raise ValueError(f"out_valid_bits: expected a bool, got {self.out_valid_bits!r}")
+        wbuf_memories = self.wbuf_memories
+        if (not isinstance(wbuf_memories, int) or isinstance(wbuf_memories, bool)
+                or wbuf_memories not in (1, 2)):
+            raise ValueError(f"wbuf_memories: expected 1 or 2, got {wbuf_memories!r}")
+        w_words = pe_config_.wmem_words
+        if wbuf_memories == 1 and w_words & (w_words - 1):
+            raise ValueError(f"wbuf_memories: one memory for both buffers needs a power-of-two "
+                             f"wmem_words (the buffer is the top address bit), got {w_words}")
+        out_banks = self.out_banks
+        if (not isinstance(out_banks, int) or isinstance(out_banks, bool)
+                or out_banks not in (1, 2)):
+            raise ValueError(f"out_banks: expected 1 or 2, got {out_banks!r}")
+        if out_banks == 1 and fp32_units == W // 32:
+            raise ValueError(f"out_banks: one OUT memory needs fewer than W/32 = {W // 32} "
+                             f"fp32_units (an o beat's two OUT words are read one after the "
+                             f"other, one per half of its sub-steps), got fp32_units="
+                             f"{fp32_units}")
+        if not isinstance(self.streamed_weights, bool):
+            raise ValueError(f"streamed_weights: expected a bool, got "
+                             f"{self.streamed_weights!r}")
+        if self.streamed_weights and tile_passes == 1:
+            raise ValueError("streamed_weights: the weights come a pass at a time, so it needs "
+                             "tile_passes 2 or 4, got tile_passes=1")
+        if not isinstance(self.narrow_iomem, bool):
+            raise ValueError(f"narrow_iomem: expected a bool, got {self.narrow_iomem!r}")
+        if self.narrow_iomem:
+            if tile_passes == 1:
+                raise ValueError("narrow_iomem: ACT comes a tile pass at a time, so it needs "
+                                 "tile_passes 2 or 4, got tile_passes=1")
+            # REQUANT's C codes of a cycle go into one ACT part (32/P depths of a row) from one
+            # HBUF part (W/32/P values); the SWIGLU sink's S <= lanes / 2 values always fit
+            # (W/32/P = 4 lanes / P)
+            per_part = min(Q, 32) // tile_passes
+            if requant_units > per_part:
+                raise ValueError(f"narrow_iomem: the requant_units values of a cycle must lie "
+                                 f"in one HBUF part and one ACT row part, min(W/32, 32)/P = "
+                                 f"{per_part} values, got requant_units={requant_units}")
+        if not isinstance(self.narrow_out, bool):
+            raise ValueError(f"narrow_out: expected a bool, got {self.narrow_out!r}")
+        if self.narrow_out:
+            per_part = W // 64 // tile_passes
+            needs = (("tile_passes", tile_passes > 1, "2 or 4"),
+                     ("out_banks", out_banks == 1, "1"),
+                     ("out_valid_bits", not self.out_valid_bits, "False"),
+                     ("combine_units", combine_units <= per_part, f"at most W/64/P = {per_part}"),
+                     ("fp32_units", fp32_units <= per_part, f"at most W/64/P = {per_part}"))
+            for name, ok, want in needs:
+                if not ok:
+                    raise ValueError(f"narrow_out: OUT in W/P-bit parts needs {name} {want}, "
+                                     f"got {name}={getattr(self, name)}")
+
+    # ---- the options as keyword arguments --------------------------------------------------------
+
+    @property
+    def params(self) -> dict:
+        """The options (every field but ``config``, unit counts resolved) as keyword
+        arguments of the PE."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "config"}
+
+    # ---- geometry ---------------------------------------------------------------------------------
+
+    @property
+    def rows(self) -> int:
+        """M: token rows per tile beat."""
+        return self.config.rows
+
+    @property
+    def lanes(self) -> int:
+        """N: unit-PE lanes per row."""
+        return self.config.lanes
+
+    @property
+    def word_bits(self) -> int:
+        """W: bits of every memory word and of every ``ld``, ``o`` and link beat."""
+        return self.config.word_bits
+
+    @property
+    def tile_config(self) -> TileConfig:
+        """The tensor tile's shape (``rows`` x ``lanes`` x 32)."""
+        return TileConfig(rows=self.rows, lanes=self.lanes)
+
+    @property
+    def tile_params(self) -> dict:
+        """The :class:`~elmoe3d.hw.tile.TensorTile` keyword arguments of the PE's tile."""
+        return {"config": self.tile_config, "dsp_pairs": self.tile_dsp_pairs,
+                "passes": self.tile_passes, "streamed_weights": self.streamed_weights,
+                "streamed_acts": self.narrow_iomem}
+
+    # ---- derived timing (cycles) ------------------------------------------------------------------
+
+    @property
+    def combine_row_cycles(self) -> dict:
+        """Cycles the COMBINE sink spends on one result row, by mode FULL (``True``: L/2
+        values) and not FULL (``False``: L values): ``ceil(values / combine_units)``."""
+        L, J = self.lanes, self.combine_units
+        return {True: max(L // 2 // J, 1), False: L // J}
+
+    @property
+    def swiglu_row_cycles(self) -> dict:
+        """Cycles the SWIGLU sink spends on one result row, by mode FULL (``True``: L/4
+        channels) and not FULL (``False``: L/2 channels): ``ceil(channels / swiglu_units)``."""
+        L, S = self.lanes, self.swiglu_units
+        return {True: max(L // 4 // S, 1), False: L // 2 // S}
+
+    @property
+    def clear_cycles(self) -> int:
+        """Cycles of ``CLEAR`` with ``out`` or ``rowmax`` set, from its start to its last
+        write: 1 with :attr:`out_valid_bits`, otherwise one per row of the larger of the OUT
+        banks (``ceil(out_words / out_banks)``; ``out_words * P`` parts with
+        :attr:`narrow_out`) and ROWMAX (``ceil(tok_entries / (W/32))``, times P with
+        :attr:`narrow_iomem`)."""
+        if self.out_valid_bits:
+            return 1
+        cfg = self.config
+        parts = self.tile_passes if self.narrow_out else 1
+        rm_parts = self.tile_passes if self.narrow_iomem else 1
+        return max(-(-cfg.out_words * parts // self.out_banks),
+                   -(-cfg.tok_entries // (cfg.word_bits // 32)) * rm_parts)
+
+    @property
+    def output_beat_cycles(self) -> int:
+        """Cycles per ``o`` DATA beat of OUTPUT with a ready ``o``: ``W/32 / fp32_units``."""
+        return self.word_bits // 32 // self.fp32_units
+
+    @property
+    def requant_word_cycles(self) -> int:
+        """Cycles per HBUF word (W/32 Q16.16 values) of REQUANT: ``W/32 / requant_units``."""
+        return self.word_bits // 32 // self.requant_units
+
+    @property
+    def load_queue_depth(self) -> int:
+        """LOAD commands the decoder can queue for the load engine."""
+        return 16
+
+    @property
+    def tile_latency(self) -> int:
+        """Cycles from the tile accepting a ``last`` beat to its result
+        (:func:`tile_latency` of :attr:`tile_passes`)."""
+        return tile_latency(self.tile_passes)
+
+    @property
+    def swiglu_latency(self) -> int:
+        """Cycles of the SwiGLU unit (:func:`swiglu_latency` of :attr:`mul_stages`)."""
+        return swiglu_latency(self.mul_stages)
+
+    @property
+    def combine_latency(self) -> int:
+        """Cycles of the combine unit (:func:`combine_latency` of :attr:`mul_stages`)."""
+        return combine_latency(self.mul_stages)
+
+    @property
+    def sink_latency(self) -> dict:
+        """Cycles from the sink taking a tile result to the first effect of its first row, per
+        sink (no stall): RAW 1 (first link word offered), SWIGLU 2 + the SwiGLU unit (HBUF
+        write; the row-max update follows a cycle later), COMBINE 3 + the combine unit (OUT
+        write; TOK read, OUT read and the unit in between)."""
+        return {Sink.RAW: 1,
+                Sink.SWIGLU: 2 + self.swiglu_latency,
+                Sink.COMBINE: 3 + self.combine_latency}
+
+    @property
+    def result_cycles(self) -> dict:
+        """Cycles the sink holds one tile result (``rows x lanes`` accumulators), by
+        ``(sink, psum_in)``, with ready outputs and, for ``psum_in``, a ``link_i`` word offered
+        in every cycle: RAW ``rows * lanes / (W/64)`` (one link word a cycle), SWIGLU ``rows *
+        swiglu_row_cycles[False]``, COMBINE ``rows * combine_row_cycles[False]``; ``psum_in``
+        adds one cycle per result, except where a row takes several cycles (time-shared units:
+        the addition hides behind the previous result's last row)."""
+        raw = self.rows * self.lanes // (self.word_bits // 64)
+        out = {(Sink.RAW, False): raw, (Sink.RAW, True): raw + 1}
+        for sink, row in ((Sink.SWIGLU, self.swiglu_row_cycles[False]),
+                          (Sink.COMBINE, self.combine_row_cycles[False])):
+            out[(sink, False)], out[(sink, True)] = self.rows * row, self.rows * row + (row == 1)
+        return out
+
+    @property
+    def completion_cycles(self) -> int:
+        """Length of the PE's GEMM-completion delay line: cycles from a result row leaving
+        the sink's stage A to the cycle its last write is made, the longer of the SWIGLU and
+        COMBINE pipelines plus one: ``max(swiglu_latency, combine_row_cycles[False] +
+        combine_latency) + 1``."""
+        return max(self.swiglu_latency, self.combine_row_cycles[False] + self.combine_latency) + 1
+
+    @property
+    def gemm_gap(self) -> int:
+        """Idle tile cycles between the last beat of a GEMM and the first beat of the next
+        GEMM waiting behind it: none."""
+        return 0
+
+
+#: The FPGA-lean PE (``BoardTop(pe_params=...)``, the FPGA flow's defaults) as PE keyword
+#: arguments (``PEOptions(config=..., **FPGA_LEAN_PE)``): two IA8xW5 products per MULT18X18D
+#: in a tile of four passes, one RequantUnit, Fp32Converter, CombineUnit and SwiGLUUnit,
+#: time-shared, CLEAR by writes, both weight buffers in one memory per plane, OUT in one
+#: memory, and every PE memory a quarter word wide (streamed weights, narrow IOMEM and OUT).
+#: Results are bit-identical to the ASIC PE's.
+FPGA_LEAN_PE = MappingProxyType({
+    "tile_dsp_pairs": True, "tile_passes": 4, "requant_units": 1, "fp32_units": 1,
+    "combine_units": 1, "swiglu_units": 1, "out_valid_bits": False, "wbuf_memories": 1,
+    "out_banks": 1, "streamed_weights": True, "narrow_iomem": True, "narrow_out": True})
 
 
 PRESETS = {

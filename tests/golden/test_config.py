@@ -2,10 +2,16 @@
 the field named, the presets round-trip, and the paper presets give Table 1's peak TOPS."""
 
 import dataclasses
+import gc
+import warnings
 
 import pytest
+from amaranth.hdl import UnusedElaboratable
 
-from elmoe3d.config import PRESETS, ArchConfig, ConfigError, TileConfig, preset
+from elmoe3d.config import (FPGA_LEAN_PE, PRESETS, ArchConfig, ConfigError, PEOptions,
+                            TileConfig, check_mul_stages, combine_latency, preset,
+                            swiglu_latency, tile_latency)
+from elmoe3d.isa import Sink
 
 
 def test_config_error_is_a_value_error():
@@ -106,3 +112,200 @@ def test_preset_unknown_name():
     listed = str(excinfo.value).rsplit("expected one of ", 1)[1].split(", ")
     assert listed == list(PRESETS) and {"small", "paper-4gb", "paper-8gb"} <= set(listed)
     assert preset("small") is PRESETS["small"]
+
+
+# ---- PEOptions: the PE's build options and the timing they imply ----------------------------------
+
+SMALL = preset("small")
+SMALL_PE = SMALL.pe                                # W = 512: W/32 = 16, W/64 = 8, lanes 4
+WIDE = ArchConfig(name="wide", tile=TileConfig(rows=8, lanes=16), wmem_bytes=16384,
+                  iomem_bytes=65536)               # W = 2048
+
+
+def test_pe_options_defaults_resolve_the_unit_counts():
+    opts = PEOptions(config=SMALL)
+    assert opts.config == SMALL_PE                 # an ArchConfig is reduced to its PEConfig
+    assert PEOptions(config=SMALL_PE) == opts
+    assert opts.params == {
+        "mul_stages": 1, "requant_units": 16, "fp32_units": 16, "combine_units": 4,
+        "swiglu_units": 2, "tile_dsp_pairs": False, "tile_passes": 1, "out_valid_bits": True,
+        "wbuf_memories": 2, "out_banks": 2, "streamed_weights": False, "narrow_iomem": False,
+        "narrow_out": False}
+    assert PEOptions(config=SMALL, requant_units=16, fp32_units=16, combine_units=4,
+                     swiglu_units=2) == opts
+    assert PEOptions(config=WIDE).requant_units == 32         # min(W/32, 32)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.tile_passes = 2
+
+
+def test_pe_options_default_timing():
+    opts = PEOptions(config=SMALL)
+    assert (opts.tile_latency, opts.swiglu_latency, opts.combine_latency) == (3, 7, 3)
+    assert opts.sink_latency == {Sink.RAW: 1, Sink.SWIGLU: 9, Sink.COMBINE: 6}
+    assert opts.result_cycles == {(Sink.RAW, False): 1, (Sink.RAW, True): 2,
+                                  (Sink.SWIGLU, False): 2, (Sink.SWIGLU, True): 3,
+                                  (Sink.COMBINE, False): 2, (Sink.COMBINE, True): 3}
+    assert (opts.requant_word_cycles, opts.output_beat_cycles, opts.clear_cycles) == (1, 1, 1)
+    assert opts.combine_row_cycles == opts.swiglu_row_cycles == {True: 1, False: 1}
+    assert (opts.completion_cycles, opts.gemm_gap, opts.load_queue_depth) == (8, 0, 16)
+
+
+def test_fpga_lean_pe_timing():
+    lean = PEOptions(config=SMALL, **FPGA_LEAN_PE)
+    assert lean.params == dict(FPGA_LEAN_PE, mul_stages=1)
+    assert (lean.tile_latency, lean.requant_word_cycles, lean.output_beat_cycles) == (6, 16, 16)
+    assert lean.combine_row_cycles == {True: 2, False: 4}
+    assert lean.swiglu_row_cycles == {True: 1, False: 2}
+    assert lean.result_cycles[(Sink.COMBINE, False)] == 8
+    assert lean.result_cycles[(Sink.SWIGLU, True)] == 4         # the psum word hidden
+    assert lean.clear_cycles == 176 * 4                         # OUT words x P parts, one bank
+    assert lean.completion_cycles == max(7, 4 + 3) + 1
+    with pytest.raises(TypeError):
+        FPGA_LEAN_PE["tile_passes"] = 2                         # read-only
+
+
+def test_block_latency_formulas():
+    assert [tile_latency(p) for p in (1, 2, 4)] == [3, 4, 6]
+    assert [swiglu_latency(s) for s in (1, 2, 3, 4)] == [7, 9, 11, 13]
+    assert [combine_latency(s) for s in (1, 2, 3, 4)] == [3, 4, 5, 6]
+    for bad in (0, 5, True, 1.0):
+        with pytest.raises(ValueError, match=r"mul_stages: expected an integer in 1\.\.4, "
+                                             rf"got {bad!r}"):
+            check_mul_stages(bad)
+
+
+def test_pe_options_config_errors():
+    with pytest.raises(TypeError, match="config: expected an ArchConfig or a PEConfig, got str"):
+        PEOptions(config="small")
+    with pytest.raises(ValueError, match=r"config: the PE needs lanes % 4 == 0 and lanes == "
+                                         r"2 \* rows, got rows=3, lanes=4"):
+        PEOptions(config=dataclasses.replace(SMALL_PE, rows=3))
+    with pytest.raises(ValueError, match=r"config: the PE needs a power-of-two number of lanes "
+                                         r"\(word addressing by shifts\), got 12"):
+        PEOptions(config=ArchConfig(tile=TileConfig(rows=6, lanes=12), wmem_bytes=4 * 192 * 8,
+                                    iomem_bytes=32 * 192))
+
+
+@pytest.mark.parametrize("name, bad, message", [
+    ("mul_stages", 0, r"mul_stages: expected an integer in 1\.\.4, got 0"),
+    ("mul_stages", True, r"mul_stages: expected an integer in 1\.\.4, got True"),
+    ("requant_units", 3, r"requant_units: expected a power of two in 1\.\.min\(W/32, 32\) = "
+                         r"1\.\.16, got 3"),
+    ("requant_units", 32, r"requant_units: .* got 32"),
+    ("requant_units", 1.0, r"requant_units: .* got 1\.0"),
+    ("fp32_units", 0, r"fp32_units: expected a power of two dividing W/32 = 16 \(1\.\.16\), "
+                      r"got 0"),
+    ("fp32_units", "2", r"fp32_units: .* got '2'"),
+    ("combine_units", 8, r"combine_units: expected a power of two dividing lanes = 4 "
+                         r"\(1\.\.4\), got 8"),
+    ("combine_units", True, r"combine_units: .* got True"),
+    ("swiglu_units", 4, r"swiglu_units: expected a power of two dividing lanes / 2 = 2 "
+                        r"\(1\.\.2\), got 4"),
+    ("swiglu_units", -1, r"swiglu_units: .* got -1"),
+    ("tile_dsp_pairs", 1, r"tile_dsp_pairs: expected a bool, got 1"),
+    ("tile_passes", 3, r"tile_passes: expected 1, 2 or 4, got 3"),
+    ("tile_passes", True, r"tile_passes: expected 1, 2 or 4, got True"),
+    ("out_valid_bits", None, r"out_valid_bits: expected a bool, got None"),
+    ("wbuf_memories", 3, r"wbuf_memories: expected 1 or 2, got 3"),
+    ("wbuf_memories", 2.0, r"wbuf_memories: expected 1 or 2, got 2\.0"),
+    ("out_banks", 0, r"out_banks: expected 1 or 2, got 0"),
+    ("out_banks", 1, r"out_banks: one OUT memory needs fewer than W/32 = 16 fp32_units \(an o "
+                     r"beat's two OUT words are read one after the other, one per half of its "
+                     r"sub-steps\), got fp32_units=16"),
+    ("streamed_weights", "yes", r"streamed_weights: expected a bool, got 'yes'"),
+    ("streamed_weights", True, r"streamed_weights: the weights come a pass at a time, so it "
+                               r"needs tile_passes 2 or 4, got tile_passes=1"),
+    ("narrow_iomem", 1, r"narrow_iomem: expected a bool, got 1"),
+    ("narrow_iomem", True, r"narrow_iomem: ACT comes a tile pass at a time, so it needs "
+                           r"tile_passes 2 or 4, got tile_passes=1"),
+    ("narrow_out", None, r"narrow_out: expected a bool, got None"),
+])
+def test_pe_options_errors_name_the_option(name, bad, message):
+    with pytest.raises(ValueError, match=message):
+        PEOptions(config=SMALL, **{name: bad})
+
+
+def test_pe_options_wbuf_memories_needs_power_of_two_wmem_words():
+    odd = dataclasses.replace(SMALL, wmem_bytes=3 * SMALL.wmem_bytes)
+    with pytest.raises(ValueError, match=r"wbuf_memories: one memory for both buffers needs a "
+                                         r"power-of-two wmem_words \(the buffer is the top "
+                                         r"address bit\), got 96"):
+        PEOptions(config=odd, wbuf_memories=1)
+    assert PEOptions(config=odd).wbuf_memories == 2
+
+
+def test_pe_options_narrow_iomem_requant_units():
+    with pytest.raises(ValueError, match=r"narrow_iomem: the requant_units values of a cycle "
+                                         r"must lie in one HBUF part and one ACT row part, "
+                                         r"min\(W/32, 32\)/P = 4 values, got requant_units=8"):
+        PEOptions(config=SMALL, tile_passes=4, narrow_iomem=True, requant_units=8)
+    for passes, units, limit in ((2, None, 16), (4, 16, 8)):
+        with pytest.raises(ValueError, match=rf"min\(W/32, 32\)/P = {limit} values, got "
+                                             rf"requant_units={16 if units else 32}"):
+            PEOptions(config=WIDE, tile_passes=passes, narrow_iomem=True, requant_units=units)
+    assert PEOptions(config=WIDE, tile_passes=2, narrow_iomem=True, requant_units=16).narrow_iomem
+
+
+def test_pe_options_narrow_out_needs():
+    ok = {"tile_passes": 4, "out_banks": 1, "out_valid_bits": False, "combine_units": 2,
+          "fp32_units": 2}
+    assert PEOptions(config=SMALL, **ok, narrow_out=True).narrow_out
+    for change, match in (({"tile_passes": 1}, "needs tile_passes 2 or 4, got tile_passes=1"),
+                          ({"out_banks": 2}, "needs out_banks 1, got out_banks=2"),
+                          ({"out_valid_bits": True}, "needs out_valid_bits False, got "
+                                                     "out_valid_bits=True"),
+                          ({"combine_units": 4}, "needs combine_units at most W/64/P = 2, got "
+                                                 "combine_units=4"),
+                          ({"fp32_units": 4}, "needs fp32_units at most W/64/P = 2, got "
+                                              "fp32_units=4")):
+        with pytest.raises(ValueError, match="narrow_out: OUT in W/P-bit parts " + match):
+            PEOptions(config=SMALL, **{**ok, **change}, narrow_out=True)
+
+
+#: A spread of PE options (with the configuration each is built for).
+OPTION_SPREAD = [
+    (SMALL, {}),
+    (SMALL, dict(FPGA_LEAN_PE)),
+    (SMALL, {"mul_stages": 3, "requant_units": 2, "fp32_units": 4}),
+    (SMALL, {"combine_units": 1, "swiglu_units": 1, "mul_stages": 2}),
+    (SMALL, {"tile_passes": 2, "streamed_weights": True, "tile_dsp_pairs": True}),
+    (SMALL, {"tile_passes": 4, "narrow_iomem": True, "requant_units": 4}),
+    (SMALL, {"out_valid_bits": False, "out_banks": 1, "fp32_units": 8}),
+    (SMALL, {"tile_passes": 2, "out_banks": 1, "out_valid_bits": False, "combine_units": 2,
+             "fp32_units": 4, "narrow_out": True, "narrow_iomem": True, "requant_units": 8}),
+    (WIDE, {}),
+    (WIDE, dict(FPGA_LEAN_PE)),
+    (WIDE, {"mul_stages": 4, "combine_units": 4, "swiglu_units": 2, "out_valid_bits": False}),
+    (preset("paper-4gb"), {"tile_passes": 4, "narrow_iomem": True, "requant_units": 8,
+                           "wbuf_memories": 1}),
+]
+
+#: The figures a PEOptions and the PE both expose.
+PE_FIGURES = ("rows", "lanes", "word_bits", "mul_stages", "requant_units", "fp32_units",
+              "combine_units", "swiglu_units", "tile_dsp_pairs", "tile_passes",
+              "out_valid_bits", "wbuf_memories", "out_banks", "streamed_weights",
+              "narrow_iomem", "narrow_out", "combine_row_cycles", "swiglu_row_cycles",
+              "clear_cycles", "output_beat_cycles", "requant_word_cycles", "load_queue_depth",
+              "tile_latency", "swiglu_latency", "combine_latency", "sink_latency",
+              "result_cycles", "gemm_gap")
+
+
+@pytest.mark.parametrize("arch, options", OPTION_SPREAD)
+def test_pe_options_figures_equal_the_pe(arch, options):
+    """Every figure a PEOptions derives equals the PE's own property, and the blocks' latency
+    properties equal the formulas (the PE is only inspected, never elaborated)."""
+    from elmoe3d.hw.pe import PE
+    from elmoe3d.hw.tile import TensorTile
+    from elmoe3d.hw.vpu import CombineUnit, SwiGLUUnit
+
+    opts = PEOptions(config=arch, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        pe = PE(config=arch, **options)
+        assert {name: getattr(opts, name) for name in PE_FIGURES} == \
+               {name: getattr(pe, name) for name in PE_FIGURES}
+        assert TensorTile(**opts.tile_params).latency == opts.tile_latency
+        assert SwiGLUUnit(mul_stages=opts.mul_stages).latency == opts.swiglu_latency
+        assert CombineUnit(mul_stages=opts.mul_stages).latency == opts.combine_latency
+        del pe
+        gc.collect()
