@@ -47,6 +47,8 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..hw.checked import inspection
+
 
 __all__ = ["SRAM_MIN_BITS", "BlockType", "DieBlock", "BLOCK_TYPES", "DIE_BLOCKS", "TILE_FIT",
            "SramUse", "Hollow", "hollow", "inventory", "instance_key", "resolve", "MulLeaf", "DotRowLeaf",
@@ -153,26 +155,12 @@ DIE_BLOCKS = [
 def _die_part(die_cls, arch, name):
     """The sub-block ``name`` of a :class:`~elmoe3d.hw.die.LogicDie` built for ``arch`` with
     its default parameters (the die and its other parts are only constructed, never
-    elaborated)."""
-    die = die_cls(config=arch)
-    part = getattr(die, name)
-    silence(die, keep=part)
+    elaborated: dropped in an :func:`~elmoe3d.hw.checked.inspection` scope)."""
+    with inspection():
+        die = die_cls(config=arch)
+        part = getattr(die, name)
+        del die
     return part
-
-
-def silence(block, *, keep=None):
-    """Mark ``block`` and every block it constructed (held in its attributes, or lists of
-    them), but ``keep``, as deliberately not elaborated (no ``UnusedElaboratable`` warning)."""
-    todo, seen = [block], set()
-    while todo:
-        b = todo.pop()
-        if id(b) in seen or b is keep:
-            continue
-        seen.add(id(b))
-        b._MustUse__silence = True
-        for value in vars(b).values():
-            todo += [x for x in (value if isinstance(value, (list, tuple)) else [value])
-                     if hasattr(x, "elaborate")]
 
 
 def memory_role(owner_label: str, name: str) -> str:
@@ -243,6 +231,10 @@ class Hollow:
     stubs: str
     subs: dict = field(default_factory=dict)
     srams: list = field(default_factory=list)
+    #: The sub-blocks replaced by black boxes, not elaborated here (a caller that keeps them
+    #: until they are planned, or drops them in an ``inspection`` scope, hears no
+    #: ``UnusedElaboratable`` warning).
+    unelaborated: list = field(default_factory=list)
 
 
 def _port_name(path) -> str:
@@ -324,7 +316,7 @@ def hollow(top, *, owner: str, leaf_classes=()) -> Hollow:
     (``leaf_classes``) and its RAMs as black boxes; see the module docstring."""
     leaf_classes = tuple(c for c in leaf_classes if c is not None and not isinstance(top, c))
     m = top.elaborate(None)
-    stubs, srams, subs, names = {}, [], {}, {}
+    stubs, srams, subs, names, unelaborated = {}, [], {}, {}, []
     if isinstance(m, Module):
         named = m._named_submodules
         for name, (sub, src_loc) in list(named.items()):
@@ -332,10 +324,12 @@ def hollow(top, *, owner: str, leaf_classes=()) -> Hollow:
                 names[id(sub)] = name
             elif leaf_classes and isinstance(sub, leaf_classes):
                 named[name] = (_replace(sub, stubs, subs), src_loc)
+                unelaborated.append(sub)
         anon = m._anon_submodules
         for i, (sub, src_loc) in enumerate(anon):
             if leaf_classes and isinstance(sub, leaf_classes):
                 anon[i] = (_replace(sub, stubs, subs), src_loc)
+                unelaborated.append(sub)
     platform = _Platform(owner, names, stubs, srams)
     top.elaborate = lambda platform: m        # the Module built above, once
     # Amaranth's combinational-loop check walks every path through the wide multiplexers of
@@ -347,17 +341,19 @@ def hollow(top, *, owner: str, leaf_classes=()) -> Hollow:
     finally:
         _nir.Netlist.check_comb_cycles = check
         del top.elaborate
-    return Hollow(rtlil=text, stubs="".join(stubs.values()), subs=subs, srams=srams)
+    return Hollow(rtlil=text, stubs="".join(stubs.values()), subs=subs, srams=srams,
+                  unelaborated=unelaborated)
 
 
 def inventory(top, *, owner: str, leaf_classes=()):
     """The registered sub-block instances (key -> (representative, count)) and the SRAM
     macros among the direct children of ``top``, from its elaboration alone (no RTLIL): for
-    blocks whose own logic comes from a model rather than from synthesising them."""
+    blocks whose own logic comes from a model rather than from synthesising them. Returns
+    ``(subs, srams, unelaborated)``: the last lists ``top``, its elaborated module and its
+    sub-blocks, none of which is elaborated here (see :attr:`Hollow.unelaborated`)."""
     leaf_classes = tuple(c for c in leaf_classes if c is not None and not isinstance(top, c))
     m = top.elaborate(None)
-    top._MustUse__silence = True
-    subs, srams = {}, []
+    subs, srams, unelaborated = {}, [], [top, m]
     children = list(m._named_submodules.items()) + [(None, x) for x in m._anon_submodules]
     for name, (sub, _src_loc) in children:
         if isinstance(sub, Memory):
@@ -370,8 +366,8 @@ def inventory(top, *, owner: str, leaf_classes=()):
             key = instance_key(sub)
             rep, n = subs.get(key, (sub, 0))
             subs[key] = (rep, n + 1)
-            sub._MustUse__silence = True
-    return subs, srams
+            unelaborated.append(sub)
+    return subs, srams, unelaborated
 
 
 def _replace(sub, stubs, subs):
@@ -382,7 +378,6 @@ def _replace(sub, stubs, subs):
         stubs[module] = _stub(module, ports)
     rep, n = subs.get(key, (sub, 0))
     subs[key] = (rep, n + 1)
-    sub._MustUse__silence = True
     return _BlackBox(module, ports)
 
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from amaranth.back import rtlil
 
-from .blocks import (silence, BLOCK_TYPES, PE_DIRECT_MAX_LANES, PE_FIT_LANES, TILE_FIT, DotRowLeaf,
+from ..hw.checked import inspection
+from .blocks import (BLOCK_TYPES, PE_DIRECT_MAX_LANES, PE_FIT_LANES, TILE_FIT, DotRowLeaf,
                      LaneFieldsLeaf, MulLeaf, hollow, instance_key, inventory)
 from .flow import SynthResult, synthesize
 from .sram import sram_area
@@ -94,6 +95,12 @@ class Planner:
         Yosys processes at once.
     progress : callable or None
         Called as ``progress(done, total, job_label, result)`` after every job.
+
+    Blocks the planner leaves unelaborated (a tile whose area is a model, an instance equal to
+    one planned already, the sub-blocks black-boxed in a hollow) are kept until
+    :meth:`release` (which :meth:`run` calls first) drops them in an
+    :func:`~elmoe3d.hw.checked.inspection` scope: a caller that holds no reference to the
+    blocks it planned by then hears no ``UnusedElaboratable`` warning about them.
     """
 
     def __init__(self, *, liberty, cache_dir=None, jobs: int = 1, progress=None):
@@ -107,6 +114,7 @@ class Planner:
         self.results = {}                # name -> SynthResult
         self._types = [(bt, bt.load()) for bt in BLOCK_TYPES]
         self._classes = [cls for _, cls in self._types if cls is not None]
+        self._unelaborated = []          # blocks left unelaborated, until release()
 
     # ---- planning -------------------------------------------------------------------------
 
@@ -118,7 +126,7 @@ class Planner:
 
     def add_job(self, name, label, elaboratable_or_text, stubs=""):
         if name in self._jobs and not isinstance(elaboratable_or_text, str):
-            silence(elaboratable_or_text)
+            self._unelaborated.append(elaboratable_or_text)
         if name not in self._jobs:
             text = elaboratable_or_text
             if not isinstance(text, str):
@@ -136,18 +144,19 @@ class Planner:
         """The :class:`Node` (or :class:`TileNode`) of block ``obj``, its jobs registered."""
         key = instance_key(obj)
         if key in self._nodes:
-            silence(obj)                     # an equal instance was elaborated already
+            self._unelaborated.append(obj)   # an equal instance was elaborated already
             return self._nodes[key]
         bt = self._type_of(obj)
         label = label or (bt.label if bt else type(obj).__name__)
         if bt is not None and bt.model == "tile":
             node = TileNode(label=label, rows=obj.rows, lanes=obj.lanes)
-            obj._MustUse__silence = True
+            self._unelaborated.append(obj)
             self._plan_tile_leaves()
         elif bt is not None and bt.label == "PE" and obj.lanes > PE_DIRECT_MAX_LANES:
             node = self._plan_pe_model(obj, label)
         else:
             h = hollow(obj, owner=label, leaf_classes=self._classes)
+            self._unelaborated += h.unelaborated
             job = self.add_job(f"{type(obj).__name__}_{_short(key)}", label, h.rtlil, h.stubs)
             own = category or (f"{label} control" if label == "PE" else
                                (bt.category if bt else label))
@@ -161,7 +170,8 @@ class Planner:
         from ..config import PEConfig
         from ..hw.pe import PE
         cfg = pe.config
-        subs, srams = inventory(pe, owner=label, leaf_classes=self._classes)
+        subs, srams, unelaborated = inventory(pe, owner=label, leaf_classes=self._classes)
+        self._unelaborated += unelaborated
         fits = {}
         for lanes in PE_FIT_LANES:
             variant = PEConfig(rows=lanes // 2, lanes=lanes, word_bits=128 * lanes,
@@ -171,6 +181,7 @@ class Planner:
             small = PE(config=variant, mul_stages=pe.mul_stages)
             key = instance_key(small)
             h = hollow(small, owner=label, leaf_classes=self._classes)
+            self._unelaborated += h.unelaborated
             fits[lanes] = self.add_job(f"PE_fit_{_short(key)}",
                                        f"PE control fit, {lanes} lanes", h.rtlil, h.stubs)
         node = PEModelNode(label=label, category="PE control", lanes=pe.lanes, fits=fits,
@@ -202,8 +213,15 @@ class Planner:
 
     # ---- running --------------------------------------------------------------------------
 
+    def release(self):
+        """Drop the blocks planned but left unelaborated (class docstring)."""
+        with inspection():
+            self._unelaborated.clear()
+
     def run(self):
-        """Synthesise every planned job not yet done (``jobs`` at a time, largest first)."""
+        """Synthesise every planned job not yet done (``jobs`` at a time, largest first);
+        :meth:`release` first."""
+        self.release()
         todo = [j for j in self._jobs.values() if j.name not in self.results]
         todo.sort(key=lambda j: -len(j.rtlil))
         total, done = len(todo), 0

@@ -16,6 +16,7 @@ import pytest
 
 from elmoe3d.cli import main
 from elmoe3d.config import preset
+from elmoe3d.hw.checked import inspection
 from elmoe3d.synth.blocks import (SRAM_MIN_BITS, TILE_FIT, LaneFieldsLeaf, MulLeaf, hollow,
                                   instance_key)
 from elmoe3d.synth import flow
@@ -418,30 +419,32 @@ def test_hollow_pe_counts_and_srams_come_from_the_config():
     from elmoe3d.hw.vpu import CombineUnit, Fp32Converter, SwiGLUUnit
     arch = preset("small")
     cfg = arch.pe
-    h = hollow(PE(config=arch), owner="PE",
-               leaf_classes=(TensorTile, SwiGLUUnit, CombineUnit, Fp32Converter))
-    counts = Counter()
-    for key, (rep, n) in h.subs.items():
-        counts[type(rep).__name__] += n
-    assert counts == {"TensorTile": 1, "SwiGLUUnit": cfg.lanes // 2,
-                      "CombineUnit": cfg.lanes, "Fp32Converter": cfg.word_bits // 32}
-    roles = Counter()
-    for s in h.srams:
-        assert s.bits >= SRAM_MIN_BITS
-        roles[s.role] += s.bits
-    planes = {s.name: s for s in h.srams if s.name.startswith(("wmsb", "wlsb"))}
-    assert sorted(planes) == ["wlsb0", "wlsb1", "wmsb0", "wmsb1"]
-    assert sum(s.bits for s in planes.values()) == arch.wmem_bytes * 8
-    assert roles["IOMEM"] >= arch.iomem_bytes * 8
-    assert "elmoe3d_bb_TensorTile" in h.stubs and "elmoe3d_sram_wmsb0" in h.stubs
+    with inspection():              # the black-boxed sub-blocks are only counted
+        h = hollow(PE(config=arch), owner="PE",
+                   leaf_classes=(TensorTile, SwiGLUUnit, CombineUnit, Fp32Converter))
+        counts = Counter()
+        for key, (rep, n) in h.subs.items():
+            counts[type(rep).__name__] += n
+        assert counts == {"TensorTile": 1, "SwiGLUUnit": cfg.lanes // 2,
+                          "CombineUnit": cfg.lanes, "Fp32Converter": cfg.word_bits // 32}
+        roles = Counter()
+        for s in h.srams:
+            assert s.bits >= SRAM_MIN_BITS
+            roles[s.role] += s.bits
+        planes = {s.name: s for s in h.srams if s.name.startswith(("wmsb", "wlsb"))}
+        assert sorted(planes) == ["wlsb0", "wlsb1", "wmsb0", "wmsb1"]
+        assert sum(s.bits for s in planes.values()) == arch.wmem_bytes * 8
+        assert roles["IOMEM"] >= arch.iomem_bytes * 8
+        assert "elmoe3d_bb_TensorTile" in h.stubs and "elmoe3d_sram_wmsb0" in h.stubs
+        del h, rep
 
 
 def test_instance_key_separates_parameters():
     from elmoe3d.hw.vpu import RequantUnit
-    a, b, c = RequantUnit(), RequantUnit(), RequantUnit(tag_width=5)
-    for u in (a, b, c):
-        u._MustUse__silence = True
-    assert instance_key(a) == instance_key(b) != instance_key(c)
+    with inspection():                  # only their keys are read
+        a, b, c = RequantUnit(), RequantUnit(), RequantUnit(tag_width=5)
+        assert instance_key(a) == instance_key(b) != instance_key(c)
+        del a, b, c
 
 
 # ---- area models ------------------------------------------------------------------------------
