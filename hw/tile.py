@@ -7,10 +7,11 @@ The golden model of this block's stream behaviour is :func:`elmoe3d.sw.golden.ti
 from __future__ import annotations
 
 from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
-from ..config import TileConfig
+from ..config import TileConfig, tile_latency
+from .checked import CheckedComponent
 from .fixed import sat_add64
 from .layouts import TileMode, tile_beat_layout, tile_result_layout
 from .unit_pe import SliceCombiner, lane_controls, weight_field
@@ -62,7 +63,7 @@ def _pair_operand(f_low, f_high):
     return Cat(f_low[:4], ~f_low[4], C(0, PAIR_SHIFT - 5), f_high).as_signed()
 
 
-class TensorTile(wiring.Component):
+class TensorTile(CheckedComponent):
     """Tensor tile of ``rows x lanes x 32`` bit-sliced IA8xW5 unit PEs with fused dequantization.
 
     Each input beat carries one K-group (32 deep) of activations for every row and one weight
@@ -156,11 +157,12 @@ class TensorTile(wiring.Component):
     ------
     TypeError
         ``config`` is not a :class:`~elmoe3d.config.TileConfig`; ``dsp_pairs`` is not a bool;
-        ``passes`` is not 1, 2 or 4; ``streamed_weights`` or ``streamed_acts`` is not a bool.
+        ``passes`` is not 1, 2 or 4; ``streamed_weights`` or ``streamed_acts`` is not a bool
+        (checked before the block exists).
     """
 
-    def __init__(self, *, config: TileConfig, dsp_pairs: bool = False, passes: int = 1,
-                 streamed_weights: bool = False, streamed_acts: bool = False):
+    @classmethod
+    def check(cls, *, config, dsp_pairs, passes, streamed_weights, streamed_acts):
         if not isinstance(config, TileConfig):
             raise TypeError(f"config: expected a TileConfig, got {type(config).__name__}")
         if not isinstance(dsp_pairs, bool):
@@ -174,6 +176,9 @@ class TensorTile(wiring.Component):
                             ("streamed_acts", streamed_acts)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name}: expected a bool, got {value!r}")
+
+    def __init__(self, *, config: TileConfig, dsp_pairs: bool = False, passes: int = 1,
+                 streamed_weights: bool = False, streamed_acts: bool = False):
         self._config = config
         self._dsp_pairs = dsp_pairs
         self._passes = passes
@@ -236,8 +241,8 @@ class TensorTile(wiring.Component):
     def latency(self) -> int:
         """Cycles from accepting a ``last`` beat (cycle t) to ``o.valid`` (cycle t + 3; t + 2 +
         P with :attr:`passes` P, whose dequantization takes P sub-steps) with an always-ready
-        sink."""
-        return 2 + self._passes
+        sink (:func:`elmoe3d.config.tile_latency`)."""
+        return tile_latency(self._passes)
 
     def elaborate(self, platform):
         m = Module()

@@ -14,7 +14,7 @@ results: ``(msb_part << 3) + lsb_part`` in FULL mode, ``msb_part << 3`` in DRAFT
 :func:`~elmoe3d.sw.golden.datapath.msb_field`, :func:`~elmoe3d.sw.golden.datapath.lsb_field` and
 :func:`~elmoe3d.sw.golden.datapath.slice_product`.
 
-Both blocks are combinational (latency 0).
+Both blocks are combinational (latency :data:`elmoe3d.config.UNIT_PE_LATENCY`, 0).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from amaranth.hdl import C, Cat, Module, Mux, signed, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ..config import UNIT_PE_LATENCY
+from .checked import CheckedComponent
 from .layouts import TileMode
 
 
@@ -100,8 +102,9 @@ class UnitPE(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from inputs to ``product``: 0 (combinational)."""
-        return 0
+        """Cycles from inputs to ``product``: 0 (combinational,
+        :data:`elmoe3d.config.UNIT_PE_LATENCY`)."""
+        return UNIT_PE_LATENCY
 
     def elaborate(self, platform):
         m = Module()
@@ -110,7 +113,7 @@ class UnitPE(wiring.Component):
         return m
 
 
-class SliceCombiner(wiring.Component):
+class SliceCombiner(CheckedComponent):
     """Combines the results of a lane pair (2j, 2j+1) according to the mode (combinational).
 
     The inputs are unit-PE products or adder-tree outputs of the even (MSB in FULL) and odd
@@ -130,14 +133,19 @@ class SliceCombiner(wiring.Component):
     ----------
     width : int
         Input width in bits (>= 1). 13 for unit-PE products, 18 for 32-way adder-tree sums.
+
+    Raises
+    ------
+    ValueError
+        ``width`` is not a positive integer (checked before the block exists).
     """
 
-    def __init__(self, *, width: int):
+    @classmethod
+    def check(cls, *, width):
         if not isinstance(width, int) or isinstance(width, bool) or width < 1:
-            # Never constructed, so never to be elaborated: no "created but never used"
-            # warning from Amaranth when the half-made object is collected.
-            self._MustUse__silence = True
             raise ValueError(f"width: expected a positive integer, got {width!r}")
+
+    def __init__(self, *, width: int):
         self._width = width
         super().__init__({
             "mode": In(TileMode),
@@ -153,8 +161,9 @@ class SliceCombiner(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from inputs to outputs: 0 (combinational)."""
-        return 0
+        """Cycles from inputs to outputs: 0 (combinational,
+        :data:`elmoe3d.config.UNIT_PE_LATENCY`)."""
+        return UNIT_PE_LATENCY
 
     def elaborate(self, platform):
         m = Module()

@@ -9,15 +9,18 @@ element unchanged (write address, row end, ...; zero bits by default).
 
 The golden model is :mod:`elmoe3d.sw.golden.vpu`; the units equal it bit for bit:
 
-=================== ===================================================== ==================
-unit                function                                              latency (cycles)
-=================== ===================================================== ==================
-:class:`SwiGLUUnit` :func:`~elmoe3d.sw.golden.vpu.swiglu_q16`                    ``7 + 2 (mul_stages - 1)``
-:class:`RowMaxExponent` :func:`~elmoe3d.sw.golden.vpu.requant_exponent`          1
-:class:`RequantUnit` :func:`~elmoe3d.sw.golden.vpu.requant_shift`                1
-:class:`CombineUnit` :func:`~elmoe3d.sw.golden.vpu.combine_term` + saturating add ``3 + (mul_stages - 1)``
-:class:`Fp32Converter` :func:`~elmoe3d.sw.golden.vpu.q24_to_fp32`                2
-=================== ===================================================== ==================
+======================= ==================================================== ===========================
+unit                    function                                             latency (cycles)
+======================= ==================================================== ===========================
+:class:`SwiGLUUnit`     :func:`~elmoe3d.sw.golden.vpu.swiglu_q16`            ``swiglu_latency(mul_stages)``
+:class:`RowMaxExponent` :func:`~elmoe3d.sw.golden.vpu.requant_exponent`      ``ROWMAX_LATENCY``
+:class:`RequantUnit`    :func:`~elmoe3d.sw.golden.vpu.requant_shift`         ``REQUANT_LATENCY``
+:class:`CombineUnit`    :func:`~elmoe3d.sw.golden.vpu.combine_term` + sat.   ``combine_latency(mul_stages)``
+:class:`Fp32Converter`  :func:`~elmoe3d.sw.golden.vpu.q24_to_fp32`           ``FP32_LATENCY``
+======================= ==================================================== ===========================
+
+The latencies are defined once, in :mod:`elmoe3d.config`; each unit's ``latency`` property
+reads them.
 
 Flow control (all units): the pipeline advances unless a result is offered and not taken;
 ``i.ready = ~o.valid | o.ready`` (combinational in ``o.ready``, never in ``i.valid``);
@@ -32,6 +35,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..config import (FP32_LATENCY, REQUANT_LATENCY, ROWMAX_LATENCY, check_mul_stages,
+                      combine_latency, swiglu_latency)
 from ..sw.golden import vpu as golden
 from .fixed import rne_shift, rshift_rne_sat, sat_add64
 
@@ -124,13 +129,6 @@ def _check_tag_width(tag_width):
     if not isinstance(tag_width, int) or isinstance(tag_width, bool) or not 0 <= tag_width <= 64:
         raise ValueError(f"tag_width: expected an integer in 0..64, got {tag_width!r}")
     return tag_width
-
-
-def _check_mul_stages(mul_stages):
-    if (not isinstance(mul_stages, int) or isinstance(mul_stages, bool)
-            or not 1 <= mul_stages <= 4):
-        raise ValueError(f"mul_stages: expected an integer in 1..4, got {mul_stages!r}")
-    return mul_stages
 
 
 class _Pipeline:
@@ -232,7 +230,7 @@ class SwiGLUUnit(_Unit):
     """
 
     def __init__(self, *, tag_width: int = 0, mul_stages: int = 1):
-        self._mul_stages = _check_mul_stages(mul_stages)
+        self._mul_stages = check_mul_stages(mul_stages)
         tag_width = _check_tag_width(tag_width)
         super().__init__(swiglu_in_layout(tag_width), swiglu_out_layout(tag_width), tag_width)
 
@@ -242,8 +240,9 @@ class SwiGLUUnit(_Unit):
 
     @property
     def latency(self) -> int:
-        """Cycles from accepting an element to ``o.valid`` with an always-ready sink."""
-        return 7 + 2 * (self._mul_stages - 1)
+        """Cycles from accepting an element to ``o.valid`` with an always-ready sink
+        (:func:`elmoe3d.config.swiglu_latency`)."""
+        return swiglu_latency(self._mul_stages)
 
     def elaborate(self, platform):
         m, pipe = self._frame()
@@ -339,7 +338,7 @@ class RowMaxExponent(_Unit):
 
     @property
     def latency(self) -> int:
-        return 1
+        return ROWMAX_LATENCY
 
     def elaborate(self, platform):
         m, pipe = self._frame()
@@ -384,7 +383,7 @@ class RequantUnit(_Unit):
 
     @property
     def latency(self) -> int:
-        return 1
+        return REQUANT_LATENCY
 
     def elaborate(self, platform):
         m, pipe = self._frame()
@@ -432,7 +431,7 @@ class CombineUnit(_Unit):
     """
 
     def __init__(self, *, tag_width: int = 0, mul_stages: int = 1):
-        self._mul_stages = _check_mul_stages(mul_stages)
+        self._mul_stages = check_mul_stages(mul_stages)
         tag_width = _check_tag_width(tag_width)
         super().__init__(combine_in_layout(tag_width), combine_out_layout(tag_width), tag_width)
 
@@ -442,7 +441,9 @@ class CombineUnit(_Unit):
 
     @property
     def latency(self) -> int:
-        return 3 + (self._mul_stages - 1)
+        """Cycles from accepting an element to ``o.valid`` with an always-ready sink
+        (:func:`elmoe3d.config.combine_latency`)."""
+        return combine_latency(self._mul_stages)
 
     def elaborate(self, platform):
         m, pipe = self._frame()
@@ -509,7 +510,7 @@ class Fp32Converter(_Unit):
 
     @property
     def latency(self) -> int:
-        return 2
+        return FP32_LATENCY
 
     def elaborate(self, platform):
         m, pipe = self._frame()
