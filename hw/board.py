@@ -34,13 +34,16 @@ read rate anyway.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from amaranth.hdl import Cat, ClockDomain, Elaboratable, Module, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config import pe_config
+from ..config import FPGA_LEAN_PE, PEOptions, pe_config
 from .bridge import Bridge, _bits, byte_word_fetch
+from .checked import CheckedComponent, constructor_params
 from .load_router import LoadRouter
 from .pe import PE
 from .pll import Ecp5Pll, ecp5_pll_dividers
@@ -63,8 +66,9 @@ MAX_BAUD_ERROR = 0.02
 #: UART dominates).
 ROUTER_FIFO_WORDS = 1
 
-#: The FPGA-lean PE (``BoardTop(pe_params=...)``; the FPGA flow's defaults): two IA8xW5
-#: products per MULT18X18D in the tile, and one RequantUnit, one Fp32Converter, one
+#: The FPGA-lean PE (``BoardTop(pe_params=...)``; the FPGA flow's defaults):
+#: :data:`elmoe3d.config.FPGA_LEAN_PE`, defined there (this name is kept for its importers).
+#: Two IA8xW5 products per MULT18X18D in the tile, and one RequantUnit, one Fp32Converter, one
 #: CombineUnit and one SwiGLUUnit, time-shared, instead of one per value of a word (per lane
 #: for the combine, per lane pair for the SwiGLU). Results are bit-identical to the ASIC
 #: PE's; REQUANT and OUTPUT take W/32 cycles per word instead of one, COMBINE ``lanes``
@@ -80,10 +84,7 @@ ROUTER_FIFO_WORDS = 1
 #: one memory (``out_banks``), OUTPUT reading an o beat's two words one after the other, and
 #: a quarter word wide as well (``narrow_out``: COMBINE and OUTPUT read the part they need,
 #: in the same cycles).
-LEAN_PE_PARAMS = {"tile_dsp_pairs": True, "tile_passes": 4, "requant_units": 1,
-                  "fp32_units": 1, "combine_units": 1, "swiglu_units": 1,
-                  "out_valid_bits": False, "wbuf_memories": 1, "out_banks": 1,
-                  "streamed_weights": True, "narrow_iomem": True, "narrow_out": True}
+LEAN_PE_PARAMS = FPGA_LEAN_PE
 
 #: Meaning of the ``leds`` bits.
 LED_BITS = {
@@ -119,6 +120,21 @@ def uart_divisor(clk_hz: int, baud: int) -> int:
     return divisor
 
 
+def _check_pe_params(pe_params) -> dict:
+    """``pe_params`` as a dict (``None``: empty) if a mapping of PE keyword arguments (the
+    fields of :class:`~elmoe3d.config.PEOptions` but ``config``), else ``TypeError`` naming
+    it."""
+    if pe_params is not None and not isinstance(pe_params, Mapping):
+        raise TypeError(f"pe_params: expected a dict of PE keyword arguments or None, "
+                        f"got {type(pe_params).__name__}")
+    names = [name for name in PEOptions.__dataclass_fields__ if name != "config"]
+    unknown = sorted(set(pe_params or {}) - set(names))
+    if unknown:
+        raise TypeError(f"pe_params: unknown PE keyword argument(s) {', '.join(unknown)} "
+                        f"(expected PE keyword arguments: {', '.join(names)})")
+    return dict(pe_params or {})
+
+
 def _check_pow2(name, value):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1 or \
             value & (value - 1):
@@ -146,7 +162,7 @@ def _stand_in_reader(m, name, rd, req, req_addr, req_words, out, word_bytes, add
         m.d.sync += [cur.eq(0), left.eq(0)]
 
 
-class BoardTop(wiring.Component):
+class BoardTop(CheckedComponent):
     """UART bridge + load router + PE + stand-ins (module docstring).
 
     Ports
@@ -179,11 +195,9 @@ class BoardTop(wiring.Component):
     cmd_depth, host_depth, link_depth, ext_depth, rx_fifo_bytes : int
         The bridge's queues (:class:`~elmoe3d.hw.bridge.Bridge`; ``rx_fifo_bytes`` assumes
         a stop-and-wait host, as :class:`elmoe3d.sw.host.fpga.FpgaBoard` is).
-    pe_params : dict or None
-        Keyword arguments of the :class:`~elmoe3d.hw.pe.PE` (``tile_dsp_pairs``,
-        ``tile_passes``, ``requant_units``, ``fp32_units``, ``combine_units``,
-        ``swiglu_units``, ``out_valid_bits``, ``wbuf_memories``, ``out_banks``,
-        ``streamed_weights``, ``mul_stages``): the
+    pe_params : mapping or None
+        Keyword arguments of the :class:`~elmoe3d.hw.pe.PE` (the fields of
+        :class:`~elmoe3d.config.PEOptions` but ``config``; :data:`LEAN_PE_PARAMS`): the
         FPGA-lean datapath options, which change cycle counts or memory organisation but
         never a result. ``None``: the PE's defaults.
 
@@ -197,53 +211,51 @@ class BoardTop(wiring.Component):
     host model of this board), the sub-blocks after construction (``uart_rx_block``,
     ``uart_tx_block``, ``bridge``, ``router``, ``pe``: their latencies and parameters).
 
-    Raises
+    Raises (before the block or any of its parts exists)
     ------
     TypeError
-        ``config`` is neither an ArchConfig nor a PEConfig.
+        ``config`` is neither an ArchConfig nor a PEConfig; ``pe_params`` is not a mapping of
+        PE keyword arguments.
     ValueError
-        A parameter out of range (named), the baud rate unreachable (:func:`uart_divisor`).
+        A parameter out of range (named; the PE options' by
+        :class:`~elmoe3d.config.PEOptions`), the baud rate unreachable (:func:`uart_divisor`).
     """
+
+    @classmethod
+    def check(cls, *, config, clk_hz, baud, hb_words, ext_words, frame_words, cmd_depth,
+              host_depth, link_depth, ext_depth, rx_fifo_bytes, pe_params):
+        """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`), the
+        parts' included: raises before the object exists."""
+        pe_params = _check_pe_params(pe_params)
+        pe = pe_config(config)
+        uart_divisor(clk_hz, baud)
+        _check_pow2("hb_words", hb_words)
+        _check_pow2("ext_words", ext_words)
+        Bridge.check(**constructor_params(Bridge, config=pe, **_bridge_params(
+            clk_hz=clk_hz, baud=baud, hb_words=hb_words, ext_words=ext_words,
+            frame_words=frame_words, cmd_depth=cmd_depth, host_depth=host_depth,
+            link_depth=link_depth, ext_depth=ext_depth, rx_fifo_bytes=rx_fifo_bytes)))
+        PEOptions(config=pe, **pe_params)         # the PE's options (its ValueErrors)
 
     def __init__(self, *, config, clk_hz: int, baud: int = 1_000_000, hb_words: int = 512,
                  ext_words: int = 512, frame_words: int = 16, cmd_depth: int = 16,
                  host_depth: int = 64, link_depth: int = 64, ext_depth: int = 8,
-                 rx_fifo_bytes: int = 32, pe_params: dict | None = None):
-        try:
-            if pe_params is not None and not isinstance(pe_params, dict):
-                raise TypeError(f"pe_params: expected a dict of PE keyword arguments or None, "
-                                f"got {type(pe_params).__name__}")
-            pe = pe_config(config)
-            self._divisor = uart_divisor(clk_hz, baud)
-            _check_pow2("hb_words", hb_words)
-            _check_pow2("ext_words", ext_words)
-            self._bridge_params = dict(
-                frame_words=frame_words, cmd_depth=cmd_depth, host_depth=host_depth,
-                link_depth=link_depth, ext_depth=ext_depth, rx_fifo_bytes=rx_fifo_bytes,
-                hb_words=hb_words, ext_words=ext_words, clk_hz=clk_hz, baud=baud)
-            self.bridge = Bridge(config=pe, **self._bridge_params)
-            self.uart_rx_block = UartRx(divisor=self._divisor)
-            self.uart_tx_block = UartTx(divisor=self._divisor)
-            # one-word data FIFOs (registers, not LUT RAM) and HB reads of one word: about 3
-            # cycles more per HB word than the stand-in's W/8 + 2 (ROUTER_FIFO_WORDS)
-            w = ROUTER_FIFO_WORDS
-            self.router = LoadRouter(config=pe, hb_fifo_words=w, hb_burst_words=w,
-                                     ext_fifo_words=w, host_fifo_words=w)
-            try:
-                self.pe = PE(config=pe, **(pe_params or {}))
-            except TypeError as exc:
-                raise TypeError(f"pe_params: {exc} (expected PE keyword arguments: "
-                                f"tile_dsp_pairs, requant_units, fp32_units, combine_units, "
-                                f"swiglu_units, tile_passes, out_valid_bits, "
-                                f"wbuf_memories, out_banks, streamed_weights, "
-                                f"mul_stages)") from None
-        except (TypeError, ValueError):
-            self._MustUse__silence = True
-            for name in ("bridge", "uart_rx_block", "uart_tx_block", "router", "pe"):
-                block = getattr(self, name, None)
-                if block is not None:
-                    block._MustUse__silence = True
-            raise
+                 rx_fifo_bytes: int = 32, pe_params: Mapping | None = None):
+        pe = pe_config(config)
+        self._divisor = uart_divisor(clk_hz, baud)
+        self._bridge_params = _bridge_params(
+            clk_hz=clk_hz, baud=baud, hb_words=hb_words, ext_words=ext_words,
+            frame_words=frame_words, cmd_depth=cmd_depth, host_depth=host_depth,
+            link_depth=link_depth, ext_depth=ext_depth, rx_fifo_bytes=rx_fifo_bytes)
+        self.bridge = Bridge(config=pe, **self._bridge_params)
+        self.uart_rx_block = UartRx(divisor=self._divisor)
+        self.uart_tx_block = UartTx(divisor=self._divisor)
+        # one-word data FIFOs (registers, not LUT RAM) and HB reads of one word: about 3
+        # cycles more per HB word than the stand-in's W/8 + 2 (ROUTER_FIFO_WORDS)
+        w = ROUTER_FIFO_WORDS
+        self.router = LoadRouter(config=pe, hb_fifo_words=w, hb_burst_words=w,
+                                 ext_fifo_words=w, host_fifo_words=w)
+        self.pe = PE(config=pe, **(pe_params or {}))
         self._pe = pe
         self._config = config
         self._clk_hz = clk_hz
@@ -357,6 +369,14 @@ class BoardTop(wiring.Component):
         return m
 
 
+def _bridge_params(*, clk_hz, baud, hb_words, ext_words, frame_words, cmd_depth, host_depth,
+                   link_depth, ext_depth, rx_fifo_bytes) -> dict:
+    """The board top's :class:`~elmoe3d.hw.bridge.Bridge` keyword arguments (but ``config``)."""
+    return dict(frame_words=frame_words, cmd_depth=cmd_depth, host_depth=host_depth,
+                link_depth=link_depth, ext_depth=ext_depth, rx_fifo_bytes=rx_fifo_bytes,
+                hb_words=hb_words, ext_words=ext_words, clk_hz=clk_hz, baud=baud)
+
+
 class BoardPlatformTop(Elaboratable):
     """:class:`BoardTop` on an amaranth-boards platform (for the FPGA flow).
 
@@ -383,25 +403,30 @@ class BoardPlatformTop(Elaboratable):
     ``baud`` (a positive integer). Checked at elaboration, when the platform's clock is
     known (``ValueError`` from :class:`BoardTop`): ``baud`` against the clock
     (:func:`uart_divisor`), ``frame_words`` and the ``**board`` queue depths (the bridge's
-    ranges), and a ``platform`` of None.
+    ranges), and a ``platform`` of None. The construction checks run before the object
+    exists (:meth:`check`).
     """
+
+    def __new__(cls, *args, **kwargs):
+        cls.check(**constructor_params(cls, *args, **kwargs))
+        return super().__new__(cls, src_loc_at=1)
+
+    @classmethod
+    def check(cls, *, config, baud, hb_words, ext_words, frame_words, clk_hz, board):
+        """The construction checks (above); raises before the object exists."""
+        pe_config(config)
+        if clk_hz is not None and (not isinstance(clk_hz, int) or isinstance(clk_hz, bool)
+                                   or clk_hz < 1):
+            raise ValueError(f"clk_hz: expected a positive integer (Hz) or None, got "
+                             f"{clk_hz!r}")
+        _check_pow2("hb_words", hb_words)
+        _check_pow2("ext_words", ext_words)
+        if not isinstance(baud, int) or isinstance(baud, bool) or baud < 1:
+            raise ValueError(f"baud: expected a positive integer, got {baud!r}")
 
     def __init__(self, *, config, baud: int = 1_000_000, hb_words: int = 512,
                  ext_words: int = 512, frame_words: int = 16, clk_hz: int | None = None,
                  **board):
-        try:
-            pe_config(config)
-            if clk_hz is not None and (not isinstance(clk_hz, int) or isinstance(clk_hz, bool)
-                                       or clk_hz < 1):
-                raise ValueError(f"clk_hz: expected a positive integer (Hz) or None, got "
-                                 f"{clk_hz!r}")
-            _check_pow2("hb_words", hb_words)
-            _check_pow2("ext_words", ext_words)
-            if not isinstance(baud, int) or isinstance(baud, bool) or baud < 1:
-                raise ValueError(f"baud: expected a positive integer, got {baud!r}")
-        except (TypeError, ValueError):
-            self._MustUse__silence = True
-            raise
         self.config = config
         self.baud = baud
         self.hb_words = hb_words
