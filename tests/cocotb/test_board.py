@@ -10,6 +10,7 @@ import pytest
 
 from elmoe3d.config import preset
 from elmoe3d.hw.board import BoardPlatformTop, BoardTop, uart_divisor
+from elmoe3d.hw.checked import inspection
 
 SMALL = preset("small")
 
@@ -101,14 +102,12 @@ def test_board_parameters_validated(kw, match):
 
 
 def test_board_properties():
-    top = BoardTop(config=SMALL, clk_hz=25_000_000, baud=1_000_000, hb_words=64)
-    try:
+    with inspection():                      # the board and its blocks: only inspected
+        top = BoardTop(config=SMALL, clk_hz=25_000_000, baud=1_000_000, hb_words=64)
         assert top.divisor == 25 and top.hb_words == 64
         assert top.bridge_params["hb_words"] == 64
         assert top.bridge.info.clk_hz == 25_000_000
-    finally:
-        for b in (top, top.bridge, top.uart_rx_block, top.uart_tx_block, top.router, top.pe):
-            b._MustUse__silence = True
+        del top
 
 
 def test_platform_top_on_ulx3s():

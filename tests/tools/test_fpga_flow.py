@@ -26,6 +26,7 @@ from rich.console import Console
 from elmoe3d import cli
 from elmoe3d.cli import fpga as fpga_cmd
 from elmoe3d.config import ConfigError, TileConfig, preset
+from elmoe3d.hw.checked import inspection
 from elmoe3d.synth import fpga
 
 
@@ -248,12 +249,12 @@ def test_lean_pe_options(tmp_path):
         with pytest.raises(fpga.FpgaError, match=match):
             fpga.FpgaConfig(**{"name": "x", "arch": small, "hb_words": 256, "ext_words": 256,
                                **kw})
-    top = fpga.board_top(cfg)
-    top._MustUse__silence = True            # not elaborated here
-    assert top.board["pe_params"] == LEAN_PE_PARAMS and top.clk_hz is None
+    with inspection():                      # not elaborated here
+        top = fpga.board_top(cfg)
+        assert top.board["pe_params"] == LEAN_PE_PARAMS and top.clk_hz is None
+        del top
     d = fpga.FPGA_CONFIGS["ulx3s-85f"]
-    top = fpga.board_top(d)
-    top._MustUse__silence = True
+    top = fpga.board_top(d)                 # not elaborated: dropped in inspection() below
     assert top.clk_hz == d.clk_hz == 5_000_000
     assert fpga.check_clock(d, fpga.board("ulx3s-85f")) == 5_000_000
     assert "5 MHz from the PLL, UART 1,000,000 baud" in fpga.describe(d)
@@ -267,6 +268,8 @@ def test_lean_pe_options(tmp_path):
     with pytest.raises(fpga.FpgaError, match="placer: expected one of heap, static"):
         fpga.prepare(top, fpga.board("ulx3s-85f").platform(), build_dir=tmp_path,
                      placer="sa")
+    with inspection():
+        del top
     # the Booth selection is not a no-op: the lean PE has exactly its 2 dequantization
     # multipliers of those widths (four sub-steps), and the paired tile's 32 products (four
     # passes) are 8 x 18
