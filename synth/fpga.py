@@ -67,6 +67,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import FPGA_LEAN_PE, PEOptions
 from ..errors import UserError
 from .flow import read_stat, stat_cells
 
@@ -383,18 +384,19 @@ class FpgaConfig:
     clk_hz: int | None = None
     router: str = "router1"
     placer: str = "static"
-    tile_dsp_pairs: bool = True
-    tile_passes: int = 4
-    requant_units: int | None = 1
-    fp32_units: int | None = 1
-    combine_units: int | None = 1
-    swiglu_units: int | None = 1
-    out_valid_bits: bool = False
-    wbuf_memories: int = 1
-    out_banks: int = 1
-    streamed_weights: bool = True
-    narrow_iomem: bool = True
-    narrow_out: bool = True
+    # the PE options, by default the FPGA-lean PE's (checked by PEOptions)
+    tile_dsp_pairs: bool = FPGA_LEAN_PE["tile_dsp_pairs"]
+    tile_passes: int = FPGA_LEAN_PE["tile_passes"]
+    requant_units: int | None = FPGA_LEAN_PE["requant_units"]
+    fp32_units: int | None = FPGA_LEAN_PE["fp32_units"]
+    combine_units: int | None = FPGA_LEAN_PE["combine_units"]
+    swiglu_units: int | None = FPGA_LEAN_PE["swiglu_units"]
+    out_valid_bits: bool = FPGA_LEAN_PE["out_valid_bits"]
+    wbuf_memories: int = FPGA_LEAN_PE["wbuf_memories"]
+    out_banks: int = FPGA_LEAN_PE["out_banks"]
+    streamed_weights: bool = FPGA_LEAN_PE["streamed_weights"]
+    narrow_iomem: bool = FPGA_LEAN_PE["narrow_iomem"]
+    narrow_out: bool = FPGA_LEAN_PE["narrow_out"]
     lut_multipliers: tuple = LUT_MULTIPLIERS
     estimate: str = ""
     note: str = ""
@@ -403,7 +405,7 @@ class FpgaConfig:
         from ..config import ArchConfig
         if not isinstance(self.arch, ArchConfig):
             raise FpgaError(f"arch: expected an ArchConfig, got {type(self.arch).__name__}")
-        pe = self.arch.pe                  # the PE's own validation (ConfigError names it)
+        self.arch.pe                       # the PE's geometry (ConfigError names it)
         for name in ("hb_words", "ext_words", "frame_words"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -412,63 +414,15 @@ class FpgaConfig:
             v = getattr(self, name)
             if v & (v - 1):
                 raise FpgaError(f"{name}: expected a power of two, got {v}")
-        for name in ("tile_dsp_pairs", "out_valid_bits", "streamed_weights", "narrow_iomem",
-                     "narrow_out"):
-            if not isinstance(getattr(self, name), bool):
-                raise FpgaError(f"{name}: expected a bool, got {getattr(self, name)!r}")
-        if self.tile_passes not in (1, 2, 4) or isinstance(self.tile_passes, bool):
-            raise FpgaError(f"tile_passes: expected 1, 2 or 4, got {self.tile_passes!r}")
-        for name, what in (("streamed_weights", "the weights come"),
-                           ("narrow_iomem", "ACT comes")):
-            if getattr(self, name) and self.tile_passes == 1:
-                raise FpgaError(f"{name}: {what} a tile pass at a time, so it needs tile_passes "
-                                f"2 or 4, got tile_passes=1 (set {name}=False for a tile in "
-                                f"one pass)")
-        for name in ("wbuf_memories", "out_banks"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v not in (1, 2):
-                raise FpgaError(f"{name}: expected 1 or 2, got {v!r}")
-        if self.wbuf_memories == 1 and pe.wmem_words & (pe.wmem_words - 1):
-            raise FpgaError(f"wbuf_memories: one memory for both buffers needs a power-of-two "
-                            f"wmem_words (the buffer is the top address bit), got "
-                            f"{pe.wmem_words} (wmem_bytes {self.arch.wmem_bytes:,})")
         if self.clk_hz is not None and (not isinstance(self.clk_hz, int)
                                         or isinstance(self.clk_hz, bool) or self.clk_hz < 1):
             raise FpgaError(f"clk_hz: expected a positive integer (Hz) or None, got "
                             f"{self.clk_hz!r}")
         _check_pnr_options(self.router, self.placer)
-        from ..hw.pe import unit_count    # the PE's own rule for each unit count
-        q = pe.word_bits // 32
         try:
-            c = unit_count("requant_units", self.requant_units, min(q, 32),
-                           f"in 1..{min(q, 32)} (W = {pe.word_bits})")
-            if self.narrow_iomem and c > min(q, 32) // self.tile_passes:
-                raise ValueError(f"narrow_iomem: the requant_units values of a cycle must lie "
-                                 f"in one HBUF part and one ACT row part, min(W/32, 32)/P = "
-                                 f"{min(q, 32) // self.tile_passes} values, got "
-                                 f"requant_units={self.requant_units!r}")
-            k = unit_count("fp32_units", self.fp32_units, q, f"in 1..{q} (W = {pe.word_bits})")
-            if self.out_banks == 1 and k == q:
-                raise ValueError(f"out_banks: one OUT memory needs fewer than W/32 = {q} "
-                                 f"fp32_units, got fp32_units={self.fp32_units!r} (= {k})")
-            j = unit_count("combine_units", self.combine_units, pe.lanes,
-                           f"in 1..{pe.lanes} ({pe.lanes} lanes)")
-            unit_count("swiglu_units", self.swiglu_units, pe.lanes // 2,
-                       f"in 1..{pe.lanes // 2} ({pe.lanes} lanes / 2)")
+            self.pe_options                  # the PE's own rules (PEOptions)
         except ValueError as exc:
-            raise FpgaError(str(exc)) from None
-        if self.narrow_out:                  # the PE's own rule (PE(narrow_out=True))
-            per_part = pe.word_bits // 64 // self.tile_passes
-            for name, ok, want in (("tile_passes", self.tile_passes > 1, "2 or 4"),
-                                   ("out_banks", self.out_banks == 1, "1"),
-                                   ("out_valid_bits", not self.out_valid_bits, "False"),
-                                   ("combine_units", j <= per_part,
-                                    f"at most W/64/P = {per_part}"),
-                                   ("fp32_units", k <= per_part, f"at most W/64/P = {per_part}")):
-                if not ok:
-                    raise FpgaError(f"narrow_out: OUT in W/P-bit parts needs {name} {want}, "
-                                    f"got {name}={getattr(self, name)!r} (set narrow_out=False "
-                                    f"for a W-bit OUT)")
+            raise FpgaError(f"{exc}{_fpga_hint(str(exc))}") from None
         try:
             widths = tuple((_positive(a), _positive(b)) for a, b in self.lut_multipliers)
         except (TypeError, ValueError):
@@ -479,6 +433,12 @@ class FpgaConfig:
     @property
     def script_after_read(self) -> str | None:
         return lut_multiplier_script(self.lut_multipliers)
+
+    @property
+    def pe_options(self) -> PEOptions:
+        """The PE's options (:class:`~elmoe3d.config.PEOptions`: unit counts resolved, the
+        timing they imply); ``ValueError`` naming an option out of range."""
+        return PEOptions(config=self.arch.pe, **self.pe_params)
 
     @property
     def pe_params(self) -> dict:
@@ -509,6 +469,22 @@ class FpgaConfig:
                 "out_banks": self.out_banks, "streamed_weights": self.streamed_weights,
                 "narrow_iomem": self.narrow_iomem, "narrow_out": self.narrow_out,
                 "lut_multipliers": [list(w) for w in self.lut_multipliers]}
+
+
+#: What to do about a PE option that needs a tile in passes, by the start of the PE's message.
+_FPGA_HINTS = {
+    "streamed_weights: the weights come": "set streamed_weights=False for a tile in one pass",
+    "narrow_iomem: ACT comes": "set narrow_iomem=False for a tile in one pass",
+    "narrow_out: OUT in W/P-bit parts": "set narrow_out=False for a W-bit OUT",
+}
+
+
+def _fpga_hint(message: str) -> str:
+    """`` (the flow's advice)`` for a PE option message of :data:`_FPGA_HINTS`, else ``""``."""
+    for start, hint in _FPGA_HINTS.items():
+        if message.startswith(start):
+            return f" ({hint})"
+    return ""
 
 
 def _positive(v) -> int:

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from elmoe3d import cli
 from elmoe3d.cli import fpga as fpga_cmd
-from elmoe3d.config import ConfigError, TileConfig, preset
+from elmoe3d.config import ConfigError, PEOptions, TileConfig, preset
 from elmoe3d.hw.checked import inspection
 from elmoe3d.synth import fpga
 
@@ -200,23 +200,25 @@ def test_lean_pe_options(tmp_path):
     small = preset("small")
     cfg = fpga.FpgaConfig(name="x", arch=small, hb_words=256, ext_words=256)
     assert cfg.pe_params == LEAN_PE_PARAMS
+    assert cfg.pe_options == PEOptions(config=small, **LEAN_PE_PARAMS)
     assert cfg.summary()["lut_multipliers"] == [[21, 12]]
     assert fpga.lut_multiplier_script([]) is None
     assert fpga.lut_multiplier_script([(21, 12), (64, 12)]) == (
         "proc; select -set m t:$mul r:A_WIDTH=21 %i r:B_WIDTH=12 %i "
         "t:$mul r:A_WIDTH=64 %i r:B_WIDTH=12 %i %u; booth @m")
     for kw, match in (({"requant_units": 3}, "requant_units: expected a power of two "
-                       "in 1..16 \\(W = 512\\), got 3"),
+                       "in 1..min\\(W/32, 32\\) = 1..16, got 3"),
                       ({"combine_units": 8}, "combine_units: expected a power of two "
-                       "in 1..4 \\(4 lanes\\), got 8"),
+                       "dividing lanes = 4 \\(1..4\\), got 8"),
                       ({"swiglu_units": 4}, "swiglu_units: expected a power of two "
-                       "in 1..2 \\(4 lanes / 2\\), got 4"),
+                       "dividing lanes / 2 = 2 \\(1..2\\), got 4"),
                       ({"lut_multipliers": ((21, 0),)}, "lut_multipliers: expected"),
                       ({"router": "router3"}, "router: expected one of router1, router2"),
                       ({"placer": "sa"}, "placer: expected one of heap, static"),
                       ({"clk_hz": 0}, "clk_hz: expected a positive integer"),
                       ({"lut_multipliers": ((True, 12),)}, "lut_multipliers: expected"),
-                      ({"fp32_units": 32}, "fp32_units: expected a power of two in 1..16"),
+                      ({"fp32_units": 32}, "fp32_units: expected a power of two dividing "
+                       "W/32 = 16 \\(1..16\\)"),
                       ({"tile_dsp_pairs": 1}, "tile_dsp_pairs: expected a bool"),
                       ({"out_valid_bits": 0}, "out_valid_bits: expected a bool"),
                       ({"tile_passes": 3}, "tile_passes: expected 1, 2 or 4"),
@@ -242,7 +244,7 @@ def test_lean_pe_options(tmp_path):
                       ({"out_valid_bits": True}, "narrow_out: .* needs out_valid_bits False"),
                       ({"out_banks": 2, "fp32_units": 2}, "narrow_out: .* needs out_banks 1"),
                       ({"fp32_units": None}, "out_banks: one OUT memory needs fewer than "
-                                             "W/32 = 16 fp32_units, got fp32_units=None"),
+                                             "W/32 = 16 fp32_units .*got fp32_units=16"),
                       ({"arch": dataclasses.replace(small, wmem_bytes=3 * small.wmem_bytes)},
                        "wbuf_memories: one memory for both buffers needs a power-of-two"),
                       ({"lut_multipliers": (5,)}, "lut_multipliers: expected")):
