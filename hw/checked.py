@@ -67,7 +67,8 @@ def inspection():
     garbage collector frees the block (its bookkeeping holds a reference cycle), so the scope
     ends with a collection; drop every reference to the inspected blocks before it ends (a
     block that outlives the scope is not covered). Error paths included: the collection runs
-    when the body raises too.
+    when the body raises too. Keep the scope small: unrelated garbage that the collection
+    happens to free is not warned about either.
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UnusedElaboratable)
