@@ -76,6 +76,7 @@ import os
 import time
 from collections import deque
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -84,6 +85,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..config import ArchConfig, preset
 from ..hw.agg_link import link_op_layout, pack_link_op
+from ..hw.checked import inspection
 from ..hw.die import (DmaKind, HostQueue, LogicDie, die_errors_layout, die_o_layout,
                       die_probe_layout, dma_bit, host_cmd_layout, host_dma_layout, queue_bit)
 from ..hw.ext_stream import ext_read_layout
@@ -284,9 +286,13 @@ class DieBench(CaseRecorder):
         self.arch = arch = arch_from_params(self.params, DEFAULTS["arch"])
         self.pe = arch.pe
         self.seed = resolve_seed()
-        probe = LogicDie(config=arch, **die_kwargs(self.params))
-        probe._MustUse__silence = True
-        self.die = probe
+        with inspection():          # the die is built here only to read its parameters
+            probe = LogicDie(config=arch, **die_kwargs(self.params))
+            self.die = SimpleNamespace(
+                ext_channels=probe.ext_channels, link_buffer_words=probe.link_buffer_words,
+                ext_stripe_bytes=probe.ext_stripe_bytes,
+                link_error_latency=probe.link_error_latency)
+            del probe
         self.records = []
         self.violations = []
         self.o_layout = die_o_layout(arch)
