@@ -450,7 +450,7 @@ async def test_psum_split(dut, traffic):
     MSB plane of a weight (as from HB) and runs an MSB_ONLY GEMM with ``psum_in`` to RAW; its
     ``link_i`` carries the LSB_ONLY RAW psums of the same activations and LSB plane (what the
     PE fetching the LSB slices from EXT sends, computed by fsim). The RAW words must equal
-    fsim's and decode to the golden FULL GEMM (``sw.datapath.gemm``) bit for bit."""
+    fsim's and decode to the golden FULL GEMM (``sw.golden.datapath.gemm``) bit for bit."""
     bench = await _bench(dut, f"test_psum_split-{traffic}", traffic)
     with bench.summary():
         pe = bench.pe

@@ -7,6 +7,6 @@ serial or torch, nor :mod:`elmoe3d.sw.host` (``tests/tools/test_import_contract.
   psums, Q.24), :mod:`.metrics`;
 * :mod:`.tile`, :mod:`.vpu`, :mod:`.agg_link` (aggregation link), :mod:`.ring` (streamline
   ring), :mod:`.dram` (HB and LPDDR5 timing), :mod:`.bridge` (the FPGA bridge protocol);
-* :mod:`.asm` (PE program packers), :mod:`.fsim` (PE functional simulator), :mod:`.expert`
+* :mod:`.asm` (PE program packers), :mod:`.pe` (PE functional simulator), :mod:`.expert`
   (expert FFN programs and ``ref_moe``).
 """

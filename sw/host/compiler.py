@@ -28,9 +28,9 @@ A run of the host layer has three stages; the backends (:mod:`.backends`) consum
      groups to the lower index), where it runs data-parallel over token row blocks with its
      weights multicast on the streamline ring;
    * groups share nothing but the ring: each group's layer result is the MoE sum over its own
-     experts (equal bit for bit to :func:`.expert.ref_moe` with the routing restricted to them,
-     :func:`.parallel.group_routing`); the host adds the groups' FP32 results (ascending group
-     index) for the layer's output.
+     experts (equal bit for bit to :func:`~elmoe3d.sw.golden.expert.ref_moe` with the routing
+     restricted to them, :func:`.parallel.group_routing`); the host adds the groups' FP32
+     results (ascending group index) for the layer's output.
 3. **Programs** (:func:`compile_layer`): one :func:`.parallel.compile_group` per busy group
    (its PE programs, ``ld`` streams per source, HB images, EXT transfers with multicast masks
    and link descriptors). Pool-update writes are :class:`PoolWrite` records: the slice, its

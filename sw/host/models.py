@@ -97,7 +97,7 @@ class ModelPreset:
     vocab_size, attention_heads, kv_heads : int
         Attention shapes (``vocab_size``, ``num_attention_heads``, ``num_key_value_heads``),
         set for the presets whose non-expert weights the host reserves HB for
-        (:func:`.host.reserved_hb_bytes`); 0 elsewhere. The head size is
+        (:func:`.compiler.reserved_hb_bytes`); 0 elsewhere. The head size is
         :attr:`head_dim` = ``hidden / attention_heads``.
     """
 

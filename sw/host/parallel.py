@@ -2,10 +2,10 @@
 multi-PE functional simulation (paper Sections 5.1, 5.2, Fig. 10; ``docs/parallel.md``).
 
 One MoE layer's expert work for a *PE group* (G PEs joined by one aggregation link, the
-:mod:`.links` golden model) is compiled into one command program per PE (``docs/pe.md``), its
-``ld`` words split by source (HOST, HB, EXT), the PEs' HB bank images, the external-memory
-transfers of the streamline ring (multicast masks) and the aggregation link's descriptors
-(:class:`~.links.LinkOp`):
+:mod:`elmoe3d.sw.golden.agg_link` golden model) is compiled into one command program per PE
+(``docs/pe.md``), its ``ld`` words split by source (HOST, HB, EXT), the PEs' HB bank images, the
+external-memory transfers of the streamline ring (multicast masks) and the aggregation link's
+descriptors (:class:`~elmoe3d.sw.golden.agg_link.LinkOp`):
 
 * **draft** (HB-only tensor parallelism, DRAFT mode, MSB slices only): the up/gate column
   blocks are split across the PEs by output channel (PE p holds the MSB slices and scales of its
@@ -29,7 +29,8 @@ transfers of the streamline ring (multicast masks) and the aggregation link's de
   holding tokens of it, DP over row blocks), no exchange.
 
 Because the accumulators are exact integers, every split equals the single-PE golden result
-(:func:`.expert.ref_moe`, :func:`.expert.build_moe_program` on :mod:`.fsim`) bit for bit.
+(:func:`~elmoe3d.sw.golden.expert.ref_moe`, :func:`~elmoe3d.sw.golden.expert.build_moe_program` on
+:mod:`elmoe3d.sw.golden.pe`) bit for bit.
 
 Deadlock freedom (``docs/parallel.md``, "Deadlock freedom"): a PE runs its execute commands in
 order and the link runs its descriptors in order, so every exchange is cut into *steps*: in a
@@ -38,8 +39,8 @@ destination receives at most ``buffer_words`` words in one step (the link's per-
 FIFO absorbs them). :func:`check_link_schedule` checks this on a word-level model of the PEs'
 engines, the link's FIFOs and the ring's EXT FIFOs (it raises :class:`LinkScheduleError` on a
 deadlock or an unread word); :func:`run_group`
-runs the programs in phases on one :class:`~.fsim.PEState` per PE, moving ``link_o`` words
-through :func:`~.links.ref_link` descriptor by descriptor.
+runs the programs in phases on one :class:`~elmoe3d.sw.golden.pe.PEState` per PE, moving
+``link_o`` words through :func:`~elmoe3d.sw.golden.agg_link.ref_link` descriptor by descriptor.
 
 Interface for the die's top and the multi-PE bench: :func:`compile_group` returns a
 :class:`GroupJob` (``programs``, ``streams(p)`` per source, ``hb_images``, ``ext_transfers``,
@@ -96,8 +97,8 @@ def _int_param(name, value, lo):
 def group_routing(routing, tokens: int, n_experts: int, group_experts=None):
     """``(ids int64 [T, k], weights float16 [T, k])`` of ``routing`` restricted to the experts
     ``group_experts`` (default: all): the slots naming other experts become empty (-1, weight
-    0). This is the routing the group's result equals :func:`.expert.ref_moe` for. ValueError
-    naming ``routing`` or ``group_experts``."""
+    0). This is the routing the group's result equals :func:`~elmoe3d.sw.golden.expert.ref_moe` for.
+    ValueError naming ``routing`` or ``group_experts``."""
     ids, bits = parse_routing(routing, tokens, n_experts)
     if group_experts is None:
         keep = np.ones(n_experts, bool)
@@ -217,7 +218,8 @@ class GroupJob:
     phase : str
         ``"draft"`` or ``"verify"``.
     mode : Mode
-        The numerics the result equals :func:`.expert.ref_moe` in (DRAFT or FULL).
+        The numerics the result equals :func:`~elmoe3d.sw.golden.expert.ref_moe` in (DRAFT or
+        FULL).
     programs : list of Program
         One command program per PE.
     ld : list of list of int
@@ -453,7 +455,7 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
         The layer's tokens (activations replicated on every PE of the group).
     experts : sequence of Expert / ``(w_up, w_gate, w_down)`` / dict
         All the layer's experts (same shapes).
-    routing : ``(ids, weights)`` ``[T, k]``, as for :func:`.expert.ref_moe`
+    routing : ``(ids, weights)`` ``[T, k]``, as for :func:`~elmoe3d.sw.golden.expert.ref_moe`
     phase : ``"draft"`` or ``"verify"``
         draft: DRAFT numerics, every routed expert must be HB-resident; verify: FULL numerics.
     config : ArchConfig (or PEConfig with ``pes``)
@@ -1354,15 +1356,15 @@ def _link_in_words(pe, program) -> list:
 
 
 def run_group(job: GroupJob) -> GroupResult:
-    """Run a group's programs on the functional simulator, one :class:`~.fsim.PEState` per PE,
-    joined by the golden aggregation link.
+    """Run a group's programs on the functional simulator, one
+    :class:`~elmoe3d.sw.golden.pe.PEState` per PE, joined by the golden aggregation link.
 
     First :func:`check_link_schedule` (a deadlock or a FIFO overflow raises
     :class:`LinkScheduleError`). Then phases: each PE runs, on its own state, every next
-    command whose ``link_i`` words have arrived (:func:`.fsim.run` with ``state=``); then every
-    descriptor whose sources have put out all their words runs through
-    :func:`.links.ref_link` and its words join the destinations' ``link_i``; until every
-    program and descriptor is done (no progress raises :class:`LinkScheduleError`).
+    command whose ``link_i`` words have arrived (:func:`elmoe3d.sw.golden.pe.run` with ``state=``);
+    then every descriptor whose sources have put out all their words runs through
+    :func:`elmoe3d.sw.golden.agg_link.ref_link` and its words join the destinations' ``link_i``;
+    until every program and descriptor is done (no progress raises :class:`LinkScheduleError`).
     """
     sched = check_link_schedule(job)
     pe, G = job.pe, job.pes

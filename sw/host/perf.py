@@ -9,9 +9,10 @@ Every figure is read from the one :class:`~elmoe3d.config.ArchConfig` (and its D
 slice sizes come from the :class:`~.models.ModelPreset` (``expert_msb_bytes``,
 ``expert_lsb_bytes``). Nothing else is typed here.
 
-Per layer of a step (:class:`~.host.LayerWork` placed by :func:`~.host.place_layer`), for every
-expert on group g (G PEs, R tile rows, L lanes, ``rbn`` = ceil(tokens / R) row blocks split
-over the PEs as :mod:`.parallel` splits them), the same schemes as :func:`.parallel.compile_group`:
+Per layer of a step (:class:`~.compiler.LayerWork` placed by :func:`~.compiler.place_layer`),
+for every expert on group g (G PEs, R tile rows, L lanes, ``rbn`` = ceil(tokens / R) row blocks
+split over the PEs as :mod:`.parallel` splits them), the same schemes as
+:func:`.parallel.compile_group`:
 
 * bytes: HB reads from bank p = ``msb x I_p / I`` for an HB-resident expert (draft and
   verify alike), ``I_p`` the intermediate channels of PE p's slice (:func:`channel_slices`:
@@ -145,7 +146,7 @@ class StepCost:
 
 class PerfModel:
     """The analytical model (module docstring) for ``arch`` and ``model`` (a preset name or
-    :class:`~.models.ModelPreset`, e.g. :func:`.host.synthetic_model`).
+    :class:`~.models.ModelPreset`, e.g. :func:`.compiler.synthetic_model`).
 
     An HB-resident expert is split over the group's PEs and banks by :func:`channel_slices`
     (whole 32-weight groups; uneven when the intermediate size is not a multiple of 32 x
@@ -226,9 +227,9 @@ class PerfModel:
 
     # -- a layer and a step -----------------------------------------------------------------
     def layer(self, work, placement, *, phase, step_tokens, writes=()) -> LayerCost:
-        """Cost of one layer-step: ``placement`` from :func:`.host.place_layer`,
+        """Cost of one layer-step: ``placement`` from :func:`.compiler.place_layer`,
         ``step_tokens`` the step's batch (the OUT reduction covers all of it), ``writes`` the
-        layer's :class:`~.host.PoolWrite` records."""
+        layer's :class:`~.compiler.PoolWrite` records."""
         G, R = self.G, self.pe.rows
         groups = {}
         ext = 0.0
@@ -275,7 +276,7 @@ class PerfModel:
                          accesses=acc, hits=hits, experts=experts)
 
     def step(self, step, placements: dict) -> StepCost:
-        """Cost of a :class:`~.host.Step` with ``placements`` = ``{layer: Placement}``."""
+        """Cost of a :class:`~.compiler.Step` with ``placements`` = ``{layer: Placement}``."""
         a = self.arch
         layers = []
         for lay, work in step.layers.items():

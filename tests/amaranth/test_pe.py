@@ -349,7 +349,7 @@ def test_verilog_size():
 
 @pytest.mark.parametrize("mode", list(Mode), ids=lambda m: m.name)
 def test_raw_gemm_equals_golden_gemm(mode):
-    """A GEMM through the RAW sink equals sw.datapath.gemm (and fsim) bit for bit."""
+    """A GEMM through the RAW sink equals sw.golden.datapath.gemm (and fsim) bit for bit."""
     seed = 100 + int(mode)
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
@@ -1000,7 +1000,8 @@ def test_clear_zeroes_out_and_rowmax(out_valid_bits, out_banks, narrow_out):
 ], ids=["DRAFT", "FULL", "DRAFT-C1-K2", "FULL-fpga-lean", "DRAFT-fpga-lean", "FULL-narrow",
         "DRAFT-narrow", "DRAFT-narrow-P2"])
 def test_moe_program_from_builder(mode, pe_options):
-    """A small MoE layer built by sw.expert (3 synthetic experts, top-2 routing of 4 tokens):
+    """A small MoE layer built by sw.golden.expert (3 synthetic experts, top-2 routing of 4
+    tokens):
     RTL == fsim, and the decoded FP32 output == ref_moe bit for bit (flags included); also on
     a PE with time-shared REQUANT / FP32 units (each REQUANT runs beside the next expert's
     GEMMs for longer than the builder's schedule assumes), on the board's FPGA-lean PE
@@ -1070,7 +1071,8 @@ def test_back_to_back_gemms_gap():
 ], ids=["DRAFT", "FULL-S2", "DRAFT-S4", "FULL-S1"])
 def test_wider_pe_moe_and_raw(mode, options, seed):
     """A wider PE (8 x 16 x 32, W = 2048: 64 HBUF values per word, so REQUANT takes 32-value
-    chunks of a word; 4 link words per RAW result): a 2-expert MoE program from sw.expert, then
+    chunks of a word; 4 link words per RAW result): a 2-expert MoE program from
+    sw.golden.expert, then
     a RAW GEMM appended; RTL == fsim, FP32 == ref_moe, RAW == gemm. Also with time-shared
     SwiGLU units: FULL with 2 (a FULL row's 4 channels in 2 sub-steps) and 1 (in 4), DRAFT
     with 4 (= lanes / 4: a DRAFT row's 8 channels in 2 sub-steps, a FULL one's in 1)."""

@@ -1,5 +1,5 @@
 """The board top (hw.board.BoardTop) at the pin level under cocotb + Verilator (sim.bench_board):
-the host driver (sw.fpga.FpgaBoard, run_host_fpga) runs the PE programs of a real-trace
+the host driver (sw.host.fpga.FpgaBoard, run_host_fpga) runs the PE programs of a real-trace
 layer-step through a bit-level UART model, every o beat and link_o word bit-exact against the
 functional simulation and the root PE's FP32 output against ref_moe, after an abandoned
 session left the PE stuck mid-LOAD (HELLO's soft reset recovers it); then the same with one

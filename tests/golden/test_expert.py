@@ -1,6 +1,6 @@
-"""Whole experts on the functional PE simulator: the program built by sw.expert equals the
-golden expert (ref_expert / ref_moe) bit for bit, FP32 bits and sticky flags, in DRAFT and FULL,
-at batch sizes 1, 4 and 16, with the intermediate dimension tiled over several WMEM buffers."""
+"""Whole experts on the functional PE simulator: the program built by sw.golden.expert equals
+the golden expert (ref_expert / ref_moe) bit for bit, FP32 bits and sticky flags, in DRAFT and
+FULL, at batch sizes 1, 4 and 16, with the intermediate dimension tiled over several WMEM buffers."""
 
 import numpy as np
 import pytest

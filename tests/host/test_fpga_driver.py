@@ -2,7 +2,7 @@
 served over a real pty pair (the driver opens the slave by its path with pyserial) and over
 PipeTransport. Behind the bridge, a Python board: a load-router model consuming the FIFOs at
 random (HB / EXT words from the stand-ins, EXT descriptors in order) and the PE's functional
-simulation (sw.fsim) executing each command as it arrives. Checked: every stream delivered
+simulation (sw.golden.pe) executing each command as it arrives. Checked: every stream delivered
 exactly (what the board applied vs the program's split, the ld stream the router rebuilt vs
 the program's), retransmissions under injected faults, the output checks, the errors (no
 board, no port, another configuration), and `elmoe3d run --backend fpga` end to end on real
@@ -40,7 +40,7 @@ SEED = 20250607
 class RouterPE:
     """The board behind the bridge: the load router (commands in order; each LOAD's words from
     its source: the HOST FIFO, the HB stand-in at ``hb_addr``, the EXT stand-in through the
-    descriptors in order) and the PE (``execute``: sw.fsim, one command at a time, its outputs
+    descriptors in order) and the PE (``execute``: sw.golden.pe, one command at a time, its outputs
     pushed as OUT / LINK_O frames). Takes at most a few entries per :meth:`step`, at random."""
 
     def __init__(self, m: BridgeModel, rng, *, execute=True, rate=0.6, tamper=None):

@@ -1,4 +1,4 @@
-"""Phase-wise parallelism on a PE group (sw.parallel, paper Sections 5.1-5.2): the per-PE
+"""Phase-wise parallelism on a PE group (sw.host.parallel, paper Sections 5.1-5.2): the per-PE
 programs of draft HB-only TP, the verify MSB-TP / LSB-DP split (psum-level synchronisation) and
 uncached experts streamed from EXT, run on one functional-simulator state per PE joined by the
 golden aggregation link, equal the single-PE golden result (ref_moe) and the single-PE fsim

@@ -88,7 +88,7 @@ def stub(monkeypatch):
         monkeypatch.setattr(bench, "golden_figures", lambda seed, repeats: golden_figs or golden())
         monkeypatch.setattr(bench, "pe_figures", fake_pe)
         monkeypatch.setattr(bench, "accuracy_figures", fake_accuracy)
-        # figures 7, 8 and 9 have their own printer tests (test_dram*, test_links_cocotb,
+        # figures 7, 8 and 9 have their own printer tests (test_dram*, test_agg_link,
         # test_die_figures)
         monkeypatch.setattr(bench, "dram_figures", lambda arch, seed: {"missed": []})
         monkeypatch.setattr(bench, "print_dram", lambda console, figs: figs["missed"])
