@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...config import ArchConfig
+from ...config import ArchConfig, PEOptions
 from ...isa import Op, Sink, Target
 from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
 from .datapath import Mode, gemm
@@ -435,6 +435,7 @@ class _Plan:
     prologue: list
     requant: dict
     requant_cycles: int           # estimate: rows x chunks per row + pipeline
+    drain_cycles: int             # last up/gate beat -> the REQUANT's start (PEOptions)
     up_w: _Weights
     down_w: _Weights
     first: bool                   # the program's first expert (ramped up)
@@ -665,17 +666,15 @@ def _expert_plan(index, ex: Expert, x_q, e_x, gw_bits, slots, mode, pe, *, t0, a
     down_w = _Weights(ex.down, np.arange(h_dim), mode, pe, sink=Sink.COMBINE,
                       out_base_of=lambda j0: j0 * L, stride=h_dim // pe.q24_per_word,
                       tok_base=t0, act_base=a0, row_blocks=rbn)
-    c = min(pe.q16_per_word, 32)                   # REQUANT values per cycle
+    # the PE the program is built for: the default options (timing of PEOptions)
+    options = PEOptions(config=pe)
+    c = options.requant_units                      # REQUANT values per cycle
     return _Plan(index=index, t0=t0, tok_entries=tok_n, a0=a0, act_words=act_n,
                  prologue=prologue,
                  requant=dict(row_blocks=rbn, channels=i_dim, act_base=a0, tok_base=t0),
                  requant_cycles=t_pad * max(i_dim // c, 3) + 8,
+                 drain_cycles=options.drain_cycles,
                  up_w=up_w, down_w=down_w, first=first, last=last, tokens=te)
-
-
-#: Cycles from a GEMM's last beat to its last result written (tile, sink and VPU pipeline):
-#: the builder's scheduling estimate of when a REQUANT after it can start.
-DRAIN_CYCLES = 16
 
 
 class _Timeline:
@@ -738,7 +737,7 @@ def _cut_pair(plan, prev, ld_cycles):
         prev.cut_down()
         return
     a_u = up.align
-    skip = -(-(prev.requant_cycles + DRAIN_CYCLES) // up.beats(a_u)) * a_u
+    skip = -(-(prev.requant_cycles + prev.drain_cycles) // up.beats(a_u)) * a_u
     skip = min(skip, max(0, up.n_cb - 2 * a_u))
     # two buffer-fulls of up/gate jobs stay last (the next expert's loads go under them)
     avail = {id(up): max(0, up.n_cb - skip - 2 * up.per_buf), id(down): down.n_cb}
@@ -818,7 +817,7 @@ def _schedule(plans, ld_cycles) -> list:
         paired = plan.pairing[1] if plan.pairing else 0
         if n == len(plans) - 1 and len(downs) > 1:
             # the previous expert's last down jobs run beside this (last) expert's REQUANT
-            need = plan.requant_cycles + DRAIN_CYCLES
+            need = plan.requant_cycles + plan.drain_cycles
             while len(downs) > max(1, paired) and need > 0:
                 job = downs.pop()
                 late.insert(0, job)
@@ -842,7 +841,7 @@ def _schedule(plans, ld_cycles) -> list:
             first_down = bool(downs) and downs[0] is prev.down[0]
             # the first down job waits for prev's REQUANT: up/gate jobs go first meanwhile
             if downs and (not first_down or not ups
-                          or up_beats >= prev.requant_cycles + DRAIN_CYCLES):
+                          or up_beats >= prev.requant_cycles + prev.drain_cycles):
                 cands.append((downs, q_end if first_down else 0.0))
             best = None
             for lst, nb in cands:
@@ -857,7 +856,7 @@ def _schedule(plans, ld_cycles) -> list:
         for job in plan.up[len(plan.up) - keep:]:
             _, end = place(job)
         items.append(("requant", plan.requant))
-        q_end = end + DRAIN_CYCLES + plan.requant_cycles
+        q_end = end + plan.drain_cycles + plan.requant_cycles
         for job in late:
             place(job)
         prev = plan

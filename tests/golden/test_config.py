@@ -150,6 +150,15 @@ def test_pe_options_default_timing():
     assert (opts.completion_cycles, opts.gemm_gap, opts.load_queue_depth) == (8, 0, 16)
 
 
+def test_pe_options_drain_cycles_as_measured():
+    """Last SWIGLU beat to the first ROWMAX read of the REQUANT behind it, as measured on the
+    RTL PE (2x4 small PE, an expert program of 2 tokens in DRAFT, 2026-12-01)."""
+    for options, cycles in (({}, 16), ({"tile_passes": 2}, 17), ({"mul_stages": 2}, 18),
+                            (dict(FPGA_LEAN_PE), 21)):
+        assert PEOptions(config=SMALL, **options).drain_cycles == cycles, options
+    assert PEOptions(config=WIDE).drain_cycles == 3 + 8 - 1 + 9 + 3       # 8 rows
+
+
 def test_fpga_lean_pe_timing():
     lean = PEOptions(config=SMALL, **FPGA_LEAN_PE)
     assert lean.params == dict(FPGA_LEAN_PE, mul_stages=1)
@@ -288,6 +297,7 @@ PE_FIGURES = ("rows", "lanes", "word_bits", "mul_stages", "requant_units", "fp32
               "clear_cycles", "output_beat_cycles", "requant_word_cycles", "load_queue_depth",
               "tile_latency", "swiglu_latency", "combine_latency", "sink_latency",
               "result_cycles", "gemm_gap")
+# (``drain_cycles`` and ``completion_cycles`` are the options' own: the PE has no such property)
 
 
 @pytest.mark.parametrize("arch, options", OPTION_SPREAD)
