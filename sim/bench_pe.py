@@ -53,7 +53,7 @@ import numpy as np
 import cocotb
 from cocotb.triggers import RisingEdge
 
-from ..config import ArchConfig, preset
+from ..config import ArchConfig, PEOptions, preset
 from ..hw.pe import PE
 from ..isa import Sink, Target
 from ..sw.golden import asm, pe as fsim
@@ -143,10 +143,9 @@ class PEBench(CaseRecorder):
         self.pe = arch.pe
         self.seed = seed
         self.test = test
-        probe = PE(config=arch)
-        probe._MustUse__silence = True
-        self.tile_latency = probe.tile_latency
-        self.sink_latency = {int(k): v for k, v in probe.sink_latency.items()}
+        options = PEOptions(config=arch)         # the DUT's: PE(config=arch), build_pe
+        self.tile_latency = options.tile_latency
+        self.sink_latency = {int(k): v for k, v in options.sink_latency.items()}
         self.records = []
         self.word_mask = (1 << self.pe.word_bits) - 1
 
