@@ -43,7 +43,7 @@ A candidate fits when LUT4 positions (``LUT4 + 2 CCU2C + 6 TRELLIS_DPR16X4``: a 
 takes two, a 16x4 distributed RAM four in RAM mode and two more for its write port,
 ``TRELLIS_RAMW``) <= :data:`LUT_MARGIN` of the device, and flip-flops, MULT18X18D and
 DP16KD <= 100 %. What makes the PE fit at all (``docs/fpga.md``, "What fits"): the FPGA-lean
-PE of :data:`elmoe3d.hw.board.LEAN_PE_PARAMS` (the tile's 256 IA8xW5 products two to a
+PE of :data:`elmoe3d.config.FPGA_LEAN_PE` (the tile's 256 IA8xW5 products two to a
 MULT18X18D, one time-shared requant, FP32 and combine unit), the tile's dequantization
 multipliers as Booth LUT multipliers (:data:`LUT_MULTIPLIERS`), and memories of 512 words,
 which map onto DP16KD (512 x 36) instead of distributed RAM.
@@ -499,7 +499,7 @@ def _fpga_arch(name, **kw):
 
 
 #: Named defaults per board (``make fpga`` builds these without searching). ULX3S-85F: one
-#: FPGA-lean PE (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`: the tile in four passes of paired
+#: FPGA-lean PE (:data:`elmoe3d.config.FPGA_LEAN_PE`: the tile in four passes of paired
 #: products, one unit of each VPU kind, CLEAR by writes, both weight buffers in one memory
 #: per plane, OUT in one memory, every PE memory a quarter word wide) with 32 KiB WMEM and
 #: 32 KiB IOMEM, 256-word HB and EXT stand-ins and a 5 MHz clock from the PLL, placed with
