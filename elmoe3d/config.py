@@ -810,9 +810,9 @@ class PEOptions:
     narrow_out: bool = False
 
     def __post_init__(self):
-        pe_config_ = pe_config(self.config)
-        object.__setattr__(self, "config", pe_config_)
-        rows, lanes = pe_config_.rows, pe_config_.lanes
+        geometry = pe_config(self.config)
+        object.__setattr__(self, "config", geometry)
+        rows, lanes = geometry.rows, geometry.lanes
         if lanes % 4 or lanes != 2 * rows:
             raise ValueError(f"config: the PE needs lanes % 4 == 0 and lanes == 2 * rows, got "
                              f"rows={rows}, lanes={lanes}")
@@ -820,7 +820,7 @@ class PEOptions:
             raise ValueError(f"config: the PE needs a power-of-two number of lanes (word "
                              f"addressing by shifts), got {lanes}")
         check_mul_stages(self.mul_stages)
-        W = pe_config_.word_bits
+        W = geometry.word_bits
         Q = W // 32
         requant_units = unit_count("requant_units", self.requant_units, min(Q, 32),
                                     f"in 1..min(W/32, 32) = 1..{min(Q, 32)}")
@@ -845,7 +845,7 @@ class PEOptions:
         if (not isinstance(wbuf_memories, int) or isinstance(wbuf_memories, bool)
                 or wbuf_memories not in (1, 2)):
             raise ValueError(f"wbuf_memories: expected 1 or 2, got {wbuf_memories!r}")
-        w_words = pe_config_.wmem_words
+        w_words = geometry.wmem_words
         if wbuf_memories == 1 and w_words & (w_words - 1):
             raise ValueError(f"wbuf_memories: one memory for both buffers needs a power-of-two "
                              f"wmem_words (the buffer is the top address bit), got {w_words}")
