@@ -31,13 +31,14 @@ always-ready sink a result appears exactly ``latency`` cycles after its input wa
 from __future__ import annotations
 
 from amaranth.hdl import C, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, stream
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import (FP32_LATENCY, REQUANT_LATENCY, ROWMAX_LATENCY, check_mul_stages,
                       combine_latency, swiglu_latency)
 from ..sw.golden import vpu as golden
+from .checked import CheckedComponent
 from .fixed import rne_shift, rshift_rne_sat, sat_add64
 
 
@@ -154,8 +155,16 @@ class _Pipeline:
         return regs
 
 
-class _Unit(wiring.Component):
-    """Common frame: ``i``/``o`` streams, the global advance and the output register."""
+class _Unit(CheckedComponent):
+    """Common frame: ``i``/``o`` streams, the global advance and the output register. The
+    parameters (``mul_stages`` where a unit has it, ``tag_width``) are checked before the
+    unit exists."""
+
+    @classmethod
+    def check(cls, *, tag_width, **params):
+        if "mul_stages" in params:
+            check_mul_stages(params["mul_stages"])
+        _check_tag_width(tag_width)
 
     def __init__(self, in_layout, out_layout, tag_width):
         self._tag_width = tag_width
@@ -230,8 +239,7 @@ class SwiGLUUnit(_Unit):
     """
 
     def __init__(self, *, tag_width: int = 0, mul_stages: int = 1):
-        self._mul_stages = check_mul_stages(mul_stages)
-        tag_width = _check_tag_width(tag_width)
+        self._mul_stages = mul_stages
         super().__init__(swiglu_in_layout(tag_width), swiglu_out_layout(tag_width), tag_width)
 
     @property
@@ -333,7 +341,6 @@ class RowMaxExponent(_Unit):
     E_MAX = 26
 
     def __init__(self, *, tag_width: int = 0):
-        tag_width = _check_tag_width(tag_width)
         super().__init__(rowmax_in_layout(tag_width), rowmax_out_layout(tag_width), tag_width)
 
     @property
@@ -378,7 +385,6 @@ class RequantUnit(_Unit):
     """
 
     def __init__(self, *, tag_width: int = 0):
-        tag_width = _check_tag_width(tag_width)
         super().__init__(requant_in_layout(tag_width), requant_out_layout(tag_width), tag_width)
 
     @property
@@ -431,8 +437,7 @@ class CombineUnit(_Unit):
     """
 
     def __init__(self, *, tag_width: int = 0, mul_stages: int = 1):
-        self._mul_stages = check_mul_stages(mul_stages)
-        tag_width = _check_tag_width(tag_width)
+        self._mul_stages = mul_stages
         super().__init__(combine_in_layout(tag_width), combine_out_layout(tag_width), tag_width)
 
     @property
@@ -505,7 +510,6 @@ class Fp32Converter(_Unit):
     """
 
     def __init__(self, *, tag_width: int = 0):
-        tag_width = _check_tag_width(tag_width)
         super().__init__(fp32_in_layout(tag_width), fp32_out_layout(tag_width), tag_width)
 
     @property

@@ -78,7 +78,6 @@ def _signed_mix(rng, n, bits, *, edges=()):
 UNITS = [hw.SwiGLUUnit, hw.RowMaxExponent, hw.RequantUnit, hw.CombineUnit, hw.Fp32Converter]
 
 
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 @pytest.mark.parametrize("cls", UNITS, ids=lambda c: c.__name__)
 def test_parameters(cls):
     dut = cls(tag_width=3)
