@@ -3,10 +3,11 @@ command fields."""
 
 from __future__ import annotations
 
-from amaranth.hdl import Value
+from amaranth.hdl import Cat, Value
 
 
-__all__ = ["COUNTER_BITS", "SEQ", "log2", "unit_count", "fld", "older"]
+__all__ = ["COUNTER_BITS", "SEQ", "log2", "unit_count", "fld", "older", "act_part_elems", "parts_of",
+           "word_of"]
 
 
 #: Width of the performance counters (``elmoe3d.sw.golden.asm.STATUS_FIELDS``).
@@ -42,3 +43,30 @@ def fld(view, op, name):
 def older(seq, ref):
     """``seq`` was taken before ``ref`` (sequence numbers of :data:`SEQ` bits wrap around)."""
     return (seq - ref)[SEQ - 1]
+
+
+def act_part_elems(rows: int, group: int, parts: int) -> list:
+    """The bytes of an ACT word (``rows x group`` INT8 activations, row after row) that part
+    ``p`` of ``parts`` holds (``narrow_iomem``): depths ``p G/P .. (p+1) G/P - 1`` of every
+    row, row after row."""
+    return [[r * group + p * (group // parts) + j for r in range(rows)
+             for j in range(group // parts)] for p in range(parts)]
+
+
+def parts_of(value, act: bool, *, word_bits: int, act_elems: list) -> list:
+    """The P parts (``len(act_elems)``) of a W-bit word ``value`` of a memory stored in parts:
+    ACT's by :func:`act_part_elems` (``act``), the others' bits ``p W/P ..``."""
+    if act:
+        return [Cat(value[8 * e:8 * (e + 1)] for e in part) for part in act_elems]
+    P = len(act_elems)
+    return [value.word_select(p, word_bits // P) for p in range(P)]
+
+
+def word_of(act: bool, *, word_bits: int, act_elems: list) -> list:
+    """The inverse of :func:`parts_of`: per part, (bit range in the word, bit range in the
+    part) pairs."""
+    if act:
+        return [[((8 * e, 8 * (e + 1)), (8 * j, 8 * (j + 1))) for j, e in enumerate(part)]
+                for part in act_elems]
+    P, W = len(act_elems), word_bits
+    return [[((p * W // P, (p + 1) * W // P), (0, W // P))] for p in range(P)]

@@ -11,11 +11,14 @@ the requests were made (the first has the highest priority; the load engine writ
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Mux, Signal, unsigned
 from amaranth.lib.memory import Memory
 
+from ...isa import Target
+from .common import log2, parts_of
 
-__all__ = ["Writes", "Reads", "BankedWrites", "BankedReads", "memory"]
+
+__all__ = ["Writes", "Reads", "BankedWrites", "BankedReads", "memory", "PEMemories"]
 
 
 def memory(m, collisions, name, depth, *, width, granularity=None, transparent=False,
@@ -212,3 +215,127 @@ class BankedReads:
             rd.build(m)
         with m.If(act & en & ~pair):
             m.d.sync += self.sel.eq(bank)
+
+
+class PEMemories:
+    """The PE's memories, each a direct child of the PE's module named as
+    :mod:`elmoe3d.synth.blocks` expects (``wmsb0`` .. ``wscale1`` or ``wmsb`` .. ``wscale``,
+    ``act``, ``tok``, ``hbuf``, ``out0`` / ``out1`` or ``out``, ``rowmax``), with their
+    request objects (a plain helper, not a component: the ports' multiplexers are built once
+    every part of the PE has made its requests, :meth:`build`).
+
+    WMEM: per plane (``wmsb``, ``wlsb``, ``wscl``) a memory per buffer (``wbuf_memories`` 2:
+    lists of ``(Reads, Writes)``) or one of twice the depth addressed by ``Cat(word, buffer)``
+    (a ``(Reads, Writes)`` pair), W/``weight_parts`` bits wide, ``weight_parts`` times as deep.
+    IOMEM: ``act``, ``tok``, ``hbuf`` (``(Reads, Writes)``), ``out`` (``(Reads, Writes)``, the
+    banked kinds with two banks) and ``rowmax`` (``(Reads, Reads, Writes)``: the sinks' and
+    SEND / RECV's port, REQUANT's port), ACT, TOK, HBUF and ROWMAX W/``io_parts`` bits wide,
+    OUT W/``out_parts``. ``collisions`` maps each ``no_rw_check`` memory's name to its
+    read-write collision signal.
+    """
+
+    def __init__(self, m, *, config, weight_parts=1, io_parts=1, out_parts=1,
+                 wbuf_memories=2, out_banks=2, valid_bits=True):
+        cfg, W = config, config.word_bits
+        Q = W // 32
+        self.collisions = {}
+        self.split = wbuf_memories == 2
+        self.weight_parts = weight_parts
+
+        def mem(name, depth, *, width=W, **kw):
+            return memory(m, self.collisions, name, depth, width=width, **kw)
+
+        def wmem_plane(name, depth, parts):
+            if self.split:
+                return [mem(f"{name}{b}", depth * parts, width=W // parts, collision_free=True)
+                        for b in range(2)]
+            return mem(name, 2 * depth * parts, width=W // parts, collision_free=True)
+
+        self.wmsb = wmem_plane("wmsb", cfg.wmem_words, weight_parts)
+        self.wlsb = wmem_plane("wlsb", cfg.wmem_words, weight_parts)
+        self.wscl = wmem_plane("wscale", cfg.wscale_words, weight_parts)  # (8/P entries a part)
+        self.wmem_depths = {Target.WMSB: cfg.wmem_words, Target.WLSB: cfg.wmem_words,
+                            Target.WSCALE: cfg.wscale_words}
+        self.act = mem("act", cfg.act_words * io_parts, width=W // io_parts, granularity=8,
+                       collision_free=True)
+        self.tok = mem("tok", cfg.tok_words * io_parts, width=W // io_parts, granularity=8)
+        self.hbuf = mem("hbuf", cfg.hbuf_words * io_parts, width=W // io_parts, granularity=32,
+                        collision_free=True)
+        # OUT and the row-max registers have valid bits (valid_bits): CLEAR takes one cycle
+        # OUT in two banks (even and odd words): OUTPUT reads two words, one o beat, a cycle
+        if out_banks == 2:
+            banks = [mem(f"out{b}", (cfg.out_words + 1 - b) // 2, granularity=64,
+                         transparent=True, valid_bits=valid_bits) for b in range(2)]
+            self.out = (BankedReads([rp for rp, _ in banks]),
+                        BankedWrites([wr for _, wr in banks]))
+            #: the write side of every OUT memory (CLEAR without valid bits writes each)
+            self.out_w_banks = self.out[1].banks
+        else:                         # one memory (out_banks=1): OUTPUT reads word by word
+            self.out = mem("out", cfg.out_words * out_parts, width=W // out_parts,
+                           granularity=64, transparent=True, valid_bits=valid_bits)
+            self.out_w_banks = [self.out[1]]
+        # the row maxima, W/32 registers of 32 bits per word (the ROWMAX word of SEND / RECV):
+        # one read port for the SWIGLU sink's updates (and SEND / RECV), one for REQUANT
+        rmax_words = -(-cfg.tok_entries // Q)
+        self.rowmax = mem("rowmax", rmax_words * io_parts, width=W // io_parts,
+                          granularity=32, transparent=True, valid_bits=valid_bits,
+                          read_ports=2)
+
+    def wmem_reads(self) -> list:
+        """The WMEM read sides: per plane (MSB, LSB, scales) one per buffer memory."""
+        if self.split:
+            return [[pair[0] for pair in plane] for plane in (self.wmsb, self.wlsb, self.wscl)]
+        return [[plane[0]] for plane in (self.wmsb, self.wlsb, self.wscl)]
+
+    def load_targets(self) -> dict:
+        """The write sides a LOAD writes, by target (one per WMEM buffer memory)."""
+        return {
+            **{t: [plane[0][1], plane[1][1]] if self.split else [plane[1]]
+               for t, plane in ((Target.WMSB, self.wmsb), (Target.WLSB, self.wlsb),
+                                (Target.WSCALE, self.wscl))},
+            Target.ACT: [self.act[1]],
+            Target.TOK: [self.tok[1]],
+            Target.HBUF: [self.hbuf[1]],
+            Target.OUT: [self.out[1]],
+        }
+
+    def build(self, m, *, payload, target, buf, addr, xfer, part, part_write, parted,
+              act_elems, lanes):
+        """Build every port's multiplexer, the load engine's writes last (lowest priority):
+        word ``payload`` (W bits) of a LOAD into ``target`` (buffer ``buf``) at ``addr`` when
+        ``xfer``, or with a ``parted`` target its part ``part`` when ``part_write`` (WMSB and
+        WLSB lane by lane with ``weight_parts`` > 1, ACT by ``act_elems``, the others by bit
+        ranges). Returns the load's grant: the target's write port is free in this cycle."""
+        parts = self.weight_parts
+        if parts > 1:                 # the parts of the loaded word (streamed_weights)
+            lane_bits, part_lane = 128, 128 // parts
+            ld_parts = Array(Cat(payload[lane_bits * n + part_lane * p:][:part_lane]
+                                 for n in range(lanes)) for p in range(parts))
+        grants = []
+        for t, writes in self.load_targets().items():
+            for b, wr in enumerate(writes):
+                sel = target == t
+                waddr = addr
+                if len(writes) == 2:
+                    sel = sel & (buf == b)
+                elif t in self.wmem_depths:           # both buffers in one memory
+                    waddr = Cat(addr[:log2(self.wmem_depths[t])], buf)
+                if parts > 1 and t in (Target.WMSB, Target.WLSB):
+                    wr.build(m, low=(part_write & sel, Cat(part, waddr), ld_parts[part], None))
+                elif t in parted:  # (WSCALE with streamed_weights, narrow IOMEM)
+                    pieces = parts_of(payload, t == Target.ACT, word_bits=len(payload),
+                                      act_elems=act_elems)
+                    wr.build(m, low=(part_write & sel, Cat(part, waddr), Array(pieces)[part],
+                                     None))
+                else:
+                    wr.build(m, low=(xfer & sel, waddr, payload, None))
+                grants.append((sel, wr.free(addr) if isinstance(wr, BankedWrites)
+                               else ~wr.busy))
+        grant = Const(1, 1)
+        for sel, ok in grants:
+            grant = Mux(sel, ok, grant)
+        self.rowmax[2].build(m)
+        for reads in (*(r for plane in self.wmem_reads() for r in plane), self.act[0],
+                      self.tok[0], self.hbuf[0], self.out[0], self.rowmax[0], self.rowmax[1]):
+            reads.build(m)
+        return grant

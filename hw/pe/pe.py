@@ -9,27 +9,28 @@ with plain equality.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
-from amaranth.lib.memory import Memory
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, unsigned
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...config import PEConfig, TileConfig, pe_config as as_pe_config
 from ...isa import Op, Sink, Target
-from ..fixed import sat_add64
-from ..isa import command_layout, o_beat_layout, op_layout, status_layout, tok_entry_layout
-from ..layouts import TileMode
+from ..isa import command_layout, o_beat_layout
 from ..tile import TensorTile
-from ..vpu import CombineUnit, Fp32Converter, RequantUnit, RowMaxExponent, SwiGLUUnit
-from .common import COUNTER_BITS as _COUNTER_BITS, SEQ, fld, log2 as _log2, older, unit_count
+from ..vpu import CombineUnit, SwiGLUUnit
+from .combine import CombineSink
+from .common import act_part_elems, log2 as _log2, older, unit_count
 from .decoder import CommandDecoder
+from .execute import EXEC_STATES, ClearEngine, ExecuteEngine
+from .gemm import GemmIssue
+from .link import LINK_TARGETS, LinkPort
 from .load import LoadEngine
+from .memories import PEMemories
 from .output import OutputEngine
 from .requant import RequantEngine
+from .result import ResultStage
 from .status import StatusCounters
-from .memories import BankedReads as _BankedReads, BankedWrites as _BankedWrites, \
-    Reads as _Reads, Writes as _Writes, memory as _memory
+from .swiglu import SwiGLUSink
 
 
 __all__ = ["PE", "unit_count"]
@@ -582,1102 +583,244 @@ class PE(wiring.Component):
         m = Module()
         cfg = self._pe
         R, L, W = cfg.rows, cfg.lanes, cfg.word_bits
-        OV = W // 64                  # Q.24 values per OUT word = TOK entries per word
-        Q = W // 32                   # Q16.16 values per HBUF word = FP32 values per o beat
-        log_ov, log_q = _log2(OV), _log2(Q)
-
-        # ---- memories (one write port, one synchronous read port each) ------------------------
-        # A memory with ``collision_free`` is never read and written at the same word in one
-        # cycle by a program that keeps to the buffer flags, fences and REQUANT waits (reads
-        # are enabled only for the words a consumer takes; :attr:`probes` ``rw_collision``
-        # shows any, and the benches assert it never fires). It carries Yosys's
-        # ``no_rw_check`` attribute, which the FPGA flow applies to its read port
-        # (:func:`elmoe3d.synth.fpga.apply_no_rw_check`): no W-bit bypass register and
-        # multiplexer emulating read-first around the block RAM.
-        collisions = {}
-
-        def memory(name, depth, *, width=W, **kw):
-            return _memory(m, collisions, name, depth, width=width, **kw)
-
-        # WMEM: per plane a memory per buffer, or (wbuf_memories == 1) one memory of twice the
-        # depth addressed by Cat(word address, buffer): the same words at the same ports
-        split = self._wbuf_memories == 2
-        # streamed_weights: the MSB and LSB planes in P parts of W/P bits a word (part p of word
-        # w at w P + p: depths p G/P .. of every lane, lane after lane)
-        P = self._tile_passes
+        G, P = self._tile_config.group, self._tile_passes
+        # parts of a word: WMSB, WLSB and WSCALE (streamed_weights), ACT, TOK, HBUF and ROWMAX
+        # (narrow_iomem), OUT (narrow_out); a word's part p at address w P + p
         parts = P if self._streamed_weights else 1
-        log_parts, part_lane = _log2(parts), 128 // parts   # a lane: 32 nibbles
-
-        def wmem_plane(name, depth, parts=1):
-            if split:
-                return [memory(f"{name}{b}", depth * parts, width=W // parts,
-                               collision_free=True) for b in range(2)]
-            return memory(name, 2 * depth * parts, width=W // parts, collision_free=True)
-
-        def in_buffer(addr, buf, depth):
-            return Cat(addr[:_log2(depth)], buf)
-
-        wmsb = wmem_plane("wmsb", cfg.wmem_words, parts)
-        wlsb = wmem_plane("wlsb", cfg.wmem_words, parts)
-        wscl = wmem_plane("wscale", cfg.wscale_words, parts)   # (8/P scale entries a part)
-        wmem_depths = {Target.WMSB: cfg.wmem_words, Target.WLSB: cfg.wmem_words,
-                       Target.WSCALE: cfg.wscale_words}
-        # narrow_iomem: ACT, TOK, HBUF and ROWMAX in P parts of W/P bits a word (part p of word
-        # w at w P + p): ACT's part p holds depths p G/P .. of every row, row after row (bytes
-        # act_elems[p] of the word), the others bits p W/P .. of the word; narrow_out: OUT the
-        # same way
-        narrow, narrow_o = self._narrow_iomem, self._narrow_out
-        io_parts = P if narrow else 1
-        out_parts = P if narrow_o else 1
-        narrow_targets = (((Target.ACT, Target.TOK, Target.HBUF, Target.ROWMAX) if narrow else ())
-                          + ((Target.OUT,) if narrow_o else ()))
-        G = self._tile_config.group
-        # (TOK, ROWMAX, OUT and, with streamed_weights, WSCALE the same way: bits p W/P ..)
-        act_elems = [[r * G + p * (G // P) + j for r in range(R) for j in range(G // P)]
-                     for p in range(P)]
-
-        def io_parts_of(value, target):
-            """The P parts of a W-bit ``value`` of a ``target`` stored in parts."""
-            if target == Target.ACT:
-                return [Cat(value[8 * e:8 * (e + 1)] for e in part) for part in act_elems]
-            return [value.word_select(p, W // P) for p in range(P)]
-
-        def io_word_of(target):
-            """The inverse of :func:`io_parts_of`: (bit range of the word, bits of the part)
-            pairs of each part."""
-            if target == Target.ACT:
-                return [[((8 * e, 8 * (e + 1)), (8 * j, 8 * (j + 1))) for j, e in enumerate(part)]
-                        for part in act_elems]
-            return [[((p * W // P, (p + 1) * W // P), (0, W // P))] for p in range(P)]
-
-        act_rp, act_w = memory("act", cfg.act_words * io_parts, width=W // io_parts,
-                               granularity=8, collision_free=True)
-        tok_rp, tok_w = memory("tok", cfg.tok_words * io_parts, width=W // io_parts,
-                               granularity=8)
-        hbuf_rp, hbuf_w = memory("hbuf", cfg.hbuf_words * io_parts, width=W // io_parts,
-                                 granularity=32, collision_free=True)
-        # OUT and the row-max registers have valid bits (out_valid_bits): CLEAR takes one cycle
-        # OUT in two banks (even and odd words): OUTPUT reads two words, one o beat, a cycle
+        io_parts = P if self._narrow_iomem else 1
+        out_parts = P if self._narrow_out else 1
         vb = self._out_valid_bits
-        if self._out_banks == 2:
-            out_banks = [memory(f"out{b}", (cfg.out_words + 1 - b) // 2, granularity=64,
-                                transparent=True, valid_bits=vb) for b in range(2)]
-            out_rp = _BankedReads([rp for rp, _ in out_banks])
-            out_w = _BankedWrites([wr for _, wr in out_banks])
-            out_w_banks = out_w.banks
-        else:                         # one memory (out_banks=1): OUTPUT reads word by word
-            out_rp, out_w = memory("out", cfg.out_words * out_parts, width=W // out_parts,
-                                   granularity=64, transparent=True, valid_bits=vb)
-            out_w_banks = [out_w]
-        # the row maxima, W/32 registers of 32 bits per word (the ROWMAX word of SEND / RECV):
-        # one read port for the SWIGLU sink's updates (and SEND / RECV), one for REQUANT
-        rmax_words = -(-cfg.tok_entries // Q)
-        rmax_rp, rmax_rq, rmax_w = memory("rowmax", rmax_words * io_parts, width=W // io_parts,
-                                          granularity=32, transparent=True, valid_bits=vb,
-                                          read_ports=2)
-        load_targets = {
-            **{t: [plane[0][1], plane[1][1]] if split else [plane[1]]
-               for t, plane in ((Target.WMSB, wmsb), (Target.WLSB, wlsb), (Target.WSCALE, wscl))},
-            Target.ACT: [act_w],
-            Target.TOK: [tok_w],
-            Target.HBUF: [hbuf_w],
-            Target.OUT: [out_w],
-        }
 
-        # ---- sticky flags ------------------------------------------------------------------------
-        flag_acc = Signal()           # a tile accumulator saturated
-        flag_vpu = Signal()           # any VPU saturation
-        set_vpu = []                  # conditions that set flag_vpu in this cycle
+        # ---- memories (docs/pe.md "Memories"; the ports' multiplexers are built at the end)
+        mems = PEMemories(m, config=cfg, weight_parts=parts, io_parts=io_parts,
+                          out_parts=out_parts, wbuf_memories=self._wbuf_memories,
+                          out_banks=self._out_banks, valid_bits=vb)
+        act_rp, act_w = mems.act
+        tok_rp, tok_w = mems.tok
+        hbuf_rp, hbuf_w = mems.hbuf
+        out_rp, out_w = mems.out
+        rmax_rp, rmax_rq, rmax_w = mems.rowmax
 
-        # ---- command decoder: LOADs to the load engine's queue, REQUANT to its engine, the
-        # next execute command in a register (xn); sequence numbers for completion tracking
+        # ---- the parts ----------------------------------------------------------------------
         dec = m.submodules.decoder = CommandDecoder(load_queue_depth=self.load_queue_depth)
-        wiring.connect(m, wiring.flipped(self.cmd), dec.cmd)
-        ex_idle = Signal()
-        ex_barrier = Signal()
-        x_seq = dec.x_seq                        # execute commands taken so far
-        xn, xn_valid, xn_seq = dec.xn, dec.xn_valid, dec.xn_seq   # the next execute command
-        xn_take = Signal()                       # the execute engine takes xn in this cycle
-        xn_op = Value.cast(xn.op)
-        rq_busy = Signal()            # the requantization engine holds a REQUANT
-        rq_seq = Signal(SEQ)
-        rq_issue = dec.rq_issue
-        m.d.comb += [dec.xn_take.eq(xn_take), dec.ex_barrier.eq(ex_barrier),
-                     dec.rq_busy.eq(rq_busy)]
+        link = m.submodules.link = LinkPort(rows=R, group=G, word_bits=W, passes=P,
+                                            narrow_iomem=self._narrow_iomem,
+                                            narrow_out=self._narrow_out)
+        parted = ((Target.WMSB, Target.WLSB, Target.WSCALE) if parts > 1 else ()) \
+            + link.narrow_targets
+        lde = m.submodules.load = LoadEngine(word_bits=W, parted=parted, passes=P)
+        ex = m.submodules.execute = ExecuteEngine()
+        clr = m.submodules.clear = ClearEngine(valid_bits=vb, cycles=self.clear_cycles)
+        tile = m.submodules.tile = TensorTile(**self._tile_params())
+        gi = m.submodules.gemm = GemmIssue(
+            tile=self._tile_config, word_bits=W, passes=P, weight_parts=parts,
+            act_parts=io_parts, wbuf_memories=self._wbuf_memories, wmem_words=cfg.wmem_words,
+            wscale_words=cfg.wscale_words)
+        tail = max(self.swiglu_latency, self.combine_row_cycles[False] + self.combine_latency) + 1
+        rs = m.submodules.result = ResultStage(tile=self._tile_config, word_bits=W, tail=tail,
+                                               io_parts=io_parts)
+        sw = m.submodules.swiglu = SwiGLUSink(lanes=L, word_bits=W,
+                                              swiglu_units=self._swiglu_units,
+                                              mul_stages=self._mul_stages, io_parts=io_parts)
+        cmb = m.submodules.combine = CombineSink(lanes=L, word_bits=W,
+                                                 combine_units=self._combine_units,
+                                                 mul_stages=self._mul_stages,
+                                                 out_parts=out_parts)
+        rqe = m.submodules.requant = RequantEngine(rows=R, word_bits=W, group=G,
+                                                   requant_units=self._requant_units,
+                                                   io_parts=io_parts)
+        opx = m.submodules.output = OutputEngine(rows=R, word_bits=W,
+                                                 fp32_units=self._fp32_units,
+                                                 out_banks=self._out_banks, out_parts=out_parts)
+        stat = m.submodules.status = StatusCounters(config=cfg)
+        # the VPU units are the PE's own children (synthesis leaves, elmoe3d.synth.blocks)
+        for prefix, part, units in (("swiglu", sw, sw.units), ("combine", cmb, cmb.units),
+                                    ("requant", rqe, rqe.units), ("fp32_", opx, opx.units)):
+            for j, unit in enumerate(units):
+                m.submodules[f"{prefix}{j}"] = unit
+                wiring.connect(m, getattr(part, f"unit{j}_i"), unit.i)
+                wiring.connect(m, unit.o, getattr(part, f"unit{j}_o"))
+        m.submodules.rowmax_exponent = rme = rqe.rowmax_exponent
+        wiring.connect(m, rqe.rme_i, rme.i)
+        wiring.connect(m, rme.o, rqe.rme_o)
 
-        # completion tracking: (valid, seq) of every place an unfinished execute command can be
-        # (filled in below); a command is complete when no valid entry carries its number
-        inflight = {}
+        # ---- streams ------------------------------------------------------------------------
+        wiring.connect(m, wiring.flipped(self.cmd), dec.cmd)
+        wiring.connect(m, dec.ld, lde.queue)
+        wiring.connect(m, wiring.flipped(self.ld), lde.ld)
+        wiring.connect(m, gi.beat, tile.i)
+        wiring.connect(m, tile.o, rs.result)
+        wiring.connect(m, link.link_o, wiring.flipped(self.link_o))
+        wiring.connect(m, wiring.flipped(self.link_i), link.link_i)
+
+        # ---- control ------------------------------------------------------------------------
+        xc = ex.xc
+        xop = Value.cast(xc.op)
+        st = {name: getattr(ex, f"in_{name.lower()}") for name in EXEC_STATES}
+        ld_busy = lde.active | dec.ld.valid
+        gemm_busy = Signal()
+        m.d.comb += gemm_busy.eq(gi.busy | rs.busy | sw.busy | cmb.busy)
+        # completion tracking: (valid, seq) of every place an unfinished execute command can be;
+        # a command is complete when no valid entry carries its number
+        inflight = {f"result{k}": (rs.pending[k], rs.pending_seq[k])
+                    for k in range(len(rs.pending))}
+        inflight.update(xn=(dec.xn_valid, dec.xn_seq), xc=(ex.busy, ex.xc_seq),
+                        rq=(rqe.busy, rqe.seq))
 
         def done_before(ref, *, skip=()):
             pending = [v & older(q, ref) for name, (v, q) in inflight.items() if name not in skip]
             return ~Cat(pending).any()
 
-        # ---- load engine and the WMEM buffer flags ---------------------------------------------
-        parted = ((Target.WMSB, Target.WLSB, Target.WSCALE) if parts > 1 else ()) + narrow_targets
-        lde = m.submodules.load = LoadEngine(word_bits=W, parted=parted, passes=P)
-        wiring.connect(m, wiring.flipped(self.ld), lde.ld)
-        wiring.connect(m, dec.ld, lde.queue)
-        full = [lde.full[0], lde.full[1]]
-
-        def full_sel(b):
-            return Mux(b, full[1], full[0])
-
-        ld_release = Signal()         # a GEMM releases its buffer (full[wbuf] cleared)
-        ld_active, ld_target, ld_buf = lde.active, lde.target, lde.buf
-        ld_addr, ld_left, ld_fence, ld_need = lde.addr, lde.left, lde.fence, lde.need
-        ld_blocked, ld_xfer = lde.blocked, lde.xfer
-        ld_part, ld_part_write = lde.part, lde.part_write
-        ld_busy = ld_active | dec.ld.valid
-        fence_ok = Signal()                      # every execute command before ld_need is done
-        ld_grant = Signal()
-        m.d.comb += [lde.fence_ok.eq(fence_ok), lde.grant.eq(ld_grant),
-                     lde.release.eq(ld_release)]
-
-        # ---- execute engine: GEMM address generator -------------------------------------------
-        xc = Signal(command_layout())            # the command being executed
-        xc_seq = Signal(SEQ)
-        xop = Value.cast(xc.op)
-
-        def gx(name):
-            return fld(xc, Op.GEMM, name)
-
-        m.d.comb += lde.release_buf.eq(gx("wbuf"))
-
-        g_is_full = gx("mode") == TileMode.FULL.value
-        g_cb = Signal(10)
-        g_half = Signal()
-        g_rb = Signal(8)
-        g_g = Signal(8)
-        g_act_row = Signal(16)                   # act_base + rb * groups
-        g_w_blk = Signal(16)                     # w_base + cb * groups
-        g_issuing = Signal()
-        g_last_g = g_g == gx("groups") - 1
-        g_last_rb = g_rb == gx("row_blocks") - 1
-        g_last_half = ~g_is_full | g_half
-        g_last_cb = g_cb == gx("col_blocks") - 1
-        g_final = g_last_g & g_last_rb & g_last_half & g_last_cb
-
-        # beat stage: the read ports' data plus the beat's side band
-        bv = Signal()
-        b_mode = Signal(2)
-        b_wbuf = Signal()
-        b_half = Signal()
-        b_slot = Signal(3)
-        b_first = Signal()
-        b_last = Signal()
-        tile = m.submodules.tile = TensorTile(**self._tile_params())
-        adv = ~bv | tile.i.ready
-        g_step = g_issuing & adv
-        w_addr = Signal(16)
-        m.d.comb += w_addr.eq(g_w_blk + g_g)
-        # only the words a beat takes are read: the GEMM's buffer (the other may be loading
-        # meanwhile), the MSB plane unless LSB_ONLY, the LSB plane in FULL and LSB_ONLY (a
-        # DRAFT GEMM may run while the LSB plane of its buffer is loaded)
-        g_lsb_only = gx("mode") == TileMode.LSB_ONLY.value
-        g_reads_msb, g_reads_lsb = ~g_lsb_only, g_is_full | g_lsb_only
-        b_is_full = b_mode == TileMode.FULL.value
-        b_is_lsb = b_mode == TileMode.LSB_ONLY.value
-        # streamed_weights: part 0 with the beat, part phase + 1 while the tile takes pass phase
-        b_waddr = Signal(16)                     # the beat's word (in its memory)
-        b_part = (tile.phase + 1)[:log_parts] if parts > 1 else Const(0, 0)
-        # narrow_iomem: the ACT word of the beat, read the same way
-        b_aaddr = Signal(16)
-        log_io = _log2(io_parts)
-        log_np = _log2(P) if narrow_targets else 0    # part counters of SEND / RECV
-        b_apart = (tile.phase + 1)[:log_io] if narrow else Const(0, 0)
-
-        # a scale word holds 8 entries; with streamed_weights a part 8/P, read with the beat
-        scl_shift = 3 - log_parts
-
-        def w_planes(planes, addr, b_addr):
-            (msb, g_en, b_en), (lsb, g_en_l, b_en_l) = planes
-            for rp, en, b_rd in ((msb, g_en, b_en), (lsb, g_en_l, b_en_l)):
-                if parts == 1:
-                    rp.request(1, addr, en)
-                else:
-                    rp.request(g_step, Cat(Const(0, log_parts), addr), en)
-                    rp.request(tile.next_pass, Cat(b_part, b_addr), b_rd)
-
-        if split:
-            for b in range(2):
-                w_rd = g_step & (gx("wbuf") == b)
-                b_rd = b_wbuf == b
-                w_planes(((wmsb[b][0], w_rd & g_reads_msb, b_rd & ~b_is_lsb),
-                          (wlsb[b][0], w_rd & g_reads_lsb, b_rd & (b_is_full | b_is_lsb))),
-                         w_addr, b_waddr)
-                wscl[b][0].request(1, w_addr >> scl_shift, w_rd)
-            g_waddr = w_addr
-        else:
-            g_wbuf = gx("wbuf")
-            g_waddr = in_buffer(w_addr, g_wbuf, cfg.wmem_words)
-            w_planes(((wmsb[0], g_step & g_reads_msb, ~b_is_lsb),
-                      (wlsb[0], g_step & g_reads_lsb, b_is_full | b_is_lsb)), g_waddr, b_waddr)
-            wscl[0].request(1, in_buffer(w_addr >> scl_shift, g_wbuf, cfg.wscale_words * parts),
-                            g_step)
-        with m.If(adv):
-            m.d.sync += [
-                b_waddr.eq(g_waddr),
-                b_aaddr.eq(g_act_row + g_g),
-                bv.eq(g_issuing),
-                b_mode.eq(gx("mode")),
-                b_wbuf.eq(gx("wbuf")),
-                b_half.eq(g_half),
-                b_slot.eq(w_addr[:3]),
-                b_first.eq(g_g == 0),
-                b_last.eq(g_last_g),
-            ]
-        with m.If(g_step):
-            with m.If(g_last_g):
-                m.d.sync += g_g.eq(0)
-                with m.If(g_last_rb):
-                    m.d.sync += [g_rb.eq(0), g_act_row.eq(gx("act_base"))]
-                    with m.If(g_last_half):
-                        m.d.sync += [g_half.eq(0), g_cb.eq(g_cb + 1),
-                                     g_w_blk.eq(g_w_blk + gx("groups"))]
-                    with m.Else():
-                        m.d.sync += g_half.eq(1)
-                with m.Else():
-                    m.d.sync += [g_rb.eq(g_rb + 1), g_act_row.eq(g_act_row + gx("groups"))]
-            with m.Else():
-                m.d.sync += g_g.eq(g_g + 1)
-
-        # the tile beat (docs/pe.md "GEMM address generation"): FULL interleaves half `half` of
-        # the MSB and LSB words, lane 2i <- MSB[half*L/2 + i], lane 2i+1 <- LSB[half*L/2 + i]
-        beat = tile.i.payload
-        if split:
-            msb_word, lsb_word, scl_word = (Mux(b_wbuf, plane[1][0].data, plane[0][0].data)
-                                            for plane in (wmsb, wlsb, wscl))
-        else:
-            msb_word, lsb_word, scl_word = (plane[0].data for plane in (wmsb, wlsb, wscl))
-        scl_entry = scl_word.word_select(b_slot[:scl_shift], 16 * L) if scl_shift else scl_word
-        for n in range(L):               # (streamed_weights: the pass's part, lane by lane)
-            src_full = Mux(b_half, n // 2 + L // 2, n // 2)
-            full_wgt = (msb_word if n % 2 == 0 else lsb_word).word_select(src_full, part_lane)
-            plain_wgt = Mux(b_is_lsb, lsb_word, msb_word)[part_lane * n:part_lane * (n + 1)]
-            m.d.comb += [
-                Value.cast(beat.wgt[n])[:part_lane].eq(Mux(b_is_full, full_wgt, plain_wgt)),
-                beat.scale[n].eq(Mux(b_is_full, scl_entry.word_select(src_full, 16),
-                                     scl_entry[16 * n:16 * (n + 1)])),
-            ]
-        if narrow:                    # (narrow_iomem: the pass's part, row by row)
-            row_bits = 8 * G // P
-            for r in range(R):
-                m.d.comb += Value.cast(beat.act[r])[:row_bits].eq(
-                    act_rp.data[row_bits * r:row_bits * (r + 1)])
-        else:
-            m.d.comb += Value.cast(beat.act).eq(act_rp.data)
+        status_done = st["STATUS"] & self.o.ready
         m.d.comb += [
-            Value.cast(beat.mode).eq(b_mode),
-            beat.first.eq(b_first),
-            beat.last.eq(b_last),
-            tile.i.valid.eq(bv),
+            dec.xn_take.eq(ex.xn_take), dec.ex_barrier.eq(ex.barrier), dec.rq_busy.eq(rqe.busy),
+            ex.xn.eq(dec.xn), ex.xn_valid.eq(dec.xn_valid), ex.xn_seq.eq(dec.xn_seq),
+            ex.full.eq(lde.full), ex.rq_busy.eq(rqe.busy), ex.rq_seq.eq(rqe.seq),
+            ex.dq_valid.eq(rs.dq_valid), ex.step.eq(gi.step), ex.final.eq(gi.final),
+            ex.gemm_busy.eq(gemm_busy), ex.ld_busy.eq(ld_busy),
+            ex.done.eq(clr.done | link.send_done | link.recv_done | status_done | opx.done),
+            lde.fence_ok.eq(done_before(lde.need)),
+            lde.release.eq(ex.release), lde.release_buf.eq(xc.args.gemm.wbuf),
+            gi.args.eq(xc.args.gemm), gi.next_args.eq(dec.xn.args.gemm),
+            gi.start_cur.eq(ex.start_cur), gi.start_next.eq(ex.start_next),
+            gi.issuing.eq(ex.issuing),
+            gi.phase.eq(tile.phase), gi.next_pass.eq(tile.next_pass),
+            gi.result_taken.eq(tile.o.valid & tile.o.ready),
+            rs.start_cur.eq(ex.start_cur), rs.args.eq(xc.args.gemm), rs.seq.eq(ex.xc_seq),
+            rs.start_next.eq(ex.start_next), rs.next_args.eq(dec.xn.args.gemm),
+            rs.next_seq.eq(dec.xn_seq),
+            rs.psum_valid.eq(self.link_i.valid), rs.psum_data.eq(self.link_i.payload),
+            rs.raw_ready.eq(self.link_o.ready), rs.stall.eq(sw.stall | cmb.stall),
+            rs.tok_data.eq(tok_rp.data),
+            sw.row_valid.eq(rs.row_valid), sw.row.eq(rs.row), sw.tok.eq(rs.tok),
+            sw.rmax_data.eq(rmax_rp.data),
+            cmb.row_valid.eq(rs.row_valid), cmb.row.eq(rs.row), cmb.tok.eq(rs.tok),
+            cmb.rd_data.eq(out_rp.data),
+            clr.start.eq(ex.start & (xop == Op.CLEAR)), clr.args.eq(xc.args.clear),
+            clr.active.eq(st["CLEAR"]),
+            link.send_start.eq(ex.start & (xop == Op.SEND)), link.send_args.eq(xc.args.send),
+            link.recv_start.eq(ex.start & (xop == Op.RECV)), link.recv_args.eq(xc.args.recv),
+            link.sending.eq(st["SEND"]), link.receiving.eq(st["RECV"]),
+            link.raw_valid.eq(rs.raw_valid), link.raw_data.eq(rs.raw_data),
+            link.psum_need.eq(rs.psum_need),
+            rqe.issue.eq(dec.rq_issue), rqe.args.eq(self.cmd.payload.args.requant),
+            rqe.seq_in.eq(dec.x_seq), rqe.older_done.eq(done_before(rqe.seq, skip=("rq",))),
+            # the ACT write port goes to the load engine first: REQUANT holds meanwhile
+            rqe.hold.eq(lde.active & (lde.target == Target.ACT) & (lde.left != 0)
+                        & ~lde.blocked & self.ld.valid),
+            rqe.rmax_data.eq(rmax_rq.data), rqe.hbuf_data.eq(hbuf_rp.data),
+            opx.start.eq(ex.start & (xop == Op.OUTPUT)), opx.args.eq(xc.args.output),
+            opx.active.eq(st["OUTPUT"]), opx.o_ready.eq(self.o.ready & ~st["STATUS"]),
         ]
-        tile_pending = Signal(range(16))         # last beats accepted, results not yet taken
-        tile_in = tile.i.valid & tile.i.ready
-        tile_out = tile.o.valid & tile.o.ready
-        m.d.sync += tile_pending.eq(tile_pending + (tile_in & beat.last) - tile_out)
-
-        # ---- sink: GEMM descriptors, result capture --------------------------------------------
-        # A GEMM hands its sink parameters over when it starts issuing; the sink holds one
-        # pending and one active descriptor, so back-to-back GEMMs overlap their drain.
-        def desc_regs(prefix):
-            return {
-                "sink": Signal(2, name=f"{prefix}_sink"),
-                "full": Signal(name=f"{prefix}_full"),
-                "rbn": Signal(8, name=f"{prefix}_rbn"),
-                "cbn": Signal(10, name=f"{prefix}_cbn"),
-                "out_base": Signal(16, name=f"{prefix}_out_base"),
-                "tok_base": Signal(8, name=f"{prefix}_tok_base"),
-                "stride": Signal(16, name=f"{prefix}_stride"),
-                "pin": Signal(name=f"{prefix}_pin"),
-                "seq": Signal(SEQ, name=f"{prefix}_seq"),
-            }
-        dq, ds = desc_regs("dq"), desc_regs("ds")
-        dq_valid = Signal()
-        s_active = Signal()
-        s_cb = Signal(10)
-        s_half = Signal()
-        s_rb = Signal(8)
-        s_t0 = Signal(16)            # tok_base + rb * rows
-        s_ch = Signal(16)            # out_base + block index * channels per block
-        s_last = (s_rb == ds["rbn"] - 1) & (~ds["full"] | s_half) & (s_cb == ds["cbn"] - 1)
-        block_channels = Mux(ds["sink"] == Sink.SWIGLU,
-                             Mux(ds["full"], L // 4, L // 2),
-                             Mux(ds["full"], L // 2, L))
-
-        res_valid = Signal()
-        res_acc = Signal(data.ArrayLayout(data.ArrayLayout(signed(64), L), R))
-        res_sink = Signal(2)
-        res_full = Signal()
-        res_t0 = Signal(16)
-        res_ch = Signal(16)
-        res_stride = Signal(16)
-        res_pin = Signal()           # the held result takes psum_in words
-        res_seq = Signal(SEQ)
-        res_done = Signal()          # the sink finishes the held result in this cycle
-        m.d.comb += tile.o.ready.eq(~res_valid | res_done)
-
-        with m.If(res_done):
-            m.d.sync += res_valid.eq(0)
-        with m.If(tile_out):
-            m.d.sync += [
-                res_valid.eq(1),
-                res_acc.eq(tile.o.payload.acc),
-                res_sink.eq(ds["sink"]),
-                res_full.eq(ds["full"]),
-                res_t0.eq(s_t0),
-                res_ch.eq(s_ch),
-                res_stride.eq(ds["stride"]),
-                res_pin.eq(ds["pin"]),
-                res_seq.eq(ds["seq"]),
-                flag_acc.eq(flag_acc | Value.cast(tile.o.payload.overflow).any()),
-            ]
-            with m.If(s_rb == ds["rbn"] - 1):
-                m.d.sync += [s_rb.eq(0), s_t0.eq(ds["tok_base"]),
-                             s_ch.eq(s_ch + block_channels)]
-                with m.If(~ds["full"] | s_half):
-                    m.d.sync += [s_half.eq(0), s_cb.eq(s_cb + 1)]
-                with m.Else():
-                    m.d.sync += s_half.eq(1)
-            with m.Else():
-                m.d.sync += [s_rb.eq(s_rb + 1), s_t0.eq(s_t0 + R)]
-            with m.If(s_last):
-                m.d.sync += s_active.eq(0)
-        with m.If(dq_valid & (~s_active | (tile_out & s_last))):
-            m.d.sync += [dq_valid.eq(0), s_active.eq(1), s_cb.eq(0), s_half.eq(0),
-                         s_rb.eq(0), s_t0.eq(dq["tok_base"]), s_ch.eq(dq["out_base"])]
-            m.d.sync += [ds[k].eq(dq[k]) for k in dq]
-
-        # ---- psum_in: link_i words added into the held result, one word (W/64 values) a cycle --
-        # word k holds accumulators [r][n] at value positions k*W/64 .. (the RAW layout), i.e.
-        # rows 2k and 2k+1 (W/64 = 2 * lanes); the sinks take a word's rows once it is added
-        raw_words = R * L // OV
-        pin_k = Signal(range(raw_words + 1))      # words of the held result added so far
-        pin_need = res_valid & res_pin & (pin_k != raw_words)
-        pin_take = Signal()
-        res_bits = Value.cast(res_acc)
-        pin_old = res_bits.word_select(pin_k[:max(_log2(raw_words), 1)] if raw_words > 1 else 0,
-                                       W)
-        pin_sum = Signal(W)
-        pin_ovf = Signal(OV)
-        for j in range(OV):
-            total, wrap = sat_add64(pin_old[64 * j:64 * (j + 1)],
-                                    self.link_i.payload[64 * j:64 * (j + 1)])
-            m.d.comb += [pin_sum[64 * j:64 * (j + 1)].eq(total), pin_ovf[j].eq(wrap)]
-        with m.If(pin_take):
-            m.d.sync += pin_k.eq(pin_k + 1)
-            for k in range(raw_words):
-                with m.If(pin_k == k):
-                    m.d.sync += res_bits.word_select(k, W).eq(pin_sum)
-            with m.If(pin_ovf.any()):
-                m.d.sync += flag_acc.eq(1)
-        with m.If(tile_out):
-            m.d.sync += pin_k.eq(0)
-
-        # ---- RAW sink: accumulators onto link_o, W/64 values per word ----------------------------
-        raw_k = Signal(range(max(raw_words, 2)))
-        raw_valid = res_valid & (res_sink == Sink.RAW) & (~res_pin | (raw_k < pin_k))
-        raw_take = raw_valid & self.link_o.ready
-        with m.If(raw_take):
-            m.d.sync += raw_k.eq(Mux(raw_k == raw_words - 1, 0, raw_k + 1))
-        raw_done = raw_take & (raw_k == raw_words - 1)
-
-        # ---- VPU sinks: one result row per cycle (COMBINE: per combine_row_cycles) --------------
-        # stage A: the row and its TOK entry (read in flight); SWIGLU rows enter the SwiGLU units
-        # from here, COMBINE rows read their OUT word (stalling on a write still in flight)
-        res_r = Signal(range(max(R, 2)))
-        vpu_rows = res_valid & (res_sink != Sink.RAW) & (~res_pin | ((res_r >> 1) < pin_k))
-        stall_a = Signal()
-        row_take = vpu_rows & ~stall_a
-        row_t = Signal(16)
-        m.d.comb += row_t.eq(res_t0 + res_r)
-        with m.If(row_take):
-            m.d.sync += res_r.eq(Mux(res_r == R - 1, 0, res_r + 1))
-        vpu_res_done = row_take & (res_r == R - 1)
-
-        a_valid = Signal()
-        a_acc = Signal(data.ArrayLayout(signed(64), L))
-        a_sink = Signal(2)
-        a_full = Signal()
-        a_t = Signal(16)
-        a_ch = Signal(16)
-        a_stride = Signal(16)
-        a_seq = Signal(SEQ)
-        with m.If(~stall_a):
-            m.d.sync += [
-                a_valid.eq(row_take),
-                a_acc.eq(res_acc[res_r]),
-                a_sink.eq(res_sink),
-                a_full.eq(res_full),
-                a_t.eq(row_t),
-                a_ch.eq(res_ch),
-                a_stride.eq(res_stride),
-                a_seq.eq(res_seq),
-            ]
-        # (narrow_iomem: TOK and ROWMAX words of OV/P entries and Q/P registers)
-        log_tk, log_rm = log_ov - _log2(io_parts), log_q - _log2(io_parts)
-        tok_entry = data.View(tok_entry_layout(), tok_rp.data.word_select(a_t[:log_tk], 64))
-
-        # SwiGLU lanes: P = L/2 (DRAFT) or L/4 (FULL, per half) channels per row. Each half of
-        # a weight word holds [up c..c+L/4-1, gate c..c+L/4-1] (docs/pe.md): DRAFT pairs lane
-        # j with lane j + L/4 within each half of the result; FULL (lane 2i = MSB lane i of
-        # the half) pairs lane 2j with lane L/2 + 2j. S = swiglu_units units take channels
-        # [s S, (s+1) S) of the row in sub-step s (P/S sub-steps, at least one), the row held
-        # in stage A meanwhile; each sub-step writes its own HBUF values and updates the row max.
-        S = self._swiglu_units
-        n_sw_max = L // 2 // S
-        n_sw_full = max(L // 4 // S, 1)
-        grain = {False: S, True: min(S, L // 4)}     # values an HBUF write takes, by FULL
-        sw_sub = Signal(range(max(n_sw_max, 2)))
-        a_sw = a_valid & (a_sink == Sink.SWIGLU)
-        sw_last = Signal()            # the row's last sub-step enters the units in this cycle
-        m.d.comb += sw_last.eq(sw_sub == Mux(a_full, n_sw_full - 1, n_sw_max - 1))
-        with m.If(a_sw):
-            m.d.sync += sw_sub.eq(Mux(sw_last, 0, sw_sub + 1))
-        # Tag of unit 0: HBUF word address, position of the sub-step's first value in the
-        # word, FULL, token row, start (channel 0 of the row: the row max starts).
-        sw_tag = {"addr": unsigned(16), "pos": unsigned(max(log_q, 1)), "full": unsigned(1),
-                  "t": unsigned(16), "start": unsigned(1)}
-        sw_tag_layout = data.StructLayout(sw_tag)
-        sw_units = []
-
-        def sw_pair(c, full):
-            """(up, gate) accumulator lanes of channel ``c`` of a row."""
-            if full:
-                return (2 * c) % L, (L // 2 + 2 * c) % L
-            d_up = (c // (L // 4)) * (L // 2) + c % (L // 4)
-            return d_up, d_up + L // 4
-
-        def by_sub(values):
-            return Array(values)[sw_sub] if n_sw_max > 1 else values[0]
-
-        for j in range(S):
-            unit = SwiGLUUnit(tag_width=sw_tag_layout.size if j == 0 else 0,
-                              mul_stages=self._mul_stages)
-            m.submodules[f"swiglu{j}"] = unit
-            sw_units.append(unit)
-            # (a FULL row never reaches sub-steps n_sw_full.., whose entries are don't-care:
-            # selecting among only its sub-steps measured 749 LUT4 positions more on the
-            # board top, 2026-11-30, so the mux is the same shape for both modes)
-            up, gate = (
-                Mux(a_full, by_sub([a_acc[sw_pair(s * S + j, True)[k]] for s in range(n_sw_max)]),
-                    by_sub([a_acc[sw_pair(s * S + j, False)[k]] for s in range(n_sw_max)]))
-                for k in range(2))
-            m.d.comb += [
-                unit.i.valid.eq(a_sw),
-                unit.i.payload.acc_up.eq(up),
-                unit.i.payload.acc_gate.eq(gate),
-                unit.i.payload.e_x.eq(tok_entry.e_x),
-                unit.o.ready.eq(1),
-            ]
-        sw_tag_in = Signal(sw_tag_layout)
+        counts = {
+            "cycles": 1,
+            "load_busy": ld_busy,
+            "exec_busy": ~ex.idle | gemm_busy | rqe.busy,
+            "stall": ex.wait_flag | ex.barrier | ex.rq_wait,
+            "gemm_beats": tile.i.valid & tile.i.ready,
+            "words_loaded": lde.xfer,
+            "words_sent": self.link_o.valid & self.link_o.ready,
+            "words_received": self.link_i.valid & self.link_i.ready,
+        }
+        m.d.comb += [getattr(stat.inc, name).eq(inc) for name, inc in counts.items()]
         m.d.comb += [
-            sw_tag_in.addr.eq(a_t * a_stride + (a_ch >> log_q)),
-            sw_tag_in.pos.eq((a_ch[:log_q] + sw_sub * S)[:log_q] if log_q else 0),
-            sw_tag_in.full.eq(a_full),
-            sw_tag_in.t.eq(a_t),
-            sw_tag_in.start.eq((a_ch == 0) & (sw_sub == 0)),
-            sw_units[0].i.payload.tag.eq(sw_tag_in),
+            stat.clear.eq(clr.counters), stat.flags_clear.eq(clr.flags),
+            stat.acc_set.eq(rs.acc_set),
+            stat.vpu_set.eq(sw.vpu_set | cmb.vpu_set | link.vpu_set | rqe.vpu_saturation),
+            stat.snap.eq(ex.start & (xop == Op.STATUS)),
+            self.o.valid.eq(st["STATUS"] | opx.valid),
+            Value.cast(self.o.payload.kind).eq(st["STATUS"]),
+            self.o.payload.data.eq(Mux(st["STATUS"], Value.cast(stat.beat), opx.bits)),
         ]
-        sw_out = sw_units[0].o.valid
-        sw_tag_out = data.View(sw_tag_layout, sw_units[0].o.payload.tag)
-        sw_full = sw_tag_out.full
-        # HBUF write: value q of the word <- h[q mod G], enabled where q // G == pos // G (G
-        # the values of a sub-step: S, or L/4 in FULL mode when fewer channels than units)
-        hb_data = Signal(W)
-        hb_mask = Signal(Q)
-        gf, gd = grain[True], grain[False]
-        for q in range(Q):
-            m.d.comb += [
-                hb_data[32 * q:32 * (q + 1)].eq(
-                    Mux(sw_full, sw_units[q % gf].o.payload.h, sw_units[q % gd].o.payload.h)),
-                hb_mask[q].eq(Mux(sw_full, (q // gf) == (sw_tag_out.pos >> _log2(gf)),
-                                  (q // gd) == (sw_tag_out.pos >> _log2(gd)))),
-            ]
-        if narrow:
-            # (a part holds Q/P values, a multiple of the grains: every part of hb_data is
-            # the same, and the enabled values lie in the part of pos)
-            qr = Q // P
-            hb_part = Value.cast(sw_tag_out.pos)[_log2(qr):]
-            hbuf_w.request(sw_out, Cat(hb_part, sw_tag_out.addr), hb_data[:W // P],
-                           hb_mask.word_select(hb_part, qr))
-        else:
-            hbuf_w.request(sw_out, sw_tag_out.addr, hb_data, hb_mask)
-        # row max |h| of the valid lanes, then a read-modify-write of the row's register (the
-        # read port is transparent: a sub-step's update sees the previous sub-step's write)
-        absmax = Const(0, unsigned(32))
-        sw_sat = Const(0, 1)
-        for j, unit in enumerate(sw_units):
-            h = unit.o.payload.h
-            mag = Signal(unsigned(32), name=f"sw_abs{j}")
-            # (a FULL row's channels s S + j < L/4 in all its sub-steps: units j >= L/4 idle)
-            live = Const(1, 1) if j < L // 4 else ~sw_full
-            m.d.comb += mag.eq(Mux(live, Mux(h < 0, -h, h), 0))
-            absmax = Mux(mag > absmax, mag, absmax)
-            sw_sat = sw_sat | (live & unit.o.payload.sat)
-        set_vpu.append(sw_out & sw_sat)
-        # (the sub-step that writes channel 0 of the row starts the row's max: docs/pe.md)
-        rm_valid = Signal()
-        rm_t = Signal(16)
-        rm_max = Signal(unsigned(32))
-        rm_start = Signal()
-        m.d.sync += [rm_valid.eq(sw_out), rm_t.eq(sw_tag_out.t), rm_max.eq(absmax),
-                     rm_start.eq(sw_tag_out.start)]
-        rmax_rp.request(sw_out, sw_tag_out.t >> log_rm, 1)
-        rm_old = rmax_rp.data.word_select(rm_t[:log_rm], 32) if log_rm else rmax_rp.data
-        rm_new = Mux(~rm_start & (rm_old > rm_max), rm_old, rm_max)
-        rmax_w.request(rm_valid, rm_t >> log_rm, rm_new.replicate(Q // io_parts),
-                       Const(1, Q // io_parts) << rm_t[:log_rm] if log_rm else 1)
-        sw_inflight = Signal(range(64))
-        m.d.sync += sw_inflight.eq(sw_inflight + a_sw - sw_out)
 
-        # COMBINE: OUT word slot*stride + ch/OV, L (L/2 FULL) values at position ch mod OV.
-        # A row leaves stage A into stage C (its OUT word read, held in the read port) and
-        # enters the J = combine_units CombineUnits in n_sub = L/J (FULL: L/2/J) sub-steps,
-        # lanes [s J, (s+1) J) in sub-step s; each sub-step writes its own OUT granules.
-        cmb_lat = self.combine_latency
-        J = self._combine_units
-        n_sub_max = L // J
-        a_cmb = a_valid & (a_sink == Sink.COMBINE)
-        c_addr = Signal(16)
-        c_pos = Signal(log_ov)
-        c_mask = Signal(OV)
-        m.d.comb += [
-            c_addr.eq(tok_entry.slot * a_stride + (a_ch >> log_ov)),
-            c_pos.eq(a_ch[:log_ov]),
-        ]
-        for q in range(OV):
-            m.d.comb += c_mask[q].eq(Mux(a_full, (q // (L // 2)) == (c_pos >> _log2(L // 2)),
-                                         (q // L) == (c_pos >> _log2(L))))
-
-        def lane_mask(full, sub):
-            """OUT granules of the row's lanes [sub J, (sub+1) J)."""
-            if n_sub_max == 1:
-                return Const((1 << OV) - 1, OV)
-            return Cat(Mux(full, ((q % (L // 2)) // J) == sub, ((q % L) // J) == sub)
-                       for q in range(OV))
-
-        c_valid = Signal()            # stage C holds a row; one sub-step enters the units
-        c_sub = Signal(range(max(n_sub_max, 2)))
-        c_y = Signal(data.ArrayLayout(signed(64), L))
-        c_e_h = Signal(signed(8))
-        c_gw = Signal(16)
-        c_row_mask = Signal(OV)
-        c_tag_layout = data.StructLayout({"addr": unsigned(16), "pos": unsigned(log_ov),
-                                          "full": unsigned(1),
-                                          "sub": unsigned(max(_log2(n_sub_max), 1))})
-        c_tag = Signal(c_tag_layout)  # the row's (registered); sub: the unit tag's sub-step
-        c_tag_in = Signal(c_tag_layout)
-        c_last = Signal()             # the row's last sub-step enters in this cycle
-        n_sub_full = max(L // 2 // J, 1)
-        m.d.comb += [
-            c_tag_in.addr.eq(c_tag.addr),
-            c_tag_in.pos.eq(c_tag.pos),
-            c_tag_in.full.eq(c_tag.full),
-            c_tag_in.sub.eq(c_sub),
-            c_last.eq(c_valid & (c_sub == Mux(c_tag.full, n_sub_full - 1, n_sub_max - 1))),
-        ]
-        # unit entries at t, t-1, ..., t-cmb_lat+1 (valid, address, granules): their writes
-        # are still to come when an OUT word is read in cycle t
-        hz = [(c_valid, c_tag.addr, c_row_mask & lane_mask(c_tag.full, c_sub))]
-        for k in range(1, cmb_lat):
-            hz.append((Signal(name=f"hz_v{k}"), Signal(16, name=f"hz_a{k}"),
-                       Signal(OV, name=f"hz_m{k}")))
-            for dst, src in zip(hz[k], hz[k - 1]):
-                m.d.sync += dst.eq(src)
-        hazard = Const(0, 1)
-        for v, a, msk in hz:
-            hazard = hazard | (v & (a == c_addr) & (msk & c_mask).any())
-        # a row with gate weight +-0 adds exactly 0 (term 0, no saturation): it is skipped
-        c_live = (tok_entry.gate & 0x7FFF) != 0
-        c_held = c_valid & ~c_last    # stage C still busy with its row next cycle
-        c_issue = a_cmb & c_live & ~hazard & ~c_held
-        m.d.comb += stall_a.eq((a_cmb & c_live & (hazard | c_held)) | (a_sw & ~sw_last))
-        if narrow_o:
-            # the part of sub-step 0's values with the row, then each next sub-step's part
-            # in the cycle before it (its J values lie in one part of OV/P: J <= OV/P)
-            log_ovp = _log2(OV // P)
-
-            def c_part(pos, sub):
-                return (pos + sub * J)[log_ovp:log_ov]
-            out_rp.request(c_issue, Cat(c_part(c_pos, 0), c_addr), 1)
-            out_rp.request(c_valid & ~c_last, Cat(c_part(c_tag.pos, c_sub + 1), c_tag.addr), 1)
-        else:
-            out_rp.request(c_issue, c_addr, 1)
-        with m.If(c_issue):
-            m.d.sync += [
-                c_valid.eq(1),
-                c_sub.eq(0),
-                c_e_h.eq(tok_entry.e_h),
-                c_gw.eq(tok_entry.gate),
-                c_row_mask.eq(c_mask),
-                c_tag.addr.eq(c_addr),
-                c_tag.pos.eq(c_pos),
-                c_tag.full.eq(a_full),
-            ]
-            for j in range(L):
-                m.d.sync += c_y[j].eq(Mux(a_full, a_acc[(2 * j) % L], a_acc[j]))
-        with m.Elif(c_last):
-            m.d.sync += c_valid.eq(0)
-        with m.Elif(c_valid):
-            m.d.sync += c_sub.eq(c_sub + 1)
-        cmb_units = []
-        for j in range(J):
-            unit = CombineUnit(tag_width=c_tag_layout.size if j == 0 else 0,
-                               mul_stages=self._mul_stages)
-            m.submodules[f"combine{j}"] = unit
-            cmb_units.append(unit)
-            lanes_j = [c_y[v] for v in range(j, L, J)]           # lane s J + j in sub-step s
-            lane = (c_sub * J + j) if n_sub_max > 1 else j
-            m.d.comb += [
-                unit.i.valid.eq(c_valid),
-                unit.i.payload.acc_y.eq(Array(lanes_j)[c_sub] if n_sub_max > 1 else lanes_j[0]),
-                unit.i.payload.e_h.eq(c_e_h),
-                unit.i.payload.gw.eq(c_gw),
-                unit.i.payload.out.eq(out_rp.data.word_select(
-                    (c_tag.pos + lane)[:log_ov - _log2(out_parts)], 64)),
-                unit.i.payload.flag.eq(0),
-                unit.o.ready.eq(1),
-            ]
-        m.d.comb += cmb_units[0].i.payload.tag.eq(c_tag_in)
-        cmb_out = cmb_units[0].o.valid
-        cmb_tag_out = data.View(c_tag_layout, cmb_units[0].o.payload.tag)
-        cmb_full = cmb_tag_out.full
-        ow_data = Signal(W)
-        ow_mask = Signal(OV)
-        out_lanes = lane_mask(cmb_full, cmb_tag_out.sub)
-        for q in range(OV):
-            m.d.comb += [
-                ow_data[64 * q:64 * (q + 1)].eq(
-                    Mux(cmb_full, cmb_units[(q % (L // 2)) % J].o.payload.out,
-                        cmb_units[(q % L) % J].o.payload.out)),
-                ow_mask[q].eq(out_lanes[q] & Mux(
-                    cmb_full, (q // (L // 2)) == (cmb_tag_out.pos >> _log2(L // 2)),
-                    (q // L) == (cmb_tag_out.pos >> _log2(L)))),
-            ]
-        if narrow_o:                  # the sub-step's values: one part
-            w_part = c_part(cmb_tag_out.pos, cmb_tag_out.sub)
-            out_w.request(cmb_out, Cat(w_part, cmb_tag_out.addr),
-                          ow_data.word_select(w_part, W // P), ow_mask.word_select(w_part, OV // P))
-        else:
-            out_w.request(cmb_out, cmb_tag_out.addr, ow_data, ow_mask)
-        cmb_flag = Const(0, 1)
-        for j, unit in enumerate(cmb_units):
-            if n_sub_max > 1:
-                live = ~cmb_full | ((cmb_tag_out.sub * J + j) < L // 2)
-            else:
-                live = Const(1, 1) if j < L // 2 else ~cmb_full
-            cmb_flag = cmb_flag | (live & unit.o.payload.flag)
-        set_vpu.append(cmb_out & cmb_flag)
-        cmb_inflight = Signal(range(64))
-        m.d.sync += cmb_inflight.eq(cmb_inflight + c_valid - cmb_out)
-
-        vpu_busy = a_valid | c_valid | rm_valid | (sw_inflight != 0) | (cmb_inflight != 0)
-
-        # completion of GEMMs: a descriptor (dq, ds), a held result, a row in stage A, then a
-        # row in the SwiGLU or combine pipeline: a delay line as long as the longest of them
-        # (no stall after stage A), whose last entry is the cycle the row's last write is made
-        inflight.update(dq=(dq_valid, dq["seq"]), ds=(s_active, ds["seq"]),
-                        res=(res_valid, res_seq), a=(a_valid, a_seq))
-        # (with time-shared combine units a row stays in stage C for its sub-steps: the line
-        # covers its last write; defensive, as DRAIN also waits for vpu_busy)
-        tail = max(self.swiglu_latency, self.combine_row_cycles[False] + self.combine_latency) + 1
-        feed = (a_valid & ~stall_a, a_seq)       # a row leaves stage A
-        for k in range(tail):
-            v, q = Signal(name=f"tail_v{k}"), Signal(SEQ, name=f"tail_seq{k}")
-            m.d.sync += [v.eq(feed[0]), q.eq(feed[1])]
-            inflight[f"tail{k}"] = feed = (v, q)
-        m.d.comb += res_done.eq(raw_done | vpu_res_done)
-        gemm_busy = Signal()
-        m.d.comb += gemm_busy.eq(g_issuing | bv | (tile_pending != 0) | res_valid | dq_valid
-                                 | s_active | vpu_busy)
-
-        # ---- execute engine: control -------------------------------------------------------------
-        x_addr = Signal(16)
-        x_left = Signal(17)
-        x_target = Signal(3)
-        st = {name: Signal(name=f"st_{name.lower()}") for name in
-              ("CLEAR", "STATUS", "SEND", "RECV", "OUTPUT")}
-        x_done = Signal()             # the current multi-cycle op finishes in this cycle
-        x_start = Signal()            # DRAIN hands over to the op's state in this cycle
-        g_wait_flag = Signal()        # a GEMM waits for its buffer flag
-        counters_clear = Signal()
-
-        rq_wait_stall = Signal()      # a GEMM or another command waits for the REQUANT
-
-        def rq_before(seq):
-            """A REQUANT taken before the command ``seq`` has not completed."""
-            return rq_busy & older(rq_seq, seq)
-
-        def gemm_view(view):
-            return lambda name: fld(view, Op.GEMM, name)
-
-        def gemm_ready(f, seq, releasing=Const(0, 1)):
-            return ((~f("wait") | (full_sel(f("wbuf")) & ~releasing))
-                    & (~f("rq_wait") | ~rq_before(seq)))
-
-        def gemm_empty(f):
-            return (f("row_blocks") == 0) | (f("col_blocks") == 0) | (f("groups") == 0)
-
-        def start_gemm(f, seq):
-            m.d.sync += [
-                g_cb.eq(0), g_half.eq(0), g_rb.eq(0), g_g.eq(0),
-                g_act_row.eq(f("act_base")), g_w_blk.eq(f("w_base")),
-                dq_valid.eq(1),
-                dq["sink"].eq(f("sink")),
-                dq["full"].eq(f("mode") == TileMode.FULL.value),
-                dq["rbn"].eq(f("row_blocks")),
-                dq["cbn"].eq(f("col_blocks")),
-                dq["out_base"].eq(f("out_base")),
-                dq["tok_base"].eq(f("tok_base")),
-                dq["stride"].eq(f("stride")),
-                dq["pin"].eq(f("psum_in")),
-                dq["seq"].eq(seq),
-            ]
-
-        def take_next():
-            m.d.comb += xn_take.eq(1)
-            m.d.sync += [xc.eq(xn), xc_seq.eq(xn_seq)]
-
-        # BARRIER, and CLEAR of the counters, wait for the load engine to go idle and hold back
-        # later LOADs, so that words_loaded counts exactly the LOADs before them in the program
-        x_is_barrier = (xop == Op.BARRIER) | ((xop == Op.CLEAR) & fld(xc, Op.CLEAR, "counters"))
-        with m.FSM(name="ex") as ex_fsm:
-            with m.State("IDLE"):
-                m.d.comb += ex_idle.eq(1)
-                with m.If(xn_valid):
-                    take_next()
-                    with m.Switch(xn_op):
-                        with m.Case(Op.GEMM):
-                            m.next = "GEMM_START"
-                        with m.Case(Op.BARRIER, Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV,
-                                    Op.OUTPUT):
-                            m.next = "DRAIN"
-            with m.State("GEMM_START"):
-                ready = gemm_ready(gx, xc_seq)
-                m.d.comb += [g_wait_flag.eq(~ready),
-                             rq_wait_stall.eq(gx("rq_wait") & rq_before(xc_seq))]
-                with m.If(ready & gemm_empty(gx)):
-                    with m.If(gx("release")):
-                        m.d.comb += ld_release.eq(1)
-                    m.next = "IDLE"
-                with m.Elif(ready & ~dq_valid):
-                    start_gemm(gx, xc_seq)
-                    m.next = "GEMM_RUN"
-            with m.State("GEMM_RUN"):
-                m.d.comb += g_issuing.eq(1)
-                with m.If(g_step & g_final):
-                    with m.If(gx("release")):
-                        m.d.comb += ld_release.eq(1)
-                    # the next GEMM, decoded and ready, issues its first beat in the next cycle
-                    nx = gemm_view(xn)
-                    releasing = gx("release") & (nx("wbuf") == gx("wbuf"))
-                    with m.If(xn_valid & (xn_op == Op.GEMM) & gemm_ready(nx, xn_seq, releasing)
-                              & ~gemm_empty(nx) & ~dq_valid):
-                        take_next()
-                        start_gemm(nx, xn_seq)
-                    with m.Else():
-                        m.next = "IDLE"
-            with m.State("DRAIN"):
-                m.d.comb += [ex_barrier.eq(x_is_barrier), rq_wait_stall.eq(rq_before(xc_seq))]
-                with m.If(~gemm_busy & ~rq_before(xc_seq) & ~(x_is_barrier & ld_busy)):
-                    m.d.comb += x_start.eq(1)
-                    with m.Switch(xop):
-                        with m.Case(Op.BARRIER):
-                            m.next = "BARRIER"
-                        for op in (Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV, Op.OUTPUT):
-                            with m.Case(op):
-                                m.next = op.name
-            with m.State("BARRIER"):
-                m.next = "IDLE"
-            for name in st:
-                with m.State(name):
-                    m.d.comb += st[name].eq(1)
-                    with m.If(x_done):
-                        m.next = "IDLE"
-        inflight.update(xn=(xn_valid, xn_seq), xc=(~ex_fsm.ongoing("IDLE"), xc_seq))
-
-        # ---- CLEAR (OUT and the row maxima: one cycle through their valid bits, or zeros
-        # written a row a cycle, every OUT bank and ROWMAX at once) -----------------------------
-        with m.If(x_start & (xop == Op.CLEAR)):
-            with m.If(fld(xc, Op.CLEAR, "flags")):
-                m.d.sync += [flag_acc.eq(0), flag_vpu.eq(0)]
-            m.d.comb += counters_clear.eq(fld(xc, Op.CLEAR, "counters"))
-        clr_out = st["CLEAR"] & fld(xc, Op.CLEAR, "out")
-        clr_rmax = st["CLEAR"] & fld(xc, Op.CLEAR, "rowmax")
+        # ---- memory requests, in priority order per port --------------------------------------
+        # the GEMM's weight and scale reads (read by parts: the first part with the beat, the
+        # next ones on the tile's next_pass)
+        for plane, en, pass_en in zip(mems.wmem_reads(), (gi.msb_en, gi.lsb_en, gi.scl_en),
+                                      (gi.msb_pass_en, gi.lsb_pass_en, None)):
+            for b, rp in enumerate(plane):
+                if pass_en is None:
+                    rp.request(1, gi.scl_addr, en[b])
+                    continue
+                rp.request(gi.w_cond, gi.w_addr, en[b])
+                if parts > 1:
+                    rp.request(tile.next_pass, gi.w_pass_addr, pass_en[b])
+        # the sinks: SWIGLU (HBUF, the row-max read-modify-write), COMBINE (OUT)
+        hbuf_w.request(sw.hbuf_w_en, sw.hbuf_w_addr, sw.hbuf_w_data, sw.hbuf_w_mask)
+        rmax_rp.request(sw.rmax_rd, sw.rmax_addr, 1)
+        rmax_w.request(sw.rmax_w_en, sw.rmax_w_addr, sw.rmax_w_data, sw.rmax_w_mask)
+        out_rp.request(cmb.rd_issue, cmb.rd_addr, 1)
+        if out_parts > 1:
+            out_rp.request(cmb.rd_next, cmb.rd_next_addr, 1)
+        out_w.request(cmb.w_en, cmb.w_addr, cmb.w_data, cmb.w_mask)
+        # CLEAR: valid bits cleared, or zeros written a row a cycle
         if vb:
-            m.d.comb += [out_w.clear.eq(clr_out), rmax_w.clear.eq(clr_rmax)]
-            clear_done = st["CLEAR"]
+            m.d.comb += [out_w.clear.eq(clr.out), rmax_w.clear.eq(clr.rowmax)]
         else:
-            n_clr = self.clear_cycles
-            clr_row = Signal(range(n_clr))
-            for wr, en in (*((bank, clr_out) for bank in out_w_banks), (rmax_w, clr_rmax)):
-                wr.request(en & (clr_row < wr.depth), clr_row, 0)
-            clr_last = (clr_row == n_clr - 1) | ~(clr_out | clr_rmax)
-            clear_done = st["CLEAR"] & clr_last
-            with m.If(st["CLEAR"]):
-                m.d.sync += clr_row.eq(Mux(clr_last, 0, clr_row + 1))
-
-        # ---- SEND: IOMEM words onto link_o -------------------------------------------------------
-        with m.If(x_start & (xop == Op.SEND)):
-            m.d.sync += [x_target.eq(fld(xc, Op.SEND, "target")),
-                         x_addr.eq(fld(xc, Op.SEND, "addr")),
-                         x_left.eq(fld(xc, Op.SEND, "words"))]
-        sv = Signal()                 # read data of the target is valid in its read port
-        send_adv = ~sv | self.link_o.ready
-        send_reads = {Target.ACT: act_rp, Target.TOK: tok_rp, Target.HBUF: hbuf_rp,
-                      Target.OUT: out_rp, Target.ROWMAX: rmax_rp}
-        def is_narrow(target_sig):
-            return Cat(target_sig == t for t in narrow_targets).any()
-
-        # a memory in parts (narrow_iomem, narrow_out): a word's P parts read one a cycle
-        # (s_part), each put in its place in s_word the cycle after (s_cap), the word offered
-        # once complete (s_full)
-        s_narrow = is_narrow(x_target)
-        s_part, s_cap_part = Signal(log_np), Signal(log_np)
-        s_cap, s_full = Signal(), Signal()
-        s_word = Signal(W)
-        s_go = (st["SEND"] & s_narrow & (x_left != 0) & (~s_full | self.link_o.ready)
-                & ~(s_cap & (s_cap_part == P - 1)))
-        for target, rp in send_reads.items():
-            if target in narrow_targets:
-                rp.request(st["SEND"] & (x_target == target), Cat(s_part, x_addr), s_go)
-            else:
-                rp.request(st["SEND"] & (x_target == target), x_addr, send_adv & (x_left != 0))
-        send_data = Signal(W)
-        with m.Switch(x_target):
-            for target, rp in send_reads.items():
-                with m.Case(target):
-                    m.d.comb += send_data.eq(s_word if target in narrow_targets else rp.data)
-        with m.If(st["SEND"] & send_adv & ~s_narrow):
-            m.d.sync += sv.eq(x_left != 0)
-            with m.If(x_left != 0):
-                m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
-        send_done = st["SEND"] & Mux(s_narrow, (x_left == 0) & ~s_cap & ~s_full,
-                                     send_adv & (x_left == 0))
-        if narrow_targets:
-            m.d.sync += [s_cap.eq(s_go), s_cap_part.eq(s_part)]
-            with m.If(s_go):
-                m.d.sync += s_part.eq(s_part + 1)
-                with m.If(s_part == P - 1):
-                    m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
-            for target in narrow_targets:
-                for p, places in enumerate(io_word_of(target)):
-                    with m.If(s_cap & (x_target == target) & (s_cap_part == p)):
-                        m.d.sync += [s_word[w0:w1].eq(send_reads[target].data[p0:p1])
-                                     for (w0, w1), (p0, p1) in places]
-            with m.If(s_cap & (s_cap_part == P - 1)):
-                m.d.sync += s_full.eq(1)
-            with m.Elif(self.link_o.ready):
-                m.d.sync += s_full.eq(0)
-        m.d.comb += [
-            self.link_o.valid.eq(Mux(st["SEND"], Mux(s_narrow, s_full, sv), raw_valid)),
-            self.link_o.payload.eq(Mux(st["SEND"], send_data,
-                                       Value.cast(res_acc).word_select(raw_k, W))),
-        ]
-
-        # ---- RECV: link_i words into IOMEM (accumulate: saturating add into OUT) -----------------
-        with m.If(x_start & (xop == Op.RECV)):
-            m.d.sync += [x_target.eq(fld(xc, Op.RECV, "target")),
-                         x_addr.eq(fld(xc, Op.RECV, "addr")),
-                         x_left.eq(fld(xc, Op.RECV, "words"))]
-        recv_acc = fld(xc, Op.RECV, "accumulate")
-        # link_i: RECV, or a GEMM's psum_in words (never both: RECV waits for every GEMM)
-        # (a memory in parts: a word in P cycles, a part a cycle, taken with its last)
-        r_part = Signal(log_np)
-        r_narrow = is_narrow(x_target)
-        recv_part = st["RECV"] & (x_left != 0) & r_narrow & self.link_i.valid
-        m.d.comb += self.link_i.ready.eq(
-            (st["RECV"] & (x_left != 0) & (~r_narrow | (r_part == P - 1))) | pin_need)
-        recv_take = self.link_i.valid & self.link_i.ready & st["RECV"]
-        m.d.comb += pin_take.eq(self.link_i.valid & pin_need)
-        with m.If(recv_take):
-            m.d.sync += [x_addr.eq(x_addr + 1), x_left.eq(x_left - 1)]
-        if narrow_targets:
-            with m.If(recv_part):
-                m.d.sync += r_part.eq(r_part + 1)
-        for target, wr in {Target.ACT: act_w, Target.TOK: tok_w, Target.HBUF: hbuf_w,
-                           Target.OUT: out_w, Target.ROWMAX: rmax_w}.items():
-            if target in narrow_targets:
-                plain = recv_part & (x_target == target)
-                if target in (Target.OUT, Target.ROWMAX):
-                    plain = plain & ~recv_acc
-                wr.request(plain, Cat(r_part, x_addr),
-                           Array(io_parts_of(self.link_i.payload, target))[r_part])
-                continue
-            plain = recv_take & (x_target == target)
-            if target in (Target.OUT, Target.ROWMAX):
-                plain = plain & ~recv_acc
-            wr.request(plain, x_addr, self.link_i.payload)
-        # accumulate: read at accept, combine and write one cycle later (the read ports are
-        # transparent, so back-to-back words to one address see each other): OUT saturating
-        # s64 addition, ROWMAX unsigned 32-bit max
-        # (narrow_out / narrow_iomem: OUT / ROWMAX a part a cycle, r_pdata the part of link_i)
-        r_valid = Signal()
-        r_addr = Signal(16)
-        r_is_out = x_target == Target.OUT
-        out_rp.request(st["RECV"] & r_is_out, Cat(r_part, x_addr) if narrow_o else x_addr, 1)
-        rmax_rp.request(st["RECV"] & ~r_is_out, Cat(r_part, x_addr) if narrow else x_addr, 1)
-        m.d.sync += [r_valid.eq(Mux(r_narrow, recv_part, recv_take) & recv_acc),
-                     r_addr.eq(Mux(r_narrow, Cat(r_part, x_addr), x_addr))]
-        if narrow_targets:
-            r_pdata = Signal(W // P)
-            m.d.sync += r_pdata.eq(self.link_i.payload.word_select(r_part, W // P))
-        if not (narrow and narrow_o):
-            r_data = Signal(W)
-            m.d.sync += r_data.eq(self.link_i.payload)
-        r_out_data = r_pdata if narrow_o else r_data
-        r_rmax_data = r_pdata if narrow else r_data
-        ov_acc = OV // out_parts                  # values of an OUT read
-        acc_sum = Signal(W // out_parts)
-        acc_ovf = Signal(ov_acc)
-        for j in range(ov_acc):
-            total, wrap = sat_add64(out_rp.data[64 * j:64 * (j + 1)],
-                                    r_out_data[64 * j:64 * (j + 1)])
-            m.d.comb += [acc_sum[64 * j:64 * (j + 1)].eq(total), acc_ovf[j].eq(wrap)]
-        out_w.request(r_valid & r_is_out, r_addr, acc_sum)
-        set_vpu.append(r_valid & r_is_out & acc_ovf.any())
-        max_word = Signal(W // io_parts)
-        for j in range(Q // io_parts):
-            old, new = rmax_rp.data[32 * j:32 * (j + 1)], r_rmax_data[32 * j:32 * (j + 1)]
-            m.d.comb += max_word[32 * j:32 * (j + 1)].eq(Mux(new > old, new, old))
-        rmax_w.request(r_valid & ~r_is_out, r_addr, max_word)
-        recv_done = st["RECV"] & (x_left == 0) & ~r_valid
-
-        # ---- REQUANT engine: HBUF rows -> INT8 codes in ACT, e_h into TOK ------------------------
-        # Handed over by the execute engine (which goes on with later commands), it starts when
-        # every earlier execute command has completed and then runs beside later GEMMs. Per
-        # token row t: the row max -> e' (RowMaxExponent) -> e_h into TOK, prepared for the next
-        # row while the current one streams; then C = requant_units values per cycle: HBUF
-        # word t*I/(W/32) + c/(W/32) -> C RequantUnits -> ACT bytes. The row maxima have a read
-        # port of their own (the SWIGLU sink updates other rows meanwhile).
-        rqe = m.submodules.requant = RequantEngine(
-            rows=R, word_bits=W, group=G, requant_units=self._requant_units, io_parts=io_parts)
-        m.submodules.rowmax_exponent = rqe.rowmax_exponent
-        wiring.connect(m, rqe.rme_i, rqe.rowmax_exponent.i)
-        wiring.connect(m, rqe.rowmax_exponent.o, rqe.rme_o)
-        for i, unit in enumerate(rqe.units):
-            m.submodules[f"requant{i}"] = unit
-            wiring.connect(m, getattr(rqe, f"unit{i}_i"), unit.i)
-            wiring.connect(m, unit.o, getattr(rqe, f"unit{i}_o"))
-        rq_older_done = Signal()      # every execute command before the REQUANT is done
-        # the ACT write port goes to the load engine first: REQUANT holds meanwhile
-        rq_hold = (ld_active & (ld_target == Target.ACT) & (ld_left != 0) & ~ld_blocked
-                   & self.ld.valid)
-        m.d.comb += [rqe.issue.eq(rq_issue), rqe.args.eq(self.cmd.payload.args.requant),
-                     rqe.seq_in.eq(x_seq), rqe.older_done.eq(rq_older_done),
-                     rqe.hold.eq(rq_hold), rq_busy.eq(rqe.busy), rq_seq.eq(rqe.seq),
-                     rqe.rmax_data.eq(rmax_rq.data), rqe.hbuf_data.eq(hbuf_rp.data)]
-        inflight["rq"] = (rq_busy, rq_seq)
+            for wr, en in (*((bank, clr.out) for bank in mems.out_w_banks), (rmax_w, clr.rowmax)):
+                wr.request(en & (clr.row < wr.depth), clr.row, 0)
+        # SEND's reads, RECV's writes and its accumulating reads and writes
+        link_mems = {Target.ACT: mems.act, Target.TOK: mems.tok, Target.HBUF: mems.hbuf,
+                     Target.OUT: mems.out, Target.ROWMAX: (rmax_rp, rmax_w)}
+        for target, name in LINK_TARGETS.items():
+            rp = link_mems[target][0]
+            rp.request(getattr(link, f"{name}_rd"), getattr(link, f"{name}_rd_addr"),
+                       getattr(link, f"{name}_rd_en"))
+            m.d.comb += getattr(link, f"{name}_data").eq(rp.data)
+        for target, name in LINK_TARGETS.items():
+            link_mems[target][-1].request(getattr(link, f"{name}_w_en"),
+                                          getattr(link, f"{name}_w_addr"),
+                                          getattr(link, f"{name}_w_data"))
+        out_rp.request(link.acc_out_rd, link.acc_out_addr, 1)
+        rmax_rp.request(link.acc_rowmax_rd, link.acc_rowmax_addr, 1)
+        out_w.request(link.acc_out_w_en, link.acc_w_addr, link.acc_out_w_data)
+        rmax_w.request(link.acc_rowmax_w_en, link.acc_w_addr, link.acc_rowmax_w_data)
+        # REQUANT: the row maxima (its own port), e_h into TOK, HBUF in, codes into ACT
         rmax_rq.request(rqe.rmax_rd, rqe.rmax_addr, 1)
         tok_w.request(rqe.tok_w_en, rqe.tok_w_addr, rqe.tok_w_data, rqe.tok_w_mask)
         act_w.request(rqe.act_w_en, rqe.act_w_addr, rqe.act_w_data, rqe.act_w_mask)
-        set_vpu.append(rqe.vpu_saturation)
         hbuf_rp.request(rqe.hbuf_rd, rqe.hbuf_addr, rqe.hbuf_en)
-
-        # ---- OUTPUT: OUT rows -> FP32 on o, W/32 values (two OUT words) a beat -----------------
-        opx = m.submodules.output = OutputEngine(
-            rows=R, word_bits=W, fp32_units=self._fp32_units, out_banks=self._out_banks,
-            out_parts=out_parts)
-        for j, unit in enumerate(opx.units):
-            m.submodules[f"fp32_{j}"] = unit
-            wiring.connect(m, getattr(opx, f"unit{j}_i"), unit.i)
-            wiring.connect(m, unit.o, getattr(opx, f"unit{j}_o"))
-        m.d.comb += [opx.start.eq(x_start & (xop == Op.OUTPUT)), opx.args.eq(xc.args.output),
-                     opx.active.eq(st["OUTPUT"]), opx.o_ready.eq(self.o.ready & ~st["STATUS"])]
+        # OUTPUT: a pair of OUT words (both banks), or a word (part) at a time
         if self._out_banks == 2:
             out_rp.request(st["OUTPUT"], opx.rd_addr, opx.rd_en, pair=True)
             m.d.comb += opx.rd_data.eq(out_rp.pair_data)
         else:
             out_rp.request(st["OUTPUT"], opx.rd_addr, opx.rd_en)
             m.d.comb += opx.rd_data.eq(out_rp.data)
-        beat_valid, beat_bits, output_done = opx.valid, opx.bits, opx.done
-
-        # ---- performance counters and STATUS -----------------------------------------------------
-        stat = m.submodules.status = StatusCounters(config=cfg)
-        for name, inc in {
-            "cycles": Const(1, 1),
-            "load_busy": ld_busy,
-            "exec_busy": ~ex_idle | gemm_busy | rq_busy,
-            "stall": g_wait_flag | ex_barrier | rq_wait_stall,
-            "gemm_beats": tile_in,
-            "words_loaded": ld_xfer,
-            "words_sent": self.link_o.valid & self.link_o.ready,
-            "words_received": self.link_i.valid & self.link_i.ready,
-        }.items():
-            m.d.comb += getattr(stat.inc, name).eq(inc)
-        m.d.comb += [stat.clear.eq(counters_clear), stat.acc_overflow.eq(flag_acc),
-                     stat.vpu_saturation.eq(flag_vpu),
-                     stat.snap.eq(x_start & (xop == Op.STATUS))]
-        status_beat = stat.beat
-        status_done = st["STATUS"] & self.o.ready
-        m.d.comb += [
-            self.o.valid.eq(st["STATUS"] | beat_valid),
-            Value.cast(self.o.payload.kind).eq(st["STATUS"]),
-            self.o.payload.data.eq(Mux(st["STATUS"], Value.cast(status_beat), beat_bits)),
-        ]
-        with m.If(Cat(set_vpu).any()):
-            m.d.sync += flag_vpu.eq(1)
+        # the ACT read port: the GEMM's unless SEND holds it; TOK: the sink's unless SEND
+        if io_parts > 1:
+            act_rp.request(gi.step, gi.act_addr)
+            act_rp.request(tile.next_pass, gi.act_pass_addr)
+        else:
+            act_rp.request(~st["SEND"], gi.act_addr, gi.step)
+        m.d.comb += gi.act_data.eq(act_rp.data)
+        for b, rp in enumerate(mems.wmem_reads()[0]):
+            m.d.comb += gi.msb_data[b].eq(rp.data)
+        for b, rp in enumerate(mems.wmem_reads()[1]):
+            m.d.comb += gi.lsb_data[b].eq(rp.data)
+        for b, rp in enumerate(mems.wmem_reads()[2]):
+            m.d.comb += gi.scl_data[b].eq(rp.data)
+        log_tk = _log2(W // 64) - _log2(io_parts)
+        tok_rp.request(~st["SEND"], rs.row_t >> log_tk, ~rs.stall)
+        # the ports' multiplexers; the load engine writes with the lowest priority
+        m.d.comb += lde.grant.eq(mems.build(
+            m, payload=self.ld.payload, target=lde.target, buf=lde.buf, addr=lde.addr,
+            xfer=lde.xfer, part=lde.part, part_write=lde.part_write, parted=parted,
+            act_elems=act_part_elems(R, G, P), lanes=L))
 
         # internal signals a test bench may watch (cycle accounting); no logic of their own
-        # (rw_collision is driven above, for BoardTop)
-        self.probes = {"ld_xfer": ld_xfer, "ld_active": ld_active, "ld_blocked": ld_blocked,
-                       "tile_in": tile_in, "g_issuing": g_issuing, "ex_idle": ex_idle,
-                       "gemm_busy": gemm_busy, "wait_flag": g_wait_flag, "barrier": ex_barrier,
-                       "xop": xop, "full0": full[0], "full1": full[1],
-                       "tile_out": tile_out, "hbuf_write": sw_out, "out_write": cmb_out,
+        collisions = mems.collisions
+        self.probes = {"ld_xfer": lde.xfer, "ld_active": lde.active, "ld_blocked": lde.blocked,
+                       "tile_in": tile.i.valid & tile.i.ready, "g_issuing": ex.issuing,
+                       "ex_idle": ex.idle, "gemm_busy": gemm_busy, "wait_flag": ex.wait_flag,
+                       "barrier": ex.barrier, "xop": xop, "full0": lde.full[0],
+                       "full1": lde.full[1], "tile_out": tile.o.valid & tile.o.ready,
+                       "hbuf_write": sw.hbuf_w_en, "out_write": cmb.w_en,
                        "tile_held_mid_beat": tile.i.valid & (tile.phase != 0)
                                              & ~tile.next_pass & ~tile.i.ready,
-                       "rq_busy": rq_busy, "rq_wait": rq_wait_stall,
-                       "fence_wait": ld_active & ld_fence & ~fence_ok,
+                       "rq_busy": rqe.busy, "rq_wait": ex.rq_wait,
+                       "fence_wait": lde.active & lde.fence & ~lde.fence_ok,
                        "rw_collision": self.rw_collision,
                        **{f"rw_collision_{k}": v for k, v in collisions.items()}}
         m.d.comb += self.rw_collision.eq(Cat(collisions.values()).any())
-        m.d.comb += x_done.eq(clear_done | send_done | recv_done | status_done | output_done)
-        m.d.comb += [fence_ok.eq(done_before(ld_need)),
-                     rq_older_done.eq(done_before(rq_seq, skip=("rq",)))]
-
-        # ---- the ACT read port: the GEMM's unless SEND holds it; TOK: the sink's unless SEND -----
-        if narrow:
-            act_rp.request(g_step, Cat(Const(0, log_io), g_act_row + g_g))
-            act_rp.request(tile.next_pass, Cat(b_apart, b_aaddr))
-        else:
-            act_rp.request(~st["SEND"], g_act_row + g_g, g_step)
-        tok_rp.request(~st["SEND"], row_t >> log_tk, ~stall_a)
-
-        # ---- build the port muxes; the load engine writes with the lowest priority ---------------
-        if parts > 1:                 # the parts of the loaded word (streamed_weights)
-            lane_bits = 128
-            ld_parts = Array(Cat(self.ld.payload[lane_bits * n + part_lane * p:][:part_lane]
-                                 for n in range(L)) for p in range(parts))
-        grants = []
-        for target, writes in load_targets.items():
-            for b, wr in enumerate(writes):
-                sel = ld_target == target
-                addr = ld_addr
-                if len(writes) == 2:
-                    sel = sel & (ld_buf == b)
-                elif target in wmem_depths:           # both buffers in one memory
-                    addr = in_buffer(ld_addr, ld_buf, wmem_depths[target])
-                if parts > 1 and target in (Target.WMSB, Target.WLSB):
-                    wr.build(m, low=(ld_part_write & sel, Cat(ld_part, addr),
-                                     ld_parts[ld_part], None))
-                elif target in parted:  # (WSCALE with streamed_weights, narrow IOMEM)
-                    wr.build(m, low=(ld_part_write & sel, Cat(ld_part, addr),
-                                     Array(io_parts_of(self.ld.payload, target))[ld_part], None))
-                else:
-                    wr.build(m, low=(ld_xfer & sel, addr, self.ld.payload, None))
-                grants.append((sel, wr.free(ld_addr) if isinstance(wr, _BankedWrites)
-                               else ~wr.busy))
-        grant = Const(1, 1)
-        for sel, ok in grants:
-            grant = Mux(sel, ok, grant)
-        m.d.comb += ld_grant.eq(grant)
-        rmax_w.build(m)
-        wmem_reads = [w[0] for w in wmsb + wlsb + wscl] if split else [
-            plane[0] for plane in (wmsb, wlsb, wscl)]
-        for reads in (*wmem_reads, act_rp, tok_rp, hbuf_rp, out_rp,
-                      rmax_rp, rmax_rq):
-            reads.build(m)
         return m

@@ -1,4 +1,4 @@
-"""The PE's performance counters and its STATUS word (paper Section 5.2; ``docs/pe.md``,
+"""The PE's performance counters, sticky flags and its STATUS word (paper Section 5.2; ``docs/pe.md``,
 "STATUS")."""
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ COUNTERS = ("cycles", "load_busy", "exec_busy", "stall", "gemm_beats", "words_lo
 
 
 class StatusCounters(wiring.Component):
-    """:data:`COUNTERS`, :data:`~elmoe3d.hw.pe.common.COUNTER_BITS`-bit counters (wrapping), and
-    the snapshot a STATUS command sends (:func:`elmoe3d.hw.isa.status_layout`).
+    """:data:`COUNTERS`, :data:`~elmoe3d.hw.pe.common.COUNTER_BITS`-bit counters (wrapping), the
+    sticky flags ``acc_overflow`` (a tile accumulator or a ``psum_in`` addition saturated) and
+    ``vpu_saturation`` (any VPU saturation), and the snapshot a STATUS command sends
+    (:func:`elmoe3d.hw.isa.status_layout`).
 
     Ports
     -----
@@ -29,8 +31,10 @@ class StatusCounters(wiring.Component):
         Count one in this cycle.
     clear : In(1)
         Reset every counter to zero (``CLEAR counters``; it wins over ``inc``).
-    acc_overflow, vpu_saturation : In(1)
-        The sticky flags, copied into the snapshot.
+    acc_set, vpu_set : In(1)
+        Set ``acc_overflow`` / ``vpu_saturation``.
+    flags_clear : In(1)
+        Clear both flags (``CLEAR flags``; wins over ``acc_set``, not over ``vpu_set``).
     snap : In(1)
         Take the snapshot (the counters' values before this cycle's counts) into :attr:`beat`.
     beat : Out, :func:`~elmoe3d.hw.isa.status_layout`
@@ -50,8 +54,9 @@ class StatusCounters(wiring.Component):
         super().__init__({
             "inc": In(data.StructLayout({name: 1 for name in COUNTERS})),
             "clear": In(1),
-            "acc_overflow": In(1),
-            "vpu_saturation": In(1),
+            "acc_set": In(1),
+            "vpu_set": In(1),
+            "flags_clear": In(1),
             "snap": In(1),
             "beat": Out(self._layout),
         })
@@ -71,8 +76,16 @@ class StatusCounters(wiring.Component):
             with m.Else():
                 m.d.sync += reg.eq(reg + getattr(self.inc, name))
             m.d.comb += getattr(status_now, name).eq(reg)
-        m.d.comb += [status_now.acc_overflow.eq(self.acc_overflow),
-                     status_now.vpu_saturation.eq(self.vpu_saturation)]
+        flag_acc = Signal()           # a tile accumulator saturated
+        flag_vpu = Signal()           # any VPU saturation
+        with m.If(self.acc_set):
+            m.d.sync += flag_acc.eq(1)
+        with m.If(self.flags_clear):
+            m.d.sync += [flag_acc.eq(0), flag_vpu.eq(0)]
+        with m.If(self.vpu_set):
+            m.d.sync += flag_vpu.eq(1)
+        m.d.comb += [status_now.acc_overflow.eq(flag_acc),
+                     status_now.vpu_saturation.eq(flag_vpu)]
         with m.If(self.snap):
             m.d.sync += self.beat.eq(status_now)
         return m

@@ -1,0 +1,290 @@
+"""The PE's result stage: GEMM sink descriptors, the tile result register with ``psum_in``, the
+RAW sink and the row feed of the VPU sinks (paper Sections 4.1 and 5.2, Fig. 10b;
+``docs/pe.md``, "Sinks")."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal, Value, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ...config import TileConfig
+from ...isa import Op, Sink
+from ..fixed import sat_add64
+from ..isa import op_layout, tok_entry_layout
+from ..layouts import TileMode, tile_result_layout
+from .common import SEQ, log2
+
+
+__all__ = ["row_layout", "ResultStage"]
+
+
+def row_layout(lanes: int) -> data.StructLayout:
+    """A result row on its way into a VPU sink: ``acc`` (``lanes`` s64 accumulators), ``sink``
+    (:class:`~elmoe3d.isa.Sink`), ``full`` (FULL mode), ``t`` (token row), ``ch`` (first
+    channel of the block), ``stride`` (OUT / HBUF words per token row)."""
+    return data.StructLayout({"acc": data.ArrayLayout(signed(64), lanes), "sink": unsigned(2),
+                              "full": unsigned(1), "t": unsigned(16), "ch": unsigned(16),
+                              "stride": unsigned(16)})
+
+
+class ResultStage(wiring.Component):
+    """A GEMM hands its sink parameters over when it starts issuing (``start``); the stage holds
+    one pending (``dq``) and one active (``ds``) descriptor, so back-to-back GEMMs overlap
+    their drain. Each tile result (``rows x lanes`` s64 accumulators) is held in the result
+    register until its sink has taken it:
+
+    * ``psum_in``: the ``rows * lanes / (W/64)`` words of ``psum`` (one a cycle) are added into
+      it with saturating s64 additions (``acc_set`` on saturation); word ``k`` holds
+      accumulators ``[r][n]`` at value positions ``k W/64 ..`` (the RAW layout), i.e. rows
+      ``2k`` and ``2k + 1``, which the sinks take once added;
+    * RAW: ``rows * lanes / (W/64)`` words on ``raw`` (accumulator ``[r][n]`` at value
+      ``r * lanes + n``), one a cycle with a ready link;
+    * SWIGLU and COMBINE: one row a cycle into stage A (``row``, with the TOK entry of its token
+      row read meanwhile at ``row_t``), held there while the sink stalls it (``stall``).
+
+    Ports
+    -----
+    start_cur, args, seq : In
+        A GEMM starts: its descriptor (``op_layout(Op.GEMM)``) and number.
+    start_next, next_args, next_seq : In
+        The same for a GEMM starting back to back (the next command's).
+    result : In, stream of :func:`~elmoe3d.hw.layouts.tile_result_layout`
+        The tile's results.
+    psum_valid, psum_data : In ; psum_need : Out(1)
+        ``link_i`` words for ``psum_in`` (taken while ``psum_need``).
+    raw_ready : In(1) ; raw_valid, raw_data : Out
+        The RAW sink's link words.
+    stall : In(1)
+        The VPU sink holds the row in stage A.
+    row_valid, row, row_seq : Out
+        Stage A (:func:`row_layout`) and its command's number.
+    row_t : Out(16)
+        The token row entering stage A (its TOK entry is read now).
+    tok_data : In ; tok : Out, :func:`~elmoe3d.hw.isa.tok_entry_layout`
+        The TOK read port's data; the entry of stage A's token row in it.
+    acc_set : Out(1)
+        An accumulator (tile or ``psum_in``) saturated.
+    dq_valid : Out(1)
+        The pending descriptor slot is taken.
+    busy : Out(1)
+        A descriptor, a held result or a row in stage A.
+    pending, pending_seq : Out
+        Valid bits and numbers of every place a GEMM's work can be here (descriptors, the
+        result register, stage A, then ``tail`` cycles of a delay line covering the VPU
+        pipelines after stage A), for completion tracking.
+
+    Parameters
+    ----------
+    tile : TileConfig
+    word_bits : int
+        W.
+    tail : int
+        Cycles from a row leaving stage A to its sink's last write.
+    io_parts : int
+        Parts of a TOK word (``narrow_iomem``: P, else 1).
+    """
+
+    def __init__(self, *, tile: TileConfig, word_bits, tail, io_parts=1):
+        self._tile, self._word_bits, self._tail = tile, word_bits, tail
+        self._io_parts = io_parts
+        self._row_layout = row_layout(tile.lanes)
+        n = 4 + tail
+        super().__init__({
+            "start_cur": In(1),
+            "args": In(op_layout(Op.GEMM)),
+            "seq": In(SEQ),
+            "start_next": In(1),
+            "next_args": In(op_layout(Op.GEMM)),
+            "next_seq": In(SEQ),
+            "result": In(stream.Signature(tile_result_layout(tile))),
+            "psum_valid": In(1),
+            "psum_data": In(word_bits),
+            "psum_need": Out(1),
+            "raw_ready": In(1),
+            "raw_valid": Out(1),
+            "raw_data": Out(word_bits),
+            "stall": In(1),
+            "row_valid": Out(1),
+            "row": Out(self._row_layout),
+            "row_seq": Out(SEQ),
+            "row_t": Out(16),
+            "tok_data": In(word_bits // io_parts),
+            "tok": Out(tok_entry_layout()),
+            "acc_set": Out(1),
+            "dq_valid": Out(1),
+            "busy": Out(1),
+            "pending": Out(n),
+            "pending_seq": Out(SEQ).array(n),
+        })
+
+    @property
+    def raw_words(self) -> int:
+        """Link words of a result: ``rows * lanes / (W/64)``."""
+        return self._tile.rows * self._tile.lanes // (self._word_bits // 64)
+
+    def elaborate(self, platform):
+        m = Module()
+        R, L, W = self._tile.rows, self._tile.lanes, self._word_bits
+        OV = W // 64
+        tile_o = self.result
+        tile_out = tile_o.valid & tile_o.ready
+
+        def desc_regs(prefix):
+            return {
+                "sink": Signal(2, name=f"{prefix}_sink"),
+                "full": Signal(name=f"{prefix}_full"),
+                "rbn": Signal(8, name=f"{prefix}_rbn"),
+                "cbn": Signal(10, name=f"{prefix}_cbn"),
+                "out_base": Signal(16, name=f"{prefix}_out_base"),
+                "tok_base": Signal(8, name=f"{prefix}_tok_base"),
+                "stride": Signal(16, name=f"{prefix}_stride"),
+                "pin": Signal(name=f"{prefix}_pin"),
+                "seq": Signal(SEQ, name=f"{prefix}_seq"),
+            }
+        dq, ds = desc_regs("dq"), desc_regs("ds")
+        dq_valid = self.dq_valid
+        s_active = Signal()
+        s_cb = Signal(10)
+        s_half = Signal()
+        s_rb = Signal(8)
+        s_t0 = Signal(16)            # tok_base + rb * rows
+        s_ch = Signal(16)            # out_base + block index * channels per block
+        s_last = (s_rb == ds["rbn"] - 1) & (~ds["full"] | s_half) & (s_cb == ds["cbn"] - 1)
+        block_channels = Mux(ds["sink"] == Sink.SWIGLU,
+                             Mux(ds["full"], L // 4, L // 2),
+                             Mux(ds["full"], L // 2, L))
+
+        res_valid = Signal()
+        res_acc = Signal(data.ArrayLayout(data.ArrayLayout(signed(64), L), R))
+        res_sink = Signal(2)
+        res_full = Signal()
+        res_t0 = Signal(16)
+        res_ch = Signal(16)
+        res_stride = Signal(16)
+        res_pin = Signal()           # the held result takes psum_in words
+        res_seq = Signal(SEQ)
+        res_done = Signal()          # the sink finishes the held result in this cycle
+        m.d.comb += tile_o.ready.eq(~res_valid | res_done)
+
+        with m.If(res_done):
+            m.d.sync += res_valid.eq(0)
+        with m.If(tile_out):
+            m.d.sync += [
+                res_valid.eq(1),
+                res_acc.eq(tile_o.payload.acc),
+                res_sink.eq(ds["sink"]),
+                res_full.eq(ds["full"]),
+                res_t0.eq(s_t0),
+                res_ch.eq(s_ch),
+                res_stride.eq(ds["stride"]),
+                res_pin.eq(ds["pin"]),
+                res_seq.eq(ds["seq"]),
+            ]
+            with m.If(s_rb == ds["rbn"] - 1):
+                m.d.sync += [s_rb.eq(0), s_t0.eq(ds["tok_base"]),
+                             s_ch.eq(s_ch + block_channels)]
+                with m.If(~ds["full"] | s_half):
+                    m.d.sync += [s_half.eq(0), s_cb.eq(s_cb + 1)]
+                with m.Else():
+                    m.d.sync += s_half.eq(1)
+            with m.Else():
+                m.d.sync += [s_rb.eq(s_rb + 1), s_t0.eq(s_t0 + R)]
+            with m.If(s_last):
+                m.d.sync += s_active.eq(0)
+        with m.If(dq_valid & (~s_active | (tile_out & s_last))):
+            m.d.sync += [dq_valid.eq(0), s_active.eq(1), s_cb.eq(0), s_half.eq(0),
+                         s_rb.eq(0), s_t0.eq(dq["tok_base"]), s_ch.eq(dq["out_base"])]
+            m.d.sync += [ds[k].eq(dq[k]) for k in dq]
+        for start, f, seq in ((self.start_cur, self.args, self.seq),
+                              (self.start_next, self.next_args, self.next_seq)):
+            with m.If(start):
+                m.d.sync += [
+                    dq_valid.eq(1),
+                    dq["sink"].eq(f.sink),
+                    dq["full"].eq(f.mode == TileMode.FULL),
+                    dq["rbn"].eq(f.row_blocks),
+                    dq["cbn"].eq(f.col_blocks),
+                    dq["out_base"].eq(f.out_base),
+                    dq["tok_base"].eq(f.tok_base),
+                    dq["stride"].eq(f.stride),
+                    dq["pin"].eq(f.psum_in),
+                    dq["seq"].eq(seq),
+                ]
+
+        # ---- psum_in: link words added into the held result, one word (W/64 values) a cycle
+        raw_words = R * L // OV
+        pin_k = Signal(range(raw_words + 1))      # words of the held result added so far
+        pin_need = self.psum_need
+        m.d.comb += pin_need.eq(res_valid & res_pin & (pin_k != raw_words))
+        pin_take = self.psum_valid & pin_need
+        res_bits = Value.cast(res_acc)
+        pin_old = res_bits.word_select(pin_k[:max(log2(raw_words), 1)] if raw_words > 1 else 0,
+                                       W)
+        pin_sum = Signal(W)
+        pin_ovf = Signal(OV)
+        for j in range(OV):
+            total, wrap = sat_add64(pin_old[64 * j:64 * (j + 1)],
+                                    self.psum_data[64 * j:64 * (j + 1)])
+            m.d.comb += [pin_sum[64 * j:64 * (j + 1)].eq(total), pin_ovf[j].eq(wrap)]
+        with m.If(pin_take):
+            m.d.sync += pin_k.eq(pin_k + 1)
+            for k in range(raw_words):
+                with m.If(pin_k == k):
+                    m.d.sync += res_bits.word_select(k, W).eq(pin_sum)
+        with m.If(tile_out):
+            m.d.sync += pin_k.eq(0)
+        m.d.comb += self.acc_set.eq((tile_out & Value.cast(tile_o.payload.overflow).any())
+                                    | (pin_take & pin_ovf.any()))
+
+        # ---- RAW sink: accumulators onto the link, W/64 values per word
+        raw_k = Signal(range(max(raw_words, 2)))
+        raw_valid = self.raw_valid
+        m.d.comb += [raw_valid.eq(res_valid & (res_sink == Sink.RAW)
+                                  & (~res_pin | (raw_k < pin_k))),
+                     self.raw_data.eq(res_bits.word_select(raw_k, W))]
+        raw_take = raw_valid & self.raw_ready
+        with m.If(raw_take):
+            m.d.sync += raw_k.eq(Mux(raw_k == raw_words - 1, 0, raw_k + 1))
+        raw_done = raw_take & (raw_k == raw_words - 1)
+
+        # ---- VPU sinks' feed: one result row per cycle into stage A (held while stalled)
+        res_r = Signal(range(max(R, 2)))
+        vpu_rows = res_valid & (res_sink != Sink.RAW) & (~res_pin | ((res_r >> 1) < pin_k))
+        stall_a = self.stall
+        row_take = vpu_rows & ~stall_a
+        row_t = self.row_t
+        m.d.comb += row_t.eq(res_t0 + res_r)
+        with m.If(row_take):
+            m.d.sync += res_r.eq(Mux(res_r == R - 1, 0, res_r + 1))
+        vpu_res_done = row_take & (res_r == R - 1)
+        a, a_valid, a_seq = self.row, self.row_valid, self.row_seq
+        with m.If(~stall_a):
+            m.d.sync += [
+                a_valid.eq(row_take),
+                a.acc.eq(res_acc[res_r]),
+                a.sink.eq(res_sink),
+                a.full.eq(res_full),
+                a.t.eq(row_t),
+                a.ch.eq(res_ch),
+                a.stride.eq(res_stride),
+                a_seq.eq(res_seq),
+            ]
+        log_tk = log2(OV) - log2(self._io_parts)   # TOK entries of a read: W/64/io_parts
+        m.d.comb += self.tok.eq(self.tok_data.word_select(a.t[:log_tk], 64))
+        m.d.comb += res_done.eq(raw_done | vpu_res_done)
+        m.d.comb += self.busy.eq(res_valid | dq_valid | s_active | a_valid)
+
+        # completion of GEMMs: a descriptor (dq, ds), a held result, a row in stage A, then a
+        # row in the SwiGLU or combine pipeline: a delay line as long as the longest of them
+        # (no stall after stage A), whose last entry is the cycle the row's last write is made
+        pending = [(dq_valid, dq["seq"]), (s_active, ds["seq"]), (res_valid, res_seq),
+                   (a_valid, a_seq)]
+        feed = (a_valid & ~stall_a, a_seq)       # a row leaves stage A
+        for k in range(self._tail):
+            v, q = Signal(name=f"tail_v{k}"), Signal(SEQ, name=f"tail_seq{k}")
+            m.d.sync += [v.eq(feed[0]), q.eq(feed[1])]
+            pending.append(feed := (v, q))
+        for k, (v, q) in enumerate(pending):
+            m.d.comb += [self.pending[k].eq(v), self.pending_seq[k].eq(q)]
+        return m
