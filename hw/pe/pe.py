@@ -1,5 +1,6 @@
 """The processing element (PE): memories, command decoder, load and execute engines, the
-tensor tile and its VPU sinks (paper Sections 4.1 and 5.2, Fig. 6 centre, Fig. 10b).
+tensor tile and its VPU sinks, joined from the parts in this package (paper Sections 4.1 and
+5.2, Fig. 6 centre, Fig. 10b).
 
 The contract is ``docs/pe.md``; the ISA is :mod:`elmoe3d.isa` (Amaranth layouts in
 :mod:`elmoe3d.hw.isa`); the numerics are ``docs/numerics.md``. The functional reference is
@@ -13,13 +14,12 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...config import PEConfig, TileConfig, pe_config as as_pe_config
-from ...isa import Op, Sink, Target
+from ...config import PEConfig, PEOptions
+from ...isa import Op, Target
 from ..isa import command_layout, o_beat_layout
 from ..tile import TensorTile
-from ..vpu import CombineUnit, SwiGLUUnit
 from .combine import CombineSink
-from .common import act_part_elems, log2 as _log2, older, unit_count
+from .common import act_part_elems, log2, older
 from .decoder import CommandDecoder
 from .execute import EXEC_STATES, ClearEngine, ExecuteEngine
 from .gemm import GemmIssue
@@ -33,15 +33,7 @@ from .status import StatusCounters
 from .swiglu import SwiGLUSink
 
 
-__all__ = ["PE", "unit_count"]
-
-
-def _latency(cls, **params) -> int:
-    """The ``latency`` property of a block built with ``params`` (the instance is only
-    inspected, never elaborated)."""
-    block = cls(**params)
-    block._MustUse__silence = True
-    return block.latency
+__all__ = ["PE"]
 
 
 class PE(wiring.Component):
@@ -56,98 +48,45 @@ class PE(wiring.Component):
         Commands (:mod:`elmoe3d.isa`), in program order.
     ld : In, W bits
         Load data: weight nibble planes, scales, activations, token table (LOADs consume it in
-        order).
+        order; ``LOAD.src`` and ``LOAD.hb_addr`` are for the die's load router).
     o : Out, :func:`elmoe3d.hw.isa.o_beat_layout`
         ``kind`` DATA (W/32 FP32 results of OUTPUT) or STATUS (counters and sticky flags).
     link_o, link_i : Out / In, W bits
-        Aggregation-link port: RAW psums and SEND words out, RECV words in.
+        Aggregation-link port: RAW psums and SEND words out, RECV and ``psum_in`` words in.
 
-    Memories (``amaranth.lib.memory``, one write and one synchronous read port each)
-    ---------------------------------------------------------------------------------
+    Memories (:class:`~elmoe3d.hw.pe.memories.PEMemories`; sizes
+    :class:`~elmoe3d.config.PEConfig`)
+    ------------------------------------------------------------------------------------
     WMEM: 2 buffers x (MSB plane, LSB plane) x ``wmem_words`` words plus 2 x ``wscale_words``
-    scale words (the planes are separate memories, so a DRAFT GEMM reads only MSB words and
-    the planes can arrive from different sources; a memory per buffer, or both buffers of a
-    plane in one with ``wbuf_memories=1``); IOMEM: ACT (byte write enables, for REQUANT), TOK
-    (byte enables, for e_h), HBUF (32-bit enables), OUT in two banks (even and odd words, or
-    one memory with ``out_banks=1``; 64-bit enables, transparent read for the COMBINE
-    read-modify-write, valid bits), and one 32-bit row-max register per TOK entry, W/32 registers per word (the
-    ROWMAX word of SEND / RECV; a transparent memory with 32-bit enables, valid bits and a
-    second read port for REQUANT). Valid bits make ``CLEAR out`` / ``CLEAR rowmax`` one
-    cycle. Sizes: :class:`~elmoe3d.config.PEConfig`.
+    scale words (separate planes: a DRAFT GEMM reads only MSB words, and the planes can arrive
+    from different sources). IOMEM: ACT (byte enables, for REQUANT), TOK (byte enables, for
+    e_h), HBUF (32-bit enables), OUT (64-bit enables, transparent read for the COMBINE
+    read-modify-write) and one 32-bit row-max register per TOK entry, W/32 a word (ROWMAX: a
+    transparent memory with a second read port for REQUANT); OUT and ROWMAX with valid bits
+    (one-cycle ``CLEAR``). One write port each; every part of the PE requests the ports, the
+    load engine with the lowest priority.
 
-    Engines (``docs/pe.md``, "Engines and synchronisation")
-    -------------------------------------------------------
-    * Decoder: takes commands in order and numbers the execute commands; LOADs go to a queue
-      of :attr:`load_queue_depth` entries for the load engine, REQUANT to the requantization
-      engine (when it is free), everything else to a one-command register in front of the
-      execute engine. BARRIER (and ``CLEAR counters``) holds back later LOADs until all earlier
-      work is done.
-    * Load engine (``LOAD.src`` and ``LOAD.hb_addr`` are for the die's load router and are not
-      even queued: the words arrive on ``ld`` in LOAD order whatever their source):
-      one ``ld`` beat per cycle into the target memory, the next LOAD from the
-      cycle after the previous one's last word (lowest write priority, but for ACT above
-      REQUANT, which holds meanwhile); a load into a WMEM plane of a buffer whose flag
-      ``full[b]`` is set waits for the GEMM that releases it; ``signal`` sets ``full[b]`` when
-      the load completes; ``fence`` waits until every execute command before the LOAD has
-      completed (sequence numbers against every place an unfinished command can be: the
-      command register, the execute engine, REQUANT, the GEMM descriptors, the result and
-      sink registers and a delay line as long as the VPU pipelines).
-    * Execute engine: GEMM (``wait`` for ``full[wbuf]``; ``release`` clears it when the last
-      weight word has been read, so the next load overlaps the GEMM's drain; ``rq_wait`` for
-      earlier REQUANTs), OUTPUT, CLEAR, SEND, RECV (``ROWMAX`` with ``accumulate``: unsigned
-      max; OUT: saturating add), BARRIER, STATUS. A GEMM whose buffer is
-      ready follows the previous one's last beat with no idle cycle (:attr:`gemm_gap`) and may
-      start while earlier ones drain; other commands first wait until every earlier GEMM and
-      REQUANT has completed.
-    * Requantization engine: REQUANT, started when every earlier execute command has
-      completed, then beside later GEMMs.
+    Parts (each a :class:`~amaranth.lib.wiring.Component` of this package)
+    ------------------------------------------------------------------------
+    :class:`~.decoder.CommandDecoder` (commands in order: LOADs to a queue of
+    :attr:`load_queue_depth`, REQUANT to its engine, the rest to the execute engine; sequence
+    numbers for completion tracking), :class:`~.load.LoadEngine` (``ld`` into the memories,
+    the WMEM buffer flags, fences), :class:`~.execute.ExecuteEngine` (GEMM, OUTPUT, CLEAR,
+    SEND, RECV, BARRIER, STATUS in program order; a ready GEMM follows the previous one with
+    no idle cycle, :attr:`gemm_gap`) with :class:`~.execute.ClearEngine`,
+    :class:`~.gemm.GemmIssue` (address generator, WMEM / ACT reads, the tile beat) ->
+    :class:`~elmoe3d.hw.tile.TensorTile` (:attr:`tile_latency`) -> :class:`~.result.ResultStage`
+    (descriptors, result register with ``psum_in``, RAW sink, the rows of the VPU sinks) ->
+    :class:`~.swiglu.SwiGLUSink` / :class:`~.combine.CombineSink` (:attr:`sink_latency`),
+    :class:`~.requant.RequantEngine` (REQUANT beside later GEMMs), :class:`~.output.OutputEngine`
+    (OUTPUT through the FP32 converters), :class:`~.link.LinkPort` (SEND, RECV) and
+    :class:`~.status.StatusCounters` (STATUS: 48-bit counters and the sticky flags
+    ``acc_overflow`` and ``vpu_saturation``, :data:`elmoe3d.sw.golden.asm.STATUS_FIELDS`). The
+    VPU units and the tile are the PE's own children (synthesis leaves,
+    :mod:`elmoe3d.synth.blocks`), connected to their parts' ports.
 
-    GEMM datapath (II = 1; one beat every ``tile_passes`` cycles)
-    ----------------------
-    Address generator (cb, half, rb, g; ``docs/pe.md``) -> synchronous reads of ACT, both
-    WMEM planes and the scale word (1 cycle; data held while the tile stalls) -> beat
-    forming (FULL: half ``half`` of the MSB and LSB words interleaved onto lanes 2i / 2i+1,
-    scale entry ``entry & 7`` of word ``entry >> 3``) -> :class:`~elmoe3d.hw.tile.TensorTile`
-    (:attr:`tile_latency` cycles, global stall) -> result register (``psum_in``: the
-    ``rows * lanes / (W/64)`` ``link_i`` words of the result, one a cycle, added into it with
-    saturating s64 additions that set ``acc_overflow``; word ``k`` holds rows ``2k`` and
-    ``2k + 1``, which the sink takes once it is added; a ``link_i`` word not yet valid stalls
-    the sink) -> the sink (every sink in every mode; MSB_ONLY and LSB_ONLY results have the
-    DRAFT layout):
-
-    * RAW: ``rows * lanes / (W/64)`` link words per result (accumulator ``[r][n]`` at value
-      ``r * lanes + n``).
-    * SWIGLU and COMBINE: one result row per cycle (SWIGLU with fewer than ``lanes / 2``
-      :attr:`swiglu_units`: one row per :attr:`swiglu_row_cycles`; COMBINE with fewer than
-      ``lanes`` :attr:`combine_units`: one row per :attr:`combine_row_cycles`). Cycle 0: TOK
-      entry read. SWIGLU: S = :attr:`swiglu_units` :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s
-      (default ``lanes / 2``; the row's channels in sub-steps of S, the row held in stage
-      A) -> masked HBUF word write, then the row-max read-modify-write (per sub-step).
-      COMBINE: OUT word read (stalling while a write to the same granules is in flight; rows
-      with gate weight +-0 add nothing and are skipped)
-      -> J = :attr:`combine_units` :class:`~elmoe3d.hw.vpu.CombineUnit` s (default
-      ``lanes``; the row's lanes in ``lanes / J`` sub-steps) -> masked OUT writes.
-      :attr:`sink_latency`.
-
-    A result is taken every ``rows * swiglu_row_cycles`` cycles (SWIGLU; COMBINE ``rows *
-    combine_row_cycles``) or ``rows * lanes / (W/64)`` cycles (RAW, with a ready link), one
-    more with ``psum_in`` (a ``link_i`` word offered every cycle) unless a row takes several
-    cycles (:attr:`result_cycles`), so GEMMs with at least that many groups run at one beat
-    per cycle (II = 1). REQUANT: per token row, the row max ->
-    :class:`~elmoe3d.hw.vpu.RowMaxExponent` (e', e_h written into TOK; prepared while the
-    previous row streams) -> C = :attr:`requant_units` :class:`~elmoe3d.hw.vpu.RequantUnit` s,
-    C values per cycle, into ACT
-    (byte enables; one HBUF word in ``W/32 / C`` cycles). OUTPUT: two OUT words (one per bank,
-    or one after the other with ``out_banks=1``; W/32 Q.24 values) per beat through K = :attr:`fp32_units`
-    :class:`~elmoe3d.hw.vpu.Fp32Converter` s, one ``o`` beat every ``W/32 / K`` cycles
-    (:attr:`output_beat_cycles`; sub-step ``s`` converts values ``[s K, (s+1) K)`` while the
-    OUT read port holds the pair, or with ``out_banks=1`` the word of the pair those values
-    are in, and the beat is offered once assembled).
-
-    STATUS: 48-bit counters (cycles, load engine busy, execute engine busy, stall on a buffer
-    flag or BARRIER, GEMM beats, words loaded / sent / received) and the sticky flags
-    ``acc_overflow`` (a tile accumulator saturated) and ``vpu_saturation``
-    (:data:`elmoe3d.sw.golden.asm.STATUS_FIELDS`).
+    A result is taken every :attr:`result_cycles` cycles, so GEMMs with at least that many
+    groups run at one beat per cycle (II = 1; one beat every ``tile_passes`` cycles).
 
     After elaboration, :attr:`probes` maps a few internal control signals (load transfer,
     tile beat, buffer flags, execute-engine waits, REQUANT busy and waits, fence waits) by
@@ -229,9 +168,9 @@ class PE(wiring.Component):
         False (default): ACT, TOK, HBUF and ROWMAX are W bits wide. True (needs
         ``tile_passes`` P > 1 and ``requant_units`` at most min(W/32, 32)/P; an FPGA option):
         they are W/P bits wide and P times as deep, part p of word w at address ``w P + p``.
-        ACT's part p holds depths ``p G/P .. (p+1) G/P - 1`` of every row (bytes ``r G + p G/P ..`` of
-        the word, row after row), so the tile takes its activations a pass at a time
-        (``TensorTile(streamed_acts=True)``) as it does the weights with
+        ACT's part p holds depths ``p G/P .. (p+1) G/P - 1`` of every row (bytes
+        ``r G + p G/P ..`` of the word, row after row), so the tile takes its activations a
+        pass at a time (``TensorTile(streamed_acts=True)``) as it does the weights with
         ``streamed_weights``; the others' part p holds bits ``p W/P ..`` (HBUF values and
         row-max registers ``p W/32/P ..``, TOK entries ``p W/64/P ..``). REQUANT and the
         SWIGLU and COMBINE sinks read and write the one part their values are in, in the same
@@ -270,98 +209,15 @@ class PE(wiring.Component):
                  tile_passes: int = 1, out_valid_bits: bool = True, wbuf_memories: int = 2,
                  out_banks: int = 2, streamed_weights: bool = False,
                  narrow_iomem: bool = False, narrow_out: bool = False):
-        pe_config = as_pe_config(config)
-        rows, lanes = pe_config.rows, pe_config.lanes
-        if lanes % 4 or lanes != 2 * rows:
-            raise ValueError(f"config: the PE needs lanes % 4 == 0 and lanes == 2 * rows, got "
-                             f"rows={rows}, lanes={lanes}")
-        if lanes & (lanes - 1):
-            raise ValueError(f"config: the PE needs a power-of-two number of lanes (word "
-                             f"addressing by shifts), got {lanes}")
-        if (not isinstance(mul_stages, int) or isinstance(mul_stages, bool)
-                or not 1 <= mul_stages <= 4):
-            raise ValueError(f"mul_stages: expected an integer in 1..4, got {mul_stages!r}")
+        # validated once, with the messages above (elmoe3d.config.PEOptions)
+        self._opts = PEOptions(
+            config=config, mul_stages=mul_stages, requant_units=requant_units,
+            fp32_units=fp32_units, combine_units=combine_units, swiglu_units=swiglu_units,
+            tile_dsp_pairs=tile_dsp_pairs, tile_passes=tile_passes,
+            out_valid_bits=out_valid_bits, wbuf_memories=wbuf_memories, out_banks=out_banks,
+            streamed_weights=streamed_weights, narrow_iomem=narrow_iomem, narrow_out=narrow_out)
+        pe_config = self._opts.config
         W = pe_config.word_bits
-        Q = W // 32
-        requant_units = unit_count("requant_units", requant_units, min(Q, 32),
-                                    f"in 1..min(W/32, 32) = 1..{min(Q, 32)}")
-        fp32_units = unit_count("fp32_units", fp32_units, Q, f"dividing W/32 = {Q} (1..{Q})")
-        combine_units = unit_count("combine_units", combine_units, lanes,
-                                    f"dividing lanes = {lanes} (1..{lanes})")
-        swiglu_units = unit_count("swiglu_units", swiglu_units, lanes // 2,
-                                   f"dividing lanes / 2 = {lanes // 2} (1..{lanes // 2})")
-        if not isinstance(tile_dsp_pairs, bool):
-            raise ValueError(f"tile_dsp_pairs: expected a bool, got {tile_dsp_pairs!r}")
-        if (not isinstance(tile_passes, int) or isinstance(tile_passes, bool)
-                or tile_passes not in (1, 2, 4)):
-            raise ValueError(f"tile_passes: expected 1, 2 or 4, got {tile_passes!r}")
-        if not isinstance(out_valid_bits, bool):
-            raise ValueError(f"out_valid_bits: expected a bool, got {out_valid_bits!r}")
-        if (not isinstance(wbuf_memories, int) or isinstance(wbuf_memories, bool)
-                or wbuf_memories not in (1, 2)):
-            raise ValueError(f"wbuf_memories: expected 1 or 2, got {wbuf_memories!r}")
-        w_words = pe_config.wmem_words
-        if wbuf_memories == 1 and w_words & (w_words - 1):
-            raise ValueError(f"wbuf_memories: one memory for both buffers needs a power-of-two "
-                             f"wmem_words (the buffer is the top address bit), got {w_words}")
-        self._wbuf_memories = wbuf_memories
-        if (not isinstance(out_banks, int) or isinstance(out_banks, bool)
-                or out_banks not in (1, 2)):
-            raise ValueError(f"out_banks: expected 1 or 2, got {out_banks!r}")
-        if out_banks == 1 and fp32_units == W // 32:
-            raise ValueError(f"out_banks: one OUT memory needs fewer than W/32 = {W // 32} "
-                             f"fp32_units (an o beat's two OUT words are read one after the "
-                             f"other, one per half of its sub-steps), got fp32_units="
-                             f"{fp32_units}")
-        self._out_banks = out_banks
-        if not isinstance(streamed_weights, bool):
-            raise ValueError(f"streamed_weights: expected a bool, got {streamed_weights!r}")
-        if streamed_weights and tile_passes == 1:
-            raise ValueError("streamed_weights: the weights come a pass at a time, so it needs "
-                             "tile_passes 2 or 4, got tile_passes=1")
-        self._streamed_weights = streamed_weights
-        if not isinstance(narrow_iomem, bool):
-            raise ValueError(f"narrow_iomem: expected a bool, got {narrow_iomem!r}")
-        if narrow_iomem:
-            if tile_passes == 1:
-                raise ValueError("narrow_iomem: ACT comes a tile pass at a time, so it needs "
-                                 "tile_passes 2 or 4, got tile_passes=1")
-            # REQUANT's C codes of a cycle go into one ACT part (32/P depths of a row) from one
-            # HBUF part (W/32/P values); the SWIGLU sink's S <= lanes / 2 values always fit
-            # (W/32/P = 4 lanes / P)
-            per_part = min(Q, 32) // tile_passes
-            if requant_units > per_part:
-                raise ValueError(f"narrow_iomem: the requant_units values of a cycle must lie "
-                                 f"in one HBUF part and one ACT row part, min(W/32, 32)/P = "
-                                 f"{per_part} values, got requant_units={requant_units}")
-        self._narrow_iomem = narrow_iomem
-        if not isinstance(narrow_out, bool):
-            raise ValueError(f"narrow_out: expected a bool, got {narrow_out!r}")
-        if narrow_out:
-            per_part = W // 64 // tile_passes
-            needs = (("tile_passes", tile_passes > 1, "2 or 4"),
-                     ("out_banks", out_banks == 1, "1"),
-                     ("out_valid_bits", not out_valid_bits, "False"),
-                     ("combine_units", combine_units <= per_part, f"at most W/64/P = {per_part}"),
-                     ("fp32_units", fp32_units <= per_part, f"at most W/64/P = {per_part}"))
-            for name, ok, want in needs:
-                if not ok:
-                    got = {"tile_passes": tile_passes, "out_banks": out_banks,
-                           "out_valid_bits": out_valid_bits, "combine_units": combine_units,
-                           "fp32_units": fp32_units}[name]
-                    raise ValueError(f"narrow_out: OUT in W/P-bit parts needs {name} {want}, "
-                                     f"got {name}={got}")
-        self._narrow_out = narrow_out
-        self._pe = pe_config
-        self._tile_config = TileConfig(rows=rows, lanes=lanes)
-        self._mul_stages = mul_stages
-        self._requant_units = requant_units
-        self._fp32_units = fp32_units
-        self._combine_units = combine_units
-        self._swiglu_units = swiglu_units
-        self._tile_dsp_pairs = tile_dsp_pairs
-        self._out_valid_bits = out_valid_bits
-        self._tile_passes = tile_passes
         super().__init__({
             "cmd": In(stream.Signature(command_layout())),
             "ld": In(stream.Signature(unsigned(W))),
@@ -372,229 +228,192 @@ class PE(wiring.Component):
         # not a port: a design around the PE may watch it (BoardTop keeps it sticky)
         self.rw_collision = Signal(name="rw_collision")
 
-    # ---- parameters ---------------------------------------------------------------------------
+    # ---- parameters (elmoe3d.config.PEOptions) ----------------------------------------------
+
+    @property
+    def options(self) -> PEOptions:
+        """The validated build options (unit counts resolved) and the timing they imply."""
+        return self._opts
 
     @property
     def config(self) -> PEConfig:
         """Memory geometry (:class:`~elmoe3d.config.PEConfig`)."""
-        return self._pe
+        return self._opts.config
 
     @property
     def rows(self) -> int:
         """M: token rows per tile beat."""
-        return self._pe.rows
+        return self._opts.rows
 
     @property
     def lanes(self) -> int:
         """N: unit-PE lanes per row."""
-        return self._pe.lanes
+        return self._opts.lanes
 
     @property
     def word_bits(self) -> int:
         """W: bits of every memory word and of every ``ld``, ``o`` and link beat."""
-        return self._pe.word_bits
+        return self._opts.word_bits
 
     @property
     def mul_stages(self) -> int:
         """Registers after each VPU multiplier (``SwiGLUUnit`` / ``CombineUnit``)."""
-        return self._mul_stages
+        return self._opts.mul_stages
 
     @property
     def requant_units(self) -> int:
         """C: :class:`~elmoe3d.hw.vpu.RequantUnit` s of the requantization engine, INT8 codes
-        per cycle (a power of two in 1..min(W/32, 32); default min(W/32, 32)). One HBUF word
-        (W/32 values) takes ``W/32 / C`` cycles (:attr:`requant_word_cycles`)."""
-        return self._requant_units
+        per cycle; an HBUF word takes :attr:`requant_word_cycles` cycles."""
+        return self._opts.requant_units
 
     @property
     def fp32_units(self) -> int:
-        """K: :class:`~elmoe3d.hw.vpu.Fp32Converter` s of the OUTPUT engine (a power of two
-        dividing W/32; default W/32). One ``o`` DATA beat (W/32 FP32 values, two OUT words)
-        takes ``W/32 / K`` cycles (:attr:`output_beat_cycles`)."""
-        return self._fp32_units
+        """K: :class:`~elmoe3d.hw.vpu.Fp32Converter` s of the OUTPUT engine; an ``o`` DATA beat
+        takes :attr:`output_beat_cycles` cycles."""
+        return self._opts.fp32_units
 
     @property
     def combine_units(self) -> int:
-        """J: :class:`~elmoe3d.hw.vpu.CombineUnit` s of the COMBINE sink (a power of two
-        dividing ``lanes``; default ``lanes``). A result row takes :attr:`combine_row_cycles`
-        cycles in the sink instead of one."""
-        return self._combine_units
+        """J: :class:`~elmoe3d.hw.vpu.CombineUnit` s of the COMBINE sink; a result row takes
+        :attr:`combine_row_cycles` cycles."""
+        return self._opts.combine_units
 
     @property
-    def combine_row_cycles(self) -> dict:
-        """Cycles the COMBINE sink spends on one result row, by mode FULL (``True``: L/2
-        values) and not FULL (``False``: L values): ``ceil(values / combine_units)``."""
-        L, J = self.lanes, self._combine_units
-        return {True: max(L // 2 // J, 1), False: L // J}
+    def swiglu_units(self) -> int:
+        """S: :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s of the SWIGLU sink; a result row takes
+        :attr:`swiglu_row_cycles` cycles."""
+        return self._opts.swiglu_units
 
     @property
     def out_banks(self) -> int:
         """OUT memories: 2 (even and odd words) or 1."""
-        return self._out_banks
+        return self._opts.out_banks
 
     @property
     def wbuf_memories(self) -> int:
         """Memories per WMEM plane: 2 (one per buffer) or 1 (both buffers in one)."""
-        return self._wbuf_memories
+        return self._opts.wbuf_memories
 
     @property
     def out_valid_bits(self) -> bool:
         """OUT and ROWMAX have valid bits (one-cycle CLEAR)."""
-        return self._out_valid_bits
-
-    @property
-    def clear_cycles(self) -> int:
-        """Cycles of ``CLEAR`` with ``out`` or ``rowmax`` set, from its start to its last
-        write: 1 with :attr:`out_valid_bits`, otherwise one per row of the larger of the OUT
-        banks (``ceil(out_words / out_banks)``; ``out_words * P`` parts with
-        :attr:`narrow_out`) and ROWMAX (``ceil(tok_entries / (W/32))``, times P with
-        :attr:`narrow_iomem`)."""
-        if self._out_valid_bits:
-            return 1
-        cfg = self._pe
-        parts = self._tile_passes if self._narrow_out else 1
-        rm_parts = self._tile_passes if self._narrow_iomem else 1
-        return max(-(-cfg.out_words * parts // self._out_banks),
-                   -(-cfg.tok_entries // (cfg.word_bits // 32)) * rm_parts)
-
-    @property
-    def swiglu_units(self) -> int:
-        """S: :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s of the SWIGLU sink (a power of two
-        dividing ``lanes / 2``; default ``lanes / 2``). A result row takes
-        :attr:`swiglu_row_cycles` cycles in the sink instead of one."""
-        return self._swiglu_units
-
-    @property
-    def swiglu_row_cycles(self) -> dict:
-        """Cycles the SWIGLU sink spends on one result row, by mode FULL (``True``: L/4
-        channels) and not FULL (``False``: L/2 channels): ``ceil(channels / swiglu_units)``."""
-        L, S = self.lanes, self._swiglu_units
-        return {True: max(L // 4 // S, 1), False: L // 2 // S}
-
-    @property
-    def output_beat_cycles(self) -> int:
-        """Cycles per ``o`` DATA beat of OUTPUT with a ready ``o``: ``W/32 / fp32_units`` (the
-        converters take values ``[s K, (s+1) K)`` of the beat in sub-step ``s``)."""
-        return self.word_bits // 32 // self._fp32_units
-
-    @property
-    def requant_word_cycles(self) -> int:
-        """Cycles per HBUF word (W/32 Q16.16 values) of REQUANT: ``W/32 / requant_units``;
-        a token row of ``channels`` values streams in ``channels / requant_units`` cycles (the
-        next row's e' is prepared meanwhile, in a few cycles, so very short rows take
-        longer)."""
-        return self.word_bits // 32 // self._requant_units
+        return self._opts.out_valid_bits
 
     @property
     def tile_dsp_pairs(self) -> bool:
-        """Passed to :class:`~elmoe3d.hw.tile.TensorTile` as ``dsp_pairs`` (two IA8xW5
-        products per FPGA DSP multiplier)."""
-        return self._tile_dsp_pairs
+        """The tile's ``dsp_pairs`` (two IA8xW5 products per FPGA DSP multiplier)."""
+        return self._opts.tile_dsp_pairs
 
     @property
     def tile_passes(self) -> int:
-        """Passed to :class:`~elmoe3d.hw.tile.TensorTile` as ``passes`` (a GEMM beat every
-        ``tile_passes`` cycles)."""
-        return self._tile_passes
+        """The tile's ``passes`` (a GEMM beat every ``tile_passes`` cycles)."""
+        return self._opts.tile_passes
 
     @property
     def streamed_weights(self) -> bool:
-        """WMSB and WLSB W/P bits wide, read a tile pass at a time (P = :attr:`tile_passes`),
-        and WSCALE W/P bits wide; a LOAD into them takes P cycles a word."""
-        return self._streamed_weights
+        """WMSB, WLSB and WSCALE W/P bits wide, the planes read a tile pass at a time."""
+        return self._opts.streamed_weights
 
     @property
     def narrow_iomem(self) -> bool:
-        """ACT, TOK, HBUF and ROWMAX W/P bits wide (P = :attr:`tile_passes`), ACT read a tile
-        pass at a time; a LOAD, RECV or SEND of them takes P cycles a word (SEND P + 1)."""
-        return self._narrow_iomem
+        """ACT, TOK, HBUF and ROWMAX W/P bits wide, ACT read a tile pass at a time."""
+        return self._opts.narrow_iomem
 
     @property
     def narrow_out(self) -> bool:
-        """OUT W/P bits wide (P = :attr:`tile_passes`); a LOAD, RECV or SEND of it takes P
-        cycles a word (SEND P + 1), CLEAR a cycle a part."""
-        return self._narrow_out
+        """OUT W/P bits wide."""
+        return self._opts.narrow_out
 
     def _tile_params(self) -> dict:
-        return {"config": self._tile_config, "dsp_pairs": self._tile_dsp_pairs,
-                "passes": self._tile_passes, "streamed_weights": self._streamed_weights,
-                "streamed_acts": self._narrow_iomem}
+        return self._opts.tile_params
+
+    # ---- timing (cycles; elmoe3d.config.PEOptions) ------------------------------------------
+
+    @property
+    def combine_row_cycles(self) -> dict:
+        """Cycles of the COMBINE sink per result row, by FULL (:attr:`PEOptions.combine_row_cycles
+        <elmoe3d.config.PEOptions.combine_row_cycles>`)."""
+        return self._opts.combine_row_cycles
+
+    @property
+    def swiglu_row_cycles(self) -> dict:
+        """Cycles of the SWIGLU sink per result row, by FULL (:attr:`PEOptions.swiglu_row_cycles
+        <elmoe3d.config.PEOptions.swiglu_row_cycles>`)."""
+        return self._opts.swiglu_row_cycles
+
+    @property
+    def clear_cycles(self) -> int:
+        """Cycles of ``CLEAR`` with ``out`` or ``rowmax`` (:attr:`PEOptions.clear_cycles
+        <elmoe3d.config.PEOptions.clear_cycles>`)."""
+        return self._opts.clear_cycles
+
+    @property
+    def output_beat_cycles(self) -> int:
+        """Cycles per ``o`` DATA beat of OUTPUT with a ready ``o``: ``W/32 / fp32_units``."""
+        return self._opts.output_beat_cycles
+
+    @property
+    def requant_word_cycles(self) -> int:
+        """Cycles per HBUF word of REQUANT: ``W/32 / requant_units`` (a token row of
+        ``channels`` values in ``channels / requant_units`` cycles; the next row's e' is
+        prepared meanwhile, so very short rows take longer)."""
+        return self._opts.requant_word_cycles
 
     @property
     def load_queue_depth(self) -> int:
-        """LOAD commands the decoder can queue for the load engine (so that a LOAD waiting for
-        a buffer flag or a fence does not block the execute commands behind it)."""
-        return 16
+        """LOAD commands the decoder can queue for the load engine."""
+        return self._opts.load_queue_depth
 
     @property
     def tile_latency(self) -> int:
-        """Cycles from the tile accepting a ``last`` beat to its result
-        (:attr:`TensorTile.latency <elmoe3d.hw.tile.TensorTile.latency>`)."""
-        return _latency(TensorTile, **self._tile_params())
+        """Cycles from the tile accepting a ``last`` beat to its result."""
+        return self._opts.tile_latency
 
     @property
     def swiglu_latency(self) -> int:
-        """Cycles of the SwiGLU unit (:attr:`SwiGLUUnit.latency`)."""
-        return _latency(SwiGLUUnit, mul_stages=self._mul_stages)
+        """Cycles of the SwiGLU unit."""
+        return self._opts.swiglu_latency
 
     @property
     def combine_latency(self) -> int:
-        """Cycles of the combine unit (:attr:`CombineUnit.latency`)."""
-        return _latency(CombineUnit, mul_stages=self._mul_stages)
+        """Cycles of the combine unit."""
+        return self._opts.combine_latency
 
     @property
     def sink_latency(self) -> dict:
         """Cycles from the sink taking a tile result to the first effect of its first row, per
-        sink (no stall): RAW 1 (first link word offered), SWIGLU 2 + the SwiGLU unit (HBUF
-        write; the row-max update follows a cycle later), COMBINE 3 + the combine unit (OUT
-        write; TOK read, OUT read and the unit in between)."""
-        return {Sink.RAW: 1,
-                Sink.SWIGLU: 2 + self.swiglu_latency,
-                Sink.COMBINE: 3 + self.combine_latency}
+        sink (:attr:`PEOptions.sink_latency <elmoe3d.config.PEOptions.sink_latency>`)."""
+        return self._opts.sink_latency
 
     @property
     def result_cycles(self) -> dict:
-        """Cycles the sink holds one tile result (``rows x lanes`` accumulators), by
-        ``(sink, psum_in)``, with ready outputs and, for ``psum_in``, a ``link_i`` word offered
-        in every cycle: RAW ``rows * lanes / (W/64)`` (one link word a cycle), SWIGLU ``rows *
-        swiglu_row_cycles[False]`` (one row a cycle with the default ``swiglu_units``; the
-        non-FULL figure), COMBINE ``rows * combine_row_cycles[False]`` (one row a cycle with
-        the default ``combine_units``; the non-FULL figure, FULL rows take
-        ``combine_row_cycles[True]``); ``psum_in`` adds its ``rows * lanes / (W/64)``
-        words (one a cycle, overlapped with the sink, which takes a row or word as soon as it
-        has been added) and one cycle per result, except where a row takes several cycles
-        (time-shared units: the addition hides behind the previous result's last row). A GEMM
-        with at least that many groups issues one tile beat per cycle."""
-        raw = self.rows * self.lanes // (self.word_bits // 64)
-        out = {(Sink.RAW, False): raw, (Sink.RAW, True): raw + 1}
-        for sink, row in ((Sink.SWIGLU, self.swiglu_row_cycles[False]),
-                          (Sink.COMBINE, self.combine_row_cycles[False])):
-            out[(sink, False)], out[(sink, True)] = self.rows * row, self.rows * row + (row == 1)
-        return out
+        """Cycles the sink holds one tile result, by ``(sink, psum_in)``
+        (:attr:`PEOptions.result_cycles <elmoe3d.config.PEOptions.result_cycles>`)."""
+        return self._opts.result_cycles
 
     @property
     def gemm_gap(self) -> int:
         """Idle tile cycles between the last beat of a GEMM and the first beat of the next
-        GEMM waiting behind it (its buffer already full, its descriptor slot free): none, the
-        next GEMM is decoded while the current one runs and starts in its last cycle."""
-        return 0
+        GEMM waiting behind it: none (decoded meanwhile, it starts in the last cycle)."""
+        return self._opts.gemm_gap
 
     def elaborate(self, platform):
         m = Module()
-        cfg = self._pe
+        opts = self._opts
+        cfg = opts.config
         R, L, W = cfg.rows, cfg.lanes, cfg.word_bits
-        G, P = self._tile_config.group, self._tile_passes
+        G, P = opts.tile_config.group, opts.tile_passes
         # parts of a word: WMSB, WLSB and WSCALE (streamed_weights), ACT, TOK, HBUF and ROWMAX
         # (narrow_iomem), OUT (narrow_out); a word's part p at address w P + p
-        parts = P if self._streamed_weights else 1
-        io_parts = P if self._narrow_iomem else 1
-        out_parts = P if self._narrow_out else 1
-        vb = self._out_valid_bits
+        parts = P if opts.streamed_weights else 1
+        io_parts = P if opts.narrow_iomem else 1
+        out_parts = P if opts.narrow_out else 1
+        vb = opts.out_valid_bits
 
         # ---- memories (docs/pe.md "Memories"; the ports' multiplexers are built at the end)
         mems = PEMemories(m, config=cfg, weight_parts=parts, io_parts=io_parts,
-                          out_parts=out_parts, wbuf_memories=self._wbuf_memories,
-                          out_banks=self._out_banks, valid_bits=vb)
+                          out_parts=out_parts, wbuf_memories=opts.wbuf_memories,
+                          out_banks=opts.out_banks, valid_bits=vb)
         act_rp, act_w = mems.act
         tok_rp, tok_w = mems.tok
         hbuf_rp, hbuf_w = mems.hbuf
@@ -602,36 +421,35 @@ class PE(wiring.Component):
         rmax_rp, rmax_rq, rmax_w = mems.rowmax
 
         # ---- the parts ----------------------------------------------------------------------
-        dec = m.submodules.decoder = CommandDecoder(load_queue_depth=self.load_queue_depth)
+        dec = m.submodules.decoder = CommandDecoder(load_queue_depth=opts.load_queue_depth)
         link = m.submodules.link = LinkPort(rows=R, group=G, word_bits=W, passes=P,
-                                            narrow_iomem=self._narrow_iomem,
-                                            narrow_out=self._narrow_out)
+                                            narrow_iomem=opts.narrow_iomem,
+                                            narrow_out=opts.narrow_out)
         parted = ((Target.WMSB, Target.WLSB, Target.WSCALE) if parts > 1 else ()) \
             + link.narrow_targets
         lde = m.submodules.load = LoadEngine(word_bits=W, parted=parted, passes=P)
         ex = m.submodules.execute = ExecuteEngine()
-        clr = m.submodules.clear = ClearEngine(valid_bits=vb, cycles=self.clear_cycles)
-        tile = m.submodules.tile = TensorTile(**self._tile_params())
+        clr = m.submodules.clear = ClearEngine(valid_bits=vb, cycles=opts.clear_cycles)
+        tile = m.submodules.tile = TensorTile(**opts.tile_params)
         gi = m.submodules.gemm = GemmIssue(
-            tile=self._tile_config, word_bits=W, passes=P, weight_parts=parts,
-            act_parts=io_parts, wbuf_memories=self._wbuf_memories, wmem_words=cfg.wmem_words,
+            tile=opts.tile_config, word_bits=W, passes=P, weight_parts=parts,
+            act_parts=io_parts, wbuf_memories=opts.wbuf_memories, wmem_words=cfg.wmem_words,
             wscale_words=cfg.wscale_words)
-        tail = max(self.swiglu_latency, self.combine_row_cycles[False] + self.combine_latency) + 1
-        rs = m.submodules.result = ResultStage(tile=self._tile_config, word_bits=W, tail=tail,
-                                               io_parts=io_parts)
+        rs = m.submodules.result = ResultStage(tile=opts.tile_config, word_bits=W,
+                                               tail=opts.completion_cycles, io_parts=io_parts)
         sw = m.submodules.swiglu = SwiGLUSink(lanes=L, word_bits=W,
-                                              swiglu_units=self._swiglu_units,
-                                              mul_stages=self._mul_stages, io_parts=io_parts)
+                                              swiglu_units=opts.swiglu_units,
+                                              mul_stages=opts.mul_stages, io_parts=io_parts)
         cmb = m.submodules.combine = CombineSink(lanes=L, word_bits=W,
-                                                 combine_units=self._combine_units,
-                                                 mul_stages=self._mul_stages,
+                                                 combine_units=opts.combine_units,
+                                                 mul_stages=opts.mul_stages,
                                                  out_parts=out_parts)
         rqe = m.submodules.requant = RequantEngine(rows=R, word_bits=W, group=G,
-                                                   requant_units=self._requant_units,
+                                                   requant_units=opts.requant_units,
                                                    io_parts=io_parts)
         opx = m.submodules.output = OutputEngine(rows=R, word_bits=W,
-                                                 fp32_units=self._fp32_units,
-                                                 out_banks=self._out_banks, out_parts=out_parts)
+                                                 fp32_units=opts.fp32_units,
+                                                 out_banks=opts.out_banks, out_parts=out_parts)
         stat = m.submodules.status = StatusCounters(config=cfg)
         # the VPU units are the PE's own children (synthesis leaves, elmoe3d.synth.blocks)
         for prefix, part, units in (("swiglu", sw, sw.units), ("combine", cmb, cmb.units),
@@ -781,7 +599,7 @@ class PE(wiring.Component):
         act_w.request(rqe.act_w_en, rqe.act_w_addr, rqe.act_w_data, rqe.act_w_mask)
         hbuf_rp.request(rqe.hbuf_rd, rqe.hbuf_addr, rqe.hbuf_en)
         # OUTPUT: a pair of OUT words (both banks), or a word (part) at a time
-        if self._out_banks == 2:
+        if opts.out_banks == 2:
             out_rp.request(st["OUTPUT"], opx.rd_addr, opx.rd_en, pair=True)
             m.d.comb += opx.rd_data.eq(out_rp.pair_data)
         else:
@@ -800,7 +618,7 @@ class PE(wiring.Component):
             m.d.comb += gi.lsb_data[b].eq(rp.data)
         for b, rp in enumerate(mems.wmem_reads()[2]):
             m.d.comb += gi.scl_data[b].eq(rp.data)
-        log_tk = _log2(W // 64) - _log2(io_parts)
+        log_tk = log2(W // 64) - log2(io_parts)
         tok_rp.request(~st["SEND"], rs.row_t >> log_tk, ~rs.stall)
         # the ports' multiplexers; the load engine writes with the lowest priority
         m.d.comb += lde.grant.eq(mems.build(

@@ -1,5 +1,5 @@
-"""The PE's performance counters, sticky flags and its STATUS word (paper Section 5.2; ``docs/pe.md``,
-"STATUS")."""
+"""The PE's performance counters, sticky flags and its STATUS word (paper Section 5.2;
+``docs/pe.md``, "STATUS")."""
 
 from __future__ import annotations
 
