@@ -13,6 +13,38 @@ from elmoe3d.hw.uart import UartRx, UartTx
 from elmoe3d.sim.bench_board import bits_8n1
 
 
+def _simulate(dut, bench):
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def _char_levels(byte, divisor):
+    """One 8N1 character as line levels, one per cycle (each bit ``divisor`` cycles)."""
+    return [b for b in bits_8n1(byte) for _ in range(divisor)]
+
+
+def _feed(divisor, levels, *, ready=True):
+    """Drive a ``UartRx(divisor=divisor)``'s line with ``levels`` (one per cycle), its output's
+    ``ready`` held at ``ready``. Returns the receiver, the ``(cycle, byte)`` of every cycle its
+    output was valid, and its ``framing_errors``, ``overruns``, ``o.valid`` and ``o.payload``
+    after the last level."""
+    rx = UartRx(divisor=divisor)
+    offered, end = [], []
+
+    async def bench(ctx):
+        ctx.set(rx.o.ready, ready)
+        for cycle, level in enumerate(levels):
+            ctx.set(rx.rx, level)
+            if ctx.get(rx.o.valid):
+                offered.append((cycle, ctx.get(rx.o.payload)))
+            await ctx.tick()
+        end.extend((ctx.get(rx.framing_errors), ctx.get(rx.overruns), ctx.get(rx.o.valid),
+                    ctx.get(rx.o.payload)))
+
+    _simulate(rx, bench)
+    return rx, offered, tuple(end)
 
 
 def _loopback(divisor, data, seed, idle=0.3, stall=0.0):
@@ -51,10 +83,7 @@ def _loopback(divisor, data, seed, idle=0.3, stall=0.0):
             await ctx.tick()
         got.append(("errors", ctx.get(rx.framing_errors), ctx.get(rx.overruns)))
 
-    sim = Simulator(m)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(m, bench)
     return got, line
 
 
@@ -85,39 +114,25 @@ def test_tx_waveform_is_8n1():
 
 def _drive_line(divisor_rx, chars, period, gap_bits=1.5, ready=True):
     """Drive rx with characters whose bits last ``period`` clock cycles (a float: the
-    sender's clock differs); ``chars`` holds (byte, stop level)."""
-    rx = UartRx(divisor=divisor_rx)
-    levels = []
+    sender's clock differs); ``chars`` holds (byte, stop level). Returns the bytes taken
+    (none when not ``ready``), then ``("errors", framing errors, overruns, o.valid,
+    o.payload)``."""
+    edges = []
     t = 5.0
     for byte, stop in chars:
         for b in bits_8n1(byte, stop):
-            levels.append((t, b))
+            edges.append((t, b))
             t += period
-        levels.append((t, 1))
+        edges.append((t, 1))
         t += gap_bits * period
-    end = int(t + 4 * divisor_rx * 12)
-    got = []
-
-    async def bench(ctx):
-        k = 0
-        level = 1
-        ctx.set(rx.o.ready, ready)
-        for cycle in range(end):
-            while k < len(levels) and levels[k][0] <= cycle:
-                level = levels[k][1]
-                k += 1
-            ctx.set(rx.rx, level)
-            if ready and ctx.get(rx.o.valid):
-                got.append(ctx.get(rx.o.payload))
-            await ctx.tick()
-        got.append(("errors", ctx.get(rx.framing_errors), ctx.get(rx.overruns),
-                    ctx.get(rx.o.valid), ctx.get(rx.o.payload)))
-
-    sim = Simulator(rx)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    return got
+    levels, k, level = [], 0, 1
+    for cycle in range(int(t + 4 * divisor_rx * 12)):
+        while k < len(edges) and edges[k][0] <= cycle:
+            level = edges[k][1]
+            k += 1
+        levels.append(level)
+    _, offered, end = _feed(divisor_rx, levels, ready=ready)
+    return [byte for _, byte in offered if ready] + [("errors", *end)]
 
 
 @pytest.mark.parametrize("divisor,skew", [(8, 0.97), (8, 1.03), (25, 0.98), (25, 1.02),
@@ -152,27 +167,11 @@ def test_glitch_in_start_rejected(divisor, pulse):
     """A low pulse shorter than half a bit on the idle line: START finds the line high again
     at mid-bit and goes back to IDLE: no byte, no framing error, and the next character
     (which follows the glitch by two bit times) arrives intact."""
-    rx = UartRx(divisor=divisor)
-    got = []
-
-    async def bench(ctx):
-        ctx.set(rx.o.ready, 1)
-        seq = [1] * 7 + [0] * pulse + [1] * (2 * divisor)
-        for b in bits_8n1(0xA7):
-            seq += [b] * divisor
-        seq += [1] * (divisor * 3)
-        for level in seq:
-            ctx.set(rx.rx, level)
-            if ctx.get(rx.o.valid):
-                got.append(ctx.get(rx.o.payload))
-            await ctx.tick()
-        got.append(("errors", ctx.get(rx.framing_errors), ctx.get(rx.overruns)))
-
-    sim = Simulator(rx)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert got == [0xA7, ("errors", 0, 0)]
+    seq = [1] * 7 + [0] * pulse + [1] * (2 * divisor) + _char_levels(0xA7, divisor) \
+        + [1] * (divisor * 3)
+    _, offered, (framing, overruns, _, _) = _feed(divisor, seq)
+    assert [byte for _, byte in offered] + [("errors", framing, overruns)] \
+        == [0xA7, ("errors", 0, 0)]
 
 
 def test_framing_error_counted_and_next_byte_received():
@@ -186,27 +185,10 @@ def test_break_then_resync():
     """A line held low (a break: 0x00 with stop 0, then low for a while) counts one framing
     error; the receiver waits for the line to go high and takes the next character."""
     divisor = 6
-    rx = UartRx(divisor=divisor)
-    got = []
-
-    async def bench(ctx):
-        ctx.set(rx.o.ready, 1)
-        seq = [1] * 10 + [0] * (divisor * 30) + [1] * (divisor * 2)
-        for b in bits_8n1(0x5A):
-            seq += [b] * divisor
-        seq += [1] * (divisor * 14)
-        for level in seq:
-            ctx.set(rx.rx, level)
-            if ctx.get(rx.o.valid):
-                got.append(ctx.get(rx.o.payload))
-            await ctx.tick()
-        got.append(ctx.get(rx.framing_errors))
-
-    sim = Simulator(rx)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert got == [0x5A, 1]
+    seq = [1] * 10 + [0] * (divisor * 30) + [1] * (divisor * 2) + _char_levels(0x5A, divisor) \
+        + [1] * (divisor * 14)
+    _, offered, (framing, _, _, _) = _feed(divisor, seq)
+    assert [byte for _, byte in offered] + [framing] == [0x5A, 1]
 
 
 def test_overrun_counted_and_held_byte_kept():
@@ -228,23 +210,7 @@ def test_divisor_validated(cls, bad):
 def test_rx_latency_measured(divisor):
     """The byte is offered exactly UartRx.latency cycles after the start bit's falling edge
     reaches rx."""
-    rx = UartRx(divisor=divisor)
-    seen = []
-
-    async def bench(ctx):
-        seq = [1] * 3
-        for b in bits_8n1(0x96):
-            seq += [b] * divisor
-        seq += [1] * (divisor * 3)
-        for cycle, level in enumerate(seq):
-            ctx.set(rx.rx, level)
-            if ctx.get(rx.o.valid) and not seen:
-                seen.append(cycle)
-            await ctx.tick()
-
-    sim = Simulator(rx)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
+    seq = [1] * 3 + _char_levels(0x96, divisor) + [1] * (divisor * 3)
+    rx, offered, _ = _feed(divisor, seq, ready=False)
     # the falling edge is set before the clock edge of cycle 3
-    assert seen == [3 + rx.latency]
+    assert [cycle for cycle, _ in offered[:1]] == [3 + rx.latency]
