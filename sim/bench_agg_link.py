@@ -41,9 +41,10 @@ import cocotb
 
 from ..sw.golden.agg_link import LinkMode, LinkOp, ref_link
 from . import cocotb_streams as streams
-from .cocotb_cycles import CaseRecords, Sink, Source, figure_failures, mismatch_details, run_cycles
+from .cocotb_cycles import (CaseRecords, Sink, Source, port_details, run_cycles,
+                            throughput_figures, word_mismatches, words_compared)
 from .records import BenchResult, run_bench
-from .runner import case_rng, load_params, resolve_seed
+from .runner import load_params
 from .traffic import BENCH_TRAFFIC, SMOOTH, traffic as traffic_pattern
 
 
@@ -178,16 +179,13 @@ async def test_link_stress(dut, traffic):
     cycles and backpressure on every port (``stalls``) or none (``smooth``)."""
     lp, p = _link_params()
     link = _link_dut_info(lp)
-    seed = resolve_seed()
-    test = f"test_link_stress-{traffic}"
-    rec = CaseRecords(dut, test, seed)
-    rng = random.Random(int(case_rng(seed, test).integers(1 << 62)))
+    rec, rng = CaseRecords.open(dut, f"test_link_stress-{traffic}")
     G, W = link.pes, link.word_bits
     await streams.start(dut, ["op__valid", "errors_clear"]
                         + [f"pe_i__{s}__valid" for s in range(G)]
                         + [f"pe_o__{d}__ready" for d in range(G)])
     dut._log.info("AggregationLink G=%d W=%d flit=%d B buffer=%d words latency=%d; seed %d",
-                  G, W, link.flit_bytes, link.buffer_words, link.latency, seed)
+                  G, W, link.flit_bytes, link.buffer_words, link.latency, rec.seed)
     corners = corner_link_ops(rng, G, W)
     ops = [op for op, _ in corners]
     data = [d for _, d in corners]
@@ -198,12 +196,9 @@ async def test_link_stress(dut, traffic):
                      for s in range(G)])
     got, want, sinks, _, _, cycles, errors = await _link_case(
         dut, link, ops, data, rng=rng, flow=traffic_pattern(traffic))
-    details = list(errors)
-    for d in range(G):
-        details += mismatch_details(f"pe_o[{d}]", got[d], want[d])
-    compared = sum(min(len(g), len(w)) for g, w in zip(got, want))
-    mism = sum(a != b for g, w in zip(got, want) for a, b in zip(g, w)) \
-        + sum(abs(len(g) - len(w)) for g, w in zip(got, want)) + len(errors)
+    details = errors + port_details("pe_o", got, want)
+    compared = words_compared(got, want)
+    mism = word_mismatches(got, want) + len(errors)
     modes = sorted({op.mode.name for op in ops})
     rec.add(case="link stress", traffic=traffic, descriptors=len(ops), modes=modes,
             words=sum(map(len, want)), cycles=cycles, comparisons=compared, mismatches=mism,
@@ -228,9 +223,7 @@ async def test_link_throughput(dut):
     ideal ``max(words sent, words received) x flits per word``, and checks every word."""
     lp, p = _link_params()
     link = _link_dut_info(lp)
-    seed = resolve_seed()
-    rec = CaseRecords(dut, "test_link_throughput", seed)
-    rng = random.Random(int(case_rng(seed, "test_link_throughput").integers(1 << 62)))
+    rec, rng = CaseRecords.open(dut, "test_link_throughput")
     G, W, S = link.pes, link.word_bits, link.flits_per_word
     await streams.start(dut, ["op__valid", "errors_clear"]
                         + [f"pe_i__{s}__valid" for s in range(G)]
@@ -251,8 +244,7 @@ async def test_link_throughput(dut):
         if first - taken != link.op_latency + link.latency:
             details.append(f"first word offered {first - taken} cycles after the descriptor, "
                            f"expected op_latency + latency = {link.op_latency + link.latency}")
-        for d in range(G):
-            details += mismatch_details(f"pe_o[{d}]", got[d], want[d])
+        details += port_details("pe_o", got, want)
         mism = len(details)
         port_bytes = max(op.words, op.delivered_words()) * W // 8
         rec.add(case=f"link {mode.name}", traffic="streaming", mode=mode.name, pes=G,
@@ -302,10 +294,9 @@ def link_figures(arch, seed=None, *, stream_words=512) -> dict:
     one line each (:func:`~elmoe3d.sim.cocotb_cycles.figure_failures`)."""
     link = run_link_bench(link_params(arch), tests="test_link_throughput", seed=seed,
                           params={"stream_words": stream_words}, check=False)
-    return {"link": link.records, "failures": figure_failures(link, "test_link_throughput"),
-            "seed": link.sim.seed, "logs": [str(link.sim.log_file)],
-            "aggregation_bytes_per_cycle": arch.aggregation_bytes_per_cycle,
-            "word_bytes": arch.pe.word_bytes, "pes_per_group": arch.pes_per_group}
+    return throughput_figures("link", link, "test_link_throughput",
+                              aggregation_bytes_per_cycle=arch.aggregation_bytes_per_cycle,
+                              word_bytes=arch.pe.word_bytes, pes_per_group=arch.pes_per_group)
 
 
 #: Definition printed under the table.

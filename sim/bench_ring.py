@@ -39,9 +39,10 @@ import cocotb
 
 from ..sw.golden.ring import RingFlit, ref_ring, ring_flits, ring_geometry
 from . import cocotb_streams as streams
-from .cocotb_cycles import CaseRecords, Sink, Source, figure_failures, mismatch_details, run_cycles
+from .cocotb_cycles import (CaseRecords, Sink, Source, port_details, run_cycles,
+                            throughput_figures, word_mismatches, words_compared)
 from .records import BenchResult, run_bench
-from .runner import case_rng, load_params, resolve_seed
+from .runner import load_params
 from .traffic import BENCH_TRAFFIC, SMOOTH, traffic as traffic_pattern
 
 
@@ -135,29 +136,23 @@ async def test_ring_stress(dut, traffic):
     (``stalls``) or none (``smooth``)."""
     rp, p = _ring_params()
     ring = _ring_dut_info(rp)
-    seed = resolve_seed()
-    test = f"test_ring_stress-{traffic}"
-    rec = CaseRecords(dut, test, seed)
-    rng = random.Random(int(case_rng(seed, test).integers(1 << 62)))
+    rec, rng = CaseRecords.open(dut, f"test_ring_stress-{traffic}")
     await _ring_reset(dut, ring)
     dut._log.info("StreamlineRing %d PEs in %d groups, W=%d, flit %d B, %d flits per PE "
                   "FIFO, latency %s; seed %d", ring.pes, ring.groups, ring.word_bits,
-                  ring.flit_bytes, ring.buffer_flits, ring.latency, seed)
+                  ring.flit_bytes, ring.buffer_flits, ring.latency, rec.seed)
     flits = random_ring_flits(rng, pes=ring.pes, word_bits=ring.word_bits,
                               flit_bytes=ring.flit_bytes, transfers=int(p.get("transfers", 60)),
                               stream_bits=ring.stream_bits)
     got, want, _, _, cycles, errors = await _ring_case(dut, ring, flits, rng=rng,
                                                        flow=traffic_pattern(traffic))
-    details = list(errors)
-    for q in range(ring.pes):
-        details += mismatch_details(f"ext[{q}]", got[q], want[q])
-    mism = sum(a != b for g, w in zip(got, want) for a, b in zip(g, w)) \
-        + sum(abs(len(g) - len(w)) for g, w in zip(got, want)) + len(errors)
+    details = errors + port_details("ext", got, want)
+    mism = word_mismatches(got, want) + len(errors)
     rec.add(case="ring stress", traffic=traffic, flits=len(flits),
             streams=len({f.stream for f in flits}),
             multicast_flits=sum(bin(f.dst_mask).count("1") > 1 for f in flits),
             words=sum(map(len, want)), cycles=cycles,
-            comparisons=sum(min(len(g), len(w)) for g, w in zip(got, want)),
+            comparisons=words_compared(got, want),
             mismatches=mism, details=details[:8])
     rec.finish()
 
@@ -180,18 +175,14 @@ async def test_ring_throughput(dut):
     cycle), and every word checked."""
     rp, p = _ring_params()
     ring = _ring_dut_info(rp)
-    seed = resolve_seed()
-    rec = CaseRecords(dut, "test_ring_throughput", seed)
-    rng = random.Random(int(case_rng(seed, "test_ring_throughput").integers(1 << 62)))
+    rec, rng = CaseRecords.open(dut, "test_ring_throughput")
     await _ring_reset(dut, ring)
     n = int(p.get("stream_flits", 1024))
     for pattern in RING_PATTERNS:
         flits = _pattern_flits(pattern, rng, ring, n)
         got, want, src, sinks, _, errors = await _ring_case(dut, ring, flits, rng=rng,
                                                             flow=SMOOTH)
-        details = list(errors)
-        for q in range(ring.pes):
-            details += mismatch_details(f"ext[{q}]", got[q], want[q])
+        details = errors + port_details("ext", got, want)
         # First flit taken to last word delivered, less the last group's latency.
         last = max(k.cycles[-1] for k in sinks if k.cycles)
         cycles = last - src.taken[0] + 1 - ring.latency[-1]
@@ -246,10 +237,9 @@ def ring_figures(arch, seed=None, *, stream_flits=1024) -> dict:
     each (:func:`~elmoe3d.sim.cocotb_cycles.figure_failures`)."""
     ring = run_ring_bench(ring_params(arch), tests="test_ring_throughput", seed=seed,
                           params={"stream_flits": stream_flits}, check=False)
-    return {"ring": ring.records, "failures": figure_failures(ring, "test_ring_throughput"),
-            "seed": ring.sim.seed, "logs": [str(ring.sim.log_file)],
-            "streamline_bytes_per_cycle": arch.streamline_bytes_per_cycle,
-            "pes": arch.pes, "pes_per_group": arch.pes_per_group}
+    return throughput_figures("ring", ring, "test_ring_throughput",
+                              streamline_bytes_per_cycle=arch.streamline_bytes_per_cycle,
+                              pes=arch.pes, pes_per_group=arch.pes_per_group)
 
 
 #: Definition printed under the table.

@@ -8,19 +8,27 @@ a :class:`Sink` drops ``ready`` at random and checks the stream rule on what it 
 offered item stays valid and unchanged until taken). Streams are the Verilog ports Amaranth
 emits for ``amaranth.lib.stream`` interfaces (``<port>__valid``, ``__payload``, ``__ready``);
 cycles are :func:`elmoe3d.sim.cocotb_streams.cycle`. :class:`CaseRecords` collects a test's case
-records, writes ``summary-<test>.json`` and fails the test if a case mismatched.
+records, writes ``summary-<test>.json`` and fails the test if a case mismatched
+(:meth:`CaseRecords.open` also gives the test its seeded random generator);
+:func:`port_details`, :func:`word_mismatches` and :func:`words_compared` check the words of
+every output port against the golden model. :func:`throughput_figures` is the figure dict of a
+throughput run.
 """
 
 from __future__ import annotations
+
+import random
 
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from . import cocotb_streams as streams
 from .records import write_summary
+from .runner import case_rng, resolve_seed
 
 
-__all__ = ["Source", "Sink", "run_cycles", "mismatch_details", "CaseRecords",
-           "figure_failures", "join_figures", "failure_lines"]
+__all__ = ["Source", "Sink", "run_cycles", "mismatch_details", "port_details",
+           "word_mismatches", "words_compared", "CaseRecords", "figure_failures",
+           "throughput_figures", "join_figures", "failure_lines"]
 
 
 class Source:
@@ -125,9 +133,38 @@ def mismatch_details(name, got, want, limit=4):
     return out
 
 
+def port_details(port, got, want) -> list:
+    """:func:`mismatch_details` of every output port ``port[i]`` (``got[i]`` against
+    ``want[i]``), port after port."""
+    return [line for i, (g, w) in enumerate(zip(got, want))
+            for line in mismatch_details(f"{port}[{i}]", g, w)]
+
+
+def word_mismatches(got, want) -> int:
+    """Words that differ, plus words missing or extra, over every port (``got[i]`` against
+    ``want[i]``)."""
+    return (sum(a != b for g, w in zip(got, want) for a, b in zip(g, w))
+            + sum(abs(len(g) - len(w)) for g, w in zip(got, want)))
+
+
+def words_compared(got, want) -> int:
+    """Words compared over every port: the shorter of ``got[i]`` and ``want[i]``."""
+    return sum(min(len(g), len(w)) for g, w in zip(got, want))
+
+
 class CaseRecords:
+    """The case records of one cocotb test ``test`` (seed ``seed``)."""
+
     def __init__(self, dut, test, seed):
         self.dut, self.test, self.seed, self.records = dut, test, seed, []
+
+    @classmethod
+    def open(cls, dut, test) -> tuple:
+        """``(records, rng)`` of test ``test``: the run's seed
+        (:func:`~elmoe3d.sim.runner.resolve_seed`) and a :class:`random.Random` drawn from
+        :func:`~elmoe3d.sim.runner.case_rng` for the test's name."""
+        seed = resolve_seed()
+        return cls(dut, test, seed), random.Random(int(case_rng(seed, test).integers(1 << 62)))
 
     def add(self, **rec):
         self.records.append(rec)
@@ -161,6 +198,13 @@ def figure_failures(res, what) -> list:
     if not res.sim.tests:
         failures.append(f"{what} did not run")
     return failures
+
+
+def throughput_figures(key, res, what, **extra) -> dict:
+    """The figure dict of a throughput run ``res`` of the test named ``what``:
+    ``{key: records, "failures": figure_failures(res, what), "seed", "logs", **extra}``."""
+    return {key: res.records, "failures": figure_failures(res, what), "seed": res.sim.seed,
+            "logs": [str(res.sim.log_file)], **extra}
 
 
 def join_figures(*figs) -> dict:
