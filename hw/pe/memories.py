@@ -16,6 +16,7 @@ from amaranth.lib.memory import Memory
 
 from ...isa import Target
 from .common import log2, parts_of
+from .link import LINK_TARGETS
 
 
 __all__ = ["Writes", "Reads", "BankedWrites", "BankedReads", "memory", "PEMemories"]
@@ -232,6 +233,15 @@ class PEMemories:
     SEND / RECV's port, REQUANT's port), ACT, TOK, HBUF and ROWMAX W/``io_parts`` bits wide,
     OUT W/``out_parts``. ``collisions`` maps each ``no_rw_check`` memory's name to its
     read-write collision signal.
+
+    Words in P parts (``streamed_weights``, ``narrow_iomem``, ``narrow_out``): part p of word w
+    at address ``w P + p`` (with both WMEM buffers in one memory, ``(b wmem_words + w) P + p``
+    for buffer b). A WMSB or WLSB part p holds depths ``p G/P .. (p+1) G/P - 1`` of every lane
+    (lane n's bits ``128 n + 128 p/P ..`` of the loaded word, lane after lane); a WSCALE part
+    p the scale entries ``8 p/P ..``; an ACT part p depths ``p G/P .. (p+1) G/P - 1`` of every
+    row (bytes ``r G + p G/P ..`` of the word, row after row); the others' part p bits ``p
+    W/P ..`` (HBUF values and row-max registers ``p W/32/P ..``, TOK entries and OUT values
+    ``p W/64/P ..``).
     """
 
     def __init__(self, m, *, config, weight_parts=1, io_parts=1, out_parts=1,
@@ -240,7 +250,8 @@ class PEMemories:
         Q = W // 32
         self.collisions = {}
         self.split = wbuf_memories == 2
-        self.weight_parts = weight_parts
+        self.word_bits, self.weight_parts, self.io_parts = W, weight_parts, io_parts
+        self.valid_bits = valid_bits
 
         def mem(name, depth, *, width=W, **kw):
             return memory(m, self.collisions, name, depth, width=width, **kw)
@@ -298,6 +309,97 @@ class PEMemories:
             Target.HBUF: [self.hbuf[1]],
             Target.OUT: [self.out[1]],
         }
+
+
+    def connect(self, m, *, gemm, next_pass, result, swiglu, combine, clear, link, requant,
+                output, sending, outputting):
+        """The reads and writes of the PE's parts (:mod:`elmoe3d.hw.pe`) and their read data,
+        in each port's priority order (the first request wins; the load engine's writes come
+        last, :meth:`build`): WMSB, WLSB, WSCALE the GEMM issue's (``next_pass``: the tile's,
+        the next weight part); ACT SEND, the GEMM issue; TOK SEND, the result stage's row
+        (``sending``: the execute engine is in SEND); HBUF write the SWIGLU sink, RECV,
+        REQUANT; HBUF read SEND, REQUANT; OUT write COMBINE, CLEAR, RECV (plain, accumulate);
+        OUT read COMBINE, SEND, RECV, OUTPUT (``outputting``); ROWMAX write SWIGLU, CLEAR,
+        RECV; ROWMAX read SWIGLU, SEND, RECV, and its second port REQUANT; ACT and TOK writes
+        RECV, REQUANT."""
+        act_rp, act_w = self.act
+        tok_rp, tok_w = self.tok
+        hbuf_rp, hbuf_w = self.hbuf
+        out_rp, out_w = self.out
+        rmax_rp, rmax_rq, rmax_w = self.rowmax
+        m.d.comb += [result.tok_data.eq(tok_rp.data), swiglu.rmax_data.eq(rmax_rp.data),
+                     combine.rd_data.eq(out_rp.data), requant.rmax_data.eq(rmax_rq.data),
+                     requant.hbuf_data.eq(hbuf_rp.data)]
+        # the GEMM's weight and scale reads (read by parts: the first part with the beat, the
+        # next ones on the tile's next_pass)
+        for plane, en, pass_en in zip(self.wmem_reads(),
+                                      (gemm.msb_en, gemm.lsb_en, gemm.scl_en),
+                                      (gemm.msb_pass_en, gemm.lsb_pass_en, None)):
+            for b, rp in enumerate(plane):
+                if pass_en is None:
+                    rp.request(1, gemm.scl_addr, en[b])
+                    continue
+                rp.request(gemm.w_cond, gemm.w_addr, en[b])
+                if self.weight_parts > 1:
+                    rp.request(next_pass, gemm.w_pass_addr, pass_en[b])
+        # the sinks: SWIGLU (HBUF, the row-max read-modify-write), COMBINE (OUT)
+        hbuf_w.request(swiglu.hbuf_w_en, swiglu.hbuf_w_addr, swiglu.hbuf_w_data,
+                       swiglu.hbuf_w_mask)
+        rmax_rp.request(swiglu.rmax_rd, swiglu.rmax_addr, 1)
+        rmax_w.request(swiglu.rmax_w_en, swiglu.rmax_w_addr, swiglu.rmax_w_data,
+                       swiglu.rmax_w_mask)
+        out_rp.request(combine.rd_issue, combine.rd_addr, 1)
+        if len(combine.rd_next_addr):
+            out_rp.request(combine.rd_next, combine.rd_next_addr, 1)
+        out_w.request(combine.w_en, combine.w_addr, combine.w_data, combine.w_mask)
+        # CLEAR: valid bits cleared, or zeros written a row a cycle
+        if self.valid_bits:
+            m.d.comb += [out_w.clear.eq(clear.out), rmax_w.clear.eq(clear.rowmax)]
+        else:
+            for wr, en in (*((bank, clear.out) for bank in self.out_w_banks),
+                           (rmax_w, clear.rowmax)):
+                wr.request(en & (clear.row < wr.depth), clear.row, 0)
+        # SEND's reads, RECV's writes and its accumulating reads and writes
+        link_mems = {Target.ACT: self.act, Target.TOK: self.tok, Target.HBUF: self.hbuf,
+                     Target.OUT: self.out, Target.ROWMAX: (rmax_rp, rmax_w)}
+        for target, name in LINK_TARGETS.items():
+            rp = link_mems[target][0]
+            rp.request(getattr(link, f"{name}_rd"), getattr(link, f"{name}_rd_addr"),
+                       getattr(link, f"{name}_rd_en"))
+            m.d.comb += getattr(link, f"{name}_data").eq(rp.data)
+        for target, name in LINK_TARGETS.items():
+            link_mems[target][-1].request(getattr(link, f"{name}_w_en"),
+                                          getattr(link, f"{name}_w_addr"),
+                                          getattr(link, f"{name}_w_data"))
+        out_rp.request(link.acc_out_rd, link.acc_out_addr, 1)
+        rmax_rp.request(link.acc_rowmax_rd, link.acc_rowmax_addr, 1)
+        out_w.request(link.acc_out_w_en, link.acc_w_addr, link.acc_out_w_data)
+        rmax_w.request(link.acc_rowmax_w_en, link.acc_w_addr, link.acc_rowmax_w_data)
+        # REQUANT: the row maxima (its own port), e_h into TOK, HBUF in, codes into ACT
+        rmax_rq.request(requant.rmax_rd, requant.rmax_addr, 1)
+        tok_w.request(requant.tok_w_en, requant.tok_w_addr, requant.tok_w_data,
+                      requant.tok_w_mask)
+        act_w.request(requant.act_w_en, requant.act_w_addr, requant.act_w_data,
+                      requant.act_w_mask)
+        hbuf_rp.request(requant.hbuf_rd, requant.hbuf_addr, requant.hbuf_en)
+        # OUTPUT: a pair of OUT words (both banks), or a word (part) at a time
+        if isinstance(out_rp, BankedReads):
+            out_rp.request(outputting, output.rd_addr, output.rd_en, pair=True)
+            m.d.comb += output.rd_data.eq(out_rp.pair_data)
+        else:
+            out_rp.request(outputting, output.rd_addr, output.rd_en)
+            m.d.comb += output.rd_data.eq(out_rp.data)
+        # the ACT read port: the GEMM's unless SEND holds it; TOK: the sink's unless SEND
+        if self.io_parts > 1:
+            act_rp.request(gemm.step, gemm.act_addr)
+            act_rp.request(next_pass, gemm.act_pass_addr)
+        else:
+            act_rp.request(~sending, gemm.act_addr, gemm.step)
+        m.d.comb += gemm.act_data.eq(act_rp.data)
+        for plane, port in zip(self.wmem_reads(), (gemm.msb_data, gemm.lsb_data, gemm.scl_data)):
+            m.d.comb += [port[b].eq(rp.data) for b, rp in enumerate(plane)]
+        log_tk = log2(self.word_bits // 64) - log2(self.io_parts)
+        tok_rp.request(~sending, result.row_t >> log_tk, ~result.stall)
 
     def build(self, m, *, payload, target, buf, addr, xfer, part, part_write, parted,
               act_elems, lanes):

@@ -19,11 +19,11 @@ from ...isa import Op, Target
 from ..isa import command_layout, o_beat_layout
 from ..tile import TensorTile
 from .combine import CombineSink
-from .common import act_part_elems, log2, older
+from .common import act_part_elems, older
 from .decoder import CommandDecoder
 from .execute import EXEC_STATES, ClearEngine, ExecuteEngine
 from .gemm import GemmIssue
-from .link import LINK_TARGETS, LinkPort
+from .link import LinkPort
 from .load import LoadEngine
 from .memories import PEMemories
 from .output import OutputEngine
@@ -151,45 +151,33 @@ class PE(wiring.Component):
         throughput; ``CLEAR out`` without valid bits takes ``out_words`` cycles.
     streamed_weights : bool
         False (default): the WMSB and WLSB planes are W bits wide and a GEMM beat reads a word
-        of each. True (needs ``tile_passes`` P > 1; an FPGA option): they are W/P bits wide
-        and P times as deep, part p of word w at address ``w P + p`` (with both buffers in
-        one memory, ``(b wmem_words + w) P + p`` for buffer b) holding depths
-        ``p G/P .. (p+1) G/P - 1`` of every lane (lane n's bits ``128 n + 128 p/P ..`` of the
-        loaded word, lane after lane). The tile takes its weights a pass at a time
-        (``TensorTile(streamed_weights=True)``): the beat reads part 0 and every further pass
-        the next part, so a weight plane's read data, its block-RAM data pins and the beat's
-        weight multiplexers are W/P bits wide instead of W. WSCALE too is W/P bits wide (part
-        p of a scale word holds its entries ``8 p/P ..``; the beat reads the part of its
-        entry). A LOAD into WMSB, WLSB or WSCALE writes a word in P cycles (part by part,
-        ``ld.ready`` in the last), other LOADs one word a cycle as before. Every result is
-        unchanged, and so are a GEMM's cycles once its weights are in (one that waits for
-        its own weight LOAD starts up to P - 1 cycles a weight word later).
+        of each. True (needs ``tile_passes`` P > 1; an FPGA option): WMSB, WLSB and WSCALE are
+        W/P bits wide and P times as deep (the parts' layout:
+        :class:`~elmoe3d.hw.pe.memories.PEMemories`), the planes read a tile pass at a time
+        (``TensorTile(streamed_weights=True)``), so a plane's read data, its block-RAM data
+        pins and the beat's weight multiplexers are W/P bits wide. A LOAD into them writes a
+        word in P cycles (``ld.ready`` in the last). Every result is unchanged, and so are a
+        GEMM's cycles once its weights are in (one that waits for its own weight LOAD starts
+        up to P - 1 cycles a weight word later).
     narrow_iomem : bool
         False (default): ACT, TOK, HBUF and ROWMAX are W bits wide. True (needs
         ``tile_passes`` P > 1 and ``requant_units`` at most min(W/32, 32)/P; an FPGA option):
-        they are W/P bits wide and P times as deep, part p of word w at address ``w P + p``.
-        ACT's part p holds depths ``p G/P .. (p+1) G/P - 1`` of every row (bytes
-        ``r G + p G/P ..`` of the word, row after row), so the tile takes its activations a
-        pass at a time (``TensorTile(streamed_acts=True)``) as it does the weights with
-        ``streamed_weights``; the others' part p holds bits ``p W/P ..`` (HBUF values and
-        row-max registers ``p W/32/P ..``, TOK entries ``p W/64/P ..``). REQUANT and the
+        they are W/P bits wide and P times as deep (:class:`~elmoe3d.hw.pe.memories.PEMemories`),
+        ACT read a tile pass at a time (``TensorTile(streamed_acts=True)``). REQUANT and the
         SWIGLU and COMBINE sinks read and write the one part their values are in, in the same
-        cycles (the row-max read-modify-write included); a LOAD or RECV into them writes a
-        word in P cycles (``ld.ready`` / ``link_i.ready`` in the last; a ROWMAX RECV with
-        ``accumulate`` takes the maximum a part a cycle), a SEND of them reads a word in P
-        cycles into a W-bit register and offers it the cycle after (P + 1 cycles a word), and
-        CLEAR without valid bits writes ROWMAX a part a cycle. Every result is unchanged; a
-        GEMM's beats after its loads come in the same cycles.
+        cycles; a LOAD or RECV into them writes a word in P cycles, a part a cycle
+        (``ld.ready`` / ``link_i.ready`` in the last), a SEND reads a word in P cycles and
+        offers it the cycle after (P + 1 cycles a word), and CLEAR without valid bits writes
+        ROWMAX a part a cycle. Every result is unchanged; a GEMM's beats after its loads come
+        in the same cycles.
     narrow_out : bool
         False (default): OUT is W bits wide. True (needs ``tile_passes`` P > 1, ``out_banks``
         1, ``out_valid_bits`` False, and ``combine_units`` and ``fp32_units`` at most W/64/P;
-        an FPGA option): OUT is W/P bits wide and P times as deep, part p of word w at
-        ``w P + p`` holding values ``p W/64/P ..`` (bits ``p W/P ..``). The COMBINE sink
-        reads and writes the part of each sub-step's values (read one cycle ahead, in the
-        same cycles), OUTPUT reads a part for each ``W/64/P / fp32_units`` sub-steps (the
-        same beat rate), a RECV with ``accumulate`` adds a part a cycle; LOAD, plain RECV and
-        SEND as ACT with ``narrow_iomem``, and CLEAR writes a part a cycle
-        (:attr:`clear_cycles`). Every result is unchanged.
+        an FPGA option): OUT is W/P bits wide and P times as deep. The COMBINE sink reads the
+        part of each sub-step's values one cycle ahead, OUTPUT a part for each ``W/64/P /
+        fp32_units`` sub-steps (the same beat rate), a RECV with ``accumulate`` adds a part a
+        cycle; LOAD, plain RECV and SEND as ACT with ``narrow_iomem``, and CLEAR writes a
+        part a cycle (:attr:`clear_cycles`). Every result is unchanged.
 
     Raises
     ------
@@ -414,11 +402,6 @@ class PE(wiring.Component):
         mems = PEMemories(m, config=cfg, weight_parts=parts, io_parts=io_parts,
                           out_parts=out_parts, wbuf_memories=opts.wbuf_memories,
                           out_banks=opts.out_banks, valid_bits=vb)
-        act_rp, act_w = mems.act
-        tok_rp, tok_w = mems.tok
-        hbuf_rp, hbuf_w = mems.hbuf
-        out_rp, out_w = mems.out
-        rmax_rp, rmax_rq, rmax_w = mems.rowmax
 
         # ---- the parts ----------------------------------------------------------------------
         dec = m.submodules.decoder = CommandDecoder(load_queue_depth=opts.load_queue_depth)
@@ -509,11 +492,8 @@ class PE(wiring.Component):
             rs.next_seq.eq(dec.xn_seq),
             rs.psum_valid.eq(self.link_i.valid), rs.psum_data.eq(self.link_i.payload),
             rs.raw_ready.eq(self.link_o.ready), rs.stall.eq(sw.stall | cmb.stall),
-            rs.tok_data.eq(tok_rp.data),
             sw.row_valid.eq(rs.row_valid), sw.row.eq(rs.row), sw.tok.eq(rs.tok),
-            sw.rmax_data.eq(rmax_rp.data),
             cmb.row_valid.eq(rs.row_valid), cmb.row.eq(rs.row), cmb.tok.eq(rs.tok),
-            cmb.rd_data.eq(out_rp.data),
             clr.start.eq(ex.start & (xop == Op.CLEAR)), clr.args.eq(xc.args.clear),
             clr.active.eq(st["CLEAR"]),
             link.send_start.eq(ex.start & (xop == Op.SEND)), link.send_args.eq(xc.args.send),
@@ -526,7 +506,6 @@ class PE(wiring.Component):
             # the ACT write port goes to the load engine first: REQUANT holds meanwhile
             rqe.hold.eq(lde.active & (lde.target == Target.ACT) & (lde.left != 0)
                         & ~lde.blocked & self.ld.valid),
-            rqe.rmax_data.eq(rmax_rq.data), rqe.hbuf_data.eq(hbuf_rp.data),
             opx.start.eq(ex.start & (xop == Op.OUTPUT)), opx.args.eq(xc.args.output),
             opx.active.eq(st["OUTPUT"]), opx.o_ready.eq(self.o.ready & ~st["STATUS"]),
         ]
@@ -551,75 +530,10 @@ class PE(wiring.Component):
             self.o.payload.data.eq(Mux(st["STATUS"], Value.cast(stat.beat), opx.bits)),
         ]
 
-        # ---- memory requests, in priority order per port --------------------------------------
-        # the GEMM's weight and scale reads (read by parts: the first part with the beat, the
-        # next ones on the tile's next_pass)
-        for plane, en, pass_en in zip(mems.wmem_reads(), (gi.msb_en, gi.lsb_en, gi.scl_en),
-                                      (gi.msb_pass_en, gi.lsb_pass_en, None)):
-            for b, rp in enumerate(plane):
-                if pass_en is None:
-                    rp.request(1, gi.scl_addr, en[b])
-                    continue
-                rp.request(gi.w_cond, gi.w_addr, en[b])
-                if parts > 1:
-                    rp.request(tile.next_pass, gi.w_pass_addr, pass_en[b])
-        # the sinks: SWIGLU (HBUF, the row-max read-modify-write), COMBINE (OUT)
-        hbuf_w.request(sw.hbuf_w_en, sw.hbuf_w_addr, sw.hbuf_w_data, sw.hbuf_w_mask)
-        rmax_rp.request(sw.rmax_rd, sw.rmax_addr, 1)
-        rmax_w.request(sw.rmax_w_en, sw.rmax_w_addr, sw.rmax_w_data, sw.rmax_w_mask)
-        out_rp.request(cmb.rd_issue, cmb.rd_addr, 1)
-        if out_parts > 1:
-            out_rp.request(cmb.rd_next, cmb.rd_next_addr, 1)
-        out_w.request(cmb.w_en, cmb.w_addr, cmb.w_data, cmb.w_mask)
-        # CLEAR: valid bits cleared, or zeros written a row a cycle
-        if vb:
-            m.d.comb += [out_w.clear.eq(clr.out), rmax_w.clear.eq(clr.rowmax)]
-        else:
-            for wr, en in (*((bank, clr.out) for bank in mems.out_w_banks), (rmax_w, clr.rowmax)):
-                wr.request(en & (clr.row < wr.depth), clr.row, 0)
-        # SEND's reads, RECV's writes and its accumulating reads and writes
-        link_mems = {Target.ACT: mems.act, Target.TOK: mems.tok, Target.HBUF: mems.hbuf,
-                     Target.OUT: mems.out, Target.ROWMAX: (rmax_rp, rmax_w)}
-        for target, name in LINK_TARGETS.items():
-            rp = link_mems[target][0]
-            rp.request(getattr(link, f"{name}_rd"), getattr(link, f"{name}_rd_addr"),
-                       getattr(link, f"{name}_rd_en"))
-            m.d.comb += getattr(link, f"{name}_data").eq(rp.data)
-        for target, name in LINK_TARGETS.items():
-            link_mems[target][-1].request(getattr(link, f"{name}_w_en"),
-                                          getattr(link, f"{name}_w_addr"),
-                                          getattr(link, f"{name}_w_data"))
-        out_rp.request(link.acc_out_rd, link.acc_out_addr, 1)
-        rmax_rp.request(link.acc_rowmax_rd, link.acc_rowmax_addr, 1)
-        out_w.request(link.acc_out_w_en, link.acc_w_addr, link.acc_out_w_data)
-        rmax_w.request(link.acc_rowmax_w_en, link.acc_w_addr, link.acc_rowmax_w_data)
-        # REQUANT: the row maxima (its own port), e_h into TOK, HBUF in, codes into ACT
-        rmax_rq.request(rqe.rmax_rd, rqe.rmax_addr, 1)
-        tok_w.request(rqe.tok_w_en, rqe.tok_w_addr, rqe.tok_w_data, rqe.tok_w_mask)
-        act_w.request(rqe.act_w_en, rqe.act_w_addr, rqe.act_w_data, rqe.act_w_mask)
-        hbuf_rp.request(rqe.hbuf_rd, rqe.hbuf_addr, rqe.hbuf_en)
-        # OUTPUT: a pair of OUT words (both banks), or a word (part) at a time
-        if opts.out_banks == 2:
-            out_rp.request(st["OUTPUT"], opx.rd_addr, opx.rd_en, pair=True)
-            m.d.comb += opx.rd_data.eq(out_rp.pair_data)
-        else:
-            out_rp.request(st["OUTPUT"], opx.rd_addr, opx.rd_en)
-            m.d.comb += opx.rd_data.eq(out_rp.data)
-        # the ACT read port: the GEMM's unless SEND holds it; TOK: the sink's unless SEND
-        if io_parts > 1:
-            act_rp.request(gi.step, gi.act_addr)
-            act_rp.request(tile.next_pass, gi.act_pass_addr)
-        else:
-            act_rp.request(~st["SEND"], gi.act_addr, gi.step)
-        m.d.comb += gi.act_data.eq(act_rp.data)
-        for b, rp in enumerate(mems.wmem_reads()[0]):
-            m.d.comb += gi.msb_data[b].eq(rp.data)
-        for b, rp in enumerate(mems.wmem_reads()[1]):
-            m.d.comb += gi.lsb_data[b].eq(rp.data)
-        for b, rp in enumerate(mems.wmem_reads()[2]):
-            m.d.comb += gi.scl_data[b].eq(rp.data)
-        log_tk = log2(W // 64) - log2(io_parts)
-        tok_rp.request(~st["SEND"], rs.row_t >> log_tk, ~rs.stall)
+        # ---- the parts' memory reads and writes, in each port's priority order
+        mems.connect(m, gemm=gi, next_pass=tile.next_pass, result=rs, swiglu=sw, combine=cmb,
+                     clear=clr, link=link, requant=rqe, output=opx, sending=st["SEND"],
+                     outputting=st["OUTPUT"])
         # the ports' multiplexers; the load engine writes with the lowest priority
         m.d.comb += lde.grant.eq(mems.build(
             m, payload=self.ld.payload, target=lde.target, buf=lde.buf, addr=lde.addr,
