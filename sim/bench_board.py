@@ -101,32 +101,19 @@ def build_board(arch: ArchConfig | None = None, *, waves=None, **params):
 @functools.cache
 def _all_golden(arch_json: str, tokens: int, layer: int, shape: tuple):
     import json
-    from ..config import ArchConfig
-    from ..sw.host import backends, compiler as host
-    from ..sw.host.corpus import traces_dir
-    from ..sw.host.elastic_sd import CoverageAcceptance, ElasticSD
-    from ..sw.host.hbcache import HBExpertCache
-    from ..sw.host.models import model_preset
-    from ..sw.host.trace import import_vllm_jsonl
-    arch = ArchConfig.from_dict(json.loads(arch_json))
-    mix = model_preset("mixtral-8x7b")
-    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=mix)
-    sm = host.synthetic_model(mix, shape)
-    cache = HBExpertCache(capacity_bytes=32 * sm.expert_msb_bytes, model=sm, admit=False)
-    esd = ElasticSD(cache=cache, depth=2, acceptance=CoverageAcceptance(0.5))
-    steps, _ = host.elastic_steps(host.limit_tokens(tr, tokens), esd, layers=[layer],
-                                  groups=arch.groups)
-    _, layers = backends.run_golden(steps, host.SyntheticWeights(sm, seed=7), arch, keep=True)
-    return steps, layers
+    from ..sw.host.pe_runs import trace_golden_layers
+    return trace_golden_layers(ArchConfig.from_dict(json.loads(arch_json)), tokens=tokens,
+                               layer=layer, shape=shape)
 
 
 def golden_layers(arch: ArchConfig, jobs, *, tokens: int = 5, layer: int = 15,
                   shape=SHAPE) -> list:
     """The golden layer-steps (:class:`elmoe3d.sw.host.backends.GoldenLayer`, jobs kept) of the
-    real Mixtral GSM8K routing trace (first ``tokens`` decode tokens of problem 0, layer
-    ``layer``, Elastic-SD depth 2: autoregressive, draft and verify steps; synthetic experts
-    of ``shape`` = (hidden, intermediate), weights seed 7; compiled by the host as the RTL
-    backend of ``elmoe3d run`` does), each restricted to the ``(step, layer, group)`` entries
+    real Mixtral GSM8K routing trace (:func:`elmoe3d.sw.host.pe_runs.trace_golden_layers`:
+    first ``tokens`` decode tokens of problem 0, layer ``layer``, Elastic-SD depth 2:
+    autoregressive, draft and verify steps; synthetic experts of ``shape`` = (hidden,
+    intermediate), weights seed 7; compiled by the host as the RTL backend of ``elmoe3d run``
+    does), each restricted to the ``(step, layer, group)`` entries
     of ``jobs``. Raises ``ValueError`` naming a job that does not exist."""
     import copy
     import json

@@ -11,27 +11,14 @@ import pytest
 
 from elmoe3d.config import preset
 from elmoe3d.sim import bench_host
-from elmoe3d.sw.host import backends, compiler as host
-from elmoe3d.sw.host.corpus import traces_dir
-from elmoe3d.sw.host.elastic_sd import CoverageAcceptance, ElasticSD
-from elmoe3d.sw.host.hbcache import HBExpertCache
-from elmoe3d.sw.host.models import model_preset
-from elmoe3d.sw.host.trace import import_vllm_jsonl
+from elmoe3d.sw.host.pe_runs import trace_golden_layers
 
 SMALL = preset("small")
 
 
 @functools.cache
 def _golden():
-    mix = model_preset("mixtral-8x7b")
-    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=mix)
-    sm = host.synthetic_model(mix)
-    cache = HBExpertCache(capacity_bytes=32 * sm.expert_msb_bytes, model=sm, admit=False)
-    esd = ElasticSD(cache=cache, depth=2, acceptance=CoverageAcceptance(0.5))
-    steps, _ = host.elastic_steps(host.limit_tokens(tr, 5), esd, layers=[15],
-                                  groups=SMALL.groups)
-    _, layers = backends.run_golden(steps, host.SyntheticWeights(sm, seed=7), SMALL, keep=True)
-    return steps, layers
+    return trace_golden_layers(SMALL, tokens=5)
 
 
 @pytest.mark.cocotb
