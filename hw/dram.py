@@ -27,6 +27,15 @@ __all__ = ["RowKind", "request_layout", "dram_bus_signature", "dram_errors_layou
            "DramController"]
 
 
+def _count_up_down(m, counter, inc, dec):
+    """``counter`` (sync) + 1 on a cycle with ``inc`` and not ``dec``, - 1 on one with ``dec``
+    and not ``inc``; unchanged otherwise (both: one in, one out)."""
+    with m.If(inc & ~dec):
+        m.d.sync += counter.eq(counter + 1)
+    with m.Elif(dec & ~inc):
+        m.d.sync += counter.eq(counter - 1)
+
+
 class _Timers:
     """Down-counters of DRAM clocks, one per timing constraint and scope. A command loads a
     counter with ``L - 1`` (L = the constraint in clocks) unless it holds more; every clock
@@ -386,12 +395,7 @@ class DramController(CheckedComponent):
         # entries per bank anywhere in the queue (the refresh avoids banks the queue needs)
         queued = [Signal(range(Q + 1), name=f"queued{b}") for b in range(nb)]
         for b in range(nb):
-            inc = push & (wport.data.bank == b)
-            dec = col_go & (he.bank == b)
-            with m.If(inc & ~dec):
-                m.d.sync += queued[b].eq(queued[b] + 1)
-            with m.Elif(dec & ~inc):
-                m.d.sync += queued[b].eq(queued[b] - 1)
+            _count_up_down(m, queued[b], push & (wport.data.bank == b), col_go & (he.bank == b))
         # precharge scout: closes a bank open at another row than a later entry needs, once no
         # prepared entry needs that row, while the look-ahead waits on earlier banks
         se = sport.data
@@ -404,12 +408,7 @@ class DramController(CheckedComponent):
                         & ~(p_valid & (pe_.bank == se.bank))),
         ]
         for b in range(nb):
-            inc = pass_go & (pe_.bank == b)
-            dec = col_go & (he.bank == b)
-            with m.If(inc & ~dec):
-                m.d.sync += pending[b].eq(pending[b] + 1)
-            with m.Elif(dec & ~inc):
-                m.d.sync += pending[b].eq(pending[b] - 1)
+            _count_up_down(m, pending[b], pass_go & (pe_.bank == b), col_go & (he.bank == b))
 
         # -- 4. refresh --
         interval = d.refresh_interval_ck
@@ -573,8 +572,5 @@ class DramController(CheckedComponent):
                      self.rdata.valid.eq(rfifo.r_rdy), self.rdata.payload.eq(rfifo.r_data),
                      rfifo.r_en.eq(self.rdata.ready)]
         taken = self.rdata.valid & self.rdata.ready
-        with m.If(col_rd & ~taken):
-            m.d.sync += outstanding.eq(outstanding + 1)
-        with m.Elif(taken & ~col_rd):
-            m.d.sync += outstanding.eq(outstanding - 1)
+        _count_up_down(m, outstanding, col_rd, taken)
         return m
