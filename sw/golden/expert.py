@@ -12,7 +12,7 @@ gives three views of the same computation (plain NumPy, never Amaranth):
 * :func:`build_expert_program` / :func:`build_moe_program` -- quantize, lay the weights out
   (up and gate rows interleaved per block, the intermediate dimension tiled over WMEM
   buffer-fulls, double buffering with signal / wait / release) and emit the PE program and its
-  ``ld`` stream (``docs/pe.md``, "Program of one expert"). :meth:`PEJob.run_fsim` executes it
+  ``ld`` stream (``docs/pe.md``, "Program of an MoE layer"). :meth:`PEJob.run_fsim` executes it
   on the functional simulator; :meth:`PEJob.decode` turns the ``o`` beats back into ``[T, H]``.
 
 The program's results equal :func:`ref_expert` / :func:`ref_moe` bit for bit (FP32 bits, Q.24
@@ -362,7 +362,7 @@ class PEJob:
     info: dict = field(default_factory=dict)
 
     def run_fsim(self):
-        """Run on the functional simulator; returns its :class:`~.fsim.FsimResult`."""
+        """Run on the functional simulator; returns its :class:`~.pe.FsimResult`."""
         from .pe import run
         return run(self.program, self.ld)
 
@@ -389,7 +389,7 @@ class PEJob:
         return out
 
     def decode(self, result) -> np.ndarray:
-        """``float32 [T, H]`` from an :class:`~.fsim.FsimResult` (or anything with ``.data()``
+        """``float32 [T, H]`` from an :class:`~.pe.FsimResult` (or anything with ``.data()``
         returning the DATA beats' FP32 values ``[beats, W/32]``)."""
         vals = result.data()
         rows = vals.size // self.hidden
