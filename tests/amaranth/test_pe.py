@@ -378,8 +378,9 @@ def interleave_up_gate(up, gate, mode):
 
 def expert_program(x_q, e_x, w_up, w_gate, w_down, gw, slots, mode, *, buf_words=None,
                    clear=True, output=True, tok_base=0, x_base=0, h_base=None, buf0=0):
-    """A whole SwiGLU expert as a PE program (the shape of ``docs/pe.md`` "Program of one
-    expert"), built here independently of ``sw/golden/expert.py``. Returns (program, ld words)."""
+    """A whole SwiGLU expert as a PE program (the shape of ``docs/pe.md`` "Program of an MoE
+    layer"), built here independently of ``sw/golden/expert.py``. Returns (program, ld
+    words)."""
     t, h = x_q.shape
     i = w_up.q.shape[0]
     G, Gi = h // 32, i // 32
