@@ -50,19 +50,21 @@ def make_model(**over):
                         clk_hz=p["clk_hz"], baud=p["baud"])
 
 
-def split_frames(raw: bytes) -> list:
-    """Wire bytes -> one bytes object per frame (FLAG .. FLAG), as the bridge sends them."""
+def split_frames(raw: bytes, *, complete: bool = True) -> list:
+    """Wire bytes -> one bytes object per frame (FLAG .. FLAG), as the bridge sends them.
+    ``complete``: all the bridge sent (asserted: every frame opens with FLAG and the last one
+    is closed); otherwise what it has sent so far (a frame still being sent is left out)."""
     frames, cur = [], None
     for b in raw:
         if cur is None:
-            assert b == FLAG, f"byte 0x{b:02x} outside a frame"
+            assert not complete or b == FLAG, f"byte 0x{b:02x} outside a frame"
             cur = bytearray((b,))
         else:
             cur.append(b)
             if b == FLAG:
                 frames.append(bytes(cur))
                 cur = None
-    assert cur is None, "the bridge stopped in the middle of a frame"
+    assert not complete or cur is None, "the bridge stopped in the middle of a frame"
     return frames
 
 
@@ -255,7 +257,7 @@ class Run:
                 busy = ctx.get(b.busy)
                 # -- op completion --
                 if waiting == "frame":
-                    n_rep = sum(1 for f in split_frames_partial(self.tx)
+                    n_rep = sum(1 for f in split_frames(self.tx, complete=False)
                                 if frame_type(f) in (Type.ACK, Type.NAK, Type.INFO))
                     if not rxq and not rx_valid and n_rep >= len(self.want_replies) \
                             and not busy:
@@ -331,19 +333,6 @@ def words_written(log) -> dict:
         assert len({a for a, _, _ in part}) == 1, "a word's bytes at two addresses"
         mem[part[0][0]] = int.from_bytes(bytes(d for _, _, d in part), "little")
     return mem
-
-
-def split_frames_partial(raw):
-    frames, cur = [], None
-    for b in raw:
-        if cur is None:
-            cur = bytearray((b,))
-        else:
-            cur.append(b)
-            if b == FLAG:
-                frames.append(bytes(cur))
-                cur = None
-    return frames
 
 
 def drain_all():
