@@ -131,6 +131,14 @@ class Shared:
 
 _DRAM_TIMING = ("DRAM timing: the device models check every constraint of "
                 "elmoe3d.sw.golden.dram (HB, LPDDR5)")
+#: Area note of the FPGA prototype's blocks.
+_FPGA_AREA = "FPGA utilization of the board top (synth.fpga)"
+
+
+def _covered_by(block: str) -> str:
+    """Bench note of a block with no bench of its own, covered by ``block``'s bench."""
+    return f"no bench of its own: covered by the {block}'s (sim/bench_{block}.py)"
+
 
 #: The blocks, leaves first.
 BLOCKS = (
@@ -139,7 +147,7 @@ BLOCKS = (
           golden=("elmoe3d.sw.golden.datapath",),
           golden_note="the unit PE's arithmetic is the IA8xW5 datapath, "
                       "sw/golden/datapath.py",
-          bench_note="no bench of its own: covered by the tile's (sim/bench_tile.py)",
+          bench_note=_covered_by("tile"),
           area_note="in the tensor tile's area model (synth.blocks TILE_FIT, MulLeaf, DotRowLeaf)",
           doc="docs/numerics.md#3-unit-pe-ia8xw5-and-modes-swgoldendatapathpy"),
     Block("fixed", "shared fixed-point RTL: saturating int64 add, round-half-even shifts",
@@ -177,7 +185,7 @@ BLOCKS = (
           rtl=("elmoe3d.hw.load_router",), tops=("elmoe3d.hw.load_router:LoadRouter",),
           golden_note="no golden module: it moves words unchanged; checked against the words "
                       "sent in tests/amaranth/test_load_router.py",
-          bench_note="no bench of its own: covered by the die's (sim/bench_die.py)",
+          bench_note=_covered_by("die"),
           doc="docs/memory.md#logic-die"),
     Block("agg_link", "aggregation link of a PE group: bypass, all-to-all, reduce-add, "
                       "reduce-max (Section 4.1, 5.2)",
@@ -199,7 +207,7 @@ BLOCKS = (
           rtl=("elmoe3d.hw.dram_port",), tops=("elmoe3d.hw.dram_port:DramWordPort",),
           golden_note="no golden module: words go through unchanged; checked against the "
                       "DRAM device models",
-          bench_note="no bench of its own: covered by the die's (sim/bench_die.py)",
+          bench_note=_covered_by("die"),
           tests_extra=("tests/amaranth/test_die_dram_port.py",),
           tests_note="tested as a part of the die: tests/amaranth/test_die_dram_port.py",
           area_note="in the die roll-up (synth.blocks.DIE_BLOCKS, HB and EXT word ports)",
@@ -210,7 +218,7 @@ BLOCKS = (
           golden=("elmoe3d.sw.golden.ring",),
           golden_note="the golden cut of a transfer into flits is the ring's: "
                       "elmoe3d.sw.golden.ring.ring_flits",
-          bench_note="no bench of its own: covered by the die's (sim/bench_die.py)",
+          bench_note=_covered_by("die"),
           tests_extra=("tests/amaranth/test_die_ext_stream.py",),
           tests_note="tested as a part of the die: tests/amaranth/test_die_ext_stream.py",
           area_note="in the die roll-up (synth.blocks.DIE_BLOCKS, EXT streamer)",
@@ -227,15 +235,15 @@ BLOCKS = (
     Block("bridge", "FPGA bridge: UART frames to the PE's command and load streams and back",
           rtl=("elmoe3d.hw.bridge",), tops=("elmoe3d.hw.bridge:Bridge",),
           golden=("elmoe3d.sw.golden.bridge",),
-          bench_note="no bench of its own: covered by the board's (sim/bench_board.py)",
-          area_note="FPGA utilization of the board top (synth.fpga)",
+          bench_note=_covered_by("board"),
+          area_note=_FPGA_AREA,
           doc="docs/fpga.md#bridge-hardware"),
     Block("uart", "UART receiver and transmitter of the FPGA prototype",
           rtl=("elmoe3d.hw.uart",), tops=("elmoe3d.hw.uart:UartRx", "elmoe3d.hw.uart:UartTx"),
           golden_note="no golden module: 8N1 framing, checked bit by bit in "
                       "tests/amaranth/test_uart.py",
-          bench_note="no bench of its own: covered by the board's (sim/bench_board.py)",
-          area_note="FPGA utilization of the board top (synth.fpga)",
+          bench_note=_covered_by("board"),
+          area_note=_FPGA_AREA,
           doc="docs/fpga.md#the-uart-hwuartpy"),
     Block("pll", "ECP5 PLL of the FPGA prototype (EHXPLLL)",
           rtl=("elmoe3d.hw.pll",), tops=("elmoe3d.hw.pll:Ecp5Pll",),
@@ -244,7 +252,7 @@ BLOCKS = (
           bench_note="no bench: a vendor primitive (the board bench runs without it)",
           tests_extra=("tests/tools/test_fpga_flow.py",),
           tests_note="tested with the FPGA flow: tests/tools/test_fpga_flow.py",
-          area_note="FPGA utilization of the board top (synth.fpga)",
+          area_note=_FPGA_AREA,
           doc="docs/fpga.md#board-top"),
     Block("board", "FPGA board top: PLL, UART, bridge, load router, PE in its FPGA-lean form",
           rtl=("elmoe3d.hw.board",),
@@ -252,7 +260,7 @@ BLOCKS = (
           golden_note="no golden module of its own: the bridge protocol "
                       "(sw/golden/bridge.py) and the PE's golden model",
           bench="elmoe3d.sim.bench_board",
-          area_note="FPGA utilization of the board top (synth.fpga)",
+          area_note=_FPGA_AREA,
           timing="FPGA fmax of the board top's clock (synth.fpga.parse_report)",
           doc="docs/fpga.md#board-top"),
 )
