@@ -70,6 +70,13 @@ class AtomicOutputs:
         self._pending.append((str(tmp), dest))
         return str(tmp)
 
+    def add_json(self, dest, doc, **dump_args) -> None:
+        """Write ``doc`` as JSON (indent 1, trailing newline; ``dump_args`` to
+        :func:`json.dump`) into a new temporary file for ``dest`` (:meth:`temp_for`)."""
+        with open(self.temp_for(dest), "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1, **dump_args)
+            f.write("\n")
+
     def commit(self):
         for tmp, dest in self._pending:
             os.replace(tmp, dest)
@@ -89,10 +96,7 @@ def write_json(path, doc, *, option: str = "--json", **dump_args) -> None:
     :class:`OSError` becomes a :class:`UserError` naming ``option`` and the file."""
     outputs = AtomicOutputs()
     try:
-        tmp = outputs.temp_for(path)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1, **dump_args)
-            f.write("\n")
+        outputs.add_json(path, doc, **dump_args)
         outputs.commit()
     except OSError as exc:
         raise UserError(f"{option} {path}: cannot write ({exc})") from None

@@ -46,7 +46,6 @@ JSON schema (numbers are floats; an SQNR of +inf, i.e. an exactly zero error, is
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -455,10 +454,7 @@ def run(args) -> int:
                                 "reason": reason} for i, reason in skipped],
                    "aggregate": {"tensors": len(results),
                                  **_result_json(agg, bits, methods, aggregate=True)}}
-            tmp = outputs.temp_for(args.json)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(doc, f, indent=1, allow_nan=False)
-                f.write("\n")
+            outputs.add_json(args.json, doc, allow_nan=False)
         if args.plot is not None:
             tmp = outputs.temp_for(args.plot)
             _plot(tmp, plot_fmt, agg, bits, methods,

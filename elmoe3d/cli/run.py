@@ -54,7 +54,6 @@ or a request the backend cannot serve (one line naming the option, before anythi
 from __future__ import annotations
 
 import csv
-import json
 import math
 import sys
 import time
@@ -726,10 +725,7 @@ def run(args) -> int:
     outputs = AtomicOutputs()
     try:
         if args.json is not None:
-            tmp = outputs.temp_for(args.json)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(doc, f, indent=1, allow_nan=False)
-                f.write("\n")
+            outputs.add_json(args.json, doc, allow_nan=False)
         if args.csv is not None:
             write_csv(outputs.temp_for(args.csv), doc)
         if args.plot is not None:

@@ -38,7 +38,6 @@ JSON schema (areas in um^2)::
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 from pathlib import Path
@@ -315,9 +314,7 @@ def run(args) -> int:
     outputs = AtomicOutputs()
     try:
         if args.json is not None:
-            with open(outputs.temp_for(args.json), "w", encoding="utf-8") as f:
-                json.dump(report, f, indent=1)
-                f.write("\n")
+            outputs.add_json(args.json, report)
         if args.plot is not None:
             tmp = outputs.temp_for(args.plot)
             _plot(tmp, report, fmt=args.plot.suffix.lstrip(".") or "png")
