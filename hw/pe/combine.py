@@ -1,6 +1,6 @@
 """The PE's COMBINE sink: result rows through :class:`~elmoe3d.hw.vpu.CombineUnit` s, weighted
 by the token's gate and added into OUT (paper Section 4.1, Eq. 6, Fig. 10b; ``docs/pe.md``,
-"GEMM address generation")."""
+"Sinks")."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from amaranth.lib.wiring import In, Out
 from ...isa import Sink
 from ..isa import tok_entry_layout
 from ..vpu import CombineUnit
-from .common import log2
+from ...config import check_mul_stages, unit_count
+from .common import check_choice, check_word_bits, log2
 from .result import row_layout
 
 
@@ -65,9 +66,20 @@ class CombineSink(wiring.Component):
         Passed to the units.
     out_parts : int
         Parts of an OUT word (``narrow_out``: P, else 1).
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range (the message names it).
     """
 
     def __init__(self, *, lanes, word_bits, combine_units, mul_stages, out_parts=1):
+        check_word_bits(word_bits)
+        check_choice("lanes", lanes, (word_bits // 128,))
+        unit_count("combine_units", combine_units, lanes, f"dividing lanes = {lanes}")
+        check_mul_stages(mul_stages)
+        check_choice("out_parts", out_parts,
+                     tuple(p for p in (1, 2, 4) if combine_units <= word_bits // 64 // p))
         self._lanes, self._word_bits, self._j = lanes, word_bits, combine_units
         self._out_parts = out_parts
         OV, P = word_bits // 64, out_parts

@@ -53,3 +53,25 @@ def word_of(act: bool, *, word_bits: int, act_elems: list) -> list:
                 for part in act_elems]
     P, W = len(act_elems), word_bits
     return [[((p * W // P, (p + 1) * W // P), (0, W // P))] for p in range(P)]
+
+
+def check_choice(name: str, value, choices) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is an integer in ``choices``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value not in choices:
+        raise ValueError(f"{name}: expected one of {', '.join(map(str, choices))}, "
+                         f"got {value!r}")
+
+
+def check_word_bits(word_bits) -> None:
+    """``ValueError`` unless ``word_bits`` is a PE word width: ``lanes * 128`` bits for a
+    power-of-two number of lanes of at least 4 (``elmoe3d.config.PEOptions``)."""
+    if (not isinstance(word_bits, int) or isinstance(word_bits, bool) or word_bits < 512
+            or word_bits & (word_bits - 1)):
+        raise ValueError(f"word_bits: expected 128 x a power-of-two number of lanes (at least "
+                         f"4), got {word_bits!r}")
+
+
+def check_bool(name: str, value) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is a bool."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected a bool, got {value!r}")

@@ -62,9 +62,18 @@ class CommandDecoder(wiring.Component):
     ----------
     load_queue_depth : int
         Entries of the LOAD queue.
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range (the message names it).
     """
 
     def __init__(self, *, load_queue_depth):
+        if (not isinstance(load_queue_depth, int) or isinstance(load_queue_depth, bool)
+                or load_queue_depth < 1):
+            raise ValueError(f"load_queue_depth: expected a positive integer, got "
+                             f"{load_queue_depth!r}")
         self._depth = load_queue_depth
         super().__init__({
             "cmd": In(stream.Signature(command_layout())),

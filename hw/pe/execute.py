@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...isa import Op
 from ..isa import command_layout, op_layout
-from .common import SEQ, older
+from .common import SEQ, check_bool, older
 
 
 __all__ = ["EXEC_STATES", "ExecuteEngine", "ClearEngine"]
@@ -215,9 +215,17 @@ class ClearEngine(wiring.Component):
         OUT and ROWMAX have valid bits.
     cycles : int
         Cycles of a CLEAR of OUT or ROWMAX without valid bits.
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range (the message names it).
     """
 
     def __init__(self, *, valid_bits, cycles):
+        check_bool("valid_bits", valid_bits)
+        if not isinstance(cycles, int) or isinstance(cycles, bool) or cycles < 1:
+            raise ValueError(f"cycles: expected a positive integer, got {cycles!r}")
         self._valid_bits, self._cycles = valid_bits, cycles
         super().__init__({
             "start": In(1),

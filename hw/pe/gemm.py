@@ -12,7 +12,7 @@ from ...config import TileConfig
 from ...isa import Op
 from ..isa import op_layout
 from ..layouts import TileMode, tile_beat_layout
-from .common import log2
+from .common import check_choice, check_word_bits, log2
 
 
 __all__ = ["GemmIssue"]
@@ -72,10 +72,29 @@ class GemmIssue(wiring.Component):
         2 (a memory per buffer) or 1 (the buffer the top address bit).
     wmem_words, wscale_words : int
         Words of a buffer's plane and scales.
+
+    Raises
+    ------
+    TypeError
+        ``tile`` is not a :class:`~elmoe3d.config.TileConfig`.
+    ValueError
+        A parameter out of range (the message names it).
     """
 
     def __init__(self, *, tile: TileConfig, word_bits, passes, weight_parts, act_parts,
                  wbuf_memories, wmem_words, wscale_words):
+        if not isinstance(tile, TileConfig):
+            raise TypeError(f"tile: expected a TileConfig, got {tile!r}")
+        check_word_bits(word_bits)
+        check_choice("passes", passes, (1, 2, 4))
+        check_choice("weight_parts", weight_parts, sorted({1, passes}))
+        check_choice("act_parts", act_parts, sorted({1, passes}))
+        check_choice("wbuf_memories", wbuf_memories, (1, 2))
+        for name, words in (("wmem_words", wmem_words), ("wscale_words", wscale_words)):
+            if (not isinstance(words, int) or words < 1
+                    or (wbuf_memories == 1 and words & (words - 1))):
+                raise ValueError(f"{name}: expected a positive integer (a power of two with "
+                                 f"wbuf_memories=1), got {words!r}")
         self._tile, self._word_bits, self._passes = tile, word_bits, passes
         self._wparts, self._aparts = weight_parts, act_parts
         self._split = wbuf_memories == 2

@@ -1,7 +1,7 @@
 """The PE's aggregation-link port: SEND (IOMEM words onto ``link_o``, beside the RAW sink's
 words) and RECV (``link_i`` words into IOMEM, or accumulated: OUT saturating s64 addition,
-ROWMAX unsigned max) (paper Sections 4.1 and 5.2, Fig. 6; ``docs/pe.md``, "Memories"
-and "ROWMAX")."""
+ROWMAX unsigned max) (paper Sections 4.1 and 5.2, Fig. 6; ``docs/pe.md``, "SEND and
+RECV")."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from amaranth.lib.wiring import In, Out
 from ...isa import Op, Target
 from ..fixed import sat_add64
 from ..isa import op_layout
-from .common import act_part_elems, log2, parts_of, word_of
+from .common import (act_part_elems, check_bool, check_choice, check_word_bits, log2, parts_of,
+                     word_of)
 
 
 __all__ = ["LINK_TARGETS", "LinkPort"]
@@ -68,10 +69,22 @@ class LinkPort(wiring.Component):
         P, the parts of a word of a narrow target.
     narrow_iomem, narrow_out : bool
         ACT, TOK, HBUF and ROWMAX / OUT in P parts.
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range (the message names it).
     """
 
     def __init__(self, *, rows, group, word_bits, passes=1, narrow_iomem=False,
                  narrow_out=False):
+        check_word_bits(word_bits)
+        check_choice("rows", rows, (word_bits // 256,))
+        check_choice("passes", passes, (1, 2, 4))
+        check_bool("narrow_iomem", narrow_iomem)
+        check_bool("narrow_out", narrow_out)
+        if (narrow_iomem or narrow_out) and passes == 1:
+            raise ValueError("passes: a memory in parts needs 2 or 4, got 1")
         self._rows, self._group, self._word_bits, self._passes = rows, group, word_bits, passes
         self._narrow_iomem, self._narrow_out = narrow_iomem, narrow_out
         W, P = word_bits, passes

@@ -8,7 +8,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Target
-from .common import SEQ, log2
+from .common import SEQ, check_choice, check_word_bits, log2
 from .decoder import load_entry_layout
 
 
@@ -57,9 +57,19 @@ class LoadEngine(wiring.Component):
         Targets whose memories hold a word in ``passes`` parts.
     passes : int
         P, the parts of a word of a ``parted`` target.
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range (the message names it).
     """
 
     def __init__(self, *, word_bits, parted=(), passes=1):
+        check_word_bits(word_bits)
+        check_choice("passes", passes, (1, 2, 4))
+        if any(not isinstance(t, Target) for t in parted) or (parted and passes == 1):
+            raise ValueError(f"parted: expected Targets stored in passes > 1 parts, got "
+                             f"{parted!r} with passes={passes!r}")
         self._parted, self._passes = tuple(parted), passes
         super().__init__({
             "ld": In(stream.Signature(unsigned(word_bits))),

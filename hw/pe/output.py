@@ -11,7 +11,8 @@ from amaranth.lib.wiring import In, Out
 from ...isa import Op
 from ..isa import op_layout
 from ..vpu import Fp32Converter
-from .common import log2
+from ...config import unit_count
+from .common import check_choice, check_word_bits, log2
 
 
 __all__ = ["OutputEngine"]
@@ -64,9 +65,21 @@ class OutputEngine(wiring.Component):
         2 (a pair read in one cycle) or 1.
     out_parts : int
         Parts of an OUT word (``narrow_out``: P, else 1).
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range (the message names it).
     """
 
     def __init__(self, *, rows, word_bits, fp32_units, out_banks, out_parts):
+        check_word_bits(word_bits)
+        check_choice("rows", rows, (word_bits // 256,))
+        unit_count("fp32_units", fp32_units, word_bits // 32,
+                   f"dividing W/32 = {word_bits // 32}")
+        check_choice("out_banks", out_banks, (1, 2) if fp32_units < word_bits // 32 else (2,))
+        check_choice("out_parts", out_parts, (1,) if out_banks == 2 else
+                     tuple(p for p in (1, 2, 4) if fp32_units <= word_bits // 64 // p))
         self._rows, self._word_bits, self._k = rows, word_bits, fp32_units
         self._out_banks, self._out_parts = out_banks, out_parts
         q = word_bits // 32

@@ -10,7 +10,8 @@ from amaranth.lib.wiring import In, Out
 from ...isa import Op
 from ..isa import op_layout
 from ..vpu import RequantUnit, RowMaxExponent
-from .common import SEQ, log2
+from ...config import unit_count
+from .common import SEQ, check_choice, check_word_bits, log2
 
 
 __all__ = ["RequantEngine"]
@@ -64,9 +65,20 @@ class RequantEngine(wiring.Component):
         C (checked by the PE).
     io_parts : int
         Parts of an ACT, TOK, HBUF and ROWMAX word (``narrow_iomem``: P, else 1).
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range (the message names it).
     """
 
     def __init__(self, *, rows, word_bits, group, requant_units, io_parts):
+        check_word_bits(word_bits)
+        check_choice("rows", rows, (word_bits // 256,))
+        check_choice("group", group, (32,))
+        check_choice("io_parts", io_parts, (1, 2, 4))
+        top = min(word_bits // 32, 32) // io_parts
+        unit_count("requant_units", requant_units, top, f"in 1..min(W/32, 32)/io_parts = 1..{top}")
         self._rows, self._word_bits, self._group = rows, word_bits, group
         self._c, self._io_parts = requant_units, io_parts
         W, P = word_bits, io_parts

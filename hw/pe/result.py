@@ -1,6 +1,6 @@
 """The PE's result stage: GEMM sink descriptors, the tile result register with ``psum_in``, the
 RAW sink and the row feed of the VPU sinks (paper Sections 4.1 and 5.2, Fig. 10b;
-``docs/pe.md``, "GEMM address generation")."""
+``docs/pe.md``, "Sinks")."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ...isa import Op, Sink
 from ..fixed import sat_add64
 from ..isa import op_layout, tok_entry_layout
 from ..layouts import TileMode, tile_result_layout
-from .common import SEQ, log2
+from .common import SEQ, check_choice, check_word_bits, log2
 
 
 __all__ = ["row_layout", "ResultStage"]
@@ -83,9 +83,22 @@ class ResultStage(wiring.Component):
         Cycles from a row leaving stage A to its sink's last write.
     io_parts : int
         Parts of a TOK word (``narrow_iomem``: P, else 1).
+
+    Raises
+    ------
+    TypeError
+        ``tile`` is not a :class:`~elmoe3d.config.TileConfig`.
+    ValueError
+        A parameter out of range (the message names it).
     """
 
     def __init__(self, *, tile: TileConfig, word_bits, tail, io_parts=1):
+        if not isinstance(tile, TileConfig):
+            raise TypeError(f"tile: expected a TileConfig, got {tile!r}")
+        check_word_bits(word_bits)
+        if not isinstance(tail, int) or isinstance(tail, bool) or tail < 1:
+            raise ValueError(f"tail: expected a positive integer, got {tail!r}")
+        check_choice("io_parts", io_parts, (1, 2, 4))
         self._tile, self._word_bits, self._tail = tile, word_bits, tail
         self._io_parts = io_parts
         self._row_layout = row_layout(tile.lanes)

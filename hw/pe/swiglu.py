@@ -1,6 +1,5 @@
 """The PE's SWIGLU sink: result rows through :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s into HBUF,
-and the row maxima (paper Section 4.1, Eq. 3, Fig. 10b; ``docs/pe.md``, "GEMM address
-generation")."""
+and the row maxima (paper Section 4.1, Eq. 3, Fig. 10b; ``docs/pe.md``, "Sinks")."""
 
 from __future__ import annotations
 
@@ -11,7 +10,8 @@ from amaranth.lib.wiring import In, Out
 from ...isa import Sink
 from ..isa import tok_entry_layout
 from ..vpu import SwiGLUUnit
-from .common import log2
+from ...config import check_mul_stages, unit_count
+from .common import check_choice, check_word_bits, log2
 from .result import row_layout
 
 
@@ -66,9 +66,20 @@ class SwiGLUSink(wiring.Component):
         Passed to the units.
     io_parts : int
         Parts of an HBUF and ROWMAX word (``narrow_iomem``: P, else 1).
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range (the message names it).
     """
 
     def __init__(self, *, lanes, word_bits, swiglu_units, mul_stages, io_parts=1):
+        check_word_bits(word_bits)
+        check_choice("lanes", lanes, (word_bits // 128,))
+        unit_count("swiglu_units", swiglu_units, lanes // 2,
+                   f"dividing lanes / 2 = {lanes // 2}")
+        check_mul_stages(mul_stages)
+        check_choice("io_parts", io_parts, (1, 2, 4))
         self._lanes, self._word_bits, self._s = lanes, word_bits, swiglu_units
         self._io_parts = io_parts
         W, Q, P = word_bits, word_bits // 32, io_parts
