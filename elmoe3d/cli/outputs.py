@@ -6,11 +6,12 @@ possibly long run. :func:`check_output` rejects an unusable path up front (a dir
 missing or read-only folder) as a one-line :class:`~elmoe3d.errors.UserError`.
 :class:`AtomicOutputs` writes each file aside in its destination folder and renames it into
 place only when every output is complete, so a failed run leaves no partial or stale-looking
-file. New files get the usual permissions (``0o666`` less the umask), like ``open(path, "w")``.
+file; :func:`atomic_outputs` is the block that does so. New files get the usual permissions (``0o666`` less the umask), like ``open(path, "w")``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -19,7 +20,7 @@ from pathlib import Path
 from ..errors import UserError
 
 
-__all__ = ["check_output", "AtomicOutputs", "write_json", "report_console"]
+__all__ = ["check_output", "AtomicOutputs", "atomic_outputs", "write_json", "report_console"]
 
 
 def report_console(min_width=120):
@@ -91,14 +92,24 @@ class AtomicOutputs:
         self._pending = []
 
 
+@contextlib.contextmanager
+def atomic_outputs(error):
+    """A block that writes output files: yields an :class:`AtomicOutputs`, commits its files
+    when the block completes and discards them in any case (so after a failure none is left).
+    An :class:`OSError` in the block or the commit becomes a :class:`UserError` with the
+    message ``error(exc)``."""
+    outputs = AtomicOutputs()
+    try:
+        yield outputs
+        outputs.commit()
+    except OSError as exc:
+        raise UserError(error(exc)) from None
+    finally:
+        outputs.discard()
+
+
 def write_json(path, doc, *, option: str = "--json", **dump_args) -> None:
     """Write ``doc`` as JSON to ``path`` atomically (indent 1, trailing newline). An
     :class:`OSError` becomes a :class:`UserError` naming ``option`` and the file."""
-    outputs = AtomicOutputs()
-    try:
+    with atomic_outputs(lambda exc: f"{option} {path}: cannot write ({exc})") as outputs:
         outputs.add_json(path, doc, **dump_args)
-        outputs.commit()
-    except OSError as exc:
-        raise UserError(f"{option} {path}: cannot write ({exc})") from None
-    finally:
-        outputs.discard()

@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from .outputs import AtomicOutputs, check_output, report_console
+from .outputs import atomic_outputs, check_output, report_console
 
 
 __all__ = ["configure", "run", "parse_bits", "TensorResult", "analyse_tensor", "METHODS"]
@@ -444,8 +444,7 @@ def run(args) -> int:
     if args.per_tensor:
         out.print(_per_tensor_table(results, bits, methods))
 
-    outputs = AtomicOutputs()
-    try:
+    with atomic_outputs(lambda exc: f"cannot write output: {exc}") as outputs:
         if args.json is not None:
             doc = {"file": str(path), "format": tf.format, "group_size": 32, "bits": bits,
                    "methods": methods,
@@ -460,9 +459,4 @@ def run(args) -> int:
             _plot(tmp, plot_fmt, agg, bits, methods,
                   f"{path.name}: weight SQNR vs draft bits ({len(results)} tensors, "
                   f"{agg.elements:,} weights)")
-        outputs.commit()
-    except OSError as exc:
-        raise UserError(f"cannot write output: {exc}") from None
-    finally:
-        outputs.discard()
     return 0

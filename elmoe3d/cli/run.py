@@ -63,7 +63,7 @@ from ..errors import UserError
 from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_options,
                                 check_request, run_perf, summarise)
 from ..sw.host.backends.records import format_bytes as _b
-from .outputs import AtomicOutputs, check_output, report_console
+from .outputs import atomic_outputs, check_output, report_console
 
 
 __all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "BACKENDS",
@@ -722,8 +722,7 @@ def run(args) -> int:
                       + (f" (RTL lower bound / perf = {cyc / r['perf_cycles']:.2f})"
                          if cyc and r["perf_cycles"] else ""))
 
-    outputs = AtomicOutputs()
-    try:
+    with atomic_outputs(lambda exc: f"cannot write output: {exc}") as outputs:
         if args.json is not None:
             outputs.add_json(args.json, doc, allow_nan=False)
         if args.csv is not None:
@@ -731,11 +730,6 @@ def run(args) -> int:
         if args.plot is not None:
             Path(args.plot).mkdir(exist_ok=True)
             write_plots({n: outputs.temp_for(Path(args.plot) / f"{n}.png") for n in PLOTS}, doc)
-        outputs.commit()
-    except OSError as exc:
-        raise UserError(f"cannot write output: {exc}") from None
-    finally:
-        outputs.discard()
 
     if be.compares:
         bad = sum(r["summary"].get("mismatches", 0) for r in doc["runs"])

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from .outputs import AtomicOutputs, check_output
+from .outputs import atomic_outputs, check_output
 
 
 __all__ = ["configure", "run", "PAPER_PE_SHARE", "CHECK_TOLERANCE", "synth_report"]
@@ -311,18 +311,12 @@ def run(args) -> int:
         raise SynthError(f"roll-up check failed: the small PE's roll-up is "
                          f"{report['check']['error_pct']:+.2f}% off its whole synthesis "
                          f"(tolerance {100 * CHECK_TOLERANCE:.0f}%)")
-    outputs = AtomicOutputs()
-    try:
+    with atomic_outputs(lambda exc: f"cannot write the outputs ({exc})") as outputs:
         if args.json is not None:
             outputs.add_json(args.json, report)
         if args.plot is not None:
             tmp = outputs.temp_for(args.plot)
             _plot(tmp, report, fmt=args.plot.suffix.lstrip(".") or "png")
-        outputs.commit()
-    except OSError as exc:
-        raise UserError(f"cannot write the outputs ({exc})") from None
-    finally:
-        outputs.discard()
     return 0
 
 
