@@ -39,7 +39,7 @@ class CombineSink(wiring.Component):
     -----
     row_valid, row : In
         Stage A (:func:`~elmoe3d.hw.pe.result.row_layout`).
-    tok : In, :func:`~elmoe3d.hw.isa.tok_entry_layout`
+    tok_entry : In, :func:`~elmoe3d.hw.isa.tok_entry_layout`
         The row's TOK entry.
     stall : Out(1)
         Hold the row in stage A.
@@ -94,7 +94,7 @@ class CombineSink(wiring.Component):
         members = {
             "row_valid": In(1),
             "row": In(row_layout(lanes)),
-            "tok": In(tok_entry_layout()),
+            "tok_entry": In(tok_entry_layout()),
             "stall": Out(1),
             "rd_issue": Out(1),
             "rd_addr": Out(addr_bits),
@@ -135,7 +135,7 @@ class CombineSink(wiring.Component):
         cmb_o = [getattr(self, f"unit{j}_o") for j in range(J)]
         a = self.row
         a_full, a_ch, a_stride, a_acc = a.full, a.ch, a.stride, a.acc
-        tok_entry = self.tok
+        tok_entry = self.tok_entry
 
         n_sub_max = L // J
         a_cmb = self.row_valid & (a.sink == Sink.COMBINE)

@@ -202,7 +202,7 @@ class ClearEngine(wiring.Component):
         The execute engine is in CLEAR.
     flags, counters : Out(1)
         Clear the sticky flags / the counters in this cycle.
-    out, rowmax : Out(1)
+    clear_out, clear_rowmax : Out(1)
         Clear OUT / ROWMAX (valid bits: in this cycle; else write zeros into row ``row``).
     row : Out
         The row written (no valid bits).
@@ -233,8 +233,8 @@ class ClearEngine(wiring.Component):
             "active": In(1),
             "flags": Out(1),
             "counters": Out(1),
-            "out": Out(1),
-            "rowmax": Out(1),
+            "clear_out": Out(1),
+            "clear_rowmax": Out(1),
             "row": Out(range(cycles)),
             "done": Out(1),
         })
@@ -248,13 +248,13 @@ class ClearEngine(wiring.Component):
         m = Module()
         with m.If(self.start):
             m.d.comb += [self.flags.eq(self.args.flags), self.counters.eq(self.args.counters)]
-        m.d.comb += [self.out.eq(self.active & self.args.out),
-                     self.rowmax.eq(self.active & self.args.rowmax)]
+        m.d.comb += [self.clear_out.eq(self.active & self.args.out),
+                     self.clear_rowmax.eq(self.active & self.args.rowmax)]
         if self._valid_bits:
             m.d.comb += self.done.eq(self.active)
         else:
             n_clr, clr_row = self._cycles, self.row
-            clr_last = (clr_row == n_clr - 1) | ~(self.out | self.rowmax)
+            clr_last = (clr_row == n_clr - 1) | ~(self.clear_out | self.clear_rowmax)
             m.d.comb += self.done.eq(self.active & clr_last)
             with m.If(self.active):
                 m.d.sync += clr_row.eq(Mux(clr_last, 0, clr_row + 1))

@@ -354,10 +354,10 @@ class PEMemories:
         out_w.request(combine.w_en, combine.w_addr, combine.w_data, combine.w_mask)
         # CLEAR: valid bits cleared, or zeros written a row a cycle
         if self.valid_bits:
-            m.d.comb += [out_w.clear.eq(clear.out), rmax_w.clear.eq(clear.rowmax)]
+            m.d.comb += [out_w.clear.eq(clear.clear_out), rmax_w.clear.eq(clear.clear_rowmax)]
         else:
-            for wr, en in (*((bank, clear.out) for bank in self.out_w_banks),
-                           (rmax_w, clear.rowmax)):
+            for wr, en in (*((bank, clear.clear_out) for bank in self.out_w_banks),
+                           (rmax_w, clear.clear_rowmax)):
                 wr.request(en & (clear.row < wr.depth), clear.row, 0)
         # SEND's reads, RECV's writes and its accumulating reads and writes
         link_mems = {Target.ACT: self.act, Target.TOK: self.tok, Target.HBUF: self.hbuf,

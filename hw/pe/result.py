@@ -61,7 +61,7 @@ class ResultStage(wiring.Component):
         Stage A (:func:`row_layout`) and its command's number.
     row_t : Out(16)
         The token row entering stage A (its TOK entry is read now).
-    tok_data : In ; tok : Out, :func:`~elmoe3d.hw.isa.tok_entry_layout`
+    tok_data : In ; tok_entry : Out, :func:`~elmoe3d.hw.isa.tok_entry_layout`
         The TOK read port's data; the entry of stage A's token row in it.
     acc_set : Out(1)
         An accumulator (tile or ``psum_in``) saturated.
@@ -123,7 +123,7 @@ class ResultStage(wiring.Component):
             "row_seq": Out(SEQ),
             "row_t": Out(16),
             "tok_data": In(word_bits // io_parts),
-            "tok": Out(tok_entry_layout()),
+            "tok_entry": Out(tok_entry_layout()),
             "acc_set": Out(1),
             "dq_valid": Out(1),
             "busy": Out(1),
@@ -284,7 +284,7 @@ class ResultStage(wiring.Component):
                 a_seq.eq(res_seq),
             ]
         log_tk = log2(OV) - log2(self._io_parts)   # TOK entries of a read: W/64/io_parts
-        m.d.comb += self.tok.eq(self.tok_data.word_select(a.t[:log_tk], 64))
+        m.d.comb += self.tok_entry.eq(self.tok_data.word_select(a.t[:log_tk], 64))
         m.d.comb += res_done.eq(raw_done | vpu_res_done)
         m.d.comb += self.busy.eq(res_valid | dq_valid | s_active | a_valid)
 

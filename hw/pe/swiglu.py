@@ -41,7 +41,7 @@ class SwiGLUSink(wiring.Component):
     -----
     row_valid, row : In
         Stage A (:func:`~elmoe3d.hw.pe.result.row_layout`).
-    tok : In, :func:`~elmoe3d.hw.isa.tok_entry_layout`
+    tok_entry : In, :func:`~elmoe3d.hw.isa.tok_entry_layout`
         The TOK entry of the row (``e_x``).
     stall : Out(1)
         Hold the row in stage A (sub-steps left).
@@ -93,7 +93,7 @@ class SwiGLUSink(wiring.Component):
         members = {
             "row_valid": In(1),
             "row": In(row_layout(lanes)),
-            "tok": In(tok_entry_layout()),
+            "tok_entry": In(tok_entry_layout()),
             "stall": Out(1),
             "hbuf_w_en": Out(1),
             "hbuf_w_addr": Out(max(log_q, 1) - log2(Q // P) + 16 if narrow else 16),
@@ -173,7 +173,7 @@ class SwiGLUSink(wiring.Component):
                 sw_i[j].valid.eq(a_sw),
                 sw_i[j].payload.acc_up.eq(up),
                 sw_i[j].payload.acc_gate.eq(gate),
-                sw_i[j].payload.e_x.eq(self.tok.e_x),
+                sw_i[j].payload.e_x.eq(self.tok_entry.e_x),
                 sw_o[j].ready.eq(1),
             ]
         sw_tag_in = Signal(sw_tag_layout)
