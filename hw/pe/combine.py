@@ -1,6 +1,6 @@
 """The PE's COMBINE sink: result rows through :class:`~elmoe3d.hw.vpu.CombineUnit` s, weighted
 by the token's gate and added into OUT (paper Section 4.1, Eq. 6, Fig. 10b; ``docs/pe.md``,
-"Sinks")."""
+"GEMM address generation")."""
 
 from __future__ import annotations
 

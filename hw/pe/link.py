@@ -1,7 +1,7 @@
 """The PE's aggregation-link port: SEND (IOMEM words onto ``link_o``, beside the RAW sink's
 words) and RECV (``link_i`` words into IOMEM, or accumulated: OUT saturating s64 addition,
-ROWMAX unsigned max) (paper Sections 4.1 and 5.2, Fig. 6; ``docs/pe.md``, "SEND and
-RECV")."""
+ROWMAX unsigned max) (paper Sections 4.1 and 5.2, Fig. 6; ``docs/pe.md``, "Memories"
+and "ROWMAX")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The PE's result stage: GEMM sink descriptors, the tile result register with ``psum_in``, the
 RAW sink and the row feed of the VPU sinks (paper Sections 4.1 and 5.2, Fig. 10b;
-``docs/pe.md``, "Sinks")."""
+``docs/pe.md``, "GEMM address generation")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The PE's SWIGLU sink: result rows through :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s into HBUF,
-and the row maxima (paper Section 4.1, Eq. 3, Fig. 10b; ``docs/pe.md``, "Sinks")."""
+and the row maxima (paper Section 4.1, Eq. 3, Fig. 10b; ``docs/pe.md``, "GEMM address
+generation")."""
 
 from __future__ import annotations
 
