@@ -39,8 +39,22 @@ def test_every_code_folder_is_a_listed_subpackage():
     assert found, "no package folders found (package-dir mapping changed?)"
     missing = sorted(f"{folder} (as {pkg})" for folder, pkg in found.items() if pkg not in listed)
     assert not missing, f"pyproject.toml [tool.setuptools] packages lacks: {', '.join(missing)}"
-    stale = sorted(listed - set(found.values()))
+    # a data package (package-data only, no __init__.py) is listed so setuptools installs it
+    data = set(cfg.get("package-data", {}))
+    for package in sorted(data):
+        folder = REPO / package_dir_folder(package, package_dir)
+        assert folder.is_dir() and not (folder / "__init__.py").exists(), \
+            f"package-data {package!r}: expected a data folder without __init__.py at {folder}"
+        assert package in listed, f"pyproject.toml packages lacks the data package {package}"
+    stale = sorted(listed - set(found.values()) - data)
     assert not stale, f"pyproject.toml lists packages with no folder: {', '.join(stale)}"
+
+
+def package_dir_folder(package: str, package_dir: dict) -> str:
+    """The repository folder of a dotted package under the package-dir mapping."""
+    parent = max((p for p in package_dir if package == p or package.startswith(p + ".")), key=len)
+    tail = package[len(parent):].lstrip(".").replace(".", "/")
+    return package_dir[parent] + ("/" + tail if tail else "")
 
 
 def test_python_folders_have_an_init():
