@@ -276,11 +276,15 @@ SHARED = (
 
 
 def block(name: str) -> Block:
-    """The block called ``name``; ``ValueError`` naming it and the known names otherwise."""
+    """The block called ``name``, or whose top Component class is ``name`` (``"TensorTile"`` ->
+    the ``tile`` block); either in any letter case. ``ValueError`` naming ``name`` and the known
+    blocks otherwise."""
+    key = name.lower()
     for b in BLOCKS:
-        if b.name == name:
+        if b.name == key or any(top.rpartition(":")[2].lower() == key for top in b.tops):
             return b
-    raise ValueError(f"name: no block {name!r}; blocks: {', '.join(b.name for b in BLOCKS)}")
+    raise ValueError(f"no block or top Component class {name!r}; blocks: "
+                     f"{', '.join(b.name for b in BLOCKS)}")
 
 
 def block_of_module(module: str) -> Block | None:

@@ -23,7 +23,8 @@ from ..errors import UserError
 
 def configure(parser) -> None:
     parser.add_argument("name", nargs="?", default=None, metavar="NAME",
-                        help="one block (default: the table of every block)")
+                        help="one block, by name or by its top Component class (e.g. tile or TensorTile; "
+                             "default: the table of every block)")
     parser.add_argument("--json", action="store_true",
                         help="print the registry as JSON instead of tables")
 

@@ -123,8 +123,12 @@ def test_names_are_unique_and_modules_of_hw():
         assert block_of_module(mod).name == name, mod
     assert block_of_module("elmoe3d.hw.layouts") is None
     assert block_of_module("elmoe3d.hw.pel") is None
-    with pytest.raises(ValueError, match="name: no block 'nope'"):
+    with pytest.raises(ValueError, match="no block or top Component class 'nope'; blocks: unit_pe"):
         registry.block("nope")
+    # a block by its top Component class or in another letter case
+    for name, want in (("TensorTile", "tile"), ("tensortile", "tile"), ("PE", "pe"),
+                       ("AggregationLink", "agg_link"), ("DRAM", "dram")):
+        assert registry.block(name).name == want, name
 
 
 def _slug(heading: str) -> str:
@@ -240,4 +244,4 @@ def test_cli_prints_every_block(capsys):
                  "docs/memory.md#aggregation-link", "aggregation links"):
         assert path in text, path
     assert main(["blocks", "nope"]) == 2
-    assert "no block 'nope'" in capsys.readouterr().err
+    assert "no block or top Component class 'nope'" in capsys.readouterr().err
