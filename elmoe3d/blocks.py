@@ -6,14 +6,15 @@ One name per block in every folder (BRIEF section 8): ``hw/<name>.py`` (or a pac
 and the tests ``tests/<tier>/test_<name>.py`` / ``test_<name>_<aspect>.py``. Where a block
 departs from that, its entry says how in a note (``golden_note``, ``bench_note``,
 ``tests_note``); ``tests/tools/test_blocks.py`` fails on a departure without a note, on a note
-without a departure, on a path that does not exist, and on a :class:`amaranth.lib.wiring.Component`
-subclass defined in ``hw/`` that no block covers.
+without a departure, on a path that does not exist, on a module of ``hw/`` that no block lists
+and :data:`SHARED` does not, and on a :class:`amaranth.lib.wiring.Component` subclass defined
+in ``hw/`` that no block covers.
 
-A block owns the modules in :attr:`Block.rtl`: a module path names a module, a package (every
-module under it belongs to the block too, e.g. the PE's sub-components in ``hw/pe/``) and a
-family of parts (``hw/bridge_rx.py`` is the bridge's, as ``test_bridge_rx.py`` would be its
-test); a module under several entries belongs to the longest (``hw/dram_port.py`` to
-``dram_port``, not to ``dram``).
+A block owns the modules in :attr:`Block.rtl`, each listed by name: a module, or a package
+(every module under it belongs to the block too, e.g. the PE's sub-components in ``hw/pe/``).
+A block of several files lists each (the bridge: ``hw/bridge.py``, ``hw/bridge_rx.py``,
+``hw/bridge_tx.py``, ``hw/bridge_bytes.py``); a name alone decides nothing, so a new
+``hw/ring_buffer.py`` is no block's until an entry lists it.
 Modules of ``hw/`` that are no block's -- shared definitions such as the ISA's layouts -- are
 listed in :data:`SHARED`; they may define a Component only as a base class of blocks'
 Components.
@@ -50,8 +51,8 @@ class Block:
     summary : str
         What it is, in a line, with the paper section.
     rtl : tuple of str
-        Modules or packages the block owns (``"elmoe3d.hw.pe"``: the package and every module
-        under it).
+        Modules or packages the block owns, every one listed (``"elmoe3d.hw.pe"``: the package
+        and every module under it); the first is ``elmoe3d.hw.<name>``.
     tops : tuple of str
         Its top class(es), ``"module:Class"`` (a Component, or an ``Elaboratable`` for the
         FPGA primitives); several when the block is a family used side by side (the VPU's
@@ -109,11 +110,10 @@ class Block:
 
     def match(self, module: str) -> str | None:
         """The entry of :attr:`rtl` that ``module`` falls under, the longest if several: the
-        module itself, a package it lies in (``elmoe3d.hw.pe`` for ``elmoe3d.hw.pe.memories``)
-        or a family it is a part of (``elmoe3d.hw.bridge`` for ``elmoe3d.hw.bridge_rx``);
-        ``None`` if none."""
-        hits = [m for m in self.rtl
-                if module == m or module.startswith(m + ".") or module.startswith(m + "_")]
+        module itself or a package it lies in (``elmoe3d.hw.pe`` for
+        ``elmoe3d.hw.pe.memories``); ``None`` if none (``elmoe3d.hw.bridge_rx`` is the
+        bridge's because the bridge lists it, not by its name)."""
+        hits = [m for m in self.rtl if module == m or module.startswith(m + ".")]
         return max(hits, key=len) if hits else None
 
     def owns(self, module: str) -> bool:
@@ -198,7 +198,8 @@ BLOCKS = (
           golden=("elmoe3d.sw.golden.ring",), bench="elmoe3d.sim.bench_ring",
           doc="docs/memory.md#streamline-ring"),
     Block("dram", "DRAM channel controllers: HB bank and LPDDR5 (Section 4.1, Table 1)",
-          rtl=("elmoe3d.hw.dram", "elmoe3d.hw.hb_ctrl", "elmoe3d.hw.ext_ctrl"),
+          rtl=("elmoe3d.hw.dram", "elmoe3d.hw.dram_layouts", "elmoe3d.hw.hb_ctrl",
+               "elmoe3d.hw.ext_ctrl"),
           tops=("elmoe3d.hw.dram:DramController", "elmoe3d.hw.hb_ctrl:HBController",
                 "elmoe3d.hw.ext_ctrl:ExtController"),
           golden=("elmoe3d.sw.golden.dram",), bench="elmoe3d.sim.bench_dram",
@@ -225,7 +226,7 @@ BLOCKS = (
           doc="docs/memory.md#logic-die"),
     Block("die", "logic die: PE groups, HB banks, links, ring, EXT controller, host queues "
                  "(Section 4.1, Fig. 6)",
-          rtl=("elmoe3d.hw.die",), tops=("elmoe3d.hw.die:LogicDie",),
+          rtl=("elmoe3d.hw.die", "elmoe3d.hw.die_layouts"), tops=("elmoe3d.hw.die:LogicDie",),
           golden_note="the host's group run is the die's golden model: "
                       "elmoe3d.sw.host.parallel.run_group (outputs against "
                       "elmoe3d.sw.golden.expert.ref_moe)",
@@ -233,7 +234,9 @@ BLOCKS = (
           area_note="the die roll-up of its blocks (synth.blocks.DIE_BLOCKS)",
           doc="docs/memory.md#logic-die"),
     Block("bridge", "FPGA bridge: UART frames to the PE's command and load streams and back",
-          rtl=("elmoe3d.hw.bridge",), tops=("elmoe3d.hw.bridge:Bridge",),
+          rtl=("elmoe3d.hw.bridge", "elmoe3d.hw.bridge_rx", "elmoe3d.hw.bridge_tx",
+               "elmoe3d.hw.bridge_bytes"),
+          tops=("elmoe3d.hw.bridge:Bridge",),
           golden=("elmoe3d.sw.golden.bridge",),
           bench_note=_covered_by("board"),
           area_note=_FPGA_AREA,
@@ -290,7 +293,7 @@ def block(name: str) -> Block:
 def block_of_module(module: str) -> Block | None:
     """The block that owns ``module`` (``"elmoe3d.hw.pe.memories"`` -> the ``pe`` block): the
     one with the longest matching :attr:`Block.rtl` entry (:meth:`Block.match`); ``None`` for
-    a shared module or one no block registers."""
+    a shared module or one no block lists."""
     best, length = None, -1
     for b in BLOCKS:
         hit = b.match(module)

@@ -77,6 +77,21 @@ def test_an_unregistered_component_is_named(monkeypatch):
     assert len(bad) == 2
 
 
+def test_a_module_named_like_a_block_is_not_its():
+    """A module belongs to the block that lists it, whatever its name: a Component in a new
+    ``hw/ring_buffer.py`` (or ``hw/pe_cluster.py``, ``hw/dram_scheduler.py``) is named as no
+    block's until an entry lists it."""
+    class Buffer(wiring.Component):
+        pass
+
+    for mod in ("elmoe3d.hw.ring_buffer", "elmoe3d.hw.pe_cluster", "elmoe3d.hw.dram_scheduler"):
+        assert block_of_module(mod) is None, mod
+        path = ROOT / "hw" / (mod.rpartition(".")[2] + ".py")
+        assert _unregistered([(Buffer, mod, path)]) == [
+            f"test_a_module_named_like_a_block_is_not_its.<locals>.Buffer ({mod}, "
+            f"{path.relative_to(ROOT)}): a wiring.Component no block of elmoe3d.blocks covers"]
+
+
 def test_every_hw_module_is_a_block_or_shared():
     shared = {s.module for s in SHARED}
     for mod, path in _hw_modules():
@@ -116,9 +131,12 @@ def test_names_are_unique_and_modules_of_hw():
         assert b.rtl[0] == f"elmoe3d.hw.{b.name}", \
             f"{b.name}: its first RTL module is {b.rtl[0]}, expected elmoe3d.hw.{b.name}"
     assert registry.block("ring").name == "ring"
-    # a package's modules, a family's parts, the longest entry first
+    listed = [m for b in BLOCKS for m in b.rtl]
+    assert len(listed) == len(set(listed)), "a module listed by two blocks"
+    # a package's modules, the modules a block lists
     for mod, name in (("elmoe3d.hw.pe.memories", "pe"), ("elmoe3d.hw.bridge_rx", "bridge"),
                       ("elmoe3d.hw.dram_port", "dram_port"), ("elmoe3d.hw.hb_ctrl", "dram"),
+                      ("elmoe3d.hw.dram_layouts", "dram"), ("elmoe3d.hw.die_layouts", "die"),
                       ("elmoe3d.hw.dram", "dram"), ("elmoe3d.hw.unit_pe", "unit_pe")):
         assert block_of_module(mod).name == name, mod
     assert block_of_module("elmoe3d.hw.layouts") is None
