@@ -64,12 +64,15 @@ class Block:
     tests_extra : tuple of str
         Test files outside the convention (repository-relative paths).
     timing : str or None
-        The timing figure that covers the block today, if any.
+        The timing category that covers the block today, in a few words (``"DRAM device
+        timing"``, ``"FPGA fmax"``), if any.
     doc : str
         Documentation section, ``docs/<file>.md#<heading anchor>``.
     golden_note, bench_note, tests_note, area_note : str
         Why the block departs from the convention (golden model, bench, tests), or where its
         area comes from when synthesis has no category for it; empty when it does not.
+    timing_note : str
+        What the :attr:`timing` category checks and where; empty without one.
     """
 
     name: str
@@ -85,6 +88,7 @@ class Block:
     bench_note: str = ""
     tests_note: str = ""
     area_note: str = ""
+    timing_note: str = ""
 
     @property
     def conventional_golden(self) -> str:
@@ -129,8 +133,10 @@ class Shared:
     what: str
 
 
-_DRAM_TIMING = ("DRAM timing: the device models check every constraint of "
-                "elmoe3d.sw.golden.dram (HB, LPDDR5)")
+#: Timing category and note of the DRAM controllers' blocks.
+_DRAM_TIMING = dict(timing="DRAM device timing",
+                    timing_note="the device models check every constraint of "
+                                "elmoe3d.sw.golden.dram (HB, LPDDR5)")
 #: Area note of the FPGA prototype's blocks.
 _FPGA_AREA = "FPGA utilization of the board top (synth.fpga)"
 
@@ -203,7 +209,7 @@ BLOCKS = (
           tops=("elmoe3d.hw.dram:DramController", "elmoe3d.hw.hb_ctrl:HBController",
                 "elmoe3d.hw.ext_ctrl:ExtController"),
           golden=("elmoe3d.sw.golden.dram",), bench="elmoe3d.sim.bench_dram",
-          timing=_DRAM_TIMING, doc="docs/memory.md#dram"),
+          **_DRAM_TIMING, doc="docs/memory.md#dram"),
     Block("dram_port", "word port: PE words to DRAM bursts and back (Section 4.1)",
           rtl=("elmoe3d.hw.dram_port",), tops=("elmoe3d.hw.dram_port:DramWordPort",),
           golden_note="no golden module: words go through unchanged; checked against the "
@@ -212,7 +218,7 @@ BLOCKS = (
           tests_extra=("tests/amaranth/test_die_dram_port.py",),
           tests_note="tested as a part of the die: tests/amaranth/test_die_dram_port.py",
           area_note="in the die roll-up (synth.blocks.DIE_BLOCKS, HB and EXT word ports)",
-          timing=_DRAM_TIMING, doc="docs/memory.md#logic-die"),
+          **_DRAM_TIMING, doc="docs/memory.md#logic-die"),
     Block("ext_stream", "EXT read streamer: descriptors to LPDDR5 word reads to ring flits "
                         "(Section 4.1, 5.1)",
           rtl=("elmoe3d.hw.ext_stream",), tops=("elmoe3d.hw.ext_stream:ExtStreamer",),
@@ -264,7 +270,8 @@ BLOCKS = (
                       "(sw/golden/bridge.py) and the PE's golden model",
           bench="elmoe3d.sim.bench_board",
           area_note=_FPGA_AREA,
-          timing="FPGA fmax of the board top's clock (synth.fpga.parse_report)",
+          timing="FPGA fmax",
+          timing_note="the board top's clock frequency (synth.fpga.parse_report)",
           doc="docs/fpga.md#board-top"),
 )
 

@@ -1,16 +1,19 @@
-"""``elmoe3d blocks``: the block registry (:mod:`elmoe3d.blocks`) -- per block its RTL, golden
-model, cocotb bench, tests, area category and documentation, one name in every folder.
+"""``elmoe3d blocks``: the block registry (:mod:`elmoe3d.blocks`) -- per block its RTL and top
+class, golden model, cocotb bench, tests, area and timing categories and documentation, one
+name in every folder.
 
 Usage::
 
-    elmoe3d blocks              # one table row per block
+    elmoe3d blocks              # one table row per block (160 columns when not a terminal)
     elmoe3d blocks NAME         # one block: every path, notes where it departs from the names
     elmoe3d blocks [NAME] --json    # the same as JSON on standard output
 
 Paths are repository-relative (``hw/agg_link.py``, ``sw/golden/agg_link.py``,
-``sim/bench_agg_link.py``, ``tests/*/test_agg_link*.py``). The area categories are the ones
-``elmoe3d synth`` reports (:func:`elmoe3d.blocks.area_categories`). An unknown ``NAME`` is a
-one-line error (exit code 2).
+``sim/bench_agg_link.py``, ``tests/*/test_agg_link*.py``); the table gives them without the
+folder its column header names (``agg_link.py`` under ``RTL hw/``), the top classes without
+their module and the number of test files. The area categories are the ones ``elmoe3d synth``
+reports (:func:`elmoe3d.blocks.area_categories`). An unknown ``NAME`` is a one-line error
+(exit code 2).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from ..errors import UserError
 
 def configure(parser) -> None:
     parser.add_argument("name", nargs="?", default=None, metavar="NAME",
-                        help="one block, by name or by its top Component class (e.g. tile or TensorTile; "
-                             "default: the table of every block)")
+                        help="one block, by name or by its top Component class (e.g. tile or "
+                             "TensorTile; default: the table of every block)")
     parser.add_argument("--json", action="store_true",
                         help="print the registry as JSON instead of tables")
 
@@ -55,7 +58,7 @@ def describe(b) -> dict:
         "bench": _module(b.bench) if b.bench else None, "bench_note": b.bench_note,
         "tests": b.tests(), "tests_note": b.tests_note,
         "area": area_categories(b), "area_note": b.area_note,
-        "timing": b.timing, "doc": b.doc,
+        "timing": b.timing, "timing_note": b.timing_note, "doc": b.doc,
     }
 
 
@@ -86,24 +89,37 @@ def _mark(note) -> str:
     return "*" if note else ""
 
 
+def _in(folder, paths) -> str:
+    """``paths`` joined by ", ", each without the leading ``folder`` its column names (a path
+    elsewhere stays whole); "-" for none."""
+    return ", ".join(p[len(folder):] if p.startswith(folder) else p for p in paths) or "-"
+
+
 def _print_table(console, rows) -> None:
     from rich.markup import escape
     from rich.table import Table
     table = Table(title="Blocks (elmoe3d.blocks): one name in hw/, sw/golden/, sim/, tests/",
                   title_justify="left",
                   caption="* a note (elmoe3d blocks NAME): departs from the naming convention, "
-                          "or its area is not an elmoe3d synth category",
+                          "or its area is not an elmoe3d synth category; tests: how many files; "
+                          "timing: the category, what it checks in elmoe3d blocks NAME",
                   caption_justify="left")
-    for col in ("block", "RTL", "golden model", "bench", "tests", "area", "doc"):
-        table.add_column(col, overflow="fold", justify="right" if col == "tests" else "left")
+    # (header, widest): lists wrap at ", " within their width; the doc anchor takes the rest
+    for col, widest in (("block", None), ("RTL hw/", 16), ("top class", 16),
+                        ("golden sw/golden/", 13), ("bench sim/", None), ("tests", None),
+                        ("area", 17), ("timing", 11), ("doc docs/", None)):
+        table.add_column(col, overflow="fold", max_width=widest,
+                         justify="right" if col == "tests" else "left")
     for r in rows:
         table.add_row(
-            r["name"], escape(", ".join(r["rtl"])),
-            escape(", ".join(r["golden"]) or "-") + _mark(r["golden_note"]),
-            escape(r["bench"] or "-") + _mark(r["bench_note"]),
+            r["name"], escape(_in("hw/", r["rtl"])),
+            escape(", ".join(top.rpartition(":")[2] for top in r["tops"]) or "-"),
+            escape(_in("sw/golden/", r["golden"])) + _mark(r["golden_note"]),
+            escape(_in("sim/", [r["bench"]] if r["bench"] else [])) + _mark(r["bench_note"]),
             f"{len(r['tests'])}" + _mark(r["tests_note"]),
             escape(", ".join(r["area"]) or "-") + _mark(r["area_note"]),
-            escape(r["doc"]))
+            escape(r["timing"] or "-"),
+            escape(_in("docs/", [r["doc"]])))
     console.print(table)
 
 
@@ -126,6 +142,6 @@ def _print_one(console, r) -> None:
     row("bench", r["bench"] or "-", r["bench_note"])
     row("tests", "\n".join(r["tests"]) or "-", r["tests_note"])
     row("area", ", ".join(r["area"]) or "-", r["area_note"])
-    row("timing", r["timing"] or "-")
+    row("timing", r["timing"] or "-", r["timing_note"])
     row("doc", r["doc"])
     console.print(table)

@@ -204,6 +204,7 @@ def test_names_follow_the_convention_or_say_why(b):
     assert bool(b.tests_note) == departs, \
         f"{b.name}: tests {b.tests()}: {'a departure needs' if departs else 'no departure, no'} " \
         f"tests_note"
+    assert not b.timing_note or b.timing, f"{b.name}: a timing_note without a timing category"
     assert bool(area_categories(b)) != bool(b.area_note), \
         f"{b.name}: exactly one of an elmoe3d synth area category ({area_categories(b)}) or " \
         f"an area_note"
@@ -242,12 +243,41 @@ def test_the_registry_imports_no_amaranth():
     assert done.stdout.strip() == "[]", done.stdout
 
 
+def _table_rows(text):
+    """The rows of a printed rich table: {first cell: [each cell's lines joined by spaces]}."""
+    rows, cells = {}, None
+    for line in text.splitlines():
+        if not line.startswith("│"):
+            continue
+        parts = [p.strip() for p in line.strip().strip("│").split("│")]
+        if parts[0]:
+            cells = rows.setdefault(parts[0], [[] for _ in parts])
+        for cell, part in zip(cells, parts):
+            if part:
+                cell.append(part)
+    return {name: [" ".join(c) for c in cells] for name, cells in rows.items()}
+
+
 def test_cli_prints_every_block(capsys):
     from elmoe3d.cli import main
     assert main(["blocks"]) == 0
     text = capsys.readouterr().out
+    assert max(len(line) for line in text.splitlines()) <= 160
+    header = " ".join(line for line in text.splitlines() if line.startswith("┃"))
+    for col in ("block", "RTL", "top class", "golden", "bench", "tests", "area", "timing",
+                "doc"):
+        assert col in header, col
+    rows = _table_rows(text)
+    assert list(rows) == [b.name for b in BLOCKS]
     for b in BLOCKS:
-        assert re.search(rf"\b{b.name}\b", text), b.name
+        _, rtl, tops, _, _, tests, area, timing, _ = rows[b.name]
+        assert rtl.startswith(f"{b.name}.py" if b.name != "pe" else "pe/"), (b.name, rtl)
+        assert tops == (", ".join(t.rpartition(":")[2] for t in b.tops) or "-"), (b.name, tops)
+        assert timing == (b.timing or "-"), (b.name, timing)
+        assert tests.rstrip("*") == str(len(b.tests())), (b.name, tests)
+        assert area.rstrip("*") == (", ".join(area_categories(b)) or "-"), (b.name, area)
+    assert rows["tile"][2] == "TensorTile" and rows["board"][7] == "FPGA fmax"
+    assert rows["dram"][2] == "DramController, HBController, ExtController"
     assert main(["blocks", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in rows] == [b.name for b in BLOCKS]
@@ -255,11 +285,24 @@ def test_cli_prints_every_block(capsys):
     assert ring["rtl"] == ["hw/ring.py"] and ring["golden"] == ["sw/golden/ring.py"]
     assert ring["bench"] == "sim/bench_ring.py" and ring["area"] == ["streamline ring"]
     assert ring["tests"] == ["tests/amaranth/test_ring.py", "tests/cocotb/test_ring.py"]
+    assert ring["tops"] == ["elmoe3d.hw.ring:StreamlineRing"] and ring["timing"] is None
+    dram = {r["name"]: r for r in rows}["dram"]
+    assert dram["timing"] == "DRAM device timing" and "elmoe3d.sw.golden.dram" in \
+        dram["timing_note"]
+    assert set(dram) == {"name", "summary", "rtl", "tops", "golden", "golden_note", "bench",
+                         "bench_note", "tests", "tests_note", "area", "area_note", "timing",
+                         "timing_note", "doc"}
     assert main(["blocks", "agg_link"]) == 0
     text = capsys.readouterr().out
     for path in ("hw/agg_link.py", "sw/golden/agg_link.py", "sim/bench_agg_link.py",
                  "tests/amaranth/test_agg_link.py", "tests/cocotb/test_agg_link.py",
-                 "docs/memory.md#aggregation-link", "aggregation links"):
+                 "docs/memory.md#aggregation-link", "aggregation links",
+                 "elmoe3d.hw.agg_link:AggregationLink"):
         assert path in text, path
+    assert main(["blocks", "board"]) == 0
+    text = capsys.readouterr().out
+    for what in ("elmoe3d.hw.board:BoardPlatformTop", "FPGA fmax",
+                 "the board top's clock frequency (synth.fpga.parse_report)"):
+        assert what in text, what
     assert main(["blocks", "nope"]) == 2
     assert "no block or top Component class 'nope'" in capsys.readouterr().err
