@@ -42,8 +42,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..config import FPGA_LEAN_PE, PEOptions, pe_config
-from .bridge import Bridge, _bits, byte_word_fetch
+from .bridge import Bridge, byte_word_fetch
 from .checked import CheckedComponent, constructor_params
+from .layouts import address_bits
 from .load_router import LoadRouter
 from .pe import PE
 from .pll import Ecp5Pll, ecp5_pll_dividers
@@ -336,7 +337,7 @@ class BoardTop(CheckedComponent):
             m.submodules[f"{name}_mem"] = mem
             w, r = mem.write_port(), mem.read_port()
             m.d.comb += [w.en.eq(wr.en), w.addr.eq(Cat(wr.lane, wr.addr)), w.data.eq(wr.data)]
-            abits = _bits(depth)
+            abits = address_bits(depth)
             _stand_in_reader(m, name, r, req, req_addr[:abits], req_words, out, wb, abits,
                              soft)
 

@@ -80,31 +80,28 @@ from .bridge_rx import Deframer
 from .bridge_tx import Enframer
 from .checked import CheckedComponent
 from .isa import command_layout, o_beat_layout
+from .layouts import address_bits
 
 
 __all__ = ["Bridge", "write_port_signature", "ext_desc_layout", "byte_mux", "byte_word_fetch"]
 
 
-def _bits(n: int) -> int:
-    """Bits of an address into ``n`` entries (at least 1)."""
-    return max(1, (n - 1).bit_length())
-
-
 def write_port_signature(depth: int, word_bits: int) -> wiring.Signature:
     """A byte write port into a stand-in memory of ``depth`` W-bit words, driven by the
-    bridge: ``en`` (1 = write this cycle), ``addr`` (word address, :func:`_bits` of
-    ``depth``), ``lane`` (byte of the word, 0 = least significant; ``log2(W/8)`` bits),
-    ``data`` (8 bits). A word is written lane 0 to lane W/8 - 1 in consecutive writes. The
-    memory must take a write every cycle (a block-RAM write port does)."""
+    bridge: ``en`` (1 = write this cycle), ``addr`` (word address,
+    :func:`~elmoe3d.hw.layouts.address_bits` of ``depth``), ``lane`` (byte of the word, 0 =
+    least significant; ``log2(W/8)`` bits), ``data`` (8 bits). A word is written lane 0 to
+    lane W/8 - 1 in consecutive writes. The memory must take a write every cycle (a
+    block-RAM write port does)."""
     wb = word_bits // 8
-    return wiring.Signature({"en": Out(1), "addr": Out(_bits(depth)),
-                             "lane": Out(max(1, (wb - 1).bit_length())), "data": Out(8)})
+    return wiring.Signature({"en": Out(1), "addr": Out(address_bits(depth)),
+                             "lane": Out(address_bits(wb)), "data": Out(8)})
 
 
 def ext_desc_layout(ext_words: int) -> data.StructLayout:
     """One EXT_STREAM descriptor: ``addr`` (EXT stand-in word address) and ``words`` (>= 1);
     the bridge only queues descriptors with ``addr + words <= ext_words``."""
-    return data.StructLayout({"addr": unsigned(_bits(ext_words)),
+    return data.StructLayout({"addr": unsigned(address_bits(ext_words)),
                               "words": unsigned(ext_words.bit_length())})
 
 

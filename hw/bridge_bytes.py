@@ -17,6 +17,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..sw.golden.bridge import check_int, crc16
 from .checked import CheckedComponent
+from .layouts import address_bits
 
 
 __all__ = ["crc16_byte", "byte_mux", "byte_word_fetch", "ByteWordFIFO"]
@@ -78,7 +79,7 @@ def byte_word_fetch(m, name: str, rd, word_bytes: int, out, clear=None):
     word on offer (the soft reset of a HELLO). Shared by the bridge's HOST / LINK
     FIFOs (:class:`ByteWordFIFO`) and the board's stand-in readers (module docstring: why
     byte-wide)."""
-    lane_bits = max(1, (word_bytes - 1).bit_length())
+    lane_bits = address_bits(word_bytes)
     word_bits_ = len(rd.addr) - lane_bits
     start = Signal(name=f"{name}_start")
     addr = Signal(max(1, word_bits_), name=f"{name}_addr")

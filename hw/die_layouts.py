@@ -14,6 +14,7 @@ from ..config import ArchConfig
 from .agg_link import link_errors_layout, link_op_layout
 from .ext_stream import ext_read_layout
 from .isa import command_layout, o_beat_layout
+from .layouts import address_bits
 from .load_router import ADDR_BITS
 
 
@@ -37,11 +38,11 @@ class DmaKind(enum.Enum, shape=1):
 
 
 def _index_bits(arch: ArchConfig) -> int:
-    return max(1, (max(arch.pes, arch.groups) - 1).bit_length())
+    return address_bits(max(arch.pes, arch.groups))
 
 
 def _pe_bits(arch: ArchConfig) -> int:
-    return max(1, (arch.pes - 1).bit_length())
+    return address_bits(arch.pes)
 
 
 def host_cmd_layout(arch: ArchConfig) -> data.StructLayout:

@@ -19,8 +19,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import DramConfig
 from .checked import CheckedComponent
-from .dram_layouts import RowKind, _bits, dram_bus_signature, dram_errors_layout, request_layout
-from .layouts import STICKY_LATENCY, sticky_flags
+from .dram_layouts import RowKind, dram_bus_signature, dram_errors_layout, request_layout
+from .layouts import STICKY_LATENCY, address_bits, sticky_flags
 
 
 __all__ = ["RowKind", "request_layout", "dram_bus_signature", "dram_errors_layout",
@@ -197,7 +197,7 @@ class DramController(CheckedComponent):
         self._dram, self._clock_ghz, self._ratio = dram, clock_ghz, ratio
         self._queue_depth, self._read_buffer, self._length_bits = \
             queue_depth, read_buffer, length_bits
-        self._addr_bits = _bits(dram.bursts)
+        self._addr_bits = address_bits(dram.bursts)
         super().__init__({
             "req": In(stream.Signature(request_layout(self._addr_bits, length_bits))),
             "wdata": In(stream.Signature(dram.burst_bytes * 8)),
@@ -269,7 +269,7 @@ class DramController(CheckedComponent):
         Q = self._queue_depth
         bgb, colb, bab = (ng - 1).bit_length(), (d.columns - 1).bit_length(), \
             (d.banks_per_group - 1).bit_length()
-        bankb, rowb, colw = _bits(nb), _bits(d.rows), _bits(d.columns)
+        bankb, rowb, colw = address_bits(nb), address_bits(d.rows), address_bits(d.columns)
         p, q = self._ratio.numerator, self._ratio.denominator
         bus = self.dram
 

@@ -12,6 +12,7 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import DramConfig
+from .layouts import address_bits
 
 
 __all__ = ["RowKind", "request_layout", "dram_bus_signature", "dram_errors_layout"]
@@ -24,11 +25,6 @@ class RowKind(enum.Enum, shape=2):
     PRE = 1
     REFPB = 2
     REFAB = 3
-
-
-def _bits(n: int) -> int:
-    """Address bits for ``n`` (a power of two) items, at least 1."""
-    return max(1, (n - 1).bit_length())
 
 
 def request_layout(addr_bits: int, length_bits: int) -> data.StructLayout:
@@ -83,7 +79,7 @@ def dram_bus_signature(cfg: DramConfig) -> wiring.Signature:
     (column, in bursts), ``col_wdata`` (the burst of a WR, ``burst_bytes * 8`` bits).
     In (device -> controller): ``rd_valid``, ``rd_data`` -- one read burst, in RD order.
     """
-    bank, row, col = _bits(cfg.banks), _bits(cfg.rows), _bits(cfg.columns)
+    bank, row, col = address_bits(cfg.banks), address_bits(cfg.rows), address_bits(cfg.columns)
     return wiring.Signature({
         "tick": Out(1),
         "row_valid": Out(1), "row_kind": Out(RowKind), "row_bank": Out(bank),

@@ -9,6 +9,8 @@ Sticky error-flag words (a block's ``errors`` / ``errors_clear`` ports, one layo
 :func:`elmoe3d.hw.agg_link.link_errors_layout`, :func:`elmoe3d.hw.dram.dram_errors_layout`,
 :func:`elmoe3d.hw.die.die_errors_layout`) share their register rule, :func:`sticky_flags`, and
 the wiring of a block's flags into an enclosing block's word, :func:`forward_flags`.
+
+:func:`address_bits` is the one rule for the width of an address or index field.
 """
 
 from __future__ import annotations
@@ -22,11 +24,19 @@ from ..sw.golden.datapath import Mode
 
 
 __all__ = ["TileMode", "tile_beat_layout", "tile_result_layout", "pack_beats", "unpack_results",
-           "STICKY_LATENCY", "sticky_flags", "forward_flags"]
+           "STICKY_LATENCY", "sticky_flags", "forward_flags", "address_bits"]
 
 #: Cycles from a sticky flag's event, or from its ``errors_clear`` strobe, to the flag showing
 #: it (:func:`sticky_flags` is a register).
 STICKY_LATENCY = 1
+
+
+def address_bits(n: int) -> int:
+    """Bits of an address (or index) into ``n`` entries: ``max(1, (n - 1).bit_length())``, at
+    least 1 so a one-entry memory still has an address port (``n`` = 1 or 2: 1 bit; 1024:
+    10 bits). Used for every address and index field sized by a count (bridge write ports
+    and EXT descriptors, DRAM bank / row / column fields, the die's PE and group indices)."""
+    return max(1, (n - 1).bit_length())
 
 
 class TileMode(enum.Enum, shape=2):
