@@ -47,7 +47,7 @@ from ...isa import (FUNCTIONAL_STATUS_FIELDS, OKIND_BITS, OPS, SCALES_PER_WORD, 
                    TIMING_STATUS_FIELDS, TOK_ENTRY_BITS, TOK_FIELDS, W_TARGETS, IsaError, OKind,
                    Op, Sink, Source, Target, decode, encode)
 from .datapath import UINT32_MAX, Mode
-from .quant import GROUP
+from .quant import GROUP, QuantizationError, as_int8_codes
 
 
 __all__ = [
@@ -646,8 +646,10 @@ def pack_act(codes, config) -> np.ndarray:
     """ACT words from INT8 codes ``[n, rows, 32]``."""
     pe = pe_config(config)
     codes = _check_shape("act codes", codes, (pe.rows, GROUP), "i")
-    if codes.size and (codes.min() < -128 or codes.max() > 127):
-        raise ValueError("act codes: values must lie in -128..127")
+    try:
+        as_int8_codes(codes, "act codes")
+    except QuantizationError:
+        raise ValueError("act codes: values must lie in -128..127") from None
     return np.ascontiguousarray(codes.astype(np.int8)).view(np.uint8).reshape(len(codes), -1)
 
 
@@ -748,8 +750,11 @@ def pack_weight_matrix(q, scale, config):
     if q.ndim != 2 or q.shape[1] % GROUP or q.dtype.kind != "i":
         raise ValueError(f"q: expected int8 codes [N, K] with K a multiple of {GROUP}, got "
                          f"{q.dtype} {tuple(q.shape)}")
-    if q.size and (q.min() < -128 or q.max() > 127):
-        raise ValueError(f"q: INT8 codes must lie in -128..127, got {q.min()}..{q.max()}")
+    try:
+        as_int8_codes(q, "q")
+    except QuantizationError:
+        raise ValueError(f"q: INT8 codes must lie in -128..127, got {q.min()}..{q.max()}") \
+            from None
     n, k = q.shape
     L, G = pe.lanes, k // GROUP
     if scale.shape != (n, G):
