@@ -41,7 +41,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..config import FPGA_LEAN_PE, PEOptions, pe_config
+from ..config import PEOptions, pe_config
 from .bridge import Bridge, byte_word_fetch
 from .checked import CheckedComponent, constructor_params
 from .layouts import address_bits
@@ -52,7 +52,6 @@ from .uart import UartRx, UartTx
 
 
 __all__ = ["BoardTop", "BoardPlatformTop", "uart_divisor", "MAX_BAUD_ERROR", "LED_BITS",
-           "LEAN_PE_PARAMS",
            "ROUTER_FIFO_WORDS"]
 
 #: The largest relative baud-rate error accepted (the receiver samples at mid-bit; a
@@ -66,26 +65,6 @@ MAX_BAUD_ERROR = 0.02
 #: stand-in's W/8 + 2 (the board bench: 1.9 % more PE cycles, 0.24 % more board cycles; the
 #: UART dominates).
 ROUTER_FIFO_WORDS = 1
-
-#: The FPGA-lean PE (``BoardTop(pe_params=...)``; the FPGA flow's defaults):
-#: :data:`elmoe3d.config.FPGA_LEAN_PE`, defined there (this name is kept for its importers).
-#: Two IA8xW5 products per MULT18X18D in the tile, and one RequantUnit, one Fp32Converter, one
-#: CombineUnit and one SwiGLUUnit, time-shared, instead of one per value of a word (per lane
-#: for the combine, per lane pair for the SwiGLU). Results are bit-identical to the ASIC
-#: PE's; REQUANT and OUTPUT take W/32 cycles per word instead of one, COMBINE ``lanes``
-#: cycles per result row (L/2 in FULL mode) and SWIGLU ``lanes / 2`` (``lanes / 4``, at least
-#: one, in FULL mode) instead of one: nothing next to the UART's 10 bit times per byte.
-#: The tile takes a beat in four passes (``tile_passes``: 32 MULT18X18D, a quarter of the
-#: adder trees and of the dequantization; a GEMM beat every fourth cycle). OUT and ROWMAX have no valid bits
-#: (``out_valid_bits``): CLEAR writes zeros a row a cycle. Both buffers of a WMEM plane share
-#: one block-RAM memory (``wbuf_memories``): half the buses to the weight planes; the MSB and
-#: LSB planes are W/4 bits wide, read a tile pass at a time (``streamed_weights``; a LOAD into
-#: them takes 4 cycles a word), and so are ACT (read a pass at a time as well) and HBUF
-#: (``narrow_iomem``: a LOAD, RECV or SEND of them takes 4 cycles a word, SEND 5); OUT is
-#: one memory (``out_banks``), OUTPUT reading an o beat's two words one after the other, and
-#: a quarter word wide as well (``narrow_out``: COMBINE and OUTPUT read the part they need,
-#: in the same cycles).
-LEAN_PE_PARAMS = FPGA_LEAN_PE
 
 #: Meaning of the ``leds`` bits.
 LED_BITS = {
@@ -198,7 +177,8 @@ class BoardTop(CheckedComponent):
         a stop-and-wait host, as :class:`elmoe3d.sw.host.fpga.FpgaBoard` is).
     pe_params : mapping or None
         Keyword arguments of the :class:`~elmoe3d.hw.pe.PE` (the fields of
-        :class:`~elmoe3d.config.PEOptions` but ``config``; :data:`LEAN_PE_PARAMS`): the
+        :class:`~elmoe3d.config.PEOptions` but ``config``;
+        :data:`~elmoe3d.config.FPGA_LEAN_PE`, each option in ``docs/fpga.md``, "What fits"): the
         FPGA-lean datapath options, which change cycle counts or memory organisation but
         never a result. ``None``: the PE's defaults.
 

@@ -64,8 +64,7 @@ import functools
 import threading
 import time
 
-from ..config import ArchConfig, preset
-from ..hw.board import LEAN_PE_PARAMS
+from ..config import FPGA_LEAN_PE, ArchConfig, preset
 
 
 __all__ = ["BOARD_PARAMS", "SHAPE", "DEFAULT_SESSIONS", "build_board", "golden_layers",
@@ -73,11 +72,11 @@ __all__ = ["BOARD_PARAMS", "SHAPE", "DEFAULT_SESSIONS", "build_board", "golden_l
 
 #: The BoardTop the bench builds: a 4-cycle bit (the UART's minimum) keeps the simulated wire
 #: short; the stand-ins hold the largest program of the default layer-steps; the PE is the
-#: FPGA-lean one the flow builds (:data:`elmoe3d.hw.board.LEAN_PE_PARAMS`: paired tile
+#: FPGA-lean one the flow builds (:data:`elmoe3d.config.FPGA_LEAN_PE`: paired tile
 #: products, one time-shared requant, FP32 and combine unit), so real programs check those
 #: paths bit-exactly.
 BOARD_PARAMS = {"clk_hz": 25_000_000, "baud": 6_250_000, "hb_words": 256, "ext_words": 512,
-                "frame_words": 16, "pe_params": LEAN_PE_PARAMS}
+                "frame_words": 16, "pe_params": FPGA_LEAN_PE}
 #: Synthetic expert shape (hidden, intermediate) of the bench's programs: half the host's
 #: default (64, 128) in each dimension, so a program is a quarter of the wire bytes (the
 #: Verilator model of the board runs about 15 k cycles/s, and every W-bit word costs

@@ -19,8 +19,7 @@ import pytest
 from amaranth.hdl import Fragment, Value
 from amaranth.sim import Simulator
 
-from elmoe3d.config import preset
-from elmoe3d.hw.board import LEAN_PE_PARAMS
+from elmoe3d.config import FPGA_LEAN_PE, preset
 from elmoe3d.hw.pe import PE
 from elmoe3d.isa import Sink, Target
 from elmoe3d.sim.traffic import ROUGH, SMOOTH, TRAFFIC, Traffic
@@ -238,19 +237,13 @@ def raw_to_acc(words, m, n, mode, rbn):
 
 # ---- tests ------------------------------------------------------------------------------------
 
-def _unused(dut):
-    """``dut``, only inspected: line 1 turns Amaranth's UnusedElaboratable lint off for the
-    blocks this file creates."""
-    return dut
-
-
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_parameters_and_errors():
-    dut = _unused(PE(config=ARCH))
+    dut = PE(config=ARCH)
     assert dut.word_bits == 128 * L and dut.rows == R and dut.lanes == L
     assert dut.tile_latency == 3
     assert dut.sink_latency[Sink.RAW] == 1
-    assert _unused(PE(config=PE_CFG)).config == PE_CFG
+    assert PE(config=PE_CFG).config == PE_CFG
     with pytest.raises(TypeError, match="ArchConfig"):
         PE(config="small")
     with pytest.raises(ValueError, match="mul_stages"):
@@ -265,10 +258,10 @@ def test_parameters_and_errors():
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_vpu_unit_parameters_and_errors():
     q = 128 * L // 32                       # W/32
-    dut = _unused(PE(config=ARCH))
+    dut = PE(config=ARCH)
     assert (dut.requant_units, dut.fp32_units) == (min(q, 32), q)
     assert (dut.output_beat_cycles, dut.requant_word_cycles, dut.tile_dsp_pairs) == (1, 1, False)
-    dut = _unused(PE(config=ARCH, requant_units=2, fp32_units=4))
+    dut = PE(config=ARCH, requant_units=2, fp32_units=4)
     assert (dut.requant_units, dut.fp32_units) == (2, 4)
     assert (dut.output_beat_cycles, dut.requant_word_cycles) == (q // 4, q // 2)
     for bad in (0, 3, 2 * q, -1, True, 1.0, "2"):
@@ -287,7 +280,7 @@ def test_vpu_unit_parameters_and_errors():
     odd = dataclasses.replace(ARCH, wmem_bytes=3 * ARCH.wmem_bytes)
     with pytest.raises(ValueError, match="wbuf_memories: .*power-of-two wmem_words"):
         PE(config=odd, wbuf_memories=1)
-    _unused(PE(config=odd))                   # a memory per buffer: any multiple of 8 words
+    PE(config=odd)                            # a memory per buffer: any multiple of 8 words
     for bad in (0, 3, True, None):
         with pytest.raises(ValueError, match="out_banks: expected 1 or 2"):
             PE(config=ARCH, out_banks=bad)
@@ -296,7 +289,7 @@ def test_vpu_unit_parameters_and_errors():
     # the small PE: 176 OUT words, 128 TOK entries = 8 ROWMAX rows of W/32 = 16
     assert (PE_CFG.out_words, PE_CFG.tok_entries, PE_CFG.word_bits) == (176, 128, 512)
     for banks, fp32, cycles in ((2, None, 88), (1, 1, 176), (1, 8, 176)):
-        dut = _unused(PE(config=ARCH, out_banks=banks, fp32_units=fp32, out_valid_bits=False))
+        dut = PE(config=ARCH, out_banks=banks, fp32_units=fp32, out_valid_bits=False)
         assert dut.out_banks == banks and dut.clear_cycles == cycles
     for n, names in ((2, {"wmsb0", "wmsb1", "wlsb0", "wlsb1", "wscale0", "wscale1"}),
                      (1, {"wmsb", "wlsb", "wscale"})):
@@ -305,24 +298,24 @@ def test_vpu_unit_parameters_and_errors():
         assert dut.wbuf_memories == n
         probes = {k[len("rw_collision_"):] for k in dut.probes if k.startswith("rw_collision_")}
         assert probes == names | {"act", "hbuf"}
-    dut = _unused(PE(config=ARCH))
+    dut = PE(config=ARCH)
     assert dut.out_valid_bits and dut.clear_cycles == 1
-    dut = _unused(PE(config=ARCH, out_valid_bits=False))
+    dut = PE(config=ARCH, out_valid_bits=False)
     cfg = dut.config
     assert not dut.out_valid_bits and dut.clear_cycles == max(
         -(-cfg.out_words // 2), -(-cfg.tok_entries // (cfg.word_bits // 32))) > 1
-    dut = _unused(PE(config=ARCH))
+    dut = PE(config=ARCH)
     assert dut.combine_units == L and dut.combine_row_cycles == {True: 1, False: 1}
-    dut = _unused(PE(config=ARCH, combine_units=1))
+    dut = PE(config=ARCH, combine_units=1)
     assert dut.combine_units == 1 and dut.combine_row_cycles == {True: L // 2, False: L}
     assert dut.result_cycles[(Sink.COMBINE, False)] == R * L
     for bad in (0, 3, 2 * L, -1, True, 1.0, "2"):
         with pytest.raises(ValueError, match="combine_units"):
             PE(config=ARCH, combine_units=bad)
-    dut = _unused(PE(config=ARCH))
+    dut = PE(config=ARCH)
     assert dut.swiglu_units == L // 2 and dut.swiglu_row_cycles == {True: 1, False: 1}
     assert dut.result_cycles[(Sink.SWIGLU, False)] == R
-    dut = _unused(PE(config=ARCH, swiglu_units=1))
+    dut = PE(config=ARCH, swiglu_units=1)
     assert dut.swiglu_units == 1 and dut.swiglu_row_cycles == {True: max(L // 4, 1),
                                                                 False: L // 2}
     assert dut.result_cycles[(Sink.SWIGLU, False)] == R * L // 2
@@ -535,8 +528,8 @@ def test_tile_dsp_pairs_expert_equals_fsim():
     (Mode.DRAFT, None, 300), (Mode.FULL, None, 301), (Mode.DRAFT, {"combine_units": 1}, 310),
     (Mode.FULL, {"combine_units": 1}, 311), (Mode.DRAFT, {"combine_units": 2}, 320),
     (Mode.FULL, {"combine_units": 2}, 321), (Mode.DRAFT, {"swiglu_units": 1}, 330),
-    (Mode.FULL, {"swiglu_units": 1}, 331), (Mode.DRAFT, LEAN_PE_PARAMS, 340),
-    (Mode.FULL, LEAN_PE_PARAMS, 341),
+    (Mode.FULL, {"swiglu_units": 1}, 331), (Mode.DRAFT, FPGA_LEAN_PE, 340),
+    (Mode.FULL, FPGA_LEAN_PE, 341),
 ], ids=["DRAFT", "FULL", "DRAFT-J1", "FULL-J1", "DRAFT-J2", "FULL-J2", "DRAFT-S1", "FULL-S1",
         "DRAFT-lean", "FULL-lean"])
 def test_expert_with_stalls_and_shared_slots(mode, options, seed):
@@ -641,7 +634,7 @@ def test_streamed_weights_parameters():
             PE(config=ARCH, tile_passes=4, streamed_weights=bad)
     with pytest.raises(ValueError, match="streamed_weights: .* needs tile_passes 2 or 4"):
         PE(config=ARCH, streamed_weights=True)
-    assert not _unused(PE(config=ARCH)).streamed_weights
+    assert not PE(config=ARCH).streamed_weights
     for passes, split in ((4, 1), (2, 2)):
         dut = PE(config=ARCH, tile_passes=passes, streamed_weights=True, wbuf_memories=split)
         Fragment.get(dut, None)
@@ -757,11 +750,10 @@ def test_narrow_iomem_parameters():
         with pytest.raises(ValueError, match=rf"min\(W/32, 32\)/P = {limit} values, got "
                                              rf"requant_units={16 if units else 32}"):
             PE(config=wide, tile_passes=passes, narrow_iomem=True, requant_units=units)
-    assert _unused(PE(config=wide, tile_passes=2, narrow_iomem=True,
-                      requant_units=16)).narrow_iomem
-    assert not _unused(PE(config=ARCH)).narrow_iomem
+    assert PE(config=wide, tile_passes=2, narrow_iomem=True, requant_units=16).narrow_iomem
+    assert not PE(config=ARCH).narrow_iomem
     for opts in (NARROW, {"tile_passes": 2, "narrow_iomem": True, "requant_units": 8},
-                 LEAN_PE_PARAMS):
+                 FPGA_LEAN_PE):
         dut = PE(config=ARCH, **opts)
         Fragment.get(dut, None)
         assert dut.narrow_iomem and dut._tile_params()["streamed_acts"]
@@ -788,15 +780,15 @@ def test_narrow_out_parameters():
                                               "fp32_units=4")):
         with pytest.raises(ValueError, match="narrow_out: OUT in W/P-bit parts " + match):
             PE(config=ARCH, **{**ok, **change}, narrow_out=True)
-    wide = _unused(PE(config=ARCH, **ok))
-    narrow = _unused(PE(config=ARCH, **ok, narrow_out=True))
+    wide = PE(config=ARCH, **ok)
+    narrow = PE(config=ARCH, **ok, narrow_out=True)
     assert not wide.narrow_out and narrow.narrow_out
     assert narrow.clear_cycles == 4 * PE_CFG.out_words == 4 * wide.clear_cycles
     Fragment.get(PE(config=ARCH, **ok, narrow_out=True), None)
     gc.collect()
 
 
-@pytest.mark.parametrize("options", [NARROW, LEAN_PE_PARAMS, NARROW_P2],
+@pytest.mark.parametrize("options", [NARROW, FPGA_LEAN_PE, NARROW_P2],
                          ids=["narrow", "lean", "narrow-P2-valid-bits"])
 def test_narrow_iomem_transfers(options):
     """``narrow_iomem`` and ``narrow_out``: LOAD, RECV (OUT and ROWMAX also accumulating, OUT
@@ -805,7 +797,7 @@ def test_narrow_iomem_transfers(options):
     backpressure: RTL == fsim word for word, every word into them taken at least P cycles
     after the one before (a part a cycle), every SEND word at least P + 1 cycles after the
     one before."""
-    seed = 570 + (options is LEAN_PE_PARAMS) + 2 * (options is NARROW_P2)
+    seed = 570 + (options is FPGA_LEAN_PE) + 2 * (options is NARROW_P2)
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     P = options["tile_passes"]
@@ -880,7 +872,7 @@ def test_narrow_out_same_sink_cycles():
     ids, wts = np.array([[0, 1], [1, 0], [0, 1], [1, 0]]), rng.uniform(0.2, 0.8, (t, 2))
     job = build_moe_program(x, experts, (ids, wts), Mode.FULL, PE_CFG)
     runs = {no: compare_with_fsim(job.program, job.ld, seed=seed, watch=("tile_in",),
-                                  pe_options={**LEAN_PE_PARAMS, "narrow_out": no})[0]
+                                  pe_options={**FPGA_LEAN_PE, "narrow_out": no})[0]
             for no in (False, True)}
     data = {no: [d for k, d in r["o"] if k == OKind.DATA] for no, r in runs.items()}
     assert data[True] == data[False] and len(data[True]) > 10
@@ -912,7 +904,7 @@ def test_send_recv_accumulate_status(pe_options):
     """RECV (plain and accumulating, with int64 saturation), SEND, OUTPUT, CLEAR and the STATUS
     counters and flags, under idle link_i cycles and link_o/o backpressure; also on the
     FPGA-lean PE (ACT, HBUF and OUT in quarter words: the accumulation a part a cycle)."""
-    pe_options = LEAN_PE_PARAMS if pe_options == "lean" else None
+    pe_options = FPGA_LEAN_PE if pe_options == "lean" else None
     seed = 600
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
@@ -996,7 +988,7 @@ def test_clear_zeroes_out_and_rowmax(out_valid_bits, out_banks, narrow_out):
 @pytest.mark.parametrize("mode, pe_options", [
     (Mode.DRAFT, None), (Mode.FULL, None),
     (Mode.DRAFT, {"requant_units": 1, "fp32_units": 2}),
-    (Mode.FULL, LEAN_PE_PARAMS), (Mode.DRAFT, LEAN_PE_PARAMS),
+    (Mode.FULL, FPGA_LEAN_PE), (Mode.DRAFT, FPGA_LEAN_PE),
     (Mode.FULL, NARROW), (Mode.DRAFT, NARROW), (Mode.DRAFT, NARROW_P2),
 ], ids=["DRAFT", "FULL", "DRAFT-C1-K2", "FULL-fpga-lean", "DRAFT-fpga-lean", "FULL-narrow",
         "DRAFT-narrow", "DRAFT-narrow-P2"])
@@ -1246,7 +1238,7 @@ def test_multipe_features_equal_fsim(traffic, pe):
     prog, ld, link_i = multipe_program(rng)
     got, ref = compare_with_fsim(prog, ld, link_i, seed=seed,
                                  traffic=TRAFFIC[traffic],
-                                 pe_options=LEAN_PE_PARAMS if pe == "lean" else None)
+                                 pe_options=FPGA_LEAN_PE if pe == "lean" else None)
     st = ref.statuses()[0]
     assert st["acc_overflow"] == 1 and st["words_received"] == len(link_i)
     assert ref.link_i_used == len(link_i)
@@ -1333,7 +1325,7 @@ def test_psum_in_throughput(sink, options):
     seed = 1200
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
-    dut = _unused(PE(config=ARCH, **(options or {})))
+    dut = PE(config=ARCH, **(options or {}))
     for G, stalls in ((dut.result_cycles[(sink, True)], False),
                       (dut.result_cycles[(sink, True)] - 1, True)):
         words = _multipe_operands(rng, 2, 4, G)
@@ -1373,7 +1365,7 @@ def test_combine_units_throughput(mode):
     seed = 1210 + int(mode)
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
-    dut = _unused(PE(config=ARCH, combine_units=1))
+    dut = PE(config=ARCH, combine_units=1)
     per_result = R * dut.combine_row_cycles[mode is Mode.FULL]
     if mode is not Mode.FULL:
         assert dut.result_cycles[(Sink.COMBINE, False)] == per_result

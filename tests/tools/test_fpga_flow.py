@@ -25,7 +25,7 @@ from rich.console import Console
 
 from elmoe3d import cli
 from elmoe3d.cli import fpga as fpga_cmd
-from elmoe3d.config import ConfigError, PEOptions, TileConfig, preset
+from elmoe3d.config import FPGA_LEAN_PE, ConfigError, PEOptions, TileConfig, preset
 from elmoe3d.hw.checked import inspection
 from elmoe3d.synth import fpga
 
@@ -196,11 +196,10 @@ def test_config_validation():
 def test_lean_pe_options(tmp_path):
     """The flow's defaults are the board's FPGA-lean PE; bad options are named; the Booth
     selection script covers exactly the listed $mul widths."""
-    from elmoe3d.hw.board import LEAN_PE_PARAMS
     small = preset("small")
     cfg = fpga.FpgaConfig(name="x", arch=small, hb_words=256, ext_words=256)
-    assert cfg.pe_params == LEAN_PE_PARAMS
-    assert cfg.pe_options == PEOptions(config=small, **LEAN_PE_PARAMS)
+    assert cfg.pe_params == FPGA_LEAN_PE
+    assert cfg.pe_options == PEOptions(config=small, **FPGA_LEAN_PE)
     assert cfg.summary()["lut_multipliers"] == [[21, 12]]
     assert fpga.lut_multiplier_script([]) is None
     assert fpga.lut_multiplier_script([(21, 12), (64, 12)]) == (
@@ -253,7 +252,7 @@ def test_lean_pe_options(tmp_path):
                                **kw})
     with inspection():                      # not elaborated here
         top = fpga.board_top(cfg)
-        assert top.board["pe_params"] == LEAN_PE_PARAMS and top.clk_hz is None
+        assert top.board["pe_params"] == FPGA_LEAN_PE and top.clk_hz is None
         del top
     d = fpga.FPGA_CONFIGS["ulx3s-85f"]
     top = fpga.board_top(d)                 # not elaborated: dropped in inspection() below
