@@ -40,6 +40,8 @@ import random
 import cocotb
 
 from ..sw.golden.agg_link import LinkMode, LinkOp, ref_link
+from ..sw.golden.datapath import INT64_MAX, INT64_MIN, UINT32_MAX
+from ..sw.golden.vpu import INT32_MAX, INT32_MIN
 from . import cocotb_streams as streams
 from .cocotb_cycles import (CaseRecords, Sink, Source, port_details, run_cycles,
                             throughput_figures, word_mismatches, words_compared)
@@ -87,15 +89,16 @@ def corner_link_ops(rng: random.Random, pes: int, word_bits: int):
     chunk = 1, a zero-word descriptor, BYPASS multicast to every PE."""
     allm = (1 << pes) - 1
     n64, n32 = word_bits // 64, word_bits // 32
-    hi, lo = (1 << 63) - 1, -(1 << 63)
+    hi, lo = INT64_MAX, INT64_MIN
     out = []
 
     def words(s, k, kind):
         if kind == "add":
-            pick = [hi, lo, -1, 1, hi, lo, 0, rng.randrange(-(1 << 63), 1 << 63)]
+            pick = [hi, lo, -1, 1, hi, lo, 0, rng.randrange(INT64_MIN, INT64_MAX + 1)]
             return _lanes_word([pick[(s * 3 + k + j) % len(pick)] for j in range(n64)], 64,
                                word_bits)
-        pick = [0xFFFFFFFF, 0, 0x80000000, 0x7FFFFFFF, rng.getrandbits(32)]
+        # unsigned 32-bit lanes: the largest, 0, and either side of the sign bit
+        pick = [UINT32_MAX, 0, INT32_MIN & UINT32_MAX, INT32_MAX, rng.getrandbits(32)]
         return _lanes_word([pick[(s + 2 * k + j) % len(pick)] for j in range(n32)], 32,
                            word_bits)
 
@@ -134,6 +137,7 @@ async def _link_case(dut, link, ops, data, *, rng, flow):
     ``flow`` (a :class:`~elmoe3d.sim.traffic.Traffic`, ports ``op``, ``pe_i``, ``pe_o``); returns
     ``(got per PE, want per PE, sinks, op source, done cycles, cycles, errors)``."""
     from ..hw.agg_link import link_op_layout, pack_link_op
+    flow = flow.for_ports("op", "pe_i", "pe_o")
     G, W = link.pes, link.word_bits
     want = [[] for _ in range(G)]
     for op, d in zip(ops, data):

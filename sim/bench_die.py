@@ -410,7 +410,7 @@ class DieBench(CaseRecorder):
         ``(beats as (cycle, pe, kind, data), errors, first command cycle, probe events)``
         (probe events: :meth:`_probes`)."""
         dut = self.dut
-        flow = pattern(traffic)
+        flow = pattern(traffic).for_ports("host", "o")
         idle, bp = flow.idle_at("host"), flow.backpressure_at("o")
         out, out_cyc, errors, cmd_log, dma_log, events = [], [], [], [], [], []
         probes = cocotb.start_soon(self._probes(events))

@@ -155,7 +155,7 @@ class DramBench:
         collect every read beat; compare with the golden memory; record the case."""
         from ..hw.dram import request_layout
         rng = self.rng(case)
-        flow = pattern(traffic)
+        flow = pattern(traffic).for_ports("req", "wdata", "rdata")
         addr_bits = (self.units() - 1).bit_length()
         layout = request_layout(addr_bits, 16)
         reqs, wbeats, expect = [], [], []

@@ -169,7 +169,7 @@ class PEBench(CaseRecorder):
         ``link_o`` until ``n_o`` beats and ``n_link`` words came out (or a deadline), then
         drain: nothing more may come out."""
         dut = self.dut
-        flow = pattern(traffic)
+        flow = pattern(traffic).for_ports("cmd", "ld", "link_i", "o", "link_o")
         o_raw, o_cyc, l_raw, l_cyc, errors = [], [], [], [], []
         W = self.pe.word_bits
         mons = [cocotb.start_soon(streams.monitor(dut, "o", o_raw, o_cyc, errors)),

@@ -106,6 +106,7 @@ async def _ring_case(dut, ring, flits, *, rng, flow):
     """Inject ``flits`` under traffic ``flow`` (ports ``inject``, ``ext``); returns ``(got per
     PE, want per PE, source, sinks, cycles, errors)``."""
     from ..hw.ring import pack_flit
+    flow = flow.for_ports("inject", "ext")
     P = ring.pes
     kw = dict(pes=P, word_bits=ring.word_bits, flit_bytes=ring.flit_bytes,
               stream_bits=ring.stream_bits)

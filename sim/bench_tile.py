@@ -206,7 +206,7 @@ class TileBench(CaseRecorder):
 
         Returns the reassembled RTL Accumulator (None if results are missing)."""
         mode = Mode(mode)
-        flow = pattern(traffic)
+        flow = pattern(traffic).for_ports("i", "o")
         rows, lanes = self.config.rows, self.config.lanes
         beats = tile_schedule(a_q, qw, mode, rows, lanes)
         run = await self.stream(beats, rng=self.rng(f"{case}/{mode.name}/{traffic}"),
@@ -233,7 +233,7 @@ class TileBench(CaseRecorder):
 
     async def beats_case(self, case, source, beats, traffic):
         """Stream a raw beat sequence (any modes, first/last pattern), compare with ref_tile."""
-        flow = pattern(traffic)
+        flow = pattern(traffic).for_ports("i", "o")
         run = await self.stream(beats, rng=self.rng(f"{case}/{traffic}"), idle=flow.idle_at("i"),
                                 backpressure=flow.backpressure_at("o"))
         details = list(run.errors)

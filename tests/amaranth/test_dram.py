@@ -38,6 +38,7 @@ def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, traffic: Traffic = SMO
     runs after the bench has driven its inputs and may override them (``wdata.valid``,
     ``rdata.ready``, ``errors_clear``); the handshakes read the values back."""
     rng = rng or np.random.default_rng(0)
+    traffic = traffic.for_ports("req", "wdata", "rdata")
     idle_req, idle_wdata = traffic.idle_at("req"), traffic.idle_at("wdata")
     ready_p = 1 - traffic.backpressure_at("rdata")
     buses = [dut.dram] if channels is None else [dut.dram[c] for c in range(channels)]
