@@ -22,10 +22,14 @@ from elmoe3d.config import preset
 from elmoe3d.hw.checked import inspection
 from elmoe3d.hw.load_router import LoadRouter
 from elmoe3d.isa import Op, Source, Target
+from elmoe3d.sim.traffic import SMOOTH, Traffic
 
 
 ARCH = preset("small")
 W = ARCH.pe.word_bits
+#: The router tests' rough traffic: every source idles 0.35, every sink (``cmd_o``, ``ld``,
+#: ``hb_req``) is not ready 0.45 (not :data:`elmoe3d.sim.traffic.ROUGH`, the PE's).
+ROUTER_ROUGH = Traffic("rough", idle=0.35, backpressure=0.45)
 
 
 def random_program(rng, n_cmds, *, max_words=20, srcs=(Source.HOST, Source.HB, Source.EXT)):
@@ -202,13 +206,13 @@ def check(out, cmds, loads, dut):
 @pytest.mark.parametrize("traffic", ["smooth", "rough"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_programs(traffic, seed):
-    idle, stall = (0.0, 0.0) if traffic == "smooth" else (0.35, 0.45)
+    flow = SMOOTH if traffic == "smooth" else ROUTER_ROUGH
     print(f"seed {seed}, traffic {traffic}")
     rng = random.Random(seed)
     cmds, loads = random_program(rng, 40)
     dut = LoadRouter(config=ARCH, queue_depth=4, hb_fifo_words=12, hb_burst_words=5,
                      ext_fifo_words=3, host_fifo_words=2)
-    out = run_router(dut, cmds, loads, seed=seed, idle=idle, stall=stall)
+    out = run_router(dut, cmds, loads, seed=seed, idle=flow.idle, stall=flow.backpressure)
     check(out, cmds, loads, dut)
     assert {s for s, _, _ in loads} == {Source.HOST, Source.HB, Source.EXT}
 
@@ -225,7 +229,8 @@ def test_one_word_fifos(seed):
     cmds, loads = random_program(rng, 30)
     dut = LoadRouter(config=ARCH, queue_depth=8, hb_fifo_words=w, hb_burst_words=w,
                      ext_fifo_words=w, host_fifo_words=w)
-    out = run_router(dut, cmds, loads, seed=seed, idle=0.35, stall=0.45)
+    out = run_router(dut, cmds, loads, seed=seed, idle=ROUTER_ROUGH.idle,
+                     stall=ROUTER_ROUGH.backpressure)
     check(out, cmds, loads, dut)
     with inspection():                      # the board: inspected only, never elaborated
         board = BoardTop(config=ARCH, clk_hz=5_000_000, baud=1_000_000)

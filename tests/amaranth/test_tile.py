@@ -20,7 +20,7 @@ from elmoe3d.hw.layouts import TileMode, pack_beats, tile_beat_layout, tile_resu
     unpack_results
 from elmoe3d.hw.tile import TensorTile
 from elmoe3d.sim.amaranth_streams import drive_pipeline
-from elmoe3d.sim.traffic import FLOW_PAIRS
+from elmoe3d.sim.traffic import FLOW_PAIRS, IDLE_STALL, LIGHT
 from elmoe3d.sw.golden.datapath import INT64_MAX, INT64_MIN, Mode, gemm
 from elmoe3d.sw.golden.quant import QuantizedWeight, quantize_weights
 from elmoe3d.sw.golden.tile import ref_tile, tile_assemble, tile_schedule
@@ -367,7 +367,7 @@ def test_corner_saturation_sticky():
     # Accumulation 3: first clears the flag; one small beat.
     b3 = _const_beats(cfg, 1, act=1, nib=plus, scale=0x3C00, mode=int(mode))
     beats = {k: np.concatenate([b1[k], b2[k], b3[k]]) for k in b1}
-    got, _ = run_tile(cfg, beats, seed=4200, stall=0.3, idle=0.2)
+    got, _ = run_tile(cfg, beats, seed=4200, idle=LIGHT.idle, stall=LIGHT.backpressure)
     want = ref_tile(beats)
     assert_results_equal(got, want)
     assert want["overflow"][0][:, 0::2].all() and want["overflow"][1][:, 0::2].all()
@@ -480,7 +480,8 @@ def test_dsp_pairs_flow_control():
     cfg = TileConfig(rows=2, lanes=4)
     print("seed=5100")
     beats = random_beats(np.random.default_rng(5100), cfg, 60)
-    got, _ = run_tile(cfg, beats, seed=5100, idle=0.3, stall=0.6, dsp_pairs=True)
+    got, _ = run_tile(cfg, beats, seed=5100, idle=IDLE_STALL.idle, stall=IDLE_STALL.backpressure,
+                      dsp_pairs=True)
     assert_results_equal(got, ref_tile(beats))
 
 

@@ -14,7 +14,7 @@ from amaranth.hdl import Fragment
 
 from elmoe3d.hw import vpu as hw
 from elmoe3d.sim.amaranth_streams import drive_pipeline
-from elmoe3d.sim.traffic import FLOW_IDS, FLOW_PAIRS
+from elmoe3d.sim.traffic import FLOW_IDS, FLOW_PAIRS, LIGHT
 from elmoe3d.sw.golden import vpu as sw
 from elmoe3d.sw.golden.vpu import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
@@ -249,7 +249,7 @@ def test_swiglu_mul_stages():
     rng = np.random.default_rng(seed)
     rows = swiglu_inputs_random(rng, 120) + swiglu_inputs_corners()[:60]
     run_swiglu(rows, seed=seed, mul_stages=3, tag_width=1)
-    run_swiglu(rows, seed=seed + 1, mul_stages=2, stall=0.3, idle=0.2)
+    run_swiglu(rows, seed=seed + 1, mul_stages=2, idle=LIGHT.idle, stall=LIGHT.backpressure)
 
 
 # ---- row max exponent and requantization --------------------------------------------------------
