@@ -15,7 +15,7 @@ every RAM (``amaranth.lib.memory.Memory`` with a write port) of at least
 logic. The sub-block instances found are returned with their parameters, so instance counts
 come from the RTL as elaborated for the configuration. Memories are caught through Amaranth's
 ``platform.get_memory`` hook; sub-blocks by replacing them in the elaborated ``Module``
-(``_named_submodules``, Amaranth 0.5).
+(:mod:`elmoe3d.synth.amaranth_internals`, the one place private Amaranth names are used).
 
 **Tile leaves.** A 16x32x32 tile (16,384 unit PEs) is too large to synthesise whole here. The
 tile's area is ``a + b*L + c*R*L`` (``TensorTile`` builds per-tile control, per-lane weight
@@ -41,13 +41,13 @@ import re
 from dataclasses import dataclass, field
 
 from amaranth.back import rtlil
-from amaranth.hdl import _nir
 from amaranth.hdl import Elaboratable, Instance, Module, Signal, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..hw.checked import inspection
+from .amaranth_internals import no_comb_cycle_check, replace_submodules, submodules
 
 
 __all__ = ["SRAM_MIN_BITS", "BlockType", "DieBlock", "BLOCK_TYPES", "DIE_BLOCKS", "TILE_FIT",
@@ -179,13 +179,22 @@ def memory_role(owner_label: str, name: str) -> str:
 _PRIMITIVES = (int, float, str, bool, type(None), tuple, frozenset, enum.Enum)
 
 
+def _foreign_private(cls) -> tuple:
+    """Prefixes of the name-mangled attributes (``_Class__name``) of the classes of ``cls``'s
+    MRO defined outside elmoe3d (Amaranth's own bookkeeping on every component)."""
+    return tuple(f"_{c.__name__}__" for c in cls.__mro__
+                 if not c.__module__.startswith("elmoe3d."))
+
+
 def instance_key(obj) -> str:
     """A stable key of a block instance: its class and the parameters ``__init__`` stored
-    (plain values and frozen dataclasses such as configurations; ports and other objects are
-    left out). Instances with equal keys elaborate to the same logic."""
+    (plain values and frozen dataclasses such as configurations; ports, other objects and the
+    private attributes of base classes outside elmoe3d are left out). Instances with equal
+    keys elaborate to the same logic."""
     params = []
+    foreign = _foreign_private(type(obj))
     for name, value in sorted(vars(obj).items()):
-        if name.startswith("_MustUse") or name.startswith("_Component__"):
+        if name.startswith(foreign):
             continue
         if isinstance(value, _PRIMITIVES) or (dataclasses.is_dataclass(value)
                                               and not isinstance(value, type)):
@@ -317,29 +326,25 @@ def hollow(top, *, owner: str, leaf_classes=()) -> Hollow:
     leaf_classes = tuple(c for c in leaf_classes if c is not None and not isinstance(top, c))
     m = top.elaborate(None)
     stubs, srams, subs, names, unelaborated = {}, [], {}, {}, []
+
+    def black_box(name, sub):
+        if isinstance(sub, Memory) and name is not None:
+            names[id(sub)] = name
+        elif leaf_classes and isinstance(sub, leaf_classes):
+            unelaborated.append(sub)
+            return _replace(sub, stubs, subs)
+        return None
+
     if isinstance(m, Module):
-        named = m._named_submodules
-        for name, (sub, src_loc) in list(named.items()):
-            if isinstance(sub, Memory):
-                names[id(sub)] = name
-            elif leaf_classes and isinstance(sub, leaf_classes):
-                named[name] = (_replace(sub, stubs, subs), src_loc)
-                unelaborated.append(sub)
-        anon = m._anon_submodules
-        for i, (sub, src_loc) in enumerate(anon):
-            if leaf_classes and isinstance(sub, leaf_classes):
-                anon[i] = (_replace(sub, stubs, subs), src_loc)
-                unelaborated.append(sub)
+        replace_submodules(m, black_box)
     platform = _Platform(owner, names, stubs, srams)
     top.elaborate = lambda platform: m        # the Module built above, once
-    # Amaranth's combinational-loop check walks every path through the wide multiplexers of
-    # a paper-sized PE without memoisation (minutes); Yosys ``check`` reports loops instead.
-    check = _nir.Netlist.check_comb_cycles
-    _nir.Netlist.check_comb_cycles = lambda self: None
+    # Amaranth's combinational-loop check takes minutes on a paper-size hollow PE; Yosys
+    # ``check`` reports loops instead.
     try:
-        text = rtlil.convert(top, name="top", platform=platform, emit_src=False)
+        with no_comb_cycle_check():
+            text = rtlil.convert(top, name="top", platform=platform, emit_src=False)
     finally:
-        _nir.Netlist.check_comb_cycles = check
         del top.elaborate
     return Hollow(rtlil=text, stubs="".join(stubs.values()), subs=subs, srams=srams,
                   unelaborated=unelaborated)
@@ -354,8 +359,7 @@ def inventory(top, *, owner: str, leaf_classes=()):
     leaf_classes = tuple(c for c in leaf_classes if c is not None and not isinstance(top, c))
     m = top.elaborate(None)
     subs, srams, unelaborated = {}, [], [top, m]
-    children = list(m._named_submodules.items()) + [(None, x) for x in m._anon_submodules]
-    for name, (sub, _src_loc) in children:
+    for name, sub in submodules(m):
         if isinstance(sub, Memory):
             if _is_macro(sub):
                 width = len(Value.cast(Signal(sub.shape)))

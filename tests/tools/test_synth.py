@@ -447,6 +447,31 @@ def test_instance_key_separates_parameters():
         del a, b, c
 
 
+def test_private_amaranth_names_still_exist():
+    """The private Amaranth names hollowing needs (synth.amaranth_internals) exist in this
+    Amaranth; a newer one without them fails here, naming the attribute."""
+    from elmoe3d.synth import amaranth_internals
+    amaranth_internals.check()
+
+
+def test_a_missing_private_amaranth_name_is_named(monkeypatch):
+    from amaranth.hdl import _nir
+    from elmoe3d.synth import amaranth_internals
+    monkeypatch.delattr(_nir.Netlist, "check_comb_cycles")
+    with pytest.raises(RuntimeError, match=r"no amaranth\.hdl\._nir\.Netlist\.check_comb_cycles"):
+        amaranth_internals.check()
+
+
+def test_private_amaranth_names_only_in_amaranth_internals():
+    import re
+    import elmoe3d.synth
+    private = re.compile(r"amaranth\.hdl\._|\b_nir\b|_named_submodules|_anon_submodules|_MustUse")
+    folder = Path(elmoe3d.synth.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        if path.name != "amaranth_internals.py":
+            assert not private.search(path.read_text()), f"{path.name} uses a private Amaranth name"
+
+
 # ---- area models ------------------------------------------------------------------------------
 
 class _R:
