@@ -22,7 +22,9 @@ from .isa import Sink
 __all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "ConfigError",
            "DramConfig", "HB_BANK", "LPDDR5_6400_X16", "PEOptions", "FPGA_LEAN_PE",
            "UNIT_PE_LATENCY", "ROWMAX_LATENCY", "REQUANT_LATENCY", "FP32_LATENCY",
-           "tile_latency", "swiglu_latency", "combine_latency", "check_mul_stages",
+           "RAW_SINK_LATENCY", "tile_latency", "swiglu_latency", "combine_latency",
+           "swiglu_sink_latency", "combine_sink_latency", "max_requant_units",
+           "swiglu_row_cycles", "combine_row_cycles", "drain_cycles", "check_mul_stages",
            "unit_count"]
 
 
@@ -599,7 +601,8 @@ class PEConfig:
     Attributes
     ----------
     rows, lanes : int
-        Tensor-tile shape (M, N); the PE needs ``lanes % 4 == 0`` and ``lanes == 2 * rows``.
+        Tensor-tile shape (M, N); the PE needs ``lanes % 4 == 0`` and ``lanes == 2 * rows``
+        (checked on construction, :class:`ConfigError` naming ``tile.lanes``).
     word_bits : int
         W = lanes * 128: one weight nibble plane of one K-group for all lanes; also one
         activation word (rows x 32 INT8) and one ``ld`` / ``o`` / link beat.
@@ -626,9 +629,9 @@ class PEConfig:
     hbuf_words: int
     out_words: int
 
-    @classmethod
-    def from_arch(cls, arch: "ArchConfig") -> "PEConfig":
-        rows, lanes = arch.tile.rows, arch.tile.lanes
+    def __post_init__(self):
+        # the one check of the PE's tile shape (from_arch's, and a PEConfig built directly)
+        rows, lanes = self.rows, self.lanes
         if lanes % 4:
             raise ConfigError(f"tile.lanes: the PE needs lanes % 4 == 0 (FULL-mode SwiGLU "
                               f"blocks of lanes/4 channels), got {lanes}")
@@ -636,20 +639,27 @@ class PEConfig:
             raise ConfigError(f"tile.lanes: the PE needs lanes == 2 * rows so that an "
                               f"activation word (rows x 32 INT8) is as wide as a weight word "
                               f"(lanes x 32 nibbles); got rows={rows}, lanes={lanes}")
+
+    @classmethod
+    def from_arch(cls, arch: "ArchConfig") -> "PEConfig":
+        """The geometry of ``arch``'s PE; :class:`ConfigError` naming the field if the tile
+        shape (checked first) or the memory sizes do not suit the PE."""
+        rows, lanes = arch.tile.rows, arch.tile.lanes
         word_bits = lanes * 128
         word_bytes = word_bits // 8
+        iomem_words = arch.iomem_bytes // word_bytes
+        act, tok, hbuf = iomem_words // 8, iomem_words // 32, iomem_words // 2
+        geometry = cls(rows=rows, lanes=lanes, word_bits=word_bits,
+                       wmem_words=arch.wmem_bytes // (4 * word_bytes),
+                       act_words=act, tok_words=tok, hbuf_words=hbuf,
+                       out_words=iomem_words - act - tok - hbuf)
         if arch.wmem_bytes % (4 * word_bytes * 8):
             raise ConfigError(f"wmem_bytes: {arch.wmem_bytes} is not a multiple of 2 buffers x "
                               f"2 planes x {word_bytes} B words x 8 (scale entries per word)")
         if arch.iomem_bytes % (32 * word_bytes):
             raise ConfigError(f"iomem_bytes: {arch.iomem_bytes} is not a multiple of "
                               f"32 words of {word_bytes} B")
-        iomem_words = arch.iomem_bytes // word_bytes
-        act, tok, hbuf = iomem_words // 8, iomem_words // 32, iomem_words // 2
-        return cls(rows=rows, lanes=lanes, word_bits=word_bits,
-                   wmem_words=arch.wmem_bytes // (4 * word_bytes),
-                   act_words=act, tok_words=tok, hbuf_words=hbuf,
-                   out_words=iomem_words - act - tok - hbuf)
+        return geometry
 
     @property
     def word_bytes(self) -> int:
@@ -726,6 +736,56 @@ def combine_latency(mul_stages: int = 1) -> int:
     return 3 + (mul_stages - 1)
 
 
+def swiglu_sink_latency(mul_stages: int = 1) -> int:
+    """:class:`~elmoe3d.hw.pe.swiglu.SwiGLUSink`: cycles from the sink taking a tile result to
+    its first HBUF write (no stall): ``2 +`` :func:`swiglu_latency` (the row-max update
+    follows a cycle later)."""
+    return 2 + swiglu_latency(mul_stages)
+
+
+def combine_sink_latency(mul_stages: int = 1) -> int:
+    """:class:`~elmoe3d.hw.pe.combine.CombineSink`: cycles from the sink taking a tile result
+    to its first OUT write (no stall): ``3 +`` :func:`combine_latency` (TOK read, OUT read and
+    the unit in between)."""
+    return 3 + combine_latency(mul_stages)
+
+
+#: The RAW sink (:class:`~elmoe3d.hw.pe.result.ResultStage`): cycles from taking a tile result
+#: to offering its first link word.
+RAW_SINK_LATENCY = 1
+
+
+def max_requant_units(word_bits: int) -> int:
+    """C's largest (and default) value, REQUANT's INT8 codes per cycle: ``min(W/32, 32)``."""
+    return min(word_bits // 32, 32)
+
+
+def swiglu_row_cycles(lanes: int, swiglu_units: int) -> dict:
+    """Cycles the SWIGLU sink spends on one result row, by mode FULL (``True``: L/4 channels)
+    and not FULL (``False``: L/2 channels): ``ceil(channels / swiglu_units)``."""
+    return {True: max(lanes // 4 // swiglu_units, 1), False: lanes // 2 // swiglu_units}
+
+
+def combine_row_cycles(lanes: int, combine_units: int) -> dict:
+    """Cycles the COMBINE sink spends on one result row, by mode FULL (``True``: L/2 values)
+    and not FULL (``False``: L values): ``ceil(values / combine_units)``."""
+    return {True: max(lanes // 2 // combine_units, 1), False: lanes // combine_units}
+
+
+def drain_cycles(rows: int, *, row_cycles: int = 1, tile_passes: int = 1,
+                 mul_stages: int = 1) -> int:
+    """Cycles from the last tile beat of a GEMM into the SWIGLU sink to the first cycle of a
+    REQUANT waiting behind it (its first ROWMAX read), with no stall and rows not FULL
+    (``row_cycles``: :func:`swiglu_row_cycles` ``[False]``, 1 with the default units): the
+    tile (:func:`tile_latency`), the sink's ``rows * row_cycles`` cycles of the last result
+    (the last row entering its pipeline ``rows * row_cycles - 1`` cycles after the first),
+    the sink's pipeline to the last HBUF write (:func:`swiglu_sink_latency`), then the
+    row-max update a cycle later, the GEMM's completion seen by the REQUANT engine and its
+    first ROWMAX read (3 cycles). :attr:`PEOptions.drain_cycles` is this for a PE's options;
+    the expert builder reads it for the default options of any tile shape."""
+    return tile_latency(tile_passes) + rows * row_cycles - 1 + swiglu_sink_latency(mul_stages) + 3
+
+
 def unit_count(name, value, top, what) -> int:
     """A time-shared unit count: ``None`` -> ``top``, else a power of two in 1..``top``
     (``ValueError`` naming ``name``, ``what`` saying the range)."""
@@ -791,7 +851,8 @@ class PEOptions:
     TypeError
         ``config`` is neither an ArchConfig nor a PEConfig.
     ValueError
-        The tile shape does not suit the PE, or an option out of range (the message names it).
+        ``lanes`` not a power of two, or an option out of range (the message names it); the
+        other tile-shape rules are :class:`PEConfig`'s (a :class:`ConfigError`).
     """
 
     config: "PEConfig"
@@ -812,18 +873,16 @@ class PEOptions:
     def __post_init__(self):
         geometry = pe_config(self.config)
         object.__setattr__(self, "config", geometry)
-        rows, lanes = geometry.rows, geometry.lanes
-        if lanes % 4 or lanes != 2 * rows:
-            raise ValueError(f"config: the PE needs lanes % 4 == 0 and lanes == 2 * rows, got "
-                             f"rows={rows}, lanes={lanes}")
+        lanes = geometry.lanes          # lanes % 4 == 0 and lanes == 2 * rows: PEConfig's
         if lanes & (lanes - 1):
             raise ValueError(f"config: the PE needs a power-of-two number of lanes (word "
                              f"addressing by shifts), got {lanes}")
         check_mul_stages(self.mul_stages)
         W = geometry.word_bits
         Q = W // 32
-        requant_units = unit_count("requant_units", self.requant_units, min(Q, 32),
-                                    f"in 1..min(W/32, 32) = 1..{min(Q, 32)}")
+        top = max_requant_units(W)
+        requant_units = unit_count("requant_units", self.requant_units, top,
+                                    f"in 1..min(W/32, 32) = 1..{top}")
         fp32_units = unit_count("fp32_units", self.fp32_units, Q,
                                 f"dividing W/32 = {Q} (1..{Q})")
         combine_units = unit_count("combine_units", self.combine_units, lanes,
@@ -873,7 +932,7 @@ class PEOptions:
             # REQUANT's C codes of a cycle go into one ACT part (32/P depths of a row) from one
             # HBUF part (W/32/P values); the SWIGLU sink's S <= lanes / 2 values always fit
             # (W/32/P = 4 lanes / P)
-            per_part = min(Q, 32) // tile_passes
+            per_part = max_requant_units(W) // tile_passes
             if requant_units > per_part:
                 raise ValueError(f"narrow_iomem: the requant_units values of a cycle must lie "
                                  f"in one HBUF part and one ACT row part, min(W/32, 32)/P = "
@@ -901,7 +960,7 @@ class PEOptions:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name != "config"}
 
-    # ---- geometry ---------------------------------------------------------------------------------
+    # ---- geometry ------------------------------------------------------------------------------
 
     @property
     def rows(self) -> int:
@@ -930,21 +989,19 @@ class PEOptions:
                 "passes": self.tile_passes, "streamed_weights": self.streamed_weights,
                 "streamed_acts": self.narrow_iomem}
 
-    # ---- derived timing (cycles) ------------------------------------------------------------------
+    # ---- derived timing (cycles) ---------------------------------------------------------------
 
     @property
     def combine_row_cycles(self) -> dict:
         """Cycles the COMBINE sink spends on one result row, by mode FULL (``True``: L/2
         values) and not FULL (``False``: L values): ``ceil(values / combine_units)``."""
-        L, J = self.lanes, self.combine_units
-        return {True: max(L // 2 // J, 1), False: L // J}
+        return combine_row_cycles(self.lanes, self.combine_units)
 
     @property
     def swiglu_row_cycles(self) -> dict:
         """Cycles the SWIGLU sink spends on one result row, by mode FULL (``True``: L/4
         channels) and not FULL (``False``: L/2 channels): ``ceil(channels / swiglu_units)``."""
-        L, S = self.lanes, self.swiglu_units
-        return {True: max(L // 4 // S, 1), False: L // 2 // S}
+        return swiglu_row_cycles(self.lanes, self.swiglu_units)
 
     @property
     def clear_cycles(self) -> int:
@@ -998,9 +1055,9 @@ class PEOptions:
         sink (no stall): RAW 1 (first link word offered), SWIGLU 2 + the SwiGLU unit (HBUF
         write; the row-max update follows a cycle later), COMBINE 3 + the combine unit (OUT
         write; TOK read, OUT read and the unit in between)."""
-        return {Sink.RAW: 1,
-                Sink.SWIGLU: 2 + self.swiglu_latency,
-                Sink.COMBINE: 3 + self.combine_latency}
+        return {Sink.RAW: RAW_SINK_LATENCY,
+                Sink.SWIGLU: swiglu_sink_latency(self.mul_stages),
+                Sink.COMBINE: combine_sink_latency(self.mul_stages)}
 
     @property
     def result_cycles(self) -> dict:
@@ -1038,8 +1095,8 @@ class PEOptions:
         be as fast. Measured on the RTL PE (2x4 small PE, 2026-12-01): 16 cycles with the
         defaults, 17 with ``tile_passes`` 2, 18 with ``mul_stages`` 2, 21 for the FPGA-lean
         PE (19 in FULL mode)."""
-        return (self.tile_latency + self.result_cycles[(Sink.SWIGLU, False)] - 1
-                + self.sink_latency[Sink.SWIGLU] + 3)
+        return drain_cycles(self.rows, row_cycles=self.swiglu_row_cycles[False],
+                            tile_passes=self.tile_passes, mul_stages=self.mul_stages)
 
     @property
     def gemm_gap(self) -> int:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...config import ArchConfig, PEOptions
+from ...config import ArchConfig, drain_cycles, max_requant_units
 from ...isa import Op, Sink, Target
 from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
 from .datapath import Mode, gemm
@@ -435,7 +435,7 @@ class _Plan:
     prologue: list
     requant: dict
     requant_cycles: int           # estimate: rows x chunks per row + pipeline
-    drain_cycles: int             # last up/gate beat -> the REQUANT's start (PEOptions)
+    drain_cycles: int             # last up/gate beat -> the REQUANT's start (config.drain_cycles)
     up_w: _Weights
     down_w: _Weights
     first: bool                   # the program's first expert (ramped up)
@@ -666,14 +666,14 @@ def _expert_plan(index, ex: Expert, x_q, e_x, gw_bits, slots, mode, pe, *, t0, a
     down_w = _Weights(ex.down, np.arange(h_dim), mode, pe, sink=Sink.COMBINE,
                       out_base_of=lambda j0: j0 * L, stride=h_dim // pe.q24_per_word,
                       tok_base=t0, act_base=a0, row_blocks=rbn)
-    # the PE the program is built for: the default options (timing of PEOptions)
-    options = PEOptions(config=pe)
-    c = options.requant_units                      # REQUANT values per cycle
+    # the PE the program is built for: the default options (their timing by config's formulas,
+    # without PEOptions' checks of the options: the builder takes any PEConfig)
+    c = max_requant_units(pe.word_bits)            # REQUANT values per cycle
     return _Plan(index=index, t0=t0, tok_entries=tok_n, a0=a0, act_words=act_n,
                  prologue=prologue,
                  requant=dict(row_blocks=rbn, channels=i_dim, act_base=a0, tok_base=t0),
                  requant_cycles=t_pad * max(i_dim // c, 3) + 8,
-                 drain_cycles=options.drain_cycles,
+                 drain_cycles=drain_cycles(pe.rows),
                  up_w=up_w, down_w=down_w, first=first, last=last, tokens=te)
 
 

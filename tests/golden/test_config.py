@@ -2,15 +2,12 @@
 the field named, the presets round-trip, and the paper presets give Table 1's peak TOPS."""
 
 import dataclasses
-import gc
-import warnings
 
 import pytest
-from amaranth.hdl import UnusedElaboratable
 
 from elmoe3d.config import (FPGA_LEAN_PE, PRESETS, ArchConfig, ConfigError, PEOptions,
-                            TileConfig, check_mul_stages, combine_latency, preset,
-                            swiglu_latency, tile_latency)
+                            TileConfig, check_mul_stages, combine_latency, drain_cycles,
+                            max_requant_units, preset, swiglu_latency, tile_latency)
 from elmoe3d.isa import Sink
 
 
@@ -114,7 +111,7 @@ def test_preset_unknown_name():
     assert preset("small") is PRESETS["small"]
 
 
-# ---- PEOptions: the PE's build options and the timing they imply ----------------------------------
+# ---- PEOptions: the PE's build options and the timing they imply ---------------------------------
 
 SMALL = preset("small")
 SMALL_PE = SMALL.pe                                # W = 512: W/32 = 16, W/64 = 8, lanes 4
@@ -159,6 +156,17 @@ def test_pe_options_drain_cycles_as_measured():
     assert PEOptions(config=WIDE).drain_cycles == 3 + 8 - 1 + 9 + 3       # 8 rows
 
 
+def test_drain_cycles_and_requant_units_without_a_pe():
+    """The expert builder's figures for the default PE of any tile shape (no PEOptions, so no
+    check of the options): the measured 16 cycles of the small PE, and rows - 1 more per row."""
+    assert drain_cycles(2) == PEOptions(config=SMALL).drain_cycles == 16
+    assert drain_cycles(8) == PEOptions(config=WIDE).drain_cycles == 16 + 6
+    assert drain_cycles(6) == 16 + 4                       # a 6x12 tile: no PE (lanes 12)
+    assert drain_cycles(2, row_cycles=2, tile_passes=4) == \
+           PEOptions(config=SMALL, **FPGA_LEAN_PE).drain_cycles == 21
+    assert [max_requant_units(w) for w in (512, 1536, 2048, 4096)] == [16, 32, 32, 32]
+
+
 def test_fpga_lean_pe_timing():
     lean = PEOptions(config=SMALL, **FPGA_LEAN_PE)
     assert lean.params == dict(FPGA_LEAN_PE, mul_stages=1)
@@ -186,9 +194,13 @@ def test_block_latency_formulas():
 def test_pe_options_config_errors():
     with pytest.raises(TypeError, match="config: expected an ArchConfig or a PEConfig, got str"):
         PEOptions(config="small")
-    with pytest.raises(ValueError, match=r"config: the PE needs lanes % 4 == 0 and lanes == "
-                                         r"2 \* rows, got rows=3, lanes=4"):
+    # the tile shape is PEConfig's to check, for a geometry built directly too
+    with pytest.raises(ConfigError, match=r"tile.lanes: the PE needs lanes == 2 \* rows so that "
+                                          r".* got rows=3, lanes=4"):
         PEOptions(config=dataclasses.replace(SMALL_PE, rows=3))
+    with pytest.raises(ConfigError, match=r"tile.lanes: the PE needs lanes % 4 == 0 \(FULL-mode "
+                                          r"SwiGLU blocks of lanes/4 channels\), got 6"):
+        ArchConfig(tile=TileConfig(rows=3, lanes=6)).pe
     with pytest.raises(ValueError, match=r"config: the PE needs a power-of-two number of lanes "
                                          r"\(word addressing by shifts\), got 12"):
         PEOptions(config=ArchConfig(tile=TileConfig(rows=6, lanes=12), wmem_bytes=4 * 192 * 8,
@@ -269,53 +281,3 @@ def test_pe_options_narrow_out_needs():
                                               "fp32_units=4")):
         with pytest.raises(ValueError, match="narrow_out: OUT in W/P-bit parts " + match):
             PEOptions(config=SMALL, **{**ok, **change}, narrow_out=True)
-
-
-#: A spread of PE options (with the configuration each is built for).
-OPTION_SPREAD = [
-    (SMALL, {}),
-    (SMALL, dict(FPGA_LEAN_PE)),
-    (SMALL, {"mul_stages": 3, "requant_units": 2, "fp32_units": 4}),
-    (SMALL, {"combine_units": 1, "swiglu_units": 1, "mul_stages": 2}),
-    (SMALL, {"tile_passes": 2, "streamed_weights": True, "tile_dsp_pairs": True}),
-    (SMALL, {"tile_passes": 4, "narrow_iomem": True, "requant_units": 4}),
-    (SMALL, {"out_valid_bits": False, "out_banks": 1, "fp32_units": 8}),
-    (SMALL, {"tile_passes": 2, "out_banks": 1, "out_valid_bits": False, "combine_units": 2,
-             "fp32_units": 4, "narrow_out": True, "narrow_iomem": True, "requant_units": 8}),
-    (WIDE, {}),
-    (WIDE, dict(FPGA_LEAN_PE)),
-    (WIDE, {"mul_stages": 4, "combine_units": 4, "swiglu_units": 2, "out_valid_bits": False}),
-    (preset("paper-4gb"), {"tile_passes": 4, "narrow_iomem": True, "requant_units": 8,
-                           "wbuf_memories": 1}),
-]
-
-#: The figures a PEOptions and the PE both expose.
-PE_FIGURES = ("rows", "lanes", "word_bits", "mul_stages", "requant_units", "fp32_units",
-              "combine_units", "swiglu_units", "tile_dsp_pairs", "tile_passes",
-              "out_valid_bits", "wbuf_memories", "out_banks", "streamed_weights",
-              "narrow_iomem", "narrow_out", "combine_row_cycles", "swiglu_row_cycles",
-              "clear_cycles", "output_beat_cycles", "requant_word_cycles", "load_queue_depth",
-              "tile_latency", "swiglu_latency", "combine_latency", "sink_latency",
-              "result_cycles", "gemm_gap")
-# (``drain_cycles`` and ``completion_cycles`` are the options' own: the PE has no such property)
-
-
-@pytest.mark.parametrize("arch, options", OPTION_SPREAD)
-def test_pe_options_figures_equal_the_pe(arch, options):
-    """Every figure a PEOptions derives equals the PE's own property, and the blocks' latency
-    properties equal the formulas (the PE is only inspected, never elaborated)."""
-    from elmoe3d.hw.pe import PE
-    from elmoe3d.hw.tile import TensorTile
-    from elmoe3d.hw.vpu import CombineUnit, SwiGLUUnit
-
-    opts = PEOptions(config=arch, **options)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnusedElaboratable)
-        pe = PE(config=arch, **options)
-        assert {name: getattr(opts, name) for name in PE_FIGURES} == \
-               {name: getattr(pe, name) for name in PE_FIGURES}
-        assert TensorTile(**opts.tile_params).latency == opts.tile_latency
-        assert SwiGLUUnit(mul_stages=opts.mul_stages).latency == opts.swiglu_latency
-        assert CombineUnit(mul_stages=opts.mul_stages).latency == opts.combine_latency
-        del pe
-        gc.collect()

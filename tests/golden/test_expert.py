@@ -336,3 +336,21 @@ def test_program_runs_from_encoded_words():
     assert np.array_equal(_bits(job.decode(res)), _bits(ref.y))
     assert all(cmd.fields["target"] != int(Target.WLSB)
                for cmd in job.program if cmd.op is Op.LOAD)
+
+
+@pytest.mark.parametrize("mode", [Mode.FULL, Mode.DRAFT], ids=lambda m: m.name)
+def test_program_for_a_tile_without_an_rtl_pe(mode):
+    """The builder takes any PEConfig, as before PEOptions existed: a 6x12 tile (12 lanes, not
+    a power of two, so no RTL PE: PEOptions refuses it) gets a program whose fsim results equal
+    ref_expert bit for bit (its timing figures come from config's formulas, not PEOptions)."""
+    from elmoe3d.config import ArchConfig, PEOptions, TileConfig
+    cfg = ArchConfig(tile=TileConfig(rows=6, lanes=12), wmem_bytes=24576, iomem_bytes=24576)
+    with pytest.raises(ValueError, match="power-of-two number of lanes"):
+        PEOptions(config=cfg)
+    rng = _rng(f"6x12{mode.name}")
+    w = _weights(rng, 96, 96)
+    x = rng.standard_normal((3, 96))
+    job = ex.build_expert_program(x, *w, mode=mode, config=cfg)
+    ref = ex.ref_expert(x, *w, mode=mode)
+    y, _, _ = _run(job)
+    assert np.array_equal(_bits(y), _bits(ref.y))
