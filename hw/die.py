@@ -28,7 +28,7 @@ from .ext_ctrl import ExtController
 from .ext_stream import ExtStreamer, ext_read_layout
 from .hb_ctrl import HBController
 from .isa import command_layout, o_beat_layout
-from .layouts import STICKY_LATENCY, forward_flags, sticky_flags
+from .layouts import STICKY_LATENCY, address_bits, forward_flags, sticky_flags
 from .load_router import LoadRouter
 from .pe import PE
 from .ring import StreamlineRing
@@ -36,6 +36,11 @@ from .ring import StreamlineRing
 
 __all__ = ["HostQueue", "DmaKind", "host_cmd_layout", "host_dma_layout", "die_o_layout",
            "die_probe_layout", "die_errors_layout", "LogicDie", "queue_bit", "dma_bit"]
+
+
+#: Cycles from a ``host_cmd`` beat taken to it offered by its (empty) queue
+#: (:attr:`LogicDie.queue_latency`).
+_QUEUE_LATENCY = 1
 
 
 def _check(name, value, lo):
@@ -158,30 +163,85 @@ class LogicDie(wiring.Component):
             raise ValueError(f"router: expected a dict of LoadRouter parameters, got "
                              f"{type(router).__name__}")
         arch = config
-        W = arch.pe.word_bits
         blocks["pes"] = [PE(config=arch, mul_stages=mul_stages) for _ in range(arch.pes)]
         blocks["routers"] = [LoadRouter(config=arch, **(router or {})) for _ in range(arch.pes)]
         blocks["hb"] = [HBController(config=arch, queue_depth=hb_queue_depth,
                                      read_buffer=hb_read_buffer) for _ in range(arch.pes)]
-        blocks["hb_ports"] = [
-            DramWordPort(word_bits=W, burst_bits=arch.hb.burst_bytes * 8,
-                         addr_bits=h.addr_bits, length_bits=16,
-                         inflight=max(2, blocks["routers"][0].hb_fifo_words))
-            for h in blocks["hb"]]
+        blocks["hb_ports"] = [LogicDie._hb_port(arch, router) for _ in blocks["hb"]]
         blocks["links"] = [AggregationLink.from_arch(arch, buffer_words=link_buffer_words)
                            for _ in range(arch.groups)]
         blocks["ring"] = StreamlineRing.from_arch(arch, stream_bits=ring_stream_bits,
                                                   buffer_flits=ring_buffer_flits)
-        blocks["ext"] = ExtController(config=arch, channels=ext_channels,
+        blocks["ext"] = ExtController(config=arch,
+                                      channels=LogicDie._ext_channels(arch, ext_channels),
                                       queue_depth=ext_queue_depth_bursts,
                                       read_buffer=ext_read_buffer)
-        blocks["ext_port"] = DramWordPort(word_bits=W,
-                                          burst_bits=blocks["ext"].stripe_bytes * 8,
-                                          addr_bits=blocks["ext"].channel.addr_bits,
-                                          length_bits=16, inflight=ext_queue_depth)
-        blocks["streamer"] = ExtStreamer(pes=arch.pes, word_bits=W,
-                                         flit_bytes=int(arch.streamline_bytes_per_cycle),
-                                         stream_bits=ring_stream_bits, inflight=ext_queue_depth)
+        blocks["ext_port"] = LogicDie._ext_port(arch, ext_channels, ext_queue_depth)
+        blocks["streamer"] = LogicDie._streamer(arch, ring_stream_bits, ext_queue_depth)
+
+    # The parts of the die that depend only on its parameters, built alike by the die and,
+    # without a die, by :meth:`part` (the synthesis roll-up).
+
+    @staticmethod
+    def _hb_port(arch, router):
+        hb_fifo_words = constructor_params(LoadRouter, config=arch, **(router or {}))[
+            "hb_fifo_words"]
+        return DramWordPort(word_bits=arch.pe.word_bits, burst_bits=arch.hb.burst_bytes * 8,
+                            addr_bits=address_bits(arch.hb.bursts), length_bits=16,
+                            inflight=max(2, hb_fifo_words))
+
+    @staticmethod
+    def _ext_port(arch, ext_channels, ext_queue_depth):
+        return DramWordPort(word_bits=arch.pe.word_bits,
+                            burst_bits=LogicDie._ext_stripe_bytes(arch, ext_channels) * 8,
+                            addr_bits=address_bits(arch.ext.bursts), length_bits=16,
+                            inflight=ext_queue_depth)
+
+    @staticmethod
+    def _streamer(arch, ring_stream_bits, ext_queue_depth):
+        return ExtStreamer(pes=arch.pes, word_bits=arch.pe.word_bits,
+                           flit_bytes=int(arch.streamline_bytes_per_cycle),
+                           stream_bits=ring_stream_bits, inflight=ext_queue_depth)
+
+    @staticmethod
+    def _ext_channels(arch, ext_channels):
+        return arch.ext_channels if ext_channels is None else ext_channels
+
+    @staticmethod
+    def _ext_stripe_bytes(arch, ext_channels):
+        return LogicDie._ext_channels(arch, ext_channels) * arch.ext.burst_bytes
+
+    @classmethod
+    def part(cls, name: str, **params):
+        """The die's part ``name`` -- ``"hb_port"`` (PE 0's, all are alike), ``"ext_port"`` or
+        ``"streamer"`` -- as a die built with ``params`` (the constructor's keywords) has it,
+        built alone: neither the die nor its other blocks are built (the synthesis roll-up).
+
+        Raises ``ValueError`` for another ``name``; ``TypeError`` for a keyword the
+        constructor does not take."""
+        p = constructor_params(cls, **params)
+        arch = p["config"]
+        if name == "hb_port":
+            return cls._hb_port(arch, p["router"])
+        if name == "ext_port":
+            return cls._ext_port(arch, p["ext_channels"], p["ext_queue_depth"])
+        if name == "streamer":
+            return cls._streamer(arch, p["ring_stream_bits"], p["ext_queue_depth"])
+        raise ValueError(f"name: expected 'hb_port', 'ext_port' or 'streamer', got {name!r}")
+
+    @classmethod
+    def host_figures(cls, **params) -> dict:
+        """The figures a host or bench plans with, of a die built with ``params`` (the
+        constructor's keywords, unchecked), computed without building it: ``ext_channels``,
+        ``ext_stripe_bytes`` (bytes), ``link_buffer_words`` (words) and
+        ``link_error_latency`` (cycles), equal to the built die's properties of those names.
+        ``TypeError`` for a keyword the constructor does not take."""
+        p = constructor_params(cls, **params)
+        arch = p["config"]
+        return {"ext_channels": cls._ext_channels(arch, p["ext_channels"]),
+                "ext_stripe_bytes": cls._ext_stripe_bytes(arch, p["ext_channels"]),
+                "link_buffer_words": p["link_buffer_words"],
+                "link_error_latency": _QUEUE_LATENCY + STICKY_LATENCY}
 
     def __init__(self, *, config, cmd_queue_depth: int = 16, link_queue_depth: int = 8,
                  ext_queue_depth: int = 8, router: dict | None = None,
@@ -279,7 +339,7 @@ class LogicDie(wiring.Component):
     def queue_latency(self) -> int:
         """Cycles from a ``host_cmd`` beat taken to it offered by its (empty) queue to the
         PE's router, the group's link or the EXT streamer."""
-        return 1
+        return _QUEUE_LATENCY
 
     @property
     def errors_latency(self) -> int:

@@ -85,7 +85,6 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..config import ArchConfig, preset
 from ..hw.agg_link import link_op_layout, pack_link_op
-from ..hw.checked import inspection
 from ..hw.die import (DmaKind, HostQueue, LogicDie, die_errors_layout, die_o_layout,
                       die_probe_layout, dma_bit, host_cmd_layout, host_dma_layout, queue_bit)
 from ..hw.ext_stream import ext_read_layout
@@ -286,13 +285,9 @@ class DieBench(CaseRecorder):
         self.arch = arch = arch_from_params(self.params, DEFAULTS["arch"])
         self.pe = arch.pe
         self.seed = resolve_seed()
-        with inspection():          # the die is built here only to read its parameters
-            probe = LogicDie(config=arch, **die_kwargs(self.params))
-            self.die = SimpleNamespace(
-                ext_channels=probe.ext_channels, link_buffer_words=probe.link_buffer_words,
-                ext_stripe_bytes=probe.ext_stripe_bytes,
-                link_error_latency=probe.link_error_latency)
-            del probe
+        # the DUT's figures, from its parameters (no second die built to read them)
+        self.die = SimpleNamespace(**LogicDie.host_figures(config=arch,
+                                                           **die_kwargs(self.params)))
         self.records = []
         self.violations = []
         self.o_layout = die_o_layout(arch)

@@ -46,7 +46,6 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..hw.checked import inspection
 from .amaranth_internals import no_comb_cycle_check, replace_submodules, submodules
 
 
@@ -144,23 +143,12 @@ DIE_BLOCKS = [
     DieBlock("EXT controller", "elmoe3d.hw.ext_ctrl:ExtController",
              lambda a, c: c(config=a), lambda a: 1),
     DieBlock("HB word ports", "elmoe3d.hw.die:LogicDie",
-             lambda a, c: _die_part(c, a, "hb_port"), lambda a: a.pes),
+             lambda a, c: c.part("hb_port", config=a), lambda a: a.pes),
     DieBlock("EXT word port", "elmoe3d.hw.die:LogicDie",
-             lambda a, c: _die_part(c, a, "ext_port"), lambda a: 1),
+             lambda a, c: c.part("ext_port", config=a), lambda a: 1),
     DieBlock("EXT streamer", "elmoe3d.hw.die:LogicDie",
-             lambda a, c: _die_part(c, a, "streamer"), lambda a: 1),
+             lambda a, c: c.part("streamer", config=a), lambda a: 1),
 ]
-
-
-def _die_part(die_cls, arch, name):
-    """The sub-block ``name`` of a :class:`~elmoe3d.hw.die.LogicDie` built for ``arch`` with
-    its default parameters (the die and its other parts are only constructed, never
-    elaborated: dropped in an :func:`~elmoe3d.hw.checked.inspection` scope)."""
-    with inspection():
-        die = die_cls(config=arch)
-        part = getattr(die, name)
-        del die
-    return part
 
 
 def memory_role(owner_label: str, name: str) -> str:

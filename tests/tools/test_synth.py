@@ -447,6 +447,29 @@ def test_instance_key_separates_parameters():
         del a, b, c
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"ext_channels": 4, "link_buffer_words": 17,
+                                           "ext_queue_depth": 5, "ring_stream_bits": 3,
+                                           "router": {"hb_fifo_words": 16}}])
+def test_die_parts_and_figures_without_a_die_match_the_die(kwargs):
+    """LogicDie.part (the roll-up's word ports and streamer) and LogicDie.host_figures (the die
+    bench's figures), computed without a die, equal those of a die built alike."""
+    from elmoe3d.hw.die import LogicDie
+    arch = preset("small")
+    with inspection():                  # only compared, never elaborated
+        die = LogicDie(config=arch, **kwargs)
+        figures = LogicDie.host_figures(config=arch, **kwargs)
+        assert figures == {name: getattr(die, name) for name in
+                           ("ext_channels", "ext_stripe_bytes", "link_buffer_words",
+                            "link_error_latency")}
+        for name in ("hb_port", "ext_port", "streamer"):
+            part = LogicDie.part(name, config=arch, **kwargs)
+            assert instance_key(part) == instance_key(getattr(die, name)), name
+            del part
+        with pytest.raises(ValueError, match="name: expected"):
+            LogicDie.part("ring", config=arch)
+        del die
+
+
 def test_private_amaranth_names_still_exist():
     """The private Amaranth names hollowing needs (synth.amaranth_internals) exist in this
     Amaranth; a newer one without them fails here, naming the attribute."""
