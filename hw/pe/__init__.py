@@ -7,8 +7,7 @@ The contract is ``docs/pe.md``; the ISA is :mod:`elmoe3d.isa` (Amaranth layouts 
 compared with plain equality.
 """
 
-from ...config import unit_count   # the PE's rule for a unit count (elmoe3d.config)
 from .pe import PE
 
 
-__all__ = ["PE", "unit_count"]
+__all__ = ["PE"]

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from ...isa import Sink
 from ..isa import tok_entry_layout
 from ..vpu import CombineUnit
-from ...config import check_mul_stages, unit_count
+from ...config import check_mul_stages, combine_row_cycles, combine_sink_latency, unit_count
 from .common import check_choice, check_word_bits, log2
 from .result import row_layout
 
@@ -82,8 +82,9 @@ class CombineSink(wiring.Component):
                      tuple(p for p in (1, 2, 4) if combine_units <= word_bits // 64 // p))
         self._lanes, self._word_bits, self._j = lanes, word_bits, combine_units
         self._out_parts = out_parts
+        self._mul_stages = mul_stages
         OV, P = word_bits // 64, out_parts
-        n_sub_max = lanes // combine_units
+        n_sub_max = self.row_cycles[False]
         self._tag_layout = data.StructLayout({"addr": unsigned(16), "pos": unsigned(log2(OV)),
                                               "full": unsigned(1),
                                               "sub": unsigned(max(log2(n_sub_max), 1))})
@@ -120,9 +121,15 @@ class CombineSink(wiring.Component):
 
     @property
     def row_cycles(self) -> dict:
-        """Cycles per result row, by FULL (``True``: L/2 values) and not (L)."""
-        L, J = self._lanes, self._j
-        return {True: max(L // 2 // J, 1), False: L // J}
+        """Cycles per result row, by FULL (``True``: L/2 values) and not (L):
+        :func:`elmoe3d.config.combine_row_cycles`."""
+        return combine_row_cycles(self._lanes, self._j)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from the tile result taken to its first OUT write, no stall:
+        :func:`elmoe3d.config.combine_sink_latency` (the PE's ``sink_latency[Sink.COMBINE]``)."""
+        return combine_sink_latency(self._mul_stages)
 
     def elaborate(self, platform):
         m = Module()
@@ -137,7 +144,7 @@ class CombineSink(wiring.Component):
         a_full, a_ch, a_stride, a_acc = a.full, a.ch, a.stride, a.acc
         tok_entry = self.tok_entry
 
-        n_sub_max = L // J
+        n_sub_max = self.row_cycles[False]
         a_cmb = self.row_valid & (a.sink == Sink.COMBINE)
         c_addr = Signal(16)
         c_pos = Signal(log_ov)
@@ -167,7 +174,7 @@ class CombineSink(wiring.Component):
         c_tag = Signal(c_tag_layout)  # the row's (registered); sub: the unit tag's sub-step
         c_tag_in = Signal(c_tag_layout)
         c_last = Signal()             # the row's last sub-step enters in this cycle
-        n_sub_full = max(L // 2 // J, 1)
+        n_sub_full = self.row_cycles[True]
         m.d.comb += [
             c_tag_in.addr.eq(c_tag.addr),
             c_tag_in.pos.eq(c_tag.pos),

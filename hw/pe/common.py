@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat
 
+from ...isa import COUNTER_BITS        # width of the performance counters (STATUS fields)
+
 
 __all__ = ["COUNTER_BITS", "SEQ", "log2", "older", "act_part_elems", "parts_of", "word_of"]
 
-
-#: Width of the performance counters (``elmoe3d.sw.golden.asm.STATUS_FIELDS``).
-COUNTER_BITS = 48
 
 #: Bits of an execute command's sequence number (the order the decoder took it in; wraps).
 SEQ = 16

@@ -551,6 +551,7 @@ class PE(wiring.Component):
                        "tile_held_mid_beat": tile.i.valid & (tile.phase != 0)
                                              & ~tile.next_pass & ~tile.i.ready,
                        "rq_busy": rqe.busy, "rq_wait": ex.rq_wait,
+                       "rq_rowmax_read": rqe.rmax_rd,
                        "fence_wait": lde.active & lde.fence & ~lde.fence_ok,
                        "rw_collision": self.rw_collision,
                        **{f"rw_collision_{k}": v for k, v in collisions.items()}}

@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 from ...isa import Op
 from ..isa import op_layout
 from ..vpu import RequantUnit, RowMaxExponent
-from ...config import unit_count
+from ...config import max_requant_units, unit_count
 from .common import SEQ, check_choice, check_word_bits, log2
 
 
@@ -77,7 +77,7 @@ class RequantEngine(wiring.Component):
         check_choice("rows", rows, (word_bits // 256,))
         check_choice("group", group, (32,))
         check_choice("io_parts", io_parts, (1, 2, 4))
-        top = min(word_bits // 32, 32) // io_parts
+        top = max_requant_units(word_bits) // io_parts
         unit_count("requant_units", requant_units, top, f"in 1..min(W/32, 32)/io_parts = 1..{top}")
         self._rows, self._word_bits, self._group = rows, word_bits, group
         self._c, self._io_parts = requant_units, io_parts

@@ -8,7 +8,7 @@ from amaranth.hdl import Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...config import TileConfig
+from ...config import RAW_SINK_LATENCY, TileConfig
 from ...isa import Op, Sink
 from ..fixed import sat_add64
 from ..isa import op_layout, tok_entry_layout
@@ -130,6 +130,12 @@ class ResultStage(wiring.Component):
             "pending": Out(n),
             "pending_seq": Out(SEQ).array(n),
         })
+
+    @property
+    def latency(self) -> int:
+        """RAW sink: cycles from the tile result taken to its first link word offered, no
+        stall: :data:`elmoe3d.config.RAW_SINK_LATENCY` (the PE's ``sink_latency[Sink.RAW]``)."""
+        return RAW_SINK_LATENCY
 
     @property
     def raw_words(self) -> int:

@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from ...isa import Sink
 from ..isa import tok_entry_layout
 from ..vpu import SwiGLUUnit
-from ...config import check_mul_stages, unit_count
+from ...config import check_mul_stages, swiglu_row_cycles, swiglu_sink_latency, unit_count
 from .common import check_choice, check_word_bits, log2
 from .result import row_layout
 
@@ -35,7 +35,7 @@ class SwiGLUSink(wiring.Component):
     The units are :attr:`units`, which the PE instantiates (its direct children, for
     synthesis, :mod:`elmoe3d.synth.blocks`) and connects to ``unit<j>_i`` / ``unit<j>_o``.
 
-    Latency: :attr:`latency` cycles from the row entering the units to its HBUF write; the
+    Latency: :attr:`latency` cycles from the tile result taken to its first HBUF write; the
     row-max write follows a cycle later.
 
     Ports
@@ -82,6 +82,7 @@ class SwiGLUSink(wiring.Component):
         check_mul_stages(mul_stages)
         check_choice("io_parts", io_parts, (1, 2, 4))
         self._lanes, self._word_bits, self._s = lanes, word_bits, swiglu_units
+        self._mul_stages = mul_stages
         self._io_parts = io_parts
         W, Q, P = word_bits, word_bits // 32, io_parts
         log_q = log2(Q)
@@ -122,9 +123,16 @@ class SwiGLUSink(wiring.Component):
 
     @property
     def row_cycles(self) -> dict:
-        """Cycles per result row, by FULL (``True``: L/4 channels) and not (L/2)."""
-        L, S = self._lanes, self._s
-        return {True: max(L // 4 // S, 1), False: L // 2 // S}
+        """Cycles per result row, by FULL (``True``: L/4 channels) and not (L/2):
+        :func:`elmoe3d.config.swiglu_row_cycles`."""
+        return swiglu_row_cycles(self._lanes, self._s)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from the tile result taken to its first HBUF write, no stall:
+        :func:`elmoe3d.config.swiglu_sink_latency` (the PE's ``sink_latency[Sink.SWIGLU]``);
+        the row-max write follows a cycle later."""
+        return swiglu_sink_latency(self._mul_stages)
 
     def elaborate(self, platform):
         m = Module()
@@ -138,8 +146,8 @@ class SwiGLUSink(wiring.Component):
         a = self.row
         a_full, a_t, a_ch, a_stride, a_acc = a.full, a.t, a.ch, a.stride, a.acc
 
-        n_sw_max = L // 2 // S
-        n_sw_full = max(L // 4 // S, 1)
+        n_sw_max = self.row_cycles[False]
+        n_sw_full = self.row_cycles[True]
         grain = {False: S, True: min(S, L // 4)}     # values an HBUF write takes, by FULL
         sw_sub = Signal(range(max(n_sw_max, 2)))
         a_sw = self.row_valid & (a.sink == Sink.SWIGLU)
