@@ -47,6 +47,32 @@ def test_table_1_bandwidths_and_capacities():
     assert "DRAMsim3" in HB_BANK.source and "Ramulator2" in LPDDR5_6400_X16.source
 
 
+#: Paper Table 1 ("ELMoE-3D system specification"), typed here as the paper states it: per
+#: paper preset (PEs = HB banks, HB capacity in GB, HB bandwidth in GB/s) ...
+TABLE_1 = {"paper-4gb": (16, 4, 819.2), "paper-8gb": (32, 8, 1638.4)}
+#: ... and the figures both share (51.2 GB/s per HB bank: 819.2 / 16, and the text by it).
+TABLE_1_SHARED = {"clock_ghz": 1.0, "aggregation_gbps": 32.0, "streamline_gbps": 128.0,
+                  "hb_bank_gbps": 51.2, "hb_pj_per_bit": 0.43, "ext_gbps": 102.4,
+                  "ext_pj_per_bit": 3.88}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_1))
+def test_paper_presets_hold_table_1(name):
+    """The paper presets hold Table 1's literal figures (the class defaults are not the
+    reference: a changed default must fail here)."""
+    banks, gb, gbps = TABLE_1[name]
+    arch = preset(name)
+    assert {key: getattr(arch, key) for key in TABLE_1_SHARED} == TABLE_1_SHARED
+    assert arch.pes == banks
+    assert arch.pes * arch.hb_bank_bytes == gb << 30
+    assert arch.pes * arch.hb.peak_gbps == pytest.approx(gbps)
+    assert arch.hb.peak_gbps == pytest.approx(51.2)
+    # LPDDR5-6400, 64 GB in 8 GB x16 channels, 102.4 GB/s
+    assert (arch.ext_bytes, arch.ext_channels) == (64 << 30, 8)
+    assert arch.ext.capacity_bytes == 8 << 30
+    assert arch.ext.peak_gbps * arch.ext_channels == pytest.approx(102.4)
+
+
 def test_address_mapping_interleaves_bank_groups_then_columns_then_banks():
     assert [HB.decode(a) for a in range(5)] == [(0, 0, 0), (1, 0, 0), (2, 0, 0), (3, 0, 0),
                                                 (0, 0, 1)]
