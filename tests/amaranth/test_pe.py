@@ -57,6 +57,7 @@ def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, dr
     Without ``dut``, the PE is ``PE(config=ARCH, **pe_options)``.
     """
     program, ld, link_i = list(program), list(ld), list(link_i)
+    traffic = traffic.for_ports("cmd", "ld", "link_i", "o", "link_o")
     if dut is None:
         dut = PE(config=ARCH, **(pe_options or {}))
     else:
