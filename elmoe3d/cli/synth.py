@@ -232,7 +232,8 @@ def run(args) -> int:
 
     try:
         from .outputs import report_console
-        say = report_console(110).print
+        console = report_console(110)
+        say = console.print
     except ImportError:                               # pragma: no cover - rich is a dependency
         console = None
         say = print

@@ -4,6 +4,8 @@ roll-up is `make synth`)."""
 
 from __future__ import annotations
 
+import json
+
 import itertools
 import os
 import shutil
@@ -409,6 +411,24 @@ def test_cli_bad_stat_file_is_one_line(tmp_path, monkeypatch, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("elmoe3d synth: error: ") and needle in err
     assert ".failed.stat.json" in err and str(Path("build") / "synth") in err
+
+
+def test_cli_whole_run_prints_and_writes_the_report(tmp_path, monkeypatch, capsys):
+    """The whole command to its end (every block through a stand-in Yosys that reports the same
+    three cells): the tables are printed and the JSON written. ``elmoe3d synth`` crashed in its
+    printing (an unbound ``console``) from cb4f2b9 to 2026-12-01; no test reached that line."""
+    _fake_yosys(tmp_path, monkeypatch, STAT)
+    monkeypatch.chdir(tmp_path)                       # build/synth/ of this test
+    out = tmp_path / "report.json"
+    rc = main(["synth", "--config", "small", "--no-check", "--scaling", "", "--jobs", "1",
+               "--json", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "Traceback" not in captured.err
+    assert "small: logic die" in captured.out and "inside one PE" in captured.out
+    report = json.loads(out.read_text())
+    assert set(report["configs"]) == {"small"}
+    assert report["configs"]["small"]["die_total"] > 0
 
 
 # ---- hollowing and instance counts ----------------------------------------------------------
