@@ -103,8 +103,13 @@ def test_paper_dies_elaborate(name):
             Fragment.get(block, None)
         # the rest (PEs, controllers, links, ring, queues) are elaborated by their own tests
         # and by synthesis (a paper PE alone takes 20 s of CPU to elaborate)
-        subs = [s for s, *_ in list(m._named_submodules.values()) + m._anon_submodules]
-        assert len(subs) >= 4 * arch.pes + arch.groups
+        # every block under its name (Amaranth's public m.submodules[name] look-up)
+        names = [f"{kind}{p}" for p in range(arch.pes)
+                 for kind in ("pe", "router", "hb_ctrl", "hb_port")]
+        names += [f"link{g}" for g in range(arch.groups)]
+        names += ["ring", "ext_ctrl", "ext_port", "ext_stream"]
+        subs = [m.submodules[name] for name in names]
+        assert len({id(s) for s in subs}) == len(names) == 4 * arch.pes + arch.groups + 4
         del die, m, subs, block                 # the rest: inspected only, dropped here
 
 
