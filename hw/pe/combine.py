@@ -5,14 +5,14 @@ by the token's gate and added into OUT (paper Section 4.1, Eq. 6, Fig. 10b; ``do
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Sink
 from ..isa import tok_entry_layout
 from ..vpu import CombineUnit
 from ...config import check_mul_stages, combine_row_cycles, combine_sink_latency, unit_count
-from .common import check_choice, check_word_bits, log2
+from .common import check_choice, check_word_bits, log2, unit_ports, unit_streams
 from .result import row_layout
 
 
@@ -109,9 +109,7 @@ class CombineSink(wiring.Component):
             "vpu_set": Out(1),
             "busy": Out(1),
         }
-        for j, unit in enumerate(self._units):
-            members[f"unit{j}_i"] = Out(stream.Signature(unit.i.payload.shape()))
-            members[f"unit{j}_o"] = In(stream.Signature(unit.o.payload.shape()))
+        members.update(unit_ports(self._units))
         super().__init__(members)
 
     @property
@@ -138,8 +136,7 @@ class CombineSink(wiring.Component):
         log_ov = log2(OV)
         narrow_o = P > 1
         cmb_lat = self._latency
-        cmb_i = [getattr(self, f"unit{j}_i") for j in range(J)]
-        cmb_o = [getattr(self, f"unit{j}_o") for j in range(J)]
+        cmb_i, cmb_o = unit_streams(self, J)
         a = self.row
         a_full, a_ch, a_stride, a_acc = a.full, a.ch, a.stride, a.acc
         tok_entry = self.tok_entry

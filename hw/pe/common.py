@@ -4,6 +4,8 @@ fields, words stored in parts."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat
+from amaranth.lib import stream
+from amaranth.lib.wiring import In, Out
 
 from ...isa import COUNTER_BITS        # width of the performance counters (STATUS fields)
 
@@ -74,3 +76,21 @@ def check_bool(name: str, value) -> None:
     """``ValueError`` naming ``name`` unless ``value`` is a bool."""
     if not isinstance(value, bool):
         raise ValueError(f"{name}: expected a bool, got {value!r}")
+
+
+def unit_ports(units) -> dict:
+    """Signature members through which a PE part drives its VPU units (the units are the PE's
+    own children, synthesis leaves, joined by the PE): ``unit{j}_i`` (Out, into unit ``j``) and
+    ``unit{j}_o`` (In, out of it), one stream pair per unit of ``units``."""
+    members = {}
+    for j, unit in enumerate(units):
+        members[f"unit{j}_i"] = Out(stream.Signature(unit.i.payload.shape()))
+        members[f"unit{j}_o"] = In(stream.Signature(unit.o.payload.shape()))
+    return members
+
+
+def unit_streams(part, count: int) -> tuple:
+    """``part``'s ports to its ``count`` VPU units (:func:`unit_ports`): the list of ``unit{j}_i``
+    and the list of ``unit{j}_o``."""
+    return ([getattr(part, f"unit{j}_i") for j in range(count)],
+            [getattr(part, f"unit{j}_o") for j in range(count)])

@@ -5,14 +5,14 @@
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Op
 from ..isa import op_layout
 from ..vpu import Fp32Converter
 from ...config import unit_count
-from .common import check_choice, check_word_bits, log2
+from .common import check_choice, check_word_bits, log2, unit_ports, unit_streams
 
 
 __all__ = ["OutputEngine"]
@@ -102,9 +102,7 @@ class OutputEngine(wiring.Component):
             "bits": Out(word_bits),
             "done": Out(1),
         }
-        for j, unit in enumerate(self._units):
-            members[f"unit{j}_i"] = Out(stream.Signature(unit.i.payload.shape()))
-            members[f"unit{j}_o"] = In(stream.Signature(unit.o.payload.shape()))
+        members.update(unit_ports(self._units))
         super().__init__(members)
 
     @property
@@ -123,8 +121,7 @@ class OutputEngine(wiring.Component):
         Q, OV = W // 32, W // 64
         log_q = log2(Q)
         out_parts = self._out_parts
-        cv_i = [getattr(self, f"unit{j}_i") for j in range(K)]
-        cv_o = [getattr(self, f"unit{j}_o") for j in range(K)]
+        cv_i, cv_o = unit_streams(self, K)
 
         op_row = Signal(16)
         op_left = Signal(17)

@@ -19,7 +19,7 @@ from ...isa import Op, Target
 from ..isa import command_layout, o_beat_layout
 from ..tile import TensorTile
 from .combine import CombineSink
-from .common import act_part_elems, older
+from .common import act_part_elems, older, unit_streams
 from .decoder import CommandDecoder
 from .execute import EXEC_STATES, ClearEngine, ExecuteEngine
 from .gemm import GemmIssue
@@ -437,10 +437,11 @@ class PE(wiring.Component):
         # the VPU units are the PE's own children (synthesis leaves, elmoe3d.synth.blocks)
         for prefix, part, units in (("swiglu", sw, sw.units), ("combine", cmb, cmb.units),
                                     ("requant", rqe, rqe.units), ("fp32_", opx, opx.units)):
-            for j, unit in enumerate(units):
+            for j, (unit, to_unit, from_unit) in enumerate(zip(units,
+                                                               *unit_streams(part, len(units)))):
                 m.submodules[f"{prefix}{j}"] = unit
-                wiring.connect(m, getattr(part, f"unit{j}_i"), unit.i)
-                wiring.connect(m, unit.o, getattr(part, f"unit{j}_o"))
+                wiring.connect(m, to_unit, unit.i)
+                wiring.connect(m, unit.o, from_unit)
         m.submodules.rowmax_exponent = rme = rqe.rowmax_exponent
         wiring.connect(m, rqe.rme_i, rme.i)
         wiring.connect(m, rme.o, rqe.rme_o)

@@ -11,7 +11,7 @@ from ...isa import Op
 from ..isa import op_layout
 from ..vpu import RequantUnit, RowMaxExponent
 from ...config import max_requant_units, unit_count
-from .common import SEQ, check_choice, check_word_bits, log2
+from .common import SEQ, check_choice, check_word_bits, log2, unit_ports, unit_streams
 
 
 __all__ = ["RequantEngine"]
@@ -116,9 +116,7 @@ class RequantEngine(wiring.Component):
             "rme_i": Out(stream.Signature(self._rme.i.payload.shape())),
             "rme_o": In(stream.Signature(self._rme.o.payload.shape())),
         }
-        for i, unit in enumerate(self._units):
-            members[f"unit{i}_i"] = Out(stream.Signature(unit.i.payload.shape()))
-            members[f"unit{i}_o"] = In(stream.Signature(unit.o.payload.shape()))
+        members.update(unit_ports(self._units))
         super().__init__(members)
 
     @property
@@ -143,8 +141,7 @@ class RequantEngine(wiring.Component):
         log_q, log_c = log2(Q), log2(C)
         narrow = P > 1
         log_tk, log_rm = log2(OV) - log2(P), log_q - log2(P)
-        rq_i = [getattr(self, f"unit{i}_i") for i in range(C)]
-        rq_o = [getattr(self, f"unit{i}_o") for i in range(C)]
+        rq_i, rq_o = unit_streams(self, C)
         rme_i, rme_o = self.rme_i, self.rme_o
         rq_busy, rq_seq = self.busy, self.seq
 

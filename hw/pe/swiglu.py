@@ -5,14 +5,14 @@ generation")."""
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Sink
 from ..isa import tok_entry_layout
 from ..vpu import SwiGLUUnit
 from ...config import check_mul_stages, swiglu_row_cycles, swiglu_sink_latency, unit_count
-from .common import check_choice, check_word_bits, log2
+from .common import check_choice, check_word_bits, log2, unit_ports, unit_streams
 from .result import row_layout
 
 
@@ -111,9 +111,7 @@ class SwiGLUSink(wiring.Component):
             "vpu_set": Out(1),
             "busy": Out(1),
         }
-        for j, unit in enumerate(self._units):
-            members[f"unit{j}_i"] = Out(stream.Signature(unit.i.payload.shape()))
-            members[f"unit{j}_o"] = In(stream.Signature(unit.o.payload.shape()))
+        members.update(unit_ports(self._units))
         super().__init__(members)
 
     @property
@@ -141,8 +139,7 @@ class SwiGLUSink(wiring.Component):
         log_q = log2(Q)
         narrow = P > 1
         log_rm = log_q - log2(P)
-        sw_i = [getattr(self, f"unit{j}_i") for j in range(S)]
-        sw_o = [getattr(self, f"unit{j}_o") for j in range(S)]
+        sw_i, sw_o = unit_streams(self, S)
         a = self.row
         a_full, a_t, a_ch, a_stride, a_acc = a.full, a.t, a.ch, a.stride, a.acc
 

@@ -19,6 +19,7 @@ import pytest
 from amaranth.hdl import Fragment, Value
 from amaranth.sim import Simulator
 
+from ..pe_cases import NARROW_OUT_NEEDS, NARROW_OUT_OK
 from elmoe3d.config import FPGA_LEAN_PE, preset
 from elmoe3d.hw.pe import PE
 from elmoe3d.isa import Sink, Target
@@ -766,19 +767,11 @@ def test_narrow_out_parameters():
     """``narrow_out`` needs a tile in passes, one OUT memory without valid bits, and combine
     units and FP32 converters whose values of a cycle lie in one OUT part (W/64/P); CLEAR
     then writes a part a cycle."""
-    ok = {"tile_passes": 4, "out_banks": 1, "out_valid_bits": False, "combine_units": 2,
-          "fp32_units": 2}
+    ok = NARROW_OUT_OK
     for bad in (1, None):
         with pytest.raises(ValueError, match="narrow_out: expected a bool"):
             PE(config=ARCH, **ok, narrow_out=bad)
-    for change, match in (({"tile_passes": 1}, "needs tile_passes 2 or 4, got tile_passes=1"),
-                          ({"out_banks": 2}, "needs out_banks 1, got out_banks=2"),
-                          ({"out_valid_bits": True}, "needs out_valid_bits False, got "
-                                                     "out_valid_bits=True"),
-                          ({"combine_units": 4}, "needs combine_units at most W/64/P = 2, got "
-                                                 "combine_units=4"),
-                          ({"fp32_units": 4}, "needs fp32_units at most W/64/P = 2, got "
-                                              "fp32_units=4")):
+    for change, match in NARROW_OUT_NEEDS:
         with pytest.raises(ValueError, match="narrow_out: OUT in W/P-bit parts " + match):
             PE(config=ARCH, **{**ok, **change}, narrow_out=True)
     wide = PE(config=ARCH, **ok)

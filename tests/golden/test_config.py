@@ -5,6 +5,7 @@ import dataclasses
 
 import pytest
 
+from ..pe_cases import NARROW_OUT_NEEDS, NARROW_OUT_OK
 from elmoe3d.config import (FPGA_LEAN_PE, PRESETS, ArchConfig, ConfigError, PEOptions,
                             TileConfig, check_mul_stages, combine_latency, drain_cycles,
                             max_requant_units, preset, swiglu_latency, tile_latency)
@@ -268,16 +269,8 @@ def test_pe_options_narrow_iomem_requant_units():
 
 
 def test_pe_options_narrow_out_needs():
-    ok = {"tile_passes": 4, "out_banks": 1, "out_valid_bits": False, "combine_units": 2,
-          "fp32_units": 2}
+    ok = NARROW_OUT_OK
     assert PEOptions(config=SMALL, **ok, narrow_out=True).narrow_out
-    for change, match in (({"tile_passes": 1}, "needs tile_passes 2 or 4, got tile_passes=1"),
-                          ({"out_banks": 2}, "needs out_banks 1, got out_banks=2"),
-                          ({"out_valid_bits": True}, "needs out_valid_bits False, got "
-                                                     "out_valid_bits=True"),
-                          ({"combine_units": 4}, "needs combine_units at most W/64/P = 2, got "
-                                                 "combine_units=4"),
-                          ({"fp32_units": 4}, "needs fp32_units at most W/64/P = 2, got "
-                                              "fp32_units=4")):
+    for change, match in NARROW_OUT_NEEDS:
         with pytest.raises(ValueError, match="narrow_out: OUT in W/P-bit parts " + match):
             PEOptions(config=SMALL, **{**ok, **change}, narrow_out=True)
