@@ -5,21 +5,21 @@ by the token's gate and added into OUT (paper Section 4.1, Eq. 6, Fig. 10b; ``do
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Sink
 from ..isa import tok_entry_layout
 from ..vpu import CombineUnit
 from ...config import check_mul_stages, combine_row_cycles, combine_sink_latency, unit_count
-from .common import check_choice, check_word_bits, log2, unit_ports, unit_streams
+from .common import UnitDriver, check_choice, check_word_bits, log2, unit_streams
 from .result import row_layout
 
 
 __all__ = ["CombineSink"]
 
 
-class CombineSink(wiring.Component):
+class CombineSink(UnitDriver):
     """COMBINE: the row in stage A (``row``, a COMBINE row while ``row_valid``) goes to OUT word
     ``slot * stride + ch / (W/64)``, its L values (L/2 in FULL mode) at position ``ch mod
     W/64`` (``slot``, ``e_h`` and the gate weight from the token's TOK entry ``tok``). The row
@@ -109,13 +109,8 @@ class CombineSink(wiring.Component):
             "vpu_set": Out(1),
             "busy": Out(1),
         }
-        members.update(unit_ports(self._units))
-        super().__init__(members)
+        super().__init__(members, self._units)
 
-    @property
-    def units(self) -> list:
-        """The J :class:`~elmoe3d.hw.vpu.CombineUnit` s (for the PE to instantiate)."""
-        return list(self._units)
 
     @property
     def row_cycles(self) -> dict:

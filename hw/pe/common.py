@@ -4,7 +4,7 @@ fields, words stored in parts."""
 from __future__ import annotations
 
 from amaranth.hdl import Cat
-from amaranth.lib import stream
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ...isa import COUNTER_BITS        # width of the performance counters (STATUS fields)
@@ -87,6 +87,21 @@ def unit_ports(units) -> dict:
         members[f"unit{j}_i"] = Out(stream.Signature(unit.i.payload.shape()))
         members[f"unit{j}_o"] = In(stream.Signature(unit.o.payload.shape()))
     return members
+
+
+class UnitDriver(wiring.Component):
+    """A PE part that drives VPU units (SwiGLU, combine, requant, FP32 converters): its
+    signature is ``members`` plus :func:`unit_ports` of ``units``; the PE instantiates the
+    units as its own children (:attr:`units`) and connects them (:func:`unit_streams`)."""
+
+    def __init__(self, members: dict, units):
+        self._units = list(units)
+        super().__init__({**members, **unit_ports(self._units)})
+
+    @property
+    def units(self) -> list:
+        """The VPU units this part drives, in port order (for the PE to instantiate)."""
+        return list(self._units)
 
 
 def unit_streams(part, count: int) -> tuple:

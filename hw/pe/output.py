@@ -5,20 +5,19 @@
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Op
 from ..isa import op_layout
 from ..vpu import Fp32Converter
 from ...config import unit_count
-from .common import check_choice, check_word_bits, log2, unit_ports, unit_streams
+from .common import UnitDriver, check_choice, check_word_bits, log2, unit_streams
 
 
 __all__ = ["OutputEngine"]
 
 
-class OutputEngine(wiring.Component):
+class OutputEngine(UnitDriver):
     """OUTPUT: ``row_blocks * rows * channels / (W/32)`` beats, each W/32 FP32 values from two
     OUT words (``2 row`` and ``2 row + 1``, Q.24) through K = ``fp32_units``
     :class:`~elmoe3d.hw.vpu.Fp32Converter` s, one beat every ``W/32 / K`` cycles with a ready
@@ -102,13 +101,8 @@ class OutputEngine(wiring.Component):
             "bits": Out(word_bits),
             "done": Out(1),
         }
-        members.update(unit_ports(self._units))
-        super().__init__(members)
+        super().__init__(members, self._units)
 
-    @property
-    def units(self) -> list:
-        """The K :class:`~elmoe3d.hw.vpu.Fp32Converter` s (for the PE to instantiate)."""
-        return list(self._units)
 
     @property
     def beat_cycles(self) -> int:

@@ -4,20 +4,20 @@ exponents into TOK (paper Section 4.1, Eq. 4-5, Fig. 10b; ``docs/pe.md``, "REQUA
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Op
 from ..isa import op_layout
 from ..vpu import RequantUnit, RowMaxExponent
 from ...config import max_requant_units, unit_count
-from .common import SEQ, check_choice, check_word_bits, log2, unit_ports, unit_streams
+from .common import SEQ, UnitDriver, check_choice, check_word_bits, log2, unit_streams
 
 
 __all__ = ["RequantEngine"]
 
 
-class RequantEngine(wiring.Component):
+class RequantEngine(UnitDriver):
     """REQUANT, one at a time: handed over by the decoder (``issue``), started when every
     execute command before it has completed (``older_done``), then run beside later GEMMs.
 
@@ -116,13 +116,8 @@ class RequantEngine(wiring.Component):
             "rme_i": Out(stream.Signature(self._rme.i.payload.shape())),
             "rme_o": In(stream.Signature(self._rme.o.payload.shape())),
         }
-        members.update(unit_ports(self._units))
-        super().__init__(members)
+        super().__init__(members, self._units)
 
-    @property
-    def units(self) -> list:
-        """The C :class:`~elmoe3d.hw.vpu.RequantUnit` s (for the PE to instantiate)."""
-        return list(self._units)
 
     @property
     def rowmax_exponent(self) -> RowMaxExponent:

@@ -5,21 +5,21 @@ generation")."""
 from __future__ import annotations
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value, unsigned
-from amaranth.lib import data, wiring
+from amaranth.lib import data
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Sink
 from ..isa import tok_entry_layout
 from ..vpu import SwiGLUUnit
 from ...config import check_mul_stages, swiglu_row_cycles, swiglu_sink_latency, unit_count
-from .common import check_choice, check_word_bits, log2, unit_ports, unit_streams
+from .common import UnitDriver, check_choice, check_word_bits, log2, unit_streams
 from .result import row_layout
 
 
 __all__ = ["SwiGLUSink"]
 
 
-class SwiGLUSink(wiring.Component):
+class SwiGLUSink(UnitDriver):
     """SWIGLU: the row in stage A (``row``, a SWIGLU row while ``row_valid``) enters the S =
     ``swiglu_units`` :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s. A row has L/2 (DRAFT) or L/4 (FULL,
     per half) channels; each half of a weight word holds ``[up c..c+L/4-1, gate
@@ -111,13 +111,8 @@ class SwiGLUSink(wiring.Component):
             "vpu_set": Out(1),
             "busy": Out(1),
         }
-        members.update(unit_ports(self._units))
-        super().__init__(members)
+        super().__init__(members, self._units)
 
-    @property
-    def units(self) -> list:
-        """The S :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s (for the PE to instantiate)."""
-        return list(self._units)
 
     @property
     def row_cycles(self) -> dict:
