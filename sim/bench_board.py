@@ -100,7 +100,7 @@ def build_board(arch: ArchConfig | None = None, *, waves=None, **params):
 @functools.cache
 def _all_golden(arch_json: str, tokens: int, layer: int, shape: tuple):
     import json
-    from ..sw.host.pe_runs import trace_golden_layers
+    from ..sw.host.backends.golden import trace_golden_layers
     return trace_golden_layers(ArchConfig.from_dict(json.loads(arch_json)), tokens=tokens,
                                layer=layer, shape=shape)
 
@@ -108,7 +108,7 @@ def _all_golden(arch_json: str, tokens: int, layer: int, shape: tuple):
 def golden_layers(arch: ArchConfig, jobs, *, tokens: int = 5, layer: int = 15,
                   shape=SHAPE) -> list:
     """The golden layer-steps (:class:`elmoe3d.sw.host.backends.GoldenLayer`, jobs kept) of the
-    real Mixtral GSM8K routing trace (:func:`elmoe3d.sw.host.pe_runs.trace_golden_layers`:
+    real Mixtral GSM8K routing trace (:func:`elmoe3d.sw.host.backends.golden.trace_golden_layers`:
     first ``tokens`` decode tokens of problem 0, layer ``layer``, Elastic-SD depth 2:
     autoregressive, draft and verify steps; synthetic experts of ``shape`` = (hidden,
     intermediate), weights seed 7; compiled by the host as the RTL backend of ``elmoe3d run``

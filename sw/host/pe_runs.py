@@ -10,7 +10,7 @@ order), its ``link_i`` words (:func:`link_inputs`: the group's descriptors run b
 link model over the other PEs' ``link_o`` words) and the functional simulation's ``o`` beats
 and ``link_o`` words. :func:`compare_run` checks one run of a case beat for beat;
 :func:`check_layers` then decodes every group's root-PE DATA beats and compares the FP32
-output and the sticky flags with ``ref_moe``, bit for bit. :func:`trace_golden_layers` gives
+output and the sticky flags with ``ref_moe``, bit for bit. :func:`elmoe3d.sw.host.backends.golden.trace_golden_layers` gives
 the golden layer-steps of the real routing trace that the board bench and the backends' tests
 run. Plain Python + NumPy.
 """
@@ -26,7 +26,7 @@ from ..golden.asm import OKind
 
 
 __all__ = ["hex_str", "link_inputs", "pe_cases", "case_ints", "compare_run", "check_layers",
-           "PERunsResult", "trace_golden_layers"]
+           "PERunsResult"]
 
 
 def hex_str(v) -> str:
@@ -167,33 +167,6 @@ def check_layers(golden_layers, by_key, pe) -> list:
                     "mismatches": bad, "details": details[:4]})
     return out
 
-
-def trace_golden_layers(arch, *, tokens: int, layer: int = 15, shape=None) -> tuple:
-    """``(steps, layers)``: the golden layer-steps of the real Mixtral GSM8K routing trace
-    (``gsm8k_2_routing.jsonl`` in :func:`~elmoe3d.sw.host.corpus.traces_dir`), its first
-    ``tokens`` decode tokens, MoE layer ``layer``, Elastic-SD depth 2 (coverage acceptance 0.5,
-    an HB cache of 32 experts' MSB slices, no admission: autoregressive, draft and verify
-    steps) for the groups of ``arch`` (:class:`~elmoe3d.config.ArchConfig`); synthetic
-    experts of ``shape`` = (hidden, intermediate) (default
-    :data:`~elmoe3d.sw.host.compiler.SYNTHETIC_SHAPE`), weights seed 7. ``layers`` are the
-    :class:`~elmoe3d.sw.host.backends.GoldenLayer` of
-    :func:`~elmoe3d.sw.host.backends.run_golden` with the jobs kept."""
-    from . import backends, compiler
-    from .corpus import traces_dir
-    from .elastic_sd import CoverageAcceptance, ElasticSD
-    from .hbcache import HBExpertCache
-    from .models import model_preset
-    from .trace import import_vllm_jsonl
-    mix = model_preset("mixtral-8x7b")
-    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=mix)
-    sm = compiler.synthetic_model(mix, compiler.SYNTHETIC_SHAPE if shape is None else shape)
-    cache = HBExpertCache(capacity_bytes=32 * sm.expert_msb_bytes, model=sm, admit=False)
-    esd = ElasticSD(cache=cache, depth=2, acceptance=CoverageAcceptance(0.5))
-    steps, _ = compiler.elastic_steps(compiler.limit_tokens(tr, tokens), esd, layers=[layer],
-                                      groups=arch.groups)
-    _, layers = backends.run_golden(steps, compiler.SyntheticWeights(sm, seed=7), arch,
-                                    keep=True)
-    return steps, layers
 
 
 @dataclass

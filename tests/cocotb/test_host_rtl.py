@@ -11,7 +11,7 @@ import pytest
 
 from elmoe3d.config import preset
 from elmoe3d.sim import bench_host
-from elmoe3d.sw.host.pe_runs import trace_golden_layers
+from elmoe3d.sw.host.backends.golden import trace_golden_layers
 
 SMALL = preset("small")
 

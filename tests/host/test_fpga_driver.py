@@ -425,7 +425,7 @@ def test_faults_retransmitted_and_still_exact(fault):
 
 @functools.cache
 def golden_layers():
-    from elmoe3d.sw.host.pe_runs import trace_golden_layers
+    from elmoe3d.sw.host.backends.golden import trace_golden_layers
     return trace_golden_layers(SMALL, tokens=3)[1]
 
 

@@ -23,7 +23,7 @@ from . import Backend, BackendRun, RunContext
 from .records import GoldenLayer, step_record, traffic_bytes
 
 
-__all__ = ["GoldenBackend", "run_golden", "run_layer_golden"]
+__all__ = ["GoldenBackend", "run_golden", "run_layer_golden", "trace_golden_layers"]
 
 
 def _bits(a):
@@ -118,3 +118,29 @@ class GoldenBackend(Backend):
     def run(self, steps, ctx: RunContext) -> BackendRun:
         records, _ = self.golden(steps, ctx)
         return BackendRun(records=records)
+
+def trace_golden_layers(arch, *, tokens: int, layer: int = 15, shape=None) -> tuple:
+    """``(steps, layers)``: the golden layer-steps of the real Mixtral GSM8K routing trace
+    (``gsm8k_2_routing.jsonl`` in :func:`~elmoe3d.sw.host.corpus.traces_dir`), its first
+    ``tokens`` decode tokens, MoE layer ``layer``, Elastic-SD depth 2 (coverage acceptance 0.5,
+    an HB cache of 32 experts' MSB slices, no admission: autoregressive, draft and verify
+    steps) for the groups of ``arch`` (:class:`~elmoe3d.config.ArchConfig`); synthetic
+    experts of ``shape`` = (hidden, intermediate) (default
+    :data:`~elmoe3d.sw.host.compiler.SYNTHETIC_SHAPE`), weights seed 7. ``layers`` are the
+    :class:`GoldenLayer` of :func:`run_golden` with the jobs kept."""
+    from .. import compiler
+    from ..corpus import traces_dir
+    from ..elastic_sd import CoverageAcceptance, ElasticSD
+    from ..hbcache import HBExpertCache
+    from ..models import model_preset
+    from ..trace import import_vllm_jsonl
+    mix = model_preset("mixtral-8x7b")
+    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=mix)
+    sm = compiler.synthetic_model(mix, compiler.SYNTHETIC_SHAPE if shape is None else shape)
+    cache = HBExpertCache(capacity_bytes=32 * sm.expert_msb_bytes, model=sm, admit=False)
+    esd = ElasticSD(cache=cache, depth=2, acceptance=CoverageAcceptance(0.5))
+    steps, _ = compiler.elastic_steps(compiler.limit_tokens(tr, tokens), esd, layers=[layer],
+                                      groups=arch.groups)
+    _, layers = run_golden(steps, compiler.SyntheticWeights(sm, seed=7), arch,
+                                    keep=True)
+    return steps, layers
