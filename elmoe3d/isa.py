@@ -27,7 +27,12 @@ synchronise through
 Multi-PE work (paper Sections 5.1, 5.2): ``GEMM.psum_in`` adds ``rows * lanes / (W/64)``
 ``link_i`` words (the RAW psum layout) into every result before its sink (psum-level
 synchronisation: MSB slices on one PE plus the LSB psums of another equal FULL bit for bit);
-SEND / RECV of :attr:`Target.ROWMAX` exchange the per-token row maxima (RECV ``accumulate``:
+K tiling (paper-size experts, ``docs/pe.md`` "K-chained GEMMs"): ``GEMM.acc_hold`` keeps the
+tile's accumulators after the GEMM's last group instead of emitting a result, and
+``GEMM.acc_cont`` starts the next GEMM from them instead of from zero, so one result sums the
+groups of any number of WMEM buffer-fulls (and of LSB_ONLY and MSB_ONLY GEMMs: a FULL result
+that reads each weight byte once); both need a GEMM of one result. SEND / RECV of
+:attr:`Target.ROWMAX` exchange the per-token row maxima (RECV ``accumulate``:
 unsigned max) for the max all-reduce before REQUANT; ``LOAD.src`` (:class:`Source`) and
 ``LOAD.hb_addr`` tell the die's load router where a LOAD's words come from (the PE ignores
 them).
@@ -145,7 +150,8 @@ OPS: dict[Op, tuple[Field, ...]] = {
               Field("groups", 8), Field("sink", SINK_BITS), Field("out_base", 16),
               Field("tok_base", 8),
               Field("wait", 1), Field("release", 1), Field("stride", 16),
-              Field("rq_wait", 1), Field("psum_in", 1)),
+              Field("rq_wait", 1), Field("psum_in", 1),
+              Field("acc_cont", 1), Field("acc_hold", 1)),
     Op.REQUANT: (Field("row_blocks", 8), Field("channels", 16), Field("act_base", 16),
                  Field("tok_base", 8)),
     Op.OUTPUT: (Field("row_blocks", 8), Field("channels", 16)),

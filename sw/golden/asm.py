@@ -216,18 +216,22 @@ class Program:
     def gemm(self, *, mode, wbuf: int, act_base: int, w_base: int, row_blocks: int,
              col_blocks: int, groups: int, sink, out_base: int = 0, tok_base: int = 0,
              stride: int = 0, wait: bool = False, release: bool = False,
-             rq_wait: bool = False, psum_in: bool = False) -> int:
+             rq_wait: bool = False, psum_in: bool = False, acc_cont: bool = False,
+             acc_hold: bool = False) -> int:
         """GEMM of ACT row blocks against WMEM column blocks of buffer ``wbuf`` (``docs/pe.md``
         address generation); results go to ``sink``. ``rq_wait``: start only when every
         earlier REQUANT has completed. ``psum_in``: add ``rows * lanes / (W/64)`` ``link_i``
-        words (RAW layout, saturating) into every result before the sink."""
+        words (RAW layout, saturating) into every result before the sink. ``acc_cont`` /
+        ``acc_hold`` (K-chained GEMMs of one result): start from the accumulators the previous
+        GEMM held / hold them instead of emitting the result."""
         return self.append(Op.GEMM, mode=_enum(Mode, mode, len(self), "GEMM", "mode"),
                            wbuf=wbuf, act_base=act_base, w_base=w_base, row_blocks=row_blocks,
                            col_blocks=col_blocks, groups=groups,
                            sink=_enum(Sink, sink, len(self), "GEMM", "sink"),
                            out_base=out_base, tok_base=tok_base, stride=stride,
                            wait=int(bool(wait)), release=int(bool(release)),
-                           rq_wait=int(bool(rq_wait)), psum_in=int(bool(psum_in)))
+                           rq_wait=int(bool(rq_wait)), psum_in=int(bool(psum_in)),
+                           acc_cont=int(bool(acc_cont)), acc_hold=int(bool(acc_hold)))
 
     def requant(self, *, row_blocks: int, channels: int, act_base: int, tok_base: int) -> int:
         """REQUANT HBUF rows ``tok_base + rb*rows + r`` (``channels`` = I) into ACT and e_h."""
@@ -336,6 +340,14 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
                                f"{pe.tok_entries} TOK entries")
         halves = 2 if mode is Mode.FULL else 1
         nblk = f["col_blocks"] * halves
+        chained = [n for n in ("acc_cont", "acc_hold") if f.get(n)]
+        if chained and (nblk * f["row_blocks"] != 1):
+            fail(chained[0], f"a K-chained GEMM has one result (row_blocks = col_blocks = 1, "
+                             f"mode not FULL: use LSB_ONLY + MSB_ONLY), got "
+                             f"{nblk * f['row_blocks']}")
+        if f.get("acc_hold") and f.get("psum_in"):
+            fail("psum_in", "a GEMM that holds its accumulators (acc_hold) emits no result to "
+                            "add link psums into")
 
         def row_channels(per_block, per_word, memory):
             # the blocks' channels, from out_base, fit one row of ``stride`` words
@@ -471,6 +483,7 @@ class SyncChecker:
         self.exec_known = -1          # every LOAD up to here completed before exec commands
         self.load_known = -1          # every exec command before here completed before LOADs
         self.rq_open = None           # (index, ranges) of a REQUANT later GEMMs may overlap
+        self.held = None              # index of the GEMM whose accumulators the tile holds
 
     def _use(self, i, op, ranges):
         for r, (lo, hi) in ranges.items():
@@ -530,6 +543,14 @@ class SyncChecker:
         ranges = command_ranges(self.pe, op, f)
         if op is Op.GEMM:
             b = f["wbuf"]
+            if f.get("acc_cont") and self.held is None:
+                raise ProgramError(f"command {i}: GEMM continues held accumulators (acc_cont), "
+                                   f"but no earlier GEMM holds any (acc_hold)")
+            if self.held is not None and not f.get("acc_cont"):
+                raise ProgramError(f"command {i}: GEMM starts a new result while the tile holds "
+                                   f"the accumulators of GEMM {self.held} (acc_hold): set "
+                                   f"acc_cont, or do not hold them")
+            self.held = i if f.get("acc_hold") else None
             if f["wait"]:
                 if not self.full[b]:
                     raise ProgramError(

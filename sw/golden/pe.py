@@ -42,7 +42,7 @@ from ...config import PEConfig
 from ...isa import IsaError, Op, Sink, Target, decode
 from . import asm
 from .asm import OBeat, OKind, ProgramError, SyncChecker
-from .datapath import Mode, accumulate, saturating_add
+from .datapath import Accumulator, Mode, accumulate, saturating_add
 from .tile import lane_fields
 from .vpu import combine, q24_to_fp32, requant_exponent, requant_shift, swiglu_q16
 
@@ -91,6 +91,8 @@ class PEState:
     vpu_saturation: bool = False
     counters: dict = field(default_factory=dict)
     full: list = field(default_factory=lambda: [False, False])
+    #: the tile's accumulators a GEMM with ``acc_hold`` left for the next (``acc_cont``), or None
+    held: Accumulator | None = None
     sync: SyncChecker | None = None
     commands_run: int = 0
 
@@ -339,8 +341,13 @@ class _Sim:
     def _gemm(self, i, f):
         pe, s = self.pe, self.s
         mode, sink = Mode(f["mode"]), Sink(f["sink"])
-        acc, ovf = gemm_results(s, f)                       # [nblk, rbn, R, L]
+        init, s.held = (s.held if f.get("acc_cont") else None), None
+        acc, ovf = gemm_results(s, f, init)                 # [nblk, rbn, R, L]
         nblk, rbn = acc.shape[:2]
+        s.counters["gemm_beats"] += nblk * rbn * f["groups"]
+        if f.get("acc_hold"):                               # K-chained: no result yet
+            s.held = Accumulator(acc.reshape(-1, pe.lanes), ovf.reshape(-1, pe.lanes))
+            return
         s.acc_overflow |= bool(ovf.any())
         if f.get("psum_in"):
             # every result, in sink order, adds its RAW-layout link words: tile result first
@@ -349,7 +356,6 @@ class _Sim:
             psum = asm.unpack_q24(words, pe).reshape(acc.shape)
             acc, pin_ovf = saturating_add(acc, psum)
             s.acc_overflow |= bool(pin_ovf.any())
-        s.counters["gemm_beats"] += nblk * rbn * f["groups"]
         R, L = pe.rows, pe.lanes
         M = rbn * R
         t = f["tok_base"] + np.arange(M)
@@ -486,14 +492,15 @@ def gemm_beats(state: PEState, f: dict) -> dict:
         "scale": np.ascontiguousarray(np.broadcast_to(sc[:, None], shape + sc.shape[2:])
                                       .reshape(n, sc.shape[2])),
         "mode": np.full(n, int(f["mode"]), np.int64),
-        "first": g == 0,
-        "last": g == G - 1,
+        "first": (g == 0) & (not f.get("acc_cont")),
+        "last": (g == G - 1) & (not f.get("acc_hold")),
     }
 
 
-def gemm_results(state: PEState, f: dict):
+def gemm_results(state: PEState, f: dict, init: Accumulator | None = None):
     """Tile results of a GEMM command, computed block-parallel with the tile's exact lane
-    semantics (equal to :func:`.tile.ref_tile` of :func:`gemm_beats`).
+    semantics (equal to :func:`.tile.ref_tile` of :func:`gemm_beats`). ``init``: the
+    accumulators (``[rows, lanes]``) a K-chained GEMM (``acc_cont``, one result) starts from.
 
     Returns
     -------
@@ -520,7 +527,7 @@ def gemm_results(state: PEState, f: dict):
     else:
         psum = tree << 3
     scale = sc.transpose(0, 2, 1).reshape(nblk * L, G).view(np.float16)
-    state_acc = accumulate(psum, scale)
+    state_acc = accumulate(psum, scale, init)
     acc = state_acc.acc.reshape(rbn, R, nblk, L).transpose(2, 0, 1, 3)
     ovf = state_acc.overflow.reshape(rbn, R, nblk, L).transpose(2, 0, 1, 3)
     return np.ascontiguousarray(acc), np.ascontiguousarray(ovf)
