@@ -4,6 +4,8 @@ The RTL generator, the golden model, the benches, the area roll-up and the perfo
 read their figures from an :class:`ArchConfig`; no figure is typed twice. Presets:
 
 * ``small``     -- what the cocotb benches simulate (2x4x32 tensor tile).
+* ``mid``       -- the paper PE's memories (32 KB WMEM, 32 KB IOMEM) with a 4x8x32 tile: real
+  expert shapes in cocotb + Verilator within ``make test`` (issue 24).
 * ``paper-4gb`` -- the paper's 16-PE die with 4 GB of HB DRAM (Table 1).
 * ``paper-8gb`` -- the paper's 32-PE die with 8 GB of HB DRAM (Table 1).
 
@@ -457,6 +459,10 @@ class ArchConfig:
         ``ext_bytes / ext_channels``; ``ext_channels`` x its peak must equal ``ext_gbps``.
     ext_channels : int
         External-memory channels (8 x16 LPDDR5 channels in the paper).
+    iomem_split : tuple of 4 int
+        IOMEM words of ACT, TOK, HBUF and OUT in 32nds of ``iomem_bytes`` (sum 32); default
+        (4, 1, 16, 11). The ``mid`` preset gives ACT more (a row block's x and h of a real
+        expert, ``docs/pe.md`` "Real expert shapes").
     """
 
     name: str = "small"
@@ -477,8 +483,15 @@ class ArchConfig:
     hb: DramConfig = HB_BANK
     ext: DramConfig = LPDDR5_6400_X16
     ext_channels: int = 8
+    iomem_split: tuple = (4, 1, 16, 11)
 
     def __post_init__(self):
+        object.__setattr__(self, "iomem_split", tuple(self.iomem_split))
+        split = self.iomem_split
+        if (len(split) != 4 or any(not isinstance(v, int) or isinstance(v, bool) or v < 1
+                                   for v in split) or sum(split) != 32):
+            raise ConfigError(f"iomem_split: expected four positive integers (ACT, TOK, HBUF, "
+                              f"OUT in 32nds of IOMEM) summing to 32, got {self.iomem_split!r}")
         if not isinstance(self.tile, TileConfig):
             raise ConfigError(f"tile: expected a TileConfig, got {type(self.tile).__name__}")
         _check_int("pes", self.pes)
@@ -613,8 +626,9 @@ class PEConfig:
         Words of one buffer's scale memory (8 entries of ``lanes`` FP16 per word):
         ``wmem_words / 8``.
     act_words, tok_words, hbuf_words, out_words : int
-        IOMEM split (``iomem_words = iomem_bytes / (W/8)``, a multiple of 32): ACT 1/8,
-        TOK 1/32, HBUF 1/2 and OUT the remaining 11/32.
+        IOMEM split (``iomem_words = iomem_bytes / (W/8)``, a multiple of 32) by
+        ``ArchConfig.iomem_split`` (default ACT 1/8, TOK 1/32, HBUF 1/2 and OUT the remaining
+        11/32).
     tok_entries : int
         64-bit token-table entries: ``tok_words * W / 64`` (at most 256 are addressable by the
         8-bit ``tok_base`` plus a GEMM's rows).
@@ -648,7 +662,7 @@ class PEConfig:
         word_bits = lanes * 128
         word_bytes = word_bits // 8
         iomem_words = arch.iomem_bytes // word_bytes
-        act, tok, hbuf = iomem_words // 8, iomem_words // 32, iomem_words // 2
+        act, tok, hbuf = (iomem_words * part // 32 for part in arch.iomem_split[:3])
         geometry = cls(rows=rows, lanes=lanes, word_bits=word_bits,
                        wmem_words=arch.wmem_bytes // (4 * word_bytes),
                        act_words=act, tok_words=tok, hbuf_words=hbuf,
@@ -1119,6 +1133,9 @@ FPGA_LEAN_PE = MappingProxyType({
 
 PRESETS = {
     "small": ArchConfig(),
+    "mid": ArchConfig(
+        name="mid", tile=TileConfig(rows=4, lanes=8, group=32), pes=4, pes_per_group=2,
+        wmem_bytes=32 << 10, iomem_bytes=32 << 10, iomem_split=(12, 1, 16, 3)),
     "paper-4gb": ArchConfig(
         name="paper-4gb", tile=TileConfig(rows=16, lanes=32, group=32), pes=16,
         pes_per_group=4, wmem_bytes=32 << 10, iomem_bytes=32 << 10,

@@ -31,7 +31,7 @@ __all__ = ["BenchResult", "CaseRecorder", "PRESETS", "arch_from_params", "arch_p
            "failed_cases", "read_records", "run_bench", "summary_label", "write_summary"]
 
 #: Preset names a bench's ``params["arch"]`` may hold instead of a full ArchConfig dict.
-PRESETS = ("small", "paper-4gb", "paper-8gb")
+PRESETS = ("small", "mid", "paper-4gb", "paper-8gb")
 
 
 # -- params.json: the architecture -----------------------------------------------------------

@@ -1,0 +1,358 @@
+"""Real expert shapes on one PE: the streamed expert program (paper Sections 4.1 and 5.2;
+``docs/pe.md`` "Real expert shapes").
+
+:func:`build_moe_program` (``expert.py``) keeps a whole expert's weights of one column block,
+its activations and its outputs in the PE's memories; real experts (H = 2048 ... 4096,
+I = 768 ... 14336) do not fit that way in the paper's 32 KB WMEM and 32 KB IOMEM. This builder
+runs one expert of any shape the PE's memories can stage, over any number of tokens:
+
+* **token tiles** of one row block (``rows`` tokens): TOK entries, x (INT8 codes, all of K)
+  and h (Q16.16, then its INT8 codes) of the tile stay in IOMEM; the weights stream through
+  WMEM once per tile;
+* **K tiling**: a column block whose K does not fit a WMEM buffer is cut into buffer-fulls of
+  groups, summed in the tile's Q.24 accumulators by K-chained GEMMs (``acc_hold`` /
+  ``acc_cont``: exact and order-independent, numerics 5);
+* **FULL as LSB_ONLY + MSB_ONLY**: each column block's LSB_ONLY GEMMs, then its MSB_ONLY
+  GEMMs continuing the same accumulators (``MSB_ONLY + LSB_ONLY == FULL``, numerics 3), so
+  every weight word is read once per beat and fully used; the result has the DRAFT block
+  layout, so DRAFT and FULL write the same channels at the same places;
+* **output-channel tiling**: the down projection's outputs are produced ``out_chunk``
+  channels at a time into OUT, emitted by OUTPUT (FP32) and cleared, so OUT holds one chunk
+  of the tile's rows.
+
+The loop nest (``docs/pe.md``)::
+
+    for tile of rows tokens:                       # LOAD TOK, LOAD ACT x (fenced)
+        for cb in up/gate column blocks:           # 2I/L blocks, interleaved up|gate
+            for k-chunk in H/32 groups:            # WMEM buffer-fulls, double-buffered
+                GEMM SWIGLU (DRAFT) | LSB_ONLY then MSB_ONLY (FULL), chained over k
+        REQUANT                                    # HBUF -> ACT h codes, e_h -> TOK
+        for chunk of out_chunk output channels:
+            for cb in the chunk's down column blocks:
+                for k-chunk in I/32 groups:
+                    GEMM COMBINE, chained over k
+            OUTPUT chunk; CLEAR out
+
+Stationary: the tile's x and h in IOMEM; streamed: every weight byte, once per tile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...config import ArchConfig
+from ...isa import Sink, Source, Target
+from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
+from .asm import words_to_ints
+from .datapath import Mode
+from .expert import PEJob, _gate_bits, _mode, as_expert, check_x, nibbles, updown_order
+from .quant import QuantizedWeight, quantize_activations
+
+
+__all__ = ["StreamedJob", "StreamPlan", "plan_expert_stream", "build_streamed_expert_program"]
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """Where one expert of shape H x I sits in a PE (:func:`plan_expert_stream`).
+
+    Attributes (words of the named memory unless stated)
+    ----------------------------------------------------
+    hidden, intermediate : int
+    tile_tokens : int
+        Tokens per token tile (the PE's ``rows``: one row block).
+    x_act, h_act : int
+        ACT words of the tile's x (H/32) and of its h codes (I/32); x at ACT 0, h after it.
+    hbuf_words : int
+        HBUF words of the tile's h rows (``rows * I / (W/32)``).
+    up_chunks, down_chunks : int
+        K chunks (WMEM buffer-fulls) per column block of up/gate and of down.
+    out_chunk : int
+        Output channels per OUT chunk (a multiple of ``lanes`` and of W/32).
+    """
+
+    hidden: int
+    intermediate: int
+    tile_tokens: int
+    x_act: int
+    h_act: int
+    hbuf_words: int
+    up_chunks: int
+    down_chunks: int
+    out_chunk: int
+
+
+def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
+    """Check that an expert of shape ``hidden`` x ``intermediate`` can stream through the PE of
+    ``config`` (ArchConfig or PEConfig) and place it.
+
+    Raises :class:`~.asm.ProgramError` (one line naming the tensor, the dimension and the
+    memory that overflows, with the figures) otherwise."""
+    pe = pe_config(config)
+    R, L, W = pe.rows, pe.lanes, pe.word_bits
+    H, I = int(hidden), int(intermediate)
+    q16, q24, fp = pe.q16_per_word, pe.q24_per_word, pe.fp32_per_beat
+    for dim, v, need, why in (
+            ("H", H, 32, "weight groups of 32 along K of up/gate"),
+            ("I", I, 32, "weight groups of 32 along K of down"),
+            ("I", I, q16, f"whole HBUF words of W/32 = {q16} Q16.16 values (REQUANT)"),
+            ("I", I, L // 2, f"whole up/gate column blocks of {L // 2} channels"),
+            ("H", H, L, f"whole down column blocks of {L} channels")):
+        if v % need:
+            raise ProgramError(f"expert H={H} x I={I}: {dim} = {v} is not a multiple of {need} "
+                               f"({why}); pad the weights with zero groups")
+    x_act, h_act = H // 32, I // 32
+    if x_act + h_act > pe.act_words:
+        raise ProgramError(
+            f"expert H={H} x I={I}: ACT overflows: a row block's x (H/32 = {x_act} words) and "
+            f"h codes (I/32 = {h_act} words) need {x_act + h_act} of the {pe.act_words} ACT "
+            f"words ({W // 8} B each); split I across PEs (tensor parallelism) or give ACT more "
+            f"of IOMEM (ArchConfig.iomem_split)")
+    hbuf = R * I // q16
+    if hbuf > pe.hbuf_words:
+        raise ProgramError(
+            f"expert H={H} x I={I}: HBUF overflows: a row block's h (rows {R} x I {I} Q16.16 "
+            f"= {hbuf} words) exceeds the {pe.hbuf_words} HBUF words ({W // 8} B each); split I "
+            f"across PEs (tensor parallelism)")
+    if R > pe.tok_entries:
+        raise ProgramError(f"TOK overflows: a row block's {R} entries exceed the "
+                           f"{pe.tok_entries} TOK entries")
+    # output channels per OUT chunk: R rows of out_chunk Q.24 values, a multiple of lanes
+    # (a COMBINE block) and of W/32 (an OUTPUT beat)
+    step = np.lcm(L, fp)
+    out_chunk = (pe.out_words // R * q24) // step * step
+    if out_chunk < step:
+        raise ProgramError(
+            f"expert H={H}: OUT overflows: a row block's {R} rows of {step} Q.24 channels (one "
+            f"OUTPUT beat, one COMBINE block) need {R * step // q24} of the {pe.out_words} OUT "
+            f"words")
+    out_chunk = min(out_chunk, H)
+    if H % out_chunk % step:                       # pragma: no cover - H % L and H % fp hold
+        raise ProgramError(f"expert H={H}: the last OUT chunk is not whole OUTPUT beats")
+    per = pe.wmem_words
+    return StreamPlan(hidden=H, intermediate=I, tile_tokens=R, x_act=x_act, h_act=h_act,
+                      hbuf_words=hbuf, up_chunks=-(-x_act // per), down_chunks=-(-h_act // per),
+                      out_chunk=out_chunk)
+
+
+@dataclass(eq=False)
+class StreamedJob(PEJob):
+    """A :class:`~.expert.PEJob` of the streamed expert program; its OUTPUT beats come per
+    token tile and OUT chunk (:meth:`decode` puts them in place)."""
+
+    plan: StreamPlan | None = None
+    chunks: list = field(default_factory=list)        # (token0, rows, ch0, channels) per OUTPUT
+
+    def decode(self, result) -> np.ndarray:
+        """``float32 [T, H]`` from the DATA beats of a run (anything with ``.data()``)."""
+        vals = result.data().reshape(-1)
+        out = np.zeros((self.tokens, self.hidden), np.float32)
+        pos = 0
+        for t0, rows, c0, ch in self.chunks:
+            block = vals[pos:pos + rows * ch].reshape(rows, ch)
+            pos += rows * ch
+            n = min(rows, self.tokens - t0)
+            out[t0:t0 + n, c0:c0 + ch] = block[:n]
+        if pos != vals.size:
+            raise ProgramError(f"decode: {vals.size} FP32 values, the program's OUTPUTs emit "
+                               f"{pos}")
+        return out
+
+
+class _Matrix:
+    """A weight matrix (rows ``order`` of ``qw``) in column blocks of L rows and K chunks of at
+    most ``wmem_words`` groups: the buffer-fulls of the stream."""
+
+    def __init__(self, qw: QuantizedWeight, order, pe):
+        L = pe.lanes
+        q = qw.q[order]
+        scale = np.asarray(qw.scale, np.float16).view(np.uint16)[order]
+        n, k = q.shape
+        self.groups, self.n_cb = k // 32, n // L
+        msb, lsb = nibbles(q)
+        self.msb = msb.reshape(self.n_cb, L, self.groups, 32).transpose(0, 2, 1, 3)
+        self.lsb = lsb.reshape(self.n_cb, L, self.groups, 32).transpose(0, 2, 1, 3)
+        self.scl = scale.reshape(self.n_cb, L, self.groups).transpose(0, 2, 1)   # [cb, g, L]
+        self.pe = pe
+
+    def fulls(self, cbs, full):
+        """Buffer-fulls over column blocks ``cbs``: ``(cb0, n_cb, g0, g1)`` each. Whole column
+        blocks share a buffer when K fits it (DRAFT: one GEMM of n blocks; FULL: a chain per
+        block); otherwise one block's K is cut into chunks of at most a buffer."""
+        per, G = self.pe.wmem_words, self.groups
+        if G <= per:
+            n = per // G
+            return [(c, min(n, cbs.stop - c), 0, G) for c in range(cbs.start, cbs.stop, n)]
+        return [(c, 1, g0, min(g0 + per, G)) for c in cbs for g0 in range(0, G, per)]
+
+    def words(self, cb0, n, g0, g1, full):
+        """The buffer-full's LOADs: ``[(target, uint8 words)]`` (w_base 0)."""
+        pe, L = self.pe, self.pe.lanes
+        sl = (slice(cb0, cb0 + n), slice(g0, g1))
+        loads = []
+        if full:
+            loads.append((Target.WLSB, pack_wgt(self.lsb[sl].reshape(-1, L, 32), pe)))
+        loads.append((Target.WMSB, pack_wgt(self.msb[sl].reshape(-1, L, 32), pe)))
+        ent = self.scl[sl].reshape(-1, L)
+        padded = np.zeros((-(-len(ent) // 8) * 8, L), np.uint16)
+        padded[:len(ent)] = ent
+        loads.append((Target.WSCALE, pack_scales(padded.reshape(-1, 8, L), pe)))
+        return loads
+
+
+def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, config=None,
+                                  *, name: str = "expert") -> StreamedJob:
+    """PE program and ``ld`` stream of one expert of a real shape over the tokens of ``x``
+    (module docstring: token tiles, K-chained GEMMs, FULL as LSB_ONLY + MSB_ONLY, OUT chunks).
+    Equal bit for bit to :func:`~.expert.ref_expert` with the same arguments.
+
+    Parameters
+    ----------
+    x : float ``[T, H]``
+    expert : :class:`~.expert.Expert` or ``(w_up, w_gate, w_down)`` float matrices
+        (``[I, H]``, ``[I, H]``, ``[H, I]``).
+    gate_weights : float ``[T]``, optional (default 1)
+    mode : Mode.FULL or Mode.DRAFT (DRAFT loads only the MSB planes)
+    config : ArchConfig or PEConfig (required)
+
+    Returns a :class:`StreamedJob`; ``info`` holds ``tiles``, ``gemm_beats``, ``ld_words``,
+    ``weight_words``, ``act_words`` (the ld words of each kind), ``commands``.
+
+    Raises
+    ------
+    ProgramError
+        The shape does not fit the PE (:func:`plan_expert_stream`), or an exponent does not
+        fit its TOK field.
+    """
+    if config is None:
+        raise TypeError("build_streamed_expert_program: pass config= (an ArchConfig or "
+                        "PEConfig)")
+    pe = pe_config(config)
+    mode = _mode(mode)
+    if mode not in (Mode.FULL, Mode.DRAFT):
+        raise ValueError(f"mode: expected FULL or DRAFT, got {mode.name}")
+    full = mode is Mode.FULL
+    ex = as_expert(expert, name)
+    x = np.asarray(x)
+    T = check_x(x, ex)
+    gw = _gate_bits(np.ones(T) if gate_weights is None else gate_weights, T)
+    plan = plan_expert_stream(ex.hidden, ex.intermediate, pe)
+    H, I, R, L = ex.hidden, ex.intermediate, pe.rows, pe.lanes
+    xq = quantize_activations(x, name="x")
+    e_x = np.asarray(xq.exp, np.int64)
+    if e_x.size and (e_x.min() < -128 or e_x.max() > 127):
+        raise ProgramError(f"x: activation exponents {e_x.min()}..{e_x.max()} do not fit the "
+                           f"TOK entry's signed 8-bit e_x (scale the input)")
+    both = QuantizedWeight(q=np.concatenate([ex.up.q, ex.gate.q]),
+                           scale=np.concatenate([ex.up.scale, ex.gate.scale]),
+                           name=f"{ex.up.name}+gate")
+    up = _Matrix(both, updown_order(I, L), pe)
+    down = _Matrix(ex.down, np.arange(H), pe)
+    prog = Program(pe)
+    ld: list = []
+    counts = {"weight": 0, "act": 0, "tok": 0}
+    chunks = []
+    # ---- the stream of buffer-fulls: (loads, gemms, before, after) -----------------------
+    # ``before``: execute commands emitted before the full's GEMMs; ``head``: LOADs emitted
+    # before the full's own loads (a tile's TOK and x); loads of full k+2 follow full k's GEMMs
+    fulls = []
+
+    def matrix_fulls(mat, cbs, gemm_of, before=()):
+        first = True
+        for cb0, n, g0, g1 in mat.fulls(cbs, full):
+            G = mat.groups
+            gemms = []
+            for j in range(n):
+                cb = cb0 + j
+                base = dict(wbuf=0, act_base=0, w_base=j * (g1 - g0), row_blocks=1,
+                            col_blocks=1, groups=g1 - g0, tok_base=0)
+                base.update(gemm_of(cb))
+                base["act_base"] += g0
+                if full:
+                    gemms.append(dict(base, mode=Mode.LSB_ONLY, acc_cont=g0 > 0,
+                                      acc_hold=True))
+                    gemms.append(dict(base, mode=Mode.MSB_ONLY, acc_cont=True,
+                                      acc_hold=g1 < G))
+                elif n > 1 and g1 - g0 == G:
+                    if j == 0:                             # one DRAFT GEMM of n blocks
+                        gemms.append(dict(base, mode=Mode.DRAFT, col_blocks=n))
+                else:
+                    gemms.append(dict(base, mode=Mode.DRAFT, acc_cont=g0 > 0, acc_hold=g1 < G))
+            fulls.append(dict(loads=mat.words(cb0, n, g0, g1, full), gemms=gemms,
+                              before=list(before) if first else [], head=[]))
+            first = False
+
+    for tile in range((T + R - 1) // R):
+        t0 = tile * R
+        rows = min(R, T - t0)
+        tok = {"e_x": np.zeros(R, np.int64), "e_h": np.zeros(R, np.int64),
+               "gate": np.zeros(R, np.uint16), "slot": np.arange(R, dtype=np.int64)}
+        tok["e_x"][:rows] = e_x[t0:t0 + rows]
+        tok["gate"][:rows] = gw[t0:t0 + rows]
+        xp = np.zeros((R, H), np.int8)
+        xp[:rows] = xq.q[t0:t0 + rows]
+        act = xp.reshape(R, H // 32, 32).transpose(1, 0, 2)            # [g, R, 32]
+        head = [(Target.TOK, 0, pack_tok(tok, pe)), (Target.ACT, 0, pack_act(act, pe))]
+        k0 = len(fulls)
+        matrix_fulls(up, range(up.n_cb), lambda cb: dict(
+            sink=Sink.SWIGLU, out_base=cb * (L // 2), stride=I // pe.q16_per_word))
+        fulls[k0]["head"] = head
+        requant = ("requant", dict(row_blocks=1, channels=I, act_base=plan.x_act, tok_base=0))
+        for c0 in range(0, H, plan.out_chunk):
+            ch = min(plan.out_chunk, H - c0)
+            before = [("clear", dict(out=True))] if c0 or tile else []
+            before += [requant] if c0 == 0 else []
+            k1 = len(fulls)
+            matrix_fulls(down, range(c0 // L, (c0 + ch) // L), lambda cb, c0=c0, ch=ch: dict(
+                sink=Sink.COMBINE, out_base=cb * L - c0, stride=ch // pe.q24_per_word,
+                act_base=plan.x_act), before=before)
+            fulls[k1]["gemms"][0]["rq_wait"] = c0 == 0
+            fulls[-1]["after"] = [("output", dict(row_blocks=1, channels=ch))]
+            chunks.append((t0, R, c0, ch))
+    # ---- emit: the loads of buffer-full m follow the GEMMs of full m - 2 (its buffer's last
+    # user, which releases it); a tile's TOK and x (fenced: every execute command before them,
+    # the previous tile's down GEMMs and OUTPUT, completes first) follow the previous tile's
+    # last execute command, and the loads after them keep program order ----------------------
+    pos = []
+    for m, f in enumerate(fulls):
+        p = m - 1 if (f["head"] and m > 0) else m - 2
+        pos.append(max(p, pos[-1] if pos else -1))
+    prog.clear(out=True, rowmax=True, flags=True, counters=True)
+
+    def emit_loads(k):
+        f = fulls[k]
+        b = k % 2
+        for n, (target, addr, words) in enumerate(f["head"]):
+            prog.load(target, addr=addr, words=len(words), fence=n == 0 and k > 0)
+            ld.extend(words_to_ints(words))
+            counts["tok" if target is Target.TOK else "act"] += len(words)
+        for n, (target, words) in enumerate(f["loads"]):
+            prog.load(target, buf=b, addr=0, words=len(words),
+                      signal=n == len(f["loads"]) - 1, src=Source.HB)
+            ld.extend(words_to_ints(words))
+            counts["weight"] += len(words)
+
+    for m in range(len(fulls)):
+        if pos[m] == -1:
+            emit_loads(m)
+    beats = 0
+    for k, f in enumerate(fulls):
+        for kind, args in f["before"]:
+            getattr(prog, kind)(**args)
+        b = k % 2
+        for n, g in enumerate(f["gemms"]):
+            prog.gemm(**dict(g, wbuf=b, wait=n == 0, release=n == len(f["gemms"]) - 1))
+            beats += g["groups"] * g["col_blocks"]
+        for kind, args in f.get("after", ()):
+            getattr(prog, kind)(**args)
+        for m in range(k + 1, min(k + 3, len(fulls))):
+            if pos[m] == k:
+                emit_loads(m)
+    prog.status()
+    info = {"tiles": (T + R - 1) // R, "gemm_beats": beats, "ld_words": len(ld),
+            "weight_words": counts["weight"], "act_words": counts["act"] + counts["tok"],
+            "commands": prog.counts(), "buffer_fulls": len(fulls)}
+    return StreamedJob(program=prog, ld=ld, tokens=T, hidden=H, info=info, plan=plan,
+                       chunks=chunks)
