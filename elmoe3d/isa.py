@@ -31,7 +31,9 @@ K tiling (paper-size experts, ``docs/pe.md`` "K-chained GEMMs"): ``GEMM.acc_hold
 tile's accumulators after the GEMM's last group instead of emitting a result, and
 ``GEMM.acc_cont`` starts the next GEMM from them instead of from zero, so one result sums the
 groups of any number of WMEM buffer-fulls (and of LSB_ONLY and MSB_ONLY GEMMs: a FULL result
-that reads each weight byte once); both need a GEMM of one result. SEND / RECV of
+that reads each weight byte once); both need a GEMM of one result. ``GEMM.max_keep`` (SWIGLU):
+the block that writes channel 0 of a row raises its row max instead of starting it (the second
+pass of an expert whose h does not fit HBUF keeps the max of the first). SEND / RECV of
 :attr:`Target.ROWMAX` exchange the per-token row maxima (RECV ``accumulate``:
 unsigned max) for the max all-reduce before REQUANT; ``LOAD.src`` (:class:`Source`) and
 ``LOAD.hb_addr`` tell the die's load router where a LOAD's words come from (the PE ignores
@@ -151,7 +153,7 @@ OPS: dict[Op, tuple[Field, ...]] = {
               Field("tok_base", 8),
               Field("wait", 1), Field("release", 1), Field("stride", 16),
               Field("rq_wait", 1), Field("psum_in", 1),
-              Field("acc_cont", 1), Field("acc_hold", 1)),
+              Field("acc_cont", 1), Field("acc_hold", 1), Field("max_keep", 1)),
     Op.REQUANT: (Field("row_blocks", 8), Field("channels", 16), Field("act_base", 16),
                  Field("tok_base", 8)),
     Op.OUTPUT: (Field("row_blocks", 8), Field("channels", 16)),

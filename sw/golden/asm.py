@@ -217,13 +217,14 @@ class Program:
              col_blocks: int, groups: int, sink, out_base: int = 0, tok_base: int = 0,
              stride: int = 0, wait: bool = False, release: bool = False,
              rq_wait: bool = False, psum_in: bool = False, acc_cont: bool = False,
-             acc_hold: bool = False) -> int:
+             acc_hold: bool = False, max_keep: bool = False) -> int:
         """GEMM of ACT row blocks against WMEM column blocks of buffer ``wbuf`` (``docs/pe.md``
         address generation); results go to ``sink``. ``rq_wait``: start only when every
         earlier REQUANT has completed. ``psum_in``: add ``rows * lanes / (W/64)`` ``link_i``
         words (RAW layout, saturating) into every result before the sink. ``acc_cont`` /
         ``acc_hold`` (K-chained GEMMs of one result): start from the accumulators the previous
-        GEMM held / hold them instead of emitting the result."""
+        GEMM held / hold them instead of emitting the result. ``max_keep`` (SWIGLU): never
+        start a row's max, only raise it."""
         return self.append(Op.GEMM, mode=_enum(Mode, mode, len(self), "GEMM", "mode"),
                            wbuf=wbuf, act_base=act_base, w_base=w_base, row_blocks=row_blocks,
                            col_blocks=col_blocks, groups=groups,
@@ -231,7 +232,8 @@ class Program:
                            out_base=out_base, tok_base=tok_base, stride=stride,
                            wait=int(bool(wait)), release=int(bool(release)),
                            rq_wait=int(bool(rq_wait)), psum_in=int(bool(psum_in)),
-                           acc_cont=int(bool(acc_cont)), acc_hold=int(bool(acc_hold)))
+                           acc_cont=int(bool(acc_cont)), acc_hold=int(bool(acc_hold)),
+                           max_keep=int(bool(max_keep)))
 
     def requant(self, *, row_blocks: int, channels: int, act_base: int, tok_base: int) -> int:
         """REQUANT HBUF rows ``tok_base + rb*rows + r`` (``channels`` = I) into ACT and e_h."""

@@ -386,7 +386,8 @@ class _Sim:
             s.hbuf_values()[idx] = h
             m = np.abs(h.astype(np.int64)).max(axis=1)
             # the block that writes channel 0 of a row starts its max (docs/pe.md)
-            s.rowmax[t] = m if f["out_base"] == 0 else np.maximum(s.rowmax[t], m)
+            start = f["out_base"] == 0 and not f.get("max_keep")
+            s.rowmax[t] = m if start else np.maximum(s.rowmax[t], m)
             return
         # COMBINE
         c = lanes.shape[2]

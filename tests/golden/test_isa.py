@@ -87,8 +87,8 @@ def test_enum_shapes_match_isa():
     assert hisa.op_layout(isa.Op.LOAD)["src"].shape is hisa.SourceCode
     # fields appended for multi-PE work keep the older fields' bit positions
     assert [f.name for f in isa.OPS[isa.Op.LOAD]][-2:] == ["src", "hb_addr"]
-    assert [f.name for f in isa.OPS[isa.Op.GEMM]][-4:] == ["rq_wait", "psum_in", "acc_cont",
-                                                         "acc_hold"]
+    assert [f.name for f in isa.OPS[isa.Op.GEMM]][-5:] == ["rq_wait", "psum_in", "acc_cont",
+                                                         "acc_hold", "max_keep"]
     assert isa.Target.ROWMAX == 7 and [int(s) for s in isa.Source] == [0, 1, 2]
 
 
