@@ -56,19 +56,29 @@ __all__ = ["StreamedJob", "StreamPlan", "plan_expert_stream", "build_streamed_ex
 
 @dataclass(frozen=True)
 class StreamPlan:
-    """Where one expert of shape H x I sits in a PE (:func:`plan_expert_stream`).
+    """Where one expert of shape H x I sits in a PE (:func:`plan_expert_stream`). Memory
+    figures are words of the named memory.
 
-    Attributes (words of the named memory unless stated)
-    ----------------------------------------------------
+    Attributes
+    ----------
     hidden, intermediate : int
     tile_tokens : int
         Tokens per token tile (the PE's ``rows``: one row block).
-    x_act, h_act : int
-        ACT words of the tile's x (H/32) and of its h codes (I/32); x at ACT 0, h after it.
-    hbuf_words : int
-        HBUF words of the tile's h rows (``rows * I / (W/32)``).
-    up_chunks, down_chunks : int
-        K chunks (WMEM buffer-fulls) per column block of up/gate and of down.
+    x_stream : bool
+        False: the tile's x (H/32 ACT words) stays in ACT, loaded once per tile. True: x does
+        not fit beside the h codes; each up/gate buffer-full brings its K chunk of x (``x_chunk``
+        groups) into one of two ACT slots (fenced LOADs), so x streams once per column block.
+    x_base, x_chunk : int
+        ACT word of x (resident) or of the two x slots; groups per x slot (streamed).
+    h_base, h_act : int
+        ACT word and words (I/32) of the tile's h codes (REQUANT's output, the down GEMMs' K).
+    i_chunk : int
+        Intermediate channels per HBUF pass (``rows * i_chunk / (W/32)`` HBUF words). Equal to
+        I: one pass. Smaller: two passes over up/gate (the first only for the row max |h|, the
+        second chunk by chunk with ``max_keep``, each chunk requantized with the full row's
+        exponent).
+    passes : int
+        1 or 2 (up/gate weights stream once or twice per tile).
     out_chunk : int
         Output channels per OUT chunk (a multiple of ``lanes`` and of W/32).
     """
@@ -76,17 +86,19 @@ class StreamPlan:
     hidden: int
     intermediate: int
     tile_tokens: int
-    x_act: int
+    x_stream: bool
+    x_base: int
+    x_chunk: int
+    h_base: int
     h_act: int
-    hbuf_words: int
-    up_chunks: int
-    down_chunks: int
+    i_chunk: int
+    passes: int
     out_chunk: int
 
 
 def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
     """Check that an expert of shape ``hidden`` x ``intermediate`` can stream through the PE of
-    ``config`` (ArchConfig or PEConfig) and place it.
+    ``config`` (ArchConfig or PEConfig) and place it (``docs/pe.md`` "Real expert shapes").
 
     Raises :class:`~.asm.ProgramError` (one line naming the tensor, the dimension and the
     memory that overflows, with the figures) otherwise."""
@@ -94,6 +106,7 @@ def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
     R, L, W = pe.rows, pe.lanes, pe.word_bits
     H, I = int(hidden), int(intermediate)
     q16, q24, fp = pe.q16_per_word, pe.q24_per_word, pe.fp32_per_beat
+    where = f"expert H={H} x I={I}"
     for dim, v, need, why in (
             ("H", H, 32, "weight groups of 32 along K of up/gate"),
             ("I", I, 32, "weight groups of 32 along K of down"),
@@ -101,40 +114,47 @@ def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
             ("I", I, L // 2, f"whole up/gate column blocks of {L // 2} channels"),
             ("H", H, L, f"whole down column blocks of {L} channels")):
         if v % need:
-            raise ProgramError(f"expert H={H} x I={I}: {dim} = {v} is not a multiple of {need} "
-                               f"({why}); pad the weights with zero groups")
+            raise ProgramError(f"{where}: {dim} = {v} is not a multiple of {need} ({why}); pad "
+                               f"the weights with zero groups")
+    words = f"({W // 8} B each)"
     x_act, h_act = H // 32, I // 32
-    if x_act + h_act > pe.act_words:
-        raise ProgramError(
-            f"expert H={H} x I={I}: ACT overflows: a row block's x (H/32 = {x_act} words) and "
-            f"h codes (I/32 = {h_act} words) need {x_act + h_act} of the {pe.act_words} ACT "
-            f"words ({W // 8} B each); split I across PEs (tensor parallelism) or give ACT more "
-            f"of IOMEM (ArchConfig.iomem_split)")
-    hbuf = R * I // q16
-    if hbuf > pe.hbuf_words:
-        raise ProgramError(
-            f"expert H={H} x I={I}: HBUF overflows: a row block's h (rows {R} x I {I} Q16.16 "
-            f"= {hbuf} words) exceeds the {pe.hbuf_words} HBUF words ({W // 8} B each); split I "
-            f"across PEs (tensor parallelism)")
     if R > pe.tok_entries:
-        raise ProgramError(f"TOK overflows: a row block's {R} entries exceed the "
+        raise ProgramError(f"{where}: TOK overflows: a row block's {R} entries exceed the "
                            f"{pe.tok_entries} TOK entries")
-    # output channels per OUT chunk: R rows of out_chunk Q.24 values, a multiple of lanes
-    # (a COMBINE block) and of W/32 (an OUTPUT beat)
-    step = np.lcm(L, fp)
-    out_chunk = (pe.out_words // R * q24) // step * step
+    x_stream = x_act + h_act > pe.act_words
+    if not x_stream:
+        x_base, x_chunk, h_base = 0, x_act, x_act
+    else:
+        x_chunk = min(pe.wmem_words, (pe.act_words - h_act) // 2)
+        if x_chunk < 1:
+            raise ProgramError(
+                f"{where}: ACT overflows: a row block's h codes (I/32 = {h_act} words) and two "
+                f"x slots of at least one group need {h_act + 2} of the {pe.act_words} ACT "
+                f"words {words}; split I across PEs (tensor parallelism) or give ACT more of "
+                f"IOMEM (ArchConfig.iomem_split)")
+        x_base, h_base = h_act, 0
+    # HBUF: R rows of i_chunk Q16.16 values; a chunk is whole HBUF words, whole REQUANT groups
+    # and whole up/gate column blocks (L/2 channels)
+    step = int(np.lcm.reduce([q16, 32, L // 2]))
+    i_chunk = min(I, pe.hbuf_words // R * q16 // step * step)
+    if i_chunk < step:
+        raise ProgramError(
+            f"{where}: HBUF overflows: a row block's h ({R} rows of at least {step} Q16.16 "
+            f"channels) needs {R * step // q16} of the {pe.hbuf_words} HBUF words {words}")
+    while I % i_chunk:                              # equal chunks: every pass the same shape
+        i_chunk -= step
+    # OUT: R rows of out_chunk Q.24 values, a multiple of lanes (a COMBINE block) and of W/32
+    # (an OUTPUT beat)
+    step = int(np.lcm(L, fp))
+    out_chunk = min(H, (pe.out_words // R * q24) // step * step)
     if out_chunk < step:
         raise ProgramError(
-            f"expert H={H}: OUT overflows: a row block's {R} rows of {step} Q.24 channels (one "
+            f"{where}: OUT overflows: a row block's {R} rows of {step} Q.24 channels (one "
             f"OUTPUT beat, one COMBINE block) need {R * step // q24} of the {pe.out_words} OUT "
-            f"words")
-    out_chunk = min(out_chunk, H)
-    if H % out_chunk % step:                       # pragma: no cover - H % L and H % fp hold
-        raise ProgramError(f"expert H={H}: the last OUT chunk is not whole OUTPUT beats")
-    per = pe.wmem_words
-    return StreamPlan(hidden=H, intermediate=I, tile_tokens=R, x_act=x_act, h_act=h_act,
-                      hbuf_words=hbuf, up_chunks=-(-x_act // per), down_chunks=-(-h_act // per),
-                      out_chunk=out_chunk)
+            f"words {words}")
+    return StreamPlan(hidden=H, intermediate=I, tile_tokens=R, x_stream=x_stream,
+                      x_base=x_base, x_chunk=x_chunk, h_base=h_base, h_act=h_act,
+                      i_chunk=i_chunk, passes=1 if i_chunk == I else 2, out_chunk=out_chunk)
 
 
 @dataclass(eq=False)
@@ -177,11 +197,12 @@ class _Matrix:
         self.scl = scale.reshape(self.n_cb, L, self.groups).transpose(0, 2, 1)   # [cb, g, L]
         self.pe = pe
 
-    def fulls(self, cbs, full):
+    def fulls(self, cbs, per=None):
         """Buffer-fulls over column blocks ``cbs``: ``(cb0, n_cb, g0, g1)`` each. Whole column
-        blocks share a buffer when K fits it (DRAFT: one GEMM of n blocks; FULL: a chain per
-        block); otherwise one block's K is cut into chunks of at most a buffer."""
-        per, G = self.pe.wmem_words, self.groups
+        blocks share a buffer when K fits ``per`` groups (default a WMEM buffer; DRAFT: one
+        GEMM of n blocks; FULL: a chain per block); otherwise one block's K is cut into chunks
+        of at most ``per`` groups."""
+        per, G = per or self.pe.wmem_words, self.groups
         if G <= per:
             n = per // G
             return [(c, min(n, cbs.stop - c), 0, G) for c in range(cbs.start, cbs.stop, n)]
@@ -254,22 +275,28 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
     ld: list = []
     counts = {"weight": 0, "act": 0, "tok": 0}
     chunks = []
-    # ---- the stream of buffer-fulls: (loads, gemms, before, after) -----------------------
-    # ``before``: execute commands emitted before the full's GEMMs; ``head``: LOADs emitted
-    # before the full's own loads (a tile's TOK and x); loads of full k+2 follow full k's GEMMs
+    # the stream of buffer-fulls, in program order: ``loads`` (weights), ``gemms``, ``head``
+    # (IOMEM LOADs before the weights: a tile's TOK and x, or a streamed x chunk; the first
+    # fenced), ``before`` / ``after`` (execute commands around the GEMMs)
     fulls = []
 
-    def matrix_fulls(mat, cbs, gemm_of, before=()):
+    def matrix_fulls(mat, cbs, gemm_of, before=(), per=None, x_rows=None):
         first = True
-        for cb0, n, g0, g1 in mat.fulls(cbs, full):
+        for cb0, n, g0, g1 in mat.fulls(cbs, per):
             G = mat.groups
             gemms = []
+            head = []
+            act_base = None
+            if x_rows is not None:                 # streamed x: this chunk into a slot
+                slot = plan.x_base + (len(fulls) % 2) * plan.x_chunk
+                head = [(Target.ACT, slot, pack_act(x_rows[g0:g1], pe))]
+                act_base = slot
             for j in range(n):
                 cb = cb0 + j
                 base = dict(wbuf=0, act_base=0, w_base=j * (g1 - g0), row_blocks=1,
                             col_blocks=1, groups=g1 - g0, tok_base=0)
                 base.update(gemm_of(cb))
-                base["act_base"] += g0
+                base["act_base"] = act_base if act_base is not None else base["act_base"] + g0
                 if full:
                     gemms.append(dict(base, mode=Mode.LSB_ONLY, acc_cont=g0 > 0,
                                       acc_hold=True))
@@ -281,9 +308,11 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
                 else:
                     gemms.append(dict(base, mode=Mode.DRAFT, acc_cont=g0 > 0, acc_hold=g1 < G))
             fulls.append(dict(loads=mat.words(cb0, n, g0, g1, full), gemms=gemms,
-                              before=list(before) if first else [], head=[]))
+                              before=list(before) if first else [], head=head))
             first = False
 
+    n_ic = I // plan.i_chunk
+    cb_per_ic = plan.i_chunk // (L // 2)
     for tile in range((T + R - 1) // R):
         t0 = tile * R
         rows = min(R, T - t0)
@@ -293,13 +322,37 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
         tok["gate"][:rows] = gw[t0:t0 + rows]
         xp = np.zeros((R, H), np.int8)
         xp[:rows] = xq.q[t0:t0 + rows]
-        act = xp.reshape(R, H // 32, 32).transpose(1, 0, 2)            # [g, R, 32]
-        head = [(Target.TOK, 0, pack_tok(tok, pe)), (Target.ACT, 0, pack_act(act, pe))]
+        x_rows = xp.reshape(R, H // 32, 32).transpose(1, 0, 2)             # [g, R, 32]
+        head = [(Target.TOK, 0, pack_tok(tok, pe))]
+        if not plan.x_stream:
+            head.append((Target.ACT, plan.x_base, pack_act(x_rows, pe)))
         k0 = len(fulls)
-        matrix_fulls(up, range(up.n_cb), lambda cb: dict(
-            sink=Sink.SWIGLU, out_base=cb * (L // 2), stride=I // pe.q16_per_word))
-        fulls[k0]["head"] = head
-        requant = ("requant", dict(row_blocks=1, channels=I, act_base=plan.x_act, tok_base=0))
+        for pas in range(plan.passes):
+            for ic in range(n_ic):
+                # pass 1 of 2: the row max only (chunk 0 starts it); the last pass: chunk by
+                # chunk into HBUF and REQUANT with the full row's exponent
+                keep = ic > 0 or pas > 0
+                last = pas == plan.passes - 1
+                before = []
+                if last and plan.passes == 2 and ic > 0:
+                    before = [("requant", dict(row_blocks=1, channels=plan.i_chunk,
+                                               act_base=plan.h_base + (ic - 1) * plan.i_chunk // 32,
+                                               tok_base=0))]
+                k1 = len(fulls)
+                matrix_fulls(up, range(ic * cb_per_ic, (ic + 1) * cb_per_ic),
+                             lambda cb, ic=ic, keep=keep: dict(
+                                 sink=Sink.SWIGLU, out_base=(cb - ic * cb_per_ic) * (L // 2),
+                                 stride=plan.i_chunk // pe.q16_per_word, max_keep=keep,
+                                 act_base=plan.x_base),
+                             before=before,
+                             per=plan.x_chunk if plan.x_stream else None,
+                             x_rows=x_rows if plan.x_stream else None)
+                if before:                            # it rewrites HBUF rows REQUANT reads
+                    fulls[k1]["gemms"][0]["rq_wait"] = True
+        fulls[k0]["head"] = head + fulls[k0]["head"]
+        requant = ("requant", dict(row_blocks=1, channels=plan.i_chunk,
+                                   act_base=plan.h_base + (n_ic - 1) * plan.i_chunk // 32,
+                                   tok_base=0))
         for c0 in range(0, H, plan.out_chunk):
             ch = min(plan.out_chunk, H - c0)
             before = [("clear", dict(out=True))] if c0 or tile else []
@@ -307,17 +360,19 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
             k1 = len(fulls)
             matrix_fulls(down, range(c0 // L, (c0 + ch) // L), lambda cb, c0=c0, ch=ch: dict(
                 sink=Sink.COMBINE, out_base=cb * L - c0, stride=ch // pe.q24_per_word,
-                act_base=plan.x_act), before=before)
+                act_base=plan.h_base), before=before)
             fulls[k1]["gemms"][0]["rq_wait"] = c0 == 0
             fulls[-1]["after"] = [("output", dict(row_blocks=1, channels=ch))]
             chunks.append((t0, R, c0, ch))
+
     # ---- emit: the loads of buffer-full m follow the GEMMs of full m - 2 (its buffer's last
     # user, which releases it); a tile's TOK and x (fenced: every execute command before them,
     # the previous tile's down GEMMs and OUTPUT, completes first) follow the previous tile's
     # last execute command, and the loads after them keep program order ----------------------
     pos = []
     for m, f in enumerate(fulls):
-        p = m - 1 if (f["head"] and m > 0) else m - 2
+        tile_head = any(t is Target.TOK for t, _, _ in f["head"])
+        p = m - 1 if (tile_head and m > 0) else m - 2
         pos.append(max(p, pos[-1] if pos else -1))
     prog.clear(out=True, rowmax=True, flags=True, counters=True)
 
@@ -351,7 +406,7 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
             if pos[m] == k:
                 emit_loads(m)
     prog.status()
-    info = {"tiles": (T + R - 1) // R, "gemm_beats": beats, "ld_words": len(ld),
+    info = {"tiles": (T + R - 1) // R, "passes": plan.passes, "x_stream": plan.x_stream, "gemm_beats": beats, "ld_words": len(ld),
             "weight_words": counts["weight"], "act_words": counts["act"] + counts["tok"],
             "commands": prog.counts(), "buffer_fulls": len(fulls)}
     return StreamedJob(program=prog, ld=ld, tokens=T, hidden=H, info=info, plan=plan,
