@@ -38,7 +38,10 @@ with the ``ld`` stream paced at the HB bank rate: cycles against the HB-bandwidt
 PE-array utilization; the definitions are in its docstring); ``test_psum_split`` (the verify
 phase's MSB/LSB split on one PE: an MSB_ONLY GEMM with ``psum_in`` fed, on ``link_i``, the
 LSB_ONLY psums another PE would send, against fsim and the golden FULL GEMM; ``smooth`` or
-``stalls``).
+``stalls``); ``test_real_expert`` (one expert of a real model's shape, ``real_shapes`` /
+``real_tokens`` / ``real_modes``, through the streamed expert program of
+:mod:`elmoe3d.sw.golden.expert_stream` at the HB rate; needs a PE as large as the ``mid``
+preset's, so it is not among the default tests).
 """
 
 from __future__ import annotations
@@ -133,6 +136,19 @@ class PERun:
         return self.end_cycle - start + 1
 
 
+class _DataBeats:
+    """The DATA beats of an RTL run as :meth:`StreamedJob.decode` reads them (``.data()``, as
+    an fsim result has)."""
+
+    def __init__(self, words, pe):
+        self.words, self.pe = list(words), pe
+
+    def data(self) -> np.ndarray:
+        if not self.words:
+            return np.zeros((0, self.pe.fp32_per_beat), np.float32)
+        return asm.unpack_fp32(asm.ints_to_words(self.words, self.pe), self.pe)
+
+
 class PEBench(CaseRecorder):
     """Clock, reset, stream drivers, monitors and comparisons for one PE DUT."""
 
@@ -147,6 +163,7 @@ class PEBench(CaseRecorder):
         self.tile_latency = options.tile_latency
         self.sink_latency = {int(k): v for k, v in options.sink_latency.items()}
         self.records = []
+        self.note = SYNTHETIC_NOTE                 # what the finish line says about the data
         self.word_mask = (1 << self.pe.word_bits) - 1
 
     cycle = staticmethod(streams.cycle)
@@ -227,8 +244,21 @@ class PEBench(CaseRecorder):
         ``ld_rate`` (words per cycle) paces the ``ld`` stream (the HB bank rate)."""
         mode = Mode[mode] if isinstance(mode, str) else Mode(mode)
         job = build_moe_program(x, experts, routing, mode, self.arch)
-        ref = job.run_fsim()
         gold = ref_moe(x, experts, routing, mode)
+        inter = int(experts[0][0].shape[0] if isinstance(experts[0], tuple)
+                    else experts[0].intermediate)
+        return await self.job_case(case, source, job, gold, mode, traffic, routing=routing,
+                                   intermediate=inter, extra=extra, ld_rate=ld_rate)
+
+    async def job_case(self, case, source, job, gold, mode, traffic, *, routing, intermediate,
+                       extra=None, ld_rate=None):
+        """Run a prebuilt ``job`` (a :class:`~elmoe3d.sw.golden.expert.PEJob`: the MoE builder's
+        or the streamed expert builder's) on the RTL and on fsim, compare every ``o`` beat and
+        ``link_o`` word with fsim, the decoded output with ``gold`` (``ref_moe``'s result) bit
+        for bit (the RTL's DATA beats through ``job.decode``), the STATUS counters and flags;
+        record the case."""
+        mode = Mode[mode] if isinstance(mode, str) else Mode(mode)
+        ref = job.run_fsim()
         run = await self.run(job.program.encode(), job.ld, n_o=len(ref.o),
                              n_link=len(ref.link_o), rng=self.rng(f"{case}/{mode.name}/{traffic}"),
                              traffic=traffic, ld_rate=ld_rate)
@@ -256,9 +286,14 @@ class PEBench(CaseRecorder):
         # decoded output vs the golden MoE layer (FP32 bits)
         data = [d for k, d in run.o if k == OKind.DATA]
         y = None
-        if len(data) * self.pe.fp32_per_beat >= job.tokens * job.hidden:
-            vals = asm.unpack_fp32(asm.ints_to_words(data, self.pe), self.pe)
-            y = vals.reshape(-1, job.hidden)[:job.tokens]
+        try:
+            y = job.decode(_DataBeats(data, self.pe))
+        except Exception as exc:                       # noqa: BLE001 - recorded as a mismatch
+            details.append(f"decode: {type(exc).__name__}: {exc}")
+        if y is not None and y.shape != gold.y.shape:
+            details.append(f"decoded shape {y.shape}, ref_moe {gold.y.shape}")
+            y = None
+        if y is not None:
             bad = y.view(np.uint32) != gold.y.view(np.uint32)
             comparisons += int(bad.size)
             mismatches += int(bad.sum())
@@ -295,8 +330,7 @@ class PEBench(CaseRecorder):
                                           if c.op.name == "LOAD" and c.fields["target"] <= 2)
         rec = dict(case=case, source=source, mode=mode.name, traffic=traffic,
                    tokens=int(job.tokens), hidden=int(job.hidden),
-                   intermediate=int(experts[0][0].shape[0] if isinstance(experts[0], tuple)
-                                    else experts[0].intermediate),
+                   intermediate=int(intermediate),
                    experts_run=used, commands=len(job.program), ld_words=len(job.ld),
                    gemm_beats=beats, cycles=run.cycles, weight_bytes=wbytes,
                    ld_bytes=self.pe.word_bytes * len(job.ld),
@@ -337,7 +371,7 @@ class PEBench(CaseRecorder):
         total = sum(r["comparisons"] for r in self.records)
         self.dut._log.info("%s: %d cases, %d values compared, %d failing case(s); %s; "
                            "summary %s", self.test, len(self.records), total, len(bad),
-                           SYNTHETIC_NOTE, path)
+                           self.note, path)
         assert not bad, f"{len(bad)} case(s) failed (seed {self.seed}): " + failed_cases(bad)
 
 
@@ -621,9 +655,84 @@ async def test_hb_roofline(dut):
                         100 * rec["beat_utilization"], 100 * rec["mac_utilization"])
 
 
+#: ``test_real_expert`` defaults: model presets (:data:`~elmoe3d.sw.host.models.MODEL_PRESETS`)
+#: whose expert shape (``hidden`` x ``expert_intermediate``) is run, tokens per case, modes.
+REAL_DEFAULTS = {"real_shapes": ["qwen3-30b-a3b"], "real_tokens": [1],
+                 "real_modes": ["DRAFT", "FULL"]}
+
+
+REAL_NOTE = ("expert weights (~N(0, 0.05)), token activations (~N(0, 1)) and gate weights "
+             "(uniform 0.1..1) are synthetic (seeded); only the shape is the model's")
+
+
+def real_expert_weights(rng, hidden, inter, tokens):
+    """Synthetic expert of a real shape: ``(expert, x, gate_weights)`` with weights
+    ~N(0, 0.05), x ~N(0, 1), gate weights uniform in 0.1..1."""
+    wu = (rng.standard_normal((inter, hidden)) * 0.05).astype(np.float32)
+    wg = (rng.standard_normal((inter, hidden)) * 0.05).astype(np.float32)
+    wd = (rng.standard_normal((hidden, inter)) * 0.05).astype(np.float32)
+    x = rng.standard_normal((tokens, hidden)).astype(np.float32)
+    gw = rng.uniform(0.1, 1.0, tokens).astype(np.float32)
+    return Expert.quantize(wu, wg, wd), x, gw
+
+
+@cocotb.test()
+async def test_real_expert(dut):
+    """One expert of a real model's shape on the DUT's PE (the streamed expert program,
+    :func:`elmoe3d.sw.golden.expert_stream.build_streamed_expert_program`: token tiles,
+    K-chained GEMMs across WMEM buffer-fulls, FULL as LSB_ONLY + MSB_ONLY chains), synthetic
+    weights; the ``ld`` stream paced at the HB bank rate, outputs always ready (smooth).
+
+    For each shape of ``real_shapes`` (model preset names), tokens of ``real_tokens`` and mode
+    of ``real_modes``: every ``o`` beat against fsim, the decoded output against ``ref_moe``
+    (FP32 bits) and the STATUS beat; the record has cycles, ``ld_bytes``, ``weight_bytes``,
+    ``gemm_beats`` and the roofline figures of :func:`roofline_figures` (definitions in
+    :func:`test_hb_roofline`; ``roofline_fraction_weights`` counts only the weight bytes)."""
+    from ..sw.golden.expert_stream import build_streamed_expert_program
+    from ..sw.host.models import MODEL_PRESETS
+    bench = await _bench(dut, "test_real_expert", "smooth")
+    bench.note = REAL_NOTE
+    with bench.summary():
+        params = {**REAL_DEFAULTS, **load_params()}
+        rate = bench.arch.hb_bytes_per_cycle / bench.pe.word_bytes
+        for name in params["real_shapes"]:
+            model = MODEL_PRESETS[name]
+            hidden, inter = int(model.hidden), int(model.expert_intermediate)
+            for tokens in params["real_tokens"]:
+                tokens = int(tokens)
+                case = f"{name} expert {hidden}x{inter} T={tokens}"
+                expert, x, gw = real_expert_weights(bench.rng(case), hidden, inter, tokens)
+                routing = (np.zeros((tokens, 1), np.int64), gw.astype(np.float16)[:, None])
+                for mode in params["real_modes"]:
+                    mode = Mode[mode]
+                    job = build_streamed_expert_program(x, expert, gw, mode, bench.arch)
+                    gold = ref_moe(x, [expert], routing, mode)
+                    rec = await bench.job_case(
+                        case, f"synthetic weights, {name} shape", job, gold, mode, "smooth",
+                        routing=routing, intermediate=inter, ld_rate=rate,
+                        extra=dict(kind="real-expert", model=name, tiles=job.info.get("tiles"),
+                                   builder_gemm_beats=job.info.get("gemm_beats"),
+                                   weight_words=job.info.get("weight_words"),
+                                   act_words=job.info.get("act_words"), note=REAL_NOTE))
+                    if not rec["cycles"]:
+                        continue
+                    roofline_figures(rec, bench.arch, tokens * 3 * hidden * inter)
+                    dut._log.info(
+                        "  %s %s: %d cycles; ld %d B, weights %d B (%.0f cycles at the HB "
+                        "rate), %d beats -> %.1f%% of the %s roofline (%.1f%% counting weight "
+                        "bytes only); %d values, %d mismatches; %.1f s wall",
+                        case, mode.name, rec["cycles"], rec["ld_bytes"], rec["weight_bytes"],
+                        rec["memory_cycles"], rec["gemm_beats"],
+                        100 * rec["roofline_fraction"], rec["roofline_bound"],
+                        100 * rec["roofline_fraction_weights"], rec["comparisons"],
+                        rec["mismatches"], rec["wall_seconds"])
+
+
 # -- host side -------------------------------------------------------------------------------
 
 #: Test names in the order the host runs and reports them.
+#: ``test_real_expert`` is not among them: real expert shapes need the ``mid`` preset
+#: (``run_pe_bench(preset("mid"), tests="test_real_expert")``).
 TESTS = ("test_trace_moe", "test_corners", "test_hb_roofline", "test_psum_split")
 
 

@@ -54,6 +54,15 @@ measured in the same run (design brief section 6; tests never time anything, thi
    not judged; targets: every output bit-exact (``run_group`` and ``ref_moe``), zero DRAM
    timing violations.
 
+10. **Real expert shapes on the mid PE** -- the PE bench's ``test_real_expert``
+   (:mod:`elmoe3d.sim.bench_pe`) on the ``mid`` preset (the paper PE's 32 KB WMEM / 32 KB
+   IOMEM, 4x8x32 tile): one expert of each of :data:`REAL_SHAPES` (H x I of the model preset,
+   synthetic weights) over :data:`REAL_TOKENS` tokens, DRAFT and FULL, through the streamed
+   expert program, the ``ld`` stream at the HB bank rate; per case cycles, the roofline
+   fraction of figure 4 (all ld bytes) and with only the weight bytes in the memory term, and
+   the bit-exact comparisons against fsim and ``ref_moe``. Reported, no roofline target;
+   mismatches fail. Skipped with ``--skip-real``; alone with ``--only-real``.
+
 Columns of figure 2: *np.matmul f32* is the baseline's time per call; *gemm prepared* is
 ``gemm`` with the weight layout cached (the hardware lays weights out once and reuses them);
 *gemm cold* includes preparing it; *ratio* = np.matmul time / gemm time (100% would be as fast
@@ -92,6 +101,10 @@ ROOFLINE_TARGET = 0.95
 ROOFLINE_BATCHES = (1, 16)
 #: Figure 5: the compute-bound batch whose PE-array utilization is reported.
 UTILIZATION_BATCH = 16
+#: Figure 10: model presets whose expert shape runs on the mid PE, tokens per case, modes.
+REAL_SHAPES = ("qwen3-30b-a3b", "olmoe-1b-7b")
+REAL_TOKENS = (1, 16)
+REAL_MODES = ("DRAFT", "FULL")
 #: Figure 6: MiniLM layer L whose FFN (with layer L+1's up-projection as the gate) is the expert.
 ACCURACY_LAYER = 0
 
@@ -107,6 +120,10 @@ def configure(parser):
     parser.add_argument("--beats", type=int, default=4096,
                         help="minimum length of the RTL throughput GEMM in beats "
                              "(default 4096)")
+    parser.add_argument("--skip-real", action="store_true",
+                        help="skip figure 10 (real expert shapes on the mid PE)")
+    parser.add_argument("--only-real", action="store_true",
+                        help="run only figure 10 (real expert shapes on the mid PE)")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="write the figures to OUT (JSON; checked before the run, written "
                              "only when it completes)")
@@ -239,6 +256,78 @@ def pe_figures(arch, seed):
     return {"cases": cases, "utilization": util, "failures": failures,
             "hb_bytes_per_cycle": arch.hb_bytes_per_cycle, "word_bytes": arch.pe.word_bytes,
             "seed": res.sim.seed, "log": str(res.sim.log_file)}
+
+
+def real_expert_figures(seed, shapes=REAL_SHAPES, tokens=REAL_TOKENS, modes=REAL_MODES):
+    """Figure 10: one run of the PE bench's ``test_real_expert`` on the ``mid`` preset.
+    Returns ``{"cases": [...], "failures": [...], "log", "seed", "build_seconds",
+    "run_seconds"}`` (a case per shape x tokens x mode: the record's figures)."""
+    from ..config import preset
+    from ..sim.bench_pe import build_pe, run_pe_bench
+    arch = preset("mid")
+    t0 = time.perf_counter()
+    built = build_pe(arch)
+    t1 = time.perf_counter()
+    res = run_pe_bench(arch, tests="test_real_expert", seed=seed, check=False, built=built,
+                       params={"real_shapes": list(shapes), "real_tokens": list(tokens),
+                               "real_modes": list(modes)})
+    t2 = time.perf_counter()
+    keys = ("case", "model", "mode", "tokens", "hidden", "intermediate", "cycles",
+            "gemm_beats", "ld_bytes", "weight_bytes", "roofline_cycles", "roofline_bound",
+            "roofline_fraction", "roofline_fraction_weights", "mac_utilization",
+            "comparisons", "mismatches", "wall_seconds")
+    cases, failures = [], []
+    for rec in res.records:
+        if rec.get("mismatches") or "roofline_fraction" not in rec:
+            failures.append(f"{rec['case']} {rec.get('mode', '-')}: "
+                            + (rec.get("error") or f"{rec['mismatches']} mismatching value(s)"
+                               + (f" ({rec['details'][0]})" if rec.get("details") else "")))
+        cases.append({k: rec.get(k) for k in keys})
+    for tc in res.sim.testcases:
+        if tc.status == "failed" and not failures:
+            failures.append(f"{tc.name}: {tc.message.splitlines()[0] if tc.message else 'failed'}")
+    if not res.sim.tests:
+        failures.append("test_real_expert did not run")
+    return {"cases": cases, "failures": failures, "arch": arch.name,
+            "hb_bytes_per_cycle": arch.hb_bytes_per_cycle, "word_bytes": arch.pe.word_bytes,
+            "seed": res.sim.seed, "log": str(res.sim.log_file),
+            "build_seconds": t1 - t0, "run_seconds": t2 - t1}
+
+
+def print_real(console, figs) -> list:
+    """Print figure 10; return the failure lines (mismatches, failed runs)."""
+    from rich.markup import escape
+    from rich.table import Table
+    table = Table(title=f"10. Real expert shapes on the {figs['arch']} PE (streamed expert "
+                        f"program, synthetic weights, ld at {figs['hb_bytes_per_cycle']:g} B "
+                        f"per cycle; build {figs['build_seconds']:.0f} s, run "
+                        f"{figs['run_seconds']:.0f} s)", title_justify="left",
+                  caption="fraction: roofline cycles (all ld bytes) / measured cycles; "
+                          "weights: the same with only the weight bytes in the memory term; "
+                          "bit-exact: values compared against fsim and ref_moe / mismatches",
+                  caption_justify="left")
+    for col in ("shape", "H x I", "tokens", "mode", "cycles", "ld bytes", "beats", "bound",
+                "fraction", "weights", "bit-exact"):
+        table.add_column(col, justify="left" if col in ("shape", "mode", "bound") else "right")
+    for c in figs["cases"]:
+        frac = c.get("roofline_fraction")
+        wfrac = c.get("roofline_fraction_weights")
+        table.add_row(escape(str(c.get("model") or c["case"])),
+                      f"{c.get('hidden')}x{c.get('intermediate')}", str(c.get("tokens")),
+                      str(c.get("mode")), f"{c.get('cycles') or 0:,}",
+                      f"{c.get('ld_bytes') or 0:,}", f"{c.get('gemm_beats') or 0:,}",
+                      str(c.get("roofline_bound") or "-"),
+                      f"{frac:.1%}" if frac is not None else "-",
+                      f"{wfrac:.1%}" if wfrac is not None else "-",
+                      f"{c.get('comparisons') or 0:,} / {c.get('mismatches')}"
+                      if c.get("mismatches") == 0 else
+                      f"[red]{c.get('comparisons') or 0:,} / {c.get('mismatches')}[/]")
+    console.print(table)
+    missed = [f"10. real expert shapes: {line} (log {figs['log']})" for line in figs["failures"]]
+    if not figs["cases"]:
+        missed.append("10. real expert shapes: no case measured")
+    console.print("   reported, no roofline target; every case must be bit-exact")
+    return missed
 
 
 def accuracy_figures(layer=ACCURACY_LAYER):
@@ -430,8 +519,10 @@ def run(args) -> int:
     seed = resolve_seed(args.seed)
     cfg = arch.tile
     console.print(f"elmoe3d bench: config {arch.name}, seed {seed}")
+    if args.skip_real and args.only_real:
+        raise UserError("--skip-real and --only-real exclude each other")
 
-    steps = 9
+    steps = 10
 
     def simulate(step, what, title, fn, *fn_args):
         """Print step ``step``'s line and run a cocotb figure; a failed simulation is one line."""
@@ -440,6 +531,18 @@ def run(args) -> int:
             return fn(*fn_args)
         except (SimulationError, SimulationFailure) as exc:
             raise UserError(f"{title}: {_one_line(exc)}") from None
+
+    real_what = (f"real expert shapes ({', '.join(REAL_SHAPES)}) on the mid PE, tokens "
+                 f"{', '.join(map(str, REAL_TOKENS))}, DRAFT and FULL (cocotb + Verilator)")
+    if args.only_real:
+        real = simulate(10, real_what, "real-expert bench", real_expert_figures, seed)
+        console.print()
+        missed = print_real(console, real)
+        if args.json:
+            write_json(args.json, {"seed": seed, "real": real, "missed": missed})
+        for line in missed:
+            console.print(f"[bold red]missed[/]: {escape(line)}")
+        return 1 if missed else 0
 
     rtl = simulate(1, f"RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} tile (cocotb + "
                       f"Verilator)", "RTL throughput bench", rtl_figures, cfg, seed, args.beats)
@@ -462,6 +565,11 @@ def run(args) -> int:
                      "ring/link bench", link_figures, arch, seed)
     die = simulate(9, "logic die: draft and verify MoE layers, verify-phase overlap (cocotb + "
                       "Verilator)", "die bench", die_figures, arch, seed)
+    real = None
+    if args.skip_real:
+        console.print(f"[10/{steps}] real expert shapes on the mid PE: skipped (--skip-real)")
+    else:
+        real = simulate(10, real_what, "real-expert bench", real_expert_figures, seed)
     console.print()
 
     missed = []
@@ -509,10 +617,12 @@ def run(args) -> int:
     missed += [f"7. {line}" for line in print_dram(console, dram)]
     missed += [f"8. {line}" for line in print_links(console, links)]
     missed += [f"9. {line}" for line in print_die(console, die)]
+    if real is not None:
+        missed += print_real(console, real)
     if args.json:
         write_json(args.json, {"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
                                "pe": pe, "accuracy": accuracy, "dram": dram,
-                               "links": links, "die": die,
+                               "links": links, "die": die, "real": real,
                                "targets": {"throughput": THROUGHPUT_TARGET,
                                            "golden": GOLDEN_TARGET,
                                            "roofline": ROOFLINE_TARGET},

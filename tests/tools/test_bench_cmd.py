@@ -96,6 +96,9 @@ def stub(monkeypatch):
         monkeypatch.setattr(bench, "print_links", lambda console, figs: figs["missed"])
         monkeypatch.setattr(bench, "die_figures", lambda arch, seed: {"missed": []})
         monkeypatch.setattr(bench, "print_die", lambda console, figs: figs["missed"])
+        # figure 10 (real expert shapes on the mid PE): its printer is tested below
+        monkeypatch.setattr(bench, "real_expert_figures", lambda seed: {"missed": []})
+        monkeypatch.setattr(bench, "print_real", lambda console, figs: figs["missed"])
     return set_figures
 
 
@@ -245,3 +248,24 @@ def test_accuracy_figures_on_minilm(minilm_file, gsm8k_prompts):
     assert acc["prompts"] == len(gsm8k_prompts)
     assert 0.9 < acc["draft"]["cosine"] < acc["full"]["cosine"] <= 1.0
     assert acc["full"]["sqnr_db"] > acc["draft"]["sqnr_db"] > 10
+
+
+def test_real_expert_figures_printed():
+    """Figure 10's table: one row per case, the two roofline fractions and the bit-exact
+    counts; a mismatch or a failed run is a missed line."""
+    from rich.console import Console
+    case = {"case": "qwen3-30b-a3b expert 2048x768 T=1", "model": "qwen3-30b-a3b",
+            "mode": "DRAFT", "tokens": 1, "hidden": 2048, "intermediate": 768,
+            "cycles": 50000, "gemm_beats": 1000, "ld_bytes": 2_400_000,
+            "weight_bytes": 2_350_000, "roofline_cycles": 46875.0,
+            "roofline_bound": "memory", "roofline_fraction": 0.9375,
+            "roofline_fraction_weights": 0.918, "comparisons": 2100, "mismatches": 0}
+    figs = {"cases": [case], "failures": [], "arch": "mid", "hb_bytes_per_cycle": 51.2,
+            "word_bytes": 128, "log": "/p/sim.log", "build_seconds": 1.0, "run_seconds": 2.0}
+    console = Console(width=200, record=True)
+    assert bench.print_real(console, figs) == []
+    out = console.export_text()
+    assert "qwen3-30b-a3b" in out and "93.8%" in out and "91.8%" in out and "2,100 / 0" in out
+    bad = dict(figs, failures=["x FULL: 3 mismatching value(s)"])
+    assert bench.print_real(Console(width=200, record=True), bad) == [
+        "10. real expert shapes: x FULL: 3 mismatching value(s) (log /p/sim.log)"]
