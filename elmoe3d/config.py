@@ -1131,6 +1131,13 @@ FPGA_LEAN_PE = MappingProxyType({
     "out_banks": 1, "streamed_weights": True, "narrow_iomem": True, "narrow_out": True})
 
 
+#: The paper PE's IOMEM split (ACT, TOK, HBUF, OUT in 32nds of 32 KB = 64 words of 512 B):
+#: ACT 14 (a slice's h codes and two streamed x slots), TOK 2, HBUF 16 (16 token rows of 128
+#: Q16.16 values: the second pass's h chunk), OUT 32 (16 rows of 128 Q.24 channels: one
+#: OUTPUT chunk). A real expert runs split over a PE group (``docs/pe.md`` "Real expert
+#: shapes"); the default split (4, 1, 16, 11) holds no OUTPUT chunk at this size.
+PAPER_IOMEM_SPLIT = (7, 1, 8, 16)
+
 PRESETS = {
     "small": ArchConfig(),
     "mid": ArchConfig(
@@ -1139,11 +1146,11 @@ PRESETS = {
     "paper-4gb": ArchConfig(
         name="paper-4gb", tile=TileConfig(rows=16, lanes=32, group=32), pes=16,
         pes_per_group=4, wmem_bytes=32 << 10, iomem_bytes=32 << 10,
-        hb_bank_bytes=256 << 20, ext_bytes=64 << 30),
+        hb_bank_bytes=256 << 20, ext_bytes=64 << 30, iomem_split=PAPER_IOMEM_SPLIT),
     "paper-8gb": ArchConfig(
         name="paper-8gb", tile=TileConfig(rows=16, lanes=32, group=32), pes=32,
         pes_per_group=4, wmem_bytes=32 << 10, iomem_bytes=32 << 10,
-        hb_bank_bytes=256 << 20, ext_bytes=64 << 30),
+        hb_bank_bytes=256 << 20, ext_bytes=64 << 30, iomem_split=PAPER_IOMEM_SPLIT),
 }
 
 
