@@ -51,7 +51,8 @@ from .expert import PEJob, _gate_bits, _mode, as_expert, check_x, nibbles, updow
 from .quant import QuantizedWeight, quantize_activations
 
 
-__all__ = ["StreamedJob", "StreamPlan", "plan_expert_stream", "build_streamed_expert_program"]
+__all__ = ["StreamedJob", "StreamPlan", "plan_expert_stream", "build_streamed_expert_program",
+           "stream_pe_program", "ROLES"]
 
 
 @dataclass(frozen=True)
@@ -266,6 +267,34 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
     if e_x.size and (e_x.min() < -128 or e_x.max() > 127):
         raise ProgramError(f"x: activation exponents {e_x.min()}..{e_x.max()} do not fit the "
                            f"TOK entry's signed 8-bit e_x (scale the input)")
+    prog, ld, info, chunks = stream_pe_program(pe, plan, ex, xq.q, e_x, gw, mode)
+    return StreamedJob(program=prog, ld=ld, tokens=T, hidden=H, info=info, plan=plan,
+                       chunks=chunks)
+
+
+#: Roles of a PE in :func:`stream_pe_program`: ``single`` (one PE: COMBINE, OUTPUT), ``root``
+#: (a group's K-split down: each column block's last GEMM adds the other PEs' psums from
+#: ``link_i``, COMBINE, OUTPUT), ``member`` (each column block's psums out on ``link_o``, RAW).
+ROLES = ("single", "root", "member")
+
+
+def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role="single",
+                      rowmax_exchange=False):
+    """One PE's streamed program of the expert (slice) ``ex`` (shape ``plan``) over the tokens
+    ``x_q`` (INT8 ``[T, H]``, exponents ``e_x``, gate-weight FP16 bits ``gw_bits``).
+
+    ``role`` (:data:`ROLES`) chooses the down projection's sink; ``rowmax_exchange`` puts the
+    row maxima of the max pass on the link (``SEND ROWMAX``) and takes back their all-reduced
+    maximum (``RECV ROWMAX accumulate``) before the h codes are made (a group's channel slices,
+    ``elmoe3d.sw.host.stream_group``).
+
+    Returns ``(program, ld words, info, OUTPUT chunks)``."""
+    if role not in ROLES:
+        raise ValueError(f"role: expected one of {ROLES}, got {role!r}")
+    full = Mode(mode) is Mode.FULL
+    H, I, R, L = ex.hidden, ex.intermediate, pe.rows, pe.lanes
+    T = len(x_q)
+    gw = gw_bits
     both = QuantizedWeight(q=np.concatenate([ex.up.q, ex.gate.q]),
                            scale=np.concatenate([ex.up.scale, ex.gate.scale]),
                            name=f"{ex.up.name}+gate")
@@ -297,22 +326,26 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
                             col_blocks=1, groups=g1 - g0, tok_base=0)
                 base.update(gemm_of(cb))
                 base["act_base"] = act_base if act_base is not None else base["act_base"] + g0
+                pin = base.pop("psum_in", False)
                 if full:
                     gemms.append(dict(base, mode=Mode.LSB_ONLY, acc_cont=g0 > 0,
                                       acc_hold=True))
                     gemms.append(dict(base, mode=Mode.MSB_ONLY, acc_cont=True,
-                                      acc_hold=g1 < G))
+                                      acc_hold=g1 < G, psum_in=pin and g1 == G))
                 elif n > 1 and g1 - g0 == G:
                     if j == 0:                             # one DRAFT GEMM of n blocks
-                        gemms.append(dict(base, mode=Mode.DRAFT, col_blocks=n))
+                        gemms.append(dict(base, mode=Mode.DRAFT, col_blocks=n, psum_in=pin))
                 else:
-                    gemms.append(dict(base, mode=Mode.DRAFT, acc_cont=g0 > 0, acc_hold=g1 < G))
+                    gemms.append(dict(base, mode=Mode.DRAFT, acc_cont=g0 > 0, acc_hold=g1 < G,
+                                      psum_in=pin and g1 == G))
             fulls.append(dict(loads=mat.words(cb0, n, g0, g1, full), gemms=gemms,
                               before=list(before) if first else [], head=head))
             first = False
 
     n_ic = I // plan.i_chunk
     cb_per_ic = plan.i_chunk // (L // 2)
+    exchange = [("send", dict(target=Target.ROWMAX, addr=0, words=1)),
+                ("recv", dict(target=Target.ROWMAX, addr=0, words=1, accumulate=True))]
     for tile in range((T + R - 1) // R):
         t0 = tile * R
         rows = min(R, T - t0)
@@ -321,7 +354,7 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
         tok["e_x"][:rows] = e_x[t0:t0 + rows]
         tok["gate"][:rows] = gw[t0:t0 + rows]
         xp = np.zeros((R, H), np.int8)
-        xp[:rows] = xq.q[t0:t0 + rows]
+        xp[:rows] = x_q[t0:t0 + rows]
         x_rows = xp.reshape(R, H // 32, 32).transpose(1, 0, 2)             # [g, R, 32]
         head = [(Target.TOK, 0, pack_tok(tok, pe))]
         if not plan.x_stream:
@@ -334,6 +367,8 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
                 keep = ic > 0 or pas > 0
                 last = pas == plan.passes - 1
                 before = []
+                if last and plan.passes == 2 and ic == 0 and rowmax_exchange:
+                    before = list(exchange)
                 if last and plan.passes == 2 and ic > 0:
                     before = [("requant", dict(row_blocks=1, channels=plan.i_chunk,
                                                act_base=plan.h_base + (ic - 1) * plan.i_chunk // 32,
@@ -353,14 +388,22 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
         requant = ("requant", dict(row_blocks=1, channels=plan.i_chunk,
                                    act_base=plan.h_base + (n_ic - 1) * plan.i_chunk // 32,
                                    tok_base=0))
+        pre = list(exchange) if rowmax_exchange and plan.passes == 1 else []
+        if role == "member":                      # psums out on the link, no OUT
+            k1 = len(fulls)
+            matrix_fulls(down, range(H // L), lambda cb: dict(
+                sink=Sink.RAW, out_base=0, stride=0, act_base=plan.h_base),
+                before=pre + [requant])
+            fulls[k1]["gemms"][0]["rq_wait"] = True
+            continue
         for c0 in range(0, H, plan.out_chunk):
             ch = min(plan.out_chunk, H - c0)
             before = [("clear", dict(out=True))] if c0 or tile else []
-            before += [requant] if c0 == 0 else []
+            before += pre + [requant] if c0 == 0 else []
             k1 = len(fulls)
             matrix_fulls(down, range(c0 // L, (c0 + ch) // L), lambda cb, c0=c0, ch=ch: dict(
                 sink=Sink.COMBINE, out_base=cb * L - c0, stride=ch // pe.q24_per_word,
-                act_base=plan.h_base), before=before)
+                act_base=plan.h_base, psum_in=role == "root"), before=before)
             fulls[k1]["gemms"][0]["rq_wait"] = c0 == 0
             fulls[-1]["after"] = [("output", dict(row_blocks=1, channels=ch))]
             chunks.append((t0, R, c0, ch))
@@ -406,8 +449,8 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
             if pos[m] == k:
                 emit_loads(m)
     prog.status()
-    info = {"tiles": (T + R - 1) // R, "passes": plan.passes, "x_stream": plan.x_stream, "gemm_beats": beats, "ld_words": len(ld),
-            "weight_words": counts["weight"], "act_words": counts["act"] + counts["tok"],
-            "commands": prog.counts(), "buffer_fulls": len(fulls)}
-    return StreamedJob(program=prog, ld=ld, tokens=T, hidden=H, info=info, plan=plan,
-                       chunks=chunks)
+    info = {"tiles": (T + R - 1) // R, "passes": plan.passes, "x_stream": plan.x_stream,
+            "gemm_beats": beats, "ld_words": len(ld), "weight_words": counts["weight"],
+            "act_words": counts["act"] + counts["tok"], "commands": prog.counts(),
+            "buffer_fulls": len(fulls)}
+    return prog, ld, info, chunks

@@ -319,6 +319,11 @@ class GroupJob:
         vals = np.asarray(data, np.float32)
         return vals.reshape(-1, self.hidden)[:self.tokens]
 
+    def root_out(self, state) -> np.ndarray | None:
+        """The root's Q.24 sums ``int64 [T, H]`` from its final state (OUT holds them all)."""
+        T, H = self.tokens, self.hidden
+        return state.out_values()[:T * H].reshape(T, H).copy()
+
 
 # ---- per-PE program emission -----------------------------------------------------------------
 
@@ -956,7 +961,8 @@ def _verify_uncached(ctx: _Ctx, pl, rbn, prologue) -> dict:
 def link_actions(pe: PEConfig, program) -> list:
     """The link words a PE program moves, in execute order: ``(kind, words, command index)``
     with kind ``"out"`` (``link_o``: SEND, a RAW GEMM's results) or ``"in"`` (``link_i``:
-    RECV, a ``psum_in`` GEMM's results); a GEMM with both alternates per result."""
+    RECV, a ``psum_in`` GEMM's results); a GEMM with both alternates per result; a GEMM
+    with ``acc_hold`` moves none."""
     wpr = pe.rows * pe.lanes // pe.q24_per_word
     acts = []
     for i, cmd in enumerate(program):
@@ -965,7 +971,7 @@ def link_actions(pe: PEConfig, program) -> list:
             acts.append(("out", f["words"], i))
         elif cmd.op is Op.RECV:
             acts.append(("in", f["words"], i))
-        elif cmd.op is Op.GEMM:
+        elif cmd.op is Op.GEMM and not f.get("acc_hold"):      # a held GEMM emits nothing
             nres = f["col_blocks"] * (2 if Mode(f["mode"]) is Mode.FULL else 1) * f["row_blocks"]
             pin, raw = bool(f["psum_in"]), Sink(f["sink"]) is Sink.RAW
             if pin and raw:
@@ -1314,7 +1320,8 @@ class GroupResult:
     y : float32 ``[T, H]``
         The root's OUTPUT.
     out : int64 ``[T, H]``
-        The root's Q.24 sums (OUT).
+        The root's Q.24 sums (OUT); None for a job whose OUT holds one chunk at a time
+        (:class:`~elmoe3d.sw.host.stream_group.StreamGroupJob`).
     acc_overflow, vpu_saturation : bool
         OR of every PE's sticky flags (their STATUS beats).
     statuses : list of dict
@@ -1431,8 +1438,7 @@ def run_group(job: GroupJob) -> GroupResult:
                    if data else np.zeros((0, job.hidden), np.float32))
     statuses = [fsim.FsimResult(o=obeats[p], link_o=[], state=states[p]).statuses()[-1]
                 for p in range(G)]
-    T, H = job.tokens, job.hidden
-    out = states[root].out_values()[:T * H].reshape(T, H).copy()
+    out = job.root_out(states[root])
     return GroupResult(y=y, out=out,
                        acc_overflow=any(s["acc_overflow"] for s in statuses),
                        vpu_saturation=any(s["vpu_saturation"] for s in statuses),

@@ -1,0 +1,213 @@
+"""One real-shape expert on a PE group: tensor parallelism over the intermediate dimension with
+the streamed expert program on every PE (paper Sections 5.1 and 5.2; ``docs/pe.md`` "Real
+expert shapes", ``docs/parallel.md``).
+
+A real expert does not fit one paper-size PE (32 KB IOMEM: ``docs/pe.md``); split over the G PEs
+of an aggregation-link group it does:
+
+* **up/gate, channel slices**: PE p computes the intermediate channels
+  ``[p I_p, (p+1) I_p)``, ``I_p = I_pad / G``; I is padded with zero channels to a multiple of
+  G x lcm(W/32, 32, L/2) (zero up, gate and down weights: h = 0, no contribution; exact);
+* **row max, all-reduce**: after its max pass every PE puts its row maxima on the link
+  (``SEND ROWMAX``), the link's REDUCE_MAX returns the maximum to every PE
+  (``RECV ROWMAX accumulate``), so every PE requantizes its slice with the full row's
+  exponent, as one PE would;
+* **down, K slices**: PE p's down GEMMs run over its K slice (its own h codes) for every
+  output column block; the members' psums go out RAW, the link's REDUCE_ADD sums them into the
+  root's ``psum_in``, and the root adds its own, COMBINEs and OUTPUTs (Q.24 sums are exact:
+  the split equals one PE bit for bit).
+
+Every PE streams its own slice of the weights once per token tile (from its HB bank) and x
+(replicated, from the host). :func:`compile_expert_group` returns a
+:class:`~elmoe3d.sw.host.parallel.GroupJob` that :func:`~elmoe3d.sw.host.parallel.run_group`
+runs on the functional simulator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...config import ArchConfig, PEConfig
+from ...isa import Op, Source
+from ..golden.agg_link import LinkMode, LinkOp
+from ..golden.asm import ProgramError
+from ..golden.datapath import Mode
+from ..golden.expert import Expert, _gate_bits, _mode, as_expert, check_x
+from ..golden.expert_stream import plan_expert_stream, stream_pe_program
+from ..golden.quant import QuantizedWeight, quantize_activations
+from .parallel import DEFAULT_BUFFER_WORDS, GroupJob
+
+
+__all__ = ["StreamGroupJob", "compile_expert_group", "slice_step", "padded_intermediate"]
+
+
+def slice_step(pe: PEConfig) -> int:
+    """Channels a PE's intermediate slice is a multiple of: whole HBUF words (W/32), whole
+    REQUANT groups (32) and whole up/gate column blocks (L/2)."""
+    return int(np.lcm.reduce([pe.q16_per_word, 32, pe.lanes // 2]))
+
+
+def padded_intermediate(intermediate: int, pes: int, pe: PEConfig) -> int:
+    """I padded with zero channels to a multiple of ``pes`` x :func:`slice_step`."""
+    unit = pes * slice_step(pe)
+    return -(-int(intermediate) // unit) * unit
+
+
+def _pad_rows(qw: QuantizedWeight, n: int) -> QuantizedWeight:
+    q = np.zeros((n, qw.q.shape[1]), qw.q.dtype)
+    q[:len(qw.q)] = qw.q
+    sc = np.zeros((n, qw.scale.shape[1]), np.asarray(qw.scale).dtype)
+    sc[:len(qw.q)] = qw.scale
+    return QuantizedWeight(q=q, scale=sc, name=qw.name)
+
+
+def _slice(ex: Expert, c0: int, c1: int) -> Expert:
+    d = ex.down
+    return Expert(QuantizedWeight(q=ex.up.q[c0:c1], scale=ex.up.scale[c0:c1], name=ex.up.name),
+                  QuantizedWeight(q=ex.gate.q[c0:c1], scale=ex.gate.scale[c0:c1],
+                                  name=ex.gate.name),
+                  QuantizedWeight(q=d.q[:, c0:c1], scale=d.scale[:, c0 // 32:c1 // 32],
+                                  name=d.name))
+
+
+@dataclass(eq=False)
+class StreamGroupJob(GroupJob):
+    """A :class:`~elmoe3d.sw.host.parallel.GroupJob` whose root emits its OUTPUT per token tile
+    and OUT chunk (``chunks``: ``(token0, rows, channel0, channels)`` per OUTPUT)."""
+
+    chunks: list = field(default_factory=list)
+
+    def decode(self, data: np.ndarray) -> np.ndarray:
+        vals = np.asarray(data, np.float32).reshape(-1)
+        out = np.zeros((self.tokens, self.hidden), np.float32)
+        pos = 0
+        for t0, rows, c0, ch in self.chunks:
+            block = vals[pos:pos + rows * ch].reshape(rows, ch)
+            pos += rows * ch
+            n = min(rows, self.tokens - t0)
+            out[t0:t0 + n, c0:c0 + ch] = block[:n]
+        if pos != vals.size:
+            raise ProgramError(f"decode: {vals.size} FP32 values, the root's OUTPUTs emit {pos}")
+        return out
+
+    def root_out(self, state):
+        return None                    # OUT held one chunk at a time
+
+
+def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=None, *,
+                         pes: int | None = None, root: int = 0,
+                         buffer_words: int = DEFAULT_BUFFER_WORDS,
+                         name: str = "expert") -> StreamGroupJob:
+    """Programs of a PE group running one expert of a real shape over the tokens of ``x``
+    (module docstring), equal bit for bit to :func:`~elmoe3d.sw.golden.expert.ref_moe` of the
+    expert alone.
+
+    Parameters
+    ----------
+    x : float ``[T, H]``
+    expert : Expert or ``(w_up, w_gate, w_down)``
+    gate_weights : float ``[T]``, optional (default 1)
+    mode : Mode.FULL (verify numerics) or Mode.DRAFT
+    config : ArchConfig (or PEConfig with ``pes``)
+    pes : int, optional
+        G (default ``config.pes_per_group``); 1 gives the single-PE program.
+    root : int
+        The PE that COMBINEs and emits the result.
+    buffer_words : int
+        The link FIFO depth the schedule is checked against.
+
+    Raises
+    ------
+    ProgramError
+        A PE's slice does not fit its memories (the message names the memory and the PE count).
+    ValueError
+        A bad parameter (named).
+    """
+    if isinstance(config, ArchConfig):
+        pe = config.pe
+        G = config.pes_per_group if pes is None else pes
+    elif isinstance(config, PEConfig):
+        pe = config
+        if pes is None:
+            raise ValueError("pes: required with a PEConfig (an ArchConfig gives "
+                             "pes_per_group)")
+        G = pes
+    else:
+        raise TypeError(f"config: expected an ArchConfig or a PEConfig, got "
+                        f"{type(config).__name__}")
+    if not isinstance(G, int) or not 1 <= G <= 16:
+        raise ValueError(f"pes: expected 1..16 PEs (link masks), got {G!r}")
+    if not isinstance(root, int) or not 0 <= root < G:
+        raise ValueError(f"root: expected a PE index in 0..{G - 1}, got {root!r}")
+    mode = _mode(mode)
+    if mode not in (Mode.FULL, Mode.DRAFT):
+        raise ValueError(f"mode: expected FULL or DRAFT, got {mode.name}")
+    ex = as_expert(expert, name)
+    x = np.asarray(x)
+    T = check_x(x, ex)
+    gw = _gate_bits(np.ones(T) if gate_weights is None else gate_weights, T)
+    H, I = ex.hidden, ex.intermediate
+    I_pad = padded_intermediate(I, G, pe)
+    Ip = I_pad // G
+    try:
+        plan = plan_expert_stream(H, Ip, pe)
+    except ProgramError as e:
+        raise ProgramError(f"{e} [with I = {I} padded to {I_pad} over {G} PEs: "
+                           f"{Ip} channels a PE]") from None
+    padded = Expert(_pad_rows(ex.up, I_pad), _pad_rows(ex.gate, I_pad),
+                    QuantizedWeight(q=_pad_cols(ex.down.q, I_pad),
+                                    scale=_pad_cols(ex.down.scale, I_pad // 32),
+                                    name=ex.down.name))
+    xq = quantize_activations(x, name="x")
+    e_x = np.asarray(xq.exp, np.int64)
+    if e_x.size and (e_x.min() < -128 or e_x.max() > 127):
+        raise ProgramError(f"x: activation exponents {e_x.min()}..{e_x.max()} do not fit the "
+                           f"TOK entry's signed 8-bit e_x (scale the input)")
+    programs, lds, infos = [], [], []
+    chunks = []
+    for p in range(G):
+        role = "single" if G == 1 else ("root" if p == root else "member")
+        prog, ld, info, ch = stream_pe_program(pe, plan, _slice(padded, p * Ip, (p + 1) * Ip),
+                                               xq.q, e_x, gw, mode, role=role,
+                                               rowmax_exchange=G > 1)
+        prog.check_sync()
+        programs.append(prog)
+        lds.append(ld)
+        infos.append(info)
+        if p == root:
+            chunks = ch
+    # the link: per token tile the row-max all-reduce, then one REDUCE_ADD per down column
+    # block (the members' RAW psums into the root's psum_in), in the order the programs use them
+    ops = []
+    if G > 1:
+        everyone = (1 << G) - 1
+        members = everyone & ~(1 << root)
+        wpr = pe.rows * pe.lanes // pe.q24_per_word
+        for _ in range(infos[root]["tiles"]):
+            ops.append(LinkOp(LinkMode.REDUCE_MAX, everyone, everyone, 1))
+            ops.extend(LinkOp(LinkMode.REDUCE_ADD, members, 1 << root, wpr)
+                       for _ in range(H // pe.lanes))
+    load_src = []
+    for prog in programs:
+        src = []
+        for i, cmd in enumerate(prog):
+            if cmd.op is Op.LOAD:
+                src.append((i, Source(cmd.fields["src"]), cmd.fields["hb_addr"],
+                            cmd.fields["words"]))
+        load_src.append(src)
+    info = {"pes": G, "intermediate_padded": I_pad, "slice": Ip, "plan": plan,
+            "per_pe": infos}
+    return StreamGroupJob(pe=pe, pes=G, phase="draft" if mode is Mode.DRAFT else "verify",
+                          mode=mode, programs=programs, ld=lds, load_src=load_src,
+                          hb_images=[[] for _ in range(G)], ext_image=[], ext_transfers=[],
+                          link_ops=ops, root=root, tokens=T, hidden=H,
+                          buffer_words=buffer_words, info=info, chunks=chunks)
+
+
+def _pad_cols(a, n):
+    a = np.asarray(a)
+    out = np.zeros((a.shape[0], n), a.dtype)
+    out[:, :a.shape[1]] = a
+    return out
