@@ -26,10 +26,12 @@ class ExecuteEngine(wiring.Component):
     REQUANT taken before it, then hands its descriptor to the GEMM issue and the sink
     (``gemm_start``; a GEMM with an empty loop nest only releases its buffer) and issues its
     beats (``issuing``); in the cycle of its last beat the next GEMM, if decoded, ready and a
-    descriptor slot free, starts (:attr:`~elmoe3d.hw.pe.PE.gemm_gap` 0). The other commands
-    first wait until every earlier GEMM and REQUANT has completed (DRAIN; BARRIER and ``CLEAR
-    counters`` also for the load engine to go idle, holding back later LOADs meanwhile), then
-    run in their state (``in_<name>``, :data:`EXEC_STATES`) until ``done``.
+    descriptor slot free, starts (:attr:`~elmoe3d.hw.pe.PE.gemm_gap` 0). A GEMM with
+    ``acc_hold`` (K-chained, no result) needs no descriptor slot, so the ``acc_cont`` GEMM
+    after it follows back to back as well. The other commands first wait until every earlier
+    GEMM and REQUANT has completed (DRAIN; BARRIER and ``CLEAR counters`` also for the load
+    engine to go idle, holding back later LOADs meanwhile), then run in their state
+    (``in_<name>``, :data:`EXEC_STATES`) until ``done``.
 
     Ports
     -----
@@ -121,6 +123,9 @@ class ExecuteEngine(wiring.Component):
         def gemm_empty(f):
             return (f("row_blocks") == 0) | (f("col_blocks") == 0) | (f("groups") == 0)
 
+        def slot_free(f):
+            """The GEMM's sink descriptor has a slot (a GEMM with ``acc_hold`` has none)."""
+            return ~dq_valid | f("acc_hold")
 
         def take_next():
             m.d.comb += self.xn_take.eq(1)
@@ -149,7 +154,7 @@ class ExecuteEngine(wiring.Component):
                     with m.If(gx("release")):
                         m.d.comb += self.release.eq(1)
                     m.next = "IDLE"
-                with m.Elif(ready & ~dq_valid):
+                with m.Elif(ready & slot_free(gx)):
                     m.d.comb += self.start_cur.eq(1)
                     m.next = "GEMM_RUN"
             with m.State("GEMM_RUN"):
@@ -161,7 +166,7 @@ class ExecuteEngine(wiring.Component):
                     nx = gemm_view(xn)
                     releasing = gx("release") & (nx("wbuf") == gx("wbuf"))
                     with m.If(xn_valid & (xn_op == Op.GEMM) & gemm_ready(nx, xn_seq, releasing)
-                              & ~gemm_empty(nx) & ~dq_valid):
+                              & ~gemm_empty(nx) & slot_free(nx)):
                         take_next()
                         m.d.comb += self.start_next.eq(1)
                     with m.Else():

@@ -12,7 +12,7 @@ from ...config import TileConfig
 from ...isa import Op
 from ..isa import op_layout
 from ..layouts import TileMode, tile_beat_layout
-from .common import check_choice, check_word_bits, log2
+from .common import SEQ, check_choice, check_word_bits, log2
 
 
 __all__ = ["GemmIssue"]
@@ -26,9 +26,11 @@ class GemmIssue(wiring.Component):
     the scale word (1 cycle; the data held while the tile stalls), then the beat: FULL
     interleaves half ``half`` of the MSB and LSB words onto lanes 2i / 2i+1 (lane 2i <-
     MSB[half L/2 + i], lane 2i+1 <- LSB[half L/2 + i]), scale entry ``entry & 7`` of word
-    ``entry >> 3``. With ``weight_parts`` P > 1 (``streamed_weights``) a weight word is read a
-    tile pass at a time (part 0 with the beat, part ``phase + 1`` while the tile takes pass
-    ``phase``), and likewise ACT with ``act_parts`` P > 1 (``narrow_iomem``).
+    ``entry >> 3``; ``first`` at group 0 unless ``acc_cont``, ``last`` at the last group
+    unless ``acc_hold`` (K-chained GEMMs: the tile keeps its accumulators in between). With
+    ``weight_parts`` P > 1 (``streamed_weights``) a weight word is read a tile pass at a time
+    (part 0 with the beat, part ``phase + 1`` while the tile takes pass ``phase``), and
+    likewise ACT with ``act_parts`` P > 1 (``narrow_iomem``).
 
     Ports
     -----
@@ -49,6 +51,12 @@ class GemmIssue(wiring.Component):
         The tile's result was taken (for :attr:`busy`).
     busy : Out(1)
         Issuing, a beat waiting for the tile, or a last beat whose result is not yet taken.
+    seq : In(SEQ)
+        The number of the GEMM in ``args``.
+    held, held_seq : Out
+        A beat of a GEMM with ``acc_hold`` waits for the tile (its reads are not all made:
+        the GEMM has not completed), and that GEMM's number. Such a GEMM has no result and no
+        sink descriptor, so this is the last place its work is tracked.
     w_cond, w_addr, msb_en, lsb_en, scl_addr, scl_en : Out
         The beat's WMEM reads (one enable bit per buffer memory; ``w_cond`` the request's
         condition, constant 1 unless read by parts).
@@ -115,6 +123,9 @@ class GemmIssue(wiring.Component):
             "next_pass": In(1),
             "result_taken": In(1),
             "busy": Out(1),
+            "seq": In(SEQ),
+            "held": Out(1),
+            "held_seq": Out(SEQ),
             "w_cond": Out(1),
             "w_addr": Out(lp + w_bits),
             "msb_en": Out(nbuf),
@@ -173,6 +184,7 @@ class GemmIssue(wiring.Component):
         b_slot = Signal(3)
         b_first = Signal()
         b_last = Signal()
+        b_hold = Signal()                        # the beat's GEMM holds its accumulators
         adv = ~bv | self.beat.ready
         g_step = self.step
         m.d.comb += g_step.eq(self.issuing & adv)
@@ -232,8 +244,12 @@ class GemmIssue(wiring.Component):
                 b_wbuf.eq(gx("wbuf")),
                 b_half.eq(g_half),
                 b_slot.eq(w_addr[:3]),
-                b_first.eq(g_g == 0),
-                b_last.eq(g_last_g),
+                # K-chained GEMMs (docs/pe.md): acc_cont continues the held accumulators,
+                # acc_hold keeps them (no result)
+                b_first.eq((g_g == 0) & ~gx("acc_cont")),
+                b_last.eq(g_last_g & ~gx("acc_hold")),
+                b_hold.eq(gx("acc_hold")),
+                self.held_seq.eq(self.seq),
             ]
         with m.If(g_step):
             with m.If(g_last_g):
@@ -290,5 +306,6 @@ class GemmIssue(wiring.Component):
         tile_pending = Signal(range(16))         # last beats accepted, results not yet taken
         tile_in = self.beat.valid & self.beat.ready
         m.d.sync += tile_pending.eq(tile_pending + (tile_in & beat.last) - self.result_taken)
-        m.d.comb += self.busy.eq(self.issuing | bv | (tile_pending != 0))
+        m.d.comb += [self.busy.eq(self.issuing | bv | (tile_pending != 0)),
+                     self.held.eq(bv & b_hold)]
         return m

@@ -467,7 +467,7 @@ class PE(wiring.Component):
         inflight = {f"result{k}": (rs.pending[k], rs.pending_seq[k])
                     for k in range(len(rs.pending))}
         inflight.update(xn=(dec.xn_valid, dec.xn_seq), xc=(ex.busy, ex.xc_seq),
-                        rq=(rqe.busy, rqe.seq))
+                        rq=(rqe.busy, rqe.seq), held=(gi.held, gi.held_seq))
 
         def done_before(ref, *, skip=()):
             pending = [v & older(q, ref) for name, (v, q) in inflight.items() if name not in skip]
@@ -487,7 +487,7 @@ class PE(wiring.Component):
             gi.start_cur.eq(ex.start_cur), gi.start_next.eq(ex.start_next),
             gi.issuing.eq(ex.issuing),
             gi.phase.eq(tile.phase), gi.next_pass.eq(tile.next_pass),
-            gi.result_taken.eq(tile.o.valid & tile.o.ready),
+            gi.result_taken.eq(tile.o.valid & tile.o.ready), gi.seq.eq(ex.xc_seq),
             rs.start_cur.eq(ex.start_cur), rs.args.eq(xc.args.gemm), rs.seq.eq(ex.xc_seq),
             rs.start_next.eq(ex.start_next), rs.next_args.eq(dec.xn.args.gemm),
             rs.next_seq.eq(dec.xn_seq),

@@ -29,10 +29,11 @@ def row_layout(lanes: int) -> data.StructLayout:
 
 
 class ResultStage(wiring.Component):
-    """A GEMM hands its sink parameters over when it starts issuing (``start``); the stage holds
-    one pending (``dq``) and one active (``ds``) descriptor, so back-to-back GEMMs overlap
-    their drain. Each tile result (``rows x lanes`` s64 accumulators) is held in the result
-    register until its sink has taken it:
+    """A GEMM hands its sink parameters over when it starts issuing (``start``; not a GEMM
+    with ``acc_hold``, which emits no result: the GEMM that ends a K chain brings the
+    descriptor of the chain's result); the stage holds one pending (``dq``) and one active
+    (``ds``) descriptor, so back-to-back GEMMs overlap their drain. Each tile result (``rows x
+    lanes`` s64 accumulators) is held in the result register until its sink has taken it:
 
     * ``psum_in``: the ``rows * lanes / (W/64)`` words of ``psum`` (one a cycle) are added into
       it with saturating s64 additions (``acc_set`` on saturation); word ``k`` holds
@@ -217,7 +218,7 @@ class ResultStage(wiring.Component):
             m.d.sync += [ds[k].eq(dq[k]) for k in dq]
         for start, f, seq in ((self.start_cur, self.args, self.seq),
                               (self.start_next, self.next_args, self.next_seq)):
-            with m.If(start):
+            with m.If(start & ~f.acc_hold):         # acc_hold: no result, no descriptor
                 m.d.sync += [
                     dq_valid.eq(1),
                     dq["sink"].eq(f.sink),

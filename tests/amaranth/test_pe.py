@@ -1385,3 +1385,355 @@ def test_combine_units_throughput(mode):
         print(f"  COMBINE {mode.name}, combine_units 1, groups {G}: {len(beats)} beats in "
               f"{busy} cycles")
         assert (busy > len(beats)) == stalls
+
+
+# ---- K-chained GEMMs: acc_cont, acc_hold --------------------------------------------------------
+
+#: The Q.24 term of a ``big`` group in MSB_ONLY: psum 2^19 times the scale 0x7BFF (2047 << 29).
+BIG_TERM = 2047 << 48
+
+
+def _chain_operands(rng, groups, *, big=0):
+    """One result's operands over ``groups`` K-groups: ACT codes ``[G, R, 32]``, MSB / LSB
+    nibbles ``[G, L, 32]`` and FP16 scale bits ``[G, L]``. ``big`` > 0: the largest MSB_ONLY
+    psums (2^19) and scales (mantissa 2047, shift 29), every term :data:`BIG_TERM` (17 groups
+    saturate an accumulator); ``big`` < 0: the same with negative scales."""
+    if big:
+        act = np.full((groups, R, 32), -128)
+        msb = np.full((groups, L, 32), 8)                       # -8: a * 16 msb = 2^14
+        lsb = np.full((groups, L, 32), 15)
+        scl = np.full((groups, L), 0x7BFF if big > 0 else 0xFBFF, np.uint16)
+    else:
+        act = rng.integers(-128, 128, (groups, R, 32))
+        msb = rng.integers(0, 16, (groups, L, 32))
+        lsb = rng.integers(0, 16, (groups, L, 32))
+        scl = rng.integers(0x1800, 0x2C00, (groups, L)).astype(np.uint16)
+        scl |= (rng.random(scl.shape) < 0.3).astype(np.uint16) << 15
+    return act, msb, lsb, scl
+
+
+class ChainProgram:
+    """A program of K-chained GEMMs (each chain one result: one row block, one column block)
+    with the loads of their weights in between, on ``n_tok`` TOK entries (random e_x, e_h,
+    gate weights, a permutation of slots). Collects the ``ld`` and ``link_i`` words. Every
+    WMEM load picks the next buffer (alternating) and a random ``w_base`` (a multiple of 8,
+    whole scale words)."""
+
+    STRIDE_H, STRIDE_O = 1, 2               # HBUF / OUT words per token row
+
+    def __init__(self, rng, n_tok=8):
+        self.rng, self.n_tok = rng, n_tok
+        self.prog, self.ld, self.link_i = asm.Program(PE_CFG), [], []
+        self.act_next, self.buf, self.gemm_beats = 0, 0, 0
+        self.prog.clear(out=True, rowmax=True, flags=True, counters=True)
+        tok = {"e_x": rng.integers(-10, -4, n_tok), "e_h": rng.integers(-20, -12, n_tok),
+               "gate": rng.integers(0x3000, 0x3C00, n_tok).astype(np.uint16),
+               "slot": rng.permutation(n_tok)}
+        self._load(Target.TOK, 0, asm.pack_tok(tok, PE_CFG))
+
+    def _load(self, target, addr, words, **kw):
+        self.prog.load(target, addr, len(words), **kw)
+        self.ld.extend(asm.words_to_ints(words))
+
+    def _act_words(self, n):
+        """``n`` free ACT words: (address, whether their LOAD needs a fence: ACT used up, they
+        start from word 0 again)."""
+        fence = self.act_next + n > PE_CFG.act_words
+        if fence:
+            self.act_next = 0
+        self.act_next += n
+        return self.act_next - n, fence
+
+    def _load_act(self, act):
+        """LOAD ACT of ``act`` at the next free words; returns the address."""
+        addr, fence = self._act_words(len(act))
+        self._load(Target.ACT, addr, asm.pack_act(act, PE_CFG), fence=fence)
+        return addr
+
+    def chain(self, steps, *, sink, tok_base=0, psum_in=False, pause=None, big=None,
+              groups=None, act_reuse=False):
+        """One result from ``steps``, each ``(chunk, modes)``: load the K chunk ``chunk`` of the
+        chain's weights (the planes ``modes`` need) into the next buffer, then one GEMM per
+        mode on those words (the last releases the buffer). ``groups``: the chunks' group
+        counts (random 1..4 each, as many as ``steps`` has chunks by default); ``big``: per
+        chunk, ``big`` operands of :func:`_chain_operands`. ``act_reuse``: every chunk's
+        activations at the same words, each loaded (with a fence) after the GEMMs of the
+        chunk before, which hold their accumulators (chunks in order). ``pause`` (commands
+        after the chain's first GEMM): "status" (BARRIER, STATUS), "flags" (BARRIER, STATUS,
+        CLEAR flags), "send" (SEND of an ACT word). Returns the chain's GEMM fields."""
+        rng = self.rng
+        if groups is None:
+            groups = [int(g) for g in rng.integers(1, 5, 1 + max(c for c, _ in steps))]
+        big = big or [0] * len(groups)
+        ops = [_chain_operands(rng, g, big=b) for g, b in zip(groups, big)]
+        if act_reuse:
+            assert [c for c, _ in steps] == list(range(len(ops)))
+            act_at = [None] * len(ops)
+            base, fence0 = self._act_words(max(groups))
+        else:                                # the chain's activations, chunk after chunk
+            act_at = [self._load_act(act) for act, *_ in ops]
+        n = sum(len(modes) for _, modes in steps)
+        fields, k = [], 0
+        for chunk, modes in steps:
+            act, msb, lsb, scl = ops[chunk]
+            if act_reuse:                    # over the words the previous GEMM just read
+                self._load(Target.ACT, base, asm.pack_act(act, PE_CFG),
+                           fence=fence0 or chunk > 0)
+                act_at[chunk] = base
+            g, b = len(act), self.buf
+            self.buf ^= 1
+            w_base = 8 * int(rng.integers(0, (PE_CFG.wmem_words - g) // 8 + 1))
+            if any(m != Mode.LSB_ONLY for m in modes):
+                self._load(Target.WMSB, w_base, asm.pack_wgt(msb, PE_CFG), buf=b)
+            if Mode.LSB_ONLY in modes:
+                self._load(Target.WLSB, w_base, asm.pack_wgt(lsb, PE_CFG), buf=b)
+            ent = np.concatenate([scl, np.zeros((-g % 8, L), np.uint16)]).reshape(-1, 8, L)
+            self._load(Target.WSCALE, w_base // 8, asm.pack_scales(ent, PE_CFG), buf=b,
+                       signal=True)
+            for j, mode in enumerate(modes):
+                last = k == n - 1
+                f = dict(mode=mode, wbuf=b, act_base=act_at[chunk], w_base=w_base,
+                         row_blocks=1, col_blocks=1, groups=g, sink=sink, tok_base=tok_base,
+                         wait=True, release=j == len(modes) - 1, acc_cont=k > 0,
+                         acc_hold=not last, psum_in=psum_in and last)
+                if sink is Sink.SWIGLU:
+                    f.update(stride=self.STRIDE_H,
+                             out_base=2 * int(rng.integers(0, 16 * self.STRIDE_H // 2)))
+                elif sink is Sink.COMBINE:
+                    f.update(stride=self.STRIDE_O,
+                             out_base=4 * int(rng.integers(0, 8 * self.STRIDE_O // 4)))
+                self.prog.gemm(**f)
+                fields.append(f)
+                if f["psum_in"]:
+                    vals = rng.integers(-2**50, 2**50, (1, PE_CFG.q24_per_word))
+                    self.link_i += asm.words_to_ints(asm.pack_q24(vals, PE_CFG))
+                if k == 0 and pause in ("status", "flags"):
+                    self.prog.barrier()
+                    self.prog.status()
+                    if pause == "flags":
+                        self.prog.clear(flags=True)
+                elif k == 0 and pause == "send":
+                    self.prog.send(Target.ACT, act_at[0], 1)
+                self.gemm_beats += g
+                k += 1
+        return fields
+
+    def plain_gemm(self, mode=Mode.DRAFT, rbn=2, cbn=2, G=2):
+        """An ordinary GEMM of ``rbn x cbn`` results to RAW between the chains."""
+        ops = [_chain_operands(self.rng, G) for _ in range(max(rbn, cbn))]
+        act_base = self._load_act(np.concatenate([o[0] for o in ops[:rbn]]))
+        b = self.buf
+        self.buf ^= 1
+        for target, part in ((Target.WMSB, 1), (Target.WLSB, 2)):
+            self._load(target, 0, asm.pack_wgt(np.concatenate([o[part] for o in ops[:cbn]]),
+                                               PE_CFG), buf=b)
+        scl = np.concatenate([o[3] for o in ops[:cbn]])
+        ent = np.concatenate([scl, np.zeros((-len(scl) % 8, L), np.uint16)]).reshape(-1, 8, L)
+        self._load(Target.WSCALE, 0, asm.pack_scales(ent, PE_CFG), buf=b, signal=True)
+        self.prog.gemm(mode=mode, wbuf=b, act_base=act_base, w_base=0, row_blocks=rbn,
+                       col_blocks=cbn, groups=G, sink=Sink.RAW, wait=True, release=True)
+        self.gemm_beats += rbn * cbn * G * (2 if mode is Mode.FULL else 1)
+
+    def finish(self):
+        """BARRIER, the sinks' memories on link_o (HBUF rows, row maxima), OUTPUT, STATUS;
+        returns (program, ld, link_i)."""
+        p, n, Q = self.prog, self.n_tok, PE_CFG.q16_per_word
+        p.barrier()
+        p.send(Target.HBUF, 0, n * self.STRIDE_H)
+        p.send(Target.ROWMAX, 0, -(-n // Q))
+        p.output(row_blocks=n // R, channels=self.STRIDE_O * PE_CFG.q24_per_word)
+        p.barrier()
+        p.status()
+        return p, self.ld, self.link_i
+
+
+def random_chain_program(rng):
+    """K-chained GEMMs of random sizes (2-4 GEMMs each, a K chunk of 1-4 groups a WMEM
+    buffer-full, the buffers alternating, each chunk loaded between the GEMMs) on random token
+    rows, sink places and pauses: a DRAFT chain (its chunks' activations in the same words,
+    each loaded with a fence after the held GEMM before), LSB_ONLY GEMMs then MSB_ONLY GEMMs
+    into SWIGLU (each chunk loaded twice), LSB_ONLY + MSB_ONLY of each chunk into COMBINE
+    (one load of both planes: FULL reading each weight word once), a chain of mixed modes
+    into RAW, each ending with psum_in or not at random; an ordinary GEMM between them.
+    Returns (program, ld, link_i, gemm beats)."""
+    cp = ChainProgram(rng)
+
+    def opts():
+        return dict(tok_base=R * int(rng.integers(0, cp.n_tok // R)),
+                    pause=[None, "status", "flags", "send"][int(rng.integers(0, 4))],
+                    psum_in=bool(rng.random() < 0.5))
+
+    n = int(rng.integers(2, 5))
+    cp.chain([(c, [Mode.DRAFT]) for c in range(n)], act_reuse=True,
+             sink=[Sink.SWIGLU, Sink.COMBINE, Sink.RAW][int(rng.integers(0, 3))], **opts())
+    cp.plain_gemm(Mode.FULL if rng.random() < 0.5 else Mode.DRAFT)
+    n = int(rng.integers(1, 3))
+    cp.chain([(c, [Mode.LSB_ONLY]) for c in range(n)] + [(c, [Mode.MSB_ONLY]) for c in range(n)],
+             sink=Sink.SWIGLU, **opts())
+    cp.chain([(c, [Mode.LSB_ONLY, Mode.MSB_ONLY]) for c in range(n)], act_reuse=True,
+             sink=Sink.COMBINE, **opts())
+    modes = (Mode.DRAFT, Mode.MSB_ONLY, Mode.LSB_ONLY)
+    cp.chain([(c, [modes[int(rng.integers(0, 3))]]) for c in range(int(rng.integers(2, 5)))],
+             sink=Sink.RAW, **opts())
+    return (*cp.finish(), cp.gemm_beats)
+
+
+@pytest.mark.parametrize("traffic, pe, seed", [
+    ("smooth", None, 1400), ("rough", None, 1401), ("rough", "lean", 1402),
+])
+def test_k_chained_gemms_equal_fsim(traffic, pe, seed):
+    """Random programs of K-chained GEMMs (``acc_hold`` / ``acc_cont``; random_chain_program):
+    RTL == fsim (link_o, o DATA beats, STATUS beats on the functional fields, also between
+    the GEMMs of a chain: gemm_beats counts the held GEMMs' beats), with and without idle
+    cycles and backpressure, and on the FPGA-lean PE (tile passes; weights and activations
+    read a part a pass, a held GEMM's activations overwritten behind a fence)."""
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    for _ in range(2):
+        prog, ld, link_i, beats = random_chain_program(rng)
+        got, ref = compare_with_fsim(prog, ld, link_i, seed=seed, traffic=TRAFFIC[traffic],
+                                     pe_options=FPGA_LEAN_PE if pe == "lean" else None)
+        assert ref.link_i_used == len(link_i) and ref.ld_used == len(ld)
+        assert ref.statuses()[-1]["gemm_beats"] == beats
+        assert any(ref.link_o) and np.abs(ref.data()).max() > 0
+
+
+@pytest.mark.parametrize("pe", [None, "lean"])
+def test_k_chain_carries_saturation(pe):
+    """A held GEMM saturates the accumulators (17 MSB_ONLY groups of BIG_TERM), the GEMM that
+    continues them adds 4 negative groups: the result is INT64_MAX - 4 BIG_TERM (the groups
+    in chain order, not the exact 13 BIG_TERM), and acc_overflow is set when it is emitted,
+    not by the held GEMM (a STATUS between them, and a CLEAR flags, which the held flags
+    survive). RTL == fsim, on the default and the FPGA-lean PE (the tile's sub-steps)."""
+    seed = 1410 + (pe == "lean")
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    cp = ChainProgram(rng)
+    cp.chain([(0, [Mode.MSB_ONLY]), (1, [Mode.MSB_ONLY])], groups=[17, 4], big=[1, -1],
+             sink=Sink.RAW, pause="flags")
+    # the same into COMBINE: the Q.24 results saturate the gate-weighted sum too
+    cp.chain([(0, [Mode.MSB_ONLY]), (1, [Mode.MSB_ONLY])], groups=[17, 2], big=[1, -1],
+             sink=Sink.COMBINE, tok_base=2)
+    prog, ld, link_i = cp.finish()
+    got, ref = compare_with_fsim(prog, ld, link_i, seed=seed,
+                                 pe_options=FPGA_LEAN_PE if pe == "lean" else None)
+    acc = asm.unpack_q24(asm.ints_to_words(ref.link_o[:1], PE_CFG), PE_CFG)
+    assert (acc == (2**63 - 1) - 4 * BIG_TERM).all() and 13 * BIG_TERM < 2**63 - 1
+    mid, end = ref.statuses()
+    assert mid["acc_overflow"] == 0 and end["acc_overflow"] == 1
+    assert mid["gemm_beats"] == 17 and end["gemm_beats"] == 17 + 4 + 17 + 2
+
+
+def _chain_operand_words(rng, groups):
+    """Operands of one result over ``groups`` (``_chain_operands``) as ACT, MSB, LSB and scale
+    words (the scale entries from entry 0)."""
+    act, msb, lsb, scl = _chain_operands(rng, groups)
+    ent = np.concatenate([scl, np.zeros((-groups % 8, L), np.uint16)]).reshape(-1, 8, L)
+    return (asm.pack_act(act, PE_CFG), asm.pack_wgt(msb, PE_CFG), asm.pack_wgt(lsb, PE_CFG),
+            asm.pack_scales(ent, PE_CFG))
+
+
+def test_k_chained_gemms_issue_back_to_back():
+    """With both buffers loaded before: an ordinary GEMM, a chain LSB_ONLY (buffer 0),
+    LSB_ONLY (buffer 1), MSB_ONLY (buffer 0), MSB_ONLY (buffer 1) of 4 groups each (the
+    planes of each buffer read once) and another ordinary GEMM take one tile beat per cycle
+    from the first beat to the last (no bubble: a held GEMM waits for no result and takes no
+    sink descriptor slot). A DRAFT chain over 4 chunks takes the cycles of one DRAFT GEMM
+    over the whole K, from its first beat to its RAW word, with the same result. RTL ==
+    fsim."""
+    seed = 1420
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    G = 4
+    act, msb, lsb, scl = (np.concatenate(w) for w in
+                          zip(*[_chain_operand_words(rng, G) for _ in range(4)]))
+    # chunks 0, 1 (buffer 0 words 0.., 4..), chunks 2, 3 (buffer 1); scale words: 8 entries
+    ent = asm.unpack_scales(scl, PE_CFG).reshape(4, 8, L)[:, :G]
+    bufs = [np.concatenate([ent[2 * b], ent[2 * b + 1]])[None] for b in range(2)]
+    prog, ld = asm.Program(PE_CFG), [act]
+    prog.load(Target.ACT, 0, len(act))
+    for b in range(2):
+        for target, w in ((Target.WMSB, msb), (Target.WLSB, lsb)):
+            prog.load(target, 0, 2 * G, buf=b)
+            ld.append(w[2 * b * G:2 * (b + 1) * G])
+        prog.load(Target.WSCALE, 0, 1, buf=b, signal=True)
+        ld.append(asm.pack_scales(bufs[b], PE_CFG))
+    prog.barrier()
+    one = dict(row_blocks=1, col_blocks=1, groups=G, sink=Sink.RAW, wait=True)
+    prog.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=G, **one)
+    for k, (mode, b) in enumerate(((Mode.LSB_ONLY, 0), (Mode.LSB_ONLY, 1),
+                                   (Mode.MSB_ONLY, 0), (Mode.MSB_ONLY, 1))):
+        prog.gemm(mode=mode, wbuf=b, act_base=2 * b * G, w_base=0, acc_cont=k > 0,
+                  acc_hold=k < 3, release=b == 0 and k == 2, **one)
+    prog.gemm(mode=Mode.FULL, wbuf=1, act_base=G, w_base=G, release=True, **one)
+    ld = asm.words_to_ints(np.concatenate(ld))
+    got, ref = compare_with_fsim(prog, ld, seed=seed, watch=("tile_in",))
+    beats = got["tile_in"]
+    assert len(beats) == 4 * G + G + 2 * G == len(set(beats))
+    assert beats == list(range(beats[0], beats[0] + len(beats)))
+    assert len(ref.link_o) == 1 + 1 + 2                 # the chain's one result
+
+    scl_k = asm.pack_scales(ent.reshape(-1, 8, L), PE_CFG)   # entry k G + g: chunk k's
+
+    def draft_k(chain):
+        p = asm.Program(PE_CFG)
+        p.load(Target.ACT, 0, len(act))
+        p.load(Target.WMSB, 0, 4 * G)
+        p.load(Target.WSCALE, 0, len(scl_k), signal=True)
+        p.barrier()
+        if chain:
+            for k in range(4):
+                p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=k * G, w_base=k * G, acc_cont=k > 0,
+                       acc_hold=k < 3, release=k == 3, **one)
+        else:
+            p.gemm(**{**one, "groups": 4 * G}, mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0,
+                   release=True)
+        words = asm.words_to_ints(np.concatenate([act, msb, scl_k]))
+        got, _ = compare_with_fsim(p, words, seed=seed, watch=("tile_in",))
+        beats = got["tile_in"]
+        assert beats == list(range(beats[0], beats[0] + 4 * G))
+        return got["link_o"], got["link_o_cycles"][0] - beats[0]
+
+    (chained, t_chain), (whole, t_whole) = draft_k(True), draft_k(False)
+    print(f"  DRAFT K = {4 * G} groups: {t_chain} cycles chained, {t_whole} as one GEMM")
+    assert chained == whole and t_chain == t_whole
+
+
+def test_held_gemm_completes_without_a_result():
+    """Held GEMMs complete once their last beat is in the tile (no result to wait for): a
+    fenced LOAD over the activations of a GEMM with acc_hold writes its first word only after
+    that GEMM's last beat, as early as the cycle after; after the next held GEMM the GEMM
+    issue, result stage and sinks are idle the cycle after its last beat, so a BARRIER and a
+    STATUS run before the GEMM that continues (and ends) the chain; STATUS counts the held
+    beats. RTL == fsim."""
+    seed = 1430
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    G = 3
+    ops = [_chain_operand_words(rng, G) for _ in range(3)]
+    prog, ld = asm.Program(PE_CFG), []
+    one = dict(mode=Mode.DRAFT, act_base=0, w_base=0, row_blocks=1, col_blocks=1, groups=G,
+               sink=Sink.RAW, wait=True, release=True)
+    for k, (act, msb, _, scl) in enumerate(ops):
+        prog.load(Target.ACT, 0, G, fence=k == 1)
+        prog.load(Target.WMSB, 0, G, buf=k % 2)
+        prog.load(Target.WSCALE, 0, 1, buf=k % 2, signal=True)
+        ld += [act, msb, scl]
+        prog.gemm(wbuf=k % 2, acc_cont=k > 0, acc_hold=k < 2, **one)
+        if k == 1:
+            prog.barrier()
+            prog.status()
+    prog.barrier()
+    prog.status()
+    got, ref = compare_with_fsim(prog, asm.words_to_ints(np.concatenate(ld)), seed=seed,
+                                 watch=("tile_in", "gemm_busy"))
+    beats, busy = got["tile_in"], set(got["gemm_busy"])
+    assert len(beats) == 3 * G
+    fenced = got["ld"][2 * G + 1]                          # the fenced LOAD's first word
+    print(f"  held GEMM's last beat in cycle {beats[G - 1]}, fenced LOAD from {fenced}")
+    assert fenced == beats[G - 1] + 1
+    held_last = beats[2 * G - 1]
+    assert held_last in busy and held_last + 1 not in busy
+    assert got["o_cycles"][0] < beats[2 * G]              # the STATUS before the last GEMM
+    assert [s["gemm_beats"] for s in ref.statuses()] == [2 * G, 3 * G]
+    assert len(ref.link_o) == 1

@@ -375,3 +375,150 @@ def test_matrix_packers_reject_what_they_would_garble():
     a = asm.pack_weight_matrix(q.astype(np.int64), s16, PE)
     b = asm.pack_weight_matrix(q, s16.view(np.uint16), PE)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+# ---- K-chained GEMMs: acc_hold, acc_cont --------------------------------------------------------
+
+def _chunks(rng, G, n):
+    """``n`` random K chunks ``(g0, g1)`` covering groups ``0..G-1`` in order."""
+    cuts = np.sort(rng.choice(np.arange(1, G), n - 1, replace=False))
+    edges = [0, *map(int, cuts), G]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _run_chain(steps, sink, operands, tok, *, psum_in=False, link_i=()):
+    """One PE: load the operands (one row block, one column block; buffer 0), then one GEMM per
+    step ``(mode, g0, g1)`` over groups ``g0..g1-1``, each but the first with acc_cont, each but
+    the last with acc_hold (the last releases the buffer and takes psum_in); BARRIER,
+    STATUS."""
+    act, msb, lsb, scl = operands
+    p, ld = Program(CFG), []
+    _load_operands(p, ld, act, msb, lsb, scl, tok)
+    for k, (mode, g0, g1) in enumerate(steps):
+        last = k == len(steps) - 1
+        p.gemm(mode=mode, wbuf=0, act_base=g0, w_base=g0, row_blocks=1, col_blocks=1,
+               groups=g1 - g0, sink=sink, wait=True, release=last, acc_cont=k > 0,
+               acc_hold=not last, psum_in=psum_in and last, **_sink_fields(sink, 1))
+    p.barrier()
+    p.status()
+    return fsim.run(p, ld, link_i)
+
+
+@pytest.mark.parametrize("sink", list(Sink), ids=lambda s: s.name)
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.MSB_ONLY, Mode.LSB_ONLY],
+                         ids=lambda m: m.name)
+def test_k_chain_equals_one_gemm_over_the_whole_k(sink, mode):
+    """GEMMs over K chunks chained with acc_hold / acc_cont == one GEMM over the whole K: the
+    tile results (gemm_results, folding the held accumulators), the sink's outputs and every
+    functional STATUS field (gemm_beats counts the held GEMMs' beats); with psum_in on the
+    last GEMM too."""
+    rng = _rng(f"kchain{sink.name}{mode.name}")
+    for G, n, corner, psum_in in ((6, 2, False, False), (8, 4, True, False),
+                                  (5, 3, False, True), (12, 3, True, True)):
+        ops = _operands(rng, rbn=1, cbn=1, groups=G, corner=corner)
+        tok = _tok(rng, R)
+        link_i = asm.words_to_ints(asm.pack_q24(rng.integers(-2**40, 2**40, (1, OV)), PE)) \
+            if psum_in else []
+        chunks = _chunks(rng, G, n)
+        whole = _run_gemm(mode, sink, ops, tok, psum_in=psum_in, link_i=link_i)
+        chain = _run_chain([(mode, g0, g1) for g0, g1 in chunks], sink, ops, tok,
+                           psum_in=psum_in, link_i=link_i)
+        # the tile results, chunk after chunk from the held accumulators
+        st = chain.state
+        f = dict(mode=int(mode), wbuf=0, row_blocks=1, col_blocks=1, sink=int(sink),
+                 out_base=0, tok_base=0, wait=0, release=0, stride=0)
+        held = None
+        for g0, g1 in chunks:
+            acc, ovf = fsim.gemm_results(st, {**f, "act_base": g0, "w_base": g0,
+                                              "groups": g1 - g0}, held)
+            held = fsim.Accumulator(acc.reshape(R, L), ovf.reshape(R, L))
+        acc_w, ovf_w = fsim.gemm_results(st, {**f, "act_base": 0, "w_base": 0, "groups": G})
+        assert np.array_equal(held.acc, acc_w.reshape(R, L)) and not ovf_w.any()
+        assert chain.link_o == whole.link_o
+        for a, b in zip(_outputs(whole, sink)[0], _outputs(chain, sink)[0]):
+            assert np.array_equal(a, b)
+        assert chain.statuses() == whole.statuses()
+        assert chain.statuses()[0]["gemm_beats"] == G and chain.state.held is None
+        if sink is Sink.RAW:
+            assert any(chain.link_o)
+
+
+@pytest.mark.parametrize("sink", list(Sink), ids=lambda s: s.name)
+@pytest.mark.parametrize("order", ["lsb_then_msb", "per_chunk"])
+def test_lsb_only_plus_msb_only_chain_equals_full(sink, order):
+    """A chain of LSB_ONLY and MSB_ONLY GEMMs over K chunks (every LSB_ONLY chunk, then every
+    MSB_ONLY chunk; or both of each chunk in turn, reading each loaded weight word once) ==
+    FULL over the whole K, on FULL's channels (MSB_ONLY + LSB_ONLY == FULL, numerics 3): RAW
+    accumulators by weight row, HBUF and row maxima, OUT; the same beats (FULL: two halves)
+    and loads in STATUS (RAW: FULL sends its two results, the chain one)."""
+    rng = _rng(f"lsbmsbchain{sink.name}{order}")
+    for G, n, corner in ((4, 2, False), (7, 3, True), (3, 1, False)):
+        ops = _operands(rng, rbn=1, cbn=1, groups=G, corner=corner)
+        tok = _tok(rng, R)
+        chunks = _chunks(rng, G, n)
+        if order == "lsb_then_msb":
+            steps = ([(Mode.LSB_ONLY, *c) for c in chunks]
+                     + [(Mode.MSB_ONLY, *c) for c in chunks])
+        else:
+            steps = [(m, *c) for c in chunks for m in (Mode.LSB_ONLY, Mode.MSB_ONLY)]
+        full = _run_gemm(Mode.FULL, sink, ops, tok)
+        chain = _run_chain(steps, sink, ops, tok)
+        if sink is Sink.RAW:
+            assert np.array_equal(_raw_channels(chain, Mode.MSB_ONLY, 1, 1),
+                                  _raw_channels(full, Mode.FULL, 1, 1))
+        else:
+            for a, b in zip(_outputs(full, sink)[0], _outputs(chain, sink)[0]):
+                assert np.array_equal(a, b)
+            assert any(x.any() for x in _outputs(full, sink)[0])
+        (st_c,), (st_f,) = chain.statuses(), full.statuses()
+        if sink is Sink.RAW:                  # FULL's two results, the chain's one
+            assert (st_f["words_sent"], st_c["words_sent"]) == (2, 1)
+            st_f["words_sent"] = st_c["words_sent"]
+        assert st_c == st_f and st_f["gemm_beats"] == 2 * G
+
+
+def test_k_chain_carries_saturation_and_needs_its_pairing():
+    """The sticky overflow flags travel with the held accumulators: a held GEMM that saturates
+    sets acc_overflow only when the chain's result is emitted (a CLEAR flags in between does
+    not lose it), and the result keeps the chain order (saturated, then the later terms). A
+    GEMM that continues nothing, a new result while accumulators are held, a chained GEMM of
+    more than one result and psum_in on a held GEMM are errors."""
+    rng = _rng("kchainsat")
+    G = 24
+    act = np.full((1, G, R, 32), -128)
+    msb = np.full((1, G, L, 32), 8)
+    lsb = np.zeros((1, G, L, 32), np.int64)
+    scl = np.full((1, G, L), 0x7BFF, np.uint16)
+    scl[:, 20:] |= 0x8000                             # groups 20..23 negative
+    tok = _tok(rng, R)
+    p, ld = Program(CFG), []
+    _load_operands(p, ld, act, msb, lsb, scl, tok)
+    geo = dict(wbuf=0, row_blocks=1, col_blocks=1, sink=Sink.RAW, wait=True)
+    p.gemm(mode=Mode.MSB_ONLY, act_base=0, w_base=0, groups=20, acc_hold=True, **geo)
+    p.barrier()
+    p.status()
+    p.clear(flags=True)
+    p.gemm(mode=Mode.MSB_ONLY, act_base=20, w_base=20, groups=4, acc_cont=True, release=True,
+           **geo)
+    p.status()
+    res = fsim.run(p, ld)
+    term = 2047 << 48                                 # psum 2^19 x scale 0x7BFF
+    acc = asm.unpack_q24(asm.ints_to_words(res.link_o, PE), PE)
+    assert (acc == INT64_MAX - 4 * term).all() and 16 * term < INT64_MAX < 20 * term
+    assert [s["acc_overflow"] for s in res.statuses()] == [0, 1]
+    for bad, match in (([dict(acc_cont=True)], "no earlier GEMM holds any"),
+                       ([dict(acc_hold=True), dict()], "starts a new result while the tile")):
+        q, ld = Program(CFG), []
+        _load_operands(q, ld, act, msb, lsb, scl, tok)
+        for kw in bad:
+            q.gemm(mode=Mode.MSB_ONLY, act_base=0, w_base=0, groups=1, **geo, **kw)
+        with pytest.raises(ProgramError, match=match):
+            fsim.run(q, ld)
+    # one result only (FULL has two: LSB_ONLY + MSB_ONLY instead), and no psum_in to hold
+    for kw, match in ((dict(mode=Mode.FULL, row_blocks=1, acc_hold=True), "one result"),
+                      (dict(mode=Mode.DRAFT, row_blocks=2, acc_cont=True), "one result"),
+                      (dict(mode=Mode.DRAFT, row_blocks=1, acc_hold=True, psum_in=True),
+                       "emits no result")):
+        with pytest.raises(ProgramError, match=match):
+            Program(CFG).gemm(wbuf=0, act_base=0, w_base=0, col_blocks=1, groups=1,
+                              sink=Sink.RAW, **kw)
