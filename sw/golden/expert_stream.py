@@ -82,6 +82,9 @@ class StreamPlan:
         1 or 2 (up/gate weights stream once or twice per tile).
     out_chunk : int
         Output channels per OUT chunk (a multiple of ``lanes`` and of W/32).
+    hidden_out : int
+        H rounded up to whole OUT chunks' steps (lcm(lanes, W/32)): the down projection's
+        output rows beyond H are zero weights, their outputs dropped by ``decode``.
     """
 
     hidden: int
@@ -95,6 +98,7 @@ class StreamPlan:
     i_chunk: int
     passes: int
     out_chunk: int
+    hidden_out: int
 
 
 def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
@@ -112,8 +116,7 @@ def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
             ("H", H, 32, "weight groups of 32 along K of up/gate"),
             ("I", I, 32, "weight groups of 32 along K of down"),
             ("I", I, q16, f"whole HBUF words of W/32 = {q16} Q16.16 values (REQUANT)"),
-            ("I", I, L // 2, f"whole up/gate column blocks of {L // 2} channels"),
-            ("H", H, L, f"whole down column blocks of {L} channels")):
+            ("I", I, L // 2, f"whole up/gate column blocks of {L // 2} channels")):
         if v % need:
             raise ProgramError(f"{where}: {dim} = {v} is not a multiple of {need} ({why}); pad "
                                f"the weights with zero groups")
@@ -147,7 +150,8 @@ def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
     # OUT: R rows of out_chunk Q.24 values, a multiple of lanes (a COMBINE block) and of W/32
     # (an OUTPUT beat)
     step = int(np.lcm(L, fp))
-    out_chunk = min(H, (pe.out_words // R * q24) // step * step)
+    hidden_out = -(-H // step) * step
+    out_chunk = min(hidden_out, (pe.out_words // R * q24) // step * step)
     if out_chunk < step:
         raise ProgramError(
             f"{where}: OUT overflows: a row block's {R} rows of {step} Q.24 channels (one "
@@ -155,7 +159,8 @@ def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
             f"words {words}")
     return StreamPlan(hidden=H, intermediate=I, tile_tokens=R, x_stream=x_stream,
                       x_base=x_base, x_chunk=x_chunk, h_base=h_base, h_act=h_act,
-                      i_chunk=i_chunk, passes=1 if i_chunk == I else 2, out_chunk=out_chunk)
+                      i_chunk=i_chunk, passes=1 if i_chunk == I else 2, out_chunk=out_chunk,
+                      hidden_out=hidden_out)
 
 
 @dataclass(eq=False)
@@ -174,8 +179,8 @@ class StreamedJob(PEJob):
         for t0, rows, c0, ch in self.chunks:
             block = vals[pos:pos + rows * ch].reshape(rows, ch)
             pos += rows * ch
-            n = min(rows, self.tokens - t0)
-            out[t0:t0 + n, c0:c0 + ch] = block[:n]
+            n, c1 = min(rows, self.tokens - t0), min(c0 + ch, self.hidden)
+            out[t0:t0 + n, c0:c1] = block[:n, :c1 - c0]
         if pos != vals.size:
             raise ProgramError(f"decode: {vals.size} FP32 values, the program's OUTPUTs emit "
                                f"{pos}")
@@ -299,7 +304,12 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
                            scale=np.concatenate([ex.up.scale, ex.gate.scale]),
                            name=f"{ex.up.name}+gate")
     up = _Matrix(both, updown_order(I, L), pe)
-    down = _Matrix(ex.down, np.arange(H), pe)
+    Ho = plan.hidden_out
+    dq = np.zeros((Ho, I), ex.down.q.dtype)
+    dq[:H] = ex.down.q
+    ds = np.zeros((Ho, I // 32), np.asarray(ex.down.scale).dtype)
+    ds[:H] = ex.down.scale
+    down = _Matrix(QuantizedWeight(q=dq, scale=ds, name=ex.down.name), np.arange(Ho), pe)
     prog = Program(pe)
     ld: list = []
     counts = {"weight": 0, "act": 0, "tok": 0}
@@ -391,13 +401,13 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
         pre = list(exchange) if rowmax_exchange and plan.passes == 1 else []
         if role == "member":                      # psums out on the link, no OUT
             k1 = len(fulls)
-            matrix_fulls(down, range(H // L), lambda cb: dict(
+            matrix_fulls(down, range(Ho // L), lambda cb: dict(
                 sink=Sink.RAW, out_base=0, stride=0, act_base=plan.h_base),
                 before=pre + [requant])
             fulls[k1]["gemms"][0]["rq_wait"] = True
             continue
-        for c0 in range(0, H, plan.out_chunk):
-            ch = min(plan.out_chunk, H - c0)
+        for c0 in range(0, Ho, plan.out_chunk):
+            ch = min(plan.out_chunk, Ho - c0)
             before = [("clear", dict(out=True))] if c0 or tile else []
             before += pre + [requant] if c0 == 0 else []
             k1 = len(fulls)

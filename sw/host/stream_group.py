@@ -86,8 +86,8 @@ class StreamGroupJob(GroupJob):
         for t0, rows, c0, ch in self.chunks:
             block = vals[pos:pos + rows * ch].reshape(rows, ch)
             pos += rows * ch
-            n = min(rows, self.tokens - t0)
-            out[t0:t0 + n, c0:c0 + ch] = block[:n]
+            n, c1 = min(rows, self.tokens - t0), min(c0 + ch, self.hidden)
+            out[t0:t0 + n, c0:c1] = block[:n, :c1 - c0]
         if pos != vals.size:
             raise ProgramError(f"decode: {vals.size} FP32 values, the root's OUTPUTs emit {pos}")
         return out
@@ -188,7 +188,7 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
         for _ in range(infos[root]["tiles"]):
             ops.append(LinkOp(LinkMode.REDUCE_MAX, everyone, everyone, 1))
             ops.extend(LinkOp(LinkMode.REDUCE_ADD, members, 1 << root, wpr)
-                       for _ in range(H // pe.lanes))
+                       for _ in range(plan.hidden_out // pe.lanes))
     load_src = []
     for prog in programs:
         src = []

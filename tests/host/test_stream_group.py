@@ -1,0 +1,109 @@
+"""One real-shape expert on a PE group (``sw/host/stream_group.py``): tensor parallelism over I
+with the streamed program on every PE, run on the functional simulator joined by the golden
+aggregation link (``run_group``), bit-exact against ``ref_moe``. Synthetic weights (seeded
+normal) in each model's real shape (``MODEL_PRESETS``)."""
+
+import numpy as np
+import pytest
+
+from elmoe3d.config import preset
+from elmoe3d.sw.golden.agg_link import LinkMode
+from elmoe3d.sw.golden.asm import ProgramError
+from elmoe3d.sw.golden.datapath import Mode
+from elmoe3d.sw.golden.expert import Expert, ref_moe
+from elmoe3d.sw.host.models import MODEL_PRESETS
+from elmoe3d.sw.host.parallel import run_group
+from elmoe3d.sw.host.stream_group import compile_expert_group, padded_intermediate
+
+SEED = 77
+#: SwiGLU presets whose expert slice fits a paper PE of a 4-PE group
+PAPER_GROUP = ["qwen3-30b-a3b", "olmoe-1b-7b", "deepseek-v2-lite", "qwen1.5-moe-a2.7b",
+               "glm-4.7-flash"]
+
+
+def _case(hidden, inter, tokens, seed):
+    rng = np.random.default_rng(seed)
+    print(f"seed {seed}: H={hidden} I={inter} T={tokens}")
+    wu, wg = (rng.standard_normal((inter, hidden)).astype(np.float32) * 0.05 for _ in range(2))
+    wd = rng.standard_normal((hidden, inter)).astype(np.float32) * 0.05
+    x = rng.standard_normal((tokens, hidden)).astype(np.float32)
+    gw = rng.uniform(0.1, 1.0, tokens).astype(np.float32)
+    return x, Expert.quantize(wu, wg, wd), gw
+
+
+def _check(x, ex, gw, mode, config, **kw):
+    job = compile_expert_group(x, ex, gw, mode, config, **kw)
+    res = run_group(job)
+    t = len(x)
+    ref = ref_moe(x, [ex], (np.zeros((t, 1), np.int64), gw.astype(np.float16)[:, None]), mode)
+    bad = int((res.y.view(np.uint32) != ref.y.view(np.uint32)).sum())
+    assert bad == 0, f"{bad} of {res.y.size} FP32 outputs differ"
+    assert res.acc_overflow == ref.acc_overflow and res.vpu_saturation == ref.vpu_saturation
+    return job, res
+
+
+@pytest.mark.parametrize("model", PAPER_GROUP)
+@pytest.mark.parametrize("tokens", [1, 16])
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL])
+def test_real_shapes_on_a_paper_group(model, tokens, mode):
+    """Every preset whose slice fits, on the 4 paper PEs of one aggregation-link group."""
+    p = MODEL_PRESETS[model]
+    arch = preset("paper-4gb")
+    x, ex, gw = _case(p.hidden, p.expert_intermediate, tokens, SEED + tokens)
+    job, res = _check(x, ex, gw, mode, arch)
+    G = arch.pes_per_group
+    assert job.pes == G and job.info["intermediate_padded"] == padded_intermediate(
+        p.expert_intermediate, G, arch.pe)
+    # per token tile: one REDUCE_MAX (row max all-reduce) and one REDUCE_ADD per down block
+    modes = [op.mode for op in job.link_ops]
+    assert modes.count(LinkMode.REDUCE_MAX) == job.info["per_pe"][0]["tiles"]
+    assert res.link_words == sum(op.words * len(op.srcs) for op in job.link_ops)
+
+
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL])
+def test_batch_4_and_a_two_pe_mid_group(mode):
+    p = MODEL_PRESETS["qwen3-30b-a3b"]
+    x, ex, gw = _case(p.hidden, p.expert_intermediate, 4, SEED + 4)
+    _check(x, ex, gw, mode, preset("paper-4gb"))
+    x, ex, gw = _case(p.hidden, p.expert_intermediate, 6, SEED + 6)
+    job, _ = _check(x, ex, gw, mode, preset("mid"), root=1)
+    assert job.pes == 2 and job.root == 1
+
+
+def test_hidden_not_a_multiple_of_an_output_beat():
+    """H = 2880 (GPT-OSS-20B) is not whole 128-value OUTPUT beats at W = 4096: the down rows
+    are padded with zero weights and the padded outputs dropped."""
+    x, ex, gw = _case(2880, 1024, 2, SEED + 9)
+    job, _ = _check(x, ex, gw, Mode.DRAFT, preset("paper-4gb"))
+    assert job.info["plan"].hidden_out == 2944
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-20b", "mixtral-8x7b"])
+def test_slices_too_large_for_a_paper_pe_are_refused(model):
+    p = MODEL_PRESETS[model]
+    with pytest.raises(ProgramError, match=r"ACT overflows.*over 4 PEs") as e:
+        compile_expert_group(np.zeros((1, p.hidden), np.float32), _zero_expert(p), None,
+                             Mode.DRAFT, preset("paper-4gb"))
+    assert "\n" not in str(e.value)
+
+
+def _zero_expert(p):
+    from elmoe3d.sw.golden.quant import QuantizedWeight
+    H, I = p.hidden, p.expert_intermediate
+
+    def qw(n, k):
+        return QuantizedWeight(q=np.zeros((n, k), np.int8),
+                               scale=np.zeros((n, k // 32), np.float16), name="w")
+    return Expert(qw(I, H), qw(I, H), qw(H, I))
+
+
+def test_bad_parameters_named():
+    x, ex, gw = _case(2048, 768, 1, SEED)
+    with pytest.raises(ValueError, match="pes"):
+        compile_expert_group(x, ex, gw, Mode.DRAFT, preset("mid"), pes=17)
+    with pytest.raises(ValueError, match="root"):
+        compile_expert_group(x, ex, gw, Mode.DRAFT, preset("mid"), root=2)
+    with pytest.raises(ValueError, match="mode"):
+        compile_expert_group(x, ex, gw, Mode.MSB_ONLY, preset("mid"))
+    with pytest.raises(TypeError, match="config"):
+        compile_expert_group(x, ex, gw, Mode.DRAFT, "mid")
