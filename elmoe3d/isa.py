@@ -87,7 +87,8 @@ class Op(enum.IntEnum):
     GEMM = 2
     #: Per-token requantization of the H buffer to INT8 activations (BRIEF 3.7).
     REQUANT = 3
-    #: FP32 conversion of the output accumulators onto the ``o`` stream (BRIEF 3.8).
+    #: FP32 conversion of the output accumulators onto the ``o`` stream (BRIEF 3.8); with
+    #: ``raw``, the Q.24 OUT words themselves (partial outputs summed exactly elsewhere).
     OUTPUT = 4
     #: Clear state: output accumulators, per-token row max, sticky flags (bit mask).
     CLEAR = 5
@@ -156,7 +157,7 @@ OPS: dict[Op, tuple[Field, ...]] = {
               Field("acc_cont", 1), Field("acc_hold", 1), Field("max_keep", 1)),
     Op.REQUANT: (Field("row_blocks", 8), Field("channels", 16), Field("act_base", 16),
                  Field("tok_base", 8)),
-    Op.OUTPUT: (Field("row_blocks", 8), Field("channels", 16)),
+    Op.OUTPUT: (Field("row_blocks", 8), Field("channels", 16), Field("raw", 1)),
     Op.CLEAR: (Field("out", 1), Field("rowmax", 1), Field("flags", 1), Field("counters", 1)),
     Op.SEND: (Field("target", TARGET_BITS), Field("addr", 16), Field("words", 16)),
     Op.RECV: (Field("target", TARGET_BITS), Field("addr", 16), Field("words", 16),
@@ -193,7 +194,7 @@ assert TOK_ENTRY_BITS == 64
 class OKind(enum.IntEnum):
     """Kind of an ``o`` beat: its bit 0 (:data:`OKIND_BITS`); the W data bits sit above it."""
 
-    DATA = 0     #: W/32 FP32 results (OUTPUT)
+    DATA = 0     #: W/32 FP32 results (OUTPUT), or W/64 Q.24 values (OUTPUT raw)
     STATUS = 1   #: counters and sticky flags (STATUS), :data:`STATUS_FIELDS`
 
 

@@ -240,9 +240,11 @@ class Program:
         return self.append(Op.REQUANT, row_blocks=row_blocks, channels=channels,
                            act_base=act_base, tok_base=tok_base)
 
-    def output(self, *, row_blocks: int, channels: int) -> int:
-        """OUTPUT OUT rows ``0 .. row_blocks*rows - 1`` (``channels`` = H) as FP32 beats."""
-        return self.append(Op.OUTPUT, row_blocks=row_blocks, channels=channels)
+    def output(self, *, row_blocks: int, channels: int, raw: bool = False) -> int:
+        """OUTPUT OUT rows ``0 .. row_blocks*rows - 1`` (``channels`` = H) as FP32 beats, or
+        with ``raw`` as their Q.24 OUT words (one word, W/64 values, per beat)."""
+        return self.append(Op.OUTPUT, row_blocks=row_blocks, channels=channels,
+                           raw=int(bool(raw)))
 
     def clear(self, *, out=False, rowmax=False, flags=False, counters=False) -> int:
         return self.append(Op.CLEAR, out=int(bool(out)), rowmax=int(bool(rowmax)),
@@ -387,7 +389,11 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
     elif op is Op.OUTPUT:
         at_least_one("row_blocks")
         ch = f["channels"]
-        if ch < 1 or ch % pe.fp32_per_beat:
+        if f.get("raw"):
+            if ch < 1 or ch % pe.q24_per_word:
+                fail("channels", f"must be a positive multiple of W/64 = {pe.q24_per_word} "
+                                 f"(OUTPUT raw: whole OUT words)")
+        elif ch < 1 or ch % pe.fp32_per_beat:
             fail("channels", f"must be a positive multiple of W/32 = {pe.fp32_per_beat}")
         span("row_blocks", f["row_blocks"] * R * (ch // pe.q24_per_word), pe.out_words,
              "OUT rows x channels")

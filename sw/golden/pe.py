@@ -434,6 +434,10 @@ class _Sim:
         pe, s = self.pe, self.s
         ch = f["channels"]
         M = f["row_blocks"] * pe.rows
+        if f.get("raw"):                                    # the OUT words themselves
+            for w in asm.words_to_ints(s.out[:M * ch // pe.q24_per_word]):
+                self.o.append(OBeat(OKind.DATA, w))
+            return
         vals = s.out_values()[:M * ch].reshape(M, ch)        # stride * W/64 == channels
         fp = q24_to_fp32(vals).reshape(-1, pe.fp32_per_beat)
         for w in asm.words_to_ints(asm.pack_fp32(fp, pe)):
