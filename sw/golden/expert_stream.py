@@ -284,14 +284,15 @@ ROLES = ("single", "root", "member")
 
 
 def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role="single",
-                      rowmax_exchange=False):
+                      rowmax_exchange=False, raw_output=False):
     """One PE's streamed program of the expert (slice) ``ex`` (shape ``plan``) over the tokens
     ``x_q`` (INT8 ``[T, H]``, exponents ``e_x``, gate-weight FP16 bits ``gw_bits``).
 
     ``role`` (:data:`ROLES`) chooses the down projection's sink; ``rowmax_exchange`` puts the
     row maxima of the max pass on the link (``SEND ROWMAX``) and takes back their all-reduced
     maximum (``RECV ROWMAX accumulate``) before the h codes are made (a group's channel slices,
-    ``elmoe3d.sw.host.stream_group``).
+    ``elmoe3d.sw.host.stream_group``). ``raw_output``: OUTPUT raw (the Q.24 OUT words, for
+    partial outputs summed elsewhere) instead of FP32.
 
     Returns ``(program, ld words, info, OUTPUT chunks)``."""
     if role not in ROLES:
@@ -415,7 +416,8 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
                 sink=Sink.COMBINE, out_base=cb * L - c0, stride=ch // pe.q24_per_word,
                 act_base=plan.h_base, psum_in=role == "root"), before=before)
             fulls[k1]["gemms"][0]["rq_wait"] = c0 == 0
-            fulls[-1]["after"] = [("output", dict(row_blocks=1, channels=ch))]
+            fulls[-1]["after"] = [("output", dict(row_blocks=1, channels=ch,
+                                                  raw=raw_output))]
             chunks.append((t0, R, c0, ch))
 
     # ---- emit: the loads of buffer-full m follow the GEMMs of full m - 2 (its buffer's last

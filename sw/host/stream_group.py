@@ -32,15 +32,19 @@ import numpy as np
 from ...config import ArchConfig, PEConfig
 from ...isa import Op, Source
 from ..golden.agg_link import LinkMode, LinkOp
-from ..golden.asm import ProgramError
+from ..golden.asm import OKind, ProgramError, ints_to_words, unpack_q24
 from ..golden.datapath import Mode
-from ..golden.expert import Expert, _gate_bits, _mode, as_expert, check_x
+from ..golden.datapath import saturating_add
+from ..golden.expert import (Expert, _gate_bits, _mode, as_expert, check_x, expert_tokens,
+                             parse_routing)
+from ..golden.vpu import q24_to_fp32
 from ..golden.expert_stream import plan_expert_stream, stream_pe_program
 from ..golden.quant import QuantizedWeight, quantize_activations
 from .parallel import DEFAULT_BUFFER_WORDS, GroupJob
 
 
-__all__ = ["StreamGroupJob", "compile_expert_group", "slice_step", "padded_intermediate"]
+__all__ = ["StreamGroupJob", "compile_expert_group", "slice_step", "padded_intermediate",
+           "DieExpert", "StreamDieJob", "DieResult", "compile_moe_die"]
 
 
 def slice_step(pe: PEConfig) -> int:
@@ -78,10 +82,18 @@ class StreamGroupJob(GroupJob):
     and OUT chunk (``chunks``: ``(token0, rows, channel0, channels)`` per OUTPUT)."""
 
     chunks: list = field(default_factory=list)
+    raw_output: bool = False
 
     def decode(self, data: np.ndarray) -> np.ndarray:
-        vals = np.asarray(data, np.float32).reshape(-1)
-        out = np.zeros((self.tokens, self.hidden), np.float32)
+        """``float32 [T, H]`` from the root's DATA beats (``[beats, W/32]`` FP32 values; with
+        ``raw_output`` the beats' bits are Q.24 values, converted to FP32 here)."""
+        if self.raw_output:
+            q = np.ascontiguousarray(np.asarray(data, np.float32)).view(np.int64).reshape(-1)
+            return q24_to_fp32(self._place(q, np.int64))
+        return self._place(np.asarray(data, np.float32).reshape(-1), np.float32)
+
+    def _place(self, vals, dtype):
+        out = np.zeros((self.tokens, self.hidden), dtype)
         pos = 0
         for t0, rows, c0, ch in self.chunks:
             block = vals[pos:pos + rows * ch].reshape(rows, ch)
@@ -89,17 +101,23 @@ class StreamGroupJob(GroupJob):
             n, c1 = min(rows, self.tokens - t0), min(c0 + ch, self.hidden)
             out[t0:t0 + n, c0:c1] = block[:n, :c1 - c0]
         if pos != vals.size:
-            raise ProgramError(f"decode: {vals.size} FP32 values, the root's OUTPUTs emit {pos}")
+            raise ProgramError(f"decode: {vals.size} values, the root's OUTPUTs emit {pos}")
         return out
 
     def root_out(self, state):
         return None                    # OUT held one chunk at a time
 
+    def decode_q24(self, obeats) -> np.ndarray:
+        """``int64 [T, H]`` Q.24 values from the root's ``o`` beats of a job compiled with
+        ``raw_output`` (OUTPUT raw: one OUT word, W/64 values, a beat)."""
+        words = [b.data for b in obeats if b.kind is OKind.DATA]
+        return self._place(unpack_q24(ints_to_words(words, self.pe), self.pe).reshape(-1),
+                           np.int64)
 
 def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=None, *,
                          pes: int | None = None, root: int = 0,
                          buffer_words: int = DEFAULT_BUFFER_WORDS,
-                         name: str = "expert") -> StreamGroupJob:
+                         name: str = "expert", raw_output: bool = False) -> StreamGroupJob:
     """Programs of a PE group running one expert of a real shape over the tokens of ``x``
     (module docstring), equal bit for bit to :func:`~elmoe3d.sw.golden.expert.ref_moe` of the
     expert alone.
@@ -117,6 +135,9 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
         The PE that COMBINEs and emits the result.
     buffer_words : int
         The link FIFO depth the schedule is checked against.
+    raw_output : bool
+        The root emits its Q.24 OUT chunks (OUTPUT raw; :meth:`StreamGroupJob.decode_q24`)
+        instead of FP32: the expert's partial of an MoE layer (:func:`compile_moe_die`).
 
     Raises
     ------
@@ -171,7 +192,8 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
         role = "single" if G == 1 else ("root" if p == root else "member")
         prog, ld, info, ch = stream_pe_program(pe, plan, _slice(padded, p * Ip, (p + 1) * Ip),
                                                xq.q, e_x, gw, mode, role=role,
-                                               rowmax_exchange=G > 1)
+                                               rowmax_exchange=G > 1,
+                                               raw_output=raw_output)
         prog.check_sync()
         programs.append(prog)
         lds.append(ld)
@@ -203,7 +225,8 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
                           mode=mode, programs=programs, ld=lds, load_src=load_src,
                           hb_images=[[] for _ in range(G)], ext_image=[], ext_transfers=[],
                           link_ops=ops, root=root, tokens=T, hidden=H,
-                          buffer_words=buffer_words, info=info, chunks=chunks)
+                          buffer_words=buffer_words, info=info, chunks=chunks,
+                          raw_output=raw_output)
 
 
 def _pad_cols(a, n):
@@ -211,3 +234,112 @@ def _pad_cols(a, n):
     out = np.zeros((a.shape[0], n), a.dtype)
     out[:, :a.shape[1]] = a
     return out
+
+
+# ---- an MoE layer on the die: experts over the groups (DP), each split over its group (TP) ----
+
+@dataclass(eq=False)
+class DieExpert:
+    """One routed expert of a :class:`StreamDieJob`: its tokens (ascending batch positions),
+    the PE group it runs on and its :class:`StreamGroupJob` (OUTPUT raw)."""
+
+    expert: int
+    rows: np.ndarray
+    group: int
+    job: StreamGroupJob
+
+
+@dataclass
+class DieResult:
+    """Result of :meth:`StreamDieJob.run`.
+
+    Attributes
+    ----------
+    y : float32 ``[T, H]``
+        The layer's output: the experts' Q.24 partials summed (ascending expert id, saturating)
+        and converted to FP32 once, as :func:`~elmoe3d.sw.golden.expert.ref_moe`.
+    out : int64 ``[T, H]``
+    acc_overflow, vpu_saturation : bool
+        OR of every PE's sticky flags and of the host sum's saturation.
+    link_words : int
+        Words the groups' links moved.
+    """
+
+    y: np.ndarray
+    out: np.ndarray
+    acc_overflow: bool
+    vpu_saturation: bool
+    link_words: int
+
+
+@dataclass(eq=False)
+class StreamDieJob:
+    """An MoE layer of real-shape experts on a die (:func:`compile_moe_die`)."""
+
+    tokens: int
+    hidden: int
+    mode: Mode
+    groups: int
+    pes_per_group: int
+    experts: list = field(default_factory=list)
+
+    def group_experts(self, g: int) -> list:
+        """The experts group ``g`` runs, in order."""
+        return [d for d in self.experts if d.group == g]
+
+    def run(self) -> DieResult:
+        """Every expert's group job on the functional simulator (:func:`run_group`); the host
+        sums the roots' Q.24 partials."""
+        from .parallel import run_group
+        out = np.zeros((self.tokens, self.hidden), np.int64)
+        ovf = satd = False
+        moved = 0
+        for d in sorted(self.experts, key=lambda d: d.expert):
+            res = run_group(d.job)
+            part = d.job.decode_q24(res.o[d.job.root])
+            out[d.rows], flag = saturating_add(out[d.rows], part)
+            ovf |= res.acc_overflow
+            satd |= res.vpu_saturation or bool(flag.any())
+            moved += res.link_words
+        return DieResult(y=q24_to_fp32(out), out=out, acc_overflow=ovf, vpu_saturation=satd,
+                         link_words=moved)
+
+
+def compile_moe_die(x, experts, routing, mode=Mode.FULL, config=None, *,
+                    pes_per_group: int | None = None) -> StreamDieJob:
+    """An MoE layer of real-shape experts on the die of ``config`` (ArchConfig): data
+    parallelism over experts, every routed expert on one PE group (the group with the least
+    assigned work, largest experts first: work = token tiles), tensor parallelism within the
+    group (:func:`compile_expert_group`, OUTPUT raw); the host sums the Q.24 partials in
+    ascending expert id (``StreamDieJob.run``), equal bit for bit to
+    :func:`~elmoe3d.sw.golden.expert.ref_moe`.
+
+    Raises ProgramError (an expert slice that does not fit, named) or ValueError (routing)."""
+    if not isinstance(config, ArchConfig):
+        raise TypeError(f"config: expected an ArchConfig, got {type(config).__name__}")
+    mode = _mode(mode)
+    G = config.pes_per_group if pes_per_group is None else pes_per_group
+    n_groups = config.pes // G
+    exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    x = np.asarray(x)
+    T = check_x(x, exs[0])
+    ids, bits = parse_routing(routing, T, len(exs))
+    routed = []
+    for e in range(len(exs)):
+        rows, gw = expert_tokens(ids, bits, e)
+        if len(rows):
+            routed.append((e, rows, gw))
+    R = config.pe.rows
+    load = [0] * n_groups
+    place = {}
+    for e, rows, _ in sorted(routed, key=lambda r: (-len(r[1]), r[0])):
+        g = min(range(n_groups), key=lambda i: (load[i], i))
+        place[e] = g
+        load[g] += -(-len(rows) // R)
+    job = StreamDieJob(tokens=T, hidden=exs[0].hidden, mode=mode, groups=n_groups,
+                       pes_per_group=G)
+    for e, rows, gw in routed:
+        gj = compile_expert_group(x[rows], exs[e], gw.view(np.float16).astype(np.float32),
+                                  mode, config, pes=G, raw_output=True, name=f"expert {e}")
+        job.experts.append(DieExpert(expert=e, rows=rows, group=place[e], job=gj))
+    return job
