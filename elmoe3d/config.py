@@ -1132,11 +1132,12 @@ FPGA_LEAN_PE = MappingProxyType({
 
 
 #: The paper PE's IOMEM split (ACT, TOK, HBUF, OUT in 32nds of 32 KB = 64 words of 512 B):
-#: ACT 14 (a slice's h codes and two streamed x slots), TOK 2, HBUF 16 (16 token rows of 128
-#: Q16.16 values: the second pass's h chunk), OUT 32 (16 rows of 128 Q.24 channels: one
-#: OUTPUT chunk). A real expert runs split over a PE group (``docs/pe.md`` "Real expert
-#: shapes"); the default split (4, 1, 16, 11) holds no OUTPUT chunk at this size.
-PAPER_IOMEM_SPLIT = (7, 1, 8, 16)
+#: ACT 14 (a slice's h codes and two streamed x slots), TOK 2, HBUF 32 (16 token rows of 256
+#: Q16.16 values: a 256-channel slice in one pass), OUT 16 (16 rows of 64 Q.24 channels: one
+#: raw OUTPUT chunk). A real expert runs split over a PE group, its partials leave as Q.24
+#: (``docs/pe.md`` "Real expert shapes"); the default split (4, 1, 16, 11) holds no h codes
+#: of a real expert beside x at this size.
+PAPER_IOMEM_SPLIT = (7, 1, 16, 8)
 
 PRESETS = {
     "small": ArchConfig(),

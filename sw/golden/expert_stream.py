@@ -47,6 +47,7 @@ from ...isa import Sink, Source, Target
 from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
 from .asm import words_to_ints
 from .datapath import Mode
+from .vpu import q24_to_fp32
 from .expert import PEJob, _gate_bits, _mode, as_expert, check_x, nibbles, updown_order
 from .quant import QuantizedWeight, quantize_activations
 
@@ -66,13 +67,15 @@ class StreamPlan:
     tile_tokens : int
         Tokens per token tile (the PE's ``rows``: one row block).
     x_stream : bool
-        False: the tile's x (H/32 ACT words) stays in ACT, loaded once per tile. True: x does
-        not fit beside the h codes; each up/gate buffer-full brings its K chunk of x (``x_chunk``
-        groups) into one of two ACT slots (fenced LOADs), so x streams once per column block.
+        False: the tile's x (H/32 ACT words) stays in ACT at its top, loaded once per tile.
+        True: x does not fit beside the h codes written while up/gate runs; each up/gate
+        buffer-full brings its K chunk of x into one of two ACT slots (fenced LOADs,
+        :meth:`x_slots`), so x streams once per column block (per pass).
     x_base, x_chunk : int
-        ACT word of x (resident) or of the two x slots; groups per x slot (streamed).
+        ACT word of x (resident); groups per x slot (streamed: the smallest, in the last chunk).
     h_base, h_act : int
-        ACT word and words (I/32) of the tile's h codes (REQUANT's output, the down GEMMs' K).
+        ACT word (0) and words (I/32) of the tile's h codes (REQUANT's output, the down GEMMs'
+        K).
     i_chunk : int
         Intermediate channels per HBUF pass (``rows * i_chunk / (W/32)`` HBUF words). Equal to
         I: one pass. Smaller: two passes over up/gate (the first only for the row max |h|, the
@@ -99,11 +102,23 @@ class StreamPlan:
     passes: int
     out_chunk: int
     hidden_out: int
+    act_words: int = 0
+    wmem_words: int = 0
+
+    def x_slots(self, written: int) -> tuple:
+        """Streamed x: ``(ACT word, groups)`` of the two x slots while ``written`` words of h
+        codes are in ACT (0 in a single pass and the first of two; the codes of the chunks
+        done in the second): the slots sit right above the codes, as large as ACT allows (at
+        most a WMEM buffer of groups)."""
+        return written, min(self.wmem_words, (self.act_words - written) // 2)
 
 
-def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
+def plan_expert_stream(hidden: int, intermediate: int, config, *,
+                       raw_output: bool = False) -> StreamPlan:
     """Check that an expert of shape ``hidden`` x ``intermediate`` can stream through the PE of
     ``config`` (ArchConfig or PEConfig) and place it (``docs/pe.md`` "Real expert shapes").
+    ``raw_output``: the outputs leave as Q.24 OUT words (OUTPUT raw), so an OUT chunk is whole
+    OUT words (W/64 channels) rather than whole FP32 beats (W/32).
 
     Raises :class:`~.asm.ProgramError` (one line naming the tensor, the dimension and the
     memory that overflows, with the figures) otherwise."""
@@ -125,18 +140,6 @@ def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
     if R > pe.tok_entries:
         raise ProgramError(f"{where}: TOK overflows: a row block's {R} entries exceed the "
                            f"{pe.tok_entries} TOK entries")
-    x_stream = x_act + h_act > pe.act_words
-    if not x_stream:
-        x_base, x_chunk, h_base = 0, x_act, x_act
-    else:
-        x_chunk = min(pe.wmem_words, (pe.act_words - h_act) // 2)
-        if x_chunk < 1:
-            raise ProgramError(
-                f"{where}: ACT overflows: a row block's h codes (I/32 = {h_act} words) and two "
-                f"x slots of at least one group need {h_act + 2} of the {pe.act_words} ACT "
-                f"words {words}; split I across PEs (tensor parallelism) or give ACT more of "
-                f"IOMEM (ArchConfig.iomem_split)")
-        x_base, h_base = h_act, 0
     # HBUF: R rows of i_chunk Q16.16 values; a chunk is whole HBUF words, whole REQUANT groups
     # and whole up/gate column blocks (L/2 channels)
     step = int(np.lcm.reduce([q16, 32, L // 2]))
@@ -147,20 +150,42 @@ def plan_expert_stream(hidden: int, intermediate: int, config) -> StreamPlan:
             f"channels) needs {R * step // q16} of the {pe.hbuf_words} HBUF words {words}")
     while I % i_chunk:                              # equal chunks: every pass the same shape
         i_chunk -= step
+    # ACT: the h codes from word 0 (written by REQUANT: at the end of a single pass, chunk by
+    # chunk in the second of two); x resident at the top while up/gate runs, if it fits beside
+    # the codes written meanwhile, else streamed through two slots above them
+    act = pe.act_words
+    written = (I // i_chunk - 1) * (i_chunk // 32)
+    if h_act > act:
+        raise ProgramError(
+            f"{where}: ACT overflows: a row block's h codes (I/32 = {h_act} words) exceed the "
+            f"{act} ACT words {words}; split I across PEs (tensor parallelism) or give ACT more "
+            f"of IOMEM (ArchConfig.iomem_split)")
+    x_stream = x_act + written > act
+    if not x_stream:
+        x_base, x_chunk = act - x_act, x_act
+    else:
+        x_base, x_chunk = 0, min(pe.wmem_words, (act - written) // 2)
+        if x_chunk < 1:
+            raise ProgramError(
+                f"{where}: ACT overflows: the h codes written during the second pass "
+                f"({written} words) and two x slots of at least one group need {written + 2} of "
+                f"the {act} ACT words {words}; split I across PEs (tensor parallelism)")
+    h_base = 0
     # OUT: R rows of out_chunk Q.24 values, a multiple of lanes (a COMBINE block) and of W/32
-    # (an OUTPUT beat)
-    step = int(np.lcm(L, fp))
+    # (an FP32 OUTPUT beat) or W/64 (a raw one)
+    step = int(np.lcm(L, q24 if raw_output else fp))
     hidden_out = -(-H // step) * step
     out_chunk = min(hidden_out, (pe.out_words // R * q24) // step * step)
     if out_chunk < step:
         raise ProgramError(
             f"{where}: OUT overflows: a row block's {R} rows of {step} Q.24 channels (one "
-            f"OUTPUT beat, one COMBINE block) need {R * step // q24} of the {pe.out_words} OUT "
-            f"words {words}")
+            f"{'raw' if raw_output else 'FP32'} OUTPUT beat, one COMBINE block) need "
+            f"{R * step // q24} of the {pe.out_words} OUT words {words}"
+            f"{'' if raw_output else '; OUTPUT raw needs ' + str(R * int(np.lcm(L, q24)) // q24)}")
     return StreamPlan(hidden=H, intermediate=I, tile_tokens=R, x_stream=x_stream,
                       x_base=x_base, x_chunk=x_chunk, h_base=h_base, h_act=h_act,
                       i_chunk=i_chunk, passes=1 if i_chunk == I else 2, out_chunk=out_chunk,
-                      hidden_out=hidden_out)
+                      hidden_out=hidden_out, act_words=act, wmem_words=pe.wmem_words)
 
 
 @dataclass(eq=False)
@@ -170,11 +195,19 @@ class StreamedJob(PEJob):
 
     plan: StreamPlan | None = None
     chunks: list = field(default_factory=list)        # (token0, rows, ch0, channels) per OUTPUT
+    raw_output: bool = False
 
     def decode(self, result) -> np.ndarray:
-        """``float32 [T, H]`` from the DATA beats of a run (anything with ``.data()``)."""
-        vals = result.data().reshape(-1)
-        out = np.zeros((self.tokens, self.hidden), np.float32)
+        """``float32 [T, H]`` from the DATA beats of a run (anything with ``.data()``); with
+        ``raw_output`` the beats' bits are Q.24 values, converted here (``q24_to_fp32``, the
+        golden model of the PE's FP32 conversion)."""
+        if self.raw_output:
+            q = np.ascontiguousarray(result.data()).view(np.int64).reshape(-1)
+            return q24_to_fp32(self._place(q, np.int64))
+        return self._place(result.data().reshape(-1), np.float32)
+
+    def _place(self, vals, dtype):
+        out = np.zeros((self.tokens, self.hidden), dtype)
         pos = 0
         for t0, rows, c0, ch in self.chunks:
             block = vals[pos:pos + rows * ch].reshape(rows, ch)
@@ -230,7 +263,8 @@ class _Matrix:
 
 
 def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, config=None,
-                                  *, name: str = "expert") -> StreamedJob:
+                                  *, name: str = "expert",
+                                  raw_output: bool = False) -> StreamedJob:
     """PE program and ``ld`` stream of one expert of a real shape over the tokens of ``x``
     (module docstring: token tiles, K-chained GEMMs, FULL as LSB_ONLY + MSB_ONLY, OUT chunks).
     Equal bit for bit to :func:`~.expert.ref_expert` with the same arguments.
@@ -265,16 +299,17 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
     x = np.asarray(x)
     T = check_x(x, ex)
     gw = _gate_bits(np.ones(T) if gate_weights is None else gate_weights, T)
-    plan = plan_expert_stream(ex.hidden, ex.intermediate, pe)
+    plan = plan_expert_stream(ex.hidden, ex.intermediate, pe, raw_output=raw_output)
     H, I, R, L = ex.hidden, ex.intermediate, pe.rows, pe.lanes
     xq = quantize_activations(x, name="x")
     e_x = np.asarray(xq.exp, np.int64)
     if e_x.size and (e_x.min() < -128 or e_x.max() > 127):
         raise ProgramError(f"x: activation exponents {e_x.min()}..{e_x.max()} do not fit the "
                            f"TOK entry's signed 8-bit e_x (scale the input)")
-    prog, ld, info, chunks = stream_pe_program(pe, plan, ex, xq.q, e_x, gw, mode)
+    prog, ld, info, chunks = stream_pe_program(pe, plan, ex, xq.q, e_x, gw, mode,
+                                               raw_output=raw_output)
     return StreamedJob(program=prog, ld=ld, tokens=T, hidden=H, info=info, plan=plan,
-                       chunks=chunks)
+                       chunks=chunks, raw_output=raw_output)
 
 
 #: Roles of a PE in :func:`stream_pe_program`: ``single`` (one PE: COMBINE, OUTPUT), ``root``
@@ -320,15 +355,26 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
     # fenced), ``before`` / ``after`` (execute commands around the GEMMs)
     fulls = []
 
-    def matrix_fulls(mat, cbs, gemm_of, before=(), per=None, x_rows=None):
+    x_prev: list = []                              # ACT words of the last x slot used
+
+    def matrix_fulls(mat, cbs, gemm_of, before=(), per=None, x_rows=None, x_base=0):
         first = True
         for cb0, n, g0, g1 in mat.fulls(cbs, per):
             G = mat.groups
             gemms = []
             head = []
             act_base = None
+            late = False
             if x_rows is not None:                 # streamed x: this chunk into a slot
-                slot = plan.x_base + (len(fulls) % 2) * plan.x_chunk
+                # the slot the previous buffer-full (maybe still running) does not use; where
+                # the slots moved (the next chunk of the second pass) and both overlap it, the
+                # loads wait for that full's GEMMs (emitted after them, fenced)
+                free = [x_base + i * per for i in (0, 1)
+                        if not (x_prev and x_base + i * per < x_prev[1]
+                                and x_prev[0] < x_base + (i + 1) * per)]
+                late = not free
+                slot = free[0] if free else x_base
+                x_prev[:] = [slot, slot + (g1 - g0)]
                 head = [(Target.ACT, slot, pack_act(x_rows[g0:g1], pe))]
                 act_base = slot
             for j in range(n):
@@ -350,7 +396,7 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
                     gemms.append(dict(base, mode=Mode.DRAFT, acc_cont=g0 > 0, acc_hold=g1 < G,
                                       psum_in=pin and g1 == G))
             fulls.append(dict(loads=mat.words(cb0, n, g0, g1, full), gemms=gemms,
-                              before=list(before) if first else [], head=head))
+                              before=list(before) if first else [], head=head, late=late))
             first = False
 
     n_ic = I // plan.i_chunk
@@ -385,14 +431,16 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
                                                act_base=plan.h_base + (ic - 1) * plan.i_chunk // 32,
                                                tok_base=0))]
                 k1 = len(fulls)
+                written = ic * plan.i_chunk // 32 if last and plan.passes == 2 else 0
+                xs_base, xs_chunk = plan.x_slots(written)
                 matrix_fulls(up, range(ic * cb_per_ic, (ic + 1) * cb_per_ic),
                              lambda cb, ic=ic, keep=keep: dict(
                                  sink=Sink.SWIGLU, out_base=(cb - ic * cb_per_ic) * (L // 2),
                                  stride=plan.i_chunk // pe.q16_per_word, max_keep=keep,
                                  act_base=plan.x_base),
                              before=before,
-                             per=plan.x_chunk if plan.x_stream else None,
-                             x_rows=x_rows if plan.x_stream else None)
+                             per=xs_chunk if plan.x_stream else None,
+                             x_rows=x_rows if plan.x_stream else None, x_base=xs_base)
                 if before:                            # it rewrites HBUF rows REQUANT reads
                     fulls[k1]["gemms"][0]["rq_wait"] = True
         fulls[k0]["head"] = head + fulls[k0]["head"]
@@ -427,7 +475,7 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
     pos = []
     for m, f in enumerate(fulls):
         tile_head = any(t is Target.TOK for t, _, _ in f["head"])
-        p = m - 1 if (tile_head and m > 0) else m - 2
+        p = m - 1 if ((tile_head or f.get("late")) and m > 0) else m - 2
         pos.append(max(p, pos[-1] if pos else -1))
     prog.clear(out=True, rowmax=True, flags=True, counters=True)
 

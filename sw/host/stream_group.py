@@ -117,7 +117,8 @@ class StreamGroupJob(GroupJob):
 def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=None, *,
                          pes: int | None = None, root: int = 0,
                          buffer_words: int = DEFAULT_BUFFER_WORDS,
-                         name: str = "expert", raw_output: bool = False) -> StreamGroupJob:
+                         name: str = "expert",
+                         raw_output: bool | None = None) -> StreamGroupJob:
     """Programs of a PE group running one expert of a real shape over the tokens of ``x``
     (module docstring), equal bit for bit to :func:`~elmoe3d.sw.golden.expert.ref_moe` of the
     expert alone.
@@ -135,9 +136,11 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
         The PE that COMBINEs and emits the result.
     buffer_words : int
         The link FIFO depth the schedule is checked against.
-    raw_output : bool
-        The root emits its Q.24 OUT chunks (OUTPUT raw; :meth:`StreamGroupJob.decode_q24`)
-        instead of FP32: the expert's partial of an MoE layer (:func:`compile_moe_die`).
+    raw_output : bool, optional
+        The root emits its Q.24 OUT chunks (OUTPUT raw; :meth:`StreamGroupJob.decode_q24`;
+        ``decode`` converts them to FP32 as the PE would) instead of FP32: the expert's partial
+        of an MoE layer (:func:`compile_moe_die`). Default: raw where OUT holds no FP32
+        OUTPUT chunk (the paper PE: 16 rows of 128 channels would need 32 OUT words).
 
     Raises
     ------
@@ -170,10 +173,13 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
     T = check_x(x, ex)
     gw = _gate_bits(np.ones(T) if gate_weights is None else gate_weights, T)
     H, I = ex.hidden, ex.intermediate
+    if raw_output is None:
+        fp32_chunk = int(np.lcm(pe.lanes, pe.fp32_per_beat))
+        raw_output = pe.out_words < pe.rows * fp32_chunk // pe.q24_per_word
     I_pad = padded_intermediate(I, G, pe)
     Ip = I_pad // G
     try:
-        plan = plan_expert_stream(H, Ip, pe)
+        plan = plan_expert_stream(H, Ip, pe, raw_output=raw_output)
     except ProgramError as e:
         raise ProgramError(f"{e} [with I = {I} padded to {I_pad} over {G} PEs: "
                            f"{Ip} channels a PE]") from None

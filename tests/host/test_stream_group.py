@@ -3,6 +3,8 @@ with the streamed program on every PE, run on the functional simulator joined by
 aggregation link (``run_group``), bit-exact against ``ref_moe``. Synthetic weights (seeded
 normal) in each model's real shape (``MODEL_PRESETS``)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -71,11 +73,16 @@ def test_batch_4_and_a_two_pe_mid_group(mode):
 
 
 def test_hidden_not_a_multiple_of_an_output_beat():
-    """H = 2880 (GPT-OSS-20B) is not whole 128-value OUTPUT beats at W = 4096: the down rows
-    are padded with zero weights and the padded outputs dropped."""
+    """H = 2880 (GPT-OSS-20B) is not whole 128-value FP32 OUTPUT beats at W = 4096: with FP32
+    outputs (an IOMEM split whose OUT holds a 128-channel chunk) the down rows are padded with
+    zero weights and the padded outputs dropped; raw outputs (the paper split) are whole
+    64-value OUT words."""
     x, ex, gw = _case(2880, 1024, 2, SEED + 9)
+    fp32 = dataclasses.replace(preset("paper-4gb"), iomem_split=(7, 1, 8, 16))
+    job, _ = _check(x, ex, gw, Mode.DRAFT, fp32)
+    assert not job.raw_output and job.info["plan"].hidden_out == 2944
     job, _ = _check(x, ex, gw, Mode.DRAFT, preset("paper-4gb"))
-    assert job.info["plan"].hidden_out == 2944
+    assert job.raw_output and job.info["plan"].hidden_out == 2880
 
 
 @pytest.mark.parametrize("model", ["gpt-oss-20b", "mixtral-8x7b"])
