@@ -1118,6 +1118,139 @@ class PEOptions:
         GEMM waiting behind it: none."""
         return 0
 
+    # ---- command-level timing (the cycle model, elmoe3d.sw.host.pe_cycles) ------------------
+
+    @property
+    def decode_cycles(self) -> int:
+        """Cycles from the decoder taking a command to the command being in the execute
+        engine's register or at the head of the LOAD queue (the decoder's register): 1."""
+        return 1
+
+    @property
+    def beat_cycles(self) -> int:
+        """Cycles of one tile beat: :attr:`tile_passes` (the tile takes a beat in the last of
+        its passes)."""
+        return self.tile_passes
+
+    @property
+    def gemm_start_cycles(self) -> int:
+        """Cycles from a GEMM starting (ready in GEMM_START, or back to back in the cycle of
+        the previous GEMM's last read) to its first beat offered to the tile (taken in its
+        last pass): the address generator's read cycle, then the beat register: 2."""
+        return 2
+
+    def load_word_cycles(self, target) -> int:
+        """Cycles a LOAD takes per word into ``target`` (an :class:`~elmoe3d.isa.Target`):
+        P = :attr:`tile_passes` for a memory stored in P parts (WMSB, WLSB, WSCALE with
+        :attr:`streamed_weights`; ACT, TOK, HBUF, ROWMAX with :attr:`narrow_iomem`; OUT with
+        :attr:`narrow_out`: a part a cycle), else 1."""
+        from .isa import Target
+        t = Target(target)
+        parted = ((Target.WMSB, Target.WLSB, Target.WSCALE) if self.streamed_weights else ()) \
+            + ((Target.ACT, Target.TOK, Target.HBUF, Target.ROWMAX) if self.narrow_iomem
+               else ()) + ((Target.OUT,) if self.narrow_out else ())
+        return self.tile_passes if t in parted else 1
+
+    def send_word_cycles(self, target) -> int:
+        """Cycles per word of SEND from ``target`` with a ready ``link_o``, and from SEND
+        starting to its first word offered, less one: 1 (a read a cycle, the word offered the
+        cycle after), or for a memory in P parts (:meth:`load_word_cycles` P > 1) P + 1 (the
+        parts read a cycle each into a register, the word offered once complete)."""
+        p = self.load_word_cycles(target)
+        return p + 1 if p > 1 else 1
+
+    def sink_result_cycles(self, sink, psum_in: bool = False, full: bool = False) -> int:
+        """Cycles the sink holds one tile result of a GEMM in mode FULL (``full``) or not:
+        :attr:`result_cycles` with the row cycles of the mode (``swiglu_row_cycles[full]``,
+        ``combine_row_cycles[full]``; RAW does not depend on it)."""
+        sink = Sink(sink)
+        if sink is Sink.RAW:
+            return self.result_cycles[(sink, bool(psum_in))]
+        row = (self.swiglu_row_cycles if sink is Sink.SWIGLU else self.combine_row_cycles)[
+            bool(full)]
+        return self.rows * row + (1 if psum_in and row == 1 else 0)
+
+    @property
+    def sink_feed_cycles(self) -> int:
+        """Cycles of one register stage of the result path: from the result register taking
+        a tile result to its first row offered to stage A (RAW: its first link word), and
+        from a row in stage A to stage C (COMBINE), or a ``psum_in`` word to its rows: 1."""
+        return 1
+
+    def sink_row_cycles(self, sink, full: bool = False) -> int:
+        """Cycles one result row takes in the SWIGLU sink's stage A or the COMBINE sink's
+        stage C in mode FULL (``full``) or not: ``swiglu_row_cycles[full]`` /
+        ``combine_row_cycles[full]``."""
+        rows = self.swiglu_row_cycles if Sink(sink) is Sink.SWIGLU else self.combine_row_cycles
+        return rows[bool(full)]
+
+    @property
+    def psum_rows_per_word(self) -> int:
+        """Result rows in one ``psum_in`` link word: ``(W/64) / lanes`` = 2."""
+        return self.word_bits // 64 // self.lanes
+
+    @property
+    def sink_done_cycles(self) -> dict:
+        """Per sink, cycles from a GEMM's last row leaving stage A (RAW: its last link word) to
+        the first cycle the PE counts the GEMM complete (a fence, a REQUANT waiting on it go
+        on): SWIGLU and COMBINE ``1 +`` :attr:`completion_cycles` (the completion delay line,
+        seen the cycle after its last entry), RAW 1 (the result register empties)."""
+        vpu = 1 + self.completion_cycles
+        return {Sink.SWIGLU: vpu, Sink.COMBINE: vpu, Sink.RAW: 1}
+
+    def sink_idle_cycles(self, sink, full: bool = False) -> int:
+        """Cycles from a GEMM's last row leaving stage A (RAW: its last link word) to the
+        first cycle the tile, the result stage and the sink are all idle (an OUTPUT, CLEAR,
+        SEND, RECV, BARRIER or STATUS waiting behind the GEMM leaves its drain then), for a
+        GEMM in mode FULL (``full``) or not: SWIGLU :attr:`swiglu_latency` ``+ 2`` (the
+        units, the row-max update), COMBINE :meth:`sink_row_cycles` ``+``
+        :attr:`combine_latency` ``+ 1`` (stage C's sub-steps, the units; a row whose gate
+        weight is zero, a padding row, skips stage C and the units, so a result whose last
+        rows are padding drains sooner), RAW 1."""
+        sink = Sink(sink)
+        if sink is Sink.SWIGLU:
+            return self.swiglu_latency + 2
+        if sink is Sink.COMBINE:
+            return self.sink_row_cycles(sink, full) + self.combine_latency + 1
+        return 1
+
+    @property
+    def requant_row_cycles(self) -> int:
+        """Cycles from a REQUANT starting (every earlier execute command complete) to its
+        first HBUF read, and the fewest cycles of one token row (a row takes ``channels /
+        requant_units`` cycles, the next row's e' being prepared meanwhile): the ROWMAX read,
+        :data:`ROWMAX_LATENCY` of the RowMaxExponent, the e' register and the row's start:
+        ``3 + ROWMAX_LATENCY``."""
+        return 3 + ROWMAX_LATENCY
+
+    @property
+    def requant_done_cycles(self) -> int:
+        """Cycles from REQUANT's last HBUF read to the first cycle it is done (no longer
+        busy: a GEMM with ``rq_wait`` or a drain waiting on it goes on): the HBUF read data,
+        :data:`REQUANT_LATENCY` of the RequantUnits, the done test and the busy register:
+        ``3 + REQUANT_LATENCY``."""
+        return 3 + REQUANT_LATENCY
+
+    @property
+    def output_latency(self) -> int:
+        """Cycles from OUTPUT leaving its drain to its first ``o`` DATA beat offered: the
+        state change, the OUT read, the beat's :attr:`output_beat_cycles` sub-steps into the
+        Fp32Converters (:data:`FP32_LATENCY`), then the beat register: ``2 + FP32_LATENCY +
+        output_beat_cycles``."""
+        return 2 + FP32_LATENCY + self.output_beat_cycles
+
+    @property
+    def output_raw_latency(self) -> int:
+        """Cycles from OUTPUT ``raw`` leaving its drain to its first ``o`` beat offered: the
+        state change and the OUT read (no converters), ``2 + output_raw_beat_cycles``."""
+        return 2 + self.output_raw_beat_cycles
+
+    @property
+    def output_done_cycles(self) -> int:
+        """Cycles from OUTPUT's last ``o`` beat taken to the execute engine's IDLE: the beat
+        register empties, then ``done``: 2."""
+        return 2
+
 
 #: The FPGA-lean PE (``BoardTop(pe_params=...)``, the FPGA flow's defaults) as PE keyword
 #: arguments (``PEOptions(config=..., **FPGA_LEAN_PE)``): two IA8xW5 products per MULT18X18D

@@ -1,0 +1,652 @@
+"""Cycle model of PE programs: the three engines of ``docs/pe.md`` ("Engines and
+synchronisation") at command granularity, for the performance model (issue 24 item 5: per
+GEMM, per expert, fill and drain included).
+
+:func:`program_cycles` runs an :class:`~elmoe3d.sw.golden.asm.Program` through a model of the
+PE's command decoder, load engine, execute engine (with the tensor tile and the result stage
+behind it) and requantization engine, in program order, and returns a
+:class:`CycleEstimate`: the cycles from the first command taken to the last ``o`` beat taken
+(both counted, as the benches measure them), the busy cycles of each engine and a
+:class:`CommandCycles` per command. Every constant is a property of
+:class:`~elmoe3d.config.PEOptions` derived from the RTL's structure (``tile_latency``,
+``result_cycles`` and the row cycles of the sinks, ``completion_cycles``, the decoder and
+start latencies, REQUANT's row preparation, OUTPUT's converters ...); nothing here is a cycle
+count of its own. The ``ld`` stream is paced at ``ld_rate`` words per cycle by the token bucket
+of the benches (:func:`elmoe3d.sim.cocotb_streams.offer`: it gains ``ld_rate`` words a cycle and
+holds at most two), so a PE that stalls its loads cannot bank bandwidth.
+
+What is modelled, per command (``docs/pe.md`` for the rules):
+
+* the decoder takes a command a cycle, in order: a LOAD into a queue of ``load_queue_depth``
+  (not while a BARRIER or ``CLEAR counters`` waits to run), a REQUANT when the requantization
+  engine is free, any other command into the one-command register in front of the execute
+  engine (free once the engine took the one before);
+* the load engine runs the LOADs in order, a word a cycle at most (P cycles a word into a
+  memory stored in P parts), each word when the bucket offers it; a WMEM LOAD waits while
+  ``full[buf]`` is set (until the cycle after the releasing GEMM's last read), a fenced one
+  until every earlier execute command (REQUANT included) has completed; ``signal`` sets
+  ``full[buf]`` the cycle after the last word;
+* the execute engine: a GEMM waits for ``full[wbuf]`` (``wait``), for an earlier REQUANT
+  (``rq_wait``) and for a free sink descriptor slot (not with ``acc_hold``), then issues a
+  beat every ``beat_cycles``; the next GEMM, if decoded and ready in the cycle of the last
+  read, follows with no idle cycle (``gemm_gap``), else two cycles later; each result leaves
+  the tile ``tile_latency`` cycles after its last beat into the result register and the sink
+  (:class:`_ResultStage`: SWIGLU rows held in stage A for their sub-steps, COMBINE rows
+  through stage C, RAW a link word a cycle, ``psum_in`` rows behind their link words); a
+  sink slower than the tile stalls the tile and the issue; a GEMM is complete
+  ``sink_done_cycles`` after its last row left stage A (a held GEMM of a K chain once its
+  last beat entered the tile); OUTPUT, CLEAR, SEND, RECV, BARRIER and STATUS wait until
+  every earlier GEMM has left the tile and the sinks (``sink_idle_cycles``) and every
+  earlier REQUANT is done, then run at their beat rates;
+* the requantization engine starts a REQUANT the cycle after every earlier execute command
+  has completed and streams its rows, ``channels / requant_units`` cycles a row, at least
+  ``requant_row_cycles`` (the next row's exponent is prepared meanwhile).
+
+What is not modelled: idle cycles on ``cmd``, backpressure on ``o`` and ``link_o``, ``link_i``
+words that come later than ``link_rate`` (a PE of a group runs as if its link words were
+there), memory write-port conflicts (REQUANT's ACT writes yield to a LOAD into ACT; the model
+lets both run), the COMBINE sink's read-after-write stall (two rows into the same OUT
+granules within the combine pipeline) and its zero-gate skip (a padding row, gate weight 0,
+skips stage C: a program whose last result ends in padding rows drains up to ``rows - 1``
+cycles sooner; the model does not see the data). ``docs/pe.md`` "Cycle model" has the error
+against the RTL per bench case.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from ...config import PEOptions
+from ...isa import Op, Sink, Target
+from ..golden.datapath import Mode
+
+
+__all__ = ["CommandCycles", "CycleEstimate", "program_cycles", "LdBucket"]
+
+
+#: Targets of a LOAD that live in the WMEM buffers (``full[buf]`` applies).
+WMEM_TARGETS = (Target.WMSB, Target.WLSB, Target.WSCALE)
+#: Ops the execute engine runs after draining (every earlier GEMM and REQUANT done).
+DRAIN_OPS = (Op.OUTPUT, Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV, Op.BARRIER)
+
+
+@dataclass(frozen=True)
+class CommandCycles:
+    """Timing of one command in the model (cycles from the first command taken, cycle 0).
+
+    Attributes
+    ----------
+    index : int
+        Position in the program.
+    op : str
+        The op's name.
+    engine : str
+        ``"load"``, ``"execute"``, ``"requant"`` or ``"decoder"`` (NOP).
+    decoded : int
+        The cycle the decoder takes it.
+    start, end : int
+        First and last cycle of its work: LOAD its first and last ``ld`` word, GEMM its first
+        and last tile beat, REQUANT from its start (every earlier execute command complete)
+        to its last cycle busy, OUTPUT / STATUS their first and last ``o`` beat, the others
+        their state in the execute engine. A command without work (a LOAD of no words, an
+        empty GEMM) has ``end = start - 1``.
+    done : int
+        The first cycle the PE counts it as complete (a fence, a REQUANT or a drain waiting
+        for it may go on): a LOAD's last word + 1, a GEMM's last result written, REQUANT busy
+        low, the others back in the execute engine's IDLE.
+    waited : int
+        Cycles it waited for its inputs once its engine could take it (a buffer flag, a fence,
+        REQUANT, a descriptor slot, the drain): where the time of a program goes.
+    """
+
+    index: int
+    op: str
+    engine: str
+    decoded: int
+    start: int
+    end: int
+    done: int
+    waited: int = 0
+
+
+@dataclass
+class CycleEstimate:
+    """What :func:`program_cycles` found.
+
+    Attributes
+    ----------
+    cycles : int
+        From the cycle the first command is taken to the cycle the last ``o`` beat is taken,
+        both counted (the benches' figure); without ``o`` beats, to the last cycle any engine
+        works.
+    busy : dict
+        Busy cycles per engine: ``load`` (cycles an ``ld`` word is taken), ``execute`` (tile
+        beats plus the cycles of the execute engine's other commands), ``requant`` (REQUANT
+        from start to done), ``tile`` (tile beats).
+    commands : list of CommandCycles
+        One per command, in program order.
+    ld_words, beats, o_beats : int
+        ``ld`` words, tile beats and ``o`` beats of the program.
+    options : PEOptions
+    ld_rate : float
+    """
+
+    cycles: int
+    busy: dict
+    commands: list
+    ld_words: int
+    beats: int
+    o_beats: int
+    options: PEOptions = field(repr=False)
+    ld_rate: float = 1.0
+
+    @property
+    def memory_cycles(self) -> float:
+        """``ld_words / ld_rate``: the program's cycles if the ``ld`` stream were the only
+        limit."""
+        return self.ld_words / self.ld_rate
+
+    @property
+    def bound(self) -> str:
+        """``"memory"`` if the ``ld`` words take longer at ``ld_rate`` than the tile beats,
+        else ``"compute"``."""
+        return "memory" if self.memory_cycles >= self.beats else "compute"
+
+    def _beats_span(self):
+        gemms = [c for c in self.commands if c.op == "GEMM" and c.end >= c.start]
+        if not gemms:
+            return None
+        return min(c.start for c in gemms), max(c.end for c in gemms)
+
+    @property
+    def fill_cycles(self) -> int:
+        """Cycles before the first tile beat (the pipeline fill: the first buffer-full's
+        loads and the GEMM's start); :attr:`cycles` if the program has no beats."""
+        span = self._beats_span()
+        return self.cycles if span is None else span[0]
+
+    @property
+    def drain_cycles(self) -> int:
+        """Cycles after the last tile beat (the drain: the last results through the sinks,
+        OUTPUT, STATUS); 0 if the program has no beats."""
+        span = self._beats_span()
+        return 0 if span is None else self.cycles - 1 - span[1]
+
+    def by_op(self) -> dict:
+        """``{op: (commands, work cycles, waited cycles)}`` summed over the commands."""
+        out = {}
+        for c in self.commands:
+            n, work, waited = out.get(c.op, (0, 0, 0))
+            out[c.op] = (n + 1, work + max(0, c.end - c.start + 1), waited + c.waited)
+        return out
+
+
+class LdBucket:
+    """The ``ld`` stream of the benches: a token bucket that gains ``rate`` words a cycle and
+    holds at most two (:func:`elmoe3d.sim.cocotb_streams.offer`); a word is offered once the
+    bucket holds one and stays offered until taken. Exact (rational) arithmetic.
+
+    ``take(n, ready, per_word)`` takes the next ``n`` words with the PE ready from cycle
+    ``ready`` on (a word every ``per_word`` cycles at most); returns ``(first, last)``."""
+
+    CAP = 2
+
+    def __init__(self, rate):
+        rate = Fraction(rate).limit_denominator(1 << 20)
+        if not 0 < rate:
+            raise ValueError(f"ld_rate: expected a positive number of words per cycle, got "
+                             f"{float(rate)!r}")
+        self.rate = min(rate, Fraction(1))
+        self.last = -1               # the cycle the last word was taken
+        self.credit = Fraction(1)    # credit after it (word 0 is offered in cycle 0)
+
+    def _credit_at(self, t):
+        """Credit at the start of cycle ``t`` > ``last`` (before a take in ``t``)."""
+        return min(Fraction(self.CAP), self.credit + self.rate * (t - self.last - 1))
+
+    def _offered(self):
+        """The first cycle the next word is offered."""
+        need = 1 - self.credit
+        wait = 0 if need <= 0 else math.ceil(need / self.rate)
+        return self.last + 1 + wait
+
+    def take(self, n, ready, per_word=1):
+        if n <= 0:
+            return ready, ready - 1
+        r = self.rate
+        if per_word > 1:
+            # a word into a memory in P parts: offered, then P cycles of writes (the word
+            # taken with its last part); word by word
+            first = None
+            t = ready
+            for _ in range(n):
+                t0 = max(t, self._offered())
+                t_take = t0 + per_word - 1
+                c = self._credit_at(t0) + r * (t_take - t0)
+                self.credit = min(Fraction(self.CAP), c + r - 1)
+                self.last = t_take
+                first = t_take if first is None else first
+                t = t_take + 1
+            return first, self.last
+        t0 = max(ready, self._offered())
+        c0 = min(Fraction(self.CAP), self._credit_at(t0) + r - 1)      # after the first take
+        if n == 1:
+            self.last, self.credit = t0, c0
+            return t0, t0
+        j = n - 1
+        t_last = t0 + max(j, 1 + math.ceil((j - c0) / r))
+        self.credit = c0 + r * (t_last - t0) - j
+        self.last = t_last
+        return t0, t_last
+
+
+class _ResultStage:
+    """The result register and the sinks behind it (``hw/pe/result.py``, ``swiglu.py``,
+    ``combine.py``), a result at a time: the register takes a tile result in cycle ``T`` (the
+    cycle its previous result's last row or word leaves: ``free``) and feeds its rows, a
+    cycle each, into stage A; the SWIGLU sink keeps a row in stage A for its ``n`` sub-steps;
+    the COMBINE sink passes it on to stage C, which keeps it ``n`` sub-steps (so A holds the
+    next row meanwhile); RAW sends a link word a cycle; with ``psum_in`` a row (a word) waits
+    for the ``link_i`` word it needs."""
+
+    def __init__(self, options: PEOptions):
+        self.o = options
+        self.free = 0            # the register takes the next result from
+        self.a_free = 0          # stage A takes the next row from
+        self.c_free = 0          # stage C (COMBINE) issues the next row from
+        self.x = 0               # the last row left stage A (last link word sent, RAW)
+
+    def take(self, O, sink, psum_in, full, link_cycles=1):
+        """The tile offers a result in cycle ``O``; returns the cycle ``T`` the register takes
+        it. Afterwards :attr:`x` is the cycle its last row leaves stage A (RAW: its last link
+        word) and :attr:`free` the cycle the register can take the next result."""
+        o = self.o
+        hop = o.sink_feed_cycles
+        R = o.rows
+        T = max(O, self.free)
+        if sink is Sink.RAW:
+            words = o.sink_result_cycles(Sink.RAW, False)
+            first = T + hop + (hop if psum_in else 0)
+            last = first + (words - 1) * link_cycles
+            self.free = self.x = last
+            return T
+        n = o.sink_row_cycles(sink, full)
+        per_word = o.psum_rows_per_word
+
+        def avail(k):                               # row k may enter stage A from
+            a = T + hop
+            if psum_in:                             # its link_i word added
+                a = max(a, T + 2 * hop + (k // per_word) * link_cycles)
+            return a
+        if sink is Sink.SWIGLU:
+            u = max(avail(0), self.a_free)
+            for k in range(1, R):
+                u = max(u + n, avail(k))
+            self.free = u                           # the last row taken into A
+            self.x = self.a_free = u + n            # leaves A with its last sub-step
+            return T
+        # COMBINE: row k into A at u_k, issued into C at c_k (C busy n cycles per row)
+        u = max(avail(0), self.a_free)
+        c = max(u + hop, self.c_free)
+        for k in range(1, R):
+            u = max(c, avail(k))
+            c = max(u + hop, c + n)
+        self.free = u
+        self.x = self.a_free = c
+        self.c_free = c + n
+        return T
+
+    def period(self, sink, psum_in, full) -> int:
+        """Cycles a result holds the sink in a steady stream (its throughput)."""
+        return self.o.sink_result_cycles(sink, psum_in, full)
+
+
+class _Model:
+    def __init__(self, options: PEOptions, ld_rate, link_rate):
+        self.o = options
+        self.bucket = LdBucket(ld_rate)
+        self.link_rate = None if link_rate is None else float(link_rate)
+        self.cmds = []
+        # decoder
+        self.t_dec = -1                 # the last command's decode cycle
+        self.load_accepts = []          # cycle each LOAD left the decoder's queue
+        self.load_hold = 0              # LOADs may not be decoded before (BARRIER)
+        self.x_take_prev = 0            # the previous execute command left the register
+        # load engine
+        self.ld_finish = -1             # cycle of the last LOAD's finish (its last word)
+        self.flag = [None, None]        # per buffer: ("set" | "clear", cycle)
+        # execute engine
+        self.ex_idle = 0                # first cycle the engine is IDLE again
+        self.run = None                 # the GEMM issuing: dict(F (last read), wbuf, release)
+        self.tile_next = 0              # first cycle the next beat can enter the tile
+        self.results = _ResultStage(options)
+        self.dq_free = 0                # the sink's pending descriptor slot is free from
+        self.last_result = None         # T_last of the last GEMM with results
+        self.gemm_quiet = 0             # every GEMM so far has left the tile and the sinks
+        self.exec_done = 0              # every execute command so far is complete
+        self.rq_done = 0                # the last REQUANT is done (busy low)
+        self.o_last = -1                # the last o beat
+        self.link_last = -1
+        self.work_end = 0
+        self.busy = {"load": 0, "execute": 0, "requant": 0, "tile": 0}
+        self.beats = self.ld_words = self.o_beats = 0
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _decode(self, earliest):
+        d = max(self.t_dec + 1, earliest)
+        self.t_dec = d
+        return d
+
+    def _link_words(self, n, first, per=1):
+        """The cycle of the last of ``n`` link words, the first in cycle ``first``, a word
+        every ``per`` cycles at most, at the link rate."""
+        if n <= 0:
+            return first - 1
+        step = per if self.link_rate is None else max(per, 1 / self.link_rate)
+        return first + math.ceil((n - 1) * step)
+
+    def _record(self, i, op, engine, decoded, start, end, done, waited=0):
+        self.cmds.append(CommandCycles(i, op.name, engine, decoded, start, end, done, waited))
+        self.work_end = max(self.work_end, end, done - 1)
+
+    # -- LOAD -----------------------------------------------------------------------------
+
+    def load(self, i, f):
+        o = self.o
+        depth = o.load_queue_depth
+        q = self.load_accepts
+        earliest = max(self.load_hold, q[-depth] if len(q) >= depth else 0)
+        d = self._decode(earliest)
+        # the queue's head from d + decode_cycles; the engine takes it in the cycle the one
+        # before finishes (or any cycle when idle) and works from the cycle after
+        accept = max(d + o.decode_cycles, self.ld_finish)
+        q.append(accept + 1)
+        active = accept + 1
+        target, buf, words = Target(f["target"]), f["buf"], f["words"]
+        ready = active
+        if target in WMEM_TARGETS and self.flag[buf] is not None:
+            state, t = self.flag[buf]
+            if state == "set":
+                raise ValueError(f"command {i}: LOAD into WMEM buffer {buf} while full[{buf}] "
+                                 f"is set and no GEMM before it releases the buffer")
+            ready = max(ready, t)
+        if f["fence"]:
+            ready = max(ready, self.exec_done)
+        parts = o.load_word_cycles(target)
+        first, last = self.bucket.take(words, ready, parts)
+        finish = last if words else ready
+        self.ld_finish = finish
+        if f["signal"]:
+            self.flag[buf] = ("set", finish + 1)
+        self.ld_words += words
+        self.busy["load"] += words * parts
+        self._record(i, Op.LOAD, "load", d, first, last, finish + 1, ready - active)
+
+    # -- execute engine -------------------------------------------------------------------
+
+    def _take(self, d):
+        """The execute engine takes the command decoded in ``d`` from its register (IDLE)."""
+        k = max(d + self.o.decode_cycles, self.ex_idle)
+        self.x_take_prev = k
+        return k
+
+    def gemm(self, i, f):
+        o = self.o
+        d = self._decode(self.x_take_prev)
+        full = f["mode"] == Mode.FULL
+        held = bool(f["acc_hold"])
+        halves = 2 if full else 1
+        g = f["groups"]
+        n_res = f["col_blocks"] * halves * f["row_blocks"]
+        beats = n_res * g
+        empty = beats == 0
+        # readiness: the buffer flag, REQUANT, a descriptor slot
+        ready = 0
+        if f["wait"]:
+            state = self.flag[f["wbuf"]]
+            if state is None or state[0] != "set":
+                raise ValueError(f"command {i}: GEMM waits on WMEM buffer {f['wbuf']} with no "
+                                 f"signalling LOAD since its last release")
+            ready = state[1]
+        if f["rq_wait"]:
+            ready = max(ready, self.rq_done)
+        slot = 0 if (held or empty) else self.dq_free
+        run = self.run
+        b2b = False
+        if run is not None and not empty:
+            F = run["F"]
+            releasing = run["release"] and run["wbuf"] == f["wbuf"] and f["wait"]
+            b2b = (d + o.decode_cycles <= F and ready <= F and slot <= F and not releasing)
+        if b2b:
+            k = s = run["F"]
+            self.x_take_prev = k
+            waited = 0
+        else:
+            if run is not None:
+                self.ex_idle = max(self.ex_idle, run["F"] + 1)
+            k = self._take(d)
+            s = max(k + 1, ready, slot)            # start_cur in GEMM_START
+            waited = s - (k + 1)
+        self.run = None
+        if empty:
+            # only releases its buffer
+            if f["release"]:
+                self.flag[f["wbuf"]] = ("clear", s + 1)
+            self.ex_idle = s + 1
+            self.exec_done = max(self.exec_done, s + 1)
+            self._record(i, Op.GEMM, "execute", d, s + 1, s, s + 1, waited)
+            return
+        P = o.beat_cycles
+        # b0: the first beat offered to the tile; beat k is taken in the last of its P passes
+        b0 = max(s + o.gemm_start_cycles, self.tile_next)
+        last_unstalled = b0 + beats * P - 1        # the last beat taken, without stalls
+        lat = o.tile_latency
+        shift = 0                      # stall cycles before the last beat
+        T_last = None
+        if n_res and not held:
+            sink, psum_in = Sink(f["sink"]), bool(f["psum_in"])
+            rs = self.results
+            link = 1 if self.link_rate is None else max(1, math.ceil(1 / self.link_rate))
+            per = g * P                                # tile cycles of one result
+            stall = 0
+
+            def result(r):
+                nonlocal stall, shift
+                Or = b0 + (r + 1) * per - 1 + lat + stall
+                Tr = rs.take(Or, sink, psum_in, full, link)
+                if Or <= last_unstalled + shift:
+                    shift += Tr - Or
+                stall += Tr - Or
+                return Tr
+            T_last = result(0)
+            if n_res > 1:
+                if per >= rs.period(sink, psum_in, full):
+                    # the sink keeps up: the later results wait for nothing but the first's
+                    # stall (the ones between need not be followed)
+                    T_last = result(n_res - 1)
+                else:
+                    for r in range(1, n_res):
+                        T_last = result(r)
+            # the descriptor moves to the active slot once the previous result GEMM is done
+            prev_T = self.last_result if self.last_result is not None else -1
+            self.dq_free = max(s + 1, prev_T) + 1
+            self.last_result = T_last
+            if sink is Sink.RAW:
+                done = quiet = rs.x + o.sink_done_cycles[sink]
+            else:
+                done = rs.x + o.sink_done_cycles[sink]
+                quiet = rs.x + o.sink_idle_cycles(sink, full)
+        last_beat = last_unstalled + shift
+        F = last_beat - P                          # the last beat's reads (final step)
+        self.tile_next = last_beat + 1
+        if held or not n_res:
+            done = quiet = last_beat + 1
+        if f["release"]:
+            self.flag[f["wbuf"]] = ("clear", F + 1)
+        self.run = dict(F=F, wbuf=f["wbuf"], release=bool(f["release"]))
+        self.ex_idle = F + 1                       # unless a GEMM follows back to back
+        self.gemm_quiet = max(self.gemm_quiet, quiet)
+        self.exec_done = max(self.exec_done, done)
+        self.beats += beats
+        self.busy["tile"] += beats * P
+        self.busy["execute"] += last_beat - b0 + 1
+        self._record(i, Op.GEMM, "execute", d, b0 + P - 1, last_beat, done, waited)
+
+    def _drain_start(self, k, *, barrier=False):
+        c = max(k + 1, self.gemm_quiet, self.rq_done)
+        if barrier:
+            c = max(c, self.ld_finish + 1)
+        return c
+
+    def drain_op(self, i, op, f):
+        o = self.o
+        d = self._decode(self.x_take_prev)
+        if self.run is not None:
+            self.ex_idle = max(self.ex_idle, self.run["F"] + 1)
+            self.run = None
+        k = self._take(d)
+        barrier = op is Op.BARRIER or (op is Op.CLEAR and f["counters"])
+        c = self._drain_start(k, barrier=barrier)
+        waited = c - (k + 1)
+        if barrier:
+            self.load_hold = c + 1
+        if op is Op.OUTPUT:
+            if f.get("raw"):
+                # OUT words themselves, no converters (OUTPUT raw)
+                n = f["row_blocks"] * o.rows * f["channels"] // (o.word_bits // 64)
+                S = o.output_raw_beat_cycles
+                first = c + o.output_raw_latency
+            else:
+                n = f["row_blocks"] * o.rows * f["channels"] // (o.word_bits // 32)
+                S = o.output_beat_cycles
+                first = c + o.output_latency
+            last = first + (n - 1) * S if n else c
+            idle = (last if n else first - 1) + o.output_done_cycles
+            start, end = first, last if n else first - 1
+            self.o_beats += n
+            if n:
+                self.o_last = max(self.o_last, last)
+        elif op is Op.STATUS:
+            start = end = c + 1
+            idle = c + 2
+            self.o_beats += 1
+            self.o_last = max(self.o_last, end)
+        elif op is Op.CLEAR:
+            n = o.clear_cycles if (f["out"] or f["rowmax"]) else 1
+            start, end = c + 1, c + n
+            idle = end + 1
+        elif op is Op.BARRIER:
+            start = end = c + 1
+            idle = c + 2
+        elif op is Op.SEND:
+            # a word a cycle (read, then offered); a memory in P parts: the parts read a cycle
+            # each into a register, the word offered once complete (P + 1 cycles a word)
+            n = f["words"]
+            per = o.send_word_cycles(f["target"])
+            narrow = per > 1
+            start = c + 1 + per
+            end = self._link_words(n, start, per) if n else c
+            idle = (end + (2 if narrow else 1)) if n else c + 2
+            self.link_last = max(self.link_last, end)
+        else:                                  # RECV
+            # a word a cycle (P cycles into a memory in P parts); accumulate: its write a
+            # cycle after the last read
+            n = f["words"]
+            per = o.load_word_cycles(f["target"])
+            start = c + per
+            end = self._link_words(n, start, per) if n else c
+            idle = end + 1 + (1 if f["accumulate"] else 0) + 1
+        self.ex_idle = idle
+        self.exec_done = max(self.exec_done, idle)
+        self.busy["execute"] += idle - (c + 1)
+        self._record(i, op, "execute", d, start, end, idle, waited)
+
+    def nop(self, i):
+        d = self._decode(self.x_take_prev)
+        if self.run is not None:
+            self.ex_idle = max(self.ex_idle, self.run["F"] + 1)
+            self.run = None
+        k = self._take(d)
+        self.ex_idle = k + 1
+        self._record(i, Op.NOP, "decoder", d, k, k - 1, k + 1)
+
+    # -- REQUANT --------------------------------------------------------------------------
+
+    def requant(self, i, f):
+        o = self.o
+        d = self._decode(self.rq_done)
+        older = self.exec_done
+        r0 = max(d + 1, older) + 1                 # rq_run
+        rows = f["row_blocks"] * o.rows
+        n = -(-f["channels"] // o.requant_units)   # cycles a row
+        per_row = max(n, o.requant_row_cycles)
+        if rows:
+            first = r0 + o.requant_row_cycles
+            last_step = first + (rows - 1) * per_row + n - 1
+            done = last_step + o.requant_done_cycles
+        else:
+            done = r0 + 2
+        self.rq_done = done
+        self.exec_done = max(self.exec_done, done)
+        self.busy["requant"] += done - r0
+        self._record(i, Op.REQUANT, "requant", d, r0, done - 1, done, r0 - (d + 2))
+
+    # -- run ------------------------------------------------------------------------------
+
+    def step(self, i, cmd):
+        op, f = cmd.op, cmd.fields
+        if op is Op.LOAD:
+            self.load(i, f)
+        elif op is Op.GEMM:
+            self.gemm(i, f)
+        elif op is Op.REQUANT:
+            self.requant(i, f)
+        elif op in DRAIN_OPS:
+            self.drain_op(i, op, f)
+        else:
+            self.nop(i)
+
+    def estimate(self, ld_rate) -> CycleEstimate:
+        if self.o_last >= 0:
+            total = self.o_last + 1
+        else:
+            total = max(self.work_end, self.link_last) + 1
+        return CycleEstimate(cycles=total, busy=dict(self.busy), commands=list(self.cmds),
+                             ld_words=self.ld_words, beats=self.beats, o_beats=self.o_beats,
+                             options=self.o, ld_rate=float(ld_rate))
+
+
+def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None) -> CycleEstimate:
+    """Cycles of ``program`` on one PE, from the first command taken to the last ``o`` beat
+    taken (module docstring for the model).
+
+    Parameters
+    ----------
+    program : :class:`~elmoe3d.sw.golden.asm.Program`
+    options : :class:`~elmoe3d.config.PEOptions`, optional
+        The PE (default ``PEOptions(config=program.pe)``: the default build options).
+    ld_rate : float
+        ``ld`` words per cycle (the HB bank rate: ``arch.hb_bytes_per_cycle /
+        pe.word_bytes``; 1 or more: a word every cycle).
+    link_rate : float, optional
+        ``link_i`` / ``link_o`` words per cycle for SEND, RECV and ``psum_in`` (default: a
+        word every cycle).
+
+    Raises
+    ------
+    ValueError
+        ``ld_rate`` is not positive, or the program breaks a buffer-flag rule the RTL would
+        hang on (a WMEM LOAD into a full buffer with no release before it, a ``wait`` GEMM
+        with no signalling LOAD).
+    """
+    if options is None:
+        options = PEOptions(config=program.pe)
+    elif options.config != program.pe:
+        raise ValueError("options: the PE geometry differs from the program's")
+    model = _Model(options, ld_rate, link_rate)
+    for i, cmd in enumerate(program):
+        model.step(i, cmd)
+    return model.estimate(ld_rate)
