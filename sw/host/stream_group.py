@@ -43,7 +43,8 @@ from ..golden.quant import QuantizedWeight, quantize_activations
 from .parallel import DEFAULT_BUFFER_WORDS, GroupJob
 
 
-__all__ = ["StreamGroupJob", "compile_expert_group", "slice_step", "padded_intermediate",
+__all__ = ["StreamGroupJob", "compile_expert_group", "plan_group", "slice_step",
+           "padded_intermediate",
            "DieExpert", "StreamDieJob", "DieResult", "compile_moe_die"]
 
 
@@ -57,6 +58,24 @@ def padded_intermediate(intermediate: int, pes: int, pe: PEConfig) -> int:
     """I padded with zero channels to a multiple of ``pes`` x :func:`slice_step`."""
     unit = pes * slice_step(pe)
     return -(-int(intermediate) // unit) * unit
+
+
+def plan_group(hidden: int, intermediate: int, pe: PEConfig, pes: int,
+               raw_output: bool | None = None) -> tuple:
+    """``(plan, padded I, raw_output)`` of an expert split over ``pes`` PEs (the checks of
+    :func:`compile_expert_group`, before any weight is built): raw outputs by default where OUT
+    holds no FP32 OUTPUT chunk. Raises ProgramError naming the memory and the PE count."""
+    if raw_output is None:
+        fp32_chunk = int(np.lcm(pe.lanes, pe.fp32_per_beat))
+        raw_output = pe.out_words < pe.rows * fp32_chunk // pe.q24_per_word
+    I_pad = padded_intermediate(intermediate, pes, pe)
+    Ip = I_pad // pes
+    try:
+        plan = plan_expert_stream(hidden, Ip, pe, raw_output=raw_output)
+    except ProgramError as e:
+        raise ProgramError(f"{e} [with I = {intermediate} padded to {I_pad} over {pes} PEs: "
+                           f"{Ip} channels a PE]") from None
+    return plan, I_pad, raw_output
 
 
 def _pad_rows(qw: QuantizedWeight, n: int) -> QuantizedWeight:
@@ -173,16 +192,8 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
     T = check_x(x, ex)
     gw = _gate_bits(np.ones(T) if gate_weights is None else gate_weights, T)
     H, I = ex.hidden, ex.intermediate
-    if raw_output is None:
-        fp32_chunk = int(np.lcm(pe.lanes, pe.fp32_per_beat))
-        raw_output = pe.out_words < pe.rows * fp32_chunk // pe.q24_per_word
-    I_pad = padded_intermediate(I, G, pe)
+    plan, I_pad, raw_output = plan_group(H, I, pe, G, raw_output)
     Ip = I_pad // G
-    try:
-        plan = plan_expert_stream(H, Ip, pe, raw_output=raw_output)
-    except ProgramError as e:
-        raise ProgramError(f"{e} [with I = {I} padded to {I_pad} over {G} PEs: "
-                           f"{Ip} channels a PE]") from None
     padded = Expert(_pad_rows(ex.up, I_pad), _pad_rows(ex.gate, I_pad),
                     QuantizedWeight(q=_pad_cols(ex.down.q, I_pad),
                                     scale=_pad_cols(ex.down.scale, I_pad // 32),

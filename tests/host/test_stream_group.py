@@ -44,11 +44,16 @@ def _check(x, ex, gw, mode, config, **kw):
     return job, res
 
 
-@pytest.mark.parametrize("model", PAPER_GROUP)
-@pytest.mark.parametrize("tokens", [1, 16])
-@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL])
+#: make test's cases (one-pass, I padded, two-pass); every preset of PAPER_GROUP at 1, 4 and 16
+#: tokens in both modes is the shape sweep of ``make bench`` (``elmoe3d.sw.host.shape_sweep``)
+PAPER_CASES = [("olmoe-1b-7b", 1, Mode.DRAFT), ("olmoe-1b-7b", 1, Mode.FULL),
+               ("olmoe-1b-7b", 16, Mode.FULL), ("qwen3-30b-a3b", 16, Mode.DRAFT),
+               ("deepseek-v2-lite", 1, Mode.DRAFT), ("deepseek-v2-lite", 1, Mode.FULL)]
+
+
+@pytest.mark.parametrize("model,tokens,mode", PAPER_CASES)
 def test_real_shapes_on_a_paper_group(model, tokens, mode):
-    """Every preset whose slice fits, on the 4 paper PEs of one aggregation-link group."""
+    """Presets whose slice fits, on the 4 paper PEs of one aggregation-link group."""
     p = MODEL_PRESETS[model]
     arch = preset("paper-4gb")
     x, ex, gw = _case(p.hidden, p.expert_intermediate, tokens, SEED + tokens)
@@ -141,3 +146,17 @@ def test_moe_layer_on_the_paper_die(mode):
     assert int((res.y.view(np.uint32) != ref.y.view(np.uint32)).sum()) == 0
     assert np.array_equal(res.out, ref.out)
     assert res.acc_overflow == ref.acc_overflow and res.vpu_saturation == ref.vpu_saturation
+
+
+def test_shape_sweep_records_and_errors():
+    """The shape sweep of make bench: a case's record, a refusal's record, a bad model name."""
+    from elmoe3d.sw.host.shape_sweep import SweepCase, main, run_case, sweep_cases, table
+    rec = run_case(SweepCase("olmoe-1b-7b", "paper-4gb", 1, "DRAFT"))
+    assert rec["status"] == "bit-exact" and rec["compared"] == 2048 and rec["mismatches"] == 0
+    ref = run_case(SweepCase("mixtral-8x7b", "mid", 1, "DRAFT"))
+    assert ref["status"] == "refused" and "ACT overflows" in ref["error"]
+    assert "refused: expert H=4096" in table([rec, ref])
+    assert len(sweep_cases(["olmoe-1b-7b"])) == 2 * 3 * 2
+    with pytest.raises(ValueError, match="unknown model 'nosuch'"):
+        sweep_cases(["nosuch"])
+    assert main(["--models", "nosuch"]) == 2
