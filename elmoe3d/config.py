@@ -1038,6 +1038,15 @@ class PEOptions:
         return self.word_bits // 32 // self.fp32_units
 
     @property
+    def output_raw_beat_cycles(self) -> int:
+        """Cycles per ``o`` DATA beat of OUTPUT ``raw`` (one OUT word a beat) with a ready
+        ``o``: 1 (two OUT banks: a read of both gives two beats; one bank: a word a read), or
+        P = :attr:`tile_passes` with :attr:`narrow_out` (a word from its P parts, a part read
+        a cycle). Its first beat comes ``2 + output_raw_beat_cycles`` cycles after OUTPUT
+        leaves its drain (the state change, the OUT read; no Fp32Converters)."""
+        return self.tile_passes if self.narrow_out else 1
+
+    @property
     def requant_word_cycles(self) -> int:
         """Cycles per HBUF word (W/32 Q16.16 values) of REQUANT: ``W/32 / requant_units``."""
         return self.word_bits // 32 // self.requant_units

@@ -1,6 +1,6 @@
 """The PE's OUTPUT engine: OUT rows (Q.24 values) to FP32 ``o`` DATA beats through
-:class:`~elmoe3d.hw.vpu.Fp32Converter` s (paper Section 4.1, Fig. 10b; ``docs/pe.md``,
-"OUTPUT")."""
+:class:`~elmoe3d.hw.vpu.Fp32Converter` s, or with ``raw`` the OUT words themselves (paper
+Section 4.1, Fig. 10b; ``docs/pe.md``, "OUTPUT")."""
 
 from __future__ import annotations
 
@@ -29,6 +29,22 @@ class OutputEngine(UnitDriver):
     ``s K + j`` in sub-step ``s``; the results are assembled in :attr:`bits` (the converters
     carry ``s`` as their tag) and the beat is offered once complete.
 
+    OUTPUT ``raw`` (``channels`` a multiple of W/64): ``row_blocks * rows * channels / (W/64)``
+    beats, each one OUT word unchanged (W/64 Q.24 values), words 0, 1, ... in address order,
+    read by the same reads in the same order as the FP32 pairs (the converters idle) and moved
+    into :attr:`bits` whenever it is free or its beat is taken in that cycle. Raw beat rate
+    with a ready ``o`` (:attr:`raw_beat_cycles`, ``PEOptions.output_raw_beat_cycles``):
+
+    * two OUT banks: a read fetches both banks' words (``2 row``, ``2 row + 1``), two beats,
+      the next pair read in the cycle the second word moves on: one beat a cycle;
+    * ``out_banks=1``: a word a read, the next read as the word moves on: one beat a cycle;
+    * ``out_parts`` P > 1 (``narrow_out``, the FPGA lean PE): a word is assembled in
+      :attr:`bits` from its P parts, a part read a cycle: one beat every P cycles (the
+      memory's W/P bits a cycle).
+
+    The first raw beat is offered ``2 + raw_beat_cycles`` cycles after OUTPUT leaves its drain
+    (the state change, the OUT read: ``PEOptions.output_latency`` without the converters).
+
     The converters are :attr:`units`, which the PE instantiates (its direct children, so that
     synthesis finds them, :mod:`elmoe3d.synth.blocks`) and connects to ``unit<j>_i`` and
     ``unit<j>_o``.
@@ -38,7 +54,7 @@ class OutputEngine(UnitDriver):
     start : In(1)
         OUTPUT starts (``args`` valid in this cycle): the row counter is loaded.
     args : In, ``op_layout(Op.OUTPUT)``
-        The command's ``row_blocks`` and ``channels``.
+        The command's ``row_blocks``, ``channels`` and ``raw``.
     active : In(1)
         The execute engine is in OUTPUT (reads are made only then).
     rd_addr, rd_en : Out
@@ -48,7 +64,7 @@ class OutputEngine(UnitDriver):
     o_ready : In(1)
         The beat on :attr:`bits` is taken in this cycle if :attr:`valid`.
     valid, bits : Out(1), Out(W)
-        A complete beat (W/32 FP32 values).
+        A complete beat (W/32 FP32 values, or with ``raw`` one OUT word).
     done : Out(1)
         OUTPUT has sent its last beat (every converter drained).
 
@@ -106,29 +122,54 @@ class OutputEngine(UnitDriver):
 
     @property
     def beat_cycles(self) -> int:
-        """Cycles per beat with a ready ``o``: ``W/32 / fp32_units``."""
+        """Cycles per FP32 beat with a ready ``o``: ``W/32 / fp32_units``."""
         return self._word_bits // 32 // self._k
+
+    @property
+    def raw_beat_cycles(self) -> int:
+        """Cycles per raw beat (OUTPUT ``raw``: one OUT word) with a ready ``o``: 1, or with
+        ``out_parts`` P > 1 (``narrow_out``) P, a part read a cycle."""
+        return self._out_parts
 
     def elaborate(self, platform):
         m = Module()
         R, W, K = self._rows, self._word_bits, self._k
         Q, OV = W // 32, W // 64
-        log_q = log2(Q)
+        log_ov = log2(OV)
         out_parts = self._out_parts
         cv_i, cv_o = unit_streams(self, K)
 
         op_row = Signal(16)
-        op_left = Signal(17)
+        op_left = Signal(17)          # pairs of OUT words (FP32 beats) still to read
+        raw = Signal()                # OUTPUT raw: the words themselves, no converters
         with m.If(self.start):
-            m.d.sync += [op_row.eq(0),
-                         op_left.eq(self.args.row_blocks * R * (self.args.channels >> log_q))]
+            # row_blocks R channels / (W/64) words in pairs (R is even; FP32: channels a
+            # multiple of W/32, so the pairs are its beats)
+            m.d.sync += [op_row.eq(0), raw.eq(self.args.raw),
+                         op_left.eq(self.args.row_blocks * (R // 2)
+                                    * (self.args.channels >> log_ov))]
         S = Q // K                    # sub-steps per beat
         ov = Signal()                 # the beat's OUT words are in the read port's data
         cv_s = Signal(range(max(S, 2)))
         cv_ready = cv_i[0].ready
         cv_last = (cv_s == S - 1) if S > 1 else Const(1, 1)
+        beat_valid = self.valid
+        beat_bits = self.bits
+        data_taken = beat_valid & self.o_ready
+        # raw: the read port's data (a pair, a word or a word's part) moves into the beat
+        # register whenever that is free or its beat is taken in this cycle
+        raw_take = Signal()
+        m.d.comb += raw_take.eq(raw & ov & (~beat_valid | self.o_ready))
+        raw_beat = Signal()           # raw_take completes a beat
         if self._out_banks == 2:
-            op_adv = ~ov | (cv_ready & cv_last)
+            # raw: two beats a read, word 2 row (bank 0) then 2 row + 1 (bank 1)
+            raw_hi = Signal()
+            with m.If(self.start):
+                m.d.sync += raw_hi.eq(0)
+            with m.If(raw_take):
+                m.d.sync += [raw_hi.eq(~raw_hi), beat_bits.eq(self.rd_data.word_select(raw_hi, W))]
+            m.d.comb += raw_beat.eq(raw_take)
+            op_adv = ~ov | Mux(raw, raw_take & raw_hi, cv_ready & cv_last)
             m.d.comb += [self.rd_addr.eq(op_row), self.rd_en.eq(op_adv)]
             with m.If(self.active & op_adv):
                 m.d.sync += ov.eq(op_left != 0)
@@ -142,14 +183,16 @@ class OutputEngine(UnitDriver):
             # one OUT memory: NR = 2 reads a beat, word 2 row + half (narrow_out: NR = 2 P,
             # its parts, read op_sub = half P + part at address Cat(op_sub, row)); read i is in
             # the read port for sub-steps [i SR, (i + 1) SR), SR = S / NR, and the next is read
-            # in the last of them
+            # in the last of them. Raw: the same reads in the same order, words 2 row and
+            # 2 row + 1 (part by part), each read into the beat register as it comes
             NR = 2 * out_parts
             SR = S // NR
             op_sub = Signal(log2(NR))
             with m.If(self.start):
                 m.d.sync += op_sub.eq(0)
-            op_adv = ~ov | (cv_ready & (cv_s[:log2(SR)] == SR - 1 if SR > 1
-                                        else Const(1, 1)))
+            op_adv = ~ov | Mux(raw, raw_take,
+                               cv_ready & (cv_s[:log2(SR)] == SR - 1 if SR > 1
+                                           else Const(1, 1)))
             m.d.comb += [self.rd_addr.eq(Cat(op_sub, op_row)), self.rd_en.eq(op_adv)]
             with m.If(self.active & op_adv):
                 m.d.sync += ov.eq(op_left != 0)
@@ -157,6 +200,19 @@ class OutputEngine(UnitDriver):
                     m.d.sync += op_sub.eq(op_sub + 1)
                     with m.If(op_sub == NR - 1):
                         m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
+            if out_parts > 1:
+                raw_part = Signal(log2(out_parts))     # the part in the read port's data
+                with m.If(self.start):
+                    m.d.sync += raw_part.eq(0)
+                with m.If(raw_take):
+                    m.d.sync += [raw_part.eq(raw_part + 1),
+                                 beat_bits.word_select(raw_part, W // out_parts)
+                                 .eq(self.rd_data)]
+                m.d.comb += raw_beat.eq(raw_take & (raw_part == out_parts - 1))
+            else:
+                with m.If(raw_take):
+                    m.d.sync += beat_bits.eq(self.rd_data)
+                m.d.comb += raw_beat.eq(raw_take)
             # sub-step s takes values [s K, (s + 1) K) of the beat: of its read, values
             # [(s mod SR) K, ...), so unit j selects by the sub-step's low bits
             read_values = [self.rd_data[64 * v:64 * (v + 1)] for v in range(OV // out_parts)]
@@ -164,37 +220,35 @@ class OutputEngine(UnitDriver):
             def cv_value(j):
                 return (Array(read_values[j::K])[cv_s[:log2(SR)]] if SR > 1
                         else read_values[j])
+        cv_feed = ov & ~raw           # the converters take the read port's values (FP32)
         if S > 1:
-            with m.If(ov & cv_ready):
+            with m.If(cv_feed & cv_ready):
                 m.d.sync += cv_s.eq(Mux(cv_last, 0, cv_s + 1))
-        beat_valid = self.valid
-        beat_bits = self.bits
         cv_take = Signal()
-        data_taken = beat_valid & self.o_ready
         for j in range(K):
             m.d.comb += [
-                cv_i[j].valid.eq(ov),
+                cv_i[j].valid.eq(cv_feed),
                 cv_i[j].payload.value.eq(cv_value(j)),
                 cv_o[j].ready.eq(~beat_valid | data_taken),
             ]
         m.d.comb += cv_take.eq(cv_o[0].valid & cv_o[0].ready)
         cv_inflight = Signal(range(8))
-        m.d.sync += cv_inflight.eq(cv_inflight + (ov & cv_ready) - cv_take)
+        m.d.sync += cv_inflight.eq(cv_inflight + (cv_feed & cv_ready) - cv_take)
         cv_bits = Cat(o.payload.bits for o in cv_o)
         if S > 1:
             m.d.comb += cv_i[0].payload.tag.eq(cv_s)
             cv_tag = cv_o[0].payload.tag
             with m.If(cv_take):
                 m.d.sync += beat_bits.word_select(cv_tag, 32 * K).eq(cv_bits)
-            with m.If(cv_take & (cv_tag == S - 1)):
-                m.d.sync += beat_valid.eq(1)
-            with m.Elif(data_taken):
-                m.d.sync += beat_valid.eq(0)
+            cv_beat = cv_take & (cv_tag == S - 1)
         else:
             with m.If(cv_take):
-                m.d.sync += [beat_bits.eq(cv_bits), beat_valid.eq(1)]
-            with m.Elif(data_taken):
-                m.d.sync += beat_valid.eq(0)
+                m.d.sync += beat_bits.eq(cv_bits)
+            cv_beat = cv_take
+        with m.If(cv_beat | raw_beat):
+            m.d.sync += beat_valid.eq(1)
+        with m.Elif(data_taken):
+            m.d.sync += beat_valid.eq(0)
         m.d.comb += self.done.eq(self.active & (op_left == 0) & ~ov & (cv_inflight == 0)
                                  & ~beat_valid)
         return m

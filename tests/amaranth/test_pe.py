@@ -876,6 +876,78 @@ def test_narrow_out_same_sink_cycles():
     print(f"  {runs[True]['cycles']} cycles with narrow_out, {runs[False]['cycles']} without")
 
 
+#: the OUT organisations OUTPUT raw is tested on: two banks (a pair a read), one bank (a word
+#: a read), OUT in quarter words (a part a read) with the most FP32 converters it allows, and
+#: the FPGA lean PE (quarter words, one converter)
+RAW_OUT_PES = {"default": None, "out1": {"fp32_units": 2, "out_banks": 1}, "narrow": NARROW,
+               "lean": FPGA_LEAN_PE}
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=lambda t: t.name)
+@pytest.mark.parametrize("pe", list(RAW_OUT_PES))
+def test_output_raw_after_combine(pe, traffic):
+    """OUTPUT ``raw`` after an expert's COMBINE GEMMs filled OUT (two tokens share a slot),
+    with an FP32 OUTPUT of the same rows between two raw ones (the second raw OUTPUT of
+    ``channels`` = 3 W/64, not a multiple of W/32: words 0 .. 3 R - 1): the ``o`` beats ==
+    fsim bit for bit under idle cycles and backpressure, on two OUT banks, one bank, OUT in
+    quarter words and the FPGA lean PE; the raw words' values converted to FP32 are the FP32
+    beats. With a ready ``o`` (smooth traffic): a raw beat every ``output_raw_beat_cycles``
+    cycles (1, and P = 4 with ``narrow_out``), its first ``2 + output_raw_beat_cycles`` after
+    the drain, and FP32 OUTPUT's beats and latency as without raw."""
+    from elmoe3d.config import FP32_LATENCY
+    from elmoe3d.hw.pe.output import OutputEngine
+    from elmoe3d.sw.golden.vpu import q24_to_fp32
+    options = RAW_OUT_PES[pe]
+    seed = 1380 + list(RAW_OUT_PES).index(pe) + 10 * (traffic is ROUGH)
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    OV = PE_CFG.q24_per_word
+    t, h, i = 5, 64, 32
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, t, h, i)
+    slots = np.array([2, 0, 1, 2, 3])
+    mode = Mode.DRAFT if traffic is SMOOTH else Mode.FULL
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode, output=False)
+    rbo = -(-(int(slots.max()) + 1) // R)
+    n_raw, n_fp, n_raw2 = rbo * R * h // OV, rbo * R * h // (2 * OV), R * 3
+    prog.output(row_blocks=rbo, channels=h, raw=True)
+    prog.output(row_blocks=rbo, channels=h)
+    prog.output(row_blocks=1, channels=3 * OV, raw=True)
+    prog.barrier()
+    prog.status()
+    dut = PE(config=ARCH, **(options or {}))
+    got, ref = compare_with_fsim(prog, ld, traffic=traffic, seed=seed, dut=dut)
+    assert [k for k, _ in got["o"]] == [OKind.DATA] * (n_raw + n_fp + n_raw2) + [OKind.STATUS]
+    data = [d for _, d in got["o"][:-1]]
+    raw, fp, raw2 = data[:n_raw], data[n_raw:n_raw + n_fp], data[n_raw + n_fp:]
+    vals = asm.unpack_q24(asm.ints_to_words(raw, PE_CFG), PE_CFG)
+    assert np.count_nonzero(vals.reshape(-1, h).any(axis=1)) == 4    # slots 0 .. 3 combined
+    assert raw2 == raw[:n_raw2]
+    conv = q24_to_fp32(vals.reshape(-1)).view(np.uint32)
+    fp_vals = asm.unpack_fp32(asm.ints_to_words(fp, PE_CFG), PE_CFG).reshape(-1)
+    assert np.array_equal(conv, fp_vals.view(np.uint32))
+    opts = dut.options
+    r = opts.output_raw_beat_cycles
+    assert r == (4 if pe in ("narrow", "lean") else 1)
+    engine = OutputEngine(rows=R, word_bits=PE_CFG.word_bits, fp32_units=opts.fp32_units,
+                          out_banks=opts.out_banks, out_parts=4 if opts.narrow_out else 1)
+    assert engine.raw_beat_cycles == r and engine.beat_cycles == opts.output_beat_cycles
+    del engine
+    gc.collect()
+    if traffic is SMOOTH:
+        cyc = got["o_cycles"]
+        c_raw, c_fp = cyc[:n_raw], cyc[n_raw:n_raw + n_fp]
+        c_raw2 = cyc[n_raw + n_fp:n_raw + n_fp + n_raw2]
+        assert set(np.diff(c_raw)) == set(np.diff(c_raw2)) == {r}
+        assert set(np.diff(c_fp)) == {opts.output_beat_cycles}
+        # last beat taken, 2 cycles to IDLE, the next OUTPUT's state change and read, then its
+        # sub-steps (raw: r cycles into the beat register; FP32: through the converters)
+        assert c_raw2[0] - c_fp[-1] == 3 + 2 + r
+        assert c_fp[0] - c_raw[-1] == 3 + 2 + FP32_LATENCY + opts.output_beat_cycles
+        print(f"  raw: a beat every {r} cycles ({n_raw} beats in {c_raw[-1] - c_raw[0] + 1}), "
+              f"FP32: every {opts.output_beat_cycles}")
+
+
 def test_rw_collision_probe_fires_for_a_racing_load():
     """The bench's ``rw_collision`` check can fail: LOADs into an ACT word without a fence,
     one a cycle while a GEMM re-reads that word every 32 cycles, write it in a cycle the GEMM
