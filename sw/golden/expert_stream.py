@@ -53,6 +53,7 @@ from .quant import QuantizedWeight, quantize_activations
 
 
 __all__ = ["StreamedJob", "StreamPlan", "plan_expert_stream", "build_streamed_expert_program",
+           "place_chunks",
            "stream_pe_program", "ROLES"]
 
 
@@ -188,6 +189,24 @@ def plan_expert_stream(hidden: int, intermediate: int, config, *,
                       hidden_out=hidden_out, act_words=act, wmem_words=pe.wmem_words)
 
 
+def place_chunks(chunks, vals, tokens: int, hidden: int, dtype) -> np.ndarray:
+    """The ``[tokens, hidden]`` outputs from the values of a streamed program's OUTPUTs in
+    order (``chunks``: ``(token0, rows, channel0, channels)`` per OUTPUT; rows beyond
+    ``tokens`` and channels beyond ``hidden``, the padding, are dropped). Raises ProgramError
+    when the count of values differs from what the OUTPUTs emit."""
+    out = np.zeros((tokens, hidden), dtype)
+    pos = 0
+    for t0, rows, c0, ch in chunks:
+        block = vals[pos:pos + rows * ch].reshape(rows, ch)
+        pos += rows * ch
+        n, c1 = min(rows, tokens - t0), min(c0 + ch, hidden)
+        out[t0:t0 + n, c0:c1] = block[:n, :c1 - c0]
+    if pos != vals.size:
+        raise ProgramError(f"decode: {vals.size} output values, the program's OUTPUTs emit "
+                           f"{pos}")
+    return out
+
+
 @dataclass(eq=False)
 class StreamedJob(PEJob):
     """A :class:`~.expert.PEJob` of the streamed expert program; its OUTPUT beats come per
@@ -207,18 +226,7 @@ class StreamedJob(PEJob):
         return self._place(result.data().reshape(-1), np.float32)
 
     def _place(self, vals, dtype):
-        out = np.zeros((self.tokens, self.hidden), dtype)
-        pos = 0
-        for t0, rows, c0, ch in self.chunks:
-            block = vals[pos:pos + rows * ch].reshape(rows, ch)
-            pos += rows * ch
-            n, c1 = min(rows, self.tokens - t0), min(c0 + ch, self.hidden)
-            out[t0:t0 + n, c0:c1] = block[:n, :c1 - c0]
-        if pos != vals.size:
-            raise ProgramError(f"decode: {vals.size} FP32 values, the program's OUTPUTs emit "
-                               f"{pos}")
-        return out
-
+        return place_chunks(self.chunks, vals, self.tokens, self.hidden, dtype)
 
 class _Matrix:
     """A weight matrix (rows ``order`` of ``qw``) in column blocks of L rows and K chunks of at

@@ -69,7 +69,7 @@ from ..golden.quant import GROUP, quantize_activations
 
 
 __all__ = ["PHASES", "DEFAULT_BUFFER_WORDS", "LinkScheduleError", "ExtTransfer", "GroupJob",
-           "GroupResult", "compile_group", "group_routing", "run_group",
+           "GroupResult", "compile_group", "group_pe", "group_routing", "run_group",
            "check_link_schedule", "link_actions", "DEFAULT_EXT_FIFO_WORDS"]
 
 #: Phases of speculative decoding a group program runs (paper Section 5.1).
@@ -448,6 +448,21 @@ def _mask(pes_list):
 
 # ---- the compiler ------------------------------------------------------------------------------
 
+def group_pe(config, pes=None) -> tuple:
+    """``(PEConfig, G)`` of a group compile: an ArchConfig gives its PE and ``pes_per_group``
+    (``pes`` overrides it); a PEConfig needs ``pes``. ValueError / TypeError naming ``pes`` /
+    ``config`` otherwise."""
+    if isinstance(config, ArchConfig):
+        return config.pe, config.pes_per_group if pes is None else pes
+    if isinstance(config, PEConfig):
+        if pes is None:
+            raise ValueError("pes: required with a PEConfig (an ArchConfig gives "
+                             "pes_per_group)")
+        return config, pes
+    raise TypeError(f"config: expected an ArchConfig or a PEConfig, got "
+                    f"{type(config).__name__}")
+
+
 def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
                   group_experts=None, buffer_words: int = DEFAULT_BUFFER_WORDS,
                   root: int = 0) -> GroupJob:
@@ -494,17 +509,7 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
     """
     if phase not in PHASES:
         raise ValueError(f"phase: expected one of {PHASES}, got {phase!r}")
-    if isinstance(config, ArchConfig):
-        pe = config.pe
-        pes = config.pes_per_group if pes is None else pes
-    elif isinstance(config, PEConfig):
-        pe = config
-        if pes is None:
-            raise ValueError("pes: required with a PEConfig (an ArchConfig gives "
-                             "pes_per_group)")
-    else:
-        raise TypeError(f"config: expected an ArchConfig or a PEConfig, got "
-                        f"{type(config).__name__}")
+    pe, pes = group_pe(config, pes)
     G = _int_param("pes", pes, 2)
     if G > 16:
         raise ValueError(f"pes: at most 16 PEs per group (link masks), got {G}")

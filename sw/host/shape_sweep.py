@@ -25,7 +25,7 @@ from ..golden.expert_stream import build_streamed_expert_program, plan_expert_st
 from .models import MODEL_PRESETS
 
 
-__all__ = ["SweepCase", "sweep_cases", "run_case", "run_sweep", "main"]
+__all__ = ["SweepCase", "sweep_cases", "run_case", "run_sweep", "synthetic_expert", "main"]
 
 #: (PE, how): one PE of ``mid``, or a 4-PE group of paper PEs
 TARGETS = (("mid", "one PE"), ("paper-4gb", "4-PE group"))
@@ -51,15 +51,23 @@ def sweep_cases(models=None, tokens=(1, 4, 16), modes=("DRAFT", "FULL")) -> list
             for m in modes]
 
 
+def synthetic_expert(hidden: int, intermediate: int, tokens: int, seed) -> tuple:
+    """``(x [T, H] float32, Expert, gate weights [T] float32)``: seeded normal weights
+    (std 0.05) and inputs (std 1) and uniform gate weights in 0.1..1, in a real shape. The
+    synthetic case of the sweep and of the tests (labelled synthetic wherever reported)."""
+    rng = np.random.default_rng(seed)
+    wu, wg = (rng.standard_normal((intermediate, hidden)).astype(np.float32) * 0.05
+              for _ in range(2))
+    wd = rng.standard_normal((hidden, intermediate)).astype(np.float32) * 0.05
+    x = rng.standard_normal((tokens, hidden)).astype(np.float32)
+    gw = rng.uniform(0.1, 1.0, tokens).astype(np.float32)
+    return x, Expert.quantize(wu, wg, wd), gw
+
+
 def _weights(model, tokens):
     p = MODEL_PRESETS[model]
     H, I = p.hidden, p.expert_intermediate
-    rng = np.random.default_rng([SEED, H, I, tokens])
-    wu, wg = (rng.standard_normal((I, H)).astype(np.float32) * 0.05 for _ in range(2))
-    wd = rng.standard_normal((H, I)).astype(np.float32) * 0.05
-    x = rng.standard_normal((tokens, H)).astype(np.float32)
-    gw = rng.uniform(0.1, 1.0, tokens).astype(np.float32)
-    return x, Expert.quantize(wu, wg, wd), gw
+    return synthetic_expert(H, I, tokens, [SEED, H, I, tokens])
 
 
 def run_case(case: SweepCase) -> dict:

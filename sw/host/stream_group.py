@@ -38,9 +38,9 @@ from ..golden.datapath import saturating_add
 from ..golden.expert import (Expert, _gate_bits, _mode, as_expert, check_x, expert_tokens,
                              parse_routing)
 from ..golden.vpu import q24_to_fp32
-from ..golden.expert_stream import plan_expert_stream, stream_pe_program
+from ..golden.expert_stream import place_chunks, plan_expert_stream, stream_pe_program
 from ..golden.quant import QuantizedWeight, quantize_activations
-from .parallel import DEFAULT_BUFFER_WORDS, GroupJob
+from .parallel import DEFAULT_BUFFER_WORDS, GroupJob, group_pe
 
 
 __all__ = ["StreamGroupJob", "compile_expert_group", "plan_group", "slice_step",
@@ -112,16 +112,7 @@ class StreamGroupJob(GroupJob):
         return self._place(np.asarray(data, np.float32).reshape(-1), np.float32)
 
     def _place(self, vals, dtype):
-        out = np.zeros((self.tokens, self.hidden), dtype)
-        pos = 0
-        for t0, rows, c0, ch in self.chunks:
-            block = vals[pos:pos + rows * ch].reshape(rows, ch)
-            pos += rows * ch
-            n, c1 = min(rows, self.tokens - t0), min(c0 + ch, self.hidden)
-            out[t0:t0 + n, c0:c1] = block[:n, :c1 - c0]
-        if pos != vals.size:
-            raise ProgramError(f"decode: {vals.size} values, the root's OUTPUTs emit {pos}")
-        return out
+        return place_chunks(self.chunks, vals, self.tokens, self.hidden, dtype)
 
     def root_out(self, state):
         return None                    # OUT held one chunk at a time
@@ -168,18 +159,7 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
     ValueError
         A bad parameter (named).
     """
-    if isinstance(config, ArchConfig):
-        pe = config.pe
-        G = config.pes_per_group if pes is None else pes
-    elif isinstance(config, PEConfig):
-        pe = config
-        if pes is None:
-            raise ValueError("pes: required with a PEConfig (an ArchConfig gives "
-                             "pes_per_group)")
-        G = pes
-    else:
-        raise TypeError(f"config: expected an ArchConfig or a PEConfig, got "
-                        f"{type(config).__name__}")
+    pe, G = group_pe(config, pes)
     if not isinstance(G, int) or not 1 <= G <= 16:
         raise ValueError(f"pes: expected 1..16 PEs (link masks), got {G!r}")
     if not isinstance(root, int) or not 0 <= root < G:

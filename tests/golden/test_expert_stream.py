@@ -14,19 +14,15 @@ from elmoe3d.sw.golden.datapath import Mode
 from elmoe3d.sw.golden.expert import Expert, ref_moe
 from elmoe3d.sw.golden.expert_stream import build_streamed_expert_program, plan_expert_stream
 from elmoe3d.sw.host.models import MODEL_PRESETS
+from elmoe3d.sw.host.shape_sweep import synthetic_expert
 
 SEED = 2024
 SWIGLU_MODELS = sorted(n for n, p in MODEL_PRESETS.items() if p.ffn == "swiglu")
 
 
 def _case(hidden, inter, tokens, seed):
-    rng = np.random.default_rng(seed)
     print(f"seed {seed}: H={hidden} I={inter} T={tokens}")
-    wu, wg = (rng.standard_normal((inter, hidden)).astype(np.float32) * 0.05 for _ in range(2))
-    wd = rng.standard_normal((hidden, inter)).astype(np.float32) * 0.05
-    x = rng.standard_normal((tokens, hidden)).astype(np.float32)
-    gw = rng.uniform(0.1, 1.0, tokens).astype(np.float32)
-    return x, Expert.quantize(wu, wg, wd), gw
+    return synthetic_expert(hidden, inter, tokens, seed)
 
 
 def _check(x, ex, gw, mode, config):
