@@ -22,10 +22,11 @@ __all__ = ["row_layout", "ResultStage"]
 def row_layout(lanes: int) -> data.StructLayout:
     """A result row on its way into a VPU sink: ``acc`` (``lanes`` s64 accumulators), ``sink``
     (:class:`~elmoe3d.isa.Sink`), ``full`` (FULL mode), ``t`` (token row), ``ch`` (first
-    channel of the block), ``stride`` (OUT / HBUF words per token row)."""
+    channel of the block), ``stride`` (OUT / HBUF words per token row), ``keep`` (the GEMM's
+    ``max_keep``: SWIGLU's channel 0 raises the row max instead of starting it)."""
     return data.StructLayout({"acc": data.ArrayLayout(signed(64), lanes), "sink": unsigned(2),
                               "full": unsigned(1), "t": unsigned(16), "ch": unsigned(16),
-                              "stride": unsigned(16)})
+                              "stride": unsigned(16), "keep": unsigned(1)})
 
 
 class ResultStage(wiring.Component):
@@ -160,6 +161,7 @@ class ResultStage(wiring.Component):
                 "tok_base": Signal(8, name=f"{prefix}_tok_base"),
                 "stride": Signal(16, name=f"{prefix}_stride"),
                 "pin": Signal(name=f"{prefix}_pin"),
+                "keep": Signal(name=f"{prefix}_keep"),
                 "seq": Signal(SEQ, name=f"{prefix}_seq"),
             }
         dq, ds = desc_regs("dq"), desc_regs("ds")
@@ -183,6 +185,7 @@ class ResultStage(wiring.Component):
         res_ch = Signal(16)
         res_stride = Signal(16)
         res_pin = Signal()           # the held result takes psum_in words
+        res_keep = Signal()          # max_keep (SWIGLU)
         res_seq = Signal(SEQ)
         res_done = Signal()          # the sink finishes the held result in this cycle
         m.d.comb += tile_o.ready.eq(~res_valid | res_done)
@@ -199,6 +202,7 @@ class ResultStage(wiring.Component):
                 res_ch.eq(s_ch),
                 res_stride.eq(ds["stride"]),
                 res_pin.eq(ds["pin"]),
+                res_keep.eq(ds["keep"]),
                 res_seq.eq(ds["seq"]),
             ]
             with m.If(s_rb == ds["rbn"] - 1):
@@ -229,6 +233,7 @@ class ResultStage(wiring.Component):
                     dq["tok_base"].eq(f.tok_base),
                     dq["stride"].eq(f.stride),
                     dq["pin"].eq(f.psum_in),
+                    dq["keep"].eq(f.max_keep),
                     dq["seq"].eq(seq),
                 ]
 
@@ -288,6 +293,7 @@ class ResultStage(wiring.Component):
                 a.t.eq(row_t),
                 a.ch.eq(res_ch),
                 a.stride.eq(res_stride),
+                a.keep.eq(res_keep),
                 a_seq.eq(res_seq),
             ]
         log_tk = log2(OV) - log2(self._io_parts)   # TOK entries of a read: W/64/io_parts

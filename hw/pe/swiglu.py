@@ -30,7 +30,7 @@ class SwiGLUSink(UnitDriver):
     HBUF values (a masked word write, ``hbuf_w_*``) and then updates the row's max |h| by a
     read-modify-write of its ROWMAX register (the read port is transparent: a sub-step's
     update sees the previous one's write; the sub-step with channel 0 of the row starts the
-    max).
+    max, unless the GEMM has ``max_keep``: then it raises it like the others).
 
     The units are :attr:`units`, which the PE instantiates (its direct children, for
     synthesis, :mod:`elmoe3d.synth.blocks`) and connects to ``unit<j>_i`` / ``unit<j>_o``.
@@ -149,7 +149,8 @@ class SwiGLUSink(UnitDriver):
             m.d.sync += sw_sub.eq(Mux(sw_last, 0, sw_sub + 1))
         m.d.comb += self.stall.eq(a_sw & ~sw_last)
         # Tag of unit 0: HBUF word address, position of the sub-step's first value in the
-        # word, FULL, token row, start (channel 0 of the row: the row max starts).
+        # word, FULL, token row, start (channel 0 of the row and not max_keep: the row max
+        # starts).
         sw_tag_layout = self._tag_layout
 
         def sw_pair(c, full):
@@ -183,7 +184,7 @@ class SwiGLUSink(UnitDriver):
             sw_tag_in.pos.eq((a_ch[:log_q] + sw_sub * S)[:log_q] if log_q else 0),
             sw_tag_in.full.eq(a_full),
             sw_tag_in.t.eq(a_t),
-            sw_tag_in.start.eq((a_ch == 0) & (sw_sub == 0)),
+            sw_tag_in.start.eq((a_ch == 0) & (sw_sub == 0) & ~a.keep),
             sw_i[0].payload.tag.eq(sw_tag_in),
         ]
         sw_out = sw_o[0].valid

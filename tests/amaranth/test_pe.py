@@ -1497,6 +1497,7 @@ class ChainProgram:
         self.rng, self.n_tok = rng, n_tok
         self.prog, self.ld, self.link_i = asm.Program(PE_CFG), [], []
         self.act_next, self.buf, self.gemm_beats = 0, 0, 0
+        self.act_words = PE_CFG.act_words     # ACT words _act_words hands out (from 0)
         self.prog.clear(out=True, rowmax=True, flags=True, counters=True)
         tok = {"e_x": rng.integers(-10, -4, n_tok), "e_h": rng.integers(-20, -12, n_tok),
                "gate": rng.integers(0x3000, 0x3C00, n_tok).astype(np.uint16),
@@ -1510,7 +1511,7 @@ class ChainProgram:
     def _act_words(self, n):
         """``n`` free ACT words: (address, whether their LOAD needs a fence: ACT used up, they
         start from word 0 again)."""
-        fence = self.act_next + n > PE_CFG.act_words
+        fence = self.act_next + n > self.act_words
         if fence:
             self.act_next = 0
         self.act_next += n
@@ -1523,7 +1524,7 @@ class ChainProgram:
         return addr
 
     def chain(self, steps, *, sink, tok_base=0, psum_in=False, pause=None, big=None,
-              groups=None, act_reuse=False):
+              groups=None, act_reuse=False, out_base=None, max_keep=None):
         """One result from ``steps``, each ``(chunk, modes)``: load the K chunk ``chunk`` of the
         chain's weights (the planes ``modes`` need) into the next buffer, then one GEMM per
         mode on those words (the last releases the buffer). ``groups``: the chunks' group
@@ -1532,7 +1533,9 @@ class ChainProgram:
         activations at the same words, each loaded (with a fence) after the GEMMs of the
         chunk before, which hold their accumulators (chunks in order). ``pause`` (commands
         after the chain's first GEMM): "status" (BARRIER, STATUS), "flags" (BARRIER, STATUS,
-        CLEAR flags), "send" (SEND of an ACT word). Returns the chain's GEMM fields."""
+        CLEAR flags), "send" (SEND of an ACT word). ``out_base``: the sink's first channel
+        (random by default); ``max_keep`` (SWIGLU): the last GEMM's flag, the held GEMMs' at
+        random (the last GEMM's decides). Returns the chain's GEMM fields."""
         rng = self.rng
         if groups is None:
             groups = [int(g) for g in rng.integers(1, 5, 1 + max(c for c, _ in steps))]
@@ -1570,10 +1573,14 @@ class ChainProgram:
                          acc_hold=not last, psum_in=psum_in and last)
                 if sink is Sink.SWIGLU:
                     f.update(stride=self.STRIDE_H,
-                             out_base=2 * int(rng.integers(0, 16 * self.STRIDE_H // 2)))
+                             out_base=out_base if out_base is not None
+                             else 2 * int(rng.integers(0, 16 * self.STRIDE_H // 2)))
+                    if max_keep is not None:
+                        f["max_keep"] = bool(max_keep) if last else bool(rng.random() < 0.5)
                 elif sink is Sink.COMBINE:
                     f.update(stride=self.STRIDE_O,
-                             out_base=4 * int(rng.integers(0, 8 * self.STRIDE_O // 4)))
+                             out_base=out_base if out_base is not None
+                             else 4 * int(rng.integers(0, 8 * self.STRIDE_O // 4)))
                 self.prog.gemm(**f)
                 fields.append(f)
                 if f["psum_in"]:
@@ -1590,20 +1597,27 @@ class ChainProgram:
                 k += 1
         return fields
 
-    def plain_gemm(self, mode=Mode.DRAFT, rbn=2, cbn=2, G=2):
-        """An ordinary GEMM of ``rbn x cbn`` results to RAW between the chains."""
+    def plain_gemm(self, mode=Mode.DRAFT, rbn=2, cbn=2, G=2, *, sink=Sink.RAW, act_base=None,
+                   shrink=0, **fields):
+        """An ordinary GEMM of ``rbn x cbn`` results to RAW between the chains (or to ``sink``
+        with the sink ``fields``: ``out_base``, ``tok_base``, ``max_keep``, ...; the stride of
+        the sink's rows by default). ``act_base``: its activations are there already (not
+        loaded). ``shrink``: the scales divided by 2^shrink."""
         ops = [_chain_operands(self.rng, G) for _ in range(max(rbn, cbn))]
-        act_base = self._load_act(np.concatenate([o[0] for o in ops[:rbn]]))
+        if act_base is None:
+            act_base = self._load_act(np.concatenate([o[0] for o in ops[:rbn]]))
         b = self.buf
         self.buf ^= 1
         for target, part in ((Target.WMSB, 1), (Target.WLSB, 2)):
             self._load(target, 0, asm.pack_wgt(np.concatenate([o[part] for o in ops[:cbn]]),
                                                PE_CFG), buf=b)
-        scl = np.concatenate([o[3] for o in ops[:cbn]])
+        scl = np.concatenate([o[3] for o in ops[:cbn]]) - np.uint16(shrink << 10)
         ent = np.concatenate([scl, np.zeros((-len(scl) % 8, L), np.uint16)]).reshape(-1, 8, L)
         self._load(Target.WSCALE, 0, asm.pack_scales(ent, PE_CFG), buf=b, signal=True)
+        if sink is not Sink.RAW:
+            fields.setdefault("stride", self.STRIDE_H if sink is Sink.SWIGLU else self.STRIDE_O)
         self.prog.gemm(mode=mode, wbuf=b, act_base=act_base, w_base=0, row_blocks=rbn,
-                       col_blocks=cbn, groups=G, sink=Sink.RAW, wait=True, release=True)
+                       col_blocks=cbn, groups=G, sink=sink, wait=True, release=True, **fields)
         self.gemm_beats += rbn * cbn * G * (2 if mode is Mode.FULL else 1)
 
     def finish(self):
@@ -1809,3 +1823,146 @@ def test_held_gemm_completes_without_a_result():
     assert got["o_cycles"][0] < beats[2 * G]              # the STATUS before the last GEMM
     assert [s["gemm_beats"] for s in ref.statuses()] == [2 * G, 3 * G]
     assert len(ref.link_o) == 1
+
+
+# ---- GEMM max_keep (SWIGLU: channel 0 raises the row max instead of starting it) ---------------
+
+def without_max_keep(prog):
+    """``prog`` with every GEMM's ``max_keep`` cleared."""
+    p = asm.Program(prog.pe)
+    for c in prog:
+        p.append(c.op, **(dict(c.fields, max_keep=0) if "max_keep" in c.fields else c.fields))
+    return p
+
+
+class KeepProgram(ChainProgram):
+    """A :class:`ChainProgram` of SWIGLU GEMMs on rows of 32 channels (two HBUF words: one
+    REQUANT group), the last ``n_tok / rows`` ACT words kept for REQUANT's h codes."""
+
+    STRIDE_H = 2
+
+    def __init__(self, rng, n_tok=8):
+        super().__init__(rng, n_tok)
+        self.h_base = PE_CFG.act_words - n_tok // R
+        self.act_words = self.h_base
+
+
+def random_max_keep_program(rng):
+    """Rounds of SWIGLU GEMMs on random row blocks, each: a GEMM at channel 0 (random mode,
+    blocks and groups; ``max_keep`` at random), a GEMM at channel 0 with ``max_keep`` over the
+    same rows (the second pass: it only raises their maxima), a chain at channel 0 (DRAFT
+    chunks, or LSB_ONLY + MSB_ONLY of each chunk; the last GEMM's ``max_keep`` at random, the
+    held GEMMs' at random too), a GEMM at a later channel; a GEMM at channel 0 of a row block
+    and a second pass over it with max_keep and 16 times smaller scales (max_keep matters
+    there); then REQUANT of every row (the h
+    codes from the maxima), SEND of the codes, a COMBINE GEMM on them (its o beats through
+    OUTPUT), and :meth:`ChainProgram.finish` (HBUF and the row maxima on link_o, STATUS).
+    Returns (program, ld, link_i)."""
+    cp = KeepProgram(rng)
+    n_rb = cp.n_tok // R
+    modes = (Mode.DRAFT, Mode.FULL, Mode.MSB_ONLY, Mode.LSB_ONLY)
+
+    def mode():
+        return modes[int(rng.integers(0, 4))]
+
+    for _ in range(3):
+        rb0 = int(rng.integers(0, n_rb))
+        rbn = int(rng.integers(1, n_rb - rb0 + 1))
+        tb = rb0 * R
+        for keep in (bool(rng.random() < 0.3), True):
+            cp.plain_gemm(mode(), rbn, int(rng.integers(1, 5)), int(rng.integers(1, 3)),
+                          sink=Sink.SWIGLU, tok_base=tb, out_base=0, max_keep=keep)
+        n = int(rng.integers(1, 3))
+        steps = ([(c, [Mode.DRAFT]) for c in range(n + 1)] if rng.random() < 0.5
+                 else [(c, [Mode.LSB_ONLY, Mode.MSB_ONLY]) for c in range(n)])
+        cp.chain(steps, act_reuse=True, sink=Sink.SWIGLU, out_base=0,
+                 tok_base=R * int(rng.integers(rb0, rb0 + rbn)),
+                 max_keep=bool(rng.random() < 0.5))
+        cbn = int(rng.integers(1, 5))
+        cp.plain_gemm(mode(), rbn, cbn, 1, sink=Sink.SWIGLU, tok_base=tb,
+                      out_base=2 * int(rng.integers(1, 16 - cbn + 1)),
+                      max_keep=bool(rng.random() < 0.5))
+    # a second pass whose channel-0 block has a smaller max (scales / 16) than the first's
+    tb = R * int(rng.integers(0, n_rb))
+    cp.plain_gemm(Mode.DRAFT, 1, 4, 2, sink=Sink.SWIGLU, tok_base=tb, out_base=0)
+    cp.plain_gemm(Mode.DRAFT, 1, 1, 2, sink=Sink.SWIGLU, tok_base=tb, out_base=0,
+                  max_keep=True, shrink=4)
+    cp.prog.requant(row_blocks=n_rb, channels=32, act_base=cp.h_base, tok_base=0)
+    cp.prog.barrier()
+    cp.prog.send(Target.ACT, cp.h_base, n_rb)
+    m = mode()
+    cp.plain_gemm(m, n_rb, int(rng.integers(1, 5)), 1, sink=Sink.COMBINE, act_base=cp.h_base, tok_base=0, out_base=0)
+    return cp.finish()
+
+
+@pytest.mark.parametrize("traffic, pe, seed", [
+    ("smooth", None, 1500), ("rough", None, 1501), ("rough", "lean", 1502),
+    ("smooth", "S1", 1503),
+], ids=["smooth", "rough", "rough-lean", "smooth-swiglu_units1"])
+def test_max_keep_equals_fsim(traffic, pe, seed):
+    """Random programs of SWIGLU GEMMs at channel 0 with and without ``max_keep``
+    (random_max_keep_program: a later GEMM over the same rows with max_keep, K chains whose
+    last GEMM's max_keep decides), REQUANT and a COMBINE GEMM on the h codes: RTL == fsim
+    (the HBUF rows, row maxima and h codes on link_o, the o DATA beats of OUTPUT, STATUS on
+    the functional fields), with and without idle cycles and backpressure, on the FPGA-lean
+    PE (one SwiGLU unit: channel 0 in sub-step 0; quarter-word ROWMAX) and with one SwiGLU
+    unit on the default PE. The programs' max_keep flags matter: fsim without them differs."""
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    options = {None: None, "lean": FPGA_LEAN_PE, "S1": {"swiglu_units": 1}}[pe]
+    for _ in range(2):
+        prog, ld, link_i = random_max_keep_program(rng)
+        got, ref = compare_with_fsim(prog, ld, link_i, seed=seed, traffic=TRAFFIC[traffic],
+                                     pe_options=options)
+        assert ref.ld_used == len(ld)
+        assert any(c.fields.get("max_keep") for c in prog)
+        plain = fsim.run(without_max_keep(prog), ld, link_i)
+        assert plain.link_o != ref.link_o            # row maxima and h codes differ
+
+
+#: The small PE with 4 HBUF words (a row block's h of 32 channels: I = 64 takes two passes)
+#: and 8 ACT words (x of H = 256 does not fit beside the h codes: x streams in 3-group slots).
+TWO_PASS_ARCH = dataclasses.replace(ARCH, name="small-2pass", iomem_bytes=8192,
+                                    iomem_split=(2, 1, 1, 28))
+
+
+@pytest.mark.parametrize("mode, hidden, tokens, pe, seed", [
+    (Mode.DRAFT, 64, 3, None, 1510), (Mode.FULL, 64, 3, "lean", 1511),
+    (Mode.FULL, 256, 2, None, 1512),
+], ids=["DRAFT", "FULL-lean", "FULL-x_stream"])
+def test_two_pass_expert_equals_fsim(mode, hidden, tokens, pe, seed):
+    """The streamed expert program (sw/golden/expert_stream.py) with two passes over up/gate
+    (I = 64 in two HBUF chunks of 32 channels; pass 1 for the row max, pass 2 chunk by chunk
+    with max_keep, each chunk requantized with the full row's exponent), x resident or
+    streamed (H = 256), on a small PE with 4 HBUF words: RTL == fsim (o beats, STATUS) and
+    the decoded FP32 == ref_expert bit for bit; 3 tokens (two token tiles) under idle cycles
+    and backpressure, and on the FPGA-lean PE. Chunk 1's up weights are 4x larger, so a row's
+    max lies in chunk 1, above pass 2's channel-0 block's: the program without max_keep gives
+    other h codes and outputs (fsim), and the RTL follows it there too (DRAFT)."""
+    from elmoe3d.sw.golden.expert import ref_expert
+    from elmoe3d.sw.golden.expert_stream import build_streamed_expert_program
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    i = 64
+    x = rng.normal(size=(tokens, hidden))
+    up, gate = (rng.normal(size=(i, hidden)) * 0.2 for _ in range(2))
+    up[32:] *= 4
+    down = rng.normal(size=(hidden, i)) * 0.2
+    gw = rng.uniform(0.2, 1.0, tokens)
+    job = build_streamed_expert_program(x, (up, gate, down), gw, mode, TWO_PASS_ARCH)
+    assert (job.info["passes"], job.info["x_stream"]) == (2, hidden == 256)
+    assert any(c.fields.get("max_keep") for c in job.program)
+    plain = without_max_keep(job.program)
+    options = FPGA_LEAN_PE if pe == "lean" else {}
+    traffic = ROUGH if pe is None and hidden == 64 else SMOOTH
+    _, ref = compare_with_fsim(job.program, job.ld, seed=seed, traffic=traffic,
+                               dut=PE(config=TWO_PASS_ARCH, **options))
+    want = ref_expert(x, up, gate, down, gw, mode)
+    y = job.decode(ref)                              # == the RTL's o beats (compared)
+    assert np.array_equal(y.view(np.uint32), want.y.view(np.uint32))
+    if mode is Mode.DRAFT:
+        _, ref = compare_with_fsim(plain, job.ld, seed=seed, traffic=traffic,
+                                   dut=PE(config=TWO_PASS_ARCH, **options))
+    else:
+        ref = fsim.run(plain, job.ld)
+    assert not np.array_equal(job.decode(ref).view(np.uint32), want.y.view(np.uint32))
