@@ -656,9 +656,10 @@ async def test_hb_roofline(dut):
 
 
 #: ``test_real_expert`` defaults: model presets (:data:`~elmoe3d.sw.host.models.MODEL_PRESETS`)
-#: whose expert shape (``hidden`` x ``expert_intermediate``) is run, tokens per case, modes.
+#: whose expert shape (``hidden`` x ``expert_intermediate``) is run, tokens per case, modes;
+#: ``real_shape_tokens`` (preset name -> tokens) replaces ``real_tokens`` for a shape.
 REAL_DEFAULTS = {"real_shapes": ["qwen3-30b-a3b"], "real_tokens": [1],
-                 "real_modes": ["DRAFT", "FULL"]}
+                 "real_modes": ["DRAFT", "FULL"], "real_shape_tokens": {}}
 
 
 REAL_NOTE = ("expert weights (~N(0, 0.05)), token activations (~N(0, 1)) and gate weights "
@@ -683,12 +684,18 @@ async def test_real_expert(dut):
     K-chained GEMMs across WMEM buffer-fulls, FULL as LSB_ONLY + MSB_ONLY chains), synthetic
     weights; the ``ld`` stream paced at the HB bank rate, outputs always ready (smooth).
 
-    For each shape of ``real_shapes`` (model preset names), tokens of ``real_tokens`` and mode
-    of ``real_modes``: every ``o`` beat against fsim, the decoded output against ``ref_moe``
-    (FP32 bits) and the STATUS beat; the record has cycles, ``ld_bytes``, ``weight_bytes``,
-    ``gemm_beats`` and the roofline figures of :func:`roofline_figures` (definitions in
-    :func:`test_hb_roofline`; ``roofline_fraction_weights`` counts only the weight bytes)."""
-    from ..sw.golden.expert_stream import build_streamed_expert_program
+    For each shape of ``real_shapes`` (model preset names), tokens of ``real_tokens`` (or of
+    ``real_shape_tokens[shape]``) and mode of ``real_modes``: every ``o`` beat against fsim,
+    the decoded output against ``ref_moe`` (FP32 bits) and the STATUS beat; the record has
+    cycles, ``ld_bytes``, ``weight_bytes``, ``gemm_beats``, the program's ``passes`` over
+    up/gate and whether x streams (``x_stream``, from the builder's ``info``) and the roofline
+    figures of :func:`roofline_figures` (definitions in :func:`test_hb_roofline`;
+    ``roofline_fraction_weights`` counts only the weight bytes). A shape the builder refuses
+    (:func:`~elmoe3d.sw.golden.expert_stream.plan_expert_stream`: its memories cannot stage
+    it) is one record with ``refused`` (the one-line error), no values compared and no
+    mismatch."""
+    from ..sw.golden.asm import ProgramError
+    from ..sw.golden.expert_stream import build_streamed_expert_program, plan_expert_stream
     from ..sw.host.models import MODEL_PRESETS
     bench = await _bench(dut, "test_real_expert", "smooth")
     bench.note = REAL_NOTE
@@ -698,13 +705,26 @@ async def test_real_expert(dut):
         for name in params["real_shapes"]:
             model = MODEL_PRESETS[name]
             hidden, inter = int(model.hidden), int(model.expert_intermediate)
-            for tokens in params["real_tokens"]:
+            try:
+                plan_expert_stream(hidden, inter, bench.arch)
+            except ProgramError as exc:
+                bench.record(case=f"{name} expert {hidden}x{inter}", model=name,
+                             source=f"{name} shape", mode="-", traffic="smooth", tokens=0,
+                             hidden=hidden, intermediate=inter, experts_run=[], cycles=0,
+                             gemm_beats=0, acc_overflow=False, vpu_saturation=False,
+                             comparisons=0, mismatches=0, details=[], refused=str(exc),
+                             kind="real-expert", note=REAL_NOTE)
+                dut._log.info("  %s %dx%d: refused by the builder: %s", name, hidden, inter,
+                              exc)
+                continue
+            for tokens in params.get("real_shape_tokens", {}).get(name, params["real_tokens"]):
                 tokens = int(tokens)
                 case = f"{name} expert {hidden}x{inter} T={tokens}"
                 expert, x, gw = real_expert_weights(bench.rng(case), hidden, inter, tokens)
                 routing = (np.zeros((tokens, 1), np.int64), gw.astype(np.float16)[:, None])
                 for mode in params["real_modes"]:
                     mode = Mode[mode]
+                    t0 = time.perf_counter()
                     job = build_streamed_expert_program(x, expert, gw, mode, bench.arch)
                     gold = ref_moe(x, [expert], routing, mode)
                     rec = await bench.job_case(
@@ -713,15 +733,24 @@ async def test_real_expert(dut):
                         extra=dict(kind="real-expert", model=name, tiles=job.info.get("tiles"),
                                    builder_gemm_beats=job.info.get("gemm_beats"),
                                    weight_words=job.info.get("weight_words"),
-                                   act_words=job.info.get("act_words"), note=REAL_NOTE))
+                                   act_words=job.info.get("act_words"),
+                                   passes=job.info.get("passes"),
+                                   x_stream=job.info.get("x_stream"),
+                                   max_keep_gemms=sum(1 for c in job.program
+                                                      if c.fields.get("max_keep")),
+                                   note=REAL_NOTE))
+                    # the whole case: builder, ref_moe, fsim and the RTL run
+                    rec["case_seconds"] = time.perf_counter() - t0
                     if not rec["cycles"]:
                         continue
                     roofline_figures(rec, bench.arch, tokens * 3 * hidden * inter)
                     dut._log.info(
-                        "  %s %s: %d cycles; ld %d B, weights %d B (%.0f cycles at the HB "
-                        "rate), %d beats -> %.1f%% of the %s roofline (%.1f%% counting weight "
-                        "bytes only); %d values, %d mismatches; %.1f s wall",
-                        case, mode.name, rec["cycles"], rec["ld_bytes"], rec["weight_bytes"],
+                        "  %s %s (%d pass(es), x %s): %d cycles; ld %d B, weights %d B (%.0f "
+                        "cycles at the HB rate), %d beats -> %.1f%% of the %s roofline (%.1f%% "
+                        "counting weight bytes only); %d values, %d mismatches; %.1f s wall",
+                        case, mode.name, rec["passes"],
+                        "streamed" if rec["x_stream"] else "resident", rec["cycles"],
+                        rec["ld_bytes"], rec["weight_bytes"],
                         rec["memory_cycles"], rec["gemm_beats"],
                         100 * rec["roofline_fraction"], rec["roofline_bound"],
                         100 * rec["roofline_fraction_weights"], rec["comparisons"],

@@ -56,12 +56,16 @@ measured in the same run (design brief section 6; tests never time anything, thi
 
 10. **Real expert shapes on the mid PE** -- the PE bench's ``test_real_expert``
    (:mod:`elmoe3d.sim.bench_pe`) on the ``mid`` preset (the paper PE's 32 KB WMEM / 32 KB
-   IOMEM, 4x8x32 tile): one expert of each of :data:`REAL_SHAPES` (H x I of the model preset,
-   synthetic weights) over :data:`REAL_TOKENS` tokens, DRAFT and FULL, through the streamed
-   expert program, the ``ld`` stream at the HB bank rate; per case cycles, the roofline
-   fraction of figure 4 (all ld bytes) and with only the weight bytes in the memory term, and
-   the bit-exact comparisons against fsim and ``ref_moe``. Reported, no roofline target;
-   mismatches fail. Skipped with ``--skip-real``; alone with ``--only-real``.
+   IOMEM, 4x8x32 tile): one expert of each SwiGLU model preset (:func:`real_shapes`; H x I of
+   the preset, synthetic weights) over :data:`REAL_TOKENS` tokens (GPT-OSS-20B: 1,
+   :data:`REAL_SHAPE_TOKENS`), DRAFT and FULL, through the streamed expert program (two passes
+   over up/gate with ``max_keep`` where h does not fit HBUF, x streamed where it does not fit
+   ACT beside the h codes), the ``ld`` stream at the HB bank rate; per case the passes, whether
+   x streams, cycles, the roofline fraction of figure 4 (all ld bytes) and with only the
+   weight bytes in the memory term, the bit-exact comparisons against fsim and ``ref_moe``
+   and the wall time. Mixtral-8x7B, which the builder refuses on mid (:data:`REAL_REFUSED`),
+   is a row with the builder's error. Reported, no roofline target; mismatches and other
+   refusals fail. Skipped with ``--skip-real``; alone with ``--only-real``.
 
 Columns of figure 2: *np.matmul f32* is the baseline's time per call; *gemm prepared* is
 ``gemm`` with the weight layout cached (the hardware lays weights out once and reuses them);
@@ -101,10 +105,18 @@ ROOFLINE_TARGET = 0.95
 ROOFLINE_BATCHES = (1, 16)
 #: Figure 5: the compute-bound batch whose PE-array utilization is reported.
 UTILIZATION_BATCH = 16
-#: Figure 10: model presets whose expert shape runs on the mid PE, tokens per case, modes.
-REAL_SHAPES = ("qwen3-30b-a3b", "olmoe-1b-7b")
+#: Figure 10: tokens per case, modes, and the tokens of shapes that run fewer: GPT-OSS-20B
+#: (H = I = 2880, two passes over up/gate and x streamed) at 16 tokens would take longer in
+#: Verilator than the rest of the figure together (:data:`REAL_NOTE`).
 REAL_TOKENS = (1, 16)
 REAL_MODES = ("DRAFT", "FULL")
+REAL_SHAPE_TOKENS = {"gpt-oss-20b": (1,)}
+#: Figure 10: shapes the streamed expert builder refuses on the mid PE, with the text its
+#: one-line error names (a row of the figure; any other refusal is a failure).
+REAL_REFUSED = {"mixtral-8x7b": "ACT overflows"}
+REAL_NOTE = ("GPT-OSS-20B at 1 token only: at 16 tokens (four token tiles, x streamed) its "
+             "DRAFT run alone is 3.1 million cycles (measured 2026-12-01: bit-exact, 18 "
+             "minutes in Verilator), FULL about twice that")
 #: Figure 6: MiniLM layer L whose FFN (with layer L+1's up-projection as the gate) is the expert.
 ACCURACY_LAYER = 0
 
@@ -258,27 +270,46 @@ def pe_figures(arch, seed):
             "seed": res.sim.seed, "log": str(res.sim.log_file)}
 
 
-def real_expert_figures(seed, shapes=REAL_SHAPES, tokens=REAL_TOKENS, modes=REAL_MODES):
-    """Figure 10: one run of the PE bench's ``test_real_expert`` on the ``mid`` preset.
-    Returns ``{"cases": [...], "failures": [...], "log", "seed", "build_seconds",
-    "run_seconds"}`` (a case per shape x tokens x mode: the record's figures)."""
+def real_shapes() -> tuple:
+    """Figure 10's shapes: every SwiGLU model preset
+    (:data:`~elmoe3d.sw.host.models.MODEL_PRESETS`, in its order)."""
+    from ..sw.host.models import MODEL_PRESETS
+    return tuple(name for name, p in MODEL_PRESETS.items() if p.ffn == "swiglu")
+
+
+def real_expert_figures(seed, shapes=None, tokens=REAL_TOKENS, modes=REAL_MODES,
+                        shape_tokens=REAL_SHAPE_TOKENS):
+    """Figure 10: one run of the PE bench's ``test_real_expert`` on the ``mid`` preset over
+    ``shapes`` (default :func:`real_shapes`), ``tokens`` (``shape_tokens[shape]`` where given)
+    and ``modes``. Returns ``{"cases": [...], "failures": [...], "log", "seed",
+    "build_seconds", "run_seconds", "note"}`` (a case per shape x tokens x mode: the record's
+    figures, with the program's ``passes`` and ``x_stream``; one case with ``refused`` for a
+    shape the builder refuses: a failure unless :data:`REAL_REFUSED` expects it)."""
     from ..config import preset
     from ..sim.bench_pe import build_pe, run_pe_bench
+    shapes = real_shapes() if shapes is None else tuple(shapes)
     arch = preset("mid")
     t0 = time.perf_counter()
     built = build_pe(arch)
     t1 = time.perf_counter()
     res = run_pe_bench(arch, tests="test_real_expert", seed=seed, check=False, built=built,
                        params={"real_shapes": list(shapes), "real_tokens": list(tokens),
-                               "real_modes": list(modes)})
+                               "real_modes": list(modes),
+                               "real_shape_tokens": {k: list(v) for k, v in
+                                                     shape_tokens.items()}})
     t2 = time.perf_counter()
-    keys = ("case", "model", "mode", "tokens", "hidden", "intermediate", "cycles",
-            "gemm_beats", "ld_bytes", "weight_bytes", "roofline_cycles", "roofline_bound",
-            "roofline_fraction", "roofline_fraction_weights", "mac_utilization",
-            "comparisons", "mismatches", "wall_seconds")
+    keys = ("case", "model", "mode", "tokens", "hidden", "intermediate", "passes",
+            "x_stream", "max_keep_gemms", "cycles", "gemm_beats", "ld_bytes", "weight_bytes",
+            "roofline_cycles", "roofline_bound", "roofline_fraction",
+            "roofline_fraction_weights", "mac_utilization", "comparisons", "mismatches",
+            "wall_seconds", "case_seconds", "refused")
     cases, failures = [], []
     for rec in res.records:
-        if rec.get("mismatches") or "roofline_fraction" not in rec:
+        if rec.get("refused"):
+            want = REAL_REFUSED.get(rec.get("model"))
+            if want is None or want not in rec["refused"]:
+                failures.append(f"{rec['case']}: refused by the builder: {rec['refused']}")
+        elif rec.get("mismatches") or "roofline_fraction" not in rec:
             failures.append(f"{rec['case']} {rec.get('mode', '-')}: "
                             + (rec.get("error") or f"{rec['mismatches']} mismatching value(s)"
                                + (f" ({rec['details'][0]})" if rec.get("details") else "")))
@@ -288,10 +319,11 @@ def real_expert_figures(seed, shapes=REAL_SHAPES, tokens=REAL_TOKENS, modes=REAL
             failures.append(f"{tc.name}: {tc.message.splitlines()[0] if tc.message else 'failed'}")
     if not res.sim.tests:
         failures.append("test_real_expert did not run")
+    note = REAL_NOTE if any(shape_tokens.get(s) for s in shapes) else ""
     return {"cases": cases, "failures": failures, "arch": arch.name,
             "hb_bytes_per_cycle": arch.hb_bytes_per_cycle, "word_bytes": arch.pe.word_bytes,
             "seed": res.sim.seed, "log": str(res.sim.log_file),
-            "build_seconds": t1 - t0, "run_seconds": t2 - t1}
+            "build_seconds": t1 - t0, "run_seconds": t2 - t1, "note": note}
 
 
 def print_real(console, figs) -> list:
@@ -302,27 +334,48 @@ def print_real(console, figs) -> list:
                         f"program, synthetic weights, ld at {figs['hb_bytes_per_cycle']:g} B "
                         f"per cycle; build {figs['build_seconds']:.0f} s, run "
                         f"{figs['run_seconds']:.0f} s)", title_justify="left",
-                  caption="fraction: roofline cycles (all ld bytes) / measured cycles; "
-                          "weights: the same with only the weight bytes in the memory term; "
-                          "bit-exact: values compared against fsim and ref_moe / mismatches",
+                  caption="passes: over up/gate (2: h does not fit HBUF; the second pass "
+                          "keeps the row max, max_keep); x: resident in ACT or streamed a K "
+                          "chunk per buffer-full; fraction: roofline cycles (all ld bytes) / "
+                          "measured cycles; weights: the same with only the weight bytes in "
+                          "the memory term; bit-exact: values compared against fsim and "
+                          "ref_moe / mismatches; wall: the RTL run (the case with builder, "
+                          "ref_moe and fsim)" + (f". {figs['note']}" if figs.get("note")
+                                                 else ""),
                   caption_justify="left")
-    for col in ("shape", "H x I", "tokens", "mode", "cycles", "ld bytes", "beats", "bound",
-                "fraction", "weights", "bit-exact"):
-        table.add_column(col, justify="left" if col in ("shape", "mode", "bound") else "right")
+    for col in ("shape", "H x I", "tokens", "mode", "passes", "x", "cycles", "ld bytes",
+                "beats", "bound", "fraction", "weights", "bit-exact", "wall"):
+        table.add_column(col, justify="left" if col in ("shape", "mode", "x", "bound")
+                         else "right")
+    refused = []
     for c in figs["cases"]:
+        shape = escape(str(c.get("model") or c["case"]))
+        hxi = f"{c.get('hidden')}x{c.get('intermediate')}"
+        if c.get("refused"):
+            table.add_row(shape, hxi, "-", "-", "-", "-", "[yellow]refused[/]", *["-"] * 7)
+            refused.append(f"{shape} ({hxi}): refused by the builder: "
+                           f"{escape(str(c['refused']))}")
+            continue
         frac = c.get("roofline_fraction")
         wfrac = c.get("roofline_fraction_weights")
-        table.add_row(escape(str(c.get("model") or c["case"])),
-                      f"{c.get('hidden')}x{c.get('intermediate')}", str(c.get("tokens")),
-                      str(c.get("mode")), f"{c.get('cycles') or 0:,}",
+        wall, case_s = c.get("wall_seconds"), c.get("case_seconds")
+        table.add_row(shape, hxi, str(c.get("tokens")),
+                      str(c.get("mode")), str(c.get("passes") or "-"),
+                      "-" if c.get("x_stream") is None else
+                      ("streamed" if c["x_stream"] else "resident"),
+                      f"{c.get('cycles') or 0:,}",
                       f"{c.get('ld_bytes') or 0:,}", f"{c.get('gemm_beats') or 0:,}",
                       str(c.get("roofline_bound") or "-"),
                       f"{frac:.1%}" if frac is not None else "-",
                       f"{wfrac:.1%}" if wfrac is not None else "-",
                       f"{c.get('comparisons') or 0:,} / {c.get('mismatches')}"
                       if c.get("mismatches") == 0 else
-                      f"[red]{c.get('comparisons') or 0:,} / {c.get('mismatches')}[/]")
+                      f"[red]{c.get('comparisons') or 0:,} / {c.get('mismatches')}[/]",
+                      "-" if wall is None else f"{wall:.0f} s" + (
+                          "" if case_s is None else f" ({case_s:.0f} s)"))
     console.print(table)
+    for line in refused:
+        console.print(f"   {line}")
     missed = [f"10. real expert shapes: {line} (log {figs['log']})" for line in figs["failures"]]
     if not figs["cases"]:
         missed.append("10. real expert shapes: no case measured")
@@ -532,8 +585,11 @@ def run(args) -> int:
         except (SimulationError, SimulationFailure) as exc:
             raise UserError(f"{title}: {_one_line(exc)}") from None
 
-    real_what = (f"real expert shapes ({', '.join(REAL_SHAPES)}) on the mid PE, tokens "
-                 f"{', '.join(map(str, REAL_TOKENS))}, DRAFT and FULL (cocotb + Verilator)")
+    real_what = (f"real expert shapes ({', '.join(real_shapes())}) on the mid PE, tokens "
+                 f"{', '.join(map(str, REAL_TOKENS))}"
+                 + "".join(f" ({k}: {', '.join(map(str, v))})"
+                           for k, v in REAL_SHAPE_TOKENS.items())
+                 + ", DRAFT and FULL (cocotb + Verilator)")
     if args.only_real:
         real = simulate(10, real_what, "real-expert bench", real_expert_figures, seed)
         console.print()

@@ -251,21 +251,71 @@ def test_accuracy_figures_on_minilm(minilm_file, gsm8k_prompts):
 
 
 def test_real_expert_figures_printed():
-    """Figure 10's table: one row per case, the two roofline fractions and the bit-exact
-    counts; a mismatch or a failed run is a missed line."""
+    """Figure 10's table: one row per case, its passes and x placement, the two roofline
+    fractions, the bit-exact counts and the wall time; a refused shape is a row with the
+    builder's error; the figure's note in the caption; a mismatch or a failed run is a missed
+    line."""
     from rich.console import Console
     case = {"case": "qwen3-30b-a3b expert 2048x768 T=1", "model": "qwen3-30b-a3b",
             "mode": "DRAFT", "tokens": 1, "hidden": 2048, "intermediate": 768,
+            "passes": 2, "x_stream": True,
             "cycles": 50000, "gemm_beats": 1000, "ld_bytes": 2_400_000,
             "weight_bytes": 2_350_000, "roofline_cycles": 46875.0,
             "roofline_bound": "memory", "roofline_fraction": 0.9375,
-            "roofline_fraction_weights": 0.918, "comparisons": 2100, "mismatches": 0}
-    figs = {"cases": [case], "failures": [], "arch": "mid", "hb_bytes_per_cycle": 51.2,
-            "word_bytes": 128, "log": "/p/sim.log", "build_seconds": 1.0, "run_seconds": 2.0}
+            "roofline_fraction_weights": 0.918, "comparisons": 2100, "mismatches": 0,
+            "wall_seconds": 12.3, "case_seconds": 15.2}
+    refused = {"case": "mixtral-8x7b expert 4096x14336", "model": "mixtral-8x7b",
+               "mode": "-", "tokens": 0, "hidden": 4096, "intermediate": 14336,
+               "cycles": 0, "comparisons": 0, "mismatches": 0,
+               "refused": "expert H=4096 x I=14336: ACT overflows: a row block's h codes"}
+    figs = {"cases": [case, refused], "failures": [], "arch": "mid",
+            "hb_bytes_per_cycle": 51.2, "word_bytes": 128, "log": "/p/sim.log",
+            "build_seconds": 1.0, "run_seconds": 2.0, "note": "GPT-OSS-20B at 1 token only"}
     console = Console(width=200, record=True)
     assert bench.print_real(console, figs) == []
     out = console.export_text()
     assert "qwen3-30b-a3b" in out and "93.8%" in out and "91.8%" in out and "2,100 / 0" in out
+    assert "streamed" in out and "12 s (15 s)" in out
+    assert "refused" in out and "mixtral-8x7b (4096x14336): refused by the builder: expert " \
+        "H=4096 x I=14336: ACT overflows" in " ".join(out.split())
+    assert "GPT-OSS-20B at 1 token only" in " ".join(out.split())
     bad = dict(figs, failures=["x FULL: 3 mismatching value(s)"])
     assert bench.print_real(Console(width=200, record=True), bad) == [
         "10. real expert shapes: x FULL: 3 mismatching value(s) (log /p/sim.log)"]
+
+
+def test_real_expert_figures_shapes_and_refusals(monkeypatch):
+    """Figure 10 runs every SwiGLU preset (GPT-OSS-20B at 1 token), passes the per-shape
+    tokens to the bench, keeps passes and x_stream per case; Mixtral-8x7B's refusal naming ACT
+    is a row, not a failure; any other refusal is a failure."""
+    import types
+    from elmoe3d.sim import bench_pe
+    from elmoe3d.sw.host.models import MODEL_PRESETS
+    seen = {}
+    records = [
+        {"case": "mixtral-8x7b expert 4096x14336", "model": "mixtral-8x7b", "mode": "-",
+         "traffic": "smooth", "tokens": 0, "cycles": 0, "comparisons": 0, "mismatches": 0,
+         "refused": "expert H=4096 x I=14336: ACT overflows: ..."},
+        {"case": "glm-4.7-flash expert 2048x1536", "model": "glm-4.7-flash", "mode": "-",
+         "traffic": "smooth", "tokens": 0, "cycles": 0, "comparisons": 0, "mismatches": 0,
+         "refused": "expert H=2048 x I=1536: HBUF overflows: ..."},
+        {"case": "gpt-oss-20b expert 2880x2880 T=1", "model": "gpt-oss-20b", "mode": "FULL",
+         "traffic": "smooth", "tokens": 1, "cycles": 10, "passes": 2, "x_stream": True,
+         "roofline_fraction": 0.9, "comparisons": 5, "mismatches": 0}]
+
+    def fake_run(arch, *, tests, seed, check, built, params):
+        seen.update(params)
+        sim = types.SimpleNamespace(seed=seed, log_file="/p/sim.log", testcases=[],
+                                    tests=1)
+        return types.SimpleNamespace(sim=sim, records=records)
+    monkeypatch.setattr(bench_pe, "build_pe", lambda arch: None)
+    monkeypatch.setattr(bench_pe, "run_pe_bench", fake_run)
+    figs = bench.real_expert_figures(7)
+    assert seen["real_shapes"] == [n for n, p in MODEL_PRESETS.items() if p.ffn == "swiglu"]
+    assert "mixtral-8x7b" in seen["real_shapes"] and "switch-base-128" not in seen["real_shapes"]
+    assert seen["real_tokens"] == [1, 16] and seen["real_shape_tokens"] == {"gpt-oss-20b": [1]}
+    assert [c["refused"] is not None for c in figs["cases"]] == [True, True, False]
+    assert figs["cases"][2]["passes"] == 2 and figs["cases"][2]["x_stream"] is True
+    assert figs["failures"] == ["glm-4.7-flash expert 2048x1536: refused by the builder: "
+                                "expert H=2048 x I=1536: HBUF overflows: ..."]
+    assert "GPT-OSS-20B at 1 token only" in figs["note"]
