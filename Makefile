@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JOBS   ?= 2
 
-.PHONY: all sim test bench synth venv clean distclean help
+.PHONY: all sim test bench sim-paper-pe synth venv clean distclean help
 
 all: sim
 
@@ -17,6 +17,10 @@ help:
 	@echo "make test   - the whole test suite (pytest, $(JOBS) workers)"
 	@echo "make bench  - the ten benchmark figures (tile, golden GEMM, PE roofline, DRAM, ring/link, die,"
 	@echo "              real expert shapes on the mid PE; elmoe3d bench --only-real for that one alone)"
+	@echo "make sim-paper-pe - the paper PE (16x32x32 tile, W = 4096, 32 KB WMEM and IOMEM) in"
+	@echo "              Verilator: build time and peak memory, the root-PE program of one OLMoE-1B-7B"
+	@echo "              expert (4-PE group, synthetic weights) bit-exact, cycles/s and roofline;"
+	@echo "              not part of make test (PAPER_PE_ARGS='--tile 8x16x32 --modes DRAFT ...')"
 	@echo "make synth  - Yosys area of every block rolled up to the 4 GB and 8 GB logic dies"
 	@echo "make fpga   - FPGA fit estimate, then bitstream, utilization and fmax of the board top"
 	@echo "              (BOARD=ulx3s-85f, CONFIG=default|auto|NAME, ARGS='--estimate-only --hierarchy --no-asic';"
@@ -52,6 +56,13 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m elmoe3d bench
+
+# The paper PE in Verilator (README "The paper PE in Verilator"): its build measured, then one
+# real-shape expert's root-PE program at the HB rate, bit-exact; not part of `make test`.
+PAPER_PE_ARGS ?=
+sim-paper-pe: $(STAMP)
+	@mkdir -p build
+	$(PY) -m elmoe3d paper-pe --json build/paper-pe.json $(PAPER_PE_ARGS)
 
 .PHONY: synth
 # Area of every block (Yosys, ASAP7-subset Liberty), rolled up to the 4 GB and 8 GB logic dies.

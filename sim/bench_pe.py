@@ -41,7 +41,10 @@ LSB_ONLY psums another PE would send, against fsim and the golden FULL GEMM; ``s
 ``stalls``); ``test_real_expert`` (one expert of a real model's shape, ``real_shapes`` /
 ``real_tokens`` / ``real_modes``, through the streamed expert program of
 :mod:`elmoe3d.sw.golden.expert_stream` at the HB rate; needs a PE as large as the ``mid``
-preset's, so it is not among the default tests).
+preset's, so it is not among the default tests); ``test_paper_group_root`` (the root PE's
+program of one real-shape expert split over a PE group, ``paper_shape`` default OLMoE-1B-7B,
+its ``link_i`` words from the functional group run; on the paper PE under ``make
+sim-paper-pe``, :mod:`elmoe3d.sim.paper_pe`; not among the default tests).
 """
 
 from __future__ import annotations
@@ -757,11 +760,145 @@ async def test_real_expert(dut):
                         rec["mismatches"], rec["wall_seconds"])
 
 
+#: ``test_paper_group_root`` defaults: the model preset whose expert shape is run, tokens, modes.
+PAPER_DEFAULTS = {"paper_shape": "olmoe-1b-7b", "paper_tokens": 1,
+                  "paper_modes": ["DRAFT", "FULL"]}
+
+
+def paper_group_case(arch: ArchConfig, shape: str, tokens: int, mode, rng):
+    """One real-shape expert split over a PE group of ``arch`` (``pes_per_group`` PEs,
+    :func:`elmoe3d.sw.host.stream_group.compile_expert_group`) and run on the functional
+    simulator joined by the golden aggregation link (:func:`~elmoe3d.sw.host.parallel.run_group`).
+
+    Returns ``(job, res, link_i, gold, expert_info)``: the group job, its
+    :class:`~elmoe3d.sw.host.parallel.GroupResult`, each PE's ``link_i`` words
+    (:func:`~elmoe3d.sw.host.pe_runs.link_inputs`), ``ref_moe`` of the expert alone and
+    ``(hidden, intermediate)``. Weights, x and gate weights: :func:`real_expert_weights`."""
+    from ..sw.host.models import MODEL_PRESETS
+    from ..sw.host.parallel import run_group
+    from ..sw.host.pe_runs import link_inputs
+    from ..sw.host.stream_group import compile_expert_group
+    mode = Mode[mode] if isinstance(mode, str) else Mode(mode)
+    model = MODEL_PRESETS[shape]
+    hidden, inter = int(model.hidden), int(model.expert_intermediate)
+    expert, x, gw = real_expert_weights(rng, hidden, inter, int(tokens))
+    job = compile_expert_group(x, expert, gw, mode, arch)
+    res = run_group(job)
+    routing = (np.zeros((int(tokens), 1), np.int64), gw.astype(np.float16)[:, None])
+    gold = ref_moe(x, [expert], routing, mode)
+    return job, res, link_inputs(job, res), gold, (hidden, inter)
+
+
+@cocotb.test()
+async def test_paper_group_root(dut):
+    """The root PE of a real-shape expert split over a PE group (``paper_shape``, default
+    OLMoE-1B-7B: H = 2048, I = 1024; synthetic weights) on the DUT's PE -- the paper PE
+    (``paper-4gb``: 16x32x32 tile, W = 4096 bits, 32 KB WMEM and IOMEM) under
+    ``make sim-paper-pe`` (``elmoe3d paper-pe``), not among the default tests.
+
+    For each mode of ``paper_modes`` (``paper_tokens`` tokens): the group's programs from
+    :func:`paper_group_case`; the root PE's program runs on the RTL with its own ``ld`` words
+    paced at the HB bank rate (``hb_bytes_per_cycle`` / word bytes: 0.1 words of 512 B per
+    cycle) and, on ``link_i``, the words the functional group run's link delivers to it (the
+    row-max all-reduce word of each token tile, then the members' reduced down psums for its
+    ``psum_in``), outputs always ready. Compared: every ``o`` beat (DATA bit for bit, STATUS
+    counters) and ``link_o`` word (its row maxima) against the functional group run, and the
+    decoded FP32 output (``job.decode`` of the RTL's DATA beats) against ``ref_moe`` and the
+    group run's output, bit for bit. The record has the cycles, simulated cycles per second and
+    the roofline figures of :func:`roofline_figures` (useful MACs: the root's share, 3 H I T /
+    G)."""
+    from ..sw.host.pe_runs import compare_run
+    bench = await _bench(dut, "test_paper_group_root", "smooth")
+    bench.note = REAL_NOTE
+    with bench.summary():
+        params = {**PAPER_DEFAULTS, **load_params()}
+        shape, tokens = params["paper_shape"], int(params["paper_tokens"])
+        rate = bench.arch.hb_bytes_per_cycle / bench.pe.word_bytes
+        for mode in params["paper_modes"]:
+            mode = Mode[mode]
+            case = f"{shape} expert, root PE of {bench.arch.pes_per_group} T={tokens}"
+            wall = time.perf_counter()
+            job, res, link_i, gold, (hidden, inter) = paper_group_case(
+                bench.arch, shape, tokens, mode, bench.rng(f"{shape}/T{tokens}"))
+            prep = time.perf_counter() - wall
+            r = job.root
+            want_o = [(int(b.kind), int(b.data)) for b in res.o[r]]
+            dut._log.info("%s %s: group of %d PEs, I padded to %d (%d a PE); root PE %d: %d "
+                          "commands, %d ld words, %d link_i words, %d o beats, %d link_o "
+                          "words (functional group run %.1f s)", case, mode.name, job.pes,
+                          job.info["intermediate_padded"], job.info["slice"], r,
+                          len(job.programs[r]), len(job.ld[r]), len(link_i[r]), len(want_o),
+                          len(res.link_o[r]), prep)
+            run = await bench.run(job.programs[r].encode(), job.ld[r], link_i[r],
+                                  n_o=len(want_o), n_link=len(res.link_o[r]),
+                                  rng=bench.rng(f"{case}/{mode.name}"), traffic="smooth",
+                                  ld_rate=rate)
+            cmp = compare_run(run.o, run.link_o, want_o, res.link_o[r], run.errors)
+            details, comparisons, mismatches = cmp["details"], cmp["comparisons"], \
+                cmp["mismatches"]
+            status = cmp["status"]
+            data = [d for k, d in run.o if k == OKind.DATA]
+            y = None
+            try:
+                y = job.decode(_DataBeats(data, bench.pe).data())
+            except Exception as exc:                   # noqa: BLE001 - recorded as a mismatch
+                details.append(f"decode: {type(exc).__name__}: {exc}")
+            if y is not None and y.shape == gold.y.shape:
+                for name, want in (("ref_moe", gold.y), ("the group run", res.y)):
+                    bad = y.view(np.uint32) != want.view(np.uint32)
+                    comparisons += int(bad.size)
+                    mismatches += int(bad.sum())
+                    for t, c in list(zip(*np.nonzero(bad)))[:2]:
+                        details.append(f"y[{t}, {c}]: RTL {y[t, c]!r}, {name} {want[t, c]!r}")
+            else:
+                comparisons += 2 * gold.y.size
+                mismatches += 2 * gold.y.size
+                details.append(f"decoded {None if y is None else y.shape}, ref_moe "
+                               f"{gold.y.shape}")
+            beats = int(status.get("gemm_beats", 0))
+            prog = job.programs[r]
+            wbytes = bench.pe.word_bytes * sum(c.fields["words"] for c in prog
+                                               if c.op.name == "LOAD"
+                                               and c.fields["target"] <= 2)
+            rec = dict(case=case, source=f"synthetic weights, {shape} shape", mode=mode.name,
+                       traffic="smooth", tokens=tokens, hidden=hidden, intermediate=inter,
+                       intermediate_padded=int(job.info["intermediate_padded"]),
+                       pes=int(job.pes), root=int(r), slice=int(job.info["slice"]),
+                       experts_run=[0], commands=len(prog), ld_words=len(job.ld[r]),
+                       link_i_words=len(link_i[r]), o_beats=len(want_o),
+                       link_o_words=len(res.link_o[r]), gemm_beats=beats, cycles=run.cycles,
+                       weight_bytes=wbytes, ld_bytes=bench.pe.word_bytes * len(job.ld[r]),
+                       ld_rate_words_per_cycle=rate,
+                       beats_per_cycle=beats / run.cycles if run.cycles else 0.0,
+                       status={k: int(v) for k, v in status.items()},
+                       acc_overflow=bool(status.get("acc_overflow")),
+                       vpu_saturation=bool(status.get("vpu_saturation")),
+                       comparisons=comparisons, mismatches=mismatches,
+                       details=details[:MAX_DETAILS], wall_seconds=run.wall_seconds,
+                       cycles_per_second=run.cycles / run.wall_seconds if run.wall_seconds
+                       else 0.0, prep_seconds=prep, kind="paper-group-root", model=shape,
+                       passes=job.info["per_pe"][r].get("passes"),
+                       tiles=job.info["per_pe"][r].get("tiles"), note=REAL_NOTE)
+            rec = bench.record(**rec)
+            if not rec["cycles"]:
+                continue
+            roofline_figures(rec, bench.arch, tokens * 3 * hidden * inter // job.pes)
+            dut._log.info(
+                "  %s %s: %d cycles in %.1f s (%.0f cycles/s); ld %d B, weights %d B (%.0f "
+                "cycles at the HB rate), %d beats -> %.1f%% of the %s roofline (%.1f%% "
+                "counting weight bytes only); %d values, %d mismatches",
+                case, mode.name, rec["cycles"], rec["wall_seconds"], rec["cycles_per_second"],
+                rec["ld_bytes"], rec["weight_bytes"], rec["memory_cycles"], rec["gemm_beats"],
+                100 * rec["roofline_fraction"], rec["roofline_bound"],
+                100 * rec["roofline_fraction_weights"], rec["comparisons"], rec["mismatches"])
+
+
 # -- host side -------------------------------------------------------------------------------
 
 #: Test names in the order the host runs and reports them.
 #: ``test_real_expert`` is not among them: real expert shapes need the ``mid`` preset
-#: (``run_pe_bench(preset("mid"), tests="test_real_expert")``).
+#: (``run_pe_bench(preset("mid"), tests="test_real_expert")``); nor is
+#: ``test_paper_group_root`` (the paper PE: ``make sim-paper-pe``).
 TESTS = ("test_trace_moe", "test_corners", "test_hb_roofline", "test_psum_split")
 
 

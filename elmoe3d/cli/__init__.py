@@ -27,6 +27,10 @@ COMMANDS = {
                                "(golden, rtl, perf, fpga)"),
     "bench": ("elmoe3d.cli.bench", "benchmark figures (tile throughput, golden GEMM speed, "
                                    "PE roofline and utilization, expert accuracy)"),
+    "paper-pe": ("elmoe3d.cli.paper_pe", "the paper PE (16x32x32 tile, 32 KB memories) in "
+                                         "Verilator: build time and memory, the root PE program "
+                                         "of one real expert shape checked bit for bit, "
+                                         "simulated cycles per second"),
     "synth": ("elmoe3d.cli.synth", "Yosys area of every block, rolled up to the logic die"),
     "fpga": ("elmoe3d.cli.fpga", "FPGA prototype: fit estimate, bitstream, utilization and fmax "
                                  "of the board top (YoWASP tools, amaranth-boards)"),

@@ -1,0 +1,122 @@
+"""`elmoe3d paper-pe` (`make sim-paper-pe`): options, the tile fallback, the exit status and the
+report around the build and run figures.
+
+The build and the simulation are stubbed (the real ones take hours on 2 cores: README "The
+paper PE in Verilator"); the build measurement itself runs on a small command."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import elmoe3d.cli as cli
+from elmoe3d.config import TileConfig, preset
+from elmoe3d.sim import paper_pe, runner
+from elmoe3d.sim.measure import measured_call
+from elmoe3d.sim.records import BenchResult
+
+
+FIG = {"build_dir": "/b/pe_paper_4gb-x", "built": True, "verilog_seconds": 180.0,
+       "verilog_bytes": 19_900_000, "verilator_seconds": 3000.0, "comb_cycle_check": False,
+       "wall_seconds": 3200.0, "peak_rss_bytes": 9 << 30, "peak_rss_self_bytes": 2 << 30,
+       "peak_rss_children_bytes": 9 << 30, "peak_tree_rss_bytes": 11 << 30,
+       "peak_process": "python", "sample_interval_s": 0.5,
+       "peak_rss_by_name": {"python": 2 << 30, "verilator_bin": 3 << 30, "cc1plus": 9 << 30},
+       "cpu_seconds": 5000.0,
+       "load_average_start": 2.0, "load_average_end": 3.0, "reused": False,
+       "verilator_warnings": {"UNOPTFLAT": 0, "ALWCOMBORDER": 0},
+       "verilator_walltime_s": 600.0, "verilator_cpu_s": 590.0, "verilator_allocated_mb": 9000.0}
+
+
+def record(mode="DRAFT", mismatches=0):
+    return {"case": "olmoe-1b-7b expert, root PE of 4 T=1", "mode": mode, "commands": 2950,
+            "ld_words": 5377, "ld_bytes": 5377 * 512, "link_i_words": 513, "o_beats": 257,
+            "link_o_words": 1, "cycles": 60000, "wall_seconds": 600.0,
+            "cycles_per_second": 100.0, "hb_bytes_per_cycle": 51.2,
+            "memory_cycles": 5377 * 10.0, "gemm_beats": 2560, "roofline_fraction": 0.9,
+            "roofline_bound": "memory", "roofline_fraction_weights": 0.55,
+            "weight_bytes": 3328 * 512, "comparisons": 2800, "mismatches": mismatches,
+            "details": ["o beat 3: DATA differs from fsim"] if mismatches else []}
+
+
+def stub(monkeypatch, records, failed=False):
+    calls = {}
+
+    def build(arch, **kw):
+        calls["arch"] = arch
+        calls["build_kw"] = kw
+        return runner.Build("pe", "pe", Path("/b"), False, True, 3000.0), dict(FIG)
+
+    def run(arch, **kw):
+        calls["run"] = kw
+        tc = runner.TestcaseResult(paper_pe.PAPER_TEST, "failed" if failed else "passed", "", 0, 0)
+        sim = runner.SimResult(build=None, test_dir=Path("/b/runs/r"), seed=1, tests=1,
+                        failures=int(failed), skipped=0, testcases=(tc,))
+        return BenchResult(sim=sim, records=records)
+
+    monkeypatch.setattr(paper_pe, "measured_build", build)
+    monkeypatch.setattr(paper_pe, "run_paper_pe", run)
+    return calls
+
+
+def test_figures_printed_and_json(monkeypatch, capsys, tmp_path):
+    calls = stub(monkeypatch, [record("DRAFT"), record("FULL")])
+    out_json = tmp_path / "p.json"
+    assert cli.main(["paper-pe", "--json", str(out_json)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert calls["arch"] == preset("paper-4gb")
+    assert calls["run"]["modes"] == ["DRAFT", "FULL"] and calls["run"]["tokens"] == 1
+    assert calls["build_kw"] == {"comb_check": False, "verilator_args": []}
+    for text in ("tile 16x32x32, W = 4096 bits, WMEM 32 KB, IOMEM 32 KB", "3000 s",
+                 "verilator_bin 3.00 GB, cc1plus 9.00 GB", "11.00 GB", "60,000 cycles",
+                 "100 simulated cycles/s",
+                 "90.0% of the memory roofline", "PASSED", "synthetic"):
+        assert text in out, text
+    doc = json.loads(out_json.read_text())
+    assert doc["build"]["verilator_seconds"] == 3000.0 and len(doc["records"]) == 2
+
+
+def test_mismatch_exits_1(monkeypatch, capsys):
+    stub(monkeypatch, [record("DRAFT", mismatches=3)], failed=True)
+    assert cli.main(["paper-pe", "--modes", "draft"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "DATA differs" in out
+
+
+def test_tile_fallback_keeps_the_paper_memories(monkeypatch):
+    calls = stub(monkeypatch, [record()])
+    assert cli.main(["paper-pe", "--tile", "8x16x32", "--build-only"]) == 0
+    arch, paper = calls["arch"], preset("paper-4gb")
+    assert arch.tile == TileConfig(8, 16, 32) and arch.name == "paper-4gb-t8x16x32"
+    assert (arch.wmem_bytes, arch.iomem_bytes, arch.iomem_split, arch.pes_per_group,
+            arch.hb_bytes_per_cycle) == (paper.wmem_bytes, paper.iomem_bytes,
+                                         paper.iomem_split, paper.pes_per_group,
+                                         paper.hb_bytes_per_cycle)
+    assert "run" not in calls
+    assert paper_pe.paper_arch(tile="16x32x32") is paper
+
+
+@pytest.mark.parametrize("argv, word", [(["--tile", "3x5x32"], "lanes"),
+                                        (["--tile", "8x16"], "ROWSxLANESxGROUP"),
+                                        (["--modes", "MSB_ONLY"], "--modes"),
+                                        (["--shape", "gpt-5"], "--shape"),
+                                        (["--tokens", "0"], "--tokens")])
+def test_usage_errors_exit_2(monkeypatch, capsys, argv, word):
+    stub(monkeypatch, [])
+    assert cli.main(["paper-pe", *argv]) == 2
+    assert word in capsys.readouterr().err
+
+
+def test_measured_call_sees_the_child_tree():
+    code = "x = bytearray(200_000_000); import time; time.sleep(0.5)"
+    done, fig = measured_call(subprocess.run, [sys.executable, "-c", code], interval=0.05)
+    assert done.returncode == 0
+    assert fig["peak_rss_children_bytes"] >= 200_000_000
+    assert fig["peak_rss_bytes"] >= fig["peak_rss_children_bytes"]
+    assert fig["peak_tree_rss_bytes"] >= 200_000_000
+    assert max(fig["peak_rss_by_name"].values()) >= 200_000_000
+    assert fig["wall_seconds"] >= 0.5 and fig["cpu_seconds"] > 0
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        measured_call(divmod, 1, 0)
