@@ -562,11 +562,37 @@ async def test_psum_split(dut, traffic):
 ROOFLINE_KINDS = (("moe", "MoE layer"), ("expert", "one expert"))
 
 
-def roofline_figures(rec, arch: ArchConfig, macs: int):
+def ld_rate_words(arch: ArchConfig, value="hb") -> float:
+    """The ``ld`` pacing of a bench parameter, in words per cycle: ``"hb"`` (default) the HB
+    bank rate (``hb_bytes_per_cycle`` / word bytes: 0.8 on the small PE, 0.4 on mid, 0.1 on
+    the paper PE), ``"full"`` the ``ld`` port's own rate (one word a cycle: the fastest the
+    PE takes weights, so the tile, not HB, bounds it), or a number in (0, 1].
+
+    Raises ``ValueError`` naming the value otherwise."""
+    if value is None or str(value).lower() == "hb":
+        return arch.hb_bytes_per_cycle / arch.pe.word_bytes
+    if str(value).lower() == "full":
+        return 1.0
+    try:
+        rate = float(value)
+    except (TypeError, ValueError):
+        rate = float("nan")
+    if not 0 < rate <= 1:
+        raise ValueError(f"ld rate {value!r}: expected 'hb', 'full' or words per cycle in "
+                         f"(0, 1]")
+    return rate
+
+
+def roofline_figures(rec, arch: ArchConfig, macs: int, ld_rate=None):
     """Add the roofline and utilization figures to a case record of :meth:`PEBench.moe_case`
-    (see :func:`test_hb_roofline` for the definitions)."""
+    (see :func:`test_hb_roofline` for the definitions). ``ld_rate``: the words per cycle the
+    ``ld`` stream was paced at (default the HB bank rate); the memory term of the roofline is
+    the ld bytes at that rate. Also ``macs_per_cycle`` = useful MACs / measured cycles beside
+    ``peak_macs_per_cycle`` (Table 1's per-PE peak at the mode's weight width: rows x lanes x
+    group MACs a cycle at W4, half that at W8)."""
     hb = arch.hb_bytes_per_cycle
-    mem = rec["ld_bytes"] / hb
+    ld_bytes_per_cycle = hb if ld_rate is None else float(ld_rate) * arch.pe.word_bytes
+    mem = rec["ld_bytes"] / ld_bytes_per_cycle
     beats = rec["gemm_beats"]
     bits = 4 if rec["mode"] == "DRAFT" else 8
     peak = arch.tile.peak_macs_per_cycle(bits)
@@ -576,9 +602,11 @@ def roofline_figures(rec, arch: ArchConfig, macs: int):
         roofline_bound="memory" if mem >= beats else "compute",
         roofline_fraction=max(mem, beats) / cycles,
         roofline_fraction_all_ld=max(mem, beats) / cycles,
-        roofline_fraction_weights=max(rec["weight_bytes"] / hb, beats) / cycles,
+        roofline_fraction_weights=max(rec["weight_bytes"] / ld_bytes_per_cycle, beats) / cycles,
+        ld_bytes_per_cycle=ld_bytes_per_cycle,
         beat_utilization=beats / cycles, useful_macs=int(macs), weight_bits=bits,
-        peak_macs_per_cycle=peak, mac_utilization=macs / (peak * cycles))
+        peak_macs_per_cycle=peak, macs_per_cycle=macs / cycles,
+        mac_utilization=macs / (peak * cycles))
     return rec
 
 
@@ -662,7 +690,8 @@ async def test_hb_roofline(dut):
 #: whose expert shape (``hidden`` x ``expert_intermediate``) is run, tokens per case, modes;
 #: ``real_shape_tokens`` (preset name -> tokens) replaces ``real_tokens`` for a shape.
 REAL_DEFAULTS = {"real_shapes": ["qwen3-30b-a3b"], "real_tokens": [1],
-                 "real_modes": ["DRAFT", "FULL"], "real_shape_tokens": {}}
+                 "real_modes": ["DRAFT", "FULL"], "real_shape_tokens": {},
+                 "real_ld_rate": "hb"}
 
 
 REAL_NOTE = ("expert weights (~N(0, 0.05)), token activations (~N(0, 1)) and gate weights "
@@ -685,7 +714,9 @@ async def test_real_expert(dut):
     """One expert of a real model's shape on the DUT's PE (the streamed expert program,
     :func:`elmoe3d.sw.golden.expert_stream.build_streamed_expert_program`: token tiles,
     K-chained GEMMs across WMEM buffer-fulls, FULL as LSB_ONLY + MSB_ONLY chains), synthetic
-    weights; the ``ld`` stream paced at the HB bank rate, outputs always ready (smooth).
+    weights; the ``ld`` stream paced at ``real_ld_rate`` (:func:`ld_rate_words`: default the HB
+    bank rate; ``"full"``, one word a cycle, measures the tile's MACs per cycle with HB out of
+    the way), outputs always ready (smooth).
 
     For each shape of ``real_shapes`` (model preset names), tokens of ``real_tokens`` (or of
     ``real_shape_tokens[shape]``) and mode of ``real_modes``: every ``o`` beat against fsim,
@@ -704,7 +735,7 @@ async def test_real_expert(dut):
     bench.note = REAL_NOTE
     with bench.summary():
         params = {**REAL_DEFAULTS, **load_params()}
-        rate = bench.arch.hb_bytes_per_cycle / bench.pe.word_bytes
+        rate = ld_rate_words(bench.arch, params["real_ld_rate"])
         for name in params["real_shapes"]:
             model = MODEL_PRESETS[name]
             hidden, inter = int(model.hidden), int(model.expert_intermediate)
@@ -739,6 +770,7 @@ async def test_real_expert(dut):
                                    act_words=job.info.get("act_words"),
                                    passes=job.info.get("passes"),
                                    x_stream=job.info.get("x_stream"),
+                                   ld_rate_words_per_cycle=rate,
                                    max_keep_gemms=sum(1 for c in job.program
                                                       if c.fields.get("max_keep")),
                                    note=REAL_NOTE))
@@ -746,23 +778,32 @@ async def test_real_expert(dut):
                     rec["case_seconds"] = time.perf_counter() - t0
                     if not rec["cycles"]:
                         continue
-                    roofline_figures(rec, bench.arch, tokens * 3 * hidden * inter)
+                    roofline_figures(rec, bench.arch, tokens * 3 * hidden * inter,
+                                     ld_rate=rate)
                     dut._log.info(
                         "  %s %s (%d pass(es), x %s): %d cycles; ld %d B, weights %d B (%.0f "
-                        "cycles at the HB rate), %d beats -> %.1f%% of the %s roofline (%.1f%% "
-                        "counting weight bytes only); %d values, %d mismatches; %.1f s wall",
+                        "cycles at %.2f words/cycle), %d beats -> %.1f%% of the %s roofline (%.1f%% "
+                        "counting weight bytes only), %.0f MACs/cycle (%.1f%% of the peak "
+                        "%d); %d values, %d mismatches; %.1f s wall",
                         case, mode.name, rec["passes"],
                         "streamed" if rec["x_stream"] else "resident", rec["cycles"],
                         rec["ld_bytes"], rec["weight_bytes"],
-                        rec["memory_cycles"], rec["gemm_beats"],
+                        rec["memory_cycles"], rate, rec["gemm_beats"],
                         100 * rec["roofline_fraction"], rec["roofline_bound"],
-                        100 * rec["roofline_fraction_weights"], rec["comparisons"],
-                        rec["mismatches"], rec["wall_seconds"])
+                        100 * rec["roofline_fraction_weights"], rec["macs_per_cycle"],
+                        100 * rec["mac_utilization"], rec["peak_macs_per_cycle"],
+                        rec["comparisons"], rec["mismatches"], rec["wall_seconds"])
 
 
-#: ``test_paper_group_root`` defaults: the model preset whose expert shape is run, tokens, modes.
-PAPER_DEFAULTS = {"paper_shape": "olmoe-1b-7b", "paper_tokens": 1,
-                  "paper_modes": ["DRAFT", "FULL"]}
+#: ``test_paper_group_root`` defaults: the model preset whose expert shape is run, tokens, modes
+#: and ``ld`` rates (:func:`ld_rate_words`); each of tokens, modes and rates may be a list.
+PAPER_DEFAULTS = {"paper_shape": "olmoe-1b-7b", "paper_tokens": [1],
+                  "paper_modes": ["DRAFT", "FULL"], "paper_ld_rate": ["hb"]}
+
+
+def _as_list(value) -> list:
+    """A bench parameter given as one value or a list, as a list."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def paper_group_case(arch: ArchConfig, shape: str, tokens: int, mode, rng):
@@ -798,7 +839,8 @@ async def test_paper_group_root(dut):
 
     For each mode of ``paper_modes`` (``paper_tokens`` tokens): the group's programs from
     :func:`paper_group_case`; the root PE's program runs on the RTL with its own ``ld`` words
-    paced at the HB bank rate (``hb_bytes_per_cycle`` / word bytes: 0.1 words of 512 B per
+    paced at ``paper_ld_rate`` (:func:`ld_rate_words`: default the HB bank rate,
+    ``hb_bytes_per_cycle`` / word bytes = 0.1 words of 512 B per cycle; ``"full"``: one word a
     cycle) and, on ``link_i``, the words the functional group run's link delivers to it (the
     row-max all-reduce word of each token tile, then the members' reduced down psums for its
     ``psum_in``), outputs always ready. Compared: every ``o`` beat (DATA bit for bit, STATUS
@@ -812,26 +854,33 @@ async def test_paper_group_root(dut):
     bench.note = REAL_NOTE
     with bench.summary():
         params = {**PAPER_DEFAULTS, **load_params()}
-        shape, tokens = params["paper_shape"], int(params["paper_tokens"])
-        rate = bench.arch.hb_bytes_per_cycle / bench.pe.word_bytes
-        for mode in params["paper_modes"]:
+        shape = params["paper_shape"]
+        cases = [(int(t), str(m), str(r)) for t in _as_list(params["paper_tokens"])
+                 for m in params["paper_modes"] for r in _as_list(params["paper_ld_rate"])]
+        group = {}
+        for tokens, mode, rate_name in cases:
             mode = Mode[mode]
+            rate = ld_rate_words(bench.arch, rate_name)
             case = f"{shape} expert, root PE of {bench.arch.pes_per_group} T={tokens}"
-            wall = time.perf_counter()
-            job, res, link_i, gold, (hidden, inter) = paper_group_case(
-                bench.arch, shape, tokens, mode, bench.rng(f"{shape}/T{tokens}"))
-            prep = time.perf_counter() - wall
+            if (tokens, mode) not in group:       # one functional group run for every ld rate
+                wall = time.perf_counter()
+                group[tokens, mode] = paper_group_case(bench.arch, shape, tokens, mode,
+                                                       bench.rng(f"{shape}/T{tokens}")), \
+                    time.perf_counter() - wall
+            (job, res, link_i, gold, (hidden, inter)), prep = group[tokens, mode]
             r = job.root
             want_o = [(int(b.kind), int(b.data)) for b in res.o[r]]
-            dut._log.info("%s %s: group of %d PEs, I padded to %d (%d a PE); root PE %d: %d "
-                          "commands, %d ld words, %d link_i words, %d o beats, %d link_o "
-                          "words (functional group run %.1f s)", case, mode.name, job.pes,
+            dut._log.info("%s %s, ld %s (%.2f words/cycle): group of %d PEs, I padded to %d "
+                          "(%d a PE); root PE %d: %d commands, %d ld words, %d link_i words, "
+                          "%d o beats, %d link_o words (functional group run %.1f s)", case,
+                          mode.name, rate_name, rate, job.pes,
                           job.info["intermediate_padded"], job.info["slice"], r,
                           len(job.programs[r]), len(job.ld[r]), len(link_i[r]), len(want_o),
                           len(res.link_o[r]), prep)
             run = await bench.run(job.programs[r].encode(), job.ld[r], link_i[r],
                                   n_o=len(want_o), n_link=len(res.link_o[r]),
-                                  rng=bench.rng(f"{case}/{mode.name}"), traffic="smooth",
+                                  rng=bench.rng(f"{case}/{mode.name}/{rate_name}"),
+                                  traffic="smooth",
                                   ld_rate=rate)
             cmp = compare_run(run.o, run.link_o, want_o, res.link_o[r], run.errors)
             details, comparisons, mismatches = cmp["details"], cmp["comparisons"], \
@@ -868,7 +917,7 @@ async def test_paper_group_root(dut):
                        link_i_words=len(link_i[r]), o_beats=len(want_o),
                        link_o_words=len(res.link_o[r]), gemm_beats=beats, cycles=run.cycles,
                        weight_bytes=wbytes, ld_bytes=bench.pe.word_bytes * len(job.ld[r]),
-                       ld_rate_words_per_cycle=rate,
+                       ld_rate=rate_name, ld_rate_words_per_cycle=rate,
                        beats_per_cycle=beats / run.cycles if run.cycles else 0.0,
                        status={k: int(v) for k, v in status.items()},
                        acc_overflow=bool(status.get("acc_overflow")),
@@ -882,15 +931,19 @@ async def test_paper_group_root(dut):
             rec = bench.record(**rec)
             if not rec["cycles"]:
                 continue
-            roofline_figures(rec, bench.arch, tokens * 3 * hidden * inter // job.pes)
+            roofline_figures(rec, bench.arch, tokens * 3 * hidden * inter // job.pes,
+                             ld_rate=rate)
             dut._log.info(
                 "  %s %s: %d cycles in %.1f s (%.0f cycles/s); ld %d B, weights %d B (%.0f "
-                "cycles at the HB rate), %d beats -> %.1f%% of the %s roofline (%.1f%% "
-                "counting weight bytes only); %d values, %d mismatches",
+                "cycles at %.2f words/cycle), %d beats -> %.1f%% of the %s roofline (%.1f%% "
+                "counting weight bytes only), %.0f MACs/cycle (%.1f%% of the peak %d); %d "
+                "values, %d mismatches",
                 case, mode.name, rec["cycles"], rec["wall_seconds"], rec["cycles_per_second"],
-                rec["ld_bytes"], rec["weight_bytes"], rec["memory_cycles"], rec["gemm_beats"],
-                100 * rec["roofline_fraction"], rec["roofline_bound"],
-                100 * rec["roofline_fraction_weights"], rec["comparisons"], rec["mismatches"])
+                rec["ld_bytes"], rec["weight_bytes"], rec["memory_cycles"], rate,
+                rec["gemm_beats"], 100 * rec["roofline_fraction"], rec["roofline_bound"],
+                100 * rec["roofline_fraction_weights"], rec["macs_per_cycle"],
+                100 * rec["mac_utilization"], rec["peak_macs_per_cycle"], rec["comparisons"],
+                rec["mismatches"])
 
 
 # -- host side -------------------------------------------------------------------------------

@@ -170,12 +170,16 @@ def measured_build(arch: ArchConfig, *, interval: float = 0.5, comb_check: bool 
     return built, result
 
 
-def run_paper_pe(arch: ArchConfig, *, shape: str = "olmoe-1b-7b", tokens: int = 1,
-                 modes=("DRAFT", "FULL"), seed=None, built=None):
-    """Run :data:`PAPER_TEST` on ``arch``'s PE (``built``, else built now); returns the
-    :class:`~elmoe3d.sim.records.BenchResult` (failing tests do not raise: the caller reads
-    the records and the runner's counts)."""
+def run_paper_pe(arch: ArchConfig, *, shape: str = "olmoe-1b-7b", tokens=(1,),
+                 modes=("DRAFT", "FULL"), ld_rates=("hb",), seed=None, built=None):
+    """Run :data:`PAPER_TEST` on ``arch``'s PE (``built``, else built now) for every tokens
+    count of ``tokens``, mode of ``modes`` and ``ld`` rate of ``ld_rates``
+    (:func:`elmoe3d.sim.bench_pe.ld_rate_words`: ``"hb"``, ``"full"`` or words per cycle);
+    returns the :class:`~elmoe3d.sim.records.BenchResult` (failing tests do not raise: the
+    caller reads the records and the runner's counts)."""
     from .bench_pe import run_pe_bench
+    tokens = [tokens] if isinstance(tokens, int) else list(tokens)
     return run_pe_bench(arch, tests=PAPER_TEST, seed=seed, built=built, check=False,
-                        params={"paper_shape": shape, "paper_tokens": int(tokens),
-                                "paper_modes": [str(m).upper() for m in modes]})
+                        params={"paper_shape": shape, "paper_tokens": [int(t) for t in tokens],
+                                "paper_modes": [str(m).upper() for m in modes],
+                                "paper_ld_rate": [str(r) for r in ld_rates]})

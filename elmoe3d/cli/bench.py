@@ -65,7 +65,13 @@ measured in the same run (design brief section 6; tests never time anything, thi
    weight bytes in the memory term, the bit-exact comparisons against fsim and ``ref_moe``
    and the wall time. Mixtral-8x7B, which the builder refuses on mid (:data:`REAL_REFUSED`),
    is a row with the builder's error. Reported, no roofline target; mismatches and other
-   refusals fail. Skipped with ``--skip-real``; alone with ``--only-real``.
+   refusals fail. Skipped with ``--skip-real``; alone (with 11) with ``--only-real``.
+11. **Tile MACs per cycle** (:func:`peak_mac_figures`) -- useful MACs per cycle against Table 1's
+   per-PE peak (W4A8: rows x lanes x group; W8A8: half), the ``ld`` stream at the port's full
+   rate (one word a cycle) so HB does not bound it, one full row block of tokens: on the ``mid``
+   RTL (:data:`PEAK_SHAPES`, bit-exact) and, from the cycle model, the paper PE's root program
+   of an OLMoE-1B-7B expert split over a 4-PE group (at the full and the HB rate). Reported, no
+   target; mismatches fail. With figure 10 under ``--skip-real`` / ``--only-real``.
 
 Columns of figure 2: *np.matmul f32* is the baseline's time per call; *gemm prepared* is
 ``gemm`` with the weight layout cached (the hardware lays weights out once and reuses them);
@@ -117,6 +123,10 @@ REAL_REFUSED = {"mixtral-8x7b": "ACT overflows"}
 REAL_NOTE = ("GPT-OSS-20B at 1 token only: at 16 tokens (four token tiles, x streamed) its "
              "DRAFT run alone is 3.1 million cycles (measured 2026-12-01: bit-exact, 18 "
              "minutes in Verilator), FULL about twice that")
+#: Figure 11: the shapes whose tile MACs per cycle are measured on the mid RTL, and the shape
+#: of the paper PE's row (cycle model; the RTL run is ``make sim-paper-pe``).
+PEAK_SHAPES = ("qwen3-30b-a3b", "olmoe-1b-7b")
+PAPER_PEAK_SHAPE = "olmoe-1b-7b"
 #: Figure 6: MiniLM layer L whose FFN (with layer L+1's up-projection as the gate) is the expert.
 ACCURACY_LAYER = 0
 
@@ -133,9 +143,9 @@ def configure(parser):
                         help="minimum length of the RTL throughput GEMM in beats "
                              "(default 4096)")
     parser.add_argument("--skip-real", action="store_true",
-                        help="skip figure 10 (real expert shapes on the mid PE)")
+                        help="skip figures 10 and 11 (real expert shapes on the mid PE)")
     parser.add_argument("--only-real", action="store_true",
-                        help="run only figure 10 (real expert shapes on the mid PE)")
+                        help="run only figures 10 and 11 (real expert shapes on the mid PE)")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="write the figures to OUT (JSON; checked before the run, written "
                              "only when it completes)")
@@ -278,10 +288,11 @@ def real_shapes() -> tuple:
 
 
 def real_expert_figures(seed, shapes=None, tokens=REAL_TOKENS, modes=REAL_MODES,
-                        shape_tokens=REAL_SHAPE_TOKENS):
+                        shape_tokens=REAL_SHAPE_TOKENS, ld_rate="hb"):
     """Figure 10: one run of the PE bench's ``test_real_expert`` on the ``mid`` preset over
     ``shapes`` (default :func:`real_shapes`), ``tokens`` (``shape_tokens[shape]`` where given)
-    and ``modes``. Returns ``{"cases": [...], "failures": [...], "log", "seed",
+    and ``modes``, the ``ld`` stream at ``ld_rate`` (:func:`elmoe3d.sim.bench_pe.ld_rate_words`;
+    figure 11 runs it at ``"full"``). Returns ``{"cases": [...], "failures": [...], "log", "seed",
     "build_seconds", "run_seconds", "note"}`` (a case per shape x tokens x mode: the record's
     figures, with the program's ``passes`` and ``x_stream``; one case with ``refused`` for a
     shape the builder refuses: a failure unless :data:`REAL_REFUSED` expects it)."""
@@ -296,13 +307,15 @@ def real_expert_figures(seed, shapes=None, tokens=REAL_TOKENS, modes=REAL_MODES,
                        params={"real_shapes": list(shapes), "real_tokens": list(tokens),
                                "real_modes": list(modes),
                                "real_shape_tokens": {k: list(v) for k, v in
-                                                     shape_tokens.items()}})
+                                                     shape_tokens.items()},
+                               "real_ld_rate": ld_rate})
     t2 = time.perf_counter()
     keys = ("case", "model", "mode", "tokens", "hidden", "intermediate", "passes",
             "x_stream", "max_keep_gemms", "cycles", "gemm_beats", "ld_bytes", "weight_bytes",
             "roofline_cycles", "roofline_bound", "roofline_fraction",
-            "roofline_fraction_weights", "mac_utilization", "comparisons", "mismatches",
-            "wall_seconds", "case_seconds", "refused")
+            "roofline_fraction_weights", "mac_utilization", "macs_per_cycle",
+            "peak_macs_per_cycle", "weight_bits", "beat_utilization", "ld_bytes_per_cycle",
+            "comparisons", "mismatches", "wall_seconds", "case_seconds", "refused")
     cases, failures = [], []
     for rec in res.records:
         if rec.get("refused"):
@@ -381,6 +394,96 @@ def print_real(console, figs) -> list:
         missed.append("10. real expert shapes: no case measured")
     console.print("   reported, no roofline target; every case must be bit-exact")
     return missed
+
+
+def peak_mac_figures(seed) -> dict:
+    """Figure 11: the tile's MACs per cycle with the ``ld`` stream at the port's full rate (one
+    word a cycle), on the largest decode batch one row block holds (``tile.rows`` tokens), beside
+    Table 1's peak (rows x lanes x group MACs a cycle at W4A8, half at W8A8).
+
+    * ``mid`` PE, RTL (cocotb + Verilator): figure 10's bench (:func:`real_expert_figures`) on
+      :data:`PEAK_SHAPES`, ``ld_rate="full"``, bit-exact;
+    * paper PE (``paper-4gb``), cycle model (:func:`elmoe3d.sw.host.pe_cycles.program_cycles`,
+      within 0.1% of the RTL on every bench case): the root PE's program of an OLMoE-1B-7B
+      expert split over a 4-PE group (:func:`elmoe3d.sw.host.stream_group.compile_expert_group`,
+      what ``make sim-paper-pe`` runs on the RTL), 16 tokens, at the full rate and at the HB
+      rate.
+
+    Streamed expert programs use each weight word for one tile beat (x of more than one row
+    block does not fit IOMEM beside h at these shapes), so no decode batch is compute-bound:
+    the figure is the tile's ceiling with weights arriving as fast as the PE takes them.
+    Returns ``{"mid": <real_expert_figures>, "paper": [rows], "paper_arch"}``."""
+    from ..config import preset
+    from ..sim.bench_pe import ld_rate_words, real_expert_weights
+    from ..sw.golden.datapath import Mode
+    from ..sw.host.models import MODEL_PRESETS
+    from ..sw.host.pe_cycles import program_cycles
+    from ..sw.host.stream_group import compile_expert_group
+    mid = real_expert_figures(seed, shapes=PEAK_SHAPES, tokens=(preset("mid").tile.rows,),
+                              shape_tokens={}, ld_rate="full")
+    arch = preset("paper-4gb")
+    model = MODEL_PRESETS[PAPER_PEAK_SHAPE]
+    hidden, inter, tokens = int(model.hidden), int(model.expert_intermediate), arch.tile.rows
+    expert, x, gw = real_expert_weights(np.random.default_rng(seed), hidden, inter, tokens)
+    rows = []
+    for mode in (Mode.DRAFT, Mode.FULL):
+        job = compile_expert_group(x, expert, gw, mode, arch)
+        prog = job.programs[job.root]
+        bits = 4 if mode == Mode.DRAFT else 8
+        peak = arch.tile.peak_macs_per_cycle(bits)
+        macs = tokens * 3 * hidden * inter // job.pes
+        for rate_name in ("full", "hb"):
+            est = program_cycles(prog, ld_rate=ld_rate_words(arch, rate_name))
+            rows.append({"model": PAPER_PEAK_SHAPE, "hidden": hidden, "intermediate": inter,
+                         "tokens": tokens, "mode": mode.name, "ld_rate": rate_name,
+                         "pes": job.pes, "cycles": est.cycles, "gemm_beats": est.beats,
+                         "ld_words": len(job.ld[job.root]), "bound": est.bound,
+                         "useful_macs": macs, "macs_per_cycle": macs / est.cycles,
+                         "peak_macs_per_cycle": peak, "weight_bits": bits,
+                         "mac_utilization": macs / (peak * est.cycles),
+                         "beat_utilization": est.beats / est.cycles})
+    return {"mid": mid, "paper": rows, "paper_arch": arch.name,
+            "table1_tops": {"W4A8": arch.peak_tops(4), "W8A8": arch.peak_tops(8)}}
+
+
+def print_peak(console, figs) -> list:
+    """Print figure 11; return the failure lines (mismatches, failed runs of the mid RTL)."""
+    from rich.markup import escape
+    from rich.table import Table
+    table = Table(title="11. Tile MACs per cycle, ld at the port's full rate (one word a "
+                        "cycle), one full row block of tokens", title_justify="left",
+                  caption="MACs/cycle: useful MACs (3 H I T; the root PE's share on the paper "
+                          "group) / measured cycles; peak: Table 1's per-PE figure at the "
+                          "mode's weight width (rows x lanes x group a cycle at W4A8, half at "
+                          "W8A8); tile busy: GEMM beats / cycles. Each weight word feeds one "
+                          "beat, so the ld port (weights, scales, x) bounds the tile; the "
+                          "paper PE streams x through its 14 ACT words once per column "
+                          "block. Synthetic weights in the real shapes.",
+                  caption_justify="left")
+    for col in ("PE", "source", "shape", "T", "mode", "ld", "cycles", "MACs/cycle", "peak",
+                "of peak", "tile busy", "bit-exact"):
+        table.add_column(col, justify="left" if col in ("PE", "source", "shape", "mode", "ld")
+                         else "right")
+    mid = figs["mid"]
+    for c in mid["cases"]:
+        if c.get("refused") or not c.get("cycles"):
+            continue
+        table.add_row(mid["arch"], "RTL", escape(str(c["model"])), str(c["tokens"]),
+                      str(c["mode"]), "full", f"{c['cycles']:,}", f"{c['macs_per_cycle']:,.0f}",
+                      f"{c['peak_macs_per_cycle']:,}", f"{c['mac_utilization']:.1%}",
+                      f"{c['beat_utilization']:.1%}",
+                      f"{c['comparisons']:,} / {c['mismatches']}")
+    for r in figs["paper"]:
+        table.add_row(figs["paper_arch"], "cycle model", f"{r['model']} (root of {r['pes']})",
+                      str(r["tokens"]), r["mode"], r["ld_rate"], f"{r['cycles']:,}",
+                      f"{r['macs_per_cycle']:,.0f}", f"{r['peak_macs_per_cycle']:,}",
+                      f"{r['mac_utilization']:.1%}", f"{r['beat_utilization']:.1%}", "-")
+    console.print(table)
+    tops = figs["table1_tops"]
+    console.print(f"   Table 1 peak of the {figs['paper_arch']} die: {tops['W4A8']:.0f} TOPS "
+                  f"W4A8, {tops['W8A8']:.0f} TOPS W8A8; reported, no target (the paper PE on "
+                  f"the RTL: make sim-paper-pe PAPER_PE_ARGS='--tokens 16 --ld-rate hb,full')")
+    return [f"11. tile MACs per cycle: {line} (log {mid['log']})" for line in mid["failures"]]
 
 
 def accuracy_figures(layer=ACCURACY_LAYER):
@@ -575,7 +678,7 @@ def run(args) -> int:
     if args.skip_real and args.only_real:
         raise UserError("--skip-real and --only-real exclude each other")
 
-    steps = 10
+    steps = 11
 
     def simulate(step, what, title, fn, *fn_args):
         """Print step ``step``'s line and run a cocotb figure; a failed simulation is one line."""
@@ -590,12 +693,15 @@ def run(args) -> int:
                  + "".join(f" ({k}: {', '.join(map(str, v))})"
                            for k, v in REAL_SHAPE_TOKENS.items())
                  + ", DRAFT and FULL (cocotb + Verilator)")
+    peak_what = ("tile MACs per cycle, ld at the full rate: mid RTL (cocotb + Verilator), "
+                 "paper PE (cycle model)")
     if args.only_real:
         real = simulate(10, real_what, "real-expert bench", real_expert_figures, seed)
+        peak = simulate(11, peak_what, "tile MACs-per-cycle bench", peak_mac_figures, seed)
         console.print()
-        missed = print_real(console, real)
+        missed = print_real(console, real) + print_peak(console, peak)
         if args.json:
-            write_json(args.json, {"seed": seed, "real": real, "missed": missed})
+            write_json(args.json, {"seed": seed, "real": real, "peak": peak, "missed": missed})
         for line in missed:
             console.print(f"[bold red]missed[/]: {escape(line)}")
         return 1 if missed else 0
@@ -621,11 +727,13 @@ def run(args) -> int:
                      "ring/link bench", link_figures, arch, seed)
     die = simulate(9, "logic die: draft and verify MoE layers, verify-phase overlap (cocotb + "
                       "Verilator)", "die bench", die_figures, arch, seed)
-    real = None
+    real = peak = None
     if args.skip_real:
-        console.print(f"[10/{steps}] real expert shapes on the mid PE: skipped (--skip-real)")
+        console.print(f"[10-11/{steps}] real expert shapes on the mid PE: skipped "
+                      f"(--skip-real)")
     else:
         real = simulate(10, real_what, "real-expert bench", real_expert_figures, seed)
+        peak = simulate(11, peak_what, "tile MACs-per-cycle bench", peak_mac_figures, seed)
     console.print()
 
     missed = []
@@ -674,11 +782,11 @@ def run(args) -> int:
     missed += [f"8. {line}" for line in print_links(console, links)]
     missed += [f"9. {line}" for line in print_die(console, die)]
     if real is not None:
-        missed += print_real(console, real)
+        missed += print_real(console, real) + print_peak(console, peak)
     if args.json:
         write_json(args.json, {"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
                                "pe": pe, "accuracy": accuracy, "dram": dram,
-                               "links": links, "die": die, "real": real,
+                               "links": links, "die": die, "real": real, "peak": peak,
                                "targets": {"throughput": THROUGHPUT_TARGET,
                                            "golden": GOLDEN_TARGET,
                                            "roofline": ROOFLINE_TARGET},

@@ -28,7 +28,12 @@ def configure(parser):
                              "and PE group")
     parser.add_argument("--shape", default="olmoe-1b-7b", metavar="MODEL",
                         help="model preset whose expert shape runs (default: olmoe-1b-7b)")
-    parser.add_argument("--tokens", type=int, default=1, help="tokens (default 1)")
+    parser.add_argument("--tokens", default="1", metavar="T[,T...]",
+                        help="comma-separated token counts (default 1)")
+    parser.add_argument("--ld-rate", default="hb", metavar="RATE[,RATE...]",
+                        help="comma-separated ld pacings: hb (the HB bank rate, 51.2 B per "
+                             "cycle), full (one word a cycle: the tile's MACs per cycle with "
+                             "HB out of the way) or words per cycle in (0, 1] (default hb)")
     parser.add_argument("--modes", default="DRAFT,FULL",
                         help="comma-separated modes (default: DRAFT,FULL)")
     parser.add_argument("--comb-check", action="store_true",
@@ -47,6 +52,29 @@ def configure(parser):
 
 def _gb(n) -> str:
     return f"{n / 2**30:.2f} GB"
+
+
+def _tokens(text):
+    try:
+        tokens = [int(t) for t in str(text).split(",") if t.strip()]
+    except ValueError:
+        tokens = []
+    if not tokens or min(tokens) < 1:
+        raise UserError(f"--tokens {text}: expected comma-separated token counts >= 1")
+    return tokens
+
+
+def _ld_rates(arch, text):
+    from ..sim.bench_pe import ld_rate_words
+    rates = [r.strip().lower() for r in str(text).split(",") if r.strip()]
+    if not rates:
+        raise UserError(f"--ld-rate {text}: expected hb, full or words per cycle")
+    for r in rates:
+        try:
+            ld_rate_words(arch, r)
+        except ValueError as exc:
+            raise UserError(f"--ld-rate: {exc}") from None
+    return rates
 
 
 def _modes(text):
@@ -110,18 +138,27 @@ def build_lines(arch, fig) -> list:
 
 
 def run_lines(rec) -> list:
-    out = [f"{rec['case']} {rec['mode']}: {rec['commands']:,} commands, ld {rec['ld_words']:,} "
+    out = [f"{rec['case']} {rec['mode']}, ld {rec.get('ld_rate', 'hb')} "
+           f"({rec.get('ld_rate_words_per_cycle', 0):.2f} words/cycle): "
+           f"{rec['commands']:,} commands, ld {rec['ld_words']:,} "
            f"words ({rec['ld_bytes']:,} B), link_i {rec['link_i_words']:,} words, "
            f"{rec['o_beats']} o beats, {rec['link_o_words']} link_o words"]
     if rec.get("cycles"):
         out.append(f"  {rec['cycles']:,} cycles in {rec['wall_seconds']:.0f} s: "
                    f"{rec['cycles_per_second']:,.0f} simulated cycles/s")
     if "roofline_fraction" in rec:
-        out.append(f"  roofline: ld {rec['ld_bytes']:,} B / {rec['hb_bytes_per_cycle']:g} B per "
+        out.append(f"  roofline: ld {rec['ld_bytes']:,} B / "
+                   f"{rec.get('ld_bytes_per_cycle', rec['hb_bytes_per_cycle']):g} B per "
                    f"cycle = {rec['memory_cycles']:,.0f} cycles, {rec['gemm_beats']:,} tile "
                    f"beats -> {100 * rec['roofline_fraction']:.1f}% of the "
                    f"{rec['roofline_bound']} roofline ({100 * rec['roofline_fraction_weights']:.1f}"
                    f"% counting weight bytes only, {rec['weight_bytes']:,} B)")
+    if rec.get("macs_per_cycle") is not None:
+        out.append(f"  MACs: {rec['useful_macs']:,} useful (this PE's share) / {rec['cycles']:,} "
+                   f"cycles = {rec['macs_per_cycle']:,.0f} a cycle, "
+                   f"{100 * rec['mac_utilization']:.1f}% of the tile's peak "
+                   f"{rec['peak_macs_per_cycle']:,} (W{rec['weight_bits']}A8, Table 1); tile "
+                   f"busy {100 * rec['beat_utilization']:.1f}% of the cycles")
     out.append(f"  {rec['comparisons']:,} values compared, {rec['mismatches']:,} mismatches")
     out.extend(f"    {d}" for d in rec.get("details", []))
     return out
@@ -139,12 +176,12 @@ def run(args) -> int:
     modes = _modes(args.modes)
     if args.shape not in MODEL_PRESETS:
         raise UserError(f"--shape {args.shape}: unknown model preset")
-    if args.tokens < 1:
-        raise UserError(f"--tokens {args.tokens}: expected at least 1")
+    tokens = _tokens(args.tokens)
     try:
         arch = paper_arch(args.config, args.tile)
     except (ConfigError, ValueError) as exc:
         raise UserError(str(exc)) from None
+    rates = _ld_rates(arch, args.ld_rate)
     console = report_console()
     console.print(f"[1/2] Verilog + Verilator build of the {arch.name} PE (measured) ...")
     try:
@@ -161,11 +198,12 @@ def run(args) -> int:
             write_json(args.json, doc)
         return 0
     console.print(f"[2/2] {args.shape} expert, root PE of a {arch.pes_per_group}-PE group, "
-                  f"T={args.tokens}, {'/'.join(modes)}, ld at the HB rate ...")
+                  f"T={'/'.join(map(str, tokens))}, {'/'.join(modes)}, ld at "
+                  f"{'/'.join(rates)} ...")
     t0 = time.perf_counter()
     try:
-        res = run_paper_pe(arch, shape=args.shape, tokens=args.tokens, modes=modes,
-                           seed=args.seed, built=built)
+        res = run_paper_pe(arch, shape=args.shape, tokens=tokens, modes=modes,
+                           ld_rates=rates, seed=args.seed, built=built)
     except SimulationError as exc:
         console.print(f"[bold red]simulator error[/]: {escape(str(exc))}")
         return 1

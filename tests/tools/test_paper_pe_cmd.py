@@ -38,6 +38,10 @@ def record(mode="DRAFT", mismatches=0):
             "memory_cycles": 5377 * 10.0, "gemm_beats": 2560, "roofline_fraction": 0.9,
             "roofline_bound": "memory", "roofline_fraction_weights": 0.55,
             "weight_bytes": 3328 * 512, "comparisons": 2800, "mismatches": mismatches,
+            "ld_rate": "hb", "ld_rate_words_per_cycle": 0.1, "ld_bytes_per_cycle": 51.2,
+            "useful_macs": 1_572_864, "macs_per_cycle": 1_572_864 / 60000,
+            "mac_utilization": 1_572_864 / 60000 / 16384, "peak_macs_per_cycle": 16384,
+            "weight_bits": 4, "beat_utilization": 2560 / 60000,
             "details": ["o beat 3: DATA differs from fsim"] if mismatches else []}
 
 
@@ -67,15 +71,25 @@ def test_figures_printed_and_json(monkeypatch, capsys, tmp_path):
     assert cli.main(["paper-pe", "--json", str(out_json)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert calls["arch"] == preset("paper-4gb")
-    assert calls["run"]["modes"] == ["DRAFT", "FULL"] and calls["run"]["tokens"] == 1
+    assert calls["run"]["modes"] == ["DRAFT", "FULL"] and calls["run"]["tokens"] == [1]
+    assert calls["run"]["ld_rates"] == ["hb"]
     assert calls["build_kw"] == {"comb_check": False, "verilator_args": []}
     for text in ("tile 16x32x32, W = 4096 bits, WMEM 32 KB, IOMEM 32 KB", "3000 s",
                  "verilator_bin 3.00 GB, cc1plus 9.00 GB", "11.00 GB", "60,000 cycles",
                  "100 simulated cycles/s",
-                 "90.0% of the memory roofline", "PASSED", "synthetic"):
+                 "90.0% of the memory roofline", "ld hb (0.10 words/cycle)",
+                 "26 a cycle, 0.2% of the tile's peak 16,384 (W4A8, Table 1)", "PASSED",
+                 "synthetic"):
         assert text in out, text
     doc = json.loads(out_json.read_text())
     assert doc["build"]["verilator_seconds"] == 3000.0 and len(doc["records"]) == 2
+
+
+def test_token_and_ld_rate_lists(monkeypatch):
+    calls = stub(monkeypatch, [record()])
+    assert cli.main(["paper-pe", "--tokens", "1,16", "--ld-rate", "hb,full,0.5"]) == 0
+    assert calls["run"]["tokens"] == [1, 16]
+    assert calls["run"]["ld_rates"] == ["hb", "full", "0.5"]
 
 
 def test_mismatch_exits_1(monkeypatch, capsys):
@@ -102,7 +116,10 @@ def test_tile_fallback_keeps_the_paper_memories(monkeypatch):
                                         (["--tile", "8x16"], "ROWSxLANESxGROUP"),
                                         (["--modes", "MSB_ONLY"], "--modes"),
                                         (["--shape", "gpt-5"], "--shape"),
-                                        (["--tokens", "0"], "--tokens")])
+                                        (["--tokens", "0"], "--tokens"),
+                                        (["--tokens", "1,x"], "--tokens"),
+                                        (["--ld-rate", "fast"], "--ld-rate"),
+                                        (["--ld-rate", "1.5"], "--ld-rate")])
 def test_usage_errors_exit_2(monkeypatch, capsys, argv, word):
     stub(monkeypatch, [])
     assert cli.main(["paper-pe", *argv]) == 2
@@ -120,3 +137,29 @@ def test_measured_call_sees_the_child_tree():
     assert fig["wall_seconds"] >= 0.5 and fig["cpu_seconds"] > 0
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         measured_call(divmod, 1, 0)
+
+
+def test_ld_rate_words_and_the_roofline_at_that_rate():
+    """The ld pacings the PE benches take, and the roofline's memory term at the pacing used
+    (hand-computed: 1,000 words of 512 B at 0.1 words/cycle = 10,000 cycles)."""
+    from elmoe3d.sim.bench_pe import ld_rate_words, roofline_figures
+    paper, small = preset("paper-4gb"), preset("small")
+    assert ld_rate_words(paper) == ld_rate_words(paper, "HB") == pytest.approx(0.1)
+    assert ld_rate_words(small, "hb") == pytest.approx(0.8)
+    assert ld_rate_words(paper, "full") == 1.0 and ld_rate_words(paper, "0.25") == 0.25
+    for bad in ("fast", "0", "1.5", "nan"):
+        with pytest.raises(ValueError, match="ld rate"):
+            ld_rate_words(paper, bad)
+    rec = {"ld_bytes": 1000 * 512, "gemm_beats": 600, "mode": "DRAFT", "cycles": 12500,
+           "weight_bytes": 500 * 512}
+    hb = roofline_figures(dict(rec), paper, 16384 * 600)
+    assert hb["memory_cycles"] == pytest.approx(10000) and hb["roofline_bound"] == "memory"
+    assert hb["roofline_fraction"] == pytest.approx(0.8)
+    assert hb["macs_per_cycle"] == pytest.approx(16384 * 600 / 12500)
+    assert hb["peak_macs_per_cycle"] == 16384
+    full = roofline_figures(dict(rec, cycles=1250), paper, 16384 * 600, ld_rate=1.0)
+    assert full["memory_cycles"] == pytest.approx(1000) and full["ld_bytes_per_cycle"] == 512
+    assert full["roofline_fraction"] == pytest.approx(0.8)
+    assert full["mac_utilization"] == pytest.approx(600 / 1250)
+    w8 = roofline_figures(dict(rec, mode="FULL"), paper, 8192 * 600)
+    assert w8["peak_macs_per_cycle"] == 8192 and w8["weight_bits"] == 8
