@@ -28,3 +28,21 @@ def gsm8k_prompts():
     always beside the checkout (CI included): a missing file fails, it does not skip."""
     from elmoe3d.sw.host.corpus import gsm8k_prompts as load
     return load()
+
+
+#: Test modules that build large Verilator models, heaviest first (measured with
+#: ``pytest --durations``: the logic die's build about 4-9 min, the mid PE's 2-5 min, the board
+#: top's 1-2 min on 2 cores). pytest-xdist hands tests out in collection order, so these go
+#: first: a long build started last would leave one worker running alone at the end of
+#: ``make test``. Only the order changes; every test still runs.
+HEAVY_FIRST = ("tests/cocotb/test_die.py", "tests/cocotb/test_pe_real.py",
+               "tests/cocotb/test_board.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the :data:`HEAVY_FIRST` modules first (in that order), then every other test in
+    collection order (a stable sort: the same order on every xdist worker)."""
+    def rank(item):
+        path = item.nodeid.split("::", 1)[0]
+        return HEAVY_FIRST.index(path) if path in HEAVY_FIRST else len(HEAVY_FIRST)
+    items.sort(key=rank)
