@@ -402,6 +402,11 @@ class PEJob:
 #: arrives (memory-bound batches). Multiples of 8 words fill whole scale words.
 RAMP_UP_WORDS = (8, 16)
 RAMP_DOWN_WORDS = (24, 16, 8, 8, 8)
+#: The last up/gate buffer-fulls of an expert whose REQUANT nothing runs beside (a lone
+#: memory-bound expert): a short last up/gate GEMM starts the REQUANT sooner, so the two
+#: buffer-fulls of down weights the load engine streams meanwhile (it can fill no more until
+#: the first down GEMM releases one) cover the REQUANT, and the ``ld`` stream does not wait.
+RAMP_UP_TAIL_WORDS = (24, 24, 16)
 #: HB bank bytes per PE clock cycle assumed when the builder gets a PEConfig: the default
 #: :class:`~elmoe3d.config.ArchConfig`'s ``hb_bytes_per_cycle`` (``hb_bank_gbps / clock_ghz``,
 #: the paper's 51.2 GB/s at 1 GHz); with an ArchConfig it uses that one's.
@@ -445,10 +450,16 @@ class _Plan:
     down: list = None
     pairing: tuple = None         # (head up jobs, paired jobs) of its block (_cut_pair)
 
-    def cut_up(self, sizes=None):
+    def cut_up(self, sizes=None, *, alone=False, ld_cycles=0.0):
+        """Cut the up/gate matrix into jobs (``sizes`` column blocks each, or the default
+        cut: whole buffer-fulls, ramped up in the program's first expert; ramped down
+        (:data:`RAMP_UP_TAIL_WORDS`) when ``alone``, nothing runs beside this expert's REQUANT,
+        and the matrix is memory-heavy at ``ld_cycles`` per word)."""
         if sizes is None:
-            sizes = _chunks(self.up_w.n_cb, self.up_w.groups, self.up_w.per_buf,
-                            head=RAMP_UP_WORDS if self.first else ())
+            w = self.up_w
+            sizes = _chunks(w.n_cb, w.groups, w.per_buf,
+                            head=RAMP_UP_WORDS if self.first else (),
+                            tail=RAMP_UP_TAIL_WORDS if alone and w.heavy(ld_cycles) else ())
         self.up = self.up_w.jobs(sizes)
         self.up[0].prologue = self.prologue
         for job in self.up:
@@ -562,6 +573,14 @@ class _Weights:
 
     def beats(self, n) -> int:
         return n * self.groups * self.row_blocks * self.halves
+
+    def heavy(self, ld_cycles) -> bool:
+        """Whether a whole buffer-full takes longer to load at ``ld_cycles`` per word than its
+        GEMM's tile beats, on DRAFT's figures in either mode (FULL doubles both), so that a
+        cut decided on it is the same in DRAFT and FULL."""
+        n = self.per_buf
+        return n * self.groups * self.row_blocks < ld_cycles * (n * self.groups
+                                                                + -(-n * self.groups // 8))
 
     def jobs(self, sizes) -> list:
         """Jobs of ``sizes`` column blocks each, in order (they must cover the matrix)."""
@@ -710,6 +729,22 @@ def _whole(n_cb, per_buf, *, rest_first=False) -> list:
     return rest + out if rest_first else out + rest
 
 
+def _even(n_cb, per_buf, align) -> list:
+    """``n_cb`` column blocks in the fewest buffer-fulls of at most ``per_buf`` (a multiple of
+    ``align``), as even as whole ``align`` units allow, the smaller ones first: no job much
+    smaller than the others, whose tile beats could not hide the next one's load."""
+    if n_cb <= 0:
+        return []
+    units, extra = divmod(n_cb, align)
+    k = -(-n_cb // per_buf)
+    while True:
+        sizes = [(units // k + (1 if i >= k - units % k else 0)) * align for i in range(k)]
+        sizes[-1] += extra
+        if sizes[-1] <= per_buf:
+            return [s for s in sizes if s]
+        k += 1
+
+
 def _cut_pair(plan, prev, ld_cycles):
     """Cut ``plan``'s up/gate jobs and ``prev``'s down jobs, which share a block of the
     schedule. When one matrix is memory-heavy (its beats fall short of its load time) and the
@@ -763,7 +798,7 @@ def _cut_pair(plan, prev, ld_cycles):
     up_per = up.per_buf // up.align * up.align
     head = _whole(skip, up_per)
     plan.cut_up(head + [n_up] * pairs
-                + _whole(up.n_cb - skip - pairs * n_up, up_per, rest_first=True))
+                + _even(up.n_cb - skip - pairs * n_up, up_per, up.align))
     prev.cut_down([n_down] * pairs
                   + _whole(down.n_cb - pairs * n_down, down.per_buf // down.align * down.align))
     plan.pairing = (len(head), pairs)
@@ -790,11 +825,13 @@ def _schedule(plans, ld_cycles) -> list:
     tl = _Timeline(ld_cycles)
     items, prev, q_end = [], None, 0.0
     for n, plan in enumerate(plans):
+        # the last expert's REQUANT with no down jobs of an earlier one beside it
+        alone = n == len(plans) - 1 and (n == 0 or plans[n - 1].overlaps(plan))
         if n == 0:
-            plan.cut_up()
+            plan.cut_up(alone=alone, ld_cycles=ld_cycles)
         elif plans[n - 1].overlaps(plan) or n == len(plans) - 1:
             # (the last block keeps whole buffer-fulls: its down jobs run beside the REQUANT)
-            plan.cut_up()
+            plan.cut_up(alone=alone, ld_cycles=ld_cycles)
             plans[n - 1].cut_down()
         else:
             _cut_pair(plan, plans[n - 1], ld_cycles)
@@ -937,7 +974,7 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
         raise ProgramError(f"{tokens} tokens x H={hidden} need "
                            f"{t_pad * hidden // pe.q24_per_word} OUT words; the PE has "
                            f"{pe.out_words}")
-    prog.output(row_blocks=t_pad // pe.rows, channels=hidden)
+    prog.output(**_output_shape(pe, tokens, hidden))
     # no BARRIER before STATUS: every LOAD precedes the last GEMM's wait (the load engine is in
     # order), and STATUS waits for every execute command, so its counters do not depend on
     # timing either
@@ -947,15 +984,73 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
     return prog, words, jobs, owners
 
 
+def _output_shape(pe, tokens, hidden) -> dict:
+    """``row_blocks`` and ``channels`` of the OUTPUT of ``tokens`` rows of ``hidden`` channels.
+
+    OUTPUT reads OUT in address order (``row_blocks * rows * channels`` values, ``docs/pe.md``,
+    OUTPUT) and OUT row ``s`` holds channels ``s * hidden ..``, so any factorisation of the
+    value count gives the same values in the same order. The builder emits the fewest whole
+    token rows ``t >= tokens`` that factor into ``row_blocks * rows * channels`` (``channels`` a
+    multiple of W/32 below 2^16, ``row_blocks`` below 2^8): the padding rows of the last row
+    block are not sent when they need not be (one token on the small PE: 4 beats instead of
+    8). Falls back to whole row blocks of ``hidden`` channels. :meth:`PEJob.decode` drops the
+    rows beyond ``tokens`` either way."""
+    R, fp = pe.rows, pe.fp32_per_beat
+    t_pad = -(-tokens // R) * R
+    for t in range(tokens, t_pad):
+        n = t * hidden
+        for rb in range(1, 256):
+            if n % (rb * R * fp) == 0 and n // (rb * R) < 1 << 16:
+                return {"row_blocks": rb, "channels": n // (rb * R)}
+    return {"row_blocks": t_pad // R, "channels": hidden}
+
+
 def _ints(chunk):
     from .asm import words_to_ints
     return words_to_ints(chunk)
 
 
+def _split_last(routed, ex: Expert, pe, ld_cycles) -> list:
+    """``routed`` (``[(expert, token rows, gate bits)]`` in program order) with its last expert
+    run as two sub-batches of its row blocks (the first ``floor(n/2)``, then the rest) when
+    that pays: the program's last REQUANT has no next expert's up/gate GEMMs beside it, only
+    the previous expert's down GEMMs, so with too few of them (none for a lone expert) the
+    tile idles for the whole REQUANT, a large one with many tokens. As two sub-batches the
+    first one's REQUANT runs beside the second one's up/gate GEMMs and the second one's
+    (half as long) beside the first one's down GEMMs (``docs/pe.md``, "Program of an MoE
+    layer"). The cost is the expert's weights streamed twice: done only when each sub-batch's
+    stream fits under its own tile beats at ``ld_cycles`` per word. The figures are DRAFT's
+    whatever the mode (FULL doubles both beats and plane words), so DRAFT and FULL programs
+    split alike and stream the same MSB plane and scale words. Returns a new list."""
+    R = pe.rows
+    e, rows, gw = routed[-1]
+    rbn = -(-len(rows) // R)
+    _expert_needs(ex, len(rows), pe)        # the whole expert fits, or the error names it
+    if rbn < 2:
+        return list(routed)
+    h_dim, i_dim = ex.hidden, ex.intermediate
+    up_w, down_w = 2 * i_dim * (h_dim // 32) // pe.lanes, h_dim * (i_dim // 32) // pe.lanes
+    words = up_w + -(-up_w // 8) + down_w + -(-down_w // 8)         # DRAFT: planes, scales
+    beats_rb = up_w + down_w                                        # DRAFT, per row block
+    c = max_requant_units(pe.word_bits)
+    requant = rbn * R * max(i_dim // c, 3) + 8 + drain_cycles(R)
+    cover = 0                               # the previous expert's down beats beside it
+    if len(routed) > 1:
+        cover = down_w * -(-len(routed[-2][1]) // R)
+    if cover >= requant or words * ld_cycles > rbn // 2 * beats_rb:
+        return list(routed)
+    k = rbn // 2 * R
+    return list(routed[:-1]) + [(e, rows[:k], gw[:k]), (e, rows[k:], gw[k:])]
+
+
 def build_moe_program(x, experts, routing, mode, config) -> PEJob:
     """PE program and ``ld`` stream of an MoE layer on one PE: every expert with at least one
-    routed token, in ascending id, over its tokens (ascending); outputs summed in OUT (Q.24)
-    at the tokens' batch positions; then OUTPUT (FP32 ``[T, H]``) and STATUS.
+    routed token, in ascending id, over its tokens (ascending; the last expert in two
+    sub-batches of its row blocks when that hides its REQUANT, :func:`_split_last`); outputs
+    summed in OUT (Q.24) at the tokens' batch positions; then OUTPUT (FP32 ``[T, H]``, the
+    token rows only where whole beats allow, :func:`_output_shape`) and STATUS. ``info``:
+    ``experts`` (per expert id: tokens, buffer-fulls and sub-batches summed, the first
+    sub-batch's IOMEM region), ``gemm_beats``, ``ld_words``, ``commands``, ``weight_loads``.
 
     Parameters
     ----------
@@ -988,6 +1083,10 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
             routed.append((e, rows, gw))
     if not routed:
         raise ProgramError("routing sends no token to any expert")
+    hb = (config.hb_bytes_per_cycle if isinstance(config, ArchConfig)
+          else DEFAULT_HB_BYTES_PER_CYCLE)
+    ld_cycles = pe.word_bytes / hb
+    routed = _split_last(routed, exs[routed[-1][0]], pe, ld_cycles)
     # IOMEM regions: each expert's TOK entries (= HBUF rows) and ACT words placed right after
     # the previous expert's, wrapping to 0 (a ring), so consecutive experts use separate
     # regions whenever the memories hold both
@@ -1004,13 +1103,14 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
                             a0=a0, first=n == 0, last=n == len(routed) - 1)
         plans.append(plan)
         cur_t, cur_a = t0 + tok_n, a0 + act_n
-    hb = (config.hb_bytes_per_cycle if isinstance(config, ArchConfig)
-          else DEFAULT_HB_BYTES_PER_CYCLE)
-    prog, words, jobs, owners = _emit(pe, plans, t, exs[0].hidden, pe.word_bytes / hb)
+    prog, words, jobs, owners = _emit(pe, plans, t, exs[0].hidden, ld_cycles)
     for plan in plans:
-        per_expert[plan.index] = {"tokens": plan.tokens,
-                                  "buffer_fulls": len(plan.up) + len(plan.down),
-                                  "tok_base": plan.t0, "act_base": plan.a0}
+        rec = per_expert.setdefault(plan.index, {"tokens": 0, "buffer_fulls": 0,
+                                                 "tok_base": plan.t0, "act_base": plan.a0,
+                                                 "batches": 0})
+        rec["tokens"] += plan.tokens
+        rec["buffer_fulls"] += len(plan.up) + len(plan.down)
+        rec["batches"] += 1
     beats = sum(j.gemm["col_blocks"] * (2 if mode is Mode.FULL else 1) * j.gemm["row_blocks"]
                 * j.gemm["groups"] for j in jobs)
     info = {"experts": per_expert, "gemm_beats": beats, "ld_words": len(words),

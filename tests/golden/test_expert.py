@@ -66,8 +66,12 @@ def test_expert_program_equals_ref_expert(mode, tokens):
     assert not ref.acc_overflow and not ref.vpu_saturation
     # up/gate: 128 column blocks of 2 groups, 16 per buffer, ramped up at the start
     # (4, 12, 16 x 7); down: 16 of 8 groups, 4 per buffer, ramped down at the end
-    # (4, 4, 3, 2, 1, 1, 1)
-    assert job.info["experts"][0]["buffer_fulls"] == 9 + 7
+    # (4, 4, 3, 2, 1, 1, 1). One token (memory-bound, nothing runs beside its REQUANT): the
+    # up/gate jobs ramped down before the REQUANT too (4, 8, 16 x 6, 12, 8). 16 tokens: two
+    # sub-batches of 8 tokens, the first one's REQUANT beside the second one's up/gate GEMMs
+    # (9 + 4 whole buffer-fulls, then 8 + 7 ramped down)
+    expect = {1: (10 + 7, 1), 4: (9 + 7, 1), 16: (9 + 4 + 8 + 7, 2)}[tokens]
+    assert (job.info["experts"][0]["buffer_fulls"], job.info["experts"][0]["batches"]) == expect
     flt = ex.float_expert(x, *w, gw)
     m = ex.error_metrics(flt, y)
     assert m["cosine"] > (0.999 if mode is Mode.FULL else 0.97), m
@@ -118,11 +122,12 @@ def test_draft_and_full_share_the_msb_plane_and_scale_words(tokens):
         return [(job.program[i].fields["addr"], buf, words)
                 for i, _, buf, words in job.loads(target)]
 
+    fulls = {1: 17, 5: 16}[tokens]     # one token: up/gate ramped down before the REQUANT
     for target in (Target.WMSB, Target.WSCALE):
         d, f = loads(jobs[Mode.DRAFT], target), loads(jobs[Mode.FULL], target)
-        assert d == f and len(d) == 16
+        assert d == f and len(d) == fulls
     assert not jobs[Mode.DRAFT].loads(Target.WLSB)
-    assert len(jobs[Mode.FULL].loads(Target.WLSB)) == 16
+    assert len(jobs[Mode.FULL].loads(Target.WLSB)) == fulls
     for m, job in jobs.items():
         _check_equal(job, ex.ref_expert(x, *w, None, m))
 
@@ -296,6 +301,51 @@ def test_ref_expert_gemms_match_the_slow_datapath():
     d = ref.detail["experts"][0]
     assert np.array_equal(d["acc_up"], gemm_reference(xq.q, e.up, Mode.DRAFT).acc)
     assert np.array_equal(d["acc_y"], gemm_reference(d["h_q"], e.down, Mode.DRAFT).acc)
+
+
+@pytest.mark.parametrize("tokens, beats", [(1, 4), (3, 12), (4, 16)])
+def test_output_sends_whole_token_rows_only(tokens, beats):
+    """OUTPUT reads OUT in address order, so the builder emits the fewest whole token rows that
+    factor into whole beats and rows: one token of H = 64 on the small PE (2 rows, 16 FP32 a
+    beat) in 4 beats instead of its padded row block's 8, three tokens in 12 instead of 16;
+    an even batch as before. Bit-exact against ref_expert."""
+    rng = _rng(f"output{tokens}")
+    w = _weights(rng)
+    x = rng.standard_normal((tokens, H))
+    job = ex.build_expert_program(x, *w, mode=Mode.DRAFT, config=CFG)
+    (out,) = [cmd.fields for cmd in job.program if cmd.op is Op.OUTPUT]
+    assert out["row_blocks"] * PE.rows * out["channels"] == beats * PE.fp32_per_beat
+    _, _, res = _run(job)
+    assert len(res.data()) == beats
+    _check_equal(job, ex.ref_expert(x, *w, None, Mode.DRAFT))
+
+
+@pytest.mark.parametrize("tokens, batches", [(16, 2), (8, 2), (5, 1)])
+def test_last_expert_in_two_sub_batches(tokens, batches):
+    """The program's last expert runs as two sub-batches of its row blocks when nothing would
+    run beside its REQUANT and each sub-batch's weights stream within its own tile beats
+    (``docs/pe.md``, "Program of an MoE layer"): two REQUANTs, the first beside the second
+    sub-batch's up/gate GEMMs, the weights streamed twice, the same MSB plane and scale words
+    in DRAFT and FULL. Five tokens (three row blocks: a sub-batch of one would be memory-bound)
+    stay one batch. Bit-exact against ref_expert in both modes."""
+    rng = _rng(f"batches{tokens}")
+    w = _weights(rng)
+    x = rng.standard_normal((tokens, H))
+    gw = rng.uniform(0.1, 1.0, tokens)
+    jobs = {m: ex.build_expert_program(x, *w, gw, mode=m, config=CFG)
+            for m in (Mode.DRAFT, Mode.FULL)}
+    for m, job in jobs.items():
+        assert job.info["experts"][0]["batches"] == batches
+        c = job.program.counts()
+        assert c["REQUANT"] == batches and "BARRIER" not in c
+        if batches == 2:
+            piped = _pipelined(job)
+            assert piped[0][2] > 0              # the first REQUANT beside up/gate GEMMs
+        _check_equal(job, ex.ref_expert(x, *w, gw, m))
+    one = ex.build_expert_program(x[:1], *w, mode=Mode.DRAFT, config=CFG)
+    for target in (Target.WMSB, Target.WSCALE):
+        d, f = (jobs[m].weight_words(0, "up", target) for m in (Mode.DRAFT, Mode.FULL))
+        assert d == f == one.weight_words(0, "up", target) * batches
 
 
 def test_builder_errors():
