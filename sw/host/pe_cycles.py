@@ -60,6 +60,7 @@ from fractions import Fraction
 
 from ...config import PEOptions
 from ...isa import Op, Sink, Target
+from ..golden.asm import TOK_DTYPE
 from ..golden.datapath import Mode
 
 
@@ -257,11 +258,14 @@ class _ResultStage:
         self.a_free = 0          # stage A takes the next row from
         self.c_free = 0          # stage C (COMBINE) issues the next row from
         self.x = 0               # the last row left stage A (last link word sent, RAW)
+        self.tail = 0            # COMBINE: the sink (stage A, stage C, the units) idle from
 
-    def take(self, O, sink, psum_in, full, link_cycles=1):
+    def take(self, O, sink, psum_in, full, link_cycles=1, live=None):
         """The tile offers a result in cycle ``O``; returns the cycle ``T`` the register takes
         it. Afterwards :attr:`x` is the cycle its last row leaves stage A (RAW: its last link
-        word) and :attr:`free` the cycle the register can take the next result."""
+        word) and :attr:`free` the cycle the register can take the next result. ``live``
+        (COMBINE): per row, whether its gate weight is nonzero (a zero-gate row adds exactly 0
+        and the sink skips it: it leaves stage A without entering stage C); default all."""
         o = self.o
         hop = o.sink_feed_cycles
         R = o.rows
@@ -287,15 +291,25 @@ class _ResultStage:
             self.free = u                           # the last row taken into A
             self.x = self.a_free = u + n            # leaves A with its last sub-step
             return T
-        # COMBINE: row k into A at u_k, issued into C at c_k (C busy n cycles per row)
-        u = max(avail(0), self.a_free)
-        c = max(u + hop, self.c_free)
-        for k in range(1, R):
-            u = max(c, avail(k))
-            c = max(u + hop, c + n)
+        # COMBINE: row k into A at u_k, issued into C at c_k (C busy n cycles per row); a
+        # zero-gate row leaves A when it could have issued, C untouched
+        c_free = self.c_free
+        idle = o.sink_idle_cycles(Sink.COMBINE, full)
+        u = leave = None
+        tail = self.tail
+        for k in range(R):
+            u = max(avail(k), self.a_free if k == 0 else leave)
+            if live is None or live[k]:
+                leave = max(u + hop, c_free)
+                c_free = leave + n
+                tail = max(tail, leave + idle)          # through stage C and the units
+            else:
+                leave = u + hop
+                tail = max(tail, leave + 1)             # stage A empties behind it
+        self.tail = tail
         self.free = u
-        self.x = self.a_free = c
-        self.c_free = c + n
+        self.x = self.a_free = leave
+        self.c_free = c_free
         return T
 
     def period(self, sink, psum_in, full) -> int:
@@ -304,8 +318,10 @@ class _ResultStage:
 
 
 class _Model:
-    def __init__(self, options: PEOptions, ld_rate, link_rate):
+    def __init__(self, options: PEOptions, ld_rate, link_rate, ld=None):
         self.o = options
+        # the ld words, to mirror TOK (the COMBINE sink's zero-gate skip); None: not modelled
+        self.ld, self.ld_pos, self.tok = ld, 0, {}
         self.bucket = LdBucket(ld_rate)
         self.link_rate = None if link_rate is None else float(link_rate)
         self.cmds = []
@@ -375,6 +391,11 @@ class _Model:
             ready = max(ready, t)
         if f["fence"]:
             ready = max(ready, self.exec_done)
+        if self.ld is not None:
+            if target is Target.TOK:
+                for j in range(words):
+                    self.tok[f["addr"] + j] = self.ld[self.ld_pos + j]
+            self.ld_pos += words
         parts = o.load_word_cycles(target)
         first, last = self.bucket.take(words, ready, parts)
         finish = last if words else ready
@@ -384,6 +405,25 @@ class _Model:
         self.ld_words += words
         self.busy["load"] += words * parts
         self._record(i, Op.LOAD, "load", d, first, last, finish + 1, ready - active)
+
+    def _live_rows(self, f):
+        """Per row block of a COMBINE GEMM, per row: its TOK entry's gate weight is nonzero
+        (entry ``tok_base + row_block x rows + row``, as ``hw/pe/combine.py`` reads it; a TOK
+        word never loaded reads as zeros). ``None`` when the ld words are not known."""
+        if self.ld is None:
+            return None
+        R, per_word = self.o.rows, self.o.config.word_bits // 64
+        out = []
+        for b in range(f["row_blocks"]):
+            rows = []
+            for r in range(R):
+                e = f["tok_base"] + b * R + r
+                word = self.tok.get(e // per_word)
+                gate = 0 if word is None else \
+                    int(word.view(TOK_DTYPE)[e % per_word]["gate"])
+                rows.append(gate & 0x7FFF != 0)
+            out.append(rows)
+        return out
 
     # -- execute engine -------------------------------------------------------------------
 
@@ -453,10 +493,14 @@ class _Model:
             per = g * P                                # tile cycles of one result
             stall = 0
 
+            live = self._live_rows(f) if sink is Sink.COMBINE else None
+            rbn = f["row_blocks"]
+
             def result(r):
                 nonlocal stall, shift
                 Or = b0 + (r + 1) * per - 1 + lat + stall
-                Tr = rs.take(Or, sink, psum_in, full, link)
+                Tr = rs.take(Or, sink, psum_in, full, link,
+                             None if live is None else live[r % rbn])
                 if Or <= last_unstalled + shift:
                     shift += Tr - Or
                 stall += Tr - Or
@@ -478,7 +522,8 @@ class _Model:
                 done = quiet = rs.x + o.sink_done_cycles[sink]
             else:
                 done = rs.x + o.sink_done_cycles[sink]
-                quiet = rs.x + o.sink_idle_cycles(sink, full)
+                quiet = rs.tail if sink is Sink.COMBINE else \
+                    rs.x + o.sink_idle_cycles(sink, full)
         last_beat = last_unstalled + shift
         F = last_beat - P                          # the last beat's reads (final step)
         self.tile_next = last_beat + 1
@@ -619,7 +664,8 @@ class _Model:
                              options=self.o, ld_rate=float(ld_rate))
 
 
-def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None) -> CycleEstimate:
+def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None,
+                   ld=None) -> CycleEstimate:
     """Cycles of ``program`` on one PE, from the first command taken to the last ``o`` beat
     taken (module docstring for the model).
 
@@ -634,6 +680,12 @@ def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None) -> Cyc
     link_rate : float, optional
         ``link_i`` / ``link_o`` words per cycle for SEND, RECV and ``psum_in`` (default: a
         word every cycle).
+    ld : sequence of int (W bits each) or ``uint8 [n, W/8]``, optional
+        The program's ``ld`` words (``job.ld``): with them the model reads the gate weights the
+        LOADs put in TOK and follows the COMBINE sink's zero-gate skip (a padding row of a
+        token tile, gate 0, leaves the sink without its sub-steps). Without them every row is
+        taken as live: up to ``rows - 1`` cycles a COMBINE result slow where the sink, not the
+        tile, is the bottleneck.
 
     Raises
     ------
@@ -646,7 +698,11 @@ def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None) -> Cyc
         options = PEOptions(config=program.pe)
     elif options.config != program.pe:
         raise ValueError("options: the PE geometry differs from the program's")
-    model = _Model(options, ld_rate, link_rate)
+    if ld is not None:
+        from ..golden.pe import _words_in
+        n = sum(c.fields["words"] for c in program if c.op is Op.LOAD)
+        ld = _words_in(ld, 0, n, program.pe, "program", "ld")
+    model = _Model(options, ld_rate, link_rate, ld)
     for i, cmd in enumerate(program):
         model.step(i, cmd)
     return model.estimate(ld_rate)
