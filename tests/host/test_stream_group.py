@@ -117,14 +117,18 @@ def test_bad_parameters_named():
         compile_expert_group(x, ex, gw, Mode.DRAFT, "mid")
 
 
-@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL])
-def test_moe_layer_on_the_paper_die(mode):
-    """An MoE layer of Qwen3-30B-A3B-shaped experts (6 synthetic experts, top-2 of 4 tokens)
-    on the 16-PE paper die: experts over the 4 groups (DP), each split over its group's 4 PEs
-    (TP), the roots' Q.24 partials summed by the host: bit-exact against ref_moe."""
+@pytest.mark.parametrize("config, mode", [("paper-4gb", Mode.DRAFT), ("paper-4gb", Mode.FULL),
+                                          ("paper-8gb", Mode.DRAFT)])
+def test_moe_layer_on_the_paper_die(config, mode):
+    """An MoE layer of Qwen3-30B-A3B-shaped experts (synthetic, top-2) on the paper dies: the
+    16-PE 4 GB die (6 experts, 4 tokens) and the 32-PE 8 GB die (10 experts, 8 tokens, so that
+    more than 4 groups are used): experts over the groups (DP), each split over its group's 4
+    PEs (TP), the roots' Q.24 partials summed by the host: bit-exact against ref_moe."""
     from elmoe3d.sw.host.stream_group import compile_moe_die
+    arch = preset(config)
     p = MODEL_PRESETS["qwen3-30b-a3b"]
-    H, I, T, E, k = p.hidden, p.expert_intermediate, 4, 6, 2
+    H, I, k = p.hidden, p.expert_intermediate, 2
+    T, E = (4, 6) if arch.pes == 16 else (8, 10)
     rng = np.random.default_rng(SEED + 100)
     print(f"seed {SEED + 100}")
     exs = [Expert.quantize(*(rng.standard_normal(s).astype(np.float32) * 0.05
@@ -132,11 +136,14 @@ def test_moe_layer_on_the_paper_die(mode):
     x = rng.standard_normal((T, H)).astype(np.float32)
     ids = np.stack([rng.choice(E, k, replace=False) for _ in range(T)])
     w = rng.uniform(0.1, 1, (T, k)).astype(np.float32)
-    job = compile_moe_die(x, exs, (ids, w), mode, preset("paper-4gb"))
-    assert job.groups == 4 and job.pes_per_group == 4
+    job = compile_moe_die(x, exs, (ids, w), mode, arch)
+    groups = arch.pes // arch.pes_per_group
+    assert job.groups == groups and job.pes_per_group == 4
     routed = sorted(set(ids.reshape(-1).tolist()))
     assert sorted(d.expert for d in job.experts) == routed
-    assert len({d.group for d in job.experts}) == min(4, len(routed))
+    assert len({d.group for d in job.experts}) == min(groups, len(routed))
+    if arch.pes == 32:
+        assert len({d.group for d in job.experts}) > 4
     res = job.run()
     ref = ref_moe(x, exs, (ids, w), mode)
     assert int((res.y.view(np.uint32) != ref.y.view(np.uint32)).sum()) == 0
