@@ -52,7 +52,7 @@ sim: $(STAMP)
 	$(PY) -m elmoe3d run $(SIM_TRACE_RUN)
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) --durations=15 tests
+	$(PY) -m pytest -n $(JOBS) --dist worksteal --durations=15 tests
 
 bench: $(STAMP)
 	$(PY) -m elmoe3d bench

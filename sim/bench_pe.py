@@ -566,7 +566,9 @@ def ld_rate_words(arch: ArchConfig, value="hb") -> float:
     """The ``ld`` pacing of a bench parameter, in words per cycle: ``"hb"`` (default) the HB
     bank rate (``hb_bytes_per_cycle`` / word bytes: 0.8 on the small PE, 0.4 on mid, 0.1 on
     the paper PE), ``"full"`` the ``ld`` port's own rate (one word a cycle: the fastest the
-    PE takes weights, so the tile, not HB, bounds it), or a number in (0, 1].
+    default PE takes words, so the PE, not HB, bounds it; a PE whose memories are written in
+    P parts, ``PEOptions.load_word_cycles``, takes a word every P cycles, so there "full"
+    overstates what reaches the memories), or a number in (0, 1].
 
     Raises ``ValueError`` naming the value otherwise."""
     if value is None or str(value).lower() == "hb":
@@ -856,12 +858,14 @@ async def test_paper_group_root(dut):
         params = {**PAPER_DEFAULTS, **load_params()}
         shape = params["paper_shape"]
         cases = [(int(t), str(m), str(r)) for t in _as_list(params["paper_tokens"])
-                 for m in params["paper_modes"] for r in _as_list(params["paper_ld_rate"])]
+                 for m in _as_list(params["paper_modes"])
+                 for r in _as_list(params["paper_ld_rate"])]
         group = {}
         for tokens, mode, rate_name in cases:
             mode = Mode[mode]
             rate = ld_rate_words(bench.arch, rate_name)
-            case = f"{shape} expert, root PE of {bench.arch.pes_per_group} T={tokens}"
+            case = (f"{shape} expert, root PE of {bench.arch.pes_per_group} T={tokens}, ld "
+                    f"{rate_name}")
             if (tokens, mode) not in group:       # one functional group run for every ld rate
                 wall = time.perf_counter()
                 group[tokens, mode] = paper_group_case(bench.arch, shape, tokens, mode,

@@ -179,6 +179,8 @@ def run_paper_pe(arch: ArchConfig, *, shape: str = "olmoe-1b-7b", tokens=(1,),
     caller reads the records and the runner's counts)."""
     from .bench_pe import run_pe_bench
     tokens = [tokens] if isinstance(tokens, int) else list(tokens)
+    modes = [modes] if isinstance(modes, str) else list(modes)
+    ld_rates = [ld_rates] if isinstance(ld_rates, (str, int, float)) else list(ld_rates)
     return run_pe_bench(arch, tests=PAPER_TEST, seed=seed, built=built, check=False,
                         params={"paper_shape": shape, "paper_tokens": [int(t) for t in tokens],
                                 "paper_modes": [str(m).upper() for m in modes],

@@ -32,17 +32,48 @@ def gsm8k_prompts():
 
 #: Test modules that build large Verilator models, heaviest first (measured with
 #: ``pytest --durations``: the logic die's build about 4-9 min, the mid PE's 2-5 min, the board
-#: top's 1-2 min on 2 cores). pytest-xdist hands tests out in collection order, so these go
-#: first: a long build started last would leave one worker running alone at the end of
-#: ``make test``. Only the order changes; every test still runs.
+#: top's 1-2 min on 2 cores).
 HEAVY_FIRST = ("tests/cocotb/test_die.py", "tests/cocotb/test_pe_real.py",
                "tests/cocotb/test_board.py")
 
 
+def _worksteal_starts(n: int, workers: int) -> list:
+    """Where each worker's first share of ``n`` tests begins under pytest-xdist's
+    ``--dist worksteal`` (its first schedule: worker i takes ``pending // (workers - i)``
+    consecutive tests)."""
+    starts, pos, left = [], 0, n
+    for i in range(workers):
+        starts.append(pos)
+        take = left // (workers - i)
+        pos, left = pos + take, left - take
+    return starts
+
+
 def pytest_collection_modifyitems(config, items):
-    """Run the :data:`HEAVY_FIRST` modules first (in that order), then every other test in
-    collection order (a stable sort: the same order on every xdist worker)."""
-    def rank(item):
-        path = item.nodeid.split("::", 1)[0]
-        return HEAVY_FIRST.index(path) if path in HEAVY_FIRST else len(HEAVY_FIRST)
-    items.sort(key=rank)
+    """Start every xdist worker on a heavy Verilator build (``make test`` runs
+    ``-n 2 --dist worksteal``): the :data:`HEAVY_FIRST` modules go round-robin to the
+    beginnings of the workers' first shares, the other tests keep their collection order and
+    fill the shares; idle workers steal from the others' queues at the end. So no long build
+    starts last, and the builds run side by side rather than back to back. Without
+    worksteal (or one worker) the heavy modules simply go first. The order depends only on the
+    collected test ids and the options, so it is the same on every worker; only the order
+    changes, every test still runs."""
+    heavy = [[it for it in items if it.nodeid.split("::", 1)[0] == path]
+             for path in HEAVY_FIRST]
+    heavy = [group for group in heavy if group]
+    chosen = {id(it) for group in heavy for it in group}
+    rest = [it for it in items if id(it) not in chosen]
+    workers = config.getoption("numprocesses", default=None)
+    workers = workers if isinstance(workers, int) and workers > 1 else 1
+    if workers == 1 or config.getoption("dist", default="no") != "worksteal":
+        items[:] = [it for group in heavy for it in group] + rest
+        return
+    starts = _worksteal_starts(len(items), workers) + [len(items)]
+    shares = [[it for group in heavy[j::workers] for it in group] for j in range(workers)]
+    order = []
+    for j, share in enumerate(shares):
+        size = starts[j + 1] - starts[j]
+        fill = max(0, size - len(share)) if j < workers - 1 else len(rest)
+        order += share + rest[:fill]
+        rest = rest[fill:]
+    items[:] = order + rest

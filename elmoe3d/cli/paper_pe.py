@@ -31,8 +31,8 @@ def configure(parser):
     parser.add_argument("--tokens", default="1", metavar="T[,T...]",
                         help="comma-separated token counts (default 1)")
     parser.add_argument("--ld-rate", default="hb", metavar="RATE[,RATE...]",
-                        help="comma-separated ld pacings: hb (the HB bank rate, 51.2 B per "
-                             "cycle), full (one word a cycle: the tile's MACs per cycle with "
+                        help="comma-separated ld pacings: hb (the HB bank rate of the "
+                             "configuration: 51.2 B per cycle in the paper presets), full (one word a cycle: the tile's MACs per cycle with "
                              "HB out of the way) or words per cycle in (0, 1] (default hb)")
     parser.add_argument("--modes", default="DRAFT,FULL",
                         help="comma-separated modes (default: DRAFT,FULL)")
@@ -138,8 +138,8 @@ def build_lines(arch, fig) -> list:
 
 
 def run_lines(rec) -> list:
-    out = [f"{rec['case']} {rec['mode']}, ld {rec.get('ld_rate', 'hb')} "
-           f"({rec.get('ld_rate_words_per_cycle', 0):.2f} words/cycle): "
+    out = [f"{rec['case']} {rec['mode']} ({rec.get('ld_rate_words_per_cycle', 0):.2f} ld "
+           f"words/cycle): "
            f"{rec['commands']:,} commands, ld {rec['ld_words']:,} "
            f"words ({rec['ld_bytes']:,} B), link_i {rec['link_i_words']:,} words, "
            f"{rec['o_beats']} o beats, {rec['link_o_words']} link_o words"]

@@ -45,11 +45,13 @@ What is modelled, per command (``docs/pe.md`` for the rules):
 What is not modelled: idle cycles on ``cmd``, backpressure on ``o`` and ``link_o``, ``link_i``
 words that come later than ``link_rate`` (a PE of a group runs as if its link words were
 there), memory write-port conflicts (REQUANT's ACT writes yield to a LOAD into ACT; the model
-lets both run), the COMBINE sink's read-after-write stall (two rows into the same OUT
-granules within the combine pipeline) and its zero-gate skip (a padding row, gate weight 0,
-skips stage C: a program whose last result ends in padding rows drains up to ``rows - 1``
-cycles sooner; the model does not see the data). ``docs/pe.md`` "Cycle model" has the error
-against the RTL per bench case.
+lets both run) and the COMBINE sink's read-after-write stall (two rows into the same OUT
+granules within the combine pipeline). The COMBINE sink's zero-gate skip (a padding row, gate
+weight 0, skips stage C and the units, so a result whose last rows are padding drains sooner)
+is modelled when the program's ``ld`` words are given (:func:`program_cycles` ``ld=``: the model
+mirrors what the LOADs put in TOK); a TOK word it does not know (never loaded, or written by a
+RECV) counts as live, as does every row without them. ``docs/pe.md`` "Cycle model" has the
+error against the RTL per bench case.
 """
 
 from __future__ import annotations
@@ -409,7 +411,8 @@ class _Model:
     def _live_rows(self, f):
         """Per row block of a COMBINE GEMM, per row: its TOK entry's gate weight is nonzero
         (entry ``tok_base + row_block x rows + row``, as ``hw/pe/combine.py`` reads it; a TOK
-        word never loaded reads as zeros). ``None`` when the ld words are not known."""
+        word the model does not know, never loaded or written by a RECV, counts as live: the
+        model may be slow there, never fast). ``None`` when the ld words are not known."""
         if self.ld is None:
             return None
         R, per_word = self.o.rows, self.o.config.word_bits // 64
@@ -419,9 +422,8 @@ class _Model:
             for r in range(R):
                 e = f["tok_base"] + b * R + r
                 word = self.tok.get(e // per_word)
-                gate = 0 if word is None else \
-                    int(word.view(TOK_DTYPE)[e % per_word]["gate"])
-                rows.append(gate & 0x7FFF != 0)
+                rows.append(word is None or
+                            int(word.view(TOK_DTYPE)[e % per_word]["gate"]) & 0x7FFF != 0)
             out.append(rows)
         return out
 
@@ -600,6 +602,9 @@ class _Model:
             # a word a cycle (P cycles into a memory in P parts); accumulate: its write a
             # cycle after the last read
             n = f["words"]
+            if Target(f["target"]) is Target.TOK:      # link data: gate weights unknown
+                for j in range(n):
+                    self.tok.pop(f["addr"] + j, None)
             per = o.load_word_cycles(f["target"])
             start = c + per
             end = self._link_words(n, start, per) if n else c
@@ -693,6 +698,8 @@ def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None,
         ``ld_rate`` is not positive, or the program breaks a buffer-flag rule the RTL would
         hang on (a WMEM LOAD into a full buffer with no release before it, a ``wait`` GEMM
         with no signalling LOAD).
+    ~elmoe3d.sw.golden.asm.ProgramError
+        ``ld`` holds fewer words than the program's LOADs take.
     """
     if options is None:
         options = PEOptions(config=program.pe)

@@ -99,6 +99,9 @@ def stub(monkeypatch):
         # figure 10 (real expert shapes on the mid PE): its printer is tested below
         monkeypatch.setattr(bench, "real_expert_figures", lambda seed: {"missed": []})
         monkeypatch.setattr(bench, "print_real", lambda console, figs: figs["missed"])
+        # figure 11 (tile MACs per cycle): its printer is tested below
+        monkeypatch.setattr(bench, "peak_mac_figures", lambda seed: {"missed": []})
+        monkeypatch.setattr(bench, "print_peak", lambda console, figs: figs["missed"])
     return set_figures
 
 
@@ -319,3 +322,46 @@ def test_real_expert_figures_shapes_and_refusals(monkeypatch):
     assert figs["failures"] == ["glm-4.7-flash expert 2048x1536: refused by the builder: "
                                 "expert H=2048 x I=1536: HBUF overflows: ..."]
     assert "GPT-OSS-20B at 1 token only" in figs["note"]
+
+
+def test_peak_mac_figures_mid_rtl_and_paper_model(monkeypatch):
+    """Figure 11: the mid RTL cases at the full ld rate on one full row block (the bench gets
+    real_ld_rate "full" and tokens = mid's rows), the paper PE's root program from the cycle
+    model at the full and the HB rate, the MAC figures against Table 1's peak; a mid mismatch
+    or no mid case is a missed line."""
+    from rich.console import Console
+    seen = {}
+    mid_case = {"case": "qwen3-30b-a3b expert 2048x768 T=4", "model": "qwen3-30b-a3b",
+                "mode": "DRAFT", "tokens": 4, "cycles": 21532, "macs_per_cycle": 877.0,
+                "peak_macs_per_cycle": 1024, "mac_utilization": 877 / 1024,
+                "beat_utilization": 0.856, "ld_bytes_per_cycle": 128.0, "comparisons": 8457,
+                "mismatches": 0}
+
+    def fake_real(seed, **kw):
+        seen.update(kw)
+        return {"cases": [mid_case], "failures": [], "arch": "mid", "word_bytes": 128,
+                "log": "/p/sim.log"}
+    monkeypatch.setattr(bench, "real_expert_figures", fake_real)
+    figs = bench.peak_mac_figures(3)
+    assert seen["ld_rate"] == "full" and seen["tokens"] == (preset("mid").tile.rows,)
+    assert seen["shapes"] == bench.PEAK_SHAPES and seen["shape_tokens"] == {}
+    paper = preset("paper-4gb")
+    assert [(r["mode"], r["ld_rate"]) for r in figs["paper"]] == [
+        ("DRAFT", "full"), ("DRAFT", "hb"), ("FULL", "full"), ("FULL", "hb")]
+    row = figs["paper"][0]
+    assert row["tokens"] == paper.tile.rows and row["peak_macs_per_cycle"] == 16384
+    assert row["macs_per_cycle"] == pytest.approx(row["useful_macs"] / row["cycles"])
+    assert row["useful_macs"] == 16 * 3 * 2048 * 1024 // 4
+    assert figs["paper"][1]["cycles"] > 4 * row["cycles"]          # HB-bound: far slower
+    assert figs["paper"][2]["peak_macs_per_cycle"] == 8192
+    assert figs["table1_tops"] == {"W4A8": paper.peak_tops(4), "W8A8": paper.peak_tops(8)}
+    console = Console(width=220, record=True)
+    assert bench.print_peak(console, figs) == []
+    out = " ".join(console.export_text().split())
+    assert "877" in out and "85.6%" in out and "8,457 / 0" in out and "full" in out
+    assert "cycle model" in out and "524 TOPS W4A8, 262 TOPS W8A8" in out
+    bad = dict(figs, mid=dict(figs["mid"], failures=["x DRAFT: 2 mismatching value(s)"],
+                              cases=[]))
+    assert bench.print_peak(Console(width=200, record=True), bad) == [
+        "11. tile MACs per cycle: x DRAFT: 2 mismatching value(s) (log /p/sim.log)",
+        "11. tile MACs per cycle: no case measured on the mid RTL"]

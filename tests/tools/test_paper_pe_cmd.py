@@ -31,7 +31,7 @@ FIG = {"build_dir": "/b/pe_paper_4gb-x", "built": True, "verilog_seconds": 180.0
 
 
 def record(mode="DRAFT", mismatches=0):
-    return {"case": "olmoe-1b-7b expert, root PE of 4 T=1", "mode": mode, "commands": 2950,
+    return {"case": "olmoe-1b-7b expert, root PE of 4 T=1, ld hb", "mode": mode, "commands": 2950,
             "ld_words": 5377, "ld_bytes": 5377 * 512, "link_i_words": 513, "o_beats": 257,
             "link_o_words": 1, "cycles": 60000, "wall_seconds": 600.0,
             "cycles_per_second": 100.0, "hb_bytes_per_cycle": 51.2,
@@ -77,7 +77,7 @@ def test_figures_printed_and_json(monkeypatch, capsys, tmp_path):
     for text in ("tile 16x32x32, W = 4096 bits, WMEM 32 KB, IOMEM 32 KB", "3000 s",
                  "verilator_bin 3.00 GB, cc1plus 9.00 GB", "11.00 GB", "60,000 cycles",
                  "100 simulated cycles/s",
-                 "90.0% of the memory roofline", "ld hb (0.10 words/cycle)",
+                 "90.0% of the memory roofline", "T=1, ld hb DRAFT (0.10 ld words/cycle)",
                  "26 a cycle, 0.2% of the tile's peak 16,384 (W4A8, Table 1)", "PASSED",
                  "synthetic"):
         assert text in out, text
