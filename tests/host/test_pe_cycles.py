@@ -80,8 +80,8 @@ RECORDED_RATES = [
     ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 1.0, 5124, 2785, 805),
     ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 0.1, 43284, 4321, 1253),
     ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 1.0, 6411, 4321, 1253),
-    ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "DRAFT", 1.0, 64310, None, None),
-    ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "FULL", 1.0, 120694, None, None),
+    ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "DRAFT", 1.0, 64310, 63553, 2929),
+    ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "FULL", 1.0, 120694, 119873, 4849),
 ]
 
 #: The target of issue 24 item 5: the model within 2% of the RTL's cycles on every case.
@@ -157,16 +157,19 @@ def test_model_equals_rtl_at_other_ld_rates(bench, arch, kind, model, tokens, mo
     ld words (gate weights unknown) it is up to 2.6% high on those cases."""
     if kind == "root":
         program, ld = paper_root_job(model, tokens, mode)
-        assert (len(ld), len(program)) == (ld_words, commands)
     else:
         job = real_job(model, tokens, mode)
         program, ld = job.program, job.ld
+    assert (len(ld), len(program)) == (ld_words, commands), \
+        f"the builder's program changed since {bench} was measured: re-measure it"
     est = program_cycles(program, ld_rate=rate, ld=ld)
     blind = program_cycles(program, ld_rate=rate)
     print(f"{arch} {model} T={tokens} {mode} ld {rate:g}: RTL {rtl}, model {est.cycles} "
           f"(without the ld words {blind.cycles})")
     assert est.cycles == rtl
     assert blind.cycles >= rtl
+    if kind == "root" and tokens == 1 and rate == 1.0:     # 15 padding rows a result
+        assert blind.cycles > rtl + 100
 
 
 # ---- live: the RTL PE in the Amaranth simulator -------------------------------------------------
@@ -325,7 +328,7 @@ def test_live_padding_rows_at_full_rate_exact(mode):
     blind = program_cycles(job.program, ld_rate=1.0)
     print(f"{mode}: RTL {rtl} cycles, model {est.cycles}, without the ld words {blind.cycles}")
     assert est.cycles == rtl
-    assert blind.cycles >= rtl
+    assert blind.cycles == rtl + 1        # the last result's padding row: its drain
 
 
 # ---- properties ---------------------------------------------------------------------------------
