@@ -68,8 +68,10 @@ RECORDED = [
 
 #: Measured 2026-12-02 (commit 0e5def8's RTL, unchanged since fe3f340), the same bench rules:
 #: ``elmoe3d paper-pe --tokens 1,16 --ld-rate hb,full`` on the paper PE (the root PE of an
-#: OLMoE-1B-7B expert split over a 4-PE group, link_i always valid) and tests/cocotb/
-#: test_pe_real.py's DeepSeek-V2-Lite expert on mid with ld at a word a cycle. Rows: (bench,
+#: OLMoE-1B-7B expert split over a 4-PE group, link_i always valid) and the DeepSeek-V2-Lite
+#: expert on mid with ld at a word a cycle (``run_pe_bench(preset("mid"),
+#: tests="test_real_expert", params={"real_shapes": ["deepseek-v2-lite"], "real_ld_rate":
+#: "full"})``; tests/cocotb/test_pe_real.py ran it at commit ffb4edc). Rows: (bench,
 #: preset, kind, model, tokens, mode, ld words per cycle, RTL cycles, ld words, commands).
 RECORDED_RATES = [
     ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 0.1, 27912, 2785, 805),
