@@ -13,7 +13,7 @@ fork context) and measures, while it runs:
   maximum, so a tool started by a large Python process (``subprocess``) shows at least that
   process's size there: ``peak_rss_by_name`` has the tools' own figures;
 * ``peak_tree_rss_bytes`` -- the largest sum of resident sets of the whole tree at one instant
-  (``/proc/<pid>/status`` ``VmRSS`` of the child and its descendants, sampled every
+  (psutil's RSS of the child and its descendants, sampled every
   ``interval`` seconds: what the machine must hold with ``make -j`` compiling in parallel;
   a sampled figure, so a short spike between samples can be missed);
 * ``peak_process`` -- the command name of the process with the largest sampled RSS;
@@ -23,7 +23,7 @@ fork context) and measures, while it runs:
   (``cpu_self_seconds``, ``cpu_children_seconds``): unlike the wall time, not stretched by
   other work on the machine (``load_average_start`` / ``_end``: the 1-minute load average).
 
-Linux only (``/proc``); elsewhere the sampled figures are 0.
+The ``ru_maxrss`` figures assume Linux (KiB); the sampled ones come from psutil.
 """
 
 from __future__ import annotations
@@ -35,60 +35,30 @@ import sys
 import threading
 import time
 import traceback
-from pathlib import Path
 
 
 __all__ = ["measured_call", "tree_rss"]
 
 
-def _children_map():
-    """``{ppid: [pid, ...]}`` of every process readable under ``/proc``."""
-    kids = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        # pid (comm) state ppid ... ; comm may hold blanks and parentheses
-        rest = stat[stat.rfind(")") + 2:].split()
-        kids.setdefault(int(rest[1]), []).append(int(entry.name))
-    return kids
-
-
-def _rss(pid):
-    """``(VmRSS bytes, comm)`` of ``pid`` (0 if gone)."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0, ""
-    rss, name = 0, ""
-    for line in text.splitlines():
-        if line.startswith("Name:"):
-            name = line.split(None, 1)[1].strip() if len(line.split()) > 1 else ""
-        elif line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) * 1024
-    return rss, name
-
-
 def tree_rss(root_pid):
-    """``(sum of RSS bytes, [(rss, pid, name), ...])`` of ``root_pid`` and its descendants."""
-    if not os.path.isdir("/proc"):
+    """``(sum of RSS bytes, [(rss, pid, name), ...])`` of ``root_pid`` and its descendants
+    (psutil; processes that exit meanwhile are skipped)."""
+    import psutil
+    try:
+        root = psutil.Process(root_pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
         return 0, []
-    kids = _children_map()
-    todo, seen = [root_pid], []
-    while todo:
-        pid = todo.pop()
-        seen.append(pid)
-        todo.extend(kids.get(pid, []))
-    procs = []
-    for pid in seen:
-        rss, name = _rss(pid)
+    out = []
+    for p in procs:
+        try:
+            rss = p.memory_info().rss
+            name = p.name()
+        except psutil.Error:
+            continue
         if rss:
-            procs.append((rss, pid, name))
-    return sum(p[0] for p in procs), procs
+            out.append((rss, p.pid, name))
+    return sum(r[0] for r in out), out
 
 
 def _load():

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from elmoe3d.config import preset
-from elmoe3d.sim.bench_pe import build_pe, run_pe_bench
+from elmoe3d.sim.bench_pe import build_pe, ld_rate_words, run_pe_bench
 
 pytestmark = pytest.mark.cocotb
 
@@ -54,8 +54,7 @@ def test_real_expert_mid():
               f"{rec['case_seconds']:.1f} s the case")
         assert rec["mismatches"] == 0 and rec["comparisons"] > 0, rec
         hidden, inter, passes, rate = SHAPES[rec["model"]]
-        words = mid.hb_bytes_per_cycle / mid.pe.word_bytes if rate == "hb" else 1.0
-        assert rec["ld_rate_words_per_cycle"] == pytest.approx(words)
+        assert rec["ld_rate_words_per_cycle"] == pytest.approx(ld_rate_words(mid, rate))
         assert rec["source"] == f"synthetic weights, {rec['model']} shape"
         assert (rec["hidden"], rec["intermediate"]) == (hidden, inter)
         assert rec["passes"] == passes

@@ -16,7 +16,7 @@ import pytest
 
 from elmoe3d.config import FPGA_LEAN_PE, PEOptions, preset
 from elmoe3d.isa import Sink, Target
-from elmoe3d.sim.bench_pe import (DEFAULTS, default_routing, read_routing,
+from elmoe3d.sim.bench_pe import (DEFAULTS, default_routing, ld_rate_words, read_routing,
                                   real_expert_weights)
 from elmoe3d.sw.golden import asm
 from elmoe3d.sw.golden import pe as fsim
@@ -31,8 +31,8 @@ SMALL, MID = preset("small"), preset("mid")
 
 
 def hb_rate(arch):
-    """ld words per cycle at the HB bank rate."""
-    return arch.hb_bytes_per_cycle / arch.pe.word_bytes
+    """ld words per cycle at the HB bank rate (the benches' pacing)."""
+    return ld_rate_words(arch, "hb")
 
 
 # ---- recorded RTL cycles --------------------------------------------------------------------------
