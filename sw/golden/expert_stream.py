@@ -53,7 +53,7 @@ from .quant import QuantizedWeight, quantize_activations
 
 
 __all__ = ["StreamedJob", "StreamPlan", "plan_expert_stream", "build_streamed_expert_program",
-           "place_chunks",
+           "place_chunks", "WeightImage", "Placement",
            "stream_pe_program", "ROLES"]
 
 
@@ -232,8 +232,9 @@ class _Matrix:
     """A weight matrix (rows ``order`` of ``qw``) in column blocks of L rows and K chunks of at
     most ``wmem_words`` groups: the buffer-fulls of the stream."""
 
-    def __init__(self, qw: QuantizedWeight, order, pe):
+    def __init__(self, qw: QuantizedWeight, order, pe, name: str):
         L = pe.lanes
+        self.name = name
         q = qw.q[order]
         scale = np.asarray(qw.scale, np.float16).view(np.uint16)[order]
         n, k = q.shape
@@ -256,18 +257,73 @@ class _Matrix:
         return [(c, 1, g0, min(g0 + per, G)) for c in cbs for g0 in range(0, G, per)]
 
     def words(self, cb0, n, g0, g1, full):
-        """The buffer-full's LOADs: ``[(target, uint8 words)]`` (w_base 0)."""
+        """The buffer-full's LOADs: ``[(target, uint8 words, key)]`` (w_base 0; ``key`` names
+        the words for a :class:`WeightImage`: the matrix, the plane and the cut)."""
         pe, L = self.pe, self.pe.lanes
         sl = (slice(cb0, cb0 + n), slice(g0, g1))
+        cut = (self.name, cb0, n, g0, g1)
         loads = []
         if full:
-            loads.append((Target.WLSB, pack_wgt(self.lsb[sl].reshape(-1, L, 32), pe)))
-        loads.append((Target.WMSB, pack_wgt(self.msb[sl].reshape(-1, L, 32), pe)))
+            loads.append((Target.WLSB, pack_wgt(self.lsb[sl].reshape(-1, L, 32), pe),
+                          cut + ("LSB",)))
+        loads.append((Target.WMSB, pack_wgt(self.msb[sl].reshape(-1, L, 32), pe),
+                      cut + ("MSB",)))
         ent = self.scl[sl].reshape(-1, L)
         padded = np.zeros((-(-len(ent) // 8) * 8, L), np.uint16)
         padded[:len(ent)] = ent
-        loads.append((Target.WSCALE, pack_scales(padded.reshape(-1, 8, L), pe)))
+        loads.append((Target.WSCALE, pack_scales(padded.reshape(-1, 8, L), pe),
+                      cut + ("scales",)))
         return loads
+
+
+class WeightImage:
+    """The weight words of one memory (a PE's HB bank, or external memory) from word 0, as the
+    streamed programs read them: every distinct buffer-full LOAD (matrix, plane, column blocks,
+    K groups: the ``key`` of :meth:`_Matrix.words`) is placed once, in the order first asked;
+    the same LOAD again (the next token tile, the second pass) reads the same addresses.
+
+    Attributes
+    ----------
+    words : list of int
+        W-bit words from address 0.
+    """
+
+    def __init__(self):
+        self.words: list = []
+        self._addr: dict = {}
+
+    def place(self, key, words) -> int:
+        """Address of ``words`` (uint8 ``[n, W/8]``) under ``key``, placed at the end on first
+        use."""
+        if key not in self._addr:
+            self._addr[key] = len(self.words)
+            self.words.extend(words_to_ints(words))
+        return self._addr[key]
+
+
+@dataclass
+class Placement:
+    """Where a streamed program's weight LOADs read from (paper Section 5.2, "MSB-LSB weight
+    asynchronous processing"): the MSB planes and scales from the PE's HB bank (``hb``); the
+    LSB planes of a FULL program from the HB bank too, or, with ``ext``, from external memory
+    over the streamline ring (the placement of an HB-cached expert: its MSB slice in HB, its
+    LSB slice in EXT; ``tag`` keeps the PEs' slices apart in the shared EXT image).
+
+    ``ext_reads`` collects the program's EXT LOADs in order: ``(ext address, words, what)``."""
+
+    hb: WeightImage = field(default_factory=WeightImage)
+    ext: WeightImage | None = None
+    tag: object = None
+    ext_reads: list = field(default_factory=list)
+
+    def source(self, target, key, words) -> tuple:
+        """``(Source, hb_addr)`` of a LOAD of ``words`` into ``target``; an EXT read is recorded
+        in ``ext_reads``."""
+        if target is Target.WLSB and self.ext is not None:
+            addr = self.ext.place((self.tag,) + key, words)
+            self.ext_reads.append((addr, len(words), f"{key[0]} LSB"))
+            return Source.EXT, 0
+        return Source.HB, self.hb.place(key, words)
 
 
 def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, config=None,
@@ -327,7 +383,8 @@ ROLES = ("single", "root", "member")
 
 
 def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role="single",
-                      rowmax_exchange=False, raw_output=False):
+                      rowmax_exchange=False, raw_output=False,
+                      placement: Placement | None = None):
     """One PE's streamed program of the expert (slice) ``ex`` (shape ``plan``) over the tokens
     ``x_q`` (INT8 ``[T, H]``, exponents ``e_x``, gate-weight FP16 bits ``gw_bits``).
 
@@ -335,7 +392,9 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
     row maxima of the max pass on the link (``SEND ROWMAX``) and takes back their all-reduced
     maximum (``RECV ROWMAX accumulate``) before the h codes are made (a group's channel slices,
     ``elmoe3d.sw.host.stream_group``). ``raw_output``: OUTPUT raw (the Q.24 OUT words, for
-    partial outputs summed elsewhere) instead of FP32.
+    partial outputs summed elsewhere) instead of FP32. ``placement`` (:class:`Placement`,
+    default: a fresh HB image) gives every weight LOAD its source and HB address and collects
+    the images.
 
     Returns ``(program, ld words, info, OUTPUT chunks)``."""
     if role not in ROLES:
@@ -347,13 +406,15 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
     both = QuantizedWeight(q=np.concatenate([ex.up.q, ex.gate.q]),
                            scale=np.concatenate([ex.up.scale, ex.gate.scale]),
                            name=f"{ex.up.name}+gate")
-    up = _Matrix(both, updown_order(I, L), pe)
+    up = _Matrix(both, updown_order(I, L), pe, "up/gate")
+    placement = Placement() if placement is None else placement
     Ho = plan.hidden_out
     dq = np.zeros((Ho, I), ex.down.q.dtype)
     dq[:H] = ex.down.q
     ds = np.zeros((Ho, I // 32), np.asarray(ex.down.scale).dtype)
     ds[:H] = ex.down.scale
-    down = _Matrix(QuantizedWeight(q=dq, scale=ds, name=ex.down.name), np.arange(Ho), pe)
+    down = _Matrix(QuantizedWeight(q=dq, scale=ds, name=ex.down.name), np.arange(Ho), pe,
+                   "down")
     prog = Program(pe)
     ld: list = []
     counts = {"weight": 0, "act": 0, "tok": 0}
@@ -494,9 +555,10 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
             prog.load(target, addr=addr, words=len(words), fence=n == 0 and k > 0)
             ld.extend(words_to_ints(words))
             counts["tok" if target is Target.TOK else "act"] += len(words)
-        for n, (target, words) in enumerate(f["loads"]):
+        for n, (target, words, key) in enumerate(f["loads"]):
+            src, hb_addr = placement.source(target, key, words)
             prog.load(target, buf=b, addr=0, words=len(words),
-                      signal=n == len(f["loads"]) - 1, src=Source.HB)
+                      signal=n == len(f["loads"]) - 1, src=src, hb_addr=hb_addr)
             ld.extend(words_to_ints(words))
             counts["weight"] += len(words)
 

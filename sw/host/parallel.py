@@ -1071,8 +1071,9 @@ class _PEModel:
     engine (commands in order: a GEMM with ``wait`` waits for its buffer's flag, moves its link
     words, then ``release`` clears the flag; a BARRIER waits for every earlier LOAD)."""
 
-    def __init__(self, pe, program, ext):
+    def __init__(self, pe, program, ext, log=None, index=0):
         cmds = list(program)
+        self.log, self.index = log, index       # EXT LOAD starts, for ``ext_log``
         self.cmds = cmds
         self.loads = [i for i, c in enumerate(cmds) if c.op is Op.LOAD]
         self.execs = [i for i, c in enumerate(cmds) if c.op is not Op.LOAD]
@@ -1113,6 +1114,8 @@ class _PEModel:
             if wmem and self.full[f["buf"]]:
                 return False, 0
             self.lleft = f["words"] if (self.ext and f["src"] == Source.EXT) else 0
+            if f["src"] == Source.EXT and self.log is not None:
+                self.log.append(self.index)
         took = min(self.lleft, ext_words)
         self.lleft -= took
         if self.lleft:
@@ -1145,7 +1148,8 @@ class _PEModel:
 
 
 def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe=None,
-                        ext_transfers=None, ext_fifo_words=DEFAULT_EXT_FIFO_WORDS) -> dict:
+                        ext_transfers=None, ext_fifo_words=DEFAULT_EXT_FIFO_WORDS,
+                        ext_log: list | None = None) -> dict:
     """Run a group's programs on a timing-free model of the PEs' engines, the aggregation link
     and the streamline ring, word by word, and fail on any schedule that would deadlock.
 
@@ -1169,6 +1173,10 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
     buffer_words : int, optional
         Link FIFO depth (default: the job's).
     ext_fifo_words : int
+    ext_log : list, optional
+        Appended ``p`` each time PE p's load engine starts an EXT LOAD: with EXT words always
+        available, the order in which a ring could serve the PEs' EXT LOADs (a compiler's
+        ring order, ``elmoe3d.sw.host.stream_group``).
 
     Returns ``{"max_fifo_words": [per PE], "max_ext_fifo_words": [per PE], "link_words": n}``.
 
@@ -1195,7 +1203,8 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
     for op in link_ops:
         op.check(G)
     ring = list(ext_transfers or ())
-    pes = [_PEModel(pe, prog, ext_transfers is not None) for prog in programs]
+    pes = [_PEModel(pe, prog, ext_transfers is not None, ext_log, p)
+           for p, prog in enumerate(programs)]
     occ, ready = [0] * G, [0] * G
     ext_occ = [0] * G
     peak, ext_peak = [0] * G, [0] * G

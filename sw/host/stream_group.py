@@ -38,9 +38,11 @@ from ..golden.datapath import saturating_add
 from ..golden.expert import (Expert, _gate_bits, _mode, as_expert, check_x, expert_tokens,
                              parse_routing)
 from ..golden.vpu import q24_to_fp32
-from ..golden.expert_stream import place_chunks, plan_expert_stream, stream_pe_program
+from ..golden.expert_stream import (Placement, WeightImage, place_chunks, plan_expert_stream,
+                                    stream_pe_program)
 from ..golden.quant import QuantizedWeight, quantize_activations
-from .parallel import DEFAULT_BUFFER_WORDS, GroupJob, group_pe
+from .parallel import (DEFAULT_BUFFER_WORDS, ExtTransfer, GroupJob, check_link_schedule,
+                       group_pe)
 
 
 __all__ = ["StreamGroupJob", "compile_expert_group", "plan_group", "slice_step",
@@ -128,7 +130,8 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
                          pes: int | None = None, root: int = 0,
                          buffer_words: int = DEFAULT_BUFFER_WORDS,
                          name: str = "expert",
-                         raw_output: bool | None = None) -> StreamGroupJob:
+                         raw_output: bool | None = None,
+                         lsb_src=Source.HB) -> StreamGroupJob:
     """Programs of a PE group running one expert of a real shape over the tokens of ``x``
     (module docstring), equal bit for bit to :func:`~elmoe3d.sw.golden.expert.ref_moe` of the
     expert alone.
@@ -151,6 +154,14 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
         ``decode`` converts them to FP32 as the PE would) instead of FP32: the expert's partial
         of an MoE layer (:func:`compile_moe_die`). Default: raw where OUT holds no FP32
         OUTPUT chunk (the paper PE: 16 rows of 128 channels would need 32 OUT words).
+    lsb_src : Source.HB or Source.EXT
+        Where a FULL program's LSB planes come from: the PEs' HB banks beside the MSB planes
+        (an expert held whole in HB), or external memory over the streamline ring (the paper's
+        placement of an HB-cached expert, Section 5.2: MSB slices and scales in HB, LSB slices
+        in EXT; every PE's LSB words a unicast ``ExtTransfer``, interleaved over the PEs in
+        the order their programs read them). DRAFT reads no LSB plane. The job's
+        ``hb_images``, ``ext_image`` and ``ext_transfers`` hold what each source serves; the
+        MSB and scale bytes in HB are the same in DRAFT and FULL.
 
     Raises
     ------
@@ -167,6 +178,8 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
     mode = _mode(mode)
     if mode not in (Mode.FULL, Mode.DRAFT):
         raise ValueError(f"mode: expected FULL or DRAFT, got {mode.name}")
+    if lsb_src not in (Source.HB, Source.EXT):
+        raise ValueError(f"lsb_src: expected Source.HB or Source.EXT, got {lsb_src!r}")
     ex = as_expert(expert, name)
     x = np.asarray(x)
     T = check_x(x, ex)
@@ -185,12 +198,14 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
                            f"TOK entry's signed 8-bit e_x (scale the input)")
     programs, lds, infos = [], [], []
     chunks = []
+    ext = WeightImage() if lsb_src is Source.EXT else None
+    places = [Placement(ext=ext, tag=p) for p in range(G)]
     for p in range(G):
         role = "single" if G == 1 else ("root" if p == root else "member")
         prog, ld, info, ch = stream_pe_program(pe, plan, _slice(padded, p * Ip, (p + 1) * Ip),
                                                xq.q, e_x, gw, mode, role=role,
                                                rowmax_exchange=G > 1,
-                                               raw_output=raw_output)
+                                               raw_output=raw_output, placement=places[p])
         prog.check_sync()
         programs.append(prog)
         lds.append(ld)
@@ -220,10 +235,32 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
             "per_pe": infos}
     return StreamGroupJob(pe=pe, pes=G, phase="draft" if mode is Mode.DRAFT else "verify",
                           mode=mode, programs=programs, ld=lds, load_src=load_src,
-                          hb_images=[[] for _ in range(G)], ext_image=[], ext_transfers=[],
+                          hb_images=[pl.hb.words for pl in places],
+                          ext_image=[] if ext is None else ext.words,
+                          ext_transfers=_ring_order(programs, ops, buffer_words, places, ext),
                           link_ops=ops, root=root, tokens=T, hidden=H,
                           buffer_words=buffer_words, info=info, chunks=chunks,
                           raw_output=raw_output)
+
+
+def _ring_order(programs, ops, buffer_words, places, ext) -> list:
+    """The PEs' EXT reads as unicast ring transfers, in the order the group's engines start
+    their EXT LOADs when EXT words are always ready (:func:`check_link_schedule`'s
+    ``ext_log``): a member running ahead to its psum sends does not hold the ring while the
+    root still needs words to drain the link (``run_group`` checks the result with the
+    ring's FIFOs)."""
+    if ext is None:
+        return []
+    log: list = []
+    check_link_schedule(programs, ops, buffer_words=buffer_words, ext_log=log)
+    nxt = [0] * len(places)
+    out = []
+    for p in log:
+        addr, n, what = places[p].ext_reads[nxt[p]]
+        nxt[p] += 1
+        out.append(ExtTransfer(addr=addr, words=tuple(ext.words[addr:addr + n]),
+                               dst_mask=1 << p, what=what))
+    return out
 
 
 def _pad_cols(a, n):
@@ -303,13 +340,15 @@ class StreamDieJob:
 
 
 def compile_moe_die(x, experts, routing, mode=Mode.FULL, config=None, *,
-                    pes_per_group: int | None = None) -> StreamDieJob:
+                    pes_per_group: int | None = None, lsb_src=Source.HB) -> StreamDieJob:
     """An MoE layer of real-shape experts on the die of ``config`` (ArchConfig): data
     parallelism over experts, every routed expert on one PE group (the group with the least
     assigned work, largest experts first: work = token tiles), tensor parallelism within the
     group (:func:`compile_expert_group`, OUTPUT raw); the host sums the Q.24 partials in
     ascending expert id (``StreamDieJob.run``), equal bit for bit to
     :func:`~elmoe3d.sw.golden.expert.ref_moe`.
+
+    ``lsb_src``: where FULL reads the LSB planes (:func:`compile_expert_group`).
 
     Raises ProgramError (an expert slice that does not fit, named) or ValueError (routing)."""
     if not isinstance(config, ArchConfig):
@@ -337,6 +376,7 @@ def compile_moe_die(x, experts, routing, mode=Mode.FULL, config=None, *,
                        pes_per_group=G)
     for e, rows, gw in routed:
         gj = compile_expert_group(x[rows], exs[e], gw.view(np.float16).astype(np.float32),
-                                  mode, config, pes=G, raw_output=True, name=f"expert {e}")
+                                  mode, config, pes=G, raw_output=True, name=f"expert {e}",
+                                  lsb_src=lsb_src)
         job.experts.append(DieExpert(expert=e, rows=rows, group=place[e], job=gj))
     return job

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from elmoe3d.config import preset
+from elmoe3d.isa import Source
 from elmoe3d.sw.golden.agg_link import LinkMode
 from elmoe3d.sw.golden.asm import ProgramError
 from elmoe3d.sw.golden.datapath import Mode
@@ -73,6 +74,40 @@ def test_batch_4_and_a_two_pe_mid_group(mode):
     assert job.pes == 2 and job.root == 1
 
 
+@pytest.mark.parametrize("config,model,tokens,root", [("paper-4gb", "olmoe-1b-7b", 1, 0),
+                                                      ("mid", "qwen3-30b-a3b", 6, 1)])
+def test_lsb_planes_from_external_memory(config, model, tokens, root):
+    """The paper's placement of an HB-cached expert (Section 5.2): MSB slices and scales in
+    each PE's HB bank, LSB slices in EXT over the streamline ring. FULL stays bit-exact; each
+    PE's HB words are its bank image at the LOADs' hb_addr, its EXT words the ring transfers
+    naming it; DRAFT and FULL read the same HB bytes; the LSB bytes leave HB."""
+    p = MODEL_PRESETS[model]
+    arch = preset(config)
+    x, ex, gw = _case(p.hidden, p.expert_intermediate, tokens, SEED + 20)
+    job, res = _check(x, ex, gw, Mode.FULL, arch, root=root, lsb_src=Source.EXT)
+    hb_job = compile_expert_group(x, ex, gw, Mode.FULL, arch, root=root)
+    draft = compile_expert_group(x, ex, gw, Mode.DRAFT, arch, root=root)
+    tiles = job.info["per_pe"][0]["tiles"]
+    nb = arch.pe.word_bytes
+    for q in range(job.pes):
+        st = job.streams(q)
+        assert [w for a, n in job.hb_reads(q) for w in job.hb_images[q][a:a + n]] == st[Source.HB]
+        assert [w for t in job.ext_transfers if q in t.dsts for w in t.words] == st[Source.EXT]
+        assert draft.hb_images[q] == job.hb_images[q]
+        # the LSB plane words: as many as the MSB plane words, once per token tile; the HB
+        # placement loads the same words from HB instead
+        tr, hb_tr = job.traffic(), hb_job.traffic()
+        assert tr["ext_pe_bytes"][q] == tr["hb_bytes"][q]["WMSB"] > 0
+        assert hb_tr["hb_bytes"][q]["WLSB"] == tr["ext_pe_bytes"][q]
+        assert "WLSB" not in tr["hb_bytes"][q]
+    # one pass: every LSB word of a slice streams once per token tile, and EXT holds it once
+    assert job.info["plan"].passes == 1
+    assert len(job.ext_image) * nb * tiles == sum(job.traffic()["ext_pe_bytes"])
+    assert all(t.dst_mask.bit_count() == 1 for t in job.ext_transfers)
+    assert res.schedule["max_ext_fifo_words"] == [8] * job.pes
+    assert sorted(job.ld[0]) == sorted(hb_job.ld[0])
+
+
 def test_hidden_not_a_multiple_of_an_output_beat():
     """H = 2880 (GPT-OSS-20B) is not whole 128-value FP32 OUTPUT beats at W = 4096: with FP32
     outputs (an IOMEM split whose OUT holds a 128-channel chunk) the down rows are padded with
@@ -115,6 +150,8 @@ def test_bad_parameters_named():
         compile_expert_group(x, ex, gw, Mode.MSB_ONLY, preset("mid"))
     with pytest.raises(TypeError, match="config"):
         compile_expert_group(x, ex, gw, Mode.DRAFT, "mid")
+    with pytest.raises(ValueError, match="lsb_src: expected Source.HB or Source.EXT"):
+        compile_expert_group(x, ex, gw, Mode.FULL, preset("mid"), lsb_src=Source.HOST)
 
 
 @pytest.mark.parametrize("config, mode", [("paper-4gb", Mode.DRAFT), ("paper-4gb", Mode.FULL),
