@@ -46,6 +46,7 @@ from .parallel import (DEFAULT_BUFFER_WORDS, ExtTransfer, GroupJob, check_link_s
 
 
 __all__ = ["StreamGroupJob", "compile_expert_group", "plan_group", "slice_step",
+           "fitting_group", "MAX_LINK_PES",
            "padded_intermediate",
            "DieExpert", "StreamDieJob", "DieResult", "compile_moe_die"]
 
@@ -60,6 +61,30 @@ def padded_intermediate(intermediate: int, pes: int, pe: PEConfig) -> int:
     """I padded with zero channels to a multiple of ``pes`` x :func:`slice_step`."""
     unit = pes * slice_step(pe)
     return -(-int(intermediate) // unit) * unit
+
+
+#: The most PEs one aggregation link joins (its descriptors' 16-bit PE masks).
+MAX_LINK_PES = 16
+
+
+def fitting_group(hidden: int, intermediate: int, config: ArchConfig,
+                  raw_output: bool | None = None) -> int | None:
+    """The smallest aggregation-group size G (a divisor of ``config.pes``, at most
+    :data:`MAX_LINK_PES`) whose PEs hold an expert of shape ``hidden`` x ``intermediate`` split
+    over them (:func:`plan_group`), or None when no group of the die's PEs does. With the
+    paper PE (32 KB IOMEM, 16-row tile): 4 for the 2048-hidden presets, 8 for GPT-OSS-20B
+    (2880 x 2880), none for Mixtral-8x7B (4096 x 14336: a 16-token tile's h codes, 16 x 14336
+    bytes, would need every ACT word of 32 PEs and I in 448-channel slices, not whole HBUF
+    words)."""
+    for G in range(1, min(config.pes, MAX_LINK_PES) + 1):
+        if config.pes % G:
+            continue
+        try:
+            plan_group(hidden, intermediate, config.pe, G, raw_output)
+        except ProgramError:
+            continue
+        return G
+    return None
 
 
 def plan_group(hidden: int, intermediate: int, pe: PEConfig, pes: int,
@@ -171,8 +196,8 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
         A bad parameter (named).
     """
     pe, G = group_pe(config, pes)
-    if not isinstance(G, int) or not 1 <= G <= 16:
-        raise ValueError(f"pes: expected 1..16 PEs (link masks), got {G!r}")
+    if not isinstance(G, int) or not 1 <= G <= MAX_LINK_PES:
+        raise ValueError(f"pes: expected 1..{MAX_LINK_PES} PEs (link masks), got {G!r}")
     if not isinstance(root, int) or not 0 <= root < G:
         raise ValueError(f"root: expected a PE index in 0..{G - 1}, got {root!r}")
     mode = _mode(mode)
@@ -185,7 +210,16 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
     T = check_x(x, ex)
     gw = _gate_bits(np.ones(T) if gate_weights is None else gate_weights, T)
     H, I = ex.hidden, ex.intermediate
-    plan, I_pad, raw_output = plan_group(H, I, pe, G, raw_output)
+    try:
+        plan, I_pad, raw_output = plan_group(H, I, pe, G, raw_output)
+    except ProgramError as e:
+        if not isinstance(config, ArchConfig):
+            raise
+        fit = fitting_group(H, I, config, raw_output)
+        raise ProgramError(
+            f"{e}; " + (f"a group of {fit} PEs holds it (ArchConfig.pes_per_group = {fit})"
+                        if fit else f"no aggregation group of the die's {config.pes} PEs "
+                        f"holds it")) from None
     Ip = I_pad // G
     padded = Expert(_pad_rows(ex.up, I_pad), _pad_rows(ex.gate, I_pad),
                     QuantizedWeight(q=_pad_cols(ex.down.q, I_pad),

@@ -121,13 +121,32 @@ def test_hidden_not_a_multiple_of_an_output_beat():
     assert job.raw_output and job.info["plan"].hidden_out == 2880
 
 
-@pytest.mark.parametrize("model", ["gpt-oss-20b", "mixtral-8x7b"])
-def test_slices_too_large_for_a_paper_pe_are_refused(model):
+@pytest.mark.parametrize("model,advice", [
+    ("gpt-oss-20b", "a group of 8 PEs holds it (ArchConfig.pes_per_group = 8)"),
+    ("mixtral-8x7b", "no aggregation group of the die's 16 PEs holds it")])
+def test_slices_too_large_for_a_paper_pe_are_refused(model, advice):
+    """The refusal names the memory, the PE count and the smallest group that would hold the
+    expert (or that none of the die's does)."""
     p = MODEL_PRESETS[model]
     with pytest.raises(ProgramError, match=r"ACT overflows.*over 4 PEs") as e:
         compile_expert_group(np.zeros((1, p.hidden), np.float32), _zero_expert(p), None,
                              Mode.DRAFT, preset("paper-4gb"))
-    assert "\n" not in str(e.value)
+    assert "\n" not in str(e.value) and str(e.value).endswith(advice)
+
+
+def test_gpt_oss_on_an_eight_pe_group():
+    """GPT-OSS-20B (2880 x 2880, synthetic weights) on a paper die whose aggregation links join
+    8 PEs (the group size is a free parameter: BRIEF section 2): I padded to 3072, 384
+    channels a PE, two passes, x streamed; bit-exact, with the row max all-reduced and the
+    down psums reduced over the 8 PEs."""
+    p = MODEL_PRESETS["gpt-oss-20b"]
+    arch = dataclasses.replace(preset("paper-4gb"), pes_per_group=8)
+    x, ex, gw = _case(p.hidden, p.expert_intermediate, 1, SEED + 30)
+    job, res = _check(x, ex, gw, Mode.DRAFT, arch)
+    plan = job.info["plan"]
+    assert (job.pes, job.info["intermediate_padded"], job.info["slice"]) == (8, 3072, 384)
+    assert plan.passes == 2 and plan.x_stream
+    assert all(op.srcs == list(range(8)) or len(op.srcs) == 7 for op in job.link_ops)
 
 
 def _zero_expert(p):
@@ -195,6 +214,9 @@ def test_shape_sweep_records_and_errors():
     assert rec["status"] == "bit-exact" and rec["compared"] == 2048 and rec["mismatches"] == 0
     ref = run_case(SweepCase("mixtral-8x7b", "mid", 1, "DRAFT"))
     assert ref["status"] == "refused" and "ACT overflows" in ref["error"]
+    big = run_case(SweepCase("mixtral-8x7b", "paper-4gb", 1, "DRAFT"))
+    assert big["status"] == "refused" and big["error"].endswith(
+        "no aggregation group of the die's 16 PEs holds it")
     assert "refused: expert H=4096" in table([rec, ref])
     assert len(sweep_cases(["olmoe-1b-7b"])) == 2 * 3 * 2
     with pytest.raises(ValueError, match="unknown model 'nosuch'"):
