@@ -8,7 +8,8 @@ I = 1024, synthetic weights) with the ``ld`` stream paced at the HB bank rate, b
 the functional group run and ``ref_moe`` (:func:`elmoe3d.sim.bench_pe.test_paper_group_root`),
 and prints the build figures, the cycles, the simulated cycles per second and the HB roofline
 fraction. ``--tile 8x16x32`` keeps the paper memories with a smaller tile (for a machine the
-full tile does not fit). Exit status 0 when every value matched, 1 on a mismatch or a failing
+full tile does not fit); ``--fit`` builds the nearest configuration whose PE group holds
+``--shape`` (Mixtral-8x7B: a 2-PE ``mid`` group with an ACT-heavy IOMEM split). Exit status 0 when every value matched, 1 on a mismatch or a failing
 test, 2 on a usage or setup error.
 """
 
@@ -28,6 +29,10 @@ def configure(parser):
                              "and PE group")
     parser.add_argument("--shape", default="olmoe-1b-7b", metavar="MODEL",
                         help="model preset whose expert shape runs (default: olmoe-1b-7b)")
+    parser.add_argument("--fit", action="store_true",
+                        help="when the configuration's PE group cannot hold the shape, build "
+                             "the nearest one that can (the smallest group, else an IOMEM "
+                             "split: elmoe3d.sw.host.stream_group.fitting_config)")
     parser.add_argument("--tokens", default="1", metavar="T[,T...]",
                         help="comma-separated token counts (default 1)")
     parser.add_argument("--ld-rate", default="hb", metavar="RATE[,RATE...]",
@@ -181,6 +186,15 @@ def run(args) -> int:
         arch = paper_arch(args.config, args.tile)
     except (ConfigError, ValueError) as exc:
         raise UserError(str(exc)) from None
+    if args.fit:
+        from ..sw.host.stream_group import fitting_config
+        model = MODEL_PRESETS[args.shape]
+        fit = fitting_config(model.hidden, model.expert_intermediate, arch)
+        if fit is None:
+            raise UserError(f"--fit: no aggregation group of {arch.name}'s {arch.pes} PEs holds "
+                            f"the {args.shape} expert ({model.hidden} x "
+                            f"{model.expert_intermediate}) under any IOMEM split")
+        arch = fit
     rates = _ld_rates(arch, args.ld_rate)
     console = report_console()
     console.print(f"[1/2] Verilog + Verilator build of the {arch.name} PE (measured) ...")

@@ -11,7 +11,6 @@ the table; ``make bench`` prints it as a figure.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -28,8 +27,8 @@ from .models import MODEL_PRESETS
 
 __all__ = ["SweepCase", "sweep_cases", "run_case", "run_sweep", "synthetic_expert", "main"]
 
-#: (PE, how): one PE of ``mid``, or an aggregation group of paper PEs (the preset's 4 PEs, or
-#: the smallest group that holds the expert's slices: :func:`~.stream_group.fitting_group`)
+#: (preset, how): one PE of ``mid``, or an aggregation group of paper PEs; a shape that does
+#: not fit runs on the preset's :func:`~.stream_group.fitting_config`
 TARGETS = (("mid", "one PE"), ("paper-4gb", "group"))
 SEED = 24
 
@@ -74,37 +73,38 @@ def _weights(model, tokens):
 
 def run_case(case: SweepCase) -> dict:
     """Build and run one case; returns a record: ``status`` ("bit-exact", "MISMATCH" or
-    "refused"), ``compared`` / ``mismatches`` (FP32 outputs), ``pes`` (the group's PEs),
-    ``passes``, ``x_stream``, ``ld_words`` and ``gemm_beats`` (per PE: the root's for a group),
-    ``error``. A paper case runs on the preset's aggregation group, or on the smallest group
-    that holds the expert (an ArchConfig with that ``pes_per_group``) when the preset's does
-    not; refused when none of the die's does."""
+    "refused"), ``config`` (the configuration it ran on), ``compared`` / ``mismatches`` (FP32
+    outputs), ``pes`` (1, or the group's PEs), ``passes``, ``x_stream``, ``ld_words`` and
+    ``gemm_beats`` (per PE: the root's for a group), ``error``. A ``mid`` case runs the
+    one-PE program; a paper case the preset's aggregation group. A shape that does not fit
+    runs on :func:`~.stream_group.fitting_config` of the preset (the smallest group, then an
+    IOMEM split that holds it: a different hardware configuration, named in ``config``);
+    refused when none does."""
     from .parallel import run_group
-    from .stream_group import compile_expert_group, fitting_group, plan_group
+    from .stream_group import compile_expert_group, fitting_config, plan_group
     rec = {"model": case.model, "arch": case.arch, "tokens": case.tokens, "mode": case.mode,
            "shape": f"{MODEL_PRESETS[case.model].hidden}x"
                     f"{MODEL_PRESETS[case.model].expert_intermediate}"}
     mode = Mode[case.mode]
     cfg = preset(case.arch)
     p = MODEL_PRESETS[case.model]
-    rec["pes"] = 1 if case.arch == "mid" else cfg.pes_per_group
+    single = case.arch == "mid"
     try:                                  # refused before any weight is built
-        if case.arch == "mid":
+        if single:
             plan_expert_stream(p.hidden, p.expert_intermediate, cfg)
         else:
             plan_group(p.hidden, p.expert_intermediate, cfg.pe, cfg.pes_per_group)
     except ProgramError as e:
-        fit = None if case.arch == "mid" else fitting_group(p.hidden, p.expert_intermediate,
-                                                            cfg)
+        fit = fitting_config(p.hidden, p.expert_intermediate, cfg)
         if fit is None:
-            more = "" if case.arch == "mid" else (f"; no aggregation group of the die's "
-                                                  f"{cfg.pes} PEs holds it")
-            return dict(rec, status="refused", error=f"{e}{more}", compared=0, mismatches=0)
-        cfg = dataclasses.replace(cfg, pes_per_group=fit)
-        rec["pes"] = fit
+            return dict(rec, status="refused", config=cfg.name, pes=0, compared=0,
+                        mismatches=0, error=f"{e}; no aggregation group of the die's "
+                                            f"{cfg.pes} PEs holds it under any IOMEM split")
+        cfg, single = fit, False
+    rec.update(config=cfg.name, pes=1 if single else cfg.pes_per_group)
     x, ex, gw = _weights(case.model, case.tokens)
     try:
-        if case.arch == "mid":
+        if single:
             job = build_streamed_expert_program(x, ex, gw, mode, cfg)
             y = job.decode(job.run_fsim())
             info = job.info
@@ -134,13 +134,13 @@ def table(records) -> str:
     lines = ["| model (H x I) | PE | tokens | mode | passes | x | result |",
              "|---|---|---|---|---|---|---|"]
     for r in records:
-        how = "one PE" if r["arch"] == "mid" else f"{r['pes']}-PE group"
+        how = "one PE" if r["pes"] == 1 else f"{r['pes']}-PE group"
         if r["status"] == "refused":
-            lines.append(f"| {r['model']} ({r['shape']}) | {r['arch']} {how} | {r['tokens']} | "
+            lines.append(f"| {r['model']} ({r['shape']}) | {r['config']} {how} | {r['tokens']} | "
                          f"{r['mode']} | - | - | refused: {r['error']} |")
             continue
         x = "streamed" if r["x_stream"] else "resident"
-        lines.append(f"| {r['model']} ({r['shape']}) | {r['arch']} {how} | {r['tokens']} | "
+        lines.append(f"| {r['model']} ({r['shape']}) | {r['config']} {how} | {r['tokens']} | "
                      f"{r['mode']} | {r['passes']} | {x} | {r['status']}: "
                      f"{r['compared'] - r['mismatches']}/{r['compared']} FP32 outputs |")
     return "\n".join(lines)

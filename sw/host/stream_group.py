@@ -46,7 +46,7 @@ from .parallel import (DEFAULT_BUFFER_WORDS, ExtTransfer, GroupJob, check_link_s
 
 
 __all__ = ["StreamGroupJob", "compile_expert_group", "plan_group", "slice_step",
-           "fitting_group", "MAX_LINK_PES",
+           "fitting_group", "fitting_split", "fitting_config", "MAX_LINK_PES",
            "padded_intermediate",
            "DieExpert", "StreamDieJob", "DieResult", "compile_moe_die"]
 
@@ -84,6 +84,76 @@ def fitting_group(hidden: int, intermediate: int, config: ArchConfig,
         except ProgramError:
             continue
         return G
+    return None
+
+
+def fitting_split(hidden: int, intermediate: int, config: ArchConfig, pes: int,
+                  raw_output: bool | None = None) -> tuple | None:
+    """The IOMEM split (``ArchConfig.iomem_split``: ACT, TOK, HBUF, OUT in 32nds) under which
+    ``pes`` PEs of ``config`` hold an expert of shape ``hidden`` x ``intermediate``
+    (:func:`plan_group`), or None when no split does. Of the splits that fit, the one with
+    the fewest passes over up/gate, then x resident rather than streamed, then the widest x
+    slots (the K groups of a streamed x chunk bound a buffer-full's), then the widest OUT
+    chunk, then the first in lexicographic order: the weights stream the fewest times, in
+    the fewest buffer-fulls. A
+    design-space answer (a PE built with that split), not a program option: the split is the
+    hardware's memory sizes."""
+    import dataclasses
+    words = config.pe.act_words + config.pe.tok_words + config.pe.hbuf_words + \
+        config.pe.out_words
+    best = None
+    for act in range(1, 30):
+        for tok in range(1, 31 - act):
+            for hbuf in range(1, 32 - act - tok):
+                split = (act, tok, hbuf, 32 - act - tok - hbuf)
+                a, t, h = (words * v // 32 for v in split[:3])
+                pe = dataclasses.replace(config.pe, act_words=a, tok_words=t, hbuf_words=h,
+                                         out_words=words - a - t - h)
+                try:
+                    plan, _, _ = plan_group(hidden, intermediate, pe, pes, raw_output)
+                except ProgramError:
+                    continue
+                key = (plan.passes, plan.x_stream, -plan.x_chunk, -plan.out_chunk, split)
+                if best is None or key < best:
+                    best = key
+    return None if best is None else best[-1]
+
+
+def fitting_config(hidden: int, intermediate: int, config: ArchConfig) -> ArchConfig | None:
+    """``config`` itself when its aggregation group holds an expert of shape ``hidden`` x
+    ``intermediate``; else the nearest configuration that does, changing as little hardware as
+    possible: the smallest group (:func:`fitting_group`, ``pes_per_group``) with the same
+    IOMEM split; else the same group with the IOMEM split of :func:`fitting_split`; else the
+    smallest group with a split that fits. The name says what changed (``mid-io29.1.1.1``,
+    ``paper-4gb-g8``). None when no group of the die's PEs holds it under any split."""
+    import dataclasses
+
+    def fits(cfg):
+        try:
+            plan_group(hidden, intermediate, cfg.pe, cfg.pes_per_group)
+        except ProgramError:
+            return False
+        return True
+
+    def named(cfg, g=None, split=None):
+        name = cfg.name + (f"-g{g}" if g else "") + (
+            "-io" + ".".join(map(str, split)) if split else "")
+        return dataclasses.replace(cfg, name=name, pes_per_group=g or cfg.pes_per_group,
+                                   iomem_split=split or cfg.iomem_split)
+
+    if fits(config):
+        return config
+    g = fitting_group(hidden, intermediate, config)
+    if g is not None:
+        return named(config, g=g)
+    split = fitting_split(hidden, intermediate, config, config.pes_per_group)
+    if split is not None:
+        return named(config, split=split)
+    for g in range(1, min(config.pes, MAX_LINK_PES) + 1):
+        if config.pes % g == 0:
+            split = fitting_split(hidden, intermediate, config, g)
+            if split is not None:
+                return named(config, g=g, split=split)
     return None
 
 

@@ -207,16 +207,29 @@ def test_moe_layer_on_the_paper_die(config, mode):
     assert res.acc_overflow == ref.acc_overflow and res.vpu_saturation == ref.vpu_saturation
 
 
-def test_shape_sweep_records_and_errors():
-    """The shape sweep of make bench: a case's record, a refusal's record, a bad model name."""
+def test_shape_sweep_records_and_errors(monkeypatch):
+    """The shape sweep: a case's record, a shape run on its fitting configuration, a
+    refusal's record, a bad model name."""
+    from elmoe3d.sw.host import models
     from elmoe3d.sw.host.shape_sweep import SweepCase, main, run_case, sweep_cases, table
+    from elmoe3d.sw.host.stream_group import fitting_config
     rec = run_case(SweepCase("olmoe-1b-7b", "paper-4gb", 1, "DRAFT"))
     assert rec["status"] == "bit-exact" and rec["compared"] == 2048 and rec["mismatches"] == 0
-    ref = run_case(SweepCase("mixtral-8x7b", "mid", 1, "DRAFT"))
+    assert (rec["config"], rec["pes"]) == ("paper-4gb", 4)
+    # Mixtral-8x7B: the 16-PE link with an ACT-heavy IOMEM split on the paper die; a 2-PE mid
+    # group with ACT 29/32 (the sweep runs them; too slow for make test)
+    mix = models.MODEL_PRESETS["mixtral-8x7b"]
+    fits = {c: fitting_config(mix.hidden, mix.expert_intermediate, preset(c))
+            for c in ("paper-4gb", "mid")}
+    assert [(f.name, f.pes_per_group, f.iomem_split) for f in fits.values()] == [
+        ("paper-4gb-g16-io15.1.8.8", 16, (15, 1, 8, 8)), ("mid-io29.1.1.1", 2, (29, 1, 1, 1))]
+    # a shape no group of the die holds under any split (an 8x wider Mixtral) is refused
+    monkeypatch.setitem(models.MODEL_PRESETS, "huge", dataclasses.replace(
+        mix, expert_intermediate=8 * mix.expert_intermediate))
+    ref = run_case(SweepCase("huge", "paper-4gb", 1, "DRAFT"))
     assert ref["status"] == "refused" and "ACT overflows" in ref["error"]
-    big = run_case(SweepCase("mixtral-8x7b", "paper-4gb", 1, "DRAFT"))
-    assert big["status"] == "refused" and big["error"].endswith(
-        "no aggregation group of the die's 16 PEs holds it")
+    assert ref["error"].endswith("no aggregation group of the die's 16 PEs holds it under any "
+                                 "IOMEM split")
     assert "refused: expert H=4096" in table([rec, ref])
     assert len(sweep_cases(["olmoe-1b-7b"])) == 2 * 3 * 2
     with pytest.raises(ValueError, match="unknown model 'nosuch'"):

@@ -4,6 +4,7 @@ report around the build and run figures.
 The build and the simulation are stubbed (the real ones take hours on 2 cores: README "The
 paper PE in Verilator"); the build measurement itself runs on a small command."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -110,6 +111,27 @@ def test_tile_fallback_keeps_the_paper_memories(monkeypatch):
                                          paper.hb_bytes_per_cycle)
     assert "run" not in calls
     assert paper_pe.paper_arch(tile="16x32x32") is paper
+
+
+def test_fit_builds_the_nearest_configuration_that_holds_the_shape(monkeypatch, capsys):
+    """--fit: GPT-OSS-20B on the paper die needs 8-PE groups, Mixtral-8x7B on mid an ACT-heavy
+    IOMEM split; a shape that fits keeps the preset; a shape nothing holds is a usage error."""
+    from elmoe3d.sw.host import models
+    calls = stub(monkeypatch, [record()])
+    assert cli.main(["paper-pe", "--shape", "gpt-oss-20b", "--fit", "--build-only"]) == 0
+    assert (calls["arch"].name, calls["arch"].pes_per_group) == ("paper-4gb-g8", 8)
+    assert cli.main(["paper-pe", "--config", "mid", "--shape", "mixtral-8x7b", "--fit",
+                     "--build-only"]) == 0
+    assert (calls["arch"].name, calls["arch"].iomem_split) == ("mid-io29.1.1.1",
+                                                               (29, 1, 1, 1))
+    assert cli.main(["paper-pe", "--fit", "--build-only"]) == 0
+    assert calls["arch"] is preset("paper-4gb")
+    mix = models.MODEL_PRESETS["mixtral-8x7b"]
+    monkeypatch.setitem(models.MODEL_PRESETS, "huge", dataclasses.replace(
+        mix, expert_intermediate=8 * mix.expert_intermediate))
+    assert cli.main(["paper-pe", "--shape", "huge", "--fit"]) == 2
+    assert "--fit: no aggregation group of paper-4gb's 16 PEs holds the huge expert" in \
+        capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, word", [(["--tile", "3x5x32"], "lanes"),
