@@ -124,7 +124,7 @@ def fitting_config(hidden: int, intermediate: int, config: ArchConfig) -> ArchCo
     ``intermediate``; else the nearest configuration that does, changing as little hardware as
     possible: the smallest group (:func:`fitting_group`, ``pes_per_group``) with the same
     IOMEM split; else the same group with the IOMEM split of :func:`fitting_split`; else the
-    smallest group with a split that fits. The name says what changed (``mid-io29.1.1.1``,
+    smallest group with a split that fits. The name says what changed (``mid-io29_1_1_1``,
     ``paper-4gb-g8``). None when no group of the die's PEs holds it under any split."""
     import dataclasses
 
@@ -137,7 +137,7 @@ def fitting_config(hidden: int, intermediate: int, config: ArchConfig) -> ArchCo
 
     def named(cfg, g=None, split=None):
         name = cfg.name + (f"-g{g}" if g else "") + (
-            "-io" + ".".join(map(str, split)) if split else "")
+            "-io" + "_".join(map(str, split)) if split else "")
         return dataclasses.replace(cfg, name=name, pes_per_group=g or cfg.pes_per_group,
                                    iomem_split=split or cfg.iomem_split)
 

@@ -222,7 +222,7 @@ def test_shape_sweep_records_and_errors(monkeypatch):
     fits = {c: fitting_config(mix.hidden, mix.expert_intermediate, preset(c))
             for c in ("paper-4gb", "mid")}
     assert [(f.name, f.pes_per_group, f.iomem_split) for f in fits.values()] == [
-        ("paper-4gb-g16-io15.1.8.8", 16, (15, 1, 8, 8)), ("mid-io29.1.1.1", 2, (29, 1, 1, 1))]
+        ("paper-4gb-g16-io15_1_8_8", 16, (15, 1, 8, 8)), ("mid-io29_1_1_1", 2, (29, 1, 1, 1))]
     # a shape no group of the die holds under any split (an 8x wider Mixtral) is refused
     monkeypatch.setitem(models.MODEL_PRESETS, "huge", dataclasses.replace(
         mix, expert_intermediate=8 * mix.expert_intermediate))

@@ -122,7 +122,7 @@ def test_fit_builds_the_nearest_configuration_that_holds_the_shape(monkeypatch, 
     assert (calls["arch"].name, calls["arch"].pes_per_group) == ("paper-4gb-g8", 8)
     assert cli.main(["paper-pe", "--config", "mid", "--shape", "mixtral-8x7b", "--fit",
                      "--build-only"]) == 0
-    assert (calls["arch"].name, calls["arch"].iomem_split) == ("mid-io29.1.1.1",
+    assert (calls["arch"].name, calls["arch"].iomem_split) == ("mid-io29_1_1_1",
                                                                (29, 1, 1, 1))
     assert cli.main(["paper-pe", "--fit", "--build-only"]) == 0
     assert calls["arch"] is preset("paper-4gb")
