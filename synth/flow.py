@@ -13,8 +13,10 @@ Script (:func:`yosys_script`)::
     opt_clean; delete t:$scopeinfo
     check; write_verilog mapped.v; stat -json -liberty cells.lib
 
-Every file Yosys reads or writes is in its work folder, named relative to it: the Liberty file
-is copied there as ``cells.lib`` (:data:`LIBERTY_NAME`). The YoWASP runtime maps a private
+Every file Yosys reads or writes is in its work folder, named relative to it: the Liberty file's
+area view (:meth:`~elmoe3d.synth.liberty.Liberty.area_view`: cells, areas, pins and functions,
+no tables, so that the area mapping does not depend on the delay tables) is written there as
+``cells.lib`` (:data:`LIBERTY_NAME`). The YoWASP runtime maps a private
 temporary folder over the sandbox's ``/tmp``, so an absolute path under the host's ``/tmp``
 (a checkout or a ``--liberty`` there) is not found inside it; the work folder (the tool's
 current directory) is always mapped. The script, and with it the cache key, does not depend
@@ -303,7 +305,9 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
     scripts) there. Raises :class:`SynthError` with the end of the Yosys log on failure, and
     naming the file and the line when Yosys' statistics cannot be read (:func:`read_stat`,
     :func:`stat_cells`; the file is kept as ``<cache_dir>/<key>.failed.stat.json``)."""
-    lib_bytes = Path(liberty.path).read_bytes()
+    # the library's area view (cells, areas, pins, functions; no tables, no timing-only
+    # cells): with the delay tables ABC's area mapping picks other gates of equal function
+    lib_bytes = liberty.area_view().encode()
     adders = adder_techmap(liberty) or ""
     script = yosys_script(stubs=bool(stubs), adders=bool(adders))
     key = cache_key(rtlil, stubs, lib_bytes, script, adders)
