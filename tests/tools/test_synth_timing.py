@@ -1,0 +1,410 @@
+"""elmoe3d.synth timing: the Liberty subset's tables, the NLDM lookup, the STA against a path
+computed by hand from the tables and against ABC's own ``stime``, the hierarchical
+composition and the one-line errors of ``--timing``. Every Yosys run here takes seconds."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from elmoe3d.cli import main
+from elmoe3d.synth import flow
+from elmoe3d.synth.blocks import MulLeaf, hollow
+from elmoe3d.synth.flow import synthesize
+from elmoe3d.synth.liberty import (BUNDLED_LIBERTY, LibertyError, Table, TIMING_ONLY_ATTR,
+                                   read_liberty, read_text)
+from elmoe3d.synth.liberty_subset import AREA_CELLS, LEF_AREAS, SUFFIX, default_pdk, generate
+from elmoe3d.synth.sta import CLOCK_SLEW_PS, TimingLib, analyze, read_blif
+
+
+LIB = read_liberty(BUNDLED_LIBERTY)
+TEXT = read_text(BUNDLED_LIBERTY)
+
+
+# ---- the bundled subset ---------------------------------------------------------------------
+
+def test_subset_names_its_source_and_licence():
+    head = TEXT[:TEXT.index("\nlibrary (")]
+    for needle in ("BSD 3-Clause License", "Lawrence T. Clark", "asap7sc7p5t_28",
+                   "LIB/NLDM", "f970bd3", "0.7 V, 25 C", "python -m elmoe3d.synth.liberty_subset"):
+        assert needle in head, needle
+    assert BUNDLED_LIBERTY.read_bytes()[:2] == b"\x1f\x8b"          # committed gzip-compressed
+
+
+def test_subset_keeps_the_area_cells_and_their_areas():
+    """The area cells keep the LEF footprints the area-only subset had (area estimates do not
+    move); the drive strengths and buffers added for timing are marked timing-only."""
+    area = {n[:-len(SUFFIX)]: c for n, c in LIB.cells.items() if not c.timing_only}
+    assert set(area) == set(AREA_CELLS)
+    for short, cell in area.items():
+        assert cell.area == LEF_AREAS[short][0], short
+    timing_only = [c for c in LIB.cells.values() if c.timing_only]
+    assert timing_only and all(c.name.startswith(("INV", "BUF", "NAND", "NOR", "AND", "XOR",
+                                                  "XNOR", "AOI")) for c in timing_only)
+    assert TIMING_ONLY_ATTR in TEXT and f"define ({TIMING_ONLY_ATTR}, cell, boolean);" in TEXT
+    view = LIB.area_view()
+    assert "cell_rise" not in view and "BUFx2" not in view
+    assert view.count("cell (") == len(AREA_CELLS)
+
+
+def test_subset_carries_timing_and_power_tables():
+    LIB.check_timing()                                   # every cell: delays, no NaN
+    dff = LIB.cells["DFFHQNx1_ASAP7_75t_R"]
+    kinds = {a.timing_type for p in dff.pins.values() for a in p.arcs}
+    assert {"rising_edge", "setup_rising", "hold_rising"} <= kinds
+    for cell in LIB.cells.values():
+        assert any(lk.when == "" and lk.value > 0 for lk in cell.leakage), cell.name
+        assert any(p.power for p in cell.pins.values()), cell.name
+        for pin in cell.pins.values():
+            for pw in pin.power:
+                assert {"rise_power", "fall_power"} & set(pw.tables), (cell.name, pin.name)
+    assert LIB.units["time_unit"] == "1ps" and LIB.units["leakage_power_unit"] == "1pW"
+
+
+@pytest.mark.skipif(not default_pdk().is_dir(), reason="no ../shared/pdk/asap7 here")
+def test_subset_regenerates_from_the_pdk_files():
+    assert generate() == TEXT
+
+
+def test_liberty_reads_gzip_and_plain_alike(tmp_path):
+    plain = tmp_path / "subset.lib"
+    plain.write_text(TEXT)
+    other = read_liberty(plain)
+    assert other.cells.keys() == LIB.cells.keys()
+    assert other.cells["NAND2xp33_ASAP7_75t_R"].pins["Y"].arcs == \
+        LIB.cells["NAND2xp33_ASAP7_75t_R"].pins["Y"].arcs
+
+
+def test_area_of_the_multiplier_is_unchanged():
+    """The IA8xW5 multiplier's area and cells with the area-only subset (before the timing
+    tables): the area run sees the same library (Liberty.area_view). With the tables given
+    to ABC its area mapping picks other gates (+2.5 % on the requant unit)."""
+    r = synthesize("mul", hollow(MulLeaf(), owner="mul").rtlil, liberty=LIB)
+    assert r.cells == {"AOI21xp33_ASAP7_75t_R": 25, "INVx1_ASAP7_75t_R": 83,
+                       "NAND2xp33_ASAP7_75t_R": 18, "NOR2xp33_ASAP7_75t_R": 23,
+                       "XNOR2xp5_ASAP7_75t_R": 2, "XOR2xp5_ASAP7_75t_R": 24,
+                       "FAx1_ASAP7_75t_R": 21, "HAxp5_ASAP7_75t_R": 24}
+    assert r.area == pytest.approx(18.69156, abs=1e-9)
+
+
+# ---- table lookup ---------------------------------------------------------------------------
+
+def test_table_lookup_interpolates_and_extrapolates_linearly():
+    t = Table(kind="cell_rise", template="t", variables=("input_net_transition",
+                                                         "total_output_net_capacitance"),
+              index=((10.0, 20.0, 40.0), (1.0, 2.0)),
+              values=((1.0, 2.0), (3.0, 5.0), (7.0, 13.0)))
+
+    def at(s, c):
+        return t.lookup(input_net_transition=s, total_output_net_capacitance=c)
+    assert at(10, 1) == 1.0 and at(40, 2) == 13.0                 # grid points
+    assert at(15, 1.5) == pytest.approx((1 + 2 + 3 + 5) / 4)        # bilinear
+    assert at(30, 1) == pytest.approx(5.0)
+    assert at(5, 1) == pytest.approx(0.0)                           # below: first segment
+    assert at(60, 2) == pytest.approx(13 + (13 - 5) / 20 * 20)      # above: last segment
+    assert at(10, 3) == pytest.approx(3.0)                          # load beyond the index
+
+
+# ---- the STA against a path computed by hand --------------------------------------------------
+
+def _cell_text(name):
+    start = TEXT.index(f"cell ({name})")
+    depth, i = 0, TEXT.index("{", start)
+    while True:
+        depth += {"{": 1, "}": -1}.get(TEXT[i], 0)
+        if depth == 0:
+            return TEXT[start:i]
+        i += 1
+
+
+def _group(text, head):
+    """The text of the group starting at ``head`` (e.g. ``pin (Y)``) inside ``text``."""
+    start = text.index(head)
+    depth, i = 0, text.index("{", start)
+    while True:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i + 1]
+        i += 1
+
+
+def _hand_table(cell, pin, kind, timing_type, related):
+    """(index_1, index_2, rows) of table ``kind`` in the one ``timing`` group of ``pin`` of
+    ``timing_type`` from ``related``, read from the Liberty text with regular expressions
+    (not liberty.py)."""
+    pin_text = _group(_cell_text(cell), f"pin ({pin})")
+    groups = [m.start() for m in re.finditer(r"timing \(\) \{", pin_text)]
+    found = []
+    for g in groups:
+        body = _group(pin_text[g:], "timing ()")
+        if f"timing_type : {timing_type};" in body and \
+                f'related_pin : "{related}";' in body:
+            found.append(body)
+    assert len(found) == 1, (cell, pin, timing_type, len(found))
+    table = _group(found[0], f"{kind} (")
+
+    def floats(s):
+        return [float(v) for v in s.replace("\\", " ").split(",")]
+    idx1 = floats(re.search(r'index_1 \("([^"]*)"\)', table).group(1))
+    idx2 = floats(re.search(r'index_2 \("([^"]*)"\)', table).group(1))
+    rows = [floats(r) for r in re.findall(r'"([^"]*)"', table.split("values", 1)[1])]
+    return idx1, idx2, rows
+
+
+def _cap(cell, pin, edge):
+    text = _group(_cell_text(cell), f"pin ({pin})")
+    return float(re.search(rf"{edge}_capacitance : ([0-9.]+);", text).group(1))
+
+
+def _bilinear(table, x, y):
+    """The NLDM lookup written out: the segment of each index holding the point (the first or
+    last one outside the range), then linear along the second and the first variable."""
+    idx1, idx2, rows = table
+
+    def seg(index, v):
+        i = 0
+        while i < len(index) - 2 and index[i + 1] <= v:
+            i += 1
+        return i, (v - index[i]) / (index[i + 1] - index[i])
+    i, fx = seg(idx1, x)
+    j, fy = seg(idx2, y)
+    low = rows[i][j] + fy * (rows[i][j + 1] - rows[i][j])
+    high = rows[i + 1][j] + fy * (rows[i + 1][j + 1] - rows[i + 1][j])
+    return low + fx * (high - low)
+
+
+#: reg1 -> NAND2 (A) -> INV -> NOR2 (A) -> reg2. NAND2's B is tied to 1 and NOR2's B to 0:
+#: a live side input would add its own arc, and the STA (like ABC) takes the worst output
+#: slew over a cell's arcs (0.34 ps more here with a port on each).
+HAND_BLIF = """.model top
+.inputs clk
+.outputs q
+.names $true
+1
+.names $false
+.gate DFFHQNx1_ASAP7_75t_R CLK=clk D=q QN=n0
+.cname r1$_DFF_P_
+.gate NAND2xp33_ASAP7_75t_R A=n0 B=$true Y=n1
+.cname g1
+.gate INVx1_ASAP7_75t_R A=n1 Y=n2
+.cname g2
+.gate NOR2xp33_ASAP7_75t_R A=n2 B=$false Y=n3
+.cname g3
+.gate DFFHQNx1_ASAP7_75t_R CLK=clk D=n3 QN=q
+.cname r2$_DFF_P_
+.end
+"""
+
+
+def test_sta_matches_a_path_computed_by_hand_from_the_tables():
+    """Clock-to-Q of r1, NAND2, INV and NOR2 (each negative unate, one timing group per
+    input: no worst-case merging), setup of r2's D, rise and fall, computed here from the
+    Liberty text alone. The STA must agree to 1e-6 ps: it reads the same tables and does
+    the same arithmetic in double precision (only the order of additions can differ, 1e-12).
+    A wrong load (rise vs fall capacitance: 0.5588 vs 0.5557 fF on D), unateness, slew or
+    setup table moves the figure by 0.03 ps to tens of ps."""
+    dff, nand, inv, nor = (f"{c}_ASAP7_75t_R" for c in ("DFFHQNx1", "NAND2xp33", "INVx1",
+                                                        "NOR2xp33"))
+    # loads (fF) of each net, per output edge: the one input pin it drives
+    load = {"n0": (_cap(nand, "A", "rise"), _cap(nand, "A", "fall")),
+            "n1": (_cap(inv, "A", "rise"), _cap(inv, "A", "fall")),
+            "n2": (_cap(nor, "A", "rise"), _cap(nor, "A", "fall")),
+            "n3": (_cap(dff, "D", "rise"), _cap(dff, "D", "fall"))}
+
+    def arc(cell, out, tt, arr_in, slew_in, net):
+        """Negative-unate stage: output rise from input fall and fall from input rise."""
+        tabs = {k: _hand_table(cell, out, k, tt, "A") for k in
+                ("cell_rise", "cell_fall", "rise_transition", "fall_transition")}
+        lr, lf = load[net]
+        arr = (arr_in[1] + _bilinear(tabs["cell_rise"], slew_in[1], lr),
+               arr_in[0] + _bilinear(tabs["cell_fall"], slew_in[0], lf))
+        slew = (_bilinear(tabs["rise_transition"], slew_in[1], lr),
+                _bilinear(tabs["fall_transition"], slew_in[0], lf))
+        return arr, slew
+
+    clk = CLOCK_SLEW_PS
+    q = {k: _hand_table(dff, "QN", k, "rising_edge", "CLK") for k in
+         ("cell_rise", "cell_fall", "rise_transition", "fall_transition")}
+    arr = (_bilinear(q["cell_rise"], clk, load["n0"][0]),
+           _bilinear(q["cell_fall"], clk, load["n0"][1]))
+    slew = (_bilinear(q["rise_transition"], clk, load["n0"][0]),
+            _bilinear(q["fall_transition"], clk, load["n0"][1]))
+    clk_to_q = max(arr)
+    arr, slew = arc(nand, "Y", "combinational", arr, slew, "n1")
+    arr, slew = arc(inv, "Y", "combinational", arr, slew, "n2")
+    arr, slew = arc(nor, "Y", "combinational", arr, slew, "n3")
+    setup = (_bilinear(_hand_table(dff, "D", "rise_constraint", "setup_rising", "CLK"),
+                       slew[0], clk),
+             _bilinear(_hand_table(dff, "D", "fall_constraint", "setup_rising", "CLK"),
+                       slew[1], clk))
+    hand = max(arr[0] + setup[0], arr[1] + setup[1])
+    assert 60 < hand < 200 and clk_to_q > 20                  # a sane path of four cells
+
+    t = analyze(read_blif(HAND_BLIF), TimingLib(LIB), period=1000.0)
+    r = t.reg2reg
+    assert r["ps"] == pytest.approx(hand, abs=1e-6)
+    assert r["slack"] == pytest.approx(1000.0 - hand, abs=1e-6)
+    assert (r["start"], r["end"], r["levels"]) == ("r1", "r2", 3)
+    assert [s[0] for s in r["path"]] == [dff, nand, inv, nor]
+    assert r["clk_to_q"] + r["logic"] + r["setup"] == pytest.approx(r["ps"])
+    # r2 drives the output port q: a register -> output arc (clock-to-Q into one D load)
+    assert t.in2reg == {} and set(t.reg2out) == {"q"} and t.reg2out["q"] > 0
+    assert t.reg2out_from["q"] == "r2"
+
+
+def test_sta_under_abc_conventions_matches_abc_on_a_mapped_block():
+    """The flow's timing run on a small real block (the VPU row-max exponent: registers, a
+    compare chain, a stream handshake): ABC's own stime delay of the network it mapped (an
+    integer, truncated from single-precision floats) and this STA under ABC's conventions
+    agree within 1.5 ps; the register-to-register path is reported with its end points."""
+    from elmoe3d.hw.vpu import RowMaxExponent
+    text = hollow(RowMaxExponent(), owner="rowmax").rtlil
+    r = synthesize("rowmax", text, liberty=LIB, timing=1000.0)
+    t = r.timing
+    assert t["abc_ps"] is not None and t["abc_ps"] > 100
+    assert abs(t["abc_ps"] - t["sta_abc_ps"]) < 1.5, (t["abc_ps"], t["sta_abc_ps"])
+    rr = t["reg2reg"]
+    assert rr and 0 < rr["ps"] < 1000 and rr["slack"] == pytest.approx(1000 - rr["ps"])
+    assert rr["start"] and rr["end"] and not rr["start"].startswith("$")
+    assert rr["path"][0][0] == "DFFHQNx1_ASAP7_75t_R" and rr["levels"] >= 2
+    assert t["in2reg"] and t["reg2out"] and t["cells"] > 100
+    # the area part of the same run is the area-only result
+    assert r.area == synthesize("rowmax", text, liberty=LIB).area
+
+
+# ---- hierarchical composition ----------------------------------------------------------------
+
+class _R:
+    def __init__(self, timing, name="job"):
+        self.timing, self.name = timing, name
+
+
+def _t(reg2reg=None, in2reg=None, reg2out=None, in2out=None, boxes=None):
+    return {"reg2reg": reg2reg, "in2reg": in2reg or {}, "reg2out": reg2out or {},
+            "in2out": in2out or {}, "blackboxes": boxes or {}}
+
+
+def test_composition_adds_paths_across_sub_block_boundaries():
+    """A parent whose register feeds a child's input through 300 ps of logic, the child
+    reaching its register 400 ps later, and a comb chain parent -> child -> parent: the
+    block's worst register-to-register path crosses the boundary, the segments say where."""
+    from elmoe3d.synth.rollup import Node
+    from elmoe3d.synth.timing import block_model, describe
+    stub = "(* blackbox *)\nmodule CHILD (\n  input [3:0] a,\n  input [0:0] r,\n" \
+           "  output [0:0] v\n);\nendmodule\n"
+    child = Node(label="child", category="c", job="c")
+    parent = Node(label="parent", category="p", job="p", boxes={"CHILD": child})
+    results = {
+        "p": _R(_t(reg2reg={"ps": 200.0, "start": "x", "end": "y"},
+                   reg2out={"u.bb/a": 300.0, "u.bb/r": 50.0},
+                   in2reg={"u.bb/v": 120.0}, in2out={"u.bb/v -> u.bb/r": 90.0},
+                   boxes={"u.bb": "CHILD"})),
+        "c": _R(_t(reg2reg={"ps": 150.0, "start": "c1", "end": "c2"},
+                   in2reg={"a": 400.0, "r": 30.0}, in2out={"r -> v": 80.0})),
+    }
+    m = block_model(parent, results, {"p": stub})
+    d = describe(m.r2r, 1000.0)
+    assert d["ps"] == pytest.approx(700.0) and d["slack"] == pytest.approx(300.0)
+    assert [s["block"] for s in d["segments"]] == ["parent", "u: child"]
+    assert d["segments"][0]["to"] == "u.bb/a" and d["segments"][1]["from"] == "a"
+    # the child's r -> v arc and the parent's v -> r arc form a bus-level loop: cut, reported
+    assert any("u.bb/" in c for c in m.cut)
+
+
+# ---- bad input: one line naming the file and the cell ----------------------------------------
+
+_INV_AREA_ONLY = ('cell (INV) { area : 0.04; pin (A) { direction : input; capacitance : 0.5; }'
+                  ' pin (Y) { direction : output; function : "!A"; } }')
+
+
+def test_timing_without_tables_is_one_line(tmp_path, capsys):
+    lib = tmp_path / "area_only.lib"
+    lib.write_text(f"library (x) {{\n  {_INV_AREA_ONLY}\n}}\n")
+    assert main(["synth", "--timing", "--liberty", str(lib)]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == (f"elmoe3d synth: error: {lib}:2: cell INV: no timing tables for "
+                           f"output Y from input A (needed for timing: cell_rise, cell_fall, "
+                           f"rise_transition, fall_transition)")
+    assert out == ""
+
+
+def test_timing_with_nan_in_a_table_is_one_line(tmp_path, capsys):
+    """The bundled NAND2xp33 with one value of its first cell_rise table made NaN."""
+    text = _cell_text("NAND2xp33_ASAP7_75t_R")
+    bad = re.sub(r'(cell_rise \(delay_template_7x7_x1\) \{.*?values \( \\\s*")([0-9.]+)',
+                 lambda m: m.group(1) + "nan", text, count=1, flags=re.S)
+    assert bad != text
+    lib = tmp_path / "nan.lib"
+    lib.write_text(TEXT.replace(text, bad))
+    line = TEXT[:TEXT.index(text)].count("\n") + 1
+    assert main(["synth", "--timing", "--liberty", str(lib)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    assert err.startswith(f"elmoe3d synth: error: {lib}:{line}: cell NAND2xp33_ASAP7_75t_R: "
+                          f"output Y from input A: cell_rise (line ")
+    assert err.endswith("holds a NaN or infinite value")
+    with pytest.raises(LibertyError):
+        read_liberty(lib).check_timing()
+    read_liberty(lib)                                  # area alone does not need the tables
+
+
+@pytest.mark.parametrize("period", ["0", "-5", "fast", "nan"])
+def test_bad_period_is_one_line(period, capsys):
+    assert main(["synth", "--timing", "--period", period]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--period" in err
+
+
+# ---- the whole command with --timing (stand-in Yosys) -----------------------------------------
+
+STAT = """{
+   "creator": "Yosys 0.70",
+   "modules": {
+      "\\\\top": {
+         "num_wires": 4, "num_cells": 3, "area": 0.1,
+         "num_cells_by_type": {"INVx1_ASAP7_75t_R": 2, "NAND2xp33_ASAP7_75t_R": 1}
+      }
+   }
+}
+"""
+
+
+def test_cli_timing_prints_and_writes_the_report(tmp_path, monkeypatch, capsys):
+    """Every block through a stand-in Yosys that writes the same small netlist: the timing
+    tables are printed and the JSON has every die block's worst path and the leaves."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "stat.json").write_text(STAT)
+    (src / "timing.blif").write_text(HAND_BLIF)
+    fake = tmp_path / "fake-yosys.sh"
+    fake.write_text('if [ "$1" = "-V" ]; then echo "Yosys 0.0 (fake)"; exit 0; fi\n'
+                    f'cp "{src}/stat.json" stat.json\ncp "{src}/stat.json" timing_stat.json\n'
+                    f'cp "{src}/timing.blif" timing.blif\n'
+                    'echo "netlist 3 1 5 1 123" > stats.txt\n: > check.txt\n: > yosys.log\n')
+    monkeypatch.setattr(flow, "yosys_command", lambda: ["sh", str(fake)])
+    from elmoe3d.synth import blocks
+    monkeypatch.setattr(blocks, "DIE_BLOCKS", [b for b in blocks.DIE_BLOCKS         # seconds
+                                               if b.label in ("PE", "EXT controller")])
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "report.json"
+    rc = main(["synth", "--config", "small", "--no-check", "--scaling", "", "--jobs", "1",
+               "--timing", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "worst register-to-register path per block" in captured.out
+    report = json.loads(out.read_text())
+    timing = report["timing"]
+    assert timing["period_ps"] == 1000.0 and "ABC" in timing["tool"]
+    blocks = timing["configs"]["small"]["blocks"]
+    assert set(blocks) == {"PE", "EXT controller"}
+    assert all(b is None or b["ps"] > 0 for b in blocks.values())
+    pe = blocks["PE"]
+    assert pe["slack"] == pytest.approx(1000.0 - pe["ps"])
+    leaves = timing["configs"]["small"]["leaves"]
+    assert leaves and all(r["reg2reg"]["start"] == "r1" for r in leaves)
+    assert timing["abc_check"]["jobs"] > 0
