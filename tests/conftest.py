@@ -3,12 +3,23 @@
 Hypothesis runs without wall-clock limits in every test (no test may depend on the machine's
 speed): no per-example deadline, and no "too slow" health check on data generation."""
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("elmoe3d", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("elmoe3d")
+
+
+def pytest_configure(config):
+    """Verilator builds in tests are quick builds (``sim/runner.py``, ``MAKE_OPT_QUICK``: the
+    model's C++ at -Og, about half the compile of -O1 for a model nearly as fast) unless
+    ``$ELMOE3D_QUICK_BUILD`` already chooses. The same Verilog and the same checks; only the
+    C++ compiler's optimisation level differs."""
+    from elmoe3d.sim.runner import QUICK_ENV
+    os.environ.setdefault(QUICK_ENV, "1")
 
 
 @pytest.fixture(scope="session")

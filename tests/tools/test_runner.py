@@ -270,6 +270,7 @@ def test_make_variables(monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
     variables = runner._make_variables()
     assert set(runner.MAKE_OPT) <= set(variables)
+    assert set(runner.MAKE_OPT_QUICK) <= set(runner._make_variables(runner.MAKE_OPT_QUICK))
     assert f"PYTHON3={sys.executable}" in variables
     assert not any(v.startswith(("CXX=", "LINK=")) for v in variables)
     monkeypatch.setenv("CXX", "ccache g++")
@@ -302,28 +303,43 @@ def test_runtime_cache_key(tmp_path, monkeypatch):
     base = runner._RuntimeCache(tmp_path, ["--no-timing"], None).folder
     assert runner._RuntimeCache(tmp_path, ["--no-timing"], None).folder == base
     assert runner._RuntimeCache(tmp_path, ["--no-timing", "-CFLAGS", "-DX"], None).folder != base
+    # internals=True or not: the same runtime objects
+    assert runner._RuntimeCache(tmp_path, ["--no-timing", *runner.TOP_ONLY_ARGS],
+                                None).folder == base
     assert runner._RuntimeCache(tmp_path, ["--no-timing"], "fst").folder != base
     monkeypatch.setenv("VERILATOR_ROOT", "/b")
     assert runner._RuntimeCache(tmp_path, ["--no-timing"], None).folder != base
     monkeypatch.setenv("VERILATOR_ROOT", "/a")
+    # quick builds share the runtime (OPT_FAST and OPT_SLOW do not reach it); another
+    # OPT_GLOBAL does not
+    assert runner._RuntimeCache(tmp_path, ["--no-timing"], None,
+                                runner.MAKE_OPT_QUICK).folder == base
+    other = tuple(v.replace("OPT_GLOBAL=-O1", "OPT_GLOBAL=-O2") for v in runner.MAKE_OPT)
+    assert other != runner.MAKE_OPT
+    assert runner._RuntimeCache(tmp_path, ["--no-timing"], None, other).folder != base
     monkeypatch.setenv("CXX", "g++")
     assert runner._RuntimeCache(tmp_path, ["--no-timing"], None).folder != base
 
 
 def test_runtime_objects_are_shared_not_recompiled(tmp_path, tiny_bench):
     """A fresh build root: the first build compiles Verilator's runtime objects and caches
-    them; a second design copies them in (through OBJCACHE) instead of compiling them, with the
-    optimisation levels of MAKE_OPT, and the simulation still works."""
-    first = runner.build(Increment(), name="tiny_increment", root=tmp_path)
+    them; a second design, a quick build (the model at -Og), copies them in (through OBJCACHE)
+    instead of compiling them, with the optimisation levels of MAKE_OPT and MAKE_OPT_QUICK,
+    and the simulation still works."""
+    first = runner.build(Increment(), name="tiny_increment", root=tmp_path, quick=False)
     log1 = (first.build_dir / "build.log").read_text()
     compiled = sorted(set(re.findall(r"-o (verilated\w*\.o)", log1)))
     assert "verilated.o" in compiled
     assert " -Os " not in log1 and " -O1 " in log1           # MAKE_OPT reached make
+    model = r"c\+\+ (-O\w) [^\n]*-c -o Vtop__ALL\.o Vtop__ALL\.cpp"  # the model (OPT_FAST)
+    assert re.findall(model, log1) == ["-O1"]
     assert runner._RuntimeCache.copied(first.build_dir / "build.log") == []
     changed = runner.generate_verilog(Increment(), name="tiny_increment") + "// changed\n"
-    second = runner.build(changed, name="tiny_increment", root=tmp_path)
+    second = runner.build(changed, name="tiny_increment", root=tmp_path, quick=True)
     assert second.built and second.build_dir != first.build_dir
+    log2 = (second.build_dir / "build.log").read_text()
     assert runner._RuntimeCache.copied(second.build_dir / "build.log") == compiled
+    assert re.findall(model, log2) == ["-Og"]                 # MAKE_OPT_QUICK reached make
     result = runner.run(second, test_module=tiny_bench, testcase="passes")
     assert result.passed == 1
 
