@@ -684,6 +684,15 @@ class PEConfig:
         return self.wmem_words // 8
 
     @property
+    def wmem_low_words(self) -> int:
+        """Words of a WMEM buffer's lower half, which has a flag of its own (``docs/pe.md``,
+        "Engines and synchronisation"): a LOAD may write it again once the GEMM releasing the
+        buffer reads only the upper half. ``wmem_words / 2`` when that is a whole number of
+        scale words (``wmem_words % 16 == 0``: the lower half's weight words and scale words
+        are the same entries), else 0 (one flag for the whole buffer)."""
+        return self.wmem_words // 2 if self.wmem_words % 16 == 0 else 0
+
+    @property
     def tok_entries(self) -> int:
         return self.tok_words * (self.word_bits // 64)
 
@@ -1241,24 +1250,43 @@ class PEOptions:
         return 3 + REQUANT_LATENCY
 
     @property
+    def output_early(self) -> bool:
+        """OUTPUT leaves its drain while the COMBINE sink still writes OUT, each of its reads
+        waiting for the writes still to come to its words, and reads its first word in the
+        cycle it starts: with two OUT banks (:attr:`out_banks`), whose pair reads the COMBINE
+        sink's in-flight writes are checked against (``docs/pe.md``, OUTPUT)."""
+        return self.out_banks == 2
+
+    @property
+    def output_read_cycles(self) -> int:
+        """Cycles from OUTPUT leaving its drain to its first OUT read: 0 with
+        :attr:`output_early` (the read in the cycle it starts), else 1 (the state change)."""
+        return 0 if self.output_early else 1
+
+    @property
     def output_latency(self) -> int:
-        """Cycles from OUTPUT leaving its drain to its first ``o`` DATA beat offered: the
-        state change, the OUT read, the beat's :attr:`output_beat_cycles` sub-steps into the
-        Fp32Converters (:data:`FP32_LATENCY`), then the beat register: ``2 + FP32_LATENCY +
-        output_beat_cycles``."""
-        return 2 + FP32_LATENCY + self.output_beat_cycles
+        """Cycles from OUTPUT leaving its drain to its first ``o`` DATA beat offered (no read
+        waiting for a COMBINE write): :attr:`output_read_cycles` to the OUT read, the read,
+        the beat's :attr:`output_beat_cycles` sub-steps into the Fp32Converters
+        (:data:`FP32_LATENCY`), then the beat register (not with one sub-step: the beat goes
+        to ``o`` from the converters): ``output_read_cycles + 1 + FP32_LATENCY +
+        output_beat_cycles``, less one with one sub-step."""
+        S = self.output_beat_cycles
+        return self.output_read_cycles + 1 + FP32_LATENCY + S - (1 if S == 1 else 0)
 
     @property
     def output_raw_latency(self) -> int:
-        """Cycles from OUTPUT ``raw`` leaving its drain to its first ``o`` beat offered: the
-        state change and the OUT read (no converters), ``2 + output_raw_beat_cycles``."""
-        return 2 + self.output_raw_beat_cycles
+        """Cycles from OUTPUT ``raw`` leaving its drain to its first ``o`` beat offered:
+        :attr:`output_read_cycles` to the OUT read, the read (no converters),
+        ``output_read_cycles + 1 + output_raw_beat_cycles``."""
+        return self.output_read_cycles + 1 + self.output_raw_beat_cycles
 
     @property
     def output_done_cycles(self) -> int:
-        """Cycles from OUTPUT's last ``o`` beat taken to the execute engine's IDLE: the beat
-        register empties, then ``done``: 2."""
-        return 2
+        """Cycles from OUTPUT's last ``o`` beat taken to the first cycle OUTPUT counts as
+        complete: 1 (``done`` with the last beat taken; the execute engine takes the next
+        command in that cycle)."""
+        return 1
 
 
 #: The FPGA-lean PE (``BoardTop(pe_params=...)``, the FPGA flow's defaults) as PE keyword

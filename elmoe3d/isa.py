@@ -15,14 +15,18 @@ requantization engine, everything else on the execute engine; they run concurren
 synchronise through
 
 * the two WMEM buffer flags (``LOAD.signal`` sets ``full[buf]``; ``GEMM.wait`` waits for it;
-  ``GEMM.release`` clears it when the GEMM has read its last weight word);
+  ``GEMM.release`` clears it when the GEMM has read its last weight word; the RTL keeps a flag
+  per buffer half and clears a half's as soon as the GEMM has read that half for the last
+  time, so a LOAD into it need not wait for the rest: ``docs/pe.md``);
 * ``LOAD.fence``: the load (and so every later one) waits until every execute command before
   it in the program, REQUANT included, has completed (its results written); the execute
   engine does not wait;
 * ``REQUANT``: starts when every earlier execute command has completed, then runs beside later
   GEMMs; a GEMM with ``rq_wait`` waits until it has completed (every other execute command
-  waits for it anyway);
-* ``BARRIER``: waits until all three engines are idle and holds back later LOADs until then.
+  waits for it anyway); ``pad_rows``: the last rows of its last row block are padding (no
+  token), their codes written zero beside the last live row's, in none of its cycles;
+* ``BARRIER``: waits until all three engines are idle; later LOADs (queued meanwhile) take no
+  word until then (so do the LOADs after a ``CLEAR counters``, which count from it).
 
 Multi-PE work (paper Sections 5.1, 5.2): ``GEMM.psum_in`` adds ``rows * lanes / (W/64)``
 ``link_i`` words (the RAW psum layout) into every result before its sink (psum-level
@@ -156,7 +160,7 @@ OPS: dict[Op, tuple[Field, ...]] = {
               Field("rq_wait", 1), Field("psum_in", 1),
               Field("acc_cont", 1), Field("acc_hold", 1), Field("max_keep", 1)),
     Op.REQUANT: (Field("row_blocks", 8), Field("channels", 16), Field("act_base", 16),
-                 Field("tok_base", 8)),
+                 Field("tok_base", 8), Field("pad_rows", 8)),
     Op.OUTPUT: (Field("row_blocks", 8), Field("channels", 16), Field("raw", 1)),
     Op.CLEAR: (Field("out", 1), Field("rowmax", 1), Field("flags", 1), Field("counters", 1)),
     Op.SEND: (Field("target", TARGET_BITS), Field("addr", 16), Field("words", 16)),

@@ -55,6 +55,16 @@ class CombineSink(UnitDriver):
         A unit saturated (the sticky ``vpu_saturation``).
     busy : Out(1)
         A row in stage C or in the units.
+    a_skip : Out(1)
+        Stage A holds a COMBINE row whose gate weight is +-0: it leaves in this cycle and
+        writes nothing.
+    pair_probe : In(15)
+        A pair of OUT words (``2 p`` and ``2 p + 1``) OUTPUT is about to read.
+    pair_busy : Out(1)
+        OUTPUT may not read the pair in this cycle: a write to a word of ``pair_probe`` is
+        still to come from stage C or the units (a read in the cycle of the write itself sees
+        it: the read port is transparent), or stage C's row has sub-steps after this one
+        (they take their OUT values from the data the read port holds).
 
     Parameters
     ----------
@@ -108,6 +118,9 @@ class CombineSink(UnitDriver):
             "w_mask": Out(OV // P),
             "vpu_set": Out(1),
             "busy": Out(1),
+            "a_skip": Out(1),
+            "pair_probe": In(15),
+            "pair_busy": Out(1),
         }
         super().__init__(members, self._units)
 
@@ -185,11 +198,19 @@ class CombineSink(UnitDriver):
         hazard = Const(0, 1)
         for v, addr, msk in hz:
             hazard = hazard | (v & (addr == c_addr) & (msk & c_mask).any())
+        # OUTPUT's pair read waits for the writes still to come to the pair (stage C's row and
+        # the rows in the units), and while stage C's row has sub-steps after this cycle (they
+        # take their OUT values from the data the read port holds)
+        pair_busy = c_valid & ~c_last
+        for v, addr, _ in hz:
+            pair_busy = pair_busy | (v & ((addr >> 1) == self.pair_probe))
+        m.d.comb += self.pair_busy.eq(pair_busy)
         # a row with gate weight +-0 adds exactly 0 (term 0, no saturation): it is skipped
         c_live = (tok_entry.gate & 0x7FFF) != 0
         c_held = c_valid & ~c_last    # stage C still busy with its row next cycle
         c_issue = a_cmb & c_live & ~hazard & ~c_held
-        m.d.comb += self.stall.eq(a_cmb & c_live & (hazard | c_held))
+        m.d.comb += [self.stall.eq(a_cmb & c_live & (hazard | c_held)),
+                     self.a_skip.eq(a_cmb & ~c_live)]
         m.d.comb += self.rd_issue.eq(c_issue)
         if narrow_o:
             # the part of sub-step 0's values with the row, then each next sub-step's part

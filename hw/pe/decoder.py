@@ -34,8 +34,10 @@ class CommandDecoder(wiring.Component):
     requantization engine when it is free, everything else to a one-command register in front
     of the execute engine (decoded while the current command runs). Every execute command
     gets a sequence number (the order it was taken in; REQUANT included); a LOAD carries the
-    number of execute commands taken before it. A BARRIER (or ``CLEAR counters``) holds back
-    later LOADs from the moment it is taken until the execute engine has run it.
+    number of execute commands taken before it. LOADs after a BARRIER, a ``CLEAR counters`` or a
+    STATUS are queued while it waits (the load engine holds them until it has started:
+    :attr:`xn_hold`, :class:`~elmoe3d.hw.pe.load.LoadEngine` ``hold``), so the commands behind
+    them are decoded meanwhile.
 
     Ports
     -----
@@ -48,8 +50,9 @@ class CommandDecoder(wiring.Component):
         The execute engine takes ``xn`` in this cycle.
     x_seq : Out(SEQ)
         Execute commands taken so far (the next one's number).
-    ex_barrier : In(1)
-        The execute engine is draining a BARRIER (or ``CLEAR counters``).
+    xn_hold : Out(1)
+        ``xn`` is a BARRIER, a ``CLEAR counters`` or a STATUS: later LOADs take no word until it
+        has started (the counters it clears or sends count exactly the LOADs before it).
     rq_busy : In(1)
         The requantization engine holds a REQUANT.
     rq_issue : Out(1)
@@ -83,7 +86,7 @@ class CommandDecoder(wiring.Component):
             "xn_seq": Out(SEQ),
             "xn_take": In(1),
             "x_seq": Out(SEQ),
-            "ex_barrier": In(1),
+            "xn_hold": Out(1),
             "rq_busy": In(1),
             "rq_issue": Out(1),
         })
@@ -104,15 +107,13 @@ class CommandDecoder(wiring.Component):
         is_load = cmd_op == Op.LOAD
         xn, xn_valid, xn_seq, x_seq = self.xn, self.xn_valid, self.xn_seq, self.x_seq
         xn_op = Value.cast(xn.op)
-        xn_is_barrier = (xn_op == Op.BARRIER) | ((xn_op == Op.CLEAR)
-                                                 & Value.cast(xn.args.clear.counters))
+        m.d.comb += self.xn_hold.eq((xn_op == Op.BARRIER) | (xn_op == Op.STATUS)
+                                    | ((xn_op == Op.CLEAR) & Value.cast(xn.args.clear.counters)))
         entry = load_entry_layout()
         ld_queue = m.submodules.ld_queue = SyncFIFO(width=entry.size, depth=self._depth)
-        # a BARRIER (or CLEAR counters) holds back later LOADs from the moment it is taken
-        hold_loads = (xn_valid & xn_is_barrier) | self.ex_barrier
         # REQUANT goes straight to the requantization engine (one at a time), numbered in order
         is_rq = cmd_op == Op.REQUANT
-        m.d.comb += self.cmd.ready.eq(Mux(is_load, ld_queue.w_rdy & ~hold_loads,
+        m.d.comb += self.cmd.ready.eq(Mux(is_load, ld_queue.w_rdy,
                                           Mux(is_rq, ~self.rq_busy, ~xn_valid | self.xn_take)))
         take = self.cmd.valid & self.cmd.ready
         m.d.comb += self.rq_issue.eq(take & is_rq)

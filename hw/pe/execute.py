@@ -29,9 +29,11 @@ class ExecuteEngine(wiring.Component):
     descriptor slot free, starts (:attr:`~elmoe3d.hw.pe.PE.gemm_gap` 0). A GEMM with
     ``acc_hold`` (K-chained, no result) needs no descriptor slot, so the ``acc_cont`` GEMM
     after it follows back to back as well. The other commands first wait until every earlier
-    GEMM and REQUANT has completed (DRAIN; BARRIER and ``CLEAR counters`` also for the load
-    engine to go idle, holding back later LOADs meanwhile), then run in their state
-    (``in_<name>``, :data:`EXEC_STATES`) until ``done``.
+    GEMM and REQUANT has completed (DRAIN; BARRIER and ``CLEAR counters`` also for the LOADs
+    before them to finish, the later ones held in the load engine meanwhile), then run in
+    their state (``in_<name>``, :data:`EXEC_STATES`) until ``done``. A command that finishes (a GEMM's
+    last read, ``done``, BARRIER's one cycle) takes the next decoded command in the same
+    cycle.
 
     Ports
     -----
@@ -51,13 +53,19 @@ class ExecuteEngine(wiring.Component):
         The GEMM issue makes a beat's reads; it is the GEMM's last.
     gemm_busy : In(1)
         An earlier GEMM is still issuing, in the tile or in a sink.
+    output_busy : In(1)
+        What OUTPUT waits for instead of ``gemm_busy`` (the PE's choice: with two OUT banks
+        the COMBINE sink's writes are left out, OUTPUT's reads wait for those to their words).
     ld_busy : In(1)
-        The load engine runs or holds LOADs.
+        The load engine runs or holds a LOAD taken before the command in ``xc`` (LOADs after
+        a BARRIER or ``CLEAR counters`` queue meanwhile and do not count).
     done : In(1)
         The current multi-cycle command finishes in this cycle.
     idle, busy, barrier, issuing, start : Out(1)
         IDLE; not IDLE; a BARRIER (or ``CLEAR counters``) drains; GEMM beats may be issued;
         DRAIN hands over to the command's state in this cycle.
+    hold_loads : Out(1)
+        A BARRIER, ``CLEAR counters`` or STATUS drains: the LOADs after it take no word yet.
     in_clear, in_status, in_send, in_recv, in_output : Out(1)
         The state (:data:`EXEC_STATES`).
     wait_flag, rq_wait : Out(1)
@@ -84,11 +92,13 @@ class ExecuteEngine(wiring.Component):
             "step": In(1),
             "final": In(1),
             "gemm_busy": In(1),
+            "output_busy": In(1),
             "ld_busy": In(1),
             "done": In(1),
             "idle": Out(1),
             "busy": Out(1),
             "barrier": Out(1),
+            "hold_loads": Out(1),
             "issuing": Out(1),
             "start": Out(1),
             **{f"in_{name.lower()}": Out(1) for name in EXEC_STATES},
@@ -131,13 +141,13 @@ class ExecuteEngine(wiring.Component):
             m.d.comb += self.xn_take.eq(1)
             m.d.sync += [xc.eq(xn), xc_seq.eq(xn_seq)]
 
-        # BARRIER, and CLEAR of the counters, wait for the load engine to go idle and hold back
-        # later LOADs, so that words_loaded counts exactly the LOADs before them in the program
+        # BARRIER, and CLEAR of the counters, wait for the LOADs before them to finish, the later
+        # ones held until they start, so that words_loaded counts exactly the LOADs after them
         x_is_barrier = (xop == Op.BARRIER) | ((xop == Op.CLEAR)
                                               & Value.cast(xc.args.clear.counters))
         with m.FSM(name="ex") as ex_fsm:
-            with m.State("IDLE"):
-                m.d.comb += self.idle.eq(1)
+            def dispatch():
+                """Take the decoded next command, if any, into its first state (else IDLE)."""
                 with m.If(xn_valid):
                     take_next()
                     with m.Switch(xn_op):
@@ -146,6 +156,14 @@ class ExecuteEngine(wiring.Component):
                         with m.Case(Op.BARRIER, Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV,
                                     Op.OUTPUT):
                             m.next = "DRAIN"
+                        with m.Default():
+                            m.next = "IDLE"
+                with m.Else():
+                    m.next = "IDLE"
+
+            with m.State("IDLE"):
+                m.d.comb += self.idle.eq(1)
+                dispatch()
             with m.State("GEMM_START"):
                 ready = gemm_ready(gx, xc_seq)
                 m.d.comb += [self.wait_flag.eq(~ready),
@@ -153,7 +171,7 @@ class ExecuteEngine(wiring.Component):
                 with m.If(ready & gemm_empty(gx)):
                     with m.If(gx("release")):
                         m.d.comb += self.release.eq(1)
-                    m.next = "IDLE"
+                    dispatch()
                 with m.Elif(ready & slot_free(gx)):
                     m.d.comb += self.start_cur.eq(1)
                     m.next = "GEMM_RUN"
@@ -170,11 +188,12 @@ class ExecuteEngine(wiring.Component):
                         take_next()
                         m.d.comb += self.start_next.eq(1)
                     with m.Else():
-                        m.next = "IDLE"
+                        dispatch()
             with m.State("DRAIN"):
-                m.d.comb += [self.barrier.eq(x_is_barrier), self.rq_wait.eq(rq_before(xc_seq))]
-                with m.If(~self.gemm_busy & ~rq_before(xc_seq)
-                          & ~(x_is_barrier & self.ld_busy)):
+                m.d.comb += [self.barrier.eq(x_is_barrier), self.rq_wait.eq(rq_before(xc_seq)),
+                             self.hold_loads.eq(x_is_barrier | (xop == Op.STATUS))]
+                busy = Mux(xop == Op.OUTPUT, self.output_busy, self.gemm_busy)
+                with m.If(~busy & ~rq_before(xc_seq) & ~(x_is_barrier & self.ld_busy)):
                     m.d.comb += self.start.eq(1)
                     with m.Switch(xop):
                         with m.Case(Op.BARRIER):
@@ -182,13 +201,14 @@ class ExecuteEngine(wiring.Component):
                         for op in (Op.CLEAR, Op.STATUS, Op.SEND, Op.RECV, Op.OUTPUT):
                             with m.Case(op):
                                 m.next = op.name
+            # a command that finishes hands over to the next one in the same cycle
             with m.State("BARRIER"):
-                m.next = "IDLE"
+                dispatch()
             for name in st:
                 with m.State(name):
                     m.d.comb += st[name].eq(1)
                     with m.If(self.done):
-                        m.next = "IDLE"
+                        dispatch()
         m.d.comb += self.busy.eq(~ex_fsm.ongoing("IDLE"))
         return m
 

@@ -43,6 +43,11 @@ class GemmIssue(wiring.Component):
         Beats may be issued (the execute engine runs the GEMM).
     step, final : Out(1)
         A beat's reads are made in this cycle; it is the GEMM's last.
+    low_done, high_done : Out(1)
+        A beat's reads are made in this cycle, and no later read of the GEMM is in the
+        buffer's lower half (the beat's column block starts at word ``low_words`` or above;
+        column blocks ascend) / upper half (the GEMM's words, ``w_base .. w_base + col_blocks
+        groups - 1``, all lie below ``low_words``). Never without ``low_words``.
     beat : Out, stream of :func:`~elmoe3d.hw.layouts.tile_beat_layout`
         To the tile.
     phase, next_pass : In
@@ -80,6 +85,9 @@ class GemmIssue(wiring.Component):
         2 (a memory per buffer) or 1 (the buffer the top address bit).
     wmem_words, wscale_words : int
         Words of a buffer's plane and scales.
+    low_words : int
+        Words of a buffer's lower half with a flag of its own
+        (:attr:`~elmoe3d.config.PEConfig.wmem_low_words`; 0: none).
 
     Raises
     ------
@@ -90,7 +98,7 @@ class GemmIssue(wiring.Component):
     """
 
     def __init__(self, *, tile: TileConfig, word_bits, passes, weight_parts, act_parts,
-                 wbuf_memories, wmem_words, wscale_words):
+                 wbuf_memories, wmem_words, wscale_words, low_words=0):
         if not isinstance(tile, TileConfig):
             raise TypeError(f"tile: expected a TileConfig, got {tile!r}")
         check_word_bits(word_bits)
@@ -107,6 +115,11 @@ class GemmIssue(wiring.Component):
         self._wparts, self._aparts = weight_parts, act_parts
         self._split = wbuf_memories == 2
         self._wmem_words, self._wscale_words = wmem_words, wscale_words
+        if (not isinstance(low_words, int) or isinstance(low_words, bool)
+                or not 0 <= low_words < wmem_words or low_words % 8):
+            raise ValueError(f"low_words: expected 0 or a multiple of 8 below wmem_words, got "
+                             f"{low_words!r}")
+        self._low = low_words
         W, nbuf, lp = word_bits, 2 if self._split else 1, log2(weight_parts)
         w_bits = 16 if self._split else log2(wmem_words) + 1
         scl_bits = 16 if self._split else log2(wscale_words * weight_parts) + 1
@@ -118,6 +131,8 @@ class GemmIssue(wiring.Component):
             "issuing": In(1),
             "step": Out(1),
             "final": Out(1),
+            "low_done": Out(1),
+            "high_done": Out(1),
             "beat": Out(stream.Signature(tile_beat_layout(tile))),
             "phase": In(log2(passes)),
             "next_pass": In(1),
@@ -188,6 +203,12 @@ class GemmIssue(wiring.Component):
         adv = ~bv | self.beat.ready
         g_step = self.step
         m.d.comb += g_step.eq(self.issuing & adv)
+        if self._low:
+            # column blocks ascend: from a block at or above the lower half every read is above
+            # it; a GEMM whose words all lie in the lower half leaves the upper half unread
+            w_end = gx("w_base") + gx("col_blocks") * gx("groups")
+            m.d.comb += [self.low_done.eq(g_step & (g_w_blk >= self._low)),
+                         self.high_done.eq(g_step & (w_end <= self._low))]
         w_addr = Signal(16)
         m.d.comb += w_addr.eq(g_w_blk + g_g)
         g_lsb_only = gx("mode") == TileMode.LSB_ONLY.value

@@ -19,11 +19,19 @@ class LoadEngine(wiring.Component):
     """Runs the queued LOADs in order, one ``ld`` beat per cycle into the target memory (the
     write itself is the PE's: :attr:`xfer` / :attr:`part_write` at :attr:`addr`, with the
     lowest priority on the port, ``grant`` low while another writer has it), the next LOAD
-    from the cycle after the previous one's last word. A load into a WMEM plane of a buffer
-    whose flag :attr:`full` ``[b]`` is set waits for the GEMM that releases it; ``signal``
-    sets ``full[b]`` when the load completes; ``fence`` waits until every execute command
-    before the LOAD has completed (``fence_ok``, for the LOAD's :attr:`need`). A word into a
-    memory in P parts (``parted`` targets) is written part by part, ``ld.ready`` with the last.
+    from the cycle after the previous one's last word. The WMEM buffer flags: a buffer is
+    :attr:`full` ``[b]`` from the completion of a LOAD with ``signal`` into it (a GEMM with
+    ``wait`` waits for that) until the GEMM that releases it lets go of it. With
+    ``low_words`` > 0 each half of a buffer has a flag of its own, :attr:`low` and
+    :attr:`high` (weight words below / from ``low_words``, scale words below / from
+    ``low_words / 8``): both are set by ``signal``, and the releasing GEMM clears each half's
+    flag once it has read that half for the last time (``release_low``, ``release_high``,
+    ``release``: the GEMM's last read). A LOAD into a WMEM plane waits, word by word, for the
+    flag of the half it writes; a LOAD with ``signal`` waits for both. ``fence`` waits until
+    every execute command before the LOAD has completed (``fence_ok``, for the LOAD's
+    :attr:`need`); every LOAD waits while ``hold`` (a BARRIER, ``CLEAR counters`` or STATUS
+    before it in the program has not started). A word into a memory in P parts (``parted``
+    targets) is written part by part, ``ld.ready`` with the last.
 
     Ports
     -----
@@ -33,17 +41,27 @@ class LoadEngine(wiring.Component):
         The decoder's LOAD queue.
     fence_ok : In(1)
         Every execute command taken before :attr:`need` has completed.
+    hold : In(1)
+        A BARRIER, ``CLEAR counters`` or STATUS taken before :attr:`need` has not started: the
+        LOAD takes no word (the counters it clears or sends count exactly the LOADs before
+        it).
     grant : In(1)
         The target memory's write port is free for the load in this cycle.
     release, release_buf : In(1), In(1)
-        Clear ``full[release_buf]`` (a GEMM has read its buffer's last weight word; wins over
-        a load's ``signal`` setting the same flag in the same cycle).
+        Clear both flags of buffer ``release_buf`` (a GEMM has read its buffer's last weight
+        word; wins over a load's ``signal`` setting them in the same cycle).
+    release_low, release_high : In(1)
+        Clear ``low[release_buf]`` / ``high[release_buf]`` (the releasing GEMM reads that half
+        no more).
     full : Out(2)
-        The buffer flags.
+        Per buffer: both halves' flags set (what a GEMM's ``wait`` waits for).
+    low, high : Out(2)
+        The flags of the buffers' lower and upper halves (one flag, ``high``, without
+        ``low_words``: ``low`` equals it).
     active, target, buf, addr, left, need, fence : Out
         The LOAD being run (``left`` words still to come; ``addr`` the next word's).
     blocked : Out(1)
-        It waits for a buffer flag or its fence.
+        It waits for a buffer flag, its fence or ``hold``.
     xfer : Out(1)
         A ``ld`` word is taken (written, or its last part) in this cycle.
     part, part_write : Out
@@ -57,6 +75,9 @@ class LoadEngine(wiring.Component):
         Targets whose memories hold a word in ``passes`` parts.
     passes : int
         P, the parts of a word of a ``parted`` target.
+    low_words : int
+        Weight words of a buffer's lower half, a multiple of 8
+        (:attr:`~elmoe3d.config.PEConfig.wmem_low_words`); 0: one flag per buffer.
 
     Raises
     ------
@@ -64,21 +85,30 @@ class LoadEngine(wiring.Component):
         A parameter out of range (the message names it).
     """
 
-    def __init__(self, *, word_bits, parted=(), passes=1):
+    def __init__(self, *, word_bits, parted=(), passes=1, low_words=0):
         check_word_bits(word_bits)
         check_choice("passes", passes, (1, 2, 4))
         if any(not isinstance(t, Target) for t in parted) or (parted and passes == 1):
             raise ValueError(f"parted: expected Targets stored in passes > 1 parts, got "
                              f"{parted!r} with passes={passes!r}")
-        self._parted, self._passes = tuple(parted), passes
+        if not isinstance(low_words, int) or isinstance(low_words, bool) or low_words < 0 \
+                or low_words % 8:
+            raise ValueError(f"low_words: expected 0 or a positive multiple of 8, got "
+                             f"{low_words!r}")
+        self._parted, self._passes, self._low = tuple(parted), passes, low_words
         super().__init__({
             "ld": In(stream.Signature(unsigned(word_bits))),
             "queue": In(stream.Signature(load_entry_layout())),
             "fence_ok": In(1),
+            "hold": In(1),
             "grant": In(1),
             "release": In(1),
             "release_buf": In(1),
+            "release_low": In(1),
+            "release_high": In(1),
             "full": Out(2),
+            "low": Out(2),
+            "high": Out(2),
             "active": Out(1),
             "target": Out(3),
             "buf": Out(1),
@@ -100,19 +130,31 @@ class LoadEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         P, parted = self._passes, self._parted
-        full = self.full
+        low, high = self.low, self.high
         ld_target, ld_buf, ld_addr, ld_left = self.target, self.buf, self.addr, self.left
         ld_active, ld_fence = self.active, self.fence
         ld_signal = Signal()
 
-        def set_full(b, value):
+        def set_flag(flags, b, value):
             with m.If(b):
-                m.d.sync += full[1].eq(value)
+                m.d.sync += flags[1].eq(value)
             with m.Else():
-                m.d.sync += full[0].eq(value)
+                m.d.sync += flags[0].eq(value)
 
-        m.d.comb += self.blocked.eq(((ld_target <= Target.WSCALE) & Mux(ld_buf, full[1], full[0]))
-                                    | (ld_fence & ~self.fence_ok))
+        if self._low:
+            m.d.comb += self.full.eq(low & high)
+            # a WMEM word waits for its half's flag (docs/pe.md), a signalling LOAD for both
+            in_low = Mux(ld_target == Target.WSCALE, ld_addr < self._low // 8,
+                         ld_addr < self._low)
+            busy = low | high
+            ld_flag = Mux(ld_signal, Mux(ld_buf, busy[1], busy[0]),
+                          Mux(in_low, Mux(ld_buf, low[1], low[0]),
+                              Mux(ld_buf, high[1], high[0])))
+        else:
+            m.d.comb += [self.full.eq(high), low.eq(high)]
+            ld_flag = Mux(ld_buf, high[1], high[0])
+        m.d.comb += self.blocked.eq(((ld_target <= Target.WSCALE) & ld_flag)
+                                    | (ld_fence & ~self.fence_ok) | self.hold)
         ld_open = ld_active & (ld_left != 0) & ~self.blocked & self.grant
         if parted:
             # a word into a memory in P parts (streamed_weights, narrow_iomem): part by part,
@@ -133,9 +175,14 @@ class LoadEngine(wiring.Component):
         with m.If(ld_finish):
             m.d.sync += ld_active.eq(0)
             with m.If(ld_signal):
-                set_full(ld_buf, 1)
-        with m.If(self.release):
-            set_full(self.release_buf, 0)
+                set_flag(high, ld_buf, 1)
+                if self._low:
+                    set_flag(low, ld_buf, 1)
+        if self._low:
+            with m.If(self.release | self.release_low):
+                set_flag(low, self.release_buf, 0)
+        with m.If(self.release | self.release_high):
+            set_flag(high, self.release_buf, 0)
         ld_next = self.queue.payload
         m.d.comb += self.queue.ready.eq(~ld_active | ld_finish)
         with m.If(self.queue.valid & self.queue.ready):

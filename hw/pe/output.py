@@ -45,6 +45,16 @@ class OutputEngine(UnitDriver):
     The first raw beat is offered ``2 + raw_beat_cycles`` cycles after OUTPUT leaves its drain
     (the state change, the OUT read: ``PEOptions.output_latency`` without the converters).
 
+    With two OUT banks OUTPUT may start while the COMBINE sink still writes OUT (the PE lets
+    it leave its drain once the tile, the result stage and the SWIGLU sink are idle): it reads
+    the first pair in the cycle it starts (``start``) and each pair only while ``rd_hold`` is
+    low (no write to it still in the COMBINE units, :class:`~elmoe3d.hw.pe.combine.CombineSink`
+    ``pair_busy``).
+
+    With K = W/32 converters (one sub-step a beat) an FP32 beat goes to ``o`` straight from
+    the converters' output registers (their pipeline holds it under backpressure): the beat
+    register is then only for raw beats.
+
     The converters are :attr:`units`, which the PE instantiates (its direct children, so that
     synthesis finds them, :mod:`elmoe3d.synth.blocks`) and connects to ``unit<j>_i`` and
     ``unit<j>_o``.
@@ -59,6 +69,9 @@ class OutputEngine(UnitDriver):
         The execute engine is in OUTPUT (reads are made only then).
     rd_addr, rd_en : Out
         The OUT read (a row of both banks with two banks: ``Cat(part, word)`` with one).
+    rd_hold : In(1)
+        Two banks: the pair at ``rd_addr`` may not be read in this cycle (a COMBINE write to
+        it is still to come).
     rd_data : In
         The read port's data: both banks' words (2 W bits), or the word (part) read.
     o_ready : In(1)
@@ -66,7 +79,7 @@ class OutputEngine(UnitDriver):
     valid, bits : Out(1), Out(W)
         A complete beat (W/32 FP32 values, or with ``raw`` one OUT word).
     done : Out(1)
-        OUTPUT has sent its last beat (every converter drained).
+        OUTPUT's last beat is taken in this cycle (every converter drained).
 
     Parameters
     ----------
@@ -111,6 +124,7 @@ class OutputEngine(UnitDriver):
             "active": In(1),
             "rd_addr": Out(addr_bits),
             "rd_en": Out(1),
+            "rd_hold": In(1),
             "rd_data": In(data_bits),
             "o_ready": In(1),
             "valid": Out(1),
@@ -142,20 +156,23 @@ class OutputEngine(UnitDriver):
         op_row = Signal(16)
         op_left = Signal(17)          # pairs of OUT words (FP32 beats) still to read
         raw = Signal()                # OUTPUT raw: the words themselves, no converters
+        # row_blocks R channels / (W/64) words in pairs (R is even; FP32: channels a
+        # multiple of W/32, so the pairs are its beats)
+        n_pairs = Signal(17)
+        m.d.comb += n_pairs.eq(self.args.row_blocks * (R // 2) * (self.args.channels >> log_ov))
         with m.If(self.start):
-            # row_blocks R channels / (W/64) words in pairs (R is even; FP32: channels a
-            # multiple of W/32, so the pairs are its beats)
-            m.d.sync += [op_row.eq(0), raw.eq(self.args.raw),
-                         op_left.eq(self.args.row_blocks * (R // 2)
-                                    * (self.args.channels >> log_ov))]
+            m.d.sync += [op_row.eq(0), raw.eq(self.args.raw), op_left.eq(n_pairs)]
         S = Q // K                    # sub-steps per beat
         ov = Signal()                 # the beat's OUT words are in the read port's data
         cv_s = Signal(range(max(S, 2)))
         cv_ready = cv_i[0].ready
         cv_last = (cv_s == S - 1) if S > 1 else Const(1, 1)
-        beat_valid = self.valid
-        beat_bits = self.bits
-        data_taken = beat_valid & self.o_ready
+        # the beat register: with S = 1 sub-step (K = W/32 converters) only for raw beats,
+        # an FP32 beat goes to `o` straight from the converters' output registers
+        bypass = S == 1
+        beat_valid = Signal() if bypass else self.valid
+        beat_bits = Signal(W) if bypass else self.bits
+        data_taken = self.valid & self.o_ready
         # raw: the read port's data (a pair, a word or a word's part) moves into the beat
         # register whenever that is free or its beat is taken in this cycle
         raw_take = Signal()
@@ -170,11 +187,16 @@ class OutputEngine(UnitDriver):
                 m.d.sync += [raw_hi.eq(~raw_hi), beat_bits.eq(self.rd_data.word_select(raw_hi, W))]
             m.d.comb += raw_beat.eq(raw_take)
             op_adv = ~ov | Mux(raw, raw_take & raw_hi, cv_ready & cv_last)
-            m.d.comb += [self.rd_addr.eq(op_row), self.rd_en.eq(op_adv)]
-            with m.If(self.active & op_adv):
-                m.d.sync += ov.eq(op_left != 0)
-                with m.If(op_left != 0):
-                    m.d.sync += [op_row.eq(op_row + 1), op_left.eq(op_left - 1)]
+            # the first pair is read in the cycle OUTPUT starts; a pair whose COMBINE write is
+            # still to come waits (rd_hold)
+            rd_row = Mux(self.start, 0, op_row)
+            rd_left = Mux(self.start, n_pairs, op_left)
+            rd_go = (self.start | (self.active & op_adv)) & (rd_left != 0) & ~self.rd_hold
+            m.d.comb += [self.rd_addr.eq(rd_row), self.rd_en.eq(rd_go)]
+            with m.If(self.start | (self.active & op_adv)):
+                m.d.sync += ov.eq(rd_go)
+                with m.If(rd_go):
+                    m.d.sync += [op_row.eq(rd_row + 1), op_left.eq(rd_left - 1)]
             pair_values = [self.rd_data[64 * v:64 * (v + 1)] for v in range(Q)]
 
             def cv_value(j):          # unit j's value in sub-step cv_s
@@ -229,7 +251,7 @@ class OutputEngine(UnitDriver):
             m.d.comb += [
                 cv_i[j].valid.eq(cv_feed),
                 cv_i[j].payload.value.eq(cv_value(j)),
-                cv_o[j].ready.eq(~beat_valid | data_taken),
+                cv_o[j].ready.eq(self.o_ready if bypass else ~beat_valid | data_taken),
             ]
         m.d.comb += cv_take.eq(cv_o[0].valid & cv_o[0].ready)
         cv_inflight = Signal(range(8))
@@ -242,13 +264,17 @@ class OutputEngine(UnitDriver):
                 m.d.sync += beat_bits.word_select(cv_tag, 32 * K).eq(cv_bits)
             cv_beat = cv_take & (cv_tag == S - 1)
         else:
-            with m.If(cv_take):
-                m.d.sync += beat_bits.eq(cv_bits)
-            cv_beat = cv_take
+            cv_beat = Const(0, 1)
         with m.If(cv_beat | raw_beat):
             m.d.sync += beat_valid.eq(1)
-        with m.Elif(data_taken):
+        with m.Elif(beat_valid & self.o_ready):
             m.d.sync += beat_valid.eq(0)
-        m.d.comb += self.done.eq(self.active & (op_left == 0) & ~ov & (cv_inflight == 0)
-                                 & ~beat_valid)
+        if bypass:
+            m.d.comb += [self.valid.eq(Mux(raw, beat_valid, cv_o[0].valid)),
+                         self.bits.eq(Mux(raw, beat_bits, cv_bits))]
+        # done with the last beat taken (the execute engine hands over in that cycle)
+        # (bypass: the converters' last beat is taken in this cycle)
+        cv_drained = (cv_inflight == Mux(cv_take, 1, 0)) if bypass else (cv_inflight == 0)
+        m.d.comb += self.done.eq(self.active & (op_left == 0) & ~ov & cv_drained
+                                 & (~beat_valid | self.o_ready))
         return m

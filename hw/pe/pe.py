@@ -410,14 +410,15 @@ class PE(wiring.Component):
                                             narrow_out=opts.narrow_out)
         parted = ((Target.WMSB, Target.WLSB, Target.WSCALE) if parts > 1 else ()) \
             + link.narrow_targets
-        lde = m.submodules.load = LoadEngine(word_bits=W, parted=parted, passes=P)
+        lde = m.submodules.load = LoadEngine(word_bits=W, parted=parted, passes=P,
+                                             low_words=cfg.wmem_low_words)
         ex = m.submodules.execute = ExecuteEngine()
         clr = m.submodules.clear = ClearEngine(valid_bits=vb, cycles=opts.clear_cycles)
         tile = m.submodules.tile = TensorTile(**opts.tile_params)
         gi = m.submodules.gemm = GemmIssue(
             tile=opts.tile_config, word_bits=W, passes=P, weight_parts=parts,
             act_parts=io_parts, wbuf_memories=opts.wbuf_memories, wmem_words=cfg.wmem_words,
-            wscale_words=cfg.wscale_words)
+            wscale_words=cfg.wscale_words, low_words=cfg.wmem_low_words)
         rs = m.submodules.result = ResultStage(tile=opts.tile_config, word_bits=W,
                                                tail=opts.completion_cycles, io_parts=io_parts)
         sw = m.submodules.swiglu = SwiGLUSink(lanes=L, word_bits=W,
@@ -460,8 +461,28 @@ class PE(wiring.Component):
         xop = Value.cast(xc.op)
         st = {name: getattr(ex, f"in_{name.lower()}") for name in EXEC_STATES}
         ld_busy = lde.active | dec.ld.valid
+        # LOADs queue behind a BARRIER, CLEAR counters or STATUS (decoded while it waits): the
+        # load engine holds a LOAD while one taken before it has not started, and a BARRIER
+        # waits only for the LOADs before it (a LOAD's `need` counts the execute commands
+        # before it)
+        lde_hold = ((dec.xn_valid & dec.xn_hold & older(dec.xn_seq, lde.need))
+                    | (ex.hold_loads & older(ex.xc_seq, lde.need)))
+        ld_before_x = ((lde.active & ~older(ex.xc_seq, lde.need))
+                       | (dec.ld.valid & ~older(ex.xc_seq, dec.ld.payload.need)))
         gemm_busy = Signal()
         m.d.comb += gemm_busy.eq(gi.busy | rs.busy | sw.busy | cmb.busy)
+        # OUTPUT with two OUT banks starts while the COMBINE sink still writes (and while stage
+        # A holds a row it skips, gate 0): it reads a pair of OUT words only when no write to
+        # them is still in the units (CombineSink.pair_busy)
+        early_output = opts.output_early
+        if early_output:
+            output_busy = (gi.busy | rs.busy_behind | (rs.row_valid & ~cmb.a_skip)
+                           | sw.busy)
+        else:
+            output_busy = gemm_busy
+        output_start = ex.start & (xop == Op.OUTPUT)
+        if early_output:
+            m.d.comb += [cmb.pair_probe.eq(opx.rd_addr), opx.rd_hold.eq(cmb.pair_busy)]
         # completion tracking: (valid, seq) of every place an unfinished execute command can be;
         # a command is complete when no valid entry carries its number
         inflight = {f"result{k}": (rs.pending[k], rs.pending_seq[k])
@@ -475,14 +496,18 @@ class PE(wiring.Component):
 
         status_done = st["STATUS"] & self.o.ready
         m.d.comb += [
-            dec.xn_take.eq(ex.xn_take), dec.ex_barrier.eq(ex.barrier), dec.rq_busy.eq(rqe.busy),
+            dec.xn_take.eq(ex.xn_take), dec.rq_busy.eq(rqe.busy),
             ex.xn.eq(dec.xn), ex.xn_valid.eq(dec.xn_valid), ex.xn_seq.eq(dec.xn_seq),
             ex.full.eq(lde.full), ex.rq_busy.eq(rqe.busy), ex.rq_seq.eq(rqe.seq),
             ex.dq_valid.eq(rs.dq_valid), ex.step.eq(gi.step), ex.final.eq(gi.final),
-            ex.gemm_busy.eq(gemm_busy), ex.ld_busy.eq(ld_busy),
+            ex.gemm_busy.eq(gemm_busy), ex.output_busy.eq(output_busy),
+            ex.ld_busy.eq(ld_before_x),
             ex.done.eq(clr.done | link.send_done | link.recv_done | status_done | opx.done),
-            lde.fence_ok.eq(done_before(lde.need)),
+            lde.fence_ok.eq(done_before(lde.need)), lde.hold.eq(lde_hold),
             lde.release.eq(ex.release), lde.release_buf.eq(xc.args.gemm.wbuf),
+            # the releasing GEMM reads a half of its buffer no more (a flag per half)
+            lde.release_low.eq(gi.low_done & xc.args.gemm.release),
+            lde.release_high.eq(gi.high_done & xc.args.gemm.release),
             gi.args.eq(xc.args.gemm), gi.next_args.eq(dec.xn.args.gemm),
             gi.start_cur.eq(ex.start_cur), gi.start_next.eq(ex.start_next),
             gi.issuing.eq(ex.issuing),
@@ -507,7 +532,7 @@ class PE(wiring.Component):
             # the ACT write port goes to the load engine first: REQUANT holds meanwhile
             rqe.hold.eq(lde.active & (lde.target == Target.ACT) & (lde.left != 0)
                         & ~lde.blocked & self.ld.valid),
-            opx.start.eq(ex.start & (xop == Op.OUTPUT)), opx.args.eq(xc.args.output),
+            opx.start.eq(output_start), opx.args.eq(xc.args.output),
             opx.active.eq(st["OUTPUT"]), opx.o_ready.eq(self.o.ready & ~st["STATUS"]),
         ]
         counts = {
@@ -534,7 +559,8 @@ class PE(wiring.Component):
         # ---- the parts' memory reads and writes, in each port's priority order
         mems.connect(m, gemm=gi, next_pass=tile.next_pass, result=rs, swiglu=sw, combine=cmb,
                      clear=clr, link=link, requant=rqe, output=opx, sending=st["SEND"],
-                     outputting=st["OUTPUT"])
+                     # with two OUT banks OUTPUT reads its first pair as it starts
+                     outputting=st["OUTPUT"] | (output_start if early_output else 0))
         # the ports' multiplexers; the load engine writes with the lowest priority
         m.d.comb += lde.grant.eq(mems.build(
             m, payload=self.ld.payload, target=lde.target, buf=lde.buf, addr=lde.addr,
@@ -547,7 +573,9 @@ class PE(wiring.Component):
                        "tile_in": tile.i.valid & tile.i.ready, "g_issuing": ex.issuing,
                        "ex_idle": ex.idle, "gemm_busy": gemm_busy, "wait_flag": ex.wait_flag,
                        "barrier": ex.barrier, "xop": xop, "full0": lde.full[0],
-                       "full1": lde.full[1], "tile_out": tile.o.valid & tile.o.ready,
+                       "full1": lde.full[1], "low0": lde.low[0], "low1": lde.low[1],
+                       "high0": lde.high[0], "high1": lde.high[1],
+                       "tile_out": tile.o.valid & tile.o.ready,
                        "hbuf_write": sw.hbuf_w_en, "out_write": cmb.w_en,
                        "tile_held_mid_beat": tile.i.valid & (tile.phase != 0)
                                              & ~tile.next_pass & ~tile.i.ready,

@@ -28,6 +28,11 @@ class RequantEngine(UnitDriver):
     ``io_parts`` > 1 its part) -> C :class:`~elmoe3d.hw.vpu.RequantUnit` s -> ACT bytes
     (byte enables), a word of W/32 values in ``W/32 / C`` cycles. ``hold`` (the load engine
     writes ACT in this cycle: it has the ACT write port first) stalls the units' outputs.
+    ``pad_rows`` P: the last P rows of the last row block are padding (no token): they are not
+    streamed (no row max read, no ``e_h``, no HBUF read); the last live row's ACT writes
+    also write zeros into their bytes of the same words (the codes of a row are C bytes of an
+    ACT word a cycle, every row of the row block in the same word), so a padding row costs
+    no cycle.
 
     The units are :attr:`units` and :attr:`rowmax_exponent`, which the PE instantiates (its
     direct children, for synthesis, :mod:`elmoe3d.synth.blocks`) and connects to
@@ -83,7 +88,8 @@ class RequantEngine(UnitDriver):
         self._c, self._io_parts = requant_units, io_parts
         W, P = word_bits, io_parts
         self._tag_layout = data.StructLayout({"addr": unsigned(16),
-                                              "byte": unsigned(log2(rows * 32))})
+                                              "byte": unsigned(log2(rows * 32)),
+                                              "zpad": unsigned(1)})
         self._units = [RequantUnit(tag_width=self._tag_layout.size if i == 0 else 0)
                        for i in range(requant_units)]
         self._rme = RowMaxExponent()
@@ -144,6 +150,7 @@ class RequantEngine(UnitDriver):
         rq_groups = rq_ch >> 5
         rq_run = Signal()             # started (every earlier command done)
         rq_rows = Signal(17)          # rows still to stream
+        rq_pad = Signal()             # padding rows follow the last live row (zeros beside it)
         rq_r = Signal(range(max(R, 2)))
         rq_act_row = Signal(16)       # act_base + rb * I/32
         rq_c = Signal(16)             # channel of the next chunk in the row
@@ -159,10 +166,10 @@ class RequantEngine(UnitDriver):
         with m.If(self.issue):
             t0 = self.args.tok_base
             ch = self.args.channels
-            rows = self.args.row_blocks * R
+            rows = self.args.row_blocks * R - self.args.pad_rows
             m.d.sync += [
                 rq_busy.eq(1), rq_run.eq(0), rq_seq.eq(self.seq_in), rq_ch.eq(ch),
-                rq_rows.eq(rows), rq_r.eq(0),
+                rq_rows.eq(rows), rq_r.eq(0), rq_pad.eq(self.args.pad_rows != 0),
                 rq_act_row.eq(self.args.act_base),
                 rq_c.eq(0), rq_haddr.eq(t0 * (ch >> log_q)), rq_cur.eq(0),
                 rp_t.eq(t0), rp_end.eq(t0 + rows), rp_rd.eq(0), e_next_valid.eq(0),
@@ -204,18 +211,22 @@ class RequantEngine(UnitDriver):
         rq_adv = rq_i[0].ready
         rq_out = rq_o[0].valid
         rq_tag_out = data.View(self._tag_layout, rq_o[0].payload.tag)
-        act_data = Signal(W)
-        for b in range(W // 8):
-            m.d.comb += act_data[8 * b:8 * (b + 1)].eq(rq_o[b % C].payload.h_q)
         rq_byte = rq_tag_out.byte
+        rq_row = rq_byte[5:]          # the row of the codes; with zpad the rows after it too
+        span = G // P                 # a row's bytes in an ACT word (narrow_iomem: in a part)
+        lg = log2(span)
+        act_data = Signal(W // P)
+        for b in range(W // P // 8):  # the units' codes in the row's bytes, zeros elsewhere
+            m.d.comb += act_data[8 * b:8 * (b + 1)].eq(
+                rq_o[b % C].payload.h_q & (b // span == rq_row).replicate(8))
+        chunk = (Const((1 << C) - 1, span) << rq_byte[:lg])[:span]
+        act_mask = Cat(chunk & ((r == rq_row) | (rq_tag_out.zpad & (r > rq_row))).replicate(span)
+                       for r in range(R))
+        m.d.comb += [self.act_w_data.eq(act_data), self.act_w_mask.eq(act_mask)]
         if narrow:                    # the part of the byte's depth, its place in the part
-            lg = log2(G // P)
-            m.d.comb += [self.act_w_addr.eq(Cat(rq_byte[lg:5], rq_tag_out.addr)),
-                         self.act_w_data.eq(act_data[:W // P]),
-                         self.act_w_mask.eq(((1 << C) - 1) << Cat(rq_byte[:lg], rq_byte[5:]))]
+            m.d.comb += self.act_w_addr.eq(Cat(rq_byte[lg:5], rq_tag_out.addr))
         else:
-            m.d.comb += [self.act_w_addr.eq(rq_tag_out.addr), self.act_w_data.eq(act_data),
-                         self.act_w_mask.eq(((1 << C) - 1) << rq_byte)]
+            m.d.comb += self.act_w_addr.eq(rq_tag_out.addr)
         m.d.comb += self.act_w_en.eq(rq_out & ~rq_hold)
         rq_clip = Const(0, 1)
         for o in rq_o:
@@ -236,6 +247,7 @@ class RequantEngine(UnitDriver):
                 h1_sel.eq(rq_c[log_c:log_qr] if QR > C else 0),
                 h1_tag.addr.eq(rq_act_row + (rq_c >> 5)),
                 h1_tag.byte.eq(byte),
+                h1_tag.zpad.eq(rq_pad & (rq_rows == 1)),   # the last live row
                 rq_c.eq(rq_c + C),
             ]
             with m.If(((rq_c + C) & (Q - 1)) == 0):

@@ -71,6 +71,8 @@ class ResultStage(wiring.Component):
         The pending descriptor slot is taken.
     busy : Out(1)
         A descriptor, a held result or a row in stage A.
+    busy_behind : Out(1)
+        A descriptor or a held result (work that still comes to stage A).
     pending, pending_seq : Out
         Valid bits and numbers of every place a GEMM's work can be here (descriptors, the
         result register, stage A, then ``tail`` cycles of a delay line covering the VPU
@@ -129,6 +131,7 @@ class ResultStage(wiring.Component):
             "acc_set": Out(1),
             "dq_valid": Out(1),
             "busy": Out(1),
+            "busy_behind": Out(1),
             "pending": Out(n),
             "pending_seq": Out(SEQ).array(n),
         })
@@ -299,7 +302,8 @@ class ResultStage(wiring.Component):
         log_tk = log2(OV) - log2(self._io_parts)   # TOK entries of a read: W/64/io_parts
         m.d.comb += self.tok_entry.eq(self.tok_data.word_select(a.t[:log_tk], 64))
         m.d.comb += res_done.eq(raw_done | vpu_res_done)
-        m.d.comb += self.busy.eq(res_valid | dq_valid | s_active | a_valid)
+        m.d.comb += [self.busy_behind.eq(res_valid | dq_valid | s_active),
+                     self.busy.eq(self.busy_behind | a_valid)]
 
         # completion of GEMMs: a descriptor (dq, ds), a held result, a row in stage A, then a
         # row in the SwiGLU or combine pipeline: a delay line as long as the longest of them

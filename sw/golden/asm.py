@@ -235,10 +235,12 @@ class Program:
                            acc_cont=int(bool(acc_cont)), acc_hold=int(bool(acc_hold)),
                            max_keep=int(bool(max_keep)))
 
-    def requant(self, *, row_blocks: int, channels: int, act_base: int, tok_base: int) -> int:
-        """REQUANT HBUF rows ``tok_base + rb*rows + r`` (``channels`` = I) into ACT and e_h."""
+    def requant(self, *, row_blocks: int, channels: int, act_base: int, tok_base: int,
+                pad_rows: int = 0) -> int:
+        """REQUANT HBUF rows ``tok_base + rb*rows + r`` (``channels`` = I) into ACT and e_h;
+        the last ``pad_rows`` rows (of the last row block) are padding: zero codes, no e_h."""
         return self.append(Op.REQUANT, row_blocks=row_blocks, channels=channels,
-                           act_base=act_base, tok_base=tok_base)
+                           act_base=act_base, tok_base=tok_base, pad_rows=pad_rows)
 
     def output(self, *, row_blocks: int, channels: int, raw: bool = False) -> int:
         """OUTPUT OUT rows ``0 .. row_blocks*rows - 1`` (``channels`` = H) as FP32 beats, or
@@ -386,6 +388,9 @@ def check_command(pe: PEConfig, i: int, op: Op, f: dict) -> None:
                                f"{pe.tok_entries} TOK entries")
         span("channels", rows_end * (ch // pe.q16_per_word), pe.hbuf_words,
              f"HBUF rows up to {rows_end - 1}")
+        if f.get("pad_rows", 0) >= R:
+            fail("pad_rows", f"the padding rows lie in the last row block, after at least one "
+                             f"live row: at most rows - 1 = {R - 1}")
     elif op is Op.OUTPUT:
         at_least_one("row_blocks")
         ch = f["channels"]
@@ -476,6 +481,10 @@ class SyncChecker:
        command.
     5. While a REQUANT is open (no BARRIER, no GEMM with ``rq_wait``, no other execute command
        since), a GEMM must not touch the ACT, TOK, HBUF or row-max words the REQUANT uses.
+
+    The RTL keeps a flag per WMEM buffer half and lets a LOAD write a half as soon as the
+    releasing GEMM has read it for the last time (``docs/pe.md``): that is timing, the rules
+    are the same (rule 2 orders the LOAD after its releasing GEMM in the program).
     """
 
     REGIONS = ("W0", "W1", "ACT", "TOK", "HBUF", "OUT", "ROWMAX")

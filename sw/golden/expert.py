@@ -690,8 +690,9 @@ def _expert_plan(index, ex: Expert, x_q, e_x, gw_bits, slots, mode, pe, *, t0, a
     c = max_requant_units(pe.word_bits)            # REQUANT values per cycle
     return _Plan(index=index, t0=t0, tok_entries=tok_n, a0=a0, act_words=act_n,
                  prologue=prologue,
-                 requant=dict(row_blocks=rbn, channels=i_dim, act_base=a0, tok_base=t0),
-                 requant_cycles=t_pad * max(i_dim // c, 3) + 8,
+                 requant=dict(row_blocks=rbn, channels=i_dim, act_base=a0, tok_base=t0,
+                              pad_rows=t_pad - te),
+                 requant_cycles=te * max(i_dim // c, 3) + 8,
                  drain_cycles=drain_cycles(pe.rows),
                  up_w=up_w, down_w=down_w, first=first, last=last, tokens=te)
 
@@ -914,6 +915,7 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
         olds = [q for q in plans[:e] if q.overlaps(plan)]
         plan.up[0].fence = bool(olds)
         plan.up[0].after = max((pos[id(q.down[-1])] for q in olds), default=-1)
+    _place(pe, jobs)
     prog = Program(pe)
     ld = []
     prog.clear(out=True, rowmax=True, flags=True, counters=True)
@@ -941,15 +943,16 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
                 if state["last_gemm"] < job.after:          # its region is still in use
                     if k not in state["planes"]:
                         for target, words in job.planes:
-                            load(target, 0, words, buf, job=job)
+                            load(target, job.gemm["w_base"], words, buf, job=job)
                         state["planes"].add(k)
                     return
                 prologue(job)
+            base = job.gemm["w_base"]
             if k not in state["planes"]:
                 for target, words in job.planes:
-                    load(target, 0, words, buf, job=job)
+                    load(target, base, words, buf, job=job)
                 state["planes"].add(k)
-            load(Target.WSCALE, 0, job.scales, buf, signal=True, job=job)
+            load(Target.WSCALE, base // 8, job.scales, buf, signal=True, job=job)
             state["next"] = k + 1
             # the next expert's tokens go in as early as their region allows (a buffer-full
             # before they are needed, so that their fence finds the region's GEMMs done)
@@ -982,6 +985,24 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
     prog.check_sync()
     words = [w for chunk in ld for w in _ints(chunk)]
     return prog, words, jobs, owners
+
+
+def _place(pe, jobs):
+    """Where each job's words go in its WMEM buffer (``w_base``): a job that fits half a buffer
+    goes into the upper half when the previous job in the same buffer used only the lower half,
+    else at word 0. Each half has a flag of its own (``docs/pe.md``, "Engines and
+    synchronisation"): the GEMM reading the previous job releases the half it does not read
+    when it starts its last column block, so the next job's loads need not wait for it."""
+    low = pe.wmem_low_words
+    for k, job in enumerate(jobs):
+        job.gemm["w_base"] = 0
+        if not low or k < 2:
+            continue
+        prev = jobs[k - 2]
+        words = job.gemm["col_blocks"] * job.gemm["groups"]
+        prev_words = prev.gemm["col_blocks"] * prev.gemm["groups"]
+        if prev.gemm["w_base"] == 0 and prev_words <= low and words <= pe.wmem_words - low:
+            job.gemm["w_base"] = low
 
 
 def _output_shape(pe, tokens, hidden) -> dict:
@@ -1033,7 +1054,7 @@ def _split_last(routed, ex: Expert, pe, ld_cycles) -> list:
     words = up_w + -(-up_w // 8) + down_w + -(-down_w // 8)         # DRAFT: planes, scales
     beats_rb = up_w + down_w                                        # DRAFT, per row block
     c = max_requant_units(pe.word_bits)
-    requant = rbn * R * max(i_dim // c, 3) + 8 + drain_cycles(R)
+    requant = len(rows) * max(i_dim // c, 3) + 8 + drain_cycles(R)   # padding rows: none
     cover = 0                               # the previous expert's down beats beside it
     if len(routed) > 1:
         cover = down_w * -(-len(routed[-2][1]) // R)

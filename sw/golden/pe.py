@@ -418,11 +418,13 @@ class _Sim:
         ch = f["channels"]
         groups = ch // 32
         M = f["row_blocks"] * R
-        t = f["tok_base"] + np.arange(M)
+        live = M - f.get("pad_rows", 0)            # the rows after are padding: zero codes
+        t = f["tok_base"] + np.arange(live)
         row = ch                                            # stride * W/32 == channels
         h = s.hbuf_values()[t[:, None] * row + np.arange(ch)[None, :]]
         e_prime = requant_exponent(s.rowmax[t])
-        h_q, clipped = requant_shift(h, e_prime[:, None])
+        h_q = np.zeros((M, ch), np.int64)
+        h_q[:live], clipped = requant_shift(h, e_prime[:, None])
         s.vpu_saturation |= bool(clipped.any())
         codes = h_q.reshape(f["row_blocks"], R, groups, 32).transpose(0, 2, 1, 3)
         words = asm.pack_act(codes.reshape(-1, R, 32), pe)

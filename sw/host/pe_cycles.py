@@ -18,18 +18,21 @@ holds at most two), so a PE that stalls its loads cannot bank bandwidth.
 What is modelled, per command (``docs/pe.md`` for the rules):
 
 * the decoder takes a command a cycle, in order: a LOAD into a queue of ``load_queue_depth``
-  (not while a BARRIER or ``CLEAR counters`` waits to run), a REQUANT when the requantization
-  engine is free, any other command into the one-command register in front of the execute
-  engine (free once the engine took the one before);
+  (also while a BARRIER, ``CLEAR counters`` or STATUS waits: the LOAD takes no word before
+  the cycle after it starts), a REQUANT when the requantization engine is free, any other
+  command into the one-command register in front of the execute engine (free once the
+  engine took the one before, which it does in the cycle the command before finishes);
 * the load engine runs the LOADs in order, a word a cycle at most (P cycles a word into a
-  memory stored in P parts), each word when the bucket offers it; a WMEM LOAD waits while
-  ``full[buf]`` is set (until the cycle after the releasing GEMM's last read), a fenced one
-  until every earlier execute command (REQUANT included) has completed; ``signal`` sets
-  ``full[buf]`` the cycle after the last word;
+  memory stored in P parts), each word when the bucket offers it; a word of a WMEM LOAD
+  waits while the flag of its buffer half is set (``PEConfig.wmem_low_words``: until the
+  cycle after the releasing GEMM's last read of that half), a signalling LOAD for both
+  halves, a fenced LOAD until every earlier execute command (REQUANT included) has
+  completed; ``signal`` sets the flags the cycle after the last word;
 * the execute engine: a GEMM waits for ``full[wbuf]`` (``wait``), for an earlier REQUANT
   (``rq_wait``) and for a free sink descriptor slot (not with ``acc_hold``), then issues a
   beat every ``beat_cycles``; the next GEMM, if decoded and ready in the cycle of the last
-  read, follows with no idle cycle (``gemm_gap``), else two cycles later; each result leaves
+  read, follows with no idle cycle (``gemm_gap``), else it is taken in that cycle and starts
+  when ready, its first beat two cycles later; each result leaves
   the tile ``tile_latency`` cycles after its last beat into the result register and the sink
   (:class:`_ResultStage`: SWIGLU rows held in stage A for their sub-steps, COMBINE rows
   through stage C, RAW a link word a cycle, ``psum_in`` rows behind their link words); a
@@ -37,10 +40,14 @@ What is modelled, per command (``docs/pe.md`` for the rules):
   ``sink_done_cycles`` after its last row left stage A (a held GEMM of a K chain once its
   last beat entered the tile); OUTPUT, CLEAR, SEND, RECV, BARRIER and STATUS wait until
   every earlier GEMM has left the tile and the sinks (``sink_idle_cycles``) and every
-  earlier REQUANT is done, then run at their beat rates;
+  earlier REQUANT is done, then run at their beat rates; OUTPUT with
+  ``PEOptions.output_early`` (two OUT banks) only until the tile, the result stage and the
+  SWIGLU sink are idle, each of its pair reads waiting for the COMBINE writes to its words
+  (:attr:`_ResultStage.writes`) and for stage C's last sub-step;
 * the requantization engine starts a REQUANT the cycle after every earlier execute command
   has completed and streams its rows, ``channels / requant_units`` cycles a row, at least
-  ``requant_row_cycles`` (the next row's exponent is prepared meanwhile).
+  ``requant_row_cycles`` (the next row's exponent is prepared meanwhile), its ``pad_rows``
+  none.
 
 What is not modelled: idle cycles on ``cmd``, backpressure on ``o`` and ``link_o``, ``link_i``
 words that come later than ``link_rate`` (a PE of a group runs as if its link words were
@@ -261,13 +268,19 @@ class _ResultStage:
         self.c_free = 0          # stage C (COMBINE) issues the next row from
         self.x = 0               # the last row left stage A (last link word sent, RAW)
         self.tail = 0            # COMBINE: the sink (stage A, stage C, the units) idle from
+        self.last_dead = False   # COMBINE: the last row (leaving stage A at x) was skipped
+        self.c_port = 0          # COMBINE: stage C needs the OUT read port's data until
+        self.writes = {}         # COMBINE: OUT word -> the cycle of its last write
+        self.any_write = -1      # COMBINE: the last write of a row whose OUT word is unknown
 
-    def take(self, O, sink, psum_in, full, link_cycles=1, live=None):
+    def take(self, O, sink, psum_in, full, link_cycles=1, live=None, words=None):
         """The tile offers a result in cycle ``O``; returns the cycle ``T`` the register takes
         it. Afterwards :attr:`x` is the cycle its last row leaves stage A (RAW: its last link
         word) and :attr:`free` the cycle the register can take the next result. ``live``
         (COMBINE): per row, whether its gate weight is nonzero (a zero-gate row adds exactly 0
-        and the sink skips it: it leaves stage A without entering stage C); default all."""
+        and the sink skips it: it leaves stage A without entering stage C); default all.
+        ``words`` (COMBINE): per row, the OUT word it writes (None: not known), for
+        :attr:`writes` (OUTPUT's reads wait for the writes to their words)."""
         o = self.o
         hop = o.sink_feed_cycles
         R = o.rows
@@ -301,10 +314,21 @@ class _ResultStage:
         tail = self.tail
         for k in range(R):
             u = max(avail(k), self.a_free if k == 0 else leave)
+            self.last_dead = not (live is None or live[k])
             if live is None or live[k]:
                 leave = max(u + hop, c_free)
                 c_free = leave + n
                 tail = max(tail, leave + idle)          # through stage C and the units
+                # stage C holds it n cycles from leave + 1, its sub-steps taking their OUT
+                # values from the read port's data (another read may come in the last); the
+                # last sub-step's write
+                self.c_port = max(self.c_port, leave + n)
+                written = leave + n + o.combine_latency
+                word = None if words is None else words[k]
+                if word is None:
+                    self.any_write = max(self.any_write, written)
+                else:
+                    self.writes[word] = max(self.writes.get(word, -1), written)
             else:
                 leave = u + hop
                 tail = max(tail, leave + 1)             # stage A empties behind it
@@ -330,19 +354,22 @@ class _Model:
         # decoder
         self.t_dec = -1                 # the last command's decode cycle
         self.load_accepts = []          # cycle each LOAD left the decoder's queue
-        self.load_hold = 0              # LOADs may not be decoded before (BARRIER)
+        self.load_hold = 0              # LOADs take no word before (a BARRIER started)
         self.x_take_prev = 0            # the previous execute command left the register
         # load engine
         self.ld_finish = -1             # cycle of the last LOAD's finish (its last word)
-        self.flag = [None, None]        # per buffer: ("set" | "clear", cycle)
+        # per buffer: ("set", cycle) or ("clear", cycle, cycle its lower half is free, cycle
+        # its upper half is free)
+        self.flag = [None, None]
         # execute engine
-        self.ex_idle = 0                # first cycle the engine is IDLE again
+        self.ex_idle = 0                # first cycle the engine can take the next command
         self.run = None                 # the GEMM issuing: dict(F (last read), wbuf, release)
         self.tile_next = 0              # first cycle the next beat can enter the tile
         self.results = _ResultStage(options)
         self.dq_free = 0                # the sink's pending descriptor slot is free from
         self.last_result = None         # T_last of the last GEMM with results
         self.gemm_quiet = 0             # every GEMM so far has left the tile and the sinks
+        self.out_quiet = 0              # ... the tile, the result stage and the SWIGLU sink
         self.exec_done = 0              # every execute command so far is complete
         self.rq_done = 0                # the last REQUANT is done (busy low)
         self.o_last = -1                # the last o beat
@@ -376,7 +403,7 @@ class _Model:
         o = self.o
         depth = o.load_queue_depth
         q = self.load_accepts
-        earliest = max(self.load_hold, q[-depth] if len(q) >= depth else 0)
+        earliest = q[-depth] if len(q) >= depth else 0
         d = self._decode(earliest)
         # the queue's head from d + decode_cycles; the engine takes it in the cycle the one
         # before finishes (or any cycle when idle) and works from the cycle after
@@ -384,22 +411,36 @@ class _Model:
         q.append(accept + 1)
         active = accept + 1
         target, buf, words = Target(f["target"]), f["buf"], f["words"]
-        ready = active
+        ready = max(active, self.load_hold)        # a BARRIER before it has started
+        ready_low = ready                          # of the words in a buffer's lower half
+        n_low = 0
         if target in WMEM_TARGETS and self.flag[buf] is not None:
-            state, t = self.flag[buf]
+            state, t, *halves = self.flag[buf]
             if state == "set":
                 raise ValueError(f"command {i}: LOAD into WMEM buffer {buf} while full[{buf}] "
                                  f"is set and no GEMM before it releases the buffer")
-            ready = max(ready, t)
+            # a word waits for its half's flag, a signalling LOAD for both
+            lw = o.config.wmem_low_words // (8 if target is Target.WSCALE else 1)
+            if not f["signal"]:
+                n_low = min(words, max(0, lw - f["addr"]))
+                ready_low, ready = max(ready, halves[0]), max(ready, halves[1])
+            else:
+                ready = max(ready, t)
         if f["fence"]:
-            ready = max(ready, self.exec_done)
+            ready, ready_low = max(ready, self.exec_done), max(ready_low, self.exec_done)
         if self.ld is not None:
             if target is Target.TOK:
                 for j in range(words):
                     self.tok[f["addr"] + j] = self.ld[self.ld_pos + j]
             self.ld_pos += words
         parts = o.load_word_cycles(target)
-        first, last = self.bucket.take(words, ready, parts)
+        if n_low:
+            first, last = self.bucket.take(n_low, ready_low, parts)
+            if words > n_low:
+                last = self.bucket.take(words - n_low, ready, parts)[1]
+            ready = ready_low
+        else:
+            first, last = self.bucket.take(words, ready, parts)
         finish = last if words else ready
         self.ld_finish = finish
         if f["signal"]:
@@ -425,6 +466,26 @@ class _Model:
                 rows.append(word is None or
                             int(word.view(TOK_DTYPE)[e % per_word]["gate"]) & 0x7FFF != 0)
             out.append(rows)
+        return out
+
+    def _row_words(self, f, r):
+        """Per row of result ``r`` of a COMBINE GEMM, the OUT word it writes (``slot x
+        stride + ch / (W/64)``, the slot from the row's TOK entry, as ``hw/pe/combine.py``
+        addresses it); None where the TOK word is not known."""
+        o = self.o
+        R, L, per_word = o.rows, o.lanes, o.config.word_bits // 64
+        rbn = f["row_blocks"]
+        blk, rb = divmod(r, rbn)
+        ch = f["out_base"] + blk * (L // 2 if f["mode"] == Mode.FULL else L)
+        out = []
+        for row in range(R):
+            e = f["tok_base"] + rb * R + row
+            word = self.tok.get(e // per_word) if self.ld is not None else None
+            if word is None:
+                out.append(None)
+                continue
+            slot = int(word.view(TOK_DTYPE)[e % per_word]["slot"])
+            out.append(slot * f["stride"] + ch // per_word)
         return out
 
     # -- execute engine -------------------------------------------------------------------
@@ -468,7 +529,7 @@ class _Model:
             waited = 0
         else:
             if run is not None:
-                self.ex_idle = max(self.ex_idle, run["F"] + 1)
+                self.ex_idle = max(self.ex_idle, run["F"])
             k = self._take(d)
             s = max(k + 1, ready, slot)            # start_cur in GEMM_START
             waited = s - (k + 1)
@@ -476,8 +537,8 @@ class _Model:
         if empty:
             # only releases its buffer
             if f["release"]:
-                self.flag[f["wbuf"]] = ("clear", s + 1)
-            self.ex_idle = s + 1
+                self.flag[f["wbuf"]] = ("clear", s + 1, s + 1, s + 1)
+            self.ex_idle = s
             self.exec_done = max(self.exec_done, s + 1)
             self._record(i, Op.GEMM, "execute", d, s + 1, s, s + 1, waited)
             return
@@ -487,6 +548,7 @@ class _Model:
         last_unstalled = b0 + beats * P - 1        # the last beat taken, without stalls
         lat = o.tile_latency
         shift = 0                      # stall cycles before the last beat
+        stalls = []
         T_last = None
         if n_res and not held:
             sink, psum_in = Sink(f["sink"]), bool(f["psum_in"])
@@ -494,6 +556,7 @@ class _Model:
             link = 1 if self.link_rate is None else max(1, math.ceil(1 / self.link_rate))
             per = g * P                                # tile cycles of one result
             stall = 0
+            stalls = []                    # (offered, cycles) of the results stalling the tile
 
             live = self._live_rows(f) if sink is Sink.COMBINE else None
             rbn = f["row_blocks"]
@@ -502,9 +565,11 @@ class _Model:
                 nonlocal stall, shift
                 Or = b0 + (r + 1) * per - 1 + lat + stall
                 Tr = rs.take(Or, sink, psum_in, full, link,
-                             None if live is None else live[r % rbn])
+                             None if live is None else live[r % rbn],
+                             self._row_words(f, r) if sink is Sink.COMBINE else None)
                 if Or <= last_unstalled + shift:
                     shift += Tr - Or
+                    stalls.append((Or, Tr - Or))
                 stall += Tr - Or
                 return Tr
             T_last = result(0)
@@ -521,26 +586,57 @@ class _Model:
             self.dq_free = max(s + 1, prev_T) + 1
             self.last_result = T_last
             if sink is Sink.RAW:
-                done = quiet = rs.x + o.sink_done_cycles[sink]
+                done = quiet = out_quiet = rs.x + o.sink_done_cycles[sink]
             else:
                 done = rs.x + o.sink_done_cycles[sink]
                 quiet = rs.tail if sink is Sink.COMBINE else \
                     rs.x + o.sink_idle_cycles(sink, full)
+                # OUTPUT (two OUT banks) leaves its drain with stage A empty behind COMBINE, or
+                # holding a row the sink skips (gate 0), the result register empty
+                out_quiet = rs.x + (0 if rs.last_dead else 1) if sink is Sink.COMBINE \
+                    else quiet
         last_beat = last_unstalled + shift
         F = last_beat - P                          # the last beat's reads (final step)
         self.tile_next = last_beat + 1
         if held or not n_res:
-            done = quiet = last_beat + 1
+            done = quiet = out_quiet = last_beat + 1
         if f["release"]:
-            self.flag[f["wbuf"]] = ("clear", F + 1)
+            self.flag[f["wbuf"]] = ("clear", F + 1, *self._half_release(f, b0, F, stalls))
         self.run = dict(F=F, wbuf=f["wbuf"], release=bool(f["release"]))
-        self.ex_idle = F + 1                       # unless a GEMM follows back to back
+        self.ex_idle = F               # the next command taken with the last read (unless a
+        #                                GEMM follows back to back)
         self.gemm_quiet = max(self.gemm_quiet, quiet)
+        self.out_quiet = max(self.out_quiet, out_quiet)
         self.exec_done = max(self.exec_done, done)
         self.beats += beats
         self.busy["tile"] += beats * P
         self.busy["execute"] += last_beat - b0 + 1
         self._record(i, Op.GEMM, "execute", d, b0 + P - 1, last_beat, done, waited)
+
+    def _half_release(self, f, b0, F, stalls):
+        """The first cycles a LOAD may write the lower and the upper half of a releasing GEMM's
+        buffer (a flag each, :attr:`~elmoe3d.config.PEConfig.wmem_low_words`): the cycle after
+        the read of the first beat whose column block starts in the upper half (every later
+        read is there too), resp. of its first beat if all its words lie in the lower half;
+        else after the last read (``F + 1``). ``stalls``: the results that held the tile,
+        (cycle offered, cycles), in order."""
+        low, g = self.o.config.wmem_low_words, f["groups"]
+        if not low:
+            return F + 1, F + 1
+        P = self.o.beat_cycles
+        per_cb = (2 if f["mode"] == Mode.FULL else 1) * f["row_blocks"] * g
+
+        def after(cb):                 # the cycle after the read of column block cb's first beat
+            step = b0 + cb * per_cb * P - 1        # its reads: the previous beat taken
+            for offered, cycles in stalls:
+                if offered <= step:
+                    step += cycles
+            return min(F + 1, step + 1)
+        cbn, w = f["col_blocks"], f["w_base"]
+        cb = 0 if w >= low else -(-(low - w) // g)
+        t_low = after(cb) if cb < cbn else F + 1
+        t_high = after(0) if w + cbn * g <= low else F + 1
+        return t_low, t_high
 
     def _drain_start(self, k, *, barrier=False):
         c = max(k + 1, self.gemm_quiet, self.rq_done)
@@ -552,15 +648,25 @@ class _Model:
         o = self.o
         d = self._decode(self.x_take_prev)
         if self.run is not None:
-            self.ex_idle = max(self.ex_idle, self.run["F"] + 1)
+            self.ex_idle = max(self.ex_idle, self.run["F"])
             self.run = None
         k = self._take(d)
         barrier = op is Op.BARRIER or (op is Op.CLEAR and f["counters"])
-        c = self._drain_start(k, barrier=barrier)
+        if op is Op.OUTPUT and o.output_early:
+            c = max(k + 1, self.out_quiet, self.rq_done)
+        else:
+            c = self._drain_start(k, barrier=barrier)
         waited = c - (k + 1)
-        if barrier:
+        if barrier or op is Op.STATUS:             # later LOADs: no word before it started
             self.load_hold = c + 1
-        if op is Op.OUTPUT:
+        if op is Op.OUTPUT and o.output_early:
+            first, last, n = self._output_early(c, f)
+            idle = last + o.output_done_cycles if n else c + 2
+            start, end = first, last if n else first - 1
+            self.o_beats += n
+            if n:
+                self.o_last = max(self.o_last, last)
+        elif op is Op.OUTPUT:
             if f.get("raw"):
                 # OUT words themselves, no converters (OUTPUT raw)
                 n = f["row_blocks"] * o.rows * f["channels"] // (o.word_bits // 64)
@@ -571,7 +677,7 @@ class _Model:
                 S = o.output_beat_cycles
                 first = c + o.output_latency
             last = first + (n - 1) * S if n else c
-            idle = (last if n else first - 1) + o.output_done_cycles
+            idle = last + o.output_done_cycles if n else c + 2
             start, end = first, last if n else first - 1
             self.o_beats += n
             if n:
@@ -609,15 +715,44 @@ class _Model:
             start = c + per
             end = self._link_words(n, start, per) if n else c
             idle = end + 1 + (1 if f["accumulate"] else 0) + 1
-        self.ex_idle = idle
+        # `idle`: the first cycle the command counts as complete; the engine takes the next
+        # command in the cycle before (its last)
+        self.ex_idle = idle - 1
         self.exec_done = max(self.exec_done, idle)
         self.busy["execute"] += idle - (c + 1)
         self._record(i, op, "execute", d, start, end, idle, waited)
 
+    def _output_early(self, c, f):
+        """OUTPUT with :attr:`~elmoe3d.config.PEOptions.output_early` leaving its drain in
+        cycle ``c``: its pair reads (OUT words ``2 j``, ``2 j + 1``), the first in cycle
+        ``c``, each once the COMBINE writes to its words are made (a read in the cycle of the
+        write sees it) and stage C's row is in its last sub-step (the earlier ones use the
+        read port's data), the next a beat's sub-steps later (FP32) or as its second word
+        moves on (raw: two beats a pair). Returns (first beat, last beat, beats)."""
+        o, rs = self.o, self.results
+        if f.get("raw"):
+            n = f["row_blocks"] * o.rows * f["channels"] // (o.word_bits // 64)
+            per_read, spacing, lat = 2, o.output_raw_beat_cycles, o.output_raw_latency
+        else:
+            n = f["row_blocks"] * o.rows * f["channels"] // (o.word_bits // 32)
+            per_read, spacing, lat = 1, o.output_beat_cycles, o.output_latency
+        gap = 2 if f.get("raw") else spacing          # cycles from one pair read to the next
+        first = last = None
+        r = c
+        for j in range(-(-n // per_read)):
+            r = max(r, rs.c_port, rs.any_write, rs.writes.get(2 * j, -1),
+                    rs.writes.get(2 * j + 1, -1))
+            for b in range(min(per_read, n - j * per_read)):
+                beat = r + lat + b * spacing
+                last = beat if last is None else max(beat, last + spacing)
+                first = last if first is None else first
+            r += gap
+        return (first, last, n) if n else (c + lat, c, 0)
+
     def nop(self, i):
         d = self._decode(self.x_take_prev)
         if self.run is not None:
-            self.ex_idle = max(self.ex_idle, self.run["F"] + 1)
+            self.ex_idle = max(self.ex_idle, self.run["F"])
             self.run = None
         k = self._take(d)
         self.ex_idle = k + 1
@@ -630,7 +765,7 @@ class _Model:
         d = self._decode(self.rq_done)
         older = self.exec_done
         r0 = max(d + 1, older) + 1                 # rq_run
-        rows = f["row_blocks"] * o.rows
+        rows = f["row_blocks"] * o.rows - f.get("pad_rows", 0)     # padding rows: no cycles
         n = -(-f["channels"] // o.requant_units)   # cycles a row
         per_row = max(n, o.requant_row_cycles)
         if rows:

@@ -893,8 +893,9 @@ def test_output_raw_after_combine(pe, traffic):
     fsim bit for bit under idle cycles and backpressure, on two OUT banks, one bank, OUT in
     quarter words and the FPGA lean PE; the raw words' values converted to FP32 are the FP32
     beats. With a ready ``o`` (smooth traffic): a raw beat every ``output_raw_beat_cycles``
-    cycles (1, and P = 4 with ``narrow_out``), its first ``2 + output_raw_beat_cycles`` after
-    the drain, and FP32 OUTPUT's beats and latency as without raw."""
+    cycles (1, and P = 4 with ``narrow_out``), its first ``output_raw_latency`` after the
+    drain (which starts the cycle after the OUTPUT before it took its last beat), and FP32
+    OUTPUT's beats and latency as without raw."""
     from elmoe3d.config import FP32_LATENCY
     from elmoe3d.hw.pe.output import OutputEngine
     from elmoe3d.sw.golden.vpu import q24_to_fp32
@@ -940,10 +941,16 @@ def test_output_raw_after_combine(pe, traffic):
         c_raw2 = cyc[n_raw + n_fp:n_raw + n_fp + n_raw2]
         assert set(np.diff(c_raw)) == set(np.diff(c_raw2)) == {r}
         assert set(np.diff(c_fp)) == {opts.output_beat_cycles}
-        # last beat taken, 2 cycles to IDLE, the next OUTPUT's state change and read, then its
-        # sub-steps (raw: r cycles into the beat register; FP32: through the converters)
-        assert c_raw2[0] - c_fp[-1] == 3 + 2 + r
-        assert c_fp[0] - c_raw[-1] == 3 + 2 + FP32_LATENCY + opts.output_beat_cycles
+        # last beat taken (OUTPUT done, the next one taken), its drain the cycle after, then
+        # its read (with two OUT banks in that cycle) and sub-steps (raw: r cycles into the
+        # beat register; FP32: through the converters, and their beat register unless one
+        # sub-step)
+        S = opts.output_beat_cycles
+        read = 0 if opts.out_banks == 2 else 1
+        assert opts.output_raw_latency == read + 1 + r
+        assert opts.output_latency == read + 1 + FP32_LATENCY + S - (S == 1)
+        assert c_raw2[0] - c_fp[-1] == opts.output_done_cycles + opts.output_raw_latency
+        assert c_fp[0] - c_raw[-1] == opts.output_done_cycles + opts.output_latency
         print(f"  raw: a beat every {r} cycles ({n_raw} beats in {c_raw[-1] - c_raw[0] + 1}), "
               f"FP32: every {opts.output_beat_cycles}")
 

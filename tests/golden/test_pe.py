@@ -336,3 +336,36 @@ def test_address_out_of_range_in_an_encoded_program():
         fsim.run(words, [0], config=CFG)
     with pytest.raises(ProgramError, match="command 0: unknown opcode"):
         fsim.run([14], [], config=CFG)
+
+
+@pytest.mark.parametrize("pad_rows", [1, 3])
+def test_requant_pad_rows_zero_the_padding_rows(pad_rows):
+    """REQUANT ``pad_rows``: on a PE of four rows (``mid``), the last ``pad_rows`` rows of the
+    last row block get zero codes and keep their ``e_h``, row max and HBUF values; the live rows'
+    codes and ``e_h`` are those of the REQUANT without padding rows; ``pad_rows`` of ``rows`` or
+    more is refused."""
+    from tests.pe_cases import requant_pad_program
+    mid = preset("mid")
+    R = mid.pe.rows
+    prog, ld, link_i = requant_pad_program(mid, 31, pad_rows=pad_rows)
+    full, _, _ = requant_pad_program(mid, 31, pad_rows=0)
+    got, ref = fsim.run(prog, ld, link_i), fsim.run(full, ld, link_i)
+    tok_words = 1
+    acts = [asm.unpack_act(asm.ints_to_words(r.link_o[:-tok_words], mid.pe), mid.pe)
+            for r in (got, ref)]
+    rbn = 2
+    a, b = (x.reshape(rbn, -1, R, 32) for x in acts)              # [rb, g, row, 32]
+    live = rbn * R - pad_rows
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1, :, :R - pad_rows],
+                                                         b[1, :, :R - pad_rows])
+    assert not a[1, :, R - pad_rows:].any() and b[1, :, R - pad_rows:].any()
+    tok = [asm.ints_to_words(r.link_o[-tok_words:], mid.pe).reshape(-1).view(asm.TOK_DTYPE)
+           for r in (got, ref)]
+    assert np.array_equal(tok[0]["e_h"][:live], tok[1]["e_h"][:live])
+    loaded = asm.ints_to_words(ld[:tok_words], mid.pe).reshape(-1).view(asm.TOK_DTYPE)
+    assert np.array_equal(tok[0]["e_h"][live:], loaded["e_h"][live:])
+    assert not np.array_equal(tok[1]["e_h"][live:rbn * R], loaded["e_h"][live:rbn * R])
+    bad = Program(mid)
+    with pytest.raises(ProgramError, match="pad_rows"):
+        bad.requant(row_blocks=1, channels=64, act_base=0, tok_base=0, pad_rows=R)
+        bad.check_sync()
