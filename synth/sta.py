@@ -575,10 +575,12 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
                     continue
                 if abc_conventions:
                     pos, neg = abc_pos, abc_neg
-                s_r, s_f = slew[inn]
-                # (output transition: 0 rise / 1 fall, input transition, delay)
-                if pos:
-                    d_rr, d_ff = cr(s_r, lr), cf(s_f, lf)
+                s_in = slew[inn]
+                # a positive-unate arc takes the output's rise from the input's rise (index
+                # 0) and its fall from the fall (1); a negative one the other way round
+                for ir, jf in ((0, 1),) * pos + ((1, 0),) * neg:
+                    s_r, s_f = s_in[ir], s_in[jf]
+                    d_r, d_f = cr(s_r, lr), cf(s_f, lf)
                     x = rt(s_r, lr)
                     if x > sr_out:
                         sr_out = x
@@ -589,38 +591,16 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
                         cur = res.get(src)
                         if cur is None:
                             cur = res[src] = [ninf, ninf]
-                        v = a[0] + d_rr
+                        v = a[ir] + d_r
                         if v > cur[0]:
                             cur[0] = v
                             if src == REG:
-                                best_r = (inn, 0)
-                        v = a[1] + d_ff
+                                best_r = (inn, ir)
+                        v = a[jf] + d_f
                         if v > cur[1]:
                             cur[1] = v
                             if src == REG:
-                                best_f = (inn, 1)
-                if neg:
-                    d_fr, d_rf = cr(s_f, lr), cf(s_r, lf)
-                    x = rt(s_f, lr)
-                    if x > sr_out:
-                        sr_out = x
-                    x = ft(s_r, lf)
-                    if x > sf_out:
-                        sf_out = x
-                    for src, a in a_in.items():
-                        cur = res.get(src)
-                        if cur is None:
-                            cur = res[src] = [ninf, ninf]
-                        v = a[1] + d_fr
-                        if v > cur[0]:
-                            cur[0] = v
-                            if src == REG:
-                                best_r = (inn, 1)
-                        v = a[0] + d_rf
-                        if v > cur[1]:
-                            cur[1] = v
-                            if src == REG:
-                                best_f = (inn, 0)
+                                best_f = (inn, jf)
             if res:
                 arr[on] = res
                 slew[on] = [sr_out, sf_out]
