@@ -1,0 +1,290 @@
+"""elmoe3d.synth.power: the energy of a tiny netlist computed by hand from the Liberty text
+(activity propagation, internal energy, net switching, clock pins, leakage) and the one-line
+errors for a library without the tables power needs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from elmoe3d.cli import main
+from elmoe3d.synth.liberty import BUNDLED_LIBERTY, LibertyError, read_liberty, read_text
+from elmoe3d.synth.power import Activity, PowerLib, analyze_power, check_power
+from elmoe3d.synth.sta import CLOCK_SLEW_PS, PORT_SLEW_PS, read_blif
+
+
+LIB = read_liberty(BUNDLED_LIBERTY)
+TEXT = read_text(BUNDLED_LIBERTY)
+DFF, NAND, INV = (f"{c}_ASAP7_75t_R" for c in ("DFFHQNx1", "NAND2xp33", "INVx1"))
+
+
+def _block(text, start):
+    depth, i = 0, text.index("{", start)
+    while True:
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i + 1]
+        i += 1
+
+
+def _cell(name):
+    return _block(TEXT, TEXT.index(f"cell ({name})"))
+
+
+def _pin(cell, pin):
+    text = _cell(cell)
+    return _block(text, text.index(f"pin ({pin})"))
+
+
+def _groups(text, head):
+    return [_block(text, m.start()) for m in re.finditer(re.escape(head) + r" \{", text)]
+
+
+def _floats(s):
+    return [float(v) for v in s.replace("\\", " ").split(",")]
+
+
+def _table(group, kind):
+    """(index_1, index_2 or None, rows) of table ``kind`` in a group's text."""
+    m = re.search(rf"{kind} \((\w*)\)", group)
+    body = _block(group, m.start())
+    if m.group(1) == "scalar":
+        return None, None, [[float(re.search(r'values \( ?\\?\s*"([^"]*)"', body).group(1))]]
+    i1 = _floats(re.search(r'index_1 \("([^"]*)"\)', body).group(1))
+    m2 = re.search(r'index_2 \("([^"]*)"\)', body)
+    rows = [_floats(r) for r in re.findall(r'"([^"]*)"', body.split("values", 1)[1])]
+    return i1, (_floats(m2.group(1)) if m2 else None), rows
+
+
+def _seg(index, v):
+    i = 0
+    while i < len(index) - 2 and index[i + 1] <= v:
+        i += 1
+    return i, (v - index[i]) / (index[i + 1] - index[i])
+
+
+def _look(table, x, y=None):
+    """Bilinear (or linear along index_1), linear extrapolation: written out here."""
+    i1, i2, rows = table
+    if i1 is None:
+        return rows[0][0]
+    if i2 is None:
+        i, f = _seg(i1, x)
+        row = rows[0]
+        return row[i] + f * (row[i + 1] - row[i])
+    i, fx = _seg(i1, x)
+    j, fy = _seg(i2, y)
+    low = rows[i][j] + fy * (rows[i][j + 1] - rows[i][j])
+    high = rows[i + 1][j] + fy * (rows[i + 1][j + 1] - rows[i + 1][j])
+    return low + fx * (high - low)
+
+
+def _cap(cell, pin):
+    text = _pin(cell, pin)
+    r = float(re.search(r"rise_capacitance : ([0-9.]+);", text).group(1))
+    f = float(re.search(r"fall_capacitance : ([0-9.]+);", text).group(1))
+    return (r + f) / 2
+
+
+def _transition(cell, out, related, timing_type, slew, load):
+    """Mean of the rise and fall transition of the timing group(s) of ``out`` from ``related``."""
+    found = [g for g in _groups(_pin(cell, out), "timing ()")
+             if f'related_pin : "{related}";' in g and f"timing_type : {timing_type};" in g]
+    assert len(found) == 1
+    return (_look(_table(found[0], "rise_transition"), slew, load),
+            _look(_table(found[0], "fall_transition"), slew, load))
+
+
+def _power_groups(cell, pin, related=None):
+    """[(when, rise+fall summed over the power pins as functions)] of a pin's
+    internal_power groups (``related``: its related_pin, None for input-pin groups)."""
+    out = {}
+    for g in _groups(_pin(cell, pin), "internal_power ()"):
+        rel = re.search(r'related_pin : "(\w+)";', g)
+        if (rel.group(1) if rel else None) != related:
+            continue
+        when = re.search(r'when : "([^"]*)";', g)
+        key = when.group(1) if when else ""
+        out.setdefault(key, []).append((_table(g, "rise_power"), _table(g, "fall_power")))
+    return out
+
+
+def _energy(tabs, slew, load=None):
+    """(rise, fall) energy summed over the power pins."""
+    return (sum(_look(r, slew, load) for r, _ in tabs),
+            sum(_look(f, slew, load) for _, f in tabs))
+
+
+def _leak(cell, prob):
+    """Sum over ``when`` states of P(state) x (VDD + VSS values); ``prob(when)``."""
+    total = 0.0
+    for g in _groups(_cell(cell), "leakage_power ()"):
+        when = re.search(r'when : "([^"]*)";', g)
+        if when:
+            total += prob(when.group(1)) * float(re.search(r"value : ([0-9.eE+-]+);",
+                                                           g).group(1))
+    return total
+
+
+#: r1 -> NAND2 (A; B from the port x, which also feeds r1's D) -> INV -> r2 -> port q.
+POWER_BLIF = """.model top
+.inputs clk x
+.outputs q
+.gate DFFHQNx1_ASAP7_75t_R CLK=clk D=x QN=n0
+.cname r1$_DFF_P_
+.gate NAND2xp33_ASAP7_75t_R A=n0 B=x Y=n1
+.cname g1
+.gate INVx1_ASAP7_75t_R A=n1 Y=n2
+.cname g2
+.gate DFFHQNx1_ASAP7_75t_R CLK=clk D=n2 QN=q
+.cname r2$_DFF_P_
+.end
+"""
+
+
+def test_power_of_a_tiny_netlist_computed_by_hand_from_the_liberty_text():
+    """Register r1 holds a signal with P(1) = 0.5 toggling every other cycle (its QN the same),
+    port x has P(1) = 0.3 and 0.2 toggles per cycle, r2 is not annotated (default activity,
+    P = 0.5, t = 0.1). Every figure below is read from the Liberty text with regular
+    expressions (not liberty.py) and combined as docs/synth.md "Power" says; the module must
+    agree to 1e-9 fJ."""
+    v = 0.7
+    port_load = max(float(re.search(r"rise_capacitance : ([0-9.]+);", _pin(DFF, "D")).group(1)),
+                    float(re.search(r"fall_capacitance : ([0-9.]+);", _pin(DFF, "D")).group(1)))
+    load = {"n0": _cap(NAND, "A"), "x": _cap(NAND, "B") + _cap(DFF, "D"),
+            "n1": _cap(INV, "A"), "n2": _cap(DFF, "D"), "q": port_load}
+    # activity: (P(1), toggles per cycle)
+    pa, ta = 0.5, 0.5                        # n0 = !r1: P = 1 - 0.5
+    pb, tb = 0.3, 0.2                        # x
+    # NAND: y = !(A B); A B changes when (prev, now) = (11, not 11) or back
+    p_and_prev_now = (pa - ta / 2) * (pb - tb / 2)
+    t1 = 2 * (pa * pb - p_and_prev_now)
+    p1 = 1 - pa * pb
+    act = {"n0": (pa, ta), "x": (pb, tb), "n1": (p1, t1), "n2": (1 - p1, t1), "q": (0.5, 0.1)}
+    assert t1 == pytest.approx(0.2)
+    # slews (mean of rise and fall), the worst over a cell's arcs as the STA
+    s_n0 = sum(_transition(DFF, "QN", "CLK", "rising_edge", CLOCK_SLEW_PS, load["n0"])) / 2
+    s_x = PORT_SLEW_PS
+    nand_a = _transition(NAND, "Y", "A", "combinational", s_n0, load["n1"])
+    nand_b = _transition(NAND, "Y", "B", "combinational", s_x, load["n1"])
+    s_n1 = (max(nand_a[0], nand_b[0]) + max(nand_a[1], nand_b[1])) / 2
+    s_n2 = sum(_transition(INV, "Y", "A", "combinational", s_n1, load["n2"])) / 2
+    # internal energy (fJ per cycle)
+    e = 0.0
+    w_a, w_b = pb * ta, pa * tb               # P(dy/dA) t_A, P(dy/dB) t_B
+    for related, slew, w in (("A", s_n0, w_a), ("B", s_x, w_b)):
+        (tabs,) = _power_groups(NAND, "Y", related).values()
+        e += t1 * w / (w_a + w_b) * sum(_energy(tabs, slew, load["n1"])) / 2
+    (tabs,) = _power_groups(INV, "Y", "A").values()
+    e += t1 * sum(_energy(tabs, s_n1, load["n2"])) / 2
+
+    def p_when(expr, values):
+        names = sorted(set(re.findall(r"[A-Z]+", expr)))
+        total = 0.0
+        import itertools
+        for bits in itertools.product((0, 1), repeat=len(names)):
+            env = dict(zip(names, bits))
+            w = 1.0
+            for n, b in env.items():
+                w *= values[n] if b else 1 - values[n]
+            py = expr.replace("!", " not ").replace("*", " and ").replace("+", " or ")
+            if eval(py, {}, {k: bool(b) for k, b in env.items()}):
+                total += w
+        return total
+    # input-pin (passive) groups of the NAND: per toggle of A or B, in their states
+    nand_vals = {"A": pa, "B": pb}
+
+    def nand_state(expr):                    # Y is !(A B): expand it
+        return p_when(expr.replace("!Y", "(A * B)").replace("Y", "(!A + !B)"), nand_vals)
+    for pin, t, slew in (("A", ta, s_n0), ("B", tb, s_x)):
+        for when, tabs in _power_groups(NAND, pin).items():
+            e += t * nand_state(when) * sum(_energy(tabs, slew)) / 2
+    # flip-flops: clock to QN per QN toggle; clock pin per cycle (rise + fall) in its states;
+    # D pin per D toggle in its states (CLK or !CLK, half the time each)
+    ((_, qtabs),) = _power_groups(DFF, "QN", "CLK").items()
+    for q_net, d_net, d_slew in (("n0", "x", s_x), ("q", "n2", s_n2)):
+        pq = act[q_net][0]
+        e += act[q_net][1] * sum(_energy(qtabs, CLOCK_SLEW_PS, load[q_net])) / 2
+        vals = {"D": act[d_net][0], "QN": pq, "CLK": 0.5}
+        for when, tabs in _power_groups(DFF, "CLK").items():
+            e += p_when(when, vals) * sum(_energy(tabs, CLOCK_SLEW_PS))
+        for when, tabs in _power_groups(DFF, "D").items():
+            e += act[d_net][1] * p_when(when, vals) * sum(_energy(tabs, d_slew)) / 2
+    switching = sum(act[n][1] * 0.5 * load[n] * v * v for n in load)
+    clock_pins = 2 * _cap(DFF, "CLK") * v * v
+    # leakage (pW -> nW)
+    leak = _leak(NAND, nand_state) + _leak(INV, lambda w: p_when(w.replace("!Y", "A").replace(
+        "Y", "!A"), {"A": p1}))
+    for q_net, d_net in (("n0", "x"), ("q", "n2")):
+        leak += _leak(DFF, lambda w: p_when(w, {"D": act[d_net][0], "QN": act[q_net][0],
+                                                "CLK": 0.5}))
+    leak /= 1000.0
+
+    got = analyze_power(read_blif(POWER_BLIF), PowerLib(LIB),
+                        {"r1": Activity(0.5, 0.5), "x": Activity(0.3, 0.2)})
+    assert got.registers == 2 and got.annotated == 2 and got.sources == 3
+    assert got.switching_fj == pytest.approx(switching, abs=1e-9)
+    assert got.clock_pins_fj == pytest.approx(clock_pins, abs=1e-9)
+    assert got.internal_fj == pytest.approx(e, abs=1e-9)
+    assert got.leakage_nw == pytest.approx(leak, abs=1e-9)
+    assert got.dynamic_fj == pytest.approx(e + switching + clock_pins, abs=1e-9)
+    assert 1.0 < got.dynamic_fj < 10.0 and 0.1 < got.leakage_nw < 2.0      # fJ, nW: sane
+    assert got.power_uw(1.0) == pytest.approx(got.dynamic_fj + got.leakage_nw / 1000)
+
+
+def test_activity_propagation_is_bounded_and_exact_on_an_xor_chain():
+    """Zero-delay toggles through XOR gates of independent inputs: t(a ^ b) = P(exactly one
+    input toggles) = ta (1 - tb) + tb (1 - ta); never above one per cycle."""
+    from elmoe3d.synth.power import _lag_one
+    xor = (0, 1, 1, 0)
+    p, t = _lag_one(xor, [(0.5, 0.5), (0.5, 0.3)])
+    assert p == pytest.approx(0.5)
+    assert t == pytest.approx(0.5 * 0.7 + 0.3 * 0.5)
+    acc = (0.5, 0.9)
+    for _ in range(40):
+        acc = _lag_one(xor, [acc, (0.5, 0.9)])
+        assert 0 <= acc[1] <= 1
+    assert _lag_one((0, 1), [(0.2, 0.0)]) == (pytest.approx(0.2), 0.0)
+
+
+_INV_AREA_ONLY = ('cell (INV) { area : 0.04; pin (A) { direction : input; capacitance : 0.5; }'
+                  ' pin (Y) { direction : output; function : "!A"; } }')
+
+
+def test_power_without_tables_is_one_line(tmp_path):
+    lib = tmp_path / "area_only.lib"
+    lib.write_text(f"library (x) {{\n  nom_voltage : 0.7;\n  {_INV_AREA_ONLY}\n}}\n")
+    with pytest.raises(LibertyError) as exc:
+        check_power(read_liberty(lib))
+    assert str(exc.value) == f"{lib}:3: cell INV: no leakage_power (needed for power)"
+    lib.write_text(f"library (x) {{\n  nom_voltage : 0.7;\n  "
+                   f"{_INV_AREA_ONLY[:-2]} leakage_power () {{ value : 1.0; }} }}\n}}\n")
+    with pytest.raises(LibertyError) as exc:
+        check_power(read_liberty(lib))
+    assert str(exc.value) == (f"{lib}:3: cell INV: no internal_power for output Y from input A "
+                              f"(needed for power: rise_power, fall_power)")
+
+
+def test_power_with_nan_is_one_line(tmp_path):
+    """The bundled NAND2xp33 with its first leakage value, then one internal-power value,
+    made NaN."""
+    text = _cell(NAND)
+    line = TEXT[:TEXT.index(text)].count("\n") + 1
+    bad = re.sub(r"value : 33.6905;", "value : nan;", text, count=1)
+    lib = tmp_path / "nan.lib"
+    lib.write_text(TEXT.replace(text, bad))
+    with pytest.raises(LibertyError) as exc:
+        check_power(read_liberty(lib))
+    assert str(exc.value) == (f"{lib}:{line}: cell {NAND}: leakage_power nan is not a finite "
+                              f"number")
+    bad = re.sub(r'(rise_power \(power_template_7x7_x1\) \{.*?values \( \\\s*")([0-9.]+)',
+                 lambda m: m.group(1) + "nan", text, count=1, flags=re.S)
+    assert bad != text
+    lib.write_text(TEXT.replace(text, bad))
+    with pytest.raises(LibertyError) as exc:
+        PowerLib(read_liberty(lib))
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"{lib}:{line}: cell {NAND}: pin Y: "
+                                              f"internal_power rise_power (line ")
+    assert msg.endswith("holds a NaN or infinite value")
