@@ -31,6 +31,8 @@ COMMANDS = {
                                          "Verilator: build time and memory, the root PE program "
                                          "of one real expert shape checked bit for bit, "
                                          "simulated cycles per second"),
+    "paper": ("elmoe3d.cli.paper", "the paper's evaluation from the whole-decoder performance "
+                                   "model: table3 (alpha, Phi_AR, Phi_SD beside the paper's)"),
     "synth": ("elmoe3d.cli.synth", "Yosys area of every block, rolled up to the logic die"),
     "fpga": ("elmoe3d.cli.fpga", "FPGA prototype: fit estimate, bitstream, utilization and fmax "
                                  "of the board top (YoWASP tools, amaranth-boards)"),

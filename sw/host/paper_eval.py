@@ -1,0 +1,616 @@
+"""The paper's evaluation (Section 7, Table 3): a whole-decoder latency and access-energy model
+of ELMoE-3D and of the xPU baseline, its SD schemes and the best of AR and SD per point
+(issue 26, first landing).
+
+Platforms (:func:`platform`, from the ``paper-4gb`` / ``paper-8gb``
+:class:`~elmoe3d.config.ArchConfig`; Section 7, "Accelerator Baselines"):
+
+* ``xpu``: the same TOPS at INT8 as the logic die (262 / 524), LPDDR5 only (``ext_gbps``);
+  4-bit weights run at the INT8 rate (no bit-sliced MACs);
+* ``ours``: ``pes`` HB banks of ``hb_bank_bytes`` at ``hb_bank_gbps`` each (4 GB at 819.2
+  GB/s, 8 GB at 1638.4 GB/s) beside the same LPDDR5, W4A8 at twice the W8A8 rate.
+
+HB delivers :data:`HB_EFFICIENCY` of its peak, EXT :data:`EXT_EFFICIENCY` (Section 7: ~3% below
+the roofline from row conflicts; EXT within 1%).
+
+Step time (:meth:`EvalModel.step`): a step runs ``rows`` token rows of ``seqs`` sequences
+through every layer; a layer is two dependent stages, attention (its weights, the router's and
+the KV cache of every sequence over ``context`` tokens) and the FFN (a dense layer's, or the
+shared experts plus the routed experts), then the LM head once. A stage takes the largest of
+its HB time, EXT time and compute time (weights stream double-buffered beside compute); the
+stages of a layer and the layers run in sequence (routing decides a layer's experts, so
+nothing is fetched ahead). Where each byte lives follows Fig. 12: HB holds the static weights
+first (attention, router, dense FFN, shared experts, LM head), then the KV cache, then the
+scheme's draft data, and what is left holds the expert cache; what does not fit is read from
+EXT.
+
+Routed experts: a step's distinct experts per layer and how many of them hit the HB expert
+cache come from :class:`ExpertPopularity`, Che's approximation of an LRU cache (Fricker et al.
+2012) under a Zipf popularity law with a per-model exponent (:data:`ZIPF`, calibrated on the
+Elastic-SD Phi_AR cells of Table 3's 4 GB rows by :func:`calibrate_zipf`; the routing traces
+of ``../shared/traces/`` hold none of the paper's four models). On ``ours`` a cached expert
+reads its MSB slice from HB and its LSB slice from EXT at once (Algorithm 1); a miss streams
+the whole expert from EXT. GPT-OSS-20B's MXFP4 experts have no LSB slice.
+
+SD (:meth:`EvalModel.sd`): a tree of ``depth`` levels and ``width`` candidates a level; with
+the acceptance rate alpha of one drafted token, a level is accepted with ``1 - (1 - alpha) **
+width`` and an iteration yields ``1 + sum(beta ** i, i = 1..depth)`` tokens a sequence (the
+accepted prefix and the bonus token). The draft runs ``depth`` steps (the first on ``seqs``
+rows, the others on ``seqs x width``), the verify one step on ``seqs x (1 + depth x width)``
+rows. :meth:`EvalModel.best_sd` searches depth 1-8 and width 1, 2, 4. Schemes
+(:data:`SCHEMES`): Elastic-SD (the draft is the MSB slices of the static weights and of the
+cached experts, routing throttled to the cache: no EXT access), EAGLE-SD (an EAGLE-3 head in
+HB), SLM-SD (Qwen2.5-1.5B-Instruct in HB), Quant-SD (a separate 4-bit copy: the static copy in
+HB, each cached expert held as a 4-bit and an 8-bit copy).
+
+Speedup: Phi_AR = xPU AR step time / the scheme's AR step time at the same batch; Phi_SD =
+xPU AR time a token / the scheme's SD time a token (Table 3; its "best mode" is the larger).
+Energy: HB and EXT access energy only (``hb_pj_per_bit``, ``ext_pj_per_bit``: Table 1); the
+Liberty-based compute and static energy is not in yet.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ...config import preset as arch_preset
+from ...errors import UserError
+from .decoder import KV_BYTES, DecoderShape, decoder_shape, weight_bytes
+
+
+__all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", "SDResult",
+           "DraftModel", "DRAFT_MODELS", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
+           "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
+           "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT"]
+
+#: Fraction of the HB peak the paper's simulator delivered (Section 7: ~3% below the roofline).
+HB_EFFICIENCY = 0.97
+#: Fraction of the LPDDR5 peak (Section 7: within 1%).
+EXT_EFFICIENCY = 0.99
+#: Tokens of context a sequence attends to (Section 7: "1k sequence length").
+CONTEXT = 1024
+
+#: SD schemes of Table 3.
+SCHEMES = ("eagle", "slm", "quant", "elastic")
+#: Table 3's models (preset names) and batch sizes.
+TABLE3_MODELS = ("qwen3-30b-a3b", "glm-4.7-flash", "deepseek-v2-lite", "gpt-oss-20b")
+TABLE3_BATCHES = (1, 4, 8, 16)
+
+#: Table 3, Hybrid-Bonded Memory = 4 GB, MT-Bench: model -> scheme -> per batch (1, 4, 8, 16)
+#: ``(alpha, Phi_AR, Phi_SD)``. (The 8 GB rows are withheld from this copy of the paper.)
+TABLE3_4GB = {
+    "qwen3-30b-a3b": {
+        "eagle": ((0.33, 2.83, 2.66), (0.33, 2.24, 1.89), (0.33, 2.06, 2.07), (0.33, 1.83, 2.28)),
+        "slm": ((0.33, 2.21, 1.70), (0.33, 1.23, 1.53), (0.33, 1.17, 1.76), (0.33, 1.16, 1.96)),
+        "quant": ((0.95, 1.56, 1.48), (0.95, 1.23, 1.02), (0.95, 1.17, 1.04), (0.95, 1.16, 1.15)),
+        "elastic": ((0.66, 3.08, 2.64), (0.57, 2.48, 2.52), (0.48, 2.31, 2.42),
+                    (0.36, 2.13, 2.05))},
+    "glm-4.7-flash": {
+        "eagle": ((0.25, 2.50, 1.52), (0.25, 1.83, 1.29), (0.25, 1.60, 1.67), (0.25, 1.55, 2.17)),
+        "slm": ((0.14, 1.79, 0.60), (0.14, 1.27, 0.74), (0.14, 1.18, 1.00), (0.14, 1.13, 1.27)),
+        "quant": ((0.83, 1.79, 0.87), (0.83, 1.27, 0.65), (0.83, 1.18, 0.80), (0.83, 1.13, 1.03)),
+        "elastic": ((0.61, 2.61, 2.02), (0.55, 1.93, 2.10), (0.50, 1.71, 2.58),
+                    (0.47, 1.64, 3.13))},
+    "deepseek-v2-lite": {
+        "eagle": ((0.42, 2.45, 2.63), (0.42, 1.87, 2.80), (0.42, 1.71, 3.65), (0.42, 1.62, 4.21)),
+        "slm": ((0.38, 1.98, 1.42), (0.38, 1.48, 1.86), (0.38, 1.34, 2.45), (0.38, 1.24, 2.78)),
+        "quant": ((0.84, 1.65, 0.97), (0.84, 1.22, 0.94), (0.84, 1.15, 1.26), (0.84, 1.12, 1.53)),
+        "elastic": ((0.72, 2.51, 2.02), (0.72, 1.92, 3.23), (0.70, 1.82, 4.34),
+                    (0.70, 1.72, 5.16))},
+    "gpt-oss-20b": {
+        "eagle": ((0.23, 4.14, 2.98), (0.23, 2.90, 1.98), (0.23, 2.78, 2.13), (0.23, 1.22, 2.13)),
+        "slm": ((0.24, 1.81, 1.29), (0.24, 1.33, 1.54), (0.24, 1.25, 1.71), (0.24, 1.22, 1.74)),
+        "quant": ((0.60, 5.54, 1.65), (0.60, 4.85, 0.74), (0.60, 4.36, 0.69), (0.60, 3.94, 0.74)),
+        "elastic": ((0.44, 5.54, 3.08), (0.39, 4.85, 2.86), (0.36, 4.36, 2.78),
+                    (0.33, 3.94, 2.56))},
+}
+
+
+# == platforms =====================================================================================
+
+@dataclass(frozen=True)
+class Platform:
+    """One evaluated system (Section 7, "Accelerator Baselines"). Bandwidths in GB/s (the
+    delivered fraction applied), capacities in bytes, throughput in TOPS (2 ops a MAC)."""
+
+    name: str
+    tops8: float
+    tops4: float
+    ext_gbps: float
+    hb_gbps: float
+    hb_bytes: int
+    hb_pj_per_bit: float
+    ext_pj_per_bit: float
+
+
+def platform(name: str, hb: str = "4gb") -> Platform:
+    """``xpu`` or ``ours`` with the ``paper-<hb>`` configuration's figures (module docstring);
+    raises :class:`UserError` on an unknown name or HB size."""
+    if hb not in ("4gb", "8gb"):
+        raise UserError(f"hb: expected 4gb or 8gb, got {hb!r}")
+    a = arch_preset(f"paper-{hb}")
+    ext = a.ext_gbps * EXT_EFFICIENCY
+    if name == "xpu":
+        return Platform("xpu", a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0,
+                        a.hb_pj_per_bit, a.ext_pj_per_bit)
+    if name == "ours":
+        return Platform("ours", a.peak_tops(8), a.peak_tops(4), ext,
+                        a.pes * a.hb_bank_gbps * HB_EFFICIENCY, a.pes * a.hb_bank_bytes,
+                        a.hb_pj_per_bit, a.ext_pj_per_bit)
+    raise UserError(f"unknown platform {name!r}; known: xpu, ours")
+
+
+# == the expert cache ==============================================================================
+
+#: Zipf exponent of each model's expert popularity: fitted by :func:`calibrate_zipf` (token
+#: form) on the Elastic-SD Phi_AR cells of Table 3's 4 GB rows, the only figures used.
+ZIPF = {"qwen3-30b-a3b": 2.15, "glm-4.7-flash": 1.25, "deepseek-v2-lite": 0.9,
+        "gpt-oss-20b": 1.55}
+
+#: The SD tree (depth, width) of every scheme and point: fitted by :func:`calibrate_tree` on the
+#: Phi_SD cells of Table 3's 4 GB rows (the paper names EAGLE-2's dynamic tree, Li et al.
+#: 2024b, but not its size). ``"best"`` in :func:`table3` searches per point instead.
+TREE = (5, 4)
+
+
+class ExpertPopularity:
+    """Per-token pick probabilities of a layer's ``experts`` under a Zipf law of exponent
+    ``s`` (``p_i`` proportional to ``(i + 1) ** -s``, scaled to sum ``top_k`` and capped at 1:
+    a token picks ``top_k`` distinct experts), and an LRU cache of ``slots`` experts under
+    Che's approximation: the characteristic time ``t`` (in tokens) solves ``sum(1 - exp(-p_i
+    t)) = slots``, expert ``i`` is cached with ``h_i = 1 - exp(-p_i t)``.
+
+    :meth:`step` gives, for ``n`` token rows, the expected distinct experts ``sum(1 - (1 -
+    p_i) ** n)`` and hits ``sum((1 - (1 - p_i) ** n) h_i)``."""
+
+    def __init__(self, experts: int, top_k: int, s: float):
+        if not (s >= 0 and math.isfinite(s)):
+            raise ValueError(f"zipf exponent: expected a number >= 0, got {s!r}")
+        self.experts, self.top_k, self.s = experts, top_k, s
+        w = (np.arange(experts) + 1.0) ** -s
+        p = top_k * w / w.sum()
+        capped = np.zeros(experts, bool)
+        for _ in range(experts):            # cap at 1, spread the excess over the rest
+            capped |= p > 1
+            if not (p > 1).any():
+                break
+            p[capped] = 1.0
+            p[~capped] *= (top_k - capped.sum()) / p[~capped].sum()
+        self.p = p
+        self._che = {}
+
+    def che(self, slots: float) -> np.ndarray:
+        """``h_i`` for an LRU of ``slots`` experts (all cached when ``slots >= experts``)."""
+        slots = float(min(max(slots, 0.0), self.experts))
+        key = round(slots, 6)
+        if key not in self._che:
+            if slots >= self.experts:
+                h = np.ones(self.experts)
+            elif slots <= 0:
+                h = np.zeros(self.experts)
+            else:
+                lo, hi = 0.0, 1.0
+                while np.sum(1 - np.exp(-self.p * hi)) < slots:
+                    hi *= 2
+                for _ in range(60):
+                    mid = (lo + hi) / 2
+                    if np.sum(1 - np.exp(-self.p * mid)) < slots:
+                        lo = mid
+                    else:
+                        hi = mid
+                h = 1 - np.exp(-self.p * hi)
+            self._che[key] = h
+        return self._che[key]
+
+    def step(self, n: int, slots: float, form: str = "token") -> tuple:
+        """``(distinct experts, hits)`` of a step of ``n`` token rows at one layer.
+
+        ``form="step"``: hits ``sum(a_i h_i)`` (an expert hits when it is cached; never more
+        hits than slots); ``form="token"``: the distinct experts times the token-weighted hit
+        rate ``sum(p_i h_i) / top_k`` (what a per-access LRU hit rate applied to a step's
+        expert loads gives: hot experts weigh more, so a step can count more hits than the
+        cache has slots)."""
+        a = 1 - (1 - self.p) ** n
+        h = self.che(slots)
+        if form == "token":
+            return float(a.sum()), float(a.sum() * (self.p * h).sum() / self.top_k)
+        if form != "step":
+            raise UserError(f"cache form: expected step or token, got {form!r}")
+        return float(a.sum()), float((a * h).sum())
+
+    def pool_step(self, n: int, slots: float) -> float:
+        """Distinct experts of ``n`` rows routed only within the ``slots`` hottest experts
+        (Elastic-SD's throttled draft: top-k kept inside the pool)."""
+        c = int(min(max(round(slots), self.top_k), self.experts))
+        q = self.p[:c] * self.top_k / self.p[:c].sum()
+        q = np.minimum(q, 1.0)
+        return float((1 - (1 - q) ** n).sum())
+
+
+# == draft models ==================================================================================
+
+@dataclass(frozen=True)
+class DraftModel:
+    """A dense draft model (EAGLE-3 head, small LM): ``layers`` decoder layers of GQA attention
+    and a SwiGLU FFN, an LM head of ``vocab`` rows; ``extra`` more weights (EAGLE-3's fc).
+    Weights G32 INT8; ``source`` names the figures' origin."""
+
+    name: str
+    layers: int
+    hidden: int
+    attn_in: int
+    intermediate: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    extra: int
+    source: str
+
+    @property
+    def weights(self) -> int:
+        q, kv = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
+        attn = self.attn_in * (q + 2 * kv) + q * self.hidden
+        return (self.layers * (attn + 3 * self.hidden * self.intermediate)
+                + self.vocab * self.hidden + self.extra)
+
+    @property
+    def kv_per_token(self) -> int:
+        """KV bytes a token leaves in all layers."""
+        return self.layers * 2 * self.kv_heads * self.head_dim * KV_BYTES
+
+
+def eagle_head(shape: DecoderShape) -> DraftModel:
+    """The EAGLE-3 head of a target (Li et al. 2025b): one decoder layer at the target's width
+    whose attention takes the concatenated embedding and feature (2 x hidden), an fc fusing
+    three target features (3 x hidden -> hidden) and a 32,000-token draft vocabulary. Its
+    FFN is taken as 3 x hidden and its attention as the target's GQA heads (MLA targets: their
+    query heads as MHA of 128): placeholders until a released head's config is read."""
+    m = shape.model
+    H = m.hidden
+    if shape.attention == "gqa":
+        qh, kvh, hd = shape.q_heads, shape.kv_heads, shape.head_dim
+    else:
+        qh, kvh, hd = shape.q_heads, shape.q_heads, 128
+    return DraftModel(f"eagle3-{m.name}", 1, H, 2 * H, 3 * H, qh, kvh, hd, 32000, 3 * H * H,
+                      "EAGLE-3 (Li et al. 2025b): one layer, fc 3H->H, draft vocab 32000; "
+                      "FFN 3H and heads: placeholders")
+
+
+#: Qwen2.5-1.5B-Instruct (SLM-SD's draft, Section 7), from its config.json: num_hidden_layers=28,
+#: hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
+#: head dim 1536 / 12 = 128, vocab_size=151936, tie_word_embeddings=true.
+QWEN25_1P5B = DraftModel("qwen2.5-1.5b-instruct", 28, 1536, 1536, 8960, 12, 2, 128, 151936, 0,
+                         "Qwen/Qwen2.5-1.5B-Instruct config.json")
+DRAFT_MODELS = {"slm": QWEN25_1P5B}
+
+
+# == the model =====================================================================================
+
+@dataclass
+class StepCost:
+    """One step: seconds and bytes (HB, EXT), by stage kind."""
+
+    seconds: float = 0.0
+    hb_bytes: float = 0.0
+    ext_bytes: float = 0.0
+    parts: dict = field(default_factory=dict)       # stage -> seconds
+
+    def add(self, kind, seconds, hb, ext):
+        self.seconds += seconds
+        self.hb_bytes += hb
+        self.ext_bytes += ext
+        self.parts[kind] = self.parts.get(kind, 0.0) + seconds
+
+    def energy_pj(self, plat: Platform) -> float:
+        return 8 * (self.hb_bytes * plat.hb_pj_per_bit + self.ext_bytes * plat.ext_pj_per_bit)
+
+
+@dataclass
+class SDResult:
+    """The best SD configuration of a point: tree ``depth`` x ``width``, tokens an iteration
+    a sequence, draft and verify seconds of an iteration, seconds a token (all sequences)."""
+
+    depth: int
+    width: int
+    tokens: float
+    draft_s: float
+    verify_s: float
+    per_token_s: float
+    energy_pj_per_token: float
+
+
+class EvalModel:
+    """The whole-decoder model of ``model`` (a preset with a :class:`~.decoder.DecoderShape`)
+    on ``plat`` running ``scheme`` (``"ar"`` for plain AR, or one of :data:`SCHEMES`) at
+    ``batch`` sequences of ``context`` tokens. ``zipf`` overrides :data:`ZIPF`.
+
+    HB placement (Fig. 12) is fixed at construction: :attr:`hb_static` (fraction of the static
+    weights in HB), :attr:`hb_kv` (of the KV cache), :attr:`draft_in_hb`, :attr:`slots` (expert
+    cache slots a MoE layer)."""
+
+    def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
+                 context: int = CONTEXT, zipf: float | None = None, form: str = "token"):
+        if scheme not in ("ar",) + SCHEMES:
+            raise UserError(f"unknown scheme {scheme!r}; known: ar, {', '.join(SCHEMES)}")
+        if not isinstance(batch, int) or batch < 1:
+            raise UserError(f"batch: expected a positive integer, got {batch!r}")
+        self.shape = decoder_shape(model)
+        self.m = m = self.shape.model
+        self.plat, self.scheme, self.batch, self.context = plat, scheme, batch, context
+        self.form = form
+        self.sizes = self.shape.sizes()
+        if zipf is None and m.name not in ZIPF:
+            raise UserError(f"model {m.name!r} has no calibrated expert popularity; known: "
+                            f"{', '.join(ZIPF)} (or pass zipf=)")
+        s = ZIPF[m.name] if zipf is None else zipf
+        self.pop = ExpertPopularity(m.routed_experts, m.top_k, s)
+        self.mxfp4 = m.expert_format == "mxfp4"
+        # draft model
+        self.draft = (eagle_head(self.shape) if scheme == "eagle"
+                      else DRAFT_MODELS.get(scheme))
+        self._place()
+
+    # -- placement (Fig. 12) ----------------------------------------------------------------------
+    def _place(self):
+        m, z, cap = self.m, self.sizes, float(self.plat.hb_bytes)
+        self.static_bytes = weight_bytes(z.static)
+        self.kv_bytes = self.batch * self.shape.kv_tokens(self.context) \
+            * self.shape.kv_values_per_token * KV_BYTES
+        draft = 0.0
+        if self.draft is not None:
+            draft = weight_bytes(self.draft.weights) \
+                + self.batch * self.context * self.draft.kv_per_token
+        elif self.scheme == "quant":
+            draft = weight_bytes(z.static, 4)           # the static weights' 4-bit copy
+        left = cap
+        self.hb_static = min(1.0, left / self.static_bytes) if self.static_bytes else 1.0
+        left = max(0.0, left - self.static_bytes)
+        self.hb_kv = min(1.0, left / self.kv_bytes) if self.kv_bytes else 1.0
+        left = max(0.0, left - self.kv_bytes)
+        self.draft_in_hb = min(1.0, left / draft) if draft else 1.0
+        left = max(0.0, left - draft)
+        self.cache_bytes = left
+        slot = m.expert_msb_bytes        # Quant-SD: its experts' 4-bit copies (MXFP4: the experts)
+        self.slot_bytes = slot
+        self.slots = left / slot / m.moe_layers
+
+    # -- one stage --------------------------------------------------------------------------------
+    def _stage(self, cost, kind, hb, ext, macs, bits=8):
+        p = self.plat
+        tops = p.tops4 if bits == 4 else p.tops8
+        t = max(hb / p.hb_gbps / 1e9 if hb else 0.0, ext / p.ext_gbps / 1e9,
+                2 * macs / tops / 1e12)
+        cost.add(kind, t, hb, ext)
+
+    def _split(self, nbytes, frac):
+        return nbytes * frac, nbytes * (1 - frac)
+
+    # -- a target step ----------------------------------------------------------------------------
+    def step(self, rows: int, *, phase: str = "ar") -> StepCost:
+        """One target step of ``rows`` token rows over the batch (``phase``: ``"ar"``,
+        ``"verify"`` or ``"draft"``: Elastic-SD's and Quant-SD's 4-bit draft of the target)."""
+        m, sh, z = self.m, self.shape, self.sizes
+        H, L = m.hidden, m.layers
+        draft = phase == "draft"
+        bits = 4 if draft else 8
+        cost = StepCost()
+        # static weights of the draft: Elastic reads the nested MSB slices in place; Quant-SD its
+        # 4-bit copy (HB first, as placed)
+        fs = self.hb_static if not (draft and self.scheme == "quant") else self.draft_in_hb
+        ctx_tokens = sh.kv_tokens(self.context)
+        kv_layer = self.batch * ctx_tokens * sh.kv_values_per_token * KV_BYTES / L
+        att_macs = rows * (sh.attention_weights + m.routed_experts * H) \
+            + rows * sh.attention_macs(ctx_tokens // L)
+        dense_layers = L - m.moe_layers
+        for layer_kind, count in (("dense", dense_layers), ("moe", m.moe_layers)):
+            if not count:
+                continue
+            c = StepCost()
+            w = weight_bytes(sh.attention_weights + (m.routed_experts * H if layer_kind == "moe"
+                                                     else 0), bits)
+            hb, ext = self._split(w, fs)
+            kh, ke = self._split(kv_layer, self.hb_kv)
+            self._stage(c, "attention", hb + kh, ext + ke, att_macs, bits)
+            if layer_kind == "dense":
+                w = weight_bytes(3 * H * sh.dense_intermediate, bits)
+                hb, ext = self._split(w, fs)
+                self._stage(c, "dense", hb, ext, rows * 3 * H * sh.dense_intermediate, bits)
+            else:
+                self._moe(c, rows, phase, fs)
+            for k, v in c.parts.items():
+                cost.parts[k] = cost.parts.get(k, 0.0) + v * count
+            cost.seconds += c.seconds * count
+            cost.hb_bytes += c.hb_bytes * count
+            cost.ext_bytes += c.ext_bytes * count
+        w = weight_bytes(z.lm_head, bits)
+        hb, ext = self._split(w, fs)
+        self._stage(cost, "lm_head", hb, ext + rows * H * 2, rows * z.lm_head, bits)
+        return cost
+
+    def _moe(self, c, rows, phase, fs):
+        m = self.m
+        H = m.hidden
+        bits = 4 if phase == "draft" else 8
+        shared = m.ffn_matrices * H * m.shared_intermediate
+        hb, ext = self._split(weight_bytes(shared, bits), fs)
+        msb, lsb, whole = m.expert_msb_bytes, m.expert_lsb_bytes, m.expert_bytes
+        macs = rows * (shared + m.top_k * m.expert_weights)
+        on_hb = self.plat.hb_bytes > 0
+        if phase == "draft" and self.scheme == "elastic":
+            uniq = self.pop.pool_step(rows, self.slots)
+            hb += uniq * msb
+        elif phase == "draft":                            # Quant-SD: 4-bit copies, all experts
+            uniq, hits = self.pop.step(rows, self.slots, self.form)
+            hb += hits * msb
+            ext += (uniq - hits) * msb
+        else:
+            uniq, hits = self.pop.step(rows, self.slots if on_hb else 0, self.form)
+            if self.scheme == "quant" and not self.mxfp4:
+                ext += uniq * whole             # the cache holds 4-bit draft copies only
+            else:
+                hb += hits * msb
+                ext += hits * lsb + (uniq - hits) * whole
+        self._stage(c, "experts", hb, ext, macs, bits)
+
+    # -- draft models ------------------------------------------------------------------------------
+    def draft_step(self, rows: int) -> StepCost:
+        """One step of the scheme's draft on ``rows`` rows."""
+        if self.scheme in ("elastic", "quant"):
+            return self.step(rows, phase="draft")
+        d = self.draft
+        cost = StepCost()
+        w = weight_bytes(d.weights)
+        kv = self.batch * self.context * d.kv_per_token
+        hb, ext = self._split(w + kv, self.draft_in_hb)
+        macs = rows * d.weights + rows * d.layers * 2 * d.q_heads * d.head_dim * self.context
+        self._stage(cost, "draft", hb, ext, macs)
+        return cost
+
+    # -- AR and SD ---------------------------------------------------------------------------------
+    def ar(self) -> StepCost:
+        """One AR step: one token of every sequence."""
+        return self.step(self.batch, phase="ar")
+
+    def sd(self, alpha: float, depth: int, width: int = 1) -> SDResult:
+        """One SD iteration of a ``depth`` x ``width`` tree at acceptance ``alpha``."""
+        if not 0 <= alpha < 1:
+            raise UserError(f"alpha: expected a rate in [0, 1), got {alpha!r}")
+        B = self.batch
+        beta = 1 - (1 - alpha) ** width
+        tokens = 1 + sum(beta ** i for i in range(1, depth + 1))
+        d1 = self.draft_step(B)
+        dn = self.draft_step(B * width) if depth > 1 else StepCost()
+        draft_s = d1.seconds + (depth - 1) * dn.seconds
+        v = self.step(B * (1 + depth * width), phase="verify")
+        per_token = (draft_s + v.seconds) / (B * tokens)
+        e = (d1.energy_pj(self.plat) + (depth - 1) * dn.energy_pj(self.plat)
+             + v.energy_pj(self.plat)) / (B * tokens)
+        return SDResult(depth, width, tokens, draft_s, v.seconds, per_token, e)
+
+    def best_sd(self, alpha: float, depths=range(1, 9), widths=(1, 2, 4)) -> SDResult:
+        """The fastest tree of ``depths`` x ``widths`` at ``alpha``."""
+        return min((self.sd(alpha, d, w) for d in depths for w in widths),
+                   key=lambda r: r.per_token_s)
+
+
+# == Table 3 =======================================================================================
+
+def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = None,
+           form: str = "token", tree=TREE) -> list:
+    """Our Table 3 at ``hb``: a row (dict) per (model, scheme, batch) with alpha
+    (``alphas[model][scheme][i]``, default the paper's 4 GB alpha: the 8 GB alphas are not in
+    this copy of the paper), Phi_AR, Phi_SD, the tree, milliseconds and access energy a token
+    (xPU, AR, SD), expert-cache slots a layer, and the paper's figures where this copy has them
+    (``paper_alpha``, ``paper_phi_ar``, ``paper_phi_sd``: 4 GB). ``zipf`` overrides
+    :data:`ZIPF`; ``form`` is the cache form (:meth:`ExpertPopularity.step`); ``tree`` a
+    ``(depth, width)`` or ``"best"`` (the fastest of depth 1-8 x width 1, 2, 4 per point)."""
+    xpu, ours = platform("xpu", hb), platform("ours", hb)
+    zipf = {**ZIPF, **(zipf or {})}
+    rows = []
+    for model in TABLE3_MODELS:
+        s = zipf[model]
+        for scheme in SCHEMES:
+            for i, b in enumerate(TABLE3_BATCHES):
+                paper = TABLE3_4GB[model][scheme][i]
+                alpha = alphas[model][scheme][i] if alphas else paper[0]
+                base = EvalModel(model, xpu, "ar", batch=b, zipf=s, form=form).ar()
+                em = EvalModel(model, ours, scheme, batch=b, zipf=s, form=form)
+                ar = em.ar()
+                sd = em.best_sd(alpha) if tree == "best" else em.sd(alpha, *tree)
+                phi_ar = base.seconds / ar.seconds
+                phi_sd = base.seconds / b / sd.per_token_s
+                row = {"model": model, "scheme": scheme, "batch": b, "alpha": alpha,
+                       "phi_ar": phi_ar, "phi_sd": phi_sd, "best": max(phi_ar, phi_sd),
+                       "mode": "sd" if phi_sd > phi_ar else "ar",
+                       "depth": sd.depth, "width": sd.width, "tokens": sd.tokens,
+                       "slots": em.slots, "xpu_ms_token": base.seconds / b * 1e3,
+                       "ar_ms_token": ar.seconds / b * 1e3,
+                       "sd_ms_token": sd.per_token_s * 1e3,
+                       "xpu_pj_token": base.energy_pj(xpu) / b,
+                       "ar_pj_token": ar.energy_pj(ours) / b,
+                       "sd_pj_token": sd.energy_pj_per_token}
+                if hb == "4gb":
+                    row.update(paper_alpha=paper[0], paper_phi_ar=paper[1],
+                               paper_phi_sd=paper[2])
+                rows.append(row)
+    return rows
+
+
+#: The paper's best-mode speedups of Elastic-SD over xPU averaged over Table 3's models and
+#: batches (Section 7.1): 3.4x at 4 GB, 7.0x at 8 GB.
+PAPER_BEST_MODE_MEAN = {"4gb": 3.4, "8gb": 7.0}
+
+
+def summary(rows) -> dict:
+    """Errors of :func:`table3` rows against the paper (``ratio`` = ours / paper per cell):
+    ``cells``, ``within_15``, ``mean_abs_error`` (of the ratio from 1), ``worst`` (the cell,
+    with its ratio), per-scheme and per-figure mean errors, and the Elastic-SD best-mode mean
+    beside :data:`PAPER_BEST_MODE_MEAN`."""
+    cells = []
+    for r in rows:
+        for k in ("phi_ar", "phi_sd"):
+            if f"paper_{k}" in r:
+                cells.append((r[k] / r[f"paper_{k}"], r["model"], r["scheme"], r["batch"], k))
+    el = [r["best"] for r in rows if r["scheme"] == "elastic"]
+    out = {"elastic_best_mode_mean": float(np.mean(el)) if el else None}
+    if not cells:
+        return out
+    err = np.array([abs(c[0] - 1) for c in cells])
+    w = max(cells, key=lambda c: abs(c[0] - 1))
+    out.update(cells=len(cells), within_15=int((err <= 0.15).sum()),
+               mean_abs_error=float(err.mean()),
+               worst={"model": w[1], "scheme": w[2], "batch": w[3], "figure": w[4],
+                      "ratio": w[0]})
+    for key, pick in (("by_scheme", 2), ("by_figure", 4)):
+        groups = {}
+        for c in cells:
+            groups.setdefault(c[pick], []).append(abs(c[0] - 1))
+        out[key] = {g: float(np.mean(v)) for g, v in groups.items()}
+    return out
+
+
+def calibrate_zipf(grid=np.round(np.arange(0.0, 4.01, 0.05), 2), form: str = "token") -> dict:
+    """Per model, the Zipf exponent of ``grid`` that minimises the squared log error of the
+    Elastic-SD Phi_AR cells of Table 3's 4 GB rows (the only cells used)."""
+    xpu, ours = platform("xpu", "4gb"), platform("ours", "4gb")
+    out = {}
+    for model in TABLE3_MODELS:
+        best = None
+        for s in grid:
+            err = 0.0
+            for i, b in enumerate(TABLE3_BATCHES):
+                base = EvalModel(model, xpu, "ar", batch=b, zipf=s, form=form).ar().seconds
+                ar = EvalModel(model, ours, "elastic", batch=b, zipf=s,
+                               form=form).ar().seconds
+                err += math.log(base / ar / TABLE3_4GB[model]["elastic"][i][1]) ** 2
+            if best is None or err < best[0]:
+                best = (err, float(s))
+        out[model] = best[1]
+    return out
+
+
+def calibrate_tree(depths=range(1, 9), widths=(1, 2, 3, 4, 6, 8)) -> tuple:
+    """The ``(depth, width)`` that minimises the mean absolute error of every Phi_SD cell of
+    Table 3's 4 GB rows (all schemes, the paper's alpha, :data:`ZIPF`)."""
+    xpu, ours = platform("xpu", "4gb"), platform("ours", "4gb")
+    base, models = {}, {}
+    for model in TABLE3_MODELS:
+        for i, b in enumerate(TABLE3_BATCHES):
+            base[model, b] = EvalModel(model, xpu, "ar", batch=b).ar().seconds
+            for scheme in SCHEMES:
+                models[model, scheme, i] = EvalModel(model, ours, scheme, batch=b)
+    best = None
+    for d in depths:
+        for w in widths:
+            err = []
+            for (model, scheme, i), em in models.items():
+                b = TABLE3_BATCHES[i]
+                alpha, _, paper = TABLE3_4GB[model][scheme][i]
+                err.append(abs(base[model, b] / b / em.sd(alpha, d, w).per_token_s / paper - 1))
+            if best is None or np.mean(err) < best[0]:
+                best = (float(np.mean(err)), (d, w))
+    return best[1]

@@ -1,0 +1,182 @@
+"""The whole-decoder model and the paper's evaluation (sw/host/decoder.py, sw/host/paper_eval.py;
+issue 26): decoder sizes against the models' published parameter counts, figures by hand, Che's
+approximation against an exact LRU, the SD algebra, the calibrations and Table 3's shape."""
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from elmoe3d.errors import UserError
+from elmoe3d.sw.host import paper_eval as pe
+from elmoe3d.sw.host.decoder import KV_BYTES, decoder_shape, weight_bytes
+from elmoe3d.sw.host.models import model_preset
+
+
+# -- decoder shapes -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("model, total_b, active_b", [
+    # published totals: Qwen3-30B-A3B 30.5B (3.3B active with embeddings), DeepSeek-V2-Lite
+    # 15.7B (2.4B active), gpt-oss-20b 20.9B (3.6B active), Mixtral-8x7B 46.7B (12.9B active)
+    ("qwen3-30b-a3b", 30.5, 3.0), ("deepseek-v2-lite", 15.7, 2.4), ("gpt-oss-20b", 20.9, 3.6),
+    ("mixtral-8x7b", 46.7, 12.8), ("glm-4.7-flash", 30.0, 3.6)])
+def test_decoder_sizes_match_published_parameter_counts(model, total_b, active_b):
+    sh = decoder_shape(model)
+    z, m = sh.sizes(), sh.model
+    total = z.static + z.experts + sh.vocab * m.hidden           # + the input embedding
+    active = z.static + m.moe_layers * m.top_k * m.expert_weights
+    assert total / 1e9 == pytest.approx(total_b, rel=0.01)
+    assert active / 1e9 == pytest.approx(active_b, rel=0.03)
+
+
+def test_attention_and_kv_by_hand():
+    q = decoder_shape("qwen3-30b-a3b")              # GQA, head_dim 128 (not 2048 / 32)
+    assert q.attention_weights == 2 * 2048 * 32 * 128 + 2 * 2048 * 4 * 128
+    assert q.kv_values_per_token == 2 * 4 * 128
+    assert q.kv_tokens(1024) == 48 * 1024
+    d = decoder_shape("deepseek-v2-lite")           # MLA: q_proj, kv_a, kv_b, o
+    assert d.attention_weights == (2048 * 16 * 192 + 2048 * 576 + 512 * 16 * 256
+                                   + 16 * 128 * 2048)
+    assert d.kv_values_per_token == 512 + 64
+    g = decoder_shape("gpt-oss-20b")                # half the layers slide over 128 tokens
+    assert g.kv_tokens(1024) == 12 * 1024 + 12 * 128
+    assert g.kv_tokens(100) == 24 * 100
+
+
+def test_weight_bytes_and_unknown_shape():
+    assert weight_bytes(64) == 64 + 2 * 2                         # INT8 + two FP16 scales
+    assert weight_bytes(64, 4) == 32 + 2 * 2
+    with pytest.raises(UserError, match="no whole-decoder shape"):
+        decoder_shape("olmoe-1b-7b")
+
+
+# -- platforms and one step ---------------------------------------------------------------------
+
+def test_platforms_from_the_paper_configurations():
+    x, o = pe.platform("xpu", "4gb"), pe.platform("ours", "4gb")
+    assert x.tops8 == pytest.approx(262.144) and x.hb_bytes == 0
+    assert o.hb_bytes == 4 << 30 and o.hb_gbps == pytest.approx(819.2 * pe.HB_EFFICIENCY)
+    assert o.tops4 == pytest.approx(2 * o.tops8)
+    o8 = pe.platform("ours", "8gb")
+    assert o8.hb_bytes == 8 << 30 and o8.hb_gbps == pytest.approx(1638.4 * pe.HB_EFFICIENCY)
+    for bad in (("gpu", "4gb"), ("ours", "2gb")):
+        with pytest.raises(UserError):
+            pe.platform(*bad)
+
+
+def test_xpu_ar_step_by_hand():
+    """One token on the xPU: every static weight, the KV cache and 8 experts a layer through
+    LPDDR5 (memory bound at batch 1), stage by stage."""
+    sh = decoder_shape("qwen3-30b-a3b")
+    m, z = sh.model, sh.sizes()
+    byts = (weight_bytes(z.static) + 48 * 1024 * sh.kv_values_per_token * KV_BYTES
+            + 48 * 8 * m.expert_bytes + 2048 * 2)
+    x = pe.platform("xpu")
+    cost = pe.EvalModel("qwen3-30b-a3b", x, batch=1).ar()
+    assert cost.ext_bytes == pytest.approx(byts)
+    assert cost.hb_bytes == 0
+    assert cost.seconds == pytest.approx(byts / (x.ext_gbps * 1e9))
+
+
+def test_ours_places_static_then_kv_then_the_cache():
+    o = pe.platform("ours", "4gb")
+    a1 = pe.EvalModel("qwen3-30b-a3b", o, "elastic", batch=1)
+    a16 = pe.EvalModel("qwen3-30b-a3b", o, "elastic", batch=16)
+    assert a1.hb_static == a1.hb_kv == 1.0
+    assert a16.kv_bytes == 16 * a1.kv_bytes
+    assert a1.cache_bytes - a16.cache_bytes == pytest.approx(15 * a1.kv_bytes)
+    slm = pe.EvalModel("qwen3-30b-a3b", o, "slm", batch=1)
+    assert slm.slots < a1.slots                     # the SLM's weights and KV take HB
+    # the AR step reads the static weights and the KV from HB only
+    cost = a1.ar()
+    assert cost.hb_bytes >= weight_bytes(a1.sizes.static)
+
+
+def test_unknown_scheme_batch_and_popularity():
+    o = pe.platform("ours")
+    with pytest.raises(UserError, match="unknown scheme"):
+        pe.EvalModel("qwen3-30b-a3b", o, "medusa")
+    with pytest.raises(UserError, match="batch"):
+        pe.EvalModel("qwen3-30b-a3b", o, batch=0)
+    with pytest.raises(UserError, match="no calibrated expert popularity"):
+        pe.EvalModel("mixtral-8x7b", o)
+    assert pe.EvalModel("mixtral-8x7b", o, zipf=0.5).ar().seconds > 0
+
+
+# -- the cache model ----------------------------------------------------------------------------
+
+def test_che_fills_the_slots_and_bounds_step_hits():
+    pop = pe.ExpertPopularity(128, 8, 1.2)
+    assert pop.p.sum() == pytest.approx(8) and pop.p.max() <= 1
+    for slots in (4.0, 20.5, 64.0):
+        assert pop.che(slots).sum() == pytest.approx(slots, rel=1e-6)
+        uniq, hits = pop.step(16, slots, "step")
+        assert hits <= min(slots, uniq) + 1e-9
+    assert pop.step(1, 0.0)[1] == 0 and pop.che(200).min() == 1
+    assert pop.step(1, 10)[0] == pytest.approx(8)                  # one token: k experts
+    with pytest.raises(UserError, match="cache form"):
+        pop.step(1, 10, "exact")
+
+
+def test_che_matches_an_exact_lru():
+    """Che's approximation against an LRU driven by independent requests from the same
+    popularity (one pick a request, 64 experts, Zipf 0.8, 16 slots; seed 26)."""
+    seed = 26
+    print(f"seed {seed}")
+    pop = pe.ExpertPopularity(64, 1, 0.8)
+    rng = np.random.default_rng(seed)
+    reqs = rng.choice(64, size=200_000, p=pop.p)
+    lru, hits = OrderedDict(), 0
+    for n, e in enumerate(reqs):
+        if e in lru:
+            lru.move_to_end(e)
+            hits += n >= 10_000
+        else:
+            lru[e] = True
+            if len(lru) > 16:
+                lru.popitem(last=False)
+    exact = hits / (len(reqs) - 10_000)
+    che = float((pop.p * pop.che(16)).sum())
+    assert che == pytest.approx(exact, abs=0.01)
+
+
+# -- SD -----------------------------------------------------------------------------------------
+
+def test_sd_tokens_and_costs():
+    em = pe.EvalModel("deepseek-v2-lite", pe.platform("ours"), "elastic", batch=4)
+    r = em.sd(0.7, 1, 1)
+    assert r.tokens == pytest.approx(1.7)
+    r = em.sd(0.5, 3, 2)
+    beta = 1 - 0.5 ** 2
+    assert r.tokens == pytest.approx(1 + beta + beta ** 2 + beta ** 3)
+    assert r.verify_s == pytest.approx(em.step(4 * 7, phase="verify").seconds)
+    assert r.draft_s == pytest.approx(em.draft_step(4).seconds + 2 * em.draft_step(8).seconds)
+    # Elastic-SD's draft touches no EXT byte (static MSB slices and the pool, from HB)
+    assert em.draft_step(8).ext_bytes == pytest.approx(8 * 2048 * 2)     # embedding rows only
+    best = em.best_sd(0.7)
+    assert best.per_token_s <= r.per_token_s
+    with pytest.raises(UserError, match="alpha"):
+        em.sd(1.0, 2)
+
+
+# -- calibration and Table 3 --------------------------------------------------------------------
+
+def test_calibrations_reproduce_the_stored_figures():
+    assert pe.calibrate_zipf() == pe.ZIPF
+    assert pe.calibrate_tree() == pe.TREE
+
+
+def test_table3_rows_and_summary():
+    rows = pe.table3("4gb")
+    assert len(rows) == 4 * 4 * 4
+    assert all("paper_phi_ar" in r and r["phi_ar"] > 0 and r["phi_sd"] > 0 for r in rows)
+    s = pe.summary(rows)
+    assert s["cells"] == 128 and 0 <= s["within_15"] <= 128
+    assert s["worst"]["ratio"] > 0
+    rows8 = pe.table3("8gb")
+    assert not any("paper_phi_ar" in r for r in rows8)
+    assert "cells" not in pe.summary(rows8)
+    # more HB: every Elastic-SD point at least as fast in AR
+    for a, b in zip(rows, rows8):
+        if a["scheme"] == "elastic":
+            assert b["phi_ar"] >= a["phi_ar"]

@@ -1,0 +1,39 @@
+"""``elmoe3d paper`` (elmoe3d/cli/paper.py): Table 3 beside the paper's at 4 GB, ours alone at
+8 GB, the JSON report, one-line errors."""
+
+import json
+
+import elmoe3d.cli as cli
+from elmoe3d.sw.host import paper_eval as pe
+
+
+def test_table3_4gb_beside_the_paper(tmp_path, capsys):
+    out = tmp_path / "t3.json"
+    assert cli.main(["paper", "table3", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "ours / paper (ratio)" in text
+    assert "worst cell:" in text and "cells within 15% of the paper:" in text
+    assert "(paper: 3.4x)" in text
+    doc = json.loads(out.read_text())
+    assert doc["hb"] == "4gb" and len(doc["rows"]) == 64
+    assert doc["tree"] == list(pe.TREE) and doc["summary"]["cells"] == 128
+    r = doc["rows"][0]
+    assert f"{r['phi_ar']:.2f} / {r['paper_phi_ar']:.2f} ({r['phi_ar'] / r['paper_phi_ar']:.2f})" \
+        in text
+
+
+def test_table3_8gb_is_ours_alone(capsys):
+    assert cli.main(["paper", "table3", "--hb", "8gb", "--tree", "best"]) == 0
+    text = capsys.readouterr().out
+    assert "ours / paper" not in text and "(paper: 7.0x)" in text
+    assert "worst cell" not in text
+
+
+def test_errors_are_one_line(tmp_path, capsys):
+    assert cli.main(["paper", "table3", "--tree", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("elmoe3d paper: error: --tree: expected D,W (two integers) or "
+                           "best, got '3'")
+    bad = tmp_path / "missing" / "t.json"
+    assert cli.main(["paper", "table3", "--json", str(bad)]) == 2
+    assert "--json" in capsys.readouterr().err and not bad.parent.exists()
