@@ -41,7 +41,8 @@ rows. :meth:`EvalModel.best_sd` searches depth 1-8 and width 1, 2, 4. Schemes
 (:data:`SCHEMES`): Elastic-SD (the draft is the MSB slices of the static weights and of the
 cached experts, routing throttled to the cache: no EXT access), EAGLE-SD (an EAGLE-3 head in
 HB), SLM-SD (Qwen2.5-1.5B-Instruct in HB), Quant-SD (a separate 4-bit copy: the static copy in
-HB, each cached expert held as a 4-bit and an 8-bit copy).
+HB; no INT8 expert cache, its draft's 4-bit expert copies from EXT; GPT-OSS-20B's MXFP4 experts
+are their own 4-bit copy and cached as Elastic-SD's).
 
 Speedup: Phi_AR = xPU AR step time / the scheme's AR step time at the same batch; Phi_SD =
 xPU AR time a token / the scheme's SD time a token (Table 3; its "best mode" is the larger).
@@ -153,7 +154,7 @@ ZIPF = {"qwen3-30b-a3b": 2.15, "glm-4.7-flash": 1.25, "deepseek-v2-lite": 0.9,
 #: The SD tree (depth, width) of every scheme and point: fitted by :func:`calibrate_tree` on the
 #: Phi_SD cells of Table 3's 4 GB rows (the paper names EAGLE-2's dynamic tree, Li et al.
 #: 2024b, but not its size). ``"best"`` in :func:`table3` searches per point instead.
-TREE = (5, 4)
+TREE = (7, 3)
 
 
 class ExpertPopularity:
@@ -373,10 +374,16 @@ class EvalModel:
         left = max(0.0, left - self.kv_bytes)
         self.draft_in_hb = min(1.0, left / draft) if draft else 1.0
         left = max(0.0, left - draft)
+        # Quant-SD keeps no INT8 expert cache: its two copies of every expert (4-bit draft,
+        # 8-bit target) halve what a slot holds and its unthrottled draft touches every expert
+        # (Section 7.1, "the worst case"); the paper's Quant-SD Phi_AR equal the no-cache ones
+        # (Qwen3 batch 4-16, GLM every batch: SLM-SD's). MXFP4 experts are their own 4-bit copy
+        # (GPT-OSS-20B: Quant-SD's Phi_AR equal Elastic-SD's), so those keep the cache.
+        if self.scheme == "quant" and not self.mxfp4:
+            left = 0.0
         self.cache_bytes = left
-        slot = m.expert_msb_bytes        # Quant-SD: its experts' 4-bit copies (MXFP4: the experts)
-        self.slot_bytes = slot
-        self.slots = left / slot / m.moe_layers
+        self.slot_bytes = m.expert_msb_bytes
+        self.slots = left / self.slot_bytes / m.moe_layers
 
     # -- one stage --------------------------------------------------------------------------------
     def _stage(self, cost, kind, hb, ext, macs, bits=8):
@@ -449,11 +456,8 @@ class EvalModel:
             ext += (uniq - hits) * msb
         else:
             uniq, hits = self.pop.step(rows, self.slots if on_hb else 0, self.form)
-            if self.scheme == "quant" and not self.mxfp4:
-                ext += uniq * whole             # the cache holds 4-bit draft copies only
-            else:
-                hb += hits * msb
-                ext += hits * lsb + (uniq - hits) * whole
+            hb += hits * msb
+            ext += hits * lsb + (uniq - hits) * whole
         self._stage(c, "experts", hb, ext, macs, bits)
 
     # -- draft models ------------------------------------------------------------------------------
