@@ -183,44 +183,49 @@ class ExpertPopularity:
         self.p = p
         self._che = {}
 
-    def che(self, slots: float) -> np.ndarray:
-        """``h_i`` for an LRU of ``slots`` experts (all cached when ``slots >= experts``)."""
+    def che(self, slots: float, rates=None) -> np.ndarray:
+        """``h_i`` for an LRU of ``slots`` experts whose items are requested at ``rates``
+        (default the per-token picks ``p``; all cached when ``slots >= experts``)."""
         slots = float(min(max(slots, 0.0), self.experts))
-        key = round(slots, 6)
+        key = (round(slots, 6), None if rates is None else rates.tobytes())
         if key not in self._che:
+            r = self.p if rates is None else rates
             if slots >= self.experts:
                 h = np.ones(self.experts)
             elif slots <= 0:
                 h = np.zeros(self.experts)
             else:
                 lo, hi = 0.0, 1.0
-                while np.sum(1 - np.exp(-self.p * hi)) < slots:
+                while np.sum(1 - np.exp(-r * hi)) < slots:
                     hi *= 2
                 for _ in range(60):
                     mid = (lo + hi) / 2
-                    if np.sum(1 - np.exp(-self.p * mid)) < slots:
+                    if np.sum(1 - np.exp(-r * mid)) < slots:
                         lo = mid
                     else:
                         hi = mid
-                h = 1 - np.exp(-self.p * hi)
+                h = 1 - np.exp(-r * hi)
             self._che[key] = h
         return self._che[key]
 
     def step(self, n: int, slots: float, form: str = "token") -> tuple:
-        """``(distinct experts, hits)`` of a step of ``n`` token rows at one layer.
+        """``(distinct experts, hits)`` of a step of ``n`` token rows at one layer; expert
+        ``i`` is in the step with ``a_i = 1 - (1 - p_i) ** n``.
 
-        ``form="step"``: hits ``sum(a_i h_i)`` (an expert hits when it is cached; never more
-        hits than slots); ``form="token"``: the distinct experts times the token-weighted hit
-        rate ``sum(p_i h_i) / top_k`` (what a per-access LRU hit rate applied to a step's
-        expert loads gives: hot experts weigh more, so a step can count more hits than the
-        cache has slots)."""
+        ``form="step"``: the LRU sees a step's distinct experts (one access each), so Che's
+        approximation runs on the rates ``a_i`` (characteristic time in steps) and the hits
+        are ``sum(a_i h_i)``: never more than the slots. ``form="token"``: the distinct experts
+        times the per-token hit rate ``sum(p_i h_i) / top_k`` of an LRU that sees every
+        token's picks (``h_i`` from the rates ``p_i``): what a per-access LRU hit rate
+        applied to a step's expert loads gives; hot experts weigh more, so a step can count
+        more hits than the cache has slots."""
         a = 1 - (1 - self.p) ** n
-        h = self.che(slots)
         if form == "token":
+            h = self.che(slots)
             return float(a.sum()), float(a.sum() * (self.p * h).sum() / self.top_k)
         if form != "step":
             raise UserError(f"cache form: expected step or token, got {form!r}")
-        return float(a.sum()), float((a * h).sum())
+        return float(a.sum()), float((a * self.che(slots, a)).sum())
 
     def pool_step(self, n: int, slots: float) -> float:
         """Distinct experts of ``n`` rows routed only within the ``slots`` hottest experts
@@ -618,3 +623,73 @@ def calibrate_tree(depths=range(1, 9), widths=(1, 2, 3, 4, 6, 8)) -> tuple:
             if best is None or np.mean(err) < best[0]:
                 best = (float(np.mean(err)), (d, w))
     return best[1]
+
+
+# == the cache model against an exact LRU on a real trace ==========================================
+
+def trace_popularity(trace, phase: str = "decode") -> np.ndarray:
+    """Per-token pick probabilities ``[layers, experts]`` of a routing trace: picks of each
+    expert over the tokens present at each layer (a row sums to ``top_k``)."""
+    L, E = len(trace.layer_ids), trace.num_experts
+    counts, tokens = np.zeros((L, E)), np.zeros(L)
+    for r in trace.requests(phase):
+        for j in range(L):
+            ids = r.ids[:, j][r.present[:, j]]
+            tokens[j] += len(ids)
+            np.add.at(counts[j], ids.ravel().astype(np.int64), 1)
+    if not tokens.all():
+        raise UserError("trace: a layer has no routed token")
+    return counts / tokens[:, None]
+
+
+def che_global(p: np.ndarray, slots: int, batch: int) -> float:
+    """Hit rate of one LRU over every (layer, expert) MSB slice of ``slots`` slots under Che's
+    approximation, a step of ``batch`` tokens accessing each layer's distinct experts once:
+    expert ``(l, i)`` is accessed in a step with ``a = 1 - (1 - p)^batch``, cached with ``h =
+    1 - exp(-a T)``, ``T`` (in steps) solving ``sum h = slots``; hit rate ``sum(a h) / sum(a)``
+    (the step form of :meth:`ExpertPopularity.step`, over all layers at once as
+    :class:`~.hbcache.HBExpertCache` is one LRU)."""
+    a = (1 - (1 - np.minimum(p, 1.0)) ** batch).ravel()
+    if slots >= a.size:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    while np.sum(1 - np.exp(-a * hi)) < slots:
+        hi *= 2
+    for _ in range(80):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if np.sum(1 - np.exp(-a * mid)) < slots else (lo, mid)
+    h = 1 - np.exp(-a * hi)
+    return float((a * h).sum() / a.sum())
+
+
+def fit_zipf(p: np.ndarray, grid=np.round(np.arange(0.0, 4.01, 0.01), 2)) -> float:
+    """The Zipf exponent whose :class:`ExpertPopularity` best matches (least squares) the
+    layers' pick probabilities ``p [layers, experts]`` sorted hottest first, averaged."""
+    L, E = p.shape
+    k = int(round(p.sum(axis=1).mean()))
+    target = np.sort(p, axis=1)[:, ::-1].mean(axis=0)
+    return float(min(grid, key=lambda s: np.sum((ExpertPopularity(E, k, s).p - target) ** 2)))
+
+
+def cache_check(trace, model, slots_per_layer=(1, 2, 3, 4, 5, 6), batches=(1, 2)) -> list:
+    """Che's approximation against the exact trace-driven LRU (:func:`~.hbcache.replay` through
+    an :class:`~.hbcache.HBExpertCache` of ``slots_per_layer x layers`` MSB slices, demand
+    admission) on ``trace``'s decode routing: a row per (batch, slots) with the exact hit rate,
+    Che's from the trace's own per-layer popularity (``che_trace``) and from a Zipf law fitted
+    to it (``che_zipf``, the form Table 3's models use), and the Zipf exponent."""
+    from .hbcache import HBExpertCache, replay
+    from .models import model_preset
+    m = model_preset(model)
+    p = trace_popularity(trace)
+    s = fit_zipf(p)
+    pz = np.tile(ExpertPopularity(m.routed_experts, m.top_k, s).p, (p.shape[0], 1))
+    rows = []
+    for b in batches:
+        for n in slots_per_layer:
+            slots = n * p.shape[0]
+            cache = HBExpertCache(capacity_bytes=slots * m.expert_msb_bytes, model=m)
+            exact = replay(trace, cache, batch=b).hit_rate
+            rows.append({"batch": b, "slots_per_layer": n, "exact": exact,
+                         "che_trace": che_global(p, slots, b),
+                         "che_zipf": che_global(pz, slots, b), "zipf": s})
+    return rows

@@ -180,3 +180,29 @@ def test_table3_rows_and_summary():
     for a, b in zip(rows, rows8):
         if a["scheme"] == "elastic":
             assert b["phi_ar"] >= a["phi_ar"]
+
+
+# -- the cache model against the exact LRU on the real Mixtral trace ----------------------------
+
+def test_che_against_the_exact_lru_on_the_mixtral_trace():
+    from elmoe3d.sw.host.corpus import traces_dir
+    from elmoe3d.sw.host.trace import import_vllm_jsonl
+    trace = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")[0]
+    p = pe.trace_popularity(trace)
+    assert p.shape == (32, 8) and np.allclose(p.sum(axis=1), 2)
+    rows = pe.cache_check(trace, "mixtral-8x7b", slots_per_layer=(1, 4, 6), batches=(1,))
+    assert 0.3 <= rows[0]["zipf"] <= 0.45
+    by = {r["slots_per_layer"]: r for r in rows}
+    # a step's 2 x 32 slices exceed 32 slots: the one LRU over all layers thrashes, which Che's
+    # approximation (independent requests) does not see
+    assert by[1]["exact"] == 0 and by[1]["che_trace"] > 0.1
+    for n in (4, 6):                                 # the working set fits: within 0.05
+        assert by[n]["che_trace"] == pytest.approx(by[n]["exact"], abs=0.05)
+        assert by[n]["che_zipf"] == pytest.approx(by[n]["exact"], abs=0.05)
+
+
+def test_che_global_is_the_step_form_on_one_layer():
+    pop = pe.ExpertPopularity(64, 6, 0.9)
+    for b, slots in ((1, 10), (4, 20)):
+        uniq, hits = pop.step(b, slots, "step")
+        assert pe.che_global(pop.p[None, :], slots, b) == pytest.approx(hits / uniq, rel=1e-6)

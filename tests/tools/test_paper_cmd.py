@@ -37,3 +37,12 @@ def test_errors_are_one_line(tmp_path, capsys):
     bad = tmp_path / "missing" / "t.json"
     assert cli.main(["paper", "table3", "--json", str(bad)]) == 2
     assert "--json" in capsys.readouterr().err and not bad.parent.exists()
+
+
+def test_cache_check(tmp_path, capsys):
+    out = tmp_path / "c.json"
+    assert cli.main(["paper", "cache-check", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "gsm8k: Che (Zipf) - exact: mean |error|" in text and "humaneval:" in text
+    doc = json.loads(out.read_text())
+    assert set(doc) == {"gsm8k", "humaneval"} and len(doc["gsm8k"]) == 12
