@@ -5,7 +5,9 @@
 model, SD scheme and batch size 1-16, MT-Bench): our figures, and at 4 GB the paper's beside
 them with the per-cell ratio, then the worst cell, the mean error and the Elastic-SD best-mode
 mean beside the paper's (3.4x at 4 GB, 7.0x at 8 GB). ``--json F`` writes the rows and the
-summary. ``elmoe3d paper cache-check`` replays the real Mixtral-8x7B traces (gsm8k, humaneval)
+summary. ``elmoe3d paper fig12 [--hb] [--plot DIR]`` gives Fig. 12: per SD scheme the bytes in HB and
+EXT and an SD iteration's accept length, draft and verify time (Qwen3-30B-A3B, batch 16).
+``elmoe3d paper cache-check`` replays the real Mixtral-8x7B traces (gsm8k, humaneval)
 through the exact LRU and prints its hit rate beside Che's approximation from the trace's
 popularity and from a fitted Zipf law. Exit status 0, or 2 on a usage error.
 """
@@ -16,17 +18,20 @@ from ..errors import UserError
 from .outputs import check_output, report_console, write_json
 
 
-FIGURES = ("table3", "cache-check")
+FIGURES = ("table3", "fig12", "cache-check")
+#: The HB size of each figure in the paper.
+PAPER_HB = {"table3": "4gb", "fig12": "8gb"}
 
 
 def configure(parser):
     parser.add_argument("figure", choices=FIGURES,
-                        help="table3: the paper's Table 3; cache-check: the expert-cache model (Che's "
+                        help="table3: the paper's Table 3; fig12: Fig. 12 (memory mapping and SD time "
+                             "breakdown per scheme, Qwen3-30B-A3B, batch 16); cache-check: the expert-cache model (Che's "
                              "approximation) against the exact LRU on the real Mixtral traces")
-    parser.add_argument("--hb", default="4gb", choices=("4gb", "8gb"),
-                        help="HB capacity of the configuration (default 4gb; the paper's "
-                             "figures are shown beside ours at 4gb, the 8 GB rows are withheld "
-                             "from this copy of the paper)")
+    parser.add_argument("--hb", default=None, choices=("4gb", "8gb"),
+                        help="HB capacity of the configuration (default: the paper's, 4gb for "
+                             "table3, 8gb for fig12; Table 3's figures are shown beside ours "
+                             "at 4gb, its 8 GB rows are withheld from this copy of the paper)")
     parser.add_argument("--tree", default=None, metavar="D,W|best",
                         help="SD tree depth and width (default: the calibrated "
                              "elmoe3d.sw.host.paper_eval.TREE) or 'best' (fastest per point)")
@@ -35,6 +40,8 @@ def configure(parser):
                              "step's expert loads, default) or step (hits per cached expert)")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write the rows and the summary to OUT (JSON)")
+    parser.add_argument("--plot", metavar="DIR", default=None,
+                        help="fig12: also write the figure as DIR/fig12_<hb>.png")
 
 
 def _tree(text):
@@ -59,8 +66,12 @@ def run(args) -> int:
 
     if args.json:
         check_output(args.json, "--json")
+    if args.hb is None:
+        args.hb = PAPER_HB.get(args.figure, "4gb")
     if args.figure == "cache-check":
         return _cache_check(args)
+    if args.figure == "fig12":
+        return _fig12(args)
     tree = _tree(args.tree)
     rows = pe.table3(args.hb, form=args.cache_form, tree=tree)
     summ = pe.summary(rows)
@@ -133,3 +144,86 @@ def _cache_check(args) -> int:
     if args.json:
         write_json(args.json, doc)
     return 0
+
+
+def _fig12(args) -> int:
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from ..sw.host import paper_eval as pe
+    from .outputs import atomic_outputs
+
+    plot = None
+    if args.plot:
+        folder = Path(args.plot)
+        if not folder.is_dir():
+            raise UserError(f"--plot {folder}: not a directory")
+        plot = check_output(folder / f"fig12_{args.hb}.png", "--plot")
+    tree = _tree(args.tree)
+    rows = pe.fig12(args.hb, tree=tree)
+    console = report_console()
+    t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {args.hb[:-2]} GB: "
+                    f"memory mapping (GB) and one SD iteration (tree {rows[0]['depth']} x "
+                    f"{rows[0]['width']})")
+    for col in ("scheme", "HB static", "HB KV", "HB draft", "HB expert cache", "EXT",
+                "alpha", "accept length", "draft ms", "verify ms", "Phi_SD"):
+        t.add_column(col, justify="left" if col == "scheme" else "right")
+    for r in rows:
+        h = r["hb"]
+        t.add_row(r["scheme"], f"{h['static']:.2f}", f"{h['kv']:.2f}", f"{h['draft']:.2f}",
+                  f"{h['expert cache']:.2f}", f"{sum(r['ext'].values()):.1f}",
+                  f"{r['alpha']:.2f}", f"{r['accept']:.2f}", f"{r['draft_ms']:.1f}",
+                  f"{r['verify_ms']:.1f}", f"{r['phi_sd']:.2f}")
+    console.print(t)
+    console.print("alpha: the paper's 4 GB value at batch 16 (its 8 GB alphas are withheld)")
+    with atomic_outputs(lambda exc: f"cannot write the outputs ({exc})") as outputs:
+        if args.json:
+            outputs.add_json(args.json, {"hb": args.hb, "rows": rows})
+        if plot:
+            _plot_fig12(outputs.temp_for(plot), rows, args.hb)
+    if plot:
+        console.print(f"plot: {plot}")
+    return 0
+
+
+def _plot_fig12(path, rows, hb):
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    f = Figure(figsize=(9, 6.5), layout="constrained")
+    FigureCanvasAgg(f)
+    top, bottom = f.subplots(2, 1, height_ratios=(1, 1))
+    names = [r["scheme"] for r in rows]
+    ys = np.arange(len(rows))
+    left = np.zeros(len(rows))
+    for key in ("static", "kv", "draft", "expert cache"):
+        vals = np.array([r["hb"][key] for r in rows])
+        top.barh(ys, vals, left=left, label=f"HB: {key}")
+        left += vals
+    top.set_yticks(ys, names)
+    top.invert_yaxis()
+    top.set_xlabel(f"GB in HB ({hb[:-2]} GB); EXT (64 GB) holds the INT8 target, plus Quant-SD's "
+                   f"4-bit copy")
+    top.legend(fontsize=8, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    for y, r in zip(ys, rows):
+        top.text(left[y] + 0.05, y, f"EXT {sum(r['ext'].values()):.1f} GB", va="center",
+                 fontsize=8)
+    top.set_xlim(0, float(left.max()) * 1.25)
+    xs = np.arange(len(rows))
+    bottom.bar(xs - 0.2, [r["draft_ms"] for r in rows], 0.4, label="draft latency")
+    bottom.bar(xs + 0.2, [r["verify_ms"] for r in rows], 0.4, label="verify latency")
+    bottom.set_xticks(xs, names)
+    bottom.set_ylabel("ms per SD iteration")
+    acc = bottom.twinx()
+    acc.plot(xs, [r["accept"] for r in rows], "kD-", label="accept length")
+    acc.set_ylabel("tokens per iteration per sequence")
+    acc.set_ylim(0, max(r["accept"] for r in rows) * 1.2)
+    h1, l1 = bottom.get_legend_handles_labels()
+    h2, l2 = acc.get_legend_handles_labels()
+    bottom.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+    bottom.grid(True, axis="y", alpha=0.3)
+    f.suptitle(f"Fig. 12 (model): Qwen3-30B-A3B, MT-Bench alpha, batch 16, {hb[:-2]} GB HB",
+               fontsize=10)
+    f.savefig(path, format="png", dpi=110)

@@ -693,3 +693,49 @@ def cache_check(trace, model, slots_per_layer=(1, 2, 3, 4, 5, 6), batches=(1, 2)
                          "che_trace": che_global(p, slots, b),
                          "che_zipf": che_global(pz, slots, b), "zipf": s})
     return rows
+
+
+# == Fig. 12: memory mapping and time breakdown per SD scheme ======================================
+
+def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
+          tree=TREE, alphas: dict | None = None) -> list:
+    """Fig. 12 (Qwen3-30B-A3B, MT-Bench, batch 16, 8 GB in the paper): per SD scheme, where the
+    bytes live and what an SD iteration costs. A dict per scheme: ``hb`` (GB in HB by kind:
+    static weights, KV cache, draft model or copy, expert cache), ``ext`` (GB in EXT: the INT8
+    target, Quant-SD's 4-bit copy of the experts), ``alpha`` (the paper's 4 GB alpha at this
+    batch unless ``alphas[scheme]``), ``accept`` (tokens an iteration a sequence), ``draft_ms``
+    and ``verify_ms`` (an iteration), ``ms_token`` and ``phi_sd``."""
+    i = TABLE3_BATCHES.index(batch) if batch in TABLE3_BATCHES else None
+    xpu, ours = platform("xpu", hb), platform("ours", hb)
+    base = EvalModel(model, xpu, batch=batch).ar().seconds
+    out = []
+    for scheme in SCHEMES:
+        if alphas and scheme in alphas:
+            alpha = alphas[scheme]
+        elif i is not None and model in TABLE3_4GB:
+            alpha = TABLE3_4GB[model][scheme][i][0]
+        else:
+            raise UserError(f"fig12: no alpha for {model} {scheme} at batch {batch}; pass alphas")
+        em = EvalModel(model, ours, scheme, batch=batch)
+        sd = em.sd(alpha, *tree)
+        m = em.m
+        draft_bytes = 0.0
+        if em.draft is not None:
+            draft_bytes = weight_bytes(em.draft.weights) + batch * em.context * em.draft.kv_per_token
+        elif scheme == "quant":
+            draft_bytes = weight_bytes(em.sizes.static, 4)
+        hb_map = {"static": em.static_bytes * em.hb_static, "kv": em.kv_bytes * em.hb_kv,
+                  "draft": draft_bytes * em.draft_in_hb,
+                  "expert cache": em.slots * m.moe_layers * em.slot_bytes}
+        ext_map = {"target (INT8, MXFP4 experts)": em.static_bytes
+                   + m.routed_expert_count * m.expert_bytes,
+                   "4-bit expert copy": (m.routed_expert_count * m.expert_msb_bytes
+                                         if scheme == "quant" and not em.mxfp4 else 0.0),
+                   "overflow": em.kv_bytes * (1 - em.hb_kv) + draft_bytes * (1 - em.draft_in_hb)}
+        out.append({"scheme": scheme, "alpha": alpha, "depth": sd.depth, "width": sd.width,
+                    "hb": {k: v / 1e9 for k, v in hb_map.items()},
+                    "ext": {k: v / 1e9 for k, v in ext_map.items()},
+                    "accept": sd.tokens, "draft_ms": sd.draft_s * 1e3,
+                    "verify_ms": sd.verify_s * 1e3, "ms_token": sd.per_token_s * 1e3,
+                    "phi_sd": base / batch / sd.per_token_s})
+    return out

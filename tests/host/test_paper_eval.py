@@ -206,3 +206,21 @@ def test_che_global_is_the_step_form_on_one_layer():
     for b, slots in ((1, 10), (4, 20)):
         uniq, hits = pop.step(b, slots, "step")
         assert pe.che_global(pop.p[None, :], slots, b) == pytest.approx(hits / uniq, rel=1e-6)
+
+
+def test_fig12_mapping_and_breakdown():
+    rows = {r["scheme"]: r for r in pe.fig12("8gb")}
+    assert set(rows) == set(pe.SCHEMES)
+    cap = pe.platform("ours", "8gb").hb_bytes / 1e9
+    for r in rows.values():
+        assert sum(r["hb"].values()) <= cap + 1e-9
+        assert r["hb"]["static"] == pytest.approx(rows["elastic"]["hb"]["static"])
+        assert r["accept"] > 1 and r["draft_ms"] > 0 and r["verify_ms"] > 0
+    # Elastic-SD: no draft storage, the most expert cache; Quant-SD: a 4-bit copy in EXT
+    assert rows["elastic"]["hb"]["draft"] == 0
+    assert rows["elastic"]["hb"]["expert cache"] == max(r["hb"]["expert cache"]
+                                                        for r in rows.values())
+    assert rows["quant"]["ext"]["4-bit expert copy"] > 0
+    assert rows["quant"]["accept"] == max(r["accept"] for r in rows.values())
+    with pytest.raises(UserError, match="no alpha"):
+        pe.fig12("8gb", batch=2)

@@ -46,3 +46,15 @@ def test_cache_check(tmp_path, capsys):
     assert "gsm8k: Che (Zipf) - exact: mean |error|" in text and "humaneval:" in text
     doc = json.loads(out.read_text())
     assert set(doc) == {"gsm8k", "humaneval"} and len(doc["gsm8k"]) == 12
+
+
+def test_fig12_plot(tmp_path, capsys):
+    out = tmp_path / "f.json"
+    assert cli.main(["paper", "fig12", "--plot", str(tmp_path), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "HB 8 GB" in text and "Phi_SD" in text
+    png = tmp_path / "fig12_8gb.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(out.read_text())["hb"] == "8gb"
+    assert cli.main(["paper", "fig12", "--plot", str(tmp_path / "nope")]) == 2
+    assert "--plot" in capsys.readouterr().err
