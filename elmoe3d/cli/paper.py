@@ -7,6 +7,8 @@ them with the per-cell ratio, then the worst cell, the mean error and the Elasti
 mean beside the paper's (3.4x at 4 GB, 7.0x at 8 GB). ``--json F`` writes the rows and the
 summary. ``elmoe3d paper fig12 [--hb] [--plot DIR]`` gives Fig. 12: per SD scheme the bytes in HB and
 EXT and an SD iteration's accept length, draft and verify time (Qwen3-30B-A3B, batch 16).
+``elmoe3d paper fig14 [--hb] [--plot DIR]``: Fig. 14, every platform's AR and SD speedup over
+the xPU per model and batch, and ours against xPU and the strongest prior platform.
 ``elmoe3d paper cache-check`` replays the real Mixtral-8x7B traces (gsm8k, humaneval)
 through the exact LRU and prints its hit rate beside Che's approximation from the trace's
 popularity and from a fitted Zipf law. Exit status 0, or 2 on a usage error.
@@ -18,15 +20,16 @@ from ..errors import UserError
 from .outputs import check_output, report_console, write_json
 
 
-FIGURES = ("table3", "fig12", "cache-check")
+FIGURES = ("table3", "fig12", "fig14", "cache-check")
 #: The HB size of each figure in the paper.
-PAPER_HB = {"table3": "4gb", "fig12": "8gb"}
+PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb"}
 
 
 def configure(parser):
     parser.add_argument("figure", choices=FIGURES,
                         help="table3: the paper's Table 3; fig12: Fig. 12 (memory mapping and SD time "
-                             "breakdown per scheme, Qwen3-30B-A3B, batch 16); cache-check: the expert-cache model (Che's "
+                             "breakdown per scheme, Qwen3-30B-A3B, batch 16); fig14: Fig. 14 (speedup over xPU "
+                             "of every platform, AR and SD); cache-check: the expert-cache model (Che's "
                              "approximation) against the exact LRU on the real Mixtral traces")
     parser.add_argument("--hb", default=None, choices=("4gb", "8gb"),
                         help="HB capacity of the configuration (default: the paper's, 4gb for "
@@ -41,7 +44,7 @@ def configure(parser):
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", default=None,
-                        help="fig12: also write the figure as DIR/fig12_<hb>.png")
+                        help="fig12, fig14: also write the figure as DIR/<figure>_<hb>.png")
 
 
 def _tree(text):
@@ -72,6 +75,8 @@ def run(args) -> int:
         return _cache_check(args)
     if args.figure == "fig12":
         return _fig12(args)
+    if args.figure == "fig14":
+        return _fig14(args)
     tree = _tree(args.tree)
     rows = pe.table3(args.hb, form=args.cache_form, tree=tree)
     summ = pe.summary(rows)
@@ -146,20 +151,97 @@ def _cache_check(args) -> int:
     return 0
 
 
-def _fig12(args) -> int:
+def _plot_dir(args, figure):
     from pathlib import Path
+    if not args.plot:
+        return None
+    folder = Path(args.plot)
+    if not folder.is_dir():
+        raise UserError(f"--plot {folder}: not a directory")
+    return check_output(folder / f"{figure}_{args.hb}.png", "--plot")
 
+
+def _fig14(args) -> int:
     from rich.table import Table
 
     from ..sw.host import paper_eval as pe
     from .outputs import atomic_outputs
 
-    plot = None
-    if args.plot:
-        folder = Path(args.plot)
-        if not folder.is_dir():
-            raise UserError(f"--plot {folder}: not a directory")
-        plot = check_output(folder / f"fig12_{args.hb}.png", "--plot")
+    plot = _plot_dir(args, "fig14")
+    tree = _tree(args.tree)
+    rows = pe.fig14(args.hb, tree=tree)
+    summ = pe.fig14_summary(rows)
+    console = report_console()
+    t = Table(title=f"Fig. 14: speedup over xPU (AR at the same batch), MT-Bench alphas, HB "
+                    f"{args.hb[:-2]} GB: AR / SD")
+    t.add_column("model")
+    t.add_column("batch", justify="right")
+    for p in pe.PLATFORMS:
+        t.add_column(p, justify="right")
+    pts = {}
+    for r in rows:
+        pts.setdefault((r["model"], r["batch"]), {})[r["platform"]] = r
+    for (model, b), d in pts.items():
+        t.add_row(model, str(b), *(f"{d[p]['phi_ar']:.2f} / {d[p]['phi_sd']:.2f}"
+                                   for p in pe.PLATFORMS))
+    console.print(t)
+    console.print("mean best-mode speedup over xPU: " + ", ".join(
+        f"{p} {v:.2f}x" for p, v in summ["mean_best"].items()))
+    console.print(f"ours over xPU: {summ['speedup_over_xpu']:.2f}x speedup (paper "
+                  f"{pe.PAPER_FIG14['over_xpu']}x over four datasets), "
+                  f"{summ['energy_over_xpu']:.2f}x less access energy a token (paper "
+                  f"{pe.PAPER_FIG15['over_xpu']}x, all energy); over the strongest prior "
+                  f"platform of each point: {summ['speedup_over_best_prior']:.2f}x (paper "
+                  f"{pe.PAPER_FIG14['over_best_prior']}x), energy "
+                  f"{summ['energy_over_best_prior']:.2f}x (paper "
+                  f"{pe.PAPER_FIG15['over_best_prior']}x)")
+    with atomic_outputs(lambda exc: f"cannot write the outputs ({exc})") as outputs:
+        if args.json:
+            outputs.add_json(args.json, {"hb": args.hb, "rows": rows, "summary": summ})
+        if plot:
+            _plot_fig14(outputs.temp_for(plot), rows, args.hb)
+    if plot:
+        console.print(f"plot: {plot}")
+    return 0
+
+
+def _plot_fig14(path, rows, hb):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from ..sw.host import paper_eval as pe
+
+    f = Figure(figsize=(12, 3.8), layout="constrained")
+    FigureCanvasAgg(f)
+    axes = f.subplots(1, len(pe.TABLE3_MODELS), sharey=False)
+    colors = dict(zip(pe.PLATFORMS, ("gray", "tab:blue", "tab:cyan", "tab:green", "tab:orange",
+                                     "tab:red")))
+    for ax, model in zip(axes, pe.TABLE3_MODELS):
+        for p in pe.PLATFORMS:
+            pts = [r for r in rows if r["model"] == model and r["platform"] == p]
+            bs = [r["batch"] for r in pts]
+            ax.plot(bs, [r["phi_ar"] for r in pts], "^--", color=colors[p], markersize=4)
+            ax.plot(bs, [r["phi_sd"] for r in pts], "o-", color=colors[p], markersize=4,
+                    label=p)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(pe.TABLE3_BATCHES, [str(b) for b in pe.TABLE3_BATCHES])
+        ax.set_title(model, fontsize=9)
+        ax.set_xlabel("batch")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("speedup over xPU (dashed AR, solid SD)")
+    axes[-1].legend(fontsize=7)
+    f.suptitle(f"Fig. 14 (model): speedup over xPU, MT-Bench alphas, {hb[:-2]} GB HB",
+               fontsize=10)
+    f.savefig(path, format="png", dpi=110)
+
+
+def _fig12(args) -> int:
+    from rich.table import Table
+
+    from ..sw.host import paper_eval as pe
+    from .outputs import atomic_outputs
+
+    plot = _plot_dir(args, "fig12")
     tree = _tree(args.tree)
     rows = pe.fig12(args.hb, tree=tree)
     console = report_console()

@@ -8,7 +8,9 @@ Platforms (:func:`platform`, from the ``paper-4gb`` / ``paper-8gb``
 * ``xpu``: the same TOPS at INT8 as the logic die (262 / 524), LPDDR5 only (``ext_gbps``);
   4-bit weights run at the INT8 rate (no bit-sliced MACs);
 * ``ours``: ``pes`` HB banks of ``hb_bank_bytes`` at ``hb_bank_gbps`` each (4 GB at 819.2
-  GB/s, 8 GB at 1638.4 GB/s) beside the same LPDDR5, W4A8 at twice the W8A8 rate.
+  GB/s, 8 GB at 1638.4 GB/s) beside the same LPDDR5, W4A8 at twice the W8A8 rate;
+* ``hb-xpu`` (ours without bit-sliced MACs: whole INT8 experts cached) and the near-memory
+  baselines ``xpu-pim``, ``xpu-logicpim``, ``xpu-nmp`` (:data:`NEAR_MEMORY`) for Fig. 14.
 
 HB delivers :data:`HB_EFFICIENCY` of its peak, EXT :data:`EXT_EFFICIENCY` (Section 7: ~3% below
 the roofline from row conflicts; EXT within 1%).
@@ -65,7 +67,9 @@ from .decoder import KV_BYTES, DecoderShape, decoder_shape, weight_bytes
 __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", "SDResult",
            "DraftModel", "DRAFT_MODELS", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
-           "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT"]
+           "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
+           "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig14", "fig14_summary", "PAPER_FIG14",
+           "PAPER_FIG15", "cache_check", "che_global", "trace_popularity", "fit_zipf"]
 
 #: Fraction of the HB peak the paper's simulator delivered (Section 7: ~3% below the roofline).
 HB_EFFICIENCY = 0.97
@@ -115,7 +119,13 @@ TABLE3_4GB = {
 @dataclass(frozen=True)
 class Platform:
     """One evaluated system (Section 7, "Accelerator Baselines"). Bandwidths in GB/s (the
-    delivered fraction applied), capacities in bytes, throughput in TOPS (2 ops a MAC)."""
+    delivered fraction applied), capacities in bytes, throughput in TOPS (2 ops a MAC).
+
+    ``bit_sliced``: MSB slices cached alone (the LSB streamed beside them) and W4A8 at twice
+    the W8A8 rate (ours); without it (HB-xPU) the cache holds whole INT8 experts. A
+    near-memory unit (``nm_*``: PIM, LogicPIM, NMP) computes on the ``nm_bytes`` of LPDDR5 it
+    sits in at ``nm_gbps`` and ``nm_tops``; ``nm_ext_gbps`` is the xPU's own LPDDR5 bandwidth
+    beside it (NMP takes 2 of the 8 channels)."""
 
     name: str
     tops8: float
@@ -125,23 +135,50 @@ class Platform:
     hb_bytes: int
     hb_pj_per_bit: float
     ext_pj_per_bit: float
+    bit_sliced: bool = False
+    nm_gbps: float = 0.0
+    nm_tops: float = 0.0
+    nm_bytes: int = 0
+    nm_ext_gbps: float = 0.0
+
+
+#: The platforms of Section 7 (Fig. 14's order).
+PLATFORMS = ("xpu", "xpu-pim", "xpu-logicpim", "xpu-nmp", "hb-xpu", "ours")
+
+#: Section 7's near-memory baselines: internal bandwidth as a multiple of the LPDDR5 it sits in,
+#: TOPS, and the LPDDR5 channels it takes (None: all of it). xPU-PIM: bank-level analog PIM, 8x
+#: internal bandwidth, 1.64 TOPS; xPU-LogicPIM: 4x, 4 x 1.64 TOPS; xPU-NMP (H2LLM-like): two of
+#: the 8 channels (16 GB) at 13.1 TOPS. The NMP's internal bandwidth multiple is not given:
+#: 8x (PIM's) is a placeholder.
+NEAR_MEMORY = {"xpu-pim": (8, 1.64, None), "xpu-logicpim": (4, 4 * 1.64, None),
+               "xpu-nmp": (8, 13.1, 2)}
 
 
 def platform(name: str, hb: str = "4gb") -> Platform:
-    """``xpu`` or ``ours`` with the ``paper-<hb>`` configuration's figures (module docstring);
-    raises :class:`UserError` on an unknown name or HB size."""
+    """One of :data:`PLATFORMS` with the ``paper-<hb>`` configuration's figures (module
+    docstring, :data:`NEAR_MEMORY`); raises :class:`UserError` on an unknown name or HB
+    size."""
     if hb not in ("4gb", "8gb"):
         raise UserError(f"hb: expected 4gb or 8gb, got {hb!r}")
     a = arch_preset(f"paper-{hb}")
     ext = a.ext_gbps * EXT_EFFICIENCY
+    base = Platform(name, a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0, a.hb_pj_per_bit,
+                    a.ext_pj_per_bit)
     if name == "xpu":
-        return Platform("xpu", a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0,
-                        a.hb_pj_per_bit, a.ext_pj_per_bit)
-    if name == "ours":
-        return Platform("ours", a.peak_tops(8), a.peak_tops(4), ext,
-                        a.pes * a.hb_bank_gbps * HB_EFFICIENCY, a.pes * a.hb_bank_bytes,
-                        a.hb_pj_per_bit, a.ext_pj_per_bit)
-    raise UserError(f"unknown platform {name!r}; known: xpu, ours")
+        return base
+    if name in ("ours", "hb-xpu"):
+        hb_gbps = a.pes * a.hb_bank_gbps * HB_EFFICIENCY
+        ours = name == "ours"
+        return replace(base, tops4=a.peak_tops(4) if ours else base.tops8, hb_gbps=hb_gbps,
+                       hb_bytes=a.pes * a.hb_bank_bytes, bit_sliced=ours)
+    if name in NEAR_MEMORY:
+        mult, tops, channels = NEAR_MEMORY[name]
+        ch = channels or a.ext_channels
+        nm_bytes = a.ext_bytes * ch // a.ext_channels
+        return replace(base, nm_gbps=mult * ext * ch / a.ext_channels, nm_tops=tops,
+                       nm_bytes=nm_bytes,
+                       nm_ext_gbps=ext * (a.ext_channels - (channels or 0)) / a.ext_channels)
+    raise UserError(f"unknown platform {name!r}; known: {', '.join(PLATFORMS)}")
 
 
 # == the expert cache ==============================================================================
@@ -165,7 +202,7 @@ class ExpertPopularity:
     t)) = slots``, expert ``i`` is cached with ``h_i = 1 - exp(-p_i t)``.
 
     :meth:`step` gives, for ``n`` token rows, the expected distinct experts ``sum(1 - (1 -
-    p_i) ** n)`` and hits ``sum((1 - (1 - p_i) ** n) h_i)``."""
+    p_i) ** n)`` and their hits (two forms, see there)."""
 
     def __init__(self, experts: int, top_k: int, s: float):
         if not (s >= 0 and math.isfinite(s)):
@@ -226,6 +263,16 @@ class ExpertPopularity:
         if form != "step":
             raise UserError(f"cache form: expected step or token, got {form!r}")
         return float(a.sum()), float((a * self.che(slots, a)).sum())
+
+    def top_share(self, n: int, slots: float) -> float:
+        """Share of a step's distinct experts (``n`` rows) among the ``slots`` hottest (a
+        static placement; fractional slots interpolate)."""
+        a = 1 - (1 - self.p) ** n
+        c = np.concatenate(([0.0], np.cumsum(a)))
+        k = min(max(slots, 0.0), float(self.experts))
+        i = int(k)
+        part = c[i] + (a[i] * (k - i) if i < self.experts else 0.0)
+        return float(part / c[-1])
 
     def pool_step(self, n: int, slots: float) -> float:
         """Distinct experts of ``n`` rows routed only within the ``slots`` hottest experts
@@ -342,6 +389,8 @@ class EvalModel:
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token"):
         if scheme not in ("ar",) + SCHEMES:
             raise UserError(f"unknown scheme {scheme!r}; known: ar, {', '.join(SCHEMES)}")
+        if scheme == "elastic" and not plat.bit_sliced:
+            raise UserError(f"Elastic-SD needs the bit-sliced die (ours), not {plat.name}")
         if not isinstance(batch, int) or batch < 1:
             raise UserError(f"batch: expected a positive integer, got {batch!r}")
         self.shape = decoder_shape(model)
@@ -387,16 +436,41 @@ class EvalModel:
         if self.scheme == "quant" and not self.mxfp4:
             left = 0.0
         self.cache_bytes = left
-        self.slot_bytes = m.expert_msb_bytes
+        # a slot holds an MSB slice on the bit-sliced die, a whole expert on HB-xPU
+        self.slot_bytes = m.expert_msb_bytes if self.plat.bit_sliced else m.expert_bytes
         self.slots = left / self.slot_bytes / m.moe_layers
+        # near-memory platforms: the unit's LPDDR5 holds the static weights, the KV cache, the
+        # draft, then the hottest experts (placed once; NMP's 16 GB, PIM's all 64 GB)
+        left = float(self.plat.nm_bytes)
+        fr = []
+        for nbytes in (self.static_bytes, self.kv_bytes, draft):
+            fr.append(min(1.0, left / nbytes) if nbytes else 1.0)
+            left = max(0.0, left - nbytes)
+        self.nm_static, self.nm_kv, self.nm_draft = fr
+        self.nm_slots = left / m.expert_bytes / m.moe_layers
 
     # -- one stage --------------------------------------------------------------------------------
-    def _stage(self, cost, kind, hb, ext, macs, bits=8):
+    def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0):
+        """Add a stage: the largest of its HB, EXT and compute times. On a near-memory
+        platform the ``res`` fraction of its EXT bytes (and MACs) sits with the unit, which
+        computes it at ``nm_gbps`` / ``nm_tops`` while the xPU streams the rest through its
+        own channels; the faster of that and the xPU alone is taken (Section 7.2: the unit
+        runs small batches, larger ones go back to the xPU)."""
         p = self.plat
         tops = p.tops4 if bits == 4 else p.tops8
         t = max(hb / p.hb_gbps / 1e9 if hb else 0.0, ext / p.ext_gbps / 1e9,
                 2 * macs / tops / 1e12)
+        if p.nm_tops and res > 0:
+            t = min(t, max(ext * res / p.nm_gbps / 1e9, 2 * macs * res / p.nm_tops / 1e12,
+                           ext * (1 - res) / p.nm_ext_gbps / 1e9,
+                           2 * macs * (1 - res) / tops / 1e12))
         cost.add(kind, t, hb, ext)
+
+    @staticmethod
+    def _res(*parts):
+        """EXT-byte-weighted resident fraction of ``(bytes, fraction)`` parts."""
+        tot = sum(b for b, _ in parts)
+        return sum(b * f for b, f in parts) / tot if tot else 0.0
 
     def _split(self, nbytes, frac):
         return nbytes * frac, nbytes * (1 - frac)
@@ -426,11 +500,13 @@ class EvalModel:
                                                      else 0), bits)
             hb, ext = self._split(w, fs)
             kh, ke = self._split(kv_layer, self.hb_kv)
-            self._stage(c, "attention", hb + kh, ext + ke, att_macs, bits)
+            self._stage(c, "attention", hb + kh, ext + ke, att_macs, bits,
+                        self._res((ext, self.nm_static), (ke, self.nm_kv)))
             if layer_kind == "dense":
                 w = weight_bytes(3 * H * sh.dense_intermediate, bits)
                 hb, ext = self._split(w, fs)
-                self._stage(c, "dense", hb, ext, rows * 3 * H * sh.dense_intermediate, bits)
+                self._stage(c, "dense", hb, ext, rows * 3 * H * sh.dense_intermediate, bits,
+                            self.nm_static)
             else:
                 self._moe(c, rows, phase, fs)
             for k, v in c.parts.items():
@@ -440,7 +516,8 @@ class EvalModel:
             cost.ext_bytes += c.ext_bytes * count
         w = weight_bytes(z.lm_head, bits)
         hb, ext = self._split(w, fs)
-        self._stage(cost, "lm_head", hb, ext + rows * H * 2, rows * z.lm_head, bits)
+        self._stage(cost, "lm_head", hb, ext + rows * H * 2, rows * z.lm_head, bits,
+                    self.nm_static)
         return cost
 
     def _moe(self, c, rows, phase, fs):
@@ -459,11 +536,20 @@ class EvalModel:
             uniq, hits = self.pop.step(rows, self.slots, self.form)
             hb += hits * msb
             ext += (uniq - hits) * msb
-        else:
+        elif self.plat.bit_sliced or not on_hb:
             uniq, hits = self.pop.step(rows, self.slots if on_hb else 0, self.form)
             hb += hits * msb
             ext += hits * lsb + (uniq - hits) * whole
-        self._stage(c, "experts", hb, ext, macs, bits)
+        else:                                             # HB-xPU: whole INT8 experts cached
+            uniq, hits = self.pop.step(rows, self.slots, self.form)
+            hb += hits * whole
+            ext += (uniq - hits) * whole
+        res = 0.0
+        if self.plat.nm_tops:
+            shared_ext = ext - (uniq - hits if on_hb else uniq) * whole
+            res = self._res((shared_ext, self.nm_static),
+                            (ext - shared_ext, self.pop.top_share(rows, self.nm_slots)))
+        self._stage(c, "experts", hb, ext, macs, bits, res)
 
     # -- draft models ------------------------------------------------------------------------------
     def draft_step(self, rows: int) -> StepCost:
@@ -476,7 +562,7 @@ class EvalModel:
         kv = self.batch * self.context * d.kv_per_token
         hb, ext = self._split(w + kv, self.draft_in_hb)
         macs = rows * d.weights + rows * d.layers * 2 * d.q_heads * d.head_dim * self.context
-        self._stage(cost, "draft", hb, ext, macs)
+        self._stage(cost, "draft", hb, ext, macs, res=self.nm_draft)
         return cost
 
     # -- AR and SD ---------------------------------------------------------------------------------
@@ -739,3 +825,66 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
                     "verify_ms": sd.verify_s * 1e3, "ms_token": sd.per_token_s * 1e3,
                     "phi_sd": base / batch / sd.per_token_s})
     return out
+
+
+# == Fig. 14: speedup over xPU across platforms ===================================================
+
+#: The SD scheme each platform runs in SD mode (Section 7: HB-xPU and the prior accelerators
+#: with EAGLE-based SD, ours with Elastic-SD).
+PLATFORM_SCHEME = {"xpu": "eagle", "xpu-pim": "eagle", "xpu-logicpim": "eagle",
+                   "xpu-nmp": "eagle", "hb-xpu": "eagle", "ours": "elastic"}
+#: Section 7.2 at 8 GB, over four models, four datasets and batch 1-16: ours over xPU 6.6x
+#: (speedup) and 4.4x (energy a token); over the strongest prior baseline 2.2x and 1.4x.
+PAPER_FIG14 = {"over_xpu": 6.6, "over_best_prior": 2.2}
+PAPER_FIG15 = {"over_xpu": 4.4, "over_best_prior": 1.4}
+
+
+def fig14(hb: str = "8gb", *, tree=TREE) -> list:
+    """Fig. 14 (MT-Bench alphas only: the other datasets' are not in this copy of the paper):
+    a row per (model, platform, batch) with its AR and SD speedups over xPU AR at the same
+    batch, the best of the two, and the access energy a token of each mode (pJ)."""
+    base_plat = platform("xpu", hb)
+    out = []
+    for model in TABLE3_MODELS:
+        for i, b in enumerate(TABLE3_BATCHES):
+            base = EvalModel(model, base_plat, batch=b).ar()
+            t0 = base.seconds / b
+            for name in PLATFORMS:
+                plat = platform(name, hb)
+                scheme = PLATFORM_SCHEME[name]
+                em = EvalModel(model, plat, scheme, batch=b)
+                ar = em.ar()
+                sd = em.sd(TABLE3_4GB[model][scheme][i][0], *tree)
+                phi_ar, phi_sd = t0 / (ar.seconds / b), t0 / sd.per_token_s
+                e_ar = ar.energy_pj(plat) / b
+                out.append({"model": model, "platform": name, "batch": b, "scheme": scheme,
+                            "phi_ar": phi_ar, "phi_sd": phi_sd,
+                            "best": max(phi_ar, phi_sd),
+                            "mode": "sd" if phi_sd > phi_ar else "ar",
+                            "pj_token": e_ar if phi_ar >= phi_sd else sd.energy_pj_per_token,
+                            "xpu_pj_token": base.energy_pj(base_plat) / b})
+    return out
+
+
+def fig14_summary(rows) -> dict:
+    """Means over (model, batch) of ours against xPU and against the strongest prior platform
+    of each point (speedup of the best mode; access energy a token of that mode), and each
+    platform's mean best-mode speedup."""
+    pts = {}
+    for r in rows:
+        pts.setdefault((r["model"], r["batch"]), {})[r["platform"]] = r
+    prior = [p for p in PLATFORMS if p not in ("xpu", "ours")]
+    sp_x, sp_p, en_x, en_p = [], [], [], []
+    for d in pts.values():
+        o = d["ours"]
+        sp_x.append(o["best"])
+        sp_p.append(o["best"] / max(d[p]["best"] for p in prior))
+        en_x.append(o["xpu_pj_token"] / o["pj_token"])
+        bestp = max(prior, key=lambda p: d[p]["best"])
+        en_p.append(d[bestp]["pj_token"] / o["pj_token"])
+    return {"speedup_over_xpu": float(np.mean(sp_x)),
+            "speedup_over_best_prior": float(np.mean(sp_p)),
+            "energy_over_xpu": float(np.mean(en_x)),
+            "energy_over_best_prior": float(np.mean(en_p)),
+            "mean_best": {p: float(np.mean([d[p]["best"] for d in pts.values()]))
+                          for p in PLATFORMS}}

@@ -224,3 +224,41 @@ def test_fig12_mapping_and_breakdown():
     assert rows["quant"]["accept"] == max(r["accept"] for r in rows.values())
     with pytest.raises(UserError, match="no alpha"):
         pe.fig12("8gb", batch=2)
+
+
+def test_near_memory_platforms_and_hb_xpu():
+    pim = pe.platform("xpu-pim", "8gb")
+    x = pe.platform("xpu", "8gb")
+    assert pim.nm_gbps == pytest.approx(8 * x.ext_gbps) and pim.nm_tops == 1.64
+    assert pim.nm_bytes == 64 << 30 and pim.nm_ext_gbps == x.ext_gbps
+    nmp = pe.platform("xpu-nmp", "8gb")
+    assert nmp.nm_bytes == 16 << 30 and nmp.nm_ext_gbps == pytest.approx(0.75 * x.ext_gbps)
+    assert pe.platform("xpu-logicpim").nm_tops == pytest.approx(4 * 1.64)
+    hbx = pe.platform("hb-xpu", "8gb")
+    assert not hbx.bit_sliced and hbx.tops4 == hbx.tops8
+    with pytest.raises(UserError, match="bit-sliced"):
+        pe.EvalModel("qwen3-30b-a3b", hbx, "elastic")
+    # PIM at batch 1: every stage in the PIM, bandwidth-bound at 8x the LPDDR5's
+    base = pe.EvalModel("deepseek-v2-lite", x, batch=1).ar()
+    p1 = pe.EvalModel("deepseek-v2-lite", pim, batch=1).ar()
+    assert base.seconds / p1.seconds == pytest.approx(8, rel=0.15)
+    # at batch 16 its 1.64 TOPS cannot keep up: the xPU takes most stages back
+    b16 = pe.EvalModel("deepseek-v2-lite", x, batch=16).ar().seconds
+    assert b16 / pe.EvalModel("deepseek-v2-lite", pim, batch=16).ar().seconds < 4
+    # HB-xPU caches whole INT8 experts: half the slots of an MSB-slice cache, no LSB stream
+    em = pe.EvalModel("qwen3-30b-a3b", hbx, "eagle", batch=1)
+    ours = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours", "8gb"), "eagle", batch=1)
+    assert em.slots == pytest.approx(ours.slots * em.m.expert_msb_bytes / em.m.expert_bytes)
+    pop = pe.ExpertPopularity(64, 6, 1.0)
+    assert pop.top_share(4, 0) == 0 and pop.top_share(4, 64) == pytest.approx(1)
+    assert 0 < pop.top_share(4, 10.5) < 1
+
+
+def test_fig14_rows_and_summary():
+    rows = pe.fig14("8gb")
+    assert len(rows) == 4 * 4 * len(pe.PLATFORMS)
+    assert all(r["phi_ar"] == pytest.approx(1) for r in rows if r["platform"] == "xpu")
+    s = pe.fig14_summary(rows)
+    assert s["speedup_over_xpu"] == pytest.approx(pe.summary(pe.table3("8gb"))[
+        "elastic_best_mode_mean"])
+    assert set(s["mean_best"]) == set(pe.PLATFORMS) and s["energy_over_xpu"] > 1

@@ -58,3 +58,10 @@ def test_fig12_plot(tmp_path, capsys):
     assert json.loads(out.read_text())["hb"] == "8gb"
     assert cli.main(["paper", "fig12", "--plot", str(tmp_path / "nope")]) == 2
     assert "--plot" in capsys.readouterr().err
+
+
+def test_fig14(tmp_path, capsys):
+    assert cli.main(["paper", "fig14", "--plot", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "ours over xPU:" in text and "(paper 6.6x over four datasets)" in text
+    assert (tmp_path / "fig14_8gb.png").read_bytes()[:4] == b"\x89PNG"
