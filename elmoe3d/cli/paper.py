@@ -41,10 +41,23 @@ def configure(parser):
     parser.add_argument("--cache-form", default="token", choices=("token", "step"),
                         help="expert-cache form: token (a per-access LRU hit rate applied to a "
                              "step's expert loads, default) or step (hits per cached expert)")
+    parser.add_argument("--ar-cache", default="msb", choices=("msb", "whole"),
+                        help="table3, fig14: what ours caches in AR mode: msb (MSB slices, the "
+                             "LSB streamed from EXT on a hit, default) or whole (whole INT8 "
+                             "experts; the Zipf exponents are refitted on the 4 GB rows)")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", default=None,
                         help="fig12, fig14: also write the figure as DIR/<figure>_<hb>.png")
+
+
+def _zipf(args) -> dict:
+    """The stored Zipf exponents, or refitted when the cache form or the AR cache differ from
+    the ones they were fitted with."""
+    from ..sw.host import paper_eval as pe
+    if args.cache_form == "token" and args.ar_cache == "msb":
+        return dict(pe.ZIPF)
+    return pe.calibrate_zipf(form=args.cache_form, ar_cache=args.ar_cache)
 
 
 def _tree(text):
@@ -78,7 +91,9 @@ def run(args) -> int:
     if args.figure == "fig14":
         return _fig14(args)
     tree = _tree(args.tree)
-    rows = pe.table3(args.hb, form=args.cache_form, tree=tree)
+    zipf = _zipf(args)
+    rows = pe.table3(args.hb, form=args.cache_form, tree=tree, zipf=zipf,
+                     ar_cache=args.ar_cache)
     summ = pe.summary(rows)
     console = report_console()
     paper = args.hb == "4gb"
@@ -99,7 +114,7 @@ def run(args) -> int:
     console.print(t)
     tr = tree if tree == "best" else f"depth {tree[0]} x width {tree[1]}"
     console.print(f"alpha: the paper's 4 GB values (an input); SD tree {tr}; expert cache: "
-                  f"{args.cache_form} form, Zipf exponents {pe.ZIPF}")
+                  f"{args.cache_form} form, AR cache {args.ar_cache}, Zipf exponents {zipf}")
     console.print(f"Elastic-SD best-mode speedup over xPU, mean of {len(pe.TABLE3_MODELS)} "
                   f"models x {len(pe.TABLE3_BATCHES)} batches: "
                   f"{summ['elastic_best_mode_mean']:.2f}x (paper: "
@@ -115,7 +130,8 @@ def run(args) -> int:
                       f"{w['figure']}: ratio {w['ratio']:.2f}")
     if args.json:
         write_json(args.json, {"hb": args.hb, "tree": tree, "cache_form": args.cache_form,
-                               "zipf": pe.ZIPF, "rows": rows, "summary": summ})
+                               "ar_cache": args.ar_cache, "zipf": zipf, "rows": rows,
+                               "summary": summ})
     return 0
 
 
@@ -169,7 +185,7 @@ def _fig14(args) -> int:
 
     plot = _plot_dir(args, "fig14")
     tree = _tree(args.tree)
-    rows = pe.fig14(args.hb, tree=tree)
+    rows = pe.fig14(args.hb, tree=tree, zipf=_zipf(args), ar_cache=args.ar_cache)
     summ = pe.fig14_summary(rows)
     console = report_console()
     t = Table(title=f"Fig. 14: speedup over xPU (AR at the same batch), MT-Bench alphas, HB "

@@ -381,12 +381,18 @@ class EvalModel:
     on ``plat`` running ``scheme`` (``"ar"`` for plain AR, or one of :data:`SCHEMES`) at
     ``batch`` sequences of ``context`` tokens. ``zipf`` overrides :data:`ZIPF`.
 
+    ``ar_cache``: ``"msb"`` (default: AR hits read the MSB slice from HB and stream the LSB
+    slice from EXT, as verify does, Algorithm 1) or ``"whole"`` (AR mode caches whole INT8
+    experts, half as many: what the paper's 8 GB Phi_AR quoted in issue 26, up to 4.77 on a
+    non-GPT-OSS model, needs, since streaming the LSB caps it at 3.35-3.99).
+
     HB placement (Fig. 12) is fixed at construction: :attr:`hb_static` (fraction of the static
     weights in HB), :attr:`hb_kv` (of the KV cache), :attr:`draft_in_hb`, :attr:`slots` (expert
     cache slots a MoE layer)."""
 
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
-                 context: int = CONTEXT, zipf: float | None = None, form: str = "token"):
+                 context: int = CONTEXT, zipf: float | None = None, form: str = "token",
+                 ar_cache: str = "msb"):
         if scheme not in ("ar",) + SCHEMES:
             raise UserError(f"unknown scheme {scheme!r}; known: ar, {', '.join(SCHEMES)}")
         if scheme == "elastic" and not plat.bit_sliced:
@@ -397,6 +403,9 @@ class EvalModel:
         self.m = m = self.shape.model
         self.plat, self.scheme, self.batch, self.context = plat, scheme, batch, context
         self.form = form
+        if ar_cache not in ("msb", "whole"):
+            raise UserError(f"ar_cache: expected msb or whole, got {ar_cache!r}")
+        self.ar_cache = ar_cache
         self.sizes = self.shape.sizes()
         if zipf is None and m.name not in ZIPF:
             raise UserError(f"model {m.name!r} has no calibrated expert popularity; known: "
@@ -439,6 +448,10 @@ class EvalModel:
         # a slot holds an MSB slice on the bit-sliced die, a whole expert on HB-xPU
         self.slot_bytes = m.expert_msb_bytes if self.plat.bit_sliced else m.expert_bytes
         self.slots = left / self.slot_bytes / m.moe_layers
+        # ar_cache="whole": AR mode fills the cache with whole INT8 experts instead (a hit
+        # streams nothing from EXT; half the slots)
+        self.ar_slots = (left / m.expert_bytes / m.moe_layers
+                         if self.ar_cache == "whole" and self.plat.bit_sliced else None)
         # near-memory platforms: the unit's LPDDR5 holds the static weights, the KV cache, the
         # draft, then the hottest experts (placed once; NMP's 16 GB, PIM's all 64 GB)
         left = float(self.plat.nm_bytes)
@@ -536,6 +549,10 @@ class EvalModel:
             uniq, hits = self.pop.step(rows, self.slots, self.form)
             hb += hits * msb
             ext += (uniq - hits) * msb
+        elif phase == "ar" and self.ar_slots is not None:
+            uniq, hits = self.pop.step(rows, self.ar_slots, self.form)
+            hb += hits * whole
+            ext += (uniq - hits) * whole
         elif self.plat.bit_sliced or not on_hb:
             uniq, hits = self.pop.step(rows, self.slots if on_hb else 0, self.form)
             hb += hits * msb
@@ -595,14 +612,15 @@ class EvalModel:
 # == Table 3 =======================================================================================
 
 def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = None,
-           form: str = "token", tree=TREE) -> list:
+           form: str = "token", tree=TREE, ar_cache: str = "msb") -> list:
     """Our Table 3 at ``hb``: a row (dict) per (model, scheme, batch) with alpha
     (``alphas[model][scheme][i]``, default the paper's 4 GB alpha: the 8 GB alphas are not in
     this copy of the paper), Phi_AR, Phi_SD, the tree, milliseconds and access energy a token
     (xPU, AR, SD), expert-cache slots a layer, and the paper's figures where this copy has them
     (``paper_alpha``, ``paper_phi_ar``, ``paper_phi_sd``: 4 GB). ``zipf`` overrides
     :data:`ZIPF`; ``form`` is the cache form (:meth:`ExpertPopularity.step`); ``tree`` a
-    ``(depth, width)`` or ``"best"`` (the fastest of depth 1-8 x width 1, 2, 4 per point)."""
+    ``(depth, width)`` or ``"best"`` (the fastest of depth 1-8 x width 1, 2, 4 per point);
+    ``ar_cache`` what ours caches in AR mode (:class:`EvalModel`)."""
     xpu, ours = platform("xpu", hb), platform("ours", hb)
     zipf = {**ZIPF, **(zipf or {})}
     rows = []
@@ -613,7 +631,8 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
                 paper = TABLE3_4GB[model][scheme][i]
                 alpha = alphas[model][scheme][i] if alphas else paper[0]
                 base = EvalModel(model, xpu, "ar", batch=b, zipf=s, form=form).ar()
-                em = EvalModel(model, ours, scheme, batch=b, zipf=s, form=form)
+                em = EvalModel(model, ours, scheme, batch=b, zipf=s, form=form,
+                               ar_cache=ar_cache)
                 ar = em.ar()
                 sd = em.best_sd(alpha) if tree == "best" else em.sd(alpha, *tree)
                 phi_ar = base.seconds / ar.seconds
@@ -668,7 +687,8 @@ def summary(rows) -> dict:
     return out
 
 
-def calibrate_zipf(grid=np.round(np.arange(0.0, 4.01, 0.05), 2), form: str = "token") -> dict:
+def calibrate_zipf(grid=np.round(np.arange(0.0, 4.01, 0.05), 2), form: str = "token",
+                   ar_cache: str = "msb") -> dict:
     """Per model, the Zipf exponent of ``grid`` that minimises the squared log error of the
     Elastic-SD Phi_AR cells of Table 3's 4 GB rows (the only cells used)."""
     xpu, ours = platform("xpu", "4gb"), platform("ours", "4gb")
@@ -679,8 +699,8 @@ def calibrate_zipf(grid=np.round(np.arange(0.0, 4.01, 0.05), 2), form: str = "to
             err = 0.0
             for i, b in enumerate(TABLE3_BATCHES):
                 base = EvalModel(model, xpu, "ar", batch=b, zipf=s, form=form).ar().seconds
-                ar = EvalModel(model, ours, "elastic", batch=b, zipf=s,
-                               form=form).ar().seconds
+                ar = EvalModel(model, ours, "elastic", batch=b, zipf=s, form=form,
+                               ar_cache=ar_cache).ar().seconds
                 err += math.log(base / ar / TABLE3_4GB[model]["elastic"][i][1]) ** 2
             if best is None or err < best[0]:
                 best = (err, float(s))
@@ -839,20 +859,24 @@ PAPER_FIG14 = {"over_xpu": 6.6, "over_best_prior": 2.2}
 PAPER_FIG15 = {"over_xpu": 4.4, "over_best_prior": 1.4}
 
 
-def fig14(hb: str = "8gb", *, tree=TREE) -> list:
+def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
+          ar_cache: str = "msb") -> list:
     """Fig. 14 (MT-Bench alphas only: the other datasets' are not in this copy of the paper):
     a row per (model, platform, batch) with its AR and SD speedups over xPU AR at the same
-    batch, the best of the two, and the access energy a token of each mode (pJ)."""
+    batch, the best of the two, and the access energy a token of each mode (pJ). ``zipf`` and
+    ``ar_cache`` as in :func:`table3`."""
     base_plat = platform("xpu", hb)
+    zipf = {**ZIPF, **(zipf or {})}
     out = []
     for model in TABLE3_MODELS:
         for i, b in enumerate(TABLE3_BATCHES):
-            base = EvalModel(model, base_plat, batch=b).ar()
+            base = EvalModel(model, base_plat, batch=b, zipf=zipf[model]).ar()
             t0 = base.seconds / b
             for name in PLATFORMS:
                 plat = platform(name, hb)
                 scheme = PLATFORM_SCHEME[name]
-                em = EvalModel(model, plat, scheme, batch=b)
+                em = EvalModel(model, plat, scheme, batch=b, zipf=zipf[model],
+                               ar_cache=ar_cache)
                 ar = em.ar()
                 sd = em.sd(TABLE3_4GB[model][scheme][i][0], *tree)
                 phi_ar, phi_sd = t0 / (ar.seconds / b), t0 / sd.per_token_s

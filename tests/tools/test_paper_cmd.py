@@ -65,3 +65,9 @@ def test_fig14(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "ours over xPU:" in text and "(paper 6.6x over four datasets)" in text
     assert (tmp_path / "fig14_8gb.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_table3_ar_cache_whole_refits(capsys):
+    assert cli.main(["paper", "table3", "--ar-cache", "whole"]) == 0
+    text = capsys.readouterr().out
+    assert "AR cache whole" in text and "'qwen3-30b-a3b': 1.45" in text
