@@ -661,6 +661,27 @@ def print_accuracy(console, acc, error=None):
     console.print("   reported, no target")
 
 
+def speed_figures() -> dict:
+    """Figure 12: the whole-decoder model's simulated tokens per second on one core, every
+    paper model at 8 GB (:func:`elmoe3d.sw.host.paper_eval.model_speed`)."""
+    from ..sw.host.paper_eval import model_speed
+    return model_speed("8gb")
+
+
+def print_speed(console, speed) -> list:
+    from ..sw.host.paper_eval import SPEED_TARGET, TREE
+    missed = [f"12. performance model on {m}: {v['tokens_per_s']:,.0f} simulated tokens/s < "
+              f"target {SPEED_TARGET:,}" for m, v in speed.items()
+              if v["tokens_per_s"] < SPEED_TARGET]
+    console.print(f"[bold]12. Performance-model speed[/] (elmoe3d paper, 8 GB; a round = xPU AR, "
+                  f"our AR and an Elastic-SD {TREE[0]} x {TREE[1]} tree at batch 1, 4, 8, 16; "
+                  f"CPU time of one core): "
+                  + ", ".join(f"{m} {v['tokens_per_s']:,.0f}" for m, v in speed.items())
+                  + f" simulated tokens/s; target >= {SPEED_TARGET:,}: "
+                  + ("[red]MISSED[/]" if missed else "[green]met[/]"))
+    return missed
+
+
 def run(args) -> int:
     from rich.console import Console
     from rich.markup import escape
@@ -682,7 +703,7 @@ def run(args) -> int:
     if args.skip_real and args.only_real:
         raise UserError("--skip-real and --only-real exclude each other")
 
-    steps = 11
+    steps = 12
 
     def simulate(step, what, title, fn, *fn_args):
         """Print step ``step``'s line and run a cocotb figure; a failed simulation is one line."""
@@ -738,6 +759,9 @@ def run(args) -> int:
     else:
         real = simulate(10, real_what, "real-expert bench", real_expert_figures, seed)
         peak = simulate(11, peak_what, "tile MACs-per-cycle bench", peak_mac_figures, seed)
+    console.print(f"[12/{steps}] whole-decoder performance model: simulated tokens per second "
+                  f"(one core) ...")
+    speed = speed_figures()
     console.print()
 
     missed = []
@@ -787,10 +811,12 @@ def run(args) -> int:
     missed += [f"9. {line}" for line in print_die(console, die)]
     if real is not None:
         missed += print_real(console, real) + print_peak(console, peak)
+    missed += print_speed(console, speed)
     if args.json:
         write_json(args.json, {"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
                                "pe": pe, "accuracy": accuracy, "dram": dram,
                                "links": links, "die": die, "real": real, "peak": peak,
+                               "perf_model_speed": speed,
                                "targets": {"throughput": THROUGHPUT_TARGET,
                                            "golden": GOLDEN_TARGET,
                                            "roofline": ROOFLINE_TARGET},

@@ -912,3 +912,37 @@ def fig14_summary(rows) -> dict:
             "energy_over_best_prior": float(np.mean(en_p)),
             "mean_best": {p: float(np.mean([d[p]["best"] for d in pts.values()]))
                           for p in PLATFORMS}}
+
+
+# == speed of the model (make bench figure 12) ====================================================
+
+#: Simulated tokens per second per core the model must reach for every preset (issue 26).
+SPEED_TARGET = 1000
+
+
+def model_speed(hb: str = "8gb", models=TABLE3_MODELS, batches=TABLE3_BATCHES,
+                min_seconds: float = 0.2) -> dict:
+    """Simulated tokens per second of the model, per model at ``hb``: each round builds the
+    xPU and ours at every batch and runs an xPU AR step, our AR step and an Elastic-SD
+    iteration of the :data:`TREE` (tokens: ``batch`` + ``batch`` + ``batch x accepted``);
+    rounds repeat until ``min_seconds`` have passed on one core (``time.process_time``).
+    Returns ``{model: {"tokens_per_s", "rounds", "seconds"}}``."""
+    import time
+    out = {}
+    x, o = platform("xpu", hb), platform("ours", hb)
+    for model in models:
+        tokens, rounds = 0.0, 0
+        t0 = time.process_time()
+        while True:
+            for i, b in enumerate(batches):
+                alpha = TABLE3_4GB[model]["elastic"][i][0]
+                EvalModel(model, x, batch=b).ar()
+                em = EvalModel(model, o, "elastic", batch=b)
+                em.ar()
+                tokens += 2 * b + b * em.sd(alpha, *TREE).tokens
+            rounds += 1
+            dt = time.process_time() - t0
+            if dt >= min_seconds:
+                break
+        out[model] = {"tokens_per_s": tokens / dt, "rounds": rounds, "seconds": dt}
+    return out

@@ -279,3 +279,9 @@ def test_ar_cache_whole_lifts_the_lsb_cap():
     assert msb.ar().ext_bytes > 0 and whole.ar().ext_bytes < 1e6      # embedding rows only
     with pytest.raises(UserError, match="ar_cache"):
         pe.EvalModel("qwen3-30b-a3b", o, ar_cache="lsb")
+
+
+def test_model_speed_counts_simulated_tokens():
+    out = pe.model_speed("8gb", models=("deepseek-v2-lite",), batches=(1, 16), min_seconds=0)
+    r = out["deepseek-v2-lite"]
+    assert r["rounds"] == 1 and r["tokens_per_s"] > 0      # the figure itself: make bench

@@ -69,7 +69,7 @@ def accuracy():
 @pytest.fixture
 def stub(monkeypatch):
     def set_figures(rtl_figs=None, golden_figs=None, rtl_error=None, pe_figs=None,
-                    pe_error=None, accuracy_error=None):
+                    pe_error=None, accuracy_error=None, speed_figs=None):
         def fake_rtl(cfg, seed, beats):
             if rtl_error is not None:
                 raise rtl_error
@@ -102,6 +102,9 @@ def stub(monkeypatch):
         # figure 11 (tile MACs per cycle): its printer is tested below
         monkeypatch.setattr(bench, "peak_mac_figures", lambda seed: {"missed": []})
         monkeypatch.setattr(bench, "print_peak", lambda console, figs: figs["missed"])
+        # figure 12 (performance-model speed): a timing, stubbed; its printer is tested below
+        monkeypatch.setattr(bench, "speed_figures", lambda: speed_figs or {
+            "qwen3-30b-a3b": {"tokens_per_s": 5000.0, "rounds": 3, "seconds": 0.2}})
     return set_figures
 
 
@@ -136,6 +139,8 @@ def test_all_targets_met_exit_zero_and_columns_defined(stub, capsys, tmp_path):
      "5. PE-array utilization: no compute-bound case of 16 tokens"),
     ({"accuracy_error": UserError("the all-MiniLM-L6-v2 weights are not installed")},
      "6. accuracy not measured: the all-MiniLM-L6-v2 weights are not installed"),
+    ({"speed_figs": {"gpt-oss-20b": {"tokens_per_s": 900.0, "rounds": 1, "seconds": 0.2}}},
+     "12. performance model on gpt-oss-20b: 900 simulated tokens/s < target 1,000"),
 ])
 def test_a_missed_target_exits_one_and_says_which(stub, capsys, tmp_path, figures, which):
     stub(**figures)
@@ -365,3 +370,14 @@ def test_peak_mac_figures_mid_rtl_and_paper_model(monkeypatch):
     assert bench.print_peak(Console(width=200, record=True), bad) == [
         "11. tile MACs per cycle: x DRAFT: 2 mismatching value(s) (log /p/sim.log)",
         "11. tile MACs per cycle: no case measured on the mid RTL"]
+
+
+def test_speed_figures_every_paper_model(monkeypatch):
+    """Figure 12 runs the model on every Table 3 model at 8 GB (its speed is not judged here)."""
+    from elmoe3d.sw.host import paper_eval
+    monkeypatch.setattr(paper_eval, "model_speed",
+                        lambda hb, **kw: {m: {"tokens_per_s": 1.0, "rounds": 1, "seconds": 0.0,
+                                              "hb": hb} for m in paper_eval.TABLE3_MODELS})
+    figs = bench.speed_figures()
+    assert set(figs) == set(paper_eval.TABLE3_MODELS)
+    assert {v["hb"] for v in figs.values()} == {"8gb"}
