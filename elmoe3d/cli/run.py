@@ -704,7 +704,9 @@ def run(args) -> int:
         elif r.get("elastic_sd"):
             e = r["elastic_sd"]
             out.print(f"{r['label']}: Elastic-SD {e['iterations']} iterations, accepted "
-                      f"{e['accepted']}/{e['drafted']} drafted ({_pct(e['acceptance_rate'])}), "
+                      f"{e['accepted']}/{e['drafted']} drafted ({_pct(e['acceptance_rate'])}; "
+                      f"alpha {e['alpha']:.3f} = accepted / {e['judged']} judged, the paper's "
+                      f"acceptance rate), "
                       f"{e['mean_accept_length']:.2f} tokens/iteration; HB slots "
                       f"{r['hb_slots']} of {_b(r['msb_bytes'])} MSB slices")
         w = r["wall_seconds"]

@@ -154,7 +154,9 @@ class CoverageAcceptance:
 @dataclass(frozen=True)
 class BernoulliAcceptance:
     """Accept each draft token independently with probability ``alpha`` (the paper's
-    acceptance rate, Table 3), from the simulator's seeded generator."""
+    acceptance rate, Table 3: what :attr:`ElasticSDResult.alpha` measures; accepted / drafted
+    is lower, since tokens past a rejection are drafted but never judged), from the
+    simulator's seeded generator."""
 
     alpha: float
 
@@ -234,7 +236,23 @@ class ElasticSDResult:
 
     @property
     def acceptance_rate(self) -> float:
+        """Accepted / drafted draft tokens (positions past a rejection count as drafted)."""
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def judged(self) -> int:
+        """Draft tokens the verifier judged: each (request, iteration) its accepted prefix plus
+        the first rejected token, if any (later ones are never reached)."""
+        return sum(min(a + 1, d) for it in self.iterations
+                   for a, d in zip(it.accepted, it.drafted))
+
+    @property
+    def alpha(self) -> float:
+        """The paper's acceptance rate (Table 3; EAGLE's definition): accepted / judged draft
+        tokens, the probability that a draft token is accepted given its prefix was, so that
+        :class:`BernoulliAcceptance` ``(A)`` measures A."""
+        j = self.judged
+        return self.accepted / j if j else 0.0
 
     @property
     def mean_accept_length(self) -> float:
@@ -245,8 +263,8 @@ class ElasticSDResult:
     def summary(self) -> dict:
         return {"iterations": len(self.iterations), "tokens": self.tokens,
                 "drafted": self.drafted, "accepted": self.accepted,
-                "acceptance_rate": self.acceptance_rate,
-                "mean_accept_length": self.mean_accept_length,
+                "acceptance_rate": self.acceptance_rate, "judged": self.judged,
+                "alpha": self.alpha, "mean_accept_length": self.mean_accept_length,
                 "draft_hb_bytes": self.draft_hb_bytes,
                 "verify_hit_rate": self.verify.hit_rate,
                 "verify_hb_bytes": self.verify.hb_read_bytes,

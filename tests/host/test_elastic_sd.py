@@ -235,3 +235,22 @@ def test_parameter_errors():
     tr = synthetic_trace("olmoe-1b-7b", CALIBRATED["olmoe-1b-7b"], tokens=3)
     with pytest.raises(UserError, match="do not match"):
         ElasticSD(cache=slots_cache(4), depth=2, acceptance=CoverageAcceptance(0.5)).run(tr)
+
+
+def test_bernoulli_alpha_measures_its_rate(real):
+    """The paper's acceptance rate (accepted / judged) of BernoulliAcceptance(A) is A; accepted
+    / drafted is lower (positions past the first rejection are drafted, never judged). Seeds
+    0-9 pooled: about 500 judged tokens, a binomial standard error near 0.02."""
+    acc = judged = drafted = 0
+    for seed in range(10):
+        res = ElasticSD(cache=slots_cache(68), depth=4, acceptance=BernoulliAcceptance(0.72),
+                        seed=seed).run(real)
+        assert res.judged == sum(min(a + 1, d) for it in res.iterations
+                                 for a, d in zip(it.accepted, it.drafted))
+        assert res.summary()["alpha"] == res.alpha
+        acc, judged, drafted = acc + res.accepted, judged + res.judged, drafted + res.drafted
+    print(f"seeds 0-9: {acc}/{judged} judged ({acc / judged:.3f}), {acc}/{drafted} drafted")
+    assert acc / judged == pytest.approx(0.72, abs=0.05)
+    assert acc / drafted < 0.6
+    every = ElasticSD(cache=slots_cache(68), depth=4, acceptance=CoverageAcceptance(0.0)).run(real)
+    assert every.alpha == 1.0 and every.judged == every.drafted
