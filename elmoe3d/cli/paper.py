@@ -41,6 +41,9 @@ def configure(parser):
     parser.add_argument("--cache-form", default="token", choices=("token", "step"),
                         help="expert-cache form: token (a per-access LRU hit rate applied to a "
                              "step's expert loads, default) or step (hits per cached expert)")
+    parser.add_argument("--alpha", default="paper", choices=("paper", "model"),
+                        help="table3: Elastic-SD's alpha: the paper's 4 GB values (default) or "
+                             "the alpha model (pool coverage, fitted on the 4 GB rows) at --hb")
     parser.add_argument("--ar-cache", default="msb", choices=("msb", "whole"),
                         help="table3, fig14: what ours caches in AR mode: msb (MSB slices, the "
                              "LSB streamed from EXT on a hit, default) or whole (whole INT8 "
@@ -92,8 +95,9 @@ def run(args) -> int:
         return _fig14(args)
     tree = _tree(args.tree)
     zipf = _zipf(args)
+    alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
     rows = pe.table3(args.hb, form=args.cache_form, tree=tree, zipf=zipf,
-                     ar_cache=args.ar_cache)
+                     ar_cache=args.ar_cache, alphas=alphas)
     summ = pe.summary(rows)
     console = report_console()
     paper = args.hb == "4gb"
@@ -113,7 +117,9 @@ def run(args) -> int:
                   f"{r['best']:.2f} {r['mode'].upper()}")
     console.print(t)
     tr = tree if tree == "best" else f"depth {tree[0]} x width {tree[1]}"
-    console.print(f"alpha: the paper's 4 GB values (an input); SD tree {tr}; expert cache: "
+    what = ("Elastic-SD's from the alpha model (pool coverage, fitted on the 4 GB rows), the "
+            "other schemes' the paper's" if alphas else "the paper's 4 GB values (an input)")
+    console.print(f"alpha: {what}; SD tree {tr}; expert cache: "
                   f"{args.cache_form} form, AR cache {args.ar_cache}, Zipf exponents {zipf}")
     console.print(f"Elastic-SD best-mode speedup over xPU, mean of {len(pe.TABLE3_MODELS)} "
                   f"models x {len(pe.TABLE3_BATCHES)} batches: "
@@ -130,7 +136,8 @@ def run(args) -> int:
                       f"{w['figure']}: ratio {w['ratio']:.2f}")
     if args.json:
         write_json(args.json, {"hb": args.hb, "tree": tree, "cache_form": args.cache_form,
-                               "ar_cache": args.ar_cache, "zipf": zipf, "rows": rows,
+                               "ar_cache": args.ar_cache, "alpha": args.alpha, "zipf": zipf,
+                               "rows": rows,
                                "summary": summ})
     return 0
 

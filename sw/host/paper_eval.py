@@ -69,7 +69,9 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
            "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig14", "fig14_summary", "PAPER_FIG14",
-           "PAPER_FIG15", "cache_check", "che_global", "trace_popularity", "fit_zipf"]
+           "PAPER_FIG15", "cache_check", "che_global", "trace_popularity", "fit_zipf",
+           "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha", "model_alphas",
+           "model_speed", "SPEED_TARGET"]
 
 #: Fraction of the HB peak the paper's simulator delivered (Section 7: ~3% below the roofline).
 HB_EFFICIENCY = 0.97
@@ -945,4 +947,65 @@ def model_speed(hb: str = "8gb", models=TABLE3_MODELS, batches=TABLE3_BATCHES,
             if dt >= min_seconds:
                 break
         out[model] = {"tokens_per_s": tokens / dt, "rounds": rounds, "seconds": dt}
+    return out
+
+
+# == the acceptance model (issue 26 item 4) =======================================================
+
+#: Elastic-SD's alpha model per model: ``(alpha_max, beta)`` of :func:`elastic_alpha`, fitted by
+#: :func:`calibrate_alpha` on the four Elastic-SD alphas of Table 3's 4 GB rows (nothing else).
+ALPHA_MODEL = {"qwen3-30b-a3b": (0.673, 0.35), "glm-4.7-flash": (0.847, 0.15),
+               "deepseek-v2-lite": (0.957, 0.0), "gpt-oss-20b": (0.521, 0.3)}
+
+
+def pool_coverage(pop: ExpertPopularity, slots: float) -> float:
+    """Share of a token's top-k picks that fall in the ``slots`` hottest experts (fractional
+    slots interpolate): the pool's coverage of the routing, a proxy for the share of the gate
+    weight the throttled draft keeps."""
+    c = np.concatenate(([0.0], np.cumsum(pop.p))) / pop.top_k
+    x = min(max(slots, 0.0), float(pop.experts))
+    i = int(x)
+    return float(c[i] + (pop.p[i] / pop.top_k * (x - i) if i < pop.experts else 0.0))
+
+
+def elastic_alpha(em: EvalModel, params=None) -> float:
+    """Elastic-SD's acceptance rate at ``em``'s HB and batch: ``alpha_max x coverage(slots /
+    batch ** beta)``: the pool (the expert cache's slots a layer) covers each request's routing
+    less as more requests share it (``beta``), and a draft whose pool covered every pick would
+    be accepted at ``alpha_max`` (the MSB slices' own error). Capped at 0.99."""
+    a_max, beta = params or ALPHA_MODEL[em.m.name]
+    return min(0.99, a_max * pool_coverage(em.pop, em.slots / em.batch ** beta))
+
+
+def calibrate_alpha(betas=np.round(np.arange(0.0, 2.01, 0.05), 2)) -> dict:
+    """Per model, the ``(alpha_max, beta)`` minimising the squared error of the Elastic-SD
+    alphas of Table 3's 4 GB rows (alpha_max by least squares at each beta of the grid;
+    rounded to 3 and 2 places)."""
+    ours = platform("ours", "4gb")
+    out = {}
+    for model in TABLE3_MODELS:
+        ems = [EvalModel(model, ours, "elastic", batch=b) for b in TABLE3_BATCHES]
+        al = np.array([TABLE3_4GB[model]["elastic"][i][0] for i in range(len(TABLE3_BATCHES))])
+        best = None
+        for beta in betas:
+            c = np.array([pool_coverage(em.pop, em.slots / em.batch ** beta) for em in ems])
+            a_max = float(c @ al / (c @ c))
+            err = float(np.sum((a_max * c - al) ** 2))
+            if best is None or err < best[0] - 1e-15:
+                best = (err, (round(a_max, 3), float(beta)))
+        out[model] = best[1]
+    return out
+
+
+def model_alphas(hb: str) -> dict:
+    """Table 3's alphas with Elastic-SD's from :func:`elastic_alpha` at ``hb`` (the other
+    schemes' draft does not depend on HB: the paper's value), shaped as :data:`TABLE3_4GB`'s
+    alpha column: ``{model: {scheme: [alpha per batch]}}``."""
+    ours = platform("ours", hb)
+    out = {}
+    for model in TABLE3_MODELS:
+        out[model] = {s: [TABLE3_4GB[model][s][i][0] for i in range(len(TABLE3_BATCHES))]
+                      for s in SCHEMES}
+        out[model]["elastic"] = [elastic_alpha(EvalModel(model, ours, "elastic", batch=b))
+                                 for b in TABLE3_BATCHES]
     return out

@@ -285,3 +285,21 @@ def test_model_speed_counts_simulated_tokens():
     out = pe.model_speed("8gb", models=("deepseek-v2-lite",), batches=(1, 16), min_seconds=0)
     r = out["deepseek-v2-lite"]
     assert r["rounds"] == 1 and r["tokens_per_s"] > 0      # the figure itself: make bench
+
+
+def test_alpha_model():
+    assert pe.calibrate_alpha() == pe.ALPHA_MODEL
+    a4, a8 = pe.model_alphas("4gb"), pe.model_alphas("8gb")
+    for m in pe.TABLE3_MODELS:
+        paper = [pe.TABLE3_4GB[m]["elastic"][i][0] for i in range(4)]
+        assert np.allclose(a4[m]["elastic"], paper, atol=0.05)      # fitted on these
+        assert all(b >= a for a, b in zip(a4[m]["elastic"], a8[m]["elastic"]))
+        assert a8[m]["eagle"] == [pe.TABLE3_4GB[m]["eagle"][i][0] for i in range(4)]
+    # the paper's text gives Elastic-SD's alpha over both HB sizes as 0.33-0.91
+    every = [a for m in pe.TABLE3_MODELS for a in a4[m]["elastic"] + a8[m]["elastic"]]
+    assert min(every) == pytest.approx(0.33, abs=0.02) and max(every) == pytest.approx(0.91,
+                                                                                       abs=0.03)
+    em = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours"), "elastic", batch=4)
+    assert pe.elastic_alpha(em, (0.5, 0.0)) == pytest.approx(0.5 * pe.pool_coverage(em.pop,
+                                                                                      em.slots))
+    assert pe.pool_coverage(em.pop, 0) == 0 and pe.pool_coverage(em.pop, 128) == pytest.approx(1)

@@ -71,3 +71,9 @@ def test_table3_ar_cache_whole_refits(capsys):
     assert cli.main(["paper", "table3", "--ar-cache", "whole"]) == 0
     text = capsys.readouterr().out
     assert "AR cache whole" in text and "'qwen3-30b-a3b': 1.45" in text
+
+
+def test_table3_alpha_model(capsys):
+    assert cli.main(["paper", "table3", "--hb", "8gb", "--alpha", "model"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "alpha: Elastic-SD's from the alpha model" in text and "(paper: 7.0x)" in text
