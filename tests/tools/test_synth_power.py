@@ -288,3 +288,63 @@ def test_power_with_nan_is_one_line(tmp_path):
     assert "\n" not in msg and msg.startswith(f"{lib}:{line}: cell {NAND}: pin Y: "
                                               f"internal_power rise_power (line ")
     assert msg.endswith("holds a NaN or infinite value")
+
+
+def test_power_cli_bad_liberty_is_one_line(tmp_path, capsys):
+    """``--power`` checks the library before any synthesis: a library with timing tables but a
+    NaN leakage value is refused in one line naming the file and the cell."""
+    text = _cell(NAND)
+    line = TEXT[:TEXT.index(text)].count("\n") + 1
+    lib = tmp_path / "nan.lib"
+    lib.write_text(TEXT.replace(text, re.sub(r"value : 33.6905;", "value : nan;", text,
+                                             count=1)))
+    assert main(["synth", "--power", "--liberty", str(lib)]) == 2
+    out, err = capsys.readouterr()
+    assert "\n" not in err.strip() and "Traceback" not in err
+    assert err.strip() == (f"elmoe3d synth: error: {lib}:{line}: cell {NAND}: leakage_power "
+                           f"nan is not a finite number")
+    assert out == ""
+
+
+def test_vcd_activity_counts_toggles_and_time_at_one(tmp_path):
+    """A 3-bit counter run for 16 cycles in Amaranth's simulator: bit b of the count toggles
+    16 / 2^b times and is 1 half the time; names as the netlist gives them (``count[1]``)."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.sim import Simulator
+
+    from elmoe3d.synth.activity import vcd_activity
+    m = Module()
+    count = Signal(3, name="count")
+    m.d.sync += count.eq(count + 1)
+    sim = Simulator(m)
+    sim.add_clock(1e-9)
+
+    async def bench(ctx):
+        await ctx.tick().repeat(16)
+    sim.add_testbench(bench)
+    vcd = tmp_path / "count.vcd"
+    with sim.write_vcd(str(vcd)):
+        sim.run()
+    act, cycles = vcd_activity(vcd)
+    assert cycles == 16
+    for b in range(3):
+        a = act[f"count[{b}]"]
+        assert a.t == pytest.approx(1 / 2 ** b, abs=1 / 16)
+        assert a.p == pytest.approx(0.5, abs=0.1)
+
+
+def test_rtlil_aliases_join_connected_wires():
+    from elmoe3d.synth.activity import rtlil_aliases
+    il = ("module \\top\n  wire width 4 \\a\n  wire width 2 \\b\n  wire width 8 \\c\n"
+          "  connect \\b \\a [3:2]\n  connect \\a \\c [7:4]\nend\n")
+    al = rtlil_aliases(il)
+    assert al["b[0]"] == {"a[2]", "c[6]"} and al["c[4]"] == {"a[0]"}
+
+
+def test_leakage_roll_up_of_cell_counts():
+    """Static power of a cell count: each cell at its unconditional leakage_power (pW in the
+    subset, reported in nW)."""
+    from elmoe3d.synth.energy import leakage_nw
+    nand = float(re.findall(r"value : ([0-9.]+);\s*related_pg_pin : VDD;\s*\}",
+                            _cell(NAND))[-1])
+    assert leakage_nw({NAND: 1000}, LIB) == pytest.approx(1000 * nand / 1000)

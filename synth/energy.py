@@ -1,0 +1,220 @@
+"""Energy per operation of the logic die: pJ per MAC of the tensor tile in DRAFT and FULL from a
+real program, the SRAM macros' energy per byte, and the static power of every block.
+
+**pJ per MAC** (:func:`tile_energy`). The three fit tiles of the area model
+(:data:`~elmoe3d.synth.blocks.TILE_FIT`: (R, L) = (1, 2), (2, 2), (1, 4)) are mapped for delay
+as the timing run maps them (:func:`~elmoe3d.synth.flow.synthesize` with timing; the netlist
+is kept in ``build/synth/power/``), and each runs the up-projection GEMM of all-MiniLM-L6-v2
+FFN layer 0 (real weights, real activations of 8 GSM8K prompt tokens, 16 output channels,
+K = 384; :func:`~elmoe3d.synth.activity.minilm_tile_run`) in DRAFT and in FULL in Amaranth's
+simulator, one beat a cycle, every result checked against ``ref_tile``. The VCD gives every
+register and input-port bit its probability and toggle rate (:mod:`elmoe3d.synth.activity`),
+:func:`~elmoe3d.synth.power.analyze_power` the energy per cycle of the fit's netlist. The
+energy per cycle is then fitted like the area, ``E(R, L) = a + b L + c R L`` (exact through
+the three fits: ``a`` the tile's own control, ``b`` per lane, ``c`` per row and lane: the
+unit PEs, adder tree, slice combining and dequantisation of one (row, lane)), and evaluated at
+the paper tile (16 x 32 x 32). A row of the paper tile is another token and a lane another
+channel of the same kind of data, so the per-(row, lane) activity of the fits carries over;
+the broadcast nets (activations to all lanes, the ``advance`` enable) have larger fanout in
+the paper tile than in the fits (their buffer trees are not in the fits). Per MAC:
+
+* DRAFT: one unit-PE product (INT8 activation x 5-bit augmented MSB weight) per MAC:
+  ``R L 32`` MACs a cycle;
+* FULL: an INT8 x INT8 MAC is two unit-PE products (MSB and LSB slice on lanes 2j, 2j+1):
+  ``R L/2 32`` MACs a cycle.
+
+The tile runs one beat a cycle here (no stalls), so the energy per cycle is the energy per
+beat; leakage is added at the paper's 1 GHz (``leakage_nw`` x 1 ns per cycle).
+
+**SRAM** (:data:`SRAM_READ_PJ`, :data:`SRAM_WRITE_PJ`): the ASAP7 SRAM bank Liberty files of
+The-OpenROAD-Project/asap7_sram_0p0 (``generated/LIB/srambank_256x4x64_6t122.lib``, commit
+9f5af0939e8dd3cc1a9693a50b23441691dd7d25; every bank size there carries the same power tables,
+characterised for an 8 KB bank, ``bus_srambank_8kB_6t122_ltc1``): the clock pin's
+``internal_power`` (VDD + VSS, rise + fall) when ``!write`` (a read) 1.44236 + 2.11495 +
+0.373495 + 0.360267 = 4.291 pJ, when ``write`` 0 + 0 + 0.186927 + 0.132678 = 0.320 pJ, per
+64-bit (8-byte) access; the address, ``read``, ``write``, ``banksel`` and data pins add < 0.04
+pJ (counted below with every bit toggling once). Its ``cell_leakage_power`` is 0: SRAM leakage
+is not modelled.
+
+**Static power** (:func:`leakage_nw`): every cell of a block's area netlist at its
+``leakage_power`` without ``when`` (ASAP7 gives it as the average over the input states),
+rolled up over the instances like the area (:func:`elmoe3d.synth.rollup.evaluate` with this
+metric).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .liberty import Liberty
+
+
+__all__ = ["SRAM_READ_PJ", "SRAM_WRITE_PJ", "SRAM_WORD_BYTES", "SRAM_SOURCE",
+           "sram_access_pj", "leakage_nw", "tile_energy", "TileEnergy", "PUBLISHED_MAC"]
+
+
+#: Energy of one 64-bit read of an ASAP7 SRAM bank (pJ): clock-pin internal power when !write
+#: (VDD rise 1.44236 + VSS rise 2.11495 + VDD fall 0.373495 + VSS fall 0.360267), plus the
+#: input pins (ADDRESS 8 bits, read, banksel: 0.0176 + 0.0166 per pin toggle pair, at most).
+SRAM_READ_PJ = 1.44236 + 2.11495 + 0.373495 + 0.360267
+#: Energy of one 64-bit write (pJ): clock-pin internal power when write (0.186927 + 0.132678).
+SRAM_WRITE_PJ = 0.186927 + 0.132678
+#: Bytes per access of the characterised bank (64-bit data).
+SRAM_WORD_BYTES = 8
+#: Input-pin energy per toggle pair of an address / control pin (pJ): ADDRESS VDD + VSS rise and
+#: fall (0.00471622 + 0.00620875 + 0.00490932 + 0.00604381) / 2.
+SRAM_PIN_PJ = (0.00471622 + 0.00620875 + 0.00490932 + 0.00604381) / 2
+SRAM_SOURCE = ("SRAM access energy: clock-pin internal_power of srambank_256x4x64_6t122 "
+               "(read: when !write, write: when write; VDD + VSS, rise + fall), "
+               "The-OpenROAD-Project/asap7_sram_0p0 generated/LIB, commit "
+               "9f5af0939e8dd3cc1a9693a50b23441691dd7d25 (BSD 3-Clause); its "
+               "cell_leakage_power is 0 (SRAM leakage not modelled)")
+
+#: Published INT8 MAC energies for comparison (pJ per MAC = 2 / (TOPS/W), one MAC = two ops),
+#: whole accelerators (their SRAM, control and clock tree included).
+PUBLISHED_MAC = [
+    {"what": "MediaTek APU, 7 nm, INT8 peak 13.3 TOPS/W (C.-H. Lin et al., ISSCC 2020, 7.1, "
+             "'A 3.4-to-13.3TOPS/W 3.6TOPS dual-core deep-learning accelerator for versatile "
+             "AI applications in 7nm 5G smartphone SoC')", "pj_per_mac": 2 / 13.3},
+    {"what": "Samsung NPU, 8 nm, INT8 11.5 TOPS/W (J. Song et al., ISSCC 2019, 7.1, 'An "
+             "11.5TOPS/W 1024-MAC butterfly structure dual-core sparsity-aware neural "
+             "processing unit in 8nm flagship mobile SoC')", "pj_per_mac": 2 / 11.5},
+    {"what": "Samsung NPU, 4 nm, INT8 11.59 TOPS/W on MobileNetEdgeTPU (J.-W. Jang et al., "
+             "JSSC 58(1), 2023, 'A multi-mode 8k-MAC HW-utilization-aware neural processing "
+             "unit with a unified multi-precision datapath in 4-nm flagship mobile SoC')",
+     "pj_per_mac": 2 / 11.59},
+]
+
+
+def sram_access_pj(width: int, *, write: bool = False) -> float:
+    """Energy (pJ) of one access of a ``width``-bit memory built from 64-bit banks (one bank
+    access per 64 bits, rounded up; the bank's address and control pins toggling once each)."""
+    banks = -(-width // (SRAM_WORD_BYTES * 8))
+    per = (SRAM_WRITE_PJ if write else SRAM_READ_PJ) + 10 * SRAM_PIN_PJ
+    return banks * per
+
+
+def leakage_nw(cells: dict, lib: Liberty) -> float:
+    """Leakage (nW) of ``cells`` (type -> count) at each cell's unconditional
+    ``leakage_power`` (the state average in ASAP7; the mean of its ``when`` values if it has
+    none). Raises ``KeyError`` naming a type the library does not have."""
+    from .power import leakage_unit_nw
+    unit = leakage_unit_nw(lib)
+    total = 0.0
+    for t, n in cells.items():
+        cell = lib.cells[t]
+        plain = [lk.value for lk in cell.leakage if not lk.when]
+        if plain:
+            value = sum(plain)
+        else:
+            by_when = {}
+            for lk in cell.leakage:
+                by_when[lk.when] = by_when.get(lk.when, 0.0) + lk.value
+            value = sum(by_when.values()) / max(len(by_when), 1)
+        total += n * value * unit
+    return total
+
+
+@dataclass
+class TileEnergy:
+    """Energy of the tensor tile in one mode.
+
+    ``fits``: per fit tile ``"RxL"`` its run (beats, cycles, MACs), its energy per cycle (fJ:
+    internal, switching, clock pins) and leakage (nW); ``model``: ``a, b, c`` of ``E(R, L)``
+    (fJ per cycle); ``rows``, ``lanes``: the tile evaluated; ``fj_per_cycle``,
+    ``leakage_nw``, ``macs_per_cycle``, ``pj_per_mac`` (dynamic + leakage at
+    ``frequency_ghz``), ``pj_per_mac_dynamic``."""
+
+    mode: str
+    rows: int
+    lanes: int
+    fits: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+    fj_per_cycle: float = 0.0
+    leakage_nw: float = 0.0
+    macs_per_cycle: int = 0
+    pj_per_mac: float = 0.0
+    pj_per_mac_dynamic: float = 0.0
+    frequency_ghz: float = 1.0
+
+
+def _fit(values):
+    """``a, b, c`` of ``a + b L + c R L`` through the fits (1, 2), (2, 2), (1, 4)."""
+    t12, t22, t14 = values[(1, 2)], values[(2, 2)], values[(1, 4)]
+    c = (t22 - t12) / 2
+    b = (t14 - t12) / 2 - c
+    a = t12 - 2 * b - 2 * c
+    return a, b, c
+
+
+def _netlist(r, lanes, lib, workdir: Path):
+    """The fit tile's delay-mapped netlist (BLIF text) and RTLIL, re-synthesised only when the
+    RTL changed (the RTLIL kept beside it)."""
+    from amaranth.back import rtlil
+
+    from ..config import TileConfig
+    from ..hw.tile import TensorTile
+    from .flow import synthesize
+    text = rtlil.convert(TensorTile(config=TileConfig(rows=r, lanes=lanes)), name="top",
+                         emit_src=False)
+    folder = workdir / f"tile_r{r}_l{lanes}"
+    il, blif = folder / "block.il", folder / "timing.blif"
+    if not (il.is_file() and blif.is_file() and il.read_text() == text):
+        synthesize(f"tile {r}x{lanes}x32 (power)", text, liberty=lib, keep=folder,
+                   timing=1000.0)
+    return blif.read_text(), text
+
+
+def tile_energy(lib: Liberty, *, workdir: Path, rows: int = 16, lanes: int = 32,
+                modes=("DRAFT", "FULL"), frequency_ghz: float = 1.0, progress=None) -> dict:
+    """``{mode: TileEnergy}`` of a ``rows x lanes x 32`` tile (module docstring); the fits'
+    netlists and VCDs live in ``workdir``. ``progress(message)`` is called per step."""
+    from ..config import TileConfig
+    from ..sw.golden.datapath import Mode
+    from .activity import annotate, minilm_tile_run, rtlil_aliases, vcd_activity
+    from .blocks import TILE_FIT
+    from .power import PowerLib, analyze_power
+    from .sta import read_blif
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    plib = PowerLib(lib)
+    say = progress or (lambda msg: None)
+    nets = {}
+    for r, l in TILE_FIT:
+        say(f"tile {r}x{l}x32: delay mapping")
+        blif, il = _netlist(r, l, lib, workdir)
+        nets[(r, l)] = (read_blif(blif), rtlil_aliases(il))
+    out = {}
+    for mode in modes:
+        e = TileEnergy(mode=mode, rows=rows, lanes=lanes, frequency_ghz=frequency_ghz)
+        dyn, leak = {}, {}
+        for (r, l), (net, aliases) in nets.items():
+            say(f"tile {r}x{l}x32: MiniLM L0 up-projection, {mode}")
+            vcd = workdir / f"tile_r{r}_l{l}_{mode}.vcd"
+            run = minilm_tile_run(TileConfig(rows=r, lanes=l), Mode[mode], vcd)
+            act, cycles = vcd_activity(vcd)
+            act, missing = annotate(net, act, aliases)
+            p = analyze_power(net, plib, act)
+            vcd.unlink()
+            dyn[(r, l)] = p.dynamic_fj
+            leak[(r, l)] = p.leakage_nw
+            e.fits[f"{r}x{l}"] = {**run, "vcd_cycles": cycles, "internal_fj": p.internal_fj,
+                                  "switching_fj": p.switching_fj,
+                                  "clock_pins_fj": p.clock_pins_fj,
+                                  "dynamic_fj": p.dynamic_fj, "leakage_nw": p.leakage_nw,
+                                  "sources": p.sources, "annotated": p.annotated,
+                                  "not_annotated": missing, "mean_toggle": p.mean_toggle}
+        a, b, c = _fit(dyn)
+        la, lb, lc = _fit(leak)
+        e.model = {"a_fj": a, "b_fj": b, "c_fj": c, "leak_a_nw": la, "leak_b_nw": lb,
+                   "leak_c_nw": lc}
+        e.fj_per_cycle = a + b * lanes + c * rows * lanes
+        e.leakage_nw = la + lb * lanes + lc * rows * lanes
+        per_rl = 32 if mode != "FULL" else 16
+        e.macs_per_cycle = rows * lanes * per_rl
+        e.pj_per_mac_dynamic = e.fj_per_cycle / 1000.0 / e.macs_per_cycle
+        e.pj_per_mac = (e.fj_per_cycle + e.leakage_nw / frequency_ghz) / 1000.0 / \
+            e.macs_per_cycle
+        out[mode] = e
+    return out
