@@ -36,6 +36,11 @@ characterised for an 8 KB bank, ``bus_srambank_8kB_6t122_ltc1``): the clock pin'
 pJ (counted below with every bit toggling once). Its ``cell_leakage_power`` is 0: SRAM leakage
 is not modelled.
 
+**Streamline ring** (:func:`ring_energy`): one station's delay-mapped netlist under a real
+weight stream (MiniLM weight codes, one 128-byte flit a cycle), its flit FIFOs at the SRAM
+figures; pJ per byte per station hop and per byte delivered. The aggregation link is not
+measured yet (it needs a descriptor-driven run).
+
 **Static power** (:func:`leakage_nw`): every cell of a block's area netlist at its
 ``leakage_power`` without ``when`` (ASAP7 gives it as the average over the input states),
 rolled up over the instances like the area (:func:`elmoe3d.synth.rollup.evaluate` with this
@@ -51,7 +56,8 @@ from .liberty import Liberty
 
 
 __all__ = ["SRAM_READ_PJ", "SRAM_WRITE_PJ", "SRAM_WORD_BYTES", "SRAM_SOURCE",
-           "sram_access_pj", "leakage_nw", "tile_energy", "TileEnergy", "PUBLISHED_MAC"]
+           "sram_access_pj", "leakage_nw", "tile_energy", "TileEnergy", "PUBLISHED_MAC",
+           "ring_energy"]
 
 
 #: Energy of one 64-bit read of an ASAP7 SRAM bank (pJ): clock-pin internal power when !write
@@ -218,3 +224,71 @@ def tile_energy(lib: Liberty, *, workdir: Path, rows: int = 16, lanes: int = 32,
             e.macs_per_cycle
         out[mode] = e
     return out
+
+
+def ring_energy(arch, lib: Liberty, *, workdir: Path, words: int = 256) -> dict:
+    """Energy per byte of one streamline-ring station hop of ``arch`` (station 0; every
+    station but the last is the same logic): the station's delay-mapped netlist (kept in
+    ``workdir/ring_station0``) under the activity of a stream of ``words`` real MiniLM weight
+    words through it (:func:`~elmoe3d.synth.activity.ring_station_run`: one flit a cycle,
+    words unicast round-robin to the die's PEs, so the station keeps ``local_pes / pes`` of
+    them), plus its flit FIFOs (SRAM macros, black boxes in the netlist) at
+    :func:`sram_access_pj` per write and read of every flit they hold, plus leakage at 1 GHz.
+    The FIFO figures are the 8 KB bank's (:data:`SRAM_SOURCE`): an 8-flit FIFO built as a
+    register file would cost less.
+
+    Returns ``{"bytes", "cycles", "flits", "local_flits", "logic_pj_per_byte",
+    "fifo_pj_per_byte", "leakage_pj_per_byte", "pj_per_byte", "hops_mean",
+    "pj_per_byte_delivered", ...}``: ``pj_per_byte`` per station a byte passes,
+    ``pj_per_byte_delivered`` times the mean number of stations a byte passes to reach a
+    uniformly chosen PE, ``(groups + 1) / 2``."""
+    from ..hw.ring import RingStation, StreamlineRing
+    from .activity import annotate, ring_station_run, rtlil_aliases, vcd_activity
+    from .blocks import hollow
+    from .flow import synthesize
+    from .power import PowerLib, analyze_power
+    from .sta import read_blif, stub_ports
+    ring = StreamlineRing.from_arch(arch)
+    st = RingStation(pes=ring.pes, first_pe=0, local_pes=ring.pes_per_group,
+                     word_bits=ring.word_bits, flit_bytes=ring.flit_bytes,
+                     stream_bits=ring.stream_bits, buffer_flits=ring.buffer_flits)
+    workdir = Path(workdir)
+    folder = workdir / "ring_station0"
+    h = hollow(st, owner="ring station")
+    il, blif, stubs = folder / "block.il", folder / "timing.blif", folder / "stubs.txt"
+    if not (il.is_file() and blif.is_file() and stubs.is_file() and il.read_text() == h.rtlil
+            and stubs.read_text() == h.stubs):
+        folder.mkdir(parents=True, exist_ok=True)
+        synthesize("ring station (power)", h.rtlil, liberty=lib, stubs=h.stubs, keep=folder,
+                   timing=1000.0)
+        stubs.write_text(h.stubs)
+    st = RingStation(pes=ring.pes, first_pe=0, local_pes=ring.pes_per_group,
+                     word_bits=ring.word_bits, flit_bytes=ring.flit_bytes,
+                     stream_bits=ring.stream_bits, buffer_flits=ring.buffer_flits)
+    vcd = workdir / "ring_station0.vcd"
+    run = ring_station_run(st, vcd, words=words)
+    act, cycles = vcd_activity(vcd)
+    vcd.unlink()
+    net = read_blif(blif.read_text())
+    act, missing = annotate(net, act, rtlil_aliases(il.read_text()))
+    p = analyze_power(net, PowerLib(lib), act, stubs=stub_ports(stubs.read_text()))
+    fifo_local = [s.width for s in h.srams if s.depth == ring.buffer_flits]
+    fifo_out = [s.width for s in h.srams if s.depth != ring.buffer_flits]
+    w_local = fifo_local[0] if fifo_local else 0
+    w_out = fifo_out[0] if fifo_out else 0
+    fifo_pj = run["local_flits"] * (sram_access_pj(w_local) + sram_access_pj(w_local, write=True))
+    if w_out:
+        fifo_pj += run["forwarded_flits"] * (sram_access_pj(w_out) +
+                                             sram_access_pj(w_out, write=True))
+    b = run["bytes"]
+    logic = p.dynamic_fj * cycles / 1000.0 / b
+    leak = p.leakage_nw * cycles / 1e6 / b
+    per = logic + fifo_pj / b + leak
+    hops = (ring.groups + 1) / 2
+    return {**run, "vcd_cycles": cycles, "logic_pj_per_byte": logic,
+            "fifo_pj_per_byte": fifo_pj / b, "leakage_pj_per_byte": leak, "pj_per_byte": per,
+            "hops_mean": hops, "pj_per_byte_delivered": per * hops,
+            "logic_fj_per_cycle": p.dynamic_fj, "internal_fj": p.internal_fj,
+            "switching_fj": p.switching_fj, "clock_pins_fj": p.clock_pins_fj,
+            "leakage_nw": p.leakage_nw, "sources": p.sources, "annotated": p.annotated,
+            "registers": p.registers, "not_annotated": len(missing)}

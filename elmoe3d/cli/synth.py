@@ -59,7 +59,8 @@ JSON schema (areas in um^2)::
        "reg2out", "in2out", "abc_ps", "sta_abc_ps"}]}}}}   (with --timing; ps)
      "power": {"method", "sources", "frequency_ghz", "published_mac": [{"what",
        "pj_per_mac"}], "sram": {"read_pj_per_byte", "write_pj_per_byte"},
-       "tile": {"RxL": {MODE: TileEnergy fields}}, "configs": {NAME: {"die": {BLOCK:
+       "tile": {"RxL": {MODE: TileEnergy fields}}, "ring": {NAME: {"pj_per_byte",
+       "pj_per_byte_delivered", "logic_pj_per_byte", "fifo_pj_per_byte", ...}}, "configs": {NAME: {"die": {BLOCK:
        {"instances", "static_uw_each", "static_uw"}}, "die_static_mw", "pe_static_uw",
        "pe_static": {CATEGORY: uW}, "tile": "RxL", "pj_per_mac": {MODE: pJ},
        "wmem_bytes_per_access", "iomem_bytes_per_access"}}}   (with --power)
@@ -336,7 +337,8 @@ POWER_METHOD = (
 def power_report(planner, dies, lib, say):
     """The ``power`` part of the report (schema in the module docstring)."""
     from ..synth.energy import (PUBLISHED_MAC, SRAM_READ_PJ, SRAM_SOURCE, SRAM_WORD_BYTES,
-                                SRAM_WRITE_PJ, leakage_nw, sram_access_pj, tile_energy)
+                                SRAM_WRITE_PJ, leakage_nw, ring_energy, sram_access_pj,
+                                tile_energy)
     from ..synth.rollup import evaluate
     res = planner.results
 
@@ -350,7 +352,7 @@ def power_report(planner, dies, lib, say):
                     "write_pj_per_byte": sram_access_pj(64, write=True) / SRAM_WORD_BYTES,
                     "read_pj_per_64bit_bank": SRAM_READ_PJ,
                     "write_pj_per_64bit_bank": SRAM_WRITE_PJ},
-           "tile": {}, "configs": {}}
+           "tile": {}, "ring": {}, "configs": {}}
     for name, (arch, die) in dies.items():
         cfg = arch.pe
         key = f"{cfg.rows}x{cfg.lanes}"
@@ -358,6 +360,8 @@ def power_report(planner, dies, lib, say):
             energies = tile_energy(lib, workdir=CACHE_DIR / "power", rows=cfg.rows,
                                    lanes=cfg.lanes, progress=lambda m: say(f"power: {m}"))
             out["tile"][key] = {m: dataclasses.asdict(e) for m, e in energies.items()}
+        say(f"power: {name}: streamline ring station, MiniLM weight stream")
+        out["ring"][name] = ring_energy(arch, lib, workdir=CACHE_DIR / "power" / name)
         blocks, total = {}, 0.0
         pe_static = None
         for label, node, count in die:
@@ -392,6 +396,10 @@ def _print_power(say, power):
                 f"MACs/cycle, leakage {e['leakage_nw'] / 1000:.1f} uW)")
     for p in power["published_mac"]:
         say(f"  published: {p['pj_per_mac']:.3f} pJ/MAC, {p['what']}")
+    for name, r in power["ring"].items():
+        say(f"{name}: streamline ring {r['pj_per_byte']:.3f} pJ/B per station hop (logic "
+            f"{r['logic_pj_per_byte']:.3f}, flit FIFOs {r['fifo_pj_per_byte']:.3f}), "
+            f"{r['pj_per_byte_delivered']:.3f} pJ/B delivered ({r['hops_mean']:.1f} hops mean)")
     s = power["sram"]
     say(f"SRAM: read {s['read_pj_per_byte']:.3f} pJ/B, write {s['write_pj_per_byte']:.3f} pJ/B "
         f"(64-bit ASAP7 banks)")
