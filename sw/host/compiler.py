@@ -224,6 +224,20 @@ class HomeGroups:
         if g is not None:
             self.count[g] -= 1
 
+    def update(self, cache) -> tuple:
+        """:meth:`sync` to ``cache``'s contents after one :meth:`~.hbcache.HBExpertCache.step`,
+        from that step's admitted and evicted keys only (``cache.last_changes``) instead of a
+        walk over every cached slice; the homes must have followed the contents up to that
+        step. Returns ``(new keys, released keys)``, each sorted, as :meth:`sync` does."""
+        admitted, evicted = cache.last_changes
+        gone = sorted({k for k in evicted if k in self.home and k not in cache})
+        for k in gone:
+            self.release(k)
+        new = sorted({k for k in admitted if k not in self.home and k in cache})
+        for k in new:
+            self.assign(k)
+        return new, gone
+
     def sync(self, keys) -> tuple:
         """Homes for exactly ``keys``: returns ``(new keys, released keys)``, each sorted
         (homes are assigned in that order)."""
@@ -348,7 +362,7 @@ def replay_steps(trace, cache: HBExpertCache, *, layers=None, batch=1, groups=1,
                     work[lay] = _layer_work(lay, rows, hits, p)
                     placed[lay] = place_layer(work[lay], homes, draft=False)
                 # membership changes only by admissions (and the evictions they cause)
-                new, gone = homes.sync(cache.contents()) if misses else ([], [])
+                new, gone = homes.update(cache) if misses else ([], [])
                 writes += [PoolWrite(k, homes.home[k], False) for k in new if k[0] in sel]
                 evicted += [k for k in gone if k[0] in sel]
             steps.append(Step(index=len(steps), kind="decode", tokens=toks, layers=work,

@@ -146,6 +146,7 @@ class HBExpertCache:
             raise UserError(f"admit: expected a bool, got {admit!r}")
         self._admit = admit
         self._lru = OrderedDict()                     # (layer, expert) -> None, LRU first
+        self._changes = ([], [])                      # the latest step's admitted, evicted
         self._lidx = {lay: j for j, lay in enumerate(self._preset.moe_layer_ids)}
         self.stats = CacheStats(tuple(self._preset.moe_layer_ids))
 
@@ -209,10 +210,20 @@ class HBExpertCache:
 
     def _insert(self, key):
         while len(self._lru) >= self.slots:
-            self._lru.popitem(last=False)
+            gone, _ = self._lru.popitem(last=False)
+            self._changes[1].append(gone)
             self.stats.evictions += 1
         self._lru[key] = None
+        self._changes[0].append(key)
         self.stats.hb_write_bytes += self.msb_bytes
+
+    @property
+    def last_changes(self) -> tuple:
+        """``(admitted, evicted)``: the (layer, expert) keys the latest :meth:`step` wrote into
+        HB and evicted, in that order (a key can be in both, and an evicted key may have been
+        admitted earlier in the same step). Lets a caller follow the contents without walking
+        them (:meth:`.compiler.HomeGroups.update`)."""
+        return tuple(self._changes[0]), tuple(self._changes[1])
 
     def step(self, layer, experts) -> tuple:
         """Access the experts one step uses at ``layer`` (all tokens of a batch together):
@@ -222,6 +233,7 @@ class HBExpertCache:
         (evicting the least recently used). Returns ``(hits, misses)`` as lists of ids."""
         layer = int(layer)
         hits, misses = [], []
+        self._changes = ([], [])
         seen = set()
         for e in experts:
             self._check(layer, e)

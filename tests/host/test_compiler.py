@@ -213,6 +213,33 @@ def test_replay_steps_match_cache_replay():
     assert perf["hb_read_bytes"] == ref.hb_read_bytes
 
 
+@pytest.mark.parametrize("slots", [20, 68])
+def test_replay_homes_follow_the_cache_incrementally(monkeypatch, slots):
+    """HomeGroups.update (from the step's admitted and evicted keys) gives the same pool
+    writes, evictions and placements as a sync over the whole contents, both with a cache
+    that thrashes (20 slots: a step's 64 slices do not fit, keys admitted and evicted within
+    one step) and with one that holds them (68)."""
+    tr = host.limit_tokens(_trace(), 40)
+
+    def run():
+        cache = HBExpertCache(capacity_bytes=slots * MIX.expert_msb_bytes, model=MIX)
+        return host.replay_steps(tr, cache, batch=2, groups=4)
+
+    fast = run()
+    with monkeypatch.context() as mp:
+        mp.setattr(host.HomeGroups, "update",
+                   lambda self, cache: self.sync(cache.contents()))
+        slow = run()
+    assert len(fast) == len(slow)
+    for a, b in zip(fast, slow):
+        assert a.writes == b.writes and a.evicted == b.evicted
+        assert a.placements == b.placements
+    assert sum(len(s.writes) for s in fast) > 0 and sum(len(s.evicted) for s in fast) > 0
+    cache = HBExpertCache(capacity_bytes=2 * MIX.expert_msb_bytes, model=MIX)
+    cache.step(0, [1, 2, 3])
+    assert cache.last_changes == (((0, 1), (0, 2), (0, 3)), ((0, 1),))
+
+
 def test_layers_and_tokens_selection():
     assert host.parse_layers("0:4", MIX) == [0, 1, 2, 3]
     assert host.parse_layers("3", MIX) == [3]
