@@ -170,27 +170,41 @@ class PerfModel:
         self.link_bpc = arch.aggregation_bytes_per_cycle
         self.peak4 = arch.tile.peak_macs_per_cycle(4)
         self.peak8 = arch.tile.peak_macs_per_cycle(8)
+        # the preset's sizes, read once (they are properties computed on every access)
+        self._msb = self.model.expert_msb_bytes
+        self._lsb = self.model.expert_lsb_bytes
+        self._scales = self.model.expert_scale_bytes
+        self._experts = {}
 
     # -- sizes ------------------------------------------------------------------------------
     @property
     def msb(self) -> int:
-        return self.model.expert_msb_bytes
+        return self._msb
 
     @property
     def lsb(self) -> int:
-        return self.model.expert_lsb_bytes
+        return self._lsb
 
     @property
     def scale_bytes(self) -> int:
         """FP16 group scales of one expert (part of its MSB slice)."""
-        return self.model.expert_scale_bytes
+        return self._scales
 
     def cycles_to_us(self, cycles) -> float:
         return self.arch.cycles_to_us(cycles)
 
     # -- one expert -------------------------------------------------------------------------
     def expert(self, e, tokens, *, phase, cached) -> ExpertCost:
-        """Bytes, MACs and link words of one expert with ``tokens`` tokens on a group."""
+        """Bytes, MACs and link words of one expert with ``tokens`` tokens on a group (the
+        figures depend on ``tokens``, ``phase`` and ``cached`` only: computed once each)."""
+        key = (tokens, phase, bool(cached))
+        c = self._experts.get(key)
+        if c is None:
+            c = self._experts[key] = self._expert(e, tokens, phase=phase, cached=cached)
+        return ExpertCost(e, tokens, c.kind, list(c.hb_bytes), c.ext_bytes, list(c.w4_macs),
+                          list(c.w8_macs), c.link_words)
+
+    def _expert(self, e, tokens, *, phase, cached) -> ExpertCost:
         G, R, L = self.G, self.pe.rows, self.pe.lanes
         H, I = self.model.hidden, self.model.expert_intermediate
         Ip = self.slices

@@ -240,6 +240,20 @@ def test_replay_homes_follow_the_cache_incrementally(monkeypatch, slots):
     assert cache.last_changes == (((0, 1), (0, 2), (0, 3)), ((0, 1),))
 
 
+def test_perf_expert_costs_computed_once_per_shape():
+    """PerfModel.expert's figures depend on (tokens, phase, cached) only: the second call
+    reuses the first's, with its own id and its own lists."""
+    pm = PerfModel(preset("paper-8gb"), "qwen3-30b-a3b")
+    a = pm.expert(3, 16, phase="verify", cached=True)
+    b = pm.expert(7, 16, phase="verify", cached=True)
+    fresh = PerfModel(preset("paper-8gb"), "qwen3-30b-a3b")._expert(7, 16, phase="verify",
+                                                                     cached=True)
+    assert (a.expert, b.expert) == (3, 7) and b == fresh
+    assert a.hb_bytes is not b.hb_bytes and a.w4_macs is not b.w4_macs
+    b.w4_macs[0] += 1
+    assert pm.expert(9, 16, phase="verify", cached=True).w4_macs == a.w4_macs
+
+
 def test_layers_and_tokens_selection():
     assert host.parse_layers("0:4", MIX) == [0, 1, 2, 3]
     assert host.parse_layers("3", MIX) == [3]
