@@ -174,6 +174,19 @@ def _cache_check(args) -> int:
     return 0
 
 
+def _write(console, args, doc, plot, draw):
+    """Write ``doc`` to ``--json`` and ``draw(path)`` the figure to ``plot``, both or neither
+    (:func:`~.outputs.atomic_outputs`)."""
+    from .outputs import atomic_outputs
+    with atomic_outputs(lambda exc: f"cannot write the outputs ({exc})") as outputs:
+        if args.json:
+            outputs.add_json(args.json, doc)
+        if plot:
+            draw(outputs.temp_for(plot))
+    if plot:
+        console.print(f"plot: {plot}")
+
+
 def _plot_dir(args, figure):
     from pathlib import Path
     if not args.plot:
@@ -188,8 +201,6 @@ def _fig14(args) -> int:
     from rich.table import Table
 
     from ..sw.host import paper_eval as pe
-    from .outputs import atomic_outputs
-
     plot = _plot_dir(args, "fig14")
     tree = _tree(args.tree)
     rows = pe.fig14(args.hb, tree=tree, zipf=_zipf(args), ar_cache=args.ar_cache)
@@ -218,13 +229,8 @@ def _fig14(args) -> int:
                   f"{pe.PAPER_FIG14['over_best_prior']}x), energy "
                   f"{summ['energy_over_best_prior']:.2f}x (paper "
                   f"{pe.PAPER_FIG15['over_best_prior']}x)")
-    with atomic_outputs(lambda exc: f"cannot write the outputs ({exc})") as outputs:
-        if args.json:
-            outputs.add_json(args.json, {"hb": args.hb, "rows": rows, "summary": summ})
-        if plot:
-            _plot_fig14(outputs.temp_for(plot), rows, args.hb)
-    if plot:
-        console.print(f"plot: {plot}")
+    _write(console, args, {"hb": args.hb, "rows": rows, "summary": summ}, plot,
+           lambda path: _plot_fig14(path, rows, args.hb))
     return 0
 
 
@@ -262,8 +268,6 @@ def _fig12(args) -> int:
     from rich.table import Table
 
     from ..sw.host import paper_eval as pe
-    from .outputs import atomic_outputs
-
     plot = _plot_dir(args, "fig12")
     tree = _tree(args.tree)
     rows = pe.fig12(args.hb, tree=tree)
@@ -282,13 +286,8 @@ def _fig12(args) -> int:
                   f"{r['verify_ms']:.1f}", f"{r['phi_sd']:.2f}")
     console.print(t)
     console.print("alpha: the paper's 4 GB value at batch 16 (its 8 GB alphas are withheld)")
-    with atomic_outputs(lambda exc: f"cannot write the outputs ({exc})") as outputs:
-        if args.json:
-            outputs.add_json(args.json, {"hb": args.hb, "rows": rows})
-        if plot:
-            _plot_fig12(outputs.temp_for(plot), rows, args.hb)
-    if plot:
-        console.print(f"plot: {plot}")
+    _write(console, args, {"hb": args.hb, "rows": rows}, plot,
+           lambda path: _plot_fig12(path, rows, args.hb))
     return 0
 
 
