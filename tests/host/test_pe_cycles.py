@@ -71,8 +71,9 @@ RECORDED = [
     ("test_real_expert", "mid", "real", "olmoe-1b-7b", 16, "FULL", 523464, 209156, 8893),
 ]
 
-#: Measured 2026-12-02 (commit 0e5def8's RTL, unchanged since fe3f340; the mid rows again on
-#: the RTL of the issue-24 changes, before: 64310, 120694), the same bench rules:
+#: Measured 2026-12-02, the same bench rules: the paper rows on the RTL of 8414d60 (with the
+#: issue-24 changes of docs/pe.md; before them 27912, 4996, 43280, 6283, 27916, 5124, 43284,
+#: 6411), the mid rows on the RTL of the issue-24 changes (before: 64310, 120694):
 #: ``elmoe3d paper-pe --tokens 1,16 --ld-rate hb,full`` on the paper PE (the root PE of an
 #: OLMoE-1B-7B expert split over a 4-PE group, link_i always valid) and the DeepSeek-V2-Lite
 #: expert on mid with ld at a word a cycle (``run_pe_bench(preset("mid"),
@@ -80,14 +81,14 @@ RECORDED = [
 #: "full"})``; tests/cocotb/test_pe_real.py ran it at commit ffb4edc). Rows: (bench,
 #: preset, kind, model, tokens, mode, ld words per cycle, RTL cycles, ld words, commands).
 RECORDED_RATES = [
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 0.1, 27912, 2785, 805),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 1.0, 4996, 2785, 805),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 0.1, 43280, 4321, 1253),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 1.0, 6283, 4321, 1253),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 0.1, 27916, 2785, 805),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 1.0, 5124, 2785, 805),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 0.1, 43284, 4321, 1253),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 1.0, 6411, 4321, 1253),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 0.1, 27908, 2785, 805),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 1.0, 4834, 2785, 805),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 0.1, 43276, 4321, 1253),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 1.0, 6121, 4321, 1253),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 0.1, 27909, 2785, 805),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 1.0, 4866, 2785, 805),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 0.1, 43277, 4321, 1253),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 1.0, 6153, 4321, 1253),
     ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "DRAFT", 1.0, 64156, 63553, 2929),
     ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "FULL", 1.0, 120540, 119873, 4849),
 ]
@@ -154,15 +155,6 @@ def paper_root_job(model, tokens, mode):
     return job.programs[job.root], job.ld[job.root]
 
 
-#: The paper PE's rows of RECORDED_RATES were measured on the RTL before the issue-24 changes
-#: of the buffer halves, the LOAD queue behind BARRIER / CLEAR counters / STATUS, the execute
-#: engine's hand-over, OUTPUT beside the COMBINE drain and the FP32 beats without a beat
-#: register (``docs/pe.md``): building the paper PE takes 35 minutes and more
-#: (``make sim-paper-pe``), so they were not re-measured. For them the test checks that the
-#: model of today's RTL is never slower than the RTL before them and prints its figure.
-PREVIOUS_RTL = ("paper-4gb",)
-
-
 @pytest.mark.parametrize("bench, arch, kind, model, tokens, mode, rate, rtl, ld_words, commands",
                          RECORDED_RATES, ids=[f"{r[1]}-{r[3]}-T{r[4]}-{r[5]}-ld{r[6]:g}"
                                               for r in RECORDED_RATES])
@@ -171,8 +163,7 @@ def test_model_equals_rtl_at_other_ld_rates(bench, arch, kind, model, tokens, mo
     """The paper PE (the group root: psum_in from the link, raw OUTPUT) and ld at a word a
     cycle, where the sinks, not HB, pace the PE: the model gives the RTL's cycles exactly, the
     zero-gate skip of the padding rows (1 token in a row block of 16) included; without the
-    ld words (gate weights unknown) it is up to 2.7% high on those cases. The paper PE's rows
-    (:data:`PREVIOUS_RTL`): the model at most the RTL before the issue-24 changes."""
+    ld words (gate weights unknown) it is up to 2.7% high on those cases."""
     if kind == "root":
         program, ld = paper_root_job(model, tokens, mode)
     else:
@@ -182,14 +173,10 @@ def test_model_equals_rtl_at_other_ld_rates(bench, arch, kind, model, tokens, mo
         f"the builder's program changed since {bench} was measured: re-measure it"
     est = program_cycles(program, ld_rate=rate, ld=ld)
     blind = program_cycles(program, ld_rate=rate)
-    print(f"{arch} {model} T={tokens} {mode} ld {rate:g}: RTL {rtl}"
-          f"{' (before the issue-24 changes)' if arch in PREVIOUS_RTL else ''}, model "
-          f"{est.cycles} (without the ld words {blind.cycles})")
+    print(f"{arch} {model} T={tokens} {mode} ld {rate:g}: RTL {rtl}, model {est.cycles} "
+          f"(without the ld words {blind.cycles})")
     if kind == "root" and tokens == 1 and rate == 1.0:     # 15 padding rows a result
         assert blind.cycles > est.cycles + 100
-    if arch in PREVIOUS_RTL:
-        assert est.cycles <= rtl
-        return
     assert est.cycles == rtl
     assert blind.cycles >= rtl
 
