@@ -27,7 +27,7 @@ __all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "ConfigE
            "RAW_SINK_LATENCY", "tile_latency", "swiglu_latency", "combine_latency",
            "swiglu_sink_latency", "combine_sink_latency", "max_requant_units",
            "swiglu_row_cycles", "combine_row_cycles", "drain_cycles", "check_mul_stages",
-           "unit_count"]
+           "unit_count", "LINK_OP_LATENCY", "link_reduce_stages", "link_latency"]
 
 
 class ConfigError(ValueError):
@@ -776,6 +776,28 @@ def combine_sink_latency(mul_stages: int = 1) -> int:
 #: The RAW sink (:class:`~elmoe3d.hw.pe.result.ResultStage`): cycles from taking a tile result
 #: to offering its first link word.
 RAW_SINK_LATENCY = 1
+
+#: :class:`~elmoe3d.hw.agg_link.AggregationLink`: cycles from a descriptor taken to its first
+#: flit moving (the descriptor register, then a cycle in the sources' flit buffers, which give
+#: the PEs a registered ``ready``).
+LINK_OP_LATENCY = 2
+
+
+def link_reduce_stages(pes: int) -> int:
+    """Register stages of the aggregation link's reduction tree (REDUCE_ADD / REDUCE_MAX,
+    :class:`~elmoe3d.hw.agg_link.ReduceTree`) for a group of ``pes`` PEs: one per tree level,
+    ``max(1, ceil(log2 pes))``."""
+    _check_int("pes", pes)
+    return max(1, (pes - 1).bit_length())
+
+
+def link_latency(pes: int, flits_per_word: int, *, reduce: bool) -> int:
+    """:class:`~elmoe3d.hw.agg_link.AggregationLink`: cycles from a word's first flit moving
+    (leaving the sources' flit buffers) to the word offered on ``pe_o`` with no stall:
+    ``flits_per_word`` (the word assembled flit by flit in the destination), plus
+    :func:`link_reduce_stages` in the reduce modes (``reduce``)."""
+    _check_int("flits_per_word", flits_per_word)
+    return flits_per_word + (link_reduce_stages(pes) if reduce else 0)
 
 
 def max_requant_units(word_bits: int) -> int:

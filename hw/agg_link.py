@@ -8,18 +8,19 @@ Descriptor payload: :func:`link_op_layout`, packed from a ``LinkOp`` by :func:`p
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ..config import LINK_OP_LATENCY, link_latency, link_reduce_stages
 from ..sw.golden.agg_link import LinkMode, LinkOp
-from .fixed import sat_add64
+from ..sw.golden.datapath import INT64_MAX, INT64_MIN
 from .layouts import STICKY_LATENCY, sticky_flags
 
 
 __all__ = ["LinkModeRTL", "link_op_layout", "link_errors_layout", "pack_link_op",
-           "AggregationLink", "DEFAULT_BUFFER_WORDS"]
+           "AggregationLink", "FlitBuffer", "ReduceTree", "DEFAULT_BUFFER_WORDS"]
 
 #: Destination FIFO depth (W-bit words) of :meth:`AggregationLink.from_arch` unless given.
 DEFAULT_BUFFER_WORDS = 32
@@ -110,6 +111,177 @@ def _onehot_mux(sel, values):
     for i, v in enumerate(values):
         out = out | Mux(sel[i], v, 0)
     return out
+
+
+class FlitBuffer(wiring.Component):
+    """Two-entry FIFO of one source's flits, the aggregation link's input side: ``w_rdy``,
+    ``r_rdy`` and ``r_data`` come from registers only, so the ``ready`` the link gives a PE
+    depends on no combinational input (a skid buffer between the PE's result path and the
+    link's arbitration).
+
+    Parameters
+    ----------
+    width : int
+        Bits of a flit.
+
+    Ports
+    -----
+    w_data : In(width); w_en : In(1); w_rdy : Out(1)
+        A flit is written when ``w_en & w_rdy`` (``w_rdy``: fewer than 2 flits held).
+    r_data : Out(width); r_rdy : Out(1); r_en : In(1)
+        The oldest flit; it is read (dropped) when ``r_en & r_rdy``.
+
+    Latency 1 (a flit written is readable the next cycle); one flit per cycle in and out at
+    once (with 2 flits held the write waits a cycle, the 2 held flits cover it).
+    """
+
+    def __init__(self, width):
+        _check_int("width", width, 1)
+        self._width = width
+        super().__init__({"w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+                          "r_data": Out(width), "r_rdy": Out(1), "r_en": In(1)})
+
+    @property
+    def width(self) -> int:
+        """Bits of a flit."""
+        return self._width
+
+    def elaborate(self, platform):
+        m = Module()
+        head = Signal(self._width)
+        tail = Signal(self._width)
+        n = Signal(range(3))
+        push = Signal()
+        pop = Signal()
+        m.d.comb += [self.w_rdy.eq(n != 2), self.r_rdy.eq(n != 0), self.r_data.eq(head),
+                     push.eq(self.w_en & self.w_rdy), pop.eq(self.r_en & self.r_rdy)]
+        m.d.sync += n.eq(n + push - pop)
+        with m.If(pop & (n == 2)):
+            m.d.sync += head.eq(tail)
+        with m.Elif(push & ((n == 0) | pop)):
+            m.d.sync += head.eq(self.w_data)
+        with m.If(push & (n == 1) & ~pop):
+            m.d.sync += tail.eq(self.w_data)
+        return m
+
+
+def _clamp(v, lo, hi):
+    """``min(max(v, lo), hi)`` for signed values with ``lo <= hi``."""
+    return Mux(v < lo, lo, Mux(v > hi, hi, v))
+
+
+class ReduceTree(wiring.Component):
+    """The aggregation link's reduction of one flit of every source (REDUCE_ADD: lane-wise
+    saturating signed 64-bit sum in ascending source order; REDUCE_MAX: lane-wise unsigned
+    32-bit max), a registered tree of ``stages`` levels.
+
+    The golden sum saturates at every step of the ascending chain
+    (:func:`elmoe3d.sw.golden.agg_link.reduce_add_words`), which is not associative; the tree
+    is exact anyway because it combines *functions*, not values: source s's step is
+    ``f_s(a) = clamp(a + x_s, INT64_MIN, INT64_MAX)``, and a composition of such steps is again
+    ``f(a) = clamp(a + S, L, H)`` with ``g o f = (S_f + S_g, clamp(L_f + S_g, L_g, H_g),
+    clamp(H_f + S_g, L_g, H_g))`` (``S`` exact, 64 + level bits; ``L <= H`` 64-bit). A tree
+    node composes its left (lower sources) and right halves; the result is ``clamp(S, L, H)``
+    of the root, the chain applied to 0. A source outside ``mask`` is the identity (x = 0).
+
+    Parameters
+    ----------
+    pes : int
+        G, sources (>= 1).
+    flit_bits : int
+        Bits of a flit, a multiple of 64.
+
+    Ports
+    -----
+    i[s] : In(flit_bits)
+        Source s's flit.
+    mask : In(G)
+        Sources that take part (the others count as 0).
+    add : In(1)
+        1: REDUCE_ADD, 0: REDUCE_MAX (held while the tree holds flits).
+    i_valid : In(1); en : In(1)
+        Every level register advances when ``en`` (a stall holds the whole tree); ``i_valid``
+        marks the flits entering in that cycle.
+    o : Out(flit_bits); o_valid : Out(1)
+        The reduced flit of the last level (``o_valid``), :attr:`stages` advances after it
+        entered.
+    pending : Out(1)
+        Some level holds a flit.
+    """
+
+    def __init__(self, *, pes, flit_bits):
+        _check_int("pes", pes, 1)
+        _check_int("flit_bits", flit_bits, 64)
+        if flit_bits % 64:
+            raise ValueError(f"flit_bits: expected a multiple of 64, got {flit_bits}")
+        self._pes, self._fb = pes, flit_bits
+        super().__init__({"i": In(flit_bits).array(pes), "mask": In(pes), "add": In(1),
+                          "i_valid": In(1), "en": In(1), "o": Out(flit_bits),
+                          "o_valid": Out(1), "pending": Out(1)})
+
+    @property
+    def pes(self) -> int:
+        """G, sources."""
+        return self._pes
+
+    @property
+    def stages(self) -> int:
+        """Register levels: :func:`elmoe3d.config.link_reduce_stages` (G)."""
+        return link_reduce_stages(self._pes)
+
+    def elaborate(self, platform):
+        m = Module()
+        G, lanes = self._pes, self._fb // 64
+        lo, hi = Const(INT64_MIN, signed(64)), Const(INT64_MAX, signed(64))
+        # a node per lane: (S, L, H); S signed (its low 64 bits hold the REDUCE_MAX lanes)
+        nodes = []
+        for s in range(G):
+            x = Mux(self.mask[s], self.i[s], 0)
+            nodes.append([(x[64 * j:64 * (j + 1)].as_signed(), lo, hi) for j in range(lanes)])
+
+        def compose(f, g):                  # g after f: f the lower sources
+            out = []
+            for (s1, l1, h1), (s2, l2, h2) in zip(f, g):
+                mx = Cat(*(Mux(s2[32 * k:32 * (k + 1)] > s1[32 * k:32 * (k + 1)],
+                               s2[32 * k:32 * (k + 1)], s1[32 * k:32 * (k + 1)])
+                           for k in range(2)))
+                out.append((Mux(self.add, s1 + s2, mx), _clamp(l1 + s2, l2, h2),
+                            _clamp(h1 + s2, l2, h2)))
+            return out
+
+        valid, level = self.i_valid, 0
+        valids = []
+        while True:
+            level += 1
+            nxt = [compose(nodes[k], nodes[k + 1]) if k + 1 < len(nodes) else nodes[k]
+                   for k in range(0, len(nodes), 2)]
+            regs = []
+            for t, node in enumerate(nxt):
+                rnode = []
+                for j, (sv, lv, hv) in enumerate(node):
+                    rs = Signal(signed(64 + level), name=f"s{level}_{t}_{j}")
+                    rl = Signal(signed(64), name=f"l{level}_{t}_{j}")
+                    rh = Signal(signed(64), name=f"h{level}_{t}_{j}")
+                    with m.If(self.en):
+                        m.d.sync += [rs.eq(sv), rl.eq(lv), rh.eq(hv)]
+                    rnode.append((rs, rl, rh))
+                regs.append(rnode)
+            v = Signal(name=f"v{level}")
+            with m.If(self.en):
+                m.d.sync += v.eq(valid)
+            valids.append(v)
+            nodes, valid = regs, v
+            if len(nodes) == 1:
+                break
+        assert level == self.stages
+        root = nodes[0]
+        m.d.comb += [
+            self.o.eq(Cat(*(Mux(self.add, _clamp(sv, lv, hv)[:64], sv[:64])
+                            for sv, lv, hv in root))),
+            self.o_valid.eq(valid),
+            self.pending.eq(Cat(*valids).any()),
+        ]
+        return m
 
 
 class AggregationLink(wiring.Component):
@@ -269,13 +441,35 @@ class AggregationLink(wiring.Component):
 
     @property
     def latency(self) -> int:
-        """Cycles from a word's first flit moving to the word offered on ``pe_o`` (no stall)."""
-        return self.flits_per_word
+        """BYPASS and ALL_TO_ALL: cycles from a word's first flit moving (leaving its source's
+        flit buffer) to the word offered on ``pe_o`` (no stall):
+        :func:`elmoe3d.config.link_latency` = :attr:`flits_per_word`."""
+        return link_latency(self._pes, self.flits_per_word, reduce=False)
+
+    @property
+    def reduce_stages(self) -> int:
+        """Register levels of the reduction tree (:class:`ReduceTree`):
+        :func:`elmoe3d.config.link_reduce_stages` (G) = ``max(1, ceil(log2 G))``."""
+        return link_reduce_stages(self._pes)
+
+    @property
+    def reduce_latency(self) -> int:
+        """REDUCE_ADD and REDUCE_MAX: as :attr:`latency`, plus :attr:`reduce_stages`."""
+        return link_latency(self._pes, self.flits_per_word, reduce=True)
+
+    def word_latency(self, mode) -> int:
+        """:attr:`latency` or :attr:`reduce_latency`, by ``mode`` (a
+        :class:`~elmoe3d.sw.golden.agg_link.LinkMode` or :class:`LinkModeRTL`)."""
+        mode = LinkMode(mode.value if isinstance(mode, LinkModeRTL) else mode)
+        return self.reduce_latency if mode in (LinkMode.REDUCE_ADD, LinkMode.REDUCE_MAX) \
+            else self.latency
 
     @property
     def op_latency(self) -> int:
-        """Cycles from a descriptor taken to its first flit moving (sources valid)."""
-        return 1
+        """Cycles from a descriptor taken to its first flit moving (sources valid):
+        :data:`elmoe3d.config.LINK_OP_LATENCY` (the descriptor register, then the flit
+        buffer)."""
+        return LINK_OP_LATENCY
 
     @property
     def reject_cycles(self) -> int:
@@ -302,6 +496,8 @@ class AggregationLink(wiring.Component):
         chunk = Signal(16)
         left = [Signal(16, name=f"left{s}") for s in range(G)]
         fidx = [Signal(range(S), name=f"fidx{s}") for s in range(G)]
+        ileft = [Signal(16, name=f"ileft{s}") for s in range(G)]   # words still to pull in
+        ifidx = [Signal(range(S), name=f"ifidx{s}") for s in range(G)]
         cw = [Signal(16, name=f"cw{s}") for s in range(G)]        # words into the chunk
         cdst = [Signal(G, name=f"cdst{s}") for s in range(G)]     # one-hot chunk destination
         dw = [Signal(16, name=f"dw{d}") for d in range(G)]
@@ -317,22 +513,54 @@ class AggregationLink(wiring.Component):
                          self.pe_o[d].payload.eq(fifo.r_data),
                          fifo.r_en.eq(self.pe_o[d].ready)]
 
-        # ---- sources: one flit of the presented word per cycle ----------------------------
+        # ---- sources: the presented word, flit by flit, into a flit buffer ----------------
+        # (``pe_i.ready`` from registers only; the arbitration reads the buffers' heads)
+        bufs = []
         flit = [Signal(FB, name=f"flit{s}") for s in range(G)]
         for s in range(G):
-            m.d.comb += flit[s].eq(self.pe_i[s].payload.word_select(fidx[s], FB))
+            buf = FlitBuffer(FB)
+            m.submodules[f"ibuf{s}"] = buf
+            bufs.append(buf)
+            pull = Signal(name=f"pull{s}")
+            word_end = ifidx[s] == S - 1
+            m.d.comb += [pull.eq(act & (ileft[s] != 0) & buf.w_rdy),
+                         buf.w_data.eq(self.pe_i[s].payload.word_select(ifidx[s], FB)),
+                         buf.w_en.eq(pull & self.pe_i[s].valid),
+                         self.pe_i[s].ready.eq(pull & word_end),
+                         flit[s].eq(buf.r_data)]
+            with m.If(buf.w_en):
+                m.d.sync += ifidx[s].eq(Mux(word_end, 0, ifidx[s] + 1))
+                with m.If(word_end):
+                    m.d.sync += ileft[s].eq(ileft[s] - 1)
         has = Signal(G)
-        m.d.comb += has.eq(Cat(act & self.pe_i[s].valid & (left[s] != 0) for s in range(G)))
+        m.d.comb += has.eq(Cat(act & bufs[s].r_rdy & (left[s] != 0) for s in range(G)))
         dok = Signal(G)
         m.d.comb += dok.eq(Cat(f.w_rdy for f in fifos))
-        dst_ok = ((dok | ~dst) == (1 << G) - 1)
+        dst_ok = Signal()
+        m.d.comb += dst_ok.eq((dok | ~dst) == (1 << G) - 1)
+        all_src = Signal()
+        m.d.comb += all_src.eq(src.any() & ((has | ~src) == (1 << G) - 1))
 
         is_a2a = mode == LinkModeRTL.ALL_TO_ALL
         is_red = (mode == LinkModeRTL.REDUCE_ADD) | (mode == LinkModeRTL.REDUCE_MAX)
-        # BYPASS / reduce: everything moves together.
+        # BYPASS: the source's flit to every destination at once.
         together = Signal()
-        m.d.comb += together.eq(act & ~is_a2a & src.any() & ((has | ~src) == (1 << G) - 1)
-                                & dst_ok)
+        m.d.comb += together.eq(act & (mode == LinkModeRTL.BYPASS) & all_src & dst_ok)
+        # REDUCE_*: flit k of every source into the reduction tree, which stalls as a whole
+        # while its last level's flit cannot go to every destination.
+        tree = ReduceTree(pes=G, flit_bits=FB)
+        m.submodules.tree = tree
+        red_in = Signal()
+        red_out = Signal()
+        m.d.comb += [tree.i[s].eq(flit[s]) for s in range(G)]
+        m.d.comb += [
+            tree.mask.eq(src),
+            tree.add.eq(mode == LinkModeRTL.REDUCE_ADD),
+            tree.en.eq(~tree.o_valid | dst_ok),
+            red_in.eq(act & is_red & all_src & tree.en),
+            tree.i_valid.eq(red_in),
+            red_out.eq(tree.o_valid & dst_ok),
+        ]
         # ALL_TO_ALL: pairs pointing at each other.
         pair = [[Signal(name=f"pair{s}_{d}") for d in range(G)] for s in range(G)]
         for s in range(G):
@@ -344,44 +572,21 @@ class AggregationLink(wiring.Component):
         take = Signal(G)
         to = Signal(G)
         m.d.comb += [
-            take.eq(Cat(Mux(drain, has[s], Mux(is_a2a, Cat(pair[s]).any(), together & src[s]))
+            take.eq(Cat(Mux(drain, has[s], Mux(is_a2a, Cat(pair[s]).any(),
+                                               (together | red_in) & src[s]))
                         for s in range(G))),
             to.eq(Cat(~drain & Mux(is_a2a, Cat(pair[s][d] for s in range(G)).any(),
-                                   together & dst[d])
+                                   (together | red_out) & dst[d])
                       for d in range(G))),
         ]
-
-        # ---- reductions --------------------------------------------------------------------
-        # One signal per stage of every chain (each stage reads its input three times).
-        add_lanes, max_lanes = [], []
-        for j in range(FB // 64):
-            acc = Const(0, 64)
-            for s in range(G):
-                stage = Signal(64, name=f"add{j}_{s}")
-                m.d.comb += stage.eq(sat_add64(acc, Mux(src[s], flit[s][64 * j:64 * (j + 1)],
-                                                        0))[0])
-                acc = stage
-            add_lanes.append(acc)
-        for j in range(FB // 32):
-            acc = Const(0, 32)
-            for s in range(G):
-                stage = Signal(32, name=f"max{j}_{s}")
-                term = Mux(src[s], flit[s][32 * j:32 * (j + 1)], 0)
-                m.d.comb += stage.eq(Mux(term > acc, term, acc))
-                acc = stage
-            max_lanes.append(acc)
-        add_flit = Signal(FB)
-        max_flit = Signal(FB)
-        m.d.comb += [add_flit.eq(Cat(*add_lanes)), max_flit.eq(Cat(*max_lanes))]
+        m.d.comb += [bufs[s].r_en.eq(take[s]) for s in range(G)]
 
         # ---- destinations: flits -> words -> FIFO ------------------------------------------
         for d in range(G):
             sel = Signal(G, name=f"sel{d}")
             m.d.comb += sel.eq(Mux(is_a2a, csrc[d], src))
             dflit = Signal(FB, name=f"dflit{d}")
-            m.d.comb += dflit.eq(Mux(is_red, Mux(mode == LinkModeRTL.REDUCE_ADD, add_flit,
-                                                 max_flit),
-                                     _onehot_mux(sel, flit)))
+            m.d.comb += dflit.eq(Mux(is_red, tree.o, _onehot_mux(sel, flit)))
             regs = [Signal(FB, name=f"dreg{d}_{t}") for t in range(S - 1)]
             word_end = didx[d] == S - 1
             m.d.comb += [fifos[d].w_data.eq(Cat(*regs, dflit)),
@@ -410,7 +615,6 @@ class AggregationLink(wiring.Component):
 
         for s in range(G):
             word_end = fidx[s] == S - 1
-            m.d.comb += self.pe_i[s].ready.eq(take[s] & word_end)
             with m.If(take[s]):
                 m.d.sync += fidx[s].eq(Mux(word_end, 0, fidx[s] + 1))
                 with m.If(word_end):
@@ -423,7 +627,7 @@ class AggregationLink(wiring.Component):
         # ---- descriptors -------------------------------------------------------------------
         finish = Signal()
         m.d.comb += [
-            finish.eq(act & Cat(l == 0 for l in left).all()),
+            finish.eq(act & Cat(l == 0 for l in left).all() & ~tree.pending),
             self.done.eq(finish),
             self.busy.eq(act),
             self.op.ready.eq(~act | finish),
@@ -442,6 +646,7 @@ class AggregationLink(wiring.Component):
                          chunk.eq(p.chunk), drain.eq(0)]
             for s in range(G):
                 m.d.sync += [left[s].eq(Mux(p.src_mask[s], p.words, 0)), fidx[s].eq(0),
+                             ileft[s].eq(Mux(p.src_mask[s], p.words, 0)), ifidx[s].eq(0),
                              cw[s].eq(0), cdst[s].eq(_lowest(p.dst_mask, G))]
             for d in range(G):
                 m.d.sync += [dw[d].eq(0), csrc[d].eq(_lowest(p.src_mask, G)), didx[d].eq(0)]

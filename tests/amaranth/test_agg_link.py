@@ -13,13 +13,15 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from elmoe3d.config import preset
-from elmoe3d.hw.agg_link import AggregationLink, LinkModeRTL, link_op_layout, pack_link_op
+from elmoe3d.hw.agg_link import (AggregationLink, LinkModeRTL, ReduceTree, link_op_layout,
+                                 pack_link_op)
 from elmoe3d.hw.checked import inspection
 from elmoe3d.sim.amaranth_streams import StreamSink
 from elmoe3d.sim.bench_agg_link import random_link_op
 from elmoe3d.sim.traffic import STALLS
 from elmoe3d.sw.golden.datapath import INT64_MAX, INT64_MIN
-from elmoe3d.sw.golden.agg_link import LinkMode, LinkOp, link_op_fault, ref_link, reduce_add_words
+from elmoe3d.sw.golden.agg_link import (LinkMode, LinkOp, link_op_fault, ref_link,
+                                        reduce_add_words, reduce_max_words)
 
 # Constructors that raise, and instances only inspected, leave unused elaboratables behind.
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -126,7 +128,9 @@ def make_traffic(rng, ops, G, word_bits):
 def test_parameters_and_errors():
     dut = AggregationLink(pes=4, word_bits=512, flit_bytes=32, buffer_words=8)
     assert (dut.pes, dut.word_bits, dut.flit_bytes, dut.buffer_words) == (4, 512, 32, 8)
-    assert dut.flits_per_word == 2 and dut.latency == 2 and dut.op_latency == 1
+    assert dut.flits_per_word == 2 and dut.latency == 2 and dut.op_latency == 2
+    assert dut.reduce_stages == 2 and dut.reduce_latency == 4
+    assert [dut.word_latency(m) for m in LinkMode] == [2, 2, 4, 4]
     assert dut.reject_cycles == 1 and dut.errors_latency == 1
     for name in ("pes", "word_bits", "flit_bytes", "buffer_words", "latency", "reject_cycles",
                  "errors_latency"):
@@ -278,9 +282,74 @@ def test_corners_saturation_and_max():
         assert got == want
 
 
+@pytest.mark.parametrize("pes", [1, 2, 5, 8, 16])
+def test_reduce_tree_equals_the_ascending_chain(pes):
+    """:class:`ReduceTree` alone (64-bit flits): lanes near the int64 bounds so the ascending
+    chain saturates mid-way (the order matters), random masks, REDUCE_ADD against
+    :func:`reduce_add_words` and REDUCE_MAX against :func:`reduce_max_words`, a flit entering
+    every cycle with random stalls; each result ``stages`` advances after its flits."""
+    W = 64
+    rng = random.Random(f"tree/{pes}")
+    dut = ReduceTree(pes=pes, flit_bits=W)
+    assert dut.stages == max(1, (pes - 1).bit_length())
+    big = [INT64_MAX, INT64_MIN, INT64_MAX - 3, INT64_MIN + 7, 1 << 62, -(1 << 62), -1, 0, 5]
+    cases = []
+    for k in range(120):
+        add = k % 3 != 2
+        mask = rng.randrange(1, 1 << pes)
+        if add:
+            vals = [rng.choice(big) if rng.random() < 0.7 else rng.randrange(INT64_MIN, INT64_MAX)
+                    for _ in range(pes)]
+            words = [v & ((1 << 64) - 1) for v in vals]
+            srcs = [[words[s]] for s in range(pes) if mask >> s & 1]
+            want = reduce_add_words(srcs, word_bits=W)[0][0]
+        else:
+            words = [rng.choice([0, 0xFFFFFFFF, 0x80000000, rng.getrandbits(32)])
+                     | rng.choice([0, 0xFFFFFFFF, rng.getrandbits(32)]) << 32 for _ in range(pes)]
+            srcs = [[words[s]] for s in range(pes) if mask >> s & 1]
+            want = reduce_max_words(srcs, word_bits=W)[0]
+        cases.append((add, mask, words, want))
+    got = []
+
+    async def bench(ctx):
+        sent, cycle, advances, mode = 0, 0, 0, None
+        entered = []                        # advances counted when each case entered
+        while len(got) < len(cases):
+            en = rng.random() >= 0.25
+            # the mode is held while the tree holds flits (the link's descriptors)
+            can = sent < len(cases) and (mode is None or cases[sent][0] == mode
+                                         or not ctx.get(dut.pending))
+            send = en and can and rng.random() >= 0.1
+            if send:
+                add, mask, words, _ = cases[sent]
+                mode = add
+                ctx.set(dut.add, add)
+                ctx.set(dut.mask, mask)
+                for s in range(pes):
+                    ctx.set(dut.i[s], words[s])
+            ctx.set(dut.en, en)
+            ctx.set(dut.i_valid, send)
+            if en and ctx.get(dut.o_valid):
+                assert advances - entered[len(got)] == dut.stages
+                got.append(ctx.get(dut.o))
+            if send:
+                entered.append(advances)
+                sent += 1
+            advances += en
+            cycle += 1
+            await ctx.tick()
+            assert cycle < 20 * len(cases), "the tree lost a flit"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [c[3] for c in cases]
+
+
 def test_latency_and_full_rate_streaming():
     """Always-valid sources, always-ready sinks: one flit per cycle per port, the first word
-    offered ``op_latency + latency`` cycles after the descriptor is taken, and an ALL_TO_ALL
+    offered ``op_latency + word_latency(mode)`` cycles after the descriptor is taken, and an ALL_TO_ALL
     that skews into a wavefront and then runs every port at full rate."""
     G, W, F = 2, 512, 32
     dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=4)
@@ -294,7 +363,7 @@ def test_latency_and_full_rate_streaming():
         assert got == expected([op], data, G, W)
         first = min(log["first_valid"][d] for d in op.dsts)
         last = max(log["recv"][d][-1] for d in op.dsts)
-        assert first - log["op"][0] == dut.op_latency + dut.latency
+        assert first - log["op"][0] == dut.op_latency + dut.word_latency(op.mode)
         skew = (len(op.srcs) - 1) * op.chunk * S if op.mode == LinkMode.ALL_TO_ALL else 0
         ideal = max(op.words, op.delivered_words()) * S
         assert last - first == ideal - S + skew, op
