@@ -325,11 +325,14 @@ class AggregationLink(wiring.Component):
 
     Behaviour (bit-exact to :func:`elmoe3d.sw.golden.agg_link.ref_link`)
     ---------
-    Each source's words are taken from ``pe_i`` flit by flit (the word stays presented until
-    its last flit is taken: ``pe_i.ready`` pulses with the last flit) and each destination
-    assembles flits back into words written into its FIFO. A flit moves only when every
-    destination FIFO it goes to has room (``w_rdy``), so destinations are decoupled from their
-    PEs by ``buffer_words`` words. Per mode:
+    Each source's words are taken from ``pe_i`` flit by flit into the source's
+    :class:`FlitBuffer` (two flits; the word stays presented until its last flit is taken:
+    ``pe_i.ready`` pulses with the last flit and comes from registers only, so no path runs
+    from the arbitration below back into a PE), flits *move* from the buffers' heads, and each
+    destination assembles flits back into words written into its FIFO. A flit moves only when
+    every destination FIFO it goes to has room (``w_rdy``), so destinations are decoupled from
+    their PEs by ``buffer_words`` words. A source's words are taken only while its descriptor
+    runs and until ``words`` are in. Per mode:
 
     * BYPASS: the source's flit goes to every destination at once (multicast).
     * ALL_TO_ALL: source s points at the destination of its current chunk (dst_mask bits in
@@ -340,10 +343,11 @@ class AggregationLink(wiring.Component):
       into a wavefront (source s starts s chunks late) and then all ports run at one flit per
       cycle. No deadlock: a source waits on a destination that is taking an earlier (chunk,
       source) in the order, so waits never form a cycle.
-    * REDUCE_ADD / REDUCE_MAX: flit k of every source is taken in the same cycle, reduced by
-      a chain of lane-wise saturating signed 64-bit adders in ascending source order
-      (:func:`~elmoe3d.hw.fixed.sat_add64`) or unsigned 32-bit max units, and the result goes
-      to every destination.
+    * REDUCE_ADD / REDUCE_MAX: flit k of every source moves in the same cycle into the
+      :class:`ReduceTree` (:attr:`reduce_stages` register levels; lane-wise saturating signed
+      64-bit sums, bit-exact to the chain in ascending source order, or unsigned 32-bit max),
+      whose last level's flit goes to every destination; the tree stalls as a whole while
+      that flit cannot go, and a reduce descriptor finishes when the tree has emptied.
 
     A source's word is therefore accepted only when its destinations can take it: in
     ALL_TO_ALL when the destination has reached that source's chunk, in the reduce modes when
@@ -372,13 +376,18 @@ class AggregationLink(wiring.Component):
 
     Throughput: ``flit_bytes`` per cycle on every port (BYPASS and the reduce modes: one flit
     per cycle; ALL_TO_ALL: one flit per cycle per port after a skew of up to ns - 1 chunks);
-    one idle cycle between descriptors.
+    one idle cycle between descriptors (a reduce descriptor: after its tree has emptied).
 
-    Latency: :attr:`latency` = ``W / (8 flit_bytes)`` cycles from the cycle a word's first flit
+    Latency (formulas in :mod:`elmoe3d.config`): :attr:`latency` = ``W / (8 flit_bytes)``
+    cycles (BYPASS, ALL_TO_ALL) and :attr:`reduce_latency` = that + :attr:`reduce_stages`
+    (REDUCE_ADD, REDUCE_MAX; :meth:`word_latency` by mode) from the cycle a word's first flit
     moves to the cycle the word is offered on ``pe_o`` (no stall); a descriptor's first flit
-    moves :attr:`op_latency` = 1 cycle after it is taken; a rejected descriptor holds the
-    ``op`` port :attr:`reject_cycles` = 1 cycle; ``errors`` shows an event or a clear
-    :attr:`errors_latency` = 1 cycle later.
+    moves :attr:`op_latency` = 2 cycles after it is taken (sources valid); a rejected
+    descriptor holds the ``op`` port :attr:`reject_cycles` = 1 cycle; ``errors`` shows an
+    event or a clear :attr:`errors_latency` = 1 cycle later.
+
+    Timing (``docs/synth.md``): the flit buffers cut the PEs' ready chain and take the word's
+    flit select off the arbitration's paths; the tree has one adder level per register.
     """
 
     def __init__(self, *, pes, word_bits, flit_bytes, buffer_words):

@@ -83,7 +83,7 @@ import numpy as np
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from ..config import ArchConfig, preset
+from ..config import LINK_OP_LATENCY, ArchConfig, preset
 from ..hw.agg_link import link_op_layout, pack_link_op
 from ..hw.die import (DmaKind, HostQueue, LogicDie, die_errors_layout, die_o_layout,
                       die_probe_layout, dma_bit, host_cmd_layout, host_dma_layout, queue_bit)
@@ -161,7 +161,7 @@ def _bits(value, offsets, name):
 
 
 def exchange_figures(events, offsets, *, pes_per_group, flits_per_word, link_ops, final_ops,
-                     first, end) -> dict:
+                     first, end, op_latency=LINK_OP_LATENCY) -> dict:
     """The verify-phase overlap of one layer from the die's per-cycle ``probe`` values.
 
     Parameters
@@ -173,6 +173,9 @@ def exchange_figures(events, offsets, *, pes_per_group, flits_per_word, link_ops
         :func:`probe_fields`.
     pes_per_group, flits_per_word : int
         G, and S = W / (8 x the link's flit bytes) link cycles per W-bit word.
+    op_latency : int
+        The link's cycles from a descriptor taken to its first flit moving
+        (:data:`elmoe3d.config.LINK_OP_LATENCY`).
     link_ops : list of (list of LinkOp or None)
         Per group, the descriptors sent to its link in order (None: the group had no work).
     final_ops : list of int
@@ -183,11 +186,13 @@ def exchange_figures(events, offsets, *, pes_per_group, flits_per_word, link_ops
     Definitions (every set a set of cycles in ``[first, end]``, per group g)
     -----------
     * A descriptor's *exchange span*: from the cycle its first flit moved to the cycle its
-      last word entered the destination FIFOs (the link's ``done``): ``[max(taken + 1,
-      h0 - (S - 1)), done]``, where h0 is the first cycle a source word of the descriptor was
-      accepted (``link_o_word``; a word's S flits move on S consecutive cycles, the last with
-      the word's handshake, unless a destination FIFO is full). The cycles a taken descriptor
-      waits for its sources' first word (the psums are still being computed) are not in it.
+      last word entered the destination FIFOs (the link's ``done``): ``[max(taken +
+      op_latency, h0 - (S - 1) + op_latency - 1), done]``, where h0 is the first cycle a
+      source word of the descriptor was accepted (``link_o_word``; a word's S flits enter the
+      link's flit buffer on S consecutive cycles, the last with the word's handshake, and move
+      on ``op_latency - 1`` cycles later, unless a destination FIFO is full). The cycles a
+      taken descriptor waits for its sources' first word (the psums are still being computed)
+      are not in it.
     * X_g, the *psum exchange*: the union of the spans of g's descriptors in
       :data:`PSUM_MODES`.
     * E_g: the cycles in which the ring delivered an EXT word to a PE of g (``ext_word``);
@@ -249,7 +254,8 @@ def exchange_figures(events, offsets, *, pes_per_group, flits_per_word, link_ops
         for k, (taken, h0, done) in enumerate(desc[g]):
             if k >= len(ops) or ops[k].mode not in PSUM_MODES or h0 is None:
                 continue
-            span = range(max(taken + 1, h0 - (S - 1)), (done if done is not None else end) + 1)
+            span = range(max(taken + op_latency, h0 - (S - 1) + op_latency - 1),
+                         (done if done is not None else end) + 1)
             x.update(span)
             if k >= len(ops) - final_ops[g]:
                 xf.update(span)

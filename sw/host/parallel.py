@@ -1160,7 +1160,12 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
       ``buffer_words`` words; a source's word moves when every FIFO it goes to has room and,
       in ALL_TO_ALL, when its destination has reached that (chunk, source) in the golden order;
       a reduction's word k moves when every source offers it (the RTL's rules,
-      :class:`elmoe3d.hw.agg_link.AggregationLink`). A read waits for a word.
+      :class:`elmoe3d.hw.agg_link.AggregationLink`). A read waits for a word. The model counts
+      words, not cycles: the RTL's latencies (:data:`~elmoe3d.config.LINK_OP_LATENCY`,
+      :func:`~elmoe3d.config.link_latency`) come from its two-flit source buffers and its
+      reduction tree, flits in flight between a source and its destinations; that buffering
+      lets a source go on earlier than here and never holds one the model lets go, so the
+      model without it is the stricter of the two.
     * The ring delivers ``ext_transfers`` in order, a multicast word to all its destinations
       at once (the strictest ring), into per-PE EXT FIFOs of ``ext_fifo_words`` words that the
       PEs' EXT LOADs drain in order (the load router's FIFO). Without transfers (a list of

@@ -46,7 +46,7 @@ def test_exchange_figures_on_canned_probes():
            LinkOp(LinkMode.REDUCE_ADD, 0b10, 0b01, 2)]
     ex = exchange_figures(_events(spec), probe_fields(SMALL), pes_per_group=2,
                           flits_per_word=2, link_ops=[ops, None], final_ops=[1, 0],
-                          first=0, end=39)
+                          first=0, end=39, op_latency=1)
     assert (ex["psum_cycles"], ex["hidden_cycles"], ex["concurrent_cycles"]) == (13, 6, 1)
     assert ex["overlap"] == 6 / 13 and ex["concurrent"] == 1 / 13
     assert (ex["exposed_cycles"], ex["exposed_final_cycles"]) == (7, 7)
@@ -61,7 +61,7 @@ def test_exchange_figures_on_canned_probes():
     # not the final reduction: the same cycles are exposed, none of them "final"
     ex = exchange_figures(_events(spec), probe_fields(SMALL), pes_per_group=2,
                           flits_per_word=2, link_ops=[ops, None], final_ops=[0, 0],
-                          first=0, end=39)
+                          first=0, end=39, op_latency=1)
     assert (ex["exposed_cycles"], ex["exposed_final_cycles"]) == (7, 0)
     assert (ex["layer_psum_cycles"], ex["overlap_in_layer"]) == (13, 6 / 13)
     # no psum descriptor: no overlap figure
@@ -70,6 +70,19 @@ def test_exchange_figures_on_canned_probes():
                           pes_per_group=2, flits_per_word=2,
                           link_ops=[[ops[1]], None], final_ops=[0, 0], first=0, end=9)
     assert ex["psum_cycles"] == 0 and ex["overlap"] is None and ex["exposed_cycles"] == 0
+    # the span starts op_latency cycles after the descriptor is taken (the link's default,
+    # LINK_OP_LATENCY = 2: the flit buffer) and a cycle after a word's first flit entered it
+    for kw, span in (({"op_latency": 1}, 4), ({}, 3)):
+        ex = exchange_figures(_events({5: {"link_op": 1}, 7: {"link_o_word": 1},
+                                       9: {"link_done": 1}}), probe_fields(SMALL),
+                              pes_per_group=2, flits_per_word=2,
+                              link_ops=[[ops[0]], None], final_ops=[0, 0], first=0, end=9, **kw)
+        assert ex["psum_cycles"] == span
+        ex = exchange_figures(_events({5: {"link_op": 1}, 12: {"link_o_word": 1},
+                                       16: {"link_done": 1}}), probe_fields(SMALL),
+                              pes_per_group=2, flits_per_word=2,
+                              link_ops=[[ops[0]], None], final_ops=[0, 0], first=0, end=19, **kw)
+        assert ex["psum_cycles"] == {4: 6, 3: 5}[span]          # [11 or 12, 16]
 
 
 def _case(**kw):
