@@ -211,7 +211,10 @@ def test_golden_modes_by_hand():
 # ---- RTL against the golden model ------------------------------------------------------------
 
 GEOMS = {"G2-W512-F32": (2, 512, 32, 4), "G4-W256-F32": (4, 256, 32, 3),
-         "G3-W512-F64": (3, 512, 64, 2), "G4-W512-F16": (4, 512, 16, 5)}
+         "G3-W512-F64": (3, 512, 64, 2), "G4-W512-F16": (4, 512, 16, 5),
+         # the host's larger groups (MAX_LINK_PES = 16): 3- and 4-level reduction trees; a
+         # flit per word (W = flit) included
+         "G8-W128-F8": (8, 128, 8, 3), "G16-W64-F8": (16, 64, 8, 2)}
 
 
 @pytest.mark.parametrize("mode", list(LinkMode), ids=lambda m: m.name)
@@ -347,17 +350,19 @@ def test_reduce_tree_equals_the_ascending_chain(pes):
     assert got == [c[3] for c in cases]
 
 
-def test_latency_and_full_rate_streaming():
+@pytest.mark.parametrize("geom", [(2, 512, 32), (16, 64, 8)], ids=["G2-W512", "G16-W64"])
+def test_latency_and_full_rate_streaming(geom):
     """Always-valid sources, always-ready sinks: one flit per cycle per port, the first word
-    offered ``op_latency + word_latency(mode)`` cycles after the descriptor is taken, and an ALL_TO_ALL
-    that skews into a wavefront and then runs every port at full rate."""
-    G, W, F = 2, 512, 32
+    offered ``op_latency + word_latency(mode)`` cycles after the descriptor is taken (the
+    reduce modes through a 1- and a 4-level tree), and an ALL_TO_ALL that skews into a
+    wavefront and then runs every port at full rate."""
+    G, W, F = geom
     dut = AggregationLink(pes=G, word_bits=W, flit_bytes=F, buffer_words=4)
     S = dut.flits_per_word
-    n = 40
-    for op in (LinkOp(LinkMode.BYPASS, 0b01, 0b11, n), LinkOp(LinkMode.REDUCE_ADD, 0b11, 0b11, n),
-               LinkOp(LinkMode.REDUCE_MAX, 0b11, 0b10, n),
-               LinkOp(LinkMode.ALL_TO_ALL, 0b11, 0b11, n, 1)):
+    n, allm = 48, (1 << G) - 1
+    for op in (LinkOp(LinkMode.BYPASS, 0b01, allm, n), LinkOp(LinkMode.REDUCE_ADD, allm, allm, n),
+               LinkOp(LinkMode.REDUCE_MAX, allm, 0b10, n),
+               LinkOp(LinkMode.ALL_TO_ALL, allm, allm, n, 1)):
         data, inputs = make_traffic(random.Random(op.mode), [op], G, W)
         got, log = run_link(dut, [op], inputs)
         assert got == expected([op], data, G, W)
