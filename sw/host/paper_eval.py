@@ -187,13 +187,13 @@ def platform(name: str, hb: str = "4gb") -> Platform:
 
 #: Zipf exponent of each model's expert popularity: fitted by :func:`calibrate_zipf` (token
 #: form) on the Elastic-SD Phi_AR cells of Table 3's 4 GB rows, the only figures used.
-ZIPF = {"qwen3-30b-a3b": 2.15, "glm-4.7-flash": 1.25, "deepseek-v2-lite": 0.9,
-        "gpt-oss-20b": 1.55}
+ZIPF = {"qwen3-30b-a3b": 2.55, "glm-4.7-flash": 1.3, "deepseek-v2-lite": 0.9,
+        "gpt-oss-20b": 1.65}
 
 #: The SD tree (depth, width) of every scheme and point: fitted by :func:`calibrate_tree` on the
 #: Phi_SD cells of Table 3's 4 GB rows (the paper names EAGLE-2's dynamic tree, Li et al.
 #: 2024b, but not its size). ``"best"`` in :func:`table3` searches per point instead.
-TREE = (7, 3)
+TREE = (6, 6)
 
 
 class ExpertPopularity:
@@ -256,12 +256,15 @@ class ExpertPopularity:
         are ``sum(a_i h_i)``: never more than the slots. ``form="token"``: the distinct experts
         times the per-token hit rate ``sum(p_i h_i) / top_k`` of an LRU that sees every
         token's picks (``h_i`` from the rates ``p_i``): what a per-access LRU hit rate
-        applied to a step's expert loads gives; hot experts weigh more, so a step can count
-        more hits than the cache has slots."""
+        applied to a step's expert loads gives, capped at ``min(distinct, slots)``: an LRU
+        cannot hit on more distinct experts in a step than it holds (review of issue 26: the
+        uncapped form counted up to 61.7 hits a layer on 10.8 slots)."""
         a = 1 - (1 - self.p) ** n
         if form == "token":
             h = self.che(slots)
-            return float(a.sum()), float(a.sum() * (self.p * h).sum() / self.top_k)
+            uniq = float(a.sum())
+            hits = uniq * float((self.p * h).sum()) / self.top_k
+            return uniq, min(hits, uniq, max(float(slots), 0.0))
         if form != "step":
             raise UserError(f"cache form: expected step or token, got {form!r}")
         return float(a.sum()), float((a * self.che(slots, a)).sum())
@@ -954,8 +957,8 @@ def model_speed(hb: str = "8gb", models=TABLE3_MODELS, batches=TABLE3_BATCHES,
 
 #: Elastic-SD's alpha model per model: ``(alpha_max, beta)`` of :func:`elastic_alpha`, fitted by
 #: :func:`calibrate_alpha` on the four Elastic-SD alphas of Table 3's 4 GB rows (nothing else).
-ALPHA_MODEL = {"qwen3-30b-a3b": (0.673, 0.35), "glm-4.7-flash": (0.847, 0.15),
-               "deepseek-v2-lite": (0.957, 0.0), "gpt-oss-20b": (0.521, 0.3)}
+ALPHA_MODEL = {"qwen3-30b-a3b": (0.646, 0.35), "glm-4.7-flash": (0.826, 0.15),
+               "deepseek-v2-lite": (0.957, 0.0), "gpt-oss-20b": (0.505, 0.3)}
 
 
 def pool_coverage(pop: ExpertPopularity, slots: float) -> float:

@@ -110,12 +110,28 @@ def test_che_fills_the_slots_and_bounds_step_hits():
     assert pop.p.sum() == pytest.approx(8) and pop.p.max() <= 1
     for slots in (4.0, 20.5, 64.0):
         assert pop.che(slots).sum() == pytest.approx(slots, rel=1e-6)
-        uniq, hits = pop.step(16, slots, "step")
-        assert hits <= min(slots, uniq) + 1e-9
+        for form in ("step", "token"):
+            uniq, hits = pop.step(16, slots, form)
+            assert hits <= min(slots, uniq) + 1e-9
     assert pop.step(1, 0.0)[1] == 0 and pop.che(200).min() == 1
     assert pop.step(1, 10)[0] == pytest.approx(8)                  # one token: k experts
     with pytest.raises(UserError, match="cache form"):
         pop.step(1, 10, "exact")
+
+
+def test_no_step_serves_more_hits_than_the_cache_holds():
+    """Review finding 1: at 4 GB, Qwen3-30B-A3B Elastic-SD's batch-16 verify step (10.8 slots a
+    layer) counted 61.7 MSB hits a layer in the token form; an LRU cannot hit on more distinct
+    experts in a step than it holds. Every AR, draft and verify step of Table 3 at 4 GB."""
+    ours = pe.platform("ours", "4gb")
+    for model in pe.TABLE3_MODELS:
+        for scheme in pe.SCHEMES:
+            for b in pe.TABLE3_BATCHES:
+                em = pe.EvalModel(model, ours, scheme, batch=b)
+                for rows in (b, b * (1 + pe.TREE[0] * pe.TREE[1])):
+                    slots = em.ar_slots if em.ar_slots is not None else em.slots
+                    uniq, hits = em.pop.step(rows, slots, em.form)
+                    assert hits <= min(uniq, slots) + 1e-9, (model, scheme, b, rows)
 
 
 def test_che_matches_an_exact_lru():
