@@ -828,7 +828,7 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
         else:
             raise UserError(f"fig12: no alpha for {model} {scheme} at batch {batch}; pass alphas")
         em = EvalModel(model, ours, scheme, batch=batch)
-        sd = em.sd(alpha, *tree)
+        sd = em.best_sd(alpha) if tree == "best" else em.sd(alpha, *tree)
         m = em.m
         draft_bytes = 0.0
         if em.draft is not None:
@@ -883,7 +883,8 @@ def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
                 em = EvalModel(model, plat, scheme, batch=b, zipf=zipf[model],
                                ar_cache=ar_cache)
                 ar = em.ar()
-                sd = em.sd(TABLE3_4GB[model][scheme][i][0], *tree)
+                alpha = TABLE3_4GB[model][scheme][i][0]
+                sd = em.best_sd(alpha) if tree == "best" else em.sd(alpha, *tree)
                 phi_ar, phi_sd = t0 / (ar.seconds / b), t0 / sd.per_token_s
                 e_ar = ar.energy_pj(plat) / b
                 out.append({"model": model, "platform": name, "batch": b, "scheme": scheme,

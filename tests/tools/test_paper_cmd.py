@@ -77,3 +77,11 @@ def test_table3_alpha_model(capsys):
     assert cli.main(["paper", "table3", "--hb", "8gb", "--alpha", "model"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "alpha: Elastic-SD's from the alpha model" in text and "(paper: 7.0x)" in text
+
+
+def test_fig12_and_fig14_tree_best(capsys):
+    """Review finding 2: ``--tree best`` crashed fig12 and fig14 with a TypeError."""
+    assert cli.main(["paper", "fig12", "--tree", "best"]) == 0
+    assert "Phi_SD" in capsys.readouterr().out
+    assert cli.main(["paper", "fig14", "--tree", "best"]) == 0
+    assert "ours over xPU:" in capsys.readouterr().out
