@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 from pathlib import Path
 
 from ..errors import UserError
@@ -36,16 +37,24 @@ def report_console(min_width=120):
 
 def check_output(path, option: str) -> Path:
     """Raise :class:`UserError` (naming ``option``) unless ``path`` can be written: not a
-    directory, in an existing writable folder. Returns ``path`` as a :class:`Path`."""
+    directory nor another existing non-regular file (a device such as ``/dev/null``, a FIFO,
+    a socket: renaming a file over it would replace it), in an existing writable folder.
+    Returns ``path`` as a :class:`Path`."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
         raise UserError(f"{option} {path}: is a directory")
+    _refuse_special(path, option)
     if not parent.is_dir():
         raise UserError(f"{option} {path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
         raise UserError(f"{option} {path}: directory {parent} is not writable")
     return path
+
+
+def _refuse_special(path: Path, option: str) -> None:
+    if path.exists() and not path.is_file():
+        raise UserError(f"{option} {path}: not a regular file")
 
 
 class AtomicOutputs:
@@ -79,8 +88,46 @@ class AtomicOutputs:
             f.write("\n")
 
     def commit(self):
-        for tmp, dest in self._pending:
-            os.replace(tmp, dest)
+        """Rename every temporary file onto its destination, all or nothing: each existing
+        destination is first kept aside as a hard link (a copy where the filesystem has no
+        hard links); if a rename fails, the destinations already renamed are put back (the
+        old file restored, a new one removed) and the :class:`OSError` is raised. Raises
+        :class:`UserError` before renaming anything if a destination exists and is not a
+        regular file. Limits: each rename is atomic but the set is not: a crash or kill
+        between two renames, or another process writing the same paths meanwhile, can still
+        leave a mix of old and new files (and a ``.bak`` file beside them)."""
+        for _, dest in self._pending:
+            _refuse_special(Path(dest), "output")
+        backups, done = [], []
+        try:
+            for tmp, dest in self._pending:
+                bak = None
+                if os.path.lexists(dest):
+                    bak = f"{tmp}.bak"
+                    try:
+                        os.link(dest, bak)
+                    except OSError:
+                        shutil.copy2(dest, bak)
+                backups.append(bak)
+                os.replace(tmp, dest)
+                done.append((dest, bak))
+        except OSError:
+            for dest, bak in reversed(done):
+                try:
+                    if bak is None:
+                        os.unlink(dest)
+                    else:
+                        os.replace(bak, dest)
+                except OSError:
+                    pass
+            raise
+        finally:
+            for bak in backups:
+                if bak is not None:
+                    try:
+                        os.unlink(bak)
+                    except OSError:
+                        pass
         self._pending = []
 
     def discard(self):

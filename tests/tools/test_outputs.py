@@ -95,3 +95,58 @@ def test_sim_and_bench_check_json_before_running(command, tmp_path, capsys):
     assert f"elmoe3d {command}: error: --json {bad}: directory" in err
     assert "Traceback" not in err
     assert not (tmp_path / "no-such-folder").exists()
+
+
+def test_check_output_refuses_a_path_that_is_not_a_regular_file(tmp_path, capsys):
+    """Review of issue 26, finding 3: an existing FIFO (or /dev/null, /dev/full) was replaced by
+    a regular file. (A FIFO in tmp_path stands for the device nodes.)"""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(UserError) as exc:
+        check_output(fifo, "--json")
+    assert str(exc.value) == f"--json {fifo}: not a regular file"
+    assert cli.main(["paper", "table3", "--json", str(fifo)]) == 2
+    assert capsys.readouterr().err.strip() == \
+        f"elmoe3d paper: error: --json {fifo}: not a regular file"
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    outputs = AtomicOutputs()                       # and at commit, if it appeared meanwhile
+    outputs.add_json(fifo, {"a": 1})
+    with pytest.raises(UserError, match="not a regular file"):
+        outputs.commit()
+    outputs.discard()
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and tmp_files(tmp_path) == []
+
+
+def test_commit_is_all_or_nothing(tmp_path, monkeypatch):
+    """Finding 3: a failed rename of the second output left the first committed. Now the
+    first is rolled back: the old file restored, a new one removed."""
+    import elmoe3d.cli.outputs as outputs_mod
+    old, new = tmp_path / "a.json", tmp_path / "b.png"
+    old.write_text("old")
+    real = os.replace
+
+    def failing(src, dst):
+        if str(dst) == str(new):
+            raise OSError(28, "No space left on device")
+        return real(src, dst)
+    monkeypatch.setattr(outputs_mod.os, "replace", failing)
+    outputs = AtomicOutputs()
+    outputs.add_json(old, {"new": 1})
+    with open(outputs.temp_for(new), "wb") as f:
+        f.write(b"png")
+    with pytest.raises(OSError):
+        outputs.commit()
+    outputs.discard()
+    assert old.read_text() == "old" and not new.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+    monkeypatch.setattr(outputs_mod.os, "replace", real)
+    outputs = AtomicOutputs()                       # no old file: the new one is removed
+    first = tmp_path / "c.json"
+    outputs.add_json(first, {})
+    with open(outputs.temp_for(new), "wb") as f:
+        f.write(b"png")
+    monkeypatch.setattr(outputs_mod.os, "replace", failing)
+    with pytest.raises(OSError):
+        outputs.commit()
+    outputs.discard()
+    assert not first.exists() and not new.exists() and tmp_files(tmp_path) == []
