@@ -21,6 +21,12 @@ from .outputs import check_output, report_console, write_json
 
 
 FIGURES = ("table3", "fig12", "fig14", "cache-check")
+#: Options and the figures they apply to (any other figure refuses them; --json: all).
+APPLIES = {"hb": ("table3", "fig12", "fig14"), "tree": ("table3", "fig12", "fig14"),
+           "cache_form": ("table3", "fig12", "fig14"), "alpha": ("table3", "fig12", "fig14"),
+           "ar_cache": ("table3", "fig14"), "plot": ("fig12", "fig14")}
+#: The defaults of the options above that default to None on the command line.
+DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best"}
 #: The HB size of each figure in the paper.
 PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb"}
 
@@ -38,16 +44,18 @@ def configure(parser):
     parser.add_argument("--tree", default=None, metavar="D,W|best",
                         help="SD tree depth and width (default: the calibrated "
                              "elmoe3d.sw.host.paper_eval.TREE) or 'best' (fastest per point)")
-    parser.add_argument("--cache-form", default="token", choices=("token", "step"),
+    parser.add_argument("--cache-form", default=None, choices=("token", "step"),
                         help="expert-cache form: token (a per-access LRU hit rate applied to a "
-                             "step's expert loads, default) or step (hits per cached expert)")
-    parser.add_argument("--alpha", default="paper", choices=("paper", "model"),
-                        help="table3: Elastic-SD's alpha: the paper's 4 GB values (default) or "
+                             "step's expert loads, capped at the slots; default) or step (hits "
+                             "per cached expert)")
+    parser.add_argument("--alpha", default=None, choices=("paper", "model"),
+                        help="Elastic-SD's alpha: the paper's 4 GB values (default) or "
                              "the alpha model (pool coverage, fitted on the 4 GB rows) at --hb")
-    parser.add_argument("--ar-cache", default="msb", choices=("msb", "whole"),
-                        help="table3, fig14: what ours caches in AR mode: msb (MSB slices, the "
-                             "LSB streamed from EXT on a hit, default) or whole (whole INT8 "
-                             "experts; the Zipf exponents are refitted on the 4 GB rows)")
+    parser.add_argument("--ar-cache", default=None, choices=("best", "msb", "whole"),
+                        help="table3, fig14: what ours caches in AR mode: best (per point the "
+                             "faster of the two, default), msb (MSB slices, the LSB streamed "
+                             "from EXT on a hit) or whole (whole INT8 experts); the Zipf "
+                             "exponents are refitted on the 4 GB rows unless best")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", default=None,
@@ -58,7 +66,7 @@ def _zipf(args) -> dict:
     """The stored Zipf exponents, or refitted when the cache form or the AR cache differ from
     the ones they were fitted with."""
     from ..sw.host import paper_eval as pe
-    if args.cache_form == "token" and args.ar_cache == "msb":
+    if args.cache_form == "token" and args.ar_cache == "best":
         return dict(pe.ZIPF)
     return pe.calibrate_zipf(form=args.cache_form, ar_cache=args.ar_cache)
 
@@ -83,6 +91,14 @@ def run(args) -> int:
 
     from ..sw.host import paper_eval as pe
 
+    for opt, figures in APPLIES.items():
+        if getattr(args, opt) is not None and args.figure not in figures:
+            names = [f for f in FIGURES if f in figures]
+            raise UserError(f"--{opt.replace('_', '-')} applies to "
+                            f"{', '.join(names[:-1]) + ' and ' if len(names) > 1 else ''}"
+                            f"{names[-1]} only")
+        if opt in DEFAULTS and getattr(args, opt) is None:
+            setattr(args, opt, DEFAULTS[opt])
     if args.json:
         check_output(args.json, "--json")
     if args.hb is None:
@@ -203,7 +219,9 @@ def _fig14(args) -> int:
     from ..sw.host import paper_eval as pe
     plot = _plot_dir(args, "fig14")
     tree = _tree(args.tree)
-    rows = pe.fig14(args.hb, tree=tree, zipf=_zipf(args), ar_cache=args.ar_cache)
+    alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
+    rows = pe.fig14(args.hb, tree=tree, zipf=_zipf(args), ar_cache=args.ar_cache,
+                    form=args.cache_form, alphas=alphas)
     summ = pe.fig14_summary(rows)
     console = report_console()
     t = Table(title=f"Fig. 14: speedup over xPU (AR at the same batch), MT-Bench alphas, HB "
@@ -219,6 +237,10 @@ def _fig14(args) -> int:
         t.add_row(model, str(b), *(f"{d[p]['phi_ar']:.2f} / {d[p]['phi_sd']:.2f}"
                                    for p in pe.PLATFORMS))
     console.print(t)
+    console.print(f"alpha: {'Elastic-SD from the alpha model, the rest the paper' if alphas else 'the paper'}'s "
+                  f"4 GB values; ours' AR cache {args.ar_cache}; compute at "
+                  f"{pe.COMPUTE_UTILISATION[4]:.1%} (W4A8) / {pe.COMPUTE_UTILISATION[8]:.1%} "
+                  f"(W8A8) of peak (a placeholder from bench figure 11)")
     console.print("mean best-mode speedup over xPU: " + ", ".join(
         f"{p} {v:.2f}x" for p, v in summ["mean_best"].items()))
     console.print(f"ours over xPU: {summ['speedup_over_xpu']:.2f}x speedup (paper "
@@ -270,7 +292,11 @@ def _fig12(args) -> int:
     from ..sw.host import paper_eval as pe
     plot = _plot_dir(args, "fig12")
     tree = _tree(args.tree)
-    rows = pe.fig12(args.hb, tree=tree)
+    alphas = None
+    if args.alpha == "model":
+        i = pe.TABLE3_BATCHES.index(16)
+        alphas = {s: a[i] for s, a in pe.model_alphas(args.hb)["qwen3-30b-a3b"].items()}
+    rows = pe.fig12(args.hb, tree=tree, zipf=_zipf(args), form=args.cache_form, alphas=alphas)
     console = report_console()
     t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {args.hb[:-2]} GB: "
                     f"memory mapping (GB) and one SD iteration (tree {rows[0]['depth']} x "
@@ -285,7 +311,9 @@ def _fig12(args) -> int:
                   f"{r['alpha']:.2f}", f"{r['accept']:.2f}", f"{r['draft_ms']:.1f}",
                   f"{r['verify_ms']:.1f}", f"{r['phi_sd']:.2f}")
     console.print(t)
-    console.print("alpha: the paper's 4 GB value at batch 16 (its 8 GB alphas are withheld)")
+    console.print("alpha: " + ("Elastic-SD's from the alpha model at this HB, the other schemes' "
+                               "the paper's" if alphas else "the paper's 4 GB value at batch 16 "
+                               "(its 8 GB alphas are withheld)"))
     _write(console, args, {"hb": args.hb, "rows": rows}, plot,
            lambda path: _plot_fig12(path, rows, args.hb))
     return 0

@@ -85,3 +85,28 @@ def test_fig12_and_fig14_tree_best(capsys):
     assert "Phi_SD" in capsys.readouterr().out
     assert cli.main(["paper", "fig14", "--tree", "best"]) == 0
     assert "ours over xPU:" in capsys.readouterr().out
+
+
+def test_options_that_do_not_apply_are_refused(capsys):
+    """Review finding 8: options a figure ignored were accepted silently."""
+    for argv, msg in ((["table3", "--plot", "."], "--plot applies to fig12 and fig14 only"),
+                      (["fig12", "--ar-cache", "whole"], "--ar-cache applies to table3 and fig14 only"),
+                      (["cache-check", "--hb", "8gb"], "--hb applies to table3, fig12 and fig14 only"),
+                      (["cache-check", "--tree", "best"], "--tree applies to table3, fig12 and fig14 only")):
+        assert cli.main(["paper"] + argv) == 2
+        assert capsys.readouterr().err.strip() == f"elmoe3d paper: error: {msg}"
+
+
+def test_fig12_and_fig14_honour_alpha_and_cache_form(tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert cli.main(["paper", "fig12", "--json", str(a)]) == 0
+    assert cli.main(["paper", "fig12", "--alpha", "model", "--json", str(b)]) == 0
+    assert "alpha model" in capsys.readouterr().out
+    ra, rb = (json.loads(p.read_text())["rows"] for p in (a, b))
+    el = [(x, y) for x, y in zip(ra, rb) if x["scheme"] == "elastic"][0]
+    assert el[0]["alpha"] == 0.36 and el[1]["alpha"] != el[0]["alpha"]
+    assert cli.main(["paper", "fig14", "--alpha", "model", "--cache-form", "step",
+                     "--json", str(a)]) == 0
+    step = json.loads(a.read_text())["rows"]
+    assert cli.main(["paper", "fig14", "--json", str(b)]) == 0
+    assert step != json.loads(b.read_text())["rows"]
