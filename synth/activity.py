@@ -25,7 +25,7 @@ from .power import Activity
 
 
 __all__ = ["ActivityError", "vcd_activity", "rtlil_aliases", "annotate", "minilm_tile_run",
-           "ring_station_run"]
+           "ring_station_run", "link_reduce_run"]
 
 
 class ActivityError(UserError):
@@ -387,3 +387,101 @@ def ring_station_run(station, vcd_path, *, words: int = 64, layer: int = 0) -> d
     local = sum(len(v) for v in expect.values()) * span
     return {"flits": len(flits), "cycles": counts["cycles"], "bytes": len(flits) * fb,
             "local_flits": local, "forwarded_flits": len(flits) - local}
+
+
+# ---- a partial-sum reduction on the aggregation link ---------------------------------------
+
+def link_reduce_run(link, vcd_path, *, tokens: int = 16, channels: int = 128,
+                    layer: int = 0) -> dict:
+    """REDUCE_ADD of real Q.24 partial sums on ``link``
+    (:class:`~elmoe3d.hw.agg_link.AggregationLink`) in Amaranth's simulator, writing the VCD to
+    ``vcd_path``: the all-MiniLM-L6-v2 FFN layer ``layer`` up-projection (real weights and
+    activations of ``tokens`` GSM8K tokens, ``channels`` channels, FULL) split along K over the
+    link's G PEs as tensor parallelism splits it, PE p's accumulators (:func:`~elmoe3d.sw.
+    golden.datapath.gemm` of its K slice) packed W / 64 channels a word, every source offering
+    its words at once, destination PE 0 always ready. The words PE 0 receives are compared with
+    the sum of the partial sums (plain equality; none saturates here).
+
+    Returns ``{"words", "cycles", "bytes_in", "bytes_out"}`` (``bytes_in``: every source's
+    words; ``bytes_out``: the reduced words)."""
+    import numpy as np
+    from amaranth.sim import Simulator
+
+    from ..hw.agg_link import AggregationLink, pack_link_op
+    from ..sw.golden.agg_link import LinkMode, LinkOp
+    from ..sw.golden.datapath import Mode, gemm
+    from ..sw.golden.quant import GROUP, QuantizedWeight, quantize_activations, quantize_weights
+    from ..sw.host.corpus import gsm8k_prompts
+    from ..sw.host.minilm import ffn_activations, ffn_weights
+
+    assert isinstance(link, AggregationLink)
+    G, W = link.pes, link.word_bits
+    lanes = W // 64
+    ffn_in, _ = ffn_activations(gsm8k_prompts(), layer)
+    up, _ = ffn_weights(layer)
+    pick = np.unique(np.linspace(0, ffn_in.shape[0] - 1, tokens).round().astype(int))
+    a_q = quantize_activations(ffn_in[pick], name=f"layer{layer}.ffn_in").q
+    qw = quantize_weights(up[:channels], name=f"encoder.layer.{layer}.intermediate.dense.weight")
+    k = a_q.shape[1]
+    groups = k // GROUP
+    if groups % G:
+        raise ValueError(f"link_reduce_run: {groups} K-groups do not split over {G} PEs")
+    per = groups // G
+    parts = []
+    for p in range(G):
+        ks = slice(p * per * GROUP, (p + 1) * per * GROUP)
+        sub = QuantizedWeight(q=qw.q[:, ks], scale=qw.scale[:, p * per:(p + 1) * per],
+                              bits=qw.bits, name=qw.name)
+        parts.append(gemm(a_q[:, ks], sub, Mode.FULL).acc)            # [tokens, channels]
+    mask = (1 << 64) - 1
+
+    def words_of(acc):
+        flat = acc.reshape(-1)
+        out = []
+        for i in range(0, flat.size, lanes):
+            v = 0
+            for j, x in enumerate(flat[i:i + lanes].tolist()):
+                v |= (int(x) & mask) << (64 * j)
+            out.append(v)
+        return out
+    src = [words_of(a) for a in parts]
+    want = words_of(sum(p.astype(np.int64) for p in parts))
+    n = len(want)
+    op = pack_link_op(LinkOp(mode=LinkMode.REDUCE_ADD, src_mask=(1 << G) - 1, dst_mask=1,
+                             words=n), G)
+    got, counts = [], {"cycles": 0}
+
+    async def bench(ctx):
+        for p in range(G):
+            ctx.set(link.pe_o[p].ready, 1)
+        ctx.set(link.op.valid, 1)
+        ctx.set(link.op.payload.as_value(), op)
+        nxt = [0] * G
+        while len(got) < n and counts["cycles"] < 64 * n + 64:
+            for p in range(G):
+                if nxt[p] < n:
+                    ctx.set(link.pe_i[p].valid, 1)
+                    ctx.set(link.pe_i[p].payload, src[p][nxt[p]])
+                else:
+                    ctx.set(link.pe_i[p].valid, 0)
+            op_taken = ctx.get(link.op.ready)
+            taken = [ctx.get(link.pe_i[p].ready) and nxt[p] < n for p in range(G)]
+            out = ctx.get(link.pe_o[0].payload) if ctx.get(link.pe_o[0].valid) else None
+            await ctx.tick()
+            counts["cycles"] += 1
+            if op_taken:
+                ctx.set(link.op.valid, 0)
+            for p in range(G):
+                if taken[p]:
+                    nxt[p] += 1
+            if out is not None:
+                got.append(int(out))
+
+    sim = Simulator(link)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    with sim.write_vcd(str(vcd_path)):
+        sim.run()
+    assert got == want, "aggregation link: the reduced words differ from the sum of the psums"
+    return {"words": n, "cycles": counts["cycles"], "bytes_in": G * n * W // 8,
+            "bytes_out": n * W // 8}

@@ -38,8 +38,11 @@ is not modelled.
 
 **Streamline ring** (:func:`ring_energy`): one station's delay-mapped netlist under a real
 weight stream (MiniLM weight codes, one 128-byte flit a cycle), its flit FIFOs at the SRAM
-figures; pJ per byte per station hop and per byte delivered. The aggregation link is not
-measured yet (it needs a descriptor-driven run).
+figures; pJ per byte per station hop and per byte delivered.
+
+**Aggregation link** (:func:`link_energy`): the link's delay-mapped netlist under a REDUCE_ADD
+of real Q.24 partial sums (the tensor-parallel reduction), its destination FIFOs at the SRAM
+figures; pJ per byte sent by the sources and per reduced byte delivered.
 
 **Static power** (:func:`leakage_nw`): every cell of a block's area netlist at its
 ``leakage_power`` without ``when`` (ASAP7 gives it as the average over the input states),
@@ -57,7 +60,7 @@ from .liberty import Liberty
 
 __all__ = ["SRAM_READ_PJ", "SRAM_WRITE_PJ", "SRAM_WORD_BYTES", "SRAM_SOURCE",
            "sram_access_pj", "leakage_nw", "tile_energy", "TileEnergy", "PUBLISHED_MAC",
-           "ring_energy"]
+           "ring_energy", "link_energy"]
 
 
 #: Energy of one 64-bit read of an ASAP7 SRAM bank (pJ): clock-pin internal power when !write
@@ -292,3 +295,78 @@ def ring_energy(arch, lib: Liberty, *, workdir: Path, words: int = 256) -> dict:
             "switching_fj": p.switching_fj, "clock_pins_fj": p.clock_pins_fj,
             "leakage_nw": p.leakage_nw, "sources": p.sources, "annotated": p.annotated,
             "registers": p.registers, "not_annotated": len(missing)}
+
+
+def _big_stack(fn):
+    """Run ``fn()`` in a thread with a large stack and recursion limit (Amaranth's Python
+    simulator compiles the link's reduction chain into deeply nested expressions)."""
+    import sys
+    import threading
+    result, error = [], []
+
+    def run():
+        try:
+            result.append(fn())
+        except BaseException as exc:          # re-raised in the caller
+            error.append(exc)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, 200000))
+    size = threading.stack_size(512 * 1024 * 1024)
+    try:
+        t = threading.Thread(target=run)
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(size)
+        sys.setrecursionlimit(old)
+    if error:
+        raise error[0]
+    return result[0]
+
+
+def link_energy(arch, lib: Liberty, *, workdir: Path) -> dict:
+    """Energy per byte of the aggregation link of ``arch`` reducing real Q.24 partial sums
+    (:func:`~elmoe3d.synth.activity.link_reduce_run`: REDUCE_ADD of the MiniLM L0
+    up-projection split along K over the group's PEs, every source at full rate): the link's
+    delay-mapped netlist (kept in ``workdir/agg_link``) under that activity, plus its
+    destination FIFOs (SRAM macros) at :func:`sram_access_pj` per reduced word written and
+    read, plus leakage at 1 GHz. Returns ``{"pj_per_byte_in", "pj_per_byte_out", ...}``: per
+    byte the sources send, per reduced byte delivered."""
+    from ..hw.agg_link import AggregationLink
+    from .activity import annotate, link_reduce_run, rtlil_aliases, vcd_activity
+    from .blocks import hollow
+    from .flow import synthesize
+    from .power import PowerLib, analyze_power
+    from .sta import read_blif, stub_ports
+    workdir = Path(workdir)
+    folder = workdir / "agg_link"
+    h = hollow(AggregationLink.from_arch(arch), owner="aggregation link")
+    il, blif, stubs = folder / "block.il", folder / "timing.blif", folder / "stubs.txt"
+    if not (il.is_file() and blif.is_file() and stubs.is_file() and il.read_text() == h.rtlil
+            and stubs.read_text() == h.stubs):
+        folder.mkdir(parents=True, exist_ok=True)
+        synthesize("aggregation link (power)", h.rtlil, liberty=lib, stubs=h.stubs,
+                   keep=folder, timing=1000.0)
+        stubs.write_text(h.stubs)
+    vcd = workdir / "agg_link.vcd"
+    run = _big_stack(lambda: link_reduce_run(AggregationLink.from_arch(arch), vcd))
+    act, cycles = vcd_activity(vcd)
+    vcd.unlink()
+    net = read_blif(blif.read_text())
+    act, missing = annotate(net, act, rtlil_aliases(il.read_text()))
+    p = analyze_power(net, PowerLib(lib), act, stubs=stub_ports(stubs.read_text()))
+    width = max((s.width for s in h.srams), default=0)
+    fifo_pj = run["words"] * (sram_access_pj(width) + sram_access_pj(width, write=True)) \
+        if width else 0.0
+    logic_pj = p.dynamic_fj * cycles / 1000.0
+    leak_pj = p.leakage_nw * cycles / 1e6
+    total = logic_pj + fifo_pj + leak_pj
+    return {**run, "vcd_cycles": cycles, "logic_pj": logic_pj, "fifo_pj": fifo_pj,
+            "leakage_pj": leak_pj, "pj_per_byte_in": total / run["bytes_in"],
+            "pj_per_byte_out": total / run["bytes_out"],
+            "logic_pj_per_byte_in": logic_pj / run["bytes_in"],
+            "fifo_pj_per_byte_in": fifo_pj / run["bytes_in"],
+            "logic_fj_per_cycle": p.dynamic_fj, "internal_fj": p.internal_fj,
+            "switching_fj": p.switching_fj, "clock_pins_fj": p.clock_pins_fj,
+            "leakage_nw": p.leakage_nw, "registers": p.registers, "sources": p.sources,
+            "annotated": p.annotated, "not_annotated": len(missing)}

@@ -34,7 +34,8 @@ up like the area) of every block, one PE and the die of each configuration, the 
 energy per MAC in DRAFT and FULL from a real program (all-MiniLM-L6-v2 FFN weights and
 activations run on the three fit tiles in Amaranth's simulator, their delay-mapped netlists
 kept in ``build/synth/power/``: a few minutes the first time) beside published 7-8 nm INT8
-figures, and the SRAM macros' energy per byte. ``--power`` runs a simulation, so ``make
+figures, the SRAM macros' energy per byte, and the streamline ring's and the aggregation
+link's energy per byte (a real weight stream, a reduction of real partial sums). ``--power`` runs a simulation, so ``make
 synth`` leaves it off: ``elmoe3d synth --timing --power``.
 
 Bad input (unknown configuration, missing or malformed ``--liberty``, a Liberty file without
@@ -60,7 +61,8 @@ JSON schema (areas in um^2)::
      "power": {"method", "sources", "frequency_ghz", "published_mac": [{"what",
        "pj_per_mac"}], "sram": {"read_pj_per_byte", "write_pj_per_byte"},
        "tile": {"RxL": {MODE: TileEnergy fields}}, "ring": {NAME: {"pj_per_byte",
-       "pj_per_byte_delivered", "logic_pj_per_byte", "fifo_pj_per_byte", ...}}, "configs": {NAME: {"die": {BLOCK:
+       "pj_per_byte_delivered", "logic_pj_per_byte", "fifo_pj_per_byte", ...}}, "link": {NAME: {"pj_per_byte_in", "pj_per_byte_out",
+       ...}}, "configs": {NAME: {"die": {BLOCK:
        {"instances", "static_uw_each", "static_uw"}}, "die_static_mw", "pe_static_uw",
        "pe_static": {CATEGORY: uW}, "tile": "RxL", "pj_per_mac": {MODE: pJ},
        "wmem_bytes_per_access", "iomem_bytes_per_access"}}}   (with --power)
@@ -337,8 +339,8 @@ POWER_METHOD = (
 def power_report(planner, dies, lib, say):
     """The ``power`` part of the report (schema in the module docstring)."""
     from ..synth.energy import (PUBLISHED_MAC, SRAM_READ_PJ, SRAM_SOURCE, SRAM_WORD_BYTES,
-                                SRAM_WRITE_PJ, leakage_nw, ring_energy, sram_access_pj,
-                                tile_energy)
+                                SRAM_WRITE_PJ, leakage_nw, link_energy, ring_energy,
+                                sram_access_pj, tile_energy)
     from ..synth.rollup import evaluate
     res = planner.results
 
@@ -352,7 +354,7 @@ def power_report(planner, dies, lib, say):
                     "write_pj_per_byte": sram_access_pj(64, write=True) / SRAM_WORD_BYTES,
                     "read_pj_per_64bit_bank": SRAM_READ_PJ,
                     "write_pj_per_64bit_bank": SRAM_WRITE_PJ},
-           "tile": {}, "ring": {}, "configs": {}}
+           "tile": {}, "ring": {}, "link": {}, "configs": {}}
     for name, (arch, die) in dies.items():
         cfg = arch.pe
         key = f"{cfg.rows}x{cfg.lanes}"
@@ -362,6 +364,8 @@ def power_report(planner, dies, lib, say):
             out["tile"][key] = {m: dataclasses.asdict(e) for m, e in energies.items()}
         say(f"power: {name}: streamline ring station, MiniLM weight stream")
         out["ring"][name] = ring_energy(arch, lib, workdir=CACHE_DIR / "power" / name)
+        say(f"power: {name}: aggregation link, REDUCE_ADD of MiniLM partial sums")
+        out["link"][name] = link_energy(arch, lib, workdir=CACHE_DIR / "power" / name)
         blocks, total = {}, 0.0
         pe_static = None
         for label, node, count in die:
@@ -400,6 +404,10 @@ def _print_power(say, power):
         say(f"{name}: streamline ring {r['pj_per_byte']:.3f} pJ/B per station hop (logic "
             f"{r['logic_pj_per_byte']:.3f}, flit FIFOs {r['fifo_pj_per_byte']:.3f}), "
             f"{r['pj_per_byte_delivered']:.3f} pJ/B delivered ({r['hops_mean']:.1f} hops mean)")
+    for name, r in power["link"].items():
+        say(f"{name}: aggregation link (REDUCE_ADD) {r['pj_per_byte_in']:.3f} pJ/B sent "
+            f"(logic {r['logic_pj_per_byte_in']:.3f}, destination FIFOs "
+            f"{r['fifo_pj_per_byte_in']:.3f}), {r['pj_per_byte_out']:.3f} pJ/B reduced")
     s = power["sram"]
     say(f"SRAM: read {s['read_pj_per_byte']:.3f} pJ/B, write {s['write_pj_per_byte']:.3f} pJ/B "
         f"(64-bit ASAP7 banks)")
