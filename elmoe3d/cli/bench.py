@@ -677,8 +677,11 @@ def print_speed(console, speed) -> list:
                   f"our AR and an Elastic-SD {TREE[0]} x {TREE[1]} tree at batch 1, 4, 8, 16; "
                   f"CPU time of one core): "
                   + ", ".join(f"{m} {v['tokens_per_s']:,.0f}" for m, v in speed.items())
-                  + f" simulated tokens/s; target >= {SPEED_TARGET:,}: "
-                  + ("[red]MISSED[/]" if missed else "[green]met[/]"))
+                  + f" simulated tokens/s (ours' tokens only); target >= {SPEED_TARGET:,}: "
+                  + ("[red]MISSED[/]" if missed else "[green]met[/]")
+                  + " by this analytical model; the trace-driven path (elmoe3d run --backend "
+                    "perf) is not timed here and does not meet it (about 20-200 tokens/s, "
+                    "docs/paper.md)")
     return missed
 
 

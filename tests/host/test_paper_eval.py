@@ -350,6 +350,12 @@ def test_model_speed_counts_simulated_tokens():
     out = pe.model_speed("8gb", models=("deepseek-v2-lite",), batches=(1, 16), min_seconds=0)
     r = out["deepseek-v2-lite"]
     assert r["rounds"] == 1 and r["tokens_per_s"] > 0      # the figure itself: make bench
+    # ours' tokens only (review finding 11: the xPU step's tokens were counted too)
+    o = pe.platform("ours", "8gb")
+    want = sum(b + b * pe.EvalModel("deepseek-v2-lite", o, "elastic", batch=b).sd(
+        pe.TABLE3_4GB["deepseek-v2-lite"]["elastic"][i][0], *pe.TREE).tokens
+        for i, b in ((0, 1), (3, 16)))
+    assert r["tokens_per_s"] * r["seconds"] == pytest.approx(want)
 
 
 def test_alpha_model():
