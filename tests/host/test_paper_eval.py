@@ -17,16 +17,19 @@ from elmoe3d.sw.host.models import model_preset
 
 @pytest.mark.parametrize("model, total_b, active_b", [
     # published totals: Qwen3-30B-A3B 30.5B (3.3B active with embeddings), DeepSeek-V2-Lite
-    # 15.7B (2.4B active), gpt-oss-20b 20.9B (3.6B active), Mixtral-8x7B 46.7B (12.9B active)
+    # 15.7B (2.4B active), gpt-oss-20b 20.9B (3.6B active), Mixtral-8x7B 46.7B (12.9B active),
+    # GLM-4.7-Flash 30B (paper Table 2; its MTP layer, num_nextn_predict_layers=1, is not
+    # counted: ~31B published). No published active count for GLM-4.7-Flash is cited: None.
     ("qwen3-30b-a3b", 30.5, 3.0), ("deepseek-v2-lite", 15.7, 2.4), ("gpt-oss-20b", 20.9, 3.6),
-    ("mixtral-8x7b", 46.7, 12.8), ("glm-4.7-flash", 30.0, 3.6)])
+    ("mixtral-8x7b", 46.7, 12.8), ("glm-4.7-flash", 30.0, None)])
 def test_decoder_sizes_match_published_parameter_counts(model, total_b, active_b):
     sh = decoder_shape(model)
     z, m = sh.sizes(), sh.model
     total = z.static + z.experts + sh.vocab * m.hidden           # + the input embedding
     active = z.static + m.moe_layers * m.top_k * m.expert_weights
     assert total / 1e9 == pytest.approx(total_b, rel=0.01)
-    assert active / 1e9 == pytest.approx(active_b, rel=0.03)
+    if active_b is not None:
+        assert active / 1e9 == pytest.approx(active_b, rel=0.03)
 
 
 def test_attention_and_kv_by_hand():
@@ -236,11 +239,20 @@ def test_table3_rows_and_summary():
     assert len(rows) == 4 * 4 * 4
     assert all("paper_phi_ar" in r and r["phi_ar"] > 0 and r["phi_sd"] > 0 for r in rows)
     s = pe.summary(rows)
-    assert s["cells"] == 128 and 0 <= s["within_15"] <= 128
-    assert s["worst"]["ratio"] > 0
+    # the measured fit residual (review finding 10: pinned, not a range that cannot fail)
+    assert s["cells"] == 128 and s["within_15"] == 75
+    assert s["mean_abs_error"] == pytest.approx(0.174, abs=0.0005)
+    assert (s["worst"]["model"], s["worst"]["scheme"], s["worst"]["batch"],
+            s["worst"]["figure"]) == ("gpt-oss-20b", "eagle", 16, "phi_ar")
+    assert s["worst"]["ratio"] == pytest.approx(1.88, abs=0.005)
+    assert s["elastic_best_mode_mean"] == pytest.approx(3.44, abs=0.005)
     rows8 = pe.table3("8gb")
     assert not any("paper_phi_ar" in r for r in rows8)
     assert "cells" not in pe.summary(rows8)
+    # the 8 GB best-mode means: the paper's 4 GB alphas, and the alpha model's (paper 7.0x)
+    assert pe.summary(rows8)["elastic_best_mode_mean"] == pytest.approx(7.86, abs=0.005)
+    assert pe.summary(pe.table3("8gb", alphas=pe.model_alphas("8gb")))[
+        "elastic_best_mode_mean"] == pytest.approx(7.88, abs=0.005)
     # more HB: every Elastic-SD point at least as fast in AR
     for a, b in zip(rows, rows8):
         if a["scheme"] == "elastic":
@@ -327,6 +339,10 @@ def test_fig14_rows_and_summary():
     assert s["speedup_over_xpu"] == pytest.approx(pe.summary(pe.table3("8gb"))[
         "elastic_best_mode_mean"])
     assert set(s["mean_best"]) == set(pe.PLATFORMS) and s["energy_over_xpu"] > 1
+    # measured (docs/paper.md section 6): ours over xPU and over the strongest prior platform
+    assert s["speedup_over_xpu"] == pytest.approx(7.86, abs=0.005)
+    assert s["speedup_over_best_prior"] == pytest.approx(0.92, abs=0.005)
+    assert s["energy_over_xpu"] == pytest.approx(4.72, abs=0.005)
 
 
 def test_ar_cache_whole_lifts_the_lsb_cap():
