@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import UserError
-from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
+from .models import ModelPreset, g32_bytes, model_preset
 
 
 __all__ = ["DecoderShape", "DECODER_SHAPES", "DECODER_SOURCES", "decoder_shape",
@@ -40,8 +40,8 @@ KV_BYTES = 2
 
 def weight_bytes(weights, bits=8) -> float:
     """Bytes of ``weights`` G32-quantized weights at ``bits`` bits (8: INT8, 4: the MSB slice)
-    with one FP16 scale per :data:`~.models.QUANT_GROUP` weights."""
-    return weights * bits / 8 + weights / QUANT_GROUP * SCALE_BYTES
+    with one FP16 scale per :data:`~.models.QUANT_GROUP` weights (:func:`~.models.g32_bytes`)."""
+    return g32_bytes(weights, bits)
 
 
 @dataclass(frozen=True)

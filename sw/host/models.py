@@ -38,12 +38,20 @@ from ...errors import UserError
 
 
 __all__ = ["ModelPreset", "MODEL_PRESETS", "MODEL_SOURCES", "model_preset", "QUANT_GROUP",
-           "SCALE_BYTES"]
+           "SCALE_BYTES", "g32_bytes"]
 
 #: Weight-quantization group along K (numerics contract §1; ``TileConfig.group``).
 QUANT_GROUP = 32
 #: Bytes of one FP16 group scale.
 SCALE_BYTES = 2
+
+
+def g32_bytes(weights, bits: int = 8, scale_bytes: int = SCALE_BYTES) -> float:
+    """Bytes of ``weights`` group-quantized weights at ``bits`` bits a weight (8: INT8, 4: the
+    MSB slice or a 4-bit copy) with one ``scale_bytes`` scale per :data:`QUANT_GROUP` weights
+    (FP16: 2; MXFP4's E8M0: 1). The one statement of the G32 byte rule
+    (:func:`~.decoder.weight_bytes` and :attr:`ModelPreset.expert_msb_bytes` use it)."""
+    return weights * bits / 8 + weights / QUANT_GROUP * scale_bytes
 
 _SCORINGS = ("softmax", "sigmoid")
 _FORMATS = ("int8-nested", "mxfp4")
@@ -196,15 +204,15 @@ class ModelPreset:
     def expert_scale_bytes(self) -> int:
         """Bytes of one expert's group scales (part of its MSB slice): 2-byte FP16 per 32
         weights for INT8 experts, 1-byte E8M0 per 32 for MXFP4."""
-        groups = self.expert_weights // QUANT_GROUP
         scale = SCALE_BYTES if self.expert_format == "int8-nested" else 1
-        return groups * scale
+        return int(g32_bytes(self.expert_weights, 0, scale))
 
     @property
     def expert_msb_bytes(self) -> int:
         """Bytes of one expert's MSB slice as held in HB: 4 bits a weight plus the group scales
         (:attr:`expert_scale_bytes`)."""
-        return self.expert_weights // 2 + self.expert_scale_bytes
+        scale = SCALE_BYTES if self.expert_format == "int8-nested" else 1
+        return int(g32_bytes(self.expert_weights, 4, scale))
 
     @property
     def expert_lsb_bytes(self) -> int:

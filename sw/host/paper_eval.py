@@ -30,16 +30,19 @@ Routed experts: a step's distinct experts per layer and how many of them hit the
 cache come from :class:`ExpertPopularity`, Che's approximation of an LRU cache (Fricker et al.
 2012) under a Zipf popularity law with a per-model exponent (:data:`ZIPF`, calibrated on the
 Elastic-SD Phi_AR cells of Table 3's 4 GB rows by :func:`calibrate_zipf`; the routing traces
-of ``../shared/traces/`` hold none of the paper's four models). On ``ours`` a cached expert
-reads its MSB slice from HB and its LSB slice from EXT at once (Algorithm 1); a miss streams
-the whole expert from EXT. GPT-OSS-20B's MXFP4 experts have no LSB slice.
+of ``../shared/traces/`` hold none of the paper's four models). A step's hits are capped at
+``min(distinct, slots)``. On ``ours`` a cached expert in SD reads its MSB slice from HB and
+its LSB slice from EXT at once (Algorithm 1); in AR ours caches MSB slices or whole INT8
+experts, whichever is faster at the point (``ar_cache="best"``); a miss streams the whole
+expert from EXT. GPT-OSS-20B's MXFP4 experts have no LSB slice. Compute runs at
+:data:`COMPUTE_UTILISATION` of the peak (a named placeholder).
 
 SD (:meth:`EvalModel.sd`): a tree of ``depth`` levels and ``width`` candidates a level; with
 the acceptance rate alpha of one drafted token, a level is accepted with ``1 - (1 - alpha) **
 width`` and an iteration yields ``1 + sum(beta ** i, i = 1..depth)`` tokens a sequence (the
 accepted prefix and the bonus token). The draft runs ``depth`` steps (the first on ``seqs``
 rows, the others on ``seqs x width``), the verify one step on ``seqs x (1 + depth x width)``
-rows. :meth:`EvalModel.best_sd` searches depth 1-8 and width 1, 2, 4. Schemes
+rows. :meth:`EvalModel.best_sd` searches :data:`TREE_DEPTHS` x :data:`TREE_WIDTHS`. Schemes
 (:data:`SCHEMES`): Elastic-SD (the draft is the MSB slices of the static weights and of the
 cached experts, routing throttled to the cache: no EXT access), EAGLE-SD (an EAGLE-3 head in
 HB), SLM-SD (Qwen2.5-1.5B-Instruct in HB), Quant-SD (a separate 4-bit copy: the static copy in
@@ -666,7 +669,7 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
     (xPU, AR, SD), expert-cache slots a layer, and the paper's figures where this copy has them
     (``paper_alpha``, ``paper_phi_ar``, ``paper_phi_sd``: 4 GB). ``zipf`` overrides
     :data:`ZIPF`; ``form`` is the cache form (:meth:`ExpertPopularity.step`); ``tree`` a
-    ``(depth, width)`` or ``"best"`` (the fastest of depth 1-8 x width 1, 2, 4 per point);
+    ``(depth, width)`` or ``"best"`` (:meth:`EvalModel.best_sd` per point);
     ``ar_cache`` what ours caches in AR mode (:class:`EvalModel`)."""
     xpu, ours = platform("xpu", hb), platform("ours", hb)
     zipf = {**ZIPF, **(zipf or {})}

@@ -170,3 +170,16 @@ def test_router_ties_and_errors():
         p.route(np.zeros((1, 7)))
     with pytest.raises(ValueError, match="selection_bias"):
         p.route(np.zeros((1, 8)), selection_bias=np.zeros(3))
+
+
+def test_g32_byte_rule_written_once():
+    """Review of issue 26, nit 13: decoder.weight_bytes and the expert slice sizes share
+    models.g32_bytes."""
+    from elmoe3d.sw.host.decoder import weight_bytes
+    from elmoe3d.sw.host.models import g32_bytes
+    assert weight_bytes(64) == g32_bytes(64) == 64 + 2 * 2
+    for name in ("qwen3-30b-a3b", "gpt-oss-20b"):
+        m = model_preset(name)
+        scale = 2 if m.expert_format == "int8-nested" else 1
+        assert m.expert_msb_bytes == g32_bytes(m.expert_weights, 4, scale)
+        assert m.expert_scale_bytes == g32_bytes(m.expert_weights, 0, scale)
