@@ -105,6 +105,8 @@ def stub(monkeypatch):
         # figure 12 (performance-model speed): a timing, stubbed; its printer is tested below
         monkeypatch.setattr(bench, "speed_figures", lambda: speed_figs or {
             "qwen3-30b-a3b": {"tokens_per_s": 5000.0, "rounds": 3, "seconds": 0.2}})
+        monkeypatch.setattr(bench, "trace_path_speed", lambda: {
+            "tokens": 247, "tokens_per_s": 21.0, "seconds": 11.7})
     return set_figures
 
 
@@ -381,3 +383,24 @@ def test_speed_figures_every_paper_model(monkeypatch):
     figs = bench.speed_figures()
     assert set(figs) == set(paper_eval.TABLE3_MODELS)
     assert {v["hb"] for v in figs.values()} == {"8gb"}
+
+
+def test_speed_line_names_both_paths():
+    """Review of issue 26, finding 11: the analytical model meets the target, the trace-driven
+    perf path does not, and the line says which."""
+    from rich.console import Console
+    from elmoe3d.sw.host import paper_eval
+    c = Console(width=400, record=True)
+    speed = {m: {"tokens_per_s": 5000.0, "rounds": 1, "seconds": 0.2}
+             for m in paper_eval.TABLE3_MODELS}
+    assert bench.print_speed(c, speed, {"tokens": 247, "tokens_per_s": 21.1,
+                                        "seconds": 11.7}) == []
+    text = c.export_text()
+    assert "met by this analytical model" in text
+    assert "trace-driven perf path" in text and "21.1 simulated tokens/s" in text
+    assert "not met (reported, not judged" in text
+
+
+def test_trace_path_speed_runs_the_perf_backend():
+    r = bench.trace_path_speed()
+    assert "error" not in r and r["tokens"] > 0 and r["tokens_per_s"] > 0
