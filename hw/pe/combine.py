@@ -41,6 +41,12 @@ class CombineSink(UnitDriver):
         Stage A (:func:`~elmoe3d.hw.pe.result.row_layout`).
     tok_entry : In, :func:`~elmoe3d.hw.isa.tok_entry_layout`
         The row's TOK entry.
+    feed, feed_tok, feed_load : In
+        The row offered to stage A, its TOK entry, and stage A taking it in this cycle (the
+        result stage's ``feed``, ``feed_tok``, ``~stall``): the row's OUT word address and
+        whether its gate weight is live are computed there and registered beside stage A, so
+        that ``stall`` comes from registers (no multiplier, no TOK read in front of the
+        tile's ``advance``; issue 25).
     stall : Out(1)
         Hold the row in stage A.
     rd_issue, rd_addr : Out
@@ -106,6 +112,9 @@ class CombineSink(UnitDriver):
             "row_valid": In(1),
             "row": In(row_layout(lanes)),
             "tok_entry": In(tok_entry_layout()),
+            "feed": In(row_layout(lanes)),
+            "feed_tok": In(tok_entry_layout()),
+            "feed_load": In(1),
             "stall": Out(1),
             "rd_issue": Out(1),
             "rd_addr": Out(addr_bits),
@@ -146,18 +155,22 @@ class CombineSink(UnitDriver):
         cmb_lat = self._latency
         cmb_i, cmb_o = unit_streams(self, J)
         a = self.row
-        a_full, a_ch, a_stride, a_acc = a.full, a.ch, a.stride, a.acc
+        a_full, a_ch, a_acc = a.full, a.ch, a.acc
         tok_entry = self.tok_entry
 
         n_sub_max = self.row_cycles[False]
         a_cmb = self.row_valid & (a.sink == Sink.COMBINE)
-        c_addr = Signal(16)
+        c_addr = Signal(16)           # stage A's row's OUT word (registered with the row)
+        c_live = Signal()             # its gate weight is not +-0 (registered with the row)
         c_pos = Signal(log_ov)
         c_mask = Signal(OV)
-        m.d.comb += [
-            c_addr.eq(tok_entry.slot * a_stride + (a_ch >> log_ov)),
-            c_pos.eq(a_ch[:log_ov]),
-        ]
+        with m.If(self.feed_load):
+            m.d.sync += [
+                c_addr.eq(self.feed_tok.slot * self.feed.stride + (self.feed.ch >> log_ov)),
+                # a row with gate weight +-0 adds exactly 0 (term 0, no saturation): skipped
+                c_live.eq((self.feed_tok.gate & 0x7FFF) != 0),
+            ]
+        m.d.comb += c_pos.eq(a_ch[:log_ov])
         for q in range(OV):
             m.d.comb += c_mask[q].eq(Mux(a_full, (q // (L // 2)) == (c_pos >> log2(L // 2)),
                                          (q // L) == (c_pos >> log2(L))))
@@ -205,8 +218,6 @@ class CombineSink(UnitDriver):
         for v, addr, _ in hz:
             pair_busy = pair_busy | (v & ((addr >> 1) == self.pair_probe))
         m.d.comb += self.pair_busy.eq(pair_busy)
-        # a row with gate weight +-0 adds exactly 0 (term 0, no saturation): it is skipped
-        c_live = (tok_entry.gate & 0x7FFF) != 0
         c_held = c_valid & ~c_last    # stage C still busy with its row next cycle
         c_issue = a_cmb & c_live & ~hazard & ~c_held
         m.d.comb += [self.stall.eq(a_cmb & c_live & (hazard | c_held)),

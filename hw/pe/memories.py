@@ -399,7 +399,7 @@ class PEMemories:
         for plane, port in zip(self.wmem_reads(), (gemm.msb_data, gemm.lsb_data, gemm.scl_data)):
             m.d.comb += [port[b].eq(rp.data) for b, rp in enumerate(plane)]
         log_tk = log2(self.word_bits // 64) - log2(self.io_parts)
-        tok_rp.request(~sending, result.row_t >> log_tk, ~result.stall)
+        tok_rp.request(~sending, result.row_t >> log_tk)     # read a cycle ahead of stage A
 
     def build(self, m, *, payload, target, buf, addr, xfer, part, part_write, parted,
               act_elems, lanes):

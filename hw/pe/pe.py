@@ -520,6 +520,8 @@ class PE(wiring.Component):
             rs.raw_ready.eq(self.link_o.ready), rs.stall.eq(sw.stall | cmb.stall),
             sw.row_valid.eq(rs.row_valid), sw.row.eq(rs.row), sw.tok_entry.eq(rs.tok_entry),
             cmb.row_valid.eq(rs.row_valid), cmb.row.eq(rs.row), cmb.tok_entry.eq(rs.tok_entry),
+            cmb.feed.eq(rs.feed), cmb.feed_tok.eq(rs.feed_tok),
+            cmb.feed_load.eq(~(sw.stall | cmb.stall)),
             clr.start.eq(ex.start & (xop == Op.CLEAR)), clr.args.eq(xc.args.clear),
             clr.active.eq(st["CLEAR"]),
             link.send_start.eq(ex.start & (xop == Op.SEND)), link.send_args.eq(xc.args.send),

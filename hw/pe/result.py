@@ -42,8 +42,12 @@ class ResultStage(wiring.Component):
       ``2k`` and ``2k + 1``, which the sinks take once added;
     * RAW: ``rows * lanes / (W/64)`` words on ``raw`` (accumulator ``[r][n]`` at value
       ``r * lanes + n``), one a cycle with a ready link;
-    * SWIGLU and COMBINE: one row a cycle into stage A (``row``, with the TOK entry of its token
-      row read meanwhile at ``row_t``), held there while the sink stalls it (``stall``).
+    * SWIGLU and COMBINE: one row a cycle into stage A (``row``), held there while the sink
+      stalls it (``stall``). The TOK entry of a row is read the cycle before the row is taken
+      into stage A (``row_t``: the row the result register offers next, or the first row of
+      the tile result taken in this cycle) and enters stage A with it (``tok_entry``, a
+      register), so that a sink's ``stall`` comes from registers: the TOK read data reaches
+      no ready (issue 25: the tile's ``advance`` is ``result.ready``).
 
     Ports
     -----
@@ -61,10 +65,16 @@ class ResultStage(wiring.Component):
         The VPU sink holds the row in stage A.
     row_valid, row, row_seq : Out
         Stage A (:func:`row_layout`) and its command's number.
+    feed, feed_tok : Out
+        The row offered to stage A in this cycle (:func:`row_layout`; taken unless ``stall``)
+        and its TOK entry (from ``tok_data``), for a sink that registers values derived from
+        them beside stage A.
     row_t : Out(16)
-        The token row entering stage A (its TOK entry is read now).
+        The token row whose TOK entry is read in this cycle (the row offered to stage A in the
+        next cycle).
     tok_data : In ; tok_entry : Out, :func:`~elmoe3d.hw.isa.tok_entry_layout`
-        The TOK read port's data; the entry of stage A's token row in it.
+        The TOK read port's data (a read every cycle, at ``row_t``, one cycle of latency);
+        stage A's TOK entry (a register).
     acc_set : Out(1)
         An accumulator (tile or ``psum_in``) saturated.
     dq_valid : Out(1)
@@ -125,6 +135,8 @@ class ResultStage(wiring.Component):
             "row_valid": Out(1),
             "row": Out(self._row_layout),
             "row_seq": Out(SEQ),
+            "feed": Out(self._row_layout),
+            "feed_tok": Out(tok_entry_layout()),
             "row_t": Out(16),
             "tok_data": In(word_bits // io_parts),
             "tok_entry": Out(tok_entry_layout()),
@@ -281,26 +293,36 @@ class ResultStage(wiring.Component):
         vpu_rows = res_valid & (res_sink != Sink.RAW) & (~res_pin | ((res_r >> 1) < pin_k))
         stall_a = self.stall
         row_take = vpu_rows & ~stall_a
-        row_t = self.row_t
-        m.d.comb += row_t.eq(res_t0 + res_r)
         with m.If(row_take):
             m.d.sync += res_r.eq(Mux(res_r == R - 1, 0, res_r + 1))
         vpu_res_done = row_take & (res_r == R - 1)
         a, a_valid, a_seq = self.row, self.row_valid, self.row_seq
+        feed = self.feed
+        m.d.comb += [
+            feed.acc.eq(res_acc[res_r]),
+            feed.sink.eq(res_sink),
+            feed.full.eq(res_full),
+            feed.t.eq(res_t0 + res_r),
+            feed.ch.eq(res_ch),
+            feed.stride.eq(res_stride),
+            feed.keep.eq(res_keep),
+        ]
+        # TOK: the entry of the row offered next is read a cycle ahead (the first row of a
+        # result taken now, else the row after the one taken now, else the same row again),
+        # so stage A's entry is a register and no ready depends on the TOK read data
+        log_tk = log2(OV) - log2(self._io_parts)   # TOK entries of a read: W/64/io_parts
+        m.d.comb += self.row_t.eq(Mux(tile_out, s_t0, feed.t + row_take))
+        tok_sel = Signal(max(log_tk, 1))            # the entry of the word read last cycle
+        m.d.sync += tok_sel.eq(self.row_t[:log_tk] if log_tk else 0)
+        m.d.comb += self.feed_tok.eq(self.tok_data.word_select(tok_sel[:log_tk] if log_tk
+                                                               else 0, 64))
         with m.If(~stall_a):
             m.d.sync += [
                 a_valid.eq(row_take),
-                a.acc.eq(res_acc[res_r]),
-                a.sink.eq(res_sink),
-                a.full.eq(res_full),
-                a.t.eq(row_t),
-                a.ch.eq(res_ch),
-                a.stride.eq(res_stride),
-                a.keep.eq(res_keep),
+                a.eq(feed),
+                self.tok_entry.eq(self.feed_tok),
                 a_seq.eq(res_seq),
             ]
-        log_tk = log2(OV) - log2(self._io_parts)   # TOK entries of a read: W/64/io_parts
-        m.d.comb += self.tok_entry.eq(self.tok_data.word_select(a.t[:log_tk], 64))
         m.d.comb += res_done.eq(raw_done | vpu_res_done)
         m.d.comb += [self.busy_behind.eq(res_valid | dq_valid | s_active),
                      self.busy.eq(self.busy_behind | a_valid)]

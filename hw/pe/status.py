@@ -43,6 +43,13 @@ class StatusCounters(wiring.Component):
     Latency: a count shows in the snapshot taken a cycle later; ``beat`` one cycle after
     ``snap``.
 
+    Timing (issue 25): ``inc`` and ``clear`` reach only a flip-flop per counter, the
+    registered increment ``pending``; the 48-bit register adds it a cycle later, and a
+    counter's value is ``count + pending`` (what :attr:`beat` and the next cycle's register
+    take). The counts, the wrap-around and what a snapshot reads are those of a counter that
+    adds ``inc`` in its own cycle: the deep ready and accept logic that drives ``inc`` (a tile
+    beat taken, an ``ld`` word taken) does not end in a 48-bit carry chain.
+
     Parameters
     ----------
     config : ArchConfig or PEConfig
@@ -70,12 +77,18 @@ class StatusCounters(wiring.Component):
         m = Module()
         status_now = Signal(self._layout)
         for name in COUNTERS:
+            # value = reg + pending; an increment is added a cycle after it is counted, so the
+            # 48-bit carry chain starts at flip-flops (``clear`` drops both)
             reg = Signal(COUNTER_BITS, name=f"count_{name}")
+            pending = Signal(name=f"pending_{name}")
+            value = Signal(COUNTER_BITS, name=f"value_{name}")
+            m.d.comb += value.eq(reg + pending)
+            m.d.sync += pending.eq(getattr(self.inc, name) & ~self.clear)
             with m.If(self.clear):
                 m.d.sync += reg.eq(0)
             with m.Else():
-                m.d.sync += reg.eq(reg + getattr(self.inc, name))
-            m.d.comb += getattr(status_now, name).eq(reg)
+                m.d.sync += reg.eq(value)
+            m.d.comb += getattr(status_now, name).eq(value)
         flag_acc = Signal()           # a tile accumulator saturated
         flag_vpu = Signal()           # any VPU saturation
         with m.If(self.acc_set):
