@@ -742,21 +742,26 @@ def check_mul_stages(mul_stages) -> int:
 
 def tile_latency(passes: int = 1) -> int:
     """:class:`~elmoe3d.hw.tile.TensorTile`: cycles from accepting a ``last`` beat to
-    ``o.valid`` with an always-ready sink: stage 1 (unit PEs and adder trees), then the
-    dequantization in ``passes`` sub-steps, then the result register: ``2 + passes``."""
-    return 2 + passes
+    ``o.valid`` with an always-ready sink: the input register, stage 1a (unit PEs and the
+    first adder-tree levels), stage 1b (the rest of the trees, slice combine, scale decode),
+    then the dequantization multiply in ``passes`` sub-steps, then the result register:
+    ``4 + passes`` (5 for the ASIC tile; the input register and the split of stage 1 add 2
+    cycles so that every stage fits the paper's 1 GHz clock, docs/synth.md "Timing")."""
+    return 4 + passes
 
 
 def swiglu_latency(mul_stages: int = 1) -> int:
     """:class:`~elmoe3d.hw.vpu.SwiGLUUnit`: cycles from accepting an element to ``o.valid``:
-    ``7 + 2 (mul_stages - 1)`` (two multipliers in series)."""
-    return 7 + 2 * (mul_stages - 1)
+    ``10 + 2 (mul_stages - 1)`` (the input rounding in two cycles, then two multipliers in
+    series, each its partial products and their sum)."""
+    return 10 + 2 * (mul_stages - 1)
 
 
 def combine_latency(mul_stages: int = 1) -> int:
     """:class:`~elmoe3d.hw.vpu.CombineUnit`: cycles from accepting an element to ``o.valid``:
-    ``3 + (mul_stages - 1)``."""
-    return 3 + (mul_stages - 1)
+    ``5 + (mul_stages - 1)`` (partial products, their sum, the rounding shift in two
+    cycles, the saturating add)."""
+    return 5 + (mul_stages - 1)
 
 
 def swiglu_sink_latency(mul_stages: int = 1) -> int:

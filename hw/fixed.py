@@ -16,12 +16,13 @@ same rules in plain NumPy, and the bounds are taken from it, never typed here:
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import C, Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 
 from ..sw.golden.datapath import INT64_MAX, INT64_MIN
 
 
-__all__ = ["INT64_MIN", "INT64_MAX", "sat_add64", "rne_shift", "rshift_rne_sat"]
+__all__ = ["INT64_MIN", "INT64_MAX", "sat_add64", "rne_shift", "rshift_rne_sat",
+           "rshift_rne_parts", "rne_sat_finish", "mul_parts", "mul_sum"]
 
 
 def sat_add64(a, b):
@@ -57,14 +58,28 @@ def rne_shift(v, k: int):
 def rshift_rne_sat(m: Module, v, s, *, out_bits: int, name: str):
     """Combinational ``sat(rshift_rne(v, s), out_bits)`` (numerics §7): ``(value, saturated)``
     Signals of shape ``signed(out_bits)`` and 1, added to ``m``'s ``comb`` domain (names start
-    with ``name``).
+    with ``name``): :func:`rne_sat_finish` of :func:`rshift_rne_parts`. A pipelined block
+    registers the two parts between the halves instead (one more cycle).
 
     ``v`` is a signed value of width ``w``; ``s`` a signed shift (right for ``s > 0``, an exact
     left shift for ``s <= 0``), any width. Right shifts are clamped to ``w`` (a shift by ``w``
-    or more gives 0: ``|v / 2^w| <= 1/2`` and the tie goes to the even 0) and rounded with
-    ``(v + 2^(k-1) - 1 + bit_k(v)) >> k``; left shifts are clamped to ``out_bits`` (any nonzero
-    value shifted that far saturates).
+    or more gives 0: ``|v / 2^w| <= 1/2`` and the tie goes to the even 0) and rounded half to
+    even; left shifts are clamped to ``out_bits`` (any nonzero value shifted that far
+    saturates).
     """
+    pre, inc = rshift_rne_parts(m, v, s, out_bits=out_bits, name=name)
+    return rne_sat_finish(m, pre, inc, out_bits=out_bits, name=name)
+
+
+def rshift_rne_parts(m: Module, v, s, *, out_bits: int, name: str):
+    """The first half of :func:`rshift_rne_sat`: the shifted value before rounding and its
+    rounding increment, ``(pre, inc)`` Signals of shape ``signed(w + out_bits)`` and 1 (``w``
+    the width of ``v``), in ``m``'s ``comb`` domain. Combinational: the barrel shifters and
+    the round and sticky bits, no carry chain.
+
+    Right shift by ``k = min(s, w)``: ``pre = v >> k`` (floor), ``inc = r & (sticky | lsb)``
+    with ``r`` bit ``k - 1`` of ``v`` and ``sticky`` the OR of the bits below it (round half
+    to even); left shift (``s <= 0``) by ``min(-s, out_bits)``: exact, ``inc = 0``."""
     v = Value.cast(v).as_signed()
     s = Value.cast(s).as_signed()
     w = len(v)
@@ -74,28 +89,70 @@ def rshift_rne_sat(m: Module, v, s, *, out_bits: int, name: str):
         kr.eq(Mux(s > w, w, Mux(s > 0, s, 0))),
         kl.eq(Mux(-s > out_bits, out_bits, Mux(s < 0, -s, 0))),
     ]
-    # Right: v + (2^(k-1) - 1) + bit k of v, then an arithmetic shift by k (round half even).
+    q = Signal(signed(w), name=f"{name}_q")
+    rnd = Signal(name=f"{name}_rnd")
     km1 = Signal(range(w), name=f"{name}_km1")
-    half_m1 = Signal(unsigned(w), name=f"{name}_half_m1")
-    lsb = Signal(name=f"{name}_lsb")
-    biased = Signal(signed(w + 2), name=f"{name}_biased")
-    right = Signal(signed(w), name=f"{name}_right")
+    below = Signal(unsigned(w), name=f"{name}_below")       # bits 0 .. k-2 set
+    sticky = Signal(name=f"{name}_sticky")
     m.d.comb += [
         km1.eq(Mux(kr == 0, 0, kr - 1)),
-        half_m1.eq(Mux(kr == 0, 0, (C(1, w) << km1)[:w] - 1)),
-        lsb.eq((v >> kr)[0]),
-        biased.eq(v + half_m1 + Mux(kr == 0, 0, lsb)),
-        right.eq(biased >> kr),
+        q.eq(v >> kr),
+        rnd.eq((Cat(C(0, 1), v) >> kr)[0]),                 # bit k-1 of v, 0 for k = 0
+        below.eq(Mux(kr < 2, 0, (C(1, w) << km1)[:w] - 1)),
+        sticky.eq((v.as_unsigned() & below) != 0),
     ]
     left = Signal(signed(w + out_bits), name=f"{name}_left")
     m.d.comb += left.eq(v << kl)
     pre = Signal(signed(w + out_bits), name=f"{name}_pre")
-    m.d.comb += pre.eq(Mux(s > 0, right, left))
+    inc = Signal(name=f"{name}_inc")
+    m.d.comb += [
+        pre.eq(Mux(s > 0, q, left)),
+        inc.eq((s > 0) & rnd & (sticky | q[0])),
+    ]
+    return pre, inc
+
+
+def rne_sat_finish(m: Module, pre, inc, *, out_bits: int, name: str):
+    """The second half of :func:`rshift_rne_sat`: ``sat(pre + inc, out_bits)``, ``(value,
+    saturated)`` Signals of shape ``signed(out_bits)`` and 1 in ``m``'s ``comb`` domain (the
+    rounding increment and the saturation compare)."""
+    pre = Value.cast(pre).as_signed()
+    total = Signal(signed(len(pre) + 1), name=f"{name}_rounded")
+    m.d.comb += total.eq(pre + inc)
     lo, hi = -(1 << (out_bits - 1)), (1 << (out_bits - 1)) - 1
     value = Signal(signed(out_bits), name=f"{name}_val")
     flag = Signal(name=f"{name}_sat")
     m.d.comb += [
-        flag.eq((pre < lo) | (pre > hi)),
-        value.eq(Mux(pre < lo, lo, Mux(pre > hi, hi, pre[:out_bits]))),
+        flag.eq((total < lo) | (total > hi)),
+        value.eq(Mux(total < lo, lo, Mux(total > hi, hi, total[:out_bits]))),
     ]
     return value, flag
+
+
+def mul_parts(a, b, chunks: int):
+    """The partial products of ``a * b`` with ``b`` cut into ``chunks`` slices (the low ones
+    unsigned, the top one with ``b``'s sign): a list of ``(product, shift)`` with ``a * b ==
+    sum(product << shift)`` exactly (each product at its exact width). A pipelined
+    multiplier registers them and adds them (:func:`mul_sum`) in the next cycle."""
+    a, b = Value.cast(a), Value.cast(b)
+    w = len(b)
+    k = -(-w // chunks)
+    parts = []
+    for i in range(chunks):
+        lo, hi = i * k, min((i + 1) * k, w)
+        if lo >= hi:
+            break
+        piece = b[lo:hi]
+        if hi == w and b.shape().signed:
+            piece = piece.as_signed()
+        parts.append((a * piece, lo))
+    return parts
+
+
+def mul_sum(parts, shifts):
+    """``sum(part << shift)`` of registered :func:`mul_parts` (exact)."""
+    total = None
+    for p, sh in zip(parts, shifts):
+        term = Value.cast(p) << sh
+        total = term if total is None else total + term
+    return total

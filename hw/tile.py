@@ -55,6 +55,27 @@ def _adder_tree(terms):
     return terms[0]
 
 
+#: Adder-tree levels in stage 1a: the unit PEs and the first TREE_SPLIT levels of every
+#: 32-way tree (sums of 2^TREE_SPLIT products, 32 / 2^TREE_SPLIT registers per tree) are
+#: registered; stage 1b adds the rest, so neither stage holds the whole multiply-and-reduce
+#: (docs/synth.md, "Timing").
+TREE_SPLIT = 3
+
+
+def _tree_levels(terms, levels):
+    """The partial sums after the first ``levels`` levels of :func:`_adder_tree` over
+    ``terms`` (the same pairing, so adding them with :func:`_adder_tree` is the whole tree)."""
+    terms = list(terms)
+    for _ in range(levels):
+        if len(terms) == 1:
+            break
+        nxt = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
+        if len(terms) % 2:
+            nxt.append(terms[-1])
+        terms = nxt
+    return terms
+
+
 def _pair_operand(f_low, f_high):
     """The 18-bit signed operand ``(f_low + 16) + f_high * 2**PAIR_SHIFT`` of a DSP pair.
 
@@ -88,12 +109,20 @@ class TensorTile(CheckedComponent):
     its mode on ``o`` (:func:`~elmoe3d.hw.layouts.tile_result_layout`). Modes may change from
     beat to beat inside an accumulation.
 
-    Pipeline (initiation interval 1)::
+    Pipeline (initiation interval 1; each stage within the paper's 1 GHz clock at 0.7 V on
+    ASAP7, ``docs/synth.md`` "Timing")::
 
-        cycle t    : beat accepted; unit PEs + adder trees            -> register s1 (tree sums)
-        cycle t+1  : slice combine, scale decode, psum * mantissa     -> register s2 (33 bits)
-        cycle t+2  : exponent shift, saturating add                   -> accumulators, o.valid
-        cycle t+3  : o.valid (if the beat was ``last``)
+        cycle t    : beat accepted; weight fields (mode mux)          -> input register
+        cycle t+1  : unit PEs + first TREE_SPLIT adder-tree levels     -> register s1a
+        cycle t+2  : rest of the trees, slice combine, scale decode   -> register s1 (psums)
+        cycle t+3  : psum * signed mantissa (21 x 12 bits)             -> register s2 (33 bits)
+        cycle t+4  : exponent shift, saturating add                   -> accumulators, o.valid
+        cycle t+5  : o.valid (if the beat was ``last``)
+
+    The input register ends the source's paths (the PE's SRAM read and beat forming) at the
+    tile's edge; stage 1 (multipliers and 32-way trees, 1.2-1.3 ns in one cycle) is cut
+    after :data:`TREE_SPLIT` levels; the scale decode and the slice combine run beside the
+    last tree levels, so stage 2 is the dequantization multiply alone.
 
     The result is read straight from the accumulator registers. While a result is pending and
     the sink is not ready (``o.valid & ~o.ready``) the whole pipeline holds and ``i.ready`` is
@@ -123,7 +152,7 @@ class TensorTile(CheckedComponent):
         ``[p G/P, (p+1) G/P)`` and adds the partial trees, so the tile takes one beat every P
         cycles (``i.ready`` is high only in the last pass) with ``multipliers / P``
         multipliers; the dequantization (stages 2 and 3) runs in P sub-steps of
-        ``rows * lanes / P`` accumulators each, so :attr:`latency` is 2 + P. Results are
+        ``rows * lanes / P`` accumulators each, so :attr:`latency` is 4 + P. Results are
         unchanged (an FPGA option, like ``dsp_pairs``). The source must keep ``valid`` and
         the payload of an offered beat through all P passes (the stream rule: a beat stays
         until taken), except the weights with ``streamed_weights`` and the activations with
@@ -239,7 +268,7 @@ class TensorTile(CheckedComponent):
 
     @property
     def latency(self) -> int:
-        """Cycles from accepting a ``last`` beat (cycle t) to ``o.valid`` (cycle t + 3; t + 2 +
+        """Cycles from accepting a ``last`` beat (cycle t) to ``o.valid`` (cycle t + 5; t + 4 +
         P with :attr:`passes` P, whose dequantization takes P sub-steps) with an always-ready
         sink (:func:`elmoe3d.config.tile_latency`)."""
         return tile_latency(self._passes)
@@ -264,15 +293,13 @@ class TensorTile(CheckedComponent):
             with m.If(advance & self.i.valid):
                 m.d.sync += phase.eq(Mux(last_pass, 0, phase + 1))
 
-        # ---- stage 1: unit PEs and adder trees ------------------------------------------------
-        s1_valid = Signal()
-        s1_first = Signal()
-        s1_last = Signal()
-        s1_mode = Signal(TileMode)
-        s1_scale = Signal(data.ArrayLayout(unsigned(16), lanes))
-        s1_tree = [[Signal(TREE_SHAPE, name=f"s1_tree_{r}_{n}") for n in range(lanes)]
-                   for r in range(rows)]
-
+        # ---- stage 0: pass select and weight fields -> the input register --------------------
+        # The offered beat (or pass) is registered as it is taken, so the source's read data
+        # and beat forming (the PE's SRAM read, buffer and mode muxes) end at this register
+        # and the unit PEs start from one. It holds the pass's operands: the activations and
+        # the 5-bit weight fields (the mode's LSB-augmentation mux is in front of it). A delay
+        # line of (valid, operands, side band, pass) that moves with ``advance``: the source
+        # protocol is unchanged.
         def in_pass(values, streamed=False):
             """The ``depth`` operands of the current pass (depths p * depth + k); streamed:
             the source's first ``depth`` operands are the pass's."""
@@ -281,6 +308,21 @@ class TensorTile(CheckedComponent):
                 return values[:depth]
             return [Array(values[p * depth + k] for p in range(P))[phase] for k in range(depth)]
 
+        r_valid = Signal(name="r_valid")
+        r_phase = Signal(range(P), name="r_phase")
+        r_first = Signal(name="r_first")
+        r_last = Signal(name="r_last")
+        r_mode = Signal(TileMode, name="r_mode")
+        r_scale = Signal(data.ArrayLayout(unsigned(16), lanes), name="r_scale")
+        with m.If(advance):
+            m.d.sync += [
+                r_valid.eq(self.i.valid),
+                r_phase.eq(phase),
+                r_first.eq(beat.first),
+                r_last.eq(beat.last),
+                r_mode.eq(beat.mode),
+                r_scale.eq(beat.scale),
+            ]
         # The 5-bit weight field of a unit PE depends only on its lane and depth (the weight
         # operand is broadcast down the rows), so the LSB-augmentation mux is built once per
         # (lane, k) and shared by the rows' multipliers.
@@ -291,7 +333,8 @@ class TensorTile(CheckedComponent):
             for k, nib in enumerate(in_pass((beat.wgt[n][k] for k in range(group)),
                                             self._streamed_weights)):
                 field = Signal(signed(5), name=f"field_{n}_{k}")
-                m.d.comb += field.eq(weight_field(nib, is_msb, aug))
+                with m.If(advance):
+                    m.d.sync += field.eq(weight_field(nib, is_msb, aug))
                 lane_fields.append(field)
             fields.append(lane_fields)
         acts = []
@@ -300,42 +343,110 @@ class TensorTile(CheckedComponent):
             for k, a in enumerate(in_pass((beat.act[r][k] for k in range(group)),
                                           self._streamed_acts)):
                 sel = Signal(signed(8), name=f"act_{r}_{k}")
-                m.d.comb += sel.eq(a)
+                with m.If(advance):
+                    m.d.sync += sel.eq(a)
                 row.append(sel)
             acts.append(row)
 
-        # stage 1 takes a beat in its last pass (with P > 1 only then: its registers hold the
-        # beat's trees through the P dequantization sub-steps that follow)
-        s1_take = advance if P == 1 else advance & self.i.valid & last_pass
+        # ---- stage 1a: unit PEs and the first TREE_SPLIT adder-tree levels ---------------------
+        # ---- stage 1b: the rest of the trees, slice combine, scale decode ---------------------
+        s1_valid = Signal()
+        s1_first = Signal()
+        s1_last = Signal()
+        s1_mode = Signal(TileMode)
+        s1_mant = [Signal(signed(12), name=f"s1_mant_{n}") for n in range(lanes)]
+        s1_shift = [Signal(range(31), name=f"s1_shift_{n}") for n in range(lanes)]
+        s1_psum = {}
+
+        # stage 1a registers every pass (a_*: the pass's partial tree sums and side band)
+        a_valid = Signal(name="a_valid")
+        a_phase = Signal(range(P), name="a_phase")
+        a_first = Signal(name="a_first")
+        a_last = Signal(name="a_last")
+        a_mode = Signal(TileMode, name="a_mode")
+        a_scale = Signal(data.ArrayLayout(unsigned(16), lanes), name="a_scale")
+        with m.If(advance):
+            m.d.sync += [
+                a_valid.eq(r_valid),
+                a_phase.eq(r_phase),
+                a_first.eq(r_first),
+                a_last.eq(r_last),
+                a_mode.eq(r_mode),
+                a_scale.eq(r_scale),
+            ]
+        a_last_pass = a_phase == P - 1
+
+        def split(name, terms):
+            """Stage 1a's registers of the first :data:`TREE_SPLIT` levels of a tree over
+            ``terms`` (exact widths); stage 1b adds them."""
+            regs = []
+            for i, part in enumerate(_tree_levels(terms, TREE_SPLIT)):
+                reg = Signal(part.shape(), name=f"{name}_{i}")
+                with m.If(advance):
+                    m.d.sync += reg.eq(part)
+                regs.append(reg)
+            return regs
+
+        # stage 1b takes a beat in its last pass (with P > 1 only then: its registers hold the
+        # beat's psums through the P dequantization sub-steps that follow)
+        s1_take = advance if P == 1 else advance & a_valid & a_last_pass
         with m.If(s1_take):
             m.d.sync += [
-                s1_first.eq(beat.first),
-                s1_last.eq(beat.last),
-                s1_mode.eq(beat.mode),
-                s1_scale.eq(beat.scale),
+                s1_first.eq(a_first),
+                s1_last.eq(a_last),
+                s1_mode.eq(a_mode),
             ]
         if P == 1:                               # with P > 1, dq_busy below tracks the beat
             with m.If(s1_take):
-                m.d.sync += s1_valid.eq(self.i.valid)
+                m.d.sync += s1_valid.eq(a_valid)
+
+        # the scale decode (numerics §5) in stage 1b: s1 holds the signed mantissa and shift
+        for n in range(lanes):
+            bits = a_scale[n]
+            sign, exp, frac = bits[15], bits[10:15], bits[0:10]
+            mag = Signal(unsigned(11), name=f"mant_mag_{n}")
+            m.d.comb += mag.eq(Mux(exp == 0, frac, frac + 1024))
+            with m.If(s1_take):
+                m.d.sync += [
+                    s1_mant[n].eq(Mux(sign, -mag, mag)),
+                    s1_shift[n].eq(Mux(exp == 0, 0, exp - 1)),
+                ]
+
         for r in range(rows):
             if self._dsp_pairs:
-                trees = self._paired_trees(m, acts[r], fields, r)
+                trees = self._paired_trees(m, acts[r], fields, r, split)
             else:
-                trees = [_adder_tree(acts[r][k] * fields[n][k] for k in range(depth))
+                trees = [_adder_tree(split(f"a_tree_{r}_{n}",
+                                           [acts[r][k] * fields[n][k] for k in range(depth)]))
                          for n in range(lanes)]
+            totals = []
             for n in range(lanes):
                 if P == 1:
                     total = trees[n]
                 else:
                     # the earlier passes' sum (exact: a partial sum of the group's tree)
                     part = Signal(TREE_SHAPE, name=f"part_{r}_{n}")
-                    total = Mux(phase == 0, 0, part) + trees[n]
-                    with m.If(advance & self.i.valid & ~last_pass):
+                    total = Mux(a_phase == 0, 0, part) + trees[n]
+                    with m.If(advance & a_valid & ~a_last_pass):
                         m.d.sync += part.eq(total)
-                with m.If(s1_take):
-                    m.d.sync += s1_tree[r][n].eq(total)
+                tree = Signal(TREE_SHAPE, name=f"tree_{r}_{n}")
+                m.d.comb += tree.eq(total)           # exact: see TREE_SHAPE
+                totals.append(tree)
+            for j in range(lanes // 2):
+                comb = SliceCombiner(width=TREE_SHAPE.width)
+                m.submodules[f"combine_{r}_{j}"] = comb
+                m.d.comb += [
+                    comb.mode.eq(a_mode),
+                    comb.even.eq(totals[2 * j]),
+                    comb.odd.eq(totals[2 * j + 1]),
+                ]
+                for n, out in ((2 * j, comb.out_even), (2 * j + 1, comb.out_odd)):
+                    psum = Signal(PSUM_SHAPE, name=f"s1_psum_{r}_{n}")
+                    with m.If(s1_take):
+                        m.d.sync += psum.eq(out)     # exact: see PSUM_SHAPE
+                    s1_psum[r, n] = psum
 
-        # ---- stage 2: slice combine, scale decode, psum * signed mantissa ----------------------
+        # ---- stage 2: psum * signed mantissa ---------------------------------------------------
         # The rows x lanes accumulators in S = P sub-steps of ``per`` slots: sub-step q of a
         # beat dequantizes accumulators [q per, (q+1) per) (row-major), each slot one of them
         # (S = 1: every accumulator its own slot, one sub-step, the ASIC datapath).
@@ -367,42 +478,12 @@ class TensorTile(CheckedComponent):
         s2_shift = [Signal(range(31), name=f"s2_shift_{j}") for j in range(per)]
         s2_scaled = [Signal(SCALED_SHAPE, name=f"s2_scaled_{j}") for j in range(per)]
 
-        mant, shifts = [], []
-        for n in range(lanes):
-            bits = s1_scale[n]
-            sign, exp, frac = bits[15], bits[10:15], bits[0:10]
-            mag = Signal(unsigned(11), name=f"mant_mag_{n}")
-            sm = Signal(signed(12), name=f"mant_{n}")
-            shift = Signal(range(31), name=f"shift_{n}")
-            m.d.comb += [
-                mag.eq(Mux(exp == 0, frac, frac + 1024)),
-                sm.eq(Mux(sign, -mag, mag)),
-                shift.eq(Mux(exp == 0, 0, exp - 1)),
-            ]
-            mant.append(sm)
-            shifts.append(shift)
-
-        psums = {}
-        for r in range(rows):
-            for j in range(lanes // 2):
-                comb = SliceCombiner(width=TREE_SHAPE.width)
-                m.submodules[f"combine_{r}_{j}"] = comb
-                m.d.comb += [
-                    comb.mode.eq(s1_mode),
-                    comb.even.eq(s1_tree[r][2 * j]),
-                    comb.odd.eq(s1_tree[r][2 * j + 1]),
-                ]
-                for n, out in ((2 * j, comb.out_even), (2 * j + 1, comb.out_odd)):
-                    psum = Signal(PSUM_SHAPE, name=f"psum_{r}_{n}")
-                    m.d.comb += psum.eq(out)          # exact: see PSUM_SHAPE
-                    psums[r, n] = psum
-
         for j in range(per):
             with m.If(advance):
                 m.d.sync += [
-                    s2_scaled[j].eq(pick([psums[c] for c in cells], j, sub)
-                                    * pick([mant[n] for _, n in cells], j, sub)),
-                    s2_shift[j].eq(pick([shifts[n] for _, n in cells], j, sub)),
+                    s2_scaled[j].eq(pick([s1_psum[c] for c in cells], j, sub)
+                                    * pick([s1_mant[n] for _, n in cells], j, sub)),
+                    s2_shift[j].eq(pick([s1_shift[n] for _, n in cells], j, sub)),
                 ]
 
         with m.If(advance):
@@ -448,12 +529,13 @@ class TensorTile(CheckedComponent):
 
         return m
 
-    def _paired_trees(self, m, act, fields, r):
+    def _paired_trees(self, m, act, fields, r, split):
         """The ``lanes`` adder-tree sums of row ``r`` over the pass's ``len(act)`` depths with
-        two products per multiplier."""
+        two products per multiplier; ``split(name, terms)`` registers the first levels of a
+        tree (stage 1a) and returns the partial sums to add."""
         lanes, group = self.lanes, len(act)
         act_sum = Signal(signed(8 + 5), name=f"act_sum_{r}")      # 32 x [-128, 127]
-        m.d.comb += act_sum.eq(_adder_tree(act[k] for k in range(group)))
+        m.d.comb += act_sum.eq(_adder_tree(split(f"a_act_{r}", [act[k] for k in range(group)])))
         trees = []
         for j in range(lanes // 2):
             lows, highs, negs = [], [], []
@@ -467,8 +549,9 @@ class TensorTile(CheckedComponent):
             high = Signal(TREE_SHAPE, name=f"pair_high_{r}_{j}")
             # both sums are exact in TREE_SHAPE (they equal the unpaired trees)
             m.d.comb += [
-                low.eq(_adder_tree(lows) - (act_sum << 4)),
-                high.eq(_adder_tree(highs) + _adder_tree(negs)),
+                low.eq(_adder_tree(split(f"a_low_{r}_{j}", lows)) - (act_sum << 4)),
+                high.eq(_adder_tree(split(f"a_high_{r}_{j}", highs))
+                        + _adder_tree(split(f"a_neg_{r}_{j}", negs))),
             ]
             trees += [low, high]
         return trees

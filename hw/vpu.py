@@ -39,7 +39,8 @@ from ..config import (FP32_LATENCY, REQUANT_LATENCY, ROWMAX_LATENCY, check_mul_s
                       combine_latency, swiglu_latency)
 from ..sw.golden import vpu as golden
 from .checked import CheckedComponent
-from .fixed import rne_shift, rshift_rne_sat, sat_add64
+from .fixed import (mul_parts, mul_sum, rne_sat_finish, rne_shift, rshift_rne_parts,
+                    rshift_rne_sat, sat_add64)
 
 
 __all__ = [
@@ -132,6 +133,12 @@ def _check_tag_width(tag_width):
     return tag_width
 
 
+#: Slices of the narrower operand of a VPU multiplier: its partial products are registered
+#: and added in the next cycle, so neither cycle holds a whole 32 x 32 (SwiGLU) or 64 x 12
+#: (combine) multiply (docs/synth.md, "Timing").
+MUL_CHUNKS = 2
+
+
 class _Pipeline:
     """Stage registers that load when the pipeline advances (``advance``: no result is held
     back by the sink). ``stage(**values)`` registers every value and returns the registers."""
@@ -209,23 +216,28 @@ class SwiGLUUnit(_Unit):
     :data:`SIGMOID_ROM_LAYOUT`); ``h = sat32(rshift_rne(silu * u, 16))``. ``sat`` is the OR of
     the three saturations.
 
-    Pipeline (``mul_stages = 1``)::
+    Pipeline (``mul_stages = 1``; every stage within 1 ns at 0.7 V on ASAP7, ``docs/synth.md``
+    "Timing")::
 
-        t   : to_q16 of acc_up and acc_gate           -> u, g, sat
-        t+1 : ROM address (g + 16) >> 1/16             -> ROM word
-        t+2 : sig = T[i] + rne(diff * frac, 12)        -> sig
-        t+3 : g * sig (32 x 17 bits)                   -> product (+ mul_stages - 1 registers)
-        t+4 : silu = rne(product, 16), or g, or 0      -> silu
-        t+5 : silu * u (32 x 32 bits)                  -> product (+ mul_stages - 1 registers)
-        t+6 : h = sat32(rne(product, 16))              -> o.payload
-        t+7 : o.valid
+        t   : to_q16 shifts of acc_up, acc_gate, round bits -> pre, inc
+        t+1 : rounding increment, saturation               -> u, g, sat
+        t+2 : ROM address (g + 16) >> 1/16                  -> ROM word
+        t+3 : sig = T[i] + rne(diff * frac, 12)             -> sig
+        t+4 : g * sig, MUL_CHUNKS partial products          -> parts
+        t+5 : their sum                                     -> product (+ mul_stages - 1 registers)
+        t+6 : silu = rne(product, 16), or g, or 0           -> silu
+        t+7 : silu * u, MUL_CHUNKS partial products         -> parts
+        t+8 : their sum (64 bits)                           -> product (+ mul_stages - 1 registers)
+        t+9 : h = sat32(rne(product, 16))                   -> o.payload
+        t+10: o.valid
 
     Parameters
     ----------
     tag_width : int, 0..64
         Bits of the pass-through ``tag``.
     mul_stages : int, 1..4
-        Registers after each of the two multipliers (more than 1 lets synthesis retime them).
+        Registers after the sum of each multiplier's partial products (more than 1 lets
+        synthesis retime them).
 
     Attributes
     ----------
@@ -257,9 +269,13 @@ class SwiGLUUnit(_Unit):
         p = self.i.payload
         shift = Signal(signed(9))
         m.d.comb += shift.eq(8 - p.e_x)
-        u, su = rshift_rne_sat(m, p.acc_up, shift, out_bits=32, name="u")
-        g, sg = rshift_rne_sat(m, p.acc_gate, shift, out_bits=32, name="g")
-        s1 = pipe.stage(valid=self.i.valid, tag=p.tag, u=u, g=g, sat=su | sg)
+        u_pre, u_inc = rshift_rne_parts(m, p.acc_up, shift, out_bits=32, name="u")
+        g_pre, g_inc = rshift_rne_parts(m, p.acc_gate, shift, out_bits=32, name="g")
+        s0 = pipe.stage(valid=self.i.valid, tag=p.tag, u_pre=u_pre, u_inc=u_inc, g_pre=g_pre,
+                        g_inc=g_inc)
+        u, su = rne_sat_finish(m, s0["u_pre"], s0["u_inc"], out_bits=32, name="u")
+        g, sg = rne_sat_finish(m, s0["g_pre"], s0["g_inc"], out_bits=32, name="g")
+        s1 = pipe.stage(valid=s0["valid"], tag=s0["tag"], u=u, g=g, sat=su | sg)
 
         # Table index: x = g + 16 (Q16.16), i = x >> 12, frac = x & 4095, for -16 <= g < 16.
         lim = golden.SILU_LIMIT
@@ -290,10 +306,15 @@ class SwiGLUUnit(_Unit):
         s3 = pipe.stage(valid=s2["valid"], tag=s2["tag"], u=s2["u"], g=s2["g"], sat=s2["sat"],
                         hi=s2["hi"], lo=s2["lo"], sig=sig)
 
+        # g * sig (32 x 17 bits): partial products, then their sum (+ mul_stages - 1)
+        parts1 = mul_parts(s3["g"], s3["sig"], MUL_CHUNKS)
+        sa = pipe.stage(valid=s3["valid"], tag=s3["tag"], u=s3["u"], g=s3["g"], sat=s3["sat"],
+                        hi=s3["hi"], lo=s3["lo"], **{f"pp{i}": pp for i, (pp, _) in enumerate(parts1)})
         prod1 = Signal(signed(50))
-        m.d.comb += prod1.eq(s3["g"] * s3["sig"])
-        sk = dict(valid=s3["valid"], tag=s3["tag"], u=s3["u"], g=s3["g"], sat=s3["sat"],
-                  hi=s3["hi"], lo=s3["lo"], prod=prod1)
+        m.d.comb += prod1.eq(mul_sum([sa[f"pp{i}"] for i in range(len(parts1))],
+                                     [sh for _, sh in parts1]))
+        sk = dict(valid=sa["valid"], tag=sa["tag"], u=sa["u"], g=sa["g"], sat=sa["sat"],
+                  hi=sa["hi"], lo=sa["lo"], prod=prod1)
         for _ in range(self._mul_stages):
             sk = pipe.stage(**sk)
 
@@ -302,9 +323,14 @@ class SwiGLUUnit(_Unit):
                                 Mux(sk["lo"], 0, rne_shift(sk["prod"], golden.SIG_FRAC_BITS))))
         s5 = pipe.stage(valid=sk["valid"], tag=sk["tag"], u=sk["u"], sat=sk["sat"], silu=silu)
 
+        # silu * u (32 x 32 bits): partial products, then their sum (+ mul_stages - 1)
+        parts2 = mul_parts(s5["silu"], s5["u"], MUL_CHUNKS)
+        sb = pipe.stage(valid=s5["valid"], tag=s5["tag"], sat=s5["sat"],
+                        **{f"pp{i}": pp for i, (pp, _) in enumerate(parts2)})
         prod2 = Signal(signed(64))
-        m.d.comb += prod2.eq(s5["silu"] * s5["u"])          # |silu * u| < 2^62
-        sk = dict(valid=s5["valid"], tag=s5["tag"], sat=s5["sat"], prod=prod2)
+        m.d.comb += prod2.eq(mul_sum([sb[f"pp{i}"] for i in range(len(parts2))],
+                                     [sh for _, sh in parts2]))   # |silu * u| < 2^62
+        sk = dict(valid=sb["valid"], tag=sb["tag"], sat=sb["sat"], prod=prod2)
         for _ in range(self._mul_stages):
             sk = pipe.stage(**sk)
 
@@ -417,12 +443,14 @@ class CombineUnit(_Unit):
     input beat and writes ``o`` back (and must not issue a read of an address whose write is
     still in flight, ``latency`` cycles).
 
-    Pipeline (``mul_stages = 1``)::
+    Pipeline (``mul_stages = 1``; every stage within 1 ns at 0.7 V on ASAP7)::
 
-        t   : decode gw, acc_y * m (64 x 12 bits)          -> product (+ mul_stages - 1)
-        t+1 : sat64(rne(product, -(e_h + E)))               -> term, sat
-        t+2 : out + term, saturated; sticky flag            -> o.payload
-        t+3 : o.valid
+        t   : decode gw, acc_y * m in MUL_CHUNKS partial products -> parts
+        t+1 : their sum (76 bits)                               -> product (+ mul_stages - 1)
+        t+2 : shift by -(e_h + E), round bits                   -> pre, inc
+        t+3 : rounding increment, sat64                         -> term, sat
+        t+4 : out + term, saturated; sticky flag                -> o.payload
+        t+5 : o.valid
 
     Parameters
     ----------
@@ -464,14 +492,22 @@ class CombineUnit(_Unit):
             mant.eq(Mux(sign, -mag, mag)),
             big_e.eq(Mux(exp == 0, -24, exp - 25)),
             shift.eq(-(p.e_h + big_e)),
-            prod.eq(p.acc_y * mant),
         ]
-        sk = dict(valid=self.i.valid, tag=p.tag, out=p.out, flag=p.flag, shift=shift, prod=prod)
+        parts = mul_parts(p.acc_y, mant, MUL_CHUNKS)
+        sa = pipe.stage(valid=self.i.valid, tag=p.tag, out=p.out, flag=p.flag, shift=shift,
+                        **{f"pp{i}": pp for i, (pp, _) in enumerate(parts)})
+        m.d.comb += prod.eq(mul_sum([sa[f"pp{i}"] for i in range(len(parts))],
+                                    [sh for _, sh in parts]))
+        sk = dict(valid=sa["valid"], tag=sa["tag"], out=sa["out"], flag=sa["flag"],
+                  shift=sa["shift"], prod=prod)
         for _ in range(self._mul_stages):
             sk = pipe.stage(**sk)
 
-        term, st = rshift_rne_sat(m, sk["prod"], sk["shift"], out_bits=64, name="term")
-        s2 = pipe.stage(valid=sk["valid"], tag=sk["tag"], out=sk["out"], flag=sk["flag"],
+        pre, inc = rshift_rne_parts(m, sk["prod"], sk["shift"], out_bits=64, name="term")
+        sr = pipe.stage(valid=sk["valid"], tag=sk["tag"], out=sk["out"], flag=sk["flag"],
+                        pre=pre, inc=inc)
+        term, st = rne_sat_finish(m, sr["pre"], sr["inc"], out_bits=64, name="term")
+        s2 = pipe.stage(valid=sr["valid"], tag=sr["tag"], out=sr["out"], flag=sr["flag"],
                         term=term, sat=st)
 
         new, wrap = sat_add64(s2["out"], s2["term"])

@@ -19,6 +19,21 @@ from .result import row_layout
 __all__ = ["SwiGLUSink"]
 
 
+def _max_levels(values, levels):
+    """The maxima after ``levels`` levels of a balanced compare-select tree over ``values``
+    (unsigned, one width): pairs ``(2i, 2i+1)`` per level, an odd last one passed on."""
+    values = list(values)
+    for _ in range(levels):
+        if len(values) == 1:
+            break
+        nxt = [Mux(values[i + 1] > values[i], values[i + 1], values[i])
+               for i in range(0, len(values) - 1, 2)]
+        if len(values) % 2:
+            nxt.append(values[-1])
+        values = nxt
+    return values
+
+
 class SwiGLUSink(UnitDriver):
     """SWIGLU: the row in stage A (``row``, a SWIGLU row while ``row_valid``) enters the S =
     ``swiglu_units`` :class:`~elmoe3d.hw.vpu.SwiGLUUnit` s. A row has L/2 (DRAFT) or L/4 (FULL,
@@ -214,8 +229,11 @@ class SwiGLUSink(UnitDriver):
         else:
             m.d.comb += [self.hbuf_w_addr.eq(sw_tag_out.addr), self.hbuf_w_data.eq(hb_data),
                          self.hbuf_w_mask.eq(hb_mask)]
-        # row max |h| of the valid lanes, then a read-modify-write of the row's register
-        absmax = Const(0, unsigned(32))
+        # row max |h| of the valid lanes, then a read-modify-write of the row's register: a
+        # tree of compare-selects over the S units (log2 S levels), its first half in the
+        # cycle the units' results arrive, the rest beside the ROWMAX read in the next one
+        # (the same two cycles as before: no latency added)
+        mags = []
         sw_sat = Const(0, 1)
         for j in range(S):
             h = sw_o[j].payload.h
@@ -223,16 +241,20 @@ class SwiGLUSink(UnitDriver):
             # (a FULL row's channels s S + j < L/4 in all its sub-steps: units j >= L/4 idle)
             live = Const(1, 1) if j < L // 4 else ~sw_full
             m.d.comb += mag.eq(Mux(live, Mux(h < 0, -h, h), 0))
-            absmax = Mux(mag > absmax, mag, absmax)
+            mags.append(mag)
             sw_sat = sw_sat | (live & sw_o[j].payload.sat)
         m.d.comb += self.vpu_set.eq(sw_out & sw_sat)
+        levels = log2(S)
+        parts = _max_levels(mags, (levels + 1) // 2)
         # (the sub-step that writes channel 0 of the row starts the row's max: docs/pe.md)
         rm_valid = Signal()
         rm_t = Signal(16)
-        rm_max = Signal(unsigned(32))
+        rm_parts = [Signal(unsigned(32), name=f"rm_part{i}") for i in range(len(parts))]
         rm_start = Signal()
-        m.d.sync += [rm_valid.eq(sw_out), rm_t.eq(sw_tag_out.t), rm_max.eq(absmax),
-                     rm_start.eq(sw_tag_out.start)]
+        m.d.sync += [rm_valid.eq(sw_out), rm_t.eq(sw_tag_out.t), rm_start.eq(sw_tag_out.start)]
+        m.d.sync += [reg.eq(part) for reg, part in zip(rm_parts, parts)]
+        rm_max = Signal(unsigned(32))
+        m.d.comb += rm_max.eq(_max_levels(rm_parts, levels)[0])
         m.d.comb += [self.rmax_rd.eq(sw_out), self.rmax_addr.eq(sw_tag_out.t >> log_rm)]
         rm_old = self.rmax_data.word_select(rm_t[:log_rm], 32) if log_rm else self.rmax_data
         rm_new = Mux(~rm_start & (rm_old > rm_max), rm_old, rm_max)

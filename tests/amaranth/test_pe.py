@@ -243,7 +243,7 @@ def raw_to_acc(words, m, n, mode, rbn):
 def test_parameters_and_errors():
     dut = PE(config=ARCH)
     assert dut.word_bits == 128 * L and dut.rows == R and dut.lanes == L
-    assert dut.tile_latency == 3
+    assert dut.tile_latency == 5
     assert dut.sink_latency[Sink.RAW] == 1
     assert PE(config=PE_CFG).config == PE_CFG
     with pytest.raises(TypeError, match="ArchConfig"):

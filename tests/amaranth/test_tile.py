@@ -161,7 +161,7 @@ def test_tile_parameters():
     cfg = TileConfig(rows=2, lanes=4)
     dut = TensorTile(config=cfg)
     assert (dut.rows, dut.lanes, dut.group, dut.config) == (2, 4, 32, cfg)
-    assert dut.latency == 3
+    assert dut.latency == 5
     for name in ("rows", "lanes", "group", "latency", "config"):
         with pytest.raises(AttributeError):
             setattr(dut, name, 1)
@@ -526,7 +526,7 @@ def test_dsp_pairs_every_operand_combination(mode):
 def test_passes_parameter():
     cfg = TileConfig(rows=2, lanes=4)
     tile = TensorTile(config=cfg, dsp_pairs=True, passes=2)
-    assert tile.passes == 2 and tile.multipliers == 64 and tile.latency == 4
+    assert tile.passes == 2 and tile.multipliers == 64 and tile.latency == 6
     assert TensorTile(config=cfg, passes=4).multipliers == 64
     Fragment.get(tile, None)                 # elaborates
     for bad in (0, 3, 8, True, 2.0, "2"):
