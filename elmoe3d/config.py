@@ -1151,9 +1151,10 @@ class PEOptions:
         write (``sink_latency[SWIGLU]``), then the row-max update a cycle later, the GEMM's
         completion seen by the REQUANT engine and its first ROWMAX read (3 cycles). A REQUANT
         cannot read HBUF rows before this; FULL rows (``swiglu_row_cycles[True]``) can only
-        be as fast. Measured on the RTL PE (2x4 small PE, 2026-12-01): 16 cycles with the
-        defaults, 17 with ``tile_passes`` 2, 18 with ``mul_stages`` 2, 21 for the FPGA-lean
-        PE (19 in FULL mode)."""
+        be as fast. Measured on the RTL PE (2x4 small PE, 2026-12-02, the 1 GHz pipeline of
+        issue 25: tile 5 cycles, SwiGLU unit 10): 21 cycles with the defaults, 22 with
+        ``tile_passes`` 2, 23 with ``mul_stages`` 2, 26 for the FPGA-lean PE (before: 16,
+        17, 18, 21)."""
         return drain_cycles(self.rows, row_cycles=self.swiglu_row_cycles[False],
                             tile_passes=self.tile_passes, mul_stages=self.mul_stages)
 

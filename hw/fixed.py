@@ -117,14 +117,22 @@ def rne_sat_finish(m: Module, pre, inc, *, out_bits: int, name: str):
     saturated)`` Signals of shape ``signed(out_bits)`` and 1 in ``m``'s ``comb`` domain (the
     rounding increment and the saturation compare)."""
     pre = Value.cast(pre).as_signed()
-    total = Signal(signed(len(pre) + 1), name=f"{name}_rounded")
-    m.d.comb += total.eq(pre + inc)
     lo, hi = -(1 << (out_bits - 1)), (1 << (out_bits - 1)) - 1
+    # the range checks of pre + inc read pre alone (constant compares beside the increment),
+    # and the increment needs only the out_bits bits kept when nothing saturates
+    over = Signal(name=f"{name}_over")
+    under = Signal(name=f"{name}_under")
+    kept = Signal(signed(out_bits), name=f"{name}_kept")
+    m.d.comb += [
+        over.eq((pre > hi) | ((pre == hi) & inc)),
+        under.eq((pre < lo - 1) | ((pre == lo - 1) & ~inc)),
+        kept.eq(pre[:out_bits] + inc),
+    ]
     value = Signal(signed(out_bits), name=f"{name}_val")
     flag = Signal(name=f"{name}_sat")
     m.d.comb += [
-        flag.eq((total < lo) | (total > hi)),
-        value.eq(Mux(total < lo, lo, Mux(total > hi, hi, total[:out_bits]))),
+        flag.eq(over | under),
+        value.eq(Mux(over, hi, Mux(under, lo, kept))),
     ]
     return value, flag
 

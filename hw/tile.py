@@ -59,7 +59,7 @@ def _adder_tree(terms):
 #: 32-way tree (sums of 2^TREE_SPLIT products, 32 / 2^TREE_SPLIT registers per tree) are
 #: registered; stage 1b adds the rest, so neither stage holds the whole multiply-and-reduce
 #: (docs/synth.md, "Timing").
-TREE_SPLIT = 3
+TREE_SPLIT = 2
 
 
 def _tree_levels(terms, levels):

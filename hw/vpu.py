@@ -30,7 +30,7 @@ always-ready sink a result appears exactly ``latency`` cycles after its input wa
 
 from __future__ import annotations
 
-from amaranth.hdl import C, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import C, Cat, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, stream
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -137,6 +137,19 @@ def _check_tag_width(tag_width):
 #: and added in the next cycle, so neither cycle holds a whole 32 x 32 (SwiGLU) or 64 x 12
 #: (combine) multiply (docs/synth.md, "Timing").
 MUL_CHUNKS = 2
+
+
+def _prefix_or(m, v, width, *, name):
+    """``p[i] = v[0] | v[1] | ... | v[i]`` for the ``width`` low bits of ``v`` (Kogge-Stone:
+    log2(width) levels of 2-input ORs), a Signal in ``m``'s ``comb`` domain."""
+    bits = [v[i] for i in range(width)]
+    step = 1
+    while step < width:
+        bits = [bits[i] | bits[i - step] if i >= step else bits[i] for i in range(width)]
+        step *= 2
+    p = Signal(width, name=name)
+    m.d.comb += p.eq(Cat(*bits))
+    return p
 
 
 class _Pipeline:
@@ -483,21 +496,23 @@ class CombineUnit(_Unit):
         p = self.i.payload
         sign, exp, frac = p.gw[15], p.gw[10:15], p.gw[0:10]
         mag = Signal(unsigned(11))
-        mant = Signal(signed(12))
         big_e = Signal(signed(6))
         shift = Signal(signed(9))                   # -(e_h + E) in [-133, 152]
         prod = Signal(signed(76))                   # |acc_y * m| < 2^74
         m.d.comb += [
-            mag.eq(Mux(exp == 0, frac, frac + 1024)),
-            mant.eq(Mux(sign, -mag, mag)),
+            mag.eq(Cat(frac, exp != 0)),            # frac or 1024 + frac
             big_e.eq(Mux(exp == 0, -24, exp - 25)),
             shift.eq(-(p.e_h + big_e)),
         ]
-        parts = mul_parts(p.acc_y, mant, MUL_CHUNKS)
+        # acc_y * m with m = (-1)^sign mag: the partial products of acc_y * mag, each inverted
+        # for a negative m (~x = -x - 1), and their sum plus sum(2^shift) for the inversions
+        # (-sum(x 2^s) = sum(~x 2^s) + sum(2^s)): no negation in front of the multiplier
+        parts = [(Mux(sign, ~pp, pp), sh) for pp, sh in mul_parts(p.acc_y, mag, MUL_CHUNKS)]
+        fix = sum(1 << sh for _, sh in parts)
         sa = pipe.stage(valid=self.i.valid, tag=p.tag, out=p.out, flag=p.flag, shift=shift,
-                        **{f"pp{i}": pp for i, (pp, _) in enumerate(parts)})
+                        neg=sign, **{f"pp{i}": pp for i, (pp, _) in enumerate(parts)})
         m.d.comb += prod.eq(mul_sum([sa[f"pp{i}"] for i in range(len(parts))],
-                                    [sh for _, sh in parts]))
+                                    [sh for _, sh in parts]) + Mux(sa["neg"], fix, 0))
         sk = dict(valid=sa["valid"], tag=sa["tag"], out=sa["out"], flag=sa["flag"],
                   shift=sa["shift"], prod=prod)
         for _ in range(self._mul_stages):
@@ -529,10 +544,11 @@ class Fp32Converter(_Unit):
     the exponent. The biased exponent is ``b + 102`` (+1 on a carry): every nonzero input is a
     normal number, none overflows; 0 gives +0.0.
 
-    Pipeline::
+    Pipeline (every stage within 1 ns at 0.7 V on ASAP7, with the PE's OUT read in front of the
+    first: ``docs/synth.md`` "Timing")::
 
-        t   : sign, magnitude, leading-zero count        -> registers
-        t+1 : normalise, round, pack                      -> o.payload
+        t   : sign, magnitude (prefix OR, no carry chain), leading-zero count -> registers
+        t+1 : normalise, round, pack                                          -> o.payload
         t+2 : o.valid
 
     Parameters
@@ -556,8 +572,12 @@ class Fp32Converter(_Unit):
         m, pipe = self._frame()
         v = self.i.payload.value
         neg = v < 0
+        # |v| without a carry chain: -v = ~v + 1 flips bit i of v exactly where a lower bit
+        # is set, so |v| = v ^ (neg & prefix_or(v)) with prefix_or(v)[i] = OR of v[0 .. i-1]
+        # (a log-depth prefix OR; -(-2^63) = 2^63 as 64 bits unsigned)
+        below = _prefix_or(m, v.as_unsigned() << 1, 64, name="below")
         mag = Signal(unsigned(64))
-        m.d.comb += mag.eq(Mux(neg, -v, v))            # -(-2^63) = 2^63 as 64 bits unsigned
+        m.d.comb += mag.eq(v.as_unsigned() ^ (below & neg.replicate(64)))
         lzc = Signal(range(65))
         m.d.comb += lzc.eq(64)
         for bit in range(64):                           # the highest set bit wins (last assignment)
