@@ -392,8 +392,9 @@ class MulLeaf(wiring.Component):
 
 class DotRowLeaf(wiring.Component):
     """One row of one lane of the tile: 32 multipliers ``a[k] * field[k]``, the 32-way adder
-    tree of :mod:`elmoe3d.hw.tile` and its stage-1 register (:data:`~elmoe3d.hw.tile.TREE_SHAPE`,
-    enabled like the tile's pipeline)."""
+    tree of :mod:`elmoe3d.hw.tile` with its stage-1a registers after
+    :data:`~elmoe3d.hw.tile.TREE_SPLIT` levels, and the rest of the tree into a stage-1b
+    register (:data:`~elmoe3d.hw.tile.TREE_SHAPE`), enabled like the tile's pipeline."""
 
     def __init__(self, *, group: int = 32):
         from ..hw.tile import TREE_SHAPE
@@ -403,11 +404,17 @@ class DotRowLeaf(wiring.Component):
                           "advance": In(1), "tree": Out(TREE_SHAPE)})
 
     def elaborate(self, platform):
-        from ..hw.tile import _adder_tree
+        from ..hw.tile import TREE_SPLIT, _adder_tree, _tree_levels
         m = Module()
+        parts = []
+        for i, part in enumerate(_tree_levels([self.act[k] * self.field[k]
+                                               for k in range(self._group)], TREE_SPLIT)):
+            reg = Signal(part.shape(), name=f"part_{i}")
+            with m.If(self.advance):
+                m.d.sync += reg.eq(part)
+            parts.append(reg)
         with m.If(self.advance):
-            m.d.sync += self.tree.eq(_adder_tree(
-                [self.act[k] * self.field[k] for k in range(self._group)]))
+            m.d.sync += self.tree.eq(_adder_tree(parts))
         return m
 
 
