@@ -152,6 +152,19 @@ def _prefix_or(m, v, width, *, name):
     return p
 
 
+def _lzc_tree(v):
+    """Leading zeros of ``v`` (a power-of-two width ``2^k``) as a tree: ``(zero, count)``, the
+    count (k bits) valid when ``zero`` is low. Halves combine as ``count = Cat(zero_hi ?
+    count_lo : count_hi, zero_hi)``: k levels of multiplexers instead of a 2^k-deep chain."""
+    v = Value.cast(v)
+    if len(v) == 1:
+        return ~v[0], C(0, 0)
+    half = len(v) // 2
+    z_lo, c_lo = _lzc_tree(v[:half])
+    z_hi, c_hi = _lzc_tree(v[half:])
+    return z_lo & z_hi, Cat(Mux(z_hi, c_lo, c_hi), z_hi)
+
+
 class _Pipeline:
     """Stage registers that load when the pipeline advances (``advance``: no result is held
     back by the sink). ``stage(**values)`` registers every value and returns the registers."""
@@ -579,10 +592,8 @@ class Fp32Converter(_Unit):
         mag = Signal(unsigned(64))
         m.d.comb += mag.eq(v.as_unsigned() ^ (below & neg.replicate(64)))
         lzc = Signal(range(65))
-        m.d.comb += lzc.eq(64)
-        for bit in range(64):                           # the highest set bit wins (last assignment)
-            with m.If(mag[bit]):
-                m.d.comb += lzc.eq(63 - bit)
+        zero, count = _lzc_tree(mag)                    # log2(64) levels of muxes
+        m.d.comb += lzc.eq(Mux(zero, 64, count))
         s1 = pipe.stage(valid=self.i.valid, tag=self.i.payload.tag, neg=neg, mag=mag, lzc=lzc)
 
         norm = Signal(unsigned(64))

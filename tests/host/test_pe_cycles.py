@@ -93,6 +93,22 @@ RECORDED_RATES = [
     ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "FULL", 1.0, 120540, 119873, 4849),
 ]
 
+#: Presets whose rows (RECORDED, RECORDED_RATES) were measured on the RTL before issue 25's
+#: 1 GHz pipeline (tile 3 -> 5 cycles, SwiGLU unit 7 -> 10, combine unit 3 -> 5) and not
+#: re-measured yet: the Verilator builds of the small, mid and paper PEs and their benches did
+#: not fit the day on the shared machine. For them the model of today's RTL is checked to lie
+#: between the old RTL's cycles and that plus :func:`issue25_bound`; re-measure with the
+#: commands in the comments above and drop the preset from here.
+BEFORE_ISSUE25 = ("small", "mid", "paper-4gb")
+
+
+def issue25_bound(est):
+    """Cycles issue 25 can add to a program: per GEMM the tile's 2 and its sink's unit's (at
+    most the SwiGLU unit's 3), and per OUTPUT nothing (the FP32 converter kept its 2)."""
+    gemms = sum(c.op == "GEMM" for c in est.commands)
+    return gemms * (2 + 3)
+
+
 #: The target of issue 24 item 5: the model within 2% of the RTL's cycles on every case.
 TOLERANCE = 0.02
 
@@ -138,10 +154,14 @@ def test_model_against_recorded_rtl_cycles(bench, arch, kind, model, tokens, mod
                     f"re-measure it and update RECORDED")
     est = program_cycles(job.program, ld_rate=hb_rate(cfg), ld=job.ld)
     err = est.cycles / rtl - 1
-    print(f"{bench} {arch} {model or kind} T={tokens} {mode}: RTL {rtl}, model {est.cycles} "
+    print(f"{bench} {arch} {model or kind} T={tokens} {mode}: RTL {rtl}"
+          f"{' (before issue 25)' if arch in BEFORE_ISSUE25 else ''}, model {est.cycles} "
           f"({100 * err:+.3f}%); bound {est.bound}, beats {est.beats}, "
           f"memory {est.memory_cycles:.0f}")
     assert abs(err) <= TOLERANCE
+    if arch in BEFORE_ISSUE25:
+        assert rtl <= est.cycles <= rtl + 8 + issue25_bound(est)
+        return
     assert abs(est.cycles - rtl) <= 8          # as measured: within a few cycles
 
 
@@ -173,10 +193,14 @@ def test_model_equals_rtl_at_other_ld_rates(bench, arch, kind, model, tokens, mo
         f"the builder's program changed since {bench} was measured: re-measure it"
     est = program_cycles(program, ld_rate=rate, ld=ld)
     blind = program_cycles(program, ld_rate=rate)
-    print(f"{arch} {model} T={tokens} {mode} ld {rate:g}: RTL {rtl}, model {est.cycles} "
-          f"(without the ld words {blind.cycles})")
+    print(f"{arch} {model} T={tokens} {mode} ld {rate:g}: RTL {rtl}"
+          f"{' (before issue 25)' if arch in BEFORE_ISSUE25 else ''}, model "
+          f"{est.cycles} (without the ld words {blind.cycles})")
     if kind == "root" and tokens == 1 and rate == 1.0:     # 15 padding rows a result
         assert blind.cycles > est.cycles + 100
+    if arch in BEFORE_ISSUE25:
+        assert rtl <= est.cycles <= rtl + issue25_bound(est)
+        return
     assert est.cycles == rtl
     assert blind.cycles >= rtl
 
