@@ -62,7 +62,8 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import UserError
 from .liberty import Liberty, LibertyError, eval_function
-from .sta import (CLOCK_SLEW_PS, PORT_SLEW_PS, Netlist, TimingLib, _reg_name, bus_of)
+from .sta import (CLOCK_SLEW_PS, PORT_SLEW_PS, Netlist, TimingLib, _reg_name, bus_of,
+                  comb_order)
 
 
 __all__ = ["PowerError", "Activity", "PowerLib", "Power", "analyze_power", "check_power",
@@ -539,29 +540,7 @@ def analyze_power(net: Netlist, plib: PowerLib, activity: dict | None = None, *,
             slew[n] = (_tab(t, "rise_transition", CLOCK_SLEW_PS, ld) +
                        _tab(t, "fall_transition", CLOCK_SLEW_PS, ld)) / 2
 
-    # topological order of the combinational cells
-    comb_set = set(comb)
-    indeg = {}
-    for gi in comb:
-        g = net.gates[gi]
-        ct = tlib.cell(g.type)
-        indeg[gi] = sum(1 for p, n in g.pins.items()
-                        if p in ct.caps and n in driver and driver[n][0] in comb_set)
-    ready = [gi for gi in comb if indeg[gi] == 0]
-    order = []
-    while ready:
-        gi = ready.pop()
-        order.append(gi)
-        g = net.gates[gi]
-        ct = tlib.cell(g.type)
-        for p, n in g.pins.items():
-            if p in ct.caps:
-                continue
-            for gj in fanout.get(n, ()):
-                if gj in comb_set:
-                    indeg[gj] -= 1
-                    if indeg[gj] == 0:
-                        ready.append(gj)
+    order = comb_order(net, tlib, comb, driver, lambda n: fanout.get(n, ()))
     if len(order) != len(comb):
         raise PowerError(f"netlist: {len(comb) - len(order)} cells in combinational loops "
                          f"(no activity propagation through them)")

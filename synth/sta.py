@@ -408,6 +408,36 @@ def _reg_name(gate: Gate) -> str:
     return name or gate.name
 
 
+def comb_order(net, tlib, comb, driver, fanout_gates) -> list:
+    """The combinational cells ``comb`` (indices into ``net.gates``) in topological order
+    (Kahn's algorithm): a cell after every combinational cell that drives one of its inputs.
+    ``driver``: net -> (gate index, pin); ``fanout_gates(net)``: the gate indices the net
+    drives. Cells in combinational loops are left out (the caller compares the lengths)."""
+    comb_set = set(comb)
+    indeg = {}
+    for gi in comb:
+        g = net.gates[gi]
+        ct = tlib.cell(g.type)
+        indeg[gi] = sum(1 for p, n in g.pins.items()
+                        if p in ct.caps and n in driver and driver[n][0] in comb_set)
+    ready = [gi for gi in comb if indeg[gi] == 0]
+    order = []
+    while ready:
+        gi = ready.pop()
+        order.append(gi)
+        g = net.gates[gi]
+        ct = tlib.cell(g.type)
+        for p, n in g.pins.items():
+            if p in ct.caps:
+                continue
+            for gj in fanout_gates(n):
+                if gj in comb_set:
+                    indeg[gj] -= 1
+                    if indeg[gj] == 0:
+                        ready.append(gj)
+    return order
+
+
 def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dict | None = None,
             abc_conventions: bool = False, abc_driver: str | None = None,
             abc_load: float | None = None) -> Timing:
@@ -531,29 +561,8 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
                   _delay(t, "fall_transition", CLOCK_SLEW_PS, lf))
             launch[n] = gi
 
-    # topological order of the combinational cells
-    comb_set = set(comb)
-    indeg = {}
-    for gi in comb:
-        g = net.gates[gi]
-        ct = tlib.cell(g.type)
-        indeg[gi] = sum(1 for p, n in g.pins.items()
-                        if p in ct.caps and n in driver and driver[n][0] in comb_set)
-    ready = [gi for gi in comb if indeg[gi] == 0]
-    order = []
-    while ready:
-        gi = ready.pop()
-        order.append(gi)
-        g = net.gates[gi]
-        ct = tlib.cell(g.type)
-        for p, n in g.pins.items():
-            if p in ct.caps:
-                continue
-            for gj, _ in fanout.get(n, ()):
-                if gj in comb_set:
-                    indeg[gj] -= 1
-                    if indeg[gj] == 0:
-                        ready.append(gj)
+    order = comb_order(net, tlib, comb, driver,
+                       lambda n: (gj for gj, _ in fanout.get(n, ())))
     loops = len(comb) - len(order)
 
     ninf = -math.inf
