@@ -62,8 +62,8 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import UserError
 from .liberty import Liberty, LibertyError, eval_function
-from .sta import (CLOCK_SLEW_PS, PORT_SLEW_PS, Netlist, TimingLib, _reg_name, bus_of,
-                  comb_order)
+from .sta import (CLOCK_SLEW_PS, PORT_SLEW_PS, Netlist, TimingError, TimingLib, _reg_name,
+                  bus_of, comb_order, net_graph)
 
 
 __all__ = ["PowerError", "Activity", "PowerLib", "Power", "analyze_power", "check_power",
@@ -462,39 +462,18 @@ def analyze_power(net: Netlist, plib: PowerLib, activity: dict | None = None, *,
     const = net.constants
     v2 = plib.voltage ** 2
     ef = plib.energy_fj
-    loads = defaultdict(float)               # net -> mean(rise, fall) capacitance (fF)
-    driver = {}
-    fanout = defaultdict(list)
-    seq, comb, boxes = [], [], []
-    port_load = tlib.port_load
-    for gi, g in enumerate(net.gates):
-        ct = tlib.cell(g.type)
-        cp = plib.cells.get(g.type)
-        if ct is None or cp is None:
-            ports = stubs.get(g.type)
-            if ports is None:
-                raise PowerError(f"netlist cell {g.name or '?'} of type {g.type}: not in the "
-                                 f"library and not a known black box")
-            boxes.append(gi)
-            for p, n in g.pins.items():
-                d = ports.get(bus_of(p))
-                if d == "output":
-                    driver[n] = (gi, p)
-                elif d == "input" and n not in const:
-                    loads[n] += port_load
-            continue
-        (seq if ct.clock else comb).append(gi)
-        for p, n in g.pins.items():
-            if p in ct.caps:
-                if ct.clock and p == ct.clock:
-                    continue
-                loads[n] += (ct.caps[p][0] + ct.caps[p][1]) / 2
-                fanout[n].append(gi)
-            else:
-                driver[n] = (gi, p)
-    for _, n in net.outputs:
-        if n not in const:
-            loads[n] += port_load
+    try:
+        driver, fanout, seq, comb, boxes, loads_r, loads_f, _ = net_graph(
+            net, tlib, stubs, port_load=tlib.port_load)
+    except TimingError as exc:
+        raise PowerError(str(exc)) from None
+    for gi in seq + comb:
+        g = net.gates[gi]
+        if g.type not in plib.cells:
+            raise PowerError(f"netlist cell {g.name or '?'} of type {g.type}: in the timing "
+                             f"view but without power data")
+    # net -> mean(rise, fall) capacitance (fF)
+    loads = defaultdict(float, {n: (loads_r[n] + loads_f[n]) / 2 for n in loads_r})
 
     act = {}                                 # net -> (p, t)
     slew = {}                                # net -> mean transition (ps)
@@ -540,7 +519,8 @@ def analyze_power(net: Netlist, plib: PowerLib, activity: dict | None = None, *,
             slew[n] = (_tab(t, "rise_transition", CLOCK_SLEW_PS, ld) +
                        _tab(t, "fall_transition", CLOCK_SLEW_PS, ld)) / 2
 
-    order = comb_order(net, tlib, comb, driver, lambda n: fanout.get(n, ()))
+    order = comb_order(net, tlib, comb, driver,
+                       lambda n: (gj for gj, _ in fanout.get(n, ())))
     if len(order) != len(comb):
         raise PowerError(f"netlist: {len(comb) - len(order)} cells in combinational loops "
                          f"(no activity propagation through them)")

@@ -438,23 +438,23 @@ def comb_order(net, tlib, comb, driver, fanout_gates) -> list:
     return order
 
 
-def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dict | None = None,
-            abc_conventions: bool = False, abc_driver: str | None = None,
-            abc_load: float | None = None) -> Timing:
-    """Time ``net`` (see the module docstring). ``stubs``: black-box module -> {port:
-    direction} (:func:`stub_ports`). With ``abc_conventions`` the result's ``sta_abc_ps`` is
-    the largest arrival at any endpoint under ABC's ``stime`` conventions (PI driving cell
-    ``abc_driver``, PO load ``abc_load``) and nothing else is computed."""
-    stubs = stubs or {}
+def net_graph(net: Netlist, tlib: TimingLib, stubs: dict, *, port_load: float,
+              abc_conventions: bool = False) -> tuple:
+    """The nets of a mapped netlist: ``(driver, fanout, seq, comb, boxes, loads_r, loads_f,
+    po_nets)``. ``driver``: net -> (gate index, pin); ``fanout``: net -> [(gate index, pin)];
+    ``seq`` / ``comb`` / ``boxes``: gate indices of the flip-flops, the combinational cells
+    and the black boxes (``stubs``: module -> {port: direction}); ``loads_r`` / ``loads_f``:
+    net -> rise / fall input capacitance it drives (fF), black-box inputs and output ports
+    ``port_load`` each. With ``abc_conventions`` the nets ABC sees as primary outputs
+    (flip-flop D pins, black-box inputs, output ports) are collected in ``po_nets`` instead
+    of loaded. Raises :class:`TimingError` for a cell neither in ``tlib`` nor in ``stubs``."""
     const = net.constants
-    # nets: drivers and loads
     loads_r = defaultdict(float)
     loads_f = defaultdict(float)
     fanout = defaultdict(list)            # net -> [(gate index, pin)]
     driver = {}                           # net -> (gate index, pin)
     seq, comb, boxes = [], [], []
     po_nets = set()
-    port_load = abc_load if abc_conventions and abc_load is not None else tlib.port_load
     for gi, g in enumerate(net.gates):
         ct = tlib.cell(g.type)
         if ct is None:
@@ -495,6 +495,21 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
             else:
                 loads_r[n] += port_load
                 loads_f[n] += port_load
+    return driver, fanout, seq, comb, boxes, loads_r, loads_f, po_nets
+
+
+def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dict | None = None,
+            abc_conventions: bool = False, abc_driver: str | None = None,
+            abc_load: float | None = None) -> Timing:
+    """Time ``net`` (see the module docstring). ``stubs``: black-box module -> {port:
+    direction} (:func:`stub_ports`). With ``abc_conventions`` the result's ``sta_abc_ps`` is
+    the largest arrival at any endpoint under ABC's ``stime`` conventions (PI driving cell
+    ``abc_driver``, PO load ``abc_load``) and nothing else is computed."""
+    stubs = stubs or {}
+    const = net.constants
+    port_load = abc_load if abc_conventions and abc_load is not None else tlib.port_load
+    driver, fanout, seq, comb, boxes, loads_r, loads_f, po_nets = net_graph(
+        net, tlib, stubs, port_load=port_load, abc_conventions=abc_conventions)
     for n in po_nets:                        # ABC: one PO per signal, whatever reads it
         loads_r[n] += port_load
         loads_f[n] += port_load
