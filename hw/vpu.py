@@ -141,14 +141,21 @@ MUL_CHUNKS = 2
 
 def _prefix_or(m, v, width, *, name):
     """``p[i] = v[0] | v[1] | ... | v[i]`` for the ``width`` low bits of ``v`` (Kogge-Stone:
-    log2(width) levels of 2-input ORs), a Signal in ``m``'s ``comb`` domain."""
-    bits = [v[i] for i in range(width)]
-    step = 1
+    log2(width) levels of 2-input ORs), a Signal in ``m``'s ``comb`` domain.
+
+    Every level is a Signal and one vector OR with a constant shift: as nested per-bit
+    expressions each bit would repeat its whole cone (and each leaf ``v[j]`` its own copy of
+    ``v``'s operator), 2,080 leaves for 64 bits instead of 6 x 64 gates, which made Amaranth's
+    netlist checks and Verilator's compile of the die minutes longer."""
+    level = Signal(width, name=f"{name}_l0")
+    m.d.comb += level.eq(v)
+    step, n = 1, 1
     while step < width:
-        bits = [bits[i] | bits[i - step] if i >= step else bits[i] for i in range(width)]
-        step *= 2
+        nxt = Signal(width, name=f"{name}_l{n}")
+        m.d.comb += nxt.eq(level | (level << step)[:width])     # bit i |= bit i - step
+        level, step, n = nxt, step * 2, n + 1
     p = Signal(width, name=name)
-    m.d.comb += p.eq(Cat(*bits))
+    m.d.comb += p.eq(level)
     return p
 
 
