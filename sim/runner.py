@@ -71,7 +71,7 @@ __all__ = [
     "DEFAULT_SEED", "SEED_ENV", "PARAMS_ENV", "SimulationError", "SimulationFailure",
     "Build", "TestcaseResult", "SimResult",
     "resolve_seed", "case_rng", "verilator_root", "verilator_environment",
-    "generate_verilog", "build", "run", "simulate", "load_params", "build_root",
+    "generate_verilog", "dedup_modules", "build", "run", "simulate", "load_params", "build_root",
 ]
 
 log = logging.getLogger("elmoe3d.sim")
@@ -261,9 +261,63 @@ def build_root() -> Path:
 
 
 def generate_verilog(component, *, name: str) -> str:
-    """Verilog text of an Amaranth ``wiring.Component`` with top module ``name``."""
+    """Verilog text of an Amaranth ``wiring.Component`` with top module ``name``, identical
+    modules merged (:func:`dedup_modules`)."""
     from amaranth.back import verilog
-    return verilog.convert(component, name=name, emit_src=False)
+    return dedup_modules(verilog.convert(component, name=name, emit_src=False))
+
+
+#: A module header of Amaranth's Verilog (after its attribute lines): the name is a plain
+#: identifier or an escaped one (``\die.pe0.fp32_0``), which ends at the space that follows.
+_MODULE_HEAD = re.compile(r"^module (\\\S+ |[A-Za-z_][\w$]*)", re.M)
+_MODULE_START = re.compile(r"^(?:\(\*[^\n]*\*\)\n)*module ", re.M)
+#: The port list after a module's name (Yosys orders it by hash, not by declaration, so
+#: two identical modules may list their ports in different orders; every instantiation connects
+#: ports by name, so the order does not matter).
+_PORT_LIST = re.compile(r"\s*\(([^)]*)\);")
+#: Yosys's per-module counter in the names of its ``initial`` helper registers.
+_YOSYS_COUNTER = re.compile(r"dump_module\$\d+")
+
+
+def dedup_modules(text: str) -> str:
+    """Merge the modules of Amaranth's Verilog ``text`` whose bodies are identical but for
+    their names: Amaranth emits one module per instance (``\\die.pe0.fp32_0`` ...
+    ``\\die.pe3.fp32_15``), and Verilator compiles each of them, so 64 identical FP32
+    converters of the small die cost 64 compiles. Bottom-up to a fixed point: once two leaves
+    are one module, their parents' texts may become identical too. The first module of each
+    set keeps its name; instantiations of the others are renamed to it. The top module (the
+    only unescaped name Amaranth emits) is never merged away; modules that differ only in the
+    order of their header's port list are identical (instantiations connect by name); ports,
+    parameters and logic are untouched, so the simulated design is the same. Linear in the text per round; the die's
+    10.6 MB text takes about 0.4 s."""
+    starts = [m.start() for m in _MODULE_START.finditer(text)]
+    if len(starts) < 2:
+        return text
+    head, modules = text[:starts[0]], {}
+    for a, b in zip(starts, starts[1:] + [len(text)]):
+        chunk = text[a:b].rstrip() + "\n\n"
+        modules[_MODULE_HEAD.search(chunk).group(1)] = chunk
+    while True:
+        first, rename = {}, {}
+        for name, chunk in modules.items():
+            m = _MODULE_HEAD.search(chunk)
+            ports = _PORT_LIST.match(chunk, m.end(1))
+            key = _YOSYS_COUNTER.sub("", chunk[:m.start(1)] + "\0"
+                                     + ",".join(sorted(ports.group(1).replace(" ", "").split(",")))
+                                     + chunk[ports.end():].rstrip())     # the last ends the file
+            if key in first and name.startswith("\\"):
+                rename[name] = first[key]
+            else:
+                first.setdefault(key, name)
+        if not rename:
+            break
+        for name in rename:
+            del modules[name]
+        # an instantiation line: indentation, the module name, whitespace, the instance name
+        inst = re.compile(r"^(\s+)(" + "|".join(map(re.escape, rename)) + r")(?=\s)", re.M)
+        for name, chunk in modules.items():
+            modules[name] = inst.sub(lambda m: m.group(1) + rename[m.group(2)], chunk)
+    return head + "".join(modules.values())
 
 
 @dataclass(frozen=True)

@@ -370,3 +370,65 @@ def test_old_run_folders_are_pruned(tiny_bench):
     finally:
         for path in runs.glob(f"{name}*"):
             shutil.rmtree(path, ignore_errors=True)
+
+
+class Decrement(wiring.Component):
+    a: In(8)
+    b: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.b.eq(self.a - 1)
+        return m
+
+
+class Pairs(wiring.Component):
+    """Two identical :class:`Staged` (each with an :class:`Increment` inside) and a
+    :class:`Decrement`, whose text differs from :class:`Increment`'s in one operator."""
+    a: In(8)
+    b: Out(8)
+    c: Out(8)
+    d: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.left = left = Staged()
+        m.submodules.right = right = Staged()
+        m.submodules.down = down = Decrement()
+        m.d.comb += [left.a.eq(self.a), right.a.eq(self.a + 2), down.a.eq(self.a),
+                     self.b.eq(left.b), self.c.eq(right.b), self.d.eq(down.b)]
+        return m
+
+
+def _modules(text):
+    return re.findall(r"^module (\\\S+|\w+)", text, re.M)
+
+
+def test_identical_modules_are_merged(tmp_path):
+    """Amaranth emits one module per instance; the runner's Verilog keeps one of each set of
+    identical ones, bottom-up (the two ``stage`` leaves first, then their identical parents),
+    renames the instantiations, and leaves a module that differs alone. Verilator lints the
+    merged text."""
+    from amaranth.back import verilog
+    raw = verilog.convert(Pairs(), name="pairs", emit_src=False)
+    assert sorted(_modules(raw)) == sorted(
+        ["pairs", r"\pairs.left", r"\pairs.left.stage", r"\pairs.right",
+         r"\pairs.right.stage", r"\pairs.down"])
+    merged = runner.generate_verilog(Pairs(), name="pairs")
+    assert merged == runner.dedup_modules(raw)
+    assert sorted(_modules(merged)) == sorted(
+        ["pairs", r"\pairs.left", r"\pairs.left.stage", r"\pairs.down"])
+    # both parents instantiate the kept leaf; the top instantiates the kept parent twice
+    assert len(re.findall(r"^\s+\\pairs\.left\.stage\s+stage \(", merged, re.M)) == 1
+    assert len(re.findall(r"^\s+\\pairs\.left\s+(left|right) \(", merged, re.M)) == 2
+    assert r"\pairs.right" not in merged
+    assert runner.dedup_modules(merged) == merged           # a fixed point
+    assert runner.dedup_modules("module top(a);\nendmodule\n") == "module top(a);\nendmodule\n"
+    source = tmp_path / "pairs.v"
+    source.write_text(merged)
+    import subprocess
+    with runner.verilator_environment():
+        lint = subprocess.run(["verilator", "--lint-only", "-Wno-fatal", "-Wno-lint",
+                               "-Wno-style", "--top-module", "pairs", str(source)],
+                              capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stderr
