@@ -90,9 +90,11 @@ def build_board(arch: ArchConfig | None = None, *, waves=None, **params):
     from ..hw.board import BoardTop
     from .runner import build
     arch = arch or preset("small")
-    top = BoardTop(config=arch, **{**BOARD_PARAMS, **params})
+    kwargs = {**BOARD_PARAMS, **params}
+    top = BoardTop(config=arch, **kwargs)
     return build(top, name=f"board_{arch.name.replace('-', '_')}", toplevel="board",
-                 waves=waves), top
+                 waves=waves, verilog_key={"BoardTop": repr(arch),
+                                           "kwargs": repr(sorted(kwargs.items()))}), top
 
 
 # -- the golden layer-steps ------------------------------------------------------------------

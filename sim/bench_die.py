@@ -904,7 +904,8 @@ def build_die(arch: ArchConfig, die: dict | None = None, *, waves=None):
     from .runner import build
     kwargs = {**DIE_DEFAULTS, **(die or {})}
     return build(LogicDie(config=arch, **kwargs), name=f"die_{arch.name.replace('-', '_')}",
-                 toplevel="die", waves=waves)
+                 toplevel="die", waves=waves,
+                 verilog_key={"LogicDie": repr(arch), "kwargs": repr(sorted(kwargs.items()))})
 
 
 def run_die_bench(arch: ArchConfig | None = None, *, tests=None, seed=None, waves=None,

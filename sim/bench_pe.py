@@ -967,7 +967,7 @@ def build_pe(arch: ArchConfig, *, waves=None):
     """Verilog + Verilator build of ``PE(config=arch)`` (reused when unchanged)."""
     from .runner import build
     return build(PE(config=arch), name=f"pe_{arch.name.replace('-', '_')}", toplevel="pe",
-                 waves=waves)
+                 waves=waves, verilog_key={"PE": repr(arch)})
 
 
 def run_pe_bench(arch: ArchConfig | None = None, *, tests=None, seed=None, waves=None,

@@ -574,7 +574,7 @@ def build_tile(config: TileConfig, *, waves=None):
     """Verilog + Verilator build of ``TensorTile(config=config)`` (reused when unchanged)."""
     from .runner import build
     return build(TensorTile(config=config), name=f"tile_r{config.rows}_l{config.lanes}",
-                 toplevel="tensor_tile", waves=waves)
+                 toplevel="tensor_tile", waves=waves, verilog_key={"TensorTile": repr(config)})
 
 
 def run_tile_bench(config: TileConfig, *, tests=None, seed=None, waves=None, params=None,

@@ -26,6 +26,13 @@ to cocotb (:data:`TOP_ONLY_ARGS`, :func:`ports_config`): cocotb's ``--public-fla
 doubles the compile of the 2x2-PE die. The 2x4x32 tensor tile builds in about 13-16 s cold,
 7-10 s with the shared runtime, on 2 cores.
 
+Verilog: Amaranth emits one module per instance; :func:`dedup_modules` keeps one of each set
+of identical modules (the small die's 64 FP32 converters become one, a third less C++ to
+compile). The benches' builders (``build_pe``, ``build_die``, ``build_tile``, ``build_board``)
+pass a ``verilog_key`` naming their constructor's arguments, and :func:`cached_verilog` keeps
+the Verilog under ``<build root>/verilog/`` keyed by it and by the package's source files, so
+the small die's two minutes of elaboration are paid once, not once per pytest-xdist worker.
+
 Reproducibility: every run has a seed -- the ``seed`` argument, else ``$ELMOE3D_SEED``, else
 :data:`DEFAULT_SEED` -- passed to cocotb as ``COCOTB_RANDOM_SEED`` and logged. Benches derive
 their NumPy generators from it (:func:`case_rng`).
@@ -49,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -71,7 +79,7 @@ __all__ = [
     "DEFAULT_SEED", "SEED_ENV", "PARAMS_ENV", "SimulationError", "SimulationFailure",
     "Build", "TestcaseResult", "SimResult",
     "resolve_seed", "case_rng", "verilator_root", "verilator_environment",
-    "generate_verilog", "dedup_modules", "build", "run", "simulate", "load_params", "build_root",
+    "generate_verilog", "cached_verilog", "dedup_modules", "build", "run", "simulate", "load_params", "build_root",
 ]
 
 log = logging.getLogger("elmoe3d.sim")
@@ -265,6 +273,52 @@ def generate_verilog(component, *, name: str) -> str:
     modules merged (:func:`dedup_modules`)."""
     from amaranth.back import verilog
     return dedup_modules(verilog.convert(component, name=name, emit_src=False))
+
+
+@functools.cache
+def _source_digest() -> str:
+    """SHA-256 of every Python source file of the installed ``elmoe3d`` package (all its
+    subpackages, wherever they live), with the Amaranth version: what a component's Verilog
+    can depend on besides its constructor's arguments. Computed once per process."""
+    import elmoe3d
+    h = hashlib.sha256(importlib.metadata.version("amaranth").encode())
+    folders = {Path(elmoe3d.__file__).resolve().parent}
+    for sub in ("hw", "sw", "sim", "synth"):
+        spec = importlib.util.find_spec(f"elmoe3d.{sub}")
+        folders.update(Path(p).resolve() for p in spec.submodule_search_locations)
+    for path in sorted(f for d in folders for f in d.rglob("*.py")):
+        h.update(str(path.relative_to(path.parents[1])).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def cached_verilog(design, *, name: str, key, root=None) -> str:
+    """:func:`generate_verilog` of ``design`` (a ``wiring.Component``), memoised on disk under
+    ``<build root>/verilog/``: the file is keyed by ``key`` (JSON-able: what the component was
+    constructed from, e.g. ``{"arch": repr(arch), ...}``), ``name`` and :func:`_source_digest`
+    (every source file of the package and the Amaranth version), so any change of the RTL or
+    its configuration generates it again. The caller answers for ``key`` covering every
+    constructor argument. Amaranth takes up to about two minutes of one core for the small
+    die; pytest-xdist workers and later runs that need the same design read the file instead
+    (written under an exclusive lock, then renamed into place: never half a file)."""
+    digest = hashlib.sha256(json.dumps({"key": key, "name": name, "src": _source_digest()},
+                                       sort_keys=True, default=repr).encode()).hexdigest()[:16]
+    folder = (Path(root) if root is not None else build_root()) / "verilog"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{digest}.v"
+    with open(folder / f".{name}-{digest}.lock", "a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            if path.is_file():
+                design._MustUse__used = True         # not elaborated: its Verilog is on disk
+                return path.read_text()
+            text = generate_verilog(design, name=name)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+            return text
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
 #: A module header of Amaranth's Verilog (after its attribute lines): the name is a plain
@@ -526,7 +580,7 @@ def ports_config(toplevel: str) -> str:
 
 def build(design, *, name: str, toplevel: str | None = None, waves: bool | None = None,
           extra_args=(), root: Path | None = None, internals: bool = False,
-          quick: bool | None = None) -> Build:
+          quick: bool | None = None, verilog_key=None) -> Build:
     """Build ``design`` (an Amaranth component or Verilog text) with Verilator for cocotb.
 
     Parameters
@@ -547,6 +601,9 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
         The model's C++ at -Og (:data:`MAKE_OPT_QUICK`): about half the compile, a slightly
         slower model (part of the build key). Default: ``$ELMOE3D_QUICK_BUILD`` is 1 (``make test``
         sets it), else :data:`MAKE_OPT`.
+    verilog_key : JSON-able, optional
+        What the component was constructed from: its Verilog is then read from (or written
+        to) the on-disk cache of :func:`cached_verilog` instead of generated every time.
 
     Returns a :class:`Build`. A complete build of the same inputs is reused. Raises
     :class:`SimulationError` if Verilator or the C++ compile fails (quoting the build log).
@@ -555,7 +612,12 @@ def build(design, *, name: str, toplevel: str | None = None, waves: bool | None 
         raise ValueError(f"build name: expected letters, digits, '_' or '-', got {name!r}")
     toplevel = toplevel or name.replace("-", "_")
     waves = _waves_default(waves)
-    verilog_text = design if isinstance(design, str) else generate_verilog(design, name=toplevel)
+    if isinstance(design, str):
+        verilog_text = design
+    elif verilog_key is not None:
+        verilog_text = cached_verilog(design, name=toplevel, key=verilog_key, root=root)
+    else:
+        verilog_text = generate_verilog(design, name=toplevel)
     wave_format = None
     if waves:
         wave_format = "fst" if _fst_available() else "vcd"

@@ -432,3 +432,26 @@ def test_identical_modules_are_merged(tmp_path):
                                "-Wno-style", "--top-module", "pairs", str(source)],
                               capture_output=True, text=True)
     assert lint.returncode == 0, lint.stderr
+
+
+def test_verilog_is_cached_by_key_and_source(tmp_path, monkeypatch):
+    """``cached_verilog`` generates a design once per (key, name, package sources) and reads
+    the file afterwards; another key, or a change of any source file, generates again."""
+    calls = []
+    real = runner.generate_verilog
+
+    def counting(design, *, name):
+        calls.append(name)
+        return real(design, name=name)
+    monkeypatch.setattr(runner, "generate_verilog", counting)
+    first = runner.cached_verilog(Increment(), name="inc", key={"w": 8}, root=tmp_path)
+    again = runner.cached_verilog(Increment(), name="inc", key={"w": 8}, root=tmp_path)
+    assert first == again == real(Increment(), name="inc") and calls == ["inc"]
+    assert [p.suffix for p in (tmp_path / "verilog").iterdir() if not p.name.startswith(".")] \
+        == [".v"]                                           # no temporary file left behind
+    runner.cached_verilog(Increment(), name="inc", key={"w": 9}, root=tmp_path)
+    assert calls == ["inc", "inc"]
+    monkeypatch.setattr(runner, "_source_digest", lambda: "an edited source file")
+    runner.cached_verilog(Increment(), name="inc", key={"w": 8}, root=tmp_path)
+    assert calls == ["inc", "inc", "inc"]
+    assert len(list((tmp_path / "verilog").glob("inc-*.v"))) == 3
