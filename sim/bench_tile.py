@@ -570,11 +570,13 @@ TESTS = ("test_minilm", "test_random", "test_corners", "test_throughput", "test_
 TileBenchResult = BenchResult
 
 
-def build_tile(config: TileConfig, *, waves=None):
-    """Verilog + Verilator build of ``TensorTile(config=config)`` (reused when unchanged)."""
+def build_tile(config: TileConfig, *, waves=None, root=None):
+    """Verilog + Verilator build of ``TensorTile(config=config)`` (reused when unchanged),
+    under ``root`` (default :func:`~elmoe3d.sim.runner.build_root`)."""
     from .runner import build
     return build(TensorTile(config=config), name=f"tile_r{config.rows}_l{config.lanes}",
-                 toplevel="tensor_tile", waves=waves, verilog_key={"TensorTile": repr(config)})
+                 toplevel="tensor_tile", waves=waves, root=root,
+                 verilog_key={"TensorTile": repr(config)})
 
 
 def run_tile_bench(config: TileConfig, *, tests=None, seed=None, waves=None, params=None,

@@ -36,6 +36,9 @@ COMMANDS = {
     "synth": ("elmoe3d.cli.synth", "Yosys area of every block, rolled up to the logic die"),
     "fpga": ("elmoe3d.cli.fpga", "FPGA prototype: fit estimate, bitstream, utilization and fmax "
                                  "of the board top (YoWASP tools, amaranth-boards)"),
+    "sweep": ("elmoe3d.cli.sweep", "design-space sweep on Dask (embedded LocalCluster or a "
+                                   "cluster): perf model, area/timing roll-up and RTL benches "
+                                   "per point, Parquet/CSV/JSON table, Pareto plots"),
     "blocks": ("elmoe3d.cli.blocks", "the block registry: each block's RTL, golden model, "
                                      "bench, tests, area category and doc section"),
 }

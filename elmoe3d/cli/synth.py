@@ -79,7 +79,8 @@ from ..errors import UserError
 from .outputs import atomic_outputs, check_output
 
 
-__all__ = ["configure", "run", "PAPER_PE_SHARE", "CHECK_TOLERANCE", "synth_report"]
+__all__ = ["configure", "run", "PAPER_PE_SHARE", "CHECK_TOLERANCE", "synth_report", "die_nodes",
+           "timing_report"]
 
 
 #: The paper's PE share of the 4 GB logic die (Section 6, Fig. 11).
@@ -143,8 +144,9 @@ def _configs(text):
         raise UserError(f"--config: {exc}") from None
 
 
-def _die_nodes(planner, arch, skipped):
-    """(label, node, count) of every die block of ``arch`` (:data:`DIE_BLOCKS`)."""
+def die_nodes(planner, arch, skipped):
+    """(label, node, count) of every die block of ``arch`` (:data:`DIE_BLOCKS`), planned on
+    ``planner``; a block that cannot be built is named in ``skipped`` (label -> why)."""
     from ..synth.blocks import DIE_BLOCKS, resolve
     out = []
     for blk in DIE_BLOCKS:
@@ -526,7 +528,7 @@ def run(args) -> int:
         f"cache {CACHE_DIR}/")
 
     skipped = {}
-    dies = {arch.name: (arch, _die_nodes(planner, arch, skipped)) for arch in configs}
+    dies = {arch.name: (arch, die_nodes(planner, arch, skipped)) for arch in configs}
     check_node = None
     planner.time_new_jobs = False           # the check and the scaling need areas only
     if not args.no_check:
@@ -542,7 +544,7 @@ def run(args) -> int:
                 raise UserError(f"--scaling: {n} PEs is not a multiple of pes_per_group "
                                 f"({base.pes_per_group}) of {base.name}")
             arch = dataclasses.replace(base, pes=n)
-            scale_dies.append((n, _die_nodes(planner, arch, skipped)))
+            scale_dies.append((n, die_nodes(planner, arch, skipped)))
     say(f"planned {len(planner._jobs)} synthesis jobs in {time.monotonic() - started:.1f} s")
     planner.run()
 

@@ -171,13 +171,17 @@ NEAR_MEMORY = {"xpu-pim": (8, 1.64, None), "xpu-logicpim": (4, 4 * 1.64, None),
                "xpu-nmp": (8, 13.1, 2)}
 
 
-def platform(name: str, hb: str = "4gb") -> Platform:
+def platform(name: str, hb: str = "4gb", *, arch=None) -> Platform:
     """One of :data:`PLATFORMS` with the ``paper-<hb>`` configuration's figures (module
-    docstring, :data:`NEAR_MEMORY`); raises :class:`UserError` on an unknown name or HB
-    size."""
-    if hb not in ("4gb", "8gb"):
-        raise UserError(f"hb: expected 4gb or 8gb, got {hb!r}")
-    a = arch_preset(f"paper-{hb}")
+    docstring, :data:`NEAR_MEMORY`), or with those of ``arch`` (an
+    :class:`~elmoe3d.config.ArchConfig`: its PE count, tile, clock, HB banks and LPDDR5; ``hb``
+    is then ignored), as a design-space sweep asks; raises :class:`UserError` on an unknown
+    name or HB size."""
+    if arch is None:
+        if hb not in ("4gb", "8gb"):
+            raise UserError(f"hb: expected 4gb or 8gb, got {hb!r}")
+        arch = arch_preset(f"paper-{hb}")
+    a = arch
     ext = a.ext_gbps * EXT_EFFICIENCY
     base = Platform(name, a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0, a.hb_pj_per_bit,
                     a.ext_pj_per_bit)

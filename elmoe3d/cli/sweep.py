@@ -1,0 +1,89 @@
+"""``elmoe3d sweep``: a design-space sweep on Dask (:mod:`elmoe3d.sw.host.sweep`,
+``docs/sweep.md``).
+
+::
+
+    elmoe3d sweep SPEC [--scheduler tcp://HOST:8786] [--workers N] [--out DIR]
+                       [--cache DIR] [--dashboard :PORT] [--no-progress] [--no-plots]
+                       [--check]
+
+``SPEC`` is a YAML or TOML file (:mod:`elmoe3d.sw.host.sweep_spec`): config fields and workload
+axes, grid / random / Latin-hypercube sampling, constraints and tasks. Every point is validated
+before anything runs. Without ``--scheduler`` the points run on an embedded Dask
+``LocalCluster`` of ``--workers`` processes (default: the CPU count; ``0``: in this process,
+serially). The rows are written under ``--out`` (default ``out/sweep-<name>``) as the points
+finish; a rerun with the same spec and folder skips the finished points. At the end:
+``results.parquet``, ``results.csv``, ``results.json``, ``pareto-<model>.png`` per model (when
+the spec has an area task) and ``sweep.json``. ``--check`` only expands and validates the spec
+and prints the point count.
+
+Exit status: 0 when every point finished without an error; 1 when some point recorded an error
+(the table has it in ``error``; the last lines name the first few); 2 for a bad spec or option
+(one line naming the spec file, the point and the field).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UserError
+
+
+def configure(parser):
+    parser.add_argument("spec", type=Path, help="the sweep spec (.yaml, .yml or .toml)")
+    parser.add_argument("--scheduler", metavar="tcp://HOST:8786", default=None,
+                        help="a running Dask scheduler (dask-ssh, dask-jobqueue, dask "
+                             "scheduler); default: an embedded LocalCluster")
+    parser.add_argument("--workers", metavar="N", type=int, default=None,
+                        help="LocalCluster worker processes (default: CPU count; 0: run the "
+                             "points in this process)")
+    parser.add_argument("--out", metavar="DIR", type=Path, default=None,
+                        help="out folder (default: out/sweep-<spec name>); a rerun resumes it")
+    parser.add_argument("--cache", metavar="DIR", type=Path, default=None,
+                        help="cache the workers share: Yosys runs, area roll-ups, Verilator "
+                             "builds (default: $ELMOE3D_CACHE, else ~/.cache/elmoe3d)")
+    parser.add_argument("--dashboard", metavar=":PORT", default=":8787",
+                        help="the LocalCluster's dashboard address (default :8787; another "
+                             "port if taken)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-plots", action="store_true", help="no Pareto plots")
+    parser.add_argument("--check", action="store_true",
+                        help="expand and validate the spec, print the point count, run nothing")
+
+
+def run(args) -> int:
+    from ..sw.host.sweep import run_sweep
+    from ..sw.host.sweep_spec import expand, load_spec
+    from .outputs import report_console
+    if args.workers is not None and args.workers < 0:
+        raise UserError(f"--workers: expected a number >= 0, got {args.workers}")
+    if args.scheduler and args.workers is not None:
+        raise UserError("--scheduler and --workers exclude each other (the cluster has its "
+                        "own workers)")
+    spec = load_spec(args.spec)
+    console = report_console(110)
+    say = console.print
+    if args.check:
+        points = expand(spec)
+        tasks = {k: sum(1 for p in points if p.tasks.get(k))
+                 for k in ("perf", "area", "timing", "rtl")}
+        say(f"{args.spec}: {len(points)} valid points (sampling {spec.sampling}, seed "
+            f"{spec.seed}); tasks: " + ", ".join(f"{k} {v}" for k, v in tasks.items()))
+        return 0
+    out = args.out or Path("out") / f"sweep-{spec.name}"
+    res = run_sweep(spec, out, scheduler=args.scheduler, workers=args.workers,
+                    cache_dir=args.cache, progress=not args.no_progress,
+                    dashboard=args.dashboard, plots=not args.no_plots,
+                    say=lambda m: say(m, markup=False))
+    rate = res.ran / res.seconds if res.seconds > 0 and res.ran else 0.0
+    say(f"sweep {spec.name}: {res.points} points, {res.ran} run ({rate:,.1f} points/s on "
+        f"{res.workers or 'no'} Dask worker(s)), {res.skipped} finished before, {res.errors} "
+        f"with an error", markup=False)
+    for kind, path in res.files.items():
+        say(f"  {kind}: {path}", markup=False)
+    if res.errors:
+        bad = [r for r in res.rows if r.get("error")][:3]
+        for r in bad:
+            say(f"error at point {r['point']}: {r['error']}", markup=False)
+        return 1
+    return 0

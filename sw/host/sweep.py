@@ -1,0 +1,364 @@
+"""Design-space sweeps on Dask (issue 27, ``docs/sweep.md``): a spec's points run as Dask tasks
+on an embedded :class:`distributed.LocalCluster` or on a cluster's scheduler, their rows
+written as they finish, resumable, consolidated into Parquet, CSV and JSON, with Pareto plots.
+
+* :func:`run_sweep` -- expand and validate the spec (:func:`~.sweep_spec.expand`; nothing runs
+  if a point is invalid), skip the points whose row is already in the out folder (a rerun, keyed
+  by the point's id), submit one task a point (:func:`~.sweep_tasks.run_point`, or ``task``),
+  write each row as it arrives, then the consolidated tables and the plots.
+* Faults: a worker that dies mid-task loses nothing: the scheduler reruns its tasks on another
+  worker (``distributed.scheduler.allowed-failures``, default 3); a task that raises inside a
+  point records its error in the row (``error``) and the sweep goes on. A point whose row has an
+  error runs again on a rerun; a finished one does not.
+* ``workers=0`` runs the points in this process, one after the other (the serial reference the
+  tests and ``make bench`` compare Dask runs with).
+
+Out folder::
+
+    OUT/points/<id>.json     one row per finished point (written atomically as it finishes)
+    OUT/results.parquet      every row of the spec's points, by point index (pyarrow)
+    OUT/results.csv          the same
+    OUT/results.json         the same, a list of objects
+    OUT/pareto-<model>.png   tokens/s and tokens/J against die mm2 (points with an area)
+    OUT/sweep.json           the spec's name, seed, counts, workers, dashboard, seconds
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...errors import UserError
+from .sweep_spec import Point, SweepSpec, expand, load_spec
+from .sweep_tasks import META_COLUMNS, RESULT_COLUMNS, default_cache_dir, run_point
+
+
+__all__ = ["run_sweep", "run_chunk", "auto_chunk", "MAX_CHUNK", "SweepRun", "ResultStore", "consolidate", "pareto_front",
+           "pareto_plots", "comparable", "local_cluster"]
+
+
+class ResultStore:
+    """The out folder's per-point rows (``points/<id>.json``): :meth:`put` writes one
+    atomically, :meth:`get` reads one back (``None`` if absent or damaged)."""
+
+    def __init__(self, out_dir):
+        self.out = Path(out_dir).resolve()
+        self.points = self.out / "points"
+        self.points.mkdir(parents=True, exist_ok=True)
+
+    def path(self, pid: str) -> Path:
+        return self.points / f"{pid}.json"
+
+    def get(self, pid: str):
+        try:
+            return json.loads(self.path(pid).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def done(self, pid: str) -> bool:
+        """A row without an error is finished (a rerun skips it)."""
+        row = self.get(pid)
+        return row is not None and not row.get("error")
+
+    def put(self, row: dict) -> None:
+        p = self.path(row["id"])
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(row, default=_json_default))
+        tmp.replace(p)
+
+
+def _json_default(v):
+    if hasattr(v, "item"):
+        return v.item()
+    return str(v)
+
+
+@dataclass
+class SweepRun:
+    """What :func:`run_sweep` did: ``points`` (all of the spec's), ``skipped`` (finished
+    before, not run again), ``ran`` (submitted this time), ``errors`` (rows with an error),
+    ``rows`` (every point's row, by index), ``workers``, ``dashboard`` (the Dask dashboard's
+    address, ``None`` in-process), ``seconds`` (wall, the points' phase), ``files`` (what was
+    written)."""
+
+    points: int
+    skipped: int
+    ran: int
+    errors: int
+    rows: list
+    workers: int
+    dashboard: str | None
+    seconds: float
+    files: dict = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def local_cluster(workers: int, *, dashboard: str | None = ":8787"):
+    """A :class:`distributed.Client` on an embedded ``LocalCluster`` of ``workers`` worker
+    processes, one thread each (the perf model, Yosys and Verilator are CPU-bound); closed on
+    exit."""
+    import logging
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                      dashboard_address=dashboard, silence_logs=logging.ERROR) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def _progress(enabled, total, label):
+    """A rich progress bar (or a no-op) with ``advance()``."""
+    if not enabled or total == 0:
+        class _Null:
+            def advance(self, n=1):
+                pass
+        yield _Null()
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn()) as bar:
+        tid = bar.add_task(label, total=total)
+
+        class _Bar:
+            def advance(self, n=1):
+                bar.advance(tid, n)
+        yield _Bar()
+
+
+_progress = contextlib.contextmanager(_progress)
+
+
+def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | None = None,
+              cache_dir=None, progress: bool = True, task=None, retries: int = 0,
+              dashboard: str | None = ":8787", plots: bool = True, say=print,
+              chunk: int | None = None) -> SweepRun:
+    """Run the sweep ``spec`` (a :class:`~.sweep_spec.SweepSpec` or a spec file) into
+    ``out_dir``.
+
+    ``scheduler``: a Dask scheduler address (``tcp://HOST:8786``); else an embedded
+    ``LocalCluster`` of ``workers`` processes (default: the CPU count); ``workers=0`` runs in
+    this process. ``cache_dir``: the cache the workers share (default
+    :func:`~.sweep_tasks.default_cache_dir`; on a cluster a shared filesystem path).
+    ``task``: the function a point runs (default :func:`~.sweep_tasks.run_point`), called as
+    ``task(point, cache_dir)``. ``retries``: Dask retries of a task that raises (run_point
+    does not raise; a dead worker's tasks are rerun by the scheduler whatever this says).
+    ``chunk``: points a Dask task runs (default :func:`auto_chunk`).
+    ``say`` prints the seed, the counts and the dashboard address.
+
+    Returns a :class:`SweepRun`. Raises :class:`UserError` for an invalid spec or point, an
+    unreachable scheduler or an out folder that cannot be written."""
+    if not isinstance(spec, SweepSpec):
+        spec = load_spec(spec)
+    points = expand(spec)
+    cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
+    task = task or run_point
+    try:
+        store = ResultStore(out_dir)
+    except OSError as exc:
+        raise UserError(f"{out_dir}: cannot write the out folder ({exc.strerror})") from None
+    todo = [p for p in points if not store.done(p.id)]
+    skipped = len(points) - len(todo)
+    say(f"sweep {spec.name}: {len(points)} points ({skipped} finished before, {len(todo)} to "
+        f"run), sampling {spec.sampling}, seed {spec.seed}, cache {cache}")
+    dash = None
+    start = time.perf_counter()
+    n_workers = 0
+    if todo and (scheduler or workers != 0):
+        from distributed import Client, as_completed
+        if scheduler:
+            try:
+                ctx = Client(scheduler, timeout="20s")
+            except (OSError, TimeoutError) as exc:
+                raise UserError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+        else:
+            n = workers if workers is not None else (os.cpu_count() or 1)
+            ctx = local_cluster(n, dashboard=dashboard)
+        with ctx as client:
+            n_workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+            dash = client.dashboard_link
+            say(f"dask: {n_workers} worker(s), scheduler {client.scheduler.address}, dashboard "
+                f"{dash}")
+            try:
+                client.run(_warm_up)                # imports, so the rate counts the points
+            except Exception as exc:                # a worker without the package, say
+                raise UserError(f"dask workers cannot import elmoe3d's sweep tasks "
+                                f"({type(exc).__name__}: {exc}); see docs/sweep.md") from None
+            start = time.perf_counter()
+            size = chunk or auto_chunk(todo, n_workers)
+            chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+            futures = [client.submit(run_chunk, task, c, str(cache),
+                                     key=f"points-{c[0].index}-{c[-1].index}-{c[0].id}",
+                                     pure=False, retries=retries) for c in chunks]
+            with _progress(progress, len(todo), f"sweep {spec.name}") as bar:
+                for batch in as_completed(futures, with_results=True).batches():
+                    for _, rows in batch:
+                        for row in rows:
+                            store.put(row)
+                        bar.advance(len(rows))
+            del futures
+    elif todo:
+        with _progress(progress, len(todo), f"sweep {spec.name}") as bar:
+            for p in todo:
+                store.put(task(p, str(cache)))
+                bar.advance()
+    seconds = time.perf_counter() - start
+    rows = [store.get(p.id) for p in points]
+    missing = [p.index for p, r in zip(points, rows) if r is None]
+    if missing:
+        raise UserError(f"{store.out}: rows of point(s) {missing[:5]} are missing after the run")
+    files = consolidate(rows, store.out)
+    if plots:
+        files.update(pareto_plots(rows, store.out))
+    errors = sum(1 for r in rows if r.get("error"))
+    run = SweepRun(points=len(points), skipped=skipped, ran=len(todo), errors=errors,
+                   rows=rows, workers=n_workers, dashboard=dash, seconds=seconds, files=files)
+    (store.out / "sweep.json").write_text(json.dumps(
+        {"name": spec.name, "spec": spec.path, "spec_sha256": spec.text_hash,
+         "seed": spec.seed, "sampling": spec.sampling, "points": run.points,
+         "skipped": run.skipped, "ran": run.ran, "errors": run.errors, "workers": n_workers,
+         "dashboard": dash, "seconds": seconds,
+         "files": {k: str(v) for k, v in files.items()}}, indent=1))
+    return run
+
+
+#: Most points a Dask task runs (perf-only points take milliseconds: one task a point would
+#: be mostly Dask's own overhead).
+MAX_CHUNK = 16
+
+
+def auto_chunk(points, workers: int) -> int:
+    """Points a task runs: 1 when any point has an area or RTL task (minutes each), else
+    enough for about 8 tasks a worker, at most :data:`MAX_CHUNK`."""
+    if any(p.tasks.get("area") or p.tasks.get("rtl") for p in points):
+        return 1
+    return max(1, min(MAX_CHUNK, len(points) // (8 * max(1, workers))))
+
+
+def run_chunk(task, points, cache_dir) -> list:
+    """One Dask task: ``task(point, cache_dir)`` for each of ``points``; their rows."""
+    return [task(p, cache_dir) for p in points]
+
+
+def _warm_up():
+    """Import what a point's perf task needs (run once on every worker before the clock)."""
+    from . import paper_eval, sweep_tasks  # noqa: F401
+    return os.getpid()
+
+
+# == tables =========================================================================================
+
+def _columns(rows) -> list:
+    first = ["point", "id", "base"]
+    seen = list(first)
+    for r in rows:
+        for k in r:
+            if k not in seen and k not in RESULT_COLUMNS and k not in META_COLUMNS:
+                seen.append(k)
+    present = {k for r in rows for k in r}
+    return seen + [c for c in RESULT_COLUMNS if c in present or c == "error"] \
+        + [c for c in META_COLUMNS if c in present] \
+        + sorted(present - set(seen) - set(RESULT_COLUMNS) - set(META_COLUMNS))
+
+
+def consolidate(rows, out_dir) -> dict:
+    """Write ``rows`` (dicts, by point index) as ``results.parquet`` (pyarrow; one column per
+    key, missing values null), ``results.csv`` and ``results.json`` in ``out_dir``; returns
+    ``{"parquet", "csv", "json"}`` -> path."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+    out = Path(out_dir)
+    cols = _columns(rows)
+    data = {c: [r.get(c) for r in rows] for c in cols}
+    arrays = {}
+    for c, vals in data.items():
+        kinds = {type(v) for v in vals if v is not None}
+        if kinds <= {int, float} and float in kinds:
+            vals = [None if v is None else float(v) for v in vals]
+        elif len(kinds) > 1:
+            vals = [None if v is None else str(v) for v in vals]
+        arrays[c] = pa.array(vals)
+    table = pa.table(arrays)
+    files = {"parquet": out / "results.parquet", "csv": out / "results.csv",
+             "json": out / "results.json"}
+    for kind, path in files.items():
+        tmp = path.with_name(f".{path.name}.tmp")
+        if kind == "parquet":
+            pq.write_table(table, tmp)
+        elif kind == "csv":
+            pcsv.write_csv(table, tmp)
+        else:
+            tmp.write_text(json.dumps([{c: r.get(c) for c in cols} for r in rows], indent=1,
+                                      default=_json_default))
+        tmp.replace(path)
+    return files
+
+
+def comparable(rows) -> list:
+    """``rows`` without the columns that depend on where and when they ran
+    (:data:`~.sweep_tasks.META_COLUMNS`), by point index: what a serial and a Dask run of the
+    same spec must agree on exactly."""
+    return sorted(({k: v for k, v in r.items() if k not in META_COLUMNS} for r in rows),
+                  key=lambda r: r["point"])
+
+
+# == Pareto =========================================================================================
+
+def pareto_front(xs, ys) -> list:
+    """Indices of the points no other point dominates when ``x`` (cost, e.g. mm2) is to be
+    small and ``y`` (benefit) large, sorted by ``x``."""
+    order = sorted(range(len(xs)), key=lambda i: (xs[i], -ys[i]))
+    front, best = [], float("-inf")
+    for i in order:
+        if ys[i] > best:
+            front.append(i)
+            best = ys[i]
+    return front
+
+
+def pareto_plots(rows, out_dir) -> dict:
+    """Per model, ``pareto-<model>.png``: tokens/s and tokens/J against die mm2 of every point
+    with both an area and perf figures, the Pareto front of each drawn as a line. Returns
+    ``{"pareto:<model>": path}`` (nothing for a sweep without areas)."""
+    pts = [r for r in rows if not r.get("error") and r.get("die_mm2") is not None
+           and r.get("tokens_per_s") is not None]
+    if not pts:
+        return {}
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    files = {}
+    for model in sorted({r["model"] for r in pts}):
+        mine = [r for r in pts if r["model"] == model]
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+        for ax, key, label in ((axes[0], "tokens_per_s", "tokens/s"),
+                               (axes[1], "tokens_per_j", "tokens/J (HB + EXT access energy)")):
+            good = [r for r in mine if r.get(key) is not None]
+            xs = [r["die_mm2"] for r in good]
+            ys = [r[key] for r in good]
+            schemes = sorted({r["scheme"] for r in good})
+            for s in schemes:
+                sel = [i for i, r in enumerate(good) if r["scheme"] == s]
+                ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], s=14, alpha=0.7,
+                           label=s)
+            front = pareto_front(xs, ys)
+            ax.plot([xs[i] for i in front], [ys[i] for i in front], "k-", lw=1,
+                    label="Pareto front")
+            ax.set_xlabel("logic die area (mm²)")
+            ax.set_ylabel(label)
+            ax.set_yscale("log")
+            ax.legend(fontsize=7)
+            ax.grid(alpha=0.3)
+        fig.suptitle(f"{model}: {len(mine)} points")
+        fig.tight_layout()
+        path = Path(out_dir) / f"pareto-{model}.png"
+        tmp = path.with_name(f".{path.stem}.tmp.png")
+        fig.savefig(tmp, dpi=90)
+        plt.close(fig)
+        tmp.replace(path)
+        files[f"pareto:{model}"] = path
+    return files

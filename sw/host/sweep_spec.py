@@ -1,0 +1,580 @@
+"""The spec of a design-space sweep (``elmoe3d sweep SPEC``, ``docs/sweep.md``): axes, sampling,
+constraints and tasks, read from YAML or TOML and expanded into validated points.
+
+A spec (YAML shown; TOML has the same keys)::
+
+    name: pes-and-hb               # for reports (default: the file's stem)
+    seed: 7                        # random / lhs sampling (default 0); printed
+    base: paper-4gb                # the ArchConfig preset the config axes override
+                                   # (default: paper-<hb> of the point's hb axis)
+    sampling: grid                 # grid | random | lhs (Latin hypercube) over the config axes
+    samples: 16                    # random / lhs: how many config points
+    config:                        # ArchConfig / TileConfig fields (tile.rows, tile.lanes)
+      pes: [16, 32]                #   a list: grid values, or choices when sampled
+      wmem_bytes: {min: 16384, max: 65536}     # a range: random / lhs only (log: true)
+    workload:                      # always a full grid, crossed with every config point
+      model: [qwen3-30b-a3b, gpt-oss-20b]
+      batch: [1, 16]
+      scheme: [ar, elastic]        # ar, eagle, slm, quant, elastic
+      depth: [7]                   # SD tree (default 7 x 6, paper_eval.TREE)
+      width: [6]
+      hb: [4gb, 8gb]               # the base preset paper-<hb> when `base` is not given
+    constraints:                   # expressions over the point's fields; false drops it
+      - "pes % pes_per_group == 0 and hb_bank_bytes * pes <= 8 * 2**30"
+    tasks:
+      perf: true                   # the whole-decoder perf model (default true)
+      area: false                  # die area roll-up (Yosys): true, false or an expression
+      timing: false                # the roll-up's worst register-to-register path (needs area)
+      rtl: "pes == 16"             # the tensor tile's cocotb + Verilator bench on these points
+      rtl_beats: 256               # length of the RTL throughput GEMM (beats)
+
+Every point is validated before anything runs (:func:`expand`): an unknown field or section, a
+value of the wrong type, a configuration :class:`~elmoe3d.config.ArchConfig` rejects (or, for
+points with an area or RTL task, whose PE geometry it rejects), an unknown model or scheme, a
+constraint that does not parse or names an unknown field: each is a one-line
+:class:`~elmoe3d.errors.UserError` naming the spec file, the field and the point.
+
+Constraints and task expressions are a small expression language checked with :mod:`ast`
+(:func:`compile_expr`), never ``eval``: numbers, strings, booleans, field names (``tile.rows``
+included), ``+ - * / // % **`` (exponents at most 64), comparisons (chained, ``in``, ``not
+in`` a list), ``and``, ``or``, ``not``, ``min``, ``max``, ``abs``.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import itertools
+import json
+import math
+import operator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ...config import ArchConfig, ConfigError, TileConfig, preset
+from ...errors import UserError
+
+
+__all__ = ["SweepSpec", "Point", "load_spec", "parse_spec", "expand", "compile_expr",
+           "CONFIG_FIELDS", "WORKLOAD_FIELDS", "SAMPLINGS", "SPEC_VERSION"]
+
+#: Bumped when a point's results change meaning (part of every point's id).
+SPEC_VERSION = 1
+#: Sampling methods of the config axes.
+SAMPLINGS = ("grid", "random", "lhs")
+#: Config fields a spec may sweep: every scalar ArchConfig field and the tile's shape.
+CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ArchConfig)
+                      if f.name not in ("name", "tile", "hb", "ext", "iomem_split")) \
+    + tuple(f"tile.{f.name}" for f in dataclasses.fields(TileConfig))
+#: Workload axes and their defaults (``None``: derived per point, see :func:`expand`).
+WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic", "depth": 7, "width": 6,
+                   "hb": "4gb", "alpha": None, "context": 1024}
+_TOP_KEYS = ("name", "seed", "base", "sampling", "samples", "config", "workload",
+             "constraints", "tasks")
+_TASK_KEYS = {"perf": True, "area": False, "timing": False, "rtl": False, "rtl_beats": 256}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of a sweep: ``index`` (its place in the spec's expansion), ``id`` (a hash of
+    its fields and tasks: what a rerun finds finished), ``config`` (the swept config fields),
+    ``workload``, ``tasks`` (``perf``, ``area``, ``timing``, ``rtl``: bools; ``rtl_beats``),
+    ``base`` (the preset the config overrides) and ``seed`` (the RTL bench's)."""
+
+    index: int
+    id: str
+    base: str
+    config: dict
+    workload: dict
+    tasks: dict
+    seed: int
+
+    def arch(self) -> ArchConfig:
+        """The point's :class:`ArchConfig` (``base`` with the config fields replaced); raises
+        :class:`~elmoe3d.config.ConfigError` naming the field."""
+        return build_arch(self.base, self.config)
+
+    def fields(self) -> dict:
+        """Every named field of the point (config and workload), as constraints see them."""
+        return {**self.config, **self.workload}
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.fields().items())
+
+
+@dataclass
+class SweepSpec:
+    """A parsed spec (module docstring); ``path`` is the file it came from, for errors."""
+
+    path: str
+    name: str
+    seed: int
+    base: str | None
+    sampling: str
+    samples: int | None
+    config: dict
+    workload: dict
+    constraints: list
+    tasks: dict
+    text_hash: str = ""
+    raw: dict = field(default_factory=dict)
+
+
+def build_arch(base: str, config: dict) -> ArchConfig:
+    """``preset(base)`` with the dotted ``config`` fields replaced (``tile.rows`` in the
+    tile); raises :class:`~elmoe3d.config.ConfigError` naming the field."""
+    arch = preset(base)
+    tile = {k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("tile.")}
+    top = {k: v for k, v in config.items() if not k.startswith("tile.")}
+    if tile:
+        top["tile"] = dataclasses.replace(arch.tile, **tile)
+    # the DRAM rows are derived from the capacities again (a preset's are already set)
+    top["hb"] = dataclasses.replace(arch.hb, rows=None)
+    top["ext"] = dataclasses.replace(arch.ext, rows=None)
+    # keep the preset's name: results name the base they came from
+    return dataclasses.replace(arch, **top)
+
+
+# == the expression language ======================================================================
+
+_BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
+           ast.Pow: operator.pow}
+_CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
+           ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+           ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_FUNCS = {"min": min, "max": max, "abs": abs}
+_MAX_EXPONENT = 64
+
+
+class ExprError(ValueError):
+    """An expression does not parse, uses what the language has not, or names an unknown
+    field; the message says which."""
+
+
+def _name_of(node):
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return None
+
+
+def compile_expr(text: str, names) -> "callable":
+    """Check ``text`` against the expression language (module docstring) and the field
+    ``names`` it may use; return ``fn(fields: dict) -> value``. Raises :class:`ExprError`."""
+    if not isinstance(text, str) or not text.strip():
+        raise ExprError(f"expected an expression (a string), got {text!r}")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExprError(f"{text!r} does not parse ({exc.msg})") from None
+    names = set(names)
+
+    def check(node):
+        if isinstance(node, ast.Expression):
+            return check(node.body)
+        if isinstance(node, ast.Constant):
+            if not isinstance(node.value, (int, float, str, bool)):
+                raise ExprError(f"{text!r}: constant {node.value!r} is not allowed")
+            return
+        name = _name_of(node)
+        if name is not None:
+            if name in ("true", "false", "True", "False"):
+                return
+            if name not in names:
+                raise ExprError(f"{text!r}: unknown field {name!r}; known: "
+                                f"{', '.join(sorted(names))}")
+            return
+        if isinstance(node, ast.BoolOp):
+            for v in node.values:
+                check(v)
+            return
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)):
+            return check(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            check(node.left)
+            check(node.right)
+            return
+        if isinstance(node, ast.Compare) and all(type(o) in _CMPOPS for o in node.ops):
+            check(node.left)
+            for c in node.comparators:
+                check(c)
+            return
+        if isinstance(node, (ast.List, ast.Tuple)):
+            for e in node.elts:
+                check(e)
+            return
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in _FUNCS and not node.keywords):
+            for a in node.args:
+                check(a)
+            return
+        raise ExprError(f"{text!r}: {type(node).__name__} is not allowed (only numbers, "
+                        f"fields, arithmetic, comparisons, and/or/not, min/max/abs)")
+
+    check(tree)
+
+    def ev(node, env):
+        if isinstance(node, ast.Expression):
+            return ev(node.body, env)
+        if isinstance(node, ast.Constant):
+            return node.value
+        name = _name_of(node)
+        if name is not None:
+            if name in ("true", "True"):
+                return True
+            if name in ("false", "False"):
+                return False
+            return env.get(name)
+        if isinstance(node, ast.BoolOp):
+            if isinstance(node.op, ast.And):
+                out = True
+                for v in node.values:
+                    out = ev(v, env)
+                    if not out:
+                        return out
+                return out
+            out = False
+            for v in node.values:
+                out = ev(v, env)
+                if out:
+                    return out
+            return out
+        if isinstance(node, ast.UnaryOp):
+            v = ev(node.operand, env)
+            return (not v) if isinstance(node.op, ast.Not) else (-v if isinstance(
+                node.op, ast.USub) else +v)
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left, env), ev(node.right, env)
+            if isinstance(node.op, ast.Pow) and isinstance(b, (int, float)) \
+                    and abs(b) > _MAX_EXPONENT:
+                raise ExprError(f"{text!r}: exponent {b} is larger than {_MAX_EXPONENT}")
+            return _BINOPS[type(node.op)](a, b)
+        if isinstance(node, ast.Compare):
+            left = ev(node.left, env)
+            for op, c in zip(node.ops, node.comparators):
+                right = ev(c, env)
+                if not _CMPOPS[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [ev(e, env) for e in node.elts]
+        if isinstance(node, ast.Call):
+            return _FUNCS[node.func.id](*[ev(a, env) for a in node.args])
+        raise ExprError(f"{text!r}: cannot evaluate {type(node).__name__}")   # pragma: no cover
+
+    def fn(fields: dict):
+        try:
+            return ev(tree, fields)
+        except ExprError:
+            raise
+        except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
+            raise ExprError(f"{text!r}: {exc}") from None
+    fn.text = text
+    return fn
+
+
+# == reading a spec ================================================================================
+
+def load_spec(path) -> SweepSpec:
+    """Read and check a spec file (``.yaml``, ``.yml`` or ``.toml``); raises
+    :class:`UserError` naming the file (and the line, for a file that does not parse)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the spec ({exc.strerror})") from None
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        import tomllib
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UserError(f"{path}: not TOML ({exc})") from None
+    elif suffix in (".yaml", ".yml"):
+        import yaml
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f", line {mark.line + 1}" if mark is not None else ""
+            raise UserError(f"{path}{where}: not YAML ({getattr(exc, 'problem', None) or exc})") \
+                from None
+    else:
+        raise UserError(f"{path}: expected a .yaml, .yml or .toml spec, got {suffix or 'no suffix'!r}")
+    return parse_spec(raw, path=str(path), text=text)
+
+
+def _axis(spec_path, section, name, value, sampling):
+    """An axis: a non-empty list, or a ``{min, max[, log]}`` range (sampled only)."""
+    where = f"{spec_path}: {section}.{name}"
+    if isinstance(value, list):
+        if not value:
+            raise UserError(f"{where}: expected a non-empty list of values")
+        for v in value:
+            if isinstance(v, (dict, list)):
+                raise UserError(f"{where}: expected plain values, got {v!r}")
+        return {"values": list(value)}
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"min", "max", "log"})
+        if unknown or "min" not in value or "max" not in value:
+            raise UserError(f"{where}: a range is {{min, max}} with an optional log: true, "
+                            f"got {value!r}")
+        lo, hi = value["min"], value["max"]
+        for bound in (lo, hi):
+            if not isinstance(bound, (int, float)) or isinstance(bound, bool):
+                raise UserError(f"{where}: range bounds must be numbers, got {bound!r}")
+        if lo > hi:
+            raise UserError(f"{where}: min {lo} is larger than max {hi}")
+        log = value.get("log", False)
+        if not isinstance(log, bool) or (log and lo <= 0):
+            raise UserError(f"{where}: log must be true or false, and needs min > 0")
+        if section == "workload" or sampling == "grid":
+            raise UserError(f"{where}: a range needs sampling random or lhs over the config "
+                            f"axes (workload axes and grids take lists)")
+        return {"min": lo, "max": hi, "log": log,
+                "int": isinstance(lo, int) and isinstance(hi, int)}
+    return {"values": [value]}                      # a single value
+
+
+def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
+    """Check the structure of a spec already read into ``raw`` (a dict): sections, field
+    names, axis forms, sampling, tasks, the expressions' syntax and names. Raises
+    :class:`UserError` naming ``path`` and the key."""
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: expected a table of sections ({', '.join(_TOP_KEYS)})")
+    unknown = sorted(set(raw) - set(_TOP_KEYS))
+    if unknown:
+        raise UserError(f"{path}: unknown section {unknown[0]!r}; known: {', '.join(_TOP_KEYS)}")
+    sampling = raw.get("sampling", "grid")
+    if sampling not in SAMPLINGS:
+        raise UserError(f"{path}: sampling: expected one of {', '.join(SAMPLINGS)}, got "
+                        f"{sampling!r}")
+    samples = raw.get("samples")
+    if sampling == "grid":
+        if samples is not None:
+            raise UserError(f"{path}: samples: only with sampling random or lhs")
+    elif not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        raise UserError(f"{path}: samples: sampling {sampling} needs a positive integer, got "
+                        f"{samples!r}")
+    seed = raw.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise UserError(f"{path}: seed: expected a non-negative integer, got {seed!r}")
+    base = raw.get("base")
+    if base is not None:
+        try:
+            preset(base)
+        except ConfigError as exc:
+            raise UserError(f"{path}: base: {exc}") from None
+    name = raw.get("name", Path(path).stem)
+    config, workload = {}, {}
+    for section, known, out in (("config", CONFIG_FIELDS, config),
+                                ("workload", tuple(WORKLOAD_FIELDS), workload)):
+        body = raw.get(section, {}) or {}
+        if not isinstance(body, dict):
+            raise UserError(f"{path}: {section}: expected a table of fields")
+        for key, value in body.items():
+            if section == "config" and key == "tile" and isinstance(value, dict):
+                items = [(f"tile.{k}", v) for k, v in value.items()]
+            else:
+                items = [(key, value)]
+            for k, v in items:
+                if k not in known:
+                    raise UserError(f"{path}: {section}: unknown field {k!r}; known: "
+                                    f"{', '.join(known)}")
+                out[k] = _axis(path, section, k, v, sampling)
+    if "model" not in workload:
+        raise UserError(f"{path}: workload.model: expected at least one model preset")
+    if base is not None and "hb" in workload:
+        raise UserError(f"{path}: workload.hb: picks the base preset paper-<hb>; give it or "
+                        f"base, not both")
+    names = list(config) + list(WORKLOAD_FIELDS) + [f for f in CONFIG_FIELDS if f not in config]
+    constraints = raw.get("constraints", []) or []
+    if isinstance(constraints, str):
+        constraints = [constraints]
+    if not isinstance(constraints, list):
+        raise UserError(f"{path}: constraints: expected a list of expressions")
+    compiled = []
+    for i, c in enumerate(constraints):
+        try:
+            compiled.append(compile_expr(c, names))
+        except ExprError as exc:
+            raise UserError(f"{path}: constraints[{i}]: {exc}") from None
+    tasks_raw = raw.get("tasks", {}) or {}
+    if not isinstance(tasks_raw, dict):
+        raise UserError(f"{path}: tasks: expected a table ({', '.join(_TASK_KEYS)})")
+    unknown = sorted(set(tasks_raw) - set(_TASK_KEYS))
+    if unknown:
+        raise UserError(f"{path}: tasks: unknown task {unknown[0]!r}; known: "
+                        f"{', '.join(_TASK_KEYS)}")
+    tasks = {}
+    for key, default in _TASK_KEYS.items():
+        v = tasks_raw.get(key, default)
+        if key == "rtl_beats":
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise UserError(f"{path}: tasks.rtl_beats: expected a positive integer, got "
+                                f"{v!r}")
+            tasks[key] = v
+        elif key == "perf":
+            if not isinstance(v, bool):
+                raise UserError(f"{path}: tasks.perf: expected true or false, got {v!r}")
+            tasks[key] = v
+        elif isinstance(v, bool):
+            tasks[key] = v
+        else:
+            try:
+                tasks[key] = compile_expr(v, names)
+            except ExprError as exc:
+                raise UserError(f"{path}: tasks.{key}: {exc}") from None
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16] if text else ""
+    return SweepSpec(path=path, name=str(name), seed=seed, base=base, sampling=sampling,
+                     samples=samples, config=config, workload=workload,
+                     constraints=compiled, tasks=tasks, text_hash=digest, raw=raw)
+
+
+# == expansion =====================================================================================
+
+def _sample(axis, u):
+    """The value of ``axis`` at the unit-interval coordinate ``u``."""
+    if "values" in axis:
+        vals = axis["values"]
+        return vals[min(int(u * len(vals)), len(vals) - 1)]
+    lo, hi = axis["min"], axis["max"]
+    if axis["log"]:
+        x = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+    else:
+        x = lo + u * (hi - lo)
+    if axis["int"]:
+        return int(min(max(round(x), lo), hi))
+    return float(x)
+
+
+def _config_points(spec: SweepSpec) -> list:
+    names = list(spec.config)
+    if not names:
+        return [{}]
+    if spec.sampling == "grid":
+        return [dict(zip(names, combo))
+                for combo in itertools.product(*(spec.config[n]["values"] for n in names))]
+    rng = np.random.default_rng(spec.seed)
+    n = spec.samples
+    if spec.sampling == "random":
+        u = rng.random((n, len(names)))
+    else:                                           # Latin hypercube: one sample a stratum
+        u = np.empty((n, len(names)))
+        for j in range(len(names)):
+            u[:, j] = (rng.permutation(n) + rng.random(n)) / n
+    return [{name: _native(_sample(spec.config[name], u[i, j]))
+             for j, name in enumerate(names)} for i in range(n)]
+
+
+def _native(v):
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def point_id(base, config, workload, tasks, seed) -> str:
+    """A point's id: SHA-256 (16 hex digits) of everything its results depend on."""
+    body = json.dumps({"v": SPEC_VERSION, "base": base, "config": config,
+                       "workload": workload, "tasks": tasks, "seed": seed},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _check_workload(w):
+    """Check one point's workload values; raise ``(field, message)`` as a ValueError."""
+    from .decoder import DECODER_SHAPES
+    from .paper_eval import SCHEMES, TABLE3_4GB, ZIPF
+    if w["model"] not in DECODER_SHAPES or w["model"] not in ZIPF:
+        raise ValueError("model", f"expected one of {', '.join(m for m in DECODER_SHAPES if m in ZIPF)}"
+                         f", got {w['model']!r}")
+    if w["scheme"] not in ("ar",) + SCHEMES:
+        raise ValueError("scheme", f"expected one of ar, {', '.join(SCHEMES)}, got "
+                         f"{w['scheme']!r}")
+    for k in ("batch", "depth", "width", "context"):
+        v = w[k]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(k, f"expected a positive integer, got {v!r}")
+    if w["hb"] not in ("4gb", "8gb"):
+        raise ValueError("hb", f"expected 4gb or 8gb, got {w['hb']!r}")
+    a = w["alpha"]
+    if a is not None:
+        if not isinstance(a, (int, float)) or isinstance(a, bool) or not 0 <= a < 1:
+            raise ValueError("alpha", f"expected a rate in [0, 1), got {a!r}")
+    elif w["scheme"] not in ("ar", "elastic") and w["model"] not in TABLE3_4GB:
+        raise ValueError("alpha", f"{w['model']} has no Table 3 alpha for {w['scheme']}: give "
+                         f"workload.alpha")
+
+
+def expand(spec: SweepSpec) -> list:
+    """Every point of ``spec`` (config points x the workload grid), constraints applied,
+    duplicates dropped, each validated; a list of :class:`Point`. Raises :class:`UserError`
+    naming the spec, the point and the field for the first invalid point (nothing runs)."""
+    wnames = list(spec.workload)
+    wgrid = [dict(zip(wnames, combo)) for combo in
+             itertools.product(*(spec.workload[n]["values"] for n in wnames))]
+    points, seen = [], set()
+    for cfg in _config_points(spec):
+        for wl in wgrid:
+            workload = {**WORKLOAD_FIELDS, **wl}
+            base = spec.base or f"paper-{workload['hb']}"
+            label = ", ".join(f"{k}={v}" for k, v in {**cfg, **wl}.items())
+            where = f"{spec.path}: point {len(points)} ({label})"
+            try:
+                arch = build_arch(base, cfg)
+            except ConfigError as exc:
+                raise UserError(f"{where}: {exc}") from None
+            except TypeError as exc:                # dataclasses.replace on a bad name
+                raise UserError(f"{where}: {exc}") from None
+            fields = {f: _field(arch, f) for f in CONFIG_FIELDS}
+            fields.update(workload)
+            keep = True
+            for c in spec.constraints:
+                try:
+                    keep = bool(c(fields))
+                except ExprError as exc:
+                    raise UserError(f"{where}: constraint {exc}") from None
+                if not keep:
+                    break
+            if not keep:
+                continue
+            try:
+                _check_workload(workload)
+            except ValueError as exc:
+                field_name, msg = exc.args
+                raise UserError(f"{where}: {field_name}: {msg}") from None
+            tasks = {}
+            for k, v in spec.tasks.items():
+                if callable(v):
+                    try:
+                        tasks[k] = bool(v(fields))
+                    except ExprError as exc:
+                        raise UserError(f"{where}: tasks.{k}: {exc}") from None
+                else:
+                    tasks[k] = v
+            if tasks["timing"]:
+                tasks["area"] = True
+            if tasks["area"] or tasks["rtl"]:
+                try:
+                    arch.pe                         # the PE must exist to build or synthesise
+                except ConfigError as exc:
+                    raise UserError(f"{where}: {exc} (the PE of an area or RTL task)") from None
+            pid = point_id(base, cfg, workload, tasks, spec.seed)
+            if pid in seen:
+                continue
+            seen.add(pid)
+            points.append(Point(index=len(points), id=pid, base=base, config=dict(cfg),
+                                workload=workload, tasks=tasks, seed=spec.seed))
+    if not points:
+        raise UserError(f"{spec.path}: no point left after the constraints")
+    return points
+
+
+def _field(arch, name):
+    if name.startswith("tile."):
+        return getattr(arch.tile, name.split(".", 1)[1])
+    return getattr(arch, name)

@@ -1,0 +1,263 @@
+"""The tasks of a sweep point (``docs/sweep.md``): each calls the project's own model, flow or
+bench, and returns a flat dict of figures (the columns of the results table).
+
+* :func:`perf_task` -- the whole-decoder model (:mod:`.paper_eval`) of the point's model,
+  batch, scheme and SD tree on ``ours`` built from the point's :class:`~elmoe3d.config.ArchConfig`
+  (:func:`~.paper_eval.platform` with ``arch=``), against the xPU of the same configuration.
+* :func:`area_task` -- the logic die's area roll-up (:mod:`elmoe3d.synth.rollup`: every die
+  block planned, synthesised with Yosys and rolled up as ``elmoe3d synth`` does) and, with
+  ``timing``, the worst register-to-register path of every block (:mod:`elmoe3d.synth.timing`).
+  Two caches in the shared cache directory: Yosys runs under ``synth/`` keyed by the RTLIL
+  (the generated netlist) of each job (:func:`elmoe3d.synth.flow.synthesize`), and whole
+  roll-ups under ``area/`` keyed by :func:`area_key`: the configuration, the generator's
+  sources (``hw/``, ``synth/``: what the Verilog is made from), the Liberty file and the period.
+* :func:`rtl_task` -- the tensor tile's cocotb + Verilator bench (``test_throughput``,
+  :mod:`elmoe3d.sim.bench_tile`) on the point's tile shape: accepted beats per cycle and
+  bit-exact comparisons; builds are cached under ``verilator/`` keyed by the Verilog's hash
+  (:func:`elmoe3d.sim.runner.build`).
+
+:func:`run_point` runs a point's tasks and never raises: a task that raises is recorded as
+``error`` beside the point (``"<task>: <Exception>: <message>"``) and the sweep goes on. Every
+path is absolute (the cache directory is given): a Dask worker's current folder does not matter.
+
+This module imports neither Amaranth nor cocotb at module level (the host layer's contract).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+
+from .sweep_spec import Point
+
+
+__all__ = ["perf_task", "area_task", "rtl_task", "run_point", "area_key", "RESULT_COLUMNS",
+           "META_COLUMNS", "default_cache_dir", "CACHE_ENV"]
+
+#: Environment variable naming the cache directory workers share (else ~/.cache/elmoe3d).
+CACHE_ENV = "ELMOE3D_CACHE"
+#: Columns that depend on where and when a point ran, not on the point: left out when two
+#: runs' results are compared.
+META_COLUMNS = ("seconds", "worker", "pid", "area_cached", "rtl_built")
+#: The figures of the tasks, in table order (a point without a task has them empty).
+RESULT_COLUMNS = (
+    "tokens_per_s", "tokens_per_j", "pj_per_token", "mode", "phi_ar", "phi_sd", "alpha",
+    "sd_tokens", "xpu_ms_token", "ar_ms_token", "sd_ms_token", "ar_pj_token", "sd_pj_token",
+    "slots", "peak_tops_w4", "hb_gb", "hb_gbps",
+    "die_mm2", "pe_mm2", "pe_share", "worst_ps", "worst_slack_ps", "worst_block",
+    "rtl_fraction", "rtl_cycles", "rtl_beats", "rtl_comparisons", "rtl_mismatches",
+    "rtl_seed", "error")
+
+
+def default_cache_dir() -> Path:
+    """``$ELMOE3D_CACHE``, else ``$XDG_CACHE_HOME/elmoe3d``, else ``~/.cache/elmoe3d``
+    (absolute)."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser().resolve()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache").expanduser().resolve() / "elmoe3d"
+
+
+# == perf ===========================================================================================
+
+def perf_task(point: Point) -> dict:
+    """The perf model at ``point``: our AR step and (for an SD scheme) an SD iteration of the
+    ``depth x width`` tree at acceptance ``alpha`` (the workload's, else Elastic-SD's acceptance
+    model :func:`~.paper_eval.elastic_alpha` at this HB, else the paper's Table 3 alpha), the
+    xPU's AR step at the same batch. Figures: ``tokens_per_s`` (of the faster mode, all
+    sequences), ``pj_per_token`` and ``tokens_per_j`` (HB and EXT access energy only, as the
+    model counts it), ``mode`` (``ar``/``sd``), ``phi_ar`` and ``phi_sd`` (over the xPU),
+    milliseconds a token, expert-cache ``slots`` a layer, the die's W4A8 peak TOPS and HB
+    capacity (GB) and bandwidth (GB/s). Raises :class:`~elmoe3d.errors.UserError` from the
+    model (e.g. a scheme the platform cannot run)."""
+    from .paper_eval import (TABLE3_4GB, TABLE3_BATCHES, EvalModel, elastic_alpha, platform)
+    w = point.workload
+    arch = point.arch()
+    xpu, ours = platform("xpu", arch=arch), platform("ours", arch=arch)
+    b, model, scheme = w["batch"], w["model"], w["scheme"]
+    base = EvalModel(model, xpu, batch=b, context=w["context"]).ar()
+    em = EvalModel(model, ours, scheme, batch=b, context=w["context"])
+    ar = em.ar()
+    t0 = base.seconds / b
+    out = {"xpu_ms_token": t0 * 1e3, "ar_ms_token": ar.seconds / b * 1e3,
+           "ar_pj_token": ar.energy_pj(ours) / b, "phi_ar": t0 / (ar.seconds / b),
+           "slots": em.slots, "peak_tops_w4": ours.tops4, "hb_gb": ours.hb_bytes / 2 ** 30,
+           "hb_gbps": ours.hb_gbps}
+    ar_tps, ar_pj = b / ar.seconds, out["ar_pj_token"]
+    if scheme == "ar":
+        out.update(mode="ar", tokens_per_s=ar_tps, pj_per_token=ar_pj, alpha=None)
+    else:
+        alpha = w["alpha"]
+        if alpha is None:
+            if scheme == "elastic":
+                alpha = elastic_alpha(em)
+            else:
+                row = TABLE3_4GB[model][scheme]
+                alpha = row[TABLE3_BATCHES.index(b)][0] if b in TABLE3_BATCHES else row[0][0]
+        sd = em.sd(float(alpha), w["depth"], w["width"])
+        sd_tps = 1.0 / sd.per_token_s
+        out.update(alpha=float(alpha), sd_tokens=sd.tokens, sd_ms_token=sd.per_token_s * 1e3,
+                   sd_pj_token=sd.energy_pj_per_token, phi_sd=t0 / sd.per_token_s)
+        if sd_tps > ar_tps:
+            out.update(mode="sd", tokens_per_s=sd_tps, pj_per_token=sd.energy_pj_per_token)
+        else:
+            out.update(mode="ar", tokens_per_s=ar_tps, pj_per_token=ar_pj)
+    out["tokens_per_j"] = 1e12 / out["pj_per_token"] if out["pj_per_token"] > 0 else None
+    return out
+
+
+# == area and timing ================================================================================
+
+_SOURCE_DIGEST = {}
+
+
+def _sources_digest() -> str:
+    """SHA-256 of the generator's sources: every ``.py`` of ``elmoe3d.hw`` and
+    ``elmoe3d.synth`` and the package's ``config.py`` / ``isa.py`` (the Verilog of a
+    configuration is a function of these)."""
+    if "d" not in _SOURCE_DIGEST:
+        from ... import hw, synth
+        from ... import config as cfg_mod
+        from ... import isa as isa_mod
+        h = hashlib.sha256()
+        files = [Path(cfg_mod.__file__), Path(isa_mod.__file__)]
+        for pkg in (hw, synth):
+            files += sorted(Path(pkg.__file__).parent.rglob("*.py"))
+        for f in files:
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+        _SOURCE_DIGEST["d"] = h.hexdigest()
+    return _SOURCE_DIGEST["d"]
+
+
+def area_key(arch, *, period=None, liberty_path=None) -> str:
+    """The point-level roll-up cache key: SHA-256 of the configuration (every field), the
+    generator's sources, the Liberty file's bytes, the synthesis flow's version and the
+    period (``None``: area only)."""
+    from ...synth.flow import FLOW_VERSION, STA_VERSION
+    from ...synth.liberty import BUNDLED_LIBERTY
+    lib = Path(liberty_path or BUNDLED_LIBERTY)
+    body = json.dumps({"arch": arch.to_dict(), "sources": _sources_digest(),
+                       "liberty": hashlib.sha256(lib.read_bytes()).hexdigest(),
+                       "flow": FLOW_VERSION, "sta": STA_VERSION, "period": period},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def area_task(point: Point, cache_dir, *, timing: bool = False, jobs: int = 1) -> dict:
+    """The die's area roll-up of the point's configuration, as ``elmoe3d synth`` computes it
+    (:func:`elmoe3d.cli.synth.die_nodes`, :func:`elmoe3d.cli.synth.synth_report`), and with
+    ``timing`` each block's worst register-to-register path at 1 GHz
+    (:func:`elmoe3d.cli.synth.timing_report`). Figures: ``die_mm2``, ``pe_mm2``, ``pe_share``;
+    with timing ``worst_ps``, ``worst_slack_ps``, ``worst_block``; ``area_cached`` (read from
+    the roll-up cache). Raises :class:`~elmoe3d.synth.flow.SynthError` when Yosys fails or a
+    block has latches or unmapped cells."""
+    from ...synth.flow import DEFAULT_PERIOD_PS
+    cache = Path(cache_dir)
+    arch = point.arch()
+    period = DEFAULT_PERIOD_PS if timing else None
+    key = area_key(arch, period=period)
+    hit = cache / "area" / f"{key}.json"
+    if hit.is_file():
+        try:
+            return {**json.loads(hit.read_text()), "area_cached": True}
+        except ValueError:
+            pass                                    # a damaged entry is recomputed
+    from ...cli.synth import die_nodes, synth_report, timing_report
+    from ...synth.flow import SynthError
+    from ...synth.liberty import BUNDLED_LIBERTY, read_liberty
+    from ...synth.rollup import Planner
+    lib = read_liberty(BUNDLED_LIBERTY)
+    if timing:
+        lib.check_timing()
+    planner = Planner(liberty=lib, cache_dir=cache / "synth", jobs=jobs, timing=period)
+    skipped = {}
+    die = die_nodes(planner, arch, skipped)
+    planner.run()
+    bad = sorted(planner._jobs[n].label for n, r in planner.results.items()
+                 if r.latches or r.problems or any(t.startswith("$") for t in r.blackboxes))
+    if bad:
+        raise SynthError(f"blocks with latches, unmapped cells or check problems: "
+                         f"{', '.join(bad)}")
+    rep = synth_report(planner, arch, die)
+    out = {"die_mm2": rep["die_total"] / 1e6, "pe_mm2": rep["pe_total"] / 1e6,
+           "pe_share": rep["pe_share"]}
+    if skipped:
+        out["area_skipped"] = "; ".join(f"{k}: {v}" for k, v in skipped.items())
+    if timing:
+        tr = timing_report(planner, {arch.name: (arch, die)}, period, lib)
+        blocks = {k: v for k, v in tr["configs"][arch.name]["blocks"].items() if v}
+        worst = max(blocks.items(), key=lambda kv: kv[1]["ps"])
+        out.update(worst_ps=worst[1]["ps"], worst_slack_ps=worst[1]["slack"],
+                   worst_block=worst[0])
+    hit.parent.mkdir(parents=True, exist_ok=True)
+    tmp = hit.with_name(f".{hit.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(out, indent=1))
+    tmp.replace(hit)
+    return {**out, "area_cached": False}
+
+
+# == RTL ============================================================================================
+
+def rtl_task(point: Point, cache_dir) -> dict:
+    """The tensor tile's ``test_throughput`` bench (cocotb + Verilator) on the point's tile
+    shape: a FULL GEMM of at least ``tasks.rtl_beats`` beats, always-valid source and
+    always-ready sink, every result compared with the golden model. Figures: ``rtl_fraction``
+    (accepted beats per cycle, 1.0 = peak), ``rtl_cycles``, ``rtl_beats``,
+    ``rtl_comparisons``, ``rtl_mismatches``, ``rtl_seed``, ``rtl_built`` (this call compiled
+    the model). The Verilator build lives under ``<cache_dir>/verilator`` (reused by the
+    Verilog's hash). Raises :class:`~elmoe3d.sim.runner.SimulationError` or
+    ``SimulationFailure`` when the build or the bench fails."""
+    from ...sim.bench_tile import build_tile, run_tile_bench
+    arch = point.arch()
+    root = Path(cache_dir) / "verilator"
+    built = build_tile(arch.tile, root=root)
+    res = run_tile_bench(arch.tile, tests=("test_throughput",), seed=point.seed, built=built,
+                         params={"throughput_beats": point.tasks["rtl_beats"]})
+    rec = next(r for r in res.records if r["case"] == "throughput")
+    return {"rtl_fraction": rec["fraction"], "rtl_cycles": rec["cycles"],
+            "rtl_beats": rec["beats"], "rtl_comparisons": rec["comparisons"],
+            "rtl_mismatches": rec["mismatches"], "rtl_seed": res.sim.seed,
+            "rtl_built": built.built}
+
+
+# == one point ======================================================================================
+
+def run_point(point: Point, cache_dir) -> dict:
+    """Run the point's tasks (perf, area/timing, rtl, in that order) and return its row:
+    ``point``, ``id``, the base preset, the swept config fields, the workload, every task's
+    figures, ``error`` (``None``, or the first failing task's ``"<task>: <type>: <message>"``:
+    the other tasks still run), ``seconds``, ``worker`` (host) and ``pid``. Never raises for
+    a failing task."""
+    start = time.perf_counter()
+    row = {"point": point.index, "id": point.id, "base": point.base, **point.config,
+           **point.workload, "error": None}
+    errors = []
+    steps = []
+    if point.tasks.get("perf"):
+        steps.append(("perf", lambda: perf_task(point)))
+    if point.tasks.get("area"):
+        steps.append(("area", lambda: area_task(point, cache_dir,
+                                                timing=bool(point.tasks.get("timing")))))
+    if point.tasks.get("rtl"):
+        steps.append(("rtl", lambda: rtl_task(point, cache_dir)))
+    for name, fn in steps:
+        try:
+            row.update(fn())
+        except Exception as exc:                    # recorded beside the point
+            msg = " ".join(str(exc).split())[:500]
+            errors.append(f"{name}: {type(exc).__name__}: {msg}")
+            tb = traceback.extract_tb(exc.__traceback__)
+            if tb:
+                row.setdefault("error_where", f"{Path(tb[-1].filename).name}:{tb[-1].lineno}")
+    row["error"] = "; ".join(errors) or None
+    row["seconds"] = time.perf_counter() - start
+    row["worker"] = socket.gethostname()
+    row["pid"] = os.getpid()
+    return row
