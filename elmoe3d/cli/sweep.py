@@ -62,7 +62,8 @@ def run(args) -> int:
                         "own workers)")
     spec = load_spec(args.spec)
     console = report_console(110)
-    say = console.print
+    def say(message, **kw):
+        console.print(message, markup=False, soft_wrap=True)
     if args.check:
         points = expand(spec)
         tasks = {k: sum(1 for p in points if p.tasks.get(k))
@@ -74,16 +75,16 @@ def run(args) -> int:
     res = run_sweep(spec, out, scheduler=args.scheduler, workers=args.workers,
                     cache_dir=args.cache, progress=not args.no_progress,
                     dashboard=args.dashboard, plots=not args.no_plots,
-                    say=lambda m: say(m, markup=False))
+                    say=say)
     rate = res.ran / res.seconds if res.seconds > 0 and res.ran else 0.0
     say(f"sweep {spec.name}: {res.points} points, {res.ran} run ({rate:,.1f} points/s on "
         f"{res.workers or 'no'} Dask worker(s)), {res.skipped} finished before, {res.errors} "
-        f"with an error", markup=False)
+        f"with an error")
     for kind, path in res.files.items():
-        say(f"  {kind}: {path}", markup=False)
+        say(f"  {kind}: {path}")
     if res.errors:
         bad = [r for r in res.rows if r.get("error")][:3]
         for r in bad:
-            say(f"error at point {r['point']}: {r['error']}", markup=False)
+            say(f"error at point {r['point']}: {r['error']}")
         return 1
     return 0

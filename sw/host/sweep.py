@@ -210,6 +210,8 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     missing = [p.index for p, r in zip(points, rows) if r is None]
     if missing:
         raise UserError(f"{store.out}: rows of point(s) {missing[:5]} are missing after the run")
+    for p, r in zip(points, rows):
+        r["point"] = p.index                      # a row kept from another spec: this spec's place
     files = consolidate(rows, store.out)
     if plots:
         files.update(pareto_plots(rows, store.out))

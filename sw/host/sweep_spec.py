@@ -30,7 +30,7 @@ A spec (YAML shown; TOML has the same keys)::
 
 Every point is validated before anything runs (:func:`expand`): an unknown field or section, a
 value of the wrong type, a configuration :class:`~elmoe3d.config.ArchConfig` rejects (or, for
-points with an area or RTL task, whose PE geometry it rejects), an unknown model or scheme, a
+points with an area task, whose PE geometry it rejects), an unknown model or scheme, a
 constraint that does not parse or names an unknown field: each is a one-line
 :class:`~elmoe3d.errors.UserError` naming the spec file, the field and the point.
 
@@ -558,11 +558,11 @@ def expand(spec: SweepSpec) -> list:
                     tasks[k] = v
             if tasks["timing"]:
                 tasks["area"] = True
-            if tasks["area"] or tasks["rtl"]:
+            if tasks["area"]:
                 try:
-                    arch.pe                         # the PE must exist to build or synthesise
+                    arch.pe                         # the die's PE must exist to synthesise it
                 except ConfigError as exc:
-                    raise UserError(f"{where}: {exc} (the PE of an area or RTL task)") from None
+                    raise UserError(f"{where}: {exc} (the PE of an area task)") from None
             pid = point_id(base, cfg, workload, tasks, spec.seed)
             if pid in seen:
                 continue

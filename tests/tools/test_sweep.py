@@ -1,0 +1,376 @@
+"""``elmoe3d sweep`` (elmoe3d/cli/sweep.py, elmoe3d.sw.host.sweep*): a 2-worker LocalCluster
+equal to a serial run, a worker killed mid-task, a resumed sweep, a failing task recorded beside
+its point, bad specs as one exact line, sampling and constraints, the RTL task on the smallest
+tile. Nothing here is timed: runs are compared and counted. Seeds are fixed in the specs (and
+printed by the sweep)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import elmoe3d.cli as cli
+from elmoe3d.sw.host import paper_eval as pe
+from elmoe3d.sw.host import sweep_tasks
+from elmoe3d.sw.host.sweep import comparable, pareto_front, run_sweep
+from elmoe3d.sw.host.sweep_spec import ExprError, compile_expr, expand, load_spec, parse_spec
+from elmoe3d.errors import UserError
+
+
+#: 2 configs x 2 models x 2 batches x 3 schemes = 24 perf points.
+SPEC = """\
+name: t
+seed: 11
+config:
+  pes: [16, 32]
+workload:
+  model: [qwen3-30b-a3b, gpt-oss-20b]
+  batch: [1, 16]
+  scheme: [ar, elastic, eagle]
+"""
+
+
+def _write(tmp_path, text, name="spec.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _quiet(*_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    """The serial reference run of :data:`SPEC` (in this process)."""
+    d = tmp_path_factory.mktemp("serial")
+    spec = _write(d, SPEC)
+    res = run_sweep(spec, d / "out", workers=0, cache_dir=d / "cache", progress=False,
+                    plots=False, say=_quiet)
+    assert res.points == 24 and res.ran == 24 and res.errors == 0
+    return res
+
+
+# == Dask ===========================================================================================
+
+def test_two_workers_equal_a_serial_run_from_any_folder(serial, tmp_path, monkeypatch):
+    monkeypatch.chdir("/tmp")                         # workers must not need the checkout
+    spec = _write(tmp_path, SPEC)
+    lines = []
+    res = run_sweep(spec, tmp_path / "out", workers=2, cache_dir=tmp_path / "cache",
+                    progress=False, dashboard=":0", say=lines.append, chunk=3)
+    assert res.workers == 2 and res.ran == 24 and res.errors == 0
+    assert res.dashboard and res.dashboard.startswith("http://")
+    assert any("dashboard http://" in line for line in lines)
+    assert any("seed 11" in line for line in lines)
+    assert comparable(res.rows) == comparable(serial.rows)
+    assert len({r["pid"] for r in res.rows}) >= 1
+    # the consolidated tables hold the same rows
+    import pyarrow.parquet as pq
+    table = pq.read_table(res.files["parquet"]).to_pylist()
+    full = [{k: r.get(k) for k in table[0]} for r in res.rows]   # absent figures are null
+    assert comparable(table) == comparable(full)
+    assert comparable(json.loads(res.files["json"].read_text())) == comparable(full)
+    assert len(res.files["csv"].read_text().splitlines()) == 25
+
+
+#: Where :func:`die_once` leaves its marker (set by the test, read in the worker).
+MARKER_ENV = "ELMOE3D_TEST_SWEEP_MARKER"
+
+
+def die_once(point, cache_dir):
+    """A point task that kills its own worker process the first time it meets point 5 (the
+    marker file, holding the dying process id, says it happened), then runs the point."""
+    marker = Path(os.environ[MARKER_ENV])
+    if point.index == 5 and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os._exit(1)
+    return sweep_tasks.run_point(point, cache_dir)
+
+
+def test_a_killed_worker_loses_nothing(serial, tmp_path, monkeypatch):
+    import cloudpickle
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    marker = tmp_path / "died"
+    monkeypatch.setenv(MARKER_ENV, str(marker))       # the workers inherit it
+    spec = _write(tmp_path, SPEC)
+    res = run_sweep(spec, tmp_path / "out", workers=2, cache_dir=tmp_path / "cache",
+                    progress=False, dashboard=":0", say=_quiet, task=die_once, chunk=2)
+    assert marker.exists(), "the task never killed its worker"
+    dead = int(marker.read_text())
+    assert res.ran == 24 and res.errors == 0
+    row5 = next(r for r in res.rows if r["point"] == 5)
+    assert row5["pid"] != dead                        # rerun by another worker process
+    assert comparable(res.rows) == comparable(serial.rows)
+
+
+# == resuming and failing tasks =======================================================================
+
+def test_a_rerun_skips_finished_points_and_reruns_failed_ones(serial, tmp_path, monkeypatch):
+    spec = _write(tmp_path, SPEC.replace("batch: [1, 16]", "batch: [1]"))
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    real = sweep_tasks.perf_task
+
+    def failing(point):
+        if point.index == 2:
+            raise RuntimeError("injected failure")
+        return real(point)
+    monkeypatch.setattr(sweep_tasks, "perf_task", failing)
+    first = run_sweep(spec, out, workers=0, cache_dir=cache, progress=False, say=_quiet)
+    assert (first.points, first.ran, first.skipped, first.errors) == (12, 12, 0, 1)
+    bad = next(r for r in first.rows if r["point"] == 2)
+    assert bad["error"] == "perf: RuntimeError: injected failure"
+    assert bad["tokens_per_s"] is None if "tokens_per_s" in bad else True
+    monkeypatch.setattr(sweep_tasks, "perf_task", real)
+    # the same spec again: 11 finished points skipped, the failed one run again
+    again = run_sweep(spec, out, workers=0, cache_dir=cache, progress=False, say=_quiet)
+    assert (again.ran, again.skipped, again.errors) == (1, 11, 0)
+    # a larger spec in the same folder: the 12 finished points are skipped, 12 new ones run
+    spec.write_text(SPEC)
+    more = run_sweep(spec, out, workers=0, cache_dir=cache, progress=False, say=_quiet)
+    assert (more.points, more.ran, more.skipped, more.errors) == (24, 12, 12, 0)
+    assert comparable(more.rows) == comparable(serial.rows)
+    assert len(list((out / "points").glob("*.json"))) == 24
+
+
+def test_cli_run_writes_the_tables_and_exits_1_on_a_failed_point(tmp_path, capsys,
+                                                                  monkeypatch):
+    spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]"))
+    out = tmp_path / "o"
+    assert cli.main(["sweep", str(spec), "--workers", "0", "--out", str(out),
+                     "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "12 points, 12 run" in text and "0 with an error" in text
+    for name in ("results.parquet", "results.csv", "results.json", "sweep.json"):
+        assert (out / name).is_file(), name
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["seed"] == 11 and doc["points"] == 12
+
+    def broken(point):
+        raise ValueError("no model here")
+    monkeypatch.setattr(sweep_tasks, "perf_task", broken)
+    assert cli.main(["sweep", str(spec), "--workers", "0", "--out", str(tmp_path / "o2"),
+                     "--no-progress"]) == 1
+    text = capsys.readouterr().out
+    assert "12 with an error" in text
+    assert "error at point 0: perf: ValueError: no model here" in text
+
+
+# == the perf task is the paper model ==============================================================
+
+def test_a_paper_point_is_table3(tmp_path):
+    """A point on the unchanged paper-4gb preset at the paper's alpha and tree gives Table 3's
+    Phi_AR and Phi_SD (the same model through ``platform(arch=)``)."""
+    d, w = pe.TREE
+    spec = parse_spec({"workload": {"model": ["qwen3-30b-a3b"], "batch": [4],
+                                    "scheme": ["eagle"], "alpha": [0.33], "depth": [d],
+                                    "width": [w], "hb": ["4gb"]}}, path="t.yaml")
+    (point,) = expand(spec)
+    got = sweep_tasks.perf_task(point)
+    row = next(r for r in pe.table3("4gb") if r["model"] == "qwen3-30b-a3b"
+               and r["scheme"] == "eagle" and r["batch"] == 4)
+    assert got["phi_ar"] == pytest.approx(row["phi_ar"], rel=1e-12)
+    assert got["phi_sd"] == pytest.approx(row["phi_sd"], rel=1e-12)
+    assert got["slots"] == pytest.approx(row["slots"], rel=1e-12)
+    assert got["tokens_per_s"] == pytest.approx(
+        max(4 / (row["ar_ms_token"] * 4e-3), 1e3 / row["sd_ms_token"]), rel=1e-9)
+
+
+def test_more_pes_more_hb_bandwidth_and_peak():
+    spec = parse_spec({"config": {"pes": [16, 32]}, "workload": {"model": ["qwen3-30b-a3b"],
+                                                                 "scheme": ["ar"]}},
+                      path="t.yaml")
+    a, b = (sweep_tasks.perf_task(p) for p in expand(spec))
+    assert b["hb_gbps"] == pytest.approx(2 * a["hb_gbps"])
+    assert b["peak_tops_w4"] == pytest.approx(2 * a["peak_tops_w4"])
+    assert b["hb_gb"] == 2 * a["hb_gb"] == 8
+
+
+# == specs: sampling, constraints, errors =============================================================
+
+def test_sampling_is_seeded_and_latin_hypercube_strata_are_each_hit_once():
+    raw = {"seed": 5, "sampling": "lhs", "samples": 8, "base": "paper-4gb",
+           "config": {"clock_ghz": {"min": 0.5, "max": 1.5}, "pes": [8, 16, 32, 64]},
+           "workload": {"model": ["qwen3-30b-a3b"]}}
+    pts = expand(parse_spec(raw, path="t.yaml"))
+    assert len(pts) == 8
+    clocks = sorted(p.config["clock_ghz"] for p in pts)
+    assert [int((c - 0.5) * 8) for c in clocks] == list(range(8))       # one per stratum
+    assert sorted(p.config["pes"] for p in pts) == [8, 8, 16, 16, 32, 32, 64, 64]
+    again = expand(parse_spec(raw, path="t.yaml"))
+    assert [p.config for p in again] == [p.config for p in pts]
+    other = expand(parse_spec({**raw, "seed": 6}, path="t.yaml"))
+    assert [p.config for p in other] != [p.config for p in pts]
+    rnd = expand(parse_spec({**raw, "sampling": "random"}, path="t.yaml"))
+    assert 1 <= len(rnd) <= 8 and all(0.5 <= p.config["clock_ghz"] <= 1.5 for p in rnd)
+
+
+def test_constraints_filter_and_tasks_mark_points():
+    raw = {"config": {"pes": [8, 16, 32], "tile": {"rows": [8, 16]}},
+           "workload": {"model": ["qwen3-30b-a3b"], "hb": ["4gb", "8gb"]},
+           "constraints": ["pes * tile.rows <= 256", "hb == '4gb' or pes >= 16"],
+           "tasks": {"rtl": "pes == 8 and tile.rows in [8]"}}
+    pts = expand(parse_spec(raw, path="t.yaml"))
+    got = sorted((p.config["pes"], p.config["tile.rows"], p.workload["hb"]) for p in pts)
+    assert got == [(8, 8, "4gb"), (8, 16, "4gb"), (16, 8, "4gb"), (16, 8, "8gb"),
+                   (16, 16, "4gb"), (16, 16, "8gb"), (32, 8, "4gb"), (32, 8, "8gb")]
+    assert [p.tasks["rtl"] for p in pts].count(True) == 1
+    assert len({p.id for p in pts}) == len(pts)
+
+
+def test_the_expression_language_refuses_what_it_has_not():
+    fn = compile_expr("max(pes, 4) ** 2 // 3 > 10 and not x in [1, 2]", ["pes", "x"])
+    assert fn({"pes": 8, "x": 3}) is True
+    for text, needle in (("__import__('os')", "Call is not allowed"),
+                         ("pes.__class__", "unknown field 'pes.__class__'"),
+                         ("[p for p in pes]", "ListComp is not allowed"),
+                         ("lambda: 1", "Lambda is not allowed"),
+                         ("pes ** 1000", None)):
+        if needle is None:
+            with pytest.raises(ExprError, match="exponent 1000 is larger than 64"):
+                compile_expr(text, ["pes"])({"pes": 2})
+        else:
+            with pytest.raises(ExprError, match=needle.replace("(", r"\(")
+                               .replace(")", r"\)").replace(".", r"\.")):
+                compile_expr(text, ["pes"])
+
+
+BAD = [
+    ("config:\n  pez: [16]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: config: unknown field 'pez'; known: " + ", ".join(
+         __import__("elmoe3d.sw.host.sweep_spec", fromlist=["x"]).CONFIG_FIELDS)),
+    ("config:\n  pes: [16, x]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 1 (pes=x, model=qwen3-30b-a3b): pes: expected an integer, got 'x'"),
+    ("config:\n  pes: [16, 18]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 1 (pes=18, model=qwen3-30b-a3b): pes: 18 is not a multiple of pes_per_group (4)"),
+    ("config:\n  tile.lanes: [32, 7]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 1 (tile.lanes=7, model=qwen3-30b-a3b): tile.lanes: expected an even number, got 7"),
+    ("config:\n  hb_bank_gbps: [51.2, 60]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 1 (hb_bank_gbps=60, model=qwen3-30b-a3b): hb_bank_gbps: 60 differs from the HB bank's peak "
+     "51.2 GB/s (128 B per 1 x 2.5 ns)"),
+    ("workload:\n  model: [qwen3-30b-a3b, llama]\n",
+     "{spec}: point 1 (model=llama): model: expected one of qwen3-30b-a3b, glm-4.7-flash, "
+     "deepseek-v2-lite, gpt-oss-20b, got 'llama'"),
+    ("workload:\n  model: [qwen3-30b-a3b]\n  batch: [0]\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b, batch=0): batch: expected a positive integer, "
+     "got 0"),
+    ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: ['pes >']\n",
+     "{spec}: constraints[0]: 'pes >' does not parse (invalid syntax)"),
+    ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: ['pez > 4']\n",
+     "{spec}: constraints[0]: 'pez > 4': unknown field 'pez'; known: "),
+    ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: [\"open('x')\"]\n",
+     "{spec}: constraints[0]: \"open('x')\": Call is not allowed (only numbers, fields, "
+     "arithmetic, comparisons, and/or/not, min/max/abs)"),
+    ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: ['pes / 0 > 1']\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b): constraint 'pes / 0 > 1': division by zero"),
+    ("config:\n  pes: {min: 8, max: 32}\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: config.pes: a range needs sampling random or lhs over the config axes "
+     "(workload axes and grids take lists)"),
+    ("sweep: 1\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: unknown section 'sweep'; known: name, seed, base, sampling, samples, config, "
+     "workload, constraints, tasks"),
+    ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  power: true\n",
+     "{spec}: tasks: unknown task 'power'; known: perf, area, timing, rtl, rtl_beats"),
+    ("config:\n  tile.rows: [16, 8]\nworkload:\n  model: [qwen3-30b-a3b]\ntasks:\n  area: true\n",
+     "{spec}: point 1 (tile.rows=8, model=qwen3-30b-a3b): tile.lanes: the PE needs lanes == 2 * "
+     "rows so that an activation word (rows x 32 INT8) is as wide as a weight word (lanes x 32 "
+     "nibbles); got rows=8, lanes=32 (the PE of an area task)"),
+    ("workload: [1, 2\n", "{spec}, line 2: not YAML (expected ',' or ']', but got "
+     "'<stream end>')"),
+]
+
+
+@pytest.mark.parametrize("text,expected", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_a_bad_spec_is_one_exact_line(tmp_path, capsys, text, expected):
+    spec = _write(tmp_path, text)
+    assert cli.main(["sweep", str(spec), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    line = err.strip()
+    want = "elmoe3d sweep: error: " + expected.format(spec=spec)
+    if want.endswith("known: "):
+        assert line.startswith(want)
+    else:
+        assert line == want
+
+
+def test_toml_specs_and_check(tmp_path, capsys):
+    spec = _write(tmp_path, 'seed = 3\n[config]\npes = [16, 32]\n[workload]\n'
+                            'model = ["gpt-oss-20b"]\nbatch = [1, 4]\n', "s.toml")
+    assert cli.main(["sweep", str(spec), "--check"]) == 0
+    assert "4 valid points (sampling grid, seed 3); tasks: perf 4, area 0, timing 0, rtl 0" \
+        in capsys.readouterr().out
+    with pytest.raises(UserError, match=r"s\.toml: not TOML"):
+        load_spec(_write(tmp_path, "seed = [\n", "s.toml"))
+
+
+def test_pareto_front():
+    xs = [1.0, 2.0, 2.0, 3.0, 4.0]
+    ys = [1.0, 3.0, 2.0, 2.5, 5.0]
+    assert pareto_front(xs, ys) == [0, 1, 4]
+
+
+def test_pareto_plots_per_model(tmp_path):
+    from elmoe3d.sw.host.sweep import pareto_plots
+    rows = [{"model": m, "scheme": "ar", "die_mm2": a, "tokens_per_s": t, "tokens_per_j": t / 2}
+            for m in ("a", "b") for a, t in ((10.0, 5.0), (20.0, 9.0), (15.0, 4.0))]
+    files = pareto_plots(rows, tmp_path)
+    assert sorted(files) == ["pareto:a", "pareto:b"]
+    assert all(p.stat().st_size > 1000 for p in files.values())
+
+
+def test_area_key_names_the_configuration():
+    from elmoe3d.sw.host.sweep_spec import build_arch
+    a = sweep_tasks.area_key(build_arch("small", {}))
+    assert a == sweep_tasks.area_key(build_arch("small", {}))
+    assert a != sweep_tasks.area_key(build_arch("small", {"pes": 8}))
+    assert a != sweep_tasks.area_key(build_arch("small", {}), period=1000.0)
+
+
+@pytest.mark.skipif(os.environ.get("ELMOE3D_SWEEP_SYNTH") != "1",
+                    reason="the die's Yosys roll-up takes minutes on a cold cache: set "
+                           "ELMOE3D_SWEEP_SYNTH=1 (docs/sweep.md)")
+def test_area_task_is_the_synth_rollup_and_caches(tmp_path):
+    spec = parse_spec({"base": "small", "workload": {"model": ["qwen3-30b-a3b"]},
+                       "tasks": {"perf": False, "area": True}}, path="t.yaml")
+    (point,) = expand(spec)
+    first = sweep_tasks.area_task(point, tmp_path)
+    assert first["die_mm2"] > 0 and 0 < first["pe_share"] < 1 and not first["area_cached"]
+    again = sweep_tasks.area_task(point, tmp_path)
+    assert again == {**first, "area_cached": True}
+
+
+# == the RTL task ===================================================================================
+
+@pytest.mark.cocotb
+def test_rtl_task_on_the_smallest_tile(tmp_path):
+    """The tile bench's throughput GEMM on a 1x2x32 tile (the smallest TileConfig): bit-exact,
+    one beat a cycle; a second sweep reuses the build (keyed by the Verilog's hash). The
+    cache's ``verilator/`` is the suite's build root (a link), so the Verilator runtime objects
+    the other cocotb tests compiled are reused."""
+    from elmoe3d.sim.runner import build_root
+    root = build_root()
+    root.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "verilator").symlink_to(root, target_is_directory=True)
+    spec = _write(tmp_path, "base: small\nseed: 3\nconfig:\n  tile.rows: [1]\n"
+                            "  tile.lanes: [2]\nworkload:\n  model: [qwen3-30b-a3b]\n"
+                            "  batch: [1, 4]\ntasks:\n  perf: false\n  rtl: 'batch == 1'\n"
+                            "  rtl_beats: 64\n")
+    res = run_sweep(spec, tmp_path / "out", workers=0, cache_dir=tmp_path / "cache",
+                    progress=False, say=_quiet)
+    assert res.errors == 0, [r["error"] for r in res.rows]
+    r0, r1 = sorted(res.rows, key=lambda r: r["point"])
+    assert r0["rtl_mismatches"] == 0 and r0["rtl_comparisons"] > 0
+    assert r0["rtl_beats"] >= 64 and r0["rtl_fraction"] >= 0.99 and r0["rtl_seed"] == 3
+    assert "rtl_fraction" not in r1
+    assert list((tmp_path / "cache" / "verilator").glob("tile_r1_l2-*"))
+    again = run_sweep(spec, tmp_path / "out2", workers=0, cache_dir=tmp_path / "cache",
+                      progress=False, say=_quiet)
+    a0 = min(again.rows, key=lambda r: r["point"])
+    assert a0["rtl_built"] is False
+    assert comparable(again.rows) == comparable(res.rows)
