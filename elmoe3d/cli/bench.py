@@ -73,6 +73,16 @@ measured in the same run (design brief section 6; tests never time anything, thi
    of an OLMoE-1B-7B expert split over a 4-PE group (at the full and the HB rate). Reported, no
    target; mismatches fail. With figure 10 under ``--skip-real`` / ``--only-real``.
 
+12. **Performance-model speed** -- :func:`elmoe3d.sw.host.paper_eval.model_speed`.
+13. **Sweep scaling** (:func:`sweep_figures`, ``elmoe3d sweep``, ``docs/sweep.md``) -- a
+   perf-model sweep of :data:`SWEEP_POINTS` points (:data:`SWEEP_SPEC`) run in this process,
+   then on an embedded Dask ``LocalCluster`` of 1 and of 2 worker processes, in the same run:
+   points per second of each (from the first task submitted to the last row written, the
+   cluster's start and the workers' imports excluded), the scaling efficiency ``rate2 / (2 x
+   rate1)``, and every row of both Dask runs compared with the serial run's (the columns that
+   say where and when a point ran left out). Target: identical results; the rates and the
+   efficiency are reported. Alone with ``--only-sweep``.
+
 Columns of figure 2: *np.matmul f32* is the baseline's time per call; *gemm prepared* is
 ``gemm`` with the weight layout cached (the hardware lays weights out once and reuses them);
 *gemm cold* includes preparing it; *ratio* = np.matmul time / gemm time (100% would be as fast
@@ -127,6 +137,17 @@ REAL_NOTE = ("GPT-OSS-20B at 1 token only: at 16 tokens (four token tiles, x str
 #: of the paper PE's row (cycle model; the RTL run is ``make sim-paper-pe``).
 PEAK_SHAPES = ("qwen3-30b-a3b", "olmoe-1b-7b")
 PAPER_PEAK_SHAPE = "olmoe-1b-7b"
+#: Figure 13: the sweep spec whose points per second are measured: 4 models x 4 batches x 3
+#: schemes x 4 PE counts x 2 HB bank sizes on paper-4gb = 384 perf-model points.
+SWEEP_SPEC = {
+    "name": "bench-figure-13", "seed": 13, "base": "paper-4gb",
+    "config": {"pes": [8, 16, 32, 64], "hb_bank_bytes": [128 << 20, 256 << 20]},
+    "workload": {"model": ["qwen3-30b-a3b", "glm-4.7-flash", "deepseek-v2-lite",
+                           "gpt-oss-20b"],
+                 "batch": [1, 4, 8, 16], "scheme": ["ar", "elastic", "eagle"]}}
+SWEEP_POINTS = 384
+#: Figure 13: the local worker counts measured.
+SWEEP_WORKERS = (1, 2)
 #: Figure 6: MiniLM layer L whose FFN (with layer L+1's up-projection as the gate) is the expert.
 ACCURACY_LAYER = 0
 
@@ -146,6 +167,9 @@ def configure(parser):
                         help="skip figures 10 and 11 (real expert shapes on the mid PE)")
     parser.add_argument("--only-real", action="store_true",
                         help="run only figures 10 and 11 (real expert shapes on the mid PE)")
+    parser.add_argument("--only-sweep", action="store_true",
+                        help="run only figure 13 (sweep points per second on 1 and 2 local "
+                             "Dask workers)")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="write the figures to OUT (JSON; checked before the run, written "
                              "only when it completes)")
@@ -693,6 +717,51 @@ def trace_path_speed() -> dict:
             "seconds": w["schedule"] + w["backend"]}
 
 
+def sweep_figures() -> dict:
+    """Figure 13: :data:`SWEEP_SPEC` run serially, then on :data:`SWEEP_WORKERS` local Dask
+    workers, each into a fresh folder. Returns ``{"points", "serial": {"points_per_s",
+    "seconds"}, "dask": {N: {"points_per_s", "seconds", "identical", "differing"}},
+    "efficiency", "seed"}`` (``differing``: rows unlike the serial run's)."""
+    import tempfile
+    from ..sw.host.sweep import comparable, run_sweep
+    from ..sw.host.sweep_spec import parse_spec
+    spec = parse_spec(SWEEP_SPEC, path="make bench figure 13")
+    out = {"seed": spec.seed, "dask": {}}
+    with tempfile.TemporaryDirectory(prefix="elmoe3d-bench-sweep-") as tmp:
+        def one(workers):
+            return run_sweep(spec, f"{tmp}/w{workers}", workers=workers,
+                             cache_dir=f"{tmp}/cache", progress=False, plots=False,
+                             dashboard=None, say=lambda m: None)
+        serial = one(0)
+        ref = comparable(serial.rows)
+        out["points"] = serial.points
+        out["serial"] = {"points_per_s": serial.ran / serial.seconds, "seconds": serial.seconds}
+        for n in SWEEP_WORKERS:
+            r = one(n)
+            got = comparable(r.rows)
+            out["dask"][n] = {"points_per_s": r.ran / r.seconds, "seconds": r.seconds,
+                              "workers": r.workers, "identical": got == ref,
+                              "differing": sum(a != b for a, b in zip(got, ref))
+                              + abs(len(got) - len(ref))}
+    r1, r2 = out["dask"][1]["points_per_s"], out["dask"][2]["points_per_s"]
+    out["efficiency"] = r2 / (2 * r1)
+    return out
+
+
+def print_sweep(console, sweep) -> list:
+    missed = [f"13. sweep on {n} worker(s): {d['differing']} row(s) differ from the serial run"
+              for n, d in sweep["dask"].items() if not d["identical"]]
+    d1, d2 = sweep["dask"][1], sweep["dask"][2]
+    console.print(f"[bold]13. Sweep scaling[/] (elmoe3d sweep, {sweep['points']} perf-model "
+                  f"points, seed {sweep['seed']}): serial {sweep['serial']['points_per_s']:,.1f} "
+                  f"points/s; Dask LocalCluster 1 worker {d1['points_per_s']:,.1f}, 2 workers "
+                  f"{d2['points_per_s']:,.1f} points/s; scaling efficiency rate2 / (2 x rate1) = "
+                  f"[bold]{sweep['efficiency']:.2f}[/] (reported); results identical to the "
+                  f"serial run: " + ("[green]yes[/] (1 and 2 workers, every row)" if not missed
+                                     else "[red]NO[/]"))
+    return missed
+
+
 def print_speed(console, speed, trace=None) -> list:
     from ..sw.host.paper_eval import SPEED_TARGET, TREE
     missed = [f"12. performance model on {m}: {v['tokens_per_s']:,.0f} simulated tokens/s < "
@@ -740,8 +809,21 @@ def run(args) -> int:
     console.print(f"elmoe3d bench: config {arch.name}, seed {seed}")
     if args.skip_real and args.only_real:
         raise UserError("--skip-real and --only-real exclude each other")
+    if args.only_sweep and args.only_real:
+        raise UserError("--only-sweep and --only-real exclude each other")
 
-    steps = 12
+    steps = 13
+    if args.only_sweep:
+        console.print(f"[13/{steps}] sweep points per second, serial and 1 / 2 local Dask "
+                      f"workers ...")
+        sweep = sweep_figures()
+        console.print()
+        missed = print_sweep(console, sweep)
+        if args.json:
+            write_json(args.json, {"seed": seed, "sweep": sweep, "missed": missed})
+        for line in missed:
+            console.print(f"[bold red]missed[/]: {escape(line)}")
+        return 1 if missed else 0
 
     def simulate(step, what, title, fn, *fn_args):
         """Print step ``step``'s line and run a cocotb figure; a failed simulation is one line."""
@@ -801,6 +883,9 @@ def run(args) -> int:
                   f"(one core) ...")
     speed = speed_figures()
     trace_speed = trace_path_speed()
+    console.print(f"[13/{steps}] sweep points per second, serial and 1 / 2 local Dask "
+                  f"workers ...")
+    sweep = sweep_figures()
     console.print()
 
     missed = []
@@ -851,12 +936,13 @@ def run(args) -> int:
     if real is not None:
         missed += print_real(console, real) + print_peak(console, peak)
     missed += print_speed(console, speed, trace_speed)
+    missed += print_sweep(console, sweep)
     if args.json:
         write_json(args.json, {"config": arch.name, "seed": seed, "rtl": rtl, "golden": golden,
                                "pe": pe, "accuracy": accuracy, "dram": dram,
                                "links": links, "die": die, "real": real, "peak": peak,
                                "perf_model_speed": speed,
-                               "trace_path_speed": trace_speed,
+                               "trace_path_speed": trace_speed, "sweep": sweep,
                                "targets": {"throughput": THROUGHPUT_TARGET,
                                            "golden": GOLDEN_TARGET,
                                            "roofline": ROOFLINE_TARGET},

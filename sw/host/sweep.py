@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import UserError
-from .sweep_spec import Point, SweepSpec, expand, load_spec
+from .sweep_spec import Point, SweepSpec, expand, load_spec, need
 from .sweep_tasks import META_COLUMNS, RESULT_COLUMNS, default_cache_dir, run_point
 
 
@@ -168,6 +168,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     start = time.perf_counter()
     n_workers = 0
     if todo and (scheduler or workers != 0):
+        need("distributed")
         from distributed import Client, as_completed
         if scheduler:
             try:
@@ -270,6 +271,7 @@ def consolidate(rows, out_dir) -> dict:
     """Write ``rows`` (dicts, by point index) as ``results.parquet`` (pyarrow; one column per
     key, missing values null), ``results.csv`` and ``results.json`` in ``out_dir``; returns
     ``{"parquet", "csv", "json"}`` -> path."""
+    need("pyarrow")
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
@@ -308,6 +310,11 @@ def comparable(rows) -> list:
                   key=lambda r: r["point"])
 
 
+def _base_pes(row):
+    from ...config import preset
+    return preset(row["base"]).pes
+
+
 # == Pareto =========================================================================================
 
 def pareto_front(xs, ys) -> list:
@@ -322,12 +329,21 @@ def pareto_front(xs, ys) -> list:
     return front
 
 
+#: The cost axis of the Pareto plots when no point has an area: the PE count.
+FALLBACK_X = ("pes", "PEs (no die area in this sweep: tasks.area)")
+
+
 def pareto_plots(rows, out_dir) -> dict:
-    """Per model, ``pareto-<model>.png``: tokens/s and tokens/J against die mm2 of every point
-    with both an area and perf figures, the Pareto front of each drawn as a line. Returns
-    ``{"pareto:<model>": path}`` (nothing for a sweep without areas)."""
-    pts = [r for r in rows if not r.get("error") and r.get("die_mm2") is not None
-           and r.get("tokens_per_s") is not None]
+    """Per model, ``pareto-<model>.png``: tokens/s and tokens/J against the die's mm2 of every
+    point with an area and perf figures (without any area in the sweep: against the PE count,
+    :data:`FALLBACK_X`, and the axis says so), the Pareto front of each drawn as a line.
+    Returns ``{"pareto:<model>": path}`` (nothing for a sweep without perf figures)."""
+    done = [r for r in rows if not r.get("error") and r.get("tokens_per_s") is not None]
+    xkey, xlabel = "die_mm2", "logic die area (mm²)"
+    pts = [r for r in done if r.get(xkey) is not None]
+    if not pts:
+        xkey, xlabel = FALLBACK_X
+        pts = [dict(r, pes=r.get("pes", _base_pes(r))) for r in done]
     if not pts:
         return {}
     import matplotlib
@@ -340,7 +356,7 @@ def pareto_plots(rows, out_dir) -> dict:
         for ax, key, label in ((axes[0], "tokens_per_s", "tokens/s"),
                                (axes[1], "tokens_per_j", "tokens/J (HB + EXT access energy)")):
             good = [r for r in mine if r.get(key) is not None]
-            xs = [r["die_mm2"] for r in good]
+            xs = [r[xkey] for r in good]
             ys = [r[key] for r in good]
             schemes = sorted({r["scheme"] for r in good})
             for s in schemes:
@@ -350,7 +366,7 @@ def pareto_plots(rows, out_dir) -> dict:
             front = pareto_front(xs, ys)
             ax.plot([xs[i] for i in front], [ys[i] for i in front], "k-", lw=1,
                     label="Pareto front")
-            ax.set_xlabel("logic die area (mm²)")
+            ax.set_xlabel(xlabel)
             ax.set_ylabel(label)
             ax.set_yscale("log")
             ax.legend(fontsize=7)

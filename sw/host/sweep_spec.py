@@ -58,7 +58,7 @@ from ...config import ArchConfig, ConfigError, TileConfig, preset
 from ...errors import UserError
 
 
-__all__ = ["SweepSpec", "Point", "load_spec", "parse_spec", "expand", "compile_expr",
+__all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "compile_expr",
            "CONFIG_FIELDS", "WORKLOAD_FIELDS", "SAMPLINGS", "SPEC_VERSION"]
 
 #: Bumped when a point's results change meaning (part of every point's id).
@@ -279,6 +279,17 @@ def compile_expr(text: str, names) -> "callable":
     return fn
 
 
+def need(module: str):
+    """Import ``module`` of the ``sweep`` extra, or raise :class:`UserError` saying how to
+    install it."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UserError(f"elmoe3d sweep needs {module.split('.')[0]}: pip install -e "
+                        f"'.[sweep]' (make venv installs it)") from None
+
+
 # == reading a spec ================================================================================
 
 def load_spec(path) -> SweepSpec:
@@ -297,7 +308,7 @@ def load_spec(path) -> SweepSpec:
         except tomllib.TOMLDecodeError as exc:
             raise UserError(f"{path}: not TOML ({exc})") from None
     elif suffix in (".yaml", ".yml"):
-        import yaml
+        yaml = need("yaml")
         try:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:

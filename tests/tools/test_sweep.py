@@ -374,3 +374,18 @@ def test_rtl_task_on_the_smallest_tile(tmp_path):
     a0 = min(again.rows, key=lambda r: r["point"])
     assert a0["rtl_built"] is False
     assert comparable(again.rows) == comparable(res.rows)
+
+
+def test_bench_figure_13_names_rows_unlike_the_serial_run():
+    from rich.console import Console
+    from elmoe3d.cli.bench import SWEEP_POINTS, SWEEP_SPEC, print_sweep
+    from elmoe3d.sw.host.sweep_spec import parse_spec
+    assert len(expand(parse_spec(SWEEP_SPEC, path="figure 13"))) == SWEEP_POINTS
+    fig = {"points": 384, "seed": 13, "serial": {"points_per_s": 200.0},
+           "efficiency": 0.5,
+           "dask": {1: {"points_per_s": 100.0, "identical": True, "differing": 0},
+                    2: {"points_per_s": 100.0, "identical": False, "differing": 3}}}
+    console = Console(record=True, width=200)
+    assert print_sweep(console, fig) == [
+        "13. sweep on 2 worker(s): 3 row(s) differ from the serial run"]
+    assert "scaling efficiency rate2 / (2 x rate1) = 0.50" in console.export_text()
