@@ -102,9 +102,13 @@ def local_cluster(workers: int, *, dashboard: str | None = ":8787"):
     processes, one thread each (the perf model, Yosys and Verilator are CPU-bound); closed on
     exit."""
     import logging
+    import dask
     from distributed import Client, LocalCluster
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=dashboard, silence_logs=logging.ERROR) as cluster, \
+    # every task goes to a worker at once (no scheduler-side queue): a point's task is short,
+    # and a round trip to the scheduler between two tasks would cost about as much as one
+    with dask.config.set({"distributed.scheduler.worker-saturation": float("inf")}), \
+            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                         dashboard_address=dashboard, silence_logs=logging.ERROR) as cluster, \
             Client(cluster) as client:
         yield client
 

@@ -389,3 +389,9 @@ def test_bench_figure_13_names_rows_unlike_the_serial_run():
     assert print_sweep(console, fig) == [
         "13. sweep on 2 worker(s): 3 row(s) differ from the serial run"]
     assert "scaling efficiency rate2 / (2 x rate1) = 0.50" in console.export_text()
+
+
+def test_the_example_spec_is_valid():
+    from elmoe3d.blocks import ROOT
+    pts = expand(load_spec(ROOT / "examples" / "sweep_paper.yaml"))
+    assert len(pts) == 384 and all(p.tasks["perf"] and not p.tasks["area"] for p in pts)
