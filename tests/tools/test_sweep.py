@@ -331,6 +331,33 @@ def test_area_key_names_the_configuration():
     assert a != sweep_tasks.area_key(build_arch("small", {}), period=1000.0)
 
 
+def test_area_task_plans_the_whole_die_and_caches_the_rollup(tmp_path, monkeypatch):
+    """The area task's wiring on the small die with Yosys replaced by a stand-in whose "area"
+    is the job's RTLIL size (the real run: the test below, ELMOE3D_SWEEP_SYNTH=1): every job
+    the die's plan holds is synthesised once, the roll-up is cached by the configuration, a
+    second call synthesises nothing."""
+    from elmoe3d.synth import rollup
+    from elmoe3d.synth.flow import SynthResult
+    calls = []
+
+    def stand_in(name, rtlil, *, liberty, stubs="", cache_dir=None, timing=None):
+        calls.append(name)
+        assert Path(cache_dir) == tmp_path / "synth" and timing is None
+        return SynthResult(name=name, cells={"X": 1}, area=len(rtlil) / 1000.0, seq_area=0.0)
+    monkeypatch.setattr(rollup, "synthesize", stand_in)
+    spec = parse_spec({"base": "small", "workload": {"model": ["qwen3-30b-a3b"]},
+                       "tasks": {"perf": False, "area": True}}, path="t.yaml")
+    (point,) = expand(spec)
+    first = sweep_tasks.area_task(point, tmp_path)
+    assert len(calls) >= 20                                     # every die block's jobs
+    assert first["die_mm2"] > first["pe_mm2"] > 0 and 0 < first["pe_share"] < 1
+    assert first["area_cached"] is False and "area_skipped" not in first
+    n = len(calls)
+    again = sweep_tasks.area_task(point, tmp_path)
+    assert again == {**first, "area_cached": True} and len(calls) == n
+    assert len(list((tmp_path / "area").glob("*.json"))) == 1
+
+
 @pytest.mark.skipif(os.environ.get("ELMOE3D_SWEEP_SYNTH") != "1",
                     reason="the die's Yosys roll-up takes minutes on a cold cache: set "
                            "ELMOE3D_SWEEP_SYNTH=1 (docs/sweep.md)")
