@@ -58,11 +58,17 @@ def serial(tmp_path_factory):
 # == Dask ===========================================================================================
 
 def test_two_workers_equal_a_serial_run_from_any_folder(serial, tmp_path, monkeypatch):
-    monkeypatch.chdir("/tmp")                         # workers must not need the checkout
+    """A 2-worker LocalCluster reached through its scheduler's address (``--scheduler``),
+    started from /tmp: the workers need neither the checkout nor its folder."""
+    from distributed import LocalCluster
+    monkeypatch.chdir("/tmp")
     spec = _write(tmp_path, SPEC)
     lines = []
-    res = run_sweep(spec, tmp_path / "out", workers=2, cache_dir=tmp_path / "cache",
-                    progress=False, dashboard=":0", say=lines.append, chunk=3)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster:
+        res = run_sweep(spec, tmp_path / "out", scheduler=cluster.scheduler_address,
+                        cache_dir=tmp_path / "cache", progress=False, say=lines.append,
+                        chunk=3)
     assert res.workers == 2 and res.ran == 24 and res.errors == 0
     assert res.dashboard and res.dashboard.startswith("http://")
     assert any("dashboard http://" in line for line in lines)
@@ -120,18 +126,21 @@ def test_a_rerun_skips_finished_points_and_reruns_failed_ones(serial, tmp_path, 
             raise RuntimeError("injected failure")
         return real(point)
     monkeypatch.setattr(sweep_tasks, "perf_task", failing)
-    first = run_sweep(spec, out, workers=0, cache_dir=cache, progress=False, say=_quiet)
+    first = run_sweep(spec, out, workers=0, cache_dir=cache, progress=False, say=_quiet,
+                      plots=False)
     assert (first.points, first.ran, first.skipped, first.errors) == (12, 12, 0, 1)
     bad = next(r for r in first.rows if r["point"] == 2)
     assert bad["error"] == "perf: RuntimeError: injected failure"
     assert bad["tokens_per_s"] is None if "tokens_per_s" in bad else True
     monkeypatch.setattr(sweep_tasks, "perf_task", real)
     # the same spec again: 11 finished points skipped, the failed one run again
-    again = run_sweep(spec, out, workers=0, cache_dir=cache, progress=False, say=_quiet)
+    again = run_sweep(spec, out, workers=0, cache_dir=cache, progress=False, say=_quiet,
+                      plots=False)
     assert (again.ran, again.skipped, again.errors) == (1, 11, 0)
     # a larger spec in the same folder: the 12 finished points are skipped, 12 new ones run
     spec.write_text(SPEC)
-    more = run_sweep(spec, out, workers=0, cache_dir=cache, progress=False, say=_quiet)
+    more = run_sweep(spec, out, workers=0, cache_dir=cache, progress=False, say=_quiet,
+                      plots=False)
     assert (more.points, more.ran, more.skipped, more.errors) == (24, 12, 12, 0)
     assert comparable(more.rows) == comparable(serial.rows)
     assert len(list((out / "points").glob("*.json"))) == 24
@@ -154,7 +163,7 @@ def test_cli_run_writes_the_tables_and_exits_1_on_a_failed_point(tmp_path, capsy
         raise ValueError("no model here")
     monkeypatch.setattr(sweep_tasks, "perf_task", broken)
     assert cli.main(["sweep", str(spec), "--workers", "0", "--out", str(tmp_path / "o2"),
-                     "--no-progress"]) == 1
+                     "--no-progress", "--no-plots"]) == 1
     text = capsys.readouterr().out
     assert "12 with an error" in text
     assert "error at point 0: perf: ValueError: no model here" in text
