@@ -65,7 +65,9 @@ import logging
 import os
 import re
 import shutil
+import socket
 import sys
+import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -276,7 +278,7 @@ def generate_verilog(component, *, name: str) -> str:
 
 
 @functools.cache
-def _source_digest() -> str:
+def source_digest() -> str:
     """SHA-256 of every Python source file of the installed ``elmoe3d`` package (all its
     subpackages, wherever they live), with the Amaranth version: what a component's Verilog
     can depend on besides its constructor's arguments. Computed once per process."""
@@ -292,16 +294,19 @@ def _source_digest() -> str:
     return h.hexdigest()
 
 
+_source_digest = source_digest          # the old private name (tests/tools/test_runner.py)
+
+
 def cached_verilog(design, *, name: str, key, root=None) -> str:
     """:func:`generate_verilog` of ``design`` (a ``wiring.Component``), memoised on disk under
     ``<build root>/verilog/``: the file is keyed by ``key`` (JSON-able: what the component was
-    constructed from, e.g. ``{"arch": repr(arch), ...}``), ``name`` and :func:`_source_digest`
+    constructed from, e.g. ``{"arch": repr(arch), ...}``), ``name`` and :func:`source_digest`
     (every source file of the package and the Amaranth version), so any change of the RTL or
     its configuration generates it again. The caller answers for ``key`` covering every
     constructor argument. Amaranth takes up to about two minutes of one core for the small
     die; pytest-xdist workers and later runs that need the same design read the file instead
     (written under an exclusive lock, then renamed into place: never half a file)."""
-    digest = hashlib.sha256(json.dumps({"key": key, "name": name, "src": _source_digest()},
+    digest = hashlib.sha256(json.dumps({"key": key, "name": name, "src": source_digest()},
                                        sort_keys=True, default=repr).encode()).hexdigest()[:16]
     folder = (Path(root) if root is not None else build_root()) / "verilog"
     folder.mkdir(parents=True, exist_ok=True)
@@ -313,8 +318,9 @@ def cached_verilog(design, *, name: str, key, root=None) -> str:
                 design._MustUse__used = True         # not elaborated: its Verilog is on disk
                 return path.read_text()
             text = generate_verilog(design, name=name)
-            tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(text)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
             os.replace(tmp, path)
             return text
         finally:
@@ -796,12 +802,25 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _host_tag() -> str:
+    """This host's name as it appears in run-folder names (no ``-``: the pid follows it)."""
+    return re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname()) or "host"
+
+
+def _run_folder_name(run_name: str) -> str:
+    """``<run_name>-<host>-p<pid>``: a build root on a shared filesystem (NFS, Lustre) holds
+    the runs of several hosts, whose pids say nothing here."""
+    return f"{run_name}-{_host_tag()}-p{os.getpid()}"
+
+
 def _prune_runs(runs_dir: Path, run_name: str, keep: int) -> list:
-    """Remove the folders ``<run_name>-p<pid>`` of other processes beyond the newest ``keep``
-    (by modification time), except those of processes still alive. Returns the removed ones."""
+    """Remove this host's folders ``<run_name>-<host>-p<pid>`` of other processes beyond the
+    newest ``keep`` (by modification time), except those of processes still alive. Folders of
+    other hosts are never touched (their pids cannot be checked from here). Returns the
+    removed ones."""
     if not runs_dir.is_dir():
         return []
-    pattern = re.compile(re.escape(run_name) + r"-p(\d+)")
+    pattern = re.compile(re.escape(run_name) + "-" + re.escape(_host_tag()) + r"-p(\d+)")
     found = []
     for path in runs_dir.iterdir():
         match = pattern.fullmatch(path.name)
@@ -853,7 +872,7 @@ def run(built: Build, *, test_module: str, testcase=None, params: dict | None = 
     """
     seed = resolve_seed(seed)
     run_name = run_name or test_module.rsplit(".", 1)[-1]
-    test_dir = built.build_dir / "runs" / f"{run_name}-p{os.getpid()}"
+    test_dir = built.build_dir / "runs" / _run_folder_name(run_name)
     _prune_runs(test_dir.parent, run_name, RUNS_KEPT - 1)
     if test_dir.exists():
         shutil.rmtree(test_dir)

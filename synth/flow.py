@@ -480,9 +480,10 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
             result.timing = _time(name, work, tlib, timing, stubs, driver, load)
     if cache_dir is not None:
         Path(cache_dir).mkdir(parents=True, exist_ok=True)
-        tmp_path = Path(cache_dir) / f".{key}.{os.getpid()}.tmp"
-        tmp_path.write_text(json.dumps(result.to_json(), indent=1))
-        tmp_path.replace(Path(cache_dir) / f"{key}.json")
+        fd, tmp_name = tempfile.mkstemp(dir=cache_dir, prefix=f".{key}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(result.to_json(), indent=1))
+        os.replace(tmp_name, Path(cache_dir) / f"{key}.json")
         if timing is not None:                      # an area-only run may take this result
             alias = Path(cache_dir) / f"{area_key}.timed"
             alias.write_text(key + "\n")

@@ -4,7 +4,7 @@
 ::
 
     elmoe3d sweep SPEC [--scheduler tcp://HOST:8786] [--workers N] [--out DIR]
-                       [--cache DIR] [--dashboard :PORT] [--no-progress] [--no-plots]
+                       [--cache DIR] [--dashboard HOST:PORT] [--no-progress] [--no-plots]
                        [--check]
 
 ``SPEC`` is a YAML or TOML file (:mod:`elmoe3d.sw.host.sweep_spec`): config fields and workload
@@ -13,8 +13,10 @@ before anything runs. Without ``--scheduler`` the points run on an embedded Dask
 ``LocalCluster`` of ``--workers`` processes (default: the CPU count; ``0``: in this process,
 serially). The rows are written under ``--out`` (default ``out/sweep-<name>``) as the points
 finish; a rerun with the same spec and folder skips the finished points. At the end:
-``results.parquet``, ``results.csv``, ``results.json``, ``pareto-<model>.png`` per model (when
-the spec has an area task) and ``sweep.json``. ``--check`` only expands and validates the spec
+``results.parquet``, ``results.csv``, ``results.json``, ``pareto-<model>.png`` per model
+(against die mm2 when the spec has an area task, else against the PE count; not with
+``--no-plots``) and ``sweep.json`` (``"status": "running"`` until the tables are written, then
+``"complete"``). ``--check`` only expands and validates the spec
 and prints the point count.
 
 Exit status: 0 when every point finished without an error; 1 when some point recorded an error
@@ -42,9 +44,9 @@ def configure(parser):
     parser.add_argument("--cache", metavar="DIR", type=Path, default=None,
                         help="cache the workers share: Yosys runs, area roll-ups, Verilator "
                              "builds (default: $ELMOE3D_CACHE, else ~/.cache/elmoe3d)")
-    parser.add_argument("--dashboard", metavar=":PORT", default=":8787",
-                        help="the LocalCluster's dashboard address (default :8787; another "
-                             "port if taken)")
+    parser.add_argument("--dashboard", metavar="HOST:PORT", default="localhost:8787",
+                        help="the LocalCluster's dashboard address (default localhost:8787; "
+                             "another port if taken; :8787 serves every interface)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-plots", action="store_true", help="no Pareto plots")
     parser.add_argument("--check", action="store_true",

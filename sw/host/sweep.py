@@ -29,16 +29,19 @@ import contextlib
 import json
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import UserError
-from .sweep_spec import Point, SweepSpec, expand, load_spec, need
-from .sweep_tasks import META_COLUMNS, RESULT_COLUMNS, default_cache_dir, run_point
+from .sweep_spec import SweepSpec, expand, load_spec, need
+from .sweep_tasks import (META_COLUMNS, RESULT_COLUMNS, code_version, default_cache_dir,
+                          run_point)
 
 
-__all__ = ["run_sweep", "run_chunk", "auto_chunk", "MAX_CHUNK", "SweepRun", "ResultStore", "consolidate", "pareto_front",
-           "pareto_plots", "comparable", "local_cluster"]
+__all__ = ["run_sweep", "run_chunk", "auto_chunk", "MAX_CHUNK", "SweepRun", "ResultStore",
+           "consolidate", "pareto_front", "pareto_plots", "comparable", "local_cluster",
+           "failed_row"]
 
 
 class ResultStore:
@@ -59,16 +62,37 @@ class ResultStore:
         except (OSError, ValueError):
             return None
 
-    def done(self, pid: str) -> bool:
-        """A row without an error is finished (a rerun skips it)."""
+    def state(self, pid: str, code: str) -> str:
+        """``"done"`` (a row without an error, from the same ``code``: a rerun skips it),
+        ``"stale"`` (a row without an error from other code: run again), ``"todo"``."""
         row = self.get(pid)
-        return row is not None and not row.get("error")
+        if row is None or row.get("error"):
+            return "todo"
+        return "done" if row.get("code") == code else "stale"
 
     def put(self, row: dict) -> None:
-        p = self.path(row["id"])
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(row, default=_json_default))
-        tmp.replace(p)
+        _write_atomic(self.path(row["id"]), json.dumps(row, default=_json_default))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a uniquely named temporary file beside it."""
+    import tempfile
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def failed_row(point, error: str) -> dict:
+    """The row of a point whose Dask task failed as a whole (e.g. it kept killing its
+    worker): the point's fields and ``error``; a rerun runs it again."""
+    return {"point": point.index, "id": point.id, "base": point.base, **point.config,
+            **point.workload, "error": error}
 
 
 def _json_default(v):
@@ -97,7 +121,7 @@ class SweepRun:
 
 
 @contextlib.contextmanager
-def local_cluster(workers: int, *, dashboard: str | None = ":8787"):
+def local_cluster(workers: int, *, dashboard: str | None = "localhost:8787"):
     """A :class:`distributed.Client` on an embedded ``LocalCluster`` of ``workers`` worker
     processes, one thread each (the perf model, Yosys and Verilator are CPU-bound); closed on
     exit."""
@@ -138,7 +162,7 @@ _progress = contextlib.contextmanager(_progress)
 
 def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | None = None,
               cache_dir=None, progress: bool = True, task=None, retries: int = 0,
-              dashboard: str | None = ":8787", plots: bool = True, say=print,
+              dashboard: str | None = "localhost:8787", plots: bool = True, say=print,
               chunk: int | None = None) -> SweepRun:
     """Run the sweep ``spec`` (a :class:`~.sweep_spec.SweepSpec` or a spec file) into
     ``out_dir``.
@@ -160,20 +184,46 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     points = expand(spec)
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
     task = task or run_point
+    out = Path(out_dir).resolve()
     try:
-        store = ResultStore(out_dir)
+        store = ResultStore(out)
+        return _run(spec, points, store, cache, task, scheduler=scheduler, workers=workers,
+                    progress=progress, retries=retries, dashboard=dashboard, plots=plots,
+                    say=say, chunk=chunk)
     except OSError as exc:
-        raise UserError(f"{out_dir}: cannot write the out folder ({exc.strerror})") from None
-    todo = [p for p in points if not store.done(p.id)]
+        # the out folder, its rows, tables, plots or sweep.json: a one-line error
+        if exc.filename is None or not str(Path(exc.filename).resolve()).startswith(str(out)):
+            raise
+        raise UserError(f"{exc.filename}: cannot write the out folder "
+                        f"({exc.strerror or exc})") from None
+
+
+def _status(store, spec, status, **extra) -> None:
+    _write_atomic(store.out / "sweep.json", json.dumps(
+        {"name": spec.name, "status": status, "spec": spec.path,
+         "spec_sha256": spec.text_hash, "seed": spec.seed, "sampling": spec.sampling,
+         **extra}, indent=1, default=_json_default))
+
+
+def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retries,
+         dashboard, plots, say, chunk) -> SweepRun:
+    code = code_version()
+    states = [store.state(p.id, code) for p in points]
+    todo = [p for p, st in zip(points, states) if st != "done"]
+    stale = states.count("stale")
     skipped = len(points) - len(todo)
+    # results.* of an earlier run stay until this one is consolidated: sweep.json says they
+    # are not current
+    _status(store, spec, "running", points=len(points))
     say(f"sweep {spec.name}: {len(points)} points ({skipped} finished before, {len(todo)} to "
-        f"run), sampling {spec.sampling}, seed {spec.seed}, cache {cache}")
+        f"run" + (f", {stale} rows from other code rerun" if stale else "") +
+        f"), sampling {spec.sampling}, seed {spec.seed}, cache {cache}")
     dash = None
     start = time.perf_counter()
     n_workers = 0
     if todo and (scheduler or workers != 0):
         need("distributed")
-        from distributed import Client, as_completed
+        from distributed import Client
         if scheduler:
             try:
                 ctx = Client(scheduler, timeout="20s")
@@ -195,16 +245,21 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
             start = time.perf_counter()
             size = chunk or auto_chunk(todo, n_workers)
             chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
-            futures = [client.submit(run_chunk, task, c, str(cache),
-                                     key=f"points-{c[0].index}-{c[-1].index}-{c[0].id}",
-                                     pure=False, retries=retries) for c in chunks]
+            run_tag = uuid.uuid4().hex[:12]         # keys unique on a shared scheduler
             with _progress(progress, len(todo), f"sweep {spec.name}") as bar:
-                for batch in as_completed(futures, with_results=True).batches():
-                    for _, rows in batch:
-                        for row in rows:
-                            store.put(row)
-                        bar.advance(len(rows))
-            del futures
+                failed = _gather(client, chunks, task, cache, retries, run_tag, store, bar,
+                                 limit=None)
+                lost = [p for c, _ in failed for p in c]
+                if len(lost) > 1:
+                    # the scheduler counts a death against every task the dying worker held:
+                    # run the points of the given-up chunks again one a task, at most one in
+                    # flight a worker, so that only a point that itself kills workers fails
+                    failed = _gather(client, [[p] for p in lost], task, cache, retries,
+                                     run_tag + "-again", store, bar, limit=max(1, n_workers))
+                for c, msg in failed:
+                    for p in c:
+                        store.put(failed_row(p, f"dask: {msg}"))
+                    bar.advance(len(c))
     elif todo:
         with _progress(progress, len(todo), f"sweep {spec.name}") as bar:
             for p in todo:
@@ -223,13 +278,48 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     errors = sum(1 for r in rows if r.get("error"))
     run = SweepRun(points=len(points), skipped=skipped, ran=len(todo), errors=errors,
                    rows=rows, workers=n_workers, dashboard=dash, seconds=seconds, files=files)
-    (store.out / "sweep.json").write_text(json.dumps(
-        {"name": spec.name, "spec": spec.path, "spec_sha256": spec.text_hash,
-         "seed": spec.seed, "sampling": spec.sampling, "points": run.points,
-         "skipped": run.skipped, "ran": run.ran, "errors": run.errors, "workers": n_workers,
-         "dashboard": dash, "seconds": seconds,
-         "files": {k: str(v) for k, v in files.items()}}, indent=1))
+    _status(store, spec, "complete", points=run.points, skipped=run.skipped, ran=run.ran,
+            stale=stale, errors=run.errors, workers=n_workers, dashboard=dash, code=code,
+            seconds=seconds, files={k: str(v) for k, v in files.items()})
     return run
+
+
+def _gather(client, chunks, task, cache, retries, tag, store, bar, *, limit):
+    """Run ``chunks`` (lists of points) as Dask tasks, at most ``limit`` in flight (``None``:
+    all at once), writing each finished chunk's rows; returns ``[(chunk, message)]`` of the
+    tasks that failed as a whole (e.g. ``KilledWorker`` after allowed-failures)."""
+    from distributed import as_completed
+    owner = {}
+    pending = list(chunks)
+    ac = as_completed(with_results=True, raise_errors=False)
+
+    def submit():
+        c = pending.pop(0)
+        fut = client.submit(run_chunk, task, c, str(cache),
+                            key=f"points-{c[0].index}-{c[-1].index}-{tag}", pure=False,
+                            retries=retries)
+        owner[fut] = c
+        ac.add(fut)
+    for _ in range(len(pending) if limit is None else min(limit, len(pending))):
+        submit()
+    failed = []
+    for fut, rows in ac:
+        if fut.status == "finished":
+            for row in rows:
+                store.put(row)
+            bar.advance(len(rows))
+        else:
+            try:
+                exc = fut.exception()
+            except Exception as err:                # cancelled, or the scheduler is gone
+                exc = err
+            msg = (" ".join(f"{type(exc).__name__}: {exc}".split())[:500] if exc is not None
+                   else f"task {fut.status}")
+            failed.append((owner[fut], msg))
+        del owner[fut]
+        if pending:
+            submit()
+    return failed
 
 
 #: Most points a Dask task runs (perf-only points take milliseconds: one task a point would
@@ -294,7 +384,7 @@ def consolidate(rows, out_dir) -> dict:
     files = {"parquet": out / "results.parquet", "csv": out / "results.csv",
              "json": out / "results.json"}
     for kind, path in files.items():
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         if kind == "parquet":
             pq.write_table(table, tmp)
         elif kind == "csv":

@@ -36,7 +36,8 @@ constraint that does not parse or names an unknown field: each is a one-line
 
 Constraints and task expressions are a small expression language checked with :mod:`ast`
 (:func:`compile_expr`), never ``eval``: numbers, strings, booleans, field names (``tile.rows``
-included), ``+ - * / // % **`` (exponents at most 64), comparisons (chained, ``in``, ``not
+included), ``+ - * / // % **`` (exponents at most 64, integer powers at most 4096 bits; ``*`` and
+``**`` of numbers only), comparisons (chained, ``in``, ``not
 in`` a list), ``and``, ``or``, ``not``, ``min``, ``max``, ``abs``.
 """
 
@@ -72,6 +73,9 @@ CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ArchConfig)
 #: Workload axes and their defaults (``None``: derived per point, see :func:`expand`).
 WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic", "depth": 7, "width": 6,
                    "hb": "4gb", "alpha": None, "context": 1024}
+#: Config fields that change the HB capacity: sweeping one leaves a point's ``hb`` empty (the
+#: ``hb_gb`` column has the capacity), as does a ``base:`` preset.
+HB_FIELDS = ("hb_bank_bytes",)
 _TOP_KEYS = ("name", "seed", "base", "sampling", "samples", "config", "workload",
              "constraints", "tasks")
 _TASK_KEYS = {"perf": True, "area": False, "timing": False, "rtl": False, "rtl_beats": 256}
@@ -148,6 +152,7 @@ _CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
            ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 _FUNCS = {"min": min, "max": max, "abs": abs}
 _MAX_EXPONENT = 64
+_MAX_POWER_BITS = 4096
 
 
 class ExprError(ValueError):
@@ -250,9 +255,16 @@ def compile_expr(text: str, names) -> "callable":
                 node.op, ast.USub) else +v)
         if isinstance(node, ast.BinOp):
             a, b = ev(node.left, env), ev(node.right, env)
+            if isinstance(node.op, (ast.Mult, ast.Pow)) and (
+                    isinstance(a, (str, list)) or isinstance(b, (str, list))):
+                raise ExprError(f"{text!r}: {type(node.op).__name__.lower()} of a string or "
+                                f"list is not allowed")
             if isinstance(node.op, ast.Pow) and isinstance(b, (int, float)) \
                     and abs(b) > _MAX_EXPONENT:
                 raise ExprError(f"{text!r}: exponent {b} is larger than {_MAX_EXPONENT}")
+            if isinstance(node.op, ast.Pow) and isinstance(a, int) and isinstance(b, int) \
+                    and a.bit_length() * abs(b) > _MAX_POWER_BITS:
+                raise ExprError(f"{text!r}: the power has more than {_MAX_POWER_BITS} bits")
             return _BINOPS[type(node.op)](a, b)
         if isinstance(node, ast.Compare):
             left = ev(node.left, env)
@@ -275,6 +287,8 @@ def compile_expr(text: str, names) -> "callable":
             raise
         except (TypeError, ValueError, ZeroDivisionError, OverflowError) as exc:
             raise ExprError(f"{text!r}: {exc}") from None
+        except (MemoryError, RecursionError):
+            raise ExprError(f"{text!r}: the value is too large to compute") from None
     fn.text = text
     return fn
 
@@ -496,28 +510,36 @@ def point_id(base, config, workload, tasks, seed) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
+class _WorkloadError(ValueError):
+    """A workload value a point cannot run; ``field`` names it."""
+
+    def __init__(self, field_name, message):
+        super().__init__(message)
+        self.field = field_name
+
+
 def _check_workload(w):
-    """Check one point's workload values; raise ``(field, message)`` as a ValueError."""
+    """Check one point's workload values; raise :class:`_WorkloadError`."""
     from .decoder import DECODER_SHAPES
     from .paper_eval import SCHEMES, TABLE3_4GB, ZIPF
     if w["model"] not in DECODER_SHAPES or w["model"] not in ZIPF:
-        raise ValueError("model", f"expected one of {', '.join(m for m in DECODER_SHAPES if m in ZIPF)}"
+        raise _WorkloadError("model", f"expected one of {', '.join(m for m in DECODER_SHAPES if m in ZIPF)}"
                          f", got {w['model']!r}")
     if w["scheme"] not in ("ar",) + SCHEMES:
-        raise ValueError("scheme", f"expected one of ar, {', '.join(SCHEMES)}, got "
+        raise _WorkloadError("scheme", f"expected one of ar, {', '.join(SCHEMES)}, got "
                          f"{w['scheme']!r}")
     for k in ("batch", "depth", "width", "context"):
         v = w[k]
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(k, f"expected a positive integer, got {v!r}")
-    if w["hb"] not in ("4gb", "8gb"):
-        raise ValueError("hb", f"expected 4gb or 8gb, got {w['hb']!r}")
+            raise _WorkloadError(k, f"expected a positive integer, got {v!r}")
+    if w["hb"] not in ("4gb", "8gb", None):
+        raise _WorkloadError("hb", f"expected 4gb or 8gb, got {w['hb']!r}")
     a = w["alpha"]
     if a is not None:
         if not isinstance(a, (int, float)) or isinstance(a, bool) or not 0 <= a < 1:
-            raise ValueError("alpha", f"expected a rate in [0, 1), got {a!r}")
+            raise _WorkloadError("alpha", f"expected a rate in [0, 1), got {a!r}")
     elif w["scheme"] not in ("ar", "elastic") and w["model"] not in TABLE3_4GB:
-        raise ValueError("alpha", f"{w['model']} has no Table 3 alpha for {w['scheme']}: give "
+        raise _WorkloadError("alpha", f"{w['model']} has no Table 3 alpha for {w['scheme']}: give "
                          f"workload.alpha")
 
 
@@ -533,15 +555,14 @@ def expand(spec: SweepSpec) -> list:
         for wl in wgrid:
             workload = {**WORKLOAD_FIELDS, **wl}
             base = spec.base or f"paper-{workload['hb']}"
+            if spec.base or any(f in cfg for f in HB_FIELDS):
+                workload["hb"] = None               # not paper-<hb>'s capacity: see hb_gb
             label = ", ".join(f"{k}={v}" for k, v in {**cfg, **wl}.items())
             where = f"{spec.path}: point {len(points)} ({label})"
-            try:
-                arch = build_arch(base, cfg)
-            except ConfigError as exc:
-                raise UserError(f"{where}: {exc}") from None
-            except TypeError as exc:                # dataclasses.replace on a bad name
-                raise UserError(f"{where}: {exc}") from None
-            fields = {f: _field(arch, f) for f in CONFIG_FIELDS}
+            # the constraints see the preset's fields overlaid with the point's, before the
+            # configuration is built: a constraint may drop what ArchConfig would reject
+            fields = {f: _field(_preset(base), f) for f in CONFIG_FIELDS}
+            fields.update(cfg)
             fields.update(workload)
             keep = True
             for c in spec.constraints:
@@ -554,10 +575,16 @@ def expand(spec: SweepSpec) -> list:
             if not keep:
                 continue
             try:
+                arch = build_arch(base, cfg)
+            except ConfigError as exc:
+                raise UserError(f"{where}: {exc}") from None
+            except TypeError as exc:                # dataclasses.replace on a bad name
+                raise UserError(f"{where}: {exc}") from None
+            fields.update({f: _field(arch, f) for f in CONFIG_FIELDS})
+            try:
                 _check_workload(workload)
-            except ValueError as exc:
-                field_name, msg = exc.args
-                raise UserError(f"{where}: {field_name}: {msg}") from None
+            except _WorkloadError as exc:
+                raise UserError(f"{where}: {exc.field}: {exc}") from None
             tasks = {}
             for k, v in spec.tasks.items():
                 if callable(v):
@@ -583,6 +610,12 @@ def expand(spec: SweepSpec) -> list:
     if not points:
         raise UserError(f"{spec.path}: no point left after the constraints")
     return points
+
+
+def _preset(name, _cache={}):
+    if name not in _cache:
+        _cache[name] = preset(name)
+    return _cache[name]
 
 
 def _field(arch, name):

