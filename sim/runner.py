@@ -294,9 +294,6 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-_source_digest = source_digest          # the old private name (tests/tools/test_runner.py)
-
-
 def cached_verilog(design, *, name: str, key, root=None) -> str:
     """:func:`generate_verilog` of ``design`` (a ``wiring.Component``), memoised on disk under
     ``<build root>/verilog/``: the file is keyed by ``key`` (JSON-able: what the component was

@@ -456,7 +456,7 @@ def test_verilog_is_cached_by_key_and_source(tmp_path, monkeypatch):
         == [".v"]                                           # no temporary file left behind
     runner.cached_verilog(Increment(), name="inc", key={"w": 9}, root=tmp_path)
     assert calls == ["inc", "inc"]
-    monkeypatch.setattr(runner, "_source_digest", lambda: "an edited source file")
+    monkeypatch.setattr(runner, "source_digest", lambda: "an edited source file")
     runner.cached_verilog(Increment(), name="inc", key={"w": 8}, root=tmp_path)
     assert calls == ["inc", "inc", "inc"]
     assert len(list((tmp_path / "verilog").glob("inc-*.v"))) == 3
