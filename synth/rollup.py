@@ -261,6 +261,21 @@ class Planner:
                     self.progress(done, total, job.label, result)
         return self.results
 
+    def label(self, name) -> str:
+        """The report label of the planned job ``name``."""
+        return self._jobs[name].label
+
+    @property
+    def job_count(self) -> int:
+        """How many synthesis jobs are planned."""
+        return len(self._jobs)
+
+    def bad_blocks(self) -> list:
+        """Sorted labels of the finished jobs with latches, check problems or unmapped
+        (``$``-prefixed) cells: what ``elmoe3d synth`` and the sweep's area task refuse."""
+        return sorted(self._jobs[n].label for n, r in self.results.items()
+                      if r.latches or r.problems or any(t.startswith("$") for t in r.blackboxes))
+
     def result(self, name) -> SynthResult:
         return self.results[name]
 

@@ -26,6 +26,7 @@ Exit status: 0 when every point finished without an error; 1 when some point rec
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..errors import UserError
@@ -53,6 +54,18 @@ def configure(parser):
                         help="expand and validate the spec, print the point count, run nothing")
 
 
+#: Config fields the perf model reads (``sw/host/paper_eval.py``, ``platform(arch=)``); the
+#: others change only the area and the RTL.
+PERF_FIELDS = ("pes", "clock_ghz", "hb_bank_gbps", "hb_bank_bytes", "hb_pj_per_bit",
+               "ext_gbps", "ext_bytes", "ext_pj_per_bit", "tile.rows",
+               "tile.lanes", "tile.group")
+
+
+def _perf_blind(spec) -> list:
+    """The swept config fields the perf model does not read."""
+    return [f for f in spec.config if f not in PERF_FIELDS]
+
+
 def run(args) -> int:
     from ..sw.host.sweep import run_sweep
     from ..sw.host.sweep_spec import expand, load_spec
@@ -70,8 +83,16 @@ def run(args) -> int:
         points = expand(spec)
         tasks = {k: sum(1 for p in points if p.tasks.get(k))
                  for k in ("perf", "area", "timing", "rtl")}
+        drawn = ""
+        if spec.sampling != "grid":
+            distinct = len({json.dumps(p.config, sort_keys=True) for p in points})
+            drawn = f"; {spec.samples} samples -> {distinct} distinct configurations"
         say(f"{args.spec}: {len(points)} valid points (sampling {spec.sampling}, seed "
-            f"{spec.seed}); tasks: " + ", ".join(f"{k} {v}" for k, v in tasks.items()))
+            f"{spec.seed}{drawn}); tasks: " + ", ".join(f"{k} {v}" for k, v in tasks.items()))
+        perf_only = _perf_blind(spec)
+        if perf_only and tasks["area"] == tasks["rtl"] == 0:
+            say("note: the perf model does not read " + ", ".join(perf_only) + ": without an "
+                "area or RTL task their points differ only by id (docs/sweep.md)")
         return 0
     out = args.out or Path("out") / f"sweep-{spec.name}"
     res = run_sweep(spec, out, scheduler=args.scheduler, workers=args.workers,

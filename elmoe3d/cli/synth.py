@@ -545,11 +545,10 @@ def run(args) -> int:
                                 f"({base.pes_per_group}) of {base.name}")
             arch = dataclasses.replace(base, pes=n)
             scale_dies.append((n, die_nodes(planner, arch, skipped)))
-    say(f"planned {len(planner._jobs)} synthesis jobs in {time.monotonic() - started:.1f} s")
+    say(f"planned {planner.job_count} synthesis jobs in {time.monotonic() - started:.1f} s")
     planner.run()
 
-    bad = {name: r for name, r in planner.results.items() if r.latches or r.problems or
-           any(t.startswith("$") for t in r.blackboxes)}
+    bad = planner.bad_blocks()
     report = {"liberty": str(lib.path), "sources": [
         f"cell areas: {lib.path} (each cell's source named in the file)", *SRAM_SOURCES],
         "configs": {}, "skipped_blocks": skipped}
@@ -575,7 +574,7 @@ def run(args) -> int:
             ys.append(tot)
         report["scaling"] = {"config": configs[0].name, "pes": xs, "die_total": ys,
                              "linear_fit": _linear_fit(xs, ys)}
-    report["runs"] = [{"block": planner._jobs[n].label, "cells": r.cell_count, "area": r.area,
+    report["runs"] = [{"block": planner.label(n), "cells": r.cell_count, "area": r.area,
                        "seconds": r.seconds, "cached": r.cached, "latches": r.latches,
                        "problems": r.problems[:20]} for n, r in planner.results.items()]
     if period is not None:
@@ -590,7 +589,7 @@ def run(args) -> int:
     if "power" in report:
         _print_power(say, report["power"])
     if bad:
-        names = ", ".join(sorted(planner._jobs[n].label for n in bad))
+        names = ", ".join(bad)
         raise SynthError(f"blocks with latches, unmapped cells or check problems: {names} "
                          f"(see the runs in --json)")
     if "check" in report and abs(report["check"]["error_pct"]) > 100 * CHECK_TOLERANCE:

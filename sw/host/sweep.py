@@ -19,7 +19,8 @@ Out folder::
     OUT/results.parquet      every row of the spec's points, by point index (pyarrow)
     OUT/results.csv          the same
     OUT/results.json         the same, a list of objects
-    OUT/pareto-<model>.png   tokens/s and tokens/J against die mm2 (points with an area)
+    OUT/pareto-<model>.png   tokens/s and tokens/J against die mm2 (points with an area), a
+                             Pareto front per batch
     OUT/sweep.json           the spec's name, seed, counts, workers, dashboard, seconds
 """
 
@@ -430,7 +431,8 @@ FALLBACK_X = ("pes", "PEs (no die area in this sweep: tasks.area)")
 def pareto_plots(rows, out_dir) -> dict:
     """Per model, ``pareto-<model>.png``: tokens/s and tokens/J against the die's mm2 of every
     point with an area and perf figures (without any area in the sweep: against the PE count,
-    :data:`FALLBACK_X`, and the axis says so), the Pareto front of each drawn as a line.
+    :data:`FALLBACK_X`, and the axis says so), the Pareto front of each batch drawn as a line
+    (the schemes of a batch share one: they are alternatives for the same workload).
     Returns ``{"pareto:<model>": path}`` (nothing for a sweep without perf figures)."""
     done = [r for r in rows if not r.get("error") and r.get("tokens_per_s") is not None]
     xkey, xlabel = "die_mm2", "logic die area (mm²)"
@@ -457,9 +459,14 @@ def pareto_plots(rows, out_dir) -> dict:
                 sel = [i for i, r in enumerate(good) if r["scheme"] == s]
                 ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], s=14, alpha=0.7,
                            label=s)
-            front = pareto_front(xs, ys)
-            ax.plot([xs[i] for i in front], [ys[i] for i in front], "k-", lw=1,
-                    label="Pareto front")
+            # one front per batch: points of different batches are different workloads
+            for k, b in enumerate(sorted({r.get("batch") for r in good}, key=str)):
+                sel = [i for i, r in enumerate(good) if r.get("batch") == b]
+                front = [sel[i] for i in pareto_front([xs[i] for i in sel],
+                                                      [ys[i] for i in sel])]
+                ax.plot([xs[i] for i in front], [ys[i] for i in front], "k",
+                        ls=("-", "--", ":", "-.")[k % 4], lw=1,
+                        label=f"Pareto front, batch {b}")
             ax.set_xlabel(xlabel)
             ax.set_ylabel(label)
             ax.set_yscale("log")

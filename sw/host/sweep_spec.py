@@ -503,7 +503,8 @@ def _native(v):
 
 
 def point_id(base, config, workload, tasks, seed) -> str:
-    """A point's id: SHA-256 (16 hex digits) of everything its results depend on."""
+    """A point's id: SHA-256 (16 hex digits) of everything its results depend on (the caller
+    leaves out what they do not: :func:`expand`)."""
     body = json.dumps({"v": SPEC_VERSION, "base": base, "config": config,
                        "workload": workload, "tasks": tasks, "seed": seed},
                       sort_keys=True, default=str)
@@ -545,7 +546,8 @@ def _check_workload(w):
 
 def expand(spec: SweepSpec) -> list:
     """Every point of ``spec`` (config points x the workload grid), constraints applied,
-    duplicates dropped, each validated; a list of :class:`Point`. Raises :class:`UserError`
+    duplicates dropped (points equal in everything their results depend on: an AR point's
+    alpha and SD tree, a perf point's bench seed and length do not count), each validated; a list of :class:`Point`. Raises :class:`UserError`
     naming the spec, the point and the field for the first invalid point (nothing runs)."""
     wnames = list(spec.workload)
     wgrid = [dict(zip(wnames, combo)) for combo in
@@ -601,7 +603,17 @@ def expand(spec: SweepSpec) -> list:
                     arch.pe                         # the die's PE must exist to synthesise it
                 except ConfigError as exc:
                     raise UserError(f"{where}: {exc} (the PE of an area task)") from None
-            pid = point_id(base, cfg, workload, tasks, spec.seed)
+            # what the results do not depend on is left out of the id, so that equal points
+            # are one: an AR point has no SD tree or alpha, a point without the RTL task no
+            # bench seed or length
+            if workload["scheme"] == "ar":
+                workload = {**workload, "alpha": None, "depth": None, "width": None}
+            id_tasks = dict(tasks)
+            seed = spec.seed
+            if not tasks["rtl"]:
+                id_tasks.pop("rtl_beats", None)
+                seed = None
+            pid = point_id(base, cfg, workload, id_tasks, seed)
             if pid in seen:
                 continue
             seen.add(pid)

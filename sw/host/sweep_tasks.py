@@ -48,8 +48,8 @@ META_COLUMNS = ("seconds", "worker", "pid", "area_cached", "rtl_built", "code")
 #: The figures of the tasks, in table order (a point without a task has them empty).
 RESULT_COLUMNS = (
     "tokens_per_s", "tokens_per_j", "pj_per_token", "mode", "phi_ar", "phi_sd", "alpha",
-    "sd_tokens", "xpu_ms_token", "ar_ms_token", "sd_ms_token", "ar_pj_token", "sd_pj_token",
-    "slots", "peak_tops_w4", "hb_gb", "hb_gbps",
+    "alpha_source", "sd_tokens", "xpu_ms_token", "ar_ms_token", "sd_ms_token", "ar_pj_token",
+    "sd_pj_token", "slots", "peak_tops_w4", "hb_gb", "hb_gbps",
     "die_mm2", "pe_mm2", "pe_share", "worst_ps", "worst_slack_ps", "worst_block",
     "rtl_fraction", "rtl_cycles", "rtl_beats", "rtl_comparisons", "rtl_mismatches",
     "rtl_seed", "error")
@@ -70,7 +70,9 @@ def default_cache_dir() -> Path:
 def perf_task(point: Point) -> dict:
     """The perf model at ``point``: our AR step and (for an SD scheme) an SD iteration of the
     ``depth x width`` tree at acceptance ``alpha`` (the workload's, else Elastic-SD's acceptance
-    model :func:`~.paper_eval.elastic_alpha` at this HB, else the paper's Table 3 alpha), the
+    model :func:`~.paper_eval.elastic_alpha` at this HB, else the paper's Table 3 alpha: the
+    4 GB table's at this batch, its batch-1 alpha for a batch Table 3 has not, whatever the
+    HB; ``alpha_source`` says which: ``workload``, ``elastic model``, ``table3 4gb batch N``), the
     xPU's AR step at the same batch. Figures: ``tokens_per_s`` (of the faster mode, all
     sequences), ``pj_per_token`` and ``tokens_per_j`` (HB and EXT access energy only, as the
     model counts it), ``mode`` (``ar``/``sd``), ``phi_ar`` and ``phi_sd`` (over the xPU),
@@ -92,15 +94,21 @@ def perf_task(point: Point) -> dict:
            "hb_gbps": ours.hb_gbps}
     ar_tps, ar_pj = b / ar.seconds, out["ar_pj_token"]
     if scheme == "ar":
-        out.update(mode="ar", tokens_per_s=ar_tps, pj_per_token=ar_pj, alpha=None)
+        out.update(mode="ar", tokens_per_s=ar_tps, pj_per_token=ar_pj, alpha=None,
+                   alpha_source=None)
     else:
         alpha = w["alpha"]
+        source = "workload"
         if alpha is None:
             if scheme == "elastic":
-                alpha = elastic_alpha(em)
+                alpha, source = elastic_alpha(em), "elastic model"
             else:
                 row = TABLE3_4GB[model][scheme]
-                alpha = row[TABLE3_BATCHES.index(b)][0] if b in TABLE3_BATCHES else row[0][0]
+                if b in TABLE3_BATCHES:
+                    alpha, source = row[TABLE3_BATCHES.index(b)][0], f"table3 4gb batch {b}"
+                else:
+                    alpha, source = row[0][0], "table3 4gb batch 1"
+        out["alpha_source"] = source
         sd = em.sd(float(alpha), w["depth"], w["width"])
         sd_tps = 1.0 / sd.per_token_s
         out.update(alpha=float(alpha), sd_tokens=sd.tokens, sd_ms_token=sd.per_token_s * 1e3,
@@ -181,8 +189,7 @@ def area_task(point: Point, cache_dir, *, timing: bool = False, jobs: int = 1) -
     skipped = {}
     die = die_nodes(planner, arch, skipped)
     planner.run()
-    bad = sorted(planner._jobs[n].label for n, r in planner.results.items()
-                 if r.latches or r.problems or any(t.startswith("$") for t in r.blackboxes))
+    bad = planner.bad_blocks()
     if bad:
         raise SynthError(f"blocks with latches, unmapped cells or check problems: "
                          f"{', '.join(bad)}")

@@ -348,6 +348,29 @@ def test_area_timing_runs_at_the_points_clock(monkeypatch):
     assert periods == [2000.0, 500.0]
 
 
+def test_equal_points_are_one_and_samples_say_how_many_are_distinct(tmp_path, capsys):
+    raw = {"workload": {"model": ["qwen3-30b-a3b"], "scheme": ["ar", "eagle"],
+                        "depth": [5, 7]}, "seed": 3}
+    pts = expand(parse_spec(raw, path="t.yaml"))
+    assert sorted((p.workload["scheme"], p.workload["depth"]) for p in pts) == [
+        ("ar", None), ("eagle", 5), ("eagle", 7)]
+    other_seed = expand(parse_spec({**raw, "seed": 4}, path="t.yaml"))
+    assert [p.id for p in other_seed] == [p.id for p in pts]      # no RTL task: seed unused
+    spec = _write(tmp_path, "sampling: random\nsamples: 16\nconfig:\n  pes: [16, 32]\n"
+                            "  wmem_bytes: [65536]\nworkload:\n  model: [qwen3-30b-a3b]\n")
+    assert cli.main(["sweep", str(spec), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "16 samples -> 2 distinct configurations" in out
+    assert "note: the perf model does not read wmem_bytes" in out
+
+
+def test_alpha_source_says_where_alpha_came_from():
+    spec = parse_spec({"workload": {"model": ["qwen3-30b-a3b"], "batch": [4, 2],
+                                    "scheme": ["eagle"]}}, path="t.yaml")
+    got = [sweep_tasks.perf_task(p)["alpha_source"] for p in expand(spec)]
+    assert got == ["table3 4gb batch 4", "table3 4gb batch 1"]
+
+
 def test_the_expression_language_refuses_what_it_has_not():
     fn = compile_expr("max(pes, 4) ** 2 // 3 > 10 and not x in [1, 2]", ["pes", "x"])
     assert fn({"pes": 8, "x": 3}) is True
@@ -450,8 +473,19 @@ def test_pareto_plots_per_model(tmp_path):
     from elmoe3d.sw.host.sweep import pareto_plots
     rows = [{"model": m, "scheme": "ar", "die_mm2": a, "tokens_per_s": t, "tokens_per_j": t / 2}
             for m in ("a", "b") for a, t in ((10.0, 5.0), (20.0, 9.0), (15.0, 4.0))]
-    files = pareto_plots(rows, tmp_path)
+    rows += [dict(r, batch=16, tokens_per_s=r["tokens_per_s"] * 10) for r in rows]
+    fronts = []
+    import matplotlib.axes
+    real_plot = matplotlib.axes.Axes.plot
+
+    def plot(self, *args, **kw):
+        fronts.append(kw.get("label"))
+        return real_plot(self, *args, **kw)
+    import unittest.mock
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot):
+        files = pareto_plots([dict(r, batch=r.get("batch", 1)) for r in rows], tmp_path)
     assert sorted(files) == ["pareto:a", "pareto:b"]
+    assert fronts == ["Pareto front, batch 1", "Pareto front, batch 16"] * 4
     assert all(p.stat().st_size > 1000 for p in files.values())
 
 
