@@ -3,13 +3,18 @@ on an embedded :class:`distributed.LocalCluster` or on a cluster's scheduler, th
 written as they finish, resumable, consolidated into Parquet, CSV and JSON, with Pareto plots.
 
 * :func:`run_sweep` -- expand and validate the spec (:func:`~.sweep_spec.expand`; nothing runs
-  if a point is invalid), skip the points whose row is already in the out folder (a rerun, keyed
-  by the point's id), submit one task a point (:func:`~.sweep_tasks.run_point`, or ``task``),
-  write each row as it arrives, then the consolidated tables and the plots.
+  if a point is invalid), skip the points whose row is already in the out folder without an
+  error and from the same code (a rerun, keyed by the point's id and the row's ``code``,
+  :func:`~.sweep_tasks.code_version`), submit the rest in chunks
+  (:func:`~.sweep_tasks.run_point`, or ``task``), write each row as it arrives, then the
+  consolidated tables and the plots.
 * Faults: a worker that dies mid-task loses nothing: the scheduler reruns its tasks on another
   worker (``distributed.scheduler.allowed-failures``, default 3); a task that raises inside a
   point records its error in the row (``error``) and the sweep goes on. A point whose row has an
-  error runs again on a rerun; a finished one does not.
+  error runs again on a rerun; a finished one does not. A chunk given up after
+  allowed-failures (``KilledWorker``: the scheduler counts a death against every chunk the
+  dying worker held) is run again one point a task, one in flight a worker; a point given up
+  then gets an error row (``"dask: KilledWorker: ..."``) and the sweep goes on.
 * ``workers=0`` runs the points in this process, one after the other (the serial reference the
   tests and ``make bench`` compare Dask runs with).
 
@@ -21,7 +26,8 @@ Out folder::
     OUT/results.json         the same, a list of objects
     OUT/pareto-<model>.png   tokens/s and tokens/J against die mm2 (points with an area), a
                              Pareto front per batch
-    OUT/sweep.json           the spec's name, seed, counts, workers, dashboard, seconds
+    OUT/sweep.json           "status" ("running" from the start, "complete" once the tables
+                             are written), the spec's name, seed, counts, workers, seconds
 """
 
 from __future__ import annotations
@@ -179,7 +185,8 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     ``say`` prints the seed, the counts and the dashboard address.
 
     Returns a :class:`SweepRun`. Raises :class:`UserError` for an invalid spec or point, an
-    unreachable scheduler or an out folder that cannot be written."""
+    unreachable scheduler or an out folder (rows, tables, plots, sweep.json) that cannot be
+    written."""
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
     points = expand(spec)

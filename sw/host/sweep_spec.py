@@ -19,7 +19,8 @@ A spec (YAML shown; TOML has the same keys)::
       depth: [7]                   # SD tree (default 7 x 6, paper_eval.TREE)
       width: [6]
       hb: [4gb, 8gb]               # the base preset paper-<hb> when `base` is not given
-    constraints:                   # expressions over the point's fields; false drops it
+    constraints:                   # expressions over the point's fields (the base preset's
+                                   # overlaid with the point's), before ArchConfig; false drops it
       - "pes % pes_per_group == 0 and hb_bank_bytes * pes <= 8 * 2**30"
     tasks:
       perf: true                   # the whole-decoder perf model (default true)
