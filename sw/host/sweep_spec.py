@@ -525,7 +525,8 @@ def _check_workload(w):
     from .decoder import DECODER_SHAPES
     from .paper_eval import SCHEMES, TABLE3_4GB, ZIPF
     if w["model"] not in DECODER_SHAPES or w["model"] not in ZIPF:
-        raise _WorkloadError("model", f"expected one of {', '.join(m for m in DECODER_SHAPES if m in ZIPF)}"
+        known = ", ".join(m for m in DECODER_SHAPES if m in ZIPF)
+        raise _WorkloadError("model", f"expected one of {known}"
                          f", got {w['model']!r}")
     if w["scheme"] not in ("ar",) + SCHEMES:
         raise _WorkloadError("scheme", f"expected one of ar, {', '.join(SCHEMES)}, got "
@@ -548,8 +549,9 @@ def _check_workload(w):
 def expand(spec: SweepSpec) -> list:
     """Every point of ``spec`` (config points x the workload grid), constraints applied,
     duplicates dropped (points equal in everything their results depend on: an AR point's
-    alpha and SD tree, a perf point's bench seed and length do not count), each validated; a list of :class:`Point`. Raises :class:`UserError`
-    naming the spec, the point and the field for the first invalid point (nothing runs)."""
+    alpha and SD tree, a perf point's bench seed and length do not count), each validated;
+    a list of :class:`Point`. Raises :class:`UserError` naming the spec, the point and the
+    field for the first invalid point (nothing runs)."""
     wnames = list(spec.workload)
     wgrid = [dict(zip(wnames, combo)) for combo in
              itertools.product(*(spec.workload[n]["values"] for n in wnames))]

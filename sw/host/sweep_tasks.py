@@ -164,9 +164,9 @@ def area_task(point: Point, cache_dir, *, timing: bool = False, jobs: int = 1) -
     """The die's area roll-up of the point's configuration, as ``elmoe3d synth`` computes it
     (:func:`elmoe3d.cli.synth.die_nodes`, :func:`elmoe3d.cli.synth.synth_report`), and with
     ``timing`` each block's worst register-to-register path at the point's clock (period
-    ``1000 / clock_ghz`` ps; :func:`elmoe3d.cli.synth.timing_report`). Figures: ``die_mm2``, ``pe_mm2``, ``pe_share``;
-    with timing ``worst_ps``, ``worst_slack_ps``, ``worst_block``; ``area_cached`` (read from
-    the roll-up cache). Raises :class:`~elmoe3d.synth.flow.SynthError` when Yosys fails or a
+    ``1000 / clock_ghz`` ps; :func:`elmoe3d.cli.synth.timing_report`). Figures:
+    ``die_mm2``, ``pe_mm2``, ``pe_share``; with timing ``worst_ps``, ``worst_slack_ps``,
+    ``worst_block``; ``area_cached`` (read from the roll-up cache). Raises :class:`~elmoe3d.synth.flow.SynthError` when Yosys fails or a
     block has latches or unmapped cells."""
     cache = Path(cache_dir)
     arch = point.arch()
