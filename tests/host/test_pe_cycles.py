@@ -83,36 +83,21 @@ RECORDED = [
 #: expert on mid with ld at a word a cycle (``run_pe_bench(preset("mid"),
 #: tests="test_real_expert", params={"real_shapes": ["deepseek-v2-lite"], "real_ld_rate":
 #: "full"})``; tests/cocotb/test_pe_real.py ran it at commit ffb4edc; re-measured 2026-12-02 at
-#: 9bf7dc6 with issue 25's pipeline stages, before them 64156, 120540). Rows: (bench,
+#: 9bf7dc6 with issue 25's pipeline stages, before them 64156, 120540; the paper rows the same
+#: day at 4dd9f48, before them 27908, 4834, 43276, 6121, 27909, 4866, 43277, 6153). Rows: (bench,
 #: preset, kind, model, tokens, mode, ld words per cycle, RTL cycles, ld words, commands).
 RECORDED_RATES = [
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 0.1, 27908, 2785, 805),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 1.0, 4834, 2785, 805),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 0.1, 43276, 4321, 1253),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 1.0, 6121, 4321, 1253),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 0.1, 27909, 2785, 805),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 1.0, 4866, 2785, 805),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 0.1, 43277, 4321, 1253),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 1.0, 6153, 4321, 1253),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 0.1, 27910, 2785, 805),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 1.0, 4978, 2785, 805),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 0.1, 43278, 4321, 1253),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 1.0, 6265, 4321, 1253),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 0.1, 27911, 2785, 805),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 1.0, 5010, 2785, 805),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 0.1, 43279, 4321, 1253),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 1.0, 6297, 4321, 1253),
     ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "DRAFT", 1.0, 64233, 63553, 2929),
     ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "FULL", 1.0, 120617, 119873, 4849),
 ]
-
-#: Presets whose rows (RECORDED, RECORDED_RATES) were measured on the RTL before issue 25's
-#: 1 GHz pipeline (tile 3 -> 5 cycles, SwiGLU unit 7 -> 10, combine unit 3 -> 5) and not
-#: re-measured yet: the Verilator builds of the small, mid and paper PEs and their benches did
-#: not fit the day on the shared machine. For them the model of today's RTL is checked to lie
-#: between the old RTL's cycles and that plus :func:`issue25_bound`; re-measure with the
-#: commands in the comments above and drop the preset from here.
-BEFORE_ISSUE25 = ("paper-4gb",)
-
-
-def issue25_bound(est):
-    """Cycles issue 25 can add to a program: per GEMM the tile's 2 and its sink's unit's (at
-    most the SwiGLU unit's 3), and per OUTPUT nothing (the FP32 converter kept its 2)."""
-    gemms = sum(c.op == "GEMM" for c in est.commands)
-    return gemms * (2 + 3)
-
 
 #: The target of issue 24 item 5: the model within 2% of the RTL's cycles on every case.
 TOLERANCE = 0.02
@@ -160,13 +145,10 @@ def test_model_against_recorded_rtl_cycles(bench, arch, kind, model, tokens, mod
     est = program_cycles(job.program, ld_rate=hb_rate(cfg), ld=job.ld)
     err = est.cycles / rtl - 1
     print(f"{bench} {arch} {model or kind} T={tokens} {mode}: RTL {rtl}"
-          f"{' (before issue 25)' if arch in BEFORE_ISSUE25 else ''}, model {est.cycles} "
+          f", model {est.cycles} "
           f"({100 * err:+.3f}%); bound {est.bound}, beats {est.beats}, "
           f"memory {est.memory_cycles:.0f}")
     assert abs(err) <= TOLERANCE
-    if arch in BEFORE_ISSUE25:
-        assert rtl <= est.cycles <= rtl + 8 + issue25_bound(est)
-        return
     assert abs(est.cycles - rtl) <= 8          # as measured: within a few cycles
 
 
@@ -199,13 +181,10 @@ def test_model_equals_rtl_at_other_ld_rates(bench, arch, kind, model, tokens, mo
     est = program_cycles(program, ld_rate=rate, ld=ld)
     blind = program_cycles(program, ld_rate=rate)
     print(f"{arch} {model} T={tokens} {mode} ld {rate:g}: RTL {rtl}"
-          f"{' (before issue 25)' if arch in BEFORE_ISSUE25 else ''}, model "
+          f", model "
           f"{est.cycles} (without the ld words {blind.cycles})")
     if kind == "root" and tokens == 1 and rate == 1.0:     # 15 padding rows a result
         assert blind.cycles > est.cycles + 100
-    if arch in BEFORE_ISSUE25:
-        assert rtl <= est.cycles <= rtl + issue25_bound(est)
-        return
     assert est.cycles == rtl
     assert blind.cycles >= rtl
 
