@@ -60,7 +60,7 @@ from .liberty import Liberty
 
 __all__ = ["SRAM_READ_PJ", "SRAM_WRITE_PJ", "SRAM_WORD_BYTES", "SRAM_SOURCE",
            "sram_access_pj", "leakage_nw", "tile_energy", "TileEnergy", "PUBLISHED_MAC",
-           "ring_energy", "link_energy"]
+           "ring_energy", "link_energy", "DieEnergy", "DIE_ENERGY", "energy_drift"]
 
 
 #: Energy of one 64-bit read of an ASAP7 SRAM bank (pJ): clock-pin internal power when !write
@@ -94,6 +94,69 @@ PUBLISHED_MAC = [
              "unit with a unified multi-precision datapath in 4-nm flagship mobile SoC')",
      "pj_per_mac": 2 / 11.59},
 ]
+
+
+@dataclass(frozen=True)
+class DieEnergy:
+    """The logic die's energy per operation as ``elmoe3d synth --timing --power`` measured it
+    (TT, 0.7 V, 25 C, 1 GHz; README, "Power and energy per operation"): the figures the
+    performance model's energy uses (:mod:`elmoe3d.sw.host.paper_eval`, Fig. 15). A power run
+    prints each figure it measures beside these (:func:`energy_drift`), so a change of the RTL
+    or of the library that moves one shows there.
+
+    ``mac_pj``: dynamic pJ per MAC of the paper tile by weight bits (4: DRAFT, W4A8, one
+    unit-PE product a MAC; 8: FULL, W8A8, two products a MAC); ``ring_pj_per_byte``: the
+    streamline ring, pJ per delivered byte (its hops and flit FIFOs included);
+    ``link_pj_per_byte``: the aggregation link's REDUCE_ADD, pJ per reduced byte delivered
+    (its sources' words and destination FIFOs included); ``static_mw``: leakage of the logic
+    (SRAM leakage is 0 in the ASAP7 SRAM library) by configuration, mW; ``measured``: when and
+    with what."""
+
+    mac_pj: dict
+    ring_pj_per_byte: float
+    link_pj_per_byte: float
+    static_mw: dict
+    measured: str
+
+    def static_mw_per_pe(self) -> float:
+        """Static power a PE with its share of the die (mW): the mean over :attr:`static_mw`'s
+        configurations of die static / PEs, for a die of another PE count (a sweep)."""
+        from ..config import preset
+        return sum(mw / preset(name).pes for name, mw in self.static_mw.items()) \
+            / len(self.static_mw)
+
+
+#: The figures of the last ``elmoe3d synth --timing --power`` (2026-12-02, README table "Power
+#: and energy per operation"): tile 0.102 / 0.189 pJ per MAC dynamic (DRAFT / FULL), ring 1.94
+#: pJ per delivered byte (paper-4gb station 0, 1,024 flits), link 1.89 pJ per reduced byte
+#: (paper-4gb, 4 PEs), static 9.37 mW (paper-4gb die) and 18.7 mW (paper-8gb die).
+DIE_ENERGY = DieEnergy(mac_pj={4: 0.102, 8: 0.189}, ring_pj_per_byte=1.94,
+                       link_pj_per_byte=1.89,
+                       static_mw={"paper-4gb": 9.37, "paper-8gb": 18.7},
+                       measured="elmoe3d synth --timing --power, 2026-12-02")
+
+
+def energy_drift(power: dict, recorded: DieEnergy = DIE_ENERGY) -> list:
+    """``(figure, measured, recorded, measured / recorded)`` for every :class:`DieEnergy`
+    figure a ``power`` report (``elmoe3d synth --power``'s JSON ``power`` part) measured."""
+    out = []
+    for mode, bits in (("DRAFT", 4), ("FULL", 8)):
+        for key, modes in power.get("tile", {}).items():
+            if key == "16x32" and mode in modes:
+                v = modes[mode]["pj_per_mac_dynamic"]
+                out.append((f"tile {mode} pJ/MAC (dynamic)", v, recorded.mac_pj[bits]))
+    for name, r in power.get("ring", {}).items():
+        if name == "paper-4gb":
+            out.append(("ring pJ per delivered byte", r["pj_per_byte_delivered"],
+                        recorded.ring_pj_per_byte))
+    for name, r in power.get("link", {}).items():
+        if name == "paper-4gb":
+            out.append(("link pJ per reduced byte", r["pj_per_byte_out"],
+                        recorded.link_pj_per_byte))
+    for name, cfg in power.get("configs", {}).items():
+        if name in recorded.static_mw:
+            out.append((f"{name} die static mW", cfg["die_static_mw"], recorded.static_mw[name]))
+    return [(what, m, r, m / r) for what, m, r in out]
 
 
 def sram_access_pj(width: int, *, write: bool = False) -> float:

@@ -9,6 +9,10 @@ summary. ``elmoe3d paper fig12 [--hb] [--plot DIR]`` gives Fig. 12: per SD schem
 EXT and an SD iteration's accept length, draft and verify time (Qwen3-30B-A3B, batch 16).
 ``elmoe3d paper fig14 [--hb] [--plot DIR]``: Fig. 14, every platform's AR and SD speedup over
 the xPU per model and batch, and ours against xPU and the strongest prior platform.
+``elmoe3d paper fig15 [--hb] [--plot DIR]``: Fig. 15, every platform's energy a token in its
+best mode by component (computation, external memory, HB memory, communication, static; the
+logic die's figures from the ASAP7 Liberty, ``elmoe3d.synth.energy.DIE_ENERGY``), normalised
+to ours, and ours against xPU and the best performing prior platform beside the paper's.
 ``elmoe3d paper cache-check`` replays the real Mixtral-8x7B traces (gsm8k, humaneval)
 through the exact LRU and prints its hit rate beside Che's approximation from the trace's
 popularity and from a fitted Zipf law. Exit status 0, or 2 on a usage error.
@@ -20,22 +24,24 @@ from ..errors import UserError
 from .outputs import check_output, report_console, write_json
 
 
-FIGURES = ("table3", "fig12", "fig14", "cache-check")
+FIGURES = ("table3", "fig12", "fig14", "fig15", "cache-check")
+_MODEL_FIGS = ("table3", "fig12", "fig14", "fig15")
 #: Options and the figures they apply to (any other figure refuses them; --json: all).
-APPLIES = {"hb": ("table3", "fig12", "fig14"), "tree": ("table3", "fig12", "fig14"),
-           "cache_form": ("table3", "fig12", "fig14"), "alpha": ("table3", "fig12", "fig14"),
-           "ar_cache": ("table3", "fig14"), "plot": ("fig12", "fig14")}
+APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
+           "alpha": _MODEL_FIGS, "ar_cache": ("table3", "fig14", "fig15"),
+           "plot": ("fig12", "fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best"}
 #: The HB size of each figure in the paper.
-PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb"}
+PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb", "fig15": "8gb"}
 
 
 def configure(parser):
     parser.add_argument("figure", choices=FIGURES,
                         help="table3: the paper's Table 3; fig12: Fig. 12 (memory mapping and SD time "
                              "breakdown per scheme, Qwen3-30B-A3B, batch 16); fig14: Fig. 14 (speedup over xPU "
-                             "of every platform, AR and SD); cache-check: the expert-cache model (Che's "
+                             "of every platform, AR and SD); fig15: Fig. 15 (energy a token by "
+                             "component, normalised to ours); cache-check: the expert-cache model (Che's "
                              "approximation) against the exact LRU on the real Mixtral traces")
     parser.add_argument("--hb", default=None, choices=("4gb", "8gb"),
                         help="HB capacity of the configuration (default: the paper's, 4gb for "
@@ -59,7 +65,8 @@ def configure(parser):
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", default=None,
-                        help="fig12, fig14: also write the figure as DIR/<figure>_<hb>.png")
+                        help="fig12, fig14, fig15: also write the figure as "
+                             "DIR/<figure>_<hb>.png")
 
 
 def _zipf(args) -> dict:
@@ -109,6 +116,8 @@ def run(args) -> int:
         return _fig12(args)
     if args.figure == "fig14":
         return _fig14(args)
+    if args.figure == "fig15":
+        return _fig15(args)
     tree = _tree(args.tree)
     zipf = _zipf(args)
     alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
@@ -218,10 +227,7 @@ def _fig14(args) -> int:
 
     from ..sw.host import paper_eval as pe
     plot = _plot_dir(args, "fig14")
-    tree = _tree(args.tree)
-    alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
-    rows = pe.fig14(args.hb, tree=tree, zipf=_zipf(args), ar_cache=args.ar_cache,
-                    form=args.cache_form, alphas=alphas)
+    rows, alphas = _fig14_rows(args)
     summ = pe.fig14_summary(rows)
     console = report_console()
     t = Table(title=f"Fig. 14: speedup over xPU (AR at the same batch), MT-Bench alphas, HB "
@@ -254,6 +260,102 @@ def _fig14(args) -> int:
     _write(console, args, {"hb": args.hb, "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig14(path, rows, args.hb))
     return 0
+
+
+def _fig14_rows(args):
+    from ..sw.host import paper_eval as pe
+    alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
+    return pe.fig14(args.hb, tree=_tree(args.tree), zipf=_zipf(args), ar_cache=args.ar_cache,
+                    form=args.cache_form, alphas=alphas), alphas
+
+
+def _fig15(args) -> int:
+    from rich.table import Table
+
+    from ..sw.host import paper_eval as pe
+    plot = _plot_dir(args, "fig15")
+    rows, alphas = _fig14_rows(args)
+    summ = pe.fig15_summary(rows)
+    console = report_console()
+    t = Table(title=f"Fig. 15: energy a token (mJ) in each platform's best mode (* SD), "
+                    f"normalised to ours, MT-Bench alphas, HB {args.hb[:-2]} GB")
+    t.add_column("model")
+    t.add_column("batch", justify="right")
+    t.add_column("ours mJ", justify="right")
+    t.add_column("xPU AR", justify="right")
+    for p in pe.PLATFORMS:
+        t.add_column(p, justify="right")
+    pts = {}
+    for r in rows:
+        pts.setdefault((r["model"], r["batch"]), {})[r["platform"]] = r
+    for (model, b), d in pts.items():
+        ours = sum(d["ours"]["energy"].values())
+        t.add_row(model, str(b), f"{ours / 1e9:.2f}",
+                  f"{sum(d['ours']['xpu_energy'].values()) / ours:.2f}",
+                  *(f"{sum(d[p]['energy'].values()) / ours:.2f}"
+                    f"{'*' if d[p]['mode'] == 'sd' else ''}" for p in pe.PLATFORMS))
+    console.print(t)
+    c = Table(title="mean energy a token by component (mJ), best mode")
+    c.add_column("platform")
+    for k in pe.ENERGY_PARTS:
+        c.add_column(k, justify="right")
+    c.add_column("total", justify="right")
+    for p, parts in summ["mean_mj_token"].items():
+        c.add_row(p, *(f"{parts[k]:.3f}" for k in pe.ENERGY_PARTS),
+                  f"{sum(parts.values()):.3f}")
+    console.print(c)
+    paper = pe.PAPER_FIG15
+    console.print(f"ours against xPU AR: {summ['over_xpu']:.2f}x less energy a token on average, "
+                  f"up to {summ['over_xpu_max']:.2f}x (paper {paper['over_xpu']}x, up to "
+                  f"{paper['over_xpu_max']}x, over four datasets); against the best performing "
+                  f"prior platform of each point: {summ['over_best_prior']:.2f}x, up to "
+                  f"{summ['over_best_prior_max']:.2f}x (paper {paper['over_best_prior']}x, up "
+                  f"to {paper['over_best_prior_max']}x)")
+    console.print(f"alpha: {'Elastic-SD from the alpha model, the rest the paper' if alphas else 'the paper'}'s "
+                  f"4 GB values. Logic-die figures: DIE_ENERGY ({pe.DIE_ENERGY.measured}); "
+                  f"near-memory units' energy a placeholder (NEAR_MEMORY_ENERGY); DRAM "
+                  f"background power not modelled (docs/paper.md, section 7)")
+    _write(console, args, {"hb": args.hb, "rows": rows, "summary": summ}, plot,
+           lambda path: _plot_fig15(path, rows, args.hb))
+    return 0
+
+
+def _plot_fig15(path, rows, hb):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from ..sw.host import paper_eval as pe
+
+    f = Figure(figsize=(13, 4.2), layout="constrained")
+    FigureCanvasAgg(f)
+    axes = f.subplots(1, len(pe.TABLE3_MODELS), sharey=True)
+    colors = dict(zip(pe.ENERGY_PARTS, ("tab:blue", "tab:red", "tab:green", "tab:purple",
+                                        "tab:gray")))
+    width = 0.8 / len(pe.PLATFORMS)
+    for ax, model in zip(axes, pe.TABLE3_MODELS):
+        pts = {(r["batch"], r["platform"]): r for r in rows if r["model"] == model}
+        for j, p in enumerate(pe.PLATFORMS):
+            for i, b in enumerate(pe.TABLE3_BATCHES):
+                r = pts[(b, p)]
+                ours = sum(pts[(b, "ours")]["energy"].values())
+                x = i + (j - (len(pe.PLATFORMS) - 1) / 2) * width
+                bottom = 0.0
+                for k in pe.ENERGY_PARTS:
+                    h = r["energy"][k] / ours
+                    ax.bar(x, h, width, bottom=bottom, color=colors[k],
+                           label=k if (p, b) == ("xpu", 1) else None)
+                    bottom += h
+                if r["mode"] == "sd":
+                    ax.plot(x, bottom * 1.04, "v", color="tab:blue", markersize=3)
+        ax.set_xticks(range(len(pe.TABLE3_BATCHES)),
+                      [f"B{b}" for b in pe.TABLE3_BATCHES])
+        ax.set_title(model, fontsize=9)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylabel("energy a token / ours (triangle: SD mode)")
+    axes[-1].legend(fontsize=7)
+    f.suptitle(f"Fig. 15 (model): energy a token by component, normalised to ours, "
+               f"{hb[:-2]} GB HB; bars per batch: {', '.join(pe.PLATFORMS)}", fontsize=10)
+    f.savefig(path, format="png", dpi=110)
 
 
 def _plot_fig14(path, rows, hb):

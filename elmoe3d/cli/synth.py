@@ -65,7 +65,8 @@ JSON schema (areas in um^2)::
        ...}}, "configs": {NAME: {"die": {BLOCK:
        {"instances", "static_uw_each", "static_uw"}}, "die_static_mw", "pe_static_uw",
        "pe_static": {CATEGORY: uW}, "tile": "RxL", "pj_per_mac": {MODE: pJ},
-       "wmem_bytes_per_access", "iomem_bytes_per_access"}}}   (with --power)
+       "wmem_bytes_per_access", "iomem_bytes_per_access"}}, "die_energy_drift": [{"figure",
+       "measured", "recorded", "ratio"}]}   (with --power)
 """
 
 from __future__ import annotations
@@ -385,6 +386,9 @@ def power_report(planner, dies, lib, say):
             "pe_static_uw": blocks["PE"]["static_uw_each"], "pe_static": pe_static,
             "tile": key, "pj_per_mac": {m: e["pj_per_mac"] for m, e in out["tile"][key].items()},
             **pe_bytes}
+    from ..synth.energy import energy_drift
+    out["die_energy_drift"] = [{"figure": w, "measured": m, "recorded": r, "ratio": q}
+                               for w, m, r, q in energy_drift(out)]
     return out
 
 
@@ -413,6 +417,11 @@ def _print_power(say, power):
     s = power["sram"]
     say(f"SRAM: read {s['read_pj_per_byte']:.3f} pJ/B, write {s['write_pj_per_byte']:.3f} pJ/B "
         f"(64-bit ASAP7 banks)")
+    from ..synth.energy import DIE_ENERGY, energy_drift
+    for what, measured, recorded, ratio in energy_drift(power):
+        flag = "" if abs(ratio - 1) <= 0.05 else "  <- differs by more than 5%: update DIE_ENERGY"
+        say(f"  {what}: {measured:.4g} measured, {recorded:.4g} in DIE_ENERGY "
+            f"({DIE_ENERGY.measured}; the performance model's figure): {ratio:.3f}x{flag}")
     say(f"power: {power['method']}")
 
 

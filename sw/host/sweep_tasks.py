@@ -47,7 +47,7 @@ CACHE_ENV = "ELMOE3D_CACHE"
 META_COLUMNS = ("seconds", "worker", "pid", "area_cached", "rtl_built", "code")
 #: The figures of the tasks, in table order (a point without a task has them empty).
 RESULT_COLUMNS = (
-    "tokens_per_s", "tokens_per_j", "pj_per_token", "mode", "phi_ar", "phi_sd", "alpha",
+    "tokens_per_s", "tokens_per_j", "pj_per_token", "access_pj_per_token", "mode", "phi_ar", "phi_sd", "alpha",
     "alpha_source", "sd_tokens", "xpu_ms_token", "ar_ms_token", "sd_ms_token", "ar_pj_token",
     "sd_pj_token", "slots", "peak_tops_w4", "hb_gb", "hb_gbps",
     "die_mm2", "pe_mm2", "pe_share", "worst_ps", "worst_slack_ps", "worst_block",
@@ -74,8 +74,9 @@ def perf_task(point: Point) -> dict:
     4 GB table's at this batch, its batch-1 alpha for a batch Table 3 has not, whatever the
     HB; ``alpha_source`` says which: ``workload``, ``elastic model``, ``table3 4gb batch N``), the
     xPU's AR step at the same batch. Figures: ``tokens_per_s`` (of the faster mode, all
-    sequences), ``pj_per_token`` and ``tokens_per_j`` (HB and EXT access energy only, as the
-    model counts it), ``mode`` (``ar``/``sd``), ``phi_ar`` and ``phi_sd`` (over the xPU),
+    sequences), ``pj_per_token`` and ``tokens_per_j`` (the whole energy of that mode, Fig. 15's
+    components: :meth:`~.paper_eval.StepCost.energy`), ``access_pj_per_token`` (its HB and
+    EXT access energy alone), ``mode`` (``ar``/``sd``), ``phi_ar`` and ``phi_sd`` (over the xPU),
     milliseconds a token, expert-cache ``slots`` a layer, the die's W4A8 peak TOPS and HB
     capacity (GB) and bandwidth (GB/s). Raises :class:`~elmoe3d.errors.UserError` from the
     model (e.g. a scheme the platform cannot run)."""
@@ -89,13 +90,14 @@ def perf_task(point: Point) -> dict:
     ar = em.ar()
     t0 = base.seconds / b
     out = {"xpu_ms_token": t0 * 1e3, "ar_ms_token": ar.seconds / b * 1e3,
-           "ar_pj_token": ar.energy_pj(ours) / b, "phi_ar": t0 / (ar.seconds / b),
+           "ar_pj_token": sum(ar.energy(ours).values()) / b, "phi_ar": t0 / (ar.seconds / b),
            "slots": em.slots, "peak_tops_w4": ours.tops4, "hb_gb": ours.hb_bytes / 2 ** 30,
            "hb_gbps": ours.hb_gbps}
     ar_tps, ar_pj = b / ar.seconds, out["ar_pj_token"]
+    ar_access = ar.energy_pj(ours) / b
     if scheme == "ar":
         out.update(mode="ar", tokens_per_s=ar_tps, pj_per_token=ar_pj, alpha=None,
-                   alpha_source=None)
+                   alpha_source=None, access_pj_per_token=ar_access)
     else:
         alpha = w["alpha"]
         source = "workload"
@@ -111,12 +113,15 @@ def perf_task(point: Point) -> dict:
         out["alpha_source"] = source
         sd = em.sd(float(alpha), w["depth"], w["width"])
         sd_tps = 1.0 / sd.per_token_s
+        sd_pj = sum(sd.energy_per_token.values())
         out.update(alpha=float(alpha), sd_tokens=sd.tokens, sd_ms_token=sd.per_token_s * 1e3,
-                   sd_pj_token=sd.energy_pj_per_token, phi_sd=t0 / sd.per_token_s)
+                   sd_pj_token=sd_pj, phi_sd=t0 / sd.per_token_s)
         if sd_tps > ar_tps:
-            out.update(mode="sd", tokens_per_s=sd_tps, pj_per_token=sd.energy_pj_per_token)
+            out.update(mode="sd", tokens_per_s=sd_tps, pj_per_token=sd_pj,
+                       access_pj_per_token=sd.energy_pj_per_token)
         else:
-            out.update(mode="ar", tokens_per_s=ar_tps, pj_per_token=ar_pj)
+            out.update(mode="ar", tokens_per_s=ar_tps, pj_per_token=ar_pj,
+                       access_pj_per_token=ar_access)
     out["tokens_per_j"] = 1e12 / out["pj_per_token"] if out["pj_per_token"] > 0 else None
     return out
 

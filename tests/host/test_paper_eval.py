@@ -209,8 +209,8 @@ def test_router_macs_only_on_moe_layers():
     em = pe.EvalModel("deepseek-v2-lite", pe.platform("ours"))        # 1 dense layer first
     seen = []
     real = em._stage
-    em._stage = lambda c, kind, hb, ext, macs, *a: (seen.append((kind, macs)),
-                                                    real(c, kind, hb, ext, macs, *a))
+    em._stage = lambda c, kind, hb, ext, macs, *a, **k: (seen.append((kind, macs)),
+                                                         real(c, kind, hb, ext, macs, *a, **k))
     em.step(4)
     att = [m for k, m in seen if k == "attention"]
     assert att[1] - att[0] == 4 * em.m.routed_experts * em.m.hidden
@@ -395,3 +395,81 @@ def test_alpha_model():
     assert pe.elastic_alpha(em, (0.5, 0.0)) == pytest.approx(0.5 * pe.pool_coverage(em.pop,
                                                                                       em.slots))
     assert pe.pool_coverage(em.pop, 0) == 0 and pe.pool_coverage(em.pop, 128) == pytest.approx(1)
+
+
+def test_step_energy_by_component():
+    """Fig. 15's components of one step add up from its bytes, MACs and seconds: HB and EXT at
+    Table 1's pJ per bit, MACs and SRAM at the ASAP7 figures (DIE_ENERGY), static at the die's
+    leakage x the step's time; merge() scales every one of them."""
+    from elmoe3d.synth.energy import DIE_ENERGY
+    o = pe.platform("ours", "8gb")
+    assert o.static_mw == DIE_ENERGY.static_mw["paper-8gb"] == 18.7 and o.tile_rows == 16
+    c = pe.EvalModel("qwen3-30b-a3b", o, "elastic", batch=4).ar()
+    e = c.energy(o)
+    assert list(e) == list(pe.ENERGY_PARTS)
+    assert e["HB memory"] == pytest.approx(8 * c.hb_bytes * 0.43)
+    assert e["external memory"] == pytest.approx(8 * c.ext_bytes * 3.88)
+    assert e["static"] == pytest.approx(18.7e-3 * c.seconds * 1e12)
+    assert e["HB memory"] + e["external memory"] == pytest.approx(c.energy_pj(o))
+    macs = c.macs[8]                         # AR runs W8A8
+    assert 4 not in c.macs and macs > 0
+    assert e["computation"] > macs * DIE_ENERGY.mac_pj[8]
+    assert c.sram_write_bytes == pytest.approx(c.hb_bytes + c.ext_bytes)
+    assert c.sram_read_bytes >= c.sram_write_bytes
+    assert e["communication"] == pytest.approx(c.ring_bytes * 1.94 + c.link_bytes * 1.89)
+    d = pe.EvalModel("qwen3-30b-a3b", o, "elastic", batch=4).step(4, phase="draft")
+    assert set(d.macs) == {4}                # the draft runs W4A8 on the bit-sliced tile
+    twice = pe.StepCost()
+    twice.merge(c, 2)
+    assert twice.energy(o) == pytest.approx({k: 2 * v for k, v in e.items()})
+    # the xPU has no bit-sliced MACs: a 4-bit draft there counts INT8 MACs
+    x = pe.platform("xpu", "8gb")
+    q = pe.EvalModel("qwen3-30b-a3b", x, "quant", batch=1).step(1, phase="draft")
+    assert set(q.macs) == {8}
+    # a near-memory unit reads its share in place, at the placeholder figure
+    pim = pe.platform("xpu-pim", "8gb")
+    p1 = pe.EvalModel("deepseek-v2-lite", pim, batch=1).ar()
+    assert 0 < p1.nm_bytes <= p1.ext_bytes and p1.nm_macs > 0 and p1.nm_io_bytes > 0
+    ep = p1.energy(pim)
+    assert ep["external memory"] == pytest.approx(
+        8 * ((p1.ext_bytes - p1.nm_bytes) * 3.88 + p1.nm_bytes * 0.43))
+
+
+def test_sd_energy_per_token_matches_its_steps():
+    o = pe.platform("ours", "8gb")
+    em = pe.EvalModel("glm-4.7-flash", o, "elastic", batch=2)
+    sd = em.sd(0.6, 3, 2)
+    d1, dn, v = em.draft_step(2), em.draft_step(4), em.step(2 * 7, phase="verify")
+    want = {k: (d1.energy(o)[k] + 2 * dn.energy(o)[k] + v.energy(o)[k]) / (2 * sd.tokens)
+            for k in pe.ENERGY_PARTS}
+    assert sd.energy_per_token == pytest.approx(want)
+    assert sd.energy_per_token["HB memory"] + sd.energy_per_token["external memory"] == \
+        pytest.approx(sd.energy_pj_per_token)
+
+
+def test_fig15_summary():
+    """Measured (docs/paper.md section 7): ours against xPU AR and the best performing prior
+    platform of each point, whole energy a token."""
+    rows = pe.fig14("8gb")
+    s = pe.fig15_summary(rows)
+    for r in rows:
+        assert set(r["energy"]) == set(pe.ENERGY_PARTS) and min(r["energy"].values()) >= 0
+    assert s["over_xpu"] == pytest.approx(3.68, abs=0.005)
+    assert s["over_xpu_max"] == pytest.approx(6.54, abs=0.005)
+    assert s["over_best_prior"] == pytest.approx(0.72, abs=0.005)
+    assert s["over_best_prior_max"] == pytest.approx(1.65, abs=0.005)
+    assert s["paper"] == pe.PAPER_FIG15
+    assert s["mean_mj_token"]["ours"]["HB memory"] > 0 == s["mean_mj_token"]["xpu"]["HB memory"]
+
+
+def test_energy_drift_reads_a_power_report():
+    from elmoe3d.synth.energy import DIE_ENERGY, energy_drift
+    power = {"tile": {"16x32": {"DRAFT": {"pj_per_mac_dynamic": 0.102},
+                                "FULL": {"pj_per_mac_dynamic": 0.2079}}},
+             "ring": {"paper-4gb": {"pj_per_byte_delivered": 1.94}},
+             "link": {"paper-8gb": {"pj_per_byte_out": 9.0}},
+             "configs": {"paper-4gb": {"die_static_mw": 9.37}}}
+    got = {w: round(q, 3) for w, _, _, q in energy_drift(power)}
+    assert got == {"tile DRAFT pJ/MAC (dynamic)": 1.0, "tile FULL pJ/MAC (dynamic)": 1.1,
+                   "ring pJ per delivered byte": 1.0, "paper-4gb die static mW": 1.0}
+    assert DIE_ENERGY.static_mw_per_pe() == pytest.approx((9.37 / 16 + 18.7 / 32) / 2)

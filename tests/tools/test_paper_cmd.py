@@ -89,10 +89,13 @@ def test_fig12_and_fig14_tree_best(capsys):
 
 def test_options_that_do_not_apply_are_refused(capsys):
     """Review finding 8: options a figure ignored were accepted silently."""
-    for argv, msg in ((["table3", "--plot", "."], "--plot applies to fig12 and fig14 only"),
-                      (["fig12", "--ar-cache", "whole"], "--ar-cache applies to table3 and fig14 only"),
-                      (["cache-check", "--hb", "8gb"], "--hb applies to table3, fig12 and fig14 only"),
-                      (["cache-check", "--tree", "best"], "--tree applies to table3, fig12 and fig14 only")):
+    for argv, msg in ((["table3", "--plot", "."], "--plot applies to fig12, fig14 and fig15 only"),
+                      (["fig12", "--ar-cache", "whole"],
+                       "--ar-cache applies to table3, fig14 and fig15 only"),
+                      (["cache-check", "--hb", "8gb"],
+                       "--hb applies to table3, fig12, fig14 and fig15 only"),
+                      (["cache-check", "--tree", "best"],
+                       "--tree applies to table3, fig12, fig14 and fig15 only")):
         assert cli.main(["paper"] + argv) == 2
         assert capsys.readouterr().err.strip() == f"elmoe3d paper: error: {msg}"
 
@@ -110,3 +113,20 @@ def test_fig12_and_fig14_honour_alpha_and_cache_form(tmp_path, capsys):
     step = json.loads(a.read_text())["rows"]
     assert cli.main(["paper", "fig14", "--json", str(b)]) == 0
     assert step != json.loads(b.read_text())["rows"]
+
+
+def test_fig15(tmp_path, capsys):
+    """Fig. 15: energy a token by component, normalised to ours, beside the paper's ratios."""
+    out = tmp_path / "f15.json"
+    assert cli.main(["paper", "fig15", "--plot", str(tmp_path), "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Fig. 15: energy a token (mJ)" in text and "(paper 4.4x, up to 7.2x" in text
+    assert "mean energy a token by component (mJ)" in text and "DIE_ENERGY" in text
+    assert (tmp_path / "fig15_8gb.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads(out.read_text())
+    assert doc["hb"] == "8gb" and len(doc["rows"]) == 4 * 4 * len(pe.PLATFORMS)
+    assert set(doc["rows"][0]["energy"]) == set(pe.ENERGY_PARTS)
+    s = doc["summary"]
+    assert f"ours against xPU AR: {s['over_xpu']:.2f}x less energy a token" in text
+    assert cli.main(["paper", "fig15", "--hb", "4gb", "--ar-cache", "msb"]) == 0
+    assert "HB 4 GB" in " ".join(capsys.readouterr().out.split())
