@@ -76,7 +76,8 @@ class ResultStage(wiring.Component):
         The TOK read port's data (a read every cycle, at ``row_t``, one cycle of latency);
         stage A's TOK entry (a register).
     acc_set : Out(1)
-        An accumulator (tile or ``psum_in``) saturated.
+        An accumulator saturated: a tile result taken in this cycle, or a ``psum_in`` word
+        added in the cycle before (registered; the GEMM is still pending then).
     dq_valid : Out(1)
         The pending descriptor slot is taken.
     busy : Out(1)
@@ -274,8 +275,12 @@ class ResultStage(wiring.Component):
                     m.d.sync += res_bits.word_select(k, W).eq(pin_sum)
         with m.If(tile_out):
             m.d.sync += pin_k.eq(0)
+        # a psum_in saturation sets the sticky flag a cycle later (issue 25: the 64-bit add
+        # does not end in the flag's OR tree); the GEMM is still in flight then
+        pin_sat = Signal()
+        m.d.sync += pin_sat.eq(pin_take & pin_ovf.any())
         m.d.comb += self.acc_set.eq((tile_out & Value.cast(tile_o.payload.overflow).any())
-                                    | (pin_take & pin_ovf.any()))
+                                    | pin_sat)
 
         # ---- RAW sink: accumulators onto the link, W/64 values per word
         raw_k = Signal(range(max(raw_words, 2)))

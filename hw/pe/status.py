@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -43,10 +43,11 @@ class StatusCounters(wiring.Component):
     Latency: a count shows in the snapshot taken a cycle later; ``beat`` one cycle after
     ``snap``.
 
-    Timing (issue 25): ``inc`` and ``clear`` reach only a flip-flop per counter, the
-    registered increment ``pending``; the 48-bit register adds it a cycle later, and a
-    counter's value is ``count + pending`` (what :attr:`beat` and the next cycle's register
-    take). The counts, the wrap-around and what a snapshot reads are those of a counter that
+    Timing (issue 25): ``inc`` and ``clear`` reach only flip-flops: per counter the
+    registered increment ``pending``, which the 48-bit register adds a cycle later, and one
+    registered ``clear`` for all of them, after which the register reads as 0; a counter's
+    value is ``count + pending`` (``0 + pending`` in the cycle after a clear: what
+    :attr:`beat` and the next cycle's register take). The counts, the wrap-around and what a snapshot reads are those of a counter that
     adds ``inc`` in its own cycle: the deep ready and accept logic that drives ``inc`` (a tile
     beat taken, an ``ld`` word taken) does not end in a 48-bit carry chain.
 
@@ -76,18 +77,19 @@ class StatusCounters(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         status_now = Signal(self._layout)
+        # ``clear`` is registered too: the register it empties is read as 0 in the cycle after
+        # (what a register cleared in that cycle holds), so no 48-bit carry chain or its
+        # enable starts at the deep logic that starts a CLEAR
+        cleared = Signal()
+        m.d.sync += cleared.eq(self.clear)
         for name in COUNTERS:
             # value = reg + pending; an increment is added a cycle after it is counted, so the
             # 48-bit carry chain starts at flip-flops (``clear`` drops both)
             reg = Signal(COUNTER_BITS, name=f"count_{name}")
             pending = Signal(name=f"pending_{name}")
             value = Signal(COUNTER_BITS, name=f"value_{name}")
-            m.d.comb += value.eq(reg + pending)
-            m.d.sync += pending.eq(getattr(self.inc, name) & ~self.clear)
-            with m.If(self.clear):
-                m.d.sync += reg.eq(0)
-            with m.Else():
-                m.d.sync += reg.eq(value)
+            m.d.comb += value.eq(Mux(cleared, 0, reg) + pending)
+            m.d.sync += [pending.eq(getattr(self.inc, name) & ~self.clear), reg.eq(value)]
             m.d.comb += getattr(status_now, name).eq(value)
         flag_acc = Signal()           # a tile accumulator saturated
         flag_vpu = Signal()           # any VPU saturation
