@@ -60,7 +60,7 @@ from .liberty import Liberty
 
 __all__ = ["SRAM_READ_PJ", "SRAM_WRITE_PJ", "SRAM_WORD_BYTES", "SRAM_SOURCE",
            "sram_access_pj", "leakage_nw", "tile_energy", "TileEnergy", "PUBLISHED_MAC",
-           "ring_energy", "link_energy", "DieEnergy", "DIE_ENERGY", "energy_drift"]
+           "ring_energy", "link_energy", "DieEnergy", "DIE_ENERGY", "energy_drift", "sram_pj_per_byte"]
 
 
 #: Energy of one 64-bit read of an ASAP7 SRAM bank (pJ): clock-pin internal power when !write
@@ -104,59 +104,76 @@ class DieEnergy:
     prints each figure it measures beside these (:func:`energy_drift`), so a change of the RTL
     or of the library that moves one shows there.
 
-    ``mac_pj``: dynamic pJ per MAC of the paper tile by weight bits (4: DRAFT, W4A8, one
-    unit-PE product a MAC; 8: FULL, W8A8, two products a MAC); ``ring_pj_per_byte``: the
-    streamline ring, pJ per delivered byte (its hops and flit FIFOs included);
-    ``link_pj_per_byte``: the aggregation link's REDUCE_ADD, pJ per reduced byte delivered
-    (its sources' words and destination FIFOs included); ``static_mw``: leakage of the logic
-    (SRAM leakage is 0 in the ASAP7 SRAM library) by configuration, mW; ``measured``: when and
-    with what."""
+    Dynamic figures (leakage is in ``static_mw`` alone): ``mac_pj`` pJ per MAC of the
+    ``tile`` (``"RxL"``) by weight bits (4: DRAFT, W4A8, one unit-PE product a MAC; 8: FULL,
+    W8A8, two products a MAC); ``ring_pj_per_byte``: the streamline ring of ``config``, pJ per
+    delivered byte (its station hops and flit FIFOs); ``link_pj_per_byte``: the aggregation
+    link's REDUCE_ADD of ``config``, pJ per reduced byte delivered (its sources' words and
+    destination FIFOs). ``static_mw``: leakage of the logic (SRAM leakage is 0 in the ASAP7
+    SRAM library) by configuration preset, mW. ``measured``: when and with what."""
 
-    mac_pj: dict
+    mac_pj: tuple            # ((4, pJ), (8, pJ))
     ring_pj_per_byte: float
     link_pj_per_byte: float
-    static_mw: dict
+    static_mw: tuple         # ((preset, mW), ...)
+    tile: str
+    config: str
     measured: str
 
-    def static_mw_per_pe(self) -> float:
-        """Static power a PE with its share of the die (mW): the mean over :attr:`static_mw`'s
-        configurations of die static / PEs, for a die of another PE count (a sweep)."""
+    def mac(self, bits: int) -> float:
+        """pJ per MAC at ``bits``-bit weights (4 or 8)."""
+        return dict(self.mac_pj)[bits]
+
+    def static_of(self, arch) -> float:
+        """Static power (mW) of the logic die of ``arch`` (an ArchConfig): the measured
+        figure when ``arch`` is that preset unchanged, else ``arch.pes`` x the mean static
+        power a PE with its share of the die has in the measured presets."""
         from ..config import preset
-        return sum(mw / preset(name).pes for name, mw in self.static_mw.items()) \
-            / len(self.static_mw)
+        measured = dict(self.static_mw)
+        if arch.name in measured and arch == preset(arch.name):
+            return measured[arch.name]
+        per_pe = sum(mw / preset(name).pes for name, mw in measured.items()) / len(measured)
+        return arch.pes * per_pe
 
 
-#: The figures of the last ``elmoe3d synth --timing --power`` (2026-12-02, README table "Power
-#: and energy per operation"): tile 0.102 / 0.189 pJ per MAC dynamic (DRAFT / FULL), ring 1.94
-#: pJ per delivered byte (paper-4gb station 0, 1,024 flits), link 1.89 pJ per reduced byte
-#: (paper-4gb, 4 PEs), static 9.37 mW (paper-4gb die) and 18.7 mW (paper-8gb die).
-DIE_ENERGY = DieEnergy(mac_pj={4: 0.102, 8: 0.189}, ring_pj_per_byte=1.94,
+#: The figures of the last ``elmoe3d synth --timing --power`` (date and values: README table
+#: "Power and energy per operation"). The ring and link figures of that run still include
+#: their blocks' leakage at 1 GHz (counted again in ``static_mw``; under 1% of either).
+DIE_ENERGY = DieEnergy(mac_pj=((4, 0.102), (8, 0.189)), ring_pj_per_byte=1.94,
                        link_pj_per_byte=1.89,
-                       static_mw={"paper-4gb": 9.37, "paper-8gb": 18.7},
+                       static_mw=(("paper-4gb", 9.37), ("paper-8gb", 18.7)),
+                       tile="16x32", config="paper-4gb",
                        measured="elmoe3d synth --timing --power, 2026-12-02")
+
+
+def sram_pj_per_byte(*, write: bool = False) -> float:
+    """pJ per byte of an SRAM read (or write) through the ASAP7 64-bit banks
+    (:func:`sram_access_pj` of one bank word over its bytes)."""
+    return sram_access_pj(SRAM_WORD_BYTES * 8, write=write) / SRAM_WORD_BYTES
 
 
 def energy_drift(power: dict, recorded: DieEnergy = DIE_ENERGY) -> list:
     """``(figure, measured, recorded, measured / recorded)`` for every :class:`DieEnergy`
-    figure a ``power`` report (``elmoe3d synth --power``'s JSON ``power`` part) measured."""
-    out = []
-    for mode, bits in (("DRAFT", 4), ("FULL", 8)):
-        for key, modes in power.get("tile", {}).items():
-            if key == "16x32" and mode in modes:
-                v = modes[mode]["pj_per_mac_dynamic"]
-                out.append((f"tile {mode} pJ/MAC (dynamic)", v, recorded.mac_pj[bits]))
-    for name, r in power.get("ring", {}).items():
-        if name == "paper-4gb":
-            out.append(("ring pJ per delivered byte", r["pj_per_byte_delivered"],
-                        recorded.ring_pj_per_byte))
-    for name, r in power.get("link", {}).items():
-        if name == "paper-4gb":
-            out.append(("link pJ per reduced byte", r["pj_per_byte_out"],
-                        recorded.link_pj_per_byte))
-    for name, cfg in power.get("configs", {}).items():
-        if name in recorded.static_mw:
-            out.append((f"{name} die static mW", cfg["die_static_mw"], recorded.static_mw[name]))
-    return [(what, m, r, m / r) for what, m, r in out]
+    figure, from a ``power`` report (``elmoe3d synth --power``'s JSON ``power`` part); a figure
+    the report does not have gets ``None`` for measured and ratio (another ``--config``)."""
+    tile = power.get("tile", {}).get(recorded.tile, {})
+    ring = power.get("ring", {}).get(recorded.config)
+    link = power.get("link", {}).get(recorded.config)
+    got = [(f"tile {recorded.tile} {mode} pJ/MAC (dynamic)",
+            tile[mode]["pj_per_mac_dynamic"] if mode in tile else None, recorded.mac(bits))
+           for mode, bits in (("DRAFT", 4), ("FULL", 8))]
+    got.append((f"{recorded.config} ring pJ per delivered byte (dynamic)",
+                None if ring is None else
+                (ring["logic_pj_per_byte"] + ring["fifo_pj_per_byte"]) * ring["hops_mean"],
+                recorded.ring_pj_per_byte))
+    got.append((f"{recorded.config} link pJ per reduced byte (dynamic)",
+                None if link is None else
+                (link["logic_pj"] + link["fifo_pj"]) / link["bytes_out"],
+                recorded.link_pj_per_byte))
+    configs = power.get("configs", {})
+    got += [(f"{name} die static mW", configs[name]["die_static_mw"] if name in configs
+             else None, mw) for name, mw in recorded.static_mw]
+    return [(what, m, r, None if m is None else m / r) for what, m, r in got]
 
 
 def sram_access_pj(width: int, *, write: bool = False) -> float:

@@ -305,14 +305,19 @@ def _fig15(args) -> int:
                   f"{sum(parts.values()):.3f}")
     console.print(c)
     paper = pe.PAPER_FIG15
+    counts = {}
+    for p in summ["best_prior"].values():
+        counts[p] = counts.get(p, 0) + 1
     console.print(f"ours against xPU AR: {summ['over_xpu']:.2f}x less energy a token on average, "
                   f"up to {summ['over_xpu_max']:.2f}x (paper {paper['over_xpu']}x, up to "
-                  f"{paper['over_xpu_max']}x, over four datasets); against the best performing "
-                  f"prior platform of each point: {summ['over_best_prior']:.2f}x, up to "
+                  f"{paper['over_xpu_max']}x); against the best performing prior platform of "
+                  f"each point ({', '.join(f'{p} at {n}' for p, n in counts.items())} of "
+                  f"{len(summ['best_prior'])} points): {summ['over_best_prior']:.2f}x, up to "
                   f"{summ['over_best_prior_max']:.2f}x (paper {paper['over_best_prior']}x, up "
                   f"to {paper['over_best_prior_max']}x)")
-    console.print(f"alpha: {'Elastic-SD from the alpha model, the rest the paper' if alphas else 'the paper'}'s "
-                  f"4 GB values. Logic-die figures: DIE_ENERGY ({pe.DIE_ENERGY.measured}); "
+    who = "Elastic-SD from the alpha model, the rest the paper" if alphas else "the paper"
+    console.print(f"alpha: {who}'s 4 GB values. Logic-die figures: DIE_ENERGY "
+                  f"({pe.DIE_ENERGY.measured}); "
                   f"near-memory units' energy a placeholder (NEAR_MEMORY_ENERGY); DRAM "
                   f"background power not modelled (docs/paper.md, section 7)")
     _write(console, args, {"hb": args.hb, "rows": rows, "summary": summ}, plot,
@@ -346,7 +351,7 @@ def _plot_fig15(path, rows, hb):
                            label=k if (p, b) == ("xpu", 1) else None)
                     bottom += h
                 if r["mode"] == "sd":
-                    ax.plot(x, bottom * 1.04, "v", color="tab:blue", markersize=3)
+                    ax.plot(x, bottom * 1.04, "v", color="black", markersize=3)
         ax.set_xticks(range(len(pe.TABLE3_BATCHES)),
                       [f"B{b}" for b in pe.TABLE3_BATCHES])
         ax.set_title(model, fontsize=9)

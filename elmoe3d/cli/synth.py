@@ -341,9 +341,9 @@ POWER_METHOD = (
 
 def power_report(planner, dies, lib, say):
     """The ``power`` part of the report (schema in the module docstring)."""
-    from ..synth.energy import (PUBLISHED_MAC, SRAM_READ_PJ, SRAM_SOURCE, SRAM_WORD_BYTES,
-                                SRAM_WRITE_PJ, leakage_nw, link_energy, ring_energy,
-                                sram_access_pj, tile_energy)
+    from ..synth.energy import (PUBLISHED_MAC, SRAM_READ_PJ, SRAM_SOURCE, SRAM_WRITE_PJ,
+                                leakage_nw, link_energy, ring_energy, sram_pj_per_byte,
+                                tile_energy)
     from ..synth.rollup import evaluate
     res = planner.results
 
@@ -353,8 +353,8 @@ def power_report(planner, dies, lib, say):
            "sources": [f"cell internal power and leakage: {lib.path} (ASAP7 RVT TT 0.7 V 25 C)",
                        SRAM_SOURCE],
            "published_mac": PUBLISHED_MAC,
-           "sram": {"read_pj_per_byte": sram_access_pj(64) / SRAM_WORD_BYTES,
-                    "write_pj_per_byte": sram_access_pj(64, write=True) / SRAM_WORD_BYTES,
+           "sram": {"read_pj_per_byte": sram_pj_per_byte(),
+                    "write_pj_per_byte": sram_pj_per_byte(write=True),
                     "read_pj_per_64bit_bank": SRAM_READ_PJ,
                     "write_pj_per_64bit_bank": SRAM_WRITE_PJ},
            "tile": {}, "ring": {}, "link": {}, "configs": {}}
@@ -417,11 +417,15 @@ def _print_power(say, power):
     s = power["sram"]
     say(f"SRAM: read {s['read_pj_per_byte']:.3f} pJ/B, write {s['write_pj_per_byte']:.3f} pJ/B "
         f"(64-bit ASAP7 banks)")
-    from ..synth.energy import DIE_ENERGY, energy_drift
-    for what, measured, recorded, ratio in energy_drift(power):
-        flag = "" if abs(ratio - 1) <= 0.05 else "  <- differs by more than 5%: update DIE_ENERGY"
-        say(f"  {what}: {measured:.4g} measured, {recorded:.4g} in DIE_ENERGY "
-            f"({DIE_ENERGY.measured}; the performance model's figure): {ratio:.3f}x{flag}")
+    from ..synth.energy import DIE_ENERGY
+    say(f"the performance model's figures (DIE_ENERGY, {DIE_ENERGY.measured}) against this run:")
+    for d in power["die_energy_drift"]:
+        if d["measured"] is None:
+            say(f"  {d['figure']}: {d['recorded']:.4g} in DIE_ENERGY, not measured by this run")
+            continue
+        flag = "" if abs(d["ratio"] - 1) <= 0.05 else "  <- more than 5% apart: update DIE_ENERGY"
+        say(f"  {d['figure']}: {d['measured']:.4g} measured, {d['recorded']:.4g} in DIE_ENERGY: "
+            f"{d['ratio']:.3f}x{flag}")
     say(f"power: {power['method']}")
 
 

@@ -1,6 +1,6 @@
-"""The paper's evaluation (Section 7, Table 3): a whole-decoder latency and access-energy model
-of ELMoE-3D and of the xPU baseline, its SD schemes and the best of AR and SD per point
-(issue 26, first landing).
+"""The paper's evaluation (Section 7, Table 3, Figs. 12, 14, 15): a whole-decoder latency and
+energy model of ELMoE-3D and of the xPU baseline, its SD schemes and the best of AR and SD per
+point (issue 26).
 
 Platforms (:func:`platform`, from the ``paper-4gb`` / ``paper-8gb``
 :class:`~elmoe3d.config.ArchConfig`; Section 7, "Accelerator Baselines"):
@@ -51,20 +51,23 @@ are their own 4-bit copy and cached as Elastic-SD's).
 
 Speedup: Phi_AR = xPU AR step time / the scheme's AR step time at the same batch; Phi_SD =
 xPU AR time a token / the scheme's SD time a token (Table 3; its "best mode" is the larger).
-Energy: HB and EXT access energy only (``hb_pj_per_bit``, ``ext_pj_per_bit``: Table 1); the
-Liberty-based compute and static energy is not in yet.
+Energy (:meth:`StepCost.energy`, Fig. 15): computation (MACs and the logic die's SRAM at the
+ASAP7 figures of :data:`~elmoe3d.synth.energy.DIE_ENERGY`), HB and EXT access
+(``hb_pj_per_bit``, ``ext_pj_per_bit``: Table 1), communication (streamline ring, aggregation
+link; near-memory units' traffic over LPDDR5) and the logic die's static power x time;
+:meth:`StepCost.energy_pj` is the HB and EXT access energy alone (Fig. 14's rows).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
 from ...config import preset as arch_preset
 from ...errors import UserError
-from ...synth.energy import DIE_ENERGY, SRAM_WORD_BYTES, sram_access_pj
+from ...synth.energy import DIE_ENERGY, sram_pj_per_byte
 from .decoder import KV_BYTES, DecoderShape, decoder_shape, weight_bytes
 
 
@@ -74,6 +77,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
            "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig14", "fig14_summary", "PAPER_FIG14",
            "PAPER_FIG15", "fig15_summary", "ENERGY_PARTS", "NEAR_MEMORY_ENERGY",
+           "PRIOR_PLATFORMS", "by_point", "best_prior",
            "cache_check", "che_global", "trace_popularity", "fit_zipf",
            "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha", "model_alphas",
            "model_speed", "SPEED_TARGET", "AR_CACHES", "COMPUTE_UTILISATION", "TREE_DEPTHS",
@@ -146,7 +150,9 @@ class Platform:
     sits in at ``nm_gbps`` and ``nm_tops``; ``nm_ext_gbps`` is the xPU's own LPDDR5 bandwidth
     beside it (NMP takes 2 of the 8 channels). ``static_mw``: the logic die's static power
     (:data:`~elmoe3d.synth.energy.DIE_ENERGY`; every platform has the same logic die);
-    ``tile_rows``: token rows a weight word serves in one tile pass (its SRAM reads)."""
+    ``tile_rows``: token rows a weight word serves in one tile pass (its SRAM reads);
+    ``nm_pj_per_bit``: a near-memory unit's read inside its LPDDR5 (a placeholder:
+    :data:`NEAR_MEMORY_ENERGY`)."""
 
     name: str
     tops8: float
@@ -163,6 +169,7 @@ class Platform:
     nm_ext_gbps: float = 0.0
     static_mw: float = 0.0
     tile_rows: int = 16
+    nm_pj_per_bit: float = 0.0
 
 
 #: The platforms of Section 7 (Fig. 14's order).
@@ -189,9 +196,9 @@ def platform(name: str, hb: str = "4gb", *, arch=None) -> Platform:
         arch = arch_preset(f"paper-{hb}")
     a = arch
     ext = a.ext_gbps * EXT_EFFICIENCY
-    static = DIE_ENERGY.static_mw.get(a.name, a.pes * DIE_ENERGY.static_mw_per_pe())
     base = Platform(name, a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0, a.hb_pj_per_bit,
-                    a.ext_pj_per_bit, static_mw=static, tile_rows=a.tile.rows)
+                    a.ext_pj_per_bit, static_mw=DIE_ENERGY.static_of(a), tile_rows=a.tile.rows,
+                    nm_pj_per_bit=a.hb_pj_per_bit)
     if name == "xpu":
         return base
     if name in ("ours", "hb-xpu"):
@@ -383,11 +390,9 @@ ENERGY_PARTS = ("computation", "external memory", "HB memory", "communication", 
 
 #: Placeholders for the near-memory units of Fig. 14 and 15 (Section 7 gives their bandwidth and
 #: TOPS, not their energy): a unit's read inside its LPDDR5 at the HB's pJ per bit (a DRAM bank
-#: access without the off-chip interface), its MAC at our FULL (W8A8) pJ per MAC.
-NEAR_MEMORY_ENERGY = {"pj_per_bit": "hb_pj_per_bit", "mac_bits": 8}
-
-_SRAM_READ_PJ_B = sram_access_pj(64) / SRAM_WORD_BYTES
-_SRAM_WRITE_PJ_B = sram_access_pj(64, write=True) / SRAM_WORD_BYTES
+#: access without the off-chip interface: :attr:`Platform.nm_pj_per_bit`), its MAC at our W8A8
+#: pJ per MAC (``mac_bits``).
+NEAR_MEMORY_ENERGY = {"read": "the configuration's hb_pj_per_bit", "mac_bits": 8}
 
 
 @dataclass
@@ -413,8 +418,6 @@ class StepCost:
     link_bytes: float = 0.0
     nm_io_bytes: float = 0.0
 
-    _WORK = ("nm_macs", "nm_bytes", "sram_write_bytes", "sram_read_bytes", "ring_bytes",
-             "link_bytes", "nm_io_bytes")
 
     def add(self, kind, seconds, hb, ext):
         self.seconds += seconds
@@ -431,8 +434,9 @@ class StepCost:
             self.parts[k] = self.parts.get(k, 0.0) + v * count
         for k, v in other.macs.items():
             self.macs[k] = self.macs.get(k, 0.0) + v * count
-        for k in self._WORK:
-            setattr(self, k, getattr(self, k) + getattr(other, k) * count)
+        for f in fields(self):
+            if f.name not in ("seconds", "hb_bytes", "ext_bytes", "parts", "macs"):
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name) * count)
 
     def energy_pj(self, plat: Platform) -> float:
         """HB and EXT access energy (pJ): bits x ``hb_pj_per_bit`` / ``ext_pj_per_bit``, every
@@ -453,15 +457,14 @@ class StepCost:
           from near-memory units at ``ext_pj_per_bit``;
         * static: the logic die's static power x the step's seconds (DRAM background and
           refresh power are not modelled)."""
-        nm_bit = getattr(plat, NEAR_MEMORY_ENERGY["pj_per_bit"])
         e = DIE_ENERGY
-        compute = (sum(n * e.mac_pj[b] for b, n in self.macs.items())
-                   + self.nm_macs * e.mac_pj[NEAR_MEMORY_ENERGY["mac_bits"]]
-                   + self.sram_write_bytes * _SRAM_WRITE_PJ_B
-                   + self.sram_read_bytes * _SRAM_READ_PJ_B)
+        compute = (sum(n * e.mac(b) for b, n in self.macs.items())
+                   + self.nm_macs * e.mac(NEAR_MEMORY_ENERGY["mac_bits"])
+                   + self.sram_write_bytes * sram_pj_per_byte(write=True)
+                   + self.sram_read_bytes * sram_pj_per_byte())
         return {"computation": compute,
                 "external memory": 8 * ((self.ext_bytes - self.nm_bytes) * plat.ext_pj_per_bit
-                                        + self.nm_bytes * nm_bit),
+                                        + self.nm_bytes * plat.nm_pj_per_bit),
                 "HB memory": 8 * self.hb_bytes * plat.hb_pj_per_bit,
                 "communication": (self.ring_bytes * e.ring_pj_per_byte
                                   + self.link_bytes * e.link_pj_per_byte
@@ -576,8 +579,8 @@ class EvalModel:
         self.nm_slots = left / m.expert_bytes / m.moe_layers
 
     # -- one stage --------------------------------------------------------------------------------
-    def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0, *, weights=None, rows=1.0,
-               ring=0.0, link=0.0):
+    def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0, *, reads=None, ring=0.0,
+               link=0.0):
         """Add a stage: the largest of its HB, EXT and compute times. On a near-memory
         platform the ``res`` fraction of its EXT bytes (and MACs) sits with the unit, which
         computes it at ``nm_gbps`` / ``nm_tops`` while the xPU streams the rest through its
@@ -585,12 +588,15 @@ class EvalModel:
         runs small batches, larger ones go back to the xPU).
 
         The work for its energy (:meth:`StepCost.energy`): the MACs where they run; every
-        byte the logic die receives written into its SRAM once and read once, but the
-        ``weights`` bytes among them (default all) read once per tile pass of the ``rows``
-        token rows each weight serves (``ceil(rows / tile_rows)``); ``ring`` bytes delivered
-        on the streamline ring and ``link`` bytes reduced on the aggregation link; with a
-        near-memory unit taking part, the ``ring`` bytes travel to it and its ``link`` bytes
-        / 8 (its results) back over LPDDR5 instead."""
+        byte the logic die receives written into its SRAM once and read once, except the
+        ``reads`` parts (``(bytes, rows)`` pairs: weights serving ``rows`` token rows), read
+        once per tile pass, ``ceil(rows / tile_rows)`` times (a mean rows figure, as a routed
+        expert's, undercounts skewed traffic); ``ring`` bytes (the stage's input rows)
+        delivered on the streamline ring and ``link`` bytes (its output partial sums) reduced
+        on the aggregation link. With a near-memory unit taking the ``res`` share, its
+        bytes and MACs move to the unit, the input rows also travel to it and its share of
+        the outputs (``res x link / 8`` bytes, 8 B partial sums as 1 B values) comes back over
+        LPDDR5, and the link reduces the rest (``(1 - res) x link``)."""
         p = self.plat
         w4 = bits == 4 and p.tops4 > p.tops8
         tops = (p.tops4 if w4 else p.tops8) * COMPUTE_UTILISATION[4 if w4 else 8]
@@ -606,16 +612,16 @@ class EvalModel:
         key = 4 if w4 else 8
         cost.macs[key] = cost.macs.get(key, 0.0) + macs * (1 - nm)
         on_die = hb + ext * (1 - nm)
-        w = on_die if weights is None or not hb + ext else weights * on_die / (hb + ext)
+        share = on_die / (hb + ext) if hb + ext else 0.0
         cost.sram_write_bytes += on_die
-        cost.sram_read_bytes += on_die - w + w * math.ceil(rows / p.tile_rows)
+        cost.sram_read_bytes += on_die + share * sum(
+            b * (math.ceil(r / p.tile_rows) - 1) for b, r in (reads or ()))
+        cost.ring_bytes += ring
+        cost.link_bytes += link * (1 - nm)
         if nm:
             cost.nm_macs += macs * nm
             cost.nm_bytes += ext * nm
-            cost.nm_io_bytes += ring + link / 8
-        else:
-            cost.ring_bytes += ring
-            cost.link_bytes += link
+            cost.nm_io_bytes += ring + nm * link / 8
 
     @staticmethod
     def _res(*parts):
@@ -653,13 +659,14 @@ class EvalModel:
             router = rows * m.routed_experts * H if layer_kind == "moe" else 0
             # a token row in (INT8 on the ring), its output reduced (s64 psums on the link)
             self._stage(c, "attention", hb + kh, ext + ke, att_macs + router, bits,
-                        self._res((ext, self.nm_static), (ke, self.nm_kv)), weights=w,
-                        rows=rows, ring=rows * H, link=rows * H * 8)
+                        self._res((ext, self.nm_static), (ke, self.nm_kv)), reads=((w, rows),),
+                        ring=rows * H, link=rows * H * 8)
             if layer_kind == "dense":
                 w = weight_bytes(3 * H * sh.dense_intermediate, bits)
                 hb, ext = self._split(w, fs)
                 self._stage(c, "dense", hb, ext, rows * 3 * H * sh.dense_intermediate, bits,
-                            self.nm_static, rows=rows, ring=rows * H, link=rows * H * 8)
+                            self.nm_static, reads=((w, rows),), ring=rows * H,
+                            link=rows * H * 8)
             else:
                 self._moe(c, rows, phase, fs)
             cost.merge(c, count)
@@ -667,7 +674,7 @@ class EvalModel:
         hb, ext = self._split(w, fs)
         # the LM head splits its output channels over the PEs: nothing to reduce
         self._stage(cost, "lm_head", hb, ext + rows * H * 2, rows * z.lm_head, bits,
-                    self.nm_static, weights=w, rows=rows, ring=rows * H)
+                    self.nm_static, reads=((w, rows),), ring=rows * H)
         return cost
 
     def _moe(self, c, rows, phase, fs):
@@ -675,7 +682,8 @@ class EvalModel:
         H = m.hidden
         bits = 4 if phase == "draft" else 8
         shared = m.ffn_matrices * H * m.shared_intermediate
-        hb, ext = self._split(weight_bytes(shared, bits), fs)
+        shared_bytes = weight_bytes(shared, bits)
+        hb, ext = self._split(shared_bytes, fs)
         msb, lsb, whole = m.expert_msb_bytes, m.expert_lsb_bytes, m.expert_bytes
         macs = rows * (shared + m.top_k * m.expert_weights)
         on_hb = self.plat.hb_bytes > 0
@@ -704,11 +712,14 @@ class EvalModel:
             res = self._res((shared_ext, self.nm_static),
                             (ext - shared_ext, self.pop.top_share(rows, self.nm_slots)))
         # each (row, routed expert) pair and each row of the shared experts: the row in on the
-        # ring, the expert's output reduced on the link; a routed expert's weights serve the
-        # rows routed to it (rows x top-k over the step's distinct experts, on average)
+        # ring, the expert's output reduced on the link; the shared experts' weights serve
+        # every row, a routed expert's the rows routed to it (rows x top-k over the step's
+        # distinct experts, on average)
         pairs = rows * (m.top_k + (1 if shared else 0))
+        routed = hb + ext - shared_bytes
         self._stage(c, "experts", hb, ext, macs, bits, res,
-                    rows=rows * m.top_k / max(uniq, 1.0), ring=pairs * H, link=pairs * H * 8)
+                    reads=((shared_bytes, rows), (routed, rows * m.top_k / max(uniq, 1.0))),
+                    ring=pairs * H, link=pairs * H * 8)
 
     # -- draft models ------------------------------------------------------------------------------
     def draft_step(self, rows: int) -> StepCost:
@@ -721,8 +732,9 @@ class EvalModel:
         kv = self.batch * self.context * d.kv_per_token
         hb, ext = self._split(w + kv, self.draft_in_hb)
         macs = rows * d.weights + rows * d.layers * 2 * d.q_heads * d.head_dim * self.context
-        self._stage(cost, "draft", hb, ext, macs, res=self.nm_draft, weights=w, rows=rows,
-                    ring=rows * d.layers * 2 * d.hidden, link=rows * d.layers * 2 * d.hidden * 8)
+        self._stage(cost, "draft", hb, ext, macs, res=self.nm_draft, reads=((w, rows),),
+                    ring=rows * d.layers * 2 * d.hidden,
+                    link=rows * d.layers * 2 * d.hidden * 8)
         return cost
 
     # -- AR and SD ---------------------------------------------------------------------------------
@@ -1027,7 +1039,8 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
 PLATFORM_SCHEME = {"xpu": "eagle", "xpu-pim": "eagle", "xpu-logicpim": "eagle",
                    "xpu-nmp": "eagle", "hb-xpu": "eagle", "ours": "elastic"}
 #: Section 7.2 at 8 GB, over four models, four datasets and batch 1-16: ours over xPU 6.6x
-#: (speedup) and 4.4x (energy a token); over the strongest prior baseline 2.2x and 1.4x.
+#: (speedup); over the strongest prior baseline 2.2x. Fig. 15 (MT-Bench, 8 GB): energy a token
+#: 4.4x (up to 7.2x) less than xPU, 1.4x (up to 4.9x) less than the best performing prior.
 PAPER_FIG14 = {"over_xpu": 6.6, "over_best_prior": 2.2}
 PAPER_FIG15 = {"over_xpu": 4.4, "over_xpu_max": 7.2, "over_best_prior": 1.4,
                "over_best_prior_max": 4.9}
@@ -1079,17 +1092,13 @@ def fig14_summary(rows) -> dict:
     """Means over (model, batch) of ours against xPU and against the strongest prior platform
     of each point (speedup of the best mode; access energy a token of that mode), and each
     platform's mean best-mode speedup."""
-    pts = {}
-    for r in rows:
-        pts.setdefault((r["model"], r["batch"]), {})[r["platform"]] = r
-    prior = [p for p in PLATFORMS if p not in ("xpu", "ours")]
+    pts = by_point(rows)
     sp_x, sp_p, en_x, en_p = [], [], [], []
     for d in pts.values():
-        o = d["ours"]
+        o, bestp = d["ours"], best_prior(d)
         sp_x.append(o["best"])
-        sp_p.append(o["best"] / max(d[p]["best"] for p in prior))
+        sp_p.append(o["best"] / d[bestp]["best"])
         en_x.append(o["xpu_pj_token"] / o["pj_token"])
-        bestp = max(prior, key=lambda p: d[p]["best"])
         en_p.append(d[bestp]["pj_token"] / o["pj_token"])
     return {"speedup_over_xpu": float(np.mean(sp_x)),
             "speedup_over_best_prior": float(np.mean(sp_p)),
@@ -1099,27 +1108,54 @@ def fig14_summary(rows) -> dict:
                           for p in PLATFORMS}}
 
 
+#: The prior platforms of Figs. 14 and 15 (neither the xPU baseline nor ours).
+PRIOR_PLATFORMS = tuple(p for p in PLATFORMS if p not in ("xpu", "ours"))
+
+
+def by_point(rows) -> dict:
+    """:func:`fig14` rows as ``{(model, batch): {platform: row}}``; raises :class:`UserError`
+    on no rows or a point without every platform."""
+    pts = {}
+    for r in rows:
+        pts.setdefault((r["model"], r["batch"]), {})[r["platform"]] = r
+    if not pts:
+        raise UserError("no Fig. 14 rows to summarise")
+    for key, d in pts.items():
+        missing = [p for p in PLATFORMS if p not in d]
+        if missing:
+            raise UserError(f"Fig. 14 rows: {key[0]} batch {key[1]} lacks platform(s) "
+                            f"{', '.join(missing)}")
+    return pts
+
+
+def best_prior(point: dict) -> str:
+    """The prior platform (:data:`PRIOR_PLATFORMS`) with the best best-mode speedup at a
+    point of :func:`by_point` (the paper's "best performing prior accelerator")."""
+    return max(PRIOR_PLATFORMS, key=lambda p: point[p]["best"])
+
+
 def fig15_summary(rows) -> dict:
     """Fig. 15 from :func:`fig14`'s rows: per (model, batch) every platform's whole energy a
     token in its best mode, ours against xPU AR (``over_xpu``) and against the prior
     platform with the best speedup at that point (``over_best_prior``, the paper's "best
     performing prior accelerator"): mean and max over the points (the paper: 4.4x, up to
-    7.2x; 1.4x, up to 4.9x), and each platform's mean energy a token by component (mJ)."""
-    pts = {}
-    for r in rows:
-        pts.setdefault((r["model"], r["batch"]), {})[r["platform"]] = r
-    prior = [p for p in PLATFORMS if p not in ("xpu", "ours")]
-    over_x, over_p = [], []
-    for d in pts.values():
+    7.2x; 1.4x, up to 4.9x, MT-Bench at 8 GB), which platform that was per point
+    (``best_prior``), and each platform's mean energy a token by component (mJ). Raises
+    :class:`UserError` on rows without every platform of a point or without ``energy``."""
+    pts = by_point(rows)
+    if any("energy" not in r for r in rows):
+        raise UserError("Fig. 15 needs fig14 rows with their 'energy' (this version's fig14)")
+    over_x, over_p, which = [], [], {}
+    for key, d in pts.items():
         o = sum(d["ours"]["energy"].values())
         over_x.append(sum(d["ours"]["xpu_energy"].values()) / o)
-        bestp = max(prior, key=lambda p: d[p]["best"])
+        bestp = which[f"{key[0]} batch {key[1]}"] = best_prior(d)
         over_p.append(sum(d[bestp]["energy"].values()) / o)
     parts = {p: {k: float(np.mean([d[p]["energy"][k] for d in pts.values()])) / 1e9
                  for k in ENERGY_PARTS} for p in PLATFORMS}
     return {"over_xpu": float(np.mean(over_x)), "over_xpu_max": float(np.max(over_x)),
             "over_best_prior": float(np.mean(over_p)),
-            "over_best_prior_max": float(np.max(over_p)),
+            "over_best_prior_max": float(np.max(over_p)), "best_prior": which,
             "mean_mj_token": parts, "paper": PAPER_FIG15}
 
 

@@ -457,7 +457,8 @@ def pareto_plots(rows, out_dir) -> dict:
         mine = [r for r in pts if r["model"] == model]
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
         for ax, key, label in ((axes[0], "tokens_per_s", "tokens/s"),
-                               (axes[1], "tokens_per_j", "tokens/J (Fig. 15's energy: compute, memory, links, static)")):
+                               (axes[1], "tokens_per_j",
+                                "tokens/J (Fig. 15's energy: compute, memory, links, static)")):
             good = [r for r in mine if r.get(key) is not None]
             xs = [r[xkey] for r in good]
             ys = [r[key] for r in good]

@@ -47,7 +47,8 @@ CACHE_ENV = "ELMOE3D_CACHE"
 META_COLUMNS = ("seconds", "worker", "pid", "area_cached", "rtl_built", "code")
 #: The figures of the tasks, in table order (a point without a task has them empty).
 RESULT_COLUMNS = (
-    "tokens_per_s", "tokens_per_j", "pj_per_token", "access_pj_per_token", "mode", "phi_ar", "phi_sd", "alpha",
+    "tokens_per_s", "tokens_per_j", "pj_per_token", "access_pj_per_token",
+    "mode", "phi_ar", "phi_sd", "alpha",
     "alpha_source", "sd_tokens", "xpu_ms_token", "ar_ms_token", "sd_ms_token", "ar_pj_token",
     "sd_pj_token", "slots", "peak_tops_w4", "hb_gb", "hb_gbps",
     "die_mm2", "pe_mm2", "pe_share", "worst_ps", "worst_slack_ps", "worst_block",
@@ -76,7 +77,8 @@ def perf_task(point: Point) -> dict:
     xPU's AR step at the same batch. Figures: ``tokens_per_s`` (of the faster mode, all
     sequences), ``pj_per_token`` and ``tokens_per_j`` (the whole energy of that mode, Fig. 15's
     components: :meth:`~.paper_eval.StepCost.energy`), ``access_pj_per_token`` (its HB and
-    EXT access energy alone), ``mode`` (``ar``/``sd``), ``phi_ar`` and ``phi_sd`` (over the xPU),
+    EXT access energy alone; ``ar_pj_token`` and ``sd_pj_token`` are the access energy of each
+    mode, as :func:`~.paper_eval.table3`'s rows), ``mode`` (``ar``/``sd``), ``phi_ar`` and ``phi_sd`` (over the xPU),
     milliseconds a token, expert-cache ``slots`` a layer, the die's W4A8 peak TOPS and HB
     capacity (GB) and bandwidth (GB/s). Raises :class:`~elmoe3d.errors.UserError` from the
     model (e.g. a scheme the platform cannot run)."""
@@ -90,11 +92,11 @@ def perf_task(point: Point) -> dict:
     ar = em.ar()
     t0 = base.seconds / b
     out = {"xpu_ms_token": t0 * 1e3, "ar_ms_token": ar.seconds / b * 1e3,
-           "ar_pj_token": sum(ar.energy(ours).values()) / b, "phi_ar": t0 / (ar.seconds / b),
+           "ar_pj_token": ar.energy_pj(ours) / b, "phi_ar": t0 / (ar.seconds / b),
            "slots": em.slots, "peak_tops_w4": ours.tops4, "hb_gb": ours.hb_bytes / 2 ** 30,
            "hb_gbps": ours.hb_gbps}
-    ar_tps, ar_pj = b / ar.seconds, out["ar_pj_token"]
-    ar_access = ar.energy_pj(ours) / b
+    ar_tps, ar_access = b / ar.seconds, out["ar_pj_token"]
+    ar_pj = sum(ar.energy(ours).values()) / b
     if scheme == "ar":
         out.update(mode="ar", tokens_per_s=ar_tps, pj_per_token=ar_pj, alpha=None,
                    alpha_source=None, access_pj_per_token=ar_access)
@@ -115,7 +117,7 @@ def perf_task(point: Point) -> dict:
         sd_tps = 1.0 / sd.per_token_s
         sd_pj = sum(sd.energy_per_token.values())
         out.update(alpha=float(alpha), sd_tokens=sd.tokens, sd_ms_token=sd.per_token_s * 1e3,
-                   sd_pj_token=sd_pj, phi_sd=t0 / sd.per_token_s)
+                   sd_pj_token=sd.energy_pj_per_token, phi_sd=t0 / sd.per_token_s)
         if sd_tps > ar_tps:
             out.update(mode="sd", tokens_per_s=sd_tps, pj_per_token=sd_pj,
                        access_pj_per_token=sd.energy_pj_per_token)

@@ -267,6 +267,17 @@ def test_a_paper_point_is_table3(tmp_path):
     assert got["slots"] == pytest.approx(row["slots"], rel=1e-12)
     assert got["tokens_per_s"] == pytest.approx(
         max(4 / (row["ar_ms_token"] * 4e-3), 1e3 / row["sd_ms_token"]), rel=1e-9)
+    # energy: each mode's access energy as Table 3's rows, the point's whole energy (Fig. 15)
+    assert got["ar_pj_token"] == pytest.approx(row["ar_pj_token"], rel=1e-12)
+    assert got["sd_pj_token"] == pytest.approx(row["sd_pj_token"], rel=1e-12)
+    ours = pe.platform("ours", "4gb")
+    em = pe.EvalModel("qwen3-30b-a3b", ours, "eagle", batch=4)
+    whole = (sum(em.sd(0.33, d, w).energy_per_token.values()) if got["mode"] == "sd"
+             else sum(em.ar().energy(ours).values()) / 4)
+    assert got["pj_per_token"] == pytest.approx(whole, rel=1e-12)
+    assert got["access_pj_per_token"] == pytest.approx(
+        row["sd_pj_token"] if got["mode"] == "sd" else row["ar_pj_token"], rel=1e-12)
+    assert got["tokens_per_j"] == pytest.approx(1e12 / whole, rel=1e-12)
 
 
 def test_more_pes_more_hb_bandwidth_and_peak():
@@ -274,6 +285,11 @@ def test_more_pes_more_hb_bandwidth_and_peak():
                                                                  "scheme": ["ar"]}},
                       path="t.yaml")
     a, b = (sweep_tasks.perf_task(p) for p in expand(spec))
+    # the logic die's static power: the measured figure for the unchanged preset, the
+    # measured presets' mean per PE for another PE count
+    pa, pb = (pe.platform("ours", arch=p.arch()) for p in expand(spec))
+    assert pa.static_mw == 9.37
+    assert pb.static_mw == pytest.approx(32 * (9.37 / 16 + 18.7 / 32) / 2)
     assert b["hb_gbps"] == pytest.approx(2 * a["hb_gbps"])
     assert b["peak_tops_w4"] == pytest.approx(2 * a["peak_tops_w4"])
     assert b["hb_gb"] == 2 * a["hb_gb"] == 8
