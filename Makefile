@@ -7,14 +7,15 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JOBS   ?= 2
 
-.PHONY: all sim test bench sim-paper-pe synth venv clean distclean help
+.PHONY: all sim test test-slow bench sim-paper-pe synth venv clean distclean help
 
 all: sim
 
 help:
 	@echo "make sim    - generate Verilog, run the cocotb+Verilator benches on real weights and the"
 	@echo "              real Mixtral trace through the RTL backend, summarise"
-	@echo "make test   - the whole test suite (pytest, $(JOBS) workers)"
+	@echo "make test   - the test suite but the heavy RTL benches (pytest, $(JOBS) workers)"
+	@echo "make test-slow - the heavy RTL benches (tests/conftest.py SLOW); CI runs both"
 	@echo "make bench  - the thirteen benchmark figures (tile, golden GEMM, PE roofline, DRAM, ring/link, die,"
 	@echo "              real expert shapes and tile MACs per cycle on the mid PE, sweep points/s on 1 and 2"
 	@echo "              Dask workers; elmoe3d bench --only-real or --only-sweep for those alone)"
@@ -53,8 +54,13 @@ sim: $(STAMP)
 	$(PY) -m elmoe3d sim
 	$(PY) -m elmoe3d run $(SIM_TRACE_RUN)
 
+# make test: every test but the heavy RTL benches (tests/conftest.py SLOW); make test-slow:
+# those; CI (.ci/run) runs both. Every test of 10 s or more is listed with its time.
 test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) --dist worksteal --durations=15 tests
+	$(PY) -m pytest -n $(JOBS) --dist worksteal -m "not slow" --durations=0 --durations-min=10 tests
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -n $(JOBS) --dist worksteal -m slow --durations=0 --durations-min=10 tests
 
 bench: $(STAMP)
 	$(PY) -m elmoe3d bench

@@ -41,6 +41,18 @@ def gsm8k_prompts():
     return load()
 
 
+#: The heavy RTL benches (node-id prefixes), marked ``slow``: each took 78-880 s of one worker
+#: in the clean-clone ``make test`` of 2026-12-02 (``--durations``; the machine shared with a
+#: Yosys run), together about a quarter of the suite's time. ``make test`` leaves them out
+#: (``-m "not slow"``); ``make test-slow`` runs them and CI runs both (``.ci/run``).
+SLOW = ("tests/cocotb/test_die.py", "tests/cocotb/test_board.py",
+        "tests/cocotb/test_host_rtl.py", "tests/cocotb/test_dram.py",
+        "tests/amaranth/test_die.py::test_errors_output_reflects_the_blocks_sticky_flags",
+        "tests/amaranth/test_pe.py::test_wider_pe_moe_and_raw",
+        "tests/amaranth/test_pe.py::test_multipe_features_wider_pe",
+        "tests/amaranth/test_pe.py::test_verilog_size")
+
+
 #: Test modules that build large Verilator models, heaviest first (measured with
 #: ``pytest --durations``: the logic die's build about 4-9 min, the mid PE's 2-5 min, the board
 #: top's 1-2 min on 2 cores).
@@ -68,7 +80,10 @@ def pytest_collection_modifyitems(config, items):
     starts last, and the builds run side by side rather than back to back. Without
     worksteal (or one worker) the heavy modules simply go first. The order depends only on the
     collected test ids and the options, so it is the same on every worker; only the order
-    changes, every test still runs."""
+    changes, every test still runs. The :data:`SLOW` tests get the ``slow`` marker first."""
+    for it in items:
+        if it.nodeid.startswith(SLOW):
+            it.add_marker(pytest.mark.slow)
     heavy = [[it for it in items if it.nodeid.split("::", 1)[0] == path]
              for path in HEAVY_FIRST]
     heavy = [group for group in heavy if group]
