@@ -236,9 +236,7 @@ def _fig14(args) -> int:
     t.add_column("batch", justify="right")
     for p in pe.PLATFORMS:
         t.add_column(p, justify="right")
-    pts = {}
-    for r in rows:
-        pts.setdefault((r["model"], r["batch"]), {})[r["platform"]] = r
+    pts = pe.by_point(rows)
     for (model, b), d in pts.items():
         t.add_row(model, str(b), *(f"{d[p]['phi_ar']:.2f} / {d[p]['phi_sd']:.2f}"
                                    for p in pe.PLATFORMS))
@@ -285,9 +283,7 @@ def _fig15(args) -> int:
     t.add_column("xPU AR", justify="right")
     for p in pe.PLATFORMS:
         t.add_column(p, justify="right")
-    pts = {}
-    for r in rows:
-        pts.setdefault((r["model"], r["batch"]), {})[r["platform"]] = r
+    pts = pe.by_point(rows)
     for (model, b), d in pts.items():
         ours = sum(d["ours"]["energy"].values())
         t.add_row(model, str(b), f"{ours / 1e9:.2f}",
