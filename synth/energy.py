@@ -136,14 +136,16 @@ class DieEnergy:
         return arch.pes * per_pe
 
 
-#: The figures of the last ``elmoe3d synth --timing --power`` (date and values: README table
-#: "Power and energy per operation"). The ring and link figures of that run still include
-#: their blocks' leakage at 1 GHz (counted again in ``static_mw``; under 1% of either).
-DIE_ENERGY = DieEnergy(mac_pj=((4, 0.102), (8, 0.189)), ring_pj_per_byte=1.94,
-                       link_pj_per_byte=1.89,
-                       static_mw=(("paper-4gb", 9.37), ("paper-8gb", 18.7)),
+#: The figures of the last ``elmoe3d synth --timing --power --config paper-4gb`` (2026-12-02 at
+#: 7056f7d, the RTL with issue 25's pipeline registers; README table "Power and energy per
+#: operation"): tile 0.1356 / 0.2522 pJ per MAC dynamic, ring 1.936 pJ per delivered byte, link
+#: 1.888 pJ per reduced byte (dynamic: their leakage is under 0.1% of either), die 10.51 mW.
+#: The paper-8gb die was not in that run: its static power is scaled per PE
+#: (:meth:`DieEnergy.static_of`; the run before gave 18.7 mW against 9.37 for paper-4gb, 2.00x).
+DIE_ENERGY = DieEnergy(mac_pj=((4, 0.1356), (8, 0.2522)), ring_pj_per_byte=1.936,
+                       link_pj_per_byte=1.888, static_mw=(("paper-4gb", 10.51),),
                        tile="16x32", config="paper-4gb",
-                       measured="elmoe3d synth --timing --power, 2026-12-02")
+                       measured="elmoe3d synth --timing --power --config paper-4gb, 2026-12-02")
 
 
 def sram_pj_per_byte(*, write: bool = False) -> float:

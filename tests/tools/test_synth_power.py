@@ -348,3 +348,28 @@ def test_leakage_roll_up_of_cell_counts():
     nand = float(re.findall(r"value : ([0-9.]+);\s*related_pg_pin : VDD;\s*\}",
                             _cell(NAND))[-1])
     assert leakage_nw({NAND: 1000}, LIB) == pytest.approx(1000 * nand / 1000)
+
+
+def test_power_print_names_the_drift_against_die_energy():
+    """``elmoe3d synth --power`` prints each DIE_ENERGY figure beside the one it measured and
+    flags a figure more than 5% apart (or one this run did not measure)."""
+    from elmoe3d.cli.synth import _print_power
+    from elmoe3d.synth.energy import DIE_ENERGY, energy_drift
+    power = {"configs": {}, "published_mac": [], "ring": {}, "link": {}, "method": "m",
+             "sram": {"read_pj_per_byte": 0.55, "write_pj_per_byte": 0.054},
+             "tile": {"16x32": {m: {"pj_per_mac": 1.0, "pj_per_mac_dynamic": v,
+                                    "fj_per_cycle": 1.0, "macs_per_cycle": 1,
+                                    "leakage_nw": 1.0}
+                                for m, v in (("DRAFT", DIE_ENERGY.mac(4)),
+                                             ("FULL", 1.2 * DIE_ENERGY.mac(8)))}}}
+    power["die_energy_drift"] = [{"figure": w, "measured": m, "recorded": r, "ratio": q}
+                                 for w, m, r, q in energy_drift(power)]
+    lines = []
+    _print_power(lines.append, power)
+    text = "\n".join(lines)
+    assert "tile 16x32 DRAFT pJ/MAC (dynamic): 0.1356 measured, 0.1356 in DIE_ENERGY: 1.000x\n" \
+        in text
+    assert "tile 16x32 FULL pJ/MAC (dynamic): 0.3026 measured, 0.2522 in DIE_ENERGY: 1.200x  " \
+           "<- more than 5% apart: update DIE_ENERGY" in text
+    assert "paper-4gb ring pJ per delivered byte (dynamic): 1.936 in DIE_ENERGY, not measured " \
+           "by this run" in text
