@@ -1,5 +1,6 @@
 # elmoe3d: `make sim` sets up a local virtual environment on first use and runs the main job;
-# `make test` runs the whole suite; `make bench` prints the benchmark figures.
+# `make test` runs the suite but the heavy RTL benches (those are `make test-slow`); `make bench`
+# prints the benchmark figures.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -55,7 +56,8 @@ sim: $(STAMP)
 	$(PY) -m elmoe3d run $(SIM_TRACE_RUN)
 
 # make test: every test but the heavy RTL benches (tests/conftest.py SLOW); make test-slow:
-# those; CI (.ci/run) runs both. Every test of 10 s or more is listed with its time.
+# those; CI (.ci/run) runs both. Every test phase (setup, call, teardown) of 10 s or more is
+# listed with its time.
 test: $(STAMP)
 	$(PY) -m pytest -n $(JOBS) --dist worksteal -m "not slow" --durations=0 --durations-min=10 tests
 

@@ -137,7 +137,7 @@ class DieEnergy:
 
 
 #: The figures of the last ``elmoe3d synth --timing --power --config paper-4gb`` (2026-12-02 at
-#: 7056f7d, the RTL with issue 25's pipeline registers; README table "Power and energy per
+#: dcaff16, the RTL with issue 25's pipeline registers; README table "Power and energy per
 #: operation"): tile 0.1356 / 0.2522 pJ per MAC dynamic, ring 1.936 pJ per delivered byte, link
 #: 1.888 pJ per reduced byte (dynamic: their leakage is under 0.1% of either), die 10.51 mW.
 #: The paper-8gb die was not in that run: its static power is scaled per PE

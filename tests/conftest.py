@@ -41,11 +41,14 @@ def gsm8k_prompts():
     return load()
 
 
-#: The heavy RTL benches (node-id prefixes), marked ``slow``: each took 78-880 s of one worker
-#: in the clean-clone ``make test`` of 2026-12-02 (``--durations``; the machine shared with a
-#: Yosys run), together about a quarter of the suite's time. ``make test`` leaves them out
-#: (``-m "not slow"``); ``make test-slow`` runs them and CI runs both (``.ci/run``).
-SLOW = ("tests/cocotb/test_die.py", "tests/cocotb/test_board.py",
+#: The heavy RTL benches (node-id prefixes), marked ``slow``: the slowest of the clean-clone
+#: ``make test`` of 2026-12-02 (``--durations``; 78-880 s of one worker each on a machine shared
+#: with a Yosys run; the die and controller modules share their Verilator builds), together
+#: about a quarter of the suite's time. ``make test`` leaves them out (``-m "not slow"``);
+#: ``make test-slow`` runs them and CI runs both (``.ci/run``).
+SLOW = ("tests/cocotb/test_die.py",
+        "tests/cocotb/test_board.py::test_board_runs_real_programs_bit_exact_through_line_errors",
+        "tests/cocotb/test_board.py::test_platform_top_on_ulx3s",
         "tests/cocotb/test_host_rtl.py", "tests/cocotb/test_dram.py",
         "tests/amaranth/test_die.py::test_errors_output_reflects_the_blocks_sticky_flags",
         "tests/amaranth/test_pe.py::test_wider_pe_moe_and_raw",
@@ -72,6 +75,13 @@ def _worksteal_starts(n: int, workers: int) -> list:
     return starts
 
 
+def pytest_itemcollected(item):
+    """Mark the :data:`SLOW` tests ``slow`` as they are collected (before ``-m`` selects)."""
+    if item.nodeid.startswith(SLOW):
+        item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """Start every xdist worker on a heavy Verilator build (``make test`` runs
     ``-n 2 --dist worksteal``): the :data:`HEAVY_FIRST` modules go round-robin to the
@@ -80,10 +90,8 @@ def pytest_collection_modifyitems(config, items):
     starts last, and the builds run side by side rather than back to back. Without
     worksteal (or one worker) the heavy modules simply go first. The order depends only on the
     collected test ids and the options, so it is the same on every worker; only the order
-    changes, every test still runs. The :data:`SLOW` tests get the ``slow`` marker first."""
-    for it in items:
-        if it.nodeid.startswith(SLOW):
-            it.add_marker(pytest.mark.slow)
+    changes, every selected test still runs. It runs last, on the tests ``-m`` selected
+    (``make test`` leaves the ``slow`` ones out), so the starts are those of the run."""
     heavy = [[it for it in items if it.nodeid.split("::", 1)[0] == path]
              for path in HEAVY_FIRST]
     heavy = [group for group in heavy if group]

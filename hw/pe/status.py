@@ -46,9 +46,9 @@ class StatusCounters(wiring.Component):
     Timing (issue 25): ``inc`` and ``clear`` reach only flip-flops: per counter the
     registered increment ``pending``, which the 48-bit register adds a cycle later, and one
     registered ``clear`` for all of them, after which the register reads as 0; a counter's
-    value is ``count + pending`` (``0 + pending`` in the cycle after a clear: what
-    :attr:`beat` and the next cycle's register take). The counts, the wrap-around and what a snapshot reads are those of a counter that
-    adds ``inc`` in its own cycle: the deep ready and accept logic that drives ``inc`` (a tile
+    value is ``count + pending`` (0 in the cycle after a clear: what :attr:`beat` and the
+    next cycle's register take). The counts, the wrap-around and what a snapshot reads are
+    those of a counter that adds ``inc`` in its own cycle: the deep ready and accept logic that drives ``inc`` (a tile
     beat taken, an ``ld`` word taken) does not end in a 48-bit carry chain.
 
     Parameters
