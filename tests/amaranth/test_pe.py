@@ -20,6 +20,7 @@ from amaranth.hdl import Fragment, Value
 from amaranth.sim import Simulator
 
 from ..pe_cases import NARROW_OUT_NEEDS, NARROW_OUT_OK
+from ..pe_sim import shared_pe
 from elmoe3d.config import FPGA_LEAN_PE, preset
 from elmoe3d.hw.pe import PE
 from elmoe3d.isa import Sink, Target
@@ -40,9 +41,6 @@ R, L = PE_CFG.rows, PE_CFG.lanes
 #: ``o`` not ready half the cycles, nothing else stalled.
 O_STALLS = Traffic("o stalls", ports={"o": 0.5})
 
-_DUT_CACHE = {}
-
-
 def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, drain=40,
            max_cycles=20000, dut=None, pe_options=None, watch=()):
     """Run an encoded program on the RTL PE until ``n_o`` beats and ``n_link`` link words came
@@ -55,14 +53,12 @@ def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, dr
     (kind, data)), ``link_o`` (ints), ``cycles``
     (to the last output or the last command), handshake cycles ``cmd``, ``ld``, ``link_o``,
     and for every name in ``watch`` the cycles in which that :attr:`PE.probes` bit was set.
-    Without ``dut``, the PE is ``PE(config=ARCH, **pe_options)``.
+    Without ``dut``, the PE is ``PE(config=ARCH, **pe_options)``; runs on one PE share a simulation
+    (:func:`tests.pe_sim.shared_pe`).
     """
     program, ld, link_i = list(program), list(ld), list(link_i)
     traffic = traffic.for_ports("cmd", "ld", "link_i", "o", "link_o")
-    if dut is None:
-        dut = PE(config=ARCH, **(pe_options or {}))
-    else:
-        assert pe_options is None, "pe_options: give them to the dut instead"
+    dut, run = shared_pe(config=ARCH, pe_options=pe_options, dut=dut)
     rng = random.Random(seed)
     log = {"o": [], "link_o": [], "cmd": [], "ld": [], "link_o_cycles": [], "o_cycles": []}
     log.update({name: [] for name in watch})
@@ -132,10 +128,7 @@ def run_pe(program, ld=(), link_i=(), *, n_o, n_link, traffic=SMOOTH, seed=0, dr
                                         f"{pos[1]}/{len(ld)} ld, {len(log['o'])}/{n_o} o, "
                                         f"{len(log['link_o'])}/{n_link} link_o")
 
-    sim = Simulator(dut)                      # elaborates: dut.probes exists from here
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    run(bench)
     ends = log["o_cycles"][-1:] + log["link_o_cycles"][-1:] + log["cmd"][-1:]
     log["cycles"] = max(ends) + 1 if ends else 0
     return log
@@ -519,6 +512,33 @@ def test_small_expert_equals_fsim(mode):
     x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 3, 64, 64)
     prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, mode)
     got, ref = compare_with_fsim(prog, ld, seed=seed)
+
+
+def test_shared_simulation_runs_like_a_new_one():
+    """The shared simulation (:func:`tests.pe_sim.shared_pe`) reset between runs behaves as a
+    new one: an expert after a different program (its OUT, flags, counters and STATUS left
+    behind) gives the same beats, the same STATUS words (timing counters included) and the
+    same cycles as on a PE simulated for the first time, and a failed run's simulation is
+    not reused."""
+    from ..pe_sim import _SIMS
+    rng = np.random.default_rng(204)
+    print("seed=204")
+    x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 3, 64, 64)
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, Mode.FULL)
+    other, other_ld = expert_program(*random_expert(rng, 2, 64, 64), Mode.DRAFT)
+    ref = fsim.run(prog, ld)
+    kw = dict(n_o=len(ref.o), n_link=0, seed=204, traffic=ROUGH)
+    fresh = run_pe(prog.encode(), ld, dut=PE(config=ARCH), **kw)
+    ref2 = fsim.run(other, other_ld)
+    run_pe(other.encode(), other_ld, n_o=len(ref2.o), n_link=0, seed=5)
+    again = run_pe(prog.encode(), ld, **kw)
+    assert again["o"] == fresh["o"] and again["cycles"] == fresh["cycles"]
+    assert again["ld"] == fresh["ld"] and again["cmd"] == fresh["cmd"]
+    assert len(fresh["o"]) == len(ref.o) and fresh["cycles"] > 100
+    before = len(_SIMS)
+    with pytest.raises(AssertionError, match="unexpected extra o beat"):
+        run_pe(prog.encode(), ld, n_o=len(ref.o) - 1, n_link=0, seed=204)
+    assert len(_SIMS) == before - 1
 
 
 @pytest.mark.parametrize("requant_units, fp32_units, mode, traffic, out_banks", [

@@ -198,9 +198,8 @@ def run_rtl(program, ld, link_i=(), *, ld_rate=None, pe_options=None, max_cycles
     (:class:`~elmoe3d.sw.host.pe_cycles.LdBucket`'s rule: ``ld_rate`` words a cycle, at most
     two banked) in exact arithmetic."""
     from amaranth.hdl import Value
-    from amaranth.sim import Simulator
-    from elmoe3d.hw.pe import PE
-    dut = PE(config=SMALL, **(pe_options or {}))
+    from ..pe_sim import shared_pe
+    dut, run = shared_pe(config=SMALL, pe_options=pe_options)
     cmds, ld, link_i = program.encode(), list(ld), list(link_i)
     rate = None if ld_rate is None else Fraction(ld_rate).limit_denominator(1 << 20)
     ref = fsim.run(program, ld, link_i)
@@ -245,10 +244,7 @@ def run_rtl(program, ld, link_i=(), *, ld_rate=None, pe_options=None, max_cycles
             cycle += 1
             assert cycle < max_cycles, "timeout"
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    run(bench)
     return log["out"][-1] - log["cmd"][0] + 1
 
 
