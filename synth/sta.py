@@ -14,6 +14,13 @@ Conventions (the same as ABC's ``stime``; each a module constant):
   load (the ASAP7 libraries have no wire-load model; placement is not modelled). An output
   port and an input pin of a black box (a sub-block or an SRAM macro, timed elsewhere) each
   add :data:`PORT_LOAD_FF` (the flip-flop's D capacitance: as if it fed one register).
+* **Buffer trees.** ABC sees all the port and black-box pins of one net as one primary
+  output, so it builds no tree for them (an SRAM macro's 512 byte enables driven by one
+  signal, say). A net with two or more such pins whose load exceeds its driving pin's
+  ``max_capacitance`` reaches them through the fastest balanced tree of the library's
+  buffers (:meth:`TimingLib.buffer_tree`): the net carries the root buffer's input, the pins
+  are reached the tree's delay later (timed from the net's worst transition). This is the
+  design-rule repair a placement flow makes; :attr:`Timing.buffer_trees` counts them.
 * **Arcs.** The ``timing`` groups from the same input pin (several ``when`` conditions) are
   merged into their element-wise worst case, as ABC reads them; the sense is their common
   one (positive or negative unate), else non-unate. A cell's output slew is the worst over its
@@ -62,6 +69,9 @@ PORT_SLEW_PS = 20.0
 #: Load of an output port or a black-box input (fF): one flip-flop D pin of the library
 #: (:meth:`TimingLib.port_load`); this default when the library has no flip-flop.
 PORT_LOAD_FF = 0.56
+#: Fanouts per stage tried for a buffer tree to the port and black-box pins of one net
+#: (:meth:`TimingLib.buffer_tree`).
+TREE_FANOUTS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 _DELAY_VARS = ("input_net_transition", "total_output_net_capacitance")
 _CONSTRAINT_VARS = ("constrained_pin_transition", "related_pin_transition")
@@ -197,6 +207,7 @@ class _CellTiming:
     clk_to_q: dict = field(default_factory=dict)   # output -> _Arc
     setup: dict = field(default_factory=dict)      # data pin -> {kind: [Table]}
     fast: dict = field(default_factory=dict)       # output -> [_fast(arc)]
+    max_cap: dict = field(default_factory=dict)    # output -> max_capacitance (fF, NaN: none)
 
 
 def _fast(arc):
@@ -244,6 +255,8 @@ class TimingLib:
         lib.check_timing()
         self.lib = lib
         self.cells = {}
+        self.buffers = []            # (name, input cap, fast arc, max_capacitance)
+        self._trees = {}
         for cell in lib.cells.values():
             caps = {}
             for pname, pin in cell.pins.items():
@@ -279,13 +292,57 @@ class TimingLib:
                          for k in ("rise_constraint", "fall_constraint")
                          if any(k in a.tables for a in setups)}, *_CONSTRAINT_VARS)
             ct.fast = {out: [_fast(a) for a in arcs] for out, arcs in ct.arcs.items()}
+            ct.max_cap = {out: cell.pins[out].max_capacitance for out in cell.outputs}
             self.cells[cell.name] = ct
+            (out, fn), = cell.outputs.items() if len(cell.outputs) == 1 else ((None, ""),)
+            if (not cell.sequential and not cell.dont_use and len(cell.inputs) == 1
+                    and fn.strip().strip('"') == cell.inputs[0] and out in ct.fast
+                    and math.isfinite(ct.max_cap[out])):
+                self.buffers.append((cell.name, max(caps[cell.inputs[0]]), ct.fast[out][0],
+                                     ct.max_cap[out]))
         flops = [c for c in self.cells.values() if c.clock and c.setup]
         self.port_load = max((max(c.caps[d]) for c in flops for d in c.setup), default=
                              PORT_LOAD_FF)
 
     def cell(self, name: str) -> _CellTiming | None:
         return self.cells.get(name)
+
+    def buffer_tree(self, pins: int, pin_load: float) -> dict | None:
+        """The fastest balanced buffer tree from one net to ``pins`` loads of ``pin_load`` fF
+        each (:data:`TREE_FANOUTS` per stage, one buffer cell of the library throughout, no
+        stage above the buffer's ``max_capacitance``), timed at :data:`PORT_SLEW_PS` input:
+        ``cell``, ``fanout``, ``stages``, ``root_cap`` (fF, the load the net sees), ``loads``
+        (fF per stage) and ``arc`` (the buffer's fast arc). ``None`` without a buffer cell."""
+        key = (pins, pin_load)
+        if key not in self._trees:
+            best = None
+            for name, cin, arc, max_cap in self.buffers:
+                for f in TREE_FANOUTS:
+                    if f * max(cin, pin_load) > max_cap:
+                        continue
+                    stages = 1
+                    while f ** stages < pins:
+                        stages += 1
+                    loads = [f * cin] * (stages - 1) + [-(-pins // f ** (stages - 1)) * pin_load]
+                    tree = {"cell": name, "fanout": f, "stages": stages, "root_cap": cin,
+                            "loads": loads, "arc": arc}
+                    d = max(tree_delay(tree, PORT_SLEW_PS)[:2])
+                    if best is None or d < best[0]:
+                        best = (d, tree)
+            self._trees[key] = best and best[1]
+        return self._trees[key]
+
+
+def tree_delay(tree: dict, slew_in: float) -> tuple:
+    """Rise and fall delay (ps) through ``tree`` (:meth:`TimingLib.buffer_tree`) and the rise
+    and fall transitions at its loads, from a net with transition ``slew_in`` (ps)."""
+    _, pos, neg, _, _, cr, cf, rt, ft = tree["arc"]
+    d_r = d_f = 0.0
+    s_r = s_f = slew_in
+    for load in tree["loads"]:
+        d_r, d_f = d_r + cr(s_r, load), d_f + cf(s_f, load)
+        s_r, s_f = rt(s_r, load), ft(s_f, load)
+    return d_r, d_f, s_r, s_f
 
 
 class _T2:
@@ -376,6 +433,12 @@ class Timing:
         not write it) and this STA's figure under ABC's conventions.
     cells, area : int, float
         Cells and cell area (um^2) of the timing netlist.
+    loops : int
+        Combinational cells left out of the propagation (in loops).
+    buffer_trees : dict
+        ``nets`` given a buffer tree to their port and black-box pins and the ``pins`` they
+        reach (module docstring, "Buffer trees"); the trees' cells are not in ``cells`` or
+        ``area``.
     """
 
     period: float
@@ -391,6 +454,7 @@ class Timing:
     cells: int = 0
     area: float = 0.0
     loops: int = 0
+    buffer_trees: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         from dataclasses import asdict
@@ -513,6 +577,8 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
     for n in po_nets:                        # ABC: one PO per signal, whatever reads it
         loads_r[n] += port_load
         loads_f[n] += port_load
+    trees = {} if abc_conventions else _repair(net, tlib, stubs, driver, loads_r, loads_f,
+                                               port_load)
 
     # arrival state: net -> {source: [arr_rise, arr_fall]}; slews net -> [rise, fall]
     arr = {}
@@ -678,8 +744,9 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
                 ends.append((n, f"{g.name}/{bus_of(p)}"))
     reg2out_at = {}
     for n, bus in ends:
+        extra = max(tree_delay(trees[n], max(slew[n]))[:2]) if n in trees and n in arr else 0.0
         for src, a in arr.get(n, {}).items():
-            v = max(a)
+            v = max(a) + extra
             if src == REG:
                 if v > reg2out.get(bus, -math.inf):
                     reg2out[bus] = v
@@ -721,5 +788,39 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
                    "end": _reg_name(net.gates[end_gi]), "levels": levels, "path": steps}
     return Timing(period=period, reg2reg=reg2reg, in2reg=in2reg, reg2out=reg2out,
                   in2out=in2out, in2reg_to=in2reg_to, reg2out_from=reg2out_from,
-                  blackboxes=boxes_of, cells=len(net.gates), loops=loops)
+                  blackboxes=boxes_of, cells=len(net.gates), loops=loops,
+                  buffer_trees={"nets": len(trees),
+                                "pins": sum(t["pins"] for t in trees.values())})
+
+
+def _repair(net, tlib, stubs, driver, loads_r, loads_f, port_load) -> dict:
+    """Buffer trees for the nets whose port and black-box input pins overload their driver
+    (ABC saw those pins as one primary output, so it built no tree for them): a net whose
+    load exceeds its driving cell pin's ``max_capacitance`` and drives two or more such pins
+    gets :meth:`TimingLib.buffer_tree` to them, as a design-rule repair after placement would;
+    the net then carries the tree's root instead of the pins (``loads_r`` / ``loads_f``
+    changed in place). Returns net -> tree (with ``pins``)."""
+    pins = defaultdict(int)
+    for g in net.gates:
+        ports = None if tlib.cell(g.type) is not None else stubs.get(g.type)
+        if ports:
+            for p, n in g.pins.items():
+                if ports.get(bus_of(p)) == "input" and n not in net.constants:
+                    pins[n] += 1
+    for _, n in net.outputs:
+        if n not in net.constants:
+            pins[n] += 1
+    trees = {}
+    for n, k in pins.items():
+        drv = driver.get(n)
+        ct = tlib.cell(net.gates[drv[0]].type) if drv is not None and k > 1 else None
+        if ct is None or not max(loads_r[n], loads_f[n]) > ct.max_cap.get(drv[1], math.nan):
+            continue
+        tree = tlib.buffer_tree(k, port_load)
+        if tree is None:
+            continue
+        for loads in (loads_r, loads_f):
+            loads[n] += tree["root_cap"] - k * port_load
+        trees[n] = dict(tree, pins=k)
+    return trees
 

@@ -277,6 +277,95 @@ def test_sta_under_abc_conventions_matches_abc_on_a_mapped_block():
     assert r.area == synthesize("rowmax", text, liberty=LIB).area
 
 
+def _fanout_blif(pins):
+    """r1 -> NAND2xp33 (B tied to 1) -> one net to ``pins`` input pins of a black box's bus
+    ``we`` (an SRAM macro's write enables, say)."""
+    conns = " ".join(f"we[{i}]=n1" for i in range(pins))
+    return (".model top\n.inputs clk\n.outputs q\n.names $true\n1\n"
+            ".gate DFFHQNx1_ASAP7_75t_R CLK=clk D=q QN=n0\n.cname r1$_DFF_P_\n"
+            ".gate NAND2xp33_ASAP7_75t_R A=n0 B=$true Y=n1\n.cname g1\n"
+            f".gate MACRO {conns} q=q\n.cname box\n.end\n")
+
+
+def _fanout_stubs(pins):
+    return {"MACRO": {"we": "input", "q": "output"}}
+
+
+def test_sta_reaches_many_box_pins_through_a_buffer_tree():
+    """A NAND2xp33 driving 2,048 pins of a black box's input bus: ABC sees those pins as
+    one primary output and builds no tree, and 2,048 D-pin loads (1.1 pF) are 25 times the
+    cell's ``max_capacitance``. The STA reaches them through the fastest balanced tree of the
+    library's buffers (:meth:`TimingLib.buffer_tree`), the NAND2 loaded with its root: the
+    arrival equals clock-to-Q, the NAND2 into the root's input and each stage of the tree
+    computed here from the Liberty text. A net within its driver's ``max_capacitance``
+    (two pins) is timed as before, loaded with every pin."""
+    from elmoe3d.synth.sta import TREE_FANOUTS, tree_delay
+    tlib = TimingLib(LIB)
+    nand, dff = "NAND2xp33_ASAP7_75t_R", "DFFHQNx1_ASAP7_75t_R"
+    assert {b[0] for b in tlib.buffers} == {f"BUFx{x}_ASAP7_75t_R" for x in
+                                            ("2", "3", "4", "6f", "8", "12f", "16f")}
+    pl = tlib.port_load
+    assert 2048 * pl > 20 * tlib.cell(nand).max_cap["Y"]
+
+    t = analyze(read_blif(_fanout_blif(2048)), tlib, period=1000.0,
+                stubs=_fanout_stubs(2048))
+    tree = tlib.buffer_tree(2048, pl)
+    assert t.buffer_trees == {"nets": 1, "pins": 2048}
+    assert tree["fanout"] ** tree["stages"] >= 2048 > tree["fanout"] ** (tree["stages"] - 1)
+    # no other buffer and fanout is faster (at the tree's reference input slew)
+    best = max(tree_delay(tree, 20.0)[:2])
+    for name, cin, arc, max_cap in tlib.buffers:
+        for f in TREE_FANOUTS:
+            stages = next(d for d in range(1, 12) if f ** d >= 2048)
+            loads = [f * cin] * (stages - 1) + [-(-2048 // f ** (stages - 1)) * pl]
+            if max(loads) <= max_cap:
+                other = {"arc": arc, "loads": loads}
+                assert max(tree_delay(other, 20.0)[:2]) >= best - 1e-9, (name, f)
+
+    # by hand: r1's QN into NAND2.A; NAND2.Y into the root buffer's A; the buffer stages
+    clk = CLOCK_SLEW_PS
+    q = {k: _hand_table(dff, "QN", k, "rising_edge", "CLK") for k in
+         ("cell_rise", "cell_fall", "rise_transition", "fall_transition")}
+    ln = (_cap(nand, "A", "rise"), _cap(nand, "A", "fall"))
+    arr = (_bilinear(q["cell_rise"], clk, ln[0]), _bilinear(q["cell_fall"], clk, ln[1]))
+    slew = (_bilinear(q["rise_transition"], clk, ln[0]),
+            _bilinear(q["fall_transition"], clk, ln[1]))
+    buf = tree["cell"]
+    root = max(_cap(buf, "A", "rise"), _cap(buf, "A", "fall"))
+    assert tree["root_cap"] == pytest.approx(root)
+    nt = {k: _hand_table(nand, "Y", k, "combinational", "A") for k in
+          ("cell_rise", "cell_fall", "rise_transition", "fall_transition")}
+    arr = (arr[1] + _bilinear(nt["cell_rise"], slew[1], root),      # negative unate
+           arr[0] + _bilinear(nt["cell_fall"], slew[0], root))
+    slew = (_bilinear(nt["rise_transition"], slew[1], root),
+            _bilinear(nt["fall_transition"], slew[0], root))
+    bt = {k: _hand_table(buf, "Y", k, "combinational", "A") for k in
+          ("cell_rise", "cell_fall", "rise_transition", "fall_transition")}
+    s_in = max(slew)                         # the tree starts from the net's worst slew
+    d = [0.0, 0.0]
+    sr = sf = s_in
+    for load in tree["loads"]:                                        # positive unate
+        d = [d[0] + _bilinear(bt["cell_rise"], sr, load), d[1] + _bilinear(bt["cell_fall"], sf, load)]
+        sr, sf = (_bilinear(bt["rise_transition"], sr, load),
+                  _bilinear(bt["fall_transition"], sf, load))
+    hand = max(arr) + max(d)
+    assert t.reg2out["box/we"] == pytest.approx(hand, abs=1e-6)
+
+    # without buffers in the library: the NAND2 drives all 2,048 pins, far slower
+    direct = TimingLib(LIB)
+    direct.buffers = []
+    slow = analyze(read_blif(_fanout_blif(2048)), direct, period=1000.0,
+                   stubs=_fanout_stubs(2048))
+    assert slow.buffer_trees == {"nets": 0, "pins": 0}
+    assert slow.reg2out["box/we"] > 5 * t.reg2out["box/we"]
+    # two pins: within max_capacitance, no tree, the same figure either way
+    two = analyze(read_blif(_fanout_blif(2)), tlib, period=1000.0, stubs=_fanout_stubs(2))
+    assert two.buffer_trees == {"nets": 0, "pins": 0}
+    assert two.reg2out["box/we"] == pytest.approx(
+        analyze(read_blif(_fanout_blif(2)), direct, period=1000.0,
+                stubs=_fanout_stubs(2)).reg2out["box/we"])
+
+
 # ---- hierarchical composition ----------------------------------------------------------------
 
 class _R:
