@@ -21,13 +21,14 @@ _SIMS = collections.OrderedDict()      # key -> (dut, sim, slot), newest last
 
 
 def shared_pe(*, config, pe_options=None, dut=None):
-    """The kept simulation of ``dut``, or of ``PE(config=config, **pe_options)`` when ``dut`` is
-    None, built on first use. Returns ``(dut, run)``: ``run(bench)`` runs the async testbench
-    ``bench(ctx)`` from reset until it returns (a clock of 1 ns on ``sync``)."""
+    """The kept simulation of ``PE(config=config, **pe_options)``, built on first use; a given
+    ``dut`` (a PE a test built for itself) gets a new simulation, not kept. Returns ``(dut,
+    run)``: ``run(bench)`` runs the async testbench ``bench(ctx)`` from reset until it returns
+    (a clock of 1 ns on ``sync``)."""
     assert dut is None or pe_options is None, "pe_options: give them to the dut instead"
-    key = ("dut", id(dut)) if dut is not None else \
+    key = None if dut is not None else \
         ("options", repr(config), repr(sorted((pe_options or {}).items())))
-    hit = _SIMS.pop(key, None)
+    hit = _SIMS.pop(key, None) if key else None
     if hit is None:
         if dut is None:
             dut = PE(config=config, **(pe_options or {}))
@@ -39,9 +40,10 @@ def shared_pe(*, config, pe_options=None, dut=None):
             await slot["bench"](ctx)
         sim.add_testbench(dispatch)
         hit = (dut, sim, slot)
-    _SIMS[key] = hit                           # the dut stays referenced: its id stays unique
-    while len(_SIMS) > KEPT:
-        _SIMS.popitem(last=False)
+    if key:
+        _SIMS[key] = hit
+        while len(_SIMS) > KEPT:
+            _SIMS.popitem(last=False)
     dut, sim, slot = hit
 
     def run(bench):
@@ -51,6 +53,7 @@ def shared_pe(*, config, pe_options=None, dut=None):
         try:
             sim.run()
         except BaseException:
-            _SIMS.pop(key, None)
+            if key:
+                _SIMS.pop(key, None)
             raise
     return dut, run

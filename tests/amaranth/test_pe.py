@@ -516,15 +516,16 @@ def test_small_expert_equals_fsim(mode):
 
 def test_shared_simulation_runs_like_a_new_one():
     """The shared simulation (:func:`tests.pe_sim.shared_pe`) reset between runs behaves as a
-    new one: an expert after a different program (its OUT, flags, counters and STATUS left
-    behind) gives the same beats, the same STATUS words (timing counters included) and the
-    same cycles as on a PE simulated for the first time, and a failed run's simulation is
-    not reused."""
+    new one: an expert without its CLEAR (so it adds onto whatever OUT holds and counts on
+    from whatever the counters hold) after a different program that left OUT, the flags, the
+    counters and STATUS behind gives the same beats, the same STATUS words (timing counters
+    included) and the same cycles as on a PE simulated for the first time, and equals fsim
+    started from zero; a failed run's simulation is not reused."""
     from ..pe_sim import _SIMS
     rng = np.random.default_rng(204)
     print("seed=204")
     x_q, e_x, up, gate, down, gw, slots = random_expert(rng, 3, 64, 64)
-    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, Mode.FULL)
+    prog, ld = expert_program(x_q, e_x, up, gate, down, gw, slots, Mode.FULL, clear=False)
     other, other_ld = expert_program(*random_expert(rng, 2, 64, 64), Mode.DRAFT)
     ref = fsim.run(prog, ld)
     kw = dict(n_o=len(ref.o), n_link=0, seed=204, traffic=ROUGH)
@@ -534,11 +535,15 @@ def test_shared_simulation_runs_like_a_new_one():
     again = run_pe(prog.encode(), ld, **kw)
     assert again["o"] == fresh["o"] and again["cycles"] == fresh["cycles"]
     assert again["ld"] == fresh["ld"] and again["cmd"] == fresh["cmd"]
-    assert len(fresh["o"]) == len(ref.o) and fresh["cycles"] > 100
-    before = len(_SIMS)
+    assert [d for _, d in fresh["o"] if _ != OKind.STATUS] == \
+        [b.data for b in ref.o if b.kind != OKind.STATUS]
+    assert fresh["cycles"] > 100
+    (key, (_, sim, _)), = [(k, v) for k, v in _SIMS.items() if k[2] == "[]"]
     with pytest.raises(AssertionError, match="unexpected extra o beat"):
         run_pe(prog.encode(), ld, n_o=len(ref.o) - 1, n_link=0, seed=204)
-    assert len(_SIMS) == before - 1
+    assert key not in _SIMS
+    run_pe(other.encode(), other_ld, n_o=len(ref2.o), n_link=0, seed=5)
+    assert _SIMS[key][1] is not sim                       # built again
 
 
 @pytest.mark.parametrize("requant_units, fp32_units, mode, traffic, out_banks", [
