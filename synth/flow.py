@@ -93,7 +93,7 @@ __all__ = ["SynthResult", "SynthError", "yosys_command", "yosys_script", "cache_
 FLOW_VERSION = 1
 #: Bumped whenever the STA (:mod:`elmoe3d.synth.sta`) changes its figures (part of the key of
 #: runs with timing).
-STA_VERSION = 2
+STA_VERSION = 3
 #: ABC script (commas stand for spaces in Yosys' ``-script +...`` form).
 ABC_SCRIPT = "+strash;dc2;map,-a;topo"
 #: ABC script of the timing run (``{D}`` is Yosys' ``-D <period>``): delay-driven mapping,

@@ -16,11 +16,12 @@ Conventions (the same as ABC's ``stime``; each a module constant):
   add :data:`PORT_LOAD_FF` (the flip-flop's D capacitance: as if it fed one register).
 * **Buffer trees.** ABC sees all the port and black-box pins of one net as one primary
   output, so it builds no tree for them (an SRAM macro's 512 byte enables driven by one
-  signal, say). A net with two or more such pins whose load exceeds its driving pin's
+  signal, say). A cell-driven net whose two or more such pins alone exceed its driving pin's
   ``max_capacitance`` reaches them through the fastest balanced tree of the library's
-  buffers (:meth:`TimingLib.buffer_tree`): the net carries the root buffer's input, the pins
-  are reached the tree's delay later (timed from the net's worst transition). This is the
-  design-rule repair a placement flow makes; :attr:`Timing.buffer_trees` counts them.
+  buffers (:meth:`TimingLib.buffer_tree`, chosen at a :data:`PORT_SLEW_PS` input): the net
+  carries the root buffer's input, the pins are reached the tree's delay later (timed from
+  the net's rise and fall transitions). This is the design-rule repair a placement flow
+  makes; :attr:`Timing.buffer_trees` counts them.
 * **Arcs.** The ``timing`` groups from the same input pin (several ``when`` conditions) are
   merged into their element-wise worst case, as ABC reads them; the sense is their common
   one (positive or negative unate), else non-unate. A cell's output slew is the worst over its
@@ -333,12 +334,13 @@ class TimingLib:
         return self._trees[key]
 
 
-def tree_delay(tree: dict, slew_in: float) -> tuple:
-    """Rise and fall delay (ps) through ``tree`` (:meth:`TimingLib.buffer_tree`) and the rise
-    and fall transitions at its loads, from a net with transition ``slew_in`` (ps)."""
+def tree_delay(tree: dict, slew_r: float, slew_f: float | None = None) -> tuple:
+    """Rise and fall delay (ps) through ``tree`` (:meth:`TimingLib.buffer_tree`: buffers, so a
+    rise stays a rise) and the rise and fall transitions at its loads, from a net with rise
+    and fall transitions ``slew_r`` and ``slew_f`` (ps; ``slew_f`` defaults to ``slew_r``)."""
     _, pos, neg, _, _, cr, cf, rt, ft = tree["arc"]
     d_r = d_f = 0.0
-    s_r = s_f = slew_in
+    s_r, s_f = slew_r, slew_r if slew_f is None else slew_f
     for load in tree["loads"]:
         d_r, d_f = d_r + cr(s_r, load), d_f + cf(s_f, load)
         s_r, s_f = rt(s_r, load), ft(s_f, load)
@@ -743,14 +745,15 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
             if stubs[g.type].get(bus_of(p)) == "input":
                 ends.append((n, f"{g.name}/{bus_of(p)}"))
     reg2out_at = {}
+    extra = {n: tree_delay(t, *slew[n])[:2] for n, t in trees.items() if n in arr}
     for n, bus in ends:
-        extra = max(tree_delay(trees[n], max(slew[n]))[:2]) if n in trees and n in arr else 0.0
+        d_r, d_f = extra.get(n, (0.0, 0.0))
         for src, a in arr.get(n, {}).items():
-            v = max(a) + extra
+            v = max(a[0] + d_r, a[1] + d_f)
             if src == REG:
                 if v > reg2out.get(bus, -math.inf):
                     reg2out[bus] = v
-                    reg2out_at[bus] = (n, 0 if a[0] >= a[1] else 1)
+                    reg2out_at[bus] = (n, 0 if a[0] + d_r >= a[1] + d_f else 1)
             else:
                 key = f"{src} -> {bus}"
                 in2out[key] = max(in2out.get(key, -math.inf), v)
@@ -795,11 +798,12 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
 
 def _repair(net, tlib, stubs, driver, loads_r, loads_f, port_load) -> dict:
     """Buffer trees for the nets whose port and black-box input pins overload their driver
-    (ABC saw those pins as one primary output, so it built no tree for them): a net whose
-    load exceeds its driving cell pin's ``max_capacitance`` and drives two or more such pins
-    gets :meth:`TimingLib.buffer_tree` to them, as a design-rule repair after placement would;
-    the net then carries the tree's root instead of the pins (``loads_r`` / ``loads_f``
-    changed in place). Returns net -> tree (with ``pins``)."""
+    (ABC saw those pins as one primary output, so it built no tree for them): a net driven by
+    a cell whose two or more such pins alone load it beyond the cell pin's
+    ``max_capacitance`` gets :meth:`TimingLib.buffer_tree` to them, as a design-rule repair
+    after placement would, when the tree's root loads the net less than the pins; the net then
+    carries the root instead of the pins (``loads_r`` / ``loads_f`` changed in place). Returns
+    net -> tree (with ``pins``)."""
     pins = defaultdict(int)
     for g in net.gates:
         ports = None if tlib.cell(g.type) is not None else stubs.get(g.type)
@@ -814,10 +818,10 @@ def _repair(net, tlib, stubs, driver, loads_r, loads_f, port_load) -> dict:
     for n, k in pins.items():
         drv = driver.get(n)
         ct = tlib.cell(net.gates[drv[0]].type) if drv is not None and k > 1 else None
-        if ct is None or not max(loads_r[n], loads_f[n]) > ct.max_cap.get(drv[1], math.nan):
+        if ct is None or not k * port_load > ct.max_cap.get(drv[1], math.nan):
             continue
         tree = tlib.buffer_tree(k, port_load)
-        if tree is None:
+        if tree is None or tree["root_cap"] >= k * port_load:
             continue
         for loads in (loads_r, loads_f):
             loads[n] += tree["root_cap"] - k * port_load

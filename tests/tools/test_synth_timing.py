@@ -293,7 +293,7 @@ def _fanout_stubs(pins):
 
 def test_sta_reaches_many_box_pins_through_a_buffer_tree():
     """A NAND2xp33 driving 2,048 pins of a black box's input bus: ABC sees those pins as
-    one primary output and builds no tree, and 2,048 D-pin loads (1.1 pF) are 25 times the
+    one primary output and builds no tree, and 2,048 D-pin loads (1.1 pF) are 50 times the
     cell's ``max_capacitance``. The STA reaches them through the fastest balanced tree of the
     library's buffers (:meth:`TimingLib.buffer_tree`), the NAND2 loaded with its root: the
     arrival equals clock-to-Q, the NAND2 into the root's input and each stage of the tree
@@ -311,6 +311,10 @@ def test_sta_reaches_many_box_pins_through_a_buffer_tree():
                 stubs=_fanout_stubs(2048))
     tree = tlib.buffer_tree(2048, pl)
     assert t.buffer_trees == {"nets": 1, "pins": 2048}
+    buf = "BUFx6f_ASAP7_75t_R"                 # 16 x 16 x 8: three stages, the last half full
+    cin = max(_cap(buf, "A", "rise"), _cap(buf, "A", "fall"))
+    assert (tree["cell"], tree["fanout"], tree["stages"]) == (buf, 16, 3)
+    assert tree["loads"] == pytest.approx([16 * cin, 16 * cin, 8 * pl])
     assert tree["fanout"] ** tree["stages"] >= 2048 > tree["fanout"] ** (tree["stages"] - 1)
     # no other buffer and fanout is faster (at the tree's reference input slew)
     best = max(tree_delay(tree, 20.0)[:2])
@@ -341,14 +345,13 @@ def test_sta_reaches_many_box_pins_through_a_buffer_tree():
             _bilinear(nt["fall_transition"], slew[0], root))
     bt = {k: _hand_table(buf, "Y", k, "combinational", "A") for k in
           ("cell_rise", "cell_fall", "rise_transition", "fall_transition")}
-    s_in = max(slew)                         # the tree starts from the net's worst slew
     d = [0.0, 0.0]
-    sr = sf = s_in
+    sr, sf = slew                            # a buffer: rise stays rise, fall stays fall
     for load in tree["loads"]:                                        # positive unate
         d = [d[0] + _bilinear(bt["cell_rise"], sr, load), d[1] + _bilinear(bt["cell_fall"], sf, load)]
         sr, sf = (_bilinear(bt["rise_transition"], sr, load),
                   _bilinear(bt["fall_transition"], sf, load))
-    hand = max(arr) + max(d)
+    hand = max(arr[0] + d[0], arr[1] + d[1])
     assert t.reg2out["box/we"] == pytest.approx(hand, abs=1e-6)
 
     # without buffers in the library: the NAND2 drives all 2,048 pins, far slower
@@ -358,6 +361,12 @@ def test_sta_reaches_many_box_pins_through_a_buffer_tree():
                    stubs=_fanout_stubs(2048))
     assert slow.buffer_trees == {"nets": 0, "pins": 0}
     assert slow.reg2out["box/we"] > 5 * t.reg2out["box/we"]
+    # a net overloaded by its own cell inputs (36 INVx1, which ABC sees) and two pins: no
+    # tree (the pins are not what overloads it, and a tree's root would load it more)
+    invs = "".join(f".gate INVx1_ASAP7_75t_R A=n1 Y=x{j}\n.cname i{j}\n" for j in range(36))
+    text = _fanout_blif(2).replace(".gate MACRO", invs + ".gate MACRO")
+    assert analyze(read_blif(text), tlib, period=1000.0,
+                   stubs=_fanout_stubs(2)).buffer_trees == {"nets": 0, "pins": 0}
     # two pins: within max_capacitance, no tree, the same figure either way
     two = analyze(read_blif(_fanout_blif(2)), tlib, period=1000.0, stubs=_fanout_stubs(2))
     assert two.buffer_trees == {"nets": 0, "pins": 0}
