@@ -338,7 +338,7 @@ def tree_delay(tree: dict, slew_r: float, slew_f: float | None = None) -> tuple:
     """Rise and fall delay (ps) through ``tree`` (:meth:`TimingLib.buffer_tree`: buffers, so a
     rise stays a rise) and the rise and fall transitions at its loads, from a net with rise
     and fall transitions ``slew_r`` and ``slew_f`` (ps; ``slew_f`` defaults to ``slew_r``)."""
-    _, pos, neg, _, _, cr, cf, rt, ft = tree["arc"]
+    cr, cf, rt, ft = tree["arc"][5:]
     d_r = d_f = 0.0
     s_r, s_f = slew_r, slew_r if slew_f is None else slew_f
     for load in tree["loads"]:
@@ -579,8 +579,8 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
     for n in po_nets:                        # ABC: one PO per signal, whatever reads it
         loads_r[n] += port_load
         loads_f[n] += port_load
-    trees = {} if abc_conventions else _repair(net, tlib, stubs, driver, loads_r, loads_f,
-                                               port_load)
+    trees = {} if abc_conventions else _repair(net, tlib, driver, fanout, boxes, loads_r,
+                                               loads_f, port_load)
 
     # arrival state: net -> {source: [arr_rise, arr_fall]}; slews net -> [rise, fall]
     arr = {}
@@ -796,21 +796,18 @@ def analyze(net: Netlist, tlib: TimingLib, *, period: float = 1000.0, stubs: dic
                                 "pins": sum(t["pins"] for t in trees.values())})
 
 
-def _repair(net, tlib, stubs, driver, loads_r, loads_f, port_load) -> dict:
+def _repair(net, tlib, driver, fanout, boxes, loads_r, loads_f, port_load) -> dict:
     """Buffer trees for the nets whose port and black-box input pins overload their driver
     (ABC saw those pins as one primary output, so it built no tree for them): a net driven by
     a cell whose two or more such pins alone load it beyond the cell pin's
     ``max_capacitance`` gets :meth:`TimingLib.buffer_tree` to them, as a design-rule repair
     after placement would, when the tree's root loads the net less than the pins; the net then
     carries the root instead of the pins (``loads_r`` / ``loads_f`` changed in place). Returns
-    net -> tree (with ``pins``)."""
+    net -> tree (with ``pins``). ``driver``, ``fanout``, ``boxes``: from :func:`net_graph`."""
+    boxes = set(boxes)
     pins = defaultdict(int)
-    for g in net.gates:
-        ports = None if tlib.cell(g.type) is not None else stubs.get(g.type)
-        if ports:
-            for p, n in g.pins.items():
-                if ports.get(bus_of(p)) == "input" and n not in net.constants:
-                    pins[n] += 1
+    for n, reads in fanout.items():           # black-box input pins (net_graph's fanout)
+        pins[n] += sum(1 for gi, _ in reads if gi in boxes)
     for _, n in net.outputs:
         if n not in net.constants:
             pins[n] += 1
