@@ -752,16 +752,16 @@ def tile_latency(passes: int = 1) -> int:
 
 def swiglu_latency(mul_stages: int = 1) -> int:
     """:class:`~elmoe3d.hw.vpu.SwiGLUUnit`: cycles from accepting an element to ``o.valid``:
-    ``10 + 2 (mul_stages - 1)`` (the input rounding in two cycles, then two multipliers in
-    series, each its partial products and their sum)."""
-    return 10 + 2 * (mul_stages - 1)
+    ``11 + 2 (mul_stages - 1)`` (the input register, the input rounding in two cycles, then
+    two multipliers in series, each its partial products and their sum)."""
+    return 11 + 2 * (mul_stages - 1)
 
 
 def combine_latency(mul_stages: int = 1) -> int:
     """:class:`~elmoe3d.hw.vpu.CombineUnit`: cycles from accepting an element to ``o.valid``:
-    ``5 + (mul_stages - 1)`` (partial products, their sum, the rounding shift in two
-    cycles, the saturating add)."""
-    return 5 + (mul_stages - 1)
+    ``6 + (mul_stages - 1)`` (the input register, partial products, their sum, the rounding
+    shift in two cycles, the saturating add)."""
+    return 6 + (mul_stages - 1)
 
 
 def swiglu_sink_latency(mul_stages: int = 1) -> int:
@@ -1151,10 +1151,10 @@ class PEOptions:
         write (``sink_latency[SWIGLU]``), then the row-max update a cycle later, the GEMM's
         completion seen by the REQUANT engine and its first ROWMAX read (3 cycles). A REQUANT
         cannot read HBUF rows before this; FULL rows (``swiglu_row_cycles[True]``) can only
-        be as fast. Measured on the RTL PE (2x4 small PE, 2026-12-02, the 1 GHz pipeline of
-        issue 25: tile 5 cycles, SwiGLU unit 10): 21 cycles with the defaults, 22 with
-        ``tile_passes`` 2, 23 with ``mul_stages`` 2, 26 for the FPGA-lean PE (before: 16,
-        17, 18, 21)."""
+        be as fast. Measured on the RTL PE (2x4 small PE, 2026-12-03, the 1 GHz pipeline of
+        issue 25: tile 5 cycles, SwiGLU unit 11 with its input register): 22 cycles with the
+        defaults, 23 with ``tile_passes`` 2, 24 with ``mul_stages`` 2, 27 for the FPGA-lean
+        PE (21, 22, 23, 26 before the input register; 16, 17, 18, 21 before issue 25)."""
         return drain_cycles(self.rows, row_cycles=self.swiglu_row_cycles[False],
                             tile_passes=self.tile_passes, mul_stages=self.mul_stages)
 

@@ -227,6 +227,14 @@ class _Unit(CheckedComponent):
         ]
         return m, _Pipeline(m, advance)
 
+    def _input(self, pipe):
+        """The input register: ``i.valid`` and ``i.payload`` registered before the unit's first
+        stage, so that stage starts from a flop and not from the sink's row and channel select
+        in front of it (docs/synth.md "Timing", the cross-leaf paths into the SwiGLU and
+        combine units). One cycle of :attr:`latency`. Returns ``(valid, payload)``."""
+        s = pipe.stage(valid=self.i.valid, payload=self.i.payload)
+        return s["valid"], s["payload"]
+
     def _output(self, m, pipe, valid, **fields):
         """The final stage register is the output: ``o.valid`` and ``o.payload``."""
         with m.If(pipe.advance):
@@ -252,17 +260,18 @@ class SwiGLUUnit(_Unit):
     Pipeline (``mul_stages = 1``; every stage within 1 ns at 0.7 V on ASAP7, ``docs/synth.md``
     "Timing")::
 
-        t   : to_q16 shifts of acc_up, acc_gate, round bits -> pre, inc
-        t+1 : rounding increment, saturation               -> u, g, sat
-        t+2 : ROM address (g + 16) >> 1/16                  -> ROM word
-        t+3 : sig = T[i] + rne(diff * frac, 12)             -> sig
-        t+4 : g * sig, MUL_CHUNKS partial products          -> parts
-        t+5 : their sum                                     -> product (+ mul_stages - 1 registers)
-        t+6 : silu = rne(product, 16), or g, or 0           -> silu
-        t+7 : silu * u, MUL_CHUNKS partial products         -> parts
-        t+8 : their sum (64 bits)                           -> product (+ mul_stages - 1 registers)
-        t+9 : h = sat32(rne(product, 16))                   -> o.payload
-        t+10: o.valid
+        t   : the input register                            -> i.payload
+        t+1 : to_q16 shifts of acc_up, acc_gate, round bits -> pre, inc
+        t+2 : rounding increment, saturation               -> u, g, sat
+        t+3 : ROM address (g + 16) >> 1/16                  -> ROM word
+        t+4 : sig = T[i] + rne(diff * frac, 12)             -> sig
+        t+5 : g * sig, MUL_CHUNKS partial products          -> parts
+        t+6 : their sum                                     -> product (+ mul_stages - 1 registers)
+        t+7 : silu = rne(product, 16), or g, or 0           -> silu
+        t+8 : silu * u, MUL_CHUNKS partial products         -> parts
+        t+9 : their sum (64 bits)                           -> product (+ mul_stages - 1 registers)
+        t+10: h = sat32(rne(product, 16))                   -> o.payload
+        t+11: o.valid
 
     Parameters
     ----------
@@ -299,12 +308,12 @@ class SwiGLUUnit(_Unit):
 
     def elaborate(self, platform):
         m, pipe = self._frame()
-        p = self.i.payload
+        valid, p = self._input(pipe)
         shift = Signal(signed(9))
         m.d.comb += shift.eq(8 - p.e_x)
         u_pre, u_inc = rshift_rne_parts(m, p.acc_up, shift, out_bits=32, name="u")
         g_pre, g_inc = rshift_rne_parts(m, p.acc_gate, shift, out_bits=32, name="g")
-        s0 = pipe.stage(valid=self.i.valid, tag=p.tag, u_pre=u_pre, u_inc=u_inc, g_pre=g_pre,
+        s0 = pipe.stage(valid=valid, tag=p.tag, u_pre=u_pre, u_inc=u_inc, g_pre=g_pre,
                         g_inc=g_inc)
         u, su = rne_sat_finish(m, s0["u_pre"], s0["u_inc"], out_bits=32, name="u")
         g, sg = rne_sat_finish(m, s0["g_pre"], s0["g_inc"], out_bits=32, name="g")
@@ -478,12 +487,13 @@ class CombineUnit(_Unit):
 
     Pipeline (``mul_stages = 1``; every stage within 1 ns at 0.7 V on ASAP7)::
 
-        t   : decode gw, acc_y * m in MUL_CHUNKS partial products -> parts
-        t+1 : their sum (76 bits)                               -> product (+ mul_stages - 1)
-        t+2 : shift by -(e_h + E), round bits                   -> pre, inc
-        t+3 : rounding increment, sat64                         -> term, sat
-        t+4 : out + term, saturated; sticky flag                -> o.payload
-        t+5 : o.valid
+        t   : the input register                                  -> i.payload
+        t+1 : decode gw, acc_y * m in MUL_CHUNKS partial products -> parts
+        t+2 : their sum (76 bits)                               -> product (+ mul_stages - 1)
+        t+3 : shift by -(e_h + E), round bits                   -> pre, inc
+        t+4 : rounding increment, sat64                         -> term, sat
+        t+5 : out + term, saturated; sticky flag                -> o.payload
+        t+6 : o.valid
 
     Parameters
     ----------
@@ -513,7 +523,7 @@ class CombineUnit(_Unit):
 
     def elaborate(self, platform):
         m, pipe = self._frame()
-        p = self.i.payload
+        valid, p = self._input(pipe)
         sign, exp, frac = p.gw[15], p.gw[10:15], p.gw[0:10]
         mag = Signal(unsigned(11))
         big_e = Signal(signed(6))
@@ -529,7 +539,7 @@ class CombineUnit(_Unit):
         # (-sum(x 2^s) = sum(~x 2^s) + sum(2^s)): no negation in front of the multiplier
         parts = [(Mux(sign, ~pp, pp), sh) for pp, sh in mul_parts(p.acc_y, mag, MUL_CHUNKS)]
         fix = sum(1 << sh for _, sh in parts)
-        sa = pipe.stage(valid=self.i.valid, tag=p.tag, out=p.out, flag=p.flag, shift=shift,
+        sa = pipe.stage(valid=valid, tag=p.tag, out=p.out, flag=p.flag, shift=shift,
                         neg=sign, **{f"pp{i}": pp for i, (pp, _) in enumerate(parts)})
         m.d.comb += prod.eq(mul_sum([sa[f"pp{i}"] for i in range(len(parts))],
                                     [sh for _, sh in parts]) + Mux(sa["neg"], fix, 0))

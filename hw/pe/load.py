@@ -40,11 +40,15 @@ class LoadEngine(wiring.Component):
     queue : In, stream of :func:`~elmoe3d.hw.pe.decoder.load_entry_layout`
         The decoder's LOAD queue.
     fence_ok : In(1)
-        Every execute command taken before :attr:`need` has completed.
+        Every execute command taken before the ``need`` of the LOAD run in the next cycle (the
+        queue's head if the engine takes it in this cycle, else :attr:`need`) has completed.
+        Registered here: a fenced LOAD takes no word before the cycle after its fence
+        clears, and the PE's sequence compares do not lie in front of the memories' write
+        ports (docs/synth.md "Timing").
     hold : In(1)
-        A BARRIER, ``CLEAR counters`` or STATUS taken before :attr:`need` has not started: the
-        LOAD takes no word (the counters it clears or sends count exactly the LOADs before
-        it).
+        A BARRIER, ``CLEAR counters`` or STATUS taken before that ``need`` has not started:
+        the LOAD takes no word (the counters it clears or sends count exactly the LOADs
+        before it). Registered like ``fence_ok``.
     grant : In(1)
         The target memory's write port is free for the load in this cycle.
     release, release_buf : In(1), In(1)
@@ -153,8 +157,11 @@ class LoadEngine(wiring.Component):
         else:
             m.d.comb += [self.full.eq(high), low.eq(high)]
             ld_flag = Mux(ld_buf, high[1], high[0])
+        # fence and hold of the LOAD run in this cycle, evaluated by the PE a cycle ahead
+        fence_ok, hold = Signal(), Signal()
+        m.d.sync += [fence_ok.eq(self.fence_ok), hold.eq(self.hold)]
         m.d.comb += self.blocked.eq(((ld_target <= Target.WSCALE) & ld_flag)
-                                    | (ld_fence & ~self.fence_ok) | self.hold)
+                                    | (ld_fence & ~fence_ok) | hold)
         ld_open = ld_active & (ld_left != 0) & ~self.blocked & self.grant
         if parted:
             # a word into a memory in P parts (streamed_weights, narrow_iomem): part by part,

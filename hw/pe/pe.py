@@ -465,10 +465,12 @@ class PE(wiring.Component):
         # load engine holds a LOAD while one taken before it has not started, and a BARRIER
         # waits only for the LOADs before it (a LOAD's `need` counts the execute commands
         # before it)
-        lde_hold = ((dec.xn_valid & dec.xn_hold & older(dec.xn_seq, lde.need))
-                    | (ex.hold_loads & older(ex.xc_seq, lde.need)))
+        def load_hold(need):
+            return ((dec.xn_valid & dec.xn_hold & older(dec.xn_seq, need))
+                    | (ex.hold_loads & older(ex.xc_seq, need)))
         ld_before_x = ((lde.active & ~older(ex.xc_seq, lde.need))
                        | (dec.ld.valid & ~older(ex.xc_seq, dec.ld.payload.need)))
+        ld_take = dec.ld.valid & dec.ld.ready
         gemm_busy = Signal()
         m.d.comb += gemm_busy.eq(gi.busy | rs.busy | sw.busy | cmb.busy)
         # OUTPUT with two OUT banks starts while the COMBINE sink still writes (and while stage
@@ -503,7 +505,11 @@ class PE(wiring.Component):
             ex.gemm_busy.eq(gemm_busy), ex.output_busy.eq(output_busy),
             ex.ld_busy.eq(ld_before_x),
             ex.done.eq(clr.done | link.send_done | link.recv_done | status_done | opx.done),
-            lde.fence_ok.eq(done_before(lde.need)), lde.hold.eq(lde_hold),
+            # the fence and hold of the LOAD run in the next cycle (the queue's head if the
+            # engine takes it now), which the load engine registers (docs/synth.md "Timing")
+            lde.fence_ok.eq(Mux(ld_take, done_before(dec.ld.payload.need),
+                                done_before(lde.need))),
+            lde.hold.eq(Mux(ld_take, load_hold(dec.ld.payload.need), load_hold(lde.need))),
             lde.release.eq(ex.release), lde.release_buf.eq(xc.args.gemm.wbuf),
             # the releasing GEMM reads a half of its buffer no more (a flag per half)
             lde.release_low.eq(gi.low_done & xc.args.gemm.release),

@@ -1867,7 +1867,8 @@ def test_k_chained_gemms_issue_back_to_back():
 def test_held_gemm_completes_without_a_result():
     """Held GEMMs complete once their last beat is in the tile (no result to wait for): a
     fenced LOAD over the activations of a GEMM with acc_hold writes its first word only after
-    that GEMM's last beat, as early as the cycle after; after the next held GEMM the GEMM
+    that GEMM's last beat, as early as the second cycle after (the load engine registers its
+    fence); after the next held GEMM the GEMM
     issue, result stage and sinks are idle the cycle after its last beat, so a BARRIER and a
     STATUS run before the GEMM that continues (and ends) the chain; STATUS counts the held
     beats. RTL == fsim."""
@@ -1896,7 +1897,7 @@ def test_held_gemm_completes_without_a_result():
     assert len(beats) == 3 * G
     fenced = got["ld"][2 * G + 1]                          # the fenced LOAD's first word
     print(f"  held GEMM's last beat in cycle {beats[G - 1]}, fenced LOAD from {fenced}")
-    assert fenced == beats[G - 1] + 1
+    assert fenced == beats[G - 1] + 2
     held_last = beats[2 * G - 1]
     assert held_last in busy and held_last + 1 not in busy
     assert got["o_cycles"][0] < beats[2 * G]              # the STATUS before the last GEMM

@@ -68,9 +68,9 @@ def test_half_flags_equal_fsim(traffic, options):
 
 def test_loads_queue_behind_clear_counters_barrier_and_status():
     """The LOAD after ``CLEAR counters`` is taken in the next cycle (not after the CLEAR ran)
-    and its first word in the cycle after the CLEAR starts; the LOAD after BARRIER, STATUS is
-    taken while the BARRIER waits for the GEMM, its first word after the STATUS started (its
-    snapshot); the first STATUS counts the words between the CLEAR and the BARRIER, the last
+    and its first word in the second cycle after the CLEAR starts (the load engine registers
+    its hold); the LOAD after BARRIER, STATUS is taken while the BARRIER waits for the GEMM,
+    its first word two cycles after the STATUS started (its snapshot); the first STATUS counts the words between the CLEAR and the BARRIER, the last
     all after the CLEAR (RTL == fsim on every functional field)."""
     seed = 12
     print(f"seed={seed}")
@@ -86,9 +86,9 @@ def test_loads_queue_behind_clear_counters_barrier_and_status():
           f"{barrier_wait[-1]}, LOAD after the STATUS taken {cmd[marks['status'] + 1]}, its "
           f"first word {lds[marks['after_barrier']]}, the STATUS beat {status[0]}")
     assert cmd[marks["clear"] + 1] == cmd[marks["clear"]] + 1
-    assert lds[marks["after_clear"]] == clear_wait[-1] + 1
+    assert lds[marks["after_clear"]] == clear_wait[-1] + 2
     assert cmd[marks["status"] + 1] < barrier_wait[-1]
-    assert lds[marks["after_barrier"]] == status[0]          # the cycle after STATUS started
+    assert lds[marks["after_barrier"]] == status[0] + 1      # 2 cycles after STATUS started
     counts = [asm.unpack_status(d)["words_loaded"] for k, d in got["o"]
               if k == asm.OKind.STATUS]
     assert counts == [marks["after_barrier"] - marks["after_clear"],

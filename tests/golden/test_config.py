@@ -138,34 +138,35 @@ def test_pe_options_defaults_resolve_the_unit_counts():
 
 def test_pe_options_default_timing():
     opts = PEOptions(config=SMALL)
-    assert (opts.tile_latency, opts.swiglu_latency, opts.combine_latency) == (5, 10, 5)
-    assert opts.sink_latency == {Sink.RAW: 1, Sink.SWIGLU: 12, Sink.COMBINE: 8}
+    assert (opts.tile_latency, opts.swiglu_latency, opts.combine_latency) == (5, 11, 6)
+    assert opts.sink_latency == {Sink.RAW: 1, Sink.SWIGLU: 13, Sink.COMBINE: 9}
     assert opts.result_cycles == {(Sink.RAW, False): 1, (Sink.RAW, True): 2,
                                   (Sink.SWIGLU, False): 2, (Sink.SWIGLU, True): 3,
                                   (Sink.COMBINE, False): 2, (Sink.COMBINE, True): 3}
     assert (opts.requant_word_cycles, opts.output_beat_cycles, opts.clear_cycles) == (1, 1, 1)
     assert opts.combine_row_cycles == opts.swiglu_row_cycles == {True: 1, False: 1}
-    assert (opts.completion_cycles, opts.gemm_gap, opts.load_queue_depth) == (11, 0, 16)
+    assert (opts.completion_cycles, opts.gemm_gap, opts.load_queue_depth) == (12, 0, 16)
 
 
 def test_pe_options_drain_cycles_as_measured():
     """Last SWIGLU beat to the first ROWMAX read of the REQUANT behind it, as measured on the
-    RTL PE (2x4 small PE, an expert program of 2 tokens in DRAFT, 2026-12-02: the tile's 5
-    cycles and the SwiGLU unit's 10 of issue 25's 1 GHz pipeline)."""
-    for options, cycles in (({}, 21), ({"tile_passes": 2}, 22), ({"mul_stages": 2}, 23),
-                            (dict(FPGA_LEAN_PE), 26)):
+    RTL PE (2x4 small PE, an expert program of 2 tokens in DRAFT, 2026-12-03: the tile's 5
+    cycles and the SwiGLU unit's 11 of issue 25's 1 GHz pipeline, its input register
+    included)."""
+    for options, cycles in (({}, 22), ({"tile_passes": 2}, 23), ({"mul_stages": 2}, 24),
+                            (dict(FPGA_LEAN_PE), 27)):
         assert PEOptions(config=SMALL, **options).drain_cycles == cycles, options
-    assert PEOptions(config=WIDE).drain_cycles == 5 + 8 - 1 + 12 + 3      # 8 rows
+    assert PEOptions(config=WIDE).drain_cycles == 5 + 8 - 1 + 13 + 3      # 8 rows
 
 
 def test_drain_cycles_and_requant_units_without_a_pe():
     """The expert builder's figures for the default PE of any tile shape (no PEOptions, so no
-    check of the options): the measured 21 cycles of the small PE, and rows - 1 more per row."""
-    assert drain_cycles(2) == PEOptions(config=SMALL).drain_cycles == 21
-    assert drain_cycles(8) == PEOptions(config=WIDE).drain_cycles == 21 + 6
-    assert drain_cycles(6) == 21 + 4                       # a 6x12 tile: no PE (lanes 12)
+    check of the options): the measured 22 cycles of the small PE, and rows - 1 more per row."""
+    assert drain_cycles(2) == PEOptions(config=SMALL).drain_cycles == 22
+    assert drain_cycles(8) == PEOptions(config=WIDE).drain_cycles == 22 + 6
+    assert drain_cycles(6) == 22 + 4                       # a 6x12 tile: no PE (lanes 12)
     assert drain_cycles(2, row_cycles=2, tile_passes=4) == \
-           PEOptions(config=SMALL, **FPGA_LEAN_PE).drain_cycles == 26
+           PEOptions(config=SMALL, **FPGA_LEAN_PE).drain_cycles == 27
     assert [max_requant_units(w) for w in (512, 1536, 2048, 4096)] == [16, 32, 32, 32]
 
 
@@ -178,15 +179,15 @@ def test_fpga_lean_pe_timing():
     assert lean.result_cycles[(Sink.COMBINE, False)] == 8
     assert lean.result_cycles[(Sink.SWIGLU, True)] == 4         # the psum word hidden
     assert lean.clear_cycles == 176 * 4                         # OUT words x P parts, one bank
-    assert lean.completion_cycles == max(10, 4 + 5) + 1
+    assert lean.completion_cycles == max(11, 4 + 6) + 1
     with pytest.raises(TypeError):
         FPGA_LEAN_PE["tile_passes"] = 2                         # read-only
 
 
 def test_block_latency_formulas():
     assert [tile_latency(p) for p in (1, 2, 4)] == [5, 6, 8]
-    assert [swiglu_latency(s) for s in (1, 2, 3, 4)] == [10, 12, 14, 16]
-    assert [combine_latency(s) for s in (1, 2, 3, 4)] == [5, 6, 7, 8]
+    assert [swiglu_latency(s) for s in (1, 2, 3, 4)] == [11, 13, 15, 17]
+    assert [combine_latency(s) for s in (1, 2, 3, 4)] == [6, 7, 8, 9]
     for bad in (0, 5, True, 1.0):
         with pytest.raises(ValueError, match=r"mul_stages: expected an integer in 1\.\.4, "
                                              rf"got {bad!r}"):
