@@ -89,17 +89,20 @@ RECORDED = [
 #: 9bf7dc6 with issue 25's pipeline stages, before them 64156, 120540; the paper rows the same
 #: day at 4dd9f48, before them 27908, 4834, 43276, 6121, 27909, 4866, 43277, 6153). The mid rows
 #: re-measured 2026-12-03 (the same call) with the SwiGLU and combine units' input registers
-#: and the registered LOAD fence, 4,626 values bit-exact (before them 64233, 120617). Rows: (bench,
+#: and the registered LOAD fence, 4,626 values bit-exact (before them 64233, 120617); the
+#: paper rows at a word a cycle the same day (`elmoe3d paper-pe --tokens 1,16 --ld-rate full
+#: --verilator-arg=-fno-dfg`, 141,320 values bit-exact; before them 4978, 6265, 5010, 6297).
+#: Rows: (bench,
 #: preset, kind, model, tokens, mode, ld words per cycle, RTL cycles, ld words, commands).
 RECORDED_RATES = [
     ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 0.1, 27910, 2785, 805),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 1.0, 4978, 2785, 805),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "DRAFT", 1.0, 5010, 2785, 805),
     ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 0.1, 43278, 4321, 1253),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 1.0, 6265, 4321, 1253),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 1, "FULL", 1.0, 6297, 4321, 1253),
     ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 0.1, 27911, 2785, 805),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 1.0, 5010, 2785, 805),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "DRAFT", 1.0, 5042, 2785, 805),
     ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 0.1, 43279, 4321, 1253),
-    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 1.0, 6297, 4321, 1253),
+    ("test_paper_group_root", "paper-4gb", "root", "olmoe-1b-7b", 16, "FULL", 1.0, 6329, 4321, 1253),
     ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "DRAFT", 1.0, 64258, 63553, 2929),
     ("test_real_expert", "mid", "real", "deepseek-v2-lite", 1, "FULL", 1.0, 120642, 119873, 4849),
 ]
