@@ -456,9 +456,10 @@ def pareto_plots(rows, out_dir) -> dict:
     for model in sorted({r["model"] for r in pts}):
         mine = [r for r in pts if r["model"] == model]
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
-        for ax, key, label in ((axes[0], "tokens_per_s", "tokens/s"),
-                               (axes[1], "tokens_per_j",
-                                "tokens/J (Fig. 15's energy: compute, memory, links, static)")):
+        for ax, key, label, title in (
+                (axes[0], "tokens_per_s", "tokens/s", "throughput"),
+                (axes[1], "tokens_per_j", "tokens/J",
+                 "energy as Fig. 15: compute, memory, links, static")):
             good = [r for r in mine if r.get(key) is not None]
             xs = [r[xkey] for r in good]
             ys = [r[key] for r in good]
@@ -477,6 +478,7 @@ def pareto_plots(rows, out_dir) -> dict:
                         label=f"Pareto front, batch {b}")
             ax.set_xlabel(xlabel)
             ax.set_ylabel(label)
+            ax.set_title(title, fontsize=9)
             ax.set_yscale("log")
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
