@@ -28,9 +28,10 @@ class LoadEngine(wiring.Component):
     flag once it has read that half for the last time (``release_low``, ``release_high``,
     ``release``: the GEMM's last read). A LOAD into a WMEM plane waits, word by word, for the
     flag of the half it writes; a LOAD with ``signal`` waits for both. ``fence`` waits until
-    every execute command before the LOAD has completed (``fence_ok``, for the LOAD's
-    :attr:`need`); every LOAD waits while ``hold`` (a BARRIER, ``CLEAR counters`` or STATUS
-    before it in the program has not started). A word into a memory in P parts (``parted``
+    every execute command before the LOAD has completed (``fence_ok``, which the PE evaluates
+    a cycle ahead and the engine registers; :attr:`fence_wait` is the wait); every LOAD waits
+    while ``hold`` (a BARRIER, ``CLEAR counters`` or STATUS before it in the program has not
+    started). A word into a memory in P parts (``parted``
     targets) is written part by part, ``ld.ready`` with the last.
 
     Ports
@@ -66,6 +67,9 @@ class LoadEngine(wiring.Component):
         The LOAD being run (``left`` words still to come; ``addr`` the next word's).
     blocked : Out(1)
         It waits for a buffer flag, its fence or ``hold``.
+    fence_wait : Out(1)
+        It waits for its fence (the registered ``fence_ok``: the cycles it takes no word for
+        it).
     xfer : Out(1)
         A ``ld`` word is taken (written, or its last part) in this cycle.
     part, part_write : Out
@@ -121,6 +125,7 @@ class LoadEngine(wiring.Component):
             "need": Out(SEQ),
             "fence": Out(1),
             "blocked": Out(1),
+            "fence_wait": Out(1),
             "xfer": Out(1),
             "part": Out(log2(passes) if self._parted else 0),
             "part_write": Out(1),
@@ -160,8 +165,11 @@ class LoadEngine(wiring.Component):
         # fence and hold of the LOAD run in this cycle, evaluated by the PE a cycle ahead
         fence_ok, hold = Signal(), Signal()
         m.d.sync += [fence_ok.eq(self.fence_ok), hold.eq(self.hold)]
-        m.d.comb += self.blocked.eq(((ld_target <= Target.WSCALE) & ld_flag)
-                                    | (ld_fence & ~fence_ok) | hold)
+        m.d.comb += [
+            self.fence_wait.eq(ld_active & ld_fence & ~fence_ok),
+            self.blocked.eq(((ld_target <= Target.WSCALE) & ld_flag) | (ld_fence & ~fence_ok)
+                            | hold),
+        ]
         ld_open = ld_active & (ld_left != 0) & ~self.blocked & self.grant
         if parted:
             # a word into a memory in P parts (streamed_weights, narrow_iomem): part by part,

@@ -589,7 +589,7 @@ class PE(wiring.Component):
                                              & ~tile.next_pass & ~tile.i.ready,
                        "rq_busy": rqe.busy, "rq_wait": ex.rq_wait,
                        "rq_rowmax_read": rqe.rmax_rd,
-                       "fence_wait": lde.active & lde.fence & ~lde.fence_ok,
+                       "fence_wait": lde.fence_wait,
                        "rw_collision": self.rw_collision,
                        **{f"rw_collision_{k}": v for k, v in collisions.items()}}
         m.d.comb += self.rw_collision.eq(Cat(collisions.values()).any())

@@ -19,15 +19,17 @@ What is modelled, per command (``docs/pe.md`` for the rules):
 
 * the decoder takes a command a cycle, in order: a LOAD into a queue of ``load_queue_depth``
   (also while a BARRIER, ``CLEAR counters`` or STATUS waits: the LOAD takes no word before
-  the second cycle after it starts, the load engine registering its hold), a REQUANT when the requantization engine is free, any other
-  command into the one-command register in front of the execute engine (free once the
-  engine took the one before, which it does in the cycle the command before finishes);
+  the second cycle after it starts, the load engine registering its hold), a REQUANT when
+  the requantization engine is free, any other command into the one-command register in
+  front of the execute engine (free once the engine took the one before, which it does in
+  the cycle the command before finishes);
 * the load engine runs the LOADs in order, a word a cycle at most (P cycles a word into a
   memory stored in P parts), each word when the bucket offers it; a word of a WMEM LOAD
   waits while the flag of its buffer half is set (``PEConfig.wmem_low_words``: until the
   cycle after the releasing GEMM's last read of that half), a signalling LOAD for both
   halves, a fenced LOAD until the cycle after every earlier execute command (REQUANT
-  included) has completed (the engine registers its fence); ``signal`` sets the flags the cycle after the last word;
+  included) has completed (the engine registers its fence); ``signal`` sets the flags the
+  cycle after the last word;
 * the execute engine: a GEMM waits for ``full[wbuf]`` (``wait``), for an earlier REQUANT
   (``rq_wait``) and for a free sink descriptor slot (not with ``acc_hold``), then issues a
   beat every ``beat_cycles``; the next GEMM, if decoded and ready in the cycle of the last
