@@ -31,8 +31,8 @@ class LoadEngine(wiring.Component):
     every execute command before the LOAD has completed (``fence_ok``, which the PE evaluates
     a cycle ahead and the engine registers; :attr:`fence_wait` is the wait); every LOAD waits
     while ``hold`` (a BARRIER, ``CLEAR counters`` or STATUS before it in the program has not
-    started). A word into a memory in P parts (``parted``
-    targets) is written part by part, ``ld.ready`` with the last.
+    started). A word into a memory in P parts (``parted`` targets) is written part by part,
+    ``ld.ready`` with the last.
 
     Ports
     -----
