@@ -165,6 +165,45 @@ def early_output_program(config, seed=13, *, last_first=False):
     return p, ld
 
 
+def sink_paced_program(config, seed=15):
+    """A COMBINE GEMM the sink paces (one K-group a result, so the tile offers a result a
+    cycle while the sink holds each for ``rows * combine_row_cycles`` cycles) that releases
+    its WMEM buffer, then the next job's LOADs into that buffer and a RAW GEMM on it, OUTPUT
+    and STATUS. The tile hands results over into the result stage's skid register while the
+    result register still feeds the one before, so the releasing GEMM's last read, and the
+    LOADs behind it, come a result earlier than with the result register alone. Returns
+    ``(program, ld)``."""
+    np, asm, pe, rng = _overlap_setup(seed, config)
+    R, L, OV = pe.rows, pe.lanes, pe.q24_per_word
+    cbn, G = 8, pe.wmem_words // 4
+    H = cbn * L
+    p, ld = asm.Program(pe), []
+
+    def load(target, addr, words, **kw):
+        p.load(target, addr, len(words), **kw)
+        ld.extend(asm.words_to_ints(words))
+
+    p.clear(out=True, rowmax=True, flags=True, counters=True)
+    tok = {"e_x": np.zeros(R), "e_h": np.full(R, -12), "gate": np.full(R, 0x3C00, np.uint16),
+           "slot": np.arange(R)}
+    load(Target.TOK, 0, asm.pack_tok(tok, pe))
+    load(Target.ACT, 0, asm.pack_act(rng.integers(-128, 128, (G, R, 32)), pe))
+    msb, scl = _weights(np, asm, pe, rng, cbn)
+    load(Target.WMSB, 0, msb, buf=0)
+    load(Target.WSCALE, 0, scl, buf=0, signal=True)
+    p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=cbn,
+           groups=1, sink=Sink.COMBINE, out_base=0, tok_base=0, stride=H // OV, wait=True,
+           release=True)
+    msb, scl = _weights(np, asm, pe, rng, 2 * G)
+    load(Target.WMSB, 0, msb, buf=0)
+    load(Target.WSCALE, 0, scl, buf=0, signal=True)
+    p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=2,
+           groups=G, sink=Sink.RAW, wait=True, release=True)
+    p.output(row_blocks=1, channels=H)
+    p.status()
+    return p, ld
+
+
 def requant_pad_program(config, seed=14, *, pad_rows=1, row_blocks=2):
     """REQUANT with ``pad_rows`` padding rows (the last row block's last rows): HBUF rows and
     their row maxima from ``ld`` / ``link_i``, ACT and TOK filled with random bytes first (so

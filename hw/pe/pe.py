@@ -584,6 +584,7 @@ class PE(wiring.Component):
                        "full1": lde.full[1], "low0": lde.low[0], "low1": lde.low[1],
                        "high0": lde.high[0], "high1": lde.high[1],
                        "tile_out": tile.o.valid & tile.o.ready,
+                       "result_skid": rs.skid_valid,
                        "hbuf_write": sw.hbuf_w_en, "out_write": cmb.w_en,
                        "tile_held_mid_beat": tile.i.valid & (tile.phase != 0)
                                              & ~tile.next_pass & ~tile.i.ready,

@@ -34,7 +34,10 @@ class ResultStage(wiring.Component):
     with ``acc_hold``, which emits no result: the GEMM that ends a K chain brings the
     descriptor of the chain's result); the stage holds one pending (``dq``) and one active
     (``ds``) descriptor, so back-to-back GEMMs overlap their drain. Each tile result (``rows x
-    lanes`` s64 accumulators) is held in the result register until its sink has taken it:
+    lanes`` s64 accumulators) is held in the result register until its sink has taken it;
+    one taken from the tile while the register is still busy waits in the skid register (the
+    tile's ``o.ready`` is its empty flag, a register: no sink ``stall`` reaches the tile, issue
+    25), which hands it on in the cycle the register frees:
 
     * ``psum_in``: the ``rows * lanes / (W/64)`` words of ``psum`` (one a cycle) are added into
       it with saturating s64 additions (``acc_set`` on saturation); word ``k`` holds
@@ -75,6 +78,8 @@ class ResultStage(wiring.Component):
     tok_data : In ; tok_entry : Out, :func:`~elmoe3d.hw.isa.tok_entry_layout`
         The TOK read port's data (a read every cycle, at ``row_t``, one cycle of latency);
         stage A's TOK entry (a register).
+    skid_valid : Out(1)
+        The skid register holds a tile result (taken while the result register was busy).
     acc_set : Out(1)
         An accumulator saturated: a tile result taken in this cycle, or a ``psum_in`` word
         added in the cycle before (registered; the GEMM is still pending then).
@@ -86,7 +91,7 @@ class ResultStage(wiring.Component):
         A descriptor or a held result (work that still comes to stage A).
     pending, pending_seq : Out
         Valid bits and numbers of every place a GEMM's work can be here (descriptors, the
-        result register, stage A, then ``tail`` cycles of a delay line covering the VPU
+        skid and result registers, stage A, then ``tail`` cycles of a delay line covering the VPU
         pipelines after stage A), for completion tracking.
 
     Parameters
@@ -117,7 +122,7 @@ class ResultStage(wiring.Component):
         self._tile, self._word_bits, self._tail = tile, word_bits, tail
         self._io_parts = io_parts
         self._row_layout = row_layout(tile.lanes)
-        n = 4 + tail
+        n = 5 + tail
         super().__init__({
             "start_cur": In(1),
             "args": In(op_layout(Op.GEMM)),
@@ -142,6 +147,7 @@ class ResultStage(wiring.Component):
             "tok_data": In(word_bits // io_parts),
             "tok_entry": Out(tok_entry_layout()),
             "acc_set": Out(1),
+            "skid_valid": Out(1),
             "dq_valid": Out(1),
             "busy": Out(1),
             "busy_behind": Out(1),
@@ -204,23 +210,38 @@ class ResultStage(wiring.Component):
         res_keep = Signal()          # max_keep (SWIGLU)
         res_seq = Signal(SEQ)
         res_done = Signal()          # the sink finishes the held result in this cycle
-        m.d.comb += tile_o.ready.eq(~res_valid | res_done)
+        # The skid register: a tile result taken while the result register is still busy
+        # waits here, so the tile's ``o.ready`` is a register (issue 25: no sink ``stall``
+        # reaches the tile's ``advance``, its input ``ready`` and the PE's issue logic)
+        sk_valid = self.skid_valid
+        tile_in = {
+            "acc": tile_o.payload.acc, "sink": ds["sink"], "full": ds["full"], "t0": s_t0,
+            "ch": s_ch, "stride": ds["stride"], "pin": ds["pin"], "keep": ds["keep"],
+            "seq": ds["seq"],
+        }
+        sk = {k: Signal.like(res, name=f"sk_{k}") for k, res in (
+            ("acc", res_acc), ("sink", res_sink), ("full", res_full), ("t0", res_t0),
+            ("ch", res_ch), ("stride", res_stride), ("pin", res_pin), ("keep", res_keep),
+            ("seq", res_seq))}
+        res_regs = {"acc": res_acc, "sink": res_sink, "full": res_full, "t0": res_t0,
+                    "ch": res_ch, "stride": res_stride, "pin": res_pin, "keep": res_keep,
+                    "seq": res_seq}
+        m.d.comb += tile_o.ready.eq(~sk_valid)
+        res_free = ~res_valid | res_done          # the register takes a result in this cycle
+        res_take = res_free & (sk_valid | tile_out)
+        incoming = {k: Mux(sk_valid, sk[k], tile_in[k]) for k in sk}
 
         with m.If(res_done):
             m.d.sync += res_valid.eq(0)
+        with m.If(res_take):
+            m.d.sync += res_valid.eq(1)
+            m.d.sync += [res_regs[k].eq(incoming[k]) for k in sk]
+        with m.If(res_free):
+            m.d.sync += sk_valid.eq(0)
+        with m.Elif(tile_out):
+            m.d.sync += sk_valid.eq(1)
+            m.d.sync += [sk[k].eq(tile_in[k]) for k in sk]
         with m.If(tile_out):
-            m.d.sync += [
-                res_valid.eq(1),
-                res_acc.eq(tile_o.payload.acc),
-                res_sink.eq(ds["sink"]),
-                res_full.eq(ds["full"]),
-                res_t0.eq(s_t0),
-                res_ch.eq(s_ch),
-                res_stride.eq(ds["stride"]),
-                res_pin.eq(ds["pin"]),
-                res_keep.eq(ds["keep"]),
-                res_seq.eq(ds["seq"]),
-            ]
             with m.If(s_rb == ds["rbn"] - 1):
                 m.d.sync += [s_rb.eq(0), s_t0.eq(ds["tok_base"]),
                              s_ch.eq(s_ch + block_channels)]
@@ -273,7 +294,7 @@ class ResultStage(wiring.Component):
             for k in range(raw_words):
                 with m.If(pin_k == k):
                     m.d.sync += res_bits.word_select(k, W).eq(pin_sum)
-        with m.If(tile_out):
+        with m.If(res_take):
             m.d.sync += pin_k.eq(0)
         # a psum_in saturation sets the sticky flag a cycle later (issue 25: the 64-bit add
         # does not end in the flag's OR tree); the GEMM is still in flight then
@@ -316,7 +337,7 @@ class ResultStage(wiring.Component):
         # result taken now, else the row after the one taken now, else the same row again),
         # so stage A's entry is a register and no ready depends on the TOK read data
         log_tk = log2(OV) - log2(self._io_parts)   # TOK entries of a read: W/64/io_parts
-        m.d.comb += self.row_t.eq(Mux(tile_out, s_t0, feed.t + row_take))
+        m.d.comb += self.row_t.eq(Mux(res_take, incoming["t0"], feed.t + row_take))
         tok_sel = Signal(max(log_tk, 1))            # the entry of the word read last cycle
         m.d.sync += tok_sel.eq(self.row_t[:log_tk] if log_tk else 0)
         m.d.comb += self.feed_tok.eq(self.tok_data.word_select(tok_sel[:log_tk] if log_tk
@@ -329,14 +350,14 @@ class ResultStage(wiring.Component):
                 a_seq.eq(res_seq),
             ]
         m.d.comb += res_done.eq(raw_done | vpu_res_done)
-        m.d.comb += [self.busy_behind.eq(res_valid | dq_valid | s_active),
+        m.d.comb += [self.busy_behind.eq(res_valid | sk_valid | dq_valid | s_active),
                      self.busy.eq(self.busy_behind | a_valid)]
 
         # completion of GEMMs: a descriptor (dq, ds), a held result, a row in stage A, then a
         # row in the SwiGLU or combine pipeline: a delay line as long as the longest of them
         # (no stall after stage A), whose last entry is the cycle the row's last write is made
-        pending = [(dq_valid, dq["seq"]), (s_active, ds["seq"]), (res_valid, res_seq),
-                   (a_valid, a_seq)]
+        pending = [(dq_valid, dq["seq"]), (s_active, ds["seq"]), (sk_valid, sk["seq"]),
+                   (res_valid, res_seq), (a_valid, a_seq)]
         feed = (a_valid & ~stall_a, a_seq)       # a row leaves stage A
         for k in range(self._tail):
             v, q = Signal(name=f"tail_v{k}"), Signal(SEQ, name=f"tail_seq{k}")

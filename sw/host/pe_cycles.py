@@ -35,10 +35,13 @@ What is modelled, per command (``docs/pe.md`` for the rules):
   beat every ``beat_cycles``; the next GEMM, if decoded and ready in the cycle of the last
   read, follows with no idle cycle (``gemm_gap``), else it is taken in that cycle and starts
   when ready, its first beat two cycles later; each result leaves
-  the tile ``tile_latency`` cycles after its last beat into the result register and the sink
+  the tile ``tile_latency`` cycles after its last beat into the skid register, which passes
+  it on to the result register in the same cycle if that is free, and the sink
   (:class:`_ResultStage`: SWIGLU rows held in stage A for their sub-steps, COMBINE rows
   through stage C, RAW a link word a cycle, ``psum_in`` rows behind their link words); a
-  sink slower than the tile stalls the tile and the issue; a GEMM is complete
+  sink slower than the tile stalls the tile and the issue once the skid register holds a
+  result (the tile takes the next from the cycle after the skid register emptied); a GEMM
+  is complete
   ``sink_done_cycles`` after its last row left stage A (a held GEMM of a K chain once its
   last beat entered the tile); OUTPUT, CLEAR, SEND, RECV, BARRIER and STATUS wait until
   every earlier GEMM has left the tile and the sinks (``sink_idle_cycles``) and every
@@ -254,6 +257,16 @@ class LdBucket:
         return t0, t_last
 
 
+def _stalled(cycle, stalls):
+    """The cycle an issue event ``cycle`` cycles into an unstalled GEMM happens with the tile
+    stalls ``stalls`` (``(offered, cycles)`` in order: the tile frozen ``cycles`` cycles from
+    ``offered``, a result it could not hand over)."""
+    for offered, cycles in stalls:
+        if offered <= cycle:
+            cycle += cycles
+    return cycle
+
+
 class _ResultStage:
     """The result register and the sinks behind it (``hw/pe/result.py``, ``swiglu.py``,
     ``combine.py``), a result at a time: the register takes a tile result in cycle ``T`` (the
@@ -266,6 +279,7 @@ class _ResultStage:
     def __init__(self, options: PEOptions):
         self.o = options
         self.free = 0            # the register takes the next result from
+        self.accept = 0          # the skid register takes the next tile result from
         self.a_free = 0          # stage A takes the next row from
         self.c_free = 0          # stage C (COMBINE) issues the next row from
         self.x = 0               # the last row left stage A (last link word sent, RAW)
@@ -276,8 +290,10 @@ class _ResultStage:
         self.any_write = -1      # COMBINE: the last write of a row whose OUT word is unknown
 
     def take(self, O, sink, psum_in, full, link_cycles=1, live=None, words=None):
-        """The tile offers a result in cycle ``O``; returns the cycle ``T`` the register takes
-        it. Afterwards :attr:`x` is the cycle its last row leaves stage A (RAW: its last link
+        """The tile offers a result in cycle ``O``; returns ``(A, T)``: the cycle the tile
+        hands it over (``O``, or the cycle after the skid register emptied) and the cycle
+        the result register takes it (``A``, or when its previous result has left).
+        Afterwards :attr:`x` is the cycle its last row leaves stage A (RAW: its last link
         word) and :attr:`free` the cycle the register can take the next result. ``live``
         (COMBINE): per row, whether its gate weight is nonzero (a zero-gate row adds exactly 0
         and the sink skips it: it leaves stage A without entering stage C); default all.
@@ -286,13 +302,15 @@ class _ResultStage:
         o = self.o
         hop = o.sink_feed_cycles
         R = o.rows
-        T = max(O, self.free)
+        A = max(O, self.accept)
+        T = max(A, self.free)
+        self.accept = T + 1
         if sink is Sink.RAW:
             words = o.sink_result_cycles(Sink.RAW, False)
             first = T + hop + (hop if psum_in else 0)
             last = first + (words - 1) * link_cycles
             self.free = self.x = last
-            return T
+            return A, T
         n = o.sink_row_cycles(sink, full)
         per_word = o.psum_rows_per_word
 
@@ -307,7 +325,7 @@ class _ResultStage:
                 u = max(u + n, avail(k))
             self.free = u                           # the last row taken into A
             self.x = self.a_free = u + n            # leaves A with its last sub-step
-            return T
+            return A, T
         # COMBINE: row k into A at u_k, issued into C at c_k (C busy n cycles per row); a
         # zero-gate row leaves A when it could have issued, C untouched
         c_free = self.c_free
@@ -338,7 +356,7 @@ class _ResultStage:
         self.free = u
         self.x = self.a_free = leave
         self.c_free = c_free
-        return T
+        return A, T
 
     def period(self, sink, psum_in, full) -> int:
         """Cycles a result holds the sink in a steady stream (its throughput)."""
@@ -369,7 +387,7 @@ class _Model:
         self.tile_next = 0              # first cycle the next beat can enter the tile
         self.results = _ResultStage(options)
         self.dq_free = 0                # the sink's pending descriptor slot is free from
-        self.last_result = None         # T_last of the last GEMM with results
+        self.last_result = None         # the cycle the last GEMM's last result left the tile
         self.gemm_quiet = 0             # every GEMM so far has left the tile and the sinks
         self.out_quiet = 0              # ... the tile, the result stage and the SWIGLU sink
         self.exec_done = 0              # every execute command so far is complete
@@ -554,7 +572,6 @@ class _Model:
         lat = o.tile_latency
         shift = 0                      # stall cycles before the last beat
         stalls = []
-        T_last = None
         if n_res and not held:
             sink, psum_in = Sink(f["sink"]), bool(f["psum_in"])
             rs = self.results
@@ -567,29 +584,35 @@ class _Model:
             rbn = f["row_blocks"]
 
             def result(r):
-                nonlocal stall, shift
+                """Result ``r`` offered at ``Or``, handed over at ``Ar``, in the result
+                register at ``Tr``; the tile stalls ``Ar - Or`` cycles. Returns whether it
+                went straight through (offered, handed over and taken in one cycle)."""
+                nonlocal stall, shift, A_last
                 Or = b0 + (r + 1) * per - 1 + lat + stall
-                Tr = rs.take(Or, sink, psum_in, full, link,
-                             None if live is None else live[r % rbn],
-                             self._row_words(f, r) if sink is Sink.COMBINE else None)
+                A_last, Tr = rs.take(Or, sink, psum_in, full, link,
+                                     None if live is None else live[r % rbn],
+                                     self._row_words(f, r) if sink is Sink.COMBINE else None)
                 if Or <= last_unstalled + shift:
-                    shift += Tr - Or
-                    stalls.append((Or, Tr - Or))
-                stall += Tr - Or
-                return Tr
-            T_last = result(0)
-            if n_res > 1:
-                if per >= rs.period(sink, psum_in, full):
-                    # the sink keeps up: the later results wait for nothing but the first's
-                    # stall (the ones between need not be followed)
-                    T_last = result(n_res - 1)
-                else:
-                    for r in range(1, n_res):
-                        T_last = result(r)
-            # the descriptor moves to the active slot once the previous result GEMM is done
-            prev_T = self.last_result if self.last_result is not None else -1
-            self.dq_free = max(s + 1, prev_T) + 1
-            self.last_result = T_last
+                    shift += A_last - Or
+                    stalls.append((Or, A_last - Or))
+                stall += A_last - Or
+                return Tr == Or
+            A_last = None
+            keeps_up = per >= rs.period(sink, psum_in, full)
+            r = 0
+            while r < n_res:
+                straight = result(r)
+                r += 1
+                if keeps_up and straight and r < n_res - 1:
+                    # the sink keeps up and this result found the skid and the result
+                    # register free: the later ones wait for nothing (the ones between need
+                    # not be followed)
+                    r = n_res - 1
+            # the descriptor moves to the active slot once the previous result GEMM's last
+            # result has left the tile
+            prev_A = self.last_result if self.last_result is not None else -1
+            self.dq_free = max(s + 1, prev_A) + 1
+            self.last_result = A_last
             if sink is Sink.RAW:
                 done = quiet = out_quiet = rs.x + o.sink_done_cycles[sink]
             else:
@@ -601,7 +624,9 @@ class _Model:
                 out_quiet = rs.x + (0 if rs.last_dead else 1) if sink is Sink.COMBINE \
                     else quiet
         last_beat = last_unstalled + shift
-        F = last_beat - P                          # the last beat's reads (final step)
+        # the last beat's reads (final step): the cycle the beat before it was taken (a stall
+        # after them holds the read data, not the reads)
+        F = _stalled(last_unstalled - P, stalls)
         self.tile_next = last_beat + 1
         if held or not n_res:
             done = quiet = out_quiet = last_beat + 1
@@ -632,11 +657,8 @@ class _Model:
         per_cb = (2 if f["mode"] == Mode.FULL else 1) * f["row_blocks"] * g
 
         def after(cb):                 # the cycle after the read of column block cb's first beat
-            step = b0 + cb * per_cb * P - 1        # its reads: the previous beat taken
-            for offered, cycles in stalls:
-                if offered <= step:
-                    step += cycles
-            return min(F + 1, step + 1)
+            # its reads: the previous beat taken
+            return min(F + 1, _stalled(b0 + cb * per_cb * P - 1, stalls) + 1)
         cbn, w = f["col_blocks"], f["w_base"]
         cb = 0 if w >= low else -(-(low - w) // g)
         t_low = after(cb) if cb < cbn else F + 1

@@ -12,6 +12,8 @@ asserted on the handshake cycles:
   CLEAR and before it);
 * OUTPUT starts while the COMBINE sink still writes OUT, each pair read waiting for the writes
   to its words (so the first beat can leave by the last write);
+* a result the tile finishes while the result register still feeds the sink waits in the
+  skid register, so the tile's ``o.ready`` is a register and the tile runs on;
 * REQUANT ``pad_rows``: zero codes for the padding rows, written beside the last live row's,
   their ``e_h`` untouched.
 
@@ -22,7 +24,7 @@ import numpy as np
 import pytest
 
 from ..pe_cases import (barrier_program, early_output_program, half_flag_program,
-                        requant_pad_program)
+                        requant_pad_program, sink_paced_program)
 from .test_pe import ARCH, compare_with_fsim
 from elmoe3d.config import FPGA_LEAN_PE, preset
 from elmoe3d.hw.pe import PE
@@ -110,6 +112,27 @@ def test_output_overlaps_the_combine_drain(last_first, traffic):
     print(f"last OUT write {last_write}, first o beat {first_o}")
     if traffic is SMOOTH:
         assert (first_o > last_write) == last_first
+
+
+@pytest.mark.parametrize("options", [{}, {"combine_units": 1}], ids=["J4", "J1"])
+@pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
+def test_skid_register_takes_results_while_the_sink_drains(options, traffic):
+    """A COMBINE GEMM of one K-group a result (the tile offers a result a cycle, the sink
+    takes ``rows * combine_row_cycles`` cycles each): the tile hands a result over while the
+    result register is busy (the skid register holds it, one result at most), and stalls only
+    while the skid register is full; RTL == fsim, and the RAW GEMM behind it too."""
+    seed = 15
+    print(f"seed={seed}")
+    prog, ld = sink_paced_program(ARCH, seed)
+    got, _ = compare_with_fsim(prog, ld, traffic=traffic, seed=seed, pe_options=options,
+                               watch=("tile_out", "result_skid", "tile_in"))
+    skid, taken = got["result_skid"], got["tile_out"]
+    print(f"tile results handed over {taken}, skid register full {skid}")
+    assert skid
+    # a result is handed over in a cycle the skid register is empty, and fills it when it
+    # lands there: every cycle the skid holds a result follows a hand-over or a held cycle
+    assert all(c - 1 in taken or c - 1 in skid for c in skid)
+    assert not set(taken) & set(skid)
 
 
 @pytest.mark.parametrize("config, pad_rows, options", [

@@ -357,21 +357,26 @@ def test_live_padding_rows_at_full_rate_exact(mode):
 
 @pytest.mark.parametrize("case", ["half-flags", "barrier", "output-last-pair",
                                   "output-first-pair", "output-J1", "output-J2", "requant-pad",
-                                  "requant-pad-lean"])
+                                  "requant-pad-lean", "sink-paced", "sink-paced-J1"])
 @pytest.mark.parametrize("rate", [None, "hb"], ids=["full-rate", "hb-rate"])
 def test_live_overlap_programs_exact(case, rate):
     """The programs of tests/amaranth/test_pe_overlap.py (tests/pe_cases.py): loads into a
     buffer half the releasing GEMM has left, LOADs queued behind CLEAR counters and a BARRIER,
     OUTPUT overlapping the COMBINE sink (one sub-step a row, and two or four with time-shared
-    combine units), REQUANT with a padding row (also on the FPGA-lean PE); ld at a word a cycle
-    and at the HB rate: the model's cycles are the RTL's."""
+    combine units), REQUANT with a padding row (also on the FPGA-lean PE), a COMBINE GEMM the
+    sink paces through the skid register (its release, and the LOADs behind it, a result
+    earlier; default and one combine unit); ld at a word a cycle and at the HB rate: the
+    model's cycles are the RTL's."""
     from tests.pe_cases import (barrier_program, early_output_program, half_flag_program,
-                                requant_pad_program)
+                                requant_pad_program, sink_paced_program)
     options, link_i = {}, ()
     if case == "half-flags":
         prog, ld, _ = half_flag_program(SMALL)
     elif case == "barrier":
         prog, ld, _ = barrier_program(SMALL)
+    elif case.startswith("sink-paced"):
+        prog, ld = sink_paced_program(SMALL)
+        options = {"combine_units": 1} if case.endswith("J1") else {}
     elif case.startswith("output"):
         prog, ld = early_output_program(SMALL, last_first=case == "output-first-pair")
         options = {"output-J1": {"combine_units": 1},
