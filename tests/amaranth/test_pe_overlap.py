@@ -114,8 +114,8 @@ def test_output_overlaps_the_combine_drain(last_first, traffic):
         assert (first_o > last_write) == last_first
 
 
-@pytest.mark.parametrize("options", [{}, {"combine_units": 1}], ids=["J4", "J1"])
-@pytest.mark.parametrize("traffic", [SMOOTH, ROUGH], ids=["smooth", "rough"])
+@pytest.mark.parametrize("options, traffic", [({}, SMOOTH), ({"combine_units": 1}, ROUGH)],
+                         ids=["J4-smooth", "J1-rough"])
 def test_skid_register_takes_results_while_the_sink_drains(options, traffic):
     """A COMBINE GEMM of one K-group a result (the tile offers a result a cycle, the sink
     takes ``rows * combine_row_cycles`` cycles each): the tile hands a result over while the
