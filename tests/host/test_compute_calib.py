@@ -7,6 +7,7 @@ import pytest
 
 from elmoe3d.config import preset
 from elmoe3d.sw.host import compute_calib as cc
+from elmoe3d.sw.host import paper_eval as pe
 from elmoe3d.sw.host.compute_calib_table import TABLE
 
 PAPER = preset("paper-4gb")
@@ -81,3 +82,24 @@ def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch)
     n = len(calls)
     assert cc.ffn_calibration(small, 64, 128, 4) is cal and len(calls) == n
 
+
+def test_the_model_has_no_constant_utilisation():
+    """The placeholder is gone: the model's compute follows the calibration (a halved tile
+    period and tile cycles double a compute-bound stage's speed)."""
+    assert not hasattr(pe, "COMPUTE_UTILISATION")
+    em = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours"))
+    c1 = pe.StepCost()
+    em._stage(c1, "x", 0, 0, 1e12, 8, parts=((1e12, 768, 40),))
+    cal = cc.ffn_calibration(em.plat.arch, 2048, 768, 8)
+    fast = cc.FFNCalibration(**{**cal.__dict__, "tile": tuple(t / 2 for t in cal.tile),
+                                "period": cal.period / 2})
+    key = (cc.pe_key(em.plat.arch), 2048, 768, 8)
+    old = cc._CACHE[key]
+    cc._CACHE[key] = fast
+    try:
+        c2 = pe.StepCost()
+        em = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours"))
+        em._stage(c2, "x", 0, 0, 1e12, 8, parts=((1e12, 768, 40),))
+    finally:
+        cc._CACHE[key] = old
+    assert c2.seconds == pytest.approx(c1.seconds / 2)
