@@ -34,8 +34,21 @@ of ``../shared/traces/`` hold none of the paper's four models). A step's hits ar
 ``min(distinct, slots)``. On ``ours`` a cached expert in SD reads its MSB slice from HB and
 its LSB slice from EXT at once (Algorithm 1); in AR ours caches MSB slices or whole INT8
 experts, whichever is faster at the point (``ar_cache="best"``); a miss streams the whole
-expert from EXT. GPT-OSS-20B's MXFP4 experts have no LSB slice. Compute runs at
-:data:`COMPUTE_UTILISATION` of the peak (a named placeholder).
+expert from EXT. GPT-OSS-20B's MXFP4 experts have no LSB slice.
+
+Compute (:func:`compute_utilisation`, issue 26 item 6): a stage's compute time is its MACs at the
+fraction of the die's peak TOPS that the PE cycle model (:func:`~.pe_cycles.program_cycles`,
+equal to the RTL's cycles on the live tests) gives a PE group of the platform's
+:class:`~elmoe3d.config.ArchConfig` on the compiler's SwiGLU FFN programs of that shape and row
+count (:mod:`.compute_calib`: fill and drain included, ``ld`` at a word a cycle, i.e. the
+compute-bound figure; the HB and EXT times are the stage's other bounds). Routed experts at the
+step's mean rows an expert (``rows x top-k / distinct experts``), shared experts and dense FFNs
+at the step's rows, each at its own shape (cut into the intermediate chunks a group holds).
+The compiler has no program for a plain GEMM, so the attention stage (projections, scores over
+the KV, router), the LM head and the dense draft models take the model's routed-expert
+figure at the stage's rows: a **proxy**. Bits: W4A8 (DRAFT programs) only on the bit-sliced
+die's 4-bit steps, W8A8 (FULL programs) otherwise, the xPU's 4-bit draft included (the same
+logic die). The near-memory units keep their stated TOPS.
 
 SD (:meth:`EvalModel.sd`): a tree of ``depth`` levels and ``width`` candidates a level; with
 the acceptance rate alpha of one drafted token, a level is accepted with ``1 - (1 - alpha) **
@@ -62,12 +75,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 import numpy as np
 
 from ...config import preset as arch_preset
 from ...errors import UserError
 from ...synth.energy import DIE_ENERGY, sram_pj_per_byte
+from .compute_calib import ffn_calibration
 from .decoder import KV_BYTES, DecoderShape, decoder_shape, weight_bytes
 
 
@@ -80,7 +95,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "PRIOR_PLATFORMS", "by_point", "best_prior",
            "cache_check", "che_global", "trace_popularity", "fit_zipf",
            "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha", "model_alphas",
-           "model_speed", "SPEED_TARGET", "AR_CACHES", "COMPUTE_UTILISATION", "TREE_DEPTHS",
+           "model_speed", "SPEED_TARGET", "AR_CACHES", "compute_utilisation", "TREE_DEPTHS",
            "TREE_WIDTHS"]
 
 #: Fraction of the HB peak the paper's simulator delivered (Section 7: ~3% below the roofline).
@@ -92,14 +107,6 @@ CONTEXT = 1024
 #: What ours caches in AR mode (:class:`EvalModel`): MSB slices, whole INT8 experts, or per
 #: point the faster of the two (the default since the review of issue 26's first landing).
 AR_CACHES = ("best", "msb", "whole")
-#: Fraction of the peak TOPS a compute stage reaches, by weight bits (4: W4A8 on the
-#: bit-sliced die, 8: W8A8 and every INT8-rate run). A named placeholder taken from ``make
-#: bench`` figure 11 (README): the paper PE's root program of a 4-PE OLMoE-1B-7B group, 16
-#: tokens, from the PE cycle model (``sw/host/pe_cycles.py``) with ``ld`` at a word a cycle:
-#: DRAFT 5,172 of 16,384 MACs a cycle (31.6%), FULL 4,090 of 8,192 (49.9%). Not derived per
-#: GEMM shape (issue 26 item 6, the RTL calibration, would); applied to the xPU too (the same
-#: logic die). The near-memory units keep their stated TOPS.
-COMPUTE_UTILISATION = {4: 0.316, 8: 0.499}
 
 #: SD schemes of Table 3.
 SCHEMES = ("eagle", "slm", "quant", "elastic")
@@ -152,7 +159,8 @@ class Platform:
     (:data:`~elmoe3d.synth.energy.DIE_ENERGY`; every platform has the same logic die);
     ``tile_rows``: token rows a weight word serves in one tile pass (its SRAM reads);
     ``nm_pj_per_bit``: a near-memory unit's read inside its LPDDR5 (a placeholder:
-    :data:`NEAR_MEMORY_ENERGY`)."""
+    :data:`NEAR_MEMORY_ENERGY`). ``arch``: the :class:`~elmoe3d.config.ArchConfig` whose
+    logic die it has (its PE and group size set :func:`compute_utilisation`)."""
 
     name: str
     tops8: float
@@ -170,6 +178,7 @@ class Platform:
     static_mw: float = 0.0
     tile_rows: int = 16
     nm_pj_per_bit: float = 0.0
+    arch: Any = field(default=None, compare=False, repr=False)
 
 
 #: The platforms of Section 7 (Fig. 14's order).
@@ -198,7 +207,7 @@ def platform(name: str, hb: str = "4gb", *, arch=None) -> Platform:
     ext = a.ext_gbps * EXT_EFFICIENCY
     base = Platform(name, a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0, a.hb_pj_per_bit,
                     a.ext_pj_per_bit, static_mw=DIE_ENERGY.static_of(a), tile_rows=a.tile.rows,
-                    nm_pj_per_bit=a.hb_pj_per_bit)
+                    nm_pj_per_bit=a.hb_pj_per_bit, arch=a)
     if name == "xpu":
         return base
     if name in ("ours", "hb-xpu"):
@@ -226,8 +235,10 @@ ZIPF = {"qwen3-30b-a3b": 1.55, "glm-4.7-flash": 1.1, "deepseek-v2-lite": 0.7,
 
 #: The SD tree (depth, width) of every scheme and point: fitted by :func:`calibrate_tree` on the
 #: Phi_SD cells of Table 3's 4 GB rows (the paper names EAGLE-2's dynamic tree, Li et al.
-#: 2024b, but not its size). ``"best"`` in :func:`table3` searches per point instead.
-TREE = (7, 6)
+#: 2024b, but not its size). ``"best"`` in :func:`table3` searches per point instead. Refitted
+#: with the cycle-model compute calibration (issue 26 item 6): (7, 6) -> (8, 6), the deepest
+#: depth of the grid.
+TREE = (8, 6)
 #: The tree sizes :func:`calibrate_tree` and :meth:`EvalModel.best_sd` search.
 TREE_DEPTHS = tuple(range(1, 9))
 TREE_WIDTHS = (1, 2, 3, 4, 6, 8)
@@ -383,6 +394,23 @@ QWEN25_1P5B = DraftModel("qwen2.5-1.5b-instruct", 28, 1536, 1536, 8960, 12, 2, 1
 DRAFT_MODELS = {"slm": QWEN25_1P5B}
 
 
+# == compute ======================================================================================
+
+def compute_utilisation(plat: Platform, hidden: int, intermediate: int, rows: float,
+                        bits: int) -> float:
+    """Fraction of ``plat``'s peak TOPS at ``bits`` (4: W4A8, the bit-sliced die's 4-bit
+    steps; 8: W8A8, everything else) a SwiGLU FFN of ``hidden`` x ``intermediate`` reaches on
+    ``rows`` token rows (fractional: a routed expert's mean): useful MACs a cycle of a PE over
+    its peak, from the PE cycle model on the compiler's programs for a group of
+    ``plat.arch`` (:meth:`.compute_calib.FFNCalibration.utilisation`: fill and drain
+    included, ``ld`` at a word a cycle). Raises :class:`UserError` for a platform without an
+    :class:`~elmoe3d.config.ArchConfig` (``plat.arch``)."""
+    if plat.arch is None:
+        raise UserError(f"platform {plat.name!r} has no ArchConfig (arch=): the compute "
+                        f"calibration needs its PE")
+    return ffn_calibration(plat.arch, hidden, intermediate, bits).utilisation(rows)
+
+
 # == the model =====================================================================================
 
 #: Fig. 15's energy components, in its order.
@@ -527,6 +555,7 @@ class EvalModel:
         s = ZIPF[m.name] if zipf is None else zipf
         self.pop = ExpertPopularity(m.routed_experts, m.top_k, s)
         self.mxfp4 = m.expert_format == "mxfp4"
+        self._cals = {}
         # draft model
         self.draft = (eagle_head(self.shape) if scheme == "eagle"
                       else DRAFT_MODELS.get(scheme))
@@ -579,9 +608,39 @@ class EvalModel:
         self.nm_slots = left / m.expert_bytes / m.moe_layers
 
     # -- one stage --------------------------------------------------------------------------------
-    def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0, *, reads=None, ring=0.0,
-               link=0.0):
-        """Add a stage: the largest of its HB, EXT and compute times. On a near-memory
+    def _util(self, bits, parts) -> float:
+        """The stage's fraction of peak at ``bits`` (as :meth:`_stage` runs them) over its
+        ``parts``, ``(macs, intermediate, rows)`` of FFNs of this model's hidden size
+        (:func:`compute_utilisation`): MACs over the sum of each part's MACs / its own
+        utilisation (the parts run one after the other on the whole die)."""
+        p = self.plat
+        b = 4 if bits == 4 and p.tops4 > p.tops8 else 8
+        tot = sum(m for m, _, _ in parts)
+        if not tot:
+            return 1.0
+        return tot / sum(m / self._calibration(i, b).utilisation(r) for m, i, r in parts if m)
+
+    def _calibration(self, intermediate, bits):
+        """:func:`~.compute_calib.ffn_calibration` of this model's hidden size on the
+        platform's die, kept per model (what :func:`compute_utilisation` reads)."""
+        c = self._cals.get((intermediate, bits))
+        if c is None:
+            if self.plat.arch is None:
+                compute_utilisation(self.plat, self.m.hidden, intermediate, 1, bits)  # raises
+            c = self._cals[intermediate, bits] = ffn_calibration(
+                self.plat.arch, self.m.hidden, intermediate, bits)
+        return c
+
+    def _proxy(self, macs, rows):
+        """A plain-GEMM stage's parts: its MACs at the routed expert's shape and ``rows``
+        (the compiler has no plain-GEMM program: module docstring)."""
+        return ((macs, self.m.expert_intermediate, rows),)
+
+    def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0, *, parts=None, reads=None,
+               ring=0.0, link=0.0):
+        """Add a stage: the largest of its HB, EXT and compute times; compute at the
+        :meth:`_util` of ``parts`` (required when ``macs``: ``(macs, intermediate, rows)``
+        triples). On a near-memory
         platform the ``res`` fraction of its EXT bytes (and MACs) sits with the unit, which
         computes it at ``nm_gbps`` / ``nm_tops`` while the xPU streams the rest through its
         own channels; the faster of that and the xPU alone is taken (Section 7.2: the unit
@@ -599,7 +658,9 @@ class EvalModel:
         LPDDR5, and the link reduces the rest (``(1 - res) x link``)."""
         p = self.plat
         w4 = bits == 4 and p.tops4 > p.tops8
-        tops = (p.tops4 if w4 else p.tops8) * COMPUTE_UTILISATION[4 if w4 else 8]
+        if macs and not parts:
+            raise ValueError(f"stage {kind!r}: MACs without their parts (the calibration)")
+        tops = (p.tops4 if w4 else p.tops8) * (self._util(bits, parts) if macs else 1.0)
         t = max(hb / p.hb_gbps / 1e9 if hb else 0.0, ext / p.ext_gbps / 1e9,
                 2 * macs / tops / 1e12)
         nm = 0.0
@@ -659,13 +720,16 @@ class EvalModel:
             router = rows * m.routed_experts * H if layer_kind == "moe" else 0
             # a token row in (INT8 on the ring), its output reduced (s64 psums on the link)
             self._stage(c, "attention", hb + kh, ext + ke, att_macs + router, bits,
-                        self._res((ext, self.nm_static), (ke, self.nm_kv)), reads=((w, rows),),
+                        self._res((ext, self.nm_static), (ke, self.nm_kv)),
+                        parts=self._proxy(att_macs + router, rows), reads=((w, rows),),
                         ring=rows * H, link=rows * H * 8)
             if layer_kind == "dense":
                 w = weight_bytes(3 * H * sh.dense_intermediate, bits)
                 hb, ext = self._split(w, fs)
-                self._stage(c, "dense", hb, ext, rows * 3 * H * sh.dense_intermediate, bits,
-                            self.nm_static, reads=((w, rows),), ring=rows * H,
+                dm = rows * 3 * H * sh.dense_intermediate
+                self._stage(c, "dense", hb, ext, dm, bits, self.nm_static,
+                            parts=((dm, sh.dense_intermediate, rows),),
+                            reads=((w, rows),), ring=rows * H,
                             link=rows * H * 8)
             else:
                 self._moe(c, rows, phase, fs)
@@ -674,7 +738,8 @@ class EvalModel:
         hb, ext = self._split(w, fs)
         # the LM head splits its output channels over the PEs: nothing to reduce
         self._stage(cost, "lm_head", hb, ext + rows * H * 2, rows * z.lm_head, bits,
-                    self.nm_static, reads=((w, rows),), ring=rows * H)
+                    self.nm_static, parts=self._proxy(rows * z.lm_head, rows),
+                    reads=((w, rows),), ring=rows * H)
         return cost
 
     def _moe(self, c, rows, phase, fs):
@@ -717,8 +782,11 @@ class EvalModel:
         # distinct experts, on average)
         pairs = rows * (m.top_k + (1 if shared else 0))
         routed = hb + ext - shared_bytes
-        self._stage(c, "experts", hb, ext, macs, bits, res,
-                    reads=((shared_bytes, rows), (routed, rows * m.top_k / max(uniq, 1.0))),
+        per_expert = rows * m.top_k / max(uniq, 1.0)
+        parts = ((rows * shared, m.shared_intermediate, rows),
+                 (rows * m.top_k * m.expert_weights, m.expert_intermediate, per_expert))
+        self._stage(c, "experts", hb, ext, macs, bits, res, parts=parts,
+                    reads=((shared_bytes, rows), (routed, per_expert)),
                     ring=pairs * H, link=pairs * H * 8)
 
     # -- draft models ------------------------------------------------------------------------------
@@ -732,7 +800,8 @@ class EvalModel:
         kv = self.batch * self.context * d.kv_per_token
         hb, ext = self._split(w + kv, self.draft_in_hb)
         macs = rows * d.weights + rows * d.layers * 2 * d.q_heads * d.head_dim * self.context
-        self._stage(cost, "draft", hb, ext, macs, res=self.nm_draft, reads=((w, rows),),
+        self._stage(cost, "draft", hb, ext, macs, res=self.nm_draft,
+                    parts=self._proxy(macs, rows), reads=((w, rows),),
                     ring=rows * d.layers * 2 * d.hidden,
                     link=rows * d.layers * 2 * d.hidden * 8)
         return cost

@@ -1,0 +1,298 @@
+"""Compute calibration of the whole-decoder model (:mod:`.paper_eval`; issue 26 item 6): the
+MACs per cycle a PE group reaches on a SwiGLU FFN of a given shape and token-row count, from
+the PE cycle model (:func:`~.pe_cycles.program_cycles`, equal to the RTL's cycles on the live
+tests) run on the programs the compiler emits (:func:`~.stream_group.compile_expert_group`).
+
+What it computes. For an FFN of ``hidden`` x ``intermediate`` (``H`` x ``I``; up, gate and
+down: ``3 H I`` MACs a token row) on an :class:`~elmoe3d.config.ArchConfig` (its PE, tile and
+IOMEM split, and ``G = pes_per_group``), :func:`ffn_calibration` gives an
+:class:`FFNCalibration` with:
+
+* ``chunks`` x ``chunk_intermediate``: the FFN cut into ``n`` equal intermediate chunks (each a
+  multiple of 32 channels), ``n`` the smallest that one group holds (:func:`ffn_chunks`,
+  :func:`~.stream_group.plan_group`); a SwiGLU FFN is the sum of its intermediate chunks, so
+  each chunk is an expert the compiler can emit. On the paper PE (``paper-4gb`` /
+  ``paper-8gb``: 16x32x32 tile, 32 KB WMEM and IOMEM, ``PAPER_IOMEM_SPLIT``, 4-PE groups) a
+  group holds up to 1,536 channels at H = 2048 or 2880: Qwen3-30B-A3B's, OLMoE's,
+  GLM-4.7-Flash's and DeepSeek-V2-Lite's experts are one chunk, GPT-OSS-20B's 2880 two of 1,440,
+  DeepSeek-V2-Lite's shared 2816 two of 1,408, the dense FFNs (10,240, 10,944) seven of 1,472
+  and eight of 1,376;
+* ``tile[r - 1]``: the cycles of the group's root PE (the slowest: it reduces, COMBINEs and
+  OUTPUTs) running one chunk over ``r`` token rows, ``r = 1 .. R`` (``R`` = ``tile.rows``, one
+  token tile), from :func:`~.pe_cycles.program_cycles` (first command to last ``o`` beat: fill
+  and drain included) with the program's ``ld`` words (the COMBINE sink's zero-gate skip of
+  padding rows) and ``ld`` at ``ld_rate`` = 1 word a cycle: the compute-bound figure, the ld
+  port never waiting for its source (the HB or EXT time is the model's separate bound);
+* ``period``: the cycles one more full token tile adds (``cycles(2R) - cycles(R)``): the
+  streamed program runs its token tiles one after the other, each streaming every weight
+  again, so ``cycles(T) = (ceil(T / R) - 1) x period + tile[T - R (ceil(T / R) - 1) - 1]``
+  per chunk. The generator (:func:`calibrate`) checks this at ``T = R + 1`` and ``T = 3R``
+  against program_cycles (``fit_error``, cycles; 0 on every shape of the shipped table);
+* ``bits``: 4 = DRAFT (W4A8: MSB planes only, Table 1's peak ``rows x lanes x group`` MACs a
+  cycle a PE), 8 = FULL (W8A8 as LSB_ONLY + MSB_ONLY beats, half that peak).
+
+:meth:`FFNCalibration.cycles` (rows may be fractional: a routed expert's mean rows; linear
+between the integer neighbours), :meth:`~FFNCalibration.macs_per_cycle` (useful MACs, ``3 H I
+rows``, a cycle of one PE: the group's over ``G``) and :meth:`~FFNCalibration.utilisation`
+(that over the PE's peak at ``bits``; padding channels and padding rows are waste, as they are
+on the die). Units: cycles of the logic-die clock; MACs.
+
+Cheap at run time: the figures of the paper PE for every FFN shape of Table 3's models (and
+OLMoE-1B-7B's, the tests' second shape) ship in :data:`~.compute_calib_table.TABLE`, written by
+``python -m elmoe3d.sw.host.compute_calib`` (:func:`write_table`; about 10 minutes on one
+core); any other (PE, shape, bits) is computed on first use with program_cycles and kept
+(:func:`functools.lru_cache`): there is no constant fallback. tests/host/test_compute_calib.py
+recomputes shipped entries against program_cycles.
+
+Not modelled here: load imbalance between groups (the model spreads a stage's MACs over every
+PE), the host link, idle cycles waiting for the aggregation link (a group's members run as if
+their link words were there: :mod:`.pe_cycles`). The compiler has no program for a plain GEMM
+(attention projections, router, LM head, the dense draft models): :mod:`.paper_eval` gives
+those its routed expert's figure at the same rows, a proxy (module docstring there).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...config import ArchConfig
+from ...errors import UserError
+
+
+__all__ = ["FFNCalibration", "ffn_calibration", "ffn_chunks", "pe_key", "program_root_cycles",
+           "calibrate", "table_shapes", "write_table", "SEED"]
+
+#: Seed of the synthetic weights and activations (values do not change the cycles; the gate
+#: weights are non-zero, so only padding rows take the COMBINE sink's zero-gate skip).
+SEED = 26
+
+
+def pe_key(arch: ArchConfig) -> str:
+    """The figures a calibration depends on, as a string: the tile, WMEM and IOMEM bytes, the
+    IOMEM split and the group size (the PE count, HB and clock do not change a group's
+    cycles)."""
+    t = arch.tile
+    return (f"tile {t.rows}x{t.lanes}x{t.group}, wmem {arch.wmem_bytes}, iomem "
+            f"{arch.iomem_bytes} {tuple(arch.iomem_split)}, group {arch.pes_per_group}")
+
+
+def ffn_chunks(hidden: int, intermediate: int, arch: ArchConfig) -> tuple:
+    """``(n, chunk_intermediate)``: the fewest equal intermediate chunks (multiples of 32
+    channels) of an ``hidden`` x ``intermediate`` SwiGLU FFN one group of ``arch`` holds;
+    raises :class:`UserError` if not even 32 channels fit."""
+    return _chunks(hidden, intermediate, arch.pe, arch.pes_per_group)
+
+
+@functools.lru_cache(maxsize=None)
+def _chunks(hidden, intermediate, pe, G):
+    from ..golden.asm import ProgramError
+    from .stream_group import plan_group
+    for n in range(1, intermediate // 32 + 1):
+        ic = -(-intermediate // n)
+        ic = -(-ic // 32) * 32
+        try:
+            plan_group(hidden, ic, pe, G)
+        except ProgramError:
+            continue
+        return n, ic
+    raise UserError(f"compute calibration: no intermediate chunk of an FFN of {hidden} x "
+                    f"{intermediate} fits a group of {G} PEs of this configuration")
+
+
+def program_root_cycles(arch: ArchConfig, hidden: int, intermediate: int, bits: int,
+                        tokens: int) -> int:
+    """Cycles of the slowest PE (the root) of ``arch``'s group running one expert of
+    ``hidden`` x ``intermediate`` over ``tokens`` rows (synthetic weights, seed :data:`SEED`)
+    in DRAFT (``bits`` 4) or FULL (8): :func:`~.pe_cycles.program_cycles` of each PE's program
+    from :func:`~.stream_group.compile_expert_group`, ``ld`` at a word a cycle, with the
+    program's ``ld`` words."""
+    from ..golden.datapath import Mode
+    from .pe_cycles import program_cycles
+    from .shape_sweep import synthetic_expert
+    from .stream_group import compile_expert_group
+    if bits not in (4, 8):
+        raise ValueError(f"bits: expected 4 (DRAFT) or 8 (FULL), got {bits!r}")
+    x, ex, gw = synthetic_expert(hidden, intermediate, tokens, [SEED, hidden, intermediate])
+    job = compile_expert_group(x, ex, gw, Mode.DRAFT if bits == 4 else Mode.FULL, arch)
+    return max(program_cycles(job.programs[p], ld_rate=1.0, ld=job.ld[p]).cycles
+               for p in range(job.pes))
+
+
+@dataclass(frozen=True)
+class FFNCalibration:
+    """Cycles of one PE group on an FFN (module docstring): ``tile[r - 1]`` the root's cycles
+    on one token tile of ``r`` rows, ``period`` the cycles of each further full tile, per
+    chunk; ``peak``: the PE's peak MACs a cycle at ``bits``; ``fit_error``: the largest
+    difference (cycles) of the tile form from program_cycles at the checked row counts (None:
+    not checked)."""
+
+    key: str
+    hidden: int
+    intermediate: int
+    bits: int
+    chunks: int
+    chunk_intermediate: int
+    pes: int
+    peak: int
+    tile: tuple
+    period: int
+    fit_error: int | None = None
+
+    @property
+    def rows_per_tile(self) -> int:
+        return len(self.tile)
+
+    def _cycles_int(self, t: int) -> int:
+        R = len(self.tile)
+        tiles = -(-t // R)
+        return self.chunks * ((tiles - 1) * self.period + self.tile[t - R * (tiles - 1) - 1])
+
+    def cycles(self, rows: float) -> float:
+        """The group's cycles on ``rows`` token rows (at least 1; fractional rows linear
+        between the integer neighbours), every chunk in turn."""
+        r = max(float(rows), 1.0)
+        lo = int(math.floor(r))
+        c = self._cycles_int(lo)
+        if r > lo:
+            c += (r - lo) * (self._cycles_int(lo + 1) - c)
+        return c
+
+    def macs_per_cycle(self, rows: float) -> float:
+        """Useful MACs (``3 H I rows``) a cycle of one PE of the group."""
+        r = max(float(rows), 1.0)
+        return 3 * self.hidden * self.intermediate * r / (self.pes * self.cycles(r))
+
+    def utilisation(self, rows: float) -> float:
+        """:meth:`macs_per_cycle` over the PE's peak at ``bits``."""
+        return self.macs_per_cycle(rows) / self.peak
+
+
+def calibrate(arch: ArchConfig, hidden: int, intermediate: int, bits: int, *,
+              check: bool = True) -> FFNCalibration:
+    """An :class:`FFNCalibration` computed with program_cycles: ``R + 1`` compiles (``r = 1 ..
+    R`` and ``2R``), and with ``check`` two more (``R + 1`` and ``3R``) for ``fit_error``."""
+    n, ic = ffn_chunks(hidden, intermediate, arch)
+    R = arch.tile.rows
+    tile = tuple(program_root_cycles(arch, hidden, ic, bits, r) for r in range(1, R + 1))
+    period = program_root_cycles(arch, hidden, ic, bits, 2 * R) - tile[-1]
+    cal = FFNCalibration(pe_key(arch), hidden, intermediate, bits, n, ic, arch.pes_per_group,
+                         arch.tile.peak_macs_per_cycle(bits), tile, period)
+    if check:
+        err = 0
+        for t in (R + 1, 3 * R):
+            got = program_root_cycles(arch, hidden, ic, bits, t)
+            err = max(err, abs(got - cal._cycles_int(t) // n))
+        cal = FFNCalibration(**{**cal.__dict__, "fit_error": err})
+    return cal
+
+
+#: Calibrations in use, by ``(pe_key, hidden, intermediate, bits)``: the shipped table's entries
+#: read, the others computed (:func:`ffn_calibration`).
+_CACHE: dict = {}
+
+
+def _lookup(key: str, arch: ArchConfig, hidden: int, intermediate: int,
+            bits: int) -> FFNCalibration:
+    from .compute_calib_table import TABLE
+    e = TABLE.get((key, hidden, intermediate, bits))
+    if e is None:
+        return calibrate(arch, hidden, intermediate, bits, check=False)
+    return FFNCalibration(key, hidden, intermediate, bits, e["chunks"],
+                          e["chunk_intermediate"], e["pes"], e["peak"], tuple(e["tile"]),
+                          e["period"], e.get("fit_error"))
+
+
+def ffn_calibration(arch: ArchConfig, hidden: int, intermediate: int,
+                    bits: int) -> FFNCalibration:
+    """The :class:`FFNCalibration` of an ``hidden`` x ``intermediate`` SwiGLU FFN on a group of
+    ``arch`` at ``bits`` (4: DRAFT / W4A8, 8: FULL / W8A8): from the shipped table
+    (:data:`~.compute_calib_table.TABLE`) when it holds the key, else computed with
+    program_cycles on first use (seconds to minutes for a real shape) and kept."""
+    if bits not in (4, 8):
+        raise ValueError(f"bits: expected 4 or 8, got {bits!r}")
+    k = (pe_key(arch), int(hidden), int(intermediate), int(bits))
+    c = _CACHE.get(k)
+    if c is None:
+        c = _CACHE[k] = _lookup(*k[:1], arch, *k[1:])
+    return c
+
+
+# == the shipped table ============================================================================
+
+#: Extra FFN shapes of the shipped table beside Table 3's models: OLMoE-1B-7B's expert (the
+#: tests' second real shape, ``make bench`` figure 11's).
+EXTRA_SHAPES = ((2048, 1024),)
+
+
+def table_shapes() -> list:
+    """``(hidden, intermediate)`` of every FFN :mod:`.paper_eval` asks for on Table 3's models
+    (routed, shared and dense FFNs), and :data:`EXTRA_SHAPES`."""
+    from .decoder import decoder_shape
+    from .paper_eval import TABLE3_MODELS
+    out = []
+    for name in TABLE3_MODELS:
+        s = decoder_shape(name)
+        m = s.model
+        for inter in (m.expert_intermediate, m.shared_intermediate, s.dense_intermediate):
+            if inter and (m.hidden, inter) not in out:
+                out.append((m.hidden, int(inter)))
+    for sh in EXTRA_SHAPES:
+        if sh not in out:
+            out.append(sh)
+    return out
+
+
+def write_table(path=None, arch_names=("paper-4gb",), say=print) -> dict:
+    """Compute every :func:`table_shapes` x bits (4, 8) entry on ``arch_names`` (whose
+    :func:`pe_key` the paper-8gb preset shares) and write ``compute_calib_table.py`` (default:
+    beside this module). Returns the table."""
+    from pathlib import Path
+    from ...config import preset
+    table, done = {}, {}
+    for an in arch_names:
+        arch = preset(an)
+        key = pe_key(arch)
+        for h, i in table_shapes():
+            for bits in (4, 8):
+                n, ic = ffn_chunks(h, i, arch)
+                if (key, h, ic, bits) not in done:
+                    done[key, h, ic, bits] = calibrate(arch, h, ic, bits)
+                c = done[key, h, ic, bits]
+                table[(key, h, i, bits)] = {
+                    "chunks": n, "chunk_intermediate": ic, "pes": c.pes, "peak": c.peak,
+                    "tile": list(c.tile), "period": c.period, "fit_error": c.fit_error}
+                e = FFNCalibration(key, h, i, bits, n, ic, c.pes, c.peak, c.tile, c.period)
+                say(f"{an} {h}x{i} W{bits}A8: {n} x {ic}, 1 / 16 rows "
+                    f"{e.macs_per_cycle(1):,.0f} / {e.macs_per_cycle(16):,.0f} MACs a PE-cycle "
+                    f"({e.utilisation(1):.1%} / {e.utilisation(16):.1%}), period {c.period}, "
+                    f"fit error {c.fit_error}")
+    lines = ['"""The shipped compute calibration of the paper PE (generated by ``python -m',
+             'elmoe3d.sw.host.compute_calib``; do not edit: :mod:`.compute_calib` says what',
+             'the figures are). Key: ``(pe_key, hidden, intermediate, bits)``."""', "",
+             "TABLE = {"]
+    for k, v in table.items():
+        lines.append(f"    {k!r}: {v!r},")
+    lines.append("}")
+    path = Path(path) if path else Path(__file__).with_name("compute_calib_table.py")
+    path.write_text("\n".join(lines) + "\n")
+    return table
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m elmoe3d.sw.host.compute_calib",
+                                 description="write the shipped compute calibration table")
+    ap.add_argument("--out", default=None, help="output file (default: compute_calib_table.py "
+                                                "beside the module)")
+    args = ap.parse_args(argv)
+    write_table(args.out, say=lambda s: print(s, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

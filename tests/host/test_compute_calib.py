@@ -1,0 +1,105 @@
+"""The compute calibration of the whole-decoder model (sw/host/compute_calib.py; issue 26 item
+6): the shipped table of the paper PE equals the PE cycle model (program_cycles) on the
+compiler's programs for real expert shapes, a shape outside the table is computed with the
+cycle model (never a constant), and the model reads it."""
+
+import pytest
+
+from elmoe3d.config import preset
+from elmoe3d.sw.host import compute_calib as cc
+from elmoe3d.sw.host import paper_eval as pe
+from elmoe3d.sw.host.compute_calib_table import TABLE
+
+PAPER = preset("paper-4gb")
+
+
+@pytest.mark.parametrize("hidden, inter, bits, rows", [
+    (2048, 768, 4, (1, 16, 17)),        # Qwen3-30B-A3B's expert, DRAFT: a second token tile
+    (2048, 768, 8, (5,)),               # FULL
+    (2048, 1024, 4, (16,)),             # OLMoE-1B-7B's expert
+    (2048, 1024, 8, (1,)),
+])
+def test_shipped_calibration_equals_program_cycles(hidden, inter, bits, rows):
+    """The table's cycles are the root PE's program_cycles of the 4-PE group's programs
+    (compile_expert_group, ld at a word a cycle, fill and drain included), whatever the row
+    count, and its MACs a cycle are the useful MACs over them."""
+    assert (cc.pe_key(PAPER), hidden, inter, bits) in TABLE
+    cal = cc.ffn_calibration(PAPER, hidden, inter, bits)
+    assert cal.chunks == 1 and cal.pes == 4 and cal.peak == PAPER.tile.peak_macs_per_cycle(bits)
+    for r in rows:
+        got = cc.program_root_cycles(PAPER, hidden, inter, bits, r)
+        assert cal.cycles(r) == got
+        assert cal.macs_per_cycle(r) == pytest.approx(3 * hidden * inter * r / (4 * got))
+        assert cal.utilisation(r) == pytest.approx(cal.macs_per_cycle(r) / cal.peak)
+
+
+def test_table_covers_every_paper_model_shape_exactly():
+    """Every FFN shape Table 3's models ask for is in the table at both widths, the 8 GB die
+    shares the 4 GB die's PE, and the tile form reproduced program_cycles at the checked row
+    counts (fit error 0 cycles)."""
+    assert cc.pe_key(preset("paper-8gb")) == cc.pe_key(PAPER)
+    for h, i in cc.table_shapes():
+        for bits in (4, 8):
+            e = TABLE[(cc.pe_key(PAPER), h, i, bits)]
+            assert e["fit_error"] == 0
+            assert len(e["tile"]) == PAPER.tile.rows
+            assert (e["chunks"], e["chunk_intermediate"]) == cc.ffn_chunks(h, i, PAPER)
+
+
+def test_not_a_constant():
+    """The utilisation follows the rows (one token tile's weights serve 1 row or 16), the
+    width and the shape; fractional rows lie between their integer neighbours. (Rows 1-15 of
+    a tile take the same cycles: padding rows skip the COMBINE sink.)"""
+    a = cc.ffn_calibration(PAPER, 2048, 768, 4)
+    b = cc.ffn_calibration(PAPER, 2048, 1408, 4)
+    f = cc.ffn_calibration(PAPER, 2048, 768, 8)
+    assert a.utilisation(1) < a.utilisation(8) < a.utilisation(16)
+    assert a.utilisation(17) < a.utilisation(16)
+    assert len({a.utilisation(16), b.utilisation(16), f.utilisation(16)}) == 3
+    assert a.cycles(15) < a.cycles(15.5) < a.cycles(16)
+    assert a.cycles(16) < a.cycles(16.5) < a.cycles(17)
+
+
+def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch):
+    """A (PE, shape, bits) the table lacks is computed on first use from program_cycles
+    (here the small preset's 2x4x32 PE: rows 1, 2 and 4), kept, and equal to it."""
+    small = preset("small")
+    key = (cc.pe_key(small), 64, 128, 4)
+    assert key not in TABLE
+    calls = []
+    real = cc.program_root_cycles
+
+    def counting(*a):
+        calls.append(a[1:])
+        return real(*a)
+
+    monkeypatch.setattr(cc, "program_root_cycles", counting)
+    monkeypatch.setattr(cc, "_CACHE", {})
+    cal = cc.ffn_calibration(small, 64, 128, 4)
+    assert sorted(c[-1] for c in calls) == [1, 2, 4]
+    for r in (1, 2, 3, 5):
+        assert cal.cycles(r) == real(small, 64, 128, 4, r)
+    n = len(calls)
+    assert cc.ffn_calibration(small, 64, 128, 4) is cal and len(calls) == n
+
+
+def test_the_model_has_no_constant_utilisation():
+    """The placeholder is gone: the model's compute follows the calibration (a halved tile
+    period and tile cycles double a compute-bound stage's speed)."""
+    assert not hasattr(pe, "COMPUTE_UTILISATION")
+    em = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours"))
+    c1 = pe.StepCost()
+    em._stage(c1, "x", 0, 0, 1e12, 8, parts=((1e12, 768, 40),))
+    cal = cc.ffn_calibration(em.plat.arch, 2048, 768, 8)
+    fast = cc.FFNCalibration(**{**cal.__dict__, "tile": tuple(t / 2 for t in cal.tile),
+                                "period": cal.period / 2})
+    key = (cc.pe_key(em.plat.arch), 2048, 768, 8)
+    old = cc._CACHE[key]
+    cc._CACHE[key] = fast
+    try:
+        c2 = pe.StepCost()
+        em = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours"))
+        em._stage(c2, "x", 0, 0, 1e12, 8, parts=((1e12, 768, 40),))
+    finally:
+        cc._CACHE[key] = old
+    assert c2.seconds == pytest.approx(c1.seconds / 2)
