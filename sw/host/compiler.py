@@ -59,6 +59,7 @@ from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
 
 
 __all__ = ["STEP_KINDS", "SYNTHETIC_SHAPE", "SYNTHETIC_NOTE", "LayerWork", "Step", "PoolWrite",
+           "StepWork", "step_work",
            "HomeGroups", "Placement", "place_layer", "replay_steps", "elastic_steps",
            "limit_tokens", "parse_layers", "synthetic_model", "synthetic_experts",
            "SyntheticWeights", "compile_layer", "slice_images", "reserved_hb_bytes",
@@ -140,6 +141,49 @@ class LayerWork:
         return {int(e): int(n) for e, n in zip(u, c)}
 
 
+@dataclass(frozen=True, eq=False)
+class StepWork:
+    """A step's expert work and placement as arrays over its computed layers (what
+    :meth:`.perf.PerfModel.step_summary` reads; :func:`step_work` builds it from a step's
+    :class:`LayerWork` and :class:`Placement` records).
+
+    Attributes
+    ----------
+    layers : tuple of int
+        The step's computed layers (``Step.layers``' keys, in their order), L of them.
+    tokens : int64 ``[L, E]``
+        Tokens routed to each expert (0: not routed).
+    cached : bool ``[L, E]``
+        Routed experts whose MSB slice is HB-resident.
+    group : int64 ``[L, E]``
+        PE group each routed expert runs on (-1: not routed).
+    """
+
+    layers: tuple
+    tokens: np.ndarray
+    cached: np.ndarray
+    group: np.ndarray
+
+
+def step_work(step, experts: int) -> StepWork:
+    """``step.work`` if the schedule set it, else a :class:`StepWork` built from
+    ``step.layers`` and ``step.placements`` (``experts``: the model's routed experts, E)."""
+    if step.work is not None:
+        return step.work
+    lays = tuple(step.layers)
+    tok = np.zeros((len(lays), experts), np.int64)
+    cached = np.zeros((len(lays), experts), bool)
+    group = np.full((len(lays), experts), -1, np.int64)
+    for j, lay in enumerate(lays):
+        pl = step.placements[lay]
+        for g, ex in enumerate(pl.groups):
+            for e, n in ex.items():
+                tok[j, e] = n
+                group[j, e] = g
+                cached[j, e] = e in pl.cached[g]
+    return StepWork(lays, tok, cached, group)
+
+
 @dataclass(frozen=True)
 class PoolWrite:
     """An MSB slice written into HB during a step (Elastic-SD's pool update, Algorithm 1 line
@@ -178,6 +222,9 @@ class Step:
     placements : dict
         ``{layer: Placement}``: where each layer's experts run (:func:`place_layer`, with the
         homes of the step's HB contents).
+    work : StepWork or None
+        The same work and placement as arrays, when the schedule made them (else
+        :func:`step_work` builds them from ``layers`` and ``placements``).
     """
 
     index: int
@@ -190,6 +237,7 @@ class Step:
     evicted: list = field(default_factory=list)
     accepted: list = field(default_factory=list)
     placements: dict = field(default_factory=dict)
+    work: StepWork | None = None
 
     @property
     def phase(self) -> str:

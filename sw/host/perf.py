@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...config import ArchConfig
-from .compiler import LayerWork, Placement
+from .compiler import LayerWork, Placement, step_work
 from .models import QUANT_GROUP, model_preset
 
 
@@ -175,6 +175,16 @@ class PerfModel:
         self._lsb = self.model.expert_lsb_bytes
         self._scales = self.model.expert_scale_bytes
         self._experts = {}
+        self._tables = {}
+        # HB bytes per bank of n HB-resident experts on a group, added one by one as
+        # layer() adds them (every HB-resident expert reads the same msb x I_p / I)
+        hb = [self.msb * s for s in self._share]
+        acc = [0.0] * G
+        self._hb_sums = [list(acc)]
+        for _ in range(self.model.routed_experts):
+            acc = [a + b for a, b in zip(acc, hb)]
+            self._hb_sums.append(list(acc))
+        self._hb_sums = np.array(self._hb_sums)
 
     # -- sizes ------------------------------------------------------------------------------
     @property
@@ -288,6 +298,116 @@ class PerfModel:
                          hb_write_bytes=hb_write, ext_bytes=ext, link_bytes=link_b, macs=macs,
                          tile_cycles=tile, group_cycles=groups, ext_cycles=ext_cycles,
                          accesses=acc, hits=hits, experts=experts)
+
+    def _table(self, phase, tokens):
+        """Per-expert figures for 1..``tokens`` tokens (index 0: none) of both kinds (0:
+        uncached, 1: HB-resident) as int64 arrays: EXT bytes ``[2, n]``, W4 and W8 MACs
+        ``[2, n, G]``, link words ``[2, n]``; None when a figure is not a whole number (then
+        only :meth:`layer`'s float arithmetic reproduces the sums)."""
+        t = self._tables.get(phase)
+        if t is not None and t[0].shape[1] > tokens:
+            return t
+        n = max(tokens + 1, 2 * (t[0].shape[1] if t else 8))
+        G = self.G
+        ext = np.zeros((2, n), np.int64)
+        w4 = np.zeros((2, n, G), np.int64)
+        w8 = np.zeros((2, n, G), np.int64)
+        link = np.zeros((2, n), np.int64)
+        for c in (0, 1):
+            if phase == "draft" and not c:
+                continue
+            for k in range(1, n):
+                x = self.expert(0, k, phase=phase, cached=bool(c))
+                if x.ext_bytes != int(x.ext_bytes):
+                    return None
+                ext[c, k] = int(x.ext_bytes)
+                w4[c, k], w8[c, k], link[c, k] = x.w4_macs, x.w8_macs, x.link_words
+        t = self._tables[phase] = (ext, w4, w8, link)
+        return t
+
+    def step_summary(self, step) -> StepCost:
+        """:meth:`step`'s totals for ``step`` (placed by its ``placements``, or its ``work``
+        arrays, :func:`.compiler.step_work`) computed over all its layers at once with NumPy;
+        equal to :meth:`step`'s figures bit for bit (the same sums in the same order). The
+        returned :class:`StepCost` has no per-layer costs (``layers`` is empty): :meth:`step`
+        gives those. Raises ``ValueError`` as :meth:`layer` does (a draft routed outside the
+        HB pool)."""
+        a = self.arch
+        E = self.model.routed_experts
+        sw = step_work(step, E)
+        T = int(sw.tokens.max()) if sw.tokens.size else 0
+        tab = self._table(step.phase, T)
+        if tab is None:
+            return self.step(step, step.placements)
+        if step.phase == "draft" and (sw.tokens[~sw.cached] > 0).any():
+            j = int(np.nonzero(((sw.tokens > 0) & ~sw.cached).any(axis=1))[0][0])
+            cold = np.nonzero((sw.tokens[j] > 0) & ~sw.cached[j])[0].tolist()
+            raise ValueError(f"expert {cold[0]}: a draft runs HB-resident experts only")
+        Gr, G = a.groups, self.G
+        # layer rows: the computed layers, then those the step only writes into
+        wlays = sorted({w.key[0] for w in step.writes} - set(sw.layers))
+        lays = list(sw.layers) + wlays
+        row = {lay: i for i, lay in enumerate(lays)}
+        L, Lw = len(sw.layers), len(lays)
+        n_wr = np.zeros((Lw, Gr), np.int64)
+        n_x = np.zeros((Lw, Gr), np.int64)
+        for w in step.writes:
+            n_wr[row[w.key[0]], w.group] += 1
+            if w.extra:
+                n_x[row[w.key[0]], w.group] += 1
+        # per (layer, group): experts of each kind and token count, their summed figures
+        ext_t, w4_t, w8_t, link_t = tab
+        n = ext_t.shape[1]
+        routed = sw.tokens > 0
+        lj, e = np.nonzero(routed)
+        kind = sw.cached[lj, e].astype(np.int64)
+        g = sw.group[lj, e]
+        hist = np.bincount(((lj * Gr + g) * 2 + kind) * n + sw.tokens[lj, e],
+                           minlength=Lw * Gr * 2 * n).reshape(Lw, Gr, 2 * n)
+        ext_g = hist @ ext_t.reshape(2 * n)                              # [Lw, Gr]
+        w4 = hist @ w4_t.reshape(2 * n, G)                                # [Lw, Gr, G]
+        w8 = hist @ w8_t.reshape(2 * n, G)
+        words = hist @ link_t.reshape(2 * n)
+        busy = hist.any(axis=2)
+        if step.phase == "verify":
+            words = words + busy * (-(-len(step.tokens) // self.pe.rows) * self.pe.rows
+                                    * self.model.hidden // self.pe.q24_per_word)
+        hb_pe = self._hb_sums[hist[:, :, n:].sum(axis=2)]                 # [Lw, Gr, G]
+        wr = (n_wr * self.msb)[:, :, None] * np.array(self._share)
+        per_pe = w4 / self.peak4 + w8 / self.peak8
+        lb = words * self.pe.word_bytes
+        active = busy | (n_wr > 0)
+        ext = (ext_g + n_x * self.msb).sum(axis=1).astype(np.float64)
+        ext_cycles = ext / self.ext_bpc
+        terms = np.stack([(hb_pe + wr).max(axis=2) / self.hb_bpc, per_pe.max(axis=2),
+                          lb / self.link_bpc], axis=2)                    # [Lw, Gr, 3]
+        terms = np.where(active[:, :, None], terms, -np.inf).reshape(Lw, Gr * 3)
+        terms = np.concatenate([ext_cycles[:, None], terms], axis=1)
+        best = terms.argmax(axis=1)
+        cycles = terms[np.arange(Lw), best]
+        names = ("ext",) + ("hb", "compute", "link") * Gr
+
+        def seq(x):
+            # sum over the banks of each group, then over the groups, one by one (as layer())
+            return np.cumsum(np.cumsum(x, axis=2)[:, :, -1], axis=1)[:, -1] if Lw else x
+
+        hb_r = sum(seq(hb_pe).tolist())
+        hb_w = sum(seq(wr).tolist())
+        ext_s = sum(ext.tolist())
+        hb_e, ext_e = a.access_energy_pj(hb_r + hb_w, ext_s)
+        bounds = {}
+        for b in best.tolist():
+            bounds[names[b]] = bounds.get(names[b], 0) + 1
+        cyc = sum(cycles.tolist())
+        acc = int(routed.sum())
+        hits = int((routed & sw.cached).sum())
+        return StepCost(index=step.index, kind=step.kind, tokens=len(step.tokens),
+                        produced=step.produced, cycles=cyc, us=self.cycles_to_us(cyc),
+                        hb_read_bytes=hb_r, hb_write_bytes=hb_w, ext_bytes=ext_s,
+                        link_bytes=sum(lb.sum(axis=1).astype(np.float64).tolist()),
+                        energy_pj=hb_e + ext_e, hb_energy_pj=hb_e, ext_energy_pj=ext_e,
+                        accesses=acc, hits=hits, bounds=bounds,
+                        tile_cycles=sum(seq(per_pe).tolist()), layers=[])
 
     def step(self, step, placements: dict) -> StepCost:
         """Cost of a :class:`~.compiler.Step` with ``placements`` = ``{layer: Placement}``."""

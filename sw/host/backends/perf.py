@@ -20,7 +20,7 @@ def run_perf(steps, arch, model, *, progress=None) -> list:
     pm = PerfModel(arch, model)
     out = []
     for step in steps:
-        c = pm.step(step, step.placements)
+        c = pm.step_summary(step)
         out.append(step_record(step, cycles=c.cycles, us=c.us, hb_read=c.hb_read_bytes,
                                hb_write=c.hb_write_bytes, ext=c.ext_bytes, link=c.link_bytes,
                                energy_pj=c.energy_pj, hb_pj=c.hb_energy_pj,
