@@ -134,6 +134,31 @@ def accepted_prefix(accept) -> int:
     return int(rej[0]) if rej.size else len(a)
 
 
+def _first_seen(x) -> np.ndarray:
+    """bool mask of ``x`` ``[L, n]``: True at the first occurrence of each value in its row."""
+    order = np.argsort(x, axis=1, kind="stable")
+    sv = np.take_along_axis(x, order, axis=1)
+    first = np.ones(x.shape, bool)
+    first[:, 1:] = sv[:, 1:] != sv[:, :-1]
+    out = np.empty(x.shape, bool)
+    np.put_along_axis(out, order, first, axis=1)
+    return out
+
+
+def _coverage(w, m) -> list:
+    """Per row of gate weights ``w`` ``[n, k]`` (float32) and pool mask ``m`` ``[n, k]``: the
+    pooled share of the row's weight, ``w[m].sum() / max(w.sum(), 1e-30)`` in float64 with
+    NumPy's own summation order (one by one below 8 terms)."""
+    w = w.astype(np.float64)
+    num = np.zeros(len(w))
+    for c in range(w.shape[1]):
+        num = num + np.where(m[:, c], w[:, c], 0.0)
+    big = np.nonzero(m.sum(axis=1) >= 8)[0]
+    for i in big.tolist():
+        num[i] = w[i][m[i]].sum()
+    return (num / np.maximum(w.sum(axis=1), 1e-30)).tolist()
+
+
 @dataclass(frozen=True)
 class CoverageAcceptance:
     """Accept a draft token iff the mean, over its MoE layers, of the fraction of its original
@@ -346,6 +371,35 @@ class ElasticSD:
         chosen = throttle(rank, pool_mask, k)
         return chosen, self.throttled_weights(rr, t, j, chosen, float(rr.weights[t, j, -1]))
 
+    def _throttle_layers(self, rr, t, masks, hot_prev) -> np.ndarray:
+        """:meth:`throttled`'s expert ids of token ``t`` of ``rr`` at every layer at once:
+        int64 ``[L, k]``, ``num_experts`` in unused slots and in layers without a record
+        (``masks``: the pool, bool ``[L, E]``; ``hot_prev``: the fallback ranking, ``[L, E]``)."""
+        E, k = self.model.routed_experts, self.model.top_k
+        L = masks.shape[0]
+        pres = rr.present[t]
+        ids = rr.ids[t].astype(np.int64)
+        if ((ids[pres] < 0) | (ids[pres] >= E)).any():
+            j = int(np.nonzero(pres & ((ids < 0) | (ids >= E)).any(axis=1))[0][0])
+            original_ranking(ids[j], E)                   # raises, naming the ids
+        if rr.scores is not None:
+            sc = rr.scores[t].astype(np.float64)
+            if not np.isfinite(sc[pres]).all():
+                raise UserError(f"scores: expected {E} finite values")
+            rank = np.argsort(-sc, axis=1, kind="stable")
+        else:
+            first = np.full((L, E), k, np.int64)
+            rows = np.nonzero(pres)[0]
+            first[rows[:, None], ids[rows]] = np.arange(k)
+            rank = np.lexsort((np.broadcast_to(np.arange(E), (L, E)), -hot_prev, first),
+                              axis=-1)
+        inpool = np.take_along_axis(masks, rank, axis=1)
+        cum = np.cumsum(inpool, axis=1)
+        out = np.full((L, k), E, np.int64)
+        rr_, cc = np.nonzero(inpool & (cum <= k) & pres[:, None])
+        out[rr_, cum[rr_, cc] - 1] = rank[rr_, cc]
+        return out
+
     def run(self, trace, *, batch=1, phase="decode") -> ElasticSDResult:
         """Simulate Elastic-SD over the ``phase`` routing of ``trace`` (requests ``batch`` at a
         time in increasing id, each batch in lockstep). The cache's contents at the start are
@@ -425,24 +479,27 @@ class ElasticSD:
                 droute = {i: np.full((n_draft[i], L, k), E, np.int16) for i in active}
                 steps = []
                 for s in range(self._depth):
+                    chosen = []
+                    for i in active:
+                        if s >= n_draft[i]:
+                            continue
+                        r, t = group[i], pos[i] + s
+                        ch = self._throttle_layers(r, t, masks, hot_prev)
+                        droute[i][s] = ch
+                        rows = np.nonzero(r.present[t])[0]
+                        ids = r.ids[t][rows].astype(np.int64)
+                        hot[rows[:, None], ids] += 1              # one-hot of original top-k
+                        cov = float(cover[i][s])
+                        for v in _coverage(r.weights[t][rows], masks[rows[:, None], ids]):
+                            cov += v
+                        cover[i][s] = cov
+                        chosen.append(ch)
                     step = {}
-                    for j in range(L):
-                        seen = []
-                        for i in active:
-                            if s >= n_draft[i]:
-                                continue
-                            r, t = group[i], pos[i] + s
-                            if not r.present[t, j]:
-                                continue
-                            ch, _ = self.throttled(r, t, j, masks[j], hot_prev[j])
-                            droute[i][s, j, :len(ch)] = ch
-                            for e in ch:
-                                if int(e) not in seen:
-                                    seen.append(int(e))
-                            hot[j, r.ids[t, j]] += 1              # one-hot of original top-k
-                            w = r.weights[t, j].astype(np.float64)
-                            cover[i][s] += w[masks[j][r.ids[t, j]]].sum() / max(w.sum(), 1e-30)
-                        if seen:
+                    if chosen:
+                        ch = np.concatenate(chosen, axis=1)
+                        keep = _first_seen(ch) & (ch != E)
+                        for j in np.nonzero(keep.any(axis=1))[0].tolist():
+                            seen = ch[j][keep[j]].tolist()
                             step[lids[j]] = seen
                             draft_hb += msb * len(seen)
                     steps.append(step)
@@ -463,20 +520,29 @@ class ElasticSD:
                                   min_per_layer=self._min)
                 # verify: all draft tokens, original routing, current pool
                 vc, vu = {}, {}
-                for j in range(L):
-                    ex = []
-                    for s in range(self._depth):
-                        for e in union([group[i] for i in active],
-                                       [pos[i] + s if s < n_draft[i] else None
-                                        for i in active], j):
-                            if e not in ex:
-                                ex.append(e)
-                    if ex:
-                        c, u = access(verify, j, ex, pool_keys)
-                        if c:
-                            vc[lids[j]] = c
-                        if u:
-                            vu[lids[j]] = u
+                cols = []
+                for s in range(self._depth):
+                    for i in active:
+                        r, t = group[i], pos[i] + s
+                        if s < n_draft[i] and t < r.tokens:
+                            cols.append(np.where(r.present[t][:, None],
+                                                 r.ids[t].astype(np.int64), -1))
+                if cols:
+                    ex = np.concatenate(cols, axis=1)
+                    keep = _first_seen(ex) & (ex >= 0)
+                    inpool = np.zeros(ex.shape, bool)
+                    ok = keep & (ex < E)
+                    inpool[ok] = masks[np.nonzero(ok)[0], ex[ok]]
+                    n_c = (keep & inpool).sum(axis=1)
+                    n_u = keep.sum(axis=1) - n_c
+                    verify.accesses += n_c + n_u
+                    verify.hits += n_c
+                    verify.hb_read_bytes += msb * int(n_c.sum())
+                    verify.ext_read_bytes += lsb * int(n_c.sum()) + (msb + lsb) * int(n_u.sum())
+                    for j in np.nonzero(n_c)[0].tolist():
+                        vc[lids[j]] = ex[j][keep[j] & inpool[j]].tolist()
+                    for j in np.nonzero(n_u)[0].tolist():
+                        vu[lids[j]] = ex[j][keep[j] & ~inpool[j]].tolist()
                 streamed = {(lay, e) for lay, es in vu.items() for e in es}
                 x_before = cache.stats.ext_extra_bytes
                 cache.fill(nxt, streamed=streamed)
