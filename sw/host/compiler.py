@@ -48,6 +48,7 @@ Plain NumPy; never imports Amaranth or cocotb.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -442,28 +443,42 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
     it_no = 0
     pool = list(pool_start)
 
-    def layer_pool(keys):
-        out = {}
-        for lay, e in keys:
-            out.setdefault(lay, set()).add(e)
-        return out
+    jsel = np.array([j for j, lay in enumerate(lids) if lay in sel], np.int64)
 
-    def add(kind, toks, rows_of, cached_of, produced, **kw):
-        work = {}
-        for j, lay in enumerate(lids):
-            if lay not in sel:
-                continue
-            rows = [rows_of(rr, t, j) for rr, t in toks]
-            if not any(ri for ri, _ in rows):
-                continue
-            routed = {e for ri, _ in rows for e in ri}
-            work[lay] = _layer_work(lay, rows, cached_of(lay) & routed, p)
+    lidx = {lay: j for j, lay in enumerate(lids)}
+
+    def pool_mask(keys):
+        m = np.zeros((len(lids), E), bool)
+        if keys:
+            k = np.array(keys, np.int64).reshape(-1, 2)
+            m[[lidx[lay] for lay in k[:, 0].tolist()], k[:, 1]] = True
+        return m
+
+    def orig_ids(rr, t):
+        x = rr.ids[t].astype(np.int64)
+        x = np.where(rr.present[t][:, None] & (x < E), x, -1)
+        if ((x[:, :-1] < 0) & (x[:, 1:] >= 0)).any():        # kept ids first, in order
+            x = np.take_along_axis(x, np.argsort(x < 0, axis=1, kind="stable"), axis=1)
+        return x
+
+    def add(kind, toks, ids_of, rows_of, mask, produced, **kw):
+        ids = np.stack([ids_of(rr, t) for rr, t in toks])[:, jsel]       # [T, Ls, k]
+        has = (ids >= 0).any(axis=(0, 2))
+        js = jsel[has]
+        ids = ids[:, has]
         steps.append(Step(index=len(steps), kind=kind,
                           tokens=[(rr.request, int(rr.positions[t])) for rr, t in toks],
-                          layers=work, produced=produced, **kw,
-                          placements={lay: place_layer(w, homes, draft=kind == "draft")
-                                      for lay, w in work.items()}))
-        return steps[-1]
+                          layers={}, produced=produced, **kw))
+        st = steps[-1]
+        st.work = _place_arrays(ids, mask[js], [lids[j] for j in js], homes,
+                                draft=kind == "draft", experts=E)
+        st.layers = _LazyLayers(st.work.layers, lambda lay, j: _layer_work(
+            lay, [rows_of(rr, t, j) for rr, t in toks],
+            np.nonzero(st.work.cached[st.work.layers.index(lay)])[0].tolist(), p),
+            [lids.index(lay) for lay in st.work.layers])
+        st.placements = _LazyLayers(st.work.layers, lambda lay, j: _placement_of(st.work, lay,
+                                                                                homes.groups))
+        return st
 
     def writes_for(new_pool, streamed):
         new, gone = homes.sync(new_pool)
@@ -474,13 +489,12 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
         group = reqs[b0:b0 + batch]
         ids_b = {r.request for r in group}
         homes.sync(pool)
-        lp = layer_pool(pool)
+        lp = pool_mask(pool)
         d = esd.depth
         for t in range(d):
             toks = [(r, t) for r in group if t < r.tokens]
             if toks:
-                add("ar", toks, lambda rr, tt, j: _orig(rr, tt, j, E),
-                    lambda lay: lp.get(lay, set()), len(toks))
+                add("ar", toks, orig_ids, lambda rr, tt, j: _orig(rr, tt, j, E), lp, len(toks))
         mine = []
         while its and set(its[0].requests) <= ids_b:
             mine.append(its.pop(0))
@@ -499,7 +513,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
         for it in mine:
             n_it = it_no
             it_no += 1
-            lp = layer_pool(it.pool_before)
+            lp = pool_mask(it.pool_before)
             rrs = [by_id[q] for q in it.requests]
             for s in range(d):
                 toks = [(rr, it.start[i] + s) for i, rr in enumerate(rrs) if s < it.drafted[i]]
@@ -516,13 +530,14 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                     wts = esd.throttled_weights(rr, tt, j, np.array(ch),
                                                  float(rr.weights[tt, j, -1]))
                     return ch, [float(x) for x in wts]
-                add("draft", toks, draft_rows, lambda lay: lp.get(lay, set()), 0,
-                    iteration=n_it)
+                def draft_ids(rr, tt, route=route):
+                    x = np.asarray(route[(rr.request, tt)], np.int64)
+                    return np.where(x < E, x, -1)
+                add("draft", toks, draft_ids, draft_rows, lp, 0, iteration=n_it)
             toks = [(rr, it.start[i] + s) for i, rr in enumerate(rrs)
                     for s in range(it.drafted[i])]
             streamed = {(lay, e) for lay, es in it.verify_uncached.items() for e in es}
-            st = add("verify", toks, lambda rr, tt, j: _orig(rr, tt, j, E),
-                     lambda lay: lp.get(lay, set()),
+            st = add("verify", toks, orig_ids, lambda rr, tt, j: _orig(rr, tt, j, E), lp,
                      sum(min(a + 1, rr.tokens - s0)
                          for a, rr, s0 in zip(it.accepted, rrs, it.start)),
                      iteration=n_it, accepted=list(it.accepted))
@@ -530,6 +545,80 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
             assert {pw.key for pw in st.writes if pw.extra} <= set(map(tuple, it.pool_extra))
             pool = list(it.pool_after)
     return steps, res
+
+
+class _LazyLayers(Mapping):
+    """``{layer: value}`` over ``layers`` whose values ``build(layer, j)`` (``j``: the
+    layer's index in ``index``) makes on first use: a schedule's :class:`LayerWork` and
+    :class:`Placement` records, which the performance model does not read (it reads
+    :class:`StepWork`)."""
+
+    def __init__(self, layers, build, index=None):
+        self._layers = tuple(layers)
+        self._build = build
+        self._index = dict(zip(self._layers, index if index is not None else
+                               range(len(self._layers))))
+        self._made = {}
+
+    def __getitem__(self, layer):
+        if layer not in self._index:
+            raise KeyError(layer)
+        if layer not in self._made:
+            self._made[layer] = self._build(layer, self._index[layer])
+        return self._made[layer]
+
+    def __iter__(self):
+        return iter(self._layers)
+
+    def __len__(self):
+        return len(self._layers)
+
+
+def _place_arrays(ids, cached_mask, layers, homes, *, draft, experts) -> StepWork:
+    """:func:`place_layer` for every layer of a step at once: ``ids`` int64 ``[T, L, k]``
+    (-1: empty), ``cached_mask`` bool ``[L, E]`` (the HB pool of each layer)."""
+    L, E, G = len(layers), experts, homes.groups
+    rows = np.broadcast_to(np.arange(L)[None, :, None], ids.shape)
+    ok = ids >= 0
+    tok = np.bincount(rows[ok] * E + ids[ok], minlength=L * E).reshape(L, E)
+    routed = tok > 0
+    cached = routed & cached_mask
+    group = np.full((L, E), -1, np.int64)
+    for j, e in zip(*np.nonzero(cached)):
+        group[j, e] = homes.assign((layers[j], e))
+    cold = routed & ~cached
+    if draft and cold.any():
+        j = int(np.nonzero(cold.any(axis=1))[0][0])
+        raise ValueError(f"work: layer {layers[j]}: draft tokens routed to experts "
+                         f"{np.nonzero(cold[j])[0].tolist()} outside the HB pool")
+    load = np.zeros((L, G), np.int64)
+    np.add.at(load, (np.nonzero(cached)[0], group[cached]), tok[cached])
+    # longest processing time first: most tokens first, ties to the lower id
+    order = np.lexsort((np.broadcast_to(np.arange(E), (L, E)), np.where(cold, -tok, 1)),
+                       axis=-1)
+    n_cold = cold.sum(axis=1)
+    for r in range(int(n_cold.max()) if L else 0):
+        js = np.nonzero(n_cold > r)[0]
+        e = order[js, r]
+        g = load[js].argmin(axis=1)
+        load[js, g] += tok[js, e]
+        group[js, e] = g
+    return StepWork(tuple(layers), tok, cached, group)
+
+
+def _placement_of(work: StepWork, layer, groups) -> Placement:
+    """The :class:`Placement` of ``layer`` in ``work``, as :func:`place_layer` builds it
+    (a group's HB-resident experts in ascending id, then the streamed ones in placement
+    order)."""
+    j = work.layers.index(layer)
+    tok, cached, group = work.tokens[j], work.cached[j], work.group[j]
+    cold = np.nonzero((tok > 0) & ~cached)[0]
+    cold = cold[np.lexsort((cold, -tok[cold]))]
+    per = [dict() for _ in range(groups)]
+    for e in np.nonzero(cached)[0].tolist() + cold.tolist():
+        per[group[e]][e] = int(tok[e])
+    return Placement(groups=tuple(per), cached=tuple(
+        frozenset(e for e in per[g] if cached[e]) for g in range(groups)))
 
 
 # ---- placement ----------------------------------------------------------------------------------
