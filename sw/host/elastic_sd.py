@@ -104,26 +104,27 @@ def select_pool(hotness, slots, *, layer_ids, current=(), min_per_layer=1) -> li
     if len(layer_ids) != L:
         raise UserError(f"hotness: {L} layers but {len(layer_ids)} layer ids")
     cur = {(int(a), int(b)) for a, b in current}
-
-    def key(j, e):
-        lay = layer_ids[j]
-        return (-h[j, e], (lay, e) not in cur, lay, e)
-
+    j_of = {int(lay): j for j, lay in enumerate(layer_ids)}
+    incur = np.zeros((L, E), bool)
+    for lay, e in cur:
+        if lay in j_of and 0 <= e < E:
+            incur[j_of[lay], e] = True
+    ee = np.broadcast_to(np.arange(E), (L, E))
+    ll = np.broadcast_to(np.asarray(layer_ids, np.int64)[:, None], (L, E))
     floor = min(min_per_layer, E, slots // L) if L else 0
-    chosen = set()
-    for j in range(L):
-        order = sorted(range(E), key=lambda e: key(j, e))
-        for e in order[:floor]:
-            chosen.add((j, e))
-    rest = sorted(((j, e) for j in range(L) for e in range(E) if (j, e) not in chosen),
-                  key=lambda je: key(*je))
-    for j, e in rest:
-        if len(chosen) >= slots:
-            break
-        if h[j, e] > 0 or (layer_ids[j], e) in cur:
-            chosen.add((j, e))
-    ordered = sorted(chosen, key=lambda je: key(*je), reverse=True)
-    return [(layer_ids[j], int(e)) for j, e in ordered]
+    chosen = np.zeros((L, E), bool)
+    if floor:
+        # key: hotter first, then already cached, then lower layer, then lower id
+        order = np.lexsort((ee, ~incur, -h), axis=-1)[:, :floor]
+        chosen[np.arange(L)[:, None], order] = True
+    rest = np.lexsort((ee.ravel(), ll.ravel(), ~incur.ravel(), -h.ravel()))
+    ok = (~chosen & ((h > 0) | incur)).ravel()[rest]
+    take = rest[ok][:max(0, slots - int(chosen.sum()))]
+    chosen.ravel()[take] = True
+    keys = np.nonzero(chosen.ravel())[0]
+    keys = keys[np.lexsort((ee.ravel()[keys], ll.ravel()[keys], ~incur.ravel()[keys],
+                            -h.ravel()[keys]))][::-1]
+    return [(layer_ids[j], int(e)) for j, e in zip(*np.divmod(keys, E))]
 
 
 def accepted_prefix(accept) -> int:
