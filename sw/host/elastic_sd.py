@@ -52,9 +52,9 @@ from .hbcache import CacheStats, HBExpertCache
 from .models import ModelPreset
 
 
-__all__ = ["throttle", "original_ranking", "select_pool", "CoverageAcceptance",
-           "BernoulliAcceptance", "accepted_prefix", "Iteration", "ElasticSDResult",
-           "ElasticSD"]
+__all__ = ["throttle", "original_ranking", "select_pool", "select_pool_indices",
+           "CoverageAcceptance", "BernoulliAcceptance", "accepted_prefix", "Iteration",
+           "ElasticSDResult", "ElasticSD"]
 
 
 def original_ranking(topk_ids, num_experts, *, scores=None, fallback=None) -> np.ndarray:
@@ -109,6 +109,19 @@ def select_pool(hotness, slots, *, layer_ids, current=(), min_per_layer=1) -> li
     for lay, e in cur:
         if lay in j_of and 0 <= e < E:
             incur[j_of[lay], e] = True
+    keys = select_pool_indices(h, slots, layer_ids=layer_ids, current=incur,
+                               min_per_layer=min_per_layer)
+    j, e = np.divmod(keys, E)
+    return [(layer_ids[a], b) for a, b in zip(j.tolist(), e.tolist())]
+
+
+def select_pool_indices(hotness, slots, *, layer_ids, current, min_per_layer=1) -> np.ndarray:
+    """:func:`select_pool` on flat indices: ``current`` is the cached keys as a bool
+    ``[L, E]`` mask (row ``j``: ``layer_ids[j]``); returns the pool as int64 ``j * E + e``,
+    coldest first."""
+    h = np.asarray(hotness, np.float64)
+    L, E = h.shape
+    incur = np.asarray(current, bool)
     ee = np.broadcast_to(np.arange(E), (L, E))
     ll = np.broadcast_to(np.asarray(layer_ids, np.int64)[:, None], (L, E))
     floor = min(min_per_layer, E, slots // L) if L else 0
@@ -122,9 +135,8 @@ def select_pool(hotness, slots, *, layer_ids, current=(), min_per_layer=1) -> li
     take = rest[ok][:max(0, slots - int(chosen.sum()))]
     chosen.ravel()[take] = True
     keys = np.nonzero(chosen.ravel())[0]
-    keys = keys[np.lexsort((ee.ravel()[keys], ll.ravel()[keys], ~incur.ravel()[keys],
+    return keys[np.lexsort((ee.ravel()[keys], ll.ravel()[keys], ~incur.ravel()[keys],
                             -h.ravel()[keys]))][::-1]
-    return [(layer_ids[j], int(e)) for j, e in zip(*np.divmod(keys, E))]
 
 
 def accepted_prefix(accept) -> int:
@@ -222,6 +234,8 @@ class Iteration:
     pool_written, pool_extra : list
         Keys of ``pool_after`` written into HB during verification, and those among them no
         verification stream carried (extra EXT reads).
+    pool_evicted : list
+        Keys of ``pool_before`` not in ``pool_after`` (their slices leave HB), sorted.
     """
 
     requests: list
@@ -237,6 +251,7 @@ class Iteration:
     pool_after: list
     pool_written: list
     pool_extra: list
+    pool_evicted: list
 
 
 @dataclass
@@ -436,6 +451,10 @@ class ElasticSD:
                     uncached.append(e)
             return cached, uncached
 
+        def keys_of(flat):
+            j, e = np.divmod(flat, E)
+            return list(zip([lids[a] for a in j.tolist()], e.tolist()))
+
         def union(group, pos, j):
             out, seen = [], set()
             for r, t in zip(group, pos):
@@ -459,19 +478,17 @@ class ElasticSD:
                         if t < r.tokens and r.present[t, j]:
                             hot[j, r.ids[t, j]] += 1
             tokens += sum(min(self._depth, r.tokens) for r in group)
-            nxt = select_pool(hot, cache.slots, layer_ids=lids, current=cache.contents(),
-                              min_per_layer=self._min)
-            used = set()
+            nxt = select_pool_indices(hot, cache.slots, layer_ids=lids,
+                                      current=cache.resident_mask(), min_per_layer=self._min)
+            used = np.zeros((L, E), bool)
             for t in range(self._depth):
                 for j in range(L):
-                    used.update((lids[j], e) for e in union(group, [t] * len(group), j))
-            cache.fill(nxt, streamed=used)        # AR read every expert it used
+                    used[j, union(group, [t] * len(group), j)] = True
+            cache.fill_indices(nxt, streamed=used)        # AR read every expert it used
+            pool = keys_of(nxt)
+            masks = cache.resident_mask()
             pos = [min(self._depth, r.tokens) for r in group]
             while any(pp < r.tokens for pp, r in zip(pos, group)):
-                pool_keys = set(cache.contents())
-                masks = np.zeros((L, E), bool)
-                for lay, e in pool_keys:
-                    masks[lids.index(lay), e] = True
                 hot_prev = hot
                 hot = np.zeros((L, E))
                 active = [i for i, r in enumerate(group) if pos[i] < r.tokens]
@@ -516,11 +533,11 @@ class ElasticSD:
                                         f"({n_draft[i]},)")
                     acc[i] = accepted_prefix(verdict)
                 # next pool, chosen before verification from this draft's hotness
-                before = cache.contents()
-                nxt = select_pool(hot, cache.slots, layer_ids=lids, current=before,
-                                  min_per_layer=self._min)
+                nxt = select_pool_indices(hot, cache.slots, layer_ids=lids, current=masks,
+                                          min_per_layer=self._min)
                 # verify: all draft tokens, original routing, current pool
                 vc, vu = {}, {}
+                streamed = np.zeros((L, E), bool)
                 cols = []
                 for s in range(self._depth):
                     for i in active:
@@ -544,20 +561,26 @@ class ElasticSD:
                         vc[lids[j]] = ex[j][keep[j] & inpool[j]].tolist()
                     for j in np.nonzero(n_u)[0].tolist():
                         vu[lids[j]] = ex[j][keep[j] & ~inpool[j]].tolist()
-                streamed = {(lay, e) for lay, es in vu.items() for e in es}
+                    jj, cc = np.nonzero(keep & ~inpool & ok)
+                    streamed[jj, ex[jj, cc]] = True
                 x_before = cache.stats.ext_extra_bytes
-                cache.fill(nxt, streamed=streamed)
-                written = [key for key in nxt if key not in pool_keys]
-                extra = [key for key in written if key not in streamed]
+                cache.fill_indices(nxt, streamed=streamed)
+                after = cache.resident_mask()
+                new = nxt[~masks.reshape(-1)[nxt]]                 # in pool order
+                written = keys_of(new)
+                extra = keys_of(new[~streamed.reshape(-1)[new]])
+                evicted = keys_of(np.nonzero((masks & ~after).reshape(-1))[0])
                 assert cache.stats.ext_extra_bytes - x_before == msb * len(extra)
+                before, pool = pool, keys_of(nxt)
+                masks = after
                 iterations.append(Iteration(
                     requests=[group[i].request for i in active], start=[pos[i] for i in active],
                     drafted=[n_draft[i] for i in active], accepted=[acc[i] for i in active],
                     coverage=[cover[i] for i in active], draft_routing=[droute[i] for i in
                                                                         active],
                     draft_steps=steps, verify_cached=vc, verify_uncached=vu,
-                    pool_before=before, pool_after=list(nxt), pool_written=written,
-                    pool_extra=extra))
+                    pool_before=before, pool_after=list(pool), pool_written=written,
+                    pool_extra=extra, pool_evicted=evicted))
                 for i in active:
                     drafted += n_draft[i]
                     accepted += acc[i]
