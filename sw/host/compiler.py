@@ -251,27 +251,64 @@ class HomeGroups:
     """Home group of every HB-resident MSB slice (module docstring, placement policy).
 
     ``groups``: PE groups of the die. :meth:`sync` makes the homes follow a cache content
-    (assigning a home to each new key, releasing departed ones)."""
+    (assigning a home to each new key, releasing departed ones); :meth:`move` and
+    :meth:`update` do it from the keys that arrived and left. With ``layer_ids`` (the model's
+    MoE layers) and ``experts`` (E), :attr:`table` keeps the homes as an array too."""
 
-    def __init__(self, groups: int):
+    def __init__(self, groups: int, *, layer_ids=None, experts: int = 0):
         if not isinstance(groups, int) or groups < 1:
             raise ValueError(f"groups: expected a positive integer, got {groups!r}")
         self.groups = groups
         self.home: dict = {}
         self.count = [0] * groups
+        self._row = {int(lay): j for j, lay in enumerate(layer_ids or ())}
+        #: int64 ``[len(layer_ids), experts]``: the home of (``layer_ids[j]``, e), -1 for a
+        #: key without one (None without ``layer_ids``); follows :attr:`home`.
+        self.table = None if layer_ids is None else np.full((len(self._row), experts), -1,
+                                                            np.int64)
 
     def assign(self, key) -> int:
         key = (int(key[0]), int(key[1]))
         if key not in self.home:
-            g = min(range(self.groups), key=lambda i: (self.count[i], i))
+            g = self.count.index(min(self.count))    # fewest slices, ties to the lower index
             self.home[key] = g
             self.count[g] += 1
+            if self.table is not None and key[0] in self._row:
+                self.table[self._row[key[0]], key[1]] = g
         return self.home[key]
 
     def release(self, key):
-        g = self.home.pop((int(key[0]), int(key[1])), None)
+        key = (int(key[0]), int(key[1]))
+        g = self.home.pop(key, None)
         if g is not None:
             self.count[g] -= 1
+            if self.table is not None and key[0] in self._row:
+                self.table[self._row[key[0]], key[1]] = -1
+
+    def homes_of(self, layers, mask) -> np.ndarray:
+        """Homes of the keys ``mask`` (bool ``[len(layers), E]``, row j: ``layers[j]``) marks,
+        int64 in ``np.nonzero(mask)`` order; a key without a home gets one (:meth:`assign`, in
+        that order). Needs :attr:`table`."""
+        rows = [self._row[int(lay)] for lay in layers]
+        g = self.table[rows][mask]
+        if (g < 0).any():
+            jj, ee = np.nonzero(mask)
+            for i in np.nonzero(g < 0)[0].tolist():
+                g[i] = self.assign((layers[jj[i]], ee[i]))
+        return g
+
+    def move(self, arrived, left) -> tuple:
+        """The keys ``left`` leave HB and ``arrived`` enter: releases the homed keys of
+        ``left``, then assigns homes to the unhomed keys of ``arrived``, each in sorted order
+        (what :meth:`sync` does when the homes held the old contents). Returns ``(new keys,
+        released keys)``, each sorted."""
+        gone = sorted({(int(a), int(b)) for a, b in left} & self.home.keys())
+        for k in gone:
+            self.release(k)
+        new = sorted({(int(a), int(b)) for a, b in arrived} - self.home.keys())
+        for k in new:
+            self.assign(k)
+        return new, gone
 
     def update(self, cache) -> tuple:
         """:meth:`sync` to ``cache``'s contents after one :meth:`~.hbcache.HBExpertCache.step`,
@@ -279,13 +316,8 @@ class HomeGroups:
         walk over every cached slice; the homes must have followed the contents up to that
         step. Returns ``(new keys, released keys)``, each sorted, as :meth:`sync` does."""
         admitted, evicted = cache.last_changes
-        gone = sorted({k for k in evicted if k in self.home and k not in cache})
-        for k in gone:
-            self.release(k)
-        new = sorted({k for k in admitted if k not in self.home and k in cache})
-        for k in new:
-            self.assign(k)
-        return new, gone
+        return self.move([k for k in admitted if k in cache],
+                         [k for k in evicted if k not in cache])
 
     def sync(self, keys) -> tuple:
         """Homes for exactly ``keys``: returns ``(new keys, released keys)``, each sorted
@@ -437,7 +469,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
     res = esd.run(trace, batch=batch, phase=phase)
     reqs = trace.requests(phase)
     by_id = {r.request: r for r in reqs}
-    homes = HomeGroups(groups)
+    homes = HomeGroups(groups, layer_ids=lids, experts=E)
     steps = []
     its = list(res.iterations)
     it_no = 0
@@ -445,14 +477,9 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
 
     jsel = np.array([j for j, lay in enumerate(lids) if lay in sel], np.int64)
 
-    lidx = {lay: j for j, lay in enumerate(lids)}
-
-    def pool_mask(keys):
-        m = np.zeros((len(lids), E), bool)
-        if keys:
-            k = np.array(keys, np.int64).reshape(-1, 2)
-            m[[lidx[lay] for lay in k[:, 0].tolist()], k[:, 1]] = True
-        return m
+    def pool_mask():
+        # the homes follow the pool: its keys are those with a home
+        return homes.table >= 0
 
     def orig_ids(rr, t):
         x = rr.ids[t].astype(np.int64)
@@ -480,8 +507,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                                                                                 homes.groups))
         return st
 
-    def writes_for(new_pool, streamed):
-        new, gone = homes.sync(new_pool)
+    def writes(new, gone, streamed):
         return ([PoolWrite(k, homes.home[k], k not in streamed) for k in new if k[0] in sel],
                 [k for k in gone if k[0] in sel])
 
@@ -489,7 +515,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
         group = reqs[b0:b0 + batch]
         ids_b = {r.request for r in group}
         homes.sync(pool)
-        lp = pool_mask(pool)
+        lp = pool_mask()
         d = esd.depth
         for t in range(d):
             toks = [(r, t) for r in group if t < r.tokens]
@@ -505,7 +531,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                 if t < r.tokens:
                     for j, lay in enumerate(lids):
                         used.update((lay, e) for e in _orig(r, t, j, E)[0])
-        w, g = writes_for(first_pool, used)
+        w, g = writes(*homes.sync(first_pool), used)
         if steps and steps[-1].kind == "ar":
             steps[-1].writes += w
             steps[-1].evicted += g
@@ -513,7 +539,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
         for it in mine:
             n_it = it_no
             it_no += 1
-            lp = pool_mask(it.pool_before)
+            lp = pool_mask()                                 # it.pool_before
             rrs = [by_id[q] for q in it.requests]
             for s in range(d):
                 toks = [(rr, it.start[i] + s) for i, rr in enumerate(rrs) if s < it.drafted[i]]
@@ -541,7 +567,9 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                      sum(min(a + 1, rr.tokens - s0)
                          for a, rr, s0 in zip(it.accepted, rrs, it.start)),
                      iteration=n_it, accepted=list(it.accepted))
-            st.writes, st.evicted = writes_for(it.pool_after, streamed)
+            # the homes move from it.pool_before to it.pool_after
+            st.writes, st.evicted = writes(*homes.move(it.pool_written, it.pool_evicted),
+                                           streamed)
             assert {pw.key for pw in st.writes if pw.extra} <= set(map(tuple, it.pool_extra))
             pool = list(it.pool_after)
     return steps, res
@@ -584,8 +612,7 @@ def _place_arrays(ids, cached_mask, layers, homes, *, draft, experts) -> StepWor
     routed = tok > 0
     cached = routed & cached_mask
     group = np.full((L, E), -1, np.int64)
-    for j, e in zip(*np.nonzero(cached)):
-        group[j, e] = homes.assign((layers[j], e))
+    group[cached] = homes.homes_of(layers, cached)
     cold = routed & ~cached
     if draft and cold.any():
         j = int(np.nonzero(cold.any(axis=1))[0][0])

@@ -110,3 +110,118 @@ def test_step_summary_sees_a_changed_placement(gsm8k):
     st.work = host.StepWork(w.layers, w.tokens, w.cached, group)
     assert pm.step_summary(st).cycles != before.cycles or \
         pm.step_summary(st).link_bytes != before.link_bytes
+
+
+def _mask_of(keys, model):
+    """bool [L, E] of (layer, expert) keys, recomputed from a key list."""
+    p = model_preset(model)
+    m = np.zeros((p.moe_layers, p.routed_experts), bool)
+    row = {lay: j for j, lay in enumerate(p.moe_layer_ids)}
+    for lay, e in keys:
+        m[row[lay], e] = True
+    return m
+
+
+def test_resident_mask_follows_the_lru(gsm8k):
+    """HBExpertCache keeps its resident mask on every admission, eviction and fill: after each
+    step of an LRU replay of the real trace (20 slots: evictions every step) and after fills,
+    it equals the mask recomputed from ``contents()``."""
+    trace = host.limit_tokens(gsm8k, 40)
+    cache = HBExpertCache(capacity_bytes=20 * model_preset(MIX).expert_msb_bytes, model=MIX)
+    lids = trace.layer_ids
+    n = 0
+    for r in trace.requests("decode"):
+        for t in range(r.tokens):
+            for j, lay in enumerate(lids):
+                if r.present[t, j]:
+                    cache.step(lay, r.ids[t, j].tolist())
+                    assert (cache.resident_mask() == _mask_of(cache.contents(), MIX)).all()
+                    n += 1
+            if t % 7 == 3:
+                keep = cache.contents()[::2] + [(lids[t % len(lids)], (t + 3) % 8)]
+                cache.fill(list(dict.fromkeys(keep)))
+                assert (cache.resident_mask() == _mask_of(cache.contents(), MIX)).all()
+    assert n > 1000 and cache.stats.evictions > 500
+
+
+def test_fill_indices_equals_fill():
+    """fill_indices (flat keys, streamed mask) gives fill's contents and traffic."""
+    p = model_preset(MIX)
+    rng = np.random.default_rng(0)
+    a = HBExpertCache(capacity_bytes=40 * p.expert_msb_bytes, model=MIX, admit=False)
+    b = HBExpertCache(capacity_bytes=40 * p.expert_msb_bytes, model=MIX, admit=False)
+    E = p.routed_experts
+    for _ in range(20):
+        flat = rng.permutation(p.moe_layers * E)[:rng.integers(0, 41)]
+        keys = [(p.moe_layer_ids[i // E], int(i % E)) for i in flat]
+        st = rng.random((p.moe_layers, E)) < 0.3
+        streamed = [(p.moe_layer_ids[j], int(e)) for j, e in zip(*np.nonzero(st))]
+        assert a.fill(keys, streamed=streamed) == b.fill_indices(flat, streamed=st)
+        assert a.contents() == b.contents() == keys
+        assert a.stats.summary() == b.stats.summary()
+    assert a.stats.ext_extra_bytes > 0 and a.stats.evictions > 0
+
+
+def test_home_table_follows_the_homes():
+    """HomeGroups.table equals the ``home`` dict after random assign, release, move and sync
+    calls, and move from the old contents equals sync to the new ones."""
+    rng = np.random.default_rng(1)
+    lids = [0, 2, 5]
+    a = host.HomeGroups(3, layer_ids=lids, experts=6)
+    b = host.HomeGroups(3)
+    keys = [(lay, e) for lay in lids for e in range(6)]
+    for _ in range(60):
+        want = [keys[i] for i in rng.permutation(len(keys))[:rng.integers(0, 12)]]
+        old = set(a.home)
+        assert a.move(set(want) - old, old - set(want)) == b.sync(want)
+        assert a.home == b.home and a.count == b.count
+        t = np.full((3, 6), -1)
+        for (lay, e), g in a.home.items():
+            t[lids.index(lay), e] = g
+        assert (a.table == t).all()
+    m = a.table >= 0
+    m[1, 0] = m[2, 5] = True
+    ref = host.HomeGroups(3)
+    ref.home, ref.count = dict(a.home), list(a.count)
+    got = a.homes_of(lids, m).tolist()
+    assert got == [ref.assign((lids[j], e)) for j, e in zip(*np.nonzero(m))]
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_elastic_pools_and_homes_equal_a_recomputation(gsm8k, batch):
+    """elastic_steps' incremental pool bookkeeping (the iterations' pool_written and
+    pool_evicted, the cache's resident mask, the homes moved by them) against a straight
+    recomputation from the iterations' pool lists: every draft and verify step's cached
+    experts are its routed experts in ``pool_before``, their groups the homes a HomeGroups
+    synced to each pool in turn gives, and a verify's writes and evictions are that sync's."""
+    trace = host.limit_tokens(gsm8k, 60)
+    arch = preset("paper-8gb")
+    cache = HBExpertCache(capacity_bytes=100 * model_preset(MIX).expert_msb_bytes, model=MIX,
+                          admit=False)
+    esd = ElasticSD(cache=cache, depth=4, acceptance=CoverageAcceptance(0.5))
+    steps, res = host.elastic_steps(trace, esd, groups=arch.groups, batch=batch)
+    for it in res.iterations:
+        assert it.pool_written == [k for k in it.pool_after if k not in set(it.pool_before)]
+        assert it.pool_evicted == sorted(set(it.pool_before) - set(it.pool_after))
+    assert (cache.resident_mask() == _mask_of(res.iterations[-1].pool_after, MIX)).all()
+    ref = host.HomeGroups(arch.groups)
+    lids = list(model_preset(MIX).moe_layer_ids)
+    checked = evicted = 0
+    for st in steps:
+        if st.iteration is None:
+            continue
+        it = res.iterations[st.iteration]
+        ref.sync(it.pool_before)
+        pm = _mask_of(it.pool_before, MIX)[[lids.index(lay) for lay in st.work.layers]]
+        w = st.work
+        assert (w.cached == ((w.tokens > 0) & pm)).all()
+        jj, ee = np.nonzero(w.cached)
+        assert w.group[jj, ee].tolist() == [ref.home[(w.layers[j], e)]
+                                            for j, e in zip(jj.tolist(), ee.tolist())]
+        if st.kind == "verify":
+            new, gone = ref.sync(it.pool_after)
+            assert [(pw.key, pw.group) for pw in st.writes] == [(k, ref.home[k]) for k in new]
+            assert st.evicted == gone
+            checked += len(new) + len(gone)
+            evicted += len(gone)
+    assert checked > 100 and evicted > 20
