@@ -59,8 +59,9 @@ def test_run_totals_equal_the_recorded_figures(gsm8k):
 @pytest.mark.parametrize("config", ["paper-4gb", "small"])
 def test_step_summary_equals_step(gsm8k, config):
     """Every step of an Elastic-SD run (the first 30 tokens) and of an LRU replay: the totals
-    of ``step_summary`` equal ``step``'s bit for bit, and the lazily built placements equal
-    ``place_layer`` on the steps' own LayerWork."""
+    of ``step_summary`` and of one ``steps_summary`` over all the steps equal ``step``'s bit
+    for bit, and the lazily built placements equal ``place_layer`` on the steps' own
+    LayerWork."""
     trace = host.limit_tokens(gsm8k, 30)
     model = model_preset(MIX) if config != "small" else host.synthetic_model(MIX)
     arch = preset(config)
@@ -75,12 +76,14 @@ def test_step_summary_equals_step(gsm8k, config):
     replay = host.replay_steps(trace, cache, groups=arch.groups)
     pm = PerfModel(arch, model)
     kinds = set()
-    for step in esd_steps + replay:
+    batched = pm.steps_summary(esd_steps + replay)           # every step's layers at once
+    for step, many in zip(esd_steps + replay, batched, strict=True):
         kinds.add(step.kind)
-        fast, ref = pm.step_summary(step), pm.step(step, step.placements)
-        for f in FIELDS:
-            assert getattr(fast, f) == getattr(ref, f), (step.index, step.kind, f)
-        assert list(fast.bounds) == list(ref.bounds)          # the same first-seen order
+        one, ref = pm.step_summary(step), pm.step(step, step.placements)
+        for fast in (one, many):
+            for f in FIELDS:
+                assert getattr(fast, f) == getattr(ref, f), (step.index, step.kind, f)
+            assert list(fast.bounds) == list(ref.bounds)      # the same first-seen order
     assert kinds == {"ar", "draft", "verify", "decode"}
     # the array placement against place_layer (homes as the schedule had them)
     for step in esd_steps:
