@@ -387,33 +387,39 @@ class ElasticSD:
         chosen = throttle(rank, pool_mask, k)
         return chosen, self.throttled_weights(rr, t, j, chosen, float(rr.weights[t, j, -1]))
 
-    def _throttle_layers(self, rr, t, masks, hot_prev) -> np.ndarray:
-        """:meth:`throttled`'s expert ids of token ``t`` of ``rr`` at every layer at once:
-        int64 ``[L, k]``, ``num_experts`` in unused slots and in layers without a record
-        (``masks``: the pool, bool ``[L, E]``; ``hot_prev``: the fallback ranking, ``[L, E]``)."""
+    def _throttle_tokens(self, toks, masks, hot_prev) -> np.ndarray:
+        """:meth:`throttled`'s expert ids of the tokens ``toks`` = [(rr, t)] at every layer
+        at once, all under one pool: int64 ``[n, L, k]``, ``num_experts`` in unused slots and
+        in layers without a record (``masks``: the pool, bool ``[L, E]``; ``hot_prev``: the
+        fallback ranking, ``[L, E]``). A bad id or score raises for the first such token."""
         E, k = self.model.routed_experts, self.model.top_k
         L = masks.shape[0]
-        pres = rr.present[t]
-        ids = rr.ids[t].astype(np.int64)
-        if ((ids[pres] < 0) | (ids[pres] >= E)).any():
-            j = int(np.nonzero(pres & ((ids < 0) | (ids >= E)).any(axis=1))[0][0])
-            original_ranking(ids[j], E)                   # raises, naming the ids
-        if rr.scores is not None:
-            sc = rr.scores[t].astype(np.float64)
-            if not np.isfinite(sc[pres]).all():
+        pres = np.stack([rr.present[t] for rr, t in toks])                  # [n, L]
+        ids = np.stack([rr.ids[t] for rr, t in toks]).astype(np.int64)      # [n, L, k]
+        bad = pres & ((ids < 0) | (ids >= E)).any(axis=2)
+        scored = np.array([rr.scores is not None for rr, t in toks])
+        for x, (rr, t) in enumerate(toks):
+            if bad[x].any():
+                original_ranking(ids[x, int(np.nonzero(bad[x])[0][0])], E)   # raises
+            if scored[x] and not np.isfinite(rr.scores[t][pres[x]]).all():
                 raise UserError(f"scores: expected {E} finite values")
-            rank = np.argsort(-sc, axis=1, kind="stable")
-        else:
-            first = np.full((L, E), k, np.int64)
-            rows = np.nonzero(pres)[0]
-            first[rows[:, None], ids[rows]] = np.arange(k)
-            rank = np.lexsort((np.broadcast_to(np.arange(E), (L, E)), -hot_prev, first),
-                              axis=-1)
-        inpool = np.take_along_axis(masks, rank, axis=1)
-        cum = np.cumsum(inpool, axis=1)
-        out = np.full((L, k), E, np.int64)
-        rr_, cc = np.nonzero(inpool & (cum <= k) & pres[:, None])
-        out[rr_, cum[rr_, cc] - 1] = rank[rr_, cc]
+        rank = np.empty((len(toks), L, E), np.int64)
+        if scored.any():
+            sc = np.stack([toks[x][0].scores[toks[x][1]] for x in np.nonzero(scored)[0]])
+            rank[scored] = np.argsort(-sc.astype(np.float64), axis=2, kind="stable")
+        if not scored.all():
+            n = int((~scored).sum())
+            first = np.full((n, L, E), k, np.int64)
+            tt, rows = np.nonzero(pres[~scored])
+            first[tt[:, None], rows[:, None], ids[~scored][tt, rows]] = np.arange(k)
+            rank[~scored] = np.lexsort((np.broadcast_to(np.arange(E), (n, L, E)),
+                                        np.broadcast_to(-hot_prev, (n, L, E)), first),
+                                       axis=-1)
+        inpool = np.take_along_axis(masks[None], rank, axis=2)
+        cum = np.cumsum(inpool, axis=2)
+        out = np.full((len(toks), L, k), E, np.int64)
+        xx, rr_, cc = np.nonzero(inpool & (cum <= k) & pres[:, :, None])
+        out[xx, rr_, cum[xx, rr_, cc] - 1] = rank[xx, rr_, cc]
         return out
 
     def run(self, trace, *, batch=1, phase="decode") -> ElasticSDResult:
@@ -455,6 +461,16 @@ class ElasticSD:
             j, e = np.divmod(flat, E)
             return list(zip([lids[a] for a in j.tolist()], e.tolist()))
 
+        def rows_of(x, sel):
+            # (j, x[j][sel[j]] as a list) for every row j with a selected entry, in order
+            vals = x[sel].tolist()
+            out, c0 = [], 0
+            for j, c in enumerate(sel.sum(axis=1).tolist()):
+                if c:
+                    out.append((j, vals[c0:c0 + c]))
+                    c0 += c
+            return out
+
         def union(group, pos, j):
             out, seen = [], set()
             for r, t in zip(group, pos):
@@ -495,29 +511,34 @@ class ElasticSD:
                 n_draft = {i: min(self._depth, group[i].tokens - pos[i]) for i in active}
                 cover = {i: np.zeros(n_draft[i]) for i in active}
                 droute = {i: np.full((n_draft[i], L, k), E, np.int16) for i in active}
+                # the draft tokens, step by step (all under this pool and hotness)
+                toks = [(i, s) for s in range(self._depth) for i in active if s < n_draft[i]]
+                ch_all = self._throttle_tokens([(group[i], pos[i] + s) for i, s in toks],
+                                               masks, hot_prev)
+                tt, rows = np.nonzero(np.stack([group[i].present[pos[i] + s]
+                                                for i, s in toks]))
+                ids = np.stack([group[i].ids[pos[i] + s] for i, s in toks])[tt, rows] \
+                    .astype(np.int64)                                     # [n_rows, k]
+                np.add.at(hot, (rows[:, None], ids), 1)           # one-hot of original top-k
+                wts = np.stack([group[i].weights[pos[i] + s] for i, s in toks])[tt, rows]
+                covs = _coverage(wts, masks[rows[:, None], ids])
+                per_tok = np.bincount(tt, minlength=len(toks)).tolist()
+                c0 = 0
+                for x, (i, s) in enumerate(toks):
+                    droute[i][s] = ch_all[x]
+                    cov = float(cover[i][s])
+                    for v in covs[c0:c0 + per_tok[x]]:
+                        cov += v
+                    c0 += per_tok[x]
+                    cover[i][s] = cov
                 steps = []
                 for s in range(self._depth):
-                    chosen = []
-                    for i in active:
-                        if s >= n_draft[i]:
-                            continue
-                        r, t = group[i], pos[i] + s
-                        ch = self._throttle_layers(r, t, masks, hot_prev)
-                        droute[i][s] = ch
-                        rows = np.nonzero(r.present[t])[0]
-                        ids = r.ids[t][rows].astype(np.int64)
-                        hot[rows[:, None], ids] += 1              # one-hot of original top-k
-                        cov = float(cover[i][s])
-                        for v in _coverage(r.weights[t][rows], masks[rows[:, None], ids]):
-                            cov += v
-                        cover[i][s] = cov
-                        chosen.append(ch)
                     step = {}
-                    if chosen:
-                        ch = np.concatenate(chosen, axis=1)
+                    xs = [x for x, (i, s_) in enumerate(toks) if s_ == s]
+                    if xs:
+                        ch = np.concatenate(list(ch_all[xs]), axis=1)
                         keep = _first_seen(ch) & (ch != E)
-                        for j in np.nonzero(keep.any(axis=1))[0].tolist():
-                            seen = ch[j][keep[j]].tolist()
+                        for j, seen in rows_of(ch, keep):
                             step[lids[j]] = seen
                             draft_hb += msb * len(seen)
                     steps.append(step)
@@ -557,10 +578,10 @@ class ElasticSD:
                     verify.hits += n_c
                     verify.hb_read_bytes += msb * int(n_c.sum())
                     verify.ext_read_bytes += lsb * int(n_c.sum()) + (msb + lsb) * int(n_u.sum())
-                    for j in np.nonzero(n_c)[0].tolist():
-                        vc[lids[j]] = ex[j][keep[j] & inpool[j]].tolist()
-                    for j in np.nonzero(n_u)[0].tolist():
-                        vu[lids[j]] = ex[j][keep[j] & ~inpool[j]].tolist()
+                    for j, es in rows_of(ex, keep & inpool):
+                        vc[lids[j]] = es
+                    for j, es in rows_of(ex, keep & ~inpool):
+                        vu[lids[j]] = es
                     jj, cc = np.nonzero(keep & ~inpool & ok)
                     streamed[jj, ex[jj, cc]] = True
                 x_before = cache.stats.ext_extra_bytes
