@@ -172,6 +172,37 @@ def _coverage(w, m) -> list:
     return (num / np.maximum(w.sum(axis=1), 1e-30)).tolist()
 
 
+def _first_k(x, pad, k) -> np.ndarray:
+    """The first ``k`` entries other than ``pad`` of each row of ``x`` ``[..., n]``, in
+    order, ``pad``-filled: ``[..., k]``."""
+    ok = x != pad
+    pos = np.cumsum(ok, axis=-1)
+    out = np.full(x.shape[:-1] + (k,), pad, x.dtype)
+    idx = np.nonzero(ok & (pos <= k))
+    out[idx[:-1] + (pos[idx] - 1,)] = x[idx]
+    return out
+
+
+def _first_pooled(key, k) -> np.ndarray:
+    """Per row of ``key`` ``[..., E]`` (float; +inf: not in the pool): the ids of its ``k``
+    smallest finite keys, ascending, ties to the lower id (what a stable argsort of ``key``
+    cut to the pooled ones gives), ``E``-padded: int64 ``[..., k]``. Selects with a
+    partition, then sorts only those."""
+    E = key.shape[-1]
+    pooled = key < np.inf
+    if E > k:
+        v = np.partition(key, k - 1, axis=-1)[..., k - 1:k]                # k-th smallest
+        lt = key < v
+        eq = (key == v) & pooled
+        sel = lt | (eq & (np.cumsum(eq, axis=-1) <= k - lt.sum(axis=-1, keepdims=True)))
+    else:
+        sel = pooled
+    ids = _first_k(np.where(sel, np.arange(E), E), E, k)                   # ascending ids
+    kk = np.take_along_axis(key, np.minimum(ids, E - 1), axis=-1)
+    kk[ids == E] = np.inf
+    return np.take_along_axis(ids, np.argsort(kk, axis=-1, kind="stable"), axis=-1)
+
+
 @dataclass(frozen=True)
 class CoverageAcceptance:
     """Accept a draft token iff the mean, over its MoE layers, of the fraction of its original
@@ -403,23 +434,23 @@ class ElasticSD:
                 original_ranking(ids[x, int(np.nonzero(bad[x])[0][0])], E)   # raises
             if scored[x] and not np.isfinite(rr.scores[t][pres[x]]).all():
                 raise UserError(f"scores: expected {E} finite values")
-        rank = np.empty((len(toks), L, E), np.int64)
+        out = np.full((len(toks), L, k), E, np.int64)
         if scored.any():
             sc = np.stack([toks[x][0].scores[toks[x][1]] for x in np.nonzero(scored)[0]])
-            rank[scored] = np.argsort(-sc.astype(np.float64), axis=2, kind="stable")
+            out[scored] = _first_pooled(np.where(masks, -sc.astype(np.float64), np.inf), k)
         if not scored.all():
-            n = int((~scored).sum())
-            first = np.full((n, L, E), k, np.int64)
-            tt, rows = np.nonzero(pres[~scored])
-            first[tt[:, None], rows[:, None], ids[~scored][tt, rows]] = np.arange(k)
-            rank[~scored] = np.lexsort((np.broadcast_to(np.arange(E), (n, L, E)),
-                                        np.broadcast_to(-hot_prev, (n, L, E)), first),
-                                       axis=-1)
-        inpool = np.take_along_axis(masks[None], rank, axis=2)
-        cum = np.cumsum(inpool, axis=2)
-        out = np.full((len(toks), L, k), E, np.int64)
-        xx, rr_, cc = np.nonzero(inpool & (cum <= k) & pres[:, :, None])
-        out[xx, rr_, cum[xx, rr_, cc] - 1] = rank[xx, rr_, cc]
+            # the recorded ids in the pool, in order, then the pool's others by hotness (ties
+            # to the lower id): among the 2k first of those at most k are recorded
+            rec = ids[~scored]                                              # [n, L, k]
+            rec_ok = np.take_along_axis(masks[None], np.where(rec >= 0, rec, 0) % E, axis=2)
+            order = np.lexsort((np.broadcast_to(np.arange(E), (L, E)), -hot_prev, ~masks),
+                               axis=-1)[:, :2 * k]                          # [L, c]
+            cand_ok = np.take_along_axis(masks, order, axis=1)
+            isrec = (order[None, :, :, None] == rec[:, :, None, :]).any(axis=3)
+            x = np.concatenate([np.where(rec_ok, rec, E),
+                                np.where(cand_ok & ~isrec, order, E)], axis=2)
+            out[~scored] = _first_k(x, E, k)
+        out[~pres] = E
         return out
 
     def run(self, trace, *, batch=1, phase="decode") -> ElasticSDResult:

@@ -3,6 +3,8 @@
 layer), the array placement of ``elastic_steps`` against ``place_layer``, and the run's totals
 against figures recorded from the unchanged code."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -228,3 +230,40 @@ def test_elastic_pools_and_homes_equal_a_recomputation(gsm8k, batch):
             checked += len(new) + len(gone)
             evicted += len(gone)
     assert checked > 100 and evicted > 20
+
+
+@pytest.mark.parametrize("source", ["gsm8k", "synthetic", "synthetic-ties"])
+def test_throttle_tokens_equals_throttled(gsm8k, source):
+    """Elastic-SD's throttled top-k of many draft tokens at once (a partition over the
+    pooled scores; without scores the recorded ids then the pool's hottest) against
+    ``throttled`` (a full ranking per token and layer) under random pools and hotness, with
+    and without router scores (and scores rounded so that ties occur)."""
+    from elmoe3d.sw.host.tracegen import CALIBRATED, synthetic_trace
+    if source == "gsm8k":
+        model, trace = MIX, gsm8k
+    else:
+        model = "qwen3-30b-a3b"
+        trace = synthetic_trace(model, CALIBRATED["olmoe-1b-7b"], tokens=24, seed=0)
+    p = model_preset(model)
+    cache = HBExpertCache(capacity_bytes=p.expert_msb_bytes, model=model, admit=False)
+    esd = ElasticSD(cache=cache, depth=4, acceptance=CoverageAcceptance(0.5))
+    rng = np.random.default_rng(2)
+    reqs = trace.requests("decode")
+    if source == "synthetic-ties":
+        reqs = [dataclasses.replace(r, scores=np.round(r.scores, 2)) for r in reqs]
+    E, k, L = p.routed_experts, p.top_k, p.moe_layers
+    n = 0
+    for frac in (0.02, 0.1, 0.5, 1.0):
+        masks = rng.random((L, E)) < frac
+        hot = rng.integers(0, 3, (L, E)).astype(np.float64)
+        toks = [(r, t) for r in reqs for t in range(0, r.tokens, 5)]
+        got = esd._throttle_tokens(toks, masks, hot)
+        for x, (r, t) in enumerate(toks):
+            for j in range(L):
+                if not r.present[t, j]:
+                    assert (got[x, j] == E).all()
+                    continue
+                ref = esd.throttled(r, t, j, masks[j], hot[j])[0].tolist()
+                assert got[x, j].tolist() == ref + [E] * (k - len(ref)), (x, j)
+                n += len(ref) < k
+    assert n > 0                                  # pools short of k experts were seen
