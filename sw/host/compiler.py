@@ -48,6 +48,7 @@ Plain NumPy; never imports Amaranth or cocotb.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,6 +60,7 @@ from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
 
 
 __all__ = ["STEP_KINDS", "SYNTHETIC_SHAPE", "SYNTHETIC_NOTE", "LayerWork", "Step", "PoolWrite",
+           "StepWork", "step_work",
            "HomeGroups", "Placement", "place_layer", "replay_steps", "elastic_steps",
            "limit_tokens", "parse_layers", "synthetic_model", "synthetic_experts",
            "SyntheticWeights", "compile_layer", "slice_images", "reserved_hb_bytes",
@@ -140,6 +142,49 @@ class LayerWork:
         return {int(e): int(n) for e, n in zip(u, c)}
 
 
+@dataclass(frozen=True, eq=False)
+class StepWork:
+    """A step's expert work and placement as arrays over its computed layers (what
+    :meth:`.perf.PerfModel.step_summary` reads; :func:`step_work` builds it from a step's
+    :class:`LayerWork` and :class:`Placement` records).
+
+    Attributes
+    ----------
+    layers : tuple of int
+        The step's computed layers (``Step.layers``' keys, in their order), L of them.
+    tokens : int64 ``[L, E]``
+        Tokens routed to each expert (0: not routed).
+    cached : bool ``[L, E]``
+        Routed experts whose MSB slice is HB-resident.
+    group : int64 ``[L, E]``
+        PE group each routed expert runs on (-1: not routed).
+    """
+
+    layers: tuple
+    tokens: np.ndarray
+    cached: np.ndarray
+    group: np.ndarray
+
+
+def step_work(step, experts: int) -> StepWork:
+    """``step.work`` if the schedule set it, else a :class:`StepWork` built from
+    ``step.layers`` and ``step.placements`` (``experts``: the model's routed experts, E)."""
+    if step.work is not None:
+        return step.work
+    lays = tuple(step.layers)
+    tok = np.zeros((len(lays), experts), np.int64)
+    cached = np.zeros((len(lays), experts), bool)
+    group = np.full((len(lays), experts), -1, np.int64)
+    for j, lay in enumerate(lays):
+        pl = step.placements[lay]
+        for g, ex in enumerate(pl.groups):
+            for e, n in ex.items():
+                tok[j, e] = n
+                group[j, e] = g
+                cached[j, e] = e in pl.cached[g]
+    return StepWork(lays, tok, cached, group)
+
+
 @dataclass(frozen=True)
 class PoolWrite:
     """An MSB slice written into HB during a step (Elastic-SD's pool update, Algorithm 1 line
@@ -178,6 +223,9 @@ class Step:
     placements : dict
         ``{layer: Placement}``: where each layer's experts run (:func:`place_layer`, with the
         homes of the step's HB contents).
+    work : StepWork or None
+        The same work and placement as arrays, when the schedule made them (else
+        :func:`step_work` builds them from ``layers`` and ``placements``).
     """
 
     index: int
@@ -190,6 +238,7 @@ class Step:
     evicted: list = field(default_factory=list)
     accepted: list = field(default_factory=list)
     placements: dict = field(default_factory=dict)
+    work: StepWork | None = None
 
     @property
     def phase(self) -> str:
@@ -202,27 +251,64 @@ class HomeGroups:
     """Home group of every HB-resident MSB slice (module docstring, placement policy).
 
     ``groups``: PE groups of the die. :meth:`sync` makes the homes follow a cache content
-    (assigning a home to each new key, releasing departed ones)."""
+    (assigning a home to each new key, releasing departed ones); :meth:`move` and
+    :meth:`update` do it from the keys that arrived and left. With ``layer_ids`` (the model's
+    MoE layers) and ``experts`` (E), :attr:`table` keeps the homes as an array too."""
 
-    def __init__(self, groups: int):
+    def __init__(self, groups: int, *, layer_ids=None, experts: int = 0):
         if not isinstance(groups, int) or groups < 1:
             raise ValueError(f"groups: expected a positive integer, got {groups!r}")
         self.groups = groups
         self.home: dict = {}
         self.count = [0] * groups
+        self._row = {int(lay): j for j, lay in enumerate(layer_ids or ())}
+        #: int64 ``[len(layer_ids), experts]``: the home of (``layer_ids[j]``, e), -1 for a
+        #: key without one (None without ``layer_ids``); follows :attr:`home`.
+        self.table = None if layer_ids is None else np.full((len(self._row), experts), -1,
+                                                            np.int64)
 
     def assign(self, key) -> int:
         key = (int(key[0]), int(key[1]))
         if key not in self.home:
-            g = min(range(self.groups), key=lambda i: (self.count[i], i))
+            g = self.count.index(min(self.count))    # fewest slices, ties to the lower index
             self.home[key] = g
             self.count[g] += 1
+            if self.table is not None and key[0] in self._row:
+                self.table[self._row[key[0]], key[1]] = g
         return self.home[key]
 
     def release(self, key):
-        g = self.home.pop((int(key[0]), int(key[1])), None)
+        key = (int(key[0]), int(key[1]))
+        g = self.home.pop(key, None)
         if g is not None:
             self.count[g] -= 1
+            if self.table is not None and key[0] in self._row:
+                self.table[self._row[key[0]], key[1]] = -1
+
+    def homes_of(self, layers, mask) -> np.ndarray:
+        """Homes of the keys ``mask`` (bool ``[len(layers), E]``, row j: ``layers[j]``) marks,
+        int64 in ``np.nonzero(mask)`` order; a key without a home gets one (:meth:`assign`, in
+        that order). Needs :attr:`table`."""
+        rows = [self._row[int(lay)] for lay in layers]
+        g = self.table[rows][mask]
+        if (g < 0).any():
+            jj, ee = np.nonzero(mask)
+            for i in np.nonzero(g < 0)[0].tolist():
+                g[i] = self.assign((layers[jj[i]], ee[i]))
+        return g
+
+    def move(self, arrived, left) -> tuple:
+        """The keys ``left`` leave HB and ``arrived`` enter: releases the homed keys of
+        ``left``, then assigns homes to the unhomed keys of ``arrived``, each in sorted order
+        (what :meth:`sync` does when the homes held the old contents). Returns ``(new keys,
+        released keys)``, each sorted."""
+        gone = sorted({(int(a), int(b)) for a, b in left} & self.home.keys())
+        for k in gone:
+            self.release(k)
+        new = sorted({(int(a), int(b)) for a, b in arrived} - self.home.keys())
+        for k in new:
+            self.assign(k)
+        return new, gone
 
     def update(self, cache) -> tuple:
         """:meth:`sync` to ``cache``'s contents after one :meth:`~.hbcache.HBExpertCache.step`,
@@ -230,13 +316,8 @@ class HomeGroups:
         walk over every cached slice; the homes must have followed the contents up to that
         step. Returns ``(new keys, released keys)``, each sorted, as :meth:`sync` does."""
         admitted, evicted = cache.last_changes
-        gone = sorted({k for k in evicted if k in self.home and k not in cache})
-        for k in gone:
-            self.release(k)
-        new = sorted({k for k in admitted if k not in self.home and k in cache})
-        for k in new:
-            self.assign(k)
-        return new, gone
+        return self.move([k for k in admitted if k in cache],
+                         [k for k in evicted if k not in cache])
 
     def sync(self, keys) -> tuple:
         """Homes for exactly ``keys``: returns ``(new keys, released keys)``, each sorted
@@ -388,37 +469,45 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
     res = esd.run(trace, batch=batch, phase=phase)
     reqs = trace.requests(phase)
     by_id = {r.request: r for r in reqs}
-    homes = HomeGroups(groups)
+    homes = HomeGroups(groups, layer_ids=lids, experts=E)
     steps = []
     its = list(res.iterations)
     it_no = 0
     pool = list(pool_start)
 
-    def layer_pool(keys):
-        out = {}
-        for lay, e in keys:
-            out.setdefault(lay, set()).add(e)
-        return out
+    jsel = np.array([j for j, lay in enumerate(lids) if lay in sel], np.int64)
 
-    def add(kind, toks, rows_of, cached_of, produced, **kw):
-        work = {}
-        for j, lay in enumerate(lids):
-            if lay not in sel:
-                continue
-            rows = [rows_of(rr, t, j) for rr, t in toks]
-            if not any(ri for ri, _ in rows):
-                continue
-            routed = {e for ri, _ in rows for e in ri}
-            work[lay] = _layer_work(lay, rows, cached_of(lay) & routed, p)
+    def pool_mask():
+        # the homes follow the pool: its keys are those with a home
+        return homes.table >= 0
+
+    def orig_ids(rr, t):
+        x = rr.ids[t].astype(np.int64)
+        x = np.where(rr.present[t][:, None] & (x < E), x, -1)
+        if ((x[:, :-1] < 0) & (x[:, 1:] >= 0)).any():        # kept ids first, in order
+            x = np.take_along_axis(x, np.argsort(x < 0, axis=1, kind="stable"), axis=1)
+        return x
+
+    def add(kind, toks, ids_of, rows_of, mask, produced, **kw):
+        ids = np.stack([ids_of(rr, t) for rr, t in toks])[:, jsel]       # [T, Ls, k]
+        has = (ids >= 0).any(axis=(0, 2))
+        js = jsel[has]
+        ids = ids[:, has]
         steps.append(Step(index=len(steps), kind=kind,
                           tokens=[(rr.request, int(rr.positions[t])) for rr, t in toks],
-                          layers=work, produced=produced, **kw,
-                          placements={lay: place_layer(w, homes, draft=kind == "draft")
-                                      for lay, w in work.items()}))
-        return steps[-1]
+                          layers={}, produced=produced, **kw))
+        st = steps[-1]
+        st.work = _place_arrays(ids, mask[js], [lids[j] for j in js], homes,
+                                draft=kind == "draft", experts=E)
+        st.layers = _LazyLayers(st.work.layers, lambda lay, j: _layer_work(
+            lay, [rows_of(rr, t, j) for rr, t in toks],
+            np.nonzero(st.work.cached[st.work.layers.index(lay)])[0].tolist(), p),
+            [lids.index(lay) for lay in st.work.layers])
+        st.placements = _LazyLayers(st.work.layers, lambda lay, j: _placement_of(st.work, lay,
+                                                                                homes.groups))
+        return st
 
-    def writes_for(new_pool, streamed):
-        new, gone = homes.sync(new_pool)
+    def writes(new, gone, streamed):
         return ([PoolWrite(k, homes.home[k], k not in streamed) for k in new if k[0] in sel],
                 [k for k in gone if k[0] in sel])
 
@@ -426,13 +515,12 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
         group = reqs[b0:b0 + batch]
         ids_b = {r.request for r in group}
         homes.sync(pool)
-        lp = layer_pool(pool)
+        lp = pool_mask()
         d = esd.depth
         for t in range(d):
             toks = [(r, t) for r in group if t < r.tokens]
             if toks:
-                add("ar", toks, lambda rr, tt, j: _orig(rr, tt, j, E),
-                    lambda lay: lp.get(lay, set()), len(toks))
+                add("ar", toks, orig_ids, lambda rr, tt, j: _orig(rr, tt, j, E), lp, len(toks))
         mine = []
         while its and set(its[0].requests) <= ids_b:
             mine.append(its.pop(0))
@@ -443,7 +531,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                 if t < r.tokens:
                     for j, lay in enumerate(lids):
                         used.update((lay, e) for e in _orig(r, t, j, E)[0])
-        w, g = writes_for(first_pool, used)
+        w, g = writes(*homes.sync(first_pool), used)
         if steps and steps[-1].kind == "ar":
             steps[-1].writes += w
             steps[-1].evicted += g
@@ -451,7 +539,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
         for it in mine:
             n_it = it_no
             it_no += 1
-            lp = layer_pool(it.pool_before)
+            lp = pool_mask()                                 # it.pool_before
             rrs = [by_id[q] for q in it.requests]
             for s in range(d):
                 toks = [(rr, it.start[i] + s) for i, rr in enumerate(rrs) if s < it.drafted[i]]
@@ -468,20 +556,96 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                     wts = esd.throttled_weights(rr, tt, j, np.array(ch),
                                                  float(rr.weights[tt, j, -1]))
                     return ch, [float(x) for x in wts]
-                add("draft", toks, draft_rows, lambda lay: lp.get(lay, set()), 0,
-                    iteration=n_it)
+                def draft_ids(rr, tt, route=route):
+                    x = np.asarray(route[(rr.request, tt)], np.int64)
+                    return np.where(x < E, x, -1)
+                add("draft", toks, draft_ids, draft_rows, lp, 0, iteration=n_it)
             toks = [(rr, it.start[i] + s) for i, rr in enumerate(rrs)
                     for s in range(it.drafted[i])]
             streamed = {(lay, e) for lay, es in it.verify_uncached.items() for e in es}
-            st = add("verify", toks, lambda rr, tt, j: _orig(rr, tt, j, E),
-                     lambda lay: lp.get(lay, set()),
+            st = add("verify", toks, orig_ids, lambda rr, tt, j: _orig(rr, tt, j, E), lp,
                      sum(min(a + 1, rr.tokens - s0)
                          for a, rr, s0 in zip(it.accepted, rrs, it.start)),
                      iteration=n_it, accepted=list(it.accepted))
-            st.writes, st.evicted = writes_for(it.pool_after, streamed)
+            # the homes move from it.pool_before to it.pool_after
+            st.writes, st.evicted = writes(*homes.move(it.pool_written, it.pool_evicted),
+                                           streamed)
             assert {pw.key for pw in st.writes if pw.extra} <= set(map(tuple, it.pool_extra))
             pool = list(it.pool_after)
     return steps, res
+
+
+class _LazyLayers(Mapping):
+    """``{layer: value}`` over ``layers`` whose values ``build(layer, j)`` (``j``: the
+    layer's index in ``index``) makes on first use: a schedule's :class:`LayerWork` and
+    :class:`Placement` records, which the performance model does not read (it reads
+    :class:`StepWork`)."""
+
+    def __init__(self, layers, build, index=None):
+        self._layers = tuple(layers)
+        self._build = build
+        self._index = dict(zip(self._layers, index if index is not None else
+                               range(len(self._layers))))
+        self._made = {}
+
+    def __getitem__(self, layer):
+        if layer not in self._index:
+            raise KeyError(layer)
+        if layer not in self._made:
+            self._made[layer] = self._build(layer, self._index[layer])
+        return self._made[layer]
+
+    def __iter__(self):
+        return iter(self._layers)
+
+    def __len__(self):
+        return len(self._layers)
+
+
+def _place_arrays(ids, cached_mask, layers, homes, *, draft, experts) -> StepWork:
+    """:func:`place_layer` for every layer of a step at once: ``ids`` int64 ``[T, L, k]``
+    (-1: empty), ``cached_mask`` bool ``[L, E]`` (the HB pool of each layer)."""
+    L, E, G = len(layers), experts, homes.groups
+    rows = np.broadcast_to(np.arange(L)[None, :, None], ids.shape)
+    ok = ids >= 0
+    tok = np.bincount(rows[ok] * E + ids[ok], minlength=L * E).reshape(L, E)
+    routed = tok > 0
+    cached = routed & cached_mask
+    group = np.full((L, E), -1, np.int64)
+    group[cached] = homes.homes_of(layers, cached)
+    cold = routed & ~cached
+    if draft and cold.any():
+        j = int(np.nonzero(cold.any(axis=1))[0][0])
+        raise ValueError(f"work: layer {layers[j]}: draft tokens routed to experts "
+                         f"{np.nonzero(cold[j])[0].tolist()} outside the HB pool")
+    load = np.zeros((L, G), np.int64)
+    np.add.at(load, (np.nonzero(cached)[0], group[cached]), tok[cached])
+    # longest processing time first: most tokens first, ties to the lower id
+    order = np.lexsort((np.broadcast_to(np.arange(E), (L, E)), np.where(cold, -tok, 1)),
+                       axis=-1)
+    n_cold = cold.sum(axis=1)
+    for r in range(int(n_cold.max()) if L else 0):
+        js = np.nonzero(n_cold > r)[0]
+        e = order[js, r]
+        g = load[js].argmin(axis=1)
+        load[js, g] += tok[js, e]
+        group[js, e] = g
+    return StepWork(tuple(layers), tok, cached, group)
+
+
+def _placement_of(work: StepWork, layer, groups) -> Placement:
+    """The :class:`Placement` of ``layer`` in ``work``, as :func:`place_layer` builds it
+    (a group's HB-resident experts in ascending id, then the streamed ones in placement
+    order)."""
+    j = work.layers.index(layer)
+    tok, cached, group = work.tokens[j], work.cached[j], work.group[j]
+    cold = np.nonzero((tok > 0) & ~cached)[0]
+    cold = cold[np.lexsort((cold, -tok[cold]))]
+    per = [dict() for _ in range(groups)]
+    for e in np.nonzero(cached)[0].tolist() + cold.tolist():
+        per[group[e]][e] = int(tok[e])
+    return Placement(groups=tuple(per), cached=tuple(
+        frozenset(e for e in per[g] if cached[e]) for g in range(groups)))
 
 
 # ---- placement ----------------------------------------------------------------------------------

@@ -52,9 +52,9 @@ from .hbcache import CacheStats, HBExpertCache
 from .models import ModelPreset
 
 
-__all__ = ["throttle", "original_ranking", "select_pool", "CoverageAcceptance",
-           "BernoulliAcceptance", "accepted_prefix", "Iteration", "ElasticSDResult",
-           "ElasticSD"]
+__all__ = ["throttle", "original_ranking", "select_pool", "select_pool_indices",
+           "CoverageAcceptance", "BernoulliAcceptance", "accepted_prefix", "Iteration",
+           "ElasticSDResult", "ElasticSD"]
 
 
 def original_ranking(topk_ids, num_experts, *, scores=None, fallback=None) -> np.ndarray:
@@ -104,26 +104,39 @@ def select_pool(hotness, slots, *, layer_ids, current=(), min_per_layer=1) -> li
     if len(layer_ids) != L:
         raise UserError(f"hotness: {L} layers but {len(layer_ids)} layer ids")
     cur = {(int(a), int(b)) for a, b in current}
+    j_of = {int(lay): j for j, lay in enumerate(layer_ids)}
+    incur = np.zeros((L, E), bool)
+    for lay, e in cur:
+        if lay in j_of and 0 <= e < E:
+            incur[j_of[lay], e] = True
+    keys = select_pool_indices(h, slots, layer_ids=layer_ids, current=incur,
+                               min_per_layer=min_per_layer)
+    j, e = np.divmod(keys, E)
+    return [(layer_ids[a], b) for a, b in zip(j.tolist(), e.tolist())]
 
-    def key(j, e):
-        lay = layer_ids[j]
-        return (-h[j, e], (lay, e) not in cur, lay, e)
 
+def select_pool_indices(hotness, slots, *, layer_ids, current, min_per_layer=1) -> np.ndarray:
+    """:func:`select_pool` on flat indices: ``current`` is the cached keys as a bool
+    ``[L, E]`` mask (row ``j``: ``layer_ids[j]``); returns the pool as int64 ``j * E + e``,
+    coldest first."""
+    h = np.asarray(hotness, np.float64)
+    L, E = h.shape
+    incur = np.asarray(current, bool)
+    ee = np.broadcast_to(np.arange(E), (L, E))
+    ll = np.broadcast_to(np.asarray(layer_ids, np.int64)[:, None], (L, E))
     floor = min(min_per_layer, E, slots // L) if L else 0
-    chosen = set()
-    for j in range(L):
-        order = sorted(range(E), key=lambda e: key(j, e))
-        for e in order[:floor]:
-            chosen.add((j, e))
-    rest = sorted(((j, e) for j in range(L) for e in range(E) if (j, e) not in chosen),
-                  key=lambda je: key(*je))
-    for j, e in rest:
-        if len(chosen) >= slots:
-            break
-        if h[j, e] > 0 or (layer_ids[j], e) in cur:
-            chosen.add((j, e))
-    ordered = sorted(chosen, key=lambda je: key(*je), reverse=True)
-    return [(layer_ids[j], int(e)) for j, e in ordered]
+    chosen = np.zeros((L, E), bool)
+    if floor:
+        # key: hotter first, then already cached, then lower layer, then lower id
+        order = np.lexsort((ee, ~incur, -h), axis=-1)[:, :floor]
+        chosen[np.arange(L)[:, None], order] = True
+    rest = np.lexsort((ee.ravel(), ll.ravel(), ~incur.ravel(), -h.ravel()))
+    ok = (~chosen & ((h > 0) | incur)).ravel()[rest]
+    take = rest[ok][:max(0, slots - int(chosen.sum()))]
+    chosen.ravel()[take] = True
+    keys = np.nonzero(chosen.ravel())[0]
+    return keys[np.lexsort((ee.ravel()[keys], ll.ravel()[keys], ~incur.ravel()[keys],
+                            -h.ravel()[keys]))][::-1]
 
 
 def accepted_prefix(accept) -> int:
@@ -132,6 +145,62 @@ def accepted_prefix(accept) -> int:
     a = np.asarray(accept, bool)
     rej = np.nonzero(~a)[0]
     return int(rej[0]) if rej.size else len(a)
+
+
+def _first_seen(x) -> np.ndarray:
+    """bool mask of ``x`` ``[L, n]``: True at the first occurrence of each value in its row."""
+    order = np.argsort(x, axis=1, kind="stable")
+    sv = np.take_along_axis(x, order, axis=1)
+    first = np.ones(x.shape, bool)
+    first[:, 1:] = sv[:, 1:] != sv[:, :-1]
+    out = np.empty(x.shape, bool)
+    np.put_along_axis(out, order, first, axis=1)
+    return out
+
+
+def _coverage(w, m) -> list:
+    """Per row of gate weights ``w`` ``[n, k]`` (float32) and pool mask ``m`` ``[n, k]``: the
+    pooled share of the row's weight, ``w[m].sum() / max(w.sum(), 1e-30)`` in float64 with
+    NumPy's own summation order (one by one below 8 terms)."""
+    w = w.astype(np.float64)
+    num = np.zeros(len(w))
+    for c in range(w.shape[1]):
+        num = num + np.where(m[:, c], w[:, c], 0.0)
+    big = np.nonzero(m.sum(axis=1) >= 8)[0]
+    for i in big.tolist():
+        num[i] = w[i][m[i]].sum()
+    return (num / np.maximum(w.sum(axis=1), 1e-30)).tolist()
+
+
+def _first_k(x, pad, k) -> np.ndarray:
+    """The first ``k`` entries other than ``pad`` of each row of ``x`` ``[..., n]``, in
+    order, ``pad``-filled: ``[..., k]``."""
+    ok = x != pad
+    pos = np.cumsum(ok, axis=-1)
+    out = np.full(x.shape[:-1] + (k,), pad, x.dtype)
+    idx = np.nonzero(ok & (pos <= k))
+    out[idx[:-1] + (pos[idx] - 1,)] = x[idx]
+    return out
+
+
+def _first_pooled(key, k) -> np.ndarray:
+    """Per row of ``key`` ``[..., E]`` (float; +inf: not in the pool): the ids of its ``k``
+    smallest finite keys, ascending, ties to the lower id (what a stable argsort of ``key``
+    cut to the pooled ones gives), ``E``-padded: int64 ``[..., k]``. Selects with a
+    partition, then sorts only those."""
+    E = key.shape[-1]
+    pooled = key < np.inf
+    if E > k:
+        v = np.partition(key, k - 1, axis=-1)[..., k - 1:k]                # k-th smallest
+        lt = key < v
+        eq = (key == v) & pooled
+        sel = lt | (eq & (np.cumsum(eq, axis=-1) <= k - lt.sum(axis=-1, keepdims=True)))
+    else:
+        sel = pooled
+    ids = _first_k(np.where(sel, np.arange(E), E), E, k)                   # ascending ids
+    kk = np.take_along_axis(key, np.minimum(ids, E - 1), axis=-1)
+    kk[ids == E] = np.inf
+    return np.take_along_axis(ids, np.argsort(kk, axis=-1, kind="stable"), axis=-1)
 
 
 @dataclass(frozen=True)
@@ -196,6 +265,8 @@ class Iteration:
     pool_written, pool_extra : list
         Keys of ``pool_after`` written into HB during verification, and those among them no
         verification stream carried (extra EXT reads).
+    pool_evicted : list
+        Keys of ``pool_before`` not in ``pool_after`` (their slices leave HB), sorted.
     """
 
     requests: list
@@ -211,6 +282,7 @@ class Iteration:
     pool_after: list
     pool_written: list
     pool_extra: list
+    pool_evicted: list
 
 
 @dataclass
@@ -346,6 +418,41 @@ class ElasticSD:
         chosen = throttle(rank, pool_mask, k)
         return chosen, self.throttled_weights(rr, t, j, chosen, float(rr.weights[t, j, -1]))
 
+    def _throttle_tokens(self, toks, masks, hot_prev) -> np.ndarray:
+        """:meth:`throttled`'s expert ids of the tokens ``toks`` = [(rr, t)] at every layer
+        at once, all under one pool: int64 ``[n, L, k]``, ``num_experts`` in unused slots and
+        in layers without a record (``masks``: the pool, bool ``[L, E]``; ``hot_prev``: the
+        fallback ranking, ``[L, E]``). A bad id or score raises for the first such token."""
+        E, k = self.model.routed_experts, self.model.top_k
+        L = masks.shape[0]
+        pres = np.stack([rr.present[t] for rr, t in toks])                  # [n, L]
+        ids = np.stack([rr.ids[t] for rr, t in toks]).astype(np.int64)      # [n, L, k]
+        bad = pres & ((ids < 0) | (ids >= E)).any(axis=2)
+        scored = np.array([rr.scores is not None for rr, t in toks])
+        for x, (rr, t) in enumerate(toks):
+            if bad[x].any():
+                original_ranking(ids[x, int(np.nonzero(bad[x])[0][0])], E)   # raises
+            if scored[x] and not np.isfinite(rr.scores[t][pres[x]]).all():
+                raise UserError(f"scores: expected {E} finite values")
+        out = np.full((len(toks), L, k), E, np.int64)
+        if scored.any():
+            sc = np.stack([toks[x][0].scores[toks[x][1]] for x in np.nonzero(scored)[0]])
+            out[scored] = _first_pooled(np.where(masks, -sc.astype(np.float64), np.inf), k)
+        if not scored.all():
+            # the recorded ids in the pool, in order, then the pool's others by hotness (ties
+            # to the lower id): among the 2k first of those at most k are recorded
+            rec = ids[~scored]                                              # [n, L, k]
+            rec_ok = np.take_along_axis(masks[None], np.where(rec >= 0, rec, 0) % E, axis=2)
+            order = np.lexsort((np.broadcast_to(np.arange(E), (L, E)), -hot_prev, ~masks),
+                               axis=-1)[:, :2 * k]                          # [L, c]
+            cand_ok = np.take_along_axis(masks, order, axis=1)
+            isrec = (order[None, :, :, None] == rec[:, :, None, :]).any(axis=3)
+            x = np.concatenate([np.where(rec_ok, rec, E),
+                                np.where(cand_ok & ~isrec, order, E)], axis=2)
+            out[~scored] = _first_k(x, E, k)
+        out[~pres] = E
+        return out
+
     def run(self, trace, *, batch=1, phase="decode") -> ElasticSDResult:
         """Simulate Elastic-SD over the ``phase`` routing of ``trace`` (requests ``batch`` at a
         time in increasing id, each batch in lockstep). The cache's contents at the start are
@@ -381,6 +488,20 @@ class ElasticSD:
                     uncached.append(e)
             return cached, uncached
 
+        def keys_of(flat):
+            j, e = np.divmod(flat, E)
+            return list(zip([lids[a] for a in j.tolist()], e.tolist()))
+
+        def rows_of(x, sel):
+            # (j, x[j][sel[j]] as a list) for every row j with a selected entry, in order
+            vals = x[sel].tolist()
+            out, c0 = [], 0
+            for j, c in enumerate(sel.sum(axis=1).tolist()):
+                if c:
+                    out.append((j, vals[c0:c0 + c]))
+                    c0 += c
+            return out
+
         def union(group, pos, j):
             out, seen = [], set()
             for r, t in zip(group, pos):
@@ -404,45 +525,51 @@ class ElasticSD:
                         if t < r.tokens and r.present[t, j]:
                             hot[j, r.ids[t, j]] += 1
             tokens += sum(min(self._depth, r.tokens) for r in group)
-            nxt = select_pool(hot, cache.slots, layer_ids=lids, current=cache.contents(),
-                              min_per_layer=self._min)
-            used = set()
+            nxt = select_pool_indices(hot, cache.slots, layer_ids=lids,
+                                      current=cache.resident_mask(), min_per_layer=self._min)
+            used = np.zeros((L, E), bool)
             for t in range(self._depth):
                 for j in range(L):
-                    used.update((lids[j], e) for e in union(group, [t] * len(group), j))
-            cache.fill(nxt, streamed=used)        # AR read every expert it used
+                    used[j, union(group, [t] * len(group), j)] = True
+            cache.fill_indices(nxt, streamed=used)        # AR read every expert it used
+            pool = keys_of(nxt)
+            masks = cache.resident_mask()
             pos = [min(self._depth, r.tokens) for r in group]
             while any(pp < r.tokens for pp, r in zip(pos, group)):
-                pool_keys = set(cache.contents())
-                masks = np.zeros((L, E), bool)
-                for lay, e in pool_keys:
-                    masks[lids.index(lay), e] = True
                 hot_prev = hot
                 hot = np.zeros((L, E))
                 active = [i for i, r in enumerate(group) if pos[i] < r.tokens]
                 n_draft = {i: min(self._depth, group[i].tokens - pos[i]) for i in active}
                 cover = {i: np.zeros(n_draft[i]) for i in active}
                 droute = {i: np.full((n_draft[i], L, k), E, np.int16) for i in active}
+                # the draft tokens, step by step (all under this pool and hotness)
+                toks = [(i, s) for s in range(self._depth) for i in active if s < n_draft[i]]
+                ch_all = self._throttle_tokens([(group[i], pos[i] + s) for i, s in toks],
+                                               masks, hot_prev)
+                tt, rows = np.nonzero(np.stack([group[i].present[pos[i] + s]
+                                                for i, s in toks]))
+                ids = np.stack([group[i].ids[pos[i] + s] for i, s in toks])[tt, rows] \
+                    .astype(np.int64)                                     # [n_rows, k]
+                np.add.at(hot, (rows[:, None], ids), 1)           # one-hot of original top-k
+                wts = np.stack([group[i].weights[pos[i] + s] for i, s in toks])[tt, rows]
+                covs = _coverage(wts, masks[rows[:, None], ids])
+                per_tok = np.bincount(tt, minlength=len(toks)).tolist()
+                c0 = 0
+                for x, (i, s) in enumerate(toks):
+                    droute[i][s] = ch_all[x]
+                    cov = float(cover[i][s])
+                    for v in covs[c0:c0 + per_tok[x]]:
+                        cov += v
+                    c0 += per_tok[x]
+                    cover[i][s] = cov
                 steps = []
                 for s in range(self._depth):
                     step = {}
-                    for j in range(L):
-                        seen = []
-                        for i in active:
-                            if s >= n_draft[i]:
-                                continue
-                            r, t = group[i], pos[i] + s
-                            if not r.present[t, j]:
-                                continue
-                            ch, _ = self.throttled(r, t, j, masks[j], hot_prev[j])
-                            droute[i][s, j, :len(ch)] = ch
-                            for e in ch:
-                                if int(e) not in seen:
-                                    seen.append(int(e))
-                            hot[j, r.ids[t, j]] += 1              # one-hot of original top-k
-                            w = r.weights[t, j].astype(np.float64)
-                            cover[i][s] += w[masks[j][r.ids[t, j]]].sum() / max(w.sum(), 1e-30)
-                        if seen:
+                    xs = [x for x, (i, s_) in enumerate(toks) if s_ == s]
+                    if xs:
+                        ch = np.concatenate(list(ch_all[xs]), axis=1)
+                        keep = _first_seen(ch) & (ch != E)
+                        for j, seen in rows_of(ch, keep):
                             step[lids[j]] = seen
                             draft_hb += msb * len(seen)
                     steps.append(step)
@@ -458,39 +585,54 @@ class ElasticSD:
                                         f"({n_draft[i]},)")
                     acc[i] = accepted_prefix(verdict)
                 # next pool, chosen before verification from this draft's hotness
-                before = cache.contents()
-                nxt = select_pool(hot, cache.slots, layer_ids=lids, current=before,
-                                  min_per_layer=self._min)
+                nxt = select_pool_indices(hot, cache.slots, layer_ids=lids, current=masks,
+                                          min_per_layer=self._min)
                 # verify: all draft tokens, original routing, current pool
                 vc, vu = {}, {}
-                for j in range(L):
-                    ex = []
-                    for s in range(self._depth):
-                        for e in union([group[i] for i in active],
-                                       [pos[i] + s if s < n_draft[i] else None
-                                        for i in active], j):
-                            if e not in ex:
-                                ex.append(e)
-                    if ex:
-                        c, u = access(verify, j, ex, pool_keys)
-                        if c:
-                            vc[lids[j]] = c
-                        if u:
-                            vu[lids[j]] = u
-                streamed = {(lay, e) for lay, es in vu.items() for e in es}
+                streamed = np.zeros((L, E), bool)
+                cols = []
+                for s in range(self._depth):
+                    for i in active:
+                        r, t = group[i], pos[i] + s
+                        if s < n_draft[i] and t < r.tokens:
+                            cols.append(np.where(r.present[t][:, None],
+                                                 r.ids[t].astype(np.int64), -1))
+                if cols:
+                    ex = np.concatenate(cols, axis=1)
+                    keep = _first_seen(ex) & (ex >= 0)
+                    inpool = np.zeros(ex.shape, bool)
+                    ok = keep & (ex < E)
+                    inpool[ok] = masks[np.nonzero(ok)[0], ex[ok]]
+                    n_c = (keep & inpool).sum(axis=1)
+                    n_u = keep.sum(axis=1) - n_c
+                    verify.accesses += n_c + n_u
+                    verify.hits += n_c
+                    verify.hb_read_bytes += msb * int(n_c.sum())
+                    verify.ext_read_bytes += lsb * int(n_c.sum()) + (msb + lsb) * int(n_u.sum())
+                    for j, es in rows_of(ex, keep & inpool):
+                        vc[lids[j]] = es
+                    for j, es in rows_of(ex, keep & ~inpool):
+                        vu[lids[j]] = es
+                    jj, cc = np.nonzero(keep & ~inpool & ok)
+                    streamed[jj, ex[jj, cc]] = True
                 x_before = cache.stats.ext_extra_bytes
-                cache.fill(nxt, streamed=streamed)
-                written = [key for key in nxt if key not in pool_keys]
-                extra = [key for key in written if key not in streamed]
+                cache.fill_indices(nxt, streamed=streamed)
+                after = cache.resident_mask()
+                new = nxt[~masks.reshape(-1)[nxt]]                 # in pool order
+                written = keys_of(new)
+                extra = keys_of(new[~streamed.reshape(-1)[new]])
+                evicted = keys_of(np.nonzero((masks & ~after).reshape(-1))[0])
                 assert cache.stats.ext_extra_bytes - x_before == msb * len(extra)
+                before, pool = pool, keys_of(nxt)
+                masks = after
                 iterations.append(Iteration(
                     requests=[group[i].request for i in active], start=[pos[i] for i in active],
                     drafted=[n_draft[i] for i in active], accepted=[acc[i] for i in active],
                     coverage=[cover[i] for i in active], draft_routing=[droute[i] for i in
                                                                         active],
                     draft_steps=steps, verify_cached=vc, verify_uncached=vu,
-                    pool_before=before, pool_after=list(nxt), pool_written=written,
-                    pool_extra=extra))
+                    pool_before=before, pool_after=list(pool), pool_written=written,
+                    pool_extra=extra, pool_evicted=evicted))
                 for i in active:
                     drafted += n_draft[i]
                     accepted += acc[i]

@@ -146,8 +146,12 @@ class HBExpertCache:
             raise UserError(f"admit: expected a bool, got {admit!r}")
         self._admit = admit
         self._lru = OrderedDict()                     # (layer, expert) -> None, LRU first
+        self._order = None      # after fill_indices: its flat keys, _lru built on first use
         self._changes = ([], [])                      # the latest step's admitted, evicted
         self._lidx = {lay: j for j, lay in enumerate(self._preset.moe_layer_ids)}
+        self._lids = np.asarray(self._preset.moe_layer_ids, np.int64)
+        # the cached keys as a bool [L, E] mask by MoE-layer index, kept with the LRU order
+        self._mask = np.zeros((len(self._lids), self._preset.routed_experts), bool)
         self.stats = CacheStats(tuple(self._preset.moe_layer_ids))
 
     @classmethod
@@ -184,20 +188,34 @@ class HBExpertCache:
     def admit(self) -> bool:
         return self._admit
 
+    def _entries(self) -> OrderedDict:
+        """The LRU order, ``{(layer, expert): None}`` least recently used first (built from
+        :meth:`fill_indices`' keys when first asked for after it)."""
+        if self._lru is None:
+            j, e = np.divmod(self._order, self._mask.shape[1])
+            self._lru = OrderedDict.fromkeys(zip(self._lids[j].tolist(), e.tolist()))
+            self._order = None
+        return self._lru
+
     def __len__(self) -> int:
-        return len(self._lru)
+        return len(self._entries())
 
     def __contains__(self, key) -> bool:
         """``(layer, expert) in cache``: a look-up without side effects (no refresh)."""
-        return tuple(key) in self._lru
+        return tuple(key) in self._entries()
 
     def contents(self) -> list:
         """Cached (layer, expert) keys, least recently used first."""
-        return list(self._lru)
+        return list(self._entries())
+
+    def resident_mask(self) -> np.ndarray:
+        """The cached keys as a bool ``[L, E]`` array (a copy): row ``j`` is the model's
+        ``j``-th MoE layer (``model.moe_layer_ids[j]``), column the expert id."""
+        return self._mask.copy()
 
     def layer_contents(self, layer) -> list:
         """Experts cached at ``layer``, least recently used first."""
-        return [e for lay, e in self._lru if lay == layer]
+        return [e for lay, e in self._entries() if lay == layer]
 
     # -- access ---------------------------------------------------------------------------------
     def _check(self, layer, expert):
@@ -209,11 +227,14 @@ class HBExpertCache:
                             f"(0..{self._preset.routed_experts - 1})")
 
     def _insert(self, key):
-        while len(self._lru) >= self.slots:
-            gone, _ = self._lru.popitem(last=False)
+        lru = self._entries()
+        while len(lru) >= self.slots:
+            gone, _ = lru.popitem(last=False)
+            self._mask[self._lidx[gone[0]], gone[1]] = False
             self._changes[1].append(gone)
             self.stats.evictions += 1
-        self._lru[key] = None
+        lru[key] = None
+        self._mask[self._lidx[key[0]], key[1]] = True
         self._changes[0].append(key)
         self.stats.hb_write_bytes += self.msb_bytes
 
@@ -244,7 +265,7 @@ class HBExpertCache:
             key = (layer, e)
             j = self._lidx[layer]
             self.stats.accesses[j] += 1
-            if key in self._lru:
+            if key in self._entries():
                 self._lru.move_to_end(key)
                 self.stats.hits[j] += 1
                 self.stats.hb_read_bytes += self.msb_bytes
@@ -268,21 +289,42 @@ class HBExpertCache:
             self._check(lay, e)
         if len(set(keys)) != len(keys):
             raise UserError("keys: repeated (layer, expert)")
-        if len(keys) > self.slots:
-            raise UserError(f"keys: {len(keys)} MSB slices do not fit in {self.slots} slots "
+        E = self._preset.routed_experts
+        flat = np.array([self._lidx[lay] * E + e for lay, e in keys], np.int64)
+        st = np.zeros(self._mask.shape, bool)
+        for lay, e in streamed:
+            lay, e = int(lay), int(e)
+            if lay in self._lidx and 0 <= e < E:
+                st[self._lidx[lay], e] = True
+        return self.fill_indices(flat, streamed=st)
+
+    def fill_indices(self, keys, *, streamed=None) -> int:
+        """:meth:`fill` with the keys as flat indices: ``keys`` int ``[n]`` of ``j * E + e``
+        (``j`` the MoE-layer index, as in :meth:`resident_mask`; recency order, last = most
+        recent), ``streamed`` a bool ``[L, E]`` mask (None: nothing streamed). Returns the
+        bytes written."""
+        L, E = self._mask.shape
+        keys = np.asarray(keys, np.int64).reshape(-1)
+        if keys.size and (keys.min() < 0 or keys.max() >= L * E):
+            raise UserError(f"keys: flat (layer, expert) indices outside 0..{L * E - 1}")
+        new = np.zeros(L * E, bool)
+        new[keys] = True
+        if int(new.sum()) != keys.size:
+            raise UserError("keys: repeated (layer, expert)")
+        if keys.size > self.slots:
+            raise UserError(f"keys: {keys.size} MSB slices do not fit in {self.slots} slots "
                             f"({self._capacity} bytes / {self.msb_bytes})")
-        streamed = {(int(a), int(b)) for a, b in streamed}
-        old = self._lru
-        written = 0
-        self._lru = OrderedDict((k, None) for k in keys)
-        for k in keys:
-            if k not in old:
-                written += self.msb_bytes
-                if k not in streamed:
-                    self.stats.ext_extra_bytes += self.msb_bytes
-        self.stats.evictions += sum(1 for k in old if k not in self._lru)
-        self.stats.hb_write_bytes += written
-        return written
+        old = self._mask.reshape(-1)
+        added = new & ~old
+        n_new = int(added.sum())
+        if streamed is not None:
+            added &= ~np.asarray(streamed, bool).reshape(-1)
+        self.stats.ext_extra_bytes += int(added.sum()) * self.msb_bytes
+        self.stats.evictions += int((old & ~new).sum())
+        self.stats.hb_write_bytes += n_new * self.msb_bytes
+        self._lru, self._order = None, keys.copy()
+        self._mask = new.reshape(L, E)
+        return n_new * self.msb_bytes
 
 
 def replay(trace, cache: HBExpertCache, *, batch=1, phase="decode") -> CacheStats:

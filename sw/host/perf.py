@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...config import ArchConfig
-from .compiler import LayerWork, Placement
+from .compiler import LayerWork, Placement, step_work
 from .models import QUANT_GROUP, model_preset
 
 
@@ -175,6 +175,16 @@ class PerfModel:
         self._lsb = self.model.expert_lsb_bytes
         self._scales = self.model.expert_scale_bytes
         self._experts = {}
+        self._tables = {}
+        # HB bytes per bank of n HB-resident experts on a group, added one by one as
+        # layer() adds them (every HB-resident expert reads the same msb x I_p / I)
+        hb = [self.msb * s for s in self._share]
+        acc = [0.0] * G
+        self._hb_sums = [list(acc)]
+        for _ in range(self.model.routed_experts):
+            acc = [a + b for a, b in zip(acc, hb)]
+            self._hb_sums.append(list(acc))
+        self._hb_sums = np.array(self._hb_sums)
 
     # -- sizes ------------------------------------------------------------------------------
     @property
@@ -288,6 +298,161 @@ class PerfModel:
                          hb_write_bytes=hb_write, ext_bytes=ext, link_bytes=link_b, macs=macs,
                          tile_cycles=tile, group_cycles=groups, ext_cycles=ext_cycles,
                          accesses=acc, hits=hits, experts=experts)
+
+    def _table(self, phase, tokens):
+        """Per-expert figures for 1..``tokens`` tokens (index 0: none) of both kinds (0:
+        uncached, 1: HB-resident) as int64 arrays: EXT bytes ``[2, n]``, W4 and W8 MACs
+        ``[2, n, G]``, link words ``[2, n]``; None when a figure is not a whole number (then
+        only :meth:`layer`'s float arithmetic reproduces the sums)."""
+        t = self._tables.get(phase)
+        if t is not None and t[0].shape[1] > tokens:
+            return t
+        n = max(tokens + 1, 2 * (t[0].shape[1] if t else 8))
+        G = self.G
+        ext = np.zeros((2, n), np.int64)
+        w4 = np.zeros((2, n, G), np.int64)
+        w8 = np.zeros((2, n, G), np.int64)
+        link = np.zeros((2, n), np.int64)
+        for c in (0, 1):
+            if phase == "draft" and not c:
+                continue
+            for k in range(1, n):
+                x = self.expert(0, k, phase=phase, cached=bool(c))
+                if x.ext_bytes != int(x.ext_bytes):
+                    return None
+                ext[c, k] = int(x.ext_bytes)
+                w4[c, k], w8[c, k], link[c, k] = x.w4_macs, x.w8_macs, x.link_words
+        t = self._tables[phase] = (ext, w4, w8, link)
+        return t
+
+    def step_summary(self, step) -> StepCost:
+        """:meth:`step`'s totals for ``step`` (placed by its ``placements``, or its ``work``
+        arrays, :func:`.compiler.step_work`): :meth:`steps_summary` of that one step."""
+        return self.steps_summary([step])[0]
+
+    def steps_summary(self, steps) -> list:
+        """:meth:`step`'s totals for each of ``steps`` (placed by their ``placements``, or
+        their ``work`` arrays, :func:`.compiler.step_work`), computed over all their layers at
+        once with NumPy; equal to :meth:`step`'s figures bit for bit (per layer the same
+        figures; per step the same sums in the same order). The returned :class:`StepCost`
+        records have no per-layer costs (``layers`` is empty): :meth:`step` gives those.
+        Raises ``ValueError`` as :meth:`layer` does (a draft routed outside the HB pool)."""
+        a = self.arch
+        E = self.model.routed_experts
+        Gr, G, R = a.groups, self.G, self.pe.rows
+        out = [None] * len(steps)
+        works = [step_work(st, E) for st in steps]
+        T = max((int(sw.tokens.max()) for sw in works if sw.tokens.size), default=0)
+        tabs = {ph: self._table(ph, T) for ph in {st.phase for st in steps}}
+        fast = []
+        for i, (st, sw) in enumerate(zip(steps, works)):
+            if tabs[st.phase] is None:
+                out[i] = self.step(st, st.placements)
+                continue
+            if st.phase == "draft" and (sw.tokens[~sw.cached] > 0).any():
+                j = int(np.nonzero(((sw.tokens > 0) & ~sw.cached).any(axis=1))[0][0])
+                cold = np.nonzero((sw.tokens[j] > 0) & ~sw.cached[j])[0].tolist()
+                raise ValueError(f"expert {cold[0]}: a draft runs HB-resident experts only")
+            fast.append(i)
+        if not fast:
+            return out
+        # rows: per step its computed layers, then those it only writes into
+        segs, r = [], 0
+        for i in fast:
+            sw = works[i]
+            wlays = sorted({w.key[0] for w in steps[i].writes} - set(sw.layers))
+            segs.append((i, r, r + len(sw.layers), wlays))
+            r += len(sw.layers) + len(wlays)
+        Rn = r
+        tok = np.zeros((Rn, E), np.int64)
+        cached = np.zeros((Rn, E), bool)
+        group = np.zeros((Rn, E), np.int64)
+        verify = np.zeros(Rn, bool)
+        out_words = np.zeros(Rn, np.int64)     # a verify's OUT reduction, per busy group
+        n_wr = np.zeros((Rn, Gr), np.int64)
+        n_x = np.zeros((Rn, Gr), np.int64)
+        for i, lo, mid, wlays in segs:
+            st, sw = steps[i], works[i]
+            hi = mid + len(wlays)
+            tok[lo:mid], cached[lo:mid], group[lo:mid] = sw.tokens, sw.cached, sw.group
+            if st.phase == "verify":
+                verify[lo:hi] = True
+                out_words[lo:hi] = (-(-len(st.tokens) // R) * R * self.model.hidden
+                                    // self.pe.q24_per_word)
+            if st.writes:
+                row = {lay: lo + k for k, lay in enumerate(list(sw.layers) + wlays)}
+                for w in st.writes:
+                    n_wr[row[w.key[0]], w.group] += 1
+                    if w.extra:
+                        n_x[row[w.key[0]], w.group] += 1
+        # per (row, group): the routed experts' figures summed (whole numbers, exact)
+        rj, e = np.nonzero(tok > 0)
+        kind = cached[rj, e]
+        t = tok[rj, e]
+        cell = rj * Gr + group[rj, e]
+        m = Rn * Gr
+        # the table row of each routed expert: draft uncached, cached, verify uncached, cached
+        k = verify[rj] * 2 + kind
+        n = T + 1
+
+        def per_cell(f):
+            # figure f of the tables (EXT bytes, W4 MACs, W8 MACs, link words) summed per cell
+            x = np.concatenate([tabs[ph][f][:, :n] if tabs.get(ph) is not None else
+                                np.zeros((2, n) + tabs_shape[f], np.int64)
+                                for ph in ("draft", "verify")])[k, t].astype(np.float64)
+            if x.ndim == 1:
+                return np.bincount(cell, x, m).astype(np.int64).reshape(Rn, Gr)
+            return np.stack([np.bincount(cell, x[:, c], m) for c in range(G)],
+                            axis=1).astype(np.int64).reshape(Rn, Gr, G)
+
+        tabs_shape = ((), (G,), (G,), ())
+        ext_g, w4, w8, words = (per_cell(f) for f in range(4))
+        n_cached = np.bincount(cell[kind], minlength=m).reshape(Rn, Gr)
+        busy = np.bincount(cell, minlength=m).reshape(Rn, Gr) > 0
+        words = words + busy * out_words[:, None]
+        hb_pe = self._hb_sums[n_cached]                                   # [Rn, Gr, G]
+        wr = (n_wr * self.msb)[:, :, None] * np.array(self._share)
+        per_pe = w4 / self.peak4 + w8 / self.peak8
+        lb = words * self.pe.word_bytes
+        active = busy | (n_wr > 0)
+        ext = (ext_g + n_x * self.msb).sum(axis=1).astype(np.float64)
+        ext_cycles = ext / self.ext_bpc
+        terms = np.stack([(hb_pe + wr).max(axis=2) / self.hb_bpc, per_pe.max(axis=2),
+                          lb / self.link_bpc], axis=2)                    # [Rn, Gr, 3]
+        terms = np.where(active[:, :, None], terms, -np.inf).reshape(Rn, Gr * 3)
+        terms = np.concatenate([ext_cycles[:, None], terms], axis=1)
+        best = terms.argmax(axis=1)
+        names = ("ext",) + ("hb", "compute", "link") * Gr
+
+        def seq(x):
+            # per row: the sum over the banks of each group, then over the groups, one by one
+            # (as layer() adds them)
+            return np.cumsum(np.cumsum(x, axis=2)[:, :, -1], axis=1)[:, -1].tolist()
+
+        cycles = terms[np.arange(Rn), best].tolist()
+        hb_r, hb_w, tiles = seq(hb_pe), seq(wr), seq(per_pe)
+        ext_l = ext.tolist()
+        link_l = lb.sum(axis=1).astype(np.float64).tolist()
+        best_l = best.tolist()
+        acc = np.bincount(rj, minlength=Rn)
+        hits = np.bincount(rj[kind], minlength=Rn)
+        for i, lo, mid, wlays in segs:
+            st = steps[i]
+            hi = mid + len(wlays)
+            bounds = {}
+            for b in best_l[lo:hi]:
+                bounds[names[b]] = bounds.get(names[b], 0) + 1
+            h_r, h_w, x = sum(hb_r[lo:hi]), sum(hb_w[lo:hi]), sum(ext_l[lo:hi])
+            hb_e, ext_e = a.access_energy_pj(h_r + h_w, x)
+            cyc = sum(cycles[lo:hi])
+            out[i] = StepCost(index=st.index, kind=st.kind, tokens=len(st.tokens),
+                              produced=st.produced, cycles=cyc, us=self.cycles_to_us(cyc),
+                              hb_read_bytes=h_r, hb_write_bytes=h_w, ext_bytes=x,
+                              link_bytes=sum(link_l[lo:hi]), energy_pj=hb_e + ext_e,
+                              hb_energy_pj=hb_e, ext_energy_pj=ext_e,
+                              accesses=int(acc[lo:mid].sum()), hits=int(hits[lo:mid].sum()),
+                              bounds=bounds, tile_cycles=sum(tiles[lo:hi]), layers=[])
+        return out
 
     def step(self, step, placements: dict) -> StepCost:
         """Cost of a :class:`~.compiler.Step` with ``placements`` = ``{layer: Placement}``."""

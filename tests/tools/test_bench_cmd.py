@@ -105,8 +105,8 @@ def stub(monkeypatch):
         # figure 12 (performance-model speed): a timing, stubbed; its printer is tested below
         monkeypatch.setattr(bench, "speed_figures", lambda: speed_figs or {
             "qwen3-30b-a3b": {"tokens_per_s": 5000.0, "rounds": 3, "seconds": 0.2}})
-        monkeypatch.setattr(bench, "trace_path_speed", lambda: {
-            "tokens": 247, "tokens_per_s": 21.0, "seconds": 11.7})
+        monkeypatch.setattr(bench, "trace_path_speed", lambda: {"mixtral-8x7b": {
+            "trace": "gsm8k", "tokens": 247, "tokens_per_s": 21.0, "seconds": 11.7}})
     return set_figures
 
 
@@ -386,21 +386,22 @@ def test_speed_figures_every_paper_model(monkeypatch):
 
 
 def test_speed_line_names_both_paths():
-    """Review of issue 26, finding 11: the analytical model meets the target, the trace-driven
-    perf path does not, and the line says which."""
+    """Review of issue 26, finding 11: the analytical model's figure and the trace-driven perf
+    path's, per model, with its ratio to the target."""
     from rich.console import Console
     from elmoe3d.sw.host import paper_eval
-    c = Console(width=400, record=True)
+    c = Console(width=600, record=True)
     speed = {m: {"tokens_per_s": 5000.0, "rounds": 1, "seconds": 0.2}
              for m in paper_eval.TABLE3_MODELS}
-    assert bench.print_speed(c, speed, {"tokens": 247, "tokens_per_s": 21.1,
-                                        "seconds": 11.7}) == []
+    assert bench.print_speed(c, speed, {"mixtral-8x7b": {
+        "trace": "gsm8k", "tokens": 247, "tokens_per_s": 421.1, "seconds": 0.59}}) == []
     text = c.export_text()
     assert "met by this analytical model" in text
-    assert "trace-driven perf path" in text and "21.1 simulated tokens/s" in text
-    assert "not met (reported, not judged" in text
+    assert "trace-driven perf path" in text and "421 simulated tokens/s" in text
+    assert "0.42x the target" in text and "reported, not judged" in text
 
 
 def test_trace_path_speed_runs_the_perf_backend():
     r = bench.trace_path_speed()
-    assert "error" not in r and r["tokens"] > 0 and r["tokens_per_s"] > 0
+    assert "error" not in r and set(r) >= {"mixtral-8x7b", "qwen3-30b-a3b"}
+    assert all(v["tokens"] > 0 and v["tokens_per_s"] > 0 for v in r.values())
