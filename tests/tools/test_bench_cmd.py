@@ -107,6 +107,13 @@ def stub(monkeypatch):
             "qwen3-30b-a3b": {"tokens_per_s": 5000.0, "rounds": 3, "seconds": 0.2}})
         monkeypatch.setattr(bench, "trace_path_speed", lambda: {"mixtral-8x7b": {
             "trace": "gsm8k", "tokens": 247, "tokens_per_s": 21.0, "seconds": 11.7}})
+        # figure 13 (sweep scaling: a 384-point sweep serially and on Dask clusters, seconds
+        # of CPU a call): its printer is tested in tests/tools/test_sweep.py
+        monkeypatch.setattr(bench, "sweep_figures", lambda: {
+            "points": 384, "seed": 13, "serial": {"points_per_s": 200.0, "seconds": 1.9},
+            "efficiency": 0.5,
+            "dask": {w: {"points_per_s": 100.0 * w, "seconds": 3.8 / w, "identical": True,
+                         "differing": 0} for w in (1, 2)}})
     return set_figures
 
 
