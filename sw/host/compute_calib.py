@@ -231,9 +231,10 @@ EXTRA_SHAPES = ((2048, 1024),)
 
 def table_shapes() -> list:
     """``(hidden, intermediate)`` of every FFN :mod:`.paper_eval` asks for on Table 3's models
-    (routed, shared and dense FFNs), and :data:`EXTRA_SHAPES`."""
+    (:data:`~.models.TABLE3_MODELS`: routed, shared and dense FFNs), and
+    :data:`EXTRA_SHAPES`."""
     from .decoder import decoder_shape
-    from .paper_eval import TABLE3_MODELS
+    from .models import TABLE3_MODELS
     out = []
     for name in TABLE3_MODELS:
         s = decoder_shape(name)

@@ -315,6 +315,11 @@ MODEL_PRESETS: dict[str, ModelPreset] = {p.name: p for p in (
        norm_topk_prob=False, scoring="softmax", ffn="relu"),
 )}
 
+#: The models of the paper's Table 3 (preset names), in its order: the whole-decoder model's
+#: evaluation (:mod:`.paper_eval`) and the compute calibration's shipped table
+#: (:mod:`.compute_calib`) cover these.
+TABLE3_MODELS = ("qwen3-30b-a3b", "glm-4.7-flash", "deepseek-v2-lite", "gpt-oss-20b")
+
 #: Where each figure comes from: preset name -> attribute -> "config.json field" (of the preset's
 #: ``hf_repo``) or the modelling code that fixes a behaviour the config does not carry.
 MODEL_SOURCES: dict[str, dict[str, str]] = {
