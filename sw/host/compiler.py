@@ -302,13 +302,29 @@ class HomeGroups:
         ``left``, then assigns homes to the unhomed keys of ``arrived``, each in sorted order
         (what :meth:`sync` does when the homes held the old contents). Returns ``(new keys,
         released keys)``, each sorted."""
-        gone = sorted({(int(a), int(b)) for a, b in left} & self.home.keys())
-        for k in gone:
-            self.release(k)
-        new = sorted({(int(a), int(b)) for a, b in arrived} - self.home.keys())
-        for k in new:
-            self.assign(k)
+        home, count = self.home, self.count
+        gone = sorted({(int(a), int(b)) for a, b in left} & home.keys())
+        for k in gone:                                  # release(), the table below
+            count[home.pop(k)] -= 1
+        new = sorted({(int(a), int(b)) for a, b in arrived} - home.keys())
+        gs = []
+        for k in new:                                   # assign(), the table below
+            g = count.index(min(count))
+            home[k] = g
+            count[g] += 1
+            gs.append(g)
+        self._set_table(gone, [-1] * len(gone))
+        self._set_table(new, gs)
         return new, gone
+
+    def _set_table(self, keys, groups):
+        """:attr:`table` of ``keys`` (those of its layers) := ``groups``, all at once."""
+        if self.table is None or not keys:
+            return
+        jj = np.array([self._row.get(k[0], -1) for k in keys], np.int64)
+        ee = np.array([k[1] for k in keys], np.int64)
+        ok = jj >= 0
+        self.table[jj[ok], ee[ok]] = np.array(groups, np.int64)[ok]
 
     def update(self, cache) -> tuple:
         """:meth:`sync` to ``cache``'s contents after one :meth:`~.hbcache.HBExpertCache.step`,
@@ -535,7 +551,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
         if steps and steps[-1].kind == "ar":
             steps[-1].writes += w
             steps[-1].evicted += g
-        pool = list(first_pool)
+        pool = first_pool
         for it in mine:
             n_it = it_no
             it_no += 1
@@ -571,7 +587,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
             st.writes, st.evicted = writes(*homes.move(it.pool_written, it.pool_evicted),
                                            streamed)
             assert {pw.key for pw in st.writes if pw.extra} <= set(map(tuple, it.pool_extra))
-            pool = list(it.pool_after)
+            pool = it.pool_after
     return steps, res
 
 
