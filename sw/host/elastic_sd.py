@@ -43,6 +43,7 @@ Before the first iteration, the first ``depth`` tokens of each request run autor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,7 +53,7 @@ from .hbcache import CacheStats, HBExpertCache
 from .models import ModelPreset
 
 
-__all__ = ["throttle", "original_ranking", "select_pool", "select_pool_indices",
+__all__ = ["throttle", "original_ranking", "select_pool", "select_pool_indices", "PoolKeys",
            "CoverageAcceptance", "BernoulliAcceptance", "accepted_prefix", "Iteration",
            "ElasticSDResult", "ElasticSD"]
 
@@ -137,6 +138,39 @@ def select_pool_indices(hotness, slots, *, layer_ids, current, min_per_layer=1) 
     keys = np.nonzero(chosen.ravel())[0]
     return keys[np.lexsort((ee.ravel()[keys], ll.ravel()[keys], ~incur.ravel()[keys],
                             -h.ravel()[keys]))][::-1]
+
+
+class PoolKeys(Sequence):
+    """A pool's (layer, expert) keys in order, held as flat indices ``j * E + e`` (``j``
+    indexing ``layer_ids``) and turned into tuples on first use; equal to any sequence of the
+    same keys in the same order (a list included)."""
+
+    def __init__(self, flat, layer_ids, experts: int):
+        self.indices = np.asarray(flat, np.int64)
+        self._lids, self._E, self._keys = layer_ids, experts, None
+
+    def _list(self) -> list:
+        if self._keys is None:
+            j, e = np.divmod(self.indices, self._E)
+            self._keys = list(zip([self._lids[a] for a in j.tolist()], e.tolist()))
+        return self._keys
+
+    def __getitem__(self, i):
+        return self._list()[i]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __iter__(self):
+        return iter(self._list())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and self._list() == list(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"PoolKeys({self._list()!r})"
 
 
 def accepted_prefix(accept) -> int:
@@ -259,9 +293,9 @@ class Iteration:
     verify_cached, verify_uncached : dict
         ``{layer: [expert ids]}`` of verification: MSB from HB + LSB from EXT, or whole from
         EXT.
-    pool_before, pool_after : list
+    pool_before, pool_after : PoolKeys
         (layer, expert) keys of the pool the draft used and of the one chosen for the next
-        draft.
+        draft (coldest first).
     pool_written, pool_extra : list
         Keys of ``pool_after`` written into HB during verification, and those among them no
         verification stream carried (extra EXT reads).
@@ -532,7 +566,7 @@ class ElasticSD:
                 for j in range(L):
                     used[j, union(group, [t] * len(group), j)] = True
             cache.fill_indices(nxt, streamed=used)        # AR read every expert it used
-            pool = keys_of(nxt)
+            pool = PoolKeys(nxt, lids, E)
             masks = cache.resident_mask()
             pos = [min(self._depth, r.tokens) for r in group]
             while any(pp < r.tokens for pp, r in zip(pos, group)):
@@ -623,7 +657,7 @@ class ElasticSD:
                 extra = keys_of(new[~streamed.reshape(-1)[new]])
                 evicted = keys_of(np.nonzero((masks & ~after).reshape(-1))[0])
                 assert cache.stats.ext_extra_bytes - x_before == msb * len(extra)
-                before, pool = pool, keys_of(nxt)
+                before, pool = pool, PoolKeys(nxt, lids, E)
                 masks = after
                 iterations.append(Iteration(
                     requests=[group[i].request for i in active], start=[pos[i] for i in active],
@@ -631,7 +665,7 @@ class ElasticSD:
                     coverage=[cover[i] for i in active], draft_routing=[droute[i] for i in
                                                                         active],
                     draft_steps=steps, verify_cached=vc, verify_uncached=vu,
-                    pool_before=before, pool_after=list(pool), pool_written=written,
+                    pool_before=before, pool_after=pool, pool_written=written,
                     pool_extra=extra, pool_evicted=evicted))
                 for i in active:
                     drafted += n_draft[i]

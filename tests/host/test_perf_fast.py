@@ -206,6 +206,9 @@ def test_elastic_pools_and_homes_equal_a_recomputation(gsm8k, batch):
     esd = ElasticSD(cache=cache, depth=4, acceptance=CoverageAcceptance(0.5))
     steps, res = host.elastic_steps(trace, esd, groups=arch.groups, batch=batch)
     for it in res.iterations:
+        keys = list(it.pool_after)                      # PoolKeys: equal to its list only
+        assert it.pool_after == keys and keys == it.pool_after and len(it.pool_after) == len(keys)
+        assert it.pool_after != keys[::-1] or len(keys) < 2
         assert it.pool_written == [k for k in it.pool_after if k not in set(it.pool_before)]
         assert it.pool_evicted == sorted(set(it.pool_before) - set(it.pool_after))
     assert (cache.resident_mask() == _mask_of(res.iterations[-1].pool_after, MIX)).all()
