@@ -596,17 +596,23 @@ class ElasticSD:
                         cov += v
                     c0 += per_tok[x]
                     cover[i][s] = cov
-                steps = []
-                for s in range(self._depth):
-                    step = {}
-                    xs = [x for x, (i, s_) in enumerate(toks) if s_ == s]
+                # each draft step's experts per layer: the union of its tokens' (in token
+                # order, first seen), all steps at once as rows (step, layer)
+                per_s = [[x for x, (i, s_) in enumerate(toks) if s_ == s]
+                         for s in range(self._depth)]
+                m = max(len(xs) for xs in per_s)
+                ch = np.full((self._depth, L, k * m), E, np.int64)
+                for s, xs in enumerate(per_s):
                     if xs:
-                        ch = np.concatenate(list(ch_all[xs]), axis=1)
-                        keep = _first_seen(ch) & (ch != E)
-                        for j, seen in rows_of(ch, keep):
-                            step[lids[j]] = seen
-                            draft_hb += msb * len(seen)
-                    steps.append(step)
+                        ch[s, :, :k * len(xs)] = ch_all[xs].transpose(1, 0, 2).reshape(L, -1)
+                ch = ch.reshape(self._depth * L, k * m)
+                keep = ch != E
+                if m > 1:                         # one token's throttled ids are distinct
+                    keep &= _first_seen(ch)
+                steps = [{} for _ in range(self._depth)]
+                for sj, seen in rows_of(ch, keep):
+                    steps[sj // L][lids[sj % L]] = seen
+                draft_hb += msb * int(keep.sum())
                 for i in active:
                     r = group[i]
                     nl = r.present[pos[i]:pos[i] + n_draft[i]].sum(axis=1)
