@@ -369,8 +369,7 @@ class PerfModel:
         group = np.zeros((Rn, E), np.int64)
         verify = np.zeros(Rn, bool)
         out_words = np.zeros(Rn, np.int64)     # a verify's OUT reduction, per busy group
-        n_wr = np.zeros((Rn, Gr), np.int64)
-        n_x = np.zeros((Rn, Gr), np.int64)
+        w_cell, w_extra = [], []               # each pool write's (row, group) cell
         for i, lo, mid, wlays in segs:
             st, sw = steps[i], works[i]
             hi = mid + len(wlays)
@@ -381,10 +380,11 @@ class PerfModel:
                                     // self.pe.q24_per_word)
             if st.writes:
                 row = {lay: lo + k for k, lay in enumerate(list(sw.layers) + wlays)}
-                for w in st.writes:
-                    n_wr[row[w.key[0]], w.group] += 1
-                    if w.extra:
-                        n_x[row[w.key[0]], w.group] += 1
+                w_cell += [row[w.key[0]] * Gr + w.group for w in st.writes]
+                w_extra += [w.extra for w in st.writes]
+        w_cell = np.array(w_cell, np.int64)
+        n_wr = np.bincount(w_cell, minlength=Rn * Gr).reshape(Rn, Gr)
+        n_x = np.bincount(w_cell[np.array(w_extra, bool)], minlength=Rn * Gr).reshape(Rn, Gr)
         # per (row, group): the routed experts' figures summed (whole numbers, exact)
         rj, e = np.nonzero(tok > 0)
         kind = cached[rj, e]
