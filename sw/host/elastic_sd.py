@@ -123,21 +123,29 @@ def select_pool_indices(hotness, slots, *, layer_ids, current, min_per_layer=1) 
     h = np.asarray(hotness, np.float64)
     L, E = h.shape
     incur = np.asarray(current, bool)
-    ee = np.broadcast_to(np.arange(E), (L, E))
-    ll = np.broadcast_to(np.asarray(layer_ids, np.int64)[:, None], (L, E))
     floor = min(min_per_layer, E, slots // L) if L else 0
+    # every key in the order of preference: hotter first, then already cached, then lower
+    # layer, then lower id (a total order: each key's place is unique)
+    lrank = np.argsort(np.argsort(np.asarray(layer_ids, np.int64), kind="stable"),
+                       kind="stable")
+    if h.size and (h >= 0).all() and (h == np.floor(h)).all() and h.max() < 2 ** 31:
+        # whole counts: one integer key, (rank of -h, cached, layer, id)
+        key = ((h.max() - h).astype(np.int64) * 2 + ~incur) * (L * E) \
+            + lrank[:, None] * E + np.arange(E)
+        rest = np.argsort(key.ravel())
+        by_row = np.argsort(key, axis=-1)
+    else:
+        ee = np.broadcast_to(np.arange(E), (L, E))
+        ll = np.broadcast_to(lrank[:, None], (L, E))
+        rest = np.lexsort((ee.ravel(), ll.ravel(), ~incur.ravel(), -h.ravel()))
+        by_row = np.lexsort((ee, ~incur, -h), axis=-1)
     chosen = np.zeros((L, E), bool)
     if floor:
-        # key: hotter first, then already cached, then lower layer, then lower id
-        order = np.lexsort((ee, ~incur, -h), axis=-1)[:, :floor]
-        chosen[np.arange(L)[:, None], order] = True
-    rest = np.lexsort((ee.ravel(), ll.ravel(), ~incur.ravel(), -h.ravel()))
+        chosen[np.arange(L)[:, None], by_row[:, :floor]] = True
     ok = (~chosen & ((h > 0) | incur)).ravel()[rest]
     take = rest[ok][:max(0, slots - int(chosen.sum()))]
     chosen.ravel()[take] = True
-    keys = np.nonzero(chosen.ravel())[0]
-    return keys[np.lexsort((ee.ravel()[keys], ll.ravel()[keys], ~incur.ravel()[keys],
-                            -h.ravel()[keys]))][::-1]
+    return rest[chosen.ravel()[rest]][::-1]
 
 
 class PoolKeys(Sequence):
