@@ -298,15 +298,16 @@ class HomeGroups:
         return g
 
     def move(self, arrived, left) -> tuple:
-        """The keys ``left`` leave HB and ``arrived`` enter: releases the homed keys of
-        ``left``, then assigns homes to the unhomed keys of ``arrived``, each in sorted order
-        (what :meth:`sync` does when the homes held the old contents). Returns ``(new keys,
-        released keys)``, each sorted."""
+        """The keys ``left`` leave HB and ``arrived`` enter (``(int, int)`` tuples, as
+        :meth:`sync` returns them): releases the homed keys of ``left``, then assigns homes
+        to the unhomed keys of ``arrived``, each in sorted order (what :meth:`sync` does when
+        the homes held the old contents). Returns ``(new keys, released keys)``, each
+        sorted."""
         home, count = self.home, self.count
-        gone = sorted({(int(a), int(b)) for a, b in left} & home.keys())
+        gone = sorted(home.keys() & set(left))
         for k in gone:                                  # release(), the table below
             count[home.pop(k)] -= 1
-        new = sorted({(int(a), int(b)) for a, b in arrived} - home.keys())
+        new = sorted(set(arrived) - home.keys())
         gs = []
         for k in new:                                   # assign(), the table below
             g = count.index(min(count))
