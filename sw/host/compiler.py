@@ -304,10 +304,10 @@ class HomeGroups:
         the homes held the old contents). Returns ``(new keys, released keys)``, each
         sorted."""
         home, count = self.home, self.count
-        gone = sorted(home.keys() & set(left))
+        gone = sorted({k for k in left if k in home})   # walks left and arrived, not home
         for k in gone:                                  # release(), the table below
             count[home.pop(k)] -= 1
-        new = sorted(set(arrived) - home.keys())
+        new = sorted({k for k in arrived if k not in home})
         gs = []
         for k in new:                                   # assign(), the table below
             g = count.index(min(count))
