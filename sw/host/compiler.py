@@ -298,17 +298,34 @@ class HomeGroups:
         return g
 
     def move(self, arrived, left) -> tuple:
-        """The keys ``left`` leave HB and ``arrived`` enter: releases the homed keys of
-        ``left``, then assigns homes to the unhomed keys of ``arrived``, each in sorted order
-        (what :meth:`sync` does when the homes held the old contents). Returns ``(new keys,
-        released keys)``, each sorted."""
-        gone = sorted({(int(a), int(b)) for a, b in left} & self.home.keys())
-        for k in gone:
-            self.release(k)
-        new = sorted({(int(a), int(b)) for a, b in arrived} - self.home.keys())
-        for k in new:
-            self.assign(k)
+        """The keys ``left`` leave HB and ``arrived`` enter (``(int, int)`` tuples, as
+        :meth:`sync` returns them): releases the homed keys of ``left``, then assigns homes
+        to the unhomed keys of ``arrived``, each in sorted order (what :meth:`sync` does when
+        the homes held the old contents). Returns ``(new keys, released keys)``, each
+        sorted."""
+        home, count = self.home, self.count
+        gone = sorted({k for k in left if k in home})   # walks left and arrived, not home
+        for k in gone:                                  # release(), the table below
+            count[home.pop(k)] -= 1
+        new = sorted({k for k in arrived if k not in home})
+        gs = []
+        for k in new:                                   # assign(), the table below
+            g = count.index(min(count))
+            home[k] = g
+            count[g] += 1
+            gs.append(g)
+        self._set_table(gone, [-1] * len(gone))
+        self._set_table(new, gs)
         return new, gone
+
+    def _set_table(self, keys, groups):
+        """:attr:`table` of ``keys`` (those of its layers) := ``groups``, all at once."""
+        if self.table is None or not keys:
+            return
+        jj = np.array([self._row.get(k[0], -1) for k in keys], np.int64)
+        ee = np.array([k[1] for k in keys], np.int64)
+        ok = jj >= 0
+        self.table[jj[ok], ee[ok]] = np.array(groups, np.int64)[ok]
 
     def update(self, cache) -> tuple:
         """:meth:`sync` to ``cache``'s contents after one :meth:`~.hbcache.HBExpertCache.step`,
@@ -488,6 +505,8 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
             x = np.take_along_axis(x, np.argsort(x < 0, axis=1, kind="stable"), axis=1)
         return x
 
+    pending = []                # steps added since the homes last changed, not yet placed
+
     def add(kind, toks, ids_of, rows_of, mask, produced, **kw):
         ids = np.stack([ids_of(rr, t) for rr, t in toks])[:, jsel]       # [T, Ls, k]
         has = (ids >= 0).any(axis=(0, 2))
@@ -497,15 +516,21 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                           tokens=[(rr.request, int(rr.positions[t])) for rr, t in toks],
                           layers={}, produced=produced, **kw))
         st = steps[-1]
-        st.work = _place_arrays(ids, mask[js], [lids[j] for j in js], homes,
-                                draft=kind == "draft", experts=E)
-        st.layers = _LazyLayers(st.work.layers, lambda lay, j: _layer_work(
+        lays = [lids[j] for j in js]
+        pending.append((st, (ids, mask[js], lays, kind == "draft")))
+        st.layers = _LazyLayers(lays, lambda lay, j: _layer_work(
             lay, [rows_of(rr, t, j) for rr, t in toks],
-            np.nonzero(st.work.cached[st.work.layers.index(lay)])[0].tolist(), p),
-            [lids.index(lay) for lay in st.work.layers])
-        st.placements = _LazyLayers(st.work.layers, lambda lay, j: _placement_of(st.work, lay,
-                                                                                homes.groups))
+            np.nonzero(st.work.cached[st.work.layers.index(lay)])[0].tolist(), p), js.tolist())
+        st.placements = _LazyLayers(lays, lambda lay, j: _placement_of(st.work, lay,
+                                                                      homes.groups))
         return st
+
+    def place():
+        # the pending steps' work placed together (before the homes change)
+        works = _place_steps([item for _, item in pending], homes, experts=E)
+        for (st, _), w in zip(pending, works):
+            st.work = w
+        pending.clear()
 
     def writes(new, gone, streamed):
         return ([PoolWrite(k, homes.home[k], k not in streamed) for k in new if k[0] in sel],
@@ -531,11 +556,12 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                 if t < r.tokens:
                     for j, lay in enumerate(lids):
                         used.update((lay, e) for e in _orig(r, t, j, E)[0])
+        place()
         w, g = writes(*homes.sync(first_pool), used)
         if steps and steps[-1].kind == "ar":
             steps[-1].writes += w
             steps[-1].evicted += g
-        pool = list(first_pool)
+        pool = first_pool
         for it in mine:
             n_it = it_no
             it_no += 1
@@ -567,11 +593,13 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                      sum(min(a + 1, rr.tokens - s0)
                          for a, rr, s0 in zip(it.accepted, rrs, it.start)),
                      iteration=n_it, accepted=list(it.accepted))
+            place()
             # the homes move from it.pool_before to it.pool_after
             st.writes, st.evicted = writes(*homes.move(it.pool_written, it.pool_evicted),
                                            streamed)
             assert {pw.key for pw in st.writes if pw.extra} <= set(map(tuple, it.pool_extra))
-            pool = list(it.pool_after)
+            pool = it.pool_after
+    place()
     return steps, res
 
 
@@ -602,20 +630,31 @@ class _LazyLayers(Mapping):
         return len(self._layers)
 
 
-def _place_arrays(ids, cached_mask, layers, homes, *, draft, experts) -> StepWork:
-    """:func:`place_layer` for every layer of a step at once: ``ids`` int64 ``[T, L, k]``
-    (-1: empty), ``cached_mask`` bool ``[L, E]`` (the HB pool of each layer)."""
-    L, E, G = len(layers), experts, homes.groups
-    rows = np.broadcast_to(np.arange(L)[None, :, None], ids.shape)
-    ok = ids >= 0
-    tok = np.bincount(rows[ok] * E + ids[ok], minlength=L * E).reshape(L, E)
+def _place_steps(items, homes, *, experts) -> list:
+    """:func:`place_layer` for every layer of several steps at once, under the same homes:
+    ``items`` = [(ids, cached_mask, layers, draft)], a step each: ``ids`` int64 ``[T, L, k]``
+    (-1: empty), ``cached_mask`` bool ``[L, E]`` (the HB pool of each of its ``layers``),
+    ``draft`` whether only HB-resident experts may be routed (a ValueError names the first
+    layer that breaks it). The steps' layers are placed together as rows, each as
+    :func:`place_layer` places it. Returns a :class:`StepWork` per item."""
+    E, G = experts, homes.groups
+    if not items:
+        return []
+    tok = np.concatenate([np.bincount((np.arange(ids.shape[1])[None, :, None] * E + ids)
+                                      [ids >= 0], minlength=ids.shape[1] * E)
+                          .reshape(ids.shape[1], E) for ids, _, _, _ in items])
+    cached_mask = np.concatenate([m for _, m, _, _ in items])
+    layers = [lay for _, _, lays, _ in items for lay in lays]
+    draft = np.repeat([d for _, _, _, d in items], [len(lays) for _, _, lays, _ in items])
+    L = len(layers)
     routed = tok > 0
     cached = routed & cached_mask
     group = np.full((L, E), -1, np.int64)
     group[cached] = homes.homes_of(layers, cached)
     cold = routed & ~cached
-    if draft and cold.any():
-        j = int(np.nonzero(cold.any(axis=1))[0][0])
+    bad = cold.any(axis=1) & draft
+    if bad.any():
+        j = int(np.nonzero(bad)[0][0])
         raise ValueError(f"work: layer {layers[j]}: draft tokens routed to experts "
                          f"{np.nonzero(cold[j])[0].tolist()} outside the HB pool")
     load = np.zeros((L, G), np.int64)
@@ -630,7 +669,12 @@ def _place_arrays(ids, cached_mask, layers, homes, *, draft, experts) -> StepWor
         g = load[js].argmin(axis=1)
         load[js, g] += tok[js, e]
         group[js, e] = g
-    return StepWork(tuple(layers), tok, cached, group)
+    out, r0 = [], 0
+    for _, _, lays, _ in items:
+        r1 = r0 + len(lays)
+        out.append(StepWork(tuple(lays), tok[r0:r1], cached[r0:r1], group[r0:r1]))
+        r0 = r1
+    return out
 
 
 def _placement_of(work: StepWork, layer, groups) -> Placement:

@@ -43,6 +43,7 @@ Before the first iteration, the first ``depth`` tokens of each request run autor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,7 +53,7 @@ from .hbcache import CacheStats, HBExpertCache
 from .models import ModelPreset
 
 
-__all__ = ["throttle", "original_ranking", "select_pool", "select_pool_indices",
+__all__ = ["throttle", "original_ranking", "select_pool", "select_pool_indices", "PoolKeys",
            "CoverageAcceptance", "BernoulliAcceptance", "accepted_prefix", "Iteration",
            "ElasticSDResult", "ElasticSD"]
 
@@ -122,21 +123,62 @@ def select_pool_indices(hotness, slots, *, layer_ids, current, min_per_layer=1) 
     h = np.asarray(hotness, np.float64)
     L, E = h.shape
     incur = np.asarray(current, bool)
-    ee = np.broadcast_to(np.arange(E), (L, E))
-    ll = np.broadcast_to(np.asarray(layer_ids, np.int64)[:, None], (L, E))
     floor = min(min_per_layer, E, slots // L) if L else 0
+    # every key in the order of preference: hotter first, then already cached, then lower
+    # layer, then lower id (a total order: each key's place is unique)
+    lrank = np.argsort(np.argsort(np.asarray(layer_ids, np.int64), kind="stable"),
+                       kind="stable")
+    if h.size and (h >= 0).all() and (h == np.floor(h)).all() and h.max() < 2 ** 31:
+        # whole counts: one integer key, (rank of -h, cached, layer, id)
+        key = ((h.max() - h).astype(np.int64) * 2 + ~incur) * (L * E) \
+            + lrank[:, None] * E + np.arange(E)
+        rest = np.argsort(key.ravel())
+        by_row = np.argsort(key, axis=-1)
+    else:
+        ee = np.broadcast_to(np.arange(E), (L, E))
+        ll = np.broadcast_to(lrank[:, None], (L, E))
+        rest = np.lexsort((ee.ravel(), ll.ravel(), ~incur.ravel(), -h.ravel()))
+        by_row = np.lexsort((ee, ~incur, -h), axis=-1)
     chosen = np.zeros((L, E), bool)
     if floor:
-        # key: hotter first, then already cached, then lower layer, then lower id
-        order = np.lexsort((ee, ~incur, -h), axis=-1)[:, :floor]
-        chosen[np.arange(L)[:, None], order] = True
-    rest = np.lexsort((ee.ravel(), ll.ravel(), ~incur.ravel(), -h.ravel()))
+        chosen[np.arange(L)[:, None], by_row[:, :floor]] = True
     ok = (~chosen & ((h > 0) | incur)).ravel()[rest]
     take = rest[ok][:max(0, slots - int(chosen.sum()))]
     chosen.ravel()[take] = True
-    keys = np.nonzero(chosen.ravel())[0]
-    return keys[np.lexsort((ee.ravel()[keys], ll.ravel()[keys], ~incur.ravel()[keys],
-                            -h.ravel()[keys]))][::-1]
+    return rest[chosen.ravel()[rest]][::-1]
+
+
+class PoolKeys(Sequence):
+    """A pool's (layer, expert) keys in order, held as flat indices ``j * E + e`` (``j``
+    indexing ``layer_ids``) and turned into tuples on first use; equal to any sequence of the
+    same keys in the same order (a list included)."""
+
+    def __init__(self, flat, layer_ids, experts: int):
+        self.indices = np.asarray(flat, np.int64)
+        self._lids, self._E, self._keys = layer_ids, experts, None
+
+    def _list(self) -> list:
+        if self._keys is None:
+            j, e = np.divmod(self.indices, self._E)
+            self._keys = list(zip([self._lids[a] for a in j.tolist()], e.tolist()))
+        return self._keys
+
+    def __getitem__(self, i):
+        return self._list()[i]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __iter__(self):
+        return iter(self._list())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and self._list() == list(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"PoolKeys({self._list()!r})"
 
 
 def accepted_prefix(accept) -> int:
@@ -259,9 +301,9 @@ class Iteration:
     verify_cached, verify_uncached : dict
         ``{layer: [expert ids]}`` of verification: MSB from HB + LSB from EXT, or whole from
         EXT.
-    pool_before, pool_after : list
+    pool_before, pool_after : PoolKeys
         (layer, expert) keys of the pool the draft used and of the one chosen for the next
-        draft.
+        draft (coldest first).
     pool_written, pool_extra : list
         Keys of ``pool_after`` written into HB during verification, and those among them no
         verification stream carried (extra EXT reads).
@@ -532,7 +574,7 @@ class ElasticSD:
                 for j in range(L):
                     used[j, union(group, [t] * len(group), j)] = True
             cache.fill_indices(nxt, streamed=used)        # AR read every expert it used
-            pool = keys_of(nxt)
+            pool = PoolKeys(nxt, lids, E)
             masks = cache.resident_mask()
             pos = [min(self._depth, r.tokens) for r in group]
             while any(pp < r.tokens for pp, r in zip(pos, group)):
@@ -562,17 +604,23 @@ class ElasticSD:
                         cov += v
                     c0 += per_tok[x]
                     cover[i][s] = cov
-                steps = []
-                for s in range(self._depth):
-                    step = {}
-                    xs = [x for x, (i, s_) in enumerate(toks) if s_ == s]
+                # each draft step's experts per layer: the union of its tokens' (in token
+                # order, first seen), all steps at once as rows (step, layer)
+                per_s = [[x for x, (i, s_) in enumerate(toks) if s_ == s]
+                         for s in range(self._depth)]
+                m = max(len(xs) for xs in per_s)
+                ch = np.full((self._depth, L, k * m), E, np.int64)
+                for s, xs in enumerate(per_s):
                     if xs:
-                        ch = np.concatenate(list(ch_all[xs]), axis=1)
-                        keep = _first_seen(ch) & (ch != E)
-                        for j, seen in rows_of(ch, keep):
-                            step[lids[j]] = seen
-                            draft_hb += msb * len(seen)
-                    steps.append(step)
+                        ch[s, :, :k * len(xs)] = ch_all[xs].transpose(1, 0, 2).reshape(L, -1)
+                ch = ch.reshape(self._depth * L, k * m)
+                keep = ch != E
+                if m > 1:                         # one token's throttled ids are distinct
+                    keep &= _first_seen(ch)
+                steps = [{} for _ in range(self._depth)]
+                for sj, seen in rows_of(ch, keep):
+                    steps[sj // L][lids[sj % L]] = seen
+                draft_hb += msb * int(keep.sum())
                 for i in active:
                     r = group[i]
                     nl = r.present[pos[i]:pos[i] + n_draft[i]].sum(axis=1)
@@ -623,7 +671,7 @@ class ElasticSD:
                 extra = keys_of(new[~streamed.reshape(-1)[new]])
                 evicted = keys_of(np.nonzero((masks & ~after).reshape(-1))[0])
                 assert cache.stats.ext_extra_bytes - x_before == msb * len(extra)
-                before, pool = pool, keys_of(nxt)
+                before, pool = pool, PoolKeys(nxt, lids, E)
                 masks = after
                 iterations.append(Iteration(
                     requests=[group[i].request for i in active], start=[pos[i] for i in active],
@@ -631,7 +679,7 @@ class ElasticSD:
                     coverage=[cover[i] for i in active], draft_routing=[droute[i] for i in
                                                                         active],
                     draft_steps=steps, verify_cached=vc, verify_uncached=vu,
-                    pool_before=before, pool_after=list(pool), pool_written=written,
+                    pool_before=before, pool_after=pool, pool_written=written,
                     pool_extra=extra, pool_evicted=evicted))
                 for i in active:
                     drafted += n_draft[i]

@@ -317,9 +317,8 @@ class HBExpertCache:
         old = self._mask.reshape(-1)
         added = new & ~old
         n_new = int(added.sum())
-        if streamed is not None:
-            added &= ~np.asarray(streamed, bool).reshape(-1)
-        self.stats.ext_extra_bytes += int(added.sum()) * self.msb_bytes
+        extra = added if streamed is None else added & ~np.asarray(streamed, bool).reshape(-1)
+        self.stats.ext_extra_bytes += int(extra.sum()) * self.msb_bytes
         self.stats.evictions += int((old & ~new).sum())
         self.stats.hb_write_bytes += n_new * self.msb_bytes
         self._lru, self._order = None, keys.copy()

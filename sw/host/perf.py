@@ -369,8 +369,7 @@ class PerfModel:
         group = np.zeros((Rn, E), np.int64)
         verify = np.zeros(Rn, bool)
         out_words = np.zeros(Rn, np.int64)     # a verify's OUT reduction, per busy group
-        n_wr = np.zeros((Rn, Gr), np.int64)
-        n_x = np.zeros((Rn, Gr), np.int64)
+        w_cell, w_extra = [], []               # each pool write's (row, group) cell
         for i, lo, mid, wlays in segs:
             st, sw = steps[i], works[i]
             hi = mid + len(wlays)
@@ -381,10 +380,11 @@ class PerfModel:
                                     // self.pe.q24_per_word)
             if st.writes:
                 row = {lay: lo + k for k, lay in enumerate(list(sw.layers) + wlays)}
-                for w in st.writes:
-                    n_wr[row[w.key[0]], w.group] += 1
-                    if w.extra:
-                        n_x[row[w.key[0]], w.group] += 1
+                w_cell += [row[w.key[0]] * Gr + w.group for w in st.writes]
+                w_extra += [w.extra for w in st.writes]
+        w_cell = np.array(w_cell, np.int64)
+        n_wr = np.bincount(w_cell, minlength=Rn * Gr).reshape(Rn, Gr)
+        n_x = np.bincount(w_cell[np.array(w_extra, bool)], minlength=Rn * Gr).reshape(Rn, Gr)
         # per (row, group): the routed experts' figures summed (whole numbers, exact)
         rj, e = np.nonzero(tok > 0)
         kind = cached[rj, e]
@@ -402,8 +402,8 @@ class PerfModel:
                                 for ph in ("draft", "verify")])[k, t].astype(np.float64)
             if x.ndim == 1:
                 return np.bincount(cell, x, m).astype(np.int64).reshape(Rn, Gr)
-            return np.stack([np.bincount(cell, x[:, c], m) for c in range(G)],
-                            axis=1).astype(np.int64).reshape(Rn, Gr, G)
+            return np.bincount((cell[:, None] * G + np.arange(G)).ravel(), x.ravel(),
+                               m * G).astype(np.int64).reshape(Rn, Gr, G)
 
         tabs_shape = ((), (G,), (G,), ())
         ext_g, w4, w8, words = (per_cell(f) for f in range(4))
@@ -417,7 +417,15 @@ class PerfModel:
         active = busy | (n_wr > 0)
         ext = (ext_g + n_x * self.msb).sum(axis=1).astype(np.float64)
         ext_cycles = ext / self.ext_bpc
-        terms = np.stack([(hb_pe + wr).max(axis=2) / self.hb_bpc, per_pe.max(axis=2),
+        def pe_max(x):
+            # the busiest PE of each (row, group): a max over the short last axis, column by
+            # column (NumPy's reduction over a 4-wide axis is slow)
+            m = x[:, :, 0]
+            for c in range(1, x.shape[2]):
+                m = np.maximum(m, x[:, :, c])
+            return m
+
+        terms = np.stack([pe_max(hb_pe + wr) / self.hb_bpc, pe_max(per_pe),
                           lb / self.link_bpc], axis=2)                    # [Rn, Gr, 3]
         terms = np.where(active[:, :, None], terms, -np.inf).reshape(Rn, Gr * 3)
         terms = np.concatenate([ext_cycles[:, None], terms], axis=1)
@@ -426,16 +434,22 @@ class PerfModel:
 
         def seq(x):
             # per row: the sum over the banks of each group, then over the groups, one by one
-            # (as layer() adds them)
-            return np.cumsum(np.cumsum(x, axis=2)[:, :, -1], axis=1)[:, -1].tolist()
+            # (as layer() adds them), as a list
+            g = x[:, :, 0]
+            for c in range(1, x.shape[2]):
+                g = g + x[:, :, c]
+            out = g[:, 0]
+            for c in range(1, g.shape[1]):
+                out = out + g[:, c]
+            return out.tolist()
 
         cycles = terms[np.arange(Rn), best].tolist()
         hb_r, hb_w, tiles = seq(hb_pe), seq(wr), seq(per_pe)
         ext_l = ext.tolist()
         link_l = lb.sum(axis=1).astype(np.float64).tolist()
         best_l = best.tolist()
-        acc = np.bincount(rj, minlength=Rn)
-        hits = np.bincount(rj[kind], minlength=Rn)
+        acc = np.bincount(rj, minlength=Rn).tolist()
+        hits = np.bincount(rj[kind], minlength=Rn).tolist()
         for i, lo, mid, wlays in segs:
             st = steps[i]
             hi = mid + len(wlays)
@@ -450,7 +464,7 @@ class PerfModel:
                               hb_read_bytes=h_r, hb_write_bytes=h_w, ext_bytes=x,
                               link_bytes=sum(link_l[lo:hi]), energy_pj=hb_e + ext_e,
                               hb_energy_pj=hb_e, ext_energy_pj=ext_e,
-                              accesses=int(acc[lo:mid].sum()), hits=int(hits[lo:mid].sum()),
+                              accesses=sum(acc[lo:mid]), hits=sum(hits[lo:mid]),
                               bounds=bounds, tile_cycles=sum(tiles[lo:hi]), layers=[])
         return out
 

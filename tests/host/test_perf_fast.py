@@ -206,6 +206,9 @@ def test_elastic_pools_and_homes_equal_a_recomputation(gsm8k, batch):
     esd = ElasticSD(cache=cache, depth=4, acceptance=CoverageAcceptance(0.5))
     steps, res = host.elastic_steps(trace, esd, groups=arch.groups, batch=batch)
     for it in res.iterations:
+        keys = list(it.pool_after)                      # PoolKeys: equal to its list only
+        assert it.pool_after == keys and keys == it.pool_after and len(it.pool_after) == len(keys)
+        assert it.pool_after != keys[::-1] or len(keys) < 2
         assert it.pool_written == [k for k in it.pool_after if k not in set(it.pool_before)]
         assert it.pool_evicted == sorted(set(it.pool_before) - set(it.pool_after))
     assert (cache.resident_mask() == _mask_of(res.iterations[-1].pool_after, MIX)).all()
@@ -267,3 +270,24 @@ def test_throttle_tokens_equals_throttled(gsm8k, source):
                 assert got[x, j].tolist() == ref + [E] * (k - len(ref)), (x, j)
                 n += len(ref) < k
     assert n > 0                                  # pools short of k experts were seen
+
+
+def test_select_pool_integer_key_equals_lexsort():
+    """select_pool_indices orders whole-count hotness by one integer key; hotness x 1.5 (the
+    same order, not whole: the lexsort path) must choose the same pool in the same order,
+    with and without cached keys, with layer ids out of order."""
+    from elmoe3d.sw.host.elastic_sd import select_pool_indices
+    rng = np.random.default_rng(3)
+    n_same = 0
+    for _ in range(40):
+        L, E = int(rng.integers(1, 6)), int(rng.integers(1, 10))
+        h = rng.integers(0, 4, (L, E)).astype(np.float64)
+        cur = rng.random((L, E)) < 0.3
+        lids = list(rng.permutation(40)[:L])
+        slots, floor = int(rng.integers(0, L * E + 2)), int(rng.integers(0, 3))
+        a = select_pool_indices(h, slots, layer_ids=lids, current=cur, min_per_layer=floor)
+        b = select_pool_indices(h * 1.5, slots, layer_ids=lids, current=cur,
+                                min_per_layer=floor)
+        assert a.tolist() == b.tolist()
+        n_same += len(a) > 3
+    assert n_same > 10
