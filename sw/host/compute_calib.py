@@ -230,13 +230,12 @@ EXTRA_SHAPES = ((2048, 1024),)
 
 
 def table_shapes() -> list:
-    """``(hidden, intermediate)`` of every FFN :mod:`.paper_eval` asks for on Table 3's models
-    (:data:`~.models.TABLE3_MODELS`: routed, shared and dense FFNs), and
+    """``(hidden, intermediate)`` of every FFN :mod:`.paper_eval` asks for on the models it can
+    run (every :data:`~.decoder.DECODER_SHAPES` model: routed, shared and dense FFNs), and
     :data:`EXTRA_SHAPES`."""
-    from .decoder import decoder_shape
-    from .models import TABLE3_MODELS
+    from .decoder import DECODER_SHAPES, decoder_shape
     out = []
-    for name in TABLE3_MODELS:
+    for name in DECODER_SHAPES:
         s = decoder_shape(name)
         m = s.model
         for inter in (m.expert_intermediate, m.shared_intermediate, s.dense_intermediate):
