@@ -204,6 +204,41 @@ def sink_paced_program(config, seed=15):
     return p, ld
 
 
+def tail_freeze_program(config, seed=16):
+    """A COMBINE GEMM of one K-group a result (its results freeze the tile after its last
+    beat while the sink drains them), a RAW GEMM on the other buffer that releases it (its
+    beats wait out the freeze), LOADs into that buffer behind the release, STATUS. Returns
+    ``(program, ld)``."""
+    np, asm, pe, rng = _overlap_setup(seed, config)
+    R, L, OV = pe.rows, pe.lanes, pe.q24_per_word
+    cbn, G = 8, pe.wmem_words // 2
+    H = cbn * L
+    p, ld = asm.Program(pe), []
+
+    def load(target, addr, words, **kw):
+        p.load(target, addr, len(words), **kw)
+        ld.extend(asm.words_to_ints(words))
+
+    p.clear(out=True, rowmax=True, flags=True, counters=True)
+    tok = {"e_x": np.zeros(R), "e_h": np.full(R, -12), "gate": np.full(R, 0x3C00, np.uint16),
+           "slot": np.arange(R)}
+    load(Target.TOK, 0, asm.pack_tok(tok, pe))
+    load(Target.ACT, 0, asm.pack_act(rng.integers(-128, 128, (G, R, 32)), pe))
+    for buf, words in ((0, cbn), (1, G)):
+        msb, scl = _weights(np, asm, pe, rng, words)
+        load(Target.WMSB, 0, msb, buf=buf)
+        load(Target.WSCALE, 0, scl, buf=buf, signal=True)
+    p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=cbn,
+           groups=1, sink=Sink.COMBINE, out_base=0, tok_base=0, stride=H // OV, wait=True)
+    p.gemm(mode=Mode.DRAFT, wbuf=1, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
+           groups=G, sink=Sink.RAW, wait=True, release=True)
+    msb, scl = _weights(np, asm, pe, rng, 8)
+    load(Target.WMSB, 0, msb, buf=1)
+    load(Target.WSCALE, 0, scl, buf=1, signal=True)
+    p.status()
+    return p, ld
+
+
 def requant_pad_program(config, seed=14, *, pad_rows=1, row_blocks=2):
     """REQUANT with ``pad_rows`` padding rows (the last row block's last rows): HBUF rows and
     their row maxima from ``ld`` / ``link_i``, ACT and TOK filled with random bytes first (so

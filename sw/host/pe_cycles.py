@@ -35,13 +35,15 @@ What is modelled, per command (``docs/pe.md`` for the rules):
   beat every ``beat_cycles``; the next GEMM, if decoded and ready in the cycle of the last
   read, follows with no idle cycle (``gemm_gap``), else it is taken in that cycle and starts
   when ready, its first beat two cycles later; each result leaves
-  the tile ``tile_latency`` cycles after its last beat into the skid register, which passes
-  it on to the result register in the same cycle if that is free, and the sink
+  the tile ``tile_latency`` cycles after its last beat, straight into the result register if
+  that is free, else into the skid register, which hands it on in the cycle the result
+  register frees, and the sink
   (:class:`_ResultStage`: SWIGLU rows held in stage A for their sub-steps, COMBINE rows
   through stage C, RAW a link word a cycle, ``psum_in`` rows behind their link words); a
   sink slower than the tile stalls the tile and the issue once the skid register holds a
-  result (the tile takes the next from the cycle after the skid register emptied); a GEMM
-  is complete
+  result (the tile takes the next from the cycle after the skid register emptied), its whole
+  pipeline, the next GEMM's beats included (a result offered after its GEMM's last beat
+  delays the next GEMM's beats); a GEMM is complete
   ``sink_done_cycles`` after its last row left stage A (a held GEMM of a K chain once its
   last beat entered the tile); OUTPUT, CLEAR, SEND, RECV, BARRIER and STATUS wait until
   every earlier GEMM has left the tile and the sinks (``sink_idle_cycles``) and every
@@ -385,6 +387,8 @@ class _Model:
         self.ex_idle = 0                # first cycle the engine can take the next command
         self.run = None                 # the GEMM issuing: dict(F (last read), wbuf, release)
         self.tile_next = 0              # first cycle the next beat can enter the tile
+        self.tile_stalls = []           # results of earlier GEMMs that freeze the tile after
+        #                                 their last beat: (offered, cycles)
         self.results = _ResultStage(options)
         self.dq_free = 0                # the sink's pending descriptor slot is free from
         self.last_result = None         # the cycle the last GEMM's last result left the tile
@@ -570,15 +574,22 @@ class _Model:
         b0 = max(s + o.gemm_start_cycles, self.tile_next)
         last_unstalled = b0 + beats * P - 1        # the last beat taken, without stalls
         lat = o.tile_latency
-        shift = 0                      # stall cycles before the last beat
+        # (offered, cycles) of the results that freeze the tile (its whole pipeline, this
+        # GEMM's beats included), in order: earlier GEMMs' after their last beat, then this
+        # GEMM's own
         stalls = []
+        for t, c in self.tile_stalls:
+            if t <= b0:                # frozen when this GEMM's first beat comes: it waits
+                b0 = max(b0, t + c)
+            else:                      # frozen with this GEMM's beats in the tile
+                stalls.append((t, c))
+        last_unstalled = b0 + beats * P - 1
         if n_res and not held:
             sink, psum_in = Sink(f["sink"]), bool(f["psum_in"])
             rs = self.results
             link = 1 if self.link_rate is None else max(1, math.ceil(1 / self.link_rate))
             per = g * P                                # tile cycles of one result
-            stall = 0
-            stalls = []                    # (offered, cycles) of the results stalling the tile
+            frozen = [0, 0]            # stalls applied so far, their cycles (Or grows)
 
             live = self._live_rows(f) if sink is Sink.COMBINE else None
             rbn = f["row_blocks"]
@@ -587,15 +598,17 @@ class _Model:
                 """Result ``r`` offered at ``Or``, handed over at ``Ar``, in the result
                 register at ``Tr``; the tile stalls ``Ar - Or`` cycles. Returns whether it
                 went straight through (offered, handed over and taken in one cycle)."""
-                nonlocal stall, shift, A_last
-                Or = b0 + (r + 1) * per - 1 + lat + stall
+                nonlocal A_last
+                Or = b0 + (r + 1) * per - 1 + lat + frozen[1]
+                while frozen[0] < len(stalls) and stalls[frozen[0]][0] <= Or:
+                    Or += stalls[frozen[0]][1]
+                    frozen[1] += stalls[frozen[0]][1]
+                    frozen[0] += 1
                 A_last, Tr = rs.take(Or, sink, psum_in, full, link,
                                      None if live is None else live[r % rbn],
                                      self._row_words(f, r) if sink is Sink.COMBINE else None)
-                if Or <= last_unstalled + shift:
-                    shift += A_last - Or
+                if A_last > Or:
                     stalls.append((Or, A_last - Or))
-                stall += A_last - Or
                 return Tr == Or
             A_last = None
             keeps_up = per >= rs.period(sink, psum_in, full)
@@ -623,11 +636,12 @@ class _Model:
                 # holding a row the sink skips (gate 0), the result register empty
                 out_quiet = rs.x + (0 if rs.last_dead else 1) if sink is Sink.COMBINE \
                     else quiet
-        last_beat = last_unstalled + shift
+        last_beat = _stalled(last_unstalled, stalls)
         # the last beat's reads (final step): the cycle the beat before it was taken (a stall
         # after them holds the read data, not the reads)
         F = _stalled(last_unstalled - P, stalls)
         self.tile_next = last_beat + 1
+        self.tile_stalls = [(t, c) for t, c in stalls if t > last_beat]
         if held or not n_res:
             done = quiet = out_quiet = last_beat + 1
         if f["release"]:

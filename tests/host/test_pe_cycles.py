@@ -203,12 +203,14 @@ def test_model_equals_rtl_at_other_ld_rates(bench, arch, kind, model, tokens, mo
 
 # ---- live: the RTL PE in the Amaranth simulator -------------------------------------------------
 
-def run_rtl(program, ld, link_i=(), *, ld_rate=None, pe_options=None, max_cycles=20000):
+def run_rtl(program, ld, link_i=(), *, ld_rate=None, pe_options=None, max_cycles=20000,
+            ld_cycles=None):
     """Cycles of ``program`` on the RTL PE (Amaranth simulator), from the first command taken
     to the last ``o`` beat or ``link_o`` word taken, both counted: ``cmd`` offered every cycle,
     ``link_i`` always valid, outputs always ready, ``ld`` paced by the benches' token bucket
     (:class:`~elmoe3d.sw.host.pe_cycles.LdBucket`'s rule: ``ld_rate`` words a cycle, at most
-    two banked) in exact arithmetic."""
+    two banked) in exact arithmetic. ``ld_cycles``: a list that gets the cycle each ``ld`` word
+    was taken (counted from the first command taken)."""
     from amaranth.hdl import Value
     from ..pe_sim import shared_pe
     dut, run = shared_pe(config=SMALL, pe_options=pe_options)
@@ -243,6 +245,7 @@ def run_rtl(program, ld, link_i=(), *, ld_rate=None, pe_options=None, max_cycles
                 credit = min(Fraction(2), credit + rate - (1 if took else 0))
             if took:
                 pl, shown = pl + 1, False
+                log.setdefault("ld", []).append(cycle)
             if pi < len(link_i) and ctx.get(dut.link_i.ready):
                 pi += 1
             for port, name in ((dut.o, "o"), (dut.link_o, "l")):
@@ -257,6 +260,8 @@ def run_rtl(program, ld, link_i=(), *, ld_rate=None, pe_options=None, max_cycles
             assert cycle < max_cycles, "timeout"
 
     run(bench)
+    if ld_cycles is not None:
+        ld_cycles.extend(c - log["cmd"][0] for c in log.get("ld", []))
     return log["out"][-1] - log["cmd"][0] + 1
 
 
@@ -394,6 +399,32 @@ def test_live_overlap_programs_exact(case, rate):
                          ld_rate=1.0 if rate is None else ld_rate, ld=ld)
     print(f"{case}: RTL {rtl} cycles, model {est.cycles}")
     assert est.cycles == rtl
+
+
+@pytest.mark.parametrize("combine_units", [1, 4])
+def test_live_tail_freeze_exact(combine_units):
+    """A COMBINE GEMM whose results freeze the tile after its last beat (one K-group a
+    result), then a RAW GEMM that releases its buffer and the LOADs into it: the RAW GEMM's
+    beats wait out the freeze, and so does its release. The model's cycles are the RTL's, and
+    each LOAD takes its first word in the cycle the model says (review of 2026-12-03: the
+    model had the RAW GEMM, and the LOADs behind it, 27 cycles early with one combine unit)."""
+    from tests.pe_cases import tail_freeze_program
+    prog, ld = tail_freeze_program(SMALL)
+    options = {"combine_units": combine_units}
+    got = []
+    rtl = run_rtl(prog, ld, pe_options=options, ld_cycles=got)
+    est = program_cycles(prog, options=PEOptions(config=SMALL, **options), ld_rate=1.0, ld=ld)
+    first, pos, model_first = [], 0, []
+    for c in est.commands:
+        if c.op == "LOAD":
+            words = prog[c.index].fields["words"]
+            first.append(got[pos])
+            model_first.append(c.start)
+            pos += words
+    print(f"J={combine_units}: RTL {rtl} cycles, model {est.cycles}; LOADs' first words RTL "
+          f"{first}, model {model_first}")
+    assert est.cycles == rtl
+    assert model_first == first
 
 
 # ---- properties ---------------------------------------------------------------------------------
