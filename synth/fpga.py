@@ -877,6 +877,12 @@ _RE_CONFLICT = re.compile(r"Warning: multiple conflicting drivers for (\S+(?: \[
 #: (YosysHQ/yosys issue 6237). The scratchpad bit selects the previous XAIGER writer: the
 #: same netlist without the conflict (and 1,094 LUT4 fewer on that board top).
 YOSYS_ABC9_XAIGER1 = "scratchpad -set abc9.xaiger 1"
+#: Yosys commands before ``synth_ecp5`` too: since issue 25's registers the board top trips
+#: ABC9's reintegration assertion (``count_id(wire->name) == 0``, YosysHQ/yosys issue 4349,
+#: seen 2026-12-03 at 8f4d3e2 and after) even with the XAIGER1 writer; splitting the
+#: multi-bit nets into single bits first (after ``proc``, which ``synth_ecp5`` would run
+#: anyway) is the workaround given there, and the estimate then runs (34,969 LUT4 positions).
+YOSYS_SPLITNETS = "proc; splitnets"
 
 
 def _overrides(name, seed, script_after_read, synth_opts, router="router1", placer="heap"):
@@ -885,7 +891,7 @@ def _overrides(name, seed, script_after_read, synth_opts, router="router1", plac
                           f" --placer {placer} --router {router}"}
     # one line, as the netlist cache keys of earlier builds have it
     ov["script_after_read"] = "; ".join(
-        part for part in (script_after_read, YOSYS_ABC9_XAIGER1) if part)
+        part for part in (script_after_read, YOSYS_SPLITNETS, YOSYS_ABC9_XAIGER1) if part)
     if synth_opts:
         ov["synth_opts"] = synth_opts
     return ov

@@ -561,6 +561,7 @@ open("stat.json", "w").write('{"modules": {"top": {"num_cells_by_type": {"LUT4":
     assert len(kept) == 1 and kept[0].endswith(".failed.log") and kept[0] in msg
     plan = fpga.prepare(_Small(), _Fast85F(), build_dir=tmp_path)
     assert fpga.YOSYS_ABC9_XAIGER1 in plan.files["top.ys"]
+    assert fpga.YOSYS_SPLITNETS in plan.files["top.ys"]
 
 
 def test_unreadable_report(tmp_path):
