@@ -881,7 +881,7 @@ YOSYS_ABC9_XAIGER1 = "scratchpad -set abc9.xaiger 1"
 #: ABC9's reintegration assertion (``count_id(wire->name) == 0``, YosysHQ/yosys issue 4349,
 #: seen 2026-12-03 at 8f4d3e2 and after) even with the XAIGER1 writer; splitting the
 #: multi-bit nets into single bits first (after ``proc``, which ``synth_ecp5`` would run
-#: anyway) is the workaround given there, and the estimate then runs (34,969 LUT4 positions).
+#: anyway) is the workaround given there, and the estimate then runs (34,630 LUT4 positions).
 YOSYS_SPLITNETS = "proc; splitnets"
 
 
