@@ -165,6 +165,38 @@ def early_output_program(config, seed=13, *, last_first=False):
     return p, ld
 
 
+#: Column blocks of the paced COMBINE GEMM (one K-group each: a result a cycle from the tile).
+PACED_COL_BLOCKS = 8
+
+
+def _paced_start(config, seed, parts):
+    """The start shared by the programs of a COMBINE GEMM of one K-group a result: ``CLEAR``,
+    TOK (every row live, gate 1.0), G = ``wmem_words / parts`` ACT words. Returns ``(np, asm,
+    pe, rng, program, ld, load, combine, G)``: ``load(target, addr, words, **kw)`` appends a
+    LOAD and its words, ``combine(**kw)`` the GEMM (:data:`PACED_COL_BLOCKS` column blocks,
+    buffer 0, into OUT)."""
+    np, asm, pe, rng = _overlap_setup(seed, config)
+    G = pe.wmem_words // parts
+    R, L, OV = pe.rows, pe.lanes, pe.q24_per_word
+    p, ld = asm.Program(pe), []
+
+    def load(target, addr, words, **kw):
+        p.load(target, addr, len(words), **kw)
+        ld.extend(asm.words_to_ints(words))
+
+    def combine(**kw):
+        p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1,
+               col_blocks=PACED_COL_BLOCKS, groups=1, sink=Sink.COMBINE, out_base=0,
+               tok_base=0, stride=PACED_COL_BLOCKS * L // OV, wait=True, **kw)
+
+    p.clear(out=True, rowmax=True, flags=True, counters=True)
+    tok = {"e_x": np.zeros(R), "e_h": np.full(R, -12), "gate": np.full(R, 0x3C00, np.uint16),
+           "slot": np.arange(R)}
+    load(Target.TOK, 0, asm.pack_tok(tok, pe))
+    load(Target.ACT, 0, asm.pack_act(rng.integers(-128, 128, (G, R, 32)), pe))
+    return np, asm, pe, rng, p, ld, load, combine, G
+
+
 def sink_paced_program(config, seed=15):
     """A COMBINE GEMM the sink paces (one K-group a result, so the tile offers a result a
     cycle while the sink holds each for ``rows * combine_row_cycles`` cycles) that releases
@@ -173,33 +205,17 @@ def sink_paced_program(config, seed=15):
     result register still feeds the one before, so the releasing GEMM's last read, and the
     LOADs behind it, come a result earlier than with the result register alone. Returns
     ``(program, ld)``."""
-    np, asm, pe, rng = _overlap_setup(seed, config)
-    R, L, OV = pe.rows, pe.lanes, pe.q24_per_word
-    cbn, G = 8, pe.wmem_words // 4
-    H = cbn * L
-    p, ld = asm.Program(pe), []
-
-    def load(target, addr, words, **kw):
-        p.load(target, addr, len(words), **kw)
-        ld.extend(asm.words_to_ints(words))
-
-    p.clear(out=True, rowmax=True, flags=True, counters=True)
-    tok = {"e_x": np.zeros(R), "e_h": np.full(R, -12), "gate": np.full(R, 0x3C00, np.uint16),
-           "slot": np.arange(R)}
-    load(Target.TOK, 0, asm.pack_tok(tok, pe))
-    load(Target.ACT, 0, asm.pack_act(rng.integers(-128, 128, (G, R, 32)), pe))
-    msb, scl = _weights(np, asm, pe, rng, cbn)
+    np, asm, pe, rng, p, ld, load, combine, G = _paced_start(config, seed, 4)
+    msb, scl = _weights(np, asm, pe, rng, PACED_COL_BLOCKS)
     load(Target.WMSB, 0, msb, buf=0)
     load(Target.WSCALE, 0, scl, buf=0, signal=True)
-    p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=cbn,
-           groups=1, sink=Sink.COMBINE, out_base=0, tok_base=0, stride=H // OV, wait=True,
-           release=True)
+    combine(release=True)
     msb, scl = _weights(np, asm, pe, rng, 2 * G)
     load(Target.WMSB, 0, msb, buf=0)
     load(Target.WSCALE, 0, scl, buf=0, signal=True)
     p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=2,
            groups=G, sink=Sink.RAW, wait=True, release=True)
-    p.output(row_blocks=1, channels=H)
+    p.output(row_blocks=1, channels=PACED_COL_BLOCKS * pe.lanes)
     p.status()
     return p, ld
 
@@ -209,27 +225,12 @@ def tail_freeze_program(config, seed=16):
     beat while the sink drains them), a RAW GEMM on the other buffer that releases it (its
     beats wait out the freeze), LOADs into that buffer behind the release, STATUS. Returns
     ``(program, ld)``."""
-    np, asm, pe, rng = _overlap_setup(seed, config)
-    R, L, OV = pe.rows, pe.lanes, pe.q24_per_word
-    cbn, G = 8, pe.wmem_words // 2
-    H = cbn * L
-    p, ld = asm.Program(pe), []
-
-    def load(target, addr, words, **kw):
-        p.load(target, addr, len(words), **kw)
-        ld.extend(asm.words_to_ints(words))
-
-    p.clear(out=True, rowmax=True, flags=True, counters=True)
-    tok = {"e_x": np.zeros(R), "e_h": np.full(R, -12), "gate": np.full(R, 0x3C00, np.uint16),
-           "slot": np.arange(R)}
-    load(Target.TOK, 0, asm.pack_tok(tok, pe))
-    load(Target.ACT, 0, asm.pack_act(rng.integers(-128, 128, (G, R, 32)), pe))
-    for buf, words in ((0, cbn), (1, G)):
+    np, asm, pe, rng, p, ld, load, combine, G = _paced_start(config, seed, 2)
+    for buf, words in ((0, PACED_COL_BLOCKS), (1, G)):
         msb, scl = _weights(np, asm, pe, rng, words)
         load(Target.WMSB, 0, msb, buf=buf)
         load(Target.WSCALE, 0, scl, buf=buf, signal=True)
-    p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=cbn,
-           groups=1, sink=Sink.COMBINE, out_base=0, tok_base=0, stride=H // OV, wait=True)
+    combine()
     p.gemm(mode=Mode.DRAFT, wbuf=1, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
            groups=G, sink=Sink.RAW, wait=True, release=True)
     msb, scl = _weights(np, asm, pe, rng, 8)
