@@ -53,7 +53,8 @@ SLOW = ("tests/cocotb/test_die.py",
         "tests/amaranth/test_die.py::test_errors_output_reflects_the_blocks_sticky_flags",
         "tests/amaranth/test_pe.py::test_wider_pe_moe_and_raw",
         "tests/amaranth/test_pe.py::test_multipe_features_wider_pe",
-        "tests/amaranth/test_pe.py::test_verilog_size")
+        "tests/amaranth/test_pe.py::test_verilog_size",
+        "tests/tools/test_sweep.py::test_area_task_is_the_synth_rollup_and_caches")
 
 
 #: Test modules that build large Verilator models, heaviest first (measured with

@@ -540,17 +540,27 @@ def test_area_task_plans_the_whole_die_and_caches_the_rollup(tmp_path, monkeypat
     assert len(list((tmp_path / "area").glob("*.json"))) == 1
 
 
-@pytest.mark.skipif(os.environ.get("ELMOE3D_SWEEP_SYNTH") != "1",
-                    reason="the die's Yosys roll-up takes minutes on a cold cache: set "
-                           "ELMOE3D_SWEEP_SYNTH=1 (docs/sweep.md)")
 def test_area_task_is_the_synth_rollup_and_caches(tmp_path):
-    spec = parse_spec({"base": "small", "workload": {"model": ["qwen3-30b-a3b"]},
+    """The real area task on the ``small`` die (Yosys from a cold cache: minutes, so a
+    ``make test-slow`` test, tests/conftest.py SLOW): a die of 4 PEs and one of 8 PEs; the
+    second synthesises no PE leaf again (the leaves are cached by their RTLIL), its PE area
+    is the first's and its die grows by at least the 4 extra PEs; a repeat of either point
+    reads the roll-up cache and returns the same figures."""
+    spec = parse_spec({"base": "small", "config": {"pes": [4, 8]},
+                       "workload": {"model": ["qwen3-30b-a3b"]},
                        "tasks": {"perf": False, "area": True}}, path="t.yaml")
-    (point,) = expand(spec)
-    first = sweep_tasks.area_task(point, tmp_path)
+    four, eight = sorted(expand(spec), key=lambda p: p.arch().pes)
+    assert (four.arch().pes, eight.arch().pes) == (4, 8)
+    first = sweep_tasks.area_task(four, tmp_path)
     assert first["die_mm2"] > 0 and 0 < first["pe_share"] < 1 and not first["area_cached"]
-    again = sweep_tasks.area_task(point, tmp_path)
-    assert again == {**first, "area_cached": True}
+    made = {f: f.stat().st_mtime_ns for f in (tmp_path / "synth").rglob("*") if f.is_file()}
+    big = sweep_tasks.area_task(eight, tmp_path)
+    assert not big["area_cached"] and big["pe_mm2"] == first["pe_mm2"]
+    assert big["die_mm2"] >= first["die_mm2"] + 4 * first["pe_mm2"] * (1 - 1e-9)
+    assert {f: f.stat().st_mtime_ns for f in made} == made   # nothing of the first re-made
+    for point, got in ((four, first), (eight, big)):
+        again = sweep_tasks.area_task(point, tmp_path)
+        assert again == {**got, "area_cached": True}
 
 
 # == the RTL task ===================================================================================
