@@ -48,20 +48,20 @@ Plain NumPy; never imports Amaranth or cocotb.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...errors import UserError
-from .elastic_sd import ElasticSD
+from .elastic_sd import ElasticSD, PoolKeys
 from .hbcache import HBExpertCache
 from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
 
 
 __all__ = ["STEP_KINDS", "SYNTHETIC_SHAPE", "SYNTHETIC_NOTE", "LayerWork", "Step", "PoolWrite",
-           "StepWork", "step_work",
-           "HomeGroups", "Placement", "place_layer", "replay_steps", "elastic_steps",
+           "PoolWrites", "write_arrays", "StepWork", "step_work",
+           "HomeGroups", "fill_groups", "Placement", "place_layer", "replay_steps", "elastic_steps",
            "limit_tokens", "parse_layers", "synthetic_model", "synthetic_experts",
            "SyntheticWeights", "compile_layer", "slice_images", "reserved_hb_bytes",
            "KV_CACHE_TOKENS", "check_model_trace"]
@@ -196,6 +196,53 @@ class PoolWrite:
     extra: bool
 
 
+class PoolWrites(Sequence):
+    """A step's :class:`PoolWrite` records held as arrays: ``layer``, ``expert`` and
+    ``group`` (int64 ``[n]``) and ``extra`` (bool ``[n]``); the records are made on first
+    use. Equal to any sequence of the same records in the same order (a list included)."""
+
+    def __init__(self, layer, expert, group, extra):
+        self.layer = np.asarray(layer, np.int64)
+        self.expert = np.asarray(expert, np.int64)
+        self.group = np.asarray(group, np.int64)
+        self.extra = np.asarray(extra, bool)
+        self._recs = None
+
+    def _list(self) -> list:
+        if self._recs is None:
+            self._recs = [PoolWrite((a, b), g, x) for a, b, g, x in zip(
+                self.layer.tolist(), self.expert.tolist(), self.group.tolist(),
+                self.extra.tolist())]
+        return self._recs
+
+    def __getitem__(self, i):
+        return self._list()[i]
+
+    def __len__(self) -> int:
+        return len(self.layer)
+
+    def __iter__(self):
+        return iter(self._list())
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sequence) and self._list() == list(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"PoolWrites({self._list()!r})"
+
+
+def write_arrays(writes) -> tuple:
+    """``(layer, group, extra)`` of pool-write records (a :class:`PoolWrites` or a sequence
+    of :class:`PoolWrite`) as int64, int64 and bool arrays ``[n]``, in record order."""
+    if isinstance(writes, PoolWrites):
+        return writes.layer, writes.group, writes.extra
+    return (np.array([w.key[0] for w in writes], np.int64),
+            np.array([w.group for w in writes], np.int64),
+            np.array([w.extra for w in writes], bool))
+
+
 @dataclass(eq=False)
 class Step:
     """One step the die executes (module docstring).
@@ -214,10 +261,11 @@ class Step:
         draft: 0).
     iteration : int or None
         Elastic-SD iteration (None for ar/decode steps).
-    writes : list of PoolWrite
-        HB writes of the pool update carried by this step (selected layers only).
-    evicted : list of (layer, expert)
-        Slices leaving HB after this step.
+    writes : sequence of PoolWrite
+        HB writes of the pool update carried by this step (selected layers only): a list, or
+        :class:`PoolWrites` (the same records as arrays).
+    evicted : sequence of (layer, expert)
+        Slices leaving HB after this step (a list, or a :class:`~.elastic_sd.PoolKeys`).
     accepted : list of int
         Verify steps: accepted draft tokens per request.
     placements : dict
@@ -247,49 +295,126 @@ class Step:
         return "draft" if self.kind == "draft" else "verify"
 
 
+def fill_groups(count, n: int) -> np.ndarray:
+    """The homes of ``n`` keys given one after the other to the group holding the fewest
+    slices, ties to the lower index (:meth:`HomeGroups.assign`'s rule), from the slice counts
+    ``count`` (int ``[G]``): int64 ``[n]``. The i-th key takes the i-th smallest (count
+    level, group) pair still free (each group's levels ``count[g]``, ``count[g] + 1``, ...),
+    which is what the one-by-one rule picks; row-major ``np.nonzero`` of the pairs' mask
+    ``[levels, G]`` lists them in that order."""
+    c = np.asarray(count, np.int64)
+    if n <= 0:
+        return np.zeros(0, np.int64)
+    levels = np.arange(c.min(), c.max() + -(-n // len(c)) + 1)
+    return np.nonzero(levels[:, None] >= c[None, :])[1][:n]
+
+
 class HomeGroups:
     """Home group of every HB-resident MSB slice (module docstring, placement policy).
 
     ``groups``: PE groups of the die. :meth:`sync` makes the homes follow a cache content
     (assigning a home to each new key, releasing departed ones); :meth:`move` and
-    :meth:`update` do it from the keys that arrived and left. With ``layer_ids`` (the model's
-    MoE layers) and ``experts`` (E), :attr:`table` keeps the homes as an array too."""
+    :meth:`update` do it from the keys that arrived and left.
+
+    Without ``layer_ids`` the homes are a dict (:attr:`home`). With ``layer_ids`` (the
+    model's MoE layers) and ``experts`` (E) they are an array, :attr:`table`, and every key's
+    layer must be one of ``layer_ids``; :attr:`home` is then a dict built from the table when
+    read (change the homes through the methods), and the flat-index methods
+    (:meth:`move_indices`, :meth:`sync_indices`) move many keys at once."""
 
     def __init__(self, groups: int, *, layer_ids=None, experts: int = 0):
         if not isinstance(groups, int) or groups < 1:
             raise ValueError(f"groups: expected a positive integer, got {groups!r}")
         self.groups = groups
-        self.home: dict = {}
+        #: Resident slices per group (a list of int).
         self.count = [0] * groups
         self._row = {int(lay): j for j, lay in enumerate(layer_ids or ())}
         #: int64 ``[len(layer_ids), experts]``: the home of (``layer_ids[j]``, e), -1 for a
-        #: key without one (None without ``layer_ids``); follows :attr:`home`.
+        #: key without one (None without ``layer_ids``).
         self.table = None if layer_ids is None else np.full((len(self._row), experts), -1,
                                                             np.int64)
+        self._home = {} if layer_ids is None else None      # table: built by `home`
+        if layer_ids is not None:
+            self._lids = np.array([int(x) for x in layer_ids], np.int64)
+            # flat index j * E + e -> its place in (layer, expert) order
+            self._lrank = np.argsort(np.argsort(self._lids, kind="stable"), kind="stable")
+
+    @property
+    def home(self) -> dict:
+        """``{(layer, expert): group}`` of every homed key (with a :attr:`table`: built from
+        it, a read-only view)."""
+        if self._home is None:
+            jj, ee = np.nonzero(self.table >= 0)
+            self._home = dict(zip(zip(self._lids[jj].tolist(), ee.tolist()),
+                                  self.table[jj, ee].tolist()))
+        return self._home
+
+    @home.setter
+    def home(self, value):
+        if self.table is not None:
+            raise AttributeError("home: the homes are held in the table")
+        self._home = value
+
+    def _flat(self, key) -> int:
+        """The flat table index of ``key`` (``j * E + e``); KeyError for a layer not in the
+        table, ValueError for an expert outside 0..E-1."""
+        j = self._row[int(key[0])]
+        e = int(key[1])
+        if not 0 <= e < self.table.shape[1]:
+            raise ValueError(f"key {key!r}: expert outside 0..{self.table.shape[1] - 1}")
+        return j * self.table.shape[1] + e
+
+    def _keys(self, flat) -> list:
+        """(layer, expert) tuples of flat table indices."""
+        j, e = np.divmod(np.asarray(flat, np.int64), self.table.shape[1])
+        return list(zip(self._lids[j].tolist(), e.tolist()))
+
+    def _sorted(self, flat) -> np.ndarray:
+        """The distinct flat indices ``flat`` in (layer, expert) order."""
+        flat = np.unique(np.asarray(flat, np.int64))
+        E = self.table.shape[1]
+        return flat[np.argsort(self._lrank[flat // E] * E + flat % E, kind="stable")]
 
     def assign(self, key) -> int:
         key = (int(key[0]), int(key[1]))
-        if key not in self.home:
+        if self.table is not None:
+            i = self._flat(key)
+            g = int(self.table.flat[i])
+            if g < 0:
+                g = self.count.index(min(self.count))
+                self.table.flat[i] = g
+                self.count[g] += 1
+                if self._home is not None:
+                    self._home[key] = g
+            return g
+        if key not in self._home:
             g = self.count.index(min(self.count))    # fewest slices, ties to the lower index
-            self.home[key] = g
+            self._home[key] = g
             self.count[g] += 1
-            if self.table is not None and key[0] in self._row:
-                self.table[self._row[key[0]], key[1]] = g
-        return self.home[key]
+        return self._home[key]
 
     def release(self, key):
         key = (int(key[0]), int(key[1]))
-        g = self.home.pop(key, None)
+        if self.table is not None:
+            i = self._flat(key)
+            g = int(self.table.flat[i])
+            if g >= 0:
+                self.table.flat[i] = -1
+                self.count[g] -= 1
+                if self._home is not None:
+                    del self._home[key]
+            return
+        g = self._home.pop(key, None)
         if g is not None:
             self.count[g] -= 1
-            if self.table is not None and key[0] in self._row:
-                self.table[self._row[key[0]], key[1]] = -1
 
-    def homes_of(self, layers, mask) -> np.ndarray:
+    def homes_of(self, layers, mask, *, rows=None) -> np.ndarray:
         """Homes of the keys ``mask`` (bool ``[len(layers), E]``, row j: ``layers[j]``) marks,
         int64 in ``np.nonzero(mask)`` order; a key without a home gets one (:meth:`assign`, in
-        that order). Needs :attr:`table`."""
-        rows = [self._row[int(lay)] for lay in layers]
+        that order). ``rows``: the layers' rows of the table if known (int ``[len(layers)]``).
+        Needs :attr:`table`."""
+        if rows is None:
+            rows = [self._row[int(lay)] for lay in layers]
         g = self.table[rows][mask]
         if (g < 0).any():
             jj, ee = np.nonzero(mask)
@@ -297,35 +422,52 @@ class HomeGroups:
                 g[i] = self.assign((layers[jj[i]], ee[i]))
         return g
 
+    def move_indices(self, arrived, left) -> tuple:
+        """:meth:`move` on flat table indices (int ``[n]`` of ``j * E + e``): releases the
+        homed keys of ``left``, then gives homes to the unhomed keys of ``arrived``, each in
+        (layer, expert) order. Returns int64 arrays ``(new keys, their homes, released
+        keys)``, the keys flat and in that order. Needs :attr:`table`."""
+        t = self.table.reshape(-1)
+        left = np.asarray(left, np.int64)
+        gone = self._sorted(left[t[left] >= 0])
+        count = np.array(self.count, np.int64) - np.bincount(t[gone], minlength=self.groups)
+        t[gone] = -1
+        arrived = np.asarray(arrived, np.int64)
+        new = self._sorted(arrived[t[arrived] < 0])
+        gs = fill_groups(count, len(new))
+        t[new] = gs
+        self.count = (count + np.bincount(gs, minlength=self.groups)).tolist()
+        self._home = None
+        return new, gs, gone
+
+    def sync_indices(self, flat) -> tuple:
+        """:meth:`sync` to the keys ``flat`` (flat table indices): :meth:`move_indices`'
+        ``(new keys, their homes, released keys)``. Needs :attr:`table`."""
+        want = np.zeros(self.table.size, bool)
+        want[np.asarray(flat, np.int64)] = True
+        homed = self.table.reshape(-1) >= 0
+        return self.move_indices(np.nonzero(want & ~homed)[0], np.nonzero(homed & ~want)[0])
+
     def move(self, arrived, left) -> tuple:
         """The keys ``left`` leave HB and ``arrived`` enter (``(int, int)`` tuples, as
         :meth:`sync` returns them): releases the homed keys of ``left``, then assigns homes
         to the unhomed keys of ``arrived``, each in sorted order (what :meth:`sync` does when
         the homes held the old contents). Returns ``(new keys, released keys)``, each
         sorted."""
-        home, count = self.home, self.count
+        if self.table is not None:
+            new, _, gone = self.move_indices([self._flat(k) for k in arrived],
+                                             [self._flat(k) for k in left])
+            return self._keys(new), self._keys(gone)
+        home, count = self._home, self.count
         gone = sorted({k for k in left if k in home})   # walks left and arrived, not home
-        for k in gone:                                  # release(), the table below
+        for k in gone:                                  # release()
             count[home.pop(k)] -= 1
         new = sorted({k for k in arrived if k not in home})
-        gs = []
-        for k in new:                                   # assign(), the table below
+        for k in new:                                   # assign()
             g = count.index(min(count))
             home[k] = g
             count[g] += 1
-            gs.append(g)
-        self._set_table(gone, [-1] * len(gone))
-        self._set_table(new, gs)
         return new, gone
-
-    def _set_table(self, keys, groups):
-        """:attr:`table` of ``keys`` (those of its layers) := ``groups``, all at once."""
-        if self.table is None or not keys:
-            return
-        jj = np.array([self._row.get(k[0], -1) for k in keys], np.int64)
-        ee = np.array([k[1] for k in keys], np.int64)
-        ok = jj >= 0
-        self.table[jj[ok], ee[ok]] = np.array(groups, np.int64)[ok]
 
     def update(self, cache) -> tuple:
         """:meth:`sync` to ``cache``'s contents after one :meth:`~.hbcache.HBExpertCache.step`,
@@ -339,11 +481,14 @@ class HomeGroups:
     def sync(self, keys) -> tuple:
         """Homes for exactly ``keys``: returns ``(new keys, released keys)``, each sorted
         (homes are assigned in that order)."""
+        if self.table is not None:
+            new, _, gone = self.sync_indices([self._flat(k) for k in keys])
+            return self._keys(new), self._keys(gone)
         want = {(int(a), int(b)) for a, b in keys}
-        gone = sorted(self.home.keys() - want)
+        gone = sorted(self._home.keys() - want)
         for k in gone:
             self.release(k)
-        new = sorted(want - self.home.keys())
+        new = sorted(want - self._home.keys())
         for k in new:
             self.assign(k)
         return new, gone
@@ -476,7 +621,10 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
     the cache's contents then; the first pool's slices written during the last of them), then
     per iteration ``depth`` draft steps (the recorded throttled routing; gate weights by
     :meth:`~.elastic_sd.ElasticSD.throttled`'s rule) and one verify step (original routing,
-    the iteration's pool, its pool update). Returns ``(steps, ElasticSDResult)``."""
+    the iteration's pool, its pool update). Returns ``(steps, ElasticSDResult)``.
+
+    The steps' pool writes are :class:`PoolWrites` and their evictions
+    :class:`~.elastic_sd.PoolKeys` (both equal to the lists of records and keys)."""
     p = esd.model
     cache = esd.cache
     lids = list(p.moe_layer_ids)
@@ -493,6 +641,14 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
     pool = list(pool_start)
 
     jsel = np.array([j for j, lay in enumerate(lids) if lay in sel], np.int64)
+    row_sel = np.array([lay in sel for lay in lids], bool)          # [L]
+    lid_arr = np.array(lids, np.int64)
+
+    def flat_of(keys):
+        # (layer, expert) keys as flat indices j * E + e (a PoolKeys holds them already)
+        if isinstance(keys, PoolKeys):
+            return keys.indices
+        return np.array([lids.index(int(a)) * E + int(b) for a, b in keys], np.int64)
 
     def pool_mask():
         # the homes follow the pool: its keys are those with a home
@@ -517,7 +673,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                           layers={}, produced=produced, **kw))
         st = steps[-1]
         lays = [lids[j] for j in js]
-        pending.append((st, (ids, mask[js], lays, kind == "draft")))
+        pending.append((st, (ids, mask[js], lays, kind == "draft", js)))
         st.layers = _LazyLayers(lays, lambda lay, j: _layer_work(
             lay, [rows_of(rr, t, j) for rr, t in toks],
             np.nonzero(st.work.cached[st.work.layers.index(lay)])[0].tolist(), p), js.tolist())
@@ -532,14 +688,18 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
             st.work = w
         pending.clear()
 
-    def writes(new, gone, streamed):
-        return ([PoolWrite(k, homes.home[k], k not in streamed) for k in new if k[0] in sel],
-                [k for k in gone if k[0] in sel])
+    def writes(new, gs, gone, streamed):
+        # a home move's (new keys, their homes, released keys), flat, as the step's pool
+        # writes and evictions of the selected layers; streamed: bool [L, E]
+        keep = row_sel[new // E]
+        new, gs = new[keep], gs[keep]
+        return (PoolWrites(lid_arr[new // E], new % E, gs, ~streamed.reshape(-1)[new]),
+                PoolKeys(gone[row_sel[gone // E]], lids, E))
 
     for b0 in range(0, len(reqs), batch):
         group = reqs[b0:b0 + batch]
         ids_b = {r.request for r in group}
-        homes.sync(pool)
+        homes.sync_indices(flat_of(pool))
         lp = pool_mask()
         d = esd.depth
         for t in range(d):
@@ -550,17 +710,19 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
         while its and set(its[0].requests) <= ids_b:
             mine.append(its.pop(0))
         first_pool = mine[0].pool_before if mine else pool
-        used = set()
+        used = np.zeros((len(lids), E), bool)           # every expert the AR tokens read
         for t in range(d):
             for r in group:
                 if t < r.tokens:
-                    for j, lay in enumerate(lids):
-                        used.update((lay, e) for e in _orig(r, t, j, E)[0])
+                    x = orig_ids(r, t)
+                    jj, cc = np.nonzero(x >= 0)
+                    used[jj, x[jj, cc]] = True
         place()
-        w, g = writes(*homes.sync(first_pool), used)
+        w, g = writes(*homes.sync_indices(flat_of(first_pool)), used)
         if steps and steps[-1].kind == "ar":
-            steps[-1].writes += w
-            steps[-1].evicted += g
+            last = steps[-1]
+            last.writes = w if not last.writes else list(last.writes) + list(w)
+            last.evicted = g if not last.evicted else list(last.evicted) + list(g)
         pool = first_pool
         for it in mine:
             n_it = it_no
@@ -588,16 +750,21 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                 add("draft", toks, draft_ids, draft_rows, lp, 0, iteration=n_it)
             toks = [(rr, it.start[i] + s) for i, rr in enumerate(rrs)
                     for s in range(it.drafted[i])]
-            streamed = {(lay, e) for lay, es in it.verify_uncached.items() for e in es}
+            streamed = it.verify_streamed
+            if streamed is None:
+                streamed = np.zeros((len(lids), E), bool)
+                for lay, es in it.verify_uncached.items():
+                    streamed[lids.index(lay), es] = True
             st = add("verify", toks, orig_ids, lambda rr, tt, j: _orig(rr, tt, j, E), lp,
                      sum(min(a + 1, rr.tokens - s0)
                          for a, rr, s0 in zip(it.accepted, rrs, it.start)),
                      iteration=n_it, accepted=list(it.accepted))
             place()
             # the homes move from it.pool_before to it.pool_after
-            st.writes, st.evicted = writes(*homes.move(it.pool_written, it.pool_evicted),
-                                           streamed)
-            assert {pw.key for pw in st.writes if pw.extra} <= set(map(tuple, it.pool_extra))
+            new, gs, gone = homes.move_indices(flat_of(it.pool_written),
+                                               flat_of(it.pool_evicted))
+            st.writes, st.evicted = writes(new, gs, gone, streamed)
+            assert np.isin(new[~streamed.reshape(-1)[new]], flat_of(it.pool_extra)).all()
             pool = it.pool_after
     place()
     return steps, res
@@ -632,25 +799,27 @@ class _LazyLayers(Mapping):
 
 def _place_steps(items, homes, *, experts) -> list:
     """:func:`place_layer` for every layer of several steps at once, under the same homes:
-    ``items`` = [(ids, cached_mask, layers, draft)], a step each: ``ids`` int64 ``[T, L, k]``
-    (-1: empty), ``cached_mask`` bool ``[L, E]`` (the HB pool of each of its ``layers``),
-    ``draft`` whether only HB-resident experts may be routed (a ValueError names the first
-    layer that breaks it). The steps' layers are placed together as rows, each as
-    :func:`place_layer` places it. Returns a :class:`StepWork` per item."""
+    ``items`` = [(ids, cached_mask, layers, draft, rows)], a step each: ``ids`` int64
+    ``[T, L, k]`` (-1: empty), ``cached_mask`` bool ``[L, E]`` (the HB pool of each of its
+    ``layers``), ``draft`` whether only HB-resident experts may be routed (a ValueError names
+    the first layer that breaks it), ``rows`` the layers' rows of ``homes.table``. The steps'
+    layers are placed together as rows, each as :func:`place_layer` places it. Returns a
+    :class:`StepWork` per item."""
     E, G = experts, homes.groups
     if not items:
         return []
     tok = np.concatenate([np.bincount((np.arange(ids.shape[1])[None, :, None] * E + ids)
                                       [ids >= 0], minlength=ids.shape[1] * E)
-                          .reshape(ids.shape[1], E) for ids, _, _, _ in items])
-    cached_mask = np.concatenate([m for _, m, _, _ in items])
-    layers = [lay for _, _, lays, _ in items for lay in lays]
-    draft = np.repeat([d for _, _, _, d in items], [len(lays) for _, _, lays, _ in items])
+                          .reshape(ids.shape[1], E) for ids, *_ in items])
+    cached_mask = np.concatenate([it[1] for it in items])
+    layers = [lay for it in items for lay in it[2]]
+    draft = np.repeat([it[3] for it in items], [len(it[2]) for it in items])
+    rows = np.concatenate([it[4] for it in items])
     L = len(layers)
     routed = tok > 0
     cached = routed & cached_mask
     group = np.full((L, E), -1, np.int64)
-    group[cached] = homes.homes_of(layers, cached)
+    group[cached] = homes.homes_of(layers, cached, rows=rows)
     cold = routed & ~cached
     bad = cold.any(axis=1) & draft
     if bad.any():
@@ -670,7 +839,7 @@ def _place_steps(items, homes, *, experts) -> list:
         load[js, g] += tok[js, e]
         group[js, e] = g
     out, r0 = [], 0
-    for _, _, lays, _ in items:
+    for _, _, lays, _, _ in items:
         r1 = r0 + len(lays)
         out.append(StepWork(tuple(lays), tok[r0:r1], cached[r0:r1], group[r0:r1]))
         r0 = r1

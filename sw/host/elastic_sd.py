@@ -304,11 +304,13 @@ class Iteration:
     pool_before, pool_after : PoolKeys
         (layer, expert) keys of the pool the draft used and of the one chosen for the next
         draft (coldest first).
-    pool_written, pool_extra : list
-        Keys of ``pool_after`` written into HB during verification, and those among them no
-        verification stream carried (extra EXT reads).
-    pool_evicted : list
+    pool_written, pool_extra : PoolKeys
+        Keys of ``pool_after`` written into HB during verification (in ``pool_after``'s
+        order), and those among them no verification stream carried (extra EXT reads).
+    pool_evicted : PoolKeys
         Keys of ``pool_before`` not in ``pool_after`` (their slices leave HB), sorted.
+    verify_streamed : ndarray or None
+        bool ``[L, E]``: the keys of ``verify_uncached`` (row j: the model's j-th MoE layer).
     """
 
     requests: list
@@ -325,6 +327,7 @@ class Iteration:
     pool_written: list
     pool_extra: list
     pool_evicted: list
+    verify_streamed: np.ndarray | None = None
 
 
 @dataclass
@@ -530,10 +533,6 @@ class ElasticSD:
                     uncached.append(e)
             return cached, uncached
 
-        def keys_of(flat):
-            j, e = np.divmod(flat, E)
-            return list(zip([lids[a] for a in j.tolist()], e.tolist()))
-
         def rows_of(x, sel):
             # (j, x[j][sel[j]] as a list) for every row j with a selected entry, in order
             vals = x[sel].tolist()
@@ -667,9 +666,9 @@ class ElasticSD:
                 cache.fill_indices(nxt, streamed=streamed)
                 after = cache.resident_mask()
                 new = nxt[~masks.reshape(-1)[nxt]]                 # in pool order
-                written = keys_of(new)
-                extra = keys_of(new[~streamed.reshape(-1)[new]])
-                evicted = keys_of(np.nonzero((masks & ~after).reshape(-1))[0])
+                written = PoolKeys(new, lids, E)
+                extra = PoolKeys(new[~streamed.reshape(-1)[new]], lids, E)
+                evicted = PoolKeys(np.nonzero((masks & ~after).reshape(-1))[0], lids, E)
                 assert cache.stats.ext_extra_bytes - x_before == msb * len(extra)
                 before, pool = pool, PoolKeys(nxt, lids, E)
                 masks = after
@@ -680,7 +679,7 @@ class ElasticSD:
                                                                         active],
                     draft_steps=steps, verify_cached=vc, verify_uncached=vu,
                     pool_before=before, pool_after=pool, pool_written=written,
-                    pool_extra=extra, pool_evicted=evicted))
+                    pool_extra=extra, pool_evicted=evicted, verify_streamed=streamed))
                 for i in active:
                     drafted += n_draft[i]
                     accepted += acc[i]

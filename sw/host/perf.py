@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...config import ArchConfig
-from .compiler import LayerWork, Placement, step_work
+from .compiler import LayerWork, Placement, step_work, write_arrays
 from .models import QUANT_GROUP, model_preset
 
 
@@ -358,9 +358,13 @@ class PerfModel:
             return out
         # rows: per step its computed layers, then those it only writes into
         segs, r = [], 0
+        wrs = {}                               # step -> its writes' (layer, group, extra)
         for i in fast:
             sw = works[i]
-            wlays = sorted({w.key[0] for w in steps[i].writes} - set(sw.layers))
+            wlays = []
+            if len(steps[i].writes):
+                wrs[i] = write_arrays(steps[i].writes)
+                wlays = np.setdiff1d(wrs[i][0], sw.layers).tolist()     # sorted
             segs.append((i, r, r + len(sw.layers), wlays))
             r += len(sw.layers) + len(wlays)
         Rn = r
@@ -369,7 +373,7 @@ class PerfModel:
         group = np.zeros((Rn, E), np.int64)
         verify = np.zeros(Rn, bool)
         out_words = np.zeros(Rn, np.int64)     # a verify's OUT reduction, per busy group
-        w_cell, w_extra = [], []               # each pool write's (row, group) cell
+        w_cell, w_extra = [], []               # pool writes: (row, group) cells, extra ones
         for i, lo, mid, wlays in segs:
             st, sw = steps[i], works[i]
             hi = mid + len(wlays)
@@ -378,13 +382,17 @@ class PerfModel:
                 verify[lo:hi] = True
                 out_words[lo:hi] = (-(-len(st.tokens) // R) * R * self.model.hidden
                                     // self.pe.q24_per_word)
-            if st.writes:
+            if i in wrs:
+                wl, wg, wx = wrs[i]
                 row = {lay: lo + k for k, lay in enumerate(list(sw.layers) + wlays)}
-                w_cell += [row[w.key[0]] * Gr + w.group for w in st.writes]
-                w_extra += [w.extra for w in st.writes]
-        w_cell = np.array(w_cell, np.int64)
+                u, inv = np.unique(wl, return_inverse=True)
+                cells = np.array([row[x] for x in u.tolist()], np.int64)[inv] * Gr + wg
+                w_cell.append(cells)
+                w_extra.append(cells[wx])
+        w_cell = np.concatenate(w_cell) if w_cell else np.zeros(0, np.int64)
+        w_extra = np.concatenate(w_extra) if w_extra else np.zeros(0, np.int64)
         n_wr = np.bincount(w_cell, minlength=Rn * Gr).reshape(Rn, Gr)
-        n_x = np.bincount(w_cell[np.array(w_extra, bool)], minlength=Rn * Gr).reshape(Rn, Gr)
+        n_x = np.bincount(w_extra, minlength=Rn * Gr).reshape(Rn, Gr)
         # per (row, group): the routed experts' figures summed (whole numbers, exact)
         rj, e = np.nonzero(tok > 0)
         kind = cached[rj, e]

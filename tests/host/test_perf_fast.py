@@ -167,6 +167,25 @@ def test_fill_indices_equals_fill():
     assert a.stats.ext_extra_bytes > 0 and a.stats.evictions > 0
 
 
+def test_fill_groups_equals_one_by_one():
+    """fill_groups (the i-th free (level, group) pair) gives the groups assign() gives one key
+    at a time (fewest slices, ties to the lower index), from uneven counts too."""
+    rng = np.random.default_rng(4)
+    spread = 0
+    for _ in range(200):
+        G = int(rng.integers(1, 9))
+        count = rng.integers(0, 6, G).tolist()
+        n = int(rng.integers(0, 30))
+        ref, c = [], list(count)
+        for _ in range(n):
+            g = c.index(min(c))
+            c[g] += 1
+            ref.append(g)
+        assert host.fill_groups(count, n).tolist() == ref
+        spread += max(count) - min(count) > 2 and n > 0
+    assert spread > 20
+
+
 def test_home_table_follows_the_homes():
     """HomeGroups.table equals the ``home`` dict after random assign, release, move and sync
     calls, and move from the old contents equals sync to the new ones."""
@@ -175,11 +194,19 @@ def test_home_table_follows_the_homes():
     a = host.HomeGroups(3, layer_ids=lids, experts=6)
     b = host.HomeGroups(3)
     keys = [(lay, e) for lay in lids for e in range(6)]
+    c = host.HomeGroups(3, layer_ids=lids, experts=6)
     for _ in range(60):
         want = [keys[i] for i in rng.permutation(len(keys))[:rng.integers(0, 12)]]
         old = set(a.home)
-        assert a.move(set(want) - old, old - set(want)) == b.sync(want)
+        new, gone = b.sync(want)
+        assert a.move(set(want) - old, old - set(want)) == (new, gone)
         assert a.home == b.home and a.count == b.count
+        # the flat-index sync: the same keys in the same order, their homes
+        fn, fg, fgone = c.sync_indices([lids.index(lay) * 6 + e for lay, e in want])
+        assert [(lids[i // 6], i % 6) for i in fn.tolist()] == new
+        assert [(lids[i // 6], i % 6) for i in fgone.tolist()] == gone
+        assert fg.tolist() == [b.home[k] for k in new]
+        assert (c.table == a.table).all() and c.count == b.count
         t = np.full((3, 6), -1)
         for (lay, e), g in a.home.items():
             t[lids.index(lay), e] = g
@@ -190,6 +217,26 @@ def test_home_table_follows_the_homes():
     ref.home, ref.count = dict(a.home), list(a.count)
     got = a.homes_of(lids, m).tolist()
     assert got == [ref.assign((lids[j], e)) for j, e in zip(*np.nonzero(m))]
+    # layer ids out of order: homes are still given in (layer, expert) order
+    d, r = host.HomeGroups(4, layer_ids=[7, 3, 5], experts=4), host.HomeGroups(4)
+    flat = rng.permutation(12)[:9]
+    new, gs, _ = d.move_indices(flat, [])
+    keys = [([7, 3, 5][i // 4], i % 4) for i in new.tolist()]
+    assert keys == sorted(keys) and r.sync(keys)[0] == keys
+    assert gs.tolist() == [r.home[k] for k in keys] and d.home == r.home
+
+
+def test_pool_writes_equal_their_records():
+    """PoolWrites (arrays) equals the list of the same PoolWrite records, and write_arrays
+    reads the same arrays from either."""
+    recs = [host.PoolWrite((3, 1), 2, False), host.PoolWrite((3, 5), 0, True),
+            host.PoolWrite((8, 0), 1, True)]
+    pw = host.PoolWrites([3, 3, 8], [1, 5, 0], [2, 0, 1], [False, True, True])
+    assert pw == recs and list(pw) == recs and pw[1] == recs[1] and len(pw) == 3
+    assert pw != recs[::-1] and pw != recs[:2]
+    for a, b in zip(host.write_arrays(pw), host.write_arrays(recs)):
+        assert a.tolist() == b.tolist()
+    assert [x.tolist() for x in host.write_arrays([])] == [[], [], []]
 
 
 @pytest.mark.parametrize("batch", [1, 2])
@@ -228,7 +275,10 @@ def test_elastic_pools_and_homes_equal_a_recomputation(gsm8k, batch):
                                             for j, e in zip(jj.tolist(), ee.tolist())]
         if st.kind == "verify":
             new, gone = ref.sync(it.pool_after)
-            assert [(pw.key, pw.group) for pw in st.writes] == [(k, ref.home[k]) for k in new]
+            streamed = {(lay, e) for lay, es in it.verify_uncached.items() for e in es}
+            assert [(pw.key, pw.group, pw.extra) for pw in st.writes] == \
+                [(k, ref.home[k], k not in streamed) for k in new]
+            assert sum(pw.extra for pw in st.writes) == len(it.pool_extra)
             assert st.evicted == gone
             checked += len(new) + len(gone)
             evicted += len(gone)

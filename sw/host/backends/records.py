@@ -28,6 +28,14 @@ def _hit(acc, hits):
     return hits / acc if acc else None
 
 
+def _extra(writes) -> int:
+    """Pool writes no EXT stream carried (an array's count for :class:`~..compiler.PoolWrites`)."""
+    x = getattr(writes, "extra", None)
+    if x is not None:
+        return int(np.count_nonzero(x))
+    return sum(w.extra for w in writes)
+
+
 def step_record(step, *, cycles=None, us=None, hb_read=0.0, hb_write=0.0, ext=0.0,
                 link=0.0, energy_pj=None, hb_pj=None, ext_pj=None, accesses=0, hits=0,
                 **extra) -> dict:
@@ -42,7 +50,7 @@ def step_record(step, *, cycles=None, us=None, hb_read=0.0, hb_write=0.0, ext=0.
            "ext_bytes": float(ext), "link_bytes": float(link),
            "energy_pj": energy_pj, "hb_energy_pj": hb_pj, "ext_energy_pj": ext_pj,
            "accesses": int(accesses), "hits": int(hits), "hit_rate": _hit(accesses, hits),
-           "pool_writes": len(step.writes), "pool_extra": sum(w.extra for w in step.writes)}
+           "pool_writes": len(step.writes), "pool_extra": _extra(step.writes)}
     rec.update(extra)
     return rec
 
