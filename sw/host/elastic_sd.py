@@ -245,6 +245,33 @@ def _first_pooled(key, k) -> np.ndarray:
     return np.take_along_axis(ids, np.argsort(kk, axis=-1, kind="stable"), axis=-1)
 
 
+def _score_order_key(scores) -> np.ndarray:
+    """int64 keys ``[..., E]`` of float32 router ``scores`` ``[..., E]`` whose ascending order
+    is the experts' ranking (:func:`original_ranking`: descending score, ties to the lower id),
+    distinct within a row: the score's IEEE bits made monotone in its value (the sign bit
+    folded: a negative score's magnitude bits negated, so -0.0 and 0.0 are both 0), negated,
+    times E, plus the id."""
+    E = scores.shape[-1]
+    b = np.asarray(scores, np.float32).view(np.int32).astype(np.int64)
+    return -np.where(b >= 0, b, -(b & 0x7FFFFFFF)) * E + np.arange(E)
+
+
+def _first_pooled_keys(key, pooled, k) -> np.ndarray:
+    """:func:`_first_pooled` on distinct keys (:func:`_score_order_key`): per row of ``key``
+    int64 ``[..., E]``, the ids of its ``k`` smallest keys among those ``pooled`` (bool,
+    broadcast to ``key``), ascending, ``E``-padded: int64 ``[..., k]``. A partition picks
+    them (no ties to settle: the keys are distinct), then a sort of k per row orders them."""
+    E = key.shape[-1]
+    big = np.iinfo(np.int64).max
+    key = np.where(pooled, key, big)
+    if E > k:
+        key = np.partition(key, k - 1, axis=-1)[..., :k]
+    elif E < k:
+        key = np.concatenate([key, np.full(key.shape[:-1] + (k - E,), big)], axis=-1)
+    key = np.sort(key, axis=-1)
+    return np.where(key == big, E, key % E)
+
+
 @dataclass(frozen=True)
 class CoverageAcceptance:
     """Accept a draft token iff the mean, over its MoE layers, of the fraction of its original
@@ -482,7 +509,11 @@ class ElasticSD:
         out = np.full((len(toks), L, k), E, np.int64)
         if scored.any():
             sc = np.stack([toks[x][0].scores[toks[x][1]] for x in np.nonzero(scored)[0]])
-            out[scored] = _first_pooled(np.where(masks, -sc.astype(np.float64), np.inf), k)
+            if sc.dtype == np.float32:              # a trace's scores: exact integer keys
+                out[scored] = _first_pooled_keys(_score_order_key(sc), masks, k)
+            else:
+                out[scored] = _first_pooled(np.where(masks, -sc.astype(np.float64), np.inf),
+                                            k)
         if not scored.all():
             # the recorded ids in the pool, in order, then the pool's others by hotness (ties
             # to the lower id): among the 2k first of those at most k are recorded

@@ -285,12 +285,35 @@ def test_elastic_pools_and_homes_equal_a_recomputation(gsm8k, batch):
     assert checked > 100 and evicted > 20
 
 
-@pytest.mark.parametrize("source", ["gsm8k", "synthetic", "synthetic-ties"])
+def test_score_order_key_ranks_as_original_ranking():
+    """The integer keys of float32 scores order each row as original_ranking does
+    (descending score, ties to the lower id), over signed scores, ties, subnormals and both
+    zeros, and are distinct within a row."""
+    from elmoe3d.sw.host.elastic_sd import _score_order_key, original_ranking
+    rng = np.random.default_rng(5)
+    sc = (rng.standard_normal((300, 24)) * 10.0 ** rng.integers(-3, 4, (300, 1)))
+    sc = np.stack([np.round(r, d) for r, d in zip(sc, rng.integers(0, 3, 300))])  # ties
+    sc = sc.astype(np.float32)
+    sc[:40, ::3] = 0.0
+    sc[:40, 1::3] = -0.0
+    sc[40:60, :4] = np.float32(1e-40) * rng.integers(-3, 4, (20, 4))     # subnormals
+    key = _score_order_key(sc)
+    ties = 0
+    for row, k in zip(sc, key):
+        assert np.argsort(k).tolist() == original_ranking([], 24, scores=row).tolist()
+        assert len(set(k.tolist())) == 24
+        ties += len(set(row.tolist())) < 24
+    assert ties > 100
+
+
+@pytest.mark.parametrize("source", ["gsm8k", "synthetic", "synthetic-ties", "synthetic-signed",
+                                    "synthetic-float64"])
 def test_throttle_tokens_equals_throttled(gsm8k, source):
     """Elastic-SD's throttled top-k of many draft tokens at once (a partition over the
-    pooled scores; without scores the recorded ids then the pool's hottest) against
-    ``throttled`` (a full ranking per token and layer) under random pools and hotness, with
-    and without router scores (and scores rounded so that ties occur)."""
+    pooled scores' integer keys, or over the float scores when they are not float32;
+    without scores the recorded ids then the pool's hottest) against ``throttled`` (a full
+    ranking per token and layer) under random pools and hotness, with and without router
+    scores (rounded so that ties occur; signed, with zeros, like logits; float64)."""
     from elmoe3d.sw.host.tracegen import CALIBRATED, synthetic_trace
     if source == "gsm8k":
         model, trace = MIX, gsm8k
@@ -304,6 +327,12 @@ def test_throttle_tokens_equals_throttled(gsm8k, source):
     reqs = trace.requests("decode")
     if source == "synthetic-ties":
         reqs = [dataclasses.replace(r, scores=np.round(r.scores, 2)) for r in reqs]
+    if source == "synthetic-signed":
+        reqs = [dataclasses.replace(r, scores=(np.round(np.log(r.scores), 1) + 4).astype(
+            np.float32)) for r in reqs]
+        assert (reqs[0].scores < 0).any() and (reqs[0].scores == 0).any()
+    if source == "synthetic-float64":
+        reqs = [dataclasses.replace(r, scores=r.scores.astype(np.float64)) for r in reqs]
     E, k, L = p.routed_experts, p.top_k, p.moe_layers
     n = 0
     for frac in (0.02, 0.1, 0.5, 1.0):
