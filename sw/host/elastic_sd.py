@@ -43,7 +43,7 @@ Before the first iteration, the first ``depth`` tokens of each request run autor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +54,7 @@ from .models import ModelPreset
 
 
 __all__ = ["throttle", "original_ranking", "select_pool", "select_pool_indices", "PoolKeys",
+           "RowLists",
            "CoverageAcceptance", "BernoulliAcceptance", "accepted_prefix", "Iteration",
            "ElasticSDResult", "ElasticSD"]
 
@@ -179,6 +180,38 @@ class PoolKeys(Sequence):
 
     def __repr__(self) -> str:
         return f"PoolKeys({self._list()!r})"
+
+
+class RowLists(Mapping):
+    """``{names[j]: x[j][sel[j]] as a list}`` for every row ``j`` of ``x`` (``[R, n]``) with
+    a selected entry (``sel``: bool ``[R, n]``), in row order: a read-only mapping built on
+    first use (equal to that dict). Elastic-SD's per-layer expert lists."""
+
+    def __init__(self, x, sel, names):
+        self._x, self._sel, self._names, self._d = x, sel, names, None
+
+    def _dict(self) -> dict:
+        if self._d is None:
+            vals = self._x[self._sel].tolist()
+            d, c0 = {}, 0
+            for j, c in enumerate(self._sel.sum(axis=1).tolist()):
+                if c:
+                    d[self._names[j]] = vals[c0:c0 + c]
+                    c0 += c
+            self._d, self._x, self._sel = d, None, None
+        return self._d
+
+    def __getitem__(self, key):
+        return self._dict()[key]
+
+    def __iter__(self):
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __repr__(self) -> str:
+        return f"RowLists({self._dict()!r})"
 
 
 def accepted_prefix(accept) -> int:
@@ -323,9 +356,9 @@ class Iteration:
         Per request, per draft token: the routing coverage :class:`CoverageAcceptance` reads.
     draft_routing : list of ndarray
         Per request, [drafted, L, k] throttled expert ids (``num_experts`` pads unused slots).
-    draft_steps : list of dict
+    draft_steps : list of RowLists
         Per draft step: ``{layer: [expert ids]}`` read from HB (union over the batch).
-    verify_cached, verify_uncached : dict
+    verify_cached, verify_uncached : RowLists
         ``{layer: [expert ids]}`` of verification: MSB from HB + LSB from EXT, or whole from
         EXT.
     pool_before, pool_after : PoolKeys
@@ -550,59 +583,46 @@ class ElasticSD:
         reqs = trace.requests(phase)
         msb, lsb = cache.msb_bytes, cache.lsb_bytes
 
-        def access(stats, layer_j, experts, pool_keys):
-            cached, uncached = [], []
-            for e in experts:
-                stats.accesses[layer_j] += 1
-                if (lids[layer_j], e) in pool_keys:
-                    stats.hits[layer_j] += 1
-                    stats.hb_read_bytes += msb
-                    stats.ext_read_bytes += lsb
-                    cached.append(e)
-                else:
-                    stats.ext_read_bytes += msb + lsb
-                    uncached.append(e)
-            return cached, uncached
+        def reads(stats, ex, masks):
+            # one step's expert reads: ex [L, n] (-1: none), read once per distinct id of a
+            # row, HB-resident ones (masks [L, E]) hits; returns the reads and their hits
+            keep = _first_seen(ex) & (ex >= 0)
+            inpool = np.zeros(ex.shape, bool)
+            ok = keep & (ex < E)
+            inpool[ok] = masks[np.nonzero(ok)[0], ex[ok]]
+            n_c = (keep & inpool).sum(axis=1)
+            n_u = keep.sum(axis=1) - n_c
+            stats.accesses += n_c + n_u
+            stats.hits += n_c
+            stats.hb_read_bytes += msb * int(n_c.sum())
+            stats.ext_read_bytes += lsb * int(n_c.sum()) + (msb + lsb) * int(n_u.sum())
+            return keep, inpool, ok
 
-        def rows_of(x, sel):
-            # (j, x[j][sel[j]] as a list) for every row j with a selected entry, in order
-            vals = x[sel].tolist()
-            out, c0 = [], 0
-            for j, c in enumerate(sel.sum(axis=1).tolist()):
-                if c:
-                    out.append((j, vals[c0:c0 + c]))
-                    c0 += c
-            return out
-
-        def union(group, pos, j):
-            out, seen = [], set()
-            for r, t in zip(group, pos):
-                if t is not None and t < r.tokens and r.present[t, j]:
-                    for e in r.ids[t, j]:
-                        if int(e) not in seen:
-                            seen.add(int(e))
-                            out.append(int(e))
-            return out
+        def routed(toks):
+            # the original routing of tokens [(r, t)] as columns: int64 [L, k * len(toks)]
+            return np.concatenate([np.where(r.present[t][:, None], r.ids[t].astype(np.int64),
+                                            -1) for r, t in toks], axis=1)
 
         for b0 in range(0, len(reqs), batch):
             group = reqs[b0:b0 + batch]
             hot = np.zeros((L, E))
-            # AR seed: the first `depth` tokens of each request, original routing.
-            pool = set(cache.contents())
-            for t in range(self._depth):
-                for j in range(L):
-                    ex = union(group, [t] * len(group), j)
-                    access(ar, j, ex, pool)
-                    for r in group:
-                        if t < r.tokens and r.present[t, j]:
-                            hot[j, r.ids[t, j]] += 1
-            tokens += sum(min(self._depth, r.tokens) for r in group)
-            nxt = select_pool_indices(hot, cache.slots, layer_ids=lids,
-                                      current=cache.resident_mask(), min_per_layer=self._min)
+            # AR seed: the first `depth` tokens of each request, original routing, each step
+            # reading the distinct experts of its tokens per layer
+            masks = cache.resident_mask()
             used = np.zeros((L, E), bool)
             for t in range(self._depth):
-                for j in range(L):
-                    used[j, union(group, [t] * len(group), j)] = True
+                live = [(r, t) for r in group if t < r.tokens]
+                if not live:
+                    continue
+                ex = routed(live)
+                keep, _, ok = reads(ar, ex, masks)
+                jj, cc = np.nonzero(ok)
+                used[jj, ex[jj, cc]] = True
+                jj, cc = np.nonzero((ex >= 0) & (ex < E))       # one-hot of every token's
+                hot += np.bincount(jj * E + ex[jj, cc], minlength=L * E).reshape(L, E)
+            tokens += sum(min(self._depth, r.tokens) for r in group)
+            nxt = select_pool_indices(hot, cache.slots, layer_ids=lids, current=masks,
+                                      min_per_layer=self._min)
             cache.fill_indices(nxt, streamed=used)        # AR read every expert it used
             pool = PoolKeys(nxt, lids, E)
             masks = cache.resident_mask()
@@ -622,7 +642,8 @@ class ElasticSD:
                                                 for i, s in toks]))
                 ids = np.stack([group[i].ids[pos[i] + s] for i, s in toks])[tt, rows] \
                     .astype(np.int64)                                     # [n_rows, k]
-                np.add.at(hot, (rows[:, None], ids), 1)           # one-hot of original top-k
+                hot += np.bincount((rows[:, None] * E + ids).ravel(),   # one-hot of the
+                                   minlength=L * E).reshape(L, E)       # original top-k
                 wts = np.stack([group[i].weights[pos[i] + s] for i, s in toks])[tt, rows]
                 covs = _coverage(wts, masks[rows[:, None], ids])
                 per_tok = np.bincount(tt, minlength=len(toks)).tolist()
@@ -647,9 +668,8 @@ class ElasticSD:
                 keep = ch != E
                 if m > 1:                         # one token's throttled ids are distinct
                     keep &= _first_seen(ch)
-                steps = [{} for _ in range(self._depth)]
-                for sj, seen in rows_of(ch, keep):
-                    steps[sj // L][lids[sj % L]] = seen
+                steps = [RowLists(ch[s * L:(s + 1) * L], keep[s * L:(s + 1) * L], lids)
+                         for s in range(self._depth)]
                 draft_hb += msb * int(keep.sum())
                 for i in active:
                     r = group[i]
@@ -666,31 +686,14 @@ class ElasticSD:
                 nxt = select_pool_indices(hot, cache.slots, layer_ids=lids, current=masks,
                                           min_per_layer=self._min)
                 # verify: all draft tokens, original routing, current pool
-                vc, vu = {}, {}
+                vc = vu = {}
                 streamed = np.zeros((L, E), bool)
-                cols = []
-                for s in range(self._depth):
-                    for i in active:
-                        r, t = group[i], pos[i] + s
-                        if s < n_draft[i] and t < r.tokens:
-                            cols.append(np.where(r.present[t][:, None],
-                                                 r.ids[t].astype(np.int64), -1))
-                if cols:
-                    ex = np.concatenate(cols, axis=1)
-                    keep = _first_seen(ex) & (ex >= 0)
-                    inpool = np.zeros(ex.shape, bool)
-                    ok = keep & (ex < E)
-                    inpool[ok] = masks[np.nonzero(ok)[0], ex[ok]]
-                    n_c = (keep & inpool).sum(axis=1)
-                    n_u = keep.sum(axis=1) - n_c
-                    verify.accesses += n_c + n_u
-                    verify.hits += n_c
-                    verify.hb_read_bytes += msb * int(n_c.sum())
-                    verify.ext_read_bytes += lsb * int(n_c.sum()) + (msb + lsb) * int(n_u.sum())
-                    for j, es in rows_of(ex, keep & inpool):
-                        vc[lids[j]] = es
-                    for j, es in rows_of(ex, keep & ~inpool):
-                        vu[lids[j]] = es
+                vtoks = [(group[i], pos[i] + s) for s in range(self._depth) for i in active
+                         if s < n_draft[i] and pos[i] + s < group[i].tokens]
+                if vtoks:
+                    ex = routed(vtoks)
+                    keep, inpool, ok = reads(verify, ex, masks)
+                    vc, vu = RowLists(ex, keep & inpool, lids), RowLists(ex, keep & ~inpool, lids)
                     jj, cc = np.nonzero(keep & ~inpool & ok)
                     streamed[jj, ex[jj, cc]] = True
                 x_before = cache.stats.ext_extra_bytes

@@ -278,21 +278,33 @@ class RoutingTrace:
     def requests(self, phase="decode") -> list:
         """Per-request dense routing of ``phase`` (:class:`RequestRouting`), requests in
         increasing id, tokens in increasing position. A token is any position with at least
-        one record; its missing layers are marked in ``present``."""
+        one record; its missing layers are marked in ``present``. Built once per phase (the
+        records' arrays are read-only); each call returns a new list of them."""
         code = _phase_code(phase)
-        m = self.phase == code
         if code == PHASES.index("draft"):
             raise TraceError("requests(): draft rows may repeat positions; select them first")
-        lidx = {lay: j for j, lay in enumerate(self.layer_ids)}
+        # the trace and the records are read-only: built once per phase
+        cache = self.__dict__.setdefault("_requests", {})
+        if code not in cache:
+            cache[code] = self._requests_of(code)
+        return list(cache[code])
+
+    def __getstate__(self) -> dict:
+        # pickled without the requests() built from it
+        return {k: v for k, v in self.__dict__.items() if k != "_requests"}
+
+    def _requests_of(self, code) -> list:
+        m = self.phase == code
         L, k, E = len(self.layer_ids), self.top_k, self.num_experts
         out = []
         req_all = self.request[m]
         rows_all = np.nonzero(m)[0]
+        lids = np.array(self.layer_ids, np.int64)               # sorted (checked)
         for r in np.unique(req_all):
             sel = rows_all[req_all == r]
             pos = np.unique(self.position[sel])
             t_of = np.searchsorted(pos, self.position[sel])
-            l_of = np.array([lidx[int(x)] for x in self.layer[sel]], dtype=np.int64)
+            l_of = np.searchsorted(lids, self.layer[sel])            # layers in layer_ids
             ids = np.full((len(pos), L, k), E, np.int16)
             w = np.zeros((len(pos), L, k), np.float32)
             present = np.zeros((len(pos), L), bool)
@@ -303,10 +315,10 @@ class RoutingTrace:
             if self.scores is not None:
                 sc = np.full((len(pos), L, E), np.nan, np.float32)
                 sc[t_of, l_of] = self.scores[sel]
-            for a in (ids, w, present) + ((sc,) if sc is not None else ()):
+            pos = pos.astype(np.int32)
+            for a in (pos, ids, w, present) + ((sc,) if sc is not None else ()):
                 a.setflags(write=False)
-            out.append(RequestRouting(int(r), pos.astype(np.int32), self.layer_ids, ids, w,
-                                      present, sc))
+            out.append(RequestRouting(int(r), pos, self.layer_ids, ids, w, present, sc))
         return out
 
     # -- disk -----------------------------------------------------------------------------------

@@ -76,19 +76,30 @@ def test_step_summary_equals_step(gsm8k, config):
                                        groups=arch.groups, batch=2)[0]
     cache = HBExpertCache(capacity_bytes=20 * model.expert_msb_bytes, model=model)
     replay = host.replay_steps(trace, cache, groups=arch.groups)
-    pm = PerfModel(arch, model)
+    kinds = _check_summaries(PerfModel(arch, model), esd_steps + replay)
+    assert kinds == {"ar", "draft", "verify", "decode"}
+    _check_placements(esd_steps, arch)
+
+
+def _check_summaries(pm, steps) -> set:
+    """``step_summary`` of each step and one ``steps_summary`` over all of them against
+    ``step`` (layer by layer) bit for bit; returns the step kinds seen."""
     kinds = set()
-    batched = pm.steps_summary(esd_steps + replay)           # every step's layers at once
-    for step, many in zip(esd_steps + replay, batched, strict=True):
+    batched = pm.steps_summary(steps)                        # every step's layers at once
+    for step, many in zip(steps, batched, strict=True):
         kinds.add(step.kind)
         one, ref = pm.step_summary(step), pm.step(step, step.placements)
         for fast in (one, many):
             for f in FIELDS:
                 assert getattr(fast, f) == getattr(ref, f), (step.index, step.kind, f)
             assert list(fast.bounds) == list(ref.bounds)      # the same first-seen order
-    assert kinds == {"ar", "draft", "verify", "decode"}
-    # the array placement against place_layer (homes as the schedule had them)
-    for step in esd_steps:
+    return kinds
+
+
+def _check_placements(steps, arch):
+    """The array placement of Elastic-SD steps against place_layer on their own LayerWork
+    (homes as the schedule had them)."""
+    for step in steps:
         for lay, work in step.layers.items():
             pl = step.placements[lay]
             homes = host.HomeGroups(arch.groups)
@@ -99,6 +110,19 @@ def test_step_summary_equals_step(gsm8k, config):
             ref = host.place_layer(work, homes, draft=step.kind == "draft")
             assert [list(d.items()) for d in pl.groups] == [list(d.items()) for d in ref.groups]
             assert pl.cached == ref.cached
+
+
+@pytest.mark.parametrize("model,config,batch", [("qwen3-30b-a3b", "paper-8gb", 1),
+                                                ("glm-4.7-flash", "paper-4gb", 2),
+                                                ("gpt-oss-20b", "paper-8gb", 1)])
+def test_step_summary_equals_step_on_synthetic_routing(model, config, batch):
+    """The same checks on the many-expert models (synthetic routing with router scores: 128
+    and 64 experts, top-8 and top-4; GPT-OSS-20B's MXFP4 experts): steps_summary against
+    step for every step, the array placement against place_layer."""
+    arch, steps, _ = synthetic_elastic(model, config, requests=2, tokens=12, batch=batch)
+    assert _check_summaries(PerfModel(arch, model), steps) == {"ar", "draft", "verify"}
+    assert sum(len(st.writes) for st in steps) > 100
+    _check_placements(steps, arch)
 
 
 def test_step_summary_sees_a_changed_placement(gsm8k):
@@ -115,6 +139,77 @@ def test_step_summary_sees_a_changed_placement(gsm8k):
     st.work = host.StepWork(w.layers, w.tokens, w.cached, group)
     assert pm.step_summary(st).cycles != before.cycles or \
         pm.step_summary(st).link_bytes != before.link_bytes
+
+
+def synthetic_elastic(model, config, *, requests=1, tokens=64, seed=0, batch=1):
+    """An Elastic-SD run (depth 4, coverage >= 0.5) of ``model`` on synthetic routing (OLMoE's
+    calibration, full router scores) at ``config``: ``(arch, steps, result)``."""
+    from elmoe3d.sw.host.tracegen import CALIBRATED, synthetic_trace
+    trace = synthetic_trace(model, CALIBRATED["olmoe-1b-7b"], requests=requests, tokens=tokens,
+                            seed=seed)
+    arch = preset(config)
+    dense, kv = host.reserved_hb_bytes(model)
+    cache = HBExpertCache.for_model(model, arch, dense_bytes=dense, kv_bytes=kv, admit=False)
+    esd = ElasticSD(cache=cache, depth=4, acceptance=CoverageAcceptance(0.5))
+    steps, res = host.elastic_steps(trace, esd, groups=arch.groups, batch=batch)
+    return arch, steps, res
+
+
+#: ``make bench`` figure 12's synthetic runs (64 tokens, seed 0, paper-8gb, batch 1) and two
+#: batched runs of three requests: figures recorded at commit 784663f, before this fast path.
+#: Per case: steps; totals of the perf records (cycles, energy_pj, hb_write, ext, link,
+#: accesses, hits, produced, pool_writes, pool_extra); the first 16 hex digits of the SHA-256
+#: of every record as JSON; the run's draft HB bytes, tokens, drafted, accepted, verify hits
+#: and reads, AR reads and hits, AR EXT bytes, pool write bytes and extra EXT bytes.
+RECORDED = {
+    ("qwen3-30b-a3b", 1, 64, 0, "paper-8gb", 1): (
+        69, (666828000.0, 2199412620656.6387, 17666408448.0, 60201123840.0, 11007381504.0,
+             36589, 29571, 64, 6656, 0), "621572905143deb2",
+        (52999225344, 64, 52, 48, 9603, 15085, 1536, 0, 7700742144, 17666408448, 0)),
+    ("glm-4.7-flash", 1, 64, 0, "paper-8gb", 1): (
+        69, (663988800.0, 2128170838917.1228, 17013473280.0, 58283360256.0, 6661758976.0,
+             17638, 14267, 64, 3205, 0), "365d331fcda56734",
+        (50790924288, 64, 52, 48, 4699, 7334, 736, 0, 7379877888, 17013473280, 0)),
+    ("deepseek-v2-lite", 1, 64, 0, "paper-8gb", 1): (
+        67, (433625280.0, 1412092526591.9985, 7600766976.0, 37955715072.0, 5465423872.0,
+             14146, 12414, 64, 1562, 0), "9b6865373c8a73c7",
+        (37955174400, 64, 50, 48, 4614, 5722, 624, 0, 5735448576, 7600766976, 0)),
+    ("gpt-oss-20b", 1, 64, 0, "paper-8gb", 1): (
+        68, (272118150.0, 806915831040.0, 11963376000.0, 13377830400.0, 3827480576.0,
+             8720, 7708, 64, 905, 0), "43546f5e8742e891",
+        (64721203200, 64, 51, 48, 2812, 3440, 384, 0, 5076172800, 11963376000, 0)),
+    ("qwen3-30b-a3b", 3, 30, 3, "paper-4gb", 2): (
+        81, (1155042240.0, 3669852188835.8457, 29689970688.0, 103295975424.0, 13377603072.0,
+             54236, 39583, 90, 11186, 0), "ee839f0197317114",
+        (74665525248, 90, 82, 59, 10745, 21736, 4369, 707, 20027473920, 29689970688, 0)),
+    ("glm-4.7-flash", 3, 30, 4, "paper-8gb", 3): (
+        31, (715959360.0, 2374709044838.4, 19688914944.0, 66312437760.0, 5882509824.0,
+             18033, 13616, 90, 3709, 0), "d4e675850f831ee0",
+        (49840717824, 90, 63, 63, 4227, 6696, 1948, 0, 19532611584, 19688914944, 0)),
+}
+
+
+@pytest.mark.parametrize("case", list(RECORDED), ids=lambda c: f"{c[0]}-{c[4]}-b{c[5]}")
+def test_synthetic_runs_equal_the_recorded_figures(case):
+    """Every Table 3 model's trace-driven perf run (the schedule and the perf backend) gives
+    the figures and the exact step records the code before the fast path gave (exact: sums
+    of whole bytes, or of the same floats in the same order)."""
+    import hashlib
+    import json
+    model, requests, tokens, seed, config, batch = case
+    arch, steps, res = synthetic_elastic(model, config, requests=requests, tokens=tokens,
+                                         seed=seed, batch=batch)
+    recs = run_perf(steps, arch, model)
+    n, totals, digest, esd = RECORDED[case]
+    assert len(recs) == n
+    assert tuple(sum(r[k] for r in recs) for k in (
+        "cycles", "energy_pj", "hb_write_bytes", "ext_bytes", "link_bytes", "accesses", "hits",
+        "produced", "pool_writes", "pool_extra")) == totals
+    assert hashlib.sha256(json.dumps(recs, sort_keys=True).encode()).hexdigest()[:16] == digest
+    v, a = res.verify.summary(), res.ar.summary()
+    assert (res.draft_hb_bytes, res.tokens, res.drafted, res.accepted, v["hits"],
+            v["accesses"], a["accesses"], a["hits"], res.ar.ext_read_bytes,
+            res.pool_write_bytes, res.pool_extra_ext_bytes) == esd
 
 
 def _mask_of(keys, model):
@@ -224,6 +319,21 @@ def test_home_table_follows_the_homes():
     keys = [([7, 3, 5][i // 4], i % 4) for i in new.tolist()]
     assert keys == sorted(keys) and r.sync(keys)[0] == keys
     assert gs.tolist() == [r.home[k] for k in keys] and d.home == r.home
+
+
+def test_row_lists_equal_the_dict():
+    """RowLists (Elastic-SD's per-layer expert lists, built on first use) equals the dict of
+    each row's selected entries, rows without one left out, in row order."""
+    from elmoe3d.sw.host.elastic_sd import RowLists
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 9, (7, 5))
+    sel = rng.random((7, 5)) < 0.3
+    sel[2] = False
+    names = [10, 11, 12, 13, 14, 15, 16]
+    ref = {names[j]: [int(v) for v, m in zip(x[j], sel[j]) if m] for j in range(7) if sel[j].any()}
+    got = RowLists(x, sel, names)
+    assert got == ref and list(got) == list(ref) and 12 not in got and len(got) == len(ref)
+    assert RowLists(x, ~sel, names) != ref
 
 
 def test_pool_writes_equal_their_records():
