@@ -47,6 +47,7 @@ losses (``make bench`` measures those: >= 97% of peak on streaming reads).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -300,19 +301,17 @@ class PerfModel:
                          accesses=acc, hits=hits, experts=experts)
 
     def _table(self, phase, tokens):
-        """Per-expert figures for 1..``tokens`` tokens (index 0: none) of both kinds (0:
-        uncached, 1: HB-resident) as int64 arrays: EXT bytes ``[2, n]``, W4 and W8 MACs
-        ``[2, n, G]``, link words ``[2, n]``; None when a figure is not a whole number (then
-        only :meth:`layer`'s float arithmetic reproduces the sums)."""
+        """Per-expert figures for 0..``tokens`` tokens (row 0: none) of both kinds (0:
+        uncached, 1: HB-resident) as one int64 array ``[2, n, 2 G + 2]``, n > ``tokens``;
+        along the last axis: EXT bytes, the W4 MACs of each PE, the W8 MACs of each PE, link
+        words. None when a figure is not a whole number (then only :meth:`layer`'s float
+        arithmetic reproduces the sums)."""
         t = self._tables.get(phase)
-        if t is not None and t[0].shape[1] > tokens:
+        if t is not None and t.shape[1] > tokens:
             return t
-        n = max(tokens + 1, 2 * (t[0].shape[1] if t else 8))
+        n = max(tokens + 1, 2 * (t.shape[1] if t is not None else 8))
         G = self.G
-        ext = np.zeros((2, n), np.int64)
-        w4 = np.zeros((2, n, G), np.int64)
-        w8 = np.zeros((2, n, G), np.int64)
-        link = np.zeros((2, n), np.int64)
+        t = np.zeros((2, n, 2 * G + 2), np.int64)
         for c in (0, 1):
             if phase == "draft" and not c:
                 continue
@@ -320,9 +319,8 @@ class PerfModel:
                 x = self.expert(0, k, phase=phase, cached=bool(c))
                 if x.ext_bytes != int(x.ext_bytes):
                     return None
-                ext[c, k] = int(x.ext_bytes)
-                w4[c, k], w8[c, k], link[c, k] = x.w4_macs, x.w8_macs, x.link_words
-        t = self._tables[phase] = (ext, w4, w8, link)
+                t[c, k] = [int(x.ext_bytes)] + x.w4_macs + x.w8_macs + [x.link_words]
+        self._tables[phase] = t
         return t
 
     def step_summary(self, step) -> StepCost:
@@ -341,50 +339,64 @@ class PerfModel:
         E = self.model.routed_experts
         Gr, G, R = a.groups, self.G, self.pe.rows
         out = [None] * len(steps)
+        if not steps:
+            return out
         works = [step_work(st, E) for st in steps]
-        T = max((int(sw.tokens.max()) for sw in works if sw.tokens.size), default=0)
+        tok_all = np.concatenate([sw.tokens for sw in works])          # every step's layers
+        T = int(tok_all.max()) if tok_all.size else 0
         tabs = {ph: self._table(ph, T) for ph in {st.phase for st in steps}}
-        fast = []
-        for i, (st, sw) in enumerate(zip(steps, works)):
+        fast = [i for i, st in enumerate(steps) if tabs[st.phase] is not None]
+        # rows: every fast step's computed layers in step order (the routed experts' cells),
+        # then the layers a step only writes into (no expert: pool writes only)
+        n_lay = [len(works[i].layers) for i in fast]
+        if len(fast) == len(steps):
+            tok = tok_all
+            cached = np.concatenate([sw.cached for sw in works])
+            group = np.concatenate([sw.group for sw in works])
+        else:
+            tok = np.concatenate([works[i].tokens for i in fast] + [np.zeros((0, E), np.int64)])
+            cached = np.concatenate([works[i].cached for i in fast] + [np.zeros((0, E), bool)])
+            group = np.concatenate([works[i].group for i in fast]
+                                   + [np.zeros((0, E), np.int64)])
+        c_lo = np.concatenate([[0], np.cumsum(n_lay)]).tolist()
+        Rc = c_lo[-1]
+        is_draft = np.repeat(np.array([steps[i].phase == "draft" for i in fast], bool), n_lay)
+        cold = (tok > 0) & ~cached & is_draft[:, None]
+        bad = None                             # the first draft step routed outside the pool
+        if cold.any():
+            r0 = int(np.nonzero(cold.any(axis=1))[0][0])
+            bad = fast[int(np.searchsorted(c_lo, r0, side="right")) - 1]
+        for i, st in enumerate(steps):         # in order, as step() would meet them
+            if i == bad:
+                e = int(np.nonzero(cold[r0])[0][0])
+                raise ValueError(f"expert {e}: a draft runs HB-resident experts only")
             if tabs[st.phase] is None:
                 out[i] = self.step(st, st.placements)
-                continue
-            if st.phase == "draft" and (sw.tokens[~sw.cached] > 0).any():
-                j = int(np.nonzero(((sw.tokens > 0) & ~sw.cached).any(axis=1))[0][0])
-                cold = np.nonzero((sw.tokens[j] > 0) & ~sw.cached[j])[0].tolist()
-                raise ValueError(f"expert {cold[0]}: a draft runs HB-resident experts only")
-            fast.append(i)
         if not fast:
             return out
-        # rows: per step its computed layers, then those it only writes into
-        segs, r = [], 0
+        segs, w_lo = [], Rc                    # (step, its computed rows, its write-only rows)
         wrs = {}                               # step -> its writes' (layer, group, extra)
-        for i in fast:
-            sw = works[i]
+        for x, i in enumerate(fast):
             wlays = []
             if len(steps[i].writes):
                 wrs[i] = write_arrays(steps[i].writes)
-                wlays = np.setdiff1d(wrs[i][0], sw.layers).tolist()     # sorted
-            segs.append((i, r, r + len(sw.layers), wlays))
-            r += len(sw.layers) + len(wlays)
-        Rn = r
-        tok = np.zeros((Rn, E), np.int64)
-        cached = np.zeros((Rn, E), bool)
-        group = np.zeros((Rn, E), np.int64)
+                wlays = np.setdiff1d(wrs[i][0], works[i].layers).tolist()     # sorted
+            segs.append((i, c_lo[x], c_lo[x + 1], w_lo, w_lo + len(wlays), wlays))
+            w_lo += len(wlays)
+        Rn = w_lo
         verify = np.zeros(Rn, bool)
         out_words = np.zeros(Rn, np.int64)     # a verify's OUT reduction, per busy group
         w_cell, w_extra = [], []               # pool writes: (row, group) cells, extra ones
-        for i, lo, mid, wlays in segs:
-            st, sw = steps[i], works[i]
-            hi = mid + len(wlays)
-            tok[lo:mid], cached[lo:mid], group[lo:mid] = sw.tokens, sw.cached, sw.group
+        for i, lo, mid, wlo, whi, wlays in segs:
+            st = steps[i]
             if st.phase == "verify":
-                verify[lo:hi] = True
-                out_words[lo:hi] = (-(-len(st.tokens) // R) * R * self.model.hidden
-                                    // self.pe.q24_per_word)
+                ow = -(-len(st.tokens) // R) * R * self.model.hidden // self.pe.q24_per_word
+                verify[lo:mid] = verify[wlo:whi] = True
+                out_words[lo:mid] = out_words[wlo:whi] = ow
             if i in wrs:
                 wl, wg, wx = wrs[i]
-                row = {lay: lo + k for k, lay in enumerate(list(sw.layers) + wlays)}
+                row = dict(zip(works[i].layers, range(lo, mid)))
+                row.update(zip(wlays, range(wlo, whi)))
                 u, inv = np.unique(wl, return_inverse=True)
                 cells = np.array([row[x] for x in u.tolist()], np.int64)[inv] * Gr + wg
                 w_cell.append(cells)
@@ -399,22 +411,16 @@ class PerfModel:
         t = tok[rj, e]
         cell = rj * Gr + group[rj, e]
         m = Rn * Gr
-        # the table row of each routed expert: draft uncached, cached, verify uncached, cached
-        k = verify[rj] * 2 + kind
+        # each routed expert's table row: draft uncached, cached, verify uncached, cached
         n = T + 1
-
-        def per_cell(f):
-            # figure f of the tables (EXT bytes, W4 MACs, W8 MACs, link words) summed per cell
-            x = np.concatenate([tabs[ph][f][:, :n] if tabs.get(ph) is not None else
-                                np.zeros((2, n) + tabs_shape[f], np.int64)
-                                for ph in ("draft", "verify")])[k, t].astype(np.float64)
-            if x.ndim == 1:
-                return np.bincount(cell, x, m).astype(np.int64).reshape(Rn, Gr)
-            return np.bincount((cell[:, None] * G + np.arange(G)).ravel(), x.ravel(),
-                               m * G).astype(np.int64).reshape(Rn, Gr, G)
-
-        tabs_shape = ((), (G,), (G,), ())
-        ext_g, w4, w8, words = (per_cell(f) for f in range(4))
+        W = 2 * G + 2
+        tab = np.concatenate([tabs[ph][:, :n] if tabs.get(ph) is not None else
+                              np.zeros((2, n, W), np.int64) for ph in ("draft", "verify")])
+        x = tab[verify[rj] * 2 + kind, t].astype(np.float64)               # [cells, W]
+        sums = np.bincount((cell[:, None] * W + np.arange(W)).ravel(), x.ravel(),
+                           m * W).astype(np.int64).reshape(Rn, Gr, W)
+        ext_g, w4, w8, words = (sums[:, :, 0], sums[:, :, 1:G + 1], sums[:, :, G + 1:2 * G + 1],
+                                sums[:, :, -1])
         n_cached = np.bincount(cell[kind], minlength=m).reshape(Rn, Gr)
         busy = np.bincount(cell, minlength=m).reshape(Rn, Gr) > 0
         words = words + busy * out_words[:, None]
@@ -455,25 +461,27 @@ class PerfModel:
         hb_r, hb_w, tiles = seq(hb_pe), seq(wr), seq(per_pe)
         ext_l = ext.tolist()
         link_l = lb.sum(axis=1).astype(np.float64).tolist()
-        best_l = best.tolist()
+        bound = np.array(names)[best].tolist()
         acc = np.bincount(rj, minlength=Rn).tolist()
         hits = np.bincount(rj[kind], minlength=Rn).tolist()
-        for i, lo, mid, wlays in segs:
+        for i, lo, mid, wlo, whi, _ in segs:
             st = steps[i]
-            hi = mid + len(wlays)
-            bounds = {}
-            for b in best_l[lo:hi]:
-                bounds[names[b]] = bounds.get(names[b], 0) + 1
-            h_r, h_w, x = sum(hb_r[lo:hi]), sum(hb_w[lo:hi]), sum(ext_l[lo:hi])
+
+            def rows(x):
+                # the step's rows of x in layer order: computed layers, then write-only ones
+                return x[lo:mid] + x[wlo:whi]
+
+            h_r, h_w, x = sum(rows(hb_r)), sum(rows(hb_w)), sum(rows(ext_l))
             hb_e, ext_e = a.access_energy_pj(h_r + h_w, x)
-            cyc = sum(cycles[lo:hi])
+            cyc = sum(rows(cycles))
             out[i] = StepCost(index=st.index, kind=st.kind, tokens=len(st.tokens),
                               produced=st.produced, cycles=cyc, us=self.cycles_to_us(cyc),
                               hb_read_bytes=h_r, hb_write_bytes=h_w, ext_bytes=x,
-                              link_bytes=sum(link_l[lo:hi]), energy_pj=hb_e + ext_e,
+                              link_bytes=sum(rows(link_l)), energy_pj=hb_e + ext_e,
                               hb_energy_pj=hb_e, ext_energy_pj=ext_e,
                               accesses=sum(acc[lo:mid]), hits=sum(hits[lo:mid]),
-                              bounds=bounds, tile_cycles=sum(tiles[lo:hi]), layers=[])
+                              bounds=dict(Counter(rows(bound))),      # first-seen order
+                              tile_cycles=sum(rows(tiles)), layers=[])
         return out
 
     def step(self, step, placements: dict) -> StepCost:

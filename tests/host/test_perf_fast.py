@@ -212,6 +212,27 @@ def test_synthetic_runs_equal_the_recorded_figures(case):
             res.pool_write_bytes, res.pool_extra_ext_bytes) == esd
 
 
+def test_steps_summary_refuses_a_draft_outside_the_pool():
+    """A draft step whose routed expert is not HB-resident raises as step() does, naming the
+    first such layer's lowest such expert, wherever the step sits among the others."""
+    arch, steps, _ = synthetic_elastic("glm-4.7-flash", "paper-8gb", tokens=12)
+    pm = PerfModel(arch, "glm-4.7-flash")
+    i = [x for x, st in enumerate(steps) if st.kind == "draft"][3]
+    w = steps[i].work
+    j = 5
+    e = np.nonzero(w.tokens[j] > 0)[0][-2:]
+    cached = w.cached.copy()
+    cached[j, e] = False
+    cached[j + 1, np.nonzero(w.tokens[j + 1] > 0)[0][0]] = False
+    steps[i].work = host.StepWork(w.layers, w.tokens, cached, w.group)
+    for chunk in (steps, steps[i:], [steps[i]]):
+        with pytest.raises(ValueError, match=f"^expert {e[0]}: a draft runs HB-resident "):
+            pm.steps_summary(chunk)
+    with pytest.raises(ValueError, match="a draft runs HB-resident experts only"):
+        pm.step(steps[i], steps[i].placements)
+    assert len(pm.steps_summary(steps[:i] + steps[i + 1:])) == len(steps) - 1
+
+
 def _mask_of(keys, model):
     """bool [L, E] of (layer, expert) keys, recomputed from a key list."""
     p = model_preset(model)
