@@ -819,25 +819,39 @@ def _place_steps(items, homes, *, experts) -> list:
     routed = tok > 0
     cached = routed & cached_mask
     group = np.full((L, E), -1, np.int64)
-    group[cached] = homes.homes_of(layers, cached, rows=rows)
+    cr, cc = np.nonzero(cached)
+    gc = homes.homes_of(layers, cached, rows=rows)            # in that order
+    group[cr, cc] = gc
     cold = routed & ~cached
     bad = cold.any(axis=1) & draft
     if bad.any():
         j = int(np.nonzero(bad)[0][0])
         raise ValueError(f"work: layer {layers[j]}: draft tokens routed to experts "
                          f"{np.nonzero(cold[j])[0].tolist()} outside the HB pool")
-    load = np.zeros((L, G), np.int64)
-    np.add.at(load, (np.nonzero(cached)[0], group[cached]), tok[cached])
-    # longest processing time first: most tokens first, ties to the lower id
-    order = np.lexsort((np.broadcast_to(np.arange(E), (L, E)), np.where(cold, -tok, 1)),
-                       axis=-1)
-    n_cold = cold.sum(axis=1)
-    for r in range(int(n_cold.max()) if L else 0):
-        js = np.nonzero(n_cold > r)[0]
-        e = order[js, r]
-        g = load[js].argmin(axis=1)
-        load[js, g] += tok[js, e]
-        group[js, e] = g
+    # each group's tokens per row, the cached experts' first (whole numbers: exact)
+    load = np.bincount(cr * G + gc, tok[cr, cc], L * G).astype(np.int64).reshape(L, G)
+    # the streamed experts, longest processing time first in each row (most tokens first,
+    # ties to the lower id: one integer key), then grouped by their rank r in the row: the
+    # r-th streamed expert of every row is placed at once, on its row's least-loaded group
+    cj, ce = np.nonzero(cold)
+    ct = tok[cj, ce]
+    if len(cj):
+        T = int(ct.max())
+        o = np.argsort((cj * (T + 1) + T - ct) * E + ce)
+        cj, ce, ct = cj[o], ce[o], ct[o]
+        rank = np.arange(len(cj)) - np.searchsorted(cj, cj)
+        o = np.argsort(rank * L + cj)
+        cj, ce, ct = cj[o], ce[o], ct[o]
+        ends = np.cumsum(np.bincount(rank)).tolist()
+        cg = np.empty(len(cj), np.int64)
+        a = 0
+        for b in ends:
+            js = cj[a:b]
+            g = load[js].argmin(axis=1)             # ties to the lower group
+            load[js, g] += ct[a:b]
+            cg[a:b] = g
+            a = b
+        group[cj, ce] = cg
     out, r0 = [], 0
     for _, _, lays, _, _ in items:
         r1 = r0 + len(lays)
