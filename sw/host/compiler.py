@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -60,7 +61,7 @@ from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
 
 
 __all__ = ["STEP_KINDS", "SYNTHETIC_SHAPE", "SYNTHETIC_NOTE", "LayerWork", "Step", "PoolWrite",
-           "PoolWrites", "write_arrays", "StepWork", "step_work",
+           "PoolWrites", "write_arrays", "StepWork", "RoutedCells", "step_work",
            "HomeGroups", "fill_groups", "Placement", "place_layer", "replay_steps", "elastic_steps",
            "limit_tokens", "parse_layers", "synthetic_model", "synthetic_experts",
            "SyntheticWeights", "compile_layer", "slice_images", "reserved_hb_bytes",
@@ -158,9 +159,33 @@ class StepWork:
         Routed experts whose MSB slice is HB-resident.
     group : int64 ``[L, E]``
         PE group each routed expert runs on (-1: not routed).
+    cells : RoutedCells or None
+        The routed experts alone (:meth:`routed_cells`), when the maker had them at hand.
     """
 
     layers: tuple
+    tokens: np.ndarray
+    cached: np.ndarray
+    group: np.ndarray
+    cells: RoutedCells | None = field(default=None, repr=False)
+
+    def routed_cells(self) -> RoutedCells:
+        """The routed experts (``tokens > 0``) as a :class:`RoutedCells`, row-major (found
+        once, or as the maker gave them)."""
+        if self.cells is None:
+            j, e = np.nonzero(self.tokens > 0)
+            object.__setattr__(self, "cells", RoutedCells(
+                j, e, self.tokens[j, e], self.cached[j, e], self.group[j, e]))
+        return self.cells
+
+
+class RoutedCells(NamedTuple):
+    """A :class:`StepWork`'s routed experts in row-major order, each array ``[n]``: ``row``
+    (int64, index into its ``layers``), ``expert`` (int64), ``tokens`` (int64, > 0),
+    ``cached`` (bool), ``group`` (int64)."""
+
+    row: np.ndarray
+    expert: np.ndarray
     tokens: np.ndarray
     cached: np.ndarray
     group: np.ndarray
@@ -852,11 +877,17 @@ def _place_steps(items, homes, *, experts) -> list:
             cg[a:b] = g
             a = b
         group[cj, ce] = cg
-    out, r0 = [], 0
-    for _, _, lays, _, _ in items:
-        r1 = r0 + len(lays)
-        out.append(StepWork(tuple(lays), tok[r0:r1], cached[r0:r1], group[r0:r1]))
-        r0 = r1
+    # each step's rows, and its routed experts (row-major: a slice of the batch's)
+    rj, re = np.nonzero(routed)
+    cells = (rj, re, tok[rj, re], cached[rj, re], group[rj, re])
+    bounds = np.cumsum([0] + [len(it[2]) for it in items]).tolist()
+    cuts = np.searchsorted(rj, bounds).tolist()
+    out = []
+    for x, (_, _, lays, _, _) in enumerate(items):
+        r0, r1, a, b = bounds[x], bounds[x + 1], cuts[x], cuts[x + 1]
+        c = RoutedCells(*(v[a:b] for v in cells))
+        out.append(StepWork(tuple(lays), tok[r0:r1], cached[r0:r1], group[r0:r1],
+                            c._replace(row=c.row - r0)))
     return out
 
 

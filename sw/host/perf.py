@@ -342,34 +342,33 @@ class PerfModel:
         if not steps:
             return out
         works = [step_work(st, E) for st in steps]
-        tok_all = np.concatenate([sw.tokens for sw in works])          # every step's layers
-        T = int(tok_all.max()) if tok_all.size else 0
+        cells = [sw.routed_cells() for sw in works]        # the routed experts of each
+        t_all = np.concatenate([c.tokens for c in cells])
+        T = int(t_all.max()) if t_all.size else 0
         tabs = {ph: self._table(ph, T) for ph in {st.phase for st in steps}}
         fast = [i for i, st in enumerate(steps) if tabs[st.phase] is not None]
         # rows: every fast step's computed layers in step order (the routed experts' cells),
-        # then the layers a step only writes into (no expert: pool writes only)
+        # then the layers a step only writes into (no expert: pool writes only); the routed
+        # experts as flat arrays: row, expert, tokens, cached, group
         n_lay = [len(works[i].layers) for i in fast]
-        if len(fast) == len(steps):
-            tok = tok_all
-            cached = np.concatenate([sw.cached for sw in works])
-            group = np.concatenate([sw.group for sw in works])
-        else:
-            tok = np.concatenate([works[i].tokens for i in fast] + [np.zeros((0, E), np.int64)])
-            cached = np.concatenate([works[i].cached for i in fast] + [np.zeros((0, E), bool)])
-            group = np.concatenate([works[i].group for i in fast]
-                                   + [np.zeros((0, E), np.int64)])
-        c_lo = np.concatenate([[0], np.cumsum(n_lay)]).tolist()
+        c_lo = np.concatenate([[0], np.cumsum(n_lay)]).astype(np.int64).tolist()
         Rc = c_lo[-1]
-        is_draft = np.repeat(np.array([steps[i].phase == "draft" for i in fast], bool), n_lay)
-        cold = (tok > 0) & ~cached & is_draft[:, None]
+        fc = [cells[i] for i in fast]
+        n_cell = [len(c.row) for c in fc]
+        rj = np.concatenate([c.row for c in fc] + [np.zeros(0, np.int64)]) \
+            + np.repeat(np.array(c_lo[:-1], np.int64), n_cell)
+        e, t, kind, cg = (np.concatenate([c[f] for c in fc] + [np.zeros(0, dt)])
+                          for f, dt in ((1, np.int64), (2, np.int64), (3, bool), (4, np.int64)))
+        is_draft = np.repeat(np.array([steps[i].phase == "draft" for i in fast], bool), n_cell)
+        cold = ~kind & is_draft
         bad = None                             # the first draft step routed outside the pool
         if cold.any():
-            r0 = int(np.nonzero(cold.any(axis=1))[0][0])
+            r0 = int(rj[np.argmax(cold)])
             bad = fast[int(np.searchsorted(c_lo, r0, side="right")) - 1]
         for i, st in enumerate(steps):         # in order, as step() would meet them
             if i == bad:
-                e = int(np.nonzero(cold[r0])[0][0])
-                raise ValueError(f"expert {e}: a draft runs HB-resident experts only")
+                first = int(e[np.argmax(cold & (rj == r0))])
+                raise ValueError(f"expert {first}: a draft runs HB-resident experts only")
             if tabs[st.phase] is None:
                 out[i] = self.step(st, st.placements)
         if not fast:
@@ -406,10 +405,7 @@ class PerfModel:
         n_wr = np.bincount(w_cell, minlength=Rn * Gr).reshape(Rn, Gr)
         n_x = np.bincount(w_extra, minlength=Rn * Gr).reshape(Rn, Gr)
         # per (row, group): the routed experts' figures summed (whole numbers, exact)
-        rj, e = np.nonzero(tok > 0)
-        kind = cached[rj, e]
-        t = tok[rj, e]
-        cell = rj * Gr + group[rj, e]
+        cell = rj * Gr + cg
         m = Rn * Gr
         # each routed expert's table row: draft uncached, cached, verify uncached, cached
         n = T + 1

@@ -98,8 +98,14 @@ def _check_summaries(pm, steps) -> set:
 
 def _check_placements(steps, arch):
     """The array placement of Elastic-SD steps against place_layer on their own LayerWork
-    (homes as the schedule had them)."""
+    (homes as the schedule had them), and the routed cells the schedule gave each StepWork
+    against those found from its arrays."""
     for step in steps:
+        w = step.work
+        assert w.cells is not None
+        ref = host.StepWork(w.layers, w.tokens, w.cached, w.group).routed_cells()
+        for a, b in zip(w.cells, ref, strict=True):
+            assert a.dtype == b.dtype and a.tolist() == b.tolist()
         for lay, work in step.layers.items():
             pl = step.placements[lay]
             homes = host.HomeGroups(arch.groups)
