@@ -841,25 +841,25 @@ def _place_steps(items, homes, *, experts) -> list:
     draft = np.repeat([it[3] for it in items], [len(it[2]) for it in items])
     rows = np.concatenate([it[4] for it in items])
     L = len(layers)
-    routed = tok > 0
-    cached = routed & cached_mask
+    rj, re = np.nonzero(tok > 0)                  # the routed experts, row-major
+    rt, rc = tok[rj, re], cached_mask[rj, re]     # their tokens, HB-resident or not
+    cached = np.zeros((L, E), bool)
+    cached[rj[rc], re[rc]] = True
     group = np.full((L, E), -1, np.int64)
-    cr, cc = np.nonzero(cached)
+    cr, cc = rj[rc], re[rc]
     gc = homes.homes_of(layers, cached, rows=rows)            # in that order
     group[cr, cc] = gc
-    cold = routed & ~cached
-    bad = cold.any(axis=1) & draft
+    cj, ce, ct = rj[~rc], re[~rc], rt[~rc]                    # the streamed ones
+    bad = draft[cj]
     if bad.any():
-        j = int(np.nonzero(bad)[0][0])
+        j = int(cj[np.argmax(bad)])
         raise ValueError(f"work: layer {layers[j]}: draft tokens routed to experts "
-                         f"{np.nonzero(cold[j])[0].tolist()} outside the HB pool")
+                         f"{ce[cj == j].tolist()} outside the HB pool")
     # each group's tokens per row, the cached experts' first (whole numbers: exact)
-    load = np.bincount(cr * G + gc, tok[cr, cc], L * G).astype(np.int64).reshape(L, G)
+    load = np.bincount(cr * G + gc, rt[rc], L * G).astype(np.int64).reshape(L, G)
     # the streamed experts, longest processing time first in each row (most tokens first,
     # ties to the lower id: one integer key), then grouped by their rank r in the row: the
     # r-th streamed expert of every row is placed at once, on its row's least-loaded group
-    cj, ce = np.nonzero(cold)
-    ct = tok[cj, ce]
     if len(cj):
         T = int(ct.max())
         o = np.argsort((cj * (T + 1) + T - ct) * E + ce)
@@ -878,8 +878,7 @@ def _place_steps(items, homes, *, experts) -> list:
             a = b
         group[cj, ce] = cg
     # each step's rows, and its routed experts (row-major: a slice of the batch's)
-    rj, re = np.nonzero(routed)
-    cells = (rj, re, tok[rj, re], cached[rj, re], group[rj, re])
+    cells = (rj, re, rt, rc, group[rj, re])
     bounds = np.cumsum([0] + [len(it[2]) for it in items]).tolist()
     cuts = np.searchsorted(rj, bounds).tolist()
     out = []

@@ -236,13 +236,21 @@ def _first_seen(x) -> np.ndarray:
 def _coverage(w, m) -> list:
     """Per row of gate weights ``w`` ``[n, k]`` (float32) and pool mask ``m`` ``[n, k]``: the
     pooled share of the row's weight, ``w[m].sum() / max(w.sum(), 1e-30)`` in float64 with
-    NumPy's own summation order (one by one below 8 terms)."""
+    NumPy's own summation order: one by one below 8 terms; exactly 8 (a whole row of a
+    top-8 model) in its eight-way pairwise order, ((a0 + a1) + (a2 + a3)) + ((a4 + a5) +
+    (a6 + a7)), column by column; more, row by row."""
     w = w.astype(np.float64)
     num = np.zeros(len(w))
     for c in range(w.shape[1]):
         num = num + np.where(m[:, c], w[:, c], 0.0)
-    big = np.nonzero(m.sum(axis=1) >= 8)[0]
-    for i in big.tolist():
+    cnt = m.sum(axis=1)
+    if w.shape[1] == 8:
+        r = np.nonzero(cnt == 8)[0]
+        a = w[r]
+        num[r] = ((a[:, 0] + a[:, 1]) + (a[:, 2] + a[:, 3])) \
+            + ((a[:, 4] + a[:, 5]) + (a[:, 6] + a[:, 7]))
+        cnt = np.where(cnt == 8, 0, cnt)
+    for i in np.nonzero(cnt >= 8)[0].tolist():
         num[i] = w[i][m[i]].sum()
     return (num / np.maximum(w.sum(axis=1), 1e-30)).tolist()
 

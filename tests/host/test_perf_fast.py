@@ -218,6 +218,29 @@ def test_synthetic_runs_equal_the_recorded_figures(case):
             res.pool_write_bytes, res.pool_extra_ext_bytes) == esd
 
 
+def test_place_steps_refuses_a_draft_outside_the_pool():
+    """The batched placement raises place_layer's error for the first draft layer routed
+    outside the pool (its streamed experts ascending), and places the same work as a
+    verify."""
+    homes = host.HomeGroups(2, layer_ids=[3, 4, 5], experts=6)
+    homes.sync_indices([0, 1, 6, 7, 13])                 # (3, 0), (3, 1), (4, 0), (4, 1), (5, 1)
+    ids = np.array([[[0, 1], [5, 3], [1, 5]], [[1, -1], [0, 5], [1, -1]]])   # 2 tokens
+    mask = homes.table >= 0
+    verify = (ids, mask, [3, 4, 5], False, np.arange(3))
+    draft = (ids, mask, [3, 4, 5], True, np.arange(3))
+    w = host._place_steps([verify], homes, experts=6)[0]
+    assert w.tokens[1].tolist() == [1, 0, 0, 1, 0, 2] and w.cached[1].tolist() == [
+        True, False, False, False, False, False]
+    ref = host.LayerWork(4, ids[:, 1], np.ones((2, 2), np.float32), frozenset({0, 1}))
+    with pytest.raises(ValueError) as want:
+        host.place_layer(ref, homes, draft=True)
+    assert str(want.value) == "work: layer 4: draft tokens routed to experts [3, 5] outside " \
+        "the HB pool"
+    with pytest.raises(ValueError) as got:
+        host._place_steps([verify, draft], homes, experts=6)
+    assert str(got.value) == str(want.value)
+
+
 def test_steps_summary_refuses_a_draft_outside_the_pool():
     """A draft step whose routed expert is not HB-resident raises as step() does, naming the
     first such layer's lowest such expert, wherever the step sits among the others."""
@@ -420,6 +443,22 @@ def test_elastic_pools_and_homes_equal_a_recomputation(gsm8k, batch):
             checked += len(new) + len(gone)
             evicted += len(gone)
     assert checked > 100 and evicted > 20
+
+
+@pytest.mark.parametrize("k", [2, 4, 8, 10])
+def test_coverage_equals_numpy_sums(k):
+    """_coverage (column-wise sums) equals each row's ``w[m].sum() / max(w.sum(), 1e-30)``
+    bit for bit, rows with every expert pooled included (8 of 8: NumPy's pairwise order;
+    weights spanning 60 decades, so that the order of the float64 additions shows)."""
+    from elmoe3d.sw.host.elastic_sd import _coverage
+    rng = np.random.default_rng(7)
+    w = (rng.random((3000, k)) * 10.0 ** rng.integers(-30, 30, (3000, k))).astype(np.float32)
+    m = rng.random((3000, k)) < rng.random((3000, 1)) * 1.5
+    got = _coverage(w, m)
+    w64 = w.astype(np.float64)
+    ref = [float(a[b].sum() / max(a.sum(), 1e-30)) for a, b in zip(w64, m)]
+    assert got == ref
+    assert m.all(axis=1).sum() > 300
 
 
 def test_score_order_key_ranks_as_original_ranking():
