@@ -374,12 +374,16 @@ class PerfModel:
         if not fast:
             return out
         segs, w_lo = [], Rc                    # (step, its computed rows, its write-only rows)
-        wrs = {}                               # step -> its writes' (layer, group, extra)
+        # step -> its writes: (distinct layers, each write's index into them, groups, extra)
+        wrs = {}
         for x, i in enumerate(fast):
             wlays = []
             if len(steps[i].writes):
-                wrs[i] = write_arrays(steps[i].writes)
-                wlays = np.setdiff1d(wrs[i][0], works[i].layers).tolist()     # sorted
+                wl, wg, wx = write_arrays(steps[i].writes)
+                u, inv = np.unique(wl, return_inverse=True)
+                wrs[i] = (u.tolist(), inv, wg, wx)
+                have = set(works[i].layers)
+                wlays = [lay for lay in wrs[i][0] if lay not in have]          # sorted
             segs.append((i, c_lo[x], c_lo[x + 1], w_lo, w_lo + len(wlays), wlays))
             w_lo += len(wlays)
         Rn = w_lo
@@ -393,11 +397,10 @@ class PerfModel:
                 verify[lo:mid] = verify[wlo:whi] = True
                 out_words[lo:mid] = out_words[wlo:whi] = ow
             if i in wrs:
-                wl, wg, wx = wrs[i]
+                u, inv, wg, wx = wrs[i]
                 row = dict(zip(works[i].layers, range(lo, mid)))
                 row.update(zip(wlays, range(wlo, whi)))
-                u, inv = np.unique(wl, return_inverse=True)
-                cells = np.array([row[x] for x in u.tolist()], np.int64)[inv] * Gr + wg
+                cells = np.array([row[x] for x in u], np.int64)[inv] * Gr + wg
                 w_cell.append(cells)
                 w_extra.append(cells[wx])
         w_cell = np.concatenate(w_cell) if w_cell else np.zeros(0, np.int64)
@@ -412,7 +415,8 @@ class PerfModel:
         W = 2 * G + 2
         tab = np.concatenate([tabs[ph][:, :n] if tabs.get(ph) is not None else
                               np.zeros((2, n, W), np.int64) for ph in ("draft", "verify")])
-        x = tab[verify[rj] * 2 + kind, t].astype(np.float64)               # [cells, W]
+        tab = tab.reshape(4 * n, W).astype(np.float64)                    # exact: < 2^53
+        x = np.take(tab, (verify[rj] * 2 + kind) * n + t, axis=0)          # [cells, W]
         sums = np.bincount((cell[:, None] * W + np.arange(W)).ravel(), x.ravel(),
                            m * W).astype(np.int64).reshape(Rn, Gr, W)
         ext_g, w4, w8, words = (sums[:, :, 0], sums[:, :, 1:G + 1], sums[:, :, G + 1:2 * G + 1],
