@@ -62,8 +62,8 @@ from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
 
 __all__ = ["STEP_KINDS", "SYNTHETIC_SHAPE", "SYNTHETIC_NOTE", "LayerWork", "Step", "PoolWrite",
            "PoolWrites", "write_arrays", "StepWork", "RoutedCells", "step_work",
-           "HomeGroups", "fill_groups", "Placement", "place_layer", "replay_steps", "elastic_steps",
-           "limit_tokens", "parse_layers", "synthetic_model", "synthetic_experts",
+           "HomeGroups", "fill_groups", "Placement", "place_layer", "replay_steps",
+           "elastic_steps", "limit_tokens", "parse_layers", "synthetic_model", "synthetic_experts",
            "SyntheticWeights", "compile_layer", "slice_images", "reserved_hb_bytes",
            "KV_CACHE_TOKENS", "check_model_trace"]
 
@@ -679,17 +679,22 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
         # the homes follow the pool: its keys are those with a home
         return homes.table >= 0
 
-    def orig_ids(rr, t):
-        x = rr.ids[t].astype(np.int64)
-        x = np.where(rr.present[t][:, None] & (x < E), x, -1)
-        if ((x[:, :-1] < 0) & (x[:, 1:] >= 0)).any():        # kept ids first, in order
-            x = np.take_along_axis(x, np.argsort(x < 0, axis=1, kind="stable"), axis=1)
+    def orig_ids(toks):
+        # the recorded routing of tokens [(rr, t)]: int64 [T, L, k], -1 where none (kept
+        # ids first, in order)
+        x = np.stack([rr.ids[t] for rr, t in toks]).astype(np.int64)
+        pres = np.stack([rr.present[t] for rr, t in toks])
+        x = np.where(pres[:, :, None] & (x < E), x, -1)
+        if ((x[..., :-1] < 0) & (x[..., 1:] >= 0)).any():
+            x = np.take_along_axis(x, np.argsort(x < 0, axis=-1, kind="stable"), axis=-1)
         return x
 
     pending = []                # steps added since the homes last changed, not yet placed
 
-    def add(kind, toks, ids_of, rows_of, mask, produced, **kw):
-        ids = np.stack([ids_of(rr, t) for rr, t in toks])[:, jsel]       # [T, Ls, k]
+    def add(kind, toks, ids, rows_of, mask, produced, **kw):
+        # a step of tokens toks = [(rr, t)] routed to ids (int64 [T, L, k], -1: none)
+        if len(jsel) < len(lids):
+            ids = ids[:, jsel]                                          # [T, Ls, k]
         has = (ids >= 0).any(axis=(0, 2))
         js = jsel[has]
         ids = ids[:, has]
@@ -730,18 +735,18 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
         for t in range(d):
             toks = [(r, t) for r in group if t < r.tokens]
             if toks:
-                add("ar", toks, orig_ids, lambda rr, tt, j: _orig(rr, tt, j, E), lp, len(toks))
+                add("ar", toks, orig_ids(toks), lambda rr, tt, j: _orig(rr, tt, j, E), lp,
+                    len(toks))
         mine = []
         while its and set(its[0].requests) <= ids_b:
             mine.append(its.pop(0))
         first_pool = mine[0].pool_before if mine else pool
         used = np.zeros((len(lids), E), bool)           # every expert the AR tokens read
-        for t in range(d):
-            for r in group:
-                if t < r.tokens:
-                    x = orig_ids(r, t)
-                    jj, cc = np.nonzero(x >= 0)
-                    used[jj, x[jj, cc]] = True
+        ar_toks = [(r, t) for t in range(d) for r in group if t < r.tokens]
+        if ar_toks:
+            x = orig_ids(ar_toks)
+            _, jj, _ = np.nonzero(x >= 0)
+            used[jj, x[x >= 0]] = True
         place()
         w, g = writes(*homes.sync_indices(flat_of(first_pool)), used)
         if steps and steps[-1].kind == "ar":
@@ -769,10 +774,8 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                     wts = esd.throttled_weights(rr, tt, j, np.array(ch),
                                                  float(rr.weights[tt, j, -1]))
                     return ch, [float(x) for x in wts]
-                def draft_ids(rr, tt, route=route):
-                    x = np.asarray(route[(rr.request, tt)], np.int64)
-                    return np.where(x < E, x, -1)
-                add("draft", toks, draft_ids, draft_rows, lp, 0, iteration=n_it)
+                x = np.stack([route[(rr.request, tt)] for rr, tt in toks]).astype(np.int64)
+                add("draft", toks, np.where(x < E, x, -1), draft_rows, lp, 0, iteration=n_it)
             toks = [(rr, it.start[i] + s) for i, rr in enumerate(rrs)
                     for s in range(it.drafted[i])]
             streamed = it.verify_streamed
@@ -780,7 +783,7 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                 streamed = np.zeros((len(lids), E), bool)
                 for lay, es in it.verify_uncached.items():
                     streamed[lids.index(lay), es] = True
-            st = add("verify", toks, orig_ids, lambda rr, tt, j: _orig(rr, tt, j, E), lp,
+            st = add("verify", toks, orig_ids(toks), lambda rr, tt, j: _orig(rr, tt, j, E), lp,
                      sum(min(a + 1, rr.tokens - s0)
                          for a, rr, s0 in zip(it.accepted, rrs, it.start)),
                      iteration=n_it, accepted=list(it.accepted))
