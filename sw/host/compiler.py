@@ -363,6 +363,7 @@ class HomeGroups:
             self._lids = np.array([int(x) for x in layer_ids], np.int64)
             # flat index j * E + e -> its place in (layer, expert) order
             self._lrank = np.argsort(np.argsort(self._lids, kind="stable"), kind="stable")
+            self._ascending = bool((np.diff(self._lids) > 0).all())
 
     @property
     def home(self) -> dict:
@@ -397,6 +398,8 @@ class HomeGroups:
     def _sorted(self, flat) -> np.ndarray:
         """The distinct flat indices ``flat`` in (layer, expert) order."""
         flat = np.unique(np.asarray(flat, np.int64))
+        if self._ascending:                     # flat order is (layer, expert) order
+            return flat
         E = self.table.shape[1]
         return flat[np.argsort(self._lrank[flat // E] * E + flat % E, kind="stable")]
 
@@ -836,9 +839,12 @@ def _place_steps(items, homes, *, experts) -> list:
     E, G = experts, homes.groups
     if not items:
         return []
-    tok = np.concatenate([np.bincount((np.arange(ids.shape[1])[None, :, None] * E + ids)
-                                      [ids >= 0], minlength=ids.shape[1] * E)
-                          .reshape(ids.shape[1], E) for ids, *_ in items])
+    flat, r0 = [], 0                       # each routed (row, expert) once per token
+    for ids, *_ in items:
+        n = ids.shape[1]
+        flat.append((np.arange(r0, r0 + n)[None, :, None] * E + ids)[ids >= 0])
+        r0 += n
+    tok = np.bincount(np.concatenate(flat), minlength=r0 * E).reshape(r0, E)
     cached_mask = np.concatenate([it[1] for it in items])
     layers = [lay for it in items for lay in it[2]]
     draft = np.repeat([it[3] for it in items], [len(it[2]) for it in items])
@@ -850,7 +856,9 @@ def _place_steps(items, homes, *, experts) -> list:
     cached[rj[rc], re[rc]] = True
     group = np.full((L, E), -1, np.int64)
     cr, cc = rj[rc], re[rc]
-    gc = homes.homes_of(layers, cached, rows=rows)            # in that order
+    gc = homes.table[rows[cr], cc]                            # their homes
+    if (gc < 0).any():                                        # some not homed yet
+        gc = homes.homes_of(layers, cached, rows=rows)        # (in the same order)
     group[cr, cc] = gc
     cj, ce, ct = rj[~rc], re[~rc], rt[~rc]                    # the streamed ones
     bad = draft[cj]
