@@ -694,7 +694,7 @@ class ElasticSD:
                 nxt = select_pool_indices(hot, cache.slots, layer_ids=lids, current=masks,
                                           min_per_layer=self._min)
                 # verify: all draft tokens, original routing, current pool
-                vc = vu = {}
+                vc, vu = {}, {}
                 streamed = np.zeros((L, E), bool)
                 vtoks = [(group[i], pos[i] + s) for s in range(self._depth) for i in active
                          if s < n_draft[i] and pos[i] + s < group[i].tokens]

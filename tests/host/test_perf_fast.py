@@ -1,7 +1,11 @@
-"""The fast trace-driven perf path (issue 26 item 7) against its references on a real trace:
-``PerfModel.step_summary`` (all layers of a step at once) against ``PerfModel.step`` (layer by
-layer), the array placement of ``elastic_steps`` against ``place_layer``, and the run's totals
-against figures recorded from the unchanged code."""
+"""The fast trace-driven perf path (issue 26 item 7) against its references, on the real
+Mixtral trace and on synthetic routing of every Table 3 model (Qwen3-30B-A3B, GLM-4.7-Flash,
+DeepSeek-V2-Lite, GPT-OSS-20B): ``PerfModel.step_summary`` / ``steps_summary`` (all layers of
+many steps at once) against ``PerfModel.step`` (layer by layer), the array placement of
+``elastic_steps`` against ``place_layer``, the flat-index home bookkeeping against the dict,
+Elastic-SD's batched throttling, coverage and pool choice against their one-at-a-time forms,
+and whole runs' figures and step records against those recorded from the code before the fast
+path."""
 
 import dataclasses
 
