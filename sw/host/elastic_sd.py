@@ -134,7 +134,8 @@ def select_pool_indices(hotness, slots, *, layer_ids, current, min_per_layer=1) 
         key = ((h.max() - h).astype(np.int64) * 2 + ~incur) * (L * E) \
             + lrank[:, None] * E + np.arange(E)
         rest = np.argsort(key.ravel())
-        by_row = np.argsort(key, axis=-1)
+        # each row's first `floor` keys (distinct keys: the one-key floor is the row minimum)
+        by_row = np.argmin(key, axis=-1)[:, None] if floor == 1 else np.argsort(key, axis=-1)
     else:
         ee = np.broadcast_to(np.arange(E), (L, E))
         ll = np.broadcast_to(lrank[:, None], (L, E))
@@ -542,14 +543,19 @@ class ElasticSD:
         ids = np.stack([rr.ids[t] for rr, t in toks]).astype(np.int64)      # [n, L, k]
         bad = pres & ((ids < 0) | (ids >= E)).any(axis=2)
         scored = np.array([rr.scores is not None for rr, t in toks])
-        for x, (rr, t) in enumerate(toks):
-            if bad[x].any():
-                original_ranking(ids[x, int(np.nonzero(bad[x])[0][0])], E)   # raises
-            if scored[x] and not np.isfinite(rr.scores[t][pres[x]]).all():
-                raise UserError(f"scores: expected {E} finite values")
-        out = np.full((len(toks), L, k), E, np.int64)
+        sc = None
         if scored.any():
             sc = np.stack([toks[x][0].scores[toks[x][1]] for x in np.nonzero(scored)[0]])
+            inf = np.zeros(bad.shape, bool)                 # a present row with a bad score
+            inf[scored] = pres[scored] & ~np.isfinite(sc).all(axis=2)
+        if bad.any() or (sc is not None and inf.any()):
+            for x in range(len(toks)):                      # the first token at fault raises
+                if bad[x].any():
+                    original_ranking(ids[x, int(np.nonzero(bad[x])[0][0])], E)   # raises
+                if scored[x] and inf[x].any():
+                    raise UserError(f"scores: expected {E} finite values")
+        out = np.full((len(toks), L, k), E, np.int64)
+        if sc is not None:
             if sc.dtype == np.float32:              # a trace's scores: exact integer keys
                 out[scored] = _first_pooled_keys(_score_order_key(sc), masks, k)
             else:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from elmoe3d.config import preset
+from elmoe3d.errors import UserError
 from elmoe3d.sw.host import compiler as host
 from elmoe3d.sw.host.backends.perf import run_perf
 from elmoe3d.sw.host.corpus import traces_dir
@@ -529,6 +530,34 @@ def test_throttle_tokens_equals_throttled(gsm8k, source):
                 assert got[x, j].tolist() == ref + [E] * (k - len(ref)), (x, j)
                 n += len(ref) < k
     assert n > 0                                  # pools short of k experts were seen
+
+
+def test_throttle_tokens_refuses_bad_records():
+    """The batched throttling raises for the first token with an expert id outside 0..E-1 or
+    a non-finite score in a layer it has a record for; a NaN where the layer has no record is
+    ignored."""
+    from elmoe3d.sw.host.tracegen import CALIBRATED, synthetic_trace
+    model = "glm-4.7-flash"
+    trace = synthetic_trace(model, CALIBRATED["olmoe-1b-7b"], tokens=6, seed=0)
+    p = model_preset(model)
+    cache = HBExpertCache(capacity_bytes=p.expert_msb_bytes, model=model, admit=False)
+    esd = ElasticSD(cache=cache, depth=4, acceptance=CoverageAcceptance(0.5))
+    r = trace.requests()[0]
+    masks = np.ones((p.moe_layers, p.routed_experts), bool)
+    hot = np.zeros(masks.shape)
+    sc, present = r.scores.copy(), r.present.copy()
+    sc[3, 7, 5] = np.nan
+    nan = dataclasses.replace(r, scores=sc)
+    with pytest.raises(UserError, match="finite"):
+        esd._throttle_tokens([(r, 0), (nan, 3)], masks, hot)
+    present[3, 7] = False
+    quiet = dataclasses.replace(r, scores=sc, present=present)
+    got = esd._throttle_tokens([(r, 0), (quiet, 3)], masks, hot)
+    assert (got[1, 7] == p.routed_experts).all() and (got[1, 6] < p.routed_experts).all()
+    ids = r.ids.copy()
+    ids[2, 4, 1] = p.routed_experts + 3
+    with pytest.raises(UserError, match="outside"):
+        esd._throttle_tokens([(r, 0), (dataclasses.replace(r, ids=ids), 2)], masks, hot)
 
 
 def test_select_pool_integer_key_equals_lexsort():
