@@ -267,6 +267,21 @@ def test_steps_summary_refuses_a_draft_outside_the_pool():
     assert len(pm.steps_summary(steps[:i] + steps[i + 1:])) == len(steps) - 1
 
 
+def test_run_perf_chunks_do_not_change_the_records(monkeypatch):
+    """run_perf hands steps_summary runs of whole steps of at most CHUNK_ROWS layers; the
+    records are the same whatever the chunks (one step each, a few, all at once)."""
+    from elmoe3d.sw.host.backends import perf as backend
+    arch, steps, _ = synthetic_elastic("qwen3-30b-a3b", "paper-8gb", tokens=16)
+    ref = run_perf(steps, arch, "qwen3-30b-a3b")
+    for rows in (1, 100, 10 ** 9):
+        monkeypatch.setattr(backend, "CHUNK_ROWS", rows)
+        chunks = backend._chunks(steps)
+        assert [st for c in chunks for st in c] == steps
+        assert all(sum(len(st.layers) for st in c) <= rows or len(c) == 1 for c in chunks)
+        assert len(chunks) == {1: len(steps), 100: -(-len(steps) // 2), 10 ** 9: 1}[rows]
+        assert run_perf(steps, arch, "qwen3-30b-a3b") == ref
+
+
 def _mask_of(keys, model):
     """bool [L, E] of (layer, expert) keys, recomputed from a key list."""
     p = model_preset(model)
