@@ -1,0 +1,334 @@
+"""Calibrated compute term of the performance model (:mod:`.perf`; issue 26 item 6; paper
+Sections 5.1, 5.2 and 6): the cycles a PE spends on the experts of one layer-step, from the
+PE cycle model (:func:`~.pe_cycles.program_cycles`, equal to the RTL's cycles) instead of
+MACs / tile peak, so that the model's compute bound carries the pipeline fill and drain, the
+SwiGLU / REQUANT / COMBINE passes, the link steps and the ld port the RTL spends cycles on.
+
+The compiler (:func:`.parallel.compile_group`) emits one program per PE of a busy group per
+layer-step: a CLEAR, then its experts one after the other in ascending id (each expert's
+loads prefetched behind the one before: one fill and drain per program, not per expert),
+then (verify) the OUT rows reduced into the root, OUTPUT of the step's ``T`` token rows and
+STATUS. A verify splits each expert's ``rbn`` row blocks over the PEs, the extra row blocks
+on PEs ``j, j+1, ...`` (mod G), ``j`` advancing by ``rbn mod G`` from expert to expert (its
+*rotation*). So a PE's program cycles are, to within a few cycles (the overlap at the
+expert boundaries):
+
+    cycles_p = base_p(phase, T) + sum over the group's experts e of m_p(phase, kind_e, t_e, j_e)
+
+with ``t_e`` the expert's tokens, ``kind_e`` HB-resident (cached) or not, ``j_e`` its
+rotation (0 in a draft), and the group's compute time the largest ``cycles_p``. Units:
+cycles of the logic-die clock, per PE (``[G]`` arrays, G = ``pes_per_group``).
+
+Where the figures come from (:attr:`ComputeCycles.source`):
+
+* ``"programs"``: a table of program_cycles of the compiler's own programs (seeded synthetic
+  experts of the model's shape; the cycles do not depend on the values): ``m_p`` of an expert
+  = cycles(prefix + expert) - cycles(prefix), the prefix G + j one-token HB-resident experts
+  (so the expert starts at rotation j, after another expert as in a real program), and
+  ``base_p(T)`` = cycles of a lone one-token HB-resident expert over ``T`` step tokens less
+  its ``m_p``; ``ld`` at a word a cycle (the RTL backend's pacing, :mod:`elmoe3d.sim.bench_host`;
+  the HB and EXT streams are the model's separate bounds), link words present (the RTL
+  backend runs each PE alone with its link words delivered). Shipped for the ``small``
+  configuration's synthetic experts (:data:`~.perf_calib_table.TABLE`, written by ``python -m
+  elmoe3d.sw.host.perf_calib``; a few seconds), for every ``t`` and ``T`` the PE holds (22
+  tokens at H = 64): on ``make sim``'s trace run the largest ``cycles_p`` is within 6 cycles
+  of every group's program (``docs/host.md`` section 7). Tokens past the table (a batch the
+  compiler would refuse) are extrapolated by whole row-block rotations (G R tokens) with the
+  last such step's slope.
+* ``"ffn"``: the compute calibration of the whole-decoder model
+  (:func:`~.compute_calib.ffn_calibration`, the streamed group programs of
+  :mod:`.stream_group`, shipped for the paper PE and every model preset's expert shape, both
+  W4A8 and W8A8): the compiler has no program for a paper-size expert in
+  :func:`~.parallel.compile_group`'s layout, so each expert's per-PE MACs (the model's W4A8
+  and W8A8 figures) are scaled by the calibration's cycles over the tile beats of the same
+  expert at the same tokens (``k_bits(t) = cycles(t) / (ceil(t / R) R 3 H I / (G peak_bits))``:
+  fill and drain included once per expert chunk, padding rows and channels as waste), rotated
+  as the compiler rotates the token slices; ``base`` is 0 (the programs' CLEAR / OUTPUT /
+  STATUS are not in the calibration; a few hundred cycles against 10^4 - 10^5 per expert).
+* ``"roofline"``: neither table holds the shape (no program building on the hot path):
+  MACs / peak as before, said in :attr:`ComputeCycles.note` (the perf backend prints it).
+
+The tensor-tile beats of a step (``StepCost.tile_cycles``, the ``gemm_beats`` the compiler's
+STATUS counts) stay MACs / peak.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import numpy as np
+
+from ...config import ArchConfig
+from .compute_calib import SEED, pe_key
+
+
+__all__ = ["ComputeCycles", "compute_cycles", "program_table", "group_program_cycles",
+           "table_shapes", "write_table"]
+
+
+def _synthetic_experts(hidden: int, intermediate: int, n: int) -> list:
+    from ..golden.expert import Expert
+    from .compiler import synthetic_experts
+    rng = np.random.default_rng([SEED, hidden, intermediate])
+    return [Expert.quantize(*w) for w in synthetic_experts(rng, n, hidden, intermediate)]
+
+
+def group_program_cycles(arch: ArchConfig, hidden: int, intermediate: int, phase: str,
+                         tokens: int, experts) -> list:
+    """Per-PE :func:`~.pe_cycles.program_cycles` (``ld`` a word a cycle, the programs' ``ld``
+    words) of the group program :func:`.parallel.compile_group` emits for ``phase`` over
+    ``tokens`` step tokens with ``experts`` = ``[(t, cached)]`` in program order (expert i
+    routed tokens ``0 .. t - 1``; seeded synthetic ``hidden`` x ``intermediate`` weights).
+    Raises :class:`~elmoe3d.sw.golden.asm.ProgramError` when the PE cannot hold it."""
+    from .parallel import compile_group
+    from .pe_cycles import program_cycles
+    n = max(len(experts), 1)
+    ids = np.full((tokens, n), -1, np.int64)
+    w = np.zeros((tokens, n), np.float32)
+    for i, (t, _) in enumerate(experts):
+        ids[:t, i] = i
+        w[:t, i] = 1.0 / n
+    x = np.random.default_rng([SEED, 2, tokens]).standard_normal((tokens, hidden)) * 2.0
+    job = compile_group(x, _experts(hidden, intermediate), (ids, w), phase=phase, config=arch,
+                        cached=[i for i, (_, c) in enumerate(experts) if c],
+                        group_experts=list(range(n)))
+    return [program_cycles(job.programs[p], ld_rate=1.0, ld=job.ld[p]).cycles
+            for p in range(job.pes)]
+
+
+@functools.lru_cache(maxsize=None)
+def _experts(hidden, intermediate):
+    return tuple(_synthetic_experts(hidden, intermediate, 16))
+
+
+def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) -> dict:
+    """The ``"programs"`` figures (module docstring) of ``arch``'s group on ``hidden`` x
+    ``intermediate`` experts, for every ``t`` and ``T`` from 1 to the most tokens the PE
+    holds: ``{"pes", "rows", "tmax", "base": {phase: [[G] per T = 0 .. tmax]}, "expert":
+    {phase: [[[[G] per j] per t = 0 .. tmax] per kind (0 uncached, 1 cached)]}}`` (ints,
+    cycles; the draft's uncached kind and row 0 are zeros)."""
+    from ..golden.asm import ProgramError
+    G, R = arch.pes_per_group, arch.tile.rows
+
+    @functools.lru_cache(maxsize=None)
+    def cyc(phase, T, experts):
+        return group_program_cycles(arch, hidden, intermediate, phase, T, list(experts))
+
+    tmax = 0
+    while True:
+        try:
+            for ph in ("draft", "verify"):
+                cyc(ph, tmax + 1, ((tmax + 1, True),))
+            cyc("verify", tmax + 1, ((tmax + 1, False),))
+        except ProgramError:
+            break
+        tmax += 1
+    if tmax < 2 * G * R:
+        raise ValueError(f"{arch.name}: the PE holds {tmax} tokens of {hidden} x "
+                         f"{intermediate} experts, fewer than the table needs")
+
+    def marg(ph, cached, t, j):
+        pre = ((1, True),) * (G + j)
+        return [b - a for a, b in zip(cyc(ph, t, pre), cyc(ph, t, pre + ((t, cached),)))]
+
+    out = {"pes": G, "rows": R, "tmax": tmax, "base": {}, "expert": {}}
+    for ph in ("draft", "verify"):
+        js = range(G) if ph == "verify" else [0]
+        ex = np.zeros((2, tmax + 1, G, G), np.int64)
+        for c in ((0, 1) if ph == "verify" else (1,)):
+            for t in range(1, tmax + 1):
+                for j in js:
+                    ex[c, t, j] = marg(ph, bool(c), t, j)
+                if ph == "draft":
+                    ex[c, t, 1:] = ex[c, t, 0]
+        base = np.zeros((tmax + 1, G), np.int64)
+        for T in range(1, tmax + 1):
+            base[T] = np.array(cyc(ph, T, ((1, True),))) - ex[1, 1, 0]
+        out["base"][ph] = base.tolist()
+        out["expert"][ph] = ex.tolist()
+        if say:
+            say(f"{arch.name} {hidden}x{intermediate} {ph}: tmax {tmax}, one token "
+                f"{ex[1, 1, 0].tolist()} + base {base[1].tolist()}")
+    return out
+
+
+def _extend(a: np.ndarray, n: int, step: int) -> np.ndarray:
+    """``a`` (rows 0 .. tmax) extended to ``n`` rows: row ``t`` past the table = row ``t - q
+    step`` (the largest in it) + ``q`` times that row's slope over one ``step``."""
+    tmax = a.shape[0] - 1
+    if n <= tmax + 1:
+        return a[:n]
+    out = np.zeros((n,) + a.shape[1:], np.float64)
+    out[:tmax + 1] = a
+    for t in range(tmax + 1, n):
+        q = -(-(t - tmax) // step)
+        t0 = t - q * step
+        out[t] = a[t0] + q * (a[t0] - a[t0 - step])
+    return out
+
+
+class ComputeCycles:
+    """The calibrated compute term (module docstring) of ``arch`` on ``model``
+    (:class:`~.models.ModelPreset`): :meth:`expert` ``[G, G]`` per-PE cycles of an expert by
+    rotation, :meth:`rotation`, :meth:`base` ``[G]``; :attr:`source` (``"programs"``,
+    ``"ffn"`` or ``"roofline"``) and :attr:`note` (what the figures are, one line)."""
+
+    def __init__(self, arch: ArchConfig, model):
+        self.arch = arch
+        self.model = model
+        self.G = arch.pes_per_group
+        self.R = arch.tile.rows
+        self.peak = {4: arch.tile.peak_macs_per_cycle(4), 8: arch.tile.peak_macs_per_cycle(8)}
+        self.mxfp4 = model.expert_format == "mxfp4"
+        H, I = model.hidden, model.expert_intermediate
+        key = pe_key(arch)
+        from .perf_calib_table import TABLE
+        row = None if self.mxfp4 else TABLE.get((key, H, I))
+        self._ffn = {}
+        if row is not None:
+            self.source = "programs"
+            self.tmax = row["tmax"]
+            self._base = {ph: np.array(v, np.float64) for ph, v in row["base"].items()}
+            self._ex = {ph: np.array(v, np.float64) for ph, v in row["expert"].items()}
+            self.note = (f"compute: the compiler's programs' cycles (program_cycles, shipped "
+                         f"table, {H}x{I}, up to {self.tmax} tokens)")
+            return
+        from .compute_calib import _lookup
+        from .compute_calib_table import TABLE as FFN
+        if all((key, H, I, b) in FFN for b in (4, 8)):
+            self.source = "ffn"
+            self._ffn = {b: _lookup(key, arch, H, I, b) for b in (4, 8)}
+            self.note = (f"compute: per-expert MACs scaled by the streamed group programs' "
+                         f"cycles (compute calibration, {H}x{I}); no per-program base")
+        else:
+            self.source = "roofline"
+            self.note = (f"compute: MACs / peak (no calibration row for {H}x{I} on "
+                         f"{key}: fill and drain not modelled)")
+
+    def rotation(self, phase: str, cached: bool, tokens: int) -> int:
+        """How far the next expert's token-slice rotation moves (``rbn mod G`` for an expert
+        a verify splits by row blocks, else 0)."""
+        if phase != "verify" or (cached and self.mxfp4):
+            return 0
+        return -(-tokens // self.R) % self.G
+
+    def _k(self, bits: int, tokens: int) -> float:
+        cal = self._ffn[bits]
+        ideal = (-(-tokens // self.R) * self.R * 3 * cal.hidden * cal.intermediate
+                 / (self.G * self.peak[bits]))
+        return cal.cycles(tokens) / ideal
+
+    def expert(self, phase: str, cached: bool, tokens: int, w4, w8) -> np.ndarray:
+        """float ``[G, G]``: row ``j`` the cycles each PE spends on an expert of ``tokens``
+        tokens (``cached``: HB-resident) started at rotation ``j``; ``w4`` / ``w8``: its
+        per-PE W4A8 / W8A8 MACs at rotation 0 (the model's, :class:`.perf.ExpertCost`)."""
+        G = self.G
+        if self.source == "programs":
+            ex = self._ex[phase]
+            if tokens > self.tmax:
+                ex = _extend(ex.transpose(1, 0, 2, 3), tokens + 1,
+                             G * self.R).transpose(1, 0, 2, 3)
+            return np.array(ex[int(bool(cached)), tokens], np.float64)
+        if self.source == "ffn":
+            c = (np.asarray(w4, np.float64) / self.peak[4] * self._k(4, tokens)
+                 + np.asarray(w8, np.float64) / self.peak[8] * self._k(8, tokens))
+        else:
+            c = (np.asarray(w4, np.float64) / self.peak[4]
+                 + np.asarray(w8, np.float64) / self.peak[8])
+        if phase != "verify" or (cached and self.mxfp4):
+            return np.tile(c, (G, 1))
+        return np.stack([np.roll(c, j) for j in range(G)])
+
+    def base(self, phase: str, tokens: int) -> np.ndarray:
+        """float ``[G]``: each PE's cycles outside its experts in a program over ``tokens``
+        step tokens (CLEAR, the verify's OUT reduction, OUTPUT, STATUS, the first fill);
+        zeros unless :attr:`source` is ``"programs"``."""
+        if self.source != "programs":
+            return np.zeros(self.G)
+        b = self._base[phase]
+        if tokens > self.tmax:
+            b = _extend(b, tokens + 1, self.G * self.R)
+        return np.array(b[tokens], np.float64)
+
+    def cells(self, cyc, rot, cell, order_key, n_cells: int) -> np.ndarray:
+        """Per-PE cycles summed per cell (``[n_cells, G]``) of routed experts given as arrays:
+        ``cyc`` float ``[n, G(j), G(p)]`` (:meth:`expert` of each), ``rot`` int ``[n]``
+        (:meth:`rotation`), ``cell`` int ``[n]`` (the group program each belongs to),
+        ``order_key`` int ``[n]`` (program order within a cell: the expert id). Each expert
+        takes the row of its rotation: the sum of ``rot`` over the experts before it in its
+        cell, mod G."""
+        G = self.G
+        n = len(cell)
+        if not n:
+            return np.zeros((n_cells, G))
+        order = np.lexsort((order_key, cell))
+        r = rot[order]
+        cs = np.cumsum(r)
+        c = cell[order]
+        first = np.r_[True, c[1:] != c[:-1]]
+        start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+        before = cs - r - (cs[start] - r[start])
+        j = np.empty(n, np.int64)
+        j[order] = before % G
+        x = cyc[np.arange(n), j]                                            # [n, G]
+        return np.bincount((cell[:, None] * G + np.arange(G)).ravel(), x.ravel(),
+                           n_cells * G).reshape(n_cells, G)
+
+
+@functools.lru_cache(maxsize=None)
+def _cached(arch, model):
+    return ComputeCycles(arch, model)
+
+
+def compute_cycles(arch: ArchConfig, model) -> ComputeCycles:
+    """The :class:`ComputeCycles` of ``arch`` on ``model`` (kept: the tables are read once)."""
+    try:
+        return _cached(arch, model)
+    except TypeError:                                   # an unhashable configuration
+        return ComputeCycles(arch, model)
+
+
+# == the shipped table ==========================================================================
+
+def table_shapes() -> list:
+    """``(config, hidden, intermediate)`` of the shipped table: the ``small`` configuration's
+    synthetic experts (:data:`~.compiler.SYNTHETIC_SHAPE`, what every small run uses)."""
+    from .compiler import SYNTHETIC_SHAPE
+    return [("small",) + tuple(SYNTHETIC_SHAPE)]
+
+
+def write_table(path=None, say=print) -> dict:
+    """Compute every :func:`table_shapes` row (:func:`program_table`) and write
+    ``perf_calib_table.py`` (default: beside this module). Returns the table."""
+    from pathlib import Path
+    from ...config import preset
+    table = {}
+    for name, h, i in table_shapes():
+        arch = preset(name)
+        table[(pe_key(arch), h, i)] = program_table(arch, h, i, say=say)
+    lines = ['"""The shipped program table of the perf model\'s compute term (generated by',
+             '``python -m elmoe3d.sw.host.perf_calib``; do not edit: :mod:`.perf_calib` says',
+             'what the figures are). Key: ``(pe_key, hidden, intermediate)``."""', "",
+             "TABLE = {"]
+    for k, v in table.items():
+        lines.append(f"    {k!r}: {v!r},")
+    lines.append("}")
+    path = Path(path) if path else Path(__file__).with_name("perf_calib_table.py")
+    path.write_text("\n".join(lines) + "\n")
+    return table
+
+
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m elmoe3d.sw.host.perf_calib",
+                                 description="write the perf model's shipped program table")
+    ap.add_argument("--out", default=None, help="output file (default: perf_calib_table.py "
+                                                "beside the module)")
+    args = ap.parse_args(argv)
+    write_table(args.out, say=lambda s: print(s, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
