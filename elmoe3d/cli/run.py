@@ -63,6 +63,7 @@ from ..errors import UserError
 from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_options,
                                 check_request, run_perf, summarise)
 from ..sw.host.backends.records import format_bytes as _b
+from ..sw.host.backends.perf import compute_figures
 from .outputs import atomic_outputs, check_output, report_console
 
 
@@ -479,6 +480,7 @@ def _one_run(doc, args, depth, be, ctx, trace, schedule, acceptance, layers, rea
         for r, p in zip(recs, perf):
             r["perf_cycles"] = p["cycles"]
         run["perf_cycles"] = sum(p["cycles"] for p in perf)
+        run["perf_compute"] = compute_figures(arch, model)
     toks = trace.token_count()
     run["tokens_simulated_per_s"] = toks / (t_sched + t_run) if t_sched + t_run else None
     run["steps"] = recs
@@ -722,7 +724,8 @@ def run(args) -> int:
             out.print(f"{r['label']}: the perf model puts the same steps at "
                       f"{r['perf_cycles']:,.0f} cycles"
                       + (f" (RTL lower bound / perf = {cyc / r['perf_cycles']:.2f})"
-                         if cyc and r["perf_cycles"] else ""))
+                         if cyc and r["perf_cycles"] else "")
+                      + (f"; {r['perf_compute']['compute']}" if r.get("perf_compute") else ""))
 
     with atomic_outputs(lambda exc: f"cannot write output: {exc}") as outputs:
         if args.json is not None:

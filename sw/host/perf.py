@@ -21,9 +21,16 @@ split over the PEs as :mod:`.parallel` splits them), the same schemes as
   the scale copies the LSB GEMMs need (verify of a cached expert), the whole expert
   (uncached); pool-update writes add ``msb x I_p / I`` to bank p of the home group, extra pool
   reads add ``msb`` to EXT;
-* compute per PE: MACs of its GEMMs (rows padded to whole row blocks) at the tile's peak:
-  W4A8 GEMMs (DRAFT, MSB_ONLY, LSB_ONLY) at ``peak_macs_per_cycle(4)``, FULL ones at
-  ``peak_macs_per_cycle(8)`` (one tensor-tile beat per cycle either way);
+* tensor-tile beats per PE: MACs of its GEMMs (rows padded to whole row blocks) at the
+  tile's peak: W4A8 GEMMs (DRAFT, MSB_ONLY, LSB_ONLY) at ``peak_macs_per_cycle(4)``, FULL
+  ones at ``peak_macs_per_cycle(8)`` (one beat per cycle either way; ``tile_cycles``);
+* compute cycles per PE (:mod:`.perf_calib`, issue 26 item 6): the PE cycle model's cycles of
+  the group program the compiler emits (fill, drain, SwiGLU / REQUANT / COMBINE passes and
+  link steps included): per expert, by kind, tokens and the rotation of its token slices,
+  plus each program's base (CLEAR, OUT reduction, OUTPUT, STATUS), from a shipped table of
+  program_cycles on the small configuration; on the paper configurations the MACs above
+  scaled by the compute calibration's cycles over beats (:mod:`.compute_calib`); MACs / peak
+  where no table has the shape (:attr:`~.perf_calib.ComputeCycles.note` says which);
 * MXFP4 experts (GPT-OSS-20B: no LSB slice, the "MSB slice" is the whole 4-bit expert): every
   GEMM is W4A8; a verify runs a cached expert as the draft does (HB only, tensor parallel, no
   EXT) and an uncached one data-parallel from EXT;
@@ -35,14 +42,14 @@ split over the PEs as :mod:`.parallel` splits them), the same schemes as
 
 Timing: double-buffered streams overlap, so a group's layer time is the largest of its HB
 time (busiest bank: read + written bytes / ``hb_bytes_per_cycle``), its compute time (busiest
-PE) and its link time; the EXT stream is shared by the die: ring bytes / min(EXT, streamline)
+PE's compute cycles) and its link time; the EXT stream is shared by the die: ring bytes / min(EXT, streamline)
 bytes per cycle. A layer takes the maximum of the busiest group and the EXT time (its *bound*
 names which); a step is its layers in sequence. Energy:
 :meth:`~elmoe3d.config.ArchConfig.access_energy_pj` of the HB (read + written) and EXT bytes:
 HB bits x ``hb_pj_per_bit`` + EXT bits x ``ext_pj_per_bit`` (the paper's figures; link and
 compute energy have no figure in the configuration and are not counted). Not modelled:
-attention and the dense layers, the host link, pipeline fill and DRAM row-miss / refresh
-losses (``make bench`` measures those: >= 97% of peak on streaming reads).
+attention and the dense layers, the host link, link waits between a group's PEs and DRAM
+row-miss / refresh losses (``make bench`` measures those: >= 97% of peak on streaming reads).
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ import numpy as np
 from ...config import ArchConfig
 from .compiler import LayerWork, Placement, step_work, write_arrays
 from .models import QUANT_GROUP, model_preset
+from .perf_calib import compute_cycles
 
 
 __all__ = ["ExpertCost", "LayerCost", "StepCost", "PerfModel", "token_slices",
@@ -177,6 +185,11 @@ class PerfModel:
         self._scales = self.model.expert_scale_bytes
         self._experts = {}
         self._tables = {}
+        #: The calibrated compute term (:mod:`.perf_calib`): per-PE cycles of each expert and
+        #: of each group program, from the PE cycle model where a table has the shape.
+        self.calib = compute_cycles(arch, self.model)
+        self._comp = {}
+        self._comp_tables = {}
         # HB bytes per bank of n HB-resident experts on a group, added one by one as
         # layer() adds them (every HB-resident expert reads the same msb x I_p / I)
         hb = [self.msb * s for s in self._share]
@@ -250,6 +263,20 @@ class PerfModel:
         w4, w8 = (macs, [0] * G) if mxfp4 else ([0] * G, macs)
         return ExpertCost(e, tokens, "uncached", [0.0] * G, self.msb + self.lsb, w4, w8, 0)
 
+    def compute(self, tokens, *, phase, cached) -> tuple:
+        """``(cycles [G, G], rotation)`` of an expert of ``tokens`` tokens on a group: row
+        ``j`` each PE's compute cycles when its token slices start at rotation ``j``, and how
+        far it moves the next expert's (:meth:`.perf_calib.ComputeCycles.expert`,
+        :meth:`~.perf_calib.ComputeCycles.rotation`; computed once per key)."""
+        key = (tokens, phase, bool(cached))
+        c = self._comp.get(key)
+        if c is None:
+            x = self.expert(0, tokens, phase=phase, cached=cached)
+            c = self._comp[key] = (self.calib.expert(phase, cached, tokens, x.w4_macs,
+                                                     x.w8_macs),
+                                   self.calib.rotation(phase, cached, tokens))
+        return c
+
     # -- a layer and a step -----------------------------------------------------------------
     def layer(self, work, placement, *, phase, step_tokens, writes=()) -> LayerCost:
         """Cost of one layer-step: ``placement`` from :func:`.compiler.place_layer`,
@@ -266,9 +293,14 @@ class PerfModel:
             hb_pe = [0.0] * G
             w4, w8 = [0] * G, [0] * G
             words = 0
+            comp = np.zeros(G)
+            rot = 0
             for e, n in sorted(ex.items()):
                 c = self.expert(e, n, phase=phase, cached=e in placement.cached[g])
                 experts.append(c)
+                cyc, r = self.compute(n, phase=phase, cached=e in placement.cached[g])
+                comp = comp + cyc[rot % G]
+                rot += r
                 hb_pe = [a + b for a, b in zip(hb_pe, c.hb_bytes)]
                 ext += c.ext_bytes
                 w4 = [a + b for a, b in zip(w4, c.w4_macs)]
@@ -279,8 +311,10 @@ class PerfModel:
             n_wr = sum(1 for w in writes if w.group == g)
             wr = [n_wr * self.msb * s for s in self._share]
             ext += sum(self.msb for w in writes if w.group == g and w.extra)
+            if ex:
+                comp = comp + self.calib.base(phase, step_tokens)
             per_pe = [a / self.peak4 + b / self.peak8 for a, b in zip(w4, w8)]
-            compute = max(per_pe)
+            compute = float(max(comp))
             tile += sum(per_pe)
             lb = words * self.pe.word_bytes
             groups[g] = {"hb": max(a + b for a, b in zip(hb_pe, wr)) / self.hb_bpc,
@@ -321,6 +355,22 @@ class PerfModel:
                     return None
                 t[c, k] = [int(x.ext_bytes)] + x.w4_macs + x.w8_macs + [x.link_words]
         self._tables[phase] = t
+        return t
+
+    def _comp_table(self, phase, n):
+        """:meth:`compute` of 0 .. ``n - 1`` tokens (row 0: none) of both kinds (0: uncached,
+        1: HB-resident) as arrays: cycles float ``[2, n, G, G]`` (rotation, PE) and rotations
+        int64 ``[2, n]``; kept per phase and grown as :meth:`_table` grows."""
+        t = self._comp_tables.get(phase)
+        if t is not None and t[0].shape[1] >= n:
+            return t
+        G = self.G
+        comp = np.zeros((2, n, G, G))
+        rot = np.zeros((2, n), np.int64)
+        for c in ((1,) if phase == "draft" else (0, 1)):
+            for k in range(1, n):
+                comp[c, k], rot[c, k] = self.compute(k, phase=phase, cached=bool(c))
+        t = self._comp_tables[phase] = (comp, rot)
         return t
 
     def step_summary(self, step) -> StepCost:
@@ -389,9 +439,11 @@ class PerfModel:
         Rn = w_lo
         verify = np.zeros(Rn, bool)
         out_words = np.zeros(Rn, np.int64)     # a verify's OUT reduction, per busy group
+        ntok = np.zeros(Rn, np.int64)          # the step's tokens (the programs' base)
         w_cell, w_extra = [], []               # pool writes: (row, group) cells, extra ones
         for i, lo, mid, wlo, whi, wlays in segs:
             st = steps[i]
+            ntok[lo:mid] = ntok[wlo:whi] = len(st.tokens)
             if st.phase == "verify":
                 ow = -(-len(st.tokens) // R) * R * self.model.hidden // self.pe.q24_per_word
                 verify[lo:mid] = verify[wlo:whi] = True
@@ -427,6 +479,20 @@ class PerfModel:
         hb_pe = self._hb_sums[n_cached]                                   # [Rn, Gr, G]
         wr = (n_wr * self.msb)[:, :, None] * np.array(self._share)
         per_pe = w4 / self.peak4 + w8 / self.peak8
+        # the calibrated compute term: each expert's per-PE cycles at its rotation, summed
+        # per group program in program order, plus the program's base (as layer() adds them)
+        ctab = [self._comp_table(ph, n) if tabs.get(ph) is not None else
+                (np.zeros((2, n, G, G)), np.zeros((2, n), np.int64))
+                for ph in ("draft", "verify")]
+        tab_c = np.concatenate([c[0][:, :n] for c in ctab])                 # [4, n, G, G]
+        tab_r = np.concatenate([c[1][:, :n] for c in ctab])                 # [4, n]
+        k = verify[rj] * 2 + kind
+        comp = self.calib.cells(tab_c[k, t], tab_r[k, t], cell, e, m).reshape(Rn, Gr, G)
+        nb = int(ntok.max()) + 1 if Rn else 1
+        base = np.stack([np.stack([self.calib.base(ph, x) for x in range(nb)])
+                         for ph in ("draft", "verify")])                  # [2, nb, G]
+        comp = np.where(busy[:, :, None], comp + base[verify.astype(np.int64), ntok][:, None],
+                        0.0)
         lb = words * self.pe.word_bytes
         active = busy | (n_wr > 0)
         ext = (ext_g + n_x * self.msb).sum(axis=1).astype(np.float64)
@@ -439,7 +505,7 @@ class PerfModel:
                 m = np.maximum(m, x[:, :, c])
             return m
 
-        terms = np.stack([pe_max(hb_pe + wr) / self.hb_bpc, pe_max(per_pe),
+        terms = np.stack([pe_max(hb_pe + wr) / self.hb_bpc, pe_max(comp),
                           lb / self.link_bpc], axis=2)                    # [Rn, Gr, 3]
         terms = np.where(active[:, :, None], terms, -np.inf).reshape(Rn, Gr * 3)
         terms = np.concatenate([ext_cycles[:, None], terms], axis=1)

@@ -10,7 +10,7 @@ from . import Backend, BackendRun, RunContext
 from .records import step_record
 
 
-__all__ = ["PerfBackend", "run_perf"]
+__all__ = ["PerfBackend", "run_perf", "compute_figures"]
 
 
 #: Layer-steps :func:`run_perf` hands :meth:`~elmoe3d.sw.host.perf.PerfModel.steps_summary`
@@ -63,4 +63,18 @@ class PerfBackend(Backend):
     perf_beside = False
 
     def run(self, steps, ctx: RunContext) -> BackendRun:
-        return BackendRun(records=run_perf(steps, ctx.arch, ctx.model, progress=ctx.progress))
+        recs = run_perf(steps, ctx.arch, ctx.model, progress=ctx.progress)
+        return BackendRun(records=recs, figures=compute_figures(ctx.arch, ctx.model))
+
+    def report(self, label: str, figures: dict) -> list:
+        return [f"{label}: perf model {figures['compute']}"]
+
+
+def compute_figures(arch, model) -> dict:
+    """``{"compute_source", "compute"}``: where the perf model's compute term comes from on
+    ``arch`` and ``model`` (:class:`~elmoe3d.sw.host.perf_calib.ComputeCycles`: ``"programs"``,
+    ``"ffn"`` or ``"roofline"``, the fallback to MACs / peak) and that as one line."""
+    from ..models import model_preset
+    from ..perf_calib import compute_cycles
+    c = compute_cycles(arch, model_preset(model))
+    return {"compute_source": c.source, "compute": c.note}
