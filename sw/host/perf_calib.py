@@ -189,13 +189,15 @@ class ComputeCycles:
         from .perf_calib_table import TABLE
         row = None if self.mxfp4 else TABLE.get((key, H, I))
         self._ffn = {}
+        self._past = {}                  # base rows extrapolated past the table, by tokens
         if row is not None:
             self.source = "programs"
             self.tmax = row["tmax"]
             self._base = {ph: np.array(v, np.float64) for ph, v in row["base"].items()}
             self._ex = {ph: np.array(v, np.float64) for ph, v in row["expert"].items()}
             self.note = (f"compute: the compiler's programs' cycles (program_cycles, shipped "
-                         f"table, {H}x{I}, up to {self.tmax} tokens)")
+                         f"table, {H}x{I}, up to {self.tmax} tokens; more tokens extrapolated "
+                         f"along a row-block rotation's slope)")
             return
         from .compute_calib import _lookup
         from .compute_calib_table import TABLE as FFN
@@ -241,6 +243,9 @@ class ComputeCycles:
                  + np.asarray(w8, np.float64) / self.peak[8])
         if phase != "verify" or (cached and self.mxfp4):
             return np.tile(c, (G, 1))
+        # a verify's rotation moves which PEs own the extra row blocks; rolling the whole
+        # per-PE figure also rolls a cached expert's channel-slice MACs, exact only when the
+        # slices are equal (every preset splits I evenly over its group but MXFP4, not rolled)
         return np.stack([np.roll(c, j) for j in range(G)])
 
     def base(self, phase: str, tokens: int) -> np.ndarray:
@@ -249,10 +254,13 @@ class ComputeCycles:
         zeros unless :attr:`source` is ``"programs"``."""
         if self.source != "programs":
             return np.zeros(self.G)
-        b = self._base[phase]
-        if tokens > self.tmax:
-            b = _extend(b, tokens + 1, self.G * self.R)
-        return np.array(b[tokens], np.float64)
+        if tokens <= self.tmax:
+            return np.array(self._base[phase][tokens], np.float64)
+        key = (phase, tokens)
+        if key not in self._past:
+            self._past[key] = np.array(_extend(self._base[phase], tokens + 1,
+                                               self.G * self.R)[tokens], np.float64)
+        return self._past[key].copy()
 
     def cells(self, cyc, rot, cell, order_key, n_cells: int) -> np.ndarray:
         """Per-PE cycles summed per cell (``[n_cells, G]``) of routed experts given as arrays:
