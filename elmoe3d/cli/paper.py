@@ -21,7 +21,7 @@ popularity and from a fitted Zipf law. Exit status 0, or 2 on a usage error.
 from __future__ import annotations
 
 from ..errors import UserError
-from .outputs import check_output, report_console, write_json
+from .outputs import check_output, check_output_dir, report_console, write_json
 
 
 FIGURES = ("table3", "fig12", "fig14", "fig15", "cache-check")
@@ -66,7 +66,7 @@ def configure(parser):
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", default=None,
                         help="fig12, fig14, fig15: also write the figure as "
-                             "DIR/<figure>_<hb>.png")
+                             "DIR/<figure>_<hb>.png (DIR created if missing)")
 
 
 def _zipf(args) -> dict:
@@ -207,19 +207,18 @@ def _write(console, args, doc, plot, draw):
         if args.json:
             outputs.add_json(args.json, doc)
         if plot:
+            outputs.make_dir(plot.parent)
             draw(outputs.temp_for(plot))
     if plot:
         console.print(f"plot: {plot}")
 
 
 def _plot_dir(args, figure):
-    from pathlib import Path
+    """The plot file ``DIR/<figure>_<hb>.png`` of ``--plot DIR``, checked as ``elmoe3d run``
+    checks its ``--plot`` (:func:`~.outputs.check_output_dir`: DIR is created if missing)."""
     if not args.plot:
         return None
-    folder = Path(args.plot)
-    if not folder.is_dir():
-        raise UserError(f"--plot {folder}: not a directory")
-    return check_output(folder / f"{figure}_{args.hb}.png", "--plot")
+    return check_output_dir(args.plot, "--plot", [f"{figure}_{args.hb}.png"])[0]
 
 
 def _fig14(args) -> int:

@@ -3,6 +3,8 @@
 
 import json
 
+import pytest
+
 import elmoe3d.cli as cli
 from elmoe3d.sw.host import paper_eval as pe
 
@@ -56,8 +58,39 @@ def test_fig12_plot(tmp_path, capsys):
     png = tmp_path / "fig12_8gb.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(out.read_text())["hb"] == "8gb"
-    assert cli.main(["paper", "fig12", "--plot", str(tmp_path / "nope")]) == 2
-    assert "--plot" in capsys.readouterr().err
+
+
+def test_plot_creates_the_folder_like_run(tmp_path, capsys):
+    """``--plot DIR`` creates DIR (and missing parents) as ``elmoe3d run --plot`` does; a path
+    that is a file is refused in one line, and nothing is written."""
+    new = tmp_path / "out" / "paper"
+    assert cli.main(["paper", "fig12", "--plot", str(new)]) == 0
+    assert f"plot: {new / 'fig12_8gb.png'}" in " ".join(capsys.readouterr().out.split())
+    assert (new / "fig12_8gb.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    f = tmp_path / "file"
+    f.write_text("x")
+    out = tmp_path / "f.json"
+    for bad in (f, f / "sub"):
+        assert cli.main(["paper", "fig12", "--plot", str(bad), "--json", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.strip().splitlines() == [f"elmoe3d paper: error: --plot {bad}: "
+                                            + ("not a directory" if bad == f else
+                                               f"{f} is not a directory")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "out"]
+
+
+def test_failed_plot_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    """A plot that fails while drawing leaves neither the file nor the folders made for it."""
+    from elmoe3d.cli import paper
+
+    def boom(path, rows, hb):
+        raise RuntimeError("drawing failed")
+
+    monkeypatch.setattr(paper, "_plot_fig12", boom)
+    new = tmp_path / "a" / "b"
+    with pytest.raises(RuntimeError, match="drawing failed"):
+        cli.main(["paper", "fig12", "--plot", str(new), "--json", str(tmp_path / "f.json")])
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_fig14(tmp_path, capsys):
