@@ -163,3 +163,25 @@ def test_fig15(tmp_path, capsys):
     assert f"ours against xPU AR: {s['over_xpu']:.2f}x less energy a token" in text
     assert cli.main(["paper", "fig15", "--hb", "4gb", "--ar-cache", "msb"]) == 0
     assert "HB 4 GB" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["table3", "--hb", "16gb"], "--hb 16gb: expected one of 4gb, 8gb"),
+    (["fig99"], "figure fig99: expected one of table3, fig12, fig14, fig15, cache-check"),
+    (["fig12", "--alpha", "fitted"], "--alpha fitted: expected one of paper, model"),
+    (["fig14", "--cache-form", "x"], "--cache-form x: expected one of token, step"),
+    (["table3", "--ar-cache", "lsb"], "--ar-cache lsb: expected one of best, msb, whole"),
+])
+def test_bad_choices_are_one_line_like_run(tmp_path, capsys, argv, msg):
+    """A value not among an option's choices is one line in ``elmoe3d run``'s style (not
+    argparse's usage block), exit status 2, and nothing is written."""
+    out = tmp_path / "o.json"
+    assert cli.main(["paper"] + argv + ["--json", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"elmoe3d paper: error: {msg}"]
+    assert captured.out == "" and list(tmp_path.iterdir()) == []
+    # the same style as run's --config
+    assert cli.main(["run", "--trace", "gsm8k", "--model", "mixtral-8x7b", "--config",
+                     "paper-16gb"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "elmoe3d run: error: --config paper-16gb: expected one of small, paper-4gb, paper-8gb"]
