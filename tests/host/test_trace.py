@@ -181,6 +181,11 @@ def _garbage(path):
     path.write_bytes(b"not a trace at all\n" * 8)
 
 
+def _npy(path):
+    with open(path, "wb") as f:                     # a .npy under a .npz name: no context manager
+        np.save(f, np.arange(4))
+
+
 def _object_column(path):
     _rewrite(path, lambda a: a.update(notes=np.array([{"x": 1}], dtype=object)))
 
@@ -195,7 +200,7 @@ def _bad_crc(path):
 
 
 @pytest.mark.parametrize("spoil, why", [
-    (_pickled, "not a zip archive"), (_garbage, "not a zip archive"),
+    (_pickled, "not a zip archive"), (_garbage, "not a zip archive"), (_npy, "not a zip archive"),
     (_object_column, "array 'notes' holds pickled Python objects"), (_bad_crc, "corrupt")])
 def test_an_unreadable_npz_is_one_clear_line(tmp_path, capsys, spoil, why):
     """A pickled, garbage, object-array or damaged .npz: one line naming the file, why, and
