@@ -1,5 +1,6 @@
-# elmoe3d: `make sim` sets up a local virtual environment on first use and runs the main job;
-# `make test` runs the suite but the heavy RTL benches (those are `make test-slow`); `make bench`
+# elmoe3d: `make venv` builds the local virtual environment (the targets that run Python build
+# it on first use); `make sim` runs the main job; `make test` runs the suite but the heavy RTL
+# benches (those are `make test-slow`); `make bench`
 # prints the benchmark figures.
 
 PYTHON ?= python3
@@ -13,6 +14,8 @@ JOBS   ?= 2
 all: sim
 
 help:
+	@echo "make venv   - the local virtual environment .venv/ from constraints.txt (about 1-2 min,"
+	@echo "              about 2.0 GB); sim, test, bench, synth and fpga build it first if missing"
 	@echo "make sim    - generate Verilog, run the cocotb+Verilator benches on real weights and the"
 	@echo "              real Mixtral trace through the RTL backend, summarise"
 	@echo "make test   - the test suite but the heavy RTL benches (pytest, $(JOBS) workers)"
