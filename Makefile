@@ -1,5 +1,6 @@
-# elmoe3d: `make sim` sets up a local virtual environment on first use and runs the main job;
-# `make test` runs the suite but the heavy RTL benches (those are `make test-slow`); `make bench`
+# elmoe3d: `make venv` builds the local virtual environment (the targets that run Python build
+# it on first use); `make sim` runs the main job; `make test` runs the suite but the heavy RTL
+# benches (those are `make test-slow`); `make bench`
 # prints the benchmark figures.
 
 PYTHON ?= python3
@@ -13,6 +14,8 @@ JOBS   ?= 2
 all: sim
 
 help:
+	@echo "make venv   - the local virtual environment .venv/ from constraints.txt (about 1-2 min,"
+	@echo "              about 2.0 GB); sim, test, bench, synth and fpga build it first if missing"
 	@echo "make sim    - generate Verilog, run the cocotb+Verilator benches on real weights and the"
 	@echo "              real Mixtral trace through the RTL backend, summarise"
 	@echo "make test   - the test suite but the heavy RTL benches (pytest, $(JOBS) workers)"
@@ -25,7 +28,8 @@ help:
 	@echo "              expert (4-PE group, synthetic weights) bit-exact, cycles/s and roofline;"
 	@echo "              not part of make test (PAPER_PE_ARGS='--tile 8x16x32 --modes DRAFT ...')"
 	@echo "make synth  - Yosys area of every block rolled up to the 4 GB and 8 GB logic dies, and"
-	@echo "              the worst register-to-register path of every block at 1 GHz (ASAP7 NLDM)"
+	@echo "              the worst register-to-register path of every block at 1 GHz (ASAP7 NLDM),"
+	@echo "              static power per block and die, pJ per MAC, SRAM, ring and link pJ per byte"
 	@echo "make fpga   - FPGA fit estimate, then bitstream, utilization and fmax of the board top"
 	@echo "              (BOARD=ulx3s-85f, CONFIG=default|auto|NAME, ARGS='--estimate-only --hierarchy --no-asic';"
 	@echo "              elmoe3d fpga --list-boards);"
@@ -79,7 +83,7 @@ sim-paper-pe: $(STAMP)
 # and the worst register-to-register path of every block against the 1 GHz clock (--timing).
 synth: $(STAMP)
 	@mkdir -p build/synth
-	$(PY) -m elmoe3d synth --timing --jobs $(JOBS) --json build/synth/report.json --plot build/synth/area.png
+	$(PY) -m elmoe3d synth --timing --power --jobs $(JOBS) --json build/synth/report.json --plot build/synth/area.png
 
 .PHONY: fpga
 # The board top (UART bridge, load router, one PE, HB/EXT stand-ins) through Amaranth's platform

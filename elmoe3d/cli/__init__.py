@@ -32,7 +32,11 @@ COMMANDS = {
                                          "of one real expert shape checked bit for bit, "
                                          "simulated cycles per second"),
     "paper": ("elmoe3d.cli.paper", "the paper's evaluation from the whole-decoder performance "
-                                   "model: table3 (alpha, Phi_AR, Phi_SD beside the paper's)"),
+                                   "model: table3 (alpha, Phi_AR, Phi_SD beside the paper's), "
+                                   "fig12 (memory mapping and SD time per scheme), fig14 "
+                                   "(speedup over xPU of every platform), fig15 (energy a token "
+                                   "by component), cache-check (the expert-cache model against "
+                                   "the exact LRU on the real Mixtral traces)"),
     "synth": ("elmoe3d.cli.synth", "Yosys area of every block, rolled up to the logic die"),
     "fpga": ("elmoe3d.cli.fpga", "FPGA prototype: fit estimate, bitstream, utilization and fmax "
                                  "of the board top (YoWASP tools, amaranth-boards)"),
@@ -44,12 +48,30 @@ COMMANDS = {
 }
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, but never wrapping a line inside a hyphenated name (``cache-check``,
+    ``paper-8gb``)."""
+
+    def _split_lines(self, text, width):
+        import textwrap
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width,
+                             break_on_hyphens=False)
+
+    def _fill_text(self, text, width, indent):
+        import textwrap
+        return textwrap.fill(self._whitespace_matcher.sub(" ", text).strip(), width,
+                             initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="elmoe3d", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="elmoe3d", description=DESCRIPTION,
+                                     formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"elmoe3d {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text,
+                                    formatter_class=_HelpFormatter)
         importlib.import_module(module).configure(sub_parser)
         sub_parser.set_defaults(_module=module)
     return parser

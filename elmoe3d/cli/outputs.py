@@ -3,7 +3,8 @@ atomically after it succeeded.
 
 ``--json``, ``--plot`` and similar options name a file the command writes only at the end of a
 possibly long run. :func:`check_output` rejects an unusable path up front (a directory, a
-missing or read-only folder) as a one-line :class:`~elmoe3d.errors.UserError`.
+missing or read-only folder) as a one-line :class:`~elmoe3d.errors.UserError`;
+:func:`check_output_dir` does so for an output folder (``--plot DIR``), which may not exist yet.
 :class:`AtomicOutputs` writes each file aside in its destination folder and renames it into
 place only when every output is complete, so a failed run leaves no partial or stale-looking
 file; :func:`atomic_outputs` is the block that does so. New files get the usual permissions (``0o666`` less the umask), like ``open(path, "w")``.
@@ -21,7 +22,7 @@ from pathlib import Path
 from ..errors import UserError
 
 
-__all__ = ["check_output", "AtomicOutputs", "atomic_outputs", "write_json", "report_console"]
+__all__ = ["check_output", "check_output_dir", "AtomicOutputs", "atomic_outputs", "write_json", "report_console"]
 
 
 def report_console(min_width=120):
@@ -52,6 +53,27 @@ def check_output(path, option: str) -> Path:
     return path
 
 
+def check_output_dir(folder, option: str, names) -> list:
+    """Raise :class:`UserError` (naming ``option``) unless the files ``names`` can be written
+    into the folder ``folder``: an existing folder (each file checked by :func:`check_output`)
+    or a path that does not exist yet, whose nearest existing ancestor is a writable folder
+    (:meth:`AtomicOutputs.make_dir` creates the missing folders when the outputs are written).
+    A path that exists and is not a folder is refused. Returns the files' paths."""
+    folder = Path(folder)
+    if folder.is_dir():
+        return [check_output(folder / name, option) for name in names]
+    if folder.exists() or folder.is_symlink():
+        raise UserError(f"{option} {folder}: not a directory")
+    ancestor = folder.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UserError(f"{option} {folder}: {ancestor} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UserError(f"{option} {folder}: directory {ancestor} is not writable")
+    return [folder / name for name in names]
+
+
 def _refuse_special(path: Path, option: str) -> None:
     if path.exists() and not path.is_file():
         raise UserError(f"{option} {path}: not a regular file")
@@ -59,10 +81,27 @@ def _refuse_special(path: Path, option: str) -> None:
 
 class AtomicOutputs:
     """Temporary files in the destination folders, renamed into place by :meth:`commit`,
-    removed by :meth:`discard` (safe to call after :meth:`commit`)."""
+    removed by :meth:`discard` (safe to call after :meth:`commit`); output folders created by
+    :meth:`make_dir` are kept by :meth:`commit` and removed again by :meth:`discard`."""
 
     def __init__(self):
         self._pending = []
+        self._made = []
+
+    def make_dir(self, folder) -> Path:
+        """Create ``folder`` and any missing parents (an output folder such as ``--plot DIR``,
+        checked by :func:`check_output_dir`); the folders created here are removed by
+        :meth:`discard` unless :meth:`commit` ran first. Returns ``folder`` as a :class:`Path`."""
+        folder = Path(folder)
+        missing = []
+        p = folder
+        while not p.exists() and p != p.parent:
+            missing.append(p)
+            p = p.parent
+        for p in reversed(missing):
+            p.mkdir()
+            self._made.append(p)
+        return folder
 
     def temp_for(self, dest) -> str:
         """A new empty file beside ``dest`` (created ``0o666`` less the umask) to write the
@@ -129,6 +168,7 @@ class AtomicOutputs:
                     except OSError:
                         pass
         self._pending = []
+        self._made = []
 
     def discard(self):
         for tmp, _ in self._pending:
@@ -137,6 +177,12 @@ class AtomicOutputs:
             except OSError:
                 pass
         self._pending = []
+        for folder in reversed(self._made):         # deepest first; only if still empty
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        self._made = []
 
 
 @contextlib.contextmanager

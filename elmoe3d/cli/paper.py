@@ -21,7 +21,7 @@ popularity and from a fitted Zipf law. Exit status 0, or 2 on a usage error.
 from __future__ import annotations
 
 from ..errors import UserError
-from .outputs import check_output, report_console, write_json
+from .outputs import check_output, check_output_dir, report_console, write_json
 
 
 FIGURES = ("table3", "fig12", "fig14", "fig15", "cache-check")
@@ -32,32 +32,36 @@ APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
            "plot": ("fig12", "fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best"}
+#: The values of the options that take one of a few (checked in :func:`run`, one line as
+#: ``elmoe3d run`` checks its ``--config``, rather than by argparse's usage block).
+CHOICES = {"hb": ("4gb", "8gb"), "cache_form": ("token", "step"), "alpha": ("paper", "model"),
+           "ar_cache": ("best", "msb", "whole")}
 #: The HB size of each figure in the paper.
 PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb", "fig15": "8gb"}
 
 
 def configure(parser):
-    parser.add_argument("figure", choices=FIGURES,
+    parser.add_argument("figure", metavar="FIGURE",
                         help="table3: the paper's Table 3; fig12: Fig. 12 (memory mapping and SD time "
                              "breakdown per scheme, Qwen3-30B-A3B, batch 16); fig14: Fig. 14 (speedup over xPU "
                              "of every platform, AR and SD); fig15: Fig. 15 (energy a token by "
                              "component, normalised to ours); cache-check: the expert-cache model (Che's "
                              "approximation) against the exact LRU on the real Mixtral traces")
-    parser.add_argument("--hb", default=None, choices=("4gb", "8gb"),
+    parser.add_argument("--hb", default=None, metavar="|".join(CHOICES["hb"]),
                         help="HB capacity of the configuration (default: the paper's, 4gb for "
                              "table3, 8gb for fig12; Table 3's figures are shown beside ours "
                              "at 4gb, its 8 GB rows are withheld from this copy of the paper)")
     parser.add_argument("--tree", default=None, metavar="D,W|best",
                         help="SD tree depth and width (default: the calibrated "
                              "elmoe3d.sw.host.paper_eval.TREE) or 'best' (fastest per point)")
-    parser.add_argument("--cache-form", default=None, choices=("token", "step"),
+    parser.add_argument("--cache-form", default=None, metavar="|".join(CHOICES["cache_form"]),
                         help="expert-cache form: token (a per-access LRU hit rate applied to a "
                              "step's expert loads, capped at the slots; default) or step (hits "
                              "per cached expert)")
-    parser.add_argument("--alpha", default=None, choices=("paper", "model"),
+    parser.add_argument("--alpha", default=None, metavar="|".join(CHOICES["alpha"]),
                         help="Elastic-SD's alpha: the paper's 4 GB values (default) or "
                              "the alpha model (pool coverage, fitted on the 4 GB rows) at --hb")
-    parser.add_argument("--ar-cache", default=None, choices=("best", "msb", "whole"),
+    parser.add_argument("--ar-cache", default=None, metavar="|".join(CHOICES["ar_cache"]),
                         help="table3, fig14: what ours caches in AR mode: best (per point the "
                              "faster of the two, default), msb (MSB slices, the LSB streamed "
                              "from EXT on a hit) or whole (whole INT8 experts); the Zipf "
@@ -66,7 +70,7 @@ def configure(parser):
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", default=None,
                         help="fig12, fig14, fig15: also write the figure as "
-                             "DIR/<figure>_<hb>.png")
+                             "DIR/<figure>_<hb>.png (DIR created if missing)")
 
 
 def _zipf(args) -> dict:
@@ -97,7 +101,12 @@ def run(args) -> int:
     from rich.table import Table
 
     from ..sw.host import paper_eval as pe
+    from .run import _choice
 
+    _choice("figure", args.figure, FIGURES)
+    for opt, values in CHOICES.items():
+        if getattr(args, opt) is not None:
+            _choice(f"--{opt.replace('_', '-')}", getattr(args, opt), values)
     for opt, figures in APPLIES.items():
         if getattr(args, opt) is not None and args.figure not in figures:
             names = [f for f in FIGURES if f in figures]
@@ -207,19 +216,18 @@ def _write(console, args, doc, plot, draw):
         if args.json:
             outputs.add_json(args.json, doc)
         if plot:
+            outputs.make_dir(plot.parent)
             draw(outputs.temp_for(plot))
     if plot:
         console.print(f"plot: {plot}")
 
 
 def _plot_dir(args, figure):
-    from pathlib import Path
+    """The plot file ``DIR/<figure>_<hb>.png`` of ``--plot DIR``, checked as ``elmoe3d run``
+    checks its ``--plot`` (:func:`~.outputs.check_output_dir`: DIR is created if missing)."""
     if not args.plot:
         return None
-    folder = Path(args.plot)
-    if not folder.is_dir():
-        raise UserError(f"--plot {folder}: not a directory")
-    return check_output(folder / f"{figure}_{args.hb}.png", "--plot")
+    return check_output_dir(args.plot, "--plot", [f"{figure}_{args.hb}.png"])[0]
 
 
 def _fig14(args) -> int:

@@ -38,8 +38,8 @@ compiled, then run by a backend of the registry :data:`elmoe3d.sw.host.backends.
 cache and Elastic-SD still see every layer); ``--tokens N`` keeps the trace's first N tokens.
 Outputs: a summary table (and one row per run), ``--json`` (everything, per step),
 ``--csv`` (one row per step), ``--plot DIR`` (``hit_rate.png``, ``bytes_per_tier.png``,
-``latency.png``); all are checked before the run and written atomically after it, so a failed
-run leaves none.
+``latency.png``; DIR and its missing parents are created); all are checked before the run and
+written atomically after it, so a failed run leaves none (nor a folder it created).
 
 ``--hb-slots 0`` runs with no expert cache: every expert is streamed from EXT (hit rate 0).
 Elastic-SD then has no pool to draft from, so its draft cannot run: every token is decoded
@@ -64,7 +64,7 @@ from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_opti
                                 check_request, run_perf, summarise)
 from ..sw.host.backends.records import format_bytes as _b
 from ..sw.host.backends.perf import compute_figures
-from .outputs import atomic_outputs, check_output, report_console
+from .outputs import atomic_outputs, check_output, check_output_dir, report_console
 
 
 __all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "BACKENDS",
@@ -154,7 +154,8 @@ def configure(parser) -> None:
     parser.add_argument("--csv", type=Path, default=None, metavar="F",
                         help="write one row per step as CSV")
     parser.add_argument("--plot", type=Path, default=None, metavar="DIR",
-                        help="write hit_rate.png, bytes_per_tier.png, latency.png into DIR")
+                        help="write hit_rate.png, bytes_per_tier.png, latency.png into DIR "
+                             "(created if missing)")
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -636,13 +637,9 @@ def _check_outputs(args):
             check_output(dest, opt)
             dests[opt] = Path(dest).resolve()
     if args.plot is not None:
-        d = Path(args.plot)
-        if d.exists() and not d.is_dir():
-            raise UserError(f"--plot {d}: not a directory")
-        check_output(d / "hit_rate.png", "--plot") if d.is_dir() else \
-            check_output(d, "--plot")
-        for name in PLOTS:
-            dests[f"--plot {name}"] = (d / f"{name}.png").resolve()
+        files = check_output_dir(args.plot, "--plot", [f"{name}.png" for name in PLOTS])
+        for name, path in zip(PLOTS, files):
+            dests[f"--plot {name}"] = path.resolve()
     seen = {}
     for opt, p in dests.items():
         if p in seen:
@@ -733,7 +730,7 @@ def run(args) -> int:
         if args.csv is not None:
             write_csv(outputs.temp_for(args.csv), doc)
         if args.plot is not None:
-            Path(args.plot).mkdir(exist_ok=True)
+            outputs.make_dir(args.plot)
             write_plots({n: outputs.temp_for(Path(args.plot) / f"{n}.png") for n in PLOTS}, doc)
 
     if be.compares:

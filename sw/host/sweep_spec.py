@@ -30,7 +30,7 @@ A spec (YAML shown; TOML has the same keys)::
       rtl_beats: 256               # length of the RTL throughput GEMM (beats)
 
 Every point is validated before anything runs (:func:`expand`): an unknown field or section, a
-value of the wrong type, a configuration :class:`~elmoe3d.config.ArchConfig` rejects (or, for
+value of the wrong type (checked before the constraints see it), a configuration :class:`~elmoe3d.config.ArchConfig` rejects (or, for
 points with an area task, whose PE geometry it rejects), an unknown model or scheme, a
 constraint that does not parse or names an unknown field: each is a one-line
 :class:`~elmoe3d.errors.UserError` naming the spec file, the field and the point.
@@ -567,6 +567,11 @@ def expand(spec: SweepSpec) -> list:
             # the constraints see the preset's fields overlaid with the point's, before the
             # configuration is built: a constraint may drop what ArchConfig would reject
             fields = {f: _field(_preset(base), f) for f in CONFIG_FIELDS}
+            for k, v in cfg.items():
+                # a value of the wrong type is named as such, not as a constraint's failure
+                problem = _type_problem(v, fields[k])
+                if problem:
+                    raise UserError(f"{where}: {k}: {problem}")
             fields.update(cfg)
             fields.update(workload)
             keep = True
@@ -625,6 +630,18 @@ def expand(spec: SweepSpec) -> list:
     if not points:
         raise UserError(f"{spec.path}: no point left after the constraints")
     return points
+
+
+def _type_problem(value, default):
+    """Why ``value`` cannot stand for a config field whose preset value is ``default`` (an
+    integer field takes an integer, a number field an int or float; booleans neither), in
+    :class:`~elmoe3d.config.ArchConfig`'s words; ``None`` if it can."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "an integer" if isinstance(default, int) else "a number"
+        return f"expected {kind}, got {value!r}"
+    if isinstance(default, int) and not isinstance(value, int):
+        return f"expected an integer, got {value!r}"
+    return None
 
 
 def _preset(name, _cache={}):

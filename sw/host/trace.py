@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -354,11 +355,30 @@ class RoutingTrace:
             head = f.read(64)
         if head.startswith(b"version https://git-lfs"):
             raise TraceError(f"{path}: a Git LFS pointer, not the trace (run git lfs pull)")
+        expected = (f"expected an {TRACE_FORMAT} .npz (a zip of plain NumPy arrays "
+                    f"{', '.join(c for c in _COLUMNS if c != 'scores')}, optional scores, "
+                    f"and meta; docs/traces.md)")
+        if not zipfile.is_zipfile(path):
+            raise TraceError(f"{path}: not a readable .npz trace: not a zip archive (another "
+                             f"kind of file, or truncated); {expected}")
+        arrays = {}
         try:
             with np.load(path, allow_pickle=False) as z:
-                arrays = {name: z[name] for name in z.files}
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as exc:
-            raise TraceError(f"{path}: not a readable .npz trace ({exc})") from None
+                for name in z.files:
+                    try:
+                        arrays[name] = z[name]
+                    except ValueError as exc:
+                        if "pickle" not in str(exc):
+                            raise
+                        # never loaded: unpickling runs code from the file
+                        raise TraceError(f"{path}: not a readable .npz trace: array {name!r} "
+                                         f"holds pickled Python objects; {expected}") from None
+        except TraceError:
+            raise
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError,
+                zlib.error) as exc:
+            why = "corrupt" if "pickle" in str(exc) else f"corrupt ({exc})"
+            raise TraceError(f"{path}: not a readable .npz trace: {why}; {expected}") from None
         if "meta" not in arrays:
             raise TraceError(f"{path}: no 'meta' column: not an {TRACE_FORMAT} file")
         try:

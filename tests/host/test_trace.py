@@ -172,6 +172,54 @@ def test_load_rejects_missing_truncated_and_lfs(tmp_path):
     assert zipfile.is_zipfile(small_trace().save(tmp_path / "ok.npz"))
 
 
+def _pickled(path):
+    import pickle
+    path.write_bytes(pickle.dumps({"expert_ids": [[0, 1]]}))
+
+
+def _garbage(path):
+    path.write_bytes(b"not a trace at all\n" * 8)
+
+
+def _npy(path):
+    with open(path, "wb") as f:                     # a .npy under a .npz name: no context manager
+        np.save(f, np.arange(4))
+
+
+def _object_column(path):
+    _rewrite(path, lambda a: a.update(notes=np.array([{"x": 1}], dtype=object)))
+
+
+def _bad_crc(path):
+    raw = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("expert_ids.npy")
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+    raw[start + info.compress_size // 2] ^= 0xFF        # inside the member's data
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("spoil, why", [
+    (_pickled, "not a zip archive"), (_garbage, "not a zip archive"), (_npy, "not a zip archive"),
+    (_object_column, "array 'notes' holds pickled Python objects"), (_bad_crc, "corrupt")])
+def test_an_unreadable_npz_is_one_clear_line(tmp_path, capsys, spoil, why):
+    """A pickled, garbage, object-array or damaged .npz: one line naming the file, why, and
+    the format expected; never numpy's hint to load it unsafely with allow_pickle."""
+    path = small_trace().save(tmp_path / "t.npz")
+    spoil(path)
+    with pytest.raises(TraceError) as e:
+        RoutingTrace.load(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: not a readable .npz trace: {why}")
+    assert msg.endswith("expected an elmoe3d-routing-trace .npz (a zip of plain NumPy arrays "
+                        "request, position, layer, phase, expert_ids, gate_weights, optional "
+                        "scores, and meta; docs/traces.md)")
+    assert "\n" not in msg and "allow_pickle" not in msg and "pickle.load" not in msg
+    from elmoe3d.cli import main
+    assert main(["run", "--trace", str(path), "--model", "mixtral-8x7b"]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"elmoe3d run: error: {msg}"]
+
+
 def test_trace_from_router_logits_routes_like_the_model():
     p = model_preset("glm-4.7-flash")                    # sigmoid, renormalised, scaled by 1.8
     rng = np.random.default_rng(3)

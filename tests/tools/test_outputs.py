@@ -4,13 +4,14 @@ with the permissions the umask gives (not the 0600 of a private temporary file).
 import json
 import os
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import elmoe3d.cli as cli
 from elmoe3d.errors import UserError
-from elmoe3d.cli.outputs import AtomicOutputs, check_output, write_json
+from elmoe3d.cli.outputs import AtomicOutputs, check_output, check_output_dir, write_json
 
 
 @pytest.fixture
@@ -73,6 +74,50 @@ def test_check_output(tmp_path):
         check_output(tmp_path, "--json")
     with pytest.raises(UserError, match="--plot .*: directory .*nope does not exist"):
         check_output(tmp_path / "nope" / "x.png", "--plot")
+
+
+def test_check_output_dir_and_make_dir(tmp_path):
+    """An output folder: existing (its files checked), or new under a writable folder (made
+    by make_dir with its parents, removed again by discard, kept by commit); a file refused."""
+    assert check_output_dir(tmp_path, "--plot", ["a.png"]) == [tmp_path / "a.png"]
+    (tmp_path / "a.png").mkdir()
+    with pytest.raises(UserError, match="--plot .*a.png: is a directory"):
+        check_output_dir(tmp_path, "--plot", ["a.png"])
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(UserError, match=f"^--plot {f}: not a directory$"):
+        check_output_dir(f, "--plot", ["a.png"])
+    with pytest.raises(UserError, match=f"^--plot {f}/d: {f} is not a directory$"):
+        check_output_dir(f / "d", "--plot", ["a.png"])
+    new = tmp_path / "x" / "y"
+    assert check_output_dir(new, "--plot", ["a.png", "b.png"]) == [new / "a.png",
+                                                                  new / "b.png"]
+    assert not (tmp_path / "x").exists()
+    outputs = AtomicOutputs()
+    with open(outputs.temp_for(outputs.make_dir(new) / "a.png"), "w") as out:
+        out.write("unfinished")
+    outputs.discard()
+    assert not (tmp_path / "x").exists()
+    outputs = AtomicOutputs()
+    with open(outputs.temp_for(outputs.make_dir(new) / "a.png"), "w") as out:
+        out.write("done")
+    outputs.commit()
+    outputs.discard()
+    assert (new / "a.png").read_text() == "done"
+
+
+def test_check_output_dir_read_only_parent(tmp_path, monkeypatch):
+    """A folder the user cannot write into (mode 0o555; as root, which writes anywhere, the
+    permission check is what says so: os.access is made to answer as for a plain user)."""
+    import elmoe3d.cli.outputs as outputs_mod
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o555)
+    real = os.access
+    monkeypatch.setattr(outputs_mod.os, "access",
+                        lambda p, m: False if Path(p) == ro and m & os.W_OK else real(p, m))
+    with pytest.raises(UserError, match=f"--plot {ro}/d: directory {ro} is not writable"):
+        check_output_dir(ro / "d", "--plot", ["a.png"])
+    assert not (ro / "d").exists()
 
 
 def test_quant_json_honours_the_umask(tmp_path, umask, capsys):

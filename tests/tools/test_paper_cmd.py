@@ -3,6 +3,8 @@
 
 import json
 
+import pytest
+
 import elmoe3d.cli as cli
 from elmoe3d.sw.host import paper_eval as pe
 
@@ -56,8 +58,39 @@ def test_fig12_plot(tmp_path, capsys):
     png = tmp_path / "fig12_8gb.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(out.read_text())["hb"] == "8gb"
-    assert cli.main(["paper", "fig12", "--plot", str(tmp_path / "nope")]) == 2
-    assert "--plot" in capsys.readouterr().err
+
+
+def test_plot_creates_the_folder_like_run(tmp_path, capsys):
+    """``--plot DIR`` creates DIR (and missing parents) as ``elmoe3d run --plot`` does; a path
+    that is a file is refused in one line, and nothing is written."""
+    new = tmp_path / "out" / "paper"
+    assert cli.main(["paper", "fig12", "--plot", str(new)]) == 0
+    assert f"plot: {new / 'fig12_8gb.png'}" in " ".join(capsys.readouterr().out.split())
+    assert (new / "fig12_8gb.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    f = tmp_path / "file"
+    f.write_text("x")
+    out = tmp_path / "f.json"
+    for bad in (f, f / "sub"):
+        assert cli.main(["paper", "fig12", "--plot", str(bad), "--json", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.strip().splitlines() == [f"elmoe3d paper: error: --plot {bad}: "
+                                            + ("not a directory" if bad == f else
+                                               f"{f} is not a directory")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "out"]
+
+
+def test_failed_plot_leaves_no_folder(tmp_path, monkeypatch, capsys):
+    """A plot that fails while drawing leaves neither the file nor the folders made for it."""
+    from elmoe3d.cli import paper
+
+    def boom(path, rows, hb):
+        raise RuntimeError("drawing failed")
+
+    monkeypatch.setattr(paper, "_plot_fig12", boom)
+    new = tmp_path / "a" / "b"
+    with pytest.raises(RuntimeError, match="drawing failed"):
+        cli.main(["paper", "fig12", "--plot", str(new), "--json", str(tmp_path / "f.json")])
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_fig14(tmp_path, capsys):
@@ -130,3 +163,25 @@ def test_fig15(tmp_path, capsys):
     assert f"ours against xPU AR: {s['over_xpu']:.2f}x less energy a token" in text
     assert cli.main(["paper", "fig15", "--hb", "4gb", "--ar-cache", "msb"]) == 0
     assert "HB 4 GB" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["table3", "--hb", "16gb"], "--hb 16gb: expected one of 4gb, 8gb"),
+    (["fig99"], "figure fig99: expected one of table3, fig12, fig14, fig15, cache-check"),
+    (["fig12", "--alpha", "fitted"], "--alpha fitted: expected one of paper, model"),
+    (["fig14", "--cache-form", "x"], "--cache-form x: expected one of token, step"),
+    (["table3", "--ar-cache", "lsb"], "--ar-cache lsb: expected one of best, msb, whole"),
+])
+def test_bad_choices_are_one_line_like_run(tmp_path, capsys, argv, msg):
+    """A value not among an option's choices is one line in ``elmoe3d run``'s style (not
+    argparse's usage block), exit status 2, and nothing is written."""
+    out = tmp_path / "o.json"
+    assert cli.main(["paper"] + argv + ["--json", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"elmoe3d paper: error: {msg}"]
+    assert captured.out == "" and list(tmp_path.iterdir()) == []
+    # the same style as run's --config
+    assert cli.main(["run", "--trace", "gsm8k", "--model", "mixtral-8x7b", "--config",
+                     "paper-16gb"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "elmoe3d run: error: --config paper-16gb: expected one of small, paper-4gb, paper-8gb"]

@@ -21,7 +21,7 @@ def _run(capsys, *argv):
 
 
 def test_perf_run_writes_json_csv_plots(tmp_path, capsys):
-    j, c, d = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "plots"
+    j, c, d = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "out" / "plots"
     code, out, err = _run(capsys, *BASE, "--config", "paper-8gb", "--backend", "perf",
                           "--tokens", "12", "--layers", "0:8", "--depth", "2", "4",
                           "--json", str(j), "--csv", str(c), "--plot", str(d))

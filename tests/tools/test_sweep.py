@@ -412,6 +412,22 @@ BAD = [
          __import__("elmoe3d.sw.host.sweep_spec", fromlist=["x"]).CONFIG_FIELDS)),
     ("config:\n  pes: [16, x]\nworkload:\n  model: [qwen3-30b-a3b]\n",
      "{spec}: point 1 (pes=x, model=qwen3-30b-a3b): pes: expected an integer, got 'x'"),
+    # a value of the wrong type is named before a constraint trips over it (not "mult of a
+    # string"), as are a boolean and a fraction on an integer field
+    ("config:\n  pes: [8, 16, lots]\nworkload:\n  model: [qwen3-30b-a3b]\n"
+     "constraints: ['pes * hb_bank_bytes <= 8 * 2**30']\n",
+     "{spec}: point 2 (pes=lots, model=qwen3-30b-a3b): pes: expected an integer, got 'lots'"),
+    ("config:\n  pes: [16, true]\nworkload:\n  model: [qwen3-30b-a3b]\n"
+     "constraints: ['pes > 0']\n",
+     "{spec}: point 1 (pes=True, model=qwen3-30b-a3b): pes: expected an integer, got True"),
+    ("config:\n  wmem_bytes: [16384.5]\nworkload:\n  model: [qwen3-30b-a3b]\n"
+     "constraints: ['wmem_bytes > 0']\n",
+     "{spec}: point 0 (wmem_bytes=16384.5, model=qwen3-30b-a3b): wmem_bytes: expected an "
+     "integer, got 16384.5"),
+    ("config:\n  clock_ghz: [1.0, fast]\nworkload:\n  model: [qwen3-30b-a3b]\n"
+     "constraints: ['clock_ghz * 2 > 1']\n",
+     "{spec}: point 1 (clock_ghz=fast, model=qwen3-30b-a3b): clock_ghz: expected a number, "
+     "got 'fast'"),
     ("config:\n  pes: [16, 18]\nworkload:\n  model: [qwen3-30b-a3b]\n",
      "{spec}: point 1 (pes=18, model=qwen3-30b-a3b): pes: 18 is not a multiple of pes_per_group (4)"),
     ("config:\n  tile.lanes: [32, 7]\nworkload:\n  model: [qwen3-30b-a3b]\n",
