@@ -55,7 +55,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...errors import UserError
-from .elastic_sd import ElasticSD, PoolKeys
+from .elastic_sd import ElasticSD, LazyRecords, PoolKeys
 from .hbcache import HBExpertCache
 from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
 
@@ -221,7 +221,7 @@ class PoolWrite:
     extra: bool
 
 
-class PoolWrites(Sequence):
+class PoolWrites(LazyRecords):
     """A step's :class:`PoolWrite` records held as arrays: ``layer``, ``expert`` and
     ``group`` (int64 ``[n]``) and ``extra`` (bool ``[n]``); the records are made on first
     use. Equal to any sequence of the same records in the same order (a list included)."""
@@ -231,31 +231,14 @@ class PoolWrites(Sequence):
         self.expert = np.asarray(expert, np.int64)
         self.group = np.asarray(group, np.int64)
         self.extra = np.asarray(extra, bool)
-        self._recs = None
 
-    def _list(self) -> list:
-        if self._recs is None:
-            self._recs = [PoolWrite((a, b), g, x) for a, b, g, x in zip(
-                self.layer.tolist(), self.expert.tolist(), self.group.tolist(),
-                self.extra.tolist())]
-        return self._recs
-
-    def __getitem__(self, i):
-        return self._list()[i]
+    def _records(self) -> list:
+        return [PoolWrite((a, b), g, x) for a, b, g, x in zip(
+            self.layer.tolist(), self.expert.tolist(), self.group.tolist(),
+            self.extra.tolist())]
 
     def __len__(self) -> int:
         return len(self.layer)
-
-    def __iter__(self):
-        return iter(self._list())
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Sequence) and self._list() == list(other)
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return f"PoolWrites({self._list()!r})"
 
 
 def write_arrays(writes) -> tuple:

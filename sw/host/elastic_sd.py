@@ -150,26 +150,23 @@ def select_pool_indices(hotness, slots, *, layer_ids, current, min_per_layer=1) 
     return rest[chosen.ravel()[rest]][::-1]
 
 
-class PoolKeys(Sequence):
-    """A pool's (layer, expert) keys in order, held as flat indices ``j * E + e`` (``j``
-    indexing ``layer_ids``) and turned into tuples on first use; equal to any sequence of the
-    same keys in the same order (a list included)."""
+class LazyRecords(Sequence):
+    """A sequence of records held as arrays and made into Python objects on first use
+    (:meth:`_records`, kept); equal to any sequence of the same records in the same order
+    (a list included). Subclasses give :meth:`_records` and ``__len__``."""
 
-    def __init__(self, flat, layer_ids, experts: int):
-        self.indices = np.asarray(flat, np.int64)
-        self._lids, self._E, self._keys = layer_ids, experts, None
+    _recs = None
+
+    def _records(self) -> list:
+        raise NotImplementedError
 
     def _list(self) -> list:
-        if self._keys is None:
-            j, e = np.divmod(self.indices, self._E)
-            self._keys = list(zip([self._lids[a] for a in j.tolist()], e.tolist()))
-        return self._keys
+        if self._recs is None:
+            self._recs = self._records()
+        return self._recs
 
     def __getitem__(self, i):
         return self._list()[i]
-
-    def __len__(self) -> int:
-        return len(self.indices)
 
     def __iter__(self):
         return iter(self._list())
@@ -180,7 +177,24 @@ class PoolKeys(Sequence):
     __hash__ = None
 
     def __repr__(self) -> str:
-        return f"PoolKeys({self._list()!r})"
+        return f"{type(self).__name__}({self._list()!r})"
+
+
+class PoolKeys(LazyRecords):
+    """A pool's (layer, expert) keys in order, held as flat indices ``j * E + e`` (``j``
+    indexing ``layer_ids``) and turned into tuples on first use; equal to any sequence of the
+    same keys in the same order (a list included)."""
+
+    def __init__(self, flat, layer_ids, experts: int):
+        self.indices = np.asarray(flat, np.int64)
+        self._lids, self._E = layer_ids, experts
+
+    def _records(self) -> list:
+        j, e = np.divmod(self.indices, self._E)
+        return list(zip([self._lids[a] for a in j.tolist()], e.tolist()))
+
+    def __len__(self) -> int:
+        return len(self.indices)
 
 
 class RowLists(Mapping):
