@@ -65,9 +65,9 @@ def check_output_dir(folder, option: str, names) -> list:
     if folder.exists() or folder.is_symlink():
         raise UserError(f"{option} {folder}: not a directory")
     ancestor = folder.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
+    while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
-    if not ancestor.is_dir():
+    if not ancestor.is_dir():                   # a file, or a dangling symbolic link
         raise UserError(f"{option} {folder}: {ancestor} is not a directory")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise UserError(f"{option} {folder}: directory {ancestor} is not writable")

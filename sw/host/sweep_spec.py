@@ -565,10 +565,11 @@ def expand(spec: SweepSpec) -> list:
             label = ", ".join(f"{k}={v}" for k, v in {**cfg, **wl}.items())
             where = f"{spec.path}: point {len(points)} ({label})"
             # the constraints see the preset's fields overlaid with the point's, before the
-            # configuration is built: a constraint may drop what ArchConfig would reject
+            # configuration is built: a constraint may drop a value ArchConfig would reject
+            # (out of range, an impossible combination), but not one of the wrong type: that
+            # is a mistake in the spec, named even where a constraint would drop its point
             fields = {f: _field(_preset(base), f) for f in CONFIG_FIELDS}
             for k, v in cfg.items():
-                # a value of the wrong type is named as such, not as a constraint's failure
                 problem = _type_problem(v, fields[k])
                 if problem:
                     raise UserError(f"{where}: {k}: {problem}")

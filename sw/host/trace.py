@@ -155,6 +155,8 @@ class RoutingTrace:
             elif a.size and a.dtype.kind not in "fiu":
                 raise TraceError(f"{name}: expected numbers, got {a.dtype}")
             a = np.ascontiguousarray(a, dtype=dt)
+            if isinstance(value, np.ndarray) and np.may_share_memory(a, value):
+                a = a.copy()            # the caller's array stays theirs: requests() is cached
             a.setflags(write=False)
             object.__setattr__(self, name, a)
             return a
@@ -358,7 +360,10 @@ class RoutingTrace:
         expected = (f"expected an {TRACE_FORMAT} .npz (a zip of plain NumPy arrays "
                     f"{', '.join(c for c in _COLUMNS if c != 'scores')}, optional scores, "
                     f"and meta; docs/traces.md)")
-        if not zipfile.is_zipfile(path):
+        # a zip's first bytes (a local file header, or an empty archive's end record), as
+        # np.load tests them: zipfile.is_zipfile also takes any file with an end record in
+        # its last 64 KB (a .npy whose data holds those bytes), which np.load reads as .npy
+        if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")) or not zipfile.is_zipfile(path):
             raise TraceError(f"{path}: not a readable .npz trace: not a zip archive (another "
                              f"kind of file, or truncated); {expected}")
         arrays = {}

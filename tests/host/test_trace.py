@@ -186,6 +186,16 @@ def _npy(path):
         np.save(f, np.arange(4))
 
 
+def _npy_with_end_record(path):
+    """A .npy whose data holds a zip's end record 50 KB before its end: zipfile.is_zipfile
+    says yes, np.load reads it as .npy (review finding)."""
+    data = np.random.default_rng(5).integers(0, 255, 100_000, dtype=np.uint8)
+    data[-50_000:-49_996] = np.frombuffer(b"PK\x05\x06", np.uint8)
+    with open(path, "wb") as f:
+        np.save(f, data)
+    assert zipfile.is_zipfile(path)
+
+
 def _object_column(path):
     _rewrite(path, lambda a: a.update(notes=np.array([{"x": 1}], dtype=object)))
 
@@ -201,6 +211,7 @@ def _bad_crc(path):
 
 @pytest.mark.parametrize("spoil, why", [
     (_pickled, "not a zip archive"), (_garbage, "not a zip archive"), (_npy, "not a zip archive"),
+    (_npy_with_end_record, "not a zip archive"),
     (_object_column, "array 'notes' holds pickled Python objects"), (_bad_crc, "corrupt")])
 def test_an_unreadable_npz_is_one_clear_line(tmp_path, capsys, spoil, why):
     """A pickled, garbage, object-array or damaged .npz: one line naming the file, why, and
@@ -240,3 +251,18 @@ def test_trace_from_router_logits_routes_like_the_model():
         trace_from_router_logits([np.zeros((5, 8))] * 46, p)
 
 
+
+
+def test_the_trace_keeps_its_own_copy_of_a_callers_arrays():
+    """A trace built from views of the caller's writable arrays copies them: writing into the
+    caller's array changes neither the trace nor its cached requests() (review finding)."""
+    t = small_trace()
+    ids = np.array(t.expert_ids)
+    view = RoutingTrace(request=t.request, position=t.position, layer=t.layer, phase=t.phase,
+                        expert_ids=ids[:], gate_weights=t.gate_weights,
+                        num_experts=t.num_experts, layer_ids=t.layer_ids)
+    before = view.requests()[0].ids.copy()
+    ids[...] = (ids + 1) % t.num_experts
+    assert (view.expert_ids == t.expert_ids).all()
+    assert (view.requests()[0].ids == before).all()
+    assert not view.expert_ids.flags.writeable

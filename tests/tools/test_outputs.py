@@ -195,3 +195,13 @@ def test_commit_is_all_or_nothing(tmp_path, monkeypatch):
         outputs.commit()
     outputs.discard()
     assert not first.exists() and not new.exists() and tmp_files(tmp_path) == []
+
+
+def test_check_output_dir_refuses_a_dangling_link_at_once(tmp_path):
+    """A folder path through a symbolic link to nowhere is refused before any run, not when
+    the outputs are written at the end (review finding)."""
+    (tmp_path / "link").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UserError, match=f"--plot {tmp_path}/link/sub: {tmp_path}/link is not "
+                                        f"a directory"):
+        check_output_dir(tmp_path / "link" / "sub", "--plot", ["a.png"])
+    assert not (tmp_path / "nowhere").exists()

@@ -417,6 +417,10 @@ BAD = [
     ("config:\n  pes: [8, 16, lots]\nworkload:\n  model: [qwen3-30b-a3b]\n"
      "constraints: ['pes * hb_bank_bytes <= 8 * 2**30']\n",
      "{spec}: point 2 (pes=lots, model=qwen3-30b-a3b): pes: expected an integer, got 'lots'"),
+    # even where a constraint would drop the point: a wrong type is the spec's mistake
+    ("config:\n  pes: [4, 8.0]\nworkload:\n  model: [qwen3-30b-a3b]\n"
+     "constraints: ['pes < 6']\n",
+     "{spec}: point 1 (pes=8.0, model=qwen3-30b-a3b): pes: expected an integer, got 8.0"),
     ("config:\n  pes: [16, true]\nworkload:\n  model: [qwen3-30b-a3b]\n"
      "constraints: ['pes > 0']\n",
      "{spec}: point 1 (pes=True, model=qwen3-30b-a3b): pes: expected an integer, got True"),
