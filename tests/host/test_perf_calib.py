@@ -47,11 +47,13 @@ def _golden_run(monkeypatch):
     orig = golden.GoldenBackend.golden
 
     def keep(self, steps, ctx):
-        self.keeps_golden = True
         recs, layers = orig(self, steps, ctx)
         kept["layers"] = layers
         return recs, layers
 
+    # on the class, through monkeypatch: the registry's golden backend is one instance that
+    # later tests read (test_backends' declarations), so nothing may stay set on it
+    monkeypatch.setattr(golden.GoldenBackend, "keeps_golden", True)
     monkeypatch.setattr(golden.GoldenBackend, "golden", keep)
     ap = argparse.ArgumentParser()
     runcmd.configure(ap)
