@@ -401,12 +401,16 @@ class PEJob:
 #: (compute-bound batches), a small last one shortens what runs after the last weight word
 #: arrives (memory-bound batches). Multiples of 8 words fill whole scale words.
 RAMP_UP_WORDS = (8, 16)
-RAMP_DOWN_WORDS = (24, 16, 8, 8, 8)
+RAMP_DOWN_WORDS = (24, 24, 16, 8, 8, 8, 8)
+#: Groups of the second of the two K-chained buffer-fulls the program's last column block is
+#: cut into (one row block only: a K-chained GEMM has one result): the tile beats left after
+#: the last weight word arrives, the program's drain behind the ``ld`` stream.
+RAMP_DOWN_K_TAIL = 3
 #: The last up/gate buffer-fulls of an expert whose REQUANT nothing runs beside (a lone
 #: memory-bound expert): a short last up/gate GEMM starts the REQUANT sooner, so the two
 #: buffer-fulls of down weights the load engine streams meanwhile (it can fill no more until
 #: the first down GEMM releases one) cover the REQUANT, and the ``ld`` stream does not wait.
-RAMP_UP_TAIL_WORDS = (24, 24, 16)
+RAMP_UP_TAIL_WORDS = (24, 16, 16, 8, 8)
 #: HB bank bytes per PE clock cycle assumed when the builder gets a PEConfig: the default
 #: :class:`~elmoe3d.config.ArchConfig`'s ``hb_bytes_per_cycle`` (``hb_bank_gbps / clock_ghz``,
 #: the paper's 51.2 GB/s at 1 GHz); with an ArchConfig it uses that one's.
@@ -420,7 +424,8 @@ class _Job:
     planes: list                  # [(target, words uint8 [n, W/8])]
     scales: np.ndarray
     gemm: dict
-    beats: int = 0                # tile beats of the GEMM
+    beats: int = 0                # tile beats of its GEMMs
+    chain: list = field(default_factory=list)   # GEMMs after ``gemm`` on the same buffer-full
     words: int = 0                # ld words of its loads
     expert: int = -1
     prologue: list | None = None  # the expert's TOK / ACT loads, before this scale load
@@ -467,10 +472,17 @@ class _Plan:
         return self.up
 
     def cut_down(self, sizes=None):
+        """Cut the down matrix into jobs (``sizes`` column blocks each, or the default cut:
+        whole buffer-fulls, ramped down (:data:`RAMP_DOWN_WORDS`, the last column block in two
+        K-chained parts, :data:`RAMP_DOWN_K_TAIL`, when it can be) in the program's last
+        expert)."""
+        w, k_tail = self.down_w, 0
         if sizes is None:
-            sizes = _chunks(self.down_w.n_cb, self.down_w.groups, self.down_w.per_buf,
+            sizes = _chunks(w.n_cb, w.groups, w.per_buf,
                             tail=RAMP_DOWN_WORDS if self.last else ())
-        self.down = self.down_w.jobs(sizes)
+            if self.last and sizes[-1] == 1 and w.k_split(RAMP_DOWN_K_TAIL):
+                k_tail = RAMP_DOWN_K_TAIL
+        self.down = w.jobs(sizes, k_tail=k_tail)
         self.down[0].gemm["rq_wait"] = True
         for job in self.down:
             job.expert = self.index
@@ -582,25 +594,55 @@ class _Weights:
         return n * self.groups * self.row_blocks < ld_cycles * (n * self.groups
                                                                 + -(-n * self.groups // 8))
 
-    def jobs(self, sizes) -> list:
-        """Jobs of ``sizes`` column blocks each, in order (they must cover the matrix)."""
+    def k_split(self, tail) -> bool:
+        """Whether the matrix's last column block can run as two K-chained buffer-fulls, the
+        second of ``tail`` groups (:meth:`jobs`): one row block (a K-chained GEMM has one
+        result) and ``0 < tail < groups``."""
+        return self.row_blocks == 1 and 0 < tail < self.groups
+
+    def _job(self, j0, n, g0, g1, gemms) -> _Job:
+        """The buffer-full of column blocks ``j0 .. j0+n-1``, groups ``g0 .. g1-1``, run by
+        ``gemms`` (the first waits for it, the last releases it)."""
+        pe, L, g = self.pe, self.pe.lanes, g1 - g0
+        planes = [(Target.WMSB, pack_wgt(self.msb_b[j0:j0 + n, g0:g1].reshape(-1, L, 32), pe))]
+        if self.mode is Mode.FULL:
+            planes.append((Target.WLSB,
+                           pack_wgt(self.lsb_b[j0:j0 + n, g0:g1].reshape(-1, L, 32), pe)))
+        entries = self.scl_b[j0:j0 + n, g0:g1].reshape(-1, L)
+        padded = np.zeros((-(-len(entries) // 8) * 8, L), np.uint16)
+        padded[:len(entries)] = entries
+        scales = pack_scales(padded.reshape(-1, 8, L), pe)
+        for k, f in enumerate(gemms):
+            f["wait"], f["release"] = k == 0, k == len(gemms) - 1
+        return _Job(planes=planes, scales=scales, gemm=gemms[0], chain=gemms[1:],
+                    beats=n * g * self.row_blocks * self.halves,
+                    words=n * g * self.planes + -(-n * g // 8))
+
+    def jobs(self, sizes, *, k_tail=0) -> list:
+        """Jobs of ``sizes`` column blocks each, in order (they must cover the matrix). With
+        ``k_tail`` > 0 (:meth:`k_split`; the last size 1) the last column block becomes two
+        buffer-fulls, of ``groups - k_tail`` and ``k_tail`` groups, whose GEMMs chain their
+        accumulators (``acc_hold`` / ``acc_cont``; FULL as LSB_ONLY + MSB_ONLY pairs): the
+        tile beats left after the matrix's last weight word are ``k_tail`` (per half), at the
+        cost of a scale word (``docs/pe.md``, "Program of an MoE layer")."""
         assert sum(sizes) == self.n_cb and all(0 < n <= self.per_buf for n in sizes), sizes
         # whole scale words: the cut does not change the matrix's scale words
         assert all(n % self.align == 0 for n in sizes[:-1]), (sizes, self.align)
-        pe, L = self.pe, self.pe.lanes
-        jobs, j0 = [], 0
-        for n in sizes:
-            planes = [(Target.WMSB, pack_wgt(self.msb_b[j0:j0 + n].reshape(-1, L, 32), pe))]
-            if self.mode is Mode.FULL:
-                planes.append((Target.WLSB,
-                               pack_wgt(self.lsb_b[j0:j0 + n].reshape(-1, L, 32), pe)))
-            entries = self.scl_b[j0:j0 + n].reshape(-1, L)
-            padded = np.zeros((-(-len(entries) // 8) * 8, L), np.uint16)
-            padded[:len(entries)] = entries
-            scales = pack_scales(padded.reshape(-1, 8, L), pe)
-            gemm_f = dict(self.gemm, col_blocks=n, out_base=self.out_base_of(j0))
-            jobs.append(_Job(planes=planes, scales=scales, gemm=gemm_f, beats=self.beats(n),
-                             words=self.words(n)))
+        assert not k_tail or (self.k_split(k_tail) and sizes[-1] == 1), (sizes, k_tail)
+        jobs, j0, G = [], 0, self.groups
+        for k, n in enumerate(sizes):
+            base = dict(self.gemm, col_blocks=n, out_base=self.out_base_of(j0))
+            if k < len(sizes) - 1 or not k_tail:
+                jobs.append(self._job(j0, n, 0, G, [base]))
+            else:
+                for g0, g1 in ((0, G - k_tail), (G - k_tail, G)):
+                    part = dict(base, groups=g1 - g0, act_base=base["act_base"] + g0)
+                    if self.mode is Mode.FULL:
+                        gemms = [dict(part, mode=Mode.LSB_ONLY, acc_cont=g0 > 0, acc_hold=True),
+                                 dict(part, mode=Mode.MSB_ONLY, acc_cont=True, acc_hold=g1 < G)]
+                    else:
+                        gemms = [dict(part, acc_cont=g0 > 0, acc_hold=g1 < G)]
+                    jobs.append(self._job(j0, 1, g0, g1, gemms))
             j0 += n
         return jobs
 
@@ -969,7 +1011,8 @@ def _emit(pe, plans, tokens, hidden, ld_cycles) -> tuple:
         k = pos[id(item)]
         emit_loads(k + 2)
         assert state["next"] > k
-        prog.gemm(wbuf=k % 2, **item.gemm)
+        for f in [item.gemm, *item.chain]:
+            prog.gemm(wbuf=k % 2, **f)
         state["last_gemm"] = k
         emit_loads(k + 3)
     t_pad = -(-tokens // pe.rows) * pe.rows
@@ -1132,8 +1175,7 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
         rec["tokens"] += plan.tokens
         rec["buffer_fulls"] += len(plan.up) + len(plan.down)
         rec["batches"] += 1
-    beats = sum(j.gemm["col_blocks"] * (2 if mode is Mode.FULL else 1) * j.gemm["row_blocks"]
-                * j.gemm["groups"] for j in jobs)
+    beats = sum(j.beats for j in jobs)
     info = {"experts": per_expert, "gemm_beats": beats, "ld_words": len(words),
             "commands": prog.counts(), "weight_loads": owners}
     return PEJob(program=prog, ld=words, tokens=t, hidden=exs[0].hidden, info=info)

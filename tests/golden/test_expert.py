@@ -66,11 +66,12 @@ def test_expert_program_equals_ref_expert(mode, tokens):
     assert not ref.acc_overflow and not ref.vpu_saturation
     # up/gate: 128 column blocks of 2 groups, 16 per buffer, ramped up at the start
     # (4, 12, 16 x 7); down: 16 of 8 groups, 4 per buffer, ramped down at the end
-    # (4, 4, 3, 2, 1, 1, 1). One token (memory-bound, nothing runs beside its REQUANT): the
-    # up/gate jobs ramped down before the REQUANT too (4, 8, 16 x 6, 12, 8). 16 tokens: two
-    # sub-batches of 8 tokens, the first one's REQUANT beside the second one's up/gate GEMMs
-    # (9 + 4 whole buffer-fulls, then 8 + 7 ramped down)
-    expect = {1: (10 + 7, 1), 4: (9 + 7, 1), 16: (9 + 4 + 8 + 7, 2)}[tokens]
+    # (4, 3, 3, 2, 1, 1, 1, 1). One token (memory-bound, nothing runs beside its REQUANT): the
+    # up/gate jobs ramped down before the REQUANT too (4, 8, 16 x 5, 12, 8, 8, 4, 4), and the
+    # last down column block in two K-chained buffer-fulls (5 + 3 groups; one row block).
+    # 16 tokens: two sub-batches of 8 tokens, the first one's REQUANT beside the second one's
+    # up/gate GEMMs (9 + 4 whole buffer-fulls, then 8 + 8 ramped down)
+    expect = {1: (12 + 9, 1), 4: (9 + 8, 1), 16: (9 + 4 + 8 + 8, 2)}[tokens]
     assert (job.info["experts"][0]["buffer_fulls"], job.info["experts"][0]["batches"]) == expect
     flt = ex.float_expert(x, *w, gw)
     m = ex.error_metrics(flt, y)
@@ -84,7 +85,7 @@ def test_program_shape_of_one_expert():
     for mode in (Mode.FULL, Mode.DRAFT):
         job = ex.build_expert_program(x, *w, mode=mode, config=CFG)
         c = job.program.counts()
-        n_up, n_down = 9, 7                    # ramped buffer-fulls (see above)
+        n_up, n_down = 9, 8                    # ramped buffer-fulls (see above)
         assert c["GEMM SWIGLU"] == n_up and c["GEMM COMBINE"] == n_down
         assert "BARRIER" not in c and "CLEAR" in c
         assert c["LOAD WSCALE"] == n_up + n_down == c["LOAD WMSB"]
@@ -122,7 +123,9 @@ def test_draft_and_full_share_the_msb_plane_and_scale_words(tokens):
         return [(job.program[i].fields["addr"], buf, words)
                 for i, _, buf, words in job.loads(target)]
 
-    fulls = {1: 17, 5: 16}[tokens]     # one token: up/gate ramped down before the REQUANT
+    # one token: up/gate ramped down before the REQUANT, the last down column block in two
+    # K-chained buffer-fulls
+    fulls = {1: 21, 5: 17}[tokens]
     for target in (Target.WMSB, Target.WSCALE):
         d, f = loads(jobs[Mode.DRAFT], target), loads(jobs[Mode.FULL], target)
         assert d == f and len(d) == fulls
@@ -130,6 +133,40 @@ def test_draft_and_full_share_the_msb_plane_and_scale_words(tokens):
     assert len(jobs[Mode.FULL].loads(Target.WLSB)) == fulls
     for m, job in jobs.items():
         _check_equal(job, ex.ref_expert(x, *w, None, m))
+
+
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
+def test_last_column_block_split_in_k(mode):
+    """One row block: the program's last down column block runs as two buffer-fulls of K
+    (groups - RAMP_DOWN_K_TAIL, then RAMP_DOWN_K_TAIL), their GEMMs chaining the tile's
+    accumulators (FULL: an LSB_ONLY + MSB_ONLY pair each), the first GEMM of a buffer-full
+    waiting for it and the last releasing it; two row blocks: no split. Bit-exact both ways."""
+    rng = _rng(f"ksplit{mode.name}")
+    w = _weights(rng)
+    G, kt = I // 32, ex.RAMP_DOWN_K_TAIL
+    for tokens, split in ((2, True), (3, False)):
+        x = rng.standard_normal((tokens, H))
+        job = ex.build_expert_program(x, *w, mode=mode, config=CFG)
+        _check_equal(job, ex.ref_expert(x, *w, None, mode))
+        down = [c.fields for c in job.program
+                if c.op is Op.GEMM and c.fields["sink"] == int(Sink.COMBINE)]
+        chained = [f for f in down if f["acc_hold"] or f["acc_cont"]]
+        if not split:
+            assert not chained and down[-1]["groups"] == G
+            continue
+        per = 2 if mode is Mode.FULL else 1
+        assert chained == down[-2 * per:]
+        modes = ([Mode.LSB_ONLY, Mode.MSB_ONLY] * 2 if mode is Mode.FULL else [Mode.DRAFT] * 2)
+        assert [Mode(f["mode"]) for f in chained] == modes
+        assert [f["groups"] for f in chained] == [G - kt] * per + [kt] * per
+        assert [f["act_base"] - down[0]["act_base"] for f in chained] == [0] * per + [G - kt] * per
+        assert len({f["out_base"] for f in chained}) == 1
+        assert [(f["acc_cont"], f["acc_hold"]) for f in chained] == (
+            [(0, 1), (1, 1), (1, 1), (1, 0)] if mode is Mode.FULL else [(0, 1), (1, 0)])
+        assert [(f["wait"], f["release"]) for f in chained] == [(1, 0), (0, 1)] * 2 \
+            if mode is Mode.FULL else [(1, 1), (1, 1)]
+        assert len({f["wbuf"] for f in chained[:per]} | {f["wbuf"] for f in chained[per:]}) == 2
+        job.program.check_sync()
 
 
 @pytest.mark.parametrize("tokens", [4, 16])
