@@ -44,7 +44,7 @@ import numpy as np
 from ...config import ArchConfig, drain_cycles, max_requant_units
 from ...isa import Op, Sink, Target
 from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
-from .datapath import Mode, gemm
+from .datapath import INT64_MAX, Mode, gemm, scale_term
 from .metrics import error_metrics
 from .quant import QuantizedWeight, lsb_slice, msb_slice, quantize_activations, quantize_weights
 from .vpu import combine, q24_to_fp32, row_requant, swiglu_q16
@@ -597,8 +597,26 @@ class _Weights:
     def k_split(self, tail) -> bool:
         """Whether the matrix's last column block can run as two K-chained buffer-fulls, the
         second of ``tail`` groups (:meth:`jobs`): one row block (a K-chained GEMM has one
-        result) and ``0 < tail < groups``."""
-        return self.row_blocks == 1 and 0 < tail < self.groups
+        result), ``0 < tail < groups``, and no accumulator of that column block able to
+        saturate whatever the activations (:attr:`last_block_exact`): FULL's chain adds each
+        group's LSB and MSB terms separately and in another order than one FULL GEMM, which
+        only an accumulator that never saturates makes equal (numerics 5). Decided on the
+        weights alone, so DRAFT and FULL cut alike."""
+        return self.row_blocks == 1 and 0 < tail < self.groups and self.last_block_exact
+
+    @property
+    def last_block_exact(self) -> bool:
+        """The last column block's accumulations cannot saturate in any order: per lane,
+        the sum over its groups of ``|scale term|`` of ``128 x sum (16 |msb| + lsb)`` (the
+        largest slice psums any int8 activations give) stays below 2^63."""
+        L = self.pe.lanes
+        msb, lsb = self.msb_b[-1].astype(np.int64), self.lsb_b[-1].astype(np.int64)  # [g, L, 32]
+        msb = np.where(msb > 7, msb - 16, msb)                     # the nibbles' signed values
+        psum = 128 * (16 * np.abs(msb) + lsb).sum(axis=-1)        # [g, L]
+        scale = self.scl_b[-1].view(np.float16)                    # [g, L]
+        bound = [sum(abs(int(t)) for t in scale_term(psum[:, n], scale[:, n]))
+                 for n in range(L)]
+        return max(bound) < INT64_MAX
 
     def _job(self, j0, n, g0, g1, gemms) -> _Job:
         """The buffer-full of column blocks ``j0 .. j0+n-1``, groups ``g0 .. g1-1``, run by
@@ -1038,14 +1056,15 @@ def _place(pe, jobs):
     when it starts its last column block, so the next job's loads need not wait for it."""
     low = pe.wmem_low_words
     for k, job in enumerate(jobs):
-        job.gemm["w_base"] = 0
-        if not low or k < 2:
-            continue
-        prev = jobs[k - 2]
-        words = job.gemm["col_blocks"] * job.gemm["groups"]
-        prev_words = prev.gemm["col_blocks"] * prev.gemm["groups"]
-        if prev.gemm["w_base"] == 0 and prev_words <= low and words <= pe.wmem_words - low:
-            job.gemm["w_base"] = low
+        base = 0
+        if low and k >= 2:
+            prev = jobs[k - 2]
+            words = job.gemm["col_blocks"] * job.gemm["groups"]
+            prev_words = prev.gemm["col_blocks"] * prev.gemm["groups"]
+            if prev.gemm["w_base"] == 0 and prev_words <= low and words <= pe.wmem_words - low:
+                base = low
+        for f in [job.gemm, *job.chain]:      # every GEMM of the buffer-full reads it there
+            f["w_base"] = base
 
 
 def _output_shape(pe, tokens, hidden) -> dict:

@@ -44,8 +44,8 @@ def _run(job):
 def _check_equal(job, ref):
     y, status, res = _run(job)
     assert np.array_equal(_bits(y), _bits(ref.y))
-    t = job.tokens
-    assert np.array_equal(res.state.out_values()[:t * H].reshape(t, H), ref.out)
+    t, h = job.tokens, job.hidden
+    assert np.array_equal(res.state.out_values()[:t * h].reshape(t, h), ref.out)
     assert status["acc_overflow"] == int(ref.acc_overflow)
     assert status["vpu_saturation"] == int(ref.vpu_saturation)
     assert status["words_loaded"] == len(job.ld)
@@ -163,10 +163,58 @@ def test_last_column_block_split_in_k(mode):
         assert len({f["out_base"] for f in chained}) == 1
         assert [(f["acc_cont"], f["acc_hold"]) for f in chained] == (
             [(0, 1), (1, 1), (1, 1), (1, 0)] if mode is Mode.FULL else [(0, 1), (1, 0)])
-        assert [(f["wait"], f["release"]) for f in chained] == [(1, 0), (0, 1)] * 2 \
-            if mode is Mode.FULL else [(1, 1), (1, 1)]
+        flags = [(1, 0), (0, 1)] * 2 if mode is Mode.FULL else [(1, 1), (1, 1)]
+        assert [(f["wait"], f["release"]) for f in chained] == flags
         assert len({f["wbuf"] for f in chained[:per]} | {f["wbuf"] for f in chained[per:]}) == 2
         job.program.check_sync()
+
+
+@pytest.mark.parametrize("mode", [Mode.DRAFT, Mode.FULL], ids=lambda m: m.name)
+def test_k_split_parts_in_the_upper_half(mode):
+    """H = 32: the K parts of the last column block go into upper halves of their buffers
+    (w_base = wmem_low_words, ``_place``); every GEMM of a part reads its words there (FULL's
+    LSB_ONLY and MSB_ONLY alike), and the result is bit-exact."""
+    rng = _rng(f"ksplit-high{mode.name}")
+    h = 32
+    w = _weights(rng, h=h)
+    x = rng.standard_normal((1, h))
+    job = ex.build_expert_program(x, *w, mode=mode, config=CFG)
+    _check_equal(job, ex.ref_expert(x, *w, None, mode))
+    chained = [c.fields for c in job.program
+               if c.op is Op.GEMM and (c.fields["acc_hold"] or c.fields["acc_cont"])]
+    per = 2 if mode is Mode.FULL else 1
+    parts = [chained[:per], chained[per:]]
+    assert len(chained) == 2 * per
+    assert all(len({(f["wbuf"], f["w_base"]) for f in part}) == 1 for part in parts)
+    assert PE.wmem_low_words in {part[0]["w_base"] for part in parts}
+
+
+def test_no_k_split_where_an_accumulator_could_saturate():
+    """A column block whose scaled slice psums could reach the int64 accumulator's bounds
+    (32 groups of the largest codes and FP16 scales, on a PE with room for them) is not split:
+    FULL's chain would add its LSB and MSB terms in another order than ref_expert, which only
+    an accumulator that never saturates makes equal. DRAFT and FULL cut alike, bit-exact."""
+    import dataclasses
+    pe = dataclasses.replace(PE, wmem_words=64, act_words=128, tok_words=16, hbuf_words=1024,
+                             out_words=176)
+    h, i = 32, 1024
+    big = 127.0 * 65504
+    w_down = np.full((h, i), big)
+    for g in (30, 31):
+        w_down[:, g * 32:(g + 1) * 32] = -113 * 65504.0
+        w_down[:, g * 32] = big
+    w = (np.ones((i, h)), np.ones((i, h)), w_down)
+    x = np.ones((1, h))
+    for mode in (Mode.DRAFT, Mode.FULL):
+        job = ex.build_expert_program(x, *w, mode=mode, config=pe)
+        assert not any(c.fields["acc_hold"] or c.fields["acc_cont"] for c in job.program
+                       if c.op is Op.GEMM)
+        _check_equal(job, ex.ref_expert(x, *w, None, mode))
+    # the same PE with a column block that cannot saturate splits
+    w_small = (np.ones((i, h)), np.ones((i, h)), np.full((h, i), 0.5))
+    job = ex.build_expert_program(x, *w_small, mode=Mode.FULL, config=pe)
+    assert any(c.fields["acc_cont"] for c in job.program if c.op is Op.GEMM)
+    _check_equal(job, ex.ref_expert(x, *w_small, None, Mode.FULL))
 
 
 @pytest.mark.parametrize("tokens", [4, 16])

@@ -348,6 +348,24 @@ def test_live_expert_at_hb_rate_exact():
 
 
 @pytest.mark.parametrize("mode", ["DRAFT", "FULL"])
+def test_live_k_split_at_hb_rate_exact(mode):
+    """One token of a 32 x 256 expert, ld at the HB rate: the last down column block in two
+    K-chained buffer-fulls in the upper halves of their buffers (FULL: LSB_ONLY + MSB_ONLY
+    GEMMs on each, the first waiting for the buffer, the second releasing it); the model's
+    cycles are the RTL's."""
+    rng = np.random.default_rng(5)
+    exps = synthetic_experts(rng, 1, 32, 256)
+    x = rng.standard_normal((1, 32))
+    job = build_moe_program(x, exps, (np.zeros((1, 1), np.int64), np.ones((1, 1))), Mode[mode],
+                            SMALL)
+    assert any(c.fields["acc_cont"] for c in job.program if c.op.name == "GEMM")
+    rtl = run_rtl(job.program, job.ld, ld_rate=hb_rate(SMALL))
+    est = program_cycles(job.program, ld_rate=hb_rate(SMALL), ld=job.ld)
+    print(f"RTL {rtl} cycles, model {est.cycles}")
+    assert est.cycles == rtl
+
+
+@pytest.mark.parametrize("mode", ["DRAFT", "FULL"])
 def test_live_padding_rows_at_full_rate_exact(mode):
     """Three tokens (the second row block half padding: a zero gate weight the COMBINE sink
     skips) through the MoE builder, ld offered every cycle so the sinks pace the PE: the
