@@ -481,6 +481,10 @@ class SyncChecker:
        command.
     5. While a REQUANT is open (no BARRIER, no GEMM with ``rq_wait``, no other execute command
        since), a GEMM must not touch the ACT, TOK, HBUF or row-max words the REQUANT uses.
+    6. A GEMM reads only WMEM words loaded since its buffer's last release: the weight words
+       ``w_base .. w_base + col_blocks * groups - 1`` of the planes its mode reads (WMSB unless
+       LSB_ONLY, WLSB in FULL and LSB_ONLY) and the scale words holding their entries
+       (``w_addr >> 3``). A word loaded before the release belongs to an earlier buffer-full.
 
     The RTL keeps a flag per WMEM buffer half and lets a LOAD write a half as soon as the
     releasing GEMM has read it for the last time (``docs/pe.md``): that is timing, the rules
@@ -501,6 +505,10 @@ class SyncChecker:
         self.load_known = -1          # every exec command before here completed before LOADs
         self.rq_open = None           # (index, ranges) of a REQUANT later GEMMs may overlap
         self.held = None              # index of the GEMM whose accumulators the tile holds
+        # rule 6: the WMEM words loaded since each buffer's last release, per plane
+        self.filled = {(b, t): np.zeros(pe.wscale_words if t is Target.WSCALE
+                                        else pe.wmem_words, bool)
+                       for b in (0, 1) for t in W_TARGETS}
 
     def _use(self, i, op, ranges):
         for r, (lo, hi) in ranges.items():
@@ -545,6 +553,7 @@ class SyncChecker:
                         f"command {j} may still read it (it did not release the buffer; add "
                         f"release, a BARRIER or a fence)")
                 self.last_load[f"W{b}"][0] = i
+                self.filled[b, target][f["addr"]:f["addr"] + f["words"]] = True
                 if f["signal"]:
                     self.full[b] = True
                     self.signal_at[b] = i
@@ -587,17 +596,42 @@ class SyncChecker:
                                 f"{max(a0, b0)}..{min(a1, b1) - 1}, which REQUANT command {q} "
                                 f"may still use: set rq_wait")
             self._use(i, op, ranges)
+            self._weights_filled(i, f)
             if f["release"]:
                 if not self.full[b]:
                     raise ProgramError(f"command {i}: GEMM releases WMEM buffer {b}, which is "
                                        f"not full")
                 self.full[b] = False
                 self.exec_used[f"W{b}"][0] = -1
+                for t in W_TARGETS:
+                    self.filled[b, t][:] = False
             return
         self.rq_open = None                  # every other execute command waits for REQUANT
         self._use(i, op, ranges)
         if op is Op.REQUANT:
             self.rq_open = (i, ranges)
+
+
+    def _weights_filled(self, i, f):
+        """Rule 6: the GEMM's weight and scale words were loaded since its buffer's release."""
+        n = f["col_blocks"] * f["groups"]
+        if not n or not f["row_blocks"]:
+            return
+        b, lo = f["wbuf"], f["w_base"]
+        mode = Mode(f["mode"])
+        reads = [(Target.WSCALE, lo // SCALES_PER_WORD, _cdiv(lo + n, SCALES_PER_WORD))]
+        if mode is not Mode.LSB_ONLY:
+            reads.append((Target.WMSB, lo, lo + n))
+        if mode in (Mode.FULL, Mode.LSB_ONLY):
+            reads.append((Target.WLSB, lo, lo + n))
+        for target, a, z in reads:
+            have = self.filled[b, target][a:z]
+            if len(have) < z - a or not have.all():
+                w = a + (int(np.argmin(have)) if len(have) and not have.all() else len(have))
+                raise ProgramError(
+                    f"command {i}: GEMM reads {target.name} word {w} of WMEM buffer {b} "
+                    f"(words {a}..{z - 1} for w_base {lo}), which no LOAD wrote since the "
+                    f"buffer's last release: it holds an earlier buffer-full's data")
 
 
 def _region_name(r):

@@ -249,6 +249,8 @@ def test_program_encode_decode_roundtrip():
     p.load(isa.Target.ACT, 0, 4)
     p.load(isa.Target.WMSB, 0, 4, buf=1)
     p.load(isa.Target.WSCALE, 0, 1, buf=1, signal=True)
+    p.load(isa.Target.WMSB, 0, 1, buf=0)             # the RAW GEMM's words (sync rule 6)
+    p.load(isa.Target.WSCALE, 0, 1, buf=0, signal=True)
     p.gemm(mode=Mode.DRAFT, wbuf=1, act_base=0, w_base=0, row_blocks=2, col_blocks=2,
            groups=2, sink="SWIGLU", stride=2, wait=True, release=True)
     p.requant(row_blocks=2, channels=32, act_base=0, tok_base=0)
@@ -256,7 +258,7 @@ def test_program_encode_decode_roundtrip():
     hb_top = (1 << next(f.width for f in isa.OPS[isa.Op.LOAD] if f.name == "hb_addr")) - 1
     p.load("ACT", 8, 2, src="HB", hb_addr=hb_top)
     p.gemm(mode=Mode.MSB_ONLY, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
-           groups=1, sink="RAW", psum_in=True)
+           groups=1, sink="RAW", psum_in=True, wait=True, release=True)
     p.send("ROWMAX", 0, 2)
     p.recv(isa.Target.ROWMAX, 6, 2, accumulate=True)
     p.barrier()
@@ -265,9 +267,9 @@ def test_program_encode_decode_roundtrip():
     assert all(0 <= w < (1 << isa.COMMAND_BITS) for w in words)
     q = asm.Program.decode(words, cfg)
     assert [c for c in q] == [c for c in p]
-    assert p.counts()["LOAD"] == 5 and p.counts()["GEMM SWIGLU"] == 1
+    assert p.counts()["LOAD"] == 7 and p.counts()["GEMM SWIGLU"] == 1
     assert p.counts()["GEMM psum_in"] == 1
-    assert q[8].fields["src"] == isa.Source.HB and q[8].fields["hb_addr"] == hb_top
+    assert q[10].fields["src"] == isa.Source.HB and q[10].fields["hb_addr"] == hb_top
     p.check_sync()
     assert "GEMM" in p.listing() and "src=HB" in p.listing() and "target=ROWMAX" in p.listing()
 

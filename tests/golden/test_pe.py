@@ -259,17 +259,19 @@ def test_load_over_memory_in_use_needs_a_barrier():
     p, ld = Program(CFG), []
     zero = np.zeros((1, PE.word_bytes), np.uint8)
     _load(p, ld, Target.ACT, zero)
+    _load(p, ld, Target.WMSB, zero, buf=0)
     _load(p, ld, Target.WSCALE, zero, buf=0, signal=True)
     p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
            groups=1, sink=Sink.RAW, wait=True, release=True)
     _load(p, ld, Target.ACT, zero)
-    _expect(p, ld, r"command 3: LOAD ACT into ACT words 0..0 while command 2 on the execute "
+    _expect(p, ld, r"command 4: LOAD ACT into ACT words 0..0 while command 3 on the execute "
                    r"engine may still use them")
     # with a barrier, or a fence on this load or an earlier one, it runs; words the GEMM
     # did not use need neither
     for order in ("barrier", "fence", "earlier fence", "other words"):
         q, ld2 = Program(CFG), []
         _load(q, ld2, Target.ACT, zero)
+        _load(q, ld2, Target.WMSB, zero, buf=0)
         _load(q, ld2, Target.WSCALE, zero, buf=0, signal=True)
         q.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
                groups=1, sink=Sink.RAW, wait=True, release=True)
@@ -294,6 +296,7 @@ def test_requant_overlaps_only_gemms_on_other_words():
         _load(p, ld, Target.TOK, np.zeros((2, PE.word_bytes), np.uint8))
         _load(p, ld, Target.ACT, np.zeros((8, PE.word_bytes), np.uint8))
         p.barrier()
+        _load(p, ld, Target.WMSB, zero, buf=0)
         _load(p, ld, Target.WSCALE, zero, buf=0, signal=True)
         p.requant(row_blocks=1, channels=32, act_base=0, tok_base=0)
         p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=act_base, w_base=0, row_blocks=1,
@@ -303,14 +306,47 @@ def test_requant_overlaps_only_gemms_on_other_words():
 
     fsim.run(*program(4, 8, False))
     fsim.run(*program(0, 0, True))
-    _expect(*program(0, 8, False), r"command 5: GEMM uses ACT words 0..0, which REQUANT "
-                                   r"command 4 may still use: set rq_wait")
-    _expect(*program(4, 2, False), r"command 5: GEMM uses TOK words 0..0, which REQUANT")
+    _expect(*program(0, 8, False), r"command 6: GEMM uses ACT words 0..0, which REQUANT "
+                                   r"command 5 may still use: set rq_wait")
+    _expect(*program(4, 2, False), r"command 6: GEMM uses TOK words 0..0, which REQUANT")
     p, ld = program(4, 8, False)
     p.output(row_blocks=1, channels=16)
+    _load(p, ld, Target.WMSB, zero, buf=1)
+    _load(p, ld, Target.WSCALE, zero, buf=1, signal=True)
+    p.gemm(mode=Mode.DRAFT, wbuf=1, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
+           groups=1, sink=Sink.RAW, wait=True, release=True)
+    fsim.run(p, ld)
+
+
+def test_gemm_reading_words_not_loaded_since_the_release_is_an_error():
+    """Sync rule 6: a GEMM reads only WMEM words loaded since its buffer's last release, in
+    every plane its mode reads (the builder bug it would have caught: a K-chained FULL part's
+    MSB_ONLY GEMM at w_base 0 while its words were loaded into the upper half)."""
+    zero = np.zeros((1, PE.word_bytes), np.uint8)
+    low = PE.wmem_low_words
+
+    def program(mode, msb_at, lsb_at, scale_at, w_base):
+        p, ld = Program(CFG), []
+        _load(p, ld, Target.ACT, zero)
+        _load(p, ld, Target.WMSB, zero, addr=msb_at)
+        _load(p, ld, Target.WLSB, zero, addr=lsb_at)
+        _load(p, ld, Target.WSCALE, zero, addr=scale_at, signal=True)
+        p.gemm(mode=mode, wbuf=0, act_base=0, w_base=w_base, row_blocks=1, col_blocks=1,
+               groups=1, sink=Sink.RAW, wait=True, release=True)
+        return p, ld
+
+    fsim.run(*program(Mode.FULL, low, low, low // 8, low))
+    fsim.run(*program(Mode.DRAFT, low, 0, low // 8, low))     # DRAFT reads no LSB word
+    _expect(*program(Mode.FULL, low, low, low // 8, 0),
+            r"command 4: GEMM reads WSCALE word 0 of WMEM buffer 0 .*since the buffer's last "
+            r"release")
+    _expect(*program(Mode.FULL, low, 0, low // 8, low), r"command 4: GEMM reads WLSB word "
+                                                         rf"{low} of WMEM buffer 0")
+    # a buffer-full's words do not survive its release
+    p, ld = program(Mode.DRAFT, 0, 0, 0, 0)
     p.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
            groups=1, sink=Sink.RAW)
-    fsim.run(p, ld)
+    _expect(p, ld, r"command 5: GEMM reads WSCALE word 0 of WMEM buffer 0")
 
 
 def test_short_streams_and_bad_slots_are_errors():
@@ -324,10 +360,11 @@ def test_short_streams_and_bad_slots_are_errors():
     r, ld3 = Program(CFG), []
     tok = {"slot": np.array([200, 0])}
     _load(r, ld3, Target.TOK, asm.pack_tok(tok, PE))
+    _load(r, ld3, Target.WMSB, np.zeros((1, PE.word_bytes), np.uint8))
     _load(r, ld3, Target.WSCALE, np.zeros((1, PE.word_bytes), np.uint8), signal=True)
     r.gemm(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
            groups=1, sink=Sink.COMBINE, stride=1, wait=True, release=True)
-    _expect(r, ld3, r"command 2: GEMM COMBINE: TOK entry 0 has slot 200")
+    _expect(r, ld3, r"command 3: GEMM COMBINE: TOK entry 0 has slot 200")
 
 
 def test_address_out_of_range_in_an_encoded_program():
