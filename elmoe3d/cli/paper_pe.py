@@ -173,7 +173,7 @@ def run(args) -> int:
     from rich.markup import escape
     from ..config import ConfigError
     from ..sim.paper_pe import measured_build, paper_arch, run_paper_pe
-    from ..sim.runner import SimulationError
+    from ..sim.runner import SimulationError, resolve_seed
     from ..sw.host.models import MODEL_PRESETS
 
     if args.json:
@@ -182,6 +182,7 @@ def run(args) -> int:
     if args.shape not in MODEL_PRESETS:
         raise UserError(f"--shape {args.shape}: unknown model preset")
     tokens = _tokens(args.tokens)
+    seed = resolve_seed(args.seed)          # a bad $ELMOE3D_SEED fails before the build
     try:
         arch = paper_arch(args.config, args.tile)
     except (ConfigError, ValueError) as exc:
@@ -217,7 +218,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     try:
         res = run_paper_pe(arch, shape=args.shape, tokens=tokens, modes=modes,
-                           ld_rates=rates, seed=args.seed, built=built)
+                           ld_rates=rates, seed=seed, built=built)
     except SimulationError as exc:
         console.print(f"[bold red]simulator error[/]: {escape(str(exc))}")
         return 1

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import elmoe3d.cli as cli
 
 
@@ -26,3 +28,24 @@ def test_help_lists_every_paper_figure():
     paper_help = text[start:text.index(" synth ", start)]
     for figure in FIGURES:
         assert f"{figure} (" in paper_help, figure
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--trace", "gsm8k", "--model", "mixtral-8x7b", "--config", "paper-8gb"],
+    ["sim"], ["bench"], ["paper-pe"]])
+@pytest.mark.parametrize("value", ["abc", "-1"])
+def test_bad_seed_env_is_one_line_exit_2(monkeypatch, capsys, argv, value):
+    """A bad ``$ELMOE3D_SEED`` is refused in one line (exit status 2) by every command that reads
+    it, before any work (``paper-pe``: before its build)."""
+    from elmoe3d.sim import paper_pe
+    monkeypatch.setenv("ELMOE3D_SEED", value)
+
+    def no_build(*a, **kw):
+        raise AssertionError("built despite a bad seed")
+    monkeypatch.setattr(paper_pe, "measured_build", no_build)
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"elmoe3d {argv[0]}: error: $ELMOE3D_SEED: expected a non-negative integer, got "
+        f"'{value}'"]
