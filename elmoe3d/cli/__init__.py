@@ -48,6 +48,18 @@ COMMANDS = {
 }
 
 
+def seed_type(text) -> int:
+    """``type=`` of every ``--seed`` option that seeds NumPy: a non-negative integer. Raises
+    :class:`argparse.ArgumentTypeError` otherwise (argparse then exits with status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's help, but never wrapping a line inside a hyphenated name (``cache-check``,
     ``paper-8gb``)."""

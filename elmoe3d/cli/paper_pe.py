@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 
 from ..errors import UserError
+from . import seed_type
 from .outputs import check_output, report_console, write_json
 
 
@@ -49,7 +50,7 @@ def configure(parser):
                              "e.g. --verilator-arg=-fno-dfg")
     parser.add_argument("--build-only", action="store_true",
                         help="build and measure the PE, run nothing")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed_type, default=None,
                         help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write the build figures and case records to OUT (JSON)")

@@ -64,6 +64,7 @@ from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_opti
                                 check_request, run_perf, summarise)
 from ..sw.host.backends.records import format_bytes as _b
 from ..sw.host.backends.perf import compute_figures
+from . import seed_type
 from .outputs import atomic_outputs, check_output, check_output_dir, report_console
 
 
@@ -140,7 +141,7 @@ def configure(parser) -> None:
                              "figure for real shapes, 0 for synthetic ones)")
     parser.add_argument("--kv-bytes", type=int, default=None, metavar="B",
                         help="HB bytes reserved for the KV cache (default as --dense-bytes)")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed_type, default=None,
                         help="seed of the synthetic weights, activations and Bernoulli "
                              "acceptance (default $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--traffic", default="smooth", metavar="NAME",

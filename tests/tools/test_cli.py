@@ -49,3 +49,19 @@ def test_bad_seed_env_is_one_line_exit_2(monkeypatch, capsys, argv, value):
     assert err.strip().splitlines() == [
         f"elmoe3d {argv[0]}: error: $ELMOE3D_SEED: expected a non-negative integer, got "
         f"'{value}'"]
+
+
+@pytest.mark.parametrize("command", ["run", "sim", "bench", "paper-pe"])
+def test_negative_seed_refused_at_parsing(capsys, command):
+    """``--seed -1`` is refused by argparse like any malformed value (its usage, then one error
+    line naming --seed, exit status 2), before any work."""
+    argv = [command, "--seed", "-1"]
+    if command == "run":
+        argv += ["--trace", "gsm8k", "--model", "mixtral-8x7b", "--config", "paper-8gb"]
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (f"elmoe3d {command}: error: argument --seed: "
+                                            f"expected a non-negative integer, got '-1'")
+    assert cli.seed_type("0") == 0 and cli.seed_type("12") == 12
