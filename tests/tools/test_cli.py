@@ -65,3 +65,25 @@ def test_negative_seed_refused_at_parsing(capsys, command):
     assert err.strip().splitlines()[-1] == (f"elmoe3d {command}: error: argument --seed: "
                                             f"expected a non-negative integer, got '-1'")
     assert cli.seed_type("0") == 0 and cli.seed_type("12") == 12
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--trace", "gsm8k", "--model", "mixtral-8x7b", "--config", "paper-8gb",
+     "--tokens", "4", "--layers", "0"],
+    ["paper", "table3"]])
+def test_closed_stdout_still_writes_the_files(tmp_path, argv):
+    """``elmoe3d run ... --json F | head -1``: a reader that has gone (EPIPE on standard
+    output) loses the rest of the report, not the files; the command exits quietly with its
+    usual status (0 here)."""
+    import json
+    import os
+    out = tmp_path / "out.json"
+    read_end, write_end = os.pipe()
+    os.close(read_end)                          # every write to stdout fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "elmoe3d", *argv, "--json", str(out)],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(out.read_text())
