@@ -340,6 +340,21 @@ def test_constraints_drop_configurations_arch_config_rejects():
         (16, 8), (16, 16), (24, 8), (32, 8), (32, 16)]
 
 
+def test_ext_bandwidth_is_swept_through_the_channel_count(capsys, tmp_path):
+    """docs/sweep.md, Memory bandwidth: ext_channels and ext_gbps listed together, the
+    matching pairs kept by a constraint, give one EXT bandwidth per point, which the perf
+    model reads (no "differ only by id" note for ext_channels)."""
+    spec = _write(tmp_path, "config:\n  ext_channels: [2, 4, 8]\n  ext_gbps: [25.6, 51.2, 102.4]\n"
+                            "workload:\n  model: [qwen3-30b-a3b]\n"
+                            "constraints:\n  - 'abs(ext_gbps - 12.8 * ext_channels) < 0.01'\n")
+    pts = expand(load_spec(spec))
+    assert sorted((p.config["ext_channels"], p.config["ext_gbps"]) for p in pts) == [
+        (2, 25.6), (4, 51.2), (8, 102.4)]
+    assert cli.main(["sweep", str(spec), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "3 valid points" in out and "note:" not in out
+
+
 def test_hb_is_empty_when_the_base_or_the_hb_capacity_is_not_paper_hb():
     def hbs(raw):
         return {p.workload["hb"] for p in expand(parse_spec(raw, path="t.yaml"))}
@@ -438,7 +453,19 @@ BAD = [
      "{spec}: point 1 (tile.lanes=7, model=qwen3-30b-a3b): tile.lanes: expected an even number, got 7"),
     ("config:\n  hb_bank_gbps: [51.2, 60]\nworkload:\n  model: [qwen3-30b-a3b]\n",
      "{spec}: point 1 (hb_bank_gbps=60, model=qwen3-30b-a3b): hb_bank_gbps: 60 differs from the HB bank's peak "
-     "51.2 GB/s (128 B per 1 x 2.5 ns)"),
+     "51.2 GB/s (128 B per 1 x 2.5 ns); a sweep cannot change the HB bandwidth: it is the "
+     "bank's DRAM timing (hb), not a sweep field (docs/sweep.md, Memory bandwidth)"),
+    # the EXT bandwidth goes with the channel count: the message says how to sweep it
+    ("config:\n  ext_channels: [4, 8]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 0 (ext_channels=4, model=qwen3-30b-a3b): ext_gbps: 102.4 differs from "
+     "ext_channels x the channel's peak = 51.2 GB/s; to sweep the EXT bandwidth, list ext_gbps "
+     "beside ext_channels and keep the pairs that match with the constraint "
+     "'abs(ext_gbps - 12.8 * ext_channels) < 0.01' (docs/sweep.md, Memory bandwidth)"),
+    ("config:\n  ext_gbps: [102.4, 204.8]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 1 (ext_gbps=204.8, model=qwen3-30b-a3b): ext_gbps: 204.8 differs from "
+     "ext_channels x the channel's peak = 102.4 GB/s; to sweep the EXT bandwidth, list ext_gbps "
+     "beside ext_channels and keep the pairs that match with the constraint "
+     "'abs(ext_gbps - 12.8 * ext_channels) < 0.01' (docs/sweep.md, Memory bandwidth)"),
     ("workload:\n  model: [qwen3-30b-a3b, llama]\n",
      "{spec}: point 1 (model=llama): model: expected one of qwen3-30b-a3b, glm-4.7-flash, "
      "deepseek-v2-lite, gpt-oss-20b, got 'llama'"),
