@@ -663,3 +663,8 @@ def test_the_example_spec_is_valid():
     from elmoe3d.blocks import ROOT
     pts = expand(load_spec(ROOT / "examples" / "sweep_paper.yaml"))
     assert len(pts) == 384 and all(p.tasks["perf"] and not p.tasks["area"] for p in pts)
+    # its comment names the SD tree the points get (the workload's default, paper_eval.TREE)
+    text = (ROOT / "examples" / "sweep_paper.yaml").read_text()
+    assert f"EAGLE-SD ({pe.TREE[0]} x {pe.TREE[1]} tree)" in text
+    assert {(p.workload["depth"], p.workload["width"]) for p in pts
+            if p.workload["scheme"] != "ar"} == {pe.TREE}
