@@ -185,3 +185,19 @@ def test_bad_choices_are_one_line_like_run(tmp_path, capsys, argv, msg):
                      "paper-16gb"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "elmoe3d run: error: --config paper-16gb: expected one of small, paper-4gb, paper-8gb"]
+
+
+@pytest.mark.parametrize("figure", ["fig14", "fig15"])
+def test_fig14_fig15_at_4gb_do_not_compare_with_the_8gb_paper(tmp_path, capsys, figure):
+    """The paper's Fig. 14 and 15 figures are for 8 GB HB: at --hb 4gb they are not shown as
+    the comparison ("paper 6.6x" beside a 4 GB figure) but named as 8 GB figures, apart."""
+    out = tmp_path / "f.json"
+    assert cli.main(["paper", figure, "--hb", "4gb", "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(paper" not in text
+    ref = pe.PAPER_FIG14["over_xpu"] if figure == "fig14" else pe.PAPER_FIG15["over_xpu"]
+    assert (f"the paper's references are 8 GB HB figures, not a comparison at 4 GB (--hb 8gb "
+            f"compares with them): ours over xPU {ref}x") in text
+    assert json.loads(out.read_text())["paper_hb"] == "8gb"
+    assert cli.main(["paper", figure]) == 0                 # 8 GB: beside the paper's
+    assert "(paper" in capsys.readouterr().out
