@@ -443,16 +443,17 @@ def _fig12(args) -> int:
         alphas = {s: a[i] for s, a in pe.model_alphas(args.hb)["qwen3-30b-a3b"].items()}
     rows = pe.fig12(args.hb, tree=tree, zipf=_zipf(args), form=args.cache_form, alphas=alphas)
     console = report_console()
-    t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {args.hb[:-2]} GB: "
-                    f"memory mapping (GB) and one SD iteration (tree {rows[0]['depth']} x "
+    hb_gib, ext_gib = _capacities_gib(args.hb)
+    t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {hb_gib:g} GiB: "
+                    f"memory mapping (GiB) and one SD iteration (tree {rows[0]['depth']} x "
                     f"{rows[0]['width']})")
     for col in ("scheme", "HB static", "HB KV", "HB draft", "HB expert cache", "EXT",
                 "alpha", "accept length", "draft ms", "verify ms", "Phi_SD"):
         t.add_column(col, justify="left" if col == "scheme" else "right")
     for r in rows:
-        h = r["hb"]
+        h = {k: _gib(v) for k, v in r["hb"].items()}
         t.add_row(r["scheme"], f"{h['static']:.2f}", f"{h['kv']:.2f}", f"{h['draft']:.2f}",
-                  f"{h['expert cache']:.2f}", f"{sum(r['ext'].values()):.1f}",
+                  f"{h['expert cache']:.2f}", f"{_gib(sum(r['ext'].values())):.1f}",
                   f"{r['alpha']:.2f}", f"{r['accept']:.2f}", f"{r['draft_ms']:.1f}",
                   f"{r['verify_ms']:.1f}", f"{r['phi_sd']:.2f}")
     console.print(t)
@@ -462,6 +463,20 @@ def _fig12(args) -> int:
     _write(console, args, {"hb": args.hb, "rows": rows}, plot,
            lambda path: _plot_fig12(path, rows, args.hb))
     return 0
+
+
+def _gib(gb) -> float:
+    """GiB (2^30 bytes) of ``gb`` decimal GB (10^9 bytes, the unit of
+    :func:`~elmoe3d.sw.host.paper_eval.fig12`'s rows)."""
+    return gb * 1e9 / 2**30
+
+
+def _capacities_gib(hb) -> tuple:
+    """``(HB, EXT)`` capacity in GiB of the preset ``paper-<hb>`` (the paper's "8 GB" of HB is
+    8 GiB)."""
+    from ..config import preset
+    arch = preset(f"paper-{hb}")
+    return arch.pes * arch.hb_bank_bytes / 2**30, arch.ext_bytes / 2**30
 
 
 def _plot_fig12(path, rows, hb):
@@ -475,17 +490,18 @@ def _plot_fig12(path, rows, hb):
     names = [r["scheme"] for r in rows]
     ys = np.arange(len(rows))
     left = np.zeros(len(rows))
+    hb_gib, ext_gib = _capacities_gib(hb)
     for key in ("static", "kv", "draft", "expert cache"):
-        vals = np.array([r["hb"][key] for r in rows])
+        vals = np.array([_gib(r["hb"][key]) for r in rows])
         top.barh(ys, vals, left=left, label=f"HB: {key}")
         left += vals
     top.set_yticks(ys, names)
     top.invert_yaxis()
-    top.set_xlabel(f"GB in HB ({hb[:-2]} GB); EXT (64 GB) holds the INT8 target, plus Quant-SD's "
-                   f"4-bit copy")
+    top.set_xlabel(f"GiB in HB ({hb_gib:g} GiB); EXT ({ext_gib:g} GiB) holds the INT8 target, "
+                   f"plus Quant-SD's 4-bit copy")
     top.legend(fontsize=8, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     for y, r in zip(ys, rows):
-        top.text(left[y] + 0.05, y, f"EXT {sum(r['ext'].values()):.1f} GB", va="center",
+        top.text(left[y] + 0.05, y, f"EXT {_gib(sum(r['ext'].values())):.1f} GiB", va="center",
                  fontsize=8)
     top.set_xlim(0, float(left.max()) * 1.25)
     xs = np.arange(len(rows))
@@ -501,6 +517,6 @@ def _plot_fig12(path, rows, hb):
     h2, l2 = acc.get_legend_handles_labels()
     bottom.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     bottom.grid(True, axis="y", alpha=0.3)
-    f.suptitle(f"Fig. 12 (model): Qwen3-30B-A3B, MT-Bench alpha, batch 16, {hb[:-2]} GB HB",
+    f.suptitle(f"Fig. 12 (model): Qwen3-30B-A3B, MT-Bench alpha, batch 16, {hb_gib:g} GiB HB",
                fontsize=10)
     f.savefig(path, format="png", dpi=110)

@@ -54,7 +54,7 @@ def test_fig12_plot(tmp_path, capsys):
     out = tmp_path / "f.json"
     assert cli.main(["paper", "fig12", "--plot", str(tmp_path), "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "HB 8 GB" in text and "Phi_SD" in text
+    assert "HB 8 GiB" in text and "Phi_SD" in text
     png = tmp_path / "fig12_8gb.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(out.read_text())["hb"] == "8gb"
@@ -201,3 +201,25 @@ def test_fig14_fig15_at_4gb_do_not_compare_with_the_8gb_paper(tmp_path, capsys, 
     assert json.loads(out.read_text())["paper_hb"] == "8gb"
     assert cli.main(["paper", figure]) == 0                 # 8 GB: beside the paper's
     assert "(paper" in capsys.readouterr().out
+
+
+def test_fig12_units_are_gib_in_table_and_plot(tmp_path, capsys, monkeypatch):
+    """Fig. 12's 8 GB HB is 8 GiB: the table and the plot label GiB and their HB bars of a
+    scheme that fills the HB sum to 8.00, not to 8.59 decimal GB under an "8 GB" title."""
+    from matplotlib.figure import Figure
+    drawn = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **kw: (drawn.append(self),
+                                                                  save(self, *a, **kw)))
+    assert cli.main(["paper", "fig12", "--plot", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "HB 8 GiB" in text and "memory mapping (GiB)" in text
+    assert "HB 8 GB" not in text and "(GB)" not in text
+    row = next(line for line in text.splitlines() if line.startswith("│ eagle"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert sum(float(c) for c in cells[1:5]) == pytest.approx(8.0, abs=0.015)
+    top = drawn[0].axes[0]
+    assert top.get_xlabel().startswith("GiB in HB (8 GiB); EXT (64 GiB)")
+    widths = [p.get_width() for p in top.patches]             # 4 kinds x 4 schemes
+    assert sum(widths[0::4]) == pytest.approx(8.0, abs=0.015)  # eagle's bars
+    assert "GiB HB" in drawn[0]._suptitle.get_text()
