@@ -218,7 +218,9 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
         from ..sw.host.tracegen import calibrate_from_usage, synthetic_trace
         if model is None:
             raise UserError("--model: required with --trace synthetic:FILE")
-        params, fit = calibrate_from_usage(model, path)
+        params, fit = calibrate_from_usage(
+            model, path, progress=lambda line: print(f"elmoe3d run: {line}", file=sys.stderr,
+                                                     flush=True))
         tr = synthetic_trace(model, params, tokens=tokens or 256, seed=seed)
         name = model
         note = (f"synthetic routing, {tr.token_count()} tokens, zipf {params.zipf} fitted on "

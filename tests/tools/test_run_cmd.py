@@ -355,3 +355,22 @@ def test_output_that_is_the_usage_file_is_refused(tmp_path, capsys):
     assert err.strip() == (f"elmoe3d run: error: --json and --trace name the same file {usage}: "
                            f"the output would overwrite the input")
     assert usage.read_text() == '{"stand-in": 1}\n'
+
+
+def test_synthetic_trace_fit_says_what_it_does(tmp_path, capsys):
+    """``--trace synthetic:USAGE``: the fit of the synthetic routing (seconds of grid search)
+    is announced by one progress line on standard error; a usage file refused before the fit
+    is still one error line, with no progress line."""
+    usage = tmp_path / "mixtral_usage.json"
+    usage.write_text(json.dumps({"layers": [list(range(1, 9))] * 4}))
+    code, out, err = _run(capsys, "run", "--trace", f"synthetic:{usage}", "--model",
+                          "mixtral-8x7b", "--config", "paper-8gb", "--tokens", "8")
+    assert code == 0, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "elmoe3d run: fitting synthetic mixtral-8x7b routing to mixtral_usage.json (hot ratio ")
+    assert "41 Zipf exponents tried at 256 tokens) ..." in lines[0]
+    assert out.startswith("trace:")                             # the report is on stdout
+    code, out, err = _run(capsys, "run", "--trace", f"synthetic:{usage}", "--model",
+                          "olmoe-1b-7b", "--config", "paper-8gb", "--tokens", "8")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "fitting" not in err
