@@ -16,7 +16,8 @@ finish; a rerun with the same spec and folder skips the finished points. At the 
 ``results.parquet``, ``results.csv``, ``results.json``, ``pareto-<model>.png`` per model
 (against die mm2 when the spec has an area task, else against the PE count; not with
 ``--no-plots``) and ``sweep.json`` (``"status": "running"`` until the tables are written, then
-``"complete"``). ``--check`` only expands and validates the spec
+``"complete"``; ``"interrupted"`` after Ctrl-C, exit status 130). ``--check`` only expands and
+validates the spec
 and prints the point count.
 
 Exit status: 0 when every point finished without an error; 1 when some point recorded an error

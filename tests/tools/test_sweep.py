@@ -218,6 +218,37 @@ def test_sweep_json_says_running_until_the_end(tmp_path, monkeypatch):
     assert not list(out.glob(".*.tmp")) and not list((out / "points").glob(".*.tmp"))
 
 
+def test_an_interrupted_sweep_says_so_with_the_outputs_mode(tmp_path):
+    """Ctrl-C during the points: sweep.json says "interrupted" (not "running" for ever), with
+    the rows finished so far; it and the rows have the mode every output file gets (0o666 less
+    the umask, as results.*), not a private temporary file's 0o600."""
+    import stat
+    spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]")
+                  .replace("batch: [1, 16]", "batch: [1]"))
+    out = tmp_path / "out"
+    calls = []
+
+    def task(point, cache_dir):
+        calls.append(point)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return sweep_tasks.run_point(point, cache_dir)
+    saved = os.umask(0o022)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(spec, out, workers=0, cache_dir=tmp_path / "c", progress=False,
+                      plots=False, say=_quiet, task=task)
+        doc = json.loads((out / "sweep.json").read_text())
+        assert doc["status"] == "interrupted" and doc["points"] == 6 and doc["finished"] == 2
+        run_sweep(spec, out, workers=0, cache_dir=tmp_path / "c", progress=False, plots=False,
+                  say=_quiet)
+    finally:
+        os.umask(saved)
+    assert json.loads((out / "sweep.json").read_text())["status"] == "complete"
+    for f in [out / "sweep.json", out / "results.csv", *(out / "points").iterdir()]:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
+
+
 def test_an_unwritable_out_folder_is_one_line(tmp_path):
     spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]"))
     (tmp_path / "file").write_text("x")
