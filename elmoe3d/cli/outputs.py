@@ -119,6 +119,15 @@ class AtomicOutputs:
     def __init__(self):
         self._pending = []
         self._made = []
+        self._dest_of = {}              # every temporary file's destination, even a failed one
+
+    def for_user(self, exc: OSError) -> OSError:
+        """``exc`` with the destination in place of a temporary file of this object's (the
+        user named the destination, never saw the temporary file); ``exc`` itself otherwise."""
+        dest = self._dest_of.get(str(exc.filename)) if exc.filename is not None else None
+        if dest is None or exc.errno is None:
+            return exc
+        return OSError(exc.errno, exc.strerror, str(dest))
 
     def make_dir(self, folder) -> Path:
         """Create ``folder`` and any missing parents (an output folder such as ``--plot DIR``,
@@ -142,6 +151,7 @@ class AtomicOutputs:
         folder = dest.parent if str(dest.parent) else Path(".")
         while True:
             tmp = folder / f".{dest.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+            self._dest_of[str(tmp)] = dest
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
@@ -175,6 +185,7 @@ class AtomicOutputs:
                 bak = None
                 if os.path.lexists(dest):
                     bak = f"{tmp}.bak"
+                    self._dest_of[bak] = dest
                     try:
                         os.link(dest, bak)
                     except OSError:
@@ -222,13 +233,14 @@ def atomic_outputs(error):
     """A block that writes output files: yields an :class:`AtomicOutputs`, commits its files
     when the block completes and discards them in any case (so after a failure none is left).
     An :class:`OSError` in the block or the commit becomes a :class:`UserError` with the
-    message ``error(exc)``."""
+    message ``error(exc)``, ``exc`` naming the destination rather than its temporary file
+    (:meth:`AtomicOutputs.for_user`)."""
     outputs = AtomicOutputs()
     try:
         yield outputs
         outputs.commit()
     except OSError as exc:
-        raise UserError(error(exc)) from None
+        raise UserError(error(outputs.for_user(exc))) from None
     finally:
         outputs.discard()
 

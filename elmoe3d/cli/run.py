@@ -293,11 +293,13 @@ def parse_acceptance(text):
     except ValueError:
         raise UserError(f"--acceptance {text!r}: expected coverage:T or bernoulli:A with a "
                         f"number in [0, 1]") from None
-    if kind == "coverage":
-        return CoverageAcceptance(v)
-    if kind == "bernoulli":
-        return BernoulliAcceptance(v)
-    raise UserError(f"--acceptance {text!r}: expected coverage:T or bernoulli:A")
+    rules = {"coverage": CoverageAcceptance, "bernoulli": BernoulliAcceptance}
+    if kind not in rules:
+        raise UserError(f"--acceptance {text!r}: expected coverage:T or bernoulli:A")
+    try:
+        return rules[kind](v)
+    except UserError as exc:                # the rule's own check: a value out of range
+        raise UserError(f"--acceptance {text!r}: {exc}") from None
 
 
 def _choice(option, value, choices):

@@ -102,10 +102,13 @@ def run(args) -> int:
                     cache_dir=args.cache, progress=not args.no_progress,
                     dashboard=args.dashboard, plots=not args.no_plots,
                     say=say)
-    rate = res.ran / res.seconds if res.seconds > 0 and res.ran else 0.0
-    say(f"sweep {spec.name}: {res.points} points, {res.ran} run ({rate:,.1f} points/s on "
-        f"{res.workers or 'no'} Dask worker(s)), {res.skipped} finished before, {res.errors} "
-        f"with an error")
+    if res.ran:
+        rate = f"{res.ran / res.seconds:,.1f} points/s" if res.seconds > 0 else "at once"
+        where = f"on {res.workers} Dask worker(s)" if res.workers else "in this process"
+        ran = f"{res.ran} run ({rate} {where}), {res.skipped} finished before"
+    else:
+        ran = f"none to run ({res.skipped} finished before)"
+    say(f"sweep {spec.name}: {res.points} points, {ran}, {res.errors} with an error")
     for kind, path in res.files.items():
         say(f"  {kind}: {path}")
     if res.errors:

@@ -3,6 +3,7 @@ bad input is one line and exit status 2, and a failed run leaves no output file.
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -374,3 +375,23 @@ def test_synthetic_trace_fit_says_what_it_does(tmp_path, capsys):
     code, out, err = _run(capsys, "run", "--trace", f"synthetic:{usage}", "--model",
                           "olmoe-1b-7b", "--config", "paper-8gb", "--tokens", "8")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "fitting" not in err
+
+
+@pytest.mark.parametrize("rule, field", [("coverage:2", "threshold"),
+                                         ("bernoulli:-1", "alpha")])
+def test_acceptance_out_of_range_names_the_option(capsys, rule, field):
+    code, out, err = _run(capsys, *BASE, "--config", "paper-8gb", "--acceptance", rule)
+    value = float(rule.partition(":")[2])
+    assert code == 2 and err.strip() == (f"elmoe3d run: error: --acceptance {rule!r}: {field}: "
+                                         f"expected a number in [0, 1], got {value!r}")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_a_failed_write_names_the_users_path(capsys):
+    """A write that fails where the path looked writable (/proc) names the user's --json, not
+    the temporary file beside it."""
+    code, out, err = _run(capsys, *BASE, "--config", "paper-8gb", "--tokens", "4", "--layers",
+                          "0", "--json", "/proc/elmoe3d-x.json")
+    assert code == 2 and ".tmp" not in err
+    assert err.strip() == ("elmoe3d run: error: cannot write output: [Errno 2] No such file or "
+                           "directory: '/proc/elmoe3d-x.json'")

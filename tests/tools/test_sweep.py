@@ -280,6 +280,21 @@ def test_cli_run_writes_the_tables_and_exits_1_on_a_failed_point(tmp_path, capsy
     assert "error at point 0: perf: ValueError: no model here" in text
 
 
+def test_the_rate_line_of_a_run_with_nothing_to_run_or_in_process(tmp_path, capsys):
+    """The last line says "in this process" for --workers 0 and, for a rerun that has nothing
+    to do, no rate at all (not "0.0 points/s on no Dask worker(s)")."""
+    spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]"))
+    argv = ["sweep", str(spec), "--workers", "0", "--out", str(tmp_path / "o"), "--no-progress",
+            "--no-plots"]
+    assert cli.main(argv) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "12 run (" in text and "points/s in this process)" in text and "Dask" not in text
+    assert cli.main(argv) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "sweep t: 12 points, none to run (12 finished before), 0 with an error" in text
+    assert "points/s" not in text
+
+
 # == the perf task is the paper model ==============================================================
 
 def test_a_paper_point_is_table3(tmp_path):
