@@ -139,7 +139,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from ..sw.golden.quant import QuantizationError
     stdout = sys.stdout
-    sys.stdout = _ClosedPipeGuard(stdout)
+    if stdout is not None:
+        sys.stdout = _ClosedPipeGuard(stdout)
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except (UserError, QuantizationError) as exc:
