@@ -76,6 +76,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UserError
+
 
 __all__ = [
     "DEFAULT_SEED", "SEED_ENV", "PARAMS_ENV", "SimulationError", "SimulationFailure",
@@ -149,15 +151,22 @@ class SimulationFailure(AssertionError):
 # -- seeds -----------------------------------------------------------------------------------
 
 def resolve_seed(seed: int | None = None) -> int:
-    """The run seed: ``seed`` if given, else ``$ELMOE3D_SEED``, else :data:`DEFAULT_SEED`."""
+    """The run seed: ``seed`` if given, else ``$ELMOE3D_SEED``, else :data:`DEFAULT_SEED`.
+
+    Raises :class:`~elmoe3d.errors.UserError` (naming the variable) when ``$ELMOE3D_SEED`` is
+    read and is not a non-negative integer (decimal, or ``0x``/``0o``/``0b``); NumPy's
+    generators take no negative seed."""
     if seed is not None:
         return int(seed)
     env = os.environ.get(SEED_ENV, "").strip()
     if env:
         try:
-            return int(env, 0)
+            value = int(env, 0)
         except ValueError:
-            raise ValueError(f"${SEED_ENV}: expected an integer, got {env!r}") from None
+            value = -1
+        if value < 0:
+            raise UserError(f"${SEED_ENV}: expected a non-negative integer, got {env!r}")
+        return value
     return DEFAULT_SEED
 
 

@@ -3,12 +3,18 @@
 Each subcommand lives in its own module, which defines ``configure(parser)`` and
 ``run(args) -> int``. User mistakes (:class:`~elmoe3d.errors.UserError` and the golden model's
 :class:`~elmoe3d.sw.golden.quant.QuantizationError`) print one line and exit with code 2, no traceback.
+
+A closed standard output (``elmoe3d run ... --json F | head -1``: the reader has gone) does not
+stop a command: the rest of its report is discarded, its output files are still written, and it
+exits quietly with the status it would have had otherwise (0 on success; not 141, so a mismatch
+still reads 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .. import __version__
@@ -48,6 +54,18 @@ COMMANDS = {
 }
 
 
+def seed_type(text) -> int:
+    """``type=`` of every ``--seed`` option that seeds NumPy: a non-negative integer. Raises
+    :class:`argparse.ArgumentTypeError` otherwise (argparse then exits with status 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return value
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's help, but never wrapping a line inside a hyphenated name (``cache-check``,
     ``paper-8gb``)."""
@@ -77,10 +95,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _ClosedPipeGuard:
+    """Standard output while a command runs: once a write or flush meets a reader that has gone
+    (:class:`BrokenPipeError`), standard output is pointed at ``/dev/null`` (also for the
+    interpreter's last flush) and further output is discarded, so that the command goes on to
+    write its files. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.broken = False
+
+    def write(self, text):
+        if not self.broken:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._discard()
+        return len(text)
+
+    def flush(self):
+        if not self.broken:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._discard()
+
+    def _discard(self):
+        self.broken = True
+        try:
+            fd = self._stream.fileno()
+        except (AttributeError, OSError, ValueError):     # not a file (a test's capture)
+            return
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     from ..sw.golden.quant import QuantizationError
+    stdout = sys.stdout
+    if stdout is not None:
+        sys.stdout = _ClosedPipeGuard(stdout)
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except (UserError, QuantizationError) as exc:
@@ -89,6 +149,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"elmoe3d {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

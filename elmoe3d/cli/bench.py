@@ -103,6 +103,7 @@ import time
 import numpy as np
 
 from ..errors import UserError
+from . import seed_type
 from .outputs import check_output, write_json
 
 
@@ -156,7 +157,7 @@ def configure(parser):
     parser.add_argument("--config", default="small", metavar="NAME",
                         help="configuration preset for the RTL figures (default: small; only "
                              "small is simulated for now)")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed_type, default=None,
                         help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--repeats", type=int, default=7,
                         help="timed repetitions per golden GEMM figure (median; default 7)")

@@ -4,7 +4,9 @@ atomically after it succeeded.
 ``--json``, ``--plot`` and similar options name a file the command writes only at the end of a
 possibly long run. :func:`check_output` rejects an unusable path up front (a directory, a
 missing or read-only folder) as a one-line :class:`~elmoe3d.errors.UserError`;
-:func:`check_output_dir` does so for an output folder (``--plot DIR``), which may not exist yet.
+:func:`check_output_dir` does so for an output folder (``--plot DIR``), which may not exist yet;
+:func:`check_distinct` refuses two outputs that are one file, and an output that is one of the
+command's input files (which the output would overwrite).
 :class:`AtomicOutputs` writes each file aside in its destination folder and renames it into
 place only when every output is complete, so a failed run leaves no partial or stale-looking
 file; :func:`atomic_outputs` is the block that does so. New files get the usual permissions (``0o666`` less the umask), like ``open(path, "w")``.
@@ -22,7 +24,8 @@ from pathlib import Path
 from ..errors import UserError
 
 
-__all__ = ["check_output", "check_output_dir", "AtomicOutputs", "atomic_outputs", "write_json", "report_console"]
+__all__ = ["check_output", "check_output_dir", "check_distinct", "same_file", "AtomicOutputs",
+           "atomic_outputs", "write_json", "report_console"]
 
 
 def report_console(min_width=120):
@@ -74,6 +77,35 @@ def check_output_dir(folder, option: str, names) -> list:
     return [folder / name for name in names]
 
 
+def same_file(a, b) -> bool:
+    """Whether the paths ``a`` and ``b`` name one file: :func:`os.path.samefile` when both
+    exist (hard links, symbolic links), else the same path once symbolic links are resolved
+    (:func:`os.path.realpath`: a new output under a linked folder)."""
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_distinct(outputs, inputs=()) -> None:
+    """Raise :class:`UserError` naming both options when two of ``outputs`` (``(option,
+    path)`` pairs; a path may be None: no such output) are one file, or when an output is one
+    of ``inputs`` (``(option, path)`` pairs: files the command reads, which the output would
+    overwrite). One file: :func:`same_file`."""
+    outputs = [(opt, Path(p)) for opt, p in outputs if p is not None]
+    inputs = [(opt, Path(p)) for opt, p in inputs if p is not None]
+    for i, (opt, path) in enumerate(outputs):
+        for in_opt, src in inputs:
+            if same_file(path, src):
+                raise UserError(f"{opt} and {in_opt} name the same file {path}: the output "
+                                f"would overwrite the input")
+        for other, other_path in outputs[:i]:
+            if same_file(path, other_path):
+                raise UserError(f"{other} and {opt} name the same file {path}")
+
+
 def _refuse_special(path: Path, option: str) -> None:
     if path.exists() and not path.is_file():
         raise UserError(f"{option} {path}: not a regular file")
@@ -87,6 +119,15 @@ class AtomicOutputs:
     def __init__(self):
         self._pending = []
         self._made = []
+        self._dest_of = {}              # every temporary file's destination, even a failed one
+
+    def for_user(self, exc: OSError) -> OSError:
+        """``exc`` with the destination in place of a temporary file of this object's (the
+        user named the destination, never saw the temporary file); ``exc`` itself otherwise."""
+        dest = self._dest_of.get(str(exc.filename)) if exc.filename is not None else None
+        if dest is None or exc.errno is None:
+            return exc
+        return OSError(exc.errno, exc.strerror, str(dest))
 
     def make_dir(self, folder) -> Path:
         """Create ``folder`` and any missing parents (an output folder such as ``--plot DIR``,
@@ -110,6 +151,7 @@ class AtomicOutputs:
         folder = dest.parent if str(dest.parent) else Path(".")
         while True:
             tmp = folder / f".{dest.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
+            self._dest_of[str(tmp)] = dest
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:
@@ -143,6 +185,7 @@ class AtomicOutputs:
                 bak = None
                 if os.path.lexists(dest):
                     bak = f"{tmp}.bak"
+                    self._dest_of[bak] = dest
                     try:
                         os.link(dest, bak)
                     except OSError:
@@ -190,13 +233,14 @@ def atomic_outputs(error):
     """A block that writes output files: yields an :class:`AtomicOutputs`, commits its files
     when the block completes and discards them in any case (so after a failure none is left).
     An :class:`OSError` in the block or the commit becomes a :class:`UserError` with the
-    message ``error(exc)``."""
+    message ``error(exc)``, ``exc`` naming the destination rather than its temporary file
+    (:meth:`AtomicOutputs.for_user`)."""
     outputs = AtomicOutputs()
     try:
         yield outputs
         outputs.commit()
     except OSError as exc:
-        raise UserError(error(exc)) from None
+        raise UserError(error(outputs.for_user(exc))) from None
     finally:
         outputs.discard()
 

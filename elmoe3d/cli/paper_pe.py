@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 
 from ..errors import UserError
+from . import seed_type
 from .outputs import check_output, report_console, write_json
 
 
@@ -49,7 +50,7 @@ def configure(parser):
                              "e.g. --verilator-arg=-fno-dfg")
     parser.add_argument("--build-only", action="store_true",
                         help="build and measure the PE, run nothing")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed_type, default=None,
                         help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write the build figures and case records to OUT (JSON)")
@@ -173,7 +174,7 @@ def run(args) -> int:
     from rich.markup import escape
     from ..config import ConfigError
     from ..sim.paper_pe import measured_build, paper_arch, run_paper_pe
-    from ..sim.runner import SimulationError
+    from ..sim.runner import SimulationError, resolve_seed
     from ..sw.host.models import MODEL_PRESETS
 
     if args.json:
@@ -182,6 +183,7 @@ def run(args) -> int:
     if args.shape not in MODEL_PRESETS:
         raise UserError(f"--shape {args.shape}: unknown model preset")
     tokens = _tokens(args.tokens)
+    seed = resolve_seed(args.seed)          # a bad $ELMOE3D_SEED fails before the build
     try:
         arch = paper_arch(args.config, args.tile)
     except (ConfigError, ValueError) as exc:
@@ -217,7 +219,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     try:
         res = run_paper_pe(arch, shape=args.shape, tokens=tokens, modes=modes,
-                           ld_rates=rates, seed=args.seed, built=built)
+                           ld_rates=rates, seed=seed, built=built)
     except SimulationError as exc:
         console.print(f"[bold red]simulator error[/]: {escape(str(exc))}")
         return 1

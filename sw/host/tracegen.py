@@ -315,7 +315,8 @@ def expert_usage(path) -> dict:
         raise UserError(f"{path}: {exc}") from None
 
 
-def calibrate_from_usage(model, usage, *, tokens=None, seed=0, zipf=None) -> tuple:
+def calibrate_from_usage(model, usage, *, tokens=None, seed=0, zipf=None,
+                         progress=None) -> tuple:
     """:class:`SyntheticRouting` for ``model`` whose per-layer load skew matches expert-usage
     statistics (``usage``: a JSON path, a parsed document that :func:`usage_counts` reads, or a
     ``.csv`` count table laid out as ``olmoe_mixtral_expert_counts.csv``, of which the
@@ -327,6 +328,8 @@ def calibrate_from_usage(model, usage, *, tokens=None, seed=0, zipf=None) -> tup
     256 .. 4000: sampling noise raises the hot ratio of few tokens); as for OLMoE's count table (:data:`CALIBRATED`), counts say
     nothing of consecutive tokens or gate weights, so ``correlation`` is Mixtral's (0.3) and
     ``temperature`` 1. Raises :class:`UserError` if the usage's expert count is not the model's.
+    ``progress``: called with one line saying what the grid search (seconds) is about to do,
+    once the usage has been read and checked.
 
     Returns ``(params, {"target": hot ratio, "generated": hot ratio, "layers": n})``."""
     preset = model_preset(model)
@@ -355,6 +358,10 @@ def calibrate_from_usage(model, usage, *, tokens=None, seed=0, zipf=None) -> tup
         picks = float(np.median([c.sum() for c in counts.values()]))
         tokens = int(np.clip(round(picks / preset.top_k), 256, 4000))
     grid = zipf if zipf is not None else np.round(np.arange(0, 2.0001, 0.05), 2)
+    if progress is not None:
+        name = Path(usage).name if isinstance(usage, (str, Path)) else "the expert usage"
+        progress(f"fitting synthetic {preset.name} routing to {name} (hot ratio {target:.2f}: "
+                 f"{len(grid)} Zipf exponents tried at {tokens} tokens) ...")
     p, got = fit_synthetic(preset, {"hot_ratio_median": target}, tokens=tokens, seed=seed,
                            grid={"zipf": tuple(float(z) for z in grid),
                                  "correlation": (CALIBRATED["mixtral-8x7b"].correlation,),

@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import elmoe3d.cli as cli
 
 
@@ -26,3 +28,62 @@ def test_help_lists_every_paper_figure():
     paper_help = text[start:text.index(" synth ", start)]
     for figure in FIGURES:
         assert f"{figure} (" in paper_help, figure
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--trace", "gsm8k", "--model", "mixtral-8x7b", "--config", "paper-8gb"],
+    ["sim"], ["bench"], ["paper-pe"]])
+@pytest.mark.parametrize("value", ["abc", "-1"])
+def test_bad_seed_env_is_one_line_exit_2(monkeypatch, capsys, argv, value):
+    """A bad ``$ELMOE3D_SEED`` is refused in one line (exit status 2) by every command that reads
+    it, before any work (``paper-pe``: before its build)."""
+    from elmoe3d.sim import paper_pe
+    monkeypatch.setenv("ELMOE3D_SEED", value)
+
+    def no_build(*a, **kw):
+        raise AssertionError("built despite a bad seed")
+    monkeypatch.setattr(paper_pe, "measured_build", no_build)
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"elmoe3d {argv[0]}: error: $ELMOE3D_SEED: expected a non-negative integer, got "
+        f"'{value}'"]
+
+
+@pytest.mark.parametrize("command", ["run", "sim", "bench", "paper-pe"])
+def test_negative_seed_refused_at_parsing(capsys, command):
+    """``--seed -1`` is refused by argparse like any malformed value (its usage, then one error
+    line naming --seed, exit status 2), before any work."""
+    argv = [command, "--seed", "-1"]
+    if command == "run":
+        argv += ["--trace", "gsm8k", "--model", "mixtral-8x7b", "--config", "paper-8gb"]
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == (f"elmoe3d {command}: error: argument --seed: "
+                                            f"expected a non-negative integer, got '-1'")
+    assert cli.seed_type("0") == 0 and cli.seed_type("12") == 12
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--trace", "gsm8k", "--model", "mixtral-8x7b", "--config", "paper-8gb",
+     "--tokens", "4", "--layers", "0"],
+    ["paper", "table3"]])
+def test_closed_stdout_still_writes_the_files(tmp_path, argv):
+    """``elmoe3d run ... --json F | head -1``: a reader that has gone (EPIPE on standard
+    output) loses the rest of the report, not the files; the command exits quietly with its
+    usual status (0 here)."""
+    import json
+    import os
+    out = tmp_path / "out.json"
+    read_end, write_end = os.pipe()
+    os.close(read_end)                          # every write to stdout fails with EPIPE
+    try:
+        done = subprocess.run([sys.executable, "-m", "elmoe3d", *argv, "--json", str(out)],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(out.read_text())

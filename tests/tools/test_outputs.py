@@ -205,3 +205,26 @@ def test_check_output_dir_refuses_a_dangling_link_at_once(tmp_path):
                                         f"a directory"):
         check_output_dir(tmp_path / "link" / "sub", "--plot", ["a.png"])
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_failed_write_or_rename_names_the_destination(tmp_path, monkeypatch):
+    """An OSError on the temporary file (creating, writing or renaming it) names the output
+    the user asked for, not the internal ``.NAME.PID-XXXX.tmp`` beside it."""
+    import errno
+    from elmoe3d.cli import outputs as outputs_mod
+    out = tmp_path / "out.json"
+
+    def no_space(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device", src, None, dst)
+    monkeypatch.setattr(outputs_mod.os, "replace", no_space)
+    with pytest.raises(UserError) as info:
+        write_json(out, {"a": 1})
+    assert str(info.value) == (f"--json {out}: cannot write ([Errno 28] No space left on "
+                               f"device: '{out}')")
+    assert tmp_files(tmp_path) == [] and not out.exists()
+    monkeypatch.undo()
+    if Path("/proc/self").is_dir():
+        with pytest.raises(UserError) as info:
+            write_json("/proc/elmoe3d-x.json", {})
+        assert str(info.value) == ("--json /proc/elmoe3d-x.json: cannot write ([Errno 2] No "
+                                   "such file or directory: '/proc/elmoe3d-x.json')")

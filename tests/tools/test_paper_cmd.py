@@ -54,7 +54,7 @@ def test_fig12_plot(tmp_path, capsys):
     out = tmp_path / "f.json"
     assert cli.main(["paper", "fig12", "--plot", str(tmp_path), "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "HB 8 GB" in text and "Phi_SD" in text
+    assert "HB 8 GiB" in text and "Phi_SD" in text
     png = tmp_path / "fig12_8gb.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(out.read_text())["hb"] == "8gb"
@@ -185,3 +185,41 @@ def test_bad_choices_are_one_line_like_run(tmp_path, capsys, argv, msg):
                      "paper-16gb"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "elmoe3d run: error: --config paper-16gb: expected one of small, paper-4gb, paper-8gb"]
+
+
+@pytest.mark.parametrize("figure", ["fig14", "fig15"])
+def test_fig14_fig15_at_4gb_do_not_compare_with_the_8gb_paper(tmp_path, capsys, figure):
+    """The paper's Fig. 14 and 15 figures are for 8 GB HB: at --hb 4gb they are not shown as
+    the comparison ("paper 6.6x" beside a 4 GB figure) but named as 8 GB figures, apart."""
+    out = tmp_path / "f.json"
+    assert cli.main(["paper", figure, "--hb", "4gb", "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(paper" not in text
+    ref = pe.PAPER_FIG14["over_xpu"] if figure == "fig14" else pe.PAPER_FIG15["over_xpu"]
+    assert (f"the paper's references are 8 GB HB figures, not a comparison at 4 GB (--hb 8gb "
+            f"compares with them): ours over xPU {ref}x") in text
+    assert json.loads(out.read_text())["paper_hb"] == "8gb"
+    assert cli.main(["paper", figure]) == 0                 # 8 GB: beside the paper's
+    assert "(paper" in capsys.readouterr().out
+
+
+def test_fig12_units_are_gib_in_table_and_plot(tmp_path, capsys, monkeypatch):
+    """Fig. 12's 8 GB HB is 8 GiB: the table and the plot label GiB and their HB bars of a
+    scheme that fills the HB sum to 8.00, not to 8.59 decimal GB under an "8 GB" title."""
+    from matplotlib.figure import Figure
+    drawn = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **kw: (drawn.append(self),
+                                                                  save(self, *a, **kw)))
+    assert cli.main(["paper", "fig12", "--plot", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "HB 8 GiB" in text and "memory mapping (GiB)" in text
+    assert "HB 8 GB" not in text and "(GB)" not in text
+    row = next(line for line in text.splitlines() if line.startswith("│ eagle"))
+    cells = [c.strip() for c in row.strip("│").split("│")]
+    assert sum(float(c) for c in cells[1:5]) == pytest.approx(8.0, abs=0.015)
+    top = drawn[0].axes[0]
+    assert top.get_xlabel().startswith("GiB in HB (8 GiB); EXT (64 GiB)")
+    widths = [p.get_width() for p in top.patches]             # 4 kinds x 4 schemes
+    assert sum(widths[0::4]) == pytest.approx(8.0, abs=0.015)  # eagle's bars
+    assert "GiB HB" in drawn[0]._suptitle.get_text()

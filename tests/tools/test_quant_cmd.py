@@ -255,8 +255,9 @@ ERROR_CASES = {
     "missing file": (lambda f, d: [d / "nope.safetensors"], r"nope\.safetensors: no such file"),
     "missing tensor": (lambda f, d: [f["nan"], "--tensors", "c.weight"],
                        r"no tensor matches 'c\.weight' \(did you mean [ab]\.weight"),
-    "K not divisible": (lambda f, d: [f["k48"]],
-                        r"tensor 'odd\.weight': K = 48 .* not divisible by the group size 32"),
+    "only K not divisible": (lambda f, d: [f["k48"], "--tensors", "odd.*"],
+                             r"none of the 1 selected tensors is a floating weight .*K not a "
+                             r"multiple of the group size 32"),
     "nan": (lambda f, d: [f["nan"]],
             r"tensor 'b\.weight': non-finite weight nan at row 2, column 40 \(group 1\)"),
     "inf": (lambda f, d: [f["inf"]],
@@ -341,3 +342,36 @@ def test_bf16_file_gives_the_numbers_of_its_float32_values(tmp_path, capsys):
         docs.append(json.loads(out_json.read_text()))
     assert docs[0]["tensors"][0]["dtype"] == "BF16" and docs[1]["tensors"][0]["dtype"] == "F32"
     assert docs[0]["aggregate"] == docs[1]["aggregate"]
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+def test_output_that_is_the_weight_file_is_refused(tmp_path, capsys, option):
+    """``elmoe3d quant m2.npz --json m2.npz`` (or through a symbolic link) would overwrite the
+    weights: one line naming both, exit status 2, the file untouched."""
+    path = npz(tmp_path, name="m2.npz", **{"up.weight": np.ones((2, 32), np.float32)})
+    before = path.read_bytes()
+    link = tmp_path / "m2.svg"
+    link.symlink_to(path.name)
+    for dest in (path, link):
+        if option == "--plot" and dest is path:
+            continue                            # a .npz is no plot suffix: refused anyway
+        rc, out, err = run_main(capsys, path, option, dest)
+        assert rc == 2 and out == ""
+        assert err.strip() == (f"elmoe3d quant: error: {option} and WEIGHTS name the same file "
+                               f"{dest}: the output would overwrite the input")
+        assert path.read_bytes() == before
+
+
+def test_a_tensor_whose_k_is_no_multiple_of_32_is_skipped_and_reported(tmp_path, capsys):
+    """One 2-D tensor whose K is not a multiple of the group size 32 does not abort the report:
+    it is skipped and named with the reason, like a 1-D tensor (report and JSON)."""
+    files = bad_files(tmp_path)
+    out_json = tmp_path / "r.json"
+    rc, out, err = run_main(capsys, files["k48"], "--bits", "4", "--json", out_json)
+    assert rc == 0, err
+    assert ("skipped 1 of 2 selected tensors (K not a multiple of the group size 32: 1): "
+            "odd.weight") in " ".join(out.split())
+    doc = json.loads(out_json.read_text())
+    assert [t["name"] for t in doc["tensors"]] == ["a.weight"]
+    assert doc["skipped"] == [{"name": "odd.weight", "dtype": "F32", "shape": [4, 48],
+                               "reason": "K not a multiple of the group size 32"}]

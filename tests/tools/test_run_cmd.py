@@ -3,6 +3,7 @@ bad input is one line and exit status 2, and a failed run leaves no output file.
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -307,3 +308,90 @@ def test_hb_slots_zero_is_no_expert_cache(schedule, tmp_path, capsys):
     assert code == 0 and "0 mismatches" in out, err
     code, out, err = _run(capsys, *BASE, "--hb-slots", "-1")
     assert code == 2 and "--hb-slots -1: expected an integer >= 0" in err
+
+
+# -- an output that is an input file (issue: silent data loss) -------------------------------
+
+@pytest.mark.parametrize("how", ["same", "symlink", "hardlink", "csv", "plot"])
+def test_output_that_is_the_trace_is_refused(tmp_path, capsys, how):
+    """``--json`` (or ``--csv``, a ``--plot`` file) naming the trace file itself, by its path, a
+    symbolic link or a hard link, would overwrite the input: one line naming both options,
+    exit status 2, the trace untouched."""
+    import os
+    trace = tmp_path / "mytrace.jsonl"
+    trace.write_bytes((traces_dir() / "gsm8k_2_routing.jsonl").read_bytes())
+    before = trace.read_bytes()
+    opt, dest = "--json", trace
+    if how == "symlink":
+        dest = tmp_path / "link.json"
+        dest.symlink_to(trace.name)
+    elif how == "hardlink":
+        dest = tmp_path / "hard.jsonl"
+        os.link(trace, dest)
+    elif how == "csv":
+        opt = "--csv"
+    elif how == "plot":
+        opt, dest = "--plot", tmp_path / "plots"
+        dest.mkdir()
+        os.link(trace, dest / "latency.png")
+    code, out, err = _run(capsys, "run", "--trace", str(trace), "--model", "mixtral-8x7b",
+                          "--config", "paper-4gb", "--tokens", "2", "--layers", "0", opt,
+                          str(dest))
+    assert code == 2 and out == ""
+    opt_named = "--plot latency" if how == "plot" else opt
+    assert err.strip().splitlines() == [
+        f"elmoe3d run: error: {opt_named} and --trace name the same file "
+        f"{dest / 'latency.png' if how == 'plot' else dest}: the output would overwrite the "
+        f"input"]
+    assert trace.read_bytes() == before
+
+
+def test_output_that_is_the_usage_file_is_refused(tmp_path, capsys):
+    """``--trace synthetic:u.json --json u.json``: the usage statistics are an input too."""
+    usage = tmp_path / "u.json"
+    usage.write_text('{"stand-in": 1}\n')
+    code, _, err = _run(capsys, "run", "--trace", f"synthetic:{usage}", "--model",
+                        "olmoe-1b-7b", "--config", "paper-4gb", "--json", str(usage))
+    assert code == 2
+    assert err.strip() == (f"elmoe3d run: error: --json and --trace name the same file {usage}: "
+                           f"the output would overwrite the input")
+    assert usage.read_text() == '{"stand-in": 1}\n'
+
+
+def test_synthetic_trace_fit_says_what_it_does(tmp_path, capsys):
+    """``--trace synthetic:USAGE``: the fit of the synthetic routing (seconds of grid search)
+    is announced by one progress line on standard error; a usage file refused before the fit
+    is still one error line, with no progress line."""
+    usage = tmp_path / "mixtral_usage.json"
+    usage.write_text(json.dumps({"layers": [list(range(1, 9))] * 4}))
+    code, out, err = _run(capsys, "run", "--trace", f"synthetic:{usage}", "--model",
+                          "mixtral-8x7b", "--config", "paper-8gb", "--tokens", "8")
+    assert code == 0, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "elmoe3d run: fitting synthetic mixtral-8x7b routing to mixtral_usage.json (hot ratio ")
+    assert "41 Zipf exponents tried at 256 tokens) ..." in lines[0]
+    assert out.startswith("trace:")                             # the report is on stdout
+    code, out, err = _run(capsys, "run", "--trace", f"synthetic:{usage}", "--model",
+                          "olmoe-1b-7b", "--config", "paper-8gb", "--tokens", "8")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "fitting" not in err
+
+
+@pytest.mark.parametrize("rule, field", [("coverage:2", "threshold"),
+                                         ("bernoulli:-1", "alpha")])
+def test_acceptance_out_of_range_names_the_option(capsys, rule, field):
+    code, out, err = _run(capsys, *BASE, "--config", "paper-8gb", "--acceptance", rule)
+    value = float(rule.partition(":")[2])
+    assert code == 2 and err.strip() == (f"elmoe3d run: error: --acceptance {rule!r}: {field}: "
+                                         f"expected a number in [0, 1], got {value!r}")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_a_failed_write_names_the_users_path(capsys):
+    """A write that fails where the path looked writable (/proc) names the user's --json, not
+    the temporary file beside it."""
+    code, out, err = _run(capsys, *BASE, "--config", "paper-8gb", "--tokens", "4", "--layers",
+                          "0", "--json", "/proc/elmoe3d-x.json")
+    assert code == 2 and ".tmp" not in err
+    assert err.strip() == ("elmoe3d run: error: cannot write output: [Errno 2] No such file or "
+                           "directory: '/proc/elmoe3d-x.json'")

@@ -17,6 +17,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from elmoe3d.errors import UserError
 from elmoe3d.sim import runner
 from elmoe3d.sim.runner import SimulationError, SimulationFailure
 
@@ -185,9 +186,19 @@ def test_seed_and_params_reach_the_bench(tiny_bench, monkeypatch):
 def test_default_seed_is_fixed(monkeypatch):
     monkeypatch.delenv(runner.SEED_ENV, raising=False)
     assert runner.resolve_seed() == runner.DEFAULT_SEED
-    monkeypatch.setenv(runner.SEED_ENV, "not-a-number")
-    with pytest.raises(ValueError, match=runner.SEED_ENV):
+    monkeypatch.setenv(runner.SEED_ENV, "0x10")
+    assert runner.resolve_seed() == 16
+
+
+@pytest.mark.parametrize("value", ["not-a-number", "-1", "1.5"])
+def test_bad_seed_env_is_a_user_error(monkeypatch, value):
+    """A bad ``$ELMOE3D_SEED`` is the user's to fix (the CLI prints one line, exit status 2),
+    also a negative one (NumPy's generators refuse it)."""
+    monkeypatch.setenv(runner.SEED_ENV, value)
+    with pytest.raises(UserError, match=rf"^\${runner.SEED_ENV}: expected a non-negative "
+                                        rf"integer, got '{re.escape(value)}'$"):
         runner.resolve_seed()
+    assert runner.resolve_seed(3) == 3          # an explicit seed does not read it
 
 
 def test_case_rng_is_reproducible_and_independent():

@@ -218,6 +218,37 @@ def test_sweep_json_says_running_until_the_end(tmp_path, monkeypatch):
     assert not list(out.glob(".*.tmp")) and not list((out / "points").glob(".*.tmp"))
 
 
+def test_an_interrupted_sweep_says_so_with_the_outputs_mode(tmp_path):
+    """Ctrl-C during the points: sweep.json says "interrupted" (not "running" for ever), with
+    the rows finished so far; it and the rows have the mode every output file gets (0o666 less
+    the umask, as results.*), not a private temporary file's 0o600."""
+    import stat
+    spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]")
+                  .replace("batch: [1, 16]", "batch: [1]"))
+    out = tmp_path / "out"
+    calls = []
+
+    def task(point, cache_dir):
+        calls.append(point)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return sweep_tasks.run_point(point, cache_dir)
+    saved = os.umask(0o022)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(spec, out, workers=0, cache_dir=tmp_path / "c", progress=False,
+                      plots=False, say=_quiet, task=task)
+        doc = json.loads((out / "sweep.json").read_text())
+        assert doc["status"] == "interrupted" and doc["points"] == 6 and doc["finished"] == 2
+        run_sweep(spec, out, workers=0, cache_dir=tmp_path / "c", progress=False, plots=False,
+                  say=_quiet)
+    finally:
+        os.umask(saved)
+    assert json.loads((out / "sweep.json").read_text())["status"] == "complete"
+    for f in [out / "sweep.json", out / "results.csv", *(out / "points").iterdir()]:
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644, f
+
+
 def test_an_unwritable_out_folder_is_one_line(tmp_path):
     spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]"))
     (tmp_path / "file").write_text("x")
@@ -247,6 +278,21 @@ def test_cli_run_writes_the_tables_and_exits_1_on_a_failed_point(tmp_path, capsy
     text = capsys.readouterr().out
     assert "12 with an error" in text
     assert "error at point 0: perf: ValueError: no model here" in text
+
+
+def test_the_rate_line_of_a_run_with_nothing_to_run_or_in_process(tmp_path, capsys):
+    """The last line says "in this process" for --workers 0 and, for a rerun that has nothing
+    to do, no rate at all (not "0.0 points/s on no Dask worker(s)")."""
+    spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]"))
+    argv = ["sweep", str(spec), "--workers", "0", "--out", str(tmp_path / "o"), "--no-progress",
+            "--no-plots"]
+    assert cli.main(argv) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "12 run (" in text and "points/s in this process)" in text and "Dask" not in text
+    assert cli.main(argv) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "sweep t: 12 points, none to run (12 finished before), 0 with an error" in text
+    assert "points/s" not in text
 
 
 # == the perf task is the paper model ==============================================================
@@ -338,6 +384,21 @@ def test_constraints_drop_configurations_arch_config_rejects():
     pts = expand(parse_spec(raw, path="t.yaml"))
     assert sorted((p.config["pes"], p.config["pes_per_group"]) for p in pts) == [
         (16, 8), (16, 16), (24, 8), (32, 8), (32, 16)]
+
+
+def test_ext_bandwidth_is_swept_through_the_channel_count(capsys, tmp_path):
+    """docs/sweep.md, Memory bandwidth: ext_channels and ext_gbps listed together, the
+    matching pairs kept by a constraint, give one EXT bandwidth per point, which the perf
+    model reads (no "differ only by id" note for ext_channels)."""
+    spec = _write(tmp_path, "config:\n  ext_channels: [2, 4, 8]\n  ext_gbps: [25.6, 51.2, 102.4]\n"
+                            "workload:\n  model: [qwen3-30b-a3b]\n"
+                            "constraints:\n  - 'abs(ext_gbps - 12.8 * ext_channels) < 0.01'\n")
+    pts = expand(load_spec(spec))
+    assert sorted((p.config["ext_channels"], p.config["ext_gbps"]) for p in pts) == [
+        (2, 25.6), (4, 51.2), (8, 102.4)]
+    assert cli.main(["sweep", str(spec), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "3 valid points" in out and "note:" not in out
 
 
 def test_hb_is_empty_when_the_base_or_the_hb_capacity_is_not_paper_hb():
@@ -438,7 +499,19 @@ BAD = [
      "{spec}: point 1 (tile.lanes=7, model=qwen3-30b-a3b): tile.lanes: expected an even number, got 7"),
     ("config:\n  hb_bank_gbps: [51.2, 60]\nworkload:\n  model: [qwen3-30b-a3b]\n",
      "{spec}: point 1 (hb_bank_gbps=60, model=qwen3-30b-a3b): hb_bank_gbps: 60 differs from the HB bank's peak "
-     "51.2 GB/s (128 B per 1 x 2.5 ns)"),
+     "51.2 GB/s (128 B per 1 x 2.5 ns); a sweep cannot change the HB bandwidth: it is the "
+     "bank's DRAM timing (hb), not a sweep field (docs/sweep.md, Memory bandwidth)"),
+    # the EXT bandwidth goes with the channel count: the message says how to sweep it
+    ("config:\n  ext_channels: [4, 8]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 0 (ext_channels=4, model=qwen3-30b-a3b): ext_gbps: 102.4 differs from "
+     "ext_channels x the channel's peak = 51.2 GB/s; to sweep the EXT bandwidth, list ext_gbps "
+     "beside ext_channels and keep the pairs that match with the constraint "
+     "'abs(ext_gbps - 12.8 * ext_channels) < 0.01' (docs/sweep.md, Memory bandwidth)"),
+    ("config:\n  ext_gbps: [102.4, 204.8]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 1 (ext_gbps=204.8, model=qwen3-30b-a3b): ext_gbps: 204.8 differs from "
+     "ext_channels x the channel's peak = 102.4 GB/s; to sweep the EXT bandwidth, list ext_gbps "
+     "beside ext_channels and keep the pairs that match with the constraint "
+     "'abs(ext_gbps - 12.8 * ext_channels) < 0.01' (docs/sweep.md, Memory bandwidth)"),
     ("workload:\n  model: [qwen3-30b-a3b, llama]\n",
      "{spec}: point 1 (model=llama): model: expected one of qwen3-30b-a3b, glm-4.7-flash, "
      "deepseek-v2-lite, gpt-oss-20b, got 'llama'"),
@@ -636,3 +709,8 @@ def test_the_example_spec_is_valid():
     from elmoe3d.blocks import ROOT
     pts = expand(load_spec(ROOT / "examples" / "sweep_paper.yaml"))
     assert len(pts) == 384 and all(p.tasks["perf"] and not p.tasks["area"] for p in pts)
+    # its comment names the SD tree the points get (the workload's default, paper_eval.TREE)
+    text = (ROOT / "examples" / "sweep_paper.yaml").read_text()
+    assert f"EAGLE-SD ({pe.TREE[0]} x {pe.TREE[1]} tree)" in text
+    assert {(p.workload["depth"], p.workload["width"]) for p in pts
+            if p.workload["scheme"] != "ar"} == {pe.TREE}

@@ -550,3 +550,19 @@ def test_sram_model_reproduces_the_published_macros():
     assert sram_area(32, 128, read_ports=2).area == pytest.approx(2 * sram_area(32, 128).area)
     with pytest.raises(ValueError, match="depth"):
         sram_area(8, 0)
+
+
+def test_cli_output_that_is_the_liberty_file_is_refused(tmp_path, capsys):
+    """``--json`` naming the ``--liberty`` file would overwrite it; ``--json`` and ``--plot``
+    naming one file, too: one line each, exit status 2."""
+    lib = tmp_path / "user.lib.gz"
+    lib.write_bytes(BUNDLED_LIBERTY.read_bytes())
+    assert main(["synth", "--liberty", str(lib), "--json", str(lib)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"elmoe3d synth: error: --json and --liberty name the same file {lib}: the output "
+        f"would overwrite the input")
+    assert lib.read_bytes() == BUNDLED_LIBERTY.read_bytes()
+    out = tmp_path / "a.png"
+    assert main(["synth", "--json", str(out), "--plot", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"elmoe3d synth: error: --json and --plot name the same file {out}")
