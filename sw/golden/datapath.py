@@ -314,6 +314,20 @@ def gemm(a_q, qw: QuantizedWeight, mode=Mode.FULL, init: Accumulator | None = No
 def acc_to_float(acc, act_exp) -> np.ndarray:
     """Real GEMM output ``acc * 2^(e - 24)`` in float64 (one rounding of acc to 53 bits).
 
-    ``acc`` int64 ``[M, N]``; ``act_exp`` int ``[M]`` per-token activation exponents."""
-    return np.ldexp(np.asarray(acc).astype(np.float64),
-                    np.asarray(act_exp, np.int32)[:, None] - ACC_FRAC_BITS)
+    ``acc`` int64 ``[M, N]`` (an :class:`Accumulator`'s ``acc``); ``act_exp`` int ``[M]``
+    per-token activation exponents (:func:`~.quant.quantize_activations`' ``exp``).
+
+    Raises
+    ------
+    ValueError
+        ``acc`` is not 2-D, or ``act_exp`` does not hold one exponent per row of ``acc``
+        (a wrongly shaped one would broadcast into a wrong result)."""
+    acc = np.asarray(acc)
+    e = np.asarray(act_exp)
+    if acc.ndim != 2:
+        raise ValueError(f"acc_to_float: acc: expected [M, N] accumulators, got shape "
+                         f"{tuple(acc.shape)}")
+    if e.shape != (acc.shape[0],):
+        raise ValueError(f"acc_to_float: act_exp: expected one exponent per row of acc, shape "
+                         f"({acc.shape[0]},), got shape {tuple(e.shape)}")
+    return np.ldexp(acc.astype(np.float64), e.astype(np.int32)[:, None] - ACC_FRAC_BITS)

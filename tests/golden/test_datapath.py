@@ -169,6 +169,21 @@ def test_gemm_rejects_bad_operands():
         gemm(np.ones((2, 32), np.int8), qw)
 
 
+def test_acc_to_float_needs_one_exponent_per_row():
+    """A wrongly shaped exponent array would broadcast into a wrong result: refused, naming
+    the argument and the shape expected."""
+    acc = np.arange(12, dtype=np.int64).reshape(3, 4) << 24
+    assert np.array_equal(acc_to_float(acc, [0, 1, -1]),
+                          np.arange(12).reshape(3, 4) * np.array([[1.0], [2.0], [0.5]]))
+    with pytest.raises(ValueError, match=r"act_exp: expected one exponent per row of acc, "
+                                         r"shape \(3,\), got shape \(1,\)"):
+        acc_to_float(acc, [0])
+    with pytest.raises(ValueError, match=r"act_exp: .* got shape \(3, 1\)"):
+        acc_to_float(acc, np.zeros((3, 1), np.int32))
+    with pytest.raises(ValueError, match=r"acc: expected \[M, N\] accumulators"):
+        acc_to_float(acc.reshape(-1), np.zeros(12, np.int32))
+
+
 def test_end_to_end_accuracy_against_float64():
     rng = np.random.default_rng(5)
     w = rng.standard_normal((96, 384)).astype(np.float32) * 0.05
