@@ -571,6 +571,7 @@ class _Weights:
         def blocks(a):                            # [cb, g, L, 32]
             return a.reshape(n_cb, L, groups, 32).transpose(0, 2, 1, 3)
         self.msb_b, self.lsb_b = blocks(msb), blocks(lsb)
+        self.last_codes = q[-L:]                                     # the last column block
         self.scl_b = scale.reshape(n_cb, L, groups).transpose(0, 2, 1)     # [cb, g, L]
         self.mode, self.pe, self.row_blocks = mode, pe, row_blocks
         self.planes = self.halves = 2 if mode is Mode.FULL else 1
@@ -579,12 +580,15 @@ class _Weights:
                          wait=True, release=True)
         self.out_base_of = out_base_of
 
-    def words(self, n) -> int:
-        """ld words of a job of ``n`` column blocks (planes and scale words)."""
-        return n * self.groups * self.planes + -(-n * self.groups // 8)
+    def words(self, n, groups=None) -> int:
+        """ld words of a job of ``n`` column blocks (planes and scale words) of ``groups``
+        groups each (default: all of K)."""
+        g = self.groups if groups is None else groups
+        return n * g * self.planes + -(-n * g // 8)
 
-    def beats(self, n) -> int:
-        return n * self.groups * self.row_blocks * self.halves
+    def beats(self, n, groups=None) -> int:
+        """Tile beats of a job of ``n`` column blocks of ``groups`` groups (default: K)."""
+        return n * (self.groups if groups is None else groups) * self.row_blocks * self.halves
 
     def heavy(self, ld_cycles) -> bool:
         """Whether a whole buffer-full takes longer to load at ``ld_cycles`` per word than its
@@ -609,13 +613,12 @@ class _Weights:
         """The last column block's accumulations cannot saturate in any order: per lane,
         the sum over its groups of ``|scale term|`` of ``128 x sum (16 |msb| + lsb)`` (the
         largest slice psums any int8 activations give) stays below 2^63."""
-        L = self.pe.lanes
-        msb, lsb = self.msb_b[-1].astype(np.int64), self.lsb_b[-1].astype(np.int64)  # [g, L, 32]
-        msb = np.where(msb > 7, msb - 16, msb)                     # the nibbles' signed values
-        psum = 128 * (16 * np.abs(msb) + lsb).sum(axis=-1)        # [g, L]
-        scale = self.scl_b[-1].view(np.float16)                    # [g, L]
-        bound = [sum(abs(int(t)) for t in scale_term(psum[:, n], scale[:, n]))
-                 for n in range(L)]
+        L, G = self.pe.lanes, self.groups
+        codes = self.last_codes                                     # [L, K]
+        mag = 16 * np.abs(msb_slice(codes).astype(np.int64)) + lsb_slice(codes)
+        psum = 128 * mag.reshape(L, G, 32).sum(axis=-1)             # [L, g]
+        scale = self.scl_b[-1].T.view(np.float16)                  # [L, g]
+        bound = [sum(abs(int(t)) for t in scale_term(psum[n], scale[n])) for n in range(L)]
         return max(bound) < INT64_MAX
 
     def _job(self, j0, n, g0, g1, gemms) -> _Job:
@@ -633,8 +636,7 @@ class _Weights:
         for k, f in enumerate(gemms):
             f["wait"], f["release"] = k == 0, k == len(gemms) - 1
         return _Job(planes=planes, scales=scales, gemm=gemms[0], chain=gemms[1:],
-                    beats=n * g * self.row_blocks * self.halves,
-                    words=n * g * self.planes + -(-n * g // 8))
+                    beats=self.beats(n, g), words=self.words(n, g))
 
     def jobs(self, sizes, *, k_tail=0) -> list:
         """Jobs of ``sizes`` column blocks each, in order (they must cover the matrix). With
