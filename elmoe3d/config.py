@@ -341,6 +341,20 @@ class DramConfig:
         ns = self.ck(name) * self.tck_ns
         return -(-round(ns * clock_ghz * 1000) // 1000)
 
+    @property
+    def first_read_ck(self) -> int:
+        """DRAM clocks from the ACT of a closed bank to its first read burst complete:
+        tRCD + RL + the burst (:attr:`burst_ck`)."""
+        return self.ck("tRCD") + self.ck("RL") + self.burst_ck
+
+    def first_read_cycles(self, clock_ghz: float) -> int:
+        """:attr:`first_read_ck` in cycles of a ``clock_ghz`` logic clock (ceil): the DRAM's
+        share of the time from a read request to its first word (the controller's queue and
+        clock-edge phase add 3-4 cycles, the die's command port more: ``docs/host.md``
+        section 5). 33 for the HB bank, 47 for LPDDR5-6400 at 1 GHz."""
+        ns = self.first_read_ck * self.tck_ns
+        return -(-round(ns * clock_ghz * 1000) // 1000)
+
     def timing_table(self) -> list:
         """``[(name, ns, clocks), ...]`` for every timing parameter (docs and reports)."""
         return [(n, getattr(self, n), self.ck(n)) for n in DRAM_TIMINGS]
@@ -539,6 +553,13 @@ class ArchConfig:
     def hb_bytes_per_cycle(self) -> float:
         """HB bytes delivered per logic-die cycle per bank (51.2 at 1 GHz)."""
         return self.hb_bank_gbps / self.clock_ghz
+
+    @property
+    def hb_ld_words_per_cycle(self) -> float:
+        """PE words a bank delivers per logic cycle (:attr:`hb_bytes_per_cycle` / the PE
+        word: 0.8 on the small PE, 0.4 on mid, 0.1 on the paper PE): the ``ld`` pacing of an
+        HB-fed program."""
+        return self.hb_bytes_per_cycle / self.pe.word_bytes
 
     def cycles_to_us(self, cycles) -> float:
         """Logic-die ``cycles`` in microseconds at ``clock_ghz``."""

@@ -246,8 +246,7 @@ class DramController(CheckedComponent):
         """DRAM clocks from the ACT of a closed bank to its first read burst complete:
         tRCD + RL + burst (the logic-side latency adds the queue, the clock-edge phase and the
         read FIFO; the benches measure it)."""
-        d = self._dram
-        return d.ck("tRCD") + d.ck("RL") + d.burst_ck
+        return self._dram.first_read_ck
 
     @property
     def errors_latency(self) -> int:

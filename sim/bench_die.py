@@ -930,6 +930,54 @@ def run_die_bench(arch: ArchConfig | None = None, *, tests=None, seed=None, wave
 OVERLAP_GOAL = 1.0
 
 
+def perf_cycles(arch, tokens: int, phase: str, params=None) -> float:
+    """The performance model's cycles (:class:`~elmoe3d.sw.host.perf.PerfModel`, the die
+    feed) of the bench's ``test_phases`` case of ``tokens`` tokens in ``phase``: the same
+    routing, layer, cached experts and placement (expert e on group e mod the groups), the
+    model's shapes the bench's synthetic ``hidden`` x ``intermediate``, and the bench
+    build's EXT channels (``params["die"]``, :data:`DIE_DEFAULTS`) in ``arch``."""
+    import dataclasses
+    from ..sw.host.compiler import LayerWork, Placement, synthetic_model
+    from ..sw.host.perf import PerfModel
+    params = {**DEFAULTS, **(params or {})}
+    ch = die_kwargs(params)["ext_channels"]
+    arch = dataclasses.replace(arch, ext_channels=ch,
+                               ext_bytes=arch.ext_bytes // arch.ext_channels * ch,
+                               ext_gbps=arch.ext.peak_gbps * ch)
+    n = int(params["experts"])
+    layer = int(params["layers"].get(str(tokens), 0))
+    ids, wts, _ = read_routing(Path(params.get("routing") or default_routing()),
+                               problem=int(params["problem"]), layer=layer, tokens=int(tokens),
+                               n_experts=n)
+    cached = frozenset(int(e) for e in params["cached"])
+    if phase == "draft":
+        ids = np.where(np.isin(ids, list(cached)), ids, -1)
+    work = LayerWork(layer=layer, ids=ids, weights=np.asarray(wts, np.float32), cached=cached)
+    NG = arch.groups
+    groups = [{} for _ in range(NG)]
+    for e, t in work.expert_tokens().items():
+        groups[e % NG][e] = t
+    placement = Placement(groups=tuple(groups),
+                          cached=tuple(frozenset(set(g) & cached) for g in groups))
+    model = synthetic_model("mixtral-8x7b", (int(params["hidden"]), int(params["intermediate"])))
+    return PerfModel(arch, model).layer(work, placement, phase=phase,
+                                        step_tokens=int(tokens)).cycles
+
+
+#: Figure 9: the perf model's target against the die, per step kind (issue 26 item 6).
+PERF_TARGET = 0.05
+
+
+def perf_by_kind(cases) -> dict:
+    """``{phase: (die cycles, perf model cycles)}`` summed over figure 9's ``cases`` (the
+    per-kind comparison of :data:`PERF_TARGET`)."""
+    out = {}
+    for c in cases:
+        die, perf = out.get(c["phase"], (0, 0.0))
+        out[c["phase"]] = (die + c["cycles"], perf + c["perf_cycles"])
+    return out
+
+
 def die_figures(arch, seed=None) -> dict:
     """Figure 9: the die bench's ``test_phases`` with smooth traffic on ``arch``
     (:class:`~elmoe3d.config.ArchConfig`; the bench build, :data:`DIE_DEFAULTS`): per batch
@@ -950,7 +998,9 @@ def die_figures(arch, seed=None) -> dict:
         ex = r.get("exchange") or {}
         cases.append({
             "tokens": r["tokens"], "phase": r["phase"], "experts": r["experts_run"],
-            "cycles": r["cycles"], "hb_bytes_per_cycle": r["hb_bytes_per_cycle"],
+            "cycles": r["cycles"],
+            "perf_cycles": perf_cycles(arch, r["tokens"], r["phase"]),
+            "hb_bytes_per_cycle": r["hb_bytes_per_cycle"],
             "ext_bytes_per_cycle": r["ext_bytes_per_cycle"], "link_bytes": r["link_bytes"],
             "psum_cycles": ex.get("psum_cycles", 0), "overlap": ex.get("overlap"),
             "overlap_in_layer": ex.get("overlap_in_layer"),
@@ -999,7 +1049,7 @@ def print_die(console, figs) -> list:
                         f"peak {hb_peak:g} B/cycle, EXT {figs['ext_channels']} channels "
                         f"{ext_peak:g} B/cycle; overlap goal {figs['overlap_goal']:g})",
                   title_justify="left", caption=DIE_DEFINITION, caption_justify="left")
-    for col in ("T", "phase", "cycles", "HB B/cycle", "EXT B/cycle", "link bytes",
+    for col in ("T", "phase", "cycles", "perf model", "HB B/cycle", "EXT B/cycle", "link bytes",
                 "psum cycles", "overlap (in layer)", "exposed (final)", "compared", "mismatches",
                 "DRAM viol.", "target"):
         table.add_column(col, justify="left" if col in ("phase", "target") else "right")
@@ -1020,6 +1070,7 @@ def print_die(console, figs) -> list:
         exposed = (f"{c['exposed_cycles']:,} ({c['exposed_final_cycles']:,}) "
                    f"{c['exposed_share']:.1%}") if verify else "-"
         table.add_row(str(c["tokens"]), c["phase"], f"{c['cycles']:,}",
+                      f"{c['perf_cycles']:,.0f} ({c['perf_cycles'] / c['cycles'] - 1:+.1%})",
                       f"{c['hb_bytes_per_cycle']:.1f} ({c['hb_bytes_per_cycle'] / hb_peak:.0%})",
                       f"{c['ext_bytes_per_cycle']:.1f} "
                       f"({c['ext_bytes_per_cycle'] / ext_peak:.0%})",
@@ -1027,6 +1078,15 @@ def print_die(console, figs) -> list:
                       overlap, exposed, f"{c['comparisons']:,}", str(c["mismatches"]),
                       str(c["violations"]), "[green]met[/]" if ok else "[red]MISSED[/]")
     console.print(table)
+    kinds = perf_by_kind(figs["cases"])
+    if kinds:
+        console.print("perf model (die feed) / die, per step kind over the batches: " + "; ".join(
+            f"{k} {perf:,.0f} / {die:,} ({perf / die - 1:+.1%})"
+            for k, (die, perf) in kinds.items()) + f"; target within {PERF_TARGET:.0%}")
+    for k, (die, perf) in kinds.items():
+        if abs(perf / die - 1) > PERF_TARGET:
+            missed.append(f"die {k}: the perf model's {perf:,.0f} cycles are "
+                          f"{perf / die - 1:+.1%} off the die's {die:,}")
     if not figs["cases"]:
         missed.append("logic die: no case measured")
     for line in figs["failures"]:

@@ -572,7 +572,7 @@ def ld_rate_words(arch: ArchConfig, value="hb") -> float:
 
     Raises ``ValueError`` naming the value otherwise."""
     if value is None or str(value).lower() == "hb":
-        return arch.hb_bytes_per_cycle / arch.pe.word_bytes
+        return arch.hb_ld_words_per_cycle
     if str(value).lower() == "full":
         return 1.0
     try:
@@ -647,7 +647,7 @@ async def test_hb_roofline(dut):
         hidden = int(params["hidden"])
         inter = int(params.get("roofline_intermediate", 256))
         n_exp = int(params["experts"])
-        rate = bench.arch.hb_bytes_per_cycle / bench.pe.word_bytes
+        rate = bench.arch.hb_ld_words_per_cycle
         rng = bench.rng("roofline")
         experts = synthetic_experts(rng, n_exp, hidden, inter)
         path = Path(params.get("routing") or default_routing())

@@ -484,11 +484,11 @@ def _one_run(doc, args, depth, be, ctx, trace, schedule, acceptance, layers, rea
     run["wall_seconds"] = {"schedule": t_sched, "backend": t_run}
     if be.perf_beside:
         # the perf model on the same steps and shapes, beside the measured figures
-        perf = run_perf(steps, arch, model)
+        perf = run_perf(steps, arch, model, feed=be.perf_feed)
         for r, p in zip(recs, perf):
             r["perf_cycles"] = p["cycles"]
         run["perf_cycles"] = sum(p["cycles"] for p in perf)
-        run["perf_compute"] = compute_figures(arch, model)
+        run["perf_compute"] = compute_figures(arch, model, be.perf_feed)
     toks = trace.token_count()
     run["tokens_simulated_per_s"] = toks / (t_sched + t_run) if t_sched + t_run else None
     run["steps"] = recs

@@ -191,6 +191,15 @@ class CycleEstimate:
         span = self._beats_span()
         return 0 if span is None else self.cycles - 1 - span[1]
 
+    @property
+    def tail_cycles(self) -> int:
+        """Cycles after the last ``ld`` word (the work that follows the program's last
+        weight or activation word: the last GEMMs' beats, the drain, the reductions,
+        OUTPUT, STATUS); what a PE whose ``ld`` stream is the bound adds after the stream
+        (run at a low ``ld_rate`` for that). :attr:`cycles` if the program loads nothing."""
+        ends = [c.end for c in self.commands if c.op == "LOAD" and c.end >= c.start]
+        return self.cycles if not ends else self.cycles - 1 - max(ends)
+
     def by_op(self) -> dict:
         """``{op: (commands, work cycles, waited cycles)}`` summed over the commands."""
         out = {}

@@ -44,12 +44,28 @@ Timing: double-buffered streams overlap, so a group's layer time is the largest 
 time (busiest bank: read + written bytes / ``hb_bytes_per_cycle``), its compute time (busiest
 PE's compute cycles) and its link time; the EXT stream is shared by the die: ring bytes / min(EXT, streamline)
 bytes per cycle. A layer takes the maximum of the busiest group and the EXT time (its *bound*
-names which); a step is its layers in sequence. Energy:
+names which); a step is its layers in sequence.
+
+The feed (``feed``, :data:`~.perf_calib.FEEDS`): ``"die"`` (the default) is the logic die's:
+a busy group's HB and compute times start after its first word (``head_hb``, the HB's first
+read, :meth:`~elmoe3d.config.DramConfig.first_read_cycles`: tRCD + RL + a burst, 33 cycles;
+``head_ext``, 47, for a group whose experts all stream from EXT), the programs' cycles are
+taken at the HB bank's ``ld`` rate where the program table has it (0.8 words a cycle on the
+small PE), and a layer's EXT time adds the EXT's first read and the work after its last word:
+the largest tail (:meth:`~.perf_calib.ComputeCycles.tail`, the cycle model's cycles after the
+last ``ld`` word of a program ending in that expert, stream-bound) of a group's last expert
+with EXT bytes, with the OUT reduction and OUTPUT of the step's tokens. ``"ideal"`` is the
+RTL / golden backends' feed (each PE program alone, a word every cycle from the first): none
+of these. Against the die bench (``elmoe3d.sim.bench_die.perf_cycles``, ``docs/host.md``
+section 7) the die feed is within 5% per step kind.
+
+Energy:
 :meth:`~elmoe3d.config.ArchConfig.access_energy_pj` of the HB (read + written) and EXT bytes:
 HB bits x ``hb_pj_per_bit`` + EXT bits x ``ext_pj_per_bit`` (the paper's figures; link and
 compute energy have no figure in the configuration and are not counted). Not modelled:
-attention and the dense layers, the host link, link waits between a group's PEs and DRAM
-row-miss / refresh losses (``make bench`` measures those: >= 97% of peak on streaming reads).
+attention and the dense layers, the host link and the die's command port, link waits between
+a group's PEs, a PE that cannot take its words holding up the EXT ring, and DRAM row-miss /
+refresh losses (``make bench`` measures those: >= 97% of peak on streaming reads).
 """
 
 from __future__ import annotations
@@ -62,7 +78,7 @@ import numpy as np
 from ...config import ArchConfig
 from .compiler import LayerWork, Placement, step_work, write_arrays
 from .models import QUANT_GROUP, model_preset
-from .perf_calib import compute_cycles
+from .perf_calib import FEEDS, compute_cycles
 
 
 __all__ = ["ExpertCost", "LayerCost", "StepCost", "PerfModel", "token_slices",
@@ -161,13 +177,24 @@ class PerfModel:
     (whole 32-weight groups; uneven when the intermediate size is not a multiple of 32 x
     ``pes_per_group``). MXFP4 experts (GPT-OSS-20B) have no LSB slice: 4-bit weights
     throughout, at the W4A8 peak; a verify runs a cached one as the draft runs it (HB-only
-    tensor parallelism) and streams an uncached one whole from EXT."""
+    tensor parallelism) and streams an uncached one whole from EXT.
 
-    def __init__(self, arch: ArchConfig, model):
+    ``feed``: ``"die"`` (default) or ``"ideal"`` (:data:`~.perf_calib.FEEDS`; module
+    docstring, "The feed"); another value raises ``ValueError``."""
+
+    def __init__(self, arch: ArchConfig, model, *, feed: str = "die"):
         if not isinstance(arch, ArchConfig):
             raise TypeError(f"arch: expected an ArchConfig, got {type(arch).__name__}")
+        if feed not in FEEDS:
+            raise ValueError(f"feed: expected one of {FEEDS}, got {feed!r}")
         self.arch = arch
+        self.feed = feed
         self.model = model_preset(model)
+        #: The first word of a layer-step's HB / EXT stream, cycles after its start
+        #: (:meth:`~elmoe3d.config.DramConfig.first_read_cycles`; 0 in the ``"ideal"`` feed).
+        die = feed == "die"
+        self.head_hb = arch.hb.first_read_cycles(arch.clock_ghz) if die else 0
+        self.head_ext = arch.ext.first_read_cycles(arch.clock_ghz) if die else 0
         self.pe = arch.pe
         G = arch.pes_per_group
         self.G = G
@@ -187,7 +214,7 @@ class PerfModel:
         self._tables = {}
         #: The calibrated compute term (:mod:`.perf_calib`): per-PE cycles of each expert and
         #: of each group program, from the PE cycle model where a table has the shape.
-        self.calib = compute_cycles(arch, self.model)
+        self.calib = compute_cycles(arch, self.model, feed)
         self._comp = {}
         self._comp_tables = {}
         # HB bytes per bank of n HB-resident experts on a group, added one by one as
@@ -284,7 +311,7 @@ class PerfModel:
         layer's :class:`~.compiler.PoolWrite` records."""
         G, R = self.G, self.pe.rows
         groups = {}
-        ext = 0.0
+        ext = tail = 0.0
         hb_read = hb_write = link_b = macs = tile = 0.0
         experts = []
         for g, ex in enumerate(placement.groups):
@@ -295,11 +322,13 @@ class PerfModel:
             words = 0
             comp = np.zeros(G)
             rot = 0
+            last = None
             for e, n in sorted(ex.items()):
                 c = self.expert(e, n, phase=phase, cached=e in placement.cached[g])
                 experts.append(c)
                 cyc, r = self.compute(n, phase=phase, cached=e in placement.cached[g])
                 comp = comp + cyc[rot % G]
+                last = (n, e in placement.cached[g], rot % G, c.ext_bytes)
                 rot += r
                 hb_pe = [a + b for a, b in zip(hb_pe, c.hb_bytes)]
                 ext += c.ext_bytes
@@ -311,19 +340,29 @@ class PerfModel:
             n_wr = sum(1 for w in writes if w.group == g)
             wr = [n_wr * self.msb * s for s in self._share]
             ext += sum(self.msb for w in writes if w.group == g and w.extra)
+            head = 0
             if ex:
                 comp = comp + self.calib.base(phase, step_tokens)
+                head = self.head_hb if placement.cached[g] & ex.keys() else self.head_ext
+                n, cached, j, x = last
+                if x:
+                    # the program's work after the last word of its last expert's stream
+                    tl = (self.calib.tail(phase, cached, n)[j]
+                          + self.calib.base(phase, step_tokens) - self.calib.base(phase, n))
+                    tail = max(tail, float(max(tl)))
             per_pe = [a / self.peak4 + b / self.peak8 for a, b in zip(w4, w8)]
-            compute = float(max(comp))
+            compute = float(max(comp)) + head
             tile += sum(per_pe)
             lb = words * self.pe.word_bytes
-            groups[g] = {"hb": max(a + b for a, b in zip(hb_pe, wr)) / self.hb_bpc,
+            groups[g] = {"hb": max(a + b for a, b in zip(hb_pe, wr)) / self.hb_bpc + head,
                          "compute": compute, "link": lb / self.link_bpc}
             hb_read += sum(hb_pe)
             hb_write += sum(wr)
             link_b += lb
             macs += sum(w4) + sum(w8)
         ext_cycles = ext / self.ext_bpc
+        if ext and self.feed == "die":
+            ext_cycles = ext_cycles + (self.head_ext + tail)
         terms = [("ext", ext_cycles)] + [(k, v[k]) for v in groups.values()
                                          for k in ("hb", "compute", "link")]
         bound, cycles = max(terms, key=lambda kv: kv[1]) if terms else ("ext", 0.0)
@@ -359,18 +398,22 @@ class PerfModel:
 
     def _comp_table(self, phase, n):
         """:meth:`compute` of 0 .. ``n - 1`` tokens (row 0: none) of both kinds (0: uncached,
-        1: HB-resident) as arrays: cycles float ``[2, n, G, G]`` (rotation, PE) and rotations
-        int64 ``[2, n]``; kept per phase and grown as :meth:`_table` grows."""
+        1: HB-resident) as arrays: cycles float ``[2, n, G, G]`` (rotation, PE), rotations
+        int64 ``[2, n]`` and the tails float ``[2, n, G, G]``
+        (:meth:`.perf_calib.ComputeCycles.tail`); kept per phase and grown as :meth:`_table`
+        grows."""
         t = self._comp_tables.get(phase)
         if t is not None and t[0].shape[1] >= n:
             return t
         G = self.G
         comp = np.zeros((2, n, G, G))
         rot = np.zeros((2, n), np.int64)
+        tail = np.zeros((2, n, G, G))
         for c in ((1,) if phase == "draft" else (0, 1)):
             for k in range(1, n):
                 comp[c, k], rot[c, k] = self.compute(k, phase=phase, cached=bool(c))
-        t = self._comp_tables[phase] = (comp, rot)
+                tail[c, k] = self.calib.tail(phase, bool(c), k)
+        t = self._comp_tables[phase] = (comp, rot, tail)
         return t
 
     def step_summary(self, step) -> StepCost:
@@ -482,13 +525,13 @@ class PerfModel:
         # the calibrated compute term: each expert's per-PE cycles at its rotation, summed
         # per group program in program order, plus the program's base (as layer() adds them)
         ctab = [self._comp_table(ph, n) if tabs.get(ph) is not None else
-                (np.zeros((2, n, G, G)), np.zeros((2, n), np.int64))
+                (np.zeros((2, n, G, G)), np.zeros((2, n), np.int64), np.zeros((2, n, G, G)))
                 for ph in ("draft", "verify")]
         tab_c = np.concatenate([c[0][:, :n] for c in ctab])                 # [4, n, G, G]
         tab_r = np.concatenate([c[1][:, :n] for c in ctab])                 # [4, n]
         k = verify[rj] * 2 + kind
         comp = self.calib.cells(tab_c[k, t], tab_r[k, t], cell, e, m).reshape(Rn, Gr, G)
-        nb = int(ntok.max()) + 1 if Rn else 1
+        nb = max(int(ntok.max()) + 1 if Rn else 1, n)
         base = np.stack([np.stack([self.calib.base(ph, x) for x in range(nb)])
                          for ph in ("draft", "verify")])                  # [2, nb, G]
         comp = np.where(busy[:, :, None], comp + base[verify.astype(np.int64), ntok][:, None],
@@ -497,6 +540,20 @@ class PerfModel:
         active = busy | (n_wr > 0)
         ext = (ext_g + n_x * self.msb).sum(axis=1).astype(np.float64)
         ext_cycles = ext / self.ext_bpc
+        # the die's feed (layer()): a busy group starts a DRAM read in (HB when it has an
+        # HB-resident expert, else EXT); a layer's EXT stream adds its first read and the
+        # work after its last word: the largest tail of a group's last expert with EXT bytes
+        head = np.where(n_cached > 0, float(self.head_hb), float(self.head_ext)) * busy
+        if self.feed == "die" and len(cell):
+            tab_t = np.concatenate([c[2][:, :n] for c in ctab])             # [4, n, G, G]
+            j, last = self.calib.rotations(tab_r[k, t], cell, e)
+            sel = np.flatnonzero(last & (x[:, 0] > 0))
+            ph = verify[rj[sel]].astype(np.int64)
+            tl = (tab_t[k[sel], t[sel], j[sel]] + base[ph, ntok[rj[sel]]]
+                  - base[ph, t[sel]]).max(axis=1)
+            tail = np.zeros(Rn)
+            np.maximum.at(tail, rj[sel], tl)
+            ext_cycles = np.where(ext > 0, ext_cycles + (self.head_ext + tail), ext_cycles)
         def pe_max(x):
             # the busiest PE of each (row, group): a max over the short last axis, column by
             # column (NumPy's reduction over a 4-wide axis is slow)
@@ -505,7 +562,7 @@ class PerfModel:
                 m = np.maximum(m, x[:, :, c])
             return m
 
-        terms = np.stack([pe_max(hb_pe + wr) / self.hb_bpc, pe_max(comp),
+        terms = np.stack([pe_max(hb_pe + wr) / self.hb_bpc + head, pe_max(comp) + head,
                           lb / self.link_bpc], axis=2)                    # [Rn, Gr, 3]
         terms = np.where(active[:, :, None], terms, -np.inf).reshape(Rn, Gr * 3)
         terms = np.concatenate([ext_cycles[:, None], terms], axis=1)

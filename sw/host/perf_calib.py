@@ -26,9 +26,11 @@ Where the figures come from (:attr:`ComputeCycles.source`):
   = cycles(prefix + expert) - cycles(prefix), the prefix G + j one-token HB-resident experts
   (so the expert starts at rotation j, after another expert as in a real program), and
   ``base_p(T)`` = cycles of a lone one-token HB-resident expert over ``T`` step tokens less
-  its ``m_p``; ``ld`` at a word a cycle (the RTL backend's pacing, :mod:`elmoe3d.sim.bench_host`;
-  the HB and EXT streams are the model's separate bounds), link words present (the RTL
-  backend runs each PE alone with its link words delivered). Shipped for the ``small``
+  its ``m_p``; ``ld`` at a word a cycle (the ``"ideal"`` feed: the RTL backend's pacing,
+  :mod:`elmoe3d.sim.bench_host`; the HB and EXT streams are the model's separate bounds) and
+  again at the HB bank's rate (the ``"die"`` feed, :data:`FEEDS`), link words present (the
+  RTL backend runs each PE alone with its link words delivered); and each program's tail
+  after its last ``ld`` word when its stream is the bound (:meth:`ComputeCycles.tail`). Shipped for the ``small``
   configuration's synthetic experts (:data:`~.perf_calib_table.TABLE`, written by ``python -m
   elmoe3d.sw.host.perf_calib``; a few seconds), for every ``t`` and ``T`` the PE holds (22
   tokens at H = 64): on ``make sim``'s trace run the largest ``cycles_p`` is within 6 cycles
@@ -67,6 +69,7 @@ from .compute_calib import SEED, pe_key, table_main, write_table_module
 MODULE = "elmoe3d.sw.host.perf_calib"
 
 __all__ = ["ComputeCycles", "compute_cycles", "program_table", "group_program_cycles",
+           "group_program_estimates", "FEEDS", "STARVED_LD_RATE",
            "table_shapes", "write_table"]
 
 
@@ -77,13 +80,14 @@ def _synthetic_experts(hidden: int, intermediate: int, n: int) -> list:
     return [Expert.quantize(*w) for w in synthetic_experts(rng, n, hidden, intermediate)]
 
 
-def group_program_cycles(arch: ArchConfig, hidden: int, intermediate: int, phase: str,
-                         tokens: int, experts) -> list:
-    """Per-PE :func:`~.pe_cycles.program_cycles` (``ld`` a word a cycle, the programs' ``ld``
-    words) of the group program :func:`.parallel.compile_group` emits for ``phase`` over
-    ``tokens`` step tokens with ``experts`` = ``[(t, cached)]`` in program order (expert i
-    routed tokens ``0 .. t - 1``; seeded synthetic ``hidden`` x ``intermediate`` weights).
-    Raises :class:`~elmoe3d.sw.golden.asm.ProgramError` when the PE cannot hold it."""
+def group_program_estimates(arch: ArchConfig, hidden: int, intermediate: int, phase: str,
+                            tokens: int, experts, *, ld_rate: float = 1.0) -> list:
+    """Per-PE :func:`~.pe_cycles.program_cycles` estimates (``ld`` at ``ld_rate`` words a
+    cycle, the programs' ``ld`` words) of the group program :func:`.parallel.compile_group`
+    emits for ``phase`` over ``tokens`` step tokens with ``experts`` = ``[(t, cached)]`` in
+    program order (expert i routed tokens ``0 .. t - 1``; seeded synthetic ``hidden`` x
+    ``intermediate`` weights). Raises :class:`~elmoe3d.sw.golden.asm.ProgramError` when the
+    PE cannot hold it."""
     from .parallel import compile_group
     from .pe_cycles import program_cycles
     n = max(len(experts), 1)
@@ -96,8 +100,15 @@ def group_program_cycles(arch: ArchConfig, hidden: int, intermediate: int, phase
     job = compile_group(x, _experts(hidden, intermediate), (ids, w), phase=phase, config=arch,
                         cached=[i for i, (_, c) in enumerate(experts) if c],
                         group_experts=list(range(n)))
-    return [program_cycles(job.programs[p], ld_rate=1.0, ld=job.ld[p]).cycles
+    return [program_cycles(job.programs[p], ld_rate=ld_rate, ld=job.ld[p])
             for p in range(job.pes)]
+
+
+def group_program_cycles(arch: ArchConfig, hidden: int, intermediate: int, phase: str,
+                         tokens: int, experts, *, ld_rate: float = 1.0) -> list:
+    """The per-PE cycles of :func:`group_program_estimates` (ints)."""
+    return [e.cycles for e in group_program_estimates(arch, hidden, intermediate, phase,
+                                                      tokens, experts, ld_rate=ld_rate)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -105,18 +116,42 @@ def _experts(hidden, intermediate):
     return tuple(_synthetic_experts(hidden, intermediate, 16))
 
 
+#: How the PEs' ``ld`` words arrive (:class:`ComputeCycles`, :class:`.perf.PerfModel`):
+#: ``"die"`` as on the logic die (an HB-resident slice at the HB bank's rate, the streams'
+#: first words a DRAM read latency in, a bound stream's programs finishing after its last
+#: word); ``"ideal"`` a word every cycle from the first (the RTL backend's pacing,
+#: :mod:`elmoe3d.sim.bench_host`, which runs each PE alone with its words at hand).
+FEEDS = ("die", "ideal")
+
+#: ``ld`` words a cycle at which a program's :attr:`~.pe_cycles.CycleEstimate.tail_cycles`
+#: are taken: well below any PE's own pace, so the tail is the work that follows the last word
+#: of a stream that bounds the program (the same figure at any lower rate; a test checks).
+STARVED_LD_RATE = 1 / 8
+
+
 def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) -> dict:
     """The ``"programs"`` figures (module docstring) of ``arch``'s group on ``hidden`` x
     ``intermediate`` experts, for every ``t`` and ``T`` from 1 to the most tokens the PE
     holds: ``{"pes", "rows", "tmax", "base": {phase: [[G] per T = 0 .. tmax]}, "expert":
-    {phase: [[[[G] per j] per t = 0 .. tmax] per kind (0 uncached, 1 cached)]}}`` (ints,
-    cycles; the draft's uncached kind and row 0 are zeros)."""
+    {phase: [[[[G] per j] per t = 0 .. tmax] per kind (0 uncached, 1 cached)]}, "die":
+    {"ld_rate", "base", "expert"} or None, "tail": {phase: [[[[G] per j] per t] per
+    kind]}}`` (ints, cycles; the draft's uncached kind and row 0 are zeros). ``base`` and
+    ``expert`` at ``ld`` a word a cycle (the RTL backend's pacing); ``die`` the same at the
+    HB bank's rate (:attr:`~elmoe3d.config.ArchConfig.hb_ld_words_per_cycle`; None when that
+    is a word a cycle or more); ``tail`` each PE's cycles after its last ``ld`` word
+    (:attr:`~.pe_cycles.CycleEstimate.tail_cycles` at :data:`STARVED_LD_RATE`) of a program
+    ending in that expert, over ``t`` step tokens."""
     from ..golden.asm import ProgramError
     G, R = arch.pes_per_group, arch.tile.rows
+    hb_rate = arch.hb_ld_words_per_cycle
 
     @functools.lru_cache(maxsize=None)
-    def cyc(phase, T, experts):
-        return group_program_cycles(arch, hidden, intermediate, phase, T, list(experts))
+    def est(phase, T, experts, rate):
+        return group_program_estimates(arch, hidden, intermediate, phase, T, list(experts),
+                                       ld_rate=rate)
+
+    def cyc(phase, T, experts, rate=1.0):
+        return [e.cycles for e in est(phase, T, experts, rate)]
 
     tmax = 0
     while True:
@@ -131,28 +166,49 @@ def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) ->
         raise ValueError(f"{arch.name}: the PE holds {tmax} tokens of {hidden} x "
                          f"{intermediate} experts, fewer than the table needs")
 
-    def marg(ph, cached, t, j):
-        pre = ((1, True),) * (G + j)
-        return [b - a for a, b in zip(cyc(ph, t, pre), cyc(ph, t, pre + ((t, cached),)))]
+    def kinds(ph):
+        return (0, 1) if ph == "verify" else (1,)
 
-    out = {"pes": G, "rows": R, "tmax": tmax, "base": {}, "expert": {}}
+    def prefix(j):
+        return ((1, True),) * (G + j)
+
+    def figures(rate):
+        out = {"base": {}, "expert": {}}
+        for ph in ("draft", "verify"):
+            js = range(G) if ph == "verify" else [0]
+            ex = np.zeros((2, tmax + 1, G, G), np.int64)
+            for c in kinds(ph):
+                for t in range(1, tmax + 1):
+                    for j in js:
+                        pre = prefix(j)
+                        ex[c, t, j] = [b - a for a, b in zip(
+                            cyc(ph, t, pre, rate), cyc(ph, t, pre + ((t, bool(c)),), rate))]
+                    if ph == "draft":
+                        ex[c, t, 1:] = ex[c, t, 0]
+            base = np.zeros((tmax + 1, G), np.int64)
+            for T in range(1, tmax + 1):
+                base[T] = np.array(cyc(ph, T, ((1, True),), rate)) - ex[1, 1, 0]
+            out["base"][ph] = base.tolist()
+            out["expert"][ph] = ex.tolist()
+            if say:
+                say(f"{arch.name} {hidden}x{intermediate} {ph} (ld {rate:g} a cycle): tmax "
+                    f"{tmax}, one token {ex[1, 1, 0].tolist()} + base {base[1].tolist()}")
+        return out
+
+    out = {"pes": G, "rows": R, "tmax": tmax, **figures(1.0), "die": None, "tail": {}}
+    if hb_rate < 1:
+        out["die"] = {"ld_rate": hb_rate, **figures(hb_rate)}
     for ph in ("draft", "verify"):
         js = range(G) if ph == "verify" else [0]
-        ex = np.zeros((2, tmax + 1, G, G), np.int64)
-        for c in ((0, 1) if ph == "verify" else (1,)):
+        tail = np.zeros((2, tmax + 1, G, G), np.int64)
+        for c in kinds(ph):
             for t in range(1, tmax + 1):
                 for j in js:
-                    ex[c, t, j] = marg(ph, bool(c), t, j)
+                    tail[c, t, j] = [e.tail_cycles for e in est(
+                        ph, t, prefix(j) + ((t, bool(c)),), STARVED_LD_RATE)]
                 if ph == "draft":
-                    ex[c, t, 1:] = ex[c, t, 0]
-        base = np.zeros((tmax + 1, G), np.int64)
-        for T in range(1, tmax + 1):
-            base[T] = np.array(cyc(ph, T, ((1, True),))) - ex[1, 1, 0]
-        out["base"][ph] = base.tolist()
-        out["expert"][ph] = ex.tolist()
-        if say:
-            say(f"{arch.name} {hidden}x{intermediate} {ph}: tmax {tmax}, one token "
-                f"{ex[1, 1, 0].tolist()} + base {base[1].tolist()}")
+                    tail[c, t, 1:] = tail[c, t, 0]
+        out["tail"][ph] = tail.tolist()
     return out
 
 
@@ -177,9 +233,12 @@ class ComputeCycles:
     rotation, :meth:`rotation`, :meth:`base` ``[G]``; :attr:`source` (``"programs"``,
     ``"ffn"`` or ``"roofline"``) and :attr:`note` (what the figures are, one line)."""
 
-    def __init__(self, arch: ArchConfig, model):
+    def __init__(self, arch: ArchConfig, model, feed: str = "ideal"):
+        if feed not in FEEDS:
+            raise ValueError(f"feed: expected one of {FEEDS}, got {feed!r}")
         self.arch = arch
         self.model = model
+        self.feed = feed
         self.G = arch.pes_per_group
         self.R = arch.tile.rows
         self.peak = {4: arch.tile.peak_macs_per_cycle(4), 8: arch.tile.peak_macs_per_cycle(8)}
@@ -190,14 +249,24 @@ class ComputeCycles:
         row = None if self.mxfp4 else TABLE.get((key, H, I))
         self._ffn = {}
         self._past = {}                  # base rows extrapolated past the table, by tokens
+        self._tail = None
         if row is not None:
             self.source = "programs"
             self.tmax = row["tmax"]
-            self._base = {ph: np.array(v, np.float64) for ph, v in row["base"].items()}
-            self._ex = {ph: np.array(v, np.float64) for ph, v in row["expert"].items()}
+            figs, rate = row, "a word a cycle"
+            if feed == "die":
+                hb = arch.hb_ld_words_per_cycle
+                if hb < 1 and row["die"] is not None and row["die"]["ld_rate"] == hb:
+                    figs, rate = row["die"], f"the HB bank's {hb:g} words a cycle"
+                elif hb < 1:
+                    rate = (f"a word a cycle: the table has no row at this HB rate, "
+                            f"{hb:g} words a cycle")
+                self._tail = {ph: np.array(v, np.float64) for ph, v in row["tail"].items()}
+            self._base = {ph: np.array(v, np.float64) for ph, v in figs["base"].items()}
+            self._ex = {ph: np.array(v, np.float64) for ph, v in figs["expert"].items()}
             self.note = (f"compute: the compiler's programs' cycles (program_cycles, shipped "
-                         f"table, {H}x{I}, up to {self.tmax} tokens; more tokens extrapolated "
-                         f"along a row-block rotation's slope)")
+                         f"table, {H}x{I}, up to {self.tmax} tokens, ld at {rate}; more "
+                         f"tokens extrapolated along a row-block rotation's slope)")
             return
         from .compute_calib import _lookup
         from .compute_calib_table import TABLE as FFN
@@ -248,6 +317,21 @@ class ComputeCycles:
         # slices are equal (every preset splits I evenly over its group but MXFP4, not rolled)
         return np.stack([np.roll(c, j) for j in range(G)])
 
+    def tail(self, phase: str, cached: bool, tokens: int) -> np.ndarray:
+        """float ``[G, G]``: row ``j`` each PE's cycles after its last ``ld`` word in a
+        program whose last expert is this one (``tokens`` tokens, ``cached``: HB-resident,
+        started at rotation ``j``; the program over ``tokens`` step tokens) when its ``ld``
+        stream is the bound (:data:`STARVED_LD_RATE`). Zeros unless :attr:`feed` is
+        ``"die"`` and :attr:`source` ``"programs"``."""
+        G = self.G
+        if self._tail is None:
+            return np.zeros((G, G))
+        tl = self._tail[phase]
+        if tokens > self.tmax:
+            tl = _extend(tl.transpose(1, 0, 2, 3), tokens + 1,
+                         G * self.R).transpose(1, 0, 2, 3)
+        return np.array(tl[int(bool(cached)), tokens], np.float64)
+
     def base(self, phase: str, tokens: int) -> np.ndarray:
         """float ``[G]``: each PE's cycles outside its experts in a program over ``tokens``
         step tokens (CLEAR, the verify's OUT reduction, OUTPUT, STATUS, the first fill);
@@ -273,6 +357,17 @@ class ComputeCycles:
         n = len(cell)
         if not n:
             return np.zeros((n_cells, G))
+        j, _ = self.rotations(rot, cell, order_key)
+        x = cyc[np.arange(n), j]                                            # [n, G]
+        return np.bincount((cell[:, None] * G + np.arange(G)).ravel(), x.ravel(),
+                           n_cells * G).reshape(n_cells, G)
+
+    def rotations(self, rot, cell, order_key) -> tuple:
+        """``(j, last)`` of routed experts given as arrays (:meth:`cells`): ``j`` int ``[n]``
+        the rotation each starts at (the sum of ``rot`` over the experts before it in its
+        cell, mod G), ``last`` bool ``[n]`` whether it is its cell's last in program
+        order."""
+        n = len(cell)
         order = np.lexsort((order_key, cell))
         r = rot[order]
         cs = np.cumsum(r)
@@ -281,23 +376,24 @@ class ComputeCycles:
         start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
         before = cs - r - (cs[start] - r[start])
         j = np.empty(n, np.int64)
-        j[order] = before % G
-        x = cyc[np.arange(n), j]                                            # [n, G]
-        return np.bincount((cell[:, None] * G + np.arange(G)).ravel(), x.ravel(),
-                           n_cells * G).reshape(n_cells, G)
+        j[order] = before % self.G
+        last = np.empty(n, bool)
+        last[order] = np.r_[c[1:] != c[:-1], True]
+        return j, last
 
 
 @functools.lru_cache(maxsize=None)
-def _cached(arch, model):
-    return ComputeCycles(arch, model)
+def _cached(arch, model, feed):
+    return ComputeCycles(arch, model, feed)
 
 
-def compute_cycles(arch: ArchConfig, model) -> ComputeCycles:
-    """The :class:`ComputeCycles` of ``arch`` on ``model`` (kept: the tables are read once)."""
+def compute_cycles(arch: ArchConfig, model, feed: str = "ideal") -> ComputeCycles:
+    """The :class:`ComputeCycles` of ``arch`` on ``model`` at ``feed`` (:data:`FEEDS`; kept:
+    the tables are read once)."""
     try:
-        return _cached(arch, model)
+        return _cached(arch, model, feed)
     except TypeError:                                   # an unhashable configuration
-        return ComputeCycles(arch, model)
+        return ComputeCycles(arch, model, feed)
 
 
 # == the shipped table ==========================================================================

@@ -124,22 +124,30 @@ def _faster_hb(arch, factor):
 
 
 def test_perf_bandwidth_bound_steps():
-    """An HB-bound draft step takes exactly its busiest bank's bytes / HB bytes per cycle,
-    and half as long with twice the HB bandwidth; an uncached verify step is EXT-bound:
-    bytes / EXT bytes per cycle; energy = bits x pJ/bit of each tier."""
+    """An HB-bound draft step takes exactly its busiest bank's bytes / HB bytes per cycle
+    after the HB's first read (the die feed; none in the ideal feed), and its stream half as
+    long with twice the HB bandwidth; an uncached verify step is EXT-bound: the EXT's first
+    read + bytes / EXT bytes per cycle (no tail on a paper configuration: no program table);
+    energy = bits x pJ/bit of each tier."""
     arch = preset("paper-4gb")
     pm = PerfModel(arch, MIX)
+    assert (pm.head_hb, pm.head_ext) == (33, 47)       # tRCD + RL + burst, ns at 1 GHz
+    ideal = PerfModel(arch, MIX, feed="ideal")
+    assert (ideal.head_hb, ideal.head_ext) == (0, 0)
     G = arch.pes_per_group
     draft = _one_layer_step("draft", [3, 5], {3, 5})
     c = pm.step(draft, draft.placements)
     assert c.bounds == {"hb": 1}
     # two experts go to two different home groups: each bank holds msb/G of one expert
-    assert c.cycles == pytest.approx(MIX.expert_msb_bytes / G / arch.hb_bytes_per_cycle)
+    stream = MIX.expert_msb_bytes / G / arch.hb_bytes_per_cycle
+    assert c.cycles == pytest.approx(pm.head_hb + stream)
+    assert ideal.step(draft, draft.placements).cycles == pytest.approx(stream)
     assert c.hb_read_bytes == 2 * MIX.expert_msb_bytes and c.ext_bytes == 0
     fast = _faster_hb(arch, 2)
     assert fast.hb_bytes_per_cycle == 2 * arch.hb_bytes_per_cycle
-    c2 = PerfModel(fast, MIX).step(draft, draft.placements)
-    assert c2.cycles == pytest.approx(c.cycles / 2)
+    pm2 = PerfModel(fast, MIX)
+    c2 = pm2.step(draft, draft.placements)
+    assert c2.cycles == pytest.approx(pm2.head_hb + stream / 2)
     assert c.energy_pj == pytest.approx(c.hb_read_bytes * 8 * arch.hb_pj_per_bit)
 
     verify = _one_layer_step("verify", [1, 6], set(), tokens=4)
@@ -147,7 +155,7 @@ def test_perf_bandwidth_bound_steps():
     assert v.bounds == {"ext": 1}
     ext = 2 * (MIX.expert_msb_bytes + MIX.expert_lsb_bytes)
     assert v.ext_bytes == ext
-    assert v.cycles == pytest.approx(ext / (arch.ext_gbps / arch.clock_ghz))
+    assert v.cycles == pytest.approx(pm.head_ext + ext / (arch.ext_gbps / arch.clock_ghz))
     assert v.energy_pj == pytest.approx(ext * 8 * arch.ext_pj_per_bit)
     assert v.hit_rate == 0
     # doubling HB bandwidth leaves an EXT-bound step alone

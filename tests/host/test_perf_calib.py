@@ -93,19 +93,22 @@ def test_shipped_table_recomputed():
     assert perf_calib.program_table(arch, h, i) == TABLE[(pe_key(arch), h, i)]
 
 
-def test_group_program_additive():
+@pytest.mark.parametrize("feed", perf_calib.FEEDS)
+def test_group_program_additive(feed):
     """The table's sum (base + each expert's cycles at its rotation) against program_cycles
     of compiled group programs of mixed experts (the overlap at expert boundaries: a few
-    cycles)."""
+    cycles), ``ld`` at the feed's rate: a word a cycle (ideal) or the HB bank's (die)."""
     arch = preset("small")
-    cal = perf_calib.ComputeCycles(arch, synthetic_model(model_preset("mixtral-8x7b")))
+    cal = perf_calib.ComputeCycles(arch, synthetic_model(model_preset("mixtral-8x7b")), feed)
     assert cal.source == "programs"
-    pm = PerfModel(arch, synthetic_model(model_preset("mixtral-8x7b")))
+    pm = PerfModel(arch, synthetic_model(model_preset("mixtral-8x7b")), feed=feed)
+    rate = arch.hb_ld_words_per_cycle if feed == "die" else 1.0
+    assert rate < 1 or feed == "ideal"
     G = arch.pes_per_group
     for phase, T, experts in (("draft", 5, [(5, True), (2, True), (1, True)]),
                               ("verify", 6, [(1, False), (3, True), (6, True), (2, False)]),
                               ("verify", 9, [(9, False), (4, True)])):
-        got = perf_calib.group_program_cycles(arch, 64, 128, phase, T, experts)
+        got = perf_calib.group_program_cycles(arch, 64, 128, phase, T, experts, ld_rate=rate)
         want = cal.base(phase, T)
         rot = 0
         for t, c in experts:
@@ -172,3 +175,32 @@ def test_paper_draft_expert_is_the_ffn_calibration(name):
         # every PE's cycles are its row blocks' share of the group's calibrated cycles x G
         share = np.array(token_slices(rbn, G)) / rbn
         assert np.allclose(cyc[0], share * G * cal8.cycles(t), rtol=1e-12), (t, cyc[0])
+
+
+def test_tail_is_the_stream_bound_tail():
+    """The table's tails (cycles after a program's last ld word, taken at STARVED_LD_RATE)
+    are the stream-bound figure: the same at a quarter of that rate; and they are what the
+    die feed adds to an EXT-bound layer after its stream, with the EXT's first read."""
+    arch = preset("small")
+    for phase, T, experts in (("verify", 3, [(3, False)]), ("verify", 4, [(2, True), (4, True)]),
+                              ("draft", 5, [(5, True)])):
+        a, b = (perf_calib.group_program_estimates(arch, 64, 128, phase, T, experts,
+                                                   ld_rate=r)
+                for r in (perf_calib.STARVED_LD_RATE, perf_calib.STARVED_LD_RATE / 4))
+        assert [e.tail_cycles for e in a] == [e.tail_cycles for e in b], (phase, experts)
+    from elmoe3d.sw.host.compiler import LayerWork, Placement
+    m = synthetic_model(model_preset("mixtral-8x7b"))
+    ids = np.array([[5, -1]] * 3)
+    work = LayerWork(layer=0, ids=ids, weights=np.ones((3, 2), np.float32),
+                     cached=frozenset())
+    pl = Placement(groups=({}, {5: 3}), cached=(frozenset(), frozenset()))
+    pm = PerfModel(arch, m)
+    die = pm.layer(work, pl, phase="verify", step_tokens=3)
+    ideal = PerfModel(arch, m, feed="ideal").layer(work, pl, phase="verify", step_tokens=3)
+    tail = max(perf_calib.group_program_estimates(arch, 64, 128, "verify", 3, [(3, False)],
+                                                  ld_rate=perf_calib.STARVED_LD_RATE),
+               key=lambda e: e.tail_cycles).tail_cycles
+    assert die.ext_cycles == ideal.ext_cycles + arch.ext.first_read_cycles(1.0) + tail
+    # the group's own times start after the EXT's first read (no HB-resident expert)
+    own = max(pm.compute(3, phase="verify", cached=False)[0][0] + pm.calib.base("verify", 3))
+    assert die.group_cycles[1]["compute"] == own + arch.ext.first_read_cycles(1.0)

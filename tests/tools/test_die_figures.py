@@ -86,7 +86,7 @@ def test_exchange_figures_on_canned_probes():
 
 
 def _case(**kw):
-    c = {"tokens": 16, "phase": "verify", "experts": [0, 1], "cycles": 9000,
+    c = {"tokens": 16, "phase": "verify", "experts": [0, 1], "cycles": 9000, "perf_cycles": 8700.0,
          "hb_bytes_per_cycle": 7.0, "ext_bytes_per_cycle": 14.7, "link_bytes": 65536,
          "psum_cycles": 1200, "overlap": 0.875, "overlap_in_layer": 0.9375, "concurrent": 0.5, "exposed_cycles": 150,
          "exposed_final_cycles": 100, "exposed_share": 150 / 9000, "comparisons": 4242,
@@ -108,10 +108,13 @@ def _print(figs):
 
 
 def test_print_die_canned_record():
-    draft = _case(phase="draft", cycles=1141, hb_bytes_per_cycle=60.6,
+    draft = _case(phase="draft", cycles=1141, perf_cycles=1100.0, hb_bytes_per_cycle=60.6,
                   ext_bytes_per_cycle=0.0, psum_cycles=0, overlap=None, exposed_cycles=0)
     text, missed = _print(_figs([draft, _case()]))
     assert missed == []
+    # the perf model beside each case and per step kind (within the 5% target here)
+    assert "1,100 (-3.6%)" in text and "8,700 (-3.3%)" in text
+    assert "draft 1,100 / 1,141 (-3.6%); verify 8,700 / 9,000 (-3.3%)" in text
     assert "overlap goal 1" in text and "0.875 (0.938)" in text
     assert "14.7 (57%)" in text and "60.6 (30%)" in text
     assert "150 (100) 1.7%" in text and "65,536" in text and "4,242" in text
@@ -122,6 +125,10 @@ def test_print_die_canned_record():
     assert "MISSED" in text
     assert missed == ["die T=16 verify: 3 mismatch(es) in 4,242 comparisons",
                       "die T=4 verify: 2 DRAM timing violation(s)"]
+    # the perf model more than 5% off the die in a step kind is a missed target
+    text, missed = _print(_figs([draft, _case(perf_cycles=8000.0)]))
+    assert missed == ["die verify: the perf model's 8,000 cycles are -11.1% off the die's "
+                      "9,000"]
     text, missed = _print(_figs([], ["test_phases/traffic=smooth: boom"]))
     assert missed == ["logic die: no case measured",
                       "die bench: test_phases/traffic=smooth: boom (log /x/sim.log)"]

@@ -118,6 +118,10 @@ class Backend(abc.ABC):
     reference: ClassVar[str | None] = None
     #: True: the performance model's cycles of the same steps are reported beside its figures.
     perf_beside: ClassVar[bool] = True
+    #: How its PE programs get their ``ld`` words (:data:`~elmoe3d.sw.host.perf_calib.FEEDS`);
+    #: the perf model beside it runs at the same feed, so the two figures compare: the
+    #: golden, RTL and FPGA backends run each PE program alone, a word a cycle.
+    perf_feed: ClassVar[str] = "ideal"
     #: The command-line options only this backend takes.
     options: ClassVar[tuple] = ()
 

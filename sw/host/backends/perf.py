@@ -34,12 +34,12 @@ def _chunks(steps) -> list:
     return out + ([cur] if cur else [])
 
 
-def run_perf(steps, arch, model, *, progress=None) -> list:
+def run_perf(steps, arch, model, *, feed="die", progress=None) -> list:
     """Perf-model records of ``steps`` (``model``: the preset whose shapes run; each record
     adds the layer-steps' ``bounds`` and the tile's ``gemm_beats``), :data:`CHUNK_ROWS`
     layer-steps at a time. ``progress(step)`` is called after each step. Raises
     ``ValueError`` when the model cannot map ``model``."""
-    pm = PerfModel(arch, model)
+    pm = PerfModel(arch, model, feed=feed)
     out = []
     for chunk in _chunks(list(steps)):
         for step, c in zip(chunk, pm.steps_summary(chunk)):
@@ -61,6 +61,7 @@ class PerfBackend(Backend):
     description = ("the analytical performance model: per-step latency, bytes per tier, hit "
                    "rates, energy")
     perf_beside = False
+    perf_feed = "die"
 
     def run(self, steps, ctx: RunContext) -> BackendRun:
         recs = run_perf(steps, ctx.arch, ctx.model, progress=ctx.progress)
@@ -70,11 +71,12 @@ class PerfBackend(Backend):
         return [f"{label}: perf model {figures['compute']}"]
 
 
-def compute_figures(arch, model) -> dict:
-    """``{"compute_source", "compute"}``: where the perf model's compute term comes from on
-    ``arch`` and ``model`` (:class:`~elmoe3d.sw.host.perf_calib.ComputeCycles`: ``"programs"``,
-    ``"ffn"`` or ``"roofline"``, the fallback to MACs / peak) and that as one line."""
+def compute_figures(arch, model, feed="die") -> dict:
+    """``{"compute_source", "compute", "feed"}``: where the perf model's compute term comes
+    from on ``arch`` and ``model`` at ``feed`` (:class:`~elmoe3d.sw.host.perf_calib.ComputeCycles`:
+    ``"programs"``, ``"ffn"`` or ``"roofline"``, the fallback to MACs / peak) and that as one
+    line."""
     from ..models import model_preset
     from ..perf_calib import compute_cycles
-    c = compute_cycles(arch, model_preset(model))
-    return {"compute_source": c.source, "compute": c.note}
+    c = compute_cycles(arch, model_preset(model), feed)
+    return {"compute_source": c.source, "compute": c.note, "feed": feed}
