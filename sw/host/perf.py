@@ -544,15 +544,16 @@ class PerfModel:
         # HB-resident expert, else EXT); a layer's EXT stream adds its first read and the
         # work after its last word: the largest tail of a group's last expert with EXT bytes
         head = np.where(n_cached > 0, float(self.head_hb), float(self.head_ext)) * busy
-        if self.feed == "die" and len(cell):
-            tab_t = np.concatenate([c[2][:, :n] for c in ctab])             # [4, n, G, G]
-            j, last = self.calib.rotations(tab_r[k, t], cell, e)
-            sel = np.flatnonzero(last & (x[:, 0] > 0))
-            ph = verify[rj[sel]].astype(np.int64)
-            tl = (tab_t[k[sel], t[sel], j[sel]] + base[ph, ntok[rj[sel]]]
-                  - base[ph, t[sel]]).max(axis=1)
+        if self.feed == "die":
             tail = np.zeros(Rn)
-            np.maximum.at(tail, rj[sel], tl)
+            if self.calib.has_tails and len(cell):
+                tab_t = np.concatenate([c[2][:, :n] for c in ctab])         # [4, n, G, G]
+                j, last = self.calib.rotations(tab_r[k, t], cell, e)
+                sel = np.flatnonzero(last & (x[:, 0] > 0))
+                ph = verify[rj[sel]].astype(np.int64)
+                tl = (tab_t[k[sel], t[sel], j[sel]] + base[ph, ntok[rj[sel]]]
+                      - base[ph, t[sel]]).max(axis=1)
+                np.maximum.at(tail, rj[sel], tl)
             ext_cycles = np.where(ext > 0, ext_cycles + (self.head_ext + tail), ext_cycles)
         def pe_max(x):
             # the busiest PE of each (row, group): a max over the short last axis, column by

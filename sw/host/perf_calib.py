@@ -317,6 +317,11 @@ class ComputeCycles:
         # slices are equal (every preset splits I evenly over its group but MXFP4, not rolled)
         return np.stack([np.roll(c, j) for j in range(G)])
 
+    @property
+    def has_tails(self) -> bool:
+        """Whether :meth:`tail` gives other than zeros (the die feed on a program table)."""
+        return self._tail is not None
+
     def tail(self, phase: str, cached: bool, tokens: int) -> np.ndarray:
         """float ``[G, G]``: row ``j`` each PE's cycles after its last ``ld`` word in a
         program whose last expert is this one (``tokens`` tokens, ``cached``: HB-resident,
