@@ -172,19 +172,22 @@ def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) ->
     def prefix(j):
         return ((1, True),) * (G + j)
 
+    def per_expert(ph, fig):
+        # [kind, t, j, PE] of fig(kind, t, j) -> [G]; a draft's rotation is always 0
+        out = np.zeros((2, tmax + 1, G, G), np.int64)
+        for c in kinds(ph):
+            for t in range(1, tmax + 1):
+                for j in (range(G) if ph == "verify" else [0]):
+                    out[c, t, j] = fig(c, t, j)
+                if ph == "draft":
+                    out[c, t, 1:] = out[c, t, 0]
+        return out
+
     def figures(rate):
         out = {"base": {}, "expert": {}}
         for ph in ("draft", "verify"):
-            js = range(G) if ph == "verify" else [0]
-            ex = np.zeros((2, tmax + 1, G, G), np.int64)
-            for c in kinds(ph):
-                for t in range(1, tmax + 1):
-                    for j in js:
-                        pre = prefix(j)
-                        ex[c, t, j] = [b - a for a, b in zip(
-                            cyc(ph, t, pre, rate), cyc(ph, t, pre + ((t, bool(c)),), rate))]
-                    if ph == "draft":
-                        ex[c, t, 1:] = ex[c, t, 0]
+            ex = per_expert(ph, lambda c, t, j: [b - a for a, b in zip(
+                cyc(ph, t, prefix(j), rate), cyc(ph, t, prefix(j) + ((t, bool(c)),), rate))])
             base = np.zeros((tmax + 1, G), np.int64)
             for T in range(1, tmax + 1):
                 base[T] = np.array(cyc(ph, T, ((1, True),), rate)) - ex[1, 1, 0]
@@ -199,16 +202,8 @@ def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) ->
     if hb_rate < 1:
         out["die"] = {"ld_rate": hb_rate, **figures(hb_rate)}
     for ph in ("draft", "verify"):
-        js = range(G) if ph == "verify" else [0]
-        tail = np.zeros((2, tmax + 1, G, G), np.int64)
-        for c in kinds(ph):
-            for t in range(1, tmax + 1):
-                for j in js:
-                    tail[c, t, j] = [e.tail_cycles for e in est(
-                        ph, t, prefix(j) + ((t, bool(c)),), STARVED_LD_RATE)]
-                if ph == "draft":
-                    tail[c, t, 1:] = tail[c, t, 0]
-        out["tail"][ph] = tail.tolist()
+        out["tail"][ph] = per_expert(ph, lambda c, t, j: [e.tail_cycles for e in est(
+            ph, t, prefix(j) + ((t, bool(c)),), STARVED_LD_RATE)]).tolist()
     return out
 
 
