@@ -350,8 +350,8 @@ class DramConfig:
     def first_read_cycles(self, clock_ghz: float) -> int:
         """:attr:`first_read_ck` in cycles of a ``clock_ghz`` logic clock (ceil): the DRAM's
         share of the time from a read request to its first word (the controller's queue and
-        clock-edge phase add 3-4 cycles, the die's command port more: ``docs/host.md``
-        section 5). 33 for the HB bank, 47 for LPDDR5-6400 at 1 GHz."""
+        clock-edge phase add 3 cycles, the die's command port more: ``docs/host.md``
+        section 7). 33 for the HB bank, 47 for LPDDR5-6400 at 1 GHz."""
         ns = self.first_read_ck * self.tck_ns
         return -(-round(ns * clock_ghz * 1000) // 1000)
 

@@ -129,6 +129,15 @@ DEFAULTS = {"arch": "small", "hidden": 64, "intermediate": 128, "experts": 8,
 EXT_LAYOUTS = ("stream", "group")
 
 
+def group_experts(ids, phase: str, cached, groups: int) -> list:
+    """The bench's placement: per group the experts routed in ``ids`` (int ``[T, k]``, -1
+    none) that it runs, ascending: expert e on group e mod ``groups``, a draft's only the
+    ``cached`` ones."""
+    used = sorted({int(e) for e in np.asarray(ids).reshape(-1) if e >= 0})
+    return [[e for e in used if e % groups == g and (phase != "draft" or e in cached)]
+            for g in range(groups)]
+
+
 def die_kwargs(params) -> dict:
     """The LogicDie keyword arguments of a run (``DIE_DEFAULTS`` under ``params["die"]``)."""
     return {**DIE_DEFAULTS, **(params.get("die") or {})}
@@ -470,13 +479,8 @@ class DieBench(CaseRecorder):
         arch, pe = self.arch, self.pe
         G, NG = arch.pes_per_group, arch.groups
         rng = self.rng(f"{case}/{phase}/{traffic}")
-        ids = np.asarray(routing[0])
-        used = sorted({int(e) for e in ids.reshape(-1) if e >= 0})
         jobs = []
-        for g in range(NG):
-            mine = [e for e in used if e % NG == g]
-            if phase == "draft":
-                mine = [e for e in mine if e in cached]
+        for g, mine in enumerate(group_experts(routing[0], phase, cached, NG)):
             if not mine:
                 jobs.append(None)
                 continue
@@ -940,7 +944,7 @@ def perf_cycles(arch, tokens: int, phase: str, params=None) -> float:
     from ..sw.host.compiler import LayerWork, Placement, synthetic_model
     from ..sw.host.perf import PerfModel
     params = {**DEFAULTS, **(params or {})}
-    ch = die_kwargs(params)["ext_channels"]
+    ch = die_kwargs(params)["ext_channels"] or arch.ext_channels
     arch = dataclasses.replace(arch, ext_channels=ch,
                                ext_bytes=arch.ext_bytes // arch.ext_channels * ch,
                                ext_gbps=arch.ext.peak_gbps * ch)
@@ -953,10 +957,9 @@ def perf_cycles(arch, tokens: int, phase: str, params=None) -> float:
     if phase == "draft":
         ids = np.where(np.isin(ids, list(cached)), ids, -1)
     work = LayerWork(layer=layer, ids=ids, weights=np.asarray(wts, np.float32), cached=cached)
-    NG = arch.groups
-    groups = [{} for _ in range(NG)]
-    for e, t in work.expert_tokens().items():
-        groups[e % NG][e] = t
+    tokens_of = work.expert_tokens()
+    groups = [{e: tokens_of[e] for e in mine}
+              for mine in group_experts(ids, phase, cached, arch.groups)]
     placement = Placement(groups=tuple(groups),
                           cached=tuple(frozenset(set(g) & cached) for g in groups))
     model = synthetic_model("mixtral-8x7b", (int(params["hidden"]), int(params["intermediate"])))

@@ -54,10 +54,13 @@ taken at the HB bank's ``ld`` rate where the program table has it (0.8 words a c
 small PE), and a layer's EXT time adds the EXT's first read and the work after its last word:
 the largest tail (:meth:`~.perf_calib.ComputeCycles.tail`, the cycle model's cycles after the
 last ``ld`` word of a program ending in that expert, stream-bound) of a group's last expert
-with EXT bytes, with the OUT reduction and OUTPUT of the step's tokens. ``"ideal"`` is the
+in program order, when it has EXT bytes (an MXFP4 cached expert has none: no program table
+has MXFP4 experts, so none has a tail), with the OUT reduction and OUTPUT of the step's
+tokens. A group that only takes pool writes has no head (its writes wait for no read). ``"ideal"`` is the
 RTL / golden backends' feed (each PE program alone, a word every cycle from the first): none
 of these. Against the die bench (``elmoe3d.sim.bench_die.perf_cycles``, ``docs/host.md``
-section 7) the die feed is within 5% per step kind.
+section 7) the die feed is within 5% per step kind, summed over its 1-, 4- and 16-token
+batches (-4.0% draft, -4.1% verify; -2.8% to -7.6% a batch).
 
 Energy:
 :meth:`~elmoe3d.config.ArchConfig.access_energy_pj` of the HB (read + written) and EXT bytes:
@@ -512,6 +515,7 @@ class PerfModel:
                               np.zeros((2, n, W), np.int64) for ph in ("draft", "verify")])
         tab = tab.reshape(4 * n, W).astype(np.float64)                    # exact: < 2^53
         x = np.take(tab, (verify[rj] * 2 + kind) * n + t, axis=0)          # [cells, W]
+        ext_b = x[:, 0]                                                    # EXT bytes
         sums = np.bincount((cell[:, None] * W + np.arange(W)).ravel(), x.ravel(),
                            m * W).astype(np.int64).reshape(Rn, Gr, W)
         ext_g, w4, w8, words = (sums[:, :, 0], sums[:, :, 1:G + 1], sums[:, :, G + 1:2 * G + 1],
@@ -530,7 +534,8 @@ class PerfModel:
         tab_c = np.concatenate([c[0][:, :n] for c in ctab])                 # [4, n, G, G]
         tab_r = np.concatenate([c[1][:, :n] for c in ctab])                 # [4, n]
         k = verify[rj] * 2 + kind
-        comp = self.calib.cells(tab_c[k, t], tab_r[k, t], cell, e, m).reshape(Rn, Gr, G)
+        j, last = self.calib.rotations(tab_r[k, t], cell, e) if len(cell) else (None, None)
+        comp = self.calib.cells(tab_c[k, t], tab_r[k, t], cell, e, m, j).reshape(Rn, Gr, G)
         nb = max(int(ntok.max()) + 1 if Rn else 1, n)
         base = np.stack([np.stack([self.calib.base(ph, x) for x in range(nb)])
                          for ph in ("draft", "verify")])                  # [2, nb, G]
@@ -548,8 +553,7 @@ class PerfModel:
             tail = np.zeros(Rn)
             if self.calib.has_tails and len(cell):
                 tab_t = np.concatenate([c[2][:, :n] for c in ctab])         # [4, n, G, G]
-                j, last = self.calib.rotations(tab_r[k, t], cell, e)
-                sel = np.flatnonzero(last & (x[:, 0] > 0))
+                sel = np.flatnonzero(last & (ext_b > 0))
                 ph = verify[rj[sel]].astype(np.int64)
                 tl = (tab_t[k[sel], t[sel], j[sel]] + base[ph, ntok[rj[sel]]]
                       - base[ph, t[sel]]).max(axis=1)

@@ -123,9 +123,10 @@ def _experts(hidden, intermediate):
 #: :mod:`elmoe3d.sim.bench_host`, which runs each PE alone with its words at hand).
 FEEDS = ("die", "ideal")
 
-#: ``ld`` words a cycle at which a program's :attr:`~.pe_cycles.CycleEstimate.tail_cycles`
-#: are taken: well below any PE's own pace, so the tail is the work that follows the last word
-#: of a stream that bounds the program (the same figure at any lower rate; a test checks).
+#: ``ld`` words a cycle at which a verify program's
+#: :attr:`~.pe_cycles.CycleEstimate.tail_cycles` are taken: well below the PE's own pace, so
+#: the tail is the work that follows the last word of a stream that bounds the program (every
+#: row of the shipped table the same at a quarter of this rate; a test checks).
 STARVED_LD_RATE = 1 / 8
 
 
@@ -134,7 +135,7 @@ def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) ->
     ``intermediate`` experts, for every ``t`` and ``T`` from 1 to the most tokens the PE
     holds: ``{"pes", "rows", "tmax", "base": {phase: [[G] per T = 0 .. tmax]}, "expert":
     {phase: [[[[G] per j] per t = 0 .. tmax] per kind (0 uncached, 1 cached)]}, "die":
-    {"ld_rate", "base", "expert"} or None, "tail": {phase: [[[[G] per j] per t] per
+    {"ld_rate", "base", "expert"} or None, "tail": {"verify": [[[[G] per j] per t] per
     kind]}}`` (ints, cycles; the draft's uncached kind and row 0 are zeros). ``base`` and
     ``expert`` at ``ld`` a word a cycle (the RTL backend's pacing); ``die`` the same at the
     HB bank's rate (:attr:`~elmoe3d.config.ArchConfig.hb_ld_words_per_cycle`; None when that
@@ -198,12 +199,12 @@ def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) ->
                     f"{tmax}, one token {ex[1, 1, 0].tolist()} + base {base[1].tolist()}")
         return out
 
-    out = {"pes": G, "rows": R, "tmax": tmax, **figures(1.0), "die": None, "tail": {}}
+    out = {"pes": G, "rows": R, "tmax": tmax, **figures(1.0), "die": None}
     if hb_rate < 1:
         out["die"] = {"ld_rate": hb_rate, **figures(hb_rate)}
-    for ph in ("draft", "verify"):
-        out["tail"][ph] = per_expert(ph, lambda c, t, j: [e.tail_cycles for e in est(
-            ph, t, prefix(j) + ((t, bool(c)),), STARVED_LD_RATE)]).tolist()
+    # a verify's only: a draft streams nothing from EXT (its HB stream is the compute term's)
+    out["tail"] = {"verify": per_expert("verify", lambda c, t, j: [e.tail_cycles for e in est(
+        "verify", t, prefix(j) + ((t, bool(c)),), STARVED_LD_RATE)]).tolist()}
     return out
 
 
@@ -228,7 +229,7 @@ class ComputeCycles:
     rotation, :meth:`rotation`, :meth:`base` ``[G]``; :attr:`source` (``"programs"``,
     ``"ffn"`` or ``"roofline"``) and :attr:`note` (what the figures are, one line)."""
 
-    def __init__(self, arch: ArchConfig, model, feed: str = "ideal"):
+    def __init__(self, arch: ArchConfig, model, feed: str = "die"):
         if feed not in FEEDS:
             raise ValueError(f"feed: expected one of {FEEDS}, got {feed!r}")
         self.arch = arch
@@ -322,9 +323,10 @@ class ComputeCycles:
         program whose last expert is this one (``tokens`` tokens, ``cached``: HB-resident,
         started at rotation ``j``; the program over ``tokens`` step tokens) when its ``ld``
         stream is the bound (:data:`STARVED_LD_RATE`). Zeros unless :attr:`feed` is
-        ``"die"`` and :attr:`source` ``"programs"``."""
+        ``"die"``, :attr:`source` ``"programs"`` and ``phase`` ``"verify"`` (a draft streams
+        nothing from EXT)."""
         G = self.G
-        if self._tail is None:
+        if self._tail is None or phase not in self._tail:
             return np.zeros((G, G))
         tl = self._tail[phase]
         if tokens > self.tmax:
@@ -346,18 +348,18 @@ class ComputeCycles:
                                                self.G * self.R)[tokens], np.float64)
         return self._past[key].copy()
 
-    def cells(self, cyc, rot, cell, order_key, n_cells: int) -> np.ndarray:
+    def cells(self, cyc, rot, cell, order_key, n_cells: int, j=None) -> np.ndarray:
         """Per-PE cycles summed per cell (``[n_cells, G]``) of routed experts given as arrays:
         ``cyc`` float ``[n, G(j), G(p)]`` (:meth:`expert` of each), ``rot`` int ``[n]``
         (:meth:`rotation`), ``cell`` int ``[n]`` (the group program each belongs to),
         ``order_key`` int ``[n]`` (program order within a cell: the expert id). Each expert
         takes the row of its rotation: the sum of ``rot`` over the experts before it in its
-        cell, mod G."""
+        cell, mod G (``j``, :meth:`rotations`'s first array, when the caller has it)."""
         G = self.G
         n = len(cell)
         if not n:
             return np.zeros((n_cells, G))
-        j, _ = self.rotations(rot, cell, order_key)
+        j = self.rotations(rot, cell, order_key)[0] if j is None else j
         x = cyc[np.arange(n), j]                                            # [n, G]
         return np.bincount((cell[:, None] * G + np.arange(G)).ravel(), x.ravel(),
                            n_cells * G).reshape(n_cells, G)
@@ -387,7 +389,7 @@ def _cached(arch, model, feed):
     return ComputeCycles(arch, model, feed)
 
 
-def compute_cycles(arch: ArchConfig, model, feed: str = "ideal") -> ComputeCycles:
+def compute_cycles(arch: ArchConfig, model, feed: str = "die") -> ComputeCycles:
     """The :class:`ComputeCycles` of ``arch`` on ``model`` at ``feed`` (:data:`FEEDS`; kept:
     the tables are read once)."""
     try:

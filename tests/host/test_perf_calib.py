@@ -178,16 +178,27 @@ def test_paper_draft_expert_is_the_ffn_calibration(name):
 
 
 def test_tail_is_the_stream_bound_tail():
-    """The table's tails (cycles after a program's last ld word, taken at STARVED_LD_RATE)
-    are the stream-bound figure: the same at a quarter of that rate; and they are what the
-    die feed adds to an EXT-bound layer after its stream, with the EXT's first read."""
+    """The shipped table's tails (cycles after a program's last ld word, taken at
+    STARVED_LD_RATE) are the stream-bound figure: every row the same at a quarter of that
+    rate; a draft has none; and they are what the die feed adds to an EXT-bound layer after
+    its stream, with the EXT's first read."""
+    from elmoe3d.sw.host.compiler import SYNTHETIC_SHAPE
+    from elmoe3d.sw.host.perf_calib_table import TABLE
     arch = preset("small")
-    for phase, T, experts in (("verify", 3, [(3, False)]), ("verify", 4, [(2, True), (4, True)]),
-                              ("draft", 5, [(5, True)])):
-        a, b = (perf_calib.group_program_estimates(arch, 64, 128, phase, T, experts,
-                                                   ld_rate=r)
-                for r in (perf_calib.STARVED_LD_RATE, perf_calib.STARVED_LD_RATE / 4))
-        assert [e.tail_cycles for e in a] == [e.tail_cycles for e in b], (phase, experts)
+    h, i = SYNTHETIC_SHAPE
+    row = TABLE[(pe_key(arch), h, i)]
+    assert set(row["tail"]) == {"verify"}
+    G = arch.pes_per_group
+    for c in (0, 1):
+        for t in range(1, row["tmax"] + 1):
+            for j in range(G):
+                slow = perf_calib.group_program_estimates(
+                    arch, h, i, "verify", t, [(1, True)] * (G + j) + [(t, bool(c))],
+                    ld_rate=perf_calib.STARVED_LD_RATE / 4)
+                assert [e.tail_cycles for e in slow] == row["tail"]["verify"][c][t][j], \
+                    (c, t, j)
+    cal = perf_calib.compute_cycles(arch, synthetic_model(model_preset("mixtral-8x7b")))
+    assert cal.has_tails and not cal.tail("draft", True, 5).any()
     from elmoe3d.sw.host.compiler import LayerWork, Placement
     m = synthetic_model(model_preset("mixtral-8x7b"))
     ids = np.array([[5, -1]] * 3)

@@ -597,3 +597,17 @@ def test_select_pool_integer_key_equals_lexsort():
         assert a.tolist() == b.tolist()
         n_same += len(a) > 3
     assert n_same > 10
+
+
+@pytest.mark.parametrize("feed", ["die", "ideal"])
+def test_pool_write_only_steps(feed):
+    """A step whose only layer takes pool writes (one an extra EXT read) and routes no expert:
+    ``steps_summary`` on it alone equals ``step`` (the die feed's EXT first read included)."""
+    from elmoe3d.sw.host.compiler import PoolWrite, Step
+    pm = PerfModel(preset("paper-4gb"), MIX, feed=feed)
+    st = Step(0, "verify", [(0, 0)], {}, 0, writes=[PoolWrite((0, 3), 0, True),
+                                                     PoolWrite((0, 5), 1, False)])
+    one = pm.step(st, {})
+    assert one.ext_bytes > 0
+    assert pm.steps_summary([st])[0].cycles == one.cycles
+    assert one.cycles >= one.ext_bytes / pm.ext_bpc + pm.head_ext
