@@ -88,7 +88,7 @@ from .models import TABLE3_MODELS
 
 
 __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", "SDResult",
-           "DraftModel", "DRAFT_MODELS", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
+           "DraftModel", "DRAFT_MODELS", "EAGLE3_HEADS", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
            "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig14", "fig14_summary", "PAPER_FIG14",
@@ -369,21 +369,52 @@ class DraftModel:
         return self.layers * 2 * self.kv_heads * self.head_dim * KV_BYTES
 
 
+#: The EAGLE-3 head of each Table 3 target, from a published head's ``config.json`` (one
+#: ``LlamaForCausalLMEagle3`` decoder layer at the target's ``hidden_size``): ``intermediate_size``,
+#: ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``draft_vocab_size``, and the
+#: source. Every one is 32,000 draft tokens and ``torch_dtype`` bfloat16. MLA targets get a GQA
+#: (or MHA) head: EAGLE-3 heads are Llama layers whatever the target's attention.
+EAGLE3_HEADS = {
+    "qwen3-30b-a3b": (6144, 32, 4, 128, 32000,
+                      "sgl-project/SpecForge configs/qwen3-30B-eagle3.json: hidden_size=2048, "
+                      "intermediate_size=6144, num_attention_heads=32, num_key_value_heads=4, "
+                      "head_dim=128, draft_vocab_size=32000, torch_dtype=bfloat16"),
+    "glm-4.7-flash": (8192, 16, 4, 128, 32000,
+                      "thoughtworks/GLM-4.7-Flash-Eagle3 (the head the EAGLE README lists for "
+                      "GLM-4.7-Flash; 291 MB in BF16): hidden 2048, 16 q / 4 kv heads of 128, "
+                      "SwiGLU 8192, draft vocab 32000, no embed_tokens (the target's)"),
+    "deepseek-v2-lite": (10944, 16, 16, 128, 32000,
+                         "SpecForge configs/deepseek-v2-lite-eagle3.json: hidden_size=2048, "
+                         "intermediate_size=10944, num_attention_heads=16, "
+                         "num_key_value_heads=16, head_dim=128, draft_vocab_size=32000, "
+                         "torch_dtype=bfloat16"),
+    "gpt-oss-20b": (17280, 64, 8, 64, 32000,
+                    "sgl-project/SpecForge configs/gpt-oss-20B-eagle3.json: hidden_size=2880, "
+                    "intermediate_size=17280, num_attention_heads=64, num_key_value_heads=8, "
+                    "head_dim=64, draft_vocab_size=32000, torch_dtype=bfloat16"),
+}
+
+
 def eagle_head(shape: DecoderShape) -> DraftModel:
     """The EAGLE-3 head of a target (Li et al. 2025b): one decoder layer at the target's width
     whose attention takes the concatenated embedding and feature (2 x hidden), an fc fusing
-    three target features (3 x hidden -> hidden) and a 32,000-token draft vocabulary. Its
-    FFN is taken as 3 x hidden and its attention as the target's GQA heads (MLA targets: their
-    query heads as MHA of 128): placeholders until a released head's config is read."""
+    three target features (3 x hidden -> hidden) and its own LM head over the draft vocabulary
+    (the input embedding is the target's). FFN, heads and draft vocabulary from the published
+    head of :data:`EAGLE3_HEADS`; a target without one (Mixtral) gets the placeholder of the
+    first landing: FFN 3 x hidden, the target's GQA heads, 32,000 tokens."""
     m = shape.model
     H = m.hidden
+    if m.name in EAGLE3_HEADS:
+        inter, qh, kvh, hd, vocab, src = EAGLE3_HEADS[m.name]
+        return DraftModel(f"eagle3-{m.name}", 1, H, 2 * H, inter, qh, kvh, hd, vocab,
+                          3 * H * H, f"EAGLE-3 (Li et al. 2025b), fc 3H->H; {src}")
     if shape.attention == "gqa":
         qh, kvh, hd = shape.q_heads, shape.kv_heads, shape.head_dim
     else:
         qh, kvh, hd = shape.q_heads, shape.q_heads, 128
     return DraftModel(f"eagle3-{m.name}", 1, H, 2 * H, 3 * H, qh, kvh, hd, 32000, 3 * H * H,
                       "EAGLE-3 (Li et al. 2025b): one layer, fc 3H->H, draft vocab 32000; "
-                      "FFN 3H and heads: placeholders")
+                      "FFN 3H and heads: placeholders (no published head read)")
 
 
 #: Qwen2.5-1.5B-Instruct (SLM-SD's draft, Section 7), from its config.json: num_hidden_layers=28,

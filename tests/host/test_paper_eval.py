@@ -255,17 +255,35 @@ def test_calibrations_reproduce_the_stored_figures():
     assert pe.calibrate_tree() == pe.TREE
 
 
+def test_eagle_heads_are_the_published_ones():
+    """EAGLE-SD's draft is each target's published EAGLE-3 head (EAGLE3_HEADS), not the first
+    landing's placeholder (FFN 3 x hidden, the target's heads): GPT-OSS-20B's FFN is 17,280
+    (6 x hidden), DeepSeek-V2-Lite's MHA of 16 heads; the GLM-4.7-Flash head's weights at 2 bytes
+    are its published 291 MB checkpoint."""
+    from elmoe3d.sw.host.decoder import decoder_shape
+    heads = {m: pe.eagle_head(decoder_shape(m)) for m in pe.TABLE3_MODELS}
+    assert heads["gpt-oss-20b"].intermediate == 17280
+    assert (heads["deepseek-v2-lite"].q_heads, heads["deepseek-v2-lite"].kv_heads) == (16, 16)
+    assert all(h.vocab == 32000 and h.layers == 1 for h in heads.values())
+    assert 2 * heads["glm-4.7-flash"].weights / 1e6 == pytest.approx(291, rel=0.01)
+    # the placeholder stays for a target without a published head
+    mix = pe.eagle_head(decoder_shape("mixtral-8x7b"))
+    assert mix.intermediate == 3 * mix.hidden and "placeholder" in mix.source
+
+
 def test_table3_rows_and_summary():
     rows = pe.table3("4gb")
     assert len(rows) == 4 * 4 * 4
     assert all("paper_phi_ar" in r and r["phi_ar"] > 0 and r["phi_sd"] > 0 for r in rows)
     s = pe.summary(rows)
     # the measured fit residual (review finding 10: pinned, not a range that cannot fail)
+    # (the published EAGLE-3 heads, EAGLE3_HEADS: 0.168 -> 0.166; the worst cell was GPT-OSS-20B
+    # EAGLE-SD batch 16 Phi_AR at 1.88, now 1.83 with the larger head)
     assert s["cells"] == 128 and s["within_15"] == 78
-    assert s["mean_abs_error"] == pytest.approx(0.168, abs=0.0005)
+    assert s["mean_abs_error"] == pytest.approx(0.166, abs=0.0005)
     assert (s["worst"]["model"], s["worst"]["scheme"], s["worst"]["batch"],
-            s["worst"]["figure"]) == ("gpt-oss-20b", "eagle", 16, "phi_ar")
-    assert s["worst"]["ratio"] == pytest.approx(1.88, abs=0.005)
+            s["worst"]["figure"]) == ("gpt-oss-20b", "slm", 4, "phi_ar")
+    assert s["worst"]["ratio"] == pytest.approx(1.86, abs=0.005)
     assert s["elastic_best_mode_mean"] == pytest.approx(3.45, abs=0.005)
     rows8 = pe.table3("8gb")
     assert not any("paper_phi_ar" in r for r in rows8)
@@ -362,7 +380,8 @@ def test_fig14_rows_and_summary():
     assert set(s["mean_best"]) == set(pe.PLATFORMS) and s["energy_over_xpu"] > 1
     # measured (docs/paper.md section 6): ours over xPU and over the strongest prior platform
     assert s["speedup_over_xpu"] == pytest.approx(7.91, abs=0.005)
-    assert s["speedup_over_best_prior"] == pytest.approx(0.92, abs=0.005)
+    # (0.924 -> 0.925 with the published EAGLE-3 heads: HB-xPU runs EAGLE-SD)
+    assert s["speedup_over_best_prior"] == pytest.approx(0.925, abs=0.0005)
     assert s["energy_over_xpu"] == pytest.approx(4.80, abs=0.005)
 
 
@@ -498,7 +517,8 @@ def test_fig15_summary():
         assert set(r["energy"]) == set(pe.ENERGY_PARTS) and min(r["energy"].values()) >= 0
     assert s["over_xpu"] == pytest.approx(3.56, abs=0.005)
     assert s["over_xpu_max"] == pytest.approx(6.445, abs=0.005)
-    assert s["over_best_prior"] == pytest.approx(0.68, abs=0.005)
+    # (0.684 -> 0.687 with the published EAGLE-3 heads: HB-xPU runs EAGLE-SD)
+    assert s["over_best_prior"] == pytest.approx(0.687, abs=0.0005)
     assert s["over_best_prior_max"] == pytest.approx(1.02, abs=0.005)
     assert s["paper"] == pe.PAPER_FIG15
     assert s["mean_mj_token"]["ours"]["HB memory"] > 0 == s["mean_mj_token"]["xpu"]["HB memory"]
