@@ -341,8 +341,15 @@ class ExpertPopularity:
 @dataclass(frozen=True)
 class DraftModel:
     """A dense draft model (EAGLE-3 head, small LM): ``layers`` decoder layers of GQA attention
-    and a SwiGLU FFN, an LM head of ``vocab`` rows; ``extra`` more weights (EAGLE-3's fc).
-    Weights G32 INT8; ``source`` names the figures' origin."""
+    and a SwiGLU FFN, an LM head of ``vocab`` rows; ``extra`` more weights (EAGLE-3's fc);
+    ``source`` names the figures' origin.
+
+    ``bits``: how its weights are stored (:attr:`weight_bytes`): 16, BF16 as released (the
+    default: Qwen2.5-1.5B-Instruct's and every EAGLE-3 head's ``config.json`` say ``torch_dtype
+    bfloat16``; the paper's G32 INT8, Section 7 "Inference Framework", is said of the target
+    models, and its alphas are those of the released drafts), or 8, G32 INT8 as the target (what
+    the first landing assumed). Its compute runs at the die's W8A8 rate either way (a proxy:
+    section 2 of docs/paper.md)."""
 
     name: str
     layers: int
@@ -355,6 +362,17 @@ class DraftModel:
     vocab: int
     extra: int
     source: str
+    bits: int = 16
+
+    def __post_init__(self):
+        if self.bits not in (8, 16):
+            raise ValueError(f"{self.name}: bits: expected 8 (G32 INT8) or 16 (BF16), got "
+                             f"{self.bits!r}")
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of its weights: 2 a weight in BF16, G32 INT8 with FP16 scales at 8 bits."""
+        return 2.0 * self.weights if self.bits == 16 else weight_bytes(self.weights)
 
     @property
     def weights(self) -> int:
@@ -419,9 +437,10 @@ def eagle_head(shape: DecoderShape) -> DraftModel:
 
 #: Qwen2.5-1.5B-Instruct (SLM-SD's draft, Section 7), from its config.json: num_hidden_layers=28,
 #: hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
-#: head dim 1536 / 12 = 128, vocab_size=151936, tie_word_embeddings=true.
+#: head dim 1536 / 12 = 128, vocab_size=151936, tie_word_embeddings=true, torch_dtype=bfloat16
+#: (stored so: :attr:`DraftModel.bits`).
 QWEN25_1P5B = DraftModel("qwen2.5-1.5b-instruct", 28, 1536, 1536, 8960, 12, 2, 128, 151936, 0,
-                         "Qwen/Qwen2.5-1.5B-Instruct config.json")
+                         "Qwen/Qwen2.5-1.5B-Instruct config.json (torch_dtype=bfloat16)")
 DRAFT_MODELS = {"slm": QWEN25_1P5B}
 
 
@@ -600,7 +619,7 @@ class EvalModel:
             * self.shape.kv_values_per_token * KV_BYTES
         draft = 0.0
         if self.draft is not None:
-            draft = weight_bytes(self.draft.weights) \
+            draft = self.draft.weight_bytes \
                 + self.batch * self.context * self.draft.kv_per_token
         elif self.scheme == "quant":
             draft = weight_bytes(z.static, 4)           # the static weights' 4-bit copy
@@ -827,7 +846,7 @@ class EvalModel:
             return self.step(rows, phase="draft")
         d = self.draft
         cost = StepCost()
-        w = weight_bytes(d.weights)
+        w = d.weight_bytes
         kv = self.batch * self.context * d.kv_per_token
         hb, ext = self._split(w + kv, self.draft_in_hb)
         macs = rows * d.weights + rows * d.layers * 2 * d.q_heads * d.head_dim * self.context
@@ -1113,7 +1132,7 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
         m = em.m
         draft_bytes = 0.0
         if em.draft is not None:
-            draft_bytes = weight_bytes(em.draft.weights) + batch * em.context * em.draft.kv_per_token
+            draft_bytes = em.draft.weight_bytes + batch * em.context * em.draft.kv_per_token
         elif scheme == "quant":
             draft_bytes = weight_bytes(em.sizes.static, 4)
         hb_map = {"static": em.static_bytes * em.hb_static, "kv": em.kv_bytes * em.hb_kv,
