@@ -635,7 +635,14 @@ class EvalModel:
         # (Section 7.1, "the worst case"); the paper's Quant-SD Phi_AR equal the no-cache ones
         # (Qwen3 batch 4-16, GLM every batch: SLM-SD's). MXFP4 experts are their own 4-bit copy
         # (GPT-OSS-20B: Quant-SD's Phi_AR equal Elastic-SD's), so those keep the cache.
+        # The HB left holds the hottest experts' 4-bit draft copies instead (Fig. 12: "Quant-SD
+        # maintains independent 4-bit draft and 8-bit target weight copies across both tiers",
+        # its HB full of copies): an LRU of 4-bit copies (an MSB slice's size) that only the
+        # draft reads (:attr:`draft_slots`); AR and verify stream INT8 experts from EXT.
+        self.draft_slots = None
         if self.scheme == "quant" and not self.mxfp4:
+            self.draft_slots = left / m.expert_msb_bytes / m.moe_layers
+            self.draft_cache_bytes = left
             left = 0.0
         self.cache_bytes = left
         # a slot holds an MSB slice on the bit-sliced die, a whole expert on HB-xPU
@@ -806,7 +813,8 @@ class EvalModel:
             uniq = self.pop.pool_step(rows, self.slots)
             hb += uniq * msb
         elif phase == "draft":                            # Quant-SD: 4-bit copies, all experts
-            uniq, hits = self.pop.step(rows, self.slots, self.form)
+            slots = self.slots if self.draft_slots is None else self.draft_slots
+            uniq, hits = self.pop.step(rows, slots, self.form)
             hb += hits * msb
             ext += (uniq - hits) * msb
         elif phase == "ar" and self.ar_slots is not None:
@@ -1136,7 +1144,9 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
         elif scheme == "quant":
             draft_bytes = weight_bytes(em.sizes.static, 4)
         hb_map = {"static": em.static_bytes * em.hb_static, "kv": em.kv_bytes * em.hb_kv,
-                  "draft": draft_bytes * em.draft_in_hb,
+                  # (Quant-SD's: its static 4-bit copy and its hottest experts' 4-bit copies)
+                  "draft": draft_bytes * em.draft_in_hb
+                  + (em.draft_cache_bytes if em.draft_slots is not None else 0.0),
                   "expert cache": em.slots * m.moe_layers * em.slot_bytes}
         ext_map = {"target (INT8, MXFP4 experts)": em.static_bytes
                    + m.routed_expert_count * m.expert_bytes,
