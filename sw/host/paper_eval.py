@@ -97,7 +97,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "cache_check", "che_global", "trace_popularity", "fit_zipf",
            "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha", "model_alphas",
            "model_speed", "SPEED_TARGET", "AR_CACHES", "compute_utilisation", "TREE_DEPTHS",
-           "TREE_WIDTHS"]
+           "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra"]
 
 #: Fraction of the HB peak the paper's simulator delivered (Section 7: ~3% below the roofline).
 HB_EFFICIENCY = 0.97
@@ -237,8 +237,19 @@ ZIPF = {"qwen3-30b-a3b": 1.55, "glm-4.7-flash": 1.1, "deepseek-v2-lite": 0.7,
 #: Phi_SD cells of Table 3's 4 GB rows (the paper names EAGLE-2's dynamic tree, Li et al.
 #: 2024b, but not its size). ``"best"`` in :func:`table3` searches per point instead. Refitted
 #: with the cycle-model compute calibration (issue 26 item 6): (7, 6) -> (8, 6), the deepest
-#: depth of the grid.
-TREE = (8, 6)
+#: depth of the grid; refitted jointly with :data:`INTRA_REQUEST` (:func:`calibrate_intra`, in
+#: turn until neither moves): (8, 6) -> (6, 8), the widest width of the grid.
+TREE = (6, 8)
+#: Intra-request routing correlation: the tokens one request brings to a step (an SD tree's
+#: draft and verify rows) share context and route alike (Section 7, "Inference Framework": the
+#: paper's LRU approximation captures "inter/intra-request routing correlation"; Section 7.3,
+#: Fig. 16(b): "for the same token count, intra-request (SD) execution activates far fewer unique
+#: experts than inter-request (AR)"). A step of ``rows`` rows over ``batch`` requests touches
+#: the experts of ``batch x (rows / batch) ** INTRA_REQUEST`` independent tokens
+#: (:meth:`EvalModel.routed_tokens`; 1: independent, the first landing; an AR step, one token a
+#: request, is unchanged). The paper gives no figure: fitted by :func:`calibrate_intra` on the
+#: Phi_SD cells of Table 3's 4 GB rows, jointly with :data:`TREE`.
+INTRA_REQUEST = 0.8
 #: The tree sizes :func:`calibrate_tree` and :meth:`EvalModel.best_sd` search.
 TREE_DEPTHS = tuple(range(1, 9))
 TREE_WIDTHS = (1, 2, 3, 4, 6, 8)
@@ -582,7 +593,7 @@ class EvalModel:
 
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
-                 ar_cache: str = "best"):
+                 ar_cache: str = "best", intra: float | None = None):
         if scheme not in ("ar",) + SCHEMES:
             raise UserError(f"unknown scheme {scheme!r}; known: ar, {', '.join(SCHEMES)}")
         if scheme == "elastic" and not plat.bit_sliced:
@@ -595,6 +606,9 @@ class EvalModel:
         self.m = m = self.shape.model
         self.plat, self.scheme, self.batch, self.context = plat, scheme, batch, context
         self.form = form
+        self.intra = INTRA_REQUEST if intra is None else intra
+        if not (0 < self.intra <= 1):
+            raise UserError(f"intra: expected an exponent in (0, 1], got {self.intra!r}")
         if ar_cache not in AR_CACHES:
             raise UserError(f"ar_cache: expected {', '.join(AR_CACHES)}, got {ar_cache!r}")
         self.ar_cache = ar_cache
@@ -799,6 +813,13 @@ class EvalModel:
                     reads=((w, rows),), ring=rows * H)
         return cost
 
+    def routed_tokens(self, rows: float) -> float:
+        """Independent tokens whose routing a step of ``rows`` rows over the batch amounts to:
+        ``batch x (rows / batch) ** intra`` (:data:`INTRA_REQUEST`): the rows of one request
+        (its tree's candidates) route alike; one row a request (AR) is ``rows`` itself."""
+        per = max(rows / self.batch, 1.0)
+        return self.batch * per ** self.intra if per > 1 else float(rows)
+
     def _moe(self, c, rows, phase, fs):
         m = self.m
         H = m.hidden
@@ -809,31 +830,32 @@ class EvalModel:
         msb, lsb, whole = m.expert_msb_bytes, m.expert_lsb_bytes, m.expert_bytes
         macs = rows * (shared + m.top_k * m.expert_weights)
         on_hb = self.plat.hb_bytes > 0
+        n = self.routed_tokens(rows)                      # what the expert popularity sees
         if phase == "draft" and self.scheme == "elastic":
-            uniq = self.pop.pool_step(rows, self.slots)
+            uniq = self.pop.pool_step(n, self.slots)
             hb += uniq * msb
         elif phase == "draft":                            # Quant-SD: 4-bit copies, all experts
             slots = self.slots if self.draft_slots is None else self.draft_slots
-            uniq, hits = self.pop.step(rows, slots, self.form)
+            uniq, hits = self.pop.step(n, slots, self.form)
             hb += hits * msb
             ext += (uniq - hits) * msb
         elif phase == "ar" and self.ar_slots is not None:
-            uniq, hits = self.pop.step(rows, self.ar_slots, self.form)
+            uniq, hits = self.pop.step(n, self.ar_slots, self.form)
             hb += hits * whole
             ext += (uniq - hits) * whole
         elif self.plat.bit_sliced or not on_hb:
-            uniq, hits = self.pop.step(rows, self.slots if on_hb else 0, self.form)
+            uniq, hits = self.pop.step(n, self.slots if on_hb else 0, self.form)
             hb += hits * msb
             ext += hits * lsb + (uniq - hits) * whole
         else:                                             # HB-xPU: whole INT8 experts cached
-            uniq, hits = self.pop.step(rows, self.slots, self.form)
+            uniq, hits = self.pop.step(n, self.slots, self.form)
             hb += hits * whole
             ext += (uniq - hits) * whole
         res = 0.0
         if self.plat.nm_tops:
             shared_ext = ext - (uniq - hits if on_hb else uniq) * whole
             res = self._res((shared_ext, self.nm_static),
-                            (ext - shared_ext, self.pop.top_share(rows, self.nm_slots)))
+                            (ext - shared_ext, self.pop.top_share(n, self.nm_slots)))
         # each (row, routed expert) pair and each row of the shared experts: the row in on the
         # ring, the expert's output reduced on the link; the shared experts' weights serve
         # every row, a routed expert's the rows routed to it (rows x top-k over the step's
@@ -1012,6 +1034,30 @@ def calibrate_zipf(grid=np.round(np.arange(0.0, 4.01, 0.05), 2), form: str = "to
                 best = (err, float(s))
         out[model] = best[1]
     return out
+
+
+def calibrate_intra(grid=np.round(np.arange(0.5, 1.001, 0.05), 2), tree=None) -> float:
+    """The :data:`INTRA_REQUEST` exponent of ``grid`` that minimises the mean absolute error of
+    every Phi_SD cell of Table 3's 4 GB rows (all schemes, the paper's alpha, :data:`ZIPF`) at
+    ``tree`` (default :data:`TREE`; :func:`calibrate_tree` refits the tree at the result, and
+    the two are refitted in turn until neither moves). AR steps do not depend on it."""
+    d, w = TREE if tree is None else tree
+    xpu, ours = platform("xpu", "4gb"), platform("ours", "4gb")
+    base = {(model, b): EvalModel(model, xpu, "ar", batch=b).ar().seconds
+            for model in TABLE3_MODELS for b in TABLE3_BATCHES}
+    best = None
+    for g in grid:
+        err = []
+        for model in TABLE3_MODELS:
+            for i, b in enumerate(TABLE3_BATCHES):
+                for scheme in SCHEMES:
+                    alpha, _, paper = TABLE3_4GB[model][scheme][i]
+                    em = EvalModel(model, ours, scheme, batch=b, intra=float(g))
+                    err.append(abs(base[model, b] / b / em.sd(alpha, d, w).per_token_s
+                                   / paper - 1))
+        if best is None or np.mean(err) < best[0]:
+            best = (float(np.mean(err)), float(g))
+    return best[1]
 
 
 def calibrate_tree(depths=None, widths=None) -> tuple:
