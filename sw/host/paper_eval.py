@@ -88,7 +88,7 @@ from .models import TABLE3_MODELS
 
 
 __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", "SDResult",
-           "DraftModel", "DRAFT_MODELS", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
+           "DraftModel", "DRAFT_MODELS", "EAGLE3_HEADS", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
            "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig14", "fig14_summary", "PAPER_FIG14",
@@ -97,7 +97,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "cache_check", "che_global", "trace_popularity", "fit_zipf",
            "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha", "model_alphas",
            "model_speed", "SPEED_TARGET", "AR_CACHES", "compute_utilisation", "TREE_DEPTHS",
-           "TREE_WIDTHS"]
+           "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra"]
 
 #: Fraction of the HB peak the paper's simulator delivered (Section 7: ~3% below the roofline).
 HB_EFFICIENCY = 0.97
@@ -237,8 +237,19 @@ ZIPF = {"qwen3-30b-a3b": 1.55, "glm-4.7-flash": 1.1, "deepseek-v2-lite": 0.7,
 #: Phi_SD cells of Table 3's 4 GB rows (the paper names EAGLE-2's dynamic tree, Li et al.
 #: 2024b, but not its size). ``"best"`` in :func:`table3` searches per point instead. Refitted
 #: with the cycle-model compute calibration (issue 26 item 6): (7, 6) -> (8, 6), the deepest
-#: depth of the grid.
-TREE = (8, 6)
+#: depth of the grid; refitted jointly with :data:`INTRA_REQUEST` (:func:`calibrate_intra`, in
+#: turn until neither moves): (8, 6) -> (6, 8), the widest width of the grid.
+TREE = (6, 8)
+#: Intra-request routing correlation: the tokens one request brings to a step (an SD tree's
+#: draft and verify rows) share context and route alike (Section 7, "Inference Framework": the
+#: paper's LRU approximation captures "inter/intra-request routing correlation"; Section 7.3,
+#: Fig. 16(b): "for the same token count, intra-request (SD) execution activates far fewer unique
+#: experts than inter-request (AR)"). A step of ``rows`` rows over ``batch`` requests touches
+#: the experts of ``batch x (rows / batch) ** INTRA_REQUEST`` independent tokens
+#: (:meth:`EvalModel.routed_tokens`; 1: independent, the first landing; an AR step, one token a
+#: request, is unchanged). The paper gives no figure: fitted by :func:`calibrate_intra` on the
+#: Phi_SD cells of Table 3's 4 GB rows, jointly with :data:`TREE`.
+INTRA_REQUEST = 0.8
 #: The tree sizes :func:`calibrate_tree` and :meth:`EvalModel.best_sd` search.
 TREE_DEPTHS = tuple(range(1, 9))
 TREE_WIDTHS = (1, 2, 3, 4, 6, 8)
@@ -341,8 +352,15 @@ class ExpertPopularity:
 @dataclass(frozen=True)
 class DraftModel:
     """A dense draft model (EAGLE-3 head, small LM): ``layers`` decoder layers of GQA attention
-    and a SwiGLU FFN, an LM head of ``vocab`` rows; ``extra`` more weights (EAGLE-3's fc).
-    Weights G32 INT8; ``source`` names the figures' origin."""
+    and a SwiGLU FFN, an LM head of ``vocab`` rows; ``extra`` more weights (EAGLE-3's fc);
+    ``source`` names the figures' origin.
+
+    ``bits``: how its weights are stored (:attr:`weight_bytes`): 16, BF16 as released (the
+    default: Qwen2.5-1.5B-Instruct's and every EAGLE-3 head's ``config.json`` say ``torch_dtype
+    bfloat16``; the paper's G32 INT8, Section 7 "Inference Framework", is said of the target
+    models, and its alphas are those of the released drafts), or 8, G32 INT8 as the target (what
+    the first landing assumed). Its compute runs at the die's W8A8 rate either way (a proxy:
+    section 2 of docs/paper.md)."""
 
     name: str
     layers: int
@@ -355,6 +373,17 @@ class DraftModel:
     vocab: int
     extra: int
     source: str
+    bits: int = 16
+
+    def __post_init__(self):
+        if self.bits not in (8, 16):
+            raise ValueError(f"{self.name}: bits: expected 8 (G32 INT8) or 16 (BF16), got "
+                             f"{self.bits!r}")
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of its weights: 2 a weight in BF16, G32 INT8 with FP16 scales at 8 bits."""
+        return 2.0 * self.weights if self.bits == 16 else weight_bytes(self.weights)
 
     @property
     def weights(self) -> int:
@@ -369,28 +398,60 @@ class DraftModel:
         return self.layers * 2 * self.kv_heads * self.head_dim * KV_BYTES
 
 
+#: The EAGLE-3 head of each Table 3 target, from a published head's ``config.json`` (one
+#: ``LlamaForCausalLMEagle3`` decoder layer at the target's ``hidden_size``): ``intermediate_size``,
+#: ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``draft_vocab_size``, and the
+#: source. Every one is 32,000 draft tokens and ``torch_dtype`` bfloat16. MLA targets get a GQA
+#: (or MHA) head: EAGLE-3 heads are Llama layers whatever the target's attention.
+EAGLE3_HEADS = {
+    "qwen3-30b-a3b": (6144, 32, 4, 128, 32000,
+                      "sgl-project/SpecForge configs/qwen3-30B-eagle3.json: hidden_size=2048, "
+                      "intermediate_size=6144, num_attention_heads=32, num_key_value_heads=4, "
+                      "head_dim=128, draft_vocab_size=32000, torch_dtype=bfloat16"),
+    "glm-4.7-flash": (8192, 16, 4, 128, 32000,
+                      "thoughtworks/GLM-4.7-Flash-Eagle3 (the head the EAGLE README lists for "
+                      "GLM-4.7-Flash; 291 MB in BF16): hidden 2048, 16 q / 4 kv heads of 128, "
+                      "SwiGLU 8192, draft vocab 32000, no embed_tokens (the target's)"),
+    "deepseek-v2-lite": (10944, 16, 16, 128, 32000,
+                         "SpecForge configs/deepseek-v2-lite-eagle3.json: hidden_size=2048, "
+                         "intermediate_size=10944, num_attention_heads=16, "
+                         "num_key_value_heads=16, head_dim=128, draft_vocab_size=32000, "
+                         "torch_dtype=bfloat16"),
+    "gpt-oss-20b": (17280, 64, 8, 64, 32000,
+                    "sgl-project/SpecForge configs/gpt-oss-20B-eagle3.json: hidden_size=2880, "
+                    "intermediate_size=17280, num_attention_heads=64, num_key_value_heads=8, "
+                    "head_dim=64, draft_vocab_size=32000, torch_dtype=bfloat16"),
+}
+
+
 def eagle_head(shape: DecoderShape) -> DraftModel:
     """The EAGLE-3 head of a target (Li et al. 2025b): one decoder layer at the target's width
     whose attention takes the concatenated embedding and feature (2 x hidden), an fc fusing
-    three target features (3 x hidden -> hidden) and a 32,000-token draft vocabulary. Its
-    FFN is taken as 3 x hidden and its attention as the target's GQA heads (MLA targets: their
-    query heads as MHA of 128): placeholders until a released head's config is read."""
+    three target features (3 x hidden -> hidden) and its own LM head over the draft vocabulary
+    (the input embedding is the target's). FFN, heads and draft vocabulary from the published
+    head of :data:`EAGLE3_HEADS`; a target without one (Mixtral) gets the placeholder of the
+    first landing: FFN 3 x hidden, the target's GQA heads, 32,000 tokens."""
     m = shape.model
     H = m.hidden
+    if m.name in EAGLE3_HEADS:
+        inter, qh, kvh, hd, vocab, src = EAGLE3_HEADS[m.name]
+        return DraftModel(f"eagle3-{m.name}", 1, H, 2 * H, inter, qh, kvh, hd, vocab,
+                          3 * H * H, f"EAGLE-3 (Li et al. 2025b), fc 3H->H; {src}")
     if shape.attention == "gqa":
         qh, kvh, hd = shape.q_heads, shape.kv_heads, shape.head_dim
     else:
         qh, kvh, hd = shape.q_heads, shape.q_heads, 128
     return DraftModel(f"eagle3-{m.name}", 1, H, 2 * H, 3 * H, qh, kvh, hd, 32000, 3 * H * H,
                       "EAGLE-3 (Li et al. 2025b): one layer, fc 3H->H, draft vocab 32000; "
-                      "FFN 3H and heads: placeholders")
+                      "FFN 3H and heads: placeholders (no published head read)")
 
 
 #: Qwen2.5-1.5B-Instruct (SLM-SD's draft, Section 7), from its config.json: num_hidden_layers=28,
 #: hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
-#: head dim 1536 / 12 = 128, vocab_size=151936, tie_word_embeddings=true.
+#: head dim 1536 / 12 = 128, vocab_size=151936, tie_word_embeddings=true, torch_dtype=bfloat16
+#: (stored so: :attr:`DraftModel.bits`).
 QWEN25_1P5B = DraftModel("qwen2.5-1.5b-instruct", 28, 1536, 1536, 8960, 12, 2, 128, 151936, 0,
-                         "Qwen/Qwen2.5-1.5B-Instruct config.json")
+                         "Qwen/Qwen2.5-1.5B-Instruct config.json (torch_dtype=bfloat16)")
 DRAFT_MODELS = {"slm": QWEN25_1P5B}
 
 
@@ -532,7 +593,7 @@ class EvalModel:
 
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
-                 ar_cache: str = "best"):
+                 ar_cache: str = "best", intra: float | None = None):
         if scheme not in ("ar",) + SCHEMES:
             raise UserError(f"unknown scheme {scheme!r}; known: ar, {', '.join(SCHEMES)}")
         if scheme == "elastic" and not plat.bit_sliced:
@@ -545,6 +606,9 @@ class EvalModel:
         self.m = m = self.shape.model
         self.plat, self.scheme, self.batch, self.context = plat, scheme, batch, context
         self.form = form
+        self.intra = INTRA_REQUEST if intra is None else intra
+        if not (0 < self.intra <= 1):
+            raise UserError(f"intra: expected an exponent in (0, 1], got {self.intra!r}")
         if ar_cache not in AR_CACHES:
             raise UserError(f"ar_cache: expected {', '.join(AR_CACHES)}, got {ar_cache!r}")
         self.ar_cache = ar_cache
@@ -569,7 +633,7 @@ class EvalModel:
             * self.shape.kv_values_per_token * KV_BYTES
         draft = 0.0
         if self.draft is not None:
-            draft = weight_bytes(self.draft.weights) \
+            draft = self.draft.weight_bytes \
                 + self.batch * self.context * self.draft.kv_per_token
         elif self.scheme == "quant":
             draft = weight_bytes(z.static, 4)           # the static weights' 4-bit copy
@@ -585,7 +649,14 @@ class EvalModel:
         # (Section 7.1, "the worst case"); the paper's Quant-SD Phi_AR equal the no-cache ones
         # (Qwen3 batch 4-16, GLM every batch: SLM-SD's). MXFP4 experts are their own 4-bit copy
         # (GPT-OSS-20B: Quant-SD's Phi_AR equal Elastic-SD's), so those keep the cache.
+        # The HB left holds the hottest experts' 4-bit draft copies instead (Fig. 12: "Quant-SD
+        # maintains independent 4-bit draft and 8-bit target weight copies across both tiers",
+        # its HB full of copies): an LRU of 4-bit copies (an MSB slice's size) that only the
+        # draft reads (:attr:`draft_slots`); AR and verify stream INT8 experts from EXT.
+        self.draft_slots = None
         if self.scheme == "quant" and not self.mxfp4:
+            self.draft_slots = left / m.expert_msb_bytes / m.moe_layers
+            self.draft_cache_bytes = left
             left = 0.0
         self.cache_bytes = left
         # a slot holds an MSB slice on the bit-sliced die, a whole expert on HB-xPU
@@ -742,6 +813,13 @@ class EvalModel:
                     reads=((w, rows),), ring=rows * H)
         return cost
 
+    def routed_tokens(self, rows: float) -> float:
+        """Independent tokens whose routing a step of ``rows`` rows over the batch amounts to:
+        ``batch x (rows / batch) ** intra`` (:data:`INTRA_REQUEST`): the rows of one request
+        (its tree's candidates) route alike; one row a request (AR) is ``rows`` itself."""
+        per = max(rows / self.batch, 1.0)
+        return self.batch * per ** self.intra if per > 1 else float(rows)
+
     def _moe(self, c, rows, phase, fs):
         m = self.m
         H = m.hidden
@@ -752,30 +830,32 @@ class EvalModel:
         msb, lsb, whole = m.expert_msb_bytes, m.expert_lsb_bytes, m.expert_bytes
         macs = rows * (shared + m.top_k * m.expert_weights)
         on_hb = self.plat.hb_bytes > 0
+        n = self.routed_tokens(rows)                      # what the expert popularity sees
         if phase == "draft" and self.scheme == "elastic":
-            uniq = self.pop.pool_step(rows, self.slots)
+            uniq = self.pop.pool_step(n, self.slots)
             hb += uniq * msb
         elif phase == "draft":                            # Quant-SD: 4-bit copies, all experts
-            uniq, hits = self.pop.step(rows, self.slots, self.form)
+            slots = self.slots if self.draft_slots is None else self.draft_slots
+            uniq, hits = self.pop.step(n, slots, self.form)
             hb += hits * msb
             ext += (uniq - hits) * msb
         elif phase == "ar" and self.ar_slots is not None:
-            uniq, hits = self.pop.step(rows, self.ar_slots, self.form)
+            uniq, hits = self.pop.step(n, self.ar_slots, self.form)
             hb += hits * whole
             ext += (uniq - hits) * whole
         elif self.plat.bit_sliced or not on_hb:
-            uniq, hits = self.pop.step(rows, self.slots if on_hb else 0, self.form)
+            uniq, hits = self.pop.step(n, self.slots if on_hb else 0, self.form)
             hb += hits * msb
             ext += hits * lsb + (uniq - hits) * whole
         else:                                             # HB-xPU: whole INT8 experts cached
-            uniq, hits = self.pop.step(rows, self.slots, self.form)
+            uniq, hits = self.pop.step(n, self.slots, self.form)
             hb += hits * whole
             ext += (uniq - hits) * whole
         res = 0.0
         if self.plat.nm_tops:
             shared_ext = ext - (uniq - hits if on_hb else uniq) * whole
             res = self._res((shared_ext, self.nm_static),
-                            (ext - shared_ext, self.pop.top_share(rows, self.nm_slots)))
+                            (ext - shared_ext, self.pop.top_share(n, self.nm_slots)))
         # each (row, routed expert) pair and each row of the shared experts: the row in on the
         # ring, the expert's output reduced on the link; the shared experts' weights serve
         # every row, a routed expert's the rows routed to it (rows x top-k over the step's
@@ -796,7 +876,7 @@ class EvalModel:
             return self.step(rows, phase="draft")
         d = self.draft
         cost = StepCost()
-        w = weight_bytes(d.weights)
+        w = d.weight_bytes
         kv = self.batch * self.context * d.kv_per_token
         hb, ext = self._split(w + kv, self.draft_in_hb)
         macs = rows * d.weights + rows * d.layers * 2 * d.q_heads * d.head_dim * self.context
@@ -956,6 +1036,30 @@ def calibrate_zipf(grid=np.round(np.arange(0.0, 4.01, 0.05), 2), form: str = "to
     return out
 
 
+def calibrate_intra(grid=np.round(np.arange(0.5, 1.001, 0.05), 2), tree=None) -> float:
+    """The :data:`INTRA_REQUEST` exponent of ``grid`` that minimises the mean absolute error of
+    every Phi_SD cell of Table 3's 4 GB rows (all schemes, the paper's alpha, :data:`ZIPF`) at
+    ``tree`` (default :data:`TREE`; :func:`calibrate_tree` refits the tree at the result, and
+    the two are refitted in turn until neither moves). AR steps do not depend on it."""
+    d, w = TREE if tree is None else tree
+    xpu, ours = platform("xpu", "4gb"), platform("ours", "4gb")
+    base = {(model, b): EvalModel(model, xpu, "ar", batch=b).ar().seconds
+            for model in TABLE3_MODELS for b in TABLE3_BATCHES}
+    best = None
+    for g in grid:
+        err = []
+        for model in TABLE3_MODELS:
+            for i, b in enumerate(TABLE3_BATCHES):
+                for scheme in SCHEMES:
+                    alpha, _, paper = TABLE3_4GB[model][scheme][i]
+                    em = EvalModel(model, ours, scheme, batch=b, intra=float(g))
+                    err.append(abs(base[model, b] / b / em.sd(alpha, d, w).per_token_s
+                                   / paper - 1))
+        if best is None or np.mean(err) < best[0]:
+            best = (float(np.mean(err)), float(g))
+    return best[1]
+
+
 def calibrate_tree(depths=None, widths=None) -> tuple:
     """The ``(depth, width)`` that minimises the mean absolute error of every Phi_SD cell of
     Table 3's 4 GB rows (all schemes, the paper's alpha, :data:`ZIPF`) over ``depths`` x
@@ -1082,11 +1186,13 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
         m = em.m
         draft_bytes = 0.0
         if em.draft is not None:
-            draft_bytes = weight_bytes(em.draft.weights) + batch * em.context * em.draft.kv_per_token
+            draft_bytes = em.draft.weight_bytes + batch * em.context * em.draft.kv_per_token
         elif scheme == "quant":
             draft_bytes = weight_bytes(em.sizes.static, 4)
         hb_map = {"static": em.static_bytes * em.hb_static, "kv": em.kv_bytes * em.hb_kv,
-                  "draft": draft_bytes * em.draft_in_hb,
+                  # (Quant-SD's: its static 4-bit copy and its hottest experts' 4-bit copies)
+                  "draft": draft_bytes * em.draft_in_hb
+                  + (em.draft_cache_bytes if em.draft_slots is not None else 0.0),
                   "expert cache": em.slots * m.moe_layers * em.slot_bytes}
         ext_map = {"target (INT8, MXFP4 experts)": em.static_bytes
                    + m.routed_expert_count * m.expert_bytes,

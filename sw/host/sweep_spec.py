@@ -16,7 +16,7 @@ A spec (YAML shown; TOML has the same keys)::
       model: [qwen3-30b-a3b, gpt-oss-20b]
       batch: [1, 16]
       scheme: [ar, elastic]        # ar, eagle, slm, quant, elastic
-      depth: [8]                   # SD tree (default 8 x 6, paper_eval.TREE)
+      depth: [8]                   # SD tree (default 6 x 8, paper_eval.TREE)
       width: [6]
       hb: [4gb, 8gb]               # the base preset paper-<hb> when `base` is not given
     constraints:                   # expressions over the point's fields (the base preset's
@@ -71,8 +71,9 @@ SAMPLINGS = ("grid", "random", "lhs")
 CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ArchConfig)
                       if f.name not in ("name", "tile", "hb", "ext", "iomem_split")) \
     + tuple(f"tile.{f.name}" for f in dataclasses.fields(TileConfig))
-#: Workload axes and their defaults (``None``: derived per point, see :func:`expand`).
-WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic", "depth": 8, "width": 6,
+#: Workload axes and their defaults (``None``: derived per point, see :func:`expand`); the SD
+#: tree's are :data:`~.paper_eval.TREE`'s (6 x 8; ``tests/tools/test_sweep.py`` checks it).
+WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic", "depth": 6, "width": 8,
                    "hb": "4gb", "alpha": None, "context": 1024}
 #: Config fields that change the HB capacity: sweeping one leaves a point's ``hb`` empty (the
 #: ``hb_gb`` column has the capacity), as does a ``base:`` preset.
