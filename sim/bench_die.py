@@ -129,11 +129,9 @@ DEFAULTS = {"arch": "small", "hidden": 64, "intermediate": 128, "experts": 8,
 EXT_LAYOUTS = ("stream", "group")
 
 
-def group_experts(ids, phase: str, cached, groups: int) -> list:
-    """The bench's placement: per group the experts routed in ``ids`` (int ``[T, k]``, -1
-    none) that it runs, ascending: expert e on group e mod ``groups``, a draft's only the
-    ``cached`` ones."""
-    used = sorted({int(e) for e in np.asarray(ids).reshape(-1) if e >= 0})
+def group_experts(used, phase: str, cached, groups: int) -> list:
+    """The bench's placement: per group the experts of ``used`` (the routed ones, ascending)
+    that it runs: expert e on group e mod ``groups``, a draft's only the ``cached`` ones."""
     return [[e for e in used if e % groups == g and (phase != "draft" or e in cached)]
             for g in range(groups)]
 
@@ -479,8 +477,9 @@ class DieBench(CaseRecorder):
         arch, pe = self.arch, self.pe
         G, NG = arch.pes_per_group, arch.groups
         rng = self.rng(f"{case}/{phase}/{traffic}")
+        used = sorted({int(e) for e in np.asarray(routing[0]).reshape(-1) if e >= 0})
         jobs = []
-        for g, mine in enumerate(group_experts(routing[0], phase, cached, NG)):
+        for g, mine in enumerate(group_experts(used, phase, cached, NG)):
             if not mine:
                 jobs.append(None)
                 continue
@@ -959,7 +958,7 @@ def perf_cycles(arch, tokens: int, phase: str, params=None) -> float:
     work = LayerWork(layer=layer, ids=ids, weights=np.asarray(wts, np.float32), cached=cached)
     tokens_of = work.expert_tokens()
     groups = [{e: tokens_of[e] for e in mine}
-              for mine in group_experts(ids, phase, cached, arch.groups)]
+              for mine in group_experts(sorted(tokens_of), phase, cached, arch.groups)]
     placement = Placement(groups=tuple(groups),
                           cached=tuple(frozenset(set(g) & cached) for g in groups))
     model = synthetic_model("mixtral-8x7b", (int(params["hidden"]), int(params["intermediate"])))
