@@ -56,11 +56,13 @@ the largest tail (:meth:`~.perf_calib.ComputeCycles.tail`, the cycle model's cyc
 last ``ld`` word of a program ending in that expert, stream-bound) of a group's last expert
 in program order, when it has EXT bytes (an MXFP4 cached expert has none: no program table
 has MXFP4 experts, so none has a tail), with the OUT reduction and OUTPUT of the step's
-tokens. A group that only takes pool writes has no head (its writes wait for no read). ``"ideal"`` is the
-RTL / golden backends' feed (each PE program alone, a word every cycle from the first): none
-of these. Against the die bench (``elmoe3d.sim.bench_die.perf_cycles``, ``docs/host.md``
-section 7) the die feed is within 5% per step kind, summed over its 1-, 4- and 16-token
-batches (-4.0% draft, -4.1% verify; -2.8% to -7.6% a batch).
+tokens. A group that only takes pool writes has no head (its writes wait for no read).
+``"ideal"`` is the RTL / golden backends' feed (each PE program alone, a word every cycle from
+the first): none of these. Against the die bench (``elmoe3d.sim.bench_die.perf_cycles``,
+``docs/host.md`` section 7) the die feed is within 5% per step kind, summed over its 1-, 4-
+and 16-token batches (-4.0% draft, -4.1% verify; -2.8% to -7.6% a batch), on the bench's 2
+EXT channels; with 8 the die's verify is 26-31% slower than the model (its ring serves a
+group's PEs' EXT transfers one after the other).
 
 Energy:
 :meth:`~elmoe3d.config.ArchConfig.access_energy_pj` of the HB (read + written) and EXT bytes:
