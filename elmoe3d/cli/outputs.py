@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import shutil
+import tempfile
 from pathlib import Path
 
 from ..errors import UserError
@@ -51,7 +52,7 @@ def check_output(path, option: str) -> Path:
     _refuse_special(path, option)
     if not parent.is_dir():
         raise UserError(f"{option} {path}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK):
+    if not _writable(parent):
         raise UserError(f"{option} {path}: directory {parent} is not writable")
     return path
 
@@ -72,7 +73,7 @@ def check_output_dir(folder, option: str, names) -> list:
         ancestor = ancestor.parent
     if not ancestor.is_dir():                   # a file, or a dangling symbolic link
         raise UserError(f"{option} {folder}: {ancestor} is not a directory")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
+    if not _writable(ancestor):
         raise UserError(f"{option} {folder}: directory {ancestor} is not writable")
     return [folder / name for name in names]
 
@@ -104,6 +105,22 @@ def check_distinct(outputs, inputs=()) -> None:
         for other, other_path in outputs[:i]:
             if same_file(path, other_path):
                 raise UserError(f"{other} and {opt} name the same file {path}")
+
+
+def _writable(folder: Path) -> bool:
+    """Whether a file can be created in ``folder``: its permission bits, then a probe file
+    created and removed there (root passes every permission check, yet cannot create files
+    in ``/proc`` or on a read-only mount)."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".elmoe3d-probe-")
+    except OSError:
+        return False
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(name)
+    return True
 
 
 def _refuse_special(path: Path, option: str) -> None:

@@ -23,7 +23,8 @@ popularity and from a fitted Zipf law. Exit status 0, or 2 on a usage error.
 from __future__ import annotations
 
 from ..errors import UserError
-from .outputs import check_output, check_output_dir, report_console, write_json
+from .outputs import (check_distinct, check_output, check_output_dir, report_console,
+                      write_json)
 
 
 FIGURES = ("table3", "fig12", "fig14", "fig15", "cache-check")
@@ -50,9 +51,10 @@ def configure(parser):
                              "component, normalised to ours); cache-check: the expert-cache model (Che's "
                              "approximation) against the exact LRU on the real Mixtral traces")
     parser.add_argument("--hb", default=None, metavar="|".join(CHOICES["hb"]),
-                        help="HB capacity of the configuration (default: the paper's, 4gb for "
-                             "table3, 8gb for fig12; Table 3's figures are shown beside ours "
-                             "at 4gb, its 8 GB rows are withheld from this copy of the paper)")
+                        help="HB capacity of the configuration (default: the paper's, "
+                             + ", ".join(f"{hb} for {fig}" for fig, hb in PAPER_HB.items())
+                             + "; Table 3's figures are shown beside ours at 4gb, its 8 GB "
+                             "rows are withheld from this copy of the paper)")
     parser.add_argument("--tree", default=None, metavar="D,W|best",
                         help="SD tree depth and width (default: the calibrated "
                              "elmoe3d.sw.host.paper_eval.TREE) or 'best' (fastest per point)")
@@ -64,7 +66,8 @@ def configure(parser):
                         help="Elastic-SD's alpha: the paper's 4 GB values (default) or "
                              "the alpha model (pool coverage, fitted on the 4 GB rows) at --hb")
     parser.add_argument("--ar-cache", default=None, metavar="|".join(CHOICES["ar_cache"]),
-                        help="table3, fig14: what ours caches in AR mode: best (per point the "
+                        help=", ".join(APPLIES["ar_cache"]) + ": what ours caches in AR "
+                             "mode: best (per point the "
                              "faster of the two, default), msb (MSB slices, the LSB streamed "
                              "from EXT on a hit) or whole (whole INT8 experts); the Zipf "
                              "exponents are refitted on the 4 GB rows unless best")
@@ -119,6 +122,12 @@ def run(args) -> int:
             setattr(args, opt, DEFAULTS[opt])
     if args.json:
         check_output(args.json, "--json")
+        # the traces beside the checkout are what cache-check and the fits read
+        from ..sw.host.corpus import traces_dir
+        tdir = traces_dir()
+        check_distinct([("--json", args.json)],
+                       [(f"the trace file {f.name}", f) for f in sorted(tdir.glob("*"))
+                        if f.is_file()] if tdir.is_dir() else [])
     if args.hb is None:
         args.hb = PAPER_HB.get(args.figure, "4gb")
     if args.figure == "cache-check":

@@ -228,3 +228,28 @@ def test_a_failed_write_or_rename_names_the_destination(tmp_path, monkeypatch):
             write_json("/proc/elmoe3d-x.json", {})
         assert str(info.value) == ("--json /proc/elmoe3d-x.json: cannot write ([Errno 2] No "
                                    "such file or directory: '/proc/elmoe3d-x.json')")
+
+
+def test_a_folder_that_refuses_new_files_is_not_writable(tmp_path, monkeypatch):
+    """Root passes every permission check, yet cannot create a file in /proc or on a read-only
+    mount: a folder where the probe file cannot be created is refused before the run (the
+    probe made to fail here), and a writable one leaves no probe file behind."""
+    import tempfile
+
+    import elmoe3d.cli.outputs as outputs_mod
+    check_output(tmp_path / "ok.json", "--json")
+    assert list(tmp_path.iterdir()) == []
+    real = tempfile.mkstemp
+
+    def refuse(*a, dir=None, **kw):
+        if Path(dir) == tmp_path:
+            raise PermissionError(13, "Permission denied", str(dir))
+        return real(*a, dir=dir, **kw)
+
+    monkeypatch.setattr(outputs_mod.tempfile, "mkstemp", refuse)
+    with pytest.raises(UserError, match=f"--json {tmp_path}/x.json: directory {tmp_path} is "
+                                        f"not writable"):
+        check_output(tmp_path / "x.json", "--json")
+    with pytest.raises(UserError, match=f"--plot {tmp_path}/d: directory {tmp_path} is not "
+                                        f"writable"):
+        check_output_dir(tmp_path / "d", "--plot", ["a.png"])

@@ -223,3 +223,23 @@ def test_fig12_units_are_gib_in_table_and_plot(tmp_path, capsys, monkeypatch):
     widths = [p.get_width() for p in top.patches]             # 4 kinds x 4 schemes
     assert sum(widths[0::4]) == pytest.approx(8.0, abs=0.015)  # eagle's bars
     assert "GiB HB" in drawn[0]._suptitle.get_text()
+
+
+def test_json_may_not_overwrite_a_trace(tmp_path, capsys, monkeypatch):
+    """``--json`` naming one of the trace files the paper model reads (a copy here, through
+    $ELMOE3D_TRACES) is refused before anything runs, and the file is left as it was."""
+    from elmoe3d.sw.host.corpus import traces_dir
+    src = traces_dir() / "humaneval_2_routing.jsonl"
+    if not src.is_file():
+        pytest.skip(f"{src} not found")
+    copy = tmp_path / "traces"
+    copy.mkdir()
+    trace = copy / src.name
+    trace.write_bytes(src.read_bytes())
+    monkeypatch.setenv("ELMOE3D_TRACES", str(copy))
+    before = trace.read_bytes()
+    assert cli.main(["paper", "cache-check", "--json", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"elmoe3d paper: error: --json and the trace file {src.name} name "
+                           f"the same file {trace}: the output would overwrite the input")
+    assert trace.read_bytes() == before

@@ -387,11 +387,19 @@ def test_acceptance_out_of_range_names_the_option(capsys, rule, field):
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
-def test_a_failed_write_names_the_users_path(capsys):
-    """A write that fails where the path looked writable (/proc) names the user's --json, not
+def test_a_failed_write_names_the_users_path(capsys, monkeypatch):
+    """/proc refuses new files even to root: refused before the run. Where such a folder
+    looked writable (the probe made to pass), the failed write names the user's --json, not
     the temporary file beside it."""
-    code, out, err = _run(capsys, *BASE, "--config", "paper-8gb", "--tokens", "4", "--layers",
-                          "0", "--json", "/proc/elmoe3d-x.json")
+    args = (*BASE, "--config", "paper-8gb", "--tokens", "4", "--layers", "0", "--json",
+            "/proc/elmoe3d-x.json")
+    code, out, err = _run(capsys, *args)
+    assert code == 2 and out == ""
+    assert err.strip() == ("elmoe3d run: error: --json /proc/elmoe3d-x.json: directory /proc "
+                           "is not writable")
+    import elmoe3d.cli.outputs as outputs_mod
+    monkeypatch.setattr(outputs_mod, "_writable", lambda folder: True)
+    code, out, err = _run(capsys, *args)
     assert code == 2 and ".tmp" not in err
     assert err.strip() == ("elmoe3d run: error: cannot write output: [Errno 2] No such file or "
                            "directory: '/proc/elmoe3d-x.json'")
