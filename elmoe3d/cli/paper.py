@@ -404,7 +404,9 @@ def _plot_fig15(path, rows, hb):
         ax.set_title(model, fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel("energy a token / ours (triangle: SD mode)")
-    axes[-1].legend(fontsize=7)
+    # below the panels: inside one it covers the tallest bars (GPT-OSS-20B's)
+    handles, labels = axes[0].get_legend_handles_labels()
+    f.legend(handles, labels, fontsize=8, ncols=len(labels), loc="outside lower center")
     f.suptitle(f"Fig. 15 (model): energy a token by component, normalised to ours, "
                f"{hb[:-2]} GB HB; bars per batch: {', '.join(pe.PLATFORMS)}", fontsize=10)
     f.savefig(path, format="png", dpi=110)
