@@ -1,0 +1,24 @@
+"""The Python example of docs/host.md (section 5, ``<!-- example: perf-model -->``) runs as
+printed and gives the figures the section's table reports for the same run."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from elmoe3d.sw.host.corpus import traces_dir
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "host.md"
+
+
+def test_perf_model_example_runs(capsys):
+    if not (traces_dir() / "gsm8k_2_routing.jsonl").is_file():
+        pytest.skip("gsm8k_2_routing.jsonl not found")
+    m = re.search(r"<!-- example: perf-model -->\n```python\n(.*?)```", DOC.read_text(), re.S)
+    assert m, "the example block is gone from docs/host.md"
+    exec(compile(m.group(1), f"{DOC}:perf-model", "exec"), {"__name__": "docs_example"})
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0] for ln in lines] == ["die", "ideal"]
+    # section 7's paper-8gb Elastic-SD gsm8k row: 510 steps, 31.8 s, 7.77 tokens/s
+    assert lines[1] == "ideal: 510 steps, 31.77 s, 7.77 tokens/s"
+    assert lines[0] == "die: 510 steps, 31.77 s, 7.77 tokens/s"
