@@ -97,7 +97,9 @@ def configure(parser) -> None:
     parser.add_argument("--trace", required=True, metavar="FILE",
                         help="routing trace: vLLM-style .jsonl or canonical .npz; 'gsm8k' or "
                              "'humaneval' for the real Mixtral traces; synthetic:USAGE.json "
-                             "for synthetic routing calibrated on expert-usage statistics")
+                             "for synthetic routing calibrated on expert-usage statistics (or "
+                             "synthetic:COUNTS.csv laid out as olmoe_mixtral_expert_counts.csv: "
+                             "its tables with the model's expert count)")
     parser.add_argument("--model", default=None, metavar="PRESET",
                         help="model preset (e.g. mixtral-8x7b; default: the .npz trace's model "
                              "or the JSONL meta line's)")
