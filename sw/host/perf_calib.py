@@ -30,7 +30,8 @@ Where the figures come from (:attr:`ComputeCycles.source`):
   :mod:`elmoe3d.sim.bench_host`; the HB and EXT streams are the model's separate bounds) and
   again at the HB bank's rate (the ``"die"`` feed, :data:`FEEDS`), link words present (the
   RTL backend runs each PE alone with its link words delivered); and each program's tail
-  after its last ``ld`` word when its stream is the bound (:meth:`ComputeCycles.tail`). Shipped for the ``small``
+  after its last ``ld`` word when its stream is the bound (:meth:`ComputeCycles.tail`).
+  Shipped for the ``small``
   configuration's synthetic experts (:data:`~.perf_calib_table.TABLE`, written by ``python -m
   elmoe3d.sw.host.perf_calib``; a few seconds), for every ``t`` and ``T`` the PE holds (22
   tokens at H = 64): on ``make sim``'s trace run the largest ``cycles_p`` is within 6 cycles

@@ -14,7 +14,8 @@ the tests here (and across pytest-xdist workers).
 import pytest
 
 from elmoe3d.config import preset
-from elmoe3d.sim.bench_die import PERF_TARGET, build_die, perf_cycles, run_die_bench
+from elmoe3d.sim.bench_die import (PERF_TARGET, build_die, perf_by_kind, perf_cycles,
+                                   run_die_bench)
 
 pytestmark = pytest.mark.cocotb
 
@@ -49,7 +50,7 @@ def test_draft_and_verify_phases(built):
     seen = {(r["tokens"], r["phase"], r["traffic"]) for r in result.records}
     assert seen == {(n, p, t) for n in (1, 4, 16) for p in ("draft", "verify")
                     for t in ("smooth", "stalls")}
-    perf = {}
+    cases = []
     for rec in result.records:
         assert rec["groups"]
         if rec["tokens"] > 1:
@@ -74,16 +75,16 @@ def test_draft_and_verify_phases(built):
             assert sum(rec["exchange"]["counts"]["ext_word"]) == 0     # draft: HB only
         # the perf model (die feed) on the same case, for the per-kind check below
         if rec["traffic"] == "smooth":
-            kinds = perf.setdefault(rec["phase"], [0, 0.0])
-            kinds[0] += rec["cycles"]
-            kinds[1] += perf_cycles(ARCH, rec["tokens"], rec["phase"])
+            cases.append({"phase": rec["phase"], "cycles": rec["cycles"],
+                          "perf_cycles": perf_cycles(ARCH, rec["tokens"], rec["phase"])})
         # every PE that had work reported its STATUS counters
         assert all(s is not None for g in rec["groups"] for s in
                    rec["pe_status"][g["group"] * ARCH.pes_per_group:
                                     (g["group"] + 1) * ARCH.pes_per_group])
     # issue 26 item 6: the perf model within 5% of the die's cycles per step kind (summed
     # over the 1-, 4- and 16-token cases, outputs always ready)
-    assert set(perf) == {"draft", "verify"}
+    perf = perf_by_kind(cases)
+    assert set(perf) == {"draft", "verify"} and len(cases) == 6
     for kind, (die, model) in perf.items():
         assert abs(model / die - 1) <= PERF_TARGET, (kind, die, model)
 
