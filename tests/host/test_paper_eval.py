@@ -684,3 +684,23 @@ def test_fig15_summary_bad_rows():
                           != ("ours", "qwen3-30b-a3b", 1)])
     with pytest.raises(UserError, match="'energy'"):
         pe.fig15_summary([{k: v for k, v in r.items() if k != "energy"} for r in rows])
+
+
+
+@pytest.mark.parametrize("hb_gb", [0.5, 1.5, 4.0])
+def test_a_step_reads_no_more_hb_than_it_holds(hb_gb):
+    """Each byte in HB is read at most once a step, so no step reads more HB bytes than the
+    HB holds. An HB too small for top-k experts a layer (a sweep's 1 GB die) broke it:
+    Elastic-SD's draft pool still has top-k experts, and it read those the cache does not hold
+    from HB at zero capacity; they now come from EXT."""
+    plat = replace(pe.platform("ours", "4gb"), hb_bytes=int(hb_gb * 2**30))
+    for model in pe.TABLE3_MODELS:
+        for scheme in ("ar",) + pe.SCHEMES:
+            em = pe.EvalModel(model, plat, scheme, batch=4)
+            steps = [em.ar(), em.step(4 * 9, phase="verify")]
+            steps += [em.draft_step(4)] if scheme != "ar" else []
+            for st in steps:
+                assert st.hb_bytes <= plat.hb_bytes * (1 + 1e-9), (model, scheme, em.slots)
+    em = pe.EvalModel("qwen3-30b-a3b", plat, "elastic", batch=4)
+    if hb_gb < 4:
+        assert em.slots < em.m.top_k and em.pop.pool_size(em.slots) == em.m.top_k
