@@ -340,15 +340,19 @@ class ExpertPopularity:
         return float(part / c[-1])
 
     def pool_size(self, slots: float) -> int:
-        """Experts in Elastic-SD's draft pool at ``slots`` cached a layer: the ``slots``
-        hottest, rounded, but never fewer than top-k (a token needs k distinct experts) nor
-        more than the layer has."""
-        return int(min(max(round(slots), self.top_k), self.experts))
+        """Experts in Elastic-SD's draft pool at ``slots`` cached a layer: the whole experts
+        the cache holds (``floor(slots)``, at most the layer's), fewer than top-k on a small
+        HB, as the functional model's :func:`~.elastic_sd.throttle` keeps "fewer if the pool
+        holds fewer"."""
+        return int(min(max(math.floor(slots), 0), self.experts))
 
     def pool_step(self, n: int, slots: float) -> float:
         """Distinct experts of ``n`` rows routed only within the :meth:`pool_size` hottest
-        experts (Elastic-SD's throttled draft: top-k kept inside the pool)."""
+        experts (Elastic-SD's throttled draft: top-k kept inside the pool; a token takes every
+        pool expert when the pool holds k or fewer)."""
         c = self.pool_size(slots)
+        if c == 0:
+            return 0.0
         q = self.p[:c] * self.top_k / self.p[:c].sum()
         q = np.minimum(q, 1.0)
         return float((1 - (1 - q) ** n).sum())
@@ -840,12 +844,7 @@ class EvalModel:
         n = self.routed_tokens(rows)                      # what the expert popularity sees
         if phase == "draft" and self.scheme == "elastic":
             uniq = self.pop.pool_step(n, self.slots)
-            # the pool is the cached experts (its rounding counted as cached); where fewer
-            # than top-k fit (a small HB), the pool's others are read from EXT (never at
-            # Table 3's or Figs. 14/15's points)
-            cached = min(1.0, self.slots / m.top_k)
-            hb += uniq * msb * cached
-            ext += uniq * msb * (1 - cached)
+            hb += uniq * msb                      # the pool is cached: HB only
         elif phase == "draft":                            # Quant-SD: 4-bit copies, all experts
             slots = self.slots if self.draft_slots is None else self.draft_slots
             uniq, hits = self.pop.step(n, slots, self.form)

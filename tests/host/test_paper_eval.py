@@ -453,7 +453,7 @@ def test_fig14_rows_and_summary():
     assert s["speedup_over_best_prior"] == pytest.approx(1.775, abs=0.0005)
     assert s["speedup_over_best_prior_max"] == pytest.approx(4.613, abs=0.0005)
     assert s["speedup_over_hb_xpu"] == pytest.approx(1.000, abs=0.0005)
-    assert s["speedup_over_hb_xpu_min"] == pytest.approx(0.821, abs=0.0005)
+    assert s["speedup_over_hb_xpu_min"] == pytest.approx(0.823, abs=0.0005)
     # the paper's strongest prior per model (Section 7.2) against ours: DeepSeek-V2-Lite agrees
     assert s["paper_strongest_prior"] == pe.PAPER_STRONGEST_PRIOR
     assert s["strongest_prior"] == {"qwen3-30b-a3b": "xpu-logicpim",
@@ -607,7 +607,7 @@ def test_fig15_summary():
     for r in rows:
         assert set(r["energy"]) == set(pe.ENERGY_PARTS) and min(r["energy"].values()) >= 0
     # (3.56 -> 3.47 with the intra-request routing and the 6 x 8 tree)
-    assert s["over_xpu"] == pytest.approx(3.47, abs=0.005)
+    assert s["over_xpu"] == pytest.approx(3.475, abs=0.005)
     assert s["over_xpu_max"] == pytest.approx(6.445, abs=0.005)
     # (0.684 -> 0.687 with the published EAGLE-3 heads, -> 0.695 with them in BF16, the largest
     # 1.02 -> 1.04: HB-xPU runs EAGLE-SD; -> 0.726 and 1.65 with the intra-request routing and
@@ -616,8 +616,8 @@ def test_fig15_summary():
     # reads inside their LPDDR5 cost the placeholder NEAR_MEMORY_ENERGY; HB-xPU apart, 1.013 and
     # 1.649)
     assert s["over_best_prior"] == pytest.approx(0.515, abs=0.0005)
-    assert s["over_best_prior_max"] == pytest.approx(0.902, abs=0.0005)
-    assert s["over_hb_xpu"] == pytest.approx(1.013, abs=0.0005)
+    assert s["over_best_prior_max"] == pytest.approx(0.9035, abs=0.0005)
+    assert s["over_hb_xpu"] == pytest.approx(1.014, abs=0.0005)
     assert s["over_hb_xpu_max"] == pytest.approx(1.649, abs=0.0005)
     assert set(s["best_prior"].values()) <= set(pe.PRIOR_PLATFORMS)
     assert s["paper"] == pe.PAPER_FIG15
@@ -691,8 +691,8 @@ def test_fig15_summary_bad_rows():
 def test_a_step_reads_no_more_hb_than_it_holds(hb_gb):
     """Each byte in HB is read at most once a step, so no step reads more HB bytes than the
     HB holds. An HB too small for top-k experts a layer (a sweep's 1 GB die) broke it:
-    Elastic-SD's draft pool still has top-k experts, and it read those the cache does not hold
-    from HB at zero capacity; they now come from EXT."""
+    Elastic-SD's draft pool was never fewer than top-k experts, read from HB at zero capacity
+    (and its rounding read up to half an expert a layer more than the cache holds)."""
     plat = replace(pe.platform("ours", "4gb"), hb_bytes=int(hb_gb * 2**30))
     for model in pe.TABLE3_MODELS:
         for scheme in ("ar",) + pe.SCHEMES:
@@ -701,6 +701,11 @@ def test_a_step_reads_no_more_hb_than_it_holds(hb_gb):
             steps += [em.draft_step(4)] if scheme != "ar" else []
             for st in steps:
                 assert st.hb_bytes <= plat.hb_bytes * (1 + 1e-9), (model, scheme, em.slots)
-    em = pe.EvalModel("qwen3-30b-a3b", plat, "elastic", batch=4)
-    if hb_gb < 4:
-        assert em.slots < em.m.top_k and em.pop.pool_size(em.slots) == em.m.top_k
+    # the draft pool is the whole cached experts (the functional model's throttle keeps fewer
+    # than top-k if the pool holds fewer), never more than the slots
+    for slots in (0.0, 0.3, 5.6, 7.6, 8.6, 10.81, 1e9):
+        pop = pe.ExpertPopularity(128, 8, 1.55)
+        c = pop.pool_size(slots)
+        assert c <= slots and c == min(int(slots), 128)
+        for n in (1, 16, 128):
+            assert pop.pool_step(n, slots) <= c + 1e-9
