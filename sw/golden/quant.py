@@ -135,14 +135,24 @@ class QuantizedWeight:
     def shape(self):
         return self.q.shape
 
+    def _bit_nested(self, what):
+        if self.bits != 8:
+            raise QuantizationError(f"tensor {self.name!r}: the {what} slice is of the "
+                                    f"bit-nested INT8 format (bits 8), this is a {self.bits}-bit "
+                                    f"quantization")
+
     @property
     def msb(self) -> np.ndarray:
-        """Signed 4-bit MSB slice, int8 in ``[-8, 7]`` (only meaningful for ``bits == 8``)."""
+        """Signed 4-bit MSB slice, int8 in ``[-8, 7]``. Raises :class:`QuantizationError`
+        unless ``bits == 8`` (the bit-nested format)."""
+        self._bit_nested("MSB")
         return msb_slice(self.q)
 
     @property
     def lsb(self) -> np.ndarray:
-        """Unsigned 4-bit LSB slice, uint8 in ``[0, 15]``."""
+        """Unsigned 4-bit LSB slice, uint8 in ``[0, 15]``. Raises :class:`QuantizationError`
+        unless ``bits == 8``."""
+        self._bit_nested("LSB")
         return lsb_slice(self.q)
 
     def scale_per_column(self) -> np.ndarray:
@@ -175,7 +185,8 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
     Raises
     ------
     QuantizationError
-        ``w`` has fewer than 2 dimensions; K is not divisible by 32; a weight is NaN or Inf; a
+        ``w`` has fewer than 2 dimensions or no element; K is not divisible by 32; a weight is
+        NaN or Inf; a
         group needs a scale above the FP16 maximum (65504). The message names the tensor, the
         row and the group.
     """
@@ -189,6 +200,9 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
         raise QuantizationError(f"tensor {name!r}: expected a floating-point weight, "
                                 f"got dtype {w.dtype}")
     k = w.shape[-1]
+    if w.size == 0:
+        raise QuantizationError(f"tensor {name!r}: expected a non-empty weight, got shape "
+                                f"{tuple(w.shape)}")
     if k % GROUP:
         raise QuantizationError(f"tensor {name!r}: K = {k} (last axis of shape "
                                 f"{tuple(w.shape)}) is not divisible by the group size {GROUP}")
@@ -247,8 +261,12 @@ def lsb_slice(q) -> np.ndarray:
 
 
 def join_slices(msb, lsb) -> np.ndarray:
-    """``16 * msb + lsb`` as int8 (exact inverse of the two slices)."""
-    return (np.asarray(msb, np.int16) * 16 + np.asarray(lsb, np.int16)).astype(np.int8)
+    """``16 * msb + lsb`` as int8 (exact inverse of the two slices). Raises
+    :class:`QuantizationError` for an MSB outside ``[-8, 7]`` or an LSB outside ``[0, 15]``
+    (integers only), which would wrap silently."""
+    msb = as_int8_codes(msb, "MSB slice", lo=-8, hi=7)
+    lsb = as_int8_codes(lsb, "LSB slice", lo=0, hi=15)
+    return (msb.astype(np.int16) * 16 + lsb.astype(np.int16)).astype(np.int8)
 
 
 def draft_codes(q, bits: int, method) -> np.ndarray:
@@ -288,8 +306,13 @@ def draft_weights(w, qw: QuantizedWeight, bits: int, method) -> np.ndarray:
 
     ``qw`` is the INT8 quantization of ``w``; DEDICATED re-quantizes ``w`` at ``bits`` with
     its own scales, the other methods derive codes from ``qw.q`` and use ``qw.scale``.
+    Raises :class:`QuantizationError` when ``w``'s shape is not ``qw``'s.
     """
     method = DraftMethod(method)
+    if np.shape(w) != qw.shape:
+        raise QuantizationError(f"draft_weights: w has shape {tuple(np.shape(w))}, but qw "
+                                f"(tensor {qw.name!r}) is the quantization of a {tuple(qw.shape)} "
+                                f"weight")
     if method is DraftMethod.DEDICATED:
         return quantize_weights(w, bits=bits, name=qw.name).dequantize()
     return qw.dequantize(draft_codes(qw.q, bits, method))

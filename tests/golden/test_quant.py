@@ -209,3 +209,28 @@ def test_fp16_activation_scale_variant_is_no_worse_than_pow2():
     err_fp16 = np.mean((q16 * s16.astype(np.float64)[:, None] - x) ** 2)
     assert err_fp16 <= err_pow2
     assert np.abs(q16.astype(int)).max() <= 127
+
+
+def test_bad_api_inputs_are_refused_by_name():
+    """A new-user trial (2026-12-03) found these passed silently or crashed in NumPy: an
+    out-of-range slice joined into a wrapped code, a draft of a differently shaped weight, an
+    empty weight (crashed later in gemm), and the MSB/LSB slices of a 4-bit quantization."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((64, 128)).astype(np.float32)
+    qw = quantize_weights(w, name="up")
+    with pytest.raises(QuantizationError, match=r"MSB slice: value 9 .* outside \[-8, 7\]"):
+        join_slices(np.array([9]), np.array([0]))
+    with pytest.raises(QuantizationError, match=r"LSB slice: value 20 .* outside \[0, 15\]"):
+        join_slices(np.array([0]), np.array([20]))
+    with pytest.raises(QuantizationError, match=r"w has shape \(32, 64\), but qw \(tensor 'up'\)"):
+        draft_weights(w[:32, :64], qw, 4, "lsb-aug")
+    with pytest.raises(QuantizationError, match=r"'e': expected a non-empty weight, got shape "
+                                                r"\(64, 0\)"):
+        quantize_weights(np.zeros((64, 0)), name="e")
+    q4 = quantize_weights(w, bits=4, name="d")
+    for attr in ("msb", "lsb"):
+        with pytest.raises(QuantizationError, match=r"'d': the .* 4-bit quantization"):
+            getattr(q4, attr)
+    # the good paths stay exact
+    assert np.array_equal(join_slices(qw.msb, qw.lsb), qw.q)
+    assert draft_weights(w, qw, 4, "lsb-aug").shape == w.shape
