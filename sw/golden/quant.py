@@ -186,9 +186,8 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
     ------
     QuantizationError
         ``w`` has fewer than 2 dimensions or no element; K is not divisible by 32; a weight is
-        NaN or Inf; a
-        group needs a scale above the FP16 maximum (65504). The message names the tensor, the
-        row and the group.
+        NaN or Inf; a group needs a scale above the FP16 maximum (65504). The message names
+        the tensor, the row and the group.
     """
     if not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 8:
         raise QuantizationError(f"tensor {name!r}: bits must be an integer in 2..8, got {bits!r}")

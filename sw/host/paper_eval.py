@@ -351,8 +351,8 @@ class ExpertPopularity:
         experts (Elastic-SD's throttled draft: top-k kept inside the pool; a token takes every
         pool expert when the pool holds k or fewer)."""
         c = self.pool_size(slots)
-        if c == 0:
-            return 0.0
+        if c <= self.top_k:                 # every token takes every pool expert
+            return float(c) if n >= 1 else 0.0
         q = self.p[:c] * self.top_k / self.p[:c].sum()
         q = np.minimum(q, 1.0)
         return float((1 - (1 - q) ** n).sum())
@@ -1285,8 +1285,8 @@ def fig14_summary(rows) -> dict:
     """Over (model, batch): ours against xPU and against the strongest prior platform of each
     point (:func:`best_prior`; speedup of the best mode, mean and max), the access energy (HB
     and EXT) a token of ours' best mode against xPU AR's (mean; a near-memory unit's reads
-    inside its LPDDR5 are counted in :func:`fig15_summary`, not here), ours against HB-xPU (:data:`ABLATION_PLATFORM`, mean and min of the
-    best-mode ratio), each platform's mean best-mode speedup, and the strongest prior
+    inside its LPDDR5 are counted in :func:`fig15_summary`, not here), ours against HB-xPU
+    (:data:`ABLATION_PLATFORM`, mean and min of the best-mode ratio), each platform's mean best-mode speedup, and the strongest prior
     platform per model (``strongest_prior``: the one strongest at most of its batches, ties to
     the larger mean best mode) beside the paper's (:data:`PAPER_STRONGEST_PRIOR`)."""
     pts = by_point(rows)
@@ -1318,8 +1318,9 @@ def fig14_summary(rows) -> dict:
 #: The prior platforms of Figs. 14 and 15, the "prior memory-centric accelerators" of Section
 #: 7.2 (PIM, LogicPIM, NMP): the paper names the strongest of them per model (xPU-PIM for Qwen3
 #: and GLM, xPU-NMP for DS2 and GPT-OSS, :data:`PAPER_STRONGEST_PRIOR`), never HB-xPU, and its
-#: "2.2x over the strongest prior baseline (up to 9.9x)" cannot be over HB-xPU, which has the
-#: same HB and logic die as ours. HB-xPU is ours without bit-sliced MACs and Elastic-SD
+#: "2.2x over the strongest prior baseline (up to 9.9x)" is implausible over HB-xPU, which has
+#: the same HB and logic die as ours (docs/paper.md section 6 gives the sentences for and
+#: against this reading). HB-xPU is ours without bit-sliced MACs and Elastic-SD
 #: (Section 7: "Ours extends HB-xPU with bit-sliced MACs and Elastic-SD"), reported apart
 #: (:data:`ABLATION_PLATFORM`). Until 2026-12-03 it counted as a prior platform, and the
 #: comparison read 0.91x (docs/paper.md section 6).
