@@ -256,6 +256,22 @@ TREE_DEPTHS = tuple(range(1, 9))
 TREE_WIDTHS = (1, 2, 3, 4, 6, 8)
 
 
+def pick_probabilities(weights, top_k: int) -> np.ndarray:
+    """Per-token pick probabilities of experts of relative popularity ``weights`` (float
+    array, shape (E,), E >= ``top_k``) when a token picks ``top_k`` distinct ones: ``weights``
+    scaled to sum ``top_k``, each capped at 1 with the excess spread over the uncapped in
+    proportion (repeated until none exceeds 1), so the result still sums to ``top_k``."""
+    p = top_k * np.asarray(weights, float) / float(np.sum(weights))
+    capped = np.zeros(p.shape, bool)
+    for _ in range(p.size):
+        capped |= p > 1
+        if not (p > 1).any():
+            break
+        p[capped] = 1.0
+        p[~capped] *= (top_k - capped.sum()) / p[~capped].sum()
+    return p
+
+
 class ExpertPopularity:
     """Per-token pick probabilities of a layer's ``experts`` under a Zipf law of exponent
     ``s`` (``p_i`` proportional to ``(i + 1) ** -s``, scaled to sum ``top_k`` and capped at 1:
@@ -270,16 +286,7 @@ class ExpertPopularity:
         if not (s >= 0 and math.isfinite(s)):
             raise ValueError(f"zipf exponent: expected a number >= 0, got {s!r}")
         self.experts, self.top_k, self.s = experts, top_k, s
-        w = (np.arange(experts) + 1.0) ** -s
-        p = top_k * w / w.sum()
-        capped = np.zeros(experts, bool)
-        for _ in range(experts):            # cap at 1, spread the excess over the rest
-            capped |= p > 1
-            if not (p > 1).any():
-                break
-            p[capped] = 1.0
-            p[~capped] *= (top_k - capped.sum()) / p[~capped].sum()
-        self.p = p
+        self.p = pick_probabilities((np.arange(experts) + 1.0) ** -s, top_k)
         self._che = {}
 
     def che(self, slots: float, rates=None) -> np.ndarray:
@@ -348,13 +355,13 @@ class ExpertPopularity:
 
     def pool_step(self, n: int, slots: float) -> float:
         """Distinct experts of ``n`` rows routed only within the :meth:`pool_size` hottest
-        experts (Elastic-SD's throttled draft: top-k kept inside the pool; a token takes every
-        pool expert when the pool holds k or fewer)."""
+        experts (Elastic-SD's throttled draft: top-k kept inside the pool, the pool's
+        probabilities renormalised by :func:`pick_probabilities`, so one token takes exactly
+        top-k of them; a token takes every pool expert when the pool holds k or fewer)."""
         c = self.pool_size(slots)
         if c <= self.top_k:                 # every token takes every pool expert
             return float(c) if n >= 1 else 0.0
-        q = self.p[:c] * self.top_k / self.p[:c].sum()
-        q = np.minimum(q, 1.0)
+        q = pick_probabilities(self.p[:c], self.top_k)
         return float((1 - (1 - q) ** n).sum())
 
 

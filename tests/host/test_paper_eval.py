@@ -712,3 +712,18 @@ def test_a_step_reads_no_more_hb_than_it_holds(hb_gb):
             assert pop.pool_step(n, slots) <= c + 1e-9
             if c <= 8:                      # a pool of top-k or fewer: every token takes all
                 assert pop.pool_step(n, slots) == c
+            elif n == 1:                    # one token picks top-k distinct pool experts
+                assert pop.pool_step(n, slots) == pytest.approx(8, rel=1e-9)
+
+
+def test_pick_probabilities_sum_to_top_k_capped_at_one():
+    """A token picks top-k distinct experts: the capped probabilities keep their sum (review
+    3c: a draft pool larger than top-k capped its hot experts at 1 and lost the excess, 6.5
+    of 8 experts for one Qwen3 token in a 9-expert pool)."""
+    for s in (0.0, 0.7, 1.55, 3.0):
+        for e, k in ((128, 8), (9, 8), (64, 6), (32, 4)):
+            w = (np.arange(e) + 1.0) ** -s
+            p = pe.pick_probabilities(w, k)
+            assert p.max() <= 1 + 1e-12 and p.min() >= 0
+            assert p.sum() == pytest.approx(k, rel=1e-12)
+            assert np.all(np.diff(p) <= 1e-12)              # popularity order kept
