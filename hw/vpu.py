@@ -26,6 +26,8 @@ Flow control (all units): the pipeline advances unless a result is offered and n
 ``i.ready = ~o.valid | o.ready`` (combinational in ``o.ready``, never in ``i.valid``);
 ``o.valid`` and the output payload are registers. No element is lost or duplicated; with an
 always-ready sink a result appears exactly ``latency`` cycles after its input was accepted.
+A unit built with ``always_ready=True`` has constant-1 ``ready`` signals and no enables (its
+sink never holds a result back).
 """
 
 from __future__ import annotations
@@ -201,17 +203,29 @@ class _Unit(CheckedComponent):
     unit exists."""
 
     @classmethod
-    def check(cls, *, tag_width, **params):
+    def check(cls, *, tag_width, always_ready, **params):
         if "mul_stages" in params:
             check_mul_stages(params["mul_stages"])
         _check_tag_width(tag_width)
+        if not isinstance(always_ready, bool):
+            raise TypeError(f"always_ready: expected a bool, got {always_ready!r}")
 
-    def __init__(self, in_layout, out_layout, tag_width):
+    def __init__(self, in_layout, out_layout, tag_width, always_ready):
         self._tag_width = tag_width
+        self._always_ready = always_ready
         super().__init__({
-            "i": In(stream.Signature(in_layout)),
-            "o": Out(stream.Signature(out_layout)),
+            "i": In(stream.Signature(in_layout, always_ready=always_ready)),
+            "o": Out(stream.Signature(out_layout, always_ready=always_ready)),
         })
+
+    @property
+    def always_ready(self) -> bool:
+        """``True``: the sink takes every result as it appears (``o.ready`` and ``i.ready`` are
+        the constant 1 of ``stream.Signature(always_ready=True)``), so the stage registers load
+        every cycle and carry no enable logic. The PE's SWIGLU and COMBINE sinks and its
+        row-max exponent never hold a result back; a standalone unit synthesised for the area
+        roll-up must then be this one, not one with enables its PE never uses."""
+        return self._always_ready
 
     @property
     def tag_width(self) -> int:
@@ -220,6 +234,8 @@ class _Unit(CheckedComponent):
 
     def _frame(self):
         m = Module()
+        if self._always_ready:                 # i.ready and o.ready are constant 1
+            return m, _Pipeline(m, C(1, 1))
         advance = Signal()
         m.d.comb += [
             advance.eq(~self.o.valid | self.o.ready),
@@ -292,9 +308,11 @@ class SwiGLUUnit(_Unit):
         A parameter out of range.
     """
 
-    def __init__(self, *, tag_width: int = 0, mul_stages: int = 1):
+    def __init__(self, *, tag_width: int = 0, mul_stages: int = 1,
+                 always_ready: bool = False):
         self._mul_stages = mul_stages
-        super().__init__(swiglu_in_layout(tag_width), swiglu_out_layout(tag_width), tag_width)
+        super().__init__(swiglu_in_layout(tag_width), swiglu_out_layout(tag_width),
+                         tag_width, always_ready)
 
     @property
     def mul_stages(self) -> int:
@@ -408,8 +426,9 @@ class RowMaxExponent(_Unit):
     E_MIN = -6
     E_MAX = 26
 
-    def __init__(self, *, tag_width: int = 0):
-        super().__init__(rowmax_in_layout(tag_width), rowmax_out_layout(tag_width), tag_width)
+    def __init__(self, *, tag_width: int = 0, always_ready: bool = False):
+        super().__init__(rowmax_in_layout(tag_width), rowmax_out_layout(tag_width),
+                         tag_width, always_ready)
 
     @property
     def latency(self) -> int:
@@ -452,8 +471,9 @@ class RequantUnit(_Unit):
     o : Out(stream.Signature(requant_out_layout(tag_width)))
     """
 
-    def __init__(self, *, tag_width: int = 0):
-        super().__init__(requant_in_layout(tag_width), requant_out_layout(tag_width), tag_width)
+    def __init__(self, *, tag_width: int = 0, always_ready: bool = False):
+        super().__init__(requant_in_layout(tag_width), requant_out_layout(tag_width),
+                         tag_width, always_ready)
 
     @property
     def latency(self) -> int:
@@ -507,9 +527,11 @@ class CombineUnit(_Unit):
     o : Out(stream.Signature(combine_out_layout(tag_width)))
     """
 
-    def __init__(self, *, tag_width: int = 0, mul_stages: int = 1):
+    def __init__(self, *, tag_width: int = 0, mul_stages: int = 1,
+                 always_ready: bool = False):
         self._mul_stages = mul_stages
-        super().__init__(combine_in_layout(tag_width), combine_out_layout(tag_width), tag_width)
+        super().__init__(combine_in_layout(tag_width), combine_out_layout(tag_width),
+                         tag_width, always_ready)
 
     @property
     def mul_stages(self) -> int:
@@ -591,8 +613,9 @@ class Fp32Converter(_Unit):
     o : Out(stream.Signature(fp32_out_layout(tag_width)))
     """
 
-    def __init__(self, *, tag_width: int = 0):
-        super().__init__(fp32_in_layout(tag_width), fp32_out_layout(tag_width), tag_width)
+    def __init__(self, *, tag_width: int = 0, always_ready: bool = False):
+        super().__init__(fp32_in_layout(tag_width), fp32_out_layout(tag_width),
+                         tag_width, always_ready)
 
     @property
     def latency(self) -> int:

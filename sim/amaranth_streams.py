@@ -43,20 +43,25 @@ class StreamSink:
     Each cycle, :meth:`drive` sets ``ready`` (not ready with probability ``stall``: one draw
     of ``rng``, a ``random.Random``, per cycle, also when ``stall`` is 0), then :meth:`sample`
     takes the payload offered while ready and checks the stream rule: an item offered and not
-    taken stays valid and unchanged (``AssertionError`` naming the cycle and ``name``).
+    taken stays valid and unchanged (``AssertionError`` naming the cycle and ``name``). An
+    always-ready stream (``stream.Signature(always_ready=True)``) takes every item; ``stall``
+    must then be 0 (``ValueError``).
 
     Attributes: ``got`` (items taken, in order), ``cycles`` (the cycle each was taken),
     ``first`` (the first cycle an item was offered, None before). ``read`` maps the payload
     view to the item (default: ``ctx.get`` of the payload)."""
 
     def __init__(self, stream, rng, stall, name, read=None):
+        if stream.signature.always_ready and stall:
+            raise ValueError(f"{name}: an always-ready stream cannot stall (stall={stall!r})")
         self.stream, self.rng, self.stall, self.name, self.read = stream, rng, stall, name, read
         self.got, self.cycles, self.first = [], [], None
         self.ready, self.held = False, None
 
     def drive(self, ctx) -> bool:
         self.ready = self.rng.random() >= self.stall
-        ctx.set(self.stream.ready, self.ready)
+        if not self.stream.signature.always_ready:    # else ready is the constant 1
+            ctx.set(self.stream.ready, self.ready)
         return self.ready
 
     def sample(self, ctx, cycle):

@@ -41,7 +41,7 @@ import re
 from dataclasses import dataclass, field
 
 from amaranth.back import rtlil
-from amaranth.hdl import Elaboratable, Instance, Module, Signal, Value, signed
+from amaranth.hdl import Const, Elaboratable, Instance, Module, Signal, Value, signed
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -256,12 +256,20 @@ def _stub(module: str, ports) -> str:
     return f"(* blackbox *)\nmodule {module} (\n" + ",\n".join(decl) + "\n);\nendmodule\n"
 
 
+def convert_ports(component) -> list:
+    """The ``ports=`` of ``rtlil.convert`` for ``component``: the signals of its signature's
+    members (Amaranth names them and infers their directions) less the constant members (an
+    always-ready stream's ``ready``), which Amaranth 0.5 refuses as ports."""
+    return [Value.cast(v) for _, _, v in component.signature.flatten(component)
+            if not isinstance(Value.cast(v), Const)]
+
+
 def _component_ports(component):
     ports = []
     for path, member, value in component.signature.flatten(component):
         value = Value.cast(value)
-        if len(value) == 0:
-            continue
+        if len(value) == 0 or isinstance(value, Const):
+            continue                    # e.g. an always-ready stream's ready: no wire
         ports.append(("i" if member.flow == In else "o", _port_name(path), value))
     return ports
 
@@ -331,7 +339,8 @@ def hollow(top, *, owner: str, leaf_classes=()) -> Hollow:
     # ``check`` reports loops instead.
     try:
         with no_comb_cycle_check():
-            text = rtlil.convert(top, name="top", platform=platform, emit_src=False)
+            text = rtlil.convert(top, name="top", platform=platform, emit_src=False,
+                                 ports=convert_ports(top))
     finally:
         del top.elaborate
     return Hollow(rtlil=text, stubs="".join(stubs.values()), subs=subs, srams=srams,

@@ -105,7 +105,8 @@ class CombineSink(UnitDriver):
                                               "full": unsigned(1),
                                               "sub": unsigned(max(log2(n_sub_max), 1))})
         self._units = [CombineUnit(tag_width=self._tag_layout.size if j == 0 else 0,
-                                   mul_stages=mul_stages) for j in range(combine_units)]
+                                   mul_stages=mul_stages, always_ready=True)
+                       for j in range(combine_units)]
         self._latency = self._units[0].latency
         addr_bits = log2(OV) - log2(OV // P) + 16 if P > 1 else 16
         members = {
@@ -264,7 +265,6 @@ class CombineSink(UnitDriver):
                 cmb_i[j].payload.out.eq(self.rd_data.word_select(
                     (c_tag.pos + lane)[:log_ov - log2(P)], 64)),
                 cmb_i[j].payload.flag.eq(0),
-                cmb_o[j].ready.eq(1),
             ]
         m.d.comb += cmb_i[0].payload.tag.eq(c_tag_in)
         cmb_out = cmb_o[0].valid

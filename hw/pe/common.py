@@ -78,14 +78,20 @@ def check_bool(name: str, value) -> None:
         raise ValueError(f"{name}: expected a bool, got {value!r}")
 
 
+def unit_stream(unit, port: str) -> stream.Signature:
+    """The ``stream.Signature`` of VPU unit ``unit``'s ``port`` (``"i"`` or ``"o"``), as its
+    driver declares it: the payload layout and the unit's ``always_ready``."""
+    return stream.Signature(getattr(unit, port).payload.shape(), always_ready=unit.always_ready)
+
+
 def unit_ports(units) -> dict:
     """Signature members through which a PE part drives its VPU units (the units are the PE's
     own children, synthesis leaves, joined by the PE): ``unit{j}_i`` (Out, into unit ``j``) and
     ``unit{j}_o`` (In, out of it), one stream pair per unit of ``units``."""
     members = {}
     for j, unit in enumerate(units):
-        members[f"unit{j}_i"] = Out(stream.Signature(unit.i.payload.shape()))
-        members[f"unit{j}_o"] = In(stream.Signature(unit.o.payload.shape()))
+        members[f"unit{j}_i"] = Out(unit_stream(unit, "i"))
+        members[f"unit{j}_o"] = In(unit_stream(unit, "o"))
     return members
 
 

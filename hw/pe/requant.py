@@ -4,14 +4,15 @@ exponents into TOK (paper Section 4.1, Eq. 4-5, Fig. 10b; ``docs/pe.md``, "REQUA
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Signal, signed, unsigned
-from amaranth.lib import data, stream
+from amaranth.lib import data
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Op
 from ..isa import op_layout
 from ..vpu import RequantUnit, RowMaxExponent
 from ...config import max_requant_units, unit_count
-from .common import SEQ, UnitDriver, check_choice, check_word_bits, log2, unit_streams
+from .common import (SEQ, UnitDriver, check_choice, check_word_bits, log2, unit_stream,
+                     unit_streams)
 
 
 __all__ = ["RequantEngine"]
@@ -92,7 +93,7 @@ class RequantEngine(UnitDriver):
                                               "zpad": unsigned(1)})
         self._units = [RequantUnit(tag_width=self._tag_layout.size if i == 0 else 0)
                        for i in range(requant_units)]
-        self._rme = RowMaxExponent()
+        self._rme = RowMaxExponent(always_ready=True)
         narrow = P > 1
         log_q, log_qr = log2(W // 32), log2(W // 32 // P)
         members = {
@@ -119,8 +120,8 @@ class RequantEngine(UnitDriver):
             "act_w_addr": Out((5 - log2(group // P)) + 16 if narrow else 16),
             "act_w_data": Out(W // P),
             "act_w_mask": Out(W // P // 8),
-            "rme_i": Out(stream.Signature(self._rme.i.payload.shape())),
-            "rme_o": In(stream.Signature(self._rme.o.payload.shape())),
+            "rme_i": Out(unit_stream(self._rme, "i")),
+            "rme_o": In(unit_stream(self._rme, "o")),
         }
         super().__init__(members, self._units)
 
@@ -181,8 +182,7 @@ class RequantEngine(UnitDriver):
         m.d.comb += [self.rmax_rd.eq(rp_issue), self.rmax_addr.eq(rp_t >> log_rm)]
         m.d.sync += rp_rd.eq(rp_issue)
         rq_max = self.rmax_data.word_select(rp_t[:log_rm], 32) if log_rm else self.rmax_data
-        m.d.comb += [rme_i.valid.eq(rp_rd), rme_i.payload.max.eq(rq_max),
-                     rme_o.ready.eq(1)]
+        m.d.comb += [rme_i.valid.eq(rp_rd), rme_i.payload.max.eq(rq_max)]
         e_h_word = Cat(*([Const(0, 8), rme_o.payload.e_h, Const(0, 48)] * OV))
         m.d.comb += [self.tok_w_en.eq(rme_o.valid), self.tok_w_addr.eq(rp_t >> log_tk),
                      self.tok_w_data.eq(e_h_word[:W // P]),

@@ -105,7 +105,8 @@ class SwiGLUSink(UnitDriver):
             "addr": unsigned(16), "pos": unsigned(max(log_q, 1)), "full": unsigned(1),
             "t": unsigned(16), "start": unsigned(1)})
         self._units = [SwiGLUUnit(tag_width=self._tag_layout.size if j == 0 else 0,
-                                  mul_stages=mul_stages) for j in range(swiglu_units)]
+                                  mul_stages=mul_stages, always_ready=True)
+                       for j in range(swiglu_units)]
         narrow = P > 1
         members = {
             "row_valid": In(1),
@@ -191,7 +192,6 @@ class SwiGLUSink(UnitDriver):
                 sw_i[j].payload.acc_up.eq(up),
                 sw_i[j].payload.acc_gate.eq(gate),
                 sw_i[j].payload.e_x.eq(self.tok_entry.e_x),
-                sw_o[j].ready.eq(1),
             ]
         sw_tag_in = Signal(sw_tag_layout)
         m.d.comb += [

@@ -13,6 +13,7 @@ from amaranth.back import verilog
 from amaranth.hdl import Fragment
 
 from elmoe3d.hw import vpu as hw
+from elmoe3d.hw.checked import inspection
 from elmoe3d.sim.amaranth_streams import drive_pipeline
 from elmoe3d.sim.traffic import FLOW_IDS, FLOW_PAIRS, LIGHT
 from elmoe3d.sw.golden import vpu as sw
@@ -186,7 +187,8 @@ def swiglu_inputs_random(rng, n):
     return rows
 
 
-def run_swiglu(rows, *, seed, idle=0.0, stall=0.0, tag_width=0, mul_stages=1):
+def run_swiglu(rows, *, seed, idle=0.0, stall=0.0, tag_width=0, mul_stages=1,
+               always_ready=False):
     rng = np.random.default_rng(seed)
     up = np.array([r[0] for r in rows], np.int64)
     gate = np.array([r[1] for r in rows], np.int64)
@@ -195,7 +197,7 @@ def run_swiglu(rows, *, seed, idle=0.0, stall=0.0, tag_width=0, mul_stages=1):
     h, s = sw.swiglu_q16(up, gate, e_x)
     inputs = [{"acc_up": int(a), "acc_gate": int(b), "e_x": int(c), "tag": int(t)}
               for a, b, c, t in zip(up, gate, e_x, tags)]
-    dut = hw.SwiGLUUnit(tag_width=tag_width, mul_stages=mul_stages)
+    dut = hw.SwiGLUUnit(tag_width=tag_width, mul_stages=mul_stages, always_ready=always_ready)
     check(dut, inputs, {"h": h, "sat": s, "tag": tags}, seed=seed, idle=idle, stall=stall)
     return h, s
 
@@ -365,13 +367,13 @@ def combine_inputs(rng, n):
 
 
 def run_combine(acc, e_h, gw, out, flag, *, seed, idle=0.0, stall=0.0, tag_width=0,
-                mul_stages=1):
+                mul_stages=1, always_ready=False):
     rng = np.random.default_rng(seed)
     new, nflag = sw.combine(out[:, None], flag[:, None], acc[:, None], e_h, gw)
     tags = _tags(len(acc), tag_width, rng)
     inputs = [{"acc_y": int(a), "e_h": int(b), "gw": int(c), "out": int(d), "flag": int(f),
                "tag": int(t)} for a, b, c, d, f, t in zip(acc, e_h, gw, out, flag, tags)]
-    dut = hw.CombineUnit(tag_width=tag_width, mul_stages=mul_stages)
+    dut = hw.CombineUnit(tag_width=tag_width, mul_stages=mul_stages, always_ready=always_ready)
     check(dut, inputs, {"out": new[:, 0], "flag": nflag[:, 0], "tag": tags}, seed=seed,
           idle=idle, stall=stall)
     return new[:, 0], nflag[:, 0]
@@ -445,3 +447,41 @@ def test_fp32(idle, stall):
     check(hw.Fp32Converter(tag_width=6), inputs, {"bits": bits, "tag": tags}, seed=seed,
           idle=idle, stall=stall)
     assert bits[3] == np.float32(2.0 ** 39).view(np.uint32)
+
+
+# ---- always-ready units (the PE's SWIGLU and COMBINE sinks, its row-max exponent) ----------------
+
+@pytest.mark.parametrize("mul_stages", [1, 2])
+def test_always_ready_units_match_golden(mul_stages):
+    """``always_ready=True``: ``i.ready`` and ``o.ready`` are the constant 1 and the results
+    equal the golden model, each exactly ``latency`` cycles after its input, with an idle
+    source (the units the PE's sinks instantiate; the roll-up synthesises these)."""
+    seed = 5900 + mul_stages
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    rows = swiglu_inputs_random(rng, 150) + swiglu_inputs_corners()[:60]
+    run_swiglu(rows, seed=seed, idle=0.3, tag_width=2, mul_stages=mul_stages,
+               always_ready=True)
+    run_combine(*combine_inputs(rng, 150), seed=seed, idle=0.3, tag_width=3,
+                mul_stages=mul_stages, always_ready=True)
+    vals = rng.integers(0, 1 << 32, 120, dtype=np.int64)
+    e = sw.requant_exponent(vals)
+    check(hw.RowMaxExponent(always_ready=True), [{"max": int(v), "tag": 0} for v in vals],
+          {"e": e, "e_h": e - 16}, seed=seed, idle=0.3)
+
+
+def test_always_ready_signature_and_errors():
+    with inspection():                  # built only to read their signatures
+        for unit in (hw.SwiGLUUnit(always_ready=True), hw.CombineUnit(always_ready=True),
+                     hw.RowMaxExponent(always_ready=True), hw.RequantUnit(always_ready=True),
+                     hw.Fp32Converter(always_ready=True)):
+            assert unit.always_ready
+            assert unit.signature.members["o"].signature.always_ready
+            assert unit.signature.members["i"].signature.always_ready
+        assert not hw.CombineUnit().signature.members["o"].signature.always_ready
+        del unit
+        with pytest.raises(TypeError, match="always_ready: expected a bool, got 1"):
+            hw.CombineUnit(always_ready=1)
+        with pytest.raises(ValueError, match="always-ready stream cannot stall"):
+            run_combine(*combine_inputs(np.random.default_rng(0), 4), seed=0, stall=0.5,
+                        always_ready=True)
