@@ -17,6 +17,12 @@ raises naming the first one a newer Amaranth lacks.
   hollow PEs of the paper-size control fit it dominates conversion (measured with 0.5.10: the
   8-lane PE 6 s without it, 31 s with it; the 16-lane PE not done after 5 minutes). The loop
   check is not lost: Yosys ``check`` in :mod:`elmoe3d.synth.flow` reports loops.
+* ``amaranth.hdl._ir.PortDirection`` (:func:`port_direction`): ``rtlil.convert``'s ``ports=``
+  dict takes a port's direction only as this enum. Needed for a block with constant signature
+  members (an always-ready stream's ``ready``), which ``convert`` refuses as ports when it
+  derives them itself: :func:`elmoe3d.synth.blocks.convert_ports` passes the rest with their
+  declared directions (a bare list would let Amaranth infer them, and an output nothing
+  drives would become an input).
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ from __future__ import annotations
 import contextlib
 
 from amaranth.hdl import Module
-from amaranth.hdl import _nir
+from amaranth.hdl import _ir, _nir
+from amaranth.lib import wiring
 
 from ..hw.checked import inspection
 
 
-__all__ = ["PRIVATE_NAMES", "check", "submodules", "replace_submodules", "no_comb_cycle_check"]
+__all__ = ["PRIVATE_NAMES", "check", "submodules", "replace_submodules", "no_comb_cycle_check",
+           "port_direction"]
 
 
 #: Every private Amaranth name used here: (owner, attribute, what it is).
@@ -37,6 +45,7 @@ PRIVATE_NAMES = (
     ("amaranth.hdl.Module", "_named_submodules", "instance dict: name -> (submodule, src_loc)"),
     ("amaranth.hdl.Module", "_anon_submodules", "instance list of (submodule, src_loc)"),
     ("amaranth.hdl._nir.Netlist", "check_comb_cycles", "method run by rtlil.convert"),
+    ("amaranth.hdl._ir", "PortDirection", "enum of rtlil.convert's port directions"),
 )
 
 
@@ -48,7 +57,9 @@ def check() -> None:
         found = {"_named_submodules": isinstance(getattr(m, "_named_submodules", None), dict),
                  "_anon_submodules": isinstance(getattr(m, "_anon_submodules", None), list),
                  "check_comb_cycles": callable(getattr(_nir.Netlist, "check_comb_cycles",
-                                                       None))}
+                                                       None)),
+                 "PortDirection": all(hasattr(getattr(_ir, "PortDirection", None), d)
+                                      for d in ("Input", "Output"))}
         del m
     for owner, name, what in PRIVATE_NAMES:
         if not found[name]:
@@ -88,3 +99,9 @@ def no_comb_cycle_check():
         yield
     finally:
         _nir.Netlist.check_comb_cycles = saved
+
+
+def port_direction(flow):
+    """The ``rtlil.convert`` port direction of a signature member of ``flow``
+    (``wiring.In`` -> input, ``wiring.Out`` -> output)."""
+    return _ir.PortDirection.Input if flow == wiring.In else _ir.PortDirection.Output

@@ -46,7 +46,8 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .amaranth_internals import no_comb_cycle_check, replace_submodules, submodules
+from .amaranth_internals import (no_comb_cycle_check, port_direction, replace_submodules,
+                                 submodules)
 
 
 __all__ = ["SRAM_MIN_BITS", "BlockType", "DieBlock", "BLOCK_TYPES", "DIE_BLOCKS", "TILE_FIT",
@@ -256,12 +257,17 @@ def _stub(module: str, ports) -> str:
     return f"(* blackbox *)\nmodule {module} (\n" + ",\n".join(decl) + "\n);\nendmodule\n"
 
 
-def convert_ports(component) -> list:
-    """The ``ports=`` of ``rtlil.convert`` for ``component``: the signals of its signature's
-    members (Amaranth names them and infers their directions) less the constant members (an
-    always-ready stream's ``ready``), which Amaranth 0.5 refuses as ports."""
-    return [Value.cast(v) for _, _, v in component.signature.flatten(component)
-            if not isinstance(Value.cast(v), Const)]
+def convert_ports(component) -> dict:
+    """The ``ports=`` of ``rtlil.convert`` for ``component``: what Amaranth derives from its
+    signature when given none (``path__joined`` -> (value, declared direction)) less the
+    constant members (an always-ready stream's ``ready``), which Amaranth 0.5 refuses as
+    ports. A component without constant members converts to the same text either way."""
+    ports = {}
+    for path, member, value in component.signature.flatten(component):
+        value = Value.cast(value)
+        if not isinstance(value, Const):
+            ports["__".join(map(str, path))] = (value, port_direction(member.flow))
+    return ports
 
 
 def _component_ports(component):

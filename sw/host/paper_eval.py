@@ -260,8 +260,13 @@ def pick_probabilities(weights, top_k: int) -> np.ndarray:
     """Per-token pick probabilities of experts of relative popularity ``weights`` (float
     array, shape (E,), E >= ``top_k``) when a token picks ``top_k`` distinct ones: ``weights``
     scaled to sum ``top_k``, each capped at 1 with the excess spread over the uncapped in
-    proportion (repeated until none exceeds 1), so the result still sums to ``top_k``."""
-    p = top_k * np.asarray(weights, float) / float(np.sum(weights))
+    proportion (repeated until none exceeds 1), so the result still sums to ``top_k``. Raises
+    ``ValueError`` for fewer than ``top_k`` weights, a negative one or a zero sum."""
+    w = np.asarray(weights, float)
+    if w.ndim != 1 or w.size < top_k or not (np.all(w >= 0) and w.sum() > 0):
+        raise ValueError(f"weights: expected at least top_k = {top_k} popularities >= 0 with "
+                         f"a positive sum, got shape {w.shape}, sum {w.sum():g}")
+    p = top_k * w / w.sum()
     capped = np.zeros(p.shape, bool)
     for _ in range(p.size):
         capped |= p > 1
@@ -285,6 +290,8 @@ class ExpertPopularity:
     def __init__(self, experts: int, top_k: int, s: float):
         if not (s >= 0 and math.isfinite(s)):
             raise ValueError(f"zipf exponent: expected a number >= 0, got {s!r}")
+        if not 1 <= top_k <= experts:
+            raise ValueError(f"top_k: expected 1..experts = {experts}, got {top_k!r}")
         self.experts, self.top_k, self.s = experts, top_k, s
         self.p = pick_probabilities((np.arange(experts) + 1.0) ** -s, top_k)
         self._che = {}

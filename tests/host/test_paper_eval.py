@@ -727,3 +727,8 @@ def test_pick_probabilities_sum_to_top_k_capped_at_one():
             assert p.max() <= 1 + 1e-12 and p.min() >= 0
             assert p.sum() == pytest.approx(k, rel=1e-12)
             assert np.all(np.diff(p) <= 1e-12)              # popularity order kept
+    for bad in (np.ones(7), np.zeros(16), -np.ones(16), np.ones((2, 8))):
+        with pytest.raises(ValueError, match="weights: expected at least top_k = 8"):
+            pe.pick_probabilities(bad, 8)
+    with pytest.raises(ValueError, match="top_k: expected 1..experts = 4, got 8"):
+        pe.ExpertPopularity(4, 8, 1.0)

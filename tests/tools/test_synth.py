@@ -566,3 +566,30 @@ def test_cli_output_that_is_the_liberty_file_is_refused(tmp_path, capsys):
     assert main(["synth", "--json", str(out), "--plot", str(out)]) == 2
     assert capsys.readouterr().err.strip() == (
         f"elmoe3d synth: error: --json and --plot name the same file {out}")
+
+
+def test_convert_ports_keep_declared_directions_and_drop_constant_members():
+    """A block without constant members converts to the same RTLIL as Amaranth's own ports
+    (the last ring station's ``ring_o`` is an output nothing drives: inferred directions made
+    it an input); an always-ready unit converts with no ``ready`` port at all."""
+    from amaranth.back import rtlil
+    from elmoe3d.hw.ring import RingStation
+    from elmoe3d.hw.vpu import CombineUnit, SwiGLUUnit
+    from elmoe3d.synth.blocks import convert_ports
+
+    def last_station():
+        return RingStation(pes=4, first_pe=2, local_pes=2, word_bits=512, flit_bytes=64,
+                           stream_bits=4, buffer_flits=2)
+
+    for make in (last_station, lambda: CombineUnit(tag_width=3)):
+        want = rtlil.convert(make(), name="top", emit_src=False)
+        block = make()
+        assert rtlil.convert(block, name="top", emit_src=False,
+                             ports=convert_ports(block)) == want
+    for unit in (SwiGLUUnit(always_ready=True), CombineUnit(always_ready=True)):
+        ports = convert_ports(unit)
+        assert "o__ready" not in ports and "i__ready" not in ports and "o__valid" in ports
+        text = hollow(unit, owner="unit").rtlil
+        port_wires = [ln for ln in text.splitlines() if ln.lstrip().startswith("wire ")
+                      and (" input " in ln or " output " in ln)]
+        assert port_wires and not any("ready" in ln for ln in port_wires), port_wires
