@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .quant import GROUP, QuantizedWeight, as_int8_codes, msb_slice, lsb_slice
+from .quant import (GROUP, QuantizationError, QuantizationTypeError, QuantizedActivation,
+                    QuantizedWeight, as_int8_codes, msb_slice, lsb_slice)
 
 
 __all__ = [
@@ -204,31 +205,78 @@ def accumulate(psums, scale, init: Accumulator | None = None) -> Accumulator:
     return Accumulator(acc, flag)
 
 
-def check_gemm_operands(a_q, qw: QuantizedWeight, mode=Mode.FULL):
+def _mode(mode, caller):
+    """``mode`` as a :class:`Mode`, or a :class:`QuantizationError` listing the modes."""
+    try:
+        return Mode(mode)
+    except ValueError:
+        names = ", ".join(f"{m.name} ({m.value})" for m in Mode)
+        raise QuantizationError(f"{caller}: mode: expected a Mode, one of {names}, "
+                                f"got {mode!r}") from None
+
+
+def check_gemm_operands(a_q, qw: QuantizedWeight, mode=Mode.FULL, init=None, *,
+                        caller: str = "gemm"):
     """Validate GEMM operands; returns ``a_q`` as an array.
 
-    Raises ``TypeError`` for non-int8 activations, ``ValueError`` for shapes that do not
-    match, and for a slice mode on a weight that is not bit-nested INT8 (``qw.bits != 8``)."""
-    if Mode(mode) is not Mode.FULL and qw.bits != 8:
-        raise ValueError(f"gemm: mode {Mode(mode).name} needs bit-nested INT8 weights; "
-                         f"{qw.name!r} has {qw.bits}-bit codes (use FULL)")
+    Every message starts with ``caller`` and names the argument and what was expected.
+
+    Raises
+    ------
+    QuantizationTypeError
+        (a ``QuantizationError`` and a ``TypeError``) ``a_q`` is not int8 codes (a float
+        array, a :class:`~.quant.QuantizedActivation`), ``qw`` is not a
+        :class:`~.quant.QuantizedWeight`, or ``init`` is neither None nor an
+        :class:`Accumulator` of int64 ``acc`` and bool ``overflow``.
+    QuantizationError
+        (a ``ValueError``) an unknown ``mode``; shapes that do not match (``init`` must be
+        ``[M, N]``); a slice mode on a weight that is not bit-nested INT8 (``qw.bits != 8``).
+    """
+    if not isinstance(qw, QuantizedWeight):
+        raise QuantizationTypeError(f"{caller}: qw: expected a QuantizedWeight "
+                                    f"(quantize_weights(w)), got {type(qw).__name__}")
+    mode = _mode(mode, caller)
+    if mode is not Mode.FULL and qw.bits != 8:
+        raise QuantizationError(f"{caller}: mode {mode.name} needs bit-nested INT8 weights; "
+                                f"{qw.name!r} has {qw.bits}-bit codes (use FULL)")
+    if isinstance(a_q, QuantizedActivation):
+        raise QuantizationTypeError(f"{caller}: a_q: expected int8 activation codes [M, K], got "
+                                    f"a QuantizedActivation (pass its .q)")
     a_q = np.asarray(a_q)
     if a_q.dtype != np.int8:
-        raise TypeError(f"activations: expected int8 codes, got dtype {a_q.dtype}")
+        raise QuantizationTypeError(f"{caller}: a_q: expected int8 activation codes [M, K] "
+                                    f"(quantize_activations(x).q), got dtype {a_q.dtype}")
     if a_q.ndim != 2 or qw.q.ndim != 2:
-        raise ValueError(f"gemm: expected a[M, K] and {qw.name}[N, K], got "
-                         f"{tuple(a_q.shape)} and {tuple(qw.q.shape)}")
+        raise QuantizationError(f"{caller}: expected a[M, K] and {qw.name}[N, K], got "
+                                f"{tuple(a_q.shape)} and {tuple(qw.q.shape)}")
     if a_q.shape[1] != qw.q.shape[1]:
-        raise ValueError(f"gemm: K mismatch: activations have K = {a_q.shape[1]}, "
-                         f"{qw.name!r} has K = {qw.q.shape[1]}")
+        raise QuantizationError(f"{caller}: K mismatch: activations have K = {a_q.shape[1]}, "
+                                f"{qw.name!r} has K = {qw.q.shape[1]}")
+    if init is not None:
+        _check_init(init, (a_q.shape[0], qw.q.shape[0]), caller)
     return a_q
+
+
+def _check_init(init, shape, caller):
+    if not isinstance(init, Accumulator):
+        raise QuantizationTypeError(f"{caller}: init: expected None or an Accumulator (a "
+                                    f"previous GEMM's result), got {type(init).__name__}")
+    acc, ovf = np.asarray(init.acc), np.asarray(init.overflow)
+    if acc.dtype != np.int64 or ovf.dtype != np.bool_:
+        raise QuantizationTypeError(f"{caller}: init: expected an Accumulator of int64 acc and "
+                                    f"bool overflow, got dtypes {acc.dtype} and {ovf.dtype}")
+    if acc.shape != shape or ovf.shape != shape:
+        raise QuantizationError(f"{caller}: init: expected an Accumulator of shape [M, N] = "
+                                f"{shape}, got acc {tuple(acc.shape)} and overflow "
+                                f"{tuple(ovf.shape)}")
 
 
 def gemm_reference(a_q, qw: QuantizedWeight, mode=Mode.FULL,
                    init: Accumulator | None = None) -> Accumulator:
     """Bit-exact GEMM the slow, obvious way: slice products -> group psums -> scaled,
-    saturating accumulation in ascending K. ``a_q`` int8 ``[M, K]``; ``qw`` ``[N, K]``."""
-    a_q = check_gemm_operands(a_q, qw, mode)
+    saturating accumulation in ascending K. ``a_q`` int8 ``[M, K]``; ``qw`` ``[N, K]``.
+    Raises as :func:`check_gemm_operands`."""
+    a_q = check_gemm_operands(a_q, qw, mode, init, caller="gemm_reference")
     mdim, k = a_q.shape
     ndim = qw.q.shape[0]
     prods = slice_product(a_q[:, None, :], qw.q[None, :, :], mode)        # [M, N, K]
@@ -280,8 +328,14 @@ def gemm(a_q, qw: QuantizedWeight, mode=Mode.FULL, init: Accumulator | None = No
     Returns
     -------
     Accumulator with ``acc`` int64 ``[M, N]`` and ``overflow`` bool ``[M, N]``.
+
+    Raises
+    ------
+    QuantizationTypeError, QuantizationError
+        Bad operands, named (:func:`check_gemm_operands`): float activations, a wrong
+        ``init``, shapes that do not match.
     """
-    a_q = check_gemm_operands(a_q, qw, mode)
+    a_q = check_gemm_operands(a_q, qw, mode, init)
     mode = Mode(mode)
     mdim = a_q.shape[0]
     ndim = qw.q.shape[0]
@@ -319,15 +373,32 @@ def acc_to_float(acc, act_exp) -> np.ndarray:
 
     Raises
     ------
-    ValueError
+    QuantizationTypeError
+        ``acc`` is an :class:`Accumulator` (pass its ``.acc``) or not an integer array;
+        ``act_exp`` is a :class:`~.quant.QuantizedActivation` (pass its ``.exp``) or not
+        integers (a float exponent would be truncated).
+    QuantizationError
         ``acc`` is not 2-D, or ``act_exp`` does not hold one exponent per row of ``acc``
         (a wrongly shaped one would broadcast into a wrong result)."""
+    if isinstance(acc, Accumulator):
+        raise QuantizationTypeError("acc_to_float: acc: expected the int64 array [M, N] of an "
+                                    "Accumulator, got the Accumulator (pass its .acc)")
+    if isinstance(act_exp, QuantizedActivation):
+        raise QuantizationTypeError("acc_to_float: act_exp: expected the int exponents [M] of a "
+                                    "QuantizedActivation, got the QuantizedActivation (pass its "
+                                    ".exp)")
     acc = np.asarray(acc)
     e = np.asarray(act_exp)
+    if not np.issubdtype(acc.dtype, np.integer):
+        raise QuantizationTypeError(f"acc_to_float: acc: expected int64 Q.24 accumulators "
+                                    f"[M, N], got dtype {acc.dtype}")
+    if not np.issubdtype(e.dtype, np.integer):
+        raise QuantizationTypeError(f"acc_to_float: act_exp: expected integer exponents [M], "
+                                    f"got dtype {e.dtype}")
     if acc.ndim != 2:
-        raise ValueError(f"acc_to_float: acc: expected [M, N] accumulators, got shape "
-                         f"{tuple(acc.shape)}")
+        raise QuantizationError(f"acc_to_float: acc: expected [M, N] accumulators, got shape "
+                                f"{tuple(acc.shape)}")
     if e.shape != (acc.shape[0],):
-        raise ValueError(f"acc_to_float: act_exp: expected one exponent per row of acc, shape "
-                         f"({acc.shape[0]},), got shape {tuple(e.shape)}")
+        raise QuantizationError(f"acc_to_float: act_exp: expected one exponent per row of acc, "
+                                f"shape ({acc.shape[0]},), got shape {tuple(e.shape)}")
     return np.ldexp(acc.astype(np.float64), e.astype(np.int32)[:, None] - ACC_FRAC_BITS)

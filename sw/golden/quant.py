@@ -18,7 +18,7 @@ import numpy as np
 
 
 __all__ = [
-    "GROUP", "QuantizationError", "DraftMethod",
+    "GROUP", "QuantizationError", "QuantizationTypeError", "DraftMethod",
     "fp16_scale_for", "QuantizedWeight", "quantize_weights",
     "as_int8_codes", "msb_slice", "lsb_slice", "join_slices", "draft_codes", "draft_weights",
     "QuantizedActivation", "quantize_activations", "quantize_activations_fp16",
@@ -32,6 +32,12 @@ _FP16_MAX = float(np.finfo(np.float16).max)
 
 class QuantizationError(ValueError):
     """Bad input to the quantizer. The message names the tensor and the position."""
+
+
+class QuantizationTypeError(QuantizationError, TypeError):
+    """An operand of the wrong type or dtype (float codes, an object array, an Accumulator for
+    an array). A :class:`QuantizationError` (so the CLI prints it as one line) and a
+    ``TypeError`` (what the GEMM operand checks raised before)."""
 
 
 class DraftMethod(str, enum.Enum):
@@ -335,6 +341,30 @@ class QuantizedActivation:
         return np.ldexp(self.q.astype(np.float64), self.exp[..., None].astype(np.int32))
 
 
+def _activation_array(x, name):
+    """``x`` as a float64 array of shape ``[..., K]`` with K >= 1, or a
+    :class:`QuantizationError` naming the activation: strings, object and complex arrays are
+    refused rather than converted (a string array of numerals would otherwise pass)."""
+    if isinstance(x, QuantizedActivation):
+        raise QuantizationTypeError(f"activation {name!r}: expected real values [..., K], got a "
+                                    f"QuantizedActivation (already quantized)")
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:            # ragged nested lists
+        raise QuantizationTypeError(f"activation {name!r}: expected a float or integer array of "
+                                    f"shape [..., K], got a {type(x).__name__} NumPy cannot turn "
+                                    f"into one array (rows of different lengths?)") from None
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise QuantizationTypeError(f"activation {name!r}: expected a float or integer array of "
+                                    f"shape [..., K], got dtype {arr.dtype}")
+    if arr.ndim < 1:
+        raise QuantizationError(f"activation {name!r}: expected shape [..., K], got a scalar")
+    if arr.shape[-1] == 0:
+        raise QuantizationError(f"activation {name!r}: expected at least one feature (K >= 1), "
+                                f"got shape {tuple(arr.shape)}")
+    return arr.astype(np.float64)
+
+
 def _check_finite_tokens(x, name):
     bad = ~np.isfinite(x)
     if bad.any():
@@ -358,11 +388,12 @@ def quantize_activations(x, *, name: str = "activation") -> QuantizedActivation:
     Raises
     ------
     QuantizationError
-        NaN or Inf in ``x`` (names the token and feature).
+        NaN or Inf in ``x`` (names the token and feature); a scalar or K = 0.
+    QuantizationTypeError
+        ``x`` is not a float or integer array (strings, an object or complex array, ragged
+        lists, a :class:`QuantizedActivation`): named with the dtype found.
     """
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim < 1:
-        raise QuantizationError(f"activation {name!r}: expected shape [..., K], got a scalar")
+    x = _activation_array(x, name)
     _check_finite_tokens(x, name)
     amax = np.abs(x).max(axis=-1)
     mant, e2 = np.frexp(amax)                 # amax = mant * 2^e2, mant in [0.5, 1)
@@ -376,8 +407,9 @@ def quantize_activations_fp16(x, *, name: str = "activation"):
     """Per-token INT8 with an FP16 scale (for comparison with power-of-two scales only).
 
     Returns ``(q int8 [..., K], scale float16 [...])``; the real value is ``q * scale``.
+    Raises as :func:`quantize_activations`.
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = _activation_array(x, name)
     _check_finite_tokens(x, name)
     amax = np.abs(x).max(axis=-1)
     scale, ok = fp16_scale_for(amax, 127)

@@ -213,11 +213,11 @@ def tile_schedule(a_q, qw: QuantizedWeight, mode, rows: int, lanes: int) -> dict
     ValueError
         Bad tile shape, operand shapes or K == 0 (a tile accumulation needs at least one beat).
     TypeError
-        ``a_q`` is not int8.
+        ``a_q`` is not int8 (a :class:`~.quant.QuantizationTypeError`, which is both).
     """
     cfg = TileConfig(rows=rows, lanes=lanes)
+    a_q = check_gemm_operands(a_q, qw, mode, caller="tile_schedule")
     mode = Mode(mode)
-    a_q = check_gemm_operands(a_q, qw, mode)
     mdim, k = a_q.shape
     ndim = qw.q.shape[0]
     if k == 0:

@@ -238,3 +238,57 @@ def test_slice_modes_need_bit_nested_int8():
     assert gemm(a, w4, Mode.FULL) == gemm_reference(a, w4, Mode.FULL)
     with pytest.raises(ValueError, match="DRAFT needs bit-nested INT8.*'d4'"):
         gemm(a, w4, Mode.DRAFT)
+
+
+def test_gemm_and_acc_to_float_refuse_wrong_operands_by_name():
+    """A new-user trial (2026-12-04): a float array for codes, a QuantizedActivation or an
+    ndarray init crashed with NumPy or attribute errors, a wrongly shaped init with a broadcast
+    error, an Accumulator in acc_to_float was reported as 'got shape ()', and float exponents
+    were truncated silently. Each is now a QuantizationError naming the function, the argument
+    and what was expected (a TypeError too where the type is wrong, as before)."""
+    from elmoe3d.sw.golden.quant import QuantizationError, QuantizationTypeError
+    rng = np.random.default_rng(3)
+    qw = quantize_weights(rng.standard_normal((16, 64)).astype(np.float32), name="up")
+    x = rng.standard_normal((4, 64))
+    qa = quantize_activations(x)
+    for fn in (gemm, gemm_reference):
+        name = fn.__name__
+        with pytest.raises(QuantizationTypeError, match=rf"^{name}: a_q: expected int8 activation "
+                                                         r"codes \[M, K\] .* got dtype float64$"):
+            fn(x, qw)
+        with pytest.raises(TypeError, match=rf"^{name}: a_q: .* got a QuantizedActivation "
+                                            r"\(pass its \.q\)$"):
+            fn(qa, qw)
+        with pytest.raises(QuantizationTypeError, match=rf"^{name}: qw: expected a QuantizedWeight"
+                                                         r" .* got ndarray$"):
+            fn(qa.q, qw.q)
+        for init in (np.zeros((4, 16), np.int64), 0):
+            with pytest.raises(QuantizationTypeError, match=rf"^{name}: init: expected None or an "
+                                                             r"Accumulator"):
+                fn(qa.q, qw, init=init)
+        for m, n in ((3, 16), (4, 8)):
+            with pytest.raises(QuantizationError, match=rf"^{name}: init: expected an Accumulator "
+                                                         rf"of shape \[M, N\] = \(4, 16\), got acc "
+                                                         rf"\({m}, {n}\)"):
+                fn(qa.q, qw, init=Accumulator.zeros(m, n))
+        with pytest.raises(QuantizationTypeError, match=rf"^{name}: init: .* int64 acc and bool "
+                                                         r"overflow, got dtypes float64 and bool"):
+            fn(qa.q, qw, init=Accumulator(np.zeros((4, 16)), np.zeros((4, 16), bool)))
+        with pytest.raises(QuantizationError, match=rf"^{name}: mode: expected a Mode, one of "
+                                                     r"FULL \(0\), .* got 7$"):
+            fn(qa.q, qw, mode=7)
+    acc = gemm(qa.q, qw)
+    with pytest.raises(QuantizationTypeError, match=r"^acc_to_float: acc: .* got the Accumulator "
+                                                     r"\(pass its \.acc\)$"):
+        acc_to_float(acc, qa.exp)
+    with pytest.raises(QuantizationTypeError, match=r"^acc_to_float: act_exp: .* got the "
+                                                     r"QuantizedActivation \(pass its \.exp\)$"):
+        acc_to_float(acc.acc, qa)
+    with pytest.raises(QuantizationTypeError, match=r"^acc_to_float: acc: expected int64 Q\.24 "
+                                                     r"accumulators \[M, N\], got dtype float64$"):
+        acc_to_float(acc.acc.astype(np.float64), qa.exp)
+    with pytest.raises(QuantizationTypeError, match=r"^acc_to_float: act_exp: expected integer "
+                                                     r"exponents \[M\], got dtype float64$"):
+        acc_to_float(acc.acc, qa.exp + 0.5)
+    # the good path with a carry-in is unchanged
+    assert gemm(qa.q, qw, init=acc) == gemm_reference(qa.q, qw, init=acc)

@@ -234,3 +234,33 @@ def test_bad_api_inputs_are_refused_by_name():
     # the good paths stay exact
     assert np.array_equal(join_slices(qw.msb, qw.lsb), qw.q)
     assert draft_weights(w, qw, 4, "lsb-aug").shape == w.shape
+
+
+def test_activations_of_the_wrong_type_are_refused_by_name():
+    """A new-user trial (2026-12-04): strings were converted (a numeral string array passed) or
+    crashed in NumPy, object and complex arrays were cast silently (complex lost its imaginary
+    part, None became a NaN "value"), K = 0 crashed in a NumPy reduction."""
+    from elmoe3d.sw.golden.quant import QuantizationTypeError, QuantizedActivation
+    dtype_error = r"activation 'x': expected a float or integer array of shape \[\.\.\., K\], got dtype "
+    for bad, dtype in ((["a", "b"], "<U1"), (np.array([["1", "2"]]), "<U1"),
+                       (np.array([[1.0, 2.0]], dtype=object), "object"),
+                       (np.array([[1, None]], dtype=object), "object"),
+                       (np.array([[1 + 2j]]), "complex128"), (np.array([[True]]), "bool")):
+        for fn in (quantize_activations, quantize_activations_fp16):
+            with pytest.raises(QuantizationTypeError, match=dtype_error + dtype + "$"):
+                fn(bad, name="x")
+    with pytest.raises(QuantizationError, match=r"'x': .* cannot turn into one array"):
+        quantize_activations([[1.0, 2.0], [3.0]], name="x")
+    qa = quantize_activations(np.ones((2, 32)), name="x")
+    assert isinstance(qa, QuantizedActivation)
+    with pytest.raises(QuantizationError, match=r"'x': expected real values .* got a "
+                                                r"QuantizedActivation"):
+        quantize_activations(qa, name="x")
+    with pytest.raises(QuantizationError, match=r"'x': expected at least one feature \(K >= 1\), "
+                                                r"got shape \(2, 0\)"):
+        quantize_activations(np.zeros((2, 0)), name="x")
+    with pytest.raises(QuantizationError, match=r"'x': expected shape \[\.\.\., K\], got a scalar"):
+        quantize_activations_fp16(1.0, name="x")
+    # integer and float inputs stay accepted
+    assert np.array_equal(quantize_activations(np.arange(32).reshape(1, 32)).q,
+                          quantize_activations(np.arange(32.0).reshape(1, 32)).q)
