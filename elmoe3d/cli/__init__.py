@@ -31,8 +31,8 @@ COMMANDS = {
     "sim": ("elmoe3d.cli.sim", "generate Verilog, run the cocotb + Verilator benches, summarise"),
     "run": ("elmoe3d.cli.run", "run a routing trace through the host compiler and a backend "
                                "(golden, rtl, perf, fpga)"),
-    "bench": ("elmoe3d.cli.bench", "benchmark figures (tile throughput, golden GEMM speed, "
-                                   "PE roofline and utilization, expert accuracy)"),
+    "bench": ("elmoe3d.cli.bench", "the benchmark figures, each beside a baseline (elmoe3d "
+                                   "bench --help lists them all)"),
     "paper-pe": ("elmoe3d.cli.paper_pe", "the paper PE (16x32x32 tile, 32 KB memories) in "
                                          "Verilator: build time and memory, the root PE program "
                                          "of one real expert shape checked bit for bit, "

@@ -107,6 +107,45 @@ from . import seed_type
 from .outputs import check_output, write_json
 
 
+#: The registry of the figures, in the order they are numbered, run and printed: (key, short
+#: title). ``elmoe3d bench --help``, the step count and the figure numbers in the options' help
+#: are derived from it; the module docstring defines each (a test holds the two to the same
+#: titles and count).
+FIGURES = (
+    ("throughput", "Tile throughput in RTL simulation"),
+    ("golden", "Golden bit-exact GEMM"),
+    ("sim-speed", "Simulation speed"),
+    ("roofline", "PE cycles against the HB roofline"),
+    ("utilization", "PE-array utilization on a compute-bound batch"),
+    ("accuracy", "Accuracy of the expert"),
+    ("dram", "DRAM controllers"),
+    ("links", "Streamline ring and aggregation link"),
+    ("die", "Logic die"),
+    ("real", "Real expert shapes on the mid PE"),
+    ("peak", "Tile MACs per cycle"),
+    ("model-speed", "Performance-model speed"),
+    ("sweep", "Sweep scaling"),
+)
+
+
+def figure_number(key: str) -> int:
+    """The number of figure ``key`` of :data:`FIGURES` (1-based)."""
+    return [k for k, _ in FIGURES].index(key) + 1
+
+
+def _figure_list(*keys) -> str:
+    """``"10 and 11"`` for the figures ``keys``."""
+    nums = [str(figure_number(k)) for k in keys]
+    return nums[0] if len(nums) == 1 else f"{', '.join(nums[:-1])} and {nums[-1]}"
+
+
+def description() -> str:
+    """``elmoe3d bench --help``'s description: every figure of :data:`FIGURES`, numbered."""
+    return (f"the {len(FIGURES)} benchmark figures, each beside a baseline measured in the same "
+            f"run: " + "; ".join(f"{i}. {title}" for i, (_, title) in
+                                 enumerate(FIGURES, 1)) + ".")
+
+
 #: (label, M, K, N, weight): MiniLM FFN shapes, prefill (256 tokens) and a decode batch.
 GEMM_SHAPES = (
     ("MiniLM up-proj, 256 tokens", 256, 384, 1536, "up"),
@@ -154,6 +193,8 @@ ACCURACY_LAYER = 0
 
 
 def configure(parser):
+    parser.description = description()
+    real = _figure_list("real", "peak")
     parser.add_argument("--config", default="small", metavar="NAME",
                         help="configuration preset for the RTL figures (default: small; only "
                              "small is simulated for now)")
@@ -165,12 +206,14 @@ def configure(parser):
                         help="minimum length of the RTL throughput GEMM in beats "
                              "(default 4096)")
     parser.add_argument("--skip-real", action="store_true",
-                        help="skip figures 10 and 11 (real expert shapes on the mid PE)")
+                        help=f"skip figures {real} (real expert shapes and tile MACs per cycle "
+                             f"on the mid PE)")
     parser.add_argument("--only-real", action="store_true",
-                        help="run only figures 10 and 11 (real expert shapes on the mid PE)")
+                        help=f"run only figures {real} (real expert shapes and tile MACs per "
+                             f"cycle on the mid PE)")
     parser.add_argument("--only-sweep", action="store_true",
-                        help="run only figure 13 (sweep points per second on 1 and 2 local "
-                             "Dask workers)")
+                        help=f"run only figure {figure_number('sweep')} (sweep points per "
+                             f"second on 1 and 2 local Dask workers)")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="write the figures to OUT (JSON; checked before the run, written "
                              "only when it completes)")
@@ -834,7 +877,7 @@ def run(args) -> int:
     if args.only_sweep and args.only_real:
         raise UserError("--only-sweep and --only-real exclude each other")
 
-    steps = 13
+    steps = len(FIGURES)
     if args.only_sweep:
         console.print(f"[13/{steps}] sweep points per second, serial and 1 / 2 local Dask "
                       f"workers ...")

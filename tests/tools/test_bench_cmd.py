@@ -412,3 +412,23 @@ def test_trace_path_speed_runs_the_perf_backend():
     r = bench.trace_path_speed()
     assert "error" not in r and set(r) >= {"mixtral-8x7b", "qwen3-30b-a3b"}
     assert all(v["tokens"] > 0 and v["tokens_per_s"] > 0 for v in r.values())
+
+
+def test_help_lists_every_figure_of_the_registry(capsys):
+    """A new-user trial (2026-12-04): `elmoe3d bench --help` named 4 of the 13 figure kinds.
+    The help now lists every figure of bench.FIGURES, numbered, and the registry holds the
+    titles and the count of the figures the module docstring defines."""
+    import re
+    documented = re.findall(r"^(\d+)\. \*\*(.+?)\*\*", bench.__doc__, re.M)
+    assert [int(n) for n, _ in documented] == list(range(1, len(documented) + 1))
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "--help"])
+    assert exc.value.code == 0
+    flat = " ".join(capsys.readouterr().out.split())
+    for n, title in documented:
+        assert f"{n}. {title}" in flat, title
+    assert f"the {len(documented)} benchmark figures" in flat
+    assert [title for _, title in bench.FIGURES] == [title for _, title in documented]
+    real = " and ".join(str(bench.figure_number(k)) for k in ("real", "peak"))
+    assert f"--skip-real skip figures {real} " in flat and f"--only-real run only figures {real} " in flat
+    assert f"run only figure {len(documented)} (sweep" in flat
