@@ -34,7 +34,10 @@ help:
 	@echo "              elmoe3d fpga --list-boards);"
 	@echo "              the default: one FPGA-lean PE on the ULX3S-85F at 5 MHz; place and"
 	@echo "              route ~20 min on 2 cores (docs/fpga.md, Measured)"
-	@echo "make clean  - remove build output (build/, out/)"
+	@echo "make clean  - remove build output (out/, build/: Verilator models, reports, bitstreams) but"
+	@echo "              keep the Yosys caches $(KEEP_CACHES) (a cold make synth"
+	@echo "              takes about 50 min)"
+	@echo "make distclean - remove everything clean leaves too: build/ with its caches, out/ and $(VENV)/"
 
 venv: $(STAMP)
 
@@ -93,8 +96,19 @@ ARGS   ?=
 fpga: $(STAMP)
 	$(PY) -m elmoe3d fpga --board $(BOARD) --config $(CONFIG) $(ARGS)
 
-clean:
-	rm -rf build out
+# `make clean` keeps the caches that are expensive to rebuild: the Yosys results of make synth
+# (build/synth, about 50 minutes cold on 2 cores) and of the FPGA estimate (build/fpga/estimates).
+# Both are keyed by their inputs, so a kept entry is never stale. Everything else under build/
+# (Verilator models, minutes to rebuild; reports; bitstreams) and out/ goes. `make distclean`
+# removes all of build/, out/ and the virtual environment.
+KEEP_CACHES := build/synth build/fpga/estimates
 
-distclean: clean
-	rm -rf $(VENV)
+clean:
+	rm -rf out
+	@# every entry of build/ but the kept caches and the folders on their way
+	@if [ -d build ]; then find build -mindepth 1 -maxdepth 1 ! -name synth ! -name fpga -exec rm -rf {} +; fi
+	@if [ -d build/fpga ]; then find build/fpga -mindepth 1 -maxdepth 1 ! -name estimates -exec rm -rf {} +; fi
+	@echo "make clean: kept the caches $(KEEP_CACHES) (make distclean removes them)"
+
+distclean:
+	rm -rf build out $(VENV)

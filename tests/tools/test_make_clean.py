@@ -1,0 +1,73 @@
+"""``make clean`` keeps the expensive caches; ``make distclean`` removes everything.
+
+A new-user trial (2026-12-04): ``make clean`` deleted ``build/synth``, the Yosys cache whose
+cold refill is a 50-minute ``make synth``. The targets run here on a stand-in tree."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+#: The stand-in tree: (path, kept by ``make clean``).
+TREE = [
+    ("build/synth/0a1b.json", True),
+    ("build/synth/power/pe.blif", True),
+    ("build/fpga/estimates/3c4d.netlist.json.gz", True),
+    ("build/fpga/ulx3s-85f/top.bit", False),
+    ("build/die_small-ae7efa34b560/Vtop", False),
+    ("build/.verilator-runtime-123456789abc/verilated.o", False),
+    ("build/.die_small-ae7efa34b560.lock", False),
+    ("build/verilog/tile.v", False),
+    ("build/paper-pe.json", False),
+    ("out/paper/fig12_8gb.png", False),
+    (".venv/bin/python", True),
+]
+
+
+def _make(tmp_path, target):
+    return subprocess.run(["make", "-f", str(REPO / "Makefile"), target, "VENV=.venv"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+
+def _tree(tmp_path):
+    for name, _ in TREE:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+
+
+def test_clean_keeps_the_synthesis_and_estimate_caches(tmp_path):
+    _tree(tmp_path)
+    r = _make(tmp_path, "clean")
+    assert r.returncode == 0, r.stderr
+    for name, kept in TREE:
+        assert (tmp_path / name).exists() == kept, name
+    assert not (tmp_path / "out").exists()
+    assert "kept the caches build/synth build/fpga/estimates" in r.stdout
+    again = _make(tmp_path, "clean")                       # idempotent
+    assert again.returncode == 0, again.stderr
+
+
+def test_clean_without_a_build_folder(tmp_path):
+    assert _make(tmp_path, "clean").returncode == 0
+
+
+def test_distclean_removes_everything(tmp_path):
+    _tree(tmp_path)
+    r = _make(tmp_path, "distclean")
+    assert r.returncode == 0, r.stderr
+    assert not any((tmp_path / d).exists() for d in ("build", "out", ".venv"))
+
+
+def test_make_help_says_what_clean_keeps():
+    r = subprocess.run(["make", "-s", "-C", str(REPO), "help"], capture_output=True, text=True,
+                       timeout=60)
+    flat = " ".join(r.stdout.split())
+    assert "keep the Yosys caches build/synth build/fpga/estimates" in flat
+    assert "make distclean - remove everything clean leaves too" in flat
