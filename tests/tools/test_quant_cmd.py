@@ -240,6 +240,9 @@ def bad_files(tmp_path):
         save_file({"a.weight": good, "b.weight": arr}, str(files[name]))  # bad one second
     files["big_then_nan"] = tmp_path / "big_then_nan.safetensors"   # n/a first, then an error
     save_file({"a.weight": big, "b.weight": nan}, str(files["big_then_nan"]))
+    files["three_bad"] = tmp_path / "three_bad.safetensors"   # and a good one, a skipped one
+    save_file({"a.weight": nan, "b.weight": good, "c.weight": inf, "d.weight": huge,
+               "odd.weight": np.ones((4, 48), np.float32)}, str(files["three_bad"]))
     files["k48"] = npz(tmp_path, "k48.npz", **{"a.weight": good,
                                                "odd.weight": np.ones((4, 48), np.float32)})
     files["lfs"] = tmp_path / "lfs.safetensors"
@@ -267,6 +270,14 @@ ERROR_CASES = {
     "nan after a dedicated draft that is n/a": (
         lambda f, d: [f["big_then_nan"], "--bits", "2-4"],
         r"tensor 'b\.weight': non-finite weight nan at row 2, column 40 \(group 1\)"),
+    # A new-user trial (2026-12-04): the run stopped at the first bad tensor and named it
+    # alone; every bad tensor is now named in the one error (all checked), nothing written.
+    "every bad tensor named": (
+        lambda f, d: [f["three_bad"], "--bits", "4"],
+        r"three_bad\.safetensors: 3 of the 4 tensors to quantize cannot be \(nothing "
+        r"written\): tensor 'a\.weight': non-finite weight nan at row 2, column 40 \(group 1\); "
+        r"tensor 'c\.weight': non-finite weight -inf at row 3, column 1 \(group 0\); "
+        r"tensor 'd\.weight': row 1, group 1: .*FP16 overflow\)$"),
     "bad bits": (lambda f, d: [f["nan"], "--bits", "1-8"], r"--bits '1-8': .* 2\.\.7"),
     "lfs pointer": (lambda f, d: [f["lfs"]], r"lfs\.safetensors: is a Git LFS pointer"),
     "truncated": (lambda f, d: [f["cut"]], r"cut\.safetensors: tensor 'b\.weight': data ends "
@@ -375,3 +386,11 @@ def test_a_tensor_whose_k_is_no_multiple_of_32_is_skipped_and_reported(tmp_path,
     assert [t["name"] for t in doc["tensors"]] == ["a.weight"]
     assert doc["skipped"] == [{"name": "odd.weight", "dtype": "F32", "shape": [4, 48],
                                "reason": "K not a multiple of the group size 32"}]
+
+
+def test_help_says_how_bad_and_skipped_tensors_are_handled(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["quant", "--help"])
+    flat = " ".join(capsys.readouterr().out.split())
+    assert "are skipped and listed" in flat
+    assert "is an error naming every such tensor (all are checked), and nothing is written" in flat
