@@ -33,8 +33,10 @@ Two kinds of selected tensor are not quantized, each handled one way for every s
   tensors out with ``--tensors``.
 
 Other bad input -- missing file or tensor, no selected tensor left to quantize, bad ``--bits``,
-a ``--plot`` suffix other than .png, .pdf or .svg -- is a one-line error naming the file, tensor
+a ``--plot`` suffix matplotlib does not write -- is a one-line error naming the file, tensor
 or option (exit code 2), and so is an output that is the weight file (or the other output).
+``--plot`` writes the format of its suffix (.png, .pdf, .svg or another that matplotlib writes;
+PNG without a suffix), the rule of ``elmoe3d synth --plot``.
 ``--json`` and ``--plot`` are written to temporary files renamed into place only when the whole
 run succeeded, so a failed run leaves neither.
 
@@ -66,7 +68,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from .outputs import atomic_outputs, check_distinct, check_output, report_console
+from .outputs import atomic_outputs, check_distinct, check_output, plot_format, report_console
 
 
 __all__ = ["configure", "run", "parse_bits", "TensorResult", "analyse_tensor", "METHODS"]
@@ -102,7 +104,9 @@ def configure(parser) -> None:
     parser.add_argument("--json", metavar="OUT", type=Path, default=None,
                         help="write every number (per tensor and aggregate) as JSON")
     parser.add_argument("--plot", metavar="OUT.png", type=Path, default=None,
-                        help="write a plot of SQNR vs bits per method (PNG, or .pdf/.svg)")
+                        help="write a plot of SQNR vs bits per method in the format of the "
+                             "suffix (.png, .pdf, .svg or another that matplotlib writes; "
+                             "checked before quantizing; no suffix: PNG)")
 
 
 def parse_bits(text) -> list:
@@ -394,12 +398,7 @@ def run(args) -> int:
     for option, dest in (("--json", args.json), ("--plot", args.plot)):
         if dest is not None:
             check_output(dest, option)
-    plot_fmt = None
-    if args.plot is not None:
-        plot_fmt = args.plot.suffix.lower().lstrip(".")
-        if plot_fmt not in ("png", "pdf", "svg"):
-            raise UserError(f"--plot {args.plot}: unsupported suffix {args.plot.suffix!r} "
-                            f"(use .png, .pdf or .svg)")
+    plot_fmt = plot_format(args.plot, "--plot") if args.plot is not None else None
     path = _resolve_weights(args.weights)
     check_distinct([("--json", args.json), ("--plot", args.plot)], [("WEIGHTS", path)])
     tf = open_tensors(path)

@@ -373,6 +373,33 @@ def test_output_that_is_the_weight_file_is_refused(tmp_path, capsys, option):
         assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("name, magic", [("sqnr", b"\x89PNG\r\n\x1a\n"),
+                                         ("sqnr.PNG", b"\x89PNG\r\n\x1a\n"),
+                                         ("sqnr.eps", b"%!PS-Adobe"),
+                                         ("sqnr.jpg", b"\xff\xd8\xff")])
+def test_plot_takes_the_format_matplotlib_writes_for_its_suffix(name, magic, tmp_path, capsys):
+    """``--plot`` follows the one rule of ``elmoe3d synth`` (outputs.plot_format): any format
+    matplotlib writes, PNG without a suffix (only .png, .pdf, .svg were taken before)."""
+    path = npz(tmp_path, **{"w": RNG.standard_normal((4, 32)).astype(np.float32)})
+    out = tmp_path / name
+    rc, _, err = run_main(capsys, path, "--bits", "4", "--plot", out)
+    assert rc == 0, err
+    assert out.read_bytes().startswith(magic)
+    assert leftovers(tmp_path) == []
+
+
+def test_plot_suffix_matplotlib_does_not_write_is_refused(tmp_path, capsys):
+    path = npz(tmp_path, **{"w": RNG.standard_normal((4, 32)).astype(np.float32)})
+    out = tmp_path / "sqnr.xyz"
+    rc, stdout, err = run_main(capsys, path, "--plot", out)
+    assert rc == 2 and stdout == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"elmoe3d quant: error: --plot {out}: unsupported suffix '.xyz' "
+                          f"(matplotlib writes ")
+    assert ".png" in err and ".pdf" in err and ".svg" in err and ".eps" in err
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
 def test_a_tensor_whose_k_is_no_multiple_of_32_is_skipped_and_reported(tmp_path, capsys):
     """One 2-D tensor whose K is not a multiple of the group size 32 does not abort the report:
     it is skipped and named with the reason, like a 1-D tensor (report and JSON)."""
