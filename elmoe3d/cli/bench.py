@@ -133,6 +133,15 @@ def figure_number(key: str) -> int:
     return [k for k, _ in FIGURES].index(key) + 1
 
 
+def _steps(*keys) -> str:
+    """The step label of the figures ``keys``: ``"10"``, ``"10-11"`` (consecutive) or
+    ``"10, 12"``."""
+    nums = sorted(figure_number(k) for k in keys)
+    if len(nums) > 1 and nums == list(range(nums[0], nums[-1] + 1)):
+        return f"{nums[0]}-{nums[-1]}"
+    return ", ".join(map(str, nums))
+
+
 def _figure_list(*keys) -> str:
     """``"10 and 11"`` for the figures ``keys``."""
     nums = [str(figure_number(k)) for k in keys]
@@ -411,8 +420,9 @@ def print_real(console, figs) -> list:
     """Print figure 10; return the failure lines (mismatches, failed runs)."""
     from rich.markup import escape
     from rich.table import Table
-    table = Table(title=f"10. Real expert shapes on the {figs['arch']} PE (streamed expert "
-                        f"program, synthetic weights, ld at {figs['hb_bytes_per_cycle']:g} B "
+    table = Table(title=f"{figure_number('real')}. Real expert shapes on the {figs['arch']} PE "
+                        f"(streamed expert program, synthetic weights, ld at "
+                        f"{figs['hb_bytes_per_cycle']:g} B "
                         f"per cycle; build {figs['build_seconds']:.0f} s, run "
                         f"{figs['run_seconds']:.0f} s)", title_justify="left",
                   caption="passes: over up/gate (2: h does not fit HBUF; the second pass "
@@ -457,9 +467,10 @@ def print_real(console, figs) -> list:
     console.print(table)
     for line in refused:
         console.print(f"   {line}")
-    missed = [f"10. real expert shapes: {line} (log {figs['log']})" for line in figs["failures"]]
+    n = figure_number("real")
+    missed = [f"{n}. real expert shapes: {line} (log {figs['log']})" for line in figs["failures"]]
     if not figs["cases"]:
-        missed.append("10. real expert shapes: no case measured")
+        missed.append(f"{n}. real expert shapes: no case measured")
     console.print("   reported, no roofline target; every case must be bit-exact")
     return missed
 
@@ -516,7 +527,8 @@ def print_peak(console, figs) -> list:
     """Print figure 11; return the failure lines (mismatches, failed runs of the mid RTL)."""
     from rich.markup import escape
     from rich.table import Table
-    table = Table(title="11. Tile MACs per cycle, one full row block of tokens, ld at the "
+    n = figure_number("peak")
+    table = Table(title=f"{n}. Tile MACs per cycle, one full row block of tokens, ld at the "
                         "port's full rate (a word a cycle; the paper PE also at the HB rate)",
                   title_justify="left",
                   caption="MACs/cycle: useful MACs (3 H I T; the root PE's share on the paper "
@@ -552,9 +564,9 @@ def print_peak(console, figs) -> list:
     console.print(f"   Table 1 peak of the {figs['paper_arch']} die: {tops['W4A8']:.0f} TOPS "
                   f"W4A8, {tops['W8A8']:.0f} TOPS W8A8; reported, no target (the paper PE on "
                   f"the RTL: make sim-paper-pe PAPER_PE_ARGS='--tokens 16 --ld-rate hb,full')")
-    missed = [f"11. tile MACs per cycle: {line} (log {mid['log']})" for line in mid["failures"]]
+    missed = [f"{n}. tile MACs per cycle: {line} (log {mid['log']})" for line in mid["failures"]]
     if not any(c.get("cycles") for c in mid["cases"]):
-        missed.append("11. tile MACs per cycle: no case measured on the mid RTL")
+        missed.append(f"{n}. tile MACs per cycle: no case measured on the mid RTL")
     return missed
 
 
@@ -654,9 +666,10 @@ def print_pe(console, pe) -> list:
     from rich.markup import escape
     from rich.table import Table
     missed = []
+    n, nu = figure_number("roofline"), figure_number("utilization")
     hb = pe["hb_bytes_per_cycle"]
     shapes = sorted({(c["hidden"], c["intermediate"]) for c in pe["cases"]})
-    table = Table(title=f"4. PE cycles / HB roofline (ld stream at {hb:g} B per cycle = "
+    table = Table(title=f"{n}. PE cycles / HB roofline (ld stream at {hb:g} B per cycle = "
                         f"{hb / pe['word_bytes']:g} words of {pe['word_bytes']} B; experts H x "
                         f"I = {', '.join(f'{h}x{i}' for h, i in shapes) or '-'})",
                   title_justify="left", caption=ROOFLINE_DEFINITION, caption_justify="left")
@@ -667,7 +680,7 @@ def print_pe(console, pe) -> list:
     for c in pe["cases"]:
         ok = c["roofline_fraction"] >= ROOFLINE_TARGET
         if not ok:
-            missed.append(f"4. PE HB roofline, {c['case']} {c['mode']}: "
+            missed.append(f"{n}. PE HB roofline, {c['case']} {c['mode']}: "
                           f"{c['roofline_fraction']:.1%} < target {ROOFLINE_TARGET:.0%}")
         weights = c.get("roofline_fraction_weights")
         table.add_row(escape(c["case"]), c["mode"], f"{c['ld_bytes']:,}",
@@ -678,14 +691,14 @@ def print_pe(console, pe) -> list:
                       "[green]met[/]" if ok else "[red]MISSED[/]")
     console.print(table)
     if not pe["cases"]:
-        missed.append("4. PE HB roofline: no case measured")
+        missed.append(f"{n}. PE HB roofline: no case measured")
     for line in pe["failures"]:
-        missed.append(f"4. PE HB-rate bench: {line} (log {pe['log']})")
+        missed.append(f"{n}. PE HB-rate bench: {line} (log {pe['log']})")
     met = pe["cases"] and all(c["roofline_fraction"] >= ROOFLINE_TARGET for c in pe["cases"])
     console.print(f"   target: >= {ROOFLINE_TARGET:.0%} of the roofline on every case: "
                   f"{'[green]met[/]' if met else '[red]MISSED[/]'}")
-    console.print(f"[bold]5. PE-array utilization[/] on the compute-bound batch of "
-                  f"{UTILIZATION_BATCH} tokens (same runs as 4): MACs = useful multiply-"
+    console.print(f"[bold]{nu}. PE-array utilization[/] on the compute-bound batch of "
+                  f"{UTILIZATION_BATCH} tokens (same runs as {n}): MACs = useful multiply-"
                   f"accumulates (3 x H x I per routed token and expert, padding excluded) / "
                   f"(peak MACs per cycle of the tile at the mode's weight width x measured "
                   f"cycles); tile busy = tile beats / measured cycles")
@@ -696,10 +709,10 @@ def print_pe(console, pe) -> list:
                       f"x {u['cycles']:,} cycles)); tile busy {u['beat_utilization']:.1%}")
     if not pe["utilization"]:
         console.print("   [red]not measured[/]")
-        missed.append(f"5. PE-array utilization: no compute-bound case of "
+        missed.append(f"{nu}. PE-array utilization: no compute-bound case of "
                       f"{UTILIZATION_BATCH} tokens")
-    console.print("   no target of its own (on a compute-bound batch the roofline of 4 is the "
-                  "compute roofline, so its target covers this figure)")
+    console.print(f"   no target of its own (on a compute-bound batch the roofline of {n} is "
+                  f"the compute roofline, so its target covers this figure)")
     return missed
 
 
@@ -707,11 +720,12 @@ def print_accuracy(console, acc, error=None):
     """Print figure 6 (or why it is missing)."""
     from rich.markup import escape
     from rich.table import Table
+    n = figure_number("accuracy")
     if acc is None:
-        console.print(f"[bold]6. Accuracy of the expert[/]: [red]not measured[/]: "
+        console.print(f"[bold]{n}. Accuracy of the expert[/]: [red]not measured[/]: "
                       f"{escape(error or '')}")
         return
-    console.print(f"[bold]6. Accuracy of the expert[/] (golden model vs float64, no RTL). "
+    console.print(f"[bold]{n}. Accuracy of the expert[/] (golden model vs float64, no RTL). "
                   f"MiniLM's FFN is GELU with no gate, so the SwiGLU expert is made of up = "
                   f"{acc['up']}, gate = {acc['gate']} (layer {acc['layer'] + 1}'s "
                   f"up-projection), down = {acc['down']} (biases dropped; H = {acc['hidden']}, "
@@ -791,7 +805,7 @@ def sweep_figures() -> dict:
     import tempfile
     from ..sw.host.sweep import comparable, run_sweep
     from ..sw.host.sweep_spec import parse_spec
-    spec = parse_spec(SWEEP_SPEC, path="make bench figure 13")
+    spec = parse_spec(SWEEP_SPEC, path=f"make bench figure {figure_number('sweep')}")
     out = {"seed": spec.seed, "dask": {}}
     with tempfile.TemporaryDirectory(prefix="elmoe3d-bench-sweep-") as tmp:
         def one(workers):
@@ -815,10 +829,11 @@ def sweep_figures() -> dict:
 
 
 def print_sweep(console, sweep) -> list:
-    missed = [f"13. sweep on {n} worker(s): {d['differing']} row(s) differ from the serial run"
+    num = figure_number("sweep")
+    missed = [f"{num}. sweep on {n} worker(s): {d['differing']} row(s) differ from the serial run"
               for n, d in sweep["dask"].items() if not d["identical"]]
     d1, d2 = sweep["dask"][1], sweep["dask"][2]
-    console.print(f"[bold]13. Sweep scaling[/] (elmoe3d sweep, {sweep['points']} perf-model "
+    console.print(f"[bold]{num}. Sweep scaling[/] (elmoe3d sweep, {sweep['points']} perf-model "
                   f"points, seed {sweep['seed']}): serial {sweep['serial']['points_per_s']:,.1f} "
                   f"points/s; Dask LocalCluster 1 worker {d1['points_per_s']:,.1f}, 2 workers "
                   f"{d2['points_per_s']:,.1f} points/s; scaling efficiency rate2 / (2 x rate1) = "
@@ -830,10 +845,11 @@ def print_sweep(console, sweep) -> list:
 
 def print_speed(console, speed, trace=None) -> list:
     from ..sw.host.paper_eval import SPEED_TARGET, TREE
-    missed = [f"12. performance model on {m}: {v['tokens_per_s']:,.0f} simulated tokens/s < "
+    n = figure_number("model-speed")
+    missed = [f"{n}. performance model on {m}: {v['tokens_per_s']:,.0f} simulated tokens/s < "
               f"target {SPEED_TARGET:,}" for m, v in speed.items()
               if v["tokens_per_s"] < SPEED_TARGET]
-    console.print(f"[bold]12. Performance-model speed[/] (elmoe3d paper, 8 GB; a round = xPU AR, "
+    console.print(f"[bold]{n}. Performance-model speed[/] (elmoe3d paper, 8 GB; a round = xPU AR, "
                   f"our AR and an Elastic-SD {TREE[0]} x {TREE[1]} tree at batch 1, 4, 8, 16; "
                   f"CPU time of one core): "
                   + ", ".join(f"{m} {v['tokens_per_s']:,.0f}" for m, v in speed.items())
@@ -879,8 +895,8 @@ def run(args) -> int:
 
     steps = len(FIGURES)
     if args.only_sweep:
-        console.print(f"[13/{steps}] sweep points per second, serial and 1 / 2 local Dask "
-                      f"workers ...")
+        console.print(f"[{figure_number('sweep')}/{steps}] sweep points per second, serial "
+                      f"and 1 / 2 local Dask workers ...")
         sweep = sweep_figures()
         console.print()
         missed = print_sweep(console, sweep)
@@ -890,9 +906,14 @@ def run(args) -> int:
             console.print(f"[bold red]missed[/]: {escape(line)}")
         return 1 if missed else 0
 
-    def simulate(step, what, title, fn, *fn_args):
-        """Print step ``step``'s line and run a cocotb figure; a failed simulation is one line."""
-        console.print(f"[{step}/{steps}] {what} ...")
+    def step(key, what):
+        """Print the line of figure ``key``'s step, numbered by :data:`FIGURES`."""
+        console.print(f"[{figure_number(key)}/{steps}] {what}")
+
+    def simulate(key, what, title, fn, *fn_args):
+        """Print figure ``key``'s step line and run a cocotb figure; a failed simulation is one
+        line."""
+        step(key, f"{what} ...")
         try:
             return fn(*fn_args)
         except (SimulationError, SimulationFailure) as exc:
@@ -906,8 +927,8 @@ def run(args) -> int:
     peak_what = ("tile MACs per cycle, ld at the full rate: mid RTL (cocotb + Verilator), "
                  "paper PE (cycle model)")
     if args.only_real:
-        real = simulate(10, real_what, "real-expert bench", real_expert_figures, seed)
-        peak = simulate(11, peak_what, "tile MACs-per-cycle bench", peak_mac_figures, seed)
+        real = simulate("real", real_what, "real-expert bench", real_expert_figures, seed)
+        peak = simulate("peak", peak_what, "tile MACs-per-cycle bench", peak_mac_figures, seed)
         console.print()
         missed = print_real(console, real) + print_peak(console, peak)
         if args.json:
@@ -916,60 +937,63 @@ def run(args) -> int:
             console.print(f"[bold red]missed[/]: {escape(line)}")
         return 1 if missed else 0
 
-    rtl = simulate(1, f"RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} tile (cocotb + "
-                      f"Verilator)", "RTL throughput bench", rtl_figures, cfg, seed, args.beats)
-    console.print(f"[2/{steps}] golden GEMM vs float32 np.matmul ...")
+    rtl = simulate("throughput", f"RTL throughput of the {cfg.rows}x{cfg.lanes}x{cfg.group} "
+                                 f"tile (cocotb + Verilator)", "RTL throughput bench",
+                   rtl_figures, cfg, seed, args.beats)
+    step("golden", "golden GEMM vs float32 np.matmul ...")
     golden = golden_figures(seed, args.repeats)
-    console.print(f"[3/{steps}] simulation speed (measured during 1)")
-    pe = simulate(4, f"PE cycles with the ld stream at the HB bank rate (cocotb + Verilator), "
-                     f"batches {', '.join(map(str, ROOFLINE_BATCHES))}, MoE layer and one expert, "
-                     f"DRAFT and FULL", "PE HB-roofline bench", pe_figures, arch, seed)
-    console.print(f"[5/{steps}] PE-array utilization on the compute-bound batch of "
-                  f"{UTILIZATION_BATCH} tokens (measured during 4)")
-    console.print(f"[6/{steps}] accuracy of the expert on MiniLM weights (golden model) ...")
+    step("sim-speed", f"simulation speed (measured during {figure_number('throughput')})")
+    pe = simulate("roofline", f"PE cycles with the ld stream at the HB bank rate (cocotb + "
+                              f"Verilator), batches {', '.join(map(str, ROOFLINE_BATCHES))}, MoE "
+                              f"layer and one expert, DRAFT and FULL", "PE HB-roofline bench",
+                  pe_figures, arch, seed)
+    step("utilization", f"PE-array utilization on the compute-bound batch of "
+                        f"{UTILIZATION_BATCH} tokens (measured during "
+                        f"{figure_number('roofline')})")
+    step("accuracy", "accuracy of the expert on MiniLM weights (golden model) ...")
     try:
         accuracy, accuracy_error = accuracy_figures(), None
     except UserError as exc:
         accuracy, accuracy_error = None, str(exc)
-    dram = simulate(7, "HB bank and LPDDR5 controllers against the timing-checked DRAM models "
-                       "(cocotb + Verilator)", "DRAM bench", dram_figures, arch, seed)
-    links = simulate(8, "streamline ring and aggregation link throughput (cocotb + Verilator)",
-                     "ring/link bench", link_figures, arch, seed)
-    die = simulate(9, "logic die: draft and verify MoE layers, verify-phase overlap (cocotb + "
-                      "Verilator)", "die bench", die_figures, arch, seed)
+    dram = simulate("dram", "HB bank and LPDDR5 controllers against the timing-checked DRAM "
+                            "models (cocotb + Verilator)", "DRAM bench", dram_figures, arch, seed)
+    links = simulate("links", "streamline ring and aggregation link throughput (cocotb + "
+                              "Verilator)", "ring/link bench", link_figures, arch, seed)
+    die = simulate("die", "logic die: draft and verify MoE layers, verify-phase overlap "
+                          "(cocotb + Verilator)", "die bench", die_figures, arch, seed)
     real = peak = None
     if args.skip_real:
-        console.print(f"[10-11/{steps}] real expert shapes on the mid PE: skipped "
-                      f"(--skip-real)")
+        console.print(f"[{_steps('real', 'peak')}/{steps}] real expert shapes on the mid PE: "
+                      f"skipped (--skip-real)")
     else:
-        real = simulate(10, real_what, "real-expert bench", real_expert_figures, seed)
-        peak = simulate(11, peak_what, "tile MACs-per-cycle bench", peak_mac_figures, seed)
-    console.print(f"[12/{steps}] whole-decoder performance model: simulated tokens per second "
-                  f"(one core) ...")
+        real = simulate("real", real_what, "real-expert bench", real_expert_figures, seed)
+        peak = simulate("peak", peak_what, "tile MACs-per-cycle bench", peak_mac_figures, seed)
+    step("model-speed", "whole-decoder performance model: simulated tokens per second "
+                        "(one core) ...")
     speed = speed_figures()
     trace_speed = trace_path_speed()
-    console.print(f"[13/{steps}] sweep points per second, serial and 1 / 2 local Dask "
-                  f"workers ...")
+    step("sweep", "sweep points per second, serial and 1 / 2 local Dask workers ...")
     sweep = sweep_figures()
     console.print()
 
     missed = []
+    n = {key: figure_number(key) for key, _ in FIGURES}
     ok_thr = rtl["fraction"] >= THROUGHPUT_TARGET and rtl["mismatches"] == 0
     if rtl["fraction"] < THROUGHPUT_TARGET:
-        missed.append(f"1. tile throughput {rtl['fraction']:.4f} of peak < target "
+        missed.append(f"{n['throughput']}. tile throughput {rtl['fraction']:.4f} of peak < target "
                       f"{THROUGHPUT_TARGET}")
     if rtl["mismatches"]:
-        missed.append(f"1. {rtl['mismatches']} mismatching RTL result value(s) (log "
-                      f"{rtl['log']})")
-    console.print(f"[bold]1. Tile throughput (RTL)[/]: {rtl['beats']:,} beats accepted, first "
-                  f"accept at cycle {rtl['first_accept']}, last result at cycle "
+        missed.append(f"{n['throughput']}. {rtl['mismatches']} mismatching RTL result value(s) "
+                      f"(log {rtl['log']})")
+    console.print(f"[bold]{n['throughput']}. Tile throughput (RTL)[/]: {rtl['beats']:,} beats "
+                  f"accepted, first accept at cycle {rtl['first_accept']}, last result at cycle "
                   f"{rtl['last_result']}, latency {rtl['latency']} (tile.latency) -> "
                   f"[bold]{rtl['fraction']:.4f}[/] of peak (baseline: peak = 1 beat = one "
                   f"group-column per lane per cycle); target >= {THROUGHPUT_TARGET}: "
                   f"{'[green]met[/]' if ok_thr else '[red]MISSED[/]'}; results bit-exact: "
                   f"{rtl['comparisons']:,} values, {rtl['mismatches']} mismatches")
 
-    table = Table(title="2. Golden bit-exact GEMM vs float32 np.matmul (median of "
+    table = Table(title=f"{n['golden']}. Golden bit-exact GEMM vs float32 np.matmul (median of "
                         f"{args.repeats}; {golden[0]['source']})", title_justify="left",
                   caption=GOLDEN_COLUMNS, caption_justify="left")
     for col in ("shape", "M x K x N", "np.matmul f32", "gemm prepared", "ratio",
@@ -977,7 +1001,7 @@ def run(args) -> int:
         table.add_column(col, justify="left" if col == "shape" else "right")
     for g in golden:
         if g["ratio_prepared"] < GOLDEN_TARGET:
-            missed.append(f"2. golden GEMM {g['label']}: prepared ratio "
+            missed.append(f"{n['golden']}. golden GEMM {g['label']}: prepared ratio "
                           f"{g['ratio_prepared']:.1%} < target {GOLDEN_TARGET:.0%}")
         table.add_row(g["label"], f"{g['M']}x{g['K']}x{g['N']}",
                       f"{g['matmul_f32_s'] * 1e3:.3f} ms", f"{g['gemm_prepared_s'] * 1e3:.3f} ms",
@@ -987,17 +1011,18 @@ def run(args) -> int:
     console.print(table)
     console.print(f"   target: prepared ratio >= {GOLDEN_TARGET:.0%} on every shape: "
                   f"{'[green]met[/]' if ok_gold else '[red]MISSED[/]'}")
-    console.print(f"[bold]3. Simulation speed[/]: {rtl['sim_cycles_per_s']:,.0f} simulated "
-                  f"cycles/s with stream traffic (source, sink, monitor coroutines); baseline "
+    console.print(f"[bold]{n['sim-speed']}. Simulation speed[/]: "
+                  f"{rtl['sim_cycles_per_s']:,.0f} simulated cycles/s with stream traffic "
+                  f"(source, sink, monitor coroutines); baseline "
                   f"{rtl['clock_only_cycles_per_s']:,.0f} cycles/s with only the clock running "
                   f"({rtl['sim_cycles_per_s'] / rtl['clock_only_cycles_per_s']:.0%})")
     missed += print_pe(console, pe)
     print_accuracy(console, accuracy, accuracy_error)
     if accuracy_error:
-        missed.append(f"6. accuracy not measured: {accuracy_error}")
-    missed += [f"7. {line}" for line in print_dram(console, dram)]
-    missed += [f"8. {line}" for line in print_links(console, links)]
-    missed += [f"9. {line}" for line in print_die(console, die)]
+        missed.append(f"{n['accuracy']}. accuracy not measured: {accuracy_error}")
+    missed += [f"{n['dram']}. {line}" for line in print_dram(console, dram)]
+    missed += [f"{n['links']}. {line}" for line in print_links(console, links)]
+    missed += [f"{n['die']}. {line}" for line in print_die(console, die)]
     if real is not None:
         missed += print_real(console, real) + print_peak(console, peak)
     missed += print_speed(console, speed, trace_speed)

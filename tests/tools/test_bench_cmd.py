@@ -432,3 +432,107 @@ def test_help_lists_every_figure_of_the_registry(capsys):
     real = " and ".join(str(bench.figure_number(k)) for k in ("real", "peak"))
     assert f"--skip-real skip figures {real} " in flat and f"--only-real run only figures {real} " in flat
     assert f"run only figure {len(documented)} (sweep" in flat
+
+
+# -- the figure numbers come from the registry -----------------------------------------------
+
+@pytest.fixture
+def reordered(monkeypatch):
+    """bench.FIGURES reversed: a step label, figure header or missed line that hard-codes its
+    number would now name another figure."""
+    monkeypatch.setattr(bench, "FIGURES", tuple(reversed(bench.FIGURES)))
+    assert bench.figure_number("throughput") == len(bench.FIGURES)
+    return bench.figure_number
+
+
+def test_steps_headers_and_missed_lines_follow_the_registry(stub, reordered, monkeypatch,
+                                                             capsys):
+    """Review of the branch: the registry gave the step count and the options' figure numbers,
+    but the steps' labels ([2/13] ...), the figures' headers and the missed-target lines still
+    hard-coded theirs."""
+    n = reordered
+    stub(rtl_figs=rtl(fraction=0.9), golden_figs=golden(ratio=0.1),
+         pe_figs={**pe(failures=["one expert T=1 DRAFT: 3 mismatching value(s)"]),
+                  "utilization": []},
+         accuracy_error=UserError("no weights"),
+         speed_figs={"gpt-oss-20b": {"tokens_per_s": 900.0, "rounds": 1, "seconds": 0.2}})
+    for key in ("dram", "links", "die"):
+        monkeypatch.setattr(bench, f"{key}_figures" if key != "links" else "link_figures",
+                            lambda arch, seed, key=key: {"missed": [f"{key} missed"]})
+
+    def sweep_differs():
+        return {"points": 384, "seed": 13, "serial": {"points_per_s": 200.0, "seconds": 1.9},
+                "efficiency": 0.5,
+                "dask": {w: {"points_per_s": 100.0 * w, "seconds": 3.8 / w,
+                             "identical": w == 1, "differing": int(w != 1)} for w in (1, 2)}}
+    monkeypatch.setattr(bench, "sweep_figures", sweep_differs)
+    rc, out, err = bench_main(capsys)
+    assert rc == 1, (out, err)
+    flat = " ".join(out.split())
+    steps = {"throughput": "RTL throughput of the", "golden": "golden GEMM vs float32",
+             "sim-speed": f"simulation speed (measured during {n('throughput')})",
+             "roofline": "PE cycles with the ld stream at the HB bank rate",
+             "utilization": f"PE-array utilization on the compute-bound batch of 16 tokens "
+                            f"(measured during {n('roofline')})",
+             "accuracy": "accuracy of the expert on MiniLM weights",
+             "dram": "HB bank and LPDDR5 controllers", "links": "streamline ring and",
+             "die": "logic die:", "real": "real expert shapes (",
+             "peak": "tile MACs per cycle, ld at the full rate",
+             "model-speed": "whole-decoder performance model",
+             "sweep": "sweep points per second"}
+    assert set(steps) == {k for k, _ in bench.FIGURES}
+    for key, text in steps.items():
+        assert f"[{n(key)}/13] {text}" in flat, key
+    for key, header in [("throughput", "Tile throughput (RTL):"),
+                        ("golden", "Golden bit-exact GEMM vs float32"),
+                        ("sim-speed", "Simulation speed:"), ("roofline", "PE cycles / HB roofline"),
+                        ("utilization", "PE-array utilization on the compute-bound batch of 16 "
+                                        f"tokens (same runs as {n('roofline')})"),
+                        ("accuracy", "Accuracy of the expert: not measured"),
+                        ("model-speed", "Performance-model speed"), ("sweep", "Sweep scaling")]:
+        assert f"{n(key)}. {header}" in flat, key
+    assert f"the roofline of {n('roofline')} is the compute roofline" in flat
+    for key, line in [("throughput", "tile throughput 0.9000 of peak"),
+                      ("golden", "golden GEMM MiniLM up-proj"),
+                      ("roofline", "PE HB-rate bench: one expert T=1 DRAFT"),
+                      ("utilization", "PE-array utilization: no compute-bound case"),
+                      ("accuracy", "accuracy not measured: no weights"),
+                      ("dram", "dram missed"), ("links", "links missed"), ("die", "die missed"),
+                      ("model-speed", "performance model on gpt-oss-20b"),
+                      ("sweep", "sweep on 2 worker(s): 1 row(s) differ")]:
+        assert f"missed: {n(key)}. {line}" in flat, key
+
+
+def test_skip_and_only_options_label_their_steps_from_the_registry(stub, reordered, capsys):
+    n = reordered
+    stub()
+    nums = sorted((n("real"), n("peak")))
+    rc, out, _ = bench_main(capsys, "--skip-real")
+    assert rc == 0 and f"[{nums[0]}-{nums[1]}/13] real expert shapes on the mid PE: skipped " \
+        f"(--skip-real)" in " ".join(out.split())
+    rc, out, _ = bench_main(capsys, "--only-real")
+    flat = " ".join(out.split())
+    assert rc == 0 and f"[{n('real')}/13] real expert shapes (" in flat
+    assert f"[{n('peak')}/13] tile MACs per cycle" in flat
+    rc, out, _ = bench_main(capsys, "--only-sweep")
+    flat = " ".join(out.split())
+    assert rc == 0 and f"[{n('sweep')}/13] sweep points per second" in flat
+    assert f"{n('sweep')}. Sweep scaling" in flat
+
+
+def test_real_and_peak_printers_number_from_the_registry(reordered):
+    from rich.console import Console
+    n = reordered
+    console = Console(width=300, record=True)
+    assert bench.print_real(console, {
+        "cases": [], "failures": ["x"], "arch": "mid", "hb_bytes_per_cycle": 51.2,
+        "build_seconds": 1.0, "run_seconds": 2.0, "log": "l"}) == [
+        f"{n('real')}. real expert shapes: x (log l)",
+        f"{n('real')}. real expert shapes: no case measured"]
+    assert f"{n('real')}. Real expert shapes on the mid PE" in console.export_text()
+    assert bench.print_peak(console, {
+        "mid": {"cases": [], "failures": ["y"], "arch": "mid", "word_bytes": 128, "log": "l"},
+        "paper": [], "paper_arch": "paper-4gb", "table1_tops": {"W4A8": 1.0, "W8A8": 0.5}}) == [
+        f"{n('peak')}. tile MACs per cycle: y (log l)",
+        f"{n('peak')}. tile MACs per cycle: no case measured on the mid RTL"]
+    assert f"{n('peak')}. Tile MACs per cycle, one full row block" in console.export_text()
