@@ -34,9 +34,9 @@ help:
 	@echo "              elmoe3d fpga --list-boards);"
 	@echo "              the default: one FPGA-lean PE on the ULX3S-85F at 5 MHz; place and"
 	@echo "              route ~20 min on 2 cores (docs/fpga.md, Measured)"
-	@echo "make clean  - remove build output (out/, build/: Verilator models, reports, bitstreams) but"
-	@echo "              keep the Yosys caches $(KEEP_CACHES) (a cold make synth"
-	@echo "              takes about 50 min)"
+	@echo "make clean  - remove build output (out/; build/: Verilator models, reports, make synth's"
+	@echo "              too, bitstreams) but keep the Yosys caches $(KEEP_CACHES)"
+	@echo "              (a cold make synth takes about 50 min)"
 	@echo "make distclean - remove everything clean leaves too: build/ with its caches, out/ and $(VENV)/"
 
 venv: $(STAMP)
@@ -83,9 +83,11 @@ sim-paper-pe: $(STAMP)
 .PHONY: synth
 # Area of every block (Yosys, ASAP7-subset Liberty), rolled up to the 4 GB and 8 GB logic dies,
 # and the worst register-to-register path of every block against the 1 GHz clock (--timing).
+SYNTH_REPORT := build/synth/report.json
+SYNTH_PLOT   := build/synth/area.png
 synth: $(STAMP)
 	@mkdir -p build/synth
-	$(PY) -m elmoe3d synth --timing --power --jobs $(JOBS) --json build/synth/report.json --plot build/synth/area.png
+	$(PY) -m elmoe3d synth --timing --power --jobs $(JOBS) --json $(SYNTH_REPORT) --plot $(SYNTH_PLOT)
 
 .PHONY: fpga
 # The board top (UART bridge, load router, one PE, HB/EXT stand-ins) through Amaranth's platform
@@ -99,15 +101,26 @@ fpga: $(STAMP)
 # `make clean` keeps the caches that are expensive to rebuild: the Yosys results of make synth
 # (build/synth, about 50 minutes cold on 2 cores) and of the FPGA estimate (build/fpga/estimates).
 # Both are keyed by their inputs, so a kept entry is never stale. Everything else under build/
-# (Verilator models, minutes to rebuild; reports; bitstreams) and out/ goes. `make distclean`
-# removes all of build/, out/ and the virtual environment.
+# (Verilator models, minutes to rebuild; reports, make synth's $(SYNTH_REPORT) and $(SYNTH_PLOT)
+# too, which elmoe3d fpga reads by default; bitstreams) and out/ goes. `make distclean` removes
+# all of build/, out/ and the virtual environment.
 KEEP_CACHES := build/synth build/fpga/estimates
+
+# The folders on the way to a kept cache (build/fpga for build/fpga/estimates), and find's
+# test "one of the paths $(1)": the clean's exclusions, made from KEEP_CACHES alone.
+_up = $(if $(filter-out build .,$(1)),$(1) $(call _up,$(patsubst %/,%,$(dir $(1)))))
+KEEP_PARENTS = $(sort $(foreach k,$(KEEP_CACHES),$(call _up,$(patsubst %/,%,$(dir $(k))))))
+_or_paths = $(patsubst %,-o -path %,$(1))
+_any_path = $(wordlist 2,$(words $(call _or_paths,$(1))),$(call _or_paths,$(1)))
+# Under build/: a kept cache is skipped whole, a folder on its way is entered, the rest removed.
+CLEAN_FIND = \( $(call _any_path,$(KEEP_CACHES)) \) -prune \
+	$(if $(strip $(KEEP_PARENTS)),-o \( $(call _any_path,$(KEEP_PARENTS)) \)) -o -prune -exec rm -rf {} +
 
 clean:
 	rm -rf out
+	rm -f $(SYNTH_REPORT) $(SYNTH_PLOT)
 	@# every entry of build/ but the kept caches and the folders on their way
-	@if [ -d build ]; then find build -mindepth 1 -maxdepth 1 ! -name synth ! -name fpga -exec rm -rf {} +; fi
-	@if [ -d build/fpga ]; then find build/fpga -mindepth 1 -maxdepth 1 ! -name estimates -exec rm -rf {} +; fi
+	@if [ -d build ]; then find build -mindepth 1 $(CLEAN_FIND); fi
 	@echo "make clean: kept the caches $(KEEP_CACHES) (make distclean removes them)"
 
 distclean:

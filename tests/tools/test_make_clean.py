@@ -19,6 +19,8 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 TREE = [
     ("build/synth/0a1b.json", True),
     ("build/synth/power/pe.blif", True),
+    ("build/synth/report.json", False),         # make synth's reports, not cache: elmoe3d fpga
+    ("build/synth/area.png", False),            # reads that report by default
     ("build/fpga/estimates/3c4d.netlist.json.gz", True),
     ("build/fpga/ulx3s-85f/top.bit", False),
     ("build/die_small-ae7efa34b560/Vtop", False),
@@ -31,9 +33,10 @@ TREE = [
 ]
 
 
-def _make(tmp_path, target):
-    return subprocess.run(["make", "-f", str(REPO / "Makefile"), target, "VENV=.venv"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+def _make(tmp_path, target, *assignments):
+    return subprocess.run(["make", "-f", str(REPO / "Makefile"), target, "VENV=.venv",
+                           *assignments], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
 
 
 def _tree(tmp_path):
@@ -52,6 +55,25 @@ def test_clean_keeps_the_synthesis_and_estimate_caches(tmp_path):
     assert "kept the caches build/synth build/fpga/estimates" in r.stdout
     again = _make(tmp_path, "clean")                       # idempotent
     assert again.returncode == 0, again.stderr
+
+
+def test_clean_keeps_what_keep_caches_names_and_nothing_else(tmp_path):
+    """The kept folders are written once, in KEEP_CACHES: the exclusions of the clean are made
+    from it (they were written a second time as find ! -name ... options), the folders on the
+    way to a kept one (build/a, build/a/b) stay and lose their other entries."""
+    tree = {"build/a/b/c/entry.json": True, "build/a/b/other/x": False, "build/a/x": False,
+            "build/keep/y": True, "build/synth/0a1b.json": False, "build/z": False,
+            "build/fpga/estimates/e.json": False}
+    for name in tree:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    r = _make(tmp_path, "clean", "KEEP_CACHES=build/keep build/a/b/c")
+    assert r.returncode == 0, r.stderr
+    for name, kept in tree.items():
+        assert (tmp_path / name).exists() == kept, name
+    assert sorted(p.name for p in (tmp_path / "build").iterdir()) == ["a", "keep"]
+    assert sorted(p.name for p in (tmp_path / "build/a").iterdir()) == ["b"]
+    assert sorted(p.name for p in (tmp_path / "build/a/b").iterdir()) == ["c"]
 
 
 def test_clean_without_a_build_folder(tmp_path):
