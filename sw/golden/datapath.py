@@ -376,7 +376,8 @@ def acc_to_float(acc, act_exp) -> np.ndarray:
     QuantizationTypeError
         ``acc`` is an :class:`Accumulator` (pass its ``.acc``) or not an integer array;
         ``act_exp`` is a :class:`~.quant.QuantizedActivation` (pass its ``.exp``) or not
-        integers (a float exponent would be truncated).
+        integers (a float exponent would be truncated; an empty one, for an ``acc`` of no rows,
+        may have any dtype, as ``[]`` does).
     QuantizationError
         ``acc`` is not 2-D, or ``act_exp`` does not hold one exponent per row of ``acc``
         (a wrongly shaped one would broadcast into a wrong result)."""
@@ -392,7 +393,7 @@ def acc_to_float(acc, act_exp) -> np.ndarray:
     if not np.issubdtype(acc.dtype, np.integer):
         raise QuantizationTypeError(f"acc_to_float: acc: expected int64 Q.24 accumulators "
                                     f"[M, N], got dtype {acc.dtype}")
-    if not np.issubdtype(e.dtype, np.integer):
+    if e.size and not np.issubdtype(e.dtype, np.integer):   # [] is float64: no value to cut
         raise QuantizationTypeError(f"acc_to_float: act_exp: expected integer exponents [M], "
                                     f"got dtype {e.dtype}")
     if acc.ndim != 2:

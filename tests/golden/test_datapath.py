@@ -184,6 +184,18 @@ def test_acc_to_float_needs_one_exponent_per_row():
         acc_to_float(acc.reshape(-1), np.zeros(12, np.int32))
 
 
+def test_acc_to_float_of_no_rows_takes_an_empty_exponent_list():
+    """``acc_to_float(np.zeros((0, N), np.int64), [])`` worked before the exponents' dtype was
+    checked, then failed (``np.asarray([])`` is float64): an empty exponent array has no value
+    to truncate, so its dtype is not refused; a non-empty float one still is."""
+    from elmoe3d.sw.golden.quant import QuantizationTypeError
+    for exps in ([], np.zeros(0), np.zeros(0, np.int32)):
+        out = acc_to_float(np.zeros((0, 5), np.int64), exps)
+        assert out.shape == (0, 5) and out.dtype == np.float64
+    with pytest.raises(QuantizationTypeError, match=r"act_exp: expected integer exponents"):
+        acc_to_float(np.zeros((1, 5), np.int64), [0.0])
+
+
 def test_end_to_end_accuracy_against_float64():
     rng = np.random.default_rng(5)
     w = rng.standard_normal((96, 384)).astype(np.float32) * 0.05
