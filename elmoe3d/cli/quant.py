@@ -27,10 +27,10 @@ Two kinds of selected tensor are not quantized, each handled one way for every s
   rest is reported.
 * *Bad values* in a weight of the format: NaN/Inf, or an INT8 group scale beyond FP16. Every
   selected tensor is still checked, then one error names each bad tensor with its first bad
-  position (``FILE: N of the M tensors to quantize cannot be (nothing written): tensor 'a':
-  ...; tensor 'b': ...``; with one, ``FILE: tensor 'a': ...``), and nothing is written: a
-  report pooled over fewer tensors than asked would pass for the whole selection. Leave such
-  tensors out with ``--tensors``.
+  position (``FILE: N of the M tensors to quantize cannot be quantized (nothing written):
+  tensor 'a': ...; tensor 'b': ...``; with one, ``FILE: tensor 'a': ...``), and nothing is
+  written: a report pooled over fewer tensors than asked would pass for the whole selection.
+  Leave such tensors out with ``--tensors``.
 
 Other bad input -- missing file or tensor, no selected tensor left to quantize, bad ``--bits``,
 a ``--plot`` suffix matplotlib does not write -- is a one-line error naming the file, tensor
@@ -440,7 +440,7 @@ def run(args) -> int:
         raise UserError(f"{path}: {bad[0]}")
     if bad:
         raise UserError(f"{path}: {len(bad)} of the {len(todo)} tensors to quantize cannot be "
-                        f"(nothing written): " + "; ".join(bad))
+                        f"quantized (nothing written): " + "; ".join(bad))
 
     agg = TensorResult(name="aggregate", tensors=0)
     for res in results:

@@ -274,8 +274,9 @@ ERROR_CASES = {
     # alone; every bad tensor is now named in the one error (all checked), nothing written.
     "every bad tensor named": (
         lambda f, d: [f["three_bad"], "--bits", "4"],
-        r"three_bad\.safetensors: 3 of the 4 tensors to quantize cannot be \(nothing "
-        r"written\): tensor 'a\.weight': non-finite weight nan at row 2, column 40 \(group 1\); "
+        r"three_bad\.safetensors: 3 of the 4 tensors to quantize cannot be quantized "
+        r"\(nothing written\): tensor 'a\.weight': non-finite weight nan at row 2, column 40 "
+        r"\(group 1\); "
         r"tensor 'c\.weight': non-finite weight -inf at row 3, column 1 \(group 0\); "
         r"tensor 'd\.weight': row 1, group 1: .*FP16 overflow\)$"),
     "bad bits": (lambda f, d: [f["nan"], "--bits", "1-8"], r"--bits '1-8': .* 2\.\.7"),
