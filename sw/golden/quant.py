@@ -342,9 +342,10 @@ class QuantizedActivation:
 
 
 def _activation_array(x, name):
-    """``x`` as a float64 array of shape ``[..., K]`` with K >= 1, or a
-    :class:`QuantizationError` naming the activation: strings, object and complex arrays are
-    refused rather than converted (a string array of numerals would otherwise pass)."""
+    """``x`` as a float64 array of shape ``[..., K]`` with K >= 1 (``x`` itself if it is one,
+    not a copy: the callers only read it), or a :class:`QuantizationError` naming the
+    activation: strings, object and complex arrays are refused rather than converted (a string
+    array of numerals would otherwise pass)."""
     if isinstance(x, QuantizedActivation):
         raise QuantizationTypeError(f"activation {name!r}: expected real values [..., K], got a "
                                     f"QuantizedActivation (already quantized)")
@@ -362,7 +363,7 @@ def _activation_array(x, name):
     if arr.shape[-1] == 0:
         raise QuantizationError(f"activation {name!r}: expected at least one feature (K >= 1), "
                                 f"got shape {tuple(arr.shape)}")
-    return arr.astype(np.float64)
+    return arr.astype(np.float64, copy=False)      # float64 as it is: never written here
 
 
 def _check_finite_tokens(x, name):

@@ -264,3 +264,20 @@ def test_activations_of_the_wrong_type_are_refused_by_name():
     # integer and float inputs stay accepted
     assert np.array_equal(quantize_activations(np.arange(32).reshape(1, 32)).q,
                           quantize_activations(np.arange(32.0).reshape(1, 32)).q)
+
+
+def test_activations_of_float64_are_not_copied():
+    """The operand checks (strings, object, ragged, ...) ended in ``astype(np.float64)``, which
+    copied every input, float64 too (a whole batch of activations): a float64 array is now used
+    as it is, other dtypes converted, and the input is never written (read-only works)."""
+    from elmoe3d.sw.golden import quant
+    x = np.random.default_rng(1).standard_normal((4, 64))
+    assert quant._activation_array(x, "x") is x
+    for dtype in (np.float32, np.int16):
+        y = quant._activation_array(x.astype(dtype), "x")
+        assert y.dtype == np.float64 and np.array_equal(y, x.astype(dtype))
+    x.flags.writeable = False
+    before = x.copy()
+    for fn in (quantize_activations, quantize_activations_fp16):
+        fn(x, name="x")
+    assert np.array_equal(x, before)
