@@ -290,17 +290,31 @@ class StreamlineRing(wiring.Component):
             "ext": Out(stream.Signature(unsigned(word_bits))).array(pes),
         })
 
-    @classmethod
-    def from_arch(cls, arch, *, stream_bits=DEFAULT_STREAM_BITS,
-                  buffer_flits=DEFAULT_BUFFER_FLITS) -> "StreamlineRing":
-        """The ring of ``arch`` (:class:`~elmoe3d.config.ArchConfig`): its PEs and groups,
-        W = ``pe.word_bits``, flits of ``streamline_bytes_per_cycle``."""
+    @staticmethod
+    def arch_params(arch, *, stream_bits=DEFAULT_STREAM_BITS,
+                    buffer_flits=DEFAULT_BUFFER_FLITS) -> dict:
+        """The constructor keywords of the ring of ``arch``
+        (:class:`~elmoe3d.config.ArchConfig`): its PEs and groups, W = ``pe.word_bits``, flits
+        of ``streamline_bytes_per_cycle``; ``ValueError`` if that is not whole bytes."""
         fb = arch.streamline_bytes_per_cycle
         if fb != int(fb):
             raise ValueError(f"streamline_gbps: {arch.streamline_gbps} GB/s at "
                              f"{arch.clock_ghz} GHz is not a whole number of bytes per cycle")
-        return cls(pes=arch.pes, pes_per_group=arch.pes_per_group, word_bits=arch.pe.word_bits,
-                   flit_bytes=int(fb), stream_bits=stream_bits, buffer_flits=buffer_flits)
+        return dict(pes=arch.pes, pes_per_group=arch.pes_per_group, word_bits=arch.pe.word_bits,
+                    flit_bytes=int(fb), stream_bits=stream_bits, buffer_flits=buffer_flits)
+
+    @classmethod
+    def from_arch(cls, arch, **kwargs) -> "StreamlineRing":
+        """The ring of ``arch``: :meth:`arch_params` (``stream_bits``, ``buffer_flits``)."""
+        return cls(**cls.arch_params(arch, **kwargs))
+
+    @staticmethod
+    def station(g, *, pes, pes_per_group, word_bits, flit_bytes, stream_bits,
+                buffer_flits) -> RingStation:
+        """Station ``g`` of the ring of these constructor keywords (:meth:`arch_params`)."""
+        return RingStation(pes=pes, first_pe=g * pes_per_group, local_pes=pes_per_group,
+                           word_bits=word_bits, flit_bytes=flit_bytes, stream_bits=stream_bits,
+                           buffer_flits=buffer_flits)
 
     pes = property(lambda self: self._pes, doc="PEs of the die.")
     pes_per_group = property(lambda self: self._ppg, doc="PEs per group (per station).")
@@ -328,9 +342,9 @@ class StreamlineRing(wiring.Component):
         m = Module()
         prev = self.inject
         for g in range(self.groups):
-            st = RingStation(pes=self._pes, first_pe=g * self._ppg, local_pes=self._ppg,
-                             word_bits=self._w, flit_bytes=self._fb, stream_bits=self._sb,
-                             buffer_flits=self._depth)
+            st = self.station(g, pes=self._pes, pes_per_group=self._ppg, word_bits=self._w,
+                              flit_bytes=self._fb, stream_bits=self._sb,
+                              buffer_flits=self._depth)
             m.submodules[f"station{g}"] = st
             if prev is self.inject:
                 wiring.connect(m, wiring.flipped(self.inject), st.ring_i)

@@ -330,16 +330,14 @@ def ring_energy(arch, lib: Liberty, *, workdir: Path, words: int = 256) -> dict:
     "pj_per_byte_delivered", ...}``: ``pj_per_byte`` per station a byte passes,
     ``pj_per_byte_delivered`` times the mean number of stations a byte passes to reach a
     uniformly chosen PE, ``(groups + 1) / 2``."""
-    from ..hw.ring import RingStation, StreamlineRing
+    from ..hw.ring import StreamlineRing
     from .activity import annotate, ring_station_run, rtlil_aliases, vcd_activity
     from .blocks import hollow
     from .flow import synthesize
     from .power import PowerLib, analyze_power
     from .sta import read_blif, stub_ports
-    ring = StreamlineRing.from_arch(arch)
-    st = RingStation(pes=ring.pes, first_pe=0, local_pes=ring.pes_per_group,
-                     word_bits=ring.word_bits, flit_bytes=ring.flit_bytes,
-                     stream_bits=ring.stream_bits, buffer_flits=ring.buffer_flits)
+    ring = StreamlineRing.arch_params(arch)       # station 0 of the die's ring
+    st = StreamlineRing.station(0, **ring)
     workdir = Path(workdir)
     folder = workdir / "ring_station0"
     h = hollow(st, owner="ring station")
@@ -350,9 +348,7 @@ def ring_energy(arch, lib: Liberty, *, workdir: Path, words: int = 256) -> dict:
         synthesize("ring station (power)", h.rtlil, liberty=lib, stubs=h.stubs, keep=folder,
                    timing=1000.0)
         stubs.write_text(h.stubs)
-    st = RingStation(pes=ring.pes, first_pe=0, local_pes=ring.pes_per_group,
-                     word_bits=ring.word_bits, flit_bytes=ring.flit_bytes,
-                     stream_bits=ring.stream_bits, buffer_flits=ring.buffer_flits)
+    st = StreamlineRing.station(0, **ring)
     vcd = workdir / "ring_station0.vcd"
     run = ring_station_run(st, vcd, words=words)
     act, cycles = vcd_activity(vcd)
@@ -360,8 +356,8 @@ def ring_energy(arch, lib: Liberty, *, workdir: Path, words: int = 256) -> dict:
     net = read_blif(blif.read_text())
     act, missing = annotate(net, act, rtlil_aliases(il.read_text()))
     p = analyze_power(net, PowerLib(lib), act, stubs=stub_ports(stubs.read_text()))
-    fifo_local = [s.width for s in h.srams if s.depth == ring.buffer_flits]
-    fifo_out = [s.width for s in h.srams if s.depth != ring.buffer_flits]
+    fifo_local = [s.width for s in h.srams if s.depth == ring["buffer_flits"]]
+    fifo_out = [s.width for s in h.srams if s.depth != ring["buffer_flits"]]
     w_local = fifo_local[0] if fifo_local else 0
     w_out = fifo_out[0] if fifo_out else 0
     fifo_pj = run["local_flits"] * (sram_access_pj(w_local) + sram_access_pj(w_local, write=True))
@@ -372,7 +368,7 @@ def ring_energy(arch, lib: Liberty, *, workdir: Path, words: int = 256) -> dict:
     logic = p.dynamic_fj * cycles / 1000.0 / b
     leak = p.leakage_nw * cycles / 1e6 / b
     per = logic + fifo_pj / b + leak
-    hops = (ring.groups + 1) / 2
+    hops = (ring["pes"] // ring["pes_per_group"] + 1) / 2
     return {**run, "vcd_cycles": cycles, "logic_pj_per_byte": logic,
             "fifo_pj_per_byte": fifo_pj / b, "leakage_pj_per_byte": leak, "pj_per_byte": per,
             "hops_mean": hops, "pj_per_byte_delivered": per * hops,
