@@ -136,16 +136,17 @@ class DieEnergy:
         return arch.pes * per_pe
 
 
-#: The figures of the last ``elmoe3d synth --timing --power --config paper-4gb,paper-8gb``
-#: (2026-12-03 at 784663f, the RTL with the result stage's skid register; README table "Power
-#: and energy per operation"): tile 0.1356 / 0.2522 pJ per MAC dynamic, ring 1.936 pJ per
-#: delivered byte, link 1.888 pJ per reduced byte (dynamic: their leakage is under 0.1% of
-#: either), die 10.85 mW (4 GB) and 21.69 mW (8 GB). The run before (2026-12-02 at dcaff16,
-#: before the skid register and the units' input registers) gave the same dynamic figures and
-#: a 4 GB die of 10.51 mW; another die is scaled per PE (:meth:`DieEnergy.static_of`).
+#: The figures of the last ``make synth`` (``elmoe3d synth --timing --power``, 2026-12-03 at
+#: d0e2234, the always-ready SwiGLU and combine units; README table "Power and energy per
+#: operation"): tile 0.1356 / 0.2522 pJ per MAC dynamic, ring 1.936 pJ per delivered byte, link
+#: 1.888 pJ per reduced byte (dynamic: their leakage is under 0.1% of either), die 10.81 mW
+#: (4 GB) and 21.60 mW (8 GB). The runs before gave the same dynamic figures and a 4 GB die of
+#: 10.85 mW (784663f, before the always-ready units: their stage enables) and 10.51 mW
+#: (dcaff16, before the skid register and the units' input registers); another die is scaled
+#: per PE (:meth:`DieEnergy.static_of`).
 DIE_ENERGY = DieEnergy(mac_pj=((4, 0.1356), (8, 0.2522)), ring_pj_per_byte=1.936,
                        link_pj_per_byte=1.888,
-                       static_mw=(("paper-4gb", 10.85), ("paper-8gb", 21.69)),
+                       static_mw=(("paper-4gb", 10.81), ("paper-8gb", 21.60)),
                        tile="16x32", config="paper-4gb",
                        measured="elmoe3d synth --timing --power --config paper-4gb,paper-8gb, "
                                 "2026-12-03")

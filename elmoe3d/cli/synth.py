@@ -464,7 +464,7 @@ def _plot(path, report, fmt="png"):
     ax.pie(vals, startangle=90, counterclock=False)
     ax.legend([f"{k}: {v:.2f} mm² ({100 * v / tot:.1f}%)" for k, v in zip(labels, vals)],
               loc="upper center", bbox_to_anchor=(0.5, 0.02), fontsize=7, ncol=2)
-    ax.set_title(f"{cfg['name']} logic die: {cfg['die_total'] / 1e6:.1f} mm²\n"
+    ax.set_title(f"{cfg['name']} logic die: {cfg['die_total'] / 1e6:.2f} mm²\n"
                  f"PEs {100 * cfg['pe_share']:.1f}% (paper: {100 * PAPER_PE_SHARE:.0f}%)")
     pe = cfg["pe"]
     ax = axes[1]

@@ -534,7 +534,7 @@ def test_step_energy_by_component():
     leakage x the step's time; merge() scales every one of them."""
     from elmoe3d.synth.energy import DIE_ENERGY
     o = pe.platform("ours", "8gb")
-    assert o.static_mw == 21.69 and o.tile_rows == 16        # the 8 GB die as measured
+    assert o.static_mw == dict(DIE_ENERGY.static_mw)["paper-8gb"] and o.tile_rows == 16
     c = pe.EvalModel("qwen3-30b-a3b", o, "elastic", batch=4).ar()
     e = c.energy(o)
     assert list(e) == list(pe.ENERGY_PARTS)
@@ -639,7 +639,8 @@ def test_energy_drift_reads_a_power_report():
                    "paper-4gb ring pJ per delivered byte (dynamic)":
                        round(1.5 / DIE_ENERGY.ring_pj_per_byte, 3),
                    "paper-4gb link pJ per reduced byte (dynamic)": None,   # other config
-                   "paper-4gb die static mW": round(9.37 / 10.85, 3),
+                   "paper-4gb die static mW":
+                       round(9.37 / dict(DIE_ENERGY.static_mw)["paper-4gb"], 3),
                    "paper-8gb die static mW": None}                       # not in the report
     assert all(q is None for _, m, _, q in energy_drift({}))
 
@@ -649,9 +650,10 @@ def test_static_power_of_a_changed_die():
     the measured presets' mean per PE (review finding: a sweep keeps the preset's name)."""
     from elmoe3d.config import preset
     from elmoe3d.synth.energy import DIE_ENERGY
-    per_pe = (10.85 / 16 + 21.69 / 32) / 2
-    assert DIE_ENERGY.static_of(preset("paper-4gb")) == 10.85
-    assert DIE_ENERGY.static_of(preset("paper-8gb")) == 21.69
+    s4, s8 = (dict(DIE_ENERGY.static_mw)[name] for name in ("paper-4gb", "paper-8gb"))
+    per_pe = (s4 / 16 + s8 / 32) / 2
+    assert DIE_ENERGY.static_of(preset("paper-4gb")) == s4
+    assert DIE_ENERGY.static_of(preset("paper-8gb")) == s8
     big = replace(preset("paper-4gb"), pes=64)
     assert big.name == "paper-4gb" and DIE_ENERGY.static_of(big) == pytest.approx(64 * per_pe)
     assert pe.platform("ours", arch=big).static_mw == pytest.approx(64 * per_pe)
