@@ -97,13 +97,24 @@ _PE_ORDER = ["MAC", "adder tree", "dequantization", "bit-slice support", "tile c
              "VPU", "PE control", "sram:WMEM", "sram:IOMEM"]
 
 
+def _bundled_liberty() -> str:
+    """The bundled Liberty subset (:data:`~elmoe3d.synth.liberty.BUNDLED_LIBERTY`) as the help
+    names it: relative to the checkout (or install) it lives in."""
+    from ..blocks import ROOT
+    from ..synth.liberty import BUNDLED_LIBERTY
+    try:
+        return str(BUNDLED_LIBERTY.relative_to(ROOT))
+    except ValueError:
+        return str(BUNDLED_LIBERTY)
+
+
 def configure(parser) -> None:
     parser.add_argument("--config", metavar="NAME[,NAME...]", default="paper-4gb,paper-8gb",
                         help="configuration presets (small, paper-4gb, paper-8gb), "
                              "comma-separated (default paper-4gb,paper-8gb)")
     parser.add_argument("--liberty", metavar="PATH", type=Path, default=None,
                         help="a Liberty cell library for area (default: the project's ASAP7 "
-                             "subset, synth/liberty/asap7_subset.lib)")
+                             f"subset, {_bundled_liberty()})")
     parser.add_argument("--json", metavar="OUT.json", type=Path, default=None,
                         help="write every figure as JSON")
     parser.add_argument("--plot", metavar="OUT.png", type=Path, default=None,

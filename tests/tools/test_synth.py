@@ -652,3 +652,19 @@ def test_cli_period_implies_timing(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["synth", "--help"])
     assert "; implies --timing" in " ".join(capsys.readouterr().out.split())
+
+
+def _synth_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["synth", "--help"])
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_help_names_the_bundled_liberty_file(capsys):
+    """The help named ``synth/liberty/asap7_subset.lib``, a file that does not exist (the
+    bundled subset is gzipped): the default is written from ``BUNDLED_LIBERTY``."""
+    import re
+    from elmoe3d.blocks import ROOT
+    named = re.search(r"ASAP7 subset, (\S+)\)", _synth_help(capsys)).group(1)
+    assert (ROOT / named).resolve() == BUNDLED_LIBERTY.resolve()
+    assert (ROOT / named).is_file()
