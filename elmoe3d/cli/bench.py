@@ -105,6 +105,7 @@ import numpy as np
 from ..errors import UserError
 from . import seed_type
 from .outputs import check_output, write_json
+from .sim import add_config_option
 
 
 #: The registry of the figures, in the order they are numbered, run and printed: (key, short
@@ -204,9 +205,7 @@ ACCURACY_LAYER = 0
 def configure(parser):
     parser.description = description()
     real = _figure_list("real", "peak")
-    parser.add_argument("--config", default="small", metavar="NAME",
-                        help="configuration preset for the RTL figures (default: small; only "
-                             "small is simulated for now)")
+    add_config_option(parser, "for the RTL figures")
     parser.add_argument("--seed", type=seed_type, default=None,
                         help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--repeats", type=int, default=7,

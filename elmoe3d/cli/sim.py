@@ -36,10 +36,16 @@ MINILM_SLICE = {"layer": 0, "tokens": 16, "up_channels": 32, "down_tokens": 8,
                 "down_channels": 16}
 
 
+def add_config_option(parser, what):
+    """``--config``: one of :data:`SIM_CONFIGS` (help and default from it); ``what`` says what
+    the preset is for. Checked by :func:`sim_config`."""
+    parser.add_argument("--config", default=SIM_CONFIGS[0], metavar="NAME",
+                        help=f"configuration preset {what}: {', '.join(SIM_CONFIGS)} "
+                             f"(default {SIM_CONFIGS[0]})")
+
+
 def configure(parser):
-    parser.add_argument("--config", default="small", metavar="NAME",
-                        help="configuration preset to simulate (default: small; only small "
-                             "is simulated for now)")
+    add_config_option(parser, "to simulate")
     parser.add_argument("--seed", type=seed_type, default=None,
                         help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--waves", action="store_true",
@@ -55,10 +61,11 @@ def sim_config(name):
     if name not in SIM_CONFIGS:
         try:
             preset(name)
-        except ConfigError as exc:
-            raise UserError(str(exc)) from None
+        except ConfigError:
+            raise UserError(f"--config {name}: expected one of {', '.join(SIM_CONFIGS)}") \
+                from None
         raise UserError(f"--config {name}: only {', '.join(SIM_CONFIGS)} is simulated; the "
-                        f"paper configurations are for synthesis and the performance model")
+                        f"other presets are for synthesis and the performance model")
     return preset(name)
 
 

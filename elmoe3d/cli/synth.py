@@ -109,8 +109,9 @@ def _bundled_liberty() -> str:
 
 
 def configure(parser) -> None:
+    from ..config import PRESETS
     parser.add_argument("--config", metavar="NAME[,NAME...]", default="paper-4gb,paper-8gb",
-                        help="configuration presets (small, paper-4gb, paper-8gb), "
+                        help=f"configuration presets ({', '.join(PRESETS)}), "
                              "comma-separated (default paper-4gb,paper-8gb)")
     parser.add_argument("--liberty", metavar="PATH", type=Path, default=None,
                         help="a Liberty cell library for area (default: the project's ASAP7 "

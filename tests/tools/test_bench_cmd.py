@@ -183,12 +183,33 @@ def test_simulation_errors_are_one_line(stub, capsys, error, which):
 
 @pytest.mark.parametrize("name, message", [
     ("paper-4gb", "--config paper-4gb: only small is simulated"),
-    ("nope", "unknown configuration 'nope'"),
+    ("nope", "--config nope: expected one of small"),
 ])
 def test_only_simulated_configs(stub, capsys, name, message):
     stub()
     rc, out, err = bench_main(capsys, "--config", name)
     assert rc == 2 and message in err
+
+
+@pytest.mark.parametrize("command", ["bench", "sim"])
+def test_config_choices_are_the_simulated_presets(capsys, command):
+    """``--config nope`` listed every preset (``mid`` and the paper ones), which the command
+    then refused as not simulated: the help and the error name the presets it accepts
+    (``SIM_CONFIGS``) and no other."""
+    from elmoe3d.cli.sim import SIM_CONFIGS
+    from elmoe3d.config import PRESETS
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    config_help = help_text.split("--config NAME configuration preset", 1)[1]
+    config_help = config_help.split("--seed", 1)[0]
+    assert f": {', '.join(SIM_CONFIGS)} (default {SIM_CONFIGS[0]})" in config_help
+    assert cli.main([command, "--config", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"elmoe3d {command}: error: --config nope: expected one of {', '.join(SIM_CONFIGS)}"]
+    for other in set(PRESETS) - set(SIM_CONFIGS):
+        assert other not in config_help and other not in err
 
 
 # -- figures 4 to 6 --------------------------------------------------------------------------

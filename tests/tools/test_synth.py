@@ -668,3 +668,12 @@ def test_help_names_the_bundled_liberty_file(capsys):
     named = re.search(r"ASAP7 subset, (\S+)\)", _synth_help(capsys)).group(1)
     assert (ROOT / named).resolve() == BUNDLED_LIBERTY.resolve()
     assert (ROOT / named).is_file()
+
+
+def test_help_lists_every_preset_the_command_accepts(capsys):
+    """``synth --config nope`` listed ``mid``, which the help did not, yet synth takes it:
+    the help lists every preset (``PRESETS``), the error the same."""
+    from elmoe3d.config import PRESETS
+    assert f"configuration presets ({', '.join(PRESETS)})" in _synth_help(capsys)
+    assert main(["synth", "--config", "nope"]) == 2
+    assert f"expected one of {', '.join(PRESETS)}" in capsys.readouterr().err
