@@ -207,7 +207,7 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
     statistics, and the trace is synthetic routing calibrated on them
     (:func:`~elmoe3d.sw.host.tracegen.calibrate_from_usage`), ``tokens`` tokens."""
     from ..sw.host.models import model_preset
-    from ..sw.host.trace import RoutingTrace, TraceError, import_vllm_jsonl
+    from ..sw.host.trace import MODEL_LINE_KINDS, RoutingTrace, TraceError, import_vllm_jsonl
     rep = None
     if (warmup is not None or keep_warmup or on_error != "raise" or renormalise != "keep") \
             and (usage or _kind(path) == "npz"):
@@ -240,8 +240,12 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
                                         keep_warmup=keep_warmup, on_error=on_error,
                                         renormalise=renormalise)
         except TraceError as exc:
-            raise UserError(f"{exc}" + (f" (read as --model {model})" if model else "")) \
-                from None
+            # the model only where the line's check depends on it; a bad line can be skipped
+            raise UserError(
+                f"{exc}" + (f" (read as --model {model})" if model and exc.kind in
+                            MODEL_LINE_KINDS else "") +
+                ("; --on-error warn skips malformed lines (counted and listed)"
+                 if exc.kind is not None else "")) from None
         name = model or tr.model
         if name is None or model is None and any(n.startswith("meta model") for n in rep.notes):
             why = ("its meta line names no known preset" if rep.meta else

@@ -39,8 +39,8 @@ from .routelog import (WARMUP_MIN_ROWS, DialectError, forward_passes, layer_by_l
                        router_norm_mismatch, usage_counts, warmup_blocks)
 
 
-__all__ = ["TRACE_FORMAT", "TRACE_VERSION", "PHASES", "TraceError", "RoutingTrace",
-           "RequestRouting", "ImportReport", "import_vllm_jsonl", "describe_json",
+__all__ = ["TRACE_FORMAT", "TRACE_VERSION", "PHASES", "TraceError", "MODEL_LINE_KINDS",
+           "RoutingTrace", "RequestRouting", "ImportReport", "import_vllm_jsonl", "describe_json",
            "trace_from_router_logits", "capture_hf"]
 
 #: Value of the ``format`` key of a trace file's metadata.
@@ -60,7 +60,17 @@ NORM_TOL = 1e-3
 
 class TraceError(UserError, ValueError):
     """A routing trace (in memory or on disk) breaks the format; the message names the column,
-    row, file or line."""
+    row, file or line. ``kind``: for one malformed line of a JSONL log, its kind (a key of
+    :attr:`ImportReport.malformed`: ``on_error="warn"`` would have skipped it), else ``None``."""
+
+    def __init__(self, message, kind=None):
+        super().__init__(message)
+        self.kind = kind
+
+
+#: Kinds of malformed JSONL line whose check depends on the model's sizes (top-k, number of
+#: experts, MoE layers, router): the same line may be fine under another model.
+MODEL_LINE_KINDS = frozenset({"wrong-k", "unknown-expert", "bad-layer", "bad-scores"})
 
 
 def _phase_code(phase) -> int:
@@ -731,7 +741,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
 
     def bad(lineno, kind, msg):
         if on_error == "raise":
-            raise TraceError(f"{path}:{lineno}: {msg}")
+            raise TraceError(f"{path}:{lineno}: {msg}", kind)
         rep.malformed[kind] += 1
         rep.issues.append((lineno, kind, msg))
 
@@ -766,7 +776,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             obj = json.loads(line)
         except ValueError as exc:
             rep.records += 1
-            bad(lineno, "bad-json", f"not JSON ({exc.msg} at column {exc.colno})")
+            bad(lineno, "bad-json", f"not JSON ({exc.msg.removesuffix(' at')} at column "
+                                    f"{exc.colno})")     # "Unterminated string starting at"
             continue
         if not isinstance(obj, dict):
             rep.records += 1

@@ -403,3 +403,35 @@ def test_a_failed_write_names_the_users_path(capsys, monkeypatch):
     assert code == 2 and ".tmp" not in err
     assert err.strip() == ("elmoe3d run: error: cannot write output: [Errno 2] No such file or "
                            "directory: '/proc/elmoe3d-x.json'")
+
+
+def _jsonl_lines(n):
+    return (traces_dir() / "gsm8k_2_routing.jsonl").read_text().splitlines()[:n]
+
+
+def test_a_malformed_jsonl_line_hints_on_error_warn(tmp_path, capsys):
+    """A cut-off last line said ``cut.jsonl:35: not JSON (...) (read as --model
+    mixtral-8x7b)``: the model has nothing to do with JSON syntax, and the option that skips
+    bad lines was not named. The model stays where the check depends on it (an expert id out
+    of range); the hint names an option ``elmoe3d run --help`` lists."""
+    lines = _jsonl_lines(35)
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("\n".join(lines[:-1] + [lines[-1][:40]]) + "\n")
+    code, _, err = _run(capsys, "run", "--trace", str(cut), "--model", "mixtral-8x7b")
+    assert code == 2
+    [line] = err.strip().splitlines()
+    assert "cut.jsonl:35: not JSON (Unterminated string starting at column 39)" in line
+    assert "--model" not in line
+    assert line.endswith("; --on-error warn skips malformed lines (counted and listed)")
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "--on-error MODE" in capsys.readouterr().out
+    bad = json.loads(lines[2])
+    bad["experts"] = [99, 0]
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text("\n".join(lines[:2] + [json.dumps(bad)] + lines[3:]) + "\n")
+    code, _, err = _run(capsys, "run", "--trace", str(wrong), "--model", "mixtral-8x7b")
+    assert code == 2
+    [line] = err.strip().splitlines()
+    assert ("wrong.jsonl:3: expert id 99 >= num_experts (8) (read as --model mixtral-8x7b); "
+            "--on-error warn skips malformed lines") in line
