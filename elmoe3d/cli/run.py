@@ -95,10 +95,11 @@ CSV_COLUMNS = ("run", "depth", "step", "kind", "iteration", "tokens", "produced"
 
 def configure(parser) -> None:
     parser.add_argument("--trace", required=True, metavar="FILE",
-                        help="routing trace: vLLM-style .jsonl or canonical .npz; 'gsm8k' or "
-                             "'humaneval' for the real Mixtral traces; synthetic:USAGE.json "
-                             "for synthetic routing calibrated on expert-usage statistics (or "
-                             "synthetic:COUNTS.csv laid out as olmoe_mixtral_expert_counts.csv: "
+                        help="routing trace: vLLM-style .jsonl or canonical .npz; "
+                             f"{' or '.join(map(repr, NAMED_TRACES))} for the real Mixtral "
+                             f"traces; {SYNTHETIC_PREFIX}USAGE.json for synthetic routing "
+                             "calibrated on expert-usage statistics (or "
+                             f"{SYNTHETIC_PREFIX}COUNTS.csv laid out as olmoe_mixtral_expert_counts.csv: "
                              "its tables with the model's expert count)")
     parser.add_argument("--model", default=None, metavar="PRESET",
                         help="model preset (e.g. mixtral-8x7b; default: the .npz trace's model "
@@ -178,7 +179,10 @@ def resolve_trace(text) -> Path:
     if path.is_dir():
         raise UserError(f"--trace {text}: {path} is a folder; give one routing log file")
     if not path.is_file():
-        raise UserError(f"--trace {text}: no such file {path}")
+        raise UserError(f"--trace {text}: no such file {path}" + (
+            "" if usage or text in NAMED_TRACES else
+            f"; expected a routing log file, a named trace ({', '.join(NAMED_TRACES)}) or "
+            f"{SYNTHETIC_PREFIX}FILE"))
     if usage:
         return path
     if _kind(path) is None:

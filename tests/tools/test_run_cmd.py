@@ -435,3 +435,15 @@ def test_a_malformed_jsonl_line_hints_on_error_warn(tmp_path, capsys):
     [line] = err.strip().splitlines()
     assert ("wrong.jsonl:3: expert id 99 >= num_experts (8) (read as --model mixtral-8x7b); "
             "--on-error warn skips malformed lines") in line
+
+
+def test_an_unknown_trace_name_lists_the_named_traces(capsys):
+    """``--trace nosuchset`` said only ``no such file nosuchset``: the error names the trace
+    sets (``NAMED_TRACES``) and the ``synthetic:FILE`` form."""
+    from elmoe3d.cli.run import NAMED_TRACES, SYNTHETIC_PREFIX
+    code, _, err = _run(capsys, "run", "--trace", "nosuchset", "--model", "mixtral-8x7b")
+    assert code == 2
+    assert err.strip().splitlines() == [
+        f"elmoe3d run: error: --trace nosuchset: no such file nosuchset; expected a routing "
+        f"log file, a named trace ({', '.join(NAMED_TRACES)}) or {SYNTHETIC_PREFIX}FILE"]
+    assert {"gsm8k", "humaneval"} <= set(NAMED_TRACES)
