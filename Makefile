@@ -121,7 +121,10 @@ clean:
 	rm -f $(SYNTH_REPORT) $(SYNTH_PLOT)
 	@# every entry of build/ but the kept caches and the folders on their way
 	@if [ -d build ]; then find build -mindepth 1 $(CLEAN_FIND); fi
-	@echo "make clean: kept the caches $(KEEP_CACHES) (make distclean removes them)"
+	@# name the kept caches that exist, not every one KEEP_CACHES lists
+	@kept=; for d in $(KEEP_CACHES); do if [ -e "$$d" ]; then kept="$$kept $$d"; fi; done; \
+	if [ -n "$$kept" ]; then echo "make clean: kept the caches$$kept (make distclean removes them)"; \
+	else echo "make clean: no cache to keep (none of $(KEEP_CACHES) exists)"; fi
 
 distclean:
 	rm -rf build out $(VENV)

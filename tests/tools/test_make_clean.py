@@ -77,7 +77,26 @@ def test_clean_keeps_what_keep_caches_names_and_nothing_else(tmp_path):
 
 
 def test_clean_without_a_build_folder(tmp_path):
-    assert _make(tmp_path, "clean").returncode == 0
+    r = _make(tmp_path, "clean")
+    assert r.returncode == 0
+    assert r.stdout.splitlines()[-1] == ("make clean: no cache to keep (none of build/synth "
+                                         "build/fpga/estimates exists)")
+
+
+def test_clean_names_only_the_caches_that_exist(tmp_path):
+    """``make clean`` said "kept the caches build/synth build/fpga/estimates" when neither
+    existed: it names the kept caches that exist."""
+    (tmp_path / "build/synth").mkdir(parents=True)
+    (tmp_path / "build/synth/0a1b.json").write_text("x")
+    (tmp_path / "build/verilog").mkdir()
+    r = _make(tmp_path, "clean")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == ("make clean: kept the caches build/synth (make "
+                                         "distclean removes them)")
+    shutil.rmtree(tmp_path / "build/synth")
+    r = _make(tmp_path, "clean")
+    assert r.returncode == 0, r.stderr
+    assert "no cache to keep" in r.stdout and "kept the caches" not in r.stdout
 
 
 def test_distclean_removes_everything(tmp_path):
