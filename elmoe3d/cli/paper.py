@@ -467,9 +467,9 @@ def _fig12(args) -> int:
     rows = pe.fig12(args.hb, tree=tree, zipf=_zipf(args), form=args.cache_form, alphas=alphas)
     console = report_console()
     hb_gib, ext_gib = _capacities_gib(args.hb)
-    t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {hb_gib:g} GiB: "
-                    f"memory mapping (GiB) and one SD iteration (tree {rows[0]['depth']} x "
-                    f"{rows[0]['width']})")
+    t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {args.hb[:-2]} GB: "
+                    f"memory mapping (GiB; the HB holds {hb_gib:g} GiB) and one SD iteration "
+                    f"(tree {rows[0]['depth']} x {rows[0]['width']})")
     for col in ("scheme", "HB static", "HB KV", "HB draft", "HB expert cache", "EXT",
                 "alpha", "accept length", "draft ms", "verify ms", "Phi_SD"):
         t.add_column(col, justify="left" if col == "scheme" else "right")
@@ -540,6 +540,6 @@ def _plot_fig12(path, rows, hb):
     h2, l2 = acc.get_legend_handles_labels()
     bottom.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     bottom.grid(True, axis="y", alpha=0.3)
-    f.suptitle(f"Fig. 12 (model): Qwen3-30B-A3B, MT-Bench alpha, batch 16, {hb_gib:g} GiB HB",
+    f.suptitle(f"Fig. 12 (model): Qwen3-30B-A3B, MT-Bench alpha, batch 16, {hb[:-2]} GB HB",
                fontsize=10)
     f.savefig(path, format="png", dpi=110)

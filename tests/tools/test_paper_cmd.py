@@ -54,7 +54,7 @@ def test_fig12_plot(tmp_path, capsys):
     out = tmp_path / "f.json"
     assert cli.main(["paper", "fig12", "--plot", str(tmp_path), "--json", str(out)]) == 0
     text = capsys.readouterr().out
-    assert "HB 8 GiB" in text and "Phi_SD" in text
+    assert "HB 8 GB:" in text and "Phi_SD" in text
     png = tmp_path / "fig12_8gb.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(out.read_text())["hb"] == "8gb"
@@ -212,7 +212,8 @@ def test_fig14_fig15_at_4gb_do_not_compare_with_the_8gb_paper(tmp_path, capsys, 
 
 def test_fig12_units_are_gib_in_table_and_plot(tmp_path, capsys, monkeypatch):
     """Fig. 12's 8 GB HB is 8 GiB: the table and the plot label GiB and their HB bars of a
-    scheme that fills the HB sum to 8.00, not to 8.59 decimal GB under an "8 GB" title."""
+    scheme that fills the HB sum to 8.00, not to 8.59 decimal GB. The HB itself is named "8 GB"
+    as in every other paper command (the title said "HB 8 GiB")."""
     from matplotlib.figure import Figure
     drawn = []
     save = Figure.savefig
@@ -220,8 +221,9 @@ def test_fig12_units_are_gib_in_table_and_plot(tmp_path, capsys, monkeypatch):
                                                                   save(self, *a, **kw)))
     assert cli.main(["paper", "fig12", "--plot", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "HB 8 GiB" in text and "memory mapping (GiB)" in text
-    assert "HB 8 GB" not in text and "(GB)" not in text
+    flat = " ".join(text.split())
+    assert "HB 8 GB: memory mapping (GiB; the HB holds 8 GiB)" in flat
+    assert "HB 8 GiB" not in flat and "(GB)" not in text
     row = next(line for line in text.splitlines() if line.startswith("│ eagle"))
     cells = [c.strip() for c in row.strip("│").split("│")]
     assert sum(float(c) for c in cells[1:5]) == pytest.approx(8.0, abs=0.015)
@@ -229,7 +231,7 @@ def test_fig12_units_are_gib_in_table_and_plot(tmp_path, capsys, monkeypatch):
     assert top.get_xlabel().startswith("GiB in HB (8 GiB); EXT (64 GiB)")
     widths = [p.get_width() for p in top.patches]             # 4 kinds x 4 schemes
     assert sum(widths[0::4]) == pytest.approx(8.0, abs=0.015)  # eagle's bars
-    assert "GiB HB" in drawn[0]._suptitle.get_text()
+    assert drawn[0]._suptitle.get_text().endswith("batch 16, 8 GB HB")
 
 
 def test_json_may_not_overwrite_a_trace(tmp_path, capsys, monkeypatch):
