@@ -5,6 +5,7 @@ cold refill is a 50-minute ``make synth``. The targets run here on a stand-in tr
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -33,10 +34,15 @@ TREE = [
 ]
 
 
+#: The environment of a make run here: without the variables a parent make (``make test``)
+#: passes down, which would turn on its "Entering/Leaving directory" lines.
+MAKE_ENV = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+
+
 def _make(tmp_path, target, *assignments):
-    return subprocess.run(["make", "-f", str(REPO / "Makefile"), target, "VENV=.venv",
-                           *assignments], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(["make", "--no-print-directory", "-f", str(REPO / "Makefile"), target,
+                           "VENV=.venv", *assignments], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env=MAKE_ENV)
 
 
 def _tree(tmp_path):
@@ -107,8 +113,8 @@ def test_distclean_removes_everything(tmp_path):
 
 
 def test_make_help_says_what_clean_keeps():
-    r = subprocess.run(["make", "-s", "-C", str(REPO), "help"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO), "help"],
+                       capture_output=True, text=True, timeout=60, env=MAKE_ENV)
     flat = " ".join(r.stdout.split())
     assert "keep the Yosys caches build/synth build/fpga/estimates" in flat
     assert "make distclean - remove everything clean leaves too" in flat
