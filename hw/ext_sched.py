@@ -1,0 +1,176 @@
+"""EXT admission scheduler of the logic die: credit-based, per-destination admission of EXT
+read descriptors, so that words on the streamline ring never wait for a PE (paper Section
+4.1, Fig. 6: "streamline data circulates across PE groups and is written to WMEM").
+
+It sits between the host's EXT descriptor queue and the :class:`~elmoe3d.hw.ext_stream.
+ExtStreamer`, and cuts descriptors into *chunks* (descriptors of the same layout) that the
+streamer reads and injects in order. The rule is :mod:`elmoe3d.sw.golden.ext_sched` (golden
+:func:`~elmoe3d.sw.golden.ext_sched.ext_pick`, cycle model
+:class:`~elmoe3d.sw.golden.ext_sched.ExtSchedModel`): a window of the oldest ``window``
+descriptors; one credit counter per PE (the free words of its load router's EXT FIFO, returned
+one per word the router pops); the oldest entry that shares no destination with an older one
+and whose destinations all have credit for its next chunk (``min(words left, chunk_words)``)
+issues that chunk.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream
+from amaranth.lib.wiring import In, Out
+
+from .checked import CheckedComponent
+from .ext_stream import ext_read_layout
+from .load_router import WORDS_BITS
+
+
+__all__ = ["ExtScheduler"]
+
+
+def _check_int(name, value, lo):
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
+
+
+class ExtScheduler(CheckedComponent):
+    """Credit-based EXT descriptor admission (module docstring).
+
+    Ports
+    -----
+    desc : In, :func:`elmoe3d.hw.ext_stream.ext_read_layout` (``pes``)
+        EXT read descriptors in host order. Taken when the window has a free entry
+        (``desc.ready`` depends on registers only); a descriptor of 0 words is taken and
+        dropped.
+    chunk : Out, :func:`elmoe3d.hw.ext_stream.ext_read_layout` (``pes``)
+        Chunks of at most ``chunk_words`` words (``addr``, ``words`` >= 1, the descriptor's
+        ``dst_mask``), registered; to the streamer's ``desc``.
+    credit : In, ``pes`` bits
+        Bit p: PE p's load router popped one EXT word in this cycle (one credit back).
+
+    Latency: a descriptor taken in cycle c can issue its first chunk on ``chunk`` in cycle
+    c + 2 (into the window, then the output register). Throughput: one chunk per cycle. A
+    chunk's words are taken from its PEs' credits in the cycle it enters the output register;
+    a credit returned in cycle c can be used in cycle c + 1.
+
+    Parameters
+    ----------
+    pes : int
+        PEs of the die (the width of ``dst_mask`` and ``credit``).
+    window : int
+        Descriptors held (>= 1). On the die, at least the groups (``LogicDie``): then some
+        group always has an entry, which is what :func:`elmoe3d.sw.host.parallel.
+        check_link_schedule`'s per-group check (one entry) assumes.
+    credits : int
+        Words of every PE's EXT FIFO (>= ``chunk_words``), the credits at reset.
+    chunk_words : int
+        Largest chunk in words (>= 1).
+
+    Raises
+    ------
+    ValueError
+        A parameter out of range (named), or ``credits < chunk_words`` (a full chunk would
+        never be admitted).
+    """
+
+    @classmethod
+    def check(cls, *, pes, window, credits, chunk_words):
+        """The constructor's checks: raises before the object exists."""
+        for name, value in (("pes", pes), ("window", window), ("credits", credits),
+                            ("chunk_words", chunk_words)):
+            _check_int(name, value, 1)
+        if credits < chunk_words:
+            raise ValueError(f"credits: {credits} words is less than chunk_words "
+                             f"({chunk_words}); a full chunk would never be admitted")
+        if chunk_words >= 1 << WORDS_BITS:
+            raise ValueError(f"chunk_words: {chunk_words} does not fit the {WORDS_BITS}-bit "
+                             f"word count")
+
+    def __init__(self, *, pes: int, window: int = 8, credits: int = 32, chunk_words: int = 8):
+        self._pes, self._window, self._credits, self._chunk = pes, window, credits, chunk_words
+        layout = ext_read_layout(pes)
+        super().__init__({
+            "desc": In(stream.Signature(layout)),
+            "chunk": Out(stream.Signature(layout)),
+            "credit": In(pes),
+        })
+
+    pes = property(lambda self: self._pes)
+    window = property(lambda self: self._window)
+    credits = property(lambda self: self._credits)
+    chunk_words = property(lambda self: self._chunk)
+    latency = property(lambda self: 2, doc="Cycles from a descriptor taken to its first "
+                                           "chunk offered (credits permitting).")
+
+    def elaborate(self, platform):
+        m = Module()
+        P, N, C, CW = self._pes, self._window, self._credits, self._chunk
+        layout = ext_read_layout(P)
+        ent = [Signal(layout, name=f"ent{i}") for i in range(N)]
+        cnt = Signal(range(N + 1))
+        cred = [Signal(range(C + 1), init=C, name=f"cred{p}") for p in range(P)]
+        o_valid = Signal()
+        o_data = Signal(layout)
+        m.d.comb += [self.chunk.valid.eq(o_valid), self.chunk.payload.eq(o_data),
+                     self.desc.ready.eq(cnt < N)]
+        o_free = ~o_valid | self.chunk.ready
+
+        # -- the pick: the oldest entry with no older entry sharing a PE and credit for all --
+        need = [Signal(WORDS_BITS, name=f"need{i}") for i in range(N)]
+        ok = [Signal(name=f"ok{i}") for i in range(N)]
+        blocked = Signal(P)
+        for i, e in enumerate(ent):
+            m.d.comb += need[i].eq(Mux(e.words < CW, e.words, CW))
+            enough = Cat(*[~e.dst_mask[p] | (cred[p] >= need[i]) for p in range(P)]).all()
+            m.d.comb += ok[i].eq((i < cnt) & ((e.dst_mask & blocked) == 0) & enough)
+            nb = Signal(P, name=f"blocked{i + 1}")
+            m.d.comb += nb.eq(blocked | Mux(i < cnt, e.dst_mask, 0))
+            blocked = nb
+        sel = Signal(range(N))
+        any_ok = Signal()
+        for i in reversed(range(N)):
+            with m.If(ok[i]):
+                m.d.comb += [sel.eq(i), any_ok.eq(1)]
+        fire = o_free & any_ok
+        n = Signal(WORDS_BITS)
+        mask = Signal(P)
+        done = Signal()                          # the picked entry's last chunk
+        m.d.comb += [n.eq(need[0]), mask.eq(ent[0].dst_mask), done.eq(need[0] == ent[0].words)]
+        for i in range(1, N):
+            with m.If(sel == i):
+                m.d.comb += [n.eq(need[i]), mask.eq(ent[i].dst_mask),
+                             done.eq(need[i] == ent[i].words)]
+        with m.If(self.chunk.valid & self.chunk.ready):
+            m.d.sync += o_valid.eq(0)
+        with m.If(fire):
+            m.d.sync += [o_valid.eq(1), o_data.dst_mask.eq(mask), o_data.words.eq(n)]
+            for i in range(N):
+                with m.If(sel == i):
+                    m.d.sync += o_data.addr.eq(ent[i].addr)
+
+        # -- credits: the chunk's words out, one back per popped word --
+        for p in range(P):
+            out = Mux(fire & mask[p], n, 0)
+            m.d.sync += cred[p].eq(cred[p] - out + self.credit[p])
+
+        # -- window: the picked entry advanced or removed (younger ones move up), the new one
+        #    appended --
+        remove = fire & done
+        upd = []
+        for i, e in enumerate(ent):
+            u = Signal(layout, name=f"upd{i}")
+            m.d.comb += u.eq(e)
+            with m.If(fire & (sel == i)):
+                m.d.comb += [u.addr.eq(e.addr + n), u.words.eq(e.words - n)]
+            upd.append(u)
+        take = self.desc.valid & self.desc.ready & (self.desc.payload.words != 0)
+        after = Signal(range(N + 1))
+        m.d.comb += after.eq(cnt - remove)
+        for i in range(N):
+            shifted = upd[i + 1] if i + 1 < N else upd[i]
+            nxt = Mux(remove & (i >= sel), shifted, upd[i])
+            with m.If(take & (after == i)):
+                m.d.sync += ent[i].eq(self.desc.payload)
+            with m.Else():
+                m.d.sync += ent[i].eq(nxt)
+        m.d.sync += cnt.eq(after + take)
+        return m
