@@ -25,7 +25,7 @@ def _run(descs, *, pes, window, credits, chunk_words, rates, stall, seed, stop=N
             for p in range(pes)]
     got = [[] for _ in range(pes)]
     held = [0] * pes
-    stats = {"cycles": 0, "chunks": 0, "exhausted": 0}
+    stats = {"cycles": 0, "chunks": 0, "exhausted": 0, "done_at": [None] * pes}
 
     async def bench(ctx):
         di, cycle, pend = 0, 0, None
@@ -64,6 +64,8 @@ def _run(descs, *, pes, window, credits, chunk_words, rates, stall, seed, stop=N
                         got[p] += range(a, a + n)
                         held[p] += n
                         assert held[p] <= credits, f"cycle {cycle}: PE {p} holds {held[p]}"
+                        if len(got[p]) == len(want[p]):
+                            stats["done_at"][p] = cycle
             take = pend is not None and model.desc_ready
             model.step(pend, ready, cmask)
             if take:
@@ -106,15 +108,17 @@ def test_random_against_model(pes, window, credits, chunk_words, stall):
 
 def test_corners():
     """One-word transfers back to back, multicast to every PE, a PE stopped until its credits
-    are exhausted while the others' descriptors pass it (no head-of-line blocking)."""
+    are exhausted (from cycle 25, after the multicast) while the others' descriptors pass
+    it (no head-of-line blocking)."""
     pes, credits, cw = 4, 8, 4
     descs = [(100 + i, 1, 1 << (i % pes)) for i in range(12)]        # one-word, back to back
-    descs += [(200, 9, 0b1111), (300, 16, 0b0001)]                   # multicast; PE 0's long
+    descs += [(200, 9, 0b1111), (300, 64, 0b0001)]                   # multicast; PE 0's long
     descs += [(400 + 8 * i, 8, 1 << (1 + i % 3)) for i in range(9)]  # others behind it
     st = _run(descs, pes=pes, window=4, credits=credits, chunk_words=cw,
-              rates=[1.0] * pes, stall=0.0, seed=1, stop=(0, 0, 400))
-    # PE 0 is stopped for 400 cycles but the others finish well within them
+              rates=[1.0] * pes, stall=0.0, seed=1, stop=(0, 25, 400))
+    # PE 0 is stopped for 400 cycles but the others get all their words well within them
     assert st["cycles"] > 400 and st["exhausted"] > 0
+    assert max(st["done_at"][1:]) < 200 and st["done_at"][0] > 400, st["done_at"]
 
 
 def test_pick_rule():
