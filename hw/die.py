@@ -11,6 +11,8 @@ describes the die and the rules a host keeps.
 
 from __future__ import annotations
 
+import math
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
@@ -25,6 +27,7 @@ from .die_layouts import (_BLOCK_ERRORS, DmaKind, HostQueue, _own_errors_layout,
 from .dram import dram_bus_signature
 from .dram_port import DramWordPort
 from .ext_ctrl import ExtController
+from .ext_sched import ExtScheduler
 from .ext_stream import ExtStreamer, ext_read_layout
 from .hb_ctrl import HBController
 from .isa import command_layout, o_beat_layout
@@ -121,6 +124,20 @@ class LogicDie(wiring.Component):
     ext_channels, ext_queue_depth_bursts, ext_read_buffer : int or None
         :class:`~elmoe3d.hw.ext_ctrl.ExtController` channels (default ``config.ext_channels``),
         per-channel burst queue and read buffer.
+    ext_window, ext_chunk_words : int
+        The :class:`~elmoe3d.hw.ext_sched.ExtScheduler`'s descriptor window (>= ``groups``)
+        and largest chunk (<= the router's ``ext_fifo_words``, its credits per PE).
+    ext_inflight : int
+        EXT chunks read and not yet injected into the ring (the streamer's and the LPDDR5
+        word port's ``inflight``).
+    ext_fifo_cycles : int
+        Unless ``router`` gives ``ext_fifo_words``, the routers' EXT FIFOs (the scheduler's
+        credits) hold this many cycles of one PE's EXT stream, ``ceil(ext_fifo_cycles x
+        min(1, EXT bytes per cycle / W bytes))`` words (at least ``ext_chunk_words``): the
+        round trip from a chunk admitted to its words popped (LPDDR5 first read, about 47
+        cycles, plus the port, streamer, ring and router), so that one PE alone can take the
+        EXT stream at its rate. Small die: 64 words at 8 channels, 26 at 2; paper dies
+        (512 B words): 13 at 8 channels.
     mul_stages : int
         The PEs' VPU multiplier stages.
 
@@ -151,7 +168,7 @@ class LogicDie(wiring.Component):
     def _build(blocks, *, config, cmd_queue_depth, link_queue_depth, ext_queue_depth, router,
                link_buffer_words, ring_buffer_flits, ring_stream_bits, hb_queue_depth,
                hb_read_buffer, ext_channels, ext_queue_depth_bursts, ext_read_buffer,
-               mul_stages):
+               ext_window, ext_chunk_words, ext_inflight, ext_fifo_cycles, mul_stages):
         """The die's parameter checks, then its sub-blocks (their constructors check their
         own parameters) into ``blocks``."""
         if not isinstance(config, ArchConfig):
@@ -159,10 +176,17 @@ class LogicDie(wiring.Component):
         _check("cmd_queue_depth", cmd_queue_depth, 1)
         _check("link_queue_depth", link_queue_depth, 1)
         _check("ext_queue_depth", ext_queue_depth, 1)
+        _check("ext_inflight", ext_inflight, 1)
+        if not isinstance(ext_window, int) or isinstance(ext_window, bool) \
+                or ext_window < config.groups:
+            raise ValueError(f"ext_window: expected an integer >= the groups "
+                             f"({config.groups}), got {ext_window!r}")
         if router is not None and not isinstance(router, dict):
             raise ValueError(f"router: expected a dict of LoadRouter parameters, got "
                              f"{type(router).__name__}")
         arch = config
+        _check("ext_fifo_cycles", ext_fifo_cycles, 1)
+        router = LogicDie._router(arch, router, ext_channels, ext_fifo_cycles, ext_chunk_words)
         blocks["pes"] = [PE(config=arch, mul_stages=mul_stages) for _ in range(arch.pes)]
         blocks["routers"] = [LoadRouter(config=arch, **(router or {})) for _ in range(arch.pes)]
         blocks["hb"] = [HBController(config=arch, queue_depth=hb_queue_depth,
@@ -176,8 +200,9 @@ class LogicDie(wiring.Component):
                                       channels=LogicDie._ext_channels(arch, ext_channels),
                                       queue_depth=ext_queue_depth_bursts,
                                       read_buffer=ext_read_buffer)
-        blocks["ext_port"] = LogicDie._ext_port(arch, ext_channels, ext_queue_depth)
-        blocks["streamer"] = LogicDie._streamer(arch, ring_stream_bits, ext_queue_depth)
+        blocks["ext_port"] = LogicDie._ext_port(arch, ext_channels, ext_inflight)
+        blocks["streamer"] = LogicDie._streamer(arch, ring_stream_bits, ext_inflight)
+        blocks["ext_sched"] = LogicDie._ext_sched(arch, router, ext_window, ext_chunk_words)
 
     # The parts of the die that depend only on its parameters, built alike by the die and,
     # without a die, by :meth:`part` (the synthesis roll-up).
@@ -204,6 +229,32 @@ class LogicDie(wiring.Component):
                            stream_bits=ring_stream_bits, inflight=ext_queue_depth)
 
     @staticmethod
+    def _router(arch, router, ext_channels, ext_fifo_cycles, ext_chunk_words) -> dict:
+        """The routers' keywords: ``router`` with ``ext_fifo_words`` (the EXT scheduler's
+        credits per PE), unless given, sized to cover ``ext_fifo_cycles`` cycles of the EXT
+        stream for one PE: ``ceil(ext_fifo_cycles x min(1, EXT bytes per cycle / W bytes))``
+        words (a PE takes at most a word per cycle), at least ``ext_chunk_words``."""
+        router = dict(router or {})
+        if "ext_fifo_words" not in router:
+            bpc = arch.ext.peak_gbps * LogicDie._ext_channels(arch, ext_channels) \
+                / arch.clock_ghz
+            rate = min(1.0, bpc / arch.pe.word_bytes)
+            router["ext_fifo_words"] = max(ext_chunk_words, math.ceil(ext_fifo_cycles * rate))
+        return router
+
+    @staticmethod
+    def _router_of(p) -> dict:
+        return LogicDie._router(p["config"], p["router"], p["ext_channels"],
+                                p["ext_fifo_cycles"], p["ext_chunk_words"])
+
+    @staticmethod
+    def _ext_sched(arch, router, ext_window, ext_chunk_words):
+        ext_fifo_words = constructor_params(LoadRouter, config=arch, **(router or {}))[
+            "ext_fifo_words"]
+        return ExtScheduler(pes=arch.pes, window=ext_window, credits=ext_fifo_words,
+                            chunk_words=ext_chunk_words)
+
+    @staticmethod
     def _ext_channels(arch, ext_channels):
         return arch.ext_channels if ext_channels is None else ext_channels
 
@@ -213,33 +264,43 @@ class LogicDie(wiring.Component):
 
     @classmethod
     def part(cls, name: str, **params):
-        """The die's part ``name`` -- ``"hb_port"`` (PE 0's, all are alike), ``"ext_port"`` or
-        ``"streamer"`` -- as a die built with ``params`` (the constructor's keywords) has it,
-        built alone: neither the die nor its other blocks are built (the synthesis roll-up).
+        """The die's part ``name`` -- ``"hb_port"`` (PE 0's, all are alike), ``"ext_port"``,
+        ``"streamer"`` or ``"ext_sched"`` -- as a die built with ``params`` (the constructor's
+        keywords) has it, built alone: neither the die nor its other blocks are built (the
+        synthesis roll-up).
 
         Raises ``ValueError`` for another ``name``; ``TypeError`` for a keyword the
         constructor does not take."""
         p = constructor_params(cls, **params)
         arch = p["config"]
         if name == "hb_port":
-            return cls._hb_port(arch, p["router"])
+            return cls._hb_port(arch, cls._router_of(p))
         if name == "ext_port":
-            return cls._ext_port(arch, p["ext_channels"], p["ext_queue_depth"])
+            return cls._ext_port(arch, p["ext_channels"], p["ext_inflight"])
         if name == "streamer":
-            return cls._streamer(arch, p["ring_stream_bits"], p["ext_queue_depth"])
-        raise ValueError(f"name: expected 'hb_port', 'ext_port' or 'streamer', got {name!r}")
+            return cls._streamer(arch, p["ring_stream_bits"], p["ext_inflight"])
+        if name == "ext_sched":
+            return cls._ext_sched(arch, cls._router_of(p), p["ext_window"],
+                                  p["ext_chunk_words"])
+        raise ValueError(f"name: expected 'hb_port', 'ext_port', 'streamer' or 'ext_sched', "
+                         f"got {name!r}")
 
     @classmethod
     def host_figures(cls, **params) -> dict:
         """The figures a host or bench plans with, of a die built with ``params`` (the
         constructor's keywords, unchecked), computed without building it: ``ext_channels``,
-        ``ext_stripe_bytes`` (bytes), ``link_buffer_words`` (words) and
+        ``ext_stripe_bytes`` (bytes), the EXT scheduler's ``ext_fifo_words`` (credits per PE),
+        ``ext_chunk_words`` and ``ext_window`` (the host's schedule check,
+        :func:`elmoe3d.sw.host.parallel.check_link_schedule`), ``link_buffer_words`` (words) and
         ``link_error_latency`` (cycles), equal to the built die's properties of those names.
         ``TypeError`` for a keyword the constructor does not take."""
         p = constructor_params(cls, **params)
         arch = p["config"]
+        ext_fifo_words = cls._router_of(p)["ext_fifo_words"]
         return {"ext_channels": cls._ext_channels(arch, p["ext_channels"]),
                 "ext_stripe_bytes": cls._ext_stripe_bytes(arch, p["ext_channels"]),
+                "ext_fifo_words": ext_fifo_words, "ext_chunk_words": p["ext_chunk_words"],
+                "ext_window": p["ext_window"],
                 "link_buffer_words": p["link_buffer_words"],
                 "link_error_latency": _QUEUE_LATENCY + STICKY_LATENCY}
 
@@ -248,7 +309,8 @@ class LogicDie(wiring.Component):
                  link_buffer_words: int = 64, ring_buffer_flits: int = 8,
                  ring_stream_bits: int = 4, hb_queue_depth: int = 32, hb_read_buffer: int = 16,
                  ext_channels: int | None = None, ext_queue_depth_bursts: int = 32,
-                 ext_read_buffer: int = 32, mul_stages: int = 1):
+                 ext_read_buffer: int = 32, ext_window: int = 8, ext_chunk_words: int = 4,
+                 ext_inflight: int = 32, ext_fifo_cycles: int = 64, mul_stages: int = 1):
         arch = self._arch = config
         self._cmd_depth, self._link_depth, self._ext_depth = \
             cmd_queue_depth, link_queue_depth, ext_queue_depth
@@ -258,6 +320,7 @@ class LogicDie(wiring.Component):
             b["pes"], b["routers"], b["hb"], b["hb_ports"]
         self._links, self._ring, self._ext, self._ext_port, self._streamer = \
             b["links"], b["ring"], b["ext"], b["ext_port"], b["streamer"]
+        self._ext_sched = b["ext_sched"]
         self._link_buffer_words = link_buffer_words
         super().__init__({
             "host_cmd": In(stream.Signature(host_cmd_layout(arch))),
@@ -331,6 +394,24 @@ class LogicDie(wiring.Component):
         return self._streamer
 
     @property
+    def ext_fifo_words(self) -> int:
+        """Words of every load router's EXT FIFO: the EXT scheduler's credits per PE."""
+        return self._ext_sched.credits
+
+    @property
+    def ext_chunk_words(self) -> int:
+        return self._ext_sched.chunk_words
+
+    @property
+    def ext_window(self) -> int:
+        return self._ext_sched.window
+
+    @property
+    def ext_sched(self) -> ExtScheduler:
+        """The EXT admission scheduler (descriptors -> credit-admitted chunks)."""
+        return self._ext_sched
+
+    @property
     def o_latency(self) -> int:
         """Cycles from a PE's ``o`` beat taken to it offered on the die's ``o``."""
         return 1
@@ -374,6 +455,7 @@ class LogicDie(wiring.Component):
         m.submodules.ext_ctrl = ext = self._ext
         m.submodules.ext_port = xport = self._ext_port
         m.submodules.ext_stream = streamer = self._streamer
+        m.submodules.ext_sched = sched = self._ext_sched
 
         # -- host command queues --
         hc = self.host_cmd.payload
@@ -462,9 +544,13 @@ class LogicDie(wiring.Component):
                 wiring.connect(m, link.pe_o[j], pe.link_i)
 
         # -- EXT: descriptors -> streamer -> word port -> LPDDR5 controller; flits -> ring --
-        m.d.comb += [streamer.desc.valid.eq(ext_q.r_rdy),
-                     streamer.desc.payload.as_value().eq(ext_q.r_data),
-                     ext_q.r_en.eq(streamer.desc.ready)]
+        #    (the scheduler admits chunks for which every destination's EXT FIFO has room,
+        #    counted by credits the routers return as they pop EXT words)
+        m.d.comb += [sched.desc.valid.eq(ext_q.r_rdy),
+                     sched.desc.payload.as_value().eq(ext_q.r_data),
+                     ext_q.r_en.eq(sched.desc.ready),
+                     sched.credit.eq(Cat(r.ext_pop for r in self._routers))]
+        wiring.connect(m, sched.chunk, streamer.desc)
         wiring.connect(m, streamer.rd_req, xport.rd_req)
         wiring.connect(m, xport.rd_data, streamer.rd_data)
         wiring.connect(m, xport.req, ext.req)

@@ -94,6 +94,9 @@ class LoadRouter(CheckedComponent):
         This PE's words from the streamline ring (EXT loads).
     host : In, W bits
         This PE's words from the host DMA stream (HOST loads).
+    ext_pop : Out, 1 bit
+        An EXT word left the EXT FIFO for ``ld`` in this cycle (the die's EXT scheduler takes
+        it as one credit back, :class:`elmoe3d.hw.ext_sched.ExtScheduler`).
 
     Latency
     -------
@@ -159,6 +162,7 @@ class LoadRouter(CheckedComponent):
             "hb_data": In(stream.Signature(unsigned(W))),
             "ext": In(stream.Signature(unsigned(W))),
             "host": In(stream.Signature(unsigned(W))),
+            "ext_pop": Out(1),
         })
 
     # ---- parameters -------------------------------------------------------------------------
@@ -296,5 +300,6 @@ class LoadRouter(CheckedComponent):
             m.d.comb += order_q.r_en.eq(1)
 
         hb_pop = hb_fifo.r_en & hb_fifo.r_rdy
+        m.d.comb += self.ext_pop.eq(ext_fifo.r_en & ext_fifo.r_rdy)
         m.d.sync += reserved.eq(reserved + Mux(req, size, 0) - hb_pop)
         return m

@@ -95,7 +95,7 @@ from ..sw.golden.asm import OKind
 from ..sw.golden.expert import Expert, ref_moe
 from ..sw.host.compiler import synthetic_experts
 from ..sw.golden.agg_link import LinkMode
-from ..sw.host.parallel import compile_group, run_group
+from ..sw.host.parallel import check_link_schedule, compile_group, ext_load_order, run_group
 from . import cocotb_streams as streams
 from .bench_pe import SYNTHETIC_NOTE, default_routing, read_routing
 from .dram_bus import dram_bus, drive_devices
@@ -120,13 +120,20 @@ DIE_DEFAULTS = {"ext_channels": 2, "hb_queue_depth": 16, "ext_queue_depth_bursts
 DEFAULTS = {"arch": "small", "hidden": 64, "intermediate": 128, "experts": 8,
             "tokens": [1, 4, 16],
             "layers": {"1": 0, "4": 15, "16": 31}, "problem": 0,
-            "cached": [0, 2, 3, 5, 6], "pool_tokens": 4, "ext_layout": "stream"}
+            "cached": [0, 2, 3, 5, 6], "pool_tokens": 4, "ext_layout": "stream",
+            "ext_order": "load"}
 #: Placements of the EXT data (``params["ext_layout"]``): ``"stream"``, every transfer's words
 #: in the order the EXT queue reads them (the groups' transfers interleaved: one sequential
 #: stream); ``"group"``, each group's ``GroupJob.ext_image`` at its own base (the groups'
 #: interleaved reads alternate between two regions, which at 16 tokens share banks at
 #: different rows: row conflicts, ``docs/memory.md``).
 EXT_LAYOUTS = ("stream", "group")
+#: Orders of each group's EXT transfers on the EXT queue (``params["ext_order"]``):
+#: ``"load"``, :func:`elmoe3d.sw.host.parallel.ext_load_order` (the order the PEs' load
+#: engines start their EXT LOADs, timing-free: the PEs' runs interleaved for the EXT
+#: scheduler's window); ``"program"``, ``GroupJob.ext_transfers`` as compiled (each PE's in
+#: its program order, one PE's run after another's).
+EXT_ORDERS = ("load", "program")
 
 
 def group_experts(used, phase: str, cached, groups: int) -> list:
@@ -522,7 +529,18 @@ class DieBench(CaseRecorder):
                         pack_link_op(op, G))}))
             if layout == "group":
                 self.preload_ext(base, job.ext_image)
-            ext_lists.append([(base + tr.addr, tr, g) for tr in job.ext_transfers])
+            trs = job.ext_transfers
+            if self.params["ext_order"] == "load":
+                trs = ext_load_order(job)
+            elif self.params["ext_order"] != "program":
+                raise ValueError(f"ext_order: expected one of {EXT_ORDERS}, got "
+                                 f"{self.params['ext_order']!r}")
+            # the order sent, under the die's EXT admission rule (raises on a deadlock)
+            # (every group has at least window // groups entries when all wait)
+            check_link_schedule(job, ext_transfers=trs, ext_fifo_words=self.die.ext_fifo_words,
+                                ext_chunk_words=self.die.ext_chunk_words,
+                                ext_window=max(1, self.die.ext_window // NG))
+            ext_lists.append([(base + tr.addr, tr, g) for tr in trs])
             base += -(-len(job.ext_image) // stripe_words) * stripe_words
         # the groups' EXT reads interleaved (each group's in its order)
         order = []

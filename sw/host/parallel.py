@@ -65,10 +65,12 @@ from ..golden.asm import (Program, ProgramError, pack_act, pack_tok, pack_weight
 from ..golden.datapath import Mode
 from ..golden.expert import as_expert, check_x, expert_tokens, parse_routing, updown_order
 from ..golden.agg_link import LinkMode, LinkOp, ref_link
+from ..golden.ext_sched import ext_pick
 from ..golden.quant import GROUP, quantize_activations
 
 
-__all__ = ["PHASES", "DEFAULT_BUFFER_WORDS", "LinkScheduleError", "ExtTransfer", "GroupJob",
+__all__ = ["PHASES", "DEFAULT_BUFFER_WORDS", "LinkScheduleError", "ExtTransfer",
+           "ext_load_order", "GroupJob",
            "GroupResult", "compile_group", "group_pe", "group_routing", "run_group",
            "check_link_schedule", "link_actions", "DEFAULT_EXT_FIFO_WORDS"]
 
@@ -204,6 +206,45 @@ class ExtTransfer:
     @property
     def dsts(self) -> list:
         return [p for p in range(self.dst_mask.bit_length()) if self.dst_mask >> p & 1]
+
+
+def ext_load_order(job) -> list:
+    """A :class:`GroupJob`'s EXT transfers re-ordered for the die's EXT scheduler
+    (:class:`elmoe3d.hw.ext_sched.ExtScheduler`): in the order the group's load engines start
+    their EXT LOADs when EXT words are always at hand (:func:`check_link_schedule`'s
+    ``ext_log``; one transfer per EXT LOAD, a multicast once all its PEs have started its
+    LOAD and have their earlier transfers placed). Every PE's transfers keep their order; the PEs' runs are interleaved as their programs consume them,
+    so the scheduler's window holds the next transfers of several PEs instead of one PE's long
+    run, and no PE's transfer sits before words another PE must first receive to let it
+    drain (the compiled order's guarantee, kept). Timing-free: the credits decide the order on
+    the ring."""
+    log: list = []
+    check_link_schedule(job.programs, job.link_ops, buffer_words=job.buffer_words, pe=job.pe,
+                        ext_log=log)
+    trs = job.ext_transfers
+    mine = [[i for i, t in enumerate(trs) if t.dst_mask >> p & 1] for p in range(job.pes)]
+    reached = [0] * job.pes                 # EXT LOADs PE p has started
+    head = [0] * job.pes                    # PE p's transfers placed
+    out = []
+    for p in log:
+        reached[p] += 1
+        moved = True
+        while moved:                        # place every transfer all of whose PEs have
+            moved = False                   # started its LOAD and placed their earlier ones
+            for q in range(job.pes):
+                if head[q] >= min(reached[q], len(mine[q])):
+                    continue
+                i = mine[q][head[q]]
+                dsts = trs[i].dsts
+                if all(head[r] < reached[r] and mine[r][head[r]] == i for r in dsts):
+                    out.append(trs[i])
+                    for r in dsts:
+                        head[r] += 1
+                    moved = True
+    if len(out) != len(job.ext_transfers):
+        raise LinkScheduleError(f"ext_load_order: {len(job.ext_transfers)} transfers but the "
+                                f"EXT LOADs placed {len(out)}")
+    return out
 
 
 @dataclass(eq=False)
@@ -1054,6 +1095,9 @@ class _OpState:
 #: Depth (W-bit words) of each PE's EXT FIFO in the die's load router assumed by
 #: :func:`check_link_schedule` (``hw.load_router.LoadRouter``'s default ``ext_fifo_words``).
 DEFAULT_EXT_FIFO_WORDS = 8
+#: Largest EXT chunk (words) the die's EXT scheduler admits at once
+#: (``hw.die.LogicDie``'s default ``ext_chunk_words``): the credits a PE needs for it.
+DEFAULT_EXT_CHUNK_WORDS = 4
 
 
 def _cmd_actions(pe, program) -> dict:
@@ -1149,6 +1193,7 @@ class _PEModel:
 
 def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe=None,
                         ext_transfers=None, ext_fifo_words=DEFAULT_EXT_FIFO_WORDS,
+                        ext_chunk_words=DEFAULT_EXT_CHUNK_WORDS, ext_window: int = 1,
                         ext_log: list | None = None) -> dict:
     """Run a group's programs on a timing-free model of the PEs' engines, the aggregation link
     and the streamline ring, word by word, and fail on any schedule that would deadlock.
@@ -1166,10 +1211,18 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
       reduction tree, flits in flight between a source and its destinations; that buffering
       lets a source go on earlier than here and never holds one the model lets go, so the
       model without it is the stricter of the two.
-    * The ring delivers ``ext_transfers`` in order, a multicast word to all its destinations
-      at once (the strictest ring), into per-PE EXT FIFOs of ``ext_fifo_words`` words that the
-      PEs' EXT LOADs drain in order (the load router's FIFO). Without transfers (a list of
-      programs) EXT words are taken as always available. HB and HOST words always are.
+    * The ring delivers ``ext_transfers`` by the die's EXT admission rule
+      (:func:`elmoe3d.sw.golden.ext_sched.ext_pick`, the RTL's
+      :class:`elmoe3d.hw.ext_sched.ExtScheduler`): of a window of the oldest ``ext_window``
+      transfers not fully sent, the oldest that shares no PE with an older one and whose PEs
+      all have room for its next chunk (``min(words left, ext_chunk_words)``) in their EXT
+      FIFOs of ``ext_fifo_words`` words (the load router's FIFO, the scheduler's credits)
+      sends that chunk, a multicast chunk to all its destinations at once; the PEs' EXT LOADs
+      drain the FIFOs in order. The die's window is shared by its groups; it holds at least
+      ``groups`` descriptors, so when every descriptor in it waits, some group has at least
+      one of them and the default ``ext_window`` = 1 checks what that group then needs (a
+      larger window only lets more through). Without transfers (a list of programs) EXT
+      words are taken as always available. HB and HOST words always are.
 
     Parameters
     ----------
@@ -1178,6 +1231,10 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
     buffer_words : int, optional
         Link FIFO depth (default: the job's).
     ext_fifo_words : int
+    ext_chunk_words : int
+        <= ``ext_fifo_words``.
+    ext_window : int
+        Transfers the admission rule may choose among (>= 1).
     ext_log : list, optional
         Appended ``p`` each time PE p's load engine starts an EXT LOAD: with EXT words always
         available, the order in which a ring could serve the PEs' EXT LOADs (a compiler's
@@ -1204,6 +1261,10 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
         pe = programs[0].pe if pe is None else pe_config(pe)
     cap = _int_param("buffer_words", buffer_words, 1)
     ext_cap = _int_param("ext_fifo_words", ext_fifo_words, 1)
+    ext_cw = _int_param("ext_chunk_words", ext_chunk_words, 1)
+    ext_win = _int_param("ext_window", ext_window, 1)
+    if ext_cw > ext_cap:
+        raise ValueError(f"ext_chunk_words: {ext_cw} exceeds ext_fifo_words ({ext_cap})")
     G = len(programs)
     for op in link_ops:
         op.check(G)
@@ -1215,7 +1276,7 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
     peak, ext_peak = [0] * G, [0] * G
     d = 0
     cur = _OpState(link_ops[0], occ, ready, cap) if link_ops else None
-    head, head_sent = 0, 0
+    head, window = 0, []        # next transfer to enter the window; [addr, left, mask]
     moved = 0
 
     def exec_step(m: _PEModel, p) -> bool:
@@ -1262,19 +1323,25 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
 
     while True:
         progress = False
-        # the ring: the head transfer's words go to all its destinations at once
-        while head < len(ring):
-            tr = ring[head]
-            n = min([len(tr.words) - head_sent] + [ext_cap - ext_occ[q] for q in tr.dsts])
-            if n <= 0:
+        # the ring: chunks admitted by the die's rule go to all their destinations at once
+        while True:
+            while len(window) < ext_win and head < len(ring):
+                if ring[head].words:
+                    window.append([ring[head].addr, len(ring[head].words), ring[head].dst_mask])
+                head += 1
+            pick = ext_pick(window, [ext_cap - o for o in ext_occ], ext_cw)
+            if pick is None:
                 break
-            for q in tr.dsts:
-                ext_occ[q] += n
-                ext_peak[q] = max(ext_peak[q], ext_occ[q])
-            head_sent += n
+            i, n = pick
+            for q in range(G):
+                if window[i][2] >> q & 1:
+                    ext_occ[q] += n
+                    ext_peak[q] = max(ext_peak[q], ext_occ[q])
+            window[i][0] += n
+            window[i][1] -= n
+            if not window[i][1]:
+                del window[i]
             progress = True
-            if head_sent == len(tr.words):
-                head, head_sent = head + 1, 0
         for p, m in enumerate(pes):
             while True:
                 ok, took = m.load_step(ext_occ[p])
@@ -1303,7 +1370,7 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
             d += 1
             cur = _OpState(link_ops[d], occ, ready, cap) if d < len(link_ops) else None
             progress = True
-        if all(m.done() for m in pes) and cur is None and head >= len(ring):
+        if all(m.done() for m in pes) and cur is None and head >= len(ring) and not window:
             break
         if not progress:
             waits = [f"PE {p}: {m.waiting()}" for p, m in enumerate(pes)]
@@ -1314,8 +1381,9 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
                 raise LinkScheduleError(
                     f"descriptor {d} ({cur.op.mode.name} src {cur.srcs}) waits for words its "
                     f"sources never send (sent {cur.sent} of {cur.op.words})")
-            ring_s = (f"ring at transfer {head} of {len(ring)} ({head_sent} words sent, "
-                      f"EXT FIFO words {ext_occ})" if head < len(ring) else "ring idle")
+            ring_s = (f"ring: {len(window) + len(ring) - head} transfers not sent, window "
+                      f"[addr, words left, mask] {window}, EXT FIFO words {ext_occ}"
+                      if window or head < len(ring) else "ring idle")
             raise LinkScheduleError(
                 f"the group's schedule deadlocks (buffer_words = {cap}, ext_fifo_words = "
                 f"{ext_cap}): {' | '.join(waits)} | {link}; link FIFO words {occ} | {ring_s}")

@@ -342,17 +342,39 @@ def test_schedule_check_finds_deadlocks(experts):
     ring = [par.ExtTransfer(0, (1, 2), 0b11)]
     one = [LinkOp(LinkMode.BYPASS, 0b10, 0b01, 1)]
     got = par.check_link_schedule([p0, p1], one, buffer_words=1, ext_transfers=ring,
-                                  ext_fifo_words=2)
+                                  ext_fifo_words=2, ext_chunk_words=2)
     assert got["max_ext_fifo_words"] == [2, 2]
-    with pytest.raises(par.LinkScheduleError, match="ring at transfer 0"):
+    with pytest.raises(par.LinkScheduleError, match="ring: 1 transfers not sent"):
         par.check_link_schedule([p0, p1], one, buffer_words=1, ext_transfers=ring,
-                                ext_fifo_words=1)
+                                ext_fifo_words=1, ext_chunk_words=1)
+    with pytest.raises(ValueError, match="ext_chunk_words: 2 exceeds ext_fifo_words"):
+        par.check_link_schedule([p0, p1], one, buffer_words=1, ext_transfers=ring,
+                                ext_fifo_words=1, ext_chunk_words=2)
+    # the admission window: PE 0's transfer comes first but PE 0 drains its FIFO only after
+    # PE 1's words, which need PE 1's transfer behind it: in order (window 1) it deadlocks
+    # (head-of-line blocking), with a window of 2 PE 1's transfer passes
+    q0, q1 = Program(CFG), Program(CFG)
+    q0.load(Target.WSCALE, 0, 1, signal=True, src=Source.HB)
+    q0.recv(Target.OUT, 0, 1)
+    q0.gemm(**gemm)
+    q0.load(Target.WMSB, 0, 4, src=Source.EXT)
+    q1.load(Target.WMSB, 0, 2, signal=True, src=Source.EXT)
+    q1.gemm(**gemm)
+    q1.send(Target.OUT, 0, 1)
+    two = [par.ExtTransfer(0, (1, 2, 3, 4), 0b01), par.ExtTransfer(4, (5, 6), 0b10)]
+    with pytest.raises(par.LinkScheduleError, match="deadlock"):
+        par.check_link_schedule([q0, q1], one, buffer_words=1, ext_transfers=two,
+                                ext_fifo_words=2, ext_chunk_words=2)
+    got = par.check_link_schedule([q0, q1], one, buffer_words=1, ext_transfers=two,
+                                  ext_fifo_words=2, ext_chunk_words=2, ext_window=2)
+    assert got["max_ext_fifo_words"] == [2, 2]
     x = _rng("dead").standard_normal((16, H))
     job = par.compile_group(x, experts, (np.full((16, 1), 0), np.ones((16, 1))),
                             phase="verify", config=CFG, pes=2)
     # the compiled schedule holds with the router's EXT FIFO down to one word (the strictest
     # ring: a multicast word moves to all its PEs at once)
-    assert par.check_link_schedule(job, ext_fifo_words=1)["max_ext_fifo_words"] == [1, 1]
+    assert par.check_link_schedule(job, ext_fifo_words=1, ext_chunk_words=1)[
+        "max_ext_fifo_words"] == [1, 1]
     with pytest.raises(par.LinkScheduleError, match="deadlock"):
         par.check_link_schedule(job, buffer_words=4)
     job.buffer_words = 4
@@ -394,5 +416,27 @@ def test_defaults_match_the_rtl():
     from elmoe3d.hw.agg_link import DEFAULT_BUFFER_WORDS
     from elmoe3d.hw.load_router import LoadRouter
     assert par.DEFAULT_BUFFER_WORDS == DEFAULT_BUFFER_WORDS
+    from elmoe3d.hw.die import LogicDie
     ext = inspect.signature(LoadRouter).parameters["ext_fifo_words"].default
     assert par.DEFAULT_EXT_FIFO_WORDS == ext
+    chunk = inspect.signature(LogicDie.__init__).parameters["ext_chunk_words"].default
+    assert par.DEFAULT_EXT_CHUNK_WORDS == chunk
+
+
+
+def test_ext_load_order_keeps_every_pes_order(experts):
+    """:func:`ext_load_order`: a compiled verify job's transfers in the order the load engines
+    start their EXT LOADs: a permutation keeping every PE's transfers in their order (a
+    multicast and its PEs' unicasts around it), and the order passes the schedule check under the die's admission rule in order (a
+    window of one) and with the small die's per-group window (4)."""
+    x = _rng("load-order").standard_normal((4, H))
+    ids = np.array([[0, 1], [1, 2], [2, 0], [1, 2]])
+    job = par.compile_group(x, experts, (ids, np.full((4, 2), 0.5)), phase="verify",
+                            config=CFG, pes=2, cached=[0, 2])
+    got = par.ext_load_order(job)
+    assert sorted(map(id, got)) == sorted(map(id, job.ext_transfers))
+    for p in range(2):
+        assert [t for t in got if t.dst_mask >> p & 1] == \
+            [t for t in job.ext_transfers if t.dst_mask >> p & 1]
+    for window in (1, 4):
+        par.check_link_schedule(job, ext_transfers=got, ext_window=window)

@@ -474,7 +474,10 @@ def test_instance_key_separates_parameters():
 
 @pytest.mark.parametrize("kwargs", [{}, {"ext_channels": 4, "link_buffer_words": 17,
                                            "ext_queue_depth": 5, "ring_stream_bits": 3,
-                                           "router": {"hb_fifo_words": 16}}])
+                                           "ext_inflight": 6, "ext_window": 3,
+                                           "ext_chunk_words": 2,
+                                           "router": {"hb_fifo_words": 16,
+                                                      "ext_fifo_words": 12}}])
 def test_die_parts_and_figures_without_a_die_match_the_die(kwargs):
     """LogicDie.part (the roll-up's word ports and streamer) and LogicDie.host_figures (the die
     bench's figures), computed without a die, equal those of a die built alike."""
@@ -484,9 +487,10 @@ def test_die_parts_and_figures_without_a_die_match_the_die(kwargs):
         die = LogicDie(config=arch, **kwargs)
         figures = LogicDie.host_figures(config=arch, **kwargs)
         assert figures == {name: getattr(die, name) for name in
-                           ("ext_channels", "ext_stripe_bytes", "link_buffer_words",
+                           ("ext_channels", "ext_stripe_bytes", "ext_fifo_words",
+                            "ext_chunk_words", "ext_window", "link_buffer_words",
                             "link_error_latency")}
-        for name in ("hb_port", "ext_port", "streamer"):
+        for name in ("hb_port", "ext_port", "streamer", "ext_sched"):
             part = LogicDie.part(name, config=arch, **kwargs)
             assert instance_key(part) == instance_key(getattr(die, name)), name
             del part
