@@ -64,18 +64,22 @@ class LogicDie(wiring.Component):
     :class:`~elmoe3d.hw.ring.StreamlineRing` (a station per group) into the PEs' load routers'
     ``ext`` inputs, fed by an :class:`~elmoe3d.hw.ext_stream.ExtStreamer` reading the
     :class:`~elmoe3d.hw.ext_ctrl.ExtController` (LPDDR5 channels on the top-level ports
-    ``ext[c]``) through another :class:`~elmoe3d.hw.dram_port.DramWordPort`.
+    ``ext[c]``) through another :class:`~elmoe3d.hw.dram_port.DramWordPort`; the streamer
+    takes, round robin, the chunks of one :class:`~elmoe3d.hw.ext_sched.ExtScheduler` per
+    group, which admit a chunk only when its PEs' EXT FIFOs have room for it (credits), so
+    no flit on the ring waits for a PE (``docs/memory.md``, "EXT schedulers").
 
     Host interface
     --------------
     host_cmd : In stream, :func:`host_cmd_layout`
         PE commands (to PE ``index``'s command queue, :attr:`cmd_queue_depth` commands),
         link descriptors (to group ``index``'s queue, :attr:`link_queue_depth`) and EXT read
-        descriptors (:attr:`ext_queue_depth`). A beat is taken in a cycle where its queue's
+        descriptors (to group ``index``'s EXT queue, :attr:`ext_queue_depth`; of ``dst_mask``
+        only that group's PEs' bits are used). A beat is taken in a cycle where its queue's
         ``cmd_room`` bit is 1 (``host_cmd.ready`` is that bit), so a host that offers only
         beats of queues with room never blocks one queue behind another. A room bit falls only
         when a beat enters its queue.
-    cmd_room : Out(pes + groups + 1)
+    cmd_room : Out(pes + 2 groups)
         One bit per queue (:func:`queue_bit`).
     host_dma : In stream, :func:`host_dma_layout`
         LD words to PE ``pe``'s HOST loads; HB_WRITE words into PE ``pe``'s HB bank (whole
@@ -125,8 +129,8 @@ class LogicDie(wiring.Component):
         :class:`~elmoe3d.hw.ext_ctrl.ExtController` channels (default ``config.ext_channels``),
         per-channel burst queue and read buffer.
     ext_window, ext_chunk_words : int
-        The :class:`~elmoe3d.hw.ext_sched.ExtScheduler`'s descriptor window (>= ``groups``)
-        and largest chunk (<= the router's ``ext_fifo_words``, its credits per PE).
+        Each group's :class:`~elmoe3d.hw.ext_sched.ExtScheduler`: its descriptor window and
+        largest chunk (<= the router's ``ext_fifo_words``, its credits per PE).
     ext_inflight : int
         EXT chunks read and not yet injected into the ring (the streamer's and the LPDDR5
         word port's ``inflight``).
@@ -177,10 +181,6 @@ class LogicDie(wiring.Component):
         _check("link_queue_depth", link_queue_depth, 1)
         _check("ext_queue_depth", ext_queue_depth, 1)
         _check("ext_inflight", ext_inflight, 1)
-        if not isinstance(ext_window, int) or isinstance(ext_window, bool) \
-                or ext_window < config.groups:
-            raise ValueError(f"ext_window: expected an integer >= the groups "
-                             f"({config.groups}), got {ext_window!r}")
         if router is not None and not isinstance(router, dict):
             raise ValueError(f"router: expected a dict of LoadRouter parameters, got "
                              f"{type(router).__name__}")
@@ -202,7 +202,8 @@ class LogicDie(wiring.Component):
                                       read_buffer=ext_read_buffer)
         blocks["ext_port"] = LogicDie._ext_port(arch, ext_channels, ext_inflight)
         blocks["streamer"] = LogicDie._streamer(arch, ring_stream_bits, ext_inflight)
-        blocks["ext_sched"] = LogicDie._ext_sched(arch, router, ext_window, ext_chunk_words)
+        blocks["ext_sched"] = [LogicDie._ext_sched(arch, router, ext_window, ext_chunk_words)
+                               for _ in range(arch.groups)]
 
     # The parts of the die that depend only on its parameters, built alike by the die and,
     # without a die, by :meth:`part` (the synthesis roll-up).
@@ -251,7 +252,7 @@ class LogicDie(wiring.Component):
     def _ext_sched(arch, router, ext_window, ext_chunk_words):
         ext_fifo_words = constructor_params(LoadRouter, config=arch, **(router or {}))[
             "ext_fifo_words"]
-        return ExtScheduler(pes=arch.pes, window=ext_window, credits=ext_fifo_words,
+        return ExtScheduler(pes=arch.pes_per_group, window=ext_window, credits=ext_fifo_words,
                             chunk_words=ext_chunk_words)
 
     @staticmethod
@@ -324,7 +325,7 @@ class LogicDie(wiring.Component):
         self._link_buffer_words = link_buffer_words
         super().__init__({
             "host_cmd": In(stream.Signature(host_cmd_layout(arch))),
-            "cmd_room": Out(arch.pes + arch.groups + 1),
+            "cmd_room": Out(arch.pes + 2 * arch.groups),
             "host_dma": In(stream.Signature(host_dma_layout(arch))),
             "dma_room": Out(2 * arch.pes),
             "o": Out(stream.Signature(die_o_layout(arch))),
@@ -395,21 +396,23 @@ class LogicDie(wiring.Component):
 
     @property
     def ext_fifo_words(self) -> int:
-        """Words of every load router's EXT FIFO: the EXT scheduler's credits per PE."""
-        return self._ext_sched.credits
+        """Words of every load router's EXT FIFO: the EXT schedulers' credits per PE."""
+        return self._ext_sched[0].credits
 
     @property
     def ext_chunk_words(self) -> int:
-        return self._ext_sched.chunk_words
+        return self._ext_sched[0].chunk_words
 
     @property
     def ext_window(self) -> int:
-        return self._ext_sched.window
+        """Descriptors in each group's EXT scheduler window."""
+        return self._ext_sched[0].window
 
     @property
     def ext_sched(self) -> ExtScheduler:
-        """The EXT admission scheduler (descriptors -> credit-admitted chunks)."""
-        return self._ext_sched
+        """Group 0's EXT admission scheduler (all are alike): descriptors -> credit-admitted
+        chunks."""
+        return self._ext_sched[0]
 
     @property
     def o_latency(self) -> int:
@@ -455,26 +458,30 @@ class LogicDie(wiring.Component):
         m.submodules.ext_ctrl = ext = self._ext
         m.submodules.ext_port = xport = self._ext_port
         m.submodules.ext_stream = streamer = self._streamer
-        m.submodules.ext_sched = sched = self._ext_sched
+        for g in range(NG):
+            m.submodules[f"ext_sched{g}"] = self._ext_sched[g]
 
         # -- host command queues --
         hc = self.host_cmd.payload
         cmd_q = [SyncFIFO(width=command_layout().size, depth=self._cmd_depth) for _ in range(P)]
         link_q = [SyncFIFO(width=link_op_layout(G).size, depth=self._link_depth)
                   for _ in range(NG)]
-        ext_q = SyncFIFO(width=ext_read_layout(P).size, depth=self._ext_depth)
+        ext_q = [SyncFIFO(width=ext_read_layout(P).size, depth=self._ext_depth)
+                 for _ in range(NG)]
         for p, q in enumerate(cmd_q):
             m.submodules[f"cmd_q{p}"] = q
         for g, q in enumerate(link_q):
             m.submodules[f"link_q{g}"] = q
-        m.submodules.ext_q = ext_q
-        room = Cat(*[q.w_rdy for q in cmd_q], *[q.w_rdy for q in link_q], ext_q.w_rdy)
+        for g, q in enumerate(ext_q):
+            m.submodules[f"ext_q{g}"] = q
+        room = Cat(*[q.w_rdy for q in cmd_q], *[q.w_rdy for q in link_q],
+                   *[q.w_rdy for q in ext_q])
         m.d.comb += self.cmd_room.eq(room)
         is_pe = hc.queue == HostQueue.PE
         is_link = hc.queue == HostQueue.LINK
         is_ext = hc.queue == HostQueue.EXT
-        in_range = Mux(is_pe, hc.index < P, Mux(is_link, hc.index < NG, is_ext))
-        qbit = Mux(is_pe, hc.index, Mux(is_link, P + hc.index, P + NG))
+        in_range = Mux(is_pe, hc.index < P, Mux(is_link | is_ext, hc.index < NG, 0))
+        qbit = Mux(is_pe, hc.index, Mux(is_link, P + hc.index, P + NG + hc.index))
         m.d.comb += self.host_cmd.ready.eq(Mux(in_range, room.bit_select(qbit, 1), 1))
         put = self.host_cmd.valid & self.host_cmd.ready & in_range
         for p, q in enumerate(cmd_q):
@@ -483,7 +490,9 @@ class LogicDie(wiring.Component):
         for g, q in enumerate(link_q):
             m.d.comb += [q.w_data.eq(hc.body.link.as_value()),
                          q.w_en.eq(put & is_link & (hc.index == g))]
-        m.d.comb += [ext_q.w_data.eq(hc.body.ext.as_value()), ext_q.w_en.eq(put & is_ext)]
+        for g, q in enumerate(ext_q):
+            m.d.comb += [q.w_data.eq(hc.body.ext.as_value()),
+                         q.w_en.eq(put & is_ext & (hc.index == g))]
 
         # -- host DMA --
         hd = self.host_dma.payload
@@ -546,11 +555,35 @@ class LogicDie(wiring.Component):
         # -- EXT: descriptors -> streamer -> word port -> LPDDR5 controller; flits -> ring --
         #    (the scheduler admits chunks for which every destination's EXT FIFO has room,
         #    counted by credits the routers return as they pop EXT words)
-        m.d.comb += [sched.desc.valid.eq(ext_q.r_rdy),
-                     sched.desc.payload.as_value().eq(ext_q.r_data),
-                     ext_q.r_en.eq(sched.desc.ready),
-                     sched.credit.eq(Cat(r.ext_pop for r in self._routers))]
-        wiring.connect(m, sched.chunk, streamer.desc)
+        #    per group: its EXT queue -> its scheduler (group-local masks and credits); the
+        #    groups' chunks to the streamer round robin
+        rr = Signal(range(NG) if NG > 1 else 1)
+        pick = Signal(range(NG) if NG > 1 else 1)
+        any_c = Signal()
+        for g in range(NG):
+            sched, q = self._ext_sched[g], ext_q[g]
+            desc = ext_read_layout(P)(q.r_data)
+            m.d.comb += [sched.desc.valid.eq(q.r_rdy),
+                         sched.desc.payload.addr.eq(desc.addr),
+                         sched.desc.payload.words.eq(desc.words),
+                         sched.desc.payload.dst_mask.eq(desc.dst_mask[g * G:(g + 1) * G]),
+                         q.r_en.eq(sched.desc.ready),
+                         sched.credit.eq(Cat(self._routers[g * G + j].ext_pop
+                                             for j in range(G)))]
+        for k in reversed(range(NG)):       # the first group with a chunk from rr on
+            for g in range(NG):
+                with m.If((rr == g) & self._ext_sched[(g + k) % NG].chunk.valid):
+                    m.d.comb += [pick.eq((g + k) % NG), any_c.eq(1)]
+        for g in range(NG):
+            c = self._ext_sched[g].chunk
+            with m.If(pick == g):
+                m.d.comb += [streamer.desc.payload.addr.eq(c.payload.addr),
+                             streamer.desc.payload.words.eq(c.payload.words),
+                             streamer.desc.payload.dst_mask.eq(c.payload.dst_mask << (g * G)),
+                             c.ready.eq(streamer.desc.ready)]
+        m.d.comb += streamer.desc.valid.eq(any_c)
+        with m.If(streamer.desc.valid & streamer.desc.ready):
+            m.d.sync += rr.eq(Mux(pick == NG - 1, 0, pick + 1))
         wiring.connect(m, streamer.rd_req, xport.rd_req)
         wiring.connect(m, xport.rd_data, streamer.rd_data)
         wiring.connect(m, xport.req, ext.req)

@@ -52,7 +52,7 @@ def host_cmd_layout(arch: ArchConfig) -> data.StructLayout:
     ------
     queue : HostQueue
     index : unsigned
-        PE index (``PE``) or group index (``LINK``); ignored for ``EXT``.
+        PE index (``PE``) or group index (``LINK``, ``EXT``: the group's EXT queue).
     body : union
         ``cmd``: :func:`elmoe3d.hw.isa.command_layout` (a PE command, 128 bits); ``link``:
         :func:`elmoe3d.hw.agg_link.link_op_layout` (``pes_per_group``); ``ext``:
@@ -181,14 +181,14 @@ _BLOCK_ERRORS = (
 
 
 def queue_bit(arch: ArchConfig, queue, index: int = 0) -> int:
-    """Bit of ``cmd_room`` for a queue: PE ``i`` -> ``i``, LINK ``g`` -> ``pes + g``, EXT ->
-    ``pes + groups``."""
+    """Bit of ``cmd_room`` for a queue: PE ``i`` -> ``i``, LINK ``g`` -> ``pes + g``, EXT
+    ``g`` -> ``pes + groups + g``."""
     queue = HostQueue(queue)
     if queue is HostQueue.PE:
         return index
     if queue is HostQueue.LINK:
         return arch.pes + index
-    return arch.pes + arch.groups
+    return arch.pes + arch.groups + index
 
 
 def dma_bit(arch: ArchConfig, kind, pe: int) -> int:

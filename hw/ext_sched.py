@@ -57,9 +57,8 @@ class ExtScheduler(CheckedComponent):
     pes : int
         PEs of the die (the width of ``dst_mask`` and ``credit``).
     window : int
-        Descriptors held (>= 1). On the die, at least the groups (``LogicDie``): then some
-        group always has an entry, which is what :func:`elmoe3d.sw.host.parallel.
-        check_link_schedule`'s per-group check (one entry) assumes.
+        Descriptors held (>= 1). On the die, one scheduler per group (``LogicDie``), replayed
+        with the same window by :func:`elmoe3d.sw.host.parallel.check_link_schedule`.
     credits : int
         Words of every PE's EXT FIFO (>= ``chunk_words``), the credits at reset.
     chunk_words : int

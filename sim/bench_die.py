@@ -496,8 +496,7 @@ class DieBench(CaseRecorder):
             jobs.append((mine, job, run_group(job)))
         cmd_q = {queue_bit(arch, HostQueue.PE, p): deque() for p in range(arch.pes)}
         cmd_q.update({queue_bit(arch, HostQueue.LINK, g): deque() for g in range(NG)})
-        ext_bit = queue_bit(arch, HostQueue.EXT)
-        cmd_q[ext_bit] = deque()
+        cmd_q.update({queue_bit(arch, HostQueue.EXT, g): deque() for g in range(NG)})
         dma_q = {dma_bit(arch, k, p): deque() for k in DmaKind for p in range(arch.pes)}
         stripe_words = max(1, self.die.ext_stripe_bytes // pe.word_bytes)
         layout = self.params["ext_layout"]
@@ -536,10 +535,10 @@ class DieBench(CaseRecorder):
                 raise ValueError(f"ext_order: expected one of {EXT_ORDERS}, got "
                                  f"{self.params['ext_order']!r}")
             # the order sent, under the die's EXT admission rule (raises on a deadlock)
-            # (every group has at least window // groups entries when all wait)
+            # (each group has its own EXT queue and scheduler window)
             check_link_schedule(job, ext_transfers=trs, ext_fifo_words=self.die.ext_fifo_words,
                                 ext_chunk_words=self.die.ext_chunk_words,
-                                ext_window=max(1, self.die.ext_window // NG))
+                                ext_window=self.die.ext_window)
             ext_lists.append([(base + tr.addr, tr, g) for tr in trs])
             base += -(-len(job.ext_image) // stripe_words) * stripe_words
         # the groups' EXT reads interleaved (each group's in its order)
@@ -557,7 +556,8 @@ class DieBench(CaseRecorder):
                 image += list(tr.words) + [0] * (-len(tr.words) % stripe_words)
             self.preload_ext(0, image)
         for addr, tr, g in order:
-            cmd_q[ext_bit].append(self._cmd(HostQueue.EXT, 0, {"ext": self.ext_layout.const(
+            cmd_q[queue_bit(arch, HostQueue.EXT, g)].append(self._cmd(
+                HostQueue.EXT, g, {"ext": self.ext_layout.const(
                 {"addr": addr, "words": len(tr.words), "dst_mask": tr.dst_mask << (g * G)})}))
         dram0 = self.dram_stats()
         if dma_hb:
@@ -857,7 +857,7 @@ async def test_host_errors(dut):
             details.append("the beat naming a missing group was not taken")
         if after != 0b01:
             details.append(f"errors = {after:#b} after the bad beat, expected 0b01")
-        if room != (1 << (arch.pes + arch.groups + 1)) - 1:
+        if room != (1 << (arch.pes + 2 * arch.groups)) - 1:
             details.append(f"cmd_room = {room:#b}: a queue took the dropped beat")
         bench.record(case="bad group index", phase="-", traffic="smooth", tokens=0,
                      experts_run=[], cycles=0, comparisons=4, mismatches=len(details),
@@ -902,7 +902,7 @@ async def test_host_errors(dut):
         if flagged != want:
             details.append(f"errors = {flagged:#b} after the chunk-0 descriptor, expected "
                            f"{want:#b}")
-        if room != (1 << (arch.pes + arch.groups + 1)) - 1:
+        if room != (1 << (arch.pes + 2 * arch.groups)) - 1:
             details.append(f"cmd_room = {room:#b}: the link queue kept the descriptor")
         if cleared != 0:
             details.append(f"errors = {cleared:#b} after errors_clear of every bit")

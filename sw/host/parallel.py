@@ -1218,11 +1218,10 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
       all have room for its next chunk (``min(words left, ext_chunk_words)``) in their EXT
       FIFOs of ``ext_fifo_words`` words (the load router's FIFO, the scheduler's credits)
       sends that chunk, a multicast chunk to all its destinations at once; the PEs' EXT LOADs
-      drain the FIFOs in order. The die's window is shared by its groups; it holds at least
-      ``groups`` descriptors, so when every descriptor in it waits, some group has at least
-      one of them and the default ``ext_window`` = 1 checks what that group then needs (a
-      larger window only lets more through). Without transfers (a list of programs) EXT
-      words are taken as always available. HB and HOST words always are.
+      drain the FIFOs in order. Each group of the die has its own EXT queue and scheduler, so
+      this is the group's rule exactly with ``ext_window`` = the die's ``ext_window``; the
+      default 1 is the strictest (in order). Without transfers (a list of programs) EXT words
+      are taken as always available. HB and HOST words always are.
 
     Parameters
     ----------

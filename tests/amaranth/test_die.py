@@ -49,7 +49,7 @@ def test_queue_numbering():
     arch = preset("paper-4gb")
     assert [queue_bit(arch, HostQueue.PE, p) for p in (0, 15)] == [0, 15]
     assert [queue_bit(arch, HostQueue.LINK, g) for g in (0, 3)] == [16, 19]
-    assert queue_bit(arch, HostQueue.EXT) == 20
+    assert [queue_bit(arch, HostQueue.EXT, g) for g in (0, 3)] == [20, 23]
     assert (dma_bit(arch, DmaKind.LD, 7), dma_bit(arch, DmaKind.HB_WRITE, 7)) == (7, 23)
 
 
@@ -180,7 +180,7 @@ def test_errors_output_reflects_the_blocks_sticky_flags():
     sends = [C.const({"queue": HostQueue.PE, "index": p,
                       "body": {"cmd": command_layout().from_bits(send)}}).as_bits()
              for p in range(G)]
-    ext_read = C.const({"queue": HostQueue.EXT, "body": {"ext": ext_read_layout(
+    ext_read = C.const({"queue": HostQueue.EXT, "index": 1, "body": {"ext": ext_read_layout(
         arch.pes).const({"addr": 0, "words": 600, "dst_mask": 0b0100})}}).as_bits()
     devs = [DramDevice(ext, clock_ghz=arch.clock_ghz, seed=c) for c in range(2)]
     log, taken, marks = [], {}, {}
