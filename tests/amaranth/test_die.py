@@ -142,8 +142,8 @@ def test_errors_output_reflects_the_blocks_sticky_flags():
     * last, the host traffic that overflowed the LPDDR5 refresh before the die had its EXT
       scheduler (:class:`elmoe3d.hw.ext_sched.ExtScheduler`): an EXT read descriptor of 600
       words for a PE that never loads them. The scheduler admits only that PE's credits
-      (the router's ``ext_fifo_words``), so the ring and the LPDDR5 read buffers never fill:
-      exactly ``ext_fifo_words`` words reach the PE, the controllers keep refreshing and
+      (the router's ``ext_fifo_words``, in whole chunks), so the ring and the LPDDR5 read
+      buffers never fill: exactly those words reach the PE, the controllers keep refreshing and
       ``ext_refresh`` stays 0 for longer than the old overflow took (it rose within 3,000
       cycles) plus two refresh windows. Like the HB controllers', the LPDDR5 controllers'
       flag now cannot be reached through the host interface (the flag's level behaviour
@@ -290,5 +290,7 @@ def test_errors_output_reflects_the_blocks_sticky_flags():
     assert "ext_read" in taken
     assert marks["overflow"] is None, "an LPDDR5 controller reached the refresh limit"
     assert set(log[marks["quiet"]:]) == {0}
-    assert ext_words[0] == die.router.ext_fifo_words, \
-        f"{ext_words[0]} EXT words reached PE 2, not its credits"
+    # whole chunks only: the credits rounded down to a multiple of the chunk (ext_pick)
+    credits, chunk = die.ext_fifo_words, die.ext_chunk_words
+    assert ext_words[0] == credits - credits % chunk, \
+        f"{ext_words[0]} EXT words reached PE 2, not its credits in whole chunks"
