@@ -134,6 +134,12 @@ class LogicDie(wiring.Component):
     ext_inflight : int
         EXT chunks read and not yet injected into the ring (the streamer's and the LPDDR5
         word port's ``inflight``).
+    ext_lanes : int or None
+        Words a cycle the LPDDR5 word port hands the streamer (their ``lanes``): a power of
+        two dividing both a flit's and a stripe's words. Default: as many as both hold
+        (:meth:`ext_lanes_of`), a flit a cycle when a stripe holds one -- the small die at 8
+        channels: 2 words (128 B) a cycle, above the EXT's 102.4 B; at 2 channels (a stripe
+        of one word) and on the paper dies (a word spans flits) 1.
     ext_fifo_cycles : int
         Unless ``router`` gives ``ext_fifo_words``, the routers' EXT FIFOs (the scheduler's
         credits) hold this many cycles of one PE's EXT stream, ``ceil(ext_fifo_cycles x
@@ -172,7 +178,8 @@ class LogicDie(wiring.Component):
     def _build(blocks, *, config, cmd_queue_depth, link_queue_depth, ext_queue_depth, router,
                link_buffer_words, ring_buffer_flits, ring_stream_bits, hb_queue_depth,
                hb_read_buffer, ext_channels, ext_queue_depth_bursts, ext_read_buffer,
-               ext_window, ext_chunk_words, ext_inflight, ext_fifo_cycles, mul_stages):
+               ext_window, ext_chunk_words, ext_inflight, ext_lanes, ext_fifo_cycles,
+               mul_stages):
         """The die's parameter checks, then its sub-blocks (their constructors check their
         own parameters) into ``blocks``."""
         if not isinstance(config, ArchConfig):
@@ -200,8 +207,9 @@ class LogicDie(wiring.Component):
                                       channels=LogicDie._ext_channels(arch, ext_channels),
                                       queue_depth=ext_queue_depth_bursts,
                                       read_buffer=ext_read_buffer)
-        blocks["ext_port"] = LogicDie._ext_port(arch, ext_channels, ext_inflight)
-        blocks["streamer"] = LogicDie._streamer(arch, ring_stream_bits, ext_inflight)
+        lanes = LogicDie._ext_lanes(arch, ext_channels, ext_lanes)
+        blocks["ext_port"] = LogicDie._ext_port(arch, ext_channels, ext_inflight, lanes)
+        blocks["streamer"] = LogicDie._streamer(arch, ring_stream_bits, ext_inflight, lanes)
         blocks["ext_sched"] = [LogicDie._ext_sched(arch, router, ext_window, ext_chunk_words)
                                for _ in range(arch.groups)]
 
@@ -217,17 +225,33 @@ class LogicDie(wiring.Component):
                             inflight=max(2, hb_fifo_words))
 
     @staticmethod
-    def _ext_port(arch, ext_channels, ext_queue_depth):
+    def _ext_port(arch, ext_channels, ext_queue_depth, lanes):
         return DramWordPort(word_bits=arch.pe.word_bits,
                             burst_bits=LogicDie._ext_stripe_bytes(arch, ext_channels) * 8,
                             addr_bits=address_bits(arch.ext.bursts), length_bits=16,
-                            inflight=ext_queue_depth)
+                            inflight=ext_queue_depth, lanes=lanes)
 
     @staticmethod
-    def _streamer(arch, ring_stream_bits, ext_queue_depth):
+    def _streamer(arch, ring_stream_bits, ext_queue_depth, lanes):
         return ExtStreamer(pes=arch.pes, word_bits=arch.pe.word_bits,
                            flit_bytes=int(arch.streamline_bytes_per_cycle),
-                           stream_bits=ring_stream_bits, inflight=ext_queue_depth)
+                           stream_bits=ring_stream_bits, inflight=ext_queue_depth, lanes=lanes)
+
+    @staticmethod
+    def _ext_lanes(arch, ext_channels, ext_lanes):
+        if ext_lanes is None:
+            return LogicDie.ext_lanes_of(arch, ext_channels)
+        _check("ext_lanes", ext_lanes, 1)
+        return ext_lanes
+
+    @staticmethod
+    def ext_lanes_of(arch, ext_channels=None) -> int:
+        """The default ``ext_lanes`` of a die of ``arch`` with ``ext_channels`` (default
+        ``arch.ext_channels``): ``min(words per flit, words per stripe)``, at least 1."""
+        W = arch.pe.word_bits
+        per = max(1, int(arch.streamline_bytes_per_cycle) * 8 // W)
+        kb = max(1, LogicDie._ext_stripe_bytes(arch, ext_channels) * 8 // W)
+        return min(per, kb)
 
     @staticmethod
     def _router(arch, router, ext_channels, ext_fifo_cycles, ext_chunk_words) -> dict:
@@ -276,10 +300,11 @@ class LogicDie(wiring.Component):
         arch = p["config"]
         if name == "hb_port":
             return cls._hb_port(arch, cls._router_of(p))
+        lanes = cls._ext_lanes(arch, p["ext_channels"], p["ext_lanes"])
         if name == "ext_port":
-            return cls._ext_port(arch, p["ext_channels"], p["ext_inflight"])
+            return cls._ext_port(arch, p["ext_channels"], p["ext_inflight"], lanes)
         if name == "streamer":
-            return cls._streamer(arch, p["ring_stream_bits"], p["ext_inflight"])
+            return cls._streamer(arch, p["ring_stream_bits"], p["ext_inflight"], lanes)
         if name == "ext_sched":
             return cls._ext_sched(arch, cls._router_of(p), p["ext_window"],
                                   p["ext_chunk_words"])
@@ -311,7 +336,8 @@ class LogicDie(wiring.Component):
                  ring_stream_bits: int = 4, hb_queue_depth: int = 32, hb_read_buffer: int = 16,
                  ext_channels: int | None = None, ext_queue_depth_bursts: int = 32,
                  ext_read_buffer: int = 32, ext_window: int = 8, ext_chunk_words: int = 4,
-                 ext_inflight: int = 32, ext_fifo_cycles: int = 64, mul_stages: int = 1):
+                 ext_inflight: int = 32, ext_lanes: int | None = None,
+                 ext_fifo_cycles: int = 64, mul_stages: int = 1):
         arch = self._arch = config
         self._cmd_depth, self._link_depth, self._ext_depth = \
             cmd_queue_depth, link_queue_depth, ext_queue_depth
@@ -388,6 +414,11 @@ class LogicDie(wiring.Component):
     def ext_port(self) -> DramWordPort:
         """The LPDDR5 controller's word port."""
         return self._ext_port
+
+    @property
+    def ext_lanes(self) -> int:
+        """Words a cycle from the LPDDR5 word port to the streamer (their ``lanes``)."""
+        return self._streamer.lanes
 
     @property
     def streamer(self) -> ExtStreamer:

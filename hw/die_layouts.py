@@ -113,7 +113,8 @@ def die_probe_layout(arch: ArchConfig) -> data.StructLayout:
         A ring flit entered the ring from the EXT streamer / the streamer offered one the ring
         had no room for.
     ext_rd_word : unsigned(1)
-        A W-bit word came from the LPDDR5 controller's word port into the EXT streamer.
+        A beat came from the LPDDR5 controller's word port into the EXT streamer: a W-bit
+        word, or up to ``ext_lanes`` of them (:attr:`~elmoe3d.hw.die.LogicDie.ext_lanes`).
     """
     P, NG = arch.pes, arch.groups
     return data.StructLayout({

@@ -26,13 +26,24 @@ from .dram import request_layout
 from .load_router import ADDR_BITS, WORDS_BITS, hb_read_layout
 
 
-__all__ = ["DramWordPort", "word_write_layout"]
+__all__ = ["DramWordPort", "word_write_layout", "word_beat_layout"]
 
 
 def word_write_layout(word_bits: int) -> data.StructLayout:
     """One word write: ``addr`` (:data:`~elmoe3d.hw.load_router.ADDR_BITS`, PE words) and
     ``data`` (``word_bits``)."""
     return data.StructLayout({"addr": unsigned(ADDR_BITS), "data": unsigned(word_bits)})
+
+
+def word_beat_layout(word_bits: int, lanes: int) -> data.StructLayout:
+    """One read beat of a port with ``lanes`` > 1 words per beat: ``data`` (``lanes`` W-bit
+    word slots, slot i at bits ``[i W, (i + 1) W)``) and ``words`` (the valid slots
+    ``[0, words)``, 1..``lanes``; slots above are undefined)."""
+    for name, v in (("word_bits", word_bits), ("lanes", lanes)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+    return data.StructLayout({"data": unsigned(lanes * word_bits),
+                              "words": unsigned(lanes.bit_length())})
 
 
 def _log2(n):
@@ -46,8 +57,10 @@ class DramWordPort(CheckedComponent):
     -----
     rd_req : In, :func:`elmoe3d.hw.load_router.hb_read_layout`
         Read ``words`` (>= 1) PE words from word address ``addr``.
-    rd_data : Out, ``word_bits``
-        The words read, in request order.
+    rd_data : Out, ``word_bits`` (``lanes`` = 1) or :func:`word_beat_layout` (``lanes`` > 1)
+        The words read, in request order: one a beat, or up to ``lanes`` a beat, cut as the
+        golden :func:`elmoe3d.sw.golden.ring.word_beats` (consecutive words of one burst, never
+        across a multiple of ``lanes`` words from the request's first word).
     wr : In, :func:`word_write_layout`
         Word writes. With burst >= word, the words of a burst come ``kb`` at a time, in
         address order from a multiple of ``kb`` (a burst is written when its last word
@@ -71,6 +84,11 @@ class DramWordPort(CheckedComponent):
         The controller's request fields (burst address, burst count).
     inflight : int
         Read requests between ``req`` and their last word on ``rd_data`` (>= 1).
+    lanes : int
+        Words per ``rd_data`` beat at most (a power of two, >= 1; > 1 only when a burst holds
+        at least ``lanes`` words). Throughput: ``lanes`` words a cycle from a burst (the LPDDR5
+        port of the small die at 8 channels: 2 x 64 B a cycle, 128 B/cycle, over the EXT's
+        102.4).
 
     Raises
     ------
@@ -79,25 +97,31 @@ class DramWordPort(CheckedComponent):
     """
 
     @classmethod
-    def check(cls, *, word_bits, burst_bits, addr_bits, length_bits, inflight):
+    def check(cls, *, word_bits, burst_bits, addr_bits, length_bits, inflight, lanes=1):
         """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`):
         raises before the object exists."""
         for name, value, lo in (("word_bits", word_bits, 8), ("burst_bits", burst_bits, 8),
                                 ("addr_bits", addr_bits, 1), ("length_bits", length_bits, 1),
-                                ("inflight", inflight, 1)):
+                                ("inflight", inflight, 1), ("lanes", lanes, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < lo:
                 raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
-        for name, value in (("word_bits", word_bits), ("burst_bits", burst_bits)):
+        for name, value in (("word_bits", word_bits), ("burst_bits", burst_bits),
+                            ("lanes", lanes)):
             if value & (value - 1):
                 raise ValueError(f"{name}: expected a power of two, got {value}")
+        if lanes > max(1, burst_bits // word_bits):
+            raise ValueError(f"lanes: {lanes} words a beat, but a {burst_bits}-bit burst holds "
+                             f"{burst_bits // word_bits} {word_bits}-bit words")
 
     def __init__(self, *, word_bits: int, burst_bits: int, addr_bits: int, length_bits: int,
-                 inflight: int = 8):
+                 inflight: int = 8, lanes: int = 1):
         self._w, self._b = word_bits, burst_bits
         self._addr_bits, self._length_bits, self._inflight = addr_bits, length_bits, inflight
+        self._lanes = lanes
+        beat = unsigned(word_bits) if lanes == 1 else word_beat_layout(word_bits, lanes)
         super().__init__({
             "rd_req": In(stream.Signature(hb_read_layout())),
-            "rd_data": Out(stream.Signature(unsigned(word_bits))),
+            "rd_data": Out(stream.Signature(beat)),
             "wr": In(stream.Signature(word_write_layout(word_bits))),
             "req": Out(stream.Signature(request_layout(addr_bits, length_bits))),
             "wdata": Out(stream.Signature(unsigned(burst_bits))),
@@ -111,6 +135,11 @@ class DramWordPort(CheckedComponent):
     @property
     def burst_bits(self) -> int:
         return self._b
+
+    @property
+    def lanes(self) -> int:
+        """Words per ``rd_data`` beat at most."""
+        return self._lanes
 
     @property
     def words_per_burst(self) -> int:
@@ -174,21 +203,34 @@ class DramWordPort(CheckedComponent):
             j = Signal(max(1, lkb))
             cnt = Signal(WORDS_BITS)
             jeff = Mux(cnt == 0, head.skip, j)
-            m.d.comb += [
-                self.rd_data.valid.eq(self.rdata.valid & inflight.r_rdy),
-                self.rd_data.payload.eq(self.rdata.payload.word_select(jeff, W)),
-            ]
+            m.d.comb += self.rd_data.valid.eq(self.rdata.valid & inflight.r_rdy)
+            L = self._lanes
+            if L == 1:
+                n_out = 1
+                m.d.comb += self.rd_data.payload.eq(self.rdata.payload.word_select(jeff, W))
+            else:
+                # golden word_beats: min(lanes - cnt % lanes, kb - jeff, words - cnt)
+                n_out = Signal(range(L + 1))
+                to_lane = L - cnt[:_log2(L)]
+                to_burst = kb - jeff
+                left = head.words - cnt
+                lb = Mux(to_burst < to_lane, to_burst, to_lane)
+                m.d.comb += n_out.eq(Mux(left < lb, left, lb))
+                m.d.comb += self.rd_data.payload.words.eq(n_out)
+                for i in range(L):
+                    m.d.comb += self.rd_data.payload.data.word_select(i, W).eq(
+                        self.rdata.payload.word_select(jeff + i, W))
             with m.If(self.rd_data.valid & self.rd_data.ready):
-                with m.If(cnt + 1 == head.words):
+                with m.If(cnt + n_out == head.words):
                     m.d.comb += [inflight.r_en.eq(1), self.rdata.ready.eq(1)]
                     m.d.sync += [cnt.eq(0), j.eq(0)]
                 with m.Else():
-                    m.d.sync += cnt.eq(cnt + 1)
-                    with m.If(jeff == kb - 1):
+                    m.d.sync += cnt.eq(cnt + n_out)
+                    with m.If(jeff + n_out == kb):
                         m.d.comb += self.rdata.ready.eq(1)
                         m.d.sync += j.eq(0)
                     with m.Else():
-                        m.d.sync += j.eq(jeff + 1)
+                        m.d.sync += j.eq(jeff + n_out)
         else:
             m.d.comb += [
                 rd_req.write.eq(0),

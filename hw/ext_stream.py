@@ -25,6 +25,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..sw.golden.ring import ring_geometry
 from .checked import CheckedComponent
+from .dram_port import word_beat_layout
 from .load_router import ADDR_BITS, WORDS_BITS, hb_read_layout
 from .ring import ring_flit_layout
 
@@ -52,13 +53,16 @@ class ExtStreamer(CheckedComponent):
     rd_req : Out, :func:`elmoe3d.hw.load_router.hb_read_layout`
         One word read per descriptor (to :class:`elmoe3d.hw.dram_port.DramWordPort` of the
         LPDDR5 controller).
-    rd_data : In, W bits
-        The words read, in order.
+    rd_data : In, W bits (``lanes`` = 1) or :func:`elmoe3d.hw.dram_port.word_beat_layout`
+        The words read, in order: one a beat, or up to ``lanes`` a beat cut as
+        :func:`elmoe3d.sw.golden.ring.word_beats` (a beat never crosses a multiple of
+        ``lanes`` words from the descriptor's first word, so it never straddles a flit).
     inject : Out, :func:`elmoe3d.hw.ring.ring_flit_layout`
         Flits into the streamline ring.
 
-    Throughput: one flit per cycle (a flit of ``k`` words takes ``k`` cycles to fill when a
-    flit holds several words; one word per ``flits_per_word`` cycles otherwise). Latency:
+    Throughput: one flit per cycle (a flit of ``k`` words takes ``k / lanes`` beats to fill
+    when a flit holds several words, ``k`` cycles at one word a beat; one word per
+    ``flits_per_word`` cycles otherwise). Latency:
     :attr:`latency` = 1 cycle from the last word of a flit on ``rd_data`` to the flit on
     ``inject``.
 
@@ -68,6 +72,9 @@ class ExtStreamer(CheckedComponent):
         As :class:`elmoe3d.hw.ring.StreamlineRing`.
     inflight : int
         Descriptors read and not yet streamed out (>= 1).
+    lanes : int
+        Words per ``rd_data`` beat at most: 1, or a power of two dividing
+        ``words_per_flit`` (the small die at 8 EXT channels: 2, a flit a cycle).
 
     Raises
     ------
@@ -76,26 +83,30 @@ class ExtStreamer(CheckedComponent):
     """
 
     @classmethod
-    def check(cls, *, pes, word_bits, flit_bytes, stream_bits, inflight):
+    def check(cls, *, pes, word_bits, flit_bytes, stream_bits, inflight, lanes=1):
         """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`):
         raises before the object exists."""
         for name, value, lo in (("pes", pes, 1), ("stream_bits", stream_bits, 1),
-                                ("inflight", inflight, 1)):
+                                ("inflight", inflight, 1), ("lanes", lanes, 1)):
             if not isinstance(value, int) or isinstance(value, bool) or value < lo:
                 raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
-        ring_geometry(word_bits=word_bits, flit_bytes=flit_bytes)
+        per, _ = ring_geometry(word_bits=word_bits, flit_bytes=flit_bytes)
+        if lanes & (lanes - 1) or per % lanes:
+            raise ValueError(f"lanes: expected a power of two dividing the {per} words of a "
+                             f"flit, got {lanes}")
 
     def __init__(self, *, pes: int, word_bits: int, flit_bytes: int, stream_bits: int,
-                 inflight: int = 4):
+                 inflight: int = 4, lanes: int = 1):
         self._per, self._span = ring_geometry(word_bits=word_bits, flit_bytes=flit_bytes)
         self._pes, self._w, self._fb, self._sb = pes, word_bits, flit_bytes, stream_bits
-        self._inflight = inflight
+        self._inflight, self._lanes = inflight, lanes
+        beat = unsigned(word_bits) if lanes == 1 else word_beat_layout(word_bits, lanes)
         self._flit = ring_flit_layout(pes=pes, word_bits=word_bits, flit_bytes=flit_bytes,
                                       stream_bits=stream_bits)
         super().__init__({
             "desc": In(stream.Signature(ext_read_layout(pes))),
             "rd_req": Out(stream.Signature(hb_read_layout())),
-            "rd_data": In(stream.Signature(unsigned(word_bits))),
+            "rd_data": In(stream.Signature(beat)),
             "inject": Out(stream.Signature(self._flit)),
         })
 
@@ -104,6 +115,7 @@ class ExtStreamer(CheckedComponent):
     flit_bytes = property(lambda self: self._fb)
     stream_bits = property(lambda self: self._sb)
     inflight = property(lambda self: self._inflight)
+    lanes = property(lambda self: self._lanes, doc="Words per ``rd_data`` beat at most.")
     words_per_flit = property(lambda self: self._per)
     flits_per_word = property(lambda self: self._span)
     latency = property(lambda self: 1, doc="Cycles from a flit's last word to the flit.")
@@ -137,28 +149,38 @@ class ExtStreamer(CheckedComponent):
         m.d.comb += [self.inject.valid.eq(o_valid), self.inject.payload.eq(o_flit)]
         with m.If(self.inject.valid & self.inject.ready):
             m.d.sync += o_valid.eq(0)
-        last_word = cnt + 1 == head.words
+        L = self._lanes
+        if L == 1:
+            n_in, beat = 1, self.rd_data.payload
+        else:
+            n_in, beat = self.rd_data.payload.words, self.rd_data.payload.data
+        last_word = cnt + n_in == head.words
         if span == 1:
             buf = Signal(FB)
             fill = Signal(range(per + 1))            # words in buf
             take = Signal()
-            full = (fill + 1 == per) | last_word     # this word completes a flit
+            full = (fill + n_in == per) | last_word  # this beat completes a flit
             m.d.comb += [take.eq(self.rd_data.valid & q.r_rdy & (~full | o_free)),
                          self.rd_data.ready.eq(take)]
             word_in = Signal(FB)
             m.d.comb += word_in.eq(buf)
-            if per > 1:
-                m.d.comb += word_in.word_select(fill, W).eq(self.rd_data.payload)
+            if per > 1 and L == 1:
+                m.d.comb += word_in.word_select(fill, W).eq(beat)
+            elif per > 1:
+                for i in range(L):                   # beat slot i -> flit slot fill + i
+                    with m.If(i < n_in):
+                        m.d.comb += word_in.word_select(fill + i, W).eq(
+                            beat.word_select(i, W))
             else:
-                m.d.comb += word_in.eq(self.rd_data.payload)
+                m.d.comb += word_in.eq(beat)
             with m.If(take):
                 with m.If(full):
                     m.d.sync += [o_valid.eq(1), o_flit.data.eq(word_in),
                                  o_flit.dst_mask.eq(head.dst_mask), o_flit.stream.eq(head.stream),
-                                 o_flit.last.eq(last_word), o_flit.words.eq(fill + 1),
+                                 o_flit.last.eq(last_word), o_flit.words.eq(fill + n_in),
                                  fill.eq(0), buf.eq(0)]
                 with m.Else():
-                    m.d.sync += [buf.eq(word_in), fill.eq(fill + 1)]
+                    m.d.sync += [buf.eq(word_in), fill.eq(fill + n_in)]
         else:
             part = Signal(range(span))
             take = Signal()
@@ -176,5 +198,5 @@ class ExtStreamer(CheckedComponent):
                 m.d.comb += q.r_en.eq(1)
                 m.d.sync += cnt.eq(0)
             with m.Else():
-                m.d.sync += cnt.eq(cnt + 1)
+                m.d.sync += cnt.eq(cnt + n_in)
         return m

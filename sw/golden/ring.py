@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-__all__ = ["RingFlit", "ring_geometry", "ring_flits", "ref_ring", "ref_ring_streams"]
+__all__ = ["RingFlit", "ring_geometry", "ring_flits", "word_beats", "ref_ring", "ref_ring_streams"]
 
 
 def ring_geometry(*, word_bits: int, flit_bytes: int) -> tuple[int, int]:
@@ -106,6 +106,30 @@ def ring_flits(words, dst_mask: int, *, word_bits: int, flit_bytes: int, stream:
         f = flits[-1]
         flits[-1] = RingFlit(f.data, f.dst_mask, f.stream, True, f.words)
     return flits
+
+
+def word_beats(addr: int, words: int, *, words_per_burst: int, lanes: int) -> list[int]:
+    """How a DRAM word port with ``lanes`` words per beat (:class:`elmoe3d.hw.dram_port.
+    DramWordPort`, ``lanes``) hands over a read of ``words`` words from word address ``addr``
+    out of bursts of ``words_per_burst`` words: the word counts of its beats, in order. A beat
+    holds consecutive words of one burst and never crosses a multiple of ``lanes`` words
+    counted from the read's first word, so a flit of ``words_per_flit`` words (a multiple of
+    ``lanes``, :func:`ring_flits`) is filled by whole beats: beat k holds ``min(lanes - c %
+    lanes, words_per_burst - (addr + c) % words_per_burst, words - c)`` words, ``c`` the
+    words before it. ``lanes = 1``: a word per beat. ValueError naming the argument for a
+    count below 1 (``words`` below 0) or ``lanes`` not a power of two."""
+    for name, v, lo in (("addr", addr, 0), ("words", words, 0),
+                        ("words_per_burst", words_per_burst, 1), ("lanes", lanes, 1)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+            raise ValueError(f"{name}: expected an integer >= {lo}, got {v!r}")
+    if lanes & (lanes - 1):
+        raise ValueError(f"lanes: expected a power of two, got {lanes}")
+    beats, c = [], 0
+    while c < words:
+        n = min(lanes - c % lanes, words_per_burst - (addr + c) % words_per_burst, words - c)
+        beats.append(n)
+        c += n
+    return beats
 
 
 def _deliver(flits, *, pes, word_bits, flit_bytes):

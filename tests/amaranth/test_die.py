@@ -74,6 +74,7 @@ def test_small_die_elaborates():
     assert (die.ext_channels, die.link_buffer_words, die.o_latency) == (2, 64, 1)
     assert (die.queue_latency, die.errors_latency, die.link_error_latency) == (1, 1, 2)
     assert die.ext_stripe_bytes == 2 * SMALL.ext.burst_bytes
+    assert die.ext_lanes == die.ext_port.lanes == die.streamer.lanes == 1   # a 64 B stripe
     Fragment.get(die, None)
     names = set(die.signature.members)
     assert {"host_cmd", "cmd_room", "host_dma", "dma_room", "o", "errors", "errors_clear",
@@ -99,6 +100,7 @@ def test_paper_dies_elaborate(name):
         assert die._hb_ports[0].bursts_per_word == 4
         assert die._ext_port.bursts_per_word == 2
         assert die._streamer.flits_per_word == 4
+        assert die.ext_lanes == 1                    # a word spans flits
         for block in (die.router, die._hb_ports[0], die._ext_port, die._streamer):
             Fragment.get(block, None)
         # the rest (PEs, controllers, links, ring, queues) are elaborated by their own tests
@@ -111,6 +113,22 @@ def test_paper_dies_elaborate(name):
         subs = [m.submodules[name] for name in names]
         assert len({id(s) for s in subs}) == len(names) == 4 * arch.pes + arch.groups + 4
         del die, m, subs, block                 # the rest: inspected only, dropped here
+
+
+def test_ext_lanes():
+    """The LPDDR5 word port and the streamer move ``ext_lanes`` words a cycle: by default a
+    flit (2 words) on the small die at 8 channels (4-word stripes), 1 at 2 channels; set, the
+    value is used (1: the one-word path) or refused by name."""
+    with inspection():
+        assert LogicDie.ext_lanes_of(SMALL, 8) == 2 and LogicDie.ext_lanes_of(SMALL, 2) == 1
+        die = LogicDie(config=SMALL, ext_channels=8)
+        assert (die.ext_lanes, die.ext_port.lanes, die.streamer.lanes) == (2, 2, 2)
+        assert LogicDie(config=SMALL, ext_channels=8, ext_lanes=1).ext_lanes == 1
+        with pytest.raises(ValueError, match="ext_lanes"):
+            LogicDie(config=SMALL, ext_lanes=0)
+        with pytest.raises(ValueError, match="lanes"):
+            LogicDie(config=SMALL, ext_channels=2, ext_lanes=2)
+        del die
 
 
 #: Cycles the die test watches a set flag (it must stay set) before the host clears it.

@@ -11,16 +11,19 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from elmoe3d.hw.dram_port import DramWordPort
+from elmoe3d.sw.golden.ring import word_beats
 
 
 def burst_init(addr, bits):
     return random.Random(addr * 31 + 5).getrandbits(bits)
 
 
-def run_port(W, B, writes, reads, *, seed, stall):
+def run_port(W, B, writes, reads, *, seed, stall, lanes=1):
     """``writes``: list of (word addr, word); ``reads``: list of (addr, n). Returns the words
-    read and the controller's request log."""
-    dut = DramWordPort(word_bits=W, burst_bits=B, addr_bits=16, length_bits=12, inflight=3)
+    read (``lanes`` > 1: the beats, ``(words, [slot words])``) and the controller's request
+    log."""
+    dut = DramWordPort(word_bits=W, burst_bits=B, addr_bits=16, length_bits=12, inflight=3,
+                       lanes=lanes)
     rng = random.Random(seed)
     mem = {}                                   # burst addr -> burst (written)
     out = {"rd": [], "reqs": []}
@@ -65,7 +68,13 @@ def run_port(W, B, writes, reads, *, seed, stall):
                 ops.append([bool(p.write), int(p.addr), int(p.length), 0])
                 out["reqs"].append((bool(p.write), int(p.addr), int(p.length)))
             if ctx.get(dut.rd_data.valid) and ctx.get(dut.rd_data.ready):
-                out["rd"].append(ctx.get(dut.rd_data.payload))
+                beat = ctx.get(dut.rd_data.payload)
+                if lanes == 1:
+                    out["rd"].append(beat)
+                else:
+                    n = int(beat.words)
+                    out["rd"].append((n, [(int(beat.data) >> (W * i)) & ((1 << W) - 1)
+                                          for i in range(n)]))
             if head is not None:
                 if head[0] and wready and ctx.get(dut.wdata.valid):
                     mem[head[1] + head[3]] = ctx.get(dut.wdata.payload)
@@ -85,7 +94,8 @@ def run_port(W, B, writes, reads, *, seed, stall):
                 ri += 1
             if wi == len(writes) and not ops and pend_wr is None:
                 phase_reads = True
-            if phase_reads and ri == len(reads) and len(out["rd"]) == n_rd and not ops:
+            got = len(out["rd"]) if lanes == 1 else sum(n for n, _ in out["rd"])
+            if phase_reads and ri == len(reads) and got == n_rd and not ops:
                 break
             await ctx.tick()
             cycle += 1
@@ -144,6 +154,39 @@ def test_writes_then_reads(W, B, stall):
     assert len(rd_reqs) == len(reads)
 
 
+@pytest.mark.parametrize("W,B,lanes", [(64, 256, 2), (64, 256, 4), (32, 128, 2)])
+@pytest.mark.parametrize("stall", [0.0, 0.4])
+def test_wide_reads(W, B, lanes, stall):
+    """``lanes`` words a beat: the beats cut as the golden word_beats (every read at every
+    offset in a burst, odd and even lengths), their words the memory's, by plain equality."""
+    seed = W * 100 + B + lanes + int(stall * 10)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    kb = B // W
+    reads = [(rng.randrange(0, 100) * kb + off, rng.randint(1, 11)) for off in range(kb)
+             for _ in range(3)]
+    rng.shuffle(reads)
+    out, _ = run_port(W, B, [], reads, seed=seed, stall=stall, lanes=lanes)
+    model = word_model(W, B, [])
+    want_counts = [n for a, k in reads for n in word_beats(a, k, words_per_burst=kb,
+                                                              lanes=lanes)]
+    assert [n for n, _ in out["rd"]] == want_counts
+    assert [w for _, ws in out["rd"] for w in ws] == \
+        [model(a + k) for a, n in reads for k in range(n)]
+    if stall == 0.0 and lanes == 2:
+        assert max(want_counts) == 2
+
+
+def test_word_beats_rule():
+    assert word_beats(0, 8, words_per_burst=4, lanes=2) == [2, 2, 2, 2]
+    assert word_beats(1, 6, words_per_burst=4, lanes=2) == [2, 1, 1, 2]
+    assert word_beats(3, 3, words_per_burst=4, lanes=4) == [1, 2]
+    assert word_beats(5, 3, words_per_burst=1, lanes=1) == [1, 1, 1]
+    assert word_beats(0, 0, words_per_burst=4, lanes=2) == []
+    with pytest.raises(ValueError, match="lanes"):
+        word_beats(0, 4, words_per_burst=4, lanes=3)
+
+
 def test_parameters():
     p = DramWordPort(word_bits=512, burst_bits=1024, addr_bits=20, length_bits=16)
     assert (p.words_per_burst, p.bursts_per_word, p.latency) == (2, 1, 0)
@@ -155,3 +198,10 @@ def test_parameters():
         DramWordPort(word_bits=96, burst_bits=128, addr_bits=8, length_bits=8)
     with pytest.raises(ValueError, match="inflight"):
         DramWordPort(word_bits=64, burst_bits=128, addr_bits=8, length_bits=8, inflight=0)
+    w = DramWordPort(word_bits=512, burst_bits=2048, addr_bits=20, length_bits=16, lanes=2)
+    assert (w.lanes, w.words_per_burst) == (2, 4)
+    Fragment.get(w, None)
+    with pytest.raises(ValueError, match="lanes: 4 words a beat"):
+        DramWordPort(word_bits=512, burst_bits=1024, addr_bits=8, length_bits=8, lanes=4)
+    with pytest.raises(ValueError, match="lanes"):
+        DramWordPort(word_bits=64, burst_bits=256, addr_bits=8, length_bits=8, lanes=3)

@@ -11,22 +11,26 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 from elmoe3d.hw.ext_stream import ExtStreamer, ext_read_layout
-from elmoe3d.sw.golden.ring import RingFlit, ring_flits
+from elmoe3d.sw.golden.ring import RingFlit, ring_flits, word_beats
 
 
 def mem_word(a, W):
     return random.Random(a * 13 + 1).getrandbits(W)
 
 
-@pytest.mark.parametrize("W,FB", [(512, 128), (64, 64), (64, 8), (256, 8)])
+@pytest.mark.parametrize("W,FB,lanes", [(512, 128, 1), (64, 64, 1), (64, 8, 1), (256, 8, 1),
+                                         (512, 128, 2), (64, 32, 2), (64, 32, 4)])
 @pytest.mark.parametrize("stall", [0.0, 0.4])
-def test_flits_match_golden(W, FB, stall):
-    seed = W + FB + int(10 * stall)
+def test_flits_match_golden(W, FB, lanes, stall):
+    """``lanes`` > 1: the bench hands the words over in beats cut as the golden word_beats
+    from bursts of 4 words (the small die's LPDDR5 port at 8 channels), at every offset."""
+    seed = W + FB + int(10 * stall) + 1000 * (lanes - 1)
     print(f"seed {seed}")
     rng = random.Random(seed)
     pes, sb = 4, 3
     descs = [(rng.randrange(1 << 20), rng.randint(1, 9), rng.randint(1, 15)) for _ in range(10)]
-    dut = ExtStreamer(pes=pes, word_bits=W, flit_bytes=FB, stream_bits=sb, inflight=2)
+    dut = ExtStreamer(pes=pes, word_bits=W, flit_bytes=FB, stream_bits=sb, inflight=2,
+                      lanes=lanes)
     want = []
     for i, (a, n, mask) in enumerate(descs):
         want += ring_flits([mem_word(a + k, W) for k in range(n)], mask, word_bits=W,
@@ -47,14 +51,24 @@ def test_flits_match_golden(W, FB, stall):
             ctx.set(dut.rd_req.ready, rr)
             dv = bool(reads) and reads[0][0] <= cycle
             ctx.set(dut.rd_data.valid, dv)
-            if dv:
+            if dv and lanes == 1:
                 ctx.set(dut.rd_data.payload, reads[0][1])
+            elif dv:
+                ctx.set(dut.rd_data.payload.words, len(reads[0][1]))
+                ctx.set(dut.rd_data.payload.data,
+                        sum(w << (W * i) for i, w in enumerate(reads[0][1])))
             ir = rng.random() >= stall
             ctx.set(dut.inject.ready, ir)
             if ctx.get(dut.rd_req.valid) and rr:
                 p = ctx.get(dut.rd_req.payload)
                 t = cycle + rng.randint(1, 5)
-                reads += [(t, mem_word(int(p.addr) + k, W)) for k in range(int(p.words))]
+                a, k = int(p.addr), 0
+                if lanes == 1:
+                    reads += [(t, mem_word(a + k, W)) for k in range(int(p.words))]
+                else:
+                    for n in word_beats(a, int(p.words), words_per_burst=4, lanes=lanes):
+                        reads.append((t, [mem_word(a + k + i, W) for i in range(n)]))
+                        k += n
             if ctx.get(dut.inject.valid) and ir:
                 f = ctx.get(dut.inject.payload)
                 got.append(RingFlit(int(f.data), int(f.dst_mask), int(f.stream), bool(f.last),
@@ -89,5 +103,11 @@ def test_parameters():
         ExtStreamer(pes=4, word_bits=512, flit_bytes=96, stream_bits=4)
     with pytest.raises(ValueError, match="inflight"):
         ExtStreamer(pes=4, word_bits=512, flit_bytes=128, stream_bits=4, inflight=0)
+    assert ExtStreamer(pes=4, word_bits=512, flit_bytes=128, stream_bits=4, lanes=2).lanes == 2
+    for lanes in (3, 4):
+        with pytest.raises(ValueError, match="lanes"):
+            ExtStreamer(pes=4, word_bits=512, flit_bytes=128, stream_bits=4, lanes=lanes)
+    with pytest.raises(ValueError, match="lanes"):
+        ExtStreamer(pes=16, word_bits=4096, flit_bytes=128, stream_bits=4, lanes=2)
     with pytest.raises(ValueError, match="pes"):
         ext_read_layout(0)

@@ -477,7 +477,8 @@ def test_instance_key_separates_parameters():
                                            "ext_inflight": 6, "ext_window": 3,
                                            "ext_chunk_words": 2,
                                            "router": {"hb_fifo_words": 16,
-                                                      "ext_fifo_words": 12}}])
+                                                      "ext_fifo_words": 12}},
+                                    {"ext_lanes": 1}])
 def test_die_parts_and_figures_without_a_die_match_the_die(kwargs):
     """LogicDie.part (the roll-up's word ports and streamer) and LogicDie.host_figures (the die
     bench's figures), computed without a die, equal those of a die built alike."""
