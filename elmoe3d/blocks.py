@@ -230,6 +230,13 @@ BLOCKS = (
           tests_note="tested as a part of the die: tests/amaranth/test_die_ext_stream.py",
           area_note="in the die roll-up (synth.blocks.DIE_BLOCKS, EXT streamer)",
           doc="docs/memory.md#logic-die"),
+    Block("ext_sched", "EXT admission scheduler: credit-based per-PE admission of EXT read "
+                       "descriptors onto the ring, one per group (Section 4.1)",
+          rtl=("elmoe3d.hw.ext_sched",), tops=("elmoe3d.hw.ext_sched:ExtScheduler",),
+          golden=("elmoe3d.sw.golden.ext_sched",),
+          bench_note=_covered_by("die"),
+          area_note="in the die roll-up (synth.blocks.DIE_BLOCKS, EXT schedulers)",
+          doc="docs/memory.md#logic-die"),
     Block("die", "logic die: PE groups, HB banks, links, ring, EXT controller, host queues "
                  "(Section 4.1, Fig. 6)",
           rtl=("elmoe3d.hw.die", "elmoe3d.hw.die_layouts"), tops=("elmoe3d.hw.die:LogicDie",),

@@ -149,6 +149,8 @@ DIE_BLOCKS = [
              lambda a, c: c.part("ext_port", config=a), lambda a: 1),
     DieBlock("EXT streamer", "elmoe3d.hw.die:LogicDie",
              lambda a, c: c.part("streamer", config=a), lambda a: 1),
+    DieBlock("EXT schedulers", "elmoe3d.hw.die:LogicDie",
+             lambda a, c: c.part("ext_sched", config=a), lambda a: a.groups),
 ]
 
 

@@ -217,8 +217,8 @@ def test_departures_are_the_known_ones():
         "unit_pe", "fixed", "load_router", "dram_port", "ext_stream", "die", "uart", "pll",
         "board"}
     assert {b.name for b in BLOCKS if b.bench_note} == {
-        "unit_pe", "fixed", "vpu", "load_router", "dram_port", "ext_stream", "bridge", "uart",
-        "pll"}
+        "unit_pe", "fixed", "vpu", "load_router", "dram_port", "ext_stream", "ext_sched",
+        "bridge", "uart", "pll"}
     assert {b.name for b in BLOCKS if b.tests_note} == {"pe", "dram_port", "ext_stream", "pll"}
 
 

@@ -500,6 +500,24 @@ def test_die_parts_and_figures_without_a_die_match_the_die(kwargs):
         del die
 
 
+def test_die_blocks_build_every_die_part():
+    """The roll-up's die registry (DIE_BLOCKS) builds every LogicDie part as the die has it
+    and counts it as often: the HB word ports per PE, the EXT schedulers per group."""
+    from elmoe3d.hw.die import LogicDie
+    from elmoe3d.synth.blocks import DIE_BLOCKS, resolve
+    arch = preset("small")
+    blocks = {blk.label: blk for blk in DIE_BLOCKS}
+    with inspection():
+        for label, name, count in (("HB word ports", "hb_port", arch.pes),
+                                   ("EXT word port", "ext_port", 1),
+                                   ("EXT streamer", "streamer", 1),
+                                   ("EXT schedulers", "ext_sched", arch.groups)):
+            blk = blocks[label]
+            built = blk.build(arch, resolve(blk.path))
+            assert instance_key(built) == instance_key(LogicDie.part(name, config=arch)), label
+            assert blk.count(arch) == count, label
+
+
 def test_private_amaranth_names_still_exist():
     """The private Amaranth names hollowing needs (synth.amaranth_internals) exist in this
     Amaranth; a newer one without them fails here, naming the attribute."""
