@@ -61,9 +61,10 @@ tokens. A group that only takes pool writes has no head (its writes wait for no 
 the first): none of these. Against the die bench (``elmoe3d.sim.bench_die.perf_cycles``,
 ``docs/host.md`` section 7) the die feed is within 5% per step kind, summed over its 1-, 4-
 and 16-token batches (-3.3% draft, -4.9% verify; -1.5% to -7.6% a batch), on the bench's 2
-EXT channels; with 8 the die's verify is 18-25% slower than the model (the die's EXT word port
-and streamer move one 64 B word per cycle, 62.5% of the 8 channels' peak, which this model's
-``min(EXT, streamline)`` does not see; ``docs/host.md`` section 7).
+EXT channels; with 8 the die's verify is 7-21% slower than the model (16.1% summed), where the
+model is compute-bound: its compute term is each PE's program alone, and the die's PEs wait on
+their group's link and for their first EXT words, which this model does not see
+(``docs/host.md`` section 7).
 
 Energy:
 :meth:`~elmoe3d.config.ArchConfig.access_energy_pj` of the HB (read + written) and EXT bytes:
