@@ -103,7 +103,9 @@ def test_parameters():
         ExtStreamer(pes=4, word_bits=512, flit_bytes=96, stream_bits=4)
     with pytest.raises(ValueError, match="inflight"):
         ExtStreamer(pes=4, word_bits=512, flit_bytes=128, stream_bits=4, inflight=0)
-    assert ExtStreamer(pes=4, word_bits=512, flit_bytes=128, stream_bits=4, lanes=2).lanes == 2
+    wide = ExtStreamer(pes=4, word_bits=512, flit_bytes=128, stream_bits=4, lanes=2)
+    assert wide.lanes == 2
+    Fragment.get(wide, None)
     for lanes in (3, 4):
         with pytest.raises(ValueError, match="lanes"):
             ExtStreamer(pes=4, word_bits=512, flit_bytes=128, stream_bits=4, lanes=lanes)
