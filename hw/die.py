@@ -74,8 +74,9 @@ class LogicDie(wiring.Component):
     host_cmd : In stream, :func:`host_cmd_layout`
         PE commands (to PE ``index``'s command queue, :attr:`cmd_queue_depth` commands),
         link descriptors (to group ``index``'s queue, :attr:`link_queue_depth`) and EXT read
-        descriptors (to group ``index``'s EXT queue, :attr:`ext_queue_depth`; of ``dst_mask``
-        only that group's PEs' bits are used). A beat is taken in a cycle where its queue's
+        descriptors (to group ``index``'s EXT queue, :attr:`ext_queue_depth`; EXT multicast is
+        within a group: a ``dst_mask`` that is empty or names a PE of another group is taken
+        and dropped, nothing read, and sets ``errors.ext_bad_mask``). A beat is taken in a cycle where its queue's
         ``cmd_room`` bit is 1 (``host_cmd.ready`` is that bit), so a host that offers only
         beats of queues with room never blocks one queue behind another. A room bit falls only
         when a beat enters its queue.
@@ -93,8 +94,9 @@ class LogicDie(wiring.Component):
         :attr:`o_latency` = 1 cycle); a PE's beats keep their order.
     errors : Out :func:`die_errors_layout`
         Sticky error flags the host reads: bit 0 (``cmd_index``) a ``host_cmd`` beat named a
-        PE or group that does not exist; bit 1 (``dma_pe``) a ``host_dma`` beat did (the beat
-        is taken and dropped); then per group the aggregation links' ``bad_desc`` and
+        PE or group that does not exist; bit 1 (``dma_pe``) a ``host_dma`` beat did; bit 2
+        (``ext_bad_mask``) an EXT beat's ``dst_mask`` was empty or left its group (the beat is
+        taken and dropped); then per group the aggregation links' ``bad_desc`` and
         ``bad_length``, per PE its HB controller's and per channel the LPDDR5 controller's
         ``refresh_overflow`` (the blocks' own flags, wired through). Each bit stays set until
         the host clears it (or a reset); a ``*_refresh`` bit is set again in every cycle its
@@ -512,9 +514,19 @@ class LogicDie(wiring.Component):
         is_link = hc.queue == HostQueue.LINK
         is_ext = hc.queue == HostQueue.EXT
         in_range = Mux(is_pe, hc.index < P, Mux(is_link | is_ext, hc.index < NG, 0))
+        # an EXT beat's mask: non-empty and within its group (EXT multicast is group-local)
+        ext_mask = hc.body.ext.dst_mask
+        mask_ok = Signal()
+        for g in range(NG):
+            with m.If(hc.index == g):
+                own_bits = ((1 << G) - 1) << (g * G)
+                m.d.comb += mask_ok.eq(((ext_mask & own_bits) != 0)
+                                       & ((ext_mask & ~Const(own_bits, P)) == 0))
+        bad_mask = is_ext & in_range & ~mask_ok
+        accept = in_range & ~bad_mask
         qbit = Mux(is_pe, hc.index, Mux(is_link, P + hc.index, P + NG + hc.index))
-        m.d.comb += self.host_cmd.ready.eq(Mux(in_range, room.bit_select(qbit, 1), 1))
-        put = self.host_cmd.valid & self.host_cmd.ready & in_range
+        m.d.comb += self.host_cmd.ready.eq(Mux(accept, room.bit_select(qbit, 1), 1))
+        put = self.host_cmd.valid & self.host_cmd.ready & accept
         for p, q in enumerate(cmd_q):
             m.d.comb += [q.w_data.eq(hc.body.cmd.as_value()),
                          q.w_en.eq(put & is_pe & (hc.index == p))]
@@ -540,7 +552,8 @@ class LogicDie(wiring.Component):
         err, clr = self.errors, self.errors_clear
         own = Signal(_own_errors_layout())
         sticky_flags(m, own, set_={"cmd_index": self.host_cmd.valid & ~in_range,
-                                   "dma_pe": self.host_dma.valid & ~d_in_range},
+                                   "dma_pe": self.host_dma.valid & ~d_in_range,
+                                   "ext_bad_mask": self.host_cmd.valid & bad_mask},
                      clear={name: clr[name] for name, _ in _own_errors_layout()})
         m.d.comb += [err[name].eq(own[name]) for name, _ in _own_errors_layout()]
         blocks = {"link": self._links, "hb": self._hb, "ext": [self._ext]}

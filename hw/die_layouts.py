@@ -130,7 +130,7 @@ def die_errors_layout(arch: ArchConfig, ext_channels: int | None = None) -> data
     """The die's sticky error flags (``errors``; ``errors_clear`` has the same layout, a
     write-1-to-clear strobe per bit). Bit ``g`` of a G-bit field is group ``g``, bit ``p`` of
     a P-bit field die PE ``p``, bit ``c`` of ``ext_refresh`` LPDDR5 channel ``c``
-    (``ext_channels``, default ``arch.ext_channels``). Bits 0 and 1 are the die's own.
+    (``ext_channels``, default ``arch.ext_channels``). Bits 0 to 2 are the die's own.
 
     Fields
     ------
@@ -138,6 +138,9 @@ def die_errors_layout(arch: ArchConfig, ext_channels: int | None = None) -> data
         A ``host_cmd`` beat named a PE or group that does not exist (taken and dropped).
     dma_pe : 1
         A ``host_dma`` beat named a PE that does not exist (taken and dropped).
+    ext_bad_mask : 1
+        An EXT ``host_cmd`` beat for group ``g`` whose ``dst_mask`` is empty or names a PE
+        outside group ``g`` (EXT multicast is within a group): taken and dropped, nothing read.
     link_bad_desc : unsigned(groups)
         Group ``g``'s aggregation link rejected a descriptor (``chunk`` = 0, an empty mask,
         BYPASS with several sources: dropped, no word moved;
@@ -167,8 +170,9 @@ def die_errors_layout(arch: ArchConfig, ext_channels: int | None = None) -> data
 
 
 def _own_errors_layout() -> data.StructLayout:
-    """The die's own flags, bits 0 and 1 of :func:`die_errors_layout`."""
-    return data.StructLayout({"cmd_index": unsigned(1), "dma_pe": unsigned(1)})
+    """The die's own flags, bits 0 to 2 of :func:`die_errors_layout`."""
+    return data.StructLayout({"cmd_index": unsigned(1), "dma_pe": unsigned(1),
+                              "ext_bad_mask": unsigned(1)})
 
 
 #: The blocks' flags in :func:`die_errors_layout`, in bit order: per kind of block (links per

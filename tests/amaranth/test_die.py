@@ -180,8 +180,8 @@ def test_errors_output_reflects_the_blocks_sticky_flags():
     interval = math.ceil(ext.refresh_interval_ck * die._ext.channel.tck_logic)   # cycles
     E = die_errors_layout(arch, 2)
     assert [(n, f.offset, f.width) for n, f in E] == [
-        ("cmd_index", 0, 1), ("dma_pe", 1, 1), ("link_bad_desc", 2, 2),
-        ("link_bad_length", 4, 2), ("hb_refresh", 6, 4), ("ext_refresh", 10, 2)]
+        ("cmd_index", 0, 1), ("dma_pe", 1, 1), ("ext_bad_mask", 2, 1), ("link_bad_desc", 3, 2),
+        ("link_bad_length", 5, 2), ("hb_refresh", 7, 4), ("ext_refresh", 11, 2)]
     lat, G = die.errors_latency, arch.pes_per_group
     C = host_cmd_layout(arch)
     L = link_op_layout(G)
@@ -299,7 +299,7 @@ def test_errors_output_reflects_the_blocks_sticky_flags():
     k = marks["bad_length clear"]
     assert field("link_bad_length", rise, k + lat) == {0b01}, "group 0's bit only, sticky"
     assert field("link_bad_length", k + lat) == {0}, "not cleared for good"
-    for name in ("cmd_index", "dma_pe", "hb_refresh", "ext_refresh"):
+    for name in ("cmd_index", "dma_pe", "ext_bad_mask", "hb_refresh", "ext_refresh"):
         assert field(name, 0, marks["hb"]) == {0}, name
     for what, bit in (("hb", flags(hb_refresh=0b0100)), ("ext", flags(ext_refresh=0b10))):
         k = marks[what + " clear"]
@@ -312,3 +312,60 @@ def test_errors_output_reflects_the_blocks_sticky_flags():
     credits, chunk = die.ext_fifo_words, die.ext_chunk_words
     assert ext_words[0] == credits - credits % chunk, \
         f"{ext_words[0]} EXT words reached PE 2, not its credits in whole chunks"
+
+
+def test_ext_bad_mask_is_flagged_and_dropped():
+    """An EXT beat for group g whose ``dst_mask`` is empty or names a PE of another group
+    (EXT multicast is within a group) is taken, sets ``errors.ext_bad_mask`` (sticky, cleared
+    by its strobe) and is dropped: group g's scheduler never sees it and nothing is read. A
+    good beat after it is queued and flags nothing."""
+    from amaranth.sim import Simulator
+
+    arch = SMALL                                 # 4 PEs, 2 groups of 2
+    die = LogicDie(config=arch, ext_channels=2)
+    E = die_errors_layout(arch, 2)
+    C = host_cmd_layout(arch)
+    X = ext_read_layout(arch.pes)
+
+    def ext_beat(group, mask):
+        return C.const({"queue": HostQueue.EXT, "index": group, "body": {"ext": X.const(
+            {"addr": 0, "words": 8, "dst_mask": mask})}}).as_bits()
+
+    bad = [ext_beat(1, 0), ext_beat(1, 0b0001), ext_beat(0, 0b0101), ext_beat(0, 0b1000)]
+    seen = {"desc": 0, "errors": [], "taken": 0}
+
+    async def bench(ctx):
+        for beat in bad:
+            ctx.set(die.host_cmd.valid, 1)
+            ctx.set(die.host_cmd.payload.as_value(), beat)
+            assert ctx.get(die.host_cmd.ready), "a bad-mask beat is taken at once"
+            await ctx.tick()
+            ctx.set(die.host_cmd.valid, 0)
+            for _ in range(3):
+                for s in die._ext_sched:
+                    seen["desc"] |= ctx.get(s.desc.valid)
+                seen["errors"].append(ctx.get(die.errors.as_value()))
+                await ctx.tick()
+            ctx.set(die.errors_clear.as_value(), E.const({"ext_bad_mask": 1}).as_bits())
+            await ctx.tick()
+            ctx.set(die.errors_clear.as_value(), 0)
+            await ctx.tick()
+            assert ctx.get(die.errors.as_value()) == 0, "the clear did not clear it"
+        # a good beat: queued for group 1, no flag
+        ctx.set(die.host_cmd.valid, 1)
+        ctx.set(die.host_cmd.payload.as_value(), ext_beat(1, 0b1100))
+        await ctx.tick()
+        ctx.set(die.host_cmd.valid, 0)
+        for _ in range(3):
+            seen["taken"] |= ctx.get(die._ext_sched[1].desc.valid)
+            assert ctx.get(die.errors.as_value()) == 0
+            await ctx.tick()
+
+    sim = Simulator(die)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    flag = E.const({"ext_bad_mask": 1}).as_bits()
+    assert set(seen["errors"]) == {flag}, "not exactly ext_bad_mask, sticky"
+    assert not seen["desc"], "a bad-mask beat reached a scheduler"
+    assert seen["taken"], "the good beat did not reach group 1's scheduler"
