@@ -98,7 +98,8 @@ class LogicDie(wiring.Component):
         (``ext_bad_mask``) an EXT beat's ``dst_mask`` was empty or left its group (the beat is
         taken and dropped); then per group the aggregation links' ``bad_desc`` and
         ``bad_length``, per PE its HB controller's and per channel the LPDDR5 controller's
-        ``refresh_overflow`` (the blocks' own flags, wired through). Each bit stays set until
+        ``refresh_overflow``, per group its EXT scheduler's ``bad_credit`` (the blocks' own
+        flags, wired through). Each bit stays set until
         the host clears it (or a reset); a ``*_refresh`` bit is set again in every cycle its
         controller's debt is still at the limit (a level), so a clear meanwhile is lost.
     errors_clear : In :func:`die_errors_layout`
@@ -556,7 +557,8 @@ class LogicDie(wiring.Component):
                                    "ext_bad_mask": self.host_cmd.valid & bad_mask},
                      clear={name: clr[name] for name, _ in _own_errors_layout()})
         m.d.comb += [err[name].eq(own[name]) for name, _ in _own_errors_layout()]
-        blocks = {"link": self._links, "hb": self._hb, "ext": [self._ext]}
+        blocks = {"link": self._links, "hb": self._hb, "ext": [self._ext],
+                  "ext_sched": self._ext_sched}
         for kind, fields in _BLOCK_ERRORS:
             forward_flags(m, err, clr, blocks[kind], fields)
         for p in range(P):

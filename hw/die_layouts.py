@@ -154,6 +154,9 @@ def die_errors_layout(arch: ArchConfig, ext_channels: int | None = None) -> data
     ext_refresh : unsigned(ext_channels)
         The same for LPDDR5 channel ``c`` (e.g. an EXT read descriptor sent to a PE that never
         loads its words: the ring, then the LPDDR5 read buffer fill up).
+    ext_bad_credit : unsigned(groups)
+        Group ``g``'s EXT scheduler got a credit back for a PE with no outstanding credit
+        (:func:`elmoe3d.hw.ext_sched.ext_sched_errors_layout` ``bad_credit``; refused).
     """
     if not isinstance(arch, ArchConfig):
         raise TypeError(f"arch: expected an ArchConfig, got {type(arch).__name__}")
@@ -161,7 +164,7 @@ def die_errors_layout(arch: ArchConfig, ext_channels: int | None = None) -> data
     if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
         raise ValueError(f"ext_channels: expected a positive integer (an ext_refresh bit per "
                          f"LPDDR5 channel), got {channels!r}")
-    width = {"link": arch.groups, "hb": arch.pes, "ext": channels}
+    width = {"link": arch.groups, "hb": arch.pes, "ext": channels, "ext_sched": arch.groups}
     return data.StructLayout({
         **{name: f.shape for name, f in _own_errors_layout()},
         **{outer: unsigned(width[kind]) for kind, fields in _BLOCK_ERRORS
@@ -176,12 +179,14 @@ def _own_errors_layout() -> data.StructLayout:
 
 
 #: The blocks' flags in :func:`die_errors_layout`, in bit order: per kind of block (links per
-#: group, HB controllers per PE, the LPDDR5 controller) die field -> the block's field, from
+#: group, HB controllers per PE, the LPDDR5 controller, EXT schedulers per group) die field ->
+#: the block's field, from
 #: the blocks' layouts (``link_<name>`` for each link flag).
 _BLOCK_ERRORS = (
     ("link", {f"link_{name}": name for name, _ in link_errors_layout()}),
     ("hb", {"hb_refresh": "refresh_overflow"}),
     ("ext", {"ext_refresh": "refresh_overflow"}),
+    ("ext_sched", {"ext_bad_credit": "bad_credit"}),
 )
 
 

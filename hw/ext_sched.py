@@ -21,10 +21,25 @@ from amaranth.lib.wiring import In, Out
 
 from .checked import CheckedComponent
 from .ext_stream import ext_read_layout
+from .layouts import sticky_flags
 from .load_router import WORDS_BITS
 
 
-__all__ = ["ExtScheduler"]
+__all__ = ["ExtScheduler", "ext_sched_errors_layout"]
+
+
+def ext_sched_errors_layout() -> data.StructLayout:
+    """The EXT scheduler's sticky error flags (``errors``; ``errors_clear`` has the same
+    layout, a write-1-to-clear strobe per bit).
+
+    Fields
+    ------
+    bad_credit : 1
+        A credit came back for a PE whose counter was already full (a word popped that the
+        scheduler never admitted: the golden :class:`~elmoe3d.sw.golden.ext_sched.
+        ExtSchedModel` raises). The counter stays at ``credits`` (saturates, no wrap).
+    """
+    return data.StructLayout({"bad_credit": unsigned(1)})
 
 
 def _check_int(name, value, lo):
@@ -45,7 +60,14 @@ class ExtScheduler(CheckedComponent):
         Chunks of at most ``chunk_words`` words (``addr``, ``words`` >= 1, the descriptor's
         ``dst_mask``), registered; to the streamer's ``desc``.
     credit : In, ``pes`` bits
-        Bit p: PE p's load router popped one EXT word in this cycle (one credit back).
+        Bit p: PE p's load router popped one EXT word in this cycle (one credit back). A
+        credit for a PE with no outstanding credit (its counter full after this cycle's chunk)
+        is refused: the counter stays full and ``errors.bad_credit`` is set.
+    errors : Out :func:`ext_sched_errors_layout`
+        Sticky error flags, shown :attr:`errors_latency` = 1 cycle after the event, held until
+        cleared by ``errors_clear`` (or reset).
+    errors_clear : In :func:`ext_sched_errors_layout`
+        Write-1-to-clear strobes (setting wins in the same cycle).
 
     Latency: a descriptor taken in cycle c can issue its first chunk on ``chunk`` in cycle
     c + 2 (into the window, then the output register). Throughput: one chunk per cycle. A
@@ -91,6 +113,8 @@ class ExtScheduler(CheckedComponent):
             "desc": In(stream.Signature(layout)),
             "chunk": Out(stream.Signature(layout)),
             "credit": In(pes),
+            "errors": Out(ext_sched_errors_layout()),
+            "errors_clear": In(ext_sched_errors_layout()),
         })
 
     pes = property(lambda self: self._pes)
@@ -99,6 +123,8 @@ class ExtScheduler(CheckedComponent):
     chunk_words = property(lambda self: self._chunk)
     latency = property(lambda self: 2, doc="Cycles from a descriptor taken to its first "
                                            "chunk offered (credits permitting).")
+    errors_latency = property(lambda self: 1, doc="Cycles from a bad credit or an "
+                                                  "``errors_clear`` strobe to ``errors``.")
 
     def elaborate(self, platform):
         m = Module()
@@ -146,10 +172,15 @@ class ExtScheduler(CheckedComponent):
                 with m.If(sel == i):
                     m.d.sync += o_data.addr.eq(ent[i].addr)
 
-        # -- credits: the chunk's words out, one back per popped word --
+        # -- credits: the chunk's words out, one back per popped word; a credit for a full
+        #    counter is refused (errors.bad_credit) --
+        over = Signal(P)
         for p in range(P):
-            out = Mux(fire & mask[p], n, 0)
-            m.d.sync += cred[p].eq(cred[p] - out + self.credit[p])
+            taken = fire & mask[p]
+            out = Mux(taken, n, 0)
+            m.d.comb += over[p].eq(self.credit[p] & ~taken & (cred[p] == C))
+            m.d.sync += cred[p].eq(cred[p] - out + (self.credit[p] & ~over[p]))
+        sticky_flags(m, self.errors, set_={"bad_credit": over.any()}, clear=self.errors_clear)
 
         # -- window: the picked entry advanced or removed (younger ones move up), the new one
         #    appended --

@@ -181,7 +181,8 @@ def test_errors_output_reflects_the_blocks_sticky_flags():
     E = die_errors_layout(arch, 2)
     assert [(n, f.offset, f.width) for n, f in E] == [
         ("cmd_index", 0, 1), ("dma_pe", 1, 1), ("ext_bad_mask", 2, 1), ("link_bad_desc", 3, 2),
-        ("link_bad_length", 5, 2), ("hb_refresh", 7, 4), ("ext_refresh", 11, 2)]
+        ("link_bad_length", 5, 2), ("hb_refresh", 7, 4), ("ext_refresh", 11, 2),
+        ("ext_bad_credit", 13, 2)]
     lat, G = die.errors_latency, arch.pes_per_group
     C = host_cmd_layout(arch)
     L = link_op_layout(G)

@@ -136,3 +136,47 @@ def test_parameter_errors(kw, msg):
     args = {"pes": 2, "window": 2, "credits": 4, "chunk_words": 4, **kw}
     with pytest.raises(ValueError, match=msg):
         ExtScheduler(**args)
+
+
+def test_bad_credit_is_flagged_not_wrapped():
+    """A credit returned for a PE whose counter is full (no outstanding credit; the golden
+    model raises) sets the sticky ``errors.bad_credit`` :attr:`errors_latency` cycles later
+    and is refused: with 4 credits and 1-word chunks, a descriptor of 8 words then issues 4
+    chunks, not 5 (a wrapped counter). A credit in the cycle a chunk takes words is not an
+    error; the clear clears the flag."""
+    from amaranth.sim import Simulator
+
+    dut = ExtScheduler(pes=2, window=2, credits=4, chunk_words=1)
+    model = ExtSchedModel(pes=2, window=2, credits_max=4, chunk_words=1)
+    with pytest.raises(AssertionError, match="never taken"):
+        model.step(credit_mask=0b01)
+    log = {"errors": [], "chunks": 0}
+
+    async def bench(ctx):
+        ctx.set(dut.credit, 0b01)                    # PE 0 full: refused
+        await ctx.tick()
+        ctx.set(dut.credit, 0)
+        log["errors"].append(ctx.get(dut.errors.bad_credit))
+        ctx.set(dut.errors_clear.bad_credit, 1)
+        await ctx.tick()
+        ctx.set(dut.errors_clear.bad_credit, 0)
+        await ctx.tick()
+        log["errors"].append(ctx.get(dut.errors.bad_credit))
+        ctx.set(dut.chunk.ready, 1)
+        ctx.set(dut.desc.valid, 1)
+        ctx.set(dut.desc.payload, {"addr": 0, "words": 8, "dst_mask": 0b01})
+        await ctx.tick()
+        ctx.set(dut.desc.valid, 0)
+        for _ in range(20):
+            if ctx.get(dut.chunk.valid):
+                log["chunks"] += 1
+            log["errors"].append(ctx.get(dut.errors.bad_credit))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert log["errors"][0] == 1, "bad credit not flagged"
+    assert set(log["errors"][1:]) == {0}, "not cleared, or a later false flag"
+    assert log["chunks"] == 4, f"{log['chunks']} chunks: the refused credit was counted"
