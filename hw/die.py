@@ -32,7 +32,7 @@ from .ext_stream import ExtStreamer, ext_read_layout
 from .hb_ctrl import HBController
 from .isa import command_layout, o_beat_layout
 from .layouts import STICKY_LATENCY, address_bits, forward_flags, sticky_flags
-from .load_router import LoadRouter
+from .load_router import WORDS_BITS, LoadRouter
 from .pe import PE
 from .ring import StreamlineRing
 
@@ -146,11 +146,13 @@ class LogicDie(wiring.Component):
     ext_fifo_cycles : int
         Unless ``router`` gives ``ext_fifo_words``, the routers' EXT FIFOs (the scheduler's
         credits) hold this many cycles of one PE's EXT stream, ``ceil(ext_fifo_cycles x
-        min(1, EXT bytes per cycle / W bytes))`` words (at least ``ext_chunk_words``): the
-        round trip from a chunk admitted to its words popped (LPDDR5 first read, about 47
-        cycles, plus the port, streamer, ring and router), so that one PE alone can take the
-        EXT stream at its rate. Small die: 64 words at 8 channels, 26 at 2; paper dies
-        (512 B words): 13 at 8 channels.
+        min(1, EXT bytes per cycle / W bytes))`` words rounded up to a multiple of
+        ``ext_chunk_words`` (the scheduler admits whole chunks): the round trip from a chunk
+        admitted to its words popped (LPDDR5 first read, about 47 cycles, plus the port,
+        streamer, ring and router), so that one PE alone can take the EXT stream at its rate.
+        Small die: 64 words at 8 channels, 28 at 2; paper dies (512 B words): 16 at 8
+        channels (chunks of 4). A ``router`` ``ext_fifo_words`` is kept as given, but not
+        below ``ext_chunk_words``.
     mul_stages : int
         The PEs' VPU multiplier stages.
 
@@ -196,6 +198,15 @@ class LogicDie(wiring.Component):
                              f"{type(router).__name__}")
         arch = config
         _check("ext_fifo_cycles", ext_fifo_cycles, 1)
+        _check("ext_window", ext_window, 1)
+        _check("ext_chunk_words", ext_chunk_words, 1)
+        if ext_chunk_words >= 1 << WORDS_BITS:
+            raise ValueError(f"ext_chunk_words: {ext_chunk_words} does not fit the "
+                             f"{WORDS_BITS}-bit word count")
+        fifo = (router or {}).get("ext_fifo_words")
+        if isinstance(fifo, int) and not isinstance(fifo, bool) and 1 <= fifo < ext_chunk_words:
+            raise ValueError(f"router: ext_fifo_words {fifo} is less than ext_chunk_words "
+                             f"({ext_chunk_words}); a full chunk would never be admitted")
         router = LogicDie._router(arch, router, ext_channels, ext_fifo_cycles, ext_chunk_words)
         blocks["pes"] = [PE(config=arch, mul_stages=mul_stages) for _ in range(arch.pes)]
         blocks["routers"] = [LoadRouter(config=arch, **(router or {})) for _ in range(arch.pes)]
@@ -261,13 +272,16 @@ class LogicDie(wiring.Component):
         """The routers' keywords: ``router`` with ``ext_fifo_words`` (the EXT scheduler's
         credits per PE), unless given, sized to cover ``ext_fifo_cycles`` cycles of the EXT
         stream for one PE: ``ceil(ext_fifo_cycles x min(1, EXT bytes per cycle / W bytes))``
-        words (a PE takes at most a word per cycle), at least ``ext_chunk_words``."""
+        words (a PE takes at most a word per cycle), rounded up to a multiple of
+        ``ext_chunk_words`` (the scheduler admits whole chunks only, so other words would
+        never be used). A given ``ext_fifo_words`` is kept as it is."""
         router = dict(router or {})
         if "ext_fifo_words" not in router:
             bpc = arch.ext.peak_gbps * LogicDie._ext_channels(arch, ext_channels) \
                 / arch.clock_ghz
             rate = min(1.0, bpc / arch.pe.word_bytes)
-            router["ext_fifo_words"] = max(ext_chunk_words, math.ceil(ext_fifo_cycles * rate))
+            words = max(1, math.ceil(ext_fifo_cycles * rate))
+            router["ext_fifo_words"] = -(-words // ext_chunk_words) * ext_chunk_words
         return router
 
     @staticmethod
@@ -435,6 +449,8 @@ class LogicDie(wiring.Component):
 
     @property
     def ext_chunk_words(self) -> int:
+        """Largest chunk in words the EXT schedulers issue to the streamer (credits are
+        taken a chunk at a time: ``ext_fifo_words`` is a multiple of it by default)."""
         return self._ext_sched[0].chunk_words
 
     @property

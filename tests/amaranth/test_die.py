@@ -62,11 +62,37 @@ def test_parameters_named():
         LogicDie(config=SMALL, router={"hb_fifo_words": 4, "hb_burst_words": 8})
     with pytest.raises(ValueError, match="router"):
         LogicDie(config=SMALL, router=[1])
+    with pytest.raises(ValueError, match="^ext_window: "):
+        LogicDie(config=SMALL, ext_window=0)
+    with pytest.raises(ValueError, match="^ext_chunk_words: "):
+        LogicDie(config=SMALL, ext_chunk_words=0)
+    with pytest.raises(ValueError, match="^router: ext_fifo_words 2 is less than "
+                                         "ext_chunk_words"):
+        LogicDie(config=SMALL, router={"ext_fifo_words": 2})
     with pytest.raises(ValueError, match="ext_channels: expected a positive integer"):
         die_errors_layout(SMALL, 0)
     with pytest.raises(TypeError, match="arch"):
         die_errors_layout(SMALL.pe)
     assert die_errors_layout(SMALL)["ext_refresh"].width == SMALL.ext_channels
+
+
+def test_ext_fifo_words_whole_chunks():
+    """The default EXT FIFO (the schedulers' credits) is a multiple of ``ext_chunk_words``
+    (26 words of 64 cycles at 2 channels -> 28; 13 on the paper dies -> 16), since only whole
+    chunks are admitted; a ``router`` setting is kept as given."""
+    assert LogicDie._router(SMALL, None, 2, 64, 4)["ext_fifo_words"] == 28
+    assert LogicDie._router(SMALL, None, 8, 64, 4)["ext_fifo_words"] == 64
+    assert LogicDie._router(SMALL, None, 2, 64, 5)["ext_fifo_words"] == 30
+    assert LogicDie._router(SMALL, None, 2, 1, 4)["ext_fifo_words"] == 4
+    for name in ("paper-4gb", "paper-8gb"):
+        arch = preset(name)
+        assert LogicDie._router(arch, None, None, 64, 4)["ext_fifo_words"] == 16
+    with inspection():
+        die = LogicDie(config=SMALL, ext_channels=2)
+        assert die.ext_fifo_words == 28 and die.ext_fifo_words % die.ext_chunk_words == 0
+        assert LogicDie(config=SMALL, ext_channels=2,
+                        router={"ext_fifo_words": 6}).ext_fifo_words == 6
+        del die
 
 
 def test_small_die_elaborates():
