@@ -212,8 +212,9 @@ BLOCKS = (
           **_DRAM_TIMING, doc="docs/memory.md#dram"),
     Block("dram_port", "word port: PE words to DRAM bursts and back (Section 4.1)",
           rtl=("elmoe3d.hw.dram_port",), tops=("elmoe3d.hw.dram_port:DramWordPort",),
-          golden_note="no golden module: words go through unchanged; checked against the "
-                      "DRAM device models",
+          golden_note="no golden module of its own: words go through unchanged, cut into "
+                      "beats by elmoe3d.sw.golden.ring.word_beats; checked against the DRAM "
+                      "device models",
           bench_note=_covered_by("die"),
           tests_extra=("tests/amaranth/test_die_dram_port.py",),
           tests_note="tested as a part of the die: tests/amaranth/test_die_dram_port.py",

@@ -27,7 +27,8 @@ __all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "ConfigE
            "RAW_SINK_LATENCY", "tile_latency", "swiglu_latency", "combine_latency",
            "swiglu_sink_latency", "combine_sink_latency", "max_requant_units",
            "swiglu_row_cycles", "combine_row_cycles", "drain_cycles", "check_mul_stages",
-           "unit_count", "LINK_OP_LATENCY", "link_reduce_stages", "link_latency"]
+           "unit_count", "LINK_OP_LATENCY", "link_reduce_stages", "link_latency",
+           "EXT_CHUNK_WORDS"]
 
 
 class ConfigError(ValueError):
@@ -807,6 +808,11 @@ RAW_SINK_LATENCY = 1
 #: flit moving (the descriptor register, then a cycle in the sources' flit buffers, which give
 #: the PEs a registered ``ready``).
 LINK_OP_LATENCY = 2
+
+#: Largest EXT chunk (words) the logic die's EXT schedulers admit at once by default
+#: (:class:`~elmoe3d.hw.die.LogicDie` ``ext_chunk_words``; the host's schedule check,
+#: :func:`elmoe3d.sw.host.parallel.check_link_schedule`): the credits a PE needs for it.
+EXT_CHUNK_WORDS = 4
 
 
 def link_reduce_stages(pes: int) -> int:

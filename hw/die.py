@@ -18,7 +18,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from ..config import ArchConfig
+from ..config import EXT_CHUNK_WORDS, ArchConfig
 from .agg_link import AggregationLink, link_op_layout
 from .checked import constructor_params, inspection
 from .die_layouts import (_BLOCK_ERRORS, DmaKind, HostQueue, _own_errors_layout, die_errors_layout,
@@ -76,8 +76,9 @@ class LogicDie(wiring.Component):
         link descriptors (to group ``index``'s queue, :attr:`link_queue_depth`) and EXT read
         descriptors (to group ``index``'s EXT queue, :attr:`ext_queue_depth`; EXT multicast is
         within a group: a ``dst_mask`` that is empty or names a PE of another group is taken
-        and dropped, nothing read, and sets ``errors.ext_bad_mask``). A beat is taken in a cycle where its queue's
-        ``cmd_room`` bit is 1 (``host_cmd.ready`` is that bit), so a host that offers only
+        and dropped, nothing read, and sets ``errors.ext_bad_mask``). A beat is taken in a
+        cycle where its queue's ``cmd_room`` bit is 1 (``host_cmd.ready`` is that bit), so a
+        host that offers only
         beats of queues with room never blocks one queue behind another. A room bit falls only
         when a beat enters its queue.
     cmd_room : Out(pes + 2 groups)
@@ -352,7 +353,8 @@ class LogicDie(wiring.Component):
                  link_buffer_words: int = 64, ring_buffer_flits: int = 8,
                  ring_stream_bits: int = 4, hb_queue_depth: int = 32, hb_read_buffer: int = 16,
                  ext_channels: int | None = None, ext_queue_depth_bursts: int = 32,
-                 ext_read_buffer: int = 32, ext_window: int = 8, ext_chunk_words: int = 4,
+                 ext_read_buffer: int = 32, ext_window: int = 8,
+                 ext_chunk_words: int = EXT_CHUNK_WORDS,
                  ext_inflight: int = 32, ext_lanes: int | None = None,
                  ext_fifo_cycles: int = 64, mul_stages: int = 1):
         arch = self._arch = config

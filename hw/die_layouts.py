@@ -152,8 +152,9 @@ def die_errors_layout(arch: ArchConfig, ext_channels: int | None = None) -> data
         PE ``p``'s HB controller reached the refresh postponing limit and forced a refresh
         (:func:`elmoe3d.hw.dram.dram_errors_layout` ``refresh_overflow``).
     ext_refresh : unsigned(ext_channels)
-        The same for LPDDR5 channel ``c`` (e.g. an EXT read descriptor sent to a PE that never
-        loads its words: the ring, then the LPDDR5 read buffer fill up).
+        The same for LPDDR5 channel ``c``. Through the host interface it cannot be reached:
+        the EXT schedulers admit only words their PEs have room for, so the ring and the
+        LPDDR5 read buffers never back up (a poke or a fault).
     ext_bad_credit : unsigned(groups)
         Group ``g``'s EXT scheduler got a credit back for a PE with no outstanding credit
         (:func:`elmoe3d.hw.ext_sched.ext_sched_errors_layout` ``bad_credit``; refused).

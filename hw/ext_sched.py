@@ -77,7 +77,9 @@ class ExtScheduler(CheckedComponent):
     Parameters
     ----------
     pes : int
-        PEs of the die (the width of ``dst_mask`` and ``credit``).
+        The PEs it serves (the width of ``dst_mask`` and ``credit``): on the die, one group's
+        PEs (``LogicDie`` builds one scheduler per group with ``pes_per_group``, the group's
+        bits of a descriptor's ``dst_mask``).
     window : int
         Descriptors held (>= 1). On the die, one scheduler per group (``LogicDie``), replayed
         with the same window by :func:`elmoe3d.sw.host.parallel.check_link_schedule`.
@@ -106,7 +108,7 @@ class ExtScheduler(CheckedComponent):
             raise ValueError(f"chunk_words: {chunk_words} does not fit the {WORDS_BITS}-bit "
                              f"word count")
 
-    def __init__(self, *, pes: int, window: int = 8, credits: int = 32, chunk_words: int = 8):
+    def __init__(self, *, pes: int, window: int, credits: int, chunk_words: int):
         self._pes, self._window, self._credits, self._chunk = pes, window, credits, chunk_words
         layout = ext_read_layout(pes)
         super().__init__({

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...config import ArchConfig, PEConfig
+from ...config import EXT_CHUNK_WORDS, ArchConfig, PEConfig
 from ...isa import SCALES_PER_WORD, OKind, Op, Sink, Source, Target
 from ..golden import pe as fsim
 from ..golden.asm import (Program, ProgramError, pack_act, pack_tok, pack_weight_matrix,
@@ -213,11 +213,13 @@ def ext_load_order(job) -> list:
     (:class:`elmoe3d.hw.ext_sched.ExtScheduler`): in the order the group's load engines start
     their EXT LOADs when EXT words are always at hand (:func:`check_link_schedule`'s
     ``ext_log``; one transfer per EXT LOAD, a multicast once all its PEs have started its
-    LOAD and have their earlier transfers placed). Every PE's transfers keep their order; the PEs' runs are interleaved as their programs consume them,
-    so the scheduler's window holds the next transfers of several PEs instead of one PE's long
-    run, and no PE's transfer sits before words another PE must first receive to let it
-    drain (the compiled order's guarantee, kept). Timing-free: the credits decide the order on
-    the ring."""
+    LOAD and have their earlier transfers placed). Every PE's transfers keep their order;
+    the PEs' runs are interleaved as their programs consume them, so the scheduler's window
+    holds the next transfers of several PEs instead of one PE's long run, and no PE's
+    transfer sits before words another PE must first receive to let it drain (the compiled
+    order's guarantee, kept). Timing-free: the credits decide the order on the ring. For
+    unicast transfers only (a streamed group's, :mod:`elmoe3d.sw.host.stream_group`) this is
+    simply the ``ext_log`` order."""
     log: list = []
     check_link_schedule(job.programs, job.link_ops, buffer_words=job.buffer_words, pe=job.pe,
                         ext_log=log)
@@ -1095,9 +1097,9 @@ class _OpState:
 #: Depth (W-bit words) of each PE's EXT FIFO in the die's load router assumed by
 #: :func:`check_link_schedule` (``hw.load_router.LoadRouter``'s default ``ext_fifo_words``).
 DEFAULT_EXT_FIFO_WORDS = 8
-#: Largest EXT chunk (words) the die's EXT scheduler admits at once
-#: (``hw.die.LogicDie``'s default ``ext_chunk_words``): the credits a PE needs for it.
-DEFAULT_EXT_CHUNK_WORDS = 4
+#: Largest EXT chunk (words) the die's EXT scheduler admits at once: the die's default
+#: ``ext_chunk_words``, :data:`elmoe3d.config.EXT_CHUNK_WORDS` (defined there once).
+DEFAULT_EXT_CHUNK_WORDS = EXT_CHUNK_WORDS
 
 
 def _cmd_actions(pe, program) -> dict:
@@ -1234,6 +1236,11 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
         <= ``ext_fifo_words``.
     ext_window : int
         Transfers the admission rule may choose among (>= 1).
+
+        The defaults are the strictest schedule, not a die's: to check a job for a die, pass
+        that die's ``ext_fifo_words``, ``ext_chunk_words`` and ``ext_window`` from
+        :meth:`elmoe3d.hw.die.LogicDie.host_figures` (computed from the die's parameters
+        without building it).
     ext_log : list, optional
         Appended ``p`` each time PE p's load engine starts an EXT LOAD: with EXT words always
         available, the order in which a ring could serve the PEs' EXT LOADs (a compiler's

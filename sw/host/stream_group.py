@@ -41,7 +41,7 @@ from ..golden.vpu import q24_to_fp32
 from ..golden.expert_stream import (Placement, WeightImage, place_chunks, plan_expert_stream,
                                     stream_pe_program)
 from ..golden.quant import QuantizedWeight, quantize_activations
-from .parallel import (DEFAULT_BUFFER_WORDS, ExtTransfer, GroupJob, check_link_schedule,
+from .parallel import (DEFAULT_BUFFER_WORDS, ExtTransfer, GroupJob, ext_load_order,
                        group_pe)
 
 
@@ -337,34 +337,29 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
         load_src.append(src)
     info = {"pes": G, "intermediate_padded": I_pad, "slice": Ip, "plan": plan,
             "per_pe": infos}
-    return StreamGroupJob(pe=pe, pes=G, phase="draft" if mode is Mode.DRAFT else "verify",
-                          mode=mode, programs=programs, ld=lds, load_src=load_src,
-                          hb_images=[pl.hb.words for pl in places],
-                          ext_image=[] if ext is None else ext.words,
-                          ext_transfers=_ring_order(programs, ops, buffer_words, places, ext),
-                          link_ops=ops, root=root, tokens=T, hidden=H,
-                          buffer_words=buffer_words, info=info, chunks=chunks,
-                          raw_output=raw_output)
+    # the ring order: as the group's engines start their EXT LOADs with EXT words always at
+    # hand (ext_load_order), so a member running ahead to its psum sends does not hold the
+    # ring while the root still needs words to drain the link (run_group checks it)
+    job = StreamGroupJob(pe=pe, pes=G, phase="draft" if mode is Mode.DRAFT else "verify",
+                         mode=mode, programs=programs, ld=lds, load_src=load_src,
+                         hb_images=[pl.hb.words for pl in places],
+                         ext_image=[] if ext is None else ext.words,
+                         ext_transfers=_ext_reads(places, ext),
+                         link_ops=ops, root=root, tokens=T, hidden=H,
+                         buffer_words=buffer_words, info=info, chunks=chunks,
+                         raw_output=raw_output)
+    job.ext_transfers = ext_load_order(job)
+    return job
 
 
-def _ring_order(programs, ops, buffer_words, places, ext) -> list:
-    """The PEs' EXT reads as unicast ring transfers, in the order the group's engines start
-    their EXT LOADs when EXT words are always ready (:func:`check_link_schedule`'s
-    ``ext_log``): a member running ahead to its psum sends does not hold the ring while the
-    root still needs words to drain the link (``run_group`` checks the result with the
-    ring's FIFOs)."""
+def _ext_reads(places, ext) -> list:
+    """The PEs' EXT reads as unicast ring transfers, PE by PE in each PE's order (the job then
+    puts them in ring order with :func:`~elmoe3d.sw.host.parallel.ext_load_order`)."""
     if ext is None:
         return []
-    log: list = []
-    check_link_schedule(programs, ops, buffer_words=buffer_words, ext_log=log)
-    nxt = [0] * len(places)
-    out = []
-    for p in log:
-        addr, n, what = places[p].ext_reads[nxt[p]]
-        nxt[p] += 1
-        out.append(ExtTransfer(addr=addr, words=tuple(ext.words[addr:addr + n]),
-                               dst_mask=1 << p, what=what))
-    return out
+    return [ExtTransfer(addr=addr, words=tuple(ext.words[addr:addr + n]), dst_mask=1 << p,
+                        what=what)
+            for p, place in enumerate(places) for addr, n, what in place.ext_reads]
 
 
 def _pad_cols(a, n):

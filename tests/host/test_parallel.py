@@ -423,12 +423,11 @@ def test_defaults_match_the_rtl():
     assert par.DEFAULT_EXT_CHUNK_WORDS == chunk
 
 
-
 def test_ext_load_order_keeps_every_pes_order(experts):
     """:func:`ext_load_order`: a compiled verify job's transfers in the order the load engines
     start their EXT LOADs: a permutation keeping every PE's transfers in their order (a
-    multicast and its PEs' unicasts around it), and the order passes the schedule check under the die's admission rule in order (a
-    window of one) and with a window of 4."""
+    multicast and its PEs' unicasts around it), and the order passes the schedule check
+    under the die's admission rule in order (a window of one) and with a window of 4."""
     x = _rng("load-order").standard_normal((4, H))
     ids = np.array([[0, 1], [1, 2], [2, 0], [1, 2]])
     job = par.compile_group(x, experts, (ids, np.full((4, 2), 0.5)), phase="verify",
