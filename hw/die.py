@@ -27,7 +27,7 @@ from .die_layouts import (_BLOCK_ERRORS, DmaKind, HostQueue, _own_errors_layout,
 from .dram import dram_bus_signature
 from .dram_port import DramWordPort
 from .ext_ctrl import ExtController
-from .ext_sched import ExtScheduler
+from .ext_sched import ExtGroupMerge, ExtScheduler
 from .ext_stream import ExtStreamer, ext_read_layout
 from .hb_ctrl import HBController
 from .isa import command_layout, o_beat_layout
@@ -620,34 +620,18 @@ class LogicDie(wiring.Component):
         #    (the scheduler admits chunks for which every destination's EXT FIFO has room,
         #    counted by credits the routers return as they pop EXT words)
         #    per group: its EXT queue -> its scheduler (group-local masks and credits); the
-        #    groups' chunks to the streamer round robin
-        rr = Signal(range(NG) if NG > 1 else 1)
-        pick = Signal(range(NG) if NG > 1 else 1)
-        any_c = Signal()
+        #    groups' chunks to the streamer round robin (ExtGroupMerge)
+        m.submodules.ext_merge = merge = ExtGroupMerge(groups=NG, pes_per_group=G)
         for g in range(NG):
             sched, q = self._ext_sched[g], ext_q[g]
-            desc = ext_read_layout(P)(q.r_data)
-            m.d.comb += [sched.desc.valid.eq(q.r_rdy),
-                         sched.desc.payload.addr.eq(desc.addr),
-                         sched.desc.payload.words.eq(desc.words),
-                         sched.desc.payload.dst_mask.eq(desc.dst_mask[g * G:(g + 1) * G]),
-                         q.r_en.eq(sched.desc.ready),
+            m.d.comb += [merge.queue[g].valid.eq(q.r_rdy),
+                         merge.queue[g].payload.as_value().eq(q.r_data),
+                         q.r_en.eq(merge.queue[g].ready),
                          sched.credit.eq(Cat(self._routers[g * G + j].ext_pop
                                              for j in range(G)))]
-        for k in reversed(range(NG)):       # the first group with a chunk from rr on
-            for g in range(NG):
-                with m.If((rr == g) & self._ext_sched[(g + k) % NG].chunk.valid):
-                    m.d.comb += [pick.eq((g + k) % NG), any_c.eq(1)]
-        for g in range(NG):
-            c = self._ext_sched[g].chunk
-            with m.If(pick == g):
-                m.d.comb += [streamer.desc.payload.addr.eq(c.payload.addr),
-                             streamer.desc.payload.words.eq(c.payload.words),
-                             streamer.desc.payload.dst_mask.eq(c.payload.dst_mask << (g * G)),
-                             c.ready.eq(streamer.desc.ready)]
-        m.d.comb += streamer.desc.valid.eq(any_c)
-        with m.If(streamer.desc.valid & streamer.desc.ready):
-            m.d.sync += rr.eq(Mux(pick == NG - 1, 0, pick + 1))
+            wiring.connect(m, merge.desc[g], sched.desc)
+            wiring.connect(m, sched.chunk, merge.chunk[g])
+        wiring.connect(m, merge.out, streamer.desc)
         wiring.connect(m, streamer.rd_req, xport.rd_req)
         wiring.connect(m, xport.rd_data, streamer.rd_data)
         wiring.connect(m, xport.req, ext.req)

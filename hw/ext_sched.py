@@ -25,7 +25,7 @@ from .layouts import sticky_flags
 from .load_router import WORDS_BITS
 
 
-__all__ = ["ExtScheduler", "ext_sched_errors_layout"]
+__all__ = ["ExtScheduler", "ExtGroupMerge", "ext_sched_errors_layout"]
 
 
 def ext_sched_errors_layout() -> data.StructLayout:
@@ -205,4 +205,78 @@ class ExtScheduler(CheckedComponent):
             with m.Else():
                 m.d.sync += ent[i].eq(nxt)
         m.d.sync += cnt.eq(after + take)
+        return m
+
+
+class ExtGroupMerge(CheckedComponent):
+    """The die's wiring between its per-group EXT queues, the groups' schedulers and the one
+    EXT streamer (combinational, no register but the round-robin pointer).
+
+    Ports
+    -----
+    queue : In array of ``groups`` streams, :func:`elmoe3d.hw.ext_stream.ext_read_layout`
+        (``groups x pes_per_group``)
+        Group ``g``'s EXT queue (die-wide ``dst_mask``; the die has dropped a mask that is
+        empty or leaves the group).
+    desc : Out array of ``groups`` streams, ``ext_read_layout(pes_per_group)``
+        To group ``g``'s scheduler: the queue's beat with the group's bits of ``dst_mask``
+        (bits ``g x pes_per_group`` up).
+    chunk : In array of ``groups`` streams, ``ext_read_layout(pes_per_group)``
+        Group ``g``'s scheduler's chunks.
+    out : Out stream, ``ext_read_layout(groups x pes_per_group)``
+        To the streamer: one group's chunk with its mask shifted back to the die's PEs. The
+        groups take turns round robin: from the group after the last one served, the first
+        with a chunk (so ``k`` groups that always have one are served in rotation).
+
+    Parameters
+    ----------
+    groups, pes_per_group : int
+        >= 1.
+    """
+
+    @classmethod
+    def check(cls, *, groups, pes_per_group):
+        """The constructor's checks: raises before the object exists."""
+        _check_int("groups", groups, 1)
+        _check_int("pes_per_group", pes_per_group, 1)
+
+    def __init__(self, *, groups: int, pes_per_group: int):
+        self._groups, self._g = groups, pes_per_group
+        die, grp = ext_read_layout(groups * pes_per_group), ext_read_layout(pes_per_group)
+        super().__init__({
+            "queue": In(stream.Signature(die)).array(groups),
+            "desc": Out(stream.Signature(grp)).array(groups),
+            "chunk": In(stream.Signature(grp)).array(groups),
+            "out": Out(stream.Signature(die)),
+        })
+
+    groups = property(lambda self: self._groups)
+    pes_per_group = property(lambda self: self._g)
+
+    def elaborate(self, platform):
+        m = Module()
+        NG, G = self._groups, self._g
+        for g in range(NG):
+            q, d = self.queue[g], self.desc[g]
+            m.d.comb += [d.valid.eq(q.valid), d.payload.addr.eq(q.payload.addr),
+                         d.payload.words.eq(q.payload.words),
+                         d.payload.dst_mask.eq(q.payload.dst_mask[g * G:(g + 1) * G]),
+                         q.ready.eq(d.ready)]
+        rr = Signal(range(NG) if NG > 1 else 1)
+        pick = Signal(range(NG) if NG > 1 else 1)
+        any_c = Signal()
+        for k in reversed(range(NG)):       # the first group with a chunk from rr on
+            for g in range(NG):
+                with m.If((rr == g) & self.chunk[(g + k) % NG].valid):
+                    m.d.comb += [pick.eq((g + k) % NG), any_c.eq(1)]
+        for g in range(NG):
+            c = self.chunk[g]
+            with m.If(pick == g):
+                m.d.comb += [self.out.payload.addr.eq(c.payload.addr),
+                             self.out.payload.words.eq(c.payload.words),
+                             self.out.payload.dst_mask.eq(c.payload.dst_mask << (g * G)),
+                             c.ready.eq(self.out.ready)]
+        m.d.comb += self.out.valid.eq(any_c)
+        with m.If(self.out.valid & self.out.ready):
+            m.d.sync += rr.eq(Mux(pick == NG - 1, 0, pick + 1))
         return m
