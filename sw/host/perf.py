@@ -57,21 +57,27 @@ last ``ld`` word of a program ending in that expert, stream-bound) of a group's 
 in program order, when it has EXT bytes (an MXFP4 cached expert has none: no program table
 has MXFP4 experts, so none has a tail), with the OUT reduction and OUTPUT of the step's
 tokens. A group that only takes pool writes has no head (its writes wait for no read).
+And a group's PEs move through its program together (:meth:`PerfModel._after`): each expert
+starts on the PEs that have cycles in it at the latest of their ready times, and the base
+(the OUT reduction into the root, OUTPUT) after every PE that takes part in it, instead of
+each PE running its program alone: an EXT chunk is admitted only when every PE it names has
+room (a multicast LSB slice or uncached expert moves at its slowest PE's pace) and a cached
+expert's psums are exchanged over the link mid-expert.
 ``"ideal"`` is the RTL / golden backends' feed (each PE program alone, a word every cycle from
 the first): none of these. Against the die bench (``elmoe3d.sim.bench_die.perf_cycles``,
 ``docs/host.md`` section 7) the die feed is within 5% per step kind, summed over its 1-, 4-
 and 16-token batches (-3.3% draft, -4.9% verify; -1.5% to -7.6% a batch), on the bench's 2
-EXT channels; with 8 the die's verify is 7-21% slower than the model (16.1% summed), where the
-model is compute-bound: its compute term is each PE's program alone, and the die's PEs wait on
-their group's link and for their first EXT words, which this model does not see
-(``docs/host.md`` section 7).
+EXT channels; with 8 the die's verify is 1-15% slower than the model (9.9% summed; 16.1%
+before the group's PEs were held together), where the model is compute-bound: at T = 16 the
+die's PEs also wait for EXT words while both groups stream uncached experts at once, which a
+per-layer EXT average does not see (``docs/host.md`` section 7).
 
 Energy:
 :meth:`~elmoe3d.config.ArchConfig.access_energy_pj` of the HB (read + written) and EXT bytes:
 HB bits x ``hb_pj_per_bit`` + EXT bits x ``ext_pj_per_bit`` (the paper's figures; link and
 compute energy have no figure in the configuration and are not counted). Not modelled:
-attention and the dense layers, the host link and the die's command port, link waits between
-a group's PEs, a PE that cannot take its words holding up the EXT ring, and DRAM row-miss /
+attention and the dense layers, the host link and the die's command port, the EXT's
+bandwidth over time within a layer (a per-layer total), and DRAM row-miss /
 refresh losses (``make bench`` measures those: >= 97% of peak on streaming reads).
 """
 
@@ -311,6 +317,23 @@ class PerfModel:
                                    self.calib.rotation(phase, cached, tokens))
         return c
 
+    def _after(self, ready, cycles):
+        """Each PE's compute cycles (float ``[..., G]``) after one more expert of a group
+        program, ``ready`` before it and ``cycles`` its per-PE cycles at its rotation
+        (``[..., G]``; or the program's base after its experts). The
+        ``"ideal"`` feed adds them (each PE's program alone). The ``"die"`` feed starts the
+        expert's *participants* (the PEs with cycles in it) together, at the latest of their
+        ready times: a group's PEs take one multicast EXT stream (an EXT chunk is admitted
+        only when every PE it names has room for it, so the fastest waits for the slowest's
+        FIFO to drain) and exchange psums over the aggregation link inside a cached expert,
+        so no PE runs an expert ahead of the others that share it (a PE without cycles in it,
+        e.g. an uncached expert's one token on another PE, is not held)."""
+        if self.feed != "die":
+            return ready + cycles
+        part = cycles > 0
+        start = np.where(part, ready, -np.inf).max(axis=-1, keepdims=True)
+        return np.where(part, start + cycles, ready)
+
     # -- a layer and a step -----------------------------------------------------------------
     def layer(self, work, placement, *, phase, step_tokens, writes=()) -> LayerCost:
         """Cost of one layer-step: ``placement`` from :func:`.compiler.place_layer`,
@@ -334,7 +357,7 @@ class PerfModel:
                 c = self.expert(e, n, phase=phase, cached=e in placement.cached[g])
                 experts.append(c)
                 cyc, r = self.compute(n, phase=phase, cached=e in placement.cached[g])
-                comp = comp + cyc[rot % G]
+                comp = self._after(comp, cyc[rot % G])
                 last = (n, e in placement.cached[g], rot % G, c.ext_bytes)
                 rot += r
                 hb_pe = [a + b for a, b in zip(hb_pe, c.hb_bytes)]
@@ -349,7 +372,7 @@ class PerfModel:
             ext += sum(self.msb for w in writes if w.group == g and w.extra)
             head = 0
             if ex:
-                comp = comp + self.calib.base(phase, step_tokens)
+                comp = self._after(comp, self.calib.base(phase, step_tokens))
                 head = self.head_hb if placement.cached[g] & ex.keys() else self.head_ext
                 n, cached, j, x = last
                 if x:
@@ -530,8 +553,9 @@ class PerfModel:
         hb_pe = self._hb_sums[n_cached]                                   # [Rn, Gr, G]
         wr = (n_wr * self.msb)[:, :, None] * np.array(self._share)
         per_pe = w4 / self.peak4 + w8 / self.peak8
-        # the calibrated compute term: each expert's per-PE cycles at its rotation, summed
-        # per group program in program order, plus the program's base (as layer() adds them)
+        # the calibrated compute term: each expert's per-PE cycles at its rotation, added
+        # per group program in program order, then the program's base (as layer() adds
+        # them, by _after)
         ctab = [self._comp_table(ph, n) if tabs.get(ph) is not None else
                 (np.zeros((2, n, G, G)), np.zeros((2, n), np.int64), np.zeros((2, n, G, G)))
                 for ph in ("draft", "verify")]
@@ -539,12 +563,13 @@ class PerfModel:
         tab_r = np.concatenate([c[1][:, :n] for c in ctab])                 # [4, n]
         k = verify[rj] * 2 + kind
         j, last = self.calib.rotations(tab_r[k, t], cell, e) if len(cell) else (None, None)
-        comp = self.calib.cells(tab_c[k, t], tab_r[k, t], cell, e, m, j).reshape(Rn, Gr, G)
+        comp = self.calib.cells(tab_c[k, t], tab_r[k, t], cell, e, m, j,
+                                after=self._after).reshape(Rn, Gr, G)
         nb = max(int(ntok.max()) + 1 if Rn else 1, n)
         base = np.stack([np.stack([self.calib.base(ph, x) for x in range(nb)])
                          for ph in ("draft", "verify")])                  # [2, nb, G]
-        comp = np.where(busy[:, :, None], comp + base[verify.astype(np.int64), ntok][:, None],
-                        0.0)
+        comp = np.where(busy[:, :, None],
+                        self._after(comp, base[verify.astype(np.int64), ntok][:, None]), 0.0)
         lb = words * self.pe.word_bytes
         active = busy | (n_wr > 0)
         ext = (ext_g + n_x * self.msb).sum(axis=1).astype(np.float64)

@@ -349,21 +349,39 @@ class ComputeCycles:
                                                self.G * self.R)[tokens], np.float64)
         return self._past[key].copy()
 
-    def cells(self, cyc, rot, cell, order_key, n_cells: int, j=None) -> np.ndarray:
-        """Per-PE cycles summed per cell (``[n_cells, G]``) of routed experts given as arrays:
+    def cells(self, cyc, rot, cell, order_key, n_cells: int, j=None, after=None) -> np.ndarray:
+        """Per-PE cycles per cell (``[n_cells, G]``) of routed experts given as arrays:
         ``cyc`` float ``[n, G(j), G(p)]`` (:meth:`expert` of each), ``rot`` int ``[n]``
         (:meth:`rotation`), ``cell`` int ``[n]`` (the group program each belongs to),
         ``order_key`` int ``[n]`` (program order within a cell: the expert id). Each expert
         takes the row of its rotation: the sum of ``rot`` over the experts before it in its
-        cell, mod G (``j``, :meth:`rotations`'s first array, when the caller has it)."""
+        cell, mod G (``j``, :meth:`rotations`'s first array, when the caller has it).
+        ``after``: None sums the experts' cycles per PE; else a function ``(ready [m, G],
+        cycles [m, G]) -> [m, G]`` (each PE's cycles after one more expert; e.g.
+        :meth:`.perf.PerfModel._after`), applied to every cell's experts in program order."""
         G = self.G
         n = len(cell)
         if not n:
             return np.zeros((n_cells, G))
         j = self.rotations(rot, cell, order_key)[0] if j is None else j
         x = cyc[np.arange(n), j]                                            # [n, G]
-        return np.bincount((cell[:, None] * G + np.arange(G)).ravel(), x.ravel(),
-                           n_cells * G).reshape(n_cells, G)
+        if after is None:
+            return np.bincount((cell[:, None] * G + np.arange(G)).ravel(), x.ravel(),
+                               n_cells * G).reshape(n_cells, G)
+        # the k-th expert of every cell at once, k = 0, 1, ... (a cell's experts in order)
+        order = np.lexsort((order_key, cell))
+        c = cell[order]
+        first = np.r_[True, c[1:] != c[:-1]]
+        start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+        pos = np.arange(n) - start
+        by_pos = order[np.argsort(pos, kind="stable")]
+        bounds = np.r_[0, np.cumsum(np.bincount(pos))].tolist()
+        out = np.zeros((n_cells, G))
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            sel = by_pos[lo:hi]
+            cs = cell[sel]
+            out[cs] = after(out[cs], x[sel])
+        return out
 
     def rotations(self, rot, cell, order_key) -> tuple:
         """``(j, last)`` of routed experts given as arrays (:meth:`cells`): ``j`` int ``[n]``

@@ -212,6 +212,61 @@ def test_tail_is_the_stream_bound_tail():
                                                   ld_rate=perf_calib.STARVED_LD_RATE),
                key=lambda e: e.tail_cycles).tail_cycles
     assert die.ext_cycles == ideal.ext_cycles + arch.ext.first_read_cycles(1.0) + tail
-    # the group's own times start after the EXT's first read (no HB-resident expert)
-    own = max(pm.compute(3, phase="verify", cached=False)[0][0] + pm.calib.base("verify", 3))
+    # the group's own times start after the EXT's first read (no HB-resident expert); the
+    # OUT reduction (the base) starts when every PE that takes part in it is done (die feed)
+    cyc = pm.compute(3, phase="verify", cached=False)[0][0]
+    base = pm.calib.base("verify", 3)
+    own = max(cyc[base > 0]) + max(base)
     assert die.group_cycles[1]["compute"] == own + arch.ext.first_read_cycles(1.0)
+    pi = PerfModel(arch, m, feed="ideal")       # each PE's program alone: the sums
+    assert ideal.group_cycles[1]["compute"] == max(
+        pi.compute(3, phase="verify", cached=False)[0][0] + pi.calib.base("verify", 3))
+
+
+@pytest.mark.parametrize("phase", ["verify", "draft"])
+def test_die_feed_holds_a_groups_pes_together(phase):
+    """The die feed starts each expert's participating PEs (those with cycles in it) at the
+    latest of their ready times, and the program's base (the OUT reduction) after every PE
+    taking part in it; the ideal feed sums each PE's program alone. The expected figures are
+    worked out here with plain loops, on a group like the die bench's T = 4 verify layer's
+    group 1 (expert 3: 2 tokens, 5: 3, both HB-resident, 7: 1 token from EXT; docs/host.md
+    section 7), and the array path (``steps_summary``) must agree with ``layer``."""
+    from elmoe3d.sw.host.compiler import LayerWork, Placement
+    arch = preset("small")
+    m = synthetic_model(model_preset("mixtral-8x7b"))
+    G = arch.pes_per_group
+    ex = {3: 2, 5: 3, 7: 1} if phase == "verify" else {3: 2, 5: 3, 6: 1}
+    cached = frozenset({3, 5, 6})
+    ids = np.array([[e, -1] for e, n in ex.items() for _ in range(n)])
+    work = LayerWork(layer=0, ids=ids, weights=np.ones(ids.shape, np.float32), cached=cached)
+    pl = Placement(groups=({}, ex), cached=(frozenset(), frozenset(ex) & cached))
+    T = len(ids)
+    got = {}
+    for feed in ("die", "ideal"):
+        pm = PerfModel(arch, m, feed=feed)
+        ready, total, rot = [0.0] * G, [0.0] * G, 0
+        for e, n in sorted(ex.items()):
+            cyc, r = pm.compute(n, phase=phase, cached=e in cached)
+            row = [float(x) for x in cyc[rot % G]]
+            rot += r
+            start = max(ready[p] for p in range(G) if row[p] > 0)
+            ready = [start + row[p] if row[p] > 0 else ready[p] for p in range(G)]
+            total = [a + b for a, b in zip(total, row)]
+        base = [float(x) for x in pm.calib.base(phase, T)]
+        start = max(ready[p] for p in range(G) if base[p] > 0)
+        ready = [start + base[p] if base[p] > 0 else ready[p] for p in range(G)]
+        total = [a + b for a, b in zip(total, base)]
+        head = pm.head_hb
+        want = (max(ready) if feed == "die" else max(total)) + head
+        c = pm.layer(work, pl, phase=phase, step_tokens=T)
+        assert c.group_cycles[1]["compute"] == want, feed
+        # the array path (steps_summary) applies the same rule
+        from elmoe3d.sw.host.compiler import Step
+        step = Step(0, "verify" if phase == "verify" else "draft", [(0, t) for t in range(T)],
+                    {0: work}, 0, placements={0: pl})
+        assert pm.steps_summary([step])[0].cycles == c.cycles, feed
+        got[feed] = (max(ready), max(total))
+    die_ready, die_sum = got["die"]
+    assert die_ready >= die_sum
+    if phase == "verify":
+        assert die_ready > die_sum        # unbalanced rotations: the barrier costs cycles
