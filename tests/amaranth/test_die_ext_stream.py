@@ -18,6 +18,16 @@ def mem_word(a, W):
     return random.Random(a * 13 + 1).getrandbits(W)
 
 
+def offer_desc(ctx, port, layout, pend):
+    """Drive the EXT read descriptor stream ``port`` (payload :func:`ext_read_layout`
+    ``layout``) with ``pend`` = ``(addr, words, dst_mask)``, or no beat for None (a beat
+    offered is held until taken: the stream rule)."""
+    ctx.set(port.valid, pend is not None)
+    if pend is not None:
+        ctx.set(port.payload, layout.const({"addr": pend[0], "words": pend[1],
+                                            "dst_mask": pend[2]}))
+
+
 @pytest.mark.parametrize("W,FB,lanes", [(512, 128, 1), (64, 64, 1), (64, 8, 1), (256, 8, 1),
                                          (512, 128, 2), (64, 32, 2), (64, 32, 4)])
 @pytest.mark.parametrize("stall", [0.0, 0.4])
@@ -43,10 +53,7 @@ def test_flits_match_golden(W, FB, lanes, stall):
         while True:
             if pend is None and di < len(descs) and rng.random() >= stall:
                 pend = descs[di]
-            ctx.set(dut.desc.valid, pend is not None)
-            if pend is not None:
-                ctx.set(dut.desc.payload, layout.const(
-                    {"addr": pend[0], "words": pend[1], "dst_mask": pend[2]}))
+            offer_desc(ctx, dut.desc, layout, pend)
             rr = rng.random() >= stall
             ctx.set(dut.rd_req.ready, rr)
             dv = bool(reads) and reads[0][0] <= cycle

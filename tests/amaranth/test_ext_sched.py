@@ -15,6 +15,8 @@ from elmoe3d.hw.ext_sched import ExtScheduler
 from elmoe3d.hw.ext_stream import ext_read_layout
 from elmoe3d.sw.golden.ext_sched import ExtSchedModel, ext_pick
 
+from .test_die_ext_stream import offer_desc
+
 
 def _run(descs, *, pes, window, credits, chunk_words, rates, stall, seed, stop=None):
     rng = random.Random(seed)
@@ -32,10 +34,7 @@ def _run(descs, *, pes, window, credits, chunk_words, rates, stall, seed, stop=N
         while True:
             if pend is None and di < len(descs) and rng.random() >= stall:
                 pend = descs[di]                 # held until taken (stream rule)
-            ctx.set(dut.desc.valid, pend is not None)
-            if pend is not None:
-                ctx.set(dut.desc.payload, layout.const(
-                    {"addr": pend[0], "words": pend[1], "dst_mask": pend[2]}))
+            offer_desc(ctx, dut.desc, layout, pend)
             ready = rng.random() >= stall
             ctx.set(dut.chunk.ready, ready)
             cmask = 0

@@ -329,16 +329,22 @@ def test_schedule_check_finds_deadlocks(experts):
     # the ring: a multicast transfer both PEs load from; PE 0 drains its EXT FIFO only after
     # a GEMM that waits for PE 1's words, and PE 1 sends them only after its EXT load: a
     # one-word EXT FIFO deadlocks, a two-word one does not
-    p0, p1 = Program(CFG), Program(CFG)
     gemm = dict(mode=Mode.DRAFT, wbuf=0, act_base=0, w_base=0, row_blocks=1, col_blocks=1,
                 groups=1, sink=Sink.COMBINE, stride=1, wait=True, release=True)
-    p0.load(Target.WSCALE, 0, 1, signal=True, src=Source.HB)
-    p0.recv(Target.OUT, 0, 1)
-    p0.gemm(**gemm)
-    p0.load(Target.WMSB, 0, 2, src=Source.EXT)
-    p1.load(Target.WMSB, 0, 2, signal=True, src=Source.EXT)
-    p1.gemm(**gemm)
-    p1.send(Target.OUT, 0, 1)
+
+    def pair(words0):
+        # PE 0 waits for PE 1's OUT word, then loads words0 EXT words; PE 1 loads 2 first
+        a, b = Program(CFG), Program(CFG)
+        a.load(Target.WSCALE, 0, 1, signal=True, src=Source.HB)
+        a.recv(Target.OUT, 0, 1)
+        a.gemm(**gemm)
+        a.load(Target.WMSB, 0, words0, src=Source.EXT)
+        b.load(Target.WMSB, 0, 2, signal=True, src=Source.EXT)
+        b.gemm(**gemm)
+        b.send(Target.OUT, 0, 1)
+        return a, b
+
+    p0, p1 = pair(2)
     ring = [par.ExtTransfer(0, (1, 2), 0b11)]
     one = [LinkOp(LinkMode.BYPASS, 0b10, 0b01, 1)]
     got = par.check_link_schedule([p0, p1], one, buffer_words=1, ext_transfers=ring,
@@ -353,14 +359,7 @@ def test_schedule_check_finds_deadlocks(experts):
     # the admission window: PE 0's transfer comes first but PE 0 drains its FIFO only after
     # PE 1's words, which need PE 1's transfer behind it: in order (window 1) it deadlocks
     # (head-of-line blocking), with a window of 2 PE 1's transfer passes
-    q0, q1 = Program(CFG), Program(CFG)
-    q0.load(Target.WSCALE, 0, 1, signal=True, src=Source.HB)
-    q0.recv(Target.OUT, 0, 1)
-    q0.gemm(**gemm)
-    q0.load(Target.WMSB, 0, 4, src=Source.EXT)
-    q1.load(Target.WMSB, 0, 2, signal=True, src=Source.EXT)
-    q1.gemm(**gemm)
-    q1.send(Target.OUT, 0, 1)
+    q0, q1 = pair(4)
     two = [par.ExtTransfer(0, (1, 2, 3, 4), 0b01), par.ExtTransfer(4, (5, 6), 0b10)]
     with pytest.raises(par.LinkScheduleError, match="deadlock"):
         par.check_link_schedule([q0, q1], one, buffer_words=1, ext_transfers=two,
