@@ -57,18 +57,20 @@ last ``ld`` word of a program ending in that expert, stream-bound) of a group's 
 in program order, when it has EXT bytes (an MXFP4 cached expert has none: no program table
 has MXFP4 experts, so none has a tail), with the OUT reduction and OUTPUT of the step's
 tokens. A group that only takes pool writes has no head (its writes wait for no read).
-And a group's PEs move through its program together (:meth:`PerfModel._after`): each expert
-starts on the PEs that have cycles in it at the latest of their ready times, and the base
-(the OUT reduction into the root, OUTPUT) after every PE that takes part in it, instead of
-each PE running its program alone: an EXT chunk is admitted only when every PE it names has
-room (a multicast LSB slice or uncached expert moves at its slowest PE's pace) and a cached
-expert's psums are exchanged over the link mid-expert.
+And a group's PEs move through its program together (:meth:`PerfModel._after`,
+:meth:`PerfModel._after_base`): the PEs that have cycles in an expert run it in lockstep
+(from the latest of their ready times, all for its largest per-PE cycles), and the base (the
+OUT reduction into the root, OUTPUT) starts after every PE that takes part in it, instead of
+each PE running its program alone:
+an EXT chunk is admitted only when every PE it names has room (a multicast LSB slice or
+uncached expert moves at its slowest PE's pace) and a cached expert's psums are exchanged
+over the link, its down-projection psums last.
 ``"ideal"`` is the RTL / golden backends' feed (each PE program alone, a word every cycle from
 the first): none of these. Against the die bench (``elmoe3d.sim.bench_die.perf_cycles``,
 ``docs/host.md`` section 7) the die feed is within 5% per step kind, summed over its 1-, 4-
 and 16-token batches (-3.3% draft, -4.9% verify; -1.5% to -7.6% a batch), on the bench's 2
-EXT channels; with 8 the die's verify is 1-15% slower than the model (9.9% summed; 16.1%
-before the group's PEs were held together), where the model is compute-bound: at T = 16 the
+EXT channels; with 8 the model is 0-15% under the die's verify (9.7% summed; 16.1% before
+the group's PEs were held together), where the model is compute-bound: at T = 16 the
 die's PEs also wait for EXT words while both groups stream uncached experts at once, which a
 per-layer EXT average does not see (``docs/host.md`` section 7).
 
@@ -320,19 +322,43 @@ class PerfModel:
     def _after(self, ready, cycles):
         """Each PE's compute cycles (float ``[..., G]``) after one more expert of a group
         program, ``ready`` before it and ``cycles`` its per-PE cycles at its rotation
-        (``[..., G]``; or the program's base after its experts). The
-        ``"ideal"`` feed adds them (each PE's program alone). The ``"die"`` feed starts the
-        expert's *participants* (the PEs with cycles in it) together, at the latest of their
-        ready times: a group's PEs take one multicast EXT stream (an EXT chunk is admitted
-        only when every PE it names has room for it, so the fastest waits for the slowest's
-        FIFO to drain) and exchange psums over the aggregation link inside a cached expert,
-        so no PE runs an expert ahead of the others that share it (a PE without cycles in it,
-        e.g. an uncached expert's one token on another PE, is not held)."""
+        (``[..., G]``). The ``"ideal"`` feed adds them (each PE's program alone). The
+        ``"die"`` feed runs the expert on its *participants* (the PEs with cycles in it) in
+        lockstep: they start it at the latest of their ready times and all end it after its
+        largest per-PE cycles. A group's PEs take one multicast EXT stream (an EXT chunk is
+        admitted only when every PE it names has room for it, so the fastest waits for the
+        slowest's FIFO to drain) and a cached expert's psums are exchanged over the
+        aggregation link through it (the up/gate psums to the token owners, the h scatter,
+        the down psums last), so none runs ahead of or leaves an expert before the others
+        that share it; a PE without cycles in it (e.g. an uncached expert's one token on
+        another PE) is not held."""
         if self.feed != "die":
             return ready + cycles
         part = cycles > 0
-        start = np.where(part, ready, -np.inf).max(axis=-1, keepdims=True)
-        return np.where(part, start + cycles, ready)
+        end = (self._latest(np.where(part, ready, -np.inf))
+               + self._latest(np.where(part, cycles, -np.inf)))
+        return np.where(part, np.expand_dims(end, -1), ready)
+
+    def _after_base(self, ready, base):
+        """Each PE's compute cycles (float ``[..., G]``) after the program's base ``base``
+        (CLEAR, the verify's OUT reduction into the root, OUTPUT, STATUS; ``[..., G]``), from
+        ``ready`` after its experts. The ``"ideal"`` feed adds it; the ``"die"`` feed starts
+        it on every PE with cycles in it at the latest of their ready times (the root reduces
+        the others' OUT rows once they are done)."""
+        if self.feed != "die":
+            return ready + base
+        part = base > 0
+        start = self._latest(np.where(part, ready, -np.inf))
+        return np.where(part, np.expand_dims(start, -1) + base, ready)
+
+    @staticmethod
+    def _latest(x):
+        # the max over the last (PE) axis, column by column: NumPy's max over a short last
+        # axis is slow
+        m = x[..., 0]
+        for c in range(1, x.shape[-1]):
+            m = np.maximum(m, x[..., c])
+        return m
 
     # -- a layer and a step -----------------------------------------------------------------
     def layer(self, work, placement, *, phase, step_tokens, writes=()) -> LayerCost:
@@ -372,7 +398,7 @@ class PerfModel:
             ext += sum(self.msb for w in writes if w.group == g and w.extra)
             head = 0
             if ex:
-                comp = self._after(comp, self.calib.base(phase, step_tokens))
+                comp = self._after_base(comp, self.calib.base(phase, step_tokens))
                 head = self.head_hb if placement.cached[g] & ex.keys() else self.head_ext
                 n, cached, j, x = last
                 if x:
@@ -555,7 +581,7 @@ class PerfModel:
         per_pe = w4 / self.peak4 + w8 / self.peak8
         # the calibrated compute term: each expert's per-PE cycles at its rotation, added
         # per group program in program order, then the program's base (as layer() adds
-        # them, by _after)
+        # them, by _after and _after_base)
         ctab = [self._comp_table(ph, n) if tabs.get(ph) is not None else
                 (np.zeros((2, n, G, G)), np.zeros((2, n), np.int64), np.zeros((2, n, G, G)))
                 for ph in ("draft", "verify")]
@@ -564,12 +590,14 @@ class PerfModel:
         k = verify[rj] * 2 + kind
         j, last = self.calib.rotations(tab_r[k, t], cell, e) if len(cell) else (None, None)
         comp = self.calib.cells(tab_c[k, t], tab_r[k, t], cell, e, m, j,
-                                after=self._after).reshape(Rn, Gr, G)
+                                after=self._after if self.feed == "die" else None
+                                ).reshape(Rn, Gr, G)
         nb = max(int(ntok.max()) + 1 if Rn else 1, n)
         base = np.stack([np.stack([self.calib.base(ph, x) for x in range(nb)])
                          for ph in ("draft", "verify")])                  # [2, nb, G]
         comp = np.where(busy[:, :, None],
-                        self._after(comp, base[verify.astype(np.int64), ntok][:, None]), 0.0)
+                        self._after_base(comp, base[verify.astype(np.int64), ntok][:, None]),
+                        0.0)
         lb = words * self.pe.word_bytes
         active = busy | (n_wr > 0)
         ext = (ext_g + n_x * self.msb).sum(axis=1).astype(np.float64)

@@ -16,7 +16,9 @@ expert boundaries):
     cycles_p = base_p(phase, T) + sum over the group's experts e of m_p(phase, kind_e, t_e, j_e)
 
 with ``t_e`` the expert's tokens, ``kind_e`` HB-resident (cached) or not, ``j_e`` its
-rotation (0 in a draft), and the group's compute time the largest ``cycles_p``. Units:
+rotation (0 in a draft), and the group's compute time the largest ``cycles_p`` (each PE's
+program alone: the ``ideal`` feed; the ``die`` feed runs each expert's PEs in lockstep
+instead, :meth:`~.perf.PerfModel._after`). Units:
 cycles of the logic-die clock, per PE (``[G]`` arrays, G = ``pes_per_group``).
 
 Where the figures come from (:attr:`ComputeCycles.source`):
