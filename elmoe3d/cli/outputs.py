@@ -51,6 +51,8 @@ def check_output(path, option: str) -> Path:
         raise UserError(f"{option} {path}: is a directory")
     _refuse_special(path, option)
     if not parent.is_dir():
+        if parent.exists():
+            raise UserError(f"{option} {path}: {parent} is not a directory")
         raise UserError(f"{option} {path}: directory {parent} does not exist")
     if not _writable(parent):
         raise UserError(f"{option} {path}: directory {parent} is not writable")
@@ -62,10 +64,9 @@ def plot_format(path, option: str, default: str = "png") -> str:
     ``default`` without one), checked before the work starts: a :class:`UserError` naming
     ``option``, the file and the formats matplotlib writes for a suffix it does not (or .pgf
     without its TeX program)."""
-    from matplotlib.backend_bases import FigureCanvasBase
     suffix = Path(path).suffix
     fmt = suffix.lower().lstrip(".") or default
-    formats = FigureCanvasBase.get_supported_filetypes()
+    formats = _image_formats()
     if fmt not in formats:
         raise UserError(f"{option} {path}: unsupported suffix {suffix!r} (matplotlib writes "
                         f"{', '.join('.' + f for f in sorted(formats))})")
@@ -83,12 +84,17 @@ def check_output_dir(folder, option: str, names) -> list:
     into the folder ``folder``: an existing folder (each file checked by :func:`check_output`)
     or a path that does not exist yet, whose nearest existing ancestor is a writable folder
     (:meth:`AtomicOutputs.make_dir` creates the missing folders when the outputs are written).
-    A path that exists and is not a folder is refused. Returns the files' paths."""
+    A path that exists and is not a folder is refused, and so is a new one whose suffix is an
+    image format (``--plot fig.png``: a file name given for a folder). Returns the files'
+    paths."""
     folder = Path(folder)
     if folder.is_dir():
         return [check_output(folder / name, option) for name in names]
     if folder.exists() or folder.is_symlink():
         raise UserError(f"{option} {folder}: not a directory")
+    if folder.suffix.lower().lstrip(".") in _image_formats():
+        raise UserError(f"{option} {folder}: names a folder to write {', '.join(names)} "
+                        f"into, not a file; give a folder (e.g. {folder.with_suffix('')})")
     ancestor = folder.parent
     while not ancestor.exists() and not ancestor.is_symlink() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
@@ -97,6 +103,12 @@ def check_output_dir(folder, option: str, names) -> list:
     if not _writable(ancestor):
         raise UserError(f"{option} {folder}: directory {ancestor} is not writable")
     return [folder / name for name in names]
+
+
+def _image_formats() -> set:
+    """The file formats (suffixes without the dot) matplotlib writes."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    return set(FigureCanvasBase.get_supported_filetypes())
 
 
 def same_file(a, b) -> bool:

@@ -378,7 +378,11 @@ def execute(args, *, progress_factory=None) -> dict:
     path = resolve_trace(args.trace)
     if args.model is not None:
         from ..sw.host.models import model_preset
-        _check_ffn(model_preset(args.model))       # an unknown preset fails before the import
+        try:                                        # an unknown preset fails before the import
+            preset_ = model_preset(args.model)
+        except UserError as e:
+            raise UserError(f"--model {args.model}: {e}") from None
+        _check_ffn(preset_)
     warmup = getattr(args, "warmup", None)
     _nonneg("--warmup", warmup)
     usage = str(args.trace).startswith(SYNTHETIC_PREFIX)
@@ -521,7 +525,7 @@ def summary_table(doc):
              f"{len(doc['layers'])} layers, {doc['tokens']} tokens")
     t = Table(title=title, title_justify="left")
     cols = ["run", "steps", "tokens", "hit rate", "HB read", "HB write", "EXT", "link",
-            "cycles", "tokens/s", "mJ/token"]
+            "cycles", "tokens/s", "DRAM mJ/token"]
     compares = BACKENDS[doc["backend"]].compares
     if compares:
         cols += ["compared", "mismatches"]

@@ -74,6 +74,10 @@ def test_check_output(tmp_path):
         check_output(tmp_path, "--json")
     with pytest.raises(UserError, match="--plot .*: directory .*nope does not exist"):
         check_output(tmp_path / "nope" / "x.png", "--plot")
+    f = tmp_path / "o.txt"                          # a file where a folder was meant
+    f.write_text("x")
+    with pytest.raises(UserError, match=f"^--json {f}/x.json: {f} is not a directory$"):
+        check_output(f / "x.json", "--json")
 
 
 def test_check_output_dir_and_make_dir(tmp_path):
@@ -89,6 +93,14 @@ def test_check_output_dir_and_make_dir(tmp_path):
         check_output_dir(f, "--plot", ["a.png"])
     with pytest.raises(UserError, match=f"^--plot {f}/d: {f} is not a directory$"):
         check_output_dir(f / "d", "--plot", ["a.png"])
+    # a new folder named like an image file: a file name given for --plot DIR, refused
+    with pytest.raises(UserError, match=r"^--plot .*fig14\.PNG: names a folder to write "
+                                        r"a\.png into, not a file; give a folder \(e\.g\. "):
+        check_output_dir(tmp_path / "fig14.PNG", "--plot", ["a.png"])
+    assert not (tmp_path / "fig14.PNG").exists()
+    (tmp_path / "old.png").mkdir()                  # an existing folder of that name: taken
+    assert check_output_dir(tmp_path / "old.png", "--plot", ["a.png"]) == [
+        tmp_path / "old.png" / "a.png"]
     new = tmp_path / "x" / "y"
     assert check_output_dir(new, "--plot", ["a.png", "b.png"]) == [new / "a.png",
                                                                   new / "b.png"]

@@ -76,6 +76,10 @@ def test_plot_creates_the_folder_like_run(tmp_path, capsys):
         assert err.strip().splitlines() == [f"elmoe3d paper: error: --plot {bad}: "
                                             + ("not a directory" if bad == f else
                                                f"{f} is not a directory")]
+    # a file name where the folder goes (`--plot fig14.png`): refused, nothing made
+    assert cli.main(["paper", "fig12", "--plot", str(tmp_path / "fig14.png"), "--json",
+                     str(out)]) == 2
+    assert "names a folder to write fig12_8gb.png into" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "out"]
 
 

@@ -66,7 +66,7 @@ def test_npz_trace_and_model_from_it(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, what", [
-    (["--model", "mixtral-9x9b"], "unknown model preset"),
+    (["--model", "mixtral-9x9b"], "--model mixtral-9x9b: unknown model preset"),
     (["--layers", "40:41"], "--layers"),
     (["--layers", "a:b"], "--layers"),
     (["--config", "paper-16gb"], "--config"),
@@ -95,6 +95,9 @@ def test_missing_trace_and_bad_outputs(tmp_path, capsys):
     assert code == 2 and "--trace" in err and len(err.strip().splitlines()) == 1
     code, _, err = _run(capsys, *BASE, "--json", str(tmp_path / "no" / "r.json"))
     assert code == 2 and "--json" in err
+    code, _, err = _run(capsys, *BASE, "--plot", str(tmp_path / "fig.png"))
+    assert code == 2 and "--plot" in err and "names a folder" in err
+    assert not (tmp_path / "fig.png").exists()
     f = tmp_path / "file"
     f.write_text("x")
     code, _, err = _run(capsys, *BASE, "--plot", str(f))
