@@ -151,9 +151,10 @@ class LogicDie(wiring.Component):
         round trip from a chunk admitted to its words popped (LPDDR5 first read, about 47
         cycles, plus the port, streamer, ring and router), so that one PE alone can take the
         EXT stream at its rate. Small die: 64 words at 8 channels, 26 at 2; paper dies
-        (512 B words): 13 at 8 channels (the scheduler admits whole chunks, so 2 and 1 of
-        those words stay unused). A ``router`` ``ext_fifo_words`` is kept as given, but not
-        below ``ext_chunk_words``.
+        (512 B words): 13 at 8 channels (a full chunk needs ``ext_chunk_words`` credits, so
+        the last 2 of 26 = 6 x 4 + 2, and 1 of 13, serve only a transfer's shorter last
+        chunk). A ``router`` ``ext_fifo_words`` is kept as given; one below
+        ``ext_chunk_words`` raises ``ValueError``.
     mul_stages : int
         The PEs' VPU multiplier stages.
 
@@ -203,7 +204,7 @@ class LogicDie(wiring.Component):
         _check("ext_chunk_words", ext_chunk_words, 1)
         if ext_chunk_words >= 1 << WORDS_BITS:
             raise ValueError(f"ext_chunk_words: {ext_chunk_words} does not fit the "
-                             f"{WORDS_BITS}-bit word count")
+                             f"{WORDS_BITS}-bit word count (at most {(1 << WORDS_BITS) - 1})")
         fifo = (router or {}).get("ext_fifo_words")
         if isinstance(fifo, int) and not isinstance(fifo, bool) and 1 <= fifo < ext_chunk_words:
             raise ValueError(f"router: ext_fifo_words {fifo} is less than ext_chunk_words "

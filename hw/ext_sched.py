@@ -61,8 +61,10 @@ class ExtScheduler(CheckedComponent):
         ``dst_mask``), registered; to the streamer's ``desc``.
     credit : In, ``pes`` bits
         Bit p: PE p's load router popped one EXT word in this cycle (one credit back). A
-        credit for a PE with no outstanding credit (its counter full after this cycle's chunk)
-        is refused: the counter stays full and ``errors.bad_credit`` is set.
+        credit for a PE with no outstanding credit (its counter full at the start of the
+        cycle, whether or not a chunk for it is admitted in this cycle: those words cannot
+        be popped yet) is refused: the counter keeps its value and ``errors.bad_credit`` is
+        set.
     errors : Out :func:`ext_sched_errors_layout`
         Sticky error flags, shown :attr:`errors_latency` = 1 cycle after the event, held until
         cleared by ``errors_clear`` (or reset).
@@ -106,7 +108,7 @@ class ExtScheduler(CheckedComponent):
                              f"({chunk_words}); a full chunk would never be admitted")
         if chunk_words >= 1 << WORDS_BITS:
             raise ValueError(f"chunk_words: {chunk_words} does not fit the {WORDS_BITS}-bit "
-                             f"word count")
+                             f"word count (at most {(1 << WORDS_BITS) - 1})")
 
     def __init__(self, *, pes: int, window: int, credits: int, chunk_words: int):
         self._pes, self._window, self._credits, self._chunk = pes, window, credits, chunk_words
@@ -180,7 +182,9 @@ class ExtScheduler(CheckedComponent):
         for p in range(P):
             taken = fire & mask[p]
             out = Mux(taken, n, 0)
-            m.d.comb += over[p].eq(self.credit[p] & ~taken & (cred[p] == C))
+            # a full counter has no word out for this PE: its credit is bogus, even in the
+            # cycle a chunk is admitted (those words cannot be popped yet)
+            m.d.comb += over[p].eq(self.credit[p] & (cred[p] == C))
             m.d.sync += cred[p].eq(cred[p] - out + (self.credit[p] & ~over[p]))
         sticky_flags(m, self.errors, set_={"bad_credit": over.any()}, clear=self.errors_clear)
 
@@ -210,7 +214,7 @@ class ExtScheduler(CheckedComponent):
 
 class ExtGroupMerge(CheckedComponent):
     """The die's wiring between its per-group EXT queues, the groups' schedulers and the one
-    EXT streamer (combinational, no register but the round-robin pointer).
+    EXT streamer (combinational but for the round-robin pointer and the held pick).
 
     Ports
     -----
@@ -226,7 +230,8 @@ class ExtGroupMerge(CheckedComponent):
     out : Out stream, ``ext_read_layout(groups x pes_per_group)``
         To the streamer: one group's chunk with its mask shifted back to the die's PEs. The
         groups take turns round robin: from the group after the last one served, the first
-        with a chunk (so ``k`` groups that always have one are served in rotation).
+        with a chunk (so ``k`` groups that always have one are served in rotation); a chunk
+        offered and not taken stays on offer, unchanged, until taken.
 
     Parameters
     ----------
@@ -265,10 +270,21 @@ class ExtGroupMerge(CheckedComponent):
         rr = Signal(range(NG) if NG > 1 else 1)
         pick = Signal(range(NG) if NG > 1 else 1)
         any_c = Signal()
-        for k in reversed(range(NG)):       # the first group with a chunk from rr on
+        # a chunk offered and not taken stays on offer unchanged (the stream rule): its
+        # group is held until the streamer takes it
+        held = Signal()
+        held_g = Signal.like(pick)
+        with m.If(held):
+            m.d.comb += pick.eq(held_g)
             for g in range(NG):
-                with m.If((rr == g) & self.chunk[(g + k) % NG].valid):
-                    m.d.comb += [pick.eq((g + k) % NG), any_c.eq(1)]
+                with m.If(held_g == g):
+                    m.d.comb += any_c.eq(self.chunk[g].valid)
+        with m.Else():
+            for k in reversed(range(NG)):   # the first group with a chunk from rr on
+                for g in range(NG):
+                    with m.If((rr == g) & self.chunk[(g + k) % NG].valid):
+                        m.d.comb += [pick.eq((g + k) % NG), any_c.eq(1)]
+        m.d.sync += [held.eq(self.out.valid & ~self.out.ready), held_g.eq(pick)]
         for g in range(NG):
             c = self.chunk[g]
             with m.If(pick == g):

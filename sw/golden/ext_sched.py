@@ -90,6 +90,9 @@ class ExtSchedModel:
         """One clock: ``desc`` = ``(addr, words, dst_mask)`` offered on ``desc`` (or None),
         ``out_ready`` the sink's ready, ``credit_mask`` bit p = PE p popped one EXT word."""
         take = desc is not None and self.desc_ready
+        for p in _bits(credit_mask):        # a full counter has no word out: a bogus credit,
+            if self.credits[p] >= self.credits_max:     # even in a cycle that admits a chunk
+                raise AssertionError(f"PE {p}: a credit returned that was never taken")
         if self.out is not None and out_ready:
             self.out = None
         if self.out is None:
@@ -106,7 +109,5 @@ class ExtSchedModel:
                     self.entries[i] = [addr + n, left - n, mask]
         for p in _bits(credit_mask):
             self.credits[p] += 1
-            if self.credits[p] > self.credits_max:
-                raise AssertionError(f"PE {p}: a credit returned that was never taken")
         if take and desc[1] != 0:
             self.entries.append(list(desc))

@@ -53,6 +53,7 @@ def _run(descs, *, pes, window, credits, chunk_words, rates, stall, seed, stop=N
             else:
                 rtl = None
             assert rtl == model.out, f"cycle {cycle}: chunk {rtl}, model {model.out}"
+            assert not ctx.get(dut.errors.bad_credit), f"cycle {cycle}: false bad_credit"
             if any(model.credits[p] < chunk_words for p in range(pes)):
                 stats["exhausted"] += 1
             if v and ready:
@@ -181,16 +182,58 @@ def test_bad_credit_is_flagged_not_wrapped():
     assert log["chunks"] == 4, f"{log['chunks']} chunks: the refused credit was counted"
 
 
+@pytest.mark.parametrize("outstanding", [False, True])
+def test_credit_in_an_admission_cycle(outstanding):
+    """A credit in the very cycle the scheduler admits a chunk for its PE (4 credits, 2-word
+    chunks, one 6-word descriptor for PE 0; the admissions in cycles 1 and 2). Before the
+    first admission (a full counter: no word out) it is bogus, since the chunk's words cannot
+    have been popped yet: flagged and refused, as the golden model raises, and two chunks
+    come. At the second admission (2 words out) it is real: counted, so with one more credit
+    later the third chunk comes, and nothing is flagged."""
+    from amaranth.sim import Simulator
+
+    dut = ExtScheduler(pes=1, window=2, credits=4, chunk_words=2)
+    credit_at = {2, 5} if outstanding else {1, 5}
+    log = {"errors": [], "chunks": 0}
+
+    async def bench(ctx):
+        ctx.set(dut.chunk.ready, 1)
+        offer_desc(ctx, dut.desc, ext_read_layout(1), (0, 6, 1))
+        await ctx.tick()                                # cycle 0: the descriptor taken
+        offer_desc(ctx, dut.desc, ext_read_layout(1), None)
+        for cycle in range(1, 30):
+            ctx.set(dut.credit, int(cycle in credit_at))
+            log["chunks"] += ctx.get(dut.chunk.valid)
+            log["errors"].append(ctx.get(dut.errors.bad_credit))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    if outstanding:
+        assert set(log["errors"]) == {0}, "a real credit flagged"
+        assert log["chunks"] == 3, f"{log['chunks']} chunks: the real credit was refused"
+    else:
+        assert 1 in log["errors"], "a bogus credit in an admission cycle not flagged"
+        assert log["chunks"] == 2, f"{log['chunks']} chunks: the bogus credit was counted"
+        model = ExtSchedModel(pes=1, window=2, credits_max=4, chunk_words=2)
+        model.step((0, 6, 1), True, 0)               # cycle 0: the descriptor enters
+        with pytest.raises(AssertionError, match="never taken"):
+            model.step(None, True, 0b1)               # cycle 1: admitted, and the credit
+
+
 def test_group_merge_rotates_and_shifts():
     """:class:`ExtGroupMerge`: a queue's beat reaches its group's scheduler with the group's
     bits of ``dst_mask``; the groups' chunks reach ``out`` with the mask shifted back to the
     die's PEs, and groups that always have a chunk are served in rotation (from the group after
-    the last served; a group without one is skipped; a stalled ``out`` keeps the turn)."""
+    the last served; a group without one is skipped; a stalled ``out`` keeps the turn, takes
+    nothing, and keeps the chunk it offers, unchanged, even when an earlier group gets one)."""
     from elmoe3d.hw.ext_sched import ExtGroupMerge
 
     NG, G = 3, 2
     dut = ExtGroupMerge(groups=NG, pes_per_group=G)
-    got, descs = [], []
+    got, descs, held = [], [], []
 
     async def bench(ctx):
         for g in range(NG):
@@ -216,13 +259,30 @@ def test_group_merge_rotates_and_shifts():
                             readies))
             elif cycle == 3:
                 got.append("stall")
+                # nothing taken from any scheduler while out stalls
+                assert [ctx.get(dut.chunk[g].ready) for g in range(NG)] == [0] * NG
             await ctx.tick()
+        # a chunk offered and not taken stays on offer: group 1's chunk offered during a
+        # stall, then group 0 (earlier in the rotation from rr) gets one: still group 1's
+        ctx.set(dut.out.ready, 0)
+        for g in range(NG):
+            ctx.set(dut.chunk[g].valid, int(g == 1))
+        offered = [(ctx.get(dut.out.valid), ctx.get(dut.out.payload.addr))]
+        await ctx.tick()
+        ctx.set(dut.chunk[0].valid, 1)
+        offered.append((ctx.get(dut.out.valid), ctx.get(dut.out.payload.addr)))
+        ctx.set(dut.out.ready, 1)
+        offered.append((ctx.get(dut.out.valid), ctx.get(dut.out.payload.addr),
+                        [ctx.get(dut.chunk[g].ready) for g in range(NG)]))
+        await ctx.tick()
+        held.extend(offered)
 
     sim = Simulator(dut)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
     assert descs == [(1, 10, 0b11, 1), (1, 11, 0b11, 0), (1, 12, 0b11, 1)]
+    assert held == [(1, 100), (1, 100), (1, 100, [0, 1, 0])], held
     served = [x if x == "stall" else x[0] for x in got]
     assert served == [0, 1, 2, "stall", 0, 1, 2, 0, 2, 0, 1, 1, 1, 1], served
     for x in got:
