@@ -18,6 +18,14 @@ from elmoe3d.sw.golden.ext_sched import ExtSchedModel, ext_pick
 from .test_die_ext_stream import offer_desc
 
 
+def _simulate(dut, bench):
+    """Run the testbench ``bench`` on ``dut`` with a 1 GHz clock until it returns."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 def _run(descs, *, pes, window, credits, chunk_words, rates, stall, seed, stop=None):
     rng = random.Random(seed)
     dut = ExtScheduler(pes=pes, window=window, credits=credits, chunk_words=chunk_words)
@@ -78,10 +86,7 @@ def _run(descs, *, pes, window, credits, chunk_words, rates, stall, seed, stop=N
             assert cycle < 20000, f"timeout: {[len(g) for g in got]} of {[len(w) for w in want]}"
         stats["cycles"] = cycle
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
     assert got == want
     print(stats)
     return stats
@@ -144,8 +149,6 @@ def test_bad_credit_is_flagged_not_wrapped():
     and is refused: with 4 credits and 1-word chunks, a descriptor of 8 words then issues 4
     chunks, not 5 (a wrapped counter). A credit in the cycle a chunk takes words is not an
     error; the clear clears the flag."""
-    from amaranth.sim import Simulator
-
     dut = ExtScheduler(pes=2, window=2, credits=4, chunk_words=1)
     model = ExtSchedModel(pes=2, window=2, credits_max=4, chunk_words=1)
     with pytest.raises(AssertionError, match="never taken"):
@@ -173,10 +176,7 @@ def test_bad_credit_is_flagged_not_wrapped():
             log["errors"].append(ctx.get(dut.errors.bad_credit))
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
     assert log["errors"][0] == 1, "bad credit not flagged"
     assert set(log["errors"][1:]) == {0}, "not cleared, or a later false flag"
     assert log["chunks"] == 4, f"{log['chunks']} chunks: the refused credit was counted"
@@ -190,8 +190,6 @@ def test_credit_in_an_admission_cycle(outstanding):
     have been popped yet: flagged and refused, as the golden model raises, and two chunks
     come. At the second admission (2 words out) it is real: counted, so with one more credit
     later the third chunk comes, and nothing is flagged."""
-    from amaranth.sim import Simulator
-
     dut = ExtScheduler(pes=1, window=2, credits=4, chunk_words=2)
     credit_at = {2, 5} if outstanding else {1, 5}
     log = {"errors": [], "chunks": 0}
@@ -207,10 +205,7 @@ def test_credit_in_an_admission_cycle(outstanding):
             log["errors"].append(ctx.get(dut.errors.bad_credit))
             await ctx.tick()
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
     if outstanding:
         assert set(log["errors"]) == {0}, "a real credit flagged"
         assert log["chunks"] == 3, f"{log['chunks']} chunks: the real credit was refused"
@@ -277,10 +272,7 @@ def test_group_merge_rotates_and_shifts():
         await ctx.tick()
         held.extend(offered)
 
-    sim = Simulator(dut)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(dut, bench)
     assert descs == [(1, 10, 0b11, 1), (1, 11, 0b11, 0), (1, 12, 0b11, 1)]
     assert held == [(1, 100), (1, 100), (1, 100, [0, 1, 0])], held
     served = [x if x == "stall" else x[0] for x in got]
