@@ -211,7 +211,11 @@ class LogicDie(wiring.Component):
                              f"({ext_chunk_words}); a full chunk would never be admitted")
         router = LogicDie._router(arch, router, ext_channels, ext_fifo_cycles, ext_chunk_words)
         blocks["pes"] = [PE(config=arch, mul_stages=mul_stages) for _ in range(arch.pes)]
-        blocks["routers"] = [LoadRouter(config=arch, **(router or {})) for _ in range(arch.pes)]
+        try:
+            blocks["routers"] = [LoadRouter(config=arch, **router) for _ in range(arch.pes)]
+        except (TypeError, ValueError) as e:
+            # a LoadRouter keyword's own message, named as the die's parameter
+            raise ValueError(f"router: {e}") from None
         blocks["hb"] = [HBController(config=arch, queue_depth=hb_queue_depth,
                                      read_buffer=hb_read_buffer) for _ in range(arch.pes)]
         blocks["hb_ports"] = [LogicDie._hb_port(arch, router) for _ in blocks["hb"]]

@@ -69,6 +69,10 @@ def test_parameters_named():
     with pytest.raises(ValueError, match="^router: ext_fifo_words 2 is less than "
                                          "ext_chunk_words"):
         LogicDie(config=SMALL, router={"ext_fifo_words": 2})
+    with pytest.raises(ValueError, match="^router: ext_fifo_words: expected an integer >= 1"):
+        LogicDie(config=SMALL, router={"ext_fifo_words": 0})
+    with pytest.raises(ValueError, match="^router: .*unexpected keyword.*'hb_fifo'"):
+        LogicDie(config=SMALL, router={"hb_fifo": 8})
     with pytest.raises(ValueError, match="ext_channels: expected a positive integer"):
         die_errors_layout(SMALL, 0)
     with pytest.raises(TypeError, match="arch"):
