@@ -14,7 +14,8 @@ with the parameters ``params["die"]`` (keyword arguments of ``LogicDie``) and wr
      "cached": [0, 2, 3, 5, 6],                 # HB-resident experts (the draft pool)
      "ext_layout": "stream",                    # EXT placement (EXT_LAYOUTS)
      "dump_probes": false}                      # true: probes-<test>-<phase>-T<n>.json
-                                                # (every cycle's probe value) per case
+                                                # (every cycle's probe value and every
+                                                # host beat's cycle and queue) per case
 
 The host side of every case: each PE group serves a share of the experts (expert ``e`` on
 group ``e % groups``); :func:`elmoe3d.sw.host.parallel.compile_group` compiles the group's work
@@ -393,7 +394,7 @@ class DieBench(CaseRecorder):
                     raise AssertionError(f"cycle {self.cycle()}: {port} beat of queue "
                                          f"{offered} not taken though its room bit was set")
                 queues[offered].popleft()
-                log.append(self.cycle())
+                log.append((self.cycle(), offered))
             last = offered
             offered = None
             if not (idle and rng.random() < idle):
@@ -422,8 +423,9 @@ class DieBench(CaseRecorder):
     async def run(self, cmd_queues, dma_queues, *, n_o, rng, traffic, budget):
         """Stream the host queues into the die and collect ``o`` beats until ``n_o`` came
         out (or ``budget`` cycles passed), then drain: nothing more may come out. Returns
-        ``(beats as (cycle, pe, kind, data), errors, first command cycle, probe events)``
-        (probe events: :meth:`_probes`)."""
+        ``(beats as (cycle, pe, kind, data), errors, first command cycle, probe events, host
+        beats)`` (probe events: :meth:`_probes`; host beats: ``{"cmd": [(cycle, queue bit)],
+        "dma": [...]}``, every beat each host port took)."""
         dut = self.dut
         flow = pattern(traffic).for_ports("host", "o")
         idle, bp = flow.idle_at("host"), flow.backpressure_at("o")
@@ -470,7 +472,8 @@ class DieBench(CaseRecorder):
             view = self.o_layout.from_bits(raw)
             beats.append((cyc, int(view.pe), view.beat.kind.value,
                           int(view.beat.data)))
-        return beats, errors, (cmd_log[0] if cmd_log else start), events
+        return (beats, errors, (cmd_log[0][0] if cmd_log else start), events,
+                {"cmd": cmd_log, "dma": dma_log})
 
     # -- one MoE layer on the die --
 
@@ -567,7 +570,7 @@ class DieBench(CaseRecorder):
         hb_words = sum(len(w) for j in jobs if j for w in j[1].hb_images)
         budget = 4000 + 30 * words + 4 * (ext_words + hb_words)
         wall = time.perf_counter()
-        beats, errors, first, events = await self.run(cmd_q, dma_q, n_o=n_o, rng=rng,
+        beats, errors, first, events, host = await self.run(cmd_q, dma_q, n_o=n_o, rng=rng,
                                                       traffic=traffic, budget=budget)
         wall = time.perf_counter() - wall
         end = beats[-1][0] if beats else self.cycle()
@@ -655,7 +658,7 @@ class DieBench(CaseRecorder):
             out = Path(load_params().get("out_dir") or os.getcwd())
             name = f"probes-{self.test}-{phase}-T{x.shape[0]}.json"
             (out / name).write_text(json.dumps({"first": first, "end": end, "events": events,
-                                                "fields": self.probe_offsets}))
+                                                "fields": self.probe_offsets, **host}))
         ext_words = sum(exchange["counts"]["ext_word"])
         want_ext = sum(sum(item[1].traffic()["ext_pe_bytes"]) for item in jobs if item) \
             // pe.word_bytes
