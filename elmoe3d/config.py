@@ -562,6 +562,13 @@ class ArchConfig:
         HB-fed program."""
         return self.hb_bytes_per_cycle / self.pe.word_bytes
 
+    @property
+    def link_words_per_cycle(self) -> float:
+        """PE words the aggregation link moves per logic cycle (:attr:`aggregation_bytes_per_cycle`
+        / the PE word: 0.5 on the small PE, a word in two 32-byte flits): the ``link_i`` /
+        ``link_o`` pacing of a group program's SEND, RECV and psum exchange on the die."""
+        return self.aggregation_bytes_per_cycle / self.pe.word_bytes
+
     def cycles_to_us(self, cycles) -> float:
         """Logic-die ``cycles`` in microseconds at ``clock_ghz``."""
         return cycles / (self.clock_ghz * 1e3)

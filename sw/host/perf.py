@@ -68,11 +68,12 @@ over the link, its down-projection psums last.
 ``"ideal"`` is the RTL / golden backends' feed (each PE program alone, a word every cycle from
 the first): none of these. Against the die bench (``elmoe3d.sim.bench_die.perf_cycles``,
 ``docs/host.md`` section 7) the die feed is within 5% per step kind, summed over its 1-, 4-
-and 16-token batches (-3.7% draft, -4.7% verify; -1.8% to -7.6% a batch), on the bench's 2
-EXT channels; with 8 the model is 0-14% under the die's verify (8.7% summed; 16.1% before
-the group's PEs were held together), where the model is compute-bound: at T = 16 the
-die's PEs also wait for EXT words while both groups stream uncached experts at once, which a
-per-layer EXT average does not see (``docs/host.md`` section 7).
+and 16-token batches (-3.7% draft, -3.3% verify; -1.0% to -7.6% a batch), on the bench's 2
+EXT channels; with 8, -9.9% to +2.2% of the die's verify a batch (5.6% under summed; 8.7%
+with the programs' link words at a word a cycle, not the link's half; 16.1% before the
+group's PEs were held together), where the model is compute-bound: at T = 16 the die's PEs
+also wait for EXT words while both groups stream uncached experts at once, which a per-layer
+EXT average does not see, and for the DRAMs' refresh (``docs/host.md`` section 7).
 
 Energy:
 :meth:`~elmoe3d.config.ArchConfig.access_energy_pj` of the HB (read + written) and EXT bytes:

@@ -30,9 +30,13 @@ Where the figures come from (:attr:`ComputeCycles.source`):
   ``base_p(T)`` = cycles of a lone one-token HB-resident expert over ``T`` step tokens less
   its ``m_p``; ``ld`` at a word a cycle (the ``"ideal"`` feed: the RTL backend's pacing,
   :mod:`elmoe3d.sim.bench_host`; the HB and EXT streams are the model's separate bounds) and
-  again at the HB bank's rate (the ``"die"`` feed, :data:`FEEDS`), link words present (the
-  RTL backend runs each PE alone with its link words delivered); and each program's tail
-  after its last ``ld`` word when its stream is the bound (:meth:`ComputeCycles.tail`).
+  again at the HB bank's rate with the link words (SEND, RECV, the psum exchange) at the
+  aggregation link's, half a word a cycle on the small PE (the ``"die"`` feed,
+  :data:`FEEDS`; the RTL backend runs each PE alone with its link words delivered a word a
+  cycle, the die's link moves a 64-byte word in two 32-byte flits: calibrated at a word a
+  cycle, the die feed had the verify's final OUT reduction at 213 cycles at T = 16 where the
+  die bench spends 368-404); and each program's tail after its last ``ld`` word when its
+  stream is the bound (:meth:`ComputeCycles.tail`).
   Shipped for the ``small``
   configuration's synthetic experts (:data:`~.perf_calib_table.TABLE`, written by ``python -m
   elmoe3d.sw.host.perf_calib``; a few seconds), for every ``t`` and ``T`` the PE holds (22
@@ -84,9 +88,11 @@ def _synthetic_experts(hidden: int, intermediate: int, n: int) -> list:
 
 
 def group_program_estimates(arch: ArchConfig, hidden: int, intermediate: int, phase: str,
-                            tokens: int, experts, *, ld_rate: float = 1.0) -> list:
+                            tokens: int, experts, *, ld_rate: float = 1.0,
+                            link_rate: float | None = None) -> list:
     """Per-PE :func:`~.pe_cycles.program_cycles` estimates (``ld`` at ``ld_rate`` words a
-    cycle, the programs' ``ld`` words) of the group program :func:`.parallel.compile_group`
+    cycle, link words at ``link_rate`` (None: a word a cycle), the programs' ``ld`` words) of
+    the group program :func:`.parallel.compile_group`
     emits for ``phase`` over ``tokens`` step tokens with ``experts`` = ``[(t, cached)]`` in
     program order (expert i routed tokens ``0 .. t - 1``; seeded synthetic ``hidden`` x
     ``intermediate`` weights). Raises :class:`~elmoe3d.sw.golden.asm.ProgramError` when the
@@ -103,15 +109,17 @@ def group_program_estimates(arch: ArchConfig, hidden: int, intermediate: int, ph
     job = compile_group(x, _experts(hidden, intermediate), (ids, w), phase=phase, config=arch,
                         cached=[i for i, (_, c) in enumerate(experts) if c],
                         group_experts=list(range(n)))
-    return [program_cycles(job.programs[p], ld_rate=ld_rate, ld=job.ld[p])
+    return [program_cycles(job.programs[p], ld_rate=ld_rate, link_rate=link_rate, ld=job.ld[p])
             for p in range(job.pes)]
 
 
 def group_program_cycles(arch: ArchConfig, hidden: int, intermediate: int, phase: str,
-                         tokens: int, experts, *, ld_rate: float = 1.0) -> list:
+                         tokens: int, experts, *, ld_rate: float = 1.0,
+                         link_rate: float | None = None) -> list:
     """The per-PE cycles of :func:`group_program_estimates` (ints)."""
     return [e.cycles for e in group_program_estimates(arch, hidden, intermediate, phase,
-                                                      tokens, experts, ld_rate=ld_rate)]
+                                                      tokens, experts, ld_rate=ld_rate,
+                                                      link_rate=link_rate)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,24 +146,30 @@ def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) ->
     ``intermediate`` experts, for every ``t`` and ``T`` from 1 to the most tokens the PE
     holds: ``{"pes", "rows", "tmax", "base": {phase: [[G] per T = 0 .. tmax]}, "expert":
     {phase: [[[[G] per j] per t = 0 .. tmax] per kind (0 uncached, 1 cached)]}, "die":
-    {"ld_rate", "base", "expert"} or None, "tail": {"verify": [[[[G] per j] per t] per
-    kind]}}`` (ints, cycles; the draft's uncached kind and row 0 are zeros). ``base`` and
-    ``expert`` at ``ld`` a word a cycle (the RTL backend's pacing); ``die`` the same at the
-    HB bank's rate (:attr:`~elmoe3d.config.ArchConfig.hb_ld_words_per_cycle`; None when that
-    is a word a cycle or more); ``tail`` each PE's cycles after its last ``ld`` word
-    (:attr:`~.pe_cycles.CycleEstimate.tail_cycles` at :data:`STARVED_LD_RATE`) of a program
-    ending in that expert, over ``t`` step tokens."""
+    {"ld_rate", "link_rate", "base", "expert"} or None, "tail": {"verify": [[[[G] per j] per
+    t] per kind]}}`` (ints, cycles; the draft's uncached kind and row 0 are zeros). ``base``
+    and ``expert`` at ``ld`` and link words a word a cycle (the RTL backend's pacing: it runs
+    each PE alone with its link words delivered); ``die`` the same on the die: ``ld`` at the
+    HB bank's rate (:attr:`~elmoe3d.config.ArchConfig.hb_ld_words_per_cycle`, at most 1) and
+    SEND / RECV / psum words at the aggregation link's
+    (:attr:`~elmoe3d.config.ArchConfig.link_words_per_cycle`; ``link_rate`` None when that is
+    a word a cycle or more); ``die`` is None when both are; ``tail`` each PE's cycles after
+    its last ``ld`` word (:attr:`~.pe_cycles.CycleEstimate.tail_cycles` at
+    :data:`STARVED_LD_RATE`, link words at the die's rate) of a program ending in that
+    expert, over ``t`` step tokens."""
     from ..golden.asm import ProgramError
     G, R = arch.pes_per_group, arch.tile.rows
     hb_rate = arch.hb_ld_words_per_cycle
 
-    @functools.lru_cache(maxsize=None)
-    def est(phase, T, experts, rate):
-        return group_program_estimates(arch, hidden, intermediate, phase, T, list(experts),
-                                       ld_rate=rate)
+    link_rate = arch.link_words_per_cycle if arch.link_words_per_cycle < 1 else None
 
-    def cyc(phase, T, experts, rate=1.0):
-        return [e.cycles for e in est(phase, T, experts, rate)]
+    @functools.lru_cache(maxsize=None)
+    def est(phase, T, experts, rate, link=None):
+        return group_program_estimates(arch, hidden, intermediate, phase, T, list(experts),
+                                       ld_rate=rate, link_rate=link)
+
+    def cyc(phase, T, experts, rate=1.0, link=None):
+        return [e.cycles for e in est(phase, T, experts, rate, link)]
 
     tmax = 0
     while True:
@@ -187,27 +201,31 @@ def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) ->
                     out[c, t, 1:] = out[c, t, 0]
         return out
 
-    def figures(rate):
+    def figures(rate, link=None):
         out = {"base": {}, "expert": {}}
         for ph in ("draft", "verify"):
             ex = per_expert(ph, lambda c, t, j: [b - a for a, b in zip(
-                cyc(ph, t, prefix(j), rate), cyc(ph, t, prefix(j) + ((t, bool(c)),), rate))])
+                cyc(ph, t, prefix(j), rate, link),
+                cyc(ph, t, prefix(j) + ((t, bool(c)),), rate, link))])
             base = np.zeros((tmax + 1, G), np.int64)
             for T in range(1, tmax + 1):
-                base[T] = np.array(cyc(ph, T, ((1, True),), rate)) - ex[1, 1, 0]
+                base[T] = np.array(cyc(ph, T, ((1, True),), rate, link)) - ex[1, 1, 0]
             out["base"][ph] = base.tolist()
             out["expert"][ph] = ex.tolist()
             if say:
-                say(f"{arch.name} {hidden}x{intermediate} {ph} (ld {rate:g} a cycle): tmax "
+                say(f"{arch.name} {hidden}x{intermediate} {ph} (ld {rate:g}, link words "
+                    f"{link or 1:g} a cycle): tmax "
                     f"{tmax}, one token {ex[1, 1, 0].tolist()} + base {base[1].tolist()}")
         return out
 
     out = {"pes": G, "rows": R, "tmax": tmax, **figures(1.0), "die": None}
-    if hb_rate < 1:
-        out["die"] = {"ld_rate": hb_rate, **figures(hb_rate)}
-    # a verify's only: a draft streams nothing from EXT (its HB stream is the compute term's)
+    if hb_rate < 1 or link_rate is not None:
+        out["die"] = {"ld_rate": min(hb_rate, 1.0), "link_rate": link_rate,
+                      **figures(min(hb_rate, 1.0), link_rate)}
+    # a verify's only: a draft streams nothing from EXT (its HB stream is the compute term's);
+    # the die feed's only, so at the die's link rate
     out["tail"] = {"verify": per_expert("verify", lambda c, t, j: [e.tail_cycles for e in est(
-        "verify", t, prefix(j) + ((t, bool(c)),), STARVED_LD_RATE)]).tolist()}
+        "verify", t, prefix(j) + ((t, bool(c)),), STARVED_LD_RATE, link_rate)]).tolist()}
     return out
 
 
@@ -254,12 +272,15 @@ class ComputeCycles:
             self.tmax = row["tmax"]
             figs, rate = row, "a word a cycle"
             if feed == "die":
-                hb = arch.hb_ld_words_per_cycle
-                if hb < 1 and row["die"] is not None and row["die"]["ld_rate"] == hb:
-                    figs, rate = row["die"], f"the HB bank's {hb:g} words a cycle"
-                elif hb < 1:
-                    rate = (f"a word a cycle: the table has no row at this HB rate, "
-                            f"{hb:g} words a cycle")
+                hb = min(arch.hb_ld_words_per_cycle, 1.0)
+                link = arch.link_words_per_cycle if arch.link_words_per_cycle < 1 else None
+                die = row["die"]
+                if die is not None and (die["ld_rate"], die.get("link_rate")) == (hb, link):
+                    figs, rate = die, (f"the HB bank's {hb:g} words a cycle, link words at "
+                                       f"the aggregation link's {link or 1:g} a cycle")
+                elif hb < 1 or link is not None:
+                    rate = (f"a word a cycle: the table has no row at this HB and link rate, "
+                            f"{hb:g} and {link or 1:g} words a cycle")
                 self._tail = {ph: np.array(v, np.float64) for ph, v in row["tail"].items()}
             self._base = {ph: np.array(v, np.float64) for ph, v in figs["base"].items()}
             self._ex = {ph: np.array(v, np.float64) for ph, v in figs["expert"].items()}

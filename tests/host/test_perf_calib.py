@@ -97,18 +97,21 @@ def test_shipped_table_recomputed():
 def test_group_program_additive(feed):
     """The table's sum (base + each expert's cycles at its rotation) against program_cycles
     of compiled group programs of mixed experts (the overlap at expert boundaries: a few
-    cycles), ``ld`` at the feed's rate: a word a cycle (ideal) or the HB bank's (die)."""
+    cycles), ``ld`` and link words at the feed's rates: a word a cycle (ideal) or the HB
+    bank's and the aggregation link's (die)."""
     arch = preset("small")
     cal = perf_calib.ComputeCycles(arch, synthetic_model(model_preset("mixtral-8x7b")), feed)
     assert cal.source == "programs"
     pm = PerfModel(arch, synthetic_model(model_preset("mixtral-8x7b")), feed=feed)
     rate = arch.hb_ld_words_per_cycle if feed == "die" else 1.0
-    assert rate < 1 or feed == "ideal"
+    link = arch.link_words_per_cycle if feed == "die" else None
+    assert (rate < 1 and link < 1) or feed == "ideal"
     G = arch.pes_per_group
     for phase, T, experts in (("draft", 5, [(5, True), (2, True), (1, True)]),
                               ("verify", 6, [(1, False), (3, True), (6, True), (2, False)]),
                               ("verify", 9, [(9, False), (4, True)])):
-        got = perf_calib.group_program_cycles(arch, 64, 128, phase, T, experts, ld_rate=rate)
+        got = perf_calib.group_program_cycles(arch, 64, 128, phase, T, experts, ld_rate=rate,
+                                              link_rate=link)
         want = cal.base(phase, T)
         rot = 0
         for t, c in experts:
@@ -194,7 +197,8 @@ def test_tail_is_the_stream_bound_tail():
             for j in range(G):
                 slow = perf_calib.group_program_estimates(
                     arch, h, i, "verify", t, [(1, True)] * (G + j) + [(t, bool(c))],
-                    ld_rate=perf_calib.STARVED_LD_RATE / 4)
+                    ld_rate=perf_calib.STARVED_LD_RATE / 4,
+                    link_rate=arch.link_words_per_cycle)
                 assert [e.tail_cycles for e in slow] == row["tail"]["verify"][c][t][j], \
                     (c, t, j)
     cal = perf_calib.compute_cycles(arch, synthetic_model(model_preset("mixtral-8x7b")))
@@ -209,7 +213,8 @@ def test_tail_is_the_stream_bound_tail():
     die = pm.layer(work, pl, phase="verify", step_tokens=3)
     ideal = PerfModel(arch, m, feed="ideal").layer(work, pl, phase="verify", step_tokens=3)
     tail = max(perf_calib.group_program_estimates(arch, 64, 128, "verify", 3, [(3, False)],
-                                                  ld_rate=perf_calib.STARVED_LD_RATE),
+                                                  ld_rate=perf_calib.STARVED_LD_RATE,
+                                                  link_rate=arch.link_words_per_cycle),
                key=lambda e: e.tail_cycles).tail_cycles
     assert die.ext_cycles == ideal.ext_cycles + arch.ext.first_read_cycles(1.0) + tail
     # the group's own times start after the EXT's first read (no HB-resident expert); the
