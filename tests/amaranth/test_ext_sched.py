@@ -282,3 +282,70 @@ def test_group_merge_rotates_and_shifts():
             g, words, mask, readies = x
             assert words == 1 + g and mask == 0b10 << (g * G)
             assert readies == [int(h == g) for h in range(NG)], "only the served group's ready"
+
+
+@pytest.mark.parametrize("groups,pes_per_group", [(1, 1), (1, 8), (2, 4), (3, 2), (4, 1),
+                                                  (4, 8)])
+def test_group_merge_random(groups, pes_per_group):
+    """:class:`ExtGroupMerge` on random traffic against its documented rule, 1-4 groups of 1-8
+    PEs: each queue's beat reaches its group's scheduler with the group's mask bits (``ready``
+    passed back); the schedulers' chunks (each held on offer until taken, the stream rule)
+    reach ``out`` with the mask shifted back, from the group after the last served the first
+    with a chunk, a chunk offered and not taken staying on offer until taken; a scheduler's
+    chunk is taken exactly when ``out`` takes it."""
+    NG, G = groups, pes_per_group
+    seed = 1000 * NG + G
+    rng = random.Random(seed)
+    from elmoe3d.hw.ext_sched import ExtGroupMerge
+    dut = ExtGroupMerge(groups=NG, pes_per_group=G)
+    served, errors = [], []
+
+    async def bench(ctx):
+        chunks = [None] * NG            # each scheduler's chunk on offer (addr, words, mask)
+        rr, held = 0, None              # the rule's state
+        for cycle in range(400):
+            for g in range(NG):
+                if chunks[g] is None and rng.random() < 0.4:
+                    chunks[g] = (rng.randrange(1 << 12), rng.randrange(1, 8),
+                                 rng.randrange(1, 1 << G))
+                ctx.set(dut.chunk[g].valid, chunks[g] is not None)
+                if chunks[g] is not None:
+                    ctx.set(dut.chunk[g].payload, dict(zip(("addr", "words", "dst_mask"),
+                                                           chunks[g])))
+                q = (rng.randrange(1 << 12), rng.randrange(1, 8), rng.randrange(1 << NG * G))
+                ctx.set(dut.queue[g].valid, rng.random() < 0.5)
+                ctx.set(dut.queue[g].payload, dict(zip(("addr", "words", "dst_mask"), q)))
+                ctx.set(dut.desc[g].ready, rng.random() < 0.5)
+            ready = rng.random() < 0.7
+            ctx.set(dut.out.ready, ready)
+            # the rule
+            pick = held
+            if pick is None:
+                pick = next(((rr + k) % NG for k in range(NG) if chunks[(rr + k) % NG]), None)
+            want = None if pick is None else (chunks[pick][0], chunks[pick][1],
+                                              chunks[pick][2] << pick * G)
+            got = (ctx.get(dut.out.payload.addr), ctx.get(dut.out.payload.words),
+                   ctx.get(dut.out.payload.dst_mask)) if ctx.get(dut.out.valid) else None
+            if got != want:
+                errors.append((cycle, "out", got, want))
+            for g in range(NG):
+                took = ctx.get(dut.chunk[g].valid) and ctx.get(dut.chunk[g].ready)
+                if took != (want is not None and ready and g == pick):
+                    errors.append((cycle, "chunk ready", g))
+                d, q = dut.desc[g], dut.queue[g]
+                if (ctx.get(d.valid), ctx.get(d.payload.addr), ctx.get(d.payload.words),
+                        ctx.get(d.payload.dst_mask), ctx.get(q.ready)) != (
+                        ctx.get(q.valid), ctx.get(q.payload.addr), ctx.get(q.payload.words),
+                        ctx.get(q.payload.dst_mask) >> g * G & ((1 << G) - 1),
+                        ctx.get(d.ready)):
+                    errors.append((cycle, "desc", g))
+            if want is not None and ready:
+                served.append(pick)
+                chunks[pick], rr, held = None, (pick + 1) % NG, None
+            else:
+                held = pick if want is not None else None
+            await ctx.tick()
+
+    _simulate(dut, bench)
+    assert not errors, (f"seed {seed}", errors[:5])
+    assert len(served) > 100 and set(served) == set(range(NG)), (f"seed {seed}", served[:20])
