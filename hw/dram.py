@@ -97,9 +97,18 @@ class DramController(CheckedComponent):
        beat.
     4. Refresh (:attr:`DramConfig.per_bank_refresh`): one refresh is owed every
        ``refresh_interval_ck`` clocks. Per-bank: the controller refreshes, in any order
-       within a round, a unit none of whose banks has an entry anywhere in the queue (PRE
-       first if a bank is open), so streaming never waits for a bank under refresh; owed
-       refreshes accumulate while every unit is queued (random traffic). When
+       within a round, a unit none of whose banks is at the bank index (within its group) of
+       an entry anywhere in the queue (PRE first if a bank is open): a sequential stream
+       alternates bank groups on every burst, so a queued entry for bank (ba, bg) means the
+       stream reads (ba, bg') of every other group a few bursts later, which the queue may
+       not hold yet (a stream paced by its client, as the die's EXT chunks are). Refreshing
+       any unit without a queued entry instead (before 2026-12-04) refreshed such banks and
+       stalled the die bench's EXT stream for about tRFCpb (112 LPDDR5 clocks, 140 ns) twice
+       in its 16-token verify layer at 8 channels (``docs/memory.md``, "Refresh"). A stream
+       still waits when a refresh lands on the index it moves to at the end of a row, or on
+       banks it reads after draining the queue (the controller does not see where the next
+       request goes). Owed refreshes accumulate while every unit is excluded (random
+       traffic). When
        ``max_postponed / 2`` refreshes are owed it becomes urgent: the look-ahead stops
        before the lowest unrefreshed unit, which is drained, precharged and refreshed.
        All-bank mode does the same with every bank in one unit (REFAB). Draining needs the
@@ -420,9 +429,17 @@ class DramController(CheckedComponent):
         done = Signal(units)
         unit_of = [b % units for b in range(nb)]
         members = [[b for b in range(nb) if unit_of[b] == u] for u in range(units)]
+        # idle: no entry anywhere in the queue at the bank index (within its group) of any of
+        # the unit's banks. A streaming read alternates bank groups on every burst
+        # (DramConfig.decode), so an entry for bank (ba, bg) means the stream reads (ba, bg')
+        # of the other groups within a few bursts, entries the queue may not hold yet
+        bpg = nb // ng
+        ba_queued = [Cat(*[queued[b] != 0 for b in range(nb) if b // ng == k]).any()
+                     for k in range(bpg)]
         idle = Signal(units)
         for u in range(units):
-            m.d.comb += idle[u].eq(Cat(*[queued[b] == 0 for b in members[u]]).all())
+            m.d.comb += idle[u].eq(
+                ~Cat(*[ba_queued[k] for k in sorted({b // ng for b in members[u]})]).any())
         # lowest unrefreshed unit (urgent) / lowest unrefreshed idle unit
         cand, cand_valid = Signal(range(max(2, units))), Signal()
         urgent_unit = Signal(range(max(2, units)))

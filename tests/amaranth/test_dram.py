@@ -47,7 +47,7 @@ def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, traffic: Traffic = SMO
     lay = request_layout(addr_bits, 16)
     n_reads = sum(n for w, _, n in reqs if not w)
     res = {"rdata": [], "cmds": [[] for _ in buses], "devs": devs, "rd_cycles": [],
-           "errors": []}
+           "req_cycles": [], "errors": []}
 
     async def bench(ctx):
         ri = wi = 0
@@ -82,6 +82,7 @@ def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, traffic: Traffic = SMO
                         res["cmds"][i].append((c, dev.dram_cycle(c), cmd[:3]))
                 rds[i] = dev.clock(row, col)
             if ctx.get(dut.req.valid) and ctx.get(dut.req.ready):
+                res["req_cycles"].append(c)
                 ri += 1
             if ctx.get(dut.wdata.valid) and ctx.get(dut.wdata.ready):
                 wi += 1
@@ -197,6 +198,36 @@ def test_per_bank_refresh_rotates_through_every_unit_on_an_idle_controller():
     for r in range(len(units) // cfg.refresh_units):
         assert sorted(units[r * 16:(r + 1) * 16]) == list(range(cfg.refresh_units))
     assert not any(res["errors"])
+
+
+@pytest.mark.parametrize("cfg", [HB, LP], ids=["hb", "lpddr5"])
+def test_per_bank_refresh_spares_the_bank_index_a_stream_reads(cfg):
+    """A sequential read stream that trickles in (one burst per request, 85% of cycles idle:
+    a client paced by its consumer, as the die's EXT chunks are), so the queue often holds
+    one bank group's entry of a bank index whose other groups the stream reads a few bursts
+    later. At the real tREFI every REFPB (16 or more) goes to a unit none of whose banks is at
+    the bank index of an entry queued when it issued; the rule before 2026-12-04 (no queued
+    entry in the unit's own banks) broke this and stalled the die's EXT stream about tRFCpb
+    (``docs/memory.md``, "Refresh"). The data stays bit-exact and no refresh is forced."""
+    n = 1200
+    reqs = [(0, a, 1) for a in range(n)]
+    res = simulate(DramController(dram=cfg, clock_ghz=1.0, queue_depth=16, read_buffer=16),
+                   cfg, reqs, traffic=Traffic("trickle", idle=0.85),
+                   rng=case_rng(SEED, f"dram-trickle-{cfg.standard}"), max_cycles=40000)
+    assert res["rdata"] == golden_reads(cfg, reqs, [])
+    assert not any(res["errors"])
+    cmds = res["cmds"][0]
+    rds = [c for c, _, cmd in cmds if not isinstance(cmd[0], RowCmd) and not cmd[0]]
+    refs = [(c, cmd[1]) for c, _, cmd in cmds if cmd[0] is RowCmd.REFPB]
+    assert len(rds) == n and len(refs) >= 16, (len(rds), len(refs))
+    ng, units = cfg.bank_groups, cfg.refresh_units
+    index = [cfg.decode(a)[0] // ng for _, a, _ in reqs]          # each burst's bank index
+    for t, unit in refs:
+        # entries surely queued at t: taken by cycle t - 2, read after t
+        queued = {index[i] for i, (c, r) in enumerate(zip(res["req_cycles"], rds))
+                  if c + 2 <= t < r}
+        spared = {b // ng for b in range(cfg.banks) if b % units == unit}
+        assert not queued & spared, (f"seed {SEED}", t, unit, queued, spared)
 
 
 def test_all_bank_refresh_precharges_then_refab_while_streaming():
