@@ -50,8 +50,9 @@ The feed (``feed``, :data:`~.perf_calib.FEEDS`): ``"die"`` (the default) is the 
 a busy group's HB and compute times start after its first word (``head_hb``, the HB's first
 read, :meth:`~elmoe3d.config.DramConfig.first_read_cycles`: tRCD + RL + a burst, 33 cycles;
 ``head_ext``, 47, for a group whose experts all stream from EXT), the programs' cycles are
-taken at the HB bank's ``ld`` rate where the program table has it (0.8 words a cycle on the
-small PE), and a layer's EXT time adds the EXT's first read and the work after its last word:
+taken at the HB bank's ``ld`` rate with their link words at the aggregation link's where
+the program table has both (0.8 and 0.5 words a cycle on the small PE), and a layer's EXT
+time adds the EXT's first read and the work after its last word:
 the largest tail (:meth:`~.perf_calib.ComputeCycles.tail`, the cycle model's cycles after the
 last ``ld`` word of a program ending in that expert, stream-bound) of a group's last expert
 in program order, when it has EXT bytes (an MXFP4 cached expert has none: no program table
@@ -69,11 +70,11 @@ over the link, its down-projection psums last.
 the first): none of these. Against the die bench (``elmoe3d.sim.bench_die.perf_cycles``,
 ``docs/host.md`` section 7) the die feed is within 5% per step kind, summed over its 1-, 4-
 and 16-token batches (-3.7% draft, -3.3% verify; -1.0% to -7.6% a batch), on the bench's 2
-EXT channels; with 8, -9.9% to +2.2% of the die's verify a batch (5.6% under summed; 8.7%
+EXT channels; with 8, -3.4% draft and -3.6% verify (-6.6% to +2.2% a batch; 8.7% under
 with the programs' link words at a word a cycle, not the link's half; 16.1% before the
 group's PEs were held together), where the model is compute-bound: at T = 16 the die's PEs
 also wait for EXT words while both groups stream uncached experts at once, which a per-layer
-EXT average does not see, and for the DRAMs' refresh (``docs/host.md`` section 7).
+EXT average does not see, and for two LPDDR5 refreshes (``docs/host.md`` section 7).
 
 Energy:
 :meth:`~elmoe3d.config.ArchConfig.access_energy_pj` of the HB (read + written) and EXT bytes:

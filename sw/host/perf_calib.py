@@ -128,9 +128,9 @@ def _experts(hidden, intermediate):
 
 
 #: How the PEs' ``ld`` words arrive (:class:`ComputeCycles`, :class:`.perf.PerfModel`):
-#: ``"die"`` as on the logic die (an HB-resident slice at the HB bank's rate, the streams'
-#: first words a DRAM read latency in, a bound stream's programs finishing after its last
-#: word); ``"ideal"`` a word every cycle from the first (the RTL backend's pacing,
+#: ``"die"`` as on the logic die (an HB-resident slice at the HB bank's rate, link words at
+#: the aggregation link's, the streams' first words a DRAM read latency in, a bound stream's
+#: programs finishing after its last word); ``"ideal"`` a word every cycle from the first (the RTL backend's pacing,
 #: :mod:`elmoe3d.sim.bench_host`, which runs each PE alone with its words at hand).
 FEEDS = ("die", "ideal")
 
@@ -281,7 +281,11 @@ class ComputeCycles:
                 elif hb < 1 or link is not None:
                     rate = (f"a word a cycle: the table has no row at this HB and link rate, "
                             f"{hb:g} and {link or 1:g} words a cycle")
-                self._tail = {ph: np.array(v, np.float64) for ph, v in row["tail"].items()}
+                # the tails are taken at the die row's link rate (program_table)
+                if (die.get("link_rate") if die is not None else None) == link:
+                    self._tail = {ph: np.array(v, np.float64) for ph, v in row["tail"].items()}
+                else:
+                    rate += "; no tails: the table's are at another link rate"
             self._base = {ph: np.array(v, np.float64) for ph, v in figs["base"].items()}
             self._ex = {ph: np.array(v, np.float64) for ph, v in figs["expert"].items()}
             self.note = (f"compute: the compiler's programs' cycles (program_cycles, shipped "

@@ -276,3 +276,27 @@ def test_die_feed_holds_a_groups_pes_together(ex):
         assert die_ready == die_sum             # side by side on their own PEs: no wait
     else:
         assert die_ready > die_sum              # unbalanced PEs held together: cycles lost
+
+
+@pytest.mark.parametrize("name", ["small", "mid", "paper-4gb", "paper-8gb"])
+def test_link_rate_is_the_aggregation_links(name):
+    """The die feed's link pacing (ArchConfig.link_words_per_cycle) is the RTL link's: one
+    PE word per ``flits_per_word`` cycles (hw/agg_link.py)."""
+    from elmoe3d.hw.agg_link import AggregationLink
+    arch = preset(name)
+    assert arch.link_words_per_cycle == 1 / AggregationLink.from_arch(arch).flits_per_word
+
+
+def test_die_row_and_tails_only_at_the_tables_link_rate():
+    """An arch whose aggregation link differs from the shipped table's (same PE key) takes
+    neither the die row nor its tails (taken at the table's link rate), and says so."""
+    import dataclasses
+    m = synthetic_model(model_preset("mixtral-8x7b"))
+    ok = perf_calib.ComputeCycles(preset("small"), m, "die")
+    assert ok.has_tails and "link words at the aggregation link's 0.5" in ok.note
+    for gbps in (16.0, 64.0):
+        arch = dataclasses.replace(preset("small"), aggregation_gbps=gbps)
+        cc = perf_calib.ComputeCycles(arch, m, "die")
+        assert not cc.has_tails and "no tails" in cc.note, cc.note
+        assert (cc.base("verify", 16) == perf_calib.ComputeCycles(arch, m, "ideal")
+                .base("verify", 16)).all()
