@@ -206,7 +206,8 @@ def test_per_bank_refresh_spares_the_bank_index_a_stream_reads(cfg):
     a client paced by its consumer, as the die's EXT chunks are), so the queue often holds
     one bank group's entry of a bank index whose other groups the stream reads a few bursts
     later. At the real tREFI every REFPB (16 or more) goes to a unit none of whose banks is at
-    the bank index of an entry queued when it issued; the rule before 2026-12-04 (no queued
+    the bank index of an entry queued when it issued (a sequential stream always leaves one:
+    the fallback to a unit without a queued bank of its own does not come into play); the rule before 2026-12-04 (no queued
     entry in the unit's own banks) broke this and stalled the die's EXT stream about tRFCpb
     (``docs/memory.md``, "Refresh"). The data stays bit-exact and no refresh is forced."""
     n = 1200

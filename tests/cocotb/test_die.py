@@ -89,6 +89,25 @@ def test_draft_and_verify_phases(built):
         assert abs(model / die - 1) <= PERF_TARGET, (kind, die, model)
 
 
+def test_perf_model_at_the_presets_eight_ext_channels():
+    """The die built with the small preset's own 8 LPDDR5 channels (the bench's default is 2),
+    where the model is compute-bound rather than EXT-bound: bit-exact, no DRAM violation, and
+    the perf model (die feed) within 5% of the die's cycles per step kind, summed over the 1-,
+    4- and 16-token batches with outputs always ready (issue 26 item 6; docs/host.md section
+    7: -3.4% draft, -3.6% verify on 2026-12-04)."""
+    die = {"ext_channels": ARCH.ext_channels}
+    assert die["ext_channels"] == 8
+    result = _check(run_die_bench(ARCH, tests="test_phases/traffic=smooth", die=die),
+                    ["test_phases"])
+    cases = [{"phase": r["phase"], "cycles": r["cycles"],
+              "perf_cycles": perf_cycles(ARCH, r["tokens"], r["phase"], params={"die": die})}
+             for r in result.records]
+    assert sorted((r["phase"], r["tokens"]) for r in result.records) == \
+        [(p, n) for p in ("draft", "verify") for n in (1, 4, 16)]
+    for kind, (cycles, model) in perf_by_kind(cases).items():
+        assert abs(model / cycles - 1) <= PERF_TARGET, (kind, cycles, model)
+
+
 def test_pool_update_and_host_errors(built):
     """Two PEs' HB images written through the die's host DMA (HB_WRITE), then the draft reads
     them back through the load routers: bit-exact only if every burst landed where it
