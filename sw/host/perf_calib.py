@@ -75,7 +75,7 @@ from .compute_calib import SEED, pe_key, table_main, write_table_module
 #: This module's name for ``python -m`` (``__name__`` is ``__main__`` there).
 MODULE = "elmoe3d.sw.host.perf_calib"
 
-__all__ = ["ComputeCycles", "compute_cycles", "program_table", "group_program_cycles",
+__all__ = ["ComputeCycles", "compute_cycles", "die_rates", "program_table", "group_program_cycles",
            "group_program_estimates", "FEEDS", "STARVED_LD_RATE",
            "table_shapes", "write_table"]
 
@@ -130,9 +130,18 @@ def _experts(hidden, intermediate):
 #: How the PEs' ``ld`` words arrive (:class:`ComputeCycles`, :class:`.perf.PerfModel`):
 #: ``"die"`` as on the logic die (an HB-resident slice at the HB bank's rate, link words at
 #: the aggregation link's, the streams' first words a DRAM read latency in, a bound stream's
-#: programs finishing after its last word); ``"ideal"`` a word every cycle from the first (the RTL backend's pacing,
-#: :mod:`elmoe3d.sim.bench_host`, which runs each PE alone with its words at hand).
+#: programs finishing after its last word); ``"ideal"`` a word every cycle from the first
+#: (the RTL backend's pacing, :mod:`elmoe3d.sim.bench_host`, which runs each PE alone with
+#: its words at hand).
 FEEDS = ("die", "ideal")
+
+
+def die_rates(arch: ArchConfig) -> tuple:
+    """``(ld_rate, link_rate)`` of the ``"die"`` feed's program figures on ``arch``: ``ld``
+    words a cycle at the HB bank's rate (at most 1) and link words at the aggregation link's
+    (None when that is a word a cycle or more: :func:`~.pe_cycles.program_cycles`' default)."""
+    link = arch.link_words_per_cycle
+    return min(arch.hb_ld_words_per_cycle, 1.0), (link if link < 1 else None)
 
 #: ``ld`` words a cycle at which a verify program's
 #: :attr:`~.pe_cycles.CycleEstimate.tail_cycles` are taken: well below the PE's own pace, so
@@ -159,9 +168,7 @@ def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) ->
     expert, over ``t`` step tokens."""
     from ..golden.asm import ProgramError
     G, R = arch.pes_per_group, arch.tile.rows
-    hb_rate = arch.hb_ld_words_per_cycle
-
-    link_rate = arch.link_words_per_cycle if arch.link_words_per_cycle < 1 else None
+    hb_rate, link_rate = die_rates(arch)
 
     @functools.lru_cache(maxsize=None)
     def est(phase, T, experts, rate, link=None):
@@ -220,8 +227,8 @@ def program_table(arch: ArchConfig, hidden: int, intermediate: int, say=None) ->
 
     out = {"pes": G, "rows": R, "tmax": tmax, **figures(1.0), "die": None}
     if hb_rate < 1 or link_rate is not None:
-        out["die"] = {"ld_rate": min(hb_rate, 1.0), "link_rate": link_rate,
-                      **figures(min(hb_rate, 1.0), link_rate)}
+        out["die"] = {"ld_rate": hb_rate, "link_rate": link_rate,
+                      **figures(hb_rate, link_rate)}
     # a verify's only: a draft streams nothing from EXT (its HB stream is the compute term's);
     # the die feed's only, so at the die's link rate
     out["tail"] = {"verify": per_expert("verify", lambda c, t, j: [e.tail_cycles for e in est(
@@ -272,8 +279,7 @@ class ComputeCycles:
             self.tmax = row["tmax"]
             figs, rate = row, "a word a cycle"
             if feed == "die":
-                hb = min(arch.hb_ld_words_per_cycle, 1.0)
-                link = arch.link_words_per_cycle if arch.link_words_per_cycle < 1 else None
+                hb, link = die_rates(arch)
                 die = row["die"]
                 if die is not None and (die["ld_rate"], die.get("link_rate")) == (hb, link):
                     figs, rate = die, (f"the HB bank's {hb:g} words a cycle, link words at "
