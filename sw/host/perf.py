@@ -43,8 +43,8 @@ split over the PEs as :mod:`.parallel` splits them), the same schemes as
 Timing: double-buffered streams overlap, so a group's layer time is the largest of its HB
 time (busiest bank: read + written bytes / ``hb_bytes_per_cycle``), its compute time (busiest
 PE's compute cycles) and its link time; the EXT stream is shared by the die: ring bytes /
-min(EXT, streamline) bytes per cycle. A layer takes the maximum of the busiest group and the EXT time (its *bound*
-names which); a step is its layers in sequence.
+min(EXT, streamline) bytes per cycle. A layer takes the maximum of the busiest group and the
+EXT time (its *bound* names which); a step is its layers in sequence.
 
 The feed (``feed``, :data:`~.perf_calib.FEEDS`): ``"die"`` (the default) is the logic die's:
 a busy group's HB and compute times start after its first word (``head_hb``, the HB's first

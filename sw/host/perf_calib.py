@@ -75,7 +75,8 @@ from .compute_calib import SEED, pe_key, table_main, write_table_module
 #: This module's name for ``python -m`` (``__name__`` is ``__main__`` there).
 MODULE = "elmoe3d.sw.host.perf_calib"
 
-__all__ = ["ComputeCycles", "compute_cycles", "die_rates", "program_table", "group_program_cycles",
+__all__ = ["ComputeCycles", "compute_cycles", "die_rates", "program_table",
+           "group_program_cycles",
            "group_program_estimates", "FEEDS", "STARVED_LD_RATE",
            "table_shapes", "write_table"]
 
