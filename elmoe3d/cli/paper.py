@@ -33,14 +33,14 @@ FIGURES = ("table3", "fig12", "fig14", "fig15", "cache-check")
 _MODEL_FIGS = ("table3", "fig12", "fig14", "fig15")
 #: Options and the figures they apply to (any other figure refuses them; --json: all).
 APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
-           "alpha": _MODEL_FIGS, "ar_cache": ("table3", "fig14", "fig15"),
+           "alpha": _MODEL_FIGS, "link": _MODEL_FIGS, "ar_cache": ("table3", "fig14", "fig15"),
            "plot": ("fig12", "fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
-DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best"}
+DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die"}
 #: The values of the options that take one of a few (checked in :func:`run`, one line as
 #: ``elmoe3d run`` checks its ``--config``, rather than by argparse's usage block).
 CHOICES = {"hb": ("4gb", "8gb"), "cache_form": ("token", "step"), "alpha": ("paper", "model"),
-           "ar_cache": ("best", "msb", "whole")}
+           "ar_cache": ("best", "msb", "whole"), "link": ("die", "ideal")}
 #: The HB size of each figure in the paper.
 PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb", "fig15": "8gb"}
 
@@ -73,6 +73,11 @@ def configure(parser):
                              "faster of the two, default), msb (MSB slices, the LSB streamed "
                              "from EXT on a hit) or whole (whole INT8 experts); the Zipf "
                              "exponents are refitted on the 4 GB rows unless best")
+    parser.add_argument("--link", default=None, metavar="|".join(CHOICES["link"]),
+                        help="the compute calibration's group programs take their link words "
+                             "(row-max all-reduce, psum REDUCE_ADD) at the aggregation link's "
+                             "32 B a cycle (die, default: 16 cycles a 512 B word) or a word a "
+                             "cycle (ideal: a link that never waits)")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", default=None,
@@ -87,6 +92,12 @@ def _zipf(args) -> dict:
     if args.cache_form == "token" and args.ar_cache == "best":
         return dict(pe.ZIPF)
     return pe.calibrate_zipf(form=args.cache_form, ar_cache=args.ar_cache)
+
+
+def _link_note(args) -> str:
+    """What ``--link`` made of the compute calibration, one clause."""
+    return ("compute: the group programs' link words at the aggregation link's 32 B a cycle"
+            if args.link == "die" else "compute: link words a word a cycle (--link ideal)")
 
 
 def _tree(text):
@@ -144,7 +155,7 @@ def run(args) -> int:
     zipf = _zipf(args)
     alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
     rows = pe.table3(args.hb, form=args.cache_form, tree=tree, zipf=zipf,
-                     ar_cache=args.ar_cache, alphas=alphas)
+                     ar_cache=args.ar_cache, alphas=alphas, link=args.link)
     summ = pe.summary(rows)
     console = report_console()
     paper = args.hb == "4gb"
@@ -167,7 +178,8 @@ def run(args) -> int:
     what = ("Elastic-SD's from the alpha model (pool coverage, fitted on the 4 GB rows), the "
             "other schemes' the paper's" if alphas else "the paper's 4 GB values (an input)")
     console.print(f"alpha: {what}; SD tree {tr}; expert cache: "
-                  f"{args.cache_form} form, AR cache {args.ar_cache}, Zipf exponents {zipf}")
+                  f"{args.cache_form} form, AR cache {args.ar_cache}, Zipf exponents {zipf}; "
+                  f"{_link_note(args)}")
     console.print(f"Elastic-SD best-mode speedup over xPU, mean of {len(pe.TABLE3_MODELS)} "
                   f"models x {len(pe.TABLE3_BATCHES)} batches: "
                   f"{summ['elastic_best_mode_mean']:.2f}x (paper: "
@@ -184,6 +196,7 @@ def run(args) -> int:
     if args.json:
         write_json(args.json, {"hb": args.hb, "tree": tree, "cache_form": args.cache_form,
                                "ar_cache": args.ar_cache, "alpha": args.alpha, "zipf": zipf,
+                               "link": args.link,
                                "rows": rows,
                                "summary": summ})
     return 0
@@ -278,7 +291,7 @@ def _fig14(args) -> int:
     console.print(f"alpha: {'Elastic-SD from the alpha model, the rest the paper' if alphas else 'the paper'}'s "
                   f"4 GB values; ours' AR cache {args.ar_cache}; compute at the PE cycle "
                   f"model's MACs a cycle per FFN shape and rows (compute_calib; attention and "
-                  f"LM head at the routed expert's, a proxy)")
+                  f"LM head at the routed expert's, a proxy); {_link_note(args)}")
     console.print("mean best-mode speedup over xPU: " + ", ".join(
         f"{p} {v:.2f}x" for p, v in summ["mean_best"].items()))
     paper = _paper_hb(args, "fig14")
@@ -306,8 +319,8 @@ def _fig14(args) -> int:
                                      f"{pe.PAPER_FIG15['over_xpu']}x less energy; over the "
                                      f"strongest prior {p14['over_best_prior']}x, "
                                      f"{pe.PAPER_FIG15['over_best_prior']}x"))
-    _write(console, args, {"hb": args.hb, "paper_hb": PAPER_HB["fig14"], "rows": rows,
-                           "summary": summ}, plot,
+    _write(console, args, {"hb": args.hb, "paper_hb": PAPER_HB["fig14"], "link": args.link,
+                           "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig14(path, rows, args.hb))
     return 0
 
@@ -316,7 +329,7 @@ def _fig14_rows(args):
     from ..sw.host import paper_eval as pe
     alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
     return pe.fig14(args.hb, tree=_tree(args.tree), zipf=_zipf(args), ar_cache=args.ar_cache,
-                    form=args.cache_form, alphas=alphas), alphas
+                    form=args.cache_form, alphas=alphas, link=args.link), alphas
 
 
 def _fig15(args) -> int:
@@ -377,9 +390,10 @@ def _fig15(args) -> int:
     console.print(f"alpha: {who}'s 4 GB values. Logic-die figures: DIE_ENERGY "
                   f"({pe.DIE_ENERGY.measured}); "
                   f"near-memory units' energy a placeholder (NEAR_MEMORY_ENERGY); DRAM "
-                  f"background power not modelled (docs/paper.md, section 7)")
-    _write(console, args, {"hb": args.hb, "paper_hb": PAPER_HB["fig15"], "rows": rows,
-                           "summary": summ}, plot,
+                  f"background power not modelled (docs/paper.md, section 7); "
+                  f"{_link_note(args)}")
+    _write(console, args, {"hb": args.hb, "paper_hb": PAPER_HB["fig15"], "link": args.link,
+                           "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig15(path, rows, args.hb))
     return 0
 
@@ -464,7 +478,8 @@ def _fig12(args) -> int:
     if args.alpha == "model":
         i = pe.TABLE3_BATCHES.index(16)
         alphas = {s: a[i] for s, a in pe.model_alphas(args.hb)["qwen3-30b-a3b"].items()}
-    rows = pe.fig12(args.hb, tree=tree, zipf=_zipf(args), form=args.cache_form, alphas=alphas)
+    rows = pe.fig12(args.hb, tree=tree, zipf=_zipf(args), form=args.cache_form, alphas=alphas,
+                    link=args.link)
     console = report_console()
     hb_gib, ext_gib = _capacities_gib(args.hb)
     t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {args.hb[:-2]} GB: "
@@ -482,8 +497,8 @@ def _fig12(args) -> int:
     console.print(t)
     console.print("alpha: " + ("Elastic-SD's from the alpha model at this HB, the other schemes' "
                                "the paper's" if alphas else "the paper's 4 GB value at batch 16 "
-                               "(its 8 GB alphas are withheld)"))
-    _write(console, args, {"hb": args.hb, "rows": rows}, plot,
+                               "(its 8 GB alphas are withheld)") + "; " + _link_note(args))
+    _write(console, args, {"hb": args.hb, "link": args.link, "rows": rows}, plot,
            lambda path: _plot_fig12(path, rows, args.hb))
     return 0
 

@@ -68,11 +68,27 @@ from ...errors import UserError
 MODULE = "elmoe3d.sw.host.compute_calib"
 
 __all__ = ["FFNCalibration", "ffn_calibration", "ffn_chunks", "pe_key", "program_root_cycles",
-           "calibrate", "table_shapes", "write_table", "SEED"]
+           "calibrate", "die_link_rate", "table_shapes", "write_table", "FEEDS", "SEED"]
 
 #: Seed of the synthetic weights and activations (values do not change the cycles; the gate
 #: weights are non-zero, so only padding rows take the COMBINE sink's zero-gate skip).
 SEED = 26
+
+
+#: How a group's link words arrive in a calibration (``feed`` of :func:`ffn_calibration`;
+#: :data:`.perf_calib.FEEDS` is the same pair): ``"die"`` at the aggregation link's rate
+#: (:func:`die_link_rate`), ``"ideal"`` a word a cycle (each PE as if its link words were
+#: there). ``ld`` is a word a cycle in both: the HB and EXT times are the models' own bounds.
+FEEDS = ("die", "ideal")
+
+
+def die_link_rate(arch: ArchConfig) -> float | None:
+    """Link words a cycle of ``arch``'s group programs on the die: the aggregation link's
+    (:attr:`~elmoe3d.config.ArchConfig.link_words_per_cycle`: 0.5 on the small PE, 0.0625 on
+    the paper PE, a 512 B word in sixteen 32 B flits), None when that is a word a cycle or
+    more (:func:`~.pe_cycles.program_cycles`' default)."""
+    link = arch.link_words_per_cycle
+    return link if link < 1 else None
 
 
 def pe_key(arch: ArchConfig) -> str:
@@ -108,12 +124,13 @@ def _chunks(hidden, intermediate, pe, G):
 
 
 def program_root_cycles(arch: ArchConfig, hidden: int, intermediate: int, bits: int,
-                        tokens: int) -> int:
+                        tokens: int, *, link_rate: float | None = None) -> int:
     """Cycles of the slowest PE (the root) of ``arch``'s group running one expert of
     ``hidden`` x ``intermediate`` over ``tokens`` rows (synthetic weights, seed :data:`SEED`)
     in DRAFT (``bits`` 4) or FULL (8): :func:`~.pe_cycles.program_cycles` of each PE's program
     from :func:`~.stream_group.compile_expert_group`, ``ld`` at a word a cycle, with the
-    program's ``ld`` words."""
+    program's ``ld`` words; link words (the row-max all-reduce, the psum REDUCE_ADD) at
+    ``link_rate`` words a cycle (None: a word a cycle)."""
     from ..golden.datapath import Mode
     from .pe_cycles import program_cycles
     from .shape_sweep import synthetic_expert
@@ -122,8 +139,8 @@ def program_root_cycles(arch: ArchConfig, hidden: int, intermediate: int, bits: 
         raise ValueError(f"bits: expected 4 (DRAFT) or 8 (FULL), got {bits!r}")
     x, ex, gw = synthetic_expert(hidden, intermediate, tokens, [SEED, hidden, intermediate])
     job = compile_expert_group(x, ex, gw, Mode.DRAFT if bits == 4 else Mode.FULL, arch)
-    return max(program_cycles(job.programs[p], ld_rate=1.0, ld=job.ld[p]).cycles
-               for p in range(job.pes))
+    return max(program_cycles(job.programs[p], ld_rate=1.0, link_rate=link_rate,
+                              ld=job.ld[p]).cycles for p in range(job.pes))
 
 
 @dataclass(frozen=True)
@@ -132,7 +149,8 @@ class FFNCalibration:
     on one token tile of ``r`` rows, ``period`` the cycles of each further full tile, per
     chunk; ``peak``: the PE's peak MACs a cycle at ``bits``; ``fit_error``: the largest
     difference (cycles) of the tile form from program_cycles at the checked row counts (None:
-    not checked)."""
+    not checked); ``link_rate``: the link words a cycle it was taken at (None: a word a
+    cycle, the ``"ideal"`` feed)."""
 
     key: str
     hidden: int
@@ -145,6 +163,7 @@ class FFNCalibration:
     tile: tuple
     period: int
     fit_error: int | None = None
+    link_rate: float | None = None
 
     @property
     def rows_per_tile(self) -> int:
@@ -176,52 +195,71 @@ class FFNCalibration:
 
 
 def calibrate(arch: ArchConfig, hidden: int, intermediate: int, bits: int, *,
-              check: bool = True) -> FFNCalibration:
-    """An :class:`FFNCalibration` computed with program_cycles: ``R + 1`` compiles (``r = 1 ..
-    R`` and ``2R``), and with ``check`` two more (``R + 1`` and ``3R``) for ``fit_error``."""
+              check: bool = True, link_rate: float | None = None) -> FFNCalibration:
+    """An :class:`FFNCalibration` computed with program_cycles (link words at ``link_rate``
+    words a cycle, None: a word a cycle): ``R + 1`` compiles (``r = 1 .. R`` and ``2R``), and
+    with ``check`` two more (``R + 1`` and ``3R``) for ``fit_error``."""
     n, ic = ffn_chunks(hidden, intermediate, arch)
     R = arch.tile.rows
-    tile = tuple(program_root_cycles(arch, hidden, ic, bits, r) for r in range(1, R + 1))
-    period = program_root_cycles(arch, hidden, ic, bits, 2 * R) - tile[-1]
+
+    def root(t):
+        return program_root_cycles(arch, hidden, ic, bits, t, link_rate=link_rate)
+
+    tile = tuple(root(r) for r in range(1, R + 1))
+    period = root(2 * R) - tile[-1]
     cal = FFNCalibration(pe_key(arch), hidden, intermediate, bits, n, ic, arch.pes_per_group,
-                         arch.tile.peak_macs_per_cycle(bits), tile, period)
+                         arch.tile.peak_macs_per_cycle(bits), tile, period,
+                         link_rate=link_rate)
     if check:
         err = 0
         for t in (R + 1, 3 * R):
-            got = program_root_cycles(arch, hidden, ic, bits, t)
+            got = root(t)
             err = max(err, abs(got - cal._cycles_int(t) // n))
         cal = FFNCalibration(**{**cal.__dict__, "fit_error": err})
     return cal
 
 
-#: Calibrations in use, by ``(pe_key, hidden, intermediate, bits)``: the shipped table's entries
-#: read, the others computed (:func:`ffn_calibration`).
+#: Calibrations in use, by :func:`table_key`: the shipped table's entries read, the others
+#: computed (:func:`ffn_calibration`).
 _CACHE: dict = {}
 
 
-def _lookup(key: str, arch: ArchConfig, hidden: int, intermediate: int,
-            bits: int) -> FFNCalibration:
-    from .compute_calib_table import TABLE
-    e = TABLE.get((key, hidden, intermediate, bits))
-    if e is None:
-        return calibrate(arch, hidden, intermediate, bits, check=False)
-    return FFNCalibration(key, hidden, intermediate, bits, e["chunks"],
-                          e["chunk_intermediate"], e["pes"], e["peak"], tuple(e["tile"]),
-                          e["period"], e.get("fit_error"))
-
-
-def ffn_calibration(arch: ArchConfig, hidden: int, intermediate: int,
-                    bits: int) -> FFNCalibration:
-    """The :class:`FFNCalibration` of an ``hidden`` x ``intermediate`` SwiGLU FFN on a group of
-    ``arch`` at ``bits`` (4: DRAFT / W4A8, 8: FULL / W8A8): from the shipped table
-    (:data:`~.compute_calib_table.TABLE`) when it holds the key, else computed with
-    program_cycles on first use (seconds to minutes for a real shape) and kept."""
+def table_key(arch: ArchConfig, hidden: int, intermediate: int, bits: int,
+              feed: str = "die") -> tuple:
+    """``(pe_key, hidden, intermediate, bits, link_rate)``: the shipped table's key of a
+    calibration of ``arch`` (``link_rate`` :func:`die_link_rate` on the ``"die"`` feed, None
+    on ``"ideal"``)."""
+    if feed not in FEEDS:
+        raise ValueError(f"feed: expected one of {FEEDS}, got {feed!r}")
     if bits not in (4, 8):
         raise ValueError(f"bits: expected 4 or 8, got {bits!r}")
-    k = (pe_key(arch), int(hidden), int(intermediate), int(bits))
+    link = die_link_rate(arch) if feed == "die" else None
+    return pe_key(arch), int(hidden), int(intermediate), int(bits), link
+
+
+def _lookup(arch: ArchConfig, k: tuple) -> FFNCalibration:
+    from .compute_calib_table import TABLE
+    key, hidden, intermediate, bits, link = k
+    e = TABLE.get(k)
+    if e is None:
+        return calibrate(arch, hidden, intermediate, bits, check=False, link_rate=link)
+    return FFNCalibration(key, hidden, intermediate, bits, e["chunks"],
+                          e["chunk_intermediate"], e["pes"], e["peak"], tuple(e["tile"]),
+                          e["period"], e.get("fit_error"), link)
+
+
+def ffn_calibration(arch: ArchConfig, hidden: int, intermediate: int, bits: int,
+                    feed: str = "die") -> FFNCalibration:
+    """The :class:`FFNCalibration` of an ``hidden`` x ``intermediate`` SwiGLU FFN on a group of
+    ``arch`` at ``bits`` (4: DRAFT / W4A8, 8: FULL / W8A8), its link words at the aggregation
+    link's rate (``feed`` ``"die"``, the default) or a word a cycle (``"ideal"``;
+    :data:`FEEDS`): from the shipped table (:data:`~.compute_calib_table.TABLE`) when it holds
+    the key, else computed with program_cycles on first use (seconds to minutes for a real
+    shape) and kept. Raises ValueError on another ``bits`` or ``feed``."""
+    k = table_key(arch, hidden, intermediate, bits, feed)
     c = _CACHE.get(k)
     if c is None:
-        c = _CACHE[k] = _lookup(*k[:1], arch, *k[1:])
+        c = _CACHE[k] = _lookup(arch, k)
     return c
 
 
@@ -250,33 +288,48 @@ def table_shapes() -> list:
     return out
 
 
-def write_table(path=None, arch_names=("paper-4gb",), say=print) -> dict:
-    """Compute every :func:`table_shapes` x bits (4, 8) entry on ``arch_names`` (whose
-    :func:`pe_key` the paper-8gb preset shares) and write ``compute_calib_table.py`` (default:
-    beside this module). Returns the table."""
+def _calibrate_entry(job):
+    an, h, ic, bits, link = job
+    from ...config import preset
+    return calibrate(preset(an), h, ic, bits, link_rate=link)
+
+
+def write_table(path=None, arch_names=("paper-4gb",), say=print, jobs: int = 1) -> dict:
+    """Compute every :func:`table_shapes` x bits (4, 8) x :data:`FEEDS` entry on
+    ``arch_names`` (whose :func:`pe_key` the paper-8gb preset shares), ``jobs`` processes at
+    a time, and write ``compute_calib_table.py`` (default: beside this module). Returns the
+    table."""
+    from concurrent.futures import ProcessPoolExecutor
     from pathlib import Path
     from ...config import preset
-    table, done = {}, {}
+    entries = {}                                    # table key -> (arch name, chunk key)
     for an in arch_names:
         arch = preset(an)
-        key = pe_key(arch)
         for h, i in table_shapes():
+            n, ic = ffn_chunks(h, i, arch)
             for bits in (4, 8):
-                n, ic = ffn_chunks(h, i, arch)
-                if (key, h, ic, bits) not in done:
-                    done[key, h, ic, bits] = calibrate(arch, h, ic, bits)
-                c = done[key, h, ic, bits]
-                table[(key, h, i, bits)] = {
-                    "chunks": n, "chunk_intermediate": ic, "pes": c.pes, "peak": c.peak,
-                    "tile": list(c.tile), "period": c.period, "fit_error": c.fit_error}
-                e = FFNCalibration(key, h, i, bits, n, ic, c.pes, c.peak, c.tile, c.period)
-                say(f"{an} {h}x{i} W{bits}A8: {n} x {ic}, 1 / 16 rows "
-                    f"{e.macs_per_cycle(1):,.0f} / {e.macs_per_cycle(16):,.0f} MACs a PE-cycle "
-                    f"({e.utilisation(1):.1%} / {e.utilisation(16):.1%}), period {c.period}, "
-                    f"fit error {c.fit_error}")
+                for feed in FEEDS:
+                    k = table_key(arch, h, i, bits, feed)
+                    entries.setdefault(k, (an, (an, h, ic, bits, k[-1]), n))
+    todo = list(dict.fromkeys(c for _, c, _ in entries.values()))
+    with ProcessPoolExecutor(max(1, jobs)) as pool:
+        done = dict(zip(todo, pool.map(_calibrate_entry, todo)))
+    table = {}
+    for k, (an, ck, n) in entries.items():
+        key, h, i, bits, link = k
+        c = done[ck]
+        table[k] = {"chunks": n, "chunk_intermediate": c.intermediate, "pes": c.pes,
+                    "peak": c.peak, "tile": list(c.tile), "period": c.period,
+                    "fit_error": c.fit_error}
+        e = FFNCalibration(key, h, i, bits, n, c.intermediate, c.pes, c.peak, c.tile,
+                           c.period)
+        say(f"{an} {h}x{i} W{bits}A8 link {link or 1:g} words a cycle: {n} x "
+            f"{c.intermediate}, 1 / 16 rows {e.macs_per_cycle(1):,.0f} / "
+            f"{e.macs_per_cycle(16):,.0f} MACs a PE-cycle ({e.utilisation(1):.1%} / "
+            f"{e.utilisation(16):.1%}), period {c.period}, fit error {c.fit_error}")
     write_table_module(path or Path(__file__).with_name("compute_calib_table.py"), table,
                        "The shipped compute calibration of the paper PE", MODULE,
-                       "(pe_key, hidden, intermediate, bits)")
+                       "(pe_key, hidden, intermediate, bits, link_rate)")
     return table
 
 
@@ -307,7 +360,9 @@ def table_main(argv, module: str, default: str, write) -> int:
 
 
 def main(argv=None) -> int:
-    return table_main(argv, MODULE, "compute_calib_table.py", write_table)
+    import os
+    return table_main(argv, MODULE, "compute_calib_table.py",
+                      lambda out, say: write_table(out, say=say, jobs=os.cpu_count() or 1))
 
 
 if __name__ == "__main__":

@@ -40,8 +40,10 @@ Compute (:func:`compute_utilisation`, issue 26 item 6): a stage's compute time i
 fraction of the die's peak TOPS that the PE cycle model (:func:`~.pe_cycles.program_cycles`,
 equal to the RTL's cycles on the live tests) gives a PE group of the platform's
 :class:`~elmoe3d.config.ArchConfig` on the compiler's SwiGLU FFN programs of that shape and row
-count (:mod:`.compute_calib`: fill and drain included, ``ld`` at a word a cycle, i.e. the
-compute-bound figure; the HB and EXT times are the stage's other bounds). Routed experts at the
+count (:mod:`.compute_calib`: fill and drain included, the group's link words, the row-max
+all-reduce and the psum REDUCE_ADD, at the aggregation link's 32 B a cycle, sixteen cycles a
+512 B word on the paper PE, and ``ld`` at a word a cycle, i.e. the compute-bound figure; the
+HB and EXT times are the stage's other bounds). Routed experts at the
 step's mean rows an expert (``rows x top-k / distinct experts``), shared experts and dense FFNs
 at the step's rows, each at its own shape (cut into the intermediate chunks a group holds).
 The compiler has no program for a plain GEMM, so the attention stage (projections, scores over
@@ -82,7 +84,7 @@ import numpy as np
 from ...config import preset as arch_preset
 from ...errors import UserError
 from ...synth.energy import DIE_ENERGY, sram_pj_per_byte
-from .compute_calib import ffn_calibration
+from .compute_calib import FEEDS, ffn_calibration
 from .decoder import KV_BYTES, DecoderShape, decoder_shape, weight_bytes
 from .models import TABLE3_MODELS
 
@@ -161,7 +163,9 @@ class Platform:
     ``tile_rows``: token rows a weight word serves in one tile pass (its SRAM reads);
     ``nm_pj_per_bit``: a near-memory unit's read inside its LPDDR5 (a placeholder:
     :data:`NEAR_MEMORY_ENERGY`). ``arch``: the :class:`~elmoe3d.config.ArchConfig` whose
-    logic die it has (its PE and group size set :func:`compute_utilisation`)."""
+    logic die it has (its PE and group size set :func:`compute_utilisation`); ``link``: how
+    its compute calibration takes the group programs' link words (``"die"``: at the
+    aggregation link's rate; ``"ideal"``: a word a cycle; :data:`.compute_calib.FEEDS`)."""
 
     name: str
     tops8: float
@@ -180,6 +184,7 @@ class Platform:
     tile_rows: int = 16
     nm_pj_per_bit: float = 0.0
     arch: Any = field(default=None, compare=False, repr=False)
+    link: str = "die"
 
 
 #: The platforms of Section 7 (Fig. 14's order).
@@ -194,12 +199,14 @@ NEAR_MEMORY = {"xpu-pim": (8, 1.64, None), "xpu-logicpim": (4, 4 * 1.64, None),
                "xpu-nmp": (8, 13.1, 2)}
 
 
-def platform(name: str, hb: str = "4gb", *, arch=None) -> Platform:
+def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die") -> Platform:
     """One of :data:`PLATFORMS` with the ``paper-<hb>`` configuration's figures (module
     docstring, :data:`NEAR_MEMORY`), or with those of ``arch`` (an
     :class:`~elmoe3d.config.ArchConfig`: its PE count, tile, clock, HB banks and LPDDR5; ``hb``
-    is then ignored), as a design-space sweep asks; raises :class:`UserError` on an unknown
-    name or HB size."""
+    is then ignored), as a design-space sweep asks; ``link`` as :attr:`Platform.link`. Raises
+    :class:`UserError` on an unknown name, HB size or link."""
+    if link not in FEEDS:
+        raise UserError(f"link: expected {' or '.join(FEEDS)}, got {link!r}")
     if arch is None:
         if hb not in ("4gb", "8gb"):
             raise UserError(f"hb: expected 4gb or 8gb, got {hb!r}")
@@ -208,7 +215,7 @@ def platform(name: str, hb: str = "4gb", *, arch=None) -> Platform:
     ext = a.ext_gbps * EXT_EFFICIENCY
     base = Platform(name, a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0, a.hb_pj_per_bit,
                     a.ext_pj_per_bit, static_mw=DIE_ENERGY.static_of(a), tile_rows=a.tile.rows,
-                    nm_pj_per_bit=a.hb_pj_per_bit, arch=a)
+                    nm_pj_per_bit=a.hb_pj_per_bit, arch=a, link=link)
     if name == "xpu":
         return base
     if name in ("ours", "hb-xpu"):
@@ -489,12 +496,13 @@ def compute_utilisation(plat: Platform, hidden: int, intermediate: int, rows: fl
     ``rows`` token rows (fractional: a routed expert's mean): useful MACs a cycle of a PE over
     its peak, from the PE cycle model on the compiler's programs for a group of
     ``plat.arch`` (:meth:`.compute_calib.FFNCalibration.utilisation`: fill and drain
-    included, ``ld`` at a word a cycle). Raises :class:`UserError` for a platform without an
+    included, link words at the aggregation link's rate, ``ld`` at a word a cycle). Raises :class:`UserError` for a platform without an
     :class:`~elmoe3d.config.ArchConfig` (``plat.arch``)."""
     if plat.arch is None:
         raise UserError(f"platform {plat.name!r} has no ArchConfig (arch=): the compute "
                         f"calibration needs its PE")
-    return ffn_calibration(plat.arch, hidden, intermediate, bits).utilisation(rows)
+    return ffn_calibration(plat.arch, hidden, intermediate, bits,
+                           plat.link).utilisation(rows)
 
 
 # == the model =====================================================================================
@@ -724,7 +732,7 @@ class EvalModel:
             if self.plat.arch is None:
                 compute_utilisation(self.plat, self.m.hidden, intermediate, 1, bits)  # raises
             c = self._cals[intermediate, bits] = ffn_calibration(
-                self.plat.arch, self.m.hidden, intermediate, bits)
+                self.plat.arch, self.m.hidden, intermediate, bits, self.plat.link)
         return c
 
     def _proxy(self, macs, rows):
@@ -965,7 +973,7 @@ class EvalModel:
 # == Table 3 =======================================================================================
 
 def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = None,
-           form: str = "token", tree=TREE, ar_cache: str = "best") -> list:
+           form: str = "token", tree=TREE, ar_cache: str = "best", link: str = "die") -> list:
     """Our Table 3 at ``hb``: a row (dict) per (model, scheme, batch) with alpha
     (``alphas[model][scheme][i]``, default the paper's 4 GB alpha: the 8 GB alphas are not in
     this copy of the paper), Phi_AR, Phi_SD, the tree, milliseconds and access energy a token
@@ -973,8 +981,9 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
     (``paper_alpha``, ``paper_phi_ar``, ``paper_phi_sd``: 4 GB). ``zipf`` overrides
     :data:`ZIPF`; ``form`` is the cache form (:meth:`ExpertPopularity.step`); ``tree`` a
     ``(depth, width)`` or ``"best"`` (:meth:`EvalModel.best_sd` per point);
-    ``ar_cache`` what ours caches in AR mode (:class:`EvalModel`)."""
-    xpu, ours = platform("xpu", hb), platform("ours", hb)
+    ``ar_cache`` what ours caches in AR mode (:class:`EvalModel`); ``link`` every platform's
+    :attr:`Platform.link`."""
+    xpu, ours = platform("xpu", hb, link=link), platform("ours", hb, link=link)
     zipf = {**ZIPF, **(zipf or {})}
     rows = []
     for model in TABLE3_MODELS:
@@ -1185,18 +1194,18 @@ def cache_check(trace, model, slots_per_layer=(1, 2, 3, 4, 5, 6), batches=(1, 2)
 
 def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
           tree=TREE, alphas: dict | None = None, zipf: dict | None = None,
-          form: str = "token") -> list:
+          form: str = "token", link: str = "die") -> list:
     """Fig. 12 (Qwen3-30B-A3B, MT-Bench, batch 16, 8 GB in the paper): per SD scheme, where the
     bytes live and what an SD iteration costs. A dict per scheme: ``hb`` (decimal GB, 10^9
     bytes, in HB by kind:
     static weights, KV cache, draft model or copy, expert cache), ``ext`` (GB in EXT: the INT8
     target, Quant-SD's 4-bit copy of the experts), ``alpha`` (the paper's 4 GB alpha at this
     batch unless ``alphas[scheme]``), ``accept`` (tokens an iteration a sequence), ``draft_ms``
-    and ``verify_ms`` (an iteration), ``ms_token`` and ``phi_sd``. ``zipf``, ``form`` and
-    ``tree`` as in :func:`table3`."""
+    and ``verify_ms`` (an iteration), ``ms_token`` and ``phi_sd``. ``zipf``, ``form``,
+    ``tree`` and ``link`` as in :func:`table3`."""
     i = TABLE3_BATCHES.index(batch) if batch in TABLE3_BATCHES else None
     s = {**ZIPF, **(zipf or {})}.get(model)
-    xpu, ours = platform("xpu", hb), platform("ours", hb)
+    xpu, ours = platform("xpu", hb, link=link), platform("ours", hb, link=link)
     base = EvalModel(model, xpu, batch=batch, zipf=s, form=form).ar().seconds
     out = []
     for scheme in SCHEMES:
@@ -1254,16 +1263,17 @@ PAPER_FIG15 = {"over_xpu": 4.4, "over_xpu_max": 7.2, "over_best_prior": 1.4,
 
 
 def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
-          ar_cache: str = "best", form: str = "token", alphas: dict | None = None) -> list:
+          ar_cache: str = "best", form: str = "token", alphas: dict | None = None,
+          link: str = "die") -> list:
     """Fig. 14 (MT-Bench alphas only: the other datasets' are not in this copy of the paper):
     a row per (model, platform, batch) with its AR and SD speedups over xPU AR at the same
     batch, the best of the two (``mode``), the HB + EXT access energy a token of that mode
     (``pj_token``, pJ) and its whole energy a token by Fig. 15's components (``energy``:
     :data:`ENERGY_PARTS` -> pJ, :meth:`StepCost.energy`), and the xPU AR baseline's
-    (``xpu_pj_token``, ``xpu_energy``). ``zipf``, ``ar_cache``, ``form``, ``tree`` and
-    ``alphas`` (default the paper's 4 GB ones) as in :func:`table3`. :func:`fig15_summary`
-    reads the same rows."""
-    base_plat = platform("xpu", hb)
+    (``xpu_pj_token``, ``xpu_energy``). ``zipf``, ``ar_cache``, ``form``, ``tree``, ``link``
+    and ``alphas`` (default the paper's 4 GB ones) as in :func:`table3`.
+    :func:`fig15_summary` reads the same rows."""
+    base_plat = platform("xpu", hb, link=link)
     zipf = {**ZIPF, **(zipf or {})}
     out = []
     for model in TABLE3_MODELS:
@@ -1272,7 +1282,7 @@ def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
             t0 = base.seconds / b
             base_e = {k: v / b for k, v in base.energy(base_plat).items()}
             for name in PLATFORMS:
-                plat = platform(name, hb)
+                plat = platform(name, hb, link=link)
                 scheme = PLATFORM_SCHEME[name]
                 em = EvalModel(model, plat, scheme, batch=b, zipf=zipf[model],
                                ar_cache=ar_cache, form=form)

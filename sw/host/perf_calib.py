@@ -47,7 +47,8 @@ Where the figures come from (:attr:`ComputeCycles.source`):
 * ``"ffn"``: the compute calibration of the whole-decoder model
   (:func:`~.compute_calib.ffn_calibration`, the streamed group programs of
   :mod:`.stream_group`, shipped for the paper PE and every model preset's expert shape, both
-  W4A8 and W8A8): the compiler has no program for a paper-size expert in
+  W4A8 and W8A8; its link words at the aggregation link's rate on the ``"die"`` feed, a word
+  a cycle on ``"ideal"``): the compiler has no program for a paper-size expert in
   :func:`~.parallel.compile_group`'s layout, so each expert's per-PE MACs (the model's W4A8
   and W8A8 figures) are scaled by the calibration's cycles over the tile beats of the same
   expert at the same tokens (``k_bits(t) = cycles(t) / (ceil(t / R) R 3 H I / (G peak_bits))``:
@@ -69,7 +70,7 @@ import sys
 import numpy as np
 
 from ...config import ArchConfig
-from .compute_calib import SEED, pe_key, table_main, write_table_module
+from .compute_calib import FEEDS, SEED, die_link_rate, pe_key, table_main, write_table_module
 
 
 #: This module's name for ``python -m`` (``__name__`` is ``__main__`` there).
@@ -128,21 +129,19 @@ def _experts(hidden, intermediate):
     return tuple(_synthetic_experts(hidden, intermediate, 16))
 
 
-#: How the PEs' ``ld`` words arrive (:class:`ComputeCycles`, :class:`.perf.PerfModel`):
-#: ``"die"`` as on the logic die (an HB-resident slice at the HB bank's rate, link words at
-#: the aggregation link's, the streams' first words a DRAM read latency in, a bound stream's
-#: programs finishing after its last word); ``"ideal"`` a word every cycle from the first
-#: (the RTL backend's pacing, :mod:`elmoe3d.sim.bench_host`, which runs each PE alone with
-#: its words at hand).
-FEEDS = ("die", "ideal")
+# FEEDS (:data:`.compute_calib.FEEDS`, imported above): how the PEs' ``ld`` words arrive
+# (:class:`ComputeCycles`, :class:`.perf.PerfModel`): ``"die"`` as on the logic die (an
+# HB-resident slice at the HB bank's rate, link words at the aggregation link's, the streams'
+# first words a DRAM read latency in, a bound stream's programs finishing after its last
+# word); ``"ideal"`` a word every cycle from the first (the RTL backend's pacing,
+# :mod:`elmoe3d.sim.bench_host`, which runs each PE alone with its words at hand).
 
 
 def die_rates(arch: ArchConfig) -> tuple:
     """``(ld_rate, link_rate)`` of the ``"die"`` feed's program figures on ``arch``: ``ld``
     words a cycle at the HB bank's rate (at most 1) and link words at the aggregation link's
-    (None when that is a word a cycle or more: :func:`~.pe_cycles.program_cycles`' default)."""
-    link = arch.link_words_per_cycle
-    return min(arch.hb_ld_words_per_cycle, 1.0), (link if link < 1 else None)
+    (:func:`~.compute_calib.die_link_rate`: None when that is a word a cycle or more)."""
+    return min(arch.hb_ld_words_per_cycle, 1.0), die_link_rate(arch)
 
 #: ``ld`` words a cycle at which a verify program's
 #: :attr:`~.pe_cycles.CycleEstimate.tail_cycles` are taken: well below the PE's own pace, so
@@ -299,13 +298,15 @@ class ComputeCycles:
                          f"table, {H}x{I}, up to {self.tmax} tokens, ld at {rate}; more "
                          f"tokens extrapolated along a row-block rotation's slope)")
             return
-        from .compute_calib import _lookup
+        from .compute_calib import ffn_calibration, table_key
         from .compute_calib_table import TABLE as FFN
-        if all((key, H, I, b) in FFN for b in (4, 8)):
+        if all(table_key(arch, H, I, b, feed) in FFN for b in (4, 8)):
             self.source = "ffn"
-            self._ffn = {b: _lookup(key, arch, H, I, b) for b in (4, 8)}
+            self._ffn = {b: ffn_calibration(arch, H, I, b, feed) for b in (4, 8)}
+            link = self._ffn[4].link_rate
             self.note = (f"compute: per-expert MACs scaled by the streamed group programs' "
-                         f"cycles (compute calibration, {H}x{I}); no per-program base")
+                         f"cycles (compute calibration, {H}x{I}, link words at "
+                         f"{link or 1:g} a cycle); no per-program base")
         else:
             self.source = "roofline"
             self.note = (f"compute: MACs / peak (no calibration row for {H}x{I} on "

@@ -126,7 +126,8 @@ def _faster_hb(arch, factor):
 def test_perf_bandwidth_bound_steps():
     """An HB-bound draft step takes exactly its busiest bank's bytes / HB bytes per cycle
     after the HB's first read (the die feed; none in the ideal feed), and its stream half as
-    long with twice the HB bandwidth; an uncached verify step is EXT-bound: the EXT's first
+    long with twice the HB bandwidth (ideal feed: on the die the aggregation link then bounds
+    it); an uncached verify step is EXT-bound: the EXT's first
     read + bytes / EXT bytes per cycle (no tail on a paper configuration: no program table);
     energy = bits x pJ/bit of each tier."""
     arch = preset("paper-4gb")
@@ -145,9 +146,12 @@ def test_perf_bandwidth_bound_steps():
     assert c.hb_read_bytes == 2 * MIX.expert_msb_bytes and c.ext_bytes == 0
     fast = _faster_hb(arch, 2)
     assert fast.hb_bytes_per_cycle == 2 * arch.hb_bytes_per_cycle
-    pm2 = PerfModel(fast, MIX)
-    c2 = pm2.step(draft, draft.placements)
-    assert c2.cycles == pytest.approx(pm2.head_hb + stream / 2)
+    c2 = PerfModel(fast, MIX, feed="ideal").step(draft, draft.placements)
+    assert c2.bounds == {"hb": 1} and c2.cycles == pytest.approx(stream / 2)
+    # on the die the group programs' psum words at the aggregation link's 1/16 word a cycle
+    # then bound the step: compute, not the faster HB
+    c2 = PerfModel(fast, MIX).step(draft, draft.placements)
+    assert c2.bounds == {"compute": 1} and c2.cycles > pm.head_hb + stream / 2
     assert c.energy_pj == pytest.approx(c.hb_read_bytes * 8 * arch.hb_pj_per_bit)
 
     verify = _one_layer_step("verify", [1, 6], set(), tokens=4)

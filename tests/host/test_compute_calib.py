@@ -3,6 +3,8 @@
 compiler's programs for real expert shapes, a shape outside the table is computed with the
 cycle model (never a constant), and the model reads it."""
 
+import itertools
+
 import pytest
 
 from elmoe3d.config import preset
@@ -13,21 +15,24 @@ from elmoe3d.sw.host.compute_calib_table import TABLE
 PAPER = preset("paper-4gb")
 
 
-@pytest.mark.parametrize("hidden, inter, bits, rows", [
-    (2048, 768, 4, (1, 16, 17)),        # Qwen3-30B-A3B's expert, DRAFT: a second token tile
-    (2048, 768, 8, (5,)),               # FULL
-    (2048, 1024, 4, (16,)),             # OLMoE-1B-7B's expert
-    (2048, 1024, 8, (1,)),
+@pytest.mark.parametrize("hidden, inter, bits, rows, feed", [
+    (2048, 768, 4, (1, 16, 17), "die"),     # Qwen3-30B-A3B's expert, DRAFT: a second tile
+    (2048, 768, 8, (5,), "die"),            # FULL
+    (2048, 768, 4, (16,), "ideal"),         # link words a word a cycle
+    (2048, 1024, 4, (16,), "die"),          # OLMoE-1B-7B's expert
+    (2048, 1024, 8, (1,), "ideal"),
 ])
-def test_shipped_calibration_equals_program_cycles(hidden, inter, bits, rows):
+def test_shipped_calibration_equals_program_cycles(hidden, inter, bits, rows, feed):
     """The table's cycles are the root PE's program_cycles of the 4-PE group's programs
-    (compile_expert_group, ld at a word a cycle, fill and drain included), whatever the row
-    count, and its MACs a cycle are the useful MACs over them."""
-    assert (cc.pe_key(PAPER), hidden, inter, bits) in TABLE
-    cal = cc.ffn_calibration(PAPER, hidden, inter, bits)
+    (compile_expert_group, ld at a word a cycle, fill and drain included; link words at the
+    aggregation link's 1/16 word a cycle on the die feed, a word a cycle on the ideal one),
+    whatever the row count, and its MACs a cycle are the useful MACs over them."""
+    assert cc.table_key(PAPER, hidden, inter, bits, feed) in TABLE
+    cal = cc.ffn_calibration(PAPER, hidden, inter, bits, feed)
     assert cal.chunks == 1 and cal.pes == 4 and cal.peak == PAPER.tile.peak_macs_per_cycle(bits)
+    assert cal.link_rate == (1 / 16 if feed == "die" else None)
     for r in rows:
-        got = cc.program_root_cycles(PAPER, hidden, inter, bits, r)
+        got = cc.program_root_cycles(PAPER, hidden, inter, bits, r, link_rate=cal.link_rate)
         assert cal.cycles(r) == got
         assert cal.macs_per_cycle(r) == pytest.approx(3 * hidden * inter * r / (4 * got))
         assert cal.utilisation(r) == pytest.approx(cal.macs_per_cycle(r) / cal.peak)
@@ -37,10 +42,11 @@ def test_table_covers_every_paper_model_shape_exactly():
     """Every FFN shape Table 3's models ask for is in the table at both widths, the 8 GB die
     shares the 4 GB die's PE, and the tile form reproduced program_cycles at the checked row
     counts (fit error 0 cycles)."""
-    assert cc.pe_key(preset("paper-8gb")) == cc.pe_key(PAPER)
+    assert cc.table_key(preset("paper-8gb"), 2048, 768, 4) == cc.table_key(PAPER, 2048, 768, 4)
+    assert len(TABLE) == 2 * 2 * len(cc.table_shapes())
     for h, i in cc.table_shapes():
-        for bits in (4, 8):
-            e = TABLE[(cc.pe_key(PAPER), h, i, bits)]
+        for bits, feed in itertools.product((4, 8), cc.FEEDS):
+            e = TABLE[cc.table_key(PAPER, h, i, bits, feed)]
             assert e["fit_error"] == 0
             assert len(e["tile"]) == PAPER.tile.rows
             assert (e["chunks"], e["chunk_intermediate"]) == cc.ffn_chunks(h, i, PAPER)
@@ -64,21 +70,22 @@ def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch)
     """A (PE, shape, bits) the table lacks is computed on first use from program_cycles
     (here the small preset's 2x4x32 PE: rows 1, 2 and 4), kept, and equal to it."""
     small = preset("small")
-    key = (cc.pe_key(small), 64, 128, 4)
+    key = cc.table_key(small, 64, 128, 4)
     assert key not in TABLE
     calls = []
     real = cc.program_root_cycles
 
-    def counting(*a):
+    def counting(*a, **kw):
         calls.append(a[1:])
-        return real(*a)
+        return real(*a, **kw)
 
     monkeypatch.setattr(cc, "program_root_cycles", counting)
     monkeypatch.setattr(cc, "_CACHE", {})
     cal = cc.ffn_calibration(small, 64, 128, 4)
     assert sorted(c[-1] for c in calls) == [1, 2, 4]
+    assert cal.link_rate == small.link_words_per_cycle == 0.5
     for r in (1, 2, 3, 5):
-        assert cal.cycles(r) == real(small, 64, 128, 4, r)
+        assert cal.cycles(r) == real(small, 64, 128, 4, r, link_rate=0.5)
     n = len(calls)
     assert cc.ffn_calibration(small, 64, 128, 4) is cal and len(calls) == n
 
@@ -93,7 +100,7 @@ def test_the_model_has_no_constant_utilisation():
     cal = cc.ffn_calibration(em.plat.arch, 2048, 768, 8)
     fast = cc.FFNCalibration(**{**cal.__dict__, "tile": tuple(t / 2 for t in cal.tile),
                                 "period": cal.period / 2})
-    key = (cc.pe_key(em.plat.arch), 2048, 768, 8)
+    key = cc.table_key(em.plat.arch, 2048, 768, 8)
     old = cc._CACHE[key]
     cc._CACHE[key] = fast
     try:
@@ -103,3 +110,20 @@ def test_the_model_has_no_constant_utilisation():
     finally:
         cc._CACHE[key] = old
     assert c2.seconds == pytest.approx(c1.seconds / 2)
+
+
+def test_the_die_feed_waits_on_the_aggregation_link():
+    """On the paper PE a 512 B word crosses the 32 B-a-cycle aggregation link in 16 cycles:
+    the die feed's group program (row-max all-reduce, psum REDUCE_ADD) is slower than the
+    ideal feed's at every row count of a tile, by more than the ideal feed's own cycles on
+    Qwen3-30B-A3B's expert (the link, not the tile, is the bound there), and the model uses
+    the die feed."""
+    die = cc.ffn_calibration(PAPER, 2048, 768, 4, "die")
+    ideal = cc.ffn_calibration(PAPER, 2048, 768, 4, "ideal")
+    for r in range(1, PAPER.tile.rows + 1):
+        assert die.cycles(r) > 2 * ideal.cycles(r)
+    assert die.period > 2 * ideal.period
+    em = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours"))
+    assert em._calibration(768, 4) is die
+    with pytest.raises(ValueError, match="feed"):
+        cc.ffn_calibration(PAPER, 2048, 768, 4, "fast")

@@ -152,24 +152,28 @@ def test_extrapolated_past_table():
     assert (cal.base("verify", t + 8) >= cal.base("verify", t)).all()
 
 
-@pytest.mark.parametrize("name", ["qwen3-30b-a3b", "mixtral-8x7b"])
-def test_paper_draft_expert_is_the_ffn_calibration(name):
+@pytest.mark.parametrize("name, feed", [("qwen3-30b-a3b", "die"), ("mixtral-8x7b", "die"),
+                                        ("qwen3-30b-a3b", "ideal")])
+def test_paper_draft_expert_is_the_ffn_calibration(name, feed):
     """On a paper configuration (source ``"ffn"``) a draft expert (tensor parallel, the
     intermediate split evenly) costs each PE the compute calibration's cycles of the whole
-    FFN on its group (compute_calib.ffn_calibration at W4A8), whatever the rotation; a
-    verify of an uncached expert at W8A8 splits its row blocks, so the PEs' cycles sum to the
-    row blocks' MAC share of the calibration's."""
+    FFN on its group (compute_calib.ffn_calibration at W4A8, of the model's feed: link words
+    at the aggregation link's rate on the die, a word a cycle ideal), whatever the rotation;
+    a verify of an uncached expert at W8A8 splits its row blocks, so the PEs' cycles sum to
+    the row blocks' MAC share of the calibration's."""
     from elmoe3d.sw.host.compute_calib import ffn_calibration
     arch = preset("paper-4gb")
     m = model_preset(name)
-    pm = PerfModel(arch, m)
+    pm = PerfModel(arch, m, feed=feed)
     assert pm.calib.source == "ffn"
-    cal4 = ffn_calibration(arch, m.hidden, m.expert_intermediate, 4)
+    assert f"link words at {arch.link_words_per_cycle if feed == 'die' else 1:g}" in \
+        pm.calib.note
+    cal4 = ffn_calibration(arch, m.hidden, m.expert_intermediate, 4, feed)
     for t in (1, 5, 16, 40):
         cyc, rot = pm.compute(t, phase="draft", cached=True)
         assert rot == 0 and cyc.shape == (arch.pes_per_group,) * 2
         assert np.allclose(cyc, cal4.cycles(t), rtol=1e-12), (t, cyc, cal4.cycles(t))
-    cal8 = ffn_calibration(arch, m.hidden, m.expert_intermediate, 8)
+    cal8 = ffn_calibration(arch, m.hidden, m.expert_intermediate, 8, feed)
     R, G = arch.tile.rows, arch.pes_per_group
     for t in (1, 17, 40):
         cyc, rot = pm.compute(t, phase="verify", cached=False)
