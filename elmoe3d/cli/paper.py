@@ -25,6 +25,7 @@ popularity and from a fitted Zipf law. Exit status 0, or 2 on a usage error.
 from __future__ import annotations
 
 from ..errors import UserError
+from ..sw.host.compute_calib import FEEDS
 from .outputs import (check_distinct, check_output, check_output_dir, report_console,
                       write_json)
 
@@ -40,7 +41,7 @@ DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link":
 #: The values of the options that take one of a few (checked in :func:`run`, one line as
 #: ``elmoe3d run`` checks its ``--config``, rather than by argparse's usage block).
 CHOICES = {"hb": ("4gb", "8gb"), "cache_form": ("token", "step"), "alpha": ("paper", "model"),
-           "ar_cache": ("best", "msb", "whole"), "link": ("die", "ideal")}
+           "ar_cache": ("best", "msb", "whole"), "link": FEEDS}
 #: The HB size of each figure in the paper.
 PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb", "fig15": "8gb"}
 
@@ -91,7 +92,7 @@ def _zipf(args) -> dict:
     from ..sw.host import paper_eval as pe
     if args.cache_form == "token" and args.ar_cache == "best":
         return dict(pe.ZIPF)
-    return pe.calibrate_zipf(form=args.cache_form, ar_cache=args.ar_cache)
+    return pe.calibrate_zipf(form=args.cache_form, ar_cache=args.ar_cache, link=args.link)
 
 
 def _link_note(args) -> str:

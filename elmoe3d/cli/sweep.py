@@ -55,11 +55,13 @@ def configure(parser):
                         help="expand and validate the spec, print the point count, run nothing")
 
 
-#: Config fields the perf model reads (``sw/host/paper_eval.py``, ``platform(arch=)``); the
-#: others change only the area and the RTL.
+#: Config fields the perf model reads (``sw/host/paper_eval.py``, ``platform(arch=)``; the
+#: compute calibration's PE and group, ``compute_calib.table_key``: the memories, the group
+#: size and the aggregation link's rate); the others change only the area and the RTL.
 PERF_FIELDS = ("pes", "clock_ghz", "hb_bank_gbps", "hb_bank_bytes", "hb_pj_per_bit",
                "ext_gbps", "ext_bytes", "ext_pj_per_bit", "tile.rows",
-               "tile.lanes", "tile.group")
+               "tile.lanes", "tile.group", "wmem_bytes", "iomem_bytes", "iomem_split",
+               "pes_per_group", "aggregation_gbps")
 
 
 def _perf_blind(spec) -> list:

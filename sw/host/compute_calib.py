@@ -22,7 +22,11 @@ IOMEM split, and ``G = pes_per_group``), :func:`ffn_calibration` gives an
   token tile), from :func:`~.pe_cycles.program_cycles` (first command to last ``o`` beat: fill
   and drain included) with the program's ``ld`` words (the COMBINE sink's zero-gate skip of
   padding rows) and ``ld`` at ``ld_rate`` = 1 word a cycle: the compute-bound figure, the ld
-  port never waiting for its source (the HB or EXT time is the model's separate bound);
+  port never waiting for its source (the HB or EXT time is the model's separate bound); the
+  group's link words (the row-max all-reduce, the psum REDUCE_ADDs) at the aggregation link's
+  rate on the ``"die"`` feed (:func:`die_link_rate`: 1/16 word a cycle on the paper PE, where
+  the link is the larger part of the root's cycles), a word a cycle on ``"ideal"``
+  (:data:`FEEDS`);
 * ``period``: the cycles one more full token tile adds (``cycles(2R) - cycles(R)``): the
   streamed program runs its token tiles one after the other, each streaming every weight
   again, so ``cycles(T) = (ceil(T / R) - 1) x period + tile[T - R (ceil(T / R) - 1) - 1]``
@@ -39,14 +43,15 @@ on the die). Units: cycles of the logic-die clock; MACs.
 
 Cheap at run time: the figures of the paper PE for every FFN shape of Table 3's models (and
 OLMoE-1B-7B's, the tests' second shape) ship in :data:`~.compute_calib_table.TABLE`, written by
-``python -m elmoe3d.sw.host.compute_calib`` (:func:`write_table`; about 10 minutes on one
-core); any other (PE, shape, bits) is computed on first use with program_cycles and kept
-(:func:`functools.lru_cache`): there is no constant fallback. tests/host/test_compute_calib.py
+``python -m elmoe3d.sw.host.compute_calib`` (:func:`write_table`, both feeds; about 10
+minutes on two cores); any other (PE, shape, bits, link rate) is computed on first use with
+program_cycles (seconds to a minute a shape) and kept for the process: there is no constant
+fallback. tests/host/test_compute_calib.py
 recomputes shipped entries against program_cycles.
 
 Not modelled here: load imbalance between groups (the model spreads a stage's MACs over every
-PE), the host link, idle cycles waiting for the aggregation link (a group's members run as if
-their link words were there: :mod:`.pe_cycles`). The compiler has no program for a plain GEMM
+PE), the host link, link words later than the members' lockstep offer (member skew:
+:mod:`.pe_cycles`). The compiler has no program for a plain GEMM
 (attention projections, router, LM head, the dense draft models): :mod:`.paper_eval` gives
 those its routed expert's figure at the same rows, a proxy (module docstring there).
 """
@@ -92,9 +97,10 @@ def die_link_rate(arch: ArchConfig) -> float | None:
 
 
 def pe_key(arch: ArchConfig) -> str:
-    """The figures a calibration depends on, as a string: the tile, WMEM and IOMEM bytes, the
-    IOMEM split and the group size (the PE count, HB and clock do not change a group's
-    cycles)."""
+    """The PE figures a calibration depends on, as a string: the tile, WMEM and IOMEM bytes,
+    the IOMEM split and the group size (the PE count and HB do not change a group's cycles;
+    the clock and the aggregation link do through the link rate, :func:`table_key`'s last
+    field)."""
     t = arch.tile
     return (f"tile {t.rows}x{t.lanes}x{t.group}, wmem {arch.wmem_bytes}, iomem "
             f"{arch.iomem_bytes} {tuple(arch.iomem_split)}, group {arch.pes_per_group}")

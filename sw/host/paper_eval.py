@@ -48,9 +48,11 @@ step's mean rows an expert (``rows x top-k / distinct experts``), shared experts
 at the step's rows, each at its own shape (cut into the intermediate chunks a group holds).
 The compiler has no program for a plain GEMM, so the attention stage (projections, scores over
 the KV, router), the LM head and the dense draft models take the model's routed-expert
-figure at the stage's rows: a **proxy**. Bits: W4A8 (DRAFT programs) only on the bit-sliced
-die's 4-bit steps, W8A8 (FULL programs) otherwise, the xPU's 4-bit draft included (the same
-logic die). The near-memory units keep their stated TOPS.
+figure at the stage's rows: a **proxy** (its group's psum link words included: a plain
+GEMM split over a group's K would reduce its psums on the link as well; every platform, the
+xPU and the near-memory ones included, has this logic die and pays the same). Bits: W4A8
+(DRAFT programs) only on the bit-sliced die's 4-bit steps, W8A8 (FULL programs) otherwise,
+the xPU's 4-bit draft included (the same logic die). The near-memory units keep their stated TOPS.
 
 SD (:meth:`EvalModel.sd`): a tree of ``depth`` levels and ``width`` candidates a level; with
 the acceptance rate alpha of one drafted token, a level is accepted with ``1 - (1 - alpha) **
@@ -496,8 +498,9 @@ def compute_utilisation(plat: Platform, hidden: int, intermediate: int, rows: fl
     ``rows`` token rows (fractional: a routed expert's mean): useful MACs a cycle of a PE over
     its peak, from the PE cycle model on the compiler's programs for a group of
     ``plat.arch`` (:meth:`.compute_calib.FFNCalibration.utilisation`: fill and drain
-    included, link words at the aggregation link's rate, ``ld`` at a word a cycle). Raises :class:`UserError` for a platform without an
-    :class:`~elmoe3d.config.ArchConfig` (``plat.arch``)."""
+    included, link words at :attr:`Platform.link`'s rate, ``ld`` at a word a cycle). Raises
+    :class:`UserError` for a platform without an :class:`~elmoe3d.config.ArchConfig`
+    (``plat.arch``)."""
     if plat.arch is None:
         raise UserError(f"platform {plat.name!r} has no ArchConfig (arch=): the compute "
                         f"calibration needs its PE")
@@ -1050,10 +1053,11 @@ def summary(rows) -> dict:
 
 
 def calibrate_zipf(grid=np.round(np.arange(0.0, 4.01, 0.05), 2), form: str = "token",
-                   ar_cache: str = "best") -> dict:
+                   ar_cache: str = "best", link: str = "die") -> dict:
     """Per model, the Zipf exponent of ``grid`` that minimises the squared log error of the
-    Elastic-SD Phi_AR cells of Table 3's 4 GB rows (the only cells used)."""
-    xpu, ours = platform("xpu", "4gb"), platform("ours", "4gb")
+    Elastic-SD Phi_AR cells of Table 3's 4 GB rows (the only cells used); ``link`` the
+    platforms' :attr:`Platform.link`."""
+    xpu, ours = platform("xpu", "4gb", link=link), platform("ours", "4gb", link=link)
     out = {}
     for model in TABLE3_MODELS:
         best = None

@@ -56,6 +56,12 @@ What is modelled, per command (``docs/pe.md`` for the rules):
   ``requant_row_cycles`` (the next row's exponent is prepared meanwhile), its ``pad_rows``
   none.
 
+Below a word a cycle (``link_rate`` < 1, ``L = ceil(1 / link_rate)`` flits a word, the link
+moving one a cycle): a SEND's or a RAW result's words stay on ``link_o`` until the link has
+taken their last flit (``L`` cycles a word); a ``psum_in`` result's words come in as the group's
+members offer them, in lockstep with this PE's tile, each a hop after its last flit, the
+members' next result's after this one's last (a root's REDUCE_ADD input).
+
 What is not modelled: idle cycles on ``cmd``, backpressure on ``o`` and ``link_o``, ``link_i``
 words that come later than ``link_rate`` (a PE of a group runs as if its link words were
 there), memory write-port conflicts (REQUANT's ACT writes yield to a LOAD into ACT; the model
@@ -294,6 +300,7 @@ class _ResultStage:
         self.a_free = 0          # stage A takes the next row from
         self.c_free = 0          # stage C (COMBINE) issues the next row from
         self.x = 0               # the last row left stage A (last link word sent, RAW)
+        self.m_free = 0          # psum_in, link below a word a cycle: members' next word from
         self.tail = 0            # COMBINE: the sink (stage A, stage C, the units) idle from
         self.last_dead = False   # COMBINE: the last row (leaving stage A at x) was skipped
         self.c_port = 0          # COMBINE: stage C needs the OUT read port's data until
@@ -319,16 +326,27 @@ class _ResultStage:
         if sink is Sink.RAW:
             words = o.sink_result_cycles(Sink.RAW, False)
             first = T + hop + (hop if psum_in else 0)
-            last = first + (words - 1) * link_cycles
+            # each word stays on link_o until the link has taken its last flit
+            last = first + words * link_cycles - 1
             self.free = self.x = last
             return A, T
         n = o.sink_row_cycles(sink, full)
         per_word = o.psum_rows_per_word
 
+        if psum_in and link_cycles > 1:
+            # the members offer this result's words on their link_o from the cycle the tile
+            # offers it (lockstep) or their previous result's last word is taken, a word every
+            # link_cycles (one flit a cycle); word w is in the root's link_i once its last
+            # flit has moved, a hop later
+            m_first = max(O + hop, self.m_free)
+            self.m_free = m_first + o.sink_result_cycles(Sink.RAW, False) * link_cycles
+
         def avail(k):                               # row k may enter stage A from
             a = T + hop
             if psum_in:                             # its link_i word added
-                a = max(a, T + 2 * hop + (k // per_word) * link_cycles)
+                a = max(a, T + 2 * hop + k // per_word)
+                if link_cycles > 1:
+                    a = max(a, m_first + (k // per_word + 1) * link_cycles - 1 + hop)
             return a
         if sink is Sink.SWIGLU:
             u = max(avail(0), self.a_free)
@@ -418,13 +436,16 @@ class _Model:
         self.t_dec = d
         return d
 
-    def _link_words(self, n, first, per=1):
+    def _link_words(self, n, first, per=1, send=False):
         """The cycle of the last of ``n`` link words, the first in cycle ``first``, a word
-        every ``per`` cycles at most, at the link rate."""
+        every ``per`` cycles at most, at the link rate; ``send``: the cycle the link takes the
+        last word's last flit (a word stays on ``link_o`` until then: ``ceil(1 / link_rate)``
+        flits, one a cycle), else the cycle it arrives."""
         if n <= 0:
             return first - 1
         step = per if self.link_rate is None else max(per, 1 / self.link_rate)
-        return first + math.ceil((n - 1) * step)
+        flits = 1 if self.link_rate is None or not send else math.ceil(1 / self.link_rate)
+        return first + math.ceil((n - 1) * step) + flits - 1
 
     def _record(self, i, op, engine, decoded, start, end, done, waited=0):
         self.cmds.append(CommandCycles(i, op.name, engine, decoded, start, end, done, waited))
@@ -751,7 +772,7 @@ class _Model:
             per = o.send_word_cycles(f["target"])
             narrow = per > 1
             start = c + 1 + per
-            end = self._link_words(n, start, per) if n else c
+            end = self._link_words(n, start, per, send=True) if n else c
             idle = (end + (2 if narrow else 1)) if n else c + 2
             self.link_last = max(self.link_last, end)
         else:                                  # RECV

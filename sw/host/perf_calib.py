@@ -300,13 +300,17 @@ class ComputeCycles:
             return
         from .compute_calib import ffn_calibration, table_key
         from .compute_calib_table import TABLE as FFN
-        if all(table_key(arch, H, I, b, feed) in FFN for b in (4, 8)):
+        if all(table_key(arch, H, I, b, "ideal") in FFN for b in (4, 8)):
+            # a PE and shape the table holds; at a link rate it lacks (another clock or
+            # aggregation link), computed with the cycle model on first use
+            shipped = all(table_key(arch, H, I, b, feed) in FFN for b in (4, 8))
             self.source = "ffn"
             self._ffn = {b: ffn_calibration(arch, H, I, b, feed) for b in (4, 8)}
             link = self._ffn[4].link_rate
             self.note = (f"compute: per-expert MACs scaled by the streamed group programs' "
                          f"cycles (compute calibration, {H}x{I}, link words at "
-                         f"{link or 1:g} a cycle); no per-program base")
+                         f"{link or 1:g} a cycle{'' if shipped else ', computed'}); no "
+                         f"per-program base")
         else:
             self.source = "roofline"
             self.note = (f"compute: MACs / peak (no calibration row for {H}x{I} on "

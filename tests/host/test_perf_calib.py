@@ -309,3 +309,29 @@ def test_die_row_and_tails_only_at_the_tables_link_rate():
         assert not cc.has_tails and "no tails" in cc.note, cc.note
         assert (cc.base("verify", 16) == perf_calib.ComputeCycles(arch, m, "ideal")
                 .base("verify", 16)).all()
+
+
+def test_paper_pe_at_another_link_rate_computes_its_calibration(monkeypatch):
+    """A paper-PE configuration whose aggregation link differs from the table's (64 GB/s: 1/8
+    word a cycle) keeps the ``"ffn"`` source: its die-feed calibration is computed with the
+    cycle model at that rate on first use (here a stand-in records the call), the ideal
+    feed's read from the table; the note says so."""
+    import dataclasses
+
+    from elmoe3d.sw.host import compute_calib as cc
+    arch = dataclasses.replace(preset("paper-8gb"), aggregation_gbps=64.0)
+    assert arch.link_words_per_cycle == 1 / 8
+    m = model_preset("qwen3-30b-a3b")
+    calls = []
+
+    def stand_in(a, h, i, bits, *, check=True, link_rate=None):
+        calls.append((h, i, bits, link_rate))
+        return dataclasses.replace(cc.ffn_calibration(preset("paper-8gb"), h, i, bits),
+                                   link_rate=link_rate)
+    monkeypatch.setattr(cc, "calibrate", stand_in)
+    monkeypatch.setattr(cc, "_CACHE", {})
+    die = perf_calib.compute_cycles(arch, m, "die")
+    assert die.source == "ffn" and "link words at 0.125 a cycle, computed" in die.note
+    assert sorted(calls) == [(m.hidden, m.expert_intermediate, b, 1 / 8) for b in (4, 8)]
+    ideal = perf_calib.compute_cycles(arch, m, "ideal")
+    assert ideal.source == "ffn" and "computed" not in ideal.note and len(calls) == 2

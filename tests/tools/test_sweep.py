@@ -437,11 +437,16 @@ def test_equal_points_are_one_and_samples_say_how_many_are_distinct(tmp_path, ca
     other_seed = expand(parse_spec({**raw, "seed": 4}, path="t.yaml"))
     assert [p.id for p in other_seed] == [p.id for p in pts]      # no RTL task: seed unused
     spec = _write(tmp_path, "sampling: random\nsamples: 16\nconfig:\n  pes: [16, 32]\n"
-                            "  wmem_bytes: [65536]\nworkload:\n  model: [qwen3-30b-a3b]\n")
+                            "  streamline_gbps: [256]\nworkload:\n  model: [qwen3-30b-a3b]\n")
     assert cli.main(["sweep", str(spec), "--check"]) == 0
     out = capsys.readouterr().out
     assert "16 samples -> 2 distinct configurations" in out
-    assert "note: the perf model does not read wmem_bytes" in out
+    assert "note: the perf model does not read streamline_gbps" in out
+    # the compute calibration reads the PE's memories, the group and the link's rate
+    spec = _write(tmp_path, "config:\n  wmem_bytes: [65536]\n  aggregation_gbps: [64]\n"
+                            "workload:\n  model: [qwen3-30b-a3b]\n")
+    assert cli.main(["sweep", str(spec), "--check"]) == 0
+    assert "does not read" not in capsys.readouterr().out
 
 
 def test_alpha_source_says_where_alpha_came_from():
