@@ -58,13 +58,14 @@ What is modelled, per command (``docs/pe.md`` for the rules):
 
 Below a word a cycle (``link_rate`` < 1, ``L = ceil(1 / link_rate)`` flits a word, the link
 moving one a cycle): a SEND's or a RAW result's words stay on ``link_o`` until the link has
-taken their last flit (``L`` cycles a word); a ``psum_in`` result's words come in as the group's
-members offer them, in lockstep with this PE's tile, each a hop after its last flit, the
-members' next result's after this one's last (a root's REDUCE_ADD input).
+taken their last flit (``L`` cycles a word; a SEND reads its next word only then); a
+``psum_in`` result's words come in at the link's spacing from this PE's result register.
 
-What is not modelled: idle cycles on ``cmd``, backpressure on ``o`` and ``link_o``, ``link_i``
-words that come later than ``link_rate`` (a PE of a group runs as if its link words were
-there), memory write-port conflicts (REQUANT's ACT writes yield to a LOAD into ACT; the model
+What is not modelled: idle cycles on ``cmd``, backpressure on ``o`` and ``link_o`` but the
+flits, ``link_i`` words later or earlier than ``link_rate`` from the PE's own timing (a PE of
+a group runs as if its link words came at the link's pace; the group's members can run ahead
+by the link FIFO's depth, and each REDUCE_ADD descriptor takes ``reduce_stages + 2`` cycles
+past its flits: ``docs/pe.md`` "Cycle model"), memory write-port conflicts (REQUANT's ACT writes yield to a LOAD into ACT; the model
 lets both run) and the COMBINE sink's read-after-write stall (two rows into the same OUT
 granules within the combine pipeline). The COMBINE sink's zero-gate skip (a padding row, gate
 weight 0, skips stage C and the units, so a result whose last rows are padding drains sooner)
@@ -300,7 +301,6 @@ class _ResultStage:
         self.a_free = 0          # stage A takes the next row from
         self.c_free = 0          # stage C (COMBINE) issues the next row from
         self.x = 0               # the last row left stage A (last link word sent, RAW)
-        self.m_free = 0          # psum_in, link below a word a cycle: members' next word from
         self.tail = 0            # COMBINE: the sink (stage A, stage C, the units) idle from
         self.last_dead = False   # COMBINE: the last row (leaving stage A at x) was skipped
         self.c_port = 0          # COMBINE: stage C needs the OUT read port's data until
@@ -333,20 +333,10 @@ class _ResultStage:
         n = o.sink_row_cycles(sink, full)
         per_word = o.psum_rows_per_word
 
-        if psum_in and link_cycles > 1:
-            # the members offer this result's words on their link_o from the cycle the tile
-            # offers it (lockstep) or their previous result's last word is taken, a word every
-            # link_cycles (one flit a cycle); word w is in the root's link_i once its last
-            # flit has moved, a hop later
-            m_first = max(O + hop, self.m_free)
-            self.m_free = m_first + o.sink_result_cycles(Sink.RAW, False) * link_cycles
-
         def avail(k):                               # row k may enter stage A from
             a = T + hop
             if psum_in:                             # its link_i word added
-                a = max(a, T + 2 * hop + k // per_word)
-                if link_cycles > 1:
-                    a = max(a, m_first + (k // per_word + 1) * link_cycles - 1 + hop)
+                a = max(a, T + 2 * hop + (k // per_word) * link_cycles)
             return a
         if sink is Sink.SWIGLU:
             u = max(avail(0), self.a_free)
@@ -440,12 +430,16 @@ class _Model:
         """The cycle of the last of ``n`` link words, the first in cycle ``first``, a word
         every ``per`` cycles at most, at the link rate; ``send``: the cycle the link takes the
         last word's last flit (a word stays on ``link_o`` until then: ``ceil(1 / link_rate)``
-        flits, one a cycle), else the cycle it arrives."""
+        flits, one a cycle; the next word's read, ``per - 1`` cycles, follows: one cycle from
+        a whole memory, ``P`` from a memory in ``P`` parts), else the cycle it arrives."""
         if n <= 0:
             return first - 1
-        step = per if self.link_rate is None else max(per, 1 / self.link_rate)
-        flits = 1 if self.link_rate is None or not send else math.ceil(1 / self.link_rate)
-        return first + math.ceil((n - 1) * step) + flits - 1
+        if self.link_rate is None:
+            return first + (n - 1) * per
+        flits = math.ceil(1 / self.link_rate)
+        if send:          # a word read (per - 1 cycles past the first) only once the last left
+            return first + (n - 1) * (per - 1 + flits) + flits - 1
+        return first + math.ceil((n - 1) * max(per, 1 / self.link_rate))
 
     def _record(self, i, op, engine, decoded, start, end, done, waited=0):
         self.cmds.append(CommandCycles(i, op.name, engine, decoded, start, end, done, waited))

@@ -69,8 +69,8 @@ over the link, its down-projection psums last.
 ``"ideal"`` is the RTL / golden backends' feed (each PE program alone, a word every cycle
 from the first, link words too): none of these. Against the die bench (``elmoe3d.sim.bench_die.perf_cycles``,
 ``docs/host.md`` section 7) the die feed is within 5% per step kind, summed over its 1-, 4-
-and 16-token batches (-3.2% draft, -3.3% verify; -1.0% to -6.9% a batch), on the bench's 2
-EXT channels; with 8, -2.8% draft and -3.4% verify (-6.4% to +2.5% a batch; 8.7% under
+and 16-token batches (-3.4% draft, -3.3% verify; -1.0% to -7.3% a batch), on the bench's 2
+EXT channels; with 8, -3.1% draft and -3.6% verify (-6.5% to +2.3% a batch; 8.7% under
 with the programs' link words at a word a cycle, not the link's half; 16.1% before the
 group's PEs were held together), where the model is compute-bound: at T = 16 the die's PEs
 also wait for EXT words while both groups stream uncached experts at once, which a per-layer

@@ -94,7 +94,7 @@ def test_perf_model_at_the_presets_eight_ext_channels():
     where the model is compute-bound rather than EXT-bound: bit-exact, no DRAM violation, and
     the perf model (die feed) within 5% of the die's cycles per step kind, summed over the 1-,
     4- and 16-token batches with outputs always ready (issue 26 item 6; docs/host.md section
-    7: -2.8% draft, -3.4% verify on 2026-12-04, with the link's flits)."""
+    7: -3.1% draft, -3.6% verify on 2026-12-04, with the link's flits)."""
     die = {"ext_channels": ARCH.ext_channels}
     assert die["ext_channels"] == 8
     result = _check(run_die_bench(ARCH, tests="test_phases/traffic=smooth", die=die),

@@ -264,13 +264,13 @@ def test_json_may_not_overwrite_a_trace(tmp_path, capsys, monkeypatch):
 def test_link_ideal_is_the_link_that_never_waits(tmp_path, capsys):
     """``--link`` (default die: the group programs' link words at the aggregation link's 32 B
     a cycle) is said under every figure and written to the JSON; ``--link ideal`` gives the
-    figures of a link a word a cycle: Table 3's Elastic-SD best-mode mean 3.08x -> 3.24x, a
+    figures of a link a word a cycle: Table 3's Elastic-SD best-mode mean 3.10x -> 3.24x, a
     faster Fig. 12 verify."""
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     assert cli.main(["paper", "table3", "--json", str(a)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "compute: the group programs' link words at the aggregation link's 32 B a cycle" \
-        in text and "3.08x (paper: 3.4x)" in text
+        in text and "3.10x (paper: 3.4x)" in text
     assert cli.main(["paper", "table3", "--link", "ideal", "--json", str(b)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "compute: link words a word a cycle (--link ideal)" in text
