@@ -50,8 +50,8 @@ fallback. tests/host/test_compute_calib.py
 recomputes shipped entries against program_cycles.
 
 Not modelled here: load imbalance between groups (the model spreads a stage's MACs over every
-PE), the host link, link words later than the members' lockstep offer (member skew:
-:mod:`.pe_cycles`). The compiler has no program for a plain GEMM
+PE), the host link, a root's psum words earlier or later than the link's spacing from its own
+result register (members running ahead, the link's per-descriptor latency: :mod:`.pe_cycles`). The compiler has no program for a plain GEMM
 (attention projections, router, LM head, the dense draft models): :mod:`.paper_eval` gives
 those its routed expert's figure at the same rows, a proxy (module docstring there).
 """
@@ -73,7 +73,8 @@ from ...errors import UserError
 MODULE = "elmoe3d.sw.host.compute_calib"
 
 __all__ = ["FFNCalibration", "ffn_calibration", "ffn_chunks", "pe_key", "program_root_cycles",
-           "calibrate", "die_link_rate", "table_shapes", "write_table", "FEEDS", "SEED"]
+           "calibrate", "die_link_rate", "table_key", "table_shapes", "write_table", "FEEDS",
+           "SEED"]
 
 #: Seed of the synthetic weights and activations (values do not change the cycles; the gate
 #: weights are non-zero, so only padding rows take the COMBINE sink's zero-gate skip).
