@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -180,7 +181,10 @@ def resolve_trace(text) -> Path:
         raise UserError(f"--trace {text}: {path} is a folder; give one routing log file")
     if not path.is_file():
         raise UserError(f"--trace {text}: no such file {path}" + (
-            "" if usage or text in NAMED_TRACES else
+            (f" (the traces folder: $ELMOE3D_TRACES = {os.environ['ELMOE3D_TRACES']})"
+             if os.environ.get("ELMOE3D_TRACES") else
+             " (the traces folder: ../shared/traces beside the checkout, or $ELMOE3D_TRACES)")
+            if text in NAMED_TRACES else "" if usage else
             f"; expected a routing log file, a named trace ({', '.join(NAMED_TRACES)}) or "
             f"{SYNTHETIC_PREFIX}FILE"))
     if usage:

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import UserError
-from .models import model_preset, preset_for_model_id
+from .models import MODEL_PRESETS, model_preset, preset_for_model_id
 from .routelog import (WARMUP_MIN_ROWS, DialectError, forward_passes, layer_by_layer,
                        router_norm_mismatch, usage_counts, warmup_blocks)
 
@@ -944,7 +944,10 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             k = len(ids)
             rep.notes.append(f"top_k not given: {k} taken from line {lineno}")
         if len(ids) != k:
-            bad(lineno, "wrong-k", f"{len(ids)} experts, expected top_k = {k}")
+            fits = [n for n, m in MODEL_PRESETS.items() if m.top_k == len(ids)]
+            bad(lineno, "wrong-k", f"{len(ids)} experts, expected top_k = {k}" + (
+                f" (the presets with top_k = {len(ids)}: {', '.join(fits)})"
+                if preset is not None and fits else ""))
             continue
         if min(ids) < 0:
             bad(lineno, "unknown-expert", f"expert id {min(ids)} is not an expert "

@@ -440,6 +440,25 @@ def test_a_malformed_jsonl_line_hints_on_error_warn(tmp_path, capsys):
             "--on-error warn skips malformed lines") in line
 
 
+def test_a_trace_of_another_top_k_names_the_presets_that_fit(capsys):
+    """The Mixtral trace (top-2) read as Qwen3-30B-A3B (top-8): the error names the presets
+    whose top-k the lines have (a new user's trial followed the ``--on-error warn`` hint
+    instead, which skips every line)."""
+    code, _, err = _run(capsys, "run", "--trace", "gsm8k", "--model", "qwen3-30b-a3b")
+    assert code == 2
+    assert "2 experts, expected top_k = 8 (the presets with top_k = 2: mixtral-8x7b)" in err
+
+
+def test_a_named_trace_missing_names_the_traces_folder(capsys, monkeypatch, tmp_path):
+    """``--trace gsm8k`` with ``$ELMOE3D_TRACES`` pointing at a folder without it: the error
+    names the variable and its value (a new user's trial found it said only ``no such
+    file``)."""
+    monkeypatch.setenv("ELMOE3D_TRACES", str(tmp_path))
+    code, _, err = _run(capsys, "run", "--trace", "gsm8k", "--model", "mixtral-8x7b")
+    assert code == 2
+    assert f"(the traces folder: $ELMOE3D_TRACES = {tmp_path})" in err
+
+
 def test_an_unknown_trace_name_lists_the_named_traces(capsys):
     """``--trace nosuchset`` said only ``no such file nosuchset``: the error names the trace
     sets (``NAMED_TRACES``) and the ``synthetic:FILE`` form."""
