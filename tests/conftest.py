@@ -65,7 +65,15 @@ SLOW = ("tests/cocotb/test_die.py",
         "tests/amaranth/test_pe.py::test_narrow_out_same_sink_cycles",
         "tests/amaranth/test_pe.py::test_one_memory_per_wmem_plane_same_cycles",
         "tests/amaranth/test_pe.py::test_streamed_weights_same_gemm_cycles",
-        "tests/amaranth/test_pe.py::test_moe_program_from_builder[FULL-fpga-lean]")
+        "tests/amaranth/test_pe.py::test_moe_program_from_builder[FULL-fpga-lean]",
+        # the RTL group (PEs joined by the aggregation link) and its PEs one at a time
+        # against the cycle model: 17, 94, 14 and 10 s on a quiet machine (2026-12-04); one
+        # case of each (the 2-PE group at 1/8 word a cycle, the full FIFO at a word a cycle,
+        # the PEs alone at 1/8) stays in make test
+        "tests/host/test_pe_cycles.py::test_live_group_exact[2pe-draft-L2]",
+        "tests/host/test_pe_cycles.py::test_live_group_exact[4pe-full-L8]",
+        "tests/host/test_pe_cycles.py::test_live_group_with_a_full_fifo_exact[2]",
+        "tests/host/test_pe_cycles.py::test_live_group_pe_programs_at_the_link_contract_exact[2]")
 
 
 #: Test modules that build large Verilator models, heaviest first (measured with

@@ -1,7 +1,8 @@
 """Compute calibration of the whole-decoder model (:mod:`.paper_eval`; issue 26 item 6): the
 MACs per cycle a PE group reaches on a SwiGLU FFN of a given shape and token-row count, from
-the PE cycle model (:func:`~.pe_cycles.program_cycles`, equal to the RTL's cycles on the live
-tests) run on the programs the compiler emits (:func:`~.stream_group.compile_expert_group`).
+the PE cycle model (:func:`~.pe_cycles.group_cycles`: every PE of a group joined by the
+aggregation link, equal to the RTL's cycles on the live tests) run on the programs the
+compiler emits (:func:`~.stream_group.compile_expert_group`).
 
 What it computes. For an FFN of ``hidden`` x ``intermediate`` (``H`` x ``I``; up, gate and
 down: ``3 H I`` MACs a token row) on an :class:`~elmoe3d.config.ArchConfig` (its PE, tile and
@@ -19,8 +20,8 @@ IOMEM split, and ``G = pes_per_group``), :func:`ffn_calibration` gives an
   and eight of 1,376;
 * ``tile[r - 1]``: the cycles of the group's root PE (the slowest: it reduces, COMBINEs and
   OUTPUTs) running one chunk over ``r`` token rows, ``r = 1 .. R`` (``R`` = ``tile.rows``, one
-  token tile), from :func:`~.pe_cycles.program_cycles` (first command to last ``o`` beat: fill
-  and drain included) with the program's ``ld`` words (the COMBINE sink's zero-gate skip of
+  token tile), from :func:`~.pe_cycles.group_cycles` (first command to last ``o`` beat: fill
+  and drain included) with the programs' ``ld`` words (the COMBINE sink's zero-gate skip of
   padding rows) and ``ld`` at ``ld_rate`` = 1 word a cycle: the compute-bound figure, the ld
   port never waiting for its source (the HB or EXT time is the model's separate bound); the
   group's link words (the row-max all-reduce, the psum REDUCE_ADDs) at the aggregation link's
@@ -31,7 +32,7 @@ IOMEM split, and ``G = pes_per_group``), :func:`ffn_calibration` gives an
   streamed program runs its token tiles one after the other, each streaming every weight
   again, so ``cycles(T) = (ceil(T / R) - 1) x period + tile[T - R (ceil(T / R) - 1) - 1]``
   per chunk. The generator (:func:`calibrate`) checks this at ``T = R + 1`` and ``T = 3R``
-  against program_cycles (``fit_error``, cycles; 0 on every shape of the shipped table);
+  against group_cycles (``fit_error``, cycles; 0 on every shape of the shipped table);
 * ``bits``: 4 = DRAFT (W4A8: MSB planes only, Table 1's peak ``rows x lanes x group`` MACs a
   cycle a PE), 8 = FULL (W8A8 as LSB_ONLY + MSB_ONLY beats, half that peak).
 
@@ -45,13 +46,12 @@ Cheap at run time: the figures of the paper PE for every FFN shape of Table 3's 
 OLMoE-1B-7B's, the tests' second shape) ship in :data:`~.compute_calib_table.TABLE`, written by
 ``python -m elmoe3d.sw.host.compute_calib`` (:func:`write_table`, both feeds; about 10
 minutes on two cores); any other (PE, shape, bits, link rate) is computed on first use with
-program_cycles (seconds to a minute a shape) and kept for the process: there is no constant
+group_cycles (seconds to minutes a shape) and kept for the process: there is no constant
 fallback. tests/host/test_compute_calib.py
-recomputes shipped entries against program_cycles.
+recomputes shipped entries against group_cycles.
 
 Not modelled here: load imbalance between groups (the model spreads a stage's MACs over every
-PE), the host link, a root's psum words earlier or later than the link's spacing from its own
-result register (members running ahead, the link's per-descriptor latency: :mod:`.pe_cycles`). The compiler has no program for a plain GEMM
+PE), the host link. The compiler has no program for a plain GEMM
 (attention projections, router, LM head, the dense draft models): :mod:`.paper_eval` gives
 those its routed expert's figure at the same rows, a proxy (module docstring there).
 """
@@ -134,20 +134,20 @@ def program_root_cycles(arch: ArchConfig, hidden: int, intermediate: int, bits: 
                         tokens: int, *, link_rate: float | None = None) -> int:
     """Cycles of the slowest PE (the root) of ``arch``'s group running one expert of
     ``hidden`` x ``intermediate`` over ``tokens`` rows (synthetic weights, seed :data:`SEED`)
-    in DRAFT (``bits`` 4) or FULL (8): :func:`~.pe_cycles.program_cycles` of each PE's program
-    from :func:`~.stream_group.compile_expert_group`, ``ld`` at a word a cycle, with the
-    program's ``ld`` words; link words (the row-max all-reduce, the psum REDUCE_ADD) at
-    ``link_rate`` words a cycle (None: a word a cycle)."""
+    in DRAFT (``bits`` 4) or FULL (8): :func:`~.pe_cycles.group_cycles` of the group's
+    programs from :func:`~.stream_group.compile_expert_group` (each PE's link words as the
+    aggregation link moves them: the row-max all-reduce, the members' psums into the root's
+    REDUCE_ADD, ``link_rate`` words a cycle, None: a word a cycle), ``ld`` at a word a cycle,
+    with the programs' ``ld`` words."""
     from ..golden.datapath import Mode
-    from .pe_cycles import program_cycles
+    from .pe_cycles import group_cycles
     from .shape_sweep import synthetic_expert
     from .stream_group import compile_expert_group
     if bits not in (4, 8):
         raise ValueError(f"bits: expected 4 (DRAFT) or 8 (FULL), got {bits!r}")
     x, ex, gw = synthetic_expert(hidden, intermediate, tokens, [SEED, hidden, intermediate])
     job = compile_expert_group(x, ex, gw, Mode.DRAFT if bits == 4 else Mode.FULL, arch)
-    return max(program_cycles(job.programs[p], ld_rate=1.0, link_rate=link_rate,
-                              ld=job.ld[p]).cycles for p in range(job.pes))
+    return max(e.cycles for e in group_cycles(job, ld_rate=1.0, link_rate=link_rate))
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class FFNCalibration:
     """Cycles of one PE group on an FFN (module docstring): ``tile[r - 1]`` the root's cycles
     on one token tile of ``r`` rows, ``period`` the cycles of each further full tile, per
     chunk; ``peak``: the PE's peak MACs a cycle at ``bits``; ``fit_error``: the largest
-    difference (cycles) of the tile form from program_cycles at the checked row counts (None:
+    difference (cycles) of the tile form from group_cycles at the checked row counts (None:
     not checked); ``link_rate``: the link words a cycle it was taken at (None: a word a
     cycle, the ``"ideal"`` feed)."""
 
@@ -203,7 +203,7 @@ class FFNCalibration:
 
 def calibrate(arch: ArchConfig, hidden: int, intermediate: int, bits: int, *,
               check: bool = True, link_rate: float | None = None) -> FFNCalibration:
-    """An :class:`FFNCalibration` computed with program_cycles (link words at ``link_rate``
+    """An :class:`FFNCalibration` computed with group_cycles (link words at ``link_rate``
     words a cycle, None: a word a cycle): ``R + 1`` compiles (``r = 1 .. R`` and ``2R``), and
     with ``check`` two more (``R + 1`` and ``3R``) for ``fit_error``."""
     n, ic = ffn_chunks(hidden, intermediate, arch)
@@ -261,7 +261,7 @@ def ffn_calibration(arch: ArchConfig, hidden: int, intermediate: int, bits: int,
     ``arch`` at ``bits`` (4: DRAFT / W4A8, 8: FULL / W8A8), its link words at the aggregation
     link's rate (``feed`` ``"die"``, the default) or a word a cycle (``"ideal"``;
     :data:`FEEDS`): from the shipped table (:data:`~.compute_calib_table.TABLE`) when it holds
-    the key, else computed with program_cycles on first use (seconds to minutes for a real
+    the key, else computed with group_cycles on first use (seconds to minutes for a real
     shape) and kept. Raises ValueError on another ``bits`` or ``feed``."""
     k = table_key(arch, hidden, intermediate, bits, feed)
     c = _CACHE.get(k)

@@ -37,7 +37,7 @@ experts, whichever is faster at the point (``ar_cache="best"``); a miss streams 
 expert from EXT. GPT-OSS-20B's MXFP4 experts have no LSB slice.
 
 Compute (:func:`compute_utilisation`, issue 26 item 6): a stage's compute time is its MACs at the
-fraction of the die's peak TOPS that the PE cycle model (:func:`~.pe_cycles.program_cycles`,
+fraction of the die's peak TOPS that the PE cycle model (:func:`~.pe_cycles.group_cycles`,
 equal to the RTL's cycles on the live tests) gives a PE group of the platform's
 :class:`~elmoe3d.config.ArchConfig` on the compiler's SwiGLU FFN programs of that shape and row
 count (:mod:`.compute_calib`: fill and drain included, the group's link words, the row-max

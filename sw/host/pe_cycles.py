@@ -39,13 +39,13 @@ What is modelled, per command (``docs/pe.md`` for the rules):
   that is free, else into the skid register, which hands it on in the cycle the result
   register frees, and the sink
   (:class:`_ResultStage`: SWIGLU rows held in stage A for their sub-steps, COMBINE rows
-  through stage C, RAW a link word a cycle, ``psum_in`` rows behind their link words); a
-  sink slower than the tile stalls the tile and the issue once the skid register holds a
-  result (the tile takes the next from the cycle after the skid register emptied), its whole
-  pipeline, the next GEMM's beats included (a result offered after its GEMM's last beat
-  delays the next GEMM's beats); a GEMM is complete
-  ``sink_done_cycles`` after its last row left stage A (a held GEMM of a K chain once its
-  last beat entered the tile); OUTPUT, CLEAR, SEND, RECV, BARRIER and STATUS wait until
+  through stage C, RAW its link words as the link takes them, ``psum_in`` rows behind their
+  link words); a sink slower than the tile stalls the tile and the issue once the skid
+  register holds a result (the tile takes the next from the cycle after the skid register
+  emptied), its whole pipeline, the next GEMM's beats included (a result offered after its
+  GEMM's last beat delays the next GEMM's beats); a GEMM is complete ``sink_done_cycles``
+  after its last row left stage A (a held GEMM of a K chain once its last beat entered the
+  tile); OUTPUT, CLEAR, SEND, RECV, BARRIER and STATUS wait until
   every earlier GEMM has left the tile and the sinks (``sink_idle_cycles``) and every
   earlier REQUANT is done, then run at their beat rates; OUTPUT with
   ``PEOptions.output_early`` (two OUT banks) only until the tile, the result stage and the
@@ -56,18 +56,23 @@ What is modelled, per command (``docs/pe.md`` for the rules):
   ``requant_row_cycles`` (the next row's exponent is prepared meanwhile), its ``pad_rows``
   none.
 
-Below a word a cycle (``link_rate`` < 1, ``L = ceil(1 / link_rate)`` flits a word, the link
-moving one a cycle): a SEND's or a RAW result's words stay on ``link_o`` until the link has
-taken their last flit (``L`` cycles a word; a SEND reads its next word only then); a
-``psum_in`` result's words come in at the link's spacing from this PE's result register.
+The link (``link_rate``: ``L = ceil(1 / link_rate)`` flits a word, one a cycle): a SEND's or
+a RAW result's words stay on ``link_o`` until the link has taken their last flit (``L``
+cycles a word at the earliest; a SEND reads its next word only then, a RAW result's next word
+goes on the cycle after); the ``link_i`` words (RECV and ``psum_in`` alike, in order) are
+taken as the PE asks for them (a RECV a word a cycle, a ``psum_in`` result's word ``w`` from
+``w`` cycles after the register took the result), at most one a cycle, each no earlier than
+``L`` cycles after the one before (the first at once): a PE alone on a link that delivers a
+word every ``L`` cycles, which the live tests give the RTL PE. In a group the link's own timing
+replaces that rule: :func:`group_cycles` runs every PE of a group with the cycles its
+``link_i`` words arrive (``link_i_at``) and its ``link_o`` words' flits are taken
+(``link_o_held``) from a flit-level model of the aggregation link's descriptors, equal to the
+RTL group's cycles on the live tests.
 
-What is not modelled: idle cycles on ``cmd``, backpressure on ``o`` and ``link_o`` but the
-flits, ``link_i`` words later or earlier than ``link_rate`` from the PE's own timing (a PE of
-a group runs as if its link words came at the link's pace; the group's members can run ahead
-by the link FIFO's depth, and each REDUCE_ADD descriptor takes ``reduce_stages + 2`` cycles
-past its flits: ``docs/pe.md`` "Cycle model"), memory write-port conflicts (REQUANT's ACT writes yield to a LOAD into ACT; the model
-lets both run) and the COMBINE sink's read-after-write stall (two rows into the same OUT
-granules within the combine pipeline). The COMBINE sink's zero-gate skip (a padding row, gate
+What is not modelled: idle cycles on ``cmd``, backpressure on ``o``, memory write-port
+conflicts (REQUANT's ACT writes yield to a LOAD into ACT; the model lets both run) and the
+COMBINE sink's read-after-write stall (two rows into the same OUT granules within the combine
+pipeline). The COMBINE sink's zero-gate skip (a padding row, gate
 weight 0, skips stage C and the units, so a result whose last rows are padding drains sooner)
 is modelled when the program's ``ld`` words are given (:func:`program_cycles` ``ld=``: the model
 mirrors what the LOADs put in TOK); a TOK word it does not know (never loaded, or written by a
@@ -81,13 +86,14 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ...config import PEOptions
+from ...config import LINK_OP_LATENCY, PEOptions, link_reduce_stages
 from ...isa import Op, Sink, Target
+from ..golden.agg_link import LinkMode
 from ..golden.asm import TOK_DTYPE
 from ..golden.datapath import Mode
 
 
-__all__ = ["CommandCycles", "CycleEstimate", "program_cycles", "LdBucket"]
+__all__ = ["CommandCycles", "CycleEstimate", "program_cycles", "group_cycles", "LdBucket"]
 
 
 #: Targets of a LOAD that live in the WMEM buffers (``full[buf]`` applies).
@@ -155,6 +161,11 @@ class CycleEstimate:
         ``ld`` words, tile beats and ``o`` beats of the program.
     options : PEOptions
     ld_rate : float
+    link_o_offered, link_o_at : tuple of int
+        Per ``link_o`` word (SEND and RAW words, in order), the cycle it is first offered and
+        the cycle the link takes it (its last flit).
+    link_i_taken : tuple of int
+        Per ``link_i`` word (RECV and ``psum_in``, in order), the cycle the PE takes it.
     """
 
     cycles: int
@@ -165,6 +176,9 @@ class CycleEstimate:
     o_beats: int
     options: PEOptions = field(repr=False)
     ld_rate: float = 1.0
+    link_o_offered: tuple = field(default=(), repr=False)
+    link_o_at: tuple = field(default=(), repr=False)
+    link_i_taken: tuple = field(default=(), repr=False)
 
     @property
     def memory_cycles(self) -> float:
@@ -285,14 +299,60 @@ def _stalled(cycle, stalls):
     return cycle
 
 
+class _LinkIn:
+    """The PE's ``link_i`` words in order (RECV and ``psum_in`` alike): each taken in the
+    first cycle the PE asks for it (``earliest``), at most one a cycle, and no earlier than
+    its arrival: ``at[j]`` for word ``j`` where the arrivals are given (:func:`group_cycles`),
+    else ``cycles`` after the previous one was taken (the link delivering a word every ``L``
+    cycles, the first at once)."""
+
+    def __init__(self, cycles, at=None):
+        self.cycles, self.at = cycles, at
+        self.taken = []          # the cycle each word was taken
+        self.next = 0            # the next word may be taken from
+
+    def take(self, earliest) -> int:
+        t = max(earliest, self.next)
+        if self.at is not None:
+            if len(self.taken) >= len(self.at):
+                raise ValueError(f"link_i_at: {len(self.at)} arrival cycles, but the program "
+                                 f"takes more link_i words")
+            t = max(t, self.at[len(self.taken)])
+            self.next = t + 1
+        else:
+            self.next = t + self.cycles
+        self.taken.append(t)
+        return t
+
+
+class _LinkOut:
+    """The PE's ``link_o`` words in order (SEND and RAW alike): a word offered in cycle
+    ``offer`` is taken with its last flit, ``cycles - 1`` cycles later at the earliest (the
+    link pulls a flit a cycle) and no earlier than ``held[j]`` for word ``j`` where the link's
+    takes are given (:func:`group_cycles`: the link pulls a source's flits only while its
+    descriptor runs and its flit buffer has room)."""
+
+    def __init__(self, cycles, held=None):
+        self.cycles, self.held = cycles, held
+        self.offered, self.taken = [], []
+
+    def put(self, offer) -> int:
+        t = offer + self.cycles - 1
+        if self.held is not None and len(self.taken) < len(self.held):
+            t = max(t, self.held[len(self.taken)])
+        self.offered.append(offer)
+        self.taken.append(t)
+        return t
+
+
 class _ResultStage:
     """The result register and the sinks behind it (``hw/pe/result.py``, ``swiglu.py``,
     ``combine.py``), a result at a time: the register takes a tile result in cycle ``T`` (the
     cycle its previous result's last row or word leaves: ``free``) and feeds its rows, a
     cycle each, into stage A; the SWIGLU sink keeps a row in stage A for its ``n`` sub-steps;
     the COMBINE sink passes it on to stage C, which keeps it ``n`` sub-steps (so A holds the
-    next row meanwhile); RAW sends a link word a cycle; with ``psum_in`` a row (a word) waits
-    for the ``link_i`` word it needs."""
+    next row meanwhile); RAW sends its link words as the link takes them; with ``psum_in`` a
+    row (a word) waits for the ``link_i`` word it needs."""
 
     def __init__(self, options: PEOptions):
         self.o = options
@@ -306,8 +366,10 @@ class _ResultStage:
         self.c_port = 0          # COMBINE: stage C needs the OUT read port's data until
         self.writes = {}         # COMBINE: OUT word -> the cycle of its last write
         self.any_write = -1      # COMBINE: the last write of a row whose OUT word is unknown
+        self.link_in = _LinkIn(1)    # link_i words (psum_in, RECV): set by the model
+        self.link_out = _LinkOut(1)  # link_o words (RAW, SEND): set by the model
 
-    def take(self, O, sink, psum_in, full, link_cycles=1, live=None, words=None):
+    def take(self, O, sink, psum_in, full, live=None, words=None):
         """The tile offers a result in cycle ``O``; returns ``(A, T)``: the cycle the tile
         hands it over (``O``, or the cycle after the skid register emptied) and the cycle
         the result register takes it (``A``, or when its previous result has left).
@@ -325,18 +387,25 @@ class _ResultStage:
         self.accept = T + 1
         if sink is Sink.RAW:
             words = o.sink_result_cycles(Sink.RAW, False)
-            first = T + hop + (hop if psum_in else 0)
-            # each word stays on link_o until the link has taken its last flit
-            last = first + words * link_cycles - 1
+            # each word stays on link_o until the link has taken its last flit; with psum_in
+            # it goes out once its link_i word (taken from T + hop + w) has been added
+            last = T                   # (the previous word's last flit)
+            for w in range(words):
+                offer = max(T + hop, last + 1)
+                if psum_in:
+                    offer = max(offer, self.link_in.take(T + hop + w) + hop)
+                last = self.link_out.put(offer)
             self.free = self.x = last
             return A, T
         n = o.sink_row_cycles(sink, full)
         per_word = o.psum_rows_per_word
+        if psum_in:        # word w taken from T + hop + w, as the link brings it
+            takes = [self.link_in.take(T + hop + w) for w in range(-(-R // per_word))]
 
         def avail(k):                               # row k may enter stage A from
             a = T + hop
             if psum_in:                             # its link_i word added
-                a = max(a, T + 2 * hop + (k // per_word) * link_cycles)
+                a = max(a, takes[k // per_word] + hop)
             return a
         if sink is Sink.SWIGLU:
             u = max(avail(0), self.a_free)
@@ -377,13 +446,19 @@ class _ResultStage:
         self.c_free = c_free
         return A, T
 
-    def period(self, sink, psum_in, full) -> int:
-        """Cycles a result holds the sink in a steady stream (its throughput)."""
+    def period(self, sink, psum_in, full):
+        """Cycles a result holds the sink in a steady stream (its throughput), or None where
+        the link's words pace it (RAW, ``psum_in``): those results are followed one by one
+        (each link word's cycle is kept, and the link may bring or take them below a word
+        a cycle)."""
+        if Sink(sink) is Sink.RAW or psum_in:
+            return None
         return self.o.sink_result_cycles(sink, psum_in, full)
 
 
 class _Model:
-    def __init__(self, options: PEOptions, ld_rate, link_rate, ld=None):
+    def __init__(self, options: PEOptions, ld_rate, link_rate, ld=None, link_i_at=None,
+                 link_o_held=None):
         self.o = options
         # the ld words, to mirror TOK (the COMBINE sink's zero-gate skip); None: not modelled
         self.ld, self.ld_pos, self.tok = ld, 0, {}
@@ -407,6 +482,8 @@ class _Model:
         self.tile_stalls = []           # results of earlier GEMMs that freeze the tile after
         #                                 their last beat: (offered, cycles)
         self.results = _ResultStage(options)
+        self.results.link_in = _LinkIn(self._link_cycles(), link_i_at)
+        self.results.link_out = _LinkOut(self._link_cycles(), link_o_held)
         self.dq_free = 0                # the sink's pending descriptor slot is free from
         self.last_result = None         # the cycle the last GEMM's last result left the tile
         self.gemm_quiet = 0             # every GEMM so far has left the tile and the sinks
@@ -426,20 +503,9 @@ class _Model:
         self.t_dec = d
         return d
 
-    def _link_words(self, n, first, per=1, send=False):
-        """The cycle of the last of ``n`` link words, the first in cycle ``first``, a word
-        every ``per`` cycles at most, at the link rate; ``send``: the cycle the link takes the
-        last word's last flit (a word stays on ``link_o`` until then: ``ceil(1 / link_rate)``
-        flits, one a cycle; the next word's read, ``per - 1`` cycles, follows: one cycle from
-        a whole memory, ``P`` from a memory in ``P`` parts), else the cycle it arrives."""
-        if n <= 0:
-            return first - 1
-        if self.link_rate is None:
-            return first + (n - 1) * per
-        flits = math.ceil(1 / self.link_rate)
-        if send:          # a word read (per - 1 cycles past the first) only once the last left
-            return first + (n - 1) * (per - 1 + flits) + flits - 1
-        return first + math.ceil((n - 1) * max(per, 1 / self.link_rate))
+    def _link_cycles(self) -> int:
+        """L: cycles a link word takes at the link rate (its flits, one a cycle)."""
+        return 1 if self.link_rate is None else max(1, math.ceil(1 / self.link_rate))
 
     def _record(self, i, op, engine, decoded, start, end, done, waited=0):
         self.cmds.append(CommandCycles(i, op.name, engine, decoded, start, end, done, waited))
@@ -611,7 +677,6 @@ class _Model:
         if n_res and not held:
             sink, psum_in = Sink(f["sink"]), bool(f["psum_in"])
             rs = self.results
-            link = 1 if self.link_rate is None else max(1, math.ceil(1 / self.link_rate))
             per = g * P                                # tile cycles of one result
             frozen = [0, 0]            # stalls applied so far, their cycles (Or grows)
 
@@ -628,14 +693,15 @@ class _Model:
                     Or += stalls[frozen[0]][1]
                     frozen[1] += stalls[frozen[0]][1]
                     frozen[0] += 1
-                A_last, Tr = rs.take(Or, sink, psum_in, full, link,
+                A_last, Tr = rs.take(Or, sink, psum_in, full,
                                      None if live is None else live[r % rbn],
                                      self._row_words(f, r) if sink is Sink.COMBINE else None)
                 if A_last > Or:
                     stalls.append((Or, A_last - Or))
                 return Tr == Or
             A_last = None
-            keeps_up = per >= rs.period(sink, psum_in, full)
+            period = rs.period(sink, psum_in, full)
+            keeps_up = period is not None and per >= period
             r = 0
             while r < n_res:
                 straight = result(r)
@@ -766,7 +832,12 @@ class _Model:
             per = o.send_word_cycles(f["target"])
             narrow = per > 1
             start = c + 1 + per
-            end = self._link_words(n, start, per, send=True) if n else c
+            # each word stays on link_o until the link takes its last flit (L flits, one a
+            # cycle); the next word is read (per - 1 cycles) only then
+            end, offer = c, start
+            for _ in range(n):
+                end = self.results.link_out.put(offer)
+                offer = end + per
             idle = (end + (2 if narrow else 1)) if n else c + 2
             self.link_last = max(self.link_last, end)
         else:                                  # RECV
@@ -777,8 +848,11 @@ class _Model:
                 for j in range(n):
                     self.tok.pop(f["addr"] + j, None)
             per = o.load_word_cycles(f["target"])
-            start = c + per
-            end = self._link_words(n, start, per) if n else c
+            takes, t = [], c
+            for _ in range(n):           # each word `per` cycles after the last at least
+                t = self.results.link_in.take(t + per)
+                takes.append(t)
+            start, end = (takes[0], takes[-1]) if n else (c + per, c)
             idle = end + 1 + (1 if f["accumulate"] else 0) + 1
         # `idle`: the first cycle the command counts as complete; the engine takes the next
         # command in the cycle before (its last)
@@ -866,11 +940,14 @@ class _Model:
             total = max(self.work_end, self.link_last) + 1
         return CycleEstimate(cycles=total, busy=dict(self.busy), commands=list(self.cmds),
                              ld_words=self.ld_words, beats=self.beats, o_beats=self.o_beats,
-                             options=self.o, ld_rate=float(ld_rate))
+                             options=self.o, ld_rate=float(ld_rate),
+                             link_o_offered=tuple(self.results.link_out.offered),
+                             link_o_at=tuple(self.results.link_out.taken),
+                             link_i_taken=tuple(self.results.link_in.taken))
 
 
 def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None,
-                   ld=None) -> CycleEstimate:
+                   ld=None, link_i_at=None, link_o_held=None) -> CycleEstimate:
     """Cycles of ``program`` on one PE, from the first command taken to the last ``o`` beat
     taken (module docstring for the model).
 
@@ -884,7 +961,16 @@ def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None,
         pe.word_bytes``; 1 or more: a word every cycle).
     link_rate : float, optional
         ``link_i`` / ``link_o`` words per cycle for SEND, RECV and ``psum_in`` (default: a
-        word every cycle).
+        word every cycle): ``L = ceil(1 / link_rate)`` flits a word, one a cycle. A
+        ``link_o`` word stays offered for its L flits; a ``link_i`` word comes L cycles after
+        the previous one was taken (the first at once), unless ``link_i_at`` is given.
+    link_i_at : sequence of int, optional
+        Per ``link_i`` word in the order the program takes them (RECV and ``psum_in``), the
+        first cycle it is there (:func:`group_cycles`: the link's delivery of the group's
+        words); the PE takes each no earlier, one a cycle at most.
+    link_o_held : sequence of int, optional
+        Per ``link_o`` word in order (SEND and RAW), the first cycle the link can take its
+        last flit (:func:`group_cycles`); the word stays offered until then.
     ld : sequence of int (W bits each) or ``uint8 [n, W/8]``, optional
         The program's ``ld`` words (``job.ld``): with them the model reads the gate weights the
         LOADs put in TOK and follows the COMBINE sink's zero-gate skip (a padding row of a
@@ -895,7 +981,8 @@ def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None,
     Raises
     ------
     ValueError
-        ``ld_rate`` is not positive, or the program breaks a buffer-flag rule the RTL would
+        ``ld_rate`` is not positive, ``link_i_at`` holds fewer cycles than the program takes
+        ``link_i`` words, or the program breaks a buffer-flag rule the RTL would
         hang on (a WMEM LOAD into a full buffer with no release before it, a ``wait`` GEMM
         with no signalling LOAD).
     ~elmoe3d.sw.golden.asm.ProgramError
@@ -909,7 +996,165 @@ def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None,
         from ..golden.pe import _words_in
         n = sum(c.fields["words"] for c in program if c.op is Op.LOAD)
         ld = _words_in(ld, 0, n, program.pe, "program", "ld")
-    model = _Model(options, ld_rate, link_rate, ld)
+    model = _Model(options, ld_rate, link_rate, ld,
+                   None if link_i_at is None else [int(t) for t in link_i_at],
+                   None if link_o_held is None else [int(t) for t in link_o_held])
     for i, cmd in enumerate(program):
         model.step(i, cmd)
     return model.estimate(ld_rate)
+
+
+def _link_schedule(job, offered, taken, flits):
+    """The aggregation link's timing for ``job``'s group (:func:`group_cycles`), flit by
+    flit as :class:`~elmoe3d.hw.agg_link.AggregationLink` moves them, from every PE's
+    ``link_o`` words' offer cycles (``offered``) and its ``link_i`` words' take cycles
+    (``taken``). Returns ``(held, at)``: per PE, the cycle the link takes each of its
+    ``link_o`` words' last flit, and the cycle each of its ``link_i`` words is offered.
+
+    The descriptors run one at a time, each taken in the cycle the previous one finishes
+    (the first in cycle 0; one of no words finishes the cycle after). A source's flits enter
+    its two-flit buffer one a cycle from the cycle after its descriptor was taken, while the
+    buffer holds fewer than two (``pe_i.ready`` with the last flit of a word); flit ``i`` of
+    every source moves together, a cycle after the last source's flit came in and at most a
+    flit a cycle, the first ``LINK_OP_LATENCY`` cycles after the descriptor was taken:
+
+    * BYPASS and one source's ALL_TO_ALL (``chunk`` words to each destination in turn): to the
+      destinations, once each destination FIFO (``job.buffer_words``) has room (a FIFO is
+      written with a word's last flit and has room the cycle after the PE took its word
+      ``buffer_words`` earlier);
+    * REDUCE_ADD / REDUCE_MAX: into the reduction tree, ``reduce_stages`` register levels
+      that move together: a flit leaves the last level ``reduce_stages`` cycles after it
+      went in, unless the FIFO has no room for its word, and while a flit waits there the
+      whole tree stands still (no level moves, no flit goes in).
+
+    A word's last flit out reaches the FIFO, the word offered on ``pe_o`` the cycle after
+    (:func:`~elmoe3d.config.link_latency`); the descriptor finishes then."""
+    G, depth = job.pes, job.buffer_words
+    stages = link_reduce_stages(G)
+    pos = [0] * G                       # each source's next link_o word
+    moves = [[] for _ in range(G)]      # per source, the cycle each of its flits moved
+    held = [[] for _ in range(G)]
+    at = [[] for _ in range(G)]
+    t_op = 0                            # the descriptor is taken in
+    for d, op in enumerate(job.link_ops):
+        mode = LinkMode(op.mode)
+        srcs, dsts = op.srcs, op.dsts
+        a2a = mode is LinkMode.ALL_TO_ALL           # one source (group_cycles checks)
+        tree = stages if mode in (LinkMode.REDUCE_ADD, LinkMode.REDUCE_MAX) else 0
+        for s in srcs:
+            if pos[s] + op.words > len(offered[s]):
+                raise ValueError(f"link_ops[{d}]: PE {s} sends {len(offered[s])} link words, "
+                                 f"the descriptors take more")
+        if op.words == 0:
+            t_op += 1
+            continue
+        mv = t_op + LINK_OP_LATENCY - 1     # the last flit moved
+        out = mv + tree                     # ... and left the link (the tree)
+        still = []                          # [a, b): the tree stands still in cycles a .. b-1
+        last_in = {s: t_op for s in srcs}
+        for k in range(op.words):
+            to = [dsts[(k // op.chunk) % len(dsts)]] if a2a else dsts
+            room = -1                       # the FIFOs' room for the word from
+            for q in to:
+                j = len(at[q]) - depth
+                if 0 <= j < len(taken[q]):
+                    room = max(room, taken[q][j] + 1)
+            for i in range(flits):
+                ready = -1
+                for s in srcs:
+                    n = len(moves[s])
+                    t = max(last_in[s] + 1, offered[s][pos[s] + k] if i == 0 else -1)
+                    if n >= 2:
+                        t = max(t, moves[s][n - 2] + 1)     # the buffer's room
+                    last_in[s] = t
+                    ready = max(ready, t + 1)
+                mv = max(mv + 1, ready)
+                if not tree:                # BYPASS / ALL_TO_ALL: straight to the FIFOs
+                    mv = out = max(mv, room)
+                else:
+                    for a, b in still:      # no flit goes in while the tree stands still
+                        if a <= mv < b:
+                            mv = b
+                    out = mv + tree         # its last level, later by every stand-still
+                    for a, b in still:
+                        if a >= out:
+                            break
+                        if a > mv:
+                            out += b - a
+                    if room > out:          # waits there for the FIFO: the tree stands still
+                        still.append((out, room))
+                        out = room
+                for s in srcs:
+                    moves[s].append(mv)
+            for s in srcs:
+                held[s].append(last_in[s])
+            for q in to:
+                at[q].append(out + 1)
+        for s in srcs:
+            pos[s] += op.words
+        t_op = out + 1
+    return held, at
+
+
+def group_cycles(job, *, ld_rate=1.0, link_rate=None, options=None, max_rounds=None):
+    """Cycles of every PE of a PE group's programs (a
+    :class:`~elmoe3d.sw.host.parallel.GroupJob`: ``programs``, ``ld``, ``link_ops``,
+    ``buffer_words``) joined by the aggregation link: each PE's ``link_o`` words taken and its
+    ``link_i`` words brought as the link moves them (:func:`_link_schedule`: its descriptors
+    in order, ``L = ceil(1 / link_rate)`` flits a word, one a cycle), every PE's first command
+    and the first descriptor in cycle 0 (:func:`program_cycles` with ``link_i_at`` and
+    ``link_o_held``). Solved by rounds, from every link word free, until nothing moves (each
+    round's cycles are no earlier than the last's), at most ``max_rounds`` (default: the
+    group's link words + 2): 3-5 on the paper PE's expert groups; a FIFO of one or two words
+    that the PEs on both sides take turns to wait for takes more, about a round per
+    ``buffer_words`` words (87 rounds for 128 words through a one-word FIFO).
+
+    Not modelled: an ALL_TO_ALL of several sources (the link's wavefront).
+
+    Returns a list of :class:`CycleEstimate`, one per PE (the group's cycles: the largest).
+    Raises ``ValueError`` where :func:`program_cycles` does, for an ALL_TO_ALL descriptor of
+    several sources, for a program that sends fewer or more words than its descriptors take
+    or takes fewer or more than they deliver (the RTL group would hang, or leave words in a
+    FIFO), or for no fixed point within ``max_rounds`` (a schedule that deadlocks).
+    """
+    G = job.pes
+    flits = 1 if link_rate is None else max(1, math.ceil(1 / float(link_rate)))
+    need, sent = [0] * G, [0] * G
+    for d, op in enumerate(job.link_ops):
+        if op.mode == LinkMode.ALL_TO_ALL and len(op.srcs) > 1:
+            raise ValueError(f"link_ops[{d}]: an ALL_TO_ALL of {len(op.srcs)} sources is not "
+                             f"in the group cycle model (one source's is, BYPASS, REDUCE_ADD "
+                             f"and REDUCE_MAX are)")
+        for q in op.dsts:
+            need[q] += op.delivered_words()
+        for s in op.srcs:
+            sent[s] += op.words
+    if max_rounds is None:
+        max_rounds = sum(sent) + 2
+
+    def run(p, at, held):
+        try:
+            est = program_cycles(job.programs[p], options=options, ld_rate=ld_rate,
+                                 link_rate=link_rate, ld=job.ld[p], link_i_at=at,
+                                 link_o_held=held)
+        except ValueError as e:
+            if str(e).startswith("link_i_at"):
+                raise ValueError(f"link_ops: PE {p} is sent {need[p]} link words, its program "
+                                 f"takes more") from None
+            raise
+        if len(est.link_i_taken) != need[p] or len(est.link_o_offered) != sent[p]:
+            raise ValueError(
+                f"link_ops: PE {p} is sent {need[p]} link words and its program takes "
+                f"{len(est.link_i_taken)}; the descriptors take {sent[p]} of its words and "
+                f"it sends {len(est.link_o_offered)}")
+        return est
+    at, held = [[0] * n for n in need], [None] * G
+    for _ in range(max_rounds):
+        est = [run(p, at[p], held[p]) for p in range(G)]
+        new_held, new_at = _link_schedule(job, [e.link_o_offered for e in est],
+                                          [e.link_i_taken for e in est], flits)
+        if new_at == at and new_held == held:
+            return est
+        at, held = new_at, new_held
+    raise ValueError(f"group_cycles: the link's timing still moves after {max_rounds} rounds "
+                     f"(a link schedule that deadlocks?)")

@@ -1,6 +1,6 @@
 """The compute calibration of the whole-decoder model (sw/host/compute_calib.py; issue 26 item
-6): the shipped table of the paper PE equals the PE cycle model (program_cycles) on the
-compiler's programs for real expert shapes, a shape outside the table is computed with the
+6): the shipped table of the paper PE equals the PE cycle model (group_cycles: the group's PEs
+joined by the aggregation link) on the compiler's programs for real expert shapes, a shape outside the table is computed with the
 cycle model (never a constant), and the model reads it."""
 
 import itertools
@@ -22,10 +22,11 @@ PAPER = preset("paper-4gb")
     (2048, 1024, 4, (16,), "die"),          # OLMoE-1B-7B's expert
     (2048, 1024, 8, (1,), "ideal"),
 ])
-def test_shipped_calibration_equals_program_cycles(hidden, inter, bits, rows, feed):
-    """The table's cycles are the root PE's program_cycles of the 4-PE group's programs
-    (compile_expert_group, ld at a word a cycle, fill and drain included; link words at the
-    aggregation link's 1/16 word a cycle on the die feed, a word a cycle on the ideal one),
+def test_shipped_calibration_equals_group_cycles(hidden, inter, bits, rows, feed):
+    """The table's cycles are the slowest PE's (the root's) group_cycles of the 4-PE group's
+    programs (compile_expert_group, ld at a word a cycle, fill and drain included; link words
+    at the aggregation link's 1/16 word a cycle on the die feed, a word a cycle on the ideal
+    one),
     whatever the row count, and its MACs a cycle are the useful MACs over them."""
     assert cc.table_key(PAPER, hidden, inter, bits, feed) in TABLE
     cal = cc.ffn_calibration(PAPER, hidden, inter, bits, feed)
@@ -40,7 +41,7 @@ def test_shipped_calibration_equals_program_cycles(hidden, inter, bits, rows, fe
 
 def test_table_covers_every_paper_model_shape_exactly():
     """Every FFN shape Table 3's models ask for is in the table at both widths, the 8 GB die
-    shares the 4 GB die's PE, and the tile form reproduced program_cycles at the checked row
+    shares the 4 GB die's PE, and the tile form reproduced group_cycles at the checked row
     counts (fit error 0 cycles)."""
     assert cc.table_key(preset("paper-8gb"), 2048, 768, 4) == cc.table_key(PAPER, 2048, 768, 4)
     assert len(TABLE) == 2 * 2 * len(cc.table_shapes())
@@ -67,7 +68,7 @@ def test_not_a_constant():
 
 
 def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch):
-    """A (PE, shape, bits) the table lacks is computed on first use from program_cycles
+    """A (PE, shape, bits) the table lacks is computed on first use from group_cycles
     (here the small preset's 2x4x32 PE: rows 1, 2 and 4), kept, and equal to it."""
     small = preset("small")
     key = cc.table_key(small, 64, 128, 4)

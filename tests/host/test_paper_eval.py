@@ -344,9 +344,10 @@ def test_table3_rows_and_summary():
     # intra-request routing exponent with the tree refitted, 8 x 6 -> 6 x 8: -> 90 / 0.126;
     # the group programs' link words at the aggregation link's rate, every fit unmoved: ->
     # 90 / 0.1267, the Phi_AR cells unchanged, every Phi_SD cell lower; each word held on
-    # link_o for its flits: 90 / 0.1267)
-    assert s["cells"] == 128 and s["within_15"] == 90
-    assert s["mean_abs_error"] == pytest.approx(0.1267, abs=0.00005)
+    # link_o for its flits: 90 / 0.1267; the group cycle model (group_cycles), every fit
+    # unmoved: 89 / 0.1268, DeepSeek-V2-Lite SLM-SD batch 8 Phi_SD leaving at ratio 1.151)
+    assert s["cells"] == 128 and s["within_15"] == 89
+    assert s["mean_abs_error"] == pytest.approx(0.1268, abs=0.00005)
     assert (s["worst"]["model"], s["worst"]["scheme"], s["worst"]["batch"],
             s["worst"]["figure"]) == ("gpt-oss-20b", "eagle", 16, "phi_ar")
     assert s["worst"]["ratio"] == pytest.approx(1.67, abs=0.005)
@@ -358,10 +359,10 @@ def test_table3_rows_and_summary():
     assert "cells" not in pe.summary(rows8)
     # the 8 GB best-mode means: the paper's 4 GB alphas, and the alpha model's (paper 7.0x)
     # (7.91 and 7.94 -> 7.70 and 7.71 with the intra-request routing and the 6 x 8 tree;
-    # -> 7.644 and 7.647 with the link)
-    assert pe.summary(rows8)["elastic_best_mode_mean"] == pytest.approx(7.644, abs=0.0005)
+    # -> 7.644 and 7.647 with the link; -> 7.647 and 7.651 with the group cycle model)
+    assert pe.summary(rows8)["elastic_best_mode_mean"] == pytest.approx(7.647, abs=0.0005)
     assert pe.summary(pe.table3("8gb", alphas=pe.model_alphas("8gb")))[
-        "elastic_best_mode_mean"] == pytest.approx(7.647, abs=0.0005)
+        "elastic_best_mode_mean"] == pytest.approx(7.651, abs=0.0005)
     # more HB: every Elastic-SD point at least as fast in AR
     for a, b in zip(rows, rows8):
         if a["scheme"] == "elastic":
@@ -376,7 +377,7 @@ def test_table3_link_words_at_the_aggregation_links_rate():
     a UserError naming the link."""
     die, ideal = pe.table3("4gb"), pe.table3("4gb", link="ideal")
     s = pe.summary(ideal)
-    assert s["within_15"] == 90 and s["mean_abs_error"] == pytest.approx(0.1265, abs=0.00005)
+    assert s["within_15"] == 90 and s["mean_abs_error"] == pytest.approx(0.12645, abs=0.00005)
     assert s["elastic_best_mode_mean"] == pytest.approx(3.24, abs=0.005)
     for a, b in zip(die, ideal):
         assert a["phi_ar"] == pytest.approx(b["phi_ar"], rel=1e-9)
@@ -393,7 +394,7 @@ def test_table3_link_words_at_the_aggregation_links_rate():
     assert pe.compute_utilisation(pe.platform("ours", "4gb"), 2048, 768, 16, 4) < \
         pe.compute_utilisation(pe.platform("ours", "4gb", link="ideal"), 2048, 768, 16, 4)
     f_die, f_ideal = (pe.fig14_summary(pe.fig14("8gb", link=k)) for k in ("die", "ideal"))
-    assert f_die["speedup_over_xpu"] == pytest.approx(7.644, abs=0.0005)
+    assert f_die["speedup_over_xpu"] == pytest.approx(7.647, abs=0.0005)
     assert f_ideal["speedup_over_xpu"] == pytest.approx(7.70, abs=0.005)
 
 
@@ -483,13 +484,13 @@ def test_fig14_rows_and_summary():
     # EAGLE-SD, -> 0.914 with the intra-request routing and the 6 x 8 tree; -> 1.775, up to 4.61,
     # once the prior platforms are the near-memory ones, HB-xPU reported apart: 1.000; the
     # group programs' link words at the aggregation link's rate: 7.64, 1.762, 0.999, 0.811;
-    # 7.644, 1.762, 0.999, 0.8105)
-    assert s["speedup_over_xpu"] == pytest.approx(7.644, abs=0.0005)
+    # 7.644, 1.762, 0.999, 0.8105; the group cycle model: 7.647, 1.763, 0.999, 0.8100)
+    assert s["speedup_over_xpu"] == pytest.approx(7.647, abs=0.0005)
     assert s["speedup_over_xpu_max"] == pytest.approx(16.30, abs=0.005)
-    assert s["speedup_over_best_prior"] == pytest.approx(1.762, abs=0.0005)
+    assert s["speedup_over_best_prior"] == pytest.approx(1.763, abs=0.0005)
     assert s["speedup_over_best_prior_max"] == pytest.approx(4.613, abs=0.0005)
     assert s["speedup_over_hb_xpu"] == pytest.approx(0.999, abs=0.0005)
-    assert s["speedup_over_hb_xpu_min"] == pytest.approx(0.8105, abs=0.0001)
+    assert s["speedup_over_hb_xpu_min"] == pytest.approx(0.8100, abs=0.0001)
     # the paper's strongest prior per model (Section 7.2) against ours: DeepSeek-V2-Lite agrees
     assert s["paper_strongest_prior"] == pe.PAPER_STRONGEST_PRIOR
     assert s["strongest_prior"] == {"qwen3-30b-a3b": "xpu-logicpim",
