@@ -345,7 +345,15 @@ def _cache(model, arch, args, *, admit, real, share=1.0):
     dense, kv = reserved_hb_bytes(model) if real else (0, 0)
     dense = dense if args.dense_bytes is None else args.dense_bytes
     kv = kv if args.kv_bytes is None else args.kv_bytes
-    cap = int(hb_capacity_bytes(arch, dense_bytes=dense, kv_bytes=kv) * share)
+    try:
+        cap = int(hb_capacity_bytes(arch, dense_bytes=dense, kv_bytes=kv) * share)
+    except UserError as exc:       # name the options (or the model's reservation) given
+        names = (f"--dense-bytes {dense}" if args.dense_bytes is not None else
+                 f"{model.name}'s dense weights ({dense} bytes)",
+                 f"--kv-bytes {kv}" if args.kv_bytes is not None else
+                 f"its KV cache ({kv} bytes)")
+        raise UserError(f"{names[0]} + {names[1]} leave no HB for experts: "
+                        f"{str(exc).split(': ', 1)[1]}") from None
     if args.hb_slots is not None:
         cap = min(cap, args.hb_slots * model.expert_msb_bytes)
     return HBExpertCache(capacity_bytes=cap, model=model, admit=admit), dense, kv

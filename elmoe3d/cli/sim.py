@@ -49,7 +49,9 @@ def configure(parser):
     parser.add_argument("--seed", type=seed_type, default=None,
                         help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
     parser.add_argument("--waves", action="store_true",
-                        help="dump FST waveforms (dump.fst in each run folder)")
+                        help="dump waveforms in each run folder: FST (dump.fst), or VCD "
+                             "(dump.vcd, much larger) where the C++ compiler lacks the lz4 "
+                             "and zlib headers Verilator's FST writer needs")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write every case record to OUT (JSON; checked before the "
                              "run, written only when the run completes)")

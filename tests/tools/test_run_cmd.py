@@ -449,6 +449,17 @@ def test_a_trace_of_another_top_k_names_the_presets_that_fit(capsys):
     assert "2 experts, expected top_k = 8 (the presets with top_k = 2: mixtral-8x7b)" in err
 
 
+def test_a_reservation_leaving_no_hb_names_the_option(capsys):
+    """``--dense-bytes`` larger than the HB: the error names the option and the model's KV
+    reservation it was added to (it named the library's ``dense_bytes``)."""
+    code, _, err = _run(capsys, "run", "--trace", "gsm8k", "--model", "mixtral-8x7b",
+                        "--config", "paper-4gb", "--backend", "perf", "--dense-bytes",
+                        str(10 ** 20))
+    assert code == 2
+    assert f"--dense-bytes {10 ** 20} + its KV cache (" in err
+    assert "leave no HB for experts: paper-4gb has 4294967296 bytes of HB" in err
+
+
 def test_a_named_trace_missing_names_the_traces_folder(capsys, monkeypatch, tmp_path):
     """``--trace gsm8k`` with ``$ELMOE3D_TRACES`` pointing at a folder without it: the error
     names the variable and its value (a new user's trial found it said only ``no such
