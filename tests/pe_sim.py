@@ -126,7 +126,6 @@ def run_group_rtl(job, arch, *, link_flits=1, check=True, max_cycles=200000):
     first, last = [None] * G, [None] * G
     link_o, link_i = [[] for _ in range(G)], [[] for _ in range(G)]
 
-
     async def bench(ctx):
         pc, pl = [0] * G, [0] * G
         opi = cycle = 0

@@ -253,7 +253,7 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
                 f"{exc}" + (f" (read as --model {model})" if model and exc.kind in
                             MODEL_LINE_KINDS else "") +
                 ("; --on-error warn skips malformed lines (counted and listed)"
-                 if exc.kind is not None else "")) from None
+                 if exc.kind not in (None, "wrong-k") else "")) from None
         name = model or tr.model
         if name is None or model is None and any(n.startswith("meta model") for n in rep.notes):
             why = ("its meta line names no known preset" if rep.meta else
@@ -345,15 +345,10 @@ def _cache(model, arch, args, *, admit, real, share=1.0):
     dense, kv = reserved_hb_bytes(model) if real else (0, 0)
     dense = dense if args.dense_bytes is None else args.dense_bytes
     kv = kv if args.kv_bytes is None else args.kv_bytes
-    try:
-        cap = int(hb_capacity_bytes(arch, dense_bytes=dense, kv_bytes=kv) * share)
-    except UserError as exc:       # name the options (or the model's reservation) given
-        names = (f"--dense-bytes {dense}" if args.dense_bytes is not None else
-                 f"{model.name}'s dense weights ({dense} bytes)",
-                 f"--kv-bytes {kv}" if args.kv_bytes is not None else
-                 f"its KV cache ({kv} bytes)")
-        raise UserError(f"{names[0]} + {names[1]} leave no HB for experts: "
-                        f"{str(exc).split(': ', 1)[1]}") from None
+    names = ("--dense-bytes" if args.dense_bytes is not None else
+             f"{model.name}'s dense weights", "--kv-bytes" if args.kv_bytes is not None else
+             f"{model.name}'s KV cache")
+    cap = int(hb_capacity_bytes(arch, dense_bytes=dense, kv_bytes=kv, names=names) * share)
     if args.hb_slots is not None:
         cap = min(cap, args.hb_slots * model.expert_msb_bytes)
     return HBExpertCache(capacity_bytes=cap, model=model, admit=admit), dense, kv

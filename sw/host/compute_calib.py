@@ -44,7 +44,7 @@ on the die). Units: cycles of the logic-die clock; MACs.
 
 Cheap at run time: the figures of the paper PE for every FFN shape of Table 3's models (and
 OLMoE-1B-7B's, the tests' second shape) ship in :data:`~.compute_calib_table.TABLE`, written by
-``python -m elmoe3d.sw.host.compute_calib`` (:func:`write_table`, both feeds; about 10
+``python -m elmoe3d.sw.host.compute_calib`` (:func:`write_table`, both feeds; about 26
 minutes on two cores); any other (PE, shape, bits, link rate) is computed on first use with
 group_cycles (seconds to minutes a shape) and kept for the process: there is no constant
 fallback. tests/host/test_compute_calib.py
@@ -81,10 +81,11 @@ __all__ = ["FFNCalibration", "ffn_calibration", "ffn_chunks", "pe_key", "program
 SEED = 26
 
 
-#: How a group's link words arrive in a calibration (``feed`` of :func:`ffn_calibration`;
-#: :data:`.perf_calib.FEEDS` is the same pair): ``"die"`` at the aggregation link's rate
-#: (:func:`die_link_rate`), ``"ideal"`` a word a cycle (each PE as if its link words were
-#: there). ``ld`` is a word a cycle in both: the HB and EXT times are the models' own bounds.
+#: How a group's link words move in a calibration (``feed`` of :func:`ffn_calibration`;
+#: :data:`.perf_calib.FEEDS` names the same two, for its own pacing): ``"die"`` at the
+#: aggregation link's rate (:func:`die_link_rate`), ``"ideal"`` a word a cycle (the group's
+#: link at one flit a word: :func:`~.pe_cycles.group_cycles` with its descriptors, tree and
+#: FIFOs). ``ld`` is a word a cycle in both: the HB and EXT times are the models' own bounds.
 FEEDS = ("die", "ideal")
 
 

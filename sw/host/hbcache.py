@@ -42,15 +42,17 @@ def _nonneg_int(name, v):
     return int(v)
 
 
-def hb_capacity_bytes(arch, *, dense_bytes=0, kv_bytes=0) -> int:
+def hb_capacity_bytes(arch, *, dense_bytes=0, kv_bytes=0,
+                      names=("dense_bytes", "kv_bytes")) -> int:
     """Bytes of HB left for expert MSB slices: ``arch.hb_bank_bytes * arch.pes - dense_bytes -
-    kv_bytes``. Raises :class:`UserError` naming the parameters when nothing is left."""
+    kv_bytes``. Raises :class:`UserError` naming the parameters (``names``: what the caller
+    calls them, e.g. its command-line options) when nothing is left."""
     dense_bytes = _nonneg_int("dense_bytes", dense_bytes)
     kv_bytes = _nonneg_int("kv_bytes", kv_bytes)
     total = arch.hb_bank_bytes * arch.pes
     left = total - dense_bytes - kv_bytes
     if left <= 0:
-        raise UserError(f"dense_bytes ({dense_bytes}) + kv_bytes ({kv_bytes}) leave no HB for "
+        raise UserError(f"{names[0]} ({dense_bytes}) + {names[1]} ({kv_bytes}) leave no HB for "
                         f"experts: {arch.name} has {total} bytes of HB "
                         f"({arch.pes} banks x {arch.hb_bank_bytes})")
     return left

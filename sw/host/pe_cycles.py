@@ -61,7 +61,7 @@ a RAW result's words stay on ``link_o`` until the link has taken their last flit
 cycles a word at the earliest; a SEND reads its next word only then, a RAW result's next word
 goes on the cycle after); the ``link_i`` words (RECV and ``psum_in`` alike, in order) are
 taken as the PE asks for them (a RECV a word a cycle, a ``psum_in`` result's word ``w`` from
-``w`` cycles after the register took the result), at most one a cycle, each no earlier than
+``w + 1`` cycles after the register took the result), at most one a cycle, each no earlier than
 ``L`` cycles after the one before (the first at once): a PE alone on a link that delivers a
 word every ``L`` cycles, which the live tests give the RTL PE. In a group the link's own timing
 replaces that rule: :func:`group_cycles` runs every PE of a group with the cycles its
@@ -366,8 +366,8 @@ class _ResultStage:
         self.c_port = 0          # COMBINE: stage C needs the OUT read port's data until
         self.writes = {}         # COMBINE: OUT word -> the cycle of its last write
         self.any_write = -1      # COMBINE: the last write of a row whose OUT word is unknown
-        self.link_in = _LinkIn(1)    # link_i words (psum_in, RECV): set by the model
-        self.link_out = _LinkOut(1)  # link_o words (RAW, SEND): set by the model
+        self.link_in = None      # link_i words (psum_in, RECV): the model's _LinkIn
+        self.link_out = None     # link_o words (RAW, SEND): the model's _LinkOut
 
     def take(self, O, sink, psum_in, full, live=None, words=None):
         """The tile offers a result in cycle ``O``; returns ``(A, T)``: the cycle the tile
@@ -504,8 +504,7 @@ class _Model:
         return d
 
     def _link_cycles(self) -> int:
-        """L: cycles a link word takes at the link rate (its flits, one a cycle)."""
-        return 1 if self.link_rate is None else max(1, math.ceil(1 / self.link_rate))
+        return _flits(self.link_rate)
 
     def _record(self, i, op, engine, decoded, start, end, done, waited=0):
         self.cmds.append(CommandCycles(i, op.name, engine, decoded, start, end, done, waited))
@@ -1004,6 +1003,12 @@ def program_cycles(program, *, options=None, ld_rate=1.0, link_rate=None,
     return model.estimate(ld_rate)
 
 
+def _flits(link_rate) -> int:
+    """L: cycles a link word takes at ``link_rate`` words a cycle (None: one), its flits moving
+    one a cycle: ``ceil(1 / link_rate)``."""
+    return 1 if link_rate is None else max(1, math.ceil(1 / float(link_rate)))
+
+
 def _link_schedule(job, offered, taken, flits):
     """The aggregation link's timing for ``job``'s group (:func:`group_cycles`), flit by
     flit as :class:`~elmoe3d.hw.agg_link.AggregationLink` moves them, from every PE's
@@ -1104,10 +1109,10 @@ def group_cycles(job, *, ld_rate=1.0, link_rate=None, options=None, max_rounds=N
     in order, ``L = ceil(1 / link_rate)`` flits a word, one a cycle), every PE's first command
     and the first descriptor in cycle 0 (:func:`program_cycles` with ``link_i_at`` and
     ``link_o_held``). Solved by rounds, from every link word free, until nothing moves (each
-    round's cycles are no earlier than the last's), at most ``max_rounds`` (default: the
-    group's link words + 2): 3-5 on the paper PE's expert groups; a FIFO of one or two words
-    that the PEs on both sides take turns to wait for takes more, about a round per
-    ``buffer_words`` words (87 rounds for 128 words through a one-word FIFO).
+    round's cycles are no earlier than the last's), at most ``max_rounds`` (default: twice the
+    group's link words + 8): 3-5 on the paper PE's expert groups; a FIFO that the PEs on both
+    sides take turns to wait for takes more, up to a round a word (measured: 64 rounds for 64
+    words through a one-word FIFO; ``tests/host/test_pe_cycles.py``).
 
     Not modelled: an ALL_TO_ALL of several sources (the link's wavefront).
 
@@ -1118,7 +1123,7 @@ def group_cycles(job, *, ld_rate=1.0, link_rate=None, options=None, max_rounds=N
     FIFO), or for no fixed point within ``max_rounds`` (a schedule that deadlocks).
     """
     G = job.pes
-    flits = 1 if link_rate is None else max(1, math.ceil(1 / float(link_rate)))
+    flits = _flits(link_rate)
     need, sent = [0] * G, [0] * G
     for d, op in enumerate(job.link_ops):
         if op.mode == LinkMode.ALL_TO_ALL and len(op.srcs) > 1:
@@ -1130,7 +1135,7 @@ def group_cycles(job, *, ld_rate=1.0, link_rate=None, options=None, max_rounds=N
         for s in op.srcs:
             sent[s] += op.words
     if max_rounds is None:
-        max_rounds = sum(sent) + 2
+        max_rounds = 2 * sum(sent) + 8
 
     def run(p, at, held):
         try:

@@ -704,7 +704,7 @@ def test_live_group_exact(case):
     assert [list(e.link_i_taken) for e in est] == link_i
 
 
-def fifo_bound_group(words, root_groups):
+def fifo_bound_group(words, root_groups, buffer_words=2):
     """A member whose RAW words (one K-group each) the link's REDUCE_ADD brings to a root
     busy with a slow SWIGLU GEMM (``root_groups`` K-groups a result) before its RECV takes
     them: the root's FIFO fills and holds the member back. Returns a job for
@@ -727,7 +727,7 @@ def fifo_bound_group(words, root_groups):
               groups=g, sink=Sink.SWIGLU, stride=1, wait=True, release=True)
     root.recv(Target.OUT, 0, words)
     root.status()
-    return types.SimpleNamespace(pes=2, buffer_words=2, programs=[root, member],
+    return types.SimpleNamespace(pes=2, buffer_words=buffer_words, programs=[root, member],
                                  ld=[root_ld, member_ld],
                                  link_ops=[LinkOp(LinkMode.REDUCE_ADD, 2, 1, words)])
 
@@ -789,6 +789,9 @@ def link_rtl(G, ops, depth, flits, offer_from, take_from, max_cycles=2000):
     async def bench(ctx):
         opi = 0
         for cycle in range(max_cycles):
+            if sum(map(len, given)) == sum(map(len, offer_from)) and \
+                    sum(map(len, taken)) == sum(map(len, take_from)):
+                return                              # every word moved
             for s in range(G):
                 w = len(given[s])
                 ctx.set(link.pe_i[s].valid, w < len(offer_from[s]) and cycle >= offer_from[s][w]
@@ -892,3 +895,29 @@ def test_link_schedule_equals_the_rtl_link(case):
     print(f"{case}: RTL given {rtl[0]} taken {rtl[1]}")
     assert sum(map(len, rtl[0])) == sum(len(o) for o in offer_from)
     assert model == rtl
+
+
+def test_group_cycles_rounds_through_a_one_word_fifo(monkeypatch):
+    """A member's words through a one-word FIFO to a root that takes them late: the rounds
+    settle about a word each (the default limit, twice the link words + 8, leaves room; the
+    first limit, 64 rounds, called 128 words through such a FIFO a deadlock), and the group's
+    cycles grow with the words."""
+    import elmoe3d.sw.host.pe_cycles as pc
+    calls = []
+    real = pc.program_cycles
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+    monkeypatch.setattr(pc, "program_cycles", counted)
+    cycles = []
+    for words in (16, 64):
+        calls.clear()
+        est = group_cycles(fifo_bound_group(words, 8, buffer_words=1))
+        rounds = len(calls) // 2
+        print(f"{words} words: {rounds} rounds, cycles {[e.cycles for e in est]}")
+        assert words // 2 < rounds <= 2 * words + 8
+        cycles.append(max(e.cycles for e in est))
+    assert cycles[1] > cycles[0]
+    with pytest.raises(ValueError, match="still moves after 3 rounds"):
+        group_cycles(fifo_bound_group(16, 8, buffer_words=1), max_rounds=3)

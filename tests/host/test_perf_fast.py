@@ -174,7 +174,10 @@ def synthetic_elastic(model, config, *, requests=1, tokens=64, seed=0, batch=1):
 #: and reads, AR reads and hits, AR EXT bytes, pool write bytes and extra EXT bytes.
 #: GPT-OSS-20B's cycles and digest re-recorded with the calibrated compute term
 #: (sw/host/perf_calib.py: 4 of its layer-steps compute-bound, 272,118,150 -> 272,167,373.4
-#: cycles, "43546f5e8742e891" before); every other figure of every case as at 784663f.
+#: cycles, "43546f5e8742e891" before), and again with the group cycle model's compute table
+#: (2026-12-04: the ideal feed's group waits for its members' link words, +0.02-0.12% cycles
+#: an expert chunk: -> 272,167,614.5, "10771ebae7ef8e24" before); every other figure of every
+#: case as at 784663f.
 RECORDED = {
     ("qwen3-30b-a3b", 1, 64, 0, "paper-8gb", 1): (
         69, (666828000.0, 2199412620656.6387, 17666408448.0, 60201123840.0, 11007381504.0,
@@ -189,8 +192,8 @@ RECORDED = {
              14146, 12414, 64, 1562, 0), "9b6865373c8a73c7",
         (37955174400, 64, 50, 48, 4614, 5722, 624, 0, 5735448576, 7600766976, 0)),
     ("gpt-oss-20b", 1, 64, 0, "paper-8gb", 1): (
-        68, (272167373.42222226, 806915831040.0, 11963376000.0, 13377830400.0, 3827480576.0,
-             8720, 7708, 64, 905, 0), "10771ebae7ef8e24",
+        68, (272167614.48888886, 806915831040.0, 11963376000.0, 13377830400.0, 3827480576.0,
+             8720, 7708, 64, 905, 0), "47f74c51719d0f8f",
         (64721203200, 64, 51, 48, 2812, 3440, 384, 0, 5076172800, 11963376000, 0)),
     ("qwen3-30b-a3b", 3, 30, 3, "paper-4gb", 2): (
         81, (1155042240.0, 3669852188835.8457, 29689970688.0, 103295975424.0, 13377603072.0,
