@@ -67,9 +67,10 @@ SLOW = ("tests/cocotb/test_die.py",
         "tests/amaranth/test_pe.py::test_streamed_weights_same_gemm_cycles",
         "tests/amaranth/test_pe.py::test_moe_program_from_builder[FULL-fpga-lean]",
         # the RTL group (PEs joined by the aggregation link) and its PEs one at a time
-        # against the cycle model: 17, 94, 14 and 10 s on a quiet machine (2026-12-04); one
-        # case of each (the 2-PE group at 1/8 word a cycle, the full FIFO at a word a cycle,
-        # the PEs alone at 1/8) stays in make test
+        # against the cycle model: 17-37, 94, 14 and 10 s (2026-12-04); the full FIFO at a
+        # word a cycle (an RTL group) and the PEs alone at 1/8 stay in make test, which
+        # took 20 min in the clean-clone CI of 81f1c59 (its budget: 15)
+        "tests/host/test_pe_cycles.py::test_live_group_exact[2pe-draft-L8]",
         "tests/host/test_pe_cycles.py::test_live_group_exact[2pe-draft-L2]",
         "tests/host/test_pe_cycles.py::test_live_group_exact[4pe-full-L8]",
         "tests/host/test_pe_cycles.py::test_live_group_with_a_full_fifo_exact[2]",
