@@ -1,6 +1,6 @@
 # elmoe3d: `make venv` builds the local virtual environment (the targets that run Python build
 # it on first use); `make sim` runs the main job; `make test` runs the suite but the heavy RTL
-# benches (those are `make test-slow`); `make bench`
+# benches and the longer variants (those are `make test-slow`); `make bench`
 # prints the benchmark figures.
 
 PYTHON ?= python3
@@ -18,8 +18,10 @@ help:
 	@echo "              about 2.0 GB); sim, test, bench, synth and fpga build it first if missing"
 	@echo "make sim    - generate Verilog, run the cocotb+Verilator benches on real weights and the"
 	@echo "              real Mixtral trace through the RTL backend, summarise"
-	@echo "make test   - the test suite but the heavy RTL benches (pytest, $(JOBS) workers)"
-	@echo "make test-slow - the heavy RTL benches (tests/conftest.py SLOW); CI runs both"
+	@echo "make test   - the test suite but the heavy RTL benches and longer variants (pytest,"
+	@echo "              $(JOBS) workers)"
+	@echo "make test-slow - the heavy RTL benches and longer variants (tests/conftest.py SLOW);"
+	@echo "              CI runs both"
 	@echo "make bench  - the benchmark figures, each with its definition and target (elmoe3d bench"
 	@echo "              --help lists all of them; --only-real or --only-sweep for those alone)"
 	@echo "make sim-paper-pe - the paper PE (16x32x32 tile, W = 4096, 32 KB WMEM and IOMEM) in"
@@ -61,7 +63,8 @@ sim: $(STAMP)
 	$(PY) -m elmoe3d sim
 	$(PY) -m elmoe3d run $(SIM_TRACE_RUN)
 
-# make test: every test but the heavy RTL benches (tests/conftest.py SLOW); make test-slow:
+# make test: every test but the heavy RTL benches and longer variants (tests/conftest.py
+# SLOW); make test-slow:
 # those; CI (.ci/run) runs both. Every test phase (setup, call, teardown) of 10 s or more is
 # listed with its time.
 test: $(STAMP)

@@ -174,7 +174,8 @@ def test_bad_parameters_named():
 
 
 @pytest.mark.parametrize("config, mode", [("paper-4gb", Mode.DRAFT), ("paper-4gb", Mode.FULL),
-                                          ("paper-8gb", Mode.DRAFT)])
+                                          ("paper-8gb", Mode.DRAFT)],
+                         ids=["paper-4gb-DRAFT", "paper-4gb-FULL", "paper-8gb-DRAFT"])
 def test_moe_layer_on_the_paper_die(config, mode):
     """An MoE layer of Qwen3-30B-A3B-shaped experts (synthetic, top-2) on the paper dies: the
     16-PE 4 GB die (6 experts, 4 tokens) and the 32-PE 8 GB die (10 experts, 8 tokens, so that
