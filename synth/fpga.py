@@ -212,7 +212,7 @@ def lut_multiplier_script(widths) -> str | None:
 #: nextpnr seed used unless ``--seed`` says otherwise: 2 since 2026-12-03, when the default
 #: board top with issue 25's registers routed with it (router1, static placer: 40.18 MHz in
 #: 1,190 s of nextpnr) and did not with seed 1 (router1 stopped after 55 minutes of routing,
-#: 11,051 arcs left and rising; README, "FPGA prototype").
+#: 11,051 arcs left and rising; docs/history.md, "FPGA prototype").
 DEFAULT_SEED = 2
 
 

@@ -89,8 +89,8 @@ SLOW = ("tests/cocotb/test_die.py",
         # and psum benches and the link's Amaranth tests against ref_link stay), the
         # controllers' refresh fallback and their flag tests at the other settings (the HB
         # per-bank rule and a forced refresh stay), and the slower tool tests (the synth,
-        # timing, FPGA-flow and runner CLIs' whole runs, the sweep's RTL task; their error
-        # and cache tests and the sweep's area task with a Yosys stand-in stay).
+        # timing, FPGA-flow and runner CLIs' whole runs, the sweep's RTL task and its area
+        # task with a Yosys stand-in; their error and cache tests stay).
         # make test keeps the mid PE's real-shape expert in Verilator in FULL (issue 24),
         # the tile's real-weights bench at 2x4, CLEAR, a streamed-x two-pass expert, the
         # requant padding and the shared-simulation check. The clean-clone make test with
