@@ -80,7 +80,7 @@ SLOW = ("tests/cocotb/test_die.py",
         "tests/host/test_pe_cycles.py::test_live_group_pe_programs_at_the_link_contract_exact[8]",
         # The longer variants, 3-47 s of one worker each (2026-12-04: make test took 20.1
         # min at 81f1c59, 16.7 min at 0e4a412 with a profile running beside it, 14.4 min at
-        # 9b6c740): further build options of tests whose default-PE case stays (the
+        # 9b6c740, 11.4 min at 7366e0c with this group): further build options of tests whose default-PE case stays (the
         # time-shared combine units J1/J2 and SwiGLU unit S1 in the stalled expert and the
         # overlap programs, the time-shared VPU units beyond C1-K1 and C2-K2, the narrow,
         # lean and out1 builds where another test keeps them, the FPGA DSP pairs), second seeds and configurations (the paper die's DRAFT
