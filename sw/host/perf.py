@@ -87,6 +87,7 @@ refresh losses (``make bench`` measures those: >= 97% of peak on streaming reads
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -95,7 +96,7 @@ import numpy as np
 from ...config import ArchConfig
 from .compiler import LayerWork, Placement, step_work, write_arrays
 from .models import QUANT_GROUP, model_preset
-from .perf_calib import FEEDS, compute_cycles
+from .perf_calib import FEEDS, compute_cycles, program_order
 
 
 __all__ = ["ExpertCost", "LayerCost", "StepCost", "PerfModel", "token_slices",
@@ -186,6 +187,20 @@ class StepCost:
         return self.hits / self.accesses if self.accesses else None
 
 
+@functools.lru_cache(maxsize=64)
+def _shared_memo(arch, model, feed) -> tuple:
+    return {}, {}, {}, {}
+
+
+def _memo(arch, model, feed) -> tuple:
+    """:class:`PerfModel`'s four per-expert memo dicts for ``(arch, model, feed)``: shared by
+    every model of that key (fresh ones for an unhashable configuration)."""
+    try:
+        return _shared_memo(arch, model, feed)
+    except TypeError:
+        return {}, {}, {}, {}
+
+
 class PerfModel:
     """The analytical model (module docstring) for ``arch`` and ``model`` (a preset name or
     :class:`~.models.ModelPreset`, e.g. :func:`.compiler.synthetic_model`).
@@ -227,13 +242,13 @@ class PerfModel:
         self._msb = self.model.expert_msb_bytes
         self._lsb = self.model.expert_lsb_bytes
         self._scales = self.model.expert_scale_bytes
-        self._experts = {}
-        self._tables = {}
         #: The calibrated compute term (:mod:`.perf_calib`): per-PE cycles of each expert and
         #: of each group program, from the PE cycle model where a table has the shape.
         self.calib = compute_cycles(arch, self.model, feed)
-        self._comp = {}
-        self._comp_tables = {}
+        # per-expert figures and their tables: functions of (arch, model, feed) alone, kept
+        # across models of the same key (a sweep's or a benchmark's runs build them once)
+        self._experts, self._tables, self._comp, self._comp_tables = _memo(arch, self.model,
+                                                                           feed)
         # HB bytes per bank of n HB-resident experts on a group, added one by one as
         # layer() adds them (every HB-resident expert reads the same msb x I_p / I)
         hb = [self.msb * s for s in self._share]
@@ -590,8 +605,9 @@ class PerfModel:
         tab_c = np.concatenate([c[0][:, :n] for c in ctab])                 # [4, n, G, G]
         tab_r = np.concatenate([c[1][:, :n] for c in ctab])                 # [4, n]
         k = verify[rj] * 2 + kind
-        j, last = self.calib.rotations(tab_r[k, t], cell, e) if len(cell) else (None, None)
-        comp = self.calib.cells(tab_c[k, t], tab_r[k, t], cell, e, m, j,
+        order = program_order(cell, e)
+        j, last = self.calib.rotations(tab_r[k, t], cell, e, order=order)
+        comp = self.calib.cells(tab_c[k, t, j], cell, e, m, order=order,
                                 after=self._after if self.feed == "die" else None
                                 ).reshape(Rn, Gr, G)
         nb = max(int(ntok.max()) + 1 if Rn else 1, n)

@@ -78,7 +78,7 @@ MODULE = "elmoe3d.sw.host.perf_calib"
 
 __all__ = ["ComputeCycles", "compute_cycles", "die_rates", "program_table",
            "group_program_cycles",
-           "group_program_estimates", "FEEDS", "STARVED_LD_RATE",
+           "group_program_estimates", "FEEDS", "STARVED_LD_RATE", "program_order",
            "table_shapes", "write_table"]
 
 
@@ -388,47 +388,50 @@ class ComputeCycles:
                                                self.G * self.R)[tokens], np.float64)
         return self._past[key].copy()
 
-    def cells(self, cyc, rot, cell, order_key, n_cells: int, j=None, after=None) -> np.ndarray:
+    def cells(self, cyc, cell, order_key, n_cells: int, *, after=None,
+              order=None) -> np.ndarray:
         """Per-PE cycles per cell (``[n_cells, G]``) of routed experts given as arrays:
-        ``cyc`` float ``[n, G(j), G(p)]`` (:meth:`expert` of each), ``rot`` int ``[n]``
-        (:meth:`rotation`), ``cell`` int ``[n]`` (the group program each belongs to),
-        ``order_key`` int ``[n]`` (program order within a cell: the expert id). Each expert
-        takes the row of its rotation: the sum of ``rot`` over the experts before it in its
-        cell, mod G (``j``, :meth:`rotations`'s first array, when the caller has it).
+        ``cyc`` float ``[n, G]`` each one's per-PE cycles at its rotation (:meth:`expert`'s
+        row :meth:`rotations` gives), ``cell`` int ``[n]`` (the group program each belongs
+        to), ``order_key`` int ``[n]`` >= 0 (program order within a cell: the expert id).
         ``after``: None sums the experts' cycles per PE; else a function ``(ready [m, G],
         cycles [m, G]) -> [m, G]`` (each PE's cycles after one more expert; e.g.
-        :meth:`.perf.PerfModel._after`), applied to every cell's experts in program order."""
+        :meth:`.perf.PerfModel._after`; a row of zero cycles must leave its ``ready`` row as
+        it is), applied to every cell's experts in program order.
+        ``order``: :func:`program_order` of ``cell`` and ``order_key``, when the caller has
+        it."""
         G = self.G
         n = len(cell)
         if not n:
             return np.zeros((n_cells, G))
-        j = self.rotations(rot, cell, order_key)[0] if j is None else j
-        x = cyc[np.arange(n), j]                                            # [n, G]
         if after is None:
-            return np.bincount((cell[:, None] * G + np.arange(G)).ravel(), x.ravel(),
+            return np.bincount((cell[:, None] * G + np.arange(G)).ravel(), cyc.ravel(),
                                n_cells * G).reshape(n_cells, G)
-        # the k-th expert of every cell at once, k = 0, 1, ... (a cell's experts in order)
-        order = np.lexsort((order_key, cell))
+        # the k-th expert of every cell at once, k = 0, 1, ... (a cell's experts in order),
+        # over a dense [cells with experts, k, G] array: a cell with fewer experts meets
+        # all-zero rows, which ``after`` must leave as they are (no PE has cycles in them)
+        order = program_order(cell, order_key) if order is None else order
         c = cell[order]
         first = np.r_[True, c[1:] != c[:-1]]
         start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
         pos = np.arange(n) - start
-        by_pos = order[np.argsort(pos, kind="stable")]
-        bounds = np.r_[0, np.cumsum(np.bincount(pos))].tolist()
+        slot = np.cumsum(first) - 1                      # the cell's index among busy ones
+        dense = np.zeros((int(slot[-1]) + 1, int(pos.max()) + 1, G))
+        dense[slot, pos] = cyc[order]
+        ready = np.zeros((len(dense), G))
+        for k in range(dense.shape[1]):
+            ready = after(ready, dense[:, k])
         out = np.zeros((n_cells, G))
-        for lo, hi in zip(bounds[:-1], bounds[1:]):
-            sel = by_pos[lo:hi]
-            cs = cell[sel]
-            out[cs] = after(out[cs], x[sel])
+        out[c[first]] = ready
         return out
 
-    def rotations(self, rot, cell, order_key) -> tuple:
-        """``(j, last)`` of routed experts given as arrays (:meth:`cells`): ``j`` int ``[n]``
-        the rotation each starts at (the sum of ``rot`` over the experts before it in its
-        cell, mod G), ``last`` bool ``[n]`` whether it is its cell's last in program
-        order."""
+    def rotations(self, rot, cell, order_key, *, order=None) -> tuple:
+        """``(j, last)`` of routed experts given as arrays (:meth:`cells`; ``rot`` int
+        ``[n]``, each one's :meth:`rotation`): ``j`` int ``[n]`` the rotation each starts at
+        (the sum of ``rot`` over the experts before it in its cell, mod G), ``last`` bool
+        ``[n]`` whether it is its cell's last in program order."""
         n = len(cell)
-        order = np.lexsort((order_key, cell))
+        order = program_order(cell, order_key) if order is None else order
         r = rot[order]
         cs = np.cumsum(r)
         c = cell[order]
@@ -440,6 +443,18 @@ class ComputeCycles:
         last = np.empty(n, bool)
         last[order] = np.r_[c[1:] != c[:-1], True]
         return j, last
+
+
+def program_order(cell, order_key) -> np.ndarray:
+    """int64 ``[n]``: the indices of routed experts (``cell``, ``order_key``: int ``[n]``,
+    both >= 0) in program order, by cell and then by ``order_key`` within a cell (as
+    ``np.lexsort((order_key, cell))``; one stable sort of a combined key, about 5x faster on
+    the perf model's 10^4-expert chunks)."""
+    cell = np.asarray(cell, np.int64)
+    order_key = np.asarray(order_key, np.int64)
+    if not len(cell):
+        return np.zeros(0, np.int64)
+    return np.argsort(cell * (int(order_key.max()) + 1) + order_key, kind="stable")
 
 
 @functools.lru_cache(maxsize=None)

@@ -14,6 +14,7 @@ import argparse
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from elmoe3d.config import preset
 from elmoe3d.sw.host import perf_calib
@@ -335,3 +336,37 @@ def test_paper_pe_at_another_link_rate_computes_its_calibration(monkeypatch):
     assert sorted(calls) == [(m.hidden, m.expert_intermediate, b, 1 / 8) for b in (4, 8)]
     ideal = perf_calib.compute_cycles(arch, m, "ideal")
     assert ideal.source == "ffn" and "computed" not in ideal.note and len(calls) == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 300)), max_size=200))
+def test_program_order_is_lexsort(pairs):
+    """program_order (one stable argsort of a combined key) orders routed experts as
+    np.lexsort((order_key, cell)) does: by cell, then by order key, ties kept in place."""
+    cell = np.array([c for c, _ in pairs], np.int64)
+    key = np.array([k for _, k in pairs], np.int64)
+    assert perf_calib.program_order(cell, key).tolist() == np.lexsort((key, cell)).tolist()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cells_lockstep_equals_a_loop_per_cell(seed):
+    """ComputeCycles.cells with the die feed's lockstep rule (PerfModel._after) on random
+    experts, some with idle PEs: each cell's per-PE cycles equal the rule applied one expert
+    at a time in program order, bit for bit; the summing path equals per-PE sums."""
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    pm = PerfModel(preset("paper-8gb"), "qwen3-30b-a3b")
+    G, n, m = pm.G, 500, 40
+    cyc = rng.integers(1, 5000, (n, G)).astype(np.float64)
+    cyc[rng.random((n, G)) < 0.3] = 0.0
+    cyc[cyc.sum(axis=1) == 0, 0] = 7.0              # every expert has a PE with cycles
+    cell = rng.integers(0, m, n)
+    key = rng.permutation(n)
+    got = pm.calib.cells(cyc, cell, key, m, after=pm._after)
+    want = np.zeros((m, G))
+    for i in np.lexsort((key, cell)):
+        want[cell[i]] = pm._after(want[cell[i]][None], cyc[i][None])[0]
+    assert got.tolist() == want.tolist()
+    sums = np.zeros((m, G))
+    np.add.at(sums, cell, cyc)
+    assert np.array_equal(pm.calib.cells(cyc, cell, key, m), sums)
