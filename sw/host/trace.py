@@ -611,7 +611,8 @@ class ImportReport:
             out.append(f"{p}: {n} record(s) of type {kind!r} skipped (not routing)")
         if self.missing_records:
             per = ", ".join(f"layer {k}: {v}" for k, v in sorted(self.missing_by_layer.items()))
-            out.append(f"{p}: {self.missing_records} (token, layer) record(s) missing ({per})")
+            # the count is on the counts line already: this line says where they are
+            out.append(f"{p}: the missing (token, layer) records by layer: {per}")
         if self.layers_absent:
             out.append(f"{p}: {len(self.layers_absent)} MoE layer(s) have no record at all: "
                        f"{_span_text(self.layers_absent)}")

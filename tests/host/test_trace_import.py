@@ -41,7 +41,13 @@ def test_real_traces(name):
     assert not rep.malformed and rep.position_gaps == 0 and tr.weights_renormalised
     assert (tr.phase == PHASES.index("decode")).all() and tr.top_k == 2
     assert rep.unknown_fields == Counter() and rep.sorted_rows == 0
-    assert any(f"{missing} (token, layer) record(s) missing" in s for s in rep.summary())
+    # the count once, on the counts line; the event line gives them by layer, summing to it
+    summary = rep.summary()
+    assert f"; {missing} (token, layer) records missing" in summary[1]
+    by_layer = [s for s in summary if "the missing (token, layer) records by layer:" in s]
+    assert len(by_layer) == 1 and "records missing" not in by_layer[0]
+    assert sum(int(x.split(": ")[1]) for x in by_layer[0].split("by layer: ")[1].split(", ")) \
+        == missing
     # every row as in the file
     raw = {(r["problem_id"], r["token_idx"], r["layer"]): r for r in raw_rows(name)}
     for i in range(0, len(tr), 97):
