@@ -55,7 +55,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ...errors import UserError
-from .elastic_sd import ElasticSD, LazyRecords, PoolKeys
+from .elastic_sd import ElasticSD, LazyRecords, PoolKeys, _token_rows
 from .hbcache import HBExpertCache
 from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
 
@@ -308,13 +308,13 @@ def fill_groups(count, n: int) -> np.ndarray:
     slices, ties to the lower index (:meth:`HomeGroups.assign`'s rule), from the slice counts
     ``count`` (int ``[G]``): int64 ``[n]``. The i-th key takes the i-th smallest (count
     level, group) pair still free (each group's levels ``count[g]``, ``count[g] + 1``, ...),
-    which is what the one-by-one rule picks; row-major ``np.nonzero`` of the pairs' mask
-    ``[levels, G]`` lists them in that order."""
+    which is what the one-by-one rule picks; the row-major nonzero entries of the pairs'
+    mask ``[levels, G]`` list them in that order."""
     c = np.asarray(count, np.int64)
     if n <= 0:
         return np.zeros(0, np.int64)
     levels = np.arange(c.min(), c.max() + -(-n // len(c)) + 1)
-    return np.nonzero(levels[:, None] >= c[None, :])[1][:n]
+    return np.flatnonzero(levels[:, None] >= c[None, :])[:n] % len(c)
 
 
 class HomeGroups:
@@ -380,9 +380,11 @@ class HomeGroups:
 
     def _sorted(self, flat) -> np.ndarray:
         """The distinct flat indices ``flat`` in (layer, expert) order."""
-        flat = np.unique(np.asarray(flat, np.int64))
         if self._ascending:                     # flat order is (layer, expert) order
-            return flat
+            seen = np.zeros(self.table.size, bool)          # (a mask: cheaper than a sort)
+            seen[np.asarray(flat, np.int64)] = True
+            return np.flatnonzero(seen)
+        flat = np.unique(np.asarray(flat, np.int64))
         E = self.table.shape[1]
         return flat[np.argsort(self._lrank[flat // E] * E + flat % E, kind="stable")]
 
@@ -437,13 +439,17 @@ class HomeGroups:
         """:meth:`move` on flat table indices (int ``[n]`` of ``j * E + e``): releases the
         homed keys of ``left``, then gives homes to the unhomed keys of ``arrived``, each in
         (layer, expert) order. Returns int64 arrays ``(new keys, their homes, released
-        keys)``, the keys flat and in that order. Needs :attr:`table`."""
+        keys)``, the keys flat and in that order. Needs :attr:`table`. Raises ``ValueError``
+        for an index outside the table."""
         t = self.table.reshape(-1)
         left = np.asarray(left, np.int64)
+        arrived = np.asarray(arrived, np.int64)
+        for name, x in (("arrived", arrived), ("left", left)):
+            if x.size and (x.min() < 0 or x.max() >= t.size):
+                raise ValueError(f"move_indices: {name}: flat indices must be in 0..{t.size - 1}")
         gone = self._sorted(left[t[left] >= 0])
         count = np.array(self.count, np.int64) - np.bincount(t[gone], minlength=self.groups)
         t[gone] = -1
-        arrived = np.asarray(arrived, np.int64)
         new = self._sorted(arrived[t[arrived] < 0])
         gs = fill_groups(count, len(new))
         t[new] = gs
@@ -652,6 +658,9 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
     pool = list(pool_start)
 
     jsel = np.array([j for j, lay in enumerate(lids) if lay in sel], np.int64)
+    # a step computing every selected layer (the usual case) shares these
+    sel_lays, sel_js = tuple(lids[j] for j in jsel), jsel.tolist()
+    all_rows = len(jsel) == len(lids)
     row_sel = np.array([lay in sel for lay in lids], bool)          # [L]
     lid_arr = np.array(lids, np.int64)
 
@@ -668,41 +677,52 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
     def orig_ids(toks):
         # the recorded routing of tokens [(rr, t)]: int64 [T, L, k], -1 where none (kept
         # ids first, in order)
-        x = np.stack([rr.ids[t] for rr, t in toks]).astype(np.int64)
-        pres = np.stack([rr.present[t] for rr, t in toks])
+        x = _token_rows(toks, "ids").astype(np.int64)
+        pres = _token_rows(toks, "present")
         x = np.where(pres[:, :, None] & (x < E), x, -1)
         if ((x[..., :-1] < 0) & (x[..., 1:] >= 0)).any():
             x = np.take_along_axis(x, np.argsort(x < 0, axis=-1, kind="stable"), axis=-1)
         return x
 
     pending = []                # steps added since the homes last changed, not yet placed
+    # the placed ones' (step, item, the homes table then): placed all at once at the end,
+    # each under its table, which is cheaper than a call per change of the homes
+    deferred = []
 
     def add(kind, toks, ids, rows_of, mask, produced, **kw):
         # a step of tokens toks = [(rr, t)] routed to ids (int64 [T, L, k], -1: none)
         if len(jsel) < len(lids):
             ids = ids[:, jsel]                                          # [T, Ls, k]
         has = (ids >= 0).any(axis=(0, 2))
-        js = jsel[has]
-        ids = ids[:, has]
+        if has.all():                       # every selected layer: nothing to cut
+            js, lays, js_list = jsel, sel_lays, sel_js
+            mask = mask if all_rows else mask[js]
+        else:
+            js = jsel[has]
+            ids = ids[:, has]
+            lays = tuple(lids[j] for j in js)
+            js_list = js.tolist()
+            mask = mask[js]
         steps.append(Step(index=len(steps), kind=kind,
                           tokens=[(rr.request, int(rr.positions[t])) for rr, t in toks],
                           layers={}, produced=produced, **kw))
         st = steps[-1]
-        lays = [lids[j] for j in js]
-        pending.append((st, (ids, mask[js], lays, kind == "draft", js)))
+        pending.append((st, (ids, mask, lays, kind == "draft", js)))
         st.layers = _LazyLayers(lays, lambda lay, j: _layer_work(
             lay, [rows_of(rr, t, j) for rr, t in toks],
-            np.nonzero(st.work.cached[st.work.layers.index(lay)])[0].tolist(), p), js.tolist())
+            np.nonzero(st.work.cached[st.work.layers.index(lay)])[0].tolist(), p), js_list)
         st.placements = _LazyLayers(lays, lambda lay, j: _placement_of(st.work, lay,
                                                                       homes.groups))
         return st
 
     def place():
-        # the pending steps' work placed together (before the homes change)
-        works = _place_steps([item for _, item in pending], homes, experts=E)
-        for (st, _), w in zip(pending, works):
-            st.work = w
-        pending.clear()
+        # the pending steps' work, to be placed under the homes now (before they change):
+        # every HB expert of theirs has a home (their masks are pool_mask(), taken since the
+        # homes last changed), so a copy of the table is all their placement needs
+        if pending:
+            table = homes.table.copy()
+            deferred.extend((st, item, table) for st, item in pending)
+            pending.clear()
 
     def writes(new, gs, gone, streamed):
         # a home move's (new keys, their homes, released keys), flat, as the step's pool
@@ -760,7 +780,8 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
                     wts = esd.throttled_weights(rr, tt, j, np.array(ch),
                                                  float(rr.weights[tt, j, -1]))
                     return ch, [float(x) for x in wts]
-                x = np.stack([route[(rr.request, tt)] for rr, tt in toks]).astype(np.int64)
+                x = (route[(toks[0][0].request, toks[0][1])][None] if len(toks) == 1 else
+                     np.stack([route[(rr.request, tt)] for rr, tt in toks])).astype(np.int64)
                 add("draft", toks, np.where(x < E, x, -1), draft_rows, lp, 0, iteration=n_it)
             toks = [(rr, it.start[i] + s) for i, rr in enumerate(rrs)
                     for s in range(it.drafted[i])]
@@ -781,6 +802,10 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
             assert np.isin(new[~streamed.reshape(-1)[new]], flat_of(it.pool_extra)).all()
             pool = it.pool_after
     place()
+    works = _place_steps([item for _, item, _ in deferred], homes, experts=E,
+                         tables=[table for _, _, table in deferred])
+    for (st, _, _), w in zip(deferred, works):
+        st.work = w
     return steps, res
 
 
@@ -793,11 +818,14 @@ class _LazyLayers(Mapping):
     def __init__(self, layers, build, index=None):
         self._layers = tuple(layers)
         self._build = build
-        self._index = dict(zip(self._layers, index if index is not None else
-                               range(len(self._layers))))
+        self._j = index                 # the layers' j (None: their positions)
+        self._index = None              # {layer: j}, made on the first look-up
         self._made = {}
 
     def __getitem__(self, layer):
+        if self._index is None:
+            self._index = dict(zip(self._layers, self._j if self._j is not None else
+                                   range(len(self._layers))))
         if layer not in self._index:
             raise KeyError(layer)
         if layer not in self._made:
@@ -811,14 +839,65 @@ class _LazyLayers(Mapping):
         return len(self._layers)
 
 
-def _place_steps(items, homes, *, experts) -> list:
-    """:func:`place_layer` for every layer of several steps at once, under the same homes:
-    ``items`` = [(ids, cached_mask, layers, draft, rows)], a step each: ``ids`` int64
-    ``[T, L, k]`` (-1: empty), ``cached_mask`` bool ``[L, E]`` (the HB pool of each of its
-    ``layers``), ``draft`` whether only HB-resident experts may be routed (a ValueError names
-    the first layer that breaks it), ``rows`` the layers' rows of ``homes.table``. The steps'
-    layers are placed together as rows, each as :func:`place_layer` places it. Returns a
-    :class:`StepWork` per item."""
+class _CellWork(StepWork):
+    """A :class:`StepWork` given by its routed experts alone (a :class:`RoutedCells`, what
+    :func:`_place_steps` finds): ``tokens``, ``cached`` and ``group`` are built from them on
+    first use, equal to the arrays :func:`step_work` would give (the performance model reads
+    only the cells, so a schedule it prices never makes them). Otherwise a StepWork: frozen,
+    shown and pickled as one, and ``dataclasses.replace`` gives one."""
+
+    def __init__(self, layers, tokens=None, cached=None, group=None, cells=None, *,
+                 experts=None):
+        # StepWork's fields (dataclasses.replace passes them all), or layers, cells and
+        # experts (the arrays made on first use); frozen: straight into the instance dict
+        if tokens is not None:
+            self.__dict__.update(layers=layers, cells=cells, _arrays=(tokens, cached, group))
+        else:
+            self.__dict__.update(layers=layers, cells=cells, _arrays=None,
+                                 _shape=(len(layers), experts))
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __repr__(self) -> str:
+        return StepWork.__repr__(self).replace(type(self).__qualname__, "StepWork", 1)
+
+    def __reduce__(self):
+        return StepWork, (self.layers, self.tokens, self.cached, self.group, self.cells)
+
+    def _dense(self) -> tuple:
+        if self._arrays is None:
+            c = self.cells
+            tok = np.zeros(self._shape, np.int64)
+            tok[c.row, c.expert] = c.tokens
+            cached = np.zeros(self._shape, bool)
+            cached[c.row, c.expert] = c.cached
+            group = np.full(self._shape, -1, np.int64)
+            group[c.row, c.expert] = c.group
+            object.__setattr__(self, "_arrays", (tok, cached, group))
+        return self._arrays
+
+    tokens = property(lambda self: self._dense()[0])
+    cached = property(lambda self: self._dense()[1])
+    group = property(lambda self: self._dense()[2])
+
+
+def _place_steps(items, homes, *, experts, tables=None) -> list:
+    """:func:`place_layer` for every layer of several steps at once: ``items`` =
+    [(ids, cached_mask, layers, draft, rows)], a step each: ``ids`` int64 ``[T, L, k]`` (-1:
+    empty), ``cached_mask`` bool ``[L, E]`` (the HB pool of each of its ``layers``), ``draft``
+    whether only HB-resident experts may be routed (a ValueError names the first layer that
+    breaks it), ``rows`` the layers' rows of ``homes.table``. Without ``tables`` every item is
+    placed under ``homes`` as they are (an HB expert not homed yet gets a home,
+    :meth:`HomeGroups.homes_of`). ``tables``: one homes table per item (int ``[L, E]``, e.g. a
+    copy of ``homes.table`` taken when that item's homes held); items under the same table
+    pass the same object and come one after another; every HB-resident expert of an item must
+    have a home in its table, else ``ValueError``. The steps' layers are placed together as
+    rows, each as :func:`place_layer` places it. Returns a :class:`StepWork` per item (made
+    from its routed experts; the dense arrays on first use)."""
     E, G = experts, homes.groups
     if not items:
         return []
@@ -827,23 +906,47 @@ def _place_steps(items, homes, *, experts) -> list:
         n = ids.shape[1]
         flat.append((np.arange(r0, r0 + n)[None, :, None] * E + ids)[ids >= 0])
         r0 += n
-    tok = np.bincount(np.concatenate(flat), minlength=r0 * E).reshape(r0, E)
+    # the routed experts, row-major, as flat indices row * E + e with their token counts: a
+    # sort of the (row, expert) pairs (rows x tokens x k of them; no [rows, E] array)
+    fl = np.sort(np.concatenate(flat))
+    head = np.empty(len(fl), bool)
+    head[:1] = True
+    np.not_equal(fl[1:], fl[:-1], out=head[1:])
+    at = np.flatnonzero(head)
+    rf = fl[at]
+    rt = np.diff(np.append(at, len(fl)))                      # their tokens (> 0)
+    rj, re = np.divmod(rf, E)
     cached_mask = np.concatenate([it[1] for it in items])
+    rc = cached_mask.reshape(-1)[rf]                          # HB-resident or not
     layers = [lay for it in items for lay in it[2]]
     draft = np.repeat([it[3] for it in items], [len(it[2]) for it in items])
     rows = np.concatenate([it[4] for it in items])
     L = len(layers)
-    rj, re = np.nonzero(tok > 0)                  # the routed experts, row-major
-    rt, rc = tok[rj, re], cached_mask[rj, re]     # their tokens, HB-resident or not
-    cached = np.zeros((L, E), bool)
-    cached[rj[rc], re[rc]] = True
-    group = np.full((L, E), -1, np.int64)
+    rg = np.empty(len(rf), np.int64)                          # their groups
     cr, cc = rj[rc], re[rc]
-    gc = homes.table[rows[cr], cc]                            # their homes
-    if (gc < 0).any():                                        # some not homed yet
-        gc = homes.homes_of(layers, cached, rows=rows)        # (in the same order)
-    group[cr, cc] = gc
-    cj, ce, ct = rj[~rc], re[~rc], rt[~rc]                    # the streamed ones
+    bounds = np.cumsum([0] + [len(it[2]) for it in items]).tolist()
+    cuts = np.searchsorted(rj, bounds).tolist()               # each item's cells
+    if tables is None:
+        gc = homes.table[rows[cr], cc]                        # their homes
+        if (gc < 0).any():                                    # some not homed yet
+            cached = np.zeros((L, E), bool)
+            cached.reshape(-1)[rf[rc]] = True
+            gc = homes.homes_of(layers, cached, rows=rows)    # (in the same order)
+    else:                                   # each run of items sharing a table: its cells
+        x = 0
+        while x < len(items):
+            y = x + 1
+            while y < len(items) and tables[y] is tables[x]:
+                y += 1
+            a, b = cuts[x], cuts[y]
+            rg[a:b] = tables[x][rows[rj[a:b]], re[a:b]]
+            x = y
+        gc = rg[rc]
+        if (gc < 0).any():
+            raise ValueError("tables: an HB-resident expert without a home")
+    rg[rc] = gc
+    cold = np.flatnonzero(~rc)                                # the streamed ones
+    cj, ce, ct = rj[cold], re[cold], rt[cold]
     bad = draft[cj]
     if bad.any():
         j = int(cj[np.argmax(bad)])
@@ -857,10 +960,10 @@ def _place_steps(items, homes, *, experts) -> list:
     if len(cj):
         T = int(ct.max())
         o = np.argsort((cj * (T + 1) + T - ct) * E + ce)
-        cj, ce, ct = cj[o], ce[o], ct[o]
+        cj, ct, cold = cj[o], ct[o], cold[o]
         rank = np.arange(len(cj)) - np.searchsorted(cj, cj)
         o = np.argsort(rank * L + cj)
-        cj, ce, ct = cj[o], ce[o], ct[o]
+        cj, ct, cold = cj[o], ct[o], cold[o]
         ends = np.cumsum(np.bincount(rank)).tolist()
         cg = np.empty(len(cj), np.int64)
         a = 0
@@ -870,17 +973,15 @@ def _place_steps(items, homes, *, experts) -> list:
             load[js, g] += ct[a:b]
             cg[a:b] = g
             a = b
-        group[cj, ce] = cg
-    # each step's rows, and its routed experts (row-major: a slice of the batch's)
-    cells = (rj, re, rt, rc, group[rj, re])
-    bounds = np.cumsum([0] + [len(it[2]) for it in items]).tolist()
-    cuts = np.searchsorted(rj, bounds).tolist()
+        rg[cold] = cg
+    # each step's rows, and its routed experts (row-major: a slice of the batch's), their
+    # rows counted from the step's first
+    rl = rj - np.repeat(bounds[:-1], np.diff(cuts))
     out = []
     for x, (_, _, lays, _, _) in enumerate(items):
-        r0, r1, a, b = bounds[x], bounds[x + 1], cuts[x], cuts[x + 1]
-        c = RoutedCells(*(v[a:b] for v in cells))
-        out.append(StepWork(tuple(lays), tok[r0:r1], cached[r0:r1], group[r0:r1],
-                            c._replace(row=c.row - r0)))
+        a, b = cuts[x], cuts[x + 1]
+        out.append(_CellWork(tuple(lays), cells=RoutedCells(rl[a:b], re[a:b], rt[a:b],
+                                                            rc[a:b], rg[a:b]), experts=E))
     return out
 
 

@@ -129,7 +129,22 @@ def select_pool_indices(hotness, slots, *, layer_ids, current, min_per_layer=1) 
     # layer, then lower id (a total order: each key's place is unique)
     lrank = np.argsort(np.argsort(np.asarray(layer_ids, np.int64), kind="stable"),
                        kind="stable")
-    if h.size and (h >= 0).all() and (h == np.floor(h)).all() and h.max() < 2 ** 31:
+    whole = h.size and (h >= 0).all() and (h == np.floor(h)).all()
+    if whole and h.max() < 2 ** 15:
+        # small whole counts (Elastic-SD's: one iteration's one-hot sums): the key's
+        # (rank of -h, cached) part fits in 16 bits, and a stable argsort (a radix sort) of
+        # it over the keys laid out in (layer, id) order is the order of the whole key
+        prim = ((h.max() - h) * 2).astype(np.uint16) + ~incur            # uint16 [L, E]
+        by_lay = np.argsort(lrank, kind="stable")                  # the rows in layer order
+        if (by_lay == np.arange(L)).all():
+            rest = np.argsort(prim.ravel(), kind="stable")
+        else:
+            sec = (by_lay[:, None] * E + np.arange(E)).ravel()
+            rest = sec[np.argsort(prim.ravel()[sec], kind="stable")]
+        # within a row the key orders by (prim, id): the first minimum, or a stable argsort
+        by_row = np.argmin(prim, axis=-1)[:, None] if floor == 1 else \
+            np.argsort(prim, axis=-1, kind="stable")
+    elif whole and h.max() < 2 ** 31:
         # whole counts: one integer key, (rank of -h, cached, layer, id)
         key = ((h.max() - h).astype(np.int64) * 2 + ~incur) * (L * E) \
             + lrank[:, None] * E + np.arange(E)
@@ -237,8 +252,38 @@ def accepted_prefix(accept) -> int:
     return int(rej[0]) if rej.size else len(a)
 
 
+def _token_rows(toks, field) -> np.ndarray:
+    """``np.stack([getattr(r, field)[t] for r, t in toks])``, a request's per-token array
+    (``ids``, ``present``, ``weights``, ``scores``) at the tokens ``toks`` = [(r, t)]: a slice
+    of the request's array (a view: read it only) when they are consecutive positions of one
+    request (a batch of one), else the stack."""
+    if toks:
+        r0, t0 = toks[0]
+        a = getattr(r0, field)
+        if 0 <= t0 and t0 + len(toks) <= len(a) and all(
+                r is r0 and t == t0 + x for x, (r, t) in enumerate(toks)):
+            return a[t0:t0 + len(toks)]
+    return np.stack([getattr(r, field)[t] for r, t in toks])
+
+
 def _first_seen(x) -> np.ndarray:
-    """bool mask of ``x`` ``[L, n]``: True at the first occurrence of each value in its row."""
+    """bool mask of ``x`` (int ``[L, n]``): True at the first occurrence of each value in its
+    row. The (row, value) pairs as one key, in 16 bits when they fit (expert ids: a stable
+    argsort of those is a radix sort), sorted stably once for all rows."""
+    L, n = x.shape
+    if x.size:
+        lo, hi = int(x.min()), int(x.max())
+        if L * (hi - lo + 1) <= 1 << 16:
+            key = (np.arange(L, dtype=np.int64)[:, None] * (hi - lo + 1) + (x - lo)) \
+                .astype(np.uint16).reshape(-1)
+            order = np.argsort(key, kind="stable")
+            sv = key[order]
+            first = np.empty(x.size, bool)
+            first[0] = True
+            np.not_equal(sv[1:], sv[:-1], out=first[1:])
+            out = np.empty(x.size, bool)
+            out[order] = first
+            return out.reshape(L, n)
     order = np.argsort(x, axis=1, kind="stable")
     sv = np.take_along_axis(x, order, axis=1)
     first = np.ones(x.shape, bool)
@@ -255,9 +300,10 @@ def _coverage(w, m) -> list:
     top-8 model) in its eight-way pairwise order, ((a0 + a1) + (a2 + a3)) + ((a4 + a5) +
     (a6 + a7)), column by column; more, row by row."""
     w = w.astype(np.float64)
+    z = np.where(m, w, 0.0)                 # the pooled weights, 0 elsewhere
     num = np.zeros(len(w))
     for c in range(w.shape[1]):
-        num = num + np.where(m[:, c], w[:, c], 0.0)
+        num = num + z[:, c]
     cnt = m.sum(axis=1)
     if w.shape[1] == 8:
         r = np.nonzero(cnt == 8)[0]
@@ -546,20 +592,24 @@ class ElasticSD:
         chosen = throttle(rank, pool_mask, k)
         return chosen, self.throttled_weights(rr, t, j, chosen, float(rr.weights[t, j, -1]))
 
-    def _throttle_tokens(self, toks, masks, hot_prev) -> np.ndarray:
+    def _throttle_tokens(self, toks, masks, hot_prev, stacked=None) -> np.ndarray:
         """:meth:`throttled`'s expert ids of the tokens ``toks`` = [(rr, t)] at every layer
         at once, all under one pool: int64 ``[n, L, k]``, ``num_experts`` in unused slots and
         in layers without a record (``masks``: the pool, bool ``[L, E]``; ``hot_prev``: the
-        fallback ranking, ``[L, E]``). A bad id or score raises for the first such token."""
+        fallback ranking, ``[L, E]``; ``stacked``: the tokens' ``present`` ``[n, L]`` and
+        ``ids`` ``[n, L, k]`` rows stacked, if the caller has them). A bad id or score raises
+        for the first such token."""
         E, k = self.model.routed_experts, self.model.top_k
         L = masks.shape[0]
-        pres = np.stack([rr.present[t] for rr, t in toks])                  # [n, L]
-        ids = np.stack([rr.ids[t] for rr, t in toks]).astype(np.int64)      # [n, L, k]
+        if stacked is None:
+            stacked = (_token_rows(toks, "present"), _token_rows(toks, "ids"))
+        pres = stacked[0]                                                   # [n, L]
+        ids = stacked[1].astype(np.int64)                                   # [n, L, k]
         bad = pres & ((ids < 0) | (ids >= E)).any(axis=2)
         scored = np.array([rr.scores is not None for rr, t in toks])
         sc = None
         if scored.any():
-            sc = np.stack([toks[x][0].scores[toks[x][1]] for x in np.nonzero(scored)[0]])
+            sc = _token_rows([toks[x] for x in np.nonzero(scored)[0]], "scores")
             inf = np.zeros(bad.shape, bool)                 # a present row with a bad score
             inf[scored] = pres[scored] & ~np.isfinite(sc).all(axis=2)
         if bad.any() or (sc is not None and inf.any()):
@@ -615,10 +665,9 @@ class ElasticSD:
             # one step's expert reads: ex [L, n] (-1: none), read once per distinct id of a
             # row, HB-resident ones (masks [L, E]) hits; returns the reads and their hits
             keep = _first_seen(ex) & (ex >= 0)
-            inpool = np.zeros(ex.shape, bool)
             ok = keep & (ex < E)
-            inpool[ok] = masks[np.nonzero(ok)[0], ex[ok]]
-            n_c = (keep & inpool).sum(axis=1)
+            inpool = ok & np.take_along_axis(masks, np.clip(ex, 0, E - 1), axis=1)
+            n_c = inpool.sum(axis=1)                              # (inpool is within keep)
             n_u = keep.sum(axis=1) - n_c
             stats.accesses += n_c + n_u
             stats.hits += n_c
@@ -664,15 +713,16 @@ class ElasticSD:
                 droute = {i: np.full((n_draft[i], L, k), E, np.int16) for i in active}
                 # the draft tokens, step by step (all under this pool and hotness)
                 toks = [(i, s) for s in range(self._depth) for i in active if s < n_draft[i]]
-                ch_all = self._throttle_tokens([(group[i], pos[i] + s) for i, s in toks],
-                                               masks, hot_prev)
-                tt, rows = np.nonzero(np.stack([group[i].present[pos[i] + s]
-                                                for i, s in toks]))
-                ids = np.stack([group[i].ids[pos[i] + s] for i, s in toks])[tt, rows] \
-                    .astype(np.int64)                                     # [n_rows, k]
+                rts = [(group[i], pos[i] + s) for i, s in toks]
+                pres_all = _token_rows(rts, "present")                         # [n, L]
+                ids_all = _token_rows(rts, "ids")                              # [n, L, k]
+                ch_all = self._throttle_tokens(rts, masks, hot_prev,
+                                               stacked=(pres_all, ids_all))
+                tt, rows = np.nonzero(pres_all)
+                ids = ids_all[tt, rows].astype(np.int64)                      # [n_rows, k]
                 hot += np.bincount((rows[:, None] * E + ids).ravel(),   # one-hot of the
                                    minlength=L * E).reshape(L, E)       # original top-k
-                wts = np.stack([group[i].weights[pos[i] + s] for i, s in toks])[tt, rows]
+                wts = _token_rows(rts, "weights")[tt, rows]
                 covs = _coverage(wts, masks[rows[:, None], ids])
                 per_tok = np.bincount(tt, minlength=len(toks)).tolist()
                 c0 = 0
@@ -716,10 +766,11 @@ class ElasticSD:
                 # verify: all draft tokens, original routing, current pool
                 vc, vu = {}, {}
                 streamed = np.zeros((L, E), bool)
-                vtoks = [(group[i], pos[i] + s) for s in range(self._depth) for i in active
-                         if s < n_draft[i] and pos[i] + s < group[i].tokens]
-                if vtoks:
-                    ex = routed(vtoks)
+                # (the draft tokens, rts: n_draft never passes a request's end; their
+                # routing as routed() lays it out, from the rows stacked for the draft)
+                if rts:
+                    ex = np.where(pres_all[:, :, None], ids_all.astype(np.int64), -1) \
+                        .transpose(1, 0, 2).reshape(L, -1)
                     keep, inpool, ok = reads(verify, ex, masks)
                     vc, vu = RowLists(ex, keep & inpool, lids), RowLists(ex, keep & ~inpool, lids)
                     jj, cc = np.nonzero(keep & ~inpool & ok)

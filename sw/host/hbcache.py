@@ -311,17 +311,17 @@ class HBExpertCache:
             raise UserError(f"keys: flat (layer, expert) indices outside 0..{L * E - 1}")
         new = np.zeros(L * E, bool)
         new[keys] = True
-        if int(new.sum()) != keys.size:
+        if np.count_nonzero(new) != keys.size:
             raise UserError("keys: repeated (layer, expert)")
         if keys.size > self.slots:
             raise UserError(f"keys: {keys.size} MSB slices do not fit in {self.slots} slots "
                             f"({self._capacity} bytes / {self.msb_bytes})")
         old = self._mask.reshape(-1)
         added = new & ~old
-        n_new = int(added.sum())
+        n_new = int(np.count_nonzero(added))
         extra = added if streamed is None else added & ~np.asarray(streamed, bool).reshape(-1)
-        self.stats.ext_extra_bytes += int(extra.sum()) * self.msb_bytes
-        self.stats.evictions += int((old & ~new).sum())
+        self.stats.ext_extra_bytes += int(np.count_nonzero(extra)) * self.msb_bytes
+        self.stats.evictions += int(np.count_nonzero(old & ~new))
         self.stats.hb_write_bytes += n_new * self.msb_bytes
         self._lru, self._order = None, keys.copy()
         self._mask = new.reshape(L, E)

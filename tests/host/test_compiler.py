@@ -7,6 +7,7 @@ figures."""
 
 import dataclasses
 import functools
+import pickle
 
 import numpy as np
 import pytest
@@ -279,3 +280,32 @@ def test_layers_and_tokens_selection():
     assert tr.token_count() == 170          # 168 of problem 0, 2 of problem 1
     with pytest.raises(host.UserError, match="--tokens"):
         host.limit_tokens(tr, 0)
+
+
+def test_schedule_step_work_is_a_step_work():
+    """The schedule's StepWork (made from its routed experts, the dense arrays on first use)
+    behaves as one: frozen, shown and pickled as a StepWork, dataclasses.replace gives one
+    with the replaced field, and its arrays equal those its cells give."""
+    cells = host.RoutedCells(np.array([0, 1, 1]), np.array([2, 0, 3]), np.array([1, 2, 1]),
+                             np.array([True, False, True]), np.array([0, 1, 0]))
+    w = host._CellWork((5, 7), cells=cells, experts=4)
+    assert isinstance(w, host.StepWork) and repr(w).startswith("StepWork(layers=(5, 7)")
+    assert w.tokens.tolist() == [[0, 0, 1, 0], [2, 0, 0, 1]]
+    assert w.cached.tolist() == [[False, False, True, False], [False, False, False, True]]
+    assert w.group.tolist() == [[-1, -1, 0, -1], [1, -1, -1, 0]]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        w.tokens = None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        w.other = 1
+    back = pickle.loads(pickle.dumps(w))
+    assert type(back) is host.StepWork and back.tokens.tolist() == w.tokens.tolist()
+    r = dataclasses.replace(w, group=np.zeros((2, 4), np.int64))
+    assert r.group.tolist() == [[0] * 4] * 2 and r.tokens.tolist() == w.tokens.tolist()
+
+
+def test_move_indices_refuses_an_index_outside_the_table():
+    homes = host.HomeGroups(2, layer_ids=[3, 5], experts=4)
+    for arrived, left in (([-1, 2], []), ([2], [8])):
+        with pytest.raises(ValueError, match=r"flat indices must be in 0\.\.7"):
+            homes.move_indices(arrived, left)
+    assert (homes.table < 0).all() and homes.count == [0, 0]

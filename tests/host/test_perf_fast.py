@@ -103,14 +103,20 @@ def _check_summaries(pm, steps) -> set:
 
 def _check_placements(steps, arch):
     """The array placement of Elastic-SD steps against place_layer on their own LayerWork
-    (homes as the schedule had them), and the routed cells the schedule gave each StepWork
-    against those found from its arrays."""
+    (homes as the schedule had them); the routed cells the schedule gave each StepWork
+    against those found from its dense arrays; and those arrays' token counts against each
+    layer's LayerWork, made from the trace's routing (the cells come from the schedule's own
+    placement, so the LayerWork's routing is the independent side)."""
     for step in steps:
         w = step.work
         assert w.cells is not None
         ref = host.StepWork(w.layers, w.tokens, w.cached, w.group).routed_cells()
         for a, b in zip(w.cells, ref, strict=True):
             assert a.dtype == b.dtype and a.tolist() == b.tolist()
+        assert tuple(step.layers) == w.layers
+        for j, (lay, work) in enumerate(step.layers.items()):
+            assert work.expert_tokens() == {int(e): int(w.tokens[j, e])
+                                            for e in np.flatnonzero(w.tokens[j])}
         for lay, work in step.layers.items():
             pl = step.placements[lay]
             homes = host.HomeGroups(arch.groups)
