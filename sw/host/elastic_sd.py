@@ -675,10 +675,12 @@ class ElasticSD:
             stats.ext_read_bytes += lsb * int(n_c.sum()) + (msb + lsb) * int(n_u.sum())
             return keep, inpool, ok
 
-        def routed(toks):
+        def routed(toks, stacked=None):
             # the original routing of tokens [(r, t)] as columns: int64 [L, k * len(toks)]
-            return np.concatenate([np.where(r.present[t][:, None], r.ids[t].astype(np.int64),
-                                            -1) for r, t in toks], axis=1)
+            # (stacked: their present [n, L] and ids [n, L, k] rows, if already stacked)
+            pres, ids = stacked or (_token_rows(toks, "present"), _token_rows(toks, "ids"))
+            return np.where(pres[:, :, None], ids.astype(np.int64), -1) \
+                .transpose(1, 0, 2).reshape(L, -1)
 
         for b0 in range(0, len(reqs), batch):
             group = reqs[b0:b0 + batch]
@@ -766,11 +768,10 @@ class ElasticSD:
                 # verify: all draft tokens, original routing, current pool
                 vc, vu = {}, {}
                 streamed = np.zeros((L, E), bool)
-                # (the draft tokens, rts: n_draft never passes a request's end; their
-                # routing as routed() lays it out, from the rows stacked for the draft)
+                # (the draft tokens, rts: n_draft never passes a request's end; their rows
+                # as stacked for the draft)
                 if rts:
-                    ex = np.where(pres_all[:, :, None], ids_all.astype(np.int64), -1) \
-                        .transpose(1, 0, 2).reshape(L, -1)
+                    ex = routed(rts, (pres_all, ids_all))
                     keep, inpool, ok = reads(verify, ex, masks)
                     vc, vu = RowLists(ex, keep & inpool, lids), RowLists(ex, keep & ~inpool, lids)
                     jj, cc = np.nonzero(keep & ~inpool & ok)
