@@ -849,7 +849,8 @@ def print_speed(console, speed, trace=None) -> list:
               f"target {SPEED_TARGET:,}" for m, v in speed.items()
               if v["tokens_per_s"] < SPEED_TARGET]
     console.print(f"[bold]{n}. Performance-model speed[/] (elmoe3d paper, 8 GB; a round = xPU AR, "
-                  f"our AR and an Elastic-SD {TREE[0]} x {TREE[1]} tree at batch 1, 4, 8, 16; "
+                  f"our AR and an Elastic-SD {TREE[0]} x {TREE[1]} tree verifying {TREE[2]} "
+                  f"nodes at batch 1, 4, 8, 16; "
                   f"CPU time of one core): "
                   + ", ".join(f"{m} {v['tokens_per_s']:,.0f}" for m, v in speed.items())
                   + f" simulated tokens/s (ours' tokens only); target >= {SPEED_TARGET:,}: "

@@ -58,9 +58,10 @@ def configure(parser):
                              + ", ".join(f"{hb} for {fig}" for fig, hb in PAPER_HB.items())
                              + "; Table 3's figures are shown beside ours at 4gb, its 8 GB "
                              "rows are withheld from this copy of the paper)")
-    parser.add_argument("--tree", default=None, metavar="D,W|best",
-                        help="SD tree depth and width (default: the calibrated "
-                             "elmoe3d.sw.host.paper_eval.TREE) or 'best' (fastest per point)")
+    parser.add_argument("--tree", default=None, metavar="D,W[,V]|best",
+                        help="SD tree depth, width and the nodes verified a sequence (default "
+                             "every node; the calibrated elmoe3d.sw.host.paper_eval.TREE "
+                             "without --tree) or 'best' (fastest per point)")
     parser.add_argument("--cache-form", default=None, metavar="|".join(CHOICES["cache_form"]),
                         help="expert-cache form: token (a per-access LRU hit rate applied to a "
                              "step's expert loads, capped at the slots; default) or step (hits "
@@ -108,12 +109,25 @@ def _tree(text):
     if text == "best":
         return "best"
     try:
-        d, w = (int(v) for v in text.split(","))
+        tree = tuple(int(v) for v in text.split(","))
     except ValueError:
-        raise UserError(f"--tree: expected D,W (two integers) or best, got {text!r}") from None
+        tree = ()
+    if len(tree) not in (2, 3):
+        raise UserError(f"--tree: expected D,W or D,W,V (integers) or best, got {text!r}")
+    d, w = tree[:2]
     if not (1 <= d <= 16 and 1 <= w <= 16):
         raise UserError(f"--tree: depth and width must be 1-16, got {text!r}")
-    return d, w
+    if len(tree) == 3 and not 1 <= tree[2] <= d * w:
+        raise UserError(f"--tree: the verify size V must be 1 .. D x W = {d * w} nodes, "
+                        f"got {text!r}")
+    return tree
+
+
+def _tree_text(row, short: bool = False) -> str:
+    """A result row's SD tree: ``7x12 v37`` (``short``) or ``depth 7 x width 12, 37 nodes
+    verified``."""
+    d, w, v = row["depth"], row["width"], row["verify"]
+    return f"{d}x{w} v{v}" if short else f"depth {d} x width {w}, {v} nodes verified"
 
 
 def run(args) -> int:
@@ -172,10 +186,11 @@ def run(args) -> int:
 
     for r in rows:
         t.add_row(r["model"], r["scheme"], str(r["batch"]), f"{r['alpha']:.2f}",
-                  cell(r, "phi_ar"), cell(r, "phi_sd"), f"{r['depth']}x{r['width']}",
+                  cell(r, "phi_ar"), cell(r, "phi_sd"), _tree_text(r, short=True),
                   f"{r['best']:.2f} {r['mode'].upper()}")
     console.print(t)
-    tr = tree if tree == "best" else f"depth {tree[0]} x width {tree[1]}"
+    tr = ("best per point (the table's D x W vV: depth, width, nodes verified)"
+          if tree == "best" else _tree_text(rows[0]))
     what = ("Elastic-SD's from the alpha model (pool coverage, fitted on the 4 GB rows), the "
             "other schemes' the paper's" if alphas else "the paper's 4 GB values (an input)")
     console.print(f"alpha: {what}; SD tree {tr}; expert cache: "
@@ -485,7 +500,7 @@ def _fig12(args) -> int:
     hb_gib, ext_gib = _capacities_gib(args.hb)
     t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {args.hb[:-2]} GB: "
                     f"memory mapping (GiB; the HB holds {hb_gib:g} GiB) and one SD iteration "
-                    f"(tree {rows[0]['depth']} x {rows[0]['width']})")
+                    f"({_tree_text(rows[0])})")
     for col in ("scheme", "HB static", "HB KV", "HB draft", "HB expert cache", "EXT",
                 "alpha", "accept length", "draft ms", "verify ms", "Phi_SD"):
         t.add_column(col, justify="left" if col == "scheme" else "right")

@@ -16,8 +16,9 @@ A spec (YAML shown; TOML has the same keys)::
       model: [qwen3-30b-a3b, gpt-oss-20b]
       batch: [1, 16]
       scheme: [ar, elastic]        # ar, eagle, slm, quant, elastic
-      depth: [8]                   # SD tree (default 6 x 8, paper_eval.TREE)
+      depth: [8]                   # SD tree (default 7 x 8 verifying 39 nodes, TREE)
       width: [6]
+      verify: [all]                # nodes verified a sequence: 1 .. depth x width, or all
       hb: [4gb, 8gb]               # the base preset paper-<hb> when `base` is not given
     constraints:                   # expressions over the point's fields (the base preset's
                                    # overlaid with the point's), before ArchConfig; false drops it
@@ -72,9 +73,10 @@ CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ArchConfig)
                       if f.name not in ("name", "tile", "hb", "ext", "iomem_split")) \
     + tuple(f"tile.{f.name}" for f in dataclasses.fields(TileConfig))
 #: Workload axes and their defaults (``None``: derived per point, see :func:`expand`); the SD
-#: tree's are :data:`~.paper_eval.TREE`'s (6 x 8; ``tests/tools/test_sweep.py`` checks it).
-WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic", "depth": 6, "width": 8,
-                   "hb": "4gb", "alpha": None, "context": 1024}
+#: tree's are :data:`~.paper_eval.TREE`'s (7 x 8, 39 nodes verified; ``tests/tools/test_sweep.py``
+#: checks it); ``verify`` is a node count or ``"all"`` (every node of the tree).
+WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic", "depth": 7, "width": 8,
+                   "verify": 39, "hb": "4gb", "alpha": None, "context": 1024}
 #: Config fields that change the HB capacity: sweeping one leaves a point's ``hb`` empty (the
 #: ``hb_gb`` column has the capacity), as does a ``base:`` preset.
 HB_FIELDS = ("hb_bank_bytes",)
@@ -536,6 +538,11 @@ def _check_workload(w):
         v = w[k]
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise _WorkloadError(k, f"expected a positive integer, got {v!r}")
+    v, nodes = w["verify"], w["depth"] * w["width"]
+    if v != "all" and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= nodes):
+        raise _WorkloadError("verify", f"expected all or 1 .. depth x width = {nodes} nodes, "
+                             f"got {v!r}" + (" (the default, paper_eval.TREE's: give verify)"
+                                             if v == WORKLOAD_FIELDS["verify"] else ""))
     if w["hb"] not in ("4gb", "8gb", None):
         raise _WorkloadError("hb", f"expected 4gb or 8gb, got {w['hb']!r}")
     a = w["alpha"]
@@ -617,7 +624,8 @@ def expand(spec: SweepSpec) -> list:
             # are one: an AR point has no SD tree or alpha, a point without the RTL task no
             # bench seed or length
             if workload["scheme"] == "ar":
-                workload = {**workload, "alpha": None, "depth": None, "width": None}
+                workload = {**workload, "alpha": None, "depth": None, "width": None,
+                            "verify": None}
             id_tasks = dict(tasks)
             seed = spec.seed
             if not tasks["rtl"]:

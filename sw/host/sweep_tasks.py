@@ -70,8 +70,8 @@ def default_cache_dir() -> Path:
 
 def perf_task(point: Point) -> dict:
     """The perf model at ``point``: our AR step and (for an SD scheme) an SD iteration of the
-    ``depth x width`` tree at acceptance ``alpha`` (the workload's, else Elastic-SD's acceptance
-    model :func:`~.paper_eval.elastic_alpha` at this HB, else the paper's Table 3 alpha: the
+    ``depth x width`` tree verifying ``verify`` nodes (``all``: every one) at acceptance
+    ``alpha`` (the workload's, else Elastic-SD's acceptance model :func:`~.paper_eval.elastic_alpha` at this HB, else the paper's Table 3 alpha: the
     4 GB table's at this batch, its batch-1 alpha for a batch Table 3 has not, whatever the
     HB; ``alpha_source`` says which: ``workload``, ``elastic model``, ``table3 4gb batch N``), the
     xPU's AR step at the same batch. Figures: ``tokens_per_s`` (of the faster mode, all
@@ -113,7 +113,8 @@ def perf_task(point: Point) -> dict:
                 else:
                     alpha, source = row[0][0], "table3 4gb batch 1"
         out["alpha_source"] = source
-        sd = em.sd(float(alpha), w["depth"], w["width"])
+        sd = em.sd(float(alpha), w["depth"], w["width"],
+                   None if w["verify"] == "all" else w["verify"])
         sd_tps = 1.0 / sd.per_token_s
         sd_pj = sum(sd.energy_per_token.values())
         out.update(alpha=float(alpha), sd_tokens=sd.tokens, sd_ms_token=sd.per_token_s * 1e3,

@@ -300,10 +300,10 @@ def test_the_rate_line_of_a_run_with_nothing_to_run_or_in_process(tmp_path, caps
 def test_a_paper_point_is_table3(tmp_path):
     """A point on the unchanged paper-4gb preset at the paper's alpha and tree gives Table 3's
     Phi_AR and Phi_SD (the same model through ``platform(arch=)``)."""
-    d, w = pe.TREE
+    d, w, v = pe.TREE
     spec = parse_spec({"workload": {"model": ["qwen3-30b-a3b"], "batch": [4],
                                     "scheme": ["eagle"], "alpha": [0.33], "depth": [d],
-                                    "width": [w], "hb": ["4gb"]}}, path="t.yaml")
+                                    "width": [w], "verify": [v], "hb": ["4gb"]}}, path="t.yaml")
     (point,) = expand(spec)
     got = sweep_tasks.perf_task(point)
     row = next(r for r in pe.table3("4gb") if r["model"] == "qwen3-30b-a3b"
@@ -318,7 +318,7 @@ def test_a_paper_point_is_table3(tmp_path):
     assert got["sd_pj_token"] == pytest.approx(row["sd_pj_token"], rel=1e-12)
     ours = pe.platform("ours", "4gb")
     em = pe.EvalModel("qwen3-30b-a3b", ours, "eagle", batch=4)
-    whole = (sum(em.sd(0.33, d, w).energy_per_token.values()) if got["mode"] == "sd"
+    whole = (sum(em.sd(0.33, d, w, v).energy_per_token.values()) if got["mode"] == "sd"
              else sum(em.ar().energy(ours).values()) / 4)
     assert got["pj_per_token"] == pytest.approx(whole, rel=1e-12)
     assert got["access_pj_per_token"] == pytest.approx(
@@ -524,6 +524,13 @@ BAD = [
     ("workload:\n  model: [qwen3-30b-a3b]\n  batch: [0]\n",
      "{spec}: point 0 (model=qwen3-30b-a3b, batch=0): batch: expected a positive integer, "
      "got 0"),
+    # a swept tree smaller than the default verify size: the message says to give verify
+    ("workload:\n  model: [qwen3-30b-a3b]\n  depth: [2]\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b, depth=2): verify: expected all or 1 .. depth x "
+     "width = 16 nodes, got 39 (the default, paper_eval.TREE's: give verify)"),
+    ("workload:\n  model: [qwen3-30b-a3b]\n  verify: [0]\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b, verify=0): verify: expected all or 1 .. depth x "
+     "width = 56 nodes, got 0"),
     ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: ['pes >']\n",
      "{spec}: constraints[0]: 'pes >' does not parse (invalid syntax)"),
     ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: ['pez > 4']\n",
@@ -717,6 +724,6 @@ def test_the_example_spec_is_valid():
     assert len(pts) == 384 and all(p.tasks["perf"] and not p.tasks["area"] for p in pts)
     # its comment names the SD tree the points get (the workload's default, paper_eval.TREE)
     text = (ROOT / "examples" / "sweep_paper.yaml").read_text()
-    assert f"EAGLE-SD ({pe.TREE[0]} x {pe.TREE[1]} tree)" in text
-    assert {(p.workload["depth"], p.workload["width"]) for p in pts
+    assert f"EAGLE-SD ({pe.TREE[0]} x {pe.TREE[1]} tree, {pe.TREE[2]} verified)" in text
+    assert {(p.workload["depth"], p.workload["width"], p.workload["verify"]) for p in pts
             if p.workload["scheme"] != "ar"} == {pe.TREE}
