@@ -95,6 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, but an unknown option of a command is that command's error
+    (its usage and ``elmoe3d CMD: error: unrecognized arguments: ...``, exit 2), not the
+    top-level parser's."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 class _ClosedPipeGuard:
     """Standard output while a command runs: once a write or flush meets a reader that has gone
     (:class:`BrokenPipeError`), standard output is pointed at ``/dev/null`` (also for the
@@ -136,7 +147,7 @@ class _ClosedPipeGuard:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     from ..sw.golden.quant import QuantizationError
     stdout = sys.stdout
     if stdout is not None:

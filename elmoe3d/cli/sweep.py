@@ -85,15 +85,20 @@ def run(args) -> int:
     def say(message, **kw):
         console.print(message, markup=False, soft_wrap=True)
     if args.check:
-        points = expand(spec)
+        counts = {}
+        points = expand(spec, counts)
         tasks = {k: sum(1 for p in points if p.tasks.get(k))
                  for k in ("perf", "area", "timing", "rtl")}
         drawn = ""
         if spec.sampling != "grid":
             distinct = len({json.dumps(p.config, sort_keys=True) for p in points})
             drawn = f"; {spec.samples} samples -> {distinct} distinct configurations"
+        dropped = "".join(f", {n} {what}" for n, what in (
+            (counts["constrained"], "dropped by the constraints"),
+            (counts["duplicates"], "equal to another point")) if n)
         say(f"{args.spec}: {len(points)} valid points (sampling {spec.sampling}, seed "
-            f"{spec.seed}{drawn}); tasks: " + ", ".join(f"{k} {v}" for k, v in tasks.items()))
+            f"{spec.seed}{drawn}{dropped}); tasks: "
+            + ", ".join(f"{k} {v}" for k, v in tasks.items()))
         perf_only = _perf_blind(spec)
         if perf_only and tasks["area"] == tasks["rtl"] == 0:
             say("note: the perf model does not read " + ", ".join(perf_only) + ": without an "

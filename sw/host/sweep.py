@@ -500,7 +500,8 @@ def pareto_plots(rows, out_dir) -> dict:
                 ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], s=14, alpha=0.7,
                            label=s)
             # one front per batch: points of different batches are different workloads
-            for k, b in enumerate(sorted({r.get("batch") for r in good}, key=str)):
+            for k, b in enumerate(sorted({r.get("batch") for r in good},
+                                         key=lambda b: (b is None, b or 0))):
                 sel = [i for i, r in enumerate(good) if r.get("batch") == b]
                 front = [sel[i] for i in pareto_front([xs[i] for i in sel],
                                                       [ys[i] for i in sel])]

@@ -554,12 +554,16 @@ def _check_workload(w):
                          f"workload.alpha")
 
 
-def expand(spec: SweepSpec) -> list:
+def expand(spec: SweepSpec, counts: dict | None = None) -> list:
     """Every point of ``spec`` (config points x the workload grid), constraints applied,
     duplicates dropped (points equal in everything their results depend on: an AR point's
     alpha and SD tree, a perf point's bench seed and length do not count), each validated;
-    a list of :class:`Point`. Raises :class:`UserError` naming the spec, the point and the
-    field for the first invalid point (nothing runs)."""
+    a list of :class:`Point`. ``counts``, when given, gets ``constrained`` (combinations a
+    constraint dropped) and ``duplicates`` (combinations equal to an earlier point). Raises
+    :class:`UserError` naming the spec, the point and the field for the first invalid point
+    (nothing runs)."""
+    counts = {} if counts is None else counts
+    counts.update(constrained=0, duplicates=0)
     wnames = list(spec.workload)
     wgrid = [dict(zip(wnames, combo)) for combo in
              itertools.product(*(spec.workload[n]["values"] for n in wnames))]
@@ -592,6 +596,7 @@ def expand(spec: SweepSpec) -> list:
                 if not keep:
                     break
             if not keep:
+                counts["constrained"] += 1
                 continue
             try:
                 arch = build_arch(base, cfg)
@@ -633,6 +638,7 @@ def expand(spec: SweepSpec) -> list:
                 seed = None
             pid = point_id(base, cfg, workload, id_tasks, seed)
             if pid in seen:
+                counts["duplicates"] += 1
                 continue
             seen.add(pid)
             points.append(Point(index=len(points), id=pid, base=base, config=dict(cfg),

@@ -30,6 +30,21 @@ def test_help_lists_every_paper_figure():
         assert f"{figure} (" in paper_help, figure
 
 
+@pytest.mark.parametrize("argv,extra", [(["paper", "table3", "--model", "mixtral"],
+                                         "--model mixtral"),
+                                        (["sweep", "s.yaml", "--chek"], "--chek")])
+def test_an_unknown_option_is_the_commands_error(capsys, argv, extra):
+    """New-user trial: an unknown option of a command printed the top-level usage and
+    ``elmoe3d: error``; it is the command's usage and error line (exit 2), before any work."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: elmoe3d {argv[0]} ")
+    assert err.strip().splitlines()[-1] == \
+        f"elmoe3d {argv[0]}: error: unrecognized arguments: {extra}"
+
+
 @pytest.mark.parametrize("argv", [
     ["run", "--trace", "gsm8k", "--model", "mixtral-8x7b", "--config", "paper-8gb"],
     ["sim"], ["bench"], ["paper-pe"]])

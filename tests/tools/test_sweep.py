@@ -400,6 +400,11 @@ def test_ext_bandwidth_is_swept_through_the_channel_count(capsys, tmp_path):
     assert cli.main(["sweep", str(spec), "--check"]) == 0
     out = capsys.readouterr().out
     assert "3 valid points" in out and "note:" not in out
+    # --check says how many combinations the constraints dropped (new-user trial: it was silent)
+    assert "3 valid points (sampling grid, seed 0, 6 dropped by the constraints)" in out
+    counts = {}
+    assert len(expand(load_spec(spec), counts)) == 3
+    assert counts == {"constrained": 6, "duplicates": 0}
 
 
 def test_hb_is_empty_when_the_base_or_the_hb_capacity_is_not_paper_hb():
