@@ -120,7 +120,7 @@ def _tree(text):
     if len(tree) == 3 and not 1 <= tree[2] <= d * w:
         raise UserError(f"--tree: the verify size V must be 1 .. D x W = {d * w} nodes, "
                         f"got {text!r}")
-    return tree
+    return tree if len(tree) == 3 else (d, w, d * w)      # D,W: every node verified
 
 
 def _tree_text(row, short: bool = False) -> str:
@@ -500,15 +500,17 @@ def _fig12(args) -> int:
     hb_gib, ext_gib = _capacities_gib(args.hb)
     t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {args.hb[:-2]} GB: "
                     f"memory mapping (GiB; the HB holds {hb_gib:g} GiB) and one SD iteration "
-                    f"({_tree_text(rows[0])})")
+                    + ("(the fastest tree per scheme)" if tree == "best"
+                       else f"({_tree_text(rows[0])})"))
     for col in ("scheme", "HB static", "HB KV", "HB draft", "HB expert cache", "EXT",
-                "alpha", "accept length", "draft ms", "verify ms", "Phi_SD"):
+                "alpha", "tree", "accept length", "draft ms", "verify ms", "Phi_SD"):
         t.add_column(col, justify="left" if col == "scheme" else "right")
     for r in rows:
         h = {k: _gib(v) for k, v in r["hb"].items()}
         t.add_row(r["scheme"], f"{h['static']:.2f}", f"{h['kv']:.2f}", f"{h['draft']:.2f}",
                   f"{h['expert cache']:.2f}", f"{_gib(sum(r['ext'].values())):.1f}",
-                  f"{r['alpha']:.2f}", f"{r['accept']:.2f}", f"{r['draft_ms']:.1f}",
+                  f"{r['alpha']:.2f}", _tree_text(r, short=True), f"{r['accept']:.2f}",
+                  f"{r['draft_ms']:.1f}",
                   f"{r['verify_ms']:.1f}", f"{r['phi_sd']:.2f}")
     console.print(t)
     console.print("alpha: " + ("Elastic-SD's from the alpha model at this HB, the other schemes' "

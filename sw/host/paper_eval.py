@@ -300,7 +300,7 @@ def accepted_tokens(alpha: float, depth: int, width: int, verify: int | None = N
     the nodes of highest path probability) yields under this acceptance. Raises
     :class:`UserError` for an alpha outside [0, 1), a depth or width below 1, or a verify size
     outside 1 .. ``depth x width``."""
-    if not 0 <= alpha < 1:
+    if isinstance(alpha, bool) or not 0 <= alpha < 1:
         raise UserError(f"alpha: expected a rate in [0, 1), got {alpha!r}")
     for name, v in (("depth", depth), ("width", width)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -311,7 +311,7 @@ def accepted_tokens(alpha: float, depth: int, width: int, verify: int | None = N
     if not isinstance(verify, int) or isinstance(verify, bool) or not 1 <= verify <= budget:
         raise UserError(f"SD tree verify: expected 1 .. depth x width = {budget} nodes, "
                         f"got {verify!r}")
-    return _tokens_by_verify(float(alpha), depth, width)[verify]
+    return float(_tokens_by_verify(float(alpha), depth, width)[verify])
 
 
 def pick_probabilities(weights, top_k: int) -> np.ndarray:
@@ -677,7 +677,8 @@ class EvalModel:
 
     HB placement (Fig. 12) is fixed at construction: :attr:`hb_static` (fraction of the static
     weights in HB), :attr:`hb_kv` (of the KV cache), :attr:`draft_in_hb`, :attr:`slots` (expert
-    cache slots a MoE layer)."""
+    cache slots a MoE layer). :meth:`sd` keeps each draft and verify step it costs: change
+    none of these (nor ``draft_slots``, ``form``, ``intra``) after the first :meth:`sd`."""
 
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
@@ -1044,10 +1045,16 @@ def tree_grid(depths=None, widths=None):
     """The SD trees :func:`calibrate_tree` and :meth:`EvalModel.best_sd` search: ``(depth,
     width, verify)`` over ``depths`` x ``widths`` (default :data:`TREE_DEPTHS` x
     :data:`TREE_WIDTHS`) and verify sizes ``depth .. depth x width`` (fewer than ``depth``
-    nodes cannot reach the deepest level: a shallower tree yields as much for less draft)."""
-    depths = TREE_DEPTHS if depths is None else depths
-    widths = TREE_WIDTHS if widths is None else widths
-    return [(d, w, v) for d in depths for w in widths for v in range(d, d * w + 1)]
+    nodes cannot reach the deepest level: a shallower tree yields as much for less draft).
+    Raises :class:`UserError` for a depth or width below 1 or an empty grid."""
+    grid = []
+    for name, values, default in (("depth", depths, TREE_DEPTHS), ("width", widths, TREE_WIDTHS)):
+        values = list(default if values is None else values)
+        if not values or any(isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                             or v < 1 for v in values):
+            raise UserError(f"SD tree {name}s: expected positive integers, got {values!r}")
+        grid.append([int(v) for v in values])
+    return [(d, w, v) for d in grid[0] for w in grid[1] for v in range(d, d * w + 1)]
 
 
 # == Table 3 =======================================================================================

@@ -19,6 +19,7 @@ A spec (YAML shown; TOML has the same keys)::
       depth: [8]                   # SD tree (default 7 x 8 verifying 39 nodes, TREE)
       width: [6]
       verify: [all]                # nodes verified a sequence: 1 .. depth x width, or all
+                                   # (the default when depth or width is given, else 39)
       hb: [4gb, 8gb]               # the base preset paper-<hb> when `base` is not given
     constraints:                   # expressions over the point's fields (the base preset's
                                    # overlaid with the point's), before ArchConfig; false drops it
@@ -74,7 +75,8 @@ CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ArchConfig)
     + tuple(f"tile.{f.name}" for f in dataclasses.fields(TileConfig))
 #: Workload axes and their defaults (``None``: derived per point, see :func:`expand`); the SD
 #: tree's are :data:`~.paper_eval.TREE`'s (7 x 8, 39 nodes verified; ``tests/tools/test_sweep.py``
-#: checks it); ``verify`` is a node count or ``"all"`` (every node of the tree).
+#: checks it); ``verify`` is a node count or ``"all"`` (every node of the tree: the default
+#: when a spec gives ``depth`` or ``width`` but not ``verify``).
 WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic", "depth": 7, "width": 8,
                    "verify": 39, "hb": "4gb", "alpha": None, "context": 1024}
 #: Config fields that change the HB capacity: sweeping one leaves a point's ``hb`` empty (the
@@ -539,10 +541,10 @@ def _check_workload(w):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise _WorkloadError(k, f"expected a positive integer, got {v!r}")
     v, nodes = w["verify"], w["depth"] * w["width"]
-    if v != "all" and (not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= nodes):
+    if w["scheme"] != "ar" and v != "all" and (not isinstance(v, int) or isinstance(v, bool)
+                                               or not 1 <= v <= nodes):
         raise _WorkloadError("verify", f"expected all or 1 .. depth x width = {nodes} nodes, "
-                             f"got {v!r}" + (" (the default, paper_eval.TREE's: give verify)"
-                                             if v == WORKLOAD_FIELDS["verify"] else ""))
+                             f"got {v!r}")
     if w["hb"] not in ("4gb", "8gb", None):
         raise _WorkloadError("hb", f"expected 4gb or 8gb, got {w['hb']!r}")
     a = w["alpha"]
@@ -571,6 +573,8 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
     for cfg in _config_points(spec):
         for wl in wgrid:
             workload = {**WORKLOAD_FIELDS, **wl}
+            if "verify" not in wl and ("depth" in wl or "width" in wl):
+                workload["verify"] = "all"          # TREE's 39 nodes are the 7 x 8 tree's
             base = spec.base or f"paper-{workload['hb']}"
             if spec.base or any(f in cfg for f in HB_FIELDS):
                 workload["hb"] = None               # not paper-<hb>'s capacity: see hb_gb
@@ -631,6 +635,8 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
             if workload["scheme"] == "ar":
                 workload = {**workload, "alpha": None, "depth": None, "width": None,
                             "verify": None}
+            elif workload["verify"] == "all":       # one id for a tree's every node
+                workload = {**workload, "verify": workload["depth"] * workload["width"]}
             id_tasks = dict(tasks)
             seed = spec.seed
             if not tasks["rtl"]:

@@ -113,8 +113,7 @@ def perf_task(point: Point) -> dict:
                 else:
                     alpha, source = row[0][0], "table3 4gb batch 1"
         out["alpha_source"] = source
-        sd = em.sd(float(alpha), w["depth"], w["width"],
-                   None if w["verify"] == "all" else w["verify"])
+        sd = em.sd(float(alpha), w["depth"], w["width"], w["verify"])
         sd_tps = 1.0 / sd.per_token_s
         sd_pj = sum(sd.energy_per_token.values())
         out.update(alpha=float(alpha), sd_tokens=sd.tokens, sd_ms_token=sd.per_token_s * 1e3,

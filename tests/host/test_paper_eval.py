@@ -230,12 +230,19 @@ def test_accepted_tokens_refuses_bad_trees():
     for args, match in (((1.0, 2, 2), "alpha"), ((0.5, 0, 2), "depth"), ((0.5, 2, 0), "width"),
                         ((0.5, 2, 2, 0), "verify: expected 1 .. depth x width = 4"),
                         ((0.5, 2, 2, 5), "verify"), ((0.5, 2, 2, 2.0), "verify"),
-                        ((0.5, True, 2), "depth")):
+                        ((0.5, True, 2), "depth"), ((False, 2, 2), "alpha")):
         with pytest.raises(UserError, match=match):
             pe.accepted_tokens(*args)
+    assert type(pe.accepted_tokens(0.5, 2, 2)) is float
     em = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours"), "elastic")
     with pytest.raises(UserError, match="SD tree verify"):
         em.sd(0.5, 3, 2, 7)
+    # best_sd's grid: positive integers (NumPy's too), not empty
+    assert em.best_sd(0.5, np.arange(1, 3), [2]).depth in (1, 2)
+    for depths, widths, match in (([], None, "depths"), ([0, 2], None, "depths"),
+                                  ([2], [1.5], "widths"), ([True], None, "depths")):
+        with pytest.raises(UserError, match=f"SD tree {match}: expected positive integers"):
+            em.best_sd(0.5, depths, widths)
 
 
 def test_bad_context_depth_and_width_are_refused():

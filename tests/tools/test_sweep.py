@@ -529,10 +529,9 @@ BAD = [
     ("workload:\n  model: [qwen3-30b-a3b]\n  batch: [0]\n",
      "{spec}: point 0 (model=qwen3-30b-a3b, batch=0): batch: expected a positive integer, "
      "got 0"),
-    # a swept tree smaller than the default verify size: the message says to give verify
-    ("workload:\n  model: [qwen3-30b-a3b]\n  depth: [2]\n",
-     "{spec}: point 0 (model=qwen3-30b-a3b, depth=2): verify: expected all or 1 .. depth x "
-     "width = 16 nodes, got 39 (the default, paper_eval.TREE's: give verify)"),
+    ("workload:\n  model: [qwen3-30b-a3b]\n  depth: [2]\n  verify: [39]\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b, depth=2, verify=39): verify: expected all or 1 .. "
+     "depth x width = 16 nodes, got 39"),
     ("workload:\n  model: [qwen3-30b-a3b]\n  verify: [0]\n",
      "{spec}: point 0 (model=qwen3-30b-a3b, verify=0): verify: expected all or 1 .. depth x "
      "width = 56 nodes, got 0"),
@@ -721,6 +720,23 @@ def test_bench_figure_13_names_rows_unlike_the_serial_run():
     assert print_sweep(console, fig) == [
         "13. sweep on 2 worker(s): 3 row(s) differ from the serial run"]
     assert "scaling efficiency rate2 / (2 x rate1) = 0.50" in console.export_text()
+
+
+def test_the_verify_size_of_a_swept_tree():
+    """The SD tree's verify size: TREE's when the spec gives no tree; every node when it gives
+    a depth or width but no verify (TREE's 39 nodes are its 7 x 8 tree's), ``all`` the same
+    point as the node count; AR points carry none and are not checked against it."""
+    def points(workload):
+        return expand(parse_spec({"workload": {"model": ["qwen3-30b-a3b"], **workload}},
+                                 path="t.yaml"))
+    (p,) = points({})
+    assert (p.workload["depth"], p.workload["width"], p.workload["verify"]) == pe.TREE
+    (p,) = points({"depth": [2], "width": [3]})
+    assert p.workload["verify"] == 6
+    a, b = points({"depth": [2], "width": [3], "verify": ["all", 6]}), points({"verify": [5]})
+    assert len(a) == 1 and a[0].id == p.id and b[0].workload["verify"] == 5
+    (ar,) = points({"scheme": ["ar"], "depth": [2], "verify": [39]})
+    assert ar.workload["verify"] is None and ar.workload["depth"] is None
 
 
 def test_the_example_spec_is_valid():
