@@ -124,7 +124,7 @@ def _tree(text):
 
 
 def _tree_text(row, short: bool = False) -> str:
-    """A result row's SD tree: ``7x12 v37`` (``short``) or ``depth 7 x width 12, 37 nodes
+    """A result row's SD tree: ``7x8 v39`` (``short``) or ``depth 7 x width 8, 39 nodes
     verified``."""
     d, w, v = row["depth"], row["width"], row["verify"]
     return f"{d}x{w} v{v}" if short else f"depth {d} x width {w}, {v} nodes verified"
