@@ -60,6 +60,7 @@ import numpy as np
 
 from ...config import ArchConfig, ConfigError, TileConfig, preset
 from ...errors import UserError
+from .paper_eval import TREE
 
 
 __all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "compile_expr",
@@ -74,11 +75,11 @@ CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ArchConfig)
                       if f.name not in ("name", "tile", "hb", "ext", "iomem_split")) \
     + tuple(f"tile.{f.name}" for f in dataclasses.fields(TileConfig))
 #: Workload axes and their defaults (``None``: derived per point, see :func:`expand`); the SD
-#: tree's are :data:`~.paper_eval.TREE`'s (7 x 8, 39 nodes verified; ``tests/tools/test_sweep.py``
-#: checks it); ``verify`` is a node count or ``"all"`` (every node of the tree: the default
-#: when a spec gives ``depth`` or ``width`` but not ``verify``).
-WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic", "depth": 7, "width": 8,
-                   "verify": 39, "hb": "4gb", "alpha": None, "context": 1024}
+#: tree's are :data:`~.paper_eval.TREE`'s; ``verify`` is a node count or ``"all"`` (every node
+#: of the tree: the default when a spec gives ``depth`` or ``width`` but not ``verify``).
+WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic",
+                   **dict(zip(("depth", "width", "verify"), TREE)), "hb": "4gb", "alpha": None,
+                   "context": 1024}
 #: Config fields that change the HB capacity: sweeping one leaves a point's ``hb`` empty (the
 #: ``hb_gb`` column has the capacity), as does a ``base:`` preset.
 HB_FIELDS = ("hb_bank_bytes",)
@@ -574,7 +575,7 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
         for wl in wgrid:
             workload = {**WORKLOAD_FIELDS, **wl}
             if "verify" not in wl and ("depth" in wl or "width" in wl):
-                workload["verify"] = "all"          # TREE's 39 nodes are the 7 x 8 tree's
+                workload["verify"] = "all"          # TREE's verify size is for its own tree
             base = spec.base or f"paper-{workload['hb']}"
             if spec.base or any(f in cfg for f in HB_FIELDS):
                 workload["hb"] = None               # not paper-<hb>'s capacity: see hb_gb
