@@ -59,7 +59,7 @@ __all__ = ["Expert", "ExpertResult", "ref_expert", "ref_moe", "float_expert", "f
 EXPERT_MODES = (Mode.FULL, Mode.DRAFT)
 
 
-def _mode(mode) -> Mode:
+def _mode(mode, what: str = "an expert") -> Mode:
     if isinstance(mode, str):
         try:
             mode = Mode[mode.upper()]
@@ -68,7 +68,7 @@ def _mode(mode) -> Mode:
                              f"got {mode!r}") from None
     mode = Mode(mode)
     if mode not in EXPERT_MODES:
-        raise ValueError(f"mode: an expert runs in FULL or DRAFT, not {mode.name}")
+        raise ValueError(f"mode: {what} runs in FULL or DRAFT, not {mode.name}")
     return mode
 
 

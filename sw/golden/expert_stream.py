@@ -376,6 +376,120 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
                        chunks=chunks, raw_output=raw_output)
 
 
+class _FullStream:
+    """The buffer-fulls of a streamed program in program order, then their emission (one
+    place for the expert program, :func:`stream_pe_program`, and the plain GEMM's,
+    :func:`stream_linear_program`). A buffer-full is a dict: ``loads`` (its weight LOADs),
+    ``gemms`` (GEMM fields), ``head`` (IOMEM LOADs before the weights: a tile's TOK and x, or
+    a streamed x chunk; the first fenced), ``before`` / ``after`` (execute commands around
+    the GEMMs), ``late`` (its x slot overlaps the previous full's: its loads wait for that
+    full's GEMMs)."""
+
+    def __init__(self, pe, full: bool, placement: Placement):
+        self.pe, self.full, self.placement = pe, full, placement
+        self.fulls: list = []
+        self._x_prev: list = []                   # ACT words of the last x slot used
+
+    def __len__(self):
+        return len(self.fulls)
+
+    def matrix(self, mat, cbs, gemm_of, before=(), per=None, x_rows=None, x_base=0):
+        """Append the buffer-fulls of ``mat``'s column blocks ``cbs`` (:meth:`_Matrix.fulls`
+        at ``per`` groups); ``gemm_of(cb)`` gives a block's GEMM fields (``psum_in`` on its
+        last GEMM); ``before`` runs ahead of the first full's GEMMs; ``x_rows`` (``[g, R,
+        32]`` INT8): x streams, each full's K chunk into the free one of two ``per``-group
+        ACT slots from ``x_base``."""
+        full, fulls, x_prev = self.full, self.fulls, self._x_prev
+        first = True
+        for cb0, n, g0, g1 in mat.fulls(cbs, per):
+            G = mat.groups
+            gemms = []
+            head = []
+            act_base = None
+            late = False
+            if x_rows is not None:                 # streamed x: this chunk into a slot
+                # the slot the previous buffer-full (maybe still running) does not use; where
+                # the slots moved (the next chunk of the second pass) and both overlap it, the
+                # loads wait for that full's GEMMs (emitted after them, fenced)
+                free = [x_base + i * per for i in (0, 1)
+                        if not (x_prev and x_base + i * per < x_prev[1]
+                                and x_prev[0] < x_base + (i + 1) * per)]
+                late = not free
+                slot = free[0] if free else x_base
+                x_prev[:] = [slot, slot + (g1 - g0)]
+                head = [(Target.ACT, slot, pack_act(x_rows[g0:g1], self.pe))]
+                act_base = slot
+            for j in range(n):
+                cb = cb0 + j
+                base = dict(wbuf=0, act_base=0, w_base=j * (g1 - g0), row_blocks=1,
+                            col_blocks=1, groups=g1 - g0, tok_base=0)
+                base.update(gemm_of(cb))
+                base["act_base"] = act_base if act_base is not None else base["act_base"] + g0
+                pin = base.pop("psum_in", False)
+                if full:
+                    gemms.append(dict(base, mode=Mode.LSB_ONLY, acc_cont=g0 > 0,
+                                      acc_hold=True))
+                    gemms.append(dict(base, mode=Mode.MSB_ONLY, acc_cont=True,
+                                      acc_hold=g1 < G, psum_in=pin and g1 == G))
+                elif n > 1 and g1 - g0 == G:
+                    if j == 0:                             # one DRAFT GEMM of n blocks
+                        gemms.append(dict(base, mode=Mode.DRAFT, col_blocks=n, psum_in=pin))
+                else:
+                    gemms.append(dict(base, mode=Mode.DRAFT, acc_cont=g0 > 0, acc_hold=g1 < G,
+                                      psum_in=pin and g1 == G))
+            fulls.append(dict(loads=mat.words(cb0, n, g0, g1, full), gemms=gemms,
+                              before=list(before) if first else [], head=head, late=late))
+            first = False
+
+    def emit(self, prog, ld: list, counts: dict) -> int:
+        """Emit the program after its first CLEAR: the loads of buffer-full m follow the GEMMs
+        of full m - 2 (its buffer's last user, which releases it); a tile's TOK and x (fenced:
+        every execute command before them, the previous tile's down GEMMs and OUTPUT,
+        completes first) follow the previous tile's last execute command, and the loads after
+        them keep program order. Appends the ``ld`` words, counts them by kind (``weight``,
+        ``act``, ``tok``) and returns the GEMM beats."""
+        fulls, placement = self.fulls, self.placement
+        pos = []
+        for m, f in enumerate(fulls):
+            tile_head = any(t is Target.TOK for t, _, _ in f["head"])
+            p = m - 1 if ((tile_head or f.get("late")) and m > 0) else m - 2
+            pos.append(max(p, pos[-1] if pos else -1))
+        prog.clear(out=True, rowmax=True, flags=True, counters=True)
+
+        def emit_loads(k):
+            f = fulls[k]
+            b = k % 2
+            for n, (target, addr, words) in enumerate(f["head"]):
+                prog.load(target, addr=addr, words=len(words), fence=n == 0 and k > 0)
+                ld.extend(words_to_ints(words))
+                counts["tok" if target is Target.TOK else "act"] += len(words)
+            for n, (target, words, key) in enumerate(f["loads"]):
+                src, hb_addr = placement.source(target, key, words)
+                prog.load(target, buf=b, addr=0, words=len(words),
+                          signal=n == len(f["loads"]) - 1, src=src, hb_addr=hb_addr)
+                ld.extend(words_to_ints(words))
+                counts["weight"] += len(words)
+
+        for m in range(len(fulls)):
+            if pos[m] == -1:
+                emit_loads(m)
+        beats = 0
+        for k, f in enumerate(fulls):
+            for kind, args in f["before"]:
+                getattr(prog, kind)(**args)
+            b = k % 2
+            for n, g in enumerate(f["gemms"]):
+                prog.gemm(**dict(g, wbuf=b, wait=n == 0, release=n == len(f["gemms"]) - 1))
+                beats += g["groups"] * g["col_blocks"]
+            for kind, args in f.get("after", ()):
+                getattr(prog, kind)(**args)
+            for m in range(k + 1, min(k + 3, len(fulls))):
+                if pos[m] == k:
+                    emit_loads(m)
+        prog.status()
+        return beats
+
+
 #: Roles of a PE in :func:`stream_pe_program`: ``single`` (one PE: COMBINE, OUTPUT), ``root``
 #: (a group's K-split down: each column block's last GEMM adds the other PEs' psums from
 #: ``link_i``, COMBINE, OUTPUT), ``member`` (each column block's psums out on ``link_o``, RAW).
@@ -419,54 +533,9 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
     ld: list = []
     counts = {"weight": 0, "act": 0, "tok": 0}
     chunks = []
-    # the stream of buffer-fulls, in program order: ``loads`` (weights), ``gemms``, ``head``
-    # (IOMEM LOADs before the weights: a tile's TOK and x, or a streamed x chunk; the first
-    # fenced), ``before`` / ``after`` (execute commands around the GEMMs)
-    fulls = []
-
-    x_prev: list = []                              # ACT words of the last x slot used
-
-    def matrix_fulls(mat, cbs, gemm_of, before=(), per=None, x_rows=None, x_base=0):
-        first = True
-        for cb0, n, g0, g1 in mat.fulls(cbs, per):
-            G = mat.groups
-            gemms = []
-            head = []
-            act_base = None
-            late = False
-            if x_rows is not None:                 # streamed x: this chunk into a slot
-                # the slot the previous buffer-full (maybe still running) does not use; where
-                # the slots moved (the next chunk of the second pass) and both overlap it, the
-                # loads wait for that full's GEMMs (emitted after them, fenced)
-                free = [x_base + i * per for i in (0, 1)
-                        if not (x_prev and x_base + i * per < x_prev[1]
-                                and x_prev[0] < x_base + (i + 1) * per)]
-                late = not free
-                slot = free[0] if free else x_base
-                x_prev[:] = [slot, slot + (g1 - g0)]
-                head = [(Target.ACT, slot, pack_act(x_rows[g0:g1], pe))]
-                act_base = slot
-            for j in range(n):
-                cb = cb0 + j
-                base = dict(wbuf=0, act_base=0, w_base=j * (g1 - g0), row_blocks=1,
-                            col_blocks=1, groups=g1 - g0, tok_base=0)
-                base.update(gemm_of(cb))
-                base["act_base"] = act_base if act_base is not None else base["act_base"] + g0
-                pin = base.pop("psum_in", False)
-                if full:
-                    gemms.append(dict(base, mode=Mode.LSB_ONLY, acc_cont=g0 > 0,
-                                      acc_hold=True))
-                    gemms.append(dict(base, mode=Mode.MSB_ONLY, acc_cont=True,
-                                      acc_hold=g1 < G, psum_in=pin and g1 == G))
-                elif n > 1 and g1 - g0 == G:
-                    if j == 0:                             # one DRAFT GEMM of n blocks
-                        gemms.append(dict(base, mode=Mode.DRAFT, col_blocks=n, psum_in=pin))
-                else:
-                    gemms.append(dict(base, mode=Mode.DRAFT, acc_cont=g0 > 0, acc_hold=g1 < G,
-                                      psum_in=pin and g1 == G))
-            fulls.append(dict(loads=mat.words(cb0, n, g0, g1, full), gemms=gemms,
-                              before=list(before) if first else [], head=head, late=late))
-            first = False
+    stream = _FullStream(pe, full, placement)
+    fulls = stream.fulls
+    matrix_fulls = stream.matrix
 
     n_ic = I // plan.i_chunk
     cb_per_ic = plan.i_chunk // (L // 2)
@@ -537,48 +606,7 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
                                                   raw=raw_output))]
             chunks.append((t0, R, c0, ch))
 
-    # ---- emit: the loads of buffer-full m follow the GEMMs of full m - 2 (its buffer's last
-    # user, which releases it); a tile's TOK and x (fenced: every execute command before them,
-    # the previous tile's down GEMMs and OUTPUT, completes first) follow the previous tile's
-    # last execute command, and the loads after them keep program order ----------------------
-    pos = []
-    for m, f in enumerate(fulls):
-        tile_head = any(t is Target.TOK for t, _, _ in f["head"])
-        p = m - 1 if ((tile_head or f.get("late")) and m > 0) else m - 2
-        pos.append(max(p, pos[-1] if pos else -1))
-    prog.clear(out=True, rowmax=True, flags=True, counters=True)
-
-    def emit_loads(k):
-        f = fulls[k]
-        b = k % 2
-        for n, (target, addr, words) in enumerate(f["head"]):
-            prog.load(target, addr=addr, words=len(words), fence=n == 0 and k > 0)
-            ld.extend(words_to_ints(words))
-            counts["tok" if target is Target.TOK else "act"] += len(words)
-        for n, (target, words, key) in enumerate(f["loads"]):
-            src, hb_addr = placement.source(target, key, words)
-            prog.load(target, buf=b, addr=0, words=len(words),
-                      signal=n == len(f["loads"]) - 1, src=src, hb_addr=hb_addr)
-            ld.extend(words_to_ints(words))
-            counts["weight"] += len(words)
-
-    for m in range(len(fulls)):
-        if pos[m] == -1:
-            emit_loads(m)
-    beats = 0
-    for k, f in enumerate(fulls):
-        for kind, args in f["before"]:
-            getattr(prog, kind)(**args)
-        b = k % 2
-        for n, g in enumerate(f["gemms"]):
-            prog.gemm(**dict(g, wbuf=b, wait=n == 0, release=n == len(f["gemms"]) - 1))
-            beats += g["groups"] * g["col_blocks"]
-        for kind, args in f.get("after", ()):
-            getattr(prog, kind)(**args)
-        for m in range(k + 1, min(k + 3, len(fulls))):
-            if pos[m] == k:
-                emit_loads(m)
-    prog.status()
+    beats = stream.emit(prog, ld, counts)
     info = {"tiles": (T + R - 1) // R, "passes": plan.passes, "x_stream": plan.x_stream,
             "gemm_beats": beats, "ld_words": len(ld), "weight_words": counts["weight"],
             "act_words": counts["act"] + counts["tok"], "commands": prog.counts(),
