@@ -31,7 +31,7 @@ from ...errors import UserError
 from .models import ModelPreset, g32_bytes, model_preset
 
 
-__all__ = ["DecoderShape", "DECODER_SHAPES", "DECODER_SOURCES", "decoder_shape",
+__all__ = ["DecoderShape", "DECODER_SHAPES", "DECODER_SOURCES", "decoder_shape", "gqa_attention_gemms",
            "weight_bytes", "KV_BYTES", "DecoderSizes"]
 
 #: Bytes of one cached K or V value (FP16; the paper gives no KV precision).
@@ -42,6 +42,16 @@ def weight_bytes(weights, bits=8) -> float:
     """Bytes of ``weights`` G32-quantized weights at ``bits`` bits (8: INT8, 4: the MSB slice)
     with one FP16 scale per :data:`~.models.QUANT_GROUP` weights (:func:`~.models.g32_bytes`)."""
     return g32_bytes(weights, bits)
+
+
+def gqa_attention_gemms(q_heads: int, kv_heads: int, head_dim: int, context: int) -> tuple:
+    """The attention GEMMs of one token of one sequence over ``context`` cached tokens in one
+    grouped-query layer (:meth:`DecoderShape.attention_gemms`' form): per KV head,
+    ``scores`` (``q_heads / kv_heads`` query rows x ``head_dim`` -> ``context``) and
+    ``values`` (``context`` -> ``head_dim``)."""
+    g = q_heads // kv_heads
+    return (("scores", head_dim, context, g, kv_heads),
+            ("values", context, head_dim, g, kv_heads))
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,37 @@ class DecoderShape:
         kv_b = self.kv_lora_rank * self.q_heads * (self.qk_nope_dim + self.v_head_dim)
         o = self.q_heads * self.v_head_dim * H
         return q + kv_a + kv_b + o
+
+    @property
+    def attention_linears(self) -> tuple:
+        """One layer's attention projections as linear layers, ``(name, K, N)`` (in and out
+        features, PyTorch ``Linear`` shapes): GQA ``q``, ``k``, ``v``, ``o``; MLA ``q`` (or
+        ``q_a`` and ``q_b`` with a query rank), ``kv_a`` (to the compressed KV and the RoPE
+        key), ``kv_b``, ``o``. Their ``K x N`` sum to :attr:`attention_weights`."""
+        H = self.model.hidden
+        if self.attention == "gqa":
+            q, kv = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
+            return (("q", H, q), ("k", H, kv), ("v", H, kv), ("o", q, H))
+        qk = self.q_heads * (self.qk_nope_dim + self.qk_rope_dim)
+        q = ((("q_a", H, self.q_lora_rank), ("q_b", self.q_lora_rank, qk)) if self.q_lora_rank
+             else (("q", H, qk),))
+        return q + (("kv_a", H, self.kv_lora_rank + self.qk_rope_dim),
+                    ("kv_b", self.kv_lora_rank,
+                     self.q_heads * (self.qk_nope_dim + self.v_head_dim)),
+                    ("o", self.q_heads * self.v_head_dim, H))
+
+    def attention_gemms(self, context: int) -> tuple:
+        """One token's attention over ``context`` cached tokens in one full layer as the
+        GEMMs of one sequence, ``(name, K, N, rows, count)``: ``scores`` (the queries times
+        the cached keys) and ``values`` (the scores times the cached values); ``rows`` the
+        query rows one token gives a GEMM (the query heads that share its KV: GQA's
+        ``q_heads / kv_heads``, MLA's absorbed form every head over the compressed KV),
+        ``count`` the GEMMs (GQA's KV heads, MLA's one). ``rows x K x N x count`` sums to
+        :meth:`attention_macs`."""
+        if self.attention == "gqa":
+            return gqa_attention_gemms(self.q_heads, self.kv_heads, self.head_dim, context)
+        return (("scores", self.kv_lora_rank + self.qk_rope_dim, context, self.q_heads, 1),
+                ("values", context, self.kv_lora_rank, self.q_heads, 1))
 
     @property
     def kv_values_per_token(self) -> int:

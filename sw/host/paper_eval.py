@@ -93,12 +93,14 @@ from ...config import preset as arch_preset
 from ...errors import UserError
 from ...synth.energy import DIE_ENERGY, sram_pj_per_byte
 from .compute_calib import FEEDS, ffn_calibration
-from .decoder import KV_BYTES, DecoderShape, decoder_shape, weight_bytes
+from .linear_calib import linear_calibration
+from .decoder import (KV_BYTES, DecoderShape, decoder_shape, gqa_attention_gemms,
+                      weight_bytes)
 from .models import TABLE3_MODELS
 
 
 __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", "SDResult",
-           "DraftModel", "DRAFT_MODELS", "EAGLE3_HEADS", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
+           "DraftModel", "DRAFT_MODELS", "EAGLE3_HEADS", "linear_utilisation", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
            "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig14", "fig14_summary", "PAPER_FIG14",
@@ -257,9 +259,11 @@ ZIPF = {"qwen3-30b-a3b": 1.55, "glm-4.7-flash": 1.1, "deepseek-v2-lite": 0.7,
 #: per point instead. History: (7, 6) -> (8, 6) with the cycle-model compute calibration (issue
 #: 26 item 6), -> (6, 8) jointly with :data:`INTRA_REQUEST`, every node verified (the least
 #: mean error); since 2026-12-05 the verify size fitted too, and the most cells within 15%
-#: first (the least mean error alone gives (7, 12, 37): 42 of the 64 cells within 15% against
-#: 43, Elastic-SD's 6 of 16 against 11).
-TREE = (7, 8, 39)
+#: first ((7, 8, 39); the least mean error alone gave (7, 12, 37): 42 of the 64 cells within 15%
+#: against 43, Elastic-SD's 6 of 16 against 11); -> (7, 12, 36) when the plain GEMMs got their
+#: own program's cycles instead of the routed expert's (2026-12-05, ``linear_calib``): 46 of the
+#: 64 within 15% (the old tree 42), :data:`INTRA_REQUEST` refitted unchanged.
+TREE = (7, 12, 36)
 #: Intra-request routing correlation: the tokens one request brings to a step (an SD tree's
 #: draft and verify rows) share context and route alike (Section 7, "Inference Framework": the
 #: paper's LRU approximation captures "inter/intra-request routing correlation"; Section 7.3,
@@ -459,6 +463,9 @@ class DraftModel:
     bits: int = 16
 
     def __post_init__(self):
+        if self.extra % self.hidden:
+            raise ValueError(f"{self.name}: extra: expected a multiple of hidden "
+                             f"({self.hidden}) weights (a hidden-wide fc), got {self.extra}")
         if self.bits not in (8, 16):
             raise ValueError(f"{self.name}: bits: expected 8 (G32 INT8) or 16 (BF16), got "
                              f"{self.bits!r}")
@@ -474,6 +481,27 @@ class DraftModel:
         attn = self.attn_in * (q + 2 * kv) + q * self.hidden
         return (self.layers * (attn + 3 * self.hidden * self.intermediate)
                 + self.vocab * self.hidden + self.extra)
+
+    @property
+    def linears(self) -> tuple:
+        """Its weights as linear layers of one step, ``(name, K, N, count)`` (``count``
+        layers of the shape): q, k, v, o, gate, up and down of every layer, the LM head, and
+        the fc of ``extra`` weights (EAGLE-3's 3 x hidden -> hidden). ``K x N x count`` sums
+        to :attr:`weights`."""
+        q, kv = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
+        H, L = self.hidden, self.layers
+        out = (("q", self.attn_in, q, L), ("k", self.attn_in, kv, L),
+               ("v", self.attn_in, kv, L), ("o", q, H, L), ("gate", H, self.intermediate, L),
+               ("up", H, self.intermediate, L), ("down", self.intermediate, H, L),
+               ("lm_head", H, self.vocab, 1))
+        return out + ((("fc", self.extra // H, H, 1),) if self.extra else ())
+
+    def attention_gemms(self, context: int) -> tuple:
+        """One token's attention over ``context`` cached tokens in all its layers
+        (:func:`~.decoder.gqa_attention_gemms` of a layer, ``count`` over the layers)."""
+        return tuple((n, k, m, r, c * self.layers)
+                     for n, k, m, r, c in gqa_attention_gemms(self.q_heads, self.kv_heads,
+                                                              self.head_dim, context))
 
     @property
     def kv_per_token(self) -> int:
@@ -555,6 +583,22 @@ def compute_utilisation(plat: Platform, hidden: int, intermediate: int, rows: fl
                         f"calibration needs its PE")
     return ffn_calibration(plat.arch, hidden, intermediate, bits,
                            plat.link).utilisation(rows)
+
+
+def linear_utilisation(plat: Platform, in_features: int, out_features: float, rows: float,
+                       bits: int) -> float:
+    """Fraction of ``plat``'s peak TOPS at ``bits`` a plain GEMM of ``in_features`` (K) and
+    ``out_features`` output channels on one PE (``N_p``: a layer's share of the die's PEs)
+    reaches on ``rows`` token rows: useful MACs (``K N_p rows``) a cycle of the PE over its
+    peak, from the PE cycle model on the streamed linear-layer program
+    (:meth:`.compute_calib.LinearCalibration.utilisation`; K padded to whole groups of 32,
+    the padding waste). Raises :class:`UserError` for a platform without an ArchConfig."""
+    if plat.arch is None:
+        raise UserError(f"platform {plat.name!r} has no ArchConfig (arch=): the compute "
+                        f"calibration needs its PE")
+    k = -(-int(in_features) // 32) * 32
+    return linear_calibration(plat.arch, k, bits).utilisation(out_features, rows) \
+        * in_features / k
 
 
 # == the model =====================================================================================
@@ -771,15 +815,23 @@ class EvalModel:
     # -- one stage --------------------------------------------------------------------------------
     def _util(self, bits, parts) -> float:
         """The stage's fraction of peak at ``bits`` (as :meth:`_stage` runs them) over its
-        ``parts``, ``(macs, intermediate, rows)`` of FFNs of this model's hidden size
-        (:func:`compute_utilisation`): MACs over the sum of each part's MACs / its own
-        utilisation (the parts run one after the other on the whole die)."""
+        ``parts``, ``(macs, what, rows)``: ``what`` an intermediate size (an FFN of this
+        model's hidden size, :func:`compute_utilisation`) or ``("linear", K, N_p)`` (a plain
+        GEMM of K in-features and ``N_p`` output channels a PE, :func:`linear_utilisation`).
+        MACs over the sum of each part's MACs / its own utilisation (the parts run one after
+        the other on the whole die)."""
         p = self.plat
         b = 4 if bits == 4 and p.tops4 > p.tops8 else 8
         tot = sum(m for m, _, _ in parts)
         if not tot:
             return 1.0
-        return tot / sum(m / self._calibration(i, b).utilisation(r) for m, i, r in parts if m)
+        return tot / sum(m / self._part_util(w, b, r) for m, w, r in parts if m)
+
+    def _part_util(self, what, bits, rows) -> float:
+        if isinstance(what, tuple):
+            _, k, n = what
+            return linear_utilisation(self.plat, k, n, rows, bits)
+        return self._calibration(what, bits).utilisation(rows)
 
     def _calibration(self, intermediate, bits):
         """:func:`~.compute_calib.ffn_calibration` of this model's hidden size on the
@@ -792,10 +844,33 @@ class EvalModel:
                 self.plat.arch, self.m.hidden, intermediate, bits, self.plat.link)
         return c
 
-    def _proxy(self, macs, rows):
-        """A plain-GEMM stage's parts: its MACs at the routed expert's shape and ``rows``
-        (the compiler has no plain-GEMM program: module docstring)."""
-        return ((macs, self.m.expert_intermediate, rows),)
+    def _linears(self, rows, linears):
+        """The parts of plain GEMMs ``(name, K, N, count)`` on ``rows`` token rows: each
+        layer's output channels split over the die's PEs (``N / pes`` a PE; nothing to
+        reduce)."""
+        P = self._pes()
+        return tuple((rows * k * n * c, ("linear", k, n / P), rows) for _, k, n, c in linears)
+
+    def _attention(self, rows, gemms):
+        """The parts of the attention GEMMs ``(name, K, N, rows a token, count)`` of the
+        batch's sequences (:meth:`~.decoder.DecoderShape.attention_gemms`) on ``rows`` token
+        rows: each sequence's GEMM takes its own query rows (``rows / batch`` tokens times the
+        heads sharing a KV) against its own KV; the ``batch x count`` GEMMs spread over the
+        PEs, whole where there are as many as PEs, else each split by output channels."""
+        P = self._pes()
+        n_gemms = self.batch
+        out = []
+        for _, k, n, g, c in gemms:
+            inst = n_gemms * c
+            n_p = n if inst >= P else n * inst / P
+            out.append((rows * g * k * n * c, ("linear", k, n_p), rows / self.batch * g))
+        return tuple(out)
+
+    def _pes(self) -> int:
+        if self.plat.arch is None:
+            raise UserError(f"platform {self.plat.name!r} has no ArchConfig (arch=): the "
+                            f"compute calibration needs its PE")
+        return self.plat.arch.pes
 
     def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0, *, parts=None, reads=None,
                ring=0.0, link=0.0):
@@ -882,7 +957,11 @@ class EvalModel:
             # a token row in (INT8 on the ring), its output reduced (s64 psums on the link)
             self._stage(c, "attention", hb + kh, ext + ke, att_macs + router, bits,
                         self._res((ext, self.nm_static), (ke, self.nm_kv)),
-                        parts=self._proxy(att_macs + router, rows), reads=((w, rows),),
+                        parts=self._linears(rows, tuple(
+                            (n, k, o, 1) for n, k, o in sh.attention_linears + (
+                                (("router", H, m.routed_experts),) if router else ())))
+                        + self._attention(rows, sh.attention_gemms(ctx_tokens // L)),
+                        reads=((w, rows),),
                         ring=rows * H, link=rows * H * 8)
             if layer_kind == "dense":
                 w = weight_bytes(3 * H * sh.dense_intermediate, bits)
@@ -899,7 +978,7 @@ class EvalModel:
         hb, ext = self._split(w, fs)
         # the LM head splits its output channels over the PEs: nothing to reduce
         self._stage(cost, "lm_head", hb, ext + rows * H * 2, rows * z.lm_head, bits,
-                    self.nm_static, parts=self._proxy(rows * z.lm_head, rows),
+                    self.nm_static, parts=self._linears(rows, (("lm_head", H, sh.vocab, 1),)),
                     reads=((w, rows),), ring=rows * H)
         return cost
 
@@ -971,7 +1050,9 @@ class EvalModel:
         hb, ext = self._split(w + kv, self.draft_in_hb)
         macs = rows * d.weights + rows * d.layers * 2 * d.q_heads * d.head_dim * self.context
         self._stage(cost, "draft", hb, ext, macs, res=self.nm_draft,
-                    parts=self._proxy(macs, rows), reads=((w, rows),),
+                    parts=self._linears(rows, d.linears)
+                    + self._attention(rows, d.attention_gemms(self.context)),
+                    reads=((w, rows),),
                     ring=rows * d.layers * 2 * d.hidden,
                     link=rows * d.layers * 2 * d.hidden * 8)
         return cost

@@ -2074,3 +2074,76 @@ def test_two_pass_expert_equals_fsim(mode, hidden, tokens, pe, seed):
     else:
         ref = fsim.run(plain, job.ld)
     assert not np.array_equal(job.decode(ref).view(np.uint32), want.y.view(np.uint32))
+
+
+#: The small PE with 4 ACT words (x of K = 256, 8 groups, streams in 2-group slots), 112 HBUF
+#: words and 8 OUT words (a row block's OUT chunk of 32 Q.24 channels: N = 40 takes two
+#: chunks, an OUTPUT and a CLEAR between them).
+LINEAR_ARCH = dataclasses.replace(ARCH, name="small-linear", iomem_bytes=8192,
+                                  iomem_split=(1, 1, 28, 2))
+
+
+class _Beats:
+    """The DATA beats of an RTL run (``run_pe``'s ``o``) as ``StreamedJob.decode`` takes them."""
+
+    def __init__(self, o, pe):
+        self.words = [data for kind, data in o if kind != OKind.STATUS]
+        self.pe = pe
+
+    def data(self):
+        return asm.unpack_fp32(asm.ints_to_words(self.words, self.pe), self.pe)
+
+
+@pytest.mark.parametrize("mode, arch, k, n, rows, raw, traffic, seed", [
+    (Mode.DRAFT, "small", 64, 24, "normal", None, "rough", 1520),
+    (Mode.FULL, "small", 96, 20, "normal", True, "smooth", 1521),
+    (Mode.DRAFT, "linear", 256, 40, "normal", None, "rough", 1522),
+    (Mode.FULL, "linear", 256, 44, "normal", True, "smooth", 1523),
+    (Mode.FULL, "small", 96, 20, "zero-1e4", None, "rough", 1524),
+    (Mode.DRAFT, "small", 64, 20, "saturate", True, "smooth", 1525),
+], ids=["DRAFT-resident-fp32", "FULL-resident-raw", "DRAFT-stream-fp32", "FULL-stream-raw",
+        "FULL-zero-1e4", "DRAFT-saturate-raw"])
+def test_linear_program_equals_fsim(mode, arch, k, n, rows, raw, traffic, seed):
+    """The streamed linear-layer program (sw/golden/linear_stream.py: y = x W^T, x in place of
+    the down projection's h codes, gate 1.0) on the small PE, x resident in ACT, and on a PE of
+    4 ACT words where x (K = 256) streams in two-group slots and N = 40 or 44 takes two OUT
+    chunks; DRAFT and FULL, OUTPUT as FP32 and raw (Q.24, converted by ``decode``); N not a
+    multiple of the OUTPUT step (zero weight rows, their outputs dropped by ``decode``); 3 or 5
+    tokens on 2 rows (a last token tile half padding: gate 0). RTL == fsim (o beats, STATUS)
+    under idle cycles and backpressure, the RTL's decoded output == ref_linear bit for bit,
+    and its last STATUS beat's sticky flags == ref_linear's. Corner cases: an all-zero token
+    row and a row scaled by 1e4 beside normal rows; a row scaled by 1e12 in the last (partial)
+    tile, whose outputs saturate Q.24 (vpu_saturation set)."""
+    from elmoe3d.sw.golden.linear_stream import build_streamed_linear_program, ref_linear
+    print(f"seed={seed}")
+    rng = np.random.default_rng(seed)
+    cfg = {"small": ARCH, "linear": LINEAR_ARCH}[arch]
+    tokens = 5 if rows == "zero-1e4" else 3
+    x = rng.normal(size=(tokens, k))
+    if rows == "zero-1e4":
+        x[1] = 0.0
+        x[2] *= 1e4
+    elif rows == "saturate":
+        x[2] *= 1e12
+    w = rng.normal(size=(n, k)) * 0.2
+    job = build_streamed_linear_program(x, w, mode, cfg, raw_output=raw)
+    assert job.plan.x_stream == (arch == "linear")
+    assert job.plan.raw_output == bool(raw)
+    assert tokens % cfg.pe.rows and job.info["tiles"] == -(-tokens // cfg.pe.rows)
+    assert job.plan.out_padded > n
+    if arch == "linear":
+        assert job.plan.out_padded > job.plan.out_chunk            # two OUT chunks
+    dut = PE(config=cfg) if cfg is not ARCH else None
+    got, ref = compare_with_fsim(job.program, job.ld, seed=seed, traffic=TRAFFIC[traffic],
+                                 dut=dut)
+    assert ref.ld_used == len(job.ld)
+    want = ref_linear(x, w, mode)
+    y = job.decode(_Beats(got["o"], cfg.pe))
+    assert y.shape == (tokens, n)
+    assert np.array_equal(y.view(np.uint32), want.y.view(np.uint32))
+    status = asm.unpack_status([data for kind, data in got["o"] if kind == OKind.STATUS][-1])
+    assert (status["acc_overflow"], status["vpu_saturation"]) == \
+        (int(want.acc_overflow), int(want.vpu_saturation))
+    assert want.vpu_saturation == (rows == "saturate")
+    if rows == "zero-1e4":
+        assert not y[1].any() and np.abs(y[2]).max() > 1e3 * np.abs(y[[0, 3, 4]]).max()

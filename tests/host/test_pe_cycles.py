@@ -9,6 +9,7 @@ Mixtral-8x7B trace (../shared/traces, gsm8k), as in the benches. The program of 
 not depend on the values, only on the shapes and the routing: each recorded case is rebuilt and
 its command and ld-word counts compared with the record before the model runs it."""
 
+import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -209,7 +210,7 @@ def test_model_equals_rtl_at_other_ld_rates(bench, arch, kind, model, tokens, mo
 # ---- live: the RTL PE in the Amaranth simulator -------------------------------------------------
 
 def run_rtl(program, ld, link_i=(), *, ld_rate=None, pe_options=None, max_cycles=20000,
-            ld_cycles=None, link_flits=1):
+            ld_cycles=None, link_flits=1, config=SMALL):
     """Cycles of ``program`` on the RTL PE (Amaranth simulator), from the first command taken
     to the last ``o`` beat or ``link_o`` word taken, both counted: ``cmd`` offered every cycle,
     ``o`` always ready, ``ld`` paced by the benches' token bucket
@@ -219,10 +220,10 @@ def run_rtl(program, ld, link_i=(), *, ld_rate=None, pe_options=None, max_cycles
     (the aggregation link pulling a flit a cycle, ``pe_i.ready`` with the last), a ``link_i``
     word offered ``link_flits`` cycles after the previous one was taken (the first at once).
     ``ld_cycles``: a list that gets the cycle each ``ld`` word was taken (counted from the
-    first command taken)."""
+    first command taken). ``config``: the PE's ArchConfig (default the small preset)."""
     from amaranth.hdl import Value
     from ..pe_sim import shared_pe
-    dut, run = shared_pe(config=SMALL, pe_options=pe_options)
+    dut, run = shared_pe(config=config, pe_options=pe_options)
     cmds, ld, link_i = program.encode(), list(ld), list(link_i)
     rate = None if ld_rate is None else Fraction(ld_rate).limit_denominator(1 << 20)
     ref = fsim.run(program, ld, link_i)
@@ -457,6 +458,36 @@ def test_live_tail_freeze_exact(combine_units):
           f"{first}, model {model_first}")
     assert est.cycles == rtl
     assert model_first == first
+
+
+#: The small PE with 4 ACT words and 8 OUT words (tests/amaranth/test_pe.py LINEAR_ARCH): x of
+#: K = 256 streams in two-group slots, N = 40 takes two OUT chunks.
+LINEAR_SMALL = dataclasses.replace(SMALL, name="small-linear", iomem_bytes=8192,
+                                   iomem_split=(1, 1, 28, 2))
+
+
+@pytest.mark.parametrize("mode, x_stream, rate", [
+    ("DRAFT", False, "hb"), ("FULL", False, None), ("DRAFT", True, None), ("FULL", True, "hb"),
+], ids=["DRAFT-resident-hb", "FULL-resident-full", "DRAFT-stream-full", "FULL-stream-hb"])
+def test_live_linear_program_exact(mode, x_stream, rate):
+    """The streamed linear-layer program (sw/golden/linear_stream.py), 3 tokens (the second
+    token tile half padding: gate 0) on the small PE with x resident (K = 96, N = 20) and on a
+    PE of 4 ACT words where x streams (K = 256, N = 40: a fenced x LOAD into one of two ACT
+    slots per buffer-full, two OUT chunks with a CLEAR between them), ld at the HB rate and at
+    a word a cycle: the model, given the ld words, gives the RTL's cycles."""
+    from elmoe3d.sw.golden.linear_stream import build_streamed_linear_program
+    rng = np.random.default_rng(11)
+    cfg, k, n = (LINEAR_SMALL, 256, 40) if x_stream else (SMALL, 96, 20)
+    x = rng.standard_normal((3, k))
+    w = rng.standard_normal((n, k)) * 0.2
+    job = build_streamed_linear_program(x, w, Mode[mode], cfg)
+    assert job.plan.x_stream == x_stream
+    ld_rate = None if rate is None else hb_rate(cfg)
+    rtl = run_rtl(job.program, job.ld, ld_rate=ld_rate, config=cfg)
+    est = program_cycles(job.program, ld_rate=1.0 if rate is None else ld_rate, ld=job.ld)
+    print(f"{mode} x_stream={x_stream} ld {rate or 'full'}: RTL {rtl} cycles, model "
+          f"{est.cycles}")
+    assert est.cycles == rtl
 
 
 # ---- properties ---------------------------------------------------------------------------------
