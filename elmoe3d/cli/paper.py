@@ -306,8 +306,8 @@ def _fig14(args) -> int:
     console.print(t)
     console.print(f"alpha: {'Elastic-SD from the alpha model, the rest the paper' if alphas else 'the paper'}'s "
                   f"4 GB values; ours' AR cache {args.ar_cache}; compute at the PE cycle "
-                  f"model's MACs a cycle per FFN shape and rows (compute_calib; attention and "
-                  f"LM head at the routed expert's, a proxy); {_link_note(args)}")
+                  f"model's MACs a cycle per FFN and linear-layer shape and rows (compute_calib, "
+                  f"linear_calib); {_link_note(args)}")
     console.print("mean best-mode speedup over xPU: " + ", ".join(
         f"{p} {v:.2f}x" for p, v in summ["mean_best"].items()))
     paper = _paper_hb(args, "fig14")

@@ -51,9 +51,8 @@ fallback. tests/host/test_compute_calib.py
 recomputes shipped entries against group_cycles.
 
 Not modelled here: load imbalance between groups (the model spreads a stage's MACs over every
-PE), the host link. The compiler has no program for a plain GEMM
-(attention projections, router, LM head, the dense draft models): :mod:`.paper_eval` gives
-those its routed expert's figure at the same rows, a proxy (module docstring there).
+PE), the host link. The plain GEMMs (attention projections, router, LM head, the dense draft
+models) run their own program on one PE each: :mod:`.linear_calib`.
 """
 
 from __future__ import annotations

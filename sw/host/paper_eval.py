@@ -46,11 +46,16 @@ all-reduce and the psum REDUCE_ADD, at the aggregation link's 32 B a cycle, sixt
 HB and EXT times are the stage's other bounds). Routed experts at the
 step's mean rows an expert (``rows x top-k / distinct experts``), shared experts and dense FFNs
 at the step's rows, each at its own shape (cut into the intermediate chunks a group holds).
-The compiler has no program for a plain GEMM, so the attention stage (projections, scores over
-the KV, router), the LM head and the dense draft models take the model's routed-expert
-figure at the stage's rows: a **proxy** (its group's psum link words included: a plain
-GEMM split over a group's K would reduce its psums on the link as well; every platform, the
-xPU and the near-memory ones included, has this logic die and pays the same). Bits: W4A8
+The plain GEMMs (:func:`linear_utilisation`, :mod:`.linear_calib`, since 2026-12-05: the
+routed expert's figure before, a proxy) run the streamed linear-layer program
+(:mod:`elmoe3d.sw.golden.linear_stream`) on each PE, a layer's output channels split over the
+die's PEs (nothing to reduce on the link): the attention projections, the router and the LM
+head at the step's rows (:attr:`~.decoder.DecoderShape.attention_linears`), the scores and
+weighted sums over the KV cache as each sequence's GEMMs (its query rows times the heads that
+share a KV, against its own cache: :meth:`~.decoder.DecoderShape.attention_gemms`; spread
+over the PEs whole, or split where there are fewer than PEs), the dense draft models as their
+linear layers (:attr:`DraftModel.linears`; their SwiGLU as three plain GEMMs). Every platform,
+the xPU and the near-memory ones included, has this logic die and pays the same. Bits: W4A8
 (DRAFT programs) only on the bit-sliced die's 4-bit steps, W8A8 (FULL programs) otherwise,
 the xPU's 4-bit draft included (the same logic die). The near-memory units keep their stated TOPS.
 
@@ -446,8 +451,9 @@ class DraftModel:
     default: Qwen2.5-1.5B-Instruct's and every EAGLE-3 head's ``config.json`` say ``torch_dtype
     bfloat16``; the paper's G32 INT8, Section 7 "Inference Framework", is said of the target
     models, and its alphas are those of the released drafts), or 8, G32 INT8 as the target (what
-    the first landing assumed). Its compute runs at the die's W8A8 rate either way (a proxy:
-    section 2 of docs/paper.md)."""
+    the first landing assumed). Its compute runs on the die at W8A8 either way, as its linear
+    layers (:attr:`linears`, :meth:`attention_gemms`; section 2 of docs/paper.md): BF16 weights
+    as G32 INT8 on the PE, the bytes read as stored."""
 
     name: str
     layers: int
@@ -954,7 +960,8 @@ class EvalModel:
             hb, ext = self._split(w, fs)
             kh, ke = self._split(kv_layer, self.hb_kv)
             router = rows * m.routed_experts * H if layer_kind == "moe" else 0
-            # a token row in (INT8 on the ring), its output reduced (s64 psums on the link)
+            # a token row in (INT8 on the ring), its output row out on the link (H Q.24 values
+            # of 8 B: the output channels the PEs computed gathered, as a reduction's psums)
             self._stage(c, "attention", hb + kh, ext + ke, att_macs + router, bits,
                         self._res((ext, self.nm_static), (ke, self.nm_kv)),
                         parts=self._linears(rows, tuple(
