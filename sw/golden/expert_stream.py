@@ -54,7 +54,7 @@ from .quant import QuantizedWeight, quantize_activations
 
 __all__ = ["StreamedJob", "StreamPlan", "plan_expert_stream", "build_streamed_expert_program",
            "place_chunks", "WeightImage", "Placement",
-           "stream_pe_program", "ROLES"]
+           "stream_pe_program", "ROLES", "padded_matrix", "tile_head"]
 
 
 @dataclass(frozen=True)
@@ -376,6 +376,43 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
                        chunks=chunks, raw_output=raw_output)
 
 
+def padded_matrix(qw: QuantizedWeight, rows: int, pe, name: str) -> "_Matrix":
+    """A weight matrix ``[N, K]`` padded with zero rows (zero codes and scales) to ``rows``
+    output channels, as a :class:`_Matrix` of the stream (the padding's outputs are dropped by
+    ``decode``)."""
+    n, k = qw.q.shape
+    q = np.zeros((rows, k), qw.q.dtype)
+    q[:n] = qw.q
+    s = np.zeros((rows, k // 32), np.asarray(qw.scale).dtype)
+    s[:n] = qw.scale
+    return _Matrix(QuantizedWeight(q=q, scale=s, name=qw.name), np.arange(rows), pe, name)
+
+
+def tile_head(pe, x_q, e_x, gw_bits, t0: int, x_base: int | None, e_h=None) -> tuple:
+    """The IOMEM LOADs that open the token tile from token ``t0`` (``pe.rows`` rows; those
+    past the tokens are padding: zero x, gate 0, which the COMBINE sink skips): its TOK words
+    (``e_x``, ``e_h`` if given, else 0 for REQUANT to write, the gate-weight FP16 bits
+    ``gw_bits``, slot = row) and, with ``x_base``, its x resident in ACT from that word.
+    Returns ``(head, x_rows)``: the ``(Target, addr, words)`` LOADs and the tile's x as
+    ``[K/32, R, 32]`` INT8 (what a streamed x's slots take)."""
+    R, T = pe.rows, len(x_q)
+    rows = min(R, T - t0)
+    tok = {"e_x": np.zeros(R, np.int64), "e_h": np.zeros(R, np.int64),
+           "gate": np.zeros(R, np.uint16), "slot": np.arange(R, dtype=np.int64)}
+    tok["e_x"][:rows] = e_x[t0:t0 + rows]
+    if e_h is not None:
+        tok["e_h"][:rows] = e_h[t0:t0 + rows]
+    tok["gate"][:rows] = gw_bits[t0:t0 + rows]
+    K = x_q.shape[1]
+    xp = np.zeros((R, K), np.int8)
+    xp[:rows] = x_q[t0:t0 + rows]
+    x_rows = xp.reshape(R, K // 32, 32).transpose(1, 0, 2)                 # [g, R, 32]
+    head = [(Target.TOK, 0, pack_tok(tok, pe))]
+    if x_base is not None:
+        head.append((Target.ACT, x_base, pack_act(x_rows, pe)))
+    return head, x_rows
+
+
 class _FullStream:
     """The buffer-fulls of a streamed program in program order, then their emission (one
     place for the expert program, :func:`stream_pe_program`, and the plain GEMM's,
@@ -523,12 +560,7 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
     up = _Matrix(both, updown_order(I, L), pe, "up/gate")
     placement = Placement() if placement is None else placement
     Ho = plan.hidden_out
-    dq = np.zeros((Ho, I), ex.down.q.dtype)
-    dq[:H] = ex.down.q
-    ds = np.zeros((Ho, I // 32), np.asarray(ex.down.scale).dtype)
-    ds[:H] = ex.down.scale
-    down = _Matrix(QuantizedWeight(q=dq, scale=ds, name=ex.down.name), np.arange(Ho), pe,
-                   "down")
+    down = padded_matrix(ex.down, Ho, pe, "down")
     prog = Program(pe)
     ld: list = []
     counts = {"weight": 0, "act": 0, "tok": 0}
@@ -543,17 +575,8 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
                 ("recv", dict(target=Target.ROWMAX, addr=0, words=1, accumulate=True))]
     for tile in range((T + R - 1) // R):
         t0 = tile * R
-        rows = min(R, T - t0)
-        tok = {"e_x": np.zeros(R, np.int64), "e_h": np.zeros(R, np.int64),
-               "gate": np.zeros(R, np.uint16), "slot": np.arange(R, dtype=np.int64)}
-        tok["e_x"][:rows] = e_x[t0:t0 + rows]
-        tok["gate"][:rows] = gw[t0:t0 + rows]
-        xp = np.zeros((R, H), np.int8)
-        xp[:rows] = x_q[t0:t0 + rows]
-        x_rows = xp.reshape(R, H // 32, 32).transpose(1, 0, 2)             # [g, R, 32]
-        head = [(Target.TOK, 0, pack_tok(tok, pe))]
-        if not plan.x_stream:
-            head.append((Target.ACT, plan.x_base, pack_act(x_rows, pe)))
+        head, x_rows = tile_head(pe, x_q, e_x, gw, t0,
+                                 None if plan.x_stream else plan.x_base)
         k0 = len(fulls)
         for pas in range(plan.passes):
             for ic in range(n_ic):

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...isa import Sink, Target
-from .asm import Program, ProgramError, pack_act, pack_tok, pe_config
+from ...isa import Sink
+from .asm import Program, ProgramError, pe_config
 from .datapath import Mode, gemm
 from .expert import ExpertResult, _mode
-from .expert_stream import Placement, StreamedJob, _FullStream, _Matrix
+from .expert_stream import Placement, StreamedJob, _FullStream, padded_matrix, tile_head
 from .quant import QuantizedWeight, quantize_activations, quantize_weights
 from .vpu import combine, q24_to_fp32
 
@@ -228,34 +228,21 @@ def stream_linear_program(pe, plan: LinearPlan, w: QuantizedWeight, x_q, e_x, mo
     Returns ``(program, ld words, info, OUTPUT chunks)`` as
     :func:`~.expert_stream.stream_pe_program` does."""
     full = Mode(mode) is Mode.FULL
-    K, R, L = plan.in_features, pe.rows, pe.lanes
+    R, L = pe.rows, pe.lanes
     No = plan.out_padded
-    q = np.zeros((No, K), w.q.dtype)
-    q[:plan.out_features] = w.q
-    s = np.zeros((No, K // 32), np.asarray(w.scale).dtype)
-    s[:plan.out_features] = w.scale
-    mat = _Matrix(QuantizedWeight(q=q, scale=s, name=w.name), np.arange(No), pe, "linear")
+    mat = padded_matrix(w, No, pe, "linear")
     stream = _FullStream(pe, full, Placement() if placement is None else placement)
     prog = Program(pe)
     ld: list = []
     counts = {"weight": 0, "act": 0, "tok": 0}
     chunks = []
     T = len(x_q)
+    gate = np.full(T, GATE_ONE, np.uint16)
     xs_base, xs_chunk = plan.x_slots(0)
     for tile in range((T + R - 1) // R):
         t0 = tile * R
-        rows = min(R, T - t0)
-        tok = {"e_x": np.zeros(R, np.int64), "e_h": np.zeros(R, np.int64),
-               "gate": np.zeros(R, np.uint16), "slot": np.arange(R, dtype=np.int64)}
-        tok["e_x"][:rows] = e_x[t0:t0 + rows]
-        tok["e_h"][:rows] = e_x[t0:t0 + rows]
-        tok["gate"][:rows] = GATE_ONE
-        xp = np.zeros((R, K), np.int8)
-        xp[:rows] = x_q[t0:t0 + rows]
-        x_rows = xp.reshape(R, K // 32, 32).transpose(1, 0, 2)              # [g, R, 32]
-        head = [(Target.TOK, 0, pack_tok(tok, pe))]
-        if not plan.x_stream:
-            head.append((Target.ACT, plan.x_base, pack_act(x_rows, pe)))
+        head, x_rows = tile_head(pe, x_q, e_x, gate, t0, None if plan.x_stream else plan.x_base,
+                                 e_h=e_x)
         k0 = len(stream)
         for c0 in range(0, No, plan.out_chunk):
             ch = min(plan.out_chunk, No - c0)
