@@ -13,7 +13,11 @@ field of each, as :data:`~.models.MODEL_SOURCES` does), and turns a step into by
 * dense FFN layers (``first_dense_layers`` of them), shared experts, the router, the LM head
   and the embedding rows;
 * the routed experts (their bytes come from the preset: :attr:`~.models.ModelPreset.expert_bytes`
-  and its MSB / LSB slices).
+  and its MSB / LSB slices);
+* the dense draft models of the SD schemes (:class:`DraftModel`: each target's published
+  EAGLE-3 head, :func:`eagle_head`; Qwen2.5-1.5B-Instruct, :data:`QWEN25_1P5B`), and every
+  weight of a step as linear layers (:attr:`DecoderShape.attention_linears`,
+  :meth:`DecoderShape.attention_gemms`, :attr:`DraftModel.linears`) for the compute model.
 
 Weights are G32 INT8 with one FP16 scale per 32 (the paper's baseline precision, Section 7,
 "Inference Framework": 8.5 bits a weight, :data:`~.models.QUANT_GROUP`,
@@ -31,11 +35,14 @@ from ...errors import UserError
 from .models import ModelPreset, g32_bytes, model_preset
 
 
-__all__ = ["DecoderShape", "DECODER_SHAPES", "DECODER_SOURCES", "decoder_shape", "gqa_attention_gemms",
-           "weight_bytes", "KV_BYTES", "DecoderSizes"]
+__all__ = ["DecoderShape", "DECODER_SHAPES", "DECODER_SOURCES", "decoder_shape",
+           "gqa_attention_gemms", "weight_bytes", "KV_BYTES", "CONTEXT", "DecoderSizes",
+           "DraftModel", "EAGLE3_HEADS", "eagle_head", "QWEN25_1P5B", "DRAFT_MODELS"]
 
 #: Bytes of one cached K or V value (FP16; the paper gives no KV precision).
 KV_BYTES = 2
+#: Tokens of context a sequence attends to (Section 7: "1k sequence length").
+CONTEXT = 1024
 
 
 def weight_bytes(weights, bits=8) -> float:
@@ -273,3 +280,136 @@ def decoder_shape(name) -> DecoderShape:
     except KeyError:
         raise UserError(f"model {key!r} has no whole-decoder shape; known: "
                         f"{', '.join(DECODER_SHAPES)}") from None
+
+
+# == draft models ==================================================================================
+
+@dataclass(frozen=True)
+class DraftModel:
+    """A dense draft model (EAGLE-3 head, small LM): ``layers`` decoder layers of GQA attention
+    and a SwiGLU FFN, an LM head of ``vocab`` rows; ``extra`` more weights (EAGLE-3's fc);
+    ``source`` names the figures' origin.
+
+    ``bits``: how its weights are stored (:attr:`weight_bytes`): 16, BF16 as released (the
+    default: Qwen2.5-1.5B-Instruct's and every EAGLE-3 head's ``config.json`` say ``torch_dtype
+    bfloat16``; the paper's G32 INT8, Section 7 "Inference Framework", is said of the target
+    models, and its alphas are those of the released drafts), or 8, G32 INT8 as the target (what
+    the first landing assumed). Its compute runs on the die at W8A8 either way, as its linear
+    layers (:attr:`linears`, :meth:`attention_gemms`; section 2 of docs/paper.md): BF16 weights
+    as G32 INT8 on the PE, the bytes read as stored."""
+
+    name: str
+    layers: int
+    hidden: int
+    attn_in: int
+    intermediate: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    extra: int
+    source: str
+    bits: int = 16
+
+    def __post_init__(self):
+        if self.extra % self.hidden:
+            raise ValueError(f"{self.name}: extra: expected a multiple of hidden "
+                             f"({self.hidden}) weights (a hidden-wide fc), got {self.extra}")
+        if self.bits not in (8, 16):
+            raise ValueError(f"{self.name}: bits: expected 8 (G32 INT8) or 16 (BF16), got "
+                             f"{self.bits!r}")
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of its weights: 2 a weight in BF16, G32 INT8 with FP16 scales at 8 bits."""
+        return 2.0 * self.weights if self.bits == 16 else weight_bytes(self.weights)
+
+    @property
+    def weights(self) -> int:
+        q, kv = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
+        attn = self.attn_in * (q + 2 * kv) + q * self.hidden
+        return (self.layers * (attn + 3 * self.hidden * self.intermediate)
+                + self.vocab * self.hidden + self.extra)
+
+    @property
+    def linears(self) -> tuple:
+        """Its weights as linear layers of one step, ``(name, K, N, count)`` (``count``
+        layers of the shape): q, k, v, o, gate, up and down of every layer, the LM head, and
+        the fc of ``extra`` weights (EAGLE-3's 3 x hidden -> hidden). ``K x N x count`` sums
+        to :attr:`weights`."""
+        q, kv = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
+        H, L = self.hidden, self.layers
+        out = (("q", self.attn_in, q, L), ("k", self.attn_in, kv, L),
+               ("v", self.attn_in, kv, L), ("o", q, H, L), ("gate", H, self.intermediate, L),
+               ("up", H, self.intermediate, L), ("down", self.intermediate, H, L),
+               ("lm_head", H, self.vocab, 1))
+        return out + ((("fc", self.extra // H, H, 1),) if self.extra else ())
+
+    def attention_gemms(self, context: int) -> tuple:
+        """One token's attention over ``context`` cached tokens in all its layers
+        (:func:`~.decoder.gqa_attention_gemms` of a layer, ``count`` over the layers)."""
+        return tuple((n, k, m, r, c * self.layers)
+                     for n, k, m, r, c in gqa_attention_gemms(self.q_heads, self.kv_heads,
+                                                              self.head_dim, context))
+
+    @property
+    def kv_per_token(self) -> int:
+        """KV bytes a token leaves in all layers."""
+        return self.layers * 2 * self.kv_heads * self.head_dim * KV_BYTES
+
+
+#: The EAGLE-3 head of each Table 3 target, from a published head's ``config.json`` (one
+#: ``LlamaForCausalLMEagle3`` decoder layer at the target's ``hidden_size``): ``intermediate_size``,
+#: ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``draft_vocab_size``, and the
+#: source. Every one is 32,000 draft tokens and ``torch_dtype`` bfloat16. MLA targets get a GQA
+#: (or MHA) head: EAGLE-3 heads are Llama layers whatever the target's attention.
+EAGLE3_HEADS = {
+    "qwen3-30b-a3b": (6144, 32, 4, 128, 32000,
+                      "sgl-project/SpecForge configs/qwen3-30B-eagle3.json: hidden_size=2048, "
+                      "intermediate_size=6144, num_attention_heads=32, num_key_value_heads=4, "
+                      "head_dim=128, draft_vocab_size=32000, torch_dtype=bfloat16"),
+    "glm-4.7-flash": (8192, 16, 4, 128, 32000,
+                      "thoughtworks/GLM-4.7-Flash-Eagle3 (the head the EAGLE README lists for "
+                      "GLM-4.7-Flash; 291 MB in BF16): hidden 2048, 16 q / 4 kv heads of 128, "
+                      "SwiGLU 8192, draft vocab 32000, no embed_tokens (the target's)"),
+    "deepseek-v2-lite": (10944, 16, 16, 128, 32000,
+                         "SpecForge configs/deepseek-v2-lite-eagle3.json: hidden_size=2048, "
+                         "intermediate_size=10944, num_attention_heads=16, "
+                         "num_key_value_heads=16, head_dim=128, draft_vocab_size=32000, "
+                         "torch_dtype=bfloat16"),
+    "gpt-oss-20b": (17280, 64, 8, 64, 32000,
+                    "sgl-project/SpecForge configs/gpt-oss-20B-eagle3.json: hidden_size=2880, "
+                    "intermediate_size=17280, num_attention_heads=64, num_key_value_heads=8, "
+                    "head_dim=64, draft_vocab_size=32000, torch_dtype=bfloat16"),
+}
+
+
+def eagle_head(shape: DecoderShape) -> DraftModel:
+    """The EAGLE-3 head of a target (Li et al. 2025b): one decoder layer at the target's width
+    whose attention takes the concatenated embedding and feature (2 x hidden), an fc fusing
+    three target features (3 x hidden -> hidden) and its own LM head over the draft vocabulary
+    (the input embedding is the target's). FFN, heads and draft vocabulary from the published
+    head of :data:`EAGLE3_HEADS`; a target without one (Mixtral) gets the placeholder of the
+    first landing: FFN 3 x hidden, the target's GQA heads, 32,000 tokens."""
+    m = shape.model
+    H = m.hidden
+    if m.name in EAGLE3_HEADS:
+        inter, qh, kvh, hd, vocab, src = EAGLE3_HEADS[m.name]
+        return DraftModel(f"eagle3-{m.name}", 1, H, 2 * H, inter, qh, kvh, hd, vocab,
+                          3 * H * H, f"EAGLE-3 (Li et al. 2025b), fc 3H->H; {src}")
+    if shape.attention == "gqa":
+        qh, kvh, hd = shape.q_heads, shape.kv_heads, shape.head_dim
+    else:
+        qh, kvh, hd = shape.q_heads, shape.q_heads, 128
+    return DraftModel(f"eagle3-{m.name}", 1, H, 2 * H, 3 * H, qh, kvh, hd, 32000, 3 * H * H,
+                      "EAGLE-3 (Li et al. 2025b): one layer, fc 3H->H, draft vocab 32000; "
+                      "FFN 3H and heads: placeholders (no published head read)")
+
+
+#: Qwen2.5-1.5B-Instruct (SLM-SD's draft, Section 7), from its config.json: num_hidden_layers=28,
+#: hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
+#: head dim 1536 / 12 = 128, vocab_size=151936, tie_word_embeddings=true, torch_dtype=bfloat16
+#: (stored so: :attr:`DraftModel.bits`).
+QWEN25_1P5B = DraftModel("qwen2.5-1.5b-instruct", 28, 1536, 1536, 8960, 12, 2, 128, 151936, 0,
+                         "Qwen/Qwen2.5-1.5B-Instruct config.json (torch_dtype=bfloat16)")
+DRAFT_MODELS = {"slm": QWEN25_1P5B}

@@ -180,12 +180,11 @@ def linear_calibration(arch: ArchConfig, in_features: int, bits: int) -> LinearC
 
 def table_in_features() -> list:
     """Every K (padded to whole groups of 32) :mod:`.paper_eval` asks a linear calibration for
-    on the models it runs, at its default context (:data:`~.paper_eval.CONTEXT`): the
+    on the models it runs, at its default context (:data:`~.decoder.CONTEXT`): the
     attention projections, the router and LM head (K = hidden), the scores and weighted sums
     over the KV cache (K = head size, compressed-KV size, the mean cached tokens a layer), the
     EAGLE-3 heads and the SLM draft."""
-    from .decoder import DECODER_SHAPES
-    from .paper_eval import CONTEXT, DRAFT_MODELS, eagle_head
+    from .decoder import CONTEXT, DECODER_SHAPES, DRAFT_MODELS, eagle_head
     ks = set()
     for sh in DECODER_SHAPES.values():
         ks.add(sh.model.hidden)
