@@ -10,8 +10,10 @@
   board driver.
 
 The quantization and GEMM API is re-exported here for quantization experiments
-(``from elmoe3d.sw import quantize_weights, gemm``).
+(``from elmoe3d.sw import quantize_weights, gemm``), with the plain-GEMM golden layer and its
+PE program (``ref_linear``, ``build_streamed_linear_program``).
 """
 
 from .golden.quant import *      # noqa: F401,F403
 from .golden.datapath import *   # noqa: F401,F403
+from .golden.linear_stream import ref_linear, build_streamed_linear_program   # noqa: F401

@@ -514,8 +514,8 @@ def _fig12(args) -> int:
                   f"{r['verify_ms']:.1f}", f"{r['phi_sd']:.2f}")
     console.print(t)
     console.print("alpha: " + ("Elastic-SD's from the alpha model at this HB, the other schemes' "
-                               "the paper's" if alphas else "the paper's 4 GB value at batch 16 "
-                               "(its 8 GB alphas are withheld)") + "; " + _link_note(args))
+                               "the paper's" if alphas else "the paper's 4 GB value at batch 16" + (
+                                   " (its 8 GB alphas are withheld)" if args.hb == "8gb" else "")) + "; " + _link_note(args))
     _write(console, args, {"hb": args.hb, "link": args.link, "rows": rows}, plot,
            lambda path: _plot_fig12(path, rows, args.hb))
     return 0

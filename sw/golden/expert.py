@@ -66,7 +66,11 @@ def _mode(mode, what: str = "an expert") -> Mode:
         except KeyError:
             raise ValueError(f"mode: expected one of {[m.name for m in EXPERT_MODES]}, "
                              f"got {mode!r}") from None
-    mode = Mode(mode)
+    try:
+        mode = Mode(mode)
+    except ValueError:
+        raise ValueError(f"mode: expected one of {[m.name for m in EXPERT_MODES]}, "
+                         f"got {mode!r}") from None
     if mode not in EXPERT_MODES:
         raise ValueError(f"mode: {what} runs in FULL or DRAFT, not {mode.name}")
     return mode

@@ -150,6 +150,13 @@ def _weight(w, name) -> QuantizedWeight:
     return quantize_weights(w, name=name)
 
 
+def _check_x(x, qw: QuantizedWeight):
+    N, K = qw.q.shape
+    if x.ndim != 2 or x.shape[1] != K:
+        raise ValueError(f"x: expected [T, K={K}] (w is [N={N}, K={K}], PyTorch Linear "
+                         f"layout), got {x.shape}")
+
+
 def ref_linear(x, w, mode=Mode.FULL) -> ExpertResult:
     """The golden linear layer ``y = x W^T`` in the contract's numerics, with no program
     involved: ``quantize_activations(x)`` -> ``gemm`` (``mode``) -> ``combine`` with gate
@@ -159,15 +166,14 @@ def ref_linear(x, w, mode=Mode.FULL) -> ExpertResult:
     ----------
     x : float ``[T, K]``
     w : float ``[N, K]`` or QuantizedWeight (G32 INT8, FP16 group scales)
-    mode : Mode.FULL or Mode.DRAFT (MSB slices with LSB augmentation)
+    mode : Mode.FULL or Mode.DRAFT (MSB slices with LSB augmentation), or its name
 
     Returns an :class:`~.expert.ExpertResult` (``y`` float32 ``[T, N]``, ``out`` the Q.24
     sums, the sticky flags). Raises ValueError naming ``x`` or ``w`` on a shape mismatch."""
     mode = _mode(mode, "a linear layer")
     qw = _weight(w, "w")
     x = np.asarray(x)
-    if x.ndim != 2 or x.shape[1] != qw.q.shape[1]:
-        raise ValueError(f"x: expected [T, K={qw.q.shape[1]}], got {x.shape}")
+    _check_x(x, qw)
     xq = quantize_activations(x, name="x")
     acc = gemm(xq.q, qw, mode)
     t = x.shape[0]
@@ -183,7 +189,8 @@ def build_streamed_linear_program(x, w, mode=Mode.FULL, config=None, *,
                                   raw_output: bool | None = None) -> StreamedJob:
     """PE program and ``ld`` stream of the linear layer ``w`` (``[N, K]``) over the tokens of
     ``x`` (``[T, K]``): module docstring. Equal bit for bit to :func:`ref_linear` with the same
-    arguments. ``raw_output``: as :func:`plan_linear_stream`.
+    arguments. ``x``, ``w`` and ``mode`` as :func:`ref_linear`; ``config`` (required): the
+    ArchConfig or PEConfig of the PE; ``raw_output``: as :func:`plan_linear_stream`.
 
     Returns a :class:`~.expert_stream.StreamedJob` (``decode`` gives float32 ``[T, N]``);
     ``info`` holds ``tiles``, ``gemm_beats``, ``ld_words``, ``weight_words``, ``act_words``,
@@ -205,8 +212,7 @@ def build_streamed_linear_program(x, w, mode=Mode.FULL, config=None, *,
     qw = _weight(w, name)
     x = np.asarray(x)
     N, K = qw.q.shape
-    if x.ndim != 2 or x.shape[1] != K:
-        raise ValueError(f"x: expected [T, K={K}], got {x.shape}")
+    _check_x(x, qw)
     plan = plan_linear_stream(K, N, pe, raw_output)
     xq = quantize_activations(x, name="x")
     e_x = np.asarray(xq.exp, np.int64)

@@ -149,10 +149,16 @@ def test_out_overflow_names_the_memory():
 def test_build_errors():
     rng = np.random.default_rng(SEED)
     x, w = rng.normal(size=(2, 64)), rng.normal(size=(32, 64))
-    with pytest.raises(ValueError, match=r"x: expected \[T, K=64\], got \(2, 96\)"):
+    with pytest.raises(ValueError, match=r"x: expected \[T, K=64\] \(w is \[N=32, K=64\], "
+                                         r"PyTorch Linear layout\), got \(2, 96\)"):
         build_streamed_linear_program(rng.normal(size=(2, 96)), w, Mode.FULL, preset("mid"))
     with pytest.raises(ValueError, match="mode: a linear layer runs in FULL or DRAFT, not LSB_ONLY"):
         build_streamed_linear_program(x, w, Mode.LSB_ONLY, preset("mid"))
+    with pytest.raises(ValueError, match=r"mode: expected one of \['FULL', 'DRAFT'\], got 7"):
+        ref_linear(x, w, 7)
+    # a transposed weight is named as such: x's K against w's [N, K]
+    with pytest.raises(ValueError, match=r"\(w is \[N=64, K=32\], PyTorch Linear layout\)"):
+        ref_linear(x, w.T)
     with pytest.raises(ValueError, match=r"x: expected \[T, K=64\]"):
         ref_linear(rng.normal(size=(2, 96)), w)
     with pytest.raises(ProgramError, match="do not fit the TOK entry's signed 8-bit e_x"):

@@ -22,3 +22,23 @@ def test_perf_model_example_runs(capsys):
     # section 7's paper-8gb Elastic-SD gsm8k row: 510 steps, 31.8 s, 7.77 tokens/s
     assert lines[1] == "ideal: 510 steps, 31.77 s, 7.77 tokens/s"
     assert lines[0] == "die: 510 steps, 31.77 s, 7.77 tokens/s"
+
+
+README = DOC.parents[1] / "README.md"
+
+
+def test_readme_quantization_examples_run():
+    """The README's two Python blocks of "Quantization experiments" run as printed, one after
+    the other: the GEMM in both modes, then the same layer's golden ``ref_linear`` and its PE
+    program on the paper PE, equal bit for bit, with a cycle count."""
+    import numpy as np
+    text = README.read_text()
+    start = text.index("## Quantization experiments")
+    blocks = re.findall(r"```python\n(.*?)```", text[start:start + 6000], re.S)[:2]
+    assert len(blocks) == 2 and "ref_linear" in blocks[1]
+    ns = {"__name__": "readme_example"}
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"{README}:quantization block {i}", "exec"), ns)
+    assert ns["y_full"].shape == ns["y_draft"].shape == (8, 256)
+    assert np.array_equal(ns["y"].view(np.uint32), ns["ref"].y.view(np.uint32))
+    assert ns["cycles"] > 0

@@ -78,6 +78,12 @@ def test_fig12_plot(tmp_path, capsys):
     png = tmp_path / "fig12_8gb.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads(out.read_text())["hb"] == "8gb"
+    assert "the paper's 4 GB value at batch 16 (its 8 GB alphas are withheld)" in \
+        " ".join(text.split())
+    # at 4 GB the 4 GB alpha is the paper's own: nothing is withheld there
+    assert cli.main(["paper", "fig12", "--hb", "4gb"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "alpha: the paper's 4 GB value at batch 16;" in text and "withheld" not in text
 
 
 def test_plot_creates_the_folder_like_run(tmp_path, capsys):
