@@ -488,8 +488,8 @@ class _FullStream:
         fulls, placement = self.fulls, self.placement
         pos = []
         for m, f in enumerate(fulls):
-            tile_head = any(t is Target.TOK for t, _, _ in f["head"])
-            p = m - 1 if ((tile_head or f.get("late")) and m > 0) else m - 2
+            opens_tile = any(t is Target.TOK for t, _, _ in f["head"])
+            p = m - 1 if ((opens_tile or f.get("late")) and m > 0) else m - 2
             pos.append(max(p, pos[-1] if pos else -1))
         prog.clear(out=True, rowmax=True, flags=True, counters=True)
 

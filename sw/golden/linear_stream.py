@@ -28,7 +28,7 @@ Numerics: :func:`ref_linear` (``quantize_activations`` -> ``gemm`` -> ``combine`
 1.0 into a zero Q.24 output -> ``q24_to_fp32``): the result is the routed expert's down
 projection's arithmetic on x, bit for bit. A layer wider than one PE splits its output
 channels over PEs (each runs this program on its rows of ``W``; nothing to reduce); the
-whole-decoder model's compute calibration (:mod:`elmoe3d.sw.host.compute_calib`) times it.
+whole-decoder model's compute calibration (:mod:`elmoe3d.sw.host.linear_calib`) times it.
 """
 
 from __future__ import annotations
@@ -72,8 +72,13 @@ class LinearPlan:
         Output channels per OUT chunk (a multiple of ``lanes`` and of W/32, or of W/64 with
         ``raw_output``).
     out_padded : int
-        N rounded up to whole OUT-chunk steps (lcm(lanes, W/32)); the weight rows beyond N are
-        zero, their outputs dropped by ``decode``.
+        N rounded up to whole OUT-chunk steps (lcm(lanes, W/32), or lcm(lanes, W/64) raw); the
+        weight rows beyond N are zero, their outputs dropped by ``decode``.
+    act_words, wmem_words : int
+        The PE's ACT words and WMEM words a plane and buffer (a streamed x slot's bound).
+    raw_output : bool
+        OUTPUT emits the Q.24 OUT words (converted to FP32 by ``decode`` as the PE would)
+        rather than FP32.
     """
 
     in_features: int
@@ -88,10 +93,6 @@ class LinearPlan:
     wmem_words: int
     raw_output: bool = False
 
-    def x_slots(self, written: int) -> tuple:
-        """Streamed x: ``(ACT word, groups)`` of the two slots (no h codes: from word 0)."""
-        return written, min(self.wmem_words, (self.act_words - written) // 2)
-
 
 def plan_linear_stream(in_features: int, out_features: int, config,
                        raw_output: bool | None = None) -> LinearPlan:
@@ -105,6 +106,9 @@ def plan_linear_stream(in_features: int, out_features: int, config,
     overflows, with the figures) otherwise."""
     pe = pe_config(config)
     R, L, W = pe.rows, pe.lanes, pe.word_bits
+    for name, v in (("in_features", in_features), ("out_features", out_features)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise ProgramError(f"linear layer: {name}: expected an integer, got {v!r}")
     K, N = int(in_features), int(out_features)
     where = f"linear K={K} -> N={N}"
     if K < 32 or K % 32:
@@ -185,7 +189,6 @@ def ref_linear(x, w, mode=Mode.FULL) -> ExpertResult:
 
 
 def build_streamed_linear_program(x, w, mode=Mode.FULL, config=None, *,
-                                  name: str = "linear",
                                   raw_output: bool | None = None) -> StreamedJob:
     """PE program and ``ld`` stream of the linear layer ``w`` (``[N, K]``) over the tokens of
     ``x`` (``[T, K]``): module docstring. Equal bit for bit to :func:`ref_linear` with the same
@@ -209,7 +212,7 @@ def build_streamed_linear_program(x, w, mode=Mode.FULL, config=None, *,
                         "PEConfig)")
     pe = pe_config(config)
     mode = _mode(mode, "a linear layer")
-    qw = _weight(w, name)
+    qw = _weight(w, "w")
     x = np.asarray(x)
     N, K = qw.q.shape
     _check_x(x, qw)
@@ -244,7 +247,6 @@ def stream_linear_program(pe, plan: LinearPlan, w: QuantizedWeight, x_q, e_x, mo
     chunks = []
     T = len(x_q)
     gate = np.full(T, GATE_ONE, np.uint16)
-    xs_base, xs_chunk = plan.x_slots(0)
     for tile in range((T + R - 1) // R):
         t0 = tile * R
         head, x_rows = tile_head(pe, x_q, e_x, gate, t0, None if plan.x_stream else plan.x_base,
@@ -256,8 +258,8 @@ def stream_linear_program(pe, plan: LinearPlan, w: QuantizedWeight, x_q, e_x, mo
             stream.matrix(mat, range(c0 // L, (c0 + ch) // L), lambda cb, c0=c0, ch=ch: dict(
                 sink=Sink.COMBINE, out_base=cb * L - c0, stride=ch // pe.q24_per_word,
                 act_base=plan.x_base), before=before,
-                per=xs_chunk if plan.x_stream else None,
-                x_rows=x_rows if plan.x_stream else None, x_base=xs_base)
+                per=plan.x_chunk if plan.x_stream else None,
+                x_rows=x_rows if plan.x_stream else None, x_base=plan.x_base)
             stream.fulls[-1]["after"] = [("output", dict(row_blocks=1, channels=ch,
                                                               raw=plan.raw_output))]
             chunks.append((t0, R, c0, ch))

@@ -55,7 +55,11 @@ def gqa_attention_gemms(q_heads: int, kv_heads: int, head_dim: int, context: int
     """The attention GEMMs of one token of one sequence over ``context`` cached tokens in one
     grouped-query layer (:meth:`DecoderShape.attention_gemms`' form): per KV head,
     ``scores`` (``q_heads / kv_heads`` query rows x ``head_dim`` -> ``context``) and
-    ``values`` (``context`` -> ``head_dim``)."""
+    ``values`` (``context`` -> ``head_dim``). Raises ValueError unless ``kv_heads`` divides
+    ``q_heads``."""
+    if kv_heads < 1 or q_heads % kv_heads:
+        raise ValueError(f"kv_heads: expected a positive divisor of q_heads ({q_heads}), got "
+                         f"{kv_heads}")
     g = q_heads // kv_heads
     return (("scores", head_dim, context, g, kv_heads),
             ("values", context, head_dim, g, kv_heads))

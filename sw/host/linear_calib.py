@@ -26,8 +26,10 @@ bit for bit the PE's). Its utilisation at 1 / 16 rows and 256 channels a PE: K =
 
 Cheap at run time: the paper PE's figures for every K :mod:`.paper_eval` asks for on Table 3's
 models ship in :data:`~.linear_calib_table.TABLE` (``python -m elmoe3d.sw.host.linear_calib``,
-about a minute); any other (PE, K, bits) is computed on first use (about a second) and kept.
-tests/host/test_compute_calib.py recomputes shipped entries.
+about a minute); any other (PE, K, bits) is computed on first use and kept (about a second a K
+up to 4,096 on the paper PE, 25 s at K = 100,000; longer on a PE whose OUT chunk holds
+several OUTPUT steps, each partial chunk size being timed too).
+tests/host/test_linear_calib.py recomputes shipped entries.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...config import ArchConfig
+from ...errors import UserError
 from .compute_calib import SEED, pe_key, table_main, write_table_module
 
 
@@ -81,17 +84,20 @@ def linear_cycles(arch: ArchConfig, in_features: int, out_features: int, bits: i
 class LinearCalibration:
     """Cycles of one PE on a linear layer of ``in_features`` (K) at ``bits``, for any output
     channels a PE (``N_p``) and token rows (:func:`linear_calibration`). The program's OUT
-    chunks (``out_chunk`` channels each) run one after the other, every token tile streaming
-    every weight again, so its cycles are linear in the chunks: ``tile1[r - 1]`` /
-    ``tile2[r - 1]`` the cycles of one tile of ``r`` rows over one / two OUT chunks,
-    ``period1`` / ``period2`` what each further full tile adds; at ``c`` chunks a tile costs
-    ``tile1 + (c - 1) (tile2 - tile1)``, ``c`` = ``N_p`` padded to whole OUT-chunk steps
-    (``step`` channels, the program's padding) over ``out_chunk`` (fractional where the last
-    chunk is narrower than ``out_chunk``, linear there; on the paper PE ``step`` is the whole
-    chunk, 64 channels, and the form is exact).
+    chunks (``out_chunk`` channels each, whole ``step``-channel OUTPUT steps; the layer's
+    channels padded to whole steps) run one after the other, every token tile streaming every
+    weight again, so its cycles are linear in the whole chunks: ``tile1[r - 1]`` /
+    ``tile2[r - 1]`` the cycles of one tile of ``r`` rows over one / two whole chunks,
+    ``period1`` / ``period2`` what each further full tile adds; ``partial[j - 1]``, for ``j = 1
+    .. out_chunk / step - 1`` (none on the paper PE, whose chunk is one step), ``(tile, period,
+    tile_after, period_after)``: the same for a lone chunk of ``j`` steps and for one whole
+    chunk followed by it (a narrower chunk packs its column blocks into other buffer-fulls).
+    ``c`` whole chunks and a last chunk of ``j`` steps cost a tile ``tile1 + (c - 1) (tile2 -
+    tile1)`` plus, for ``j > 0``, ``tile_after - tile1`` (``c = 0``: ``tile``).
     ``fit_error``: the largest difference (cycles) of that form from
-    :func:`linear_cycles` at the checked points (three chunks; ``R + 1`` and ``3R`` rows;
-    None: not checked). ``peak``: the PE's peak MACs a cycle at ``bits``."""
+    :func:`linear_cycles` at the checked points (three whole chunks; a whole and a partial one;
+    ``R + 1`` and ``3R`` rows; None: not checked). ``peak``: the PE's peak MACs a cycle at
+    ``bits``."""
 
     key: str
     in_features: int
@@ -103,58 +109,87 @@ class LinearCalibration:
     tile2: tuple
     period1: int
     period2: int
+    partial: tuple = ()
     fit_error: int | None = None
 
-    def cycles(self, out_features: float, rows: float) -> float:
-        """Cycles of one PE on ``out_features`` output channels (``N_p``; a fractional share
-        of a layer is rounded up, the slowest PE's) over ``rows`` token rows (at least 1;
-        fractional rows linear between the integer neighbours)."""
-        c = max(math.ceil(float(out_features) / self.step), 1) * self.step / self.out_chunk
-        r = max(float(rows), 1.0)
+    def cycles(self, out_features: float, rows: float) -> int:
+        """Cycles of one PE on ``out_features`` output channels (``N_p`` > 0; a fractional
+        share of a layer is rounded up to whole steps, the slowest PE's) over ``rows`` token
+        rows (> 0; fewer than 1 count as 1, fractional rows linear between the integer
+        neighbours). Raises ValueError naming the parameter on a value that is not a finite
+        positive number."""
+        n, r = _positive("out_features", out_features), max(_positive("rows", rows), 1.0)
+        steps = max(math.ceil(n / self.step), 1)
+        c, j = divmod(steps, self.out_chunk // self.step)
         lo = int(math.floor(r))
-        v = self._cycles_int(c, lo)
+        v = self._cycles_int(c, j, lo)
         if r > lo:
-            v += (r - lo) * (self._cycles_int(c, lo + 1) - v)
+            v += (r - lo) * (self._cycles_int(c, j, lo + 1) - v)
         return v
 
-    def _cycles_int(self, c: float, t: int) -> float:
+    def _cycles_int(self, c: int, j: int, t: int) -> int:
         R = len(self.tile1)
         tiles = -(-t // R)
         i = t - R * (tiles - 1) - 1
-        tile = self.tile1[i] + (c - 1) * (self.tile2[i] - self.tile1[i])
-        period = self.period1 + (c - 1) * (self.period2 - self.period1)
+        if c == 0:
+            tile, period = self.partial[j - 1][:2]
+            return (tiles - 1) * period + tile[i]
+        d_tile, d_period = self.tile2[i] - self.tile1[i], self.period2 - self.period1
+        tile, period = self.tile1[i] + (c - 1) * d_tile, self.period1 + (c - 1) * d_period
+        if j:
+            a_tile, a_period = self.partial[j - 1][2:]
+            tile, period = tile + a_tile[i] - self.tile1[i], period + a_period - self.period1
         return (tiles - 1) * period + tile
 
     def utilisation(self, out_features: float, rows: float) -> float:
-        """Useful MACs (``K N_p rows``) a cycle over the PE's peak at ``bits``."""
-        r = max(float(rows), 1.0)
-        return self.in_features * out_features * r / self.cycles(out_features, r) / self.peak
+        """Useful MACs (``K N_p rows``) a cycle over the PE's peak at ``bits``; errors as
+        :meth:`cycles`."""
+        n, r = _positive("out_features", out_features), max(_positive("rows", rows), 1.0)
+        return self.in_features * n * r / self.cycles(n, r) / self.peak
+
+
+def _positive(name: str, v) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected a positive number, got {v!r}") from None
+    if not math.isfinite(f) or f <= 0:
+        raise ValueError(f"{name}: expected a finite positive number, got {v!r}")
+    return f
 
 
 def calibrate_linear(arch: ArchConfig, in_features: int, bits: int, *,
                      check: bool = True) -> LinearCalibration:
     """A :class:`LinearCalibration` computed with :func:`linear_cycles`: ``2 (R + 1)`` programs
-    (one and two OUT chunks at ``r = 1 .. R`` and ``2R`` rows), and with ``check`` four more
-    (three chunks at ``R + 1`` and ``3R``, one chunk at ``R + 1`` and ``3R``) for
-    ``fit_error``."""
+    (one and two whole OUT chunks at ``r = 1 .. R`` and ``2R`` rows) and ``2 (R + 1)`` for each
+    partial chunk size (alone, and after a whole chunk); with ``check`` more at ``R + 1`` and
+    ``3R`` rows (one and three whole chunks; where a chunk holds more than one step, three
+    whole chunks and a one-step chunk, and a lone chunk one step short) for ``fit_error``. Raises ProgramError as
+    :func:`~elmoe3d.sw.golden.linear_stream.plan_linear_stream` on a K the PE cannot stage."""
     from ..golden.linear_stream import plan_linear_stream
     R = arch.tile.rows
-    plan = plan_linear_stream(in_features, 1, arch)
-    step = plan.out_padded
+    step = plan_linear_stream(in_features, 1, arch).out_padded
     oc = plan_linear_stream(in_features, 1 << 20, arch).out_chunk
+    spc = oc // step
 
-    def run(chunks, t):
-        return linear_cycles(arch, in_features, chunks * oc, bits, t)
+    def run(chunks, t, j=0):
+        return linear_cycles(arch, in_features, chunks * oc + j * step, bits, t)
+
+    def form(c, j):
+        tile = tuple(run(c, r, j) for r in range(1, R + 1))
+        return tile, run(c, 2 * R, j) - tile[-1]
 
     tile1 = tuple(run(1, r) for r in range(1, R + 1))
     tile2 = tuple(run(2, r) for r in range(1, R + 1))
     cal = LinearCalibration(pe_key(arch), in_features, bits, oc, step,
                             arch.tile.peak_macs_per_cycle(bits), tile1, tile2,
-                            run(1, 2 * R) - tile1[-1], run(2, 2 * R) - tile2[-1])
+                            run(1, 2 * R) - tile1[-1], run(2, 2 * R) - tile2[-1],
+                            tuple(form(0, j) + form(1, j) for j in range(1, spc)))
     if check:
-        err = max(abs(run(c, t) - cal._cycles_int(c, t))
-                  for c in (1, 3) for t in (R + 1, 3 * R))
-        cal = LinearCalibration(**{**cal.__dict__, "fit_error": int(round(err))})
+        points = [(c, 0) for c in (1, 3)] + ([(3, 1), (0, spc - 1)] if spc > 1 else [])
+        err = max(abs(run(c, t, j) - cal._cycles_int(c, j, t))
+                  for c, j in points for t in (R + 1, 3 * R))
+        cal = LinearCalibration(**{**cal.__dict__, "fit_error": int(err)})
     return cal
 
 
@@ -162,17 +197,23 @@ def linear_calibration(arch: ArchConfig, in_features: int, bits: int) -> LinearC
     """The :class:`LinearCalibration` of a linear layer of ``in_features`` on one PE of
     ``arch`` at ``bits`` (4: DRAFT / W4A8, 8: FULL / W8A8): from the shipped table
     (:data:`~.linear_calib_table.TABLE`) when it holds the key, else computed on first use
-    (seconds) and kept. Raises ValueError on another ``bits``, ProgramError (from the
-    program's plan) on a K the PE cannot stage."""
+    (seconds) and kept. Raises ValueError on another ``bits``, :class:`UserError` naming K
+    and the PE on a K the PE cannot stage."""
     if bits not in (4, 8):
         raise ValueError(f"bits: expected 4 or 8, got {bits!r}")
     k = table_key(arch, in_features, bits)
     c = _CACHE.get(k)
     if c is None:
+        from ..golden.asm import ProgramError
         from .linear_calib_table import TABLE
         e = TABLE.get(k)
-        c = _CACHE[k] = (calibrate_linear(arch, in_features, bits, check=False) if e is None
-                         else LinearCalibration(k[0], int(in_features), int(bits), **e))
+        try:
+            c = (calibrate_linear(arch, in_features, bits, check=False) if e is None
+                 else LinearCalibration(k[0], int(in_features), int(bits), **e))
+        except ProgramError as err:
+            raise UserError(f"compute calibration: a linear layer of K = {in_features} does "
+                            f"not fit one PE of this configuration ({k[0]}): {err}") from None
+        _CACHE[k] = c
     return c
 
 
@@ -218,7 +259,7 @@ def write_table(path=None, arch_names=("paper-4gb",), say=print, jobs: int = 1) 
         key = table_key(preset(an), k, bits)
         table[key] = {"out_chunk": c.out_chunk, "step": c.step, "peak": c.peak,
                       "tile1": c.tile1, "tile2": c.tile2, "period1": c.period1,
-                      "period2": c.period2, "fit_error": c.fit_error}
+                      "period2": c.period2, "partial": c.partial, "fit_error": c.fit_error}
         say(f"{an} K={k} W{bits}A8: out chunk {c.out_chunk}, 1 / 16 rows at 256 channels a PE "
             f"{c.utilisation(256, 1):.1%} / {c.utilisation(256, 16):.1%}, fit error "
             f"{c.fit_error}")

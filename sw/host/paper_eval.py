@@ -265,7 +265,7 @@ ZIPF = {"qwen3-30b-a3b": 1.55, "glm-4.7-flash": 1.1, "deepseek-v2-lite": 0.7,
 #: first ((7, 8, 39); the least mean error alone gave (7, 12, 37): 42 of the 64 cells within 15%
 #: against 43, Elastic-SD's 6 of 16 against 11); -> (7, 12, 36) when the plain GEMMs got their
 #: own program's cycles instead of the routed expert's (2026-12-05, ``linear_calib``): 46 of the
-#: 64 within 15% (the old tree 42), :data:`INTRA_REQUEST` refitted unchanged.
+#: 64 within 15% (the old tree 43), :data:`INTRA_REQUEST` refitted unchanged.
 TREE = (7, 12, 36)
 #: Intra-request routing correlation: the tokens one request brings to a step (an SD tree's
 #: draft and verify rows) share context and route alike (Section 7, "Inference Framework": the
@@ -462,11 +462,16 @@ def linear_utilisation(plat: Platform, in_features: int, out_features: float, ro
     ``out_features`` output channels on one PE (``N_p``: a layer's share of the die's PEs)
     reaches on ``rows`` token rows: useful MACs (``K N_p rows``) a cycle of the PE over its
     peak, from the PE cycle model on the streamed linear-layer program
-    (:meth:`.compute_calib.LinearCalibration.utilisation`; K padded to whole groups of 32,
-    the padding waste). Raises :class:`UserError` for a platform without an ArchConfig."""
+    (:meth:`.linear_calib.LinearCalibration.utilisation`; K padded to whole groups of 32,
+    the padding waste). Raises :class:`UserError` for a platform without an ArchConfig or a K
+    its PE cannot stage, ValueError naming ``in_features``, ``out_features`` or ``rows`` when
+    one is not positive."""
     if plat.arch is None:
         raise UserError(f"platform {plat.name!r} has no ArchConfig (arch=): the compute "
                         f"calibration needs its PE")
+    if isinstance(in_features, bool) or not isinstance(in_features, (int, np.integer)) \
+            or in_features < 1:
+        raise ValueError(f"in_features: expected a positive integer, got {in_features!r}")
     k = -(-int(in_features) // 32) * 32
     return linear_calibration(plat.arch, k, bits).utilisation(out_features, rows) \
         * in_features / k
@@ -688,7 +693,8 @@ class EvalModel:
         """The stage's fraction of peak at ``bits`` (as :meth:`_stage` runs them) over its
         ``parts``, ``(macs, what, rows)``: ``what`` an intermediate size (an FFN of this
         model's hidden size, :func:`compute_utilisation`) or ``("linear", K, N_p)`` (a plain
-        GEMM of K in-features and ``N_p`` output channels a PE, :func:`linear_utilisation`).
+        GEMM of K in-features and ``N_p`` output channels a PE, :func:`linear_utilisation`;
+        ``"kv"`` for a GEMM over the KV cache, W8A8 even in a 4-bit step).
         MACs over the sum of each part's MACs / its own utilisation (the parts run one after
         the other on the whole die)."""
         p = self.plat
@@ -700,7 +706,12 @@ class EvalModel:
 
     def _part_util(self, what, bits, rows) -> float:
         if isinstance(what, tuple):
-            _, k, n = what
+            kind, k, n = what
+            if kind == "kv" and bits == 4:
+                # the KV cache is not bit-sliced: its GEMMs run W8A8 in a 4-bit step too, a
+                # fraction of the W4A8 peak the stage's rate is counted against
+                return linear_utilisation(self.plat, k, n, rows, 8) * self.plat.tops8 \
+                    / self.plat.tops4
             return linear_utilisation(self.plat, k, n, rows, bits)
         return self._calibration(what, bits).utilisation(rows)
 
@@ -726,15 +737,16 @@ class EvalModel:
         """The parts of the attention GEMMs ``(name, K, N, rows a token, count)`` of the
         batch's sequences (:meth:`~.decoder.DecoderShape.attention_gemms`) on ``rows`` token
         rows: each sequence's GEMM takes its own query rows (``rows / batch`` tokens times the
-        heads sharing a KV) against its own KV; the ``batch x count`` GEMMs spread over the
-        PEs, whole where there are as many as PEs, else each split by output channels."""
+        heads sharing a KV) against its own KV (W8A8 always: ``"kv"`` parts); the ``batch x
+        count`` GEMMs spread over the PEs, whole where there are as many as PEs, else each
+        split by output channels."""
         P = self._pes()
         n_gemms = self.batch
         out = []
         for _, k, n, g, c in gemms:
             inst = n_gemms * c
             n_p = n if inst >= P else n * inst / P
-            out.append((rows * g * k * n * c, ("linear", k, n_p), rows / self.batch * g))
+            out.append((rows * g * k * n * c, ("kv", k, n_p), rows / self.batch * g))
         return tuple(out)
 
     def _pes(self) -> int:
@@ -746,8 +758,8 @@ class EvalModel:
     def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0, *, parts=None, reads=None,
                ring=0.0, link=0.0):
         """Add a stage: the largest of its HB, EXT and compute times; compute at the
-        :meth:`_util` of ``parts`` (required when ``macs``: ``(macs, intermediate, rows)``
-        triples). On a near-memory
+        :meth:`_util` of ``parts`` (required when ``macs``: ``(macs, what, rows)`` triples,
+        :meth:`_util`). On a near-memory
         platform the ``res`` fraction of its EXT bytes (and MACs) sits with the unit, which
         computes it at ``nm_gbps`` / ``nm_tops`` while the xPU streams the rest through its
         own channels; the faster of that and the xPU alone is taken (Section 7.2: the unit
@@ -826,7 +838,9 @@ class EvalModel:
             kh, ke = self._split(kv_layer, self.hb_kv)
             router = rows * m.routed_experts * H if layer_kind == "moe" else 0
             # a token row in (INT8 on the ring), its output row out on the link (H Q.24 values
-            # of 8 B: the output channels the PEs computed gathered, as a reduction's psums)
+            # of 8 B, the o projection's channels gathered from the PEs that computed them;
+            # the gathers between its own GEMMs, q/k/v heads to the PEs of the attention
+            # GEMMs and their output to o's, are not counted: docs/paper.md section 2)
             self._stage(c, "attention", hb + kh, ext + ke, att_macs + router, bits,
                         self._res((ext, self.nm_static), (ke, self.nm_kv)),
                         parts=self._linears(rows, tuple(

@@ -140,6 +140,12 @@ def test_plan_errors(K, N, cfg, match):
         plan_linear_stream(K, N, preset(cfg))
 
 
+def test_plan_refuses_non_integer_features():
+    with pytest.raises(ProgramError, match=r"linear layer: out_features: expected an integer, "
+                                           r"got 2.5"):
+        plan_linear_stream(64, 2.5, preset("mid"))
+
+
 def test_out_overflow_names_the_memory():
     cfg = dataclasses.replace(preset("paper-4gb"), iomem_split=(14, 1, 16, 1))
     with pytest.raises(ProgramError, match=r"linear K=64 -> N=64: OUT overflows: .* need 16 of the 2 OUT words"):

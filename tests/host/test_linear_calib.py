@@ -45,6 +45,42 @@ def test_cycles_equal_the_cycle_model(k, bits, n, rows):
     assert c.cycles(n, rows) == lc.linear_cycles(PAPER, k, math.ceil(n), bits, rows)
 
 
+@pytest.mark.parametrize("arch,k,bits", [("mid", 96, 4), ("mid", 1056, 8), ("small", 64, 8)])
+def test_partial_chunks_equal_the_cycle_model_on_other_pes(arch, k, bits):
+    """Where an OUT chunk holds several OUTPUT steps (mid: 3, small: 44; the paper PE's holds
+    one) a narrower last chunk packs its column blocks into other buffer-fulls: the
+    calibration times each partial chunk size alone and after a whole chunk, and equals the
+    cycle model on the program at any channels and rows (review finding 1: up to 22% off when
+    it scaled a whole chunk)."""
+    import math
+    cfg = preset(arch)
+    c = lc.calibrate_linear(cfg, k, bits)
+    assert c.out_chunk > c.step and len(c.partial) == c.out_chunk // c.step - 1
+    assert c.fit_error == 0
+    for n, rows in ((33, 40), (16, 3), (705, 33), (1, 1), (c.out_chunk * 2 + c.step, 5)):
+        want = lc.linear_cycles(cfg, k, math.ceil(n / c.step) * c.step, bits, rows)
+        assert c.cycles(n, rows) == want, (n, rows)
+
+
+def test_bad_channels_and_rows_name_the_parameter():
+    c = lc.linear_calibration(PAPER, 2048, 8)
+    for name, args in (("out_features", (0, 16)), ("out_features", (float("nan"), 16)),
+                       ("rows", (256, -5)), ("rows", (256, float("inf"))),
+                       ("out_features", ("many", 16))):
+        with pytest.raises(ValueError, match=f"^{name}: expected a"):
+            c.utilisation(*args)
+    with pytest.raises(ValueError, match="in_features: expected a positive integer, got -5"):
+        pe.linear_utilisation(pe.platform("ours", "4gb"), -5, 256, 16, 8)
+
+
+def test_a_k_the_pe_cannot_stage_is_a_user_error():
+    """A PE whose OUT holds no chunk: one line naming K and the PE, not the probe's N."""
+    cfg = dataclasses.replace(PAPER, iomem_split=(14, 1, 16, 1))
+    with pytest.raises(UserError, match=r"a linear layer of K = 2048 does not fit one PE of "
+                                        r"this configuration \(tile 16x32x32.*OUT overflows"):
+        lc.linear_calibration(cfg, 2048, 8)
+
+
 def test_utilisation_grows_with_rows_and_k():
     c8 = lc.linear_calibration(PAPER, 2048, 8)
     u = [c8.utilisation(256, r) for r in (1, 4, 16)]
@@ -115,8 +151,14 @@ def test_stage_compute_uses_the_linear_figure():
     # a sequence's attention: 16 sequences x 4 KV heads = 64 GEMMs over 16 PEs, each whole, of
     # the 8 query heads a KV head serves
     att = em._attention(16, sh.attention_gemms(1024))
-    assert [(w, r) for _, w, r in att] == [(("linear", 128, 1024), 8.0),
-                                          (("linear", 1024, 128), 8.0)]
+    assert [(w, r) for _, w, r in att] == [(("kv", 128, 1024), 8.0), (("kv", 1024, 128), 8.0)]
+    # the KV cache is not bit-sliced: in a 4-bit (draft) step its GEMMs run W8A8, half the
+    # fraction of the W4A8 peak that the same cycles would be at W4A8
+    kv, lin = ((1.0, (kind, 128, 1024), 16.0) for kind in ("kv", "linear"))
+    assert em._util(4, (kv,)) == pytest.approx(
+        pe.linear_utilisation(em.plat, 128, 1024, 16, 8) / 2)
+    assert em._util(4, (lin,)) == pe.linear_utilisation(em.plat, 128, 1024, 16, 4)
+    assert em._util(8, (kv,)) == em._util(8, (lin,))
 
 
 def test_linear_utilisation_needs_an_arch():
