@@ -138,7 +138,8 @@ def plan_linear_stream(in_features: int, out_features: int, config,
     if out_chunk < step:
         raise ProgramError(
             f"{where}: OUT overflows: a row block's {R} rows of {step} Q.24 channels (one "
-            f"{'raw' if raw_output else 'FP32'} OUTPUT beat, one COMBINE block) need {R * step // pe.q24_per_word} of the "
+            f"{'raw' if raw_output else 'FP32'} OUTPUT beat, one COMBINE block) need "
+            f"{R * step // pe.q24_per_word} of the "
             f"{pe.out_words} OUT words {words}")
     return LinearPlan(in_features=K, out_features=N, tile_tokens=R, x_stream=x_stream,
                       x_base=x_base, x_chunk=x_chunk, out_chunk=out_chunk,

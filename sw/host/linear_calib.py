@@ -3,7 +3,8 @@ item 6): the MACs per cycle one PE reaches on a linear layer (the attention proj
 router, the scores and weighted sums over the KV cache, the LM head, the dense draft models)
 of a given K, output channels and token rows, from the PE cycle model
 (:func:`~.pe_cycles.program_cycles`, equal to the RTL's cycles on the live tests) run on the
-streamed linear-layer program (:func:`~elmoe3d.sw.golden.linear_stream.build_streamed_linear_program`).
+streamed linear-layer program
+(:func:`~elmoe3d.sw.golden.linear_stream.build_streamed_linear_program`).
 :mod:`.compute_calib` does the same for the SwiGLU FFNs on a PE group.
 
 What it computes: :func:`linear_calibration` gives a :class:`LinearCalibration` of one PE of an
@@ -164,8 +165,9 @@ def calibrate_linear(arch: ArchConfig, in_features: int, bits: int, *,
     (one and two whole OUT chunks at ``r = 1 .. R`` and ``2R`` rows) and ``2 (R + 1)`` for each
     partial chunk size (alone, and after a whole chunk); with ``check`` more at ``R + 1`` and
     ``3R`` rows (one and three whole chunks; where a chunk holds more than one step, three
-    whole chunks and a one-step chunk, and a lone chunk one step short) for ``fit_error``. Raises ProgramError as
-    :func:`~elmoe3d.sw.golden.linear_stream.plan_linear_stream` on a K the PE cannot stage."""
+    whole chunks and a one-step chunk, and a lone chunk one step short) for ``fit_error``.
+    Raises ProgramError as :func:`~elmoe3d.sw.golden.linear_stream.plan_linear_stream` on a K
+    the PE cannot stage."""
     from ..golden.linear_stream import plan_linear_stream
     R = arch.tile.rows
     step = plan_linear_stream(in_features, 1, arch).out_padded

@@ -105,7 +105,8 @@ from .models import TABLE3_MODELS
 
 
 __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", "SDResult",
-           "DraftModel", "DRAFT_MODELS", "EAGLE3_HEADS", "linear_utilisation", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
+           "DraftModel", "DRAFT_MODELS", "EAGLE3_HEADS", "QWEN25_1P5B", "eagle_head",
+           "linear_utilisation", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
            "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig14", "fig14_summary", "PAPER_FIG14",

@@ -148,7 +148,8 @@ def test_plan_refuses_non_integer_features():
 
 def test_out_overflow_names_the_memory():
     cfg = dataclasses.replace(preset("paper-4gb"), iomem_split=(14, 1, 16, 1))
-    with pytest.raises(ProgramError, match=r"linear K=64 -> N=64: OUT overflows: .* need 16 of the 2 OUT words"):
+    with pytest.raises(ProgramError,
+                       match=r"linear K=64 -> N=64: OUT overflows: .* need 16 of the 2 OUT words"):
         plan_linear_stream(64, 64, cfg)
 
 
@@ -158,7 +159,8 @@ def test_build_errors():
     with pytest.raises(ValueError, match=r"x: expected \[T, K=64\] \(w is \[N=32, K=64\], "
                                          r"PyTorch Linear layout\), got \(2, 96\)"):
         build_streamed_linear_program(rng.normal(size=(2, 96)), w, Mode.FULL, preset("mid"))
-    with pytest.raises(ValueError, match="mode: a linear layer runs in FULL or DRAFT, not LSB_ONLY"):
+    with pytest.raises(ValueError,
+                       match="mode: a linear layer runs in FULL or DRAFT, not LSB_ONLY"):
         build_streamed_linear_program(x, w, Mode.LSB_ONLY, preset("mid"))
     with pytest.raises(ValueError, match=r"mode: expected one of \['FULL', 'DRAFT'\], got 7"):
         ref_linear(x, w, 7)
