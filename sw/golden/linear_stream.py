@@ -74,8 +74,6 @@ class LinearPlan:
     out_padded : int
         N rounded up to whole OUT-chunk steps (lcm(lanes, W/32), or lcm(lanes, W/64) raw); the
         weight rows beyond N are zero, their outputs dropped by ``decode``.
-    act_words, wmem_words : int
-        The PE's ACT words and WMEM words a plane and buffer (a streamed x slot's bound).
     raw_output : bool
         OUTPUT emits the Q.24 OUT words (converted to FP32 by ``decode`` as the PE would)
         rather than FP32.
@@ -89,8 +87,6 @@ class LinearPlan:
     x_chunk: int
     out_chunk: int
     out_padded: int
-    act_words: int
-    wmem_words: int
     raw_output: bool = False
 
 
@@ -143,8 +139,7 @@ def plan_linear_stream(in_features: int, out_features: int, config,
             f"{pe.out_words} OUT words {words}")
     return LinearPlan(in_features=K, out_features=N, tile_tokens=R, x_stream=x_stream,
                       x_base=x_base, x_chunk=x_chunk, out_chunk=out_chunk,
-                      out_padded=out_padded, act_words=act, wmem_words=pe.wmem_words,
-                      raw_output=bool(raw_output))
+                      out_padded=out_padded, raw_output=bool(raw_output))
 
 
 def _weight(w, name) -> QuantizedWeight:

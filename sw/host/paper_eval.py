@@ -450,11 +450,15 @@ def compute_utilisation(plat: Platform, hidden: int, intermediate: int, rows: fl
     included, link words at :attr:`Platform.link`'s rate, ``ld`` at a word a cycle). Raises
     :class:`UserError` for a platform without an :class:`~elmoe3d.config.ArchConfig`
     (``plat.arch``)."""
+    return ffn_calibration(_die(plat), hidden, intermediate, bits, plat.link).utilisation(rows)
+
+
+def _die(plat: Platform):
+    """``plat``'s :class:`~elmoe3d.config.ArchConfig`; :class:`UserError` when it has none."""
     if plat.arch is None:
         raise UserError(f"platform {plat.name!r} has no ArchConfig (arch=): the compute "
                         f"calibration needs its PE")
-    return ffn_calibration(plat.arch, hidden, intermediate, bits,
-                           plat.link).utilisation(rows)
+    return plat.arch
 
 
 def linear_utilisation(plat: Platform, in_features: int, out_features: float, rows: float,
@@ -467,14 +471,12 @@ def linear_utilisation(plat: Platform, in_features: int, out_features: float, ro
     the padding waste). Raises :class:`UserError` for a platform without an ArchConfig or a K
     its PE cannot stage, ValueError naming ``in_features``, ``out_features`` or ``rows`` when
     one is not positive."""
-    if plat.arch is None:
-        raise UserError(f"platform {plat.name!r} has no ArchConfig (arch=): the compute "
-                        f"calibration needs its PE")
+    arch = _die(plat)
     if isinstance(in_features, bool) or not isinstance(in_features, (int, np.integer)) \
             or in_features < 1:
         raise ValueError(f"in_features: expected a positive integer, got {in_features!r}")
     k = -(-int(in_features) // 32) * 32
-    return linear_calibration(plat.arch, k, bits).utilisation(out_features, rows) \
+    return linear_calibration(arch, k, bits).utilisation(out_features, rows) \
         * in_features / k
 
 
@@ -721,10 +723,8 @@ class EvalModel:
         platform's die, kept per model (what :func:`compute_utilisation` reads)."""
         c = self._cals.get((intermediate, bits))
         if c is None:
-            if self.plat.arch is None:
-                compute_utilisation(self.plat, self.m.hidden, intermediate, 1, bits)  # raises
             c = self._cals[intermediate, bits] = ffn_calibration(
-                self.plat.arch, self.m.hidden, intermediate, bits, self.plat.link)
+                _die(self.plat), self.m.hidden, intermediate, bits, self.plat.link)
         return c
 
     def _linears(self, rows, linears):
@@ -751,10 +751,7 @@ class EvalModel:
         return tuple(out)
 
     def _pes(self) -> int:
-        if self.plat.arch is None:
-            raise UserError(f"platform {self.plat.name!r} has no ArchConfig (arch=): the "
-                            f"compute calibration needs its PE")
-        return self.plat.arch.pes
+        return _die(self.plat).pes
 
     def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0, *, parts=None, reads=None,
                ring=0.0, link=0.0):

@@ -95,7 +95,7 @@ def test_k_chained_and_streamed_x_on_a_small_act():
     x, w = rng.normal(size=(3, 512)), rng.normal(size=(48, 512))
     for mode in (Mode.DRAFT, Mode.FULL):
         job = _check(x, w, mode, cfg)
-        assert job.plan.x_stream and (job.plan.act_words, job.plan.x_chunk) == (8, 4)
+        assert job.plan.x_stream and (cfg.pe.act_words, job.plan.x_chunk) == (8, 4)
         gemms = [c.fields for c in job.program if c.op.name == "GEMM"]
         assert sum(g["acc_hold"] for g in gemms) and sum(g["acc_cont"] for g in gemms)
 
