@@ -95,11 +95,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _dash_values(parser: argparse.ArgumentParser, argv) -> list:
+    """``argv`` with ``--opt -3,4`` written ``--opt=-3,4`` where ``--opt`` is an option of the
+    command taking one value and ``-3,4`` is none of its options: argparse takes a value that
+    starts with ``-`` and is not a plain negative number for an option, so the command's own
+    check (which names what it expected) never saw it. Values starting with ``--`` stay
+    options (``--tree --json`` is still "expected one argument")."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    cmd = next((i for i, a in enumerate(argv) if a in sub.choices), None)
+    if cmd is None:
+        return argv
+    opts = sub.choices[argv[cmd]]._option_string_actions
+    out = argv[:cmd + 1]
+    rest = iter(argv[cmd + 1:])
+    for a in rest:
+        action = opts.get(a)
+        if action is not None and action.nargs is None:             # one value
+            value = next(rest, None)
+            if value is not None and value.startswith("-") and not value.startswith("--") \
+                    and value not in opts:
+                out.append(f"{a}={value}")
+                continue
+            out.append(a)
+            if value is not None:
+                out.append(value)
+            continue
+        out.append(a)
+    return out
+
+
 def _parse(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
     """``parser.parse_args(argv)``, but an unknown option of a command is that command's error
     (its usage and ``elmoe3d CMD: error: unrecognized arguments: ...``, exit 2), not the
     top-level parser's."""
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(_dash_values(parser, argv))
     if extra:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")

@@ -102,3 +102,25 @@ def test_closed_stdout_still_writes_the_files(tmp_path, argv):
         os.close(write_end)
     assert (done.returncode, done.stderr) == (0, "")
     assert json.loads(out.read_text())
+
+
+
+def test_an_option_value_starting_with_a_dash_reaches_the_command(capsys):
+    """A value that starts with one ``-`` and is none of the command's options reaches the
+    command's own check: argparse alone took ``-3,4`` for an option and said "expected one
+    argument". One line naming what was expected, exit 2, no table."""
+    assert cli.main(["paper", "table3", "--tree", "-3,4"]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == ("elmoe3d paper: error: --tree: depth and width must be 1-16, "
+                           "got '-3,4'")
+    assert out == ""
+
+
+def test_an_option_after_an_option_is_still_an_option(capsys):
+    """``--tree --json x``: a value starting with ``--`` stays an option, so ``--tree`` has
+    none (argparse's own error, exit 2)."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["paper", "table3", "--tree", "--json", "x.json"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
+        "elmoe3d paper: error: argument --tree: expected one argument"
