@@ -71,10 +71,12 @@ x width``), the verify one step on ``seqs x (1 + verify)``
 rows. :meth:`EvalModel.best_sd` searches :data:`TREE_DEPTHS` x :data:`TREE_WIDTHS` x every
 verify size from ``depth`` to ``depth x width``. Schemes
 (:data:`SCHEMES`): Elastic-SD (the draft is the MSB slices of the static weights and of the
-cached experts, routing throttled to the cache: no EXT access), EAGLE-SD (an EAGLE-3 head in
+cached experts, routing throttled to the cache: no EXT access but the token rows'
+embeddings), EAGLE-SD (an EAGLE-3 head in
 HB), SLM-SD (Qwen2.5-1.5B-Instruct in HB), Quant-SD (a separate 4-bit copy: the static copy in
 HB; no INT8 expert cache, its draft's 4-bit expert copies from EXT; GPT-OSS-20B's MXFP4 experts
-are their own 4-bit copy and cached as Elastic-SD's).
+are their own 4-bit copy and keep an expert cache as Elastic-SD's, in the HB its static 4-bit
+copy leaves: 7.2-5.9 slots a layer at 4 GB against Elastic-SD's 9.4-8.0).
 
 Speedup: Phi_AR = xPU AR step time / the scheme's AR step time at the same batch; Phi_SD =
 xPU AR time a token / the scheme's SD time a token (Table 3; its "best mode" is the larger).
@@ -500,7 +502,8 @@ class StepCost:
     near-memory unit reads inside its LPDDR5 (``nm_bytes``, part of ``ext_bytes``), the logic
     die's SRAM bytes written and read, bytes delivered on the streamline ring and reduced on
     the aggregation link, and activation bytes to and from near-memory units over LPDDR5
-    (``nm_io_bytes``)."""
+    (``nm_io_bytes``). ``hb_fill_bytes``: the expert cache's fills, the bytes its misses write
+    into HB (part of ``hb_bytes``, which counts reads and writes alike)."""
 
     seconds: float = 0.0
     hb_bytes: float = 0.0
@@ -514,6 +517,7 @@ class StepCost:
     ring_bytes: float = 0.0
     link_bytes: float = 0.0
     nm_io_bytes: float = 0.0
+    hb_fill_bytes: float = 0.0
 
 
     def add(self, kind, seconds, hb, ext):
@@ -661,7 +665,9 @@ class EvalModel:
         # 8-bit target) halve what a slot holds and its unthrottled draft touches every expert
         # (Section 7.1, "the worst case"); the paper's Quant-SD Phi_AR equal the no-cache ones
         # (Qwen3 batch 4-16, GLM every batch: SLM-SD's). MXFP4 experts are their own 4-bit copy
-        # (GPT-OSS-20B: Quant-SD's Phi_AR equal Elastic-SD's), so those keep the cache.
+        # (GPT-OSS-20B, where the paper's Quant-SD Phi_AR equal Elastic-SD's), so those keep
+        # the cache, in the HB the static 4-bit copy leaves (fewer slots than Elastic-SD's:
+        # docs/paper.md section 4, "(e)", the copy in EXT instead, tried and not adopted).
         # The HB left holds the hottest experts' 4-bit draft copies instead (Fig. 12: "Quant-SD
         # maintains independent 4-bit draft and 8-bit target weight copies across both tiers",
         # its HB full of copies): an LRU of 4-bit copies (an MSB slice's size) that only the
@@ -754,7 +760,7 @@ class EvalModel:
         return _die(self.plat).pes
 
     def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0, *, parts=None, reads=None,
-               ring=0.0, link=0.0):
+               ring=0.0, link=0.0, fill=0.0):
         """Add a stage: the largest of its HB, EXT and compute times; compute at the
         :meth:`_util` of ``parts`` (required when ``macs``: ``(macs, what, rows)`` triples,
         :meth:`_util`). On a near-memory
@@ -772,13 +778,15 @@ class EvalModel:
         on the aggregation link. With a near-memory unit taking the ``res`` share, its
         bytes and MACs move to the unit, the input rows also travel to it and its share of
         the outputs (``res x link / 8`` bytes, 8 B partial sums as 1 B values) comes back over
-        LPDDR5, and the link reduces the rest (``(1 - res) x link``)."""
+        LPDDR5, and the link reduces the rest (``(1 - res) x link``). ``fill``: HB bytes the
+        expert cache writes (its misses' slices, taken from the EXT stream as they pass: HB
+        time and energy, no SRAM)."""
         p = self.plat
         w4 = bits == 4 and p.tops4 > p.tops8
         if macs and not parts:
             raise ValueError(f"stage {kind!r}: MACs without their parts (the calibration)")
         tops = (p.tops4 if w4 else p.tops8) * (self._util(bits, parts) if macs else 1.0)
-        t = max(hb / p.hb_gbps / 1e9 if hb else 0.0, ext / p.ext_gbps / 1e9,
+        t = max((hb + fill) / p.hb_gbps / 1e9 if hb + fill else 0.0, ext / p.ext_gbps / 1e9,
                 2 * macs / tops / 1e12)
         nm = 0.0
         if p.nm_tops and res > 0:
@@ -786,7 +794,8 @@ class EvalModel:
                        ext * (1 - res) / p.nm_ext_gbps / 1e9, 2 * macs * (1 - res) / tops / 1e12)
             if t_nm < t:
                 t, nm = t_nm, res
-        cost.add(kind, t, hb, ext)
+        cost.add(kind, t, hb + fill, ext)
+        cost.hb_fill_bytes += fill
         key = 4 if w4 else 8
         cost.macs[key] = cost.macs.get(key, 0.0) + macs * (1 - nm)
         on_die = hb + ext * (1 - nm)
@@ -884,6 +893,9 @@ class EvalModel:
         macs = rows * (shared + m.top_k * m.expert_weights)
         on_hb = self.plat.hb_bytes > 0
         n = self.routed_tokens(rows)                      # what the expert popularity sees
+        # an LRU cache (Che's approximation assumes one) writes each miss's slice into HB as
+        # the EXT stream passes (Algorithm 1's UpdateCache in the verify): ``fill``
+        fill = 0.0
         if phase == "draft" and self.scheme == "elastic":
             uniq = self.pop.pool_step(n, self.slots)
             hb += uniq * msb                      # the pool is cached: HB only
@@ -892,18 +904,22 @@ class EvalModel:
             uniq, hits = self.pop.step(n, slots, self.form)
             hb += hits * msb
             ext += (uniq - hits) * msb
+            fill = (uniq - hits) * msb if slots > 0 else 0.0
         elif phase == "ar" and self.ar_slots is not None:
             uniq, hits = self.pop.step(n, self.ar_slots, self.form)
             hb += hits * whole
             ext += (uniq - hits) * whole
+            fill = (uniq - hits) * whole if self.ar_slots > 0 else 0.0
         elif self.plat.bit_sliced or not on_hb:
             uniq, hits = self.pop.step(n, self.slots if on_hb else 0, self.form)
             hb += hits * msb
             ext += hits * lsb + (uniq - hits) * whole
+            fill = (uniq - hits) * msb if on_hb and self.slots > 0 else 0.0
         else:                                             # HB-xPU: whole INT8 experts cached
             uniq, hits = self.pop.step(n, self.slots, self.form)
             hb += hits * whole
             ext += (uniq - hits) * whole
+            fill = (uniq - hits) * whole if self.slots > 0 else 0.0
         res = 0.0
         if self.plat.nm_tops:
             shared_ext = ext - (uniq - hits if on_hb else uniq) * whole
@@ -920,7 +936,7 @@ class EvalModel:
                  (rows * m.top_k * m.expert_weights, m.expert_intermediate, per_expert))
         self._stage(c, "experts", hb, ext, macs, bits, res, parts=parts,
                     reads=((shared_bytes, rows), (routed, per_expert)),
-                    ring=pairs * H, link=pairs * H * 8)
+                    ring=pairs * H, link=pairs * H * 8, fill=fill)
 
     # -- draft models ------------------------------------------------------------------------------
     def draft_step(self, rows: int) -> StepCost:
