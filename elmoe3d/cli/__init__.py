@@ -42,7 +42,8 @@ COMMANDS = {
                                    "fig12 (memory mapping and SD time per scheme), fig14 "
                                    "(speedup over xPU of every platform), fig15 (energy a token "
                                    "by component), cache-check (the expert-cache model against "
-                                   "the exact LRU on the real Mixtral traces)"),
+                                   "the exact LRU on the real Mixtral traces), cross-validate "
+                                   "(Table 3's cells predicted by fits without their batch)"),
     "synth": ("elmoe3d.cli.synth", "Yosys area of every block, rolled up to the logic die"),
     "fpga": ("elmoe3d.cli.fpga", "FPGA prototype: fit estimate, bitstream, utilization and fmax "
                                  "of the board top (YoWASP tools, amaranth-boards)"),

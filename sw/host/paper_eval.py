@@ -115,7 +115,8 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "PAPER_FIG15", "fig15_summary", "ENERGY_PARTS", "NEAR_MEMORY_ENERGY",
            "PRIOR_PLATFORMS", "ABLATION_PLATFORM", "PAPER_STRONGEST_PRIOR", "by_point",
            "best_prior",
-           "cache_check", "che_global", "trace_popularity", "fit_zipf",
+           "cache_check", "che_global", "trace_popularity", "fit_zipf", "cross_validate",
+           "cross_validation_fold",
            "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha", "model_alphas",
            "model_speed", "SPEED_TARGET", "AR_CACHES", "compute_utilisation", "TREE_DEPTHS",
            "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra", "accepted_tokens", "tree_grid"]
@@ -1041,7 +1042,8 @@ def tree_grid(depths=None, widths=None):
 # == Table 3 =======================================================================================
 
 def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = None,
-           form: str = "token", tree=TREE, ar_cache: str = "best", link: str = "die") -> list:
+           form: str = "token", tree=TREE, ar_cache: str = "best", link: str = "die",
+           intra: float | None = None) -> list:
     """Our Table 3 at ``hb``: a row (dict) per (model, scheme, batch) with alpha
     (``alphas[model][scheme][i]``, default the paper's 4 GB alpha: the 8 GB alphas are not in
     this copy of the paper), Phi_AR, Phi_SD, the tree, milliseconds and access energy a token
@@ -1051,7 +1053,8 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
     ``(depth, width)`` (every node verified), a ``(depth, width, verify)`` or ``"best"``
     (:meth:`EvalModel.best_sd` per point);
     ``ar_cache`` what ours caches in AR mode (:class:`EvalModel`); ``link`` every platform's
-    :attr:`Platform.link`."""
+    :attr:`Platform.link`; ``intra`` the intra-request exponent (default
+    :data:`INTRA_REQUEST`)."""
     xpu, ours = platform("xpu", hb, link=link), platform("ours", hb, link=link)
     zipf = {**ZIPF, **(zipf or {})}
     rows = []
@@ -1063,7 +1066,7 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
                 alpha = alphas[model][scheme][i] if alphas else paper[0]
                 base = EvalModel(model, xpu, "ar", batch=b, zipf=s, form=form).ar()
                 em = EvalModel(model, ours, scheme, batch=b, zipf=s, form=form,
-                               ar_cache=ar_cache)
+                               ar_cache=ar_cache, intra=intra)
                 ar = em.ar()
                 sd = em.best_sd(alpha) if tree == "best" else em.sd(alpha, *tree)
                 phi_ar = base.seconds / ar.seconds
@@ -1119,18 +1122,31 @@ def summary(rows) -> dict:
     return out
 
 
+def _batch_indices(batches) -> tuple:
+    """Indices into :data:`TABLE3_BATCHES` of ``batches`` (batch sizes; None: all of them);
+    :class:`UserError` for a batch size Table 3 does not have."""
+    if batches is None:
+        return tuple(range(len(TABLE3_BATCHES)))
+    bad = [b for b in batches if b not in TABLE3_BATCHES]
+    if bad or not batches:
+        raise UserError(f"batches: expected some of Table 3's {TABLE3_BATCHES}, got "
+                        f"{tuple(batches)!r}")
+    return tuple(i for i, b in enumerate(TABLE3_BATCHES) if b in batches)
+
+
 def calibrate_zipf(grid=np.round(np.arange(0.0, 4.01, 0.05), 2), form: str = "token",
-                   ar_cache: str = "best", link: str = "die") -> dict:
+                   ar_cache: str = "best", link: str = "die", *, batches=None) -> dict:
     """Per model, the Zipf exponent of ``grid`` that minimises the squared log error of the
-    Elastic-SD Phi_AR cells of Table 3's 4 GB rows (the only cells used); ``link`` the
-    platforms' :attr:`Platform.link`."""
+    Elastic-SD Phi_AR cells of Table 3's 4 GB rows (the only cells used; ``batches``: of
+    those batch sizes only, default all); ``link`` the platforms' :attr:`Platform.link`."""
     xpu, ours = platform("xpu", "4gb", link=link), platform("ours", "4gb", link=link)
+    idx = _batch_indices(batches)
     out = {}
     for model in TABLE3_MODELS:
         best = None
         for s in grid:
             err = 0.0
-            for i, b in enumerate(TABLE3_BATCHES):
+            for i, b in ((i, TABLE3_BATCHES[i]) for i in idx):
                 base = EvalModel(model, xpu, "ar", batch=b, zipf=s, form=form).ar().seconds
                 ar = EvalModel(model, ours, "elastic", batch=b, zipf=s, form=form,
                                ar_cache=ar_cache).ar().seconds
@@ -1141,17 +1157,21 @@ def calibrate_zipf(grid=np.round(np.arange(0.0, 4.01, 0.05), 2), form: str = "to
     return out
 
 
-def _sd_cells(intra: float | None = None) -> tuple:
+def _sd_cells(intra: float | None = None, *, zipf: dict | None = None, batches=None) -> tuple:
     """The xPU's AR step seconds per (model, batch) and our :class:`EvalModel` per (model,
-    scheme, batch index) of Table 3's 4 GB rows (:data:`ZIPF`, ``intra`` or
-    :data:`INTRA_REQUEST`): what :func:`calibrate_tree` and :func:`calibrate_intra` fit on."""
+    scheme, batch index) of Table 3's 4 GB rows (``zipf`` or :data:`ZIPF`, ``intra`` or
+    :data:`INTRA_REQUEST`; ``batches``: those batch sizes only, default all): what
+    :func:`calibrate_tree` and :func:`calibrate_intra` fit on."""
     xpu, ours = platform("xpu", "4gb"), platform("ours", "4gb")
+    zipf = {**ZIPF, **(zipf or {})}
     base, models = {}, {}
     for model in TABLE3_MODELS:
-        for i, b in enumerate(TABLE3_BATCHES):
-            base[model, b] = EvalModel(model, xpu, "ar", batch=b).ar().seconds
+        for i in _batch_indices(batches):
+            b = TABLE3_BATCHES[i]
+            base[model, b] = EvalModel(model, xpu, "ar", batch=b, zipf=zipf[model]).ar().seconds
             for scheme in SCHEMES:
-                models[model, scheme, i] = EvalModel(model, ours, scheme, batch=b, intra=intra)
+                models[model, scheme, i] = EvalModel(model, ours, scheme, batch=b, intra=intra,
+                                                     zipf=zipf[model])
     return base, models
 
 
@@ -1170,25 +1190,79 @@ def _sd_fit(cells, tree) -> tuple:
     return -int((err <= 0.15).sum()), float(err.mean())
 
 
-def calibrate_intra(grid=np.round(np.arange(0.5, 1.001, 0.05), 2), tree=None) -> float:
+def calibrate_intra(grid=np.round(np.arange(0.5, 1.001, 0.05), 2), tree=None, *,
+                    zipf: dict | None = None, batches=None) -> float:
     """The :data:`INTRA_REQUEST` exponent of ``grid`` that puts the most Phi_SD cells of Table
     3's 4 GB rows within 15% of the paper's, then the least mean absolute error (all schemes,
-    the paper's alpha, :data:`ZIPF`), at ``tree`` (default :data:`TREE`;
-    :func:`calibrate_tree` refits the tree at the result, and the two are refitted in turn
-    until neither moves). AR steps do not depend on it."""
+    the paper's alpha, ``zipf`` or :data:`ZIPF`; ``batches``: those batch sizes' cells only),
+    at ``tree`` (default :data:`TREE`; :func:`calibrate_tree` refits the tree at the result,
+    and the two are refitted in turn until neither moves). AR steps do not depend on it."""
     tree = TREE if tree is None else tree
-    return min((_sd_fit(_sd_cells(float(g)), tree), float(g)) for g in grid)[1]
+    return min((_sd_fit(_sd_cells(float(g), zipf=zipf, batches=batches), tree), float(g))
+               for g in grid)[1]
 
 
-def calibrate_tree(depths=None, widths=None) -> tuple:
+def calibrate_tree(depths=None, widths=None, *, zipf: dict | None = None,
+                   intra: float | None = None, batches=None) -> tuple:
     """The ``(depth, width, verify)`` of :func:`tree_grid` (``depths`` x ``widths``, default
     :data:`TREE_DEPTHS` x :data:`TREE_WIDTHS`, with every verify size from the depth to
     every node) that puts the most Phi_SD cells of Table 3's 4 GB rows within 15% of the
-    paper's, then the least mean absolute error (all schemes, the paper's alpha, :data:`ZIPF`,
-    :data:`INTRA_REQUEST`; :func:`_sd_fit`); the first of the grid's order on a tie. A few
-    seconds."""
-    cells = _sd_cells()
+    paper's, then the least mean absolute error (all schemes, the paper's alpha, ``zipf`` or
+    :data:`ZIPF`, ``intra`` or :data:`INTRA_REQUEST`; ``batches``: those batch sizes' cells
+    only; :func:`_sd_fit`); the first of the grid's order on a tie. A few seconds."""
+    cells = _sd_cells(intra, zipf=zipf, batches=batches)
     return min(tree_grid(depths, widths), key=lambda t: _sd_fit(cells, t))
+
+
+def cross_validation_fold(batch: int) -> dict:
+    """One fold of :func:`cross_validate`: the fit refitted without Table 3's ``batch`` cells
+    (Zipf exponents, then the SD tree and the intra-request exponent in turn) and that
+    batch's rows predicted with it. Returns ``{"batch", "zipf", "tree", "intra", "summary",
+    "rows"}``; :class:`UserError` for a batch Table 3 does not have."""
+    _batch_indices((batch,))
+    train = tuple(x for x in TABLE3_BATCHES if x != batch)
+    zipf = calibrate_zipf(batches=train)
+    tree, intra = TREE, INTRA_REQUEST
+    for _ in range(4):
+        new_tree = calibrate_tree(zipf=zipf, intra=intra, batches=train)
+        new_intra = calibrate_intra(tree=new_tree, zipf=zipf, batches=train)
+        if (new_tree, new_intra) == (tree, intra):
+            break
+        tree, intra = new_tree, new_intra
+    rows = [r for r in table3("4gb", zipf=zipf, tree=tree, intra=intra) if r["batch"] == batch]
+    return {"batch": batch, "zipf": zipf, "tree": tree, "intra": intra,
+            "summary": summary(rows), "rows": rows}
+
+
+def cross_validate(say=None) -> dict:
+    """Leave-one-batch-out cross-validation of Table 3's 4 GB fit: for each batch size ``b``
+    of :data:`TABLE3_BATCHES`, every fitted number is refitted on the other three batch
+    sizes' cells alone (the Zipf exponents per model on their Elastic-SD Phi_AR cells,
+    :func:`calibrate_zipf`; then the SD tree and the intra-request exponent on every scheme's
+    Phi_SD cells, :func:`calibrate_tree` and :func:`calibrate_intra` in turn, from
+    :data:`TREE` and :data:`INTRA_REQUEST`, until neither moves, at most four rounds), and
+    batch ``b``'s 32 cells (4 models x 4 schemes, Phi_AR and Phi_SD, the paper's alpha) are
+    predicted with them: out-of-sample cells, where :func:`summary` of :func:`table3` is a
+    fit residual. What stays in-sample: the model's structure (which rules, which caches),
+    chosen while reading every cell (docs/paper.md section 4).
+
+    Returns ``{"folds": [...], "held_out": summary, "in_sample": summary}``: per fold the
+    held-out batch, the fitted ``zipf``, ``tree`` and ``intra`` and the :func:`summary` of
+    its held-out rows; ``held_out`` the :func:`summary` of all 128 held-out cells together
+    (its Elastic-SD best-mode mean over the held-out points); ``in_sample`` the shipped fit's.
+    ``say``: a callable given a line of progress per fold. About a minute."""
+    folds, rows_out = [], []
+    for b in TABLE3_BATCHES:
+        fold = cross_validation_fold(b)
+        rows_out += fold.pop("rows")
+        folds.append(fold)
+        if say:
+            zipf, tree, intra = fold["zipf"], fold["tree"], fold["intra"]
+            s = folds[-1]["summary"]
+            say(f"held-out batch {b}: {s['within_15']} of {s['cells']} cells within 15%, "
+                f"mean |ratio - 1| {s['mean_abs_error']:.3f} (tree {tree}, intra {intra}, "
+                f"Zipf {zipf})")
+    return {"folds": folds, "held_out": summary(rows_out), "in_sample": summary(table3("4gb"))}
 
 
 # == the cache model against an exact LRU on a real trace ==========================================

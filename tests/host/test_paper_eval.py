@@ -899,3 +899,27 @@ def test_pick_probabilities_sum_to_top_k_capped_at_one():
             pe.pick_probabilities(bad, 8)
     with pytest.raises(ValueError, match="top_k: expected 1..experts = 4, got 8"):
         pe.ExpertPopularity(4, 8, 1.0)
+
+
+def test_a_cross_validation_fold_never_reads_its_held_out_cells(monkeypatch):
+    """Leave-one-batch-out (``cross_validation_fold``): the fit without batch 16 is the same
+    whatever the paper says at batch 16 (its Phi_AR and Phi_SD there tripled; the alphas are
+    the prediction's input), it predicts batch 16's 32 cells only, and only their errors move.
+    The control: a fit that does use batch 16 (the Zipf exponents on every batch) moves."""
+    fold = pe.cross_validation_fold(16)
+    assert {r["batch"] for r in fold["rows"]} == {16} and fold["summary"]["cells"] == 32
+    i = pe.TABLE3_BATCHES.index(16)
+    bent = {m: {s: [(c[0], 3 * c[1], 3 * c[2]) if j == i else c for j, c in enumerate(cells)]
+                for s, cells in d.items()} for m, d in pe.TABLE3_4GB.items()}
+    zipf_all = pe.calibrate_zipf()
+    monkeypatch.setattr(pe, "TABLE3_4GB", bent)
+    other = pe.cross_validation_fold(16)
+    assert (other["zipf"], other["tree"], other["intra"]) == \
+        (fold["zipf"], fold["tree"], fold["intra"])
+    assert [r["phi_sd"] for r in other["rows"]] == [r["phi_sd"] for r in fold["rows"]]
+    assert other["summary"]["mean_abs_error"] > fold["summary"]["mean_abs_error"] + 0.5
+    assert pe.calibrate_zipf() != zipf_all
+    with pytest.raises(UserError, match=r"batches: expected some of Table 3's \(1, 4, 8, 16\)"):
+        pe.calibrate_zipf(batches=(2,))
+    with pytest.raises(UserError, match="batches"):
+        pe.cross_validation_fold(3)
