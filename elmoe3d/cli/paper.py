@@ -37,7 +37,7 @@ FIGURES = ("table3", "fig12", "fig14", "fig15", "cache-check", "cross-validate")
 _MODEL_FIGS = ("table3", "fig12", "fig14", "fig15")
 #: Options and the figures they apply to (any other figure refuses them; --json: all).
 APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
-           "alpha": _MODEL_FIGS, "link": _MODEL_FIGS, "ar_cache": ("table3", "fig14", "fig15"),
+           "alpha": _MODEL_FIGS + ("cross-validate",), "link": _MODEL_FIGS, "ar_cache": ("table3", "fig14", "fig15"),
            "plot": ("fig12", "fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die"}
@@ -73,7 +73,8 @@ def configure(parser):
                              "per cached expert)")
     parser.add_argument("--alpha", default=None, metavar="|".join(CHOICES["alpha"]),
                         help="Elastic-SD's alpha: the paper's 4 GB values (default) or "
-                             "the alpha model (pool coverage, fitted on the 4 GB rows) at --hb")
+                             "the alpha model (pool coverage, fitted on the 4 GB rows) at --hb "
+                             "(cross-validate: refitted per fold)")
     parser.add_argument("--ar-cache", default=None, metavar="|".join(CHOICES["ar_cache"]),
                         help=", ".join(APPLIES["ar_cache"]) + ": what ours caches in AR "
                              "mode: best (per point the "
@@ -263,9 +264,11 @@ def _cross_validate(args) -> int:
     from ..sw.host import paper_eval as pe
 
     console = report_console()
-    cv = pe.cross_validate()
+    model = args.alpha == "model"
+    cv = pe.cross_validate(alpha=args.alpha)
     t = Table(title="Table 3 at 4 GB, leave-one-batch-out: every fitted number refitted on "
-                    "the other three batch sizes, the held-out batch's 32 cells predicted")
+                    "the other three batch sizes, the held-out batch's 32 cells predicted"
+                    + (" (Elastic-SD's alphas from the refitted alpha model)" if model else ""))
     zipf_col = "Zipf " + "/".join(m.split("-")[0] for m in pe.TABLE3_MODELS)
     for col in ("held-out batch", "SD tree", "intra", zipf_col,
                 "within 15%", "mean |ratio - 1|", "worst held-out cell"):
@@ -277,9 +280,17 @@ def _cross_validate(args) -> int:
                   f"{s['within_15']} of {s['cells']}", f"{s['mean_abs_error']:.3f}",
                   f"{w['model']} {w['scheme']} {w['figure']} {w['ratio']:.2f}")
     console.print(t)
+    if model:
+        console.print("alpha model (alpha_max, beta) per fold: " + "; ".join(
+            f"batch {f['batch']} " + ", ".join(f"{m.split('-')[0]} {a:.3f} {b:.2f}"
+                                               for m, (a, b) in f["alpha_model"].items())
+            for f in cv["folds"]))
+        console.print(f"Elastic-SD alpha, mean |ours - paper|: {cv['alpha_error']:.3f} out of "
+                      f"sample, {cv['alpha_error_in_sample']:.3f} in sample")
     for key, what in (("held_out", "out of sample (each cell predicted by the fit without "
                                    "its batch)"),
-                      ("in_sample", "in sample (the shipped fit, every cell: `paper table3`)")):
+                      ("in_sample", "in sample (the shipped fit, every cell: `paper table3"
+                                    + (" --alpha model`)" if model else "`)"))):
         s = cv[key]
         console.print(f"{what}: {s['within_15']} of {s['cells']} cells within 15% of the "
                       f"paper, mean |ratio - 1| {s['mean_abs_error']:.3f} (Phi_AR "

@@ -1214,12 +1214,17 @@ def calibrate_tree(depths=None, widths=None, *, zipf: dict | None = None,
     return min(tree_grid(depths, widths), key=lambda t: _sd_fit(cells, t))
 
 
-def cross_validation_fold(batch: int) -> dict:
+def cross_validation_fold(batch: int, alpha: str = "paper") -> dict:
     """One fold of :func:`cross_validate`: the fit refitted without Table 3's ``batch`` cells
-    (Zipf exponents, then the SD tree and the intra-request exponent in turn) and that
-    batch's rows predicted with it. Returns ``{"batch", "zipf", "tree", "intra", "summary",
-    "rows"}``; :class:`UserError` for a batch Table 3 does not have."""
+    (Zipf exponents, then the SD tree and the intra-request exponent in turn; with ``alpha``
+    ``"model"`` also the alpha model, :func:`calibrate_alpha`, whose Elastic-SD alphas then
+    replace the paper's as the prediction's input) and that batch's rows predicted with it.
+    Returns ``{"batch", "zipf", "tree", "intra", "alpha_model", "summary", "rows"}``
+    (``alpha_model``: the refitted ``(alpha_max, beta)`` per model, or None);
+    :class:`UserError` for a batch Table 3 does not have or another ``alpha``."""
     _batch_indices((batch,))
+    if alpha not in ("paper", "model"):
+        raise UserError(f"alpha: expected paper or model, got {alpha!r}")
     train = tuple(x for x in TABLE3_BATCHES if x != batch)
     zipf = calibrate_zipf(batches=train)
     tree, intra = TREE, INTRA_REQUEST
@@ -1229,12 +1234,23 @@ def cross_validation_fold(batch: int) -> dict:
         if (new_tree, new_intra) == (tree, intra):
             break
         tree, intra = new_tree, new_intra
-    rows = [r for r in table3("4gb", zipf=zipf, tree=tree, intra=intra) if r["batch"] == batch]
-    return {"batch": batch, "zipf": zipf, "tree": tree, "intra": intra,
+    params, alphas = None, None
+    if alpha == "model":
+        params = calibrate_alpha(zipf=zipf, batches=train)
+        ours = platform("ours", "4gb")
+        alphas = {m: {s: [c[0] for c in TABLE3_4GB[m][s]] for s in SCHEMES}
+                  for m in TABLE3_MODELS}
+        for m in TABLE3_MODELS:
+            alphas[m]["elastic"] = [elastic_alpha(EvalModel(m, ours, "elastic", batch=b,
+                                                            zipf=zipf[m]), params[m])
+                                    for b in TABLE3_BATCHES]
+    rows = [r for r in table3("4gb", zipf=zipf, tree=tree, intra=intra, alphas=alphas)
+            if r["batch"] == batch]
+    return {"batch": batch, "zipf": zipf, "tree": tree, "intra": intra, "alpha_model": params,
             "summary": summary(rows), "rows": rows}
 
 
-def cross_validate(say=None) -> dict:
+def cross_validate(say=None, alpha: str = "paper") -> dict:
     """Leave-one-batch-out cross-validation of Table 3's 4 GB fit: for each batch size ``b``
     of :data:`TABLE3_BATCHES`, every fitted number is refitted on the other three batch
     sizes' cells alone (the Zipf exponents per model on their Elastic-SD Phi_AR cells,
@@ -1243,7 +1259,9 @@ def cross_validate(say=None) -> dict:
     :data:`TREE` and :data:`INTRA_REQUEST`, until neither moves, at most four rounds), and
     batch ``b``'s 32 cells (4 models x 4 schemes, Phi_AR and Phi_SD, the paper's alpha) are
     predicted with them: out-of-sample cells, where :func:`summary` of :func:`table3` is a
-    fit residual. What stays in-sample: the model's structure (which rules, which caches),
+    fit residual. ``alpha="model"``: the alpha model is refitted per fold too and predicts the
+    held-out Elastic-SD alphas (``alpha_error``: their mean absolute error against the
+    paper's; the other schemes' alphas stay the paper's, as in ``table3 --alpha model``). What stays in-sample: the model's structure (which rules, which caches),
     chosen while reading every cell (docs/paper.md section 4).
 
     Returns ``{"folds": [...], "held_out": summary, "in_sample": summary}``: per fold the
@@ -1253,7 +1271,7 @@ def cross_validate(say=None) -> dict:
     ``say``: a callable given a line of progress per fold. About a minute."""
     folds, rows_out = [], []
     for b in TABLE3_BATCHES:
-        fold = cross_validation_fold(b)
+        fold = cross_validation_fold(b, alpha)
         rows_out += fold.pop("rows")
         folds.append(fold)
         if say:
@@ -1262,7 +1280,16 @@ def cross_validate(say=None) -> dict:
             say(f"held-out batch {b}: {s['within_15']} of {s['cells']} cells within 15%, "
                 f"mean |ratio - 1| {s['mean_abs_error']:.3f} (tree {tree}, intra {intra}, "
                 f"Zipf {zipf})")
-    return {"folds": folds, "held_out": summary(rows_out), "in_sample": summary(table3("4gb"))}
+    out = {"alpha": alpha, "folds": folds, "held_out": summary(rows_out),
+           "in_sample": summary(table3("4gb", alphas=model_alphas("4gb") if alpha == "model"
+                                       else None))}
+    if alpha == "model":
+        el = [r for r in rows_out if r["scheme"] == "elastic"]
+        out["alpha_error"] = float(np.mean([abs(r["alpha"] - r["paper_alpha"]) for r in el]))
+        out["alpha_error_in_sample"] = float(np.mean(
+            [abs(r["alpha"] - r["paper_alpha"])
+             for r in table3("4gb", alphas=model_alphas("4gb")) if r["scheme"] == "elastic"]))
+    return out
 
 
 # == the cache model against an exact LRU on a real trace ==========================================
@@ -1613,15 +1640,20 @@ def elastic_alpha(em: EvalModel, params=None) -> float:
     return min(0.99, a_max * pool_coverage(em.pop, em.slots / em.batch ** beta))
 
 
-def calibrate_alpha(betas=np.round(np.arange(0.0, 2.01, 0.05), 2)) -> dict:
+def calibrate_alpha(betas=np.round(np.arange(0.0, 2.01, 0.05), 2), *, zipf: dict | None = None,
+                    batches=None) -> dict:
     """Per model, the ``(alpha_max, beta)`` minimising the squared error of the Elastic-SD
-    alphas of Table 3's 4 GB rows (alpha_max by least squares at each beta of the grid, capped
+    alphas of Table 3's 4 GB rows (``batches``: of those batch sizes only, default all;
+    ``zipf`` or :data:`ZIPF`; alpha_max by least squares at each beta of the grid, capped
     at 0.99 as :func:`elastic_alpha` caps alpha; rounded to 3 and 2 places)."""
     ours = platform("ours", "4gb")
+    zipf = {**ZIPF, **(zipf or {})}
+    idx = _batch_indices(batches)
     out = {}
     for model in TABLE3_MODELS:
-        ems = [EvalModel(model, ours, "elastic", batch=b) for b in TABLE3_BATCHES]
-        al = np.array([TABLE3_4GB[model]["elastic"][i][0] for i in range(len(TABLE3_BATCHES))])
+        ems = [EvalModel(model, ours, "elastic", batch=TABLE3_BATCHES[i], zipf=zipf[model])
+               for i in idx]
+        al = np.array([TABLE3_4GB[model]["elastic"][i][0] for i in idx])
         best = None
         for beta in betas:
             c = np.array([pool_coverage(em.pop, em.slots / em.batch ** beta) for em in ems])

@@ -902,24 +902,35 @@ def test_pick_probabilities_sum_to_top_k_capped_at_one():
 
 
 def test_a_cross_validation_fold_never_reads_its_held_out_cells(monkeypatch):
-    """Leave-one-batch-out (``cross_validation_fold``): the fit without batch 16 is the same
-    whatever the paper says at batch 16 (its Phi_AR and Phi_SD there tripled; the alphas are
-    the prediction's input), it predicts batch 16's 32 cells only, and only their errors move.
-    The control: a fit that does use batch 16 (the Zipf exponents on every batch) moves."""
-    fold = pe.cross_validation_fold(16)
+    """Leave-one-batch-out (``cross_validation_fold``, with the alpha model refitted too): the
+    fit without batch 16 is the same whatever the paper says at batch 16 (its Phi_AR and
+    Phi_SD there tripled, its alphas halved), it predicts batch 16's 32 cells only, Elastic-SD's
+    with the refitted alpha model's alphas, and only the held-out errors move. The control: fits
+    that do use batch 16 (the Zipf exponents and the alpha model on every batch) move."""
+    fold = pe.cross_validation_fold(16, alpha="model")
     assert {r["batch"] for r in fold["rows"]} == {16} and fold["summary"]["cells"] == 32
+    ours = pe.platform("ours", "4gb")
+    for r in fold["rows"]:
+        em = pe.EvalModel(r["model"], ours, "elastic", batch=16, zipf=fold["zipf"][r["model"]])
+        want = (pe.elastic_alpha(em, fold["alpha_model"][r["model"]])
+                if r["scheme"] == "elastic" else r["paper_alpha"])
+        assert r["alpha"] == want
     i = pe.TABLE3_BATCHES.index(16)
-    bent = {m: {s: [(c[0], 3 * c[1], 3 * c[2]) if j == i else c for j, c in enumerate(cells)]
-                for s, cells in d.items()} for m, d in pe.TABLE3_4GB.items()}
-    zipf_all = pe.calibrate_zipf()
+    bent = {m: {s: [(c[0] / 2, 3 * c[1], 3 * c[2]) if j == i else c
+                    for j, c in enumerate(cells)] for s, cells in d.items()}
+            for m, d in pe.TABLE3_4GB.items()}
+    zipf_all, alpha_all = pe.calibrate_zipf(), pe.calibrate_alpha()
     monkeypatch.setattr(pe, "TABLE3_4GB", bent)
-    other = pe.cross_validation_fold(16)
-    assert (other["zipf"], other["tree"], other["intra"]) == \
-        (fold["zipf"], fold["tree"], fold["intra"])
-    assert [r["phi_sd"] for r in other["rows"]] == [r["phi_sd"] for r in fold["rows"]]
+    other = pe.cross_validation_fold(16, alpha="model")
+    for k in ("zipf", "tree", "intra", "alpha_model"):
+        assert other[k] == fold[k], k
+    assert [r["phi_sd"] for r in other["rows"] if r["scheme"] == "elastic"] == \
+        [r["phi_sd"] for r in fold["rows"] if r["scheme"] == "elastic"]
     assert other["summary"]["mean_abs_error"] > fold["summary"]["mean_abs_error"] + 0.5
-    assert pe.calibrate_zipf() != zipf_all
+    assert pe.calibrate_zipf() != zipf_all and pe.calibrate_alpha() != alpha_all
     with pytest.raises(UserError, match=r"batches: expected some of Table 3's \(1, 4, 8, 16\)"):
         pe.calibrate_zipf(batches=(2,))
     with pytest.raises(UserError, match="batches"):
         pe.cross_validation_fold(3)
+    with pytest.raises(UserError, match="alpha: expected paper or model, got 'both'"):
+        pe.cross_validation_fold(16, alpha="both")

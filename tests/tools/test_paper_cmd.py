@@ -340,3 +340,24 @@ def test_cross_validate(tmp_path, capsys):
     assert "in sample (the shipped fit, every cell: `paper table3`): 99 of 128" in text
     assert cli.main(["paper", "cross-validate", "--hb", "8gb"]) == 2
     assert "--hb applies to table3, fig12, fig14 and fig15 only" in capsys.readouterr().err
+
+
+def test_cross_validate_with_the_alpha_model_prints_its_fits(monkeypatch, capsys):
+    """``--alpha model``: each fold's refitted (alpha_max, beta) and the held-out Elastic-SD
+    alphas' error are printed (the folds themselves: tests/host/test_paper_eval.py; the
+    figures here are the real ones of one fold, batch 16, for all four folds' places)."""
+    fold = pe.cross_validation_fold(16, alpha="model")
+    rows = fold.pop("rows")
+    fake = {"alpha": "model", "folds": [dict(fold, batch=b) for b in pe.TABLE3_BATCHES],
+            "held_out": pe.summary(rows * 4), "in_sample": pe.summary(rows),
+            "alpha_error": 0.0296, "alpha_error_in_sample": 0.0221}
+    seen = []
+    monkeypatch.setattr(pe, "cross_validate",
+                        lambda alpha="paper", say=None: seen.append(alpha) or fake)
+    assert cli.main(["paper", "cross-validate", "--alpha", "model"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert seen == ["model"]
+    a, b = fold["alpha_model"]["qwen3-30b-a3b"]
+    assert f"batch 16 qwen3 {a:.3f} {b:.2f}," in text
+    assert "Elastic-SD alpha, mean |ours - paper|: 0.030 out of sample, 0.022 in sample" in text
+    assert "in sample (the shipped fit, every cell: `paper table3 --alpha model`)" in text
