@@ -84,13 +84,15 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # allow_abbrev=False: an abbreviation is not an option (``run --hb 68`` was taken for
+    # ``--hb-slots 68``; ``--hb 8gb`` for a bad --hb-slots value)
     parser = argparse.ArgumentParser(prog="elmoe3d", description=DESCRIPTION,
-                                     formatter_class=_HelpFormatter)
+                                     formatter_class=_HelpFormatter, allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"elmoe3d {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module, help_text) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text,
-                                    formatter_class=_HelpFormatter)
+                                    formatter_class=_HelpFormatter, allow_abbrev=False)
         importlib.import_module(module).configure(sub_parser)
         sub_parser.set_defaults(_module=module)
     return parser
@@ -98,10 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _dash_values(parser: argparse.ArgumentParser, argv) -> list:
     """``argv`` with ``--opt -3,4`` written ``--opt=-3,4`` where ``--opt`` is an option of the
-    command taking one value and ``-3,4`` is none of its options: argparse takes a value that
-    starts with ``-`` and is not a plain negative number for an option, so the command's own
-    check (which names what it expected) never saw it. Values starting with ``--`` stay
-    options (``--tree --json`` is still "expected one argument")."""
+    command taking one value and ``-3,4`` starts with ``-`` and a digit or a point: argparse
+    takes such a value (not a plain negative number) for an option, so the command's own
+    check (which names what it expected) never saw it. A value that looks like an option
+    (``--json``, ``-w``) stays one (``--tree --json`` is still "expected one argument"), and
+    nothing after a ``--`` is touched."""
     argv = list(sys.argv[1:] if argv is None else argv)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     cmd = next((i for i, a in enumerate(argv) if a in sub.choices), None)
@@ -111,11 +114,15 @@ def _dash_values(parser: argparse.ArgumentParser, argv) -> list:
     out = argv[:cmd + 1]
     rest = iter(argv[cmd + 1:])
     for a in rest:
+        if a == "--":                               # positionals only from here
+            out.append(a)
+            out.extend(rest)
+            break
         action = opts.get(a)
         if action is not None and action.nargs is None:             # one value
             value = next(rest, None)
-            if value is not None and value.startswith("-") and not value.startswith("--") \
-                    and value not in opts:
+            if value is not None and len(value) > 1 and value[0] == "-" \
+                    and (value[1].isdigit() or value[1] == "."):
                 out.append(f"{a}={value}")
                 continue
             out.append(a)

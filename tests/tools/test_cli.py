@@ -32,10 +32,13 @@ def test_help_lists_every_paper_figure():
 
 @pytest.mark.parametrize("argv,extra", [(["paper", "table3", "--model", "mixtral"],
                                          "--model mixtral"),
-                                        (["sweep", "s.yaml", "--chek"], "--chek")])
+                                        (["sweep", "s.yaml", "--chek"], "--chek"),
+                                        (["run", "--trace", "gsm8k", "--hb", "68"], "--hb 68"),
+                                        (["paper", "table3", "--js", "t.json"], "--js t.json")])
 def test_an_unknown_option_is_the_commands_error(capsys, argv, extra):
     """New-user trial: an unknown option of a command printed the top-level usage and
-    ``elmoe3d: error``; it is the command's usage and error line (exit 2), before any work."""
+    ``elmoe3d: error``; it is the command's usage and error line (exit 2), before any work.
+    An abbreviation is no option (a second trial: ``run --hb 68`` ran as ``--hb-slots 68``)."""
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
     assert exc.value.code == 2
@@ -104,7 +107,6 @@ def test_closed_stdout_still_writes_the_files(tmp_path, argv):
     assert json.loads(out.read_text())
 
 
-
 def test_an_option_value_starting_with_a_dash_reaches_the_command(capsys):
     """A value that starts with one ``-`` and is none of the command's options reaches the
     command's own check: argparse alone took ``-3,4`` for an option and said "expected one
@@ -124,3 +126,15 @@ def test_an_option_after_an_option_is_still_an_option(capsys):
     assert exc.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == \
         "elmoe3d paper: error: argument --tree: expected one argument"
+
+
+def test_option_like_values_and_the_double_dash_are_left_alone():
+    """The rewrite of ``--opt -3,4`` touches a value starting with ``-`` and a digit or a
+    point only: ``--json -w`` stays an option (a typo, argparse's error), and nothing after
+    ``--`` (positionals) changes."""
+    parser = cli.build_parser()
+    assert cli._dash_values(parser, ["paper", "table3", "--tree", "-3,4", "--json", "-.5"]) \
+        == ["paper", "table3", "--tree=-3,4", "--json=-.5"]
+    assert cli._dash_values(parser, ["sim", "--json", "-w"]) == ["sim", "--json", "-w"]
+    assert cli._dash_values(parser, ["quant", "--", "--bits", "-4"]) == \
+        ["quant", "--", "--bits", "-4"]
