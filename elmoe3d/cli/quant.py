@@ -148,11 +148,15 @@ class TensorResult:
     drafts: dict = field(default_factory=dict)     # (method value, bits) -> ErrorSums
     na: dict = field(default_factory=dict)         # (method value, bits) -> [reason, ...]
     tensors: int = 1
+    #: G32 groups with a nonzero weight whose INT8 codes are all 0 (max|W| under half the
+    #: smallest FP16 scale: the format cannot hold them; reported, not an error)
+    zero_groups: int = 0
 
     def add(self, other: "TensorResult") -> None:
         from ..sw.golden.metrics import ErrorSums
         self.tensors += other.tensors
         self.elements += other.elements
+        self.zero_groups += other.zero_groups
         self.int8 = (self.int8 or ErrorSums()) + other.int8
         for key, reasons in other.na.items():
             self.na.setdefault(key, []).extend(reasons)
@@ -197,10 +201,13 @@ def analyse_tensor(w, *, name: str, bits, methods=None) -> TensorResult:
     w2 = w.reshape(rows, k_dim)
     q2 = qw.q.reshape(rows, k_dim)
     s2 = qw.scale.reshape(rows, k_dim // GROUP)
+    nonzero = (w2.reshape(rows, k_dim // GROUP, GROUP) != 0).any(axis=-1)
+    coded = (q2.reshape(rows, k_dim // GROUP, GROUP) != 0).any(axis=-1)
     result = TensorResult(name=name, shape=tuple(w.shape), elements=int(w.size),
                           int8=ErrorSums(), na=na,
                           drafts={(m.value, k): ErrorSums() for k in bits for m in methods
-                                  if (m.value, k) not in na})
+                                  if (m.value, k) not in na},
+                          zero_groups=int((nonzero & ~coded).sum()))
     step = max(1, CHUNK_ELEMENTS // max(k_dim, 1))
 
     def col_scale(scale):                    # as QuantizedWeight.scale_per_column, float64
@@ -273,6 +280,7 @@ def na_reason(res: TensorResult, method: str, bits: int, *, pooled: bool = False
 def _result_json(res: TensorResult, bits, methods, *, aggregate=False):
     out = {} if aggregate else {"name": res.name, "dtype": res.dtype, "shape": list(res.shape)}
     out["elements"] = res.elements
+    out["zero_groups"] = res.zero_groups
     out["int8"] = _metrics_json(res.int8)
     out["drafts"] = {m: {str(k): ({"na": na_reason(res, m, k, pooled=aggregate)}
                                   if (m, k) in res.na
@@ -390,7 +398,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn
-    from ..sw.golden.quant import QuantizationError, quantize_weights
+    from ..sw.golden.quant import GROUP, QuantizationError, quantize_weights
     from ..sw.host.weights import open_tensors
 
     bits = parse_bits(args.bits)
@@ -468,6 +476,16 @@ def run(args) -> int:
             names[:4] + ["... (all in --per-tensor / --json)"]
         out.print(f"skipped {len(skipped)} of {len(selected)} selected tensors ({parts}): "
                   f"{', '.join(shown)}", highlight=False, soft_wrap=True)
+    if agg.zero_groups:
+        hit = [r for r in results if r.zero_groups]
+        shown = [f"{r.name} ({r.zero_groups})" for r in hit]
+        shown = shown if args.per_tensor or len(shown) <= 4 else \
+            shown[:4] + ["... (all in --json: zero_groups)"]
+        tiny = float(np.finfo(np.float16).smallest_subnormal) / 2
+        out.print(f"note: {agg.zero_groups} group(s) of {GROUP} weights in {len(hit)} "
+                  f"tensor(s) hold nonzero weights that all quantize to 0 (max|W| below "
+                  f"{tiny:.3g}, half the smallest FP16 group scale): {', '.join(shown)}",
+                  highlight=False, soft_wrap=True)
     if args.per_tensor:
         out.print(_per_tensor_table(results, bits, methods))
 

@@ -422,3 +422,33 @@ def test_help_says_how_bad_and_skipped_tensors_are_handled(capsys):
     flat = " ".join(capsys.readouterr().out.split())
     assert "are skipped and listed" in flat
     assert "is an error naming every such tensor (all are checked), and nothing is written" in flat
+
+
+def test_groups_that_quantize_to_all_zeros_are_reported(tmp_path, capsys):
+    """New-user trial: a tensor of weights near 1e-9 gave "SQNR 0.00, cosine 0.000000" and no
+    word why. A G32 group whose weights are nonzero but all under half the smallest FP16 scale
+    (2.98e-8) quantizes to all-zero codes: counted per tensor (``zero_groups`` in the JSON) and
+    named in a note; not an error (the format cannot hold them; a real model may carry such
+    groups), and groups of exact zeros are not counted."""
+    rng = np.random.default_rng(7)
+    a = rng.normal(size=(4, 64)).astype(np.float32)
+    a[1, :32] *= 1e-9                      # one tiny group of row 1
+    a[3] *= 1e-9                           # both groups of row 3
+    a[2, 32:] = 0.0                        # exact zeros: nothing lost
+    b = rng.normal(size=(8, 32)).astype(np.float32)
+    path, out = tmp_path / "w.npz", tmp_path / "q.json"
+    np.savez(path, a=a, b=b)
+    assert cli.main(["quant", str(path), "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("note: 3 group(s) of 32 weights in 1 tensor(s) hold nonzero weights that all "
+            "quantize to 0 (max|W| below 2.98e-08, half the smallest FP16 group scale): a (3)"
+            ) in text
+    doc = json.loads(out.read_text())
+    assert {t["name"]: t["zero_groups"] for t in doc["tensors"]} == {"a": 3, "b": 0}
+    assert doc["aggregate"]["zero_groups"] == 3
+    # just above the limit a group keeps a code: not counted
+    a[3] = 0.0
+    a[3, 0] = 3.0e-8
+    np.savez(path, a=a, b=b)
+    assert cli.main(["quant", str(path), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["aggregate"]["zero_groups"] == 1
