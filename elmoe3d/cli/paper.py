@@ -19,13 +19,18 @@ The paper's Fig. 14 and 15 are for 8 GB HB: at ``--hb 4gb`` their figures are na
 8 GB figures, not set beside ours.
 ``elmoe3d paper cache-check`` replays the real Mixtral-8x7B traces (gsm8k, humaneval)
 through the exact LRU and prints its hit rate beside Che's approximation from the trace's
-popularity and from a fitted Zipf law. ``elmoe3d paper cross-validate`` refits Table 3's
-4 GB fit (Zipf exponents, SD tree, intra-request exponent) without each batch size in turn and
-predicts that batch's cells (:func:`~elmoe3d.sw.host.paper_eval.cross_validate`): the
-out-of-sample error beside the fit residual. Exit status 0, or 2 on a usage error.
+popularity and from a fitted Zipf law, then how alike one request's tokens and different
+requests' tokens route on them (:func:`~elmoe3d.sw.host.paper_eval.routing_exponents`: the
+measured :data:`~elmoe3d.sw.host.paper_eval.INTRA_REQUEST`). ``elmoe3d paper cross-validate``
+refits Table 3's 4 GB fit (Zipf exponents, SD tree; the alpha model with --alpha model) without
+each batch size in turn and predicts that batch's cells
+(:func:`~elmoe3d.sw.host.paper_eval.cross_validate`): the out-of-sample error beside the fit
+residual. Exit status 0, or 2 on a usage error.
 """
 
 from __future__ import annotations
+
+import sys
 
 from ..errors import UserError
 from ..sw.host.compute_calib import FEEDS
@@ -57,7 +62,7 @@ def configure(parser):
                              "component, normalised to ours); cache-check: the expert-cache model (Che's "
                              "approximation) against the exact LRU on the real Mixtral traces; "
                              "cross-validate: Table 3's 4 GB cells predicted by fits that left "
-                             "their batch size out (out-of-sample error, about a minute)")
+                             "their batch size out (out-of-sample error, 30-45 s)")
     parser.add_argument("--hb", default=None, metavar="|".join(CHOICES["hb"]),
                         help="HB capacity of the configuration (default: the paper's, "
                              + ", ".join(f"{hb} for {fig}" for fig, hb in PAPER_HB.items())
@@ -235,9 +240,10 @@ def _cache_check(args) -> int:
     from .run import NAMED_TRACES
 
     console = report_console()
-    doc = {}
+    doc, traces = {}, []
     for name, file in NAMED_TRACES.items():
         trace = import_vllm_jsonl(traces_dir() / file, model="mixtral-8x7b")[0]
+        traces.append(trace)
         rows = pe.cache_check(trace, "mixtral-8x7b")
         doc[name] = rows
         t = Table(title=f"Mixtral-8x7B {name} decode trace: one LRU of MSB slices over all 32 "
@@ -253,6 +259,23 @@ def _cache_check(args) -> int:
         err = [abs(r["che_zipf"] - r["exact"]) for r in rows]
         console.print(f"{name}: Che (Zipf) - exact: mean |error| {sum(err) / len(err):.3f}, "
                       f"worst {max(err):.3f}")
+    r = pe.routing_exponents(traces)
+    doc["routing_exponents"] = r
+    t = Table(title=f"Routing correlation on the same traces ({r['requests']} requests): "
+                    f"distinct experts a layer of n tokens, against n independent tokens of "
+                    f"the pooled popularity")
+    for col in ("tokens", "n", "distinct", "independent", "n_eff", "log n_eff / log n"):
+        t.add_column(col, justify="left" if col == "tokens" else "right")
+    for kind, what in (("intra", "consecutive, one request"),
+                       ("inter", "one of each of n requests")):
+        for row in r[kind]:
+            t.add_row(what, str(row["n"]), f"{row['distinct']:.3f}",
+                      f"{row['independent']:.3f}", f"{row['n_eff']:.2f}",
+                      f"{row['exponent']:.3f}")
+    console.print(t)
+    console.print(f"intra-request exponent {r['intra_exponent']:.3f} (the model's "
+                  f"INTRA_REQUEST: {pe.INTRA_REQUEST}), inter-request {r['inter_exponent']:.3f} "
+                  f"(the model: 1, requests route independently)")
     if args.json:
         write_json(args.json, doc)
     return 0
@@ -265,7 +288,8 @@ def _cross_validate(args) -> int:
 
     console = report_console()
     model = args.alpha == "model"
-    cv = pe.cross_validate(alpha=args.alpha)
+    cv = pe.cross_validate(alpha=args.alpha, say=lambda line: print(
+        f"cross-validate: {line}", file=sys.stderr, flush=True))
     t = Table(title="Table 3 at 4 GB, leave-one-batch-out: every fitted number refitted on "
                     "the other three batch sizes, the held-out batch's 32 cells predicted"
                     + (" (Elastic-SD's alphas from the refitted alpha model)" if model else ""))
@@ -480,6 +504,10 @@ def _plot_fig15(path, rows, hb):
     colors = dict(zip(pe.ENERGY_PARTS, ("tab:blue", "tab:red", "tab:green", "tab:purple",
                                         "tab:gray")))
     width = 0.8 / len(pe.PLATFORMS)
+    # each bar's platform as one letter under it (a new-user trial could not tell the bars
+    # apart): x, P(IM), L(ogicPIM), N(MP), H(B-xPU), O(urs); the batch below the letters
+    letters = [{"xpu-logicpim": "L", "hb-xpu": "H", "ours": "O"}.get(
+        p, p.removeprefix("xpu-")[:1].upper() if p != "xpu" else "x") for p in pe.PLATFORMS]
     for ax, model in zip(axes, pe.TABLE3_MODELS):
         pts = {(r["batch"], r["platform"]): r for r in rows if r["model"] == model}
         for j, p in enumerate(pe.PLATFORMS):
@@ -495,8 +523,13 @@ def _plot_fig15(path, rows, hb):
                     bottom += h
                 if r["mode"] == "sd":
                     ax.plot(x, bottom * 1.04, "v", color="black", markersize=3)
+        ax.set_xticks([i + (j - (len(pe.PLATFORMS) - 1) / 2) * width
+                       for i in range(len(pe.TABLE3_BATCHES)) for j in range(len(pe.PLATFORMS))],
+                      letters * len(pe.TABLE3_BATCHES), minor=True, fontsize=6)
+        ax.tick_params(axis="x", which="minor", length=0, pad=2)
         ax.set_xticks(range(len(pe.TABLE3_BATCHES)),
                       [f"B{b}" for b in pe.TABLE3_BATCHES])
+        ax.tick_params(axis="x", which="major", length=0, pad=12)
         ax.set_title(model, fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel("energy a token / ours (triangle: SD mode)")
@@ -504,7 +537,8 @@ def _plot_fig15(path, rows, hb):
     handles, labels = axes[0].get_legend_handles_labels()
     f.legend(handles, labels, fontsize=8, ncols=len(labels), loc="outside lower center")
     f.suptitle(f"Fig. 15 (model): energy a token by component, normalised to ours, "
-               f"{hb[:-2]} GB HB; bars per batch: {', '.join(pe.PLATFORMS)}", fontsize=10)
+               f"{hb[:-2]} GB HB; bars per batch: "
+               + ", ".join(f"{c} {p}" for c, p in zip(letters, pe.PLATFORMS)), fontsize=10)
     f.savefig(path, format="png", dpi=110)
 
 
@@ -532,7 +566,9 @@ def _plot_fig14(path, rows, hb):
         ax.set_xlabel("batch")
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("speedup over xPU (dashed AR, solid SD)")
-    axes[-1].legend(fontsize=7)
+    # below the panels: inside one it covers curves (GPT-OSS-20B's, new-user trial)
+    handles, labels = axes[0].get_legend_handles_labels()
+    f.legend(handles, labels, fontsize=8, ncols=len(labels), loc="outside lower center")
     f.suptitle(f"Fig. 14 (model): speedup over xPU, MT-Bench alphas, {hb[:-2]} GB HB",
                fontsize=10)
     f.savefig(path, format="png", dpi=110)

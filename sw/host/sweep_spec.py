@@ -16,7 +16,7 @@ A spec (YAML shown; TOML has the same keys)::
       model: [qwen3-30b-a3b, gpt-oss-20b]
       batch: [1, 16]
       scheme: [ar, elastic]        # ar, eagle, slm, quant, elastic
-      depth: [8]                   # SD tree (default 7 x 8 verifying 39 nodes, TREE)
+      depth: [8]                   # SD tree (default 7 x 8 verifying 34 nodes, TREE)
       width: [6]
       verify: [all]                # nodes verified a sequence: 1 .. depth x width, or all
                                    # (the default when depth or width is given, else 39)

@@ -531,10 +531,10 @@ BAD = [
      "got 0"),
     ("workload:\n  model: [qwen3-30b-a3b]\n  depth: [2]\n  verify: [39]\n",
      "{spec}: point 0 (model=qwen3-30b-a3b, depth=2, verify=39): verify: expected all or 1 .. "
-     "depth x width = 24 nodes, got 39"),
+     "depth x width = 16 nodes, got 39"),
     ("workload:\n  model: [qwen3-30b-a3b]\n  verify: [0]\n",
      "{spec}: point 0 (model=qwen3-30b-a3b, verify=0): verify: expected all or 1 .. depth x "
-     "width = 84 nodes, got 0"),
+     "width = 56 nodes, got 0"),
     ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: ['pes >']\n",
      "{spec}: constraints[0]: 'pes >' does not parse (invalid syntax)"),
     ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: ['pez > 4']\n",
@@ -724,7 +724,7 @@ def test_bench_figure_13_names_rows_unlike_the_serial_run():
 
 def test_the_verify_size_of_a_swept_tree():
     """The SD tree's verify size: TREE's when the spec gives no tree; every node when it gives
-    a depth or width but no verify (TREE's 36 nodes are its 7 x 12 tree's), ``all`` the same
+    a depth or width but no verify (TREE's 34 nodes are its 7 x 8 tree's), ``all`` the same
     point as the node count; AR points carry none and are not checked against it."""
     def points(workload):
         return expand(parse_spec({"workload": {"model": ["qwen3-30b-a3b"], **workload}},
