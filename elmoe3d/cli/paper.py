@@ -69,9 +69,9 @@ def configure(parser):
                              + "; Table 3's figures are shown beside ours at 4gb, its 8 GB "
                              "rows are withheld from this copy of the paper)")
     parser.add_argument("--tree", default=None, metavar="D,W[,V]|best",
-                        help="SD tree depth, width and the nodes verified a sequence (default "
-                             "every node; the calibrated elmoe3d.sw.host.paper_eval.TREE "
-                             "without --tree) or 'best' (fastest per point)")
+                        help="SD tree: depth D, width W and V nodes verified a sequence (D,W: "
+                             "every node), or 'best' (the fastest tree per point); without "
+                             "--tree the calibrated elmoe3d.sw.host.paper_eval.TREE")
     parser.add_argument("--cache-form", default=None, metavar="|".join(CHOICES["cache_form"]),
                         help="expert-cache form: token (a per-access LRU hit rate applied to a "
                              "step's expert loads, capped at the slots; default) or step (hits "

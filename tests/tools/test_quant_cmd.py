@@ -256,6 +256,10 @@ def bad_files(tmp_path):
 
 ERROR_CASES = {
     "missing file": (lambda f, d: [d / "nope.safetensors"], r"nope\.safetensors: no such file"),
+    # a second new-user trial typed the bundled weights' name with capitals
+    "minilm capitalised": (lambda f, d: ["MiniLM"],
+                           r"MiniLM: no such file \(the bundled all-MiniLM-L6-v2 weights are "
+                           r"'minilm', lower case\)"),
     "missing tensor": (lambda f, d: [f["nan"], "--tensors", "c.weight"],
                        r"no tensor matches 'c\.weight' \(did you mean [ab]\.weight"),
     "only K not divisible": (lambda f, d: [f["k48"], "--tensors", "odd.*"],
