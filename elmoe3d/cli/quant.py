@@ -486,7 +486,7 @@ def run(args) -> int:
             shown[:4] + ["... (all in --json: zero_groups)"]
         tiny = float(np.finfo(np.float16).smallest_subnormal) / 2
         out.print(f"note: {agg.zero_groups} group(s) of {GROUP} weights in {len(hit)} "
-                  f"tensor(s) hold nonzero weights that all quantize to 0 (max|W| below "
+                  f"tensor(s) hold nonzero weights that all quantize to 0 (max|W| at most "
                   f"{tiny:.3g}, half the smallest FP16 group scale): {', '.join(shown)}",
                   highlight=False, soft_wrap=True)
     if args.per_tensor:

@@ -67,13 +67,16 @@ def test_cache_check(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "gsm8k: Che (Zipf) - exact: mean |error|" in text and "humaneval:" in text
     doc = json.loads(out.read_text())
-    assert set(doc) == {"gsm8k", "humaneval", "routing_exponents"} and len(doc["gsm8k"]) == 12
+    assert set(doc) == {"gsm8k", "humaneval", "routing_exponents",
+                        "routing_exponents_per_trace"} and len(doc["gsm8k"]) == 12
     # the routing correlation of the two traces' four requests: the measured INTRA_REQUEST
     r = doc["routing_exponents"]
     assert r["requests"] == 4 and round(r["intra_exponent"], 2) == pe.INTRA_REQUEST
     text = " ".join(text.split())
     assert ("intra-request exponent 0.880 (the model's INTRA_REQUEST: 0.88), inter-request "
-            "0.998 (the model: 1, requests route independently)") in text
+            "0.998 (the model: 1, requests route independently); against each trace's own "
+            "popularity instead of the pooled one (a workload of one task): 0.906 and 0.993"
+            ) in text
 
 
 def test_fig12_plot(tmp_path, capsys):

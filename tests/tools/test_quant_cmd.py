@@ -445,7 +445,7 @@ def test_groups_that_quantize_to_all_zeros_are_reported(tmp_path, capsys):
     assert cli.main(["quant", str(path), "--json", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert ("note: 3 group(s) of 32 weights in 1 tensor(s) hold nonzero weights that all "
-            "quantize to 0 (max|W| below 2.98e-08, half the smallest FP16 group scale): a (3)"
+            "quantize to 0 (max|W| at most 2.98e-08, half the smallest FP16 group scale): a (3)"
             ) in text
     doc = json.loads(out.read_text())
     assert {t["name"]: t["zero_groups"] for t in doc["tensors"]} == {"a": 3, "b": 0}
