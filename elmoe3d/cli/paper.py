@@ -42,8 +42,8 @@ FIGURES = ("table3", "fig12", "fig14", "fig15", "cache-check", "cross-validate")
 _MODEL_FIGS = ("table3", "fig12", "fig14", "fig15")
 #: Options and the figures they apply to (any other figure refuses them; --json: all).
 APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
-           "alpha": _MODEL_FIGS + ("cross-validate",), "link": _MODEL_FIGS, "ar_cache": ("table3", "fig14", "fig15"),
-           "plot": ("fig12", "fig14", "fig15")}
+           "alpha": _MODEL_FIGS + ("cross-validate",), "link": _MODEL_FIGS,
+           "ar_cache": ("table3", "fig14", "fig15"), "plot": ("fig12", "fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die"}
 #: The values of the options that take one of a few (checked in :func:`run`, one line as

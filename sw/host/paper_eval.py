@@ -1232,9 +1232,9 @@ def calibrate_tree(depths=None, widths=None, *, zipf: dict | None = None,
 def cross_validation_fold(batch: int, alpha: str = "paper") -> dict:
     """One fold of :func:`cross_validate`: the fit refitted without Table 3's ``batch`` cells
     (Zipf exponents, then the SD tree; :data:`INTRA_REQUEST` is measured on the real traces,
-    not fitted, so it stays; with ``alpha``
-    ``"model"`` also the alpha model, :func:`calibrate_alpha`, whose Elastic-SD alphas then
-    replace the paper's as the prediction's input) and that batch's rows predicted with it.
+    not fitted, so it stays; with ``alpha`` ``"model"`` also the alpha model,
+    :func:`calibrate_alpha`, whose Elastic-SD alphas then replace the paper's as the
+    prediction's input) and that batch's rows predicted with it.
     Returns ``{"batch", "zipf", "tree", "intra", "alpha_model", "summary", "rows"}``
     (``alpha_model``: the refitted ``(alpha_max, beta)`` per model, or None);
     :class:`UserError` for a batch Table 3 does not have or another ``alpha``."""
@@ -1302,16 +1302,24 @@ def cross_validate(say=None, alpha: str = "paper") -> dict:
 
 # == the cache model against an exact LRU on a real trace ==========================================
 
-def trace_popularity(trace, phase: str = "decode") -> np.ndarray:
-    """Per-token pick probabilities ``[layers, experts]`` of a routing trace: picks of each
-    expert over the tokens present at each layer (a row sums to ``top_k``)."""
-    L, E = len(trace.layer_ids), trace.num_experts
-    counts, tokens = np.zeros((L, E)), np.zeros(L)
-    for r in trace.requests(phase):
-        for j in range(L):
+def _pick_counts(requests, layers: int, experts: int) -> tuple:
+    """``(counts [layers, experts], tokens [layers])``: each expert's picks and the tokens
+    present at each layer over ``requests`` (:class:`~.trace.RequestRouting`-like: ``ids``
+    ``[T, layers, k]``, ``present`` ``[T, layers]``)."""
+    counts, tokens = np.zeros((layers, experts)), np.zeros(layers)
+    for r in requests:
+        for j in range(layers):
             ids = r.ids[:, j][r.present[:, j]]
             tokens[j] += len(ids)
             np.add.at(counts[j], ids.ravel().astype(np.int64), 1)
+    return counts, tokens
+
+
+def trace_popularity(trace, phase: str = "decode") -> np.ndarray:
+    """Per-token pick probabilities ``[layers, experts]`` of a routing trace: picks of each
+    expert over the tokens present at each layer (a row sums to ``top_k``)."""
+    counts, tokens = _pick_counts(trace.requests(phase), len(trace.layer_ids),
+                                  trace.num_experts)
     if not tokens.all():
         raise UserError("trace: a layer has no routed token")
     return counts / tokens[:, None]
@@ -1408,14 +1416,7 @@ def routing_exponents(traces, windows=(2, 4, 8, 16), batches=(2, 3, 4), *,
     E = traces[0].num_experts
     logq = {}
     for s in set(src):
-        counts, tokens = np.zeros((L, E)), np.zeros(L)
-        for r, rs in zip(reqs, src):
-            if rs != s:
-                continue
-            for j in range(L):
-                ids = r.ids[:, j][r.present[:, j]]
-                tokens[j] += len(ids)
-                np.add.at(counts[j], ids.ravel().astype(np.int64), 1)
+        counts, tokens = _pick_counts([r for r, rs in zip(reqs, src) if rs == s], L, E)
         p = counts / np.maximum(tokens, 1)[:, None]
         logq[s] = np.log1p(-np.minimum(p, 1 - 1e-12))
 
