@@ -112,7 +112,8 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
            "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig14", "fig14_summary", "PAPER_FIG14",
-           "PAPER_FIG15", "fig15_summary", "ENERGY_PARTS", "NEAR_MEMORY_ENERGY",
+           "PAPER_FIG15", "fig15_summary", "ENERGY_PARTS", "NEAR_MEMORY_READ",
+           "NEAR_MEMORY_MAC_BITS", "DRAM_READ_PATH",
            "PRIOR_PLATFORMS", "ABLATION_PLATFORM", "PAPER_STRONGEST_PRIOR", "by_point",
            "best_prior",
            "cache_check", "che_global", "trace_popularity", "fit_zipf", "cross_validate",
@@ -178,8 +179,8 @@ class Platform:
     beside it (NMP takes 2 of the 8 channels). ``static_mw``: the logic die's static power
     (:data:`~elmoe3d.synth.energy.DIE_ENERGY`; every platform has the same logic die);
     ``tile_rows``: token rows a weight word serves in one tile pass (its SRAM reads);
-    ``nm_pj_per_bit``: a near-memory unit's read inside its LPDDR5 (a placeholder:
-    :data:`NEAR_MEMORY_ENERGY`). ``arch``: the :class:`~elmoe3d.config.ArchConfig` whose
+    ``nm_pj_per_bit``: a near-memory unit's read inside the memory it sits in
+    (:data:`NEAR_MEMORY_READ`). ``arch``: the :class:`~elmoe3d.config.ArchConfig` whose
     logic die it has (its PE and group size set :func:`compute_utilisation`); ``link``: how
     its compute calibration takes the group programs' link words (``"die"``: at the
     aggregation link's rate; ``"ideal"``: a word a cycle; :data:`.compute_calib.FEEDS`)."""
@@ -210,10 +211,53 @@ PLATFORMS = ("xpu", "xpu-pim", "xpu-logicpim", "xpu-nmp", "hb-xpu", "ours")
 #: Section 7's near-memory baselines: internal bandwidth as a multiple of the LPDDR5 it sits in,
 #: TOPS, and the LPDDR5 channels it takes (None: all of it). xPU-PIM: bank-level analog PIM, 8x
 #: internal bandwidth, 1.64 TOPS; xPU-LogicPIM: 4x, 4 x 1.64 TOPS; xPU-NMP (H2LLM-like): two of
-#: the 8 channels (16 GB) at 13.1 TOPS. The NMP's internal bandwidth multiple is not given:
-#: 8x (PIM's) is a placeholder.
+#: the 8 channels (16 GB) at 13.1 TOPS. The NMP's internal bandwidth multiple is not given;
+#: 8x is what H2-LLM's published design space (Li et al., ISCA 2025, its DSE code) pairs with
+#: 8 FPUs a PE: 6.4 GB/s a bank, 16 banks a channel, 102.4 GB/s against an LPDDR5-6400 x16
+#: channel's 12.8 (13.1 TOPS is then its 800 MHz point at twice the clock, 32 PEs x 8 FPUs x
+#: 16 lanes x 2 ops x 1.6 GHz): consistent, not given by the paper.
 NEAR_MEMORY = {"xpu-pim": (8, 1.64, None), "xpu-logicpim": (4, 4 * 1.64, None),
                "xpu-nmp": (8, 13.1, 2)}
+
+#: Read energy of an HBM-class DRAM by where the data leaves it, pJ/bit (FGDRAM: O'Connor et
+#: al., MICRO 2017, as AttAcc's simulator tabulates it, Park et al., ASPLOS 2024): the cell's
+#: ACT/PRE and its read, the column decoder to the bank-group mux, that mux to the global I/O,
+#: the TSVs to the logic die, the interposer I/O to the processor.
+DRAM_READ_PATH = (("cell ACT/PRE", 0.11), ("cell read", 0.44), ("bank to bank-group mux", 1.01),
+                  ("bank-group mux to global I/O", 1.23), ("TSV", 0.5), ("interposer I/O", 0.3))
+
+
+def _read_path_share(stop: str) -> float:
+    """The share of an off-chip read's energy (:data:`DRAM_READ_PATH`) spent up to and
+    including the hop ``stop``."""
+    hops = [name for name, _ in DRAM_READ_PATH]
+    pj = [e for _, e in DRAM_READ_PATH]
+    return sum(pj[:hops.index(stop) + 1]) / sum(pj)
+
+
+#: A near-memory unit's read inside the memory it sits in (Fig. 15), as a multiple of one of
+#: the configuration's read energies (``"ext"``: ``ext_pj_per_bit``, ``"hb"``:
+#: ``hb_pj_per_bit``; :attr:`Platform.nm_pj_per_bit`). Section 7 gives none; each is a
+#: published figure for the kind of unit it cites:
+#:
+#: * xPU-PIM, bank-level PIM inside LPDDR5 (Kim et al., 2023, the source of Table 1's 3.88
+#:   pJ/bit): Samsung's LPDDR-PIM draws 72% less power than the plain LPDDR5 at the same 102.4
+#:   GB/s (Hot Chips 2023), 0.28 x 3.88 = 1.09 pJ/bit (FGDRAM's bank-level read, the cell
+#:   alone, is 0.15 of an off-chip read: 0.59);
+#: * xPU-LogicPIM, a digital unit on the memory's logic die (Duplex's Logic-PIM, Yun et al.,
+#:   2024, whose simulator the paper's is built on): the read crosses the DRAM die and its
+#:   TSVs, all of FGDRAM's path but the interposer, 0.916 of an off-chip read: 3.56 pJ/bit;
+#: * xPU-NMP, H2-LLM (Li et al., ISCA 2025), whose NMP logic is hybrid-bonded to its DRAM:
+#:   Table 1's hybrid-bonded read, 0.43 pJ/bit (scaled by the paper from Niu et al., 2022, the
+#:   same hybrid-bonded DRAM).
+#:
+#: The FGDRAM shares are an HBM's, applied to LPDDR5. The units' MACs stay at our W8A8 pJ per
+#: MAC (:data:`NEAR_MEMORY_MAC_BITS`): a placeholder, a near-memory MAC's energy is not given.
+NEAR_MEMORY_READ = {"xpu-pim": ("ext", 1 - 0.72),
+                    "xpu-logicpim": ("ext", _read_path_share("TSV")),
+                    "xpu-nmp": ("hb", 1.0)}
+#: The weight bits whose logic-die pJ per MAC a near-memory unit's MAC costs (placeholder).
+NEAR_MEMORY_MAC_BITS = 8
 
 
 def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die") -> Platform:
@@ -232,7 +276,7 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die") -> Pla
     ext = a.ext_gbps * EXT_EFFICIENCY
     base = Platform(name, a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0, a.hb_pj_per_bit,
                     a.ext_pj_per_bit, static_mw=DIE_ENERGY.static_of(a), tile_rows=a.tile.rows,
-                    nm_pj_per_bit=a.hb_pj_per_bit, arch=a, link=link)
+                    arch=a, link=link)
     if name == "xpu":
         return base
     if name in ("ours", "hb-xpu"):
@@ -244,8 +288,10 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die") -> Pla
         mult, tops, channels = NEAR_MEMORY[name]
         ch = channels or a.ext_channels
         nm_bytes = a.ext_bytes * ch // a.ext_channels
+        memory, share = NEAR_MEMORY_READ[name]
+        read = a.ext_pj_per_bit if memory == "ext" else a.hb_pj_per_bit
         return replace(base, nm_gbps=mult * ext * ch / a.ext_channels, nm_tops=tops,
-                       nm_bytes=nm_bytes,
+                       nm_bytes=nm_bytes, nm_pj_per_bit=share * read,
                        nm_ext_gbps=ext * (a.ext_channels - (channels or 0)) / a.ext_channels)
     raise UserError(f"unknown platform {name!r}; known: {', '.join(PLATFORMS)}")
 
@@ -499,13 +545,6 @@ def linear_utilisation(plat: Platform, in_features: int, out_features: float, ro
 #: Fig. 15's energy components, in its order.
 ENERGY_PARTS = ("computation", "external memory", "HB memory", "communication", "static")
 
-#: Placeholders for the near-memory units of Fig. 14 and 15 (Section 7 gives their bandwidth and
-#: TOPS, not their energy): a unit's read inside its LPDDR5 at the HB's pJ per bit (a DRAM bank
-#: access without the off-chip interface: :attr:`Platform.nm_pj_per_bit`), its MAC at our W8A8
-#: pJ per MAC (``mac_bits``).
-NEAR_MEMORY_ENERGY = {"read": "the configuration's hb_pj_per_bit", "mac_bits": 8}
-
-
 @dataclass
 class StepCost:
     """One step: seconds and bytes (HB, EXT), by stage kind, and the work its energy counts
@@ -561,10 +600,10 @@ class StepCost:
         """Energy of the step by Fig. 15's components (:data:`ENERGY_PARTS`), pJ:
 
         * computation: MACs at :data:`~elmoe3d.synth.energy.DIE_ENERGY` ``mac_pj`` (W4A8 on
-          the bit-sliced tile, W8A8 otherwise), near-memory MACs (:data:`NEAR_MEMORY_ENERGY`),
+          the bit-sliced tile, W8A8 otherwise), near-memory MACs (:data:`NEAR_MEMORY_MAC_BITS`),
           the logic die's SRAM writes and reads (ASAP7 SRAM banks, ``synth.energy``);
         * external memory: EXT bytes at ``ext_pj_per_bit``, those a near-memory unit reads in
-          place at :data:`NEAR_MEMORY_ENERGY`'s figure;
+          place at :attr:`Platform.nm_pj_per_bit` (:data:`NEAR_MEMORY_READ`);
         * HB memory: HB bytes at ``hb_pj_per_bit``;
         * communication: ring and link bytes at ``DIE_ENERGY``'s figures, activations to and
           from near-memory units at ``ext_pj_per_bit``;
@@ -572,7 +611,7 @@ class StepCost:
           refresh power are not modelled)."""
         e = DIE_ENERGY
         compute = (sum(n * e.mac(b) for b, n in self.macs.items())
-                   + self.nm_macs * e.mac(NEAR_MEMORY_ENERGY["mac_bits"])
+                   + self.nm_macs * e.mac(NEAR_MEMORY_MAC_BITS)
                    + self.sram_write_bytes * sram_pj_per_byte(write=True)
                    + self.sram_read_bytes * sram_pj_per_byte())
         return {"computation": compute,
@@ -1601,15 +1640,18 @@ def fig14_summary(rows) -> dict:
     inside its LPDDR5 are counted in :func:`fig15_summary`, not here), ours against HB-xPU
     (:data:`ABLATION_PLATFORM`, mean and min of the best-mode ratio), each platform's mean best-mode speedup, and the strongest prior
     platform per model (``strongest_prior``: the one strongest at most of its batches, ties to
-    the larger mean best mode) beside the paper's (:data:`PAPER_STRONGEST_PRIOR`)."""
+    the larger mean best mode) beside the paper's (:data:`PAPER_STRONGEST_PRIOR`), and ours
+    over the platform the paper names strongest for each model (``speedup_over_paper_prior``,
+    mean and max)."""
     pts = by_point(rows)
-    sp_x, sp_p, en_x, sp_h = [], [], [], []
+    sp_x, sp_p, en_x, sp_h, sp_n = [], [], [], [], []
     wins = {}
     for (model, _), d in pts.items():
         o, bestp = d["ours"], best_prior(d)
         wins.setdefault(model, []).append(bestp)
         sp_x.append(o["best"])
         sp_p.append(o["best"] / d[bestp]["best"])
+        sp_n.append(o["best"] / d[PAPER_STRONGEST_PRIOR[model]]["best"])
         sp_h.append(o["best"] / d[ABLATION_PLATFORM]["best"])
         en_x.append(o["xpu_pj_token"] / o["pj_token"])
     mean_best = {p: float(np.mean([d[p]["best"] for d in pts.values()])) for p in PLATFORMS}
@@ -1621,6 +1663,8 @@ def fig14_summary(rows) -> dict:
             "speedup_over_xpu_max": float(np.max(sp_x)),
             "speedup_over_best_prior": float(np.mean(sp_p)),
             "speedup_over_best_prior_max": float(np.max(sp_p)),
+            "speedup_over_paper_prior": float(np.mean(sp_n)),
+            "speedup_over_paper_prior_max": float(np.max(sp_n)),
             "speedup_over_hb_xpu": float(np.mean(sp_h)),
             "speedup_over_hb_xpu_min": float(np.min(sp_h)),
             "energy_over_xpu": float(np.mean(en_x)),
@@ -1671,25 +1715,29 @@ def fig15_summary(rows) -> dict:
     platform with the best speedup at that point (``over_best_prior``, the paper's "best
     performing prior accelerator"): mean and max over the points (the paper: 4.4x, up to
     7.2x; 1.4x, up to 4.9x, MT-Bench at 8 GB), which platform that was per point
-    (``best_prior``), ours against HB-xPU (``over_hb_xpu``, mean and max: the energy of the
-    bit-sliced MACs and Elastic-SD alone) and each platform's mean energy a token by component
-    (mJ). Raises :class:`UserError` on rows without every platform of a point or without
-    ``energy``."""
+    (``best_prior``), ours against the platform the paper names strongest for each model
+    (``over_paper_prior``, :data:`PAPER_STRONGEST_PRIOR`, mean and max), ours against HB-xPU
+    (``over_hb_xpu``, mean and max: the energy of the bit-sliced MACs and Elastic-SD alone) and
+    each platform's mean energy a token by component (mJ). Raises :class:`UserError` on rows
+    without every platform of a point or without ``energy``."""
     pts = by_point(rows)
     if any("energy" not in r for r in rows):
         raise UserError("Fig. 15 needs fig14 rows with their 'energy' (this version's fig14)")
-    over_x, over_p, over_h, which = [], [], [], {}
+    over_x, over_p, over_h, over_n, which = [], [], [], [], {}
     for key, d in pts.items():
         o = sum(d["ours"]["energy"].values())
         over_x.append(sum(d["ours"]["xpu_energy"].values()) / o)
         bestp = which[f"{key[0]} batch {key[1]}"] = best_prior(d)
         over_p.append(sum(d[bestp]["energy"].values()) / o)
+        over_n.append(sum(d[PAPER_STRONGEST_PRIOR[key[0]]]["energy"].values()) / o)
         over_h.append(sum(d[ABLATION_PLATFORM]["energy"].values()) / o)
     parts = {p: {k: float(np.mean([d[p]["energy"][k] for d in pts.values()])) / 1e9
                  for k in ENERGY_PARTS} for p in PLATFORMS}
     return {"over_xpu": float(np.mean(over_x)), "over_xpu_max": float(np.max(over_x)),
             "over_best_prior": float(np.mean(over_p)),
             "over_best_prior_max": float(np.max(over_p)), "best_prior": which,
+            "over_paper_prior": float(np.mean(over_n)),
+            "over_paper_prior_max": float(np.max(over_n)),
             "over_hb_xpu": float(np.mean(over_h)), "over_hb_xpu_max": float(np.max(over_h)),
             "mean_mj_token": parts, "paper": PAPER_FIG15}
 
