@@ -235,14 +235,17 @@ def _cache_check(args) -> int:
     from rich.table import Table
 
     from ..sw.host import paper_eval as pe
-    from ..sw.host.corpus import traces_dir
+    from ..sw.host.corpus import traces_dir, traces_hint
     from ..sw.host.trace import import_vllm_jsonl
     from .run import NAMED_TRACES
 
     console = report_console()
     doc, traces = {}, []
     for name, file in NAMED_TRACES.items():
-        trace = import_vllm_jsonl(traces_dir() / file, model="mixtral-8x7b")[0]
+        path = traces_dir() / file
+        if not path.is_file():
+            raise UserError(f"cache-check: the real trace {path} is missing{traces_hint()}")
+        trace = import_vllm_jsonl(path, model="mixtral-8x7b")[0]
         traces.append(trace)
         rows = pe.cache_check(trace, "mixtral-8x7b")
         doc[name] = rows
@@ -405,7 +408,8 @@ def _fig14(args) -> int:
                     f"of each point: {summ['speedup_over_best_prior']:.2f}x, up to "
                     f"{summ['speedup_over_best_prior_max']:.2f}x"
                   + ref(f"{p14['over_best_prior']}x, up to {p14['over_best_prior_max']}x")
-                  + f"; over the one the paper names strongest for each model: "
+                  + f"; over the one the paper names strongest for each model ("
+                    f"{_paper_priors()}): "
                     f"{summ['speedup_over_paper_prior']:.2f}x, up to "
                     f"{summ['speedup_over_paper_prior_max']:.2f}x")
     console.print("strongest prior platform per model (at most of its batches): " + ", ".join(
@@ -425,6 +429,16 @@ def _fig14(args) -> int:
                            "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig14(path, rows, args.hb))
     return 0
+
+
+def _paper_priors() -> str:
+    """The prior platform the paper names strongest for each model (Section 7.2), as
+    ``"xpu-pim for A, B; xpu-nmp for C, D"``."""
+    from ..sw.host import paper_eval as pe
+    by = {}
+    for model, p in pe.PAPER_STRONGEST_PRIOR.items():
+        by.setdefault(p, []).append(model)
+    return "; ".join(f"{p} for {', '.join(ms)}" for p, ms in by.items())
 
 
 def _fig14_rows(args):
@@ -481,7 +495,7 @@ def _fig15(args) -> int:
                     f"{summ['over_best_prior_max']:.2f}x"
                   + ref(f"{paper['over_best_prior']}x, up to {paper['over_best_prior_max']}x")
                   + f"; against the one the paper names strongest for each model ("
-                    f"{', '.join(sorted(set(pe.PAPER_STRONGEST_PRIOR.values())))}): "
+                    f"{_paper_priors()}): "
                     f"{summ['over_paper_prior']:.2f}x, up to {summ['over_paper_prior_max']:.2f}x"
                   + f"; against {pe.ABLATION_PLATFORM} (not a prior platform): "
                     f"{summ['over_hb_xpu']:.2f}x, up to {summ['over_hb_xpu_max']:.2f}x")

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import csv
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -170,7 +169,7 @@ def configure(parser) -> None:
 def resolve_trace(text) -> Path:
     """The trace file of ``--trace`` (a named real trace, a path, or ``synthetic:USAGE``'s
     usage file); UserError if missing."""
-    from ..sw.host.corpus import traces_dir
+    from ..sw.host.corpus import traces_dir, traces_hint
     text = str(text)
     usage = text.startswith(SYNTHETIC_PREFIX)
     if text in NAMED_TRACES:
@@ -181,10 +180,7 @@ def resolve_trace(text) -> Path:
         raise UserError(f"--trace {text}: {path} is a folder; give one routing log file")
     if not path.is_file():
         raise UserError(f"--trace {text}: no such file {path}" + (
-            (f" (the traces folder: $ELMOE3D_TRACES = {os.environ['ELMOE3D_TRACES']})"
-             if os.environ.get("ELMOE3D_TRACES") else
-             " (the traces folder: ../shared/traces beside the checkout, or $ELMOE3D_TRACES)")
-            if text in NAMED_TRACES else "" if usage else
+            traces_hint() if text in NAMED_TRACES else "" if usage else
             f"; expected a routing log file, a named trace ({', '.join(NAMED_TRACES)}) or "
             f"{SYNTHETIC_PREFIX}FILE"))
     if usage:

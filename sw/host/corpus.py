@@ -13,7 +13,7 @@ from pathlib import Path
 from ...errors import UserError
 
 
-__all__ = ["traces_dir", "gsm8k_prompts"]
+__all__ = ["traces_dir", "traces_hint", "gsm8k_prompts"]
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -22,6 +22,14 @@ def traces_dir() -> Path:
     """``$ELMOE3D_TRACES`` if set, else ``../shared/traces`` beside the repository."""
     env = os.environ.get("ELMOE3D_TRACES")
     return Path(env) if env else _REPO.parent / "shared" / "traces"
+
+
+def traces_hint() -> str:
+    """Where the traces folder is taken from, for an error about a missing trace file:
+    ``" (the traces folder: ...)"``."""
+    env = os.environ.get("ELMOE3D_TRACES")
+    return (f" (the traces folder: $ELMOE3D_TRACES = {env})" if env else
+            " (the traces folder: ../shared/traces beside the checkout, or $ELMOE3D_TRACES)")
 
 
 def gsm8k_prompts(path: Path | None = None) -> list[str]:

@@ -179,11 +179,12 @@ class Platform:
     beside it (NMP takes 2 of the 8 channels). ``static_mw``: the logic die's static power
     (:data:`~elmoe3d.synth.energy.DIE_ENERGY`; every platform has the same logic die);
     ``tile_rows``: token rows a weight word serves in one tile pass (its SRAM reads);
-    ``nm_pj_per_bit``: a near-memory unit's read inside the memory it sits in
-    (:data:`NEAR_MEMORY_READ`). ``arch``: the :class:`~elmoe3d.config.ArchConfig` whose
-    logic die it has (its PE and group size set :func:`compute_utilisation`); ``link``: how
-    its compute calibration takes the group programs' link words (``"die"``: at the
-    aggregation link's rate; ``"ideal"``: a word a cycle; :data:`.compute_calib.FEEDS`)."""
+    ``nm_pj_per_bit``: a near-memory unit's read inside the memory it sits in, pJ/bit
+    (:data:`NEAR_MEMORY_READ`; 0 on a platform without one). ``arch``: the
+    :class:`~elmoe3d.config.ArchConfig` whose logic die it has (its PE and group size set
+    :func:`compute_utilisation`); ``link``: how its compute calibration takes the group
+    programs' link words (``"die"``: at the aggregation link's rate; ``"ideal"``: a word a
+    cycle; :data:`.compute_calib.FEEDS`)."""
 
     name: str
     tops8: float
@@ -211,51 +212,55 @@ PLATFORMS = ("xpu", "xpu-pim", "xpu-logicpim", "xpu-nmp", "hb-xpu", "ours")
 #: Section 7's near-memory baselines: internal bandwidth as a multiple of the LPDDR5 it sits in,
 #: TOPS, and the LPDDR5 channels it takes (None: all of it). xPU-PIM: bank-level analog PIM, 8x
 #: internal bandwidth, 1.64 TOPS; xPU-LogicPIM: 4x, 4 x 1.64 TOPS; xPU-NMP (H2LLM-like): two of
-#: the 8 channels (16 GB) at 13.1 TOPS. The NMP's internal bandwidth multiple is not given;
-#: 8x is what H2-LLM's published design space (Li et al., ISCA 2025, its DSE code) pairs with
-#: 8 FPUs a PE: 6.4 GB/s a bank, 16 banks a channel, 102.4 GB/s against an LPDDR5-6400 x16
-#: channel's 12.8 (13.1 TOPS is then its 800 MHz point at twice the clock, 32 PEs x 8 FPUs x
-#: 16 lanes x 2 ops x 1.6 GHz): consistent, not given by the paper.
+#: the 8 channels (16 GB) at 13.1 TOPS. The NMP's internal bandwidth multiple is not given:
+#: 8x is an assumption, one point of H2-LLM's published design space (Li et al., ISCA 2025,
+#: its DSE code: 6.4 GB/s a bank, 16 banks a channel, 102.4 GB/s against an LPDDR5-6400 x16
+#: channel's 12.8; the space also holds 12.8-51.2 GB/s a bank, 16-64x).
 NEAR_MEMORY = {"xpu-pim": (8, 1.64, None), "xpu-logicpim": (4, 4 * 1.64, None),
                "xpu-nmp": (8, 13.1, 2)}
 
 #: Read energy of an HBM-class DRAM by where the data leaves it, pJ/bit (FGDRAM: O'Connor et
-#: al., MICRO 2017, as AttAcc's simulator tabulates it, Park et al., ASPLOS 2024): the cell's
-#: ACT/PRE and its read, the column decoder to the bank-group mux, that mux to the global I/O,
-#: the TSVs to the logic die, the interposer I/O to the processor.
-DRAM_READ_PATH = (("cell ACT/PRE", 0.11), ("cell read", 0.44), ("bank to bank-group mux", 1.01),
+#: al., MICRO 2017, as AttAcc's simulator tabulates it, Park et al., ASPLOS 2024,
+#: ``scale-snu/attacc_simulator`` ``src/config.py``): the cell's ACT/PRE and its read, the
+#: column decoder to the bank-group mux, that mux to the global I/O, the TSVs to the logic
+#: die, the interposer I/O to the processor.
+DRAM_READ_PATH = (("cell ACT/PRE", 0.11), ("cell read", 0.44),
+                  ("column decoder to bank-group mux", 1.01),
                   ("bank-group mux to global I/O", 1.23), ("TSV", 0.5), ("interposer I/O", 0.3))
 
 
-def _read_path_share(stop: str) -> float:
-    """The share of an off-chip read's energy (:data:`DRAM_READ_PATH`) spent up to and
-    including the hop ``stop``."""
+def _read_path_pj(stop: str) -> float:
+    """pJ/bit of a read of :data:`DRAM_READ_PATH` that ends after the hop ``stop``."""
     hops = [name for name, _ in DRAM_READ_PATH]
-    pj = [e for _, e in DRAM_READ_PATH]
-    return sum(pj[:hops.index(stop) + 1]) / sum(pj)
+    return sum(e for _, e in DRAM_READ_PATH[:hops.index(stop) + 1])
 
 
-#: A near-memory unit's read inside the memory it sits in (Fig. 15), as a multiple of one of
-#: the configuration's read energies (``"ext"``: ``ext_pj_per_bit``, ``"hb"``:
-#: ``hb_pj_per_bit``; :attr:`Platform.nm_pj_per_bit`). Section 7 gives none; each is a
+#: A near-memory unit's read inside the memory it sits in, pJ/bit (Fig. 15;
+#: :attr:`Platform.nm_pj_per_bit`): ``("ext", k)``, ``k`` x the configuration's LPDDR5 read
+#: (``ext_pj_per_bit``), or ``("pj", e)``, ``e`` pJ/bit. Section 7 gives none; each is a
 #: published figure for the kind of unit it cites:
 #:
-#: * xPU-PIM, bank-level PIM inside LPDDR5 (Kim et al., 2023, the source of Table 1's 3.88
-#:   pJ/bit): Samsung's LPDDR-PIM draws 72% less power than the plain LPDDR5 at the same 102.4
-#:   GB/s (Hot Chips 2023), 0.28 x 3.88 = 1.09 pJ/bit (FGDRAM's bank-level read, the cell
-#:   alone, is 0.15 of an off-chip read: 0.59);
-#: * xPU-LogicPIM, a digital unit on the memory's logic die (Duplex's Logic-PIM, Yun et al.,
-#:   2024, whose simulator the paper's is built on): the read crosses the DRAM die and its
-#:   TSVs, all of FGDRAM's path but the interposer, 0.916 of an off-chip read: 3.56 pJ/bit;
+#: * xPU-PIM, bank-level PIM inside LPDDR5 (Kim et al., 2023, also the source of Table 1's
+#:   3.88 pJ/bit): Samsung's LPDDR-PIM (Hot Chips 2023) is reported at 102.4 GB/s with "72%
+#:   less power consumption compared to conventional DRAMs", read here as a read energy 0.28
+#:   x the LPDDR5's, 1.09 pJ/bit. A device power figure: if it includes the PIM's MAC units,
+#:   their MACs (:data:`NEAR_MEMORY_MAC_BITS`) are counted twice, overstating PIM's energy
+#:   (FGDRAM's bank-level read, the cell alone, is 0.55 pJ/bit);
+#: * xPU-LogicPIM, a digital unit on the memory's logic die (AttAcc, Park et al., 2024a, and
+#:   Duplex's Logic-PIM, Yun et al., 2024, whose simulator the paper's is built on): AttAcc's
+#:   own figure for a PIM on the buffer (logic) die, all of FGDRAM's path but the interposer,
+#:   3.29 pJ/bit. An HBM's figure: LPDDR5 has no logic die, and its off-package I/O is likely a
+#:   larger share of its 3.88 than HBM's interposer is of its 3.59, so a logic unit beside
+#:   LPDDR5 may read for less, which would favour LogicPIM over ours;
 #: * xPU-NMP, H2-LLM (Li et al., ISCA 2025), whose NMP logic is hybrid-bonded to its DRAM:
 #:   Table 1's hybrid-bonded read, 0.43 pJ/bit (scaled by the paper from Niu et al., 2022, the
-#:   same hybrid-bonded DRAM).
+#:   same hybrid-bonded DRAM), fixed (not the configuration's ``hb_pj_per_bit``, which a sweep
+#:   may vary for ours).
 #:
-#: The FGDRAM shares are an HBM's, applied to LPDDR5. The units' MACs stay at our W8A8 pJ per
-#: MAC (:data:`NEAR_MEMORY_MAC_BITS`): a placeholder, a near-memory MAC's energy is not given.
+#: The units' MACs stay at our W8A8 pJ per MAC (:data:`NEAR_MEMORY_MAC_BITS`): a placeholder.
 NEAR_MEMORY_READ = {"xpu-pim": ("ext", 1 - 0.72),
-                    "xpu-logicpim": ("ext", _read_path_share("TSV")),
-                    "xpu-nmp": ("hb", 1.0)}
+                    "xpu-logicpim": ("pj", _read_path_pj("TSV")),
+                    "xpu-nmp": ("pj", 0.43)}
 #: The weight bits whose logic-die pJ per MAC a near-memory unit's MAC costs (placeholder).
 NEAR_MEMORY_MAC_BITS = 8
 
@@ -288,10 +293,10 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die") -> Pla
         mult, tops, channels = NEAR_MEMORY[name]
         ch = channels or a.ext_channels
         nm_bytes = a.ext_bytes * ch // a.ext_channels
-        memory, share = NEAR_MEMORY_READ[name]
-        read = a.ext_pj_per_bit if memory == "ext" else a.hb_pj_per_bit
+        kind, figure = NEAR_MEMORY_READ[name]
+        read = figure * a.ext_pj_per_bit if kind == "ext" else figure
         return replace(base, nm_gbps=mult * ext * ch / a.ext_channels, nm_tops=tops,
-                       nm_bytes=nm_bytes, nm_pj_per_bit=share * read,
+                       nm_bytes=nm_bytes, nm_pj_per_bit=read,
                        nm_ext_gbps=ext * (a.ext_channels - (channels or 0)) / a.ext_channels)
     raise UserError(f"unknown platform {name!r}; known: {', '.join(PLATFORMS)}")
 
