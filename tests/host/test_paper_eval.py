@@ -853,10 +853,10 @@ def test_fig15_summary():
     # reads inside their LPDDR5 cost the placeholder NEAR_MEMORY_ENERGY (since removed); HB-xPU
     # apart, 1.013 and 1.649; with the draft pool the whole cached experts 0.5155, 0.9035,
     # 1.014; the link at its rate: 1.6496, the static energy of a longer SD step; the 7 x 8
-    # tree verifying 39 nodes: 0.5195, 0.9265, 1.0192, 1.6415; the plain GEMMs' program and the 7 x 12 tree
-    # verifying 36: 0.5147, 0.9205, 1.0051, 1.6564; the cache's fills in HB: 0.4985, 0.9180,
-    # 1.0147, 1.6503; the measured intra-request exponent and the 7 x 8 tree verifying 34:
-    # 0.4795, 0.7720, 0.9985, 1.1231; the near-memory reads at published figures
+    # tree verifying 39 nodes: 0.5195, 0.9265, 1.0192, 1.6415; the plain GEMMs' program and
+    # the 7 x 12 tree verifying 36: 0.5147, 0.9205, 1.0051, 1.6564; the cache's fills in HB:
+    # 0.4985, 0.9180, 1.0147, 1.6503; the measured intra-request exponent and the 7 x 8 tree
+    # verifying 34: 0.4795, 0.7720, 0.9985, 1.1231; the near-memory reads at published figures
     # (NEAR_MEMORY_READ: PIM 1.09, LogicPIM 3.29, NMP 0.43 pJ/bit, all 0.43 before): 2.0885,
     # 4.6334, HB-xPU unmoved)
     assert s["over_best_prior"] == pytest.approx(2.0885, abs=0.0005)
