@@ -544,8 +544,9 @@ def _plot_fig15(path, rows, hb):
                 bottom = 0.0
                 for k in pe.ENERGY_PARTS:
                     h = r["energy"][k] / ours
-                    ax.bar(x, h, width, bottom=bottom, color=colors[k],
-                           label=k if (p, b) == ("xpu", 1) else None)
+                    # a thin white edge keeps neighbouring bars of one colour apart
+                    ax.bar(x, h, width, bottom=bottom, color=colors[k], edgecolor="white",
+                           linewidth=0.4, label=k if (p, b) == ("xpu", 1) else None)
                     bottom += h
                 if r["mode"] == "sd":
                     ax.plot(x, bottom * 1.04, "v", color="black", markersize=3)
