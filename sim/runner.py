@@ -77,6 +77,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
+from ..paths import build_root
 
 
 __all__ = [
@@ -94,8 +95,6 @@ DEFAULT_SEED = 20250607
 SEED_ENV = "ELMOE3D_SEED"
 #: Environment variable through which a bench finds its parameter file (JSON).
 PARAMS_ENV = "ELMOE3D_SIM_PARAMS"
-#: Environment variable overriding the build root (default ``<repo>/build``).
-BUILD_ROOT_ENV = "ELMOE3D_BUILD_DIR"
 
 #: Verilator options: fast X handling, no timing engine (the designs are synchronous and
 #: Amaranth emits no delays), warnings reported but not fatal, split C++ so ``make -j``
@@ -266,18 +265,6 @@ def verilator_environment(extra: dict | None = None):
 
 
 # -- build -----------------------------------------------------------------------------------
-
-def build_root() -> Path:
-    """``$ELMOE3D_BUILD_DIR``, else ``build/`` in the repository (or the current folder when
-    the package is installed elsewhere)."""
-    env = os.environ.get(BUILD_ROOT_ENV)
-    if env:
-        return Path(env).resolve()
-    repo = Path(__file__).resolve().parent.parent
-    if (repo / "pyproject.toml").is_file():
-        return repo / "build"
-    return Path.cwd() / "build"
-
 
 def generate_verilog(component, *, name: str) -> str:
     """Verilog text of an Amaranth ``wiring.Component`` with top module ``name``, identical

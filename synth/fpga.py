@@ -77,15 +77,30 @@ __all__ = ["Device", "Board", "DEVICES", "BOARDS", "DEFAULT_BOARD", "board", "Fp
            "LUT_MULTIPLIERS", "lut_multiplier_script", "apply_no_rw_check",
            "LUT_MARGIN", "build", "BuildResult", "parse_report", "Estimate", "estimate",
            "estimate_from_stat", "candidates", "fit_search", "SearchResult", "board_top",
-           "resolve_config", "BUILD_ROOT", "describe", "estimate_line", "check_fits_at_all",
+           "resolve_config", "fpga_root", "estimates_dir", "describe", "estimate_line",
+           "check_fits_at_all",
            "check_device", "prepare", "pnr_progress", "route_stall", "RouteStalled",
            "ROUTE_PATIENCE", "ROUTE_STALL_GAIN", "ROUTE_STALL_MIN_SHARE", "Block", "blocks_from_stat", "ROUTERS",
            "check_clock", "MEMORY_CANDIDATES", "STANDIN_CANDIDATES", "ebr_model",
            "pe_ebr_model"]
 
 
-#: Where builds go: ``build/fpga/<board>/``; estimates are cached in ``build/fpga/estimates``.
-BUILD_ROOT = Path("build") / "fpga"
+def fpga_root() -> Path:
+    """Where builds go: ``fpga/<board>/`` under the build root
+    (:func:`~elmoe3d.paths.build_root`, the checkout's ``build/`` from any working folder);
+    estimates are cached in ``fpga/estimates`` (:func:`estimates_dir`)."""
+    from ..paths import build_root
+    return build_root() / "fpga"
+
+
+def estimates_dir() -> Path:
+    """The cache of :func:`estimate` (and the netlists :func:`build` takes from it)."""
+    return fpga_root() / "estimates"
+
+
+#: :func:`build`'s default ``netlist_cache``: :func:`estimates_dir` at the call.
+_ESTIMATES = object()
+
 #: Largest share of the device's LUT4 positions an estimate may take and still be placed
 #: (nextpnr needs room to pack LUTs with their flip-flops and route; 100 % never places).
 LUT_MARGIN = 0.90
@@ -916,15 +931,15 @@ def prepare(top, platform, *, name="top", build_dir, seed=DEFAULT_SEED,
 
 
 def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_after_read=None,
-          synth_opts=None, say=print, netlist_cache=BUILD_ROOT / "estimates",
+          synth_opts=None, say=print, netlist_cache=_ESTIMATES,
           router="router1", placer="heap", route_patience=ROUTE_PATIENCE) -> BuildResult:
     """Synthesise, place, route and pack ``top`` for ``platform`` in ``build_dir`` through
     Amaranth's platform flow and the YoWASP tools; see the module docstring.
 
     If :func:`estimate` synthesised the same RTLIL with the same script (its netlist is in
-    ``netlist_cache``), the build takes that netlist (and its Yosys log) and runs the
-    platform's script without its Yosys line (``seconds["yosys"]`` is then 0 and
-    ``synth_cached`` True); ``netlist_cache=None`` always runs Yosys.
+    ``netlist_cache``, default :func:`estimates_dir`), the build takes that netlist (and its
+    Yosys log) and runs the platform's script without its Yosys line (``seconds["yosys"]`` is
+    then 0 and ``synth_cached`` True); ``netlist_cache=None`` always runs Yosys.
 
     ``router``, ``placer``: nextpnr's router and placer (:data:`ROUTERS`, :data:`PLACERS`).
     ``route_patience``: router2 iterations without progress before the build stops nextpnr
@@ -937,6 +952,8 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
             or route_patience < 0):
         raise FpgaError(f"route_patience: expected 0 (never stop) or a positive number of "
                         f"router2 iterations, got {route_patience!r}")
+    if netlist_cache is _ESTIMATES:
+        netlist_cache = estimates_dir()
     env = tool_env()
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -1189,7 +1206,7 @@ def _synth_key(plan, name, env):
     return h.hexdigest(), rtlil, script
 
 
-def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_read=None,
+def estimate(top, platform, *, cache_dir=None, script_after_read=None,
              synth_opts=None, name="top", hierarchy=False) -> Estimate:
     """Estimate ``top`` on ``platform`` with ``synth_ecp5`` alone: the platform's RTLIL and
     Yosys script (``script_after_read`` and ``synth_opts`` as in :func:`build`), with
@@ -1202,7 +1219,9 @@ def estimate(top, platform, *, cache_dir=BUILD_ROOT / "estimates", script_after_
     block. Optimisation stops at block boundaries, so the blocks add up to a different total
     than the flat estimate (the ULX3S board top with 16/8/4-word router FIFOs, 2026-11-30:
     78,573 LUT4 positions and 21,441 FF against 72,389 and 21,235); its netlist is not kept (a build
-    never takes it)."""
+    never takes it). ``cache_dir``: default :func:`estimates_dir`."""
+    if cache_dir is None:
+        cache_dir = estimates_dir()
     if hierarchy:
         synth_opts = f"{synth_opts} -noflatten" if synth_opts else "-noflatten"
     env = tool_env()
@@ -1381,13 +1400,13 @@ class SearchResult:
 
 
 def fit_search(bd: Board, *, make_top=board_top, max_runs=4, say=print,
-               cache_dir=BUILD_ROOT / "estimates") -> SearchResult:
+               cache_dir=None) -> SearchResult:
     """Estimate :func:`candidates` of ``bd`` in order (at most ``max_runs`` Yosys runs that
     are not cached), choose the first that fits; see the module docstring. The candidates
     take the clock, placer and router of the board's named default (:data:`FPGA_CONFIGS`: its
     PLL clock), else the board's own clock and :class:`FpgaConfig`'s (static, router1). A candidate that misses
     on LUT4 positions or flip-flops stops the search: smaller memories only add distributed
-    RAM."""
+    RAM. ``cache_dir``: :func:`estimate`'s (default :func:`estimates_dir`)."""
     dev = bd.device
     res = SearchResult()
     runs = 0

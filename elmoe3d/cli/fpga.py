@@ -144,7 +144,7 @@ def run(args) -> int:
         if value is not None and value & (value - 1):
             raise UserError(f"{option}: expected a power of two, got {value}")
     fpga.check_device(bd.device)
-    build_dir = fpga.BUILD_ROOT / bd.name
+    build_dir = fpga.fpga_root() / bd.name
     json_path = args.json if args.json is not None else build_dir / "report.json"
     if args.json is None:
         build_dir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +192,7 @@ def run(args) -> int:
         f"{fpga.describe(cfg)}")
 
     if doc["estimate"] is None:
-        say(f"elmoe3d fpga: Yosys estimate of the board top (cache {fpga.BUILD_ROOT}/estimates/; "
+        say(f"elmoe3d fpga: Yosys estimate of the board top (cache {fpga.estimates_dir()}/; "
             "the build takes its netlist)")
         est = fpga.estimate(fpga.board_top(cfg), bd.platform(),
                             script_after_read=cfg.script_after_read)
@@ -409,7 +409,7 @@ def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None,
     keyword arguments (the board's time-shared VPU units)."""
     import json
     from ..synth.liberty import BUNDLED_LIBERTY, read_liberty
-    from .synth import CACHE_DIR
+    from .synth import cache_dir
     from ..synth.rollup import Planner, evaluate, logic_area, sram_total
     from ..hw.pe import PE
     lib = read_liberty(BUNDLED_LIBERTY)
@@ -419,10 +419,10 @@ def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None,
         note = "cached" if r.cached else f"{r.seconds:.0f} s"
         say(f"  asic [{done}/{total}] {label}: {r.area:,.0f} um² ({note})")
 
-    planner = Planner(liberty=lib, cache_dir=CACHE_DIR, jobs=jobs, progress=progress)
+    planner = Planner(liberty=lib, cache_dir=cache_dir(), jobs=jobs, progress=progress)
     node = planner.plan(PE(config=arch, **(pe_params or {})), label="PE")
     say(f"elmoe3d fpga: ASIC roll-up of the {arch.name} PE ({len(planner._jobs)} Yosys jobs, "
-        f"cache {CACHE_DIR}/)")
+        f"cache {cache_dir()}/)")
     planner.run()
     pe = evaluate(node, planner.results)
     total = logic_area(pe) + sram_total(pe)
@@ -430,7 +430,7 @@ def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None,
            "pe_mm2": total / 1e6, "pe_logic_mm2": logic_area(pe) / 1e6,
            "pe_sram_mm2": sram_total(pe) / 1e6, "pe_mac_mm2": pe.get("MAC", 0.0) / 1e6,
            "pe_breakdown_um2": dict(pe), "paper": None}
-    path = Path(paper_report) if paper_report else CACHE_DIR / "report.json"
+    path = Path(paper_report) if paper_report else cache_dir() / "report.json"
     try:
         paper = json.loads(path.read_text())["configs"]["paper-4gb"]
         out["paper"] = {"source": str(path), "die_mm2": paper["die_total"] / 1e6,

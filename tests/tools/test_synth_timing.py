@@ -489,6 +489,7 @@ def test_cli_timing_prints_and_writes_the_report(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(blocks, "DIE_BLOCKS", [b for b in blocks.DIE_BLOCKS         # seconds
                                                if b.label in ("PE", "EXT controller")])
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))  # caches
     out = tmp_path / "report.json"
     rc = main(["synth", "--config", "small", "--no-check", "--scaling", "", "--jobs", "1",
                "--timing", "--json", str(out)])
