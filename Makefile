@@ -88,6 +88,10 @@ sim-paper-pe: $(STAMP)
 # and the worst register-to-register path of every block against the 1 GHz clock (--timing).
 SYNTH_REPORT := build/synth/report.json
 SYNTH_PLOT   := build/synth/area.png
+# make's synth and fpga keep their caches, reports and builds in this checkout's build/, where
+# clean and distclean look, whatever $ELMOE3D_BUILD_DIR says (it moves them for elmoe3d run by
+# hand, and the simulator's build for make sim too).
+synth fpga: export ELMOE3D_BUILD_DIR := $(CURDIR)/build
 synth: $(STAMP)
 	@mkdir -p build/synth
 	$(PY) -m elmoe3d synth --timing --power --jobs $(JOBS) --json $(SYNTH_REPORT) --plot $(SYNTH_PLOT)

@@ -69,6 +69,7 @@ from pathlib import Path
 
 from ..config import FPGA_LEAN_PE, PEOptions
 from ..errors import UserError
+from ..paths import build_root
 from .flow import read_stat, stat_cells
 
 
@@ -89,7 +90,6 @@ def fpga_root() -> Path:
     """Where builds go: ``fpga/<board>/`` under the build root
     (:func:`~elmoe3d.paths.build_root`, the checkout's ``build/`` from any working folder);
     estimates are cached in ``fpga/estimates`` (:func:`estimates_dir`)."""
-    from ..paths import build_root
     return build_root() / "fpga"
 
 
@@ -98,8 +98,14 @@ def estimates_dir() -> Path:
     return fpga_root() / "estimates"
 
 
-#: :func:`build`'s default ``netlist_cache``: :func:`estimates_dir` at the call.
-_ESTIMATES = object()
+class _Estimates:
+    """:func:`build`'s default ``netlist_cache``: :func:`estimates_dir` at the call."""
+
+    def __repr__(self):
+        return "estimates_dir()"
+
+
+_ESTIMATES = _Estimates()
 
 #: Largest share of the device's LUT4 positions an estimate may take and still be placed
 #: (nextpnr needs room to pack LUTs with their flip-flops and route; 100 % never places).

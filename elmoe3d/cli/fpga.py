@@ -64,7 +64,8 @@ def configure(parser) -> None:
                         help="default (the board's named configuration), auto (fit search), "
                              "a named FPGA configuration or a preset (default: default)")
     parser.add_argument("--json", metavar="F", type=Path, default=None,
-                        help="write the figures as JSON (default build/fpga/<board>/report.json)")
+                        help="write the figures as JSON (default fpga/<board>/report.json "
+                             "under the build root: the checkout's build/)")
     parser.add_argument("--seed", metavar="N", type=int, default=None,
                         help="nextpnr placement seed (default 1)")
     parser.add_argument("--hb-words", metavar="N", type=int, default=None,
@@ -409,7 +410,7 @@ def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None,
     keyword arguments (the board's time-shared VPU units)."""
     import json
     from ..synth.liberty import BUNDLED_LIBERTY, read_liberty
-    from .synth import cache_dir
+    from .synth import synth_cache_dir
     from ..synth.rollup import Planner, evaluate, logic_area, sram_total
     from ..hw.pe import PE
     lib = read_liberty(BUNDLED_LIBERTY)
@@ -419,10 +420,10 @@ def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None,
         note = "cached" if r.cached else f"{r.seconds:.0f} s"
         say(f"  asic [{done}/{total}] {label}: {r.area:,.0f} um² ({note})")
 
-    planner = Planner(liberty=lib, cache_dir=cache_dir(), jobs=jobs, progress=progress)
+    planner = Planner(liberty=lib, cache_dir=synth_cache_dir(), jobs=jobs, progress=progress)
     node = planner.plan(PE(config=arch, **(pe_params or {})), label="PE")
     say(f"elmoe3d fpga: ASIC roll-up of the {arch.name} PE ({len(planner._jobs)} Yosys jobs, "
-        f"cache {cache_dir()}/)")
+        f"cache {synth_cache_dir()}/)")
     planner.run()
     pe = evaluate(node, planner.results)
     total = logic_area(pe) + sram_total(pe)
@@ -430,7 +431,7 @@ def asic_rollup(arch, *, say=print, jobs: int = 1, paper_report=None,
            "pe_mm2": total / 1e6, "pe_logic_mm2": logic_area(pe) / 1e6,
            "pe_sram_mm2": sram_total(pe) / 1e6, "pe_mac_mm2": pe.get("MAC", 0.0) / 1e6,
            "pe_breakdown_um2": dict(pe), "paper": None}
-    path = Path(paper_report) if paper_report else cache_dir() / "report.json"
+    path = Path(paper_report) if paper_report else synth_cache_dir() / "report.json"
     try:
         paper = json.loads(path.read_text())["configs"]["paper-4gb"]
         out["paper"] = {"source": str(path), "die_mm2": paper["die_total"] / 1e6,

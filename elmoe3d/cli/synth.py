@@ -12,7 +12,7 @@ counts and area per block (:mod:`elmoe3d.synth.flow`). Blocks are synthesised as
 leaves and multiplied by the instance counts the RTL elaborates to for the configuration
 (:mod:`elmoe3d.synth.rollup`); SRAM macros come from a published ASAP7 SRAM model
 (:mod:`elmoe3d.synth.sram`). One progress line per synthesised block; results cached under
-``build/synth/`` of the checkout (:func:`cache_dir`), whatever the working folder.
+``build/synth/`` of the checkout (:func:`synth_cache_dir`), whatever the working folder.
 
 Prints, per configuration (default ``paper-4gb,paper-8gb``), the die breakdown (PE share
 against the paper's 93 %), the breakdown inside one PE (MAC, adder tree, dequantization,
@@ -79,21 +79,23 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
+from ..paths import build_root
 from .outputs import atomic_outputs, check_distinct, check_output, plot_format
 
 
 __all__ = ["configure", "run", "PAPER_PE_SHARE", "CHECK_TOLERANCE", "synth_report", "die_nodes",
-           "timing_report"]
+           "timing_report", "synth_cache_dir"]
 
 
 #: The paper's PE share of the 4 GB logic die (Section 6, Fig. 11).
 PAPER_PE_SHARE = 0.93
 #: Largest allowed difference between the roll-up and the whole-PE synthesis (logic area).
 CHECK_TOLERANCE = 0.05
-def cache_dir() -> Path:
+
+
+def synth_cache_dir() -> Path:
     """Where results are cached: ``synth/`` under the build root
     (:func:`~elmoe3d.paths.build_root`, the checkout's ``build/`` from any working folder)."""
-    from ..paths import build_root
     return build_root() / "synth"
 
 
@@ -387,13 +389,13 @@ def power_report(planner, dies, lib, say):
         cfg = arch.pe
         key = f"{cfg.rows}x{cfg.lanes}"
         if key not in out["tile"]:
-            energies = tile_energy(lib, workdir=cache_dir() / "power", rows=cfg.rows,
+            energies = tile_energy(lib, workdir=synth_cache_dir() / "power", rows=cfg.rows,
                                    lanes=cfg.lanes, progress=lambda m: say(f"power: {m}"))
             out["tile"][key] = {m: dataclasses.asdict(e) for m, e in energies.items()}
         say(f"power: {name}: streamline ring station, MiniLM weight stream")
-        out["ring"][name] = ring_energy(arch, lib, workdir=cache_dir() / "power" / name)
+        out["ring"][name] = ring_energy(arch, lib, workdir=synth_cache_dir() / "power" / name)
         say(f"power: {name}: aggregation link, REDUCE_ADD of MiniLM partial sums")
-        out["link"][name] = link_energy(arch, lib, workdir=cache_dir() / "power" / name)
+        out["link"][name] = link_energy(arch, lib, workdir=synth_cache_dir() / "power" / name)
         blocks, total = {}, 0.0
         pe_static = None
         for label, node, count in die:
@@ -565,10 +567,10 @@ def run(args) -> int:
         say(f"[{done:3d}/{total}] {label:36s} {r.cell_count:>9,d} cells "
             f"{r.area:>12,.1f} um2{worst}  {note}{flag}")
 
-    planner = Planner(liberty=lib, cache_dir=cache_dir(), jobs=jobs, progress=progress,
+    planner = Planner(liberty=lib, cache_dir=synth_cache_dir(), jobs=jobs, progress=progress,
                       timing=period)
     say(f"elmoe3d synth: liberty {lib.path} ({len(lib.cells)} cells), {jobs} Yosys job(s), "
-        f"cache {cache_dir()}/" + (f", timing at a {period:g} ps clock" if period else ""))
+        f"cache {synth_cache_dir()}/" + (f", timing at a {period:g} ps clock" if period else ""))
 
     skipped = {}
     dies = {arch.name: (arch, die_nodes(planner, arch, skipped)) for arch in configs}

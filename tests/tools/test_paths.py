@@ -7,7 +7,7 @@ working folder)."""
 from pathlib import Path
 
 import elmoe3d
-from elmoe3d.cli.synth import cache_dir
+from elmoe3d.cli.synth import synth_cache_dir as cache_dir
 from elmoe3d.paths import BUILD_ROOT_ENV, build_root
 from elmoe3d.sim.runner import build_root as sim_build_root
 from elmoe3d.synth import fpga

@@ -328,6 +328,8 @@ def _fake_yosys(tmp_path, monkeypatch, stat_text):
     fake.write_text('if [ "$1" = "-V" ]; then echo "Yosys 0.0 (fake)"; exit 0; fi\n'
                     f'cp "{src}" stat.json\n: > check.txt\n: > yosys.log\n')
     monkeypatch.setattr(flow, "yosys_command", lambda: ["sh", str(fake)])
+    # a stand-in's results go to this test's build root, never the checkout's cache
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))
 
 
 def test_stat_parse_reads_yosys_format(tmp_path, monkeypatch):
@@ -416,7 +418,7 @@ def test_cli_bad_stat_file_is_one_line(tmp_path, monkeypatch, capsys):
     assert rc == 2
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("elmoe3d synth: error: ") and needle in err
-    assert ".failed.stat.json" in err and str(Path("build") / "synth") in err
+    assert ".failed.stat.json" in err and str(tmp_path / "build" / "synth") in err
 
 
 def test_cli_whole_run_prints_and_writes_the_report(tmp_path, monkeypatch, capsys):
