@@ -1,5 +1,5 @@
-"""Where generated build output goes: the simulator's Verilog and Verilator models
-(``verilog/``, ``sim/``), the synthesis cache (``synth/``) and the FPGA flow's builds and
+"""Where generated build output goes: the simulator's Verilog (``verilog/``) and Verilator
+models (``<name>-<digest>/``), the synthesis cache (``synth/``) and the FPGA flow's builds and
 estimates (``fpga/``) share one build root, so a command finds the same caches from any
 working folder (``make synth``'s warm cache from ``/tmp`` too)."""
 

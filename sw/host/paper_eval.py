@@ -1647,7 +1647,7 @@ def fig14_summary(rows) -> dict:
     platform per model (``strongest_prior``: the one strongest at most of its batches, ties to
     the larger mean best mode) beside the paper's (:data:`PAPER_STRONGEST_PRIOR`), and ours
     over the platform the paper names strongest for each model (``speedup_over_paper_prior``,
-    mean and max)."""
+    mean and max over the points of the models it names; None without one)."""
     pts = by_point(rows)
     sp_x, sp_p, en_x, sp_h, sp_n = [], [], [], [], []
     wins = {}
@@ -1656,7 +1656,8 @@ def fig14_summary(rows) -> dict:
         wins.setdefault(model, []).append(bestp)
         sp_x.append(o["best"])
         sp_p.append(o["best"] / d[bestp]["best"])
-        sp_n.append(o["best"] / d[PAPER_STRONGEST_PRIOR[model]]["best"])
+        if model in PAPER_STRONGEST_PRIOR:
+            sp_n.append(o["best"] / d[PAPER_STRONGEST_PRIOR[model]]["best"])
         sp_h.append(o["best"] / d[ABLATION_PLATFORM]["best"])
         en_x.append(o["xpu_pj_token"] / o["pj_token"])
     mean_best = {p: float(np.mean([d[p]["best"] for d in pts.values()])) for p in PLATFORMS}
@@ -1668,8 +1669,8 @@ def fig14_summary(rows) -> dict:
             "speedup_over_xpu_max": float(np.max(sp_x)),
             "speedup_over_best_prior": float(np.mean(sp_p)),
             "speedup_over_best_prior_max": float(np.max(sp_p)),
-            "speedup_over_paper_prior": float(np.mean(sp_n)),
-            "speedup_over_paper_prior_max": float(np.max(sp_n)),
+            "speedup_over_paper_prior": float(np.mean(sp_n)) if sp_n else None,
+            "speedup_over_paper_prior_max": float(np.max(sp_n)) if sp_n else None,
             "speedup_over_hb_xpu": float(np.mean(sp_h)),
             "speedup_over_hb_xpu_min": float(np.min(sp_h)),
             "energy_over_xpu": float(np.mean(en_x)),
@@ -1721,7 +1722,8 @@ def fig15_summary(rows) -> dict:
     performing prior accelerator"): mean and max over the points (the paper: 4.4x, up to
     7.2x; 1.4x, up to 4.9x, MT-Bench at 8 GB), which platform that was per point
     (``best_prior``), ours against the platform the paper names strongest for each model
-    (``over_paper_prior``, :data:`PAPER_STRONGEST_PRIOR`, mean and max), ours against HB-xPU
+    (``over_paper_prior``, :data:`PAPER_STRONGEST_PRIOR`, mean and max over the points of the
+    models it names; None without one), ours against HB-xPU
     (``over_hb_xpu``, mean and max: the energy of the bit-sliced MACs and Elastic-SD alone) and
     each platform's mean energy a token by component (mJ). Raises :class:`UserError` on rows
     without every platform of a point or without ``energy``."""
@@ -1734,15 +1736,16 @@ def fig15_summary(rows) -> dict:
         over_x.append(sum(d["ours"]["xpu_energy"].values()) / o)
         bestp = which[f"{key[0]} batch {key[1]}"] = best_prior(d)
         over_p.append(sum(d[bestp]["energy"].values()) / o)
-        over_n.append(sum(d[PAPER_STRONGEST_PRIOR[key[0]]]["energy"].values()) / o)
+        if key[0] in PAPER_STRONGEST_PRIOR:
+            over_n.append(sum(d[PAPER_STRONGEST_PRIOR[key[0]]]["energy"].values()) / o)
         over_h.append(sum(d[ABLATION_PLATFORM]["energy"].values()) / o)
     parts = {p: {k: float(np.mean([d[p]["energy"][k] for d in pts.values()])) / 1e9
                  for k in ENERGY_PARTS} for p in PLATFORMS}
     return {"over_xpu": float(np.mean(over_x)), "over_xpu_max": float(np.max(over_x)),
             "over_best_prior": float(np.mean(over_p)),
             "over_best_prior_max": float(np.max(over_p)), "best_prior": which,
-            "over_paper_prior": float(np.mean(over_n)),
-            "over_paper_prior_max": float(np.max(over_n)),
+            "over_paper_prior": float(np.mean(over_n)) if over_n else None,
+            "over_paper_prior_max": float(np.max(over_n)) if over_n else None,
             "over_hb_xpu": float(np.mean(over_h)), "over_hb_xpu_max": float(np.max(over_h)),
             "mean_mj_token": parts, "paper": PAPER_FIG15}
 

@@ -871,6 +871,16 @@ def test_fig15_summary():
     assert s["mean_mj_token"]["ours"]["HB memory"] > 0 == s["mean_mj_token"]["xpu"]["HB memory"]
 
 
+def test_the_paper_prior_comparison_skips_models_the_paper_names_none_for():
+    """Fig. 14 and 15's "against the platform the paper names strongest" covers the models it
+    names (Section 7.2); rows of another model give None there, not a KeyError."""
+    rows = [dict(r, model="other") for r in pe.fig14("8gb") if r["model"] == "glm-4.7-flash"]
+    f, s = pe.fig14_summary(rows), pe.fig15_summary(rows)
+    assert f["speedup_over_paper_prior"] is None and f["speedup_over_paper_prior_max"] is None
+    assert s["over_paper_prior"] is None and s["over_paper_prior_max"] is None
+    assert f["speedup_over_best_prior"] > 0 and s["over_best_prior"] > 0
+
+
 def test_near_memory_reads_are_the_published_figures():
     """Each near-memory unit's read inside its memory (docs/paper.md section 7): Samsung's
     LPDDR-PIM at 72% less than the configuration's LPDDR5 read; a logic-die unit (AttAcc's
