@@ -34,6 +34,7 @@ import sys
 
 from ..errors import UserError
 from ..sw.host.compute_calib import FEEDS
+from ..sw.host.paper_eval import PLACEMENTS
 from .outputs import (check_distinct, check_output, check_output_dir, report_console,
                       write_json)
 
@@ -43,13 +44,15 @@ _MODEL_FIGS = ("table3", "fig12", "fig14", "fig15")
 #: Options and the figures they apply to (any other figure refuses them; --json: all).
 APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
            "alpha": _MODEL_FIGS + ("cross-validate",), "link": _MODEL_FIGS,
-           "ar_cache": ("table3", "fig14", "fig15"), "plot": ("fig12", "fig14", "fig15")}
+           "ar_cache": ("table3", "fig14", "fig15"), "plot": ("fig12", "fig14", "fig15"),
+           "placement": _MODEL_FIGS}
 #: The defaults of the options above that default to None on the command line.
-DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die"}
+DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die",
+            "placement": "paper"}
 #: The values of the options that take one of a few (checked in :func:`run`, one line as
 #: ``elmoe3d run`` checks its ``--config``, rather than by argparse's usage block).
 CHOICES = {"hb": ("4gb", "8gb"), "cache_form": ("token", "step"), "alpha": ("paper", "model"),
-           "ar_cache": ("best", "msb", "whole"), "link": FEEDS}
+           "ar_cache": ("best", "msb", "whole"), "link": FEEDS, "placement": PLACEMENTS}
 #: The HB size of each figure in the paper.
 PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb", "fig15": "8gb"}
 
@@ -91,6 +94,11 @@ def configure(parser):
                              "(row-max all-reduce, psum REDUCE_ADD) at the aggregation link's "
                              "32 B a cycle (die, default: 16 cycles a 512 B word) or a word a "
                              "cycle (ideal: a link that never waits)")
+    parser.add_argument("--placement", default=None, metavar="|".join(CHOICES["placement"]),
+                        help="HB placement: paper (Fig. 12's: static weights and KV first, "
+                             "then the scheme's draft data, then the expert cache; default) or "
+                             "reads (the draft data first, read depth times an iteration: a "
+                             "what-if); the fits are not redone")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", default=None,
@@ -107,10 +115,13 @@ def _zipf(args) -> dict:
     return pe.calibrate_zipf(form=args.cache_form, ar_cache=args.ar_cache, link=args.link)
 
 
-def _link_note(args) -> str:
-    """What ``--link`` made of the compute calibration, one clause."""
-    return ("compute: the group programs' link words at the aggregation link's 32 B a cycle"
-            if args.link == "die" else "compute: link words a word a cycle (--link ideal)")
+def _model_note(args) -> str:
+    """What ``--link`` made of the compute calibration, and ``--placement`` of HB unless the
+    paper's: one clause each."""
+    return (("compute: the group programs' link words at the aggregation link's 32 B a cycle"
+             if args.link == "die" else "compute: link words a word a cycle (--link ideal)")
+            + ("" if args.placement == "paper" else
+               "; HB placement: the draft data first (--placement reads), not Fig. 12's"))
 
 
 def _tree(text):
@@ -183,7 +194,8 @@ def run(args) -> int:
     zipf = _zipf(args)
     alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
     rows = pe.table3(args.hb, form=args.cache_form, tree=tree, zipf=zipf,
-                     ar_cache=args.ar_cache, alphas=alphas, link=args.link)
+                     ar_cache=args.ar_cache, alphas=alphas, link=args.link,
+                     placement=args.placement)
     summ = pe.summary(rows)
     console = report_console()
     paper = args.hb == "4gb"
@@ -208,7 +220,7 @@ def run(args) -> int:
             "other schemes' the paper's" if alphas else "the paper's 4 GB values (an input)")
     console.print(f"alpha: {what}; SD tree {tr}; expert cache: "
                   f"{args.cache_form} form, AR cache {args.ar_cache}, Zipf exponents {zipf}; "
-                  f"{_link_note(args)}")
+                  f"{_model_note(args)}")
     console.print(f"Elastic-SD best-mode speedup over xPU, mean of {len(pe.TABLE3_MODELS)} "
                   f"models x {len(pe.TABLE3_BATCHES)} batches: "
                   f"{summ['elastic_best_mode_mean']:.2f}x (paper: "
@@ -225,7 +237,7 @@ def run(args) -> int:
     if args.json:
         write_json(args.json, {"hb": args.hb, "tree": tree, "cache_form": args.cache_form,
                                "ar_cache": args.ar_cache, "alpha": args.alpha, "zipf": zipf,
-                               "link": args.link,
+                               "link": args.link, "placement": args.placement,
                                "rows": rows,
                                "summary": summ})
     return 0
@@ -391,7 +403,7 @@ def _fig14(args) -> int:
     console.print(f"alpha: {'Elastic-SD from the alpha model, the rest the paper' if alphas else 'the paper'}'s "
                   f"4 GB values; ours' AR cache {args.ar_cache}; compute at the PE cycle "
                   f"model's MACs a cycle per FFN and linear-layer shape and rows (compute_calib, "
-                  f"linear_calib); {_link_note(args)}")
+                  f"linear_calib); {_model_note(args)}")
     console.print("mean best-mode speedup over xPU: " + ", ".join(
         f"{p} {v:.2f}x" for p, v in summ["mean_best"].items()))
     paper = _paper_hb(args, "fig14")
@@ -426,6 +438,7 @@ def _fig14(args) -> int:
                                      f"strongest prior {p14['over_best_prior']}x, "
                                      f"{pe.PAPER_FIG15['over_best_prior']}x"))
     _write(console, args, {"hb": args.hb, "paper_hb": PAPER_HB["fig14"], "link": args.link,
+                           "placement": args.placement,
                            "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig14(path, rows, args.hb))
     return 0
@@ -445,7 +458,8 @@ def _fig14_rows(args):
     from ..sw.host import paper_eval as pe
     alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
     return pe.fig14(args.hb, tree=_tree(args.tree), zipf=_zipf(args), ar_cache=args.ar_cache,
-                    form=args.cache_form, alphas=alphas, link=args.link), alphas
+                    form=args.cache_form, alphas=alphas, link=args.link,
+                    placement=args.placement), alphas
 
 
 def _fig15(args) -> int:
@@ -511,8 +525,9 @@ def _fig15(args) -> int:
                   f"near-memory reads from published figures (NEAR_MEMORY_READ), their MACs "
                   f"a placeholder; DRAM background power not modelled (docs/paper.md, "
                   f"section 7); "
-                  f"{_link_note(args)}")
+                  f"{_model_note(args)}")
     _write(console, args, {"hb": args.hb, "paper_hb": PAPER_HB["fig15"], "link": args.link,
+                           "placement": args.placement,
                            "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig15(path, rows, args.hb))
     return 0
@@ -612,7 +627,7 @@ def _fig12(args) -> int:
         i = pe.TABLE3_BATCHES.index(16)
         alphas = {s: a[i] for s, a in pe.model_alphas(args.hb)["qwen3-30b-a3b"].items()}
     rows = pe.fig12(args.hb, tree=tree, zipf=_zipf(args), form=args.cache_form, alphas=alphas,
-                    link=args.link)
+                    link=args.link, placement=args.placement)
     console = report_console()
     hb_gib, ext_gib = _capacities_gib(args.hb)
     t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {args.hb[:-2]} GB: "
@@ -632,8 +647,9 @@ def _fig12(args) -> int:
     console.print(t)
     console.print("alpha: " + ("Elastic-SD's from the alpha model at this HB, the other schemes' "
                                "the paper's" if alphas else "the paper's 4 GB value at batch 16" + (
-                                   " (its 8 GB alphas are withheld)" if args.hb == "8gb" else "")) + "; " + _link_note(args))
-    _write(console, args, {"hb": args.hb, "link": args.link, "rows": rows}, plot,
+                                   " (its 8 GB alphas are withheld)" if args.hb == "8gb" else "")) + "; " + _model_note(args))
+    _write(console, args, {"hb": args.hb, "link": args.link, "placement": args.placement,
+                           "rows": rows}, plot,
            lambda path: _plot_fig12(path, rows, args.hb))
     return 0
 

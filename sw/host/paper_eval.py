@@ -119,7 +119,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "cache_check", "che_global", "trace_popularity", "fit_zipf", "cross_validate",
            "cross_validation_fold", "routing_exponents",
            "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha", "model_alphas",
-           "model_speed", "SPEED_TARGET", "AR_CACHES", "compute_utilisation", "TREE_DEPTHS",
+           "model_speed", "SPEED_TARGET", "AR_CACHES", "PLACEMENTS", "compute_utilisation", "TREE_DEPTHS",
            "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra", "accepted_tokens", "tree_grid"]
 
 #: Fraction of the HB peak the paper's simulator delivered (Section 7: ~3% below the roofline).
@@ -129,6 +129,13 @@ EXT_EFFICIENCY = 0.99
 #: What ours caches in AR mode (:class:`EvalModel`): MSB slices, whole INT8 experts, or per
 #: point the faster of the two (the default since the review of issue 26's first landing).
 AR_CACHES = ("best", "msb", "whole")
+#: HB placement policies (:class:`EvalModel`): ``"paper"``, Fig. 12's (the static weights and
+#: the KV cache first, then the scheme's draft data, then the expert cache); ``"reads"``, the
+#: scheme's draft data (a dense draft's weights and KV, Quant-SD's static 4-bit copy) first,
+#: as a placement by reads an iteration would put it (read once a draft step, ``depth`` times
+#: an iteration, against once for the target's static weights and KV), then the rest in
+#: Fig. 12's order. A what-if beside the paper's mapping (docs/paper.md section 4, driver 7).
+PLACEMENTS = ("paper", "reads")
 
 #: SD schemes of Table 3.
 SCHEMES = ("eagle", "slm", "quant", "elastic")
@@ -658,14 +665,15 @@ class EvalModel:
     experts, half as many: what the paper's 8 GB Phi_AR quoted in issue 26, up to 4.77 on a
     non-GPT-OSS model, needs, since streaming the LSB caps it at 3.35-3.99).
 
-    HB placement (Fig. 12) is fixed at construction: :attr:`hb_static` (fraction of the static
-    weights in HB), :attr:`hb_kv` (of the KV cache), :attr:`draft_in_hb`, :attr:`slots` (expert
-    cache slots a MoE layer). :meth:`sd` keeps each draft and verify step it costs: change
+    HB placement (Fig. 12; ``placement``, one of :data:`PLACEMENTS`) is fixed at
+    construction: :attr:`hb_static` (fraction of the static weights in HB), :attr:`hb_kv` (of
+    the KV cache), :attr:`draft_in_hb`, :attr:`slots` (expert cache slots a MoE layer). :meth:`sd` keeps each draft and verify step it costs: change
     none of these (nor ``draft_slots``, ``form``, ``intra``) after the first :meth:`sd`."""
 
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
-                 ar_cache: str = "best", intra: float | None = None):
+                 ar_cache: str = "best", intra: float | None = None,
+                 placement: str = "paper"):
         if scheme not in ("ar",) + SCHEMES:
             raise UserError(f"unknown scheme {scheme!r}; known: ar, {', '.join(SCHEMES)}")
         if scheme == "elastic" and not plat.bit_sliced:
@@ -684,6 +692,9 @@ class EvalModel:
         if ar_cache not in AR_CACHES:
             raise UserError(f"ar_cache: expected {', '.join(AR_CACHES)}, got {ar_cache!r}")
         self.ar_cache = ar_cache
+        if placement not in PLACEMENTS:
+            raise UserError(f"placement: expected {' or '.join(PLACEMENTS)}, got {placement!r}")
+        self.placement = placement
         self.sizes = self.shape.sizes()
         if zipf is None and m.name not in ZIPF:
             raise UserError(f"model {m.name!r} has no calibrated expert popularity; known: "
@@ -710,13 +721,16 @@ class EvalModel:
                 + self.batch * self.context * self.draft.kv_per_token
         elif self.scheme == "quant":
             draft = weight_bytes(z.static, 4)           # the static weights' 4-bit copy
-        left = cap
-        self.hb_static = min(1.0, left / self.static_bytes) if self.static_bytes else 1.0
-        left = max(0.0, left - self.static_bytes)
-        self.hb_kv = min(1.0, left / self.kv_bytes) if self.kv_bytes else 1.0
-        left = max(0.0, left - self.kv_bytes)
-        self.draft_in_hb = min(1.0, left / draft) if draft else 1.0
-        left = max(0.0, left - draft)
+        # each part takes what HB it can, in the placement's order (Fig. 12's: static, KV,
+        # draft; "reads": the draft first)
+        order = (("draft", draft), ("static", self.static_bytes), ("kv", self.kv_bytes))
+        if self.placement == "paper":
+            order = order[1:] + order[:1]
+        left, share = cap, {}
+        for part, size in order:
+            share[part] = min(1.0, left / size) if size else 1.0
+            left = max(0.0, left - size)
+        self.hb_static, self.hb_kv, self.draft_in_hb = share["static"], share["kv"], share["draft"]
         # Quant-SD keeps no INT8 expert cache: its two copies of every expert (4-bit draft,
         # 8-bit target) halve what a slot holds and its unthrottled draft touches every expert
         # (Section 7.1, "the worst case"); the paper's Quant-SD Phi_AR equal the no-cache ones
@@ -1098,7 +1112,7 @@ def tree_grid(depths=None, widths=None):
 
 def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = None,
            form: str = "token", tree=TREE, ar_cache: str = "best", link: str = "die",
-           intra: float | None = None) -> list:
+           intra: float | None = None, placement: str = "paper") -> list:
     """Our Table 3 at ``hb``: a row (dict) per (model, scheme, batch) with alpha
     (``alphas[model][scheme][i]``, default the paper's 4 GB alpha: the 8 GB alphas are not in
     this copy of the paper), Phi_AR, Phi_SD, the tree, milliseconds and access energy a token
@@ -1109,7 +1123,7 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
     (:meth:`EvalModel.best_sd` per point);
     ``ar_cache`` what ours caches in AR mode (:class:`EvalModel`); ``link`` every platform's
     :attr:`Platform.link`; ``intra`` the intra-request exponent (default
-    :data:`INTRA_REQUEST`)."""
+    :data:`INTRA_REQUEST`); ``placement`` the HB placement (:data:`PLACEMENTS`)."""
     xpu, ours = platform("xpu", hb, link=link), platform("ours", hb, link=link)
     zipf = {**ZIPF, **(zipf or {})}
     rows = []
@@ -1121,7 +1135,7 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
                 alpha = alphas[model][scheme][i] if alphas else paper[0]
                 base = EvalModel(model, xpu, "ar", batch=b, zipf=s, form=form).ar()
                 em = EvalModel(model, ours, scheme, batch=b, zipf=s, form=form,
-                               ar_cache=ar_cache, intra=intra)
+                               ar_cache=ar_cache, intra=intra, placement=placement)
                 ar = em.ar()
                 sd = em.best_sd(alpha) if tree == "best" else em.sd(alpha, *tree)
                 phi_ar = base.seconds / ar.seconds
@@ -1526,7 +1540,7 @@ def routing_exponents(traces, windows=(2, 4, 8, 16), batches=(2, 3, 4), *,
 
 def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
           tree=TREE, alphas: dict | None = None, zipf: dict | None = None,
-          form: str = "token", link: str = "die") -> list:
+          form: str = "token", link: str = "die", placement: str = "paper") -> list:
     """Fig. 12 (Qwen3-30B-A3B, MT-Bench, batch 16, 8 GB in the paper): per SD scheme, where the
     bytes live and what an SD iteration costs. A dict per scheme: ``hb`` (decimal GB, 10^9
     bytes, in HB by kind:
@@ -1534,7 +1548,7 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
     target, Quant-SD's 4-bit copy of the experts), ``alpha`` (the paper's 4 GB alpha at this
     batch unless ``alphas[scheme]``), ``accept`` (tokens an iteration a sequence), ``draft_ms``
     and ``verify_ms`` (an iteration), ``ms_token`` and ``phi_sd``. ``zipf``, ``form``,
-    ``tree`` and ``link`` as in :func:`table3`."""
+    ``tree``, ``link`` and ``placement`` as in :func:`table3`."""
     i = TABLE3_BATCHES.index(batch) if batch in TABLE3_BATCHES else None
     s = {**ZIPF, **(zipf or {})}.get(model)
     xpu, ours = platform("xpu", hb, link=link), platform("ours", hb, link=link)
@@ -1547,7 +1561,8 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
             alpha = TABLE3_4GB[model][scheme][i][0]
         else:
             raise UserError(f"fig12: no alpha for {model} {scheme} at batch {batch}; pass alphas")
-        em = EvalModel(model, ours, scheme, batch=batch, zipf=s, form=form)
+        em = EvalModel(model, ours, scheme, batch=batch, zipf=s, form=form,
+                       placement=placement)
         sd = em.best_sd(alpha) if tree == "best" else em.sd(alpha, *tree)
         m = em.m
         draft_bytes = 0.0
@@ -1597,14 +1612,14 @@ PAPER_FIG15 = {"over_xpu": 4.4, "over_xpu_max": 7.2, "over_best_prior": 1.4,
 
 def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
           ar_cache: str = "best", form: str = "token", alphas: dict | None = None,
-          link: str = "die") -> list:
+          link: str = "die", placement: str = "paper") -> list:
     """Fig. 14 (MT-Bench alphas only: the other datasets' are not in this copy of the paper):
     a row per (model, platform, batch) with its AR and SD speedups over xPU AR at the same
     batch, the best of the two (``mode``), the HB + EXT access energy a token of that mode
     (``pj_token``, pJ) and its whole energy a token by Fig. 15's components (``energy``:
     :data:`ENERGY_PARTS` -> pJ, :meth:`StepCost.energy`), and the xPU AR baseline's
-    (``xpu_pj_token``, ``xpu_energy``). ``zipf``, ``ar_cache``, ``form``, ``tree``, ``link``
-    and ``alphas`` (default the paper's 4 GB ones) as in :func:`table3`.
+    (``xpu_pj_token``, ``xpu_energy``). ``zipf``, ``ar_cache``, ``form``, ``tree``, ``link``,
+    ``placement`` and ``alphas`` (default the paper's 4 GB ones) as in :func:`table3`.
     :func:`fig15_summary` reads the same rows."""
     base_plat = platform("xpu", hb, link=link)
     zipf = {**ZIPF, **(zipf or {})}
@@ -1618,7 +1633,7 @@ def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
                 plat = platform(name, hb, link=link)
                 scheme = PLATFORM_SCHEME[name]
                 em = EvalModel(model, plat, scheme, batch=b, zipf=zipf[model],
-                               ar_cache=ar_cache, form=form)
+                               ar_cache=ar_cache, form=form, placement=placement)
                 ar = em.ar()
                 alpha = (alphas[model][scheme][i] if alphas
                          else TABLE3_4GB[model][scheme][i][0])

@@ -403,3 +403,25 @@ def test_cache_check_names_a_missing_trace_and_the_traces_folder(capsys, monkeyp
     from elmoe3d.sw.host.corpus import traces_hint
     assert traces_hint() == (" (the traces folder: ../shared/traces beside the checkout, or "
                              "$ELMOE3D_TRACES)")
+
+
+def test_placement_option(tmp_path, capsys):
+    """``--placement reads`` (a what-if: the draft data first in HB) is named in the output and
+    the JSON; cache-check refuses it; a bad value is one line."""
+    out = tmp_path / "t3.json"
+    assert cli.main(["paper", "table3", "--placement", "reads", "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "HB placement: the draft data first (--placement reads), not Fig. 12's" in text
+    assert "cells within 15% of the paper: 99 of 128" in text
+    doc = json.loads(out.read_text())
+    assert doc["placement"] == "reads" and doc["summary"]["within_15"] == 99
+    assert cli.main(["paper", "table3", "--json", str(out)]) == 0
+    assert "HB placement" not in capsys.readouterr().out
+    assert json.loads(out.read_text())["placement"] == "paper"
+    for argv, msg in ((["cache-check", "--placement", "reads"],
+                       "--placement applies to table3, fig12, fig14 and fig15 only"),
+                      (["fig14", "--placement", "first"],
+                       "--placement first: expected one of paper, reads")):
+        assert cli.main(["paper", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and msg in err
