@@ -645,9 +645,10 @@ def _fig12(args) -> int:
                   f"{r['draft_ms']:.1f}",
                   f"{r['verify_ms']:.1f}", f"{r['phi_sd']:.2f}")
     console.print(t)
-    console.print("alpha: " + ("Elastic-SD's from the alpha model at this HB, the other schemes' "
-                               "the paper's" if alphas else "the paper's 4 GB value at batch 16" + (
-                                   " (its 8 GB alphas are withheld)" if args.hb == "8gb" else "")) + "; " + _model_note(args))
+    who = ("Elastic-SD's from the alpha model at this HB, the other schemes' the paper's"
+           if alphas else "the paper's 4 GB value at batch 16"
+           + (" (its 8 GB alphas are withheld)" if args.hb == "8gb" else ""))
+    console.print(f"alpha: {who}; {_model_note(args)}")
     _write(console, args, {"hb": args.hb, "link": args.link, "placement": args.placement,
                            "rows": rows}, plot,
            lambda path: _plot_fig12(path, rows, args.hb))

@@ -119,7 +119,8 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "cache_check", "che_global", "trace_popularity", "fit_zipf", "cross_validate",
            "cross_validation_fold", "routing_exponents",
            "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha", "model_alphas",
-           "model_speed", "SPEED_TARGET", "AR_CACHES", "PLACEMENTS", "compute_utilisation", "TREE_DEPTHS",
+           "model_speed", "SPEED_TARGET", "AR_CACHES", "PLACEMENTS", "compute_utilisation",
+           "TREE_DEPTHS",
            "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra", "accepted_tokens", "tree_grid"]
 
 #: Fraction of the HB peak the paper's simulator delivered (Section 7: ~3% below the roofline).
@@ -667,8 +668,9 @@ class EvalModel:
 
     HB placement (Fig. 12; ``placement``, one of :data:`PLACEMENTS`) is fixed at
     construction: :attr:`hb_static` (fraction of the static weights in HB), :attr:`hb_kv` (of
-    the KV cache), :attr:`draft_in_hb`, :attr:`slots` (expert cache slots a MoE layer). :meth:`sd` keeps each draft and verify step it costs: change
-    none of these (nor ``draft_slots``, ``form``, ``intra``) after the first :meth:`sd`."""
+    the KV cache), :attr:`draft_in_hb`, :attr:`slots` (expert cache slots a MoE layer).
+    :meth:`sd` keeps each draft and verify step it costs: change none of these (nor
+    ``draft_slots``, ``form``, ``intra``) after the first :meth:`sd`."""
 
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
