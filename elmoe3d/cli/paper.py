@@ -45,7 +45,7 @@ _MODEL_FIGS = ("table3", "fig12", "fig14", "fig15")
 APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
            "alpha": _MODEL_FIGS + ("cross-validate",), "link": _MODEL_FIGS,
            "ar_cache": ("table3", "fig14", "fig15"), "plot": ("fig12", "fig14", "fig15"),
-           "placement": _MODEL_FIGS}
+           "placement": ("table3", "fig12")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die",
             "placement": "paper"}
@@ -95,10 +95,11 @@ def configure(parser):
                              "32 B a cycle (die, default: 16 cycles a 512 B word) or a word a "
                              "cycle (ideal: a link that never waits)")
     parser.add_argument("--placement", default=None, metavar="|".join(CHOICES["placement"]),
-                        help="HB placement: paper (Fig. 12's: static weights and KV first, "
-                             "then the scheme's draft data, then the expert cache; default) or "
-                             "reads (the draft data first, read depth times an iteration: a "
-                             "what-if); the fits are not redone")
+                        help="table3, fig12: HB placement: paper (Fig. 12's: static weights "
+                             "and KV first, then the scheme's draft data, then the expert "
+                             "cache; default) or reads (in SD the draft data first, read depth "
+                             "times an iteration; AR as the paper's: a what-if); the fits are "
+                             "not redone")
     parser.add_argument("--json", metavar="OUT", default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", default=None,
@@ -121,7 +122,7 @@ def _model_note(args) -> str:
     return (("compute: the group programs' link words at the aggregation link's 32 B a cycle"
              if args.link == "die" else "compute: link words a word a cycle (--link ideal)")
             + ("" if args.placement == "paper" else
-               "; HB placement: the draft data first (--placement reads), not Fig. 12's"))
+               "; HB placement: the draft data first in SD (--placement reads), not Fig. 12's"))
 
 
 def _tree(text):

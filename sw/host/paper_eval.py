@@ -120,8 +120,8 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "cross_validation_fold", "routing_exponents",
            "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha", "model_alphas",
            "model_speed", "SPEED_TARGET", "AR_CACHES", "PLACEMENTS", "compute_utilisation",
-           "TREE_DEPTHS",
-           "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra", "accepted_tokens", "tree_grid"]
+           "TREE_DEPTHS", "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra", "accepted_tokens",
+           "tree_grid"]
 
 #: Fraction of the HB peak the paper's simulator delivered (Section 7: ~3% below the roofline).
 HB_EFFICIENCY = 0.97
@@ -131,11 +131,13 @@ EXT_EFFICIENCY = 0.99
 #: point the faster of the two (the default since the review of issue 26's first landing).
 AR_CACHES = ("best", "msb", "whole")
 #: HB placement policies (:class:`EvalModel`): ``"paper"``, Fig. 12's (the static weights and
-#: the KV cache first, then the scheme's draft data, then the expert cache); ``"reads"``, the
-#: scheme's draft data (a dense draft's weights and KV, Quant-SD's static 4-bit copy) first,
-#: as a placement by reads an iteration would put it (read once a draft step, ``depth`` times
-#: an iteration, against once for the target's static weights and KV), then the rest in
-#: Fig. 12's order. A what-if beside the paper's mapping (docs/paper.md section 4, driver 7).
+#: the KV cache first, then the scheme's draft data, then the expert cache) in both modes;
+#: ``"reads"``, by the reads of the mode run: in SD the scheme's draft data (a dense draft's
+#: weights and KV, Quant-SD's static 4-bit copy) first, read once a draft step, ``depth``
+#: times an iteration, against once for the target's static weights and KV, then the rest in
+#: Fig. 12's order; in AR, which never reads the draft, Fig. 12's order. A what-if beside the
+#: paper's mapping (docs/paper.md section 4, driver 7). The near-memory units' LPDDR5 keeps
+#: its own order.
 PLACEMENTS = ("paper", "reads")
 
 #: SD schemes of Table 3.
@@ -688,6 +690,9 @@ class EvalModel:
         self.m = m = self.shape.model
         self.plat, self.scheme, self.batch, self.context = plat, scheme, batch, context
         self.form = form
+        # what an AR twin in Fig. 12's placement needs (placement "reads", :meth:`ar`)
+        self._args = dict(model=model, plat=plat, scheme=scheme, batch=batch, context=context,
+                          zipf=zipf, form=form, ar_cache=ar_cache, intra=intra)
         self.intra = INTRA_REQUEST if intra is None else intra
         if not (0 < self.intra <= 1):
             raise UserError(f"intra: expected an exponent in (0, 1], got {self.intra!r}")
@@ -1034,7 +1039,13 @@ class EvalModel:
         """One AR step: one token of every sequence. With ``ar_cache="best"`` on the
         bit-sliced die, the faster of an MSB-slice cache (the LSB streamed on a hit) and a
         whole-INT8-expert cache (half the slots); :attr:`ar_form` says which ("msb" or
-        "whole")."""
+        "whole"). With ``placement="reads"`` the AR step runs in Fig. 12's placement (AR mode
+        never reads the draft data, :data:`PLACEMENTS`)."""
+        if self.placement == "reads":
+            twin = EvalModel(placement="paper", **self._args)
+            step = twin.ar()
+            self.ar_form = twin.ar_form
+            return step
         if self.ar_cache != "best" or not self.plat.bit_sliced:
             self.ar_form = "whole" if self.ar_slots is not None else "msb"
             return self.step(self.batch, phase="ar")

@@ -406,21 +406,30 @@ def test_cache_check_names_a_missing_trace_and_the_traces_folder(capsys, monkeyp
 
 
 def test_placement_option(tmp_path, capsys):
-    """``--placement reads`` (a what-if: the draft data first in HB) is named in the output and
-    the JSON; cache-check refuses it; a bad value is one line."""
+    """``--placement reads`` (a what-if: the draft data first in HB in SD) is named in the output
+    and the JSON of table3 and fig12; the other figures refuse it; a bad value is one line."""
     out = tmp_path / "t3.json"
     assert cli.main(["paper", "table3", "--placement", "reads", "--json", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "HB placement: the draft data first (--placement reads), not Fig. 12's" in text
-    assert "cells within 15% of the paper: 99 of 128" in text
+    assert "HB placement: the draft data first in SD (--placement reads), not Fig. 12's" in text
+    assert "cells within 15% of the paper: 102 of 128" in text
     doc = json.loads(out.read_text())
-    assert doc["placement"] == "reads" and doc["summary"]["within_15"] == 99
+    assert doc["placement"] == "reads" and doc["summary"]["within_15"] == 102
     assert cli.main(["paper", "table3", "--json", str(out)]) == 0
     assert "HB placement" not in capsys.readouterr().out
     assert json.loads(out.read_text())["placement"] == "paper"
+    f12 = tmp_path / "f12.json"
+    assert cli.main(["paper", "fig12", "--hb", "4gb", "--placement", "reads",
+                     "--json", str(f12)]) == 0
+    capsys.readouterr()
+    doc = json.loads(f12.read_text())
+    slm = [r for r in doc["rows"] if r["scheme"] == "slm"][0]
+    assert doc["placement"] == "reads" and slm["hb"]["kv"] == 0
     for argv, msg in ((["cache-check", "--placement", "reads"],
-                       "--placement applies to table3, fig12, fig14 and fig15 only"),
-                      (["fig14", "--placement", "first"],
+                       "--placement applies to table3 and fig12 only"),
+                      (["fig14", "--placement", "reads"],
+                       "--placement applies to table3 and fig12 only"),
+                      (["table3", "--placement", "first"],
                        "--placement first: expected one of paper, reads")):
         assert cli.main(["paper", *argv]) == 2
         err = capsys.readouterr().err
