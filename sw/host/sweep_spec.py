@@ -19,8 +19,12 @@ A spec (YAML shown; TOML has the same keys)::
       depth: [8]                   # SD tree (default 7 x 8 verifying 34 nodes, TREE)
       width: [6]
       verify: [all]                # nodes verified a sequence: 1 .. depth x width, or all
-                                   # (the default when depth or width is given, else 39)
+                                   # (the default when depth or width is given, else 34)
       hb: [4gb, 8gb]               # the base preset paper-<hb> when `base` is not given
+      zipf: [1.2]                  # expert-popularity Zipf exponent (default: paper_eval.ZIPF,
+                                   # fitted for Table 3's models; others need one)
+    models:                        # models beside the presets: name -> a Hugging Face
+      my-moe: models/config.json   # config.json (relative to the spec), hf_config.py
     constraints:                   # expressions over the point's fields (the base preset's
                                    # overlaid with the point's), before ArchConfig; false drops it
       - "pes % pes_per_group == 0 and hb_bank_bytes * pes <= 8 * 2**30"
@@ -60,7 +64,7 @@ import numpy as np
 
 from ...config import ArchConfig, ConfigError, TileConfig, preset
 from ...errors import UserError
-from .paper_eval import TREE
+from .paper_eval import TREE, ZIPF
 
 
 __all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "compile_expr",
@@ -79,12 +83,12 @@ CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ArchConfig)
 #: of the tree: the default when a spec gives ``depth`` or ``width`` but not ``verify``).
 WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic",
                    **dict(zip(("depth", "width", "verify"), TREE)), "hb": "4gb", "alpha": None,
-                   "context": 1024}
+                   "context": 1024, "zipf": None}
 #: Config fields that change the HB capacity: sweeping one leaves a point's ``hb`` empty (the
 #: ``hb_gb`` column has the capacity), as does a ``base:`` preset.
 HB_FIELDS = ("hb_bank_bytes",)
 _TOP_KEYS = ("name", "seed", "base", "sampling", "samples", "config", "workload",
-             "constraints", "tasks")
+             "constraints", "tasks", "models")
 _TASK_KEYS = {"perf": True, "area": False, "timing": False, "rtl": False, "rtl_beats": 256}
 
 
@@ -93,7 +97,9 @@ class Point:
     """One point of a sweep: ``index`` (its place in the spec's expansion), ``id`` (a hash of
     its fields and tasks: what a rerun finds finished), ``config`` (the swept config fields),
     ``workload``, ``tasks`` (``perf``, ``area``, ``timing``, ``rtl``: bools; ``rtl_beats``),
-    ``base`` (the preset the config overrides) and ``seed`` (the RTL bench's)."""
+    ``base`` (the preset the config overrides), ``seed`` (the RTL bench's) and ``figures``
+    (for a model of the spec's ``models:`` section, its :func:`~.hf_config.model_figures`:
+    what a worker registers, the file being the client's; None for a preset)."""
 
     index: int
     id: str
@@ -102,6 +108,7 @@ class Point:
     workload: dict
     tasks: dict
     seed: int
+    figures: dict | None = None
 
     def arch(self) -> ArchConfig:
         """The point's :class:`ArchConfig` (``base`` with the config fields replaced); raises
@@ -132,6 +139,7 @@ class SweepSpec:
     tasks: dict
     text_hash: str = ""
     raw: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)
 
 
 def build_arch(base: str, config: dict) -> ArchConfig:
@@ -420,6 +428,7 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                     raise UserError(f"{path}: {section}: unknown field {k!r}; known: "
                                     f"{', '.join(known)}")
                 out[k] = _axis(path, section, k, v, sampling)
+    models = _models(raw.get("models"), path)
     if "model" not in workload:
         raise UserError(f"{path}: workload.model: expected at least one model preset")
     if base is not None and "hb" in workload:
@@ -466,7 +475,32 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     digest = hashlib.sha256(text.encode()).hexdigest()[:16] if text else ""
     return SweepSpec(path=path, name=str(name), seed=seed, base=base, sampling=sampling,
                      samples=samples, config=config, workload=workload,
-                     constraints=compiled, tasks=tasks, text_hash=digest, raw=raw)
+                     constraints=compiled, tasks=tasks, text_hash=digest, raw=raw,
+                     models=models)
+
+
+def _models(body, path: str) -> dict:
+    """The ``models:`` section: name -> ``config.json`` path (relative to the spec's folder),
+    each read by :func:`~.hf_config.model_from_config` and registered in this process;
+    ``{name: figures}`` (:func:`~.hf_config.model_figures`)."""
+    from .hf_config import load_model, model_figures
+    if body is None:
+        return {}
+    if not isinstance(body, dict):
+        raise UserError(f"{path}: models: expected a table of name: config.json path")
+    folder = Path(path).parent if path != "<spec>" else Path.cwd()
+    out = {}
+    for name, file in body.items():
+        if not isinstance(file, str) or not file:
+            raise UserError(f"{path}: models.{name}: expected the path of a config.json, got "
+                            f"{file!r}")
+        where = folder / Path(file).expanduser()
+        try:
+            key = load_model(where, name=str(name))
+        except UserError as exc:
+            raise UserError(f"{path}: models.{name}: {exc}") from None
+        out[key] = model_figures(key)
+    return out
 
 
 # == expansion =====================================================================================
@@ -509,12 +543,15 @@ def _native(v):
     return v.item() if isinstance(v, np.generic) else v
 
 
-def point_id(base, config, workload, tasks, seed) -> str:
+def point_id(base, config, workload, tasks, seed, figures=None) -> str:
     """A point's id: SHA-256 (16 hex digits) of everything its results depend on (the caller
-    leaves out what they do not: :func:`expand`)."""
-    body = json.dumps({"v": SPEC_VERSION, "base": base, "config": config,
-                       "workload": workload, "tasks": tasks, "seed": seed},
-                      sort_keys=True, default=str)
+    leaves out what they do not: :func:`expand`); a model's ``figures`` when it is one of the
+    spec's ``models:``."""
+    body = {"v": SPEC_VERSION, "base": base, "config": config, "workload": workload,
+            "tasks": tasks, "seed": seed}
+    if figures is not None:
+        body["figures"] = figures
+    body = json.dumps(body, sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
@@ -529,11 +566,17 @@ class _WorkloadError(ValueError):
 def _check_workload(w):
     """Check one point's workload values; raise :class:`_WorkloadError`."""
     from .decoder import DECODER_SHAPES
-    from .paper_eval import SCHEMES, TABLE3_4GB, ZIPF
-    if w["model"] not in DECODER_SHAPES or w["model"] not in ZIPF:
-        known = ", ".join(m for m in DECODER_SHAPES if m in ZIPF)
-        raise _WorkloadError("model", f"expected one of {known}"
-                         f", got {w['model']!r}")
+    from .paper_eval import ALPHA_MODEL, SCHEMES, TABLE3_4GB
+    if w["model"] not in DECODER_SHAPES:
+        raise _WorkloadError("model", f"expected one of {', '.join(DECODER_SHAPES)} or a "
+                             f"model of the spec's models: section, got {w['model']!r}")
+    z = w["zipf"]
+    if z is None and w["model"] not in ZIPF:
+        raise _WorkloadError("zipf", f"{w['model']} has no fitted Zipf exponent (paper_eval.ZIPF "
+                             f"has Table 3's models): give workload.zipf")
+    if z is not None and (not isinstance(z, (int, float)) or isinstance(z, bool)
+                          or not 0 <= z <= 10):
+        raise _WorkloadError("zipf", f"expected an exponent in [0, 10], got {z!r}")
     if w["scheme"] not in ("ar",) + SCHEMES:
         raise _WorkloadError("scheme", f"expected one of ar, {', '.join(SCHEMES)}, got "
                          f"{w['scheme']!r}")
@@ -555,6 +598,10 @@ def _check_workload(w):
     elif w["scheme"] not in ("ar", "elastic") and w["model"] not in TABLE3_4GB:
         raise _WorkloadError("alpha", f"{w['model']} has no Table 3 alpha for {w['scheme']}: give "
                          f"workload.alpha")
+    elif w["scheme"] == "elastic" and w["model"] not in ALPHA_MODEL:
+        raise _WorkloadError("alpha", f"{w['model']} has no fitted Elastic-SD alpha model "
+                             f"(paper_eval.ALPHA_MODEL has Table 3's models): give "
+                             f"workload.alpha")
 
 
 def expand(spec: SweepSpec, counts: dict | None = None) -> list:
@@ -643,13 +690,17 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
             if not tasks["rtl"]:
                 id_tasks.pop("rtl_beats", None)
                 seed = None
-            pid = point_id(base, cfg, workload, id_tasks, seed)
+            if workload["zipf"] is None:              # the exponent the model runs with
+                workload = {**workload, "zipf": ZIPF[workload["model"]]}
+            figures = spec.models.get(workload["model"])
+            pid = point_id(base, cfg, workload, id_tasks, seed, figures)
             if pid in seen:
                 counts["duplicates"] += 1
                 continue
             seen.add(pid)
             points.append(Point(index=len(points), id=pid, base=base, config=dict(cfg),
-                                workload=workload, tasks=tasks, seed=spec.seed))
+                                workload=workload, tasks=tasks, seed=spec.seed,
+                                figures=figures))
     if not points:
         raise UserError(f"{spec.path}: no point left after the constraints")
     return points

@@ -69,8 +69,9 @@ def default_cache_dir() -> Path:
 # == perf ===========================================================================================
 
 def perf_task(point: Point) -> dict:
-    """The perf model at ``point``: our AR step and (for an SD scheme) an SD iteration of the
-    ``depth x width`` tree verifying ``verify`` nodes at acceptance ``alpha`` (the workload's,
+    """The perf model at ``point`` (its model's expert popularity at the workload's ``zipf``;
+    a model of the spec's ``models:`` registered from the point's ``figures`` first): our AR
+    step and (for an SD scheme) an SD iteration of the ``depth x width`` tree verifying ``verify`` nodes at acceptance ``alpha`` (the workload's,
     else Elastic-SD's acceptance model :func:`~.paper_eval.elastic_alpha` at this HB, else the
     paper's Table 3 alpha: the 4 GB table's at this batch, its batch-1 alpha for a batch Table 3
     has not, whatever the HB; ``alpha_source`` says which: ``workload``, ``elastic model``,
@@ -83,13 +84,17 @@ def perf_task(point: Point) -> dict:
     expert-cache ``slots`` a layer, the die's W4A8 peak TOPS and HB capacity (GB) and bandwidth
     (GB/s). Raises :class:`~elmoe3d.errors.UserError` from the model (e.g. a scheme the platform
     cannot run)."""
+    from .hf_config import register_figures
     from .paper_eval import (TABLE3_4GB, TABLE3_BATCHES, EvalModel, elastic_alpha, platform)
     w = point.workload
+    if point.figures is not None:           # a model of the spec's models: section
+        register_figures(point.figures)
     arch = point.arch()
     xpu, ours = platform("xpu", arch=arch), platform("ours", arch=arch)
     b, model, scheme = w["batch"], w["model"], w["scheme"]
-    base = EvalModel(model, xpu, batch=b, context=w["context"]).ar()
-    em = EvalModel(model, ours, scheme, batch=b, context=w["context"])
+    zipf = w.get("zipf")
+    base = EvalModel(model, xpu, batch=b, context=w["context"], zipf=zipf).ar()
+    em = EvalModel(model, ours, scheme, batch=b, context=w["context"], zipf=zipf)
     ar = em.ar()
     t0 = base.seconds / b
     out = {"xpu_ms_token": t0 * 1e3, "ar_ms_token": ar.seconds / b * 1e3,

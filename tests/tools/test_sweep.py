@@ -525,7 +525,8 @@ BAD = [
      "'abs(ext_gbps - 12.8 * ext_channels) < 0.01' (docs/sweep.md, Memory bandwidth)"),
     ("workload:\n  model: [qwen3-30b-a3b, llama]\n",
      "{spec}: point 1 (model=llama): model: expected one of qwen3-30b-a3b, glm-4.7-flash, "
-     "deepseek-v2-lite, gpt-oss-20b, got 'llama'"),
+     "deepseek-v2-lite, gpt-oss-20b, mixtral-8x7b or a model of the spec's models: section, "
+     "got 'llama'"),
     ("workload:\n  model: [qwen3-30b-a3b]\n  batch: [0]\n",
      "{spec}: point 0 (model=qwen3-30b-a3b, batch=0): batch: expected a positive integer, "
      "got 0"),
@@ -549,7 +550,23 @@ BAD = [
      "(workload axes and grids take lists)"),
     ("sweep: 1\nworkload:\n  model: [qwen3-30b-a3b]\n",
      "{spec}: unknown section 'sweep'; known: name, seed, base, sampling, samples, config, "
-     "workload, constraints, tasks"),
+     "workload, constraints, tasks, models"),
+    # a model without a fitted Zipf exponent or alpha model (Mixtral, a models: entry)
+    ("workload:\n  model: [mixtral-8x7b]\n  scheme: [ar]\n",
+     "{spec}: point 0 (model=mixtral-8x7b, scheme=ar): zipf: mixtral-8x7b has no fitted Zipf "
+     "exponent (paper_eval.ZIPF has Table 3's models): give workload.zipf"),
+    ("workload:\n  model: [mixtral-8x7b]\n  zipf: [1.0]\n",
+     "{spec}: point 0 (model=mixtral-8x7b, zipf=1.0): alpha: mixtral-8x7b has no fitted "
+     "Elastic-SD alpha model (paper_eval.ALPHA_MODEL has Table 3's models): give "
+     "workload.alpha"),
+    ("workload:\n  model: [qwen3-30b-a3b]\n  zipf: [-1]\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b, zipf=-1): zipf: expected an exponent in [0, 10], "
+     "got -1"),
+    ("models:\n  my-moe: nowhere/config.json\nworkload:\n  model: [my-moe]\n",
+     "{spec}: models.my-moe: {dir}/nowhere/config.json: cannot read the model config (No such "
+     "file or directory)"),
+    ("models:\n  my-moe: 3\nworkload:\n  model: [my-moe]\n",
+     "{spec}: models.my-moe: expected the path of a config.json, got 3"),
     ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  power: true\n",
      "{spec}: tasks: unknown task 'power'; known: perf, area, timing, rtl, rtl_beats"),
     ("config:\n  tile.rows: [16, 8]\nworkload:\n  model: [qwen3-30b-a3b]\ntasks:\n  area: true\n",
@@ -574,7 +591,7 @@ def test_a_bad_spec_is_one_exact_line(tmp_path, capsys, text, expected):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     line = err.strip()
-    want = "elmoe3d sweep: error: " + expected.format(spec=spec)
+    want = "elmoe3d sweep: error: " + expected.format(spec=spec, dir=spec.parent)
     if want.endswith("known: "):
         assert line.startswith(want)
     else:
