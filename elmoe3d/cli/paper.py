@@ -162,6 +162,7 @@ def run(args) -> int:
     _choice("figure", args.figure, FIGURES)
     for opt, values in CHOICES.items():
         if getattr(args, opt) is not None:
+            setattr(args, opt, getattr(args, opt).lower())      # 8GB is 8gb
             _choice(f"--{opt.replace('_', '-')}", getattr(args, opt), values)
     for opt, figures in APPLIES.items():
         if getattr(args, opt) is not None and args.figure not in figures:
@@ -414,9 +415,9 @@ def _fig14(args) -> int:
                   f"{summ['speedup_over_xpu_max']:.2f}x"
                   + ref(f"{p14['over_xpu']}x, up to {p14['over_xpu_max']}x, over four datasets")
                   + f", {summ['energy_over_xpu']:.2f}x less HB and EXT access energy a token "
-                    f"(all the energy"
-                  + (f", which the paper's {pe.PAPER_FIG15['over_xpu']}x counts" if paper
-                     else "") + ": fig15)"
+                    f"(for all of the energy"
+                  + (f", which the paper's {pe.PAPER_FIG15['over_xpu']}x is," if paper
+                     else "") + " see fig15)"
                   + f"; over the strongest prior platform ({', '.join(pe.PRIOR_PLATFORMS)}) "
                     f"of each point: {summ['speedup_over_best_prior']:.2f}x, up to "
                     f"{summ['speedup_over_best_prior_max']:.2f}x"
@@ -694,7 +695,8 @@ def _plot_fig12(path, rows, hb):
     for y, r in zip(ys, rows):
         top.text(left[y] + 0.05, y, f"EXT {_gib(sum(r['ext'].values())):.1f} GiB", va="center",
                  fontsize=8)
-    top.set_xlim(0, float(left.max()) * 1.25)
+    top.axvline(hb_gib, color="k", lw=0.8, ls="--")          # the HB capacity: its bars end there
+    top.set_xlim(0, max(float(left.max()), hb_gib) * 1.25)
     xs = np.arange(len(rows))
     bottom.bar(xs - 0.2, [r["draft_ms"] for r in rows], 0.4, label="draft latency")
     bottom.bar(xs + 0.2, [r["verify_ms"] for r in rows], 0.4, label="verify latency")

@@ -380,6 +380,11 @@ def _resolve_weights(arg: str) -> Path:
     if not Path(arg).exists() and arg.lower().startswith("minilm"):
         raise UserError(f"{arg}: no such file (the bundled all-MiniLM-L6-v2 weights are "
                         f"'minilm', lower case)")
+    if not Path(arg).exists():
+        from ..sw.host.weights import SUPPORTED_SUFFIXES
+        raise UserError(f"{arg}: no such file; expected a weight file "
+                        f"({', '.join(SUPPORTED_SUFFIXES)}) or minilm (the bundled "
+                        f"all-MiniLM-L6-v2)")
     return Path(arg)
 
 

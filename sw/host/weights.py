@@ -196,7 +196,8 @@ def select_names(names, pattern, *, source="the file") -> list:
 def _check_path(path: Path) -> int:
     """Existence, type and LFS-pointer checks; returns the file size."""
     if not path.exists():
-        raise UserError(f"{path}: no such file")
+        raise UserError(f"{path}: no such file; expected a weight file "
+                        f"({', '.join(SUPPORTED_SUFFIXES)})")
     if path.is_dir():
         inside = sorted(p.name for p in path.iterdir() if p.suffix in SUPPORTED_SUFFIXES)
         hint = (": give one of its weight files (" + ", ".join(inside[:5]) + ")") if inside \

@@ -255,7 +255,9 @@ def bad_files(tmp_path):
 
 
 ERROR_CASES = {
-    "missing file": (lambda f, d: [d / "nope.safetensors"], r"nope\.safetensors: no such file"),
+    "missing file": (lambda f, d: [d / "nope.safetensors"],
+                     r"nope\.safetensors: no such file; expected a weight file \(\.safetensors, "
+                     r"\.npz\) or minilm \(the bundled all-MiniLM-L6-v2\)"),
     # a second new-user trial typed the bundled weights' name with capitals
     "minilm capitalised": (lambda f, d: ["MiniLM"],
                            r"MiniLM: no such file \(the bundled all-MiniLM-L6-v2 weights are "
