@@ -69,21 +69,22 @@ def default_cache_dir() -> Path:
 # == perf ===========================================================================================
 
 def perf_task(point: Point) -> dict:
-    """The perf model at ``point`` (its model's expert popularity at the workload's ``zipf``;
-    a model of the spec's ``models:`` registered from the point's ``figures`` first): our AR
-    step and (for an SD scheme) an SD iteration of the ``depth x width`` tree verifying ``verify`` nodes at acceptance ``alpha`` (the workload's,
-    else Elastic-SD's acceptance model :func:`~.paper_eval.elastic_alpha` at this HB, else the
-    paper's Table 3 alpha: the 4 GB table's at this batch, its batch-1 alpha for a batch Table 3
-    has not, whatever the HB; ``alpha_source`` says which: ``workload``, ``elastic model``,
-    ``table3 4gb batch N``), the xPU's AR step at the same batch. Figures: ``tokens_per_s`` (of
-    the faster mode, all sequences), ``pj_per_token`` and ``tokens_per_j`` (the whole energy of
-    that mode, Fig. 15's components: :meth:`~.paper_eval.StepCost.energy`),
+    """The perf model at ``point`` (its model's expert popularity at the workload's ``zipf``; a
+    model of the spec's ``models:`` registered from the point's ``figures`` first): our AR
+    step and (for an SD scheme) an SD iteration of the ``depth x width`` tree verifying
+    ``verify`` nodes at acceptance ``alpha`` (the workload's, else Elastic-SD's acceptance
+    model :func:`~.paper_eval.elastic_alpha` at this HB, else the paper's Table 3 alpha: the
+    4 GB table's at this batch, its batch-1 alpha for a batch Table 3 has not, whatever the
+    HB; ``alpha_source`` says which: ``workload``, ``elastic model``, ``table3 4gb batch
+    N``), the xPU's AR step at the same batch. Figures: ``tokens_per_s`` (of the faster
+    mode, all sequences), ``pj_per_token`` and ``tokens_per_j`` (the whole energy of that
+    mode, Fig. 15's components: :meth:`~.paper_eval.StepCost.energy`),
     ``access_pj_per_token`` (its HB and EXT access energy alone; ``ar_pj_token`` and
-    ``sd_pj_token`` are the access energy of each mode, as :func:`~.paper_eval.table3`'s rows),
-    ``mode`` (``ar``/``sd``), ``phi_ar`` and ``phi_sd`` (over the xPU), milliseconds a token,
-    expert-cache ``slots`` a layer, the die's W4A8 peak TOPS and HB capacity (GB) and bandwidth
-    (GB/s). Raises :class:`~elmoe3d.errors.UserError` from the model (e.g. a scheme the platform
-    cannot run)."""
+    ``sd_pj_token`` are the access energy of each mode, as :func:`~.paper_eval.table3`'s
+    rows), ``mode`` (``ar``/``sd``), ``phi_ar`` and ``phi_sd`` (over the xPU), milliseconds
+    a token, expert-cache ``slots`` a layer, the die's W4A8 peak TOPS and HB capacity (GB)
+    and bandwidth (GB/s). Raises :class:`~elmoe3d.errors.UserError` from the model (e.g. a
+    scheme the platform cannot run)."""
     from .hf_config import register_figures
     from .paper_eval import (TABLE3_4GB, TABLE3_BATCHES, EvalModel, elastic_alpha, platform)
     w = point.workload

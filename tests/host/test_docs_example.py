@@ -29,8 +29,10 @@ README = DOC.parents[1] / "README.md"
 
 def test_readme_quantization_examples_run():
     """The README's two Python blocks of "Quantization experiments" run as printed, one after
-    the other: the GEMM in both modes and the 4-bit draft weights' SQNR, then the same layer's golden ``ref_linear`` and its PE
-    program on the paper PE, equal bit for bit, with a cycle count."""
+    the other: the GEMM in both modes and the 4-bit draft weights' SQNR, then the same layer's
+    golden ``ref_linear`` and its PE program on the paper PE, equal bit for bit, with a cycle
+    count.
+    """
     import numpy as np
     text = README.read_text()
     start = text.index("## Quantization experiments")

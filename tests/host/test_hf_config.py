@@ -211,7 +211,7 @@ def test_unreadable_and_clashing_configs(tmp_path):
     assert "qwen3-30b-a3b" in MODEL_PRESETS and MODEL_PRESETS["qwen3-30b-a3b"].hidden == 2048
 
 
-# == in a sweep ======================================================================================
+# == in a sweep ===================================================================================
 
 def test_a_sweep_runs_a_models_entry_on_a_worker_that_never_saw_the_file(tmp_path):
     """A spec's ``models:`` entry (relative to the spec) runs at the workload's Zipf exponent;
