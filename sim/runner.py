@@ -67,7 +67,6 @@ import re
 import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -77,7 +76,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from ..paths import build_root
+from ..paths import build_root, memo_text
 
 
 __all__ = [
@@ -302,22 +301,11 @@ def cached_verilog(design, *, name: str, key, root=None) -> str:
     digest = hashlib.sha256(json.dumps({"key": key, "name": name, "src": source_digest()},
                                        sort_keys=True, default=repr).encode()).hexdigest()[:16]
     folder = (Path(root) if root is not None else build_root()) / "verilog"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}-{digest}.v"
-    with open(folder / f".{name}-{digest}.lock", "a") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            if path.is_file():
-                design._MustUse__used = True         # not elaborated: its Verilog is on disk
-                return path.read_text()
-            text = generate_verilog(design, name=name)
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
-            return text
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
+    text, made = memo_text(folder / f"{name}-{digest}.v",
+                           lambda: generate_verilog(design, name=name))
+    if not made:
+        design._MustUse__used = True                 # not elaborated: its Verilog is on disk
+    return text
 
 
 #: A module header of Amaranth's Verilog (after its attribute lines): the name is a plain

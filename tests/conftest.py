@@ -13,6 +13,17 @@ settings.register_profile("elmoe3d", deadline=None,
 settings.load_profile("elmoe3d")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _calibrations_on_disk_stay_in_the_session(tmp_path_factory):
+    """Compute calibrations the tests make (:func:`~elmoe3d.sw.host.compute_calib.
+    memo_calibration`) go to a folder of the session's, never the checkout's build root; a test
+    that stands in for the cycle model points them at its own ``tmp_path``."""
+    from elmoe3d.sw.host import compute_calib
+    folder = tmp_path_factory.mktemp("calib")
+    with compute_calib.calib_root_at(folder):
+        yield folder
+
+
 def pytest_configure(config):
     """Verilator builds in tests are quick builds (``sim/runner.py``, ``MAKE_OPT_QUICK``: the
     model's C++ at -Og, about half the compile of -O1 for a model nearly as fast) unless

@@ -46,9 +46,9 @@ Cheap at run time: the figures of the paper PE for every FFN shape of Table 3's 
 OLMoE-1B-7B's, the tests' second shape) ship in :data:`~.compute_calib_table.TABLE`, written by
 ``python -m elmoe3d.sw.host.compute_calib`` (:func:`write_table`, both feeds; about 26
 minutes on two cores); any other (PE, shape, bits, link rate) is computed on first use with
-group_cycles (seconds to minutes a shape) and kept for the process: there is no constant
-fallback. tests/host/test_compute_calib.py
-recomputes shipped entries against group_cycles.
+group_cycles (seconds to minutes a shape) and kept for the process and on disk under the
+build root's ``calib/`` (:func:`memo_calibration`): there is no constant fallback.
+tests/host/test_compute_calib.py recomputes shipped entries against group_cycles.
 
 Not modelled here: load imbalance between groups (the model spreads a stage's MACs over every
 PE), the host link. The plain GEMMs (attention projections, router, LM head, the dense draft
@@ -57,10 +57,15 @@ models) run their own program on one PE each: :mod:`.linear_calib`.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
+import hashlib
+import json
 import math
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -244,12 +249,75 @@ def table_key(arch: ArchConfig, hidden: int, intermediate: int, bits: int,
     return pe_key(arch), int(hidden), int(intermediate), int(bits), link
 
 
+def _tuples(v):
+    """JSON lists back to the tuples a calibration holds (nested: LinearCalibration.partial)."""
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+#: Folders :func:`calib_root_at` put in place of the build root's (innermost last).
+_CALIB_ROOTS: list = []
+
+
+def calib_root():
+    """Where :func:`memo_calibration` keeps its files: the innermost :func:`calib_root_at`
+    folder (a sweep's shared cache), else ``calib/`` in the build root
+    (:func:`~elmoe3d.paths.build_root`)."""
+    from ...paths import build_root
+    return Path(_CALIB_ROOTS[-1]) if _CALIB_ROOTS else build_root() / "calib"
+
+
+@contextlib.contextmanager
+def calib_root_at(folder):
+    """Keep the calibrations made inside the ``with`` in ``folder`` (a sweep's workers: the
+    cache they share, ``docs/sweep.md`` "Caches")."""
+    _CALIB_ROOTS.append(folder)
+    try:
+        yield
+    finally:
+        _CALIB_ROOTS.pop()
+
+
+def memo_calibration(kind: str, key: tuple, compute, cls):
+    """A calibration (``cls``, a dataclass) of a shape no shipped table holds, made once on
+    this machine: ``compute()`` on the first call, its fields kept as JSON under
+    :func:`calib_root` (:func:`~elmoe3d.paths.memo_text`), keyed by ``kind``, ``key`` (the table
+    key) and the package's source digest (any change of the compiler or the cycle model makes
+    it again); later processes (a sweep's workers, the next run) read the file. A folder that
+    cannot be written, or a file that does not parse, costs a recomputation, never an
+    error."""
+    from ...paths import memo_text
+    from ...sim.runner import source_digest
+    digest = hashlib.sha256(json.dumps({"kind": kind, "key": key, "src": source_digest()},
+                                       sort_keys=True, default=repr).encode()).hexdigest()[:16]
+    path = calib_root() / f"{kind}-{digest}.json"
+    made = []
+
+    def produce():
+        made.append(compute())
+        return json.dumps(dataclasses.asdict(made[0]))
+    try:
+        text, _ = memo_text(path, produce)
+    except OSError:                                 # no build root to write: compute it here
+        return made[0] if made else compute()
+    if made:
+        return made[0]
+    try:
+        return cls(**{k: _tuples(v) for k, v in json.loads(text).items()})
+    except (ValueError, TypeError):                 # a damaged file: make it again
+        c = compute()
+        with contextlib.suppress(OSError):
+            path.write_text(json.dumps(dataclasses.asdict(c)))
+        return c
+
+
 def _lookup(arch: ArchConfig, k: tuple) -> FFNCalibration:
     from .compute_calib_table import TABLE
     key, hidden, intermediate, bits, link = k
     e = TABLE.get(k)
     if e is None:
-        return calibrate(arch, hidden, intermediate, bits, check=False, link_rate=link)
+        return memo_calibration(
+            "ffn", k, lambda: calibrate(arch, hidden, intermediate, bits, check=False,
+                                        link_rate=link), FFNCalibration)
     return FFNCalibration(key, hidden, intermediate, bits, e["chunks"],
                           e["chunk_intermediate"], e["pes"], e["peak"], tuple(e["tile"]),
                           e["period"], e.get("fit_error"), link)
@@ -262,7 +330,8 @@ def ffn_calibration(arch: ArchConfig, hidden: int, intermediate: int, bits: int,
     link's rate (``feed`` ``"die"``, the default) or a word a cycle (``"ideal"``;
     :data:`FEEDS`): from the shipped table (:data:`~.compute_calib_table.TABLE`) when it holds
     the key, else computed with group_cycles on first use (seconds to minutes for a real
-    shape) and kept. Raises ValueError on another ``bits`` or ``feed``."""
+    shape) and kept, in this process and on disk (:func:`memo_calibration`). Raises
+    ValueError on another ``bits`` or ``feed``."""
     k = table_key(arch, hidden, intermediate, bits, feed)
     c = _CACHE.get(k)
     if c is None:

@@ -43,7 +43,8 @@ import numpy as np
 
 from ...config import ArchConfig
 from ...errors import UserError
-from .compute_calib import SEED, pe_key, table_main, write_table_module
+from .compute_calib import (SEED, memo_calibration, pe_key, table_main,
+                            write_table_module)
 
 
 #: This module's name for ``python -m``.
@@ -199,8 +200,9 @@ def linear_calibration(arch: ArchConfig, in_features: int, bits: int) -> LinearC
     """The :class:`LinearCalibration` of a linear layer of ``in_features`` on one PE of
     ``arch`` at ``bits`` (4: DRAFT / W4A8, 8: FULL / W8A8): from the shipped table
     (:data:`~.linear_calib_table.TABLE`) when it holds the key, else computed on first use
-    (seconds) and kept. Raises ValueError on another ``bits``, :class:`UserError` naming K
-    and the PE on a K the PE cannot stage."""
+    (seconds) and kept, in this process and on disk
+    (:func:`~.compute_calib.memo_calibration`). Raises ValueError on another ``bits``,
+    :class:`UserError` naming K and the PE on a K the PE cannot stage."""
     if bits not in (4, 8):
         raise ValueError(f"bits: expected 4 or 8, got {bits!r}")
     k = table_key(arch, in_features, bits)
@@ -210,7 +212,8 @@ def linear_calibration(arch: ArchConfig, in_features: int, bits: int) -> LinearC
         from .linear_calib_table import TABLE
         e = TABLE.get(k)
         try:
-            c = (calibrate_linear(arch, in_features, bits, check=False) if e is None
+            c = (memo_calibration("linear", k, lambda: calibrate_linear(
+                     arch, in_features, bits, check=False), LinearCalibration) if e is None
                  else LinearCalibration(k[0], int(in_features), int(bits), **e))
         except ProgramError as err:
             raise UserError(f"compute calibration: a linear layer of K = {in_features} does "

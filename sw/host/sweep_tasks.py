@@ -68,7 +68,7 @@ def default_cache_dir() -> Path:
 
 # == perf ===========================================================================================
 
-def perf_task(point: Point) -> dict:
+def perf_task(point: Point, cache_dir=None) -> dict:
     """The perf model at ``point`` (its model's expert popularity at the workload's ``zipf``; a
     model of the spec's ``models:`` registered from the point's ``figures`` first): our AR
     step and (for an SD scheme) an SD iteration of the ``depth x width`` tree verifying
@@ -83,8 +83,14 @@ def perf_task(point: Point) -> dict:
     ``sd_pj_token`` are the access energy of each mode, as :func:`~.paper_eval.table3`'s
     rows), ``mode`` (``ar``/``sd``), ``phi_ar`` and ``phi_sd`` (over the xPU), milliseconds
     a token, expert-cache ``slots`` a layer, the die's W4A8 peak TOPS and HB capacity (GB)
-    and bandwidth (GB/s). Raises :class:`~elmoe3d.errors.UserError` from the model (e.g. a
-    scheme the platform cannot run)."""
+    and bandwidth (GB/s). The compute calibrations of shapes the shipped tables lack are kept
+    in ``cache_dir``'s ``calib/`` (the workers' shared cache; None: the build root's). Raises
+    :class:`~elmoe3d.errors.UserError` from the model (e.g. a scheme the platform cannot
+    run)."""
+    from .compute_calib import calib_root_at
+    if cache_dir is not None:
+        with calib_root_at(Path(cache_dir) / "calib"):
+            return perf_task(point)
     from .hf_config import register_figures
     from .paper_eval import (TABLE3_4GB, TABLE3_BATCHES, EvalModel, elastic_alpha, platform)
     w = point.workload
@@ -264,7 +270,7 @@ def run_point(point: Point, cache_dir) -> dict:
     errors = []
     steps = []
     if point.tasks.get("perf"):
-        steps.append(("perf", lambda: perf_task(point)))
+        steps.append(("perf", lambda: perf_task(point, cache_dir)))
     if point.tasks.get("area"):
         steps.append(("area", lambda: area_task(point, cache_dir,
                                                 timing=bool(point.tasks.get("timing")))))

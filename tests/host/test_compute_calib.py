@@ -4,6 +4,7 @@ joined by the aggregation link) on the compiler's programs for real expert shape
 cycle model (never a constant), and the model reads it."""
 
 import itertools
+import json
 
 import pytest
 
@@ -67,9 +68,12 @@ def test_not_a_constant():
     assert a.cycles(16) < a.cycles(16.5) < a.cycles(17)
 
 
-def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch):
+def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch, tmp_path):
     """A (PE, shape, bits) the table lacks is computed on first use from group_cycles
-    (here the small preset's 2x4x32 PE: rows 1, 2 and 4), kept, and equal to it."""
+    (here the small preset's 2x4x32 PE: rows 1, 2 and 4), kept, and equal to it; kept on disk
+    too, so that another process (a new in-process cache here) reads it instead of computing,
+    and a damaged file is computed again."""
+    monkeypatch.setattr(cc, "calib_root", lambda: tmp_path)
     small = preset("small")
     key = cc.table_key(small, 64, 128, 4)
     assert key not in TABLE
@@ -89,6 +93,15 @@ def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch)
         assert cal.cycles(r) == real(small, 64, 128, 4, r, link_rate=0.5)
     n = len(calls)
     assert cc.ffn_calibration(small, 64, 128, 4) is cal and len(calls) == n
+    (kept,) = tmp_path.glob("ffn-*.json")
+    monkeypatch.setattr(cc, "_CACHE", {})                    # another process
+    again = cc.ffn_calibration(small, 64, 128, 4)
+    assert again == cal and again is not cal and len(calls) == n
+    kept.write_text('{"key": ')                               # damaged: made again
+    monkeypatch.setattr(cc, "_CACHE", {})
+    assert cc.ffn_calibration(small, 64, 128, 4) == cal and len(calls) == 2 * n
+    assert cc.FFNCalibration(**{k: cc._tuples(v) for k, v in
+                                json.loads(kept.read_text()).items()}) == cal
 
 
 def test_the_model_has_no_constant_utilisation():

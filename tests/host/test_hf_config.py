@@ -1,9 +1,10 @@
 """Models from a Hugging Face ``config.json`` (``sw/host/hf_config.py``): every preset with a
-whole-decoder shape is its own config read by the loader (the config fields below are the
-published ``config.json`` values that :data:`~.models.MODEL_SOURCES` and
-:data:`~.decoder.DECODER_SOURCES` cite); a loaded model runs through the whole-decoder model and
-a sweep exactly as a preset of the same figures; bad configs are one clear error naming the file
-and the field."""
+whole-decoder shape (and OLMoE's and Qwen1.5-MoE's routing presets) is its own config read by
+the loader (the fields below are typed from the published ``config.json`` files, the values
+:data:`~.models.MODEL_SOURCES` and :data:`~.decoder.DECODER_SOURCES` cite); DeepSeek-V3's,
+GLM-4.5's and Qwen3-235B-A22B's configs give their published parameter counts; a loaded model
+runs through the whole-decoder model and a sweep as a preset of the same figures; bad configs
+are one clear error naming the file and the config field."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ import elmoe3d.cli as cli
 from elmoe3d.errors import UserError
 from elmoe3d.sw.host import hf_config, paper_eval as pe, sweep_tasks
 from elmoe3d.sw.host.decoder import DECODER_SHAPES, decoder_shape
-from elmoe3d.sw.host.hf_config import (load_model, model_figures, model_from_config,
-                                       register_figures)
+from elmoe3d.sw.host.hf_config import (default_name, load_model, model_figures,
+                                       model_from_config, register_figures, same_figures)
 from elmoe3d.sw.host.models import MODEL_PRESETS, model_preset
 from elmoe3d.sw.host.sweep_spec import expand, parse_spec
 
@@ -87,21 +88,76 @@ def _registries():
     DECODER_SHAPES.update(shapes)
 
 
-def _figures_only(p):
-    """A preset without what a config does not carry (its repository, the trace host's
-    attention fields)."""
-    return dataclasses.replace(p, hf_repo="", vocab_size=0, attention_heads=0, kv_heads=0)
+#: Configs of models the project has no preset for, with their published totals (billions of
+#: weights, the input embedding included) and active weights a token.
+OTHERS = {
+    "deepseek-v3": ({
+        "model_type": "deepseek_v3", "num_hidden_layers": 61, "hidden_size": 7168,
+        "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256,
+        "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+        "moe_layer_freq": 1, "norm_topk_prob": True, "routed_scaling_factor": 2.5,
+        "scoring_func": "sigmoid", "n_group": 8, "topk_group": 4, "num_attention_heads": 128,
+        "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+        "vocab_size": 129280, "num_nextn_predict_layers": 1}, 671, 37),
+    "glm-4.5": ({
+        "model_type": "glm4_moe", "num_hidden_layers": 92, "hidden_size": 5120,
+        "intermediate_size": 12288, "moe_intermediate_size": 1536, "n_routed_experts": 160,
+        "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+        "norm_topk_prob": True, "routed_scaling_factor": 2.5, "num_attention_heads": 96,
+        "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151552,
+        "num_nextn_predict_layers": 1}, 355, 32),
+}
+
+
+def _totals(preset, shape):
+    """(all weights, active weights a token), the input embedding included, in billions."""
+    z = shape.sizes()
+    embed = shape.vocab * preset.hidden
+    active = (z.static + preset.moe_layers * preset.top_k * preset.expert_weights + embed)
+    return (z.static + z.experts + embed) / 1e9, active / 1e9
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_each_preset_is_its_config_json(name):
     preset, shape = model_from_config(CONFIGS[name], name=name)
-    assert _figures_only(preset) == _figures_only(MODEL_PRESETS[name])
+    assert same_figures(preset, MODEL_PRESETS[name])
+    assert not same_figures(preset, dataclasses.replace(preset, layers=preset.layers + 1))
     if name in DECODER_SHAPES:
         assert shape == DECODER_SHAPES[name]
-    # the preset's own config under its name registers nothing new and is no clash
+    # the preset's own config under its name keeps the preset (no clash, nothing replaced)
+    before = MODEL_PRESETS[name]
     assert load_model(CONFIGS[name], name=name) == name
-    assert MODEL_PRESETS[name] is model_preset(name)
+    assert MODEL_PRESETS[name] is before
+
+
+@pytest.mark.parametrize("name", list(OTHERS))
+def test_other_models_have_their_published_sizes(name):
+    cfg, total, active = OTHERS[name]
+    load_model(cfg, name=name)                      # the shape's sizes look the model up
+    preset, shape = model_preset(name), decoder_shape(name)
+    got_total, got_active = _totals(preset, shape)
+    # the published figures round the real ones; GLM-4.5's 355B counts its MTP layer, which
+    # decode does not run (about 2.5B of weights)
+    assert got_total == pytest.approx(total, rel=0.01 if name != "glm-4.5" else 0.02)
+    assert got_active == pytest.approx(active, rel=0.06)
+    if name == "deepseek-v3":
+        assert (preset.first_dense_layers, preset.moe_layers, preset.scoring) == (3, 58,
+                                                                                "sigmoid")
+        assert (preset.routed_scaling_factor, preset.shared_intermediate) == (2.5, 2048)
+        assert (shape.attention, shape.q_lora_rank) == ("mla", 1536)
+    else:
+        assert (shape.attention, shape.kv_heads, shape.head_dim) == ("gqa", 8, 128)
+
+
+def test_the_example_config_is_qwen3_235b_a22b():
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "examples" / "models" / "qwen3-235b-a22b.json"
+    name = load_model(path)
+    assert name == "qwen3-235b-a22b"                          # from _name_or_path
+    preset, shape = model_preset(name), decoder_shape(name)
+    total, active = _totals(preset, shape)
+    assert total == pytest.approx(235.09, abs=0.01) and active == pytest.approx(22.19, abs=0.01)
 
 
 def test_every_whole_decoder_preset_has_its_config_here():
@@ -110,7 +166,9 @@ def test_every_whole_decoder_preset_has_its_config_here():
 
 def test_a_loaded_model_runs_as_the_preset_of_the_same_figures(tmp_path):
     """Qwen3-30B-A3B's config loaded from a file under another name gives the preset's AR
-    step and SD iteration to the last bit (the model is its figures, not its name)."""
+    step and SD iteration to the last bit at the same Zipf exponent. (EAGLE-SD's head is
+    looked up by name: the copy gets the placeholder head, whose shapes are Qwen3-30B-A3B's
+    published head's, FFN 3 x hidden and the target's heads.)"""
     path = tmp_path / "my-qwen3" / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(CONFIGS["qwen3-30b-a3b"]))
@@ -133,15 +191,22 @@ def test_layer_layouts_and_sliding_windows():
     assert list(p.moe_layer_ids) == list(range(1, 24, 2)) and s.dense_intermediate == 5632
     p, _ = model_from_config({**q2, "mlp_only_layers": [0, 1]}, name="two-dense")
     assert (p.first_dense_layers, p.moe_layers) == (2, 22)
-    # use_sliding_window slides the layers from max_window_layers on; Mixtral every layer
-    _, s = model_from_config({**q2, "use_sliding_window": True}, name="slide")
-    assert (s.sliding_window, s.sliding_layers) == (32768, 3)
+    # layer_types say which layers slide; Mixtral's sliding_window slides every layer
+    kinds = ["full_attention"] * 20 + ["sliding_attention"] * 4
+    _, s = model_from_config({**q2, "use_sliding_window": True, "layer_types": kinds},
+                             name="slide")
+    assert (s.sliding_window, s.sliding_layers) == (32768, 4)
     _, s = model_from_config({**CONFIGS["mixtral-8x7b"], "sliding_window": 4096}, name="m")
     assert (s.sliding_window, s.sliding_layers) == (4096, 32)
     # Qwen3-MoE has no shared expert whatever the config carries
-    p, _ = model_from_config({**CONFIGS["qwen3-30b-a3b"], "shared_expert_intermediate_size": 0},
-                             name="q3")
+    p, _ = model_from_config({**CONFIGS["qwen3-30b-a3b"],
+                              "shared_expert_intermediate_size": 5632}, name="q3")
     assert p.shared_experts == 0
+    # GLM-4.7-Flash: mlp_layer_types decide (transformers reads them, not first_k_dense_replace)
+    glm = {**CONFIGS["glm-4.7-flash"], "mlp_layer_types": ["dense"] * 2 + ["sparse"] * 45}
+    del glm["first_k_dense_replace"]
+    p, s = model_from_config(glm, name="g")
+    assert (p.first_dense_layers, s.dense_intermediate) == (2, 10240)
 
 
 def test_figures_travel_as_plain_data():
@@ -149,10 +214,32 @@ def test_figures_travel_as_plain_data():
     figures = json.loads(json.dumps(model_figures(name)))      # what a worker receives
     del MODEL_PRESETS[name], DECODER_SHAPES[name]
     assert register_figures(figures) == name
-    assert _figures_only(model_preset(name)) == dataclasses.replace(
-        _figures_only(MODEL_PRESETS["deepseek-v2-lite"]), name=name)
+    assert same_figures(model_preset(name), dataclasses.replace(
+        MODEL_PRESETS["deepseek-v2-lite"], name=name))
     assert decoder_shape(name) == dataclasses.replace(DECODER_SHAPES["deepseek-v2-lite"],
                                                       preset=name)
+    # an edited config under the same name, in a long-lived session or worker: replaced
+    edited = load_model({**CONFIGS["deepseek-v2-lite"], "num_hidden_layers": 9}, name=name)
+    assert model_preset(edited).layers == 9
+    assert register_figures(figures) == name and model_preset(name).layers == 27
+    # a preset's name is never taken over
+    with pytest.raises(UserError, match="model name 'deepseek-v2-lite' is a preset with other "
+                                        "figures; give this model another name"):
+        register_figures({**figures, "preset": {**figures["preset"],
+                                                "name": "deepseek-v2-lite", "layers": 9},
+                          "shape": {**figures["shape"], "preset": "deepseek-v2-lite"}})
+
+
+def test_default_names(tmp_path):
+    snap = tmp_path / "models--Qwen--Qwen3-235B-A22B" / "snapshots" / ("a" * 40)
+    snap.mkdir(parents=True)
+    cfg = {k: v for k, v in CONFIGS["qwen3-30b-a3b"].items()}
+    assert default_name(_cfg_file(snap, cfg)) == "qwen3-235b-a22b"     # the Hugging Face cache
+    (tmp_path / "My-MoE").mkdir()
+    assert default_name(_cfg_file(tmp_path / "My-MoE", cfg)) == "my-moe"
+    assert default_name(_cfg_file(tmp_path, cfg, "other.json")) == "other"
+    assert default_name({**cfg, "_name_or_path": "org/Some-Model/"}) == "some-model"
+    assert default_name(cfg) is None
 
 
 def _cfg_file(tmp_path, cfg, name="config.json"):
@@ -165,30 +252,87 @@ def _cfg_file(tmp_path, cfg, name="config.json"):
     (lambda c: c.pop("num_experts"), "{f}: num_experts: missing (a qwen3_moe config has it)"),
     (lambda c: c.update(hidden_size="2048"),
      "{f}: hidden_size: expected a positive integer, got '2048'"),
+    (lambda c: c.update(num_experts=True), "{f}: num_experts: expected a positive integer, got "
+     "True"),
+    (lambda c: c.pop("model_type"),
+     "{f}: model_type: expected one of mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
+     "deepseek_v3, glm4_moe, glm4_moe_lite, gpt_oss, missing"),
+    (lambda c: c.pop("head_dim"), "{f}: head_dim: missing (a qwen3_moe config has it)"),
+    (lambda c: c.pop("num_key_value_heads"),
+     "{f}: num_key_value_heads: missing (a qwen3_moe config has it)"),
+    (lambda c: c.update(layer_types=["slidng_attention"] * 48),
+     "{f}: layer_types: layer 0: expected one of sliding_attention, full_attention, got "
+     "'slidng_attention'"),
+    (lambda c: c.update(use_sliding_window="false"),
+     "{f}: use_sliding_window: expected true or false, got 'false'"),
+    (lambda c: c.update(use_sliding_window=True),
+     "{f}: use_sliding_window: true without layer_types: give layer_types (which layers slide)"),
+    (lambda c: c.update(mlp_only_layers=[False]),
+     "{f}: mlp_only_layers: expected a list of layer indices 0 .. 47, got [False]"),
+    (lambda c: c.update(mlp_only_layers=0),
+     "{f}: mlp_only_layers: expected a list of layer indices 0 .. 47, got 0"),
+    (lambda c: c.update(quantization_config="mxfp4"),
+     "{f}: quantization_config: expected an object (quant_method, ...), got 'mxfp4'"),
     (lambda c: c.update(model_type="llama"),
      "{f}: model_type: expected one of mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
      "deepseek_v3, glm4_moe, glm4_moe_lite, gpt_oss, got 'llama'"),
     (lambda c: c.update(mlp_only_layers=[3]),
-     "{f}: mlp_only_layers [3] with decoder_sparse_step 1: only a leading run of dense layers "
+     "{f}: mlp_only_layers: [3] with decoder_sparse_step 1: only a leading run of dense layers "
      "(0 .. k-1) with every later layer MoE is supported"),
     (lambda c: c.update(moe_intermediate_size=700),
-     "{f}: mine: hidden and expert_intermediate must be multiples of the quantization group 32"),
+     "{f}: moe_intermediate_size: expected a multiple of the quantization group 32 (G32 "
+     "weights), got 700"),
     (lambda c: c.update(num_key_value_heads=5),
      "{f}: num_key_value_heads: expected a divisor of num_attention_heads (32), got 5"),
-    (lambda c: c.update(num_experts_per_tok=200), "{f}: mine: top_k (200) > routed_experts (128)"),
+    (lambda c: c.update(num_experts_per_tok=200),
+     "{f}: num_experts_per_tok: expected at most the routed experts (128), got 200"),
     (lambda c: c.update(layer_types=["full_attention"]),
      "{f}: layer_types: expected a list of 48 layer kinds (num_hidden_layers), got "
      "['full_attention']"),
     (lambda c: c.update(norm_topk_prob="yes"),
      "{f}: norm_topk_prob: expected true or false, got 'yes'"),
 ])
-def test_a_bad_config_names_the_file_and_the_field(tmp_path, edit, message):
+def test_a_bad_qwen3_config_names_the_file_and_the_field(tmp_path, edit, message):
     cfg = json.loads(json.dumps(CONFIGS["qwen3-30b-a3b"]))
     edit(cfg)
     path = _cfg_file(tmp_path, cfg)
     with pytest.raises(UserError) as err:
         model_from_config(path, name="mine")
     assert str(err.value) == message.format(f=path)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda c: c.pop("first_k_dense_replace"),
+     "{f}: first_k_dense_replace: missing (a deepseek_v3 config has it)"),
+    (lambda c: c.pop("n_shared_experts"),
+     "{f}: n_shared_experts: missing (a deepseek_v3 config has it)"),
+    (lambda c: c.pop("q_lora_rank"),
+     "{f}: q_lora_rank: missing (a deepseek_v3 config has it; null for a plain q_proj)"),
+    (lambda c: c.pop("routed_scaling_factor"),
+     "{f}: routed_scaling_factor: missing (a deepseek_v3 config has it)"),
+    (lambda c: c.update(routed_scaling_factor=float("inf")),
+     "{f}: routed_scaling_factor: expected a finite number > 0, got inf"),
+    (lambda c: c.update(moe_layer_freq=2),
+     "{f}: moe_layer_freq: only 1 (every layer after first_k_dense_replace is MoE) is "
+     "supported, got 2"),
+])
+def test_a_bad_deepseek_v3_config_names_the_file_and_the_field(tmp_path, edit, message):
+    cfg = json.loads(json.dumps(OTHERS["deepseek-v3"][0]))
+    edit(cfg)
+    path = _cfg_file(tmp_path, cfg)
+    with pytest.raises(UserError) as err:
+        model_from_config(path, name="mine")
+    assert str(err.value) == message.format(f=path)
+
+
+def test_glm_flash_layer_kinds_must_agree(tmp_path):
+    glm = {**CONFIGS["glm-4.7-flash"], "mlp_layer_types": ["dense"] * 2 + ["sparse"] * 45}
+    with pytest.raises(UserError, match="first_k_dense_replace: 1 disagrees with mlp_layer_types "
+                                        r"\(2 leading dense layers\)"):
+        model_from_config(glm, name="g")
+    glm["mlp_layer_types"] = ["sparse", "dense"] + ["sparse"] * 45
+    with pytest.raises(UserError, match="mlp_layer_types: only a leading run of dense layers"):
+        model_from_config(glm, name="g")
 
 
 def test_unreadable_and_clashing_configs(tmp_path):
@@ -200,13 +344,18 @@ def test_unreadable_and_clashing_configs(tmp_path):
     with pytest.raises(UserError, match=r"lst\.json: expected a JSON object of config fields, "
                                         r"got list"):
         model_from_config(_cfg_file(tmp_path, "[1, 2]", "lst.json"))
+    binary = tmp_path / "w.safetensors"
+    binary.write_bytes(b"\x80\xff\x00" * 10)
+    with pytest.raises(UserError, match=r"w\.safetensors: not a config\.json \(not UTF-8 "
+                                        r"text\)"):
+        model_from_config(binary)
     with pytest.raises(UserError, match="config: no name: pass name="):
         model_from_config(CONFIGS["mixtral-8x7b"])
     with pytest.raises(UserError, match="config: model name 'no way': expected letters"):
         model_from_config(CONFIGS["mixtral-8x7b"], name="no way")
     # another model under a taken name
-    with pytest.raises(UserError, match="model name 'qwen3-30b-a3b' is already a model with "
-                                        "other figures; give this one another name"):
+    with pytest.raises(UserError, match="model name 'qwen3-30b-a3b' is a preset with other "
+                                        "figures; give this model another name"):
         load_model(CONFIGS["glm-4.7-flash"], name="qwen3-30b-a3b")
     assert "qwen3-30b-a3b" in MODEL_PRESETS and MODEL_PRESETS["qwen3-30b-a3b"].hidden == 2048
 
@@ -219,31 +368,31 @@ def test_a_sweep_runs_a_models_entry_on_a_worker_that_never_saw_the_file(tmp_pat
     result is the preset's of the same figures."""
     (tmp_path / "models").mkdir()
     _cfg_file(tmp_path / "models", CONFIGS["qwen3-30b-a3b"], "q3.json")
-    spec = parse_spec({"models": {"half-qwen3": "models/q3.json"},
-                       "workload": {"model": ["half-qwen3"], "batch": [4],
+    spec = parse_spec({"models": {"copy-of-qwen3": "models/q3.json"},
+                       "workload": {"model": ["copy-of-qwen3"], "batch": [4],
                                     "scheme": ["elastic"], "alpha": [0.57],
                                     "zipf": [pe.ZIPF["qwen3-30b-a3b"]]}},
                       path=str(tmp_path / "s.yaml"))
     (point,) = expand(spec)
     assert point.workload["zipf"] == 1.55 and point.figures is not None
-    del MODEL_PRESETS["half-qwen3"], DECODER_SHAPES["half-qwen3"]      # a fresh worker
+    del MODEL_PRESETS["copy-of-qwen3"], DECODER_SHAPES["copy-of-qwen3"]      # a fresh worker
     got = sweep_tasks.perf_task(point)
-    assert "half-qwen3" in DECODER_SHAPES
+    assert "copy-of-qwen3" in DECODER_SHAPES
     ref = parse_spec({"workload": {"model": ["qwen3-30b-a3b"], "batch": [4],
                                    "scheme": ["elastic"], "alpha": [0.57]}}, path="r.yaml")
     want = sweep_tasks.perf_task(expand(ref)[0])
     assert {k: got[k] for k in want} == want
     # the figures are part of the point's id: an edited config is another point
-    other = parse_spec({"models": {"half-qwen3": "models/q3.json"},
-                        "workload": {"model": ["half-qwen3"], "batch": [4],
+    other = parse_spec({"models": {"copy-of-qwen3": "models/q3.json"},
+                        "workload": {"model": ["copy-of-qwen3"], "batch": [4],
                                      "scheme": ["elastic"], "alpha": [0.57],
                                      "zipf": [1.55]}}, path=str(tmp_path / "s.yaml"))
     assert expand(other)[0].id == point.id
     _cfg_file(tmp_path / "models", {**CONFIGS["qwen3-30b-a3b"], "num_hidden_layers": 24},
               "q3.json")
-    del MODEL_PRESETS["half-qwen3"], DECODER_SHAPES["half-qwen3"]
-    edited = parse_spec({"models": {"half-qwen3": "models/q3.json"},
-                         "workload": {"model": ["half-qwen3"], "batch": [4],
+    del MODEL_PRESETS["copy-of-qwen3"], DECODER_SHAPES["copy-of-qwen3"]
+    edited = parse_spec({"models": {"copy-of-qwen3": "models/q3.json"},
+                         "workload": {"model": ["copy-of-qwen3"], "batch": [4],
                                       "scheme": ["elastic"], "alpha": [0.57],
                                       "zipf": [1.55]}}, path=str(tmp_path / "s.yaml"))
     assert expand(edited)[0].id != point.id
@@ -257,3 +406,27 @@ def test_the_cli_names_a_bad_models_entry(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == (f"elmoe3d sweep: error: {spec}: models.mine: {tmp_path / 'm.json'}: "
                    f"model_type: expected one of {', '.join(hf_config.FAMILIES)}, got 'llama'")
+
+
+def test_a_sweep_keeps_new_shapes_calibrations_in_its_cache(tmp_path, monkeypatch):
+    """A models: entry whose expert shape no shipped table holds is calibrated on first use,
+    and the calibration goes to the sweep's shared cache (``<cache>/calib``), where the next
+    worker reads it (here a stand-in for the cycle model records the calls)."""
+    from elmoe3d.sw.host import compute_calib as cc
+    calls = []
+
+    def stand_in(arch, h, i, bits, *, check=True, link_rate=None):
+        calls.append((h, i, bits))
+        return dataclasses.replace(cc.ffn_calibration(arch, h, 768, bits), intermediate=i)
+    monkeypatch.setattr(cc, "calibrate", stand_in)
+    monkeypatch.setattr(cc, "_CACHE", {})
+    _cfg_file(tmp_path, {**CONFIGS["qwen3-30b-a3b"], "moe_intermediate_size": 800}, "q.json")
+    spec = parse_spec({"models": {"wide": "q.json"},
+                       "workload": {"model": ["wide"], "zipf": [1.55], "scheme": ["ar"]}},
+                      path=str(tmp_path / "s.yaml"))
+    (point,) = expand(spec)
+    first = sweep_tasks.perf_task(point, tmp_path / "cache")
+    assert sorted(calls) == [(2048, 800, 8)]                 # AR: the W8A8 calibration
+    assert len(list((tmp_path / "cache" / "calib").glob("ffn-*.json"))) == 1
+    monkeypatch.setattr(cc, "_CACHE", {})                    # the next worker
+    assert sweep_tasks.perf_task(point, tmp_path / "cache") == first and len(calls) == 1

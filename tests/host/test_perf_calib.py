@@ -312,7 +312,7 @@ def test_die_row_and_tails_only_at_the_tables_link_rate():
                 .base("verify", 16)).all()
 
 
-def test_paper_pe_at_another_link_rate_computes_its_calibration(monkeypatch):
+def test_paper_pe_at_another_link_rate_computes_its_calibration(monkeypatch, tmp_path):
     """A paper-PE configuration whose aggregation link differs from the table's (64 GB/s: 1/8
     word a cycle) keeps the ``"ffn"`` source: its die-feed calibration is computed with the
     cycle model at that rate on first use (here a stand-in records the call), the ideal
@@ -331,6 +331,7 @@ def test_paper_pe_at_another_link_rate_computes_its_calibration(monkeypatch):
                                    link_rate=link_rate)
     monkeypatch.setattr(cc, "calibrate", stand_in)
     monkeypatch.setattr(cc, "_CACHE", {})
+    monkeypatch.setattr(cc, "calib_root", lambda: tmp_path)    # the stand-in's, not kept
     die = perf_calib.compute_cycles(arch, m, "die")
     assert die.source == "ffn" and "link words at 0.125 a cycle, computed" in die.note
     assert sorted(calls) == [(m.hidden, m.expert_intermediate, b, 1 / 8) for b in (4, 8)]
