@@ -193,7 +193,8 @@ def main(argv=None) -> int:
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except (UserError, QuantizationError) as exc:
-        print(f"elmoe3d {args.command}: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:       # a mistake a line (a sweep's several)
+            print(f"elmoe3d {args.command}: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"elmoe3d {args.command}: interrupted", file=sys.stderr)

@@ -36,10 +36,11 @@ A spec (YAML shown; TOML has the same keys)::
       rtl_beats: 256               # length of the RTL throughput GEMM (beats)
 
 Every point is validated before anything runs (:func:`expand`): an unknown field or section, a
-value of the wrong type (checked before the constraints see it), a configuration :class:`~elmoe3d.config.ArchConfig` rejects (or, for
-points with an area task, whose PE geometry it rejects), an unknown model or scheme, a
-constraint that does not parse or names an unknown field: each is a one-line
-:class:`~elmoe3d.errors.UserError` naming the spec file, the field and the point.
+value of the wrong type (checked before the constraints see it), a configuration
+:class:`~elmoe3d.config.ArchConfig` rejects (or, for points with an area task, whose PE geometry
+it rejects), an unknown model or scheme, a constraint that does not parse or names an unknown
+field: each is a line of a :class:`~elmoe3d.errors.UserError` naming the spec file, the field
+and the point (the points' distinct mistakes each a line, the first point of each named).
 
 Constraints and task expressions are a small expression language checked with :mod:`ast`
 (:func:`compile_expr`), never ``eval``: numbers, strings, booleans, field names (``tile.rows``
@@ -611,101 +612,133 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
     alpha and SD tree, a perf point's bench seed and length do not count), each validated;
     a list of :class:`Point`. ``counts``, when given, gets ``constrained`` (combinations a
     constraint dropped) and ``duplicates`` (combinations equal to an earlier point). Raises
-    :class:`UserError` naming the spec, the point and the field for the first invalid point
-    (nothing runs)."""
+    :class:`UserError` with a line for each distinct mistake of the invalid points (the spec,
+    the first point with it and the field; how many more points share it; at most
+    :data:`MAX_MISTAKES` lines): nothing runs."""
     counts = {} if counts is None else counts
     counts.update(constrained=0, duplicates=0)
     wnames = list(spec.workload)
     wgrid = [dict(zip(wnames, combo)) for combo in
              itertools.product(*(spec.workload[n]["values"] for n in wnames))]
-    points, seen = [], set()
+    points, seen, problems = [], set(), {}
     for cfg in _config_points(spec):
         for wl in wgrid:
-            workload = {**WORKLOAD_FIELDS, **wl}
-            workload["model"] = str(workload["model"]).strip().lower()   # as names are kept
-            if "verify" not in wl and ("depth" in wl or "width" in wl):
-                workload["verify"] = "all"          # TREE's verify size is for its own tree
-            base = spec.base or f"paper-{workload['hb']}"
-            if spec.base or any(f in cfg for f in HB_FIELDS):
-                workload["hb"] = None               # not paper-<hb>'s capacity: see hb_gb
-            label = ", ".join(f"{k}={v}" for k, v in {**cfg, **wl}.items())
-            where = f"{spec.path}: point {len(points)} ({label})"
-            # the constraints see the preset's fields overlaid with the point's, before the
-            # configuration is built: a constraint may drop a value ArchConfig would reject
-            # (out of range, an impossible combination), but not one of the wrong type: that
-            # is a mistake in the spec, named even where a constraint would drop its point
-            fields = {f: _field(_preset(base), f) for f in CONFIG_FIELDS}
-            for k, v in cfg.items():
-                problem = _type_problem(v, fields[k])
-                if problem:
-                    raise UserError(f"{where}: {k}: {problem}")
-            fields.update(cfg)
-            fields.update(workload)
-            keep = True
-            for c in spec.constraints:
-                try:
-                    keep = bool(c(fields))
-                except ExprError as exc:
-                    raise UserError(f"{where}: constraint {exc}") from None
-                if not keep:
-                    break
-            if not keep:
-                counts["constrained"] += 1
-                continue
+            where = spec.path
             try:
-                arch = build_arch(base, cfg)
-            except ConfigError as exc:
-                raise UserError(f"{where}: {exc}{_bandwidth_hint(exc, base)}") from None
-            except TypeError as exc:                # dataclasses.replace on a bad name
-                raise UserError(f"{where}: {exc}") from None
-            fields.update({f: _field(arch, f) for f in CONFIG_FIELDS})
-            try:
-                _check_workload(workload)
-            except _WorkloadError as exc:
-                raise UserError(f"{where}: {exc.field}: {exc}") from None
-            tasks = {}
-            for k, v in spec.tasks.items():
-                if callable(v):
+                workload = {**WORKLOAD_FIELDS, **wl}
+                workload["model"] = str(workload["model"]).strip().lower()   # as names are kept
+                if "verify" not in wl and ("depth" in wl or "width" in wl):
+                    workload["verify"] = "all"          # TREE's verify size is for its own tree
+                base = spec.base or f"paper-{workload['hb']}"
+                if spec.base or any(f in cfg for f in HB_FIELDS):
+                    workload["hb"] = None               # not paper-<hb>'s capacity: see hb_gb
+                label = ", ".join(f"{k}={v}" for k, v in {**cfg, **wl}.items())
+                where = f"{spec.path}: point {len(points)} ({label})"
+                # the constraints see the preset's fields overlaid with the point's, before the
+                # configuration is built: a constraint may drop a value ArchConfig would reject
+                # (out of range, an impossible combination), but not one of the wrong type: that
+                # is a mistake in the spec, named even where a constraint would drop its point
+                fields = {f: _field(_preset(base), f) for f in CONFIG_FIELDS}
+                for k, v in cfg.items():
+                    problem = _type_problem(v, fields[k])
+                    if problem:
+                        raise UserError(f"{where}: {k}: {problem}")
+                fields.update(cfg)
+                fields.update(workload)
+                keep = True
+                for c in spec.constraints:
                     try:
-                        tasks[k] = bool(v(fields))
+                        keep = bool(c(fields))
                     except ExprError as exc:
-                        raise UserError(f"{where}: tasks.{k}: {exc}") from None
-                else:
-                    tasks[k] = v
-            if tasks["timing"]:
-                tasks["area"] = True
-            if tasks["area"]:
+                        raise UserError(f"{where}: constraint {exc}") from None
+                    if not keep:
+                        break
+                if not keep:
+                    counts["constrained"] += 1
+                    continue
                 try:
-                    arch.pe                         # the die's PE must exist to synthesise it
+                    arch = build_arch(base, cfg)
                 except ConfigError as exc:
-                    raise UserError(f"{where}: {exc} (the PE of an area task)") from None
-            # what the results do not depend on is left out of the id, so that equal points
-            # are one: an AR point has no SD tree or alpha, a point without the RTL task no
-            # bench seed or length
-            if workload["scheme"] == "ar":
-                workload = {**workload, "alpha": None, "depth": None, "width": None,
-                            "verify": None}
-            elif workload["verify"] == "all":       # one id for a tree's every node
-                workload = {**workload, "verify": workload["depth"] * workload["width"]}
-            id_tasks = dict(tasks)
-            seed = spec.seed
-            if not tasks["rtl"]:
-                id_tasks.pop("rtl_beats", None)
-                seed = None
-            if workload["zipf"] is None:              # the exponent the model runs with
-                workload = {**workload, "zipf": ZIPF[workload["model"]]}
-            figures = spec.models.get(workload["model"])
-            pid = point_id(base, cfg, workload, id_tasks, seed, figures)
-            if pid in seen:
-                counts["duplicates"] += 1
-                continue
-            seen.add(pid)
-            points.append(Point(index=len(points), id=pid, base=base, config=dict(cfg),
-                                workload=workload, tasks=tasks, seed=spec.seed,
-                                figures=figures))
+                    raise UserError(f"{where}: {exc}{_bandwidth_hint(exc, base)}") from None
+                except TypeError as exc:                # dataclasses.replace on a bad name
+                    raise UserError(f"{where}: {exc}") from None
+                fields.update({f: _field(arch, f) for f in CONFIG_FIELDS})
+                try:
+                    _check_workload(workload)
+                except _WorkloadError as exc:
+                    raise UserError(f"{where}: {exc.field}: {exc}") from None
+                tasks = {}
+                for k, v in spec.tasks.items():
+                    if callable(v):
+                        try:
+                            tasks[k] = bool(v(fields))
+                        except ExprError as exc:
+                            raise UserError(f"{where}: tasks.{k}: {exc}") from None
+                    else:
+                        tasks[k] = v
+                if tasks["timing"]:
+                    tasks["area"] = True
+                if tasks["area"]:
+                    try:
+                        arch.pe                         # the die's PE must exist to synthesise it
+                    except ConfigError as exc:
+                        raise UserError(f"{where}: {exc} (the PE of an area task)") from None
+                # what the results do not depend on is left out of the id, so that equal points
+                # are one: an AR point has no SD tree or alpha, a point without the RTL task no
+                # bench seed or length
+                if workload["scheme"] == "ar":
+                    workload = {**workload, "alpha": None, "depth": None, "width": None,
+                                "verify": None}
+                elif workload["verify"] == "all":       # one id for a tree's every node
+                    workload = {**workload, "verify": workload["depth"] * workload["width"]}
+                id_tasks = dict(tasks)
+                seed = spec.seed
+                if not tasks["rtl"]:
+                    id_tasks.pop("rtl_beats", None)
+                    seed = None
+                if workload["zipf"] is None:              # the exponent the model runs with
+                    workload = {**workload, "zipf": ZIPF[workload["model"]]}
+                figures = spec.models.get(workload["model"])
+                pid = point_id(base, cfg, workload, id_tasks, seed, figures)
+                if pid in seen:
+                    counts["duplicates"] += 1
+                    continue
+                seen.add(pid)
+                points.append(Point(index=len(points), id=pid, base=base, config=dict(cfg),
+                                    workload=workload, tasks=tasks, seed=spec.seed,
+                                    figures=figures))
+            except UserError as exc:             # named; the other points checked too
+                _note(problems, exc, where)
+    if problems:
+        raise UserError(_problems_text(problems))
     if not points:
         raise UserError(f"{spec.path}: no point left after the constraints")
     return points
+
+
+#: At most this many distinct mistakes are listed (:func:`expand`).
+MAX_MISTAKES = 10
+
+
+def _note(problems: dict, exc: UserError, where: str):
+    """Record a point's mistake under its message without the point (one line a mistake,
+    however many points share it): ``{message: [first line, points]}``."""
+    text = str(exc)
+    key = text[len(where):] if text.startswith(where) else text
+    if key in problems:
+        problems[key][1] += 1
+    else:
+        problems[key] = [text, 1]
+
+
+def _problems_text(problems: dict) -> str:
+    """One line a distinct mistake (its first point named; ``and N more points`` sharing it),
+    at most :data:`MAX_MISTAKES` of them."""
+    lines = [first + (f" (and {n - 1} more point{'s' if n > 2 else ''})" if n > 1 else "")
+             for first, n in list(problems.values())[:MAX_MISTAKES]]
+    if len(problems) > MAX_MISTAKES:
+        lines.append(f"... and {len(problems) - MAX_MISTAKES} more distinct mistakes")
+    return "\n".join(lines)
 
 
 def _bandwidth_hint(exc, base) -> str:

@@ -598,6 +598,31 @@ def test_a_bad_spec_is_one_exact_line(tmp_path, capsys, text, expected):
         assert line == want
 
 
+def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
+    """Three mistakes (a new-user trial needed three runs to find them): each is one line, its
+    first point named and the points that share it counted; nothing runs."""
+    spec = _write(tmp_path, "config:\n  pes: [16, 17]\nworkload:\n  model: [qwen3-30b-a3b]\n"
+                            "  batch: [0, 1]\n  scheme: [ar, warp]\n")
+    assert cli.main(["sweep", str(spec), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"elmoe3d sweep: error: {spec}: point 0 (pes=16, model=qwen3-30b-a3b, batch=0, "
+        f"scheme=ar): batch: expected a positive integer, got 0",
+        f"elmoe3d sweep: error: {spec}: point 0 (pes=16, model=qwen3-30b-a3b, batch=0, "
+        f"scheme=warp): scheme: expected one of ar, eagle, slm, quant, elastic, got 'warp' "
+        f"(and 1 more point)",
+        f"elmoe3d sweep: error: {spec}: point 1 (pes=17, model=qwen3-30b-a3b, batch=0, "
+        f"scheme=ar): pes: 17 is not a multiple of pes_per_group (4) (and 3 more points)"]
+    # at most MAX_MISTAKES distinct lines, then how many more
+    from elmoe3d.sw.host.sweep_spec import MAX_MISTAKES
+    many = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  batch: ["
+                  + ", ".join(str(-i) for i in range(MAX_MISTAKES + 3)) + "]\n", "m.yaml")
+    assert cli.main(["sweep", str(many), "--check"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == MAX_MISTAKES + 1
+    assert lines[-1] == "elmoe3d sweep: error: ... and 3 more distinct mistakes"
+
+
 def test_toml_specs_and_check(tmp_path, capsys):
     spec = _write(tmp_path, 'seed = 3\n[config]\npes = [16, 32]\n[workload]\n'
                             'model = ["gpt-oss-20b"]\nbatch = [1, 4]\n', "s.toml")
