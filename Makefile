@@ -37,8 +37,8 @@ help:
 	@echo "              the default: one FPGA-lean PE on the ULX3S-85F at 5 MHz; place and"
 	@echo "              route ~20 min on 2 cores (docs/fpga.md, Measured)"
 	@echo "make clean  - remove build output (out/; build/: Verilator models, reports, make synth's"
-	@echo "              too, bitstreams) but keep the Yosys caches $(KEEP_CACHES)"
-	@echo "              (a cold make synth takes about 50 min)"
+	@echo "              too, bitstreams) but keep the caches $(KEEP_CACHES)"
+	@echo "              (Yosys: a cold make synth takes about 50 min; compute calibrations)"
 	@echo "make distclean - remove everything clean leaves too: build/ with its caches, out/ and $(VENV)/"
 
 venv: $(STAMP)
@@ -106,12 +106,14 @@ fpga: $(STAMP)
 	$(PY) -m elmoe3d fpga --board $(BOARD) --config $(CONFIG) $(ARGS)
 
 # `make clean` keeps the caches that are expensive to rebuild: the Yosys results of make synth
-# (build/synth, about 50 minutes cold on 2 cores) and of the FPGA estimate (build/fpga/estimates).
+# (build/synth, about 50 minutes cold on 2 cores), of the FPGA estimate (build/fpga/estimates)
+# and the compute calibrations of shapes the shipped tables lack (build/calib, a minute or more
+# a shape).
 # Both are keyed by their inputs, so a kept entry is never stale. Everything else under build/
 # (Verilator models, minutes to rebuild; reports, make synth's $(SYNTH_REPORT) and $(SYNTH_PLOT)
 # too, which elmoe3d fpga reads by default; bitstreams) and out/ goes. `make distclean` removes
 # all of build/, out/ and the virtual environment.
-KEEP_CACHES := build/synth build/fpga/estimates
+KEEP_CACHES := build/synth build/fpga/estimates build/calib
 
 # The folders on the way to a kept cache (build/fpga for build/fpga/estimates), and find's
 # test "one of the paths $(1)": the clean's exclusions, made from KEEP_CACHES alone.

@@ -7,6 +7,7 @@ cache is made once, whatever number of processes want it."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import tempfile
@@ -31,25 +32,52 @@ def build_root() -> Path:
     return Path.cwd() / "build"
 
 
-def memo_text(path, produce) -> tuple:
+def memo_text(path, produce, check=None) -> tuple:
     """``(text, made)``: the text of the file ``path``, made once by ``produce()`` (a str).
     Under an exclusive lock on ``.<name>.lock`` beside it (pytest-xdist workers, sweep workers
     and later runs that want the same file wait for one maker and read its file), the file is
-    read when present (``made`` False), else ``produce()`` is written to a temporary file in
-    the same folder and renamed into place (``made`` True): never half a file. Creates the
-    folder; raises OSError when it cannot (before ``produce`` runs)."""
+    read when present and whole (``check(text)``, when given, raises ValueError or returns
+    false for a damaged one; a file that is not UTF-8 is damaged too): ``made`` False. Else
+    ``produce()`` is written to a temporary file in the same folder and renamed into place
+    (``made`` True): never half a file, readable by the other users of a shared cache (mode
+    0644). A folder where no lock can be made is read without one when the file is there.
+    Raises OSError when the folder or the lock cannot be made and the file is not there
+    (before ``produce`` runs), or when the write fails (after); an exception of ``produce``
+    passes through, the lock released and nothing written."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "a") as lock_file:
+
+    def whole():
+        try:
+            text = path.read_text(encoding="utf-8")
+            return text if check is None or check(text) else None
+        except (UnicodeDecodeError, ValueError, TypeError):
+            return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock_file = open(path.parent / f".{path.name}.lock", "a")
+    except OSError:
+        text = whole() if path.is_file() else None          # a read-only cache
+        if text is None:
+            raise
+        return text, False
+    with lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
         try:
             if path.is_file():
-                return path.read_text(), False
+                text = whole()
+                if text is not None:
+                    return text, False
             text = produce()
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
             return text, True
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)

@@ -289,6 +289,14 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
+def source_keyed(**parts) -> str:
+    """16 hex digits of SHA-256 over ``parts`` (JSON, keys sorted, ``repr`` for the rest) and
+    :func:`source_digest`: the key of a file made from the package's code and ``parts``
+    (:func:`cached_verilog`, :func:`~elmoe3d.sw.host.compute_calib.memo_calibration`)."""
+    return hashlib.sha256(json.dumps({**parts, "src": source_digest()}, sort_keys=True,
+                                     default=repr).encode()).hexdigest()[:16]
+
+
 def cached_verilog(design, *, name: str, key, root=None) -> str:
     """:func:`generate_verilog` of ``design`` (a ``wiring.Component``), memoised on disk under
     ``<build root>/verilog/``: the file is keyed by ``key`` (JSON-able: what the component was
@@ -298,8 +306,7 @@ def cached_verilog(design, *, name: str, key, root=None) -> str:
     constructor argument. Amaranth takes up to about two minutes of one core for the small
     die; pytest-xdist workers and later runs that need the same design read the file instead
     (written under an exclusive lock, then renamed into place: never half a file)."""
-    digest = hashlib.sha256(json.dumps({"key": key, "name": name, "src": source_digest()},
-                                       sort_keys=True, default=repr).encode()).hexdigest()[:16]
+    digest = source_keyed(key=key, name=name)
     folder = (Path(root) if root is not None else build_root()) / "verilog"
     text, made = memo_text(folder / f"{name}-{digest}.v",
                            lambda: generate_verilog(design, name=name))

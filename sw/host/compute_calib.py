@@ -58,9 +58,9 @@ models) run their own program on one PE each: :mod:`.linear_calib`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 import sys
@@ -254,60 +254,64 @@ def _tuples(v):
     return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
 
 
-#: Folders :func:`calib_root_at` put in place of the build root's (innermost last).
-_CALIB_ROOTS: list = []
+#: The folder :func:`calib_root_at` put in place of the build root's, in this thread or task
+#: (a context variable: a Dask worker's threads each run their own point).
+_CALIB_ROOT: contextvars.ContextVar = contextvars.ContextVar("calib_root", default=None)
 
 
 def calib_root():
     """Where :func:`memo_calibration` keeps its files: the innermost :func:`calib_root_at`
-    folder (a sweep's shared cache), else ``calib/`` in the build root
+    folder of this thread (a sweep's shared cache), else ``calib/`` in the build root
     (:func:`~elmoe3d.paths.build_root`)."""
     from ...paths import build_root
-    return Path(_CALIB_ROOTS[-1]) if _CALIB_ROOTS else build_root() / "calib"
+    folder = _CALIB_ROOT.get()
+    return Path(folder) if folder is not None else build_root() / "calib"
 
 
 @contextlib.contextmanager
 def calib_root_at(folder):
-    """Keep the calibrations made inside the ``with`` in ``folder`` (a sweep's workers: the
-    cache they share, ``docs/sweep.md`` "Caches")."""
-    _CALIB_ROOTS.append(folder)
+    """Keep the calibrations made inside the ``with`` (in this thread) in ``folder`` (a sweep's
+    workers: the cache they share, ``docs/sweep.md`` "Caches")."""
+    token = _CALIB_ROOT.set(folder)
     try:
         yield
     finally:
-        _CALIB_ROOTS.pop()
+        _CALIB_ROOT.reset(token)
 
 
 def memo_calibration(kind: str, key: tuple, compute, cls):
     """A calibration (``cls``, a dataclass) of a shape no shipped table holds, made once on
     this machine: ``compute()`` on the first call, its fields kept as JSON under
     :func:`calib_root` (:func:`~elmoe3d.paths.memo_text`), keyed by ``kind``, ``key`` (the table
-    key) and the package's source digest (any change of the compiler or the cycle model makes
-    it again); later processes (a sweep's workers, the next run) read the file. A folder that
-    cannot be written, or a file that does not parse, costs a recomputation, never an
-    error."""
+    key: the PE, the shape, the precision, the link rate), the NumPy version and the package's
+    source digest (any edit of the package makes it again; old files stay until removed);
+    later processes (a sweep's workers, the next run) read the file. A folder that cannot be
+    written costs a recomputation, a damaged file is made again, never an error; an exception
+    of ``compute()`` passes through."""
     from ...paths import memo_text
-    from ...sim.runner import source_digest
-    digest = hashlib.sha256(json.dumps({"kind": kind, "key": key, "src": source_digest()},
-                                       sort_keys=True, default=repr).encode()).hexdigest()[:16]
-    path = calib_root() / f"{kind}-{digest}.json"
-    made = []
+    from ...sim.runner import source_keyed
+    path = calib_root() / f"{kind}-{source_keyed(kind=kind, key=key, numpy=np.__version__)}.json"
+    made, started = [], []
+
+    def parse(text):
+        fields = json.loads(text)
+        if not isinstance(fields, dict):
+            raise ValueError("not an object")
+        return cls(**{k: _tuples(v) for k, v in fields.items()})
 
     def produce():
+        started.append(True)
         made.append(compute())
         return json.dumps(dataclasses.asdict(made[0]))
     try:
-        text, _ = memo_text(path, produce)
-    except OSError:                                 # no build root to write: compute it here
-        return made[0] if made else compute()
-    if made:
-        return made[0]
-    try:
-        return cls(**{k: _tuples(v) for k, v in json.loads(text).items()})
-    except (ValueError, TypeError):                 # a damaged file: make it again
-        c = compute()
-        with contextlib.suppress(OSError):
-            path.write_text(json.dumps(dataclasses.asdict(c)))
-        return c
+        text, _ = memo_text(path, produce, check=parse)
+    except OSError:
+        if made:                                    # computed, not written: still the answer
+            return made[0]
+        if started:                                 # compute() itself raised it
+            raise
+        return compute()                            # no folder to keep it in: compute it here
+    return made[0] if made else parse(text)
 
 
 def _lookup(arch: ArchConfig, k: tuple) -> FFNCalibration:

@@ -19,15 +19,17 @@ Supported ``model_type`` values (:data:`FAMILIES`): ``mixtral``, ``qwen2_moe``, 
 ``olmoe``, ``deepseek_v2``, ``deepseek_v3``, ``glm4_moe``, ``glm4_moe_lite``, ``gpt_oss``. What
 the ``transformers`` modelling code fixes rather than reads is fixed the same way (the scoring
 function, DeepSeek-V2's aside; Mixtral's and GPT-OSS's always renormalised top-k; Qwen3-MoE's
-missing shared expert; GLM-4.7-Flash's dense layers from ``mlp_layer_types`` where given). A
-field whose absence ``transformers`` fills with a figure of its reference model (DeepSeek-V3's
-``first_k_dense_replace``, ``n_shared_experts``, ``q_lora_rank``, ``routed_scaling_factor``; a
-Qwen3-MoE or GPT-OSS ``head_dim``; the KV heads; GPT-OSS's ``layer_types``) is required, not
-guessed. Left out: multi-token-prediction layers (``num_nextn_predict_layers``, not run in
-decode), group-limited routing (``n_group``, ``topk_group``: it changes which experts, not how
-many), attention biases and norms (a few thousand weights). The ``ModelPreset`` attention fields
-of the trace-driven host (``vocab_size``, ``attention_heads``, ``kv_heads``) stay 0: the
-whole-decoder model reads the attention from the ``DecoderShape``.
+missing shared expert; GLM-4.7-Flash's dense layers from ``mlp_layer_types``, the first layer by
+default). A field whose absence ``transformers`` fills with a figure of its reference model
+(DeepSeek-V3's ``first_k_dense_replace``, ``n_shared_experts``, ``q_lora_rank``,
+``routed_scaling_factor``; the KV heads; GPT-OSS's ``layer_types``), or that the other fields
+cannot tell (``head_dim`` of Qwen3-MoE, GLM-4.5 and GPT-OSS, whose released heads are not
+``hidden / heads``, and whose defaults have changed between ``transformers`` versions) is
+required, not guessed. Left out: multi-token-prediction layers (``num_nextn_predict_layers``,
+not run in decode), group-limited routing (``n_group``, ``topk_group``: it changes which
+experts, not how many), attention biases and norms (a few thousand weights). The ``ModelPreset``
+attention fields of the trace-driven host (``vocab_size``, ``attention_heads``, ``kv_heads``)
+stay 0: the whole-decoder model reads the attention from the ``DecoderShape``.
 
 Errors are :class:`~elmoe3d.errors.UserError` naming the file and the config field: a missing
 field or one of the wrong type (a bool or a string for an integer, an unknown layer kind), an
@@ -48,7 +50,7 @@ from .decoder import DECODER_SHAPES, DecoderShape
 from .models import MODEL_PRESETS, QUANT_GROUP, ModelPreset
 
 __all__ = ["FAMILIES", "model_from_config", "load_model", "model_figures", "register_figures",
-           "read_config", "default_name", "same_figures"]
+           "read_config", "default_name", "same_figures", "loaded_models", "INT_MAX"]
 
 #: ``model_type`` -> (attention, scoring, default ``norm_topk_prob``): the families
 #: :func:`model_from_config` reads, with what their ``transformers`` modelling code fixes: the
@@ -74,6 +76,9 @@ _SCALED = ("deepseek_v2", "deepseek_v3", "glm4_moe", "glm4_moe_lite")
 #: the field is required).
 _HEAD_DIM_DERIVED = ("mixtral", "qwen2_moe", "olmoe")
 _LAYER_KINDS = ("sliding_attention", "full_attention")
+#: The largest integer a config field may hold (a layer count, a width, a vocabulary): far
+#: above any real model's, below what would exhaust memory.
+INT_MAX = 1 << 24
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _MISSING = object()
 #: Names :func:`load_model` and :func:`register_figures` registered (a config's figures may
@@ -111,21 +116,34 @@ class _Fields:
         self.cfg, self.where, self.family = cfg, where, family
 
     def error(self, key, text) -> UserError:
+        """The :class:`UserError` of field ``key``: the file, the field, ``text``."""
         return UserError(f"{self.where}: {key}: {text}")
 
+    def missing(self, key, note="") -> UserError:
+        """The error of a required field ``key`` the config lacks."""
+        return self.error(key, f"missing (a {self.family} config has it{note})")
+
     def int(self, key, default=_MISSING, *, low=1, null=_MISSING) -> int:
-        """Field ``key``, an integer >= ``low``; ``default`` when absent (required without
-        one), ``null`` when it is JSON null (refused without one)."""
+        """Field ``key``, an integer in ``low`` .. :data:`INT_MAX`; ``default`` when absent
+        (required without one), ``null`` when it is JSON null (refused without one)."""
         if key not in self.cfg:
             if default is _MISSING:
-                raise self.error(key, f"missing (a {self.family} config has it)")
+                raise self.missing(key)
             return default
         v = self.cfg[key]
         if v is None and null is not _MISSING:
             return null
-        if not isinstance(v, int) or isinstance(v, bool) or v < low:
+        if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= INT_MAX:
             need = "a positive integer" if low >= 1 else f"an integer >= {low}"
-            raise self.error(key, f"expected {need}, got {v!r}")
+            raise self.error(key, f"expected {need} up to {INT_MAX:,}, got {v!r}")
+        return v
+
+    def grid(self, key, v) -> int:
+        """``v`` (field ``key``'s value), refused unless a multiple of the quantization group
+        (G32 weights)."""
+        if v % QUANT_GROUP:
+            raise self.error(key, f"expected a multiple of the quantization group {QUANT_GROUP} "
+                             f"(G32 weights), got {v}")
         return v
 
     def bool(self, key, default) -> bool:
@@ -141,17 +159,21 @@ class _Fields:
             return float(default)
         v = self.cfg.get(key)
         if key not in self.cfg:
-            raise self.error(key, f"missing (a {self.family} config has it)")
+            raise self.missing(key)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf:
             raise self.error(key, f"expected a finite number > 0, got {v!r}")
         return float(v)
 
     def first(self, *keys) -> int:
-        """The first of ``keys`` the config has (aliases, e.g. GPT-OSS's two top-k fields)."""
-        for k in keys:
-            if self.cfg.get(k) is not None:
-                return self.int(k)
-        raise self.error(keys[0], f"missing (a {self.family} config has it)")
+        """Field ``keys[0]`` or its aliases (GPT-OSS's two top-k fields), which must agree
+        where several are given."""
+        got = {k: self.int(k) for k in keys if self.cfg.get(k) is not None}
+        if not got:
+            raise self.missing(keys[0])
+        if len(set(got.values())) > 1:
+            raise self.error(keys[0], "disagrees with " + ", ".join(
+                f"{k} ({v})" for k, v in got.items() if k != keys[0]) + f": got {got}")
+        return next(iter(got.values()))
 
     def kinds(self, key, layers: int, kinds: tuple) -> list:
         """Field ``key``: a list of ``layers`` strings, each one of ``kinds``."""
@@ -186,6 +208,7 @@ def default_name(source) -> str | None:
 
 
 def _name(source, where: str, name) -> str:
+    """The registry key of a model: ``name`` or :func:`default_name`, lower case, checked."""
     if name is None:
         name = default_name(source)
         if name is None:
@@ -223,17 +246,22 @@ def _layer_layout(f: _Fields, family: str, layers: int) -> tuple:
         if freq != 1:
             raise f.error("moe_layer_freq", f"only 1 (every layer after first_k_dense_replace "
                           f"is MoE) is supported, got {freq}")
-        if family == "glm4_moe_lite" and "mlp_layer_types" in cfg:
-            # transformers Glm4MoeLite: the layer kinds decide, first_k_dense_replace is unread
-            kinds = f.kinds("mlp_layer_types", layers, ("dense", "sparse"))
+        if family == "glm4_moe_lite":
+            # transformers Glm4MoeLite: the layer kinds decide (default: the first layer dense),
+            # first_k_dense_replace is not read; where a config gives it, it must agree
+            if cfg.get("mlp_layer_types") is None:
+                kinds = ["dense"] + ["sparse"] * (layers - 1)
+            else:
+                kinds = f.kinds("mlp_layer_types", layers, ("dense", "sparse"))
             k = kinds.index("sparse") if "sparse" in kinds else layers
             if kinds != ["dense"] * k + ["sparse"] * (layers - k):
                 raise f.error("mlp_layer_types", "only a leading run of dense layers with every "
                               "later layer sparse is supported")
             given = f.int("first_k_dense_replace", k, low=0)
             if given != k:
-                raise f.error("first_k_dense_replace", f"{given} disagrees with mlp_layer_types "
-                              f"({k} leading dense layers)")
+                raise f.error("first_k_dense_replace", f"{given} disagrees with the layer kinds "
+                              f"({k} leading dense layers: mlp_layer_types, which transformers "
+                              f"reads)")
             return k, 1
         return f.int("first_k_dense_replace", low=0), 1
     return 0, 1
@@ -247,7 +275,7 @@ def _sliding(f: _Fields, family: str, layers: int) -> tuple:
     cfg = f.cfg
     if "layer_types" in cfg or family == "gpt_oss":
         if "layer_types" not in cfg:
-            raise f.error("layer_types", f"missing (a {family} config has it)")
+            raise f.missing("layer_types")
         n = f.kinds("layer_types", layers, _LAYER_KINDS).count("sliding_attention")
         return (f.int("sliding_window"), n) if n else (0, 0)
     if family == "mixtral":
@@ -268,7 +296,7 @@ def model_from_config(source, *, name: str | None = None) -> tuple:
     field (module docstring)."""
     cfg, where = read_config(source)
     family = cfg.get("model_type")
-    if family not in FAMILIES:
+    if not isinstance(family, str) or family not in FAMILIES:
         got = "missing" if "model_type" not in cfg else f"got {family!r}"
         raise UserError(f"{where}: model_type: expected one of {', '.join(FAMILIES)}, {got}")
     f = _Fields(cfg, where, family)
@@ -291,15 +319,14 @@ def model_from_config(source, *, name: str | None = None) -> tuple:
     if top_k > routed:
         raise f.error("num_experts_per_tok", f"expected at most the routed experts ({routed}), "
                       f"got {top_k}")
-    for k, v in (("hidden_size", hidden), (inter_key, inter)):
-        if v % QUANT_GROUP:
-            raise f.error(k, f"expected a multiple of the quantization group {QUANT_GROUP} "
-                          f"(G32 weights), got {v}")
+    f.grid("hidden_size", hidden)
+    f.grid(inter_key, inter)
     # shared experts: Qwen2-MoE one of its own size; DeepSeek / GLM n of the expert's size;
     # Qwen3-MoE none (Qwen3MoeSparseMoeBlock has no shared expert whatever the config says)
     shared, shared_inter = 0, 0
     if family == "qwen2_moe":
-        shared_inter = f.int("shared_expert_intermediate_size", low=0)
+        shared_inter = f.grid("shared_expert_intermediate_size",
+                              f.int("shared_expert_intermediate_size", low=0))
         shared = 1 if shared_inter else 0
     elif family in _SCALED:
         shared = f.int("n_shared_experts", low=0)
@@ -326,7 +353,8 @@ def model_from_config(source, *, name: str | None = None) -> tuple:
     except ValueError as exc:
         raise UserError(f"{where}: {exc}") from None
     window, sliding = _sliding(f, family, layers)
-    dense = f.int("intermediate_size") if preset.moe_layers < layers else 0
+    dense = (f.grid("intermediate_size", f.int("intermediate_size"))
+             if preset.moe_layers < layers else 0)
     if attention == "gqa":
         kv = f.int("num_key_value_heads")
         if heads % kv:
@@ -337,8 +365,7 @@ def model_from_config(source, *, name: str | None = None) -> tuple:
         att = dict(kv_heads=kv, head_dim=head_dim)
     else:
         if "q_lora_rank" not in cfg:
-            raise f.error("q_lora_rank", f"missing (a {family} config has it; null for a plain "
-                          f"q_proj)")
+            raise f.missing("q_lora_rank", "; null for a plain q_proj")
         att = dict(q_lora_rank=f.int("q_lora_rank", null=0),
                    kv_lora_rank=f.int("kv_lora_rank"), qk_nope_dim=f.int("qk_nope_head_dim"),
                    qk_rope_dim=f.int("qk_rope_head_dim"), v_head_dim=f.int("v_head_dim"))
@@ -388,6 +415,12 @@ def load_model(source, *, name: str | None = None) -> str:
     given, and its EAGLE-3 head is the placeholder of :func:`~.decoder.eagle_head`."""
     preset, shape = model_from_config(source, name=name)
     return _register(preset, shape, "config" if isinstance(source, dict) else str(source))
+
+
+def loaded_models() -> frozenset:
+    """Names of the models :func:`load_model` or :func:`register_figures` registered in this
+    process (not the built-in presets)."""
+    return frozenset(_LOADED)
 
 
 def model_figures(name: str) -> dict:

@@ -118,7 +118,8 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "best_prior",
            "cache_check", "che_global", "trace_popularity", "fit_zipf", "cross_validate",
            "cross_validation_fold", "routing_exponents",
-           "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha", "model_alphas",
+           "ZIPF_MAX", "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha",
+           "model_alphas",
            "model_speed", "SPEED_TARGET", "AR_CACHES", "PLACEMENTS", "compute_utilisation",
            "TREE_DEPTHS", "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra", "accepted_tokens",
            "tree_grid"]
@@ -316,6 +317,10 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die") -> Pla
 #: Zipf exponent of each model's expert popularity: fitted by :func:`calibrate_zipf` (token
 #: form, hits capped at the slots; AR cache "best") on the Elastic-SD Phi_AR cells of Table
 #: 3's 4 GB rows, the only figures used (so those cells are a fit residual, not a check).
+#: The largest Zipf exponent :class:`ExpertPopularity` takes: far steeper than any fitted (at
+#: most 2.8, the step form's), and below the exponents whose probabilities underflow to zero.
+ZIPF_MAX = 10.0
+
 ZIPF = {"qwen3-30b-a3b": 1.55, "glm-4.7-flash": 1.1, "deepseek-v2-lite": 0.7,
         "gpt-oss-20b": 1.65}
 
@@ -429,8 +434,8 @@ class ExpertPopularity:
     p_i) ** n)`` and their hits (two forms, see there)."""
 
     def __init__(self, experts: int, top_k: int, s: float):
-        if not (s >= 0 and math.isfinite(s)):
-            raise ValueError(f"zipf exponent: expected a number >= 0, got {s!r}")
+        if not 0 <= s <= ZIPF_MAX:
+            raise ValueError(f"zipf exponent: expected a number in [0, {ZIPF_MAX}], got {s!r}")
         if not 1 <= top_k <= experts:
             raise ValueError(f"top_k: expected 1..experts = {experts}, got {top_k!r}")
         self.experts, self.top_k, self.s = experts, top_k, s

@@ -65,7 +65,7 @@ import numpy as np
 
 from ...config import ArchConfig, ConfigError, TileConfig, preset
 from ...errors import UserError
-from .paper_eval import TREE, ZIPF
+from .paper_eval import TREE, ZIPF, ZIPF_MAX
 
 
 __all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "compile_expr",
@@ -497,6 +497,11 @@ def _models(body, path: str) -> dict:
             raise UserError(f"{path}: models.{name}: expected the path of a config.json, got "
                             f"{file!r}")
         where = folder / Path(file).expanduser()
+        other = next((n for n in body if n != name and str(n).strip().lower()
+                      == str(name).strip().lower()), None)
+        if other is not None:
+            raise UserError(f"{path}: models.{name}: the same name as models.{other} (names are "
+                            f"kept lower case)")
         try:
             key = load_model(where, name=str(name))
         except UserError as exc:
@@ -577,8 +582,8 @@ def _check_workload(w):
         raise _WorkloadError("zipf", f"{w['model']} has no fitted Zipf exponent (paper_eval.ZIPF "
                              f"has Table 3's models): give workload.zipf")
     if z is not None and (not isinstance(z, (int, float)) or isinstance(z, bool)
-                          or not 0 <= z < math.inf):
-        raise _WorkloadError("zipf", f"expected a finite exponent >= 0, got {z!r}")
+                          or not 0 <= z <= ZIPF_MAX):
+        raise _WorkloadError("zipf", f"expected an exponent in [0, {ZIPF_MAX:g}], got {z!r}")
     if w["scheme"] not in ("ar",) + SCHEMES:
         raise _WorkloadError("scheme", f"expected one of ar, {', '.join(SCHEMES)}, got "
                          f"{w['scheme']!r}")
@@ -615,6 +620,7 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
     :class:`UserError` with a line for each distinct mistake of the invalid points (the spec,
     the first point with it and the field; how many more points share it; at most
     :data:`MAX_MISTAKES` lines): nothing runs."""
+    from .hf_config import loaded_models, model_figures
     counts = {} if counts is None else counts
     counts.update(constrained=0, duplicates=0)
     wnames = list(spec.workload)
@@ -699,6 +705,8 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                 if workload["zipf"] is None:              # the exponent the model runs with
                     workload = {**workload, "zipf": ZIPF[workload["model"]]}
                 figures = spec.models.get(workload["model"])
+                if figures is None and workload["model"] in loaded_models():
+                    figures = model_figures(workload["model"])   # loaded before, this process
                 pid = point_id(base, cfg, workload, id_tasks, seed, figures)
                 if pid in seen:
                     counts["duplicates"] += 1

@@ -4,7 +4,6 @@ joined by the aggregation link) on the compiler's programs for real expert shape
 cycle model (never a constant), and the model reads it."""
 
 import itertools
-import json
 
 import pytest
 
@@ -97,11 +96,44 @@ def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch,
     monkeypatch.setattr(cc, "_CACHE", {})                    # another process
     again = cc.ffn_calibration(small, 64, 128, 4)
     assert again == cal and again is not cal and len(calls) == n
-    kept.write_text('{"key": ')                               # damaged: made again
-    monkeypatch.setattr(cc, "_CACHE", {})
-    assert cc.ffn_calibration(small, 64, 128, 4) == cal and len(calls) == 2 * n
-    assert cc.FFNCalibration(**{k: cc._tuples(v) for k, v in
-                                json.loads(kept.read_text()).items()}) == cal
+    for damage in (b'{"key": ', b"\xff\xfe", b"[]", b'{"tile": 3}'):    # made again
+        kept.write_bytes(damage)
+        monkeypatch.setattr(cc, "_CACHE", {})
+        assert cc.ffn_calibration(small, 64, 128, 4) == cal
+        monkeypatch.setattr(cc, "_CACHE", {})
+        assert cc.ffn_calibration(small, 64, 128, 4) == cal      # and read back
+    assert len(calls) == 5 * n
+
+
+def test_each_thread_keeps_its_own_calibration_folder(tmp_path):
+    """calib_root_at is per thread (a Dask worker's threads each run a point): two threads
+    that enter and leave in crossed order each see their own folder, a third the default."""
+    import threading
+    seen, steps = {}, [threading.Event() for _ in range(3)]
+
+    def a():
+        with cc.calib_root_at(tmp_path / "A"):
+            steps[0].set()
+            steps[1].wait()
+            seen["A"] = cc.calib_root()
+        steps[2].set()
+
+    def b():
+        steps[0].wait()
+        with cc.calib_root_at(tmp_path / "B"):
+            steps[1].set()
+            steps[2].wait()
+            seen["B"] = cc.calib_root()
+        seen["B after"] = cc.calib_root()
+    threads = [threading.Thread(target=f) for f in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    outside = cc.calib_root()
+    assert (seen["A"], seen["B"]) == (tmp_path / "A", tmp_path / "B")
+    assert seen["B after"] not in (tmp_path / "A", tmp_path / "B")
+    assert outside not in (tmp_path / "A", tmp_path / "B")
 
 
 def test_the_model_has_no_constant_utilisation():

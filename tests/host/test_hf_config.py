@@ -133,6 +133,8 @@ def test_each_preset_is_its_config_json(name):
 
 @pytest.mark.parametrize("name", list(OTHERS))
 def test_other_models_have_their_published_sizes(name):
+    """DeepSeek-V3 and GLM-4.5, read from their configs, have their published sizes (the
+    published figures rounded; GLM-4.5's counts its multi-token-prediction layer)."""
     cfg, total, active = OTHERS[name]
     load_model(cfg, name=name)                      # the shape's sizes look the model up
     preset, shape = model_preset(name), decoder_shape(name)
@@ -148,9 +150,12 @@ def test_other_models_have_their_published_sizes(name):
         assert (shape.attention, shape.q_lora_rank) == ("mla", 1536)
     else:
         assert (shape.attention, shape.kv_heads, shape.head_dim) == ("gqa", 8, 128)
+        assert (preset.first_dense_layers, preset.shared_intermediate, preset.top_k) == (3, 1536,
+                                                                                        8)
 
 
 def test_the_example_config_is_qwen3_235b_a22b():
+    """``examples/models/qwen3-235b-a22b.json`` gives 235.09B weights, 22.19B active."""
     from pathlib import Path
     path = Path(__file__).resolve().parents[2] / "examples" / "models" / "qwen3-235b-a22b.json"
     name = load_model(path)
@@ -202,6 +207,11 @@ def test_layer_layouts_and_sliding_windows():
     p, _ = model_from_config({**CONFIGS["qwen3-30b-a3b"],
                               "shared_expert_intermediate_size": 5632}, name="q3")
     assert p.shared_experts == 0
+    # every G32 matrix on the grid: a shared expert or a dense FFN off it is refused
+    with pytest.raises(UserError, match="shared_expert_intermediate_size: expected a multiple"):
+        model_from_config({**q2, "shared_expert_intermediate_size": 100}, name="x")
+    with pytest.raises(UserError, match="intermediate_size: expected a multiple"):
+        model_from_config({**q2, "mlp_only_layers": [0], "intermediate_size": 100}, name="x")
     # GLM-4.7-Flash: mlp_layer_types decide (transformers reads them, not first_k_dense_replace)
     glm = {**CONFIGS["glm-4.7-flash"], "mlp_layer_types": ["dense"] * 2 + ["sparse"] * 45}
     del glm["first_k_dense_replace"]
@@ -231,6 +241,8 @@ def test_figures_travel_as_plain_data():
 
 
 def test_default_names(tmp_path):
+    """A model's name without ``name=``: the Hugging Face cache's, the folder's, the file's,
+    the ``_name_or_path``'s."""
     snap = tmp_path / "models--Qwen--Qwen3-235B-A22B" / "snapshots" / ("a" * 40)
     snap.mkdir(parents=True)
     cfg = {k: v for k, v in CONFIGS["qwen3-30b-a3b"].items()}
@@ -251,9 +263,17 @@ def _cfg_file(tmp_path, cfg, name="config.json"):
 @pytest.mark.parametrize("edit,message", [
     (lambda c: c.pop("num_experts"), "{f}: num_experts: missing (a qwen3_moe config has it)"),
     (lambda c: c.update(hidden_size="2048"),
-     "{f}: hidden_size: expected a positive integer, got '2048'"),
-    (lambda c: c.update(num_experts=True), "{f}: num_experts: expected a positive integer, got "
-     "True"),
+     "{f}: hidden_size: expected a positive integer up to 16,777,216, got '2048'"),
+    (lambda c: c.update(hidden_size=2 ** 40),
+     "{f}: hidden_size: expected a positive integer up to 16,777,216, got 1099511627776"),
+    (lambda c: c.update(model_type=["qwen3_moe"]),
+     "{f}: model_type: expected one of mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
+     "deepseek_v3, glm4_moe, glm4_moe_lite, gpt_oss, got ['qwen3_moe']"),
+    (lambda c: c.update(experts_per_token=4),
+     "{f}: num_experts_per_tok: disagrees with experts_per_token (4): got "
+     "{{'num_experts_per_tok': 8, 'experts_per_token': 4}}"),
+    (lambda c: c.update(num_experts=True), "{f}: num_experts: expected a positive integer up to "
+     "16,777,216, got True"),
     (lambda c: c.pop("model_type"),
      "{f}: model_type: expected one of mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
      "deepseek_v3, glm4_moe, glm4_moe_lite, gpt_oss, missing"),
@@ -293,6 +313,7 @@ def _cfg_file(tmp_path, cfg, name="config.json"):
      "{f}: norm_topk_prob: expected true or false, got 'yes'"),
 ])
 def test_a_bad_qwen3_config_names_the_file_and_the_field(tmp_path, edit, message):
+    """One edit of Qwen3-30B-A3B's config, one exact line naming the file and the field."""
     cfg = json.loads(json.dumps(CONFIGS["qwen3-30b-a3b"]))
     edit(cfg)
     path = _cfg_file(tmp_path, cfg)
@@ -317,6 +338,7 @@ def test_a_bad_qwen3_config_names_the_file_and_the_field(tmp_path, edit, message
      "supported, got 2"),
 ])
 def test_a_bad_deepseek_v3_config_names_the_file_and_the_field(tmp_path, edit, message):
+    """The fields ``transformers`` would default to DeepSeek-V3's own figures are required."""
     cfg = json.loads(json.dumps(OTHERS["deepseek-v3"][0]))
     edit(cfg)
     path = _cfg_file(tmp_path, cfg)
@@ -326,10 +348,23 @@ def test_a_bad_deepseek_v3_config_names_the_file_and_the_field(tmp_path, edit, m
 
 
 def test_glm_flash_layer_kinds_must_agree(tmp_path):
+    """GLM-4.7-Flash's dense layers come from ``mlp_layer_types`` (the first alone when it is
+    absent or null), as ``transformers`` reads them; a ``first_k_dense_replace`` that says
+    otherwise is refused, not silently preferred."""
     glm = {**CONFIGS["glm-4.7-flash"], "mlp_layer_types": ["dense"] * 2 + ["sparse"] * 45}
-    with pytest.raises(UserError, match="first_k_dense_replace: 1 disagrees with mlp_layer_types "
-                                        r"\(2 leading dense layers\)"):
+    with pytest.raises(UserError, match="first_k_dense_replace: 1 disagrees with the layer kinds "
+                                        r"\(2 leading dense layers: mlp_layer_types, which "
+                                        r"transformers reads\)"):
         model_from_config(glm, name="g")
+    for kinds in (None, "absent"):
+        cfg = {**CONFIGS["glm-4.7-flash"], "first_k_dense_replace": 3, "mlp_layer_types": kinds}
+        if kinds == "absent":
+            del cfg["mlp_layer_types"]
+        with pytest.raises(UserError, match="first_k_dense_replace: 3 disagrees with the layer "
+                                            r"kinds \(1 leading dense layers"):
+            model_from_config(cfg, name="g")
+        del cfg["first_k_dense_replace"]
+        assert model_from_config(cfg, name="g")[0].first_dense_layers == 1
     glm["mlp_layer_types"] = ["sparse", "dense"] + ["sparse"] * 45
     with pytest.raises(UserError, match="mlp_layer_types: only a leading run of dense layers"):
         model_from_config(glm, name="g")

@@ -23,6 +23,7 @@ TREE = [
     ("build/synth/report.json", False),         # make synth's reports, not cache: elmoe3d fpga
     ("build/synth/area.png", False),            # reads that report by default
     ("build/fpga/estimates/3c4d.netlist.json.gz", True),
+    ("build/calib/ffn-0a1b2c3d4e5f6a7b.json", True),
     ("build/fpga/ulx3s-85f/top.bit", False),
     ("build/die_small-ae7efa34b560/Vtop", False),
     ("build/.verilator-runtime-123456789abc/verilated.o", False),
@@ -58,7 +59,7 @@ def test_clean_keeps_the_synthesis_and_estimate_caches(tmp_path):
     for name, kept in TREE:
         assert (tmp_path / name).exists() == kept, name
     assert not (tmp_path / "out").exists()
-    assert "kept the caches build/synth build/fpga/estimates" in r.stdout
+    assert "kept the caches build/synth build/fpga/estimates build/calib" in r.stdout
     again = _make(tmp_path, "clean")                       # idempotent
     assert again.returncode == 0, again.stderr
 
@@ -86,7 +87,7 @@ def test_clean_without_a_build_folder(tmp_path):
     r = _make(tmp_path, "clean")
     assert r.returncode == 0
     assert r.stdout.splitlines()[-1] == ("make clean: no cache to keep (none of build/synth "
-                                         "build/fpga/estimates exists)")
+                                         "build/fpga/estimates build/calib exists)")
 
 
 def test_clean_names_only_the_caches_that_exist(tmp_path):
@@ -116,5 +117,5 @@ def test_make_help_says_what_clean_keeps():
     r = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO), "help"],
                        capture_output=True, text=True, timeout=60, env=MAKE_ENV)
     flat = " ".join(r.stdout.split())
-    assert "keep the Yosys caches build/synth build/fpga/estimates" in flat
+    assert "keep the caches build/synth build/fpga/estimates build/calib (Yosys" in flat
     assert "make distclean - remove everything clean leaves too" in flat

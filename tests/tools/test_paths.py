@@ -31,3 +31,53 @@ def test_the_build_root_follows_the_variable_read_at_each_call(tmp_path, monkeyp
     assert fpga.estimates_dir() == (tmp_path / "b" / "fpga" / "estimates").resolve()
     monkeypatch.setenv(BUILD_ROOT_ENV, str(tmp_path / "c"))
     assert build_root() == (tmp_path / "c").resolve()
+
+
+# == memo_text: a cache file made once ===========================================================
+
+def test_memo_text_makes_a_file_once_and_never_half(tmp_path):
+    """Made by the first caller, read by the next; an exception of the maker leaves no file
+    and no temporary one, and the lock is free again; a damaged file (not UTF-8, or refused
+    by the check) is made again; the file is readable by the cache's other users."""
+    import os
+    import stat
+
+    import pytest
+
+    from elmoe3d.paths import memo_text
+    path = tmp_path / "c" / "x.json"
+    calls = []
+
+    def make():
+        calls.append(1)
+        return '{"a": 1}'
+    assert memo_text(path, make) == ('{"a": 1}', True)
+    assert memo_text(path, make) == ('{"a": 1}', False) and len(calls) == 1
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+
+    def fails():
+        raise RuntimeError("no")
+    other = tmp_path / "c" / "y.json"
+    with pytest.raises(RuntimeError):
+        memo_text(other, fails)
+    assert not other.exists() and not list((tmp_path / "c").glob("*.tmp"))
+    assert memo_text(other, make) == ('{"a": 1}', True)          # the lock was released
+    path.write_bytes(b"\xff\xfe\x00")                            # damaged: not UTF-8
+    assert memo_text(path, make) == ('{"a": 1}', True)
+    assert memo_text(path, make, check=lambda t: t.startswith("[")) == ('{"a": 1}', True)
+    assert len(calls) == 4
+
+
+def test_memo_text_reads_a_cache_where_no_lock_can_be_made(tmp_path):
+    """A cache folder where no lock file can be made (read-only, shared; here the lock's name
+    is taken by a folder, which stops root too) is read without a lock when the file is
+    there; when it is not, the OSError says so before anything is made."""
+    import pytest
+
+    from elmoe3d.paths import memo_text
+    (tmp_path / "x.json").write_text("kept")
+    for name in ("x", "y"):
+        (tmp_path / f".{name}.json.lock").mkdir()
+    assert memo_text(tmp_path / "x.json", lambda: "new") == ("kept", False)
+    with pytest.raises(OSError):
+        memo_text(tmp_path / "y.json", lambda: pytest.fail("made without a place to keep it"))

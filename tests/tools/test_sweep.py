@@ -560,8 +560,11 @@ BAD = [
      "Elastic-SD alpha model (paper_eval.ALPHA_MODEL has Table 3's models): give "
      "workload.alpha"),
     ("workload:\n  model: [qwen3-30b-a3b]\n  zipf: [-1]\n",
-     "{spec}: point 0 (model=qwen3-30b-a3b, zipf=-1): zipf: expected a finite exponent >= 0, "
+     "{spec}: point 0 (model=qwen3-30b-a3b, zipf=-1): zipf: expected an exponent in [0, 10], "
      "got -1"),
+    ("workload:\n  model: [qwen3-30b-a3b]\n  zipf: [800]\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b, zipf=800): zipf: expected an exponent in [0, 10], "
+     "got 800"),
     ("models:\n  my-moe: nowhere/config.json\nworkload:\n  model: [my-moe]\n",
      "{spec}: models.my-moe: {dir}/nowhere/config.json: cannot read the model config (No such "
      "file or directory)"),
@@ -633,41 +636,62 @@ def test_toml_specs_and_check(tmp_path, capsys):
         load_spec(_write(tmp_path, "seed = [\n", "s.toml"))
 
 
-def test_the_own_model_example_checks(capsys, monkeypatch):
-    """examples/sweep_own_model.yaml (a models: entry, relative to the spec) is valid from any
-    folder."""
+@pytest.fixture
+def registries():
+    """The model registries as they were, after the test (models: entries register models)."""
+    from elmoe3d.sw.host import hf_config
     from elmoe3d.sw.host.decoder import DECODER_SHAPES
     from elmoe3d.sw.host.models import MODEL_PRESETS
+    kept = dict(MODEL_PRESETS), dict(DECODER_SHAPES), set(hf_config._LOADED)
+    yield
+    for reg, old in zip((MODEL_PRESETS, DECODER_SHAPES, hf_config._LOADED), kept):
+        reg.clear()
+        reg.update(old)
+
+
+def test_the_own_model_example_checks(capsys, monkeypatch, registries):
+    """examples/sweep_own_model.yaml (a models: entry, relative to the spec) is valid from any
+    folder."""
     spec = Path(__file__).resolve().parents[2] / "examples" / "sweep_own_model.yaml"
     monkeypatch.chdir("/")
-    try:
-        assert cli.main(["sweep", str(spec), "--check"]) == 0
-    finally:
-        MODEL_PRESETS.pop("qwen3-235b-a22b", None)
-        DECODER_SHAPES.pop("qwen3-235b-a22b", None)
+    assert cli.main(["sweep", str(spec), "--check"]) == 0
     assert "36 valid points" in capsys.readouterr().out
 
 
-def test_models_in_a_toml_spec_by_any_case(tmp_path):
+MIXTRAL_CONFIG = {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
+                  "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2,
+                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}
+
+
+def test_models_in_a_toml_spec_by_any_case(tmp_path, registries):
     """A TOML spec's [models] table, its names in any case in workload.model (names are kept
-    lower case); the point runs at the given Zipf exponent."""
-    from elmoe3d.sw.host.decoder import DECODER_SHAPES
-    from elmoe3d.sw.host.models import MODEL_PRESETS
-    cfg = {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
-           "intermediate_size": 14336, "num_local_experts": 8, "num_experts_per_tok": 2,
-           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}
-    (tmp_path / "m.json").write_text(json.dumps(cfg))
+    lower case); the point runs at the given Zipf exponent. Two names equal but for case are
+    refused."""
+    (tmp_path / "m.json").write_text(json.dumps(MIXTRAL_CONFIG))
     spec = _write(tmp_path, '[models]\nBig-Mix = "m.json"\n[workload]\nmodel = ["Big-Mix"]\n'
                             'scheme = ["ar"]\nzipf = [0.36]\n', "s.toml")
-    try:
-        (point,) = expand(load_spec(spec))
-        assert point.workload["model"] == "big-mix" and point.workload["zipf"] == 0.36
-        got = sweep_tasks.perf_task(point)
-        mixtral = pe.EvalModel("mixtral-8x7b", pe.platform("ours", "4gb"), zipf=0.36).ar()
-        assert got["ar_ms_token"] == pytest.approx(mixtral.seconds * 1e3, rel=1e-12)
-    finally:
-        MODEL_PRESETS.pop("big-mix", None)
-        DECODER_SHAPES.pop("big-mix", None)
+    (point,) = expand(load_spec(spec))
+    assert point.workload["model"] == "big-mix" and point.workload["zipf"] == 0.36
+    got = sweep_tasks.perf_task(point)
+    mixtral = pe.EvalModel("mixtral-8x7b", pe.platform("ours", "4gb"), zipf=0.36).ar()
+    assert got["ar_ms_token"] == pytest.approx(mixtral.seconds * 1e3, rel=1e-12)
+    twice = _write(tmp_path, '[models]\nBig-Mix = "m.json"\nbig-mix = "m.json"\n[workload]\n'
+                             'model = ["big-mix"]\nzipf = [0.36]\nscheme = ["ar"]\n', "t.toml")
+    with pytest.raises(UserError, match=r"t\.toml: models\.Big-Mix: the same name as "
+                                        r"models\.big-mix \(names are kept lower case\)"):
+        load_spec(twice)
+
+
+def test_a_model_loaded_before_carries_its_figures(tmp_path, registries):
+    """A model loaded in this process (hf_config.load_model, or an earlier spec's models:) and
+    named by a spec without a models: section still travels with its figures, so a fresh
+    worker can run it."""
+    from elmoe3d.sw.host.hf_config import load_model
+    name = load_model(MIXTRAL_CONFIG, name="mix-copy")
+    spec = parse_spec({"workload": {"model": [name], "scheme": ["ar"], "zipf": [0.36]}},
+                      path="t.yaml")
+    (point,) = expand(spec)
+    assert point.figures is not None and point.figures["preset"]["name"] == "mix-copy"
 
 
 def test_pareto_front():
