@@ -45,7 +45,8 @@ def configure(parser):
                         help="out folder (default: out/sweep-<spec name>); a rerun resumes it")
     parser.add_argument("--cache", metavar="DIR", type=Path, default=None,
                         help="cache the workers share: Yosys runs, area roll-ups, Verilator "
-                             "builds (default: $ELMOE3D_CACHE, else ~/.cache/elmoe3d)")
+                             "builds, compute calibrations of new shapes (default: "
+                             "$ELMOE3D_CACHE, else ~/.cache/elmoe3d)")
     parser.add_argument("--dashboard", metavar="HOST:PORT", default="localhost:8787",
                         help="the LocalCluster's dashboard address (default localhost:8787; "
                              "another port if taken; :8787 serves every interface)")

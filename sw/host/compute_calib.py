@@ -62,6 +62,7 @@ import contextvars
 import dataclasses
 import functools
 import json
+import logging
 import math
 import sys
 from dataclasses import dataclass
@@ -279,7 +280,7 @@ def calib_root_at(folder):
         _CALIB_ROOT.reset(token)
 
 
-def memo_calibration(kind: str, key: tuple, compute, cls):
+def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = None):
     """A calibration (``cls``, a dataclass) of a shape no shipped table holds, made once on
     this machine: ``compute()`` on the first call, its fields kept as JSON under
     :func:`calib_root` (:func:`~elmoe3d.paths.memo_text`), keyed by ``kind``, ``key`` (the table
@@ -287,7 +288,9 @@ def memo_calibration(kind: str, key: tuple, compute, cls):
     source digest (any edit of the package makes it again; old files stay until removed);
     later processes (a sweep's workers, the next run) read the file. A folder that cannot be
     written costs a recomputation, a damaged file is made again, never an error; an exception
-    of ``compute()`` passes through."""
+    of ``compute()`` passes through. ``notice`` (what is computed, for a calibration of
+    minutes) is said on the ``elmoe3d.calib`` logger before it starts, so that a first run
+    does not look hung."""
     from ...paths import memo_text
     from ...sim.runner import source_keyed
     path = calib_root() / f"{kind}-{source_keyed(kind=kind, key=key, numpy=np.__version__)}.json"
@@ -301,6 +304,10 @@ def memo_calibration(kind: str, key: tuple, compute, cls):
 
     def produce():
         started.append(True)
+        if notice:
+            logging.getLogger("elmoe3d.calib").warning(
+                "elmoe3d: computing the compute calibration of %s on the PE cycle model "
+                "(about a minute or more, once: kept in %s)", notice, path.parent)
         made.append(compute())
         return json.dumps(dataclasses.asdict(made[0]))
     try:
@@ -321,7 +328,8 @@ def _lookup(arch: ArchConfig, k: tuple) -> FFNCalibration:
     if e is None:
         return memo_calibration(
             "ffn", k, lambda: calibrate(arch, hidden, intermediate, bits, check=False,
-                                        link_rate=link), FFNCalibration)
+                                        link_rate=link), FFNCalibration,
+            f"a {hidden} x {intermediate} FFN at W{bits}A8")
     return FFNCalibration(key, hidden, intermediate, bits, e["chunks"],
                           e["chunk_intermediate"], e["pes"], e["peak"], tuple(e["tile"]),
                           e["period"], e.get("fit_error"), link)

@@ -188,6 +188,8 @@ class DecoderShape:
         return (L - self.sliding_layers) * context + self.sliding_layers * slide
 
     def sizes(self) -> "DecoderSizes":
+        """The weight counts of this decoder by part (:class:`DecoderSizes`; the input
+        embedding, ``vocab x hidden``, is not among them)."""
         return DecoderSizes.of(self)
 
 

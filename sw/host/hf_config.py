@@ -109,6 +109,14 @@ def read_config(source) -> tuple:
     return cfg, str(path)
 
 
+def _show(v) -> str:
+    """A config value as the JSON file spells it (``true``, ``"2048"``, ``null``)."""
+    try:
+        return json.dumps(v)
+    except (TypeError, ValueError):
+        return repr(v)
+
+
 class _Fields:
     """Typed reads of one config's fields; every error names ``where`` and the field."""
 
@@ -133,9 +141,11 @@ class _Fields:
         v = self.cfg[key]
         if v is None and null is not _MISSING:
             return null
+        if isinstance(v, float) and v.is_integer():         # 2.0 from another tool's JSON
+            v = int(v)
         if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= INT_MAX:
             need = "a positive integer" if low >= 1 else f"an integer >= {low}"
-            raise self.error(key, f"expected {need} up to {INT_MAX:,}, got {v!r}")
+            raise self.error(key, f"expected {need} up to {INT_MAX:,}, got {_show(v)}")
         return v
 
     def grid(self, key, v) -> int:
@@ -150,7 +160,7 @@ class _Fields:
         """Field ``key``, true or false; ``default`` when absent."""
         v = self.cfg.get(key, default)
         if not isinstance(v, bool):
-            raise self.error(key, f"expected true or false, got {v!r}")
+            raise self.error(key, f"expected true or false, got {_show(v)}")
         return v
 
     def number(self, key, default=_MISSING) -> float:
@@ -161,7 +171,7 @@ class _Fields:
         if key not in self.cfg:
             raise self.missing(key)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf:
-            raise self.error(key, f"expected a finite number > 0, got {v!r}")
+            raise self.error(key, f"expected a finite number > 0, got {_show(v)}")
         return float(v)
 
     def first(self, *keys) -> int:
@@ -180,11 +190,11 @@ class _Fields:
         v = self.cfg[key]
         if not isinstance(v, list) or len(v) != layers:
             raise self.error(key, f"expected a list of {layers} layer kinds (num_hidden_layers), "
-                             f"got {v!r}")
+                             f"got {_show(v)}")
         for i, t in enumerate(v):
             if t not in kinds:
                 raise self.error(key, f"layer {i}: expected one of {', '.join(kinds)}, got "
-                                 f"{t!r}")
+                                 f"{_show(t)}")
         return v
 
 
@@ -232,7 +242,7 @@ def _layer_layout(f: _Fields, family: str, layers: int) -> tuple:
                 isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
                 for i in only):
             raise f.error("mlp_only_layers", f"expected a list of layer indices 0 .. "
-                          f"{layers - 1}, got {only!r}")
+                          f"{layers - 1}, got {_show(only)}")
         if only:
             if step != 1 or sorted(only) != list(range(len(only))):
                 raise f.error("mlp_only_layers", f"{only} with decoder_sparse_step {step}: only "
@@ -297,7 +307,7 @@ def model_from_config(source, *, name: str | None = None) -> tuple:
     cfg, where = read_config(source)
     family = cfg.get("model_type")
     if not isinstance(family, str) or family not in FAMILIES:
-        got = "missing" if "model_type" not in cfg else f"got {family!r}"
+        got = "missing" if "model_type" not in cfg else f"got {_show(family)}"
         raise UserError(f"{where}: model_type: expected one of {', '.join(FAMILIES)}, {got}")
     f = _Fields(cfg, where, family)
     attention, scoring, norm_default = FAMILIES[family]
@@ -334,12 +344,12 @@ def model_from_config(source, *, name: str | None = None) -> tuple:
     if family == "deepseek_v2":
         scoring = cfg.get("scoring_func", "softmax")
         if scoring not in ("softmax", "sigmoid"):
-            raise f.error("scoring_func", f"expected softmax or sigmoid, got {scoring!r}")
+            raise f.error("scoring_func", f"expected softmax or sigmoid, got {_show(scoring)}")
     norm = True if family in _ALWAYS_RENORMALISED else f.bool("norm_topk_prob", norm_default)
     quant = cfg.get("quantization_config")
     if quant is not None and not isinstance(quant, dict):
         raise f.error("quantization_config", f"expected an object (quant_method, ...), got "
-                      f"{quant!r}")
+                      f"{_show(quant)}")
     mxfp4 = bool(quant) and quant.get("quant_method") == "mxfp4"
     scale = (f.number("routed_scaling_factor", 1.0 if family == "deepseek_v2" else _MISSING)
              if family in _SCALED else 1.0)

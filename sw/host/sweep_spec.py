@@ -340,15 +340,35 @@ def load_spec(path) -> SweepSpec:
     elif suffix in (".yaml", ".yml"):
         yaml = need("yaml")
         try:
-            raw = yaml.safe_load(text)
+            raw = yaml.load(text, Loader=_unique_key_loader(yaml))
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f", line {mark.line + 1}" if mark is not None else ""
-            raise UserError(f"{path}{where}: not YAML ({getattr(exc, 'problem', None) or exc})") \
-                from None
+            problem = getattr(exc, "problem", None) or exc
+            if "given twice" in str(problem):
+                raise UserError(f"{path}{where}: {problem}") from None
+            raise UserError(f"{path}{where}: not YAML ({problem})") from None
     else:
         raise UserError(f"{path}: expected a .yaml, .yml or .toml spec, got {suffix or 'no suffix'!r}")
     return parse_spec(raw, path=str(path), text=text)
+
+
+def _unique_key_loader(yaml):
+    """PyYAML's SafeLoader refusing a key given twice in one mapping (PyYAML keeps the last:
+    a second ``models:`` entry or ``workload:`` section would silently replace the first;
+    TOML refuses them itself)."""
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            keys = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in keys:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice in one table",
+                        key_node.start_mark)
+                keys.add(key)
+            return super().construct_mapping(node, deep)
+    return Loader
 
 
 def _axis(spec_path, section, name, value, sampling):
@@ -627,9 +647,10 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
     wgrid = [dict(zip(wnames, combo)) for combo in
              itertools.product(*(spec.workload[n]["values"] for n in wnames))]
     points, seen, problems = [], set(), {}
+    combos = itertools.count()                  # a combination's place, for the mistakes' lines
     for cfg in _config_points(spec):
         for wl in wgrid:
-            where = spec.path
+            where, combo = spec.path, next(combos)
             try:
                 workload = {**WORKLOAD_FIELDS, **wl}
                 workload["model"] = str(workload["model"]).strip().lower()   # as names are kept
@@ -639,7 +660,7 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                 if spec.base or any(f in cfg for f in HB_FIELDS):
                     workload["hb"] = None               # not paper-<hb>'s capacity: see hb_gb
                 label = ", ".join(f"{k}={v}" for k, v in {**cfg, **wl}.items())
-                where = f"{spec.path}: point {len(points)} ({label})"
+                where = f"{spec.path}: point {combo} ({label})"
                 # the constraints see the preset's fields overlaid with the point's, before the
                 # configuration is built: a constraint may drop a value ArchConfig would reject
                 # (out of range, an impossible combination), but not one of the wrong type: that

@@ -67,7 +67,8 @@ def test_not_a_constant():
     assert a.cycles(16) < a.cycles(16.5) < a.cycles(17)
 
 
-def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch, tmp_path):
+def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch, tmp_path,
+                                                                    caplog):
     """A (PE, shape, bits) the table lacks is computed on first use from group_cycles
     (here the small preset's 2x4x32 PE: rows 1, 2 and 4), kept, and equal to it; kept on disk
     too, so that another process (a new in-process cache here) reads it instead of computing,
@@ -85,7 +86,11 @@ def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch,
 
     monkeypatch.setattr(cc, "program_root_cycles", counting)
     monkeypatch.setattr(cc, "_CACHE", {})
-    cal = cc.ffn_calibration(small, 64, 128, 4)
+    with caplog.at_level("WARNING", logger="elmoe3d.calib"):
+        cal = cc.ffn_calibration(small, 64, 128, 4)
+    assert caplog.messages == [f"elmoe3d: computing the compute calibration of a 64 x 128 FFN "
+                               f"at W4A8 on the PE cycle model (about a minute or more, once: "
+                               f"kept in {tmp_path})"]                 # a first run is not hung
     assert sorted(c[-1] for c in calls) == [1, 2, 4]
     assert cal.link_rate == small.link_words_per_cycle == 0.5
     for r in (1, 2, 3, 5):

@@ -207,6 +207,10 @@ def test_layer_layouts_and_sliding_windows():
     p, _ = model_from_config({**CONFIGS["qwen3-30b-a3b"],
                               "shared_expert_intermediate_size": 5632}, name="q3")
     assert p.shared_experts == 0
+    # an integral number from another tool's JSON is an integer, a fraction is not
+    assert model_from_config({**q2, "num_experts_per_tok": 4.0}, name="f")[0].top_k == 4
+    with pytest.raises(UserError, match="num_experts_per_tok: expected a positive integer"):
+        model_from_config({**q2, "num_experts_per_tok": 4.5}, name="f")
     # every G32 matrix on the grid: a shared expert or a dense FFN off it is refused
     with pytest.raises(UserError, match="shared_expert_intermediate_size: expected a multiple"):
         model_from_config({**q2, "shared_expert_intermediate_size": 100}, name="x")
@@ -263,17 +267,17 @@ def _cfg_file(tmp_path, cfg, name="config.json"):
 @pytest.mark.parametrize("edit,message", [
     (lambda c: c.pop("num_experts"), "{f}: num_experts: missing (a qwen3_moe config has it)"),
     (lambda c: c.update(hidden_size="2048"),
-     "{f}: hidden_size: expected a positive integer up to 16,777,216, got '2048'"),
+     "{f}: hidden_size: expected a positive integer up to 16,777,216, got \"2048\""),
     (lambda c: c.update(hidden_size=2 ** 40),
      "{f}: hidden_size: expected a positive integer up to 16,777,216, got 1099511627776"),
     (lambda c: c.update(model_type=["qwen3_moe"]),
      "{f}: model_type: expected one of mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
-     "deepseek_v3, glm4_moe, glm4_moe_lite, gpt_oss, got ['qwen3_moe']"),
+     "deepseek_v3, glm4_moe, glm4_moe_lite, gpt_oss, got [\"qwen3_moe\"]"),
     (lambda c: c.update(experts_per_token=4),
      "{f}: num_experts_per_tok: disagrees with experts_per_token (4): got "
      "{{'num_experts_per_tok': 8, 'experts_per_token': 4}}"),
     (lambda c: c.update(num_experts=True), "{f}: num_experts: expected a positive integer up to "
-     "16,777,216, got True"),
+     "16,777,216, got true"),
     (lambda c: c.pop("model_type"),
      "{f}: model_type: expected one of mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
      "deepseek_v3, glm4_moe, glm4_moe_lite, gpt_oss, missing"),
@@ -282,20 +286,20 @@ def _cfg_file(tmp_path, cfg, name="config.json"):
      "{f}: num_key_value_heads: missing (a qwen3_moe config has it)"),
     (lambda c: c.update(layer_types=["slidng_attention"] * 48),
      "{f}: layer_types: layer 0: expected one of sliding_attention, full_attention, got "
-     "'slidng_attention'"),
+     "\"slidng_attention\""),
     (lambda c: c.update(use_sliding_window="false"),
-     "{f}: use_sliding_window: expected true or false, got 'false'"),
+     "{f}: use_sliding_window: expected true or false, got \"false\""),
     (lambda c: c.update(use_sliding_window=True),
      "{f}: use_sliding_window: true without layer_types: give layer_types (which layers slide)"),
     (lambda c: c.update(mlp_only_layers=[False]),
-     "{f}: mlp_only_layers: expected a list of layer indices 0 .. 47, got [False]"),
+     "{f}: mlp_only_layers: expected a list of layer indices 0 .. 47, got [false]"),
     (lambda c: c.update(mlp_only_layers=0),
      "{f}: mlp_only_layers: expected a list of layer indices 0 .. 47, got 0"),
     (lambda c: c.update(quantization_config="mxfp4"),
-     "{f}: quantization_config: expected an object (quant_method, ...), got 'mxfp4'"),
+     "{f}: quantization_config: expected an object (quant_method, ...), got \"mxfp4\""),
     (lambda c: c.update(model_type="llama"),
      "{f}: model_type: expected one of mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v2, "
-     "deepseek_v3, glm4_moe, glm4_moe_lite, gpt_oss, got 'llama'"),
+     "deepseek_v3, glm4_moe, glm4_moe_lite, gpt_oss, got \"llama\""),
     (lambda c: c.update(mlp_only_layers=[3]),
      "{f}: mlp_only_layers: [3] with decoder_sparse_step 1: only a leading run of dense layers "
      "(0 .. k-1) with every later layer MoE is supported"),
@@ -308,9 +312,9 @@ def _cfg_file(tmp_path, cfg, name="config.json"):
      "{f}: num_experts_per_tok: expected at most the routed experts (128), got 200"),
     (lambda c: c.update(layer_types=["full_attention"]),
      "{f}: layer_types: expected a list of 48 layer kinds (num_hidden_layers), got "
-     "['full_attention']"),
+     '["full_attention"]'),
     (lambda c: c.update(norm_topk_prob="yes"),
-     "{f}: norm_topk_prob: expected true or false, got 'yes'"),
+     "{f}: norm_topk_prob: expected true or false, got \"yes\""),
 ])
 def test_a_bad_qwen3_config_names_the_file_and_the_field(tmp_path, edit, message):
     """One edit of Qwen3-30B-A3B's config, one exact line naming the file and the field."""
@@ -332,7 +336,7 @@ def test_a_bad_qwen3_config_names_the_file_and_the_field(tmp_path, edit, message
     (lambda c: c.pop("routed_scaling_factor"),
      "{f}: routed_scaling_factor: missing (a deepseek_v3 config has it)"),
     (lambda c: c.update(routed_scaling_factor=float("inf")),
-     "{f}: routed_scaling_factor: expected a finite number > 0, got inf"),
+     "{f}: routed_scaling_factor: expected a finite number > 0, got Infinity"),
     (lambda c: c.update(moe_layer_freq=2),
      "{f}: moe_layer_freq: only 1 (every layer after first_k_dense_replace is MoE) is "
      "supported, got 2"),
@@ -440,7 +444,7 @@ def test_the_cli_names_a_bad_models_entry(tmp_path, capsys):
     assert cli.main(["sweep", str(spec), "--check"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (f"elmoe3d sweep: error: {spec}: models.mine: {tmp_path / 'm.json'}: "
-                   f"model_type: expected one of {', '.join(hf_config.FAMILIES)}, got 'llama'")
+                   f"model_type: expected one of {', '.join(hf_config.FAMILIES)}, got \"llama\"")
 
 
 def test_a_sweep_keeps_new_shapes_calibrations_in_its_cache(tmp_path, monkeypatch):

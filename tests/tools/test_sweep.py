@@ -603,7 +603,9 @@ def test_a_bad_spec_is_one_exact_line(tmp_path, capsys, text, expected):
 
 def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
     """Three mistakes (a new-user trial needed three runs to find them): each is one line, its
-    first point named and the points that share it counted; nothing runs."""
+    first point named (by its place among the spec's combinations) and the points that share
+    it counted; nothing runs. A key given twice in a YAML table is refused (PyYAML keeps the
+    last silently)."""
     spec = _write(tmp_path, "config:\n  pes: [16, 17]\nworkload:\n  model: [qwen3-30b-a3b]\n"
                             "  batch: [0, 1]\n  scheme: [ar, warp]\n")
     assert cli.main(["sweep", str(spec), "--check"]) == 2
@@ -611,10 +613,10 @@ def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
     assert err.splitlines() == [
         f"elmoe3d sweep: error: {spec}: point 0 (pes=16, model=qwen3-30b-a3b, batch=0, "
         f"scheme=ar): batch: expected a positive integer, got 0",
-        f"elmoe3d sweep: error: {spec}: point 0 (pes=16, model=qwen3-30b-a3b, batch=0, "
+        f"elmoe3d sweep: error: {spec}: point 1 (pes=16, model=qwen3-30b-a3b, batch=0, "
         f"scheme=warp): scheme: expected one of ar, eagle, slm, quant, elastic, got 'warp' "
         f"(and 1 more point)",
-        f"elmoe3d sweep: error: {spec}: point 1 (pes=17, model=qwen3-30b-a3b, batch=0, "
+        f"elmoe3d sweep: error: {spec}: point 4 (pes=17, model=qwen3-30b-a3b, batch=0, "
         f"scheme=ar): pes: 17 is not a multiple of pes_per_group (4) (and 3 more points)"]
     # at most MAX_MISTAKES distinct lines, then how many more
     from elmoe3d.sw.host.sweep_spec import MAX_MISTAKES
@@ -624,6 +626,11 @@ def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == MAX_MISTAKES + 1
     assert lines[-1] == "elmoe3d sweep: error: ... and 3 more distinct mistakes"
+    twice = _write(tmp_path, "models:\n  m: a.json\n  m: b.json\nworkload:\n  model: [m]\n",
+                   "d.yaml")
+    assert cli.main(["sweep", str(twice), "--check"]) == 2
+    assert capsys.readouterr().err == (f"elmoe3d sweep: error: {twice}, line 3: key 'm' given "
+                                       f"twice in one table\n")
 
 
 def test_toml_specs_and_check(tmp_path, capsys):
