@@ -24,6 +24,22 @@ def _calibrations_on_disk_stay_in_the_session(tmp_path_factory):
         yield folder
 
 
+@pytest.fixture
+def model_registries():
+    """The model registries (presets, decoder shapes, the loaded models of
+    :mod:`~elmoe3d.sw.host.hf_config`) as they were, after the test: loading a config or a
+    spec's ``models:`` registers models."""
+    from elmoe3d.sw.host import hf_config
+    from elmoe3d.sw.host.decoder import DECODER_SHAPES
+    from elmoe3d.sw.host.models import MODEL_PRESETS
+    registries = (MODEL_PRESETS, DECODER_SHAPES, hf_config._LOADED)
+    kept = [r.copy() for r in registries]
+    yield
+    for reg, old in zip(registries, kept):
+        reg.clear()
+        reg.update(old)
+
+
 def pytest_configure(config):
     """Verilator builds in tests are quick builds (``sim/runner.py``, ``MAKE_OPT_QUICK``: the
     model's C++ at -Og, about half the compile of -O1 for a model nearly as fast) unless

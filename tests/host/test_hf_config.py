@@ -77,15 +77,8 @@ CONFIGS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _registries():
-    """Every test leaves the model registries as it found them."""
-    presets, shapes = dict(MODEL_PRESETS), dict(DECODER_SHAPES)
-    yield
-    MODEL_PRESETS.clear()
-    MODEL_PRESETS.update(presets)
-    DECODER_SHAPES.clear()
-    DECODER_SHAPES.update(shapes)
+#: Every test here leaves the model registries as it found them.
+pytestmark = pytest.mark.usefixtures("model_registries")
 
 
 #: Configs of models the project has no preset for, with their published totals (billions of

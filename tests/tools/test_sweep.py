@@ -643,20 +643,7 @@ def test_toml_specs_and_check(tmp_path, capsys):
         load_spec(_write(tmp_path, "seed = [\n", "s.toml"))
 
 
-@pytest.fixture
-def registries():
-    """The model registries as they were, after the test (models: entries register models)."""
-    from elmoe3d.sw.host import hf_config
-    from elmoe3d.sw.host.decoder import DECODER_SHAPES
-    from elmoe3d.sw.host.models import MODEL_PRESETS
-    kept = dict(MODEL_PRESETS), dict(DECODER_SHAPES), set(hf_config._LOADED)
-    yield
-    for reg, old in zip((MODEL_PRESETS, DECODER_SHAPES, hf_config._LOADED), kept):
-        reg.clear()
-        reg.update(old)
-
-
-def test_the_own_model_example_checks(capsys, monkeypatch, registries):
+def test_the_own_model_example_checks(capsys, monkeypatch, model_registries):
     """examples/sweep_own_model.yaml (a models: entry, relative to the spec) is valid from any
     folder."""
     spec = Path(__file__).resolve().parents[2] / "examples" / "sweep_own_model.yaml"
@@ -670,7 +657,7 @@ MIXTRAL_CONFIG = {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size
                   "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000}
 
 
-def test_models_in_a_toml_spec_by_any_case(tmp_path, registries):
+def test_models_in_a_toml_spec_by_any_case(tmp_path, model_registries):
     """A TOML spec's [models] table, its names in any case in workload.model (names are kept
     lower case); the point runs at the given Zipf exponent. Two names equal but for case are
     refused."""
@@ -689,7 +676,7 @@ def test_models_in_a_toml_spec_by_any_case(tmp_path, registries):
         load_spec(twice)
 
 
-def test_a_model_loaded_before_carries_its_figures(tmp_path, registries):
+def test_a_model_loaded_before_carries_its_figures(tmp_path, model_registries):
     """A model loaded in this process (hf_config.load_model, or an earlier spec's models:) and
     named by a spec without a models: section still travels with its figures, so a fresh
     worker can run it."""
