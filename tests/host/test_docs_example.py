@@ -12,8 +12,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "host.md"
 
 
 def test_perf_model_example_runs(capsys):
-    if not (traces_dir() / "gsm8k_2_routing.jsonl").is_file():
-        pytest.skip("gsm8k_2_routing.jsonl not found")
+    trace = traces_dir() / "gsm8k_2_routing.jsonl"
+    assert trace.is_file(), f"{trace} not found: the traces are beside the checkout"
     m = re.search(r"<!-- example: perf-model -->\n```python\n(.*?)```", DOC.read_text(), re.S)
     assert m, "the example block is gone from docs/host.md"
     exec(compile(m.group(1), f"{DOC}:perf-model", "exec"), {"__name__": "docs_example"})

@@ -156,10 +156,10 @@ def test_model_against_recorded_rtl_cycles(bench, arch, kind, model, tokens, mod
         job, cfg = real_job(model, tokens, mode), MID
     else:
         job, cfg = roofline_job(kind, tokens, mode), SMALL
-    if (len(job.ld), len(job.program)) != (ld_words, commands):
-        pytest.skip(f"the builder's program changed since {bench} was measured ({len(job.ld)} "
-                    f"ld words, {len(job.program)} commands; recorded {ld_words}, {commands}): "
-                    f"re-measure it and update RECORDED")
+    assert (len(job.ld), len(job.program)) == (ld_words, commands), \
+        (f"the builder's program changed since {bench} was measured ({len(job.ld)} ld words, "
+         f"{len(job.program)} commands; recorded {ld_words}, {commands}): re-measure it and "
+         f"update RECORDED")
     est = program_cycles(job.program, ld_rate=hb_rate(cfg), ld=job.ld)
     err = est.cycles / rtl - 1
     print(f"{bench} {arch} {model or kind} T={tokens} {mode}: RTL {rtl}"

@@ -31,10 +31,7 @@ FIELDS = ("cycles", "us", "hb_read_bytes", "hb_write_bytes", "ext_bytes", "link_
 
 @pytest.fixture(scope="module")
 def gsm8k():
-    path = traces_dir() / "gsm8k_2_routing.jsonl"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    return import_vllm_jsonl(path, model=MIX)[0]
+    return import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=MIX)[0]
 
 
 def elastic(trace, config):

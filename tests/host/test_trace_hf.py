@@ -1,7 +1,7 @@
 """capture_hf (elmoe3d.sw.host.trace) on real ``transformers`` MoE models: a tiny Mixtral and a tiny
 OLMoE, randomly initialised from a config (seeded; never ``from_pretrained``, no hub access), so
 the traces are labelled *not pretrained*. Needs the ``hf`` extra (torch, transformers), which
-``make venv`` installs; skipped where it is absent.
+``make venv`` installs; skipped where it is absent (failed under ``make test``).
 
 Three references, each independent of the code under test:
 
@@ -27,8 +27,14 @@ from elmoe3d.sim.runner import resolve_seed
 from elmoe3d.sw.host.models import model_preset
 from elmoe3d.sw.host.trace import PHASES, RoutingTrace, capture_hf
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+from ..conftest import no_real_weights
+
+try:
+    import torch
+    import transformers
+except ImportError as e:                    # the hf extra, which make venv installs
+    no_real_weights(f"{e.name} is not installed (pip install -e '.[hf]'): no real router to "
+                    f"capture", module=True)
 
 SEED = resolve_seed()
 VOCAB, HIDDEN, LAYERS, S = 96, 32, 2, 12

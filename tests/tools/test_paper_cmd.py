@@ -300,8 +300,7 @@ def test_json_may_not_overwrite_a_trace(tmp_path, capsys, monkeypatch):
     $ELMOE3D_TRACES) is refused before anything runs, and the file is left as it was."""
     from elmoe3d.sw.host.corpus import traces_dir
     src = traces_dir() / "humaneval_2_routing.jsonl"
-    if not src.is_file():
-        pytest.skip(f"{src} not found")
+    assert src.is_file(), f"{src} not found: the traces are beside the checkout"
     copy = tmp_path / "traces"
     copy.mkdir()
     trace = copy / src.name
