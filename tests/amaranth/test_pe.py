@@ -2147,3 +2147,36 @@ def test_linear_program_equals_fsim(mode, arch, k, n, rows, raw, traffic, seed):
     assert want.vpu_saturation == (rows == "saturate")
     if rows == "zero-1e4":
         assert not y[1].any() and np.abs(y[2]).max() > 1e3 * np.abs(y[[0, 3, 4]]).max()
+
+
+@pytest.mark.minilm
+@pytest.mark.parametrize("mode, arch, k, n, proj, traffic, seed", [
+    (Mode.FULL, "small", 96, 20, "up", "rough", 1530),
+    (Mode.DRAFT, "linear", 256, 44, "down", "smooth", 1531),
+], ids=["FULL-resident-up", "DRAFT-stream-down"])
+def test_linear_program_on_minilm_equals_fsim(mode, arch, k, n, proj, traffic, seed,
+                                              minilm_file, gsm8k_prompts):
+    """Real trained weights and their real inputs on the RTL PE: all-MiniLM-L6-v2's layer-2 up
+    projection (its first K = 96 input channels, 20 output channels) on the FFN input of three
+    GSM8K-prompt tokens, x resident in ACT, and its down projection (K = 256, 44 channels) on
+    the GELU output, x streamed, quantized to G32 INT8 by the program builder as any weight
+    is. RTL == fsim (o beats, STATUS) under idle cycles and backpressure, and the decoded
+    output == ref_linear bit for bit."""
+    from elmoe3d.sw.golden.linear_stream import build_streamed_linear_program, ref_linear
+    from elmoe3d.sw.host import minilm
+    print(f"seed={seed} (traffic only: the data are MiniLM's)")
+    up, down = minilm.ffn_weights(2)
+    ffn_in, ffn_mid = minilm.ffn_activations(gsm8k_prompts[:1], 2)
+    w, acts = (up, ffn_in) if proj == "up" else (down, ffn_mid)
+    x, w = acts[:3, :k], w[:n, :k]
+    cfg = {"small": ARCH, "linear": LINEAR_ARCH}[arch]
+    job = build_streamed_linear_program(x, w, mode, cfg)
+    assert job.plan.x_stream == (arch == "linear")
+    dut = PE(config=cfg) if cfg is not ARCH else None
+    got, ref = compare_with_fsim(job.program, job.ld, seed=seed, traffic=TRAFFIC[traffic],
+                                 dut=dut)
+    assert ref.ld_used == len(job.ld)
+    want = ref_linear(x, w, mode)
+    y = job.decode(_Beats(got["o"], cfg.pe))
+    assert y.shape == (3, n) and np.count_nonzero(y) > 0
+    assert np.array_equal(y.view(np.uint32), want.y.view(np.uint32))
