@@ -60,6 +60,18 @@ def test_run_totals_equal_the_recorded_figures(gsm8k):
     assert sum(r["produced"] for r in recs) == 247
 
 
+def test_whole_run_fast_path_equals_step(gsm8k):
+    """The run of the recorded totals above, every one of its 510 steps: ``step_summary`` and
+    ``steps_summary`` (the fast path ``run_perf`` takes) equal the layer-by-layer ``step``
+    bit for bit, and the array placements equal ``place_layer``: the recorded figures are the
+    reference path's too, not only the fast path's own output."""
+    arch, steps = elastic(gsm8k, "paper-8gb")
+    assert len(steps) == 510
+    kinds = _check_summaries(PerfModel(arch, model_preset(MIX), feed="ideal"), steps)
+    assert kinds == {"ar", "draft", "verify"}
+    _check_placements(steps, arch)
+
+
 @pytest.mark.parametrize("config", ["paper-4gb", "small"])
 def test_step_summary_equals_step(gsm8k, config):
     """Every step of an Elastic-SD run (the first 30 tokens) and of an LRU replay: the totals
