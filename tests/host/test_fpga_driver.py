@@ -171,9 +171,17 @@ def pipe_server(m, pe, **kw):
     return host, server
 
 
+#: Seconds a pty read waits for data (:class:`Pty`).
+PTY_WAIT = 0.001
+
+
 class Pty:
     """A pty pair in raw mode: the driver opens ``path`` with pyserial; the server uses the
-    master fd (read without waiting: a pty delivers a write at once)."""
+    master fd. A pty hands a write to the other end through a kernel worker, not at once
+    (usually within a few polls, but up to about 10 ms seen on a loaded machine), so a read
+    that finds nothing waits up to :data:`PTY_WAIT` seconds: a turn of the test's
+    :class:`StepClock` with nothing arriving then stands for real time, and the driver's
+    timeout of thousands of turns cannot run out while a frame is in the kernel."""
 
     def __init__(self):
         self.master, self.slave = os.openpty()
@@ -182,7 +190,7 @@ class Pty:
         self.path = os.ttyname(self.slave)
 
     def read(self):
-        r, _, _ = select.select([self.master], [], [], 0)
+        r, _, _ = select.select([self.master], [], [], PTY_WAIT)
         return os.read(self.master, 65536) if r else b""
 
     def write(self, data):
