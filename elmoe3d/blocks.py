@@ -64,8 +64,12 @@ class Block:
     tests_extra : tuple of str
         Test files outside the convention (repository-relative paths).
     timing : str or None
-        The timing category that covers the block today, in a few words (``"DRAM device
-        timing"``, ``"FPGA fmax"``), if any.
+        The timing category that covers the block today besides :data:`STA_TIMING`, in a few
+        words (``"DRAM device timing"``, ``"FPGA fmax"``), if any.
+    sta : bool or None
+        Timed by ``elmoe3d synth --timing`` (:data:`STA_TIMING`): by default when it has an
+        area category (:func:`area_categories`); True for a block the die roll-up synthesises
+        as a part of the die (its area under ``area_note``).
     doc : str
         Documentation section, ``docs/<file>.md#<heading anchor>``.
     golden_note, bench_note, tests_note, area_note : str
@@ -84,6 +88,7 @@ class Block:
     bench: str | None = None
     tests_extra: tuple = ()
     timing: str | None = None
+    sta: bool | None = None
     golden_note: str = ""
     bench_note: str = ""
     tests_note: str = ""
@@ -155,6 +160,7 @@ BLOCKS = (
                       "sw/golden/datapath.py",
           bench_note=_covered_by("tile"),
           area_note="in the tensor tile's area model (synth.blocks TILE_FIT, MulLeaf, DotRowLeaf)",
+          sta=True,
           doc="docs/numerics.md#3-unit-pe-ia8xw5-and-modes-swgoldendatapathpy"),
     Block("fixed", "shared fixed-point RTL: saturating int64 add, round-half-even shifts",
           rtl=("elmoe3d.hw.fixed",), tops=(),
@@ -219,6 +225,7 @@ BLOCKS = (
           tests_extra=("tests/amaranth/test_die_dram_port.py",),
           tests_note="tested as a part of the die: tests/amaranth/test_die_dram_port.py",
           area_note="in the die roll-up (synth.blocks.DIE_BLOCKS, HB and EXT word ports)",
+          sta=True,
           **_DRAM_TIMING, doc="docs/memory.md#logic-die"),
     Block("ext_stream", "EXT read streamer: descriptors to LPDDR5 word reads to ring flits "
                         "(Section 4.1, 5.1)",
@@ -230,6 +237,7 @@ BLOCKS = (
           tests_extra=("tests/amaranth/test_die_ext_stream.py",),
           tests_note="tested as a part of the die: tests/amaranth/test_die_ext_stream.py",
           area_note="in the die roll-up (synth.blocks.DIE_BLOCKS, EXT streamer)",
+          sta=True,
           doc="docs/memory.md#logic-die"),
     Block("ext_sched", "EXT admission scheduler: credit-based per-PE admission of EXT read "
                        "descriptors onto the ring, one per group (Section 4.1)",
@@ -237,6 +245,7 @@ BLOCKS = (
           golden=("elmoe3d.sw.golden.ext_sched",),
           bench_note=_covered_by("die"),
           area_note="in the die roll-up (synth.blocks.DIE_BLOCKS, EXT schedulers)",
+          sta=True,
           doc="docs/memory.md#logic-die"),
     Block("die", "logic die: PE groups, HB banks, links, ring, EXT controller, host queues "
                  "(Section 4.1, Fig. 6)",
@@ -337,6 +346,31 @@ def module_file(module: str) -> Path | None:
     if (path / "__init__.py").is_file():
         return path
     return None
+
+
+#: The timing category of every block with an area category of ``elmoe3d synth``
+#: (:func:`timing_categories`), and what it checks.
+STA_TIMING = "ASAP7 STA"
+STA_TIMING_NOTE = ("elmoe3d synth --timing: each of the block's synthesis jobs, its worst "
+                   "register-to-register path against the clock (the paper's 1 GHz by "
+                   "default) from the ASAP7 NLDM tables (synth.timing; README \"Area and "
+                   "timing\")")
+
+
+def timing_categories(b: Block) -> list:
+    """The timing categories covering block ``b``: its own :attr:`~Block.timing`, then
+    :data:`STA_TIMING` if ``elmoe3d synth`` synthesises it (:func:`area_categories`)."""
+    return ([b.timing] if b.timing else []) + ([STA_TIMING] if _sta(b) else [])
+
+
+def timing_notes(b: Block) -> str:
+    """What each of :func:`timing_categories` checks, in their order."""
+    notes = [b.timing_note] if b.timing_note else []
+    return "; ".join(notes + ([STA_TIMING_NOTE] if _sta(b) else []))
+
+
+def _sta(b: Block) -> bool:
+    return b.sta if b.sta is not None else bool(area_categories(b))
 
 
 def area_categories(b: Block) -> list:

@@ -51,7 +51,7 @@ from .amaranth_internals import (no_comb_cycle_check, port_direction, replace_su
 
 
 __all__ = ["SRAM_MIN_BITS", "BlockType", "DieBlock", "BLOCK_TYPES", "DIE_BLOCKS", "TILE_FIT",
-           "SramUse", "Hollow", "hollow", "inventory", "instance_key", "resolve", "MulLeaf", "DotRowLeaf",
+           "SramUse", "Hollow", "hollow", "inventory", "instance_key", "instance_params", "resolve", "MulLeaf", "DotRowLeaf",
            "LaneFieldsLeaf", "memory_role"]
 
 
@@ -177,21 +177,27 @@ def _foreign_private(cls) -> tuple:
                  if not c.__module__.startswith("elmoe3d."))
 
 
-def instance_key(obj) -> str:
-    """A stable key of a block instance: its class and the parameters ``__init__`` stored
-    (plain values and frozen dataclasses such as configurations; ports, other objects and the
-    private attributes of base classes outside elmoe3d are left out). Instances with equal
-    keys elaborate to the same logic."""
-    params = []
+def instance_params(obj) -> dict:
+    """The parameters ``__init__`` stored on a block instance, by attribute name, as ``repr``
+    strings: plain values and frozen dataclasses such as configurations (ports, other objects
+    and the private attributes of base classes outside elmoe3d are left out)."""
+    params = {}
     foreign = _foreign_private(type(obj))
     for name, value in sorted(vars(obj).items()):
         if name.startswith(foreign):
             continue
         if isinstance(value, _PRIMITIVES) or (dataclasses.is_dataclass(value)
                                               and not isinstance(value, type)):
-            params.append(f"{name}={value!r}")
+            params[name] = repr(value)
+    return params
+
+
+def instance_key(obj) -> str:
+    """A stable key of a block instance: its class and :func:`instance_params`. Instances
+    with equal keys elaborate to the same logic."""
+    params = ", ".join(f"{k}={v}" for k, v in instance_params(obj).items())
     cls = type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}({', '.join(params)})"
+    return f"{cls.__module__}.{cls.__qualname__}({params})"
 
 
 def short_key(key: str) -> str:

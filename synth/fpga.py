@@ -527,9 +527,10 @@ def _fpga_arch(name, **kw):
 #: products, one unit of each VPU kind, CLEAR by writes, both weight buffers in one memory
 #: per plane, OUT in one memory, every PE memory a quarter word wide) with 32 KiB WMEM and
 #: 32 KiB IOMEM, 256-word HB and EXT stand-ins and a 5 MHz clock from the PLL, placed with
-#: nextpnr's static placer and routed with router1: its Yosys estimate (2026-12-01) is 33,410
-#: LUT4 positions (39.9 % of 83,640), 11,585 FF, 47 MULT18X18D (30.1 %), 66 DP16KD (31.7 %),
-#: and it routes (``docs/fpga.md``, "Measured"). What limits it is routing, not a resource
+#: nextpnr's static placer and routed with router1: its Yosys estimate (2026-12-05, at
+#: d947ce3) is 34,624 LUT4 positions (41.4 % of 83,640), 14,433 FF, 54 MULT18X18D (34.6 %), 66
+#: DP16KD (31.7 %) (2026-12-01, before issue 25's registers: 33,410, 11,585 FF, 47
+#: MULT18X18D), and it routes (``docs/fpga.md``, "Measured"). What limits it is routing, not a resource
 #: count: router2 does not converge on it (its fewest overused wires 1,132, then it spreads),
 #: and the larger memories (128 KiB WMEM, 64 KiB IOMEM, 512-word stand-ins: 32,909 LUT4
 #: positions, 146 DP16KD) have not been routed. Before the lean PE (Booth LUT multipliers for
@@ -540,8 +541,8 @@ FPGA_CONFIGS = {
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=32768,
                                                iomem_bytes=32768),
         hb_words=256, ext_words=256, clk_hz=5_000_000, placer="static", router="router1",
-        estimate="fits: 33,410 LUT4 positions (39.9 %), 47 MULT18X18D (30.1 %), 66 DP16KD "
-                 "(31.7 %) (Yosys, 2026-12-01)",
+        estimate="fits: 34,624 LUT4 positions (41.4 %), 54 MULT18X18D (34.6 %), 66 DP16KD "
+                 "(31.7 %) (Yosys, 2026-12-05, at d947ce3)",
         note="on the 2-core reference machine (2026-12-01, another build beside it) nextpnr "
              "placed it and router1 routed its 149,447 arcs in 12.4 minutes: 34,468 LUT4 "
              "positions, fmax 20.21 MHz against 5 MHz (docs/fpga.md, \"Measured\")"),
@@ -905,7 +906,7 @@ YOSYS_ABC9_XAIGER1 = "scratchpad -set abc9.xaiger 1"
 #: ABC9's reintegration assertion (``count_id(wire->name) == 0``, YosysHQ/yosys issue 4349,
 #: seen 2026-12-03 at 8f4d3e2 and after) even with the XAIGER1 writer; splitting the
 #: multi-bit nets into single bits first (after ``proc``, which ``synth_ecp5`` would run
-#: anyway) is the workaround given there, and the estimate then runs (34,630 LUT4 positions).
+#: anyway) is the workaround given there, and the estimate then runs (34,624 LUT4 positions).
 YOSYS_SPLITNETS = "proc; splitnets"
 
 

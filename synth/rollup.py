@@ -29,7 +29,8 @@ from amaranth.back import rtlil
 
 from ..hw.checked import inspection
 from .blocks import (BLOCK_TYPES, PE_DIRECT_MAX_LANES, PE_FIT_LANES, TILE_FIT, DotRowLeaf,
-                     LaneFieldsLeaf, MulLeaf, hollow, instance_key, inventory)
+                     LaneFieldsLeaf, MulLeaf, hollow, instance_key, instance_params,
+                     inventory)
 from .flow import SynthResult, synthesize
 from .sram import sram_area
 
@@ -84,6 +85,11 @@ class _Job:
     rtlil: str
     stubs: str = ""
     timed: bool = True            # mapped for delay too when the planner times
+    params: dict | None = None    # the block instance's parameters (instance_params)
+
+
+#: A parameter whose ``repr`` is longer is left out of a job's label (:meth:`Planner.label`).
+LABEL_PARAM_CHARS = 24
 
 
 def _tile_job(r, lanes):
@@ -137,7 +143,7 @@ class Planner:
                 return bt
         return None
 
-    def add_job(self, name, label, elaboratable_or_text, stubs="", timed=True):
+    def add_job(self, name, label, elaboratable_or_text, stubs="", timed=True, params=None):
         if name in self._jobs and not isinstance(elaboratable_or_text, str):
             self._unelaborated.append(elaboratable_or_text)
         if name not in self._jobs:
@@ -150,7 +156,8 @@ class Planner:
             if digest in self._by_text:
                 return self._by_text[digest]
             self._by_text[digest] = name
-            self._jobs[name] = _Job(name, label, text, stubs, timed and self.time_new_jobs)
+            self._jobs[name] = _Job(name, label, text, stubs, timed and self.time_new_jobs,
+                                    params)
         return name
 
     def plan(self, obj, *, label=None, category=None):
@@ -170,7 +177,10 @@ class Planner:
         else:
             h = hollow(obj, owner=label, leaf_classes=self._classes)
             self._unelaborated += h.unelaborated
-            job = self.add_job(f"{type(obj).__name__}_{_short(key)}", label, h.rtlil, h.stubs)
+            # a block with sub-blocks is synthesised hollow: the job is its own logic alone
+            job = self.add_job(f"{type(obj).__name__}_{_short(key)}",
+                               f"{label} (own logic)" if h.subs else label, h.rtlil, h.stubs,
+                               params=instance_params(obj))
             own = category or (f"{label} control" if label == "PE" else
                                (bt.category if bt else label))
             node = Node(label=label, category=own, job=job, srams=h.srams)
@@ -258,12 +268,22 @@ class Planner:
                 self.results[job.name] = result
                 done += 1
                 if self.progress:
-                    self.progress(done, total, job.label, result)
+                    self.progress(done, total, self.label(job.name), result)
         return self.results
 
     def label(self, name) -> str:
-        """The report label of the planned job ``name``."""
-        return self._jobs[name].label
+        """The report label of the planned job ``name``: its block's label, and where two
+        jobs share one, the parameters that tell their instances apart (e.g. ``ring station
+        (first=2)``)."""
+        job = self._jobs[name]
+        twins = [j for j in self._jobs.values() if j.label == job.label]
+        if len(twins) < 2 or job.params is None:
+            return job.label
+        differ = [k for k in job.params
+                  if any(t.params is None or t.params.get(k) != job.params[k] for t in twins)]
+        shown = [f"{k.lstrip('_')}={job.params[k]}" for k in differ
+                 if len(job.params[k]) <= LABEL_PARAM_CHARS]
+        return f"{job.label} ({', '.join(shown)})" if shown else job.label
 
     @property
     def job_count(self) -> int:
@@ -273,7 +293,7 @@ class Planner:
     def bad_blocks(self) -> list:
         """Sorted labels of the finished jobs with latches, check problems or unmapped
         (``$``-prefixed) cells: what ``elmoe3d synth`` and the sweep's area task refuse."""
-        return sorted(self._jobs[n].label for n, r in self.results.items()
+        return sorted(self.label(n) for n, r in self.results.items()
                       if r.latches or r.problems or any(t.startswith("$") for t in r.blackboxes))
 
     def result(self, name) -> SynthResult:

@@ -49,7 +49,7 @@ def _module(mod) -> str:
 
 def describe(b) -> dict:
     """Block ``b`` (a :class:`~elmoe3d.blocks.Block`) as plain data with its paths resolved."""
-    from ..blocks import area_categories
+    from ..blocks import area_categories, timing_categories, timing_notes
     return {
         "name": b.name, "summary": b.summary,
         "rtl": [_module(m) for m in b.rtl],
@@ -58,7 +58,7 @@ def describe(b) -> dict:
         "bench": _module(b.bench) if b.bench else None, "bench_note": b.bench_note,
         "tests": b.tests(), "tests_note": b.tests_note,
         "area": area_categories(b), "area_note": b.area_note,
-        "timing": b.timing, "timing_note": b.timing_note, "doc": b.doc,
+        "timing": timing_categories(b), "timing_note": timing_notes(b), "doc": b.doc,
     }
 
 
@@ -118,7 +118,7 @@ def _print_table(console, rows) -> None:
             escape(_in("sim/", [r["bench"]] if r["bench"] else [])) + _mark(r["bench_note"]),
             f"{len(r['tests'])}" + _mark(r["tests_note"]),
             escape(", ".join(r["area"]) or "-") + _mark(r["area_note"]),
-            escape(r["timing"] or "-"),
+            escape(", ".join(r["timing"]) or "-"),
             escape(_in("docs/", [r["doc"]])))
     console.print(table)
 
@@ -142,6 +142,6 @@ def _print_one(console, r) -> None:
     row("bench", r["bench"] or "-", r["bench_note"])
     row("tests", "\n".join(r["tests"]) or "-", r["tests_note"])
     row("area", ", ".join(r["area"]) or "-", r["area_note"])
-    row("timing", r["timing"] or "-", r["timing_note"])
+    row("timing", ", ".join(r["timing"]) or "-", r["timing_note"])
     row("doc", r["doc"])
     console.print(table)

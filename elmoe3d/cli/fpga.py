@@ -57,7 +57,7 @@ def _allowed_pct(cell: str) -> int:
 
 
 def configure(parser) -> None:
-    from ..synth.fpga import DEFAULT_BOARD
+    from ..synth.fpga import DEFAULT_BOARD, DEFAULT_SEED
     parser.add_argument("--board", metavar="NAME", default=DEFAULT_BOARD,
                         help=f"amaranth-boards board (default {DEFAULT_BOARD}; --list-boards)")
     parser.add_argument("--config", metavar="NAME", default="default",
@@ -67,7 +67,7 @@ def configure(parser) -> None:
                         help="write the figures as JSON (default fpga/<board>/report.json "
                              "under the build root: the checkout's build/)")
     parser.add_argument("--seed", metavar="N", type=int, default=None,
-                        help="nextpnr placement seed (default 1)")
+                        help=f"nextpnr placement seed (default {DEFAULT_SEED})")
     parser.add_argument("--hb-words", metavar="N", type=int, default=None,
                         help="HB stand-in depth in W-bit words (power of two)")
     parser.add_argument("--ext-words", metavar="N", type=int, default=None,
@@ -229,14 +229,15 @@ def run(args) -> int:
     say(f"elmoe3d fpga: building {build_dir}/top.bit (one Yosys / nextpnr job at a time)")
     if cfg.note:
         say(f"  note: {cfg.note}")
+    seed = fpga.DEFAULT_SEED if args.seed is None else args.seed
     res = fpga.build(fpga.board_top(cfg), bd.platform(), build_dir=build_dir,
-                     seed=args.seed or fpga.DEFAULT_SEED,
+                     seed=seed,
                      script_after_read=cfg.script_after_read, say=say, router=cfg.router,
                      placer=cfg.placer, route_patience=patience)
     doc["build"] = {"dir": str(res.build_dir), "bitstream": str(res.bitstream),
                     "nextpnr_report": str(res.report_path),
                     "logs": {k: str(v) for k, v in res.logs.items()},
-                    "seed": args.seed or fpga.DEFAULT_SEED, "router": cfg.router,
+                    "seed": seed, "router": cfg.router,
                     "route_patience": patience,
                     "placer": cfg.placer,
                     "synth_cached": res.synth_cached,
@@ -367,6 +368,8 @@ def print_report(say, doc) -> None:
          ("", "FPGA", "ASIC (ASAP7 roll-up)"), rows["beside"]),
     )
     for title, header, body in tables:
+        if not body or (title.startswith("FPGA beside") and not doc.get("asic")):
+            continue                # --estimate-only: no fmax; --no-asic: nothing beside
         t = Table(title=title, title_justify="left")
         for i, h in enumerate(header):
             t.add_column(h, justify="left" if i == 0 or title.startswith("FPGA beside")

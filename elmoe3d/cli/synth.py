@@ -292,7 +292,7 @@ def _jobs_under(nodes, planner):
     def add(job):
         if job not in seen and job in planner.results:
             seen.add(job)
-            out.append((job, planner._jobs[job].label))
+            out.append((job, planner.label(job)))
 
     def walk(node):
         if isinstance(node, TileNode):

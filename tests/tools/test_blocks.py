@@ -19,7 +19,8 @@ import pytest
 from amaranth.lib import wiring
 
 from elmoe3d import blocks as registry
-from elmoe3d.blocks import BLOCKS, ROOT, SHARED, area_categories, block_of_module, module_file
+from elmoe3d.blocks import (BLOCKS, ROOT, SHARED, area_categories, block_of_module, module_file,
+                            timing_categories)
 
 
 def _hw_modules():
@@ -273,10 +274,12 @@ def test_cli_prints_every_block(capsys):
         _, rtl, tops, _, _, tests, area, timing, _ = rows[b.name]
         assert rtl.startswith(f"{b.name}.py" if b.name != "pe" else "pe/"), (b.name, rtl)
         assert tops == (", ".join(t.rpartition(":")[2] for t in b.tops) or "-"), (b.name, tops)
-        assert timing == (b.timing or "-"), (b.name, timing)
+        assert timing == (", ".join(timing_categories(b)) or "-"), (b.name, timing)
         assert tests.rstrip("*") == str(len(b.tests())), (b.name, tests)
         assert area.rstrip("*") == (", ".join(area_categories(b)) or "-"), (b.name, area)
     assert rows["tile"][2] == "TensorTile" and rows["board"][7] == "FPGA fmax"
+    for name in ("tile", "pe", "ring", "agg_link", "load_router", "vpu", "ext_sched"):
+        assert rows[name][7] == "ASAP7 STA", (name, rows[name][7])
     assert rows["dram"][2] == "DramController, HBController, ExtController"
     assert main(["blocks", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -285,10 +288,11 @@ def test_cli_prints_every_block(capsys):
     assert ring["rtl"] == ["hw/ring.py"] and ring["golden"] == ["sw/golden/ring.py"]
     assert ring["bench"] == "sim/bench_ring.py" and ring["area"] == ["streamline ring"]
     assert ring["tests"] == ["tests/amaranth/test_ring.py", "tests/cocotb/test_ring.py"]
-    assert ring["tops"] == ["elmoe3d.hw.ring:StreamlineRing"] and ring["timing"] is None
+    assert ring["tops"] == ["elmoe3d.hw.ring:StreamlineRing"]
+    assert ring["timing"] == ["ASAP7 STA"] and "synth --timing" in ring["timing_note"]
     dram = {r["name"]: r for r in rows}["dram"]
-    assert dram["timing"] == "DRAM device timing" and "elmoe3d.sw.golden.dram" in \
-        dram["timing_note"]
+    assert dram["timing"] == ["DRAM device timing", "ASAP7 STA"]
+    assert "elmoe3d.sw.golden.dram" in dram["timing_note"] and "NLDM" in dram["timing_note"]
     assert set(dram) == {"name", "summary", "rtl", "tops", "golden", "golden_note", "bench",
                          "bench_note", "tests", "tests_note", "area", "area_note", "timing",
                          "timing_note", "doc"}

@@ -1093,3 +1093,22 @@ def test_fit_search_order_and_clock(board, clk_hz, placer, monkeypatch):
     assert res.chosen is tried[1] and res.chosen.clk_hz == clk_hz
     assert all(c.clk_hz == clk_hz and c.placer == placer and c.router == "router1"
                for c in tried)
+
+
+def test_estimate_only_report_prints_no_empty_table():
+    """An estimate without place and route (``--estimate-only``) and without the ASIC roll-up
+    (``--no-asic``) prints the utilization only: no empty fmax table, no table of "-" cells
+    beside an ASIC figure that was not computed."""
+    bd = fpga.board("ulx3s-85f")
+    cfg = fpga.resolve_config("default", bd.name)
+    used = {"TRELLIS_COMB": 34624, "TRELLIS_FF": 14433, "MULT18X18D": 54, "DP16KD": 66}
+    avail = {"TRELLIS_COMB": 83640, "TRELLIS_FF": 83640, "MULT18X18D": 156, "DP16KD": 208}
+    doc = {"board": fpga_cmd._board_doc(bd), "config": {**cfg.summary(), "source": "board"},
+           "estimate": {"used": used, "available": avail,
+                        "pct": {k: round(100 * used[k] / avail[k], 2) for k in used}}}
+    console = Console(record=True, width=200, highlight=False)
+    fpga_cmd.print_report(console.print, doc)
+    printed = console.export_text()
+    assert "FPGA utilization" in printed and "34,624" in printed
+    assert "fmax (nextpnr)" not in printed and "FPGA beside" not in printed
+    assert "timing: not placed and routed (estimate only)" in printed

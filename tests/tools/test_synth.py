@@ -704,3 +704,24 @@ def test_help_lists_every_preset_the_command_accepts(capsys):
     assert f"configuration presets ({', '.join(PRESETS)})" in _synth_help(capsys)
     assert main(["synth", "--config", "nope"]) == 2
     assert f"expected one of {', '.join(PRESETS)}" in capsys.readouterr().err
+
+
+def test_job_labels_tell_the_jobs_apart():
+    """The progress lines and the report's runs name every job of the small die apart: a
+    block synthesised hollow is its own logic, and two instances of one block carry the
+    parameters that differ (the VPU units with and without a tag, the ring's two stations).
+    Planning only: no Yosys run."""
+    from elmoe3d.cli.synth import die_nodes
+    from elmoe3d.synth.rollup import Planner
+    from elmoe3d.synth.liberty import read_liberty
+    planner = Planner(liberty=read_liberty(BUNDLED_LIBERTY))
+    with inspection():
+        die_nodes(planner, preset("small"), {})
+        labels = [planner.label(name) for name in planner._jobs]
+        planner.release()
+    assert len(labels) == len(set(labels)), sorted(labels)
+    for own in ("PE (own logic)", "EXT controller (own logic)", "streamline ring (own logic)"):
+        assert own in labels
+    assert {"ring station (first=0)", "ring station (first=2)"} <= set(labels)
+    assert {"VPU SwiGLU unit (tag_width=0)"} <= set(labels)
+    assert "DRAM channel controller" in labels            # its only instance: no parameters
