@@ -79,6 +79,9 @@ DEFAULT_BACKEND = "perf"
 SCHEDULES = ("elastic", "replay")
 #: Real traces by name (files in :func:`elmoe3d.sw.host.corpus.traces_dir`).
 NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
+#: The model that routed the named traces (``../shared/traces/README.md``: Mixtral-8x7B-Instruct),
+#: the ``--model`` they take when none is given (their files have no meta line naming it).
+NAMED_TRACE_MODEL = "mixtral-8x7b"
 #: ``--trace synthetic:USAGE.json``: synthetic routing calibrated on expert-usage statistics.
 SYNTHETIC_PREFIX = "synthetic:"
 #: What a run with no HB slot does under Elastic-SD (printed, and the run's ``note``).
@@ -102,8 +105,9 @@ def configure(parser) -> None:
                              f"{SYNTHETIC_PREFIX}COUNTS.csv laid out as olmoe_mixtral_expert_counts.csv: "
                              "its tables with the model's expert count)")
     parser.add_argument("--model", default=None, metavar="PRESET",
-                        help="model preset (e.g. mixtral-8x7b; default: the .npz trace's model "
-                             "or the JSONL meta line's)")
+                        help="model preset (e.g. mixtral-8x7b; default: the .npz trace's model, "
+                             f"the JSONL meta line's, or {NAMED_TRACE_MODEL} for "
+                             f"{' and '.join(NAMED_TRACES)})")
     parser.add_argument("--config", default="small", metavar="NAME",
                         help=f"architecture preset: {', '.join(CONFIGS)} (default small)")
     parser.add_argument("--backend", default=DEFAULT_BACKEND, metavar="NAME",
@@ -379,6 +383,8 @@ def execute(args, *, progress_factory=None) -> dict:
     be = check_request(backend, config=args.config, options=options)
     acceptance = parse_acceptance(args.acceptance) if schedule == "elastic" else None
     path = resolve_trace(args.trace)
+    if args.model is None and args.trace in NAMED_TRACES:
+        args.model = NAMED_TRACE_MODEL
     if args.model is not None:
         from ..sw.host.models import model_preset
         try:                                        # an unknown preset fails before the import
@@ -740,7 +746,10 @@ def run(args) -> int:
             cyc = r["summary"].get("cycles")
             out.print(f"{r['label']}: the perf model puts the same steps at "
                       f"{r['perf_cycles']:,.0f} cycles"
-                      + (f" (RTL lower bound / perf = {cyc / r['perf_cycles']:.2f})"
+                      + (f" (RTL lower bound / perf = {cyc / r['perf_cycles']:.2f}"
+                         + (f"; the RTL ran with --traffic {args.traffic}, idle cycles and "
+                            f"backpressure the perf model does not have"
+                            if args.traffic != "smooth" else "") + ")"
                          if cyc and r["perf_cycles"] else "")
                       + (f"; {r['perf_compute']['compute']}" if r.get("perf_compute") else ""))
 

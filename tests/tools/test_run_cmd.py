@@ -55,6 +55,25 @@ def test_golden_run_bit_exact(capsys):
     assert "0 mismatches" in out and "synthetic" in out
 
 
+def test_named_trace_takes_its_model(tmp_path, capsys):
+    """``--trace gsm8k`` without ``--model`` runs as Mixtral-8x7B, the model that routed it:
+    the same records as with ``--model mixtral-8x7b`` given; the trace file itself, read by
+    path, still asks for the model (it has no meta line)."""
+    docs = []
+    for model in ([], ["--model", "mixtral-8x7b"]):
+        j = tmp_path / f"r{len(docs)}.json"
+        code, out, err = _run(capsys, "run", "--trace", "gsm8k", *model, "--config",
+                              "paper-8gb", "--tokens", "6", "--layers", "0:4", "--json", str(j))
+        assert code == 0, err
+        docs.append(json.loads(j.read_text()))
+    assert docs[0]["model"] == "mixtral-8x7b"
+    for a, b in zip(docs[0]["runs"], docs[1]["runs"], strict=True):     # all but the speed
+        assert (a["steps"], a["summary"]) == (b["steps"], b["summary"])
+    code, _, err = _run(capsys, "run", "--trace", str(traces_dir() / "gsm8k_2_routing.jsonl"),
+                        "--config", "paper-8gb", "--tokens", "6")
+    assert code == 2 and "--model: required with gsm8k_2_routing.jsonl" in err
+
+
 def test_npz_trace_and_model_from_it(tmp_path, capsys):
     from elmoe3d.sw.host.trace import import_vllm_jsonl
     tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")
