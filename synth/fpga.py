@@ -335,10 +335,11 @@ DEFAULT_BOARD = "ulx3s-85f"
 
 
 def board(name: str) -> Board:
-    """The board called ``name``; :class:`FpgaError` listing the known names otherwise."""
+    """The board called ``name`` (in any letter case); :class:`FpgaError` listing the known
+    names otherwise."""
     try:
-        return BOARDS[name]
-    except (KeyError, TypeError):
+        return BOARDS[name.lower()]
+    except (KeyError, TypeError, AttributeError):
         raise FpgaError(f"--board: unknown board {name!r}; expected one of "
                         f"{', '.join(BOARDS)}") from None
 
@@ -616,11 +617,25 @@ def check_device(dev: Device):
                         f"{' or '.join(big)} hold one")
 
 
+#: Data bits of one ECP5 block RAM (DP16KD: 18 Kb with parity, 16 Kb of data).
+EBR_DATA_BITS = 16384
+
+
 def check_fits_at_all(cfg: FpgaConfig, dev: Device):
     """Refuse a tile that cannot fit ``dev`` even at :data:`LUT4_PER_UNIT_PE_MIN` (a paper
-    16x32x32 tile on any ECP5): a Yosys run of it would take hours to say so; and a device
-    too small for any PE (:func:`check_device`)."""
+    16x32x32 tile on any ECP5): a Yosys run of it would take hours to say so; HB and EXT
+    stand-ins larger than all of the device's block RAM (``hb_words + ext_words`` words of
+    ``word_bits`` against ``ebr`` x :data:`EBR_DATA_BITS`), which Amaranth would try to
+    build as lists of every word; and a device too small for any PE (:func:`check_device`).
+    Raises :class:`FpgaError` naming the option."""
     check_device(dev)
+    word_bits = cfg.arch.pe.word_bits
+    need_bits = (cfg.hb_words + cfg.ext_words) * word_bits
+    if need_bits > dev.ebr * EBR_DATA_BITS:
+        raise FpgaError(f"--hb-words {cfg.hb_words} / --ext-words {cfg.ext_words}: the HB and "
+                        f"EXT stand-ins hold {need_bits:,} bits ({word_bits}-bit words), "
+                        f"more than all {dev.ebr} DP16KD of {dev.name} "
+                        f"({dev.ebr * EBR_DATA_BITS:,} bits)")
     need = cfg.arch.tile.unit_pes * LUT4_PER_UNIT_PE_MIN
     if need > dev.lut4:
         t = cfg.arch.tile

@@ -480,6 +480,9 @@ def read_text(path) -> str:
     first bytes) or not. Raises :class:`LibertyError` naming the file if it is missing or
     cannot be read."""
     path = Path(path)
+    if path.is_dir():
+        raise LibertyError(f"--liberty {path}: a folder; expected a Liberty file (.lib or "
+                           f".lib.gz)")
     if not path.is_file():
         raise LibertyError(f"--liberty {path}: no such file")
     try:

@@ -77,8 +77,9 @@ def configure(parser) -> None:
     parser.add_argument("--route-patience", metavar="N", type=int, default=None,
                         help="stop nextpnr when its router2 has not cut its overused wires "
                              "by 5 %% in N iterations (default 5; 0: never stop it)")
-    parser.add_argument("--max-runs", metavar="N", type=int, default=4,
-                        help="most Yosys estimates the fit search runs (default 4)")
+    parser.add_argument("--max-runs", metavar="N", type=int, default=None,
+                        help="most Yosys estimates the fit search (--config auto) runs "
+                             "(default 4)")
     parser.add_argument("--estimate-only", action="store_true",
                         help="stop after the Yosys estimate (no place and route)")
     parser.add_argument("--force", action="store_true",
@@ -117,6 +118,15 @@ def list_boards(say) -> None:
     say(t)
 
 
+def _options_given(args) -> list:
+    """(option, given) of every option but ``--list-boards``: given when not its default."""
+    from ..synth.fpga import DEFAULT_BOARD
+    return [("--board", args.board != DEFAULT_BOARD), ("--config", args.config != "default"),
+            *((f"--{k.replace('_', '-')}", getattr(args, k) not in (None, False))
+              for k in ("json", "seed", "hb_words", "ext_words", "baud", "route_patience",
+                        "max_runs", "estimate_only", "force", "hierarchy", "no_asic"))]
+
+
 def _positive(value, option):
     if value is not None and value < 1:
         raise UserError(f"{option}: expected a positive integer, got {value}")
@@ -128,13 +138,20 @@ def run(args) -> int:
     console = _console()
     say = console.print
     if args.list_boards:
+        others = [opt for opt, given in _options_given(args) if given]
+        if others:
+            raise UserError(f"--list-boards takes no other option, got {', '.join(others)}")
         list_boards(say)
         return 0
     bd = fpga.board(args.board)
-    for value, option in ((args.seed, "--seed"), (args.hb_words, "--hb-words"),
-                          (args.ext_words, "--ext-words"), (args.baud, "--baud"),
-                          (args.max_runs, "--max-runs")):
+    for value, option in ((args.hb_words, "--hb-words"), (args.ext_words, "--ext-words"),
+                          (args.baud, "--baud"), (args.max_runs, "--max-runs")):
         _positive(value, option)
+    if args.seed is not None and args.seed < 0:
+        raise UserError(f"--seed: expected a non-negative integer, got {args.seed}")
+    if args.force and args.estimate_only:
+        raise UserError("--force places and routes a design the estimate says does not fit; "
+                        "--estimate-only stops before place and route: give one of them")
     patience = args.route_patience
     if patience is None:
         patience = fpga.ROUTE_PATIENCE
@@ -170,7 +187,8 @@ def run(args) -> int:
                 fpga.candidates(bd.device)[0][1], baud=args.baud,
                 clk_hz=named.clk_hz if named else None), bd)
         say(f"elmoe3d fpga: fit search on {bd.name} ({bd.device.name})")
-        search = fpga.fit_search(bd, max_runs=args.max_runs, say=say)
+        search = fpga.fit_search(bd, say=say, **({} if args.max_runs is None else
+                                                 {"max_runs": args.max_runs}))
         doc["search"] = search.to_json()
         say(f"  {search.limit}")
         if search.chosen is None:
@@ -182,6 +200,9 @@ def run(args) -> int:
         doc["estimate"] = search.tried[-1][1].to_json()
         source = "fit search"
     else:
+        if args.max_runs is not None:
+            raise UserError(f"--max-runs: only with --config auto (the fit search); "
+                            f"--config {name} runs one estimate")
         cfg = fpga.resolve_config(name, bd.name, hb_words=args.hb_words,
                                   ext_words=args.ext_words, baud=args.baud)
         fpga.check_fits_at_all(cfg, bd.device)

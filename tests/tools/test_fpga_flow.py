@@ -409,7 +409,14 @@ def test_estimate_fit_rules():
     (["--config", "nope"], "--config: unknown configuration 'nope'"),
     (["--config", "paper-8gb"], "--config paper-8gb: a 16x32x32 tile"),
     (["--config", "small", "--hb-words", "100"], "--hb-words: expected a power of two"),
-    (["--seed", "0"], "--seed: expected a positive integer"),
+    (["--seed", "-1"], "--seed: expected a non-negative integer"),
+    (["--hb-words", str(1 << 30)], "--hb-words 1073741824 / --ext-words 256: the HB and EXT "
+                                   "stand-ins hold 549,755,944,960 bits (512-bit words), more "
+                                   "than all 208 DP16KD of LFE5U-85F (3,407,872 bits)"),
+    (["--force", "--estimate-only"], "give one of them"),
+    (["--max-runs", "3"], "--max-runs: only with --config auto"),
+    (["--list-boards", "--json", "x.json"], "--list-boards takes no other option, got --json"),
+    (["--board", "ULX3S-85F", "--config", "nope"], "--config: unknown configuration 'nope'"),
     (["--config", "auto", "--baud", "3000000"], "--baud 3000000: 3000000 is too fast for "
                                                 "clk_hz = 5000000"),
     (["--board", "ulx3s-25f"], "--board: LFE5U-25F has 24,288 LUT4; a board top with one PE "

@@ -188,13 +188,30 @@ def test_cli_bad_liberty_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, needle", [
     (["--config", "huge"], "--config"),
-    (["--jobs", "0"], "--jobs"),
+    (["--config", "small,"], "--config: an empty name"),
+    (["--config", "small,small"], "names a configuration twice"),
+    (["--jobs", "0"], "--jobs: expected one positive integer"),
+    (["--jobs", "x"], "--jobs: expected one positive integer"),
     (["--scaling", "4,x"], "--scaling"),
+    (["--period", "1e9"], "less than 1e+09 (1 ms)"),
 ])
 def test_cli_bad_options_are_one_line(argv, needle, capsys):
     assert main(["synth", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and needle in err
+
+
+def test_cli_outputs_may_not_overwrite_the_liberty(tmp_path, capsys):
+    """``--json`` or ``--plot`` naming the Liberty file the run reads is refused before
+    anything runs: the bundled subset when no ``--liberty`` is given, and a folder given as
+    ``--liberty`` is named as one."""
+    before = BUNDLED_LIBERTY.read_bytes()
+    assert main(["synth", "--json", str(BUNDLED_LIBERTY)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--json and --liberty (its default" in err
+    assert BUNDLED_LIBERTY.read_bytes() == before
+    assert main(["synth", "--liberty", str(tmp_path)]) == 2
+    assert "a folder; expected a Liberty file" in capsys.readouterr().err
 
 
 # ---- the flow on the smallest blocks --------------------------------------------------------
