@@ -104,7 +104,7 @@ import numpy as np
 
 from ..errors import UserError
 from . import seed_type
-from .outputs import check_output, write_json
+from .outputs import output_path, check_output, write_json
 from .sim import add_config_option
 
 
@@ -222,7 +222,7 @@ def configure(parser):
     parser.add_argument("--only-sweep", action="store_true",
                         help=f"run only figure {figure_number('sweep')} (sweep points per "
                              f"second on 1 and 2 local Dask workers)")
-    parser.add_argument("--json", metavar="OUT", default=None,
+    parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="write the figures to OUT (JSON; checked before the run, written "
                              "only when it completes)")
 

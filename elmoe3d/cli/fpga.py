@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
-from .outputs import check_output, write_json
+from .outputs import output_path, check_output, write_json
 
 
 __all__ = ["configure", "run", "print_report", "report_rows", "asic_rollup", "block_rows",
@@ -63,7 +63,7 @@ def configure(parser) -> None:
     parser.add_argument("--config", metavar="NAME", default="default",
                         help="default (the board's named configuration), auto (fit search), "
                              "a named FPGA configuration or a preset (default: default)")
-    parser.add_argument("--json", metavar="F", type=Path, default=None,
+    parser.add_argument("--json", metavar="F", type=output_path, default=None,
                         help="write the figures as JSON (default fpga/<board>/report.json "
                              "under the build root: the checkout's build/)")
     parser.add_argument("--seed", metavar="N", type=int, default=None,

@@ -25,8 +25,19 @@ from pathlib import Path
 from ..errors import UserError
 
 
-__all__ = ["check_output", "check_output_dir", "check_distinct", "same_file", "AtomicOutputs",
-           "atomic_outputs", "write_json", "report_console", "plot_format"]
+__all__ = ["output_path", "check_output", "check_output_dir", "check_distinct", "same_file",
+           "AtomicOutputs", "atomic_outputs", "write_json", "report_console", "plot_format"]
+
+
+def output_path(text: str) -> Path:
+    """The ``type=`` of an output path option (``--json``, ``--plot``, ``--csv``, ``--out``,
+    ``--cache``): an empty path (a shell variable that was not set) is refused, where
+    :class:`~pathlib.Path` would read it as the current folder and a truthiness test as no
+    option given. Raises :class:`argparse.ArgumentTypeError` (argparse's one error line)."""
+    import argparse
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; expected a file or folder name")
+    return Path(text)
 
 
 def report_console(min_width=120):

@@ -35,7 +35,7 @@ import sys
 from ..errors import UserError
 from ..sw.host.compute_calib import FEEDS
 from ..sw.host.paper_eval import PLACEMENTS
-from .outputs import (check_distinct, check_output, check_output_dir, report_console,
+from .outputs import (check_distinct, check_output, check_output_dir, output_path, report_console,
                       write_json)
 
 
@@ -100,9 +100,9 @@ def configure(parser):
                              "cache; default) or reads (in SD the draft data first, read depth "
                              "times an iteration; AR as the paper's: a what-if); the fits are "
                              "not redone")
-    parser.add_argument("--json", metavar="OUT", default=None,
+    parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write the rows and the summary to OUT (JSON)")
-    parser.add_argument("--plot", metavar="DIR", default=None,
+    parser.add_argument("--plot", metavar="DIR", type=output_path, default=None,
                         help="fig12, fig14, fig15: also write the figure as "
                              "DIR/<figure>_<hb>.png (DIR created if missing)")
 
@@ -114,6 +114,19 @@ def _zipf(args) -> dict:
     if args.cache_form == "token" and args.ar_cache == "best":
         return dict(pe.ZIPF)
     return pe.calibrate_zipf(form=args.cache_form, ar_cache=args.ar_cache, link=args.link)
+
+
+def _options_doc(args, figure) -> dict:
+    """The model options ``figure`` ran with, as its JSON records them: ``hb``, then every
+    option of :data:`APPLIES` that applies to ``figure`` (the tree as ``[depth, width,
+    verify]`` or ``"best"``), so that two runs' JSON files say how they differ."""
+    tree = _tree(args.tree)
+    doc = {"hb": args.hb}
+    for opt in ("tree", "cache_form", "alpha", "ar_cache", "link", "placement"):
+        if figure in APPLIES[opt]:
+            doc[opt] = (tree if tree == "best" else list(tree)) if opt == "tree" else \
+                getattr(args, opt)
+    return doc
 
 
 def _model_note(args) -> str:
@@ -237,10 +250,7 @@ def run(args) -> int:
         console.print(f"worst cell: {w['model']} {w['scheme']} batch {w['batch']} "
                       f"{w['figure']}: ratio {w['ratio']:.2f}")
     if args.json:
-        write_json(args.json, {"hb": args.hb, "tree": tree, "cache_form": args.cache_form,
-                               "ar_cache": args.ar_cache, "alpha": args.alpha, "zipf": zipf,
-                               "link": args.link, "placement": args.placement,
-                               "rows": rows,
+        write_json(args.json, {**_options_doc(args, "table3"), "zipf": zipf, "rows": rows,
                                "summary": summ})
     return 0
 
@@ -367,7 +377,9 @@ def _plot_dir(args, figure):
     checks its ``--plot`` (:func:`~.outputs.check_output_dir`: DIR is created if missing)."""
     if not args.plot:
         return None
-    return check_output_dir(args.plot, "--plot", [f"{figure}_{args.hb}.png"])[0]
+    plot = check_output_dir(args.plot, "--plot", [f"{figure}_{args.hb}.png"])[0]
+    check_distinct([("--json", args.json), ("--plot", plot)])
+    return plot
 
 
 def _paper_hb(args, figure) -> bool:
@@ -439,8 +451,7 @@ def _fig14(args) -> int:
                                      f"{pe.PAPER_FIG15['over_xpu']}x less energy; over the "
                                      f"strongest prior {p14['over_best_prior']}x, "
                                      f"{pe.PAPER_FIG15['over_best_prior']}x"))
-    _write(console, args, {"hb": args.hb, "paper_hb": PAPER_HB["fig14"], "link": args.link,
-                           "placement": args.placement,
+    _write(console, args, {**_options_doc(args, "fig14"), "paper_hb": PAPER_HB["fig14"],
                            "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig14(path, rows, args.hb))
     return 0
@@ -522,14 +533,14 @@ def _fig15(args) -> int:
                                      f"prior {paper['over_best_prior']}x, up to "
                                      f"{paper['over_best_prior_max']}x"))
     who = "Elastic-SD from the alpha model, the rest the paper" if alphas else "the paper"
-    console.print(f"alpha: {who}'s 4 GB values. Logic-die figures: DIE_ENERGY "
+    console.print(f"alpha: {who}'s 4 GB values; ours' AR cache {args.ar_cache}. Logic-die "
+                  f"figures: DIE_ENERGY "
                   f"({pe.DIE_ENERGY.measured}); "
                   f"near-memory reads from published figures (NEAR_MEMORY_READ), their MACs "
                   f"a placeholder; DRAM background power not modelled (docs/paper.md, "
                   f"section 7); "
                   f"{_model_note(args)}")
-    _write(console, args, {"hb": args.hb, "paper_hb": PAPER_HB["fig15"], "link": args.link,
-                           "placement": args.placement,
+    _write(console, args, {**_options_doc(args, "fig15"), "paper_hb": PAPER_HB["fig15"],
                            "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig15(path, rows, args.hb))
     return 0
@@ -651,8 +662,7 @@ def _fig12(args) -> int:
            if alphas else "the paper's 4 GB value at batch 16"
            + (" (its 8 GB alphas are withheld)" if args.hb == "8gb" else ""))
     console.print(f"alpha: {who}; {_model_note(args)}")
-    _write(console, args, {"hb": args.hb, "link": args.link, "placement": args.placement,
-                           "rows": rows}, plot,
+    _write(console, args, {**_options_doc(args, "fig12"), "rows": rows}, plot,
            lambda path: _plot_fig12(path, rows, args.hb))
     return 0
 

@@ -19,7 +19,7 @@ import time
 
 from ..errors import UserError
 from . import seed_type
-from .outputs import check_output, report_console, write_json
+from .outputs import output_path, check_output, report_console, write_json
 
 
 def configure(parser):
@@ -52,7 +52,7 @@ def configure(parser):
                         help="build and measure the PE, run nothing")
     parser.add_argument("--seed", type=seed_type, default=None,
                         help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
-    parser.add_argument("--json", metavar="OUT", default=None,
+    parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write the build figures and case records to OUT (JSON)")
 
 

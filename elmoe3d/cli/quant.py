@@ -68,7 +68,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UserError
-from .outputs import atomic_outputs, check_distinct, check_output, plot_format, report_console
+from .outputs import (atomic_outputs, check_distinct, check_output, output_path, plot_format,
+                      report_console)
 
 
 __all__ = ["configure", "run", "parse_bits", "TensorResult", "analyse_tensor", "METHODS"]
@@ -101,9 +102,9 @@ def configure(parser) -> None:
                              "(default 2-7)")
     parser.add_argument("--per-tensor", action="store_true",
                         help="also print SQNR per tensor and list every skipped tensor")
-    parser.add_argument("--json", metavar="OUT", type=Path, default=None,
+    parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="write every number (per tensor and aggregate) as JSON")
-    parser.add_argument("--plot", metavar="OUT.png", type=Path, default=None,
+    parser.add_argument("--plot", metavar="OUT.png", type=output_path, default=None,
                         help="write a plot of SQNR vs bits per method in the format of the "
                              "suffix (.png, .pdf, .svg or another that matplotlib writes; "
                              "checked before quantizing; no suffix: PNG)")

@@ -66,7 +66,7 @@ from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_opti
 from ..sw.host.backends.records import format_bytes as _b
 from ..sw.host.backends.perf import compute_figures
 from . import seed_type
-from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir,
+from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir, output_path,
                       report_console)
 
 
@@ -159,11 +159,11 @@ def configure(parser) -> None:
     for backend, opt in backend_options():
         parser.add_argument(f"--{opt.name}", type=opt.type, default=None, metavar=opt.metavar,
                             help=f"{backend.name}: {opt.help}")
-    parser.add_argument("--json", type=Path, default=None, metavar="F",
+    parser.add_argument("--json", type=output_path, default=None, metavar="F",
                         help="write the runs, their summaries and every step as JSON")
-    parser.add_argument("--csv", type=Path, default=None, metavar="F",
+    parser.add_argument("--csv", type=output_path, default=None, metavar="F",
                         help="write one row per step as CSV")
-    parser.add_argument("--plot", type=Path, default=None, metavar="DIR",
+    parser.add_argument("--plot", type=output_path, default=None, metavar="DIR",
                         help="write hit_rate.png, bytes_per_tier.png, latency.png into DIR "
                              "(created if missing)")
 

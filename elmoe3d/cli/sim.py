@@ -22,7 +22,7 @@ import time
 from ..config import ConfigError, preset
 from ..errors import UserError
 from . import seed_type
-from .outputs import check_output, write_json
+from .outputs import output_path, check_output, write_json
 
 
 #: Presets this command simulates (the paper configurations are for synthesis and the
@@ -52,7 +52,7 @@ def configure(parser):
                         help="dump waveforms in each run folder: FST (dump.fst), or VCD "
                              "(dump.vcd, much larger) where the C++ compiler lacks the lz4 "
                              "and zlib headers Verilator's FST writer needs")
-    parser.add_argument("--json", metavar="OUT", default=None,
+    parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write every case record to OUT (JSON; checked before the "
                              "run, written only when the run completes)")
 

@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 
 from ..errors import UserError
+from .outputs import output_path
 
 
 def configure(parser):
@@ -41,9 +42,9 @@ def configure(parser):
     parser.add_argument("--workers", metavar="N", type=int, default=None,
                         help="LocalCluster worker processes (default: CPU count; 0: run the "
                              "points in this process)")
-    parser.add_argument("--out", metavar="DIR", type=Path, default=None,
+    parser.add_argument("--out", metavar="DIR", type=output_path, default=None,
                         help="out folder (default: out/sweep-<spec name>); a rerun resumes it")
-    parser.add_argument("--cache", metavar="DIR", type=Path, default=None,
+    parser.add_argument("--cache", metavar="DIR", type=output_path, default=None,
                         help="cache the workers share: Yosys runs, area roll-ups, Verilator "
                              "builds, compute calibrations of new shapes (default: "
                              "$ELMOE3D_CACHE, else ~/.cache/elmoe3d)")

@@ -80,7 +80,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..paths import build_root
-from .outputs import atomic_outputs, check_distinct, check_output, plot_format
+from .outputs import output_path, atomic_outputs, check_distinct, check_output, plot_format
 
 
 __all__ = ["configure", "run", "PAPER_PE_SHARE", "CHECK_TOLERANCE", "synth_report", "die_nodes",
@@ -122,9 +122,9 @@ def configure(parser) -> None:
     parser.add_argument("--liberty", metavar="PATH", type=Path, default=None,
                         help="a Liberty cell library for area (default: the project's ASAP7 "
                              f"subset, {_bundled_liberty()})")
-    parser.add_argument("--json", metavar="OUT.json", type=Path, default=None,
+    parser.add_argument("--json", metavar="OUT.json", type=output_path, default=None,
                         help="write every figure as JSON")
-    parser.add_argument("--plot", metavar="OUT.png", type=Path, default=None,
+    parser.add_argument("--plot", metavar="OUT.png", type=output_path, default=None,
                         help="write the area breakdown chart (like the paper's Fig. 11) in the "
                              "format of the suffix (.png, .pdf, .svg or another that matplotlib "
                              "writes; checked before synthesis; no suffix: PNG)")

@@ -434,3 +434,33 @@ def test_placement_option(tmp_path, capsys):
         assert cli.main(["paper", *argv]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and msg in err
+
+
+def test_outputs_empty_or_one_file_are_refused(tmp_path, capsys):
+    """``--json ''`` (an unset shell variable) is refused, not taken as no option; ``--json``
+    naming the file ``--plot DIR`` writes is refused before anything runs, and nothing is
+    written."""
+    with pytest.raises(SystemExit) as exc:                      # argparse's error line
+        cli.main(["paper", "table3", "--json", ""])
+    assert exc.value.code == 2
+    assert "argument --json: an empty path" in capsys.readouterr().err
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    clash = plots / "fig12_8gb.png"
+    assert cli.main(["paper", "fig12", "--json", str(clash), "--plot", str(plots)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"--json and --plot name the same file {clash}" in err
+    assert not list(plots.iterdir())
+
+
+def test_json_records_the_options_that_applied(tmp_path, capsys):
+    """Each figure's JSON names the model options it ran with (those that apply to it), so two
+    runs' files tell apart, e.g. fig15's ``--ar-cache``; fig15 has no ``placement``."""
+    docs = {}
+    for ar in ("best", "whole"):
+        out = tmp_path / f"{ar}.json"
+        assert cli.main(["paper", "fig15", "--ar-cache", ar, "--json", str(out)]) == 0
+        docs[ar] = json.loads(out.read_text())
+        assert f"ours' AR cache {ar}" in capsys.readouterr().out
+    assert (docs["best"]["ar_cache"], docs["whole"]["ar_cache"]) == ("best", "whole")
+    assert "placement" not in docs["best"] and docs["best"]["tree"] == list(pe.TREE)
