@@ -76,6 +76,11 @@ __all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "
 CONFIGS = (SMALL_CONFIG, "paper-4gb", "paper-8gb")
 #: ``--backend``'s default.
 DEFAULT_BACKEND = "perf"
+#: Defaults of ``--traffic``, ``--depth`` and ``--acceptance`` (None on the command line, so
+#: that one given where it does not apply is refused).
+DEFAULT_TRAFFIC = "smooth"
+DEFAULT_DEPTH = 4
+DEFAULT_ACCEPTANCE = "coverage:0.5"
 SCHEDULES = ("elastic", "replay")
 #: Real traces by name (files in :func:`elmoe3d.sw.host.corpus.traces_dir`).
 NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
@@ -134,9 +139,9 @@ def configure(parser) -> None:
     parser.add_argument("--schedule", default="elastic", metavar="NAME",
                         help="elastic (Elastic-SD draft/verify, default) or replay (plain "
                              "decode through the LRU cache)")
-    parser.add_argument("--depth", type=int, nargs="+", default=[4], metavar="D",
+    parser.add_argument("--depth", type=int, nargs="+", default=None, metavar="D",
                         help="Elastic-SD draft depth(s); one run per value (default 4)")
-    parser.add_argument("--acceptance", default="coverage:0.5", metavar="RULE",
+    parser.add_argument("--acceptance", default=None, metavar="RULE",
                         help="Elastic-SD acceptance: coverage:T (pool share of the gate "
                              "weight >= T) or bernoulli:A (rate A) (default coverage:0.5)")
     parser.add_argument("--batch", type=int, default=1, metavar="B",
@@ -153,7 +158,7 @@ def configure(parser) -> None:
     parser.add_argument("--seed", type=seed_type, default=None,
                         help="seed of the synthetic weights, activations and Bernoulli "
                              "acceptance (default $ELMOE3D_SEED, else a fixed seed)")
-    parser.add_argument("--traffic", default="smooth", metavar="NAME",
+    parser.add_argument("--traffic", default=None, metavar="NAME",
                         help="rtl: smooth, or stalls (idle source cycles and backpressure; "
                              "elmoe3d.sim.traffic)")
     for backend, opt in backend_options():
@@ -263,7 +268,9 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
         note = rep.counts_line()
     p = model_preset(name)
     from ..sw.host.compiler import check_model_trace
-    check_model_trace(tr, p)
+    check_model_trace(tr, p, source=None if model is not None else
+                      f"{path.name}'s " + ("model field" if _kind(path) == "npz" else
+                                          "meta line"))
     return tr, p, rep, note
 
 
@@ -366,6 +373,24 @@ def execute(args, *, progress_factory=None) -> dict:
     schedule = _choice("--schedule", args.schedule, SCHEDULES)
     _choice("--config", args.config, CONFIGS)
     from ..sim.traffic import BENCH_TRAFFIC
+    # options of one backend or schedule only are refused elsewhere, not dropped
+    if args.traffic is not None and backend != "rtl":
+        raise UserError(f"--traffic: only with --backend rtl (the {backend} backend has no "
+                        f"stream to stall)")
+    if schedule == "replay":
+        given = [o for o, v in (("--depth", args.depth), ("--acceptance", args.acceptance))
+                 if v is not None]
+        if given:
+            raise UserError(f"{' and '.join(given)}: "
+                            + ("Elastic-SD options" if len(given) > 1 else
+                               "an Elastic-SD option")
+                            + "; --schedule replay decodes without drafting")
+    args.traffic = args.traffic or DEFAULT_TRAFFIC
+    args.depth = args.depth or [DEFAULT_DEPTH]
+    args.acceptance = args.acceptance or DEFAULT_ACCEPTANCE
+    if len(set(args.depth)) < len(args.depth):
+        raise UserError(f"--depth {' '.join(map(str, args.depth))}: a depth given twice "
+                        f"(one run per depth)")
     _choice("--traffic", args.traffic, BENCH_TRAFFIC)
     for opt, v in (("--tokens", args.tokens), ("--batch", args.batch)):
         _positive(opt, v)
@@ -404,6 +429,7 @@ def execute(args, *, progress_factory=None) -> dict:
         renormalise=renorm)
     _check_ffn(real_model)
     layers = host.parse_layers(args.layers, real_model)
+    available = trace.token_count()
     trace = host.limit_tokens(trace, args.tokens)
     if not trace.phase_mask("decode").any():
         raise UserError(f"--trace {args.trace}: no decode tokens ({note})")
@@ -439,6 +465,10 @@ def execute(args, *, progress_factory=None) -> dict:
         doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
             f"--batch {args.batch} but the trace has {n_req} request(s): {n_req} run in "
             f"lockstep")
+    if args.tokens is not None and args.tokens > available:
+        doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+            f"--tokens {args.tokens} but the trace has {available} decode tokens: all "
+            f"{available} run")
     if logged < real_model.moe_layers:
         doc["hb_share"] = logged / real_model.moe_layers
         doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (

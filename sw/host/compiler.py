@@ -542,7 +542,10 @@ def parse_layers(text, model) -> list:
                         f"({ids[0]}..{ids[-1]})")
     if not out:
         raise UserError(f"--layers {s!r}: selects no layer")
-    return sorted(set(out))
+    twice = sorted({x for x in out if out.count(x) > 1})
+    if twice:
+        raise UserError(f"--layers {s!r}: layer {twice[0]} given twice")
+    return sorted(out)
 
 
 def limit_tokens(trace, tokens, phase="decode"):
@@ -1141,13 +1144,15 @@ def slice_images(layer, expert, weights: SyntheticWeights, arch) -> list:
     return [list(img) for img in job.hb_images]
 
 
-def check_model_trace(trace, model) -> ModelPreset:
+def check_model_trace(trace, model, *, source=None) -> ModelPreset:
     """The preset, after checking the trace's experts, top-k and layers agree with it
-    (:class:`UserError` naming ``--model`` otherwise)."""
+    (:class:`UserError` otherwise, naming ``--model`` or ``source``: where the model was
+    named when the user gave no ``--model``, e.g. the trace's meta line)."""
     p = model_preset(model)
     if trace.num_experts != p.routed_experts or trace.top_k != p.top_k or \
             tuple(trace.layer_ids) != tuple(p.moe_layer_ids):
-        raise UserError(f"--model {p.name}: the trace has {trace.num_experts} experts, top-"
+        where = f"--model {p.name}" if source is None else f"{source} names {p.name}, but"
+        raise UserError(f"{where}: the trace has {trace.num_experts} experts, top-"
                         f"{trace.top_k}, layers {trace.layer_ids[0]}..{trace.layer_ids[-1]}; "
                         f"{p.name} has {p.routed_experts}, top-{p.top_k}, layers "
                         f"{p.moe_layer_ids[0]}..{p.moe_layer_ids[-1]}")

@@ -82,6 +82,14 @@ def test_npz_trace_and_model_from_it(tmp_path, capsys):
                           "--tokens", "6", "--layers", "0", "--schedule", "replay")
     assert code == 0, err
     assert "mixtral-8x7b" in out
+    # a model field naming a preset whose experts the trace does not have, and no --model:
+    # the error names the file's field, not an option the user never gave
+    import dataclasses
+    wrong = dataclasses.replace(tr, model="qwen3-30b-a3b").save(tmp_path / "q.npz")
+    code, out, err = _run(capsys, "run", "--trace", str(wrong), "--config", "paper-4gb",
+                          "--tokens", "6", "--layers", "0")
+    assert code == 2 and err.count("\n") == 1 and "--model" not in err
+    assert "q.npz's model field names qwen3-30b-a3b, but: the trace has 8 experts" in err
 
 
 @pytest.mark.parametrize("argv, what", [
@@ -95,6 +103,11 @@ def test_npz_trace_and_model_from_it(tmp_path, capsys):
     (["--depth", "0"], "--depth"),
     (["--acceptance", "always"], "--acceptance"),
     (["--model", "olmoe-1b-7b"], "--model"),
+    (["--traffic", "stalls"], "--traffic: only with --backend rtl"),
+    (["--schedule", "replay", "--depth", "8"], "--depth: an Elastic-SD option"),
+    (["--schedule", "replay", "--acceptance", "bernoulli:0.5"], "--acceptance: an Elastic-SD"),
+    (["--depth", "4", "4"], "--depth 4 4: a depth given twice"),
+    (["--layers", "0,0"], "--layers '0,0': layer 0 given twice"),
 ])
 def test_bad_input_one_line_exit_2_no_outputs(tmp_path, capsys, argv, what):
     j, c, d = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "plots"
@@ -500,3 +513,16 @@ def test_an_unknown_trace_name_lists_the_named_traces(capsys):
         f"elmoe3d run: error: --trace nosuchset: no such file nosuchset; expected a routing "
         f"log file, a named trace ({', '.join(NAMED_TRACES)}) or {SYNTHETIC_PREFIX}FILE"]
     assert {"gsm8k", "humaneval"} <= set(NAMED_TRACES)
+
+
+def test_tokens_beyond_the_trace_are_noted(tmp_path, capsys):
+    """``--tokens`` above the trace's decode tokens runs them all and says so (a note in the
+    output and the JSON), not silently."""
+    j = tmp_path / "r.json"
+    code, out, err = _run(capsys, *BASE, "--config", "paper-8gb", "--tokens", "99999",
+                          "--layers", "0:2", "--json", str(j))
+    assert code == 0, err
+    doc = json.loads(j.read_text())
+    assert doc["tokens"] == 247
+    assert "--tokens 99999 but the trace has 247 decode tokens: all 247 run" in doc["note"]
+    assert "--tokens 99999 but the trace has 247" in out
