@@ -227,6 +227,12 @@ def configure(parser):
                              "only when it completes)")
 
 
+#: The longest RTL throughput GEMM ``--beats`` asks for: a million beats is hours of cocotb
+#: simulation already (the default is 4,096), and the bench holds the GEMM's operands, results
+#: and golden values in memory, which far longer ones exhaust (10^10 asked for 1.16 TiB).
+MAX_BEATS = 1 << 20
+
+
 def median_time(fn, repeats: int, min_seconds: float = 0.05) -> float:
     """Median over ``repeats`` samples of the seconds per call of ``fn``; each sample loops
     until ``min_seconds`` have passed. One untimed warm-up call first."""
@@ -880,6 +886,9 @@ def run(args) -> int:
     arch = sim_config(args.config)
     if args.repeats < 1 or args.beats < 1:
         raise UserError("--repeats and --beats must be positive")
+    if args.beats > MAX_BEATS:
+        raise UserError(f"--beats {args.beats}: at most {MAX_BEATS:,} (the bench simulates "
+                        f"every beat and holds the GEMM's operands and results in memory)")
     if args.json:
         check_output(args.json, "--json")
     console = Console(highlight=False)

@@ -34,13 +34,13 @@ def configure(parser):
                         help="when the configuration's PE group cannot hold the shape, build "
                              "the nearest one that can (the smallest group, else an IOMEM "
                              "split: elmoe3d.sw.host.stream_group.fitting_config)")
-    parser.add_argument("--tokens", default="1", metavar="T[,T...]",
+    parser.add_argument("--tokens", default=None, metavar="T[,T...]",
                         help="comma-separated token counts (default 1)")
-    parser.add_argument("--ld-rate", default="hb", metavar="RATE[,RATE...]",
+    parser.add_argument("--ld-rate", default=None, metavar="RATE[,RATE...]",
                         help="comma-separated ld pacings: hb (the HB bank rate of the "
                              "configuration: 51.2 B per cycle in the paper presets), full (one word a cycle: the tile's MACs per cycle with "
                              "HB out of the way) or words per cycle in (0, 1] (default hb)")
-    parser.add_argument("--modes", default="DRAFT,FULL",
+    parser.add_argument("--modes", default=None,
                         help="comma-separated modes (default: DRAFT,FULL)")
     parser.add_argument("--comb-check", action="store_true",
                         help="keep Amaranth's combinational-cycle check in the Verilog "
@@ -60,9 +60,22 @@ def _gb(n) -> str:
     return f"{n / 2**30:.2f} GB"
 
 
+#: Defaults of ``--tokens``, ``--ld-rate`` and ``--modes`` (None on the command line, so that
+#: one given with ``--build-only``, which runs nothing, is refused).
+RUN_DEFAULTS = {"tokens": "1", "ld_rate": "hb", "modes": "DRAFT,FULL"}
+
+
+def _items(text, option) -> list:
+    """The comma-separated items of ``option``'s value; an empty one (``1,,2``) refused."""
+    items = [t.strip() for t in str(text).split(",")]
+    if "" in items:
+        raise UserError(f"{option} {text}: an empty item; expected values separated by commas")
+    return items
+
+
 def _tokens(text):
     try:
-        tokens = [int(t) for t in str(text).split(",") if t.strip()]
+        tokens = [int(t) for t in _items(text, "--tokens")]
     except ValueError:
         tokens = []
     if not tokens or min(tokens) < 1:
@@ -72,7 +85,7 @@ def _tokens(text):
 
 def _ld_rates(arch, text):
     from ..sim.bench_pe import ld_rate_words
-    rates = [r.strip().lower() for r in str(text).split(",") if r.strip()]
+    rates = [r.lower() for r in _items(text, "--ld-rate")]
     if not rates:
         raise UserError(f"--ld-rate {text}: expected hb, full or words per cycle")
     for r in rates:
@@ -84,7 +97,7 @@ def _ld_rates(arch, text):
 
 
 def _modes(text):
-    modes = [m.strip().upper() for m in str(text).split(",") if m.strip()]
+    modes = [m.upper() for m in _items(text, "--modes")]
     bad = [m for m in modes if m not in ("DRAFT", "FULL")]
     if not modes or bad:
         raise UserError(f"--modes {text}: expected DRAFT and/or FULL")
@@ -179,6 +192,12 @@ def run(args) -> int:
 
     if args.json:
         check_output(args.json, "--json")
+    given = [f"--{k.replace('_', '-')}" for k in RUN_DEFAULTS if getattr(args, k) is not None]
+    if args.build_only and given:
+        raise UserError(f"{', '.join(given)}: --build-only runs nothing")
+    for k, v in RUN_DEFAULTS.items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
     modes = _modes(args.modes)
     if args.shape not in MODEL_PRESETS:
         raise UserError(f"--shape {args.shape}: unknown model preset")
@@ -187,7 +206,8 @@ def run(args) -> int:
     try:
         arch = paper_arch(args.config, args.tile)
     except (ConfigError, ValueError) as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(f"--config {args.config}" + (f" --tile {args.tile}" if args.tile else "")
+                        + f": {exc}") from None
     if args.fit:
         from ..sw.host.stream_group import fitting_config
         model = MODEL_PRESETS[args.shape]

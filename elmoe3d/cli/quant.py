@@ -415,6 +415,9 @@ def run(args) -> int:
     for option, dest in (("--json", args.json), ("--plot", args.plot)):
         if dest is not None:
             check_output(dest, option)
+    if args.tensors is not None and not args.tensors.replace(",", "").strip():
+        raise UserError(f"--tensors {args.tensors!r}: no pattern; expected fnmatch globs "
+                        f"separated by commas (leave the option out for every tensor)")
     plot_fmt = plot_format(args.plot, "--plot") if args.plot is not None else None
     path = _resolve_weights(args.weights)
     check_distinct([("--json", args.json), ("--plot", args.plot)], [("WEIGHTS", path)])

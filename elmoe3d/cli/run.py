@@ -181,6 +181,9 @@ def resolve_trace(text) -> Path:
     from ..sw.host.corpus import traces_dir, traces_hint
     text = str(text)
     usage = text.startswith(SYNTHETIC_PREFIX)
+    if usage and not text[len(SYNTHETIC_PREFIX):].strip():
+        raise UserError(f"--trace {text}: expected {SYNTHETIC_PREFIX}FILE (an expert-usage "
+                        f"JSON or a counts CSV)")
     if text in NAMED_TRACES:
         path = traces_dir() / NAMED_TRACES[text]
     else:

@@ -28,6 +28,7 @@ access, no Amaranth), each for one kind of log seen in the wild (``docs/traces.m
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -330,10 +331,14 @@ def usage_counts(doc) -> dict:
         raise UserError("expert usage: no layer")
     out, width = {}, None
     for name, v in items:
-        if not isinstance(v, list) or not all(isinstance(x, (int, float))
-                                              and not isinstance(x, bool) for x in v):
+        if not isinstance(v, list):
             raise UserError(f"expert usage: layer {name!r}: expected a list of counts, got "
                             f"{type(v).__name__}")
+        bad = next((i for i, x in enumerate(v)
+                    if not isinstance(x, (int, float)) or isinstance(x, bool)), None)
+        if bad is not None:
+            raise UserError(f"expert usage: layer {name!r}, expert {bad}: expected a count, "
+                            f"got {json.dumps(v[bad])}")
         c = np.asarray(v, np.float64)
         if len(c) < 2 or not np.isfinite(c).all() or (c < 0).any() or c.sum() <= 0:
             raise UserError(f"expert usage: layer {name!r}: expected >= 2 finite counts >= 0 "

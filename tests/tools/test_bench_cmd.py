@@ -191,6 +191,15 @@ def test_only_simulated_configs(stub, capsys, name, message):
     assert rc == 2 and message in err
 
 
+def test_beats_beyond_the_limit_refused(stub, capsys):
+    """``--beats 10000000000`` is refused before any build, naming ``--beats`` (it built, then
+    ran out of memory inside the bench)."""
+    from elmoe3d.cli.bench import MAX_BEATS
+    stub()
+    rc, out, err = bench_main(capsys, "--beats", str(10 ** 10))
+    assert rc == 2 and f"--beats 10000000000: at most {MAX_BEATS:,}" in err
+
+
 @pytest.mark.parametrize("command", ["bench", "sim"])
 def test_config_choices_are_the_simulated_presets(capsys, command):
     """``--config nope`` listed every preset (``mid`` and the paper ones), which the command

@@ -141,7 +141,11 @@ def test_fit_builds_the_nearest_configuration_that_holds_the_shape(monkeypatch, 
                                         (["--tokens", "0"], "--tokens"),
                                         (["--tokens", "1,x"], "--tokens"),
                                         (["--ld-rate", "fast"], "--ld-rate"),
-                                        (["--ld-rate", "1.5"], "--ld-rate")])
+                                        (["--ld-rate", "1.5"], "--ld-rate"),
+                                        (["--tokens", "1,,2"], "--tokens 1,,2: an empty item"),
+                                        (["--build-only", "--modes", "FULL"],
+                                         "--modes: --build-only runs nothing"),
+                                        (["--config", "nosuch"], "--config nosuch: unknown")])
 def test_usage_errors_exit_2(monkeypatch, capsys, argv, word):
     stub(monkeypatch, [])
     assert cli.main(["paper-pe", *argv]) == 2

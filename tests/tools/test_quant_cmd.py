@@ -291,6 +291,8 @@ ERROR_CASES = {
                                            r"at byte \d+ but the file has only"),
     "nothing to quantize": (lambda f, d: [f["bias"]],
                             r"none of the 1 selected tensors is a floating weight .*1-D"),
+    "no pattern in --tensors": (lambda f, d: [f["nan"], "--tensors", ","],
+                                r"--tensors ',': no pattern; expected fnmatch globs"),
     "output folder missing": (lambda f, d: [f["k48"], "--json", d / "no" / "r.json"],
                               r"--json .*r\.json: directory .*no does not exist"),
 }

@@ -526,3 +526,16 @@ def test_tokens_beyond_the_trace_are_noted(tmp_path, capsys):
     assert doc["tokens"] == 247
     assert "--tokens 99999 but the trace has 247 decode tokens: all 247 run" in doc["note"]
     assert "--tokens 99999 but the trace has 247" in out
+
+
+def test_synthetic_trace_mistakes_name_what_is_wrong(tmp_path, capsys):
+    """``--trace synthetic:`` with no file, and a usage table with a string among its counts:
+    each one line naming what is wrong (the folder '.' and the type 'list' were named)."""
+    code, _, err = _run(capsys, "run", "--trace", "synthetic:", "--model", "mixtral-8x7b")
+    assert code == 2 and "--trace synthetic:: expected synthetic:FILE" in err
+    usage = tmp_path / "u.json"
+    usage.write_text(json.dumps([[1, 2, "x", 4, 5, 6, 7, 8]] * 2))
+    code, _, err = _run(capsys, "run", "--trace", f"synthetic:{usage}", "--model",
+                        "mixtral-8x7b")
+    assert code == 2 and err.count("\n") == 1
+    assert "expert usage: layer '0', expert 2: expected a count, got \"x\"" in err
