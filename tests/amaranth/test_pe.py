@@ -2114,7 +2114,6 @@ def test_linear_program_equals_fsim(mode, arch, k, n, rows, raw, traffic, seed):
     and its last STATUS beat's sticky flags == ref_linear's. Corner cases: an all-zero token
     row and a row scaled by 1e4 beside normal rows; a row scaled by 1e12 in the last (partial)
     tile, whose outputs saturate Q.24 (vpu_saturation set)."""
-    from elmoe3d.sw.golden.linear_stream import build_streamed_linear_program, ref_linear
     print(f"seed={seed}")
     rng = np.random.default_rng(seed)
     cfg = {"small": ARCH, "linear": LINEAR_ARCH}[arch]
@@ -2126,21 +2125,12 @@ def test_linear_program_equals_fsim(mode, arch, k, n, rows, raw, traffic, seed):
     elif rows == "saturate":
         x[2] *= 1e12
     w = rng.normal(size=(n, k)) * 0.2
-    job = build_streamed_linear_program(x, w, mode, cfg, raw_output=raw)
-    assert job.plan.x_stream == (arch == "linear")
+    job, got, want, y = _linear_on_rtl(x, w, mode, arch, traffic, seed, raw=raw)
     assert job.plan.raw_output == bool(raw)
     assert tokens % cfg.pe.rows and job.info["tiles"] == -(-tokens // cfg.pe.rows)
     assert job.plan.out_padded > n
     if arch == "linear":
         assert job.plan.out_padded > job.plan.out_chunk            # two OUT chunks
-    dut = PE(config=cfg) if cfg is not ARCH else None
-    got, ref = compare_with_fsim(job.program, job.ld, seed=seed, traffic=TRAFFIC[traffic],
-                                 dut=dut)
-    assert ref.ld_used == len(job.ld)
-    want = ref_linear(x, w, mode)
-    y = job.decode(_Beats(got["o"], cfg.pe))
-    assert y.shape == (tokens, n)
-    assert np.array_equal(y.view(np.uint32), want.y.view(np.uint32))
     status = asm.unpack_status([data for kind, data in got["o"] if kind == OKind.STATUS][-1])
     assert (status["acc_overflow"], status["vpu_saturation"]) == \
         (int(want.acc_overflow), int(want.vpu_saturation))
@@ -2162,15 +2152,22 @@ def test_linear_program_on_minilm_equals_fsim(mode, arch, k, n, proj, traffic, s
     the GELU output, x streamed, quantized to G32 INT8 by the program builder as any weight
     is. RTL == fsim (o beats, STATUS) under idle cycles and backpressure, and the decoded
     output == ref_linear bit for bit."""
-    from elmoe3d.sw.golden.linear_stream import build_streamed_linear_program, ref_linear
     from elmoe3d.sw.host import minilm
     print(f"seed={seed} (traffic only: the data are MiniLM's)")
     up, down = minilm.ffn_weights(2)
     ffn_in, ffn_mid = minilm.ffn_activations(gsm8k_prompts[:1], 2)
     w, acts = (up, ffn_in) if proj == "up" else (down, ffn_mid)
-    x, w = acts[:3, :k], w[:n, :k]
+    _, _, _, y = _linear_on_rtl(acts[:3, :k], w[:n, :k], mode, arch, traffic, seed)
+    assert np.count_nonzero(y) > 0
+
+
+def _linear_on_rtl(x, w, mode, arch, traffic, seed, *, raw=None):
+    """The streamed linear-layer program of ``y = x w^T`` on the RTL PE of ``arch`` (small:
+    x resident; linear: x streamed) against fsim, under ``traffic``; its decoded output
+    checked against ref_linear bit for bit. Returns ``(job, rtl log, ref_linear, y)``."""
+    from elmoe3d.sw.golden.linear_stream import build_streamed_linear_program, ref_linear
     cfg = {"small": ARCH, "linear": LINEAR_ARCH}[arch]
-    job = build_streamed_linear_program(x, w, mode, cfg)
+    job = build_streamed_linear_program(x, w, mode, cfg, raw_output=raw)
     assert job.plan.x_stream == (arch == "linear")
     dut = PE(config=cfg) if cfg is not ARCH else None
     got, ref = compare_with_fsim(job.program, job.ld, seed=seed, traffic=TRAFFIC[traffic],
@@ -2178,5 +2175,6 @@ def test_linear_program_on_minilm_equals_fsim(mode, arch, k, n, proj, traffic, s
     assert ref.ld_used == len(job.ld)
     want = ref_linear(x, w, mode)
     y = job.decode(_Beats(got["o"], cfg.pe))
-    assert y.shape == (3, n) and np.count_nonzero(y) > 0
+    assert y.shape == (len(x), len(w))
     assert np.array_equal(y.view(np.uint32), want.y.view(np.uint32))
+    return job, got, want, y
