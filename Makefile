@@ -68,11 +68,13 @@ sim: $(STAMP)
 # those; CI (.ci/run) runs both. Every test phase (setup, call, teardown) of 10 s or more is
 # listed with its time. ELMOE3D_REQUIRE_REAL: a real-weight test fails, not skips, if the
 # weights `make venv` installs are missing (tests/conftest.py).
+PYTEST = ELMOE3D_REQUIRE_REAL=1 $(PY) -m pytest -n $(JOBS) --dist worksteal \
+	--durations=0 --durations-min=10
 test: $(STAMP)
-	ELMOE3D_REQUIRE_REAL=1 $(PY) -m pytest -n $(JOBS) --dist worksteal -m "not slow" --durations=0 --durations-min=10 tests
+	$(PYTEST) -m "not slow" tests
 
 test-slow: $(STAMP)
-	ELMOE3D_REQUIRE_REAL=1 $(PY) -m pytest -n $(JOBS) --dist worksteal -m slow --durations=0 --durations-min=10 tests
+	$(PYTEST) -m slow tests
 
 bench: $(STAMP)
 	$(PY) -m elmoe3d bench

@@ -51,8 +51,8 @@ from .amaranth_internals import (no_comb_cycle_check, port_direction, replace_su
 
 
 __all__ = ["SRAM_MIN_BITS", "BlockType", "DieBlock", "BLOCK_TYPES", "DIE_BLOCKS", "TILE_FIT",
-           "SramUse", "Hollow", "hollow", "inventory", "instance_key", "instance_params", "resolve", "MulLeaf", "DotRowLeaf",
-           "LaneFieldsLeaf", "memory_role"]
+           "SramUse", "Hollow", "hollow", "inventory", "instance_key", "instance_params",
+           "resolve", "MulLeaf", "DotRowLeaf", "LaneFieldsLeaf", "memory_role"]
 
 
 #: RAMs of at least this many bits are SRAM macros; smaller ones are synthesised as flops.
@@ -178,9 +178,9 @@ def _foreign_private(cls) -> tuple:
 
 
 def instance_params(obj) -> dict:
-    """The parameters ``__init__`` stored on a block instance, by attribute name, as ``repr``
-    strings: plain values and frozen dataclasses such as configurations (ports, other objects
-    and the private attributes of base classes outside elmoe3d are left out)."""
+    """The parameters ``__init__`` stored on a block instance, by attribute name (sorted):
+    plain values and frozen dataclasses such as configurations (ports, other objects and the
+    private attributes of base classes outside elmoe3d are left out)."""
     params = {}
     foreign = _foreign_private(type(obj))
     for name, value in sorted(vars(obj).items()):
@@ -188,14 +188,14 @@ def instance_params(obj) -> dict:
             continue
         if isinstance(value, _PRIMITIVES) or (dataclasses.is_dataclass(value)
                                               and not isinstance(value, type)):
-            params[name] = repr(value)
+            params[name] = value
     return params
 
 
 def instance_key(obj) -> str:
     """A stable key of a block instance: its class and :func:`instance_params`. Instances
     with equal keys elaborate to the same logic."""
-    params = ", ".join(f"{k}={v}" for k, v in instance_params(obj).items())
+    params = ", ".join(f"{k}={v!r}" for k, v in instance_params(obj).items())
     cls = type(obj)
     return f"{cls.__module__}.{cls.__qualname__}({params})"
 

@@ -21,6 +21,7 @@ registers, write arbitration, small FIFOs), plus ``sram:WMEM`` and ``sram:IOMEM`
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -88,8 +89,23 @@ class _Job:
     params: dict | None = None    # the block instance's parameters (instance_params)
 
 
-#: A parameter whose ``repr`` is longer is left out of a job's label (:meth:`Planner.label`).
-LABEL_PARAM_CHARS = 24
+#: The most characters of differences a job's label shows (:meth:`Planner.label`): the first
+#: ones that fit, then ``...``; when not even the first fits, the job's name instead.
+LABEL_PARAM_CHARS = 40
+
+
+def _differences(name, value, others) -> list:
+    """``name=value`` for ``value`` unlike one of ``others``; of a dataclass (a configuration),
+    each field that differs, as ``name.field=value`` (nested dataclasses likewise)."""
+    if all(o == value for o in others):
+        return []
+    if dataclasses.is_dataclass(value) and all(type(o) is type(value) for o in others):
+        out = []
+        for f in dataclasses.fields(value):
+            out += _differences(f"{name}.{f.name}", getattr(value, f.name),
+                                [getattr(o, f.name) for o in others])
+        return out
+    return [f"{name}={value!r}"]
 
 
 def _tile_job(r, lanes):
@@ -276,14 +292,25 @@ class Planner:
         jobs share one, the parameters that tell their instances apart (e.g. ``ring station
         (first=2)``)."""
         job = self._jobs[name]
-        twins = [j for j in self._jobs.values() if j.label == job.label]
-        if len(twins) < 2 or job.params is None:
+        twins = [j for j in self._jobs.values() if j.label == job.label and j is not job]
+        if not twins or job.params is None:
             return job.label
-        differ = [k for k in job.params
-                  if any(t.params is None or t.params.get(k) != job.params[k] for t in twins)]
-        shown = [f"{k.lstrip('_')}={job.params[k]}" for k in differ
-                 if len(job.params[k]) <= LABEL_PARAM_CHARS]
-        return f"{job.label} ({', '.join(shown)})" if shown else job.label
+        shown = []
+        for k, v in job.params.items():
+            others = [t.params.get(k) if t.params is not None else None for t in twins]
+            shown += _differences(k.lstrip("_"), v, others)
+        kept = []
+        for s in shown:                               # the first differences that fit
+            if len(", ".join(kept + [s])) > LABEL_PARAM_CHARS:
+                break
+            kept.append(s)
+        if not kept:
+            kept = [f"job {name}"]                    # no short difference: the job's name
+        elif len(kept) < len(shown):
+            kept.append("...")
+        if job.label.endswith(")"):                   # "PE (own logic; rows=2, ...)"
+            return f"{job.label[:-1]}; {', '.join(kept)})"
+        return f"{job.label} ({', '.join(kept)})"
 
     @property
     def job_count(self) -> int:

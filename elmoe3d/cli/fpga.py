@@ -121,10 +121,16 @@ def list_boards(say) -> None:
 def _options_given(args) -> list:
     """(option, given) of every option but ``--list-boards``: given when not its default."""
     from ..synth.fpga import DEFAULT_BOARD
-    return [("--board", args.board != DEFAULT_BOARD), ("--config", args.config != "default"),
-            *((f"--{k.replace('_', '-')}", getattr(args, k) not in (None, False))
+    return [("--board", args.board.lower() != DEFAULT_BOARD),
+            ("--config", args.config != "default"),
+            *((f"--{k.replace('_', '-')}", getattr(args, k) is not None
+               and getattr(args, k) is not False)
               for k in ("json", "seed", "hb_words", "ext_words", "baud", "route_patience",
                         "max_runs", "estimate_only", "force", "hierarchy", "no_asic"))]
+
+
+#: The largest ``--seed`` (nextpnr reads it as a C ``int``).
+MAX_SEED = 2**31 - 1
 
 
 def _positive(value, option):
@@ -147,8 +153,9 @@ def run(args) -> int:
     for value, option in ((args.hb_words, "--hb-words"), (args.ext_words, "--ext-words"),
                           (args.baud, "--baud"), (args.max_runs, "--max-runs")):
         _positive(value, option)
-    if args.seed is not None and args.seed < 0:
-        raise UserError(f"--seed: expected a non-negative integer, got {args.seed}")
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        raise UserError(f"--seed: expected an integer from 0 to {MAX_SEED} (nextpnr's int), "
+                        f"got {args.seed}")
     if args.force and args.estimate_only:
         raise UserError("--force places and routes a design the estimate says does not fit; "
                         "--estimate-only stops before place and route: give one of them")
@@ -162,6 +169,27 @@ def run(args) -> int:
         if value is not None and value & (value - 1):
             raise UserError(f"{option}: expected a power of two, got {value}")
     fpga.check_device(bd.device)
+    # every option checked before anything is removed or built
+    name = args.config
+    no_named = name == "default" and bd.name not in fpga.FPGA_CONFIGS
+    if name == "auto" or no_named:
+        if args.hb_words or args.ext_words:
+            raise UserError("--hb-words/--ext-words: the fit search (--config auto) chooses "
+                            "the stand-in depths")
+        if args.baud:                   # the search's clock and this rate, before any search
+            import dataclasses
+            named = fpga.FPGA_CONFIGS.get(bd.name)
+            fpga.check_clock(dataclasses.replace(
+                fpga.candidates(bd.device)[0][1], baud=args.baud,
+                clk_hz=named.clk_hz if named else None), bd)
+    else:
+        if args.max_runs is not None:
+            raise UserError(f"--max-runs: only with --config auto (the fit search); "
+                            f"--config {name} runs one estimate")
+        cfg = fpga.resolve_config(name, bd.name, hb_words=args.hb_words,
+                                  ext_words=args.ext_words, baud=args.baud)
+        fpga.check_fits_at_all(cfg, bd.device)
+        fpga.check_clock(cfg, bd)
     build_dir = fpga.fpga_root() / bd.name
     json_path = args.json if args.json is not None else build_dir / "report.json"
     if args.json is None:
@@ -172,20 +200,10 @@ def run(args) -> int:
 
     started = time.monotonic()
     doc = {"board": _board_doc(bd), "search": None, "estimate": None}
-    name = args.config
-    if name == "default" and bd.name not in fpga.FPGA_CONFIGS:
+    if no_named:
         say(f"elmoe3d fpga: {bd.name} has no named configuration: running the fit search")
         name = "auto"
     if name == "auto":
-        if args.hb_words or args.ext_words:
-            raise UserError("--hb-words/--ext-words: the fit search (--config auto) chooses "
-                            "the stand-in depths")
-        if args.baud:                   # the search's clock and this rate, before any search
-            import dataclasses
-            named = fpga.FPGA_CONFIGS.get(bd.name)
-            fpga.check_clock(dataclasses.replace(
-                fpga.candidates(bd.device)[0][1], baud=args.baud,
-                clk_hz=named.clk_hz if named else None), bd)
         say(f"elmoe3d fpga: fit search on {bd.name} ({bd.device.name})")
         search = fpga.fit_search(bd, say=say, **({} if args.max_runs is None else
                                                  {"max_runs": args.max_runs}))
@@ -200,12 +218,6 @@ def run(args) -> int:
         doc["estimate"] = search.tried[-1][1].to_json()
         source = "fit search"
     else:
-        if args.max_runs is not None:
-            raise UserError(f"--max-runs: only with --config auto (the fit search); "
-                            f"--config {name} runs one estimate")
-        cfg = fpga.resolve_config(name, bd.name, hb_words=args.hb_words,
-                                  ext_words=args.ext_words, baud=args.baud)
-        fpga.check_fits_at_all(cfg, bd.device)
         source = "named default" if name == "default" or name in {
             c.name for c in fpga.FPGA_CONFIGS.values()} else "preset"
     doc["config"] = {**cfg.summary(), "source": source, "documented_estimate": cfg.estimate}

@@ -33,7 +33,8 @@ def output_path(text: str) -> Path:
     """The ``type=`` of an output path option (``--json``, ``--plot``, ``--csv``, ``--out``,
     ``--cache``): an empty path (a shell variable that was not set) is refused, where
     :class:`~pathlib.Path` would read it as the current folder and a truthiness test as no
-    option given. Raises :class:`argparse.ArgumentTypeError` (argparse's one error line)."""
+    option given. Raises :class:`argparse.ArgumentTypeError`: argparse prints its usage and
+    the error, exit status 2."""
     import argparse
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path; expected a file or folder name")

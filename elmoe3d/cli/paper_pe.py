@@ -67,6 +67,8 @@ RUN_DEFAULTS = {"tokens": "1", "ld_rate": "hb", "modes": "DRAFT,FULL"}
 
 def _items(text, option) -> list:
     """The comma-separated items of ``option``'s value; an empty one (``1,,2``) refused."""
+    if not str(text).strip():
+        raise UserError(f"{option}: an empty value; expected values separated by commas")
     items = [t.strip() for t in str(text).split(",")]
     if "" in items:
         raise UserError(f"{option} {text}: an empty item; expected values separated by commas")
@@ -203,11 +205,15 @@ def run(args) -> int:
         raise UserError(f"--shape {args.shape}: unknown model preset")
     tokens = _tokens(args.tokens)
     seed = resolve_seed(args.seed)          # a bad $ELMOE3D_SEED fails before the build
+    from ..config import preset
+    try:
+        preset(args.config)
+    except ConfigError as exc:
+        raise UserError(f"--config {args.config}: {exc}") from None
     try:
         arch = paper_arch(args.config, args.tile)
     except (ConfigError, ValueError) as exc:
-        raise UserError(f"--config {args.config}" + (f" --tile {args.tile}" if args.tile else "")
-                        + f": {exc}") from None
+        raise UserError(f"--tile: {exc}") from None
     if args.fit:
         from ..sw.host.stream_group import fitting_config
         model = MODEL_PRESETS[args.shape]

@@ -182,7 +182,7 @@ def resolve_trace(text) -> Path:
     text = str(text)
     usage = text.startswith(SYNTHETIC_PREFIX)
     if usage and not text[len(SYNTHETIC_PREFIX):].strip():
-        raise UserError(f"--trace {text}: expected {SYNTHETIC_PREFIX}FILE (an expert-usage "
+        raise UserError(f"--trace {text!r}: expected {SYNTHETIC_PREFIX}FILE (an expert-usage "
                         f"JSON or a counts CSV)")
     if text in NAMED_TRACES:
         path = traces_dir() / NAMED_TRACES[text]
@@ -388,9 +388,12 @@ def execute(args, *, progress_factory=None) -> dict:
                             + ("Elastic-SD options" if len(given) > 1 else
                                "an Elastic-SD option")
                             + "; --schedule replay decodes without drafting")
-    args.traffic = args.traffic or DEFAULT_TRAFFIC
-    args.depth = args.depth or [DEFAULT_DEPTH]
-    args.acceptance = args.acceptance or DEFAULT_ACCEPTANCE
+    if args.traffic is None:
+        args.traffic = DEFAULT_TRAFFIC
+    if args.depth is None:
+        args.depth = [DEFAULT_DEPTH]
+    if args.acceptance is None:
+        args.acceptance = DEFAULT_ACCEPTANCE
     if len(set(args.depth)) < len(args.depth):
         raise UserError(f"--depth {' '.join(map(str, args.depth))}: a depth given twice "
                         f"(one run per depth)")

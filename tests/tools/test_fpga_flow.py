@@ -409,7 +409,9 @@ def test_estimate_fit_rules():
     (["--config", "nope"], "--config: unknown configuration 'nope'"),
     (["--config", "paper-8gb"], "--config paper-8gb: a 16x32x32 tile"),
     (["--config", "small", "--hb-words", "100"], "--hb-words: expected a power of two"),
-    (["--seed", "-1"], "--seed: expected a non-negative integer"),
+    (["--seed", "-1"], "--seed: expected an integer from 0 to 2147483647"),
+    (["--seed", "5000000000"], "--seed: expected an integer from 0 to 2147483647"),
+    (["--list-boards", "--seed", "0"], "--list-boards takes no other option, got --seed"),
     (["--hb-words", str(1 << 30)], "--hb-words 1073741824 / --ext-words 256: the HB and EXT "
                                    "stand-ins hold 549,755,944,960 bits (512-bit words), more "
                                    "than all 208 DP16KD of LFE5U-85F (3,407,872 bits)"),
@@ -430,14 +432,22 @@ def test_estimate_fit_rules():
                             "fpga-ulx3s-85f on ulx3s-85f; the fastest exact rate is 1,250,000 baud at 5 MHz)"),
 ])
 def test_cli_errors_are_one_line(argv, needle, capsys, tmp_path, monkeypatch):
+    """Each mistake is refused in one line before anything is removed or built: the report
+    of an earlier build stays."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))  # caches
+    earlier = {}
+    for board in fpga.BOARDS:
+        report = tmp_path / "build" / "fpga" / board / "report.json"
+        report.parent.mkdir(parents=True)
+        report.write_text("{}")
+        earlier[board] = report
     rc = cli.main(["fpga", *argv])
     out, err = capsys.readouterr()
     assert rc == 2
     assert err.count("\n") == 1 and err.startswith("elmoe3d fpga: error: ")
     assert needle in err
-    assert not list(tmp_path.rglob("report.json"))
+    assert all(r.read_text() == "{}" for r in earlier.values())
     assert "configuration" not in out                     # refused before the summary
 
 

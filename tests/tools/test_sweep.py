@@ -252,7 +252,8 @@ def test_an_interrupted_sweep_says_so_with_the_outputs_mode(tmp_path):
 def test_an_unwritable_out_folder_is_one_line(tmp_path):
     spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]"))
     (tmp_path / "file").write_text("x")
-    with pytest.raises(UserError, match="cannot write the out folder"):
+    with pytest.raises(UserError, match=r"^--out .*/file/out: cannot make the out folder: "
+                                        r".*/file is a file, not a folder$"):
         run_sweep(spec, tmp_path / "file" / "out", workers=0, cache_dir=tmp_path / "c",
                   progress=False, plots=False, say=_quiet)
 
@@ -584,6 +585,39 @@ BAD = [
      "has more than 4096 bits"),
     ("workload: [1, 2\n", "{spec}, line 2: not YAML (expected ',' or ']', but got "
      "'<stream end>')"),
+    # an HB size elmoe3d paper --hb does not take (8GB it takes: below)
+    ("workload:\n  model: [qwen3-30b-a3b]\n  hb: ['16gb']\n",
+     "{spec}: workload.hb: expected one of 4gb, 8gb (any case), got '16gb'"),
+    ("workload:\n  model: [qwen3-30b-a3b]\n  hb: [4gb, '8 gb']\n",
+     "{spec}: workload.hb: expected one of 4gb, 8gb (any case), got '8 gb'"),
+    # a number that is not finite: ArchConfig takes inf for a positive number, and the run
+    # divided by it
+    ("config:\n  clock_ghz: [.inf]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 0 (clock_ghz=inf, model=qwen3-30b-a3b): clock_ghz: expected a finite "
+     "number, got inf"),
+    ("config:\n  hb_pj_per_bit: [.nan]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 0 (hb_pj_per_bit=nan, model=qwen3-30b-a3b): hb_pj_per_bit: expected a "
+     "finite number, got nan"),
+    ("sampling: lhs\nsamples: 4\nconfig:\n  ext_pj_per_bit: {min: 1, max: .inf}\n"
+     "workload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: config.ext_pj_per_bit: range bounds must be finite numbers, got inf"),
+    # the name names the out folder out/sweep-<name>: a plain name
+    ("name: ../../../escaped\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: name: expected a plain name (letters, digits, -, _, .; no leading dot, no ..: it "
+     "names the folder out/sweep-<name>), got '../../../escaped'"),
+    ("name: ''\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: name: expected a plain name (letters, digits, -, _, .; no leading dot, no ..: it "
+     "names the folder out/sweep-<name>), got ''"),
+    # a sweep that would compute nothing
+    ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  perf: false\n",
+     "{spec}: tasks: no task selected (perf is false and area, timing and rtl are not given or "
+     "false); a point would compute nothing"),
+    ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  perf: false\n  rtl: 'pes == 3'\n",
+     "{spec}: tasks: no point has a task (perf is false and the expressions of area, timing "
+     "and rtl are false at every point)"),
+    ("sampling: lhs\nconfig:\n  pes: [16, 32]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: samples: missing; sampling lhs needs it (how many config points, a positive "
+     "integer)"),
 ]
 
 
@@ -631,6 +665,98 @@ def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
     assert cli.main(["sweep", str(twice), "--check"]) == 2
     assert capsys.readouterr().err == (f"elmoe3d sweep: error: {twice}, line 3: key 'm' given "
                                        f"twice in one table\n")
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".toml"])
+def test_a_spec_that_is_not_utf8_is_one_line(tmp_path, capsys, suffix):
+    spec = tmp_path / f"bin{suffix}"
+    spec.write_bytes(b"seed: 1\n\xff\xfe\x00bad")
+    assert cli.main(["sweep", str(spec), "--check"]) == 2
+    assert capsys.readouterr().err == (f"elmoe3d sweep: error: {spec}: not UTF-8 text (byte "
+                                       f"0xff at offset 8: invalid start byte)\n")
+
+
+def test_hb_is_taken_in_any_case_as_elmoe3d_paper_takes_it():
+    """``8GB`` is ``8gb`` (``elmoe3d paper --hb 8GB``): the same point as the spec with 8gb."""
+    def point(hb):
+        (p,) = expand(parse_spec({"workload": {"model": ["qwen3-30b-a3b"], "scheme": ["ar"],
+                                               "hb": [hb]}}, path="t.yaml"))
+        return p
+    big = point("8GB")
+    assert (big.base, big.workload["hb"]) == ("paper-8gb", "8gb")
+    assert big.id == point("8gb").id != point("4Gb").id
+
+
+def _no_out(tmp_path, capsys, *options):
+    """``elmoe3d sweep`` of a one-point spec into ``tmp_path/fresh`` with ``options``: exit
+    status 2, one line (returned), and nothing written (no out folder)."""
+    spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n")
+    out = tmp_path / "fresh"
+    assert cli.main(["sweep", str(spec), "--out", str(out), "--no-progress", "--no-plots",
+                     *options]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not out.exists()
+    return err.strip().removeprefix("elmoe3d sweep: error: ")
+
+
+def test_scheduler_and_dashboard_addresses_are_checked_before_anything_starts(tmp_path, capsys):
+    """A --scheduler scheme Dask has not (an http:// dashboard link, say) or no port, a
+    --dashboard that is not [HOST]:PORT (or a port above 65535, which Dask replaced by a
+    random one) or whose host does not resolve: one line each, before the out folder is made.
+    --dashboard is the embedded cluster's: refused with --workers 0 and with --scheduler."""
+    schemes = "tcp://, tls://, ucx://, ws://, wss://"
+    assert _no_out(tmp_path, capsys, "--scheduler", "http://x") == (
+        f"--scheduler http://x: unknown address scheme 'http'; expected one of {schemes} (e.g. "
+        f"tcp://HOST:8786)")
+    assert _no_out(tmp_path, capsys, "--scheduler", "tcp://x") == (
+        "--scheduler tcp://x: expected tcp://HOST:PORT with a port 1-65535 (e.g. "
+        "tcp://HOST:8786)")
+    want = ("expected [HOST]:PORT with a port 0-65535 (e.g. localhost:8787; :8787 serves every "
+            "interface, port 0 any free one)")
+    for bad in ("nonsense", ":99999", "localhost:http"):
+        assert _no_out(tmp_path, capsys, "--dashboard", bad) == f"--dashboard {bad}: {want}"
+    assert _no_out(tmp_path, capsys, "--dashboard", "nowhere.invalid:8787").startswith(
+        "--dashboard nowhere.invalid:8787: unknown host 'nowhere.invalid' (")
+    assert _no_out(tmp_path, capsys, "--dashboard", ":0", "--workers", "0") == (
+        "--dashboard and --workers 0 exclude each other (no cluster: the points run in this "
+        "process)")
+    assert _no_out(tmp_path, capsys, "--dashboard", ":0", "--scheduler", "tcp://h:8786") == (
+        "--dashboard and --scheduler exclude each other (--dashboard is the embedded cluster's; "
+        "a scheduler serves its own)")
+
+
+def test_cache_and_out_folders_are_checked_before_anything_starts(tmp_path, capsys):
+    """--cache must be a folder the tasks can write (made if missing), --out not a file: one
+    line naming the option, before the out folder is made."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert _no_out(tmp_path, capsys, "--workers", "0", "--cache", str(afile)) == (
+        f"--cache {afile}: a file, not a folder")
+    assert _no_out(tmp_path, capsys, "--workers", "0", "--cache", str(afile / "c")) == (
+        f"--cache {afile / 'c'}: cannot create the folder (Not a directory)")
+    spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n")
+    assert cli.main(["sweep", str(spec), "--out", str(afile), "--workers", "0",
+                     "--cache", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err == (f"elmoe3d sweep: error: --out {afile}: a file, not a "
+                                       f"folder\n")
+    assert not (tmp_path / "c").exists()                # nothing made for a refused run
+    assert afile.read_text() == "x"
+
+
+def test_the_embedded_clusters_workers_ignore_sigint():
+    """Ctrl-C reaches the whole foreground process group: the workers ignore it (else they
+    died mid-task with their tracebacks, and the cluster could hang), the client stops and
+    closes the cluster with its logging silenced, restored afterwards."""
+    import logging
+    import signal
+    from elmoe3d.sw.host.sweep import local_cluster
+    with pytest.raises(KeyboardInterrupt):
+        with local_cluster(1, dashboard=":0") as client:
+            handlers = client.run(signal.getsignal, signal.SIGINT)
+            assert list(handlers.values()) == [signal.SIG_IGN]
+            raise KeyboardInterrupt
+    assert logging.root.manager.disable == logging.NOTSET
 
 
 def test_toml_specs_and_check(tmp_path, capsys):

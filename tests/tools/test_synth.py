@@ -731,14 +731,23 @@ def test_job_labels_tell_the_jobs_apart():
     from elmoe3d.cli.synth import die_nodes
     from elmoe3d.synth.rollup import Planner
     from elmoe3d.synth.liberty import read_liberty
-    planner = Planner(liberty=read_liberty(BUNDLED_LIBERTY))
-    with inspection():
-        die_nodes(planner, preset("small"), {})
-        labels = [planner.label(name) for name in planner._jobs]
-        planner.release()
-    assert len(labels) == len(set(labels)), sorted(labels)
+    def labels_of(*configs):
+        planner = Planner(liberty=read_liberty(BUNDLED_LIBERTY))
+        with inspection():
+            for name in configs:
+                die_nodes(planner, preset(name), {})
+            labels = [planner.label(job) for job in planner._jobs]
+            planner.release()
+        assert len(labels) == len(set(labels)), sorted(labels)
+        return labels
+
+    labels = labels_of("small")
     for own in ("PE (own logic)", "EXT controller (own logic)", "streamline ring (own logic)"):
         assert own in labels
     assert {"ring station (first=0)", "ring station (first=2)"} <= set(labels)
     assert {"VPU SwiGLU unit (tag_width=0)"} <= set(labels)
     assert "DRAM channel controller" in labels            # its only instance: no parameters
+    # two dies: instances that differ in a configuration show its fields that differ
+    labels = labels_of("small", "mid")
+    assert "PE (own logic; opts.config.rows=4, opts.config.lanes=8, ...)" in labels
+    assert "load router (pe.rows=2, pe.lanes=4, pe.word_bits=512, ...)" in labels
