@@ -105,6 +105,7 @@ def test_npz_trace_and_model_from_it(tmp_path, capsys):
     (["--acceptance", "always"], "--acceptance"),
     (["--model", "olmoe-1b-7b"], "--model"),
     (["--traffic", "stalls"], "--traffic: only with --backend rtl"),
+    (["--acceptance", ""], "--acceptance '': expected"),
     (["--schedule", "replay", "--depth", "8"], "--depth: an Elastic-SD option"),
     (["--schedule", "replay", "--acceptance", "bernoulli:0.5"], "--acceptance: an Elastic-SD"),
     (["--depth", "4", "4"], "--depth 4 4: a depth given twice"),
