@@ -18,7 +18,11 @@ finish; a rerun with the same spec and folder skips the finished points. At the 
 ``--no-plots``) and ``sweep.json`` (``"status": "running"`` until the tables are written, then
 ``"complete"``; ``"interrupted"`` after Ctrl-C, exit status 130). ``--check`` only expands and
 validates the spec
-and prints the point count.
+and prints the point count. The options are checked before anything starts: ``--scheduler``'s
+address scheme (``tcp://``, ``tls://``, ...), ``--dashboard``'s ``[HOST]:PORT`` (only for the
+embedded cluster: not with ``--scheduler`` or ``--workers 0``); then, before the out folder is
+made, ``--out`` (not a file) and ``--cache`` (a folder the tasks can write, made if missing;
+with ``--scheduler`` on every worker once connected).
 
 Exit status: 0 when every point finished without an error; 1 when some point recorded an error
 (the table has it in ``error``; the last lines name the first few); 2 for a bad spec or option
@@ -48,14 +52,18 @@ def configure(parser):
                         help="cache the workers share: Yosys runs, area roll-ups, Verilator "
                              "builds, compute calibrations of new shapes (default: "
                              "$ELMOE3D_CACHE, else ~/.cache/elmoe3d)")
-    parser.add_argument("--dashboard", metavar="HOST:PORT", default="localhost:8787",
+    parser.add_argument("--dashboard", metavar="HOST:PORT", default=None,
                         help="the LocalCluster's dashboard address (default localhost:8787; "
-                             "another port if taken; :8787 serves every interface)")
+                             "another port if taken; :8787 serves every interface); not with "
+                             "--scheduler or --workers 0")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-plots", action="store_true", help="no Pareto plots")
     parser.add_argument("--check", action="store_true",
                         help="expand and validate the spec, print the point count, run nothing")
 
+
+#: The embedded cluster's dashboard address without ``--dashboard``.
+DASHBOARD = "localhost:8787"
 
 #: Config fields the perf model reads (``sw/host/paper_eval.py``, ``platform(arch=)``; the
 #: compute calibration's PE and group, ``compute_calib.table_key``: the memories, the group
@@ -74,14 +82,24 @@ def _perf_blind(spec) -> list:
 
 
 def run(args) -> int:
-    from ..sw.host.sweep import run_sweep
+    from ..sw.host.sweep import check_dashboard, check_scheduler, run_sweep
     from ..sw.host.sweep_spec import expand, load_spec
     from .outputs import report_console
     if args.workers is not None and args.workers < 0:
         raise UserError(f"--workers: expected a number >= 0, got {args.workers}")
-    if args.scheduler and args.workers is not None:
+    if args.scheduler is not None and args.workers is not None:
         raise UserError("--scheduler and --workers exclude each other (the cluster has its "
                         "own workers)")
+    if args.dashboard is not None and args.scheduler is not None:
+        raise UserError("--dashboard and --scheduler exclude each other (--dashboard is the "
+                        "embedded cluster's; a scheduler serves its own)")
+    if args.dashboard is not None and args.workers == 0:
+        raise UserError("--dashboard and --workers 0 exclude each other (no cluster: the "
+                        "points run in this process)")
+    if args.scheduler is not None:
+        check_scheduler(args.scheduler)
+    if args.dashboard is not None:
+        check_dashboard(args.dashboard)
     spec = load_spec(args.spec)
     console = report_console(110)
     def say(message, **kw):
@@ -109,7 +127,7 @@ def run(args) -> int:
     out = args.out or Path("out") / f"sweep-{spec.name}"
     res = run_sweep(spec, out, scheduler=args.scheduler, workers=args.workers,
                     cache_dir=args.cache, progress=not args.no_progress,
-                    dashboard=args.dashboard, plots=not args.no_plots,
+                    dashboard=args.dashboard or DASHBOARD, plots=not args.no_plots,
                     say=say)
     if res.ran:
         rate = f"{res.ran / res.seconds:,.1f} points/s" if res.seconds > 0 else "at once"

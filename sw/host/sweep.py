@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -44,13 +45,13 @@ from pathlib import Path
 
 from ...errors import UserError
 from .sweep_spec import SweepSpec, expand, load_spec, need
-from .sweep_tasks import (META_COLUMNS, RESULT_COLUMNS, code_version, default_cache_dir,
-                          run_point)
+from .sweep_tasks import (CACHE_ENV, META_COLUMNS, RESULT_COLUMNS, cache_problem, code_version,
+                          default_cache_dir, run_point)
 
 
 __all__ = ["run_sweep", "run_chunk", "auto_chunk", "MAX_CHUNK", "SweepRun", "ResultStore",
            "consolidate", "pareto_front", "pareto_plots", "comparable", "local_cluster",
-           "failed_row"]
+           "failed_row", "check_scheduler", "check_dashboard"]
 
 
 class ResultStore:
@@ -139,17 +140,113 @@ class SweepRun:
 def local_cluster(workers: int, *, dashboard: str | None = "localhost:8787"):
     """A :class:`distributed.Client` on an embedded ``LocalCluster`` of ``workers`` worker
     processes, one thread each (the perf model, Yosys and Verilator are CPU-bound); closed on
-    exit."""
+    exit. The workers ignore SIGINT (:func:`~.sweep_tasks.dask_setup`): Ctrl-C stops this
+    process, which closes the cluster; closed by an exception (Ctrl-C included), the cluster's
+    logging is silenced while it shuts down (its complaints about the tasks cut short would
+    bury the one-line message)."""
     import logging
     import dask
     from distributed import Client, LocalCluster
-    # every task goes to a worker at once (no scheduler-side queue): a point's task is short,
-    # and a round trip to the scheduler between two tasks would cost about as much as one
-    with dask.config.set({"distributed.scheduler.worker-saturation": float("inf")}), \
-            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                         dashboard_address=dashboard, silence_logs=logging.ERROR) as cluster, \
-            Client(cluster) as client:
-        yield client
+    from .sweep_tasks import dask_setup
+    quiet = None
+    try:
+        # every task goes to a worker at once (no scheduler-side queue): a point's task is
+        # short, and a round trip to the scheduler between two tasks would cost about as much
+        # as one
+        with dask.config.set({"distributed.scheduler.worker-saturation": float("inf")}), \
+                LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                             dashboard_address=dashboard, silence_logs=logging.ERROR,
+                             preload=[dask_setup.__module__]) as cluster, \
+                Client(cluster) as client:
+            try:
+                yield client
+            except BaseException:
+                quiet = logging.root.manager.disable
+                logging.disable(logging.CRITICAL)
+                raise
+    finally:
+        if quiet is not None:
+            logging.disable(quiet)
+
+
+def check_scheduler(address: str) -> str:
+    """``address`` (``--scheduler``) checked as Dask reads it before anything starts:
+    ``SCHEME://HOST:PORT`` with a scheme Dask knows (``tcp://``, ``tls://``, ...; ``tcp://``
+    when none is given; not ``inproc://``, a scheduler inside one process) and a port
+    1-65535. Returns it; raises :class:`UserError` naming ``--scheduler`` and the schemes."""
+    need("distributed")
+    import distributed.comm                     # noqa: F401 (registers the schemes)
+    from distributed.comm.addressing import get_address_host_port, parse_address
+    from distributed.comm.registry import backends, get_backend
+    # inproc:// is a scheduler inside one process: not one a sweep's client can reach
+    schemes = ", ".join(f"{s}://" for s in sorted(backends) if s != "inproc")
+    address = str(address)
+    scheme = parse_address(address)[0] if address else "tcp"
+    try:
+        if scheme == "inproc":
+            raise ValueError(scheme)
+        get_backend(scheme)
+    except (ValueError, ImportError):
+        raise UserError(f"--scheduler {address}: unknown address scheme {scheme!r}; expected "
+                        f"one of {schemes} (e.g. tcp://HOST:8786)") from None
+    try:
+        port = get_address_host_port(address)[1]
+    except (ValueError, TypeError):
+        port = None
+    if not isinstance(port, int) or not 0 < port < 65536:
+        raise UserError(f"--scheduler {address}: expected {scheme}://HOST:PORT with a port "
+                        f"1-65535 (e.g. tcp://HOST:8786)")
+    return address
+
+
+def check_dashboard(address: str) -> str:
+    """``address`` (``--dashboard``, the embedded cluster's) checked before anything starts:
+    ``[HOST]:PORT`` with a port 0-65535 (0: any free port; no HOST: every interface) and a
+    HOST that resolves. Returns it; raises :class:`UserError` naming ``--dashboard``."""
+    address = str(address)
+    host, sep, port = address.rpartition(":")
+    if not sep or ":" in host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
+        raise UserError(f"--dashboard {address}: expected [HOST]:PORT with a port 0-65535 "
+                        f"(e.g. localhost:8787; :8787 serves every interface, port 0 any free "
+                        f"one)")
+    if host:
+        try:
+            socket.getaddrinfo(host, int(port))
+        except (OSError, UnicodeError) as exc:
+            raise UserError(f"--dashboard {address}: unknown host {host!r} "
+                            f"({getattr(exc, 'strerror', None) or exc})") from None
+    return address
+
+
+def _check_cache(cache: Path, given: bool, client=None) -> None:
+    """Raise :class:`UserError` naming ``--cache`` (or the default cache folder when not
+    ``given``) unless ``cache`` is a folder the tasks can write, made if missing
+    (:func:`~.sweep_tasks.cache_problem`): here, or with ``client`` on every worker."""
+    label = f"--cache {cache}" if given else f"the cache folder {cache} (--cache, ${CACHE_ENV})"
+    if client is None:
+        problem = cache_problem(cache)
+        if problem:
+            raise UserError(f"{label}: {problem}")
+        return
+    bad = {w: p for w, p in client.run(cache_problem, str(cache)).items() if p}
+    if bad:
+        worker, problem = next(iter(bad.items()))
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise UserError(f"{label}: {problem} on worker {worker}{more} (a cluster's workers "
+                        f"need a cache folder they share)")
+
+
+def _check_out(out_dir) -> None:
+    """Raise :class:`UserError` naming ``--out`` when ``out_dir``, or a folder above it, is a
+    file (checked before anything is written)."""
+    out = Path(out_dir).resolve()
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise UserError(f"--out {out_dir}: a file, not a folder" if p == out else
+                                f"--out {out_dir}: cannot make the out folder: {p} is a file, "
+                                f"not a folder")
+            return
 
 
 def _progress(enabled, total, label):
@@ -192,13 +289,22 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     ``chunk``: points a Dask task runs (default :func:`auto_chunk`).
     ``say`` prints the seed, the counts and the dashboard address.
 
-    Returns a :class:`SweepRun`. Raises :class:`UserError` for an invalid spec or point, an
-    unreachable scheduler or an out folder (rows, tables, plots, sweep.json) that cannot be
-    written."""
+    Returns a :class:`SweepRun`. Raises :class:`UserError` for an invalid spec or point, a
+    scheduler address (:func:`check_scheduler`) or a dashboard address
+    (:func:`check_dashboard`) that is not one, an unreachable scheduler, a cache folder the
+    tasks cannot write (checked here, or with a scheduler on every worker), an out folder
+    that is a file or (rows, tables, plots, sweep.json) cannot be written."""
+    if scheduler:
+        check_scheduler(scheduler)
+    elif workers != 0 and dashboard is not None:
+        check_dashboard(dashboard)
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
     points = expand(spec)
+    _check_out(out_dir)
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
+    if not scheduler:                           # a cluster's workers check theirs (_run)
+        _check_cache(cache, cache_dir is not None)
     task = task or run_point
     out = Path(out_dir).resolve()
     try:
@@ -206,7 +312,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
         try:
             return _run(spec, points, store, cache, task, scheduler=scheduler, workers=workers,
                         progress=progress, retries=retries, dashboard=dashboard, plots=plots,
-                        say=say, chunk=chunk)
+                        say=say, chunk=chunk, cache_given=cache_dir is not None)
         except BaseException as exc:
             _stopped(store, points, exc)
             raise
@@ -214,7 +320,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
         # the out folder, its rows, tables, plots or sweep.json: a one-line error
         if exc.filename is None or not str(Path(exc.filename).resolve()).startswith(str(out)):
             raise
-        raise UserError(f"{exc.filename}: cannot write the out folder "
+        raise UserError(f"--out {out_dir}: cannot write the out folder: {exc.filename} "
                         f"({exc.strerror or exc})") from None
 
 
@@ -245,7 +351,7 @@ def _status(store, spec, status, **extra) -> None:
 
 
 def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retries,
-         dashboard, plots, say, chunk) -> SweepRun:
+         dashboard, plots, say, chunk, cache_given) -> SweepRun:
     code = code_version()
     states = [store.state(p.id, code) for p in points]
     todo = [p for p, st in zip(points, states) if st != "done"]
@@ -266,7 +372,7 @@ def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retr
         if scheduler:
             try:
                 ctx = Client(scheduler, timeout="20s")
-            except (OSError, TimeoutError) as exc:
+            except (OSError, TimeoutError, ValueError) as exc:
                 raise UserError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
         else:
             n = workers if workers is not None else (os.cpu_count() or 1)
@@ -281,6 +387,8 @@ def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retr
             except Exception as exc:                # a worker without the package, say
                 raise UserError(f"dask workers cannot import elmoe3d's sweep tasks "
                                 f"({type(exc).__name__}: {exc}); see docs/sweep.md") from None
+            if scheduler:                           # the cache is the workers' (a shared path)
+                _check_cache(cache, cache_given, client)
             start = time.perf_counter()
             size = chunk or auto_chunk(todo, n_workers)
             chunks = [todo[i:i + size] for i in range(0, len(todo), size)]

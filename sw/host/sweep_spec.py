@@ -3,7 +3,8 @@ constraints and tasks, read from YAML or TOML and expanded into validated points
 
 A spec (YAML shown; TOML has the same keys)::
 
-    name: pes-and-hb               # for reports (default: the file's stem)
+    name: pes-and-hb               # for reports and out/sweep-<name> (default: the file's
+                                   # stem): letters, digits, -, _, . (no leading dot)
     seed: 7                        # random / lhs sampling (default 0); printed
     base: paper-4gb                # the ArchConfig preset the config axes override
                                    # (default: paper-<hb> of the point's hb axis)
@@ -21,6 +22,7 @@ A spec (YAML shown; TOML has the same keys)::
       verify: [all]                # nodes verified a sequence: 1 .. depth x width, or all
                                    # (the default when depth or width is given, else 34)
       hb: [4gb, 8gb]               # the base preset paper-<hb> when `base` is not given
+                                   # (any case, as elmoe3d paper --hb: 8GB is 8gb)
       zipf: [1.2]                  # expert-popularity Zipf exponent (default: paper_eval.ZIPF,
                                    # fitted for Table 3's models; others need one)
     models:                        # models beside the presets: name -> a Hugging Face
@@ -34,9 +36,11 @@ A spec (YAML shown; TOML has the same keys)::
       timing: false                # the roll-up's worst register-to-register path (needs area)
       rtl: "pes == 16"             # the tensor tile's cocotb + Verilator bench on these points
       rtl_beats: 256               # length of the RTL throughput GEMM (beats)
+                                   # (at least one of perf, area, timing, rtl must be on)
 
-Every point is validated before anything runs (:func:`expand`): an unknown field or section, a
-value of the wrong type (checked before the constraints see it), a configuration
+A spec file is UTF-8 text. Every point is validated before anything runs (:func:`expand`): an
+unknown field or section, a value of the wrong type or a number that is not finite (checked
+before the constraints see it), a configuration
 :class:`~elmoe3d.config.ArchConfig` rejects (or, for points with an area task, whose PE geometry
 it rejects), an unknown model or scheme, a constraint that does not parse or names an unknown
 field: each is a line of a :class:`~elmoe3d.errors.UserError` naming the spec file, the field
@@ -58,6 +62,7 @@ import itertools
 import json
 import math
 import operator
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -323,13 +328,19 @@ def need(module: str):
 # == reading a spec ================================================================================
 
 def load_spec(path) -> SweepSpec:
-    """Read and check a spec file (``.yaml``, ``.yml`` or ``.toml``); raises
-    :class:`UserError` naming the file (and the line, for a file that does not parse)."""
+    """Read and check a spec file (``.yaml``, ``.yml`` or ``.toml``, UTF-8 text); raises
+    :class:`UserError` naming the file (and the line, for a file that does not parse; the
+    byte offset, for a file that is not UTF-8)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise UserError(f"{path}: cannot read the spec ({exc.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                        f"{exc.start}: {exc.reason})") from None
     suffix = path.suffix.lower()
     if suffix == ".toml":
         import tomllib
@@ -388,8 +399,9 @@ def _axis(spec_path, section, name, value, sampling):
                             f"got {value!r}")
         lo, hi = value["min"], value["max"]
         for bound in (lo, hi):
-            if not isinstance(bound, (int, float)) or isinstance(bound, bool):
-                raise UserError(f"{where}: range bounds must be numbers, got {bound!r}")
+            if not isinstance(bound, (int, float)) or isinstance(bound, bool) \
+                    or not math.isfinite(bound):
+                raise UserError(f"{where}: range bounds must be finite numbers, got {bound!r}")
         if lo > hi:
             raise UserError(f"{where}: min {lo} is larger than max {hi}")
         log = value.get("log", False)
@@ -405,8 +417,9 @@ def _axis(spec_path, section, name, value, sampling):
 
 def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     """Check the structure of a spec already read into ``raw`` (a dict): sections, field
-    names, axis forms, sampling, tasks, the expressions' syntax and names. Raises
-    :class:`UserError` naming ``path`` and the key."""
+    names, axis forms, sampling, ``name``, ``workload.hb`` (any case), tasks (at least one
+    selected), the expressions' syntax and names. Raises :class:`UserError` naming ``path``
+    and the key."""
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a table of sections ({', '.join(_TOP_KEYS)})")
     unknown = sorted(set(raw) - set(_TOP_KEYS))
@@ -420,6 +433,9 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     if sampling == "grid":
         if samples is not None:
             raise UserError(f"{path}: samples: only with sampling random or lhs")
+    elif samples is None:
+        raise UserError(f"{path}: samples: missing; sampling {sampling} needs it (how many "
+                        f"config points, a positive integer)")
     elif not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         raise UserError(f"{path}: samples: sampling {sampling} needs a positive integer, got "
                         f"{samples!r}")
@@ -432,7 +448,7 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
             preset(base)
         except ConfigError as exc:
             raise UserError(f"{path}: base: {exc}") from None
-    name = raw.get("name", Path(path).stem)
+    name = _name(raw["name"], path) if "name" in raw else Path(path).stem
     config, workload = {}, {}
     for section, known, out in (("config", CONFIG_FIELDS, config),
                                 ("workload", tuple(WORKLOAD_FIELDS), workload)):
@@ -449,6 +465,8 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                     raise UserError(f"{path}: {section}: unknown field {k!r}; known: "
                                     f"{', '.join(known)}")
                 out[k] = _axis(path, section, k, v, sampling)
+    if "hb" in workload:
+        workload["hb"] = {"values": [_hb(v, path) for v in workload["hb"]["values"]]}
     models = _models(raw.get("models"), path)
     if "model" not in workload:
         raise UserError(f"{path}: workload.model: expected at least one model (a preset or "
@@ -494,11 +512,44 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                 tasks[key] = compile_expr(v, names)
             except ExprError as exc:
                 raise UserError(f"{path}: tasks.{key}: {exc}") from None
+    if not any(tasks[k] for k in ("perf", "area", "timing", "rtl")):
+        raise UserError(f"{path}: tasks: no task selected (perf is false and area, timing and "
+                        f"rtl are not given or false); a point would compute nothing")
     digest = hashlib.sha256(text.encode()).hexdigest()[:16] if text else ""
     return SweepSpec(path=path, name=str(name), seed=seed, base=base, sampling=sampling,
                      samples=samples, config=config, workload=workload,
                      constraints=compiled, tasks=tasks, text_hash=digest, raw=raw,
                      models=models)
+
+
+#: A spec's ``name``: letters, digits, ``-``, ``_`` and ``.``, no leading dot (a folder's
+#: name, ``out/sweep-<name>``: no path separators, no ``..``, no hidden folder).
+_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+
+
+def _name(name, path: str) -> str:
+    """The spec's ``name`` (a string; a number is taken as its text), checked against
+    :data:`_NAME` without ``..``: it names the default out folder ``out/sweep-<name>``.
+    Raises :class:`UserError` naming ``path``."""
+    text = str(name) if isinstance(name, (str, int, float)) and not isinstance(name, bool) \
+        else None
+    if text is None or not _NAME.fullmatch(text) or ".." in text:
+        raise UserError(f"{path}: name: expected a plain name (letters, digits, -, _, .; no "
+                        f"leading dot, no ..: it names the folder out/sweep-<name>), got "
+                        f"{name!r}")
+    return text
+
+
+def _hb(value, path: str) -> str:
+    """A ``workload.hb`` value as ``elmoe3d paper --hb`` takes it: one of its choices
+    (:data:`elmoe3d.cli.paper.CHOICES`), in any case (``8GB`` is ``8gb``). Raises
+    :class:`UserError` naming ``path``, the value and the choices."""
+    from ...cli.paper import CHOICES
+    text = value.lower() if isinstance(value, str) else value
+    if text not in CHOICES["hb"]:
+        raise UserError(f"{path}: workload.hb: expected one of {', '.join(CHOICES['hb'])} "
+                        f"(any case), got {value!r}")
+    return text
 
 
 def _models(body, path: str) -> dict:
@@ -639,7 +690,8 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
     constraint dropped) and ``duplicates`` (combinations equal to an earlier point). Raises
     :class:`UserError` with a line for each distinct mistake of the invalid points (the spec,
     the first point with it and the field; how many more points share it; at most
-    :data:`MAX_MISTAKES` lines): nothing runs."""
+    :data:`MAX_MISTAKES` lines), or when no point is left or none has a task: nothing
+    runs."""
     from .hf_config import loaded_models, model_figures
     counts = {} if counts is None else counts
     counts.update(constrained=0, duplicates=0)
@@ -742,6 +794,9 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
         raise UserError(_problems_text(problems))
     if not points:
         raise UserError(f"{spec.path}: no point left after the constraints")
+    if not any(p.tasks[k] for p in points for k in ("perf", "area", "timing", "rtl")):
+        raise UserError(f"{spec.path}: tasks: no point has a task (perf is false and the "
+                        f"expressions of area, timing and rtl are false at every point)")
     return points
 
 
@@ -789,13 +844,16 @@ def _bandwidth_hint(exc, base) -> str:
 
 def _type_problem(value, default):
     """Why ``value`` cannot stand for a config field whose preset value is ``default`` (an
-    integer field takes an integer, a number field an int or float; booleans neither), in
+    integer field takes an integer, a number field an int or float; booleans neither; a
+    finite one, as every such field is a positive number), in
     :class:`~elmoe3d.config.ArchConfig`'s words; ``None`` if it can."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         kind = "an integer" if isinstance(default, int) else "a number"
         return f"expected {kind}, got {value!r}"
     if isinstance(default, int) and not isinstance(value, int):
         return f"expected an integer, got {value!r}"
+    if not math.isfinite(value):                # ArchConfig takes inf for a positive number
+        return f"expected a finite number, got {value!r}"
     return None
 
 

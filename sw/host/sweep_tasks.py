@@ -38,7 +38,8 @@ from .sweep_spec import Point
 
 
 __all__ = ["perf_task", "area_task", "rtl_task", "run_point", "area_key", "code_version",
-           "RESULT_COLUMNS", "META_COLUMNS", "default_cache_dir", "CACHE_ENV"]
+           "RESULT_COLUMNS", "META_COLUMNS", "default_cache_dir", "cache_problem", "dask_setup",
+           "CACHE_ENV"]
 
 #: Environment variable naming the cache directory workers share (else ~/.cache/elmoe3d).
 CACHE_ENV = "ELMOE3D_CACHE"
@@ -64,6 +65,34 @@ def default_cache_dir() -> Path:
         return Path(env).expanduser().resolve()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache").expanduser().resolve() / "elmoe3d"
+
+
+def cache_problem(path) -> str | None:
+    """Why ``path`` cannot be the cache the tasks write (a folder, made if missing, in which a
+    file can be created), in a few words; ``None`` if it can. Run before a sweep starts, on
+    the client and on every worker of a cluster (``--scheduler``); never raises."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        return "a file, not a folder"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        what = "create the folder" if not path.is_dir() else "write in the folder"
+        return f"cannot {what} ({exc.strerror or exc})"
+    return None
+
+
+def dask_setup(worker=None) -> None:
+    """Dask's preload hook, run in each worker process of the embedded cluster as it starts
+    (:func:`~.sweep.local_cluster`): ignore SIGINT, so that Ctrl-C (sent to the whole
+    foreground process group) stops the client alone, which then closes the cluster, and no
+    worker dies mid-task with a traceback of its own."""
+    import signal
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # == perf ===========================================================================================
