@@ -125,7 +125,8 @@ def run(args) -> int:
                 "area or RTL task their points differ only by id (docs/sweep.md)")
         return 0
     out = args.out or Path("out") / f"sweep-{spec.name}"
-    res = run_sweep(spec, out, scheduler=args.scheduler, workers=args.workers,
+    res = run_sweep(spec, out, out_given=args.out is not None, scheduler=args.scheduler,
+                    workers=args.workers,
                     cache_dir=args.cache, progress=not args.no_progress,
                     dashboard=args.dashboard or DASHBOARD, plots=not args.no_plots,
                     say=say)

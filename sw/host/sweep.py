@@ -156,7 +156,7 @@ def local_cluster(workers: int, *, dashboard: str | None = "localhost:8787"):
         with dask.config.set({"distributed.scheduler.worker-saturation": float("inf")}), \
                 LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                              dashboard_address=dashboard, silence_logs=logging.ERROR,
-                             preload=[dask_setup.__module__]) as cluster, \
+                             **_preloads(dask_setup.__module__)) as cluster, \
                 Client(cluster) as client:
             try:
                 yield client
@@ -169,6 +169,10 @@ def local_cluster(workers: int, *, dashboard: str | None = "localhost:8787"):
             logging.disable(quiet)
 
 
+#: Address schemes Dask registers that a sweep's client cannot use (:func:`check_scheduler`).
+UNUSABLE_SCHEMES = ("inproc", "ucx")
+
+
 def check_scheduler(address: str) -> str:
     """``address`` (``--scheduler``) checked as Dask reads it before anything starts:
     ``SCHEME://HOST:PORT`` with a scheme Dask knows (``tcp://``, ``tls://``, ...; ``tcp://``
@@ -178,12 +182,13 @@ def check_scheduler(address: str) -> str:
     import distributed.comm                     # noqa: F401 (registers the schemes)
     from distributed.comm.addressing import get_address_host_port, parse_address
     from distributed.comm.registry import backends, get_backend
-    # inproc:// is a scheduler inside one process: not one a sweep's client can reach
-    schemes = ", ".join(f"{s}://" for s in sorted(backends) if s != "inproc")
+    # inproc:// is a scheduler inside one process: not one a sweep's client can reach; ucx://
+    # is registered by distributed but a stub that refuses every address (use ucxx://)
+    schemes = ", ".join(f"{s}://" for s in sorted(backends) if s not in UNUSABLE_SCHEMES)
     address = str(address)
     scheme = parse_address(address)[0] if address else "tcp"
     try:
-        if scheme == "inproc":
+        if scheme in UNUSABLE_SCHEMES:
             raise ValueError(scheme)
         get_backend(scheme)
     except (ValueError, ImportError):
@@ -201,14 +206,16 @@ def check_scheduler(address: str) -> str:
 
 def check_dashboard(address: str) -> str:
     """``address`` (``--dashboard``, the embedded cluster's) checked before anything starts:
-    ``[HOST]:PORT`` with a port 0-65535 (0: any free port; no HOST: every interface) and a
-    HOST that resolves. Returns it; raises :class:`UserError` naming ``--dashboard``."""
+    ``HOST:PORT``, ``:PORT`` or ``PORT`` with a port 0-65535 (0: any free port; no HOST: every
+    interface) and a HOST (a name or an IPv4 address: Dask takes no IPv6 one) that resolves.
+    Returns it; raises :class:`UserError` naming ``--dashboard``."""
     address = str(address)
     host, sep, port = address.rpartition(":")
-    if not sep or ":" in host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
-        raise UserError(f"--dashboard {address}: expected [HOST]:PORT with a port 0-65535 "
-                        f"(e.g. localhost:8787; :8787 serves every interface, port 0 any free "
-                        f"one)")
+    if not (port.isascii() and port.isdigit()) or int(port) > 65535 or ":" in host \
+            or host.startswith("["):
+        raise UserError(f"--dashboard {address}: expected HOST:PORT, :PORT or PORT with a port "
+                        f"0-65535, HOST a name or an IPv4 address (e.g. localhost:8787; :8787 "
+                        f"or 8787 serves every interface, port 0 any free one)")
     if host:
         try:
             socket.getaddrinfo(host, int(port))
@@ -236,17 +243,39 @@ def _check_cache(cache: Path, given: bool, client=None) -> None:
                         f"need a cache folder they share)")
 
 
-def _check_out(out_dir) -> None:
+def _preloads(module) -> dict:
+    """``preload`` (and ``preload_argv``) for the embedded cluster's workers: the user's
+    configured ones (``distributed.worker.preload``), which an explicit ``preload`` would
+    replace, then ``module``."""
+    import dask
+    mine = list(dask.config.get("distributed.worker.preload", None) or [])
+    argv = dask.config.get("distributed.worker.preload-argv", None) or []
+    out = {"preload": [*mine, module]}
+    if argv and isinstance(argv[0], (list, tuple)):     # one argv a preload: ours has none
+        out["preload_argv"] = [*argv, []]
+    return out
+
+
+def _out_label(out_dir, given: bool) -> str:
+    return f"--out {out_dir}" if given else f"the out folder {out_dir} (--out)"
+
+
+def _check_out(out_dir, given: bool = True) -> None:
     """Raise :class:`UserError` naming ``--out`` when ``out_dir``, or a folder above it, is a
-    file (checked before anything is written)."""
+    file or cannot be looked at (checked before anything is written)."""
+    label = _out_label(out_dir, given)
     out = Path(out_dir).resolve()
-    for p in (out, *out.parents):
-        if p.exists():
-            if not p.is_dir():
-                raise UserError(f"--out {out_dir}: a file, not a folder" if p == out else
-                                f"--out {out_dir}: cannot make the out folder: {p} is a file, "
-                                f"not a folder")
-            return
+    try:
+        for p in (out, *out.parents):
+            if p.exists():
+                if not p.is_dir():
+                    raise UserError(f"{label}: a file, not a folder" if p == out else
+                                    f"{label}: cannot make the out folder: {p} is a file, "
+                                    f"not a folder")
+                return
+    except OSError as exc:
+        raise UserError(f"{label}: cannot look at {exc.filename or out} "
+                        f"({exc.strerror or exc})") from None
 
 
 def _progress(enabled, total, label):
@@ -275,7 +304,7 @@ _progress = contextlib.contextmanager(_progress)
 def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | None = None,
               cache_dir=None, progress: bool = True, task=None, retries: int = 0,
               dashboard: str | None = "localhost:8787", plots: bool = True, say=print,
-              chunk: int | None = None) -> SweepRun:
+              chunk: int | None = None, out_given: bool = True) -> SweepRun:
     """Run the sweep ``spec`` (a :class:`~.sweep_spec.SweepSpec` or a spec file) into
     ``out_dir``.
 
@@ -301,7 +330,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
     points = expand(spec)
-    _check_out(out_dir)
+    _check_out(out_dir, out_given)
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
     if not scheduler:                           # a cluster's workers check theirs (_run)
         _check_cache(cache, cache_dir is not None)
@@ -320,8 +349,8 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
         # the out folder, its rows, tables, plots or sweep.json: a one-line error
         if exc.filename is None or not str(Path(exc.filename).resolve()).startswith(str(out)):
             raise
-        raise UserError(f"--out {out_dir}: cannot write the out folder: {exc.filename} "
-                        f"({exc.strerror or exc})") from None
+        raise UserError(f"{_out_label(out_dir, out_given)}: cannot write the out folder: "
+                        f"{exc.filename} ({exc.strerror or exc})") from None
 
 
 def _stopped(store, points, exc) -> None:

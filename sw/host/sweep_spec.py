@@ -4,7 +4,7 @@ constraints and tasks, read from YAML or TOML and expanded into validated points
 A spec (YAML shown; TOML has the same keys)::
 
     name: pes-and-hb               # for reports and out/sweep-<name> (default: the file's
-                                   # stem): letters, digits, -, _, . (no leading dot)
+                                   # stem): any text without / \\ or NUL
     seed: 7                        # random / lhs sampling (default 0); printed
     base: paper-4gb                # the ArchConfig preset the config axes override
                                    # (default: paper-<hb> of the point's hb axis)
@@ -522,22 +522,27 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                      models=models)
 
 
-#: A spec's ``name``: letters, digits, ``-``, ``_`` and ``.``, no leading dot (a folder's
-#: name, ``out/sweep-<name>``: no path separators, no ``..``, no hidden folder).
-_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
+#: Characters a spec's ``name`` may not hold: it names the folder ``out/sweep-<name>``, and
+#: these would put it elsewhere (path separators) or cannot be in a file name (NUL).
+_NAME_FORBIDDEN = ("/", "\\", "\0")
 
 
 def _name(name, path: str) -> str:
-    """The spec's ``name`` (a string; a number is taken as its text), checked against
-    :data:`_NAME` without ``..``: it names the default out folder ``out/sweep-<name>``.
-    Raises :class:`UserError` naming ``path``."""
-    text = str(name) if isinstance(name, (str, int, float)) and not isinstance(name, bool) \
-        else None
-    if text is None or not _NAME.fullmatch(text) or ".." in text:
-        raise UserError(f"{path}: name: expected a plain name (letters, digits, -, _, .; no "
-                        f"leading dot, no ..: it names the folder out/sweep-<name>), got "
-                        f"{name!r}")
-    return text
+    """The spec's ``name``: text (YAML may read a bare date as one: taken as its text)
+    without a path separator or NUL; it names the default out folder ``out/sweep-<name>``.
+    Raises :class:`UserError` naming ``path``; a number or boolean asks to be quoted (YAML
+    reads ``1.10`` as 1.1 and ``on`` as true)."""
+    import datetime
+    if isinstance(name, (datetime.date, datetime.datetime)):
+        name = name.isoformat()
+    if not isinstance(name, str):
+        raise UserError(f"{path}: name: expected text, got {json.dumps(name, default=str)} "
+                        f"(YAML read it as a {type(name).__name__}: quote it)")
+    bad = [c for c in _NAME_FORBIDDEN if c in name]
+    if not name.strip() or bad:
+        raise UserError(f"{path}: name: expected text without / \\ or NUL (it names the "
+                        f"folder out/sweep-<name>), got {name!r}")
+    return name
 
 
 def _hb(value, path: str) -> str:

@@ -72,27 +72,37 @@ def cache_problem(path) -> str | None:
     file can be created), in a few words; ``None`` if it can. Run before a sweep starts, on
     the client and on every worker of a cluster (``--scheduler``); never raises."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        return "a file, not a folder"
     try:
+        if path.exists() and not path.is_dir():
+            return "a file, not a folder"
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as exc:
-        what = "create the folder" if not path.is_dir() else "write in the folder"
+        try:
+            what = "create the folder" if not path.is_dir() else "write in the folder"
+        except OSError:
+            what = "reach the folder"
         return f"cannot {what} ({exc.strerror or exc})"
     return None
 
 
+def _ignore_sigint(signum, frame) -> None:
+    """A worker's SIGINT handler: nothing. A Python handler, not ``SIG_IGN``: a handled
+    signal is reset to its default in a program the worker starts (Yosys, Verilator, a cocotb
+    simulation), an ignored one would stay ignored there, and Ctrl-C would leave it running."""
+
+
 def dask_setup(worker=None) -> None:
     """Dask's preload hook, run in each worker process of the embedded cluster as it starts
-    (:func:`~.sweep.local_cluster`): ignore SIGINT, so that Ctrl-C (sent to the whole
-    foreground process group) stops the client alone, which then closes the cluster, and no
-    worker dies mid-task with a traceback of its own."""
+    (:func:`~.sweep.local_cluster`): SIGINT does nothing there (:func:`_ignore_sigint`), so
+    that Ctrl-C (sent to the whole foreground process group) stops the client alone, which
+    then closes the cluster, and no worker dies mid-task with a traceback of its own; the
+    tools a task runs still stop at Ctrl-C."""
     import signal
     import threading
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, _ignore_sigint)
 
 
 # == perf ===========================================================================================

@@ -601,13 +601,17 @@ BAD = [
     ("sampling: lhs\nsamples: 4\nconfig:\n  ext_pj_per_bit: {min: 1, max: .inf}\n"
      "workload:\n  model: [qwen3-30b-a3b]\n",
      "{spec}: config.ext_pj_per_bit: range bounds must be finite numbers, got inf"),
-    # the name names the out folder out/sweep-<name>: a plain name
+    # the name names the out folder out/sweep-<name>: no path separator
     ("name: ../../../escaped\nworkload:\n  model: [qwen3-30b-a3b]\n",
-     "{spec}: name: expected a plain name (letters, digits, -, _, .; no leading dot, no ..: it "
-     "names the folder out/sweep-<name>), got '../../../escaped'"),
+     "{spec}: name: expected text without / \\ or NUL (it names the folder out/sweep-<name>), "
+     "got '../../../escaped'"),
     ("name: ''\nworkload:\n  model: [qwen3-30b-a3b]\n",
-     "{spec}: name: expected a plain name (letters, digits, -, _, .; no leading dot, no ..: it "
-     "names the folder out/sweep-<name>), got ''"),
+     "{spec}: name: expected text without / \\ or NUL (it names the folder out/sweep-<name>), "
+     "got ''"),
+    ("name: 1.10\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: name: expected text, got 1.1 (YAML read it as a float: quote it)"),
+    ("name: on\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: name: expected text, got true (YAML read it as a bool: quote it)"),
     # a sweep that would compute nothing
     ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  perf: false\n",
      "{spec}: tasks: no task selected (perf is false and area, timing and rtl are not given or "
@@ -705,17 +709,22 @@ def test_scheduler_and_dashboard_addresses_are_checked_before_anything_starts(tm
     --dashboard that is not [HOST]:PORT (or a port above 65535, which Dask replaced by a
     random one) or whose host does not resolve: one line each, before the out folder is made.
     --dashboard is the embedded cluster's: refused with --workers 0 and with --scheduler."""
-    schemes = "tcp://, tls://, ucx://, ws://, wss://"
+    schemes = "tcp://, tls://, ws://, wss://"
     assert _no_out(tmp_path, capsys, "--scheduler", "http://x") == (
         f"--scheduler http://x: unknown address scheme 'http'; expected one of {schemes} (e.g. "
         f"tcp://HOST:8786)")
     assert _no_out(tmp_path, capsys, "--scheduler", "tcp://x") == (
         "--scheduler tcp://x: expected tcp://HOST:PORT with a port 1-65535 (e.g. "
         "tcp://HOST:8786)")
-    want = ("expected [HOST]:PORT with a port 0-65535 (e.g. localhost:8787; :8787 serves every "
-            "interface, port 0 any free one)")
-    for bad in ("nonsense", ":99999", "localhost:http"):
+    want = ("expected HOST:PORT, :PORT or PORT with a port 0-65535, HOST a name or an IPv4 "
+            "address (e.g. localhost:8787; :8787 or 8787 serves every interface, port 0 any "
+            "free one)")
+    for bad in ("nonsense", ":99999", "localhost:http", "[::1]:8787"):
         assert _no_out(tmp_path, capsys, "--dashboard", bad) == f"--dashboard {bad}: {want}"
+    assert _no_out(tmp_path, capsys, "--scheduler", "ucx://h:8786").startswith(
+        "--scheduler ucx://h:8786: unknown address scheme 'ucx'")
+    from elmoe3d.sw.host.sweep import check_dashboard
+    assert check_dashboard("8787") == "8787" and check_dashboard(":0") == ":0"
     assert _no_out(tmp_path, capsys, "--dashboard", "nowhere.invalid:8787").startswith(
         "--dashboard nowhere.invalid:8787: unknown host 'nowhere.invalid' (")
     assert _no_out(tmp_path, capsys, "--dashboard", ":0", "--workers", "0") == (
@@ -744,18 +753,43 @@ def test_cache_and_out_folders_are_checked_before_anything_starts(tmp_path, caps
     assert afile.read_text() == "x"
 
 
+def _sigint_in_a_child() -> str:
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", "import signal; "
+                           "print(getattr(signal.getsignal(signal.SIGINT), '__name__', "
+                           "str(signal.getsignal(signal.SIGINT))))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_the_embedded_clusters_workers_ignore_sigint():
-    """Ctrl-C reaches the whole foreground process group: the workers ignore it (else they
-    died mid-task with their tracebacks, and the cluster could hang), the client stops and
-    closes the cluster with its logging silenced, restored afterwards."""
+    """Ctrl-C reaches the whole foreground process group: the workers take it with a handler
+    that does nothing (else they died mid-task with their tracebacks, and the cluster could
+    hang), not SIG_IGN, which the tools a task starts would inherit and so outlive Ctrl-C; the
+    client stops and closes the cluster with its logging silenced, restored afterwards."""
     import logging
     import signal
+    from distributed import LocalCluster
+    from elmoe3d.sw.host import sweep_tasks
     from elmoe3d.sw.host.sweep import local_cluster
-    with pytest.raises(KeyboardInterrupt):
-        with local_cluster(1, dashboard=":0") as client:
-            handlers = client.run(signal.getsignal, signal.SIGINT)
-            assert list(handlers.values()) == [signal.SIG_IGN]
-            raise KeyboardInterrupt
+    seen = []
+    close = LocalCluster.close
+
+    def watched_close(self, *a, **kw):
+        seen.append(logging.root.manager.disable)
+        return close(self, *a, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(LocalCluster, "close", watched_close)
+        with pytest.raises(KeyboardInterrupt):
+            with local_cluster(1, dashboard=":0") as client:
+                handlers = client.run(lambda: signal.getsignal(signal.SIGINT).__name__)
+                assert list(handlers.values()) == [sweep_tasks._ignore_sigint.__name__]
+                # a program the worker starts gets SIGINT's default back (it stops at Ctrl-C)
+                child = client.run(_sigint_in_a_child)
+                assert list(child.values()) == ["default_int_handler"]
+                raise KeyboardInterrupt
+    assert seen and seen[0] == logging.CRITICAL          # silenced while the cluster closed
     assert logging.root.manager.disable == logging.NOTSET
 
 
