@@ -532,8 +532,8 @@ def _fpga_arch(name, **kw):
 #: d947ce3) is 34,624 LUT4 positions (41.4 % of 83,640), 14,433 FF, 54 MULT18X18D (34.6 %), 66
 #: DP16KD (31.7 %) (2026-12-01, before issue 25's registers: 33,410, 11,585 FF, 47
 #: MULT18X18D), and it routes (``docs/fpga.md``, "Measured"). What limits it is routing, not
-#: a resource count: router2 does not converge on it (its fewest overused wires 1,132, then it spreads),
-#: and the larger memories (128 KiB WMEM, 64 KiB IOMEM, 512-word stand-ins: 32,909 LUT4
+#: a resource count: router2 does not converge on it (its fewest overused wires 1,132, then
+#: it spreads), and the larger memories (128 KiB WMEM, 64 KiB IOMEM, 512-word stand-ins: 32,909 LUT4
 #: positions, 146 DP16KD) have not been routed. Before the lean PE (Booth LUT multipliers for
 #: the tile, one VPU unit per value) a board top with one PE needed 116,332 LUT4 positions
 #: (139 %) and nextpnr stopped at placement.
