@@ -67,6 +67,18 @@ def seed_type(text) -> int:
     return value
 
 
+def comma_items(text, option) -> list:
+    """The items of ``option``'s comma-separated value, stripped. Raises
+    :class:`~elmoe3d.errors.UserError` naming ``option`` for an empty value or an empty item
+    (``1,,2``, a trailing comma), which would otherwise be dropped without a word."""
+    if not str(text).strip():
+        raise UserError(f"{option}: an empty value; expected values separated by commas")
+    items = [t.strip() for t in str(text).split(",")]
+    if "" in items:
+        raise UserError(f"{option} {text}: an empty item; expected values separated by commas")
+    return items
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's help, but never wrapping a line inside a hyphenated name (``cache-check``,
     ``paper-8gb``)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 
 from ..errors import UserError
-from . import seed_type
+from . import comma_items, seed_type
 from .outputs import output_path, check_output, report_console, write_json
 
 
@@ -65,19 +65,9 @@ def _gb(n) -> str:
 RUN_DEFAULTS = {"tokens": "1", "ld_rate": "hb", "modes": "DRAFT,FULL"}
 
 
-def _items(text, option) -> list:
-    """The comma-separated items of ``option``'s value; an empty one (``1,,2``) refused."""
-    if not str(text).strip():
-        raise UserError(f"{option}: an empty value; expected values separated by commas")
-    items = [t.strip() for t in str(text).split(",")]
-    if "" in items:
-        raise UserError(f"{option} {text}: an empty item; expected values separated by commas")
-    return items
-
-
 def _tokens(text):
     try:
-        tokens = [int(t) for t in _items(text, "--tokens")]
+        tokens = [int(t) for t in comma_items(text, "--tokens")]
     except ValueError:
         tokens = []
     if not tokens or min(tokens) < 1:
@@ -87,7 +77,7 @@ def _tokens(text):
 
 def _ld_rates(arch, text):
     from ..sim.bench_pe import ld_rate_words
-    rates = [r.lower() for r in _items(text, "--ld-rate")]
+    rates = [r.lower() for r in comma_items(text, "--ld-rate")]
     if not rates:
         raise UserError(f"--ld-rate {text}: expected hb, full or words per cycle")
     for r in rates:
@@ -99,7 +89,7 @@ def _ld_rates(arch, text):
 
 
 def _modes(text):
-    modes = [m.upper() for m in _items(text, "--modes")]
+    modes = [m.upper() for m in comma_items(text, "--modes")]
     bad = [m for m in modes if m not in ("DRAFT", "FULL")]
     if not modes or bad:
         raise UserError(f"--modes {text}: expected DRAFT and/or FULL")

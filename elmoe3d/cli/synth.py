@@ -169,12 +169,8 @@ def _positive_int(text, option):
 
 def _configs(text):
     from ..config import ConfigError, preset
-    names = [n.strip() for n in text.split(",")]
-    if not any(names):
-        raise UserError("--config: expected at least one configuration name")
-    if "" in names:
-        raise UserError(f"--config: an empty name in {text!r}; expected names separated by "
-                        f"commas")
+    from . import comma_items
+    names = comma_items(text, "--config")
     if len(set(names)) < len(names):
         raise UserError(f"--config: {text!r} names a configuration twice")
     try:

@@ -188,7 +188,7 @@ def test_cli_bad_liberty_is_one_line(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, needle", [
     (["--config", "huge"], "--config"),
-    (["--config", "small,"], "--config: an empty name"),
+    (["--config", "small,"], "--config small,: an empty item"),
     (["--config", "small,small"], "names a configuration twice"),
     (["--jobs", "0"], "--jobs: expected one positive integer"),
     (["--jobs", "x"], "--jobs: expected one positive integer"),
