@@ -79,6 +79,14 @@ def comma_items(text, option) -> list:
     return items
 
 
+def given_options(args, names) -> list:
+    """The options among ``names`` (``args`` attribute names, e.g. ``"no_plots"``) given on the
+    command line, as flags (``"--no-plots"``): those whose value is neither None (an option's
+    absent default) nor False (a switch left off). ``0`` counts as given (``0 == False``)."""
+    return [f"--{name.replace('_', '-')}" for name in names
+            if getattr(args, name) is not None and getattr(args, name) is not False]
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's help, but never wrapping a line inside a hyphenated name (``cache-check``,
     ``paper-8gb``)."""

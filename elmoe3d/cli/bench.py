@@ -103,9 +103,9 @@ import time
 import numpy as np
 
 from ..errors import UserError
-from . import seed_type
+from . import given_options, seed_type
 from .outputs import output_path, check_output, write_json
-from .sim import add_config_option
+from .sim import SIM_CONFIGS, add_config_option
 
 
 #: The registry of the figures, in the order they are numbered, run and printed: (key, short
@@ -202,17 +202,31 @@ SWEEP_WORKERS = (1, 2)
 ACCURACY_LAYER = 0
 
 
+#: Defaults of ``--repeats`` and ``--beats`` (None on the command line, so that one given to a run
+#: that reads neither is refused, see :data:`UNREAD_OPTIONS`).
+DEFAULT_REPEATS = 7
+DEFAULT_BEATS = 4096
+#: The options a run of only some figures reads none of, and why: given, they are refused, not
+#: dropped.
+UNREAD_OPTIONS = {
+    "only_sweep": (("config", "seed", "repeats", "beats", "skip_real"),
+                   "the sweep figure runs its own spec, with its own seed"),
+    "only_real": (("config", "repeats", "beats"),
+                  "the real-shape figures run the mid PE and no golden or throughput GEMM")}
+
+
 def configure(parser):
     parser.description = description()
     real = _figure_list("real", "peak")
-    add_config_option(parser, "for the RTL figures")
+    add_config_option(parser, "for the RTL figures", default=None)
     parser.add_argument("--seed", type=seed_type, default=None,
                         help="random seed (default: $ELMOE3D_SEED, else a fixed seed)")
-    parser.add_argument("--repeats", type=int, default=7,
-                        help="timed repetitions per golden GEMM figure (median; default 7)")
-    parser.add_argument("--beats", type=int, default=4096,
-                        help="minimum length of the RTL throughput GEMM in beats "
-                             "(default 4096)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help=f"timed repetitions per golden GEMM figure (median; default "
+                             f"{DEFAULT_REPEATS})")
+    parser.add_argument("--beats", type=int, default=None,
+                        help=f"minimum length of the RTL throughput GEMM in beats "
+                             f"(default {DEFAULT_BEATS})")
     parser.add_argument("--skip-real", action="store_true",
                         help=f"skip figures {real} (real expert shapes and tile MACs per cycle "
                              f"on the mid PE)")
@@ -883,6 +897,17 @@ def run(args) -> int:
     from .sim import sim_config
     from ..sim.runner import SimulationError, SimulationFailure, resolve_seed
 
+    if args.only_sweep and args.only_real:
+        raise UserError("--only-sweep and --only-real exclude each other")
+    for only, (unread, why) in UNREAD_OPTIONS.items():
+        given = given_options(args, unread) if getattr(args, only) else []
+        if given:
+            raise UserError(f"{', '.join(given)}: not read with --{only.replace('_', '-')} "
+                            f"({why})")
+    for name, default in (("config", SIM_CONFIGS[0]), ("repeats", DEFAULT_REPEATS),
+                          ("beats", DEFAULT_BEATS)):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     arch = sim_config(args.config)
     if args.repeats < 1 or args.beats < 1:
         raise UserError("--repeats and --beats must be positive")
@@ -894,13 +919,13 @@ def run(args) -> int:
     console = Console(highlight=False)
     if not console.is_terminal:            # logs and pipes: wide enough for the tables
         console.width = max(console.width, 170)
-    seed = resolve_seed(args.seed)
-    cfg = arch.tile
-    console.print(f"elmoe3d bench: config {arch.name}, seed {seed}")
     if args.skip_real and args.only_real:
         raise UserError("--skip-real and --only-real exclude each other")
-    if args.only_sweep and args.only_real:
-        raise UserError("--only-sweep and --only-real exclude each other")
+    seed = resolve_seed(args.seed)
+    cfg = arch.tile
+    console.print("elmoe3d bench: " + ("the sweep figure" if args.only_sweep else
+                                       f"seed {seed}" if args.only_real else
+                                       f"config {arch.name}, seed {seed}"))
 
     steps = len(FIGURES)
     if args.only_sweep:
@@ -910,7 +935,7 @@ def run(args) -> int:
         console.print()
         missed = print_sweep(console, sweep)
         if args.json:
-            write_json(args.json, {"seed": seed, "sweep": sweep, "missed": missed})
+            write_json(args.json, {"seed": sweep["seed"], "sweep": sweep, "missed": missed})
         for line in missed:
             console.print(f"[bold red]missed[/]: {escape(line)}")
         return 1 if missed else 0

@@ -36,10 +36,12 @@ MINILM_SLICE = {"layer": 0, "tokens": 16, "up_channels": 32, "down_tokens": 8,
                 "down_channels": 16}
 
 
-def add_config_option(parser, what):
+def add_config_option(parser, what, default=SIM_CONFIGS[0]):
     """``--config``: one of :data:`SIM_CONFIGS` (help and default from it); ``what`` says what
-    the preset is for. Checked by :func:`sim_config`."""
-    parser.add_argument("--config", default=SIM_CONFIGS[0], metavar="NAME",
+    the preset is for. Checked by :func:`sim_config`. ``default=None`` leaves it None when not
+    given, for a command that refuses it where it does not apply (the help still names
+    ``SIM_CONFIGS[0]``, which the command then takes)."""
+    parser.add_argument("--config", default=default, metavar="NAME",
                         help=f"configuration preset {what}: {', '.join(SIM_CONFIGS)} "
                              f"(default {SIM_CONFIGS[0]})")
 

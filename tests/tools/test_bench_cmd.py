@@ -200,6 +200,39 @@ def test_beats_beyond_the_limit_refused(stub, capsys):
     assert rc == 2 and f"--beats 10000000000: at most {MAX_BEATS:,}" in err
 
 
+@pytest.mark.parametrize("argv,refused", [
+    (["--only-sweep", "--repeats", "3"], "--repeats: not read with --only-sweep"),
+    (["--only-sweep", "--seed", "0", "--skip-real"], "--seed, --skip-real: not read with "
+                                                     "--only-sweep (the sweep figure runs its own "
+                                                     "spec, with its own seed)"),
+    (["--only-sweep", "--config", "small"], "--config: not read with --only-sweep"),
+    (["--only-real", "--beats", "4096", "--config", "small"],
+     "--config, --beats: not read with --only-real (the real-shape figures run the mid PE"),
+    (["--only-real", "--repeats", "7"], "--repeats: not read with --only-real"),
+])
+def test_options_a_single_figure_run_does_not_read_are_refused(stub, capsys, argv, refused):
+    """``--only-sweep`` took ``--repeats`` / ``--beats`` / ``--seed`` / ``--config`` and dropped
+    them; each is now refused by name, even at its default value (``--seed 0``,
+    ``--config small``), before any figure runs."""
+    stub()
+    rc, out, err = bench_main(capsys, *argv)
+    assert rc == 2 and refused in " ".join(err.split()), err
+    assert "[" not in out                      # no step started
+
+
+def test_single_figure_runs_name_what_they_run(stub, capsys, tmp_path):
+    """The header of ``--only-sweep`` names the figure, not a config and a seed it does not
+    read, and its JSON records the sweep's own seed; ``--only-real`` gives its seed."""
+    stub()
+    rc, out, _ = bench_main(capsys, "--only-sweep", "--json", tmp_path / "s.json")
+    sweep = json.loads((tmp_path / "s.json").read_text())
+    assert rc == 0 and "elmoe3d bench: the sweep figure" in out and "config" not in \
+        out.splitlines()[0]
+    assert sweep["seed"] == sweep["sweep"]["seed"]
+    rc, out, _ = bench_main(capsys, "--only-real", "--seed", "5")
+    assert rc == 0 and out.splitlines()[0] == "elmoe3d bench: seed 5"
+
+
 @pytest.mark.parametrize("command", ["bench", "sim"])
 def test_config_choices_are_the_simulated_presets(capsys, command):
     """``--config nope`` listed every preset (``mid`` and the paper ones), which the command
