@@ -95,9 +95,12 @@ SYNTH_PLOT   := build/synth/area.png
 # clean and distclean look, whatever $ELMOE3D_BUILD_DIR says (it moves them for elmoe3d run by
 # hand, and the simulator's build for make sim too).
 synth fpga: export ELMOE3D_BUILD_DIR := $(CURDIR)/build
+# `make synth JOBS=N` passes --jobs N; without JOBS, synth takes its own default (the CPU count,
+# at most 2), as it refuses more Yosys processes than CPUs.
+SYNTH_JOBS = $(if $(filter command line environment,$(origin JOBS)),--jobs $(JOBS))
 synth: $(STAMP)
 	@mkdir -p build/synth
-	$(PY) -m elmoe3d synth --timing --power --jobs $(JOBS) --json $(SYNTH_REPORT) --plot $(SYNTH_PLOT)
+	$(PY) -m elmoe3d synth --timing --power $(SYNTH_JOBS) --json $(SYNTH_REPORT) --plot $(SYNTH_PLOT)
 
 .PHONY: fpga
 # The board top (UART bridge, load router, one PE, HB/EXT stand-ins) through Amaranth's platform

@@ -546,10 +546,15 @@ def run(args) -> int:
         from ..synth.power import check_power
         lib.check_timing()
         check_power(lib)                              # one line naming the file and the cell
+    cpus = os.cpu_count() or 1
     if args.jobs is None:
-        jobs = max(1, min(2, os.cpu_count() or 1))
+        jobs = min(2, cpus)
     else:
         jobs = _positive_int(args.jobs, "--jobs")
+        if jobs > cpus:
+            raise UserError(f"--jobs {jobs}: at most this machine's {cpus} CPU(s) (a Yosys "
+                            f"process runs on one CPU; more only share them, each holding its "
+                            f"block's netlist in memory)")
     scaling = _parse_int_list(args.scaling, "--scaling")
     for option, path in (("--json", args.json), ("--plot", args.plot)):
         if path is not None:

@@ -192,6 +192,7 @@ def test_cli_bad_liberty_is_one_line(tmp_path, capsys):
     (["--config", "small,small"], "names a configuration twice"),
     (["--jobs", "0"], "--jobs: expected one positive integer"),
     (["--jobs", "x"], "--jobs: expected one positive integer"),
+    (["--jobs", "1000"], f"--jobs 1000: at most this machine's {os.cpu_count()} CPU(s)"),
     (["--scaling", "4,x"], "--scaling"),
     (["--period", "1e9"], "less than 1e+09 (1 ms)"),
 ])
