@@ -17,8 +17,8 @@ finish; a rerun with the same spec and folder skips the finished points. At the 
 (against die mm2 when the spec has an area task, else against the PE count; not with
 ``--no-plots``) and ``sweep.json`` (``"status": "running"`` until the tables are written, then
 ``"complete"``; ``"interrupted"`` after Ctrl-C, exit status 130). ``--check`` only expands and
-validates the spec
-and prints the point count. The options are checked before anything starts: ``--scheduler``'s
+validates the spec and prints the point count (the options of a run, ``--out``, ``--cache``,
+``--workers`` and the like, are refused with it). The options are checked before anything starts: ``--scheduler``'s
 address scheme (``tcp://``, ``tls://``, ...), ``--dashboard``'s ``[HOST]:PORT`` (only for the
 embedded cluster: not with ``--scheduler`` or ``--workers 0``); then, before the out folder is
 made, ``--out`` (not a file) and ``--cache`` (a folder the tasks can write, made if missing;
@@ -81,10 +81,18 @@ def _perf_blind(spec) -> list:
             and not (f == "ext_channels" and "ext_gbps" in spec.config)]
 
 
+#: The options that say how and where the points run: ``--check`` runs none, so it refuses them.
+RUN_OPTIONS = ("scheduler", "workers", "out", "cache", "dashboard", "no_progress", "no_plots")
+
+
 def run(args) -> int:
     from ..sw.host.sweep import check_dashboard, check_scheduler, run_sweep
-    from ..sw.host.sweep_spec import expand, load_spec
+    from ..sw.host.sweep_spec import TASKS, dropped_text, expand, load_spec
+    from . import given_options
     from .outputs import report_console
+    if args.check and given_options(args, RUN_OPTIONS):
+        raise UserError(f"{', '.join(given_options(args, RUN_OPTIONS))}: not read with --check "
+                        f"(it expands and validates the spec and runs no point)")
     if args.workers is not None and args.workers < 0:
         raise UserError(f"--workers: expected a number >= 0, got {args.workers}")
     if args.scheduler is not None and args.workers is not None:
@@ -107,17 +115,13 @@ def run(args) -> int:
     if args.check:
         counts = {}
         points = expand(spec, counts)
-        tasks = {k: sum(1 for p in points if p.tasks.get(k))
-                 for k in ("perf", "area", "timing", "rtl")}
+        tasks = {k: sum(1 for p in points if p.tasks.get(k)) for k in TASKS}
         drawn = ""
         if spec.sampling != "grid":
             distinct = len({json.dumps(p.config, sort_keys=True) for p in points})
             drawn = f"; {spec.samples} samples -> {distinct} distinct configurations"
-        dropped = "".join(f", {n} {what}" for n, what in (
-            (counts["constrained"], "dropped by the constraints"),
-            (counts["duplicates"], "equal to another point")) if n)
         say(f"{args.spec}: {len(points)} valid points (sampling {spec.sampling}, seed "
-            f"{spec.seed}{drawn}{dropped}); tasks: "
+            f"{spec.seed}{drawn}{dropped_text(counts)}); tasks: "
             + ", ".join(f"{k} {v}" for k, v in tasks.items()))
         perf_only = _perf_blind(spec)
         if perf_only and tasks["area"] == tasks["rtl"] == 0:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import UserError
-from .sweep_spec import SweepSpec, expand, load_spec, need
+from .sweep_spec import SweepSpec, dropped_text, expand, load_spec, need
 from .sweep_tasks import (CACHE_ENV, META_COLUMNS, RESULT_COLUMNS, cache_problem, code_version,
                           default_cache_dir, run_point)
 
@@ -329,7 +329,8 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
         check_dashboard(dashboard)
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
-    points = expand(spec)
+    counts = {}
+    points = expand(spec, counts)
     _check_out(out_dir, out_given)
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
     if not scheduler:                           # a cluster's workers check theirs (_run)
@@ -341,7 +342,8 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
         try:
             return _run(spec, points, store, cache, task, scheduler=scheduler, workers=workers,
                         progress=progress, retries=retries, dashboard=dashboard, plots=plots,
-                        say=say, chunk=chunk, cache_given=cache_dir is not None)
+                        say=say, chunk=chunk, cache_given=cache_dir is not None,
+                        dropped=dropped_text(counts))
         except BaseException as exc:
             _stopped(store, points, exc)
             raise
@@ -380,7 +382,7 @@ def _status(store, spec, status, **extra) -> None:
 
 
 def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retries,
-         dashboard, plots, say, chunk, cache_given) -> SweepRun:
+         dashboard, plots, say, chunk, cache_given, dropped) -> SweepRun:
     code = code_version()
     states = [store.state(p.id, code) for p in points]
     todo = [p for p, st in zip(points, states) if st != "done"]
@@ -390,7 +392,7 @@ def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retr
     # are not current
     _status(store, spec, "running", points=len(points))
     say(f"sweep {spec.name}: {len(points)} points ({skipped} finished before, {len(todo)} to "
-        f"run" + (f", {stale} rows from other code rerun" if stale else "") +
+        f"run" + (f", {stale} rows from other code rerun" if stale else "") + dropped +
         f"), sampling {spec.sampling}, seed {spec.seed}, cache {cache}")
     dash = None
     start = time.perf_counter()

@@ -73,7 +73,8 @@ from ...errors import UserError
 from .paper_eval import TREE, ZIPF, ZIPF_MAX
 
 
-__all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "compile_expr",
+__all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "dropped_text",
+           "compile_expr", "TASKS",
            "CONFIG_FIELDS", "WORKLOAD_FIELDS", "SAMPLINGS", "SPEC_VERSION"]
 
 #: Bumped when a point's results change meaning (part of every point's id).
@@ -96,6 +97,8 @@ HB_FIELDS = ("hb_bank_bytes",)
 _TOP_KEYS = ("name", "seed", "base", "sampling", "samples", "config", "workload",
              "constraints", "tasks", "models")
 _TASK_KEYS = {"perf": True, "area": False, "timing": False, "rtl": False, "rtl_beats": 256}
+#: The tasks a point can run (the keys of ``tasks`` that are switches or expressions).
+TASKS = ("perf", "area", "timing", "rtl")
 
 
 @dataclass(frozen=True)
@@ -512,7 +515,7 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                 tasks[key] = compile_expr(v, names)
             except ExprError as exc:
                 raise UserError(f"{path}: tasks.{key}: {exc}") from None
-    if not any(tasks[k] for k in ("perf", "area", "timing", "rtl")):
+    if not any(tasks[k] for k in TASKS):
         raise UserError(f"{path}: tasks: no task selected (perf is false and area, timing and "
                         f"rtl are not given or false); a point would compute nothing")
     digest = hashlib.sha256(text.encode()).hexdigest()[:16] if text else ""
@@ -691,15 +694,18 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
     """Every point of ``spec`` (config points x the workload grid), constraints applied,
     duplicates dropped (points equal in everything their results depend on: an AR point's
     alpha and SD tree, a perf point's bench seed and length do not count), each validated;
-    a list of :class:`Point`. ``counts``, when given, gets ``constrained`` (combinations a
-    constraint dropped) and ``duplicates`` (combinations equal to an earlier point). Raises
+    a list of :class:`Point`. A combination whose task expressions are all false (``perf:
+    false`` and ``rtl: "pes == 8"`` at 16 PEs) is no point: it would give a row without a
+    figure. ``counts``, when given, gets ``constrained`` (combinations a constraint dropped),
+    ``no_task`` (those with no task) and ``duplicates`` (combinations equal to an earlier
+    point); :func:`dropped_text` words them. Raises
     :class:`UserError` with a line for each distinct mistake of the invalid points (the spec,
     the first point with it and the field; how many more points share it; at most
     :data:`MAX_MISTAKES` lines), or when no point is left or none has a task: nothing
     runs."""
     from .hf_config import loaded_models, model_figures
     counts = {} if counts is None else counts
-    counts.update(constrained=0, duplicates=0)
+    counts.update(constrained=0, no_task=0, duplicates=0)
     wnames = list(spec.workload)
     wgrid = [dict(zip(wnames, combo)) for combo in
              itertools.product(*(spec.workload[n]["values"] for n in wnames))]
@@ -760,6 +766,9 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                             raise UserError(f"{where}: tasks.{k}: {exc}") from None
                     else:
                         tasks[k] = v
+                if not any(tasks[k] for k in TASKS):
+                    counts["no_task"] += 1
+                    continue
                 if tasks["timing"]:
                     tasks["area"] = True
                 if tasks["area"]:
@@ -797,12 +806,21 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                 _note(problems, exc, where)
     if problems:
         raise UserError(_problems_text(problems))
-    if not points:
-        raise UserError(f"{spec.path}: no point left after the constraints")
-    if not any(p.tasks[k] for p in points for k in ("perf", "area", "timing", "rtl")):
+    if not points and counts["no_task"]:
         raise UserError(f"{spec.path}: tasks: no point has a task (perf is false and the "
                         f"expressions of area, timing and rtl are false at every point)")
+    if not points:
+        raise UserError(f"{spec.path}: no point left after the constraints")
     return points
+
+
+def dropped_text(counts: dict) -> str:
+    """``counts`` of :func:`expand` in words, each with a leading comma, the zero ones left
+    out: ``", 6 dropped by the constraints, 2 with no task"``."""
+    return "".join(f", {n} {what}" for n, what in (
+        (counts["constrained"], "dropped by the constraints"),
+        (counts["no_task"], "with no task (every task expression false)"),
+        (counts["duplicates"], "equal to another point")) if n)
 
 
 #: At most this many distinct mistakes are listed (:func:`expand`).

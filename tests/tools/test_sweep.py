@@ -405,7 +405,25 @@ def test_ext_bandwidth_is_swept_through_the_channel_count(capsys, tmp_path):
     assert "3 valid points (sampling grid, seed 0, 6 dropped by the constraints)" in out
     counts = {}
     assert len(expand(load_spec(spec), counts)) == 3
-    assert counts == {"constrained": 6, "duplicates": 0}
+    assert counts == {"constrained": 6, "no_task": 0, "duplicates": 0}
+
+
+def test_points_with_no_task_are_dropped_and_counted(tmp_path, capsys):
+    """``perf: false`` with ``rtl: "pes == 8"``: the 16-PE points have no task. They gave rows
+    without a figure; they are now no points, counted by ``--check`` and by the run."""
+    spec = _write(tmp_path, "config:\n  pes: [8, 16]\nworkload:\n  model: [qwen3-30b-a3b]\n"
+                            "tasks:\n  perf: false\n  rtl: 'pes == 8'\n")
+    counts = {}
+    pts = expand(load_spec(spec), counts)
+    assert [p.config["pes"] for p in pts] == [8] and pts[0].tasks["rtl"]
+    assert counts == {"constrained": 0, "no_task": 1, "duplicates": 0}
+    assert cli.main(["sweep", str(spec), "--check"]) == 0
+    assert ("1 valid points (sampling grid, seed 0, 1 with no task (every task expression "
+            "false)); tasks: perf 0, area 0, timing 0, rtl 1") in capsys.readouterr().out
+    said = []
+    res = run_sweep(load_spec(spec), tmp_path / "out", workers=0, task=lambda p, c: {"id": p.id},
+                    progress=False, plots=False, say=said.append)
+    assert res.points == 1 and "1 with no task" in said[0]
 
 
 def test_hb_is_empty_when_the_base_or_the_hb_capacity_is_not_paper_hb():
@@ -453,6 +471,22 @@ def test_equal_points_are_one_and_samples_say_how_many_are_distinct(tmp_path, ca
                             "workload:\n  model: [qwen3-30b-a3b]\n")
     assert cli.main(["sweep", str(spec), "--check"]) == 0
     assert "does not read" not in capsys.readouterr().out
+
+
+def test_check_refuses_the_options_of_a_run(tmp_path, capsys):
+    """``--check`` runs nothing, so the options saying how and where to run (``--out``,
+    ``--cache``, ``--workers`` even at 0, ...) are refused by name, not dropped; nothing is
+    made."""
+    spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n")
+    for options, named in ((["--out", tmp_path / "o", "--cache", tmp_path / "c"],
+                            "--out, --cache"), (["--workers", "0"], "--workers"),
+                           (["--no-plots", "--no-progress"], "--no-progress, --no-plots")):
+        assert cli.main(["sweep", str(spec), "--check", *map(str, options)]) == 2
+        err = capsys.readouterr().err
+        assert err.strip() == (f"elmoe3d sweep: error: {named}: not read with --check (it "
+                               f"expands and validates the spec and runs no point)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]
+    assert cli.main(["sweep", str(spec), "--check"]) == 0
 
 
 def test_alpha_source_says_where_alpha_came_from():
@@ -952,14 +986,14 @@ def test_rtl_task_on_the_smallest_tile(tmp_path):
     res = run_sweep(spec, tmp_path / "out", workers=0, cache_dir=tmp_path / "cache",
                     progress=False, say=_quiet)
     assert res.errors == 0, [r["error"] for r in res.rows]
-    r0, r1 = sorted(res.rows, key=lambda r: r["point"])
+    [r0] = res.rows                             # batch 4 has no task: no point
+    assert r0["batch"] == 1
     assert r0["rtl_mismatches"] == 0 and r0["rtl_comparisons"] > 0
     assert r0["rtl_beats"] >= 64 and r0["rtl_fraction"] >= 0.99 and r0["rtl_seed"] == 3
-    assert "rtl_fraction" not in r1
     assert list((tmp_path / "cache" / "verilator").glob("tile_r1_l2-*"))
     again = run_sweep(spec, tmp_path / "out2", workers=0, cache_dir=tmp_path / "cache",
                       progress=False, say=_quiet)
-    a0 = min(again.rows, key=lambda r: r["point"])
+    [a0] = again.rows
     assert a0["rtl_built"] is False
     assert comparable(again.rows) == comparable(res.rows)
 
