@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-__all__ = ["ext_chunk", "ext_pick", "ExtSchedModel"]
+__all__ = ["ext_chunk", "ext_pick", "ext_chunk_order", "ExtSchedModel"]
 
 
 def _bits(mask: int):
@@ -59,6 +59,43 @@ def ext_pick(window, credits, chunk_words: int):
             return i, need
         blocked |= mask
     return None
+
+
+def ext_chunk_order(queues, pes_per_group: int, chunk_words: int) -> list:
+    """The chunks the die sends its EXT streamer while credits never run short (every PE's
+    FIFO always has room: its load router drains), in order: ``[(group, addr, words,
+    dst_mask)]``, ``dst_mask`` the die's (group ``g``'s PE ``j`` is bit
+    ``g x pes_per_group + j``).
+
+    ``queues``: ``[(g, descriptors)]``, group ``g``'s EXT read descriptors in host order,
+    each ``(addr, words, dst_mask)`` (``words`` the list of the words the descriptor reads
+    from ``addr``, at least one; ``dst_mask`` within the group), the groups ascending. Each group's scheduler issues by
+    :func:`ext_pick` (with full credits: its oldest descriptor, chunk after chunk), and the
+    groups' chunks take turns round robin from the first, as
+    :class:`elmoe3d.hw.ext_sched.ExtGroupMerge` serves groups that always have one. Short
+    of credits, a younger descriptor to other PEs may go first and the turns shift:
+    :class:`ExtSchedModel` steps that per cycle."""
+    issued = []
+    for g, descs in queues:
+        window = [[addr, len(words), mask, list(words)] for addr, words, mask in descs]
+        if any(left < 1 for _, left, _, _ in window):
+                raise ValueError(f"group {g}: a descriptor of no words")
+        out, credits = [], [chunk_words] * pes_per_group
+        while window:
+            i, n = ext_pick([(a, left, mask) for a, left, mask, _ in window], credits,
+                            chunk_words)
+            addr, left, mask, words = window[i]
+            out.append((g, addr, words[:n], mask << g * pes_per_group))
+            window[i] = [addr + n, left - n, mask, words[n:]]
+            if left == n:
+                window.pop(i)
+        issued.append(out)
+    order = []
+    while any(issued):
+        for out in issued:
+            if out:
+                order.append(out.pop(0))
+    return order
 
 
 @dataclass

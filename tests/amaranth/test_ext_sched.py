@@ -13,7 +13,7 @@ from amaranth.sim import Simulator
 
 from elmoe3d.hw.ext_sched import ExtScheduler
 from elmoe3d.hw.ext_stream import ext_read_layout
-from elmoe3d.sw.golden.ext_sched import ExtSchedModel, ext_pick
+from elmoe3d.sw.golden.ext_sched import ExtSchedModel, ext_chunk_order, ext_pick
 
 from .test_die_ext_stream import offer_desc
 
@@ -133,6 +133,19 @@ def test_pick_rule():
     assert ext_pick([(0, 5, 0b01), (9, 3, 0b11)], [3, 8], 4) is None   # blocked by the older
     assert ext_pick([(0, 2, 0b11)], [2, 1], 4) is None                 # one PE short
     assert ext_pick([], [1], 4) is None
+
+
+def test_chunk_order_with_full_credits():
+    """:func:`ext_chunk_order` on a hand case: each group's descriptors oldest first, chunk
+    after chunk (a chunk's address advancing), the groups in turn, masks moved to the die's
+    PEs; a descriptor of no words is refused by group."""
+    queues = [(0, [(100, list(range(6)), 0b01), (200, [7], 0b11)]),
+              (1, [(300, [8, 9, 10], 0b10)])]
+    assert ext_chunk_order(queues, 2, 4) == [
+        (0, 100, [0, 1, 2, 3], 0b0001), (1, 300, [8, 9, 10], 0b1000),
+        (0, 104, [4, 5], 0b0001), (0, 200, [7], 0b0011)]
+    with pytest.raises(ValueError, match="group 1: a descriptor of no words"):
+        ext_chunk_order([(1, [(0, [], 0b1)])], 2, 4)
 
 
 @pytest.mark.parametrize("kw,msg", [({"window": 0}, "window"), ({"credits": 2}, "credits"),

@@ -23,7 +23,8 @@ from . import Backend, BackendRun, RunContext
 from .records import GoldenLayer, step_record, traffic_bytes
 
 
-__all__ = ["GoldenBackend", "run_golden", "run_layer_golden", "trace_golden_layers"]
+__all__ = ["GoldenBackend", "run_golden", "run_layer_golden", "trace_steps",
+           "trace_golden_layers", "TRACE_WEIGHTS_SEED"]
 
 
 def _bits(a):
@@ -119,28 +120,48 @@ class GoldenBackend(Backend):
         records, _ = self.golden(steps, ctx)
         return BackendRun(records=records)
 
+
+#: The seed of the synthetic experts the real traces' golden layer-steps run with.
+TRACE_WEIGHTS_SEED = 7
+
+
+def trace_steps(trace, arch, *, layers, depth: int = 2, slots: int = 32, batch: int = 1,
+                shape=None) -> tuple:
+    """``(steps, weights)``: the Elastic-SD layer-steps of the real Mixtral-8x7B routing
+    ``trace`` (a :class:`~elmoe3d.sw.host.trace.RoutingTrace`, checked against the preset:
+    :class:`~elmoe3d.errors.UserError` otherwise) at MoE ``layers``, for the groups of ``arch``
+    (:class:`~elmoe3d.config.ArchConfig`): depth ``depth``, coverage acceptance 0.5, an HB
+    cache of ``slots`` experts' MSB slices without admission, ``batch`` requests in lockstep
+    (:func:`~elmoe3d.sw.host.compiler.elastic_steps`: autoregressive, draft and verify steps);
+    ``weights`` the synthetic experts of ``shape`` = (hidden, intermediate) (default
+    :data:`~elmoe3d.sw.host.compiler.SYNTHETIC_SHAPE`), seed :data:`TRACE_WEIGHTS_SEED`
+    (:class:`~elmoe3d.sw.host.compiler.SyntheticWeights`). The routing, the pool, the hits
+    and misses and the placement are the trace's; the weights and activations synthetic."""
+    from .. import compiler
+    from ..elastic_sd import CoverageAcceptance, ElasticSD
+    from ..hbcache import HBExpertCache
+    mix = compiler.check_model_trace(trace, "mixtral-8x7b")
+    sm = compiler.synthetic_model(mix, compiler.SYNTHETIC_SHAPE if shape is None else shape)
+    cache = HBExpertCache(capacity_bytes=slots * sm.expert_msb_bytes, model=sm, admit=False)
+    esd = ElasticSD(cache=cache, depth=depth, acceptance=CoverageAcceptance(0.5))
+    steps, _ = compiler.elastic_steps(trace, esd, layers=list(layers), groups=arch.groups,
+                                      batch=batch)
+    return steps, compiler.SyntheticWeights(sm, seed=TRACE_WEIGHTS_SEED)
+
+
 def trace_golden_layers(arch, *, tokens: int, layer: int = 15, shape=None) -> tuple:
     """``(steps, layers)``: the golden layer-steps of the real Mixtral GSM8K routing trace
     (``gsm8k_2_routing.jsonl`` in :func:`~elmoe3d.sw.host.corpus.traces_dir`), its first
-    ``tokens`` decode tokens, MoE layer ``layer``, Elastic-SD depth 2 (coverage acceptance 0.5,
-    an HB cache of 32 experts' MSB slices, no admission: autoregressive, draft and verify
-    steps) for the groups of ``arch`` (:class:`~elmoe3d.config.ArchConfig`); synthetic
-    experts of ``shape`` = (hidden, intermediate) (default
+    ``tokens`` decode tokens, MoE layer ``layer``, by :func:`trace_steps`' defaults (Elastic-SD
+    depth 2, coverage acceptance 0.5, an HB cache of 32 experts' MSB slices, no admission)
+    for the groups of ``arch`` (:class:`~elmoe3d.config.ArchConfig`); synthetic experts of
+    ``shape`` = (hidden, intermediate) (default
     :data:`~elmoe3d.sw.host.compiler.SYNTHETIC_SHAPE`), weights seed 7. ``layers`` are the
     :class:`GoldenLayer` of :func:`run_golden` with the jobs kept."""
-    from .. import compiler
+    from ..compiler import limit_tokens
     from ..corpus import traces_dir
-    from ..elastic_sd import CoverageAcceptance, ElasticSD
-    from ..hbcache import HBExpertCache
-    from ..models import model_preset
     from ..trace import import_vllm_jsonl
-    mix = model_preset("mixtral-8x7b")
-    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=mix)
-    sm = compiler.synthetic_model(mix, compiler.SYNTHETIC_SHAPE if shape is None else shape)
-    cache = HBExpertCache(capacity_bytes=32 * sm.expert_msb_bytes, model=sm, admit=False)
-    esd = ElasticSD(cache=cache, depth=2, acceptance=CoverageAcceptance(0.5))
-    steps, _ = compiler.elastic_steps(compiler.limit_tokens(tr, tokens), esd, layers=[layer],
-                                      groups=arch.groups)
-    _, layers = run_golden(steps, compiler.SyntheticWeights(sm, seed=7), arch,
-                                    keep=True)
+    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")
+    steps, weights = trace_steps(limit_tokens(tr, tokens), arch, layers=[layer], shape=shape)
+    _, layers = run_golden(steps, weights, arch, keep=True)
     return steps, layers
