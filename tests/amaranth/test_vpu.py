@@ -1,5 +1,8 @@
 """VPU units (:mod:`elmoe3d.hw.vpu`) in the Amaranth simulator against the golden model
-(:mod:`elmoe3d.sw.golden.vpu`): random values, corner cases, and random idle / backpressure cycles.
+(:mod:`elmoe3d.sw.golden.vpu`): random values, corner cases, real inputs, and random idle /
+backpressure cycles. The real inputs (``real_moe``) are the intermediate values of a golden MoE
+layer built from all-MiniLM-L6-v2's real FFN weights on real GSM8K prompt tokens, routed with the
+real gate weights of the GSM8K Mixtral-8x7B trace.
 
 Every comparison is plain equality. Seeds are fixed and printed (``pytest -s`` shows them; a
 failing assertion shows them too).
@@ -331,7 +334,7 @@ def test_requant_rows_end_to_end():
     assert len(got) == rows.size
 
 
-# ---- combination ----------------------------------------------------------------------------------
+# ---- combination ---------------------------------------------------------------------------------
 
 GW_SPECIAL = [0x0000, 0x8000, 0x0001, 0x03FF, 0x8001, 0x83FF, 0x0400, 0x3C00, 0xBC00, 0x3800,
               0x7BFF, 0xFBFF, 0x7C00, 0xFFFF, 0x3555, 0x2E66, 0x0200]
@@ -485,3 +488,285 @@ def test_always_ready_signature_and_errors():
         with pytest.raises(ValueError, match="always-ready stream cannot stall"):
             run_combine(*combine_inputs(np.random.default_rng(0), 4), seed=0, stall=0.5,
                         always_ready=True)
+
+
+# ---- real inputs: MiniLM's weights and activations, the Mixtral trace's gate weights ------------
+
+#: MiniLM (all-MiniLM-L6-v2) encoder layer whose FFN weights and FFN inputs are used.
+REAL_LAYER = 2
+#: Tokens of the real MoE layer: MiniLM's first 16 tokens of the first GSM8K prompt ([CLS]
+#: included), paired by position with the trace's first 16 rows of request 0 at one layer.
+REAL_TOKENS = 16
+#: The Mixtral-8x7B decoder layer whose routing (top-2 of 8, with gate weights) is used.
+REAL_TRACE_LAYER = 0
+#: Experts cut from MiniLM's layer-2 FFN (intermediate 1536): expert e takes rows
+#: ``192e .. 192e + 95`` of the up projection as its up weights, the next 96 rows as its gate
+#: weights and the down projection's 96 columns ``192e ..`` as its down weights.
+REAL_EXPERTS, REAL_INTER = 8, 96
+
+
+@pytest.fixture(scope="module")
+def real_moe(minilm_file, gsm8k_prompts, gsm8k_routing):
+    """A real MoE layer run by the golden model (:func:`~elmoe3d.sw.golden.expert.ref_moe`,
+    FULL): its intermediate values are the VPU units' real inputs.
+
+    * activations: the layer-2 FFN inputs of all-MiniLM-L6-v2 (its real weights, float64
+      forward pass of :mod:`elmoe3d.sw.host.minilm`) on the first GSM8K prompt's first 16
+      tokens, quantized per token to INT8 by ``ref_moe`` (real ``e_x``);
+    * experts: the 8 slices of MiniLM's layer-2 FFN described at :data:`REAL_EXPERTS`
+      (a GELU FFN's up projection split into up and gate halves), G32-quantized;
+    * routing: expert ids and gate weights of the Mixtral-8x7B GSM8K trace
+      (``gsm8k_2_routing.jsonl``), request 0, layer 0, positions 0..15; the gate weights
+      converted to FP16 bits by :func:`~elmoe3d.sw.golden.expert.parse_routing`, the
+      conversion ``ref_moe`` itself applies, and split per expert by
+      :func:`~elmoe3d.sw.golden.expert.expert_tokens`. The trace's tokens are Mixtral's and
+      the activations MiniLM's: they are paired by position, not the same tokens.
+
+    Returns a namespace: ``result`` (the :class:`ExpertResult`, ``detail`` with the ``acc_up``,
+    ``acc_gate``, ``h``, ``h_q``, ``e_h``, ``acc_y`` of every expert), ``e_x`` ``[T]``,
+    ``bits`` uint16 ``[T, 2]`` and ``experts``: ``(e, rows, gw bits, detail)`` per routed
+    expert, in ascending id (the order ``ref_moe`` and a PE program combine them)."""
+    from types import SimpleNamespace
+
+    from elmoe3d.sw.golden.expert import Expert, expert_tokens, parse_routing, ref_moe
+    from elmoe3d.sw.host import minilm
+    up, down = minilm.ffn_weights(REAL_LAYER)
+    ffn_in, _ = minilm.ffn_activations(gsm8k_prompts[:1], REAL_LAYER)
+    x = ffn_in[:REAL_TOKENS]
+    step = 2 * REAL_INTER
+    experts = [Expert.quantize(up[step * e:step * e + REAL_INTER],
+                               up[step * e + REAL_INTER:step * (e + 1)],
+                               down[:, step * e:step * e + REAL_INTER], name=f"minilm.{e}")
+               for e in range(REAL_EXPERTS)]
+    tr = gsm8k_routing
+    sel = np.flatnonzero((tr.request == 0) & (tr.layer == REAL_TRACE_LAYER))
+    sel = sel[np.argsort(tr.position[sel], kind="stable")][:REAL_TOKENS]
+    assert tr.position[sel].tolist() == list(range(REAL_TOKENS))
+    assert tr.num_experts == REAL_EXPERTS
+    ids, bits = parse_routing((tr.expert_ids[sel], tr.gate_weights[sel]), REAL_TOKENS,
+                              REAL_EXPERTS)
+    result = ref_moe(x, experts, (ids, bits))
+    routed = []
+    for e in range(REAL_EXPERTS):
+        rows, gw = expert_tokens(ids, bits, e)
+        if len(rows):
+            d = result.detail["experts"][e]
+            assert d["tokens"].tolist() == rows.tolist()
+            routed.append((e, rows, gw, d))
+    assert len(routed) == REAL_EXPERTS                  # every expert has tokens
+    return SimpleNamespace(result=result, e_x=np.asarray(result.detail["e_x"], np.int64),
+                           bits=bits, experts=routed)
+
+
+def _real_swiglu_rows(real):
+    """(acc_up, acc_gate, e_x) of every routed (token, expert, channel), experts ascending."""
+    return [(int(u), int(g), int(real.e_x[t]))
+            for _, rows, _, d in real.experts
+            for r, t in enumerate(rows)
+            for u, g in zip(d["acc_up"][r], d["acc_gate"][r])]
+
+
+@pytest.mark.minilm
+def test_swiglu_real_minilm(real_moe):
+    """:class:`SwiGLUUnit` on real pre-activations, bit for bit: the Q.24 up and gate
+    accumulators of MiniLM's layer-2 up projection (split into up and gate halves, 8 experts
+    of 96 channels) on the layer-2 FFN inputs of GSM8K tokens (their real ``e_x``), for the
+    tokens the GSM8K Mixtral trace routes to each expert (16 tokens x top-2 x 96 = 3,072
+    elements), under light idle cycles and backpressure. Equal to ``swiglu_q16`` and to the
+    ``h`` of the golden MoE layer."""
+    seed = 6000
+    print(f"seed={seed} (traffic only: the data are MiniLM's and the trace's)")
+    rows = _real_swiglu_rows(real_moe)
+    h, s = run_swiglu(rows, seed=seed, idle=LIGHT.idle, stall=LIGHT.backpressure, tag_width=4)
+    want = np.concatenate([d["h"].reshape(-1) for *_, d in real_moe.experts])
+    assert h.tolist() == want.tolist()
+    # non-trivial: g over the interpolated SiLU range on both sides, h of both signs
+    g, _ = sw.to_q16(np.array([r[1] for r in rows]), np.array([r[2] for r in rows]))
+    segments = np.unique((g + sw.SILU_LIMIT) >> sw.SIG_STEP_BITS)
+    print(f"{len(rows)} elements, g in [{g.min() / 65536:.2f}, {g.max() / 65536:.2f}], "
+          f"{len(segments)} table segments, h in [{h.min()}, {h.max()}], sat {int(s.sum())}")
+    assert len(rows) == REAL_TOKENS * 2 * REAL_INTER
+    assert g.min() < -(2 << 16) and g.max() > 2 << 16 and len(segments) >= 60
+    assert (h < 0).sum() > len(h) // 10 and (h > 0).sum() > len(h) // 10
+    assert np.count_nonzero(h) > 0.95 * len(h) and len(np.unique(h)) > 0.9 * len(h)
+
+
+@pytest.mark.minilm
+def test_rowmax_requant_real_minilm(real_moe):
+    """:class:`RowMaxExponent` then :class:`RequantUnit` on real SwiGLU rows, bit for bit: the
+    Q16.16 ``h`` of MiniLM's layer-2 up projection split into up and gate halves (8 experts of
+    96 channels) on GSM8K tokens, one row per (token, expert) the GSM8K Mixtral trace routes
+    (32 row maxima, 3,072 elements). The exponents equal ``requant_exponent`` of the row max
+    and ``row_requant``'s ``e_h``; the codes equal ``requant_shift`` and ``row_requant``."""
+    seed = 6100
+    print(f"seed={seed} (traffic only: the data are MiniLM's and the trace's)")
+    h = [d["h"][r] for *_, d in real_moe.experts for r in range(len(d["h"]))]
+    want_eh = np.concatenate([d["e_h"] for *_, d in real_moe.experts])
+    want_q = np.concatenate([d["h_q"].reshape(-1) for *_, d in real_moe.experts])
+    mx = sw.row_max(np.array(h))
+    e = sw.requant_exponent(mx)
+    assert (e - sw.Q16_FRAC_BITS).tolist() == want_eh.tolist()
+    tags = np.arange(len(mx)) % 16
+    check(hw.RowMaxExponent(tag_width=4), [{"max": int(v), "tag": int(t)} for v, t in
+                                           zip(mx, tags)],
+          {"e": e, "e_h": want_eh, "tag": tags}, seed=seed, idle=0.4, stall=0.5)
+    hv = np.concatenate(h).astype(np.int64)
+    ev = np.repeat(e, [len(r) for r in h])
+    hq, clip = sw.requant_shift(hv, ev)
+    assert hq.tolist() == want_q.tolist() and not clip.any()
+    inputs = [{"h": int(a), "e": int(b), "tag": k % 4} for k, (a, b) in enumerate(zip(hv, ev))]
+    check(hw.RequantUnit(tag_width=2), inputs,
+          {"h_q": hq, "clip": clip, "tag": np.arange(len(hv)) % 4},
+          seed=seed + 1, idle=LIGHT.idle, stall=LIGHT.backpressure)
+    # non-trivial: several exponents; every row uses its range (max |h_q| >= 64); all codes
+    peak = np.abs(hq.reshape(len(h), -1)).max(axis=1)
+    print(f"{len(mx)} rows, e' in {sorted(set(e.tolist()))}, h_q in [{hq.min()}, {hq.max()}], "
+          f"{len(np.unique(hq))} distinct codes")
+    assert len(set(e.tolist())) >= 2 and (peak >= 64).all()
+    assert hq.min() <= -100 and hq.max() >= 100 and len(np.unique(hq)) >= 150
+
+
+@pytest.mark.minilm
+def test_combine_real_mixtral_gates(real_moe):
+    """:class:`CombineUnit` on real expert outputs and real gate weights, bit for bit: the Q.24
+    down-projection accumulators of 8 experts cut from MiniLM's layer-2 FFN on GSM8K tokens
+    (their real ``e_h``), weighted by the gate weights of the GSM8K Mixtral-8x7B trace
+    (request 0, layer 0, top-2, as FP16 bits from ``parse_routing``). The OUT rows are
+    read-modify-written expert by expert, in ascending id, as a PE program does (16 tokens x
+    top-2 x 384 = 12,288 elements; each expert under another of the four flow patterns).
+    Every pass equals ``combine``; the final sums equal ``ref_moe``'s ``out``."""
+    base = 6200
+    print(f"seeds={base}..{base + REAL_EXPERTS - 1} (traffic only: the data are MiniLM's "
+          f"and the trace's)")
+    res = real_moe.result
+    out = np.zeros(res.out.shape, np.int64)
+    flags = np.zeros(res.out.shape, bool)
+    hdim = out.shape[1]
+    for e, rows, gw, d in real_moe.experts:
+        acc, e_h = d["acc_y"], d["e_h"]
+        want, wflag = sw.combine(out[rows], flags[rows], acc, e_h, gw)
+        inputs = [{"acc_y": int(acc[r, c]), "e_h": int(e_h[r]), "gw": int(gw[r]),
+                   "out": int(out[t, c]), "flag": int(flags[t, c]), "tag": c % 8}
+                  for r, t in enumerate(rows) for c in range(hdim)]
+        idle, stall = FLOWS[e % len(FLOWS)]
+        got = check(hw.CombineUnit(tag_width=3), inputs,
+                    {"out": want.reshape(-1), "flag": wflag.reshape(-1),
+                     "tag": np.arange(len(inputs)) % 8}, seed=base + e, idle=idle, stall=stall)
+        out[rows] = np.array([g["out"] for g in got], np.int64).reshape(len(rows), hdim)
+        flags[rows] = np.array([g["flag"] for g in got], bool).reshape(len(rows), hdim)
+    assert out.tolist() == res.out.tolist() and not flags.any()
+    # non-trivial: many distinct gate weights, outputs of both signs over a wide range
+    gws = np.concatenate([gw for _, _, gw, _ in real_moe.experts])
+    w = gws.view(np.float16).astype(np.float64)
+    print(f"{len(gws)} gate weights in [{w.min():.4f}, {w.max():.4f}] "
+          f"({len(np.unique(gws))} distinct); out in [{out.min()}, {out.max()}]")
+    assert len(gws) == 2 * REAL_TOKENS and len(np.unique(gws)) >= 24
+    assert w.min() < 0.25 and w.max() > 0.75
+    assert np.count_nonzero(out) > 0.99 * out.size and (out < 0).any() and (out > 0).any()
+    assert np.abs(out).max() > 1 << 24 and len(np.unique(out)) > 0.9 * out.size
+
+
+@pytest.mark.minilm
+def test_combine_every_trace_gate_weight(real_moe, gsm8k_routing):
+    """:class:`CombineUnit` on every distinct gate weight of the GSM8K Mixtral-8x7B trace (all
+    rows: both requests, 32 layers, top-2; FP16 bits from ``parse_routing``, about 2,200
+    values), each applied to a real expert output: the Q.24 down-projection accumulators (and
+    ``e_h``) of the 8 experts cut from MiniLM's layer-2 FFN on GSM8K tokens, taken in turn, added
+    into the real output sums of the MoE layer. Equal to ``combine``, bit for bit."""
+    from elmoe3d.sw.golden.expert import parse_routing
+    seed = 6250
+    print(f"seed={seed} (traffic only: the data are MiniLM's and the trace's)")
+    tr = gsm8k_routing
+    _, bits = parse_routing((tr.expert_ids, tr.gate_weights), len(tr.expert_ids),
+                            tr.num_experts)
+    gw = np.unique(bits)
+    acc = np.concatenate([d["acc_y"].reshape(-1) for *_, d in real_moe.experts])
+    e_h = np.concatenate([np.repeat(d["e_h"], d["acc_y"].shape[1])
+                          for *_, d in real_moe.experts])
+    out = real_moe.result.out.reshape(-1)
+    k = np.arange(len(gw)) * 7 % len(acc)               # spread over experts and tokens
+    j = np.arange(len(gw)) % len(out)
+    new, flag = run_combine(acc[k], e_h[k], gw, out[j], np.zeros(len(gw), bool), seed=seed,
+                            idle=LIGHT.idle, stall=LIGHT.backpressure, tag_width=2)
+    # non-trivial: the whole range of real gate weights; terms that change the sums
+    w = gw.view(np.float16).astype(np.float64)
+    print(f"{len(gw)} distinct gate weights in [{w.min():.5f}, {w.max():.5f}]")
+    assert len(gw) >= 2000 and w.min() < 0.01 and w.max() > 0.99 and not flag.any()
+    assert np.count_nonzero(new - out[j]) > 0.99 * len(gw)
+
+
+def _real_fp32_values(real, tokens=4):
+    """The Q.24 output rows of the ``tokens`` tokens with the largest max |out| (the FP32
+    converter simulates at about 800 values per second), flat, and ``ref_moe``'s FP32 ``y``
+    of them."""
+    pick = np.sort(np.argsort(-np.abs(real.result.out).max(axis=1), kind="stable")[:tokens])
+    return real.result.out[pick].reshape(-1), real.result.y[pick].reshape(-1)
+
+
+@pytest.mark.minilm
+def test_fp32_real_moe_output(real_moe):
+    """:class:`Fp32Converter` on real Q.24 sums, bit for bit: the output of the MoE layer of
+    8 experts cut from MiniLM's layer-2 FFN on GSM8K tokens, combined with the GSM8K
+    Mixtral trace's gate weights: the rows of the 4 tokens with the largest outputs (4 x 384 =
+    1,536 values; the others are smaller still). Equal to ``q24_to_fp32`` and to the FP32
+    ``y`` of ``ref_moe``."""
+    seed = 6300
+    print(f"seed={seed} (traffic only: the data are MiniLM's and the trace's)")
+    v, y = _real_fp32_values(real_moe)
+    bits = sw.q24_to_fp32(v).view(np.uint32)
+    assert bits.tolist() == y.view(np.uint32).tolist()
+    tags = np.arange(len(v)) % 64
+    check(hw.Fp32Converter(tag_width=6), [{"value": int(a), "tag": int(t)}
+                                          for a, t in zip(v, tags)],
+          {"bits": bits, "tag": tags}, seed=seed, idle=LIGHT.idle, stall=LIGHT.backpressure)
+    # non-trivial: both signs, many binary exponents, values that round (|v| >= 2^24 has
+    # more than 24 significant bits; real FFN outputs are mostly below 1.0, so they are few)
+    exps = np.unique((bits >> 23) & 0xFF)
+    rounded = int((np.abs(v) >= 1 << 24).sum())
+    print(f"{len(v)} values, {rounded} rounded, {len(exps)} binary exponents")
+    assert rounded >= 3 and len(exps) >= 12 and np.count_nonzero(v) == len(v)
+    assert (bits >> 31).any() and not (bits >> 31).all()
+
+
+@pytest.mark.minilm
+@pytest.mark.parametrize("mul_stages", [1, 2])
+def test_always_ready_units_real(real_moe, mul_stages):
+    """The ``always_ready=True`` units (the PE's SWIGLU and COMBINE sinks, its row-max
+    exponent; requant and FP32 too) on the real inputs of the tests above, bit for bit, with
+    an idle source: SwiGLU on MiniLM's layer-2 up/gate accumulators of GSM8K tokens, the row
+    max and requantization of their real ``h``, the combine of the first two routed experts'
+    real outputs with the GSM8K Mixtral trace's gate weights, FP32 of the layer's output."""
+    seed = 6400 + mul_stages
+    print(f"seed={seed} (traffic only: the data are MiniLM's and the trace's)")
+    rows = _real_swiglu_rows(real_moe)
+    h, _ = run_swiglu(rows, seed=seed, idle=0.3, tag_width=2, mul_stages=mul_stages,
+                      always_ready=True)
+    assert h.tolist() == np.concatenate([d["h"].reshape(-1)
+                                         for *_, d in real_moe.experts]).tolist()
+    hs = np.concatenate([d["h"] for *_, d in real_moe.experts]).astype(np.int64)
+    mx = sw.row_max(hs)
+    e = sw.requant_exponent(mx)
+    check(hw.RowMaxExponent(always_ready=True), [{"max": int(v), "tag": 0} for v in mx],
+          {"e": e, "e_h": e - 16}, seed=seed, idle=0.3)
+    hq, clip = sw.requant_shift(hs, e[:, None])
+    check(hw.RequantUnit(always_ready=True),
+          [{"h": int(a), "e": int(b), "tag": 0} for a, b in zip(hs.reshape(-1),
+                                                               np.repeat(e, hs.shape[1]))],
+          {"h_q": hq.reshape(-1), "clip": clip.reshape(-1)}, seed=seed, idle=0.3)
+    out = np.zeros(real_moe.result.out.shape, np.int64)
+    flags = np.zeros(out.shape, bool)
+    for e_id, rows_e, gw, d in real_moe.experts[:2]:
+        want, wflag = sw.combine(out[rows_e], flags[rows_e], d["acc_y"], d["e_h"], gw)
+        acc = d["acc_y"]
+        new, nflag = run_combine(acc.reshape(-1), np.repeat(d["e_h"], acc.shape[1]),
+                                 np.repeat(gw, acc.shape[1]), out[rows_e].reshape(-1),
+                                 flags[rows_e].reshape(-1), seed=seed + e_id, idle=0.3,
+                                 tag_width=3, mul_stages=mul_stages, always_ready=True)
+        assert new.tolist() == want.reshape(-1).tolist()
+        out[rows_e], flags[rows_e] = new.reshape(want.shape), nflag.reshape(want.shape)
+    assert np.count_nonzero(out) > 0 and (out < 0).any() and (out > 0).any()
+    v, y = _real_fp32_values(real_moe, tokens=2)
+    bits = sw.q24_to_fp32(v).view(np.uint32)
+    check(hw.Fp32Converter(always_ready=True), [{"value": int(a), "tag": 0} for a in v],
+          {"bits": bits}, seed=seed, idle=0.3)
+    assert bits.tolist() == y.view(np.uint32).tolist()
