@@ -97,6 +97,17 @@ def gsm8k_prompts():
     return load()
 
 
+@pytest.fixture(scope="session")
+def gsm8k_routing():
+    """The real Mixtral-8x7B routing of ``../shared/traces/gsm8k_2_routing.jsonl`` (two GSM8K
+    requests, 32 layers, top-2 of 8, with gate weights) as a
+    :class:`~elmoe3d.sw.host.trace.RoutingTrace`. A missing file fails, it does not skip."""
+    from elmoe3d.sw.host.corpus import traces_dir
+    from elmoe3d.sw.host.trace import import_vllm_jsonl
+    trace, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")
+    return trace
+
+
 #: The tests ``make test`` leaves out (node-id prefixes), marked ``slow``: the heavy RTL benches
 #: (the logic die's and the board's Verilator builds, the wider PEs, the host RTL backend,
 #: 78-880 s of one worker each in the clean-clone ``make test`` of 2026-12-02) and, since

@@ -1,8 +1,12 @@
 """Aggregation link (:class:`elmoe3d.hw.agg_link.AggregationLink`) in the Amaranth simulator
-against its golden model :func:`elmoe3d.sw.golden.agg_link.ref_link`, plus the golden model's own rules.
+against its golden model :func:`elmoe3d.sw.golden.agg_link.ref_link`, plus the golden model's
+own rules.
 
-Every comparison is plain equality on the W-bit words each destination PE receives. Seeds are
-fixed and in the test ids.
+Every comparison is plain equality on the W-bit words each destination PE receives. Traffic:
+random descriptors and words, corner cases, bad descriptors, and the descriptors and ``link_o``
+words the host compiler and the multi-PE functional simulation make of the real Mixtral-8x7B
+GSM8K routing trace (:func:`test_real_mixtral_link_traffic`). Seeds are fixed, in the test ids
+or printed.
 """
 
 import random
@@ -12,9 +16,9 @@ import pytest
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-from elmoe3d.config import preset
-from elmoe3d.hw.agg_link import (AggregationLink, LinkModeRTL, ReduceTree, link_op_layout,
-                                 pack_link_op)
+from elmoe3d.config import ArchConfig, preset
+from elmoe3d.hw.agg_link import (DEFAULT_BUFFER_WORDS, AggregationLink, LinkModeRTL, ReduceTree,
+                                 link_op_layout, pack_link_op)
 from elmoe3d.hw.checked import inspection
 from elmoe3d.sim.amaranth_streams import StreamSink
 from elmoe3d.sim.bench_agg_link import random_link_op
@@ -22,6 +26,9 @@ from elmoe3d.sim.traffic import STALLS
 from elmoe3d.sw.golden.datapath import INT64_MAX, INT64_MIN
 from elmoe3d.sw.golden.agg_link import (LinkMode, LinkOp, link_op_fault, ref_link,
                                         reduce_add_words, reduce_max_words)
+from elmoe3d.sw.host.backends.golden import run_layer_golden
+
+from ..real_inputs import REAL_LAYERS, mixtral_steps
 
 # Constructors that raise, and instances only inspected, leave unused elaboratables behind.
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -97,6 +104,7 @@ def run_link(dut, ops, inputs, *, seed=0, idle=0.0, stall=0.0, op_gap=0.0, max_c
         log["cycles"] = cycle
         log["pos"] = pos
         log["first_valid"] = [k.first for k in sinks]
+        log["errors"] = ctx.get(dut.errors.as_value())
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
@@ -418,6 +426,83 @@ def test_golden_properties_on_random_descriptors(pes):
                            for j in range(2) for _ in (0, 1)], "<u4", W)
                     for k in range(op.words)]
             assert all(out[d] == want for d in op.dsts)
+
+
+# ---- real traffic: the Mixtral-8x7B GSM8K trace through the host compiler ----------------
+
+#: Real-traffic groups: the ``small`` die's (2 PEs, what ``make sim`` and the die bench run)
+#: and the paper's group size with the small PE (``ArchConfig(pes=8, pes_per_group=4)``, the
+#: cocotb link bench's): 3- and 4-source reductions through a 2-level tree, 4-way ALL_TO_ALL.
+REAL_ARCHS = {"small-G2": preset("small"), "G4": ArchConfig(pes=8, pes_per_group=4)}
+
+
+@pytest.mark.parametrize("traffic", ["smooth", "stalls"])
+@pytest.mark.parametrize("arch", list(REAL_ARCHS))
+def test_real_mixtral_link_traffic(gsm8k_routing, arch, traffic):
+    """The aggregation-link traffic of the real Mixtral-8x7B GSM8K trace, every descriptor of
+    its first 9 layer-steps (``tests/real_inputs.py``, :func:`mixtral_steps`: the 4
+    autoregressive seed steps and 4 draft steps of 2 tokens -- positions 0-7 of both
+    requests -- and the verify step of their 8 draft tokens) at layers 0, 8, 16 and 24, on one group's link (every group's link
+    is the same block; the busy groups' descriptors run one group after another, layer after
+    layer), with random source idles, sink backpressure and descriptor gaps (``stalls``) or
+    none (``smooth``).
+
+    Real: the routing (the draft's throttled to the Elastic-SD pool), hence which experts
+    each group runs and with how many tokens per PE, so every descriptor (mode, masks,
+    lengths) is the host compiler's (:func:`~elmoe3d.sw.host.backends.golden.
+    run_layer_golden`: :func:`~elmoe3d.sw.host.parallel.compile_group` per busy group), and
+    every payload word is a PE's ``link_o`` word in the multi-PE functional simulation
+    (:func:`~elmoe3d.sw.host.parallel.run_group`, itself checked against ``ref_moe``) of the
+    synthetic experts and activations under the trace's gate weights: per-token row maxima
+    (REDUCE_MAX), MSB_ONLY up/gate psums (BYPASS), INT8 h rows (ALL_TO_ALL), down-projection
+    psums and the gate-weighted Q.24 expert outputs of the layer-final reduction
+    (REDUCE_ADD). Every word every PE receives must equal :func:`ref_link`'s, in order;
+    every descriptor pulses ``done`` once, every source word is taken, no error flag rises."""
+    cfg = REAL_ARCHS[arch]
+    G, W = cfg.pes_per_group, cfg.pe.word_bits
+    steps, weights = mixtral_steps(gsm8k_routing, cfg)
+    steps = steps[:9]
+    assert [s.kind for s in steps] == ["ar"] * 4 + ["draft"] * 4 + ["verify"]
+    ops, data, seen = [], [], set()
+    for step in steps:
+        for layer in sorted(step.layers):
+            gl = run_layer_golden(step, layer, weights, cfg)
+            assert gl.mismatches == 0, gl.details
+            for g, job, res, _ in gl.jobs:
+                assert job.buffer_words == DEFAULT_BUFFER_WORDS
+                pos = [0] * G
+                for op in job.link_ops:
+                    data.append([res.link_o[s][pos[s]:pos[s] + op.words] if s in op.srcs
+                                 else [] for s in range(G)])
+                    for s in op.srcs:
+                        pos[s] += op.words
+                    ops.append(op)
+                assert pos == [len(x) for x in res.link_o]      # every link_o word moved
+                seen.add((step.kind, layer, g))
+    inputs = [[w for d in data for w in d[s]] for s in range(G)]
+    want = expected(ops, data, G, W)
+    # non-trivial: every step kind, layer and group; every mode; reductions of several
+    # sources; several destinations; descriptors of unequal lengths; every PE receives
+    assert {k for k, _, _ in seen} == {"ar", "draft", "verify"}
+    assert {l for _, l, _ in seen} == set(REAL_LAYERS) and {g for _, _, g in seen} == {0, 1}
+    assert {op.mode for op in ops} == set(LinkMode)
+    assert max(len(op.srcs) for op in ops if op.mode == LinkMode.REDUCE_ADD) == G
+    assert any(len(op.dsts) > 1 for op in ops if op.mode == LinkMode.ALL_TO_ALL)
+    assert len({op.words for op in ops}) >= 4 and all(want)
+    assert any(w for d in want for w in d)
+    dut = AggregationLink.from_arch(cfg, buffer_words=DEFAULT_BUFFER_WORDS)
+    idle, stall, gap = (0.0, 0.0, 0.0) if traffic == "smooth" else \
+        (STALLS.idle, STALLS.backpressure, 0.3)
+    seed = len(ops)
+    modes = {m.name: sum(op.mode == m for op in ops) for m in LinkMode}
+    print(f"seed {seed}: {len(ops)} descriptors {modes}, lengths "
+          f"{sorted({op.words for op in ops})}, words sent per PE {[len(x) for x in inputs]}, "
+          f"received {[len(x) for x in want]}")
+    got, log = run_link(dut, ops, inputs, seed=seed, idle=idle, stall=stall, op_gap=gap,
+                        max_cycles=60000)
+    assert got == want
+    assert len(log["done"]) == len(ops) and log["pos"] == [len(x) for x in inputs]
+    assert log["errors"] == 0
 
 
 # ---- bad descriptors: rejected or drained, flagged, never a hang ---------------------------

@@ -2,7 +2,9 @@
 simulator against the timing-checking device model (sw/golden/dram.py): command sequencing at
 the exact minimum spacings, bank-group interleaving, refresh (per-bank and all-bank), data
 bit-exact against a golden memory with idle cycles and backpressure, striping over channels,
-and parameter errors. Any timing violation raises inside the model and fails the test."""
+the expert-slice reads real routing gives (the host's schedule, placement and address map on
+the real Mixtral GSM8K trace), and parameter errors. Any timing violation raises inside the
+model and fails the test."""
 
 import dataclasses
 import gc
@@ -13,11 +15,19 @@ import pytest
 from amaranth.sim import Simulator
 
 from elmoe3d.config import preset
+from elmoe3d.hw.checked import constructor_params
+from elmoe3d.hw.die import LogicDie
 from elmoe3d.hw.dram import DramController, RowKind, request_layout
 from elmoe3d.hw.ext_ctrl import ExtController
 from elmoe3d.hw.hb_ctrl import HBController
+from elmoe3d.hw.load_router import LoadRouter
+from elmoe3d.isa import Source
 from elmoe3d.sim.amaranth_streams import sample_dram_bus
 from elmoe3d.sw.golden.dram import DramDevice, RowCmd, dram_pattern
+from elmoe3d.sw.golden.ext_sched import ext_chunk_order
+from elmoe3d.sw.host import compiler as host
+from elmoe3d.sw.host.backends.golden import TRACE_WEIGHTS_SEED, trace_steps
+from elmoe3d.sw.host.parallel import ext_load_order
 from elmoe3d.sim.runner import DEFAULT_SEED, case_rng
 from elmoe3d.sim.traffic import SMOOTH, STALLS, Traffic
 
@@ -29,14 +39,18 @@ SEED = DEFAULT_SEED          # fixed: not $ELMOE3D_SEED, a user's choice for the
 
 
 def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, traffic: Traffic = SMOOTH,
-             rng=None, max_cycles=20000, extra_cycles=0, hook=None):
+             rng=None, max_cycles=20000, extra_cycles=0, hook=None, barriers=None):
     """Drive ``reqs`` ((write, addr, length) in request units) and ``wbeats`` into ``dut`` (a
     DramController or an ExtController), one :class:`DramDevice` per command bus, under
     ``traffic`` (idle cycles on ``req`` and ``wdata``, backpressure on ``rdata``). Returns the
     read beats, the per-device command lists ``(logic cycle, DRAM cycle, cmd)``, devices and
     ``errors`` (the sticky ``errors`` value of every cycle). ``hook(ctx, cycle)``, if given,
     runs after the bench has driven its inputs and may override them (``wdata.valid``,
-    ``rdata.ready``, ``errors_clear``); the handshakes read the values back."""
+    ``rdata.ready``, ``errors_clear``); the handshakes read the values back. ``barriers``
+    (``{request index: load(devices)}``): that request is not offered before every read beat
+    of the earlier requests has left ``rdata`` (the controller drained); then ``load`` runs
+    once, a backdoor write of the devices' memories (as the die bench preloads a case's DRAM
+    images) -- between programs whose images share addresses."""
     rng = rng or np.random.default_rng(0)
     traffic = traffic.for_ports("req", "wdata", "rdata")
     idle_req, idle_wdata = traffic.idle_at("req"), traffic.idle_at("wdata")
@@ -46,6 +60,8 @@ def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, traffic: Traffic = SMO
     addr_bits = (dut.channel if channels else dut).addr_bits
     lay = request_layout(addr_bits, 16)
     n_reads = sum(n for w, _, n in reqs if not w)
+    reads_before = np.cumsum([0] + [0 if w else n for w, _, n in reqs]).tolist()
+    barriers, loaded = barriers or {}, set()
     res = {"rdata": [], "cmds": [[] for _ in buses], "devs": devs, "rd_cycles": [],
            "req_cycles": [], "errors": []}
 
@@ -62,6 +78,11 @@ def simulate(dut, cfg, reqs, wbeats=(), *, channels=None, traffic: Traffic = SMO
                 ctx.set(bus.rd_valid, rd is not None)
                 ctx.set(bus.rd_data, rd or 0)
             go = ri < len(reqs) and rng.random() >= idle_req
+            if go and ri in barriers and ri not in loaded:
+                go = len(res["rdata"]) == reads_before[ri]
+                if go:
+                    barriers[ri](devs)
+                    loaded.add(ri)
             ctx.set(dut.req.valid, go)
             if go:
                 w, a, n = reqs[ri]
@@ -508,3 +529,270 @@ def test_ext_controller_flags_every_channel_and_clears_per_bit():
     assert [seen[0], seen[lat], seen[2 * lat]] == [0b11, 0b10, 0], seen
     assert [seen[d - 1], seen[d], seen[d + lat], seen[d + 2 * lat]] == [0, 0b10, 0b10, 0], seen
     assert res["errors"].index(0b11) < until
+
+
+# ---- real routing: the host's expert-slice reads, each controller alone -----------------------
+
+#: The schedule of the real-routing tests: the Mixtral-8x7B GSM8K routing of the
+#: ``gsm8k_routing`` fixture (two requests, top-2 of 8), its first ``REAL_TOKENS`` decode tokens
+#: (request 0, positions 0-3), run through the host's own Elastic-SD
+#: (:func:`elmoe3d.sw.host.backends.golden.trace_steps`; depth 2 and coverage acceptance 0.5
+#: as :func:`~elmoe3d.sw.host.backends.golden.trace_golden_layers`) with an HB expert pool of
+#: ``REAL_SLOTS`` MSB slices (``elmoe3d run --hb-slots 68``: the slots the paper-8gb die has
+#: for real Mixtral slices, ``docs/host.md``); the host places each layer's experts on the
+#: small die's two PE groups by its policy (:func:`~elmoe3d.sw.host.compiler.place_layer`'s:
+#: a hit in its slice's home group, a miss on the least-loaded one) and compiles them
+#: (:func:`~elmoe3d.sw.host.compiler.compile_layer`). Step ``REAL_STEP`` is the
+#: first verify step: the two drafted tokens (positions 2, 3) with their original routing,
+#: HB-resident experts (hits) MSB from HB and LSB from EXT, the others (misses) whole from EXT.
+#: Expert weights are synthetic (seeded Gaussians, seed ``TRACE_WEIGHTS_SEED``: the only draw;
+#: coverage acceptance samples nothing), as in every host backend on the small configuration;
+#: the routing, pool, hits and misses are the trace's.
+REAL_TOKENS, REAL_DEPTH, REAL_SLOTS, REAL_STEP = 4, 2, 68, 4
+
+
+def real_layer_steps(trace, shape, layers):
+    """``(step, weights, [(layer, placement, {group: GroupJob})])``: step ``REAL_STEP`` of the
+    schedule above at MoE ``layers`` (the cache and Elastic-SD see every layer), synthetic
+    experts of ``shape`` = (hidden, intermediate) (``weights``:
+    :class:`~elmoe3d.sw.host.compiler.SyntheticWeights`)."""
+    steps, weights = trace_steps(host.limit_tokens(trace, REAL_TOKENS), ARCH, layers=layers,
+                                 depth=REAL_DEPTH, slots=REAL_SLOTS, shape=shape)
+    step = steps[REAL_STEP]
+    assert step.kind == "verify" and [p for _, p in step.tokens] == [2, 3], step
+    return step, weights, [(lay, step.placements[lay], dict(host.compile_layer(
+        step, step.layers[lay], step.placements[lay], weights, ARCH))) for lay in layers]
+
+
+def image_units(words, word_bytes, unit_bytes):
+    """A memory image of W-bit ``words`` (``word_bytes`` each, from address 0) as ints of
+    ``unit_bytes`` (bursts or stripes), little-endian, the last one zero-padded: the die
+    bench's layout (``sim/bench_die.py``, ``preload_hb`` / ``preload_ext``)."""
+    raw = b"".join(int(w).to_bytes(word_bytes, "little") for w in words)
+    raw += bytes(-len(raw) % unit_bytes)
+    return [int.from_bytes(raw[i:i + unit_bytes], "little")
+            for i in range(0, len(raw), unit_bytes)]
+
+
+def preload(devs, images):
+    """Backdoor: replace the devices' memories by ``images`` (``[(first unit, units)]``,
+    units as :func:`image_units`); unit ``u`` is one burst of every device (channel ``c``
+    holds bits ``[c B, (c + 1) B)``, B the burst bits) at burst address ``u``."""
+    bw = devs[0].cfg.burst_bytes * 8
+    for c, dev in enumerate(devs):
+        dev.memory.clear()
+        for base, units in images:
+            for u, v in enumerate(units):
+                dev.memory[dev.cfg.decode(base + u)] = (v >> (c * bw)) & ((1 << bw) - 1)
+
+
+def check_real_timing(res, cfg):
+    """The timing of a real-stream run beyond the device model's rule book (which raised on
+    any violation and checked the refresh rate to the end of the run), per channel: column
+    commands RD to RD at least tCCD_S apart in another bank group and tCCD_L in the same,
+    and bank groups alternating at exactly tCCD_S (the stream reaches the full rate); the
+    row commands at the bank's rules and each of them reached at its exact minimum
+    somewhere (ACT -> PRE tRAS, last RD -> PRE tRTP, PRE -> ACT tRP, ACT -> first RD tRCD:
+    row changes served without slack); refresh: every elapsed refresh interval but the
+    postponable debt got its REF, the units refreshed in turn, the sticky error flag never
+    set. Returns ``(alternating RD pairs, RD pairs, row conflicts, refreshes)`` of channel
+    0."""
+    ck, ng = cfg.ck, cfg.bank_groups
+    out = None
+    for cmds, dev in zip(res["cmds"], res["devs"]):
+        seq = kinds(cmds)
+        rds = [(k, b) for k, name, b in seq if name == "RD"]
+        pairs = [(k1 - k0, b0 % ng != b1 % ng) for (k0, b0), (k1, b1) in zip(rds, rds[1:])]
+        short = [gap for gap, other in pairs if other]
+        assert min(short) == max(ck("tCCD_S"), cfg.burst_ck), min(short)
+        assert all(gap >= ck("tCCD_L") for gap, other in pairs if not other)
+        gaps = {rule: [] for rule in ("tRAS", "tRTP", "tRP", "tRCD")}
+        act, pre, last_rd = {}, {}, {}
+        for k, name, b in seq:
+            if name == "PRE":
+                gaps["tRAS"].append(k - act[b])
+                if b in last_rd:                  # a row closed unread has no RD -> PRE
+                    gaps["tRTP"].append(k - last_rd[b])
+                pre[b] = k
+            elif name == "ACT":
+                if b in pre:
+                    gaps["tRP"].append(k - pre.pop(b))
+                act[b] = k
+                last_rd.pop(b, None)
+            elif name == "RD":
+                if b not in last_rd:
+                    gaps["tRCD"].append(k - act[b])
+                last_rd[b] = k
+        for rule, gs in gaps.items():
+            assert min(gs) == ck(rule), (rule, min(gs), ck(rule))
+        st = dev.stats
+        n_ref = st["refpb"] + st["refab"]
+        intervals = dev.dram_cycle(res["cycles"] - 1) // cfg.refresh_interval_ck
+        assert 0 <= intervals - n_ref <= cfg.max_postponed // 2, (intervals, n_ref)
+        units = [b for _, name, b in seq if name == "REFPB"]
+        for r in range(len(units) // cfg.refresh_units):
+            assert sorted(units[r * cfg.refresh_units:(r + 1) * cfg.refresh_units]) == \
+                list(range(cfg.refresh_units))
+        if out is None:
+            out = (len(short), len(pairs), st["row_conflicts"], n_ref)
+    assert not any(res["errors"])
+    return out
+
+
+#: The HB test's window: MoE layers 0-7 of the verify step, read by PE 0's bank (group 0,
+#: the channel slice of PE 0); experts of 128 x 512 (hidden x intermediate).
+HB_REAL_LAYERS, HB_REAL_SHAPE, HB_REAL_PE = range(8), (128, 512), 0
+
+
+@pytest.mark.parametrize("traffic", [SMOOTH, STALLS], ids=lambda t: t.name)
+def test_hb_controller_serves_real_routing_slice_reads_bit_exact(gsm8k_routing, traffic):
+    """The HB bank controller alone on the reads the real routing gives one PE's bank: the
+    verify step of the schedule above (``REAL_*``: real Mixtral-8x7B GSM8K routing, request 0,
+    positions 2-3 verified after drafting) at MoE layers 0-7, in the die's order (layer by
+    layer), for PE 0 of group 0 -- the layers where the host placed an HB-resident expert
+    (a hit) on group 0 (layers 0, 1, 2, 5, 6: slices of experts 6, 0, 2, 0, 0). Each
+    program reads what the host compiled: its LOADs' ``(hb_addr, words)`` in program order,
+    over the host's own address map (a program's HB image holds its group's hits' MSB planes
+    and scales, ascending expert id, from word 0: ``docs/host.md`` section 3; checked here
+    against :func:`~elmoe3d.sw.host.compiler.slice_images`), cut as the die cuts them (the load
+    router's ``hb_burst_words`` words a request, the word port's 2 words a 128-byte burst).
+    Group 0's misses at these layers (experts 5, 3, 0, 5, 7, 3, 5 at layers 1, 2, 3, 4, 6, 7,
+    7) run from EXT and never reach the bank.
+
+    Scaled down: synthetic experts of 128 x 512 (Mixtral's are 4096 x 14336, 3.5 times as
+    wide as deep, here 4), so one PE's share of a slice is 864 words (55 KB) and crosses the
+    32 KB of one row in every bank, as a real slice (5.9 MiB a bank at 16 PEs) does many
+    times; the row changes and bank conflicts fall where the host's addresses put them. The
+    programs' images share addresses, so before each program the bank is drained and its
+    image preloaded (backdoor, as the die bench preloads a case's).
+
+    Checked: every burst bit for bit against the image, the words the PE's LOADs take
+    against the program's HB words, the device model's timing rules and refresh rate (raise
+    on a violation), and :func:`check_real_timing`; the stream is not trivial (several
+    slices, hits and misses, row conflicts, bank groups alternating at tCCD_S).
+    ``stalls``: req idle 30% and rdata refused 40% of cycles."""
+    step, weights, lays = real_layer_steps(gsm8k_routing, HB_REAL_SHAPE, HB_REAL_LAYERS)
+    pe, G = ARCH.pe, ARCH.pes_per_group
+    grp, j = divmod(HB_REAL_PE, G)
+    words_per_req = constructor_params(LoadRouter, config=ARCH)["hb_burst_words"]
+    die = constructor_params(LogicDie, config=ARCH)
+    kb = HB.burst_bytes // pe.word_bytes
+    reqs, cuts, expect, want_words, barriers = [], [], [], [], {}
+    slices, misses = [], []
+    for lay, pl, jobs in lays:
+        cached = sorted(pl.cached[grp])
+        misses += [(lay, e) for e in sorted(pl.groups[grp]) if e not in pl.cached[grp]]
+        if not cached:
+            assert grp not in jobs or not jobs[grp].hb_reads(j)
+            continue
+        job = jobs[grp]
+        image = job.hb_images[j]
+        assert image == [w for e in cached
+                         for w in host.slice_images(lay, e, weights, ARCH)[j]], (lay, cached)
+        bursts = image_units(image, pe.word_bytes, HB.burst_bytes)
+        barriers[len(reqs)] = lambda devs, b=bursts: preload(devs, [(0, b)])
+        for a, n in job.hb_reads(j):
+            for i in range(0, n, words_per_req):
+                w0, k = a + i, min(words_per_req, n - i)
+                first, last = w0 // kb, (w0 + k - 1) // kb
+                reqs.append((0, first, last - first + 1))
+                cuts.append((w0 % kb, k))
+                expect += bursts[first:last + 1]
+        want_words += job.streams(j)[Source.HB]
+        slices += [(lay, e) for e in cached]
+    rng = case_rng(SEED, f"dram-amaranth-real-hb-{traffic.name}")
+    print(f"seed {SEED} traffic {traffic.name}; weights seed {TRACE_WEIGHTS_SEED}; tokens "
+          f"{step.tokens}; slices {slices}; misses {misses}; {len(reqs)} requests, "
+          f"{len(expect)} bursts")
+    dut = HBController(config=ARCH, queue_depth=die["hb_queue_depth"],
+                       read_buffer=die["hb_read_buffer"])
+    res = simulate(dut, HB, reqs, traffic=traffic, rng=rng, barriers=barriers,
+                   max_cycles=20 * len(expect) + 2000)
+    got = res["rdata"]
+    assert len(got) == len(expect)
+    bad = [i for i, (g, e) in enumerate(zip(got, expect)) if g != e]
+    assert not bad, f"{len(bad)} bursts differ from the image, the first at beat {bad[0]}"
+    # the words each LOAD takes from its bursts (the word port's cut)
+    words, pos = [], 0
+    for (_, _, n), (skip, k) in zip(reqs, cuts):
+        ws = [b >> (w * pe.word_bits) & ((1 << pe.word_bits) - 1)
+              for b in got[pos:pos + n] for w in range(kb)]
+        words += ws[skip:skip + k]
+        pos += n
+    assert words == [int(w) for w in want_words]
+    alternating, pairs, conflicts, refreshes = check_real_timing(res, HB)
+    print(f"{res['cycles']} cycles; RD pairs {pairs}, {alternating} across bank groups; "
+          f"row conflicts {conflicts}; refreshes {refreshes}")
+    assert len(set(slices)) >= 4 and len({e for _, e in slices}) >= 3 and misses
+    assert conflicts >= 10 and alternating >= 0.9 * pairs and refreshes >= 10
+
+
+#: The EXT test's window: MoE layer 10 of the verify step, the host's synthetic shape.
+EXT_REAL_LAYERS, EXT_REAL_SHAPE, EXT_REAL_CHANNELS = (10,), host.SYNTHETIC_SHAPE, 2
+
+
+@pytest.mark.parametrize("traffic", [SMOOTH, STALLS], ids=lambda t: t.name)
+def test_ext_controller_serves_real_routing_slice_reads_bit_exact(gsm8k_routing, traffic):
+    """The external-memory controller alone (two LPDDR5 channels, as the die bench builds it:
+    a 64-byte stripe is one PE word) on the EXT reads the real routing gives: the verify
+    step of the schedule above (``REAL_*``: real Mixtral-8x7B GSM8K routing, request 0,
+    positions 2-3) at MoE layer 10, whose experts the host placed as group 0: experts 3 and
+    4 (misses, streamed whole: MSB, LSB planes and scales), group 1: expert 2 (a hit: its
+    LSB planes and scale copies; its MSB half is read from HB) and expert 6 (a miss). Each
+    group's EXT transfers are the host's (:func:`~elmoe3d.sw.host.parallel.ext_load_order`,
+    addresses in the group's compiled EXT image), each group's image at its own base
+    (``sim/bench_die.py``'s ``"group"`` layout: group 1's right after group 0's), cut into
+    the EXT scheduler's ``ext_chunk_words`` chunks and interleaved chunk by chunk between
+    the groups: the order the die reads them while every PE's EXT FIFO has room
+    (:func:`~elmoe3d.sw.golden.ext_sched.ext_chunk_order`; short of credits, a group's later
+    transfer to another PE may go first and the groups' turns shift). The two images (92 KB) cross the 64 KB of one row
+    in every bank, so the groups' alternating chunks meet bank conflicts where the
+    addresses fall.
+
+    Not scaled beyond the host: its golden and RTL backends' synthetic 64 x 128 experts
+    (Mixtral's are 4096 x 14336); the weights are synthetic (``TRACE_WEIGHTS_SEED``).
+
+    Checked: every stripe bit for bit against the transfers' words (the host's EXT image),
+    the device model's timing rules and refresh rate on both channels (raise on a
+    violation), and :func:`check_real_timing`; the stream is not trivial (four experts,
+    hits and misses, row conflicts, bank groups alternating at tCCD_S). ``stalls``: req
+    idle 30% and rdata refused 40% of cycles."""
+    step, _, lays = real_layer_steps(gsm8k_routing, EXT_REAL_SHAPE, EXT_REAL_LAYERS)
+    pe = ARCH.pe
+    die = constructor_params(LogicDie, config=ARCH)
+    chunk = die["ext_chunk_words"]
+    dut = ExtController(config=ARCH, channels=EXT_REAL_CHANNELS,
+                        queue_depth=die["ext_queue_depth_bursts"],
+                        read_buffer=die["ext_read_buffer"])
+    assert dut.stripe_bytes == pe.word_bytes        # a request unit is a word: no word cut
+    reqs, expect, barriers, hits, misses, whole = [], [], {}, [], [], set()
+    for lay, pl, jobs in lays:
+        base, images, queues = 0, [], []
+        for g in sorted(jobs):
+            job = jobs[g]
+            hits += [(lay, e) for e in sorted(pl.cached[g])]
+            misses += [(lay, e) for e in sorted(pl.groups[g]) if e not in pl.cached[g]]
+            images.append((base, image_units(job.ext_image, pe.word_bytes, dut.stripe_bytes)))
+            order = ext_load_order(job)
+            whole |= {"uncached" in tr.what for tr in order}
+            queues.append((g, [(base + tr.addr, tr.words, tr.dst_mask) for tr in order]))
+            base += len(job.ext_image)
+        barriers[len(reqs)] = lambda devs, im=images: preload(devs, im)
+        for _, a, ws, _ in ext_chunk_order(queues, ARCH.pes_per_group, chunk):
+            reqs.append((0, a, len(ws)))
+            expect += [int(w) for w in ws]
+    rng = case_rng(SEED, f"dram-amaranth-real-ext-{traffic.name}")
+    print(f"seed {SEED} traffic {traffic.name}; weights seed {TRACE_WEIGHTS_SEED}; tokens "
+          f"{step.tokens}; hits {hits}; misses {misses}; {len(reqs)} requests, "
+          f"{len(expect)} stripes")
+    res = simulate(dut, LP, reqs, channels=EXT_REAL_CHANNELS, traffic=traffic, rng=rng,
+                   barriers=barriers, max_cycles=20 * len(expect) + 2000)
+    got = res["rdata"]
+    assert len(got) == len(expect)
+    bad = [i for i, (g, e) in enumerate(zip(got, expect)) if g != e]
+    assert not bad, f"{len(bad)} stripes differ from the image, the first at beat {bad[0]}"
+    alternating, pairs, conflicts, refreshes = check_real_timing(res, LP)
+    print(f"{res['cycles']} cycles; RD pairs {pairs}, {alternating} across bank groups; "
+          f"row conflicts {conflicts}; refreshes {refreshes}")
+    assert len(hits) + len(misses) >= 4 and hits and misses and whole == {False, True}
+    assert conflicts >= 10 and alternating >= 0.9 * pairs and refreshes >= 10

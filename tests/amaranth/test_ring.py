@@ -2,7 +2,9 @@
 simulator against :func:`elmoe3d.sw.golden.ring.ref_ring`, plus the golden model's rules.
 
 Every PE's delivered word sequence is compared with plain equality (so every flit arrived once,
-intact, in injection order, hence in order within every stream). Seeds are fixed.
+intact, in injection order, hence in order within every stream). Traffic: random transfers,
+corner cases, and the EXT transfers the host compiler makes of the real Mixtral-8x7B GSM8K
+routing trace (:func:`test_real_mixtral_ext_traffic`). Seeds are fixed and printed.
 """
 
 import random
@@ -11,12 +13,18 @@ import pytest
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-from elmoe3d.config import preset
+from elmoe3d.config import EXT_CHUNK_WORDS, preset
 from elmoe3d.hw.checked import inspection
 from elmoe3d.hw.ring import RingStation, StreamlineRing, pack_flit, ring_flit_layout
+from elmoe3d.isa import Source
 from elmoe3d.sim.amaranth_streams import StreamSink
 from elmoe3d.sim.bench_ring import random_ring_flits
+from elmoe3d.sw.golden.ext_sched import ext_chunk_order
 from elmoe3d.sw.golden.ring import RingFlit, ref_ring, ref_ring_streams, ring_flits, ring_geometry
+from elmoe3d.sw.host.compiler import compile_layer
+from elmoe3d.sw.host.parallel import ext_load_order
+
+from ..real_inputs import REAL_LAYERS, mixtral_steps
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 
@@ -241,6 +249,69 @@ def test_station_alone(traffic):
     sim.run()
     assert got == want and fwd == want_fwd
     assert want_fwd and all(want)
+
+
+# ---- real traffic: the Mixtral-8x7B GSM8K trace through the host compiler ----------------
+
+@pytest.mark.parametrize("traffic", ["smooth", "stalls"])
+def test_real_mixtral_ext_traffic(gsm8k_routing, traffic):
+    """The EXT weight traffic of the first verify step of the real Mixtral-8x7B GSM8K trace
+    (:func:`mixtral_steps`: 8 decode tokens, positions 4-7 of both requests, with their
+    original routing; layers 0, 8, 16, 24) on the ``small`` die's ring (4 PEs in 2 stations,
+    W = 512, 128 B flits of two words; the die's FIFO depth and stream bits), with random
+    idle injection cycles and backpressure on every PE port (``stalls``) or none
+    (``smooth``).
+
+    Real: the routing, hence the experts each group runs, which of them are HB-resident
+    (their LSB planes and scales come from EXT) or streamed whole from EXT, and the PEs
+    holding their tokens: so every transfer's destinations (multicast to the PEs that need
+    it) and each PE's share, from the host compiler
+    (:func:`~elmoe3d.sw.host.compiler.compile_layer`, 458 transfers of 4 or 32 words,
+    2,856 to 4,488 words per PE). The words are the synthetic experts' weight planes and
+    FP16 scales. Assumed: each group's transfers in
+    :func:`~elmoe3d.sw.host.parallel.ext_load_order` (what the die bench sends), chunked and
+    merged as the die does while credits never run short
+    (:func:`~elmoe3d.sw.golden.ext_sched.ext_chunk_order`), each chunk cut into flits by :func:`~elmoe3d.sw.golden.ring.ring_flits`
+    with its number as stream id (the EXT streamer's numbering), layers one after another.
+    The golden delivery is checked against the host too (each PE's words are its EXT LOAD
+    words in program order); then every word each PE's ``ext`` port delivers must equal
+    :func:`ref_ring`'s, in order."""
+    arch = preset("small")
+    G = arch.pes_per_group
+    dut = StreamlineRing.from_arch(arch)
+    steps, weights = mixtral_steps(gsm8k_routing, arch)
+    step = next(s for s in steps if s.kind == "verify")
+    chunks, loads, transfers = [], [[] for _ in range(arch.pes)], []
+    for layer in sorted(step.layers):
+        jobs = compile_layer(step, step.layers[layer], step.placements[layer], weights, arch)
+        chunks += ext_chunk_order(
+            [(g, [(tr.addr, tr.words, tr.dst_mask) for tr in ext_load_order(job)])
+             for g, job in jobs], G, EXT_CHUNK_WORDS)
+        for g, job in jobs:
+            transfers += [(len(tr.words), tr.dst_mask << g * G) for tr in job.ext_transfers]
+            for j in range(G):
+                loads[g * G + j] += job.streams(j)[Source.EXT]
+    flits = [f for k, (_, _, words, mask) in enumerate(chunks)
+             for f in ring_flits(words, mask, word_bits=dut.word_bits,
+                                 flit_bytes=dut.flit_bytes, stream=k % (1 << dut.stream_bits))]
+    want = ref_ring(flits, pes=dut.pes, word_bits=dut.word_bits, flit_bytes=dut.flit_bytes)
+    assert want == loads                    # the mapping delivers what the programs load
+    # non-trivial: 8 tokens of both requests, 4 layers, transfers of several lengths,
+    # multicast in both stations, every PE served, and unequal amounts per PE
+    assert len(step.tokens) == 8 and {r for r, _ in step.tokens} == {0, 1}
+    assert sorted(step.layers) == list(REAL_LAYERS)
+    assert len({n for n, _ in transfers}) >= 2
+    multicast = {m for _, m in transfers if m & (m - 1)}
+    assert any(m & 0b0011 for m in multicast) and any(m & 0b1100 for m in multicast)
+    assert all(want) and len(set(map(len, want))) > 1
+    idle, stall = (0.0, 0.0) if traffic == "smooth" else (0.3, 0.4)
+    seed = len(flits)
+    print(f"seed {seed}: tokens {step.tokens}, {len(transfers)} transfers "
+          f"{sorted(set(transfers))}, {len(chunks)} chunks, {len(flits)} flits, words per PE "
+          f"{[len(w) for w in want]}")
+    got, log = run_ring(dut, flits, seed=seed, idle=idle, stall=stall, max_cycles=40000)
+    assert got == want
+    assert len(log["inject"]) == len(flits)
 
 
 @pytest.mark.parametrize("geom", [(64, 16), (64, 8), (64, 4), (256, 8)])
