@@ -67,13 +67,13 @@ def ext_chunk_order(queues, pes_per_group: int, chunk_words: int) -> list:
     dst_mask)]``, ``dst_mask`` the die's (group ``g``'s PE ``j`` is bit
     ``g x pes_per_group + j``).
 
-    ``queues``: ``[(g, descriptors)]``, group ``g``'s EXT read descriptors in host order,
-    each ``(addr, words, dst_mask)`` (``words`` the list of the words the descriptor reads
-    from ``addr``, at least one; ``dst_mask`` within the group), the groups ascending. Each group's scheduler issues by
-    :func:`ext_pick` (with full credits: its oldest descriptor, chunk after chunk), and the
-    groups' chunks take turns round robin from the first, as
-    :class:`elmoe3d.hw.ext_sched.ExtGroupMerge` serves groups that always have one. Short
-    of credits, a younger descriptor to other PEs may go first and the turns shift:
+    ``queues``: ``[(g, descriptors)]``, group ``g``'s EXT read descriptors in host order, each
+    ``(addr, words, dst_mask)`` (``words`` the list of the words the descriptor reads from ``addr``,
+    at least one; ``dst_mask`` within the group), the groups ascending. Each group's scheduler
+    issues by :func:`ext_pick` (with full credits: its oldest descriptor, chunk after chunk), and
+    the groups' chunks take turns round robin from the first, as
+    :class:`elmoe3d.hw.ext_sched.ExtGroupMerge` serves groups that always have one. Short of
+    credits, a younger descriptor to other PEs may go first and the turns shift:
     :class:`ExtSchedModel` steps that per cycle."""
     issued = []
     for g, descs in queues:

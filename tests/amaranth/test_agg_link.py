@@ -440,12 +440,12 @@ REAL_ARCHS = {"small-G2": preset("small"), "G4": ArchConfig(pes=8, pes_per_group
 @pytest.mark.parametrize("arch", list(REAL_ARCHS))
 def test_real_mixtral_link_traffic(gsm8k_routing, arch, traffic):
     """The aggregation-link traffic of the real Mixtral-8x7B GSM8K trace, every descriptor of
-    its first 9 layer-steps (``tests/real_inputs.py``, :func:`mixtral_steps`: the 4
-    autoregressive seed steps and 4 draft steps of 2 tokens -- positions 0-7 of both
-    requests -- and the verify step of their 8 draft tokens) at layers 0, 8, 16 and 24, on one group's link (every group's link
-    is the same block; the busy groups' descriptors run one group after another, layer after
-    layer), with random source idles, sink backpressure and descriptor gaps (``stalls``) or
-    none (``smooth``).
+    its first 9 layer-steps (``tests/real_inputs.py``, :func:`mixtral_steps`: the 4 autoregressive
+    seed steps and 4 draft steps of 2 tokens -- positions 0-7 of both requests -- and the verify
+    step of their 8 draft tokens) at layers 0, 8, 16 and 24, on one group's link (every group's link
+    is the same block; the busy groups' descriptors run one group after another, layer after layer),
+    with random source idles, sink backpressure and descriptor gaps (``stalls``) or none
+    (``smooth``).
 
     Real: the routing (the draft's throttled to the Elastic-SD pool), hence which experts
     each group runs and with how many tokens per PE, so every descriptor (mode, masks,

@@ -734,20 +734,19 @@ EXT_REAL_LAYERS, EXT_REAL_SHAPE, EXT_REAL_CHANNELS = (10,), host.SYNTHETIC_SHAPE
 @pytest.mark.parametrize("traffic", [SMOOTH, STALLS], ids=lambda t: t.name)
 def test_ext_controller_serves_real_routing_slice_reads_bit_exact(gsm8k_routing, traffic):
     """The external-memory controller alone (two LPDDR5 channels, as the die bench builds it:
-    a 64-byte stripe is one PE word) on the EXT reads the real routing gives: the verify
-    step of the schedule above (``REAL_*``: real Mixtral-8x7B GSM8K routing, request 0,
-    positions 2-3) at MoE layer 10, whose experts the host placed as group 0: experts 3 and
-    4 (misses, streamed whole: MSB, LSB planes and scales), group 1: expert 2 (a hit: its
-    LSB planes and scale copies; its MSB half is read from HB) and expert 6 (a miss). Each
-    group's EXT transfers are the host's (:func:`~elmoe3d.sw.host.parallel.ext_load_order`,
-    addresses in the group's compiled EXT image), each group's image at its own base
-    (``sim/bench_die.py``'s ``"group"`` layout: group 1's right after group 0's), cut into
-    the EXT scheduler's ``ext_chunk_words`` chunks and interleaved chunk by chunk between
-    the groups: the order the die reads them while every PE's EXT FIFO has room
+    a 64-byte stripe is one PE word) on the EXT reads the real routing gives: the verify step of the
+    schedule above (``REAL_*``: real Mixtral-8x7B GSM8K routing, request 0, positions 2-3) at MoE
+    layer 10, whose experts the host placed as group 0: experts 3 and 4 (misses, streamed whole:
+    MSB, LSB planes and scales), group 1: expert 2 (a hit: its LSB planes and scale copies; its MSB
+    half is read from HB) and expert 6 (a miss). Each group's EXT transfers are the host's
+    (:func:`~elmoe3d.sw.host.parallel.ext_load_order`, addresses in the group's compiled EXT image),
+    each group's image at its own base (``sim/bench_die.py``'s ``"group"`` layout: group 1's right
+    after group 0's), cut into the EXT scheduler's ``ext_chunk_words`` chunks and interleaved chunk
+    by chunk between the groups: the order the die reads them while every PE's EXT FIFO has room
     (:func:`~elmoe3d.sw.golden.ext_sched.ext_chunk_order`; short of credits, a group's later
-    transfer to another PE may go first and the groups' turns shift). The two images (92 KB) cross the 64 KB of one row
-    in every bank, so the groups' alternating chunks meet bank conflicts where the
-    addresses fall.
+    transfer to another PE may go first and the groups' turns shift). The two images (92 KB) cross
+    the 64 KB of one row in every bank, so the groups' alternating chunks meet bank conflicts where
+    the addresses fall.
 
     Not scaled beyond the host: its golden and RTL backends' synthetic 64 x 128 experts
     (Mixtral's are 4096 x 14336); the weights are synthetic (``TRACE_WEIGHTS_SEED``).

@@ -262,20 +262,18 @@ def test_real_mixtral_ext_traffic(gsm8k_routing, traffic):
     idle injection cycles and backpressure on every PE port (``stalls``) or none
     (``smooth``).
 
-    Real: the routing, hence the experts each group runs, which of them are HB-resident
-    (their LSB planes and scales come from EXT) or streamed whole from EXT, and the PEs
-    holding their tokens: so every transfer's destinations (multicast to the PEs that need
-    it) and each PE's share, from the host compiler
-    (:func:`~elmoe3d.sw.host.compiler.compile_layer`, 458 transfers of 4 or 32 words,
-    2,856 to 4,488 words per PE). The words are the synthetic experts' weight planes and
-    FP16 scales. Assumed: each group's transfers in
-    :func:`~elmoe3d.sw.host.parallel.ext_load_order` (what the die bench sends), chunked and
-    merged as the die does while credits never run short
-    (:func:`~elmoe3d.sw.golden.ext_sched.ext_chunk_order`), each chunk cut into flits by :func:`~elmoe3d.sw.golden.ring.ring_flits`
-    with its number as stream id (the EXT streamer's numbering), layers one after another.
-    The golden delivery is checked against the host too (each PE's words are its EXT LOAD
-    words in program order); then every word each PE's ``ext`` port delivers must equal
-    :func:`ref_ring`'s, in order."""
+    Real: the routing, hence the experts each group runs, which of them are HB-resident (their LSB
+    planes and scales come from EXT) or streamed whole from EXT, and the PEs holding their tokens:
+    so every transfer's destinations (multicast to the PEs that need it) and each PE's share, from
+    the host compiler (:func:`~elmoe3d.sw.host.compiler.compile_layer`, 458 transfers of 4 or 32
+    words, 2,856 to 4,488 words per PE). The words are the synthetic experts' weight planes and FP16
+    scales. Assumed: each group's transfers in :func:`~elmoe3d.sw.host.parallel.ext_load_order`
+    (what the die bench sends), chunked and merged as the die does while credits never run short
+    (:func:`~elmoe3d.sw.golden.ext_sched.ext_chunk_order`), each chunk cut into flits by
+    :func:`~elmoe3d.sw.golden.ring.ring_flits` with its number as stream id (the EXT streamer's
+    numbering), layers one after another. The golden delivery is checked against the host too (each
+    PE's words are its EXT LOAD words in program order); then every word each PE's ``ext`` port
+    delivers must equal :func:`ref_ring`'s, in order."""
     arch = preset("small")
     G = arch.pes_per_group
     dut = StreamlineRing.from_arch(arch)
