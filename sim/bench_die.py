@@ -96,6 +96,7 @@ from ..sw.golden.asm import OKind
 from ..sw.golden.expert import Expert, ref_moe
 from ..sw.host.compiler import synthetic_experts
 from ..sw.golden.agg_link import LinkMode
+from ..sw.golden.ext_sched import round_robin
 from ..sw.host.parallel import check_link_schedule, compile_group, ext_load_order, run_group
 from . import cocotb_streams as streams
 from .bench_pe import SYNTHETIC_NOTE, default_routing, read_routing
@@ -545,11 +546,7 @@ class DieBench(CaseRecorder):
             ext_lists.append([(base + tr.addr, tr, g) for tr in trs])
             base += -(-len(job.ext_image) // stripe_words) * stripe_words
         # the groups' EXT reads interleaved (each group's in its order)
-        order = []
-        while any(ext_lists):
-            for lst in ext_lists:
-                if lst:
-                    order.append(lst.pop(0))
+        order = round_robin(ext_lists)
         if layout == "stream":
             # the transfers' words laid out in the order they are read (one sequential
             # stream through the LPDDR5 rows), each transfer from a stripe boundary

@@ -921,7 +921,7 @@ def run(args) -> int:
         console.width = max(console.width, 170)
     if args.skip_real and args.only_real:
         raise UserError("--skip-real and --only-real exclude each other")
-    seed = resolve_seed(args.seed)
+    seed = None if args.only_sweep else resolve_seed(args.seed)    # not $ELMOE3D_SEED either
     cfg = arch.tile
     console.print("elmoe3d bench: " + ("the sweep figure" if args.only_sweep else
                                        f"seed {seed}" if args.only_real else

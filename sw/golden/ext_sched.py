@@ -29,7 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-__all__ = ["ext_chunk", "ext_pick", "ext_chunk_order", "ExtSchedModel"]
+__all__ = ["ext_chunk", "ext_pick", "ext_chunk_order", "round_robin",
+           "ExtSchedModel"]
 
 
 def _bits(mask: int):
@@ -61,6 +62,17 @@ def ext_pick(window, credits, chunk_words: int):
     return None
 
 
+def round_robin(queues) -> list:
+    """The items of ``queues`` (lists) taken in turn, one from each non-empty list, from the
+    first: ``[[a0, a1], [b0], [c0, c1]] -> [a0, b0, c0, a1, c1]``, as the die's
+    :class:`elmoe3d.hw.ext_sched.ExtGroupMerge` serves groups that always have a chunk."""
+    queues = [list(q) for q in queues]
+    order = []
+    for k in range(max(map(len, queues), default=0)):
+        order += [q[k] for q in queues if k < len(q)]
+    return order
+
+
 def ext_chunk_order(queues, pes_per_group: int, chunk_words: int) -> list:
     """The chunks the die sends its EXT streamer while credits never run short (every PE's
     FIFO always has room: its load router drains), in order: ``[(group, addr, words,
@@ -68,18 +80,23 @@ def ext_chunk_order(queues, pes_per_group: int, chunk_words: int) -> list:
     ``g x pes_per_group + j``).
 
     ``queues``: ``[(g, descriptors)]``, group ``g``'s EXT read descriptors in host order, each
-    ``(addr, words, dst_mask)`` (``words`` the list of the words the descriptor reads from ``addr``,
-    at least one; ``dst_mask`` within the group), the groups ascending. Each group's scheduler
-    issues by :func:`ext_pick` (with full credits: its oldest descriptor, chunk after chunk), and
-    the groups' chunks take turns round robin from the first, as
-    :class:`elmoe3d.hw.ext_sched.ExtGroupMerge` serves groups that always have one. Short of
-    credits, a younger descriptor to other PEs may go first and the turns shift:
-    :class:`ExtSchedModel` steps that per cycle."""
+    ``(addr, words, dst_mask)`` (``words`` the list of the words the descriptor reads from
+    ``addr``, at least one; ``dst_mask`` non-zero, within the group: bits below
+    ``pes_per_group``), the groups ascending. Each group's scheduler issues by :func:`ext_pick`
+    (with full credits: its oldest descriptor, chunk after chunk, as :class:`ExtSchedModel`
+    does), and the groups' chunks take turns (:func:`round_robin`). Short of credits, a
+    younger descriptor to other PEs may go first and the turns shift: :class:`ExtSchedModel`
+    steps that per cycle. Raises :class:`ValueError` naming the group for a descriptor of no
+    words or a mask that is empty or leaves the group (the die drops those)."""
     issued = []
     for g, descs in queues:
         window = [[addr, len(words), mask, list(words)] for addr, words, mask in descs]
-        if any(left < 1 for _, left, _, _ in window):
+        for _, left, mask, _ in window:
+            if left < 1:
                 raise ValueError(f"group {g}: a descriptor of no words")
+            if not 0 < mask < 1 << pes_per_group:
+                raise ValueError(f"group {g}: dst_mask {mask:#x} is empty or leaves the group "
+                                 f"of {pes_per_group} PEs")
         out, credits = [], [chunk_words] * pes_per_group
         while window:
             i, n = ext_pick([(a, left, mask) for a, left, mask, _ in window], credits,
@@ -90,12 +107,7 @@ def ext_chunk_order(queues, pes_per_group: int, chunk_words: int) -> list:
             if left == n:
                 window.pop(i)
         issued.append(out)
-    order = []
-    while any(issued):
-        for out in issued:
-            if out:
-                order.append(out.pop(0))
-    return order
+    return round_robin(issued)
 
 
 @dataclass

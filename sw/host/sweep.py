@@ -119,7 +119,9 @@ def _json_default(v):
 
 @dataclass
 class SweepRun:
-    """What :func:`run_sweep` did: ``points`` (all of the spec's), ``skipped`` (finished
+    """What :func:`run_sweep` did: ``points`` (all of the spec's; the combinations a constraint
+    dropped, with no task or equal to another point are none, ``sweep.json``'s ``dropped``
+    counts them), ``skipped`` (finished
     before, not run again), ``ran`` (submitted this time), ``errors`` (rows with an error),
     ``rows`` (every point's row, by index), ``workers``, ``dashboard`` (the Dask dashboard's
     address, ``None`` in-process), ``seconds`` (wall, the points' phase), ``files`` (what was
@@ -343,7 +345,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
             return _run(spec, points, store, cache, task, scheduler=scheduler, workers=workers,
                         progress=progress, retries=retries, dashboard=dashboard, plots=plots,
                         say=say, chunk=chunk, cache_given=cache_dir is not None,
-                        dropped=dropped_text(counts))
+                        dropped=counts)
         except BaseException as exc:
             _stopped(store, points, exc)
             raise
@@ -390,9 +392,10 @@ def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retr
     skipped = len(points) - len(todo)
     # results.* of an earlier run stay until this one is consolidated: sweep.json says they
     # are not current
-    _status(store, spec, "running", points=len(points))
+    _status(store, spec, "running", points=len(points), dropped=dropped)
     say(f"sweep {spec.name}: {len(points)} points ({skipped} finished before, {len(todo)} to "
-        f"run" + (f", {stale} rows from other code rerun" if stale else "") + dropped +
+        f"run" + (f", {stale} rows from other code rerun" if stale else "")
+        + dropped_text(dropped) +
         f"), sampling {spec.sampling}, seed {spec.seed}, cache {cache}")
     dash = None
     start = time.perf_counter()
@@ -456,8 +459,8 @@ def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retr
     errors = sum(1 for r in rows if r.get("error"))
     run = SweepRun(points=len(points), skipped=skipped, ran=len(todo), errors=errors,
                    rows=rows, workers=n_workers, dashboard=dash, seconds=seconds, files=files)
-    _status(store, spec, "complete", points=run.points, skipped=run.skipped, ran=run.ran,
-            stale=stale, errors=run.errors, workers=n_workers, dashboard=dash, code=code,
+    _status(store, spec, "complete", points=run.points, dropped=dropped, skipped=run.skipped,
+            ran=run.ran, stale=stale, errors=run.errors, workers=n_workers, dashboard=dash, code=code,
             seconds=seconds, files={k: str(v) for k, v in files.items()})
     return run
 

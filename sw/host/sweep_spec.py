@@ -808,9 +808,11 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
         raise UserError(_problems_text(problems))
     if not points and counts["no_task"]:
         raise UserError(f"{spec.path}: tasks: no point has a task (perf is false and the "
-                        f"expressions of area, timing and rtl are false at every point)")
+                        f"expressions of area, timing and rtl are false at every point the "
+                        f"constraints keep{dropped_text(counts)})")
     if not points:
-        raise UserError(f"{spec.path}: no point left after the constraints")
+        raise UserError(f"{spec.path}: no point left after the constraints"
+                        f"{dropped_text(counts)}")
     return points
 
 
@@ -819,7 +821,7 @@ def dropped_text(counts: dict) -> str:
     out: ``", 6 dropped by the constraints, 2 with no task"``."""
     return "".join(f", {n} {what}" for n, what in (
         (counts["constrained"], "dropped by the constraints"),
-        (counts["no_task"], "with no task (every task expression false)"),
+        (counts["no_task"], "with no task"),
         (counts["duplicates"], "equal to another point")) if n)
 
 

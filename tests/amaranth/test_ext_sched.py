@@ -13,7 +13,7 @@ from amaranth.sim import Simulator
 
 from elmoe3d.hw.ext_sched import ExtScheduler
 from elmoe3d.hw.ext_stream import ext_read_layout
-from elmoe3d.sw.golden.ext_sched import ExtSchedModel, ext_chunk_order, ext_pick
+from elmoe3d.sw.golden.ext_sched import ExtSchedModel, ext_chunk_order, ext_pick, round_robin
 
 from .test_die_ext_stream import offer_desc
 
@@ -146,6 +146,50 @@ def test_chunk_order_with_full_credits():
         (0, 104, [4, 5], 0b0001), (0, 200, [7], 0b0011)]
     with pytest.raises(ValueError, match="group 1: a descriptor of no words"):
         ext_chunk_order([(1, [(0, [], 0b1)])], 2, 4)
+    for mask in (0, 0b100):
+        with pytest.raises(ValueError, match=f"group 0: dst_mask {mask:#x} is empty or leaves "
+                                             f"the group of 2 PEs"):
+            ext_chunk_order([(0, [(0, [1], mask)])], 2, 4)
+    assert round_robin([[1, 2, 3], [], [4], [5, 6]]) == [1, 4, 5, 2, 6, 3]
+    assert round_robin([]) == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_chunk_order_is_the_scheduler_models_with_full_credits(seed):
+    """Each group's chunks of :func:`ext_chunk_order` are what :class:`ExtSchedModel` (the
+    RTL scheduler's cycle model, checked against it above) issues from the same descriptors
+    when no PE's credits run short and the sink always takes: random groups of random
+    descriptors (lengths around the chunk, single and multicast masks), window 4."""
+    rng = random.Random(seed)
+    print(f"seed {seed}")
+    G, chunk = 4, 8
+    queues = []
+    for g in range(3):
+        descs, a = [], 0
+        for _ in range(rng.randint(1, 12)):
+            n = rng.choice([1, chunk - 1, chunk, chunk + 1, rng.randint(1, 5 * chunk)])
+            descs.append((a, [rng.randrange(1 << 16) for _ in range(n)],
+                          rng.randint(1, (1 << G) - 1)))
+            a += n + rng.randint(0, 3)
+        queues.append((g, descs))
+    order = ext_chunk_order(queues, G, chunk)
+    for g, descs in queues:
+        total = sum(len(w) for _, w, _ in descs)
+        model = ExtSchedModel(pes=G, window=4, credits_max=total + 1, chunk_words=chunk)
+        pending, issued = list(descs), []
+        while pending or model.entries or model.out is not None:
+            if model.out is not None:
+                issued.append(model.out)
+            offer = (pending[0][0], len(pending[0][1]), pending[0][2]) if pending else None
+            if offer is not None and model.desc_ready:
+                pending.pop(0)
+            model.step(offer, out_ready=True)
+        mine = [(a, len(w), m >> g * G) for gg, a, w, m in order if gg == g]
+        assert mine == issued and len(issued) >= len(descs)
+        words = {a: w for a, w, _ in descs}
+        assert all(w == words[a][:len(w)] for gg, a, w, _ in order if gg == g and a in words)
+    groups = [g for g, *_ in order]
+    assert groups[:3] == [0, 1, 2]                           # the groups take turns
 
 
 @pytest.mark.parametrize("kw,msg", [({"window": 0}, "window"), ({"credits": 2}, "credits"),

@@ -212,15 +212,15 @@ def test_beats_beyond_the_limit_refused(stub, capsys):
 ])
 def test_options_a_single_figure_run_does_not_read_are_refused(stub, capsys, argv, refused):
     """``--only-sweep`` took ``--repeats`` / ``--beats`` / ``--seed`` / ``--config`` and dropped
-    them; each is now refused by name, even at its default value (``--seed 0``,
-    ``--config small``), before any figure runs."""
+    them; each is now refused by name, even at a value that reads as false (``--seed 0``) or
+    at its default (``--config small``), before any figure runs."""
     stub()
     rc, out, err = bench_main(capsys, *argv)
     assert rc == 2 and refused in " ".join(err.split()), err
     assert "[" not in out                      # no step started
 
 
-def test_single_figure_runs_name_what_they_run(stub, capsys, tmp_path):
+def test_single_figure_runs_name_what_they_run(stub, capsys, tmp_path, monkeypatch):
     """The header of ``--only-sweep`` names the figure, not a config and a seed it does not
     read, and its JSON records the sweep's own seed; ``--only-real`` gives its seed."""
     stub()
@@ -229,6 +229,9 @@ def test_single_figure_runs_name_what_they_run(stub, capsys, tmp_path):
     assert rc == 0 and "elmoe3d bench: the sweep figure" in out and "config" not in \
         out.splitlines()[0]
     assert sweep["seed"] == sweep["sweep"]["seed"]
+    monkeypatch.setenv("ELMOE3D_SEED", "not a seed")      # not read by the sweep figure either
+    rc, out, err = bench_main(capsys, "--only-sweep")
+    assert rc == 0, err
     rc, out, _ = bench_main(capsys, "--only-real", "--seed", "5")
     assert rc == 0 and out.splitlines()[0] == "elmoe3d bench: seed 5"
 

@@ -418,12 +418,15 @@ def test_points_with_no_task_are_dropped_and_counted(tmp_path, capsys):
     assert [p.config["pes"] for p in pts] == [8] and pts[0].tasks["rtl"]
     assert counts == {"constrained": 0, "no_task": 1, "duplicates": 0}
     assert cli.main(["sweep", str(spec), "--check"]) == 0
-    assert ("1 valid points (sampling grid, seed 0, 1 with no task (every task expression "
-            "false)); tasks: perf 0, area 0, timing 0, rtl 1") in capsys.readouterr().out
+    assert ("1 valid points (sampling grid, seed 0, 1 with no task); tasks: perf 0, area 0, "
+            "timing 0, rtl 1") in capsys.readouterr().out
     said = []
     res = run_sweep(load_spec(spec), tmp_path / "out", workers=0, task=lambda p, c: {"id": p.id},
                     progress=False, plots=False, say=said.append)
     assert res.points == 1 and "1 with no task" in said[0]
+    doc = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    assert doc["points"] == 1 and doc["dropped"] == {"constrained": 0, "no_task": 1,
+                                                     "duplicates": 0}
 
 
 def test_hb_is_empty_when_the_base_or_the_hb_capacity_is_not_paper_hb():
@@ -652,7 +655,15 @@ BAD = [
      "false); a point would compute nothing"),
     ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  perf: false\n  rtl: 'pes == 3'\n",
      "{spec}: tasks: no point has a task (perf is false and the expressions of area, timing "
-     "and rtl are false at every point)"),
+     "and rtl are false at every point the constraints keep, 1 with no task)"),
+    ("config:\n  pes: [8, 16]\nworkload:\n  model: [qwen3-30b-a3b]\nconstraints:\n"
+     "  - 'pes != 8'\ntasks:\n  perf: false\n  rtl: 'pes == 8'\n",
+     "{spec}: tasks: no point has a task (perf is false and the expressions of area, timing "
+     "and rtl are false at every point the constraints keep, 1 dropped by the constraints, 1 "
+     "with no task)"),
+    ("config:\n  pes: [8, 16]\nworkload:\n  model: [qwen3-30b-a3b]\nconstraints:\n"
+     "  - 'pes > 16'\n",
+     "{spec}: no point left after the constraints, 2 dropped by the constraints"),
     ("sampling: lhs\nconfig:\n  pes: [16, 32]\nworkload:\n  model: [qwen3-30b-a3b]\n",
      "{spec}: samples: missing; sampling lhs needs it (how many config points, a positive "
      "integer)"),
