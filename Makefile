@@ -31,6 +31,7 @@ help:
 	@echo "make synth  - Yosys area of every block rolled up to the 4 GB and 8 GB logic dies, and"
 	@echo "              the worst register-to-register path of every block at 1 GHz (ASAP7 NLDM),"
 	@echo "              static power per block and die, pJ per MAC, SRAM, ring and link pJ per byte"
+	@echo "              (JOBS=N: N Yosys processes, at most the CPU count; default min(2, CPUs))"
 	@echo "make fpga   - FPGA fit estimate, then bitstream, utilization and fmax of the board top"
 	@echo "              (BOARD=ulx3s-85f, CONFIG=default|auto|NAME, ARGS='--estimate-only --hierarchy --no-asic';"
 	@echo "              elmoe3d fpga --list-boards);"
@@ -95,9 +96,10 @@ SYNTH_PLOT   := build/synth/area.png
 # clean and distclean look, whatever $ELMOE3D_BUILD_DIR says (it moves them for elmoe3d run by
 # hand, and the simulator's build for make sim too).
 synth fpga: export ELMOE3D_BUILD_DIR := $(CURDIR)/build
-# `make synth JOBS=N` passes --jobs N; without JOBS, synth takes its own default (the CPU count,
-# at most 2), as it refuses more Yosys processes than CPUs.
-SYNTH_JOBS = $(if $(filter command line environment,$(origin JOBS)),--jobs $(JOBS))
+# `make synth JOBS=N` (or JOBS in the environment) passes --jobs N; without it, synth takes its
+# own default (the CPU count, at most 2), as it refuses more Yosys processes than CPUs.
+SYNTH_JOBS = $(if $(and $(strip $(JOBS)),$(filter command line environment override,\
+	$(origin JOBS))),--jobs $(strip $(JOBS)))
 synth: $(STAMP)
 	@mkdir -p build/synth
 	$(PY) -m elmoe3d synth --timing --power $(SYNTH_JOBS) --json $(SYNTH_REPORT) --plot $(SYNTH_PLOT)

@@ -87,6 +87,15 @@ def given_options(args, names) -> list:
             if getattr(args, name) is not None and getattr(args, name) is not False]
 
 
+def fill_defaults(args, defaults) -> None:
+    """Set each option of ``defaults`` (``{attribute name: value}``) that ``args`` holds as
+    None, i.e. not given: its default, applied after :func:`given_options` has refused it
+    where it does not apply."""
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's help, but never wrapping a line inside a hyphenated name (``cache-check``,
     ``paper-8gb``)."""

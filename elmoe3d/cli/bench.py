@@ -103,7 +103,7 @@ import time
 import numpy as np
 
 from ..errors import UserError
-from . import given_options, seed_type
+from . import fill_defaults, given_options, seed_type
 from .outputs import output_path, check_output, write_json
 from .sim import SIM_CONFIGS, add_config_option
 
@@ -904,10 +904,8 @@ def run(args) -> int:
         if given:
             raise UserError(f"{', '.join(given)}: not read with --{only.replace('_', '-')} "
                             f"({why})")
-    for name, default in (("config", SIM_CONFIGS[0]), ("repeats", DEFAULT_REPEATS),
-                          ("beats", DEFAULT_BEATS)):
-        if getattr(args, name) is None:
-            setattr(args, name, default)
+    fill_defaults(args, {"config": SIM_CONFIGS[0], "repeats": DEFAULT_REPEATS,
+                         "beats": DEFAULT_BEATS})
     arch = sim_config(args.config)
     if args.repeats < 1 or args.beats < 1:
         raise UserError("--repeats and --beats must be positive")

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserError
+from . import given_options
 from .outputs import output_path, check_output, write_json
 
 
@@ -119,14 +120,14 @@ def list_boards(say) -> None:
 
 
 def _options_given(args) -> list:
-    """(option, given) of every option but ``--list-boards``: given when not its default."""
+    """The options given of every option but ``--list-boards`` (``--board`` and ``--config``
+    when not their defaults)."""
     from ..synth.fpga import DEFAULT_BOARD
-    return [("--board", args.board.lower() != DEFAULT_BOARD),
-            ("--config", args.config != "default"),
-            *((f"--{k.replace('_', '-')}", getattr(args, k) is not None
-               and getattr(args, k) is not False)
-              for k in ("json", "seed", "hb_words", "ext_words", "baud", "route_patience",
-                        "max_runs", "estimate_only", "force", "hierarchy", "no_asic"))]
+    return ([o for o, given in (("--board", args.board.lower() != DEFAULT_BOARD),
+                                ("--config", args.config != "default")) if given]
+            + given_options(args, ("json", "seed", "hb_words", "ext_words", "baud",
+                                   "route_patience", "max_runs", "estimate_only", "force",
+                                   "hierarchy", "no_asic")))
 
 
 #: The largest ``--seed`` (nextpnr reads it as a C ``int``).
@@ -144,7 +145,7 @@ def run(args) -> int:
     console = _console()
     say = console.print
     if args.list_boards:
-        others = [opt for opt, given in _options_given(args) if given]
+        others = _options_given(args)
         if others:
             raise UserError(f"--list-boards takes no other option, got {', '.join(others)}")
         list_boards(say)

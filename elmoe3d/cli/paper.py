@@ -35,6 +35,7 @@ import sys
 from ..errors import UserError
 from ..sw.host.compute_calib import FEEDS
 from ..sw.host.paper_eval import PLACEMENTS
+from . import fill_defaults
 from .outputs import (check_distinct, check_output, check_output_dir, output_path, report_console,
                       write_json)
 
@@ -183,8 +184,7 @@ def run(args) -> int:
             raise UserError(f"--{opt.replace('_', '-')} applies to "
                             f"{', '.join(names[:-1]) + ' and ' if len(names) > 1 else ''}"
                             f"{names[-1]} only")
-        if opt in DEFAULTS and getattr(args, opt) is None:
-            setattr(args, opt, DEFAULTS[opt])
+    fill_defaults(args, DEFAULTS)
     if args.json:
         check_output(args.json, "--json")
         # the traces beside the checkout are what cache-check and the fits read

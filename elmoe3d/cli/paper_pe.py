@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 
 from ..errors import UserError
-from . import comma_items, seed_type
+from . import comma_items, fill_defaults, given_options, seed_type
 from .outputs import output_path, check_output, report_console, write_json
 
 
@@ -184,12 +184,10 @@ def run(args) -> int:
 
     if args.json:
         check_output(args.json, "--json")
-    given = [f"--{k.replace('_', '-')}" for k in RUN_DEFAULTS if getattr(args, k) is not None]
+    given = given_options(args, RUN_DEFAULTS)
     if args.build_only and given:
         raise UserError(f"{', '.join(given)}: --build-only runs nothing")
-    for k, v in RUN_DEFAULTS.items():
-        if getattr(args, k) is None:
-            setattr(args, k, v)
+    fill_defaults(args, RUN_DEFAULTS)
     modes = _modes(args.modes)
     if args.shape not in MODEL_PRESETS:
         raise UserError(f"--shape {args.shape}: unknown model preset")

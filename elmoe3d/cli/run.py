@@ -65,7 +65,7 @@ from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_opti
                                 check_request, run_perf, summarise)
 from ..sw.host.backends.records import format_bytes as _b
 from ..sw.host.backends.perf import compute_figures
-from . import seed_type
+from . import fill_defaults, seed_type
 from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir, output_path,
                       report_console)
 
@@ -388,12 +388,8 @@ def execute(args, *, progress_factory=None) -> dict:
                             + ("Elastic-SD options" if len(given) > 1 else
                                "an Elastic-SD option")
                             + "; --schedule replay decodes without drafting")
-    if args.traffic is None:
-        args.traffic = DEFAULT_TRAFFIC
-    if args.depth is None:
-        args.depth = [DEFAULT_DEPTH]
-    if args.acceptance is None:
-        args.acceptance = DEFAULT_ACCEPTANCE
+    fill_defaults(args, {"traffic": DEFAULT_TRAFFIC, "depth": [DEFAULT_DEPTH],
+                         "acceptance": DEFAULT_ACCEPTANCE})
     if len(set(args.depth)) < len(args.depth):
         raise UserError(f"--depth {' '.join(map(str, args.depth))}: a depth given twice "
                         f"(one run per depth)")

@@ -74,11 +74,11 @@ JSON schema (areas in um^2)::
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from pathlib import Path
 
 from ..errors import UserError
+from ..machine import usable_cpus
 from ..paths import build_root
 from .outputs import output_path, atomic_outputs, check_distinct, check_output, plot_format
 
@@ -129,7 +129,8 @@ def configure(parser) -> None:
                              "format of the suffix (.png, .pdf, .svg or another that matplotlib "
                              "writes; checked before synthesis; no suffix: PNG)")
     parser.add_argument("--jobs", metavar="N", default=None,
-                        help="Yosys processes at once (default: CPU count, at most 2)")
+                        help="Yosys processes at once, at most the CPU count (default: the "
+                             "CPU count, at most 2)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the roll-up check (the small PE synthesised whole)")
     parser.add_argument("--scaling", metavar="N,N,...", default="4,8,16,32",
@@ -546,7 +547,7 @@ def run(args) -> int:
         from ..synth.power import check_power
         lib.check_timing()
         check_power(lib)                              # one line naming the file and the cell
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     if args.jobs is None:
         jobs = min(2, cpus)
     else:

@@ -72,6 +72,7 @@ import numpy as np
 
 from ...config import ArchConfig
 from ...errors import UserError
+from ...machine import usable_cpus
 
 
 #: This module's name for ``python -m`` (``__name__`` is ``__main__`` there).
@@ -450,7 +451,7 @@ def table_main(argv, module: str, default: str, write) -> int:
 def main(argv=None) -> int:
     import os
     return table_main(argv, MODULE, "compute_calib_table.py",
-                      lambda out, say: write_table(out, say=say, jobs=os.cpu_count() or 1))
+                      lambda out, say: write_table(out, say=say, jobs=usable_cpus()))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ import numpy as np
 
 from ...config import ArchConfig
 from ...errors import UserError
+from ...machine import usable_cpus
 from .compute_calib import (SEED, memo_calibration, pe_key, table_main,
                             write_table_module)
 
@@ -277,7 +278,7 @@ def write_table(path=None, arch_names=("paper-4gb",), say=print, jobs: int = 1) 
 def main(argv=None) -> int:
     import os
     return table_main(argv, MODULE, "linear_calib_table.py",
-                      lambda out, say: write_table(out, say=say, jobs=os.cpu_count() or 1))
+                      lambda out, say: write_table(out, say=say, jobs=usable_cpus()))
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import UserError
+from ...machine import usable_cpus
 from .sweep_spec import SweepSpec, dropped_text, expand, load_spec, need
 from .sweep_tasks import (CACHE_ENV, META_COLUMNS, RESULT_COLUMNS, cache_problem, code_version,
                           default_cache_dir, run_point)
@@ -409,7 +410,7 @@ def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retr
             except (OSError, TimeoutError, ValueError) as exc:
                 raise UserError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
         else:
-            n = workers if workers is not None else (os.cpu_count() or 1)
+            n = workers if workers is not None else usable_cpus()
             ctx = local_cluster(n, dashboard=dashboard)
         with ctx as client:
             n_workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
