@@ -101,7 +101,7 @@ from ..sw.host.parallel import check_link_schedule, compile_group, ext_load_orde
 from . import cocotb_streams as streams
 from .bench_pe import SYNTHETIC_NOTE, default_routing, read_routing
 from .dram_bus import dram_bus, drive_devices
-from ..sw.golden.dram import DramDevice, TimingViolation
+from ..sw.golden.dram import DramDevice, TimingViolation, backdoor_write
 from .records import (BenchResult, CaseRecorder, arch_from_params, arch_param, failed_cases,
                       run_bench)
 from .runner import case_rng, load_params, resolve_seed
@@ -152,10 +152,6 @@ def die_kwargs(params) -> dict:
 
 def _ints(values):
     return [int(v) for v in values]
-
-
-def _to_bytes(words, nbytes):
-    return b"".join(int(w).to_bytes(nbytes, "little") for w in words)
 
 
 #: Link descriptor modes that carry Q.24 psums in the programs of :mod:`elmoe3d.sw.host.parallel`:
@@ -327,28 +323,12 @@ class DieBench(CaseRecorder):
 
     def preload_hb(self, p, words):
         """Backdoor: PE ``p``'s HB bank holds ``words`` from word 0."""
-        dev = self.hb_devs[p]
-        bb = dev.cfg.burst_bytes
-        raw = _to_bytes(words, self.pe.word_bytes)
-        raw += bytes(-len(raw) % bb)
-        for b in range(len(raw) // bb):
-            dev.memory[dev.cfg.decode(b)] = int.from_bytes(raw[b * bb:(b + 1) * bb], "little")
+        backdoor_write([self.hb_devs[p]], 0, words, self.pe.word_bytes)
 
     def preload_ext(self, base, words):
         """Backdoor: EXT words ``base ..`` hold ``words`` (striped over the channels: stripe s
         = one burst per channel, channel 0 lowest)."""
-        chans = self.ext_devs
-        bb = chans[0].cfg.burst_bytes
-        stripe = bb * len(chans)
-        start = base * self.pe.word_bytes
-        assert start % stripe == 0, (base, stripe)
-        raw = _to_bytes(words, self.pe.word_bytes)
-        raw += bytes(-len(raw) % stripe)
-        for s in range(len(raw) // stripe):
-            addr = start // stripe + s
-            for c, dev in enumerate(chans):
-                off = s * stripe + c * bb
-                dev.memory[dev.cfg.decode(addr)] = int.from_bytes(raw[off:off + bb], "little")
+        backdoor_write(self.ext_devs, base, words, self.pe.word_bytes)
 
     # -- start --
 

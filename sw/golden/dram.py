@@ -38,7 +38,7 @@ from ...config import DramConfig
 
 
 __all__ = ["RowCmd", "TimingViolation", "TimingChecker", "DramDevice", "dram_pattern",
-           "clock_ratio"]
+           "clock_ratio", "pack_units", "backdoor_write"]
 
 
 class RowCmd(enum.IntEnum):
@@ -71,6 +71,36 @@ def dram_pattern(cfg: DramConfig, bank: int, row: int, col: int, seed: int = 0) 
 
 
 _NEVER = -(1 << 60)
+
+
+def pack_units(words, word_bytes: int, unit_bytes: int) -> list:
+    """``words`` (ints of ``word_bytes`` bytes each, little-endian, from byte 0) as ints of
+    ``unit_bytes`` bytes (a burst, or a stripe of one burst per channel), the last one
+    zero-padded: the controllers' request units of a memory image."""
+    raw = b"".join(int(w).to_bytes(word_bytes, "little") for w in words)
+    raw += bytes(-len(raw) % unit_bytes)
+    return [int.from_bytes(raw[i:i + unit_bytes], "little")
+            for i in range(0, len(raw), unit_bytes)]
+
+
+def backdoor_write(devs, base: int, words, word_bytes: int) -> None:
+    """Backdoor (no command, no timing): the memories of ``devs`` (the :class:`DramDevice` of
+    one controller's channels, channel 0 lowest; one device for an HB bank) hold ``words``
+    (ints of ``word_bytes`` bytes) from word ``base`` on, striped as
+    :class:`elmoe3d.hw.ext_ctrl.ExtController` reads them: stripe ``s`` (``burst_bytes x
+    len(devs)`` bytes, :func:`pack_units`) is burst address ``s`` of every channel, channel
+    ``c`` holding its bytes ``[c B, (c + 1) B)``. Raises :class:`ValueError` when ``base``
+    does not start a stripe."""
+    bb = devs[0].cfg.burst_bytes
+    stripe = bb * len(devs)
+    start = base * word_bytes
+    if start % stripe:
+        raise ValueError(f"base word {base}: {start} B is not a multiple of the {stripe} B "
+                         f"stripe")
+    for s, unit in enumerate(pack_units(words, word_bytes, stripe)):
+        for c, dev in enumerate(devs):
+            dev.memory[dev.cfg.decode(start // stripe + s)] = \
+                unit >> (c * bb * 8) & ((1 << (bb * 8)) - 1)
 
 
 class TimingChecker:

@@ -28,7 +28,7 @@ from elmoe3d.sw.golden.agg_link import (LinkMode, LinkOp, link_op_fault, ref_lin
                                         reduce_add_words, reduce_max_words)
 from elmoe3d.sw.host.backends.golden import run_layer_golden
 
-from ..real_inputs import REAL_LAYERS, mixtral_steps
+from ..real_inputs import REAL_LAYERS, REAL_TRAFFIC_SEED, mixtral_steps
 
 # Constructors that raise, and instances only inspected, leave unused elaboratables behind.
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
@@ -449,8 +449,9 @@ def test_real_mixtral_link_traffic(gsm8k_routing, arch, traffic):
 
     Real: the routing (the draft's throttled to the Elastic-SD pool), hence which experts
     each group runs and with how many tokens per PE, so every descriptor (mode, masks,
-    lengths) is the host compiler's (:func:`~elmoe3d.sw.host.backends.golden.
-    run_layer_golden`: :func:`~elmoe3d.sw.host.parallel.compile_group` per busy group), and
+    lengths) is the host compiler's
+    (:func:`~elmoe3d.sw.host.backends.golden.run_layer_golden`:
+    :func:`~elmoe3d.sw.host.parallel.compile_group` per busy group), and
     every payload word is a PE's ``link_o`` word in the multi-PE functional simulation
     (:func:`~elmoe3d.sw.host.parallel.run_group`, itself checked against ``ref_moe``) of the
     synthetic experts and activations under the trace's gate weights: per-token row maxima
@@ -487,13 +488,16 @@ def test_real_mixtral_link_traffic(gsm8k_routing, arch, traffic):
     assert {l for _, l, _ in seen} == set(REAL_LAYERS) and {g for _, _, g in seen} == {0, 1}
     assert {op.mode for op in ops} == set(LinkMode)
     assert max(len(op.srcs) for op in ops if op.mode == LinkMode.REDUCE_ADD) == G
+    if G == 4:                              # 3- and 4-source reductions through the 2-level tree
+        assert {3, 4} <= {len(op.srcs) for op in ops if op.mode == LinkMode.REDUCE_ADD}
+        assert any(len(op.dsts) == G for op in ops if op.mode == LinkMode.ALL_TO_ALL)
     assert any(len(op.dsts) > 1 for op in ops if op.mode == LinkMode.ALL_TO_ALL)
     assert len({op.words for op in ops}) >= 4 and all(want)
     assert any(w for d in want for w in d)
     dut = AggregationLink.from_arch(cfg, buffer_words=DEFAULT_BUFFER_WORDS)
     idle, stall, gap = (0.0, 0.0, 0.0) if traffic == "smooth" else \
         (STALLS.idle, STALLS.backpressure, 0.3)
-    seed = len(ops)
+    seed = REAL_TRAFFIC_SEED
     modes = {m.name: sum(op.mode == m for op in ops) for m in LinkMode}
     print(f"seed {seed}: {len(ops)} descriptors {modes}, lengths "
           f"{sorted({op.words for op in ops})}, words sent per PE {[len(x) for x in inputs]}, "

@@ -19,12 +19,13 @@ from elmoe3d.hw.ring import RingStation, StreamlineRing, pack_flit, ring_flit_la
 from elmoe3d.isa import Source
 from elmoe3d.sim.amaranth_streams import StreamSink
 from elmoe3d.sim.bench_ring import random_ring_flits
+from elmoe3d.sim.traffic import STALLS
 from elmoe3d.sw.golden.ext_sched import ext_chunk_order
 from elmoe3d.sw.golden.ring import RingFlit, ref_ring, ref_ring_streams, ring_flits, ring_geometry
 from elmoe3d.sw.host.compiler import compile_layer
 from elmoe3d.sw.host.parallel import ext_load_order
 
-from ..real_inputs import REAL_LAYERS, mixtral_steps
+from ..real_inputs import REAL_LAYERS, REAL_TRAFFIC_SEED, mixtral_steps
 
 pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 
@@ -302,8 +303,8 @@ def test_real_mixtral_ext_traffic(gsm8k_routing, traffic):
     multicast = {m for _, m in transfers if m & (m - 1)}
     assert any(m & 0b0011 for m in multicast) and any(m & 0b1100 for m in multicast)
     assert all(want) and len(set(map(len, want))) > 1
-    idle, stall = (0.0, 0.0) if traffic == "smooth" else (0.3, 0.4)
-    seed = len(flits)
+    idle, stall = (0.0, 0.0) if traffic == "smooth" else (STALLS.idle, STALLS.backpressure)
+    seed = REAL_TRAFFIC_SEED
     print(f"seed {seed}: tokens {step.tokens}, {len(transfers)} transfers "
           f"{sorted(set(transfers))}, {len(chunks)} chunks, {len(flits)} flits, words per PE "
           f"{[len(w) for w in want]}")

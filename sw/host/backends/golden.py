@@ -135,8 +135,10 @@ def trace_steps(trace, arch, *, layers, depth: int = 2, slots: int = 32, batch: 
     (:func:`~elmoe3d.sw.host.compiler.elastic_steps`: autoregressive, draft and verify steps);
     ``weights`` the synthetic experts of ``shape`` = (hidden, intermediate) (default
     :data:`~elmoe3d.sw.host.compiler.SYNTHETIC_SHAPE`), seed :data:`TRACE_WEIGHTS_SEED`
-    (:class:`~elmoe3d.sw.host.compiler.SyntheticWeights`). The routing, the pool, the hits
-    and misses and the placement are the trace's; the weights and activations synthetic."""
+    (:class:`~elmoe3d.sw.host.compiler.SyntheticWeights`). The routing, hence the pool, the
+    hits and misses, are the trace's, the experts' placement on the groups the host's policy
+    (:func:`~elmoe3d.sw.host.compiler.place_layer`) on it; the weights and activations are
+    synthetic."""
     from .. import compiler
     from ..elastic_sd import CoverageAcceptance, ElasticSD
     from ..hbcache import HBExpertCache
@@ -156,8 +158,9 @@ def trace_golden_layers(arch, *, tokens: int, layer: int = 15, shape=None) -> tu
     depth 2, coverage acceptance 0.5, an HB cache of 32 experts' MSB slices, no admission)
     for the groups of ``arch`` (:class:`~elmoe3d.config.ArchConfig`); synthetic experts of
     ``shape`` = (hidden, intermediate) (default
-    :data:`~elmoe3d.sw.host.compiler.SYNTHETIC_SHAPE`), weights seed 7. ``layers`` are the
-    :class:`GoldenLayer` of :func:`run_golden` with the jobs kept."""
+    :data:`~elmoe3d.sw.host.compiler.SYNTHETIC_SHAPE`), weights seed
+    :data:`TRACE_WEIGHTS_SEED`. ``layers`` are the :class:`GoldenLayer` of :func:`run_golden`
+    with the jobs kept."""
     from ..compiler import limit_tokens
     from ..corpus import traces_dir
     from ..trace import import_vllm_jsonl
