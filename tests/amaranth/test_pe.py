@@ -21,6 +21,7 @@ from amaranth.sim import Simulator
 
 from ..pe_cases import NARROW_OUT_NEEDS, NARROW_OUT_OK
 from ..pe_sim import shared_pe
+from ..real_inputs import MINILM_HIDDEN, MINILM_LAYER, MOE_EXPERTS, MOE_INTER, minilm_moe
 from elmoe3d.config import FPGA_LEAN_PE, preset
 from elmoe3d.hw.pe import PE
 from elmoe3d.isa import Sink, Target
@@ -2159,6 +2160,101 @@ def test_linear_program_on_minilm_equals_fsim(mode, arch, k, n, proj, traffic, s
     w, acts = (up, ffn_in) if proj == "up" else (down, ffn_mid)
     _, _, _, y = _linear_on_rtl(acts[:3, :k], w[:n, :k], mode, arch, traffic, seed)
     assert np.count_nonzero(y) > 0
+
+
+#: The real MoE layers on the small PE (OUT: 176 words of 8 Q.24 values; T x H values padded
+#: to whole 2-row blocks): 16 tokens of MiniLM's first 64 of 384 hidden channels (128 OUT
+#: words; 16 x 384 would need 768) with all 8 experts routed, and 2 tokens of all 384 channels
+#: (96 OUT words) with 4 experts. Name -> (tokens, hidden).
+REAL_MOE_CUTS = {"16tok-h64": (16, 64), "2tok-h384": (2, MINILM_HIDDEN)}
+
+
+@pytest.fixture(scope="module")
+def real_moe_cuts(minilm_file, gsm8k_prompts, gsm8k_routing):
+    """:func:`tests.real_inputs.minilm_moe` at each of :data:`REAL_MOE_CUTS` (built once)."""
+    return {name: minilm_moe(gsm8k_prompts, gsm8k_routing, tokens=t, hidden=h)
+            for name, (t, h) in REAL_MOE_CUTS.items()}
+
+
+@pytest.mark.minilm
+@pytest.mark.parametrize("mode, cut, traffic, seed", [
+    (Mode.FULL, "16tok-h64", SMOOTH, 1540), (Mode.DRAFT, "16tok-h64", ROUGH, 1541),
+    (Mode.FULL, "2tok-h384", SMOOTH, 1542), (Mode.DRAFT, "2tok-h384", ROUGH, 1543),
+], ids=["FULL-16tok-h64", "DRAFT-16tok-h64", "FULL-2tok-h384", "DRAFT-2tok-h384"])
+def test_moe_program_on_minilm_equals_fsim(mode, cut, traffic, seed, real_moe_cuts):
+    """The PE's MoE-layer program (``build_moe_program``) on REAL weights, real activations
+    and real gate weights, on the small PE: RTL == fsim (every ``o`` beat, STATUS on its
+    functional fields) and the RTL's FP32 output == ``ref_moe`` bit for bit (sticky flags
+    too), FULL and DRAFT (MSB planes only), under :data:`REAL_MOE_CUTS`'s two cuts:
+
+    * experts: 8 slices of all-MiniLM-L6-v2's trained layer-2 FFN (its up projection split
+      into up and gate halves of 96 channels, its down projection's matching 96 columns;
+      :func:`tests.real_inputs.minilm_moe`), G32-quantized by the builder as any weight;
+    * activations: MiniLM's real layer-2 FFN inputs of the first GSM8K prompt's first 16
+      (or 2) tokens;
+    * routing: the real top-2 expert ids and gate weights of the Mixtral-8x7B GSM8K trace
+      (request 0, layer 0, positions 0..15 or 0..1), paired with MiniLM's tokens by position.
+
+    What is cut: "16tok-h64" keeps MiniLM's first 64 of 384 hidden channels (x's first 64
+    features, the up/gate weights' first 64 input columns, the down weights' first 64 output
+    rows: the whole experts' first two G32 groups and first 64 rows, code for code, as
+    asserted here) so that 16 tokens fit the PE's OUT; "2tok-h384" keeps the whole hidden
+    dimension for 2 tokens (4 experts routed; in ``make test-slow``, ``tests/conftest.py``).
+    Nothing is invented or rescaled. The traffic (idle cycles, backpressure) is the only
+    random part: its seed is fixed and printed."""
+    from elmoe3d.sw.golden.expert import Expert, build_moe_program, ref_moe
+    from elmoe3d.sw.host import minilm
+    print(f"seed={seed} (traffic only: the data are MiniLM's and the trace's)")
+    moe = real_moe_cuts[cut]
+    tokens, hidden = REAL_MOE_CUTS[cut]
+    x, routing = moe.x, (moe.ids, moe.bits)
+    job = build_moe_program(x, moe.experts, routing, mode, PE_CFG)
+    got, ref = compare_with_fsim(job.program, job.ld, seed=seed, traffic=traffic)
+    assert ref.ld_used == len(job.ld)
+    data = [d for k, d in got["o"] if k == OKind.DATA]
+    y = asm.unpack_fp32(asm.ints_to_words(data, PE_CFG), PE_CFG).reshape(-1, hidden)[:tokens]
+    want = ref_moe(x, moe.experts, routing, mode)
+    assert np.array_equal(y.view(np.uint32), want.y.view(np.uint32))
+    st = asm.unpack_status([d for k, d in got["o"] if k == OKind.STATUS][-1])
+    assert (st["acc_overflow"], st["vpu_saturation"]) == (want.acc_overflow,
+                                                          want.vpu_saturation)
+    # the data are what the docstring says: real, cut as stated, and far from trivial
+    assert x.shape == (tokens, hidden) and len(moe.experts) == MOE_EXPERTS
+    if hidden < MINILM_HIDDEN:              # the cut experts: the whole ones' codes, cut
+        w_up, w_down = minilm.ffn_weights(MINILM_LAYER)
+        g, step = hidden // 32, 2 * MOE_INTER
+        for e, ex in enumerate(moe.experts):
+            whole = Expert.quantize(w_up[step * e:step * e + MOE_INTER],
+                                    w_up[step * e + MOE_INTER:step * (e + 1)],
+                                    w_down[:, step * e:step * e + MOE_INTER])
+            for cut_w, q, scale in ((ex.up, whole.up.q[:, :hidden], whole.up.scale[:, :g]),
+                                    (ex.gate, whole.gate.q[:, :hidden],
+                                     whole.gate.scale[:, :g]),
+                                    (ex.down, whole.down.q[:hidden], whole.down.scale[:hidden])):
+                assert np.array_equal(cut_w.q, q)
+                assert np.array_equal(cut_w.scale.view(np.uint16), scale.view(np.uint16))
+    counts = {e: len(rows) for e, rows, _, _ in moe.routed}
+    gw = moe.bits.reshape(-1).view(np.float16).astype(np.float64)
+    x_q = np.asarray(moe.result.detail["x_q"])
+    other = ref_moe(x, moe.experts, routing, Mode.DRAFT if mode is Mode.FULL else Mode.FULL)
+    differ = np.count_nonzero(y.view(np.uint32) != other.y.view(np.uint32))
+    print(f"{tokens} tokens x H={hidden}, experts {counts}, {job.info['gemm_beats']} tile "
+          f"beats, {len(job.ld)} ld words; x_q in [{x_q.min()}, {x_q.max()}], e_x "
+          f"{sorted(set(moe.e_x.tolist()))}; gate weights in [{gw.min():.3f}, {gw.max():.3f}] "
+          f"({len(np.unique(moe.bits))} distinct); y in [{y.min():.4g}, {y.max():.4g}] "
+          f"({len(np.unique(y))} distinct, {differ} of {y.size} differ from "
+          f"{'DRAFT' if mode is Mode.FULL else 'FULL'}); flags "
+          f"{(want.acc_overflow, want.vpu_saturation)}")
+    assert len(counts) == (MOE_EXPERTS if tokens == 16 else 4)
+    assert sum(counts.values()) == 2 * tokens and set(job.info["experts"]) == set(counts)
+    if tokens == 16:
+        assert sum(n >= 3 for n in counts.values()) >= 5         # several multi-token experts
+    assert len(np.unique(moe.bits)) == 2 * tokens and gw.min() < 0.25 and gw.max() > 0.75
+    assert x_q.min() < -64 and x_q.max() > 64 and len(np.unique(x_q)) >= 50
+    assert len(set(moe.e_x.tolist())) >= 2
+    assert np.count_nonzero(y) == y.size and (y < 0).any() and (y > 0).any()
+    assert len(np.unique(y)) > 0.95 * y.size and np.abs(y).max() > 64 * np.abs(y).min()
+    assert differ > 0.9 * y.size                  # DRAFT really drops the LSB slices
 
 
 def _linear_on_rtl(x, w, mode, arch, traffic, seed, *, raw=None):

@@ -22,6 +22,9 @@ from elmoe3d.sim.traffic import FLOW_IDS, FLOW_PAIRS, LIGHT
 from elmoe3d.sw.golden import vpu as sw
 from elmoe3d.sw.golden.vpu import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN
 
+from ..real_inputs import (MOE_EXPERTS as REAL_EXPERTS, MOE_INTER as REAL_INTER,
+                           MOE_TOKENS as REAL_TOKENS, minilm_moe)
+
 
 FLOWS = FLOW_PAIRS           # (idle, stall) of the shared flow-control sweep
 
@@ -492,70 +495,24 @@ def test_always_ready_signature_and_errors():
 
 # ---- real inputs: MiniLM's weights and activations, the Mixtral trace's gate weights ------------
 
-#: MiniLM (all-MiniLM-L6-v2) encoder layer whose FFN weights and FFN inputs are used.
-REAL_LAYER = 2
-#: Tokens of the real MoE layer: MiniLM's first 16 tokens of the first GSM8K prompt ([CLS]
-#: included), paired by position with the trace's first 16 rows of request 0 at one layer.
-REAL_TOKENS = 16
-#: The Mixtral-8x7B decoder layer whose routing (top-2 of 8, with gate weights) is used.
-REAL_TRACE_LAYER = 0
-#: Experts cut from MiniLM's layer-2 FFN (intermediate 1536): expert e takes rows
-#: ``192e .. 192e + 95`` of the up projection as its up weights, the next 96 rows as its gate
-#: weights and the down projection's 96 columns ``192e ..`` as its down weights.
-REAL_EXPERTS, REAL_INTER = 8, 96
-
-
 @pytest.fixture(scope="module")
 def real_moe(minilm_file, gsm8k_prompts, gsm8k_routing):
-    """A real MoE layer run by the golden model (:func:`~elmoe3d.sw.golden.expert.ref_moe`,
-    FULL): its intermediate values are the VPU units' real inputs.
-
-    * activations: the layer-2 FFN inputs of all-MiniLM-L6-v2 (its real weights, float64
-      forward pass of :mod:`elmoe3d.sw.host.minilm`) on the first GSM8K prompt's first 16
-      tokens, quantized per token to INT8 by ``ref_moe`` (real ``e_x``);
-    * experts: the 8 slices of MiniLM's layer-2 FFN described at :data:`REAL_EXPERTS`
-      (a GELU FFN's up projection split into up and gate halves), G32-quantized;
-    * routing: expert ids and gate weights of the Mixtral-8x7B GSM8K trace
-      (``gsm8k_2_routing.jsonl``), request 0, layer 0, positions 0..15; the gate weights
-      converted to FP16 bits by :func:`~elmoe3d.sw.golden.expert.parse_routing`, the
-      conversion ``ref_moe`` itself applies, and split per expert by
-      :func:`~elmoe3d.sw.golden.expert.expert_tokens`. The trace's tokens are Mixtral's and
-      the activations MiniLM's: they are paired by position, not the same tokens.
+    """A real MoE layer run by the golden model (:func:`tests.real_inputs.minilm_moe`, the
+    whole hidden dimension of 384, 16 tokens, FULL): its intermediate values are the VPU
+    units' real inputs. Activations: the layer-2 FFN inputs of all-MiniLM-L6-v2 on the first
+    GSM8K prompt's first 16 tokens; experts: the 8 slices of MiniLM's layer-2 FFN described at
+    :data:`~tests.real_inputs.MOE_EXPERTS` (its up projection split into up and gate halves,
+    96 channels each), G32-quantized; routing: the ids and gate weights of the Mixtral-8x7B
+    GSM8K trace, request 0, layer 0, positions 0..15 (paired with MiniLM's tokens by position).
 
     Returns a namespace: ``result`` (the :class:`ExpertResult`, ``detail`` with the ``acc_up``,
     ``acc_gate``, ``h``, ``h_q``, ``e_h``, ``acc_y`` of every expert), ``e_x`` ``[T]``,
     ``bits`` uint16 ``[T, 2]`` and ``experts``: ``(e, rows, gw bits, detail)`` per routed
     expert, in ascending id (the order ``ref_moe`` and a PE program combine them)."""
     from types import SimpleNamespace
-
-    from elmoe3d.sw.golden.expert import Expert, expert_tokens, parse_routing, ref_moe
-    from elmoe3d.sw.host import minilm
-    up, down = minilm.ffn_weights(REAL_LAYER)
-    ffn_in, _ = minilm.ffn_activations(gsm8k_prompts[:1], REAL_LAYER)
-    x = ffn_in[:REAL_TOKENS]
-    step = 2 * REAL_INTER
-    experts = [Expert.quantize(up[step * e:step * e + REAL_INTER],
-                               up[step * e + REAL_INTER:step * (e + 1)],
-                               down[:, step * e:step * e + REAL_INTER], name=f"minilm.{e}")
-               for e in range(REAL_EXPERTS)]
-    tr = gsm8k_routing
-    sel = np.flatnonzero((tr.request == 0) & (tr.layer == REAL_TRACE_LAYER))
-    sel = sel[np.argsort(tr.position[sel], kind="stable")][:REAL_TOKENS]
-    assert tr.position[sel].tolist() == list(range(REAL_TOKENS))
-    assert tr.num_experts == REAL_EXPERTS
-    ids, bits = parse_routing((tr.expert_ids[sel], tr.gate_weights[sel]), REAL_TOKENS,
-                              REAL_EXPERTS)
-    result = ref_moe(x, experts, (ids, bits))
-    routed = []
-    for e in range(REAL_EXPERTS):
-        rows, gw = expert_tokens(ids, bits, e)
-        if len(rows):
-            d = result.detail["experts"][e]
-            assert d["tokens"].tolist() == rows.tolist()
-            routed.append((e, rows, gw, d))
-    assert len(routed) == REAL_EXPERTS                  # every expert has tokens
-    return SimpleNamespace(result=result, e_x=np.asarray(result.detail["e_x"], np.int64),
-                           bits=bits, experts=routed)
+    moe = minilm_moe(gsm8k_prompts, gsm8k_routing)
+    assert len(moe.routed) == REAL_EXPERTS              # every expert has tokens
+    return SimpleNamespace(result=moe.result, e_x=moe.e_x, bits=moe.bits, experts=moe.routed)
 
 
 def _real_swiglu_rows(real):
@@ -578,6 +535,7 @@ def test_swiglu_real_minilm(real_moe):
     print(f"seed={seed} (traffic only: the data are MiniLM's and the trace's)")
     rows = _real_swiglu_rows(real_moe)
     h, s = run_swiglu(rows, seed=seed, idle=LIGHT.idle, stall=LIGHT.backpressure, tag_width=4)
+    # the RTL equals swiglu_q16 inside run_swiglu (check); that equals the MoE layer's h
     want = np.concatenate([d["h"].reshape(-1) for *_, d in real_moe.experts])
     assert h.tolist() == want.tolist()
     # non-trivial: g over the interpolated SiLU range on both sides, h of both signs
@@ -740,7 +698,7 @@ def test_always_ready_units_real(real_moe, mul_stages):
     print(f"seed={seed} (traffic only: the data are MiniLM's and the trace's)")
     rows = _real_swiglu_rows(real_moe)
     h, _ = run_swiglu(rows, seed=seed, idle=0.3, tag_width=2, mul_stages=mul_stages,
-                      always_ready=True)
+                      always_ready=True)            # the RTL checked inside; then golden h:
     assert h.tolist() == np.concatenate([d["h"].reshape(-1)
                                          for *_, d in real_moe.experts]).tolist()
     hs = np.concatenate([d["h"] for *_, d in real_moe.experts]).astype(np.int64)
@@ -762,7 +720,7 @@ def test_always_ready_units_real(real_moe, mul_stages):
                                  np.repeat(gw, acc.shape[1]), out[rows_e].reshape(-1),
                                  flags[rows_e].reshape(-1), seed=seed + e_id, idle=0.3,
                                  tag_width=3, mul_stages=mul_stages, always_ready=True)
-        assert new.tolist() == want.reshape(-1).tolist()
+        assert new.tolist() == want.reshape(-1).tolist()    # (the RTL checked in run_combine)
         out[rows_e], flags[rows_e] = new.reshape(want.shape), nflag.reshape(want.shape)
     assert np.count_nonzero(out) > 0 and (out < 0).any() and (out > 0).any()
     v, y = _real_fp32_values(real_moe, tokens=2)
