@@ -64,7 +64,7 @@ from ..hw.pe import PE
 from ..isa import Sink, Target
 from ..sw.golden import asm, pe as fsim
 from ..sw.golden.asm import OKind
-from ..sw.host.corpus import traces_dir
+from ..sw.host.corpus import routing_path
 from ..sw.golden.datapath import Mode, gemm
 from ..sw.golden.expert import Expert, build_moe_program, ref_moe
 from ..sw.host.compiler import synthetic_experts
@@ -88,8 +88,8 @@ SYNTHETIC_NOTE = ("expert weights and token activations are synthetic (seeded Ga
 
 
 def default_routing() -> Path:
-    """The real Mixtral routing trace (see :func:`elmoe3d.sw.host.corpus.traces_dir`)."""
-    return traces_dir() / "gsm8k_2_routing.jsonl"
+    """The real Mixtral GSM8K routing trace (:func:`elmoe3d.sw.host.corpus.routing_path`)."""
+    return routing_path("gsm8k")
 
 
 def read_routing(path, *, problem: int, layer: int, tokens: int, n_experts: int = 8):

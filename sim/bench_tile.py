@@ -48,7 +48,7 @@ from ..config import TileConfig, tile_latency
 from ..hw.layouts import pack_beats, tile_beat_layout, unpack_results
 from ..hw.tile import TensorTile
 from ..sw.golden.datapath import Mode, gemm
-from ..sw.host.corpus import gsm8k_prompts, traces_dir
+from ..sw.host.corpus import PROMPT_FILE, gsm8k_prompts, traces_dir
 from ..sw.golden.quant import GROUP, QuantizedWeight, quantize_activations, quantize_weights
 from ..sw.golden.tile import channels_per_block, ref_tile, tile_assemble, tile_schedule
 from . import cocotb_streams as streams
@@ -317,7 +317,7 @@ def _evenly(total: int, count: int) -> np.ndarray:
 
 def default_traces() -> Path:
     """The GSM8K prompt file (see :func:`elmoe3d.sw.host.corpus.traces_dir`)."""
-    return traces_dir() / "gsm8k_2_outputs.jsonl"
+    return traces_dir() / PROMPT_FILE
 
 
 def _random_weights(rng, n, k, name):

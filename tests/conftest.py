@@ -102,9 +102,9 @@ def gsm8k_routing():
     """The real Mixtral-8x7B routing of ``../shared/traces/gsm8k_2_routing.jsonl`` (two GSM8K
     requests, 32 layers, top-2 of 8, with gate weights) as a
     :class:`~elmoe3d.sw.host.trace.RoutingTrace`. A missing file fails, it does not skip."""
-    from elmoe3d.sw.host.corpus import traces_dir
+    from elmoe3d.sw.host.corpus import routing_path
     from elmoe3d.sw.host.trace import import_vllm_jsonl
-    trace, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")
+    trace, _ = import_vllm_jsonl(routing_path("gsm8k"), model="mixtral-8x7b")
     return trace
 
 

@@ -787,14 +787,14 @@ def trace_path_speed() -> dict:
     from ..config import preset
     from ..sw.host import compiler as host
     from ..sw.host.backends.perf import run_perf
-    from ..sw.host.corpus import traces_dir
+    from ..sw.host.corpus import routing_path
     from ..sw.host.elastic_sd import CoverageAcceptance, ElasticSD
     from ..sw.host.hbcache import HBExpertCache
     from ..sw.host.paper_eval import TABLE3_MODELS
     from ..sw.host.trace import import_vllm_jsonl
     from ..sw.host.tracegen import CALIBRATED, synthetic_trace
     arch = preset("paper-8gb")
-    path = traces_dir() / "gsm8k_2_routing.jsonl"
+    path = routing_path("gsm8k")
     if not path.is_file():
         return {"error": f"{path} not found (set ELMOE3D_TRACES)"}
     runs = [("mixtral-8x7b", "gsm8k", import_vllm_jsonl(path, model="mixtral-8x7b")[0])]

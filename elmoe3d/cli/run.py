@@ -65,6 +65,7 @@ from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_opti
                                 check_request, run_perf, summarise)
 from ..sw.host.backends.records import format_bytes as _b
 from ..sw.host.backends.perf import compute_figures
+from ..sw.host.corpus import ROUTING_FILES
 from . import fill_defaults, seed_type
 from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir, output_path,
                       report_console)
@@ -83,7 +84,7 @@ DEFAULT_DEPTH = 4
 DEFAULT_ACCEPTANCE = "coverage:0.5"
 SCHEDULES = ("elastic", "replay")
 #: Real traces by name (files in :func:`elmoe3d.sw.host.corpus.traces_dir`).
-NAMED_TRACES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
+NAMED_TRACES = ROUTING_FILES
 #: The model that routed the named traces (``../shared/traces/README.md``: Mixtral-8x7B-Instruct),
 #: the ``--model`` they take when none is given (their files have no meta line naming it).
 NAMED_TRACE_MODEL = "mixtral-8x7b"

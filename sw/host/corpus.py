@@ -13,7 +13,15 @@ from pathlib import Path
 from ...errors import UserError
 
 
-__all__ = ["traces_dir", "traces_hint", "gsm8k_prompts"]
+__all__ = ["ROUTING_FILES", "PROMPT_FILE", "traces_dir", "traces_hint", "routing_path",
+           "gsm8k_prompts"]
+
+#: The real routing traces by name (``../shared/traces/README.md``: Mixtral-8x7B-Instruct on
+#: GSM8K and HumanEval problems 0-1, top-2 of 8, with gate weights), the files of
+#: :func:`traces_dir`.
+ROUTING_FILES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
+#: The GSM8K prompts of those runs (real text for real activations).
+PROMPT_FILE = "gsm8k_2_outputs.jsonl"
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -32,13 +40,19 @@ def traces_hint() -> str:
             " (the traces folder: ../shared/traces beside the checkout, or $ELMOE3D_TRACES)")
 
 
+def routing_path(name: str = "gsm8k") -> Path:
+    """The file of the real routing trace ``name`` (a key of :data:`ROUTING_FILES`) in
+    :func:`traces_dir`; whether it is there is the reader's to check."""
+    return traces_dir() / ROUTING_FILES[name]
+
+
 def gsm8k_prompts(path: Path | None = None) -> list[str]:
     """The GSM8K prompts of ``gsm8k_2_outputs.jsonl`` (real text for real activations).
 
     Raises :class:`~elmoe3d.errors.UserError` naming the file when it is missing or a line is
     not a JSON object with a non-empty ``prompt`` string.
     """
-    path = Path(path) if path is not None else traces_dir() / "gsm8k_2_outputs.jsonl"
+    path = Path(path) if path is not None else traces_dir() / PROMPT_FILE
     if not path.is_file():
         raise UserError(f"GSM8K prompts not found at {path} (set ELMOE3D_TRACES to the folder "
                         f"holding gsm8k_2_outputs.jsonl)")

@@ -162,9 +162,9 @@ def trace_golden_layers(arch, *, tokens: int, layer: int = 15, shape=None) -> tu
     :data:`TRACE_WEIGHTS_SEED`. ``layers`` are the :class:`GoldenLayer` of :func:`run_golden`
     with the jobs kept."""
     from ..compiler import limit_tokens
-    from ..corpus import traces_dir
+    from ..corpus import routing_path
     from ..trace import import_vllm_jsonl
-    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")
+    tr, _ = import_vllm_jsonl(routing_path("gsm8k"), model="mixtral-8x7b")
     steps, weights = trace_steps(limit_tokens(tr, tokens), arch, layers=[layer], shape=shape)
     _, layers = run_golden(steps, weights, arch, keep=True)
     return steps, layers
