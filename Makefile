@@ -31,7 +31,7 @@ help:
 	@echo "make synth  - Yosys area of every block rolled up to the 4 GB and 8 GB logic dies, and"
 	@echo "              the worst register-to-register path of every block at 1 GHz (ASAP7 NLDM),"
 	@echo "              static power per block and die, pJ per MAC, SRAM, ring and link pJ per byte"
-	@echo "              (JOBS=N: N Yosys processes, at most the CPU count; default min(2, CPUs))"
+	@echo "              (JOBS=N: N Yosys processes, at most the usable CPUs; default min(2, those))"
 	@echo "make fpga   - FPGA fit estimate, then bitstream, utilization and fmax of the board top"
 	@echo "              (BOARD=ulx3s-85f, CONFIG=default|auto|NAME, ARGS='--estimate-only --hierarchy --no-asic';"
 	@echo "              elmoe3d fpga --list-boards);"
@@ -97,7 +97,7 @@ SYNTH_PLOT   := build/synth/area.png
 # hand, and the simulator's build for make sim too).
 synth fpga: export ELMOE3D_BUILD_DIR := $(CURDIR)/build
 # `make synth JOBS=N` (or JOBS in the environment) passes --jobs N; without it, synth takes its
-# own default (the CPU count, at most 2), as it refuses more Yosys processes than CPUs.
+# own default (the usable CPUs, at most 2), as it refuses more Yosys processes than those.
 SYNTH_JOBS = $(if $(and $(strip $(JOBS)),$(filter command line environment override,\
 	$(origin JOBS))),--jobs $(strip $(JOBS)))
 synth: $(STAMP)

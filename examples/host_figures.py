@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from elmoe3d.config import preset
-from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.corpus import ROUTING_FILES, traces_dir
 from elmoe3d.sw.host.elastic_sd import BernoulliAcceptance, CoverageAcceptance, ElasticSD
 from elmoe3d.sw.host.hbcache import HBExpertCache, replay
 from elmoe3d.sw.host.models import model_preset
@@ -22,7 +22,7 @@ from elmoe3d.sw.host.tracegen import (CALIBRATED, count_skew, expert_count_table
                                  synthetic_trace)
 
 MIX = model_preset("mixtral-8x7b")
-FILES = ("gsm8k_2_routing.jsonl", "humaneval_2_routing.jsonl")
+FILES = tuple(ROUTING_FILES.values())
 
 # Reserved HB for Mixtral-8x7B (the cache's parameters, not preset data): non-expert weights
 # (embeddings 2 x 32000 x 4096, attention 32 x (2 x 4096^2 + 2 x 4096 x 1024), routers, norms:

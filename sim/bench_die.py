@@ -903,7 +903,7 @@ DieBenchResult = BenchResult
 def build_die(arch: ArchConfig, die: dict | None = None, *, waves=None):
     """Verilog + Verilator build of ``LogicDie(config=arch, **die)`` (reused when unchanged)."""
     from .runner import build
-    kwargs = {**DIE_DEFAULTS, **(die or {})}
+    kwargs = die_kwargs({"die": die})
     return build(LogicDie(config=arch, **kwargs), name=f"die_{arch.name.replace('-', '_')}",
                  toplevel="die", waves=waves,
                  verilog_key={"LogicDie": repr(arch), "kwargs": repr(sorted(kwargs.items()))})
@@ -915,7 +915,7 @@ def run_die_bench(arch: ArchConfig | None = None, *, tests=None, seed=None, wave
     ``params`` are merged over ``{"arch": arch.name, "routing": default_routing(), "die":
     die}``; records are read from the run folder's ``summary-*.json`` files."""
     arch = arch or preset("small")
-    die = {**DIE_DEFAULTS, **(die or {})}
+    die = die_kwargs({"die": die})
     built = built or build_die(arch, die, waves=waves)
     merged = {"arch": arch_param(arch), "routing": str(default_routing()), "die": die,
               **(params or {})}

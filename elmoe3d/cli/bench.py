@@ -769,35 +769,36 @@ def speed_figures() -> dict:
     return model_speed("8gb")
 
 
-#: Figure 12's trace-driven path: Elastic-SD depth and the synthetic traces' tokens and seed.
-TRACE_DEPTH = 4
+#: Figure 12's trace-driven path: the synthetic traces' tokens (the schedule is ``elmoe3d
+#: run``'s default: its ``DEFAULT_DEPTH`` and ``DEFAULT_ACCEPTANCE``).
 TRACE_SYNTHETIC_TOKENS = 64
 
 
 def trace_path_speed() -> dict:
     """Figure 12's second path: the trace-driven perf path of ``elmoe3d run --backend perf``
-    (Elastic-SD depth :data:`TRACE_DEPTH`, acceptance coverage >= 0.5, batch 1, every MoE
-    layer) at ``paper-8gb``, timed in CPU seconds of this process (``time.process_time``: the
-    schedule and the perf backend, not the trace's import): Mixtral-8x7B on the real gsm8k
-    trace and every Table 3 model on :data:`TRACE_SYNTHETIC_TOKENS` tokens of synthetic routing
-    (OLMoE's calibration, seed 0; none of their routing is in ``../shared/traces``). Returns
-    ``{model: {"trace", "tokens", "tokens_per_s", "seconds"}}``, or ``{"error": ...}`` when
-    the real trace is missing."""
+    at its defaults (Elastic-SD at ``run.DEFAULT_DEPTH`` and ``run.DEFAULT_ACCEPTANCE``, batch 1,
+    every MoE layer) at ``paper-8gb``, timed in CPU seconds of this process (``time.process_time``:
+    the schedule and the perf backend, not the trace's import): Mixtral-8x7B on the real gsm8k trace
+    and every Table 3 model on :data:`TRACE_SYNTHETIC_TOKENS` tokens of synthetic routing (OLMoE's
+    calibration, seed 0; none of their routing is in ``../shared/traces``). Returns ``{model:
+    {"trace", "tokens", "tokens_per_s", "seconds"}}``, or ``{"error": ...}`` when the real trace is
+    missing."""
     import time
     from ..config import preset
     from ..sw.host import compiler as host
     from ..sw.host.backends.perf import run_perf
-    from ..sw.host.corpus import routing_path
-    from ..sw.host.elastic_sd import CoverageAcceptance, ElasticSD
+    from ..sw.host.corpus import ROUTING_MODEL, routing_path
+    from ..sw.host.elastic_sd import ElasticSD
     from ..sw.host.hbcache import HBExpertCache
     from ..sw.host.paper_eval import TABLE3_MODELS
     from ..sw.host.trace import import_vllm_jsonl
     from ..sw.host.tracegen import CALIBRATED, synthetic_trace
+    from .run import DEFAULT_ACCEPTANCE, DEFAULT_DEPTH, parse_acceptance
     arch = preset("paper-8gb")
     path = routing_path("gsm8k")
     if not path.is_file():
         return {"error": f"{path} not found (set ELMOE3D_TRACES)"}
-    runs = [("mixtral-8x7b", "gsm8k", import_vllm_jsonl(path, model="mixtral-8x7b")[0])]
+    runs = [(ROUTING_MODEL, "gsm8k", import_vllm_jsonl(path, model=ROUTING_MODEL)[0])]
     runs += [(m, f"synthetic {TRACE_SYNTHETIC_TOKENS}", synthetic_trace(
         m, CALIBRATED["olmoe-1b-7b"], tokens=TRACE_SYNTHETIC_TOKENS, seed=0))
         for m in TABLE3_MODELS]
@@ -807,7 +808,8 @@ def trace_path_speed() -> dict:
         t0 = time.process_time()
         cache = HBExpertCache.for_model(model, arch, dense_bytes=dense, kv_bytes=kv,
                                         admit=False)
-        esd = ElasticSD(cache=cache, depth=TRACE_DEPTH, acceptance=CoverageAcceptance(0.5))
+        esd = ElasticSD(cache=cache, depth=DEFAULT_DEPTH,
+                        acceptance=parse_acceptance(DEFAULT_ACCEPTANCE))
         steps, _ = host.elastic_steps(trace, esd, groups=arch.groups)
         run_perf(steps, arch, model)
         dt = time.process_time() - t0

@@ -259,19 +259,18 @@ def _cache_check(args) -> int:
     from rich.table import Table
 
     from ..sw.host import paper_eval as pe
-    from ..sw.host.corpus import traces_dir, traces_hint
+    from ..sw.host.corpus import ROUTING_FILES, ROUTING_MODEL, routing_path, traces_hint
     from ..sw.host.trace import import_vllm_jsonl
-    from .run import NAMED_TRACES
 
     console = report_console()
     doc, traces = {}, []
-    for name, file in NAMED_TRACES.items():
-        path = traces_dir() / file
+    for name in ROUTING_FILES:
+        path = routing_path(name)
         if not path.is_file():
             raise UserError(f"cache-check: the real trace {path} is missing{traces_hint()}")
-        trace = import_vllm_jsonl(path, model="mixtral-8x7b")[0]
+        trace = import_vllm_jsonl(path, model=ROUTING_MODEL)[0]
         traces.append(trace)
-        rows = pe.cache_check(trace, "mixtral-8x7b")
+        rows = pe.cache_check(trace, ROUTING_MODEL)
         doc[name] = rows
         t = Table(title=f"Mixtral-8x7B {name} decode trace: one LRU of MSB slices over all 32 "
                         f"layers, hit rate exact vs Che's approximation "

@@ -184,7 +184,7 @@ def run(args) -> int:
 
     if args.json:
         check_output(args.json, "--json")
-    given = given_options(args, RUN_DEFAULTS)
+    given = given_options(args, (*RUN_DEFAULTS, "seed"))
     if args.build_only and given:
         raise UserError(f"{', '.join(given)}: --build-only runs nothing")
     fill_defaults(args, RUN_DEFAULTS)
@@ -192,7 +192,8 @@ def run(args) -> int:
     if args.shape not in MODEL_PRESETS:
         raise UserError(f"--shape {args.shape}: unknown model preset")
     tokens = _tokens(args.tokens)
-    seed = resolve_seed(args.seed)          # a bad $ELMOE3D_SEED fails before the build
+    # a bad $ELMOE3D_SEED fails before the build, unless no run reads it
+    seed = None if args.build_only else resolve_seed(args.seed)
     from ..config import preset
     try:
         preset(args.config)

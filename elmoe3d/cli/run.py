@@ -65,7 +65,7 @@ from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_opti
                                 check_request, run_perf, summarise)
 from ..sw.host.backends.records import format_bytes as _b
 from ..sw.host.backends.perf import compute_figures
-from ..sw.host.corpus import ROUTING_FILES
+from ..sw.host.corpus import ROUTING_FILES, ROUTING_MODEL
 from . import fill_defaults, seed_type
 from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir, output_path,
                       report_console)
@@ -87,7 +87,7 @@ SCHEDULES = ("elastic", "replay")
 NAMED_TRACES = ROUTING_FILES
 #: The model that routed the named traces (``../shared/traces/README.md``: Mixtral-8x7B-Instruct),
 #: the ``--model`` they take when none is given (their files have no meta line naming it).
-NAMED_TRACE_MODEL = "mixtral-8x7b"
+NAMED_TRACE_MODEL = ROUTING_MODEL
 #: ``--trace synthetic:USAGE.json``: synthetic routing calibrated on expert-usage statistics.
 SYNTHETIC_PREFIX = "synthetic:"
 #: What a run with no HB slot does under Elastic-SD (printed, and the run's ``note``).
@@ -179,14 +179,14 @@ def configure(parser) -> None:
 def resolve_trace(text) -> Path:
     """The trace file of ``--trace`` (a named real trace, a path, or ``synthetic:USAGE``'s
     usage file); UserError if missing."""
-    from ..sw.host.corpus import traces_dir, traces_hint
+    from ..sw.host.corpus import routing_path, traces_hint
     text = str(text)
     usage = text.startswith(SYNTHETIC_PREFIX)
     if usage and not text[len(SYNTHETIC_PREFIX):].strip():
         raise UserError(f"--trace {text!r}: expected {SYNTHETIC_PREFIX}FILE (an expert-usage "
                         f"JSON or a counts CSV)")
     if text in NAMED_TRACES:
-        path = traces_dir() / NAMED_TRACES[text]
+        path = routing_path(text)
     else:
         path = Path(text[len(SYNTHETIC_PREFIX):] if usage else text)
     if path.is_dir():

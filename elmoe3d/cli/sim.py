@@ -90,7 +90,7 @@ def _check_inputs():
     routing = default_routing()
     if not routing.is_file():
         raise UserError(f"the Mixtral routing trace is missing: {routing} (set ELMOE3D_TRACES "
-                        f"to the folder holding gsm8k_2_routing.jsonl)")
+                        f"to the folder holding {routing.name})")
     return traces
 
 

@@ -10,18 +10,19 @@
 ``SPEC`` is a YAML or TOML file (:mod:`elmoe3d.sw.host.sweep_spec`): config fields and workload
 axes, grid / random / Latin-hypercube sampling, constraints and tasks. Every point is validated
 before anything runs. Without ``--scheduler`` the points run on an embedded Dask ``LocalCluster`` of
-``--workers`` processes (default: the CPU count; ``0``: in this process, serially). The rows are
-written under ``--out`` (default ``out/sweep-<name>``) as the points finish; a rerun with the same
-spec and folder skips the finished points. At the end: ``results.parquet``, ``results.csv``,
-``results.json``, ``pareto-<model>.png`` per model (against die mm2 when the spec has an area task,
-else against the PE count; not with ``--no-plots``) and ``sweep.json`` (``"status": "running"``
-until the tables are written, then ``"complete"``; ``"interrupted"`` after Ctrl-C, exit status 130).
-``--check`` only expands and validates the spec and prints the point count (the options of a run,
-``--out``, ``--cache``, ``--workers`` and the like, are refused with it). The options are checked
-before anything starts: ``--scheduler``'s address scheme (``tcp://``, ``tls://``, ...),
-``--dashboard``'s ``[HOST]:PORT`` (only for the embedded cluster: not with ``--scheduler`` or
-``--workers 0``); then, before the out folder is made, ``--out`` (not a file) and ``--cache`` (a
-folder the tasks can write, made if missing; with ``--scheduler`` on every worker once connected).
+``--workers`` processes (default: the CPUs this process may use; ``0``: in this process, serially).
+The rows are written under ``--out`` (default ``out/sweep-<name>``) as the points finish; a rerun
+with the same spec and folder skips the finished points. At the end: ``results.parquet``,
+``results.csv``, ``results.json``, ``pareto-<model>.png`` per model (against die mm2 when the spec
+has an area task, else against the PE count; not with ``--no-plots``) and ``sweep.json``
+(``"status": "running"`` until the tables are written, then ``"complete"``; ``"interrupted"`` after
+Ctrl-C, exit status 130). ``--check`` only expands and validates the spec and prints the point count
+(the options of a run, ``--out``, ``--cache``, ``--workers`` and the like, are refused with it). The
+options are checked before anything starts: ``--scheduler``'s address scheme (``tcp://``,
+``tls://``, ...), ``--dashboard``'s ``[HOST]:PORT`` (only for the embedded cluster: not with
+``--scheduler`` or ``--workers 0``); then, before the out folder is made, ``--out`` (not a file) and
+``--cache`` (a folder the tasks can write, made if missing; with ``--scheduler`` on every worker
+once connected).
 
 Exit status: 0 when every point finished without an error; 1 when some point recorded an error
 (the table has it in ``error``; the last lines name the first few); 2 for a bad spec or option
@@ -43,7 +44,7 @@ def configure(parser):
                         help="a running Dask scheduler (dask-ssh, dask-jobqueue, dask "
                              "scheduler); default: an embedded LocalCluster")
     parser.add_argument("--workers", metavar="N", type=int, default=None,
-                        help="LocalCluster worker processes (default: CPU count; 0: run the "
+                        help="LocalCluster worker processes (default: the usable CPUs; 0: run the "
                              "points in this process)")
     parser.add_argument("--out", metavar="DIR", type=output_path, default=None,
                         help="out folder (default: out/sweep-<spec name>); a rerun resumes it")

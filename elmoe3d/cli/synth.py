@@ -129,8 +129,8 @@ def configure(parser) -> None:
                              "format of the suffix (.png, .pdf, .svg or another that matplotlib "
                              "writes; checked before synthesis; no suffix: PNG)")
     parser.add_argument("--jobs", metavar="N", default=None,
-                        help="Yosys processes at once, at most the CPU count (default: the "
-                             "CPU count, at most 2)")
+                        help="Yosys processes at once, at most the CPUs this process may use "
+                             "(default: those CPUs, at most 2)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip the roll-up check (the small PE synthesised whole)")
     parser.add_argument("--scaling", metavar="N,N,...", default="4,8,16,32",
@@ -553,9 +553,9 @@ def run(args) -> int:
     else:
         jobs = _positive_int(args.jobs, "--jobs")
         if jobs > cpus:
-            raise UserError(f"--jobs {jobs}: at most this machine's {cpus} CPU(s) (a Yosys "
-                            f"process runs on one CPU; more only share them, each holding its "
-                            f"block's netlist in memory)")
+            raise UserError(f"--jobs {jobs}: at most the {cpus} CPU(s) this process may use "
+                            f"(a Yosys process runs on one CPU; more only share them, each "
+                            f"holding its block's netlist in memory)")
     scaling = _parse_int_list(args.scaling, "--scaling")
     for option, path in (("--json", args.json), ("--plot", args.plot)):
         if path is not None:

@@ -76,7 +76,8 @@ _NEVER = -(1 << 60)
 def pack_units(words, word_bytes: int, unit_bytes: int) -> list:
     """``words`` (ints of ``word_bytes`` bytes each, little-endian, from byte 0) as ints of
     ``unit_bytes`` bytes (a burst, or a stripe of one burst per channel), the last one
-    zero-padded: the controllers' request units of a memory image."""
+    zero-padded: the controllers' request units of a memory image. Raises
+    :class:`OverflowError` for a word that is negative or does not fit ``word_bytes``."""
     raw = b"".join(int(w).to_bytes(word_bytes, "little") for w in words)
     raw += bytes(-len(raw) % unit_bytes)
     return [int.from_bytes(raw[i:i + unit_bytes], "little")
@@ -89,8 +90,12 @@ def backdoor_write(devs, base: int, words, word_bytes: int) -> None:
     (ints of ``word_bytes`` bytes) from word ``base`` on, striped as
     :class:`elmoe3d.hw.ext_ctrl.ExtController` reads them: stripe ``s`` (``burst_bytes x
     len(devs)`` bytes, :func:`pack_units`) is burst address ``s`` of every channel, channel
-    ``c`` holding its bytes ``[c B, (c + 1) B)``. Raises :class:`ValueError` when ``base``
-    does not start a stripe."""
+    ``c`` holding its bytes ``[c B, (c + 1) B)``. Raises :class:`ValueError` for no device,
+    devices of different bursts or a ``base`` that does not start a stripe, and
+    :class:`OverflowError` as :func:`pack_units` does."""
+    if not devs or len({d.cfg.burst_bytes for d in devs}) != 1:
+        raise ValueError(f"backdoor_write: expected one or more devices of one burst size, got "
+                         f"{[d.cfg.burst_bytes for d in devs]} B bursts")
     bb = devs[0].cfg.burst_bytes
     stripe = bb * len(devs)
     start = base * word_bytes

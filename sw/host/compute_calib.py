@@ -449,7 +449,6 @@ def table_main(argv, module: str, default: str, write) -> int:
 
 
 def main(argv=None) -> int:
-    import os
     return table_main(argv, MODULE, "compute_calib_table.py",
                       lambda out, say: write_table(out, say=say, jobs=usable_cpus()))
 

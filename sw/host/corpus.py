@@ -13,13 +13,15 @@ from pathlib import Path
 from ...errors import UserError
 
 
-__all__ = ["ROUTING_FILES", "PROMPT_FILE", "traces_dir", "traces_hint", "routing_path",
-           "gsm8k_prompts"]
+__all__ = ["ROUTING_FILES", "ROUTING_MODEL", "PROMPT_FILE", "traces_dir", "traces_hint",
+           "routing_path", "gsm8k_prompts"]
 
 #: The real routing traces by name (``../shared/traces/README.md``: Mixtral-8x7B-Instruct on
 #: GSM8K and HumanEval problems 0-1, top-2 of 8, with gate weights), the files of
 #: :func:`traces_dir`.
 ROUTING_FILES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_routing.jsonl"}
+#: The model preset that routed them (the files name no model).
+ROUTING_MODEL = "mixtral-8x7b"
 #: The GSM8K prompts of those runs (real text for real activations).
 PROMPT_FILE = "gsm8k_2_outputs.jsonl"
 
@@ -42,12 +44,15 @@ def traces_hint() -> str:
 
 def routing_path(name: str = "gsm8k") -> Path:
     """The file of the real routing trace ``name`` (a key of :data:`ROUTING_FILES`) in
-    :func:`traces_dir`; whether it is there is the reader's to check."""
+    :func:`traces_dir`; whether it is there is the reader's to check. Raises
+    :class:`ValueError` naming the known names for another ``name``."""
+    if name not in ROUTING_FILES:
+        raise ValueError(f"routing trace {name!r}: expected one of {', '.join(ROUTING_FILES)}")
     return traces_dir() / ROUTING_FILES[name]
 
 
 def gsm8k_prompts(path: Path | None = None) -> list[str]:
-    """The GSM8K prompts of ``gsm8k_2_outputs.jsonl`` (real text for real activations).
+    """The GSM8K prompts of :data:`PROMPT_FILE` (real text for real activations).
 
     Raises :class:`~elmoe3d.errors.UserError` naming the file when it is missing or a line is
     not a JSON object with a non-empty ``prompt`` string.
@@ -55,7 +60,7 @@ def gsm8k_prompts(path: Path | None = None) -> list[str]:
     path = Path(path) if path is not None else traces_dir() / PROMPT_FILE
     if not path.is_file():
         raise UserError(f"GSM8K prompts not found at {path} (set ELMOE3D_TRACES to the folder "
-                        f"holding gsm8k_2_outputs.jsonl)")
+                        f"holding {PROMPT_FILE})")
     prompts = []
     try:
         with open(path, encoding="utf-8") as f:

@@ -276,7 +276,6 @@ def write_table(path=None, arch_names=("paper-4gb",), say=print, jobs: int = 1) 
 
 
 def main(argv=None) -> int:
-    import os
     return table_main(argv, MODULE, "linear_calib_table.py",
                       lambda out, say: write_table(out, say=say, jobs=usable_cpus()))
 

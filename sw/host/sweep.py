@@ -311,15 +311,15 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     """Run the sweep ``spec`` (a :class:`~.sweep_spec.SweepSpec` or a spec file) into
     ``out_dir``.
 
-    ``scheduler``: a Dask scheduler address (``tcp://HOST:8786``); else an embedded
-    ``LocalCluster`` of ``workers`` processes (default: the CPU count); ``workers=0`` runs in
+    ``scheduler``: a Dask scheduler address (``tcp://HOST:8786``); else an embedded ``LocalCluster``
+    of ``workers`` processes (default: :func:`~elmoe3d.machine.usable_cpus`); ``workers=0`` runs in
     this process. ``cache_dir``: the cache the workers share (default
-    :func:`~.sweep_tasks.default_cache_dir`; on a cluster a shared filesystem path).
-    ``task``: the function a point runs (default :func:`~.sweep_tasks.run_point`), called as
-    ``task(point, cache_dir)``. ``retries``: Dask retries of a task that raises (run_point
-    does not raise; a dead worker's tasks are rerun by the scheduler whatever this says).
-    ``chunk``: points a Dask task runs (default :func:`auto_chunk`).
-    ``say`` prints the seed, the counts and the dashboard address.
+    :func:`~.sweep_tasks.default_cache_dir`; on a cluster a shared filesystem path). ``task``: the
+    function a point runs (default :func:`~.sweep_tasks.run_point`), called as ``task(point,
+    cache_dir)``. ``retries``: Dask retries of a task that raises (run_point does not raise; a dead
+    worker's tasks are rerun by the scheduler whatever this says). ``chunk``: points a Dask task
+    runs (default :func:`auto_chunk`). ``say`` prints the seed, the counts and the dashboard
+    address.
 
     Returns a :class:`SweepRun`. Raises :class:`UserError` for an invalid spec or point, a
     scheduler address (:func:`check_scheduler`) or a dashboard address
@@ -461,8 +461,8 @@ def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retr
     run = SweepRun(points=len(points), skipped=skipped, ran=len(todo), errors=errors,
                    rows=rows, workers=n_workers, dashboard=dash, seconds=seconds, files=files)
     _status(store, spec, "complete", points=run.points, dropped=dropped, skipped=run.skipped,
-            ran=run.ran, stale=stale, errors=run.errors, workers=n_workers, dashboard=dash, code=code,
-            seconds=seconds, files={k: str(v) for k, v in files.items()})
+            ran=run.ran, stale=stale, errors=run.errors, workers=n_workers, dashboard=dash,
+            code=code, seconds=seconds, files={k: str(v) for k, v in files.items()})
     return run
 
 

@@ -186,8 +186,10 @@ def test_chunk_order_is_the_scheduler_models_with_full_credits(seed):
             model.step(offer, out_ready=True)
         mine = [(a, len(w), m >> g * G) for gg, a, w, m in order if gg == g]
         assert mine == issued and len(issued) >= len(descs)
-        words = {a: w for a, w, _ in descs}
-        assert all(w == words[a][:len(w)] for gg, a, w, _ in order if gg == g and a in words)
+        for a0, words, _ in descs:              # each descriptor's chunks carry its words
+            got = [x for gg, a, w, _ in order if gg == g and a0 <= a < a0 + len(words)
+                   for x in w]
+            assert got == words
     groups = [g for g, *_ in order]
     assert groups[:3] == [0, 1, 2]                           # the groups take turns
 

@@ -110,6 +110,8 @@ def test_tile_fallback_keeps_the_paper_memories(monkeypatch):
                                          paper.iomem_split, paper.pes_per_group,
                                          paper.hb_bytes_per_cycle)
     assert "run" not in calls
+    monkeypatch.setenv("ELMOE3D_SEED", "not a seed")      # read by no build-only run
+    assert cli.main(["paper-pe", "--tile", "8x16x32", "--build-only"]) == 0
     assert paper_pe.paper_arch(tile="16x32x32") is paper
 
 
@@ -145,6 +147,8 @@ def test_fit_builds_the_nearest_configuration_that_holds_the_shape(monkeypatch, 
                                         (["--tokens", "1,,2"], "--tokens 1,,2: an empty item"),
                                         (["--build-only", "--modes", "FULL"],
                                          "--modes: --build-only runs nothing"),
+                                        (["--build-only", "--seed", "0"],
+                                         "--seed: --build-only runs nothing"),
                                         (["--config", "nosuch"], "--config nosuch: unknown")])
 def test_usage_errors_exit_2(monkeypatch, capsys, argv, word):
     stub(monkeypatch, [])

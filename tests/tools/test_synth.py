@@ -209,8 +209,8 @@ def test_cli_jobs_at_most_the_usable_cpus(monkeypatch, capsys):
     monkeypatch.setattr(synth_cli, "usable_cpus", lambda: 2)
     assert main(["synth", "--jobs", "3"]) == 2
     assert capsys.readouterr().err.strip().endswith(
-        "--jobs 3: at most this machine's 2 CPU(s) (a Yosys process runs on one CPU; more only "
-        "share them, each holding its block's netlist in memory)")
+        "--jobs 3: at most the 2 CPU(s) this process may use (a Yosys process runs on one "
+        "CPU; more only share them, each holding its block's netlist in memory)")
     assert main(["synth", "--jobs", "2", "--config", "huge"]) == 2
     assert "--jobs" not in capsys.readouterr().err
     monkeypatch.setattr(synth_cli, "usable_cpus", lambda: 1)
@@ -228,10 +228,33 @@ def test_cli_jobs_at_most_the_usable_cpus(monkeypatch, capsys):
     assert seen["jobs"] == 1
 
 
-def test_usable_cpus_is_the_affinity_set():
-    from elmoe3d.machine import usable_cpus
-    want = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert usable_cpus() == want >= 1
+def test_usable_cpus_affinity_then_count_capped_by_the_cgroup_quota(monkeypatch, tmp_path):
+    """The affinity set (not the machine's count) where there is one, the count where there
+    is none, each capped by a cgroup v2 or v1 CPU quota rounded up; no quota, no cap."""
+    import elmoe3d.machine as machine
+    monkeypatch.setattr(machine, "cgroup_cpu_quota", lambda: None)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert machine.usable_cpus() == 1
+    monkeypatch.delattr(os, "sched_getaffinity")
+    assert machine.usable_cpus() == 64
+    monkeypatch.setattr(machine, "cgroup_cpu_quota", lambda: 2.5)
+    assert machine.usable_cpus() == 3
+    monkeypatch.undo()
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("150000 100000\n")
+    assert machine.cgroup_cpu_quota(v2) == 1.5
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert machine.cgroup_cpu_quota(v2) is None
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("200000\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert machine.cgroup_cpu_quota(v1) == 2.0
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert machine.cgroup_cpu_quota(v1) is None
+    assert machine.cgroup_cpu_quota(tmp_path / "none") is None
 
 
 def test_cli_outputs_may_not_overwrite_the_liberty(tmp_path, capsys):

@@ -140,9 +140,10 @@ def trace_steps(trace, arch, *, layers, depth: int = 2, slots: int = 32, batch: 
     (:func:`~elmoe3d.sw.host.compiler.place_layer`) on it; the weights and activations are
     synthetic."""
     from .. import compiler
+    from ..corpus import ROUTING_MODEL
     from ..elastic_sd import CoverageAcceptance, ElasticSD
     from ..hbcache import HBExpertCache
-    mix = compiler.check_model_trace(trace, "mixtral-8x7b")
+    mix = compiler.check_model_trace(trace, ROUTING_MODEL)
     sm = compiler.synthetic_model(mix, compiler.SYNTHETIC_SHAPE if shape is None else shape)
     cache = HBExpertCache(capacity_bytes=slots * sm.expert_msb_bytes, model=sm, admit=False)
     esd = ElasticSD(cache=cache, depth=depth, acceptance=CoverageAcceptance(0.5))
@@ -162,9 +163,9 @@ def trace_golden_layers(arch, *, tokens: int, layer: int = 15, shape=None) -> tu
     :data:`TRACE_WEIGHTS_SEED`. ``layers`` are the :class:`GoldenLayer` of :func:`run_golden`
     with the jobs kept."""
     from ..compiler import limit_tokens
-    from ..corpus import routing_path
+    from ..corpus import ROUTING_MODEL, routing_path
     from ..trace import import_vllm_jsonl
-    tr, _ = import_vllm_jsonl(routing_path("gsm8k"), model="mixtral-8x7b")
+    tr, _ = import_vllm_jsonl(routing_path("gsm8k"), model=ROUTING_MODEL)
     steps, weights = trace_steps(limit_tokens(tr, tokens), arch, layers=[layer], shape=shape)
     _, layers = run_golden(steps, weights, arch, keep=True)
     return steps, layers
