@@ -14,7 +14,7 @@ import pytest
 
 from elmoe3d.config import HB_BANK, preset
 from elmoe3d.sw.host import backends, compiler as host
-from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.corpus import routing_path
 from elmoe3d.sw.host.elastic_sd import CoverageAcceptance, ElasticSD
 from elmoe3d.sw.golden.expert import ref_moe
 from elmoe3d.sw.host.hbcache import HBExpertCache, replay
@@ -29,7 +29,7 @@ SEED = 20250607
 
 @functools.cache
 def _trace():
-    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=MIX)
+    tr, _ = import_vllm_jsonl(routing_path("gsm8k"), model=MIX)
     return tr
 
 

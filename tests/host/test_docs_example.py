@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.corpus import routing_path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "host.md"
 
 
 def test_perf_model_example_runs(capsys):
-    trace = traces_dir() / "gsm8k_2_routing.jsonl"
+    trace = routing_path("gsm8k")
     assert trace.is_file(), f"{trace} not found: the traces are beside the checkout"
     m = re.search(r"<!-- example: perf-model -->\n```python\n(.*?)```", DOC.read_text(), re.S)
     assert m, "the example block is gone from docs/host.md"

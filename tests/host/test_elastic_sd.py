@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from elmoe3d.errors import UserError
-from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.corpus import routing_path
 from elmoe3d.sw.host.elastic_sd import (BernoulliAcceptance, CoverageAcceptance, ElasticSD,
                                    accepted_prefix, original_ranking, select_pool, throttle)
 from elmoe3d.sw.host.hbcache import HBExpertCache
@@ -72,7 +72,7 @@ def test_select_pool():
 
 @pytest.fixture(scope="module")
 def real():
-    tr = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=MIX)[0]
+    tr = import_vllm_jsonl(routing_path("gsm8k"), model=MIX)[0]
     return tr.select(tr.position < 30)
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from elmoe3d.config import preset
 from elmoe3d.errors import UserError
-from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.corpus import routing_path
 from elmoe3d.sw.host.hbcache import HBExpertCache, hb_capacity_bytes, replay
 from elmoe3d.sw.host.models import model_preset
 from elmoe3d.sw.host.trace import import_vllm_jsonl
@@ -126,12 +126,12 @@ def test_matches_a_reference_lru(slots, accesses):
 
 @pytest.fixture(scope="module")
 def gsm8k():
-    return import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=MIX)[0]
+    return import_vllm_jsonl(routing_path("gsm8k"), model=MIX)[0]
 
 
 def reference_hits(slots):
     """Hit count of an LRU over the raw JSON rows, in (problem, token, layer) order."""
-    with open(traces_dir() / "gsm8k_2_routing.jsonl") as f:
+    with open(routing_path("gsm8k")) as f:
         rows = sorted((json.loads(x) for x in f), key=lambda r: (r["problem_id"],
                                                                  r["token_idx"], r["layer"]))
     ref, hits = RefLRU(slots), 0

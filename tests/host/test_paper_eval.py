@@ -329,10 +329,10 @@ def test_intra_request_exponent_is_the_real_traces():
     independent tokens (0.869-0.882 over windows of 2-16), one token of each of n requests
     those of n ** 1.00 (requests route independently, as the model assumes). Checked by hand
     on windows of 2: 3.250 distinct experts a layer against 3.475 for two independent tokens."""
-    from elmoe3d.sw.host.corpus import traces_dir
+    from elmoe3d.sw.host.corpus import routing_path
     from elmoe3d.sw.host.trace import import_vllm_jsonl
-    traces = [import_vllm_jsonl(traces_dir() / f, model="mixtral-8x7b")[0]
-              for f in ("gsm8k_2_routing.jsonl", "humaneval_2_routing.jsonl")]
+    traces = [import_vllm_jsonl(routing_path(name), model="mixtral-8x7b")[0]
+              for name in ("gsm8k", "humaneval")]
     r = pe.routing_exponents(traces)
     assert r["requests"] == 4
     assert round(r["intra_exponent"], 2) == pe.INTRA_REQUEST == 0.88
@@ -549,9 +549,9 @@ def test_table3_link_words_at_the_aggregation_links_rate():
 # -- the cache model against the exact LRU on the real Mixtral trace ----------------------------
 
 def test_che_against_the_exact_lru_on_the_mixtral_trace():
-    from elmoe3d.sw.host.corpus import traces_dir
+    from elmoe3d.sw.host.corpus import routing_path
     from elmoe3d.sw.host.trace import import_vllm_jsonl
-    trace = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")[0]
+    trace = import_vllm_jsonl(routing_path("gsm8k"), model="mixtral-8x7b")[0]
     p = pe.trace_popularity(trace)
     assert p.shape == (32, 8) and np.allclose(p.sum(axis=1), 2)
     rows = pe.cache_check(trace, "mixtral-8x7b", slots_per_layer=(1, 4, 6), batches=(1,))

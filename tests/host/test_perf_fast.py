@@ -16,7 +16,7 @@ from elmoe3d.config import preset
 from elmoe3d.errors import UserError
 from elmoe3d.sw.host import compiler as host
 from elmoe3d.sw.host.backends.perf import run_perf
-from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.corpus import routing_path
 from elmoe3d.sw.host.elastic_sd import CoverageAcceptance, ElasticSD
 from elmoe3d.sw.host.hbcache import HBExpertCache
 from elmoe3d.sw.host.models import model_preset
@@ -31,7 +31,7 @@ FIELDS = ("cycles", "us", "hb_read_bytes", "hb_write_bytes", "ext_bytes", "link_
 
 @pytest.fixture(scope="module")
 def gsm8k():
-    return import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model=MIX)[0]
+    return import_vllm_jsonl(routing_path("gsm8k"), model=MIX)[0]
 
 
 def elastic(trace, config):

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.corpus import routing_path, traces_dir
 from elmoe3d.sw.host.trace import PHASES, RoutingTrace, TraceError, import_vllm_jsonl
 
 # Counted independently of the importer (plain json over the files): rows, tokens per problem,
@@ -24,7 +24,7 @@ def raw_rows(name):
 
 @pytest.fixture(scope="module")
 def gsm8k():
-    return import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")
+    return import_vllm_jsonl(routing_path("gsm8k"), model="mixtral-8x7b")
 
 
 @pytest.mark.parametrize("name", sorted(REAL))

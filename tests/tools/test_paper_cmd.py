@@ -298,8 +298,8 @@ def test_fig12_units_are_gib_in_table_and_plot(tmp_path, capsys, monkeypatch):
 def test_json_may_not_overwrite_a_trace(tmp_path, capsys, monkeypatch):
     """``--json`` naming one of the trace files the paper model reads (a copy here, through
     $ELMOE3D_TRACES) is refused before anything runs, and the file is left as it was."""
-    from elmoe3d.sw.host.corpus import traces_dir
-    src = traces_dir() / "humaneval_2_routing.jsonl"
+    from elmoe3d.sw.host.corpus import routing_path
+    src = routing_path("humaneval")
     assert src.is_file(), f"{src} not found: the traces are beside the checkout"
     copy = tmp_path / "traces"
     copy.mkdir()

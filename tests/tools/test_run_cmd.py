@@ -9,7 +9,7 @@ import pytest
 
 from elmoe3d.cli import main
 from elmoe3d.config import preset
-from elmoe3d.sw.host.corpus import traces_dir
+from elmoe3d.sw.host.corpus import routing_path
 from elmoe3d.sw.host.models import model_preset
 
 BASE = ["run", "--trace", "gsm8k", "--model", "mixtral-8x7b"]
@@ -69,14 +69,14 @@ def test_named_trace_takes_its_model(tmp_path, capsys):
     assert docs[0]["model"] == "mixtral-8x7b"
     for a, b in zip(docs[0]["runs"], docs[1]["runs"], strict=True):     # all but the speed
         assert (a["steps"], a["summary"]) == (b["steps"], b["summary"])
-    code, _, err = _run(capsys, "run", "--trace", str(traces_dir() / "gsm8k_2_routing.jsonl"),
+    code, _, err = _run(capsys, "run", "--trace", str(routing_path("gsm8k")),
                         "--config", "paper-8gb", "--tokens", "6")
     assert code == 2 and "--model: required with gsm8k_2_routing.jsonl" in err
 
 
 def test_npz_trace_and_model_from_it(tmp_path, capsys):
     from elmoe3d.sw.host.trace import import_vllm_jsonl
-    tr, _ = import_vllm_jsonl(traces_dir() / "gsm8k_2_routing.jsonl", model="mixtral-8x7b")
+    tr, _ = import_vllm_jsonl(routing_path("gsm8k"), model="mixtral-8x7b")
     path = tr.save(tmp_path / "t.npz")
     code, out, err = _run(capsys, "run", "--trace", str(path), "--config", "paper-4gb",
                           "--tokens", "6", "--layers", "0", "--schedule", "replay")
@@ -356,7 +356,7 @@ def test_output_that_is_the_trace_is_refused(tmp_path, capsys, how):
     exit status 2, the trace untouched."""
     import os
     trace = tmp_path / "mytrace.jsonl"
-    trace.write_bytes((traces_dir() / "gsm8k_2_routing.jsonl").read_bytes())
+    trace.write_bytes((routing_path("gsm8k")).read_bytes())
     before = trace.read_bytes()
     opt, dest = "--json", trace
     if how == "symlink":
@@ -443,7 +443,7 @@ def test_a_failed_write_names_the_users_path(capsys, monkeypatch):
 
 
 def _jsonl_lines(n):
-    return (traces_dir() / "gsm8k_2_routing.jsonl").read_text().splitlines()[:n]
+    return (routing_path("gsm8k")).read_text().splitlines()[:n]
 
 
 def test_a_malformed_jsonl_line_hints_on_error_warn(tmp_path, capsys):
