@@ -26,8 +26,8 @@ from .quant import (GROUP, QuantizationError, QuantizationTypeError, QuantizedAc
 
 
 __all__ = [
-    "Mode", "ACC_FRAC_BITS", "INT64_MIN", "INT64_MAX", "UINT32_MAX",
-    "msb_field", "lsb_field", "unit_pe", "slice_product", "effective_weight",
+    "Mode", "ACC_FRAC_BITS", "PSUM_BITS", "INT64_MIN", "INT64_MAX", "UINT32_MAX",
+    "parse_mode", "msb_field", "lsb_field", "unit_pe", "slice_product", "effective_weight",
     "scale_fields", "scale_term", "group_psums", "group_psums_reference",
     "Accumulator", "saturating_add", "accumulate", "check_gemm_operands", "gemm", "gemm_reference",
     "acc_to_float",
@@ -35,6 +35,10 @@ __all__ = [
 
 #: Fractional bits of the fused-dequantization accumulator.
 ACC_FRAC_BITS = 24
+#: Width of a signed group psum after the slice shift (numerics §4): every mode's
+#: ``|sum_k a[k] * w[k]|`` over a group of 32 is at most ``32 * 128 * 128 = 2^19``, which
+#: ``[-2^20, 2^20 - 1]`` holds (the RTL's psum register).
+PSUM_BITS = 21
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 #: Largest unsigned 32-bit value (a row-max register holds max |h|, Q16.16, as u32; the low
@@ -57,24 +61,36 @@ class Mode(enum.IntEnum):
 
 def msb_field(msb, aug):
     """The unit PE's 5-bit signed weight field ``{msb[3:0], aug}`` = ``2*msb + aug``
-    (int16, in [-16, 15])."""
-    return np.asarray(msb, np.int16) * 2 + np.asarray(aug, np.int16)
+    (int16, in [-16, 15]). ``msb`` integers in [-8, 7], ``aug`` 0 or 1 (broadcasting).
+    Raises :class:`~.quant.QuantizationError` (a ``QuantizationTypeError`` for a dtype that is
+    not an integer one) for anything else: nothing wraps."""
+    msb = as_int8_codes(msb, "msb_field: msb", lo=-8, hi=7)
+    aug = as_int8_codes(aug, "msb_field: aug", lo=0, hi=1)
+    return msb.astype(np.int16) * 2 + aug.astype(np.int16)
 
 
 def lsb_field(lsb):
-    """The 5-bit field ``{0, lsb[3:0]}`` = lsb (int16, in [0, 15])."""
-    return np.asarray(lsb, np.int16) & 15
+    """The 5-bit field ``{0, lsb[3:0]}`` = lsb (int16, in [0, 15]). Raises
+    :class:`~.quant.QuantizationError` for an ``lsb`` that is not an integer in [0, 15]."""
+    return as_int8_codes(lsb, "lsb_field: lsb", lo=0, hi=15).astype(np.int16)
 
 
 def unit_pe(a, field):
-    """IA8xW5 unit-PE product: int8 activation times signed 5-bit field (int32, |p| <= 2048)."""
-    return np.asarray(a, np.int32) * np.asarray(field, np.int32)
+    """IA8xW5 unit-PE product: int8 activation ``a`` times the signed 5-bit ``field``
+    (:func:`msb_field`, :func:`lsb_field`), int32 with ``|p| <= 2048``, broadcasting. Raises
+    :class:`~.quant.QuantizationError` for an ``a`` outside int8 or a ``field`` outside
+    [-16, 15] (integers only)."""
+    a = as_int8_codes(a, "unit_pe: a")
+    field = as_int8_codes(field, "unit_pe: field", lo=-16, hi=15)
+    return a.astype(np.int32) * field.astype(np.int32)
 
 
 def slice_product(a, q, mode) -> np.ndarray:
     """Product of activation ``a`` and INT8 weight ``q`` as the bit-sliced datapath forms it
-    (slice by slice, with the shift of the slice combiner). int32, broadcasting."""
-    mode = Mode(mode)
+    (slice by slice, with the shift of the slice combiner). int32, broadcasting. Raises
+    :class:`~.quant.QuantizationError` for ``a`` or ``q`` outside int8 (integers only) or an
+    unknown ``mode``."""
+    mode = parse_mode(mode, "slice_product")
     msb, lsb = msb_slice(q), lsb_slice(q)
     if mode is Mode.FULL:
         return (unit_pe(a, msb_field(msb, 0)) << 3) + unit_pe(a, lsb_field(lsb))
@@ -86,8 +102,9 @@ def slice_product(a, q, mode) -> np.ndarray:
 
 
 def effective_weight(q, mode) -> np.ndarray:
-    """The weight value a mode multiplies by (int16): q, 16*msb + 8, 16*msb or lsb."""
-    mode = Mode(mode)
+    """The weight value a mode multiplies by (int16): q, 16*msb + 8, 16*msb or lsb. Raises
+    :class:`~.quant.QuantizationError` for codes outside int8 or an unknown ``mode``."""
+    mode = parse_mode(mode, "effective_weight")
     q = as_int8_codes(q)
     if mode is Mode.FULL:
         return q.astype(np.int16)
@@ -98,9 +115,20 @@ def effective_weight(q, mode) -> np.ndarray:
     return lsb_slice(q).astype(np.int16)
 
 
+def _fp16(scale, what):
+    """``scale`` as a float16 array, or a :class:`~.quant.QuantizationTypeError` naming
+    ``what``: a float32 or float64 scale would be rounded to FP16 without a word."""
+    scale = np.asarray(scale)
+    if scale.dtype != np.float16:
+        raise QuantizationTypeError(f"{what}: expected FP16 group scales (float16), got dtype "
+                                    f"{scale.dtype}")
+    return scale
+
+
 def scale_fields(scale):
-    """Split FP16 scales into (exponent field e, fraction f) as int64 arrays."""
-    bits = np.asarray(scale, np.float16).view(np.uint16).astype(np.int64)
+    """Split FP16 scales (float16, any shape) into (exponent field e, fraction f) as int64
+    arrays. Raises :class:`~.quant.QuantizationTypeError` for a dtype other than float16."""
+    bits = _fp16(scale, "scale_fields: scale").view(np.uint16).astype(np.int64)
     return (bits >> 10) & 31, bits & 1023
 
 
@@ -108,23 +136,54 @@ def _mantissa_shift(scale):
     """``(m, shift)`` with ``scale * 2^24 == m << shift`` and the sign of the scale applied to
     m. Exponent 31 (Inf/NaN) is not produced by the quantizer; it extends the same rule."""
     e, f = scale_fields(scale)
-    sign = np.where(np.asarray(scale, np.float16).view(np.uint16) >> 15, -1, 1)
+    sign = np.where(np.asarray(scale).view(np.uint16) >> 15, -1, 1)
     m = np.where(e == 0, f, 1024 + f) * sign
     shift = np.where(e == 0, 0, e - 1)
     return m.astype(np.int64), shift.astype(np.int64)
 
 
 def scale_term(psum, scale) -> np.ndarray:
-    """Exact Q.24 term ``psum * scale * 2^24`` (int64; |term| < 2^60 for |psum| <= 2^19)."""
+    """Exact Q.24 term ``psum * scale * 2^24`` as the datapath forms it (numerics §5): int64,
+    broadcasting, ``|term| < 2^61``. ``psum`` integers of :data:`PSUM_BITS` signed bits (a
+    group psum is within ``2^19``); ``scale`` float16, every bit pattern read by the mantissa
+    and shift rule as the RTL does (the sign applied; exponent 31, which no quantizer makes,
+    shifts by 30). Raises :class:`~.quant.QuantizationError` for a psum outside that range
+    (the term would wrap) and :class:`~.quant.QuantizationTypeError` for psums that are not
+    integers or scales that are not float16."""
     m, shift = _mantissa_shift(scale)
-    return (np.asarray(psum, np.int64) * m) << shift
+    psum = np.asarray(psum)
+    if not np.issubdtype(psum.dtype, np.integer):
+        raise QuantizationTypeError(f"scale_term: psum: expected integer group psums, got "
+                                    f"dtype {psum.dtype}")
+    lim = 1 << (PSUM_BITS - 1)
+    if psum.size and (psum.min() < -lim or psum.max() > lim - 1):
+        raise QuantizationError(f"scale_term: psum: expected {PSUM_BITS}-bit signed group "
+                                f"psums in [{-lim}, {lim - 1}], got values in "
+                                f"[{psum.min()}, {psum.max()}]")
+    return (psum.astype(np.int64) * m) << shift
+
+
+def _psum_operands(a, w_eff, caller):
+    """``(a, w_eff)`` checked as group-psum operands: int8 activation codes ``[M, K]`` and
+    effective weights ``[N, K]`` in [-128, 127] (:func:`effective_weight`: every mode's are),
+    K a non-zero multiple of 32; a :class:`~.quant.QuantizationError` naming ``caller``
+    otherwise. Within those ranges every group psum is within ``2^19``."""
+    a = as_int8_codes(a, f"{caller}: a")
+    w = as_int8_codes(w_eff, f"{caller}: w_eff")
+    if a.ndim != 2 or w.ndim != 2 or a.shape[1] != w.shape[1] or not a.shape[1] \
+            or a.shape[1] % GROUP:
+        raise QuantizationError(f"{caller}: expected a[M, K] and w_eff[N, K] with K a non-zero "
+                                f"multiple of {GROUP}, got {tuple(a.shape)} and "
+                                f"{tuple(w.shape)}")
+    return a, w
 
 
 def group_psums_reference(a, w_eff) -> np.ndarray:
     """Exact group psums ``psum[m, n, g] = sum_k a[m, k] * w_eff[n, k]`` over each group of 32,
-    in int64 arithmetic (slow, obviously right)."""
-    a = np.asarray(a, np.int64)
-    w = np.asarray(w_eff, np.int64)
+    in int64 arithmetic (slow, obviously right): int64 ``[M, N, K/32]``. Raises as
+    :func:`group_psums`."""
+    a, w = _psum_operands(a, w_eff, "group_psums_reference")
+    a, w = a.astype(np.int64), w.astype(np.int64)
     mdim, k = a.shape
     ndim = w.shape[0]
     g = k // GROUP
@@ -135,10 +194,18 @@ def group_psums(a, w_eff) -> np.ndarray:
     """Exact group psums (int32, shape ``[M, N, K/32]``) through float32 BLAS.
 
     Exact because every partial sum is an integer of magnitude at most 32 * 128 * 128 = 2^19,
-    well inside float32's 24-bit significand, whatever the summation order.
+    well inside float32's 24-bit significand, whatever the summation order. ``a`` int8 codes
+    ``[M, K]``, ``w_eff`` effective weights ``[N, K]`` (:func:`effective_weight`).
+
+    Raises
+    ------
+    QuantizationError
+        an operand outside [-128, 127] (its psums could leave float32's exact range), not
+        2-D, or a K that differs or is not a non-zero multiple of 32.
+    QuantizationTypeError
+        an operand that is not integers.
     """
-    a = np.asarray(a)
-    w = np.asarray(w_eff)
+    a, w = _psum_operands(a, w_eff, "group_psums")
     mdim, k = a.shape
     ndim = w.shape[0]
     g = k // GROUP
@@ -164,6 +231,7 @@ class Accumulator:
 
     @classmethod
     def zeros(cls, m, n):
+        """The reset state: ``acc`` 0 and ``overflow`` False, shape ``[m, n]``."""
         return cls(np.zeros((m, n), np.int64), np.zeros((m, n), bool))
 
     def __eq__(self, other):
@@ -193,23 +261,47 @@ def accumulate(psums, scale, init: Accumulator | None = None) -> Accumulator:
     scale : float16 array, shape ``[N, G]``
     init : Accumulator, optional
         Carry-in state (K tiling); defaults to zeros.
+
+    Raises
+    ------
+    QuantizationError
+        ``psums`` not 3-D or outside :data:`PSUM_BITS` signed bits; ``scale`` not of shape
+        ``[N, G]``; ``init`` not ``[M, N]``.
+    QuantizationTypeError
+        ``psums`` not integers; ``scale`` not float16 (no silent rounding to FP16); ``init``
+        not an :class:`Accumulator`.
     """
-    psums = np.asarray(psums, np.int64)
+    psums = np.asarray(psums)
+    if psums.ndim != 3:
+        raise QuantizationError(f"accumulate: psums: expected shape [M, N, G], got "
+                                f"{tuple(psums.shape)}")
     mdim, ndim, g = psums.shape
+    scale = _fp16(scale, "accumulate: scale")
+    if scale.shape != (ndim, g):
+        raise QuantizationError(f"accumulate: scale: expected one FP16 scale per output "
+                                f"channel and group, shape [N, G] = {(ndim, g)}, got "
+                                f"{tuple(scale.shape)}")
+    if init is not None:
+        _check_init(init, (mdim, ndim), "accumulate")
     state = init or Accumulator.zeros(mdim, ndim)
     acc, flag = state.acc.copy(), state.overflow.copy()
-    terms = scale_term(psums, np.asarray(scale)[None, :, :])
+    terms = scale_term(psums, scale[None, :, :])
     for j in range(g):
         acc, ovf = saturating_add(acc, terms[:, :, j])
         flag |= ovf
     return Accumulator(acc, flag)
 
 
-def _mode(mode, caller):
-    """``mode`` as a :class:`Mode`, or a :class:`QuantizationError` listing the modes."""
+def parse_mode(mode, caller: str = "mode") -> Mode:
+    """``mode`` (a :class:`Mode`, its integer or its name, ``"DRAFT"`` or ``"draft"``) as a
+    :class:`Mode`, or a :class:`QuantizationError` naming ``caller`` and listing the modes."""
     try:
+        if isinstance(mode, str):
+            return Mode[mode.upper()]
+        if isinstance(mode, bool):
+            raise ValueError(mode)
         return Mode(mode)
-    except ValueError:
+    except (KeyError, ValueError, TypeError):
         names = ", ".join(f"{m.name} ({m.value})" for m in Mode)
         raise QuantizationError(f"{caller}: mode: expected a Mode, one of {names}, "
                                 f"got {mode!r}") from None
@@ -235,7 +327,7 @@ def check_gemm_operands(a_q, qw: QuantizedWeight, mode=Mode.FULL, init=None, *,
     if not isinstance(qw, QuantizedWeight):
         raise QuantizationTypeError(f"{caller}: qw: expected a QuantizedWeight "
                                     f"(quantize_weights(w)), got {type(qw).__name__}")
-    mode = _mode(mode, caller)
+    mode = parse_mode(mode, caller)
     if mode is not Mode.FULL and qw.bits != 8:
         raise QuantizationError(f"{caller}: mode {mode.name} needs bit-nested INT8 weights; "
                                 f"{qw.name!r} has {qw.bits}-bit codes (use FULL)")
@@ -336,7 +428,7 @@ def gemm(a_q, qw: QuantizedWeight, mode=Mode.FULL, init: Accumulator | None = No
         ``init``, shapes that do not match.
     """
     a_q = check_gemm_operands(a_q, qw, mode, init)
-    mode = Mode(mode)
+    mode = parse_mode(mode, "gemm")
     mdim = a_q.shape[0]
     ndim = qw.q.shape[0]
     w_scaled, abs_row, min_shift = _fast_operand(qw, mode)
@@ -402,4 +494,7 @@ def acc_to_float(acc, act_exp) -> np.ndarray:
     if e.shape != (acc.shape[0],):
         raise QuantizationError(f"acc_to_float: act_exp: expected one exponent per row of acc, "
                                 f"shape ({acc.shape[0]},), got shape {tuple(e.shape)}")
+    if e.size and (e.min() < -(1 << 31) or e.max() >= 1 << 31):
+        raise QuantizationError(f"acc_to_float: act_exp: expected int32 exponents, got values "
+                                f"in [{e.min()}, {e.max()}]")
     return np.ldexp(acc.astype(np.float64), e.astype(np.int32)[:, None] - ACC_FRAC_BITS)

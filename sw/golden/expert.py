@@ -44,9 +44,10 @@ import numpy as np
 from ...config import ArchConfig, drain_cycles, max_requant_units
 from ...isa import Op, Sink, Target
 from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
-from .datapath import INT64_MAX, Mode, gemm, scale_term
+from .datapath import INT64_MAX, Mode, gemm, parse_mode, scale_term
 from .metrics import error_metrics
-from .quant import QuantizedWeight, lsb_slice, msb_slice, quantize_activations, quantize_weights
+from .quant import (QuantizationError, QuantizationTypeError, QuantizedWeight, lsb_slice,
+                    msb_slice, quantize_activations, quantize_weights)
 from .vpu import combine, q24_to_fp32, row_requant, swiglu_q16
 
 
@@ -60,19 +61,15 @@ EXPERT_MODES = (Mode.FULL, Mode.DRAFT)
 
 
 def _mode(mode, what: str = "an expert") -> Mode:
-    if isinstance(mode, str):
-        try:
-            mode = Mode[mode.upper()]
-        except KeyError:
-            raise ValueError(f"mode: expected one of {[m.name for m in EXPERT_MODES]}, "
-                             f"got {mode!r}") from None
+    """``mode`` (a :class:`Mode`, its integer or its name) as FULL or DRAFT; a
+    :class:`~.quant.QuantizationError` (a ``ValueError``) naming ``what`` otherwise."""
     try:
-        mode = Mode(mode)
-    except ValueError:
-        raise ValueError(f"mode: expected one of {[m.name for m in EXPERT_MODES]}, "
-                         f"got {mode!r}") from None
+        mode = parse_mode(mode, "mode")
+    except QuantizationError:
+        raise QuantizationError(f"mode: expected one of {[m.name for m in EXPERT_MODES]}, "
+                                f"got {mode!r}") from None
     if mode not in EXPERT_MODES:
-        raise ValueError(f"mode: {what} runs in FULL or DRAFT, not {mode.name}")
+        raise QuantizationError(f"mode: {what} runs in FULL or DRAFT, not {mode.name}")
     return mode
 
 
@@ -93,7 +90,8 @@ class Expert:
     @classmethod
     def quantize(cls, w_up, w_gate, w_down, *, name: str = "expert") -> "Expert":
         """Quantize float weights (PyTorch ``Linear`` layout: up/gate ``[I, H]``, down
-        ``[H, I]``). Raises :class:`~.quant.QuantizationError` or ``ValueError`` on shapes."""
+        ``[H, I]``). Raises :class:`~.quant.QuantizationError` (a ``ValueError``) on a weight
+        the quantizer refuses and on shapes that do not fit together (:meth:`check`)."""
         up = quantize_weights(w_up, name=f"{name}.up")
         gate = quantize_weights(w_gate, name=f"{name}.gate")
         down = quantize_weights(w_down, name=f"{name}.down")
@@ -102,21 +100,35 @@ class Expert:
         return e
 
     def check(self):
-        i, h = self.up.shape
-        if self.up.q.ndim != 2 or self.gate.shape != (i, h) or self.down.shape != (h, i):
-            raise ValueError(f"expert: expected up/gate [I, H] and down [H, I], got "
-                             f"{self.up.shape}, {self.gate.shape}, {self.down.shape}")
+        """Raises :class:`~.quant.QuantizationTypeError` unless all three are
+        :class:`~.quant.QuantizedWeight`, :class:`~.quant.QuantizationError` unless up and
+        gate are ``[I, H]`` and down ``[H, I]`` (2-D each)."""
+        for part in ("up", "gate", "down"):
+            if not isinstance(getattr(self, part), QuantizedWeight):
+                raise QuantizationTypeError(f"expert: {part}: expected a QuantizedWeight, got "
+                                            f"{type(getattr(self, part)).__name__}")
+        shapes = (self.up.shape, self.gate.shape, self.down.shape)
+        if any(len(sh) != 2 for sh in shapes) or self.gate.shape != self.up.shape \
+                or self.down.shape != self.up.shape[::-1]:
+            raise QuantizationError(f"expert: expected up/gate [I, H] and down [H, I], got "
+                                    f"{shapes[0]}, {shapes[1]}, {shapes[2]}")
 
     @property
     def hidden(self) -> int:
+        """H, the model's hidden size (the up projection's K)."""
         return self.up.shape[1]
 
     @property
     def intermediate(self) -> int:
+        """I, the expert's intermediate size (the up projection's N)."""
         return self.up.shape[0]
 
 
 def as_expert(e, name="expert") -> Expert:
+    """``e`` as a checked :class:`Expert`: an Expert, a ``(w_up, w_gate, w_down)`` tuple of
+    float weights or of :class:`~.quant.QuantizedWeight`, or a dict with ``up``, ``gate`` and
+    ``down``. Raises :class:`~.quant.QuantizationTypeError` (named ``name``) for anything else,
+    and as :meth:`Expert.quantize` / :meth:`Expert.check`."""
     if isinstance(e, Expert):
         e.check()
         return e
@@ -128,20 +140,34 @@ def as_expert(e, name="expert") -> Expert:
             ex.check()
             return ex
         return Expert.quantize(*e, name=name)
-    raise TypeError(f"{name}: expected an Expert, a (w_up, w_gate, w_down) tuple or a dict "
+    raise QuantizationTypeError(f"{name}: expected an Expert, a (w_up, w_gate, w_down) tuple or a dict "
                     f"with up/gate/down, got {type(e).__name__}")
 
 
 def _gate_bits(gw, n, what="gate_weights") -> np.ndarray:
+    """Gate weights ``[n]`` as native uint16 FP16 bits: uint16 arrays (either byte order) are
+    bits, floats and integers are values rounded to FP16. Raises
+    :class:`~.quant.QuantizationError` for another shape or a weight that is (or rounds to)
+    Inf or NaN, bits included; :class:`~.quant.QuantizationTypeError` for bool or non-numeric
+    weights."""
     gw = np.asarray(gw)
     if gw.shape != (n,):
-        raise ValueError(f"{what}: expected shape ({n},), got {gw.shape}")
-    if gw.dtype == np.uint16:
-        return gw
-    g16 = gw.astype(np.float16)
-    if not np.isfinite(g16).all():
-        raise ValueError(f"{what}: gate weights must be finite FP16 values")
-    return g16.view(np.uint16)
+        raise QuantizationError(f"{what}: expected shape ({n},), got {gw.shape}")
+    is_bits = gw.dtype.kind == "u" and gw.dtype.itemsize == 2
+    if is_bits:
+        bits = gw.astype(np.uint16)                       # native byte order
+    elif gw.dtype.kind in "fiu":
+        with np.errstate(over="ignore"):
+            bits = gw.astype(np.float16).view(np.uint16)
+    else:
+        raise QuantizationTypeError(f"{what}: expected float gate weights or uint16 FP16 bits, "
+                                    f"got dtype {gw.dtype}")
+    bad = (bits & 0x7C00) == 0x7C00                       # exponent 31: Inf or NaN
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        got = f"FP16 bits 0x{int(bits[i]):04X}" if is_bits else f"{float(gw[i])}"
+        raise QuantizationError(f"{what}: entry {i}: {got} is not a finite FP16 gate weight")
+    return bits
 
 
 @dataclass(eq=False)
@@ -199,6 +225,13 @@ def ref_expert(x, w_up, w_gate, w_down, gate_weights=None, mode=Mode.FULL) -> Ex
     Returns
     -------
     ExpertResult
+
+    Raises
+    ------
+    QuantizationError
+        (a ``ValueError``) weights the quantizer refuses or of shapes that do not fit; ``x``
+        not ``[T, H]`` or not finite; gate weights not ``[T]`` finite FP16 values; a mode
+        other than FULL and DRAFT.
     """
     ex = as_expert((w_up, w_gate, w_down))
     x = np.asarray(x)
@@ -209,38 +242,45 @@ def ref_expert(x, w_up, w_gate, w_down, gate_weights=None, mode=Mode.FULL) -> Ex
 
 
 def check_x(x, ex: Expert) -> int:
+    """T, the token count of activations ``x`` ``[T, H]`` for expert ``ex``; a
+    :class:`~.quant.QuantizationError` for another shape."""
     if x.ndim != 2 or x.shape[1] != ex.hidden:
-        raise ValueError(f"x: expected [T, H={ex.hidden}], got {x.shape}")
+        raise QuantizationError(f"x: expected [T, H={ex.hidden}], got {x.shape}")
     return x.shape[0]
 
 
 def parse_routing(routing, t, n_experts):
     """(ids int64 [T, k], gate bits uint16 [T, k]) from ``(ids, weights)``; -1 ids are empty
-    slots. Raises ValueError on shapes, out-of-range or repeated ids."""
+    slots. Raises :class:`~.quant.QuantizationError` (a ``ValueError``) on shapes, out-of-range
+    or repeated ids and gate weights that are not finite FP16 values."""
     if hasattr(routing, "ids") and hasattr(routing, "weights"):
         ids, weights = routing.ids, routing.weights
-    else:
+    elif isinstance(routing, (tuple, list)) and len(routing) == 2:
         ids, weights = routing
+    else:
+        raise QuantizationTypeError(f"routing: expected (ids, weights), got "
+                                    f"{type(routing).__name__}")
     ids = np.asarray(ids)
     weights = np.asarray(weights)
+    if ids.ndim not in (1, 2) or weights.shape != ids.shape or ids.shape[0] != t:
+        raise QuantizationError(f"routing: expected ids and weights of shape [T={t}, k] (or "
+                                f"[T] for k = 1), got {ids.shape} and {weights.shape}")
     if ids.ndim == 1:
         ids, weights = ids[:, None], weights[:, None]
-    if ids.shape[0] != t or ids.ndim != 2 or weights.shape != ids.shape:
-        raise ValueError(f"routing: expected ids and weights of shape [T={t}, k], got "
-                         f"{ids.shape} and {weights.shape}")
     if not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"routing: expert ids must be integers, got dtype {ids.dtype}")
+        raise QuantizationTypeError(f"routing: expert ids must be integers, got dtype "
+                                    f"{ids.dtype}")
     ids = ids.astype(np.int64)
     bad = (ids < -1) | (ids >= n_experts)
     if bad.any():
         r, c = map(int, np.argwhere(bad)[0])
-        raise ValueError(f"routing: token {r}, slot {c}: expert id {ids[r, c]} is not in "
-                         f"0..{n_experts - 1} (-1 marks an empty slot)")
+        raise QuantizationError(f"routing: token {r}, slot {c}: expert id {ids[r, c]} is not "
+                                f"in 0..{n_experts - 1} (-1 marks an empty slot)")
     for r in range(t):
         live = ids[r][ids[r] >= 0]
         if len(set(live.tolist())) != len(live):
-            raise ValueError(f"routing: token {r} names expert(s) more than once: "
-                             f"{ids[r].tolist()}")
+            raise QuantizationError(f"routing: token {r} names expert(s) more than once: "
+                                    f"{ids[r].tolist()}")
     bits = _gate_bits(weights.reshape(-1), weights.size, "routing weights").reshape(ids.shape)
     return ids, bits
 
@@ -265,9 +305,24 @@ def ref_moe(x, experts, routing, mode=Mode.FULL) -> ExpertResult:
         empty slot, never used as an index) and gate weights (rounded to FP16; the router's
         softmax / top-k / renormalisation is the caller's)
     mode : Mode.FULL or Mode.DRAFT
+
+    Returns
+    -------
+    ExpertResult
+
+    Raises
+    ------
+    QuantizationError
+        (a ``ValueError``) no experts; an expert, ``x`` or the routing of the wrong shape;
+        expert ids out of range or repeated in a token; a gate weight that is not a finite
+        FP16 value; a mode other than FULL and DRAFT; ``x`` not finite.
+    QuantizationTypeError
+        an expert or the routing of the wrong type.
     """
     mode = _mode(mode)
     exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    if not exs:
+        raise QuantizationError("experts: expected at least one expert, got none")
     x = np.asarray(x)
     t = check_x(x, exs[0])
     ids, bits = parse_routing(routing, t, len(exs))

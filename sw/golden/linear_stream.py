@@ -42,7 +42,7 @@ from .asm import Program, ProgramError, pe_config
 from .datapath import Mode, gemm
 from .expert import ExpertResult, _mode
 from .expert_stream import Placement, StreamedJob, _FullStream, padded_matrix, tile_head
-from .quant import QuantizedWeight, quantize_activations, quantize_weights
+from .quant import QuantizationError, QuantizedWeight, quantize_activations, quantize_weights
 from .vpu import combine, q24_to_fp32
 
 
@@ -143,18 +143,20 @@ def plan_linear_stream(in_features: int, out_features: int, config,
 
 
 def _weight(w, name) -> QuantizedWeight:
-    if isinstance(w, QuantizedWeight):
-        if w.q.ndim != 2:
-            raise ValueError(f"{name}: expected a 2-D weight [N, K], got shape {w.q.shape}")
-        return w
-    return quantize_weights(w, name=name)
+    """``w`` (float ``[N, K]`` or a 2-D QuantizedWeight) quantized; a
+    :class:`~.quant.QuantizationError` naming ``name`` for another rank."""
+    qw = w if isinstance(w, QuantizedWeight) else quantize_weights(w, name=name)
+    if qw.q.ndim != 2:
+        raise QuantizationError(f"{name}: expected a 2-D weight [N, K], got shape "
+                                f"{qw.q.shape}")
+    return qw
 
 
 def _check_x(x, qw: QuantizedWeight):
     N, K = qw.q.shape
     if x.ndim != 2 or x.shape[1] != K:
-        raise ValueError(f"x: expected [T, K={K}] (w is [N={N}, K={K}], PyTorch Linear "
-                         f"layout), got {x.shape}")
+        raise QuantizationError(f"x: expected [T, K={K}] (w is [N={N}, K={K}], PyTorch Linear "
+                                f"layout), got {x.shape}")
 
 
 def ref_linear(x, w, mode=Mode.FULL) -> ExpertResult:
@@ -169,7 +171,9 @@ def ref_linear(x, w, mode=Mode.FULL) -> ExpertResult:
     mode : Mode.FULL or Mode.DRAFT (MSB slices with LSB augmentation), or its name
 
     Returns an :class:`~.expert.ExpertResult` (``y`` float32 ``[T, N]``, ``out`` the Q.24
-    sums, the sticky flags). Raises ValueError naming ``x`` or ``w`` on a shape mismatch."""
+    sums, the sticky flags). Raises :class:`~.quant.QuantizationError` (a ``ValueError``)
+    naming ``x`` or ``w`` on a shape mismatch, a weight the quantizer refuses, ``x`` not finite
+    or a mode other than FULL and DRAFT."""
     mode = _mode(mode, "a linear layer")
     qw = _weight(w, "w")
     x = np.asarray(x)

@@ -28,6 +28,13 @@ def _pair(ref, approx):
     if ref.shape != approx.shape:
         raise ValueError(f"error_metrics: shapes differ: reference {tuple(ref.shape)} vs "
                          f"approximation {tuple(approx.shape)}")
+    for what, arr in (("ref", ref), ("approx", approx)):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            idx = np.unravel_index(int(np.flatnonzero(bad)[0]), arr.shape)
+            where = f" at index {tuple(int(i) for i in idx)}" if arr.ndim else ""
+            raise ValueError(f"error_metrics: {what}: non-finite value {arr[idx]}{where} (the "
+                             f"metrics are of finite values)")
     return ref, approx
 
 
@@ -61,7 +68,8 @@ class ErrorSums:
         Raises
         ------
         ValueError
-            The shapes differ.
+            The shapes differ, or a value is NaN or Inf (named ``ref`` or ``approx``, with
+            its index).
         """
         ref, approx = _pair(ref, approx)
         r = ref.reshape(-1)
@@ -122,7 +130,8 @@ def error_metrics(ref, approx) -> dict:
     Raises
     ------
     ValueError
-        The shapes differ (the message gives both).
+        The shapes differ (the message gives both), or a value is NaN or Inf (named ``ref``
+        or ``approx``, with its index).
     """
     return ErrorSums.of(ref, approx).metrics()
 

@@ -20,7 +20,7 @@ import numpy as np
 __all__ = [
     "GROUP", "QuantizationError", "QuantizationTypeError", "DraftMethod",
     "fp16_scale_for", "QuantizedWeight", "quantize_weights",
-    "as_int8_codes", "msb_slice", "lsb_slice", "join_slices", "draft_codes", "draft_weights",
+    "draft_method", "as_int8_codes", "msb_slice", "lsb_slice", "join_slices", "draft_codes", "draft_weights",
     "QuantizedActivation", "quantize_activations", "quantize_activations_fp16",
 ]
 
@@ -55,6 +55,20 @@ class DraftMethod(str, enum.Enum):
     DEDICATED = "dedicated"
 
 
+def draft_method(method, caller: str = "draft") -> DraftMethod:
+    """``method`` (a :class:`DraftMethod` or its value, ``"lsb-aug"``, or its name,
+    ``"LSB_AUG"``) as a :class:`DraftMethod`. Raises :class:`QuantizationError` naming
+    ``caller`` and listing the methods for anything else."""
+    if isinstance(method, DraftMethod):
+        return method
+    if isinstance(method, str):
+        for m in DraftMethod:
+            if method in (m.value, m.name):
+                return m
+    names = ", ".join(repr(m.value) for m in DraftMethod)
+    raise QuantizationError(f"{caller}: method: expected one of {names}, got {method!r}")
+
+
 def _position(shape, flat_index):
     """Human-readable (row, column) of a flat index into an array of ``shape``."""
     idx = np.unravel_index(int(flat_index), shape)
@@ -80,8 +94,18 @@ def fp16_scale_for(amax, qmax: int = 127):
     -------
     (scale, ok) : (ndarray of float16, ndarray of bool)
         ``ok`` is False where no finite FP16 scale is large enough (FP16 overflow).
+
+    Raises
+    ------
+    QuantizationError
+        an ``amax`` that is negative or NaN (not a magnitude), or ``qmax`` below 1.
     """
+    if not isinstance(qmax, (int, np.integer)) or qmax < 1:
+        raise QuantizationError(f"fp16_scale_for: qmax: expected a positive integer, got "
+                                f"{qmax!r}")
     amax = np.asarray(amax, dtype=np.float64)
+    if np.isnan(amax).any() or (amax < 0).any():
+        raise QuantizationError("fp16_scale_for: amax: expected magnitudes (>= 0, not NaN)")
     with np.errstate(over="ignore"):
         near = (amax / qmax).astype(np.float16)
         down = np.nextafter(near, np.float16(-np.inf))
@@ -100,14 +124,26 @@ class QuantizedWeight:
 
     Attributes
     ----------
-    q : ndarray of int8, shape ``[..., N, K]``
-        Codes in ``[-qmax, qmax]`` with ``qmax = 2^(bits-1) - 1``.
+    q : ndarray of int8, shape ``[..., N, K]``, K a non-zero multiple of 32
+        Codes in ``[-2^(bits-1), qmax]`` with ``qmax = 2^(bits-1) - 1``
+        (:func:`quantize_weights` gives ``[-qmax, qmax]``; the datapath is exact at
+        ``-2^(bits-1)`` too).
     scale : ndarray of float16, shape ``[..., N, K // 32]``
-        Group scales; 0 for an all-zero group.
+        Group scales, finite and non-negative (the sign bit clear); 0 for an all-zero group.
     bits : int
         Code width (8 for the bit-nested INT8 format; 2..7 for a dedicated draft).
     name : str
         Tensor name used in error messages and reports.
+
+    Raises
+    ------
+    QuantizationError
+        ``bits`` outside 2..8; codes that are not integers or lie outside the range above;
+        no codes (K = 0); scales that are not float16, of the wrong shape, NaN, Inf or
+        negative (a scale the quantizer never makes, which the datapath would read as a
+        number: names the row and group).
+    QuantizationTypeError
+        bool codes.
     """
 
     q: np.ndarray
@@ -131,6 +167,17 @@ class QuantizedWeight:
             raise QuantizationError(f"tensor {name!r}: codes of shape {tuple(q.shape)} need "
                                     f"scales of shape [..., N, K/{GROUP}], got "
                                     f"{tuple(scale.shape)}")
+        if q.size == 0:
+            raise QuantizationError(f"tensor {name!r}: expected codes of shape [..., N, K] with "
+                                    f"K >= {GROUP}, got shape {tuple(q.shape)}")
+        bad = (scale.view(np.uint16) >> 10) >= 31               # sign set, or exponent 31
+        if bad.any():
+            idx = np.unravel_index(int(np.flatnonzero(bad)[0]), scale.shape)
+            *row, group = idx
+            row = row[0] if len(row) == 1 else tuple(int(i) for i in row)
+            raise QuantizationError(f"tensor {name!r}: row {row}, group {group}: scale "
+                                    f"{scale[idx]}: expected a finite, non-negative FP16 group "
+                                    f"scale")
         q = q.copy()
         q.setflags(write=False)            # the fast GEMM caches a layout of these arrays
         scale.setflags(write=False)
@@ -138,7 +185,8 @@ class QuantizedWeight:
         object.__setattr__(self, "scale", scale)
 
     @property
-    def shape(self):
+    def shape(self) -> tuple:
+        """The codes' shape ``[..., N, K]`` (the float weight's)."""
         return self.q.shape
 
     def _bit_nested(self, what):
@@ -156,7 +204,8 @@ class QuantizedWeight:
 
     @property
     def lsb(self) -> np.ndarray:
-        """Unsigned 4-bit LSB slice, uint8 in ``[0, 15]``. Raises :class:`QuantizationError`
+        """Unsigned 4-bit LSB slice, uint8 in ``[0, 15]`` (cast before signed arithmetic:
+        NumPy 2 keeps ``lsb - 8`` in uint8, which wraps). Raises :class:`QuantizationError`
         unless ``bits == 8``."""
         self._bit_nested("LSB")
         return lsb_slice(self.q)
@@ -167,8 +216,17 @@ class QuantizedWeight:
 
     def dequantize(self, codes=None) -> np.ndarray:
         """``codes * scale`` in float64, shape ``[..., N, K]`` (``codes`` defaults to ``q``;
-        pass draft codes on the same grid to dequantize a draft)."""
-        codes = self.q if codes is None else codes
+        pass draft codes on the same grid, :func:`draft_codes`, to dequantize a draft).
+        Raises :class:`QuantizationError` for ``codes`` that are not integers in
+        ``[-128, 127]`` (every draft code is) or not of shape ``q.shape``."""
+        if codes is None:
+            codes = self.q
+        else:
+            codes = as_int8_codes(codes, f"tensor {self.name!r}: dequantize: codes")
+            if codes.shape != self.q.shape:
+                raise QuantizationError(f"tensor {self.name!r}: dequantize: expected codes of "
+                                        f"shape {tuple(self.q.shape)}, got "
+                                        f"{tuple(codes.shape)}")
         return codes.astype(np.float64) * self.scale_per_column().astype(np.float64)
 
 
@@ -242,15 +300,17 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
 def as_int8_codes(q, what: str = "codes", *, lo: int = -128, hi: int = 127) -> np.ndarray:
     """``q`` as an int8 array, refusing anything that would wrap silently.
 
-    Raises :class:`QuantizationError` naming ``what`` for a non-integer dtype or a value
-    outside ``[lo, hi]`` (so ``astype(int8)`` of 128 never becomes -128)."""
+    Raises :class:`QuantizationTypeError` naming ``what`` for a dtype that is not an integer
+    one (floats would truncate; bool is a mask, not codes) and :class:`QuantizationError` for
+    a value outside ``[lo, hi]`` (so ``astype(int8)`` of 128 never becomes -128), with its
+    index."""
     q = np.asarray(q)
-    if not (np.issubdtype(q.dtype, np.integer) or q.dtype == np.bool_):
-        raise QuantizationError(f"{what}: expected integer codes, got dtype {q.dtype}")
+    if not np.issubdtype(q.dtype, np.integer):
+        raise QuantizationTypeError(f"{what}: expected integer codes, got dtype {q.dtype}")
     if q.size and (q.min() < lo or q.max() > hi):
-        bad = int(np.flatnonzero((q < lo) | (q > hi))[0])
-        raise QuantizationError(f"{what}: value {q.reshape(-1)[bad]} at flat index {bad} is "
-                                f"outside [{lo}, {hi}]")
+        bad = np.unravel_index(int(np.flatnonzero((q < lo) | (q > hi))[0]), q.shape)
+        where = f" at index {tuple(int(i) for i in bad)}" if q.ndim else ""
+        raise QuantizationError(f"{what}: value {q[bad]}{where} is outside [{lo}, {hi}]")
     return q if q.dtype == np.int8 else q.astype(np.int8)
 
 
@@ -288,9 +348,17 @@ def draft_codes(q, bits: int, method) -> np.ndarray:
 
     With ``d = 8 - k``: TRUNCATE gives ``(q >> d) << d``; LSB_AUG gives that plus ``2^(d-1)``
     (at k = 4: ``16 * msb + 8``, the unit PE's DRAFT mode); ROUND gives
-    ``clip((q + 2^(d-1)) >> d, -2^(k-1), 2^(k-1) - 1) << d``.
+    ``clip((q + 2^(d-1)) >> d, -2^(k-1), 2^(k-1) - 1) << d``. Every result lies in
+    ``[-128, 127]``.
+
+    Raises
+    ------
+    QuantizationError
+        an unknown ``method`` or DEDICATED; ``bits`` outside 2..7; codes outside int8.
+    QuantizationTypeError
+        codes that are not integers.
     """
-    method = DraftMethod(method)
+    method = draft_method(method, "draft_codes")
     if not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 7:
         raise QuantizationError(f"draft bits must be an integer in 2..7, got {bits!r}")
     d = 8 - int(bits)
@@ -311,9 +379,18 @@ def draft_weights(w, qw: QuantizedWeight, bits: int, method) -> np.ndarray:
 
     ``qw`` is the INT8 quantization of ``w``; DEDICATED re-quantizes ``w`` at ``bits`` with
     its own scales, the other methods derive codes from ``qw.q`` and use ``qw.scale``.
-    Raises :class:`QuantizationError` when ``w``'s shape is not ``qw``'s.
+    Raises :class:`QuantizationError` when ``w``'s shape is not ``qw``'s, for an unknown
+    ``method``, and for TRUNCATE, ROUND or LSB_AUG on a ``qw`` that is not INT8 (``bits !=
+    8``: its codes are not on the grid the draft codes cut).
     """
-    method = DraftMethod(method)
+    method = draft_method(method, "draft_weights")
+    if not isinstance(qw, QuantizedWeight):
+        raise QuantizationTypeError(f"draft_weights: qw: expected a QuantizedWeight "
+                                    f"(quantize_weights(w)), got {type(qw).__name__}")
+    if method is not DraftMethod.DEDICATED and qw.bits != 8:
+        raise QuantizationError(f"draft_weights: method {method.value!r} cuts INT8 codes; "
+                                f"tensor {qw.name!r} has {qw.bits}-bit codes (quantize w at "
+                                f"bits=8, or use 'dedicated')")
     if np.shape(w) != qw.shape:
         raise QuantizationError(f"draft_weights: w has shape {tuple(np.shape(w))}, but qw "
                                 f"(tensor {qw.name!r}) is the quantization of a {tuple(qw.shape)} "
@@ -338,6 +415,7 @@ class QuantizedActivation:
     exp: np.ndarray
 
     def dequantize(self) -> np.ndarray:
+        """``q * 2^exp`` in float64, shape ``[..., K]`` (exact)."""
         return np.ldexp(self.q.astype(np.float64), self.exp[..., None].astype(np.int32))
 
 

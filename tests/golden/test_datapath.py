@@ -304,3 +304,55 @@ def test_gemm_and_acc_to_float_refuse_wrong_operands_by_name():
         acc_to_float(acc.acc, qa.exp + 0.5)
     # the good path with a carry-in is unchanged
     assert gemm(qa.q, qw, init=acc) == gemm_reference(qa.q, qw, init=acc)
+
+
+def test_low_level_helpers_refuse_what_would_wrap_or_round():
+    """A review of the public API (2026-12-05): the exported datapath helpers truncated float
+    activations, masked or wrapped fields, wrapped psums beyond the psum register, broadcast a
+    wrongly shaped scale and rounded float64 scales to FP16 without a word; gemm refused the
+    mode names ref_linear takes."""
+    from elmoe3d.sw.golden.datapath import PSUM_BITS, parse_mode
+    from elmoe3d.sw.golden.quant import QuantizationError, QuantizationTypeError
+    with pytest.raises(QuantizationTypeError, match=r"unit_pe: a: expected integer codes, got "
+                                                     r"dtype float64"):
+        slice_product(np.array([0.7]), np.array([100]), Mode.FULL)
+    with pytest.raises(QuantizationError, match=r"unit_pe: a: value 300 .* outside \[-128, 127\]"):
+        slice_product(np.array([300], np.int16), np.array([100]), Mode.FULL)
+    with pytest.raises(QuantizationError, match=r"unit_pe: field: value 16 is outside \[-16, 15\]"):
+        unit_pe(3, 16)
+    with pytest.raises(QuantizationError, match=r"msb_field: msb: value 20 is outside \[-8, 7\]"):
+        msb_field(20, 1)
+    with pytest.raises(QuantizationError, match=r"msb_field: aug: value 2 is outside \[0, 1\]"):
+        msb_field(0, 2)
+    with pytest.raises(QuantizationError, match=r"lsb_field: lsb: value 17 is outside \[0, 15\]"):
+        lsb_field(17)
+    lim = 1 << (PSUM_BITS - 1)
+    one = np.float16(1.0)
+    assert scale_term(np.array([-lim, lim - 1]), one).tolist() == [-lim << 24, (lim - 1) << 24]
+    for bad in (-lim - 1, lim, 1 << 40):
+        with pytest.raises(QuantizationError, match=rf"scale_term: psum: expected {PSUM_BITS}"
+                                                     r"-bit signed group psums"):
+            scale_term(np.int64(bad), np.float16(65504))
+    psums = np.ones((1, 1, 2), np.int64)
+    with pytest.raises(QuantizationError, match=r"accumulate: scale: .* shape \[N, G\] = "
+                                                 r"\(1, 2\), got \(1, 1\)"):
+        accumulate(psums, np.ones((1, 1), np.float16))
+    with pytest.raises(QuantizationTypeError, match=r"accumulate: scale: expected FP16 group "
+                                                     r"scales \(float16\), got dtype float64"):
+        accumulate(psums, np.full((1, 2), 0.1))
+    with pytest.raises(QuantizationError, match=r"group_psums: a: value 300"):
+        group_psums(np.full((1, 32), 300), np.ones((1, 32), np.int8))
+    with pytest.raises(QuantizationError, match=r"group_psums_reference: expected a\[M, K\] .* "
+                                                 r"got \(1, 48\) and \(1, 48\)"):
+        group_psums_reference(np.ones((1, 48), np.int8), np.ones((1, 48), np.int8))
+    with pytest.raises(QuantizationError, match=r"acc_to_float: act_exp: expected int32"):
+        acc_to_float(np.zeros((1, 1), np.int64), np.array([1 << 31]))
+    # every FP16 bit pattern still reads by the RTL's rule (exponent 31 shifts by 30)
+    assert scale_term(np.int64(1), np.uint16(0x7C00).view(np.float16)) == 1024 << 30
+    assert parse_mode("draft") is parse_mode("DRAFT") is parse_mode(1) is Mode.DRAFT
+    for bad in ("drafts", True, 1.5, None):
+        with pytest.raises(QuantizationError, match=r"^gemm: mode: expected a Mode"):
+            parse_mode(bad, "gemm")
+    qw = quantize_weights(np.random.default_rng(3).standard_normal((8, 64)), name="w")
+    qa = quantize_activations(np.random.default_rng(4).standard_normal((2, 64)))
+    assert gemm(qa.q, qw, "DRAFT") == gemm_reference(qa.q, qw, Mode.DRAFT)

@@ -452,6 +452,44 @@ def test_builder_errors():
         ex.ref_moe(rng.standard_normal((1, H)), [_weights(rng)], ([[0, 0]], [[0.5, 0.5]]))
 
 
+def test_moe_inputs_that_crashed_or_passed_are_named():
+    """A review of the public API (2026-12-05): raw gate bits of Inf or NaN multiplied the
+    output by 65536 unflagged, big-endian bits were read as values, bool gate weights passed,
+    and no experts, 0-d routing or 3-D weights crashed in Python or NumPy."""
+    from elmoe3d.sw.golden.linear_stream import ref_linear
+    from elmoe3d.sw.golden.quant import QuantizationError, QuantizationTypeError
+    rng = _rng("bad moe inputs")
+    x, w = rng.standard_normal((2, H)), _weights(rng)
+    ids = np.zeros(2, np.int64)
+    for bits in (0x7C00, 0xFC00, 0x7E00):
+        with pytest.raises(QuantizationError, match=rf"routing weights: entry 0: FP16 bits "
+                                                    rf"0x{bits:04X} is not a finite"):
+            ex.ref_moe(x, [w], (ids, np.full(2, bits, np.uint16)))
+    with pytest.raises(QuantizationError, match=r"gate_weights: entry 1: 100000.0 is not a "
+                                                r"finite FP16"):
+        ex.ref_expert(x, *w, gate_weights=np.array([1.0, 1e5]))
+    with pytest.raises(QuantizationTypeError, match="got dtype bool"):
+        ex.ref_expert(x, *w, gate_weights=np.array([True, True]))
+    native = ex.ref_moe(x, [w], (ids, np.full(2, 0x3800, np.uint16)))        # 0.5
+    swapped = ex.ref_moe(x, [w], (ids, np.full(2, 0x3800, ">u2")))
+    assert np.array_equal(native.out, swapped.out)
+    assert np.array_equal(native.out, ex.ref_moe(x, [w], (ids, np.full(2, 0.5))).out)
+    with pytest.raises(QuantizationError, match="experts: expected at least one expert"):
+        ex.ref_moe(x, [], (ids, np.ones(2)))
+    with pytest.raises(QuantizationError, match=r"routing: expected ids and weights of shape "
+                                                r"\[T=2, k\]"):
+        ex.ref_moe(x, [w], (0, 1.0))
+    with pytest.raises(QuantizationTypeError, match=r"routing: expected \(ids, weights\), got "
+                                                    r"ndarray"):
+        ex.ref_moe(x, [w], np.zeros((2, 2)))
+    with pytest.raises(QuantizationError, match=r"expert: expected up/gate \[I, H\] and down "
+                                                r"\[H, I\], got \(1, 256, 64\)"):
+        ex.Expert.quantize(w[0][None], w[1], w[2])
+    with pytest.raises(QuantizationError, match=r"w: expected a 2-D weight \[N, K\], got "
+                                                r"shape \(1, 256, 64\)"):
+        ref_linear(x, w[0][None])
+
+
 def test_expert_accuracy_report():
     rng = _rng("acc")
     w = _weights(rng, i=128)

@@ -75,3 +75,13 @@ def test_reference_linear():
     np.testing.assert_array_equal(y, [[1.0, 8.0, 1.0], [0.5, -2.0, -1.5]])
     with pytest.raises(ValueError, match="K = 2"):
         reference_linear(np.zeros((1, 3)), w)
+
+
+def test_non_finite_values_are_named():
+    """A review (2026-12-05): a NaN approximation gave cosine -1.0 and Inf a math error."""
+    for bad in (np.nan, np.inf):
+        with pytest.raises(ValueError, match=r"error_metrics: approx: non-finite value .* at "
+                                             r"index \(1, 0\)"):
+            error_metrics(np.ones((2, 2)), np.array([[1.0, 1.0], [bad, 1.0]]))
+    with pytest.raises(ValueError, match=r"error_metrics: ref: non-finite value -inf"):
+        error_metrics([-np.inf], [1.0])

@@ -281,3 +281,59 @@ def test_activations_of_float64_are_not_copied():
     for fn in (quantize_activations, quantize_activations_fp16):
         fn(x, name="x")
     assert np.array_equal(x, before)
+
+
+def test_hand_built_weights_and_drafts_are_checked():
+    """A review of the public API (2026-12-05): a hand-built QuantizedWeight took Inf, NaN and
+    negative scales (gemm then read them by the datapath rule, unlike dequantize) and K = 0;
+    drafts were cut from 4-bit codes; dequantize took any codes; bool passed as codes; an
+    unknown draft method raised a bare ValueError."""
+    from elmoe3d.sw.golden.quant import (QuantizationTypeError, QuantizedWeight,
+                                         as_int8_codes, draft_method)
+    q = np.ones((2, 64), np.int8)
+    for bits, shown in ((0x7C00, "inf"), (0x7E00, "nan"), (0xBC00, "-1.0"), (0x8000, "-0.0")):
+        scale = np.full((2, 2), 1.0, np.float16)
+        scale.view(np.uint16)[1, 1] = bits
+        with pytest.raises(QuantizationError, match=rf"'t': row 1, group 1: scale {shown}: "
+                                                    r"expected a finite, non-negative"):
+            QuantizedWeight(q=q, scale=scale, name="t")
+    with pytest.raises(QuantizationError, match=r"'t': expected codes .* K >= 32, got shape "
+                                                r"\(2, 0\)"):
+        QuantizedWeight(q=np.ones((2, 0), np.int8), scale=np.ones((2, 0), np.float16),
+                        name="t")
+    with pytest.raises(QuantizationTypeError, match="got dtype bool"):
+        QuantizedWeight(q=q.astype(bool), scale=np.ones((2, 2), np.float16))
+    with pytest.raises(QuantizationTypeError, match="got dtype bool"):
+        msb_slice(np.array([True, False]))
+    with pytest.raises(QuantizationError, match=r"value 300 at index \(1, 2\) is outside"):
+        as_int8_codes(np.array([[0, 0, 0], [0, 0, 300]]))
+
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((8, 64)).astype(np.float32)
+    qw, qw4 = quantize_weights(w, name="up"), quantize_weights(w, bits=4, name="d")
+    with pytest.raises(QuantizationError, match=r"'lsb-aug' cuts INT8 codes; tensor 'd' has "
+                                                r"4-bit codes"):
+        draft_weights(w, qw4, 4, "lsb-aug")
+    assert np.array_equal(draft_weights(w, qw4, 3, "dedicated"),
+                          quantize_weights(w, bits=3).dequantize())
+    with pytest.raises(QuantizationError, match=r"'up': dequantize: expected codes of shape "
+                                                r"\(8, 64\), got \(64,\)"):
+        qw.dequantize(qw.q[0])
+    with pytest.raises(QuantizationTypeError, match="dequantize: codes: expected integer"):
+        qw.dequantize(qw.q.astype(np.float64))
+    with pytest.raises(QuantizationError, match=r"draft_codes: method: expected one of "
+                                                r"'truncate', 'round', 'lsb-aug', 'dedicated', "
+                                                r"got 'lsb_aug'"):
+        draft_codes(qw.q, 4, "lsb_aug")
+    assert draft_method("LSB_AUG") is DraftMethod.LSB_AUG is draft_method("lsb-aug")
+    # every draft code of every k dequantizes through the checked path
+    for k in range(2, 8):
+        for m in ("truncate", "round", "lsb-aug"):
+            codes = draft_codes(ALL_INT8, k, m)
+            assert codes.min() >= -128 and codes.max() <= 127
+            assert np.array_equal(qw.dequantize(draft_codes(qw.q, k, m)),
+                                  draft_weights(w, qw, k, m))
+    with pytest.raises(QuantizationError, match=r"amax: expected magnitudes"):
+        fp16_scale_for(np.array([1.0, np.nan]))
+    with pytest.raises(QuantizationError, match=r"amax: expected magnitudes"):
+        fp16_scale_for(np.array([-1.0]))
