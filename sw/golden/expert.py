@@ -140,8 +140,8 @@ def as_expert(e, name="expert") -> Expert:
             ex.check()
             return ex
         return Expert.quantize(*e, name=name)
-    raise QuantizationTypeError(f"{name}: expected an Expert, a (w_up, w_gate, w_down) tuple or a dict "
-                    f"with up/gate/down, got {type(e).__name__}")
+    raise QuantizationTypeError(f"{name}: expected an Expert, a (w_up, w_gate, w_down) tuple "
+                                f"or a dict with up/gate/down, got {type(e).__name__}")
 
 
 def _gate_bits(gw, n, what="gate_weights") -> np.ndarray:

@@ -20,7 +20,8 @@ import numpy as np
 __all__ = [
     "GROUP", "QuantizationError", "QuantizationTypeError", "DraftMethod",
     "fp16_scale_for", "QuantizedWeight", "quantize_weights",
-    "draft_method", "as_int8_codes", "msb_slice", "lsb_slice", "join_slices", "draft_codes", "draft_weights",
+    "draft_method", "as_int8_codes", "msb_slice", "lsb_slice", "join_slices", "draft_codes",
+    "draft_weights",
     "QuantizedActivation", "quantize_activations", "quantize_activations_fp16",
 ]
 
