@@ -410,10 +410,32 @@ class QuantizedActivation:
     q : ndarray of int8, shape ``[..., K]``
     exp : ndarray of int32, shape ``[...]``
         Scale exponent e: the real value is ``q * 2^e``.
+
+    Raises
+    ------
+    QuantizationTypeError
+        ``q`` or ``exp`` not integers (a float would truncate).
+    QuantizationError
+        ``q`` a scalar or outside int8; ``exp`` not of shape ``q.shape[:-1]`` or outside int32.
     """
 
     q: np.ndarray
     exp: np.ndarray
+
+    def __post_init__(self):
+        q = as_int8_codes(self.q, "QuantizedActivation: q")
+        exp = np.asarray(self.exp)
+        if not np.issubdtype(exp.dtype, np.integer):
+            raise QuantizationTypeError(f"QuantizedActivation: exp: expected integer "
+                                        f"exponents, got dtype {exp.dtype}")
+        if q.ndim < 1 or exp.shape != q.shape[:-1]:
+            raise QuantizationError(f"QuantizedActivation: expected q [..., K] and exp [...], "
+                                    f"got shapes {tuple(q.shape)} and {tuple(exp.shape)}")
+        if exp.size and (exp.min() < -(1 << 31) or exp.max() >= 1 << 31):
+            raise QuantizationError(f"QuantizedActivation: exp: expected int32 exponents, got "
+                                    f"values in [{exp.min()}, {exp.max()}]")
+        object.__setattr__(self, "q", q)
+        object.__setattr__(self, "exp", exp.astype(np.int32, copy=False))
 
     def dequantize(self) -> np.ndarray:
         """``q * 2^exp`` in float64, shape ``[..., K]`` (exact)."""

@@ -337,3 +337,19 @@ def test_hand_built_weights_and_drafts_are_checked():
         fp16_scale_for(np.array([1.0, np.nan]))
     with pytest.raises(QuantizationError, match=r"amax: expected magnitudes"):
         fp16_scale_for(np.array([-1.0]))
+
+
+def test_hand_built_activations_are_checked():
+    """The same review: QuantizedActivation took float codes and exponents (dequantize then
+    truncated nothing, the GEMM refused them far from where they were made)."""
+    from elmoe3d.sw.golden.quant import QuantizationTypeError, QuantizedActivation
+    with pytest.raises(QuantizationTypeError, match="QuantizedActivation: q: expected integer"):
+        QuantizedActivation(q=np.array([[0.5]]), exp=np.array([0]))
+    with pytest.raises(QuantizationTypeError, match="QuantizedActivation: exp: expected integer"):
+        QuantizedActivation(q=np.ones((2, 3), np.int8), exp=np.zeros(2))
+    with pytest.raises(QuantizationError, match=r"got shapes \(2, 3\) and \(3,\)"):
+        QuantizedActivation(q=np.ones((2, 3), np.int8), exp=np.zeros(3, np.int64))
+    qa = quantize_activations(np.array([[1.0, -2.0], [0.0, 0.0]]))
+    again = QuantizedActivation(q=qa.q.astype(np.int64), exp=qa.exp.astype(np.int64))
+    assert again.q.dtype == np.int8 and again.exp.dtype == np.int32
+    assert np.array_equal(again.dequantize(), qa.dequantize())
