@@ -181,11 +181,12 @@ def analyse_tensor(w, *, name: str, bits, methods=None) -> TensorResult:
     Raises
     ------
     QuantizationError
-        K not divisible by 32, NaN/Inf, an INT8 group scale beyond FP16.
+        K not divisible by 32, NaN/Inf, an INT8 group scale beyond FP16, an unknown method.
     """
     from ..sw.golden.metrics import ErrorSums
-    from ..sw.golden.quant import GROUP, DraftMethod, QuantizationError, draft_codes, quantize_weights
-    methods = [DraftMethod(m) for m in (methods or METHODS)]
+    from ..sw.golden.quant import (GROUP, DraftMethod, QuantizationError, draft_codes,
+                                   draft_method, quantize_weights)
+    methods = [draft_method(m, "analyse_tensor") for m in (methods or METHODS)]
     w = np.asarray(w)
     qw = quantize_weights(w, name=name)
     dedicated, na = {}, {}

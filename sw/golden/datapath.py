@@ -64,15 +64,24 @@ def msb_field(msb, aug):
     (int16, in [-16, 15]). ``msb`` integers in [-8, 7], ``aug`` 0 or 1 (broadcasting).
     Raises :class:`~.quant.QuantizationError` (a ``QuantizationTypeError`` for a dtype that is
     not an integer one) for anything else: nothing wraps."""
-    msb = as_int8_codes(msb, "msb_field: msb", lo=-8, hi=7)
-    aug = as_int8_codes(aug, "msb_field: aug", lo=0, hi=1)
-    return msb.astype(np.int16) * 2 + aug.astype(np.int16)
+    return _msb_field(as_int8_codes(msb, "msb_field: msb", lo=-8, hi=7),
+                      as_int8_codes(aug, "msb_field: aug", lo=0, hi=1))
+
+
+def _msb_field(msb, aug):
+    """:func:`msb_field` of operands known to be in range (the tile's own nibbles)."""
+    return np.asarray(msb, np.int16) * 2 + np.asarray(aug, np.int16)
 
 
 def lsb_field(lsb):
     """The 5-bit field ``{0, lsb[3:0]}`` = lsb (int16, in [0, 15]). Raises
     :class:`~.quant.QuantizationError` for an ``lsb`` that is not an integer in [0, 15]."""
-    return as_int8_codes(lsb, "lsb_field: lsb", lo=0, hi=15).astype(np.int16)
+    return _lsb_field(as_int8_codes(lsb, "lsb_field: lsb", lo=0, hi=15))
+
+
+def _lsb_field(lsb):
+    """:func:`lsb_field` of nibbles known to be in 0..15."""
+    return np.asarray(lsb, np.int16)
 
 
 def unit_pe(a, field):
@@ -80,9 +89,13 @@ def unit_pe(a, field):
     (:func:`msb_field`, :func:`lsb_field`), int32 with ``|p| <= 2048``, broadcasting. Raises
     :class:`~.quant.QuantizationError` for an ``a`` outside int8 or a ``field`` outside
     [-16, 15] (integers only)."""
-    a = as_int8_codes(a, "unit_pe: a")
-    field = as_int8_codes(field, "unit_pe: field", lo=-16, hi=15)
-    return a.astype(np.int32) * field.astype(np.int32)
+    return _unit_pe(as_int8_codes(a, "unit_pe: a"),
+                    as_int8_codes(field, "unit_pe: field", lo=-16, hi=15))
+
+
+def _unit_pe(a, field):
+    """:func:`unit_pe` of operands known to be in range (the tile's checked beats)."""
+    return np.asarray(a, np.int32) * np.asarray(field, np.int32)
 
 
 def slice_product(a, q, mode) -> np.ndarray:
@@ -92,13 +105,14 @@ def slice_product(a, q, mode) -> np.ndarray:
     unknown ``mode``."""
     mode = parse_mode(mode, "slice_product")
     msb, lsb = msb_slice(q), lsb_slice(q)
+    a = as_int8_codes(a, "slice_product: a")
     if mode is Mode.FULL:
-        return (unit_pe(a, msb_field(msb, 0)) << 3) + unit_pe(a, lsb_field(lsb))
+        return (_unit_pe(a, _msb_field(msb, 0)) << 3) + _unit_pe(a, _lsb_field(lsb))
     if mode is Mode.DRAFT:
-        return unit_pe(a, msb_field(msb, 1)) << 3
+        return _unit_pe(a, _msb_field(msb, 1)) << 3
     if mode is Mode.MSB_ONLY:
-        return unit_pe(a, msb_field(msb, 0)) << 3
-    return unit_pe(a, lsb_field(lsb))
+        return _unit_pe(a, _msb_field(msb, 0)) << 3
+    return _unit_pe(a, _lsb_field(lsb))
 
 
 def effective_weight(q, mode) -> np.ndarray:
@@ -292,14 +306,14 @@ def accumulate(psums, scale, init: Accumulator | None = None) -> Accumulator:
     return Accumulator(acc, flag)
 
 
-def parse_mode(mode, caller: str = "mode") -> Mode:
+def parse_mode(mode, caller: str = "parse_mode") -> Mode:
     """``mode`` (a :class:`Mode`, its integer or its name, ``"DRAFT"`` or ``"draft"``) as a
     :class:`Mode`, or a :class:`QuantizationError` naming ``caller`` and listing the modes."""
     try:
         if isinstance(mode, str):
             return Mode[mode.upper()]
-        if isinstance(mode, bool):
-            raise ValueError(mode)
+        if isinstance(mode, (bool, np.bool_)) or not isinstance(mode, (int, np.integer)):
+            raise ValueError(mode)                      # 1.0 or True would read as DRAFT
         return Mode(mode)
     except (KeyError, ValueError, TypeError):
         names = ", ".join(f"{m.name} ({m.value})" for m in Mode)

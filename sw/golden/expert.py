@@ -53,7 +53,7 @@ from .vpu import combine, q24_to_fp32, row_requant, swiglu_q16
 
 __all__ = ["Expert", "ExpertResult", "ref_expert", "ref_moe", "float_expert", "float_moe",
            "expert_accuracy", "PEJob", "build_expert_program", "build_moe_program",
-           "EXPERT_MODES", "updown_order", "as_expert", "check_x",
+           "EXPERT_MODES", "updown_order", "as_expert", "as_experts", "check_x",
            "parse_routing", "expert_tokens", "nibbles"]
 
 #: Modes an expert runs in (the split MSB_ONLY / LSB_ONLY halves need a psum exchange).
@@ -144,12 +144,28 @@ def as_expert(e, name="expert") -> Expert:
                                 f"or a dict with up/gate/down, got {type(e).__name__}")
 
 
-def _gate_bits(gw, n, what="gate_weights") -> np.ndarray:
+def as_experts(experts) -> list:
+    """A MoE layer's experts (a non-empty sequence of what :func:`as_expert` takes) as checked
+    :class:`Expert` objects of one shape. Raises :class:`~.quant.QuantizationError` for no
+    experts or an expert whose H or I differs from expert 0's, and as :func:`as_expert`."""
+    exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    if not exs:
+        raise QuantizationError("experts: expected at least one expert, got none")
+    for e, ex in enumerate(exs):
+        if ex.hidden != exs[0].hidden or ex.intermediate != exs[0].intermediate:
+            raise QuantizationError(f"expert {e}: shape H={ex.hidden}, I={ex.intermediate} "
+                                    f"differs from expert 0's H={exs[0].hidden}, "
+                                    f"I={exs[0].intermediate}")
+    return exs
+
+
+def _gate_bits(gw, n, what="gate_weights", slots: int = 0) -> np.ndarray:
     """Gate weights ``[n]`` as native uint16 FP16 bits: uint16 arrays (either byte order) are
     bits, floats and integers are values rounded to FP16. Raises
     :class:`~.quant.QuantizationError` for another shape or a weight that is (or rounds to)
-    Inf or NaN, bits included; :class:`~.quant.QuantizationTypeError` for bool or non-numeric
-    weights."""
+    Inf or NaN, bits included, named by its entry (by token and slot for a routing's
+    flattened ``[T, slots]`` weights); :class:`~.quant.QuantizationTypeError` for bool or
+    non-numeric weights."""
     gw = np.asarray(gw)
     if gw.shape != (n,):
         raise QuantizationError(f"{what}: expected shape ({n},), got {gw.shape}")
@@ -166,7 +182,8 @@ def _gate_bits(gw, n, what="gate_weights") -> np.ndarray:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         got = f"FP16 bits 0x{int(bits[i]):04X}" if is_bits else f"{float(gw[i])}"
-        raise QuantizationError(f"{what}: entry {i}: {got} is not a finite FP16 gate weight")
+        where = f"token {i // slots}, slot {i % slots}" if slots else f"entry {i}"
+        raise QuantizationError(f"{what}: {where}: {got} is not a finite FP16 gate weight")
     return bits
 
 
@@ -281,7 +298,8 @@ def parse_routing(routing, t, n_experts):
         if len(set(live.tolist())) != len(live):
             raise QuantizationError(f"routing: token {r} names expert(s) more than once: "
                                     f"{ids[r].tolist()}")
-    bits = _gate_bits(weights.reshape(-1), weights.size, "routing weights").reshape(ids.shape)
+    bits = _gate_bits(weights.reshape(-1), weights.size, "routing weights",
+                      slots=ids.shape[1]).reshape(ids.shape)
     return ids, bits
 
 
@@ -320,9 +338,7 @@ def ref_moe(x, experts, routing, mode=Mode.FULL) -> ExpertResult:
         an expert or the routing of the wrong type.
     """
     mode = _mode(mode)
-    exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
-    if not exs:
-        raise QuantizationError("experts: expected at least one expert, got none")
+    exs = as_experts(experts)
     x = np.asarray(x)
     t = check_x(x, exs[0])
     ids, bits = parse_routing(routing, t, len(exs))
@@ -1210,7 +1226,7 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
     """
     pe = pe_config(config)
     mode = _mode(mode)
-    exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    exs = as_experts(experts)
     x = np.asarray(x)
     t = check_x(x, exs[0])
     if t > 256:
@@ -1218,10 +1234,7 @@ def build_moe_program(x, experts, routing, mode, config) -> PEJob:
     ids, bits = parse_routing(routing, t, len(exs))
     xq = quantize_activations(x, name="x")
     routed = []
-    for e, ex in enumerate(exs):
-        if ex.hidden != exs[0].hidden or ex.intermediate != exs[0].intermediate:
-            raise ValueError(f"expert {e}: shape H={ex.hidden}, I={ex.intermediate} differs "
-                             f"from expert 0's H={exs[0].hidden}, I={exs[0].intermediate}")
+    for e in range(len(exs)):
         rows, gw = expert_tokens(ids, bits, e)
         if len(rows):
             routed.append((e, rows, gw))

@@ -68,16 +68,23 @@ class ErrorSums:
         Raises
         ------
         ValueError
-            The shapes differ, or a value is NaN or Inf (named ``ref`` or ``approx``, with
-            its index).
+            The shapes differ, a value is NaN or Inf (named ``ref`` or ``approx``, with its
+            index), or the sums of squares overflow float64 (values beyond about 1e154).
         """
         ref, approx = _pair(ref, approx)
         r = ref.reshape(-1)
         a = approx.reshape(-1)
-        e = a - r
-        return cls(n=int(r.size), ref_sq=float(r @ r), approx_sq=float(a @ a),
-                   err_sq=float(e @ e), dot=float(r @ a),
-                   max_abs=float(max(e.max(), -e.min())) if e.size else 0.0)
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = a - r
+            sums = cls(n=int(r.size), ref_sq=float(r @ r), approx_sq=float(a @ a),
+                       err_sq=float(e @ e), dot=float(r @ a),
+                       max_abs=float(max(e.max(), -e.min())) if e.size else 0.0)
+        if not all(math.isfinite(v) for v in (sums.ref_sq, sums.approx_sq, sums.err_sq,
+                                              sums.dot, sums.max_abs)):
+            raise ValueError(f"error_metrics: the sums of squares overflow float64 (values up "
+                             f"to {max(np.abs(r).max(), np.abs(a).max()):.3g}): scale ref and "
+                             f"approx alike first")
+        return sums
 
     def __add__(self, other: "ErrorSums") -> "ErrorSums":
         if not isinstance(other, ErrorSums):
@@ -87,7 +94,12 @@ class ErrorSums:
                          self.dot + other.dot, max(self.max_abs, other.max_abs))
 
     def metrics(self) -> dict:
-        """``{"mse", "sqnr_db", "cosine", "max_abs"}`` (floats) as in :func:`error_metrics`."""
+        """``{"mse", "sqnr_db", "cosine", "max_abs"}`` (floats) as in :func:`error_metrics`.
+        Raises ``ValueError`` if pooling overflowed a sum past float64."""
+        if not all(math.isfinite(v) for v in (self.ref_sq, self.approx_sq, self.err_sq,
+                                              self.dot)):
+            raise ValueError("error_metrics: the pooled sums of squares overflow float64: "
+                             "scale ref and approx alike first")
         mse = self.err_sq / self.n if self.n else 0.0
         if self.err_sq == 0.0:
             sqnr = math.inf
@@ -100,7 +112,7 @@ class ErrorSums:
         elif self.ref_sq == 0.0 or self.approx_sq == 0.0:
             cosine = 0.0
         else:
-            cosine = self.dot / math.sqrt(self.ref_sq * self.approx_sq)
+            cosine = self.dot / (math.sqrt(self.ref_sq) * math.sqrt(self.approx_sq))
             cosine = min(1.0, max(-1.0, cosine))        # rounding must not leave [-1, 1]
         return {"mse": mse, "sqnr_db": sqnr, "cosine": cosine, "max_abs": self.max_abs}
 
@@ -130,8 +142,9 @@ def error_metrics(ref, approx) -> dict:
     Raises
     ------
     ValueError
-        The shapes differ (the message gives both), or a value is NaN or Inf (named ``ref``
-        or ``approx``, with its index).
+        The shapes differ (the message gives both), a value is NaN or Inf (named ``ref`` or
+        ``approx``, with its index), or the sums of squares overflow float64 (values beyond
+        about 1e154).
     """
     return ErrorSums.of(ref, approx).metrics()
 

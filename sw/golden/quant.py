@@ -101,12 +101,18 @@ def fp16_scale_for(amax, qmax: int = 127):
     QuantizationError
         an ``amax`` that is negative or NaN (not a magnitude), or ``qmax`` below 1.
     """
-    if not isinstance(qmax, (int, np.integer)) or qmax < 1:
+    if isinstance(qmax, (bool, np.bool_)) or not isinstance(qmax, (int, np.integer)) \
+            or qmax < 1:
         raise QuantizationError(f"fp16_scale_for: qmax: expected a positive integer, got "
                                 f"{qmax!r}")
     amax = np.asarray(amax, dtype=np.float64)
-    if np.isnan(amax).any() or (amax < 0).any():
-        raise QuantizationError("fp16_scale_for: amax: expected magnitudes (>= 0, not NaN)")
+    bad = np.isnan(amax) | (amax < 0)
+    if bad.any():
+        idx = np.unravel_index(int(np.flatnonzero(bad)[0]), amax.shape)
+        where = f" at index {tuple(int(i) for i in idx)}" if amax.ndim else ""
+        raise QuantizationError(f"fp16_scale_for: amax: expected magnitudes (>= 0, not NaN), "
+                                f"got {amax[idx]}{where}")
+    amax = np.abs(amax)                                  # -0.0 -> +0.0: a scale's sign is clear
     with np.errstate(over="ignore"):
         near = (amax / qmax).astype(np.float16)
         down = np.nextafter(near, np.float16(-np.inf))
@@ -140,11 +146,11 @@ class QuantizedWeight:
     ------
     QuantizationError
         ``bits`` outside 2..8; codes that are not integers or lie outside the range above;
-        no codes (K = 0); scales that are not float16, of the wrong shape, NaN, Inf or
-        negative (a scale the quantizer never makes, which the datapath would read as a
-        number: names the row and group).
+        no codes (K = 0); scales of the wrong shape, NaN, Inf or negative (a scale the
+        quantizer never makes, which the datapath would read as a number: names the row and
+        group).
     QuantizationTypeError
-        bool codes.
+        codes that are not integers (bool included); scales that are not float16.
     """
 
     q: np.ndarray
@@ -161,14 +167,14 @@ class QuantizedWeight:
         q = as_int8_codes(self.q, f"tensor {name!r} codes", lo=lo, hi=hi)
         scale = np.array(self.scale, copy=True)
         if scale.dtype != np.float16:
-            raise QuantizationError(f"tensor {name!r}: scales must be float16 (FP16 group "
+            raise QuantizationTypeError(f"tensor {name!r}: scales must be float16 (FP16 group "
                                     f"scales), got dtype {scale.dtype}")
         if q.ndim < 2 or q.shape[-1] % GROUP or scale.shape != (*q.shape[:-1],
                                                                   q.shape[-1] // GROUP):
             raise QuantizationError(f"tensor {name!r}: codes of shape {tuple(q.shape)} need "
                                     f"scales of shape [..., N, K/{GROUP}], got "
                                     f"{tuple(scale.shape)}")
-        if q.size == 0:
+        if q.shape[-1] == 0:
             raise QuantizationError(f"tensor {name!r}: expected codes of shape [..., N, K] with "
                                     f"K >= {GROUP}, got shape {tuple(q.shape)}")
         bad = (scale.view(np.uint16) >> 10) >= 31               # sign set, or exponent 31

@@ -32,8 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...config import TileConfig
-from .datapath import (Accumulator, Mode, check_gemm_operands, accumulate, lsb_field,
-                       msb_field, unit_pe)
+from .datapath import (Accumulator, Mode, check_gemm_operands, accumulate, _lsb_field,
+                       _msb_field, _unit_pe)
 from .quant import GROUP, QuantizedWeight, lsb_slice, msb_slice
 
 
@@ -67,14 +67,14 @@ def lane_fields(nibbles, mode, lane_axis: int = 0) -> np.ndarray:
     nib = np.moveaxis(np.asarray(nibbles), lane_axis, 0)
     if mode is Mode.FULL:
         field = np.empty(nib.shape, np.int16)
-        field[0::2] = msb_field(_signed_nibble(nib[0::2]), 0)
-        field[1::2] = lsb_field(nib[1::2])
+        field[0::2] = _msb_field(_signed_nibble(nib[0::2]), 0)
+        field[1::2] = _lsb_field(nib[1::2] & 15)
     elif mode is Mode.DRAFT:
-        field = msb_field(_signed_nibble(nib), 1)
+        field = _msb_field(_signed_nibble(nib), 1)
     elif mode is Mode.MSB_ONLY:
-        field = msb_field(_signed_nibble(nib), 0)
+        field = _msb_field(_signed_nibble(nib), 0)
     else:
-        field = lsb_field(nib)
+        field = _lsb_field(nib & 15)
     return np.moveaxis(field, 0, lane_axis)
 
 
@@ -90,7 +90,7 @@ def beat_psums(act, wgt, mode) -> np.ndarray:
     mode = Mode(mode)
     act = np.asarray(act, np.int8)
     field = lane_fields(wgt, mode, lane_axis=0)
-    tree = unit_pe(act[:, None, :], field[None, :, :]).sum(axis=-1, dtype=np.int64)  # [M, N]
+    tree = _unit_pe(act[:, None, :], field[None, :, :]).sum(axis=-1, dtype=np.int64)  # [M, N]
     if mode is Mode.FULL:
         psum = np.zeros_like(tree)
         psum[:, 0::2] = (tree[:, 0::2] << 3) + tree[:, 1::2]

@@ -35,8 +35,8 @@ from ..golden.agg_link import LinkMode, LinkOp
 from ..golden.asm import OKind, ProgramError, ints_to_words, unpack_q24
 from ..golden.datapath import Mode
 from ..golden.datapath import saturating_add
-from ..golden.expert import (Expert, _gate_bits, _mode, as_expert, check_x, expert_tokens,
-                             parse_routing)
+from ..golden.expert import (Expert, _gate_bits, _mode, as_expert, as_experts, check_x,
+                             expert_tokens, parse_routing)
 from ..golden.vpu import q24_to_fp32
 from ..golden.expert_stream import (Placement, WeightImage, place_chunks, plan_expert_stream,
                                     stream_pe_program)
@@ -455,7 +455,7 @@ def compile_moe_die(x, experts, routing, mode=Mode.FULL, config=None, *,
     mode = _mode(mode)
     G = config.pes_per_group if pes_per_group is None else pes_per_group
     n_groups = config.pes // G
-    exs = [as_expert(e, f"expert {i}") for i, e in enumerate(experts)]
+    exs = as_experts(experts)
     x = np.asarray(x)
     T = check_x(x, exs[0])
     ids, bits = parse_routing(routing, T, len(exs))

@@ -313,11 +313,15 @@ def test_low_level_helpers_refuse_what_would_wrap_or_round():
     mode names ref_linear takes."""
     from elmoe3d.sw.golden.datapath import PSUM_BITS, parse_mode
     from elmoe3d.sw.golden.quant import QuantizationError, QuantizationTypeError
+    with pytest.raises(QuantizationTypeError, match=r"slice_product: a: expected integer codes, "
+                                                     r"got dtype float64"):
+        slice_product(np.array([0.7]), np.array([100]), Mode.FULL)
+    with pytest.raises(QuantizationError, match=r"slice_product: a: value 300 .* outside "
+                                                 r"\[-128, 127\]"):
+        slice_product(np.array([300], np.int16), np.array([100]), Mode.FULL)
     with pytest.raises(QuantizationTypeError, match=r"unit_pe: a: expected integer codes, got "
                                                      r"dtype float64"):
-        slice_product(np.array([0.7]), np.array([100]), Mode.FULL)
-    with pytest.raises(QuantizationError, match=r"unit_pe: a: value 300 .* outside \[-128, 127\]"):
-        slice_product(np.array([300], np.int16), np.array([100]), Mode.FULL)
+        unit_pe(2.9, 3)
     with pytest.raises(QuantizationError, match=r"unit_pe: field: value 16 is outside \[-16, 15\]"):
         unit_pe(3, 16)
     with pytest.raises(QuantizationError, match=r"msb_field: msb: value 20 is outside \[-8, 7\]"):
@@ -356,3 +360,19 @@ def test_low_level_helpers_refuse_what_would_wrap_or_round():
     qw = quantize_weights(np.random.default_rng(3).standard_normal((8, 64)), name="w")
     qa = quantize_activations(np.random.default_rng(4).standard_normal((2, 64)))
     assert gemm(qa.q, qw, "DRAFT") == gemm_reference(qa.q, qw, Mode.DRAFT)
+
+
+def test_a_second_review_of_the_low_level_checks():
+    """A review of the change above: 1.0 and np.True_ still read as DRAFT, accumulate's other
+    shapes and an empty weight (N = 0, which the GEMM takes) were untested."""
+    from elmoe3d.sw.golden.datapath import parse_mode
+    from elmoe3d.sw.golden.quant import QuantizationError
+    for bad in (1.0, np.True_, np.float64(2)):
+        with pytest.raises(QuantizationError, match=r"^parse_mode: mode: expected a Mode"):
+            parse_mode(bad)
+    assert parse_mode(np.int64(3)) is Mode.LSB_ONLY
+    with pytest.raises(QuantizationError, match=r"accumulate: psums: expected shape \[M, N, G\]"):
+        accumulate(np.ones((1, 2), np.int64), np.ones((1, 2), np.float16))
+    empty = QuantizedWeight(q=np.zeros((0, 64), np.int8), scale=np.zeros((0, 2), np.float16))
+    qa = quantize_activations(np.ones((3, 64)))
+    assert gemm(qa.q, empty) == gemm_reference(qa.q, empty) == Accumulator.zeros(3, 0)

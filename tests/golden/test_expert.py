@@ -462,8 +462,8 @@ def test_moe_inputs_that_crashed_or_passed_are_named():
     x, w = rng.standard_normal((2, H)), _weights(rng)
     ids = np.zeros(2, np.int64)
     for bits in (0x7C00, 0xFC00, 0x7E00):
-        with pytest.raises(QuantizationError, match=rf"routing weights: entry 0: FP16 bits "
-                                                    rf"0x{bits:04X} is not a finite"):
+        with pytest.raises(QuantizationError, match=rf"routing weights: token 0, slot 0: FP16 "
+                                                    rf"bits 0x{bits:04X} is not a finite"):
             ex.ref_moe(x, [w], (ids, np.full(2, bits, np.uint16)))
     with pytest.raises(QuantizationError, match=r"gate_weights: entry 1: 100000.0 is not a "
                                                 r"finite FP16"):
@@ -474,8 +474,17 @@ def test_moe_inputs_that_crashed_or_passed_are_named():
     swapped = ex.ref_moe(x, [w], (ids, np.full(2, 0x3800, ">u2")))
     assert np.array_equal(native.out, swapped.out)
     assert np.array_equal(native.out, ex.ref_moe(x, [w], (ids, np.full(2, 0.5))).out)
-    with pytest.raises(QuantizationError, match="experts: expected at least one expert"):
-        ex.ref_moe(x, [], (ids, np.ones(2)))
+    for build in (ex.ref_moe, lambda *a: ex.build_moe_program(*a, "FULL", CFG)):
+        with pytest.raises(QuantizationError, match="experts: expected at least one expert"):
+            build(x, [], (ids, np.ones(2)))
+        with pytest.raises(QuantizationError, match=r"expert 1: shape H=64, I=128 differs from "
+                                                    r"expert 0's H=64, I=256"):
+            build(x, [w, _weights(rng, i=128)], (ids, np.ones(2)))
+    with pytest.raises(QuantizationError, match=r"routing weights: token 1, slot 1: inf is not"):
+        ex.ref_moe(x, [w, w], (np.array([[0, 1], [1, 0]]), np.array([[1.0, 1], [1, np.inf]])))
+    with pytest.raises(QuantizationTypeError, match=r"expert: gate: expected a QuantizedWeight, "
+                                                    r"got ndarray"):
+        ex.Expert(ex.as_expert(w).up, w[1], ex.as_expert(w).down).check()
     with pytest.raises(QuantizationError, match=r"routing: expected ids and weights of shape "
                                                 r"\[T=2, k\]"):
         ex.ref_moe(x, [w], (0, 1.0))

@@ -85,3 +85,14 @@ def test_non_finite_values_are_named():
             error_metrics(np.ones((2, 2)), np.array([[1.0, 1.0], [bad, 1.0]]))
     with pytest.raises(ValueError, match=r"error_metrics: ref: non-finite value -inf"):
         error_metrics([-np.inf], [1.0])
+
+
+def test_sums_beyond_float64_are_an_error_not_a_cosine():
+    """A review: identical arrays of 1e200 came out with cosine -1.0 (NaN clamped)."""
+    with pytest.raises(ValueError, match=r"sums of squares overflow float64 \(values up to "
+                                         r"1e\+200\)"):
+        error_metrics([1e200], [1e200])
+    big = ErrorSums.of([1e154], [1e154])
+    with pytest.raises(ValueError, match="pooled sums of squares overflow"):
+        (big + big + big).metrics()
+    assert error_metrics([1e150, 1.0], [1e150, 2.0])["cosine"] == 1.0

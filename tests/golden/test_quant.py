@@ -353,3 +353,26 @@ def test_hand_built_activations_are_checked():
     again = QuantizedActivation(q=qa.q.astype(np.int64), exp=qa.exp.astype(np.int64))
     assert again.q.dtype == np.int8 and again.exp.dtype == np.int32
     assert np.array_equal(again.dequantize(), qa.dequantize())
+
+
+def test_a_second_review_of_the_quantizer_checks():
+    """A review of the change above: bool qmax passed, -0.0 magnitudes gave a -0.0 scale
+    (which QuantizedWeight refuses), amax errors named no value, draft_weights took any qw."""
+    from elmoe3d.sw.golden.quant import QuantizationTypeError, QuantizedWeight
+    with pytest.raises(QuantizationError, match=r"fp16_scale_for: qmax: expected a positive "
+                                                r"integer, got True"):
+        fp16_scale_for(np.array([1.0]), True)
+    with pytest.raises(QuantizationError, match=r"amax: .* got nan at index \(1,\)"):
+        fp16_scale_for(np.array([1.0, np.nan]))
+    scale, ok = fp16_scale_for(np.array([-0.0, 0.0]))
+    assert ok.all() and not np.signbit(scale).any()
+    w = np.zeros((2, 32))
+    w[0, 3] = -0.0
+    qw = quantize_weights(w)
+    assert not np.signbit(qw.scale).any()
+    with pytest.raises(QuantizationTypeError, match=r"draft_weights: qw: expected a "
+                                                    r"QuantizedWeight"):
+        draft_weights(w, w, 4, "truncate")
+    with pytest.raises(QuantizationTypeError, match=r"scales must be float16 .* got dtype "
+                                                    r"float32"):
+        QuantizedWeight(q=np.zeros((2, 32), np.int8), scale=np.zeros((2, 1), np.float32))
