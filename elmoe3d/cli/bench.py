@@ -247,21 +247,32 @@ def configure(parser):
 MAX_BEATS = 1 << 20
 
 
-def median_time(fn, repeats: int, min_seconds: float = 0.05) -> float:
-    """Median over ``repeats`` samples of the seconds per call of ``fn``; each sample loops
-    until ``min_seconds`` have passed. One untimed warm-up call first."""
-    fn()
-    samples = []
+def interleaved_times(fns, repeats: int, min_seconds: float = 0.05) -> list:
+    """Seconds per call of each of ``fns``: ``repeats`` samples each, taken in turn (one
+    sample of every function, then the next round), so that a load on the machine that comes
+    and goes falls on all of them alike. Each sample loops until ``min_seconds`` have passed;
+    one untimed warm-up call of each first. Returns one list of ``repeats`` samples per
+    function."""
+    for fn in fns:
+        fn()
+    samples = [[] for _ in fns]
     for _ in range(repeats):
-        calls, start = 0, time.perf_counter()
-        while True:
-            fn()
-            calls += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_seconds:
-                break
-        samples.append(elapsed / calls)
-    return statistics.median(samples)
+        for fn, out in zip(fns, samples):
+            calls, start = 0, time.perf_counter()
+            while True:
+                fn()
+                calls += 1
+                elapsed = time.perf_counter() - start
+                if elapsed >= min_seconds:
+                    break
+            out.append(elapsed / calls)
+    return samples
+
+
+def paired_ratio(base, ours) -> float:
+    """Median over rounds of ``base / ours`` from :func:`interleaved_times`' samples of the
+    same rounds: the baseline measured in the same moment as ours."""
+    return statistics.median(b / o for b, o in zip(base, ours))
 
 
 @functools.lru_cache(maxsize=None)
@@ -307,19 +318,19 @@ def golden_figures(seed, repeats):
         qw = quantize_weights(w, name=which)
         a32 = np.ascontiguousarray(a_q.astype(np.float32))
         w32 = np.ascontiguousarray(np.asarray(w, np.float32).T)        # [K, N]
-        t_matmul = median_time(lambda: np.matmul(a32, w32), repeats)
         gemm(a_q, qw, Mode.FULL)                       # prepare the weight-stationary operand
-        t_prepared = median_time(lambda: gemm(a_q, qw, Mode.FULL), repeats)
 
         def cold():
             fresh = QuantizedWeight(q=qw.q, scale=qw.scale, bits=qw.bits, name=qw.name)
             return gemm(a_q, fresh, Mode.FULL)
-        t_cold = median_time(cold, repeats)
+        base, prepared, fresh = interleaved_times(
+            (lambda: np.matmul(a32, w32), lambda: gemm(a_q, qw, Mode.FULL), cold), repeats)
+        t_matmul, t_prepared, t_cold = (statistics.median(t) for t in (base, prepared, fresh))
         macs = m * k * n
         out.append({"label": label, "M": m, "K": k, "N": n, "source": source,
                     "matmul_f32_s": t_matmul, "gemm_prepared_s": t_prepared,
-                    "gemm_cold_s": t_cold, "ratio_prepared": t_matmul / t_prepared,
-                    "ratio_cold": t_matmul / t_cold,
+                    "gemm_cold_s": t_cold, "ratio_prepared": paired_ratio(base, prepared),
+                    "ratio_cold": paired_ratio(base, fresh),
                     "matmul_gmacs": macs / t_matmul / 1e9,
                     "gemm_prepared_gmacs": macs / t_prepared / 1e9})
     return out
