@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import pytest
 from amaranth import Cat, ClockDomain, Elaboratable, Instance, Module, Signal
@@ -580,6 +581,16 @@ open("stat.json", "w").write('{"modules": {"top": {"num_cells_by_type": {"LUT4":
     plan = fpga.prepare(_Small(), _Fast85F(), build_dir=tmp_path)
     assert fpga.YOSYS_ABC9_XAIGER1 in plan.files["top.ys"]
     assert fpga.YOSYS_SPLITNETS in plan.files["top.ys"]
+
+
+def test_the_netlist_does_not_depend_on_the_checkouts_folder(tmp_path):
+    """The same RTL gave 34,578 LUT4 positions from a clone in /tmp and 34,809 from /work
+    (2026-12-05): Amaranth's source locations put the checkout's path into the RTLIL, and Yosys
+    orders cells by name. The FPGA flow's RTLIL now carries none, as the ASIC flow's."""
+    plan = fpga.prepare(_Small(), _Fast85F(), build_dir=tmp_path)
+    il = plan.files["top.il"]
+    assert "attribute \\src" not in il and "module \\top" in il
+    assert str(Path(fpga.__file__).parents[1]) not in il
 
 
 def test_unreadable_report(tmp_path):
