@@ -5,9 +5,10 @@ written as they finish, resumable, consolidated into Parquet, CSV and JSON, with
 * :func:`run_sweep` -- expand and validate the spec (:func:`~.sweep_spec.expand`; nothing runs
   if a point is invalid), skip the points whose row is already in the out folder without an
   error and from the same code (a rerun, keyed by the point's id and the row's ``code``,
-  :func:`~.sweep_tasks.code_version`), submit the rest in chunks
-  (:func:`~.sweep_tasks.run_point`, or ``task``), write each row as it arrives, then the
-  consolidated tables and the plots.
+  :func:`~.sweep_tasks.code_version`), connect to the scheduler (:func:`connect_scheduler`:
+  before the out folder is touched, so that one that cannot be reached leaves nothing), submit
+  the rest in chunks (:func:`~.sweep_tasks.run_point`, or ``task``), write each row as it
+  arrives, then the consolidated tables and the plots.
 * Faults: a worker that dies mid-task loses nothing: the scheduler reruns its tasks on another
   worker (``distributed.scheduler.allowed-failures``, default 3); a task that raises inside a
   point records its error in the row (``error``) and the sweep goes on. A point whose row has an
@@ -52,16 +53,26 @@ from .sweep_tasks import (CACHE_ENV, META_COLUMNS, RESULT_COLUMNS, cache_problem
 
 __all__ = ["run_sweep", "run_chunk", "auto_chunk", "MAX_CHUNK", "SweepRun", "ResultStore",
            "consolidate", "pareto_front", "pareto_plots", "comparable", "local_cluster",
-           "failed_row", "check_scheduler", "check_dashboard"]
+           "failed_row", "check_scheduler", "check_dashboard", "connect_scheduler",
+           "CONNECT_TIMEOUT"]
 
 
 class ResultStore:
     """The out folder's per-point rows (``points/<id>.json``): :meth:`put` writes one
     atomically, :meth:`get` reads one back (``None`` if absent or damaged)."""
 
-    def __init__(self, out_dir):
+    def __init__(self, out_dir, *, create: bool = True):
+        """The store of ``out_dir``; ``create``: make the folder and its ``points/`` now (else
+        :meth:`create`; :meth:`get` and :meth:`state` read a missing folder as empty). Raises
+        :class:`OSError` when it cannot be made."""
         self.out = Path(out_dir).resolve()
         self.points = self.out / "points"
+        if create:
+            self.create()
+
+    def create(self) -> None:
+        """Make the out folder and its ``points/``, with any missing parents. Raises
+        :class:`OSError` when they cannot be made."""
         self.points.mkdir(parents=True, exist_ok=True)
 
     def path(self, pid: str) -> Path:
@@ -228,6 +239,46 @@ def check_dashboard(address: str) -> str:
     return address
 
 
+#: Seconds :func:`connect_scheduler` waits for the scheduler of ``--scheduler`` to answer.
+CONNECT_TIMEOUT = 20
+
+
+def connect_scheduler(address: str, cache, cache_given: bool, *,
+                      timeout: float = CONNECT_TIMEOUT):
+    """A :class:`distributed.Client` of the scheduler at ``address`` (``--scheduler``) whose
+    workers import elmoe3d's sweep tasks (:func:`_warm_up_workers`) and can write the cache
+    folder ``cache`` (:func:`_check_cache`; ``cache_given``: it is ``--cache``'s). Waits at
+    most ``timeout`` seconds for the scheduler. :func:`run_sweep` calls it before it prints
+    or writes anything: a sweep whose cluster cannot be used leaves no trace. The caller
+    closes the client. Raises :class:`UserError` naming ``--scheduler`` when the scheduler
+    cannot be reached, or (the client closed) a worker cannot import the tasks or write the
+    cache."""
+    need("distributed")
+    from distributed import Client
+    try:
+        client = Client(address, timeout=timeout)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UserError(f"--scheduler {address}: cannot connect ({exc})") from None
+    try:
+        _warm_up_workers(client)
+        _check_cache(cache, cache_given, client)
+    except BaseException:
+        client.close()
+        raise
+    return client
+
+
+def _warm_up_workers(client) -> None:
+    """Import what a point's task needs on every worker of ``client`` (:func:`_warm_up`), so
+    that the rate counts the points. Raises :class:`UserError` when a worker cannot (one
+    without the package, say)."""
+    try:
+        client.run(_warm_up)
+    except Exception as exc:
+        raise UserError(f"dask workers cannot import elmoe3d's sweep tasks "
+                        f"({type(exc).__name__}: {exc}); see docs/sweep.md") from None
+
+
 def _check_cache(cache: Path, given: bool, client=None) -> None:
     """Raise :class:`UserError` naming ``--cache`` (or the default cache folder when not
     ``given``) unless ``cache`` is a folder the tasks can write, made if missing
@@ -263,9 +314,18 @@ def _out_label(out_dir, given: bool) -> str:
     return f"--out {out_dir}" if given else f"the out folder {out_dir} (--out)"
 
 
+#: The files :func:`run_sweep` writes at the top of the out folder (besides the plots).
+OUT_FILES = ("sweep.json", "results.parquet", "results.csv", "results.json")
+
+
 def _check_out(out_dir, given: bool = True) -> None:
-    """Raise :class:`UserError` naming ``--out`` when ``out_dir``, or a folder above it, is a
-    file or cannot be looked at (checked before anything is written)."""
+    """Raise :class:`UserError` naming ``--out`` (or the default out folder when not
+    ``given``) when ``out_dir``, or a folder above it, is a file or cannot be looked at, or
+    when the out folder cannot be written: the check and the words of the other commands'
+    output folders (:func:`elmoe3d.cli.outputs.check_output_dir`: an existing folder in which
+    :data:`OUT_FILES` cannot be written, a new one whose nearest existing folder is not
+    writable). Checked before anything is written."""
+    from ...cli.outputs import check_output_dir
     label = _out_label(out_dir, given)
     out = Path(out_dir).resolve()
     try:
@@ -275,7 +335,8 @@ def _check_out(out_dir, given: bool = True) -> None:
                     raise UserError(f"{label}: a file, not a folder" if p == out else
                                     f"{label}: cannot make the out folder: {p} is a file, "
                                     f"not a folder")
-                return
+                break
+        check_output_dir(out_dir, "--out" if given else "the out folder", OUT_FILES)
     except OSError as exc:
         raise UserError(f"{label}: cannot look at {exc.filename or out} "
                         f"({exc.strerror or exc})") from None
@@ -307,7 +368,8 @@ _progress = contextlib.contextmanager(_progress)
 def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | None = None,
               cache_dir=None, progress: bool = True, task=None, retries: int = 0,
               dashboard: str | None = "localhost:8787", plots: bool = True, say=print,
-              chunk: int | None = None, out_given: bool = True) -> SweepRun:
+              chunk: int | None = None, out_given: bool = True,
+              connect_timeout: float = CONNECT_TIMEOUT) -> SweepRun:
     """Run the sweep ``spec`` (a :class:`~.sweep_spec.SweepSpec` or a spec file) into
     ``out_dir``.
 
@@ -319,7 +381,14 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     cache_dir)``. ``retries``: Dask retries of a task that raises (run_point does not raise; a dead
     worker's tasks are rerun by the scheduler whatever this says). ``chunk``: points a Dask task
     runs (default :func:`auto_chunk`). ``say`` prints the seed, the counts and the dashboard
-    address.
+    address. ``connect_timeout``: seconds to wait for ``scheduler`` to answer.
+
+    Everything that can be checked is checked before the out folder is made or touched and
+    before the first line is said: the addresses, the spec and its points, the out and cache
+    folders, and, when some point is left to run, the scheduler (connected, its workers
+    warmed up and their cache checked: :func:`connect_scheduler`). A sweep stopped after
+    that (Ctrl-C, an error) keeps its rows, and ``sweep.json`` says "interrupted" or "failed"
+    (:func:`_stopped`): a rerun resumes it.
 
     Returns a :class:`SweepRun`. Raises :class:`UserError` for an invalid spec or point, a
     scheduler address (:func:`check_scheduler`) or a dashboard address
@@ -336,16 +405,25 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     points = expand(spec, counts)
     _check_out(out_dir, out_given)
     cache = Path(cache_dir).resolve() if cache_dir is not None else default_cache_dir()
-    if not scheduler:                           # a cluster's workers check theirs (_run)
+    if not scheduler:                   # a cluster's workers check theirs: connect_scheduler
         _check_cache(cache, cache_dir is not None)
     task = task or run_point
     out = Path(out_dir).resolve()
+    store = ResultStore(out, create=False)          # read what an earlier run finished
+    code = code_version()
+    states = [store.state(p.id, code) for p in points]
+    client = None
+    if scheduler and any(st != "done" for st in states):
+        # before the out folder is made and the header said: an unreachable scheduler leaves
+        # no trace (nor an earlier sweep's sweep.json marked "failed")
+        client = connect_scheduler(scheduler, cache, cache_dir is not None,
+                                   timeout=connect_timeout)
     try:
-        store = ResultStore(out)
+        store.create()
         try:
-            return _run(spec, points, store, cache, task, scheduler=scheduler, workers=workers,
-                        progress=progress, retries=retries, dashboard=dashboard, plots=plots,
-                        say=say, chunk=chunk, cache_given=cache_dir is not None,
+            return _run(spec, points, states, store, cache, task, code=code, client=client,
+                        workers=workers, progress=progress, retries=retries,
+                        dashboard=dashboard, plots=plots, say=say, chunk=chunk,
                         dropped=counts)
         except BaseException as exc:
             _stopped(store, points, exc)
@@ -356,6 +434,9 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
             raise
         raise UserError(f"{_out_label(out_dir, out_given)}: cannot write the out folder: "
                         f"{exc.filename} ({exc.strerror or exc})") from None
+    finally:
+        if client is not None:
+            client.close()
 
 
 def _stopped(store, points, exc) -> None:
@@ -384,10 +465,14 @@ def _status(store, spec, status, **extra) -> None:
          **extra}, indent=1, default=_json_default))
 
 
-def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retries,
-         dashboard, plots, say, chunk, cache_given, dropped) -> SweepRun:
-    code = code_version()
-    states = [store.state(p.id, code) for p in points]
+def _run(spec, points, states, store, cache, task, *, code, client, workers, progress,
+         retries, dashboard, plots, say, chunk, dropped) -> SweepRun:
+    """Run the points whose ``states`` (:meth:`ResultStore.state` under ``code``) are not
+    "done" into ``store``, on ``client`` (a scheduler's, connected and checked by
+    :func:`connect_scheduler`), on an embedded cluster of ``workers`` or in this process
+    (``workers=0``); then the tables and plots. Raises :class:`UserError` (an embedded
+    cluster's workers that cannot import the tasks, rows missing after the run) and
+    :class:`OSError` (the out folder)."""
     todo = [p for p, st in zip(points, states) if st != "done"]
     stale = states.count("stale")
     skipped = len(points) - len(todo)
@@ -401,15 +486,12 @@ def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retr
     dash = None
     start = time.perf_counter()
     n_workers = 0
-    if todo and (scheduler or workers != 0):
-        need("distributed")
-        from distributed import Client
-        if scheduler:
-            try:
-                ctx = Client(scheduler, timeout="20s")
-            except (OSError, TimeoutError, ValueError) as exc:
-                raise UserError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+    if todo and (client is not None or workers != 0):
+        embedded = client is None
+        if not embedded:                            # a scheduler's: warmed up and checked
+            ctx = contextlib.nullcontext(client)
         else:
+            need("distributed")
             n = workers if workers is not None else usable_cpus()
             ctx = local_cluster(n, dashboard=dashboard)
         with ctx as client:
@@ -417,13 +499,8 @@ def _run(spec, points, store, cache, task, *, scheduler, workers, progress, retr
             dash = client.dashboard_link
             say(f"dask: {n_workers} worker(s), scheduler {client.scheduler.address}, dashboard "
                 f"{dash}")
-            try:
-                client.run(_warm_up)                # imports, so the rate counts the points
-            except Exception as exc:                # a worker without the package, say
-                raise UserError(f"dask workers cannot import elmoe3d's sweep tasks "
-                                f"({type(exc).__name__}: {exc}); see docs/sweep.md") from None
-            if scheduler:                           # the cache is the workers' (a shared path)
-                _check_cache(cache, cache_given, client)
+            if embedded:
+                _warm_up_workers(client)
             start = time.perf_counter()
             size = chunk or auto_chunk(todo, n_workers)
             chunks = [todo[i:i + size] for i in range(0, len(todo), size)]

@@ -44,7 +44,10 @@ before the constraints see it), a configuration
 :class:`~elmoe3d.config.ArchConfig` rejects (or, for points with an area task, whose PE geometry
 it rejects), an unknown model or scheme, a constraint that does not parse or names an unknown
 field: each is a line of a :class:`~elmoe3d.errors.UserError` naming the spec file, the field
-and the point (the points' distinct mistakes each a line, the first point of each named).
+and the point (the points' distinct mistakes each a line, the first point of each named). The
+spec's own mistakes (an unknown key at any level, with the closest known names; a value of the
+wrong form; a constraint that does not compile) are all found first, a line each
+(:func:`parse_spec`); its points are checked once the spec itself has none.
 
 Constraints and task expressions are a small expression language checked with :mod:`ast`
 (:func:`compile_expr`), never ``eval``: numbers, strings, booleans, field names (``tile.rows``
@@ -57,6 +60,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import hashlib
 import itertools
 import json
@@ -215,8 +219,7 @@ def compile_expr(text: str, names) -> "callable":
             if name in ("true", "false", "True", "False"):
                 return
             if name not in names:
-                raise ExprError(f"{text!r}: unknown field {name!r}; known: "
-                                f"{', '.join(sorted(names))}")
+                raise ExprError(f"{text!r}: {_unknown('field', name, sorted(names))}")
             return
         if isinstance(node, ast.BoolOp):
             for v in node.values:
@@ -363,7 +366,8 @@ def load_spec(path) -> SweepSpec:
                 raise UserError(f"{path}{where}: {problem}") from None
             raise UserError(f"{path}{where}: not YAML ({problem})") from None
     else:
-        raise UserError(f"{path}: expected a .yaml, .yml or .toml spec, got {suffix or 'no suffix'!r}")
+        raise UserError(f"{path}: expected a .yaml, .yml or .toml spec, got "
+                        f"{suffix or 'no suffix'!r}")
     return parse_spec(raw, path=str(path), text=text)
 
 
@@ -421,43 +425,65 @@ def _axis(spec_path, section, name, value, sampling):
 def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     """Check the structure of a spec already read into ``raw`` (a dict): sections, field
     names, axis forms, sampling, ``name``, ``workload.hb`` (any case), tasks (at least one
-    selected), the expressions' syntax and names. Raises :class:`UserError` naming ``path``
-    and the key."""
+    selected), the expressions' syntax and names.
+
+    Every independent mistake is found, each a line of one error as :func:`expand`'s points'
+    (:func:`_note`, at most :data:`MAX_MISTAKES`): each unknown section, field or task (with
+    the closest known names, :func:`_unknown`), each value of the wrong form, each constraint
+    that does not compile. A check that would only repeat another mistake is left out:
+    ``samples`` after a bad ``sampling``; a missing ``workload.model`` when the workload
+    section is not a table, its ``model`` has a mistake or an unknown key is close to it (the
+    likely typo); "no task selected" when a task has a mistake or an unknown task key is close
+    to a task. Raises :class:`UserError` naming ``path`` and the key of each mistake."""
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a table of sections ({', '.join(_TOP_KEYS)})")
-    unknown = sorted(set(raw) - set(_TOP_KEYS))
-    if unknown:
-        raise UserError(f"{path}: unknown section {unknown[0]!r}; known: {', '.join(_TOP_KEYS)}")
+    problems = {}
+
+    def note(message):
+        _note(problems, UserError(f"{path}: {message}"), path)
+    meant = set()                  # the known names an unknown key is close to: likely typos
+    for key in raw:
+        if key not in _TOP_KEYS:
+            note(_unknown("section", key, _TOP_KEYS))
+            meant.update(_close(key, _TOP_KEYS))
     sampling = raw.get("sampling", "grid")
     if sampling not in SAMPLINGS:
-        raise UserError(f"{path}: sampling: expected one of {', '.join(SAMPLINGS)}, got "
-                        f"{sampling!r}")
+        note(f"sampling: expected one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+        sampling = None                             # samples are not checked against it
     samples = raw.get("samples")
     if sampling == "grid":
         if samples is not None:
-            raise UserError(f"{path}: samples: only with sampling random or lhs")
+            note("samples: only with sampling random or lhs")
+    elif sampling is None:
+        pass
     elif samples is None:
-        raise UserError(f"{path}: samples: missing; sampling {sampling} needs it (how many "
-                        f"config points, a positive integer)")
+        note(f"samples: missing; sampling {sampling} needs it (how many config points, a "
+             f"positive integer)")
     elif not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-        raise UserError(f"{path}: samples: sampling {sampling} needs a positive integer, got "
-                        f"{samples!r}")
+        note(f"samples: sampling {sampling} needs a positive integer, got {samples!r}")
     seed = raw.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise UserError(f"{path}: seed: expected a non-negative integer, got {seed!r}")
+        note(f"seed: expected a non-negative integer, got {seed!r}")
     base = raw.get("base")
     if base is not None:
         try:
             preset(base)
         except ConfigError as exc:
-            raise UserError(f"{path}: base: {exc}") from None
-    name = _name(raw["name"], path) if "name" in raw else Path(path).stem
+            note(f"base: {exc}")
+    name = Path(path).stem
+    if "name" in raw:
+        try:
+            name = _name(raw["name"], path)
+        except UserError as exc:
+            _note(problems, exc, path)
     config, workload = {}, {}
+    bodies = {}
     for section, known, out in (("config", CONFIG_FIELDS, config),
                                 ("workload", tuple(WORKLOAD_FIELDS), workload)):
-        body = raw.get(section, {}) or {}
+        body = bodies[section] = raw.get(section, {}) or {}
         if not isinstance(body, dict):
-            raise UserError(f"{path}: {section}: expected a table of fields")
+            note(f"{section}: expected a table of fields")
+            continue
         for key, value in body.items():
             if section == "config" and key == "tile" and isinstance(value, dict):
                 items = [(f"tile.{k}", v) for k, v in value.items()]
@@ -465,48 +491,61 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                 items = [(key, value)]
             for k, v in items:
                 if k not in known:
-                    raise UserError(f"{path}: {section}: unknown field {k!r}; known: "
-                                    f"{', '.join(known)}")
-                out[k] = _axis(path, section, k, v, sampling)
+                    note(f"{section}: {_unknown('field', k, known)}")
+                    meant.update(f"{section}.{c}" for c in _close(k, known))
+                    continue
+                try:
+                    out[k] = _axis(path, section, k, v, sampling)
+                except UserError as exc:
+                    _note(problems, exc, path)
     if "hb" in workload:
-        workload["hb"] = {"values": [_hb(v, path) for v in workload["hb"]["values"]]}
-    models = _models(raw.get("models"), path)
-    if "model" not in workload:
-        raise UserError(f"{path}: workload.model: expected at least one model (a preset or "
-                        f"a name of models:)")
-    if base is not None and "hb" in workload:
-        raise UserError(f"{path}: workload.hb: picks the base preset paper-<hb>; give it or "
-                        f"base, not both")
+        hbs = []
+        for v in workload["hb"]["values"]:
+            try:
+                hbs.append(_hb(v, path))
+            except UserError as exc:
+                _note(problems, exc, path)
+        workload["hb"] = {"values": hbs}
+    models = _models(raw.get("models"), path, problems)
+    wbody = bodies["workload"]
+    if isinstance(wbody, dict) and "model" not in wbody \
+            and not meant & {"workload", "workload.model"}:
+        note("workload.model: expected at least one model (a preset or a name of models:)")
+    if base is not None and isinstance(wbody, dict) and "hb" in wbody:
+        note("workload.hb: picks the base preset paper-<hb>; give it or base, not both")
     names = list(config) + list(WORKLOAD_FIELDS) + [f for f in CONFIG_FIELDS if f not in config]
     constraints = raw.get("constraints", []) or []
     if isinstance(constraints, str):
         constraints = [constraints]
-    if not isinstance(constraints, list):
-        raise UserError(f"{path}: constraints: expected a list of expressions")
     compiled = []
+    if not isinstance(constraints, list):
+        note("constraints: expected a list of expressions")
+        constraints = []
     for i, c in enumerate(constraints):
         try:
             compiled.append(compile_expr(c, names))
         except ExprError as exc:
-            raise UserError(f"{path}: constraints[{i}]: {exc}") from None
+            note(f"constraints[{i}]: {exc}")
     tasks_raw = raw.get("tasks", {}) or {}
+    tasks_sound = True                      # every task key known and its value of its form
     if not isinstance(tasks_raw, dict):
-        raise UserError(f"{path}: tasks: expected a table ({', '.join(_TASK_KEYS)})")
-    unknown = sorted(set(tasks_raw) - set(_TASK_KEYS))
-    if unknown:
-        raise UserError(f"{path}: tasks: unknown task {unknown[0]!r}; known: "
-                        f"{', '.join(_TASK_KEYS)}")
+        note(f"tasks: expected a table ({', '.join(_TASK_KEYS)})")
+        tasks_raw, tasks_sound = {}, False
+    for key in tasks_raw:
+        if key not in _TASK_KEYS:
+            note(f"tasks: {_unknown('task', key, _TASK_KEYS)}")
+            tasks_sound = tasks_sound and not set(_close(key, _TASK_KEYS)) & set(TASKS)
     tasks = {}
     for key, default in _TASK_KEYS.items():
         v = tasks_raw.get(key, default)
         if key == "rtl_beats":
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise UserError(f"{path}: tasks.rtl_beats: expected a positive integer, got "
-                                f"{v!r}")
+                note(f"tasks.rtl_beats: expected a positive integer, got {v!r}")
             tasks[key] = v
         elif key == "perf":
             if not isinstance(v, bool):
-                raise UserError(f"{path}: tasks.perf: expected true or false, got {v!r}")
+                note(f"tasks.perf: expected true or false, got {v!r}")
+                tasks_sound = False
             tasks[key] = v
         elif isinstance(v, bool):
             tasks[key] = v
@@ -514,15 +553,32 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
             try:
                 tasks[key] = compile_expr(v, names)
             except ExprError as exc:
-                raise UserError(f"{path}: tasks.{key}: {exc}") from None
-    if not any(tasks[k] for k in TASKS):
-        raise UserError(f"{path}: tasks: no task selected (perf is false and area, timing and "
-                        f"rtl are not given or false); a point would compute nothing")
+                note(f"tasks.{key}: {exc}")
+                tasks_sound = False
+    if tasks_sound and not any(tasks[k] for k in TASKS):
+        note("tasks: no task selected (perf is false and area, timing and rtl are not given "
+             "or false); a point would compute nothing")
+    if problems:
+        raise UserError(_problems_text(problems))
     digest = hashlib.sha256(text.encode()).hexdigest()[:16] if text else ""
     return SweepSpec(path=path, name=str(name), seed=seed, base=base, sampling=sampling,
                      samples=samples, config=config, workload=workload,
                      constraints=compiled, tasks=tasks, text_hash=digest, raw=raw,
                      models=models)
+
+
+def _close(key, known) -> list:
+    """The names of ``known`` close to ``key`` (:func:`difflib.get_close_matches`, at most 3,
+    best first): what a misspelt key likely meant."""
+    return difflib.get_close_matches(str(key), [str(k) for k in known], n=3)
+
+
+def _unknown(what: str, key, known) -> str:
+    """``unknown <what> 'key'`` with the closest names of ``known`` when any is close
+    (:func:`_close`: ``(did you mean 'pes'?)``) and every known one: a spec's mistake."""
+    close = _close(key, known)
+    hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    return f"unknown {what} {key!r}{hint}; known: {', '.join(map(str, known))}"
 
 
 #: Characters a spec's ``name`` may not hold: it names the folder ``out/sweep-<name>``, and
@@ -560,32 +616,40 @@ def _hb(value, path: str) -> str:
     return text
 
 
-def _models(body, path: str) -> dict:
+def _models(body, path: str, problems: dict) -> dict:
     """The ``models:`` section: name -> ``config.json`` path (relative to the spec's folder),
     each read by :func:`~.hf_config.model_from_config` and registered in this process;
-    ``{name: figures}`` (:func:`~.hf_config.model_figures`)."""
+    ``{name: figures}`` (:func:`~.hf_config.model_figures`) of the entries without a mistake.
+    Each mistake (the section not a table, an entry's path, file or name) is recorded in
+    ``problems`` (:func:`_note`, naming ``path`` and the entry), the other entries read on."""
     from .hf_config import load_model, model_figures
     if body is None:
         return {}
     if not isinstance(body, dict):
-        raise UserError(f"{path}: models: expected a table of name: config.json path")
+        _note(problems, UserError(f"{path}: models: expected a table of name: config.json "
+                                  f"path"), path)
+        return {}
     folder = Path(path).parent if path != "<spec>" else Path.cwd()
     out = {}
     for name, file in body.items():
-        if not isinstance(file, str) or not file:
-            raise UserError(f"{path}: models.{name}: expected the path of a config.json, got "
-                            f"{file!r}")
-        where = folder / Path(file).expanduser()
-        other = next((n for n in body if n != name and str(n).strip().lower()
-                      == str(name).strip().lower()), None)
-        if other is not None:
-            raise UserError(f"{path}: models.{name}: the same name as models.{other} (names are "
-                            f"kept lower case)")
         try:
-            key = load_model(where, name=str(name))
+            if not isinstance(file, str) or not file:
+                raise UserError(f"{path}: models.{name}: expected the path of a config.json, "
+                                f"got {file!r}")
+            where = folder / Path(file).expanduser()
+            later = list(body)[list(body).index(name) + 1:]     # a pair is one mistake
+            other = next((n for n in later if str(n).strip().lower()
+                          == str(name).strip().lower()), None)
+            if other is not None:
+                raise UserError(f"{path}: models.{name}: the same name as models.{other} "
+                                f"(names are kept lower case)")
+            try:
+                key = load_model(where, name=str(name))
+            except UserError as exc:
+                raise UserError(f"{path}: models.{name}: {exc}") from None
+            out[key] = model_figures(key)
         except UserError as exc:
-            raise UserError(f"{path}: models.{name}: {exc}") from None
-        out[key] = model_figures(key)
+            _note(problems, exc, path)
     return out
 
 
@@ -846,7 +910,8 @@ def _problems_text(problems: dict) -> str:
     lines = [first + (f" (and {n - 1} more point{'s' if n > 2 else ''})" if n > 1 else "")
              for first, n in list(problems.values())[:MAX_MISTAKES]]
     if len(problems) > MAX_MISTAKES:
-        lines.append(f"... and {len(problems) - MAX_MISTAKES} more distinct mistakes")
+        more = len(problems) - MAX_MISTAKES
+        lines.append(f"... and {more} more distinct mistake{'s' if more > 1 else ''}")
     return "\n".join(lines)
 
 

@@ -518,7 +518,7 @@ def test_the_expression_language_refuses_what_it_has_not():
 
 BAD = [
     ("config:\n  pez: [16]\nworkload:\n  model: [qwen3-30b-a3b]\n",
-     "{spec}: config: unknown field 'pez'; known: " + ", ".join(
+     "{spec}: config: unknown field 'pez' (did you mean 'pes'?); known: " + ", ".join(
          __import__("elmoe3d.sw.host.sweep_spec", fromlist=["x"]).CONFIG_FIELDS)),
     ("config:\n  pes: [16, x]\nworkload:\n  model: [qwen3-30b-a3b]\n",
      "{spec}: point 1 (pes=x, model=qwen3-30b-a3b): pes: expected an integer, got 'x'"),
@@ -577,7 +577,8 @@ BAD = [
     ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: ['pes >']\n",
      "{spec}: constraints[0]: 'pes >' does not parse (invalid syntax)"),
     ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: ['pez > 4']\n",
-     "{spec}: constraints[0]: 'pez > 4': unknown field 'pez'; known: "),
+     "{spec}: constraints[0]: 'pez > 4': unknown field 'pez' (did you mean 'pes'?); "
+     "known: "),
     ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: [\"open('x')\"]\n",
      "{spec}: constraints[0]: \"open('x')\": Call is not allowed (only numbers, fields, "
      "arithmetic, comparisons, and/or/not, min/max/abs)"),
@@ -587,7 +588,10 @@ BAD = [
      "{spec}: config.pes: a range needs sampling random or lhs over the config axes "
      "(workload axes and grids take lists)"),
     ("sweep: 1\nworkload:\n  model: [qwen3-30b-a3b]\n",
-     "{spec}: unknown section 'sweep'; known: name, seed, base, sampling, samples, config, "
+     "{spec}: unknown section 'sweep' (did you mean 'seed'?); known: name, seed, base, "
+     "sampling, samples, config, workload, constraints, tasks, models"),
+    ("swep: 1\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: unknown section 'swep'; known: name, seed, base, sampling, samples, config, "
      "workload, constraints, tasks, models"),
     # a model without a fitted Zipf exponent or alpha model (Mixtral, a models: entry)
     ("workload:\n  model: [mixtral-8x7b]\n  scheme: [ar]\n",
@@ -609,7 +613,8 @@ BAD = [
     ("models:\n  my-moe: 3\nworkload:\n  model: [my-moe]\n",
      "{spec}: models.my-moe: expected the path of a config.json, got 3"),
     ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  power: true\n",
-     "{spec}: tasks: unknown task 'power'; known: perf, area, timing, rtl, rtl_beats"),
+     "{spec}: tasks: unknown task 'power' (did you mean 'perf'?); known: perf, area, timing, "
+     "rtl, rtl_beats"),
     ("config:\n  tile.rows: [16, 8]\nworkload:\n  model: [qwen3-30b-a3b]\ntasks:\n  area: true\n",
      "{spec}: point 1 (tile.rows=8, model=qwen3-30b-a3b): tile.lanes: the PE needs lanes == 2 * "
      "rows so that an activation word (rows x 32 INT8) is as wide as a weight word (lanes x 32 "
@@ -716,6 +721,75 @@ def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
                                        f"twice in one table\n")
 
 
+def test_every_mistake_of_the_spec_itself_is_a_line(tmp_path, capsys):
+    """A new-user trial's spec with three misspelt keys (``pez``, ``modle``, ``areaa``) and
+    one with two bad constraints printed only their first mistake: each is a line now, with
+    the closest known name, exit status 2, nothing written; the mistakes that follow from a
+    typo (no workload.model when ``modle`` is close to it) are not lines of their own."""
+    typos = _write(tmp_path, "config:\n  pez: [16, 32]\nworkload:\n  modle: [qwen3-30b-a3b]\n"
+                             "tasks:\n  areaa: true\n", "typos.yaml")
+    from elmoe3d.sw.host.sweep_spec import CONFIG_FIELDS, WORKLOAD_FIELDS
+    out = tmp_path / "out"
+    assert cli.main(["sweep", str(typos), "--out", str(out), "--workers", "0",
+                     "--no-progress"]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and "Traceback" not in got.err and not out.exists()
+    assert got.err.splitlines() == [
+        f"elmoe3d sweep: error: {typos}: config: unknown field 'pez' (did you mean 'pes'?); "
+        f"known: {', '.join(CONFIG_FIELDS)}",
+        f"elmoe3d sweep: error: {typos}: workload: unknown field 'modle' (did you mean "
+        f"'model'?); known: {', '.join(WORKLOAD_FIELDS)}",
+        f"elmoe3d sweep: error: {typos}: tasks: unknown task 'areaa' (did you mean 'area'?); "
+        f"known: perf, area, timing, rtl, rtl_beats"]
+    two = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\nconstraints:\n"
+                           "  - 'pes >'\n  - \"open('x')\"\n", "two.yaml")
+    assert cli.main(["sweep", str(two), "--check"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"elmoe3d sweep: error: {two}: constraints[0]: 'pes >' does not parse (invalid syntax)",
+        f"elmoe3d sweep: error: {two}: constraints[1]: \"open('x')\": Call is not allowed "
+        f"(only numbers, fields, arithmetic, comparisons, and/or/not, min/max/abs)"]
+
+
+def test_the_spec_mistakes_at_every_level_are_collected():
+    """Unknown keys at every level (a section, a tile field, a task), values of the wrong
+    form (seed, sampling, an axis, an HB size, a task), constraints and task expressions,
+    models: entries: one line each, in the spec's order, the spec's own mistakes before its
+    points are checked. ``samples`` is not checked against a bad ``sampling``, and "no task
+    selected" is not said when a task has a mistake (its value might have selected one)."""
+    raw = {"sweep": 1, "seed": -1, "sampling": "sobol", "samples": 3,
+           "config": {"pes": [], "tile": {"rowz": [8]}, "clock_ghz": [1.0, 2.0]},
+           "workload": {"model": ["qwen3-30b-a3b"], "hb": ["4gb", "16gb"], "batch": [0]},
+           "models": {"a": 3, "b": "m.json"},
+           "constraints": ["pes > 4", "pez > 4"],
+           "tasks": {"perf": False, "area": "pes >"}}
+    with pytest.raises(UserError) as info:
+        parse_spec(raw, path="s.yaml")
+    lines = str(info.value).splitlines()
+    assert [line.split(": ")[1] for line in lines] == [
+        "unknown section 'sweep' (did you mean 'seed'?); known", "sampling", "seed", "config.pes",
+        "config", "workload.hb", "models.a", "models.b", "constraints[1]", "tasks.area"], lines
+    assert lines[4].startswith("s.yaml: config: unknown field 'tile.rowz' (did you mean "
+                               "'tile.rows' or 'tile.group'?); known: ")
+    assert lines[5] == "s.yaml: workload.hb: expected one of 4gb, 8gb (any case), got '16gb'"
+    assert all(line.startswith("s.yaml: ") for line in lines)
+    # more than MAX_MISTAKES (10) of them: the first 10, then how many more
+    with pytest.raises(UserError) as info:
+        parse_spec({**raw, "tasks": {**raw["tasks"], "rtl_beats": 0}}, path="s.yaml")
+    assert str(info.value).splitlines()[10:] == ["... and 1 more distinct mistake"]
+    # a typo close to a task does not also say that no task is selected; one close to none
+    # of them does (perf is false and nothing else is)
+    for key, lines_ in (("areaa", 1), ("power", 1), ("colour", 2)):
+        with pytest.raises(UserError) as info:
+            parse_spec({"workload": {"model": ["qwen3-30b-a3b"]},
+                        "tasks": {"perf": False, key: True}}, path="s.yaml")
+        assert len(str(info.value).splitlines()) == lines_, str(info.value)
+    # a missing model is a line of its own unless a workload key is close to it
+    with pytest.raises(UserError) as info:
+        parse_spec({"workload": {"bach": [1]}}, path="s.yaml")
+    assert str(info.value).splitlines()[1] == ("s.yaml: workload.model: expected at least one "
+                                               "model (a preset or a name of models:)")
+
+
 @pytest.mark.parametrize("suffix", [".yaml", ".toml"])
 def test_a_spec_that_is_not_utf8_is_one_line(tmp_path, capsys, suffix):
     spec = tmp_path / f"bin{suffix}"
@@ -796,6 +870,152 @@ def test_cache_and_out_folders_are_checked_before_anything_starts(tmp_path, caps
                                        f"folder\n")
     assert not (tmp_path / "c").exists()                # nothing made for a refused run
     assert afile.read_text() == "x"
+
+
+def _tree(folder: Path) -> dict:
+    """Every file and folder under ``folder``: path -> (bytes or None for a folder, mtime)."""
+    return {str(p.relative_to(folder)): (None if p.is_dir() else p.read_bytes(),
+                                         p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"))}
+
+
+class _NoScheduler:
+    """A stand-in for :class:`distributed.Client` whose scheduler never answers: it records
+    each attempt (the address, the timeout, whether the out folder ``out`` existed and what
+    had been said by then) and raises Dask's error at once, instead of after the timeout."""
+
+    def __init__(self, monkeypatch, out, said):
+        import distributed
+        self.calls, self.out, self.said = [], out, said
+        monkeypatch.setattr(distributed, "Client", self)
+
+    def __call__(self, address, timeout=None, **kw):
+        self.calls.append((address, timeout, self.out.exists(), list(self.said)))
+        raise OSError(f"Timed out trying to connect to {address} after {timeout} s")
+
+
+def test_an_unreachable_scheduler_leaves_no_trace(tmp_path, capsys, monkeypatch):
+    """New-user trial: ``--scheduler`` with no scheduler listening printed the sweep's header,
+    then the error, and left the out folder with an empty points/ and a "failed" sweep.json.
+    The scheduler is connected before the out folder is made and before anything is said: one
+    line, no out folder; an out folder with an earlier sweep's results is left as it was
+    (sweep.json not marked "failed"). The wait is the stand-in's (no clock)."""
+    from elmoe3d.sw.host.sweep import CONNECT_TIMEOUT
+    spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n")
+    out = tmp_path / "fresh"
+    stub = _NoScheduler(monkeypatch, out, [])
+    address = "tcp://127.0.0.1:8786"
+    assert cli.main(["sweep", str(spec), "--scheduler", address, "--out", str(out),
+                     "--no-progress"]) == 2
+    got = capsys.readouterr()
+    assert got.out == ""                                # no header
+    assert got.err == (f"elmoe3d sweep: error: --scheduler {address}: cannot connect (Timed "
+                       f"out trying to connect to {address} after {CONNECT_TIMEOUT} s)\n")
+    assert stub.calls == [(address, CONNECT_TIMEOUT, False, [])]
+    assert not out.exists()
+    # an earlier sweep's out folder: one more point to run, the scheduler unreachable
+    earlier = tmp_path / "earlier"
+    run_sweep(spec, earlier, workers=0, cache_dir=tmp_path / "c", progress=False,
+              plots=False, say=_quiet)
+    before = _tree(earlier)
+    assert json.loads(before["sweep.json"][0])["status"] == "complete"
+    spec.write_text("workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n  batch: [1, 2]\n")
+    said = []
+    stub = _NoScheduler(monkeypatch, earlier, said)
+    with pytest.raises(UserError, match=r"^--scheduler tcp://h:1: cannot connect \(Timed out "
+                                        r"trying to connect to tcp://h:1 after 0\.25 s\)$"):
+        run_sweep(spec, earlier, scheduler="tcp://h:1", cache_dir=tmp_path / "c",
+                  progress=False, plots=False, say=said.append, connect_timeout=0.25)
+    assert stub.calls == [("tcp://h:1", 0.25, True, [])] and said == []
+    assert _tree(earlier) == before
+    # nothing left to run: the scheduler is not needed, so not asked
+    spec.write_text("workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n")
+    res = run_sweep(spec, earlier, scheduler="tcp://h:1", cache_dir=tmp_path / "c",
+                    progress=False, plots=False, say=said.append)
+    assert (res.ran, res.skipped) == (0, 1) and len(stub.calls) == 1
+
+
+def test_a_scheduler_that_refuses_the_connection_is_one_line(tmp_path):
+    """Dask's own client against a port nobody listens on (bound here, so no one can): the
+    injected wait, a fraction of a second, then one line and no out folder."""
+    import socket
+    spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n")
+    out = tmp_path / "fresh"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))                 # bound, not listening: refused
+        address = f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+        with pytest.raises(UserError, match=rf"^--scheduler {address}: cannot connect \("):
+            run_sweep(spec, out, scheduler=address, cache_dir=tmp_path / "c", progress=False,
+                      plots=False, say=_quiet, connect_timeout=0.2)
+    assert not out.exists()
+
+
+class _Workers:
+    """A stand-in for a connected :class:`distributed.Client` whose workers import the tasks
+    but cannot write the cache folder; it records ``close``."""
+
+    closed = False
+
+    def run(self, fn, *args):
+        if fn is sweep_tasks.cache_problem:
+            return {"tcp://w:1": "cannot create the folder (Read-only file system)"}
+        return {"tcp://w:1": 1}
+
+    def close(self):
+        self.closed = True
+
+
+def test_a_cluster_whose_workers_cannot_write_the_cache_leaves_no_trace(tmp_path, capsys,
+                                                                         monkeypatch):
+    """The workers' cache is checked once connected, before the out folder is made (the
+    client closed): one line naming --cache and the worker, nothing written or said."""
+    import distributed
+    client = _Workers()
+    monkeypatch.setattr(distributed, "Client", lambda address, timeout=None: client)
+    spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n")
+    out, cache = tmp_path / "fresh", tmp_path / "c"
+    assert cli.main(["sweep", str(spec), "--scheduler", "tcp://h:1", "--out", str(out),
+                     "--cache", str(cache), "--no-progress"]) == 2
+    got = capsys.readouterr()
+    assert got.out == "" and got.err == (
+        f"elmoe3d sweep: error: --cache {cache}: cannot create the folder (Read-only file "
+        f"system) on worker tcp://w:1 (a cluster's workers need a cache folder they share)\n")
+    assert client.closed and not out.exists()
+
+
+def test_an_out_folder_that_cannot_be_written_is_worded_as_the_other_commands(
+        tmp_path, capsys, monkeypatch):
+    """New-user trial: ``--out /proc/sw`` said "(No such file or directory)" where the other
+    commands (``elmoe3d paper table3 --json /proc/x``, ``--plot DIR``) say the folder is not
+    writable: the check is theirs (:func:`elmoe3d.cli.outputs.check_output_dir`), before
+    anything is made, for a new out folder, an existing one and the default one."""
+    from elmoe3d.cli import outputs
+    spec = _write(tmp_path, "name: t\nworkload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n")
+    argv = ["sweep", str(spec), "--workers", "0", "--no-progress", "--cache",
+            str(tmp_path / "c")]
+    if Path("/proc").is_dir() and not outputs._writable(Path("/proc")):
+        assert cli.main([*argv, "--out", "/proc/sw"]) == 2
+        assert capsys.readouterr().err == ("elmoe3d sweep: error: --out /proc/sw: directory "
+                                           "/proc is not writable\n")
+    # a folder this process cannot write in (the permission bits do not stop root: stand-in)
+    locked = tmp_path / "locked"
+    (locked / "old").mkdir(parents=True)
+    monkeypatch.setattr(outputs, "_writable", lambda folder: Path(folder).resolve() != locked)
+    with pytest.raises(UserError) as other:
+        outputs.check_output_dir(locked / "new", "--plot", ["a.png"])
+    assert str(other.value) == f"--plot {locked / 'new'}: directory {locked} is not writable"
+    for out, want in ((locked / "new", f"--out {locked / 'new'}: directory {locked} is not "
+                                       f"writable"),
+                      (locked, f"--out {locked / 'sweep.json'}: directory {locked} is not "
+                               f"writable")):
+        assert cli.main([*argv, "--out", str(out)]) == 2
+        assert capsys.readouterr().err == f"elmoe3d sweep: error: {want}\n"
+    assert sorted(p.name for p in locked.iterdir()) == ["old"]
+    monkeypatch.chdir(locked)
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == ("elmoe3d sweep: error: the out folder out/sweep-t: "
+                                       "directory . is not writable\n")
+    assert not (tmp_path / "c").exists()
 
 
 def _sigint_in_a_child() -> str:
