@@ -1397,6 +1397,19 @@ def pe_config(config) -> PEConfig:
     raise TypeError(f"config: expected an ArchConfig or a PEConfig, got {type(config).__name__}")
 
 
+def arch_config(arch, what: str = "arch") -> ArchConfig:
+    """``arch`` as an :class:`ArchConfig`: one, or a preset's name (:func:`preset`). Raises
+    :class:`ConfigError` naming ``what`` for an unknown name or anything else."""
+    if isinstance(arch, ArchConfig):
+        return arch
+    if isinstance(arch, str):
+        try:
+            return preset(arch)
+        except ConfigError as exc:
+            raise ConfigError(f"{what}: {exc}") from None
+    raise ConfigError(f"{what}: expected an ArchConfig or a preset name, got {arch!r}")
+
+
 def preset(name: str) -> ArchConfig:
     """Return the named preset; raises :class:`ConfigError` listing the known names."""
     try:

@@ -45,9 +45,9 @@ def traces_hint() -> str:
 def routing_path(name: str = "gsm8k") -> Path:
     """The file of the real routing trace ``name`` (a key of :data:`ROUTING_FILES`) in
     :func:`traces_dir`; whether it is there is the reader's to check. Raises
-    :class:`ValueError` naming the known names for another ``name``."""
-    if name not in ROUTING_FILES:
-        raise ValueError(f"routing trace {name!r}: expected one of {', '.join(ROUTING_FILES)}")
+    :class:`~elmoe3d.errors.UserError` naming the known names for another ``name``."""
+    if not isinstance(name, str) or name not in ROUTING_FILES:
+        raise UserError(f"routing trace {name!r}: expected one of {', '.join(ROUTING_FILES)}")
     return traces_dir() / ROUTING_FILES[name]
 
 

@@ -158,7 +158,15 @@ class HBExpertCache:
 
     @classmethod
     def for_model(cls, model, arch, *, dense_bytes=0, kv_bytes=0, admit=True):
-        """A cache sized from ``arch`` (:func:`hb_capacity_bytes`)."""
+        """A cache sized from ``arch`` (:func:`hb_capacity_bytes`): an
+        :class:`~elmoe3d.config.ArchConfig` or a preset's name (e.g. ``"paper-4gb"``). Raises
+        :class:`UserError` naming the parameter for another ``arch`` and as
+        :func:`hb_capacity_bytes` and the constructor do."""
+        from ...config import ConfigError, arch_config
+        try:
+            arch = arch_config(arch)
+        except ConfigError as exc:
+            raise UserError(str(exc)) from None
         return cls(capacity_bytes=hb_capacity_bytes(arch, dense_bytes=dense_bytes,
                                                     kv_bytes=kv_bytes),
                    model=model, admit=admit)
@@ -220,13 +228,36 @@ class HBExpertCache:
         return [e for lay, e in self._entries() if lay == layer]
 
     # -- access ---------------------------------------------------------------------------------
-    def _check(self, layer, expert):
-        if layer not in self._lidx:
-            raise UserError(f"layer: {layer!r} is not a MoE layer of {self._preset.name}")
+    def _check_layer(self, layer, what=""):
+        """:class:`UserError` unless ``layer`` is an integer id of a MoE layer of the model
+        (``what``: a prefix naming the argument it came in, e.g. ``"streamed: "``)."""
+        if (not isinstance(layer, (int, np.integer)) or isinstance(layer, bool)
+                or layer not in self._lidx):
+            raise UserError(f"{what}layer: {layer!r} is not a MoE layer of {self._preset.name}")
+
+    def _check(self, layer, expert, what=""):
+        """:class:`UserError` unless ``(layer, expert)`` is a key of the model: integer ids of
+        a MoE layer and of a routed expert."""
+        self._check_layer(layer, what)
         if (not isinstance(expert, (int, np.integer)) or isinstance(expert, bool)
                 or not 0 <= expert < self._preset.routed_experts):
-            raise UserError(f"expert: {expert!r} is not an expert id of {self._preset.name} "
-                            f"(0..{self._preset.routed_experts - 1})")
+            raise UserError(f"{what}expert: {expert!r} is not an expert id of "
+                            f"{self._preset.name} (0..{self._preset.routed_experts - 1})")
+
+    def _keys(self, keys, what) -> list:
+        """``keys``, an iterable of (layer, expert), as checked int pairs (:meth:`_check`);
+        :class:`UserError` naming ``what`` otherwise."""
+        if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+            raise UserError(f"{what}: expected (layer, expert) pairs, got {keys!r}")
+        out = []
+        for k in keys:
+            try:
+                lay, e = k
+            except (TypeError, ValueError):
+                raise UserError(f"{what}: expected (layer, expert) pairs, got {k!r}") from None
+            self._check(lay, e, f"{what}: ")
+            out.append((int(lay), int(e)))
+        return out
 
     def _insert(self, key):
         lru = self._entries()
@@ -253,7 +284,13 @@ class HBExpertCache:
         each distinct expert once, in the order given. A hit reads the MSB slice from HB and
         the LSB slice from EXT and refreshes the slice; a miss reads the whole expert from EXT
         and, with demand admission and at least one slot, writes its MSB slice into HB
-        (evicting the least recently used). Returns ``(hits, misses)`` as lists of ids."""
+        (evicting the least recently used; Algorithm 1's UpdateCache, Section 4.2). Returns
+        ``(hits, misses)`` as lists of ids.
+        Traffic (:attr:`stats`) in bytes. Raises :class:`UserError` for a ``layer`` that is not
+        an integer MoE layer id, ``experts`` not an iterable of integer expert ids."""
+        self._check_layer(layer)
+        if isinstance(experts, (str, bytes)) or not hasattr(experts, "__iter__"):
+            raise UserError(f"experts: expected expert ids, got {experts!r}")
         layer = int(layer)
         hits, misses = [], []
         self._changes = ([], [])
@@ -285,28 +322,39 @@ class HBExpertCache:
         :attr:`slots`), in that recency order (last = most recent). Slices already cached are
         kept (no traffic); each new one is written into HB (``hb_write_bytes``); a new one not
         in ``streamed`` (the keys whose whole expert some step read from EXT anyway) costs an
-        extra EXT read of its MSB slice (``ext_extra_bytes``). Returns the bytes written."""
-        keys = [(int(lay), int(e)) for lay, e in keys]
-        for lay, e in keys:
-            self._check(lay, e)
+        extra EXT read of its MSB slice (``ext_extra_bytes``; Elastic-SD's pool update,
+        Section 4.2). Returns the bytes written.
+        Raises :class:`UserError` naming ``keys`` or ``streamed`` for an item that is not a
+        (layer, expert) pair of integer ids of the model, naming ``keys`` for a repeated key
+        or more keys than slots."""
+        keys = self._keys(keys, "keys")
         if len(set(keys)) != len(keys):
             raise UserError("keys: repeated (layer, expert)")
         E = self._preset.routed_experts
         flat = np.array([self._lidx[lay] * E + e for lay, e in keys], np.int64)
         st = np.zeros(self._mask.shape, bool)
-        for lay, e in streamed:
-            lay, e = int(lay), int(e)
-            if lay in self._lidx and 0 <= e < E:
-                st[self._lidx[lay], e] = True
+        for lay, e in self._keys(streamed, "streamed"):
+            st[self._lidx[lay], e] = True
         return self.fill_indices(flat, streamed=st)
 
     def fill_indices(self, keys, *, streamed=None) -> int:
         """:meth:`fill` with the keys as flat indices: ``keys`` int ``[n]`` of ``j * E + e``
         (``j`` the MoE-layer index, as in :meth:`resident_mask`; recency order, last = most
         recent), ``streamed`` a bool ``[L, E]`` mask (None: nothing streamed). Returns the
-        bytes written."""
+        bytes written. Raises :class:`UserError` for keys that are not integers in 0 .. L x E
+        - 1, repeated or more than :attr:`slots`, and a ``streamed`` of another shape or
+        type."""
         L, E = self._mask.shape
-        keys = np.asarray(keys, np.int64).reshape(-1)
+        raw = np.asarray(keys)
+        if raw.size and not np.issubdtype(raw.dtype, np.integer):
+            raise UserError(f"keys: expected integer flat (layer, expert) indices, got "
+                            f"{raw.dtype} values")
+        if streamed is not None:
+            st = np.asarray(streamed)
+            if st.dtype != bool or st.shape != (L, E):
+                raise UserError(f"streamed: expected a bool [{L}, {E}] mask, got {st.dtype} "
+                                f"{st.shape}")
+        keys = raw.astype(np.int64).reshape(-1)
         if keys.size and (keys.min() < 0 or keys.max() >= L * E):
             raise UserError(f"keys: flat (layer, expert) indices outside 0..{L * E - 1}")
         new = np.zeros(L * E, bool)
@@ -336,9 +384,13 @@ def replay(trace, cache: HBExpertCache, *, batch=1, phase="decode") -> CacheStat
     lockstep, one token each per step, and at every step each MoE layer accesses the union of
     the experts its tokens chose (tokens in batch order, experts best first), so an expert
     shared by several tokens of a step is read once. Missing (token, layer) records access
-    nothing. The trace's layers must be the model's MoE layers."""
-    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+    nothing. The trace's layers must be the model's MoE layers (the exact LRU that Section 7's
+    Che approximation stands for). Traffic in bytes. Raises
+    :class:`UserError` for a ``batch`` not a positive integer, a trace whose layers or expert
+    count are not the cache model's, and an unknown ``phase``."""
+    if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch < 1:
         raise UserError(f"batch: expected a positive integer, got {batch!r}")
+    batch = int(batch)
     if tuple(trace.layer_ids) != tuple(cache.model.moe_layer_ids):
         raise UserError(f"trace layers {trace.layer_ids[:3]}... are not the MoE layers of "
                         f"{cache.model.name}")

@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -89,9 +90,13 @@ _LOADED: set = set()
 def read_config(source) -> tuple:
     """``(config dict, label)`` of ``source``: a path to a ``config.json`` (label: the path)
     or a dict (label ``"config"``). Raises :class:`UserError` naming the file when it cannot
-    be read, is not UTF-8 JSON text or is not a JSON object."""
+    be read, is not UTF-8 JSON text or is not a JSON object, and naming ``source`` when it is
+    neither a path nor a dict."""
     if isinstance(source, dict):
         return source, "config"
+    if not isinstance(source, (str, os.PathLike)):
+        raise UserError(f"source: expected the path of a config.json or its dict, got "
+                        f"{type(source).__name__}")
     path = Path(source)
     try:
         text = path.read_text(encoding="utf-8")
@@ -231,7 +236,20 @@ def _name(source, where: str, name) -> str:
 
 
 def _layer_layout(f: _Fields, family: str, layers: int) -> tuple:
-    """``(first_dense_layers, moe_layer_step)`` of the config's MoE layer layout."""
+    """``(first_dense_layers, moe_layer_step)`` of the config's MoE layer layout. Raises
+    :class:`UserError` naming the config field that leaves no MoE layer among the
+    ``layers`` (``num_hidden_layers``)."""
+    first, step, key = _layout_of(f, family, layers)
+    if first >= layers:
+        v = f.cfg.get(key)
+        what = "every layer dense" if isinstance(v, list) else _show(v)
+        raise f.error(key, f"{what} leaves no MoE layer among the {layers} layers "
+                      f"(num_hidden_layers)")
+    return first, step
+
+
+def _layout_of(f: _Fields, family: str, layers: int) -> tuple:
+    """``(first_dense_layers, moe_layer_step, the config field that set them)``."""
     cfg = f.cfg
     if family in ("qwen2_moe", "qwen3_moe"):
         step = f.int("decoder_sparse_step", 1)
@@ -248,9 +266,9 @@ def _layer_layout(f: _Fields, family: str, layers: int) -> tuple:
                 raise f.error("mlp_only_layers", f"{only} with decoder_sparse_step {step}: only "
                               f"a leading run of dense layers (0 .. k-1) with every later "
                               f"layer MoE is supported")
-            return len(only), 1
+            return len(only), 1, "mlp_only_layers"
         # transformers Qwen2MoeDecoderLayer: layer i is MoE when (i + 1) % step == 0
-        return step - 1, step
+        return step - 1, step, "decoder_sparse_step"
     if family in _SCALED:
         freq = f.int("moe_layer_freq", 1)
         if freq != 1:
@@ -272,9 +290,10 @@ def _layer_layout(f: _Fields, family: str, layers: int) -> tuple:
                 raise f.error("first_k_dense_replace", f"{given} disagrees with the layer kinds "
                               f"({k} leading dense layers: mlp_layer_types, which transformers "
                               f"reads)")
-            return k, 1
-        return f.int("first_k_dense_replace", low=0), 1
-    return 0, 1
+            return k, 1, ("mlp_layer_types" if cfg.get("mlp_layer_types") is not None
+                          else "first_k_dense_replace")
+        return f.int("first_k_dense_replace", low=0), 1, "first_k_dense_replace"
+    return 0, 1, "num_hidden_layers"
 
 
 def _sliding(f: _Fields, family: str, layers: int) -> tuple:

@@ -254,6 +254,9 @@ class ModelPreset:
         multiply by ``routed_scaling_factor``. Ties go to the lower expert id.
 
         Returns ``(ids [T, k] int16 best first, weights [T, k] float64, scores [T, E] float64)``.
+        Raises ValueError (as :meth:`scores`) for logits not ``[T, routed_experts]`` or not
+        finite, and a ``selection_bias`` not ``routed_experts`` finite values (callers such as
+        :func:`~.trace.trace_from_router_logits` turn it into their own error).
         """
         s = self.scores(logits)
         if s.ndim != 2:

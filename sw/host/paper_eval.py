@@ -96,7 +96,7 @@ from typing import Any
 
 import numpy as np
 
-from ...config import preset as arch_preset
+from ...config import ConfigError, arch_config, preset as arch_preset
 from ...errors import UserError
 from ...synth.energy import DIE_ENERGY, sram_pj_per_byte
 from .compute_calib import FEEDS, ffn_calibration
@@ -124,6 +124,45 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "TREE_DEPTHS", "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra", "accepted_tokens",
            "tree_grid"]
 
+def _is_int(v) -> bool:
+    """An integer (Python or NumPy), not a bool."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_real(v) -> bool:
+    """A real number (Python or NumPy), not a bool; NaN and infinities included."""
+    return (isinstance(v, (int, float, np.integer, np.floating))
+            and not isinstance(v, (bool, np.bool_)))
+
+
+def _count(name: str, v) -> float:
+    """``v`` as a float: a finite real number >= 0 (rows, tokens, slots); :class:`UserError`
+    naming ``name`` otherwise."""
+    if not _is_real(v) or not math.isfinite(v) or v < 0:
+        raise UserError(f"{name}: expected a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def _rows(rows) -> int:
+    """``rows`` of a step as an int: a positive integer; :class:`UserError` otherwise."""
+    if not _is_int(rows) or rows < 1:
+        raise UserError(f"rows: expected a positive integer (token rows), got {rows!r}")
+    return int(rows)
+
+
+def _int_seq(name: str, values, low: int) -> tuple:
+    """``values`` as a tuple of ints: a non-empty sequence of integers >= ``low``;
+    :class:`UserError` naming ``name`` otherwise."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise UserError(f"{name}: expected a non-empty sequence of integers >= {low}, "
+                        f"got {values!r}")
+    values = tuple(values)
+    if not values or any(not _is_int(v) or v < low for v in values):
+        raise UserError(f"{name}: expected a non-empty sequence of integers >= {low}, "
+                        f"got {values!r}")
+    return tuple(int(v) for v in values)
+
+
 #: Fraction of the HB peak the paper's simulator delivered (Section 7: ~3% below the roofline).
 HB_EFFICIENCY = 0.97
 #: Fraction of the LPDDR5 peak (Section 7: within 1%).
@@ -143,6 +182,10 @@ PLACEMENTS = ("paper", "reads")
 
 #: SD schemes of Table 3.
 SCHEMES = ("eagle", "slm", "quant", "elastic")
+#: Expert-cache forms of :meth:`ExpertPopularity.step` (``form`` of :class:`EvalModel`).
+CACHE_FORMS = ("token", "step")
+#: Phases of :meth:`EvalModel.step`.
+STEP_PHASES = ("ar", "verify", "draft")
 #: Table 3's batch sizes (its models: :data:`~.models.TABLE3_MODELS`).
 TABLE3_BATCHES = (1, 4, 8, 16)
 
@@ -280,14 +323,22 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die") -> Pla
     """One of :data:`PLATFORMS` with the ``paper-<hb>`` configuration's figures (module
     docstring, :data:`NEAR_MEMORY`), or with those of ``arch`` (an
     :class:`~elmoe3d.config.ArchConfig`: its PE count, tile, clock, HB banks and LPDDR5; ``hb``
-    is then ignored), as a design-space sweep asks; ``link`` as :attr:`Platform.link`. Raises
-    :class:`UserError` on an unknown name, HB size or link."""
-    if link not in FEEDS:
+    is then ignored; or a preset's name, e.g. ``"paper-8gb"``), as a design-space sweep asks;
+    ``link`` as :attr:`Platform.link`. Raises :class:`UserError` on an unknown name, HB size,
+    link or ``arch``."""
+    if not isinstance(name, str):
+        raise UserError(f"platform name: expected one of {', '.join(PLATFORMS)}, got {name!r}")
+    if not isinstance(link, str) or link not in FEEDS:
         raise UserError(f"link: expected {' or '.join(FEEDS)}, got {link!r}")
     if arch is None:
-        if hb not in ("4gb", "8gb"):
+        if not isinstance(hb, str) or hb not in ("4gb", "8gb"):
             raise UserError(f"hb: expected 4gb or 8gb, got {hb!r}")
         arch = arch_preset(f"paper-{hb}")
+    else:
+        try:
+            arch = arch_config(arch)
+        except ConfigError as exc:
+            raise UserError(str(exc)) from None
     a = arch
     ext = a.ext_gbps * EXT_EFFICIENCY
     base = Platform(name, a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0, a.hb_pj_per_bit,
@@ -314,13 +365,13 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die") -> Pla
 
 # == the expert cache ==============================================================================
 
-#: Zipf exponent of each model's expert popularity: fitted by :func:`calibrate_zipf` (token
-#: form, hits capped at the slots; AR cache "best") on the Elastic-SD Phi_AR cells of Table
-#: 3's 4 GB rows, the only figures used (so those cells are a fit residual, not a check).
 #: The largest Zipf exponent :class:`ExpertPopularity` takes: far steeper than any fitted (at
 #: most 2.8, the step form's), and below the exponents whose probabilities underflow to zero.
 ZIPF_MAX = 10.0
 
+#: Zipf exponent of each model's expert popularity: fitted by :func:`calibrate_zipf` (token
+#: form, hits capped at the slots; AR cache "best") on the Elastic-SD Phi_AR cells of Table
+#: 3's 4 GB rows, the only figures used (so those cells are a fit residual, not a check).
 ZIPF = {"qwen3-30b-a3b": 1.55, "glm-4.7-flash": 1.1, "deepseek-v2-lite": 0.7,
         "gpt-oss-20b": 1.65}
 
@@ -388,18 +439,18 @@ def accepted_tokens(alpha: float, depth: int, width: int, verify: int | None = N
     the nodes of highest path probability) yields under this acceptance. Raises
     :class:`UserError` for an alpha outside [0, 1), a depth or width below 1, or a verify size
     outside 1 .. ``depth x width``."""
-    if isinstance(alpha, bool) or not 0 <= alpha < 1:
+    if not _is_real(alpha) or not 0 <= alpha < 1:
         raise UserError(f"alpha: expected a rate in [0, 1), got {alpha!r}")
     for name, v in (("depth", depth), ("width", width)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not _is_int(v) or v < 1:
             raise UserError(f"SD tree {name}: expected a positive integer, got {v!r}")
-    budget = depth * width
+    budget = int(depth) * int(width)
     if verify is None:
         verify = budget
-    if not isinstance(verify, int) or isinstance(verify, bool) or not 1 <= verify <= budget:
+    if not _is_int(verify) or not 1 <= verify <= budget:
         raise UserError(f"SD tree verify: expected 1 .. depth x width = {budget} nodes, "
                         f"got {verify!r}")
-    return float(_tokens_by_verify(float(alpha), depth, width)[verify])
+    return float(_tokens_by_verify(float(alpha), int(depth), int(width))[int(verify)])
 
 
 def pick_probabilities(weights, top_k: int) -> np.ndarray:
@@ -431,21 +482,33 @@ class ExpertPopularity:
     t)) = slots``, expert ``i`` is cached with ``h_i = 1 - exp(-p_i t)``.
 
     :meth:`step` gives, for ``n`` token rows, the expected distinct experts ``sum(1 - (1 -
-    p_i) ** n)`` and their hits (two forms, see there)."""
+    p_i) ** n)`` and their hits (two forms, see there). Section 7, "Inference Framework" (the
+    paper's LRU approximation of the expert cache).
+
+    Units: ``n`` in token rows (fractional: an expected count), ``slots`` in experts a layer
+    (fractional: an HB share); both finite and >= 0. Raises :class:`UserError` naming the
+    parameter for ``experts`` or ``top_k`` not an integer with ``1 <= top_k <= experts``, an
+    ``s`` outside [0, :data:`ZIPF_MAX`], and (every method) a negative or non-finite ``n`` or
+    ``slots``."""
 
     def __init__(self, experts: int, top_k: int, s: float):
-        if not 0 <= s <= ZIPF_MAX:
-            raise ValueError(f"zipf exponent: expected a number in [0, {ZIPF_MAX}], got {s!r}")
-        if not 1 <= top_k <= experts:
-            raise ValueError(f"top_k: expected 1..experts = {experts}, got {top_k!r}")
+        if not _is_int(experts) or experts < 1:
+            raise UserError(f"experts: expected a positive integer, got {experts!r}")
+        if not _is_real(s) or not 0 <= s <= ZIPF_MAX:
+            raise UserError(f"zipf exponent: expected a number in [0, {ZIPF_MAX}], got {s!r}")
+        if not _is_int(top_k) or not 1 <= top_k <= experts:
+            raise UserError(f"top_k: expected 1..experts = {experts}, got {top_k!r}")
+        experts, top_k = int(experts), int(top_k)
         self.experts, self.top_k, self.s = experts, top_k, s
         self.p = pick_probabilities((np.arange(experts) + 1.0) ** -s, top_k)
         self._che = {}
 
     def che(self, slots: float, rates=None) -> np.ndarray:
         """``h_i`` for an LRU of ``slots`` experts whose items are requested at ``rates``
-        (default the per-token picks ``p``; all cached when ``slots >= experts``)."""
-        slots = float(min(max(slots, 0.0), self.experts))
+        (default the per-token picks ``p``; all cached when ``slots >= experts``; Che's
+        approximation, Section 7's LRU model). Raises
+        :class:`UserError` for ``slots`` negative or not finite."""
+        slots = min(_count("slots", slots), float(self.experts))
         key = (round(slots, 6), None if rates is None else rates.tobytes())
         if key not in self._che:
             r = self.p if rates is None else rates
@@ -478,7 +541,14 @@ class ExpertPopularity:
         token's picks (``h_i`` from the rates ``p_i``): what a per-access LRU hit rate
         applied to a step's expert loads gives, capped at ``min(distinct, slots)``: an LRU
         cannot hit on more distinct experts in a step than it holds (review of issue 26: the
-        uncapped form counted up to 61.7 hits a layer on 10.8 slots)."""
+        uncapped form counted up to 61.7 hits a layer on 10.8 slots).
+
+        ``n`` in token rows, ``slots`` in experts (both may be fractional); Section 7,
+        "Inference Framework". Raises
+        :class:`UserError` for ``n`` or ``slots`` negative or not finite, or another
+        ``form``."""
+        n = _count("n (token rows)", n)
+        _count("slots", slots)
         a = 1 - (1 - self.p) ** n
         if form == "token":
             h = self.che(slots)
@@ -491,10 +561,12 @@ class ExpertPopularity:
 
     def top_share(self, n: int, slots: float) -> float:
         """Share of a step's distinct experts (``n`` rows) among the ``slots`` hottest (a
-        static placement; fractional slots interpolate)."""
-        a = 1 - (1 - self.p) ** n
+        static placement, the near-memory units' of Section 7; fractional slots interpolate).
+        Raises :class:`UserError` for ``n``
+        or ``slots`` negative or not finite."""
+        a = 1 - (1 - self.p) ** _count("n (token rows)", n)
         c = np.concatenate(([0.0], np.cumsum(a)))
-        k = min(max(slots, 0.0), float(self.experts))
+        k = min(_count("slots", slots), float(self.experts))
         i = int(k)
         part = c[i] + (a[i] * (k - i) if i < self.experts else 0.0)
         return float(part / c[-1])
@@ -503,14 +575,18 @@ class ExpertPopularity:
         """Experts in Elastic-SD's draft pool at ``slots`` cached a layer: the whole experts
         the cache holds (``floor(slots)``, at most the layer's), fewer than top-k on a small
         HB, as the functional model's :func:`~.elastic_sd.throttle` keeps "fewer if the pool
-        holds fewer"."""
-        return int(min(max(math.floor(slots), 0), self.experts))
+        holds fewer" (Algorithm 1's pool). Raises :class:`UserError` for ``slots`` negative or
+        not finite."""
+        return int(min(math.floor(_count("slots", slots)), self.experts))
 
     def pool_step(self, n: int, slots: float) -> float:
         """Distinct experts of ``n`` rows routed only within the :meth:`pool_size` hottest
         experts (Elastic-SD's throttled draft: top-k kept inside the pool, the pool's
         probabilities renormalised by :func:`pick_probabilities`, so one token takes exactly
-        top-k of them; a token takes every pool expert when the pool holds k or fewer)."""
+        top-k of them; a token takes every pool expert when the pool holds k or fewer;
+        Algorithm 1). Raises
+        :class:`UserError` for ``n`` or ``slots`` negative or not finite."""
+        n = _count("n (token rows)", n)
         c = self.pool_size(slots)
         if c <= self.top_k:                 # every token takes every pool expert
             return float(c) if n >= 1 else 0.0
@@ -677,20 +753,37 @@ class EvalModel:
     construction: :attr:`hb_static` (fraction of the static weights in HB), :attr:`hb_kv` (of
     the KV cache), :attr:`draft_in_hb`, :attr:`slots` (expert cache slots a MoE layer).
     :meth:`sd` keeps each draft and verify step it costs: change none of these (nor
-    ``draft_slots``, ``form``, ``intra``) after the first :meth:`sd`."""
+    ``draft_slots``, ``form``, ``intra``) after the first :meth:`sd`.
+
+    ``plat`` is a :class:`Platform` (:func:`platform`; a name alone does not say its HB size);
+    ``batch`` and ``context`` (tokens) positive integers; ``zipf`` a number in [0,
+    :data:`ZIPF_MAX`]; ``intra`` in (0, 1]; ``form`` one of :data:`CACHE_FORMS`. Raises
+    :class:`UserError` naming the parameter on any other value, an unknown model (or one
+    without a calibrated popularity and no ``zipf``) or scheme, and Elastic-SD on a platform
+    without the bit-sliced die."""
 
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
                  ar_cache: str = "best", intra: float | None = None,
                  placement: str = "paper"):
-        if scheme not in ("ar",) + SCHEMES:
+        if not isinstance(plat, Platform):
+            hint = (f" (platform({plat!r}, hb) builds one)" if isinstance(plat, str) else "")
+            raise UserError(f"plat: expected a Platform{hint}, got {plat!r}")
+        if not isinstance(scheme, str) or scheme not in ("ar",) + SCHEMES:
             raise UserError(f"unknown scheme {scheme!r}; known: ar, {', '.join(SCHEMES)}")
         if scheme == "elastic" and not plat.bit_sliced:
             raise UserError(f"Elastic-SD needs the bit-sliced die (ours), not {plat.name}")
-        if not isinstance(batch, int) or batch < 1:
+        if not _is_int(batch) or batch < 1:
             raise UserError(f"batch: expected a positive integer, got {batch!r}")
-        if not isinstance(context, int) or context < 1:
+        if not _is_int(context) or context < 1:
             raise UserError(f"context: expected a positive integer (tokens), got {context!r}")
+        batch, context = int(batch), int(context)
+        if zipf is not None and (not _is_real(zipf) or not 0 <= zipf <= ZIPF_MAX):
+            raise UserError(f"zipf: expected a Zipf exponent in [0, {ZIPF_MAX}], got {zipf!r}")
+        if intra is not None and (not _is_real(intra) or not 0 < intra <= 1):
+            raise UserError(f"intra: expected an exponent in (0, 1], got {intra!r}")
+        if not isinstance(form, str) or form not in CACHE_FORMS:
+            raise UserError(f"form: expected {' or '.join(CACHE_FORMS)}, got {form!r}")
         self.shape = decoder_shape(model)
         self.m = m = self.shape.model
         self.plat, self.scheme, self.batch, self.context = plat, scheme, batch, context
@@ -701,10 +794,10 @@ class EvalModel:
         self.intra = INTRA_REQUEST if intra is None else intra
         if not (0 < self.intra <= 1):
             raise UserError(f"intra: expected an exponent in (0, 1], got {self.intra!r}")
-        if ar_cache not in AR_CACHES:
+        if not isinstance(ar_cache, str) or ar_cache not in AR_CACHES:
             raise UserError(f"ar_cache: expected {', '.join(AR_CACHES)}, got {ar_cache!r}")
         self.ar_cache = ar_cache
-        if placement not in PLACEMENTS:
+        if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise UserError(f"placement: expected {' or '.join(PLACEMENTS)}, got {placement!r}")
         self.placement = placement
         self.sizes = self.shape.sizes()
@@ -904,7 +997,14 @@ class EvalModel:
     # -- a target step ----------------------------------------------------------------------------
     def step(self, rows: int, *, phase: str = "ar") -> StepCost:
         """One target step of ``rows`` token rows over the batch (``phase``: ``"ar"``,
-        ``"verify"`` or ``"draft"``: Elastic-SD's and Quant-SD's 4-bit draft of the target)."""
+        ``"verify"`` or ``"draft"``: Elastic-SD's and Quant-SD's 4-bit draft of the target);
+        :class:`StepCost` in seconds and bytes (Section 7's step; module docstring). ``rows``
+        is a positive integer (every caller
+        here passes whole rows: ``batch``, ``batch x width``, ``batch x (1 + verify)``).
+        Raises :class:`UserError` for another ``rows`` or ``phase``."""
+        rows = _rows(rows)
+        if not isinstance(phase, str) or phase not in STEP_PHASES:
+            raise UserError(f"phase: expected {', '.join(STEP_PHASES)}, got {phase!r}")
         m, sh, z = self.m, self.shape, self.sizes
         H, L = m.hidden, m.layers
         draft = phase == "draft"
@@ -1022,7 +1122,11 @@ class EvalModel:
 
     # -- draft models ------------------------------------------------------------------------------
     def draft_step(self, rows: int) -> StepCost:
-        """One step of the scheme's draft on ``rows`` rows."""
+        """One step of the scheme's draft on ``rows`` token rows (a positive integer; Section
+        7's SD schemes: Elastic-SD's and Quant-SD's 4-bit target, else the draft model);
+        :class:`StepCost` in seconds and bytes. Raises :class:`UserError` for another
+        ``rows``."""
+        rows = _rows(rows)
         if self.scheme in ("elastic", "quant"):
             return self.step(rows, phase="draft")
         d = self.draft
@@ -1070,7 +1174,8 @@ class EvalModel:
         an iteration: :func:`accepted_tokens`). Raises :class:`UserError` as
         :func:`accepted_tokens` does."""
         tokens = accepted_tokens(alpha, depth, width, verify)
-        verify = depth * width if verify is None else verify
+        depth, width = int(depth), int(width)
+        verify = depth * width if verify is None else int(verify)
         B = self.batch
         d1 = self._sd_step("draft", B)
         dn = self._sd_step("draft", B * width) if depth > 1 else StepCost()
@@ -1097,7 +1202,9 @@ class EvalModel:
     def best_sd(self, alpha: float, depths=None, widths=None) -> SDResult:
         """The fastest tree of ``depths`` x ``widths`` x every verify size from ``depth`` to
         ``depth x width`` at ``alpha`` (default :data:`TREE_DEPTHS` x :data:`TREE_WIDTHS`, the
-        grid :func:`calibrate_tree` fits :data:`TREE` on)."""
+        grid :func:`calibrate_tree` fits :data:`TREE` on; Section 2.2's dynamic tree). Raises
+        :class:`UserError` for an alpha outside [0, 1) or ``depths`` / ``widths`` not a
+        non-empty sequence of positive integers."""
         accepted_tokens(alpha, 1, 1)                      # checks alpha
         B, best = self.batch, None
         for d, w, v in tree_grid(depths, widths):
@@ -1118,7 +1225,10 @@ def tree_grid(depths=None, widths=None):
     Raises :class:`UserError` for a depth or width below 1 or an empty grid."""
     grid = []
     for name, values, default in (("depth", depths, TREE_DEPTHS), ("width", widths, TREE_WIDTHS)):
-        values = list(default if values is None else values)
+        values = default if values is None else values
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+            raise UserError(f"SD tree {name}s: expected positive integers, got {values!r}")
+        values = list(values)
         if not values or any(isinstance(v, bool) or not isinstance(v, (int, np.integer))
                              or v < 1 for v in values):
             raise UserError(f"SD tree {name}s: expected positive integers, got {values!r}")
@@ -1127,6 +1237,76 @@ def tree_grid(depths=None, widths=None):
 
 
 # == Table 3 =======================================================================================
+
+def _check_tree(tree):
+    """``tree`` of :func:`table3`, :func:`fig12` and :func:`fig14`: ``"best"``, or
+    ``(depth, width)`` / ``(depth, width, verify)`` of positive integers (verify at most
+    ``depth x width``), as a tuple of ints; :class:`UserError` naming ``tree`` otherwise."""
+    if isinstance(tree, str) and tree == "best":
+        return tree
+    if (not isinstance(tree, (tuple, list)) or len(tree) not in (2, 3)
+            or not all(_is_int(v) and v >= 1 for v in tree)
+            or (len(tree) == 3 and tree[2] > tree[0] * tree[1])):
+        raise UserError(f"tree: expected 'best', (depth, width) or (depth, width, verify) of "
+                        f"positive integers (verify <= depth x width), got {tree!r}")
+    return tuple(int(v) for v in tree)
+
+
+def _zipf_map(zipf, models) -> dict:
+    """:data:`ZIPF` with the overrides ``zipf`` (``{model: exponent}``, the models among
+    ``models``); :class:`UserError` naming ``zipf`` for another key or value."""
+    if zipf is None:
+        return dict(ZIPF)
+    if not isinstance(zipf, dict):
+        raise UserError(f"zipf: expected {{model: Zipf exponent}}, got {type(zipf).__name__}")
+    _check_keys("zipf", zipf, "models", (), models)
+    for k, v in zipf.items():
+        if not _is_real(v) or not 0 <= v <= ZIPF_MAX:
+            raise UserError(f"zipf[{k!r}]: expected a Zipf exponent in [0, {ZIPF_MAX}], "
+                            f"got {v!r}")
+    return {**ZIPF, **zipf}
+
+
+def _check_keys(what, got: dict, kind: str, required, allowed) -> None:
+    """:class:`UserError` naming ``what`` unless ``got`` has every key of ``required`` and no
+    key outside ``allowed`` (both named ``kind``, e.g. "models"; ``required`` may be empty)."""
+    unknown = [k for k in got if k not in allowed]
+    missing = [k for k in required if k not in got]
+    if not (unknown or missing):
+        return
+    if not required:
+        raise UserError(f"{what}: unknown {kind[:-1]}(s) {', '.join(map(repr, unknown))}; "
+                        f"expected some of {', '.join(allowed)}")
+    extra = "" if list(allowed) == list(required) else f" (of {', '.join(allowed)})"
+    raise UserError(f"{what}: expected the {kind} {', '.join(required)}{extra}; "
+                    + "; ".join(f"{how} {', '.join(map(repr, v))}" for how, v in
+                                (("unknown", unknown), ("missing", missing)) if v))
+
+
+def _check_alphas(alphas, schemes) -> None:
+    """``alphas`` of :func:`table3` / :func:`fig14`: None or ``{model: {scheme: [alpha per
+    batch]}}`` for every model of :data:`TABLE3_MODELS` and every scheme of ``schemes`` (others
+    of :data:`SCHEMES` allowed), an alpha a batch of :data:`TABLE3_BATCHES`; the alphas
+    themselves are checked where they are used (:func:`accepted_tokens`). :class:`UserError`
+    naming what is missing or unknown."""
+    if alphas is None:
+        return
+    if not isinstance(alphas, dict):
+        raise UserError(f"alphas: expected {{model: {{scheme: [alpha per batch]}}}}, got "
+                        f"{type(alphas).__name__}")
+    _check_keys("alphas", alphas, "models", TABLE3_MODELS, TABLE3_MODELS)
+    for model, by_scheme in alphas.items():
+        if not isinstance(by_scheme, dict):
+            raise UserError(f"alphas[{model!r}]: expected {{scheme: [alpha per batch]}}, got "
+                            f"{type(by_scheme).__name__}")
+        _check_keys(f"alphas[{model!r}]", by_scheme, "schemes", schemes, SCHEMES)
+        for scheme in schemes:
+            v = by_scheme[scheme]
+            if isinstance(v, (str, bytes)) or not hasattr(v, "__len__") \
+                    or len(v) != len(TABLE3_BATCHES):
+                raise UserError(f"alphas[{model!r}][{scheme!r}]: expected an alpha a batch of "
+                                f"{TABLE3_BATCHES}, got {v!r}")
+
 
 def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = None,
            form: str = "token", tree=TREE, ar_cache: str = "best", link: str = "die",
@@ -1141,9 +1321,14 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
     (:meth:`EvalModel.best_sd` per point);
     ``ar_cache`` what ours caches in AR mode (:class:`EvalModel`); ``link`` every platform's
     :attr:`Platform.link`; ``intra`` the intra-request exponent (default
-    :data:`INTRA_REQUEST`); ``placement`` the HB placement (:data:`PLACEMENTS`)."""
+    :data:`INTRA_REQUEST`); ``placement`` the HB placement (:data:`PLACEMENTS`). Raises
+    :class:`UserError` naming the parameter for an unknown HB size, link, form, placement or
+    AR cache, a ``tree`` of another shape, a ``zipf`` or ``alphas`` naming an unknown model or
+    scheme (or, ``alphas``, lacking one), and an alpha outside [0, 1)."""
+    tree = _check_tree(tree)
+    _check_alphas(alphas, SCHEMES)
     xpu, ours = platform("xpu", hb, link=link), platform("ours", hb, link=link)
-    zipf = {**ZIPF, **(zipf or {})}
+    zipf = _zipf_map(zipf, TABLE3_MODELS)
     rows = []
     for model in TABLE3_MODELS:
         s = zipf[model]
@@ -1391,9 +1576,57 @@ def _pick_counts(requests, layers: int, experts: int) -> tuple:
     return counts, tokens
 
 
+def _as_trace(trace, model=None, name: str = "trace"):
+    """``trace`` as a :class:`~.trace.RoutingTrace`: one already, or a path read by the trace
+    module's readers (``.npz``: :meth:`~.trace.RoutingTrace.load`; else a vLLM-style JSONL
+    log, :func:`~.trace.import_vllm_jsonl` with ``model``). :class:`UserError` (a
+    :class:`~.trace.TraceError` for a bad file) otherwise."""
+    import os
+    from pathlib import Path
+    from .trace import RoutingTrace, import_vllm_jsonl
+    if isinstance(trace, RoutingTrace) or (callable(getattr(trace, "requests", None))
+                                            and hasattr(trace, "num_experts")):
+        return trace                            # a RoutingTrace, or one alike (its requests)
+    if isinstance(trace, (str, os.PathLike)):
+        path = Path(trace)
+        if path.suffix.lower() == ".npz":
+            return RoutingTrace.load(path)
+        return import_vllm_jsonl(path, model=model)[0]
+    raise UserError(f"{name}: expected a RoutingTrace or the path of a routing log (.jsonl) "
+                    f"or trace (.npz), got {type(trace).__name__}")
+
+
+def _pick_matrix(p, name: str = "p") -> np.ndarray:
+    """``p`` as a float ``[layers, experts]`` array of pick probabilities: 2-D, at least one
+    layer and expert, finite, in [0, 1], every layer's sum positive; :class:`UserError`
+    naming ``name`` otherwise."""
+    try:
+        a = np.asarray(p, dtype=float)
+    except (ValueError, TypeError):
+        raise UserError(f"{name}: expected a [layers, experts] array of pick probabilities, "
+                        f"got {type(p).__name__}") from None
+    if a.ndim != 2 or 0 in a.shape:
+        raise UserError(f"{name}: expected a [layers, experts] array of pick probabilities, "
+                        f"got shape {a.shape}")
+    if not np.isfinite(a).all() or a.min() < 0 or a.max() > 1:
+        raise UserError(f"{name}: expected finite pick probabilities in [0, 1], got values in "
+                        f"[{np.nanmin(a):g}, {np.nanmax(a):g}]" if np.isfinite(a).any() else
+                        f"{name}: expected finite pick probabilities in [0, 1]")
+    if not (a.sum(axis=1) > 0).all():
+        raise UserError(f"{name}: layer {int(np.argmin(a.sum(axis=1) > 0))} has no pick "
+                        f"(expected a positive sum per layer)")
+    return a
+
+
 def trace_popularity(trace, phase: str = "decode") -> np.ndarray:
     """Per-token pick probabilities ``[layers, experts]`` of a routing trace: picks of each
-    expert over the tokens present at each layer (a row sums to ``top_k``)."""
+    expert over the tokens present at each layer (a row sums to ``top_k``; the measured
+    counterpart of Section 7's Zipf popularity). ``trace``: a
+    :class:`~.trace.RoutingTrace` or the path of one (``.npz``) or of a routing log
+    (``.jsonl``, imported with no model: experts and layers from the data). Raises
+    :class:`UserError` for anything else, a layer with no routed token of ``phase`` and an
+    unknown ``phase``; :class:`~.trace.TraceError` for a bad file."""
+    trace = _as_trace(trace)
     counts, tokens = _pick_counts(trace.requests(phase), len(trace.layer_ids),
                                   trace.num_experts)
     if not tokens.all():
@@ -1407,13 +1640,27 @@ def che_global(p: np.ndarray, slots: int, batch: int) -> float:
     expert ``(l, i)`` is accessed in a step with ``a = 1 - (1 - p)^batch``, cached with ``h =
     1 - exp(-a T)``, ``T`` (in steps) solving ``sum h = slots``; hit rate ``sum(a h) / sum(a)``
     (the step form of :meth:`ExpertPopularity.step`, over all layers at once as
-    :class:`~.hbcache.HBExpertCache` is one LRU)."""
-    a = (1 - (1 - np.minimum(p, 1.0)) ** batch).ravel()
-    if slots >= a.size:
+    :class:`~.hbcache.HBExpertCache` is one LRU; Section 7, "Inference Framework"). 1.0 when
+    the slots hold every expert a step can access.
+
+    ``p``: a ``[layers, experts]`` array of pick probabilities in [0, 1] (finite, a positive
+    sum per layer: :func:`trace_popularity`); ``slots``: MSB slices, a finite number >= 0;
+    ``batch``: tokens a step, an integer >= 1. Raises :class:`UserError` naming the
+    parameter otherwise."""
+    p = _pick_matrix(p, "p")
+    if not _is_int(batch) or batch < 1:
+        raise UserError(f"batch: expected an integer >= 1 (tokens a step), got {batch!r}")
+    slots = _count("slots", slots)
+    a = (1 - (1 - p) ** int(batch)).ravel()
+    if slots >= np.count_nonzero(a):            # every expert a step can access fits
         return 1.0
     lo, hi = 0.0, 1.0
-    while np.sum(1 - np.exp(-a * hi)) < slots:
+    for _ in range(2100):                        # 2 ** 2100: past any float's reach
+        if np.sum(1 - np.exp(-a * hi)) >= slots:
+            break
         hi *= 2
+    else:
+        raise UserError("p: pick probabilities too small for Che's characteristic time")
     for _ in range(80):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if np.sum(1 - np.exp(-a * mid)) < slots else (lo, mid)
@@ -1423,9 +1670,21 @@ def che_global(p: np.ndarray, slots: int, batch: int) -> float:
 
 def fit_zipf(p: np.ndarray, grid=np.round(np.arange(0.0, 4.01, 0.01), 2)) -> float:
     """The Zipf exponent whose :class:`ExpertPopularity` best matches (least squares) the
-    layers' pick probabilities ``p [layers, experts]`` sorted hottest first, averaged."""
+    layers' pick probabilities ``p [layers, experts]`` sorted hottest first, averaged (top-k:
+    the rows' mean sum, rounded; the Zipf law of Section 7's cache model, :data:`ZIPF`).
+    Raises :class:`UserError` naming ``p`` unless it is a 2-D
+    array of finite probabilities in [0, 1] with a positive sum per layer and a mean sum of
+    1 .. experts, and naming ``grid`` unless it holds exponents in [0, :data:`ZIPF_MAX`]."""
+    p = _pick_matrix(p, "p")
     L, E = p.shape
     k = int(round(p.sum(axis=1).mean()))
+    if not 1 <= k <= E:
+        raise UserError(f"p: the layers' picks sum to {p.sum(axis=1).mean():g} on average: "
+                        f"expected a top-k of 1 .. {E} (the experts)")
+    grid = np.asarray(grid, dtype=float).ravel() if not isinstance(grid, str) else None
+    if grid is None or not grid.size or not np.isfinite(grid).all() \
+            or grid.min() < 0 or grid.max() > ZIPF_MAX:
+        raise UserError(f"grid: expected Zipf exponents in [0, {ZIPF_MAX}]")
     target = np.sort(p, axis=1)[:, ::-1].mean(axis=0)
     return float(min(grid, key=lambda s: np.sum((ExpertPopularity(E, k, s).p - target) ** 2)))
 
@@ -1435,10 +1694,18 @@ def cache_check(trace, model, slots_per_layer=(1, 2, 3, 4, 5, 6), batches=(1, 2)
     an :class:`~.hbcache.HBExpertCache` of ``slots_per_layer x layers`` MSB slices, demand
     admission) on ``trace``'s decode routing: a row per (batch, slots) with the exact hit rate,
     Che's from the trace's own per-layer popularity (``che_trace``) and from a Zipf law fitted
-    to it (``che_zipf``, the form Table 3's models use), and the Zipf exponent."""
+    to it (``che_zipf``, the form Table 3's models use), and the Zipf exponent.
+
+    ``trace``: a :class:`~.trace.RoutingTrace` or a path (as :func:`trace_popularity`; a log
+    imported with ``model``); ``slots_per_layer``: integers >= 0; ``batches``: integers >= 1.
+    Raises :class:`UserError` naming the parameter otherwise, for an unknown model, or a
+    trace whose layers or experts are not the model's (:func:`~.hbcache.replay`)."""
     from .hbcache import HBExpertCache, replay
     from .models import model_preset
+    slots_per_layer = _int_seq("slots_per_layer", slots_per_layer, 0)
+    batches = _int_seq("batches", batches, 1)
     m = model_preset(model)
+    trace = _as_trace(trace, m)
     p = trace_popularity(trace)
     s = fit_zipf(p)
     pz = np.tile(ExpertPopularity(m.routed_experts, m.top_k, s).p, (p.shape[0], 1))
@@ -1457,7 +1724,8 @@ def cache_check(trace, model, slots_per_layer=(1, 2, 3, 4, 5, 6), batches=(1, 2)
 def routing_exponents(traces, windows=(2, 4, 8, 16), batches=(2, 3, 4), *,
                       baseline: str = "pooled") -> dict:
     """How alike the tokens of one request, and of different requests, route in real routing
-    ``traces`` (a list of :class:`~.trace.Trace` of one model; decode tokens): the measured
+    ``traces`` (a list of :class:`~.trace.RoutingTrace` of one model, or their paths;
+    decode tokens): the measured
     counterpart of :data:`INTRA_REQUEST` (``routed_tokens``: a step's ``n`` rows of one request
     touch the distinct experts of ``n ** intra`` independent tokens) and of the model's
     assumption that different requests route independently.
@@ -1475,11 +1743,18 @@ def routing_exponents(traces, windows=(2, 4, 8, 16), batches=(2, 3, 4), *,
     experts a layer, the independent expectation, ``n_eff`` and ``log n_eff / log n``;
     ``intra_exponent`` and ``inter_exponent`` are the least-squares slopes of ``log n_eff`` on
     ``log n`` (through the origin) over the rows. A layer is counted where every token of the
-    group is present. :class:`UserError` for another ``baseline``, fewer than two requests or
-    no complete group."""
+    group is present. ``windows`` and ``batches``: non-empty sequences of integers >= 2
+    (tokens a group). :class:`UserError` naming the parameter for another ``traces``,
+    ``windows``, ``batches`` or ``baseline``, fewer than two requests or no complete group."""
     import itertools
-    if baseline not in ("pooled", "trace"):
+    if not isinstance(baseline, str) or baseline not in ("pooled", "trace"):
         raise UserError(f"baseline: expected pooled or trace, got {baseline!r}")
+    windows = _int_seq("windows", windows, 2)
+    batches = _int_seq("batches", batches, 2)
+    if not isinstance(traces, (list, tuple)):
+        raise UserError(f"traces: expected a list of RoutingTrace (or paths), got "
+                        f"{type(traces).__name__}")
+    traces = [_as_trace(t, name="traces") for t in traces]
     reqs, src = [], []
     for k, t in enumerate(traces):
         for r in t.requests("decode"):
@@ -1566,9 +1841,21 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
     target, Quant-SD's 4-bit copy of the experts), ``alpha`` (the paper's 4 GB alpha at this
     batch unless ``alphas[scheme]``), ``accept`` (tokens an iteration a sequence), ``draft_ms``
     and ``verify_ms`` (an iteration), ``ms_token`` and ``phi_sd``. ``zipf``, ``form``,
-    ``tree``, ``link`` and ``placement`` as in :func:`table3`."""
+    ``tree``, ``link`` and ``placement`` as in :func:`table3` (``zipf`` may also name
+    ``model``). Raises :class:`UserError` naming the parameter for a ``batch`` not a positive
+    integer, an ``alphas`` key not a scheme of :data:`SCHEMES`, a scheme without an alpha
+    (``model`` and ``batch`` not in Table 3), a ``zipf`` key not a model, and as
+    :func:`table3`."""
+    if not _is_int(batch) or batch < 1:
+        raise UserError(f"batch: expected a positive integer, got {batch!r}")
+    batch = int(batch)
+    tree = _check_tree(tree)
+    if alphas is not None:
+        if not isinstance(alphas, dict):
+            raise UserError(f"alphas: expected {{scheme: alpha}}, got {type(alphas).__name__}")
+        _check_keys("alphas", alphas, "schemes", (), SCHEMES)
     i = TABLE3_BATCHES.index(batch) if batch in TABLE3_BATCHES else None
-    s = {**ZIPF, **(zipf or {})}.get(model)
+    s = _zipf_map(zipf, tuple(ZIPF) + (() if model in ZIPF else (model,))).get(model)
     xpu, ours = platform("xpu", hb, link=link), platform("ours", hb, link=link)
     base = EvalModel(model, xpu, batch=batch, zipf=s, form=form).ar().seconds
     out = []
@@ -1638,9 +1925,12 @@ def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
     :data:`ENERGY_PARTS` -> pJ, :meth:`StepCost.energy`), and the xPU AR baseline's
     (``xpu_pj_token``, ``xpu_energy``). ``zipf``, ``ar_cache``, ``form``, ``tree``, ``link``,
     ``placement`` and ``alphas`` (default the paper's 4 GB ones) as in :func:`table3`.
-    :func:`fig15_summary` reads the same rows."""
+    :func:`fig15_summary` reads the same rows. Raises :class:`UserError` as :func:`table3`
+    (``alphas`` needs the schemes of :data:`PLATFORM_SCHEME` only)."""
+    tree = _check_tree(tree)
+    _check_alphas(alphas, tuple(dict.fromkeys(PLATFORM_SCHEME.values())))
     base_plat = platform("xpu", hb, link=link)
-    zipf = {**ZIPF, **(zipf or {})}
+    zipf = _zipf_map(zipf, TABLE3_MODELS)
     out = []
     for model in TABLE3_MODELS:
         for i, b in enumerate(TABLE3_BATCHES):
@@ -1676,11 +1966,12 @@ def fig14_summary(rows) -> dict:
     point (:func:`best_prior`; speedup of the best mode, mean and max), the access energy (HB
     and EXT) a token of ours' best mode against xPU AR's (mean; a near-memory unit's reads
     inside its LPDDR5 are counted in :func:`fig15_summary`, not here), ours against HB-xPU
-    (:data:`ABLATION_PLATFORM`, mean and min of the best-mode ratio), each platform's mean best-mode speedup, and the strongest prior
-    platform per model (``strongest_prior``: the one strongest at most of its batches, ties to
-    the larger mean best mode) beside the paper's (:data:`PAPER_STRONGEST_PRIOR`), and ours
-    over the platform the paper names strongest for each model (``speedup_over_paper_prior``,
-    mean and max over the points of the models it names; None without one)."""
+    (:data:`ABLATION_PLATFORM`, mean and min of the best-mode ratio), each platform's mean
+    best-mode speedup, and the strongest prior platform per model (``strongest_prior``: the
+    one strongest at most of its batches, ties to the larger mean best mode) beside the
+    paper's (:data:`PAPER_STRONGEST_PRIOR`), and ours over the platform the paper names
+    strongest for each model (``speedup_over_paper_prior``, mean and max over the points of
+    the models it names; None without one). Raises :class:`UserError` as :func:`by_point`."""
     pts = by_point(rows)
     sp_x, sp_p, en_x, sp_h, sp_n = [], [], [], [], []
     wins = {}
@@ -1728,9 +2019,12 @@ ABLATION_PLATFORM = "hb-xpu"
 
 def by_point(rows) -> dict:
     """:func:`fig14` rows as ``{(model, batch): {platform: row}}``; raises :class:`UserError`
-    on no rows or a point without every platform."""
+    on no rows, a row that is not one of fig14's or a point without every platform."""
     pts = {}
     for r in rows:
+        if not isinstance(r, dict) or any(k not in r for k in ("model", "batch", "platform")):
+            raise UserError("Fig. 14 rows: expected fig14's rows (dicts with 'model', 'batch' "
+                            "and 'platform')")
         pts.setdefault((r["model"], r["batch"]), {})[r["platform"]] = r
     if not pts:
         raise UserError("no Fig. 14 rows to summarise")
@@ -1829,9 +2123,10 @@ ALPHA_MODEL = {"qwen3-30b-a3b": (0.762, 0.35), "glm-4.7-flash": (0.919, 0.15),
 def pool_coverage(pop: ExpertPopularity, slots: float) -> float:
     """Share of a token's top-k picks that fall in the ``slots`` hottest experts (fractional
     slots interpolate): the pool's coverage of the routing, a proxy for the share of the gate
-    weight the throttled draft keeps."""
+    weight the throttled draft keeps. Raises :class:`UserError` for ``slots`` negative or not
+    finite."""
     c = np.concatenate(([0.0], np.cumsum(pop.p))) / pop.top_k
-    x = min(max(slots, 0.0), float(pop.experts))
+    x = min(_count("slots", slots), float(pop.experts))
     i = int(x)
     return float(c[i] + (pop.p[i] / pop.top_k * (x - i) if i < pop.experts else 0.0))
 
@@ -1840,8 +2135,21 @@ def elastic_alpha(em: EvalModel, params=None) -> float:
     """Elastic-SD's acceptance rate at ``em``'s HB and batch: ``alpha_max x coverage(slots /
     batch ** beta)``: the pool (the expert cache's slots a layer) covers each request's routing
     less as more requests share it (``beta``), and a draft whose pool covered every pick would
-    be accepted at ``alpha_max`` (the MSB slices' own error). Capped at 0.99."""
-    a_max, beta = params or ALPHA_MODEL[em.m.name]
+    be accepted at ``alpha_max`` (the MSB slices' own error). Capped at 0.99. ``params``:
+    ``(alpha_max, beta)``, default :data:`ALPHA_MODEL`'s for the model. Raises
+    :class:`UserError` for a model :data:`ALPHA_MODEL` has no fit for (a loaded one) without
+    ``params``, or ``params`` not two finite numbers >= 0."""
+    if params is None:
+        if em.m.name not in ALPHA_MODEL:
+            raise UserError(f"elastic_alpha: model {em.m.name!r} has no fitted alpha model "
+                            f"(ALPHA_MODEL: {', '.join(ALPHA_MODEL)}); pass params=(alpha_max, "
+                            f"beta)")
+        params = ALPHA_MODEL[em.m.name]
+    if (isinstance(params, (str, bytes)) or not hasattr(params, "__len__") or len(params) != 2
+            or not all(_is_real(v) and math.isfinite(v) and v >= 0 for v in params)):
+        raise UserError(f"params: expected (alpha_max, beta), two finite numbers >= 0, got "
+                        f"{params!r}")
+    a_max, beta = params
     return min(0.99, a_max * pool_coverage(em.pop, em.slots / em.batch ** beta))
 
 

@@ -361,6 +361,8 @@ class RoutingTrace:
         missing or corrupt file, a Git LFS pointer, another format or version, an unknown or
         missing column or metadata key, or any violation of the format."""
         path = Path(path)
+        if path.is_dir():
+            raise TraceError(f"{path}: a directory, not a trace file")
         if not path.is_file():
             raise TraceError(f"{path}: no such trace file")
         with open(path, "rb") as f:
@@ -726,7 +728,11 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     Missing (token, layer) records and whole-token position gaps are never errors: they are
     counted per layer in the report (the real logs miss 0-3 records a layer).
 
-    Returns ``(RoutingTrace, ImportReport)``.
+    Returns ``(RoutingTrace, ImportReport)``. Raises :class:`TraceError` naming the file for a
+    missing file or a directory, an unreadable or Git LFS pointer file, a log with no routing
+    record left (empty, only meta or other record types, or every line dropped or skipped:
+    the message carries the counts), and (``on_error="raise"``) a malformed line;
+    :class:`UserError` for a bad argument.
     """
     path = Path(path)
     if on_error not in ("raise", "warn"):
@@ -736,6 +742,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     if not _is_int(warmup_min_rows) or warmup_min_rows < 2:
         raise UserError(f"warmup_min_rows: expected an integer >= 2, got {warmup_min_rows!r}")
     preset = model_preset(model) if model is not None else None
+    if path.is_dir():
+        raise TraceError(f"{path}: a directory, not a routing log")
     if not path.is_file():
         raise TraceError(f"{path}: no such routing log")
     rep = ImportReport(path=path)
@@ -1155,6 +1163,9 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         cols["line"].append(r[0])
 
     nrows = len(cols["request"])
+    if not nrows:
+        rep.rows = 0
+        raise TraceError(f"{path}: no routing records ({rep.counts_line()})")
     if k is None:
         k = 1
     ids = np.asarray(cols["ids"], np.int64).reshape(nrows, k)

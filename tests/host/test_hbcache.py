@@ -166,3 +166,68 @@ def test_batched_replay_reads_shared_experts_once(gsm8k):
         replay(gsm8k, cache(0), batch=0)
     with pytest.raises(UserError, match="MoE layers"):
         replay(gsm8k, cache(0, model=model_preset("deepseek-v2-lite")))
+
+
+# -- bad keys: one UserError naming the argument, nothing truncated or dropped ------------------
+
+@pytest.mark.parametrize("layer", [1.7, 1.0, "x", None, True, 99])
+def test_step_refuses_a_layer_that_is_not_an_integer_moe_layer(layer):
+    c = cache(4)
+    with pytest.raises(UserError, match=f"layer: {layer!r} is not a MoE layer"):
+        c.step(layer, [0, 1])
+    with pytest.raises(UserError, match="layer: .* is not a MoE layer"):
+        c.step(layer, [])                       # checked even when no expert is accessed
+    assert len(c) == 0 and c.stats.accesses.sum() == 0
+
+
+def test_step_takes_numpy_integers_and_refuses_a_scalar_expert():
+    c = cache(4)
+    assert c.step(np.int64(1), np.array([2, 3], np.int8)) == ([], [2, 3])
+    assert c.contents() == [(1, 2), (1, 3)]
+    with pytest.raises(UserError, match="experts: expected expert ids, got 3"):
+        c.step(0, 3)
+
+
+@pytest.mark.parametrize("keys, streamed, match", [
+    ([(1.7, 0)], (), r"keys: layer: 1.7 is not a MoE layer"),
+    ([(0, 1.0)], (), r"keys: expert: 1.0 is not an expert id"),
+    ([("x", 0)], (), r"keys: layer: 'x' is not a MoE layer"),
+    ([(0,)], (), r"keys: expected \(layer, expert\) pairs, got \(0,\)"),
+    ([3], (), r"keys: expected \(layer, expert\) pairs, got 3"),
+    ([(0, 1)], [(99, 99)], r"streamed: layer: 99 is not a MoE layer"),   # dropped before
+    ([(0, 1)], [(0, 8)], r"streamed: expert: 8 is not an expert id"),
+    ([(0, 1)], [(0.5, 1)], r"streamed: layer: 0.5 is not a MoE layer"),
+    ([(0, 1)], 5, r"streamed: expected \(layer, expert\) pairs")])
+def test_fill_refuses_keys_it_used_to_truncate_or_drop(keys, streamed, match):
+    c = cache(4)
+    with pytest.raises(UserError, match=match):
+        c.fill(keys, streamed=streamed)
+    assert len(c) == 0 and c.stats.hb_write_bytes == 0
+
+
+def test_fill_indices_refuses_float_keys_and_a_misshapen_mask():
+    c = cache(4)
+    L, E = c.resident_mask().shape
+    with pytest.raises(UserError, match="keys: expected integer flat .* got float64"):
+        c.fill_indices([0.7, 1.2])                          # was truncated to 0, 1
+    with pytest.raises(UserError, match=rf"streamed: expected a bool \[{L}, {E}\] mask"):
+        c.fill_indices([0, 1], streamed=np.zeros(L * E, bool))
+    with pytest.raises(UserError, match="streamed: expected a bool"):
+        c.fill_indices([0, 1], streamed=np.zeros((L, E), int))
+    assert c.fill_indices([]) == 0
+    assert c.fill_indices(np.array([0, 9], np.int32)) == 2 * MSB
+
+
+def test_for_model_takes_a_preset_name_and_refuses_other_archs():
+    a = HBExpertCache.for_model(MIX, "paper-4gb", kv_bytes=1 << 20)
+    b = HBExpertCache.for_model(MIX, preset("paper-4gb"), kv_bytes=1 << 20)
+    assert a.capacity_bytes == b.capacity_bytes
+    with pytest.raises(UserError, match="arch: unknown configuration 'paper-3gb'"):
+        HBExpertCache.for_model(MIX, "paper-3gb")
+    with pytest.raises(UserError, match="arch: expected an ArchConfig or a preset name"):
+        HBExpertCache.for_model(MIX, 4 << 30)
+
+
+def test_replay_takes_a_numpy_batch(gsm8k_routing):
+    a = replay(gsm8k_routing, cache(8), batch=np.int64(2)).summary()
+    assert a == replay(gsm8k_routing, cache(8), batch=2).summary()

@@ -462,3 +462,24 @@ def test_a_sweep_keeps_new_shapes_calibrations_in_its_cache(tmp_path, monkeypatc
     assert len(list((tmp_path / "cache" / "calib").glob("ffn-*.json"))) == 1
     monkeypatch.setattr(cc, "_CACHE", {})                    # the next worker
     assert sweep_tasks.perf_task(point, tmp_path / "cache") == first and len(calls) == 1
+
+
+@pytest.mark.parametrize("name, fields, match", [
+    ("qwen3-30b-a3b", {"decoder_sparse_step": 100},
+     "decoder_sparse_step: 100 leaves no MoE layer among the 48 layers"),
+    ("qwen1.5-moe-a2.7b", {"mlp_only_layers": list(range(24))},
+     "mlp_only_layers: every layer dense leaves no MoE layer among the 24 layers"),
+    ("deepseek-v2-lite", {"first_k_dense_replace": 27},
+     "first_k_dense_replace: 27 leaves no MoE layer among the 27 layers"),
+    ("glm-4.7-flash", {"mlp_layer_types": ["dense"] * 47, "first_k_dense_replace": 47},
+     "mlp_layer_types: every layer dense leaves no MoE layer among the 47 layers")])
+def test_a_layout_without_moe_layers_names_the_config_field(name, fields, match):
+    """The error named the preset's field (``first_dense_layers``), not the config's."""
+    with pytest.raises(UserError, match=r"config: " + match + r" \(num_hidden_layers\)"):
+        model_from_config({**CONFIGS[name], **fields}, name="m")
+
+
+@pytest.mark.parametrize("source", [None, [1, 2], 3])
+def test_a_source_that_is_neither_a_path_nor_a_dict_is_refused(source):
+    with pytest.raises(UserError, match="source: expected the path of a config.json or its dict"):
+        model_from_config(source, name="m")

@@ -1055,7 +1055,7 @@ def test_pick_probabilities_sum_to_top_k_capped_at_one():
     for bad in (np.ones(7), np.zeros(16), -np.ones(16), np.ones((2, 8))):
         with pytest.raises(ValueError, match="weights: expected at least top_k = 8"):
             pe.pick_probabilities(bad, 8)
-    with pytest.raises(ValueError, match="top_k: expected 1..experts = 4, got 8"):
+    with pytest.raises(UserError, match="top_k: expected 1..experts = 4, got 8"):
         pe.ExpertPopularity(4, 8, 1.0)
 
 
@@ -1110,3 +1110,231 @@ def test_a_cross_validation_fold_never_reads_its_held_out_cells(monkeypatch):
         pe.cross_validation_fold(3)
     with pytest.raises(UserError, match="alpha: expected paper or model, got 'both'"):
         pe.cross_validation_fold(16, alpha="both")
+
+
+# -- bad input: one UserError naming the parameter (review of the host API) ---------------------
+
+def _raises(match, f, *a, **kw):
+    with pytest.raises(UserError, match=match):
+        f(*a, **kw)
+
+
+@pytest.mark.parametrize("p, slots, batch, match", [
+    (np.full((2, 8), 0.25), 3, -1, "batch: expected an integer >= 1"),       # hung
+    (np.full((2, 8), 0.25), 3, 0, "batch: expected an integer >= 1"),        # NaN
+    (np.full((2, 8), 0.25), 3, 1.5, "batch: expected an integer >= 1"),
+    (np.full((2, 8), 0.25), 3, True, "batch: expected an integer >= 1"),
+    (np.full((2, 8), -0.1), 3, 1, r"p: expected finite pick probabilities in \[0, 1\]"),  # hung
+    (np.full((2, 8), 2.0), 3, 1, r"p: expected finite pick probabilities in \[0, 1\]"),   # clipped
+    (np.full((2, 8), np.nan), 3, 1, r"p: expected finite pick probabilities"),
+    (np.zeros((2, 8)), 3, 1, "p: layer 0 has no pick"),                     # NaN
+    (np.full(8, 0.25), 3, 1, r"p: expected a \[layers, experts\] array"),
+    (np.zeros((0, 8)), 3, 1, r"p: expected a \[layers, experts\] array"),
+    ([[0.5, 0.5], [0.5]], 3, 1, r"p: expected a \[layers, experts\] array"),
+    (np.full((2, 8), 0.25), -5, 1, "slots: expected a finite number >= 0"),
+    (np.full((2, 8), 0.25), float("nan"), 1, "slots: expected a finite number >= 0")])
+def test_che_global_refuses_bad_input(p, slots, batch, match):
+    _raises(match, pe.che_global, p, slots, batch)
+
+
+def test_che_global_terminates_when_the_slots_hold_every_accessed_expert():
+    """Experts never picked (p = 0) cannot fill slots: with at least as many slots as picked
+    experts the doubling loop never ended; every accessed expert is then cached."""
+    p = np.array([[0.5, 0.5, 0.0, 0.0]] * 2)
+    assert pe.che_global(p, 4, 1) == 1.0 and pe.che_global(p, 5, 2) == 1.0
+    assert 0 < pe.che_global(p, 3, np.int64(1)) < 1
+    assert pe.che_global([[0.25] * 8], 8, 1) == 1.0          # a nested list is an array
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(windows=(1, 2)), r"windows: expected a non-empty sequence of integers >= 2"),
+    (dict(windows=(0,)), "windows: expected"), (dict(windows=()), "windows: expected"),
+    (dict(windows=(2.5,)), "windows: expected"), (dict(windows=4), "windows: expected"),
+    (dict(batches=(1, 2)), "batches: expected a non-empty sequence of integers >= 2"),
+    (dict(batches=[]), "batches: expected"), (dict(batches=(True, 2)), "batches: expected")])
+def test_routing_exponents_refuses_bad_windows_and_batches(kw, match):
+    _raises(match, pe.routing_exponents, [], **kw)            # checked before the traces
+
+
+def test_routing_exponents_wants_a_list_of_traces(gsm8k_routing):
+    _raises("traces: expected a list of RoutingTrace", pe.routing_exponents, gsm8k_routing)
+    _raises("traces: expected a RoutingTrace or the path", pe.routing_exponents, [3, 4])
+
+
+def test_trace_popularity_and_cache_check_take_a_path(gsm8k_routing):
+    from elmoe3d.sw.host.corpus import routing_path
+    path = routing_path("gsm8k")
+    np.testing.assert_array_equal(pe.trace_popularity(str(path)),
+                                  pe.trace_popularity(gsm8k_routing))
+    got = pe.cache_check(path, "mixtral-8x7b", slots_per_layer=(2,), batches=(1,))
+    assert got == pe.cache_check(gsm8k_routing, "mixtral-8x7b", slots_per_layer=(2,),
+                                 batches=(1,))
+    _raises("trace: expected a RoutingTrace or the path", pe.trace_popularity, 3)
+    for kw, match in ((dict(slots_per_layer=(1.5,)), "slots_per_layer: expected"),
+                      (dict(slots_per_layer=(-1,)), "slots_per_layer: expected"),
+                      (dict(batches=(0,)), "batches: expected"),
+                      (dict(batches=(1.0,)), "batches: expected")):
+        _raises(match, pe.cache_check, gsm8k_routing, "mixtral-8x7b", **kw)
+
+
+@pytest.mark.parametrize("p, match", [
+    (np.full(8, 0.25), r"p: expected a \[layers, experts\]"),
+    ([[0.25] * 8, [0.25]], r"p: expected a \[layers, experts\]"),
+    (np.zeros((0, 8)), r"p: expected a \[layers, experts\]"),
+    (np.zeros((2, 8)), "p: layer 0 has no pick"),
+    (np.full((2, 8), 0.01), "p: the layers' picks sum to 0.08 on average")])
+def test_fit_zipf_refuses_bad_input(p, match):
+    _raises(match, pe.fit_zipf, p)
+
+
+def test_fit_zipf_reads_a_nested_list():
+    p = pe.ExpertPopularity(8, 2, 0.7).p
+    assert pe.fit_zipf([list(p)] * 3) == pytest.approx(0.7)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(batch=True), "batch: expected a positive integer, got True"),
+    (dict(batch=4.0), "batch: expected a positive integer"),
+    (dict(context=True), "context: expected a positive integer"),
+    (dict(intra=True), r"intra: expected an exponent in \(0, 1\]"),
+    (dict(intra="0.5"), r"intra: expected an exponent in \(0, 1\]"),
+    (dict(intra=float("nan")), r"intra: expected an exponent"),
+    (dict(zipf=True), r"zipf: expected a Zipf exponent in \[0, 10.0\], got True"),
+    (dict(zipf="1.5"), "zipf: expected a Zipf exponent"),
+    (dict(zipf=float("nan")), "zipf: expected a Zipf exponent"),
+    (dict(zipf=-1.0), "zipf: expected a Zipf exponent"),
+    (dict(form="bogus"), "form: expected token or step, got 'bogus'"),
+    (dict(ar_cache=["best"]), "ar_cache: expected"),
+    (dict(placement=None), "placement: expected")])
+def test_eval_model_refuses_bad_parameters_at_construction(kw, match):
+    _raises(match, pe.EvalModel, "qwen3-30b-a3b", pe.platform("ours"), "elastic", **kw)
+
+
+def test_eval_model_takes_numpy_integers_and_wants_a_platform():
+    o = pe.platform("ours")
+    a = pe.EvalModel("qwen3-30b-a3b", o, "elastic", batch=np.int64(4), context=np.int32(4096))
+    b = pe.EvalModel("qwen3-30b-a3b", o, "elastic", batch=4, context=4096)
+    assert type(a.batch) is int and a.ar().seconds == b.ar().seconds
+    _raises(r"plat: expected a Platform \(platform\('ours', hb\) builds one\), got 'ours'",
+            pe.EvalModel, "qwen3-30b-a3b", "ours", "elastic")
+    _raises("unknown scheme", pe.EvalModel, "qwen3-30b-a3b", o, None)
+
+
+def test_step_takes_whole_rows_and_a_known_phase():
+    em = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours"), "elastic", batch=4)
+    for rows in (0, -4, 2.5, True, "4", None):
+        _raises("rows: expected a positive integer", em.step, rows)
+        _raises("rows: expected a positive integer", em.draft_step, rows)
+    for phase in ("bogus", "VERIFY", None):
+        _raises("phase: expected ar, verify, draft", em.step, 4, phase=phase)
+    assert em.step(np.int64(4), phase="verify").seconds == em.step(4, phase="verify").seconds
+    # every caller of the model passes whole rows: sd and best_sd still run
+    assert em.best_sd(0.5, depths=[np.int64(2)], widths=[2]).depth == 2
+    _raises("SD tree depths: expected positive integers, got 3", em.best_sd, 0.5, depths=3)
+
+
+@pytest.mark.parametrize("args, match", [
+    ((8.0, 2, 1.0), "experts: expected a positive integer, got 8.0"),
+    ((0, 1, 1.0), "experts: expected a positive integer, got 0"),
+    ((8, 2.5, 1.0), "top_k: expected 1..experts = 8, got 2.5"),
+    ((8, True, 1.0), "top_k: expected 1..experts = 8, got True"),
+    ((8, 2, float("inf")), r"zipf exponent: expected a number in \[0, 10.0\]"),
+    ((8, 2, "1"), "zipf exponent: expected a number"),
+    ((8, 2, True), "zipf exponent: expected a number")])
+def test_expert_popularity_refuses_bad_sizes_with_a_user_error(args, match):
+    _raises(match, pe.ExpertPopularity, *args)
+
+
+def test_expert_popularity_methods_refuse_negative_or_non_finite_counts():
+    ep = pe.ExpertPopularity(np.int64(128), np.int64(8), 1.55)
+    assert ep.step(0, 10) == (0.0, 0.0)
+    nan, inf = float("nan"), float("inf")
+    for n, slots, name in ((-2, 10, "n"), (nan, 10, "n"), (4, -3, "slots"), (4, nan, "slots"),
+                           (4, inf, "slots"), (4, "10", "slots")):
+        for f in (ep.step, ep.top_share, ep.pool_step):
+            _raises(f"{name}.*: expected a finite number >= 0", f, n, slots)
+    for f in (ep.che, ep.pool_size, lambda s: pe.pool_coverage(ep, s)):
+        _raises("slots: expected a finite number >= 0", f, nan)
+
+
+@pytest.mark.parametrize("args, match", [
+    (("0.5", 7, 8), r"alpha: expected a rate in \[0, 1\), got '0.5'"),
+    ((None, 7, 8), r"alpha: expected a rate in \[0, 1\), got None"),
+    ((np.array([0.5]), 7, 8), r"alpha: expected a rate"),
+    ((0.5, 7.0, 8), "SD tree depth: expected a positive integer, got 7.0"),
+    ((0.5, 7, 8, True), "SD tree verify: expected 1 .. depth x width = 56 nodes, got True")])
+def test_accepted_tokens_refuses_wrong_types(args, match):
+    _raises(match, pe.accepted_tokens, *args)
+
+
+def test_accepted_tokens_takes_numpy_integers():
+    assert pe.accepted_tokens(0.5, np.int64(7), np.int32(8), np.int64(30)) \
+        == pe.accepted_tokens(0.5, 7, 8, 30)
+    assert pe.accepted_tokens(np.float64(0.5), 7, 8) == pe.accepted_tokens(0.5, 7, 8)
+
+
+def test_platform_refuses_wrong_types_and_takes_an_arch_name():
+    assert pe.platform("ours", arch="paper-8gb") == pe.platform("ours", "8gb")
+    _raises("arch: unknown configuration 'paper-2gb'", pe.platform, "ours", arch="paper-2gb")
+    _raises("arch: expected an ArchConfig or a preset name, got 3", pe.platform, "ours",
+            arch=3)
+    _raises("platform name: expected one of xpu", pe.platform, ["ours"])
+    _raises("hb: expected 4gb or 8gb, got 4", pe.platform, "ours", 4)
+
+
+@pytest.mark.parametrize("tree", [(7,), (7, 8, 0), (7, 8, 57), (7, 8.0), "best ", "bogus",
+                                  (7, True), None, 7])
+def test_figures_refuse_a_bad_tree(tree):
+    match = r"tree: expected 'best', \(depth, width\) or \(depth, width, verify\)"
+    _raises(match, pe.table3, tree=tree)
+    _raises(match, pe.fig12, tree=tree)
+    _raises(match, pe.fig14, tree=tree)
+
+
+def test_figures_refuse_unknown_or_missing_models_and_schemes():
+    models = ", ".join(pe.TABLE3_MODELS)
+    _raises(f"zipf: unknown model\\(s\\) 'qwen3'; expected some of {models}", pe.table3,
+            zipf={"qwen3": 0.1})
+    _raises("zipf: unknown model", pe.fig14, zipf={"qwen3": 0.1})
+    _raises("zipf: unknown model", pe.fig12, zipf={"qwen3": 0.1})
+    _raises(r"zipf\['qwen3-30b-a3b'\]: expected a Zipf exponent", pe.table3,
+            zipf={"qwen3-30b-a3b": "1"})
+    _raises("alphas: unknown scheme\\(s\\) 'elastc'; expected some of eagle, slm, quant, "
+            "elastic", pe.fig12, alphas={"elastc": 0.9})
+    _raises("batch: expected a positive integer, got True", pe.fig12, batch=True)
+    full = pe.model_alphas("4gb")
+    _raises("alphas: expected the models .*; missing 'glm-4.7-flash'", pe.table3,
+            alphas={"qwen3-30b-a3b": full["qwen3-30b-a3b"]})
+    part = {m: dict(v) for m, v in full.items()}
+    del part["gpt-oss-20b"]["slm"]
+    _raises(r"alphas\['gpt-oss-20b'\]: expected the schemes .*; missing 'slm'", pe.table3,
+            alphas=part)
+    part["gpt-oss-20b"]["slm"], part["gpt-oss-20b"]["medusa"] = [0.2] * 4, [0.2] * 4
+    _raises(r"alphas\['gpt-oss-20b'\]: .*unknown 'medusa'", pe.fig14, alphas=part)
+    short = {m: {s: a[:3] for s, a in v.items()} for m, v in full.items()}
+    _raises(r"alphas\['qwen3-30b-a3b'\]\['eagle'\]: expected an alpha a batch", pe.table3,
+            alphas=short)
+
+
+def test_elastic_alpha_of_a_loaded_model_asks_for_params():
+    from elmoe3d.sw.host.hf_config import load_model
+    from tests.host.test_hf_config import CONFIGS
+    name = load_model({**CONFIGS["qwen3-30b-a3b"], "num_experts": 64}, name="my-q64")
+    em = pe.EvalModel(name, pe.platform("ours"), "elastic", zipf=1.2)
+    _raises("elastic_alpha: model 'my-q64' has no fitted alpha model .*pass params=",
+            pe.elastic_alpha, em)
+    assert 0 < pe.elastic_alpha(em, (0.8, 0.3)) <= 0.99
+    _raises(r"params: expected \(alpha_max, beta\)", pe.elastic_alpha, em, (0.8,))
+
+
+def test_fig_summaries_refuse_rows_that_are_not_fig14s():
+    _raises("Fig. 14 rows: expected fig14's rows", pe.fig15_summary, [{}])
+    _raises("Fig. 14 rows: expected fig14's rows", pe.fig14_summary, [3])
+
+
+def test_zipf_doc_comments_sit_above_their_constants():
+    import inspect
+    src = inspect.getsource(pe)
+    i, j = src.index("\nZIPF_MAX = "), src.index("\nZIPF = ")
+    assert "The largest Zipf exponent" in src[:i].rsplit("\n\n", 1)[-1]
+    assert "Zipf exponent of each model" in src[:j].rsplit("\n\n", 1)[-1]

@@ -252,14 +252,17 @@ def test_mixed_integer_and_string_request_ids(tmp_path):
     (['{"meta": {"num_experts": 8}}', "{oops", "[1]"], "2 records read, 0 kept"),
 ])
 def test_empty_logs_are_counted_and_run_says_so(tmp_path, capsys, lines, words):
+    """A log with no routing record left is refused naming the file, with the counts (it
+    imported as a trace of invented sizes before: num_experts 1, top_k 1)."""
     path = tmp_path / "e.jsonl"
     path.write_text("".join(x + "\n" for x in lines))
-    _, rep = import_vllm_jsonl(path, num_experts=8, on_error="warn")
-    assert words in rep.counts_line()
+    with pytest.raises(TraceError, match="e.jsonl: no routing records \\(") as exc:
+        import_vllm_jsonl(path, num_experts=8, on_error="warn")
+    assert words in str(exc.value)
     code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF)
     assert code == 2 and "Traceback" not in err
     if not lines[1:]:
-        assert "no decode tokens (0 records read" in err
+        assert "no routing records (0 records read" in err
 
 
 def test_forward_passes_rules():

@@ -238,3 +238,28 @@ def test_file_level_errors(tmp_path):
     _, rep = import_vllm_jsonl(write(tmp_path, [{"meta": {"colour": 1}}] + grid(), "m4.jsonl"),
                                num_experts=8)
     assert any("unknown meta key 'colour'" in n for n in rep.notes)
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", '{"meta": {"model": "mixtral-8x7b"}}\n'])
+def test_a_log_without_routing_records_is_refused(tmp_path, text):
+    """An empty log imported as a trace of invented sizes (num_experts 1, top_k 1)."""
+    path = tmp_path / "empty.jsonl"
+    path.write_text(text)
+    for model in (None, "mixtral-8x7b"):
+        with pytest.raises(TraceError, match=r"empty\.jsonl: no routing records \(0 records "
+                                             r"read, 0 kept"):
+            import_vllm_jsonl(path, model=model)
+
+
+def test_a_directory_is_named_a_directory(tmp_path):
+    with pytest.raises(TraceError, match="a directory, not a routing log"):
+        import_vllm_jsonl(tmp_path)
+    with pytest.raises(TraceError, match="a directory, not a trace file"):
+        RoutingTrace.load(tmp_path)
+
+
+def test_an_unknown_routing_trace_name_is_a_user_error():
+    from elmoe3d.errors import UserError
+    for name in ("mmlu", None):
+        with pytest.raises(UserError, match="routing trace .*: expected one of gsm8k, humaneval"):
+            routing_path(name)
