@@ -91,20 +91,21 @@ def plot_format(path, option: str, default: str = "png") -> str:
     return fmt
 
 
-def check_output_dir(folder, option: str, names) -> list:
+def check_output_dir(folder, option: str, names, *, image_names: bool = False) -> list:
     """Raise :class:`UserError` (naming ``option``) unless the files ``names`` can be written
     into the folder ``folder``: an existing folder (each file checked by :func:`check_output`)
     or a path that does not exist yet, whose nearest existing ancestor is a writable folder
     (:meth:`AtomicOutputs.make_dir` creates the missing folders when the outputs are written).
     A path that exists and is not a folder is refused, and so is a new one whose suffix is an
-    image format (``--plot fig.png``: a file name given for a folder). Returns the files'
+    image format (``--plot fig.png``: a file name given for a folder) unless ``image_names``
+    (a folder named by its user, whose name is anything: a sweep's). Returns the files'
     paths."""
     folder = Path(folder)
     if folder.is_dir():
         return [check_output(folder / name, option) for name in names]
     if folder.exists() or folder.is_symlink():
         raise UserError(f"{option} {folder}: not a directory")
-    if folder.suffix.lower().lstrip(".") in _image_formats():
+    if not image_names and folder.suffix.lower().lstrip(".") in _image_formats():
         raise UserError(f"{option} {folder}: names a folder to write {', '.join(names)} "
                         f"into, not a file; give a folder (e.g. {folder.with_suffix('')})")
     ancestor = folder.parent

@@ -20,8 +20,8 @@ Ctrl-C, exit status 130). ``--check`` only expands and validates the spec and pr
 (the options of a run, ``--out``, ``--cache``, ``--workers`` and the like, are refused with it). The
 options are checked before anything starts: ``--scheduler``'s address scheme (``tcp://``,
 ``tls://``, ...), ``--dashboard``'s ``[HOST]:PORT`` (only for the embedded cluster: not with
-``--scheduler`` or ``--workers 0``); then, before the out folder is made or touched and before the
-first line is printed, ``--out`` (not a file, a folder that can be written:
+``--scheduler`` or ``--workers 0``); then, before anything is written to the out folder and
+before the first line is printed, ``--out`` (not a file, a folder that can be written:
 :func:`~elmoe3d.cli.outputs.check_output_dir`), ``--cache`` (a folder the tasks can write, made if
 missing) and, when a point is left to run, ``--scheduler`` (connected, waiting at most 20 s; its
 workers import the tasks and write the cache): a scheduler that cannot be reached leaves nothing.

@@ -6,7 +6,7 @@ written as they finish, resumable, consolidated into Parquet, CSV and JSON, with
   if a point is invalid), skip the points whose row is already in the out folder without an
   error and from the same code (a rerun, keyed by the point's id and the row's ``code``,
   :func:`~.sweep_tasks.code_version`), connect to the scheduler (:func:`connect_scheduler`:
-  before the out folder is touched, so that one that cannot be reached leaves nothing), submit
+  before anything is written, so that one that cannot be reached leaves nothing), submit
   the rest in chunks (:func:`~.sweep_tasks.run_point`, or ``task``), write each row as it
   arrives, then the consolidated tables and the plots.
 * Faults: a worker that dies mid-task loses nothing: the scheduler reruns its tasks on another
@@ -336,7 +336,8 @@ def _check_out(out_dir, given: bool = True) -> None:
                                     f"{label}: cannot make the out folder: {p} is a file, "
                                     f"not a folder")
                 break
-        check_output_dir(out_dir, "--out" if given else "the out folder", OUT_FILES)
+        check_output_dir(out_dir, "--out" if given else "the out folder", OUT_FILES,
+                         image_names=True)
     except OSError as exc:
         raise UserError(f"{label}: cannot look at {exc.filename or out} "
                         f"({exc.strerror or exc})") from None
@@ -383,7 +384,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     runs (default :func:`auto_chunk`). ``say`` prints the seed, the counts and the dashboard
     address. ``connect_timeout``: seconds to wait for ``scheduler`` to answer.
 
-    Everything that can be checked is checked before the out folder is made or touched and
+    Everything that can be checked is checked before anything is written to the out folder and
     before the first line is said: the addresses, the spec and its points, the out and cache
     folders, and, when some point is left to run, the scheduler (connected, its workers
     warmed up and their cache checked: :func:`connect_scheduler`). A sweep stopped after

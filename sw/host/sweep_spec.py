@@ -444,8 +444,8 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     meant = set()                  # the known names an unknown key is close to: likely typos
     for key in raw:
         if key not in _TOP_KEYS:
-            note(_unknown("section", key, _TOP_KEYS))
-            meant.update(_close(key, _TOP_KEYS))
+            note(_unknown("section", key, _TOP_KEYS, raw))
+            meant.update(_close(key, _TOP_KEYS, raw))
     sampling = raw.get("sampling", "grid")
     if sampling not in SAMPLINGS:
         note(f"sampling: expected one of {', '.join(SAMPLINGS)}, got {sampling!r}")
@@ -491,8 +491,9 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                 items = [(key, value)]
             for k, v in items:
                 if k not in known:
-                    note(f"{section}: {_unknown('field', k, known)}")
-                    meant.update(f"{section}.{c}" for c in _close(k, known))
+                    given = [g for g, _ in items] + list(body)
+                    note(f"{section}: {_unknown('field', k, known, given)}")
+                    meant.update(f"{section}.{c}" for c in _close(k, known, given))
                     continue
                 try:
                     out[k] = _axis(path, section, k, v, sampling)
@@ -533,8 +534,8 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
         tasks_raw, tasks_sound = {}, False
     for key in tasks_raw:
         if key not in _TASK_KEYS:
-            note(f"tasks: {_unknown('task', key, _TASK_KEYS)}")
-            tasks_sound = tasks_sound and not set(_close(key, _TASK_KEYS)) & set(TASKS)
+            note(f"tasks: {_unknown('task', key, _TASK_KEYS, tasks_raw)}")
+            tasks_sound = tasks_sound and not set(_close(key, _TASK_KEYS, tasks_raw)) & set(TASKS)
     tasks = {}
     for key, default in _TASK_KEYS.items():
         v = tasks_raw.get(key, default)
@@ -567,16 +568,27 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                      models=models)
 
 
-def _close(key, known) -> list:
+def _close(key, known, given=()) -> list:
     """The names of ``known`` close to ``key`` (:func:`difflib.get_close_matches`, at most 3,
-    best first): what a misspelt key likely meant."""
-    return difflib.get_close_matches(str(key), [str(k) for k in known], n=3)
+    best first) that the section does not already give (``given``): what a misspelt key
+    likely meant. A dotted key (``tile.rowz``) is matched on its last part against the known
+    names of the same prefix only, so the shared prefix does not make every one look close."""
+    key = str(key)
+    given = {str(g) for g in given}
+    prefix, dot, last = key.rpartition(".")
+    pool = {}
+    for k in map(str, known):
+        k_prefix, k_dot, k_last = k.rpartition(".")
+        if k not in given and k_prefix == prefix and bool(k_dot) == bool(dot):
+            pool.setdefault(k_last, k)
+    return [pool[m] for m in difflib.get_close_matches(last, list(pool), n=3)]
 
 
-def _unknown(what: str, key, known) -> str:
-    """``unknown <what> 'key'`` with the closest names of ``known`` when any is close
-    (:func:`_close`: ``(did you mean 'pes'?)``) and every known one: a spec's mistake."""
-    close = _close(key, known)
+def _unknown(what: str, key, known, given=()) -> str:
+    """``unknown <what> 'key'`` with the closest names of ``known`` the section does not
+    already give when any is close (:func:`_close`: ``(did you mean 'pes'?)``) and every known
+    one: a spec's mistake."""
+    close = _close(key, known, given)
     hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
     return f"unknown {what} {key!r}{hint}; known: {', '.join(map(str, known))}"
 
