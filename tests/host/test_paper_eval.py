@@ -1316,6 +1316,7 @@ def test_figures_refuse_unknown_or_missing_models_and_schemes():
             alphas=short)
 
 
+@pytest.mark.usefixtures("model_registries")          # the loaded model is unregistered after
 def test_elastic_alpha_of_a_loaded_model_asks_for_params():
     from elmoe3d.sw.host.hf_config import load_model
     from tests.host.test_hf_config import CONFIGS
