@@ -946,8 +946,8 @@ def prepare(top, platform, *, name="top", build_dir, seed=DEFAULT_SEED,
     folder to another (34,578 and 34,809 on 2026-12-05) and never hit another checkout's
     cache."""
     plan = platform.build(top, name=name, build_dir=str(build_dir), do_build=False,
-                          do_program=False, emit_src=False, **_overrides(name, seed, script_after_read,
-                                                         synth_opts, router, placer))
+                          do_program=False, emit_src=False,
+                          **_overrides(name, seed, script_after_read, synth_opts, router, placer))
     il = f"{name}.il"
     plan.files[il], changed = apply_no_rw_check(plan.files[il])
     if not changed and "attribute \\no_rw_check 1" in plan.files[il]:
