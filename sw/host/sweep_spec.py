@@ -879,7 +879,7 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                                     workload=workload, tasks=tasks, seed=spec.seed,
                                     figures=figures))
             except UserError as exc:             # named; the other points checked too
-                _note(problems, exc, where)
+                _note(problems, exc, where, point=True)
     if problems:
         raise UserError(_problems_text(problems))
     if not points and counts["no_task"]:
@@ -905,22 +905,28 @@ def dropped_text(counts: dict) -> str:
 MAX_MISTAKES = 10
 
 
-def _note(problems: dict, exc: UserError, where: str):
-    """Record a point's mistake under its message without the point (one line a mistake,
-    however many points share it): ``{message: [first line, points]}``."""
+def _note(problems: dict, exc: UserError, where: str, *, point: bool = False):
+    """Record a mistake under its message without the point (one line a mistake, however
+    many points, or places of the spec, share it): ``{message: [first line, count, point]}``;
+    ``point``: a point's mistake, else one of the spec itself."""
     text = str(exc)
     key = text[len(where):] if text.startswith(where) else text
     if key in problems:
         problems[key][1] += 1
     else:
-        problems[key] = [text, 1]
+        problems[key] = [text, 1, point]
 
 
 def _problems_text(problems: dict) -> str:
-    """One line a distinct mistake (its first point named; ``and N more points`` sharing it),
-    at most :data:`MAX_MISTAKES` of them."""
-    lines = [first + (f" (and {n - 1} more point{'s' if n > 2 else ''})" if n > 1 else "")
-             for first, n in list(problems.values())[:MAX_MISTAKES]]
+    """One line a distinct mistake (its first point named; ``and N more points`` sharing it,
+    or ``N times`` for a mistake the spec itself makes in several places), at most
+    :data:`MAX_MISTAKES` of them."""
+    def shared(n, point):
+        if n == 1:
+            return ""
+        return f" (and {n - 1} more point{'s' if n > 2 else ''})" if point else f" ({n} times)"
+    lines = [first + shared(n, point)
+             for first, n, point in list(problems.values())[:MAX_MISTAKES]]
     if len(problems) > MAX_MISTAKES:
         more = len(problems) - MAX_MISTAKES
         lines.append(f"... and {more} more distinct mistake{'s' if more > 1 else ''}")

@@ -612,6 +612,8 @@ BAD = [
      "file or directory)"),
     ("models:\n  my-moe: 3\nworkload:\n  model: [my-moe]\n",
      "{spec}: models.my-moe: expected the path of a config.json, got 3"),
+    ("workload:\n  model: [qwen3-30b-a3b]\n  hb: [16gb, 16gb]\n",
+     "{spec}: workload.hb: expected one of 4gb, 8gb (any case), got '16gb' (2 times)"),
     ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  power: true\n",
      "{spec}: tasks: unknown task 'power' (did you mean 'perf'?); known: perf, area, timing, "
      "rtl, rtl_beats"),
