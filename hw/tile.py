@@ -11,6 +11,7 @@ from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
 from ..config import TileConfig, tile_latency
+from ..sw.golden.datapath import PSUM_BITS
 from .checked import CheckedComponent
 from .fixed import sat_add64
 from .layouts import TileMode, tile_beat_layout, tile_result_layout
@@ -28,8 +29,9 @@ TREE_SHAPE = signed(18)
 #: Combined group psum after the slice shift. Every mode computes sum_k a[k] * w[k] with
 #: w = q (FULL, -128..127), 16*msb + 8 (DRAFT, -120..120), 16*msb (MSB_ONLY, -128..112) or
 #: lsb (LSB_ONLY, 0..15), so |psum| <= 32 * 128 * 128 = 2^19 (numerics §4: 21 signed
-#: bits): [-520192, 524288] fits signed(21) exactly.
-PSUM_SHAPE = signed(21)
+#: bits, the golden model's :data:`~elmoe3d.sw.golden.datapath.PSUM_BITS`): [-520192, 524288]
+#: fits signed(21) exactly.
+PSUM_SHAPE = signed(PSUM_BITS)
 #: psum times the signed FP16 mantissa (|m| <= 2047, 12 bits signed): 21 + 12 = 33 bits.
 SCALED_SHAPE = signed(33)
 #: The Q.24 term after the exponent shift (0..30): |term| < 2^20 * 2^11 * 2^30 = 2^61.
