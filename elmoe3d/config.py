@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from .checks import is_int
 from .isa import Sink
 
 
@@ -36,7 +37,7 @@ class ConfigError(ValueError):
 
 
 def _check_int(name, value, *, lo=1, power_of_two=False, even=False):
-    if not isinstance(value, int) or isinstance(value, bool):
+    if not is_int(value, numpy=False):
         raise ConfigError(f"{name}: expected an integer, got {value!r}")
     if value < lo:
         raise ConfigError(f"{name}: expected an integer >= {lo}, got {value}")
@@ -503,7 +504,7 @@ class ArchConfig:
     def __post_init__(self):
         object.__setattr__(self, "iomem_split", tuple(self.iomem_split))
         split = self.iomem_split
-        if (len(split) != 4 or any(not isinstance(v, int) or isinstance(v, bool) or v < 1
+        if (len(split) != 4 or any(not is_int(v, numpy=False) or v < 1
                                    for v in split) or sum(split) != 32):
             raise ConfigError(f"iomem_split: expected four positive integers (ACT, TOK, HBUF, "
                               f"OUT in 32nds of IOMEM) summing to 32, got {self.iomem_split!r}")
@@ -763,7 +764,7 @@ FP32_LATENCY = 2
 def check_mul_stages(mul_stages) -> int:
     """``mul_stages`` (registers after a VPU multiplier) if an integer in 1..4, else
     ``ValueError`` naming it."""
-    if (not isinstance(mul_stages, int) or isinstance(mul_stages, bool)
+    if (not is_int(mul_stages, numpy=False)
             or not 1 <= mul_stages <= 4):
         raise ValueError(f"mul_stages: expected an integer in 1..4, got {mul_stages!r}")
     return mul_stages
@@ -875,7 +876,7 @@ def unit_count(name, value, top, what) -> int:
     (``ValueError`` naming ``name``, ``what`` saying the range)."""
     if value is None:
         return top
-    if (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top
+    if (not is_int(value, numpy=False) or not 1 <= value <= top
             or value & (value - 1)):
         raise ValueError(f"{name}: expected a power of two {what}, got {value!r}")
     return value
@@ -979,13 +980,13 @@ class PEOptions:
         if not isinstance(self.tile_dsp_pairs, bool):
             raise ValueError(f"tile_dsp_pairs: expected a bool, got {self.tile_dsp_pairs!r}")
         tile_passes = self.tile_passes
-        if (not isinstance(tile_passes, int) or isinstance(tile_passes, bool)
+        if (not is_int(tile_passes, numpy=False)
                 or tile_passes not in (1, 2, 4)):
             raise ValueError(f"tile_passes: expected 1, 2 or 4, got {tile_passes!r}")
         if not isinstance(self.out_valid_bits, bool):
             raise ValueError(f"out_valid_bits: expected a bool, got {self.out_valid_bits!r}")
         wbuf_memories = self.wbuf_memories
-        if (not isinstance(wbuf_memories, int) or isinstance(wbuf_memories, bool)
+        if (not is_int(wbuf_memories, numpy=False)
                 or wbuf_memories not in (1, 2)):
             raise ValueError(f"wbuf_memories: expected 1 or 2, got {wbuf_memories!r}")
         w_words = geometry.wmem_words
@@ -993,7 +994,7 @@ class PEOptions:
             raise ValueError(f"wbuf_memories: one memory for both buffers needs a power-of-two "
                              f"wmem_words (the buffer is the top address bit), got {w_words}")
         out_banks = self.out_banks
-        if (not isinstance(out_banks, int) or isinstance(out_banks, bool)
+        if (not is_int(out_banks, numpy=False)
                 or out_banks not in (1, 2)):
             raise ValueError(f"out_banks: expected 1 or 2, got {out_banks!r}")
         if out_banks == 1 and fp32_units == W // 32:

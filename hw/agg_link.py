@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import LINK_OP_LATENCY, link_latency, link_reduce_stages
 from ..sw.golden.agg_link import LinkMode, LinkOp
 from ..sw.golden.datapath import INT64_MAX, INT64_MIN
+from .checked import check_param
 from .layouts import STICKY_LATENCY, sticky_flags
 
 
@@ -48,8 +49,7 @@ def link_op_layout(pes: int) -> data.StructLayout:
     chunk : unsigned(16)
         ALL_TO_ALL chunk (words); ignored by the other modes.
     """
-    if not isinstance(pes, int) or isinstance(pes, bool) or pes < 1:
-        raise ValueError(f"pes: expected a positive integer, got {pes!r}")
+    check_param("pes", pes)
     return data.StructLayout({
         "mode": LinkModeRTL,
         "src_mask": unsigned(pes),
@@ -87,11 +87,6 @@ def pack_link_op(op: LinkOp, pes: int) -> int:
     return link_op_layout(pes).const({
         "mode": LinkModeRTL(op.mode.value), "src_mask": op.src_mask, "dst_mask": op.dst_mask,
         "words": op.words, "chunk": op.chunk}).as_bits()
-
-
-def _check_int(name, value, lo):
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
 
 
 def _lowest(x, width):
@@ -136,7 +131,7 @@ class FlitBuffer(wiring.Component):
     """
 
     def __init__(self, width):
-        _check_int("width", width, 1)
+        check_param("width", width)
         self._width = width
         super().__init__({"w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
                           "r_data": Out(width), "r_rdy": Out(1), "r_en": In(1)})
@@ -210,8 +205,8 @@ class ReduceTree(wiring.Component):
     """
 
     def __init__(self, *, pes, flit_bits):
-        _check_int("pes", pes, 1)
-        _check_int("flit_bits", flit_bits, 64)
+        check_param("pes", pes)
+        check_param("flit_bits", flit_bits, 64)
         if flit_bits % 64:
             raise ValueError(f"flit_bits: expected a multiple of 64, got {flit_bits}")
         self._pes, self._fb = pes, flit_bits
@@ -391,10 +386,10 @@ class AggregationLink(wiring.Component):
     """
 
     def __init__(self, *, pes, word_bits, flit_bytes, buffer_words):
-        _check_int("pes", pes, 1)
-        _check_int("word_bits", word_bits, 64)
-        _check_int("flit_bytes", flit_bytes, 8)
-        _check_int("buffer_words", buffer_words, 1)
+        check_param("pes", pes)
+        check_param("word_bits", word_bits, 64)
+        check_param("flit_bytes", flit_bytes, 8)
+        check_param("buffer_words", buffer_words)
         if (flit_bytes * 8) % 64:
             raise ValueError(f"flit_bytes: expected a multiple of 8 bytes (whole 64-bit lanes), "
                              f"got {flit_bytes}")

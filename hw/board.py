@@ -41,9 +41,10 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..checks import is_int
 from ..config import PEOptions, pe_config
 from .bridge import Bridge, byte_word_fetch
-from .checked import CheckedComponent, constructor_params
+from .checked import CheckedComponent, constructor_params, check_param
 from .layouts import address_bits
 from .load_router import LoadRouter
 from .pe import PE
@@ -87,8 +88,7 @@ def uart_divisor(clk_hz: int, baud: int) -> int:
     """Clock cycles per bit, ``round(clk_hz / baud)``. Raises ``ValueError`` naming ``baud``
     if the divisor is below 4 or the resulting rate is more than :data:`MAX_BAUD_ERROR` off."""
     for name, v in (("clk_hz", clk_hz), ("baud", baud)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        check_param(name, v)
     divisor = round(clk_hz / baud)
     if divisor < 4:
         raise ValueError(f"baud: {baud} is too fast for clk_hz = {clk_hz}: {clk_hz / baud:.2f} "
@@ -116,7 +116,7 @@ def _check_pe_params(pe_params) -> dict:
 
 
 def _check_pow2(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or \
+    if not is_int(value, numpy=False) or value < 1 or \
             value & (value - 1):
         raise ValueError(f"{name}: expected a power of two (W-bit words), got {value!r}")
 
@@ -396,14 +396,13 @@ class BoardPlatformTop(Elaboratable):
     def check(cls, *, config, baud, hb_words, ext_words, frame_words, clk_hz, board):
         """The construction checks (above); raises before the object exists."""
         pe_config(config)
-        if clk_hz is not None and (not isinstance(clk_hz, int) or isinstance(clk_hz, bool)
+        if clk_hz is not None and (not is_int(clk_hz, numpy=False)
                                    or clk_hz < 1):
             raise ValueError(f"clk_hz: expected a positive integer (Hz) or None, got "
                              f"{clk_hz!r}")
         _check_pow2("hb_words", hb_words)
         _check_pow2("ext_words", ext_words)
-        if not isinstance(baud, int) or isinstance(baud, bool) or baud < 1:
-            raise ValueError(f"baud: expected a positive integer, got {baud!r}")
+        check_param("baud", baud)
 
     def __init__(self, *, config, baud: int = 1_000_000, hb_words: int = 512,
                  ext_words: int = 512, frame_words: int = 16, clk_hz: int | None = None,

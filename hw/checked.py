@@ -23,8 +23,17 @@ from contextlib import contextmanager
 from amaranth.hdl import UnusedElaboratable
 from amaranth.lib import wiring
 
+from ..checks import check_int
 
-__all__ = ["constructor_params", "CheckedComponent", "inspection"]
+
+__all__ = ["constructor_params", "CheckedComponent", "inspection", "check_param"]
+
+
+def check_param(name: str, value, lo: int | None = 1, hi: int | None = None) -> int:
+    """``value`` if it is an elaboration parameter in ``[lo, hi]``: a Python ``int``, not a
+    bool and not a NumPy integer (Amaranth's shapes refuse one); ``ValueError`` naming
+    ``name`` otherwise (:func:`elmoe3d.checks.check_int`)."""
+    return check_int(name, value, lo, hi, numpy=False)
 
 
 def constructor_params(cls, *args, **kwargs) -> dict:

@@ -18,9 +18,10 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from ..checks import is_int
 from ..config import EXT_CHUNK_WORDS, ArchConfig
 from .agg_link import AggregationLink, link_op_layout
-from .checked import constructor_params, inspection
+from .checked import constructor_params, inspection, check_param
 from .die_layouts import (_BLOCK_ERRORS, DmaKind, HostQueue, _own_errors_layout, die_errors_layout,
                           die_o_layout, die_probe_layout, dma_bit, host_cmd_layout,
                           host_dma_layout, queue_bit)
@@ -44,11 +45,6 @@ __all__ = ["HostQueue", "DmaKind", "host_cmd_layout", "host_dma_layout", "die_o_
 #: Cycles from a ``host_cmd`` beat taken to it offered by its (empty) queue
 #: (:attr:`LogicDie.queue_latency`).
 _QUEUE_LATENCY = 1
-
-
-def _check(name, value, lo):
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
 
 
 class LogicDie(wiring.Component):
@@ -191,22 +187,22 @@ class LogicDie(wiring.Component):
         own parameters) into ``blocks``."""
         if not isinstance(config, ArchConfig):
             raise TypeError(f"config: expected an ArchConfig, got {type(config).__name__}")
-        _check("cmd_queue_depth", cmd_queue_depth, 1)
-        _check("link_queue_depth", link_queue_depth, 1)
-        _check("ext_queue_depth", ext_queue_depth, 1)
-        _check("ext_inflight", ext_inflight, 1)
+        check_param("cmd_queue_depth", cmd_queue_depth)
+        check_param("link_queue_depth", link_queue_depth)
+        check_param("ext_queue_depth", ext_queue_depth)
+        check_param("ext_inflight", ext_inflight)
         if router is not None and not isinstance(router, dict):
             raise ValueError(f"router: expected a dict of LoadRouter parameters, got "
                              f"{type(router).__name__}")
         arch = config
-        _check("ext_fifo_cycles", ext_fifo_cycles, 1)
-        _check("ext_window", ext_window, 1)
-        _check("ext_chunk_words", ext_chunk_words, 1)
+        check_param("ext_fifo_cycles", ext_fifo_cycles)
+        check_param("ext_window", ext_window)
+        check_param("ext_chunk_words", ext_chunk_words)
         if ext_chunk_words >= 1 << WORDS_BITS:
             raise ValueError(f"ext_chunk_words: {ext_chunk_words} does not fit the "
                              f"{WORDS_BITS}-bit word count (at most {(1 << WORDS_BITS) - 1})")
         fifo = (router or {}).get("ext_fifo_words")
-        if isinstance(fifo, int) and not isinstance(fifo, bool) and 1 <= fifo < ext_chunk_words:
+        if is_int(fifo, numpy=False) and 1 <= fifo < ext_chunk_words:
             raise ValueError(f"router: ext_fifo_words {fifo} is less than ext_chunk_words "
                              f"({ext_chunk_words}); a full chunk would never be admitted")
         router = LogicDie._router(arch, router, ext_channels, ext_fifo_cycles, ext_chunk_words)
@@ -261,7 +257,7 @@ class LogicDie(wiring.Component):
     def _ext_lanes(arch, ext_channels, ext_lanes):
         if ext_lanes is None:
             return LogicDie.ext_lanes_of(arch, ext_channels)
-        _check("ext_lanes", ext_lanes, 1)
+        check_param("ext_lanes", ext_lanes)
         return ext_lanes
 
     @staticmethod

@@ -17,6 +17,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..checks import is_int
 from ..config import DramConfig
 from .checked import CheckedComponent
 from .dram_layouts import RowKind, dram_bus_signature, dram_errors_layout, request_layout
@@ -191,7 +192,7 @@ class DramController(CheckedComponent):
                              f"denominator <= 64")
         for name, value, lo in (("queue_depth", queue_depth, 4), ("read_buffer", read_buffer, 2),
                                 ("length_bits", length_bits, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+            if not is_int(value, numpy=False) or value < lo:
                 raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
         if queue_depth & (queue_depth - 1):
             raise ValueError(f"queue_depth: expected a power of two, got {queue_depth}")

@@ -12,6 +12,7 @@ from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import DramConfig
+from .checked import check_param
 from .layouts import address_bits
 
 
@@ -63,8 +64,7 @@ def dram_errors_layout(channels: int = 1) -> data.StructLayout:
         below (a few DRAM clocks: PRE, tRP, REF). A host clear strobe in that time is
         ignored (setting wins); once the debt is below the limit a clear takes effect.
     """
-    if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
-        raise ValueError(f"channels: expected a positive integer, got {channels!r}")
+    check_param("channels", channels)
     return data.StructLayout({"refresh_overflow": unsigned(channels)})
 
 

@@ -21,7 +21,7 @@ from amaranth.lib import data, stream
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from .checked import CheckedComponent
+from .checked import CheckedComponent, check_param
 from .dram import request_layout
 from .load_router import ADDR_BITS, WORDS_BITS, hb_read_layout
 
@@ -40,8 +40,7 @@ def word_beat_layout(word_bits: int, lanes: int) -> data.StructLayout:
     word slots, slot i at bits ``[i W, (i + 1) W)``) and ``words`` (the valid slots
     ``[0, words)``, 1..``lanes``; slots above are undefined)."""
     for name, v in (("word_bits", word_bits), ("lanes", lanes)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        check_param(name, v)
     return data.StructLayout({"data": unsigned(lanes * word_bits),
                               "words": unsigned(lanes.bit_length())})
 
@@ -103,8 +102,7 @@ class DramWordPort(CheckedComponent):
         for name, value, lo in (("word_bits", word_bits, 8), ("burst_bits", burst_bits, 8),
                                 ("addr_bits", addr_bits, 1), ("length_bits", length_bits, 1),
                                 ("inflight", inflight, 1), ("lanes", lanes, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-                raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
+            check_param(name, value, lo)
         for name, value in (("word_bits", word_bits), ("burst_bits", burst_bits),
                             ("lanes", lanes)):
             if value & (value - 1):

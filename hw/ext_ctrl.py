@@ -8,7 +8,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import ArchConfig
-from .checked import CheckedComponent
+from .checked import CheckedComponent, check_param
 from .dram import DramController, dram_bus_signature, dram_errors_layout, request_layout
 from .layouts import forward_flags
 
@@ -71,8 +71,7 @@ class ExtController(CheckedComponent):
         if not isinstance(config, ArchConfig):
             raise TypeError(f"config: expected an ArchConfig, got {type(config).__name__}")
         channels = config.ext_channels if channels is None else channels
-        if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
-            raise ValueError(f"channels: expected a positive integer, got {channels!r}")
+        check_param("channels", channels)
         DramController.check(dram=config.ext, clock_ghz=config.clock_ghz,
                              queue_depth=queue_depth, read_buffer=read_buffer,
                              length_bits=length_bits)

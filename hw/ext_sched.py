@@ -19,7 +19,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
-from .checked import CheckedComponent
+from .checked import CheckedComponent, check_param
 from .ext_stream import ext_read_layout
 from .layouts import sticky_flags
 from .load_router import WORDS_BITS
@@ -40,11 +40,6 @@ def ext_sched_errors_layout() -> data.StructLayout:
         ExtSchedModel` raises). The counter stays at ``credits`` (saturates, no wrap).
     """
     return data.StructLayout({"bad_credit": unsigned(1)})
-
-
-def _check_int(name, value, lo):
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
 
 
 class ExtScheduler(CheckedComponent):
@@ -102,7 +97,7 @@ class ExtScheduler(CheckedComponent):
         """The constructor's checks: raises before the object exists."""
         for name, value in (("pes", pes), ("window", window), ("credits", credits),
                             ("chunk_words", chunk_words)):
-            _check_int(name, value, 1)
+            check_param(name, value)
         if credits < chunk_words:
             raise ValueError(f"credits: {credits} words is less than chunk_words "
                              f"({chunk_words}); a full chunk would never be admitted")
@@ -242,8 +237,8 @@ class ExtGroupMerge(CheckedComponent):
     @classmethod
     def check(cls, *, groups, pes_per_group):
         """The constructor's checks: raises before the object exists."""
-        _check_int("groups", groups, 1)
-        _check_int("pes_per_group", pes_per_group, 1)
+        check_param("groups", groups)
+        check_param("pes_per_group", pes_per_group)
 
     def __init__(self, *, groups: int, pes_per_group: int):
         self._groups, self._g = groups, pes_per_group

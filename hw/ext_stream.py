@@ -24,7 +24,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..sw.golden.ring import ring_geometry
-from .checked import CheckedComponent
+from .checked import CheckedComponent, check_param
 from .dram_port import word_beat_layout
 from .load_router import ADDR_BITS, WORDS_BITS, hb_read_layout
 from .ring import ring_flit_layout
@@ -37,8 +37,7 @@ def ext_read_layout(pes: int) -> data.StructLayout:
     """One EXT read descriptor of a die with ``pes`` PEs: ``addr`` (:data:`ADDR_BITS`, EXT
     address in W-bit PE words), ``words`` (:data:`WORDS_BITS`, >= 1), ``dst_mask`` (``pes``
     bits, bit p = PE p; several = multicast)."""
-    if not isinstance(pes, int) or isinstance(pes, bool) or pes < 1:
-        raise ValueError(f"pes: expected a positive integer, got {pes!r}")
+    check_param("pes", pes)
     return data.StructLayout({"addr": unsigned(ADDR_BITS), "words": unsigned(WORDS_BITS),
                               "dst_mask": unsigned(pes)})
 
@@ -88,8 +87,7 @@ class ExtStreamer(CheckedComponent):
         raises before the object exists."""
         for name, value, lo in (("pes", pes, 1), ("stream_bits", stream_bits, 1),
                                 ("inflight", inflight, 1), ("lanes", lanes, 1)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-                raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
+            check_param(name, value, lo)
         per, _ = ring_geometry(word_bits=word_bits, flit_bytes=flit_bytes)
         if lanes & (lanes - 1) or per % lanes:
             raise ValueError(f"lanes: expected a power of two dividing the {per} words of a "

@@ -36,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import PEConfig, pe_config
 from ..isa import OPS, Op, Source
-from .checked import CheckedComponent
+from .checked import CheckedComponent, check_param
 from .isa import OpCode, command_layout
 
 
@@ -66,11 +66,6 @@ def hb_read_layout() -> data.StructLayout:
 
 def _fetch_layout() -> data.StructLayout:
     return data.StructLayout({"src": unsigned(_SRC_BITS), "words": unsigned(WORDS_BITS)})
-
-
-def _check_depth(name, value, lo):
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
 
 
 class LoadRouter(CheckedComponent):
@@ -133,11 +128,11 @@ class LoadRouter(CheckedComponent):
         """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`):
         raises before the object exists."""
         pe_config(config)
-        _check_depth("queue_depth", queue_depth, 1)
-        _check_depth("hb_fifo_words", hb_fifo_words, 1)
-        _check_depth("hb_burst_words", hb_burst_words, 1)
-        _check_depth("ext_fifo_words", ext_fifo_words, 1)
-        _check_depth("host_fifo_words", host_fifo_words, 1)
+        check_param("queue_depth", queue_depth)
+        check_param("hb_fifo_words", hb_fifo_words)
+        check_param("hb_burst_words", hb_burst_words)
+        check_param("ext_fifo_words", ext_fifo_words)
+        check_param("host_fifo_words", host_fifo_words)
         if hb_burst_words > hb_fifo_words:
             raise ValueError(f"hb_burst_words: {hb_burst_words} exceeds hb_fifo_words "
                              f"({hb_fifo_words}); a request must fit the HB data FIFO")

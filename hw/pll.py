@@ -20,6 +20,8 @@ from fractions import Fraction
 from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, Signal
 from amaranth.lib.cdc import ResetSynchronizer
 
+from .checked import check_param
+
 
 __all__ = ["ecp5_pll_dividers", "Ecp5Pll"]
 
@@ -36,8 +38,7 @@ def ecp5_pll_dividers(clk_in_hz: int, clk_out_hz: int) -> dict:
         exactly (the message names ``clk_hz`` and the nearest reachable frequencies' rule).
     """
     for name, v in (("clk_in_hz", clk_in_hz), ("clk_hz", clk_out_hz)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name}: expected a positive integer (Hz), got {v!r}")
+        check_param(name, v)
     if not 8_000_000 <= clk_in_hz <= 400_000_000:
         raise ValueError(f"clk_in_hz: the ECP5 PLL takes 8-400 MHz, got {clk_in_hz / 1e6:g} MHz")
     if not 3_125_000 <= clk_out_hz <= 400_000_000:

@@ -17,6 +17,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..sw.golden.ring import RingFlit, ring_geometry
+from .checked import check_param
 
 
 __all__ = ["ring_flit_layout", "pack_flit", "RingStation", "StreamlineRing",
@@ -28,14 +29,9 @@ DEFAULT_BUFFER_FLITS = 8
 DEFAULT_STREAM_BITS = 4
 
 
-def _check_int(name, value, lo):
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
-        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
-
-
 def _geometry(word_bits, flit_bytes):
-    _check_int("word_bits", word_bits, 8)
-    _check_int("flit_bytes", flit_bytes, 1)
+    check_param("word_bits", word_bits, 8)
+    check_param("flit_bytes", flit_bytes)
     return ring_geometry(word_bits=word_bits, flit_bytes=flit_bytes)
 
 
@@ -57,8 +53,8 @@ def ring_flit_layout(*, pes: int, word_bits: int, flit_bytes: int,
     words : unsigned(bit_length(words_per_flit))
         Valid word slots (1..words_per_flit); 1 when a word spans flits.
     """
-    _check_int("pes", pes, 1)
-    _check_int("stream_bits", stream_bits, 1)
+    check_param("pes", pes)
+    check_param("stream_bits", stream_bits)
     per, _ = _geometry(word_bits, flit_bytes)
     return data.StructLayout({
         "data": unsigned(8 * flit_bytes),
@@ -134,14 +130,14 @@ class RingStation(wiring.Component):
 
     def __init__(self, *, pes, first_pe, local_pes, word_bits, flit_bytes, stream_bits,
                  buffer_flits):
-        _check_int("pes", pes, 1)
-        _check_int("first_pe", first_pe, 0)
-        _check_int("local_pes", local_pes, 1)
+        check_param("pes", pes)
+        check_param("first_pe", first_pe, 0)
+        check_param("local_pes", local_pes)
         if first_pe + local_pes > pes:
             raise ValueError(f"first_pe: PEs {first_pe}..{first_pe + local_pes - 1} are "
                              f"beyond the die's {pes}")
-        _check_int("stream_bits", stream_bits, 1)
-        _check_int("buffer_flits", buffer_flits, 1)
+        check_param("stream_bits", stream_bits)
+        check_param("buffer_flits", buffer_flits)
         self._per, self._span = _geometry(word_bits, flit_bytes)
         self._pes, self._first, self._local = pes, first_pe, local_pes
         self._w, self._fb, self._sb, self._depth = word_bits, flit_bytes, stream_bits, buffer_flits
@@ -276,12 +272,12 @@ class StreamlineRing(wiring.Component):
 
     def __init__(self, *, pes, pes_per_group, word_bits, flit_bytes,
                  stream_bits=DEFAULT_STREAM_BITS, buffer_flits=DEFAULT_BUFFER_FLITS):
-        _check_int("pes", pes, 1)
-        _check_int("pes_per_group", pes_per_group, 1)
+        check_param("pes", pes)
+        check_param("pes_per_group", pes_per_group)
         if pes % pes_per_group:
             raise ValueError(f"pes: {pes} is not a multiple of pes_per_group ({pes_per_group})")
-        _check_int("stream_bits", stream_bits, 1)
-        _check_int("buffer_flits", buffer_flits, 1)
+        check_param("stream_bits", stream_bits)
+        check_param("buffer_flits", buffer_flits)
         self._per, self._span = _geometry(word_bits, flit_bytes)
         self._pes, self._ppg = pes, pes_per_group
         self._w, self._fb, self._sb, self._depth = word_bits, flit_bytes, stream_bits, buffer_flits

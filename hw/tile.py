@@ -10,6 +10,7 @@ from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
+from ..checks import is_int
 from ..config import TileConfig, tile_latency
 from ..sw.golden.datapath import PSUM_BITS
 from .checked import CheckedComponent
@@ -198,7 +199,7 @@ class TensorTile(CheckedComponent):
             raise TypeError(f"config: expected a TileConfig, got {type(config).__name__}")
         if not isinstance(dsp_pairs, bool):
             raise TypeError(f"dsp_pairs: expected a bool, got {dsp_pairs!r}")
-        if (not isinstance(passes, int) or isinstance(passes, bool) or passes not in (1, 2, 4)
+        if (not is_int(passes, numpy=False) or passes not in (1, 2, 4)
                 or config.group % passes or (config.rows * config.lanes) % passes):
             raise TypeError(f"passes: expected 1, 2 or 4 dividing the group of {config.group} "
                             f"and the {config.rows * config.lanes} accumulators, got "

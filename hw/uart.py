@@ -35,6 +35,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import stream
 from amaranth.lib.wiring import In, Out
 
+from ..checks import is_int
 from .checked import CheckedComponent
 
 
@@ -48,7 +49,7 @@ MIN_DIVISOR = 4
 
 
 def _check_divisor(divisor):
-    if not isinstance(divisor, int) or isinstance(divisor, bool) or divisor < MIN_DIVISOR:
+    if not is_int(divisor, numpy=False) or divisor < MIN_DIVISOR:
         raise ValueError(f"divisor: expected an integer >= {MIN_DIVISOR} (clock cycles per "
                          f"bit), got {divisor!r}")
 

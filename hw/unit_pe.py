@@ -24,7 +24,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import UNIT_PE_LATENCY
-from .checked import CheckedComponent
+from .checked import CheckedComponent, check_param
 from .layouts import TileMode
 
 
@@ -142,8 +142,7 @@ class SliceCombiner(CheckedComponent):
 
     @classmethod
     def check(cls, *, width):
-        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
-            raise ValueError(f"width: expected a positive integer, got {width!r}")
+        check_param("width", width)
 
     def __init__(self, *, width: int):
         self._width = width

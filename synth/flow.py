@@ -79,6 +79,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..checks import is_int
 from ..errors import UserError
 from .liberty import Liberty, adder_techmap
 
@@ -362,7 +363,7 @@ def stat_cells(data: dict, top: str, *, label: str, error=None) -> dict:
     if not isinstance(by_type, dict):
         raise error(f"{label}: module {top} has no per-cell counts ('num_cells_by_type')")
     for cell, n in by_type.items():
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        if not is_int(n, numpy=False) or n < 0:
             raise error(f"{label}: module {top}, cell {cell}: count {n!r} is not a "
                         f"non-negative integer")
     num = module.get("num_cells")

@@ -67,6 +67,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..checks import is_int
 from ..config import FPGA_LEAN_PE, PEOptions
 from ..errors import UserError
 from ..paths import build_root
@@ -433,13 +434,13 @@ class FpgaConfig:
         self.arch.pe                       # the PE's geometry (ConfigError names it)
         for name in ("hb_words", "ext_words", "frame_words"):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not is_int(v, numpy=False) or v < 1:
                 raise FpgaError(f"{name}: expected a positive integer, got {v!r}")
         for name in ("hb_words", "ext_words"):
             v = getattr(self, name)
             if v & (v - 1):
                 raise FpgaError(f"{name}: expected a power of two, got {v}")
-        if self.clk_hz is not None and (not isinstance(self.clk_hz, int)
+        if self.clk_hz is not None and (not is_int(self.clk_hz, numpy=False)
                                         or isinstance(self.clk_hz, bool) or self.clk_hz < 1):
             raise FpgaError(f"clk_hz: expected a positive integer (Hz) or None, got "
                             f"{self.clk_hz!r}")
@@ -513,7 +514,7 @@ def _fpga_hint(message: str) -> str:
 
 
 def _positive(v) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+    if not is_int(v, numpy=False) or v < 1:
         raise ValueError(v)
     return v
 
@@ -817,7 +818,7 @@ def route_stall(log_text: str, patience: int = ROUTE_PATIENCE,
     demand than the wires where it is placed (nextpnr itself gives up after about 1,000
     iterations). Raises ``ValueError`` for a negative ``patience`` or a ``gain`` outside
     (0, 1)."""
-    if not isinstance(patience, int) or isinstance(patience, bool) or patience < 0:
+    if not is_int(patience, numpy=False) or patience < 0:
         raise ValueError(f"patience: expected 0 or a positive number of router2 iterations, "
                          f"got {patience!r}")
     if not 0.0 < gain < 1.0:
@@ -974,7 +975,7 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
     Raises :class:`FpgaToolError` naming the tool that failed and its log (no bitstream),
     :class:`RouteStalled` (an :class:`FpgaToolError`) when router2 stalls, and
     :class:`FpgaError` for a ``route_patience`` that is not 0 or a positive integer."""
-    if (not isinstance(route_patience, int) or isinstance(route_patience, bool)
+    if (not is_int(route_patience, numpy=False)
             or route_patience < 0):
         raise FpgaError(f"route_patience: expected 0 (never stop) or a positive number of "
                         f"router2 iterations, got {route_patience!r}")

@@ -7,6 +7,7 @@ from amaranth.hdl import Cat
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ...checks import is_int
 from ...isa import COUNTER_BITS        # width of the performance counters (STATUS fields)
 
 
@@ -58,7 +59,7 @@ def word_of(act: bool, *, word_bits: int, act_elems: list) -> list:
 
 def check_choice(name: str, value, choices) -> None:
     """``ValueError`` naming ``name`` unless ``value`` is an integer in ``choices``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value not in choices:
+    if not is_int(value, numpy=False) or value not in choices:
         raise ValueError(f"{name}: expected one of {', '.join(map(str, choices))}, "
                          f"got {value!r}")
 
@@ -66,7 +67,7 @@ def check_choice(name: str, value, choices) -> None:
 def check_word_bits(word_bits) -> None:
     """``ValueError`` unless ``word_bits`` is a PE word width: ``lanes * 128`` bits for a
     power-of-two number of lanes of at least 4 (``elmoe3d.config.PEOptions``)."""
-    if (not isinstance(word_bits, int) or isinstance(word_bits, bool) or word_bits < 512
+    if (not is_int(word_bits, numpy=False) or word_bits < 512
             or word_bits & (word_bits - 1)):
         raise ValueError(f"word_bits: expected 128 x a power-of-two number of lanes (at least "
                          f"4), got {word_bits!r}")

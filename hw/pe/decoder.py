@@ -9,6 +9,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Op
+from ..checked import check_param
 from ..isa import command_layout, op_layout
 from .common import SEQ
 
@@ -73,10 +74,7 @@ class CommandDecoder(wiring.Component):
     """
 
     def __init__(self, *, load_queue_depth):
-        if (not isinstance(load_queue_depth, int) or isinstance(load_queue_depth, bool)
-                or load_queue_depth < 1):
-            raise ValueError(f"load_queue_depth: expected a positive integer, got "
-                             f"{load_queue_depth!r}")
+        check_param("load_queue_depth", load_queue_depth)
         self._depth = load_queue_depth
         super().__init__({
             "cmd": In(stream.Signature(command_layout())),

@@ -9,6 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ...isa import Op
+from ..checked import check_param
 from ..isa import command_layout, op_layout
 from .common import SEQ, check_bool, older
 
@@ -249,8 +250,7 @@ class ClearEngine(wiring.Component):
 
     def __init__(self, *, valid_bits, cycles):
         check_bool("valid_bits", valid_bits)
-        if not isinstance(cycles, int) or isinstance(cycles, bool) or cycles < 1:
-            raise ValueError(f"cycles: expected a positive integer, got {cycles!r}")
+        check_param("cycles", cycles)
         self._valid_bits, self._cycles = valid_bits, cycles
         super().__init__({
             "start": In(1),

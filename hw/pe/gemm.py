@@ -8,6 +8,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ...checks import is_int
 from ...config import TileConfig
 from ...isa import Op
 from ..isa import op_layout
@@ -107,7 +108,7 @@ class GemmIssue(wiring.Component):
         check_choice("act_parts", act_parts, sorted({1, passes}))
         check_choice("wbuf_memories", wbuf_memories, (1, 2))
         for name, words in (("wmem_words", wmem_words), ("wscale_words", wscale_words)):
-            if (not isinstance(words, int) or words < 1
+            if (not is_int(words, numpy=False) or words < 1
                     or (wbuf_memories == 1 and words & (words - 1))):
                 raise ValueError(f"{name}: expected a positive integer (a power of two with "
                                  f"wbuf_memories=1), got {words!r}")
@@ -115,7 +116,7 @@ class GemmIssue(wiring.Component):
         self._wparts, self._aparts = weight_parts, act_parts
         self._split = wbuf_memories == 2
         self._wmem_words, self._wscale_words = wmem_words, wscale_words
-        if (not isinstance(low_words, int) or isinstance(low_words, bool)
+        if (not is_int(low_words, numpy=False)
                 or not 0 <= low_words < wmem_words or low_words % 8):
             raise ValueError(f"low_words: expected 0 or a multiple of 8 below wmem_words, got "
                              f"{low_words!r}")

@@ -7,6 +7,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ...checks import is_int
 from ...isa import Target
 from .common import SEQ, check_choice, check_word_bits, log2
 from .decoder import load_entry_layout
@@ -99,7 +100,7 @@ class LoadEngine(wiring.Component):
         if any(not isinstance(t, Target) for t in parted) or (parted and passes == 1):
             raise ValueError(f"parted: expected Targets stored in passes > 1 parts, got "
                              f"{parted!r} with passes={passes!r}")
-        if not isinstance(low_words, int) or isinstance(low_words, bool) or low_words < 0 \
+        if not is_int(low_words, numpy=False) or low_words < 0 \
                 or low_words % 8:
             raise ValueError(f"low_words: expected 0 or a positive multiple of 8, got "
                              f"{low_words!r}")

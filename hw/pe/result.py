@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from ...config import RAW_SINK_LATENCY, TileConfig
 from ...isa import Op, Sink
+from ..checked import check_param
 from ..fixed import sat_add64
 from ..isa import op_layout, tok_entry_layout
 from ..layouts import TileMode, tile_result_layout
@@ -116,8 +117,7 @@ class ResultStage(wiring.Component):
         if not isinstance(tile, TileConfig):
             raise TypeError(f"tile: expected a TileConfig, got {tile!r}")
         check_word_bits(word_bits)
-        if not isinstance(tail, int) or isinstance(tail, bool) or tail < 1:
-            raise ValueError(f"tail: expected a positive integer, got {tail!r}")
+        check_param("tail", tail)
         check_choice("io_parts", io_parts, (1, 2, 4))
         self._tile, self._word_bits, self._tail = tile, word_bits, tail
         self._io_parts = io_parts

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...checks import is_int
 from .datapath import saturating_add
 
 
@@ -98,7 +99,7 @@ class LinkOp:
         for name, lo, hi in (("src_mask", 1, None), ("dst_mask", 1, None),
                              ("words", 0, OP_WORDS_MAX), ("chunk", 1, OP_WORDS_MAX)):
             v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            if not is_int(v):
                 raise ValueError(f"{name}: expected an integer, got {v!r}")
             object.__setattr__(self, name, int(v))
             if v < lo or (hi is not None and v > hi):
@@ -138,7 +139,7 @@ class LinkOp:
 
 
 def _check_word_bits(word_bits, lane):
-    if not isinstance(word_bits, int) or word_bits <= 0 or word_bits % lane:
+    if not is_int(word_bits) or word_bits <= 0 or word_bits % lane:
         raise ValueError(f"word_bits: expected a positive multiple of {lane}, got {word_bits!r}")
 
 
@@ -192,12 +193,12 @@ def link_op_fault(mode: int, src_mask: int, dst_mask: int, words: int, chunk: in
     ``LinkOp(mode, src_mask, dst_mask, words, chunk)`` raises no ValueError. Raises
     ValueError naming a field the layout cannot hold.
     """
-    if not isinstance(pes, int) or isinstance(pes, bool) or pes < 1:
+    if not is_int(pes) or pes < 1:
         raise ValueError(f"pes: expected a positive integer, got {pes!r}")
     for name, v, hi in (("mode", mode, len(LinkMode) - 1), ("src_mask", src_mask, (1 << pes) - 1),
                         ("dst_mask", dst_mask, (1 << pes) - 1), ("words", words, OP_WORDS_MAX),
                         ("chunk", chunk, OP_WORDS_MAX)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not 0 <= v <= hi:
+        if not is_int(v) or not 0 <= v <= hi:
             raise ValueError(f"{name}: expected an integer in 0..{hi}, got {v!r}")
     if chunk == 0 or src_mask == 0 or dst_mask == 0 or \
             (mode == LinkMode.BYPASS and bin(src_mask).count("1") > 1):

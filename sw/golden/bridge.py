@@ -28,6 +28,8 @@ import struct
 from collections import deque
 from dataclasses import dataclass
 
+from ...checks import is_int
+
 
 __all__ = ["VERSION", "FLAG", "ESC", "Type", "Reason", "Frame", "FrameError", "Credits",
            "Info", "crc16", "stuff", "encode_frame", "decode_body", "Deframer",
@@ -312,7 +314,7 @@ def check_int(name, value, lo=1, hi=None):
     """``value`` if it is an integer (not a bool) in ``lo..hi`` (``hi`` None: no upper
     bound), else ``ValueError`` naming ``name`` and the range expected. Shared by the model's
     and the RTL bridge's (:mod:`elmoe3d.hw.bridge`) parameter checks."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < lo or \
+    if not is_int(value) or value < lo or \
             (hi is not None and value > hi):
         rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
         raise ValueError(f"{name}: expected an integer {rng}, got {value!r}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...checks import is_int
 from .quant import (GROUP, QuantizationError, QuantizationTypeError, QuantizedActivation,
                     QuantizedWeight, as_int8_codes, msb_slice, lsb_slice)
 
@@ -312,7 +313,7 @@ def parse_mode(mode, caller: str = "parse_mode") -> Mode:
     try:
         if isinstance(mode, str):
             return Mode[mode.upper()]
-        if isinstance(mode, (bool, np.bool_)) or not isinstance(mode, (int, np.integer)):
+        if not is_int(mode):
             raise ValueError(mode)                      # 1.0 or True would read as DRAFT
         return Mode(mode)
     except (KeyError, ValueError, TypeError):

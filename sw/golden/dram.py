@@ -34,6 +34,7 @@ import hashlib
 from collections import deque
 from fractions import Fraction
 
+from ...checks import is_int
 from ...config import DramConfig
 
 
@@ -166,7 +167,7 @@ class TimingChecker:
         return list(range(unit, self.cfg.banks, units))
 
     def _bank(self, kind, bank, k):
-        if not isinstance(bank, int) or not 0 <= bank < self.cfg.banks:
+        if not is_int(bank) or not 0 <= bank < self.cfg.banks:
             self._fail("address", None, k, f"{kind} to bank {bank!r}, the channel has "
                                             f"{self.cfg.banks}")
 
@@ -279,7 +280,7 @@ class TimingChecker:
         if not cfg.per_bank_refresh:
             self._fail("REFPB in all-bank refresh mode", None, k, "the configuration refreshes "
                                                                    "all banks at once")
-        if not isinstance(unit, int) or not 0 <= unit < cfg.refresh_units:
+        if not is_int(unit) or not 0 <= unit < cfg.refresh_units:
             self._fail("address", None, k, f"REFPB of unit {unit!r}, there are "
                                             f"{cfg.refresh_units}")
         self._need("tRRD_S", unit, k, self.any["ACT"], t["tRRD_S"], "ACT (ACT -> REFPB)")

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...checks import is_int
 from ...isa import Sink
 from .asm import Program, ProgramError, pe_config
 from .datapath import Mode, gemm
@@ -103,7 +104,7 @@ def plan_linear_stream(in_features: int, out_features: int, config,
     pe = pe_config(config)
     R, L, W = pe.rows, pe.lanes, pe.word_bits
     for name, v in (("in_features", in_features), ("out_features", out_features)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        if not is_int(v):
             raise ProgramError(f"linear layer: {name}: expected an integer, got {v!r}")
     K, N = int(in_features), int(out_features)
     where = f"linear K={K} -> N={N}"

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...checks import is_int
+
 
 __all__ = [
     "GROUP", "QuantizationError", "QuantizationTypeError", "DraftMethod",
@@ -101,7 +103,7 @@ def fp16_scale_for(amax, qmax: int = 127):
     QuantizationError
         an ``amax`` that is negative or NaN (not a magnitude), or ``qmax`` below 1.
     """
-    if isinstance(qmax, (bool, np.bool_)) or not isinstance(qmax, (int, np.integer)) \
+    if not is_int(qmax) \
             or qmax < 1:
         raise QuantizationError(f"fp16_scale_for: qmax: expected a positive integer, got "
                                 f"{qmax!r}")
@@ -160,7 +162,7 @@ class QuantizedWeight:
 
     def __post_init__(self):
         name = self.name
-        if not isinstance(self.bits, (int, np.integer)) or not 2 <= self.bits <= 8:
+        if not is_int(self.bits) or not 2 <= self.bits <= 8:
             raise QuantizationError(f"tensor {name!r}: bits must be an integer in 2..8, "
                                     f"got {self.bits!r}")
         lo, hi = -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
@@ -260,7 +262,7 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
         NaN or Inf; a group needs a scale above the FP16 maximum (65504). The message names
         the tensor, the row and the group.
     """
-    if not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 8:
+    if not is_int(bits) or not 2 <= bits <= 8:
         raise QuantizationError(f"tensor {name!r}: bits must be an integer in 2..8, got {bits!r}")
     w = np.asarray(w)
     if w.ndim < 2:
@@ -366,7 +368,7 @@ def draft_codes(q, bits: int, method) -> np.ndarray:
         codes that are not integers.
     """
     method = draft_method(method, "draft_codes")
-    if not isinstance(bits, (int, np.integer)) or not 2 <= bits <= 7:
+    if not is_int(bits) or not 2 <= bits <= 7:
         raise QuantizationError(f"draft bits must be an integer in 2..7, got {bits!r}")
     d = 8 - int(bits)
     q16 = as_int8_codes(q).astype(np.int16)

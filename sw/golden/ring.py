@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
+from ...checks import is_int
 
 
 __all__ = ["RingFlit", "ring_geometry", "ring_flits", "word_beats", "ref_ring", "ref_ring_streams"]
@@ -27,9 +27,9 @@ def ring_geometry(*, word_bits: int, flit_bytes: int) -> tuple[int, int]:
     ``flit_bytes``: a flit holds ``F*8 / W`` whole words when ``F*8 >= W``, otherwise a word
     spans ``W / (F*8)`` consecutive flits to the same PEs. One of the two is 1. ValueError
     naming ``word_bits`` or ``flit_bytes`` when neither divides the other."""
-    if not isinstance(word_bits, int) or word_bits <= 0 or word_bits % 8:
+    if not is_int(word_bits) or word_bits <= 0 or word_bits % 8:
         raise ValueError(f"word_bits: expected a positive multiple of 8, got {word_bits!r}")
-    if not isinstance(flit_bytes, int) or flit_bytes <= 0:
+    if not is_int(flit_bytes) or flit_bytes <= 0:
         raise ValueError(f"flit_bytes: expected a positive integer, got {flit_bytes!r}")
     fb = flit_bytes * 8
     if fb >= word_bits:
@@ -77,9 +77,9 @@ class RingFlit:
         for name, v, hi in (("data", self.data, 1 << (8 * flit_bytes)),
                             ("dst_mask", self.dst_mask, 1 << pes),
                             ("stream", self.stream, 1 << stream_bits)):
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not 0 <= v < hi:
+            if not is_int(v) or not 0 <= v < hi:
                 raise ValueError(f"{name}: expected an integer in 0..{hi - 1}, got {v!r}")
-        if not isinstance(self.words, (int, np.integer)) or not 1 <= self.words <= per:
+        if not is_int(self.words) or not 1 <= self.words <= per:
             raise ValueError(f"words: expected 1..{per} valid word slots, got {self.words!r}")
         return self
 
@@ -120,7 +120,7 @@ def word_beats(addr: int, words: int, *, words_per_burst: int, lanes: int) -> li
     count below 1 (``words`` below 0) or ``lanes`` not a power of two."""
     for name, v, lo in (("addr", addr, 0), ("words", words, 0),
                         ("words_per_burst", words_per_burst, 1), ("lanes", lanes, 1)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+        if not is_int(v) or v < lo:
             raise ValueError(f"{name}: expected an integer >= {lo}, got {v!r}")
     if lanes & (lanes - 1):
         raise ValueError(f"lanes: expected a power of two, got {lanes}")
@@ -134,7 +134,7 @@ def word_beats(addr: int, words: int, *, words_per_burst: int, lanes: int) -> li
 
 def _deliver(flits, *, pes, word_bits, flit_bytes):
     per, span = ring_geometry(word_bits=word_bits, flit_bytes=flit_bytes)
-    if not isinstance(pes, int) or pes < 1:
+    if not is_int(pes) or pes < 1:
         raise ValueError(f"pes: expected a positive integer, got {pes!r}")
     fb = flit_bytes * 8
     out = [[] for _ in range(pes)]            # (stream, word)

@@ -25,6 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ...checks import is_int
 from .datapath import INT64_MAX, INT64_MIN, UINT32_MAX, saturating_add
 
 
@@ -160,7 +161,7 @@ def sat(v, bits: int):
     (value, saturated) : (int64 ndarray, bool ndarray)
         ``value = clip(v, -2^(bits-1), 2^(bits-1) - 1)``; ``saturated`` where the clip changed v.
     """
-    if not isinstance(bits, (int, np.integer)) or not 1 <= bits <= 64:
+    if not is_int(bits) or not 1 <= bits <= 64:
         raise ValueError(f"sat: bits must be an integer in 1..64, got {bits!r}")
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     v = _as_int(v)

@@ -54,6 +54,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ...checks import is_int
 from ...errors import UserError
 from .elastic_sd import ElasticSD, LazyRecords, PoolKeys, _token_rows
 from .hbcache import HBExpertCache
@@ -331,7 +332,7 @@ class HomeGroups:
     (:meth:`move_indices`, :meth:`sync_indices`) move many keys at once."""
 
     def __init__(self, groups: int, *, layer_ids=None, experts: int = 0):
-        if not isinstance(groups, int) or groups < 1:
+        if not is_int(groups) or groups < 1:
             raise ValueError(f"groups: expected a positive integer, got {groups!r}")
         self.groups = groups
         #: Resident slices per group (a list of int).
@@ -553,7 +554,7 @@ def limit_tokens(trace, tokens, phase="decode"):
     id, positions in order). None: unchanged. Raises :class:`UserError` naming ``--tokens``."""
     if tokens is None:
         return trace
-    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1:
+    if not is_int(tokens) or tokens < 1:
         raise UserError(f"--tokens: expected a positive integer, got {tokens!r}")
     m = trace.phase_mask(phase)
     keep = np.zeros(len(trace), bool)

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...checks import is_int
 from ...errors import UserError
 from .hbcache import CacheStats, HBExpertCache
 from .models import ModelPreset
@@ -546,12 +547,12 @@ class ElasticSD:
         if cache.admit:
             raise UserError("cache: Elastic-SD needs a cache built with admit=False (the pool "
                             "changes only through the hotness update)")
-        if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+        if not is_int(depth) or depth < 1:
             raise UserError(f"depth: expected a positive integer, got {depth!r}")
         if not callable(acceptance):
             raise UserError("acceptance: expected a callable (coverage, rng) -> bool array")
         m = cache.model.top_k if min_per_layer is None else min_per_layer
-        if not isinstance(m, int) or isinstance(m, bool) or m < 0:
+        if not is_int(m) or m < 0:
             raise UserError(f"min_per_layer: expected an integer >= 0, got {min_per_layer!r}")
         self._cache, self._depth, self._accept, self._min, self._seed = (
             cache, depth, acceptance, m, seed)
@@ -645,7 +646,7 @@ class ElasticSD:
         time in increasing id, each batch in lockstep). The cache's contents at the start are
         the first pool (usually empty); the cache is left holding the last pool."""
         p, cache = self.model, self._cache
-        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        if not is_int(batch) or batch < 1:
             raise UserError(f"batch: expected a positive integer, got {batch!r}")
         if tuple(trace.layer_ids) != tuple(p.moe_layer_ids) or trace.num_experts != \
                 p.routed_experts:

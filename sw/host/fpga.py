@@ -36,6 +36,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from ...checks import is_int
 from ...errors import UserError
 from ...isa import Op, Source, decode, encode
 from .pe_runs import PERunsResult
@@ -358,7 +359,7 @@ class FpgaBoard:
                  baud=None, clock=None):
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
-        if not isinstance(retries, int) or retries < 0:
+        if not is_int(retries, numpy=False) or retries < 0:
             raise ValueError(f"retries: expected an integer >= 0, got {retries!r}")
         self._t = transport
         clock = clock or getattr(transport, "clock", None)

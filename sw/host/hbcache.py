@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...checks import is_int
 from ...errors import UserError
 from .models import ModelPreset, model_preset
 
@@ -37,7 +38,7 @@ __all__ = ["HBExpertCache", "CacheStats", "replay", "hb_capacity_bytes"]
 
 
 def _nonneg_int(name, v):
-    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 0:
+    if not is_int(v) or v < 0:
         raise UserError(f"{name}: expected an integer number of bytes >= 0, got {v!r}")
     return int(v)
 
@@ -231,7 +232,7 @@ class HBExpertCache:
     def _check_layer(self, layer, what=""):
         """:class:`UserError` unless ``layer`` is an integer id of a MoE layer of the model
         (``what``: a prefix naming the argument it came in, e.g. ``"streamed: "``)."""
-        if (not isinstance(layer, (int, np.integer)) or isinstance(layer, bool)
+        if (not is_int(layer)
                 or layer not in self._lidx):
             raise UserError(f"{what}layer: {layer!r} is not a MoE layer of {self._preset.name}")
 
@@ -239,7 +240,7 @@ class HBExpertCache:
         """:class:`UserError` unless ``(layer, expert)`` is a key of the model: integer ids of
         a MoE layer and of a routed expert."""
         self._check_layer(layer, what)
-        if (not isinstance(expert, (int, np.integer)) or isinstance(expert, bool)
+        if (not is_int(expert)
                 or not 0 <= expert < self._preset.routed_experts):
             raise UserError(f"{what}expert: {expert!r} is not an expert id of "
                             f"{self._preset.name} (0..{self._preset.routed_experts - 1})")
@@ -388,7 +389,7 @@ def replay(trace, cache: HBExpertCache, *, batch=1, phase="decode") -> CacheStat
     Che approximation stands for). Traffic in bytes. Raises
     :class:`UserError` for a ``batch`` not a positive integer, a trace whose layers or expert
     count are not the cache model's, and an unknown ``phase``."""
-    if not isinstance(batch, (int, np.integer)) or isinstance(batch, bool) or batch < 1:
+    if not is_int(batch) or batch < 1:
         raise UserError(f"batch: expected a positive integer, got {batch!r}")
     batch = int(batch)
     if tuple(trace.layer_ids) != tuple(cache.model.moe_layer_ids):

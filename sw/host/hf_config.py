@@ -46,6 +46,7 @@ import os
 import re
 from pathlib import Path
 
+from ...checks import is_int
 from ...errors import UserError
 from .decoder import DECODER_SHAPES, DecoderShape
 from .models import MODEL_PRESETS, QUANT_GROUP, ModelPreset
@@ -148,7 +149,7 @@ class _Fields:
             return null
         if isinstance(v, float) and v.is_integer():         # 2.0 from another tool's JSON
             v = int(v)
-        if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= INT_MAX:
+        if not is_int(v, numpy=False) or not low <= v <= INT_MAX:
             need = "a positive integer" if low >= 1 else f"an integer >= {low}"
             raise self.error(key, f"expected {need} up to {INT_MAX:,}, got {_show(v)}")
         return v
@@ -257,7 +258,7 @@ def _layout_of(f: _Fields, family: str, layers: int) -> tuple:
         if only is None:
             only = []
         if not isinstance(only, list) or not all(
-                isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers
+                is_int(i, numpy=False) and 0 <= i < layers
                 for i in only):
             raise f.error("mlp_only_layers", f"expected a list of layer indices 0 .. "
                           f"{layers - 1}, got {_show(only)}")

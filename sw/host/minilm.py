@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...checks import is_int
 from ...errors import UserError
 from .weights import load_tensors
 
@@ -139,7 +140,7 @@ def _dense(x, w, b):
 
 
 def _check_layer(layer, num_layers):
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) \
+    if not is_int(layer) \
             or not 0 <= layer < num_layers:
         raise ValueError(f"layer must be an integer in 0..{num_layers - 1}, got {layer!r}")
     return int(layer)

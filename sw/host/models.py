@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...checks import is_int
 from ...errors import UserError
 
 
@@ -133,12 +134,12 @@ class ModelPreset:
         for f in ("layers", "hidden", "expert_intermediate", "routed_experts", "top_k",
                   "moe_layer_step"):
             v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not is_int(v, numpy=False) or v < 1:
                 raise ValueError(f"{self.name}: {f}: expected a positive integer, got {v!r}")
         for f in ("first_dense_layers", "shared_experts", "shared_intermediate", "vocab_size",
                   "attention_heads", "kv_heads"):
             v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            if not is_int(v, numpy=False) or v < 0:
                 raise ValueError(f"{self.name}: {f}: expected an integer >= 0, got {v!r}")
         if self.first_dense_layers >= self.layers:
             raise ValueError(f"{self.name}: first_dense_layers ({self.first_dense_layers}) "

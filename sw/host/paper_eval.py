@@ -96,6 +96,7 @@ from typing import Any
 
 import numpy as np
 
+from ...checks import is_int, is_real
 from ...config import ConfigError, arch_config, preset as arch_preset
 from ...errors import UserError
 from ...synth.energy import DIE_ENERGY, sram_pj_per_byte
@@ -124,28 +125,18 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "TREE_DEPTHS", "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra", "accepted_tokens",
            "tree_grid"]
 
-def _is_int(v) -> bool:
-    """An integer (Python or NumPy), not a bool."""
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
-def _is_real(v) -> bool:
-    """A real number (Python or NumPy), not a bool; NaN and infinities included."""
-    return (isinstance(v, (int, float, np.integer, np.floating))
-            and not isinstance(v, (bool, np.bool_)))
-
 
 def _count(name: str, v) -> float:
     """``v`` as a float: a finite real number >= 0 (rows, tokens, slots); :class:`UserError`
     naming ``name`` otherwise."""
-    if not _is_real(v) or not math.isfinite(v) or v < 0:
+    if not is_real(v) or not math.isfinite(v) or v < 0:
         raise UserError(f"{name}: expected a finite number >= 0, got {v!r}")
     return float(v)
 
 
 def _rows(rows) -> int:
     """``rows`` of a step as an int: a positive integer; :class:`UserError` otherwise."""
-    if not _is_int(rows) or rows < 1:
+    if not is_int(rows) or rows < 1:
         raise UserError(f"rows: expected a positive integer (token rows), got {rows!r}")
     return int(rows)
 
@@ -157,7 +148,7 @@ def _int_seq(name: str, values, low: int) -> tuple:
         raise UserError(f"{name}: expected a non-empty sequence of integers >= {low}, "
                         f"got {values!r}")
     values = tuple(values)
-    if not values or any(not _is_int(v) or v < low for v in values):
+    if not values or any(not is_int(v) or v < low for v in values):
         raise UserError(f"{name}: expected a non-empty sequence of integers >= {low}, "
                         f"got {values!r}")
     return tuple(int(v) for v in values)
@@ -439,15 +430,15 @@ def accepted_tokens(alpha: float, depth: int, width: int, verify: int | None = N
     the nodes of highest path probability) yields under this acceptance. Raises
     :class:`UserError` for an alpha outside [0, 1), a depth or width below 1, or a verify size
     outside 1 .. ``depth x width``."""
-    if not _is_real(alpha) or not 0 <= alpha < 1:
+    if not is_real(alpha) or not 0 <= alpha < 1:
         raise UserError(f"alpha: expected a rate in [0, 1), got {alpha!r}")
     for name, v in (("depth", depth), ("width", width)):
-        if not _is_int(v) or v < 1:
+        if not is_int(v) or v < 1:
             raise UserError(f"SD tree {name}: expected a positive integer, got {v!r}")
     budget = int(depth) * int(width)
     if verify is None:
         verify = budget
-    if not _is_int(verify) or not 1 <= verify <= budget:
+    if not is_int(verify) or not 1 <= verify <= budget:
         raise UserError(f"SD tree verify: expected 1 .. depth x width = {budget} nodes, "
                         f"got {verify!r}")
     return float(_tokens_by_verify(float(alpha), int(depth), int(width))[int(verify)])
@@ -492,11 +483,11 @@ class ExpertPopularity:
     ``slots``."""
 
     def __init__(self, experts: int, top_k: int, s: float):
-        if not _is_int(experts) or experts < 1:
+        if not is_int(experts) or experts < 1:
             raise UserError(f"experts: expected a positive integer, got {experts!r}")
-        if not _is_real(s) or not 0 <= s <= ZIPF_MAX:
+        if not is_real(s) or not 0 <= s <= ZIPF_MAX:
             raise UserError(f"zipf exponent: expected a number in [0, {ZIPF_MAX}], got {s!r}")
-        if not _is_int(top_k) or not 1 <= top_k <= experts:
+        if not is_int(top_k) or not 1 <= top_k <= experts:
             raise UserError(f"top_k: expected 1..experts = {experts}, got {top_k!r}")
         experts, top_k = int(experts), int(top_k)
         self.experts, self.top_k, self.s = experts, top_k, s
@@ -628,7 +619,7 @@ def linear_utilisation(plat: Platform, in_features: int, out_features: float, ro
     its PE cannot stage, ValueError naming ``in_features``, ``out_features`` or ``rows`` when
     one is not positive."""
     arch = _die(plat)
-    if isinstance(in_features, bool) or not isinstance(in_features, (int, np.integer)) \
+    if not is_int(in_features) \
             or in_features < 1:
         raise ValueError(f"in_features: expected a positive integer, got {in_features!r}")
     k = -(-int(in_features) // 32) * 32
@@ -773,14 +764,14 @@ class EvalModel:
             raise UserError(f"unknown scheme {scheme!r}; known: ar, {', '.join(SCHEMES)}")
         if scheme == "elastic" and not plat.bit_sliced:
             raise UserError(f"Elastic-SD needs the bit-sliced die (ours), not {plat.name}")
-        if not _is_int(batch) or batch < 1:
+        if not is_int(batch) or batch < 1:
             raise UserError(f"batch: expected a positive integer, got {batch!r}")
-        if not _is_int(context) or context < 1:
+        if not is_int(context) or context < 1:
             raise UserError(f"context: expected a positive integer (tokens), got {context!r}")
         batch, context = int(batch), int(context)
-        if zipf is not None and (not _is_real(zipf) or not 0 <= zipf <= ZIPF_MAX):
+        if zipf is not None and (not is_real(zipf) or not 0 <= zipf <= ZIPF_MAX):
             raise UserError(f"zipf: expected a Zipf exponent in [0, {ZIPF_MAX}], got {zipf!r}")
-        if intra is not None and (not _is_real(intra) or not 0 < intra <= 1):
+        if intra is not None and (not is_real(intra) or not 0 < intra <= 1):
             raise UserError(f"intra: expected an exponent in (0, 1], got {intra!r}")
         if not isinstance(form, str) or form not in CACHE_FORMS:
             raise UserError(f"form: expected {' or '.join(CACHE_FORMS)}, got {form!r}")
@@ -1229,7 +1220,7 @@ def tree_grid(depths=None, widths=None):
         if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
             raise UserError(f"SD tree {name}s: expected positive integers, got {values!r}")
         values = list(values)
-        if not values or any(isinstance(v, bool) or not isinstance(v, (int, np.integer))
+        if not values or any(not is_int(v)
                              or v < 1 for v in values):
             raise UserError(f"SD tree {name}s: expected positive integers, got {values!r}")
         grid.append([int(v) for v in values])
@@ -1245,7 +1236,7 @@ def _check_tree(tree):
     if isinstance(tree, str) and tree == "best":
         return tree
     if (not isinstance(tree, (tuple, list)) or len(tree) not in (2, 3)
-            or not all(_is_int(v) and v >= 1 for v in tree)
+            or not all(is_int(v) and v >= 1 for v in tree)
             or (len(tree) == 3 and tree[2] > tree[0] * tree[1])):
         raise UserError(f"tree: expected 'best', (depth, width) or (depth, width, verify) of "
                         f"positive integers (verify <= depth x width), got {tree!r}")
@@ -1261,7 +1252,7 @@ def _zipf_map(zipf, models) -> dict:
         raise UserError(f"zipf: expected {{model: Zipf exponent}}, got {type(zipf).__name__}")
     _check_keys("zipf", zipf, "models", (), models)
     for k, v in zipf.items():
-        if not _is_real(v) or not 0 <= v <= ZIPF_MAX:
+        if not is_real(v) or not 0 <= v <= ZIPF_MAX:
             raise UserError(f"zipf[{k!r}]: expected a Zipf exponent in [0, {ZIPF_MAX}], "
                             f"got {v!r}")
     return {**ZIPF, **zipf}
@@ -1648,7 +1639,7 @@ def che_global(p: np.ndarray, slots: int, batch: int) -> float:
     ``batch``: tokens a step, an integer >= 1. Raises :class:`UserError` naming the
     parameter otherwise."""
     p = _pick_matrix(p, "p")
-    if not _is_int(batch) or batch < 1:
+    if not is_int(batch) or batch < 1:
         raise UserError(f"batch: expected an integer >= 1 (tokens a step), got {batch!r}")
     slots = _count("slots", slots)
     a = (1 - (1 - p) ** int(batch)).ravel()
@@ -1846,7 +1837,7 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
     integer, an ``alphas`` key not a scheme of :data:`SCHEMES`, a scheme without an alpha
     (``model`` and ``batch`` not in Table 3), a ``zipf`` key not a model, and as
     :func:`table3`."""
-    if not _is_int(batch) or batch < 1:
+    if not is_int(batch) or batch < 1:
         raise UserError(f"batch: expected a positive integer, got {batch!r}")
     batch = int(batch)
     tree = _check_tree(tree)
@@ -2146,7 +2137,7 @@ def elastic_alpha(em: EvalModel, params=None) -> float:
                             f"beta)")
         params = ALPHA_MODEL[em.m.name]
     if (isinstance(params, (str, bytes)) or not hasattr(params, "__len__") or len(params) != 2
-            or not all(_is_real(v) and math.isfinite(v) and v >= 0 for v in params)):
+            or not all(is_real(v) and math.isfinite(v) and v >= 0 for v in params)):
         raise UserError(f"params: expected (alpha_max, beta), two finite numbers >= 0, got "
                         f"{params!r}")
     a_max, beta = params

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...checks import is_int
 from ...config import EXT_CHUNK_WORDS, ArchConfig, PEConfig
 from ...isa import SCALES_PER_WORD, OKind, Op, Sink, Source, Target
 from ..golden import pe as fsim
@@ -91,7 +92,7 @@ class LinkScheduleError(ProgramError):
 # ---- inputs --------------------------------------------------------------------------------------
 
 def _int_param(name, value, lo):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < lo:
+    if not is_int(value) or value < lo:
         raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
     return int(value)
 
@@ -107,7 +108,7 @@ def group_routing(routing, tokens: int, n_experts: int, group_experts=None):
     else:
         keep = np.zeros(n_experts, bool)
         for e in group_experts:
-            if not isinstance(e, (int, np.integer)) or not 0 <= e < n_experts:
+            if not is_int(e) or not 0 <= e < n_experts:
                 raise ValueError(f"group_experts: expert id {e!r} is not in 0..{n_experts - 1}")
             keep[int(e)] = True
     live = (ids >= 0) & keep[np.clip(ids, 0, None)]
@@ -452,7 +453,6 @@ class _PEBuild:
             if last[job.k] == n:
                 loads(job.k + 3)
         self.items, self.jobs, self.prologue = [], [], []
-
 
 
 def _cuts(n_cb, limit, align, what):
@@ -1003,7 +1003,6 @@ def _verify_uncached(ctx: _Ctx, pl, rbn, prologue) -> dict:
     return out
 
 
-
 # ---- link schedule check (word level, FIFO bound) ---------------------------------------------
 
 def link_actions(pe: PEConfig, program) -> list:
@@ -1399,7 +1398,6 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
     if any(ext_occ):
         raise LinkScheduleError(f"EXT words delivered but never loaded: {ext_occ}")
     return {"max_fifo_words": peak, "max_ext_fifo_words": ext_peak, "link_words": moved}
-
 
 
 # ---- multi-PE functional simulation -----------------------------------------------------------

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...checks import is_int
 from ...config import ArchConfig, PEConfig
 from ...isa import Op, Source
 from ..golden.agg_link import LinkMode, LinkOp
@@ -266,9 +267,9 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
         A bad parameter (named).
     """
     pe, G = group_pe(config, pes)
-    if not isinstance(G, int) or not 1 <= G <= MAX_LINK_PES:
+    if not is_int(G) or not 1 <= G <= MAX_LINK_PES:
         raise ValueError(f"pes: expected 1..{MAX_LINK_PES} PEs (link masks), got {G!r}")
-    if not isinstance(root, int) or not 0 <= root < G:
+    if not is_int(root) or not 0 <= root < G:
         raise ValueError(f"root: expected a PE index in 0..{G - 1}, got {root!r}")
     mode = _mode(mode)
     if mode not in (Mode.FULL, Mode.DRAFT):

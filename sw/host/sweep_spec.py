@@ -72,6 +72,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...checks import is_int
 from ...config import ArchConfig, ConfigError, TileConfig, preset
 from ...errors import UserError
 from .paper_eval import TREE, ZIPF, ZIPF_MAX
@@ -459,10 +460,10 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     elif samples is None:
         note(f"samples: missing; sampling {sampling} needs it (how many config points, a "
              f"positive integer)")
-    elif not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+    elif not is_int(samples, numpy=False) or samples < 1:
         note(f"samples: sampling {sampling} needs a positive integer, got {samples!r}")
     seed = raw.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+    if not is_int(seed, numpy=False) or seed < 0:
         note(f"seed: expected a non-negative integer, got {seed!r}")
     base = raw.get("base")
     if base is not None:
@@ -540,7 +541,7 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     for key, default in _TASK_KEYS.items():
         v = tasks_raw.get(key, default)
         if key == "rtl_beats":
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            if not is_int(v, numpy=False) or v < 1:
                 note(f"tasks.rtl_beats: expected a positive integer, got {v!r}")
             tasks[key] = v
         elif key == "perf":
@@ -744,10 +745,10 @@ def _check_workload(w):
                          f"{w['scheme']!r}")
     for k in ("batch", "depth", "width", "context"):
         v = w[k]
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not is_int(v, numpy=False) or v < 1:
             raise _WorkloadError(k, f"expected a positive integer, got {v!r}")
     v, nodes = w["verify"], w["depth"] * w["width"]
-    if w["scheme"] != "ar" and v != "all" and (not isinstance(v, int) or isinstance(v, bool)
+    if w["scheme"] != "ar" and v != "all" and (not is_int(v, numpy=False)
                                                or not 1 <= v <= nodes):
         raise _WorkloadError("verify", f"expected all or 1 .. depth x width = {nodes} nodes, "
                              f"got {v!r}")

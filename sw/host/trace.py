@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...checks import is_int
 from ...errors import UserError
 from .models import MODEL_PRESETS, model_preset, preset_for_model_id
 from .routelog import (WARMUP_MIN_ROWS, DialectError, forward_passes, layer_by_layer,
@@ -172,7 +173,7 @@ class RoutingTrace:
             return a
 
         n_exp = self.num_experts
-        if not isinstance(n_exp, (int, np.integer)) or isinstance(n_exp, bool) or n_exp < 1:
+        if not is_int(n_exp) or n_exp < 1:
             raise TraceError(f"num_experts: expected a positive integer, got {n_exp!r}")
         object.__setattr__(self, "num_experts", int(n_exp))
         req = col("request", self.request, 1)
@@ -646,10 +647,6 @@ def _span_text(ids) -> str:
     return ", ".join(str(x) for x in ids[:8]) + more
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _meta_of(obj):
     """The meta content of a line, or None: ``{"meta": {...}}`` or a flat
     ``{"type": "meta", ...}``."""
@@ -739,7 +736,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         raise UserError(f"on_error: expected 'raise' or 'warn', got {on_error!r}")
     if renormalise not in ("keep", "topk", "model"):
         raise UserError(f"renormalise: expected 'keep', 'topk' or 'model', got {renormalise!r}")
-    if not _is_int(warmup_min_rows) or warmup_min_rows < 2:
+    if not is_int(warmup_min_rows, numpy=False) or warmup_min_rows < 2:
         raise UserError(f"warmup_min_rows: expected an integer >= 2, got {warmup_min_rows!r}")
     preset = model_preset(model) if model is not None else None
     if path.is_dir():
@@ -826,7 +823,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     def agree(name, *sources):
         vals = [(src, v) for src, v in sources if v is not None]
         for src, v in vals:
-            if not _is_int(v) or v < 1:
+            if not is_int(v, numpy=False) or v < 1:
                 raise TraceError(f"{path}: {name} from {src}: expected a positive integer, "
                                  f"got {v!r}")
         if len({v for _, v in vals}) > 1:
@@ -852,7 +849,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     k = agree("top_k", ("argument", top_k), ("model", preset.top_k if preset else None),
               ("meta line", meta.get("top_k")))
     warm = warmup_tokens if warmup_tokens is not None else meta.get("warmup_tokens", 0)
-    if not _is_int(warm) or warm < 0:
+    if not is_int(warm, numpy=False) or warm < 0:
         raise TraceError(f"{path}: warmup_tokens: expected an integer >= 0, got {warm!r}")
     if keep_warmup:
         warm = 0
@@ -868,7 +865,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         layer_ids = lids
     elif meta.get("num_layers") is not None:
         nl = meta["num_layers"]
-        if not _is_int(nl) or nl < 1:
+        if not is_int(nl, numpy=False) or nl < 1:
             raise TraceError(f"{path}: meta num_layers: expected a positive integer")
         if layer_ids is not None and len(layer_ids) != nl:
             raise TraceError(f"{path}: meta num_layers {nl} but {preset.name} has "
@@ -877,7 +874,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     logged = meta.get("layers_logged")
     if logged is not None:
         if (not isinstance(logged, list) or not logged
-                or not all(_is_int(x) and x >= 0 for x in logged)):
+                or not all(is_int(x, numpy=False) and x >= 0 for x in logged)):
             raise TraceError(f"{path}: meta layers_logged: expected a non-empty list of layer "
                              f"indices, got {logged!r}")
         if layer_ids is not None and not set(logged) <= set(layer_ids):
@@ -922,11 +919,11 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             rep.dropped_padding += 1
             continue
         for col in ("position", "layer"):
-            if not _is_int(vals[col]) or vals[col] < 0:
+            if not is_int(vals[col], numpy=False) or vals[col] < 0:
                 problem = ("bad-type", f"{col} must be an integer >= 0, got {vals[col]!r}")
                 break
         req = vals["request"]
-        if not problem and req is not None and not (_is_int(req) and req >= 0) and not (
+        if not problem and req is not None and not (is_int(req, numpy=False) and req >= 0) and not (
                 isinstance(req, str) and req.strip()):
             problem = ("bad-type", f"request must be an integer >= 0 or a string id, got "
                                    f"{req!r}")
@@ -938,7 +935,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             bad(lineno, "bad-phase", f"phase must be one of {', '.join(PHASES)}, got {ph!r}")
             continue
         ids, w = vals["expert_ids"], vals["gate_weights"]
-        if not isinstance(ids, list) or not all(_is_int(x) for x in ids) or not ids:
+        if not isinstance(ids, list) or not all(is_int(x, numpy=False) for x in ids) or not ids:
             bad(lineno, "bad-type", f"expert ids must be a non-empty list of integers, "
                                     f"got {ids!r}")
             continue

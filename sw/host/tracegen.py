@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...checks import is_int
 from ...errors import UserError
 from .corpus import traces_dir
 from .models import model_preset
@@ -204,7 +205,7 @@ def synthetic_trace(model, params: SyntheticRouting, *, requests=1, tokens=256, 
     if not isinstance(params, SyntheticRouting):
         raise UserError("params: expected a SyntheticRouting")
     for name, v in (("requests", requests), ("tokens", tokens)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not is_int(v, numpy=False) or v < 1:
             raise UserError(f"{name}: expected a positive integer, got {v!r}")
     rng = np.random.default_rng(seed)
     E, L = preset.routed_experts, preset.moe_layers

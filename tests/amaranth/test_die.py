@@ -69,7 +69,7 @@ def test_parameters_named():
     with pytest.raises(ValueError, match="^router: ext_fifo_words 2 is less than "
                                          "ext_chunk_words"):
         LogicDie(config=SMALL, router={"ext_fifo_words": 2})
-    with pytest.raises(ValueError, match="^router: ext_fifo_words: expected an integer >= 1"):
+    with pytest.raises(ValueError, match="^router: ext_fifo_words: expected a positive integer"):
         LogicDie(config=SMALL, router={"ext_fifo_words": 0})
     with pytest.raises(ValueError, match="^router: .*unexpected keyword.*'hb_fifo'"):
         LogicDie(config=SMALL, router={"hb_fifo": 8})

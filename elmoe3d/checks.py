@@ -1,0 +1,63 @@
+"""What counts as an integer or a real number where a user gives one, written once.
+
+Python's ``bool`` is an ``int`` (``True + True == 2``) and NumPy's ``np.True_`` compares as
+1, so a flag passed where a count belongs would run as 1 (one batch, one bit, one PE) instead
+of being refused. Every check of a user's number (the golden model, the host layer, the
+hardware blocks' parameters, the CLI's files) goes through :func:`is_int` / :func:`is_real`,
+and a range through :func:`check_int`, so they agree on what they take and on what the error
+says.
+
+Hardware parameters take Python ints only (``numpy=False``): Amaranth's shapes refuse a NumPy
+integer (``unsigned(np.int64(4))`` raises ``TypeError``), so a block checks for it up front
+and names the parameter (:func:`elmoe3d.hw.checked.check_param`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+__all__ = ["is_int", "is_real", "expected_int", "check_int"]
+
+
+def is_int(value, *, numpy: bool = True) -> bool:
+    """``True`` for an integer: a Python ``int`` or (with ``numpy``) a NumPy integer scalar;
+    never a bool (Python's or NumPy's)."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return isinstance(value, (int, np.integer) if numpy else int)
+
+
+def is_real(value) -> bool:
+    """``True`` for a real number: a Python or NumPy integer or float (NaN and the infinities
+    included: a caller that needs a finite value checks that itself); never a bool."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return isinstance(value, (int, float, np.integer, np.floating))
+
+
+def expected_int(lo: int | None = None, hi: int | None = None) -> str:
+    """The words for an integer in ``[lo, hi]`` (either bound may be open): "a positive
+    integer" for ``lo = 1``, "an integer >= 0", "an integer in 0..15"."""
+    if hi is not None:
+        return f"an integer in {lo}..{hi}" if lo is not None else f"an integer <= {hi}"
+    if lo == 1:
+        return "a positive integer"
+    return f"an integer >= {lo}" if lo is not None else "an integer"
+
+
+def check_int(name: str, value, lo: int | None = None, hi: int | None = None, *,
+              numpy: bool = True, error: type[Exception] = ValueError) -> int:
+    """``value`` as a Python ``int`` if it is an integer (:func:`is_int`) in ``[lo, hi]``.
+
+    Raises
+    ------
+    error (``ValueError`` unless given)
+        ``"{name}: expected a positive integer, got 0"`` (the words from
+        :func:`expected_int`); a NumPy integer where ``numpy=False`` is named as such.
+    """
+    if not is_int(value, numpy=numpy) or (lo is not None and value < lo) \
+            or (hi is not None and value > hi):
+        hint = " (a Python int)" if not numpy and isinstance(value, np.integer) else ""
+        raise error(f"{name}: expected {expected_int(lo, hi)}{hint}, got {value!r}")
+    return int(value)

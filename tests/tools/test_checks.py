@@ -1,0 +1,128 @@
+"""The one rule for a user's integers and reals (``elmoe3d.checks``) and the places that now
+share it: a bool is never a count, a NumPy integer is one except where Amaranth needs a Python
+int (hardware parameters), and the error names the parameter and the range."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from elmoe3d.checks import check_int, expected_int, is_int, is_real
+from elmoe3d.config import TileConfig
+from elmoe3d.hw.checked import check_param, inspection
+from elmoe3d.hw.pe.gemm import GemmIssue
+from elmoe3d.hw.ring import StreamlineRing
+from elmoe3d.sw.golden.quant import QuantizationError, quantize_weights
+from elmoe3d.sw.golden.ring import RingFlit
+from elmoe3d.sw.golden.vpu import sat
+from elmoe3d.sw.host.parallel import group_routing
+
+
+BOOLS = [True, False, np.True_, np.False_]
+NUMPY_INTS = [np.int8(3), np.int64(3), np.uint16(3), np.intp(3)]
+NOT_NUMBERS = [None, "3", b"3", [3], (3,), {3: 3}, np.array([3]), 3 + 0j]
+
+
+@pytest.mark.parametrize("v", BOOLS)
+def test_a_bool_is_neither_an_int_nor_a_real(v):
+    assert not is_int(v) and not is_int(v, numpy=False) and not is_real(v)
+
+
+@pytest.mark.parametrize("v", NUMPY_INTS)
+def test_numpy_integers_are_ints_unless_python_ints_are_asked_for(v):
+    assert is_int(v) and is_real(v)
+    assert not is_int(v, numpy=False)
+
+
+@pytest.mark.parametrize("v", NOT_NUMBERS + [3.0, np.float32(3), float("nan")])
+def test_floats_and_other_objects_are_not_ints(v):
+    assert not is_int(v) and not is_int(v, numpy=False)
+
+
+@pytest.mark.parametrize("v", NOT_NUMBERS)
+def test_other_objects_are_not_reals(v):
+    assert not is_real(v)
+
+
+@pytest.mark.parametrize("v", [3.5, np.float16(3.5), float("nan"), float("inf"), -2, np.int64(-2)])
+def test_reals_take_nan_and_infinity_and_integers(v):
+    assert is_real(v)
+
+
+@given(st.integers(-10**30, 10**30), st.integers(-50, 50), st.integers(0, 50))
+def test_check_int_takes_exactly_the_range(v, lo, span):
+    hi = lo + span
+    inside = lo <= v <= hi
+    if inside:
+        out = check_int("n", v, lo, hi)
+        assert out == v and type(out) is int
+    else:
+        with pytest.raises(ValueError, match=rf"^n: expected an integer in {lo}\.\.{hi}, "
+                                             rf"got {v}$"):
+            check_int("n", v, lo, hi)
+
+
+def test_check_int_returns_a_python_int_for_a_numpy_one():
+    out = check_int("rows", np.uint8(200), 1)
+    assert out == 200 and type(out) is int
+
+
+@pytest.mark.parametrize("lo, hi, words", [
+    (1, None, "a positive integer"), (0, None, "an integer >= 0"), (8, None, "an integer >= 8"),
+    (None, None, "an integer"), (0, 15, "an integer in 0..15"), (None, 7, "an integer <= 7")])
+def test_expected_words(lo, hi, words):
+    assert expected_int(lo, hi) == words
+
+
+def test_check_int_raises_the_callers_error_type():
+    with pytest.raises(QuantizationError, match=r"^bits: expected an integer in 2\.\.8, got True$"):
+        check_int("bits", True, 2, 8, error=QuantizationError)
+
+
+def test_a_hardware_parameter_names_a_numpy_integer():
+    with pytest.raises(ValueError, match=r"^pes: expected a positive integer \(a Python int\), "
+                                         r"got np\.int64\(4\)$"):
+        check_param("pes", np.int64(4))
+    assert check_param("pes", 4) == 4
+
+
+def test_a_hardware_block_refuses_a_numpy_integer_before_amaranth_does():
+    # Amaranth's own error would be "Width must be an integer, not np.int64(4)" from deep
+    # inside the layout; the block names its parameter first.
+    with inspection(), \
+            pytest.raises(ValueError, match=r"^pes: expected a positive integer \(a Python int\)"):
+        StreamlineRing(pes=np.int64(4), pes_per_group=4, word_bits=512, flit_bytes=32)
+
+
+def test_quantize_weights_refuses_bits_true_or_a_numpy_bool():
+    for bits in (True, np.True_):
+        with pytest.raises(QuantizationError,
+                           match=f"bits must be an integer in 2..8, got {bits!r}"):
+            quantize_weights(np.ones((4, 32), np.float32), bits=bits)
+
+
+# Places that took a bool as 1 before the one rule (each ran: a saturation to True = 1 bit, a
+# PE memory of True words as a one-word memory, True as expert 1 of a group, a flit of True
+# valid words).
+
+def test_sat_refuses_bits_true():
+    with pytest.raises(ValueError, match=r"^sat: bits must be an integer in 1\.\.64, got True$"):
+        sat(np.array([3]), True)
+
+
+def test_ring_flit_refuses_words_true():
+    with pytest.raises(ValueError, match=r"^words: expected 1\.\.\d+ valid word slots, got True$"):
+        RingFlit(data=0, dst_mask=1, words=True).check(pes=4, word_bits=512, flit_bytes=64,
+                                                         stream_bits=4)
+
+
+def test_group_routing_refuses_expert_true():
+    routing = (np.array([[0, 1]]), np.array([[0.5, 0.5]], np.float16))
+    with pytest.raises(ValueError, match=r"^group_experts: expert id True is not in 0\.\.7$"):
+        group_routing(routing, 1, 8, group_experts=[True])
+
+
+def test_gemm_issue_refuses_a_memory_of_true_words():
+    with inspection(), pytest.raises(ValueError, match=r"^wmem_words: expected a positive integer"):
+        GemmIssue(tile=TileConfig(), word_bits=512, passes=1, weight_parts=1, act_parts=1,
+                  wbuf_memories=1, wmem_words=True, wscale_words=8)
