@@ -44,6 +44,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...checks import is_int
 from ...errors import UserError
 from ...machine import usable_cpus
 from .sweep_spec import SweepSpec, dropped_text, expand, load_spec, need
@@ -212,7 +213,7 @@ def check_scheduler(address: str) -> str:
         port = get_address_host_port(address)[1]
     except (ValueError, TypeError):
         port = None
-    if not isinstance(port, int) or not 0 < port < 65536:
+    if not is_int(port, numpy=False) or not 0 < port < 65536:
         raise UserError(f"--scheduler {address}: expected {scheme}://HOST:PORT with a port "
                         f"1-65535 (e.g. tcp://HOST:8786)")
     return address
@@ -387,7 +388,9 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     Everything that can be checked is checked before anything is written to the out folder and
     before the first line is said: the addresses, the spec and its points, the out and cache
     folders, and, when some point is left to run, the scheduler (connected, its workers
-    warmed up and their cache checked: :func:`connect_scheduler`). A sweep stopped after
+    warmed up and their cache checked: :func:`connect_scheduler`) or the embedded cluster
+    (started, its workers warmed up: a cluster that cannot start leaves an earlier sweep's
+    out folder as it was). A sweep stopped after
     that (Ctrl-C, an error) keeps its rows, and ``sweep.json`` says "interrupted" or "failed"
     (:func:`_stopped`): a rerun resumes it.
 
@@ -413,31 +416,37 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     store = ResultStore(out, create=False)          # read what an earlier run finished
     code = code_version()
     states = [store.state(p.id, code) for p in points]
-    client = None
-    if scheduler and any(st != "done" for st in states):
-        # before the out folder is made and the header said: an unreachable scheduler leaves
-        # no trace (nor an earlier sweep's sweep.json marked "failed")
-        client = connect_scheduler(scheduler, cache, cache_dir is not None,
-                                   timeout=connect_timeout)
-    try:
-        store.create()
+    with contextlib.ExitStack() as stack:
+        # the cluster before the out folder is made and the header said: a scheduler that
+        # cannot be reached or an embedded cluster that cannot start or import the tasks
+        # leaves no trace (nor an earlier sweep's sweep.json marked "failed")
+        client = None
+        if any(st != "done" for st in states):
+            if scheduler:
+                client = connect_scheduler(scheduler, cache, cache_dir is not None,
+                                           timeout=connect_timeout)
+                stack.callback(client.close)
+            elif workers != 0:
+                need("distributed")
+                n = workers if workers is not None else usable_cpus()
+                client = stack.enter_context(local_cluster(n, dashboard=dashboard))
+                _warm_up_workers(client)
         try:
-            return _run(spec, points, states, store, cache, task, code=code, client=client,
-                        workers=workers, progress=progress, retries=retries,
-                        dashboard=dashboard, plots=plots, say=say, chunk=chunk,
-                        dropped=counts)
-        except BaseException as exc:
-            _stopped(store, points, exc)
-            raise
-    except OSError as exc:
-        # the out folder, its rows, tables, plots or sweep.json: a one-line error
-        if exc.filename is None or not str(Path(exc.filename).resolve()).startswith(str(out)):
-            raise
-        raise UserError(f"{_out_label(out_dir, out_given)}: cannot write the out folder: "
-                        f"{exc.filename} ({exc.strerror or exc})") from None
-    finally:
-        if client is not None:
-            client.close()
+            store.create()
+            try:
+                return _run(spec, points, states, store, cache, task, code=code,
+                            client=client, progress=progress, retries=retries, plots=plots,
+                            say=say, chunk=chunk, dropped=counts)
+            except BaseException as exc:
+                _stopped(store, points, exc)
+                raise
+        except OSError as exc:
+            # the out folder, its rows, tables, plots or sweep.json: a one-line error
+            if exc.filename is None \
+                    or not str(Path(exc.filename).resolve()).startswith(str(out)):
+                raise
+            raise UserError(f"{_out_label(out_dir, out_given)}: cannot write the out folder: "
+                            f"{exc.filename} ({exc.strerror or exc})") from None
 
 
 def _stopped(store, points, exc) -> None:
@@ -466,14 +475,13 @@ def _status(store, spec, status, **extra) -> None:
          **extra}, indent=1, default=_json_default))
 
 
-def _run(spec, points, states, store, cache, task, *, code, client, workers, progress,
-         retries, dashboard, plots, say, chunk, dropped) -> SweepRun:
+def _run(spec, points, states, store, cache, task, *, code, client, progress, retries, plots,
+         say, chunk, dropped) -> SweepRun:
     """Run the points whose ``states`` (:meth:`ResultStore.state` under ``code``) are not
     "done" into ``store``, on ``client`` (a scheduler's, connected and checked by
-    :func:`connect_scheduler`), on an embedded cluster of ``workers`` or in this process
-    (``workers=0``); then the tables and plots. Raises :class:`UserError` (an embedded
-    cluster's workers that cannot import the tasks, rows missing after the run) and
-    :class:`OSError` (the out folder)."""
+    :func:`connect_scheduler`, or an embedded cluster's, its workers warmed up) or in this
+    process (``None``); then the tables and plots. Raises :class:`UserError` (rows missing
+    after the run) and :class:`OSError` (the out folder)."""
     todo = [p for p, st in zip(points, states) if st != "done"]
     stale = states.count("stale")
     skipped = len(points) - len(todo)
@@ -487,39 +495,29 @@ def _run(spec, points, states, store, cache, task, *, code, client, workers, pro
     dash = None
     start = time.perf_counter()
     n_workers = 0
-    if todo and (client is not None or workers != 0):
-        embedded = client is None
-        if not embedded:                            # a scheduler's: warmed up and checked
-            ctx = contextlib.nullcontext(client)
-        else:
-            need("distributed")
-            n = workers if workers is not None else usable_cpus()
-            ctx = local_cluster(n, dashboard=dashboard)
-        with ctx as client:
-            n_workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
-            dash = client.dashboard_link
-            say(f"dask: {n_workers} worker(s), scheduler {client.scheduler.address}, dashboard "
-                f"{dash}")
-            if embedded:
-                _warm_up_workers(client)
-            start = time.perf_counter()
-            size = chunk or auto_chunk(todo, n_workers)
-            chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
-            run_tag = uuid.uuid4().hex[:12]         # keys unique on a shared scheduler
-            with _progress(progress, len(todo), f"sweep {spec.name}") as bar:
-                failed = _gather(client, chunks, task, cache, retries, run_tag, store, bar,
-                                 limit=None)
-                lost = [p for c, _ in failed for p in c]
-                if len(lost) > 1:
-                    # the scheduler counts a death against every task the dying worker held:
-                    # run the points of the given-up chunks again one a task, at most one in
-                    # flight a worker, so that only a point that itself kills workers fails
-                    failed = _gather(client, [[p] for p in lost], task, cache, retries,
-                                     run_tag + "-again", store, bar, limit=max(1, n_workers))
-                for c, msg in failed:
-                    for p in c:
-                        store.put(failed_row(p, f"dask: {msg}"))
-                    bar.advance(len(c))
+    if todo and client is not None:
+        n_workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        dash = client.dashboard_link
+        say(f"dask: {n_workers} worker(s), scheduler {client.scheduler.address}, dashboard "
+            f"{dash}")
+        start = time.perf_counter()
+        size = chunk or auto_chunk(todo, n_workers)
+        chunks = [todo[i:i + size] for i in range(0, len(todo), size)]
+        run_tag = uuid.uuid4().hex[:12]         # keys unique on a shared scheduler
+        with _progress(progress, len(todo), f"sweep {spec.name}") as bar:
+            failed = _gather(client, chunks, task, cache, retries, run_tag, store, bar,
+                             limit=None)
+            lost = [p for c, _ in failed for p in c]
+            if len(lost) > 1:
+                # the scheduler counts a death against every task the dying worker held:
+                # run the points of the given-up chunks again one a task, at most one in
+                # flight a worker, so that only a point that itself kills workers fails
+                failed = _gather(client, [[p] for p in lost], task, cache, retries,
+                                 run_tag + "-again", store, bar, limit=max(1, n_workers))
+            for c, msg in failed:
+                for p in c:
+                    store.put(failed_row(p, f"dask: {msg}"))
+                bar.advance(len(c))
     elif todo:
         with _progress(progress, len(todo), f"sweep {spec.name}") as bar:
             for p in todo:

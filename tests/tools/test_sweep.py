@@ -938,6 +938,46 @@ def test_an_unreachable_scheduler_leaves_no_trace(tmp_path, capsys, monkeypatch)
     assert (res.ran, res.skipped) == (0, 1) and len(stub.calls) == 1
 
 
+@pytest.mark.parametrize("stage", ["start", "warm-up"])
+def test_an_embedded_cluster_that_cannot_start_leaves_no_trace(tmp_path, monkeypatch, stage):
+    """The embedded cluster (no ``--scheduler``) started after the out folder was made and the
+    header said: a cluster that could not start, or whose workers could not import the tasks,
+    left a new out folder, or marked an earlier sweep's sweep.json "failed". It starts first
+    now, like a scheduler's connection: nothing said, nothing written, the cluster closed."""
+    import contextlib
+    from elmoe3d.sw.host import sweep
+    closed = []
+
+    @contextlib.contextmanager
+    def cluster(n, *, dashboard):
+        if stage == "start":
+            raise UserError("dask: the cluster could not start (stand-in)")
+        try:
+            yield object()
+        finally:
+            closed.append(n)
+
+    def no_import(client):
+        raise UserError("dask workers cannot import elmoe3d's sweep tasks (stand-in)")
+
+    spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n")
+    earlier = tmp_path / "earlier"
+    run_sweep(spec, earlier, workers=0, cache_dir=tmp_path / "c", progress=False,
+              plots=False, say=_quiet)
+    before = _tree(earlier)
+    spec.write_text("workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n  batch: [1, 2]\n")
+    monkeypatch.setattr(sweep, "local_cluster", cluster)
+    monkeypatch.setattr(sweep, "_warm_up_workers", no_import)
+    for out in (tmp_path / "fresh", earlier):
+        said = []
+        with pytest.raises(UserError, match="stand-in"):
+            run_sweep(spec, out, workers=2, cache_dir=tmp_path / "c", progress=False,
+                      plots=False, say=said.append)
+        assert said == []
+    assert not (tmp_path / "fresh").exists() and _tree(earlier) == before
+    assert closed == ([] if stage == "start" else [2, 2])
+
+
 def test_a_scheduler_that_refuses_the_connection_is_one_line(tmp_path):
     """Dask's own client against a port nobody listens on (bound here, so no one can): one
     line and no out folder. The connection is refused at once; the short injected wait only
