@@ -764,8 +764,7 @@ FP32_LATENCY = 2
 def check_mul_stages(mul_stages) -> int:
     """``mul_stages`` (registers after a VPU multiplier) if an integer in 1..4, else
     ``ValueError`` naming it."""
-    if (not is_int(mul_stages, numpy=False)
-            or not 1 <= mul_stages <= 4):
+    if not is_int(mul_stages, numpy=False) or not 1 <= mul_stages <= 4:
         raise ValueError(f"mul_stages: expected an integer in 1..4, got {mul_stages!r}")
     return mul_stages
 
@@ -980,22 +979,19 @@ class PEOptions:
         if not isinstance(self.tile_dsp_pairs, bool):
             raise ValueError(f"tile_dsp_pairs: expected a bool, got {self.tile_dsp_pairs!r}")
         tile_passes = self.tile_passes
-        if (not is_int(tile_passes, numpy=False)
-                or tile_passes not in (1, 2, 4)):
+        if not is_int(tile_passes, numpy=False) or tile_passes not in (1, 2, 4):
             raise ValueError(f"tile_passes: expected 1, 2 or 4, got {tile_passes!r}")
         if not isinstance(self.out_valid_bits, bool):
             raise ValueError(f"out_valid_bits: expected a bool, got {self.out_valid_bits!r}")
         wbuf_memories = self.wbuf_memories
-        if (not is_int(wbuf_memories, numpy=False)
-                or wbuf_memories not in (1, 2)):
+        if not is_int(wbuf_memories, numpy=False) or wbuf_memories not in (1, 2):
             raise ValueError(f"wbuf_memories: expected 1 or 2, got {wbuf_memories!r}")
         w_words = geometry.wmem_words
         if wbuf_memories == 1 and w_words & (w_words - 1):
             raise ValueError(f"wbuf_memories: one memory for both buffers needs a power-of-two "
                              f"wmem_words (the buffer is the top address bit), got {w_words}")
         out_banks = self.out_banks
-        if (not is_int(out_banks, numpy=False)
-                or out_banks not in (1, 2)):
+        if not is_int(out_banks, numpy=False) or out_banks not in (1, 2):
             raise ValueError(f"out_banks: expected 1 or 2, got {out_banks!r}")
         if out_banks == 1 and fp32_units == W // 32:
             raise ValueError(f"out_banks: one OUT memory needs fewer than W/32 = {W // 32} "

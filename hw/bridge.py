@@ -74,11 +74,11 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import pe_config
 from ..sw.golden.bridge import (ADDR_BYTES, CMD_BYTES, EXT_STREAM_BYTES, VERSION, Credits,
-                                Info, Reason, Type, check_int, max_body_bytes)
+                                Info, Reason, Type, max_body_bytes)
 from .bridge_bytes import ByteWordFIFO, byte_mux, byte_word_fetch
 from .bridge_rx import Deframer
 from .bridge_tx import Enframer
-from .checked import CheckedComponent
+from .checked import CheckedComponent, check_param
 from .isa import command_layout, o_beat_layout
 from .layouts import address_bits
 
@@ -190,16 +190,16 @@ class Bridge(CheckedComponent):
         if pe.word_bits % 8 or wb & (wb - 1) or wb < CMD_BYTES:
             raise ValueError(f"config: the bridge needs W/8 a power of two >= "
                              f"{CMD_BYTES}, got W = {pe.word_bits}")
-        check_int("frame_words", frame_words, 1, 4096)
-        check_int("cmd_depth", cmd_depth, 2, 0xFFFF)
-        check_int("host_depth", host_depth, 2, 0xFFFF)
-        check_int("link_depth", link_depth, 2, 0xFFFF)
-        check_int("ext_depth", ext_depth, 1, 0xFFFF)
-        check_int("rx_fifo_bytes", rx_fifo_bytes, 2, 4096)
-        check_int("hb_words", hb_words, 1, 0xFFFFFFFF)
-        check_int("ext_words", ext_words, 1, 0xFFFFFFFF)
-        check_int("clk_hz", clk_hz, 1, 0xFFFFFFFF)
-        check_int("baud", baud, 1, 0xFFFFFFFF)
+        check_param("frame_words", frame_words, 1, 4096)
+        check_param("cmd_depth", cmd_depth, 2, 0xFFFF)
+        check_param("host_depth", host_depth, 2, 0xFFFF)
+        check_param("link_depth", link_depth, 2, 0xFFFF)
+        check_param("ext_depth", ext_depth, 1, 0xFFFF)
+        check_param("rx_fifo_bytes", rx_fifo_bytes, 2, 4096)
+        check_param("hb_words", hb_words, 1, 0xFFFFFFFF)
+        check_param("ext_words", ext_words, 1, 0xFFFFFFFF)
+        check_param("clk_hz", clk_hz, 1, 0xFFFFFFFF)
+        check_param("baud", baud, 1, 0xFFFFFFFF)
         for name, v in (("rows", pe.rows), ("lanes", pe.lanes)):
             if v > 0xFF:
                 raise ValueError(f"config: {name} = {v} does not fit INFO's u8")

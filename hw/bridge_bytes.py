@@ -15,8 +15,8 @@ from amaranth.lib import stream
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..sw.golden.bridge import check_int, crc16
-from .checked import CheckedComponent
+from ..sw.golden.bridge import crc16
+from .checked import CheckedComponent, check_param
 from .layouts import address_bits
 
 
@@ -151,8 +151,8 @@ class ByteWordFIFO(CheckedComponent):
     @classmethod
     def check(cls, *, depth, word_bytes):
         """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`)."""
-        check_int("depth", depth, 2, 0xFFFF)
-        check_int("word_bytes", word_bytes, 1)
+        check_param("depth", depth, 2, 0xFFFF)
+        check_param("word_bytes", word_bytes)
         if word_bytes & (word_bytes - 1):
             raise ValueError(f"word_bytes: expected a power of two, got {word_bytes}")
 

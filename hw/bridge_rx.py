@@ -11,9 +11,9 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..sw.golden.bridge import ESC, FLAG, check_int
+from ..sw.golden.bridge import ESC, FLAG
 from .bridge_bytes import crc16_byte
-from .checked import CheckedComponent
+from .checked import CheckedComponent, check_param
 
 
 __all__ = ["HEADER_BYTES", "staging_write_signature", "Deframer"]
@@ -76,7 +76,7 @@ class Deframer(CheckedComponent):
     @classmethod
     def check(cls, *, max_body):
         """The constructor's checks (:class:`~elmoe3d.hw.checked.CheckedComponent`)."""
-        check_int("max_body", max_body, 4)
+        check_param("max_body", max_body, 4)
 
     def __init__(self, *, max_body: int):
         self._max_body = max_body

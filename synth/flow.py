@@ -367,7 +367,7 @@ def stat_cells(data: dict, top: str, *, label: str, error=None) -> dict:
             raise error(f"{label}: module {top}, cell {cell}: count {n!r} is not a "
                         f"non-negative integer")
     num = module.get("num_cells")
-    if not by_type and isinstance(num, int) and num > 0:
+    if not by_type and is_int(num, numpy=False) and num > 0:
         raise error(f"{label}: module {top} has {num} cells but no per-cell counts "
                     f"('num_cells_by_type' is empty)")
     return dict(by_type)

@@ -441,7 +441,7 @@ class FpgaConfig:
             if v & (v - 1):
                 raise FpgaError(f"{name}: expected a power of two, got {v}")
         if self.clk_hz is not None and (not is_int(self.clk_hz, numpy=False)
-                                        or isinstance(self.clk_hz, bool) or self.clk_hz < 1):
+                                        or self.clk_hz < 1):
             raise FpgaError(f"clk_hz: expected a positive integer (Hz) or None, got "
                             f"{self.clk_hz!r}")
         _check_pnr_options(self.router, self.placer)
@@ -975,8 +975,7 @@ def build(top, platform, *, build_dir, name="top", seed=DEFAULT_SEED, script_aft
     Raises :class:`FpgaToolError` naming the tool that failed and its log (no bitstream),
     :class:`RouteStalled` (an :class:`FpgaToolError`) when router2 stalls, and
     :class:`FpgaError` for a ``route_patience`` that is not 0 or a positive integer."""
-    if (not is_int(route_patience, numpy=False)
-            or route_patience < 0):
+    if not is_int(route_patience, numpy=False) or route_patience < 0:
         raise FpgaError(f"route_patience: expected 0 (never stop) or a positive number of "
                         f"router2 iterations, got {route_patience!r}")
     if netlist_cache is _ESTIMATES:

@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..checks import is_int
+from ..checks import check_int
 
 
 __all__ = ["CELL_ROW_UM2", "COLUMN_UM2", "MAX_ROWS", "N7_HD_BITCELL_UM2", "sram_area",
@@ -103,8 +103,7 @@ def sram_area(width: int, depth: int, read_ports: int = 1) -> SramArea:
     """Area of a ``depth`` x ``width``-bit RAM with ``read_ports`` read ports (see the module
     docstring). Raises ``ValueError`` for a non-positive geometry."""
     for name, value in (("width", width), ("depth", depth), ("read_ports", read_ports)):
-        if not is_int(value, numpy=False) or value < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        check_int(name, value, 1, numpy=False)
     mux = math.ceil(depth / MAX_ROWS)
     rows = math.ceil(depth / mux)
     cols = width * mux

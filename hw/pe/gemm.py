@@ -116,8 +116,7 @@ class GemmIssue(wiring.Component):
         self._wparts, self._aparts = weight_parts, act_parts
         self._split = wbuf_memories == 2
         self._wmem_words, self._wscale_words = wmem_words, wscale_words
-        if (not is_int(low_words, numpy=False)
-                or not 0 <= low_words < wmem_words or low_words % 8):
+        if not is_int(low_words, numpy=False) or not 0 <= low_words < wmem_words or low_words % 8:
             raise ValueError(f"low_words: expected 0 or a multiple of 8 below wmem_words, got "
                              f"{low_words!r}")
         self._low = low_words

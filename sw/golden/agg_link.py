@@ -139,7 +139,7 @@ class LinkOp:
 
 
 def _check_word_bits(word_bits, lane):
-    if not is_int(word_bits) or word_bits <= 0 or word_bits % lane:
+    if not is_int(word_bits, numpy=False) or word_bits <= 0 or word_bits % lane:
         raise ValueError(f"word_bits: expected a positive multiple of {lane}, got {word_bits!r}")
 
 

@@ -28,13 +28,13 @@ import struct
 from collections import deque
 from dataclasses import dataclass
 
-from ...checks import is_int
+from ...checks import check_int
 
 
 __all__ = ["VERSION", "FLAG", "ESC", "Type", "Reason", "Frame", "FrameError", "Credits",
            "Info", "crc16", "stuff", "encode_frame", "decode_body", "Deframer",
            "pack_words", "unpack_words", "max_body_bytes", "CREDIT_BYTES", "INFO_BYTES",
-           "BridgeModel", "ADDR_BYTES", "EXT_STREAM_BYTES", "CMD_BYTES", "check_int"]
+           "BridgeModel", "ADDR_BYTES", "EXT_STREAM_BYTES", "CMD_BYTES"]
 
 #: Protocol version carried by INFO.
 VERSION = 1
@@ -310,20 +310,6 @@ CMD_BYTES = 16
 _U16, _U32 = 0xFFFF, 0xFFFFFFFF
 
 
-def check_int(name, value, lo=1, hi=None):
-    """``value`` if it is an integer (not a bool) in ``lo..hi`` (``hi`` None: no upper
-    bound), else ``ValueError`` naming ``name`` and the range expected. Shared by the model's
-    and the RTL bridge's (:mod:`elmoe3d.hw.bridge`) parameter checks."""
-    if not is_int(value) or value < lo or \
-            (hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in {lo}..{hi}"
-        raise ValueError(f"{name}: expected an integer {rng}, got {value!r}")
-    return value
-
-
-_depth = check_int
-
-
 class BridgeModel:
     """The board side of the protocol as a pure-Python state machine: the reference the RTL
     bridge (:mod:`elmoe3d.hw.bridge`) is compared with byte for byte, and the stand-in board
@@ -395,22 +381,22 @@ class BridgeModel:
                  host_depth=64, link_depth=64, ext_depth=8, rows=2, lanes=4,
                  clk_hz=25_000_000, baud=115_200):
         # upper bounds: the INFO fields they are reported in (u16 / u32)
-        _depth("word_bits", word_bits, 8, _U16)
+        word_bits = check_int("word_bits", word_bits, 8, _U16)
         if word_bits % 8:
             raise ValueError(f"word_bits: expected a multiple of 8, got {word_bits}")
         self.word_bits = word_bits
         self.word_bytes = word_bits // 8
-        self.frame_words = _depth("frame_words", frame_words, 1, _U16)
-        self.hb_words = _depth("hb_words", hb_words, 1, _U32)
-        self.ext_words = _depth("ext_words", ext_words, 1, _U32)
-        self.depths = {"cmd": _depth("cmd_depth", cmd_depth, 1, _U16),
-                       "host": _depth("host_depth", host_depth, 1, _U16),
-                       "link": _depth("link_depth", link_depth, 1, _U16),
-                       "ext": _depth("ext_depth", ext_depth, 1, _U16)}
-        self.rows = _depth("rows", rows, 1, 0xFF)
-        self.lanes = _depth("lanes", lanes, 1, 0xFF)
-        self.clk_hz = _depth("clk_hz", clk_hz, 1, _U32)
-        self.baud = _depth("baud", baud, 1, _U32)
+        self.frame_words = check_int("frame_words", frame_words, 1, _U16)
+        self.hb_words = check_int("hb_words", hb_words, 1, _U32)
+        self.ext_words = check_int("ext_words", ext_words, 1, _U32)
+        self.depths = {"cmd": check_int("cmd_depth", cmd_depth, 1, _U16),
+                       "host": check_int("host_depth", host_depth, 1, _U16),
+                       "link": check_int("link_depth", link_depth, 1, _U16),
+                       "ext": check_int("ext_depth", ext_depth, 1, _U16)}
+        self.rows = check_int("rows", rows, 1, 0xFF)
+        self.lanes = check_int("lanes", lanes, 1, 0xFF)
+        self.clk_hz = check_int("clk_hz", clk_hz, 1, _U32)
+        self.baud = check_int("baud", baud, 1, _U32)
         self.cmd, self.host, self.link, self.ext = deque(), deque(), deque(), deque()
         self.hb_mem, self.ext_mem = {}, {}
         self.applied = {"cmd": [], "host": [], "link": [], "ext": []}

@@ -103,8 +103,7 @@ def fp16_scale_for(amax, qmax: int = 127):
     QuantizationError
         an ``amax`` that is negative or NaN (not a magnitude), or ``qmax`` below 1.
     """
-    if not is_int(qmax) \
-            or qmax < 1:
+    if not is_int(qmax) or qmax < 1:
         raise QuantizationError(f"fp16_scale_for: qmax: expected a positive integer, got "
                                 f"{qmax!r}")
     amax = np.asarray(amax, dtype=np.float64)

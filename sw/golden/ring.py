@@ -27,9 +27,9 @@ def ring_geometry(*, word_bits: int, flit_bytes: int) -> tuple[int, int]:
     ``flit_bytes``: a flit holds ``F*8 / W`` whole words when ``F*8 >= W``, otherwise a word
     spans ``W / (F*8)`` consecutive flits to the same PEs. One of the two is 1. ValueError
     naming ``word_bits`` or ``flit_bytes`` when neither divides the other."""
-    if not is_int(word_bits) or word_bits <= 0 or word_bits % 8:
+    if not is_int(word_bits, numpy=False) or word_bits <= 0 or word_bits % 8:
         raise ValueError(f"word_bits: expected a positive multiple of 8, got {word_bits!r}")
-    if not is_int(flit_bytes) or flit_bytes <= 0:
+    if not is_int(flit_bytes, numpy=False) or flit_bytes <= 0:
         raise ValueError(f"flit_bytes: expected a positive integer, got {flit_bytes!r}")
     fb = flit_bytes * 8
     if fb >= word_bits:

@@ -48,7 +48,7 @@ Plain NumPy; never imports Amaranth or cocotb.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -334,7 +334,7 @@ class HomeGroups:
     def __init__(self, groups: int, *, layer_ids=None, experts: int = 0):
         if not is_int(groups) or groups < 1:
             raise ValueError(f"groups: expected a positive integer, got {groups!r}")
-        self.groups = groups
+        self.groups = groups = int(groups)
         #: Resident slices per group (a list of int).
         self.count = [0] * groups
         self._row = {int(lay): j for j, lay in enumerate(layer_ids or ())}

@@ -555,7 +555,7 @@ class ElasticSD:
         if not is_int(m) or m < 0:
             raise UserError(f"min_per_layer: expected an integer >= 0, got {min_per_layer!r}")
         self._cache, self._depth, self._accept, self._min, self._seed = (
-            cache, depth, acceptance, m, seed)
+            cache, int(depth), acceptance, int(m), seed)
 
     @property
     def cache(self) -> HBExpertCache:

@@ -36,7 +36,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from ...checks import is_int
+from ...checks import is_int, is_real
 from ...errors import UserError
 from ...isa import Op, Source, decode, encode
 from .pe_runs import PERunsResult
@@ -84,7 +84,7 @@ class StepClock:
     keeps ``time.monotonic``). ``tick``: seconds per wait (> 0)."""
 
     def __init__(self, serve=None, *, tick=0.001):
-        if not (isinstance(tick, (int, float)) and tick > 0):
+        if not (is_real(tick) and tick > 0):
             raise ValueError(f"tick: expected seconds > 0, got {tick!r}")
         self.serve = serve
         self.tick = float(tick)
@@ -357,7 +357,7 @@ class FpgaBoard:
 
     def __init__(self, transport, *, config=None, timeout=0.5, retries=5, port=None,
                  baud=None, clock=None):
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
+        if not (is_real(timeout) and timeout > 0):
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
         if not is_int(retries, numpy=False) or retries < 0:
             raise ValueError(f"retries: expected an integer >= 0, got {retries!r}")
@@ -661,7 +661,7 @@ class FpgaBoard:
         :func:`wire_bytes`, ``deadline_s`` the base) passes first, its ``errors`` say what
         was missing. Raises :class:`BoardError` (module docstring), ``ValueError`` naming
         ``deadline_s`` if it is negative."""
-        if not (isinstance(deadline_s, (int, float)) and deadline_s >= 0):
+        if not (is_real(deadline_s) and deadline_s >= 0):
             raise ValueError(f"deadline_s: expected seconds >= 0, got {deadline_s!r}")
         start = self._clock()
         if self.info is None:

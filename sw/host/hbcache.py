@@ -232,16 +232,14 @@ class HBExpertCache:
     def _check_layer(self, layer, what=""):
         """:class:`UserError` unless ``layer`` is an integer id of a MoE layer of the model
         (``what``: a prefix naming the argument it came in, e.g. ``"streamed: "``)."""
-        if (not is_int(layer)
-                or layer not in self._lidx):
+        if not is_int(layer) or layer not in self._lidx:
             raise UserError(f"{what}layer: {layer!r} is not a MoE layer of {self._preset.name}")
 
     def _check(self, layer, expert, what=""):
         """:class:`UserError` unless ``(layer, expert)`` is a key of the model: integer ids of
         a MoE layer and of a routed expert."""
         self._check_layer(layer, what)
-        if (not is_int(expert)
-                or not 0 <= expert < self._preset.routed_experts):
+        if not is_int(expert) or not 0 <= expert < self._preset.routed_experts:
             raise UserError(f"{what}expert: {expert!r} is not an expert id of "
                             f"{self._preset.name} (0..{self._preset.routed_experts - 1})")
 

@@ -140,8 +140,7 @@ def _dense(x, w, b):
 
 
 def _check_layer(layer, num_layers):
-    if not is_int(layer) \
-            or not 0 <= layer < num_layers:
+    if not is_int(layer) or not 0 <= layer < num_layers:
         raise ValueError(f"layer must be an integer in 0..{num_layers - 1}, got {layer!r}")
     return int(layer)
 

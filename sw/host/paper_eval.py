@@ -103,7 +103,7 @@ from ...synth.energy import DIE_ENERGY, sram_pj_per_byte
 from .compute_calib import FEEDS, ffn_calibration
 from .linear_calib import linear_calibration
 from .decoder import (CONTEXT, DRAFT_MODELS, EAGLE3_HEADS, KV_BYTES, QWEN25_1P5B,
-                      DecoderShape, DraftModel, decoder_shape, eagle_head, weight_bytes)
+                      DraftModel, decoder_shape, eagle_head, weight_bytes)
 from .models import TABLE3_MODELS
 
 
@@ -619,8 +619,7 @@ def linear_utilisation(plat: Platform, in_features: int, out_features: float, ro
     its PE cannot stage, ValueError naming ``in_features``, ``out_features`` or ``rows`` when
     one is not positive."""
     arch = _die(plat)
-    if not is_int(in_features) \
-            or in_features < 1:
+    if not is_int(in_features) or in_features < 1:
         raise ValueError(f"in_features: expected a positive integer, got {in_features!r}")
     k = -(-int(in_features) // 32) * 32
     return linear_calibration(arch, k, bits).utilisation(out_features, rows) \

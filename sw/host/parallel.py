@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...checks import is_int
+from ...checks import check_int, is_int
 from ...config import EXT_CHUNK_WORDS, ArchConfig, PEConfig
 from ...isa import SCALES_PER_WORD, OKind, Op, Sink, Source, Target
 from ..golden import pe as fsim
@@ -90,12 +90,6 @@ class LinkScheduleError(ProgramError):
 
 
 # ---- inputs --------------------------------------------------------------------------------------
-
-def _int_param(name, value, lo):
-    if not is_int(value) or value < lo:
-        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
-    return int(value)
-
 
 def group_routing(routing, tokens: int, n_experts: int, group_experts=None):
     """``(ids int64 [T, k], weights float16 [T, k])`` of ``routing`` restricted to the experts
@@ -553,11 +547,11 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
     if phase not in PHASES:
         raise ValueError(f"phase: expected one of {PHASES}, got {phase!r}")
     pe, pes = group_pe(config, pes)
-    G = _int_param("pes", pes, 2)
+    G = check_int("pes", pes, 2)
     if G > 16:
         raise ValueError(f"pes: at most 16 PEs per group (link masks), got {G}")
-    buffer_words = _int_param("buffer_words", buffer_words, 1)
-    root = _int_param("root", root, 0)
+    buffer_words = check_int("buffer_words", buffer_words, 1)
+    root = check_int("root", root, 0)
     if root >= G:
         raise ValueError(f"root: expected a PE index in 0..{G - 1}, got {root}")
     mode = Mode.DRAFT if phase == "draft" else Mode.FULL
@@ -1264,10 +1258,10 @@ def check_link_schedule(job_or_programs, link_ops=None, *, buffer_words=None, pe
             raise TypeError("check_link_schedule: pass link_ops= and buffer_words= with a list "
                             "of programs")
         pe = programs[0].pe if pe is None else pe_config(pe)
-    cap = _int_param("buffer_words", buffer_words, 1)
-    ext_cap = _int_param("ext_fifo_words", ext_fifo_words, 1)
-    ext_cw = _int_param("ext_chunk_words", ext_chunk_words, 1)
-    ext_win = _int_param("ext_window", ext_window, 1)
+    cap = check_int("buffer_words", buffer_words, 1)
+    ext_cap = check_int("ext_fifo_words", ext_fifo_words, 1)
+    ext_cw = check_int("ext_chunk_words", ext_chunk_words, 1)
+    ext_win = check_int("ext_window", ext_window, 1)
     if ext_cw > ext_cap:
         raise ValueError(f"ext_chunk_words: {ext_cw} exceeds ext_fifo_words ({ext_cap})")
     G = len(programs)

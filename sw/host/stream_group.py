@@ -271,6 +271,7 @@ def compile_expert_group(x, expert, gate_weights=None, mode=Mode.FULL, config=No
         raise ValueError(f"pes: expected 1..{MAX_LINK_PES} PEs (link masks), got {G!r}")
     if not is_int(root) or not 0 <= root < G:
         raise ValueError(f"root: expected a PE index in 0..{G - 1}, got {root!r}")
+    G, root = int(G), int(root)
     mode = _mode(mode)
     if mode not in (Mode.FULL, Mode.DRAFT):
         raise ValueError(f"mode: expected FULL or DRAFT, got {mode.name}")

@@ -395,7 +395,7 @@ def test_bad_inputs(experts):
     fails("^pes: 8 PEs must divide", pes=8)            # I/8 = 16 channels: not 32
     fails("^pes: expected an integer >= 2", pes=1)
     fails("^phase:", phase="prefill")
-    fails("^buffer_words: expected an integer", buffer_words=0)
+    fails("^buffer_words: expected a positive integer", buffer_words=0)
     fails("^buffer_words: 1 words cannot hold", buffer_words=1)
     fails("^root:", root=2)
     fails("^cached: expert", cached=[1], group_experts=[0])

@@ -8,14 +8,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from elmoe3d.checks import check_int, expected_int, is_int, is_real
-from elmoe3d.config import TileConfig
+from elmoe3d.config import TileConfig, preset
+from elmoe3d.hw.bridge import Bridge
+from elmoe3d.hw.bridge_bytes import ByteWordFIFO
+from elmoe3d.hw.bridge_rx import Deframer
 from elmoe3d.hw.checked import check_param, inspection
+from elmoe3d.hw.ext_stream import ExtStreamer
 from elmoe3d.hw.pe.gemm import GemmIssue
 from elmoe3d.hw.ring import StreamlineRing
 from elmoe3d.sw.golden.quant import QuantizationError, quantize_weights
-from elmoe3d.sw.golden.ring import RingFlit
+from elmoe3d.sw.golden.ring import RingFlit, ring_flits, ring_geometry
 from elmoe3d.sw.golden.vpu import sat
+from elmoe3d.sw.host.compiler import HomeGroups
+from elmoe3d.sw.host.fpga import StepClock
 from elmoe3d.sw.host.parallel import group_routing
+from elmoe3d.synth.sram import sram_area
 
 
 BOOLS = [True, False, np.True_, np.False_]
@@ -86,12 +93,32 @@ def test_a_hardware_parameter_names_a_numpy_integer():
     assert check_param("pes", 4) == 4
 
 
-def test_a_hardware_block_refuses_a_numpy_integer_before_amaranth_does():
-    # Amaranth's own error would be "Width must be an integer, not np.int64(4)" from deep
-    # inside the layout; the block names its parameter first.
-    with inspection(), \
-            pytest.raises(ValueError, match=r"^pes: expected a positive integer \(a Python int\)"):
-        StreamlineRing(pes=np.int64(4), pes_per_group=4, word_bits=512, flit_bytes=32)
+@pytest.mark.parametrize("build", [
+    lambda: Bridge(config=preset("small"), cmd_depth=np.int64(16)),
+    lambda: ByteWordFIFO(depth=np.int64(16), word_bytes=64),
+    lambda: Deframer(max_body=np.int64(64)),
+    lambda: ExtStreamer(pes=4, word_bits=np.int64(512), flit_bytes=128, stream_bits=4),
+    lambda: StreamlineRing(pes=np.int64(4), pes_per_group=4, word_bits=512, flit_bytes=32),
+], ids=["Bridge", "ByteWordFIFO", "Deframer", "ExtStreamer", "StreamlineRing"])
+def test_a_hardware_block_names_a_numpy_integer_parameter(build):
+    """A NumPy integer passed Bridge's, ByteWordFIFO's, Deframer's and ExtStreamer's checks
+    (after the first cut of the one rule) and Amaranth refused it inside the block ("FIFO
+    depth must be a non-negative integer, not np.int64(16)"); each names its parameter."""
+    with inspection(), pytest.raises(ValueError, match=r"^\w+: expected .*, got np\.int64\("):
+        build()
+
+
+def test_the_ring_geometry_refuses_a_numpy_width_rather_than_cut_the_data():
+    # with np.int64 word_bits the flit's wide-int shifts wrapped: words 1..4 became data 0x1
+    with pytest.raises(ValueError, match=r"^word_bits: expected a positive multiple of 8"):
+        ring_flits([1, 2, 3, 4], 1, word_bits=np.int64(64), flit_bytes=32)
+    flits = ring_flits([1, 2, 3, 4], 1, word_bits=64, flit_bytes=32)
+    assert [f.data for f in flits] == [1 | 2 << 64 | 3 << 128 | 4 << 192]
+
+
+def test_stored_counts_are_python_ints():
+    groups = HomeGroups(np.int64(4))
+    assert groups.groups == 4 and type(groups.groups) is int
 
 
 def test_quantize_weights_refuses_bits_true_or_a_numpy_bool():
@@ -103,7 +130,8 @@ def test_quantize_weights_refuses_bits_true_or_a_numpy_bool():
 
 # Places that took a bool as 1 before the one rule (each ran: a saturation to True = 1 bit, a
 # PE memory of True words as a one-word memory, True as expert 1 of a group, a flit of True
-# valid words).
+# valid words, an SRAM True bits wide, a flit of True bytes, True home groups, a board clock
+# ticking True seconds).
 
 def test_sat_refuses_bits_true():
     with pytest.raises(ValueError, match=r"^sat: bits must be an integer in 1\.\.64, got True$"):
@@ -126,3 +154,15 @@ def test_gemm_issue_refuses_a_memory_of_true_words():
     with inspection(), pytest.raises(ValueError, match=r"^wmem_words: expected a positive integer"):
         GemmIssue(tile=TileConfig(), word_bits=512, passes=1, weight_parts=1, act_parts=1,
                   wbuf_memories=1, wmem_words=True, wscale_words=8)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: sram_area(True, 64), r"^width: expected a positive integer, got True$"),
+    (lambda: ring_geometry(word_bits=8, flit_bytes=True),
+     r"^flit_bytes: expected a positive integer, got True$"),
+    (lambda: HomeGroups(True), r"^groups: expected a positive integer, got True$"),
+    (lambda: StepClock(tick=True), r"^tick: expected seconds > 0, got True$"),
+], ids=["sram_area", "ring_geometry", "HomeGroups", "StepClock"])
+def test_a_bool_is_not_a_size(call, words):
+    with pytest.raises(ValueError, match=words):
+        call()

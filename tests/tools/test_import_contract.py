@@ -153,12 +153,14 @@ def test_layer_keeps_its_import_contract(layer):
 
 
 #: What the golden model may import besides the standard library: NumPy and the package root.
-GOLDEN_ALLOWED = ("numpy", "elmoe3d.config", "elmoe3d.isa", "elmoe3d.errors", "elmoe3d.sw.golden")
+GOLDEN_ALLOWED = ("numpy", "elmoe3d.config", "elmoe3d.isa", "elmoe3d.errors", "elmoe3d.checks",
+                  "elmoe3d.sw.golden")
 
 
 def test_golden_imports_only_numpy_and_the_package_root():
     """Stronger than the list of forbidden modules: the standard library, NumPy, the package
-    root's configuration, ISA and errors, and the golden model itself, nothing else."""
+    root's configuration, ISA, errors and number checks, and the golden model itself, nothing
+    else."""
     pkg_dir = module_file("elmoe3d.sw.golden")
     bad = []
     for path in sorted(pkg_dir.rglob("*.py")):

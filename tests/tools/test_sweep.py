@@ -978,6 +978,46 @@ def test_an_embedded_cluster_that_cannot_start_leaves_no_trace(tmp_path, monkeyp
     assert closed == ([] if stage == "start" else [2, 2])
 
 
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_a_run_stopped_on_an_embedded_cluster_says_so_and_closes_it(tmp_path, monkeypatch,
+                                                                     exc):
+    """With the embedded cluster started before the out folder (above), a run stopped during
+    its points (Ctrl-C, an error) still says "interrupted" or "failed" in sweep.json, and the
+    cluster still closes with its logging silenced (restored afterwards). A real one-worker
+    cluster; the points' gather is the stand-in that stops."""
+    import logging
+    from distributed import Client, LocalCluster
+    from elmoe3d.sw.host import sweep
+    seen = {"cluster": [], "client": 0}
+    cluster_close, client_close = LocalCluster.close, Client.close
+
+    def watched_cluster(self, *a, **kw):
+        seen["cluster"].append(logging.root.manager.disable)
+        return cluster_close(self, *a, **kw)
+
+    def watched_client(self, *a, **kw):
+        seen["client"] += 1
+        return client_close(self, *a, **kw)
+
+    def gather(*a, **kw):
+        raise exc("stop")
+
+    monkeypatch.setattr(LocalCluster, "close", watched_cluster)
+    monkeypatch.setattr(Client, "close", watched_client)
+    monkeypatch.setattr(sweep, "_gather", gather)
+    spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n"
+                            "  batch: [1, 2]\n")
+    out = tmp_path / "out"
+    with pytest.raises(exc):
+        run_sweep(spec, out, workers=1, dashboard=":0", cache_dir=tmp_path / "c",
+                  progress=False, plots=False, say=_quiet)
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["status"] == ("interrupted" if exc is KeyboardInterrupt else "failed")
+    assert seen["cluster"] and seen["cluster"][0] == logging.CRITICAL
+    assert seen["client"] >= 1
+    assert logging.root.manager.disable == logging.NOTSET
+
+
 def test_a_scheduler_that_refuses_the_connection_is_one_line(tmp_path):
     """Dask's own client against a port nobody listens on (bound here, so no one can): one
     line and no out folder. The connection is refused at once; the short injected wait only
