@@ -429,7 +429,12 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
             elif workers != 0:
                 need("distributed")
                 n = workers if workers is not None else usable_cpus()
-                client = stack.enter_context(local_cluster(n, dashboard=dashboard))
+                try:
+                    client = stack.enter_context(local_cluster(n, dashboard=dashboard))
+                except Exception as exc:
+                    raise UserError(f"dask: the embedded cluster of {n} worker(s) could not "
+                                    f"start ({type(exc).__name__}: {exc}); --workers 0 runs "
+                                    f"the points in this process") from None
                 _warm_up_workers(client)
         try:
             store.create()
