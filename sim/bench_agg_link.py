@@ -45,7 +45,7 @@ from ..sw.golden.vpu import INT32_MAX, INT32_MIN
 from . import cocotb_streams as streams
 from .cocotb_cycles import (CaseRecords, Sink, Source, port_details, run_cycles,
                             throughput_figures, word_mismatches, words_compared)
-from .records import BenchResult, run_bench
+from .records import BenchResult, figure_prefix, run_bench
 from .runner import load_params
 from .traffic import BENCH_TRAFFIC, SMOOTH, traffic as traffic_pattern
 
@@ -315,13 +315,14 @@ LINK_DEFINITION = (
     "ALL_TO_ALL includes the wavefront skew of (sources - 1) chunks.")
 
 
-def print_link(console, figs) -> list:
+def print_link(console, figs, number: int | None = None) -> list:
     """Print the link throughput table of :func:`link_figures`; return the missed-target lines
     (not the failures: :func:`~elmoe3d.sim.cocotb_cycles.failure_lines`)."""
     from rich.table import Table
     missed = []
     agg = figs["aggregation_bytes_per_cycle"]
-    table = Table(title=f"Aggregation link throughput ({figs['pes_per_group']} PEs per group, "
+    table = Table(title=figure_prefix(number) + f"Aggregation link throughput ("
+                        f"{figs['pes_per_group']} PEs per group, "
                         f"{figs['word_bytes']} B words, ports of {agg:g} B per cycle)",
                   title_justify="left", caption=LINK_DEFINITION, caption_justify="left")
     for col in ("mode", "words/source", "words/dest", "ideal", "cycles", "B/cycle",

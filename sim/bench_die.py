@@ -103,7 +103,7 @@ from .bench_pe import SYNTHETIC_NOTE, default_routing, read_routing
 from .dram_bus import dram_bus, drive_devices
 from ..sw.golden.dram import DramDevice, TimingViolation, backdoor_write
 from .records import (BenchResult, CaseRecorder, arch_from_params, arch_param, failed_cases,
-                      run_bench)
+                      figure_prefix, run_bench)
 from .runner import case_rng, load_params, resolve_seed
 from .traffic import BENCH_TRAFFIC, traffic as pattern
 
@@ -1039,13 +1039,14 @@ DIE_DEFINITION = (
     "run_group, every output with ref_moe; DRAM timing checked on every command.")
 
 
-def print_die(console, figs) -> list:
+def print_die(console, figs, number: int | None = None) -> list:
     """Print figure 9's table; return the missed-target lines (mismatches, DRAM timing
     violations, failed runs; the overlap is reported against the paper's goal, not judged)."""
     from rich.table import Table
     missed = []
     hb_peak, ext_peak = figs["hb_peak_bytes_per_cycle"], figs["ext_peak_bytes_per_cycle"]
-    table = Table(title=f"Logic die, MoE layer of the Mixtral routing ({figs['pes']} PEs, HB "
+    table = Table(title=figure_prefix(number) + f"Logic die, MoE layer of the Mixtral routing "
+                        f"({figs['pes']} PEs, HB "
                         f"peak {hb_peak:g} B/cycle, EXT {figs['ext_channels']} channels "
                         f"{ext_peak:g} B/cycle; overlap goal {figs['overlap_goal']:g})",
                   title_justify="left", caption=DIE_DEFINITION, caption_justify="left")

@@ -47,7 +47,8 @@ from ..config import ArchConfig, preset
 from ..sw.golden.dram import DramDevice, TimingViolation, dram_pattern
 from . import cocotb_streams as streams
 from .dram_bus import dram_bus, drive_devices
-from .records import BenchResult, arch_from_params, arch_param, run_bench, write_summary
+from .records import (BenchResult, arch_from_params, arch_param, figure_prefix, run_bench,
+                      write_summary)
 from .runner import case_rng, load_params, resolve_seed
 from .traffic import BENCH_TRAFFIC, traffic as pattern
 
@@ -476,12 +477,13 @@ def dram_figures(arch: ArchConfig, seed, *, ext_channels: int | None = None) -> 
     return out
 
 
-def print_dram(console, figs) -> list:
+def print_dram(console, figs, number: int | None = None) -> list:
     """Print the DRAM figures; return the missed-target lines."""
     from rich.markup import escape
     from rich.table import Table
     missed = []
-    table = Table(title="DRAM controllers vs the timing-checked device models (efficiency = "
+    table = Table(title=figure_prefix(number) + "DRAM controllers vs the timing-checked device "
+                        "models (efficiency = "
                         "bytes delivered / (peak bytes per cycle x cycles from the first "
                         "request to the last beat); steady = from the first beat)",
                   title_justify="left")

@@ -41,7 +41,7 @@ from ..sw.golden.ring import RingFlit, ref_ring, ring_flits, ring_geometry
 from . import cocotb_streams as streams
 from .cocotb_cycles import (CaseRecords, Sink, Source, port_details, run_cycles,
                             throughput_figures, word_mismatches, words_compared)
-from .records import BenchResult, run_bench
+from .records import BenchResult, figure_prefix, run_bench
 from .runner import load_params
 from .traffic import BENCH_TRAFFIC, SMOOTH, traffic as traffic_pattern
 
@@ -251,14 +251,14 @@ RING_DEFINITION = (
     "against ref_ring.")
 
 
-def print_ring(console, figs) -> list:
+def print_ring(console, figs, number: int | None = None) -> list:
     """Print the ring throughput table of :func:`ring_figures`; return the missed-target lines
     (not the failures: :func:`~elmoe3d.sim.cocotb_cycles.failure_lines`)."""
     from rich.markup import escape
     from rich.table import Table
     missed = []
     sl = figs["streamline_bytes_per_cycle"]
-    table = Table(title=f"Streamline ring throughput ({figs['pes']} PEs, "
+    table = Table(title=figure_prefix(number) + f"Streamline ring throughput ({figs['pes']} PEs, "
                         f"{figs['pes'] // figs['pes_per_group']} stations, flits of {sl:g} B)",
                   title_justify="left", caption=RING_DEFINITION, caption_justify="left")
     for col in ("pattern", "flits", "cycles", "B/cycle", "fraction", "bound",

@@ -28,10 +28,17 @@ from .runner import SimulationError, load_params
 
 
 __all__ = ["BenchResult", "CaseRecorder", "PRESETS", "arch_from_params", "arch_param",
-           "failed_cases", "read_records", "run_bench", "summary_label", "write_summary"]
+           "failed_cases", "figure_prefix", "read_records", "run_bench", "summary_label",
+           "write_summary"]
 
 #: Preset names a bench's ``params["arch"]`` may hold instead of a full ArchConfig dict.
 PRESETS = ("small", "mid", "paper-4gb", "paper-8gb")
+
+
+def figure_prefix(number: int | None) -> str:
+    """``"8. "`` before a bench table's title when ``elmoe3d bench`` prints it as its figure
+    ``number``; ``""`` when the bench runs alone."""
+    return "" if number is None else f"{number}. "
 
 
 # -- params.json: the architecture -----------------------------------------------------------

@@ -182,7 +182,7 @@ REAL_SHAPE_TOKENS = {"gpt-oss-20b": (1,)}
 REAL_REFUSED = {"mixtral-8x7b": "ACT overflows"}
 REAL_NOTE = ("GPT-OSS-20B at 1 token only: at 16 tokens (four token tiles, x streamed) its "
              "DRAFT run alone is 3.1 million cycles (measured 2026-12-01: bit-exact, 18 "
-             "minutes in Verilator), FULL about twice that")
+             "minutes in Verilator), FULL 4.8 million by the cycle model")
 #: Figure 11: the shapes whose tile MACs per cycle are measured on the mid RTL, and the shape
 #: of the paper PE's row (cycle model; the RTL run is ``make sim-paper-pe``).
 PEAK_SHAPES = ("qwen3-30b-a3b", "olmoe-1b-7b")
@@ -649,7 +649,7 @@ def dram_figures(arch, seed) -> dict:
 
 def print_dram(console, figs) -> list:
     from ..sim.bench_dram import print_dram as show
-    return show(console, figs)
+    return show(console, figs, figure_number("dram"))
 
 
 def link_figures(arch, seed) -> dict:
@@ -667,7 +667,9 @@ def print_links(console, figs) -> list:
     from ..sim.bench_agg_link import print_link
     from ..sim.bench_ring import print_ring
     from ..sim.cocotb_cycles import failure_lines
-    return print_link(console, figs) + print_ring(console, figs) + failure_lines(figs, "links")
+    n = figure_number("links")
+    return print_link(console, figs, n) + print_ring(console, figs, n) + failure_lines(figs,
+                                                                                    "links")
 
 
 def die_figures(arch, seed) -> dict:
@@ -678,7 +680,7 @@ def die_figures(arch, seed) -> dict:
 
 def print_die(console, figs) -> list:
     from ..sim.bench_die import print_die as show
-    return show(console, figs)
+    return show(console, figs, figure_number("die"))
 
 
 def _one_line(exc) -> str:

@@ -457,7 +457,8 @@ def _print_power(say, power):
     for name, r in power["link"].items():
         say(f"{name}: aggregation link (REDUCE_ADD) {r['pj_per_byte_in']:.3f} pJ/B sent "
             f"(logic {r['logic_pj_per_byte_in']:.3f}, destination FIFOs "
-            f"{r['fifo_pj_per_byte_in']:.3f}), {r['pj_per_byte_out']:.3f} pJ/B reduced")
+            f"{r['fifo_pj_per_byte_in']:.3f}), {r['pj_per_byte_out']:.3f} pJ/B reduced "
+            f"(leakage included)")
     s = power["sram"]
     say(f"SRAM: read {s['read_pj_per_byte']:.3f} pJ/B, write {s['write_pj_per_byte']:.3f} pJ/B "
         f"(64-bit ASAP7 banks)")

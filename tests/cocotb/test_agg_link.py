@@ -65,3 +65,23 @@ def test_print_links_reports_missed_targets():
     empty = _figs(1.0, 1.0)
     empty["link"], empty["ring"] = [], []
     assert len(print_links(console, empty)) == 2
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_bench_tables_carry_their_figure_number():
+    """A new user could not match figures 7-9's tables to the README's rows: their titles had
+    no number. ``elmoe3d bench`` numbers both of figure 8's tables; alone, a bench's table
+    has none."""
+    import io
+    from rich.console import Console
+    from elmoe3d.cli.bench import figure_number, print_links
+    from elmoe3d.sim.bench_agg_link import print_link
+    out = io.StringIO()
+    print_links(Console(file=out, width=300), _figs(1.0, 1.0))
+    n = figure_number("links")
+    assert n == 8
+    assert f"{n}. Aggregation link throughput" in out.getvalue()
+    assert f"{n}. Streamline ring throughput" in out.getvalue()
+    out = io.StringIO()
+    print_link(Console(file=out, width=300), _figs(1.0, 1.0))
+    assert "Aggregation link throughput" in out.getvalue() and ". Aggregation" not in out.getvalue()
