@@ -39,7 +39,7 @@ help:
 	@echo "              route ~20 min on 2 cores (docs/fpga.md, Measured)"
 	@echo "make clean  - remove build output (out/; build/: Verilator models, reports, make synth's"
 	@echo "              too, bitstreams) but keep the caches $(KEEP_CACHES)"
-	@echo "              (Yosys: a cold make synth takes about 50 min; compute calibrations)"
+	@echo "              (Yosys: a cold make synth takes 40-50 min; compute calibrations)"
 	@echo "make distclean - remove everything clean leaves too: build/ with its caches, out/ and $(VENV)/"
 
 venv: $(STAMP)
@@ -114,7 +114,7 @@ fpga: $(STAMP)
 	$(PY) -m elmoe3d fpga --board $(BOARD) --config $(CONFIG) $(ARGS)
 
 # `make clean` keeps the caches that are expensive to rebuild: the Yosys results of make synth
-# (build/synth, about 50 minutes cold on 2 cores), of the FPGA estimate (build/fpga/estimates)
+# (build/synth, 40-50 minutes cold on 2 cores), of the FPGA estimate (build/fpga/estimates)
 # and the compute calibrations of shapes the shipped tables lack (build/calib, a minute or more
 # a shape).
 # Both are keyed by their inputs, so a kept entry is never stale. Everything else under build/

@@ -451,14 +451,15 @@ def _print_power(say, power):
     for p in power["published_mac"]:
         say(f"  published: {p['pj_per_mac']:.3f} pJ/MAC, {p['what']}")
     for name, r in power["ring"].items():
-        say(f"{name}: streamline ring {r['pj_per_byte']:.3f} pJ/B per station hop (logic "
-            f"{r['logic_pj_per_byte']:.3f}, flit FIFOs {r['fifo_pj_per_byte']:.3f}), "
-            f"{r['pj_per_byte_delivered']:.3f} pJ/B delivered ({r['hops_mean']:.1f} hops mean)")
+        say(f"{name}: streamline ring {r['pj_per_byte']:.3f} pJ/B per station hop, "
+            f"{r['pj_per_byte_delivered']:.3f} pJ/B delivered ({r['hops_mean']:.1f} hops mean), "
+            f"both with leakage (dynamic: logic {r['logic_pj_per_byte']:.3f}, flit FIFOs "
+            f"{r['fifo_pj_per_byte']:.3f} a hop)")
     for name, r in power["link"].items():
-        say(f"{name}: aggregation link (REDUCE_ADD) {r['pj_per_byte_in']:.3f} pJ/B sent "
-            f"(logic {r['logic_pj_per_byte_in']:.3f}, destination FIFOs "
-            f"{r['fifo_pj_per_byte_in']:.3f}), {r['pj_per_byte_out']:.3f} pJ/B reduced "
-            f"(leakage included)")
+        say(f"{name}: aggregation link (REDUCE_ADD) {r['pj_per_byte_in']:.3f} pJ/B sent, "
+            f"{r['pj_per_byte_out']:.3f} pJ/B reduced, both with leakage (dynamic: logic "
+            f"{r['logic_pj_per_byte_in']:.3f}, destination FIFOs "
+            f"{r['fifo_pj_per_byte_in']:.3f} a byte sent)")
     s = power["sram"]
     say(f"SRAM: read {s['read_pj_per_byte']:.3f} pJ/B, write {s['write_pj_per_byte']:.3f} pJ/B "
         f"(64-bit ASAP7 banks)")
