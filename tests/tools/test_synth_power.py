@@ -373,3 +373,23 @@ def test_power_print_names_the_drift_against_die_energy():
            "<- more than 5% apart: update DIE_ENERGY" in text
     assert "paper-4gb ring pJ per delivered byte (dynamic): 1.936 in DIE_ENERGY, not measured " \
            "by this run" in text
+
+
+def test_power_print_says_which_ring_and_link_figures_include_leakage():
+    """A new user read the link's energy as 1.889 pJ/B reduced and, lines later, 1.888: the
+    first with leakage, the drift check's without. Both lines say so now."""
+    from elmoe3d.cli.synth import _print_power
+    power = {"configs": {}, "published_mac": [], "tile": {}, "method": "m",
+             "die_energy_drift": [],
+             "sram": {"read_pj_per_byte": 0.55, "write_pj_per_byte": 0.054},
+             "ring": {"paper-4gb": {"pj_per_byte": 0.7745, "logic_pj_per_byte": 0.133,
+                                    "fifo_pj_per_byte": 0.641, "pj_per_byte_delivered": 1.936,
+                                    "hops_mean": 2.5}},
+             "link": {"paper-4gb": {"pj_per_byte_in": 0.4722, "logic_pj_per_byte_in": 0.321,
+                                    "fifo_pj_per_byte_in": 0.151, "pj_per_byte_out": 1.889}}}
+    lines = []
+    _print_power(lines.append, power)
+    assert ("paper-4gb: streamline ring 0.774 pJ/B per station hop, 1.936 pJ/B delivered (2.5 "
+            "hops mean), both with leakage (dynamic: logic 0.133, flit FIFOs 0.641 a hop)") in lines
+    assert ("paper-4gb: aggregation link (REDUCE_ADD) 0.472 pJ/B sent, 1.889 pJ/B reduced, both "
+            "with leakage (dynamic: logic 0.321, destination FIFOs 0.151 a byte sent)") in lines
