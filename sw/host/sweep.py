@@ -396,7 +396,8 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
 
     Returns a :class:`SweepRun`. Raises :class:`UserError` for an invalid spec or point, a
     scheduler address (:func:`check_scheduler`) or a dashboard address
-    (:func:`check_dashboard`) that is not one, an unreachable scheduler, a cache folder the
+    (:func:`check_dashboard`) that is not one, an unreachable scheduler, an embedded cluster
+    that cannot start or whose workers cannot import the tasks, a cache folder the
     tasks cannot write (checked here, or with a scheduler on every worker), an out folder
     that is a file or (rows, tables, plots, sweep.json) cannot be written."""
     if scheduler:
