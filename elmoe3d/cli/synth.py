@@ -281,7 +281,7 @@ def timing_report(planner, dies, period, lib):
                          "jobs": len(checks)},
            "configs": {}}
     for name, (arch, die) in dies.items():
-        blocks, fits, seen = {}, {}, []
+        blocks, fits = {}, {}
         for label, node, count in die:
             model = block_model(node, res, stubs, memo)
             entry = describe(model.r2r, period) if model.r2r else None

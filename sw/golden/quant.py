@@ -459,7 +459,7 @@ def _activation_array(x, name):
                                     f"QuantizedActivation (already quantized)")
     try:
         arr = np.asarray(x)
-    except (TypeError, ValueError) as exc:            # ragged nested lists
+    except (TypeError, ValueError):                   # ragged nested lists
         raise QuantizationTypeError(f"activation {name!r}: expected a float or integer array of "
                                     f"shape [..., K], got a {type(x).__name__} NumPy cannot turn "
                                     f"into one array (rows of different lengths?)") from None

@@ -46,7 +46,7 @@ import os
 import re
 from pathlib import Path
 
-from ...checks import is_int
+from ...checks import expected_int, is_int
 from ...errors import UserError
 from .decoder import DECODER_SHAPES, DecoderShape
 from .models import MODEL_PRESETS, QUANT_GROUP, ModelPreset
@@ -150,8 +150,8 @@ class _Fields:
         if isinstance(v, float) and v.is_integer():         # 2.0 from another tool's JSON
             v = int(v)
         if not is_int(v, numpy=False) or not low <= v <= INT_MAX:
-            need = "a positive integer" if low >= 1 else f"an integer >= {low}"
-            raise self.error(key, f"expected {need} up to {INT_MAX:,}, got {_show(v)}")
+            raise self.error(key, f"expected {expected_int(low)} up to {INT_MAX:,}, got "
+                                  f"{_show(v)}")
         return v
 
     def grid(self, key, v) -> int:

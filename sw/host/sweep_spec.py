@@ -66,7 +66,6 @@ import itertools
 import json
 import math
 import operator
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -12,7 +12,6 @@ import pytest
 from elmoe3d.errors import UserError
 from elmoe3d.sw.host import paper_eval as pe
 from elmoe3d.sw.host.decoder import KV_BYTES, decoder_shape, weight_bytes
-from elmoe3d.sw.host.models import model_preset
 from elmoe3d.synth.energy import sram_pj_per_byte
 
 

@@ -335,7 +335,6 @@ def test_more_pes_more_hb_bandwidth_and_peak():
     # the logic die's static power: the measured figure for the unchanged preset, the
     # measured presets' mean per PE for another PE count
     pa, pb = (pe.platform("ours", arch=p.arch()) for p in expand(spec))
-    from elmoe3d.config import preset
     from elmoe3d.synth.energy import DIE_ENERGY
     s4, s8 = (dict(DIE_ENERGY.static_mw)[name] for name in ("paper-4gb", "paper-8gb"))
     assert pa.static_mw == s4
