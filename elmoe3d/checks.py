@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 
-__all__ = ["is_int", "is_real", "expected_int", "check_int"]
+__all__ = ["is_int", "is_real", "expected_int", "python_int_hint", "check_int"]
 
 
 def is_int(value, *, numpy: bool = True) -> bool:
@@ -46,6 +46,13 @@ def expected_int(lo: int | None = None, hi: int | None = None) -> str:
     return f"an integer >= {lo}" if lo is not None else "an integer"
 
 
+def python_int_hint(value) -> str:
+    """" (a Python int)" for a NumPy integer, else "": what an error of a check that takes
+    Python ints only (``numpy=False``) adds after its "expected ...", so that a NumPy count
+    refused there does not read as a wrong value."""
+    return " (a Python int)" if is_int(value) and not isinstance(value, int) else ""
+
+
 def check_int(name: str, value, lo: int | None = None, hi: int | None = None, *,
               numpy: bool = True, error: type[Exception] = ValueError) -> int:
     """``value`` as a Python ``int`` if it is an integer (:func:`is_int`) in ``[lo, hi]``.
@@ -58,6 +65,6 @@ def check_int(name: str, value, lo: int | None = None, hi: int | None = None, *,
     """
     if not is_int(value, numpy=numpy) or (lo is not None and value < lo) \
             or (hi is not None and value > hi):
-        hint = " (a Python int)" if not numpy and isinstance(value, np.integer) else ""
+        hint = "" if numpy else python_int_hint(value)
         raise error(f"{name}: expected {expected_int(lo, hi)}{hint}, got {value!r}")
     return int(value)

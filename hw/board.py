@@ -41,7 +41,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..checks import is_int
+from ..checks import is_int, python_int_hint
 from ..config import PEOptions, pe_config
 from .bridge import Bridge, byte_word_fetch
 from .checked import CheckedComponent, constructor_params, check_param
@@ -118,7 +118,8 @@ def _check_pe_params(pe_params) -> dict:
 def _check_pow2(name, value):
     if not is_int(value, numpy=False) or value < 1 or \
             value & (value - 1):
-        raise ValueError(f"{name}: expected a power of two (W-bit words), got {value!r}")
+        raise ValueError(f"{name}: expected a power of two (W-bit words)"
+                         f"{python_int_hint(value)}, got {value!r}")
 
 
 def _stand_in_reader(m, name, rd, req, req_addr, req_words, out, word_bytes, addr_bits,
@@ -398,8 +399,8 @@ class BoardPlatformTop(Elaboratable):
         pe_config(config)
         if clk_hz is not None and (not is_int(clk_hz, numpy=False)
                                    or clk_hz < 1):
-            raise ValueError(f"clk_hz: expected a positive integer (Hz) or None, got "
-                             f"{clk_hz!r}")
+            raise ValueError(f"clk_hz: expected a positive integer (Hz) or None"
+                             f"{python_int_hint(clk_hz)}, got {clk_hz!r}")
         _check_pow2("hb_words", hb_words)
         _check_pow2("ext_words", ext_words)
         check_param("baud", baud)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
-from ..checks import is_int
+from ..checks import is_int, python_int_hint
 from ..config import ArchConfig
 from .agg_link import link_errors_layout, link_op_layout
 from .ext_stream import ext_read_layout
@@ -165,7 +165,7 @@ def die_errors_layout(arch: ArchConfig, ext_channels: int | None = None) -> data
     channels = arch.ext_channels if ext_channels is None else ext_channels
     if not is_int(channels, numpy=False) or channels < 1:
         raise ValueError(f"ext_channels: expected a positive integer (an ext_refresh bit per "
-                         f"LPDDR5 channel), got {channels!r}")
+                         f"LPDDR5 channel){python_int_hint(channels)}, got {channels!r}")
     width = {"link": arch.groups, "hb": arch.pes, "ext": channels, "ext_sched": arch.groups}
     return data.StructLayout({
         **{name: f.shape for name, f in _own_errors_layout()},

@@ -10,7 +10,7 @@ from amaranth.hdl import Array, C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
-from ..checks import is_int
+from ..checks import is_int, python_int_hint
 from ..config import TileConfig, tile_latency
 from ..sw.golden.datapath import PSUM_BITS
 from .checked import CheckedComponent
@@ -202,8 +202,8 @@ class TensorTile(CheckedComponent):
         if (not is_int(passes, numpy=False) or passes not in (1, 2, 4)
                 or config.group % passes or (config.rows * config.lanes) % passes):
             raise TypeError(f"passes: expected 1, 2 or 4 dividing the group of {config.group} "
-                            f"and the {config.rows * config.lanes} accumulators, got "
-                            f"{passes!r}")
+                            f"and the {config.rows * config.lanes} accumulators"
+                            f"{python_int_hint(passes)}, got {passes!r}")
         for name, value in (("streamed_weights", streamed_weights),
                             ("streamed_acts", streamed_acts)):
             if not isinstance(value, bool):

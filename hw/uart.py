@@ -35,7 +35,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import stream
 from amaranth.lib.wiring import In, Out
 
-from ..checks import is_int
+from ..checks import is_int, python_int_hint
 from .checked import CheckedComponent
 
 
@@ -51,7 +51,7 @@ MIN_DIVISOR = 4
 def _check_divisor(divisor):
     if not is_int(divisor, numpy=False) or divisor < MIN_DIVISOR:
         raise ValueError(f"divisor: expected an integer >= {MIN_DIVISOR} (clock cycles per "
-                         f"bit), got {divisor!r}")
+                         f"bit){python_int_hint(divisor)}, got {divisor!r}")
 
 
 class UartRx(CheckedComponent):

@@ -37,7 +37,7 @@ from amaranth.lib import data, stream
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..checks import is_int
+from ..checks import is_int, python_int_hint
 from ..config import (FP32_LATENCY, REQUANT_LATENCY, ROWMAX_LATENCY, check_mul_stages,
                       combine_latency, swiglu_latency)
 from ..sw.golden import vpu as golden
@@ -132,7 +132,8 @@ def sigmoid_rom_init() -> list[dict]:
 
 def _check_tag_width(tag_width):
     if not is_int(tag_width, numpy=False) or not 0 <= tag_width <= 64:
-        raise ValueError(f"tag_width: expected an integer in 0..64, got {tag_width!r}")
+        raise ValueError(f"tag_width: expected an integer in 0..64"
+                         f"{python_int_hint(tag_width)}, got {tag_width!r}")
     return tag_width
 
 

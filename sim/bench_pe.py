@@ -803,9 +803,10 @@ PAPER_DEFAULTS = {"paper_shape": "olmoe-1b-7b", "paper_tokens": [1],
                   "paper_modes": ["DRAFT", "FULL"], "paper_ld_rate": ["hb"]}
 
 
-def _as_list(value) -> list:
-    """A bench parameter given as one value or a list, as a list."""
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+def as_list(value) -> list:
+    """A bench parameter given as one value or a sequence (list, tuple, 1-D array), as a
+    list."""
+    return list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]
 
 
 def paper_group_case(arch: ArchConfig, shape: str, tokens: int, mode, rng):
@@ -857,9 +858,9 @@ async def test_paper_group_root(dut):
     with bench.summary():
         params = {**PAPER_DEFAULTS, **load_params()}
         shape = params["paper_shape"]
-        cases = [(int(t), str(m), str(r)) for t in _as_list(params["paper_tokens"])
-                 for m in _as_list(params["paper_modes"])
-                 for r in _as_list(params["paper_ld_rate"])]
+        cases = [(int(t), str(m), str(r)) for t in as_list(params["paper_tokens"])
+                 for m in as_list(params["paper_modes"])
+                 for r in as_list(params["paper_ld_rate"])]
         group = {}
         for tokens, mode, rate_name in cases:
             mode = Mode[mode]

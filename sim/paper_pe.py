@@ -30,6 +30,7 @@ import json
 import time
 from pathlib import Path
 
+from ..checks import check_int
 from ..config import ArchConfig, ConfigError, TileConfig, preset
 
 
@@ -177,11 +178,10 @@ def run_paper_pe(arch: ArchConfig, *, shape: str = "olmoe-1b-7b", tokens=(1,),
     (:func:`elmoe3d.sim.bench_pe.ld_rate_words`: ``"hb"``, ``"full"`` or words per cycle);
     returns the :class:`~elmoe3d.sim.records.BenchResult` (failing tests do not raise: the
     caller reads the records and the runner's counts)."""
-    from .bench_pe import run_pe_bench
-    tokens = [tokens] if isinstance(tokens, int) else list(tokens)
-    modes = [modes] if isinstance(modes, str) else list(modes)
-    ld_rates = [ld_rates] if isinstance(ld_rates, (str, int, float)) else list(ld_rates)
+    from .bench_pe import as_list, run_pe_bench
+    tokens = [check_int("tokens", t, 1) for t in as_list(tokens)]
+    modes, ld_rates = as_list(modes), as_list(ld_rates)
     return run_pe_bench(arch, tests=PAPER_TEST, seed=seed, built=built, check=False,
-                        params={"paper_shape": shape, "paper_tokens": [int(t) for t in tokens],
+                        params={"paper_shape": shape, "paper_tokens": tokens,
                                 "paper_modes": [str(m).upper() for m in modes],
                                 "paper_ld_rate": [str(r) for r in ld_rates]})

@@ -7,7 +7,7 @@ from amaranth.hdl import Cat
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...checks import is_int
+from ...checks import is_int, python_int_hint
 from ...isa import COUNTER_BITS        # width of the performance counters (STATUS fields)
 
 
@@ -60,8 +60,8 @@ def word_of(act: bool, *, word_bits: int, act_elems: list) -> list:
 def check_choice(name: str, value, choices) -> None:
     """``ValueError`` naming ``name`` unless ``value`` is an integer in ``choices``."""
     if not is_int(value, numpy=False) or value not in choices:
-        raise ValueError(f"{name}: expected one of {', '.join(map(str, choices))}, "
-                         f"got {value!r}")
+        raise ValueError(f"{name}: expected one of {', '.join(map(str, choices))}"
+                         f"{python_int_hint(value)}, got {value!r}")
 
 
 def check_word_bits(word_bits) -> None:
@@ -70,7 +70,7 @@ def check_word_bits(word_bits) -> None:
     if (not is_int(word_bits, numpy=False) or word_bits < 512
             or word_bits & (word_bits - 1)):
         raise ValueError(f"word_bits: expected 128 x a power-of-two number of lanes (at least "
-                         f"4), got {word_bits!r}")
+                         f"4){python_int_hint(word_bits)}, got {word_bits!r}")
 
 
 def check_bool(name: str, value) -> None:

@@ -8,7 +8,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...checks import is_int
+from ...checks import is_int, python_int_hint
 from ...config import TileConfig
 from ...isa import Op
 from ..isa import op_layout
@@ -111,14 +111,14 @@ class GemmIssue(wiring.Component):
             if (not is_int(words, numpy=False) or words < 1
                     or (wbuf_memories == 1 and words & (words - 1))):
                 raise ValueError(f"{name}: expected a positive integer (a power of two with "
-                                 f"wbuf_memories=1), got {words!r}")
+                                 f"wbuf_memories=1){python_int_hint(words)}, got {words!r}")
         self._tile, self._word_bits, self._passes = tile, word_bits, passes
         self._wparts, self._aparts = weight_parts, act_parts
         self._split = wbuf_memories == 2
         self._wmem_words, self._wscale_words = wmem_words, wscale_words
         if not is_int(low_words, numpy=False) or not 0 <= low_words < wmem_words or low_words % 8:
-            raise ValueError(f"low_words: expected 0 or a multiple of 8 below wmem_words, got "
-                             f"{low_words!r}")
+            raise ValueError(f"low_words: expected 0 or a multiple of 8 below wmem_words"
+                             f"{python_int_hint(low_words)}, got {low_words!r}")
         self._low = low_words
         W, nbuf, lp = word_bits, 2 if self._split else 1, log2(weight_parts)
         w_bits = 16 if self._split else log2(wmem_words) + 1

@@ -7,7 +7,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ...checks import is_int
+from ...checks import is_int, python_int_hint
 from ...isa import Target
 from .common import SEQ, check_choice, check_word_bits, log2
 from .decoder import load_entry_layout
@@ -102,8 +102,8 @@ class LoadEngine(wiring.Component):
                              f"{parted!r} with passes={passes!r}")
         if not is_int(low_words, numpy=False) or low_words < 0 \
                 or low_words % 8:
-            raise ValueError(f"low_words: expected 0 or a positive multiple of 8, got "
-                             f"{low_words!r}")
+            raise ValueError(f"low_words: expected 0 or a positive multiple of 8"
+                             f"{python_int_hint(low_words)}, got {low_words!r}")
         self._parted, self._passes, self._low = tuple(parted), passes, low_words
         super().__init__({
             "ld": In(stream.Signature(unsigned(word_bits))),

@@ -7,15 +7,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elmoe3d.checks import check_int, expected_int, is_int, is_real
+from elmoe3d.checks import check_int, expected_int, is_int, is_real, python_int_hint
 from elmoe3d.config import TileConfig, preset
 from elmoe3d.hw.bridge import Bridge
 from elmoe3d.hw.bridge_bytes import ByteWordFIFO
 from elmoe3d.hw.bridge_rx import Deframer
 from elmoe3d.hw.checked import check_param, inspection
+from elmoe3d.hw.die_layouts import die_errors_layout
+from elmoe3d.hw.dram import DramController
 from elmoe3d.hw.ext_stream import ExtStreamer
+from elmoe3d.hw.pe.common import check_choice, check_word_bits
 from elmoe3d.hw.pe.gemm import GemmIssue
 from elmoe3d.hw.ring import StreamlineRing
+from elmoe3d.hw.uart import UartRx
+from elmoe3d.hw.vpu import SwiGLUUnit
 from elmoe3d.sw.golden.quant import QuantizationError, quantize_weights
 from elmoe3d.sw.golden.ring import RingFlit, ring_flits, ring_geometry
 from elmoe3d.sw.golden.vpu import sat
@@ -105,6 +110,32 @@ def test_a_hardware_block_names_a_numpy_integer_parameter(build):
     (after the first cut of the one rule) and Amaranth refused it inside the block ("FIFO
     depth must be a non-negative integer, not np.int64(16)"); each names its parameter."""
     with inspection(), pytest.raises(ValueError, match=r"^\w+: expected .*, got np\.int64\("):
+        build()
+
+
+@pytest.mark.parametrize("v", NUMPY_INTS)
+def test_the_python_int_hint_is_for_numpy_integers_only(v):
+    assert python_int_hint(v) == " (a Python int)"
+    for other in (3, True, np.True_, 3.0, "3", None):
+        assert python_int_hint(other) == ""
+
+
+@pytest.mark.parametrize("build", [
+    lambda: UartRx(divisor=np.int64(100)),
+    lambda: SwiGLUUnit(tag_width=np.int64(4)),
+    lambda: DramController(dram=preset("small").hb, clock_ghz=1.0,
+                           queue_depth=np.int64(16)),
+    lambda: die_errors_layout(preset("small"), ext_channels=np.int64(2)),
+    lambda: check_choice("passes", np.int64(2), (1, 2, 4)),
+    lambda: check_word_bits(np.int64(512)),
+], ids=["UartRx", "SwiGLUUnit", "DramController", "die_errors_layout", "check_choice",
+        "check_word_bits"])
+def test_a_hardware_check_with_its_own_words_names_a_numpy_integer(build):
+    """Checks whose words are their own (a power of two, a choice, a minimum with its unit)
+    refused a NumPy integer as if its value were wrong ("divisor: expected an integer >= 4
+    (clock cycles per bit), got np.int64(100)"); they now say it must be a Python int."""
+    with inspection(), pytest.raises(ValueError, match=r"^\w+: expected .*\(a Python int\), "
+                                                       r"got np\.int64\("):
         build()
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import elmoe3d.cli as cli
@@ -193,3 +194,21 @@ def test_ld_rate_words_and_the_roofline_at_that_rate():
     assert full["mac_utilization"] == pytest.approx(600 / 1250)
     w8 = roofline_figures(dict(rec, mode="FULL"), paper, 8192 * 600)
     assert w8["peak_macs_per_cycle"] == 8192 and w8["weight_bits"] == 8
+
+
+def test_run_paper_pe_checks_tokens_before_the_bench(monkeypatch):
+    """The Python API takes one tokens count or a sequence (NumPy integers included); a bool or
+    a fraction is refused, naming ``tokens``, before any build or run (it once ran 2.5 as 2)."""
+    from elmoe3d.sim import bench_pe
+    seen = []
+    monkeypatch.setattr(bench_pe, "run_pe_bench", lambda arch, **kw: seen.append(kw["params"]))
+    arch = preset("paper-4gb")
+    paper_pe.run_paper_pe(arch, tokens=np.int64(4), modes="full", ld_rates=2)
+    paper_pe.run_paper_pe(arch, tokens=np.array([1, 16]))
+    assert seen[0]["paper_tokens"] == [4] and type(seen[0]["paper_tokens"][0]) is int
+    assert seen[0]["paper_modes"] == ["FULL"] and seen[0]["paper_ld_rate"] == ["2"]
+    assert seen[1]["paper_tokens"] == [1, 16]
+    for bad in (2.5, True, 0, [1, 2.5]):
+        with pytest.raises(ValueError, match=r"^tokens: expected a positive integer, got "):
+            paper_pe.run_paper_pe(arch, tokens=bad)
+    assert len(seen) == 2
