@@ -328,7 +328,7 @@ class DraftModel:
     @property
     def weight_bytes(self) -> float:
         """Bytes of its weights: 2 a weight in BF16, G32 INT8 with FP16 scales at 8 bits."""
-        return 2.0 * self.weights if self.bits == 16 else weight_bytes(self.weights)
+        return self.step_bytes(True)
 
     @property
     def weights(self) -> int:
@@ -336,6 +336,23 @@ class DraftModel:
         attn = self.attn_in * (q + 2 * kv) + q * self.hidden
         return (self.layers * (attn + 3 * self.hidden * self.intermediate)
                 + self.vocab * self.hidden + self.extra)
+
+    def step_weights(self, first: bool = True) -> int:
+        """Weights one draft step reads: all of :attr:`weights` on an iteration's first step;
+        a later step skips the fc of ``extra`` (EAGLE-3's fc maps the target's concatenated 3 x
+        hidden features, which only the first step takes: later steps feed the head's own
+        hidden-wide state; SpecForge / SGLang ``llama_eagle3``)."""
+        return self.weights - (0 if first else self.extra)
+
+    def step_bytes(self, first: bool = True) -> float:
+        """Bytes of :meth:`step_weights`, stored as :attr:`weight_bytes`."""
+        n = self.step_weights(first)
+        return 2.0 * n if self.bits == 16 else weight_bytes(n)
+
+    def step_linears(self, first: bool = True) -> tuple:
+        """:attr:`linears` of one draft step: the fc on the first step only
+        (:meth:`step_weights`)."""
+        return self.linears if first or not self.extra else self.linears[:-1]
 
     @property
     def linears(self) -> tuple:

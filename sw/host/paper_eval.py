@@ -640,7 +640,9 @@ class StepCost:
     die's SRAM bytes written and read, bytes delivered on the streamline ring and reduced on
     the aggregation link, and activation bytes to and from near-memory units over LPDDR5
     (``nm_io_bytes``). ``hb_fill_bytes``: the expert cache's fills, the bytes its misses write
-    into HB (part of ``hb_bytes``, which counts reads and writes alike)."""
+    into HB (part of ``hb_bytes``, which counts reads and writes alike); ``hb_write_bytes`` and
+    ``ext_write_bytes``: every byte written into HB (the fills and the KV cache's new rows)
+    and into EXT (its new rows there), parts of ``hb_bytes`` and ``ext_bytes``."""
 
     seconds: float = 0.0
     hb_bytes: float = 0.0
@@ -655,6 +657,8 @@ class StepCost:
     link_bytes: float = 0.0
     nm_io_bytes: float = 0.0
     hb_fill_bytes: float = 0.0
+    hb_write_bytes: float = 0.0
+    ext_write_bytes: float = 0.0
 
 
     def add(self, kind, seconds, hb, ext):
@@ -925,7 +929,7 @@ class EvalModel:
         return _die(self.plat).pes
 
     def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0, *, parts=None, reads=None,
-               ring=0.0, link=0.0, fill=0.0):
+               ring=0.0, link=0.0, fill=0.0, writes=(0.0, 0.0)):
         """Add a stage: the largest of its HB, EXT and compute times; compute at the
         :meth:`_util` of ``parts`` (required when ``macs``: ``(macs, what, rows)`` triples,
         :meth:`_util`). On a near-memory
@@ -945,28 +949,35 @@ class EvalModel:
         the outputs (``res x link / 8`` bytes, 8 B partial sums as 1 B values) comes back over
         LPDDR5, and the link reduces the rest (``(1 - res) x link``). ``fill``: HB bytes the
         expert cache writes (its misses' slices, taken from the EXT stream as they pass: HB
-        time and energy, no SRAM)."""
+        time and energy, no SRAM). ``writes``: the bytes the stage's results write into
+        ``(HB, EXT)`` (the KV cache's new rows: memory time and energy, through the xPU's own
+        channels on a near-memory platform, written into and read from the die's SRAM
+        once)."""
         p = self.plat
         w4 = bits == 4 and p.tops4 > p.tops8
         if macs and not parts:
             raise ValueError(f"stage {kind!r}: MACs without their parts (the calibration)")
         tops = (p.tops4 if w4 else p.tops8) * (self._util(bits, parts) if macs else 1.0)
-        t = max((hb + fill) / p.hb_gbps / 1e9 if hb + fill else 0.0, ext / p.ext_gbps / 1e9,
-                2 * macs / tops / 1e12)
+        w_hb, w_ext = writes
+        t = max((hb + fill + w_hb) / p.hb_gbps / 1e9 if hb + fill + w_hb else 0.0,
+                (ext + w_ext) / p.ext_gbps / 1e9, 2 * macs / tops / 1e12)
         nm = 0.0
         if p.nm_tops and res > 0:
             t_nm = max(ext * res / p.nm_gbps / 1e9, 2 * macs * res / p.nm_tops / 1e12,
-                       ext * (1 - res) / p.nm_ext_gbps / 1e9, 2 * macs * (1 - res) / tops / 1e12)
+                       (ext * (1 - res) + w_ext) / p.nm_ext_gbps / 1e9,
+                       2 * macs * (1 - res) / tops / 1e12)
             if t_nm < t:
                 t, nm = t_nm, res
-        cost.add(kind, t, hb + fill, ext)
+        cost.add(kind, t, hb + fill + w_hb, ext + w_ext)
         cost.hb_fill_bytes += fill
+        cost.hb_write_bytes += fill + w_hb
+        cost.ext_write_bytes += w_ext
         key = 4 if w4 else 8
         cost.macs[key] = cost.macs.get(key, 0.0) + macs * (1 - nm)
         on_die = hb + ext * (1 - nm)
         share = on_die / (hb + ext) if hb + ext else 0.0
-        cost.sram_write_bytes += on_die
-        cost.sram_read_bytes += on_die + share * sum(
+        cost.sram_write_bytes += on_die + w_hb + w_ext
+        cost.sram_read_bytes += on_die + w_hb + w_ext + share * sum(
             b * (math.ceil(r / p.tile_rows) - 1) for b, r in (reads or ()))
         cost.ring_bytes += ring
         cost.link_bytes += link * (1 - nm)
@@ -1005,6 +1016,8 @@ class EvalModel:
         fs = self.hb_static if not (draft and self.scheme == "quant") else self.draft_in_hb
         ctx_tokens = sh.kv_tokens(self.context)
         kv_layer = self.batch * ctx_tokens * sh.kv_values_per_token * KV_BYTES / L
+        # each row's K and V written into the layer's cache (placed as the KV is)
+        kv_writes = self._split(rows * sh.kv_values_per_token * KV_BYTES, self.hb_kv)
         att_macs = rows * sh.attention_weights + rows * sh.attention_macs(ctx_tokens // L)
         dense_layers = L - m.moe_layers
         for layer_kind, count in (("dense", dense_layers), ("moe", m.moe_layers)):
@@ -1026,7 +1039,7 @@ class EvalModel:
                             (n, k, o, 1) for n, k, o in sh.attention_linears + (
                                 (("router", H, m.routed_experts),) if router else ())))
                         + self._attention(rows, sh.attention_gemms(ctx_tokens // L)),
-                        reads=((w, rows),),
+                        reads=((w, rows),), writes=kv_writes,
                         ring=rows * H, link=rows * H * 8)
             if layer_kind == "dense":
                 w = weight_bytes(3 * H * sh.dense_intermediate, bits)
@@ -1062,7 +1075,11 @@ class EvalModel:
         shared_bytes = weight_bytes(shared, bits)
         hb, ext = self._split(shared_bytes, fs)
         msb, lsb, whole = m.expert_msb_bytes, m.expert_lsb_bytes, m.expert_bytes
-        macs = rows * (shared + m.top_k * m.expert_weights)
+        k = m.top_k                                       # routed experts a row computes
+        if phase == "draft" and self.scheme == "elastic":
+            # the throttled draft keeps top-k inside the pool: fewer on a pool of fewer
+            k = min(k, self.pop.pool_size(self.slots))
+        macs = rows * (shared + k * m.expert_weights)
         on_hb = self.plat.hb_bytes > 0
         n = self.routed_tokens(rows)                      # what the expert popularity sees
         # an LRU cache (Che's approximation assumes one) writes each miss's slice into HB as
@@ -1101,34 +1118,37 @@ class EvalModel:
         # ring, the expert's output reduced on the link; the shared experts' weights serve
         # every row, a routed expert's the rows routed to it (rows x top-k over the step's
         # distinct experts, on average)
-        pairs = rows * (m.top_k + (1 if shared else 0))
+        pairs = rows * (k + (1 if shared else 0))
         routed = hb + ext - shared_bytes
-        per_expert = rows * m.top_k / max(uniq, 1.0)
+        per_expert = rows * k / max(uniq, 1.0)
         parts = ((rows * shared, m.shared_intermediate, rows),
-                 (rows * m.top_k * m.expert_weights, m.expert_intermediate, per_expert))
+                 (rows * k * m.expert_weights, m.expert_intermediate, per_expert))
         self._stage(c, "experts", hb, ext, macs, bits, res, parts=parts,
                     reads=((shared_bytes, rows), (routed, per_expert)),
                     ring=pairs * H, link=pairs * H * 8, fill=fill)
 
     # -- draft models ------------------------------------------------------------------------------
-    def draft_step(self, rows: int) -> StepCost:
+    def draft_step(self, rows: int, first: bool = True) -> StepCost:
         """One step of the scheme's draft on ``rows`` token rows (a positive integer; Section
-        7's SD schemes: Elastic-SD's and Quant-SD's 4-bit target, else the draft model);
-        :class:`StepCost` in seconds and bytes. Raises :class:`UserError` for another
-        ``rows``."""
+        7's SD schemes: Elastic-SD's and Quant-SD's 4-bit target, else the draft model), an
+        iteration's ``first`` or a later one (an EAGLE-3 head's fc runs on the first only:
+        :meth:`~.decoder.DraftModel.step_weights`); :class:`StepCost` in seconds and bytes.
+        Raises :class:`UserError` for another ``rows``."""
         rows = _rows(rows)
         if self.scheme in ("elastic", "quant"):
             return self.step(rows, phase="draft")
         d = self.draft
         cost = StepCost()
-        w = d.weight_bytes
+        w = d.step_bytes(first)
         kv = self.batch * self.context * d.kv_per_token
         hb, ext = self._split(w + kv, self.draft_in_hb)
-        macs = rows * d.weights + rows * d.layers * 2 * d.q_heads * d.head_dim * self.context
+        macs = (rows * d.step_weights(first)
+                + rows * d.layers * 2 * d.q_heads * d.head_dim * self.context)
         self._stage(cost, "draft", hb, ext, macs, res=self.nm_draft,
-                    parts=self._linears(rows, d.linears)
+                    parts=self._linears(rows, d.step_linears(first))
                     + self._attention(rows, d.attention_gemms(self.context)),
                     reads=((w, rows),),
+                    writes=self._split(rows * d.kv_per_token, self.draft_in_hb),
                     ring=rows * d.layers * 2 * d.hidden,
                     link=rows * d.layers * 2 * d.hidden * 8)
         return cost
@@ -1168,7 +1188,7 @@ class EvalModel:
         verify = depth * width if verify is None else int(verify)
         B = self.batch
         d1 = self._sd_step("draft", B)
-        dn = self._sd_step("draft", B * width) if depth > 1 else StepCost()
+        dn = self._sd_step("draft_next", B * width) if depth > 1 else StepCost()
         draft_s = d1.seconds + (depth - 1) * dn.seconds
         v = self._sd_step("verify", B * (1 + verify))
         per_token = (draft_s + v.seconds) / (B * tokens)
@@ -1181,12 +1201,14 @@ class EvalModel:
         return SDResult(depth, width, tokens, draft_s, v.seconds, per_token, e, parts, verify)
 
     def _sd_step(self, kind: str, rows: int) -> StepCost:
-        """A draft step (``kind`` ``"draft"``) or verify step of ``rows`` rows, computed once
-        per model (neither depends on the AR cache form). Not to be modified."""
+        """An iteration's first draft step (``kind`` ``"draft"``), a later one
+        (``"draft_next"``) or its verify step (``"verify"``) of ``rows`` rows, computed once
+        per model (none depends on the AR cache form). Not to be modified."""
         c = self._sd_steps.get((kind, rows))
         if c is None:
-            c = self._sd_steps[kind, rows] = (self.draft_step(rows) if kind == "draft"
-                                              else self.step(rows, phase="verify"))
+            c = self._sd_steps[kind, rows] = (
+                self.step(rows, phase="verify") if kind == "verify"
+                else self.draft_step(rows, first=kind == "draft"))
         return c
 
     def best_sd(self, alpha: float, depths=None, widths=None) -> SDResult:
@@ -1199,7 +1221,7 @@ class EvalModel:
         B, best = self.batch, None
         for d, w, v in tree_grid(depths, widths):
             draft_s = self._sd_step("draft", B).seconds + (
-                (d - 1) * self._sd_step("draft", B * w).seconds if d > 1 else 0.0)
+                (d - 1) * self._sd_step("draft_next", B * w).seconds if d > 1 else 0.0)
             t = ((draft_s + self._sd_step("verify", B * (1 + v)).seconds)
                  / (B * _tokens_by_verify(float(alpha), d, w)[v]))
             if best is None or t < best[0]:

@@ -225,7 +225,7 @@ def test_fig15(tmp_path, capsys):
             "xpu-logicpim at 10, xpu-nmp at 2 of 16 points): 2.09x, up to 4.63x (paper 1.4x, "
             "up to 4.9x); against the one the paper names strongest for each model (xpu-pim "
             "for qwen3-30b-a3b, glm-4.7-flash; xpu-nmp for deepseek-v2-lite, gpt-oss-20b): "
-            "0.83x, up to 1.88x") in text
+            "0.83x, up to 1.87x") in text
     assert "near-memory reads from published figures (NEAR_MEMORY_READ)" in text
     assert cli.main(["paper", "fig15", "--hb", "4gb", "--ar-cache", "msb"]) == 0
     assert "HB 4 GB" in " ".join(capsys.readouterr().out.split())
@@ -347,7 +347,7 @@ def test_link_ideal_is_the_link_that_never_waits(tmp_path, capsys):
 def test_cross_validate(tmp_path, capsys):
     """``paper cross-validate``: per held-out batch size its refitted numbers and its 32
     predicted cells, then the out-of-sample figures over all 128 beside the fit residual.
-    Measured (docs/paper.md section 4): 83 of 128 within 15%, mean 0.131, against 98 and
+    Measured (docs/paper.md section 4): 83 of 128 within 15%, mean 0.133, against 98 and
     0.123 in sample. ``--hb`` does not apply."""
     out = tmp_path / "cv.json"
     assert cli.main(["paper", "cross-validate", "--json", str(out)]) == 0
@@ -357,10 +357,11 @@ def test_cross_validate(tmp_path, capsys):
     assert sum(f["summary"]["cells"] for f in doc["folds"]) == doc["held_out"]["cells"] == 128
     assert sum(f["summary"]["within_15"] for f in doc["folds"]) == \
         doc["held_out"]["within_15"] == 83
-    assert doc["held_out"]["mean_abs_error"] == pytest.approx(0.1314, abs=0.0005)
+    # 0.1314 before the KV writes and the fc on the first draft step only (2026-12-06)
+    assert doc["held_out"]["mean_abs_error"] == pytest.approx(0.1325, abs=0.0005)
     assert doc["in_sample"] == pe.summary(pe.table3("4gb"))
     assert ("out of sample (each cell predicted by the fit without its batch): 83 of 128 "
-            "cells within 15% of the paper, mean |ratio - 1| 0.131") in text
+            "cells within 15% of the paper, mean |ratio - 1| 0.133") in text
     assert "in sample (the shipped fit, every cell: `paper table3`): 98 of 128" in text
     assert cli.main(["paper", "cross-validate", "--hb", "8gb"]) == 2
     assert "--hb applies to table3, fig12, fig14 and fig15 only" in capsys.readouterr().err
