@@ -368,7 +368,7 @@ def _write(console, args, doc, plot, draw):
             outputs.make_dir(plot.parent)
             draw(outputs.temp_for(plot))
     if plot:
-        console.print(f"plot: {plot}")
+        console.print(f"plot: {plot}", markup=False, highlight=False)
 
 
 def _plot_dir(args, figure):

@@ -311,7 +311,8 @@ def _summary_table(agg: TensorResult, bits, methods, title, caption=None):
             return
         m = sums.metrics()
         sq = _fmt_sqnr(m["sqnr_db"])
-        table.add_row(label, str(k), f"{m['mse']:.3e}", f"[bold]{sq}[/bold]" if bold else sq,
+        # the best also marked "*": bold is lost in a log or a pipe
+        table.add_row(label, str(k), f"{m['mse']:.3e}", f"[bold]{sq}*[/bold]" if bold else sq + " ",
                       f"{m['cosine']:.6f}", f"{m['max_abs']:.3e}")
 
     row("int8", 8, agg.int8)
@@ -428,6 +429,9 @@ def run(args) -> int:
     for info in selected:
         reason = _skip_reason(info)
         (skipped.append((info, reason)) if reason else todo.append(info))
+    if not selected:
+        raise UserError(f"{path}: holds no tensors" if not tf.names else
+                        f"{path}: --tensors selects none of its {len(tf.names)} tensors")
     if not todo:
         reasons = sorted({r for _, r in skipped})
         raise UserError(f"{path}: none of the {len(selected)} selected tensors is a floating "
@@ -471,7 +475,7 @@ def run(args) -> int:
     title = (f"{path.name}: {len(results)} tensor{'s' * (len(results) != 1)}, "
              f"{agg.elements:,} weights")
     caption = ("INT8 (G32, FP16 scales) and k-bit drafts vs the float weights; "
-               "pooled over all elements; bold: best SQNR per bit width"
+               "pooled over all elements; bold, *: best SQNR per bit width"
                + ("; n/a: a draft some tensor cannot have (below)" if agg.na else ""))
     out.print(_summary_table(agg, bits, methods, title, caption))
     for m in methods:

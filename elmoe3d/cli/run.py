@@ -746,11 +746,12 @@ def run(args) -> int:
 
     out = report_console(200)
     be = BACKENDS[doc["backend"]]
-    out.print(f"trace: {doc['trace']} ({doc['import']})", soft_wrap=True)
+    # the trace's text (its path, the import's events, "[kind]" included) is not rich markup
+    out.print(f"trace: {doc['trace']} ({doc['import']})", soft_wrap=True, markup=False)
     for line in doc.get("import_events") or ():
-        out.print(f"import: {line}", soft_wrap=True)
+        out.print(f"import: {line}", soft_wrap=True, markup=False)
     if doc.get("note"):
-        out.print(f"note: {doc['note']}")
+        out.print(f"note: {doc['note']}", markup=False)
     out.print(summary_table(doc))
     for r in doc["runs"]:
         out.print(kind_table(r, doc["backend"]))

@@ -247,8 +247,11 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
 
     Parameters
     ----------
-    w : array_like of float, shape ``[..., N, K]`` with ``K % 32 == 0``
+    w : array_like of float (or of integers), shape ``[..., N, K]`` with ``K % 32 == 0``
         Weights; converted to float32 first (float16, bfloat16-decoded and float32 are exact).
+        An integer array is taken as its values: raw bfloat16 bits held as ``uint16`` (NumPy
+        has no bfloat16) must be decoded first, ``(u16.astype(np.uint32) << 16).view(
+        np.float32)``, as the weight-file readers do.
     bits : int
         Code width, 2..8. 8 is the bit-nested format; 2..7 is a dedicated k-bit quantization.
     name : str
@@ -283,9 +286,9 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
     if bad.any():
         flat = int(np.flatnonzero(bad)[0])
         value = w.reshape(-1)[flat]
-        what = "non-finite" if not np.isfinite(value) else "beyond the float32 range"
-        raise QuantizationError(f"tensor {name!r}: {what} weight {value} at "
-                                f"{_position(w.shape, flat)}")
+        what = (f"non-finite weight {value}" if not np.isfinite(value)
+                else f"weight {value} beyond the float32 range")
+        raise QuantizationError(f"tensor {name!r}: {what} at {_position(w.shape, flat)}")
     qmax = (1 << (bits - 1)) - 1
     grouped = w32.reshape(*w.shape[:-1], k // GROUP, GROUP)
     amax = np.abs(grouped).max(axis=-1)

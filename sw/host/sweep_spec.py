@@ -607,8 +607,10 @@ def _name(name, path: str) -> str:
     if isinstance(name, (datetime.date, datetime.datetime)):
         name = name.isoformat()
     if not isinstance(name, str):
+        kind = {bool: "a boolean", int: "an integer", float: "a number"}.get(
+            type(name), f"a {type(name).__name__}")
         raise UserError(f"{path}: name: expected text, got {json.dumps(name, default=str)} "
-                        f"(YAML read it as a {type(name).__name__}: quote it)")
+                        f"(YAML read it as {kind}: quote it)")
     bad = [c for c in _NAME_FORBIDDEN if c in name]
     if not name.strip() or bad:
         raise UserError(f"{path}: name: expected text without / \\ or NUL (it names the "

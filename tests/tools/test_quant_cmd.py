@@ -189,13 +189,21 @@ def test_minilm_table_truncation_worse_than_lsb_aug(minilm_file, tmp_path, capsy
     rc, out, err = run_main(capsys, "minilm", "--tensors", tensors, "--bits", "2-7",
                             "--json", out_json, "--plot", out_png)
     assert rc == 0, err
-    # The printed table: rows "method │ bits │ MSE │ SQNR dB │ cosine │ max abs".
-    rows = {}
+    # The printed table: rows "method │ bits │ MSE │ SQNR dB │ cosine │ max abs", each bit
+    # width's best SQNR marked "*" (bold is lost in a captured log)
+    rows, starred = {}, {}
     for line in out.splitlines():
         cells = [c.strip() for c in re.split(r"[│|]", line) if c.strip()]
         if len(cells) == 6 and cells[1].isdigit():
-            rows[(cells[0], int(cells[1]))] = [float(c) for c in cells[2:]]
+            key = (cells[0], int(cells[1]))
+            if cells[3].endswith("*"):
+                starred.setdefault(key[1], []).append(key[0])
+            rows[key] = [float(c.rstrip("*")) for c in cells[2:]]
     assert set(rows) == {("int8", 8)} | {(m, k) for m in quant_cmd.METHODS for k in range(2, 8)}
+    for k in range(2, 8):
+        best = max(quant_cmd.METHODS, key=lambda m: rows[(m, k)][1])
+        assert starred[k] == [best], (k, starred.get(k))
+    assert 8 not in starred and "bold, *: best SQNR per bit width" in " ".join(out.split())
     mse_trunc, mse_aug = rows[("truncate", 4)][0], rows[("lsb-aug", 4)][0]
     assert mse_trunc > 2.5 * mse_aug, (mse_trunc, mse_aug)
     doc = json.loads(out_json.read_text())
@@ -251,6 +259,8 @@ def bad_files(tmp_path):
     files["cut"] = tmp_path / "cut.safetensors"
     files["cut"].write_bytes(files["nan"].read_bytes()[:-100])
     files["bias"] = npz(tmp_path, "bias.npz", bias=np.ones(4, np.float32))
+    files["empty"] = tmp_path / "empty.safetensors"
+    save_file({}, str(files["empty"]))
     return files
 
 
@@ -291,6 +301,9 @@ ERROR_CASES = {
                                            r"at byte \d+ but the file has only"),
     "nothing to quantize": (lambda f, d: [f["bias"]],
                             r"none of the 1 selected tensors is a floating weight .*1-D"),
+    # a new-user trial (2026-12-06) got "none of the 0 selected tensors ... ()"
+    "no tensors in the file": (lambda f, d: [f["empty"]], r"empty\.safetensors: holds no "
+                                                          r"tensors$"),
     "no pattern in --tensors": (lambda f, d: [f["nan"], "--tensors", ","],
                                 r"--tensors ',': no pattern; expected fnmatch globs"),
     "output folder missing": (lambda f, d: [f["k48"], "--json", d / "no" / "r.json"],

@@ -474,6 +474,24 @@ def test_a_malformed_jsonl_line_hints_on_error_warn(tmp_path, capsys):
             "--on-error warn skips malformed lines") in line
 
 
+def test_skipped_lines_are_listed_with_their_kind_in_brackets(tmp_path, capsys):
+    """``--on-error warn`` lists the skipped lines by kind, ``[kind]``; the report printed it
+    as rich markup, which took ``[bad-json]`` for a tag and dropped it ("skipped 1 malformed
+    line(s) : line 35", a new user's trial, 2026-12-06). The trace's path keeps its brackets
+    too."""
+    lines = _jsonl_lines(35)
+    folder = tmp_path / "[run]"
+    folder.mkdir()
+    cut = folder / "cut.jsonl"
+    cut.write_text("\n".join(lines[:-1] + [lines[-1][:40]]) + "\n")
+    code, out, err = _run(capsys, "run", "--trace", str(cut), "--model", "mixtral-8x7b",
+                          "--on-error", "warn", "--backend", "perf", "--layers", "0")
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert f"import: {cut}: skipped 1 malformed line(s) [bad-json]: line 35" in text
+    assert f"trace: {cut} (" in text
+
+
 def test_a_trace_of_another_top_k_names_the_presets_that_fit(capsys):
     """The Mixtral trace (top-2) read as Qwen3-30B-A3B (top-8): the error names the presets
     whose top-k the lines have (a new user's trial followed the ``--on-error warn`` hint

@@ -652,9 +652,11 @@ BAD = [
      "{spec}: name: expected text without / \\ or NUL (it names the folder out/sweep-<name>), "
      "got ''"),
     ("name: 1.10\nworkload:\n  model: [qwen3-30b-a3b]\n",
-     "{spec}: name: expected text, got 1.1 (YAML read it as a float: quote it)"),
+     "{spec}: name: expected text, got 1.1 (YAML read it as a number: quote it)"),
     ("name: on\nworkload:\n  model: [qwen3-30b-a3b]\n",
-     "{spec}: name: expected text, got true (YAML read it as a bool: quote it)"),
+     "{spec}: name: expected text, got true (YAML read it as a boolean: quote it)"),
+    ("name: 5\nworkload:\n  model: [qwen3-30b-a3b]\n",      # it said "as a int"
+     "{spec}: name: expected text, got 5 (YAML read it as an integer: quote it)"),
     # a sweep that would compute nothing
     ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  perf: false\n",
      "{spec}: tasks: no task selected (perf is false and area, timing and rtl are not given or "

@@ -55,9 +55,10 @@ class RTLBackend(GoldenBackend):
                           lost_mismatches=lost["mismatches"] if lost else 0)
 
     def report(self, label: str, figures: dict) -> list:
+        from rich.markup import escape          # the lines are rich markup; paths are not
         x = figures
         lines = [f"{label}: RTL {x['pe_runs']} PE program runs, {x['pe_cycles']:,} PE cycles "
-                 f"in all; {x['cycles_note']}; log {x['log']}"]
+                 f"in all; {x['cycles_note']}; log {escape(str(x['log']))}"]
         if x.get("error"):
-            lines.append(f"[bold red]RTL bench error[/]: {x['error']}")
+            lines.append(f"[bold red]RTL bench error[/]: {escape(str(x['error']))}")
         return lines
