@@ -727,42 +727,59 @@ class _WorkloadError(ValueError):
         self.field = field_name
 
 
-def _check_workload(w):
-    """Check one point's workload values; raise :class:`_WorkloadError`."""
+def _workload_problems(w) -> list:
+    """The mistakes of one point's workload values, each value on its own (a known model and
+    scheme, positive integers, an exponent, a rate, an HB size): :class:`_WorkloadError` for
+    each, none left out for another (a spec's every mistake is named)."""
     from .decoder import DECODER_SHAPES
-    from .paper_eval import ALPHA_MODEL, SCHEMES, TABLE3_4GB
+    from .paper_eval import SCHEMES
+    out = []
     if w["model"] not in DECODER_SHAPES:
-        raise _WorkloadError("model", f"expected one of {', '.join(DECODER_SHAPES)} or a "
-                             f"model of the spec's models: section, got {w['model']!r}")
+        out.append(_WorkloadError("model", f"expected one of {', '.join(DECODER_SHAPES)} or a "
+                                  f"model of the spec's models: section, got {w['model']!r}"))
     z = w["zipf"]
-    if z is None and w["model"] not in ZIPF:
-        raise _WorkloadError("zipf", f"{w['model']} has no fitted Zipf exponent (paper_eval.ZIPF "
-                             f"has Table 3's models): give workload.zipf")
     if z is not None and (not isinstance(z, (int, float)) or isinstance(z, bool)
                           or not 0 <= z <= ZIPF_MAX):
-        raise _WorkloadError("zipf", f"expected an exponent in [0, {ZIPF_MAX:g}], got {z!r}")
+        out.append(_WorkloadError("zipf", f"expected an exponent in [0, {ZIPF_MAX:g}], got "
+                                  f"{z!r}"))
     if w["scheme"] not in ("ar",) + SCHEMES:
-        raise _WorkloadError("scheme", f"expected one of ar, {', '.join(SCHEMES)}, got "
-                         f"{w['scheme']!r}")
+        out.append(_WorkloadError("scheme", f"expected one of ar, {', '.join(SCHEMES)}, got "
+                                  f"{w['scheme']!r}"))
     for k in ("batch", "depth", "width", "context"):
         v = w[k]
         if not is_int(v, numpy=False) or v < 1:
-            raise _WorkloadError(k, f"expected a positive integer, got {v!r}")
+            out.append(_WorkloadError(k, f"expected a positive integer, got {v!r}"))
+    v, d, wd = w["verify"], w["depth"], w["width"]
+    if v != "all" and (not is_int(v, numpy=False) or v < 1):
+        nodes = (f"1 .. depth x width = {d * wd}" if is_int(d, numpy=False)
+                 and is_int(wd, numpy=False) and d >= 1 and wd >= 1 else "a positive number of")
+        out.append(_WorkloadError("verify", f"expected all or {nodes} nodes, got {v!r}"))
+    if w["hb"] not in ("4gb", "8gb", None):
+        out.append(_WorkloadError("hb", f"expected 4gb or 8gb, got {w['hb']!r}"))
+    a = w["alpha"]
+    if a is not None and (not isinstance(a, (int, float)) or isinstance(a, bool)
+                          or not 0 <= a < 1):
+        out.append(_WorkloadError("alpha", f"expected a rate in [0, 1), got {a!r}"))
+    return out
+
+
+def _check_workload(w):
+    """Check one point's workload values together, once each is right
+    (:func:`_workload_problems`: the figures the model has for its model and scheme, a verify
+    size within its tree); raise :class:`_WorkloadError`."""
+    from .paper_eval import ALPHA_MODEL, TABLE3_4GB
+    if w["zipf"] is None and w["model"] not in ZIPF:
+        raise _WorkloadError("zipf", f"{w['model']} has no fitted Zipf exponent (paper_eval.ZIPF "
+                             f"has Table 3's models): give workload.zipf")
     v, nodes = w["verify"], w["depth"] * w["width"]
-    if w["scheme"] != "ar" and v != "all" and (not is_int(v, numpy=False)
-                                               or not 1 <= v <= nodes):
+    if w["scheme"] != "ar" and v != "all" and v > nodes:
         raise _WorkloadError("verify", f"expected all or 1 .. depth x width = {nodes} nodes, "
                              f"got {v!r}")
-    if w["hb"] not in ("4gb", "8gb", None):
-        raise _WorkloadError("hb", f"expected 4gb or 8gb, got {w['hb']!r}")
-    a = w["alpha"]
-    if a is not None:
-        if not isinstance(a, (int, float)) or isinstance(a, bool) or not 0 <= a < 1:
-            raise _WorkloadError("alpha", f"expected a rate in [0, 1), got {a!r}")
-    elif w["scheme"] not in ("ar", "elastic") and w["model"] not in TABLE3_4GB:
-        raise _WorkloadError("alpha", f"{w['model']} has no Table 3 alpha for {w['scheme']}: give "
-                         f"workload.alpha")
-    elif w["scheme"] == "elastic" and w["model"] not in ALPHA_MODEL:
+    if w["alpha"] is None and w["scheme"] not in ("ar", "elastic") \
+            and w["model"] not in TABLE3_4GB:
+        raise _WorkloadError("alpha", f"{w['model']} has no Table 3 alpha for {w['scheme']}: "
+                             f"give workload.alpha")
+    if w["alpha"] is None and w["scheme"] == "elastic" and w["model"] not in ALPHA_MODEL:
         raise _WorkloadError("alpha", f"{w['model']} has no fitted Elastic-SD alpha model "
                              f"(paper_eval.ALPHA_MODEL has Table 3's models): give "
                              f"workload.alpha")
@@ -806,11 +823,16 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                 # configuration is built: a constraint may drop a value ArchConfig would reject
                 # (out of range, an impossible combination), but not one of the wrong type: that
                 # is a mistake in the spec, named even where a constraint would drop its point
+                # and each value's own mistakes (its type, a known name, a range) are all named,
+                # none hidden by another of the point's
                 fields = {f: _field(_preset(base), f) for f in CONFIG_FIELDS}
-                for k, v in cfg.items():
-                    problem = _type_problem(v, fields[k])
-                    if problem:
-                        raise UserError(f"{where}: {k}: {problem}")
+                mistakes = [f"{k}: {problem}" for k, v in cfg.items()
+                            if (problem := _type_problem(v, fields[k]))]
+                mistakes += [f"{exc.field}: {exc}" for exc in _workload_problems(workload)]
+                if mistakes:
+                    for m in mistakes:
+                        _note(problems, UserError(f"{where}: {m}"), where, point=True)
+                    continue
                 fields.update(cfg)
                 fields.update(workload)
                 keep = True

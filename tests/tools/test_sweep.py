@@ -701,14 +701,28 @@ def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
                             "  batch: [0, 1]\n  scheme: [ar, warp]\n")
     assert cli.main(["sweep", str(spec), "--check"]) == 2
     err = capsys.readouterr().err
+    # each value's own mistakes are all counted on every point (a point's first mistake hid
+    # the others: batch=0 counted 1 point of 4); a configuration ArchConfig refuses is named
+    # where the point has no other mistake
     assert err.splitlines() == [
         f"elmoe3d sweep: error: {spec}: point 0 (pes=16, model=qwen3-30b-a3b, batch=0, "
-        f"scheme=ar): batch: expected a positive integer, got 0",
+        f"scheme=ar): batch: expected a positive integer, got 0 (and 3 more points)",
         f"elmoe3d sweep: error: {spec}: point 1 (pes=16, model=qwen3-30b-a3b, batch=0, "
         f"scheme=warp): scheme: expected one of ar, eagle, slm, quant, elastic, got 'warp' "
-        f"(and 1 more point)",
-        f"elmoe3d sweep: error: {spec}: point 4 (pes=17, model=qwen3-30b-a3b, batch=0, "
-        f"scheme=ar): pes: 17 is not a multiple of pes_per_group (4) (and 3 more points)"]
+        f"(and 3 more points)",
+        f"elmoe3d sweep: error: {spec}: point 6 (pes=17, model=qwen3-30b-a3b, batch=1, "
+        f"scheme=ar): pes: 17 is not a multiple of pes_per_group (4)"]
+    # a new user's trial (2026-12-06): a wrong type in config hid the workload's mistakes
+    # (one line for three; README: "a spec with three mistakes gets three lines")
+    three = _write(tmp_path, "config:\n  pes: [8]\n  wmem_bytes: ['x']\nworkload:\n  model: "
+                             "[qwen3-30b-a3b]\n  batch: [1, '2']\n  scheme: [ar, foo]\n",
+                   "three.yaml")
+    assert cli.main(["sweep", str(three), "--check"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln.split("): ", 1)[1] for ln in lines] == [
+        "wmem_bytes: expected an integer, got 'x' (and 3 more points)",
+        "scheme: expected one of ar, eagle, slm, quant, elastic, got 'foo' (and 1 more point)",
+        "batch: expected a positive integer, got '2' (and 1 more point)"]
     # at most MAX_MISTAKES distinct lines, then how many more
     from elmoe3d.sw.host.sweep_spec import MAX_MISTAKES
     many = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  batch: ["
