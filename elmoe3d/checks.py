@@ -47,9 +47,9 @@ def expected_int(lo: int | None = None, hi: int | None = None) -> str:
 
 
 def python_int_hint(value) -> str:
-    """" (a Python int)" for a NumPy integer, else "": what an error of a check that takes
-    Python ints only (``numpy=False``) adds after its "expected ...", so that a NumPy count
-    refused there does not read as a wrong value."""
+    """The words ``" (a Python int)"`` for a NumPy integer, else ``""``: what an error of a
+    check that takes Python ints only (``numpy=False``) adds after its "expected ...", so
+    that a NumPy count refused there does not read as a wrong value."""
     return " (a Python int)" if is_int(value) and not isinstance(value, int) else ""
 
 

@@ -804,9 +804,13 @@ PAPER_DEFAULTS = {"paper_shape": "olmoe-1b-7b", "paper_tokens": [1],
 
 
 def as_list(value) -> list:
-    """A bench parameter given as one value or a sequence (list, tuple, 1-D array), as a
-    list."""
-    return list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]
+    """A bench parameter given as one value (text included) or an iterable of them (list,
+    tuple, range, generator, array of any shape: its elements), as a list."""
+    if isinstance(value, np.ndarray):
+        return np.ravel(value).tolist()
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        return [value]
+    return list(value)
 
 
 def paper_group_case(arch: ArchConfig, shape: str, tokens: int, mode, rng):

@@ -352,12 +352,12 @@ class DraftModel:
     def step_linears(self, first: bool = True) -> tuple:
         """:attr:`linears` of one draft step: the fc on the first step only
         (:meth:`step_weights`)."""
-        return self.linears if first or not self.extra else self.linears[:-1]
+        return self.linears if first else tuple(x for x in self.linears if x[0] != "fc")
 
     @property
     def linears(self) -> tuple:
-        """Its weights as linear layers of one step, ``(name, K, N, count)`` (``count``
-        layers of the shape): q, k, v, o, gate, up and down of every layer, the LM head, and
+        """All its weights as linear layers, ``(name, K, N, count)`` (``count`` layers of
+        the shape; one draft step's: :meth:`step_linears`): q, k, v, o, gate, up and down of every layer, the LM head, and
         the fc of ``extra`` weights (EAGLE-3's 3 x hidden -> hidden). ``K x N x count`` sums
         to :attr:`weights`."""
         q, kv = self.q_heads * self.head_dim, self.kv_heads * self.head_dim

@@ -44,7 +44,8 @@ count (:mod:`.compute_calib`: fill and drain included, the group's link words, t
 all-reduce and the psum REDUCE_ADD, at the aggregation link's 32 B a cycle, sixteen cycles a
 512 B word on the paper PE, and ``ld`` at a word a cycle, i.e. the compute-bound figure; the
 HB and EXT times are the stage's other bounds). Routed experts at the
-step's mean rows an expert (``rows x top-k / distinct experts``), shared experts and dense FFNs
+step's mean rows an expert (``rows x k / distinct experts``, k the top-k, or Elastic-SD's
+draft pool where it holds fewer), shared experts and dense FFNs
 at the step's rows, each at its own shape (cut into the intermediate chunks a group holds).
 The plain GEMMs (:func:`linear_utilisation`, :mod:`.linear_calib`, since 2026-12-05: the
 routed expert's figure before, a proxy) run the streamed linear-layer program
@@ -54,7 +55,8 @@ head at the step's rows (:attr:`~.decoder.DecoderShape.attention_linears`), the 
 weighted sums over the KV cache as each sequence's GEMMs (its query rows times the heads that
 share a KV, against its own cache: :meth:`~.decoder.DecoderShape.attention_gemms`; spread
 over the PEs whole, or split where there are fewer than PEs), the dense draft models as their
-linear layers (:attr:`DraftModel.linears`; their SwiGLU as three plain GEMMs). Every platform,
+linear layers (:meth:`DraftModel.step_linears`; their SwiGLU as three plain GEMMs; an
+EAGLE-3 head's fc on an iteration's first draft step only). Every platform,
 the xPU and the near-memory ones included, has this logic die and pays the same. Bits: W4A8
 (DRAFT programs) only on the bit-sliced die's 4-bit steps, W8A8 (FULL programs) otherwise,
 the xPU's 4-bit draft included (the same logic die). The near-memory units keep their stated TOPS.
@@ -814,12 +816,15 @@ class EvalModel:
         self.static_bytes = weight_bytes(z.static)
         self.kv_bytes = self.batch * self.shape.kv_tokens(self.context) \
             * self.shape.kv_values_per_token * KV_BYTES
+        # the scheme's draft data: the draft model's weights and KV, or Quant-SD's 4-bit copy of
+        # the static weights
         draft = 0.0
         if self.draft is not None:
             draft = self.draft.weight_bytes \
                 + self.batch * self.context * self.draft.kv_per_token
         elif self.scheme == "quant":
             draft = weight_bytes(z.static, 4)           # the static weights' 4-bit copy
+        self.draft_bytes = draft
         # each part takes what HB it can, in the placement's order (Fig. 12's: static, KV,
         # draft; "reads": the draft first)
         order = (("draft", draft), ("static", self.static_bytes), ("kv", self.kv_bytes))
@@ -952,7 +957,8 @@ class EvalModel:
         time and energy, no SRAM). ``writes``: the bytes the stage's results write into
         ``(HB, EXT)`` (the KV cache's new rows: memory time and energy, through the xPU's own
         channels on a near-memory platform, written into and read from the die's SRAM
-        once)."""
+        once; a simplification there, where the unit may hold that KV and compute its share:
+        the writes are at most 0.35% of a step's bytes)."""
         p = self.plat
         w4 = bits == 4 and p.tops4 > p.tops8
         if macs and not parts:
@@ -1882,11 +1888,7 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
                        placement=placement)
         sd = em.best_sd(alpha) if tree == "best" else em.sd(alpha, *tree)
         m = em.m
-        draft_bytes = 0.0
-        if em.draft is not None:
-            draft_bytes = em.draft.weight_bytes + batch * em.context * em.draft.kv_per_token
-        elif scheme == "quant":
-            draft_bytes = weight_bytes(em.sizes.static, 4)
+        draft_bytes = em.draft_bytes
         hb_map = {"static": em.static_bytes * em.hb_static, "kv": em.kv_bytes * em.hb_kv,
                   # (Quant-SD's: its static 4-bit copy and its hottest experts' 4-bit copies)
                   "draft": draft_bytes * em.draft_in_hb

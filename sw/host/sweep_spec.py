@@ -607,8 +607,9 @@ def _name(name, path: str) -> str:
     if isinstance(name, (datetime.date, datetime.datetime)):
         name = name.isoformat()
     if not isinstance(name, str):
-        kind = {bool: "a boolean", int: "an integer", float: "a number"}.get(
-            type(name), f"a {type(name).__name__}")
+        kind = {bool: "a boolean", int: "an integer", float: "a number", list: "a list",
+                dict: "a mapping", type(None): "null (nothing)"}.get(type(name),
+                                                                      f"a {type(name).__name__}")
         raise UserError(f"{path}: name: expected text, got {json.dumps(name, default=str)} "
                         f"(YAML read it as {kind}: quote it)")
     bad = [c for c in _NAME_FORBIDDEN if c in name]

@@ -145,6 +145,7 @@ def perf_task(point: Point, cache_dir=None) -> dict:
     t0 = base.seconds / b
     out = {"xpu_ms_token": t0 * 1e3, "ar_ms_token": ar.seconds / b * 1e3,
            "ar_pj_token": ar.energy_pj(ours) / b, "phi_ar": t0 / (ar.seconds / b),
+           # GB of capacity as DRAM counts them (2^30 bytes: paper-4gb is 4.0); GB/s decimal
            "slots": em.slots, "peak_tops_w4": ours.tops4, "hb_gb": ours.hb_bytes / 2 ** 30,
            "hb_gbps": ours.hb_gbps}
     ar_tps, ar_access = b / ar.seconds, out["ar_pj_token"]

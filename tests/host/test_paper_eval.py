@@ -482,7 +482,7 @@ def test_table3_rows_and_summary():
     # 0.118 -> 0.100; the KV cache's new rows written, an EAGLE-3 head's fc on an iteration's
     # first draft step only: 98 / 0.1227)
     assert s["cells"] == 128 and s["within_15"] == 98
-    assert s["mean_abs_error"] == pytest.approx(0.12266, abs=0.00005)
+    assert s["mean_abs_error"] == pytest.approx(0.122656, abs=0.000001)     # 0.122655 before
     assert s["by_scheme"]["elastic"] == pytest.approx(0.100, abs=0.0005)
     assert (s["worst"]["model"], s["worst"]["scheme"], s["worst"]["batch"],
             s["worst"]["figure"]) == ("gpt-oss-20b", "eagle", 16, "phi_ar")
@@ -524,7 +524,7 @@ def test_table3_link_words_at_the_aggregation_links_rate():
     another value is a UserError naming the link."""
     die, ideal = pe.table3("4gb"), pe.table3("4gb", link="ideal")
     s = pe.summary(ideal)
-    assert s["within_15"] == 98 and s["mean_abs_error"] == pytest.approx(0.11882, abs=0.00005)
+    assert s["within_15"] == 98 and s["mean_abs_error"] == pytest.approx(0.11882, abs=0.00001)
     assert s["elastic_best_mode_mean"] == pytest.approx(3.352, abs=0.0005)
     for a, b in zip(die, ideal):
         assert a["phi_ar"] == pytest.approx(b["phi_ar"], rel=1e-9)
@@ -545,7 +545,7 @@ def test_table3_link_words_at_the_aggregation_links_rate():
     # 7.737 and 7.800 before the cache's fills, 7.615 and 7.678 before the measured
     # intra-request exponent
     assert f_die["speedup_over_xpu"] == pytest.approx(7.695, abs=0.0005)
-    assert f_ideal["speedup_over_xpu"] == pytest.approx(7.7046, abs=0.0005)     # 7.704 before
+    assert f_ideal["speedup_over_xpu"] == pytest.approx(7.7046, abs=0.0001)    # 7.7044 before
 
 
 # -- the cache model against the exact LRU on the real Mixtral trace ----------------------------
@@ -640,7 +640,7 @@ def test_fig14_rows_and_summary():
     # 7.615, the largest 16.30 -> 15.68 (GPT-OSS-20B's AR, HB-bound), 1.745, 4.436, 1.009;
     # the measured intra-request exponent and the 7 x 8 tree verifying 34: 7.695, 15.68,
     # 1.759, 4.436, 1.033, 0.9176; the KV cache's new rows written and an EAGLE-3 head's fc on
-    # the first draft step only: 1.7576, the rest unmoved)
+    # the first draft step only: 7.695, 15.68, 1.7576, 4.436, 1.033, 0.9167)
     assert s["speedup_over_xpu"] == pytest.approx(7.695, abs=0.0005)
     assert s["speedup_over_xpu_max"] == pytest.approx(15.68, abs=0.005)
     assert s["speedup_over_best_prior"] == pytest.approx(1.7576, abs=0.0005)
@@ -1052,8 +1052,7 @@ def test_elastic_draft_computes_only_the_experts_its_pool_holds(model):
     fewer on a pool of fewer (``pool_step``), but its MACs, ring and link bytes counted top-k
     experts a row, computed on weights it never read (a sweep's small HB: 44 of the 128
     Elastic-SD points of examples/sweep_paper.yaml). Against a pool of top-k or more, a pool
-    of ``c`` computes ``rows x (k - c)`` fewer experts a MoE layer; its other stages are
-    equal."""
+    of ``c`` computes ``rows x (k - c)`` fewer experts a MoE layer."""
     rows = 4
     full = pe.EvalModel(model, pe.platform("ours", "4gb"), "elastic", batch=rows)
     m = full.m
@@ -1091,6 +1090,11 @@ def test_an_eagle3_heads_fc_runs_on_an_iterations_first_draft_step_only():
     it = em.sd(0.3, 3, 4, 6)
     assert it.draft_s == pytest.approx(em.draft_step(4).seconds
                                        + 2 * em.draft_step(16, first=False).seconds, rel=1e-12)
+    # best_sd ranks its trees with the same costs: its pick is the fastest sd() of the grid
+    best = em.best_sd(0.3, [2, 3], [2, 4])
+    assert best.per_token_s == pytest.approx(min(
+        em.sd(0.3, d, w, v).per_token_s for d, w, v in pe.tree_grid([2, 3], [2, 4])),
+        rel=1e-12)
     slm = pe.EvalModel("gpt-oss-20b", o, "slm", batch=4)
     assert slm.draft.extra == 0
     assert slm.draft_step(16, first=False) == slm.draft_step(16)
@@ -1112,6 +1116,26 @@ def test_every_step_writes_its_rows_kv():
             ((kv, 0) if where == "hb" else (0, kv))
         d = em.draft_step(rows)
         assert d.hb_write_bytes + d.ext_write_bytes == pytest.approx(rows * em.draft.kv_per_token)
+    # their time: the xPU's verify of 9 rows is bound by LPDDR5, reads and writes alike; the
+    # die's SRAM writes and reads each written byte once
+    x = pe.EvalModel("qwen3-30b-a3b", pe.platform("xpu"), "eagle", batch=1)
+    c = x.step(rows, phase="verify")
+    assert c.seconds == pytest.approx(c.ext_bytes / (x.plat.ext_gbps * 1e9), rel=1e-12)
+    no_writes = pe.StepCost()
+    x._stage(no_writes, "attention", 0.0, 1e6, 0.0)
+    with_writes = pe.StepCost()
+    x._stage(with_writes, "attention", 0.0, 1e6, 0.0, writes=(0.0, 5e4))
+    assert with_writes.seconds == pytest.approx(no_writes.seconds * 1.05, rel=1e-12)
+    assert with_writes.sram_write_bytes - no_writes.sram_write_bytes == 5e4
+    assert with_writes.sram_read_bytes - no_writes.sram_read_bytes == 5e4
+    # a KV split between HB and EXT splits its writes the same way (batch 16 on 2 GiB of HB)
+    em = pe.EvalModel("qwen3-30b-a3b", replace(pe.platform("ours", "4gb"), hb_bytes=2 << 30),
+                      "eagle", batch=16)
+    assert 0 < em.hb_kv < 1
+    c = em.step(rows, phase="verify")
+    kv = rows * em.m.layers * em.shape.kv_values_per_token * KV_BYTES
+    assert c.hb_write_bytes - c.hb_fill_bytes == pytest.approx(kv * em.hb_kv, rel=1e-12)
+    assert c.ext_write_bytes == pytest.approx(kv * (1 - em.hb_kv), rel=1e-12)
 
 
 def test_pick_probabilities_sum_to_top_k_capped_at_one():

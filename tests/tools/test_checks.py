@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from elmoe3d.checks import check_int, expected_int, is_int, is_real, python_int_hint
 from elmoe3d.config import TileConfig, preset
+from elmoe3d.hw.board import BoardTop
 from elmoe3d.hw.bridge import Bridge
 from elmoe3d.hw.bridge_bytes import ByteWordFIFO
 from elmoe3d.hw.bridge_rx import Deframer
@@ -18,7 +19,9 @@ from elmoe3d.hw.dram import DramController
 from elmoe3d.hw.ext_stream import ExtStreamer
 from elmoe3d.hw.pe.common import check_choice, check_word_bits
 from elmoe3d.hw.pe.gemm import GemmIssue
+from elmoe3d.hw.pe.load import LoadEngine
 from elmoe3d.hw.ring import StreamlineRing
+from elmoe3d.hw.tile import TensorTile
 from elmoe3d.hw.uart import UartRx
 from elmoe3d.hw.vpu import SwiGLUUnit
 from elmoe3d.sw.golden.quant import QuantizationError, quantize_weights
@@ -128,14 +131,23 @@ def test_the_python_int_hint_is_for_numpy_integers_only(v):
     lambda: die_errors_layout(preset("small"), ext_channels=np.int64(2)),
     lambda: check_choice("passes", np.int64(2), (1, 2, 4)),
     lambda: check_word_bits(np.int64(512)),
+    lambda: GemmIssue(tile=TileConfig(), word_bits=512, passes=1, weight_parts=1, act_parts=1,
+                      wbuf_memories=1, wmem_words=np.int64(64), wscale_words=8),
+    lambda: GemmIssue(tile=TileConfig(), word_bits=512, passes=1, weight_parts=1, act_parts=1,
+                      wbuf_memories=1, wmem_words=64, wscale_words=8, low_words=np.int64(8)),
+    lambda: LoadEngine(word_bits=512, low_words=np.int64(8)),
+    lambda: TensorTile(config=TileConfig(), passes=np.int64(2)),
+    lambda: BoardTop(config=preset("small"), clk_hz=100_000_000, hb_words=np.int64(512)),
 ], ids=["UartRx", "SwiGLUUnit", "DramController", "die_errors_layout", "check_choice",
-        "check_word_bits"])
+        "check_word_bits", "GemmIssue wmem_words", "GemmIssue low_words", "LoadEngine",
+        "TensorTile", "BoardTop"])
 def test_a_hardware_check_with_its_own_words_names_a_numpy_integer(build):
     """Checks whose words are their own (a power of two, a choice, a minimum with its unit)
     refused a NumPy integer as if its value were wrong ("divisor: expected an integer >= 4
     (clock cycles per bit), got np.int64(100)"); they now say it must be a Python int."""
-    with inspection(), pytest.raises(ValueError, match=r"^\w+: expected .*\(a Python int\), "
-                                                       r"got np\.int64\("):
+    with inspection(), pytest.raises((ValueError, TypeError),
+                                     match=r"^\w+: expected .*\(a Python int\), "
+                                           r"got np\.int64\("):
         build()
 
 

@@ -205,10 +205,17 @@ def test_run_paper_pe_checks_tokens_before_the_bench(monkeypatch):
     arch = preset("paper-4gb")
     paper_pe.run_paper_pe(arch, tokens=np.int64(4), modes="full", ld_rates=2)
     paper_pe.run_paper_pe(arch, tokens=np.array([1, 16]))
+    # any iterable, as list() took before (a review found range and generators refused)
+    paper_pe.run_paper_pe(arch, tokens=range(1, 3), modes=(m for m in ("draft", "full")),
+                          ld_rates=np.array(["hb"]))
+    paper_pe.run_paper_pe(arch, tokens=np.array(8))
     assert seen[0]["paper_tokens"] == [4] and type(seen[0]["paper_tokens"][0]) is int
     assert seen[0]["paper_modes"] == ["FULL"] and seen[0]["paper_ld_rate"] == ["2"]
     assert seen[1]["paper_tokens"] == [1, 16]
+    assert (seen[2]["paper_tokens"], seen[2]["paper_modes"], seen[2]["paper_ld_rate"]) == \
+        ([1, 2], ["DRAFT", "FULL"], ["hb"])
+    assert seen[3]["paper_tokens"] == [8]
     for bad in (2.5, True, 0, [1, 2.5]):
         with pytest.raises(ValueError, match=r"^tokens: expected a positive integer, got "):
             paper_pe.run_paper_pe(arch, tokens=bad)
-    assert len(seen) == 2
+    assert len(seen) == 4

@@ -657,6 +657,8 @@ BAD = [
      "{spec}: name: expected text, got true (YAML read it as a boolean: quote it)"),
     ("name: 5\nworkload:\n  model: [qwen3-30b-a3b]\n",      # it said "as a int"
      "{spec}: name: expected text, got 5 (YAML read it as an integer: quote it)"),
+    ("name: ~\nworkload:\n  model: [qwen3-30b-a3b]\n",      # it said "as a NoneType"
+     "{spec}: name: expected text, got null (YAML read it as null (nothing): quote it)"),
     # a sweep that would compute nothing
     ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  perf: false\n",
      "{spec}: tasks: no task selected (perf is false and area, timing and rtl are not given or "
