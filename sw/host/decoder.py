@@ -357,7 +357,8 @@ class DraftModel:
     @property
     def linears(self) -> tuple:
         """All its weights as linear layers, ``(name, K, N, count)`` (``count`` layers of
-        the shape; one draft step's: :meth:`step_linears`): q, k, v, o, gate, up and down of every layer, the LM head, and
+        the shape; one draft step's: :meth:`step_linears`): q, k, v, o, gate, up and down of
+        every layer, the LM head, and
         the fc of ``extra`` weights (EAGLE-3's 3 x hidden -> hidden). ``K x N x count`` sums
         to :attr:`weights`."""
         q, kv = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
