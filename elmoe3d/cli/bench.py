@@ -893,7 +893,8 @@ def print_speed(console, speed, trace=None) -> list:
                   + " by this analytical model; the trace-driven path below")
     if trace is not None:
         if "error" in trace:
-            console.print(f"   trace-driven perf path: not measured ({trace['error']})")
+            console.print(f"   trace-driven perf path: not measured ({trace['error']})",
+                          markup=False)
         else:
             console.print("   trace-driven perf path (elmoe3d run --backend perf, paper-8gb, "
                           "Elastic-SD depth 4; schedule + backend, CPU time of one core): "

@@ -143,7 +143,9 @@ def run(args) -> int:
     from ..synth import fpga
 
     console = _console()
-    say = console.print
+
+    def say(what):                  # paths and tools' lines, not rich markup
+        console.print(what, markup=False)
     if args.list_boards:
         others = _options_given(args)
         if others:

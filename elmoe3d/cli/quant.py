@@ -327,6 +327,7 @@ def _summary_table(agg: TensorResult, bits, methods, title, caption=None):
 
 def _per_tensor_table(results, bits, methods):
     from rich.table import Table
+    from rich.text import Text                  # a tensor's name is not markup
     table = Table(title="SQNR dB per tensor", title_justify="left")
     table.add_column("tensor")
     table.add_column("shape")
@@ -336,7 +337,7 @@ def _per_tensor_table(results, bits, methods):
         table.add_column(m, justify="right")
     for res in results:
         for i, k in enumerate(bits):
-            table.add_row(res.name if i == 0 else "",
+            table.add_row(Text(res.name) if i == 0 else "",
                           "x".join(map(str, res.shape)) if i == 0 else "",
                           _fmt_sqnr(res.int8.metrics()["sqnr_db"]) if i == 0 else "", str(k),
                           *("n/a" if (m, k) in res.na else
@@ -407,6 +408,7 @@ def _skip_reason(info):
 
 def run(args) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn
     from ..sw.golden.quant import GROUP, QuantizationError, quantize_weights
@@ -429,9 +431,8 @@ def run(args) -> int:
     for info in selected:
         reason = _skip_reason(info)
         (skipped.append((info, reason)) if reason else todo.append(info))
-    if not selected:
-        raise UserError(f"{path}: holds no tensors" if not tf.names else
-                        f"{path}: --tensors selects none of its {len(tf.names)} tensors")
+    if not selected:                    # (a pattern that matches nothing raised above)
+        raise UserError(f"{path}: holds no tensors")
     if not todo:
         reasons = sorted({r for _, r in skipped})
         raise UserError(f"{path}: none of the {len(selected)} selected tensors is a floating "
@@ -447,7 +448,7 @@ def run(args) -> int:
     with progress:
         task = progress.add_task("quantizing", total=len(todo))
         for info in todo:
-            progress.update(task, description=info.name)
+            progress.update(task, description=escape(info.name))
             w = tf.load(info.name)
             try:
                 if bad:                     # no report will be made: only check the rest
@@ -472,7 +473,7 @@ def run(args) -> int:
         agg.add(res)
 
     out = report_console(160)
-    title = (f"{path.name}: {len(results)} tensor{'s' * (len(results) != 1)}, "
+    title = (f"{escape(path.name)}: {len(results)} tensor{'s' * (len(results) != 1)}, "
              f"{agg.elements:,} weights")
     caption = ("INT8 (G32, FP16 scales) and k-bit drafts vs the float weights; "
                "pooled over all elements; bold, *: best SQNR per bit width"
@@ -482,7 +483,7 @@ def run(args) -> int:
         for k in bits:
             reason = na_reason(agg, m, k, pooled=True)
             if reason:
-                out.print(reason, highlight=False, soft_wrap=True)
+                out.print(reason, highlight=False, soft_wrap=True, markup=False)
     if skipped:
         counts = {}
         for _, reason in skipped:
@@ -492,7 +493,7 @@ def run(args) -> int:
         shown = names if args.per_tensor or len(names) <= 4 else \
             names[:4] + ["... (all in --per-tensor / --json)"]
         out.print(f"skipped {len(skipped)} of {len(selected)} selected tensors ({parts}): "
-                  f"{', '.join(shown)}", highlight=False, soft_wrap=True)
+                  f"{', '.join(shown)}", highlight=False, soft_wrap=True, markup=False)
     if agg.zero_groups:
         hit = [r for r in results if r.zero_groups]
         shown = [f"{r.name} ({r.zero_groups})" for r in hit]
@@ -502,7 +503,7 @@ def run(args) -> int:
         out.print(f"note: {agg.zero_groups} group(s) of {GROUP} weights in {len(hit)} "
                   f"tensor(s) hold nonzero weights that all quantize to 0 (max|W| at most "
                   f"{tiny:.3g}, half the smallest FP16 group scale): {', '.join(shown)}",
-                  highlight=False, soft_wrap=True)
+                  highlight=False, soft_wrap=True, markup=False)
     if args.per_tensor:
         out.print(_per_tensor_table(results, bits, methods))
 

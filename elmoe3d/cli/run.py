@@ -558,11 +558,12 @@ def _pct(x):
 
 
 def summary_table(doc):
+    from rich.markup import escape
     from rich.table import Table
     sh = doc["shapes"]
     synth = f" (synthetic {sh['hidden']}x{sh['intermediate']} experts)" if sh["synthetic"] \
         else ""
-    title = (f"elmoe3d run: {Path(doc['trace']).name}, {doc['model']}{synth}"
+    title = (f"elmoe3d run: {escape(Path(doc['trace']).name)}, {doc['model']}{synth}"
              f", {doc['config']}, backend {doc['backend']}, {doc['schedule']}, "
              f"{len(doc['layers'])} layers, {doc['tokens']} tokens")
     t = Table(title=title, title_justify="left")

@@ -571,7 +571,9 @@ def run(args) -> int:
     try:
         from .outputs import report_console
         console = report_console(110)
-        say = console.print
+
+        def say(what):              # paths and tools' lines, not rich markup
+            console.print(what, markup=False)
     except ImportError:                               # pragma: no cover - rich is a dependency
         console = None
         say = print

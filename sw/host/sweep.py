@@ -354,7 +354,7 @@ def _progress(enabled, total, label):
         return
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                TimeElapsedColumn, TimeRemainingColumn)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn()) as bar:
         tid = bar.add_task(label, total=total)
 

@@ -91,10 +91,11 @@ class FPGABackend(GoldenBackend):
         return BackendRun(records=records, figures=figures)
 
     def report(self, label: str, figures: dict) -> list:
+        from rich.markup import escape          # the lines are rich markup; a port is not
         x = figures
         naks = ", ".join(f"{k} {v}" for k, v in sorted(x["naks"].items())) or "none"
-        return [f"{label}: FPGA on {x['port']} at {x['baud']} baud: {x['pe_runs']} PE program "
-                f"runs in {x['seconds']:.1f} s, {x['frames']:,} frames "
+        return [f"{label}: FPGA on {escape(str(x['port']))} at {x['baud']} baud: "
+                f"{x['pe_runs']} PE program runs in {x['seconds']:.1f} s, {x['frames']:,} frames "
                 f"({x['retransmissions']} retransmitted, {x['polls']} polls; NAKs: {naks}), "
                 f"{format_bytes(x['bytes_sent'])} sent, {format_bytes(x['bytes_received'])} "
                 f"received; {x['cycles']:,} PE cycles ({x['cycles_note']})"]
