@@ -86,7 +86,13 @@ def test_fig12_plot(tmp_path, capsys):
     assert "HB 8 GB:" in text and "Phi_SD" in text
     png = tmp_path / "fig12_8gb.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert json.loads(out.read_text())["hb"] == "8gb"
+    doc = json.loads(out.read_text())
+    assert doc["hb"] == "8gb"
+    # the JSON's sizes are decimal GB where the table prints GiB: its units say so (a review
+    # found the sweep's hb_gb, 2^30 bytes, beside this unlabelled)
+    assert doc["units"]["hb"].startswith("GB (10^9 bytes") and "GiB" in doc["units"]["hb"]
+    row = next(r for r in doc["rows"] if r["scheme"] == "elastic")
+    assert sum(row["hb"].values()) == pytest.approx(8 * 2**30 / 1e9, rel=1e-9)
     assert "the paper's 4 GB value at batch 16 (its 8 GB alphas are withheld)" in \
         " ".join(text.split())
     # at 4 GB the 4 GB alpha is the paper's own: nothing is withheld there (the capacity in
