@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from .checks import is_int
+from .checks import is_int, python_int_hint
 from .isa import Sink
 
 
@@ -38,7 +38,7 @@ class ConfigError(ValueError):
 
 def _check_int(name, value, *, lo=1, power_of_two=False, even=False):
     if not is_int(value, numpy=False):
-        raise ConfigError(f"{name}: expected an integer, got {value!r}")
+        raise ConfigError(f"{name}: expected an integer{python_int_hint(value)}, got {value!r}")
     if value < lo:
         raise ConfigError(f"{name}: expected an integer >= {lo}, got {value}")
     if power_of_two and value & (value - 1):

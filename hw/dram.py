@@ -17,7 +17,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..checks import is_int, python_int_hint
+from ..checks import check_int
 from ..config import DramConfig
 from .checked import CheckedComponent
 from .dram_layouts import RowKind, dram_bus_signature, dram_errors_layout, request_layout
@@ -192,9 +192,7 @@ class DramController(CheckedComponent):
                              f"denominator <= 64")
         for name, value, lo in (("queue_depth", queue_depth, 4), ("read_buffer", read_buffer, 2),
                                 ("length_bits", length_bits, 1)):
-            if not is_int(value, numpy=False) or value < lo:
-                raise ValueError(f"{name}: expected an integer >= {lo}"
-                                 f"{python_int_hint(value)}, got {value!r}")
+            check_int(name, value, lo, numpy=False)
         if queue_depth & (queue_depth - 1):
             raise ValueError(f"queue_depth: expected a power of two, got {queue_depth}")
         if length_bits > 32:

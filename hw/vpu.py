@@ -37,7 +37,7 @@ from amaranth.lib import data, stream
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..checks import is_int, python_int_hint
+from ..checks import check_int
 from ..config import (FP32_LATENCY, REQUANT_LATENCY, ROWMAX_LATENCY, check_mul_stages,
                       combine_latency, swiglu_latency)
 from ..sw.golden import vpu as golden
@@ -131,10 +131,7 @@ def sigmoid_rom_init() -> list[dict]:
 
 
 def _check_tag_width(tag_width):
-    if not is_int(tag_width, numpy=False) or not 0 <= tag_width <= 64:
-        raise ValueError(f"tag_width: expected an integer in 0..64"
-                         f"{python_int_hint(tag_width)}, got {tag_width!r}")
-    return tag_width
+    return check_int("tag_width", tag_width, 0, 64, numpy=False)
 
 
 #: Slices of the narrower operand of a VPU multiplier: its partial products are registered

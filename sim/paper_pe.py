@@ -177,9 +177,13 @@ def run_paper_pe(arch: ArchConfig, *, shape: str = "olmoe-1b-7b", tokens=(1,),
     count of ``tokens``, mode of ``modes`` and ``ld`` rate of ``ld_rates``
     (:func:`elmoe3d.sim.bench_pe.ld_rate_words`: ``"hb"``, ``"full"`` or words per cycle);
     returns the :class:`~elmoe3d.sim.records.BenchResult` (failing tests do not raise: the
-    caller reads the records and the runner's counts)."""
+    caller reads the records and the runner's counts). Each of ``tokens``, ``modes`` and
+    ``ld_rates`` is one value or any iterable of them (NumPy arrays included). Raises
+    ``ValueError`` naming ``tokens`` for a count that is not a positive integer, or none."""
     from .bench_pe import as_list, run_pe_bench
     tokens = [check_int("tokens", t, 1) for t in as_list(tokens)]
+    if not tokens:
+        raise ValueError("tokens: expected at least one positive integer, got none")
     modes, ld_rates = as_list(modes), as_list(ld_rates)
     return run_pe_bench(arch, tests=PAPER_TEST, seed=seed, built=built, check=False,
                         params={"paper_shape": shape, "paper_tokens": tokens,

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from . import given_options
-from .outputs import output_path, check_output, write_json
+from .outputs import check_output, output_path, plain_printer, write_json
 
 
 __all__ = ["configure", "run", "print_report", "report_rows", "asic_rollup", "block_rows",
@@ -143,9 +143,7 @@ def run(args) -> int:
     from ..synth import fpga
 
     console = _console()
-
-    def say(what):                  # paths and tools' lines, not rich markup
-        console.print(what, markup=False)
+    say = plain_printer(console)
     if args.list_boards:
         others = _options_given(args)
         if others:

@@ -52,6 +52,15 @@ def report_console(min_width=120):
     return console
 
 
+def plain_printer(console, **options):
+    """``console.print`` for text that is not rich markup (paths, tools' lines, a user's
+    names: rich would read ``[x]`` as a tag and drop it), with ``options`` (``soft_wrap``,
+    ...); a function of the text."""
+    def say(text):
+        console.print(text, markup=False, **options)
+    return say
+
+
 def check_output(path, option: str) -> Path:
     """Raise :class:`UserError` (naming ``option``) unless ``path`` can be written: not a
     directory nor another existing non-regular file (a device such as ``/dev/null``, a FIFO,

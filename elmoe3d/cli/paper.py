@@ -661,10 +661,8 @@ def _fig12(args) -> int:
            if alphas else "the paper's 4 GB value at batch 16"
            + (" (its 8 GB alphas are withheld)" if args.hb == "8gb" else ""))
     console.print(f"alpha: {who}; {_model_note(args)}")
-    units = {"hb": "GB (10^9 bytes; the table prints GiB)", "ext": "GB (10^9 bytes)",
-             "draft_ms": "ms an iteration", "verify_ms": "ms an iteration",
-             "ms_token": "ms a token (all sequences)"}
-    _write(console, args, {**_options_doc(args, "fig12"), "units": units, "rows": rows}, plot,
+    _write(console, args, {**_options_doc(args, "fig12"), "units": pe.FIG12_UNITS,
+                           "rows": rows}, plot,
            lambda path: _plot_fig12(path, rows, args.hb))
     return 0
 

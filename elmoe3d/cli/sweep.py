@@ -91,7 +91,7 @@ def run(args) -> int:
     from ..sw.host.sweep import check_dashboard, check_scheduler, run_sweep
     from ..sw.host.sweep_spec import TASKS, dropped_text, expand, load_spec
     from . import given_options
-    from .outputs import report_console
+    from .outputs import plain_printer, report_console
     if args.check and given_options(args, RUN_OPTIONS):
         raise UserError(f"{', '.join(given_options(args, RUN_OPTIONS))}: not read with --check "
                         f"(it expands and validates the spec and runs no point)")
@@ -112,8 +112,7 @@ def run(args) -> int:
         check_dashboard(args.dashboard)
     spec = load_spec(args.spec)
     console = report_console(110)
-    def say(message, **kw):
-        console.print(message, markup=False, soft_wrap=True)
+    say = plain_printer(console, soft_wrap=True)
     if args.check:
         counts = {}
         points = expand(spec, counts)

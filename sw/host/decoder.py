@@ -173,6 +173,12 @@ class DecoderShape:
             return 2 * self.kv_heads * self.head_dim
         return self.kv_lora_rank + self.qk_rope_dim
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one token leaves in one layer's KV cache: :attr:`kv_values_per_token` at
+        :data:`KV_BYTES` each."""
+        return self.kv_values_per_token * KV_BYTES
+
     def attention_macs(self, context: int) -> int:
         """MACs of one token's attention over ``context`` cached tokens in one full layer
         (scores and the weighted sum; MLA absorbed into the compressed KV)."""

@@ -104,7 +104,7 @@ from ...errors import UserError
 from ...synth.energy import DIE_ENERGY, sram_pj_per_byte
 from .compute_calib import FEEDS, ffn_calibration
 from .linear_calib import linear_calibration
-from .decoder import (CONTEXT, DRAFT_MODELS, EAGLE3_HEADS, KV_BYTES, QWEN25_1P5B,
+from .decoder import (CONTEXT, DRAFT_MODELS, EAGLE3_HEADS, QWEN25_1P5B,
                       DraftModel, decoder_shape, eagle_head, weight_bytes)
 from .models import TABLE3_MODELS
 
@@ -113,6 +113,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "DraftModel", "DRAFT_MODELS", "EAGLE3_HEADS", "QWEN25_1P5B", "eagle_head",
            "linear_utilisation", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
+           "FIG12_UNITS",
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
            "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig14", "fig14_summary", "PAPER_FIG14",
            "PAPER_FIG15", "fig15_summary", "ENERGY_PARTS", "NEAR_MEMORY_READ",
@@ -747,7 +748,9 @@ class EvalModel:
 
     HB placement (Fig. 12; ``placement``, one of :data:`PLACEMENTS`) is fixed at
     construction: :attr:`hb_static` (fraction of the static weights in HB), :attr:`hb_kv` (of
-    the KV cache), :attr:`draft_in_hb`, :attr:`slots` (expert cache slots a MoE layer).
+    the KV cache), :attr:`draft_in_hb` (of :attr:`draft_bytes`, the scheme's draft data in
+    bytes: a draft model's weights and KV, or Quant-SD's 4-bit copy of the static weights),
+    :attr:`slots` (expert cache slots a MoE layer).
     :meth:`sd` keeps each draft and verify step it costs: change none of these (nor
     ``draft_slots``, ``form``, ``intra``) after the first :meth:`sd`.
 
@@ -815,7 +818,7 @@ class EvalModel:
         m, z, cap = self.m, self.sizes, float(self.plat.hb_bytes)
         self.static_bytes = weight_bytes(z.static)
         self.kv_bytes = self.batch * self.shape.kv_tokens(self.context) \
-            * self.shape.kv_values_per_token * KV_BYTES
+            * self.shape.kv_bytes_per_token
         # the scheme's draft data: the draft model's weights and KV, or Quant-SD's 4-bit copy of
         # the static weights
         draft = 0.0
@@ -1021,9 +1024,9 @@ class EvalModel:
         # 4-bit copy (HB first, as placed)
         fs = self.hb_static if not (draft and self.scheme == "quant") else self.draft_in_hb
         ctx_tokens = sh.kv_tokens(self.context)
-        kv_layer = self.batch * ctx_tokens * sh.kv_values_per_token * KV_BYTES / L
+        kv_layer = self.batch * ctx_tokens * sh.kv_bytes_per_token / L
         # each row's K and V written into the layer's cache (placed as the KV is)
-        kv_writes = self._split(rows * sh.kv_values_per_token * KV_BYTES, self.hb_kv)
+        kv_writes = self._split(rows * sh.kv_bytes_per_token, self.hb_kv)
         att_macs = rows * sh.attention_weights + rows * sh.attention_macs(ctx_tokens // L)
         dense_layers = L - m.moe_layers
         for layer_kind, count in (("dense", dense_layers), ("moe", m.moe_layers)):
@@ -1122,7 +1125,7 @@ class EvalModel:
                             (ext - shared_ext, self.pop.top_share(n, self.nm_slots)))
         # each (row, routed expert) pair and each row of the shared experts: the row in on the
         # ring, the expert's output reduced on the link; the shared experts' weights serve
-        # every row, a routed expert's the rows routed to it (rows x top-k over the step's
+        # every row, a routed expert's the rows routed to it (rows x k over the step's
         # distinct experts, on average)
         pairs = rows * (k + (1 if shared else 0))
         routed = hb + ext - shared_bytes
@@ -1193,10 +1196,7 @@ class EvalModel:
         depth, width = int(depth), int(width)
         verify = depth * width if verify is None else int(verify)
         B = self.batch
-        d1 = self._sd_step("draft", B)
-        dn = self._sd_step("draft_next", B * width) if depth > 1 else StepCost()
-        draft_s = d1.seconds + (depth - 1) * dn.seconds
-        v = self._sd_step("verify", B * (1 + verify))
+        d1, dn, v, draft_s = self._iteration(depth, width, verify)
         per_token = (draft_s + v.seconds) / (B * tokens)
         e = (d1.energy_pj(self.plat) + (depth - 1) * dn.energy_pj(self.plat)
              + v.energy_pj(self.plat)) / (B * tokens)
@@ -1206,10 +1206,23 @@ class EvalModel:
         parts = {k: x / (B * tokens) for k, x in it.energy(self.plat).items()}
         return SDResult(depth, width, tokens, draft_s, v.seconds, per_token, e, parts, verify)
 
+    def _iteration(self, depth: int, width: int, verify: int) -> tuple:
+        """One SD iteration's steps and its draft seconds, ``(first draft, later draft,
+        verify, draft seconds)``: the batch's rows once, ``batch x width`` rows ``depth - 1``
+        times (an empty :class:`StepCost` at depth 1), ``batch x (1 + verify)`` rows; what
+        :meth:`sd` and :meth:`best_sd` cost a tree with."""
+        B = self.batch
+        d1 = self._sd_step("draft", B)
+        dn = self._sd_step("draft_next", B * width) if depth > 1 else StepCost()
+        return (d1, dn, self._sd_step("verify", B * (1 + verify)),
+                d1.seconds + (depth - 1) * dn.seconds)
+
     def _sd_step(self, kind: str, rows: int) -> StepCost:
         """An iteration's first draft step (``kind`` ``"draft"``), a later one
         (``"draft_next"``) or its verify step (``"verify"``) of ``rows`` rows, computed once
         per model (none depends on the AR cache form). Not to be modified."""
+        if kind not in ("draft", "draft_next", "verify"):
+            raise ValueError(f"_sd_step: kind {kind!r}")
         c = self._sd_steps.get((kind, rows))
         if c is None:
             c = self._sd_steps[kind, rows] = (
@@ -1226,10 +1239,8 @@ class EvalModel:
         accepted_tokens(alpha, 1, 1)                      # checks alpha
         B, best = self.batch, None
         for d, w, v in tree_grid(depths, widths):
-            draft_s = self._sd_step("draft", B).seconds + (
-                (d - 1) * self._sd_step("draft_next", B * w).seconds if d > 1 else 0.0)
-            t = ((draft_s + self._sd_step("verify", B * (1 + v)).seconds)
-                 / (B * _tokens_by_verify(float(alpha), d, w)[v]))
+            _, _, vs, draft_s = self._iteration(d, w, v)
+            t = (draft_s + vs.seconds) / (B * _tokens_by_verify(float(alpha), d, w)[v])
             if best is None or t < best[0]:
                 best = (t, (d, w, v))
         return self.sd(alpha, *best[1])
@@ -1848,6 +1859,12 @@ def routing_exponents(traces, windows=(2, 4, 8, 16), batches=(2, 3, 4), *,
 
 
 # == Fig. 12: memory mapping and time breakdown per SD scheme ======================================
+
+#: The units of :func:`fig12`'s row fields (its ``--json`` carries them).
+FIG12_UNITS = {"hb": "GB (10^9 bytes; the table prints GiB)", "ext": "GB (10^9 bytes)",
+               "draft_ms": "ms an iteration", "verify_ms": "ms an iteration",
+               "ms_token": "ms a token (all sequences)"}
+
 
 def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
           tree=TREE, alphas: dict | None = None, zipf: dict | None = None,

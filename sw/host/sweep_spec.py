@@ -608,7 +608,7 @@ def _name(name, path: str) -> str:
         name = name.isoformat()
     if not isinstance(name, str):
         kind = {bool: "a boolean", int: "an integer", float: "a number", list: "a list",
-                dict: "a mapping", type(None): "null (nothing)"}.get(type(name),
+                dict: "a mapping", type(None): "nothing"}.get(type(name),
                                                                       f"a {type(name).__name__}")
         raise UserError(f"{path}: name: expected text, got {json.dumps(name, default=str)} "
                         f"(YAML read it as {kind}: quote it)")
@@ -751,7 +751,7 @@ def _workload_problems(w) -> list:
         if not is_int(v, numpy=False) or v < 1:
             out.append(_WorkloadError(k, f"expected a positive integer, got {v!r}"))
     v, d, wd = w["verify"], w["depth"], w["width"]
-    if v != "all" and (not is_int(v, numpy=False) or v < 1):
+    if w["scheme"] != "ar" and v != "all" and (not is_int(v, numpy=False) or v < 1):
         nodes = (f"1 .. depth x width = {d * wd}" if is_int(d, numpy=False)
                  and is_int(wd, numpy=False) and d >= 1 and wd >= 1 else "a positive number of")
         out.append(_WorkloadError("verify", f"expected all or {nodes} nodes, got {v!r}"))

@@ -2,6 +2,8 @@
 share it: a bool is never a count, a NumPy integer is one except where Amaranth needs a Python
 int (hardware parameters), and the error names the parameter and the range."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -24,6 +26,7 @@ from elmoe3d.hw.ring import StreamlineRing
 from elmoe3d.hw.tile import TensorTile
 from elmoe3d.hw.uart import UartRx
 from elmoe3d.hw.vpu import SwiGLUUnit
+from elmoe3d.sw.golden.agg_link import reduce_add_words
 from elmoe3d.sw.golden.quant import QuantizationError, quantize_weights
 from elmoe3d.sw.golden.ring import RingFlit, ring_flits, ring_geometry
 from elmoe3d.sw.golden.vpu import sat
@@ -138,9 +141,15 @@ def test_the_python_int_hint_is_for_numpy_integers_only(v):
     lambda: LoadEngine(word_bits=512, low_words=np.int64(8)),
     lambda: TensorTile(config=TileConfig(), passes=np.int64(2)),
     lambda: BoardTop(config=preset("small"), clk_hz=100_000_000, hb_words=np.int64(512)),
+    lambda: BoardTop(config=preset("small"), clk_hz=np.int64(100_000_000)),
+    lambda: ring_geometry(word_bits=np.int64(512), flit_bytes=32),
+    lambda: ring_geometry(word_bits=512, flit_bytes=np.int64(32)),
+    lambda: reduce_add_words([[0]], word_bits=np.int64(512)),
+    lambda: replace(preset("small"), pes=np.int64(16)),
 ], ids=["UartRx", "SwiGLUUnit", "DramController", "die_errors_layout", "check_choice",
         "check_word_bits", "GemmIssue wmem_words", "GemmIssue low_words", "LoadEngine",
-        "TensorTile", "BoardTop"])
+        "TensorTile", "BoardTop hb_words", "BoardTop clk_hz", "ring_geometry word_bits",
+        "ring_geometry flit_bytes", "reduce_add_words", "ArchConfig"])
 def test_a_hardware_check_with_its_own_words_names_a_numpy_integer(build):
     """Checks whose words are their own (a power of two, a choice, a minimum with its unit)
     refused a NumPy integer as if its value were wrong ("divisor: expected an integer >= 4

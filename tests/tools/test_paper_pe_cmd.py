@@ -218,4 +218,6 @@ def test_run_paper_pe_checks_tokens_before_the_bench(monkeypatch):
     for bad in (2.5, True, 0, [1, 2.5]):
         with pytest.raises(ValueError, match=r"^tokens: expected a positive integer, got "):
             paper_pe.run_paper_pe(arch, tokens=bad)
+    with pytest.raises(ValueError, match=r"^tokens: expected at least one positive integer"):
+        paper_pe.run_paper_pe(arch, tokens=[])
     assert len(seen) == 4

@@ -658,7 +658,7 @@ BAD = [
     ("name: 5\nworkload:\n  model: [qwen3-30b-a3b]\n",      # it said "as a int"
      "{spec}: name: expected text, got 5 (YAML read it as an integer: quote it)"),
     ("name: ~\nworkload:\n  model: [qwen3-30b-a3b]\n",      # it said "as a NoneType"
-     "{spec}: name: expected text, got null (YAML read it as null (nothing): quote it)"),
+     "{spec}: name: expected text, got null (YAML read it as nothing: quote it)"),
     # a sweep that would compute nothing
     ("workload:\n  model: [qwen3-30b-a3b]\ntasks:\n  perf: false\n",
      "{spec}: tasks: no task selected (perf is false and area, timing and rtl are not given or "
@@ -738,6 +738,15 @@ def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
     assert cli.main(["sweep", str(twice), "--check"]) == 2
     assert capsys.readouterr().err == (f"elmoe3d sweep: error: {twice}, line 3: key 'm' given "
                                        f"twice in one table\n")
+
+
+def test_an_ar_point_takes_any_verify(tmp_path, capsys):
+    """AR runs no tree: its verify is not checked (a review found the per-point value checks
+    refusing ``verify: [0]`` on an AR-only spec that ran before)."""
+    spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n"
+                            "  verify: [0]\n", "ar.yaml")
+    assert cli.main(["sweep", str(spec), "--check"]) == 0, capsys.readouterr().err
+    assert ": 1 valid points" in capsys.readouterr().out
 
 
 def test_every_mistake_of_the_spec_itself_is_a_line(tmp_path, capsys):
