@@ -29,7 +29,8 @@ __all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "ConfigE
            "swiglu_sink_latency", "combine_sink_latency", "max_requant_units",
            "swiglu_row_cycles", "combine_row_cycles", "drain_cycles", "check_mul_stages",
            "unit_count", "LINK_OP_LATENCY", "link_reduce_stages", "link_latency",
-           "EXT_CHUNK_WORDS"]
+           "EXT_CHUNK_WORDS", "DRAM_BACKGROUND", "DRAM_DIE_GBIT", "DRAM_PROXY_IDD",
+           "DRAM_PROXY_VOLTS", "DRAM_PROXY_GBIT", "DRAM_ENERGY_FIELDS"]
 
 
 class ConfigError(ValueError):
@@ -433,6 +434,46 @@ LPDDR5_6400_X16 = DramConfig(
     min_ck=(("tPPD", 2), ("tRRD_S", 2), ("tRRD_L", 2), ("tRTP", 4)),
     per_bank_refresh=True, refpb_banks=2, max_postponed=8, dual_command_bus=False)
 
+#: DRAM background power (what a DRAM draws with no access: its periphery in standby and its
+#: refresh), mW a GiB of capacity, by the state its dies idle in: ``"standby"`` (precharge
+#: standby, IDD2N, never powered down: what a memory streamed all step draws, the default of
+#: :attr:`ArchConfig.hb_background_mw_per_gb` and ``ext_background_mw_per_gb``),
+#: ``"power-down"`` (precharge power-down, IDD2P, between accesses: a lower bound) or
+#: ``"none"`` (not counted). Both add the refresh at tREFI (IDD5AB, the all-bank refresh's
+#: average current, less IDD2N). No LPDDR5 IDD table is in our copy: the currents are a
+#: Micron 6 Gb LPDDR4-3200 x16 die's (:data:`DRAM_PROXY_IDD`), its standby taken per die of
+#: :data:`DRAM_DIE_GBIT` (a die's periphery does not grow with its capacity) and its refresh
+#: per Gb. LPDDR5's VDD2H is 1.05 V against LPDDR4's 1.1 V and its clock is faster: the
+#: figures stand for LPDDR5's, for the HB's dies too (the paper scales their read energy to
+#: LPDDR5's low-voltage condition, Section 6). Fig. 15's "static" (docs/paper.md section 7).
+DRAM_PROXY_IDD = MappingProxyType({
+    # the DRAMSys / DRAMPower memspec MICRON_6Gb_LPDDR4-3200_32bit_A (from Micron's datasheet):
+    # (VDD1, VDD2, VDDQ) in mA, at 1.8, 1.1 and 1.1 V
+    "IDD2N": (2.0, 27.0, 0.75), "IDD2P": (1.2, 3.0, 0.75), "IDD5AB": (2.5, 30.0, 0.75)})
+#: The proxy die's rail voltages (V) and its capacity (Gb).
+DRAM_PROXY_VOLTS, DRAM_PROXY_GBIT = (1.8, 1.1, 1.1), 6
+#: The density of the dies whose standby :data:`DRAM_BACKGROUND` counts: 16 Gb, the LPDDR5 die
+#: of :data:`LPDDR5_6400_X16`'s refresh tables (64 GB is then 32 dies).
+DRAM_DIE_GBIT = 16
+
+
+def _proxy_mw(state: str) -> float:
+    """The proxy die's power in ``state`` (:data:`DRAM_PROXY_IDD`), mW: sum of mA x V."""
+    return sum(ma * v for ma, v in zip(DRAM_PROXY_IDD[state], DRAM_PROXY_VOLTS))
+
+
+_REFRESH_MW_PER_GIB = 8 * (_proxy_mw("IDD5AB") - _proxy_mw("IDD2N")) / DRAM_PROXY_GBIT
+DRAM_BACKGROUND = MappingProxyType({
+    "standby": _proxy_mw("IDD2N") * 8 / DRAM_DIE_GBIT + _REFRESH_MW_PER_GIB,      # 22.66
+    "power-down": _proxy_mw("IDD2P") * 8 / DRAM_DIE_GBIT + _REFRESH_MW_PER_GIB,   # 8.74
+    "none": 0.0})
+
+#: The :class:`ArchConfig` fields that price the DRAM, not the logic die: a configuration that
+#: changes only these keeps its preset's measured die static power
+#: (:meth:`~elmoe3d.synth.energy.DieEnergy.static_of`).
+DRAM_ENERGY_FIELDS = ("hb_pj_per_bit", "ext_pj_per_bit", "hb_background_mw_per_gb",
+                      "ext_background_mw_per_gb")
+
 # == end of the DRAM section =======================================================================
 
 
@@ -464,6 +505,10 @@ class ArchConfig:
         LPDDR5-6400, 8 channels x16: 102.4 GB/s.
     ext_bytes : int
         External capacity (64 GB).
+    hb_background_mw_per_gb, ext_background_mw_per_gb : float
+        DRAM background power (standby and refresh), mW a GiB of HB and of EXT (22.66, the
+        :data:`DRAM_BACKGROUND` ``"standby"`` figure; 0 counts none): Fig. 15's static
+        energy beside the logic die's leakage (:attr:`dram_background_mw`).
     streamline_gbps, aggregation_gbps : float
         Streamline ring (128 GB/s) and aggregation link (32 GB/s).
     hb : DramConfig
@@ -494,6 +539,8 @@ class ArchConfig:
     ext_gbps: float = 102.4
     ext_bytes: int = 64 << 20
     ext_pj_per_bit: float = 3.88
+    hb_background_mw_per_gb: float = DRAM_BACKGROUND["standby"]
+    ext_background_mw_per_gb: float = DRAM_BACKGROUND["standby"]
     streamline_gbps: float = 128.0
     aggregation_gbps: float = 32.0
     hb: DramConfig = HB_BANK
@@ -522,6 +569,12 @@ class ArchConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ConfigError(f"{name}: expected a positive number, got {value!r}")
+        for name in ("hb_background_mw_per_gb", "ext_background_mw_per_gb"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0 \
+                    or value == float("inf"):
+                raise ConfigError(f"{name}: expected a non-negative number of mW a GiB, got "
+                                  f"{value!r}")
         self._check_dram()
 
     def _check_dram(self):
@@ -580,6 +633,14 @@ class ArchConfig:
         paper's figures; link and compute energy have no figure here and are not counted).
         The one energy rule of the perf model and the golden backend."""
         return hb_bytes * 8 * self.hb_pj_per_bit, ext_bytes * 8 * self.ext_pj_per_bit
+
+    @property
+    def dram_background_mw(self) -> dict:
+        """DRAM background power, mW: ``{"hb": ..., "ext": ...}``, each capacity in GiB (HB:
+        ``pes x hb_bank_bytes``; EXT: ``ext_bytes``) x its ``*_background_mw_per_gb``
+        (:data:`DRAM_BACKGROUND`). paper-8gb: HB 181 mW, EXT 1,450 mW at the default."""
+        return {"hb": self.pes * self.hb_bank_bytes / 2**30 * self.hb_background_mw_per_gb,
+                "ext": self.ext_bytes / 2**30 * self.ext_background_mw_per_gb}
 
     @property
     def streamline_bytes_per_cycle(self) -> float:

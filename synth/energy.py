@@ -52,7 +52,7 @@ metric).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .liberty import Liberty
@@ -126,12 +126,16 @@ class DieEnergy:
 
     def static_of(self, arch) -> float:
         """Static power (mW) of the logic die of ``arch`` (an ArchConfig): the measured
-        figure when ``arch`` is that preset unchanged, else ``arch.pes`` x the mean static
-        power a PE with its share of the die has in the measured presets."""
-        from ..config import preset
+        figure when ``arch`` is that preset with its logic unchanged (its DRAM's energy
+        figures, :data:`~elmoe3d.config.DRAM_ENERGY_FIELDS`, are not the die's), else
+        ``arch.pes`` x the mean static power a PE with its share of the die has in the
+        measured presets."""
+        from ..config import DRAM_ENERGY_FIELDS, preset
         measured = dict(self.static_mw)
-        if arch.name in measured and arch == preset(arch.name):
-            return measured[arch.name]
+        if arch.name in measured:
+            ref = preset(arch.name)
+            if replace(arch, **{f: getattr(ref, f) for f in DRAM_ENERGY_FIELDS}) == ref:
+                return measured[arch.name]
         per_pe = sum(mw / preset(name).pes for name, mw in measured.items()) / len(measured)
         return arch.pes * per_pe
 

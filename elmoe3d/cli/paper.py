@@ -11,10 +11,13 @@ EXT and an SD iteration's accept length, draft and verify time (Qwen3-30B-A3B, b
 the xPU per model and batch, and ours against xPU, against the strongest prior platform
 (:data:`~elmoe3d.sw.host.paper_eval.PRIOR_PLATFORMS`: PIM, LogicPIM, NMP) and against HB-xPU
 (ours without bit-sliced MACs and Elastic-SD).
-``elmoe3d paper fig15 [--hb] [--plot DIR]``: Fig. 15, every platform's energy a token in its
-best mode by component (computation, external memory, HB memory, communication, static; the
-logic die's figures from the ASAP7 Liberty, ``elmoe3d.synth.energy.DIE_ENERGY``), normalised
-to ours, and ours against xPU and the best performing prior platform beside the paper's.
+``elmoe3d paper fig15 [--hb] [--dram-background] [--plot DIR]``: Fig. 15, every platform's
+energy a token in its best mode by component (computation, external memory, HB memory,
+communication, static; the logic die's figures from the ASAP7 Liberty,
+``elmoe3d.synth.energy.DIE_ENERGY``; the static part with the DRAM's background power,
+:data:`~elmoe3d.config.DRAM_BACKGROUND`, its dies in ``standby`` unless ``--dram-background``
+says ``power-down`` or ``none``), normalised to ours, and ours against xPU and the best
+performing prior platform beside the paper's.
 The paper's Fig. 14 and 15 are for 8 GB HB: at ``--hb 4gb`` their figures are named apart as
 8 GB figures, not set beside ours.
 ``elmoe3d paper cache-check`` replays the real Mixtral-8x7B traces (gsm8k, humaneval)
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import sys
 
+from ..config import DRAM_BACKGROUND
 from ..errors import UserError
 from ..sw.host.compute_calib import FEEDS
 from ..sw.host.paper_eval import PLACEMENTS
@@ -46,14 +50,15 @@ _MODEL_FIGS = ("table3", "fig12", "fig14", "fig15")
 APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
            "alpha": _MODEL_FIGS + ("cross-validate",), "link": _MODEL_FIGS,
            "ar_cache": ("table3", "fig14", "fig15"), "plot": ("fig12", "fig14", "fig15"),
-           "placement": ("table3", "fig12")}
+           "placement": ("table3", "fig12"), "dram_background": ("fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die",
-            "placement": "paper"}
+            "placement": "paper", "dram_background": "standby"}
 #: The values of the options that take one of a few (checked in :func:`run`, one line as
 #: ``elmoe3d run`` checks its ``--config``, rather than by argparse's usage block).
 CHOICES = {"hb": ("4gb", "8gb"), "cache_form": ("token", "step"), "alpha": ("paper", "model"),
-           "ar_cache": ("best", "msb", "whole"), "link": FEEDS, "placement": PLACEMENTS}
+           "ar_cache": ("best", "msb", "whole"), "link": FEEDS, "placement": PLACEMENTS,
+           "dram_background": tuple(DRAM_BACKGROUND)}
 #: The HB size of each figure in the paper.
 PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb", "fig15": "8gb"}
 
@@ -101,6 +106,13 @@ def configure(parser):
                              "cache; default) or reads (in SD the draft data first, read depth "
                              "times an iteration; AR as the paper's: a what-if); the fits are "
                              "not redone")
+    parser.add_argument("--dram-background", default=None,
+                        metavar="|".join(CHOICES["dram_background"]),
+                        help="fig14, fig15: the state the DRAM's dies idle in, for Fig. 15's "
+                             "static energy: standby (precharge standby and refresh, "
+                             f"{DRAM_BACKGROUND['standby']:.2f} mW a GiB; default), power-down "
+                             f"({DRAM_BACKGROUND['power-down']:.2f}) or none (the logic die's "
+                             "leakage alone)")
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", type=output_path, default=None,
@@ -123,7 +135,8 @@ def _options_doc(args, figure) -> dict:
     verify]`` or ``"best"``), so that two runs' JSON files say how they differ."""
     tree = _tree(args.tree)
     doc = {"hb": args.hb}
-    for opt in ("tree", "cache_form", "alpha", "ar_cache", "link", "placement"):
+    for opt in ("tree", "cache_form", "alpha", "ar_cache", "link", "placement",
+                "dram_background"):
         if figure in APPLIES[opt]:
             doc[opt] = (tree if tree == "best" else list(tree)) if opt == "tree" else \
                 getattr(args, opt)
@@ -471,7 +484,7 @@ def _fig14_rows(args):
     alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
     return pe.fig14(args.hb, tree=_tree(args.tree), zipf=_zipf(args), ar_cache=args.ar_cache,
                     form=args.cache_form, alphas=alphas, link=args.link,
-                    placement=args.placement), alphas
+                    placement=args.placement, dram_background=args.dram_background), alphas
 
 
 def _fig15(args) -> int:
@@ -536,13 +549,26 @@ def _fig15(args) -> int:
                   f"figures: DIE_ENERGY "
                   f"({pe.DIE_ENERGY.measured}); "
                   f"near-memory reads from published figures (NEAR_MEMORY_READ), their MACs "
-                  f"a placeholder; DRAM background power not modelled (docs/paper.md, "
-                  f"section 7); "
+                  f"a placeholder; {_static_note(args)}; "
                   f"{_model_note(args)}")
     _write(console, args, {**_options_doc(args, "fig15"), "paper_hb": PAPER_HB["fig15"],
                            "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig15(path, rows, args.hb))
     return 0
+
+
+def _static_note(args) -> str:
+    """What Fig. 15's static energy counts at ``--hb`` and ``--dram-background``: the logic
+    die's leakage and the DRAM's background power (docs/paper.md section 7)."""
+    from ..sw.host import paper_eval as pe
+    x, o = (pe.platform(p, args.hb, dram_background=args.dram_background)
+            for p in ("xpu", "ours"))
+    mw = DRAM_BACKGROUND[args.dram_background]
+    return (f"static: the logic die's leakage ({o.static_mw:.2f} mW) and the DRAM's background "
+            f"power, {args.dram_background} ({mw:.2f} mW a GiB, an LPDDR4 die's standby and "
+            f"refresh currents: config.DRAM_BACKGROUND): {x.dram_static_mw:,.0f} mW for the "
+            f"64 GiB of LPDDR5 of every platform, {o.dram_static_mw:,.0f} mW with the HB of "
+            f"ours and HB-xPU")
 
 
 def _plot_fig15(path, rows, hb):

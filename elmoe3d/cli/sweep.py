@@ -71,7 +71,8 @@ DASHBOARD = "localhost:8787"
 #: compute calibration's PE and group, ``compute_calib.table_key``: the memories, the group
 #: size and the aggregation link's rate); the others change only the area and the RTL.
 PERF_FIELDS = ("pes", "clock_ghz", "hb_bank_gbps", "hb_bank_bytes", "hb_pj_per_bit",
-               "ext_gbps", "ext_bytes", "ext_pj_per_bit", "tile.rows",
+               "ext_gbps", "ext_bytes", "ext_pj_per_bit", "hb_background_mw_per_gb",
+               "ext_background_mw_per_gb", "tile.rows",
                "tile.lanes", "tile.group", "wmem_bytes", "iomem_bytes", "iomem_split",
                "pes_per_group", "aggregation_gbps")
 

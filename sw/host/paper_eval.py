@@ -85,7 +85,8 @@ xPU AR time a token / the scheme's SD time a token (Table 3; its "best mode" is 
 Energy (:meth:`StepCost.energy`, Fig. 15): computation (MACs and the logic die's SRAM at the
 ASAP7 figures of :data:`~elmoe3d.synth.energy.DIE_ENERGY`), HB and EXT access
 (``hb_pj_per_bit``, ``ext_pj_per_bit``: Table 1), communication (streamline ring, aggregation
-link; near-memory units' traffic over LPDDR5) and the logic die's static power x time;
+link; near-memory units' traffic over LPDDR5) and static power x time (the logic die's leakage
+and the DRAM's background power, standby and refresh: ``config.DRAM_BACKGROUND``);
 :meth:`StepCost.energy_pj` is the HB and EXT access energy alone (Fig. 14's rows).
 """
 
@@ -99,7 +100,7 @@ from typing import Any
 import numpy as np
 
 from ...checks import is_int, is_real
-from ...config import ConfigError, arch_config, preset as arch_preset
+from ...config import DRAM_BACKGROUND, ConfigError, arch_config, preset as arch_preset
 from ...errors import UserError
 from ...synth.energy import DIE_ENERGY, sram_pj_per_byte
 from .compute_calib import FEEDS, ffn_calibration
@@ -226,6 +227,9 @@ class Platform:
     sits in at ``nm_gbps`` and ``nm_tops``; ``nm_ext_gbps`` is the xPU's own LPDDR5 bandwidth
     beside it (NMP takes 2 of the 8 channels). ``static_mw``: the logic die's static power
     (:data:`~elmoe3d.synth.energy.DIE_ENERGY`; every platform has the same logic die);
+    ``dram_static_mw``: its DRAM's background power (standby and refresh, the configuration's
+    :attr:`~elmoe3d.config.ArchConfig.dram_background_mw`: every platform's 64 GB of LPDDR5,
+    the near-memory units' inside it, and the HB of HB-xPU and ours);
     ``tile_rows``: token rows a weight word serves in one tile pass (its SRAM reads);
     ``nm_pj_per_bit``: a near-memory unit's read inside the memory it sits in, pJ/bit
     (:data:`NEAR_MEMORY_READ`; 0 on a platform without one). ``arch``: the
@@ -248,6 +252,7 @@ class Platform:
     nm_bytes: int = 0
     nm_ext_gbps: float = 0.0
     static_mw: float = 0.0
+    dram_static_mw: float = 0.0
     tile_rows: int = 16
     nm_pj_per_bit: float = 0.0
     arch: Any = field(default=None, compare=False, repr=False)
@@ -313,13 +318,16 @@ NEAR_MEMORY_READ = {"xpu-pim": ("ext", 1 - 0.72),
 NEAR_MEMORY_MAC_BITS = 8
 
 
-def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die") -> Platform:
+def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die",
+             dram_background: str | None = None) -> Platform:
     """One of :data:`PLATFORMS` with the ``paper-<hb>`` configuration's figures (module
     docstring, :data:`NEAR_MEMORY`), or with those of ``arch`` (an
     :class:`~elmoe3d.config.ArchConfig`: its PE count, tile, clock, HB banks and LPDDR5; ``hb``
     is then ignored; or a preset's name, e.g. ``"paper-8gb"``), as a design-space sweep asks;
-    ``link`` as :attr:`Platform.link`. Raises :class:`UserError` on an unknown name, HB size,
-    link or ``arch``."""
+    ``link`` as :attr:`Platform.link`; ``dram_background``, one of
+    :data:`~elmoe3d.config.DRAM_BACKGROUND`'s states, sets the HB's and the EXT's background
+    power a GiB (None: the configuration's). Raises :class:`UserError` on an unknown name, HB
+    size, link, background state or ``arch``."""
     if not isinstance(name, str):
         raise UserError(f"platform name: expected one of {', '.join(PLATFORMS)}, got {name!r}")
     if not isinstance(link, str) or link not in FEEDS:
@@ -333,18 +341,26 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die") -> Pla
             arch = arch_config(arch)
         except ConfigError as exc:
             raise UserError(str(exc)) from None
+    if dram_background is not None:
+        if not isinstance(dram_background, str) or dram_background not in DRAM_BACKGROUND:
+            raise UserError(f"dram_background: expected one of {', '.join(DRAM_BACKGROUND)}, "
+                            f"got {dram_background!r}")
+        mw = DRAM_BACKGROUND[dram_background]
+        arch = replace(arch, hb_background_mw_per_gb=mw, ext_background_mw_per_gb=mw)
     a = arch
     ext = a.ext_gbps * EXT_EFFICIENCY
+    background = a.dram_background_mw
     base = Platform(name, a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0, a.hb_pj_per_bit,
-                    a.ext_pj_per_bit, static_mw=DIE_ENERGY.static_of(a), tile_rows=a.tile.rows,
-                    arch=a, link=link)
+                    a.ext_pj_per_bit, static_mw=DIE_ENERGY.static_of(a),
+                    dram_static_mw=background["ext"], tile_rows=a.tile.rows, arch=a, link=link)
     if name == "xpu":
         return base
     if name in ("ours", "hb-xpu"):
         hb_gbps = a.pes * a.hb_bank_gbps * HB_EFFICIENCY
         ours = name == "ours"
         return replace(base, tops4=a.peak_tops(4) if ours else base.tops8, hb_gbps=hb_gbps,
-                       hb_bytes=a.pes * a.hb_bank_bytes, bit_sliced=ours)
+                       hb_bytes=a.pes * a.hb_bank_bytes, bit_sliced=ours,
+                       dram_static_mw=background["ext"] + background["hb"])
     if name in NEAR_MEMORY:
         mult, tops, channels = NEAR_MEMORY[name]
         ch = channels or a.ext_channels
@@ -700,8 +716,8 @@ class StepCost:
         * HB memory: HB bytes at ``hb_pj_per_bit``;
         * communication: ring and link bytes at ``DIE_ENERGY``'s figures, activations to and
           from near-memory units at ``ext_pj_per_bit``;
-        * static: the logic die's static power x the step's seconds (DRAM background and
-          refresh power are not modelled)."""
+        * static: the logic die's static power and the DRAM's background power (standby and
+          refresh, :attr:`Platform.dram_static_mw`) x the step's seconds."""
         e = DIE_ENERGY
         compute = (sum(n * e.mac(b) for b, n in self.macs.items())
                    + self.nm_macs * e.mac(NEAR_MEMORY_MAC_BITS)
@@ -714,7 +730,7 @@ class StepCost:
                 "communication": (self.ring_bytes * e.ring_pj_per_byte
                                   + self.link_bytes * e.link_pj_per_byte
                                   + 8 * self.nm_io_bytes * plat.ext_pj_per_bit),
-                "static": plat.static_mw * 1e-3 * self.seconds * 1e12}
+                "static": (plat.static_mw + plat.dram_static_mw) * 1e-3 * self.seconds * 1e12}
 
 
 @dataclass
@@ -1948,19 +1964,21 @@ PAPER_FIG15 = {"over_xpu": 4.4, "over_xpu_max": 7.2, "over_best_prior": 1.4,
 
 def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
           ar_cache: str = "best", form: str = "token", alphas: dict | None = None,
-          link: str = "die", placement: str = "paper") -> list:
+          link: str = "die", placement: str = "paper",
+          dram_background: str | None = None) -> list:
     """Fig. 14 (MT-Bench alphas only: the other datasets' are not in this copy of the paper):
     a row per (model, platform, batch) with its AR and SD speedups over xPU AR at the same
     batch, the best of the two (``mode``), the HB + EXT access energy a token of that mode
     (``pj_token``, pJ) and its whole energy a token by Fig. 15's components (``energy``:
     :data:`ENERGY_PARTS` -> pJ, :meth:`StepCost.energy`), and the xPU AR baseline's
     (``xpu_pj_token``, ``xpu_energy``). ``zipf``, ``ar_cache``, ``form``, ``tree``, ``link``,
-    ``placement`` and ``alphas`` (default the paper's 4 GB ones) as in :func:`table3`.
+    ``placement`` and ``alphas`` (default the paper's 4 GB ones) as in :func:`table3`;
+    ``dram_background`` as in :func:`platform` (the static energy's DRAM part).
     :func:`fig15_summary` reads the same rows. Raises :class:`UserError` as :func:`table3`
     (``alphas`` needs the schemes of :data:`PLATFORM_SCHEME` only)."""
     tree = _check_tree(tree)
     _check_alphas(alphas, tuple(dict.fromkeys(PLATFORM_SCHEME.values())))
-    base_plat = platform("xpu", hb, link=link)
+    base_plat = platform("xpu", hb, link=link, dram_background=dram_background)
     zipf = _zipf_map(zipf, TABLE3_MODELS)
     out = []
     for model in TABLE3_MODELS:
@@ -1969,7 +1987,7 @@ def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
             t0 = base.seconds / b
             base_e = {k: v / b for k, v in base.energy(base_plat).items()}
             for name in PLATFORMS:
-                plat = platform(name, hb, link=link)
+                plat = platform(name, hb, link=link, dram_background=dram_background)
                 scheme = PLATFORM_SCHEME[name]
                 em = EvalModel(model, plat, scheme, batch=b, zipf=zipf[model],
                                ar_cache=ar_cache, form=form, placement=placement)

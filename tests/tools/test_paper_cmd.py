@@ -193,7 +193,9 @@ def test_options_that_do_not_apply_are_refused(capsys):
                       (["cache-check", "--tree", "best"],
                        "--tree applies to table3, fig12, fig14 and fig15 only"),
                       (["cache-check", "--link", "ideal"],
-                       "--link applies to table3, fig12, fig14 and fig15 only")):
+                       "--link applies to table3, fig12, fig14 and fig15 only"),
+                      (["table3", "--dram-background", "none"],
+                       "--dram-background applies to fig14 and fig15 only")):
         assert cli.main(["paper"] + argv) == 2
         assert capsys.readouterr().err.strip() == f"elmoe3d paper: error: {msg}"
 
@@ -226,13 +228,25 @@ def test_fig15(tmp_path, capsys):
     assert set(doc["rows"][0]["energy"]) == set(pe.ENERGY_PARTS)
     s = doc["summary"]
     assert f"ours against xPU AR: {s['over_xpu']:.2f}x less energy a token" in text
-    # the near-memory units at their published read energies (docs/paper.md section 7)
+    # the near-memory units at their published read energies (docs/paper.md section 7), the
+    # DRAM's background power in the static energy (standby, the default)
     assert ("against the best performing prior platform of each point (xpu-pim at 4, "
-            "xpu-logicpim at 10, xpu-nmp at 2 of 16 points): 2.09x, up to 4.63x (paper 1.4x, "
+            "xpu-logicpim at 10, xpu-nmp at 2 of 16 points): 1.96x, up to 4.46x (paper 1.4x, "
             "up to 4.9x); against the one the paper names strongest for each model (xpu-pim "
             "for qwen3-30b-a3b, glm-4.7-flash; xpu-nmp for deepseek-v2-lite, gpt-oss-20b): "
-            "0.83x, up to 1.87x") in text
+            "1.13x, up to 1.82x") in text
     assert "near-memory reads from published figures (NEAR_MEMORY_READ)" in text
+    assert ("static: the logic die's leakage (21.60 mW) and the DRAM's background power, "
+            "standby (22.66 mW a GiB, an LPDDR4 die's standby and refresh currents: "
+            "config.DRAM_BACKGROUND): 1,450 mW for the 64 GiB of LPDDR5 of every platform, "
+            "1,632 mW with the HB of ours and HB-xPU") in text
+    assert doc["dram_background"] == "standby"
+    # none: every figure as before the DRAM's background power (2.09x, 0.83x)
+    assert cli.main(["paper", "fig15", "--dram-background", "none", "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "2 of 16 points): 2.09x, up to 4.63x" in text and ": 0.83x, up to 1.87x" in text
+    assert "background power, none (0.00 mW a GiB" in text and "0 mW for the 64 GiB" in text
+    assert json.loads(out.read_text())["dram_background"] == "none"
     assert cli.main(["paper", "fig15", "--hb", "4gb", "--ar-cache", "msb"]) == 0
     assert "HB 4 GB" in " ".join(capsys.readouterr().out.split())
 
@@ -245,6 +259,8 @@ def test_fig15(tmp_path, capsys):
     (["fig14", "--cache-form", "x"], "--cache-form x: expected one of token, step"),
     (["table3", "--ar-cache", "lsb"], "--ar-cache lsb: expected one of best, msb, whole"),
     (["fig15", "--link", "fast"], "--link fast: expected one of die, ideal"),
+    (["fig15", "--dram-background", "off"],
+     "--dram-background off: expected one of standby, power-down, none"),
 ])
 def test_bad_choices_are_one_line_like_run(tmp_path, capsys, argv, msg):
     """A value not among an option's choices is one line in ``elmoe3d run``'s style (not
