@@ -15,6 +15,7 @@ Unknown keys in a dictionary or file are rejected, never silently defaulted.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -30,7 +31,8 @@ __all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "ConfigE
            "swiglu_row_cycles", "combine_row_cycles", "drain_cycles", "check_mul_stages",
            "unit_count", "LINK_OP_LATENCY", "link_reduce_stages", "link_latency",
            "EXT_CHUNK_WORDS", "DRAM_BACKGROUND", "DRAM_DIE_GBIT", "DRAM_PROXY_IDD",
-           "DRAM_PROXY_VOLTS", "DRAM_PROXY_GBIT", "DRAM_ENERGY_FIELDS"]
+           "DRAM_PROXY_VOLTS", "DRAM_PROXY_GBIT", "DRAM_ENERGY_FIELDS",
+           "DRAM_BACKGROUND_DEFAULT"]
 
 
 class ConfigError(ValueError):
@@ -434,39 +436,58 @@ LPDDR5_6400_X16 = DramConfig(
     min_ck=(("tPPD", 2), ("tRRD_S", 2), ("tRRD_L", 2), ("tRTP", 4)),
     per_bank_refresh=True, refpb_banks=2, max_postponed=8, dual_command_bus=False)
 
-#: DRAM background power (what a DRAM draws with no access: its periphery in standby and its
-#: refresh), mW a GiB of capacity, by the state its dies idle in: ``"standby"`` (precharge
-#: standby, IDD2N, never powered down: what a memory streamed all step draws, the default of
-#: :attr:`ArchConfig.hb_background_mw_per_gb` and ``ext_background_mw_per_gb``),
-#: ``"power-down"`` (precharge power-down, IDD2P, between accesses: a lower bound) or
-#: ``"none"`` (not counted). Both add the refresh at tREFI (IDD5AB, the all-bank refresh's
-#: average current, less IDD2N). No LPDDR5 IDD table is in our copy: the currents are a
-#: Micron 6 Gb LPDDR4-3200 x16 die's (:data:`DRAM_PROXY_IDD`), its standby taken per die of
-#: :data:`DRAM_DIE_GBIT` (a die's periphery does not grow with its capacity) and its refresh
-#: per Gb. LPDDR5's VDD2H is 1.05 V against LPDDR4's 1.1 V and its clock is faster: the
-#: figures stand for LPDDR5's, for the HB's dies too (the paper scales their read energy to
-#: LPDDR5's low-voltage condition, Section 6). Fig. 15's "static" (docs/paper.md section 7).
+#: The currents of the DRAM whose background power :data:`DRAM_BACKGROUND` counts, mA on
+#: (VDD1, VDD2, VDDQ), by IDD state. No LPDDR5 IDD table is in our copy (the paper cites
+#: Micron's LPDDR5-6400 data sheet, not in it): these are one x16 channel of a Micron LPDDR4-3200
+#: part, 6 Gb a channel (a 12 Gb die has two), as the DRAMSys memspec
+#: ``configs/memspec/MICRON_6Gb_LPDDR4-3200_32bit_A.json`` (tukl-msd/DRAMSys at 3ff9a99, also
+#: in DRAMPower) gives them: IDD2N precharge standby, IDD2P precharge power-down, IDD5AB the
+#: all-bank refresh's average current at tREFI (standby included), IDD6 self-refresh.
 DRAM_PROXY_IDD = MappingProxyType({
-    # the DRAMSys / DRAMPower memspec MICRON_6Gb_LPDDR4-3200_32bit_A (from Micron's datasheet):
-    # (VDD1, VDD2, VDDQ) in mA, at 1.8, 1.1 and 1.1 V
-    "IDD2N": (2.0, 27.0, 0.75), "IDD2P": (1.2, 3.0, 0.75), "IDD5AB": (2.5, 30.0, 0.75)})
-#: The proxy die's rail voltages (V) and its capacity (Gb).
-DRAM_PROXY_VOLTS, DRAM_PROXY_GBIT = (1.8, 1.1, 1.1), 6
-#: The density of the dies whose standby :data:`DRAM_BACKGROUND` counts: 16 Gb, the LPDDR5 die
-#: of :data:`LPDDR5_6400_X16`'s refresh tables (64 GB is then 32 dies).
+    "IDD2N": (2.0, 27.0, 0.75), "IDD2P": (1.2, 3.0, 0.75), "IDD5AB": (2.5, 30.0, 0.75),
+    "IDD6": (0.3, 0.5, 0.1)})
+#: The proxy channel's rail voltages (VDD1, VDD2, VDDQ), V.
+DRAM_PROXY_VOLTS = (1.8, 1.1, 1.1)
+#: The proxy channel's capacity, Gb.
+DRAM_PROXY_GBIT = 6
+#: The capacity of one x16 channel's die whose standby :data:`DRAM_BACKGROUND` counts once:
+#: 16 Gb, an LPDDR5 die (a single x16 channel, Micron's LPDDR5 data sheet) of
+#: :data:`LPDDR5_6400_X16`'s refresh tables; 64 GiB is then 32 dies.
 DRAM_DIE_GBIT = 16
 
 
 def _proxy_mw(state: str) -> float:
-    """The proxy die's power in ``state`` (:data:`DRAM_PROXY_IDD`), mW: sum of mA x V."""
+    """The proxy channel's power in ``state`` (:data:`DRAM_PROXY_IDD`), mW: sum of mA x V."""
     return sum(ma * v for ma, v in zip(DRAM_PROXY_IDD[state], DRAM_PROXY_VOLTS))
 
 
+#: Refresh at tREFI, mW a GiB: IDD5AB - IDD2N of the proxy, taken per bit (every row is
+#: refreshed): 4.2 mW a 6 Gb channel, 5.6 a GiB.
 _REFRESH_MW_PER_GIB = 8 * (_proxy_mw("IDD5AB") - _proxy_mw("IDD2N")) / DRAM_PROXY_GBIT
+#: DRAM background power (what a DRAM draws with no access: its periphery and its refresh), mW a
+#: GiB of capacity, by the state its dies idle in for the whole run (docs/paper.md section 7):
+#:
+#: * ``"standby"``: precharge standby (IDD2N) a die of :data:`DRAM_DIE_GBIT` (a die's periphery
+#:   does not grow with its capacity) and refresh per bit: 22.66. No die is ever powered down:
+#:   the upper end;
+#: * ``"power-down"``: precharge power-down (IDD2P) and refresh the same way: 8.74. Every die
+#:   sits powered down between its accesses (LPDDR's power-down exits in tXP, 7.5 ns), and the
+#:   die being read draws its active standby inside the read energy (``ext_pj_per_bit``): the
+#:   default of :attr:`ArchConfig.hb_background_mw_per_gb` and ``ext_background_mw_per_gb``;
+#: * ``"self-refresh"``: self-refresh (IDD6, its refresh included) per bit: 1.60. Every die idle
+#:   in self-refresh, no exit cost: the lower end;
+#: * ``"none"``: not counted (the logic die's leakage alone, as before 2026-12-06).
+#:
+#: The proxy's figures stand for LPDDR5's (its VDD2H is 1.05 V against LPDDR4's 1.1 V, its clock
+#: faster) and for the HB's dies (the paper scales their read energy to LPDDR5's low-voltage
+#: condition, Section 6; their 1,024-pin banks' periphery is in no figure we have).
 DRAM_BACKGROUND = MappingProxyType({
     "standby": _proxy_mw("IDD2N") * 8 / DRAM_DIE_GBIT + _REFRESH_MW_PER_GIB,      # 22.66
     "power-down": _proxy_mw("IDD2P") * 8 / DRAM_DIE_GBIT + _REFRESH_MW_PER_GIB,   # 8.74
+    "self-refresh": _proxy_mw("IDD6") * 8 / DRAM_PROXY_GBIT,                       # 1.60
     "none": 0.0})
+#: The state :class:`ArchConfig`'s background figures default to.
+DRAM_BACKGROUND_DEFAULT = "power-down"
 
 #: The :class:`ArchConfig` fields that price the DRAM, not the logic die: a configuration that
 #: changes only these keeps its preset's measured die static power
@@ -506,9 +527,9 @@ class ArchConfig:
     ext_bytes : int
         External capacity (64 GB).
     hb_background_mw_per_gb, ext_background_mw_per_gb : float
-        DRAM background power (standby and refresh), mW a GiB of HB and of EXT (22.66, the
-        :data:`DRAM_BACKGROUND` ``"standby"`` figure; 0 counts none): Fig. 15's static
-        energy beside the logic die's leakage (:attr:`dram_background_mw`).
+        DRAM background power (idle periphery and refresh), mW a GiB of HB and of EXT (8.74,
+        the :data:`DRAM_BACKGROUND` ``"power-down"`` figure; 0 counts none): Fig. 15's
+        static energy beside the logic die's leakage (:attr:`dram_background_mw`).
     streamline_gbps, aggregation_gbps : float
         Streamline ring (128 GB/s) and aggregation link (32 GB/s).
     hb : DramConfig
@@ -539,8 +560,8 @@ class ArchConfig:
     ext_gbps: float = 102.4
     ext_bytes: int = 64 << 20
     ext_pj_per_bit: float = 3.88
-    hb_background_mw_per_gb: float = DRAM_BACKGROUND["standby"]
-    ext_background_mw_per_gb: float = DRAM_BACKGROUND["standby"]
+    hb_background_mw_per_gb: float = DRAM_BACKGROUND[DRAM_BACKGROUND_DEFAULT]
+    ext_background_mw_per_gb: float = DRAM_BACKGROUND[DRAM_BACKGROUND_DEFAULT]
     streamline_gbps: float = 128.0
     aggregation_gbps: float = 32.0
     hb: DramConfig = HB_BANK
@@ -571,8 +592,8 @@ class ArchConfig:
                 raise ConfigError(f"{name}: expected a positive number, got {value!r}")
         for name in ("hb_background_mw_per_gb", "ext_background_mw_per_gb"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0 \
-                    or value == float("inf"):
+            if (not isinstance(value, (int, float)) or isinstance(value, bool)
+                    or not math.isfinite(value) or value < 0):
                 raise ConfigError(f"{name}: expected a non-negative number of mW a GiB, got "
                                   f"{value!r}")
         self._check_dram()
@@ -638,7 +659,7 @@ class ArchConfig:
     def dram_background_mw(self) -> dict:
         """DRAM background power, mW: ``{"hb": ..., "ext": ...}``, each capacity in GiB (HB:
         ``pes x hb_bank_bytes``; EXT: ``ext_bytes``) x its ``*_background_mw_per_gb``
-        (:data:`DRAM_BACKGROUND`). paper-8gb: HB 181 mW, EXT 1,450 mW at the default."""
+        (:data:`DRAM_BACKGROUND`). paper-8gb: HB 70 mW, EXT 560 mW at the default."""
         return {"hb": self.pes * self.hb_bank_bytes / 2**30 * self.hb_background_mw_per_gb,
                 "ext": self.ext_bytes / 2**30 * self.ext_background_mw_per_gb}
 

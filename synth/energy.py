@@ -126,8 +126,8 @@ class DieEnergy:
 
     def static_of(self, arch) -> float:
         """Static power (mW) of the logic die of ``arch`` (an ArchConfig): the measured
-        figure when ``arch`` is that preset with its logic unchanged (its DRAM's energy
-        figures, :data:`~elmoe3d.config.DRAM_ENERGY_FIELDS`, are not the die's), else
+        figure when ``arch`` is that preset, or that preset with only its DRAM's energy
+        figures changed (:data:`~elmoe3d.config.DRAM_ENERGY_FIELDS`, not the die's), else
         ``arch.pes`` x the mean static power a PE with its share of the die has in the
         measured presets."""
         from ..config import DRAM_ENERGY_FIELDS, preset

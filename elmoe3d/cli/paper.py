@@ -10,14 +10,16 @@ EXT and an SD iteration's accept length, draft and verify time (Qwen3-30B-A3B, b
 ``elmoe3d paper fig14 [--hb] [--plot DIR]``: Fig. 14, every platform's AR and SD speedup over
 the xPU per model and batch, and ours against xPU, against the strongest prior platform
 (:data:`~elmoe3d.sw.host.paper_eval.PRIOR_PLATFORMS`: PIM, LogicPIM, NMP) and against HB-xPU
-(ours without bit-sliced MACs and Elastic-SD).
+(ours without bit-sliced MACs and Elastic-SD); ``--dram-background`` moves only its ``--json``
+rows' ``energy``.
 ``elmoe3d paper fig15 [--hb] [--dram-background] [--plot DIR]``: Fig. 15, every platform's
 energy a token in its best mode by component (computation, external memory, HB memory,
 communication, static; the logic die's figures from the ASAP7 Liberty,
 ``elmoe3d.synth.energy.DIE_ENERGY``; the static part with the DRAM's background power,
-:data:`~elmoe3d.config.DRAM_BACKGROUND`, its dies in ``standby`` unless ``--dram-background``
-says ``power-down`` or ``none``), normalised to ours, and ours against xPU and the best
-performing prior platform beside the paper's.
+:data:`~elmoe3d.config.DRAM_BACKGROUND`, its dies idle in ``power-down`` unless
+``--dram-background`` says ``standby``, ``self-refresh`` or ``none``), normalised to ours, and
+ours against xPU and the best performing prior platform beside the paper's; ``--json`` adds
+every platform's static power (``static_mw``: logic and DRAM, mW).
 The paper's Fig. 14 and 15 are for 8 GB HB: at ``--hb 4gb`` their figures are named apart as
 8 GB figures, not set beside ours.
 ``elmoe3d paper cache-check`` replays the real Mixtral-8x7B traces (gsm8k, humaneval)
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import sys
 
-from ..config import DRAM_BACKGROUND
+from ..config import DRAM_BACKGROUND, DRAM_BACKGROUND_DEFAULT
 from ..errors import UserError
 from ..sw.host.compute_calib import FEEDS
 from ..sw.host.paper_eval import PLACEMENTS
@@ -53,7 +55,7 @@ APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
            "placement": ("table3", "fig12"), "dram_background": ("fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die",
-            "placement": "paper", "dram_background": "standby"}
+            "placement": "paper", "dram_background": DRAM_BACKGROUND_DEFAULT}
 #: The values of the options that take one of a few (checked in :func:`run`, one line as
 #: ``elmoe3d run`` checks its ``--config``, rather than by argparse's usage block).
 CHOICES = {"hb": ("4gb", "8gb"), "cache_form": ("token", "step"), "alpha": ("paper", "model"),
@@ -108,11 +110,12 @@ def configure(parser):
                              "not redone")
     parser.add_argument("--dram-background", default=None,
                         metavar="|".join(CHOICES["dram_background"]),
-                        help="fig14, fig15: the state the DRAM's dies idle in, for Fig. 15's "
-                             "static energy: standby (precharge standby and refresh, "
-                             f"{DRAM_BACKGROUND['standby']:.2f} mW a GiB; default), power-down "
-                             f"({DRAM_BACKGROUND['power-down']:.2f}) or none (the logic die's "
-                             "leakage alone)")
+                        help="fig15 (and fig14's --json rows' energy): the state the DRAM's "
+                             "dies idle in, for Fig. 15's static energy, mW a GiB with "
+                             "refresh: " + ", ".join(
+                                 f"{k} {v:.2f}" for k, v in DRAM_BACKGROUND.items()
+                                 if v) + f" or none (the logic die's leakage alone); default "
+                             f"{DRAM_BACKGROUND_DEFAULT}")
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", type=output_path, default=None,
@@ -552,26 +555,38 @@ def _fig15(args) -> int:
                   f"a placeholder; {_static_note(args)}; "
                   f"{_model_note(args)}")
     _write(console, args, {**_options_doc(args, "fig15"), "paper_hb": PAPER_HB["fig15"],
-                           "rows": rows, "summary": summ}, plot,
-           lambda path: _plot_fig15(path, rows, args.hb))
+                           "static_mw": _static_mw(args), "rows": rows, "summary": summ}, plot,
+           lambda path: _plot_fig15(path, rows, args.hb, args.dram_background))
     return 0
+
+
+def _static_mw(args) -> dict:
+    """Every platform's static power at ``--hb`` and ``--dram-background``, mW: ``{platform:
+    {"logic": the logic die's leakage, "dram": the DRAM's background}}`` (fig15's JSON)."""
+    from ..sw.host import paper_eval as pe
+    plats = {p: pe.platform(p, args.hb, dram_background=args.dram_background)
+             for p in pe.PLATFORMS}
+    return {p: {"logic": q.static_mw, "dram": q.dram_static_mw} for p, q in plats.items()}
 
 
 def _static_note(args) -> str:
     """What Fig. 15's static energy counts at ``--hb`` and ``--dram-background``: the logic
     die's leakage and the DRAM's background power (docs/paper.md section 7)."""
     from ..sw.host import paper_eval as pe
-    x, o = (pe.platform(p, args.hb, dram_background=args.dram_background)
-            for p in ("xpu", "ours"))
-    mw = DRAM_BACKGROUND[args.dram_background]
+    state = args.dram_background
+    x, o = (pe.platform(p, args.hb, dram_background=state) for p in ("xpu", "ours"))
+    if state == "none":
+        return (f"static: the logic die's leakage ({o.static_mw:.2f} mW) alone "
+                f"(--dram-background none)")
     return (f"static: the logic die's leakage ({o.static_mw:.2f} mW) and the DRAM's background "
-            f"power, {args.dram_background} ({mw:.2f} mW a GiB, an LPDDR4 die's standby and "
-            f"refresh currents: config.DRAM_BACKGROUND): {x.dram_static_mw:,.0f} mW for the "
-            f"64 GiB of LPDDR5 of every platform, {o.dram_static_mw:,.0f} mW with the HB of "
-            f"ours and HB-xPU")
+            f"power, its dies idle in {state} ({DRAM_BACKGROUND[state]:.2f} mW a GiB with "
+            f"refresh, from an LPDDR4 part's IDD currents: config.DRAM_BACKGROUND): "
+            f"{x.dram_static_mw:,.0f} mW for the {x.arch.ext_bytes / 2**30:g} GiB of LPDDR5 "
+            f"of every platform, {o.dram_static_mw:,.0f} mW with the "
+            f"{o.hb_bytes / 2**30:g} GiB of HB of ours and HB-xPU")
 
 
-def _plot_fig15(path, rows, hb):
+def _plot_fig15(path, rows, hb, dram_background):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -617,7 +632,7 @@ def _plot_fig15(path, rows, hb):
     handles, labels = axes[0].get_legend_handles_labels()
     f.legend(handles, labels, fontsize=8, ncols=len(labels), loc="outside lower center")
     f.suptitle(f"Fig. 15 (model): energy a token by component, normalised to ours, "
-               f"{hb[:-2]} GB HB; bars per batch: "
+               f"{hb[:-2]} GB HB, DRAM background {dram_background}; bars per batch: "
                + ", ".join(f"{c} {p}" for c, p in zip(letters, pe.PLATFORMS)), fontsize=10)
     f.savefig(path, format="png", dpi=110)
 

@@ -215,6 +215,23 @@ def test_fig12_and_fig14_honour_alpha_and_cache_form(tmp_path, capsys):
     assert step != json.loads(b.read_text())["rows"]
 
 
+def test_fig14_json_energy_follows_the_dram_background(tmp_path, capsys):
+    """fig14's --json rows carry Fig. 15's energy: its static part follows --dram-background
+    (review finding: no test saw it); the speedups do not move."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert cli.main(["paper", "fig14", "--json", str(a)]) == 0
+    assert cli.main(["paper", "fig14", "--dram-background", "standby", "--json", str(b)]) == 0
+    capsys.readouterr()
+    ra, rb = (json.loads(p.read_text()) for p in (a, b))
+    assert (ra["dram_background"], rb["dram_background"]) == ("power-down", "standby")
+    for x, y in zip(ra["rows"], rb["rows"]):
+        assert (x["phi_ar"], x["phi_sd"], x["pj_token"]) == (y["phi_ar"], y["phi_sd"],
+                                                              y["pj_token"])
+        assert y["energy"]["static"] > x["energy"]["static"] > 0
+        assert {k: v for k, v in x["energy"].items() if k != "static"} == \
+            {k: v for k, v in y["energy"].items() if k != "static"}
+
+
 def test_fig15(tmp_path, capsys):
     """Fig. 15: energy a token by component, normalised to ours, beside the paper's ratios."""
     out = tmp_path / "f15.json"
@@ -229,24 +246,27 @@ def test_fig15(tmp_path, capsys):
     s = doc["summary"]
     assert f"ours against xPU AR: {s['over_xpu']:.2f}x less energy a token" in text
     # the near-memory units at their published read energies (docs/paper.md section 7), the
-    # DRAM's background power in the static energy (standby, the default)
+    # DRAM's background power in the static energy (its dies in power-down, the default)
     assert ("against the best performing prior platform of each point (xpu-pim at 4, "
-            "xpu-logicpim at 10, xpu-nmp at 2 of 16 points): 1.96x, up to 4.46x (paper 1.4x, "
+            "xpu-logicpim at 10, xpu-nmp at 2 of 16 points): 2.03x, up to 4.56x (paper 1.4x, "
             "up to 4.9x); against the one the paper names strongest for each model (xpu-pim "
             "for qwen3-30b-a3b, glm-4.7-flash; xpu-nmp for deepseek-v2-lite, gpt-oss-20b): "
-            "1.13x, up to 1.82x") in text
+            "0.96x, up to 1.84x") in text
     assert "near-memory reads from published figures (NEAR_MEMORY_READ)" in text
-    assert ("static: the logic die's leakage (21.60 mW) and the DRAM's background power, "
-            "standby (22.66 mW a GiB, an LPDDR4 die's standby and refresh currents: "
-            "config.DRAM_BACKGROUND): 1,450 mW for the 64 GiB of LPDDR5 of every platform, "
-            "1,632 mW with the HB of ours and HB-xPU") in text
-    assert doc["dram_background"] == "standby"
+    assert ("static: the logic die's leakage (21.60 mW) and the DRAM's background power, its "
+            "dies idle in power-down (8.74 mW a GiB with refresh, from an LPDDR4 part's IDD "
+            "currents: config.DRAM_BACKGROUND): 560 mW for the 64 GiB of LPDDR5 of every "
+            "platform, 629 mW with the 8 GiB of HB of ours and HB-xPU") in text
+    assert doc["dram_background"] == "power-down"
+    assert doc["static_mw"]["ours"] == pytest.approx({"logic": 21.60, "dram": 72 * 8.7425})
+    assert doc["static_mw"]["xpu-nmp"] == pytest.approx({"logic": 21.60, "dram": 64 * 8.7425})
     # none: every figure as before the DRAM's background power (2.09x, 0.83x)
     assert cli.main(["paper", "fig15", "--dram-background", "none", "--json", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "2 of 16 points): 2.09x, up to 4.63x" in text and ": 0.83x, up to 1.87x" in text
-    assert "background power, none (0.00 mW a GiB" in text and "0 mW for the 64 GiB" in text
-    assert json.loads(out.read_text())["dram_background"] == "none"
+    assert "static: the logic die's leakage (21.60 mW) alone (--dram-background none)" in text
+    doc = json.loads(out.read_text())
+    assert doc["dram_background"] == "none" and doc["static_mw"]["ours"]["dram"] == 0
     assert cli.main(["paper", "fig15", "--hb", "4gb", "--ar-cache", "msb"]) == 0
     assert "HB 4 GB" in " ".join(capsys.readouterr().out.split())
 
@@ -260,7 +280,7 @@ def test_fig15(tmp_path, capsys):
     (["table3", "--ar-cache", "lsb"], "--ar-cache lsb: expected one of best, msb, whole"),
     (["fig15", "--link", "fast"], "--link fast: expected one of die, ideal"),
     (["fig15", "--dram-background", "off"],
-     "--dram-background off: expected one of standby, power-down, none"),
+     "--dram-background off: expected one of standby, power-down, self-refresh, none"),
 ])
 def test_bad_choices_are_one_line_like_run(tmp_path, capsys, argv, msg):
     """A value not among an option's choices is one line in ``elmoe3d run``'s style (not

@@ -15,6 +15,7 @@ import pytest
 
 import elmoe3d.cli as cli
 from elmoe3d.sw.host import paper_eval as pe
+from elmoe3d.cli import sweep as sweep_cli
 from elmoe3d.sw.host import sweep_tasks
 from elmoe3d.sw.host.sweep import comparable, pareto_front, run_sweep
 from elmoe3d.sw.host.sweep_spec import ExprError, compile_expr, expand, load_spec, parse_spec
@@ -325,6 +326,26 @@ def test_a_paper_point_is_table3(tmp_path):
     assert got["access_pj_per_token"] == pytest.approx(
         row["sd_pj_token"] if got["mode"] == "sd" else row["ar_pj_token"], rel=1e-12)
     assert got["tokens_per_j"] == pytest.approx(1e12 / whole, rel=1e-12)
+
+
+def test_a_swept_dram_background_moves_the_energy_alone():
+    """``hb_background_mw_per_gb`` and ``ext_background_mw_per_gb`` are perf fields: a point's
+    whole energy a token grows by its DRAM's background power x the seconds a token (review
+    finding: nothing swept them); speed, the logic die's leakage and the access energy stay."""
+    spec = parse_spec({"config": {"ext_background_mw_per_gb": [0.0, 20.0],
+                                  "hb_background_mw_per_gb": [0.0, 5.0]},
+                       "workload": {"model": ["qwen3-30b-a3b"], "scheme": ["ar"]}},
+                      path="t.yaml")
+    assert "ext_background_mw_per_gb" not in sweep_cli._perf_blind(spec)
+    got = {(p.arch().ext_background_mw_per_gb, p.arch().hb_background_mw_per_gb):
+           sweep_tasks.perf_task(p) for p in expand(spec)}
+    base = got[(0.0, 0.0)]
+    for (ext, hb), r in got.items():
+        assert r["tokens_per_s"] == base["tokens_per_s"]
+        assert r["access_pj_per_token"] == base["access_pj_per_token"]
+        extra = (64 * ext + 4 * hb) * 1e-3 / r["tokens_per_s"] * 1e12      # mW x s a token
+        assert r["pj_per_token"] == pytest.approx(base["pj_per_token"] + extra, rel=1e-9)
+    assert got[(20.0, 5.0)]["pj_per_token"] > got[(20.0, 0.0)]["pj_per_token"]
 
 
 def test_more_pes_more_hb_bandwidth_and_peak():
