@@ -471,7 +471,7 @@ _REFRESH_MW_PER_GIB = 8 * (_proxy_mw("IDD5AB") - _proxy_mw("IDD2N")) / DRAM_PROX
 #:   does not grow with its capacity) and refresh per bit: 22.66. No die is ever powered down:
 #:   the upper end;
 #: * ``"power-down"``: precharge power-down (IDD2P) and refresh the same way: 8.74. Every die
-#:   sits powered down between its accesses (LPDDR's power-down exits in tXP, 7.5 ns), and the
+#:   sits powered down between its accesses (LPDDR5's power-down exits in tXP, 7 ns), and the
 #:   die being read draws its active standby inside the read energy (``ext_pj_per_bit``): the
 #:   default of :attr:`ArchConfig.hb_background_mw_per_gb` and ``ext_background_mw_per_gb``;
 #: * ``"self-refresh"``: self-refresh (IDD6, its refresh included) per bit: 1.60. Every die idle
@@ -482,9 +482,9 @@ _REFRESH_MW_PER_GIB = 8 * (_proxy_mw("IDD5AB") - _proxy_mw("IDD2N")) / DRAM_PROX
 #: faster) and for the HB's dies (the paper scales their read energy to LPDDR5's low-voltage
 #: condition, Section 6; their 1,024-pin banks' periphery is in no figure we have).
 DRAM_BACKGROUND = MappingProxyType({
-    "standby": _proxy_mw("IDD2N") * 8 / DRAM_DIE_GBIT + _REFRESH_MW_PER_GIB,      # 22.66
-    "power-down": _proxy_mw("IDD2P") * 8 / DRAM_DIE_GBIT + _REFRESH_MW_PER_GIB,   # 8.74
-    "self-refresh": _proxy_mw("IDD6") * 8 / DRAM_PROXY_GBIT,                       # 1.60
+    "standby": _proxy_mw("IDD2N") * 8 / DRAM_DIE_GBIT + _REFRESH_MW_PER_GIB,
+    "power-down": _proxy_mw("IDD2P") * 8 / DRAM_DIE_GBIT + _REFRESH_MW_PER_GIB,
+    "self-refresh": _proxy_mw("IDD6") * 8 / DRAM_PROXY_GBIT,
     "none": 0.0})
 #: The state :class:`ArchConfig`'s background figures default to.
 DRAM_BACKGROUND_DEFAULT = "power-down"

@@ -497,6 +497,7 @@ def _fig15(args) -> int:
     plot = _plot_dir(args, "fig15")
     rows, alphas = _fig14_rows(args)
     summ = pe.fig15_summary(rows)
+    static = _static_mw(args)
     console = report_console()
     t = Table(title=f"Fig. 15: energy a token (mJ) in each platform's best mode (* SD), "
                     f"normalised to ours, MT-Bench alphas, HB {args.hb[:-2]} GB")
@@ -552,10 +553,10 @@ def _fig15(args) -> int:
                   f"figures: DIE_ENERGY "
                   f"({pe.DIE_ENERGY.measured}); "
                   f"near-memory reads from published figures (NEAR_MEMORY_READ), their MACs "
-                  f"a placeholder; {_static_note(args)}; "
+                  f"a placeholder; {_static_note(args, static)}; "
                   f"{_model_note(args)}")
     _write(console, args, {**_options_doc(args, "fig15"), "paper_hb": PAPER_HB["fig15"],
-                           "static_mw": _static_mw(args), "rows": rows, "summary": summ}, plot,
+                           "static_mw": static, "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig15(path, rows, args.hb, args.dram_background))
     return 0
 
@@ -569,21 +570,22 @@ def _static_mw(args) -> dict:
     return {p: {"logic": q.static_mw, "dram": q.dram_static_mw} for p, q in plats.items()}
 
 
-def _static_note(args) -> str:
+def _static_note(args, static: dict) -> str:
     """What Fig. 15's static energy counts at ``--hb`` and ``--dram-background``: the logic
-    die's leakage and the DRAM's background power (docs/paper.md section 7)."""
-    from ..sw.host import paper_eval as pe
-    state = args.dram_background
-    x, o = (pe.platform(p, args.hb, dram_background=state) for p in ("xpu", "ours"))
+    die's leakage and the DRAM's background power (docs/paper.md section 7); ``static`` is
+    :func:`_static_mw`'s."""
+    from ..config import preset
+    state, x, o = args.dram_background, static["xpu"], static["ours"]
     if state == "none":
-        return (f"static: the logic die's leakage ({o.static_mw:.2f} mW) alone "
+        return (f"static: the logic die's leakage ({o['logic']:.2f} mW) alone "
                 f"(--dram-background none)")
-    return (f"static: the logic die's leakage ({o.static_mw:.2f} mW) and the DRAM's background "
+    arch = preset(f"paper-{args.hb}")
+    return (f"static: the logic die's leakage ({o['logic']:.2f} mW) and the DRAM's background "
             f"power, its dies idle in {state} ({DRAM_BACKGROUND[state]:.2f} mW a GiB with "
             f"refresh, from an LPDDR4 part's IDD currents: config.DRAM_BACKGROUND): "
-            f"{x.dram_static_mw:,.0f} mW for the {x.arch.ext_bytes / 2**30:g} GiB of LPDDR5 "
-            f"of every platform, {o.dram_static_mw:,.0f} mW with the "
-            f"{o.hb_bytes / 2**30:g} GiB of HB of ours and HB-xPU")
+            f"{x['dram']:,.0f} mW for the {arch.ext_bytes / 2**30:g} GiB of LPDDR5 of every "
+            f"platform, {o['dram']:,.0f} mW with the {arch.pes * arch.hb_bank_bytes / 2**30:g} "
+            f"GiB of HB of ours and HB-xPU")
 
 
 def _plot_fig15(path, rows, hb, dram_background):
@@ -632,7 +634,7 @@ def _plot_fig15(path, rows, hb, dram_background):
     handles, labels = axes[0].get_legend_handles_labels()
     f.legend(handles, labels, fontsize=8, ncols=len(labels), loc="outside lower center")
     f.suptitle(f"Fig. 15 (model): energy a token by component, normalised to ours, "
-               f"{hb[:-2]} GB HB, DRAM background {dram_background}; bars per batch: "
+               f"{hb[:-2]} GB HB, DRAM background {dram_background}\nbars per batch: "
                + ", ".join(f"{c} {p}" for c, p in zip(letters, pe.PLATFORMS)), fontsize=10)
     f.savefig(path, format="png", dpi=110)
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..config import DRAM_ENERGY_FIELDS
 from ..errors import UserError
 from .outputs import output_path
 
@@ -70,11 +71,9 @@ DASHBOARD = "localhost:8787"
 #: Config fields the perf model reads (``sw/host/paper_eval.py``, ``platform(arch=)``; the
 #: compute calibration's PE and group, ``compute_calib.table_key``: the memories, the group
 #: size and the aggregation link's rate); the others change only the area and the RTL.
-PERF_FIELDS = ("pes", "clock_ghz", "hb_bank_gbps", "hb_bank_bytes", "hb_pj_per_bit",
-               "ext_gbps", "ext_bytes", "ext_pj_per_bit", "hb_background_mw_per_gb",
-               "ext_background_mw_per_gb", "tile.rows",
-               "tile.lanes", "tile.group", "wmem_bytes", "iomem_bytes", "iomem_split",
-               "pes_per_group", "aggregation_gbps")
+PERF_FIELDS = ("pes", "clock_ghz", "hb_bank_gbps", "hb_bank_bytes", "ext_gbps", "ext_bytes",
+               "tile.rows", "tile.lanes", "tile.group", "wmem_bytes", "iomem_bytes",
+               "iomem_split", "pes_per_group", "aggregation_gbps") + DRAM_ENERGY_FIELDS
 
 
 def _perf_blind(spec) -> list:

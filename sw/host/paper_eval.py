@@ -86,7 +86,8 @@ Energy (:meth:`StepCost.energy`, Fig. 15): computation (MACs and the logic die's
 ASAP7 figures of :data:`~elmoe3d.synth.energy.DIE_ENERGY`), HB and EXT access
 (``hb_pj_per_bit``, ``ext_pj_per_bit``: Table 1), communication (streamline ring, aggregation
 link; near-memory units' traffic over LPDDR5) and static power x time (the logic die's leakage
-and the DRAM's background power, standby and refresh: ``config.DRAM_BACKGROUND``);
+and the DRAM's background power, idle periphery and refresh: ``config.DRAM_BACKGROUND``,
+its dies in power-down by default);
 :meth:`StepCost.energy_pj` is the HB and EXT access energy alone (Fig. 14's rows).
 """
 
@@ -227,8 +228,9 @@ class Platform:
     sits in at ``nm_gbps`` and ``nm_tops``; ``nm_ext_gbps`` is the xPU's own LPDDR5 bandwidth
     beside it (NMP takes 2 of the 8 channels). ``static_mw``: the logic die's static power
     (:data:`~elmoe3d.synth.energy.DIE_ENERGY`; every platform has the same logic die);
-    ``dram_static_mw``: its DRAM's background power (standby and refresh, the configuration's
-    :attr:`~elmoe3d.config.ArchConfig.dram_background_mw`: every platform's 64 GB of LPDDR5,
+    ``dram_static_mw``: its DRAM's background power, mW (idle periphery and refresh in the
+    configuration's state, power-down by default:
+    :attr:`~elmoe3d.config.ArchConfig.dram_background_mw`: every platform's 64 GiB of LPDDR5,
     the near-memory units' inside it, and the HB of HB-xPU and ours);
     ``tile_rows``: token rows a weight word serves in one tile pass (its SRAM reads);
     ``nm_pj_per_bit``: a near-memory unit's read inside the memory it sits in, pJ/bit
@@ -716,8 +718,8 @@ class StepCost:
         * HB memory: HB bytes at ``hb_pj_per_bit``;
         * communication: ring and link bytes at ``DIE_ENERGY``'s figures, activations to and
           from near-memory units at ``ext_pj_per_bit``;
-        * static: the logic die's static power and the DRAM's background power (standby and
-          refresh, :attr:`Platform.dram_static_mw`) x the step's seconds."""
+        * static: the logic die's static power and the DRAM's background power (idle
+          periphery and refresh, :attr:`Platform.dram_static_mw`) x the step's seconds."""
         e = DIE_ENERGY
         compute = (sum(n * e.mac(b) for b, n in self.macs.items())
                    + self.nm_macs * e.mac(NEAR_MEMORY_MAC_BITS)
