@@ -34,7 +34,8 @@ from ...errors import UserError
 from .models import ModelPreset, model_preset
 
 
-__all__ = ["HBExpertCache", "CacheStats", "replay", "hb_capacity_bytes"]
+__all__ = ["HBExpertCache", "CacheStats", "replay", "replay_per_layer", "batch_accesses",
+           "hb_capacity_bytes"]
 
 
 def _nonneg_int(name, v):
@@ -280,10 +281,14 @@ class HBExpertCache:
 
     def step(self, layer, experts) -> tuple:
         """Access the experts one step uses at ``layer`` (all tokens of a batch together):
-        each distinct expert once, in the order given. A hit reads the MSB slice from HB and
-        the LSB slice from EXT and refreshes the slice; a miss reads the whole expert from EXT
-        and, with demand admission and at least one slot, writes its MSB slice into HB
-        (evicting the least recently used; Algorithm 1's UpdateCache, Section 4.2). Returns
+        each distinct expert once, in the order given. Hits and misses are decided against
+        the contents before the step, then the cache is updated (Algorithm 1: line 23 tests
+        ``e in C`` for every expert of the step, line 30's UpdateCache follows the loop), so
+        a step's own admissions never evict a slice the same step hits. A hit reads the MSB
+        slice from HB and the LSB slice from EXT and refreshes the slice (the hits first, in
+        the order given); a miss reads the whole expert from EXT and, with demand admission
+        and at least one slot, writes its MSB slice into HB (the misses after the hits, in
+        the order given, each evicting the least recently used; Section 4.2). Returns
         ``(hits, misses)`` as lists of ids.
         Traffic (:attr:`stats`) in bytes. Raises :class:`UserError` for a ``layer`` that is not
         an integer MoE layer id, ``experts`` not an iterable of integer expert ids."""
@@ -294,26 +299,25 @@ class HBExpertCache:
         hits, misses = [], []
         self._changes = ([], [])
         seen = set()
+        lru = self._entries()
         for e in experts:
             self._check(layer, e)
             e = int(e)
             if e in seen:
                 continue
             seen.add(e)
-            key = (layer, e)
-            j = self._lidx[layer]
-            self.stats.accesses[j] += 1
-            if key in self._entries():
-                self._lru.move_to_end(key)
-                self.stats.hits[j] += 1
-                self.stats.hb_read_bytes += self.msb_bytes
-                self.stats.ext_read_bytes += self.lsb_bytes
-                hits.append(e)
-            else:
-                self.stats.ext_read_bytes += self.msb_bytes + self.lsb_bytes
-                if self._admit and self.slots:
-                    self._insert(key)
-                misses.append(e)
+            (hits if (layer, e) in lru else misses).append(e)
+        j = self._lidx[layer]
+        self.stats.accesses[j] += len(hits) + len(misses)
+        self.stats.hits[j] += len(hits)
+        self.stats.hb_read_bytes += len(hits) * self.msb_bytes
+        self.stats.ext_read_bytes += len(hits) * self.lsb_bytes \
+            + len(misses) * (self.msb_bytes + self.lsb_bytes)
+        for e in hits:
+            lru.move_to_end((layer, e))
+        if self._admit and self.slots:
+            for e in misses:
+                self._insert((layer, e))
         return hits, misses
 
     def fill(self, keys, *, streamed=()) -> int:
@@ -375,6 +379,31 @@ class HBExpertCache:
         return n_new * self.msb_bytes
 
 
+def batch_accesses(trace, *, batch=1, phase="decode"):
+    """The expert accesses of ``trace``'s ``phase`` routing served ``batch`` requests at a
+    time, as :func:`replay` makes them: yields ``(layer, experts)`` per step and MoE layer,
+    ``experts`` the ids the batch's tokens chose there (tokens in batch order, experts best
+    first; repeats left for the cache to merge), skipping a layer no token of the step
+    reaches. Requests in increasing id, a batch's in lockstep, one token each per step.
+    Raises :class:`UserError` for a ``batch`` not a positive integer and an unknown
+    ``phase``."""
+    if not is_int(batch) or batch < 1:
+        raise UserError(f"batch: expected a positive integer, got {batch!r}")
+    batch = int(batch)
+    reqs = trace.requests(phase)
+    for b0 in range(0, len(reqs), batch):
+        group = reqs[b0:b0 + batch]
+        steps = max(r.tokens for r in group)
+        for t in range(steps):
+            for j, layer in enumerate(trace.layer_ids):
+                experts = []
+                for r in group:
+                    if t < r.tokens and r.present[t, j]:
+                        experts.extend(int(e) for e in r.ids[t, j])
+                if experts:
+                    yield layer, experts
+
+
 def replay(trace, cache: HBExpertCache, *, batch=1, phase="decode") -> CacheStats:
     """Run the ``phase`` routing of ``trace`` through ``cache`` and return the traffic of this
     replay (the cache's own :attr:`~HBExpertCache.stats` accumulate too).
@@ -400,18 +429,8 @@ def replay(trace, cache: HBExpertCache, *, batch=1, phase="decode") -> CacheStat
                         cache.stats.hits.copy(), cache.stats.hb_read_bytes,
                         cache.stats.ext_read_bytes, cache.stats.hb_write_bytes,
                         cache.stats.ext_extra_bytes, cache.stats.evictions)
-    reqs = trace.requests(phase)
-    for b0 in range(0, len(reqs), batch):
-        group = reqs[b0:b0 + batch]
-        steps = max(r.tokens for r in group)
-        for t in range(steps):
-            for j, layer in enumerate(trace.layer_ids):
-                experts = []
-                for r in group:
-                    if t < r.tokens and r.present[t, j]:
-                        experts.extend(int(e) for e in r.ids[t, j])
-                if experts:
-                    cache.step(layer, experts)
+    for layer, experts in batch_accesses(trace, batch=batch, phase=phase):
+        cache.step(layer, experts)
     s = cache.stats
     return CacheStats(s.layer_ids, s.accesses - before.accesses, s.hits - before.hits,
                       s.hb_read_bytes - before.hb_read_bytes,
@@ -419,3 +438,35 @@ def replay(trace, cache: HBExpertCache, *, batch=1, phase="decode") -> CacheStat
                       s.hb_write_bytes - before.hb_write_bytes,
                       s.ext_extra_bytes - before.ext_extra_bytes,
                       s.evictions - before.evictions)
+
+
+def replay_per_layer(trace, model, slots_per_layer, *, batch=1, phase="decode") -> CacheStats:
+    """:func:`replay` through one LRU a MoE layer instead of one over all layers: each layer's
+    accesses go to its own :class:`HBExpertCache` of ``slots_per_layer`` MSB slices (demand
+    admission), the structure of the whole-decoder model's cache (a share of the slots a
+    layer, :class:`~.paper_eval.ExpertPopularity`). Returns the layers' traffic summed, in
+    bytes. ``model``: a preset (name); ``slots_per_layer``: an integer >= 0. Raises
+    :class:`UserError` naming the parameter, and as :func:`replay` does."""
+    m = model_preset(model)
+    if not is_int(slots_per_layer) or slots_per_layer < 0:
+        raise UserError(f"slots_per_layer: expected an integer >= 0, got {slots_per_layer!r}")
+    if tuple(trace.layer_ids) != tuple(m.moe_layer_ids):
+        raise UserError(f"trace layers {trace.layer_ids[:3]}... are not the MoE layers of "
+                        f"{m.name}")
+    if trace.num_experts != m.routed_experts:
+        raise UserError(f"trace has {trace.num_experts} experts, {m.name} {m.routed_experts}")
+    caches = {layer: HBExpertCache(capacity_bytes=int(slots_per_layer) * m.expert_msb_bytes,
+                                   model=m) for layer in m.moe_layer_ids}
+    for layer, experts in batch_accesses(trace, batch=batch, phase=phase):
+        caches[layer].step(layer, experts)
+    out = CacheStats(tuple(m.moe_layer_ids))
+    for c in caches.values():
+        s = c.stats
+        out.accesses += s.accesses
+        out.hits += s.hits
+        out.hb_read_bytes += s.hb_read_bytes
+        out.ext_read_bytes += s.ext_read_bytes
+        out.hb_write_bytes += s.hb_write_bytes
+        out.ext_extra_bytes += s.ext_extra_bytes
+        out.evictions += s.evictions
+    return out

@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 from elmoe3d.config import preset
 from elmoe3d.errors import UserError
 from elmoe3d.sw.host.corpus import routing_path
-from elmoe3d.sw.host.hbcache import HBExpertCache, hb_capacity_bytes, replay
+from elmoe3d.sw.host.hbcache import (HBExpertCache, batch_accesses, hb_capacity_bytes, replay,
+                                     replay_per_layer)
 from elmoe3d.sw.host.models import model_preset
 from elmoe3d.sw.host.trace import import_vllm_jsonl
 
@@ -111,6 +112,45 @@ class RefLRU:
                 self.items.pop(0)
             self.items.append(key)
         return False
+
+    def step(self, layer, experts):
+        """Algorithm 1's order: every distinct expert tested against the contents before the
+        step (line 23), then the hits refreshed and the misses admitted (line 30)."""
+        order = list(dict.fromkeys(experts))
+        hits = [e for e in order if (layer, e) in self.items]
+        for e in hits:
+            self.access((layer, e))
+        for e in order:
+            if e not in hits:
+                self.access((layer, e))
+        return hits, [e for e in order if e not in hits]
+
+
+def test_a_step_never_evicts_a_slice_it_hits():
+    """Algorithm 1 decides a step's hits against the cache before the step (line 23) and
+    updates it after (line 30): a miss admitted early in the step does not evict a slice the
+    same step uses later (the old interleaved order missed on 1 here, evicted by 3)."""
+    c = cache(2)
+    c.step(0, [1])
+    c.step(0, [2])                                 # LRU first: 1, 2
+    assert c.step(0, [3, 1]) == ([1], [3])         # 1 hits; 3 evicts 2, not 1
+    assert c.contents() == [(0, 1), (0, 3)]
+    assert c.stats.evictions == 1
+    assert c.last_changes == (((0, 3),), ((0, 2),))
+    # a step of more experts than slots: its hits first, then the misses in order
+    assert c.step(0, [4, 5, 3]) == ([3], [4, 5])
+    assert c.contents() == [(0, 4), (0, 5)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 5), st.lists(st.tuples(st.integers(0, 3),
+                                             st.lists(st.integers(0, 7), max_size=6)),
+                                   max_size=40))
+def test_steps_match_a_reference_lru(slots, steps):
+    c, ref = cache(slots), RefLRU(slots)
+    for layer, experts in steps:
+        assert c.step(layer, experts) == ref.step(layer, experts)
+        assert c.contents() == ref.items
 
 
 @settings(max_examples=40, deadline=None)
@@ -231,3 +271,32 @@ def test_for_model_takes_a_preset_name_and_refuses_other_archs():
 def test_replay_takes_a_numpy_batch(gsm8k_routing):
     a = replay(gsm8k_routing, cache(8), batch=np.int64(2)).summary()
     assert a == replay(gsm8k_routing, cache(8), batch=2).summary()
+
+
+@pytest.mark.parametrize("batch, slots", [(1, 1), (1, 2), (2, 2), (2, 3)])
+def test_per_layer_replay_is_one_reference_lru_a_layer(gsm8k, batch, slots):
+    """replay_per_layer on the real trace equals a reference LRU per layer fed each layer's
+    steps (batch_accesses, the steps replay makes), in hits, accesses and bytes."""
+    refs, hits, accesses = {}, 0, 0
+    for layer, experts in batch_accesses(gsm8k, batch=batch):
+        h, m = refs.setdefault(layer, RefLRU(slots)).step(layer, experts)
+        hits, accesses = hits + len(h), accesses + len(h) + len(m)
+    s = replay_per_layer(gsm8k, MIX, slots, batch=batch)
+    assert (int(s.hits.sum()), int(s.accesses.sum())) == (hits, accesses)
+    assert s.hb_read_bytes == hits * MSB
+    assert s.ext_read_bytes == hits * LSB + (accesses - hits) * (MSB + LSB)
+    assert s.hb_write_bytes == (accesses - hits) * MSB
+    # the same accesses as the one LRU over all layers sees
+    assert int(replay(gsm8k, cache(0), batch=batch).accesses.sum()) == accesses
+    print(f"batch {batch}, {slots} slots a layer: hit rate {s.hit_rate:.3f}")
+
+
+def test_batch_accesses_and_per_layer_replay_refuse_bad_input(gsm8k):
+    with pytest.raises(UserError, match="batch: expected a positive integer"):
+        next(batch_accesses(gsm8k, batch=0))
+    with pytest.raises(UserError, match="slots_per_layer: expected an integer >= 0"):
+        replay_per_layer(gsm8k, MIX, 1.5)
+    with pytest.raises(UserError, match="MoE layers of deepseek-v2-lite"):
+        replay_per_layer(gsm8k, "deepseek-v2-lite", 2)
+    with pytest.raises(UserError, match="batch"):
+        replay_per_layer(gsm8k, MIX, 2, batch=True)
