@@ -46,12 +46,12 @@ from .outputs import (check_distinct, check_output, check_output_dir, output_pat
                       write_json)
 
 
-FIGURES = ("table3", "fig12", "fig14", "fig15", "cache-check", "cross-validate")
+FIGURES = ("table3", "fig12", "fig14", "fig15", "fig16", "cache-check", "cross-validate")
 _MODEL_FIGS = ("table3", "fig12", "fig14", "fig15")
 #: Options and the figures they apply to (any other figure refuses them; --json: all).
 APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
            "alpha": _MODEL_FIGS + ("cross-validate",), "link": _MODEL_FIGS,
-           "ar_cache": ("table3", "fig14", "fig15"), "plot": ("fig12", "fig14", "fig15"),
+           "ar_cache": ("table3", "fig14", "fig15"), "plot": ("fig12", "fig14", "fig15", "fig16"),
            "placement": ("table3", "fig12"), "dram_background": ("fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die",
@@ -70,7 +70,9 @@ def configure(parser):
                         help="table3: the paper's Table 3; fig12: Fig. 12 (memory mapping and SD time "
                              "breakdown per scheme, Qwen3-30B-A3B, batch 16); fig14: Fig. 14 (speedup over xPU "
                              "of every platform, AR and SD); fig15: Fig. 15 (energy a token by "
-                             "component, normalised to ours); cache-check: the expert-cache model (Che's "
+                             "component, normalised to ours); fig16: Fig. 16 (expert locality by "
+                             "batch, request, model and benchmark, on the real routing in the "
+                             "traces folder); cache-check: the expert-cache model (Che's "
                              "approximation) against the exact LRU on the real Mixtral traces; "
                              "cross-validate: Table 3's 4 GB cells predicted by fits that left "
                              "their batch size out (out-of-sample error, 15-45 s)")
@@ -213,6 +215,8 @@ def run(args) -> int:
         args.hb = PAPER_HB.get(args.figure, "4gb")
     if args.figure == "cache-check":
         return _cache_check(args)
+    if args.figure == "fig16":
+        return _fig16(args)
     if args.figure == "cross-validate":
         return _cross_validate(args)
     if args.figure == "fig12":
@@ -290,17 +294,22 @@ def _cache_check(args) -> int:
         doc[name] = rows
         t = Table(title=f"Mixtral-8x7B {name} decode trace: one LRU of MSB slices over all 32 "
                         f"layers, hit rate exact vs Che's approximation "
-                        f"(Zipf fit {rows[0]['zipf']:.2f})")
-        for col in ("batch", "slots a layer", "exact LRU", "Che (trace)", "Che (Zipf)"):
+                        f"(Zipf fit {rows[0]['zipf']:.2f}); and one LRU a layer (exact)")
+        for col in ("batch", "slots a layer", "exact LRU", "Che (trace)", "Che (Zipf)",
+                    "exact, an LRU a layer"):
             t.add_column(col, justify="right")
         for r in rows:
             t.add_row(str(r["batch"]), str(r["slots_per_layer"]), f"{r['exact']:.3f}",
                       f"{r['che_trace']:.3f} ({r['che_trace'] - r['exact']:+.3f})",
-                      f"{r['che_zipf']:.3f} ({r['che_zipf'] - r['exact']:+.3f})")
+                      f"{r['che_zipf']:.3f} ({r['che_zipf'] - r['exact']:+.3f})",
+                      f"{r['exact_layer']:.3f}")
         console.print(t)
         err = [abs(r["che_zipf"] - r["exact"]) for r in rows]
+        lay = [r["che_zipf"] - r["exact_layer"] for r in rows]
         console.print(f"{name}: Che (Zipf) - exact: mean |error| {sum(err) / len(err):.3f}, "
-                      f"worst {max(err):.3f}")
+                      f"worst {max(err):.3f}; against an LRU a layer: mean error "
+                      f"{sum(lay) / len(lay):+.3f}, worst {min(lay, key=lambda x: -abs(x)):+.3f} "
+                      f"(Che's independent requests miss the trace's reuse from token to token)")
     r = pe.routing_exponents(traces)
     per = pe.routing_exponents(traces, baseline="trace")
     doc["routing_exponents"], doc["routing_exponents_per_trace"] = r, per
@@ -324,6 +333,168 @@ def _cache_check(args) -> int:
     if args.json:
         write_json(args.json, doc)
     return 0
+
+
+def _fig16(args) -> int:
+    from rich.table import Table
+
+    from ..sw.host import locality as lo
+
+    plot = None
+    if args.plot:
+        plot = check_output_dir(args.plot, "--plot", ["fig16.png"])[0]
+        check_distinct([("--json", args.json), ("--plot", plot)])
+    doc = lo.fig16()
+    rows, spread = doc["miss"], doc["spread"]
+    console = report_console()
+
+    def num(v):
+        return "-" if v is None else f"{v:.3f}"
+
+    top = max((r["batch"] for r in rows if r["exact"] is not None), default=0)
+    t = Table(title="Fig. 16 (a): expert-cache miss rate on the real Mixtral-8x7B traces by "
+                    "cache size (a fraction of every layer's experts, MSB slices) and batch "
+                    f"(requests in lockstep, up to the traces' {top}; '-': the trace has "
+                    "fewer requests; every batch in --json)")
+    for col in ("workload", "fraction", "batch", "Che (trace)", "Table 3's model (Zipf fit)",
+                "exact, an LRU a layer", "exact, one LRU"):
+        t.add_column(col, justify="left" if col == "workload" else "right")
+    for r in rows:
+        if r["kind"] == "trace" and r["batch"] <= top:
+            t.add_row(r["benchmark"], f"{r['fraction']:g}", str(r["batch"]), num(r["che"]),
+                      num(r["zipf_model"]), num(r["exact_layer"]), num(r["exact"]))
+    console.print(t)
+    f = lo.PANEL_FRACTION
+    t = Table(title=f"Fig. 16 (c, d): miss rate by model and benchmark, Che's approximation of "
+                    f"one LRU holding {f:g} of every layer's experts")
+    for col in ("model", "benchmark", "source") + tuple(f"batch {b}" for b in lo.BATCHES):
+        t.add_column(col, justify="right" if col.startswith("batch") else "left")
+    by = {}
+    for r in rows:
+        if r["fraction"] == f and r["kind"] != "trace":
+            by.setdefault((r["model"], r["benchmark"], r["kind"]), {})[r["batch"]] = r
+    for (model, bench, kind), d in by.items():
+        t.add_row(model, bench, kind, *(num(d[b]["che"]) for b in lo.BATCHES))
+    console.print(t)
+    u = doc["unique"]
+    t = Table(title=f"Fig. 16 (b): distinct experts a layer of n tokens, Mixtral-8x7B on the "
+                    f"real traces ({u['requests']} requests), against n independent tokens")
+    for col in ("tokens", "n", "distinct", "independent"):
+        t.add_column(col, justify="left" if col == "tokens" else "right")
+    for kind, what in (("intra", "consecutive, one request (SD)"),
+                       ("inter", "one of each of n requests (AR)")):
+        for r in u[kind]:
+            t.add_row(what, str(r["n"]), f"{r['distinct']:.3f}", f"{r['independent']:.3f}")
+    console.print(t)
+    common = {r["n"]: r["distinct"] for r in u["inter"]}
+    console.print("one request's tokens over as many requests' (distinct experts): " + ", ".join(
+        f"n = {r['n']}: {r['distinct'] / common[r['n']]:.3f}" for r in u["intra"]
+        if r["n"] in common) + f"; exponents: intra {u['intra_exponent']:.3f}, inter "
+        f"{u['inter_exponent']:.3f} (1: independent)")
+    mixed = {r["batch"]: r for r in rows if r["mixture"] and r["fraction"] == f
+             and r["exact_layer"] is not None}
+    if len(mixed) > 1:
+        lo_b, hi_b = min(mixed), max(mixed)
+        console.print(
+            f"both traces together, {f:g} of the experts, batch {lo_b} -> {hi_b}: an LRU a layer "
+            f"misses {mixed[lo_b]['exact_layer']:.3f} -> {mixed[hi_b]['exact_layer']:.3f}, "
+            f"one LRU over the layers {mixed[lo_b]['exact']:.3f} -> {mixed[hi_b]['exact']:.3f}, "
+            f"Che {mixed[lo_b]['che']:.3f} -> {mixed[hi_b]['che']:.3f}, Table 3's model "
+            f"{mixed[lo_b]['zipf_model']:.3f} -> {mixed[hi_b]['zipf_model']:.3f}")
+
+    def spread_text(key):
+        d = spread[key]
+        return (f"mean {d['mean']:.3f}, max {d['max']:.3f} ("
+                + ", ".join(f"{k} {v:.3f}" for k, v in d["ranges"].items()) + ")"
+                if d["ranges"] else "none")
+
+    console.print(f"miss-rate range at {spread['fraction']:g} of the experts, batch "
+                  f"{spread['batch']} (real routing only): across benchmarks "
+                  f"{spread_text('across_benchmarks')}; across models "
+                  f"{spread_text('across_models')}; across fine-tuned variants "
+                  f"{spread_text('across_variants')}"
+                  + (f"; models over benchmarks {spread['ratio']:.2f}x" if spread["ratio"]
+                     else ""))
+    console.print("the paper's Fig. 16 is GLM-4.7-Flash on MT-Bench, whose routing is not in "
+                  "the traces folder: its rows above are the Zipf law fitted on Table 3 "
+                  "(zipf-fit), not routing data")
+    _write(console, args, {"figure": "fig16", "panel_fraction": f, **doc}, plot,
+           lambda path: _plot_fig16(path, doc))
+    return 0
+
+
+def _plot_fig16(path, doc):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from ..sw.host import locality as lo
+
+    f = Figure(figsize=(11, 8), layout="constrained")
+    FigureCanvasAgg(f)
+    (a, b), (c, d) = f.subplots(2, 2)
+    frac = lo.PANEL_FRACTION
+    rows = [r for r in doc["miss"] if r["fraction"] == frac]
+
+    def curve(sel, key="che"):
+        pts = sorted((r["batch"], r[key]) for r in sel if r[key] is not None)
+        return [x for x, _ in pts], [y for _, y in pts]
+
+    sources = {}
+    for r in rows:
+        sources.setdefault((r["model"], r["benchmark"], r["kind"]), []).append(r)
+    for (model, bench, kind), sel in sources.items():
+        if kind == "trace":
+            line = a.plot(*curve(sel, "exact_layer"), "o-", label=f"{bench}: exact, an LRU a "
+                                                                  f"layer")[0]
+            a.plot(*curve(sel), "--", color=line.get_color(), label=f"{bench}: Che")
+            if sel[0]["mixture"]:
+                a.plot(*curve(sel, "exact"), "x:", color=line.get_color(),
+                       label=f"{bench}: exact, one LRU")
+                a.plot(*curve(sel, "zipf_model"), "-.", color="gray",
+                       label=f"{bench}: Table 3's model")
+    a.set_title(f"(a) miss rate vs batch, Mixtral-8x7B traces, {frac:g} of the experts",
+                fontsize=9)
+    u = doc["unique"]
+    for kind, style, what in (("intra", "o-", "one request (SD)"),
+                              ("inter", "s-", "different requests (AR)")):
+        b.plot([r["n"] for r in u[kind]], [r["distinct"] for r in u[kind]], style, label=what)
+    ind = sorted({(r["n"], r["independent"]) for k in ("intra", "inter") for r in u[k]})
+    b.plot([n for n, _ in ind], [v for _, v in ind], ":", color="gray", label="independent")
+    b.set_xscale("log", base=2)
+    b.set_xlabel("tokens")
+    b.set_ylabel("distinct experts a layer")
+    b.set_title("(b) unique experts per iteration, Mixtral-8x7B traces", fontsize=9)
+    models = {}
+    for (model, bench, kind), sel in sources.items():
+        if kind != "trace":
+            models.setdefault((model, kind), []).append(sel)
+    for (model, kind), sels in models.items():
+        xs = curve(sels[0])[0]
+        ys = [sum(curve(s)[1][i] for s in sels) / len(sels) for i in range(len(xs))]
+        c.plot(xs, ys, "--" if kind == "zipf-fit" else "o-",
+               label=f"{model}" + (" (Zipf fit)" if kind == "zipf-fit" else ""))
+    c.set_title(f"(c) miss rate across models (mean over benchmarks), {frac:g} of the experts",
+                fontsize=9)
+    domains = sorted({k[1] for k in sources if k[2] == "counts"})
+    colour = {dom: f"C{i}" for i, dom in enumerate(domains)}      # a colour a benchmark
+    for (model, bench, kind), sel in sources.items():
+        if kind == "counts" and model in ("olmoe-1b-7b", "mixtral-8x7b"):
+            d.plot(*curve(sel), "o-" if model == "olmoe-1b-7b" else "x--", color=colour[bench],
+                   label=f"{model.split('-')[0]} {bench}")
+    d.set_title(f"(d) miss rate across benchmarks (count table), {frac:g} of the experts",
+                fontsize=9)
+    for ax in (a, c, d):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch")
+        ax.set_ylabel("miss rate")
+    for ax in (a, b, c, d):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6 if ax is a else 7, ncols=2 if ax in (a, d) else 1,
+                  loc="upper left" if ax is a else "best")
+    a.set_ylim(top=max(1.0, a.get_ylim()[1]) + 0.12)          # the legend above the lines
+    f.suptitle("Fig. 16 (real routing): expert locality by batch, request, model and benchmark",
+               fontsize=10)
+    f.savefig(path, format="png", dpi=110)
 
 
 def _cross_validate(args) -> int:

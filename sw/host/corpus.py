@@ -13,7 +13,8 @@ from pathlib import Path
 from ...errors import UserError
 
 
-__all__ = ["ROUTING_FILES", "ROUTING_MODEL", "PROMPT_FILE", "traces_dir", "traces_hint",
+__all__ = ["ROUTING_FILES", "ROUTING_MODEL", "PROMPT_FILE", "COUNT_FILE", "traces_dir",
+           "traces_hint",
            "routing_path", "gsm8k_prompts"]
 
 #: The real routing traces by name (``../shared/traces/README.md``: Mixtral-8x7B-Instruct on
@@ -24,6 +25,8 @@ ROUTING_FILES = {"gsm8k": "gsm8k_2_routing.jsonl", "humaneval": "humaneval_2_rou
 ROUTING_MODEL = "mixtral-8x7b"
 #: The GSM8K prompts of those runs (real text for real activations).
 PROMPT_FILE = "gsm8k_2_outputs.jsonl"
+#: The OLMoE / Mixtral expert-count table (per-expert picks at layers 0, 7, 15 per domain).
+COUNT_FILE = "olmoe_mixtral_expert_counts.csv"
 
 _REPO = Path(__file__).resolve().parents[2]
 

@@ -1739,7 +1739,9 @@ def fit_zipf(p: np.ndarray, grid=np.round(np.arange(0.0, 4.01, 0.01), 2)) -> flo
 def cache_check(trace, model, slots_per_layer=(1, 2, 3, 4, 5, 6), batches=(1, 2)) -> list:
     """Che's approximation against the exact trace-driven LRU (:func:`~.hbcache.replay` through
     an :class:`~.hbcache.HBExpertCache` of ``slots_per_layer x layers`` MSB slices, demand
-    admission) on ``trace``'s decode routing: a row per (batch, slots) with the exact hit rate,
+    admission) on ``trace``'s decode routing: a row per (batch, slots) with the exact hit rate
+    (``exact``: one LRU over all layers; ``exact_layer``: one LRU of ``slots_per_layer`` a
+    layer, :func:`~.hbcache.replay_per_layer`, the structure of :class:`EvalModel`'s cache),
     Che's from the trace's own per-layer popularity (``che_trace``) and from a Zipf law fitted
     to it (``che_zipf``, the form Table 3's models use), and the Zipf exponent.
 
@@ -1747,7 +1749,7 @@ def cache_check(trace, model, slots_per_layer=(1, 2, 3, 4, 5, 6), batches=(1, 2)
     imported with ``model``); ``slots_per_layer``: integers >= 0; ``batches``: integers >= 1.
     Raises :class:`UserError` naming the parameter otherwise, for an unknown model, or a
     trace whose layers or experts are not the model's (:func:`~.hbcache.replay`)."""
-    from .hbcache import HBExpertCache, replay
+    from .hbcache import HBExpertCache, replay, replay_per_layer
     from .models import model_preset
     slots_per_layer = _int_seq("slots_per_layer", slots_per_layer, 0)
     batches = _int_seq("batches", batches, 1)
@@ -1763,6 +1765,7 @@ def cache_check(trace, model, slots_per_layer=(1, 2, 3, 4, 5, 6), batches=(1, 2)
             cache = HBExpertCache(capacity_bytes=slots * m.expert_msb_bytes, model=m)
             exact = replay(trace, cache, batch=b).hit_rate
             rows.append({"batch": b, "slots_per_layer": n, "exact": exact,
+                         "exact_layer": replay_per_layer(trace, m, n, batch=b).hit_rate,
                          "che_trace": che_global(p, slots, b),
                          "che_zipf": che_global(pz, slots, b), "zipf": s})
     return rows

@@ -32,7 +32,7 @@ import numpy as np
 
 from ...checks import is_int
 from ...errors import UserError
-from .corpus import traces_dir
+from .corpus import COUNT_FILE, traces_dir
 from .models import model_preset
 from .routelog import usage_counts
 from .trace import PHASES, RoutingTrace, TraceError
@@ -130,7 +130,7 @@ def expert_count_table(path=None) -> dict:
     """Read ``olmoe_mixtral_expert_counts.csv``: ``{(model, variant, domain, layer):
     counts [E] int64}``, experts 0..E-1. Raises :class:`UserError` naming the file and line on a
     missing file, a wrong header, a bad value or a gap in the expert ids."""
-    path = Path(path) if path is not None else traces_dir() / "olmoe_mixtral_expert_counts.csv"
+    path = Path(path) if path is not None else traces_dir() / COUNT_FILE
     if not path.is_file():
         raise UserError(f"{path}: expert count table not found (set ELMOE3D_TRACES)")
     rows = {}

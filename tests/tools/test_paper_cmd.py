@@ -185,7 +185,10 @@ def test_fig12_and_fig14_tree_best(capsys):
 
 def test_options_that_do_not_apply_are_refused(capsys):
     """Review finding 8: options a figure ignored were accepted silently."""
-    for argv, msg in ((["table3", "--plot", "."], "--plot applies to fig12, fig14 and fig15 only"),
+    for argv, msg in ((["table3", "--plot", "."],
+                       "--plot applies to fig12, fig14, fig15 and fig16 only"),
+                      (["fig16", "--hb", "8gb"],
+                       "--hb applies to table3, fig12, fig14 and fig15 only"),
                       (["fig12", "--ar-cache", "whole"],
                        "--ar-cache applies to table3, fig14 and fig15 only"),
                       (["cache-check", "--hb", "8gb"],
@@ -273,8 +276,8 @@ def test_fig15(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, msg", [
     (["table3", "--hb", "16gb"], "--hb 16gb: expected one of 4gb, 8gb"),
-    (["fig99"], "figure fig99: expected one of table3, fig12, fig14, fig15, cache-check, "
-                "cross-validate"),
+    (["fig99"], "figure fig99: expected one of table3, fig12, fig14, fig15, fig16, "
+                "cache-check, cross-validate"),
     (["fig12", "--alpha", "fitted"], "--alpha fitted: expected one of paper, model"),
     (["fig14", "--cache-form", "x"], "--cache-form x: expected one of token, step"),
     (["table3", "--ar-cache", "lsb"], "--ar-cache lsb: expected one of best, msb, whole"),
@@ -428,6 +431,48 @@ def test_cross_validate_with_the_alpha_model_prints_its_fits(monkeypatch, capsys
     assert f"batch 16 qwen3 {a:.3f} {b:.2f}," in text
     assert "Elastic-SD alpha, mean |ours - paper|: 0.030 out of sample, 0.022 in sample" in text
     assert "in sample (the shipped fit, every cell: `paper table3 --alpha model`)" in text
+
+
+def test_fig16(tmp_path, capsys):
+    """``paper fig16``: the four panels' tables and lines from the real routing, its JSON and
+    the plot, both written."""
+    out, plots = tmp_path / "f16.json", tmp_path / "plots"
+    assert cli.main(["paper", "fig16", "--json", str(out), "--plot", str(plots)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    doc = json.loads(out.read_text())
+    assert doc["figure"] == "fig16" and set(doc) >= {"miss", "unique", "spread"}
+    mixed = {r["batch"]: r for r in doc["miss"] if r["mixture"] and r["fraction"] == 0.25}
+    r = mixed[4]
+    assert (f"gsm8k+humaneval │ 0.25 │ 4 │ {r['che']:.3f} │ {r['zipf_model']:.3f} │ "
+            f"{r['exact_layer']:.3f} │ {r['exact']:.3f}") in text
+    assert (f"batch 1 -> 4: an LRU a layer misses {mixed[1]['exact_layer']:.3f} -> "
+            f"{r['exact_layer']:.3f}") in text
+    assert "one request's tokens over as many requests' (distinct experts): n = 2: 0.935, " \
+           "n = 4: 0.912" in text
+    s = doc["spread"]
+    assert (f"across models mean {s['across_models']['mean']:.3f}, max "
+            f"{s['across_models']['max']:.3f}") in text
+    assert f"models over benchmarks {s['ratio']:.2f}x" in text
+    assert "its rows above are the Zipf law fitted on Table 3 (zipf-fit), not routing data" in text
+    png = plots / "fig16.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot: {png}" in text
+
+
+def test_fig16_names_a_missing_count_table(capsys, monkeypatch, tmp_path):
+    """Without the count table (the traces there): one line naming it and the traces folder;
+    no JSON or plot written."""
+    from elmoe3d.sw.host.corpus import ROUTING_FILES, traces_dir
+    for f in ROUTING_FILES.values():
+        (tmp_path / f).symlink_to(traces_dir() / f)
+    monkeypatch.setenv("ELMOE3D_TRACES", str(tmp_path))
+    out, plots = tmp_path / "f16.json", tmp_path / "plots"
+    assert cli.main(["paper", "fig16", "--json", str(out), "--plot", str(plots)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"elmoe3d paper: error: fig16: the expert count table "
+        f"{tmp_path / 'olmoe_mixtral_expert_counts.csv'} is missing (the traces folder: "
+        f"$ELMOE3D_TRACES = {tmp_path})")
+    assert not out.exists() and not (plots / "fig16.png").exists()
 
 
 def test_cache_check_names_a_missing_trace_and_the_traces_folder(capsys, monkeypatch, tmp_path):
