@@ -16,7 +16,9 @@ refresh on a hit" is a failure kind).
   replaces the contents (Elastic-SD's pool update).
 * :class:`CacheStats` -- per-layer accesses and hits, bytes read from HB and EXT, bytes written
   into HB, evictions.
-* :func:`replay` -- run a trace's routing through a cache, ``batch`` requests in lockstep.
+* :func:`replay` -- run a trace's routing through a cache, ``batch`` requests in lockstep
+  (:func:`batch_accesses`: the steps it makes); :func:`replay_per_layer` -- the same through
+  one LRU a MoE layer.
 
 Units: bytes. The cache models capacity and traffic, not timing (the performance model turns
 the bytes into cycles with the config's bandwidths).
@@ -283,13 +285,15 @@ class HBExpertCache:
         """Access the experts one step uses at ``layer`` (all tokens of a batch together):
         each distinct expert once, in the order given. Hits and misses are decided against
         the contents before the step, then the cache is updated (Algorithm 1: line 23 tests
-        ``e in C`` for every expert of the step, line 30's UpdateCache follows the loop), so
-        a step's own admissions never evict a slice the same step hits. A hit reads the MSB
+        ``e in C`` for every expert of the step, line 30's UpdateCache follows the loop), so a
+        step's own admissions never turn one of its hits into a miss. A hit reads the MSB
         slice from HB and the LSB slice from EXT and refreshes the slice (the hits first, in
         the order given); a miss reads the whole expert from EXT and, with demand admission
-        and at least one slot, writes its MSB slice into HB (the misses after the hits, in
-        the order given, each evicting the least recently used; Section 4.2). Returns
-        ``(hits, misses)`` as lists of ids.
+        and at least one slot, writes its MSB slice into HB (after the hits, each evicting the
+        least recently used; Section 4.2): the last :attr:`slots` misses in the order given
+        when the step misses more than the cache holds (the earlier ones would be evicted by
+        the later within the step: the contents are an LRU's, without the writes that would
+        not stay). Returns ``(hits, misses)`` as lists of ids.
         Traffic (:attr:`stats`) in bytes. Raises :class:`UserError` for a ``layer`` that is not
         an integer MoE layer id, ``experts`` not an iterable of integer expert ids."""
         self._check_layer(layer)
@@ -316,7 +320,7 @@ class HBExpertCache:
         for e in hits:
             lru.move_to_end((layer, e))
         if self._admit and self.slots:
-            for e in misses:
+            for e in misses[-self.slots:]:
                 self._insert((layer, e))
         return hits, misses
 
@@ -379,6 +383,24 @@ class HBExpertCache:
         return n_new * self.msb_bytes
 
 
+def _check_batch(batch) -> int:
+    """``batch`` as an int: a positive integer (requests in lockstep); :class:`UserError`
+    naming it otherwise."""
+    if not is_int(batch) or batch < 1:
+        raise UserError(f"batch: expected a positive integer, got {batch!r}")
+    return int(batch)
+
+
+def _check_trace(trace, model: ModelPreset) -> None:
+    """A trace of ``model``'s MoE layers and routed experts; :class:`UserError` otherwise."""
+    if tuple(trace.layer_ids) != tuple(model.moe_layer_ids):
+        raise UserError(f"trace layers {trace.layer_ids[:3]}... are not the MoE layers of "
+                        f"{model.name}")
+    if trace.num_experts != model.routed_experts:
+        raise UserError(f"trace has {trace.num_experts} experts, {model.name} "
+                        f"{model.routed_experts}")
+
+
 def batch_accesses(trace, *, batch=1, phase="decode"):
     """The expert accesses of ``trace``'s ``phase`` routing served ``batch`` requests at a
     time, as :func:`replay` makes them: yields ``(layer, experts)`` per step and MoE layer,
@@ -387,9 +409,7 @@ def batch_accesses(trace, *, batch=1, phase="decode"):
     reaches. Requests in increasing id, a batch's in lockstep, one token each per step.
     Raises :class:`UserError` for a ``batch`` not a positive integer and an unknown
     ``phase``."""
-    if not is_int(batch) or batch < 1:
-        raise UserError(f"batch: expected a positive integer, got {batch!r}")
-    batch = int(batch)
+    batch = _check_batch(batch)
     reqs = trace.requests(phase)
     for b0 in range(0, len(reqs), batch):
         group = reqs[b0:b0 + batch]
@@ -416,15 +436,8 @@ def replay(trace, cache: HBExpertCache, *, batch=1, phase="decode") -> CacheStat
     Che approximation stands for). Traffic in bytes. Raises
     :class:`UserError` for a ``batch`` not a positive integer, a trace whose layers or expert
     count are not the cache model's, and an unknown ``phase``."""
-    if not is_int(batch) or batch < 1:
-        raise UserError(f"batch: expected a positive integer, got {batch!r}")
-    batch = int(batch)
-    if tuple(trace.layer_ids) != tuple(cache.model.moe_layer_ids):
-        raise UserError(f"trace layers {trace.layer_ids[:3]}... are not the MoE layers of "
-                        f"{cache.model.name}")
-    if trace.num_experts != cache.model.routed_experts:
-        raise UserError(f"trace has {trace.num_experts} experts, {cache.model.name} "
-                        f"{cache.model.routed_experts}")
+    _check_batch(batch)
+    _check_trace(trace, cache.model)
     before = CacheStats(cache.stats.layer_ids, cache.stats.accesses.copy(),
                         cache.stats.hits.copy(), cache.stats.hb_read_bytes,
                         cache.stats.ext_read_bytes, cache.stats.hb_write_bytes,
@@ -450,23 +463,13 @@ def replay_per_layer(trace, model, slots_per_layer, *, batch=1, phase="decode") 
     m = model_preset(model)
     if not is_int(slots_per_layer) or slots_per_layer < 0:
         raise UserError(f"slots_per_layer: expected an integer >= 0, got {slots_per_layer!r}")
-    if tuple(trace.layer_ids) != tuple(m.moe_layer_ids):
-        raise UserError(f"trace layers {trace.layer_ids[:3]}... are not the MoE layers of "
-                        f"{m.name}")
-    if trace.num_experts != m.routed_experts:
-        raise UserError(f"trace has {trace.num_experts} experts, {m.name} {m.routed_experts}")
+    _check_batch(batch)
+    _check_trace(trace, m)
     caches = {layer: HBExpertCache(capacity_bytes=int(slots_per_layer) * m.expert_msb_bytes,
                                    model=m) for layer in m.moe_layer_ids}
     for layer, experts in batch_accesses(trace, batch=batch, phase=phase):
         caches[layer].step(layer, experts)
     out = CacheStats(tuple(m.moe_layer_ids))
     for c in caches.values():
-        s = c.stats
-        out.accesses += s.accesses
-        out.hits += s.hits
-        out.hb_read_bytes += s.hb_read_bytes
-        out.ext_read_bytes += s.ext_read_bytes
-        out.hb_write_bytes += s.hb_write_bytes
-        out.ext_extra_bytes += s.ext_extra_bytes
-        out.evictions += s.evictions
+        out = out.merge(c.stats)
     return out

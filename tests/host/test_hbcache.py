@@ -126,10 +126,11 @@ class RefLRU:
         return hits, [e for e in order if e not in hits]
 
 
-def test_a_step_never_evicts_a_slice_it_hits():
+def test_a_step_never_turns_its_hit_into_a_miss():
     """Algorithm 1 decides a step's hits against the cache before the step (line 23) and
     updates it after (line 30): a miss admitted early in the step does not evict a slice the
-    same step uses later (the old interleaved order missed on 1 here, evicted by 3)."""
+    same step uses later (the old interleaved order missed on 1 here, evicted by 3). A step
+    that misses more than the cache holds writes only its last ``slots`` misses."""
     c = cache(2)
     c.step(0, [1])
     c.step(0, [2])                                 # LRU first: 1, 2
@@ -140,6 +141,11 @@ def test_a_step_never_evicts_a_slice_it_hits():
     # a step of more experts than slots: its hits first, then the misses in order
     assert c.step(0, [4, 5, 3]) == ([3], [4, 5])
     assert c.contents() == [(0, 4), (0, 5)]
+    writes = c.stats.hb_write_bytes
+    assert c.step(0, [6, 7, 2]) == ([], [6, 7, 2])          # 6 would not stay: not written
+    assert c.contents() == [(0, 7), (0, 2)] and c.last_changes == (((0, 7), (0, 2)),
+                                                                   ((0, 4), (0, 5)))
+    assert c.stats.hb_write_bytes - writes == 2 * MSB
 
 
 @settings(max_examples=60, deadline=None)
@@ -147,10 +153,18 @@ def test_a_step_never_evicts_a_slice_it_hits():
                                              st.lists(st.integers(0, 7), max_size=6)),
                                    max_size=40))
 def test_steps_match_a_reference_lru(slots, steps):
+    """Hits, misses and contents as a reference LRU in Algorithm 1's order; HB writes one MSB
+    slice per miss that stays (at most ``slots`` a step), evictions what left."""
     c, ref = cache(slots), RefLRU(slots)
     for layer, experts in steps:
-        assert c.step(layer, experts) == ref.step(layer, experts)
+        before = set(ref.items)
+        hits, misses = ref.step(layer, experts)
+        assert c.step(layer, experts) == (hits, misses)
         assert c.contents() == ref.items
+        admitted, evicted = c.last_changes
+        assert set(admitted) == set(ref.items) - before
+        assert set(evicted) == before - set(ref.items)
+    assert c.stats.hb_write_bytes == MSB * (c.stats.evictions + len(ref.items))
 
 
 @settings(max_examples=40, deadline=None)
@@ -277,15 +291,16 @@ def test_replay_takes_a_numpy_batch(gsm8k_routing):
 def test_per_layer_replay_is_one_reference_lru_a_layer(gsm8k, batch, slots):
     """replay_per_layer on the real trace equals a reference LRU per layer fed each layer's
     steps (batch_accesses, the steps replay makes), in hits, accesses and bytes."""
-    refs, hits, accesses = {}, 0, 0
+    refs, hits, accesses, writes = {}, 0, 0, 0
     for layer, experts in batch_accesses(gsm8k, batch=batch):
         h, m = refs.setdefault(layer, RefLRU(slots)).step(layer, experts)
         hits, accesses = hits + len(h), accesses + len(h) + len(m)
+        writes += min(len(m), slots)                 # the misses that stay in the step
     s = replay_per_layer(gsm8k, MIX, slots, batch=batch)
     assert (int(s.hits.sum()), int(s.accesses.sum())) == (hits, accesses)
     assert s.hb_read_bytes == hits * MSB
     assert s.ext_read_bytes == hits * LSB + (accesses - hits) * (MSB + LSB)
-    assert s.hb_write_bytes == (accesses - hits) * MSB
+    assert s.hb_write_bytes == writes * MSB
     # the same accesses as the one LRU over all layers sees
     assert int(replay(gsm8k, cache(0), batch=batch).accesses.sum()) == accesses
     print(f"batch {batch}, {slots} slots a layer: hit rate {s.hit_rate:.3f}")
