@@ -39,9 +39,11 @@ COMMANDS = {
                                          "simulated cycles per second"),
     "paper": ("elmoe3d.cli.paper", "the paper's evaluation from the whole-decoder performance "
                                    "model: table3 (alpha, Phi_AR, Phi_SD beside the paper's), "
-                                   "fig12 (memory mapping and SD time per scheme), fig14 "
+                                   "fig12 (memory mapping and SD time per scheme), fig13 "
+                                   "(draft and verify latency by batch and HB size), fig14 "
                                    "(speedup over xPU of every platform), fig15 (energy a token "
-                                   "by component), cache-check (the expert-cache model against "
+                                   "by component), fig16 (expert locality on the real "
+                                   "routing), cache-check (the expert-cache model against "
                                    "the exact LRU on the real Mixtral traces), cross-validate "
                                    "(Table 3's cells predicted by fits without their batch)"),
     "synth": ("elmoe3d.cli.synth", "Yosys area of every block, rolled up to the logic die"),

@@ -22,8 +22,17 @@ ours against xPU and the best performing prior platform beside the paper's; ``--
 every platform's static power (``static_mw``: logic and DRAM, mW).
 The paper's Fig. 14 and 15 are for 8 GB HB: at ``--hb 4gb`` their figures are named apart as
 8 GB figures, not set beside ours.
+``elmoe3d paper fig13 [--plot DIR]``: Fig. 13, every SD scheme's draft and verify latency
+at 4 and 8 GB and batch 1-16 (Qwen3-30B-A3B), the verify with MSB slices and with whole
+INT8 experts cached, and the paper's claims on the two caches checked.
+``elmoe3d paper fig16 [--plot DIR]``: Fig. 16, expert locality measured on the real routing
+of the traces folder (:mod:`~elmoe3d.sw.host.locality`): miss rate by batch (the exact LRU,
+one a layer and one over all layers, against Che's approximation and Table 3's cache form),
+unique experts within and across requests, miss rate across models and benchmarks (the
+OLMoE / Mixtral count table), with the Table 3 models' fitted Zipf laws beside.
 ``elmoe3d paper cache-check`` replays the real Mixtral-8x7B traces (gsm8k, humaneval)
-through the exact LRU and prints its hit rate beside Che's approximation from the trace's
+through the exact LRU (one over all layers, and one a layer) and prints its hit rate beside
+Che's approximation from the trace's
 popularity and from a fitted Zipf law, then how alike one request's tokens and different
 requests' tokens route on them (:func:`~elmoe3d.sw.host.paper_eval.routing_exponents`: the
 measured :data:`~elmoe3d.sw.host.paper_eval.INTRA_REQUEST`). ``elmoe3d paper cross-validate``
@@ -46,13 +55,15 @@ from .outputs import (check_distinct, check_output, check_output_dir, output_pat
                       write_json)
 
 
-FIGURES = ("table3", "fig12", "fig14", "fig15", "fig16", "cache-check", "cross-validate")
+FIGURES = ("table3", "fig12", "fig13", "fig14", "fig15", "fig16", "cache-check",
+           "cross-validate")
 _MODEL_FIGS = ("table3", "fig12", "fig14", "fig15")
 #: Options and the figures they apply to (any other figure refuses them; --json: all).
-APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS, "cache_form": _MODEL_FIGS,
-           "alpha": _MODEL_FIGS + ("cross-validate",), "link": _MODEL_FIGS,
-           "ar_cache": ("table3", "fig14", "fig15"), "plot": ("fig12", "fig14", "fig15", "fig16"),
-           "placement": ("table3", "fig12"), "dram_background": ("fig14", "fig15")}
+APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS + ("fig13",),
+           "cache_form": _MODEL_FIGS + ("fig13",), "alpha": _MODEL_FIGS + ("cross-validate",),
+           "link": _MODEL_FIGS + ("fig13",), "ar_cache": ("table3", "fig14", "fig15"),
+           "plot": ("fig12", "fig13", "fig14", "fig15", "fig16"),
+           "placement": ("table3", "fig12", "fig13"), "dram_background": ("fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die",
             "placement": "paper", "dram_background": DRAM_BACKGROUND_DEFAULT}
@@ -68,7 +79,9 @@ PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb", "fig15": "8gb"}
 def configure(parser):
     parser.add_argument("figure", metavar="FIGURE",
                         help="table3: the paper's Table 3; fig12: Fig. 12 (memory mapping and SD time "
-                             "breakdown per scheme, Qwen3-30B-A3B, batch 16); fig14: Fig. 14 (speedup over xPU "
+                             "breakdown per scheme, Qwen3-30B-A3B, batch 16); fig13: Fig. 13 "
+                             "(draft and verify latency by batch and HB size, bit-sliced "
+                             "against conventional caching); fig14: Fig. 14 (speedup over xPU "
                              "of every platform, AR and SD); fig15: Fig. 15 (energy a token by "
                              "component, normalised to ours); fig16: Fig. 16 (expert locality by "
                              "batch, request, model and benchmark, on the real routing in the "
@@ -122,7 +135,8 @@ def configure(parser):
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", type=output_path, default=None,
                         help="fig12, fig14, fig15: also write the figure as "
-                             "DIR/<figure>_<hb>.png (DIR created if missing)")
+                             "DIR/<figure>_<hb>.png; fig13 and fig16 (no one HB size): "
+                             "DIR/<figure>.png (DIR created if missing)")
 
 
 def _zipf(args) -> dict:
@@ -217,6 +231,8 @@ def run(args) -> int:
         return _cache_check(args)
     if args.figure == "fig16":
         return _fig16(args)
+    if args.figure == "fig13":
+        return _fig13(args)
     if args.figure == "cross-validate":
         return _cross_validate(args)
     if args.figure == "fig12":
@@ -279,16 +295,12 @@ def _cache_check(args) -> int:
     from rich.table import Table
 
     from ..sw.host import paper_eval as pe
-    from ..sw.host.corpus import ROUTING_FILES, ROUTING_MODEL, routing_path, traces_hint
-    from ..sw.host.trace import import_vllm_jsonl
+    from ..sw.host.corpus import ROUTING_MODEL
+    from ..sw.host.locality import real_routing
 
     console = report_console()
     doc, traces = {}, []
-    for name in ROUTING_FILES:
-        path = routing_path(name)
-        if not path.is_file():
-            raise UserError(f"cache-check: the real trace {path} is missing{traces_hint()}")
-        trace = import_vllm_jsonl(path, model=ROUTING_MODEL)[0]
+    for name, trace in real_routing("cache-check").items():
         traces.append(trace)
         rows = pe.cache_check(trace, ROUTING_MODEL)
         doc[name] = rows
@@ -309,7 +321,7 @@ def _cache_check(args) -> int:
         console.print(f"{name}: Che (Zipf) - exact: mean |error| {sum(err) / len(err):.3f}, "
                       f"worst {max(err):.3f}; against an LRU a layer: mean error "
                       f"{sum(lay) / len(lay):+.3f}, worst {min(lay, key=lambda x: -abs(x)):+.3f} "
-                      f"(Che's independent requests miss the trace's reuse from token to token)")
+                      f"(Che's independent tokens miss the trace's reuse from token to token)")
     r = pe.routing_exponents(traces)
     per = pe.routing_exponents(traces, baseline="trace")
     doc["routing_exponents"], doc["routing_exponents_per_trace"] = r, per
@@ -335,15 +347,103 @@ def _cache_check(args) -> int:
     return 0
 
 
+def _figure_plot(args, figure):
+    """The plot file ``DIR/<figure>.png`` of ``--plot DIR`` for a figure of no one HB size
+    (fig13, fig16), checked as :func:`_plot_dir` checks it."""
+    if not args.plot:
+        return None
+    plot = check_output_dir(args.plot, "--plot", [f"{figure}.png"])[0]
+    check_distinct([("--json", args.json), ("--plot", plot)])
+    return plot
+
+
+def _fig13(args) -> int:
+    from rich.table import Table
+
+    from ..sw.host import paper_eval as pe
+
+    plot = _figure_plot(args, "fig13")
+    tree = _tree(args.tree)
+    rows = pe.fig13(tree=tree, zipf=_zipf(args), form=args.cache_form, link=args.link,
+                    placement=args.placement)
+    summ = pe.fig13_summary(rows)
+    console = report_console()
+    t = Table(title="Fig. 13: Qwen3-30B-A3B, MT-Bench: an SD iteration's draft and verify "
+                    "latency (ms) by HB capacity and batch; the verify with MSB slices cached "
+                    "(bit-sliced) and with whole INT8 experts (conventional) "
+                    + ("(the fastest tree per scheme)" if tree == "best"
+                       else f"({_tree_text(rows[0])})"))
+    for col in ("HB", "batch", "scheme", "accept length", "draft ms", "verify ms",
+                "cache", "verify, MSB slices", "verify, whole experts", "Phi_SD"):
+        t.add_column(col, justify="left" if col in ("scheme", "cache") else "right")
+    for r in rows:
+        t.add_row(r["hb_size"][:-2] + " GB", str(r["batch"]), r["scheme"], f"{r['accept']:.2f}",
+                  f"{r['draft_ms']:.1f}", f"{r['verify_ms']:.1f}", r["verify_form"],
+                  f"{r['verify_msb_ms']:.1f}", f"{r['verify_whole_ms']:.1f}",
+                  f"{r['phi_sd']:.2f}")
+    console.print(t)
+    console.print("alpha: the paper's 4 GB values at both HB sizes (its 8 GB alphas are "
+                  "withheld); Elastic-SD caches MSB slices (its draft pool), the other schemes "
+                  f"what verifies faster at each point; {_model_note(args)}")
+    for hb, d in summ.items():
+        console.print(
+            f"HB {hb[:-2]} GB, Elastic-SD's verify over EAGLE-SD's: " + ", ".join(
+                f"batch {b} {v['elastic_over_eagle']:.3f}" for b, v in d.items())
+            + "; EAGLE-SD's verify with MSB slices over whole experts: " + ", ".join(
+                f"batch {b} {v['eagle_msb_over_whole']:.3f}" for b, v in d.items()))
+    console.print("the paper (Section 7.1): with limited HB bit-sliced caching verifies faster "
+                  "(a ratio below 1 in the first list), the advantage shrinks as HB grows and at "
+                  "small batches reverses (EAGLE-SD's lower verify cost at 8 GB), and at large "
+                  "batches the two caches verify alike")
+    doc = {**_options_doc(args, "fig13"), "hb": list(summ), "units": pe.FIG12_UNITS,
+           "rows": rows, "summary": summ}
+    _write(console, args, doc, plot, lambda path: _plot_fig13(path, rows))
+    return 0
+
+
+def _plot_fig13(path, rows):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from ..sw.host import paper_eval as pe
+
+    hbs = list(dict.fromkeys(r["hb_size"] for r in rows))
+    batches = list(dict.fromkeys(r["batch"] for r in rows))
+    f = Figure(figsize=(12, 4.6), layout="constrained")
+    FigureCanvasAgg(f)
+    axes = f.subplots(1, len(hbs), sharey=True, squeeze=False)[0]
+    width = 0.8 / len(pe.SCHEMES)
+    for ax, hb in zip(axes, hbs):
+        pts = {(r["batch"], r["scheme"]): r for r in rows if r["hb_size"] == hb}
+        for j, scheme in enumerate(pe.SCHEMES):
+            for i, b in enumerate(batches):
+                r = pts[(b, scheme)]
+                x = i + (j - (len(pe.SCHEMES) - 1) / 2) * width
+                first = (i == 0 and hb == hbs[0])
+                ax.bar(x, r["draft_ms"], width, color=f"C{j}", alpha=0.45, edgecolor="white",
+                       label=f"{scheme}: draft" if first else None)
+                ax.bar(x, r["verify_ms"], width, bottom=r["draft_ms"], color=f"C{j}",
+                       edgecolor="white", label=f"{scheme}: verify" if first else None)
+                ax.text(x, r["draft_ms"] + r["verify_ms"], r["verify_form"][0].upper(),
+                        ha="center", va="bottom", fontsize=6)
+        ax.set_xticks(range(len(batches)), [f"batch {b}" for b in batches])
+        ax.set_title(f"HB {hb[:-2]} GB", fontsize=9)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylabel("ms an SD iteration (draft light, verify dark)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    f.legend(handles, labels, fontsize=8, ncols=len(labels) // 2, loc="outside lower center")
+    f.suptitle("Fig. 13 (model): draft and verify latency, Qwen3-30B-A3B, MT-Bench; letter over "
+               "a bar: the verify's expert cache (M: MSB slices, W: whole INT8 experts, N: none)",
+               fontsize=10)
+    f.savefig(path, format="png", dpi=110)
+
+
 def _fig16(args) -> int:
     from rich.table import Table
 
     from ..sw.host import locality as lo
 
-    plot = None
-    if args.plot:
-        plot = check_output_dir(args.plot, "--plot", ["fig16.png"])[0]
-        check_distinct([("--json", args.json), ("--plot", plot)])
+    plot = _figure_plot(args, "fig16")
     doc = lo.fig16()
     rows, spread = doc["miss"], doc["spread"]
     console = report_console()
@@ -351,22 +451,26 @@ def _fig16(args) -> int:
     def num(v):
         return "-" if v is None else f"{v:.3f}"
 
-    top = max((r["batch"] for r in rows if r["exact"] is not None), default=0)
+    top = max((r["batch"] for r in rows if r["exact_miss"] is not None), default=0)
     t = Table(title="Fig. 16 (a): expert-cache miss rate on the real Mixtral-8x7B traces by "
                     "cache size (a fraction of every layer's experts, MSB slices) and batch "
                     f"(requests in lockstep, up to the traces' {top}; '-': the trace has "
-                    "fewer requests; every batch in --json)")
-    for col in ("workload", "fraction", "batch", "Che (trace)", "Table 3's model (Zipf fit)",
+                    "fewer requests; every batch in --json). One LRU over all 32 layers is "
+                    "swept cyclically and thrashes once a step's slices outnumber its slots; "
+                    "Table 3's model is an LRU a layer")
+    for col in ("workload", "fraction", "batch", "Che (trace)", "Table 3's form (Zipf fit)",
                 "exact, an LRU a layer", "exact, one LRU"):
         t.add_column(col, justify="left" if col == "workload" else "right")
     for r in rows:
         if r["kind"] == "trace" and r["batch"] <= top:
-            t.add_row(r["benchmark"], f"{r['fraction']:g}", str(r["batch"]), num(r["che"]),
-                      num(r["zipf_model"]), num(r["exact_layer"]), num(r["exact"]))
+            t.add_row(r["benchmark"], f"{r['fraction']:g}", str(r["batch"]), num(r["che_miss"]),
+                      num(r["table3_form_miss"]), num(r["exact_layer_miss"]),
+                      num(r["exact_miss"]))
     console.print(t)
     f = lo.PANEL_FRACTION
-    t = Table(title=f"Fig. 16 (c, d): miss rate by model and benchmark, Che's approximation of "
-                    f"one LRU holding {f:g} of every layer's experts")
+    t = Table(title=f"Fig. 16 (c, d): miss rate by model and benchmark, Che's approximation "
+                    f"(and Table 3's cache form for its models' Zipf laws, fitted on Table 3: "
+                    f"not routing data), {f:g} of every layer's experts cached")
     for col in ("model", "benchmark", "source") + tuple(f"batch {b}" for b in lo.BATCHES):
         t.add_column(col, justify="right" if col.startswith("batch") else "left")
     by = {}
@@ -374,7 +478,9 @@ def _fig16(args) -> int:
         if r["fraction"] == f and r["kind"] != "trace":
             by.setdefault((r["model"], r["benchmark"], r["kind"]), {})[r["batch"]] = r
     for (model, bench, kind), d in by.items():
-        t.add_row(model, bench, kind, *(num(d[b]["che"]) for b in lo.BATCHES))
+        t.add_row(model, bench, kind, *(
+            num(d[b]["che_miss"]) + (f" ({num(d[b]['table3_form_miss'])})"
+                                     if kind == "zipf-fit" else "") for b in lo.BATCHES))
     console.print(t)
     u = doc["unique"]
     t = Table(title=f"Fig. 16 (b): distinct experts a layer of n tokens, Mixtral-8x7B on the "
@@ -392,15 +498,15 @@ def _fig16(args) -> int:
         if r["n"] in common) + f"; exponents: intra {u['intra_exponent']:.3f}, inter "
         f"{u['inter_exponent']:.3f} (1: independent)")
     mixed = {r["batch"]: r for r in rows if r["mixture"] and r["fraction"] == f
-             and r["exact_layer"] is not None}
+             and r["exact_layer_miss"] is not None}
     if len(mixed) > 1:
-        lo_b, hi_b = min(mixed), max(mixed)
+        a, b = mixed[min(mixed)], mixed[max(mixed)]
         console.print(
-            f"both traces together, {f:g} of the experts, batch {lo_b} -> {hi_b}: an LRU a layer "
-            f"misses {mixed[lo_b]['exact_layer']:.3f} -> {mixed[hi_b]['exact_layer']:.3f}, "
-            f"one LRU over the layers {mixed[lo_b]['exact']:.3f} -> {mixed[hi_b]['exact']:.3f}, "
-            f"Che {mixed[lo_b]['che']:.3f} -> {mixed[hi_b]['che']:.3f}, Table 3's model "
-            f"{mixed[lo_b]['zipf_model']:.3f} -> {mixed[hi_b]['zipf_model']:.3f}")
+            f"both traces together, {f:g} of the experts, batch {a['batch']} -> {b['batch']}: "
+            f"an LRU a layer misses {a['exact_layer_miss']:.3f} -> {b['exact_layer_miss']:.3f},"
+            f" one LRU over the layers {a['exact_miss']:.3f} -> {b['exact_miss']:.3f}, Che "
+            f"{a['che_miss']:.3f} -> {b['che_miss']:.3f}, Table 3's form "
+            f"{a['table3_form_miss']:.3f} -> {b['table3_form_miss']:.3f}")
 
     def spread_text(key):
         d = spread[key]
@@ -408,18 +514,22 @@ def _fig16(args) -> int:
                 + ", ".join(f"{k} {v:.3f}" for k, v in d["ranges"].items()) + ")"
                 if d["ranges"] else "none")
 
+    tr = spread["traces"]
     console.print(f"miss-rate range at {spread['fraction']:g} of the experts, batch "
-                  f"{spread['batch']} (real routing only): across benchmarks "
+                  f"{spread['batch']}, Che on the count table: across benchmarks "
                   f"{spread_text('across_benchmarks')}; across models "
                   f"{spread_text('across_models')}; across fine-tuned variants "
                   f"{spread_text('across_variants')}"
                   + (f"; models over benchmarks {spread['ratio']:.2f}x" if spread["ratio"]
-                     else ""))
+                     else "")
+                  + (f". The traces, gsm8k against humaneval: {tr['exact_layer_miss']:.3f} "
+                     f"(exact, an LRU a layer), {tr['che_miss']:.3f} (Che)"
+                     if tr["exact_layer_miss"] is not None else ""))
     console.print("the paper's Fig. 16 is GLM-4.7-Flash on MT-Bench, whose routing is not in "
-                  "the traces folder: its rows above are the Zipf law fitted on Table 3 "
-                  "(zipf-fit), not routing data")
-    _write(console, args, {"figure": "fig16", "panel_fraction": f, **doc}, plot,
-           lambda path: _plot_fig16(path, doc))
+                  "the traces folder: the zipf-fit rows are the Zipf laws fitted on Table 3, "
+                  "not routing data")
+    _write(console, args, {"figure": "fig16", "panel_fraction": f, "units": lo.FIG16_UNITS,
+                           **doc}, plot, lambda path: _plot_fig16(path, doc))
     return 0
 
 
@@ -435,7 +545,7 @@ def _plot_fig16(path, doc):
     frac = lo.PANEL_FRACTION
     rows = [r for r in doc["miss"] if r["fraction"] == frac]
 
-    def curve(sel, key="che"):
+    def curve(sel, key="che_miss"):
         pts = sorted((r["batch"], r[key]) for r in sel if r[key] is not None)
         return [x for x, _ in pts], [y for _, y in pts]
 
@@ -444,14 +554,14 @@ def _plot_fig16(path, doc):
         sources.setdefault((r["model"], r["benchmark"], r["kind"]), []).append(r)
     for (model, bench, kind), sel in sources.items():
         if kind == "trace":
-            line = a.plot(*curve(sel, "exact_layer"), "o-", label=f"{bench}: exact, an LRU a "
-                                                                  f"layer")[0]
+            line = a.plot(*curve(sel, "exact_layer_miss"), "o-",
+                          label=f"{bench}: exact, an LRU a layer")[0]
             a.plot(*curve(sel), "--", color=line.get_color(), label=f"{bench}: Che")
             if sel[0]["mixture"]:
-                a.plot(*curve(sel, "exact"), "x:", color=line.get_color(),
-                       label=f"{bench}: exact, one LRU")
-                a.plot(*curve(sel, "zipf_model"), "-.", color="gray",
-                       label=f"{bench}: Table 3's model")
+                a.plot(*curve(sel, "exact_miss"), "x:", color=line.get_color(),
+                       label=f"{bench}: exact, one LRU (thrashes)")
+                a.plot(*curve(sel, "table3_form_miss"), "-.", color="gray",
+                       label=f"{bench}: Table 3's form")
     a.set_title(f"(a) miss rate vs batch, Mixtral-8x7B traces, {frac:g} of the experts",
                 fontsize=9)
     u = doc["unique"]
@@ -464,23 +574,30 @@ def _plot_fig16(path, doc):
     b.set_xlabel("tokens")
     b.set_ylabel("distinct experts a layer")
     b.set_title("(b) unique experts per iteration, Mixtral-8x7B traces", fontsize=9)
-    models = {}
-    for (model, bench, kind), sel in sources.items():
-        if kind != "trace":
-            models.setdefault((model, kind), []).append(sel)
-    for (model, kind), sels in models.items():
+    # (c): the base models on the domains they share (mean), and Table 3's Zipf laws in
+    # Table 3's cache form (not routing data)
+    base = {k: v for k, v in sources.items() if k[2] == "counts" and v[0]["model"] ==
+            v[0]["family"]}
+    shared = set.intersection(*({bench for (m2, bench, _) in base if m2 == m}
+                                for m in {m for m, _, _ in base}))
+    for model in sorted({m for m, _, _ in base}):
+        sels = [v for (m, bench, _), v in base.items() if m == model and bench in shared]
         xs = curve(sels[0])[0]
-        ys = [sum(curve(s)[1][i] for s in sels) / len(sels) for i in range(len(xs))]
-        c.plot(xs, ys, "--" if kind == "zipf-fit" else "o-",
-               label=f"{model}" + (" (Zipf fit)" if kind == "zipf-fit" else ""))
-    c.set_title(f"(c) miss rate across models (mean over benchmarks), {frac:g} of the experts",
-                fontsize=9)
+        c.plot(xs, [sum(curve(s)[1][i] for s in sels) / len(sels) for i in range(len(xs))],
+               "o-", label=f"{model} (count table, mean of {len(sels)} shared domains)")
+    for (model, bench, kind), sel in sources.items():
+        if kind == "zipf-fit":
+            c.plot(*curve(sel, "table3_form_miss"), "--",
+                   label=f"{model}: Zipf fitted on Table 3, not routing")
+    c.set_title(f"(c) miss rate across models, {frac:g} of the experts", fontsize=9)
     domains = sorted({k[1] for k in sources if k[2] == "counts"})
     colour = {dom: f"C{i}" for i, dom in enumerate(domains)}      # a colour a benchmark
     for (model, bench, kind), sel in sources.items():
-        if kind == "counts" and model in ("olmoe-1b-7b", "mixtral-8x7b"):
-            d.plot(*curve(sel), "o-" if model == "olmoe-1b-7b" else "x--", color=colour[bench],
-                   label=f"{model.split('-')[0]} {bench}")
+        if kind == "counts":
+            style = {"olmoe-1b-7b": "o-", "mixtral-8x7b": "x--"}.get(model, "+:")
+            d.plot(*curve(sel), style, color=colour[bench],
+                   label=f"{model.removeprefix('olmoe-1b-7b').strip('-') or 'olmoe'} {bench}"
+                   if model.startswith("olmoe") else f"mixtral {bench}")
     d.set_title(f"(d) miss rate across benchmarks (count table), {frac:g} of the experts",
                 fontsize=9)
     for ax in (a, c, d):
@@ -489,10 +606,10 @@ def _plot_fig16(path, doc):
         ax.set_ylabel("miss rate")
     for ax in (a, b, c, d):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6 if ax is a else 7, ncols=2 if ax in (a, d) else 1,
-                  loc="upper left" if ax is a else "best")
-    a.set_ylim(top=max(1.0, a.get_ylim()[1]) + 0.12)          # the legend above the lines
-    f.suptitle("Fig. 16 (real routing): expert locality by batch, request, model and benchmark",
+        ax.legend(fontsize=6 if ax in (a, c) else 7, ncols=2 if ax is d else 1,
+                  loc="lower right" if ax is a else "best")
+    f.suptitle("Fig. 16: expert locality by batch, request, model and benchmark, measured on "
+               "real routing (panel (c)'s dashed curves: Table 3's fitted Zipf laws)",
                fontsize=10)
     f.savefig(path, format="png", dpi=110)
 

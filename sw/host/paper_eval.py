@@ -117,7 +117,8 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
            "FIG12_UNITS",
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
-           "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig14", "fig14_summary", "PAPER_FIG14",
+           "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig13", "fig13_summary", "fig14",
+           "fig14_summary", "PAPER_FIG14",
            "PAPER_FIG15", "fig15_summary", "ENERGY_PARTS", "NEAR_MEMORY_READ",
            "NEAR_MEMORY_MAC_BITS", "DRAM_READ_PATH",
            "PRIOR_PLATFORMS", "ABLATION_PLATFORM", "PAPER_STRONGEST_PRIOR", "by_point",
@@ -751,6 +752,7 @@ class SDResult:
     energy_pj_per_token: float
     energy_per_token: dict = field(default_factory=dict)   # ENERGY_PARTS -> pJ a token
     verify: int = 0                 # nodes verified a sequence
+    verify_form: str = "msb"        # the verify's expert cache: "msb", "whole" or "none"
 
 
 class EvalModel:
@@ -826,6 +828,8 @@ class EvalModel:
         self.mxfp4 = m.expert_format == "mxfp4"
         self._cals = {}
         self._sd_steps = {}
+        self._verify_whole = False          # a verify step costed on whole INT8 experts
+        self.verify_forms = {}              # verify rows -> its cache form ("msb", "whole")
         # draft model
         self.draft = (eagle_head(self.shape) if scheme == "eagle"
                       else DRAFT_MODELS.get(scheme))
@@ -1121,11 +1125,13 @@ class EvalModel:
             hb += hits * msb
             ext += (uniq - hits) * msb
             fill = (uniq - hits) * msb if slots > 0 else 0.0
-        elif phase == "ar" and self.ar_slots is not None:
-            uniq, hits = self.pop.step(n, self.ar_slots, self.form)
+        elif (phase == "ar" and self.ar_slots is not None) or (phase == "verify"
+                                                              and self._verify_whole):
+            slots = self.ar_slots if phase == "ar" else self.whole_slots
+            uniq, hits = self.pop.step(n, slots, self.form)
             hb += hits * whole
             ext += (uniq - hits) * whole
-            fill = (uniq - hits) * whole if self.ar_slots > 0 else 0.0
+            fill = (uniq - hits) * whole if slots > 0 else 0.0
         elif self.plat.bit_sliced or not on_hb:
             uniq, hits = self.pop.step(n, self.slots if on_hb else 0, self.form)
             hb += hits * msb
@@ -1222,7 +1228,8 @@ class EvalModel:
         for c, n in ((d1, 1), (dn, depth - 1), (v, 1)):
             it.merge(c, n)
         parts = {k: x / (B * tokens) for k, x in it.energy(self.plat).items()}
-        return SDResult(depth, width, tokens, draft_s, v.seconds, per_token, e, parts, verify)
+        return SDResult(depth, width, tokens, draft_s, v.seconds, per_token, e, parts, verify,
+                        self.verify_forms[B * (1 + verify)])
 
     def _iteration(self, depth: int, width: int, verify: int) -> tuple:
         """One SD iteration's steps and its draft seconds, ``(first draft, later draft,
@@ -1244,9 +1251,41 @@ class EvalModel:
         c = self._sd_steps.get((kind, rows))
         if c is None:
             c = self._sd_steps[kind, rows] = (
-                self.step(rows, phase="verify") if kind == "verify"
+                self._verify_step(rows) if kind == "verify"
                 else self.draft_step(rows, first=kind == "draft"))
         return c
+
+    def _verify_step(self, rows: int) -> StepCost:
+        """A verify step of ``rows`` rows in its cache form (:attr:`verify_forms`): on the
+        bit-sliced die a scheme whose draft does not read the target's MSB slices (EAGLE-,
+        SLM-, Quant-SD) caches what verifies faster at this point, MSB slices (the LSB
+        streamed on a hit, twice the slots) or whole INT8 experts (conventional caching: a hit
+        streams nothing; Section 7.1, Fig. 13: "bit-sliced caching can become less effective,
+        as reflected by the lower verify cost of EAGLE-SD in the 8GB configuration"), as
+        :meth:`ar` picks for AR; Elastic-SD keeps MSB slices (its draft pool); HB-xPU and the
+        other platforms cache whole experts or none. ``"none"``: no expert cache (no HB, or
+        none left after the static weights, KV and draft data, Quant-SD's INT8 cache)."""
+        msb = self.step(rows, phase="verify")
+        self.verify_forms[rows] = ("none" if self.cache_bytes <= 0 or not self.plat.hb_bytes
+                                   else "msb" if self.plat.bit_sliced else "whole")
+        if self.scheme == "elastic" or self.verify_forms[rows] != "msb":
+            return msb
+        whole = self.verify_whole(rows)
+        if whole.seconds < msb.seconds * (1 - 1e-9):     # a tie (compute-bound) keeps MSB
+            self.verify_forms[rows] = "whole"
+            return whole
+        return msb
+
+    def verify_whole(self, rows: int) -> StepCost:
+        """A verify step of ``rows`` rows (a positive integer) with the HB's expert cache
+        holding whole INT8 experts (conventional caching, half the slots of MSB slices on the
+        bit-sliced die), whatever :meth:`_verify_step` chose: Fig. 13's comparison. Raises
+        :class:`UserError` for another ``rows``."""
+        self._verify_whole = True
+        try:
+            return self.step(rows, phase="verify")
+        finally:
+            self._verify_whole = False
 
     def best_sd(self, alpha: float, depths=None, widths=None) -> SDResult:
         """The fastest tree of ``depths`` x ``widths`` x every verify size from ``depth`` to
@@ -1743,7 +1782,8 @@ def cache_check(trace, model, slots_per_layer=(1, 2, 3, 4, 5, 6), batches=(1, 2)
     (``exact``: one LRU over all layers; ``exact_layer``: one LRU of ``slots_per_layer`` a
     layer, :func:`~.hbcache.replay_per_layer`, the structure of :class:`EvalModel`'s cache),
     Che's from the trace's own per-layer popularity (``che_trace``) and from a Zipf law fitted
-    to it (``che_zipf``, the form Table 3's models use), and the Zipf exponent.
+    to it (``che_zipf``: a popularity of the form Table 3's models have, in Che's step form
+    over all layers, :func:`che_global`), and the Zipf exponent. Hit rates.
 
     ``trace``: a :class:`~.trace.RoutingTrace` or a path (as :func:`trace_popularity`; a log
     imported with ``model``); ``slots_per_layer``: integers >= 0; ``batches``: integers >= 1.
@@ -1884,6 +1924,7 @@ def routing_exponents(traces, windows=(2, 4, 8, 16), batches=(2, 3, 4), *,
 #: The units of :func:`fig12`'s row fields (its ``--json`` carries them).
 FIG12_UNITS = {"hb": "GB (10^9 bytes; the table prints GiB)", "ext": "GB (10^9 bytes)",
                "draft_ms": "ms an iteration", "verify_ms": "ms an iteration",
+               "verify_msb_ms": "ms an iteration", "verify_whole_ms": "ms an iteration",
                "ms_token": "ms a token (all sequences)"}
 
 
@@ -1896,7 +1937,11 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
     static weights, KV cache, draft model or copy, expert cache), ``ext`` (GB in EXT: the INT8
     target, Quant-SD's 4-bit copy of the experts), ``alpha`` (the paper's 4 GB alpha at this
     batch unless ``alphas[scheme]``), ``accept`` (tokens an iteration a sequence), ``draft_ms``
-    and ``verify_ms`` (an iteration), ``ms_token`` and ``phi_sd``. ``zipf``, ``form``,
+    and ``verify_ms`` (an iteration), ``verify_form`` (the verify's expert cache,
+    :meth:`EvalModel._verify_step`: ``"msb"``, ``"whole"`` or ``"none"``), ``verify_msb_ms``
+    and ``verify_whole_ms`` (the verify with MSB slices cached and with whole INT8 experts:
+    bit-sliced against conventional caching, Fig. 13), ``ms_token`` and ``phi_sd``. ``zipf``,
+    ``form``,
     ``tree``, ``link`` and ``placement`` as in :func:`table3` (``zipf`` may also name
     ``model``). Raises :class:`UserError` naming the parameter for a ``batch`` not a positive
     integer, an ``alphas`` key not a scheme of :data:`SCHEMES`, a scheme without an alpha
@@ -1937,13 +1982,66 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
                    "4-bit expert copy": (m.routed_expert_count * m.expert_msb_bytes
                                          if scheme == "quant" and not em.mxfp4 else 0.0),
                    "overflow": em.kv_bytes * (1 - em.hb_kv) + draft_bytes * (1 - em.draft_in_hb)}
+        rows_v = batch * (1 + sd.verify)
         out.append({"scheme": scheme, "alpha": alpha, "depth": sd.depth, "width": sd.width,
-                    "verify": sd.verify,
+                    "verify": sd.verify, "verify_form": sd.verify_form,
+                    "verify_msb_ms": em.step(rows_v, phase="verify").seconds * 1e3,
+                    "verify_whole_ms": em.verify_whole(rows_v).seconds * 1e3,
                     "hb": {k: v / 1e9 for k, v in hb_map.items()},
                     "ext": {k: v / 1e9 for k, v in ext_map.items()},
                     "accept": sd.tokens, "draft_ms": sd.draft_s * 1e3,
                     "verify_ms": sd.verify_s * 1e3, "ms_token": sd.per_token_s * 1e3,
                     "phi_sd": base / batch / sd.per_token_s})
+    return out
+
+
+# == Fig. 13: draft and verify latency by batch and HB capacity =================================
+
+def fig13(model: str = "qwen3-30b-a3b", hbs=("4gb", "8gb"), batches=TABLE3_BATCHES, *,
+          tree=TREE, zipf: dict | None = None, form: str = "token", link: str = "die",
+          placement: str = "paper") -> list:
+    """Fig. 13 (Qwen3-30B-A3B, MT-Bench; Section 7.1): each SD scheme's draft and verify
+    latency an iteration by batch and HB capacity, and the verify with bit-sliced (MSB
+    slices) against conventional (whole INT8 experts) caching. One :func:`fig12` row (ms an
+    iteration, the paper's 4 GB alphas) per ``hbs`` x ``batches`` x scheme, with ``hb_size``
+    (the HB's, ``"4gb"`` or ``"8gb"``; ``hb`` is the row's bytes in HB) and ``batch``
+    added. ``hbs``: HB sizes of :func:`platform`; ``batches``: Table 3's batch sizes (the
+    alphas); the rest as :func:`fig12`. Raises :class:`UserError` naming the
+    parameter for an empty or unknown ``hbs`` or ``batches`` and as :func:`fig12`."""
+    if isinstance(hbs, str) or not hasattr(hbs, "__iter__") or not tuple(hbs):
+        raise UserError(f"hbs: expected a non-empty sequence of HB sizes (4gb, 8gb), got "
+                        f"{hbs!r}")
+    batches = _int_seq("batches", batches, 1)
+    out = []
+    for hb in hbs:
+        for b in batches:
+            out += [{**r, "hb_size": hb, "batch": b}
+                    for r in fig12(hb, model, b, tree=tree, zipf=zipf, form=form, link=link,
+                                   placement=placement)]
+    return out
+
+
+def fig13_summary(rows) -> dict:
+    """The paper's Fig. 13 claims checked on :func:`fig13`'s rows, per (hb, batch):
+    ``elastic_over_eagle`` (Elastic-SD's verify over EAGLE-SD's in the form it chose: below
+    1, bit-sliced caching verifies faster, "when HB capacity is limited"), ``eagle_msb_over_whole``
+    (EAGLE-SD's verify with MSB slices cached over with whole experts: above 1, conventional
+    caching verifies faster, "as reflected by the lower verify cost of EAGLE-SD in the 8GB
+    configuration" at small batches), and ``eagle_form`` (what EAGLE-SD caches there). A dict
+    ``{hb_size: {batch: {...}}}``. Raises :class:`UserError` for rows without both schemes at a
+    point."""
+    by = {}
+    for r in rows:
+        by.setdefault((r["hb_size"], r["batch"]), {})[r["scheme"]] = r
+    out = {}
+    for (hb, b), d in by.items():
+        if "eagle" not in d or "elastic" not in d:
+            raise UserError(f"fig13_summary: no EAGLE-SD and Elastic-SD rows at {hb}, batch {b}")
+        e = d["eagle"]
+        out.setdefault(hb, {})[b] = {
+            "elastic_over_eagle": d["elastic"]["verify_ms"] / e["verify_ms"],
+            "eagle_msb_over_whole": e["verify_msb_ms"] / e["verify_whole_ms"],
+            "eagle_form": e["verify_form"]}
     return out
 
 

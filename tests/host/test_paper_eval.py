@@ -592,6 +592,68 @@ def test_fig12_mapping_and_breakdown():
         pe.fig12("8gb", batch=2)
 
 
+def test_the_verify_caches_what_verifies_faster():
+    """On the bit-sliced die a scheme whose draft does not read the MSB slices (EAGLE-SD)
+    verifies with the faster of MSB-slice and whole-INT8 caching (Section 7.1, Fig. 13: EAGLE-SD's
+    lower verify cost at 8 GB); Elastic-SD keeps MSB slices; HB-xPU caches whole experts; no HB,
+    or no cache left (Quant-SD's INT8 cache), "none". The expert bytes of each form by hand."""
+    ours, rows = pe.platform("ours", "8gb"), 1 + pe.TREE[2]
+    em = pe.EvalModel("qwen3-30b-a3b", ours, "eagle", batch=1)
+    sd = em.sd(0.3, *pe.TREE)
+    msb, whole = em.step(rows, phase="verify"), em.verify_whole(rows)
+    assert sd.verify_form == "whole" and whole.seconds < msb.seconds
+    assert sd.verify_s == whole.seconds
+    m, n = em.m, em.routed_tokens(rows)
+    u1, h1 = em.pop.step(n, em.slots, em.form)
+    u2, h2 = em.pop.step(n, em.whole_slots, em.form)
+    assert em.whole_slots == pytest.approx(em.slots * m.expert_msb_bytes / m.expert_bytes)
+    # the two forms differ only in the routed experts' bytes (every MoE layer alike)
+    ext_msb = h1 * m.expert_lsb_bytes + (u1 - h1) * m.expert_bytes
+    ext_whole = (u2 - h2) * m.expert_bytes
+    assert msb.ext_bytes - whole.ext_bytes == pytest.approx(m.moe_layers * (ext_msb - ext_whole))
+    # at batch 16 the verify is compute-bound: a tie keeps the MSB slices
+    big = pe.EvalModel("qwen3-30b-a3b", ours, "eagle", batch=16).sd(0.3, *pe.TREE)
+    assert big.verify_form == "msb"
+    el = pe.EvalModel("qwen3-30b-a3b", ours, "elastic", batch=1).sd(0.3, *pe.TREE)
+    assert el.verify_form == "msb" and el.verify_s > sd.verify_s
+    hbx = pe.EvalModel("qwen3-30b-a3b", pe.platform("hb-xpu", "8gb"), "eagle", batch=1)
+    assert hbx.sd(0.3, *pe.TREE).verify_form == "whole"
+    assert hbx.sd(0.3, *pe.TREE).verify_s == pytest.approx(sd.verify_s)
+    x = pe.EvalModel("qwen3-30b-a3b", pe.platform("xpu", "8gb"), "eagle", batch=1)
+    assert x.sd(0.3, *pe.TREE).verify_form == "none"
+    q = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours", "4gb"), "quant", batch=1)
+    assert q.sd(0.3, *pe.TREE).verify_form == "none"
+
+
+def test_fig13_is_fig12_by_hb_and_batch():
+    """Fig. 13's rows are Fig. 12's at each HB size and batch; its summary by hand."""
+    rows = pe.fig13(hbs=("4gb", "8gb"), batches=(1, 16))
+    assert [(r["hb_size"], r["batch"]) for r in rows[::4]] == [
+        ("4gb", 1), ("4gb", 16), ("8gb", 1), ("8gb", 16)]
+    for hb in ("4gb", "8gb"):
+        for b in (1, 16):
+            got = [{k: v for k, v in r.items() if k not in ("hb_size", "batch")}
+                   for r in rows if (r["hb_size"], r["batch"]) == (hb, b)]
+            assert got == pe.fig12(hb, batch=b)
+    s = pe.fig13_summary(rows)
+    by = {(r["hb_size"], r["batch"], r["scheme"]): r for r in rows}
+    e, el = by["8gb", 1, "eagle"], by["8gb", 1, "elastic"]
+    assert s["8gb"][1] == {"elastic_over_eagle": el["verify_ms"] / e["verify_ms"],
+                           "eagle_msb_over_whole": e["verify_msb_ms"] / e["verify_whole_ms"],
+                           "eagle_form": "whole"}
+    # the paper's claims, as this model has them: bit-sliced caching verifies faster at 4 GB,
+    # conventional caching at 8 GB and batch 1, the two alike at batch 16 (within 2%)
+    assert all(v["elastic_over_eagle"] < 1 for v in s["4gb"].values())
+    assert s["8gb"][1]["elastic_over_eagle"] > 1.3
+    assert 0.98 < s["8gb"][16]["elastic_over_eagle"] < 1
+    with pytest.raises(UserError, match="hbs: expected a non-empty sequence"):
+        pe.fig13(hbs="4gb")
+    with pytest.raises(UserError, match="hb: expected 4gb or 8gb"):
+        pe.fig13(hbs=("16gb",))
+    with pytest.raises(UserError, match="no EAGLE-SD and Elastic-SD rows"):
+        pe.fig13_summary([r for r in rows if r["scheme"] != "eagle"])
+
+
 def test_near_memory_platforms_and_hb_xpu():
     pim = pe.platform("xpu-pim", "8gb")
     x = pe.platform("xpu", "8gb")

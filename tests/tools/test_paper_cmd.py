@@ -186,7 +186,11 @@ def test_fig12_and_fig14_tree_best(capsys):
 def test_options_that_do_not_apply_are_refused(capsys):
     """Review finding 8: options a figure ignored were accepted silently."""
     for argv, msg in ((["table3", "--plot", "."],
-                       "--plot applies to fig12, fig14, fig15 and fig16 only"),
+                       "--plot applies to fig12, fig13, fig14, fig15 and fig16 only"),
+                      (["fig13", "--hb", "8gb"],
+                       "--hb applies to table3, fig12, fig14 and fig15 only"),
+                      (["fig13", "--alpha", "model"],
+                       "--alpha applies to table3, fig12, fig14, fig15 and cross-validate only"),
                       (["fig16", "--hb", "8gb"],
                        "--hb applies to table3, fig12, fig14 and fig15 only"),
                       (["fig12", "--ar-cache", "whole"],
@@ -194,9 +198,9 @@ def test_options_that_do_not_apply_are_refused(capsys):
                       (["cache-check", "--hb", "8gb"],
                        "--hb applies to table3, fig12, fig14 and fig15 only"),
                       (["cache-check", "--tree", "best"],
-                       "--tree applies to table3, fig12, fig14 and fig15 only"),
+                       "--tree applies to table3, fig12, fig13, fig14 and fig15 only"),
                       (["cache-check", "--link", "ideal"],
-                       "--link applies to table3, fig12, fig14 and fig15 only"),
+                       "--link applies to table3, fig12, fig13, fig14 and fig15 only"),
                       (["table3", "--dram-background", "none"],
                        "--dram-background applies to fig14 and fig15 only")):
         assert cli.main(["paper"] + argv) == 2
@@ -276,7 +280,7 @@ def test_fig15(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, msg", [
     (["table3", "--hb", "16gb"], "--hb 16gb: expected one of 4gb, 8gb"),
-    (["fig99"], "figure fig99: expected one of table3, fig12, fig14, fig15, fig16, "
+    (["fig99"], "figure fig99: expected one of table3, fig12, fig13, fig14, fig15, fig16, "
                 "cache-check, cross-validate"),
     (["fig12", "--alpha", "fitted"], "--alpha fitted: expected one of paper, model"),
     (["fig14", "--cache-form", "x"], "--cache-form x: expected one of token, step"),
@@ -433,6 +437,25 @@ def test_cross_validate_with_the_alpha_model_prints_its_fits(monkeypatch, capsys
     assert "in sample (the shipped fit, every cell: `paper table3 --alpha model`)" in text
 
 
+def test_fig13(tmp_path, capsys):
+    """``paper fig13``: draft and verify by HB size and batch, the cache forms, the summary
+    lines from the JSON's summary, and the plot."""
+    out, plots = tmp_path / "f13.json", tmp_path / "plots"
+    assert cli.main(["paper", "fig13", "--json", str(out), "--plot", str(plots)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    doc = json.loads(out.read_text())
+    assert doc["hb"] == ["4gb", "8gb"] and len(doc["rows"]) == 2 * 4 * 4
+    s = doc["summary"]["8gb"]
+    assert ("HB 8 GB, Elastic-SD's verify over EAGLE-SD's: " + ", ".join(
+        f"batch {b} {s[str(b)]['elastic_over_eagle']:.3f}" for b in (1, 4, 8, 16))) in text
+    r = next(r for r in doc["rows"]
+             if (r["hb_size"], r["batch"], r["scheme"]) == ("8gb", 1, "eagle"))
+    assert (f"8 GB │ 1 │ eagle │ {r['accept']:.2f} │ {r['draft_ms']:.1f} │ "
+            f"{r['verify_ms']:.1f} │ whole │ {r['verify_msb_ms']:.1f} │ "
+            f"{r['verify_whole_ms']:.1f}") in text
+    assert (plots / "fig13.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_fig16(tmp_path, capsys):
     """``paper fig16``: the four panels' tables and lines from the real routing, its JSON and
     the plot, both written."""
@@ -440,20 +463,23 @@ def test_fig16(tmp_path, capsys):
     assert cli.main(["paper", "fig16", "--json", str(out), "--plot", str(plots)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     doc = json.loads(out.read_text())
-    assert doc["figure"] == "fig16" and set(doc) >= {"miss", "unique", "spread"}
+    assert doc["figure"] == "fig16" and set(doc) >= {"miss", "unique", "spread", "units"}
     mixed = {r["batch"]: r for r in doc["miss"] if r["mixture"] and r["fraction"] == 0.25}
     r = mixed[4]
-    assert (f"gsm8k+humaneval │ 0.25 │ 4 │ {r['che']:.3f} │ {r['zipf_model']:.3f} │ "
-            f"{r['exact_layer']:.3f} │ {r['exact']:.3f}") in text
-    assert (f"batch 1 -> 4: an LRU a layer misses {mixed[1]['exact_layer']:.3f} -> "
-            f"{r['exact_layer']:.3f}") in text
+    assert (f"gsm8k+humaneval │ 0.25 │ 4 │ {r['che_miss']:.3f} │ "
+            f"{r['table3_form_miss']:.3f} │ {r['exact_layer_miss']:.3f} │ "
+            f"{r['exact_miss']:.3f}") in text
+    assert (f"batch 1 -> 4: an LRU a layer misses {mixed[1]['exact_layer_miss']:.3f} -> "
+            f"{r['exact_layer_miss']:.3f}") in text
     assert "one request's tokens over as many requests' (distinct experts): n = 2: 0.935, " \
            "n = 4: 0.912" in text
     s = doc["spread"]
     assert (f"across models mean {s['across_models']['mean']:.3f}, max "
             f"{s['across_models']['max']:.3f}") in text
     assert f"models over benchmarks {s['ratio']:.2f}x" in text
-    assert "its rows above are the Zipf law fitted on Table 3 (zipf-fit), not routing data" in text
+    assert (f"gsm8k against humaneval: {s['traces']['exact_layer_miss']:.3f} (exact, an LRU a "
+            f"layer)") in text
+    assert "the zipf-fit rows are the Zipf laws fitted on Table 3, not routing data" in text
     png = plots / "fig16.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"plot: {png}" in text
@@ -514,9 +540,9 @@ def test_placement_option(tmp_path, capsys):
     slm = [r for r in doc["rows"] if r["scheme"] == "slm"][0]
     assert doc["placement"] == "reads" and slm["hb"]["kv"] == 0
     for argv, msg in ((["cache-check", "--placement", "reads"],
-                       "--placement applies to table3 and fig12 only"),
+                       "--placement applies to table3, fig12 and fig13 only"),
                       (["fig14", "--placement", "reads"],
-                       "--placement applies to table3 and fig12 only"),
+                       "--placement applies to table3, fig12 and fig13 only"),
                       (["table3", "--placement", "first"],
                        "--placement first: expected one of paper, reads")):
         assert cli.main(["paper", *argv]) == 2
