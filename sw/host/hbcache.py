@@ -276,9 +276,9 @@ class HBExpertCache:
     @property
     def last_changes(self) -> tuple:
         """``(admitted, evicted)``: the (layer, expert) keys the latest :meth:`step` wrote into
-        HB and evicted, in that order (a key can be in both, and an evicted key may have been
-        admitted earlier in the same step). Lets a caller follow the contents without walking
-        them (:meth:`.compiler.HomeGroups.update`)."""
+        HB and evicted, in that order (a step admits at most :attr:`slots` keys, so none is
+        both: an evicted key was resident before the step). Lets a caller follow the contents
+        without walking them (:meth:`.compiler.HomeGroups.update`)."""
         return tuple(self._changes[0]), tuple(self._changes[1])
 
     def step(self, layer, experts) -> tuple:

@@ -230,8 +230,10 @@ def test_replay_steps_match_cache_replay():
 def test_replay_homes_follow_the_cache_incrementally(monkeypatch, slots):
     """HomeGroups.update (from the step's admitted and evicted keys) gives the same pool
     writes, evictions and placements as a sync over the whole contents, both with a cache
-    that thrashes (20 slots: a step's 64 slices do not fit, keys admitted and evicted within
-    one step) and with one that holds them (68)."""
+    that thrashes (20 slots: a step's 64 slices do not fit, each layer's admissions evict
+    the previous layers') and with one that holds them (68). A layer's step that misses more
+    than the cache holds admits only its last ``slots`` misses (Algorithm 1's UpdateCache
+    after the step: none is admitted and evicted within it)."""
     tr = host.limit_tokens(_trace(), 40)
 
     def run():
@@ -250,7 +252,9 @@ def test_replay_homes_follow_the_cache_incrementally(monkeypatch, slots):
     assert sum(len(s.writes) for s in fast) > 0 and sum(len(s.evicted) for s in fast) > 0
     cache = HBExpertCache(capacity_bytes=2 * MIX.expert_msb_bytes, model=MIX)
     cache.step(0, [1, 2, 3])
-    assert cache.last_changes == (((0, 1), (0, 2), (0, 3)), ((0, 1),))
+    assert cache.last_changes == (((0, 2), (0, 3)), ())
+    cache.step(1, [4])
+    assert cache.last_changes == (((1, 4),), ((0, 2),))
 
 
 def test_perf_expert_costs_computed_once_per_shape():
