@@ -68,6 +68,7 @@ def check_output(path, option: str) -> Path:
     Returns ``path`` as a :class:`Path`."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
+    _refuse_traces_folder(path, option)
     if path.is_dir():
         raise UserError(f"{option} {path}: is a directory")
     _refuse_special(path, option)
@@ -110,6 +111,7 @@ def check_output_dir(folder, option: str, names, *, image_names: bool = False) -
     (a folder named by its user, whose name is anything: a sweep's). Returns the files'
     paths."""
     folder = Path(folder)
+    _refuse_traces_folder(folder, option)
     if folder.is_dir():
         return [check_output(folder / name, option) for name in names]
     if folder.exists() or folder.is_symlink():
@@ -125,6 +127,19 @@ def check_output_dir(folder, option: str, names, *, image_names: bool = False) -
     if not _writable(ancestor):
         raise UserError(f"{option} {folder}: directory {ancestor} is not writable")
     return [folder / name for name in names]
+
+
+def _refuse_traces_folder(path: Path, option: str) -> None:
+    """:class:`UserError` naming ``option`` for a ``path`` inside the traces folder
+    (:func:`~elmoe3d.sw.host.corpus.traces_dir`: the real routing the commands read, shared
+    beside the checkout; its permissions do not stop root)."""
+    from ..sw.host.corpus import traces_dir
+    tdir = traces_dir()
+    if not tdir.is_dir():
+        return
+    if path.resolve().is_relative_to(tdir.resolve()):
+        raise UserError(f"{option} {path}: inside the traces folder {tdir}, the real routing "
+                        f"the commands read (write elsewhere)")
 
 
 def _image_formats() -> set:

@@ -392,11 +392,15 @@ def _fig13(args) -> int:
             + "; EAGLE-SD's verify with MSB slices over whole experts: " + ", ".join(
                 f"batch {b} {v['eagle_msb_over_whole']:.3f}" for b, v in d.items()))
     console.print("the paper (Section 7.1): with limited HB bit-sliced caching verifies faster "
-                  "(a ratio below 1 in the first list), the advantage shrinks as HB grows and at "
-                  "small batches reverses (EAGLE-SD's lower verify cost at 8 GB), and at large "
-                  "batches the two caches verify alike")
-    doc = {**_options_doc(args, "fig13"), "hb": list(summ), "units": pe.FIG12_UNITS,
-           "rows": rows, "summary": summ}
+                  "(a ratio below 1 in the second list), the advantage shrinks as HB grows and "
+                  "at small batches reverses (EAGLE-SD's lower verify cost at 8 GB: a ratio "
+                  "above 1 in the first list), and at large batches the two caches verify "
+                  "alike. The first list compares the schemes (EAGLE-SD's draft head takes HB "
+                  "from its cache), the second the cache forms at one HB size")
+    doc = {**_options_doc(args, "fig13"), "units": pe.FIG12_UNITS, "rows": rows,
+           "summary": summ}
+    doc.pop("hb")                               # both sizes: the rows' hb_size, hb_sizes
+    doc["hb_sizes"] = list(summ)
     _write(console, args, doc, plot, lambda path: _plot_fig13(path, rows))
     return 0
 
@@ -413,6 +417,7 @@ def _plot_fig13(path, rows):
     FigureCanvasAgg(f)
     axes = f.subplots(1, len(hbs), sharey=True, squeeze=False)[0]
     width = 0.8 / len(pe.SCHEMES)
+    first_other = [True]
     for ax, hb in zip(axes, hbs):
         pts = {(r["batch"], r["scheme"]): r for r in rows if r["hb_size"] == hb}
         for j, scheme in enumerate(pe.SCHEMES):
@@ -426,15 +431,27 @@ def _plot_fig13(path, rows):
                        edgecolor="white", label=f"{scheme}: verify" if first else None)
                 ax.text(x, r["draft_ms"] + r["verify_ms"], r["verify_form"][0].upper(),
                         ha="center", va="bottom", fontsize=6)
+                other = (r["verify_whole_ms"] if r["verify_form"] == "msb"
+                         else r["verify_msb_ms"])
+                if abs(other - r["verify_ms"]) > 1e-3 * r["verify_ms"]:
+                    ax.plot(x, r["draft_ms"] + other, "_", color="black", markersize=9,
+                            label="verify with the other cache" if first_other[0] else None)
+                    first_other[0] = False
         ax.set_xticks(range(len(batches)), [f"batch {b}" for b in batches])
         ax.set_title(f"HB {hb[:-2]} GB", fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel("ms an SD iteration (draft light, verify dark)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    f.legend(handles, labels, fontsize=8, ncols=len(labels) // 2, loc="outside lower center")
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    f.legend(handles, labels, fontsize=8, ncols=(len(labels) + 1) // 2,
+             loc="outside lower center")
     f.suptitle("Fig. 13 (model): draft and verify latency, Qwen3-30B-A3B, MT-Bench; letter over "
-               "a bar: the verify's expert cache (M: MSB slices, W: whole INT8 experts, N: none)",
-               fontsize=10)
+               "a bar: the verify's expert cache (M: MSB slices, W: whole INT8 experts, N: none;"
+               " a black tick: the verify with the other one)", fontsize=10)
     f.savefig(path, format="png", dpi=110)
 
 
@@ -469,10 +486,12 @@ def _fig16(args) -> int:
     console.print(t)
     f = lo.PANEL_FRACTION
     t = Table(title=f"Fig. 16 (c, d): miss rate by model and benchmark, Che's approximation "
-                    f"(and Table 3's cache form for its models' Zipf laws, fitted on Table 3: "
-                    f"not routing data), {f:g} of every layer's experts cached")
+                    f"of one LRU over the layers, {f:g} of every layer's experts cached; for "
+                    f"Table 3's models (Zipf laws fitted on Table 3, not routing data) Che "
+                    f"(Table 3's cache form, an LRU a layer)")
     for col in ("model", "benchmark", "source") + tuple(f"batch {b}" for b in lo.BATCHES):
-        t.add_column(col, justify="right" if col.startswith("batch") else "left")
+        t.add_column(col, justify="right" if col.startswith("batch") else "left",
+                     overflow="fold")
     by = {}
     for r in rows:
         if r["fraction"] == f and r["kind"] != "trace":
@@ -556,12 +575,12 @@ def _plot_fig16(path, doc):
         if kind == "trace":
             line = a.plot(*curve(sel, "exact_layer_miss"), "o-",
                           label=f"{bench}: exact, an LRU a layer")[0]
-            a.plot(*curve(sel), "--", color=line.get_color(), label=f"{bench}: Che")
+            a.plot(*curve(sel), "--", color=line.get_color(), label=f"{bench}: Che (model)")
             if sel[0]["mixture"]:
                 a.plot(*curve(sel, "exact_miss"), "x:", color=line.get_color(),
                        label=f"{bench}: exact, one LRU (thrashes)")
                 a.plot(*curve(sel, "table3_form_miss"), "-.", color="gray",
-                       label=f"{bench}: Table 3's form")
+                       label=f"{bench}: Table 3's form (model)")
     a.set_title(f"(a) miss rate vs batch, Mixtral-8x7B traces, {frac:g} of the experts",
                 fontsize=9)
     u = doc["unique"]
@@ -573,7 +592,7 @@ def _plot_fig16(path, doc):
     b.set_xscale("log", base=2)
     b.set_xlabel("tokens")
     b.set_ylabel("distinct experts a layer")
-    b.set_title("(b) unique experts per iteration, Mixtral-8x7B traces", fontsize=9)
+    b.set_title("(b) unique experts a layer of n tokens, Mixtral-8x7B traces", fontsize=9)
     # (c): the base models on the domains they share (mean), and Table 3's Zipf laws in
     # Table 3's cache form (not routing data)
     base = {k: v for k, v in sources.items() if k[2] == "counts" and v[0]["model"] ==
@@ -587,14 +606,14 @@ def _plot_fig16(path, doc):
                "o-", label=f"{model} (count table, mean of {len(sels)} shared domains)")
     for (model, bench, kind), sel in sources.items():
         if kind == "zipf-fit":
-            c.plot(*curve(sel, "table3_form_miss"), "--",
-                   label=f"{model}: Zipf fitted on Table 3, not routing")
+            c.plot(*curve(sel), "--", label=f"{model}: Zipf fitted on Table 3, not routing")
     c.set_title(f"(c) miss rate across models, {frac:g} of the experts", fontsize=9)
     domains = sorted({k[1] for k in sources if k[2] == "counts"})
     colour = {dom: f"C{i}" for i, dom in enumerate(domains)}      # a colour a benchmark
     for (model, bench, kind), sel in sources.items():
         if kind == "counts":
-            style = {"olmoe-1b-7b": "o-", "mixtral-8x7b": "x--"}.get(model, "+:")
+            style = {"olmoe-1b-7b": "o-", "mixtral-8x7b": "x--",
+                     "olmoe-1b-7b-sft": "+:", "olmoe-1b-7b-dpo": "1-."}.get(model, "*:")
             d.plot(*curve(sel), style, color=colour[bench],
                    label=f"{model.removeprefix('olmoe-1b-7b').strip('-') or 'olmoe'} {bench}"
                    if model.startswith("olmoe") else f"mixtral {bench}")
@@ -608,9 +627,9 @@ def _plot_fig16(path, doc):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=6 if ax in (a, c) else 7, ncols=2 if ax is d else 1,
                   loc="lower right" if ax is a else "best")
-    f.suptitle("Fig. 16: expert locality by batch, request, model and benchmark, measured on "
-               "real routing (panel (c)'s dashed curves: Table 3's fitted Zipf laws)",
-               fontsize=10)
+    f.suptitle("Fig. 16: expert locality by batch, request, model and benchmark on real "
+               "routing (solid: measured, or Che on a measured popularity in (c, d); dashed "
+               "and dash-dot: models; (c)'s dashed: Zipf laws fitted on Table 3)", fontsize=9)
     f.savefig(path, format="png", dpi=110)
 
 

@@ -770,9 +770,11 @@ class EvalModel:
     construction: :attr:`hb_static` (fraction of the static weights in HB), :attr:`hb_kv` (of
     the KV cache), :attr:`draft_in_hb` (of :attr:`draft_bytes`, the scheme's draft data in
     bytes: a draft model's weights and KV, or Quant-SD's 4-bit copy of the static weights),
-    :attr:`slots` (expert cache slots a MoE layer).
-    :meth:`sd` keeps each draft and verify step it costs: change none of these (nor
-    ``draft_slots``, ``form``, ``intra``) after the first :meth:`sd`.
+    :attr:`slots` (expert cache slots a MoE layer, MSB slices on the bit-sliced die;
+    :attr:`whole_slots`: whole INT8 experts in the same HB). :attr:`verify_forms` records the
+    cache form each verify step ran with (:meth:`_verify_step`), :attr:`ar_form` the AR
+    step's (:meth:`ar`). :meth:`sd` keeps each draft and verify step it costs: change none
+    of these (nor ``draft_slots``, ``form``, ``intra``) after the first :meth:`sd`.
 
     ``plat`` is a :class:`Platform` (:func:`platform`; a name alone does not say its HB size);
     ``batch`` and ``context`` (tokens) positive integers; ``zipf`` a number in [0,
@@ -1198,8 +1200,9 @@ class EvalModel:
             step = twin.ar()
             self.ar_form = twin.ar_form
             return step
-        if self.ar_cache != "best" or not self.plat.bit_sliced:
-            self.ar_form = "whole" if self.ar_slots is not None else "msb"
+        if self.ar_cache != "best" or not self.plat.bit_sliced or self.one_form:
+            self.ar_form = ("whole" if self.ar_slots is not None or self.one_form
+                            else "msb")
             return self.step(self.batch, phase="ar")
         msb = self.step(self.batch, phase="ar")
         self.ar_slots = self.whole_slots
@@ -1207,8 +1210,21 @@ class EvalModel:
             whole = self.step(self.batch, phase="ar")
         finally:
             self.ar_slots = None
-        self.ar_form = "whole" if whole.seconds < msb.seconds else "msb"
-        return whole if whole.seconds < msb.seconds else msb
+        self.ar_form = self._faster(msb, whole)
+        return whole if self.ar_form == "whole" else msb
+
+    @property
+    def one_form(self) -> bool:
+        """Whether the two cache forms are one: experts with no LSB slice (GPT-OSS-20B's
+        MXFP4), whose MSB slice is the whole expert."""
+        return self.m.expert_lsb_bytes == 0
+
+    @staticmethod
+    def _faster(msb: StepCost, whole: StepCost) -> str:
+        """The cache form of the faster step, ``"whole"`` only when the whole-INT8-expert
+        step beats the MSB-slice one by more than float noise (a tie keeps the MSB slices:
+        their bytes and energy), as :meth:`ar` and :meth:`_verify_step` pick."""
+        return "whole" if whole.seconds < msb.seconds * (1 - 1e-9) else "msb"
 
     def sd(self, alpha: float, depth: int, width: int = 1, verify: int | None = None
            ) -> SDResult:
@@ -1264,17 +1280,20 @@ class EvalModel:
         as reflected by the lower verify cost of EAGLE-SD in the 8GB configuration"), as
         :meth:`ar` picks for AR; Elastic-SD keeps MSB slices (its draft pool); HB-xPU and the
         other platforms cache whole experts or none. ``"none"``: no expert cache (no HB, or
-        none left after the static weights, KV and draft data, Quant-SD's INT8 cache)."""
+        none left after the static weights, KV and draft data, Quant-SD's INT8 cache);
+        ``"whole"`` also for experts with no LSB slice (:attr:`one_form`). A tie keeps the
+        MSB slices (:meth:`_faster`): where a step touches more distinct experts than either
+        cache holds, every slot hits (the token form's cap) and each hit saves the bytes it
+        holds, so the two forms, of one HB size, save the same EXT bytes."""
         msb = self.step(rows, phase="verify")
         self.verify_forms[rows] = ("none" if self.cache_bytes <= 0 or not self.plat.hb_bytes
-                                   else "msb" if self.plat.bit_sliced else "whole")
+                                   else "whole" if self.one_form or not self.plat.bit_sliced
+                                   else "msb")
         if self.scheme == "elastic" or self.verify_forms[rows] != "msb":
             return msb
         whole = self.verify_whole(rows)
-        if whole.seconds < msb.seconds * (1 - 1e-9):     # a tie (compute-bound) keeps MSB
-            self.verify_forms[rows] = "whole"
-            return whole
-        return msb
+        self.verify_forms[rows] = self._faster(msb, whole)
+        return whole if self.verify_forms[rows] == "whole" else msb
 
     def verify_whole(self, rows: int) -> StepCost:
         """A verify step of ``rows`` rows (a positive integer) with the HB's expert cache
@@ -1400,7 +1419,10 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
     """Our Table 3 at ``hb``: a row (dict) per (model, scheme, batch) with alpha
     (``alphas[model][scheme][i]``, default the paper's 4 GB alpha: the 8 GB alphas are not in
     this copy of the paper), Phi_AR, Phi_SD, the tree, milliseconds and access energy a token
-    (xPU, AR, SD), expert-cache slots a layer, and the paper's figures where this copy has them
+    (xPU, AR, SD), expert-cache slots a layer (``slots``: MSB slices, ``whole_slots``: whole
+    INT8 experts in the same HB), the cache form the AR and the verify steps ran with
+    (``ar_form``, ``verify_form``: :meth:`EvalModel.ar`, :meth:`EvalModel._verify_step`), and
+    the paper's figures where this copy has them
     (``paper_alpha``, ``paper_phi_ar``, ``paper_phi_sd``: 4 GB). ``zipf`` overrides
     :data:`ZIPF`; ``form`` is the cache form (:meth:`ExpertPopularity.step`); ``tree`` a
     ``(depth, width)`` (every node verified), a ``(depth, width, verify)`` or ``"best"``
@@ -1434,7 +1456,9 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
                        "mode": "sd" if phi_sd > phi_ar else "ar",
                        "depth": sd.depth, "width": sd.width, "verify": sd.verify,
                        "tokens": sd.tokens,
-                       "slots": em.slots, "xpu_ms_token": base.seconds / b * 1e3,
+                       "slots": em.slots, "whole_slots": em.whole_slots,
+                       "ar_form": em.ar_form, "verify_form": sd.verify_form,
+                       "xpu_ms_token": base.seconds / b * 1e3,
                        "ar_ms_token": ar.seconds / b * 1e3,
                        "sd_ms_token": sd.per_token_s * 1e3,
                        "xpu_pj_token": base.energy_pj(xpu) / b,
@@ -2008,10 +2032,16 @@ def fig13(model: str = "qwen3-30b-a3b", hbs=("4gb", "8gb"), batches=TABLE3_BATCH
     added. ``hbs``: HB sizes of :func:`platform`; ``batches``: Table 3's batch sizes (the
     alphas); the rest as :func:`fig12`. Raises :class:`UserError` naming the
     parameter for an empty or unknown ``hbs`` or ``batches`` and as :func:`fig12`."""
-    if isinstance(hbs, str) or not hasattr(hbs, "__iter__") or not tuple(hbs):
-        raise UserError(f"hbs: expected a non-empty sequence of HB sizes (4gb, 8gb), got "
-                        f"{hbs!r}")
+    if (isinstance(hbs, str) or not hasattr(hbs, "__iter__") or not tuple(hbs)
+            or not all(isinstance(h, str) and h in ("4gb", "8gb") for h in hbs)
+            or len(set(hbs)) != len(tuple(hbs))):
+        raise UserError(f"hbs: expected a non-empty sequence of HB sizes (4gb, 8gb), each "
+                        f"once, got {hbs!r}")
     batches = _int_seq("batches", batches, 1)
+    if not set(batches) <= set(TABLE3_BATCHES):
+        raise UserError(f"batches: expected Table 3's batch sizes "
+                        f"({', '.join(map(str, TABLE3_BATCHES))}: the paper's alphas), got "
+                        f"{batches!r}")
     out = []
     for hb in hbs:
         for b in batches:
@@ -2022,14 +2052,15 @@ def fig13(model: str = "qwen3-30b-a3b", hbs=("4gb", "8gb"), batches=TABLE3_BATCH
 
 
 def fig13_summary(rows) -> dict:
-    """The paper's Fig. 13 claims checked on :func:`fig13`'s rows, per (hb, batch):
-    ``elastic_over_eagle`` (Elastic-SD's verify over EAGLE-SD's in the form it chose: below
-    1, bit-sliced caching verifies faster, "when HB capacity is limited"), ``eagle_msb_over_whole``
-    (EAGLE-SD's verify with MSB slices cached over with whole experts: above 1, conventional
-    caching verifies faster, "as reflected by the lower verify cost of EAGLE-SD in the 8GB
-    configuration" at small batches), and ``eagle_form`` (what EAGLE-SD caches there). A dict
-    ``{hb_size: {batch: {...}}}``. Raises :class:`UserError` for rows without both schemes at a
-    point."""
+    """The paper's Fig. 13 claims checked on :func:`fig13`'s rows, per (hb_size, batch):
+    ``elastic_over_eagle`` (Elastic-SD's verify over EAGLE-SD's in the form it chose: the
+    schemes, whose caches differ by EAGLE-SD's draft head; above 1 at 8 GB and small
+    batches, "the lower verify cost of EAGLE-SD in the 8GB configuration"),
+    ``eagle_msb_over_whole`` (EAGLE-SD's verify with MSB slices cached over with whole
+    experts, one HB size: below 1, bit-sliced caching verifies faster, the paper's "when HB
+    capacity is limited"; above 1, conventional caching does), and ``eagle_form`` (what
+    EAGLE-SD caches there). A dict ``{hb_size: {batch: {...}}}``. Raises :class:`UserError`
+    for rows without both schemes at a point."""
     by = {}
     for r in rows:
         by.setdefault((r["hb_size"], r["batch"]), {})[r["scheme"]] = r

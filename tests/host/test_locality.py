@@ -41,6 +41,10 @@ def test_count_popularity_by_hand():
     assert np.allclose(p[0], a[::-1] / 260) and np.allclose(p[1], a / 260)
     assert np.allclose(p.sum(axis=1), 8)
     assert np.allclose(got["mixtral-8x7b", "book"], [[0.75, 0.75, 0.25, 0.25, 0, 0, 0, 0]])
+    # an expert every token picks: p = 1, accepted
+    one = lo.count_popularity({("mistral", "expert_counts", "c4", 0): np.array([2, 1, 1, 0, 0,
+                                                                                0, 0, 0])})
+    assert one["mixtral-8x7b", "c4"][0, 0] == 1.0
 
 
 @pytest.mark.parametrize("table, match", [
@@ -156,6 +160,9 @@ def test_spread_by_hand():
                 ("b", "b", "z", "counts", 0.9, None), ("t", "t", "g", "trace", 0.4, 0.3),
                 ("t", "t", "h", "trace", 0.45, 0.2), ("q", "q", "m", "zipf-fit", 0.1, None))]
     rows.append({**rows[0], "batch": 2, "che_miss": 0.0})
+    # the traces' mixture is not a benchmark: left out of every spread
+    rows.append({**rows[5], "benchmark": "g+h", "mixture": True, "che_miss": 0.99,
+                 "exact_layer_miss": 0.99})
     s = lo.locality_spread(rows)
     assert s["across_benchmarks"]["ranges"] == pytest.approx({"a": 0.1, "b": 0.1})
     assert s["across_models"]["ranges"] == pytest.approx({"x": 0.3})
@@ -196,6 +203,19 @@ def test_merged_trace_and_bad_input(traces):
     both = lo.merged_trace({"a": s1, "b": s2})
     assert both.scores is not None and both.scores.shape == (len(s1) + len(s2), 8)
     assert lo.merged_trace({"a": s1, "g": traces["gsm8k"]}).scores is None
+    g = traces["gsm8k"]
+    import dataclasses
+    top1 = dataclasses.replace(g, expert_ids=g.expert_ids[:, :1].copy(),
+                               gate_weights=g.gate_weights[:, :1].copy())
+    with pytest.raises(UserError, match=r"traces\['t'\]: 8 experts, top-1, 32 layers"):
+        lo.merged_trace({"g": g, "t": top1})
+    keep = g.layer < 16
+    half = dataclasses.replace(g, request=g.request[keep], position=g.position[keep],
+                               layer=g.layer[keep], phase=g.phase[keep],
+                               expert_ids=g.expert_ids[keep], gate_weights=g.gate_weights[keep],
+                               layer_ids=tuple(range(16)))
+    with pytest.raises(UserError, match=r"traces\['h'\]: 8 experts, top-2, 16 layers"):
+        lo.merged_trace({"g": g, "h": half})
     olmoe = synthetic_trace("olmoe-1b-7b", CALIBRATED["olmoe-1b-7b"], tokens=4)
     with pytest.raises(UserError, match=r"traces\['d'\]: 64 experts, top-8, 16 layers; "
                                         r"expected the first trace's 8, top-2, 32"):

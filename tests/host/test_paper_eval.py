@@ -611,9 +611,19 @@ def test_the_verify_caches_what_verifies_faster():
     ext_msb = h1 * m.expert_lsb_bytes + (u1 - h1) * m.expert_bytes
     ext_whole = (u2 - h2) * m.expert_bytes
     assert msb.ext_bytes - whole.ext_bytes == pytest.approx(m.moe_layers * (ext_msb - ext_whole))
-    # at batch 16 the verify is compute-bound: a tie keeps the MSB slices
-    big = pe.EvalModel("qwen3-30b-a3b", ours, "eagle", batch=16).sd(0.3, *pe.TREE)
+    # at batch 16 a step touches more experts than either cache holds: every slot hits and
+    # saves the bytes it holds, the same HB in both forms: a tie keeps the MSB slices
+    e16 = pe.EvalModel("qwen3-30b-a3b", ours, "eagle", batch=16)
+    big = e16.sd(0.3, *pe.TREE)
+    r16 = 16 * (1 + pe.TREE[2])
     assert big.verify_form == "msb"
+    assert e16.step(r16, phase="verify").ext_bytes == pytest.approx(
+        e16.verify_whole(r16).ext_bytes, rel=1e-12)
+    # GPT-OSS-20B's MXFP4 experts have no LSB slice: one form, whole experts
+    g = pe.EvalModel("gpt-oss-20b", ours, "eagle", batch=1)
+    assert g.one_form and g.sd(0.3, *pe.TREE).verify_form == "whole"
+    g.ar()
+    assert g.ar_form == "whole"
     el = pe.EvalModel("qwen3-30b-a3b", ours, "elastic", batch=1).sd(0.3, *pe.TREE)
     assert el.verify_form == "msb" and el.verify_s > sd.verify_s
     hbx = pe.EvalModel("qwen3-30b-a3b", pe.platform("hb-xpu", "8gb"), "eagle", batch=1)
@@ -648,8 +658,13 @@ def test_fig13_is_fig12_by_hb_and_batch():
     assert 0.98 < s["8gb"][16]["elastic_over_eagle"] < 1
     with pytest.raises(UserError, match="hbs: expected a non-empty sequence"):
         pe.fig13(hbs="4gb")
-    with pytest.raises(UserError, match="hb: expected 4gb or 8gb"):
-        pe.fig13(hbs=("16gb",))
+    for hbs in (("16gb",), ("4gb", "4gb")):
+        with pytest.raises(UserError, match=r"hbs: expected a non-empty sequence of HB sizes "
+                                            r"\(4gb, 8gb\), each once, got \("):
+            pe.fig13(hbs=hbs)
+    with pytest.raises(UserError, match=r"batches: expected Table 3's batch sizes \(1, 4, 8, "
+                                        r"16: the paper's alphas\), got \(3,\)"):
+        pe.fig13(batches=(3,))
     with pytest.raises(UserError, match="no EAGLE-SD and Elastic-SD rows"):
         pe.fig13_summary([r for r in rows if r["scheme"] != "eagle"])
 

@@ -265,3 +265,24 @@ def test_a_folder_that_refuses_new_files_is_not_writable(tmp_path, monkeypatch):
     with pytest.raises(UserError, match=f"--plot {tmp_path}/d: directory {tmp_path} is not "
                                         f"writable"):
         check_output_dir(tmp_path / "d", "--plot", ["a.png"])
+
+
+def test_outputs_inside_the_traces_folder_are_refused(tmp_path, monkeypatch, capsys):
+    """The traces folder holds the real routing every command reads; its permissions do not
+    stop root, so an output inside it (a file, a plot folder, through a symbolic link) is
+    refused by name before anything runs, whatever the command."""
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "gsm8k_2_routing.jsonl").write_text("")
+    monkeypatch.setenv("ELMOE3D_TRACES", str(traces))
+    (tmp_path / "link").symlink_to(traces)
+    for path in (traces / "x.json", tmp_path / "link" / "x.json"):
+        with pytest.raises(UserError, match=f"--json {path}: inside the traces folder {traces}, "
+                                            f"the real routing the commands read"):
+            check_output(path, "--json")
+    with pytest.raises(UserError, match="--plot .*plots: inside the traces folder"):
+        check_output_dir(traces / "plots", "--plot", ["fig16.png"])
+    assert check_output(tmp_path / "x.json", "--json") == tmp_path / "x.json"
+    assert cli.main(["paper", "fig13", "--json", str(traces / "f.json")]) == 2
+    assert "inside the traces folder" in capsys.readouterr().err
+    assert sorted(p.name for p in traces.iterdir()) == ["gsm8k_2_routing.jsonl"]

@@ -358,8 +358,8 @@ def test_json_may_not_overwrite_a_trace(tmp_path, capsys, monkeypatch):
     before = trace.read_bytes()
     assert cli.main(["paper", "cache-check", "--json", str(trace)]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == (f"elmoe3d paper: error: --json and the trace file {src.name} name "
-                           f"the same file {trace}: the output would overwrite the input")
+    assert err.strip() == (f"elmoe3d paper: error: --json {trace}: inside the traces folder "
+                           f"{copy}, the real routing the commands read (write elsewhere)")
     assert trace.read_bytes() == before
 
 
@@ -444,7 +444,7 @@ def test_fig13(tmp_path, capsys):
     assert cli.main(["paper", "fig13", "--json", str(out), "--plot", str(plots)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     doc = json.loads(out.read_text())
-    assert doc["hb"] == ["4gb", "8gb"] and len(doc["rows"]) == 2 * 4 * 4
+    assert doc["hb_sizes"] == ["4gb", "8gb"] and "hb" not in doc and len(doc["rows"]) == 32
     s = doc["summary"]["8gb"]
     assert ("HB 8 GB, Elastic-SD's verify over EAGLE-SD's: " + ", ".join(
         f"batch {b} {s[str(b)]['elastic_over_eagle']:.3f}" for b in (1, 4, 8, 16))) in text
@@ -489,15 +489,17 @@ def test_fig16_names_a_missing_count_table(capsys, monkeypatch, tmp_path):
     """Without the count table (the traces there): one line naming it and the traces folder;
     no JSON or plot written."""
     from elmoe3d.sw.host.corpus import ROUTING_FILES, traces_dir
+    traces = tmp_path / "traces"
+    traces.mkdir()
     for f in ROUTING_FILES.values():
-        (tmp_path / f).symlink_to(traces_dir() / f)
-    monkeypatch.setenv("ELMOE3D_TRACES", str(tmp_path))
+        (traces / f).symlink_to(traces_dir() / f)
+    monkeypatch.setenv("ELMOE3D_TRACES", str(traces))
     out, plots = tmp_path / "f16.json", tmp_path / "plots"
     assert cli.main(["paper", "fig16", "--json", str(out), "--plot", str(plots)]) == 2
     assert capsys.readouterr().err.strip() == (
         f"elmoe3d paper: error: fig16: the expert count table "
-        f"{tmp_path / 'olmoe_mixtral_expert_counts.csv'} is missing (the traces folder: "
-        f"$ELMOE3D_TRACES = {tmp_path})")
+        f"{traces / 'olmoe_mixtral_expert_counts.csv'} is missing (the traces folder: "
+        f"$ELMOE3D_TRACES = {traces})")
     assert not out.exists() and not (plots / "fig16.png").exists()
 
 
@@ -505,13 +507,15 @@ def test_cache_check_names_a_missing_trace_and_the_traces_folder(capsys, monkeyp
     """``paper cache-check`` without the real traces: one line naming the file and where the
     traces folder is taken from, as ``run --trace`` does (a new user's trial found only ``no
     such routing log``); nothing written."""
-    monkeypatch.setenv("ELMOE3D_TRACES", str(tmp_path))
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    monkeypatch.setenv("ELMOE3D_TRACES", str(traces))
     out = tmp_path / "cc.json"
     assert cli.main(["paper", "cache-check", "--json", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.strip() == (f"elmoe3d paper: error: cache-check: the real trace "
-                           f"{tmp_path / 'gsm8k_2_routing.jsonl'} is missing (the traces "
-                           f"folder: $ELMOE3D_TRACES = {tmp_path})")
+                           f"{traces / 'gsm8k_2_routing.jsonl'} is missing (the traces "
+                           f"folder: $ELMOE3D_TRACES = {traces})")
     assert not out.exists()
     monkeypatch.delenv("ELMOE3D_TRACES")
     from elmoe3d.sw.host.corpus import traces_hint
