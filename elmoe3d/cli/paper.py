@@ -449,7 +449,7 @@ def _plot_fig13(path, rows):
                 labels.append(lab)
     f.legend(handles, labels, fontsize=8, ncols=(len(labels) + 1) // 2,
              loc="outside lower center")
-    f.suptitle("Fig. 13 (model): draft and verify latency, Qwen3-30B-A3B, MT-Bench; letter over "
+    f.suptitle("Fig. 13 (model): draft and verify latency, Qwen3-30B-A3B, MT-Bench\nletter over "
                "a bar: the verify's expert cache (M: MSB slices, W: whole INT8 experts, N: none;"
                " a black tick: the verify with the other one)", fontsize=10)
     f.savefig(path, format="png", dpi=110)
