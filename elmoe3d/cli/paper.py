@@ -76,6 +76,11 @@ CHOICES = {"hb": ("4gb", "8gb"), "cache_form": ("token", "step"), "alpha": ("pap
 PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb", "fig15": "8gb"}
 
 
+def _applies(opt: str) -> str:
+    """The figures ``opt`` applies to (:data:`APPLIES`), as its help text's first words."""
+    return ", ".join(f for f in FIGURES if f in APPLIES[opt]) + ": "
+
+
 def configure(parser):
     parser.add_argument("figure", metavar="FIGURE",
                         help="table3: the paper's Table 3; fig12: Fig. 12 (memory mapping and SD time "
@@ -90,42 +95,49 @@ def configure(parser):
                              "cross-validate: Table 3's 4 GB cells predicted by fits that left "
                              "their batch size out (out-of-sample error, 15-45 s)")
     parser.add_argument("--hb", default=None, metavar="|".join(CHOICES["hb"]),
-                        help="HB capacity of the configuration (default: the paper's, "
+                        help=_applies("hb") + "HB capacity of the configuration (default: the "
+                             "paper's, "
                              + ", ".join(f"{hb} for {fig}" for fig, hb in PAPER_HB.items())
                              + "; Table 3's figures are shown beside ours at 4gb, its 8 GB "
                              "rows are withheld from this copy of the paper)")
     parser.add_argument("--tree", default=None, metavar="D,W[,V]|best",
-                        help="SD tree: depth D, width W and V nodes verified a sequence (D,W: "
+                        help=_applies("tree") + "SD tree: depth D, width W and V nodes verified "
+                             "a sequence (D,W: "
                              "every node), or 'best' (the fastest tree per point); without "
                              "--tree the calibrated elmoe3d.sw.host.paper_eval.TREE")
     parser.add_argument("--cache-form", default=None, metavar="|".join(CHOICES["cache_form"]),
-                        help="expert-cache form: token (a per-access LRU hit rate applied to a "
+                        help=_applies("cache_form") + "expert-cache form: token (a per-access "
+                             "LRU hit rate applied to a "
                              "step's expert loads, capped at the slots; default) or step (hits "
                              "per cached expert)")
     parser.add_argument("--alpha", default=None, metavar="|".join(CHOICES["alpha"]),
-                        help="Elastic-SD's alpha: the paper's 4 GB values (default) or "
+                        help=_applies("alpha") + "Elastic-SD's alpha: the paper's 4 GB values "
+                             "(default) or "
                              "the alpha model (pool coverage, fitted on the 4 GB rows) at --hb "
                              "(cross-validate: refitted per fold)")
     parser.add_argument("--ar-cache", default=None, metavar="|".join(CHOICES["ar_cache"]),
-                        help=", ".join(APPLIES["ar_cache"]) + ": what ours caches in AR "
+                        help=_applies("ar_cache") + "what ours caches in AR "
                              "mode: best (per point the "
                              "faster of the two, default), msb (MSB slices, the LSB streamed "
                              "from EXT on a hit) or whole (whole INT8 experts); the Zipf "
                              "exponents are refitted on the 4 GB rows unless best")
     parser.add_argument("--link", default=None, metavar="|".join(CHOICES["link"]),
-                        help="the compute calibration's group programs take their link words "
+                        help=_applies("link") + "the compute calibration's group programs take "
+                             "their link words "
                              "(row-max all-reduce, psum REDUCE_ADD) at the aggregation link's "
                              "32 B a cycle (die, default: 16 cycles a 512 B word) or a word a "
                              "cycle (ideal: a link that never waits)")
     parser.add_argument("--placement", default=None, metavar="|".join(CHOICES["placement"]),
-                        help="table3, fig12: HB placement: paper (Fig. 12's: static weights "
+                        help=_applies("placement") + "HB placement: paper (Fig. 12's: static "
+                             "weights "
                              "and KV first, then the scheme's draft data, then the expert "
                              "cache; default) or reads (in SD the draft data first, read depth "
                              "times an iteration; AR as the paper's: a what-if); the fits are "
                              "not redone")
     parser.add_argument("--dram-background", default=None,
                         metavar="|".join(CHOICES["dram_background"]),
-                        help="fig15 (and fig14's --json rows' energy): the state the DRAM's "
+                        help=_applies("dram_background") + "(fig14: its --json rows' energy) "
+                             "the state the DRAM's "
                              "dies idle in, for Fig. 15's static energy, mW a GiB with "
                              "refresh: " + ", ".join(
                                  f"{k} {v:.2f}" for k, v in DRAM_BACKGROUND.items()
@@ -134,7 +146,7 @@ def configure(parser):
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", type=output_path, default=None,
-                        help="fig12, fig14, fig15: also write the figure as "
+                        help=_applies("plot") + "also write the figure as "
                              "DIR/<figure>_<hb>.png; fig13 and fig16 (no one HB size): "
                              "DIR/<figure>.png (DIR created if missing)")
 
@@ -299,7 +311,7 @@ def _cache_check(args) -> int:
     from ..sw.host.locality import real_routing
 
     console = report_console()
-    doc, traces = {}, []
+    doc, traces, summ = {}, [], {}
     for name, trace in real_routing("cache-check").items():
         traces.append(trace)
         rows = pe.cache_check(trace, ROUTING_MODEL)
@@ -318,6 +330,9 @@ def _cache_check(args) -> int:
         console.print(t)
         err = [abs(r["che_zipf"] - r["exact"]) for r in rows]
         lay = [r["che_zipf"] - r["exact_layer"] for r in rows]
+        summ[name] = {"mean_abs_error": sum(err) / len(err), "worst_abs_error": max(err),
+                      "mean_error_layer": sum(lay) / len(lay),
+                      "worst_error_layer": min(lay, key=lambda x: -abs(x))}
         console.print(f"{name}: Che (Zipf) - exact: mean |error| {sum(err) / len(err):.3f}, "
                       f"worst {max(err):.3f}; against an LRU a layer: mean error "
                       f"{sum(lay) / len(lay):+.3f}, worst {min(lay, key=lambda x: -abs(x)):+.3f} "
@@ -343,8 +358,19 @@ def _cache_check(args) -> int:
                   f"popularity instead of the pooled one (a workload of one task): "
                   f"{per['intra_exponent']:.3f} and {per['inter_exponent']:.3f}")
     if args.json:
-        write_json(args.json, doc)
+        write_json(args.json, {**doc, "summary": summ, "units": CACHE_CHECK_UNITS})
     return 0
+
+
+#: What ``paper cache-check``'s ``--json`` rows and summary hold.
+CACHE_CHECK_UNITS = {
+    "exact": "hit rate, the exact LRU of MSB slices over all layers replayed on the trace",
+    "exact_layer": "hit rate, the exact LRU a layer (slots_per_layer each)",
+    "che_trace": "hit rate, Che's approximation (step form, one LRU over all layers) from the "
+                 "trace's per-layer popularity",
+    "che_zipf": "hit rate, the same from a Zipf law fitted to that popularity (zipf)",
+    "summary": "per trace: mean and worst |che_zipf - exact|, mean and worst che_zipf - "
+               "exact_layer (signed)"}
 
 
 def _figure_plot(args, figure):

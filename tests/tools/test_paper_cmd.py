@@ -68,7 +68,13 @@ def test_cache_check(tmp_path, capsys):
     assert "gsm8k: Che (Zipf) - exact: mean |error|" in text and "humaneval:" in text
     doc = json.loads(out.read_text())
     assert set(doc) == {"gsm8k", "humaneval", "routing_exponents",
-                        "routing_exponents_per_trace"} and len(doc["gsm8k"]) == 12
+                        "routing_exponents_per_trace", "summary", "units"}
+    assert len(doc["gsm8k"]) == 12 and set(doc["units"]) >= set(doc["gsm8k"][0]) - {
+        "batch", "slots_per_layer", "zipf"}
+    g = doc["summary"]["gsm8k"]
+    assert (f"gsm8k: Che (Zipf) - exact: mean |error| {g['mean_abs_error']:.3f}, worst "
+            f"{g['worst_abs_error']:.3f}; against an LRU a layer: mean error "
+            f"{g['mean_error_layer']:+.3f}") in " ".join(text.split())
     # the routing correlation of the two traces' four requests: the measured INTRA_REQUEST
     r = doc["routing_exponents"]
     assert r["requests"] == 4 and round(r["intra_exponent"], 2) == pe.INTRA_REQUEST
