@@ -49,7 +49,7 @@ import sys
 from ..config import DRAM_BACKGROUND, DRAM_BACKGROUND_DEFAULT
 from ..errors import UserError
 from ..sw.host.compute_calib import FEEDS
-from ..sw.host.paper_eval import PLACEMENTS
+from ..sw.host.paper_eval import HB_SIZES, PLACEMENTS
 from . import fill_defaults
 from .outputs import (check_distinct, check_output, check_output_dir, output_path, report_console,
                       write_json)
@@ -69,7 +69,7 @@ DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link":
             "placement": "paper", "dram_background": DRAM_BACKGROUND_DEFAULT}
 #: The values of the options that take one of a few (checked in :func:`run`, one line as
 #: ``elmoe3d run`` checks its ``--config``, rather than by argparse's usage block).
-CHOICES = {"hb": ("4gb", "8gb"), "cache_form": ("token", "step"), "alpha": ("paper", "model"),
+CHOICES = {"hb": HB_SIZES, "cache_form": ("token", "step"), "alpha": ("paper", "model"),
            "ar_cache": ("best", "msb", "whole"), "link": FEEDS, "placement": PLACEMENTS,
            "dram_background": tuple(DRAM_BACKGROUND)}
 #: The HB size of each figure in the paper.

@@ -117,7 +117,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
            "FIG12_UNITS",
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
-           "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig13", "fig13_summary", "fig14",
+           "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig13", "fig13_summary", "HB_SIZES", "fig14",
            "fig14_summary", "PAPER_FIG14",
            "PAPER_FIG15", "fig15_summary", "ENERGY_PARTS", "NEAR_MEMORY_READ",
            "NEAR_MEMORY_MAC_BITS", "DRAM_READ_PATH",
@@ -321,6 +321,10 @@ NEAR_MEMORY_READ = {"xpu-pim": ("ext", 1 - 0.72),
 NEAR_MEMORY_MAC_BITS = 8
 
 
+#: The HB sizes of the paper's configurations (presets ``paper-<hb>``; Table 3's 4 GB and 8 GB).
+HB_SIZES = ("4gb", "8gb")
+
+
 def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die",
              dram_background: str | None = None) -> Platform:
     """One of :data:`PLATFORMS` with the ``paper-<hb>`` configuration's figures (module
@@ -336,8 +340,8 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die",
     if not isinstance(link, str) or link not in FEEDS:
         raise UserError(f"link: expected {' or '.join(FEEDS)}, got {link!r}")
     if arch is None:
-        if not isinstance(hb, str) or hb not in ("4gb", "8gb"):
-            raise UserError(f"hb: expected 4gb or 8gb, got {hb!r}")
+        if not isinstance(hb, str) or hb not in HB_SIZES:
+            raise UserError(f"hb: expected {' or '.join(HB_SIZES)}, got {hb!r}")
         arch = arch_preset(f"paper-{hb}")
     else:
         try:
@@ -2021,7 +2025,7 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
 
 # == Fig. 13: draft and verify latency by batch and HB capacity =================================
 
-def fig13(model: str = "qwen3-30b-a3b", hbs=("4gb", "8gb"), batches=TABLE3_BATCHES, *,
+def fig13(model: str = "qwen3-30b-a3b", hbs=HB_SIZES, batches=TABLE3_BATCHES, *,
           tree=TREE, zipf: dict | None = None, form: str = "token", link: str = "die",
           placement: str = "paper") -> list:
     """Fig. 13 (Qwen3-30B-A3B, MT-Bench; Section 7.1): each SD scheme's draft and verify
@@ -2033,10 +2037,10 @@ def fig13(model: str = "qwen3-30b-a3b", hbs=("4gb", "8gb"), batches=TABLE3_BATCH
     alphas); the rest as :func:`fig12`. Raises :class:`UserError` naming the
     parameter for an empty or unknown ``hbs`` or ``batches`` and as :func:`fig12`."""
     if (isinstance(hbs, str) or not hasattr(hbs, "__iter__") or not tuple(hbs)
-            or not all(isinstance(h, str) and h in ("4gb", "8gb") for h in hbs)
+            or not all(isinstance(h, str) and h in HB_SIZES for h in hbs)
             or len(set(hbs)) != len(tuple(hbs))):
-        raise UserError(f"hbs: expected a non-empty sequence of HB sizes (4gb, 8gb), each "
-                        f"once, got {hbs!r}")
+        raise UserError(f"hbs: expected a non-empty sequence of HB sizes "
+                        f"({', '.join(HB_SIZES)}), each once, got {hbs!r}")
     batches = _int_seq("batches", batches, 1)
     if not set(batches) <= set(TABLE3_BATCHES):
         raise UserError(f"batches: expected Table 3's batch sizes "

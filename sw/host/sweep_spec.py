@@ -74,7 +74,7 @@ import numpy as np
 from ...checks import is_int
 from ...config import ArchConfig, ConfigError, TileConfig, preset
 from ...errors import UserError
-from .paper_eval import TREE, ZIPF, ZIPF_MAX
+from .paper_eval import HB_SIZES, TREE, ZIPF, ZIPF_MAX
 
 
 __all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "dropped_text",
@@ -755,8 +755,8 @@ def _workload_problems(w) -> list:
         nodes = (f"1 .. depth x width = {d * wd}" if is_int(d, numpy=False)
                  and is_int(wd, numpy=False) and d >= 1 and wd >= 1 else "a positive number of")
         out.append(_WorkloadError("verify", f"expected all or {nodes} nodes, got {v!r}"))
-    if w["hb"] not in ("4gb", "8gb", None):
-        out.append(_WorkloadError("hb", f"expected 4gb or 8gb, got {w['hb']!r}"))
+    if w["hb"] not in HB_SIZES + (None,):
+        out.append(_WorkloadError("hb", f"expected {' or '.join(HB_SIZES)}, got {w['hb']!r}"))
     a = w["alpha"]
     if a is not None and (not isinstance(a, (int, float)) or isinstance(a, bool)
                           or not 0 <= a < 1):
