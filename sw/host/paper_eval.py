@@ -75,10 +75,11 @@ verify size from ``depth`` to ``depth x width``. Schemes
 (:data:`SCHEMES`): Elastic-SD (the draft is the MSB slices of the static weights and of the
 cached experts, routing throttled to the cache: no EXT access but the token rows'
 embeddings), EAGLE-SD (an EAGLE-3 head in
-HB), SLM-SD (Qwen2.5-1.5B-Instruct in HB), Quant-SD (a separate 4-bit copy: the static copy in
-HB; no INT8 expert cache, its draft's 4-bit expert copies from EXT; GPT-OSS-20B's MXFP4 experts
-are their own 4-bit copy and keep an expert cache as Elastic-SD's, in the HB its static 4-bit
-copy leaves: 7.2-5.9 slots a layer at 4 GB against Elastic-SD's 9.4-8.0).
+HB), SLM-SD (Qwen2.5-1.5B-Instruct in HB), Quant-SD (a separate 4-bit copy; no INT8 expert
+cache: the HB after the static weights and the KV holds the hottest experts' 4-bit copies, as
+many as Elastic-SD's MSB slices, which only its draft reads, then its static 4-bit copy, in EXT
+at Table 3's points; GPT-OSS-20B's MXFP4 experts are their own 4-bit copy and keep an expert
+cache, Elastic-SD's: the paper's four GPT-OSS-20B Quant-SD Phi_AR equal Elastic-SD's).
 
 Speedup: Phi_AR = xPU AR step time / the scheme's AR step time at the same batch; Phi_SD =
 xPU AR time a token / the scheme's SD time a token (Table 3; its "best mode" is the larger).
@@ -861,18 +862,29 @@ class EvalModel:
         order = (("draft", draft), ("static", self.static_bytes), ("kv", self.kv_bytes))
         if self.placement == "paper":
             order = order[1:] + order[:1]
+        # Quant-SD's scheme data in the paper's order: its experts (the hottest experts' 4-bit
+        # draft copies; MXFP4 experts, their own 4-bit copy: the expert cache), up to every
+        # expert, then its static 4-bit copy. Fig. 12's text orders only the static weights and
+        # the KV before the scheme's data; this order is inferred from the paper's four
+        # GPT-OSS-20B Quant-SD Phi_AR, equal to Elastic-SD's, which a copy taking the cache's
+        # HB could not give (docs/paper.md section 4, "(e)")
+        quant_experts = (self.placement == "paper" and self.scheme == "quant")
+        if quant_experts:
+            all_experts = m.routed_expert_count * m.expert_msb_bytes
+            order = order[:2] + (("experts", all_experts),) + order[2:]
         left, share = cap, {}
         for part, size in order:
             share[part] = min(1.0, left / size) if size else 1.0
             left = max(0.0, left - size)
         self.hb_static, self.hb_kv, self.draft_in_hb = share["static"], share["kv"], share["draft"]
+        if quant_experts:           # the experts' HB (what the copy left is unused)
+            left = share["experts"] * all_experts
         # Quant-SD keeps no INT8 expert cache: its two copies of every expert (4-bit draft,
         # 8-bit target) halve what a slot holds and its unthrottled draft touches every expert
         # (Section 7.1, "the worst case"); the paper's Quant-SD Phi_AR equal the no-cache ones
         # (Qwen3 batch 4-16, GLM every batch: SLM-SD's). MXFP4 experts are their own 4-bit copy
         # (GPT-OSS-20B, where the paper's Quant-SD Phi_AR equal Elastic-SD's), so those keep
-        # the cache, in the HB the static 4-bit copy leaves (fewer slots than Elastic-SD's:
-        # docs/paper.md section 4, "(e)", the copy in EXT instead, tried and not adopted).
+        # the cache, Elastic-SD's (its static 4-bit copy placed after it, above).
         # The HB left holds the hottest experts' 4-bit draft copies instead (Fig. 12: "Quant-SD
         # maintains independent 4-bit draft and 8-bit target weight copies across both tiers",
         # its HB full of copies): an LRU of 4-bit copies (an MSB slice's size) that only the
