@@ -131,7 +131,8 @@ def configure(parser):
                         help=_applies("placement") + "HB placement: paper (Fig. 12's: static "
                              "weights "
                              "and KV first, then the scheme's draft data, then the expert "
-                             "cache; default) or reads (in SD the draft data first, read depth "
+                             "cache, Quant-SD's experts before its static 4-bit copy; "
+                             "default) or reads (in SD the draft data first, read depth "
                              "times an iteration; AR as the paper's: a what-if); the fits are "
                              "not redone")
     parser.add_argument("--dram-background", default=None,

@@ -169,7 +169,8 @@ EXT_EFFICIENCY = 0.99
 #: point the faster of the two (the default since the review of issue 26's first landing).
 AR_CACHES = ("best", "msb", "whole")
 #: HB placement policies (:class:`EvalModel`): ``"paper"``, Fig. 12's (the static weights and
-#: the KV cache first, then the scheme's draft data, then the expert cache) in both modes;
+#: the KV cache first, then the scheme's draft data, then the expert cache; Quant-SD's experts'
+#: 4-bit copies, or GPT-OSS-20B's MXFP4 expert cache, before its static 4-bit copy) in both modes;
 #: ``"reads"``, by the reads of the mode run: in SD the scheme's draft data (a dense draft's
 #: weights and KV, Quant-SD's static 4-bit copy) first, read once a draft step, ``depth``
 #: times an iteration, against once for the target's static weights and KV, then the rest in
@@ -858,16 +859,17 @@ class EvalModel:
             draft = weight_bytes(z.static, 4)           # the static weights' 4-bit copy
         self.draft_bytes = draft
         # each part takes what HB it can, in the placement's order (Fig. 12's: static, KV,
-        # draft; "reads": the draft first)
+        # draft, Quant-SD's experts before its draft data, below; "reads": the draft first)
         order = (("draft", draft), ("static", self.static_bytes), ("kv", self.kv_bytes))
         if self.placement == "paper":
             order = order[1:] + order[:1]
-        # Quant-SD's scheme data in the paper's order: its experts (the hottest experts' 4-bit
+        # Quant-SD's scheme data in the paper placement: its experts (the hottest experts' 4-bit
         # draft copies; MXFP4 experts, their own 4-bit copy: the expert cache), up to every
         # expert, then its static 4-bit copy. Fig. 12's text orders only the static weights and
         # the KV before the scheme's data; this order is inferred from the paper's four
         # GPT-OSS-20B Quant-SD Phi_AR, equal to Elastic-SD's, which a copy taking the cache's
-        # HB could not give (docs/paper.md section 4, "(e)")
+        # HB could not give, and kept for the INT8 models as one rule (their AR step reads no
+        # expert from HB; their Phi_SD cells decide it: docs/paper.md section 4, "(e)")
         quant_experts = (self.placement == "paper" and self.scheme == "quant")
         if quant_experts:
             all_experts = m.routed_expert_count * m.expert_msb_bytes

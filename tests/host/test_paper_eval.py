@@ -473,6 +473,11 @@ def test_quant_sd_fills_hb_with_its_4bit_expert_copies():
                        "quant", batch=1)
     assert big.draft_slots == big.m.routed_experts
     assert big.draft_in_hb == pytest.approx(0.25)
+    # more HB than everything: the copy whole in HB, no slot beyond every expert, HB left unused
+    spare = pe.EvalModel("deepseek-v2-lite", replace(o8, hb_bytes=need + 2 * dk.draft_bytes),
+                         "quant", batch=1)
+    assert spare.draft_in_hb == 1 and spare.draft_slots == spare.m.routed_experts
+    assert spare.draft_cache_bytes == copies and spare.slots == 0
     # GPT-OSS-20B's MXFP4 experts are their own copy: its cache serves AR, verify and draft,
     # as many slots as Elastic-SD's, and the AR step is Elastic-SD's
     for batch in (1, 16):
