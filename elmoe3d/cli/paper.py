@@ -93,7 +93,7 @@ def configure(parser):
                              "traces folder); cache-check: the expert-cache model (Che's "
                              "approximation) against the exact LRU on the real Mixtral traces; "
                              "cross-validate: Table 3's 4 GB cells predicted by fits that left "
-                             "their batch size out (out-of-sample error, 15-45 s)")
+                             "their batch size out (out-of-sample error, about 25 s of CPU)")
     parser.add_argument("--hb", default=None, metavar="|".join(CHOICES["hb"]),
                         help=_applies("hb") + "HB capacity of the configuration (default: the "
                              "paper's, "
