@@ -1665,7 +1665,8 @@ def cross_validate(say=None, alpha: str = "paper") -> dict:
     best-mode mean over the held-out points); ``in_sample`` the shipped fit's (with
     :func:`model_alphas` for ``alpha="model"``), then with ``alpha="model"`` also
     ``alpha_error`` and ``alpha_error_in_sample``, the Elastic-SD alphas' mean absolute error
-    against the paper's. ``say``: a callable given a line of progress per fold. About 25 s of CPU."""
+    against the paper's. ``say``: a callable given a line of progress per fold. About 25 s of
+    CPU."""
     folds, rows_out = [], []
     for b in TABLE3_BATCHES:
         fold = cross_validation_fold(b, alpha)
