@@ -718,7 +718,10 @@ def _table(say, Table, title, header, rows):
         for r in rows:
             say("  " + "  ".join(str(c) for c in r))
         return
-    t = Table(title=title, title_justify="left")
+    # the title on its own line: rich wraps a table's title to the table's width, and the
+    # one-PE table is narrower than its title
+    say(title)
+    t = Table()
     for i, h in enumerate(header):
         t.add_column(h, justify="left" if i == 0 else "right")
     for r in rows:
