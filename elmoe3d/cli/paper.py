@@ -331,12 +331,12 @@ def _cache_check(args) -> int:
         console.print(t)
         err = [abs(r["che_zipf"] - r["exact"]) for r in rows]
         lay = [r["che_zipf"] - r["exact_layer"] for r in rows]
-        summ[name] = {"mean_abs_error": sum(err) / len(err), "worst_abs_error": max(err),
-                      "mean_error_layer": sum(lay) / len(lay),
-                      "worst_error_layer": min(lay, key=lambda x: -abs(x))}
-        console.print(f"{name}: Che (Zipf) - exact: mean |error| {sum(err) / len(err):.3f}, "
-                      f"worst {max(err):.3f}; against an LRU a layer: mean error "
-                      f"{sum(lay) / len(lay):+.3f}, worst {min(lay, key=lambda x: -abs(x)):+.3f} "
+        s = summ[name] = {"mean_abs_error": sum(err) / len(err), "worst_abs_error": max(err),
+                          "mean_error_layer": sum(lay) / len(lay),
+                          "worst_error_layer": min(lay, key=lambda x: -abs(x))}
+        console.print(f"{name}: Che (Zipf) - exact: mean |error| {s['mean_abs_error']:.3f}, "
+                      f"worst {s['worst_abs_error']:.3f}; against an LRU a layer: mean error "
+                      f"{s['mean_error_layer']:+.3f}, worst {s['worst_error_layer']:+.3f} "
                       f"(Che's independent tokens miss the trace's reuse from token to token)")
     r = pe.routing_exponents(traces)
     per = pe.routing_exponents(traces, baseline="trace")
