@@ -85,8 +85,9 @@ Speedup: Phi_AR = xPU AR step time / the scheme's AR step time at the same batch
 xPU AR time a token / the scheme's SD time a token (Table 3; its "best mode" is the larger).
 Energy (:meth:`StepCost.energy`, Fig. 15): computation (MACs and the logic die's SRAM at the
 ASAP7 figures of :data:`~elmoe3d.synth.energy.DIE_ENERGY`), HB and EXT access
-(``hb_pj_per_bit``, ``ext_pj_per_bit``: Table 1), communication (streamline ring, aggregation
-link; near-memory units' traffic over LPDDR5) and static power x time (the logic die's leakage
+(``hb_pj_per_bit``, ``ext_pj_per_bit``: Table 1), communication (the streamline ring's EXT
+bytes, the aggregation link's activations and partial sums; near-memory units' traffic over
+LPDDR5) and static power x time (the logic die's leakage
 and the DRAM's background power, idle periphery and refresh: ``config.DRAM_BACKGROUND``,
 its dies in power-down by default);
 :meth:`StepCost.energy_pj` is the HB and EXT access energy alone (Fig. 14's rows).
@@ -533,7 +534,7 @@ class ExpertPopularity:
             r = self.p if rates is None else rates
             if slots >= self.experts:
                 h = np.ones(self.experts)
-            elif slots <= 0:
+            elif slots <= 0 or not r.any():         # nothing cached, or nothing requested
                 h = np.zeros(self.experts)
             else:
                 lo, hi = 0.0, 1.0
@@ -588,7 +589,7 @@ class ExpertPopularity:
         k = min(_count("slots", slots), float(self.experts))
         i = int(k)
         part = c[i] + (a[i] * (k - i) if i < self.experts else 0.0)
-        return float(part / c[-1])
+        return float(part / c[-1]) if c[-1] > 0 else 0.0       # no rows: no experts
 
     def pool_size(self, slots: float) -> int:
         """Experts in Elastic-SD's draft pool at ``slots`` cached a layer: the whole experts
@@ -665,8 +666,9 @@ class StepCost:
     (:meth:`energy`): MACs on the logic die by weight bits (``macs``: 4 for W4A8 on the
     bit-sliced tile, 8 otherwise) and on a near-memory unit (``nm_macs``), the EXT bytes a
     near-memory unit reads inside its LPDDR5 (``nm_bytes``, part of ``ext_bytes``), the logic
-    die's SRAM bytes written and read, bytes delivered on the streamline ring and reduced on
-    the aggregation link, and activation bytes to and from near-memory units over LPDDR5
+    die's SRAM bytes written and read, the EXT bytes the streamline ring delivers to the PEs
+    (``ring_bytes``), activation bytes scattered and partial sums reduced on the aggregation
+    link (``link_bytes``), and activation bytes to and from near-memory units over LPDDR5
     (``nm_io_bytes``). ``hb_fill_bytes``: the expert cache's fills, the bytes its misses write
     into HB (part of ``hb_bytes``, which counts reads and writes alike); ``hb_write_bytes`` and
     ``ext_write_bytes``: every byte written into HB (the fills and the KV cache's new rows)
@@ -979,7 +981,7 @@ class EvalModel:
         return _die(self.plat).pes
 
     def _stage(self, cost, kind, hb, ext, macs, bits=8, res=0.0, *, parts=None, reads=None,
-               ring=0.0, link=0.0, fill=0.0, writes=(0.0, 0.0)):
+               rows_in=0.0, link=0.0, fill=0.0, writes=(0.0, 0.0)):
         """Add a stage: the largest of its HB, EXT and compute times; compute at the
         :meth:`_util` of ``parts`` (required when ``macs``: ``(macs, what, rows)`` triples,
         :meth:`_util`). On a near-memory
@@ -992,12 +994,17 @@ class EvalModel:
         byte the logic die receives written into its SRAM once and read once, except the
         ``reads`` parts (``(bytes, rows)`` pairs: weights serving ``rows`` token rows), read
         once per tile pass, ``ceil(rows / tile_rows)`` times (a mean rows figure, as a routed
-        expert's, undercounts skewed traffic); ``ring`` bytes (the stage's input rows)
-        delivered on the streamline ring and ``link`` bytes (its output partial sums) reduced
-        on the aggregation link. With a near-memory unit taking the ``res`` share, its
-        bytes and MACs move to the unit, the input rows also travel to it and its share of
+        expert's, undercounts skewed traffic); the EXT bytes the die reads delivered on the
+        streamline ring (Section 6: it "delivers external weight data directly into each PE's
+        WMEM"; the RTL's ring carries EXT words only, ``docs/memory.md``), ``rows_in`` bytes
+        (the stage's input rows) scattered to the PEs and ``link`` bytes (its output partial
+        sums) reduced on the aggregation link (Section 6: "activation and PSUM transfer").
+        With a near-memory unit taking the ``res`` share, its bytes and MACs move to the unit
+        (its EXT bytes stay off the ring), the input rows also travel to it and its share of
         the outputs (``res x link / 8`` bytes, 8 B partial sums as 1 B values) comes back over
-        LPDDR5, and the link reduces the rest (``(1 - res) x link``). ``fill``: HB bytes the
+        LPDDR5, and the link reduces the rest (``(1 - res) x link``). In a 4-bit step the
+        ``"kv"`` parts' MACs (the KV cache is not bit-sliced) count as W8A8 MACs, as
+        :meth:`_part_util` times them. ``fill``: HB bytes the
         expert cache writes (its misses' slices, taken from the EXT stream as they pass: HB
         time and energy, no SRAM). ``writes``: the bytes the stage's results write into
         ``(HB, EXT)`` (the KV cache's new rows: memory time and energy, through the xPU's own
@@ -1023,19 +1030,23 @@ class EvalModel:
         cost.hb_fill_bytes += fill
         cost.hb_write_bytes += fill + w_hb
         cost.ext_write_bytes += w_ext
-        key = 4 if w4 else 8
-        cost.macs[key] = cost.macs.get(key, 0.0) + macs * (1 - nm)
+        kv_macs = (min(macs, sum(n for n, what, _ in parts if isinstance(what, tuple)
+                                 and what[0] == "kv")) if w4 and parts else 0.0)
+        for key, n in ((4, macs - kv_macs), (8, kv_macs)) if w4 else ((8, macs),):
+            if n:
+                cost.macs[key] = cost.macs.get(key, 0.0) + n * (1 - nm)
         on_die = hb + ext * (1 - nm)
         share = on_die / (hb + ext) if hb + ext else 0.0
         cost.sram_write_bytes += on_die + w_hb + w_ext
         cost.sram_read_bytes += on_die + w_hb + w_ext + share * sum(
             b * (math.ceil(r / p.tile_rows) - 1) for b, r in (reads or ()))
-        cost.ring_bytes += ring
-        cost.link_bytes += link * (1 - nm)
+        cost.ring_bytes += ext * (1 - nm)
+        # the die's PEs take every input row unless the unit computes the whole stage
+        cost.link_bytes += (rows_in if nm < 1 else 0.0) + link * (1 - nm)
         if nm:
             cost.nm_macs += macs * nm
             cost.nm_bytes += ext * nm
-            cost.nm_io_bytes += ring + nm * link / 8
+            cost.nm_io_bytes += rows_in + nm * link / 8
 
     @staticmethod
     def _res(*parts):
@@ -1057,6 +1068,11 @@ class EvalModel:
         rows = _rows(rows)
         if not isinstance(phase, str) or phase not in STEP_PHASES:
             raise UserError(f"phase: expected {', '.join(STEP_PHASES)}, got {phase!r}")
+        if phase == "draft" and self.scheme not in ("elastic", "quant"):
+            raise UserError(f"phase 'draft': the target's 4-bit draft step of Elastic-SD or "
+                            f"Quant-SD; scheme {self.scheme!r} "
+                            + ("has no draft" if self.scheme == "ar"
+                               else "drafts with its own model (draft_step)"))
         m, sh, z = self.m, self.shape, self.sizes
         H, L = m.hidden, m.layers
         draft = phase == "draft"
@@ -1080,7 +1096,7 @@ class EvalModel:
             hb, ext = self._split(w, fs)
             kh, ke = self._split(kv_layer, self.hb_kv)
             router = rows * m.routed_experts * H if layer_kind == "moe" else 0
-            # a token row in (INT8 on the ring), its output row out on the link (H Q.24 values
+            # a token row in (INT8 on the link), its output row out on the link (H Q.24 values
             # of 8 B, the o projection's channels gathered from the PEs that computed them;
             # the gathers between its own GEMMs, q/k/v heads to the PEs of the attention
             # GEMMs and their output to o's, are not counted: docs/paper.md section 2)
@@ -1091,14 +1107,14 @@ class EvalModel:
                                 (("router", H, m.routed_experts),) if router else ())))
                         + self._attention(rows, sh.attention_gemms(ctx_tokens // L)),
                         reads=((w, rows),), writes=kv_writes,
-                        ring=rows * H, link=rows * H * 8)
+                        rows_in=rows * H, link=rows * H * 8)
             if layer_kind == "dense":
                 w = weight_bytes(3 * H * sh.dense_intermediate, bits)
                 hb, ext = self._split(w, fs)
                 dm = rows * 3 * H * sh.dense_intermediate
                 self._stage(c, "dense", hb, ext, dm, bits, self.nm_static,
                             parts=((dm, sh.dense_intermediate, rows),),
-                            reads=((w, rows),), ring=rows * H,
+                            reads=((w, rows),), rows_in=rows * H,
                             link=rows * H * 8)
             else:
                 self._moe(c, rows, phase, fs)
@@ -1108,7 +1124,7 @@ class EvalModel:
         # the LM head splits its output channels over the PEs: nothing to reduce
         self._stage(cost, "lm_head", hb, ext + rows * H * 2, rows * z.lm_head, bits,
                     self.nm_static, parts=self._linears(rows, (("lm_head", H, sh.vocab, 1),)),
-                    reads=((w, rows),), ring=rows * H)
+                    reads=((w, rows),), rows_in=rows * H)
         return cost
 
     def routed_tokens(self, rows: float) -> float:
@@ -1167,8 +1183,8 @@ class EvalModel:
             shared_ext = ext - (uniq - hits if on_hb else uniq) * whole
             res = self._res((shared_ext, self.nm_static),
                             (ext - shared_ext, self.pop.top_share(n, self.nm_slots)))
-        # each (row, routed expert) pair and each row of the shared experts: the row in on the
-        # ring, the expert's output reduced on the link; the shared experts' weights serve
+        # each (row, routed expert) pair and each row of the shared experts: the row in and the
+        # expert's output reduced on the link; the shared experts' weights serve
         # every row, a routed expert's the rows routed to it (rows x k over the step's
         # distinct experts, on average)
         pairs = rows * (k + (1 if shared else 0))
@@ -1178,7 +1194,7 @@ class EvalModel:
                  (rows * k * m.expert_weights, m.expert_intermediate, per_expert))
         self._stage(c, "experts", hb, ext, macs, bits, res, parts=parts,
                     reads=((shared_bytes, rows), (routed, per_expert)),
-                    ring=pairs * H, link=pairs * H * 8, fill=fill)
+                    rows_in=pairs * H, link=pairs * H * 8, fill=fill)
 
     # -- draft models ------------------------------------------------------------------------------
     def draft_step(self, rows: int, first: bool = True) -> StepCost:
@@ -1186,8 +1202,9 @@ class EvalModel:
         7's SD schemes: Elastic-SD's and Quant-SD's 4-bit target, else the draft model), an
         iteration's ``first`` or a later one (an EAGLE-3 head's fc runs on the first only:
         :meth:`~.decoder.DraftModel.step_weights`); :class:`StepCost` in seconds and bytes.
-        Raises :class:`UserError` for another ``rows``."""
+        Raises :class:`UserError` for another ``rows`` and on scheme ``"ar"`` (no draft)."""
         rows = _rows(rows)
+        self._check_sd()
         if self.scheme in ("elastic", "quant"):
             return self.step(rows, phase="draft")
         d = self.draft
@@ -1202,7 +1219,7 @@ class EvalModel:
                     + self._attention(rows, d.attention_gemms(self.context)),
                     reads=((w, rows),),
                     writes=self._split(rows * d.kv_per_token, self.draft_in_hb),
-                    ring=rows * d.layers * 2 * d.hidden,
+                    rows_in=rows * d.layers * 2 * d.hidden,
                     link=rows * d.layers * 2 * d.hidden * 8)
         return cost
 
@@ -1211,16 +1228,17 @@ class EvalModel:
         """One AR step: one token of every sequence. With ``ar_cache="best"`` on the
         bit-sliced die, the faster of an MSB-slice cache (the LSB streamed on a hit) and a
         whole-INT8-expert cache (half the slots); :attr:`ar_form` says which ("msb" or
-        "whole"). With ``placement="reads"`` the AR step runs in Fig. 12's placement (AR mode
-        never reads the draft data, :data:`PLACEMENTS`)."""
+        "whole"; "none" with no expert cache, "whole" on HB-xPU and for MXFP4 experts:
+        :meth:`_cache_form`). With ``placement="reads"`` the AR step runs in Fig. 12's
+        placement (AR mode never reads the draft data, :data:`PLACEMENTS`)."""
         if self.placement == "reads":
             twin = EvalModel(placement="paper", **self._args)
             step = twin.ar()
             self.ar_form = twin.ar_form
             return step
-        if self.ar_cache != "best" or not self.plat.bit_sliced or self.one_form:
-            self.ar_form = ("whole" if self.ar_slots is not None or self.one_form
-                            else "msb")
+        form = self._cache_form()
+        if self.ar_cache != "best" or form != "msb":
+            self.ar_form = "whole" if form == "msb" and self.ar_slots is not None else form
             return self.step(self.batch, phase="ar")
         msb = self.step(self.batch, phase="ar")
         self.ar_slots = self.whole_slots
@@ -1230,6 +1248,20 @@ class EvalModel:
             self.ar_slots = None
         self.ar_form = self._faster(msb, whole)
         return whole if self.ar_form == "whole" else msb
+
+    def _cache_form(self) -> str:
+        """The expert cache's form where there is no choice, else ``"msb"`` (the choice is
+        :meth:`ar`'s and :meth:`_verify_step`'s): ``"none"`` with no expert cache (no HB, or
+        none left after the static weights, KV and draft data: Quant-SD's INT8 cache),
+        ``"whole"`` for experts with no LSB slice (:attr:`one_form`) or a die without the
+        bit-sliced tile (HB-xPU)."""
+        if self.cache_bytes <= 0 or not self.plat.hb_bytes:
+            return "none"
+        return "whole" if self.one_form or not self.plat.bit_sliced else "msb"
+
+    def _check_sd(self):
+        if self.scheme == "ar":
+            raise UserError(f"scheme 'ar' has no draft: SD needs one of {', '.join(SCHEMES)}")
 
     @property
     def one_form(self) -> bool:
@@ -1249,7 +1281,8 @@ class EvalModel:
         """One SD iteration of a ``depth`` x ``width`` tree at acceptance ``alpha``, the verify
         taking ``verify`` nodes a sequence (default every one, ``depth x width``; the tokens
         an iteration: :func:`accepted_tokens`). Raises :class:`UserError` as
-        :func:`accepted_tokens` does."""
+        :func:`accepted_tokens` does, and on scheme ``"ar"`` (no draft)."""
+        self._check_sd()
         tokens = accepted_tokens(alpha, depth, width, verify)
         depth, width = int(depth), int(width)
         verify = depth * width if verify is None else int(verify)
@@ -1304,9 +1337,7 @@ class EvalModel:
         cache holds, every slot hits (the token form's cap) and each hit saves the bytes it
         holds, so the two forms, of one HB size, save the same EXT bytes."""
         msb = self.step(rows, phase="verify")
-        self.verify_forms[rows] = ("none" if self.cache_bytes <= 0 or not self.plat.hb_bytes
-                                   else "whole" if self.one_form or not self.plat.bit_sliced
-                                   else "msb")
+        self.verify_forms[rows] = self._cache_form()
         if self.scheme == "elastic" or self.verify_forms[rows] != "msb":
             return msb
         whole = self.verify_whole(rows)
@@ -1329,7 +1360,8 @@ class EvalModel:
         ``depth x width`` at ``alpha`` (default :data:`TREE_DEPTHS` x :data:`TREE_WIDTHS`, the
         grid :func:`calibrate_tree` fits :data:`TREE` on; Section 2.2's dynamic tree). Raises
         :class:`UserError` for an alpha outside [0, 1) or ``depths`` / ``widths`` not a
-        non-empty sequence of positive integers."""
+        non-empty sequence of positive integers, and on scheme ``"ar"`` (no draft)."""
+        self._check_sd()
         accepted_tokens(alpha, 1, 1)                      # checks alpha
         B, best = self.batch, None
         for d, w, v in tree_grid(depths, widths):
