@@ -1000,7 +1000,9 @@ class EvalModel:
         (the stage's input rows) scattered to the PEs and ``link`` bytes (its output partial
         sums) reduced on the aggregation link (Section 6: "activation and PSUM transfer").
         With a near-memory unit taking the ``res`` share, its bytes and MACs move to the unit
-        (its EXT bytes stay off the ring), the input rows also travel to it and its share of
+        (its EXT bytes stay off the ring), the input rows also travel to it (and still to the
+        die's PEs unless it takes the whole stage: a routed expert's rows are not split by
+        where its expert sits, a small overcount) and its share of
         the outputs (``res x link / 8`` bytes, 8 B partial sums as 1 B values) comes back over
         LPDDR5, and the link reduces the rest (``(1 - res) x link``). In a 4-bit step the
         ``"kv"`` parts' MACs (the KV cache is not bit-sliced) count as W8A8 MACs, as

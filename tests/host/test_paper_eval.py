@@ -869,8 +869,12 @@ def test_step_energy_by_component():
         + c.sram_read_bytes * sram_pj_per_byte())
     assert e["communication"] == pytest.approx(c.ring_bytes * 1.936 + c.link_bytes * 1.888)
     # the streamline ring delivers every EXT byte the die reads (Section 6: external weight
-    # data into each PE's WMEM), not the KV rows the step writes to EXT
+    # data into each PE's WMEM), not the KV rows a step writes to EXT: on an HB of 1 GiB the
+    # KV sits in EXT and each step writes its new rows there
     assert c.ring_bytes == pytest.approx(c.ext_bytes - c.ext_write_bytes) and c.ring_bytes > 0
+    small = pe.EvalModel("qwen3-30b-a3b", replace(o, hb_bytes=2**30), "elastic", batch=4).ar()
+    assert small.ext_write_bytes > 0
+    assert small.ring_bytes == pytest.approx(small.ext_bytes - small.ext_write_bytes)
     # by hand, Qwen3-30B-A3B (48 MoE layers, H 2048, top-8, no shared expert) at 4 rows: per
     # layer attention 4 rows and 4 x 8 expert pairs in (INT8) and their outputs reduced as s64
     # on the aggregation link; the LM head's 4 rows in, nothing reduced
@@ -915,6 +919,13 @@ def test_step_energy_by_component():
     # outputs come back over LPDDR5 (80 / 8 B), nothing on the link
     assert (fast.nm_bytes, fast.nm_io_bytes, fast.link_bytes, fast.ring_bytes) == \
         (1e9, 20.0, 0.0, 0.0)
+    # the unit takes half: the die still takes every input row on its link and reduces its
+    # half of the outputs; the unit gets the rows and returns its half over LPDDR5
+    half = pe.StepCost()
+    em._stage(half, "experts", 0.0, 1e9, 1e3, 8, 0.5,
+              parts=((1e3, em.m.expert_intermediate, 16),), rows_in=10.0, link=80.0)
+    assert (half.nm_bytes, half.ring_bytes) == (0.5e9, 0.5e9)
+    assert (half.nm_io_bytes, half.link_bytes) == (10.0 + 0.5 * 80 / 8, 10.0 + 0.5 * 80)
 
 
 def test_sd_energy_per_token_matches_its_steps():
@@ -1012,7 +1023,7 @@ def test_fig15_summary():
     """Measured (docs/paper.md section 7): ours against xPU AR and the best performing prior
     platform of each point, whole energy a token; with the DRAM's background power in the
     static energy (power-down, the default; standby and self-refresh, the two ends) and
-    without it (none: every figure before it). Since 2026-12-06 (fifth session) the
+    without it (none). Since 2026-12-06 (fifth session) the
     streamline ring's energy is the EXT bytes it delivers (the input rows on the aggregation
     link) and a 4-bit step's KV GEMMs are W8A8 MACs; the figures before in brackets."""
     s = pe.fig15_summary(pe.fig14("8gb"))
