@@ -230,8 +230,10 @@ class Platform:
     the W8A8 rate (ours); without it (HB-xPU) the cache holds whole INT8 experts. A
     near-memory unit (``nm_*``: PIM, LogicPIM, NMP) computes on the ``nm_bytes`` of LPDDR5 it
     sits in at ``nm_gbps`` and ``nm_tops``; ``nm_ext_gbps`` is the xPU's own LPDDR5 bandwidth
-    beside it (NMP takes 2 of the 8 channels). ``static_mw``: the logic die's static power
-    (:data:`~elmoe3d.synth.energy.DIE_ENERGY`; every platform has the same logic die);
+    beside it (NMP takes 2 of the 8 channels). ``ext_bytes``: the LPDDR5's capacity (64 GiB on
+    the paper's configurations), which :class:`EvalModel` checks its EXT footprint against.
+    ``static_mw``: the logic die's static power (:data:`~elmoe3d.synth.energy.DIE_ENERGY`;
+    every platform has the same logic die);
     ``dram_static_mw``: its DRAM's background power, mW (idle periphery and refresh in the
     configuration's state, power-down by default:
     :attr:`~elmoe3d.config.ArchConfig.dram_background_mw`: every platform's 64 GiB of LPDDR5,
@@ -250,6 +252,7 @@ class Platform:
     ext_gbps: float
     hb_gbps: float
     hb_bytes: int
+    ext_bytes: int
     hb_pj_per_bit: float
     ext_pj_per_bit: float
     bit_sliced: bool = False
@@ -360,8 +363,8 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die",
     a = arch
     ext = a.ext_gbps * EXT_EFFICIENCY
     background = a.dram_background_mw
-    base = Platform(name, a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0, a.hb_pj_per_bit,
-                    a.ext_pj_per_bit, static_mw=DIE_ENERGY.static_of(a),
+    base = Platform(name, a.peak_tops(8), a.peak_tops(8), ext, 0.0, 0, a.ext_bytes,
+                    a.hb_pj_per_bit, a.ext_pj_per_bit, static_mw=DIE_ENERGY.static_of(a),
                     dram_static_mw=background["ext"], tile_rows=a.tile.rows, arch=a, link=link)
     if name == "xpu":
         return base
@@ -788,8 +791,11 @@ class EvalModel:
     ``batch`` and ``context`` (tokens) positive integers; ``zipf`` a number in [0,
     :data:`ZIPF_MAX`]; ``intra`` in (0, 1]; ``form`` one of :data:`CACHE_FORMS`. Raises
     :class:`UserError` naming the parameter on any other value, an unknown model (or one
-    without a calibrated popularity and no ``zipf``) or scheme, and Elastic-SD on a platform
-    without the bit-sliced die."""
+    without a calibrated popularity and no ``zipf``) or scheme, Elastic-SD on a platform
+    without the bit-sliced die, and a point whose EXT footprint (:meth:`ext_footprint`: the
+    target, Quant-SD's 4-bit copy, the KV cache and draft data HB does not hold) exceeds the
+    platform's LPDDR5 (``plat.ext_bytes``), naming the model, scheme, batch, context and the
+    GiB needed against those there."""
 
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
@@ -917,6 +923,34 @@ class EvalModel:
             left = max(0.0, left - nbytes)
         self.nm_static, self.nm_kv, self.nm_draft = fr
         self.nm_slots = left / m.expert_bytes / m.moe_layers
+        ext = self.ext_footprint()
+        if sum(ext.values()) > self.plat.ext_bytes:
+            parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in ext.items() if v)
+            weights = sum(ext.values()) - ext["overflow"]
+            hint = ("its weights alone do not fit" if weights > self.plat.ext_bytes
+                    else "lower the batch or the context")
+            raise UserError(
+                f"{m.name} ({self.scheme}) at batch {self.batch} and context {self.context} "
+                f"on {self.plat.name}: needs {sum(ext.values()) / 2**30:.1f} GiB of LPDDR5 "
+                f"({parts}), the platform has {self.plat.ext_bytes / 2**30:g} GiB (ext_bytes); "
+                f"{hint}")
+
+    def ext_footprint(self) -> dict:
+        """Bytes that live in EXT (LPDDR5) by kind, as Fig. 12 maps them: ``"target (INT8,
+        MXFP4 experts)"``, the whole target (its static weights and every routed expert,
+        MXFP4 experts as they are: the backing store of what HB holds and caches);
+        ``"4-bit expert copy"``, Quant-SD's draft copy of every INT8 expert (0 otherwise);
+        ``"overflow"``, the KV cache and the draft data (a draft model's weights and KV,
+        Quant-SD's static 4-bit copy) that HB does not hold. The near-memory units' LPDDR5
+        is part of it. Raised against :attr:`Platform.ext_bytes` at construction."""
+        m = self.m
+        copy = (m.routed_expert_count * m.expert_msb_bytes
+                if self.scheme == "quant" and not self.mxfp4 else 0.0)
+        return {"target (INT8, MXFP4 experts)": self.static_bytes
+                + m.routed_expert_count * m.expert_bytes,
+                "4-bit expert copy": float(copy),
+                "overflow": self.kv_bytes * (1 - self.hb_kv)
+                + self.draft_bytes * (1 - self.draft_in_hb)}
 
     # -- one stage --------------------------------------------------------------------------------
     def _util(self, bits, parts) -> float:
@@ -2054,11 +2088,7 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
                   "draft": draft_bytes * em.draft_in_hb
                   + (em.draft_cache_bytes if em.draft_slots is not None else 0.0),
                   "expert cache": em.slots * m.moe_layers * em.slot_bytes}
-        ext_map = {"target (INT8, MXFP4 experts)": em.static_bytes
-                   + m.routed_expert_count * m.expert_bytes,
-                   "4-bit expert copy": (m.routed_expert_count * m.expert_msb_bytes
-                                         if scheme == "quant" and not em.mxfp4 else 0.0),
-                   "overflow": em.kv_bytes * (1 - em.hb_kv) + draft_bytes * (1 - em.draft_in_hb)}
+        ext_map = em.ext_footprint()
         rows_v = batch * (1 + sd.verify)
         out.append({"scheme": scheme, "alpha": alpha, "depth": sd.depth, "width": sd.width,
                     "verify": sd.verify, "verify_form": sd.verify_form,

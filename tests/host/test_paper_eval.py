@@ -1274,6 +1274,47 @@ def test_sd_needs_a_draft_and_ar_form_names_the_cache():
         assert m.ar().seconds >= step.seconds * (1 - 1e-12) and m.ar_form == f
 
 
+def test_a_point_larger_than_the_lpddr5_is_refused():
+    """The EXT footprint (the whole target, Quant-SD's 4-bit expert copy, the KV cache and
+    draft data HB does not hold) is checked against the platform's LPDDR5 (2026-12-06, sixth
+    session: batch 16 at a 32k context ran without an error before). Qwen3-30B-A3B at batch
+    16 on the xPU: 16k tokens of context fit, 32k need 77.9 GiB of the 64 GiB; Mixtral-8x7B's
+    INT8 target and its Quant-SD copy alone exceed 64 GiB, which a larger LPDDR5 holds."""
+    xpu = pe.platform("xpu", "4gb")
+    assert xpu.ext_bytes == 64 << 30
+    shape = decoder_shape("qwen3-30b-a3b")
+    m = shape.model
+    target = weight_bytes(shape.sizes().static) + m.routed_expert_count * m.expert_bytes
+    em = pe.EvalModel("qwen3-30b-a3b", xpu, batch=16, context=16384)
+    kv = 16 * shape.kv_tokens(16384) * shape.kv_bytes_per_token
+    assert em.ext_footprint() == {"target (INT8, MXFP4 experts)": pytest.approx(target),
+                                  "4-bit expert copy": 0.0, "overflow": pytest.approx(kv)}
+    assert target + 2 * kv > 64 << 30 > target + kv
+    with pytest.raises(UserError) as exc:
+        pe.EvalModel("qwen3-30b-a3b", xpu, batch=16, context=32768)
+    assert str(exc.value) == (
+        f"qwen3-30b-a3b (ar) at batch 16 and context 32768 on xpu: needs "
+        f"{(target + 2 * kv) / 2**30:.1f} GiB of LPDDR5 (target (INT8, MXFP4 experts) "
+        f"{target / 2**30:.1f}, overflow {2 * kv / 2**30:.1f}), the platform has 64 GiB "
+        f"(ext_bytes); lower the batch or the context")
+    assert "needs 77.9 GiB" in str(exc.value)
+    # HB takes some of the KV off the LPDDR5: ours at 4 GB holds the static weights and 2.78
+    # GiB of the KV, so its overflow is the KV less what HB holds
+    ours = pe.platform("ours", "4gb")
+    em = pe.EvalModel("qwen3-30b-a3b", ours, batch=16, context=16384)
+    assert em.ext_footprint()["overflow"] == pytest.approx(kv * (1 - em.hb_kv))
+    assert 0 < em.hb_kv < 1 and em.hb_static == 1
+    # the weights alone: Mixtral-8x7B's Quant-SD keeps a 4-bit copy of every expert in EXT
+    for plat in (xpu, ours):
+        with pytest.raises(UserError, match=r"mixtral-8x7b \(quant\) at batch 1 and context "
+                           r"1024 on \w+: needs 70\.\d GiB .*4-bit expert copy 23\.6.*; its "
+                           r"weights alone do not fit$"):
+            pe.EvalModel("mixtral-8x7b", plat, "quant", zipf=1.0)
+        em = pe.EvalModel("mixtral-8x7b", replace(plat, ext_bytes=128 << 30), "quant", zipf=1.0)
+        assert sum(em.ext_footprint().values()) > 64 << 30
+    pe.EvalModel("mixtral-8x7b", ours, "elastic", batch=16, zipf=1.0)     # no copy: fits
+
+
 
 @pytest.mark.parametrize("hb_gb", [0.5, 1.5, 4.0])
 def test_a_step_reads_no_more_hb_than_it_holds(hb_gb):

@@ -371,6 +371,27 @@ def test_more_pes_more_hb_bandwidth_and_peak():
     assert b["hb_gb"] == 2 * a["hb_gb"] == 8
 
 
+def test_a_point_the_lpddr5_cannot_hold_is_an_error_row(tmp_path):
+    """A point whose EXT footprint exceeds its ``ext_bytes`` (the model's LPDDR5 capacity check,
+    2026-12-06) gets an error row naming the GiB needed, and the other points run: batch 16 of
+    Qwen3-30B-A3B at a 32k context needs 77.9 GiB on the xPU baseline, which 128 GiB holds."""
+    spec = parse_spec({"config": {"ext_bytes": [64 << 30, 128 << 30]},
+                       "workload": {"model": ["qwen3-30b-a3b"], "batch": [16],
+                                    "scheme": ["ar"], "context": [16384, 32768]}},
+                      path="t.yaml")
+    rows = {(p.arch().ext_bytes >> 30, p.workload["context"]):
+            sweep_tasks.run_point(p, tmp_path / "cache") for p in expand(spec)}
+    assert len(rows) == 4
+    bad = rows.pop((64, 32768))
+    assert bad["error"].startswith("perf: UserError: qwen3-30b-a3b (ar) at batch 16 and "
+                                   "context 32768 on xpu: needs 77.9 GiB of LPDDR5")
+    assert "tokens_per_s" not in bad
+    for key, row in rows.items():
+        assert row["error"] is None and row["tokens_per_s"] > 0, key
+    # the capacity changes nothing else
+    assert rows[(64, 16384)]["tokens_per_s"] == rows[(128, 16384)]["tokens_per_s"]
+
+
 # == specs: sampling, constraints, errors =============================================================
 
 def test_sampling_is_seeded_and_latin_hypercube_strata_are_each_hit_once():
