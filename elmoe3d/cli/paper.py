@@ -19,7 +19,9 @@ communication, static; the logic die's figures from the ASAP7 Liberty,
 :data:`~elmoe3d.config.DRAM_BACKGROUND`, its dies idle in ``power-down`` unless
 ``--dram-background`` says ``standby``, ``self-refresh`` or ``none``), normalised to ours, and
 ours against xPU and the best performing prior platform beside the paper's; ``--json`` adds
-every platform's static power (``static_mw``: logic and DRAM, mW).
+every platform's static power (``static_mw``: logic and DRAM, mW). ``--nm-mac-scale K`` (fig14's
+JSON energy too) prices the near-memory units' MACs at K times the logic die's W8A8 figure
+(default 1, AttAcc's convention: Section 7 gives none).
 The paper's Fig. 14 and 15 are for 8 GB HB: at ``--hb 4gb`` their figures are named apart as
 8 GB figures, not set beside ours.
 ``elmoe3d paper fig13 [--plot DIR]``: Fig. 13, every SD scheme's draft and verify latency
@@ -49,7 +51,7 @@ import sys
 from ..config import DRAM_BACKGROUND, DRAM_BACKGROUND_DEFAULT
 from ..errors import UserError
 from ..sw.host.compute_calib import FEEDS
-from ..sw.host.paper_eval import HB_SIZES, PLACEMENTS
+from ..sw.host.paper_eval import HB_SIZES, NEAR_MEMORY_MAC_SCALE, PLACEMENTS
 from . import fill_defaults
 from .outputs import (check_distinct, check_output, check_output_dir, output_path, report_console,
                       write_json)
@@ -63,10 +65,12 @@ APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS + ("fig13",),
            "cache_form": _MODEL_FIGS + ("fig13",), "alpha": _MODEL_FIGS + ("cross-validate",),
            "link": _MODEL_FIGS + ("fig13",), "ar_cache": ("table3", "fig14", "fig15"),
            "plot": ("fig12", "fig13", "fig14", "fig15", "fig16"),
-           "placement": ("table3", "fig12", "fig13"), "dram_background": ("fig14", "fig15")}
+           "placement": ("table3", "fig12", "fig13"), "dram_background": ("fig14", "fig15"),
+           "nm_mac_scale": ("fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die",
-            "placement": "paper", "dram_background": DRAM_BACKGROUND_DEFAULT}
+            "placement": "paper", "dram_background": DRAM_BACKGROUND_DEFAULT,
+            "nm_mac_scale": NEAR_MEMORY_MAC_SCALE}
 #: The values of the options that take one of a few (checked in :func:`run`, one line as
 #: ``elmoe3d run`` checks its ``--config``, rather than by argparse's usage block).
 CHOICES = {"hb": HB_SIZES, "cache_form": ("token", "step"), "alpha": ("paper", "model"),
@@ -144,6 +148,12 @@ def configure(parser):
                                  f"{k} {v:.2f}" for k, v in DRAM_BACKGROUND.items()
                                  if v) + f" or none (the logic die's leakage alone); default "
                              f"{DRAM_BACKGROUND_DEFAULT}")
+    parser.add_argument("--nm-mac-scale", default=None, metavar="K", type=float,
+                        help=_applies("nm_mac_scale") + "(fig14: its --json rows' energy) the "
+                             "near-memory units' (PIM, LogicPIM, NMP) pJ per MAC as K times the "
+                             "logic die's W8A8 figure; Section 7 gives none; default "
+                             f"{NEAR_MEMORY_MAC_SCALE:g}, AttAcc's convention (docs/paper.md "
+                             "section 7)")
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", type=output_path, default=None,
@@ -168,7 +178,7 @@ def _options_doc(args, figure) -> dict:
     tree = _tree(args.tree)
     doc = {"hb": args.hb}
     for opt in ("tree", "cache_form", "alpha", "ar_cache", "link", "placement",
-                "dram_background"):
+                "dram_background", "nm_mac_scale"):
         if figure in APPLIES[opt]:
             doc[opt] = (tree if tree == "best" else list(tree)) if opt == "tree" else \
                 getattr(args, opt)
@@ -230,6 +240,9 @@ def run(args) -> int:
                             f"{', '.join(names[:-1]) + ' and ' if len(names) > 1 else ''}"
                             f"{names[-1]} only")
     fill_defaults(args, DEFAULTS)
+    if not 0 <= args.nm_mac_scale < float("inf"):          # NaN fails both
+        raise UserError(f"--nm-mac-scale: expected a finite number >= 0 (times the logic "
+                        f"die's W8A8 pJ per MAC), got {args.nm_mac_scale:g}")
     if args.json:
         check_output(args.json, "--json")
         # the traces beside the checkout are what cache-check and the fits read
@@ -821,7 +834,8 @@ def _fig14_rows(args):
     alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
     return pe.fig14(args.hb, tree=_tree(args.tree), zipf=_zipf(args), ar_cache=args.ar_cache,
                     form=args.cache_form, alphas=alphas, link=args.link,
-                    placement=args.placement, dram_background=args.dram_background), alphas
+                    placement=args.placement, dram_background=args.dram_background,
+                    nm_mac_scale=args.nm_mac_scale), alphas
 
 
 def _fig15(args) -> int:
@@ -887,7 +901,9 @@ def _fig15(args) -> int:
                   f"figures: DIE_ENERGY "
                   f"({pe.DIE_ENERGY.measured}); "
                   f"near-memory reads from published figures (NEAR_MEMORY_READ), their MACs "
-                  f"a placeholder; {_static_note(args, static)}; "
+                  f"at {args.nm_mac_scale:g}x the logic die's W8A8 pJ "
+                  f"({'AttAcc' if args.nm_mac_scale == NEAR_MEMORY_MAC_SCALE else 'not AttAcc'}"
+                  f"'s convention; --nm-mac-scale); {_static_note(args, static)}; "
                   f"{_model_note(args)}")
     _write(console, args, {**_options_doc(args, "fig15"), "paper_hb": PAPER_HB["fig15"],
                            "static_mw": static, "rows": rows, "summary": summ}, plot,

@@ -122,7 +122,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", 
            "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig13", "fig13_summary", "HB_SIZES", "fig14",
            "fig14_summary", "PAPER_FIG14",
            "PAPER_FIG15", "fig15_summary", "ENERGY_PARTS", "NEAR_MEMORY_READ",
-           "NEAR_MEMORY_MAC_BITS", "DRAM_READ_PATH",
+           "NEAR_MEMORY_MAC_BITS", "NEAR_MEMORY_MAC_SCALE", "DRAM_READ_PATH",
            "PRIOR_PLATFORMS", "ABLATION_PLATFORM", "PAPER_STRONGEST_PRIOR", "by_point",
            "best_prior",
            "cache_check", "che_global", "trace_popularity", "fit_zipf", "cross_validate",
@@ -240,7 +240,8 @@ class Platform:
     the near-memory units' inside it, and the HB of HB-xPU and ours);
     ``tile_rows``: token rows a weight word serves in one tile pass (its SRAM reads);
     ``nm_pj_per_bit``: a near-memory unit's read inside the memory it sits in, pJ/bit
-    (:data:`NEAR_MEMORY_READ`; 0 on a platform without one). ``arch``: the
+    (:data:`NEAR_MEMORY_READ`; 0 on a platform without one); ``nm_mac_pj``: its pJ per MAC
+    (:data:`NEAR_MEMORY_MAC_SCALE` x the logic die's W8A8 figure; 0 without one). ``arch``: the
     :class:`~elmoe3d.config.ArchConfig` whose logic die it has (its PE and group size set
     :func:`compute_utilisation`); ``link``: how its compute calibration takes the group
     programs' link words (``"die"``: at the aggregation link's rate; ``"ideal"``: a word a
@@ -264,6 +265,7 @@ class Platform:
     dram_static_mw: float = 0.0
     tile_rows: int = 16
     nm_pj_per_bit: float = 0.0
+    nm_mac_pj: float = 0.0
     arch: Any = field(default=None, compare=False, repr=False)
     link: str = "die"
 
@@ -319,12 +321,22 @@ def _read_path_pj(stop: str) -> float:
 #:   same hybrid-bonded DRAM), fixed (not the configuration's ``hb_pj_per_bit``, which a sweep
 #:   may vary for ours).
 #:
-#: The units' MACs stay at our W8A8 pJ per MAC (:data:`NEAR_MEMORY_MAC_BITS`): a placeholder.
+#: The units' MACs cost :data:`NEAR_MEMORY_MAC_SCALE` x the logic die's W8A8 pJ per MAC
+#: (:data:`NEAR_MEMORY_MAC_BITS`).
 NEAR_MEMORY_READ = {"xpu-pim": ("ext", 1 - 0.72),
                     "xpu-logicpim": ("pj", _read_path_pj("TSV")),
                     "xpu-nmp": ("pj", 0.43)}
-#: The weight bits whose logic-die pJ per MAC a near-memory unit's MAC costs (placeholder).
+#: The weight bits whose logic-die pJ per MAC a near-memory unit's MAC costs.
 NEAR_MEMORY_MAC_BITS = 8
+#: A near-memory unit's pJ per MAC as a multiple of the logic die's W8A8 figure
+#: (:attr:`Platform.nm_mac_pj`; ``platform(nm_mac_scale=)``, ``elmoe3d paper fig15
+#: --nm-mac-scale``). Section 7 gives no figure for any unit. 1 follows AttAcc's simulator
+#: (Park et al., 2024a, which the paper cites for LogicPIM; ``scale-snu/attacc_simulator``
+#: ``src/config.py``), which prices the ALU of a PIM in the bank, in the bank group and on the
+#: buffer die at the GPU's own ALU figure (``ENERGY_TABLE[...]['alu'] = 0.32`` for all four).
+#: A unit built in a DRAM process (PIM's, in the bank) is likely costlier per MAC; the
+#: sensitivity is in docs/paper.md section 7 (0-8x).
+NEAR_MEMORY_MAC_SCALE = 1.0
 
 
 #: The HB sizes of the paper's configurations (presets ``paper-<hb>``; Table 3's 4 GB and 8 GB).
@@ -332,19 +344,25 @@ HB_SIZES = ("4gb", "8gb")
 
 
 def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die",
-             dram_background: str | None = None) -> Platform:
+             dram_background: str | None = None,
+             nm_mac_scale: float = NEAR_MEMORY_MAC_SCALE) -> Platform:
     """One of :data:`PLATFORMS` with the ``paper-<hb>`` configuration's figures (module
     docstring, :data:`NEAR_MEMORY`), or with those of ``arch`` (an
     :class:`~elmoe3d.config.ArchConfig`: its PE count, tile, clock, HB banks and LPDDR5; ``hb``
     is then ignored; or a preset's name, e.g. ``"paper-8gb"``), as a design-space sweep asks;
     ``link`` as :attr:`Platform.link`; ``dram_background``, one of
     :data:`~elmoe3d.config.DRAM_BACKGROUND`'s states, sets the HB's and the EXT's background
-    power a GiB (None: the configuration's). Raises :class:`UserError` on an unknown name, HB
-    size, link, background state or ``arch``."""
+    power a GiB (None: the configuration's); ``nm_mac_scale``, a near-memory unit's pJ per MAC
+    as a multiple of the logic die's W8A8 figure (:data:`NEAR_MEMORY_MAC_SCALE`; a finite
+    number >= 0). Raises :class:`UserError` on an unknown name, HB size, link, background
+    state, ``nm_mac_scale`` or ``arch``."""
     if not isinstance(name, str):
         raise UserError(f"platform name: expected one of {', '.join(PLATFORMS)}, got {name!r}")
     if not isinstance(link, str) or link not in FEEDS:
         raise UserError(f"link: expected {' or '.join(FEEDS)}, got {link!r}")
+    if not is_real(nm_mac_scale) or not 0 <= nm_mac_scale < math.inf:
+        raise UserError(f"nm_mac_scale: expected a finite number >= 0 (times the logic die's "
+                        f"W8A8 pJ per MAC), got {nm_mac_scale!r}")
     if arch is None:
         if not isinstance(hb, str) or hb not in HB_SIZES:
             raise UserError(f"hb: expected {' or '.join(HB_SIZES)}, got {hb!r}")
@@ -382,6 +400,7 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die",
         read = figure * a.ext_pj_per_bit if kind == "ext" else figure
         return replace(base, nm_gbps=mult * ext * ch / a.ext_channels, nm_tops=tops,
                        nm_bytes=nm_bytes, nm_pj_per_bit=read,
+                       nm_mac_pj=nm_mac_scale * DIE_ENERGY.mac(NEAR_MEMORY_MAC_BITS),
                        nm_ext_gbps=ext * (a.ext_channels - (channels or 0)) / a.ext_channels)
     raise UserError(f"unknown platform {name!r}; known: {', '.join(PLATFORMS)}")
 
@@ -723,7 +742,7 @@ class StepCost:
         """Energy of the step by Fig. 15's components (:data:`ENERGY_PARTS`), pJ:
 
         * computation: MACs at :data:`~elmoe3d.synth.energy.DIE_ENERGY` ``mac_pj`` (W4A8 on
-          the bit-sliced tile, W8A8 otherwise), near-memory MACs (:data:`NEAR_MEMORY_MAC_BITS`),
+          the bit-sliced tile, W8A8 otherwise), near-memory MACs at :attr:`Platform.nm_mac_pj`,
           the logic die's SRAM writes and reads (ASAP7 SRAM banks, ``synth.energy``);
         * external memory: EXT bytes at ``ext_pj_per_bit``, those a near-memory unit reads in
           place at :attr:`Platform.nm_pj_per_bit` (:data:`NEAR_MEMORY_READ`);
@@ -734,7 +753,7 @@ class StepCost:
           periphery and refresh, :attr:`Platform.dram_static_mw`) x the step's seconds."""
         e = DIE_ENERGY
         compute = (sum(n * e.mac(b) for b, n in self.macs.items())
-                   + self.nm_macs * e.mac(NEAR_MEMORY_MAC_BITS)
+                   + self.nm_macs * plat.nm_mac_pj
                    + self.sram_write_bytes * sram_pj_per_byte(write=True)
                    + self.sram_read_bytes * sram_pj_per_byte())
         return {"computation": compute,
@@ -2182,7 +2201,8 @@ PAPER_FIG15 = {"over_xpu": 4.4, "over_xpu_max": 7.2, "over_best_prior": 1.4,
 def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
           ar_cache: str = "best", form: str = "token", alphas: dict | None = None,
           link: str = "die", placement: str = "paper",
-          dram_background: str | None = None) -> list:
+          dram_background: str | None = None,
+          nm_mac_scale: float = NEAR_MEMORY_MAC_SCALE) -> list:
     """Fig. 14 (MT-Bench alphas only: the other datasets' are not in this copy of the paper):
     a row per (model, platform, batch) with its AR and SD speedups over xPU AR at the same
     batch, the best of the two (``mode``), the HB + EXT access energy a token of that mode
@@ -2190,12 +2210,14 @@ def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
     :data:`ENERGY_PARTS` -> pJ, :meth:`StepCost.energy`), and the xPU AR baseline's
     (``xpu_pj_token``, ``xpu_energy``). ``zipf``, ``ar_cache``, ``form``, ``tree``, ``link``,
     ``placement`` and ``alphas`` (default the paper's 4 GB ones) as in :func:`table3`;
-    ``dram_background`` as in :func:`platform` (the static energy's DRAM part).
-    :func:`fig15_summary` reads the same rows. Raises :class:`UserError` as :func:`table3`
-    (``alphas`` needs the schemes of :data:`PLATFORM_SCHEME` only)."""
+    ``dram_background`` and ``nm_mac_scale`` as in :func:`platform` (the static energy's DRAM
+    part; the near-memory units' MAC energy). :func:`fig15_summary` reads the same rows.
+    Raises :class:`UserError` as :func:`table3` (``alphas`` needs the schemes of
+    :data:`PLATFORM_SCHEME` only)."""
     tree = _check_tree(tree)
     _check_alphas(alphas, tuple(dict.fromkeys(PLATFORM_SCHEME.values())))
-    base_plat = platform("xpu", hb, link=link, dram_background=dram_background)
+    base_plat = platform("xpu", hb, link=link, dram_background=dram_background,
+                         nm_mac_scale=nm_mac_scale)
     zipf = _zipf_map(zipf, TABLE3_MODELS)
     out = []
     for model in TABLE3_MODELS:
@@ -2204,7 +2226,8 @@ def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
             t0 = base.seconds / b
             base_e = {k: v / b for k, v in base.energy(base_plat).items()}
             for name in PLATFORMS:
-                plat = platform(name, hb, link=link, dram_background=dram_background)
+                plat = platform(name, hb, link=link, dram_background=dram_background,
+                                nm_mac_scale=nm_mac_scale)
                 scheme = PLATFORM_SCHEME[name]
                 em = EvalModel(model, plat, scheme, batch=b, zipf=zipf[model],
                                ar_cache=ar_cache, form=form, placement=placement)

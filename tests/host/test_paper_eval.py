@@ -3,6 +3,7 @@ issue 26): decoder sizes against the models' published parameter counts, figures
 approximation against an exact LRU, the SD algebra, the calibrations and Table 3's shape."""
 
 import itertools
+import math
 from collections import OrderedDict
 from dataclasses import replace
 
@@ -1222,6 +1223,38 @@ def test_sram_reads_follow_the_rows_a_weight_serves():
     em._stage(c, "experts", 1000.0, 0.0, 1, parts=((1, em.m.expert_intermediate, 48),),
               reads=((600.0, 48), (400.0, 3)))
     assert c.sram_read_bytes == 400 + 600 * 3
+
+
+def test_near_memory_mac_scale_moves_their_computation_alone():
+    """``nm_mac_scale`` (2026-12-06, sixth session; ``--nm-mac-scale``): a near-memory unit's
+    pJ per MAC as a multiple of the logic die's W8A8 figure, 1 by default (AttAcc's
+    convention). A step's energy moves by its unit's MACs x the difference and in computation
+    alone; platforms without a unit have none; Fig. 15's ratios over the prior platforms move
+    with it (docs/paper.md section 7's sensitivity), ours over the xPU does not."""
+    mac8 = pe.DIE_ENERGY.mac(pe.NEAR_MEMORY_MAC_BITS)
+    assert pe.NEAR_MEMORY_MAC_SCALE == 1.0
+    for name in pe.PLATFORMS:
+        plat = pe.platform(name, "8gb")
+        assert plat.nm_mac_pj == (mac8 if name in pe.NEAR_MEMORY else 0.0), name
+    one, three = (pe.platform("xpu-nmp", "8gb", nm_mac_scale=k) for k in (1, 3))
+    assert three.nm_mac_pj == pytest.approx(3 * mac8)
+    step = pe.EvalModel("deepseek-v2-lite", one, batch=16).ar()
+    assert step.nm_macs > 0
+    e1, e3 = step.energy(one), step.energy(three)
+    assert e3["computation"] - e1["computation"] == pytest.approx(2 * step.nm_macs * mac8)
+    assert {k: v for k, v in e1.items() if k != "computation"} == \
+        {k: v for k, v in e3.items() if k != "computation"}
+    free = pe.platform("xpu-nmp", "8gb", nm_mac_scale=0)
+    assert free.nm_mac_pj == 0 and step.energy(free)["computation"] < e1["computation"]
+    # Fig. 15: free MACs 1.889x over the best prior, 2x 2.087x, 8x 2.679x (1x: 1.988x)
+    for k, best, named in ((0, 1.8895, 0.8378), (2, 2.0869, 1.0399), (8, 2.6791, 1.6460)):
+        s = pe.fig15_summary(pe.fig14("8gb", nm_mac_scale=k))
+        assert s["over_xpu"] == pytest.approx(3.7661, abs=0.0005), k
+        assert s["over_best_prior"] == pytest.approx(best, abs=0.0005), k
+        assert s["over_paper_prior"] == pytest.approx(named, abs=0.0005), k
+    for bad in (-1, math.inf, math.nan, True, "1", None):
+        with pytest.raises(UserError, match=r"^nm_mac_scale: expected a finite number >= 0"):
+            pe.platform("xpu-pim", "8gb", nm_mac_scale=bad)
 
 
 def test_fig15_summary_bad_rows():

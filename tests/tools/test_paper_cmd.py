@@ -265,12 +265,13 @@ def test_fig15(tmp_path, capsys):
             "up to 4.9x); against the one the paper names strongest for each model (xpu-pim "
             "for qwen3-30b-a3b, glm-4.7-flash; xpu-nmp for deepseek-v2-lite, gpt-oss-20b): "
             "0.94x, up to 1.85x") in text
-    assert "near-memory reads from published figures (NEAR_MEMORY_READ)" in text
+    assert ("near-memory reads from published figures (NEAR_MEMORY_READ), their MACs at 1x the "
+            "logic die's W8A8 pJ (AttAcc's convention; --nm-mac-scale)") in text
     assert ("static: the logic die's leakage (21.60 mW) and the DRAM's background power, its "
             "dies idle in power-down (8.74 mW a GiB with refresh, from an LPDDR4 part's IDD "
             "currents: config.DRAM_BACKGROUND): 560 mW for the 64 GiB of LPDDR5 of every "
             "platform, 629 mW with the 8 GiB of HB of ours and HB-xPU") in text
-    assert doc["dram_background"] == "power-down"
+    assert doc["dram_background"] == "power-down" and doc["nm_mac_scale"] == 1.0
     assert doc["static_mw"]["ours"] == pytest.approx({"logic": 21.60, "dram": 72 * 8.7425})
     assert doc["static_mw"]["xpu-nmp"] == pytest.approx({"logic": 21.60, "dram": 64 * 8.7425})
     # none: no DRAM background power (2.09x and 0.83x before the ring's EXT bytes, 2026-12-06)
@@ -282,6 +283,13 @@ def test_fig15(tmp_path, capsys):
     assert doc["dram_background"] == "none" and doc["static_mw"]["ours"]["dram"] == 0
     assert cli.main(["paper", "fig15", "--hb", "4gb", "--ar-cache", "msb"]) == 0
     assert "HB 4 GB" in " ".join(capsys.readouterr().out.split())
+    # the near-memory units' MACs at 2x the logic die's: only the prior platforms move
+    assert cli.main(["paper", "fig15", "--nm-mac-scale", "2", "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "3.77x less energy a token on average, up to 7.20x" in text
+    assert "2 of 16 points): 2.09x, up to 4.67x" in text and ": 1.04x, up to 1.85x" in text
+    assert "their MACs at 2x the logic die's W8A8 pJ (not AttAcc's convention" in text
+    assert json.loads(out.read_text())["nm_mac_scale"] == 2.0
 
 
 @pytest.mark.parametrize("argv, msg", [
@@ -294,6 +302,11 @@ def test_fig15(tmp_path, capsys):
     (["fig15", "--link", "fast"], "--link fast: expected one of die, ideal"),
     (["fig15", "--dram-background", "off"],
      "--dram-background off: expected one of standby, power-down, self-refresh, none"),
+    (["fig15", "--nm-mac-scale", "-1"], "--nm-mac-scale: expected a finite number >= 0 (times "
+                                        "the logic die's W8A8 pJ per MAC), got -1"),
+    (["fig14", "--nm-mac-scale", "inf"], "--nm-mac-scale: expected a finite number >= 0 "
+                                         "(times the logic die's W8A8 pJ per MAC), got inf"),
+    (["table3", "--nm-mac-scale", "2"], "--nm-mac-scale applies to fig14 and fig15 only"),
 ])
 def test_bad_choices_are_one_line_like_run(tmp_path, capsys, argv, msg):
     """A value not among an option's choices is one line in ``elmoe3d run``'s style (not
