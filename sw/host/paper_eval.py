@@ -113,7 +113,8 @@ from .decoder import (CONTEXT, DRAFT_MODELS, EAGLE3_HEADS, QWEN25_1P5B,
 from .models import TABLE3_MODELS
 
 
-__all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "StepCost", "SDResult",
+__all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "CapacityError",
+           "StepCost", "SDResult",
            "DraftModel", "DRAFT_MODELS", "EAGLE3_HEADS", "QWEN25_1P5B", "eagle_head",
            "linear_utilisation", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
@@ -785,6 +786,12 @@ class SDResult:
     verify_form: str = "msb"        # the verify's expert cache: "msb", "whole" or "none"
 
 
+class CapacityError(UserError):
+    """A point whose EXT footprint (:meth:`EvalModel.ext_footprint`) exceeds its platform's
+    LPDDR5 (:attr:`Platform.ext_bytes`): the model, scheme, batch and context do not fit. The
+    message names them, the GiB needed by part and the capacity."""
+
+
 class EvalModel:
     """The whole-decoder model of ``model`` (a preset with a :class:`~.decoder.DecoderShape`)
     on ``plat`` running ``scheme`` (``"ar"`` for plain AR, or one of :data:`SCHEMES`) at
@@ -811,10 +818,10 @@ class EvalModel:
     :data:`ZIPF_MAX`]; ``intra`` in (0, 1]; ``form`` one of :data:`CACHE_FORMS`. Raises
     :class:`UserError` naming the parameter on any other value, an unknown model (or one
     without a calibrated popularity and no ``zipf``) or scheme, Elastic-SD on a platform
-    without the bit-sliced die, and a point whose EXT footprint (:meth:`ext_footprint`: the
-    target, Quant-SD's 4-bit copy, the KV cache and draft data HB does not hold) exceeds the
-    platform's LPDDR5 (``plat.ext_bytes``), naming the model, scheme, batch, context and the
-    GiB needed against those there."""
+    without the bit-sliced die; :class:`CapacityError` (a :class:`UserError`) when the point's
+    EXT footprint (:meth:`ext_footprint`: the target, Quant-SD's 4-bit copy, the KV cache and
+    draft data HB does not hold) exceeds the platform's LPDDR5 (``plat.ext_bytes``), naming
+    the model, scheme, batch, context and the GiB needed against those there."""
 
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
@@ -948,7 +955,7 @@ class EvalModel:
             weights = sum(ext.values()) - ext["overflow"]
             hint = ("its weights alone do not fit" if weights > self.plat.ext_bytes
                     else "lower the batch or the context")
-            raise UserError(
+            raise CapacityError(
                 f"{m.name} ({self.scheme}) at batch {self.batch} and context {self.context} "
                 f"on {self.plat.name}: needs {sum(ext.values()) / 2**30:.1f} GiB of LPDDR5 "
                 f"({parts}), the platform has {self.plat.ext_bytes / 2**30:g} GiB (ext_bytes); "

@@ -50,8 +50,8 @@ META_COLUMNS = ("seconds", "worker", "pid", "area_cached", "rtl_built", "code")
 RESULT_COLUMNS = (
     "tokens_per_s", "tokens_per_j", "pj_per_token", "access_pj_per_token",
     "mode", "phi_ar", "phi_sd", "alpha",
-    "alpha_source", "sd_tokens", "xpu_ms_token", "ar_ms_token", "sd_ms_token", "ar_pj_token",
-    "sd_pj_token", "slots", "peak_tops_w4", "hb_gb", "hb_gbps",
+    "alpha_source", "sd_tokens", "xpu_ms_token", "xpu_error", "ar_ms_token", "sd_ms_token",
+    "ar_pj_token", "sd_pj_token", "slots", "peak_tops_w4", "hb_gb", "hb_gbps",
     "die_mm2", "pe_mm2", "pe_share", "worst_ps", "worst_slack_ps", "worst_block",
     "rtl_fraction", "rtl_cycles", "rtl_beats", "rtl_comparisons", "rtl_mismatches",
     "rtl_seed", "error")
@@ -115,7 +115,9 @@ def perf_task(point: Point, cache_dir=None) -> dict:
     model :func:`~.paper_eval.elastic_alpha` at this HB, else the paper's Table 3 alpha: the
     4 GB table's at this batch, its batch-1 alpha for a batch Table 3 has not, whatever the
     HB; ``alpha_source`` says which: ``workload``, ``elastic model``, ``table3 4gb batch
-    N``), the xPU's AR step at the same batch. Figures: ``tokens_per_s`` (of the faster
+    N``), the xPU's AR step at the same batch (where the xPU's LPDDR5 cannot hold the point,
+    :class:`~.paper_eval.CapacityError`, ours is still measured: ``phi_ar``, ``phi_sd`` and
+    ``xpu_ms_token`` are None and ``xpu_error`` says why). Figures: ``tokens_per_s`` (of the faster
     mode, all sequences), ``pj_per_token`` and ``tokens_per_j`` (the whole energy of that
     mode, Fig. 15's components: :meth:`~.paper_eval.StepCost.energy`),
     ``access_pj_per_token`` (its HB and EXT access energy alone; ``ar_pj_token`` and
@@ -124,14 +126,15 @@ def perf_task(point: Point, cache_dir=None) -> dict:
     a token, expert-cache ``slots`` a layer, the die's W4A8 peak TOPS and HB capacity (GB)
     and bandwidth (GB/s). The compute calibrations of shapes the shipped tables lack are kept
     in ``cache_dir``'s ``calib/`` (the workers' shared cache; None: the build root's). Raises
-    :class:`~elmoe3d.errors.UserError` from the model (e.g. a scheme the platform cannot
-    run)."""
+    :class:`~elmoe3d.errors.UserError` from the model of ours (e.g. a scheme the platform
+    cannot run, or a point its LPDDR5 cannot hold)."""
     from .compute_calib import calib_root_at
     if cache_dir is not None:
         with calib_root_at(Path(cache_dir) / "calib"):
             return perf_task(point)
     from .hf_config import register_figures
-    from .paper_eval import (TABLE3_4GB, TABLE3_BATCHES, EvalModel, elastic_alpha, platform)
+    from .paper_eval import (TABLE3_4GB, TABLE3_BATCHES, CapacityError, EvalModel,
+                             elastic_alpha, platform)
     w = point.workload
     if point.figures is not None:           # a model of the spec's models: section
         register_figures(point.figures)
@@ -139,12 +142,21 @@ def perf_task(point: Point, cache_dir=None) -> dict:
     xpu, ours = platform("xpu", arch=arch), platform("ours", arch=arch)
     b, model, scheme = w["batch"], w["model"], w["scheme"]
     zipf = w.get("zipf")
-    base = EvalModel(model, xpu, batch=b, context=w["context"], zipf=zipf).ar()
     em = EvalModel(model, ours, scheme, batch=b, context=w["context"], zipf=zipf)
+    try:
+        base = EvalModel(model, xpu, batch=b, context=w["context"], zipf=zipf).ar()
+    except CapacityError as exc:            # ours fits, the baseline does not: no speedup
+        t0, xpu_error = None, f"xPU baseline: {exc}"
+    else:
+        t0, xpu_error = base.seconds / b, None
     ar = em.ar()
-    t0 = base.seconds / b
-    out = {"xpu_ms_token": t0 * 1e3, "ar_ms_token": ar.seconds / b * 1e3,
-           "ar_pj_token": ar.energy_pj(ours) / b, "phi_ar": t0 / (ar.seconds / b),
+
+    def over_xpu(seconds):                  # ours' seconds a token -> the speedup, or None
+        return None if t0 is None else t0 / seconds
+
+    out = {"xpu_ms_token": None if t0 is None else t0 * 1e3, "xpu_error": xpu_error,
+           "ar_ms_token": ar.seconds / b * 1e3,
+           "ar_pj_token": ar.energy_pj(ours) / b, "phi_ar": over_xpu(ar.seconds / b),
            # GB of capacity as DRAM counts them (2^30 bytes: paper-4gb is 4.0); GB/s decimal
            "slots": em.slots, "peak_tops_w4": ours.tops4, "hb_gb": ours.hb_bytes / 2 ** 30,
            "hb_gbps": ours.hb_gbps}
@@ -170,7 +182,7 @@ def perf_task(point: Point, cache_dir=None) -> dict:
         sd_tps = 1.0 / sd.per_token_s
         sd_pj = sum(sd.energy_per_token.values())
         out.update(alpha=float(alpha), sd_tokens=sd.tokens, sd_ms_token=sd.per_token_s * 1e3,
-                   sd_pj_token=sd.energy_pj_per_token, phi_sd=t0 / sd.per_token_s)
+                   sd_pj_token=sd.energy_pj_per_token, phi_sd=over_xpu(sd.per_token_s))
         if sd_tps > ar_tps:
             out.update(mode="sd", tokens_per_s=sd_tps, pj_per_token=sd_pj,
                        access_pj_per_token=sd.energy_pj_per_token)

@@ -1323,8 +1323,9 @@ def test_a_point_larger_than_the_lpddr5_is_refused():
     assert em.ext_footprint() == {"target (INT8, MXFP4 experts)": pytest.approx(target),
                                   "4-bit expert copy": 0.0, "overflow": pytest.approx(kv)}
     assert target + 2 * kv > 64 << 30 > target + kv
-    with pytest.raises(UserError) as exc:
+    with pytest.raises(pe.CapacityError) as exc:            # a UserError: one line
         pe.EvalModel("qwen3-30b-a3b", xpu, batch=16, context=32768)
+    assert isinstance(exc.value, UserError)
     assert str(exc.value) == (
         f"qwen3-30b-a3b (ar) at batch 16 and context 32768 on xpu: needs "
         f"{(target + 2 * kv) / 2**30:.1f} GiB of LPDDR5 (target (INT8, MXFP4 experts) "
