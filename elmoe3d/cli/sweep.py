@@ -83,6 +83,27 @@ def _perf_blind(spec) -> list:
             and not (f == "ext_channels" and "ext_gbps" in spec.config)]
 
 
+def _capacity_notes(points, say) -> None:
+    """``--check``'s notes on the perf points whose model, KV cache and draft do not fit in
+    their LPDDR5 (:func:`~elmoe3d.sw.host.sweep_tasks.capacity_check`): on ours (their rows
+    will be errors) and on the xPU baseline alone (no speedup), each with its first point."""
+    from ..sw.host.sweep_tasks import capacity_check
+    ours, xpu = [], []
+    for p in points:
+        if p.tasks.get("perf"):
+            o, x = capacity_check(p)
+            if o:
+                ours.append((p, o))
+            elif x:
+                xpu.append((p, x))
+    for bad, what in ((ours, "do not fit in their LPDDR5 on ours: their rows will be errors"),
+                      (xpu, "fit on ours but not on the xPU baseline: ours is measured, with "
+                            "no speedup")):
+        if bad:
+            p, msg = bad[0]
+            say(f"note: {len(bad)} perf point(s) {what} (first, point {p.index}: {msg})")
+
+
 #: The options that say how and where the points run: ``--check`` runs none, so it refuses them.
 RUN_OPTIONS = ("scheduler", "workers", "out", "cache", "dashboard", "no_progress", "no_plots")
 
@@ -128,6 +149,7 @@ def run(args) -> int:
         if perf_only and tasks["area"] == tasks["rtl"] == 0:
             say("note: the perf model does not read " + ", ".join(perf_only) + ": without an "
                 "area or RTL task their points differ only by id (docs/sweep.md)")
+        _capacity_notes(points, say)
         return 0
     out = args.out or Path("out") / f"sweep-{spec.name}"
     res = run_sweep(spec, out, out_given=args.out is not None, scheduler=args.scheduler,

@@ -193,6 +193,29 @@ def perf_task(point: Point, cache_dir=None) -> dict:
     return out
 
 
+def capacity_check(point: Point) -> tuple:
+    """``(ours, xpu)`` at a perf point: the :class:`~.paper_eval.CapacityError` message of our
+    model and of the xPU baseline's (:func:`perf_task` builds the same two), None where the
+    point fits in that platform's LPDDR5. What ``elmoe3d sweep --check`` reports before a run
+    (about 0.1 ms a point). A point's other mistakes raise as :func:`perf_task` would."""
+    from .hf_config import register_figures
+    from .paper_eval import CapacityError, EvalModel, platform
+    w = point.workload
+    if point.figures is not None:
+        register_figures(point.figures)
+    arch = point.arch()
+    out = []
+    for name, scheme in (("ours", w["scheme"]), ("xpu", "ar")):
+        try:
+            EvalModel(w["model"], platform(name, arch=arch), scheme, batch=w["batch"],
+                      context=w["context"], zipf=w.get("zipf"))
+        except CapacityError as exc:
+            out.append(str(exc))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
 # == area and timing ================================================================================
 
 def _tool_version(dist: str) -> str:

@@ -371,6 +371,32 @@ def test_more_pes_more_hb_bandwidth_and_peak():
     assert b["hb_gb"] == 2 * a["hb_gb"] == 8
 
 
+def test_check_notes_the_points_the_lpddr5_cannot_hold(tmp_path, capsys):
+    """``--check`` builds each perf point's two models (``capacity_check``) and notes, before
+    any run, the points whose LPDDR5 cannot hold them on ours and on the xPU baseline alone,
+    with the first of each; exit status 0 (the spec is valid). The workload's scheme is
+    Elastic-SD (the default); the baseline runs AR."""
+    spec = _write(tmp_path, "config:\n  ext_bytes: [68719476736]\nworkload:\n"
+                            "  model: [qwen3-30b-a3b]\n  batch: [1, 16]\n"
+                            "  context: [1024, 23552, 32768]\n")
+    assert cli.main(["sweep", str(spec), "--check"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "6 valid points" in out
+    assert ("note: 1 perf point(s) do not fit in their LPDDR5 on ours: their rows will be "
+            "errors (first, point 5: qwen3-30b-a3b (elastic) at batch 16 and context 32768 on "
+            "ours: "
+            "needs 75.1 GiB of LPDDR5") in out
+    assert ("note: 1 perf point(s) fit on ours but not on the xPU baseline: ours is measured, "
+            "with no speedup (first, point 4: qwen3-30b-a3b (ar) at batch 16 and context 23552 "
+            "on xpu: needs 64.4 GiB") in out
+    (point,) = [p for p in expand(load_spec(spec)) if p.index == 0]
+    assert sweep_tasks.capacity_check(point) == (None, None)
+    # a spec whose points all fit says nothing of it
+    spec.write_text("workload:\n  model: [qwen3-30b-a3b]\n  batch: [16]\n")
+    assert cli.main(["sweep", str(spec), "--check"]) == 0
+    assert "LPDDR5" not in capsys.readouterr().out
+
+
 def test_a_point_the_lpddr5_cannot_hold_is_an_error_row(tmp_path):
     """A point whose EXT footprint exceeds its ``ext_bytes`` on ours (the model's LPDDR5
     capacity check, 2026-12-06) gets an error row naming the GiB needed, and the other points
