@@ -243,6 +243,7 @@ def run(args) -> int:
     if not 0 <= args.nm_mac_scale < float("inf"):          # NaN fails both
         raise UserError(f"--nm-mac-scale: expected a finite number >= 0 (times the logic "
                         f"die's W8A8 pJ per MAC), got {args.nm_mac_scale:g}")
+    args.nm_mac_scale += 0.0                                # -0 is 0
     if args.json:
         check_output(args.json, "--json")
         # the traces beside the checkout are what cache-check and the fits read
@@ -907,7 +908,8 @@ def _fig15(args) -> int:
                   f"{_model_note(args)}")
     _write(console, args, {**_options_doc(args, "fig15"), "paper_hb": PAPER_HB["fig15"],
                            "static_mw": static, "rows": rows, "summary": summ}, plot,
-           lambda path: _plot_fig15(path, rows, args.hb, args.dram_background))
+           lambda path: _plot_fig15(path, rows, args.hb, args.dram_background,
+                                    args.nm_mac_scale))
     return 0
 
 
@@ -938,7 +940,7 @@ def _static_note(args, static: dict) -> str:
             f"GiB of HB of ours and HB-xPU")
 
 
-def _plot_fig15(path, rows, hb, dram_background):
+def _plot_fig15(path, rows, hb, dram_background, nm_mac_scale):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -984,7 +986,10 @@ def _plot_fig15(path, rows, hb, dram_background):
     handles, labels = axes[0].get_legend_handles_labels()
     f.legend(handles, labels, fontsize=8, ncols=len(labels), loc="outside lower center")
     f.suptitle(f"Fig. 15 (model): energy a token by component, normalised to ours, "
-               f"{hb[:-2]} GB HB, DRAM background {dram_background}\nbars per batch: "
+               f"{hb[:-2]} GB HB, DRAM background {dram_background}"
+               + ("" if nm_mac_scale == NEAR_MEMORY_MAC_SCALE else
+                  f", near-memory MACs {nm_mac_scale:g}x ours")
+               + "\nbars per batch: "
                + ", ".join(f"{c} {p}" for c, p in zip(letters, pe.PLATFORMS)), fontsize=10)
     f.savefig(path, format="png", dpi=110)
 
@@ -1092,8 +1097,8 @@ def _plot_fig12(path, rows, hb):
         left += vals
     top.set_yticks(ys, names)
     top.invert_yaxis()
-    top.set_xlabel(f"GiB in HB ({hb_gib:g} GiB); EXT ({ext_gib:g} GiB) holds the INT8 target, "
-                   f"plus Quant-SD's 4-bit copy")
+    top.set_xlabel(f"GiB in HB ({hb_gib:g} GiB); EXT ({ext_gib:g} GiB) holds every weight and "
+                   f"the KV that HB does not")
     top.legend(fontsize=8, ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0))
     for y, r in zip(ys, rows):
         top.text(left[y] + 0.05, y, f"EXT {_gib(sum(r['ext'].values())):.1f} GiB", va="center",

@@ -401,7 +401,7 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die",
         read = figure * a.ext_pj_per_bit if kind == "ext" else figure
         return replace(base, nm_gbps=mult * ext * ch / a.ext_channels, nm_tops=tops,
                        nm_bytes=nm_bytes, nm_pj_per_bit=read,
-                       nm_mac_pj=nm_mac_scale * DIE_ENERGY.mac(NEAR_MEMORY_MAC_BITS),
+                       nm_mac_pj=(nm_mac_scale + 0.0) * DIE_ENERGY.mac(NEAR_MEMORY_MAC_BITS),
                        nm_ext_gbps=ext * (a.ext_channels - (channels or 0)) / a.ext_channels)
     raise UserError(f"unknown platform {name!r}; known: {', '.join(PLATFORMS)}")
 
@@ -786,6 +786,10 @@ class SDResult:
     verify_form: str = "msb"        # the verify's expert cache: "msb", "whole" or "none"
 
 
+#: :meth:`EvalModel.ext_footprint`'s part that the batch and the context move.
+EXT_RUNTIME = "KV beyond HB"
+
+
 class CapacityError(UserError):
     """A point whose EXT footprint (:meth:`EvalModel.ext_footprint`) exceeds its platform's
     LPDDR5 (:attr:`Platform.ext_bytes`): the model, scheme, batch and context do not fit. The
@@ -826,7 +830,7 @@ class EvalModel:
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
                  ar_cache: str = "best", intra: float | None = None,
-                 placement: str = "paper"):
+                 placement: str = "paper", _check_capacity: bool = True):
         if not isinstance(plat, Platform):
             hint = (f" (platform({plat!r}, hb) builds one)" if isinstance(plat, str) else "")
             raise UserError(f"plat: expected a Platform{hint}, got {plat!r}")
@@ -861,6 +865,7 @@ class EvalModel:
         if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise UserError(f"placement: expected {' or '.join(PLACEMENTS)}, got {placement!r}")
         self.placement = placement
+        self._check_capacity = _check_capacity
         self.sizes = self.shape.sizes()
         if zipf is None and m.name not in ZIPF:
             raise UserError(f"model {m.name!r} has no calibrated expert popularity; known: "
@@ -885,13 +890,13 @@ class EvalModel:
             * self.shape.kv_bytes_per_token
         # the scheme's draft data: the draft model's weights and KV, or Quant-SD's 4-bit copy of
         # the static weights
-        draft = 0.0
+        self.draft_weight_bytes = self.draft_kv_bytes = 0.0
         if self.draft is not None:
-            draft = self.draft.weight_bytes \
-                + self.batch * self.context * self.draft.kv_per_token
-        elif self.scheme == "quant":
-            draft = weight_bytes(z.static, 4)           # the static weights' 4-bit copy
-        self.draft_bytes = draft
+            self.draft_weight_bytes = self.draft.weight_bytes
+            self.draft_kv_bytes = self.batch * self.context * self.draft.kv_per_token
+        elif self.scheme == "quant":            # the static weights' 4-bit copy
+            self.draft_weight_bytes = weight_bytes(z.static, 4)
+        self.draft_bytes = draft = self.draft_weight_bytes + self.draft_kv_bytes
         # each part takes what HB it can, in the placement's order (Fig. 12's: static, KV,
         # draft, Quant-SD's experts before its draft data, below; "reads": the draft first)
         order = (("draft", draft), ("static", self.static_bytes), ("kv", self.kv_bytes))
@@ -949,34 +954,50 @@ class EvalModel:
             left = max(0.0, left - nbytes)
         self.nm_static, self.nm_kv, self.nm_draft = fr
         self.nm_slots = left / m.expert_bytes / m.moe_layers
-        ext = self.ext_footprint()
-        if sum(ext.values()) > self.plat.ext_bytes:
-            parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in ext.items() if v)
-            weights = sum(ext.values()) - ext["overflow"]
-            hint = ("its weights alone do not fit" if weights > self.plat.ext_bytes
-                    else "lower the batch or the context")
-            raise CapacityError(
-                f"{m.name} ({self.scheme}) at batch {self.batch} and context {self.context} "
-                f"on {self.plat.name}: needs {sum(ext.values()) / 2**30:.1f} GiB of LPDDR5 "
-                f"({parts}), the platform has {self.plat.ext_bytes / 2**30:g} GiB (ext_bytes); "
-                f"{hint}")
+        if self._check_capacity:
+            self._check_ext()
+
+    def _check_ext(self):
+        """Raise :class:`CapacityError` when :meth:`ext_footprint` exceeds the LPDDR5."""
+        ext, cap = self.ext_footprint(), self.plat.ext_bytes
+        need = sum(ext.values())
+        if need <= cap:
+            return
+        parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in ext.items() if v)
+        hb = f" ({self.plat.hb_bytes / 2**30:g} GiB HB)" if self.plat.hb_bytes else ""
+        hint = ("its weights alone do not fit: a larger ext_bytes"
+                if need - ext[EXT_RUNTIME] > cap else "lower the batch or the context")
+        raise CapacityError(
+            f"{self.m.name} ({self.scheme}) at batch {self.batch} and context {self.context} on "
+            f"{self.plat.name}{hb}: needs {need / 2**30:.1f} GiB of LPDDR5 ({parts}), the "
+            f"platform has {cap / 2**30:g} GiB (ext_bytes); {hint}")
 
     def ext_footprint(self) -> dict:
-        """Bytes that live in EXT (LPDDR5) by kind, as Fig. 12 maps them: ``"target (INT8,
-        MXFP4 experts)"``, the whole target (its static weights and every routed expert,
-        MXFP4 experts as they are: the backing store of what HB holds and caches);
-        ``"4-bit expert copy"``, Quant-SD's draft copy of every INT8 expert (0 otherwise);
-        ``"overflow"``, the KV cache and the draft data (a draft model's weights and KV,
-        Quant-SD's static 4-bit copy) that HB does not hold. The near-memory units' LPDDR5
-        is part of it. Raised against :attr:`Platform.ext_bytes` at construction."""
+        """Bytes that live in EXT (LPDDR5) by part, as Fig. 12 maps them; every weight is
+        there (the backing store of what HB holds and caches, placed or not), the runtime
+        data only where HB does not hold it:
+
+        * ``"target weights"``: the static weights, the input embedding (``vocab x hidden``,
+          in G32 INT8; a model whose embedding is tied to its LM head would count it twice:
+          none of the presets) and every routed expert (MXFP4 experts as they are);
+        * ``"4-bit expert copy"``: Quant-SD's draft copy of every INT8 expert (0 otherwise);
+        * ``"draft weights"``: a draft model's (EAGLE-3 head, SLM) or Quant-SD's 4-bit copy of
+          the static weights;
+        * :data:`EXT_RUNTIME`: the KV cache (the target's and a draft model's) HB does not
+          hold, the only part the batch and the context move.
+
+        The near-memory units' LPDDR5 is part of it. Checked against
+        :attr:`Platform.ext_bytes` at construction (:class:`CapacityError`)."""
         m = self.m
         copy = (m.routed_expert_count * m.expert_msb_bytes
                 if self.scheme == "quant" and not self.mxfp4 else 0.0)
-        return {"target (INT8, MXFP4 experts)": self.static_bytes
+        embedding = weight_bytes(self.shape.vocab * m.hidden)
+        return {"target weights": self.static_bytes + embedding
                 + m.routed_expert_count * m.expert_bytes,
                 "4-bit expert copy": float(copy),
-                "overflow": self.kv_bytes * (1 - self.hb_kv)
-                + self.draft_bytes * (1 - self.draft_in_hb)}
+                "draft weights": self.draft_weight_bytes,
+                EXT_RUNTIME: self.kv_bytes * (1 - self.hb_kv)
+                + self.draft_kv_bytes * (1 - self.draft_in_hb)}
 
     # -- one stage --------------------------------------------------------------------------------
     def _util(self, bits, parts) -> float:
@@ -1294,7 +1315,8 @@ class EvalModel:
         :meth:`_cache_form`). With ``placement="reads"`` the AR step runs in Fig. 12's
         placement (AR mode never reads the draft data, :data:`PLACEMENTS`)."""
         if self.placement == "reads":
-            twin = EvalModel(placement="paper", **self._args)
+            # (its LPDDR5 footprint is not this point's: the point was checked in its own)
+            twin = EvalModel(placement="paper", _check_capacity=False, **self._args)
             step = twin.ar()
             self.ar_form = twin.ar_form
             return step
@@ -2071,9 +2093,10 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
     """Fig. 12 (Qwen3-30B-A3B, MT-Bench, batch 16, 8 GB in the paper): per SD scheme, where the
     bytes live and what an SD iteration costs. A dict per scheme: ``hb`` (decimal GB, 10^9
     bytes, in HB by kind:
-    static weights, KV cache, draft model or copy, expert cache), ``ext`` (GB in EXT: the INT8
-    target, Quant-SD's 4-bit copy of the experts), ``alpha`` (the paper's 4 GB alpha at this
-    batch unless ``alphas[scheme]``), ``accept`` (tokens an iteration a sequence), ``draft_ms``
+    static weights, KV cache, draft model or copy, expert cache), ``ext`` (GB in EXT by
+    :meth:`EvalModel.ext_footprint`'s parts: every weight and the KV HB does not hold),
+    ``alpha`` (the paper's 4 GB alpha at this batch unless ``alphas[scheme]``), ``accept``
+    (tokens an iteration a sequence), ``draft_ms``
     and ``verify_ms`` (an iteration), ``verify_form`` (the verify's expert cache,
     :meth:`EvalModel._verify_step`: ``"msb"``, ``"whole"`` or ``"none"``), ``verify_msb_ms``
     and ``verify_whole_ms`` (the verify with MSB slices cached and with whole INT8 experts:

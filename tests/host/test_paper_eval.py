@@ -460,10 +460,12 @@ def test_quant_sd_fills_hb_with_its_4bit_expert_copies():
     assert em.step(49, phase="verify").ext_bytes == pytest.approx(
         em0.step(49, phase="verify").ext_bytes)
     # Fig. 12: Quant-SD's HB holds the static weights, the KV and the copies, nothing unused;
-    # the static 4-bit copy (0.69 GB) is EXT's overflow
+    # the static 4-bit copy (0.69 GB) is in EXT (every weight is, since 2026-12-06), the KV all
+    # in HB
     q = {r["scheme"]: r for r in pe.fig12("8gb")}["quant"]
     assert sum(q["hb"].values()) == pytest.approx(pe.platform("ours", "8gb").hb_bytes / 1e9)
-    assert q["ext"]["overflow"] == pytest.approx(0.6917, abs=1e-4)
+    assert q["ext"]["draft weights"] == pytest.approx(0.6917, abs=1e-4)
+    assert q["ext"]["KV beyond HB"] == 0
     # an HB that holds every expert's copy: the static copy takes what is left
     o8 = pe.platform("ours", "8gb")
     dk = pe.EvalModel("deepseek-v2-lite", o8, "quant", batch=1)
@@ -1308,45 +1310,71 @@ def test_sd_needs_a_draft_and_ar_form_names_the_cache():
 
 
 def test_a_point_larger_than_the_lpddr5_is_refused():
-    """The EXT footprint (the whole target, Quant-SD's 4-bit expert copy, the KV cache and
-    draft data HB does not hold) is checked against the platform's LPDDR5 (2026-12-06, sixth
-    session: batch 16 at a 32k context ran without an error before). Qwen3-30B-A3B at batch
-    16 on the xPU: 16k tokens of context fit, 32k need 77.9 GiB of the 64 GiB; Mixtral-8x7B's
-    INT8 target and its Quant-SD copy alone exceed 64 GiB, which a larger LPDDR5 holds."""
+    """The EXT footprint (every weight: the target's with its input embedding, Quant-SD's 4-bit
+    expert copy, a draft's; and the KV cache HB does not hold) is checked against the
+    platform's LPDDR5 (2026-12-06, sixth session: batch 16 at a 32k context ran without an
+    error before). Qwen3-30B-A3B at batch 16 on the xPU: 16k tokens of context fit, 32k need
+    78.2 GiB of the 64 GiB; Mixtral-8x7B's INT8 target and its Quant-SD copy alone exceed 64
+    GiB, which a larger LPDDR5 holds."""
     xpu = pe.platform("xpu", "4gb")
     assert xpu.ext_bytes == 64 << 30
     shape = decoder_shape("qwen3-30b-a3b")
     m = shape.model
-    target = weight_bytes(shape.sizes().static) + m.routed_expert_count * m.expert_bytes
+    target = (weight_bytes(shape.sizes().static + shape.vocab * m.hidden)
+              + m.routed_expert_count * m.expert_bytes)
     em = pe.EvalModel("qwen3-30b-a3b", xpu, batch=16, context=16384)
     kv = 16 * shape.kv_tokens(16384) * shape.kv_bytes_per_token
-    assert em.ext_footprint() == {"target (INT8, MXFP4 experts)": pytest.approx(target),
-                                  "4-bit expert copy": 0.0, "overflow": pytest.approx(kv)}
+    assert em.ext_footprint() == {"target weights": pytest.approx(target),
+                                  "4-bit expert copy": 0.0, "draft weights": 0.0,
+                                  "KV beyond HB": pytest.approx(kv)}
     assert target + 2 * kv > 64 << 30 > target + kv
     with pytest.raises(pe.CapacityError) as exc:            # a UserError: one line
         pe.EvalModel("qwen3-30b-a3b", xpu, batch=16, context=32768)
     assert isinstance(exc.value, UserError)
     assert str(exc.value) == (
         f"qwen3-30b-a3b (ar) at batch 16 and context 32768 on xpu: needs "
-        f"{(target + 2 * kv) / 2**30:.1f} GiB of LPDDR5 (target (INT8, MXFP4 experts) "
-        f"{target / 2**30:.1f}, overflow {2 * kv / 2**30:.1f}), the platform has 64 GiB "
-        f"(ext_bytes); lower the batch or the context")
-    assert "needs 77.9 GiB" in str(exc.value)
+        f"{(target + 2 * kv) / 2**30:.1f} GiB of LPDDR5 (target weights {target / 2**30:.1f}, "
+        f"KV beyond HB {2 * kv / 2**30:.1f}), the platform has 64 GiB (ext_bytes); lower the "
+        f"batch or the context")
+    assert "needs 78.2 GiB" in str(exc.value)
+    # the boundary: a footprint equal to the capacity fits, one byte more does not
+    need = sum(em.ext_footprint().values())
+    exact = replace(xpu, ext_bytes=int(np.ceil(need)))
+    pe.EvalModel("qwen3-30b-a3b", exact, batch=16, context=16384)
+    with pytest.raises(pe.CapacityError):
+        pe.EvalModel("qwen3-30b-a3b", replace(exact, ext_bytes=int(np.ceil(need)) - 1),
+                     batch=16, context=16384)
     # HB takes some of the KV off the LPDDR5: ours at 4 GB holds the static weights and 2.78
-    # GiB of the KV, so its overflow is the KV less what HB holds
+    # GiB of the KV, so its KV beyond HB is the KV less what HB holds; its message names the HB
     ours = pe.platform("ours", "4gb")
     em = pe.EvalModel("qwen3-30b-a3b", ours, batch=16, context=16384)
-    assert em.ext_footprint()["overflow"] == pytest.approx(kv * (1 - em.hb_kv))
+    assert em.ext_footprint()["KV beyond HB"] == pytest.approx(kv * (1 - em.hb_kv))
     assert 0 < em.hb_kv < 1 and em.hb_static == 1
+    with pytest.raises(pe.CapacityError, match=r"on ours \(4 GiB HB\): needs 75\.4 GiB"):
+        pe.EvalModel("qwen3-30b-a3b", ours, batch=16, context=32768)
+    # every weight is in EXT, placed in HB or not: a draft model's and Quant-SD's static copy
+    slm = pe.EvalModel("qwen3-30b-a3b", pe.platform("ours", "8gb"), "slm", batch=1)
+    assert slm.draft_in_hb == 1 and slm.ext_footprint()["draft weights"] == \
+        slm.draft.weight_bytes > 0
+    q = pe.EvalModel("qwen3-30b-a3b", ours, "quant", batch=1).ext_footprint()
+    assert q["draft weights"] == pytest.approx(weight_bytes(shape.sizes().static, 4))
+    assert q["4-bit expert copy"] == m.routed_expert_count * m.expert_msb_bytes
+    # GPT-OSS-20B's MXFP4 experts are their own 4-bit copy: Quant-SD adds none
+    g = pe.EvalModel("gpt-oss-20b", ours, "quant", batch=1)
+    assert g.mxfp4 and g.ext_footprint()["4-bit expert copy"] == 0
     # the weights alone: Mixtral-8x7B's Quant-SD keeps a 4-bit copy of every expert in EXT
     for plat in (xpu, ours):
-        with pytest.raises(UserError, match=r"mixtral-8x7b \(quant\) at batch 1 and context "
-                           r"1024 on \w+: needs 70\.\d GiB .*4-bit expert copy 23\.6.*; its "
-                           r"weights alone do not fit$"):
+        with pytest.raises(pe.CapacityError, match=r"mixtral-8x7b \(quant\) at batch 1 and "
+                           r"context 1024 on \w+.*: needs 70\.\d GiB .*4-bit expert copy "
+                           r"23\.6.*; its weights alone do not fit: a larger ext_bytes$"):
             pe.EvalModel("mixtral-8x7b", plat, "quant", zipf=1.0)
         em = pe.EvalModel("mixtral-8x7b", replace(plat, ext_bytes=128 << 30), "quant", zipf=1.0)
         assert sum(em.ext_footprint().values()) > 64 << 30
     pe.EvalModel("mixtral-8x7b", ours, "elastic", batch=16, zipf=1.0)     # no copy: fits
+    # placement "reads" puts the draft first: its AR twin in Fig. 12's placement is not checked
+    # again (the point was, in its own)
+    r = pe.EvalModel("qwen3-30b-a3b", ours, "slm", batch=16, placement="reads")
+    assert r.ar().seconds > 0
 
 
 
