@@ -290,6 +290,10 @@ def test_fig15(tmp_path, capsys):
     assert "2 of 16 points): 2.09x, up to 4.67x" in text and ": 1.04x, up to 1.85x" in text
     assert "their MACs at 2x the logic die's W8A8 pJ (not AttAcc's convention" in text
     assert json.loads(out.read_text())["nm_mac_scale"] == 2.0
+    # -0 is 0 (not "-0x")
+    assert cli.main(["paper", "fig15", "--nm-mac-scale", "-0", "--json", str(out)]) == 0
+    assert "their MACs at 0x the logic die's" in " ".join(capsys.readouterr().out.split())
+    assert str(json.loads(out.read_text())["nm_mac_scale"]) == "0.0"
 
 
 @pytest.mark.parametrize("argv, msg", [
