@@ -988,7 +988,7 @@ def _plot_fig15(path, rows, hb, dram_background, nm_mac_scale):
     f.suptitle(f"Fig. 15 (model): energy a token by component, normalised to ours, "
                f"{hb[:-2]} GB HB, DRAM background {dram_background}"
                + ("" if nm_mac_scale == NEAR_MEMORY_MAC_SCALE else
-                  f", near-memory MACs {nm_mac_scale:g}x ours")
+                  f", near-memory MACs {nm_mac_scale:g}x the logic die's W8A8 pJ")
                + "\nbars per batch: "
                + ", ".join(f"{c} {p}" for c, p in zip(letters, pe.PLATFORMS)), fontsize=10)
     f.savefig(path, format="png", dpi=110)

@@ -62,7 +62,8 @@ def configure(parser):
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-plots", action="store_true", help="no Pareto plots")
     parser.add_argument("--check", action="store_true",
-                        help="expand and validate the spec, print the point count, run nothing")
+                        help="expand and validate the spec, print the point count and note the "
+                             "perf points their LPDDR5 cannot hold; run nothing")
 
 
 #: The embedded cluster's dashboard address without ``--dashboard``.
@@ -166,6 +167,11 @@ def run(args) -> int:
     say(f"sweep {spec.name}: {res.points} points, {ran}, {res.errors} with an error")
     for kind, path in res.files.items():
         say(f"  {kind}: {path}")
+    no_base = [r for r in res.rows if not r.get("error") and r.get("xpu_error")]
+    if no_base:
+        say(f"note: {len(no_base)} point(s) without an xPU baseline (their LPDDR5 holds ours, not "
+            f"the xPU's: phi_ar, phi_sd and xpu_ms_token empty; first, point "
+            f"{no_base[0]['point']}: {no_base[0]['xpu_error']})")
     if res.errors:
         bad = [r for r in res.rows if r.get("error")][:3]
         for r in bad:

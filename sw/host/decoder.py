@@ -87,6 +87,9 @@ class DecoderShape:
         Intermediate size of the leading dense FFN layers (``intermediate_size``; 0 without).
     sliding_window, sliding_layers : int
         Tokens a sliding-window layer attends to and how many layers slide (0, 0: none).
+    tied_embeddings : bool
+        The input embedding is the LM head's weights (``tie_word_embeddings``; False for
+        every preset): it is then stored once.
     """
 
     preset: str
@@ -103,6 +106,7 @@ class DecoderShape:
     dense_intermediate: int = 0
     sliding_window: int = 0
     sliding_layers: int = 0
+    tied_embeddings: bool = False
 
     def __post_init__(self):
         if self.attention not in ("gqa", "mla"):

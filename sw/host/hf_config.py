@@ -402,7 +402,8 @@ def model_from_config(source, *, name: str | None = None) -> tuple:
     try:
         shape = DecoderShape(preset=key, vocab=f.int("vocab_size"), attention=attention,
                              q_heads=heads, dense_intermediate=dense, sliding_window=window,
-                             sliding_layers=sliding, **att)
+                             sliding_layers=sliding,
+                             tied_embeddings=f.bool("tie_word_embeddings", False), **att)
     except ValueError as exc:
         raise UserError(f"{where}: {exc}") from None
     return preset, shape

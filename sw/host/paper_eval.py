@@ -114,6 +114,7 @@ from .models import TABLE3_MODELS
 
 
 __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "CapacityError",
+           "EXT_RUNTIME",
            "StepCost", "SDResult",
            "DraftModel", "DRAFT_MODELS", "EAGLE3_HEADS", "QWEN25_1P5B", "eagle_head",
            "linear_utilisation", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
@@ -401,7 +402,7 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die",
         read = figure * a.ext_pj_per_bit if kind == "ext" else figure
         return replace(base, nm_gbps=mult * ext * ch / a.ext_channels, nm_tops=tops,
                        nm_bytes=nm_bytes, nm_pj_per_bit=read,
-                       nm_mac_pj=(nm_mac_scale + 0.0) * DIE_ENERGY.mac(NEAR_MEMORY_MAC_BITS),
+                       nm_mac_pj=nm_mac_scale * DIE_ENERGY.mac(NEAR_MEMORY_MAC_BITS),
                        nm_ext_gbps=ext * (a.ext_channels - (channels or 0)) / a.ext_channels)
     raise UserError(f"unknown platform {name!r}; known: {', '.join(PLATFORMS)}")
 
@@ -823,14 +824,16 @@ class EvalModel:
     :class:`UserError` naming the parameter on any other value, an unknown model (or one
     without a calibrated popularity and no ``zipf``) or scheme, Elastic-SD on a platform
     without the bit-sliced die; :class:`CapacityError` (a :class:`UserError`) when the point's
-    EXT footprint (:meth:`ext_footprint`: the target, Quant-SD's 4-bit copy, the KV cache and
-    draft data HB does not hold) exceeds the platform's LPDDR5 (``plat.ext_bytes``), naming
-    the model, scheme, batch, context and the GiB needed against those there."""
+    EXT footprint (:meth:`ext_footprint`: every weight, the target's with its input embedding,
+    Quant-SD's 4-bit copies and a draft's, and the KV cache HB does not hold) exceeds the
+    platform's LPDDR5 (``plat.ext_bytes``), in this placement or, with ``placement="reads"``,
+    in the Fig. 12 placement its AR mode runs in, naming the model, scheme, batch, context,
+    platform and its HB, the GiB needed by part against those there and what would help."""
 
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
                  ar_cache: str = "best", intra: float | None = None,
-                 placement: str = "paper", _check_capacity: bool = True):
+                 placement: str = "paper"):
         if not isinstance(plat, Platform):
             hint = (f" (platform({plat!r}, hb) builds one)" if isinstance(plat, str) else "")
             raise UserError(f"plat: expected a Platform{hint}, got {plat!r}")
@@ -865,7 +868,6 @@ class EvalModel:
         if not isinstance(placement, str) or placement not in PLACEMENTS:
             raise UserError(f"placement: expected {' or '.join(PLACEMENTS)}, got {placement!r}")
         self.placement = placement
-        self._check_capacity = _check_capacity
         self.sizes = self.shape.sizes()
         if zipf is None and m.name not in ZIPF:
             raise UserError(f"model {m.name!r} has no calibrated expert popularity; known: "
@@ -881,6 +883,15 @@ class EvalModel:
         self.draft = (eagle_head(self.shape) if scheme == "eagle"
                       else DRAFT_MODELS.get(scheme))
         self._place()
+        # placement "reads": AR mode runs in Fig. 12's placement (:meth:`ar`), whose LPDDR5
+        # footprint is checked too
+        self._ar_twin = None
+        if placement == "reads":
+            try:
+                self._ar_twin = EvalModel(placement="paper", **self._args)
+            except CapacityError as exc:
+                raise CapacityError(f"{exc} (in AR mode, which runs in Fig. 12's placement: "
+                                    f"placement 'reads' changes SD's alone)") from None
 
     # -- placement (Fig. 12) ----------------------------------------------------------------------
     def _place(self):
@@ -954,8 +965,7 @@ class EvalModel:
             left = max(0.0, left - nbytes)
         self.nm_static, self.nm_kv, self.nm_draft = fr
         self.nm_slots = left / m.expert_bytes / m.moe_layers
-        if self._check_capacity:
-            self._check_ext()
+        self._check_ext()
 
     def _check_ext(self):
         """Raise :class:`CapacityError` when :meth:`ext_footprint` exceeds the LPDDR5."""
@@ -965,7 +975,7 @@ class EvalModel:
             return
         parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in ext.items() if v)
         hb = f" ({self.plat.hb_bytes / 2**30:g} GiB HB)" if self.plat.hb_bytes else ""
-        hint = ("its weights alone do not fit: a larger ext_bytes"
+        hint = ("its weights alone do not fit: raise ext_bytes"
                 if need - ext[EXT_RUNTIME] > cap else "lower the batch or the context")
         raise CapacityError(
             f"{self.m.name} ({self.scheme}) at batch {self.batch} and context {self.context} on "
@@ -978,8 +988,8 @@ class EvalModel:
         data only where HB does not hold it:
 
         * ``"target weights"``: the static weights, the input embedding (``vocab x hidden``,
-          in G32 INT8; a model whose embedding is tied to its LM head would count it twice:
-          none of the presets) and every routed expert (MXFP4 experts as they are);
+          in G32 INT8; none when it is the LM head's, ``DecoderShape.tied_embeddings``) and
+          every routed expert (MXFP4 experts as they are);
         * ``"4-bit expert copy"``: Quant-SD's draft copy of every INT8 expert (0 otherwise);
         * ``"draft weights"``: a draft model's (EAGLE-3 head, SLM) or Quant-SD's 4-bit copy of
           the static weights;
@@ -991,7 +1001,8 @@ class EvalModel:
         m = self.m
         copy = (m.routed_expert_count * m.expert_msb_bytes
                 if self.scheme == "quant" and not self.mxfp4 else 0.0)
-        embedding = weight_bytes(self.shape.vocab * m.hidden)
+        embedding = 0.0 if self.shape.tied_embeddings else weight_bytes(
+            self.shape.vocab * m.hidden)
         return {"target weights": self.static_bytes + embedding
                 + m.routed_expert_count * m.expert_bytes,
                 "4-bit expert copy": float(copy),
@@ -1315,8 +1326,7 @@ class EvalModel:
         :meth:`_cache_form`). With ``placement="reads"`` the AR step runs in Fig. 12's
         placement (AR mode never reads the draft data, :data:`PLACEMENTS`)."""
         if self.placement == "reads":
-            # (its LPDDR5 footprint is not this point's: the point was checked in its own)
-            twin = EvalModel(placement="paper", _check_capacity=False, **self._args)
+            twin = self._ar_twin
             step = twin.ar()
             self.ar_form = twin.ar_form
             return step

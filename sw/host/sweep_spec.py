@@ -77,7 +77,8 @@ from ...errors import UserError
 from .paper_eval import HB_SIZES, TREE, ZIPF, ZIPF_MAX
 
 
-__all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "dropped_text",
+__all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "build_arch",
+           "dropped_text",
            "compile_expr", "TASKS",
            "CONFIG_FIELDS", "WORKLOAD_FIELDS", "SAMPLINGS", "SPEC_VERSION"]
 

@@ -197,7 +197,7 @@ def capacity_check(point: Point) -> tuple:
     """``(ours, xpu)`` at a perf point: the :class:`~.paper_eval.CapacityError` message of our
     model and of the xPU baseline's (:func:`perf_task` builds the same two), None where the
     point fits in that platform's LPDDR5. What ``elmoe3d sweep --check`` reports before a run
-    (about 0.1 ms a point). A point's other mistakes raise as :func:`perf_task` would."""
+    (under a millisecond a point). A point's other mistakes raise as :func:`perf_task` would."""
     from .hf_config import register_figures
     from .paper_eval import CapacityError, EvalModel, platform
     w = point.workload

@@ -16,7 +16,7 @@ import pytest
 import elmoe3d.cli as cli
 from elmoe3d.errors import UserError
 from elmoe3d.sw.host import hf_config, paper_eval as pe, sweep_tasks
-from elmoe3d.sw.host.decoder import DECODER_SHAPES, decoder_shape
+from elmoe3d.sw.host.decoder import DECODER_SHAPES, decoder_shape, weight_bytes
 from elmoe3d.sw.host.hf_config import (default_name, load_model, model_figures,
                                        model_from_config, register_figures, same_figures)
 from elmoe3d.sw.host.models import MODEL_PRESETS, model_preset
@@ -180,6 +180,22 @@ def test_a_loaded_model_runs_as_the_preset_of_the_same_figures(tmp_path):
         assert mine.ar().seconds == ref.ar().seconds
         a, b = mine.sd(0.5, *pe.TREE), ref.sd(0.5, *pe.TREE)
         assert (a.per_token_s, a.energy_pj_per_token) == (b.per_token_s, b.energy_pj_per_token)
+
+
+def test_tied_embeddings_are_stored_once(tmp_path):
+    """``tie_word_embeddings`` (False when absent, as every preset): a tied model's input
+    embedding is its LM head's weights, so its LPDDR5 footprint (``ext_footprint``) holds them
+    once; a value not true or false names the field."""
+    untied = load_model(CONFIGS["qwen3-30b-a3b"], name="untied")
+    tied = load_model({**CONFIGS["qwen3-30b-a3b"], "tie_word_embeddings": True}, name="tied")
+    assert not decoder_shape(untied).tied_embeddings and decoder_shape(tied).tied_embeddings
+    ours = pe.platform("ours", "4gb")
+    a, b = (pe.EvalModel(n, ours, zipf=1.0).ext_footprint()["target weights"]
+            for n in (untied, tied))
+    shape = decoder_shape("qwen3-30b-a3b")
+    assert a - b == pytest.approx(weight_bytes(shape.vocab * shape.model.hidden))
+    with pytest.raises(UserError, match=r"tie_word_embeddings: expected true or false"):
+        load_model({**CONFIGS["qwen3-30b-a3b"], "tie_word_embeddings": "yes"}, name="bad")
 
 
 def test_layer_layouts_and_sliding_windows():

@@ -394,6 +394,16 @@ def test_check_notes_the_points_the_lpddr5_cannot_hold(tmp_path, capsys):
     spec.write_text("workload:\n  model: [qwen3-30b-a3b]\n  batch: [16]\n")
     assert cli.main(["sweep", str(spec), "--check"]) == 0
     assert "LPDDR5" not in capsys.readouterr().out
+    # a run says so too, of the points without an xPU baseline (rows without an error)
+    spec.write_text("workload:\n  model: [qwen3-30b-a3b]\n  batch: [16]\n  scheme: [ar]\n"
+                    "  context: [23552]\n")
+    assert cli.main(["sweep", str(spec), "--workers", "0", "--no-progress", "--no-plots",
+                     "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "1 points, 1 run" in out and "0 with an error" in out
+    assert ("note: 1 point(s) without an xPU baseline (their LPDDR5 holds ours, not the xPU's: "
+            "phi_ar, phi_sd and xpu_ms_token empty; first, point 0: xPU baseline: "
+            "qwen3-30b-a3b (ar) at batch 16 and context 23552 on xpu: needs 64.7 GiB") in out
 
 
 def test_a_point_the_lpddr5_cannot_hold_is_an_error_row(tmp_path):
