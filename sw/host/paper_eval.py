@@ -973,7 +973,8 @@ class EvalModel:
         need = sum(ext.values())
         if need <= cap:
             return
-        parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in ext.items() if v)
+        parts = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in ext.items()
+                          if v >= 0.05 * 2**30)          # the parts that show at 0.1 GiB
         hb = f" ({self.plat.hb_bytes / 2**30:g} GiB HB)" if self.plat.hb_bytes else ""
         hint = ("its weights alone do not fit: raise ext_bytes"
                 if need - ext[EXT_RUNTIME] > cap else "lower the batch or the context")
