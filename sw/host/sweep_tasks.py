@@ -132,19 +132,13 @@ def perf_task(point: Point, cache_dir=None) -> dict:
     if cache_dir is not None:
         with calib_root_at(Path(cache_dir) / "calib"):
             return perf_task(point)
-    from .hf_config import register_figures
-    from .paper_eval import (TABLE3_4GB, TABLE3_BATCHES, CapacityError, EvalModel,
-                             elastic_alpha, platform)
+    from .paper_eval import TABLE3_4GB, TABLE3_BATCHES, CapacityError, elastic_alpha
     w = point.workload
-    if point.figures is not None:           # a model of the spec's models: section
-        register_figures(point.figures)
-    arch = point.arch()
-    xpu, ours = platform("xpu", arch=arch), platform("ours", arch=arch)
     b, model, scheme = w["batch"], w["model"], w["scheme"]
-    zipf = w.get("zipf")
-    em = EvalModel(model, ours, scheme, batch=b, context=w["context"], zipf=zipf)
+    em = point_model(point, "ours")
+    ours = em.plat
     try:
-        base = EvalModel(model, xpu, batch=b, context=w["context"], zipf=zipf).ar()
+        base = point_model(point, "xpu").ar()
     except CapacityError as exc:            # ours fits, the baseline does not: no speedup
         t0, xpu_error = None, f"xPU baseline: {exc}"
     else:
@@ -193,22 +187,34 @@ def perf_task(point: Point, cache_dir=None) -> dict:
     return out
 
 
+def point_model(point: Point, name: str):
+    """The :class:`~.paper_eval.EvalModel` a perf point builds on platform ``name`` of its
+    configuration: ``"ours"`` running the workload's scheme, ``"xpu"`` (the baseline) AR, at
+    the workload's batch, context (tokens) and Zipf exponent; a model of the spec's
+    ``models:`` registered from the point's ``figures`` first. Raises what
+    :class:`~.paper_eval.EvalModel` raises (:class:`~.paper_eval.CapacityError` where the
+    platform's LPDDR5 cannot hold the point)."""
+    from .hf_config import register_figures
+    from .paper_eval import EvalModel, platform
+    w = point.workload
+    if point.figures is not None:           # a model of the spec's models: section
+        register_figures(point.figures)
+    return EvalModel(w["model"], platform(name, arch=point.arch()),
+                     w["scheme"] if name == "ours" else "ar", batch=w["batch"],
+                     context=w["context"], zipf=w.get("zipf"))
+
+
 def capacity_check(point: Point) -> tuple:
     """``(ours, xpu)`` at a perf point: the :class:`~.paper_eval.CapacityError` message of our
-    model and of the xPU baseline's (:func:`perf_task` builds the same two), None where the
-    point fits in that platform's LPDDR5. What ``elmoe3d sweep --check`` reports before a run
-    (under a millisecond a point). A point's other mistakes raise as :func:`perf_task` would."""
-    from .hf_config import register_figures
-    from .paper_eval import CapacityError, EvalModel, platform
-    w = point.workload
-    if point.figures is not None:
-        register_figures(point.figures)
-    arch = point.arch()
+    model and of the xPU baseline's (:func:`point_model`, what :func:`perf_task` builds), None
+    where the point fits in that platform's LPDDR5. What ``elmoe3d sweep --check`` reports
+    before a run (under a millisecond a point). A point's other mistakes raise as
+    :func:`perf_task` would."""
+    from .paper_eval import CapacityError
     out = []
-    for name, scheme in (("ours", w["scheme"]), ("xpu", "ar")):
+    for name in ("ours", "xpu"):
         try:
-            EvalModel(w["model"], platform(name, arch=arch), scheme, batch=w["batch"],
-                      context=w["context"], zipf=w.get("zipf"))
+            point_model(point, name)
         except CapacityError as exc:
             out.append(str(exc))
         else:
