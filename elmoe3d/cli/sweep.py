@@ -14,7 +14,9 @@ before anything runs. Without ``--scheduler`` the points run on an embedded Dask
 The rows are written under ``--out`` (default ``out/sweep-<name>``) as the points finish; a rerun
 with the same spec and folder skips the finished points. At the end: ``results.parquet``,
 ``results.csv``, ``results.json``, ``pareto-<model>.png`` per model (against die mm2 when the spec
-has an area task, else against the PE count; not with ``--no-plots``) and ``sweep.json``
+has an area task, else against the PE count; a model whose points all share one die gets
+``by-<axis>-<model>.png`` instead, against its swept workload axis such as the context; not with
+``--no-plots``) and ``sweep.json``
 (``"status": "running"`` until the tables are written, then ``"complete"``; ``"interrupted"`` after
 Ctrl-C, exit status 130). ``--check`` only expands and validates the spec and prints the point count
 (the options of a run, ``--out``, ``--cache``, ``--workers`` and the like, are refused with it). The

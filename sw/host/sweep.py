@@ -27,6 +27,9 @@ Out folder::
     OUT/results.json         the same, a list of objects
     OUT/pareto-<model>.png   tokens/s and tokens/J against die mm2 (points with an area), a
                              Pareto front per batch
+    OUT/by-<axis>-<model>.png  instead, when a model's points share one die: the same
+                             against the swept workload axis with the most values (context,
+                             batch, ...), a line per scheme and other swept axis
     OUT/sweep.json           "status" ("running" from the start, "complete" once the tables
                              are written; "interrupted" after Ctrl-C, "failed" with its
                              "error" after an exception, both with the "finished" rows a
@@ -538,7 +541,7 @@ def _run(spec, points, states, store, cache, task, *, code, client, progress, re
         r["point"] = p.index                      # a row kept from another spec: this spec's place
     files = consolidate(rows, store.out)
     if plots:
-        files.update(pareto_plots(rows, store.out))
+        files.update(pareto_plots(rows, store.out, axes=swept_axes(spec)))
     errors = sum(1 for r in rows if r.get("error"))
     run = SweepRun(points=len(points), skipped=skipped, ran=len(todo), errors=errors,
                    rows=rows, workers=n_workers, dashboard=dash, seconds=seconds, files=files)
@@ -689,20 +692,46 @@ def pareto_front(xs, ys) -> list:
 
 #: The cost axis of the Pareto plots when no point has an area: the PE count.
 FALLBACK_X = ("pes", "PEs (no die area in this sweep: tasks.area)")
+#: The workload axes a model's points are drawn against when they all share one cost (a sweep
+#: of the workload alone, e.g. over the context), in order of preference among those that vary
+#: most; the axis label of each.
+TREND_AXES = {"context": "context (tokens a sequence)", "batch": "batch (sequences)",
+              "hb_gb": "HB capacity (GB)", "depth": "SD tree depth", "width": "SD tree width",
+              "verify": "SD tree nodes verified", "alpha": "acceptance alpha",
+              "zipf": "expert popularity Zipf exponent"}
+_Y_AXES = (("tokens_per_s", "tokens/s", "throughput"),
+           ("tokens_per_j", "tokens/J", "energy as Fig. 15: compute, memory, links, static"))
 
 
-def pareto_plots(rows, out_dir) -> dict:
+def swept_axes(spec: SweepSpec) -> set:
+    """The workload axes ``spec`` gives more than one value (``hb`` as the ``hb_gb`` column
+    that holds its capacity)."""
+    return {"hb_gb" if a == "hb" else a for a, axis in spec.workload.items()
+            if len(axis.get("values", ())) > 1}
+
+
+def pareto_plots(rows, out_dir, *, axes=None) -> dict:
     """Per model, ``pareto-<model>.png``: tokens/s and tokens/J against the die's mm2 of every
     point with an area and perf figures (without any area in the sweep: against the PE count,
     :data:`FALLBACK_X`, and the axis says so), the Pareto front of each batch drawn as a line
     (the schemes of a batch share one: they are alternatives for the same workload).
-    Returns ``{"pareto:<model>": path}`` (nothing for a sweep without perf figures)."""
+
+    A model whose points all share one cost (a sweep of the workload alone) has no front to
+    draw: its plot is ``by-<axis>-<model>.png`` instead, tokens/s and tokens/J against the
+    workload axis of :data:`TREND_AXES` with the most values among ``axes`` (the swept ones,
+    :func:`swept_axes`; None: all of them), a line for each combination of the other swept
+    axes that vary, the scheme always (a derived column such as a point's Table 3 alpha, which
+    varies with the batch, is no axis of its own).
+
+    Returns ``{"pareto:<model>" or "by-<axis>:<model>": path}`` (nothing for a sweep without
+    perf figures)."""
     done = [r for r in rows if not r.get("error") and r.get("tokens_per_s") is not None]
     xkey, xlabel = "die_mm2", "logic die area (mm²)"
     pts = [r for r in done if r.get(xkey) is not None]
     if not pts:
         xkey, xlabel = FALLBACK_X
-        pts = [dict(r, pes=r.get("pes", _base_pes(r))) for r in done]
+        pts = [dict(r, pes=r["pes"] if r.get("pes") is not None else _base_pes(r))
+               for r in done]
     if not pts:
         return {}
     import matplotlib
@@ -711,40 +740,80 @@ def pareto_plots(rows, out_dir) -> dict:
     files = {}
     for model in sorted({r["model"] for r in pts}):
         mine = [r for r in pts if r["model"] == model]
+        swept = set(TREND_AXES) if axes is None else set(axes) & set(TREND_AXES)
+        axis = _trend_axis(mine, swept) if len({r[xkey] for r in mine}) == 1 else None
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
-        for ax, key, label, title in (
-                (axes[0], "tokens_per_s", "tokens/s", "throughput"),
-                (axes[1], "tokens_per_j", "tokens/J",
-                 "energy as Fig. 15: compute, memory, links, static")):
+        for ax, (key, label, title) in zip(axes, _Y_AXES):
             good = [r for r in mine if r.get(key) is not None]
-            xs = [r[xkey] for r in good]
-            ys = [r[key] for r in good]
-            schemes = sorted({r["scheme"] for r in good})
-            for s in schemes:
-                sel = [i for i, r in enumerate(good) if r["scheme"] == s]
-                ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], s=14, alpha=0.7,
-                           label=s)
-            # one front per batch: points of different batches are different workloads
-            for k, b in enumerate(sorted({r.get("batch") for r in good},
-                                         key=lambda b: (b is None, b or 0))):
-                sel = [i for i, r in enumerate(good) if r.get("batch") == b]
-                front = [sel[i] for i in pareto_front([xs[i] for i in sel],
-                                                      [ys[i] for i in sel])]
-                ax.plot([xs[i] for i in front], [ys[i] for i in front], "k",
-                        ls=("-", "--", ":", "-.")[k % 4], lw=1,
-                        label=f"Pareto front, batch {b}")
-            ax.set_xlabel(xlabel)
+            if axis is None:
+                _pareto_axes(ax, good, xkey, key)
+                ax.set_xlabel(xlabel)
+            else:
+                _trend_axes(ax, good, axis, key, swept)
+                ax.set_xlabel(TREND_AXES[axis])
             ax.set_ylabel(label)
             ax.set_title(title, fontsize=9)
             ax.set_yscale("log")
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
-        fig.suptitle(f"{model}: {len(mine)} points")
+        one = "" if axis is None else (f", all on one die of {mine[0][xkey]:g} mm²"
+                                       if xkey == "die_mm2" else f", all on {mine[0][xkey]} PEs")
+        fig.suptitle(f"{model}: {len(mine)} points{one}")
         fig.tight_layout()
-        path = Path(out_dir) / f"pareto-{model}.png"
-        tmp = path.with_name(f".{path.stem}.tmp.png")
+        stem = f"pareto-{model}" if axis is None else f"by-{axis}-{model}"
+        path = Path(out_dir) / f"{stem}.png"
+        tmp = path.with_name(f".{stem}.tmp.png")
         fig.savefig(tmp, dpi=90)
         plt.close(fig)
         tmp.replace(path)
-        files[f"pareto:{model}"] = path
+        files[f"{'pareto' if axis is None else f'by-{axis}'}:{model}"] = path
     return files
+
+
+def _pareto_axes(ax, good, xkey, key):
+    xs = [r[xkey] for r in good]
+    ys = [r[key] for r in good]
+    for s in sorted({r["scheme"] for r in good}):
+        sel = [i for i, r in enumerate(good) if r["scheme"] == s]
+        ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], s=14, alpha=0.7, label=s)
+    # one front per batch: points of different batches are different workloads
+    for k, b in enumerate(sorted({r.get("batch") for r in good},
+                                 key=lambda b: (b is None, b or 0))):
+        sel = [i for i, r in enumerate(good) if r.get("batch") == b]
+        front = [sel[i] for i in pareto_front([xs[i] for i in sel], [ys[i] for i in sel])]
+        ax.plot([xs[i] for i in front], [ys[i] for i in front], "k",
+                ls=("-", "--", ":", "-.")[k % 4], lw=1, label=f"Pareto front, batch {b}")
+
+
+def _numeric(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _trend_axis(rows, swept):
+    """The axis of :data:`TREND_AXES` in ``swept`` with the most distinct numeric values in
+    ``rows`` (the first in its order on a tie), or None when none has two."""
+    counts = {a: len({r[a] for r in rows if _numeric(r.get(a))})
+              for a in TREND_AXES if a in swept}
+    best = max(counts, key=lambda a: counts[a], default=None)  # max keeps the first of equals
+    return best if best is not None and counts[best] > 1 else None
+
+
+def _trend_axes(ax, good, axis, key, swept):
+    others = [a for a in ("scheme", *TREND_AXES) if a != axis and (a == "scheme" or a in swept)
+              and len({r.get(a) for r in good}) > 1]
+    lines = {}
+    for r in good:
+        if _numeric(r.get(axis)):
+            lines.setdefault(tuple(r.get(a) for a in others), []).append(r)
+    for k, (group, rs) in enumerate(sorted(lines.items(), key=lambda kv: str(kv[0]))):
+        rs.sort(key=lambda r: r[axis])
+        label = ", ".join(str(v) if a == "scheme" else f"{a} {v}"
+                          for a, v in zip(others, group)) or key
+        ax.plot([r[axis] for r in rs], [r[key] for r in rs], marker="o", ms=3, lw=1,
+                ls=("-", "--", ":", "-.")[k // 10 % 4], label=label)
+    xs = sorted({r[axis] for r in good if _numeric(r.get(axis))})
+    if axis in ("context", "batch") and xs[0] > 0 and xs[-1] >= 4 * xs[0]:
+        ax.set_xscale("log", base=2)
+    if len(xs) <= 12:
+        ax.set_xticks(xs, [f"{x:g}" for x in xs])
+        ax.minorticks_off()

@@ -1346,6 +1346,47 @@ def test_pareto_plots_per_model(tmp_path):
     assert all(p.stat().st_size > 1000 for p in files.values())
 
 
+def test_a_workload_sweep_is_drawn_against_its_swept_axis(tmp_path):
+    """Points that all share one die have no cost to trade: the plot is against the swept
+    workload axis with the most values (context), a line per scheme and batch; a derived column
+    that varies (Table 3's alpha, per batch) is no axis, nor a line of its own."""
+    from elmoe3d.sw.host.sweep import pareto_plots, swept_axes
+    spec = parse_spec({"workload": {
+        "model": ["qwen3-30b-a3b"], "batch": [1, 4], "scheme": ["eagle", "elastic"],
+        "context": [1024, 4096, 16384], "hb": ["4gb"]}})
+    assert swept_axes(spec) == {"batch", "scheme", "context"}
+    assert swept_axes(parse_spec({"workload": {
+        "model": ["qwen3-30b-a3b"], "hb": ["4gb", "8gb"]}})) == {"hb_gb"}
+    rows = [{"model": "a", "scheme": s, "batch": b, "context": c, "pes": 16, "hb_gb": 4.0,
+             "alpha": 0.7 + 0.01 * b + (s == "eagle") * 0.05,
+             "tokens_per_s": 1e5 / c * b, "tokens_per_j": 1e4 / c}
+            for s in ("eagle", "elastic") for b in (1, 4) for c in (16384, 1024, 4096)]
+    lines = []
+    import matplotlib.axes
+    real_plot = matplotlib.axes.Axes.plot
+
+    def plot(self, xs, ys, *args, **kw):
+        lines.append((kw.get("label"), list(xs), self.get_xlabel()))
+        return real_plot(self, xs, ys, *args, **kw)
+    import unittest.mock
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot):
+        files = pareto_plots(rows, tmp_path, axes=swept_axes(spec))
+    assert sorted(files) == ["by-context:a"]
+    assert files["by-context:a"].name == "by-context-a.png"
+    assert files["by-context:a"].stat().st_size > 1000
+    assert [label for label, _, _ in lines] == ["eagle, batch 1", "eagle, batch 4",
+                                                "elastic, batch 1", "elastic, batch 4"] * 2
+    assert all(xs == [1024, 4096, 16384] for _, xs, _ in lines)
+    # without the spec every axis counts, and alpha (four values) would win over context (3)
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot):
+        assert sorted(pareto_plots(rows, tmp_path)) == ["by-alpha:a"]
+    # two dies: the Pareto plot as before
+    two = [dict(r, pes=16 if r["context"] == 1024 else 32) for r in rows]
+    assert sorted(pareto_plots(two, tmp_path, axes=swept_axes(spec))) == ["pareto:a"]
+    # nothing swept varies: one x, but no axis to draw against either
+    assert sorted(pareto_plots(rows[:1], tmp_path, axes=swept_axes(spec))) == ["pareto:a"]
+
+
 def test_area_key_names_the_configuration():
     from elmoe3d.sw.host.sweep_spec import build_arch
     a = sweep_tasks.area_key(build_arch("small", {}))
