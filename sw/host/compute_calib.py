@@ -281,7 +281,8 @@ def calib_root_at(folder):
         _CALIB_ROOT.reset(token)
 
 
-def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = None):
+def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = None,
+                     takes: str = "about a minute or more"):
     """A calibration (``cls``, a dataclass) of a shape no shipped table holds, made once on
     this machine: ``compute()`` on the first call, its fields kept as JSON under
     :func:`calib_root` (:func:`~elmoe3d.paths.memo_text`), keyed by ``kind``, ``key`` (the table
@@ -289,8 +290,8 @@ def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = N
     source digest (any edit of the package makes it again; old files stay until removed);
     later processes (a sweep's workers, the next run) read the file. A folder that cannot be
     written costs a recomputation, a damaged file is made again, never an error; an exception
-    of ``compute()`` passes through. ``notice`` (what is computed, for a calibration of
-    minutes) is said on the ``elmoe3d.calib`` logger before it starts, so that a first run
+    of ``compute()`` passes through. ``notice`` (what is computed) and ``takes`` (how long it
+    takes) are said on the ``elmoe3d.calib`` logger before it starts, so that a first run
     does not look hung."""
     from ...paths import memo_text
     from ...sim.runner import source_keyed
@@ -308,7 +309,7 @@ def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = N
         if notice:
             logging.getLogger("elmoe3d.calib").warning(
                 "elmoe3d: computing the compute calibration of %s on the PE cycle model "
-                "(about a minute or more, once: kept in %s)", notice, path.parent)
+                "(%s, once: kept in %s)", notice, takes, path.parent)
         made.append(compute())
         return json.dumps(dataclasses.asdict(made[0]))
     try:

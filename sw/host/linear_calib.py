@@ -214,7 +214,9 @@ def linear_calibration(arch: ArchConfig, in_features: int, bits: int) -> LinearC
         e = TABLE.get(k)
         try:
             c = (memo_calibration("linear", k, lambda: calibrate_linear(
-                     arch, in_features, bits, check=False), LinearCalibration) if e is None
+                     arch, in_features, bits, check=False), LinearCalibration,
+                     f"a linear layer of K = {in_features} at W{bits}A8", "seconds")
+                 if e is None
                  else LinearCalibration(k[0], int(in_features), int(bits), **e))
         except ProgramError as err:
             raise UserError(f"compute calibration: a linear layer of K = {in_features} does "

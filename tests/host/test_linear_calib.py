@@ -92,14 +92,22 @@ def test_utilisation_grows_with_rows_and_k():
     assert lc.linear_calibration(PAPER, 2048, 4).utilisation(256, 16) < u[2]
 
 
-def test_another_pe_is_computed_on_first_use():
+def test_another_pe_is_computed_on_first_use(monkeypatch, tmp_path, caplog):
     """A PE the table does not hold (a design-space point: twice the ACT words, so a streamed
-    x chunk fills 14 groups of a WMEM buffer's 16, not 7) is calibrated on first use and
-    kept; its figures differ from the paper PE's."""
+    x chunk fills 14 groups of a WMEM buffer's 16, not 7) is calibrated on first use, saying
+    so (a first run is not hung), and kept; its figures differ from the paper PE's."""
+    from elmoe3d.sw.host import compute_calib as cc
+    monkeypatch.setattr(cc, "calib_root", lambda: tmp_path)
+    monkeypatch.setattr(lc, "_CACHE", {})
     cfg = dataclasses.replace(PAPER, iomem_split=(14, 1, 9, 8))
     assert lc.table_key(cfg, 2048, 8) not in TABLE
-    a = lc.linear_calibration(cfg, 2048, 8)
+    with caplog.at_level("WARNING", logger="elmoe3d.calib"):
+        a = lc.linear_calibration(cfg, 2048, 8)
+    assert caplog.messages == [f"elmoe3d: computing the compute calibration of a linear layer "
+                               f"of K = 2048 at W8A8 on the PE cycle model (seconds, once: "
+                               f"kept in {tmp_path})"]
     assert lc.linear_calibration(cfg, 2048, 8) is a
+    assert len(list(tmp_path.glob("linear-*.json"))) == 1
     assert a.cycles(256, 16) < lc.linear_calibration(PAPER, 2048, 8).cycles(256, 16)
 
 
