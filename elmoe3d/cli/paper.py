@@ -66,7 +66,7 @@ APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS + ("fig13",),
            "link": _MODEL_FIGS + ("fig13",), "ar_cache": ("table3", "fig14", "fig15"),
            "plot": ("fig12", "fig13", "fig14", "fig15", "fig16"),
            "placement": ("table3", "fig12", "fig13"), "dram_background": ("fig14", "fig15"),
-           "nm_mac_scale": ("fig14", "fig15")}
+           "nm_mac_scale": ("fig14", "fig15"), "draft_pool": ("table3", "fig14", "fig15")}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die",
             "placement": "paper", "dram_background": DRAM_BACKGROUND_DEFAULT,
@@ -75,7 +75,7 @@ DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link":
 #: ``elmoe3d run`` checks its ``--config``, rather than by argparse's usage block).
 CHOICES = {"hb": HB_SIZES, "cache_form": ("token", "step"), "alpha": ("paper", "model"),
            "ar_cache": ("best", "msb", "whole"), "link": FEEDS, "placement": PLACEMENTS,
-           "dram_background": tuple(DRAM_BACKGROUND)}
+           "dram_background": tuple(DRAM_BACKGROUND), "draft_pool": HB_SIZES}
 #: The HB size of each figure in the paper.
 PAPER_HB = {"table3": "4gb", "fig12": "8gb", "fig14": "8gb", "fig15": "8gb"}
 
@@ -154,6 +154,13 @@ def configure(parser):
                              "logic die's W8A8 figure; Section 7 gives none; default "
                              f"{NEAR_MEMORY_MAC_SCALE:g}, AttAcc's convention (docs/paper.md "
                              "section 7)")
+    parser.add_argument("--draft-pool", default=None, metavar="|".join(CHOICES["draft_pool"]),
+                        help=_applies("draft_pool") + "Elastic-SD's draft pool (the experts "
+                             "whose MSB slices HB holds) as the expert cache's at this HB size, "
+                             "at most --hb (default: --hb's own): with --hb 8gb, 4gb runs the "
+                             "paper's 4 GB alphas with the pool they were measured with, and "
+                             "--alpha model predicts alpha at that pool (docs/paper.md "
+                             "section 3)")
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write the rows and the summary to OUT (JSON)")
     parser.add_argument("--plot", metavar="DIR", type=output_path, default=None,
@@ -178,7 +185,7 @@ def _options_doc(args, figure) -> dict:
     tree = _tree(args.tree)
     doc = {"hb": args.hb}
     for opt in ("tree", "cache_form", "alpha", "ar_cache", "link", "placement",
-                "dram_background", "nm_mac_scale"):
+                "dram_background", "nm_mac_scale", "draft_pool"):
         if figure in APPLIES[opt]:
             doc[opt] = (tree if tree == "best" else list(tree)) if opt == "tree" else \
                 getattr(args, opt)
@@ -191,7 +198,10 @@ def _model_note(args) -> str:
     return (("compute: the group programs' link words at the aggregation link's 32 B a cycle"
              if args.link == "die" else "compute: link words a word a cycle (--link ideal)")
             + ("" if args.placement == "paper" else
-               "; HB placement: the draft data first in SD (--placement reads), not Fig. 12's"))
+               "; HB placement: the draft data first in SD (--placement reads), not Fig. 12's")
+            + ("" if getattr(args, "draft_pool", None) in (None, args.hb) else
+               f"; Elastic-SD's draft pool: the expert cache's at {args.draft_pool[:-2]} GB "
+               f"(--draft-pool), not {args.hb[:-2]} GB's"))
 
 
 def _tree(text):
@@ -254,6 +264,10 @@ def run(args) -> int:
                         if f.is_file()] if tdir.is_dir() else [])
     if args.hb is None:
         args.hb = PAPER_HB.get(args.figure, "4gb")
+    if args.draft_pool is not None and HB_SIZES.index(args.draft_pool) > HB_SIZES.index(args.hb):
+        raise UserError(f"--draft-pool {args.draft_pool}: the draft pool would hold more than "
+                        f"the expert cache at --hb {args.hb}; expected an HB size up to "
+                        f"{args.hb}")
     if args.figure == "cache-check":
         return _cache_check(args)
     if args.figure == "fig16":
@@ -270,10 +284,11 @@ def run(args) -> int:
         return _fig15(args)
     tree = _tree(args.tree)
     zipf = _zipf(args)
-    alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
+    alphas = (pe.model_alphas(args.hb, pool_hb=args.draft_pool) if args.alpha == "model"
+              else None)
     rows = pe.table3(args.hb, form=args.cache_form, tree=tree, zipf=zipf,
                      ar_cache=args.ar_cache, alphas=alphas, link=args.link,
-                     placement=args.placement)
+                     placement=args.placement, pool_hb=args.draft_pool)
     summ = pe.summary(rows)
     console = report_console()
     paper = args.hb == "4gb"
@@ -832,11 +847,12 @@ def _paper_priors() -> str:
 
 def _fig14_rows(args):
     from ..sw.host import paper_eval as pe
-    alphas = pe.model_alphas(args.hb) if args.alpha == "model" else None
+    alphas = (pe.model_alphas(args.hb, pool_hb=args.draft_pool) if args.alpha == "model"
+              else None)
     return pe.fig14(args.hb, tree=_tree(args.tree), zipf=_zipf(args), ar_cache=args.ar_cache,
                     form=args.cache_form, alphas=alphas, link=args.link,
                     placement=args.placement, dram_background=args.dram_background,
-                    nm_mac_scale=args.nm_mac_scale), alphas
+                    nm_mac_scale=args.nm_mac_scale, pool_hb=args.draft_pool), alphas
 
 
 def _fig15(args) -> int:

@@ -130,7 +130,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "CapacityErr
            "cache_check", "che_global", "trace_popularity", "fit_zipf", "cross_validate",
            "cross_validation_fold", "routing_exponents",
            "ZIPF_MAX", "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha",
-           "model_alphas",
+           "model_alphas", "pool_slots_at",
            "model_speed", "SPEED_TARGET", "AR_CACHES", "PLACEMENTS", "compute_utilisation",
            "TREE_DEPTHS", "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra", "accepted_tokens",
            "tree_grid"]
@@ -818,12 +818,19 @@ class EvalModel:
     step's (:meth:`ar`). :meth:`sd` keeps each draft and verify step it costs: change none
     of these (nor ``draft_slots``, ``form``, ``intra``) after the first :meth:`sd`.
 
+    ``pool_slots``: Elastic-SD's draft pool (Algorithm 1: the experts whose MSB slices HB
+    holds, :attr:`pool_slots`) as expert-cache slots a MoE layer, at most :attr:`slots`; None
+    (default): the whole cache, :attr:`slots`. A smaller pool is another HB's
+    (:func:`pool_slots_at`): the pool an alpha was measured with, when that alpha is used at
+    a larger HB (docs/paper.md section 3, "The draft pool at a fixed alpha").
+
     ``plat`` is a :class:`Platform` (:func:`platform`; a name alone does not say its HB size);
     ``batch`` and ``context`` (tokens) positive integers; ``zipf`` a number in [0,
     :data:`ZIPF_MAX`]; ``intra`` in (0, 1]; ``form`` one of :data:`CACHE_FORMS`. Raises
     :class:`UserError` naming the parameter on any other value, an unknown model (or one
     without a calibrated popularity and no ``zipf``) or scheme, Elastic-SD on a platform
-    without the bit-sliced die; :class:`CapacityError` (a :class:`UserError`) when the point's
+    without the bit-sliced die, ``pool_slots`` for another scheme, negative or above
+    :attr:`slots`; :class:`CapacityError` (a :class:`UserError`) when the point's
     EXT footprint (:meth:`ext_footprint`: every weight, the target's with its input embedding,
     Quant-SD's 4-bit copies and a draft's, and the KV cache HB does not hold) exceeds the
     platform's LPDDR5 (``plat.ext_bytes``), in this placement or, with ``placement="reads"``,
@@ -833,7 +840,7 @@ class EvalModel:
     def __init__(self, model, plat: Platform, scheme: str = "ar", *, batch: int = 1,
                  context: int = CONTEXT, zipf: float | None = None, form: str = "token",
                  ar_cache: str = "best", intra: float | None = None,
-                 placement: str = "paper"):
+                 placement: str = "paper", pool_slots: float | None = None):
         if not isinstance(plat, Platform):
             hint = (f" (platform({plat!r}, hb) builds one)" if isinstance(plat, str) else "")
             raise UserError(f"plat: expected a Platform{hint}, got {plat!r}")
@@ -883,6 +890,21 @@ class EvalModel:
         self.draft = (eagle_head(self.shape) if scheme == "eagle"
                       else DRAFT_MODELS.get(scheme))
         self._place()
+        if pool_slots is not None:
+            if scheme != "elastic":
+                raise UserError(f"pool_slots: Elastic-SD's draft pool; the {scheme} scheme has "
+                                f"none")
+            if not is_real(pool_slots) or not 0 <= pool_slots < math.inf:
+                raise UserError(f"pool_slots: expected a number of slots >= 0, got "
+                                f"{pool_slots!r}")
+            if pool_slots > self.slots * (1 + 1e-12):
+                raise UserError(f"pool_slots: the draft pool ({pool_slots:.2f} slots a layer) "
+                                f"cannot hold more than the expert cache ({self.slots:.2f} "
+                                f"slots a layer of {m.name} on {plat.name}, "
+                                f"{plat.hb_bytes / 2**30:g} GiB HB, batch {batch})")
+        #: Elastic-SD's draft pool in slots a MoE layer (``pool_slots``, else :attr:`slots`)
+        self.pool_slots = self.slots if pool_slots is None else min(float(pool_slots),
+                                                                   self.slots)
         # placement "reads": AR mode runs in Fig. 12's placement (:meth:`ar`), whose LPDDR5
         # footprint is checked too
         self._ar_twin = None
@@ -1240,7 +1262,7 @@ class EvalModel:
         k = m.top_k                                       # routed experts a row computes
         if phase == "draft" and self.scheme == "elastic":
             # the throttled draft keeps top-k inside the pool: fewer on a pool of fewer
-            k = min(k, self.pop.pool_size(self.slots))
+            k = min(k, self.pop.pool_size(self.pool_slots))
         macs = rows * (shared + k * m.expert_weights)
         on_hb = self.plat.hb_bytes > 0
         n = self.routed_tokens(rows)                      # what the expert popularity sees
@@ -1248,7 +1270,7 @@ class EvalModel:
         # the EXT stream passes (Algorithm 1's UpdateCache in the verify): ``fill``
         fill = 0.0
         if phase == "draft" and self.scheme == "elastic":
-            uniq = self.pop.pool_step(n, self.slots)
+            uniq = self.pop.pool_step(n, self.pool_slots)
             hb += uniq * msb                      # the pool is cached: HB only
         elif phase == "draft":                            # Quant-SD: 4-bit copies, all experts
             slots = self.slots if self.draft_slots is None else self.draft_slots
@@ -1558,9 +1580,36 @@ def _check_alphas(alphas, schemes) -> None:
                                 f"{TABLE3_BATCHES}, got {v!r}")
 
 
+def pool_slots_at(pool_hb: str | None, model: str, *, batch: int, link: str = "die",
+                  **kw) -> float | None:
+    """Elastic-SD's draft pool on ours at ``pool_hb`` (one of :data:`HB_SIZES`): the expert
+    cache's slots a MoE layer of ``model`` at ``batch`` there, ``kw`` (``zipf``, ``form``,
+    ``context``, ``intra``, ``placement``) as :class:`EvalModel`'s; None for ``pool_hb``
+    None (the pool is the point's own cache). What :class:`EvalModel`'s ``pool_slots`` takes
+    to run a point at a larger HB with the pool the alpha was measured with (the paper's 4 GB
+    alphas at 8 GB: ``pool_hb="4gb"``). Raises :class:`UserError` for an unknown HB size."""
+    if pool_hb is None:
+        return None
+    if not isinstance(pool_hb, str) or pool_hb not in HB_SIZES:
+        raise UserError(f"pool_hb: expected one of {', '.join(HB_SIZES)}, got {pool_hb!r}")
+    return EvalModel(model, platform("ours", pool_hb, link=link), "elastic", batch=batch,
+                     **kw).slots
+
+
+def _check_pool_hb(pool_hb, hb) -> None:
+    """A draft pool at ``pool_hb`` is at most the expert cache at ``hb``."""
+    if pool_hb is None:
+        return
+    pool_slots_at(pool_hb, TABLE3_MODELS[0], batch=1)       # one error for a bad name
+    if hb in HB_SIZES and HB_SIZES.index(pool_hb) > HB_SIZES.index(hb):
+        raise UserError(f"pool_hb: Elastic-SD's draft pool at {pool_hb} would hold more than "
+                        f"the expert cache at {hb}; expected an HB size up to {hb}")
+
+
 def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = None,
            form: str = "token", tree=TREE, ar_cache: str = "best", link: str = "die",
-           intra: float | None = None, placement: str = "paper") -> list:
+           intra: float | None = None, placement: str = "paper",
+           pool_hb: str | None = None) -> list:
     """Our Table 3 at ``hb``: a row (dict) per (model, scheme, batch) with alpha
     (``alphas[model][scheme][i]``, default the paper's 4 GB alpha: the 8 GB alphas are not in
     this copy of the paper), Phi_AR, Phi_SD, the tree, milliseconds and access energy a token
@@ -1574,12 +1623,15 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
     (:meth:`EvalModel.best_sd` per point);
     ``ar_cache`` what ours caches in AR mode (:class:`EvalModel`); ``link`` every platform's
     :attr:`Platform.link`; ``intra`` the intra-request exponent (default
-    :data:`INTRA_REQUEST`); ``placement`` the HB placement (:data:`PLACEMENTS`). Raises
+    :data:`INTRA_REQUEST`); ``placement`` the HB placement (:data:`PLACEMENTS`); ``pool_hb``
+    Elastic-SD's draft pool at that HB (:func:`pool_slots_at`; default ``hb``'s own). Raises
     :class:`UserError` naming the parameter for an unknown HB size, link, form, placement or
     AR cache, a ``tree`` of another shape, a ``zipf`` or ``alphas`` naming an unknown model or
-    scheme (or, ``alphas``, lacking one), and an alpha outside [0, 1)."""
+    scheme (or, ``alphas``, lacking one), an alpha outside [0, 1), and a ``pool_hb`` larger
+    than ``hb``."""
     tree = _check_tree(tree)
     _check_alphas(alphas, SCHEMES)
+    _check_pool_hb(pool_hb, hb)
     xpu, ours = platform("xpu", hb, link=link), platform("ours", hb, link=link)
     zipf = _zipf_map(zipf, TABLE3_MODELS)
     rows = []
@@ -1590,8 +1642,12 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
                 paper = TABLE3_4GB[model][scheme][i]
                 alpha = alphas[model][scheme][i] if alphas else paper[0]
                 base = EvalModel(model, xpu, "ar", batch=b, zipf=s, form=form).ar()
+                pool = (pool_slots_at(pool_hb, model, batch=b, zipf=s, form=form, intra=intra,
+                                      placement=placement, link=link)
+                        if scheme == "elastic" else None)
                 em = EvalModel(model, ours, scheme, batch=b, zipf=s, form=form,
-                               ar_cache=ar_cache, intra=intra, placement=placement)
+                               ar_cache=ar_cache, intra=intra, placement=placement,
+                               pool_slots=pool)
                 ar = em.ar()
                 sd = em.best_sd(alpha) if tree == "best" else em.sd(alpha, *tree)
                 phi_ar = base.seconds / ar.seconds
@@ -1602,6 +1658,7 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
                        "depth": sd.depth, "width": sd.width, "verify": sd.verify,
                        "tokens": sd.tokens,
                        "slots": em.slots, "whole_slots": em.whole_slots,
+                       "pool_slots": em.pool_slots if scheme == "elastic" else None,
                        "ar_form": em.ar_form, "verify_form": sd.verify_form,
                        "xpu_ms_token": base.seconds / b * 1e3,
                        "ar_ms_token": ar.seconds / b * 1e3,
@@ -2243,20 +2300,22 @@ def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
           ar_cache: str = "best", form: str = "token", alphas: dict | None = None,
           link: str = "die", placement: str = "paper",
           dram_background: str | None = None,
-          nm_mac_scale: float = NEAR_MEMORY_MAC_SCALE) -> list:
+          nm_mac_scale: float = NEAR_MEMORY_MAC_SCALE, pool_hb: str | None = None) -> list:
     """Fig. 14 (MT-Bench alphas only: the other datasets' are not in this copy of the paper):
     a row per (model, platform, batch) with its AR and SD speedups over xPU AR at the same
     batch, the best of the two (``mode``), the HB + EXT access energy a token of that mode
     (``pj_token``, pJ) and its whole energy a token by Fig. 15's components (``energy``:
     :data:`ENERGY_PARTS` -> pJ, :meth:`StepCost.energy`), and the xPU AR baseline's
     (``xpu_pj_token``, ``xpu_energy``). ``zipf``, ``ar_cache``, ``form``, ``tree``, ``link``,
-    ``placement`` and ``alphas`` (default the paper's 4 GB ones) as in :func:`table3`;
+    ``placement``, ``pool_hb`` and ``alphas`` (default the paper's 4 GB ones) as in
+    :func:`table3`;
     ``dram_background`` and ``nm_mac_scale`` as in :func:`platform` (the static energy's DRAM
     part; the near-memory units' MAC energy). :func:`fig15_summary` reads the same rows.
     Raises :class:`UserError` as :func:`table3` (``alphas`` needs the schemes of
     :data:`PLATFORM_SCHEME` only)."""
     tree = _check_tree(tree)
     _check_alphas(alphas, tuple(dict.fromkeys(PLATFORM_SCHEME.values())))
+    _check_pool_hb(pool_hb, hb)
     base_plat = platform("xpu", hb, link=link, dram_background=dram_background,
                          nm_mac_scale=nm_mac_scale)
     zipf = _zipf_map(zipf, TABLE3_MODELS)
@@ -2270,8 +2329,12 @@ def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
                 plat = platform(name, hb, link=link, dram_background=dram_background,
                                 nm_mac_scale=nm_mac_scale)
                 scheme = PLATFORM_SCHEME[name]
+                pool = (pool_slots_at(pool_hb, model, batch=b, zipf=zipf[model], form=form,
+                                      placement=placement, link=link)
+                        if scheme == "elastic" else None)
                 em = EvalModel(model, plat, scheme, batch=b, zipf=zipf[model],
-                               ar_cache=ar_cache, form=form, placement=placement)
+                               ar_cache=ar_cache, form=form, placement=placement,
+                               pool_slots=pool)
                 ar = em.ar()
                 alpha = (alphas[model][scheme][i] if alphas
                          else TABLE3_4GB[model][scheme][i][0])
@@ -2463,7 +2526,8 @@ def pool_coverage(pop: ExpertPopularity, slots: float) -> float:
 
 def elastic_alpha(em: EvalModel, params=None) -> float:
     """Elastic-SD's acceptance rate at ``em``'s HB and batch: ``alpha_max x coverage(slots /
-    batch ** beta)``: the pool (the expert cache's slots a layer) covers each request's routing
+    batch ** beta)``: the pool (:attr:`EvalModel.pool_slots`, by default the expert cache's
+    slots a layer) covers each request's routing
     less as more requests share it (``beta``), and a draft whose pool covered every pick would
     be accepted at ``alpha_max`` (the MSB slices' own error). Capped at 0.99. ``params``:
     ``(alpha_max, beta)``, default :data:`ALPHA_MODEL`'s for the model. Raises
@@ -2480,7 +2544,7 @@ def elastic_alpha(em: EvalModel, params=None) -> float:
         raise UserError(f"params: expected (alpha_max, beta), two finite numbers >= 0, got "
                         f"{params!r}")
     a_max, beta = params
-    return min(0.99, a_max * pool_coverage(em.pop, em.slots / em.batch ** beta))
+    return min(0.99, a_max * pool_coverage(em.pop, em.pool_slots / em.batch ** beta))
 
 
 def calibrate_alpha(betas=np.round(np.arange(0.0, 2.01, 0.05), 2), *, zipf: dict | None = None,
@@ -2499,7 +2563,8 @@ def calibrate_alpha(betas=np.round(np.arange(0.0, 2.01, 0.05), 2), *, zipf: dict
         al = np.array([TABLE3_4GB[model]["elastic"][i][0] for i in idx])
         best = None
         for beta in betas:
-            c = np.array([pool_coverage(em.pop, em.slots / em.batch ** beta) for em in ems])
+            c = np.array([pool_coverage(em.pop, em.pool_slots / em.batch ** beta)
+                          for em in ems])
             a_max = min(0.99, float(c @ al / (c @ c)))       # an acceptance rate: <= 0.99
             err = float(np.sum((a_max * c - al) ** 2))
             if best is None or err < best[0] - 1e-15:
@@ -2508,12 +2573,13 @@ def calibrate_alpha(betas=np.round(np.arange(0.0, 2.01, 0.05), 2), *, zipf: dict
     return out
 
 
-def model_alphas(hb: str, *, zipf: dict | None = None, params: dict | None = None) -> dict:
+def model_alphas(hb: str, *, zipf: dict | None = None, params: dict | None = None,
+                 pool_hb: str | None = None) -> dict:
     """Table 3's alphas with Elastic-SD's from :func:`elastic_alpha` at ``hb`` (the other
     schemes' draft does not depend on HB: the paper's value), shaped as :data:`TABLE3_4GB`'s
     alpha column: ``{model: {scheme: [alpha per batch]}}``. ``zipf`` overrides :data:`ZIPF`,
     ``params`` :data:`ALPHA_MODEL` (``{model: (alpha_max, beta)}``; a cross-validation fold's
-    refit)."""
+    refit); ``pool_hb`` the draft pool's HB (:func:`pool_slots_at`; default ``hb``)."""
     ours = platform("ours", hb)
     zipf = {**ZIPF, **(zipf or {})}
     out = {}
@@ -2521,7 +2587,9 @@ def model_alphas(hb: str, *, zipf: dict | None = None, params: dict | None = Non
         out[model] = {s: [TABLE3_4GB[model][s][i][0] for i in range(len(TABLE3_BATCHES))]
                       for s in SCHEMES}
         out[model]["elastic"] = [
-            elastic_alpha(EvalModel(model, ours, "elastic", batch=b, zipf=zipf[model]),
+            elastic_alpha(EvalModel(model, ours, "elastic", batch=b, zipf=zipf[model],
+                                    pool_slots=pool_slots_at(pool_hb, model, batch=b,
+                                                             zipf=zipf[model])),
                           params[model] if params else None)
             for b in TABLE3_BATCHES]
     return out

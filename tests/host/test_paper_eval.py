@@ -1263,6 +1263,63 @@ def test_near_memory_mac_scale_moves_their_computation_alone():
             pe.platform("xpu-pim", "8gb", nm_mac_scale=bad)
 
 
+def test_draft_pool_at_a_smaller_hb():
+    """``pool_slots`` / ``pool_hb`` (2026-12-06, seventh session; ``--draft-pool``): Elastic-SD's
+    draft pool as another HB's expert cache. At 8 GB with the paper's 4 GB alphas, the pool
+    they were measured with: only Elastic-SD's SD steps move (its draft routes within fewer
+    experts), the 8 GB hold-out 7.695x -> 7.781x; the alpha model at that pool predicts the
+    4 GB alphas exactly; 4 GB's own pool changes nothing."""
+    ours8 = pe.platform("ours", "8gb")
+    em = pe.EvalModel("qwen3-30b-a3b", ours8, "elastic", batch=4)
+    assert em.pool_slots == em.slots
+    pool4 = pe.pool_slots_at("4gb", "qwen3-30b-a3b", batch=4)
+    assert pool4 == pe.EvalModel("qwen3-30b-a3b", pe.platform("ours", "4gb"), "elastic",
+                                 batch=4).slots < em.slots
+    small = pe.EvalModel("qwen3-30b-a3b", ours8, "elastic", batch=4, pool_slots=pool4)
+    assert small.pool_slots == pool4 and small.slots == em.slots
+    assert small.ar().seconds == em.ar().seconds                   # AR has no draft
+    d_small, d_full = small.step(16, phase="draft"), em.step(16, phase="draft")
+    assert d_small.hb_bytes < d_full.hb_bytes and d_small.ext_bytes == d_full.ext_bytes
+    assert small.sd(0.6, 7, 8, 34).per_token_s < em.sd(0.6, 7, 8, 34).per_token_s
+    assert pe.model_alphas("8gb", pool_hb="4gb") == pe.model_alphas("4gb")
+    assert pe.model_alphas("8gb")["qwen3-30b-a3b"]["elastic"] != \
+        pe.model_alphas("4gb")["qwen3-30b-a3b"]["elastic"]
+    assert pe.pool_slots_at(None, "qwen3-30b-a3b", batch=4) is None
+    # Table 3 at 4 GB: its own pool is the default's; at 8 GB only Elastic-SD's Phi_SD move
+    key = ("phi_ar", "phi_sd", "slots")
+    assert [[r[k] for k in key] for r in pe.table3("4gb", pool_hb="4gb")] == \
+        [[r[k] for k in key] for r in pe.table3("4gb")]
+    full, capped = pe.table3("8gb"), pe.table3("8gb", pool_hb="4gb")
+    moved = {(r["scheme"], k) for r, c in zip(full, capped) for k in key if r[k] != c[k]}
+    assert moved == {("elastic", "phi_sd")}
+    assert all(c["pool_slots"] < r["pool_slots"] == r["slots"]
+               for r, c in zip(full, capped) if r["scheme"] == "elastic")
+    assert all(r["pool_slots"] is None for r in capped if r["scheme"] != "elastic")
+    best = lambda rows: np.mean([r["best"] for r in rows if r["scheme"] == "elastic"])
+    assert (best(full), best(capped)) == (pytest.approx(7.695, abs=5e-4),
+                                          pytest.approx(7.781, abs=5e-4))
+    f = pe.fig14_summary(pe.fig14("8gb", pool_hb="4gb"))
+    assert f["speedup_over_xpu"] == pytest.approx(7.781, abs=5e-4)
+    assert f["speedup_over_best_prior"] == pytest.approx(1.777, abs=5e-4)
+    # mistakes name the parameter
+    for kw, msg in (({"pool_slots": 1.0, "scheme": "eagle"},
+                     "pool_slots: Elastic-SD's draft pool; the eagle scheme has none"),
+                    ({"pool_slots": -1}, "pool_slots: expected a number of slots >= 0"),
+                    ({"pool_slots": math.nan}, "pool_slots: expected a number of slots >= 0"),
+                    ({"pool_slots": "4gb"}, "pool_slots: expected a number of slots >= 0"),
+                    ({"pool_slots": em.slots + 0.5},
+                     r"pool_slots: the draft pool \(\d+\.\d\d slots a layer\) cannot hold more "
+                     r"than the expert cache")):
+        args = {"scheme": "elastic", **kw}
+        with pytest.raises(UserError, match="^" + msg):
+            pe.EvalModel("qwen3-30b-a3b", ours8, batch=4, **args)
+    with pytest.raises(UserError, match="^pool_hb: Elastic-SD's draft pool at 8gb would hold "
+                                        "more than the expert cache at 4gb"):
+        pe.table3("4gb", pool_hb="8gb")
+    with pytest.raises(UserError, match="^pool_hb: expected one of 4gb, 8gb, got '2gb'"):
+        pe.fig14("8gb", pool_hb="2gb")
+
+
 def test_fig15_summary_bad_rows():
     rows = pe.fig14("8gb")
     with pytest.raises(UserError, match="no Fig. 14 rows"):

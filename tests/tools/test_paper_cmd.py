@@ -296,6 +296,29 @@ def test_fig15(tmp_path, capsys):
     assert str(json.loads(out.read_text())["nm_mac_scale"]) == "0.0"
 
 
+def test_draft_pool_option(tmp_path, capsys):
+    """``--draft-pool 4gb`` at 8 GB: Elastic-SD's draft pool the 4 GB cache's, said below the
+    table and recorded in the JSON; with ``--alpha model`` the 4 GB alphas come back."""
+    out = tmp_path / "t.json"
+    assert cli.main(["paper", "table3", "--hb", "8gb", "--draft-pool", "4gb", "--alpha",
+                     "model", "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("Elastic-SD's draft pool: the expert cache's at 4 GB (--draft-pool), not 8 GB's"
+            in text)
+    doc = json.loads(out.read_text())
+    assert doc["draft_pool"] == "4gb"
+    four = pe.model_alphas("4gb")
+    assert [r["alpha"] for r in doc["rows"] if r["scheme"] == "elastic"] == \
+        [a for m in pe.TABLE3_MODELS for a in four[m]["elastic"]]
+    assert cli.main(["paper", "fig14", "--draft-pool", "4GB", "--json", str(out)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "ours over xPU: 7.78x speedup, up to 15.68x" in text          # 7.69x without
+    assert json.loads(out.read_text())["draft_pool"] == "4gb"
+    assert cli.main(["paper", "table3", "--json", str(out)]) == 0
+    assert "draft pool" not in capsys.readouterr().out
+    assert json.loads(out.read_text())["draft_pool"] is None
+
+
 @pytest.mark.parametrize("argv, msg", [
     (["table3", "--hb", "16gb"], "--hb 16gb: expected one of 4gb, 8gb"),
     (["fig99"], "figure fig99: expected one of table3, fig12, fig13, fig14, fig15, fig16, "
@@ -311,6 +334,11 @@ def test_fig15(tmp_path, capsys):
     (["fig14", "--nm-mac-scale", "inf"], "--nm-mac-scale: expected a finite number >= 0 "
                                          "(times the logic die's W8A8 pJ per MAC), got inf"),
     (["table3", "--nm-mac-scale", "2"], "--nm-mac-scale applies to fig14 and fig15 only"),
+    (["fig12", "--draft-pool", "4gb"], "--draft-pool applies to table3, fig14 and fig15 only"),
+    (["table3", "--draft-pool", "8gb"], "--draft-pool 8gb: the draft pool would hold more "
+                                        "than the expert cache at --hb 4gb; expected an HB "
+                                        "size up to 4gb"),
+    (["fig14", "--draft-pool", "2gb"], "--draft-pool 2gb: expected one of 4gb, 8gb"),
 ])
 def test_bad_choices_are_one_line_like_run(tmp_path, capsys, argv, msg):
     """A value not among an option's choices is one line in ``elmoe3d run``'s style (not
