@@ -1490,9 +1490,9 @@ def arch_config(arch, what: str = "arch") -> ArchConfig:
 
 
 def preset(name: str) -> ArchConfig:
-    """Return the named preset; raises :class:`ConfigError` listing the known names."""
-    try:
-        return PRESETS[name]
-    except KeyError:
+    """Return the named preset; raises :class:`ConfigError` listing the known names (for a
+    name of another type too)."""
+    if not isinstance(name, str) or name not in PRESETS:
         raise ConfigError(f"unknown configuration {name!r}; expected one of "
-                          f"{', '.join(PRESETS)}") from None
+                          f"{', '.join(PRESETS)}")
+    return PRESETS[name]

@@ -62,7 +62,8 @@ def configure(parser):
                              "another port if taken; :8787 serves every interface); not with "
                              "--scheduler or --workers 0")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--no-plots", action="store_true", help="no Pareto plots")
+    parser.add_argument("--no-plots", action="store_true",
+                        help="no plots (pareto-<model>.png, by-<axis>-<model>.png)")
     parser.add_argument("--check", action="store_true",
                         help="expand and validate the spec, print the point count and note the "
                              "perf points their LPDDR5 cannot hold; run nothing")

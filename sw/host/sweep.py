@@ -29,7 +29,7 @@ Out folder::
                              Pareto front per batch
     OUT/by-<axis>-<model>.png  instead, when a model's points share one die: the same
                              against the swept workload axis with the most values (context,
-                             batch, ...), a line per scheme and other swept axis
+                             batch, ...), a line per scheme, other swept axis and config field
     OUT/sweep.json           "status" ("running" from the start, "complete" once the tables
                              are written; "interrupted" after Ctrl-C, "failed" with its
                              "error" after an exception, both with the "finished" rows a
@@ -50,7 +50,7 @@ from pathlib import Path
 from ...checks import is_int
 from ...errors import UserError
 from ...machine import usable_cpus
-from .sweep_spec import SweepSpec, dropped_text, expand, load_spec, need
+from .sweep_spec import WORKLOAD_FIELDS, SweepSpec, dropped_text, expand, load_spec, need
 from .sweep_tasks import (CACHE_ENV, META_COLUMNS, RESULT_COLUMNS, cache_problem, code_version,
                           default_cache_dir, run_point)
 
@@ -704,10 +704,19 @@ _Y_AXES = (("tokens_per_s", "tokens/s", "throughput"),
 
 
 def swept_axes(spec: SweepSpec) -> set:
-    """The workload axes ``spec`` gives more than one value (``hb`` as the ``hb_gb`` column
-    that holds its capacity)."""
-    return {"hb_gb" if a == "hb" else a for a, axis in spec.workload.items()
-            if len(axis.get("values", ())) > 1}
+    """The axes ``spec`` gives more than one value, by their result columns: workload axes
+    (``hb`` as the ``hb_gb`` column that holds its capacity) and config fields (every one a
+    random or Latin-hypercube sampling draws more than once)."""
+    out = {"hb_gb" if a == "hb" else a for a, axis in spec.workload.items()
+           if len(axis.get("values", ())) > 1}
+    sampled = spec.sampling != "grid" and (spec.samples or 0) > 1
+    return out | {f for f, axis in spec.config.items()
+                  if sampled or len(axis.get("values", ())) > 1}
+
+
+def _axis_file(axis: str) -> str:
+    """An axis as its plot's file names it (``by-hb-<model>.png`` for ``hb_gb``)."""
+    return "hb" if axis == "hb_gb" else axis
 
 
 def pareto_plots(rows, out_dir, *, axes=None) -> dict:
@@ -716,12 +725,16 @@ def pareto_plots(rows, out_dir, *, axes=None) -> dict:
     :data:`FALLBACK_X`, and the axis says so), the Pareto front of each batch drawn as a line
     (the schemes of a batch share one: they are alternatives for the same workload).
 
-    A model whose points all share one cost (a sweep of the workload alone) has no front to
-    draw: its plot is ``by-<axis>-<model>.png`` instead, tokens/s and tokens/J against the
-    workload axis of :data:`TREND_AXES` with the most values among ``axes`` (the swept ones,
-    :func:`swept_axes`; None: all of them), a line for each combination of the other swept
-    axes that vary, the scheme always (a derived column such as a point's Table 3 alpha, which
-    varies with the batch, is no axis of its own).
+    A model whose points all share one cost (a sweep of the workload, or of config fields that
+    move neither the area nor the PE count) has no front to draw: its plot is
+    ``by-<axis>-<model>.png`` instead (``by-hb-...`` for the HB capacity), tokens/s and
+    tokens/J against the workload axis of :data:`TREND_AXES` with the most values among
+    ``axes`` (the swept ones, :func:`swept_axes`, config fields included; None: every column),
+    a line for each combination of the other swept axes and config fields that vary, the
+    scheme always (a derived column such as a point's Table 3 alpha, which varies with the
+    batch, is no axis of its own). The title counts the points drawn and those without a
+    number on the axis. A model's other plot from an earlier run into ``out_dir`` (the other
+    kind) is removed, so the folder holds one per model.
 
     Returns ``{"pareto:<model>" or "by-<axis>:<model>": path}`` (nothing for a sweep without
     perf figures)."""
@@ -738,12 +751,12 @@ def pareto_plots(rows, out_dir, *, axes=None) -> dict:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     files = {}
+    swept = None if axes is None else set(axes)
     for model in sorted({r["model"] for r in pts}):
         mine = [r for r in pts if r["model"] == model]
-        swept = set(TREND_AXES) if axes is None else set(axes) & set(TREND_AXES)
         axis = _trend_axis(mine, swept) if len({r[xkey] for r in mine}) == 1 else None
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
-        for ax, (key, label, title) in zip(axes, _Y_AXES):
+        fig, panels = plt.subplots(1, 2, figsize=(11, 4.4))
+        for ax, (key, label, title) in zip(panels, _Y_AXES):
             good = [r for r in mine if r.get(key) is not None]
             if axis is None:
                 _pareto_axes(ax, good, xkey, key)
@@ -756,17 +769,26 @@ def pareto_plots(rows, out_dir, *, axes=None) -> dict:
             ax.set_yscale("log")
             ax.legend(fontsize=7)
             ax.grid(alpha=0.3)
-        one = "" if axis is None else (f", all on one die of {mine[0][xkey]:g} mm²"
-                                       if xkey == "die_mm2" else f", all on {mine[0][xkey]} PEs")
-        fig.suptitle(f"{model}: {len(mine)} points{one}")
+        count = f"{len(mine)} points"
+        if axis is not None:
+            drawn = sum(1 for r in mine if _numeric(r.get(axis)))
+            count = (f"{drawn} points" if drawn == len(mine) else
+                     f"{drawn} of {len(mine)} points ({len(mine) - drawn} without a {axis})")
+            count += (f", all on one die of {mine[0][xkey]:g} mm²" if xkey == "die_mm2"
+                      else f", all on {mine[0][xkey]} PEs")
+        fig.suptitle(f"{model}: {count}")
         fig.tight_layout()
-        stem = f"pareto-{model}" if axis is None else f"by-{axis}-{model}"
+        kind = "pareto" if axis is None else f"by-{_axis_file(axis)}"
+        stem = f"{kind}-{model}"
         path = Path(out_dir) / f"{stem}.png"
+        for other in ["pareto", *(f"by-{_axis_file(a)}" for a in TREND_AXES)]:
+            if other != kind:                   # an earlier run's plot of the other kind
+                (Path(out_dir) / f"{other}-{model}.png").unlink(missing_ok=True)
         tmp = path.with_name(f".{stem}.tmp.png")
         fig.savefig(tmp, dpi=90)
         plt.close(fig)
         tmp.replace(path)
-        files[f"{'pareto' if axis is None else f'by-{axis}'}:{model}"] = path
+        files[f"{kind}:{model}"] = path
     return files
 
 
@@ -785,33 +807,41 @@ def _pareto_axes(ax, good, xkey, key):
                 ls=("-", "--", ":", "-.")[k % 4], lw=1, label=f"Pareto front, batch {b}")
 
 
+def _hashable(v):
+    return tuple(v) if isinstance(v, list) else v
+
+
 def _numeric(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _trend_axis(rows, swept):
-    """The axis of :data:`TREND_AXES` in ``swept`` with the most distinct numeric values in
-    ``rows`` (the first in its order on a tie), or None when none has two."""
+    """The axis of :data:`TREND_AXES` in ``swept`` (None: all) with the most distinct numeric
+    values in ``rows`` (the first in its order on a tie), or None when none has two."""
     counts = {a: len({r[a] for r in rows if _numeric(r.get(a))})
-              for a in TREND_AXES if a in swept}
+              for a in TREND_AXES if swept is None or a in swept}
     best = max(counts, key=lambda a: counts[a], default=None)  # max keeps the first of equals
     return best if best is not None and counts[best] > 1 else None
 
 
 def _trend_axes(ax, good, axis, key, swept):
-    others = [a for a in ("scheme", *TREND_AXES) if a != axis and (a == "scheme" or a in swept)
-              and len({r.get(a) for r in good}) > 1]
+    config = sorted(swept - set(WORKLOAD_FIELDS) - {"hb_gb"}) if swept else []
+    others = [a for a in ("scheme", *TREND_AXES, *config)
+              if a != axis and (a == "scheme" or swept is None or a in swept)
+              and len({_hashable(r.get(a)) for r in good}) > 1]
     lines = {}
     for r in good:
         if _numeric(r.get(axis)):
-            lines.setdefault(tuple(r.get(a) for a in others), []).append(r)
+            lines.setdefault(tuple(_hashable(r.get(a)) for a in others), []).append(r)
     for k, (group, rs) in enumerate(sorted(lines.items(), key=lambda kv: str(kv[0]))):
         rs.sort(key=lambda r: r[axis])
         label = ", ".join(str(v) if a == "scheme" else f"{a} {v}"
-                          for a, v in zip(others, group)) or key
+                          for a, v in zip(others, group)) or "every point"
         ax.plot([r[axis] for r in rs], [r[key] for r in rs], marker="o", ms=3, lw=1,
                 ls=("-", "--", ":", "-.")[k // 10 % 4], label=label)
     xs = sorted({r[axis] for r in good if _numeric(r.get(axis))})
+    if not xs:
+        return
     if axis in ("context", "batch") and xs[0] > 0 and xs[-1] >= 4 * xs[0]:
         ax.set_xscale("log", base=2)
     if len(xs) <= 12:

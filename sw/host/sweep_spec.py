@@ -158,8 +158,14 @@ class SweepSpec:
 
 def build_arch(base: str, config: dict) -> ArchConfig:
     """``preset(base)`` with the dotted ``config`` fields replaced (``tile.rows`` in the
-    tile); raises :class:`~elmoe3d.config.ConfigError` naming the field."""
+    tile); raises :class:`~elmoe3d.config.ConfigError` naming the field (an unknown one among
+    :data:`CONFIG_FIELDS`, or a value the configuration refuses)."""
     arch = preset(base)
+    if not isinstance(config, dict):
+        raise ConfigError(f"config: expected a table of fields, got {config!r}")
+    for k in config:
+        if k not in CONFIG_FIELDS:
+            raise ConfigError(_unknown("config field", k, CONFIG_FIELDS))
     tile = {k.split(".", 1)[1]: v for k, v in config.items() if k.startswith("tile.")}
     top = {k: v for k, v in config.items() if not k.startswith("tile.")}
     if tile:
@@ -182,6 +188,12 @@ _CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
 _FUNCS = {"min": min, "max": max, "abs": abs}
 _MAX_EXPONENT = 64
 _MAX_POWER_BITS = 4096
+#: How deep an expression may nest (``not not ... x``, ``-(-(...))``): what the checker and the
+#: evaluator recurse through.
+_MAX_DEPTH = 100
+#: Points a spec may expand to (config points x the workload grid): above, a mistake (a
+#: ``samples`` or grid that no machine finishes), refused before anything is built.
+MAX_COMBINATIONS = 1_000_000
 
 
 class ExprError(ValueError):
@@ -202,10 +214,20 @@ def compile_expr(text: str, names) -> "callable":
     ``names`` it may use; return ``fn(fields: dict) -> value``. Raises :class:`ExprError`."""
     if not isinstance(text, str) or not text.strip():
         raise ExprError(f"expected an expression (a string), got {text!r}")
+    short = text if len(text) <= 60 else text[:57] + "..."
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
-        raise ExprError(f"{text!r} does not parse ({exc.msg})") from None
+        raise ExprError(f"{short!r} does not parse ({exc.msg})") from None
+    except (RecursionError, MemoryError):
+        raise ExprError(f"{short!r}: nested more than {_MAX_DEPTH} deep") from None
+    todo, deepest = [(tree, 0)], 0
+    while todo:                                  # the depth, without recursing
+        node, d = todo.pop()
+        deepest = max(deepest, d)
+        if deepest > _MAX_DEPTH:
+            raise ExprError(f"{short!r}: nested more than {_MAX_DEPTH} deep")
+        todo.extend((c, d + 1) for c in ast.iter_child_nodes(node))
     names = set(names)
 
     def check(node):
@@ -460,8 +482,9 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     elif samples is None:
         note(f"samples: missing; sampling {sampling} needs it (how many config points, a "
              f"positive integer)")
-    elif not is_int(samples, numpy=False) or samples < 1:
-        note(f"samples: sampling {sampling} needs a positive integer, got {samples!r}")
+    elif not is_int(samples, numpy=False) or not 1 <= samples <= MAX_COMBINATIONS:
+        note(f"samples: sampling {sampling} needs a positive integer up to "
+             f"{MAX_COMBINATIONS:,}, got {samples!r}")
     seed = raw.get("seed", 0)
     if not is_int(seed, numpy=False) or seed < 0:
         note(f"seed: expected a non-negative integer, got {seed!r}")
@@ -804,6 +827,13 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
     counts = {} if counts is None else counts
     counts.update(constrained=0, no_task=0, duplicates=0)
     wnames = list(spec.workload)
+    n_config = (spec.samples if spec.config and spec.sampling != "grid"
+                else math.prod(len(a["values"]) for a in spec.config.values()))
+    n = n_config * math.prod(len(a["values"]) for a in spec.workload.values())
+    if n > MAX_COMBINATIONS:
+        raise UserError(f"{spec.path}: {n:,} combinations (config points x the workload "
+                        f"grid), more than {MAX_COMBINATIONS:,}: sample the config axes "
+                        f"(sampling: random or lhs) or give fewer values")
     wgrid = [dict(zip(wnames, combo)) for combo in
              itertools.product(*(spec.workload[n]["values"] for n in wnames))]
     points, seen, problems = [], set(), {}

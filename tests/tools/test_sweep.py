@@ -1387,6 +1387,52 @@ def test_a_workload_sweep_is_drawn_against_its_swept_axis(tmp_path):
     assert sorted(pareto_plots(rows[:1], tmp_path, axes=swept_axes(spec))) == ["pareto:a"]
 
 
+def test_workload_plots_of_several_models_config_fields_and_reruns(tmp_path):
+    """Review findings (2026-12-06, seventh session): every model of a sweep gets its by-axis
+    plot (the second took the Pareto plot: a name reused for the panels), a config field that
+    moves neither the area nor the PE count (the HB) is a line of its own, an earlier run's
+    plot of the other kind is removed, the HB's file is by-hb, and the title counts what it
+    draws."""
+    from elmoe3d.sw.host.sweep import pareto_plots, swept_axes
+    spec = parse_spec({"config": {"hb_bank_bytes": [2 ** 27, 2 ** 28]}, "workload": {
+        "model": ["qwen3-30b-a3b", "gpt-oss-20b"], "context": [1024, 4096, 16384]}})
+    assert swept_axes(spec) == {"hb_bank_bytes", "model", "context"}
+    rows = [{"model": m, "scheme": "elastic", "batch": 1, "context": c, "pes": 16,
+             "hb_bank_bytes": hb, "tokens_per_s": hb / c, "tokens_per_j": 1.0}
+            for m in ("a", "b", "c") for hb in (2 ** 27, 2 ** 28) for c in (1024, 4096, 16384)]
+    lines, titles = [], []
+    import matplotlib.axes
+    import matplotlib.figure
+    real_plot, real_title = matplotlib.axes.Axes.plot, matplotlib.figure.Figure.suptitle
+
+    def plot(self, xs, ys, *args, **kw):
+        lines.append(kw.get("label"))
+        return real_plot(self, xs, ys, *args, **kw)
+
+    def suptitle(self, t, *args, **kw):
+        titles.append(t)
+        return real_title(self, t, *args, **kw)
+    (tmp_path / "pareto-a.png").write_bytes(b"an earlier run's")
+    (tmp_path / "by-context-ab.png").write_bytes(b"another model's")
+    import unittest.mock
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot), \
+            unittest.mock.patch.object(matplotlib.figure.Figure, "suptitle", suptitle):
+        files = pareto_plots(rows, tmp_path, axes=swept_axes(spec))
+        assert sorted(files) == ["by-context:a", "by-context:b", "by-context:c"]
+        assert lines == [f"hb_bank_bytes {hb}" for hb in (2 ** 27, 2 ** 28)] * 6
+        assert titles == [f"{m}: 6 points, all on 16 PEs" for m in "abc"]
+        assert not (tmp_path / "pareto-a.png").exists()
+        assert (tmp_path / "by-context-ab.png").read_bytes() == b"another model's"
+        # a point without a number on the axis is counted apart; the HB's file is by-hb
+        hb = [dict(r, hb_gb=4.0 * (1 + (r["hb_bank_bytes"] > 2 ** 27))) for r in rows
+              if r["model"] == "a" and r["context"] == 1024]
+        titles.clear()
+        files = pareto_plots(hb + [dict(hb[0], hb_gb=None)], tmp_path, axes={"hb_gb"})
+        assert sorted(files) == ["by-hb:a"] and files["by-hb:a"].name == "by-hb-a.png"
+        assert titles == ["a: 2 of 3 points (1 without a hb_gb), all on 16 PEs"]
+        assert not (tmp_path / "by-context-a.png").exists()
+
+
 def test_area_key_names_the_configuration():
     from elmoe3d.sw.host.sweep_spec import build_arch
     a = sweep_tasks.area_key(build_arch("small", {}))
@@ -1533,3 +1579,41 @@ def test_an_out_folder_named_like_an_image_is_still_a_folder(tmp_path):
     res = run_sweep(spec, out, workers=0, cache_dir=tmp_path / "c", progress=False,
                     plots=False, say=_quiet)
     assert res.ran == 1 and (out / "sweep.json").is_file()
+
+
+def test_spec_mistakes_an_audit_found_are_named(tmp_path, capsys):
+    """An audit (2026-12-06, seventh session): a list as ``base`` gave a TypeError traceback, a
+    deeply nested constraint a RecursionError, ``samples: 1000000000`` filled the memory, and
+    ``build_arch`` raised TypeError / AttributeError for a field it does not know."""
+    from elmoe3d.config import ConfigError, preset
+    from elmoe3d.sw.host.sweep_spec import MAX_COMBINATIONS, build_arch
+    spec = tmp_path / "s.yaml"
+    spec.write_text("base: [paper-4gb]\nworkload:\n  model: [qwen3-30b-a3b]\n")
+    assert cli.main(["sweep", str(spec), "--check"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"elmoe3d sweep: error: {spec}: base: unknown configuration ['paper-4gb']; expected "
+        f"one of small, mid, paper-4gb, paper-8gb"]
+    with pytest.raises(ConfigError, match=r"^unknown configuration \{'a': 1\}"):
+        preset({"a": 1})
+    for text in ("not " * 3000 + "pes", "-" * 5000 + "1 < pes"):
+        with pytest.raises(ExprError, match=r"\.\.\.': nested more than 100 deep$"):
+            compile_expr(text, ["pes"])
+    assert compile_expr("not " * 51 + "pes", ["pes"])({"pes": 0}) is True
+    with pytest.raises(UserError, match=r"samples: sampling random needs a positive integer up "
+                                        r"to 1,000,000, got 1000000000"):
+        parse_spec({"sampling": "random", "samples": 10 ** 9, "config": {"pes": [4, 16]},
+                    "workload": {"model": ["qwen3-30b-a3b"]}})
+    big = parse_spec({"config": {"pes": list(range(1, 1001)), "tile.rows": list(range(1, 1001)),
+                                 "tile.lanes": [1, 2]},
+                      "workload": {"model": ["qwen3-30b-a3b"]}})
+    with pytest.raises(UserError, match=r"^<spec>: 2,000,000 combinations \(config points x "
+                                        r"the workload grid\), more than 1,000,000"):
+        expand(big)
+    assert MAX_COMBINATIONS == 1_000_000
+    for cfg, msg in (({"pez": 8}, r"unknown config field 'pez' \(did you mean 'pes'\?\)"),
+                     ({"tile.rowz": 8}, r"unknown config field 'tile.rowz' \(did you mean "
+                                        r"'tile.rows'\?\)"),
+                     (None, r"config: expected a table of fields, got None"),
+                     ({1: 8}, r"unknown config field 1;")):
+        with pytest.raises(ConfigError, match="^" + msg):
+            build_arch("paper-4gb", cfg)
