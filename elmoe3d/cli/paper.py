@@ -66,7 +66,7 @@ APPLIES = {"hb": _MODEL_FIGS, "tree": _MODEL_FIGS + ("fig13",),
            "link": _MODEL_FIGS + ("fig13",), "ar_cache": ("table3", "fig14", "fig15"),
            "plot": ("fig12", "fig13", "fig14", "fig15", "fig16"),
            "placement": ("table3", "fig12", "fig13"), "dram_background": ("fig14", "fig15"),
-           "nm_mac_scale": ("fig14", "fig15"), "draft_pool": ("table3", "fig14", "fig15")}
+           "nm_mac_scale": ("fig14", "fig15"), "draft_pool": _MODEL_FIGS}
 #: The defaults of the options above that default to None on the command line.
 DEFAULTS = {"cache_form": "token", "alpha": "paper", "ar_cache": "best", "link": "die",
             "placement": "paper", "dram_background": DRAM_BACKGROUND_DEFAULT,
@@ -158,7 +158,7 @@ def configure(parser):
                         help=_applies("draft_pool") + "Elastic-SD's draft pool (the experts "
                              "whose MSB slices HB holds) as the expert cache's at this HB size, "
                              "at most --hb (default: --hb's own): with --hb 8gb, 4gb runs the "
-                             "paper's 4 GB alphas with the pool they were measured with, and "
+                             "paper's 4 GB alphas with the 4 GB configuration's pool, and "
                              "--alpha model predicts alpha at that pool (docs/paper.md "
                              "section 3)")
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
@@ -264,10 +264,8 @@ def run(args) -> int:
                         if f.is_file()] if tdir.is_dir() else [])
     if args.hb is None:
         args.hb = PAPER_HB.get(args.figure, "4gb")
-    if args.draft_pool is not None and HB_SIZES.index(args.draft_pool) > HB_SIZES.index(args.hb):
-        raise UserError(f"--draft-pool {args.draft_pool}: the draft pool would hold more than "
-                        f"the expert cache at --hb {args.hb}; expected an HB size up to "
-                        f"{args.hb}")
+    if args.figure in APPLIES["draft_pool"]:
+        pe.check_pool_hb(args.draft_pool, args.hb, name="--draft-pool", hb_name="--hb")
     if args.figure == "cache-check":
         return _cache_check(args)
     if args.figure == "fig16":
@@ -1051,9 +1049,10 @@ def _fig12(args) -> int:
     alphas = None
     if args.alpha == "model":
         i = pe.TABLE3_BATCHES.index(16)
-        alphas = {s: a[i] for s, a in pe.model_alphas(args.hb)["qwen3-30b-a3b"].items()}
+        alphas = {s: a[i] for s, a in pe.model_alphas(
+            args.hb, pool_hb=args.draft_pool)["qwen3-30b-a3b"].items()}
     rows = pe.fig12(args.hb, tree=tree, zipf=_zipf(args), form=args.cache_form, alphas=alphas,
-                    link=args.link, placement=args.placement)
+                    link=args.link, placement=args.placement, pool_hb=args.draft_pool)
     console = report_console()
     hb_gib, ext_gib = _capacities_gib(args.hb)
     t = Table(title=f"Fig. 12: Qwen3-30B-A3B, MT-Bench, batch 16, HB {args.hb[:-2]} GB: "

@@ -130,7 +130,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "CapacityErr
            "cache_check", "che_global", "trace_popularity", "fit_zipf", "cross_validate",
            "cross_validation_fold", "routing_exponents",
            "ZIPF_MAX", "ALPHA_MODEL", "pool_coverage", "elastic_alpha", "calibrate_alpha",
-           "model_alphas", "pool_slots_at",
+           "model_alphas", "pool_slots_at", "check_pool_hb",
            "model_speed", "SPEED_TARGET", "AR_CACHES", "PLACEMENTS", "compute_utilisation",
            "TREE_DEPTHS", "TREE_WIDTHS", "INTRA_REQUEST", "calibrate_intra", "accepted_tokens",
            "tree_grid"]
@@ -550,9 +550,22 @@ class ExpertPopularity:
     def che(self, slots: float, rates=None) -> np.ndarray:
         """``h_i`` for an LRU of ``slots`` experts whose items are requested at ``rates``
         (default the per-token picks ``p``; all cached when ``slots >= experts``; Che's
-        approximation, Section 7's LRU model). Raises
-        :class:`UserError` for ``slots`` negative or not finite."""
+        approximation, Section 7's LRU model; an LRU at least as large as the experts
+        requested at all holds each of them). ``rates``: ``experts`` finite numbers >= 0
+        (requests a unit of time). Raises :class:`UserError` for ``slots`` negative or not
+        finite, or ``rates`` of another length or with a negative or non-finite value."""
         slots = min(_count("slots", slots), float(self.experts))
+        if rates is not None:
+            try:
+                rates = np.asarray(rates, dtype=np.float64)
+            except (TypeError, ValueError):
+                rates = None if rates is None else np.full(0, np.nan)
+            if rates.shape != (self.experts,) or not np.all(np.isfinite(rates)) \
+                    or np.any(rates < 0):
+                raise UserError(f"rates: expected {self.experts} finite numbers >= 0 (one an "
+                                f"expert), got an array of shape {rates.shape}"
+                                + ("" if rates.shape != (self.experts,) else
+                                   " with a negative or non-finite value"))
         key = (round(slots, 6), None if rates is None else rates.tobytes())
         if key not in self._che:
             r = self.p if rates is None else rates
@@ -560,6 +573,8 @@ class ExpertPopularity:
                 h = np.ones(self.experts)
             elif slots <= 0 or not r.any():         # nothing cached, or nothing requested
                 h = np.zeros(self.experts)
+            elif slots >= np.count_nonzero(r):      # every requested expert fits
+                h = (r > 0).astype(np.float64)
             else:
                 lo, hi = 0.0, 1.0
                 while np.sum(1 - np.exp(-r * hi)) < slots:
@@ -649,12 +664,27 @@ def compute_utilisation(plat: Platform, hidden: int, intermediate: int, rows: fl
     ``plat.arch`` (:meth:`.compute_calib.FFNCalibration.utilisation`: fill and drain
     included, link words at :attr:`Platform.link`'s rate, ``ld`` at a word a cycle). Raises
     :class:`UserError` for a platform without an :class:`~elmoe3d.config.ArchConfig`
-    (``plat.arch``)."""
-    return ffn_calibration(_die(plat), hidden, intermediate, bits, plat.link).utilisation(rows)
+    (``plat.arch``), ``hidden`` or ``intermediate`` not a positive integer, ``rows`` not a
+    finite number >= 1 (a routed expert computes at least one row) and ``bits`` not 4 or 8,
+    each before any calibration is computed."""
+    arch = _die(plat)
+    for name, v in (("hidden", hidden), ("intermediate", intermediate)):
+        if not is_int(v) or v < 1:
+            raise UserError(f"{name}: expected a positive integer (an FFN dimension), got {v!r}")
+    if not is_real(rows) or not 1 <= rows < math.inf:
+        raise UserError(f"rows: expected a finite number >= 1 (token rows an expert), got "
+                        f"{rows!r}")
+    if bits not in (4, 8) or isinstance(bits, bool):
+        raise UserError(f"bits: expected 4 (W4A8) or 8 (W8A8), got {bits!r}")
+    return ffn_calibration(arch, int(hidden), int(intermediate), bits,
+                           plat.link).utilisation(rows)
 
 
 def _die(plat: Platform):
     """``plat``'s :class:`~elmoe3d.config.ArchConfig`; :class:`UserError` when it has none."""
+    if not isinstance(plat, Platform):
+        hint = (f" (platform({plat!r}, hb) builds one)" if isinstance(plat, str) else "")
+        raise UserError(f"plat: expected a Platform{hint}, got {plat!r}")
     if plat.arch is None:
         raise UserError(f"platform {plat.name!r} has no ArchConfig (arch=): the compute "
                         f"calibration needs its PE")
@@ -898,8 +928,8 @@ class EvalModel:
                 raise UserError(f"pool_slots: expected a number of slots >= 0, got "
                                 f"{pool_slots!r}")
             if pool_slots > self.slots * (1 + 1e-12):
-                raise UserError(f"pool_slots: the draft pool ({pool_slots:.2f} slots a layer) "
-                                f"cannot hold more than the expert cache ({self.slots:.2f} "
+                raise UserError(f"pool_slots: the draft pool ({pool_slots:.6g} slots a layer) "
+                                f"cannot hold more than the expert cache ({self.slots:.6g} "
                                 f"slots a layer of {m.name} on {plat.name}, "
                                 f"{plat.hb_bytes / 2**30:g} GiB HB, batch {batch})")
         #: Elastic-SD's draft pool in slots a MoE layer (``pool_slots``, else :attr:`slots`)
@@ -1248,6 +1278,7 @@ class EvalModel:
         """Independent tokens whose routing a step of ``rows`` rows over the batch amounts to:
         ``batch x (rows / batch) ** intra`` (:data:`INTRA_REQUEST`): the rows of one request
         (its tree's candidates) route alike; one row a request (AR) is ``rows`` itself."""
+        rows = _count("rows", rows)
         per = max(rows / self.batch, 1.0)
         return self.batch * per ** self.intra if per > 1 else float(rows)
 
@@ -1587,23 +1618,33 @@ def pool_slots_at(pool_hb: str | None, model: str, *, batch: int, link: str = "d
     ``context``, ``intra``, ``placement``) as :class:`EvalModel`'s; None for ``pool_hb``
     None (the pool is the point's own cache). What :class:`EvalModel`'s ``pool_slots`` takes
     to run a point at a larger HB with the pool the alpha was measured with (the paper's 4 GB
-    alphas at 8 GB: ``pool_hb="4gb"``). Raises :class:`UserError` for an unknown HB size."""
+    alphas at 8 GB: ``pool_hb="4gb"``). Raises :class:`UserError` for an unknown HB size, and
+    for a point the ``pool_hb`` configuration cannot hold (its LPDDR5 check, naming the
+    point)."""
     if pool_hb is None:
         return None
     if not isinstance(pool_hb, str) or pool_hb not in HB_SIZES:
         raise UserError(f"pool_hb: expected one of {', '.join(HB_SIZES)}, got {pool_hb!r}")
-    return EvalModel(model, platform("ours", pool_hb, link=link), "elastic", batch=batch,
-                     **kw).slots
+    try:
+        return EvalModel(model, platform("ours", pool_hb, link=link), "elastic", batch=batch,
+                         **kw).slots
+    except CapacityError as exc:
+        raise UserError(f"pool_hb {pool_hb}: no draft pool of that configuration for this "
+                        f"point, which it cannot hold: {exc}") from None
 
 
-def _check_pool_hb(pool_hb, hb) -> None:
-    """A draft pool at ``pool_hb`` is at most the expert cache at ``hb``."""
+def check_pool_hb(pool_hb, hb, *, name: str = "pool_hb", hb_name: str = "hb") -> None:
+    """The one rule of a draft pool at another HB (:func:`pool_slots_at`): ``pool_hb`` is None
+    or one of :data:`HB_SIZES` up to ``hb`` (a pool at most the expert cache, which grows with
+    the HB). Raises :class:`UserError` naming ``name`` (and ``hb_name``), the parameters as the
+    caller calls them (``--draft-pool`` and ``--hb`` on the command line)."""
     if pool_hb is None:
         return
-    pool_slots_at(pool_hb, TABLE3_MODELS[0], batch=1)       # one error for a bad name
+    if not isinstance(pool_hb, str) or pool_hb not in HB_SIZES:
+        raise UserError(f"{name} {pool_hb!r}: expected one of {', '.join(HB_SIZES)}")
     if hb in HB_SIZES and HB_SIZES.index(pool_hb) > HB_SIZES.index(hb):
-        raise UserError(f"pool_hb: Elastic-SD's draft pool at {pool_hb} would hold more than "
-                        f"the expert cache at {hb}; expected an HB size up to {hb}")
+        raise UserError(f"{name} {pool_hb}: Elastic-SD's draft pool would hold more than the "
+                        f"expert cache at {hb_name} {hb}; expected an HB size up to {hb}")
 
 
 def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = None,
@@ -1631,7 +1672,7 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
     than ``hb``."""
     tree = _check_tree(tree)
     _check_alphas(alphas, SCHEMES)
-    _check_pool_hb(pool_hb, hb)
+    check_pool_hb(pool_hb, hb)
     xpu, ours = platform("xpu", hb, link=link), platform("ours", hb, link=link)
     zipf = _zipf_map(zipf, TABLE3_MODELS)
     rows = []
@@ -1682,9 +1723,20 @@ def summary(rows) -> dict:
     """Errors of :func:`table3` rows against the paper (``ratio`` = ours / paper per cell):
     ``cells``, ``within_15``, ``mean_abs_error`` (of the ratio from 1), ``worst`` (the cell,
     with its ratio), per-scheme and per-figure mean errors, and the Elastic-SD best-mode mean
-    beside :data:`PAPER_BEST_MODE_MEAN`."""
+    beside :data:`PAPER_BEST_MODE_MEAN`. Raises :class:`UserError` for a row that is not one
+    of table3's (a dict with model, scheme, batch, Phi_AR, Phi_SD and best) or a paper figure
+    that is not positive."""
+    need = ("model", "scheme", "batch", "phi_ar", "phi_sd", "best")
     cells = []
     for r in rows:
+        if not isinstance(r, dict) or any(k not in r for k in need):
+            raise UserError(f"Table 3 rows: expected table3's rows (dicts with "
+                            f"{', '.join(map(repr, need))}), got {r!r:.80}")
+        for k in ("phi_ar", "phi_sd"):
+            if f"paper_{k}" in r and not (is_real(r[f"paper_{k}"]) and r[f"paper_{k}"] > 0):
+                raise UserError(f"Table 3 rows: {r['model']} {r['scheme']} batch {r['batch']}: "
+                                f"paper_{k} expected a positive number, got "
+                                f"{r[f'paper_{k}']!r}")
         for k in ("phi_ar", "phi_sd"):
             if f"paper_{k}" in r:
                 cells.append((r[k] / r[f"paper_{k}"], r["model"], r["scheme"], r["batch"], k))
@@ -2157,7 +2209,8 @@ FIG12_UNITS = {"hb": "GB (10^9 bytes; the table prints GiB)", "ext": "GB (10^9 b
 
 def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
           tree=TREE, alphas: dict | None = None, zipf: dict | None = None,
-          form: str = "token", link: str = "die", placement: str = "paper") -> list:
+          form: str = "token", link: str = "die", placement: str = "paper",
+          pool_hb: str | None = None) -> list:
     """Fig. 12 (Qwen3-30B-A3B, MT-Bench, batch 16, 8 GB in the paper): per SD scheme, where the
     bytes live and what an SD iteration costs. A dict per scheme: ``hb`` (decimal GB, 10^9
     bytes, in HB by kind:
@@ -2170,8 +2223,8 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
     and ``verify_whole_ms`` (the verify with MSB slices cached and with whole INT8 experts:
     bit-sliced against conventional caching, Fig. 13), ``ms_token`` and ``phi_sd``. ``zipf``,
     ``form``,
-    ``tree``, ``link`` and ``placement`` as in :func:`table3` (``zipf`` may also name
-    ``model``). Raises :class:`UserError` naming the parameter for a ``batch`` not a positive
+    ``tree``, ``link``, ``placement`` and ``pool_hb`` as in :func:`table3` (``zipf`` may also
+    name ``model``). Raises :class:`UserError` naming the parameter for a ``batch`` not a positive
     integer, an ``alphas`` key not a scheme of :data:`SCHEMES`, a scheme without an alpha
     (``model`` and ``batch`` not in Table 3), a ``zipf`` key not a model, and as
     :func:`table3`."""
@@ -2183,6 +2236,7 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
         if not isinstance(alphas, dict):
             raise UserError(f"alphas: expected {{scheme: alpha}}, got {type(alphas).__name__}")
         _check_keys("alphas", alphas, "schemes", (), SCHEMES)
+    check_pool_hb(pool_hb, hb)
     i = TABLE3_BATCHES.index(batch) if batch in TABLE3_BATCHES else None
     s = _zipf_map(zipf, tuple(ZIPF) + (() if model in ZIPF else (model,))).get(model)
     xpu, ours = platform("xpu", hb, link=link), platform("ours", hb, link=link)
@@ -2195,8 +2249,10 @@ def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,
             alpha = TABLE3_4GB[model][scheme][i][0]
         else:
             raise UserError(f"fig12: no alpha for {model} {scheme} at batch {batch}; pass alphas")
+        pool = (pool_slots_at(pool_hb, model, batch=batch, zipf=s, form=form,
+                              placement=placement, link=link) if scheme == "elastic" else None)
         em = EvalModel(model, ours, scheme, batch=batch, zipf=s, form=form,
-                       placement=placement)
+                       placement=placement, pool_slots=pool)
         sd = em.best_sd(alpha) if tree == "best" else em.sd(alpha, *tree)
         m = em.m
         draft_bytes = em.draft_bytes
@@ -2315,7 +2371,7 @@ def fig14(hb: str = "8gb", *, tree=TREE, zipf: dict | None = None,
     :data:`PLATFORM_SCHEME` only)."""
     tree = _check_tree(tree)
     _check_alphas(alphas, tuple(dict.fromkeys(PLATFORM_SCHEME.values())))
-    _check_pool_hb(pool_hb, hb)
+    check_pool_hb(pool_hb, hb)
     base_plat = platform("xpu", hb, link=link, dram_background=dram_background,
                          nm_mac_scale=nm_mac_scale)
     zipf = _zipf_map(zipf, TABLE3_MODELS)
@@ -2431,7 +2487,12 @@ def by_point(rows) -> dict:
 
 def best_prior(point: dict) -> str:
     """The prior platform (:data:`PRIOR_PLATFORMS`) with the best best-mode speedup at a
-    point of :func:`by_point` (the paper's "best performing prior accelerator")."""
+    point of :func:`by_point` (the paper's "best performing prior accelerator"). Raises
+    :class:`UserError` for a point that lacks one of them."""
+    if not isinstance(point, dict) or any(not isinstance(point.get(p), dict)
+                                          or "best" not in point[p] for p in PRIOR_PLATFORMS):
+        raise UserError(f"point: expected a point of by_point (a row with 'best' for each of "
+                        f"{', '.join(PRIOR_PLATFORMS)})")
     return max(PRIOR_PLATFORMS, key=lambda p: point[p]["best"])
 
 
@@ -2483,8 +2544,17 @@ def model_speed(hb: str = "8gb", models=TABLE3_MODELS, batches=TABLE3_BATCHES,
     iteration of the :data:`TREE` (tokens: ours only, ``batch`` for the AR step + ``batch x
     accepted`` for the iteration; the xPU step is timed but its tokens are not counted);
     rounds repeat until ``min_seconds`` have passed on one core (``time.process_time``).
-    Returns ``{model: {"tokens_per_s", "rounds", "seconds"}}``."""
+    Returns ``{model: {"tokens_per_s", "rounds", "seconds"}}``. Raises :class:`UserError` for
+    ``models`` not a sequence of Table 3's models (whose alphas it reads), ``batches`` not a
+    sequence of Table 3's batch sizes, or ``min_seconds`` not a finite number >= 0."""
     import time
+    for name, values, known in (("models", models, TABLE3_MODELS),
+                                ("batches", batches, TABLE3_BATCHES)):
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__") \
+                or not list(values) or any(v not in known for v in values):
+            raise UserError(f"{name}: expected a non-empty sequence of Table 3's "
+                            f"{', '.join(map(str, known))}, got {values!r}")
+    _count("min_seconds", min_seconds)
     out = {}
     x, o = platform("xpu", hb), platform("ours", hb)
     for model in models:
@@ -2517,7 +2587,9 @@ def pool_coverage(pop: ExpertPopularity, slots: float) -> float:
     """Share of a token's top-k picks that fall in the ``slots`` hottest experts (fractional
     slots interpolate): the pool's coverage of the routing, a proxy for the share of the gate
     weight the throttled draft keeps. Raises :class:`UserError` for ``slots`` negative or not
-    finite."""
+    finite, or ``pop`` not an :class:`ExpertPopularity`."""
+    if not isinstance(pop, ExpertPopularity):
+        raise UserError(f"pop: expected an ExpertPopularity, got {pop!r}")
     c = np.concatenate(([0.0], np.cumsum(pop.p))) / pop.top_k
     x = min(_count("slots", slots), float(pop.experts))
     i = int(x)
@@ -2532,7 +2604,11 @@ def elastic_alpha(em: EvalModel, params=None) -> float:
     be accepted at ``alpha_max`` (the MSB slices' own error). Capped at 0.99. ``params``:
     ``(alpha_max, beta)``, default :data:`ALPHA_MODEL`'s for the model. Raises
     :class:`UserError` for a model :data:`ALPHA_MODEL` has no fit for (a loaded one) without
-    ``params``, or ``params`` not two finite numbers >= 0."""
+    ``params``, ``params`` not two finite numbers >= 0, or ``em`` not an Elastic-SD
+    :class:`EvalModel`."""
+    if not isinstance(em, EvalModel) or em.scheme != "elastic":
+        raise UserError(f"em: expected an Elastic-SD EvalModel (scheme 'elastic'), got "
+                        f"{getattr(em, 'scheme', em)!r}")
     if params is None:
         if em.m.name not in ALPHA_MODEL:
             raise UserError(f"elastic_alpha: model {em.m.name!r} has no fitted alpha model "
@@ -2579,7 +2655,9 @@ def model_alphas(hb: str, *, zipf: dict | None = None, params: dict | None = Non
     schemes' draft does not depend on HB: the paper's value), shaped as :data:`TABLE3_4GB`'s
     alpha column: ``{model: {scheme: [alpha per batch]}}``. ``zipf`` overrides :data:`ZIPF`,
     ``params`` :data:`ALPHA_MODEL` (``{model: (alpha_max, beta)}``; a cross-validation fold's
-    refit); ``pool_hb`` the draft pool's HB (:func:`pool_slots_at`; default ``hb``)."""
+    refit); ``pool_hb`` the draft pool's HB (:func:`pool_slots_at`; default ``hb``; at most
+    ``hb``, :func:`check_pool_hb`)."""
+    check_pool_hb(pool_hb, hb)
     ours = platform("ours", hb)
     zipf = {**ZIPF, **(zipf or {})}
     out = {}

@@ -1308,16 +1308,32 @@ def test_draft_pool_at_a_smaller_hb():
                     ({"pool_slots": math.nan}, "pool_slots: expected a number of slots >= 0"),
                     ({"pool_slots": "4gb"}, "pool_slots: expected a number of slots >= 0"),
                     ({"pool_slots": em.slots + 0.5},
-                     r"pool_slots: the draft pool \(\d+\.\d\d slots a layer\) cannot hold more "
-                     r"than the expert cache")):
+                     r"pool_slots: the draft pool \(54.5078 slots a layer\) cannot hold more "
+                     r"than the expert cache \(54.0078 slots a layer of qwen3-30b-a3b on ours, "
+                     r"8 GiB HB, batch 4\)$")):
         args = {"scheme": "elastic", **kw}
         with pytest.raises(UserError, match="^" + msg):
             pe.EvalModel("qwen3-30b-a3b", ours8, batch=4, **args)
-    with pytest.raises(UserError, match="^pool_hb: Elastic-SD's draft pool at 8gb would hold "
-                                        "more than the expert cache at 4gb"):
-        pe.table3("4gb", pool_hb="8gb")
-    with pytest.raises(UserError, match="^pool_hb: expected one of 4gb, 8gb, got '2gb'"):
-        pe.fig14("8gb", pool_hb="2gb")
+    for f in (pe.table3, pe.fig12, pe.fig14, pe.model_alphas):
+        with pytest.raises(UserError, match="^pool_hb 8gb: Elastic-SD's draft pool would hold "
+                                            "more than the expert cache at hb 4gb; expected an "
+                                            "HB size up to 4gb$"):
+            f("4gb", pool_hb="8gb")
+        with pytest.raises(UserError, match="^pool_hb '2gb': expected one of 4gb, 8gb$"):
+            f("8gb", pool_hb="2gb")
+    # a pool smaller than top-k: the throttled draft keeps the pool's experts alone (fewer MACs)
+    three = pe.EvalModel("qwen3-30b-a3b", ours8, "elastic", batch=4, pool_slots=3)
+    d3 = three.step(16, phase="draft")
+    assert sum(d3.macs.values()) < sum(d_full.macs.values()) and d3.seconds < d_full.seconds
+    # Fig. 12 takes the pool too: its Elastic-SD row alone moves
+    f12, f12p = pe.fig12("8gb"), pe.fig12("8gb", pool_hb="4gb")
+    assert [r["scheme"] for r, q in zip(f12, f12p) if r["ms_token"] != q["ms_token"]] == \
+        ["elastic"]
+    # the pool of a configuration that cannot hold the point: said, not a wrong capacity hint
+    with pytest.raises(UserError, match=r"^pool_hb 4gb: no draft pool of that configuration "
+                                        r"for this point, which it cannot hold: qwen3-30b-a3b"):
+        pe.pool_slots_at("4gb", "qwen3-30b-a3b", batch=16, context=25088)
+    pe.EvalModel("qwen3-30b-a3b", ours8, "elastic", batch=16, context=25088)   # 8 GB holds it
 
 
 def test_fig15_summary_bad_rows():
@@ -1868,3 +1884,44 @@ def test_zipf_doc_comments_sit_above_their_constants():
     i, j = src.index("\nZIPF_MAX = "), src.index("\nZIPF = ")
     assert "The largest Zipf exponent" in src[:i].rsplit("\n\n", 1)[-1]
     assert "Zipf exponent of each model" in src[:j].rsplit("\n\n", 1)[-1]
+
+
+def test_public_helpers_refuse_bad_input_by_name():
+    """An audit (2026-12-06, seventh session) of the public functions: negative Che rates hung
+    (the characteristic time's doubling never reached the slots), rows and models outside
+    what is modelled passed or raised KeyError / AttributeError from deep code."""
+    pop = pe.ExpertPopularity(8, 2, 1.0)
+    for rates in (np.full(8, -0.1), np.ones(3), [math.nan] * 8, "abc", [[1.0, 2.0], [3.0]]):
+        _raises(r"^rates: expected 8 finite numbers >= 0 \(one an expert\)", pop.che, 2, rates)
+    # fewer requested experts than slots: each of them cached (it looped forever on 1 of 8)
+    assert list(pop.che(2, np.array([1.0] + [0.0] * 7))) == [1.0] + [0.0] * 7
+    assert pop.che(2, [1.0] * 8) == pytest.approx(np.full(8, 0.25))
+    assert np.array_equal(pop.che(3, pop.p), pop.che(3))
+    plat = pe.platform("ours", "4gb")
+    for args, msg in (((2048, 768, -1, 8), r"rows: expected a finite number >= 1"),
+                      ((2048, 768, math.nan, 8), r"rows: expected a finite number >= 1"),
+                      (("2048", 768, 4, 8), r"hidden: expected a positive integer"),
+                      ((2048, 0, 4, 8), r"intermediate: expected a positive integer"),
+                      ((2048, 768, 4, 16), r"bits: expected 4 \(W4A8\) or 8 \(W8A8\)")):
+        _raises("^" + msg, pe.compute_utilisation, plat, *args)
+    _raises(r"^plat: expected a Platform \(platform\('ours', hb\) builds one\)",
+            pe.linear_utilisation, "ours", 2048, 256, 16, 8)
+    for kw, msg in (({"models": ["x"]}, "models: expected a non-empty sequence of Table 3's"),
+                    ({"models": "qwen3-30b-a3b"}, "models: expected"),
+                    ({"batches": [3]}, "batches: expected a non-empty sequence of Table 3's "
+                                       "1, 4, 8, 16, got \\[3\\]"),
+                    ({"batches": []}, "batches: expected"),
+                    ({"min_seconds": -1}, "min_seconds: expected a finite number >= 0")):
+        _raises("^" + msg, pe.model_speed, **kw)
+    _raises(r"^Table 3 rows: expected table3's rows", pe.summary, [{}])
+    row = pe.table3("4gb")[0]
+    _raises(r"^Table 3 rows: qwen3-30b-a3b eagle batch 1: paper_phi_ar expected a positive "
+            r"number, got 0", pe.summary, [dict(row, paper_phi_ar=0)])
+    _raises(r"^point: expected a point of by_point", pe.best_prior, {})
+    em = pe.EvalModel("qwen3-30b-a3b", plat, "eagle", batch=4)
+    for bad in (-5, math.nan, "x"):
+        _raises(r"^rows: expected a finite number >= 0", em.routed_tokens, bad)
+    _raises(r"^pop: expected an ExpertPopularity", pe.pool_coverage, 5, 1)
+    _raises(r"^em: expected an Elastic-SD EvalModel \(scheme 'elastic'\), got 'eagle'",
+            pe.elastic_alpha, em)
+    _raises(r"^em: expected an Elastic-SD EvalModel", pe.elastic_alpha, 5)

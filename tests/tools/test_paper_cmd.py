@@ -307,6 +307,10 @@ def test_draft_pool_option(tmp_path, capsys):
             in text)
     doc = json.loads(out.read_text())
     assert doc["draft_pool"] == "4gb"
+    pools = {r["model"]: r["pool_slots"] for r in pe.table3("4gb") if r["batch"] == 1
+             and r["scheme"] == "elastic"}
+    assert {r["model"]: r["pool_slots"] for r in doc["rows"] if r["batch"] == 1
+            and r["scheme"] == "elastic"} == pools            # the table ran with the pool
     four = pe.model_alphas("4gb")
     assert [r["alpha"] for r in doc["rows"] if r["scheme"] == "elastic"] == \
         [a for m in pe.TABLE3_MODELS for a in four[m]["elastic"]]
@@ -314,6 +318,17 @@ def test_draft_pool_option(tmp_path, capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "ours over xPU: 7.78x speedup, up to 15.68x" in text          # 7.69x without
     assert json.loads(out.read_text())["draft_pool"] == "4gb"
+    # the alpha model at the 4 GB pool gives the 4 GB alphas, and fig14 runs with both
+    assert cli.main(["paper", "fig14", "--draft-pool", "4gb", "--alpha", "model", "--json",
+                     str(out)]) == 0
+    capsys.readouterr()
+    want = pe.fig14("8gb", alphas=four, pool_hb="4gb")
+    assert [r["phi_sd"] for r in json.loads(out.read_text())["rows"]] == \
+        [r["phi_sd"] for r in want]
+    assert cli.main(["paper", "fig12", "--draft-pool", "4gb", "--json", str(out)]) == 0
+    assert "(--draft-pool), not 8 GB's" in " ".join(capsys.readouterr().out.split())
+    assert [r["ms_token"] for r in json.loads(out.read_text())["rows"]] == \
+        [r["ms_token"] for r in pe.fig12("8gb", pool_hb="4gb")]
     assert cli.main(["paper", "table3", "--json", str(out)]) == 0
     assert "draft pool" not in capsys.readouterr().out
     assert json.loads(out.read_text())["draft_pool"] is None
@@ -334,10 +349,15 @@ def test_draft_pool_option(tmp_path, capsys):
     (["fig14", "--nm-mac-scale", "inf"], "--nm-mac-scale: expected a finite number >= 0 "
                                          "(times the logic die's W8A8 pJ per MAC), got inf"),
     (["table3", "--nm-mac-scale", "2"], "--nm-mac-scale applies to fig14 and fig15 only"),
-    (["fig12", "--draft-pool", "4gb"], "--draft-pool applies to table3, fig14 and fig15 only"),
-    (["table3", "--draft-pool", "8gb"], "--draft-pool 8gb: the draft pool would hold more "
-                                        "than the expert cache at --hb 4gb; expected an HB "
-                                        "size up to 4gb"),
+    (["fig13", "--draft-pool", "4gb"], "--draft-pool applies to table3, fig12, fig14 and "
+                                       "fig15 only"),
+    (["table3", "--draft-pool", "8gb"], "--draft-pool 8gb: Elastic-SD's draft pool would hold "
+                                        "more than the expert cache at --hb 4gb; expected an "
+                                        "HB size up to 4gb"),
+    (["fig12", "--hb", "4gb", "--draft-pool", "8gb"], "--draft-pool 8gb: Elastic-SD's draft "
+                                                      "pool would hold more than the expert "
+                                                      "cache at --hb 4gb; expected an HB size "
+                                                      "up to 4gb"),
     (["fig14", "--draft-pool", "2gb"], "--draft-pool 2gb: expected one of 4gb, 8gb"),
 ])
 def test_bad_choices_are_one_line_like_run(tmp_path, capsys, argv, msg):
