@@ -190,7 +190,8 @@ def run(args) -> int:
     fill_defaults(args, RUN_DEFAULTS)
     modes = _modes(args.modes)
     if args.shape not in MODEL_PRESETS:
-        raise UserError(f"--shape {args.shape}: unknown model preset")
+        raise UserError(f"--shape {args.shape}: unknown model preset; known: "
+                        f"{', '.join(MODEL_PRESETS)}")
     tokens = _tokens(args.tokens)
     # a bad $ELMOE3D_SEED fails before the build, unless no run reads it
     seed = None if args.build_only else resolve_seed(args.seed)
@@ -202,7 +203,7 @@ def run(args) -> int:
     try:
         arch = paper_arch(args.config, args.tile)
     except (ConfigError, ValueError) as exc:
-        raise UserError(f"--tile: {exc}") from None
+        raise UserError(f"--tile: {str(exc).removeprefix('tile: ')}") from None
     if args.fit:
         from ..sw.host.stream_group import fitting_config
         model = MODEL_PRESETS[args.shape]

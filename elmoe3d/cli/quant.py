@@ -120,7 +120,8 @@ def parse_bits(text) -> list:
             if "-" in part[1:]:
                 lo, hi = (int(p) for p in part.split("-", 1))
                 if lo > hi:
-                    raise UserError(f"--bits {text!r}: empty range {lo}-{hi}")
+                    raise UserError(f"--bits {text!r}: empty range {lo}-{hi} (expected "
+                                    f"LO-HI with LO <= HI, e.g. 2-7)")
                 out.update(range(lo, hi + 1))
             else:
                 out.add(int(part))

@@ -30,6 +30,7 @@ retransmitted).
 
 from __future__ import annotations
 
+import re
 import struct
 import threading
 import time
@@ -399,7 +400,10 @@ class FpgaBoard:
         try:
             ser = serial.serial_for_url(str(port), baudrate=int(baud), timeout=timeout, **kw)
         except (serial.SerialException, ValueError, OSError) as exc:
-            raise BoardError(f"cannot open serial port {port}: {exc}") from None
+            # pyserial's message repeats the errno its text already has ("[Errno 2] could
+            # not open port X: [Errno 2] No such file ..."): once is enough
+            text = re.sub(r"^\[Errno \d+\] ", "", str(exc))
+            raise BoardError(f"cannot open serial port {port}: {text}") from None
         return cls(ser, config=config, timeout=timeout, retries=retries, port=str(port),
                    baud=int(baud), clock=clock)
 

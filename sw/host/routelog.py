@@ -328,7 +328,9 @@ def usage_counts(doc) -> dict:
         raise UserError(f"expert usage: expected per-layer count lists, got "
                         f"{type(doc).__name__}")
     if not items:
-        raise UserError("expert usage: no layer")
+        raise UserError("expert usage: no layer (expected per-layer lists of expert counts: "
+                        "a list of lists or an object of layer name -> list, perhaps under "
+                        f"{', '.join(map(repr, _USAGE_KEYS))})")
     out, width = {}, None
     for name, v in items:
         if not isinstance(v, list):

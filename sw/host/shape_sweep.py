@@ -146,21 +146,36 @@ def table(records) -> str:
     return "\n".join(lines)
 
 
+def _positive(option: str, text: str) -> int:
+    """``text`` as a positive integer; ValueError naming ``option`` otherwise."""
+    try:
+        v = int(text.strip())
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise ValueError(f"{option}: expected a positive integer, got {text!r}")
+    return v
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m elmoe3d.sw.host.shape_sweep",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", default="2", metavar="N",
+                    help="worker processes, a positive integer (default 2)")
     ap.add_argument("--models", default="", help="comma-separated model presets (default all "
                                                  "SwiGLU presets)")
-    ap.add_argument("--tokens", default="1,4,16")
+    ap.add_argument("--tokens", default="1,4,16", metavar="T[,T...]",
+                    help="comma-separated token counts of each case, positive integers "
+                         "(default 1,4,16)")
     args = ap.parse_args(argv)
     try:
-        tokens = tuple(int(t) for t in args.tokens.split(","))
+        jobs = _positive("--jobs", args.jobs)
+        tokens = tuple(_positive("--tokens", t) for t in args.tokens.split(","))
         cases = sweep_cases([m for m in args.models.split(",") if m] or None, tokens)
     except ValueError as e:
         print(f"shape_sweep: {e}", file=sys.stderr)
         return 2
-    recs = run_sweep(cases, args.jobs)
+    recs = run_sweep(cases, jobs)
     print(table(recs))
     bad = [r for r in recs if r["status"] == "MISMATCH"]
     ok = sum(r["status"] == "bit-exact" for r in recs)

@@ -357,7 +357,8 @@ def test_expert_usage_calibrates_the_generator(tmp_path):
 @pytest.mark.parametrize("doc, words", [
     ({"layers": {"a": [1, 2], "b": [1, 2, 3]}}, "layer 'b' has 3 experts"),
     ([[1, -2]], "finite counts >= 0"), ({"layers": {"a": "x"}}, "expected a list of counts"),
-    ({"layers": {}}, "no layer"), ({"layers": [[1]], "counts": [[1]]}, "both"),
+    ({"layers": {}}, "no layer \\(expected per-layer lists of expert counts"),
+    ({"layers": [[1]], "counts": [[1]]}, "both"),
     (3, "expected per-layer count lists")])
 def test_expert_usage_errors(doc, words):
     with pytest.raises(UserError, match=words):

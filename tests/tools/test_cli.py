@@ -138,3 +138,22 @@ def test_option_like_values_and_the_double_dash_are_left_alone():
     assert cli._dash_values(parser, ["sim", "--json", "-w"]) == ["sim", "--json", "-w"]
     assert cli._dash_values(parser, ["quant", "--", "--bits", "-4"]) == \
         ["quant", "--", "--bits", "-4"]
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--tokens", "-3"], "--tokens: expected a positive integer, got '-3'"),   # a traceback
+    (["--tokens", "0"], "--tokens: expected a positive integer, got '0'"),     # 0/0 "bit-exact"
+    (["--tokens", "abc"], "--tokens: expected a positive integer, got 'abc'"),
+    (["--tokens", "1,,4"], "--tokens: expected a positive integer, got ''"),
+    (["--jobs", "0"], "--jobs: expected a positive integer, got '0'"),
+    (["--jobs", "-2"], "--jobs: expected a positive integer, got '-2'"),
+    (["--models", "olmoe"], "models: unknown model 'olmoe'; models are "),
+])
+def test_shape_sweep_refuses_bad_options_in_one_line(capsys, argv, msg):
+    """``python -m elmoe3d.sw.host.shape_sweep`` (README "Real expert shapes"): a new-user
+    trial (2026-12-06, seventh session) got a worker's traceback for ``--tokens -3`` and a
+    "bit-exact" run of no outputs for ``--tokens 0``."""
+    from elmoe3d.sw.host import shape_sweep
+    assert shape_sweep.main(["--models", "olmoe-1b-7b"] + argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"shape_sweep: {msg}")

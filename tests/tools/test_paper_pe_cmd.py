@@ -138,9 +138,13 @@ def test_fit_builds_the_nearest_configuration_that_holds_the_shape(monkeypatch, 
 
 
 @pytest.mark.parametrize("argv, word", [(["--tile", "3x5x32"], "lanes"),
-                                        (["--tile", "8x16"], "ROWSxLANESxGROUP"),
+                                        (["--tile", "8x16"], "paper-pe: error: --tile: "
+                                                             "expected ROWSxLANESxGROUP "
+                                                             "(e.g. 8x16x32), got '8x16'\n"),
                                         (["--modes", "MSB_ONLY"], "--modes"),
-                                        (["--shape", "gpt-5"], "--shape"),
+                                        (["--shape", "gpt-5"], "--shape gpt-5: unknown "
+                                                               "model preset; known: "
+                                                               "qwen3-30b-a3b, "),
                                         (["--tokens", "0"], "--tokens"),
                                         (["--tokens", "1,x"], "--tokens"),
                                         (["--ld-rate", "fast"], "--ld-rate"),

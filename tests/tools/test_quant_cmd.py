@@ -51,6 +51,12 @@ def test_parse_bits_rejects(text):
         quant_cmd.parse_bits(text)
 
 
+def test_parse_bits_says_what_a_range_is():
+    with pytest.raises(UserError, match=r"^--bits '7-2': empty range 7-2 \(expected LO-HI with "
+                                        r"LO <= HI, e.g. 2-7\)$"):
+        quant_cmd.parse_bits("7-2")
+
+
 # --- numbers ------------------------------------------------------------------------------
 
 def test_chunked_analysis_equals_golden_draft_weights(monkeypatch):
