@@ -23,7 +23,7 @@ import numpy as np
 
 from ...checks import is_int
 from .quant import (GROUP, QuantizationError, QuantizationTypeError, QuantizedActivation,
-                    QuantizedWeight, as_int8_codes, msb_slice, lsb_slice)
+                    QuantizedWeight, _lsb, _msb, _to_array, _what_type, as_int8_codes)
 
 
 __all__ = [
@@ -101,11 +101,12 @@ def _unit_pe(a, field):
 
 def slice_product(a, q, mode) -> np.ndarray:
     """Product of activation ``a`` and INT8 weight ``q`` as the bit-sliced datapath forms it
-    (slice by slice, with the shift of the slice combiner). int32, broadcasting. Raises
-    :class:`~.quant.QuantizationError` for ``a`` or ``q`` outside int8 (integers only) or an
-    unknown ``mode``."""
+    (slice by slice, with the shift of the slice combiner). int32, broadcasting. ``mode`` as
+    :func:`parse_mode`. Raises :class:`~.quant.QuantizationError` naming ``slice_product``
+    and the operand for ``a`` or ``q`` outside int8 (integers only) or an unknown ``mode``."""
     mode = parse_mode(mode, "slice_product")
-    msb, lsb = msb_slice(q), lsb_slice(q)
+    q = as_int8_codes(q, "slice_product: q")
+    msb, lsb = _msb(q), _lsb(q)
     a = as_int8_codes(a, "slice_product: a")
     if mode is Mode.FULL:
         return (_unit_pe(a, _msb_field(msb, 0)) << 3) + _unit_pe(a, _lsb_field(lsb))
@@ -117,27 +118,28 @@ def slice_product(a, q, mode) -> np.ndarray:
 
 
 def effective_weight(q, mode) -> np.ndarray:
-    """The weight value a mode multiplies by (int16): q, 16*msb + 8, 16*msb or lsb. Raises
-    :class:`~.quant.QuantizationError` for codes outside int8 or an unknown ``mode``."""
+    """The weight value a mode multiplies by (int16, ``q``'s shape): q, 16*msb + 8, 16*msb or
+    lsb. ``mode`` as :func:`parse_mode`. Raises :class:`~.quant.QuantizationError` naming
+    ``effective_weight`` and ``q`` for codes outside int8, or an unknown ``mode``."""
     mode = parse_mode(mode, "effective_weight")
-    q = as_int8_codes(q)
+    q = as_int8_codes(q, "effective_weight: q")
     if mode is Mode.FULL:
         return q.astype(np.int16)
     if mode is Mode.DRAFT:
-        return msb_slice(q).astype(np.int16) * 16 + 8
+        return _msb(q).astype(np.int16) * 16 + 8
     if mode is Mode.MSB_ONLY:
-        return msb_slice(q).astype(np.int16) * 16
-    return lsb_slice(q).astype(np.int16)
+        return _msb(q).astype(np.int16) * 16
+    return _lsb(q).astype(np.int16)
 
 
 def _fp16(scale, what):
     """``scale`` as a float16 array, or a :class:`~.quant.QuantizationTypeError` naming
     ``what``: a float32 or float64 scale would be rounded to FP16 without a word."""
-    scale = np.asarray(scale)
-    if scale.dtype != np.float16:
-        raise QuantizationTypeError(f"{what}: expected FP16 group scales (float16), got dtype "
-                                    f"{scale.dtype}")
-    return scale
+    arr = _to_array(scale, what, "FP16 group scales (float16)")
+    if arr.dtype != np.float16:
+        raise QuantizationTypeError(f"{what}: expected FP16 group scales (float16), got "
+                                    f"{_what_type(scale, arr)}")
+    return arr
 
 
 def scale_fields(scale):
@@ -165,16 +167,29 @@ def scale_term(psum, scale) -> np.ndarray:
     shifts by 30). Raises :class:`~.quant.QuantizationError` for a psum outside that range
     (the term would wrap) and :class:`~.quant.QuantizationTypeError` for psums that are not
     integers or scales that are not float16."""
-    m, shift = _mantissa_shift(scale)
-    psum = np.asarray(psum)
-    if not np.issubdtype(psum.dtype, np.integer):
-        raise QuantizationTypeError(f"scale_term: psum: expected integer group psums, got "
-                                    f"dtype {psum.dtype}")
+    psum = _psums(psum, "scale_term: psum")
+    return _scale_term(psum, _fp16(scale, "scale_term: scale"))
+
+
+def _psums(psum, what):
+    """``psum`` as an integer array of :data:`PSUM_BITS`-bit signed values, or a
+    :class:`~.quant.QuantizationError` (a ``QuantizationTypeError`` for a dtype) naming
+    ``what``: a wider psum would wrap in :func:`_scale_term`."""
+    arr = _to_array(psum, what, "integer group psums")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise QuantizationTypeError(f"{what}: expected integer group psums, got "
+                                    f"{_what_type(psum, arr)}")
     lim = 1 << (PSUM_BITS - 1)
-    if psum.size and (psum.min() < -lim or psum.max() > lim - 1):
-        raise QuantizationError(f"scale_term: psum: expected {PSUM_BITS}-bit signed group "
-                                f"psums in [{-lim}, {lim - 1}], got values in "
-                                f"[{psum.min()}, {psum.max()}]")
+    if arr.size and (arr.min() < -lim or arr.max() > lim - 1):
+        raise QuantizationError(f"{what}: expected {PSUM_BITS}-bit signed group psums in "
+                                f"[{-lim}, {lim - 1}], got values in [{arr.min()}, "
+                                f"{arr.max()}]")
+    return arr
+
+
+def _scale_term(psum, scale):
+    """:func:`scale_term` of checked operands (:func:`_psums`, float16 ``scale``)."""
+    m, shift = _mantissa_shift(scale)
     return (psum.astype(np.int64) * m) << shift
 
 
@@ -239,14 +254,41 @@ class Accumulator:
         Q.24 values: the real value is ``acc * 2^-24`` (times the activation scale).
     overflow : ndarray of bool, shape ``[M, N]``
         Sticky flag: some addition saturated at the int64 bounds.
+
+    Raises
+    ------
+    QuantizationTypeError
+        ``acc`` not integers that int64 holds (floats, uint64, bool; Python ints or lists of
+        them are converted to int64 when every value fits), ``overflow`` not bool, or either
+        no array (ragged nested lists).
+    QuantizationError
+        ``acc`` not 2-D, an integer beyond int64, or ``overflow`` not of ``acc``'s shape.
     """
 
     acc: np.ndarray
     overflow: np.ndarray
 
+    def __post_init__(self):
+        acc = _int64_operand(self.acc, "Accumulator: acc", "int64 Q.24 accumulators [M, N]")
+        ovf = _to_array(self.overflow, "Accumulator: overflow", "bool flags [M, N]")
+        if ovf.dtype != np.bool_:
+            raise QuantizationTypeError(f"Accumulator: overflow: expected bool flags [M, N], "
+                                        f"got {_what_type(self.overflow, ovf)}")
+        if acc.ndim != 2 or ovf.shape != acc.shape:
+            raise QuantizationError(f"Accumulator: expected acc and overflow of one shape "
+                                    f"[M, N], got {tuple(acc.shape)} and {tuple(ovf.shape)}")
+        object.__setattr__(self, "acc", acc)
+        object.__setattr__(self, "overflow", ovf)
+
     @classmethod
     def zeros(cls, m, n):
-        """The reset state: ``acc`` 0 and ``overflow`` False, shape ``[m, n]``."""
+        """The reset state: ``acc`` 0 (int64) and ``overflow`` False, shape ``[m, n]``.
+        Raises :class:`~.quant.QuantizationError` naming ``m`` or ``n`` for a negative one,
+        :class:`~.quant.QuantizationTypeError` for one that is no integer (bool included)."""
+        for name, v in (("m", m), ("n", n)):
+            if not is_int(v) or v < 0:
+                err = QuantizationError if is_int(v) else QuantizationTypeError
+                raise err(f"Accumulator.zeros: {name}: expected an integer >= 0, got {v!r}")
         return cls(np.zeros((m, n), np.int64), np.zeros((m, n), bool))
 
     def __eq__(self, other):
@@ -254,12 +296,71 @@ class Accumulator:
                 and np.array_equal(self.overflow, other.overflow))
 
 
+def _int64_operand(x, what, expected):
+    """``x`` as an int64 array without changing a value, or a named error: an int64 array
+    as it is (no copy: the hot path), another signed or a narrower unsigned integer dtype
+    converted; Python ints (and lists of them) only where every value fits int64.
+
+    Raises :class:`~.quant.QuantizationTypeError` naming ``what`` for floats (they would be
+    truncated), bool, uint64 (its values above ``INT64_MAX`` have no int64 form: view two's
+    complement bits as int64 explicitly), other dtypes and ragged lists, and
+    :class:`~.quant.QuantizationError` for a Python integer beyond int64."""
+    if isinstance(x, np.ndarray) and x.dtype == np.int64:
+        return x
+    arr = _to_array(x, what, expected)
+    if arr.dtype == np.int64:
+        return arr
+    if not isinstance(x, (np.ndarray, np.generic)) and arr.dtype.kind in "fuO":
+        # Python ints beyond int64 come out as uint64, float64 or object arrays
+        obj = np.asarray(x, dtype=object)
+        bad = [v for v in obj.flat if is_int(v) and not INT64_MIN <= v <= INT64_MAX]
+        if bad and all(is_int(v) for v in obj.flat):
+            bad = int(bad[0])
+            raise QuantizationError(f"{what}: expected {expected}, got the integer {bad}, "
+                                    f"beyond int64 [{INT64_MIN}, {INT64_MAX}]")
+    if arr.dtype.kind == "i" or (arr.dtype.kind == "u" and arr.dtype.itemsize < 8):
+        return arr.astype(np.int64)
+    hint = " (view two's complement bits with .view(np.int64))" if arr.dtype == np.uint64 \
+        else ""
+    raise QuantizationTypeError(f"{what}: expected {expected}, got {_what_type(x, arr)}{hint}")
+
+
 def saturating_add(acc, term):
     """Saturating signed 64-bit addition, elementwise: ``(sum, overflowed)``.
 
-    ``acc`` and ``term`` are int64 arrays (broadcast together); a sum beyond the int64 range
-    clamps to ``INT64_MAX`` (positive ``term``) or ``INT64_MIN`` (negative) and sets the bool
-    ``overflowed``. The accumulator's rule (numerics), ``hw.fixed.sat_add64`` in the RTL."""
+    ``acc`` and ``term`` are int64 (broadcast together; other signed or narrower unsigned
+    integer arrays, Python ints and lists of them are taken as int64 when every value fits);
+    a sum beyond the int64 range clamps to ``INT64_MAX`` (positive ``term``) or ``INT64_MIN``
+    (negative) and sets the bool ``overflowed``. The accumulator's rule (numerics),
+    ``hw.fixed.sat_add64`` in the RTL.
+
+    Returns
+    -------
+    (sum, overflowed) : (int64 ndarray, bool ndarray), the broadcast shape
+
+    Raises
+    ------
+    QuantizationTypeError
+        an operand of floats (never truncated), bool, uint64 (no int64 form above
+        ``INT64_MAX``: view two's complement bits as int64 first) or another non-integer type,
+        or ragged nested lists.
+    QuantizationError
+        a Python integer beyond int64; shapes that do not broadcast together.
+    """
+    acc = _int64_operand(acc, "saturating_add: acc", "int64 integers")
+    term = _int64_operand(term, "saturating_add: term", "int64 integers")
+    try:
+        if acc.shape != term.shape:
+            np.broadcast_shapes(acc.shape, term.shape)
+    except ValueError:
+        raise QuantizationError(f"saturating_add: acc and term: expected shapes that broadcast "
+                                f"together, got {tuple(acc.shape)} and "
+                                f"{tuple(term.shape)}") from None
+    return _saturating_add(acc, term)
+
+
+def _saturating_add(acc, term):
+    """:func:`saturating_add` of int64 arrays (the accumulator's inner loop)."""
     with np.errstate(over="ignore"):
         total = acc + term                       # wraps; detect by the sign rule
     ovf = ((acc ^ total) & (term ^ total)) < 0
@@ -286,7 +387,7 @@ def accumulate(psums, scale, init: Accumulator | None = None) -> Accumulator:
         ``psums`` not integers; ``scale`` not float16 (no silent rounding to FP16); ``init``
         not an :class:`Accumulator`.
     """
-    psums = np.asarray(psums)
+    psums = _psums(psums, "accumulate: psums")
     if psums.ndim != 3:
         raise QuantizationError(f"accumulate: psums: expected shape [M, N, G], got "
                                 f"{tuple(psums.shape)}")
@@ -300,9 +401,9 @@ def accumulate(psums, scale, init: Accumulator | None = None) -> Accumulator:
         _check_init(init, (mdim, ndim), "accumulate")
     state = init or Accumulator.zeros(mdim, ndim)
     acc, flag = state.acc.copy(), state.overflow.copy()
-    terms = scale_term(psums, scale[None, :, :])
+    terms = _scale_term(psums, scale[None, :, :])
     for j in range(g):
-        acc, ovf = saturating_add(acc, terms[:, :, j])
+        acc, ovf = _saturating_add(acc, terms[:, :, j])
         flag |= ovf
     return Accumulator(acc, flag)
 
@@ -336,8 +437,9 @@ def check_gemm_operands(a_q, qw: QuantizedWeight, mode=Mode.FULL, init=None, *,
         :class:`~.quant.QuantizedWeight`, or ``init`` is neither None nor an
         :class:`Accumulator` of int64 ``acc`` and bool ``overflow``.
     QuantizationError
-        (a ``ValueError``) an unknown ``mode``; shapes that do not match (``init`` must be
-        ``[M, N]``); a slice mode on a weight that is not bit-nested INT8 (``qw.bits != 8``).
+        (a ``ValueError``) an unknown ``mode`` (a :class:`Mode`, its integer value or its name
+        are taken, :func:`parse_mode`); shapes that do not match (``init`` must be ``[M, N]``);
+        a slice mode on a weight that is not bit-nested INT8 (``qw.bits != 8``).
     """
     if not isinstance(qw, QuantizedWeight):
         raise QuantizationTypeError(f"{caller}: qw: expected a QuantizedWeight "
@@ -349,7 +451,7 @@ def check_gemm_operands(a_q, qw: QuantizedWeight, mode=Mode.FULL, init=None, *,
     if isinstance(a_q, QuantizedActivation):
         raise QuantizationTypeError(f"{caller}: a_q: expected int8 activation codes [M, K], got "
                                     f"a QuantizedActivation (pass its .q)")
-    a_q = np.asarray(a_q)
+    a_q = _to_array(a_q, f"{caller}: a_q", "int8 activation codes [M, K]")
     if a_q.dtype != np.int8:
         raise QuantizationTypeError(f"{caller}: a_q: expected int8 activation codes [M, K] "
                                     f"(quantize_activations(x).q), got dtype {a_q.dtype}")
@@ -368,10 +470,7 @@ def _check_init(init, shape, caller):
     if not isinstance(init, Accumulator):
         raise QuantizationTypeError(f"{caller}: init: expected None or an Accumulator (a "
                                     f"previous GEMM's result), got {type(init).__name__}")
-    acc, ovf = np.asarray(init.acc), np.asarray(init.overflow)
-    if acc.dtype != np.int64 or ovf.dtype != np.bool_:
-        raise QuantizationTypeError(f"{caller}: init: expected an Accumulator of int64 acc and "
-                                    f"bool overflow, got dtypes {acc.dtype} and {ovf.dtype}")
+    acc, ovf = init.acc, init.overflow          # int64 and bool: Accumulator checks them
     if acc.shape != shape or ovf.shape != shape:
         raise QuantizationError(f"{caller}: init: expected an Accumulator of shape [M, N] = "
                                 f"{shape}, got acc {tuple(acc.shape)} and overflow "
@@ -427,8 +526,9 @@ def gemm(a_q, qw: QuantizedWeight, mode=Mode.FULL, init: Accumulator | None = No
     Parameters
     ----------
     a_q : ndarray of int8, shape ``[M, K]``
+        (a ``[..., K]`` :func:`~.quant.quantize_activations` result: ``q.reshape(-1, K)``)
     qw : QuantizedWeight, shape ``[N, K]``
-    mode : Mode
+    mode : Mode, its integer value or its name (``"FULL"``, ``"draft"``): :func:`parse_mode`
     init : Accumulator, optional
         Carry-in (K tiling).
 
@@ -495,8 +595,8 @@ def acc_to_float(acc, act_exp) -> np.ndarray:
         raise QuantizationTypeError("acc_to_float: act_exp: expected the int exponents [M] of a "
                                     "QuantizedActivation, got the QuantizedActivation (pass its "
                                     ".exp)")
-    acc = np.asarray(acc)
-    e = np.asarray(act_exp)
+    acc = _to_array(acc, "acc_to_float: acc", "int64 Q.24 accumulators [M, N]")
+    e = _to_array(act_exp, "acc_to_float: act_exp", "integer exponents [M]")
     if not np.issubdtype(acc.dtype, np.integer):
         raise QuantizationTypeError(f"acc_to_float: acc: expected int64 Q.24 accumulators "
                                     f"[M, N], got dtype {acc.dtype}")

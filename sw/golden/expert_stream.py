@@ -219,7 +219,14 @@ class StreamedJob(PEJob):
     def decode(self, result) -> np.ndarray:
         """``float32 [T, H]`` from the DATA beats of a run (anything with ``.data()``); with
         ``raw_output`` the beats' bits are Q.24 values, converted here (``q24_to_fp32``, the
-        golden model of the PE's FP32 conversion)."""
+        golden model of the PE's FP32 conversion).
+
+        Raises ``TypeError`` naming ``result`` for anything without a ``data()`` method (None,
+        the job itself), and :class:`~.asm.ProgramError` when the count of values differs from
+        what the program's OUTPUTs emit (the result of another program)."""
+        if not callable(getattr(result, "data", None)):
+            raise TypeError(f"decode: result: expected the result of a run (job.run_fsim(), "
+                            f"or anything with .data()), got {type(result).__name__}")
         if self.raw_output:
             q = np.ascontiguousarray(result.data()).view(np.int64).reshape(-1)
             return q24_to_fp32(self._place(q, np.int64))

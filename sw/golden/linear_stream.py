@@ -43,7 +43,8 @@ from .asm import Program, ProgramError, pe_config
 from .datapath import Mode, gemm
 from .expert import ExpertResult, _mode
 from .expert_stream import Placement, StreamedJob, _FullStream, padded_matrix, tile_head
-from .quant import QuantizationError, QuantizedWeight, quantize_activations, quantize_weights
+from .quant import (QuantizationError, QuantizedWeight, _to_array, quantize_activations,
+                    quantize_weights)
 from .vpu import combine, q24_to_fp32
 
 
@@ -100,7 +101,10 @@ def plan_linear_stream(in_features: int, out_features: int, config,
     would need 32 OUT words of its 16).
 
     Raises :class:`~.asm.ProgramError` (one line naming the dimension or the memory that
-    overflows, with the figures) otherwise."""
+    overflows, with the figures) otherwise; ``TypeError`` naming ``config`` for anything but
+    an ArchConfig or PEConfig, or ``raw_output`` for anything but None or a bool (``"yes"``
+    is not taken as True)."""
+    _check_raw_output(raw_output, "plan_linear_stream")
     pe = pe_config(config)
     R, L, W = pe.rows, pe.lanes, pe.word_bits
     for name, v in (("in_features", in_features), ("out_features", out_features)):
@@ -143,6 +147,19 @@ def plan_linear_stream(in_features: int, out_features: int, config,
                       out_padded=out_padded, raw_output=bool(raw_output))
 
 
+def _check_raw_output(raw_output, caller):
+    """A ``TypeError`` naming ``caller`` for a ``raw_output`` other than None or a bool: a
+    truthy string or 1 would pick the OUTPUT format by accident."""
+    if raw_output is not None and not isinstance(raw_output, (bool, np.bool_)):
+        raise TypeError(f"{caller}: raw_output: expected None (the PE's default) or a bool, "
+                        f"got {raw_output!r}")
+
+
+def _activations(x):
+    """``x`` as an array; a :class:`~.quant.QuantizationTypeError` naming it for ragged rows."""
+    return _to_array(x, "x", "activations [T, K] (a float array)")
+
+
 def _weight(w, name) -> QuantizedWeight:
     """``w`` (float ``[N, K]`` or a 2-D QuantizedWeight) quantized; a
     :class:`~.quant.QuantizationError` naming ``name`` for another rank."""
@@ -171,13 +188,36 @@ def ref_linear(x, w, mode=Mode.FULL) -> ExpertResult:
     w : float ``[N, K]`` or QuantizedWeight (G32 INT8, FP16 group scales)
     mode : Mode.FULL or Mode.DRAFT (MSB slices with LSB augmentation), or its name
 
-    Returns an :class:`~.expert.ExpertResult` (``y`` float32 ``[T, N]``, ``out`` the Q.24
-    sums, the sticky flags). Raises :class:`~.quant.QuantizationError` (a ``ValueError``)
-    naming ``x`` or ``w`` on a shape mismatch, a weight the quantizer refuses, ``x`` not finite
-    or a mode other than FULL and DRAFT."""
+    Returns
+    -------
+    ExpertResult (:class:`~.expert.ExpertResult`)
+        ``y`` float32 ``[T, N]``, ``out`` the Q.24 sums (int64 ``[T, N]``), and the sticky
+        flags ``acc_overflow`` (a GEMM accumulator saturated) and ``vpu_saturation`` (an
+        output saturated).
+
+    Output range and resolution: the outputs are the PE's fixed point, Q.24 (int64 ``out``,
+    real value ``out * 2^-24``): a resolution of ``2^-24`` (about 5.96e-8) and a range of
+    ``[-2^39, 2^39 - 2^-24]`` (about +-5.5e11), as the hardware computes them. An output
+    beyond that range saturates to ``+-2^39`` and sets ``vpu_saturation``. Every output is
+    rounded to a multiple of ``2^-24`` (round to nearest, ties to even), so one of magnitude
+    at most ``2^-25`` (about 2.98e-8) flushes to 0 and small ones lose relative precision
+    (with weights of about 0.05, ``x * 1e-8`` gives ``y`` all 0) *with no flag*. A caller
+    must check ``vpu_saturation`` (an output saturated) and ``acc_overflow`` (a GEMM
+    accumulator saturated) before using ``y``, and scale inputs whose outputs would be tiny.
+    ``y`` is ``out`` rounded to float32.
+
+    Raises
+    ------
+    QuantizationError
+        (a ``ValueError``) naming ``x`` or ``w``: a shape mismatch, a weight the quantizer
+        refuses, ``x`` not finite; a ``mode`` other than FULL and DRAFT.
+    QuantizationTypeError
+        (a ``QuantizationError`` and a ``TypeError``) ``x`` or ``w`` not a float array
+        (ragged nested lists, strings).
+    """
     mode = _mode(mode, "a linear layer")
     qw = _weight(w, "w")
-    x = np.asarray(x)
+    x = _activations(x)
     _check_x(x, qw)
     xq = quantize_activations(x, name="x")
     acc = gemm(xq.q, qw, mode)
@@ -194,27 +234,40 @@ def build_streamed_linear_program(x, w, mode=Mode.FULL, config=None, *,
     """PE program and ``ld`` stream of the linear layer ``w`` (``[N, K]``) over the tokens of
     ``x`` (``[T, K]``): module docstring. Equal bit for bit to :func:`ref_linear` with the same
     arguments. ``x``, ``w`` and ``mode`` as :func:`ref_linear`; ``config`` (required): the
-    ArchConfig or PEConfig of the PE; ``raw_output``: as :func:`plan_linear_stream`.
+    ArchConfig or PEConfig of the PE; ``raw_output``: None or a bool, as
+    :func:`plan_linear_stream`.
 
     Returns a :class:`~.expert_stream.StreamedJob` (``decode`` gives float32 ``[T, N]``);
     ``info`` holds ``tiles``, ``gemm_beats``, ``ld_words``, ``weight_words``, ``act_words``,
     ``commands``, ``buffer_fulls``, ``x_stream``.
+
+    The outputs have :func:`ref_linear`'s range and resolution (Q.24: steps of ``2^-24``,
+    saturating at ``+-2^39``; tiny outputs flush to 0 without a flag). A saturated output is
+    reported only by the run's STATUS beat: check ``vpu_saturation`` (and ``acc_overflow``)
+    of its last STATUS (``result.statuses()[-1]`` of :meth:`~.expert.PEJob.run_fsim`) before
+    using what ``decode`` gives.
 
     Raises
     ------
     ProgramError
         The shape does not fit the PE (:func:`plan_linear_stream`), or an exponent does not fit
         its TOK field.
+    TypeError
+        ``config`` missing (None) or not an ArchConfig or PEConfig; ``raw_output`` neither
+        None nor a bool.
     ValueError
-        ``x`` and ``w`` disagree on K, or ``mode`` is not FULL or DRAFT.
+        (:class:`~.quant.QuantizationError`) ``x`` and ``w`` disagree on K, ``x`` or ``w`` is
+        not a finite float array (a ``QuantizationTypeError``, also a ``TypeError``, for
+        ragged lists or strings), or ``mode`` is not FULL or DRAFT.
     """
     if config is None:
         raise TypeError("build_streamed_linear_program: pass config= (an ArchConfig or "
                         "PEConfig)")
+    _check_raw_output(raw_output, "build_streamed_linear_program")
     pe = pe_config(config)
     mode = _mode(mode, "a linear layer")
     qw = _weight(w, "w")
-    x = np.asarray(x)
+    x = _activations(x)
     N, K = qw.q.shape
     _check_x(x, qw)
     plan = plan_linear_stream(K, N, pe, raw_output)

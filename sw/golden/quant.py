@@ -12,11 +12,12 @@ The INT8 code splits exactly into a signed 4-bit MSB slice and an unsigned 4-bit
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...checks import is_int
+from ...checks import is_int, is_real
 
 
 __all__ = [
@@ -81,15 +82,37 @@ def _position(shape, flat_index):
     return f"row {tuple(int(i) for i in lead)}, column {col} (group {col // GROUP})"
 
 
+def _to_array(x, what: str, expected: str) -> np.ndarray:
+    """``np.asarray(x)``, or a :class:`QuantizationTypeError` naming ``what`` and ``expected``
+    where NumPy cannot make one array of ``x`` (ragged nested lists): the golden API's one
+    check of that, so no caller shows NumPy's "inhomogeneous shape" error."""
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError, OverflowError):          # ragged nested lists
+        raise QuantizationTypeError(f"{what}: expected {expected}, got a {type(x).__name__} "
+                                    f"NumPy cannot turn into one array (rows of different "
+                                    f"lengths?)") from None
+
+
+def _what_type(x, arr: np.ndarray) -> str:
+    """How an error names an operand ``x`` of the wrong type (``arr`` is ``np.asarray(x)``):
+    a scalar that is no NumPy value (None, a str, a file name) by its Python type and value,
+    anything else by its dtype."""
+    if arr.ndim == 0 and not isinstance(x, (np.ndarray, np.generic)):
+        return f"a {type(x).__name__} ({x!r:.60})"
+    return f"dtype {arr.dtype}"
+
+
 def fp16_scale_for(amax, qmax: int = 127):
     """Smallest FP16 ``s >= 0`` with ``qmax * float32(s) >= amax``, element-wise.
 
     This is ``amax / qmax`` rounded *up* to FP16, so no code is clipped by more than rounding,
-    including where ``s`` is subnormal (numerics §1). ``amax == 0`` gives ``s == 0``.
+    including where ``s`` is subnormal (numerics §1). ``amax == 0`` gives ``s == 0``; any
+    ``amax > 0`` gives at least the smallest FP16 subnormal, ``2^-24`` (about 5.96e-8), never 0.
 
     Parameters
     ----------
-    amax : array_like of float, >= 0
+    amax : array_like of float (or of integers), >= 0, any shape
     qmax : int
         Largest code magnitude (127 for INT8; ``2^(k-1) - 1`` for k bits).
 
@@ -102,11 +125,20 @@ def fp16_scale_for(amax, qmax: int = 127):
     ------
     QuantizationError
         an ``amax`` that is negative or NaN (not a magnitude), or ``qmax`` below 1.
+    QuantizationTypeError
+        an ``amax`` that is not real numbers (None, a string, complex, bool, ragged lists).
     """
     if not is_int(qmax) or qmax < 1:
         raise QuantizationError(f"fp16_scale_for: qmax: expected a positive integer, got "
                                 f"{qmax!r}")
-    amax = np.asarray(amax, dtype=np.float64)
+    expected = "real magnitudes (float or integer, >= 0)"
+    arr = _to_array(amax, "fp16_scale_for: amax", expected)
+    if arr.dtype == object and arr.size and all(is_real(v) for v in arr.flat):
+        arr = arr.astype(np.float64)                     # Python ints beyond int64
+    if arr.dtype.kind not in "fiu":
+        raise QuantizationTypeError(f"fp16_scale_for: amax: expected {expected}, got "
+                                    f"{_what_type(amax, arr)}")
+    amax = arr.astype(np.float64)
     bad = np.isnan(amax) | (amax < 0)
     if bad.any():
         idx = np.unravel_index(int(np.flatnonzero(bad)[0]), amax.shape)
@@ -137,7 +169,9 @@ class QuantizedWeight:
         (:func:`quantize_weights` gives ``[-qmax, qmax]``; the datapath is exact at
         ``-2^(bits-1)`` too).
     scale : ndarray of float16, shape ``[..., N, K // 32]``
-        Group scales, finite and non-negative (the sign bit clear); 0 for an all-zero group.
+        Group scales, finite and non-negative (the sign bit clear); 0 for an all-zero group
+        (:func:`quantize_weights` gives a group of nonzero weights at least ``2^-24``, even
+        one whose codes are all 0).
     bits : int
         Code width (8 for the bit-nested INT8 format; 2..7 for a dedicated draft).
     name : str
@@ -151,7 +185,8 @@ class QuantizedWeight:
         quantizer never makes, which the datapath would read as a number: names the row and
         group).
     QuantizationTypeError
-        codes that are not integers (bool included); scales that are not float16.
+        codes that are not integers (bool included); scales that are not float16; codes or
+        scales that are no array (ragged nested lists).
     """
 
     q: np.ndarray
@@ -166,7 +201,8 @@ class QuantizedWeight:
                                     f"got {self.bits!r}")
         lo, hi = -(1 << (self.bits - 1)), (1 << (self.bits - 1)) - 1
         q = as_int8_codes(self.q, f"tensor {name!r} codes", lo=lo, hi=hi)
-        scale = np.array(self.scale, copy=True)
+        scale = _to_array(self.scale, f"tensor {name!r} scales",
+                          "float16 group scales [..., N, K/32]").copy()
         if scale.dtype != np.float16:
             raise QuantizationTypeError(f"tensor {name!r}: scales must be float16 (FP16 group "
                                     f"scales), got dtype {scale.dtype}")
@@ -243,7 +279,16 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
 
     ``s`` = the smallest FP16 with ``qmax * float32(s) >= max|W|`` over the group, then
     ``q = clip(rint(W / float32(s)), -qmax, qmax)`` computed in float32 (round half to even).
-    An all-zero group has ``s = 0`` and ``q = 0``.
+
+    Small groups: an all-zero group (``-0.0`` included) has ``s = 0`` and ``q = 0``. Any other
+    group has ``s >= 2^-24`` (about 5.96e-8, the smallest FP16 subnormal, the format's
+    resolution): a group with ``max|W| <= qmax * 2^-24`` gets exactly that scale, so its
+    codes step by ``2^-24`` and reach only ``rint(max|W| * 2^24)``; one with ``0 < max|W|
+    <= 2^-25`` (about 2.98e-8, half the smallest scale) is stored as ``q = 0`` everywhere with
+    the non-zero scale ``2^-24``: its weights are lost, without an error or a warning (the
+    format cannot hold them). Find such groups as ``(W != 0).any(-1) & (q == 0).all(-1)``
+    over the groups (``reshape(..., K // 32, 32)``); ``elmoe3d quant`` counts them per
+    tensor (a ``note:`` line, ``zero_groups`` in its JSON).
 
     Parameters
     ----------
@@ -257,22 +302,34 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
     name : str
         Tensor name for error messages.
 
+    Returns
+    -------
+    QuantizedWeight
+        ``q`` int8 ``[..., N, K]`` in ``[-qmax, qmax]``, ``scale`` float16 ``[..., N, K/32]``.
+
     Raises
     ------
     QuantizationError
         ``w`` has fewer than 2 dimensions or no element; K is not divisible by 32; a weight is
         NaN or Inf; a group needs a scale above the FP16 maximum (65504). The message names
         the tensor, the row and the group.
+    QuantizationTypeError
+        ``w`` is no float or integer array: a str (a file name: read the tensor first), None,
+        ragged nested lists, a bool, complex or object array. Named with what was found.
     """
     if not is_int(bits) or not 2 <= bits <= 8:
         raise QuantizationError(f"tensor {name!r}: bits must be an integer in 2..8, got {bits!r}")
-    w = np.asarray(w)
+    expected = "a float weight array of shape [..., N, K]"
+    arr = _to_array(w, f"tensor {name!r}", expected)
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        hint = (" (a file name? read the tensor first)"
+                if isinstance(w, (str, bytes, os.PathLike)) else "")
+        raise QuantizationTypeError(f"tensor {name!r}: expected {expected}, got "
+                                    f"{_what_type(w, arr)}{hint}")
+    w = arr
     if w.ndim < 2:
         raise QuantizationError(f"tensor {name!r}: expected a weight of shape [..., N, K], "
                                 f"got shape {tuple(w.shape)}")
-    if not (np.issubdtype(w.dtype, np.floating) or np.issubdtype(w.dtype, np.integer)):
-        raise QuantizationError(f"tensor {name!r}: expected a floating-point weight, "
-                                f"got dtype {w.dtype}")
     k = w.shape[-1]
     if w.size == 0:
         raise QuantizationError(f"tensor {name!r}: expected a non-empty weight, got shape "
@@ -312,10 +369,10 @@ def as_int8_codes(q, what: str = "codes", *, lo: int = -128, hi: int = 127) -> n
     """``q`` as an int8 array, refusing anything that would wrap silently.
 
     Raises :class:`QuantizationTypeError` naming ``what`` for a dtype that is not an integer
-    one (floats would truncate; bool is a mask, not codes) and :class:`QuantizationError` for
-    a value outside ``[lo, hi]`` (so ``astype(int8)`` of 128 never becomes -128), with its
-    index."""
-    q = np.asarray(q)
+    one (floats would truncate; bool is a mask, not codes) or ragged nested lists, and
+    :class:`QuantizationError` for a value outside ``[lo, hi]`` (so ``astype(int8)`` of 128
+    never becomes -128), with its index."""
+    q = _to_array(q, what, "integer codes")
     if not np.issubdtype(q.dtype, np.integer):
         raise QuantizationTypeError(f"{what}: expected integer codes, got dtype {q.dtype}")
     if q.size and (q.min() < lo or q.max() > hi):
@@ -326,22 +383,40 @@ def as_int8_codes(q, what: str = "codes", *, lo: int = -128, hi: int = 127) -> n
 
 
 def msb_slice(q) -> np.ndarray:
-    """``q >> 4``, arithmetic (floor): int8 in ``[-8, 7]`` for every int8 including -128.
-    Raises :class:`QuantizationError` for codes that are not int8 values."""
-    return np.right_shift(as_int8_codes(q), 4)
+    """``q >> 4``, arithmetic (floor): int8 in ``[-8, 7]`` for every int8 including -128, same
+    shape. Raises :class:`QuantizationError` naming ``msb_slice: q`` for codes that are not
+    int8 values (:func:`as_int8_codes`)."""
+    return _msb(as_int8_codes(q, "msb_slice: q"))
 
 
 def lsb_slice(q) -> np.ndarray:
-    """``q & 15``: uint8 in ``[0, 15]``."""
-    return (as_int8_codes(q).view(np.uint8) & 15).astype(np.uint8)
+    """``q & 15``: uint8 in ``[0, 15]``, same shape. Raises as :func:`msb_slice`."""
+    return _lsb(as_int8_codes(q, "lsb_slice: q"))
+
+
+def _msb(q):
+    """:func:`msb_slice` of an int8 array."""
+    return np.right_shift(q, 4)
+
+
+def _lsb(q):
+    """:func:`lsb_slice` of an int8 array."""
+    return (q.view(np.uint8) & 15).astype(np.uint8)
 
 
 def join_slices(msb, lsb) -> np.ndarray:
-    """``16 * msb + lsb`` as int8 (exact inverse of the two slices). Raises
-    :class:`QuantizationError` for an MSB outside ``[-8, 7]`` or an LSB outside ``[0, 15]``
-    (integers only), which would wrap silently."""
-    msb = as_int8_codes(msb, "MSB slice", lo=-8, hi=7)
-    lsb = as_int8_codes(lsb, "LSB slice", lo=0, hi=15)
+    """``16 * msb + lsb`` as int8 (exact inverse of the two slices), of the two operands'
+    broadcast shape. Raises :class:`QuantizationError` for an MSB outside ``[-8, 7]`` or an
+    LSB outside ``[0, 15]`` (integers only), which would wrap silently, and for shapes that
+    do not broadcast together."""
+    msb = as_int8_codes(msb, "join_slices: msb (MSB slice)", lo=-8, hi=7)
+    lsb = as_int8_codes(lsb, "join_slices: lsb (LSB slice)", lo=0, hi=15)
+    try:
+        np.broadcast_shapes(msb.shape, lsb.shape)
+    except ValueError:
+        raise QuantizationError(f"join_slices: msb and lsb: expected slices of one shape (or "
+                                f"shapes that broadcast), got {tuple(msb.shape)} and "
+                                f"{tuple(lsb.shape)}") from None
     return (msb.astype(np.int16) * 16 + lsb.astype(np.int16)).astype(np.int8)
 
 
@@ -371,9 +446,10 @@ def draft_codes(q, bits: int, method) -> np.ndarray:
     """
     method = draft_method(method, "draft_codes")
     if not is_int(bits) or not 2 <= bits <= 7:
-        raise QuantizationError(f"draft bits must be an integer in 2..7, got {bits!r}")
+        raise QuantizationError(f"draft_codes: bits: expected an integer in 2..7 (draft "
+                                f"bits), got {bits!r}")
     d = 8 - int(bits)
-    q16 = as_int8_codes(q).astype(np.int16)
+    q16 = as_int8_codes(q, "draft_codes: q").astype(np.int16)
     if method is DraftMethod.TRUNCATE:
         return (q16 >> d) << d
     if method is DraftMethod.LSB_AUG:
@@ -424,7 +500,7 @@ class QuantizedActivation:
     Raises
     ------
     QuantizationTypeError
-        ``q`` or ``exp`` not integers (a float would truncate).
+        ``q`` or ``exp`` not integers (a float would truncate) or ragged nested lists.
     QuantizationError
         ``q`` a scalar or outside int8; ``exp`` not of shape ``q.shape[:-1]`` or outside int32.
     """
@@ -434,7 +510,7 @@ class QuantizedActivation:
 
     def __post_init__(self):
         q = as_int8_codes(self.q, "QuantizedActivation: q")
-        exp = np.asarray(self.exp)
+        exp = _to_array(self.exp, "QuantizedActivation: exp", "integer exponents [...]")
         if not np.issubdtype(exp.dtype, np.integer):
             raise QuantizationTypeError(f"QuantizedActivation: exp: expected integer "
                                         f"exponents, got dtype {exp.dtype}")
@@ -448,7 +524,14 @@ class QuantizedActivation:
         object.__setattr__(self, "exp", exp.astype(np.int32, copy=False))
 
     def dequantize(self) -> np.ndarray:
-        """``q * 2^exp`` in float64, shape ``[..., K]`` (exact)."""
+        """``q * 2^exp`` in float64, shape ``[..., K]``: ``np.ldexp``, exact wherever that
+        value is a float64, i.e. ``|q * 2^exp| < 2^1024`` and ``q * 2^exp`` a multiple of
+        ``2^-1074``. That holds for every code :func:`quantize_activations` makes from finite
+        ``x`` except a token with ``max|x| >= 2^1024 - 2^1017`` (about 1.7837e308, within 0.8%
+        of float64's maximum), whose largest code, 64 at ``exp = 1018``, gives ``+-inf``. An
+        ``exp`` given by hand can do worse (``exp = 2000`` gives ``+-inf``, ``exp = -1100``
+        rounds to 0; NumPy warns of the overflow): the integers ``q`` and ``exp`` are the
+        exact form."""
         return np.ldexp(self.q.astype(np.float64), self.exp[..., None].astype(np.int32))
 
 
@@ -460,12 +543,7 @@ def _activation_array(x, name):
     if isinstance(x, QuantizedActivation):
         raise QuantizationTypeError(f"activation {name!r}: expected real values [..., K], got a "
                                     f"QuantizedActivation (already quantized)")
-    try:
-        arr = np.asarray(x)
-    except (TypeError, ValueError):                   # ragged nested lists
-        raise QuantizationTypeError(f"activation {name!r}: expected a float or integer array of "
-                                    f"shape [..., K], got a {type(x).__name__} NumPy cannot turn "
-                                    f"into one array (rows of different lengths?)") from None
+    arr = _to_array(x, f"activation {name!r}", "a float or integer array of shape [..., K]")
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise QuantizationTypeError(f"activation {name!r}: expected a float or integer array of "
                                     f"shape [..., K], got dtype {arr.dtype}")
@@ -491,11 +569,20 @@ def quantize_activations(x, *, name: str = "activation") -> QuantizedActivation:
 
     ``e`` is the smallest integer with ``max|x| * 2^-e <= 127``, found exactly from
     ``frexp`` (not a floating log2); ``q = clip(rint(x * 2^-e), -127, 127)`` (round half to
-    even). An all-zero token has ``e = 0``.
+    even). An all-zero token has ``e = 0``. A token is the last axis: ``x`` may have any
+    number of leading axes (a 1-D ``x`` is one token, a ``[B, T, K]`` batch gives ``exp``
+    ``[B, T]``); :func:`~.datapath.gemm` and the PE programs take ``[M, K]`` codes, so pass
+    them ``q.reshape(-1, K)`` (with ``exp.reshape(-1)``), or ``x[None]`` for one token.
 
     Parameters
     ----------
-    x : array_like of float, shape ``[..., K]``
+    x : array_like of float (or of integers), shape ``[..., K]`` with K >= 1
+
+    Returns
+    -------
+    QuantizedActivation
+        ``q`` int8 ``[..., K]`` in ``[-127, 127]``, ``exp`` int32 ``[...]`` (``x``'s leading
+        shape).
 
     Raises
     ------
@@ -518,8 +605,15 @@ def quantize_activations(x, *, name: str = "activation") -> QuantizedActivation:
 def quantize_activations_fp16(x, *, name: str = "activation"):
     """Per-token INT8 with an FP16 scale (for comparison with power-of-two scales only).
 
-    Returns ``(q int8 [..., K], scale float16 [...])``; the real value is ``q * scale``.
-    Raises as :func:`quantize_activations`.
+    Returns ``(q int8 [..., K], scale float16 [...])``; the real value is ``q * scale``, with
+    ``scale`` the smallest FP16 with ``127 * scale >= max|x|`` (:func:`fp16_scale_for`) and
+    ``q = clip(rint(x / scale), -127, 127)`` in float64. An all-zero token has ``scale = 0``
+    and ``q = 0``; any other token has ``scale >= 2^-24`` (about 5.96e-8, the smallest FP16
+    subnormal): one with ``0 < max|x| <= 2^-25`` (about 2.98e-8) gets ``q = 0`` everywhere
+    and the non-zero scale ``2^-24``, without an error: the values are below the FP16 scale's
+    resolution (find such tokens as ``(x != 0).any(-1) & (q == 0).all(-1)``). Raises as
+    :func:`quantize_activations`, and :class:`QuantizationError` for a token whose
+    ``max|x|`` exceeds ``127 * 65504`` (FP16 scale overflow).
     """
     x = _activation_array(x, name)
     _check_finite_tokens(x, name)

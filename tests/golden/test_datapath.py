@@ -283,8 +283,10 @@ def test_gemm_and_acc_to_float_refuse_wrong_operands_by_name():
                                                          rf"of shape \[M, N\] = \(4, 16\), got acc "
                                                          rf"\({m}, {n}\)"):
                 fn(qa.q, qw, init=Accumulator.zeros(m, n))
-        with pytest.raises(QuantizationTypeError, match=rf"^{name}: init: .* int64 acc and bool "
-                                                         r"overflow, got dtypes float64 and bool"):
+        # (an Accumulator of float acc is refused when it is made: test_api_inputs.py)
+        with pytest.raises(QuantizationTypeError, match=r"^Accumulator: acc: expected int64 Q\.24 "
+                                                         r"accumulators \[M, N\], got dtype "
+                                                         r"float64$"):
             fn(qa.q, qw, init=Accumulator(np.zeros((4, 16)), np.zeros((4, 16), bool)))
         with pytest.raises(QuantizationError, match=rf"^{name}: mode: expected a Mode, one of "
                                                      r"FULL \(0\), .* got 7$"):

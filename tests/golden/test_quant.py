@@ -220,9 +220,11 @@ def test_bad_api_inputs_are_refused_by_name():
     rng = np.random.default_rng(7)
     w = rng.standard_normal((64, 128)).astype(np.float32)
     qw = quantize_weights(w, name="up")
-    with pytest.raises(QuantizationError, match=r"MSB slice: value 9 .* outside \[-8, 7\]"):
+    with pytest.raises(QuantizationError, match=r"join_slices: msb \(MSB slice\): value 9 .* "
+                                                r"outside \[-8, 7\]"):
         join_slices(np.array([9]), np.array([0]))
-    with pytest.raises(QuantizationError, match=r"LSB slice: value 20 .* outside \[0, 15\]"):
+    with pytest.raises(QuantizationError, match=r"join_slices: lsb \(LSB slice\): value 20 .* "
+                                                r"outside \[0, 15\]"):
         join_slices(np.array([0]), np.array([20]))
     with pytest.raises(QuantizationError, match=r"w has shape \(32, 64\), but qw \(tensor 'up'\)"):
         draft_weights(w[:32, :64], qw, 4, "lsb-aug")
