@@ -274,7 +274,10 @@ class Accumulator:
         if ovf.dtype != np.bool_:
             raise QuantizationTypeError(f"Accumulator: overflow: expected bool flags [M, N], "
                                         f"got {_what_type(self.overflow, ovf)}")
-        if acc.ndim != 2 or ovf.shape != acc.shape:
+        if acc.ndim != 2:
+            raise QuantizationError(f"Accumulator: acc: expected a 2-D array [M, N], got shape "
+                                    f"{tuple(acc.shape)}")
+        if ovf.shape != acc.shape:
             raise QuantizationError(f"Accumulator: expected acc and overflow of one shape "
                                     f"[M, N], got {tuple(acc.shape)} and {tuple(ovf.shape)}")
         object.__setattr__(self, "acc", acc)

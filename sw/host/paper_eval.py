@@ -556,10 +556,12 @@ class ExpertPopularity:
         finite, or ``rates`` of another length or with a negative or non-finite value."""
         slots = min(_count("slots", slots), float(self.experts))
         if rates is not None:
+            given = rates
             try:
                 rates = np.asarray(rates, dtype=np.float64)
             except (TypeError, ValueError):
-                rates = None if rates is None else np.full(0, np.nan)
+                raise UserError(f"rates: expected {self.experts} finite numbers >= 0 (one an "
+                                f"expert), got {given!r:.60}") from None
             if rates.shape != (self.experts,) or not np.all(np.isfinite(rates)) \
                     or np.any(rates < 0):
                 raise UserError(f"rates: expected {self.experts} finite numbers >= 0 (one an "
@@ -665,14 +667,14 @@ def compute_utilisation(plat: Platform, hidden: int, intermediate: int, rows: fl
     included, link words at :attr:`Platform.link`'s rate, ``ld`` at a word a cycle). Raises
     :class:`UserError` for a platform without an :class:`~elmoe3d.config.ArchConfig`
     (``plat.arch``), ``hidden`` or ``intermediate`` not a positive integer, ``rows`` not a
-    finite number >= 1 (a routed expert computes at least one row) and ``bits`` not 4 or 8,
-    each before any calibration is computed."""
+    finite number > 0 (below 1: costed as one row, the fewest a PE computes) and ``bits`` not
+    4 or 8, each before any calibration is computed."""
     arch = _die(plat)
     for name, v in (("hidden", hidden), ("intermediate", intermediate)):
         if not is_int(v) or v < 1:
             raise UserError(f"{name}: expected a positive integer (an FFN dimension), got {v!r}")
-    if not is_real(rows) or not 1 <= rows < math.inf:
-        raise UserError(f"rows: expected a finite number >= 1 (token rows an expert), got "
+    if not is_real(rows) or not 0 < rows < math.inf:
+        raise UserError(f"rows: expected a finite number > 0 (token rows an expert), got "
                         f"{rows!r}")
     if bits not in (4, 8) or isinstance(bits, bool):
         raise UserError(f"bits: expected 4 (W4A8) or 8 (W8A8), got {bits!r}")
@@ -2548,12 +2550,19 @@ def model_speed(hb: str = "8gb", models=TABLE3_MODELS, batches=TABLE3_BATCHES,
     ``models`` not a sequence of Table 3's models (whose alphas it reads), ``batches`` not a
     sequence of Table 3's batch sizes, or ``min_seconds`` not a finite number >= 0."""
     import time
+    checked = []
     for name, values, known in (("models", models, TABLE3_MODELS),
                                 ("batches", batches, TABLE3_BATCHES)):
-        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__") \
-                or not list(values) or any(v not in known for v in values):
+        given = values
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+            values = None
+        else:
+            values = tuple(values)                      # a generator is read once, here
+        if not values or any(v not in known for v in values):
             raise UserError(f"{name}: expected a non-empty sequence of Table 3's "
-                            f"{', '.join(map(str, known))}, got {values!r}")
+                            f"{', '.join(map(str, known))}, got {given!r}")
+        checked.append(values)
+    models, batches = checked
     _count("min_seconds", min_seconds)
     out = {}
     x, o = platform("xpu", hb), platform("ours", hb)

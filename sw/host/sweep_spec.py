@@ -188,9 +188,9 @@ _CMPOPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
 _FUNCS = {"min": min, "max": max, "abs": abs}
 _MAX_EXPONENT = 64
 _MAX_POWER_BITS = 4096
-#: How deep an expression may nest (``not not ... x``, ``-(-(...))``): what the checker and the
-#: evaluator recurse through.
-_MAX_DEPTH = 100
+#: How deep an expression's operators may nest or chain (``not not ... x``, ``-(-(...))``,
+#: ``a + b + ...``): what the checker and the evaluator recurse through.
+_MAX_DEPTH = 400
 #: Points a spec may expand to (config points x the workload grid): above, a mistake (a
 #: ``samples`` or grid that no machine finishes), refused before anything is built.
 MAX_COMBINATIONS = 1_000_000
@@ -220,13 +220,15 @@ def compile_expr(text: str, names) -> "callable":
     except SyntaxError as exc:
         raise ExprError(f"{short!r} does not parse ({exc.msg})") from None
     except (RecursionError, MemoryError):
-        raise ExprError(f"{short!r}: nested more than {_MAX_DEPTH} deep") from None
+        raise ExprError(f"{short!r}: operators nested or chained more than {_MAX_DEPTH} "
+                        f"deep") from None
     todo, deepest = [(tree, 0)], 0
     while todo:                                  # the depth, without recursing
         node, d = todo.pop()
         deepest = max(deepest, d)
         if deepest > _MAX_DEPTH:
-            raise ExprError(f"{short!r}: nested more than {_MAX_DEPTH} deep")
+            raise ExprError(f"{short!r}: operators nested or chained more than {_MAX_DEPTH} "
+                            f"deep")
         todo.extend((c, d + 1) for c in ast.iter_child_nodes(node))
     names = set(names)
 

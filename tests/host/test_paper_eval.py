@@ -1897,15 +1897,24 @@ def test_public_helpers_refuse_bad_input_by_name():
     assert list(pop.che(2, np.array([1.0] + [0.0] * 7))) == [1.0] + [0.0] * 7
     assert pop.che(2, [1.0] * 8) == pytest.approx(np.full(8, 0.25))
     assert np.array_equal(pop.che(3, pop.p), pop.che(3))
+    _raises(r"^rates: expected 8 finite numbers >= 0 \(one an expert\), got 'abc'", pop.che, 2,
+            "abc")
     plat = pe.platform("ours", "4gb")
-    for args, msg in (((2048, 768, -1, 8), r"rows: expected a finite number >= 1"),
-                      ((2048, 768, math.nan, 8), r"rows: expected a finite number >= 1"),
+    for args, msg in (((2048, 768, -1, 8), r"rows: expected a finite number > 0"),
+                      ((2048, 768, 0, 8), r"rows: expected a finite number > 0"),
+                      ((2048, 768, math.nan, 8), r"rows: expected a finite number > 0"),
                       (("2048", 768, 4, 8), r"hidden: expected a positive integer"),
                       ((2048, 0, 4, 8), r"intermediate: expected a positive integer"),
                       ((2048, 768, 4, 16), r"bits: expected 4 \(W4A8\) or 8 \(W8A8\)")):
         _raises("^" + msg, pe.compute_utilisation, plat, *args)
     _raises(r"^plat: expected a Platform \(platform\('ours', hb\) builds one\)",
             pe.linear_utilisation, "ours", 2048, 256, 16, 8)
+    # a generator is read once (the check's list took it all, and nothing ran)
+    got = pe.model_speed("8gb", models=(m for m in ["gpt-oss-20b"]), batches=iter([1]),
+                         min_seconds=0)
+    assert list(got) == ["gpt-oss-20b"] and got["gpt-oss-20b"]["rounds"] >= 1
+    assert pe.compute_utilisation(plat, 2048, 768, 0.5, 8) == \
+        pe.compute_utilisation(plat, 2048, 768, 1, 8)          # below a row: one row's
     for kw, msg in (({"models": ["x"]}, "models: expected a non-empty sequence of Table 3's"),
                     ({"models": "qwen3-30b-a3b"}, "models: expected"),
                     ({"batches": [3]}, "batches: expected a non-empty sequence of Table 3's "

@@ -325,6 +325,11 @@ def test_draft_pool_option(tmp_path, capsys):
     want = pe.fig14("8gb", alphas=four, pool_hb="4gb")
     assert [r["phi_sd"] for r in json.loads(out.read_text())["rows"]] == \
         [r["phi_sd"] for r in want]
+    assert cli.main(["paper", "fig12", "--draft-pool", "4gb", "--alpha", "model", "--json",
+                     str(out)]) == 0
+    capsys.readouterr()
+    assert [r["alpha"] for r in json.loads(out.read_text())["rows"]] == \
+        [four["qwen3-30b-a3b"][s][3] for s in pe.SCHEMES]     # batch 16's 4 GB alphas
     assert cli.main(["paper", "fig12", "--draft-pool", "4gb", "--json", str(out)]) == 0
     assert "(--draft-pool), not 8 GB's" in " ".join(capsys.readouterr().out.split())
     assert [r["ms_token"] for r in json.loads(out.read_text())["rows"]] == \

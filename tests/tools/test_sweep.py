@@ -1595,10 +1595,14 @@ def test_spec_mistakes_an_audit_found_are_named(tmp_path, capsys):
         f"one of small, mid, paper-4gb, paper-8gb"]
     with pytest.raises(ConfigError, match=r"^unknown configuration \{'a': 1\}"):
         preset({"a": 1})
-    for text in ("not " * 3000 + "pes", "-" * 5000 + "1 < pes"):
-        with pytest.raises(ExprError, match=r"\.\.\.': nested more than 100 deep$"):
+    # (3000 and 5000 fail in Python's parser; 1000 passes it and is the depth walk's)
+    for text in ("not " * 3000 + "pes", "-" * 5000 + "1 < pes", "not " * 1000 + "pes",
+                 " + ".join(["pes"] * 500) + " > 0"):
+        with pytest.raises(ExprError, match=r"\.\.\.': operators nested or chained more "
+                                            r"than 400 deep$"):
             compile_expr(text, ["pes"])
     assert compile_expr("not " * 51 + "pes", ["pes"])({"pes": 0}) is True
+    assert compile_expr(" + ".join(["pes"] * 300) + " > 0", ["pes"])({"pes": 1}) is True
     with pytest.raises(UserError, match=r"samples: sampling random needs a positive integer up "
                                         r"to 1,000,000, got 1000000000"):
         parse_spec({"sampling": "random", "samples": 10 ** 9, "config": {"pes": [4, 16]},
@@ -1609,6 +1613,15 @@ def test_spec_mistakes_an_audit_found_are_named(tmp_path, capsys):
     with pytest.raises(UserError, match=r"^<spec>: 2,000,000 combinations \(config points x "
                                         r"the workload grid\), more than 1,000,000"):
         expand(big)
+    # sampled config points count as their samples, and the workload grid multiplies them
+    sampled = parse_spec({"sampling": "random", "samples": 500_001, "config": {"pes": [4, 16]},
+                          "workload": {"model": ["qwen3-30b-a3b"], "batch": [1, 4]}})
+    with pytest.raises(UserError, match=r"^<spec>: 1,000,002 combinations"):
+        expand(sampled)
+    wide = parse_spec({"workload": {"model": ["qwen3-30b-a3b"], "batch": list(range(1, 1001)),
+                                    "context": list(range(1, 1002))}})
+    with pytest.raises(UserError, match=r"^<spec>: 1,001,000 combinations"):
+        expand(wide)
     assert MAX_COMBINATIONS == 1_000_000
     for cfg, msg in (({"pez": 8}, r"unknown config field 'pez' \(did you mean 'pes'\?\)"),
                      ({"tile.rowz": 8}, r"unknown config field 'tile.rowz' \(did you mean "
