@@ -853,8 +853,8 @@ class EvalModel:
     ``pool_slots``: Elastic-SD's draft pool (Algorithm 1: the experts whose MSB slices HB
     holds, :attr:`pool_slots`) as expert-cache slots a MoE layer, at most :attr:`slots`; None
     (default): the whole cache, :attr:`slots`. A smaller pool is another HB's
-    (:func:`pool_slots_at`): the pool an alpha was measured with, when that alpha is used at
-    a larger HB (docs/paper.md section 3, "The draft pool at a fixed alpha").
+    (:func:`pool_slots_at`): that HB configuration's pool beside that HB's alpha, used at a
+    larger HB (docs/paper.md section 3, "The draft pool at a fixed alpha").
 
     ``plat`` is a :class:`Platform` (:func:`platform`; a name alone does not say its HB size);
     ``batch`` and ``context`` (tokens) positive integers; ``zipf`` a number in [0,
@@ -1619,7 +1619,7 @@ def pool_slots_at(pool_hb: str | None, model: str, *, batch: int, link: str = "d
     cache's slots a MoE layer of ``model`` at ``batch`` there, ``kw`` (``zipf``, ``form``,
     ``context``, ``intra``, ``placement``) as :class:`EvalModel`'s; None for ``pool_hb``
     None (the pool is the point's own cache). What :class:`EvalModel`'s ``pool_slots`` takes
-    to run a point at a larger HB with the pool the alpha was measured with (the paper's 4 GB
+    to run a point at a larger HB with the pool of the HB its alpha is from (the paper's 4 GB
     alphas at 8 GB: ``pool_hb="4gb"``). Raises :class:`UserError` for an unknown HB size, and
     for a point the ``pool_hb`` configuration cannot hold (its LPDDR5 check, naming the
     point)."""

@@ -833,7 +833,9 @@ def _trend_axes(ax, good, axis, key, swept):
     for r in good:
         if _numeric(r.get(axis)):
             lines.setdefault(tuple(_hashable(r.get(a)) for a in others), []).append(r)
-    for k, (group, rs) in enumerate(sorted(lines.items(), key=lambda kv: str(kv[0]))):
+    def order(item):                # numbers as numbers: batch 4 before batch 16
+        return tuple((0, v, "") if _numeric(v) else (1, 0, str(v)) for v in item[0])
+    for k, (group, rs) in enumerate(sorted(lines.items(), key=order)):
         rs.sort(key=lambda r: r[axis])
         label = ", ".join(str(v) if a == "scheme" else f"{a} {v}"
                           for a, v in zip(others, group)) or "every point"

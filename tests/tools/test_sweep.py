@@ -1376,6 +1376,12 @@ def test_a_workload_sweep_is_drawn_against_its_swept_axis(tmp_path):
     assert files["by-context:a"].stat().st_size > 1000
     assert [label for label, _, _ in lines] == ["eagle, batch 1", "eagle, batch 4",
                                                 "elastic, batch 1", "elastic, batch 4"] * 2
+    # numbers in their order (as strings, batch 16 came before batch 4)
+    lines.clear()
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot):
+        pareto_plots([dict(r, batch=b) for r in rows[:3] for b in (4, 16)], tmp_path,
+                     axes={"batch", "context"})
+    assert [label for label, _, _ in lines] == ["batch 4", "batch 16"] * 2
     assert all(xs == [1024, 4096, 16384] for _, xs, _ in lines)
     # without the spec every axis counts, and alpha (four values) would win over context (3)
     with unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot):
