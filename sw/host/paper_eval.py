@@ -102,7 +102,7 @@ from typing import Any
 
 import numpy as np
 
-from ...checks import is_int, is_real
+from ...checks import check_int, is_int, is_real
 from ...config import DRAM_BACKGROUND, ConfigError, arch_config, preset as arch_preset
 from ...errors import UserError
 from ...synth.energy import DIE_ENERGY, sram_pj_per_byte
@@ -670,16 +670,14 @@ def compute_utilisation(plat: Platform, hidden: int, intermediate: int, rows: fl
     finite number > 0 (below 1: costed as one row, the fewest a PE computes) and ``bits`` not
     4 or 8, each before any calibration is computed."""
     arch = _die(plat)
-    for name, v in (("hidden", hidden), ("intermediate", intermediate)):
-        if not is_int(v) or v < 1:
-            raise UserError(f"{name}: expected a positive integer (an FFN dimension), got {v!r}")
+    hidden, intermediate = (check_int(name, v, lo=1, error=UserError)
+                            for name, v in (("hidden", hidden), ("intermediate", intermediate)))
     if not is_real(rows) or not 0 < rows < math.inf:
         raise UserError(f"rows: expected a finite number > 0 (token rows an expert), got "
                         f"{rows!r}")
     if bits not in (4, 8) or isinstance(bits, bool):
         raise UserError(f"bits: expected 4 (W4A8) or 8 (W8A8), got {bits!r}")
-    return ffn_calibration(arch, int(hidden), int(intermediate), bits,
-                           plat.link).utilisation(rows)
+    return ffn_calibration(arch, hidden, intermediate, bits, plat.link).utilisation(rows)
 
 
 def _die(plat: Platform):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...checks import check_int
 from ...config import preset
 from ..golden.asm import ProgramError
 from ..golden.datapath import Mode
@@ -147,14 +148,13 @@ def table(records) -> str:
 
 
 def _positive(option: str, text: str) -> int:
-    """``text`` as a positive integer; ValueError naming ``option`` otherwise."""
+    """``text`` as a positive integer; ValueError naming ``option`` otherwise
+    (:func:`~elmoe3d.checks.check_int`'s words)."""
     try:
-        v = int(text.strip())
+        value = int(text.strip())
     except ValueError:
-        v = 0
-    if v < 1:
-        raise ValueError(f"{option}: expected a positive integer, got {text!r}")
-    return v
+        value = text                                # not a number: named as given
+    return check_int(option, value, lo=1)
 
 
 def main(argv=None) -> int:
