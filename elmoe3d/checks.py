@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 
-__all__ = ["is_int", "is_real", "expected_int", "python_int_hint", "check_int"]
+__all__ = ["is_int", "is_real", "expected_int", "python_int_hint", "check_int", "parse_int"]
 
 
 def is_int(value, *, numpy: bool = True) -> bool:
@@ -68,3 +68,20 @@ def check_int(name: str, value, lo: int | None = None, hi: int | None = None, *,
         hint = "" if numpy else python_int_hint(value)
         raise error(f"{name}: expected {expected_int(lo, hi)}{hint}, got {value!r}")
     return int(value)
+
+
+def parse_int(name: str, text, lo: int | None = None, hi: int | None = None, *,
+              error: type[Exception] = ValueError) -> int:
+    """``text`` (a command line's string) as an integer in ``[lo, hi]``: :func:`check_int`'s
+    check and words, with text that is no integer named as given (``got 'abc'``).
+
+    Raises
+    ------
+    error (``ValueError`` unless given)
+        ``"{name}: expected a positive integer, got 'abc'"``.
+    """
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = text                                # not a number: named as given
+    return check_int(name, value, lo, hi, error=error)

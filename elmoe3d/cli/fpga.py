@@ -38,6 +38,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ..checks import check_int
 from ..errors import UserError
 from . import given_options
 from .outputs import check_output, output_path, plain_printer, write_json
@@ -134,11 +135,6 @@ def _options_given(args) -> list:
 MAX_SEED = 2**31 - 1
 
 
-def _positive(value, option):
-    if value is not None and value < 1:
-        raise UserError(f"{option}: expected a positive integer, got {value}")
-
-
 def run(args) -> int:
     from ..synth import fpga
 
@@ -153,7 +149,8 @@ def run(args) -> int:
     bd = fpga.board(args.board)
     for value, option in ((args.hb_words, "--hb-words"), (args.ext_words, "--ext-words"),
                           (args.baud, "--baud"), (args.max_runs, "--max-runs")):
-        _positive(value, option)
+        if value is not None:
+            check_int(option, value, lo=1, error=UserError)
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
         raise UserError(f"--seed: expected an integer from 0 to {MAX_SEED} (nextpnr's int), "
                         f"got {args.seed}")

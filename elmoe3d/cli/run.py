@@ -60,6 +60,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..checks import check_int
 from ..errors import UserError
 from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_options,
                                 check_request, run_perf, summarise)
@@ -333,16 +334,10 @@ def _choice(option, value, choices):
     return value
 
 
-def _positive(option, value):
-    if value is not None and value < 1:
-        raise UserError(f"{option} {value}: expected a positive integer")
-    return value
-
-
-def _nonneg(option, value):
-    if value is not None and value < 0:
-        raise UserError(f"{option} {value}: expected an integer >= 0")
-    return value
+def _at_least(option, value, lo):
+    """``value`` unless it is an integer below ``lo`` (an option not given, ``None``, passes):
+    :func:`~elmoe3d.checks.check_int`'s words, as a :class:`UserError` naming ``option``."""
+    return value if value is None else check_int(option, value, lo=lo, error=UserError)
 
 
 # -- the run ------------------------------------------------------------------------------------
@@ -396,12 +391,12 @@ def execute(args, *, progress_factory=None) -> dict:
                         f"(one run per depth)")
     _choice("--traffic", args.traffic, BENCH_TRAFFIC)
     for opt, v in (("--tokens", args.tokens), ("--batch", args.batch)):
-        _positive(opt, v)
+        _at_least(opt, v, 1)
     for opt, v in (("--hb-slots", args.hb_slots), ("--dense-bytes", args.dense_bytes),
                    ("--kv-bytes", args.kv_bytes)):
-        _nonneg(opt, v)
+        _at_least(opt, v, 0)
     for d in args.depth:
-        _positive("--depth", d)
+        _at_least("--depth", d, 1)
     try:
         arch = preset(args.config)
     except ConfigError as exc:
@@ -421,7 +416,7 @@ def execute(args, *, progress_factory=None) -> dict:
             raise UserError(f"--model {args.model}: {e}") from None
         _check_ffn(preset_)
     warmup = getattr(args, "warmup", None)
-    _nonneg("--warmup", warmup)
+    _at_least("--warmup", warmup, 0)
     usage = str(args.trace).startswith(SYNTHETIC_PREFIX)
     on_error = _choice("--on-error", getattr(args, "on_error", "raise"), ("raise", "warn"))
     renorm = _choice("--renormalise", getattr(args, "renormalise", "keep"),

@@ -77,6 +77,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+from ..checks import parse_int
 from ..errors import UserError
 from ..machine import usable_cpus
 from ..paths import build_root
@@ -156,16 +157,6 @@ def _parse_int_list(text, option):
     if any(v < 1 for v in values):
         raise UserError(f"{option}: expected positive integers, got {text!r}")
     return values
-
-
-def _positive_int(text, option):
-    try:
-        value = int(str(text))
-    except ValueError:
-        raise UserError(f"{option}: expected one positive integer, got {text!r}") from None
-    if value < 1:
-        raise UserError(f"{option}: expected one positive integer, got {text!r}")
-    return value
 
 
 def _configs(text):
@@ -553,7 +544,7 @@ def run(args) -> int:
     if args.jobs is None:
         jobs = min(2, cpus)
     else:
-        jobs = _positive_int(args.jobs, "--jobs")
+        jobs = parse_int("--jobs", args.jobs, lo=1, error=UserError)
         if jobs > cpus:
             raise UserError(f"--jobs {jobs}: at most the {cpus} CPU(s) this process may use "
                             f"(a Yosys process runs on one CPU; more only share them, each "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...checks import check_int
+from ...checks import parse_int
 from ...config import preset
 from ..golden.asm import ProgramError
 from ..golden.datapath import Mode
@@ -147,16 +147,6 @@ def table(records) -> str:
     return "\n".join(lines)
 
 
-def _positive(option: str, text: str) -> int:
-    """``text`` as a positive integer; ValueError naming ``option`` otherwise
-    (:func:`~elmoe3d.checks.check_int`'s words)."""
-    try:
-        value = int(text.strip())
-    except ValueError:
-        value = text                                # not a number: named as given
-    return check_int(option, value, lo=1)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m elmoe3d.sw.host.shape_sweep",
                                  description=__doc__.split("\n\n")[0])
@@ -169,8 +159,8 @@ def main(argv=None) -> int:
                          "(default 1,4,16)")
     args = ap.parse_args(argv)
     try:
-        jobs = _positive("--jobs", args.jobs)
-        tokens = tuple(_positive("--tokens", t) for t in args.tokens.split(","))
+        jobs = parse_int("--jobs", args.jobs, lo=1)
+        tokens = tuple(parse_int("--tokens", t, lo=1) for t in args.tokens.split(","))
         cases = sweep_cases([m for m in args.models.split(",") if m] or None, tokens)
     except ValueError as e:
         print(f"shape_sweep: {e}", file=sys.stderr)

@@ -442,7 +442,7 @@ def test_run_warmup_options(tmp_path, capsys):
     assert code == 0 and "dropped: 192 warm-up" in out
     code, out, err = run_cli(capsys, "--trace", str(path), "--model", "mixtral-8x7b", *PERF,
                              "--warmup", "-1")
-    assert code == 2 and "--warmup -1: expected an integer >= 0" in err
+    assert code == 2 and "--warmup: expected an integer >= 0, got -1" in err
     wpath = tmp_path / "w.jsonl"
     D.warmup(wpath)
     code, out, err = run_cli(capsys, "--trace", str(wpath), "--model", "mixtral-8x7b", *PERF,

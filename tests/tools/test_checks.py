@@ -2,6 +2,7 @@
 share it: a bool is never a count, a NumPy integer is one except where Amaranth needs a Python
 int (hardware parameters), and the error names the parameter and the range."""
 
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -9,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elmoe3d.checks import check_int, expected_int, is_int, is_real, python_int_hint
+from elmoe3d.checks import (check_int, expected_int, is_int, is_real, parse_int,
+                            python_int_hint)
 from elmoe3d.config import TileConfig, preset
 from elmoe3d.hw.board import BoardTop
 from elmoe3d.hw.bridge import Bridge
@@ -95,6 +97,22 @@ def test_expected_words(lo, hi, words):
 def test_check_int_raises_the_callers_error_type():
     with pytest.raises(QuantizationError, match=r"^bits: expected an integer in 2\.\.8, got True$"):
         check_int("bits", True, 2, 8, error=QuantizationError)
+
+
+@pytest.mark.parametrize("text, lo, hi, out", [
+    ("3", 1, None, 3), (" 12 ", 1, None, 12), ("-3", None, -1, -3), ("0", 0, 0, 0),
+    ("0", 1, None, "--n: expected a positive integer, got 0"),
+    ("abc", 1, None, "--n: expected a positive integer, got 'abc'"),
+    ("", 1, None, "--n: expected a positive integer, got ''"),
+    ("2.0", 1, None, "--n: expected a positive integer, got '2.0'"),
+    ("16", 0, 15, "--n: expected an integer in 0..15, got 16"),
+])
+def test_parse_int_reads_a_command_lines_integer_with_check_ints_words(text, lo, hi, out):
+    if isinstance(out, int):
+        assert parse_int("--n", text, lo, hi) == out and type(parse_int("--n", text, lo, hi)) is int
+    else:
+        with pytest.raises(KeyError, match=f"^{re.escape(repr(out))}$"):
+            parse_int("--n", text, lo, hi, error=KeyError)
 
 
 def test_a_hardware_parameter_names_a_numpy_integer():

@@ -418,6 +418,8 @@ def test_estimate_fit_rules():
                                    "than all 208 DP16KD of LFE5U-85F (3,407,872 bits)"),
     (["--force", "--estimate-only"], "give one of them"),
     (["--max-runs", "3"], "--max-runs: only with --config auto"),
+    (["--hb-words", "0"], "--hb-words: expected a positive integer, got 0"),
+    (["--config", "auto", "--max-runs", "0"], "--max-runs: expected a positive integer, got 0"),
     (["--list-boards", "--json", "x.json"], "--list-boards takes no other option, got --json"),
     (["--board", "ULX3S-85F", "--config", "nope"], "--config: unknown configuration 'nope'"),
     (["--config", "auto", "--baud", "3000000"], "--baud 3000000: 3000000 is too fast for "

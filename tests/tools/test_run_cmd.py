@@ -100,8 +100,10 @@ def test_npz_trace_and_model_from_it(tmp_path, capsys):
     (["--config", "paper-16gb"], "--config"),
     (["--backend", "gpu"], "--backend"),
     (["--backend", "golden", "--config", "paper-4gb"], "small configuration only"),
-    (["--tokens", "0"], "--tokens"),
-    (["--depth", "0"], "--depth"),
+    (["--tokens", "0"], "--tokens: expected a positive integer, got 0"),
+    (["--depth", "0"], "--depth: expected a positive integer, got 0"),
+    (["--batch", "-2"], "--batch: expected a positive integer, got -2"),
+    (["--warmup", "-1"], "--warmup: expected an integer >= 0, got -1"),
     (["--acceptance", "always"], "--acceptance"),
     (["--model", "olmoe-1b-7b"], "--model"),
     (["--traffic", "stalls"], "--traffic: only with --backend rtl"),
@@ -344,7 +346,7 @@ def test_hb_slots_zero_is_no_expert_cache(schedule, tmp_path, capsys):
                           "--schedule", schedule)
     assert code == 0 and "0 mismatches" in out, err
     code, out, err = _run(capsys, *BASE, "--hb-slots", "-1")
-    assert code == 2 and "--hb-slots -1: expected an integer >= 0" in err
+    assert code == 2 and "--hb-slots: expected an integer >= 0, got -1" in err
 
 
 # -- an output that is an input file (issue: silent data loss) -------------------------------

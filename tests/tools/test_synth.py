@@ -190,8 +190,8 @@ def test_cli_bad_liberty_is_one_line(tmp_path, capsys):
     (["--config", "huge"], "--config"),
     (["--config", "small,"], "--config small,: an empty item"),
     (["--config", "small,small"], "names a configuration twice"),
-    (["--jobs", "0"], "--jobs: expected one positive integer"),
-    (["--jobs", "x"], "--jobs: expected one positive integer"),
+    (["--jobs", "0"], "--jobs: expected a positive integer, got 0"),
+    (["--jobs", "x"], "--jobs: expected a positive integer, got 'x'"),
     (["--scaling", "4,x"], "--scaling"),
     (["--period", "1e9"], "less than 1e+09 (1 ms)"),
 ])
