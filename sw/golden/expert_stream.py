@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...config import ArchConfig
 from ...isa import Sink, Source, Target
 from .asm import Program, ProgramError, pack_act, pack_scales, pack_tok, pack_wgt, pe_config
 from .asm import words_to_ints
@@ -365,13 +364,11 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
     mode = _mode(mode)
     if mode not in (Mode.FULL, Mode.DRAFT):
         raise ValueError(f"mode: expected FULL or DRAFT, got {mode.name}")
-    full = mode is Mode.FULL
     ex = as_expert(expert, name)
     x = np.asarray(x)
     T = check_x(x, ex)
     gw = _gate_bits(np.ones(T) if gate_weights is None else gate_weights, T)
     plan = plan_expert_stream(ex.hidden, ex.intermediate, pe, raw_output=raw_output)
-    H, I, R, L = ex.hidden, ex.intermediate, pe.rows, pe.lanes
     xq = quantize_activations(x, name="x")
     e_x = np.asarray(xq.exp, np.int64)
     if e_x.size and (e_x.min() < -128 or e_x.max() > 127):
@@ -379,7 +376,7 @@ def build_streamed_expert_program(x, expert, gate_weights=None, mode=Mode.FULL, 
                            f"TOK entry's signed 8-bit e_x (scale the input)")
     prog, ld, info, chunks = stream_pe_program(pe, plan, ex, xq.q, e_x, gw, mode,
                                                raw_output=raw_output)
-    return StreamedJob(program=prog, ld=ld, tokens=T, hidden=H, info=info, plan=plan,
+    return StreamedJob(program=prog, ld=ld, tokens=T, hidden=ex.hidden, info=info, plan=plan,
                        chunks=chunks, raw_output=raw_output)
 
 
@@ -558,7 +555,7 @@ def stream_pe_program(pe, plan: StreamPlan, ex, x_q, e_x, gw_bits, mode, *, role
     if role not in ROLES:
         raise ValueError(f"role: expected one of {ROLES}, got {role!r}")
     full = Mode(mode) is Mode.FULL
-    H, I, R, L = ex.hidden, ex.intermediate, pe.rows, pe.lanes
+    I, R, L = ex.intermediate, pe.rows, pe.lanes
     T = len(x_q)
     gw = gw_bits
     both = QuantizedWeight(q=np.concatenate([ex.up.q, ex.gate.q]),

@@ -20,7 +20,6 @@ asserted on the handshake cycles:
 The programs are ``tests/pe_cases.py``'s (the cycle model runs them too,
 ``tests/host/test_pe_cycles.py``). Seeds are fixed and printed."""
 
-import numpy as np
 import pytest
 
 from ..pe_cases import (barrier_program, early_output_program, half_flag_program,

@@ -11,7 +11,7 @@ import pytest
 from elmoe3d.config import PEConfig, preset
 from elmoe3d.sw.golden.asm import ProgramError
 from elmoe3d.sw.golden.datapath import Mode
-from elmoe3d.sw.golden.expert import Expert, ref_moe
+from elmoe3d.sw.golden.expert import ref_moe
 from elmoe3d.sw.golden.expert_stream import build_streamed_expert_program, plan_expert_stream
 from elmoe3d.sw.host.models import MODEL_PRESETS
 from elmoe3d.sw.host.shape_sweep import synthetic_expert

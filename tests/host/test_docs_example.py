@@ -4,8 +4,6 @@ printed and gives the figures the section's table reports for the same run."""
 import re
 from pathlib import Path
 
-import pytest
-
 from elmoe3d.sw.host.corpus import routing_path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "host.md"

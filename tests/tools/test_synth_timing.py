@@ -4,11 +4,8 @@ composition and the one-line errors of ``--timing``. Every Yosys run here takes 
 
 from __future__ import annotations
 
-import gzip
 import json
-import math
 import re
-from pathlib import Path
 
 import pytest
 
