@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...checks import is_int
+from ...checks import check_int, is_int, is_real
 from ...errors import UserError
 from .hbcache import CacheStats, HBExpertCache
 from .models import ModelPreset
@@ -60,14 +60,32 @@ __all__ = ["throttle", "original_ranking", "select_pool", "select_pool_indices",
            "ElasticSDResult", "ElasticSD"]
 
 
+def _id_row(name, ids) -> np.ndarray:
+    """``ids`` as int64 ``[n]``: one row of distinct integer expert ids, else
+    :class:`UserError` naming ``name`` (and the first repeated id)."""
+    row = np.asarray(ids)
+    if row.ndim != 1 or (row.size and row.dtype.kind not in "iu"):
+        raise UserError(f"{name}: expected one row of integer expert ids, got {ids!r}")
+    row = row.astype(np.int64)
+    srt = np.sort(row)
+    dup = srt[1:][srt[1:] == srt[:-1]]
+    if dup.size:
+        raise UserError(f"{name}: expert id {int(dup[0])} repeats in the row {row.tolist()}")
+    return row
+
+
 def original_ranking(topk_ids, num_experts, *, scores=None, fallback=None) -> np.ndarray:
     """All expert ids of one (token, layer), best first.
 
     With ``scores`` [E] (finite): by descending score, ties to the lower id. Otherwise the
     recorded ``topk_ids`` in their order, then the others by descending ``fallback`` [E]
-    (hotness; default all zero), ties to the lower id. Raises :class:`UserError` on an id outside
-    0..E-1 (-1 included)."""
-    ids = np.asarray(topk_ids, np.int64)
+    (hotness; default all zero), ties to the lower id. Raises :class:`UserError` for a
+    ``num_experts`` that is no positive integer, ``topk_ids`` that are not one row of integer
+    ids, an id outside 0..E-1 (-1 included) or repeated in the row, ``scores`` that are not E
+    finite values, or a ``fallback`` that is not E finite values."""
+    if not is_int(num_experts) or num_experts < 1:
+        check_int("num_experts", num_experts, 1, error=UserError)
+    ids = _id_row("topk_ids", topk_ids)
     if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
         raise UserError(f"topk_ids: {ids.tolist()} outside 0..{num_experts - 1}")
     if scores is not None:
@@ -75,7 +93,13 @@ def original_ranking(topk_ids, num_experts, *, scores=None, fallback=None) -> np
         if s.shape != (num_experts,) or not np.isfinite(s).all():
             raise UserError(f"scores: expected {num_experts} finite values")
         return np.argsort(-s, kind="stable")
-    f = np.zeros(num_experts) if fallback is None else np.asarray(fallback, np.float64)
+    if fallback is None:
+        f = np.zeros(num_experts)
+    else:
+        f = np.asarray(fallback, np.float64)
+        if f.shape != (num_experts,) or not np.isfinite(f).all():
+            raise UserError(f"fallback: expected {num_experts} finite values, got shape "
+                            f"{f.shape}")
     rest = np.setdiff1d(np.arange(num_experts), ids)
     rest = rest[np.argsort(-f[rest], kind="stable")]
     return np.concatenate([ids, rest])
@@ -83,8 +107,25 @@ def original_ranking(topk_ids, num_experts, *, scores=None, fallback=None) -> np
 
 def throttle(ranking, pool, k) -> np.ndarray:
     """Throttled top-k: the first ``k`` experts of ``ranking`` that are in ``pool`` (a set or
-    bool mask [E]), in ranking order; fewer if the pool holds fewer."""
-    ranking = np.asarray(ranking, np.int64)
+    bool mask [E]), in ranking order; fewer if the pool holds fewer. Raises
+    :class:`UserError` for a ``k`` that is no integer >= 0, a ``ranking`` that is not one row
+    of distinct integer ids, or (a mask ``pool``) an id outside the mask's 0..E-1."""
+    if not is_int(k) or k < 0:
+        check_int("k", k, 0, error=UserError)
+    r = _id_row("ranking", ranking)
+    if isinstance(pool, np.ndarray) and pool.dtype == bool:
+        if pool.ndim != 1:
+            raise UserError(f"pool: expected a set or a bool mask [E], got a mask of shape "
+                            f"{pool.shape}")
+        if r.size and (r.min() < 0 or r.max() >= pool.size):
+            raise UserError(f"ranking: {r.tolist()} outside the pool mask's "
+                            f"0..{pool.size - 1}")
+    return _throttle(r, pool, k)
+
+
+def _throttle(ranking, pool, k) -> np.ndarray:
+    """:func:`throttle` unchecked (``ranking`` int64, ``k`` an integer >= 0): the per-token
+    callers' (:meth:`ElasticSD.throttled`)."""
     if isinstance(pool, np.ndarray) and pool.dtype == bool:
         inpool = pool[ranking]
     else:
@@ -101,11 +142,10 @@ def select_pool(hotness, slots, *, layer_ids, current=(), min_per_layer=1) -> li
     expert when the slots allow), then the remaining slots go to the hottest remaining keys of
     any layer; keys with zero hotness are kept only if already cached (keeping costs nothing,
     loading would). Ties: already cached first, then lower layer, then lower id. Returned
-    coldest first (the recency order :meth:`HBExpertCache.fill` takes)."""
-    h = np.asarray(hotness, np.float64)
+    coldest first (the recency order :meth:`HBExpertCache.fill` takes). Raises
+    :class:`UserError` as :func:`select_pool_indices`."""
+    h = _check_hotness(hotness, layer_ids)
     L, E = h.shape
-    if len(layer_ids) != L:
-        raise UserError(f"hotness: {L} layers but {len(layer_ids)} layer ids")
     cur = {(int(a), int(b)) for a, b in current}
     j_of = {int(lay): j for j, lay in enumerate(layer_ids)}
     incur = np.zeros((L, E), bool)
@@ -118,10 +158,45 @@ def select_pool(hotness, slots, *, layer_ids, current=(), min_per_layer=1) -> li
     return [(layer_ids[a], b) for a, b in zip(j.tolist(), e.tolist())]
 
 
+def _check_hotness(hotness, layer_ids) -> np.ndarray:
+    """``hotness`` as float64 ``[L, E]`` (``L = len(layer_ids)``), finite and >= 0, else
+    :class:`UserError`."""
+    try:
+        h = np.asarray(hotness, np.float64)
+    except (TypeError, ValueError):
+        raise UserError(f"hotness: expected a [layers, experts] array of counts, got "
+                        f"{type(hotness).__name__}") from None
+    if h.ndim != 2:
+        raise UserError(f"hotness: expected a [layers, experts] array, got shape {h.shape}")
+    if len(layer_ids) != h.shape[0]:
+        raise UserError(f"hotness: {h.shape[0]} layers but {len(layer_ids)} layer ids")
+    if h.size and not (np.isfinite(h).all() and h.min() >= 0):
+        raise UserError("hotness: expected finite counts >= 0 (NaN, infinite or negative "
+                        "entries given)")
+    return h
+
+
 def select_pool_indices(hotness, slots, *, layer_ids, current, min_per_layer=1) -> np.ndarray:
     """:func:`select_pool` on flat indices: ``current`` is the cached keys as a bool
     ``[L, E]`` mask (row ``j``: ``layer_ids[j]``); returns the pool as int64 ``j * E + e``,
-    coldest first."""
+    coldest first. Raises :class:`UserError` for ``hotness`` that is not finite counts >= 0
+    ``[L, E]`` with ``L = len(layer_ids)``, a ``current`` of another shape, or a ``slots`` or
+    ``min_per_layer`` that is no integer >= 0."""
+    h = _check_hotness(hotness, layer_ids)
+    check_int("slots", slots, 0, error=UserError)
+    check_int("min_per_layer", min_per_layer, 0, error=UserError)
+    incur = np.asarray(current)
+    if incur.shape != h.shape or incur.dtype != bool:
+        raise UserError(f"current: expected a bool mask of shape {h.shape}, got {incur.dtype} "
+                        f"of shape {incur.shape}")
+    return _select_pool_indices(h, slots, layer_ids=layer_ids, current=incur,
+                                min_per_layer=min_per_layer)
+
+
+def _select_pool_indices(hotness, slots, *, layer_ids, current, min_per_layer=1) \
+        -> np.ndarray:
+    """:func:`select_pool_indices` unchecked: Elastic-SD's per-iteration call, on its own
+    hotness counts, mask and checked counts."""
     h = np.asarray(hotness, np.float64)
     L, E = h.shape
     incur = np.asarray(current, bool)
@@ -247,10 +322,33 @@ class RowLists(Mapping):
 
 def accepted_prefix(accept) -> int:
     """Length of the leading run of True in ``accept`` (acceptance is a prefix length: nothing
-    after the first rejection counts)."""
-    a = np.asarray(accept, bool)
+    after the first rejection counts). Raises :class:`UserError` for ``accept`` that is not
+    one row of bools (probabilities or strings are not verdicts)."""
+    a = np.asarray(accept)
+    if a.ndim != 1 or (a.size and a.dtype != bool):
+        raise UserError(f"accept: expected a bool array [n], got {a.dtype} of shape {a.shape}")
+    if not a.size:
+        return 0
     rej = np.nonzero(~a)[0]
     return int(rej[0]) if rej.size else len(a)
+
+
+def _verdict(verdict, n) -> np.ndarray:
+    """The acceptance rule's return ``verdict`` as a bool array ``[n]``: a bool array or a
+    sequence of bools of length ``n``, else :class:`UserError` naming what it returned (its
+    dtype and shape, against bool ``(n,)``)."""
+    try:
+        a = np.asarray(verdict)
+    except (TypeError, ValueError):
+        a = None
+    if a is not None and a.dtype == bool and a.shape == (n,):
+        return a
+    got = "None" if verdict is None else (
+        f"{type(verdict).__name__}" if a is None or a.dtype == object else
+        f"{a.dtype} of shape {a.shape}" if isinstance(verdict, np.ndarray) else
+        f"a {type(verdict).__name__} read as {a.dtype} of shape {a.shape}")
+    raise UserError(f"acceptance returned {got}, expected bool of shape ({n},) (one verdict "
+                    f"per draft token)")
 
 
 def _token_rows(toks, field) -> np.ndarray:
@@ -385,7 +483,9 @@ class CoverageAcceptance:
     threshold: float
 
     def __post_init__(self):
-        if not 0 <= self.threshold <= 1:
+        """Raises :class:`UserError` for a ``threshold`` that is no real number in [0, 1]
+        (a bool, a string, None and NaN included)."""
+        if not is_real(self.threshold) or not 0 <= self.threshold <= 1:
             raise UserError(f"threshold: expected a number in [0, 1], got {self.threshold!r}")
 
     def __call__(self, coverage, rng) -> np.ndarray:
@@ -402,7 +502,9 @@ class BernoulliAcceptance:
     alpha: float
 
     def __post_init__(self):
-        if not 0 <= self.alpha <= 1:
+        """Raises :class:`UserError` for an ``alpha`` that is no real number in [0, 1] (a
+        bool, a string, None and NaN included)."""
+        if not is_real(self.alpha) or not 0 <= self.alpha <= 1:
             raise UserError(f"alpha: expected a number in [0, 1], got {self.alpha!r}")
 
     def __call__(self, coverage, rng) -> np.ndarray:
@@ -535,10 +637,19 @@ class ElasticSD:
     acceptance : callable
         ``acceptance(coverage [n], rng) -> bool [n]`` for a request's draft tokens; e.g.
         :class:`CoverageAcceptance` or :class:`BernoulliAcceptance`. Only its prefix counts.
+        Its return must be bools (a bool array or a list of bools) of length n: anything else
+        (probabilities, 0/1 integers, strings, None) makes :meth:`run` raise.
     min_per_layer : int, optional
         Pool floor per layer (default the model's top-k; capped by ``slots // layers``).
     seed : int
-        Seed of the generator handed to ``acceptance``.
+        Seed (>= 0) of the generator handed to ``acceptance``.
+
+    Raises
+    ------
+    UserError
+        For a cache that is not an :class:`HBExpertCache` built with ``admit=False``, a
+        ``depth`` that is no positive integer, an ``acceptance`` that is not callable, or a
+        ``min_per_layer`` or ``seed`` that is no integer >= 0.
     """
 
     def __init__(self, *, cache, depth, acceptance, min_per_layer=None, seed=0):
@@ -554,6 +665,7 @@ class ElasticSD:
         m = cache.model.top_k if min_per_layer is None else min_per_layer
         if not is_int(m) or m < 0:
             raise UserError(f"min_per_layer: expected an integer >= 0, got {min_per_layer!r}")
+        seed = check_int("seed", seed, 0, error=UserError)
         self._cache, self._depth, self._accept, self._min, self._seed = (
             cache, int(depth), acceptance, int(m), seed)
 
@@ -590,7 +702,7 @@ class ElasticSD:
         E, k = self.model.routed_experts, self.model.top_k
         sc = None if rr.scores is None else rr.scores[t, j]
         rank = original_ranking(rr.ids[t, j], E, scores=sc, fallback=hot_row)
-        chosen = throttle(rank, pool_mask, k)
+        chosen = _throttle(rank, pool_mask, k)
         return chosen, self.throttled_weights(rr, t, j, chosen, float(rr.weights[t, j, -1]))
 
     def _throttle_tokens(self, toks, masks, hot_prev, stacked=None) -> np.ndarray:
@@ -644,7 +756,9 @@ class ElasticSD:
     def run(self, trace, *, batch=1, phase="decode") -> ElasticSDResult:
         """Simulate Elastic-SD over the ``phase`` routing of ``trace`` (requests ``batch`` at a
         time in increasing id, each batch in lockstep). The cache's contents at the start are
-        the first pool (usually empty); the cache is left holding the last pool."""
+        the first pool (usually empty); the cache is left holding the last pool. Raises
+        :class:`UserError` for a ``batch`` that is no positive integer, a trace of another
+        model, or an ``acceptance`` return that is not one bool per draft token."""
         p, cache = self.model, self._cache
         if not is_int(batch) or batch < 1:
             raise UserError(f"batch: expected a positive integer, got {batch!r}")
@@ -701,8 +815,8 @@ class ElasticSD:
                 jj, cc = np.nonzero((ex >= 0) & (ex < E))       # one-hot of every token's
                 hot += np.bincount(jj * E + ex[jj, cc], minlength=L * E).reshape(L, E)
             tokens += sum(min(self._depth, r.tokens) for r in group)
-            nxt = select_pool_indices(hot, cache.slots, layer_ids=lids, current=masks,
-                                      min_per_layer=self._min)
+            nxt = _select_pool_indices(hot, cache.slots, layer_ids=lids, current=masks,
+                                       min_per_layer=self._min)
             cache.fill_indices(nxt, streamed=used)        # AR read every expert it used
             pool = PoolKeys(nxt, lids, E)
             masks = cache.resident_mask()
@@ -758,14 +872,14 @@ class ElasticSD:
                     cover[i] = cover[i] / np.maximum(nl, 1)
                 acc = {}
                 for i in active:
-                    verdict = np.asarray(self._accept(cover[i], rng), bool)
-                    if verdict.shape != (n_draft[i],):
-                        raise UserError(f"acceptance returned shape {verdict.shape}, expected "
-                                        f"({n_draft[i]},)")
+                    verdict = self._accept(cover[i], rng)
+                    if type(verdict) is not np.ndarray or verdict.dtype != bool \
+                            or verdict.shape != (n_draft[i],):
+                        verdict = _verdict(verdict, n_draft[i])
                     acc[i] = accepted_prefix(verdict)
                 # next pool, chosen before verification from this draft's hotness
-                nxt = select_pool_indices(hot, cache.slots, layer_ids=lids, current=masks,
-                                          min_per_layer=self._min)
+                nxt = _select_pool_indices(hot, cache.slots, layer_ids=lids, current=masks,
+                                           min_per_layer=self._min)
                 # verify: all draft tokens, original routing, current pool
                 vc, vu = {}, {}
                 streamed = np.zeros((L, E), bool)
