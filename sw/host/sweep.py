@@ -477,6 +477,16 @@ def _stopped(store, points, exc) -> None:
         pass
 
 
+def _earlier_sweep(out) -> dict | None:
+    """The ``sweep.json`` an earlier run left in ``out`` (a dict), or ``None`` (none, or one
+    that cannot be read as a JSON object)."""
+    try:
+        doc = json.loads((Path(out) / "sweep.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def _status(store, spec, status, **extra) -> None:
     _write_atomic(store.out / "sweep.json", json.dumps(
         {"name": spec.name, "status": status, "spec": spec.path,
@@ -494,6 +504,11 @@ def _run(spec, points, states, store, cache, task, *, code, client, progress, re
     todo = [p for p, st in zip(points, states) if st != "done"]
     stale = states.count("stale")
     skipped = len(points) - len(todo)
+    before = _earlier_sweep(store.out)
+    if before is not None and before.get("spec_sha256") != spec.text_hash:
+        say(f"{store.out}: held the sweep {before.get('name')!r} of another spec (or an "
+            f"earlier version of this one): its finished rows stay, those of this spec's "
+            f"points are reused; its tables and plots are replaced by this run's")
     # results.* of an earlier run stay until this one is consolidated: sweep.json says they
     # are not current
     _status(store, spec, "running", points=len(points), dropped=dropped)
@@ -733,8 +748,9 @@ def pareto_plots(rows, out_dir, *, axes=None) -> dict:
     a line for each combination of the other swept axes and config fields that vary, the
     scheme always (a derived column such as a point's Table 3 alpha, which varies with the
     batch, is no axis of its own). The title counts the points drawn and those without a
-    number on the axis. A model's other plot from an earlier run into ``out_dir`` (the other
-    kind) is removed, so the folder holds one per model.
+    number on the axis. Every other ``pareto-*.png`` and ``by-*.png`` in ``out_dir`` (an
+    earlier run's: a model's plot of the other kind, a model no longer in the rows, another
+    spec's) is removed, so the folder holds this run's plots only.
 
     Returns ``{"pareto:<model>" or "by-<axis>:<model>": path}`` (nothing for a sweep without
     perf figures)."""
@@ -745,8 +761,18 @@ def pareto_plots(rows, out_dir, *, axes=None) -> dict:
         xkey, xlabel = FALLBACK_X
         pts = [dict(r, pes=r["pes"] if r.get("pes") is not None else _base_pes(r))
                for r in done]
-    if not pts:
-        return {}
+    files = {}
+    if pts:
+        files = _draw_plots(pts, out_dir, xkey, xlabel, axes)
+    keep = set(files.values())
+    for old in [*Path(out_dir).glob("pareto-*.png"), *Path(out_dir).glob("by-*.png")]:
+        if old not in keep:                     # an earlier run's plot
+            old.unlink(missing_ok=True)
+    return files
+
+
+def _draw_plots(pts, out_dir, xkey, xlabel, axes) -> dict:
+    """:func:`pareto_plots`' drawing of the rows ``pts`` (each with ``xkey``)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -781,9 +807,6 @@ def pareto_plots(rows, out_dir, *, axes=None) -> dict:
         kind = "pareto" if axis is None else f"by-{_axis_file(axis)}"
         stem = f"{kind}-{model}"
         path = Path(out_dir) / f"{stem}.png"
-        for other in ["pareto", *(f"by-{_axis_file(a)}" for a in TREND_AXES)]:
-            if other != kind:                   # an earlier run's plot of the other kind
-                (Path(out_dir) / f"{other}-{model}.png").unlink(missing_ok=True)
         tmp = path.with_name(f".{stem}.tmp.png")
         fig.savefig(tmp, dpi=90)
         plt.close(fig)
