@@ -483,14 +483,16 @@ def _plot_fig13(path, rows):
                        label=f"{scheme}: draft" if first else None)
                 ax.bar(x, r["verify_ms"], width, bottom=r["draft_ms"], color=f"C{j}",
                        edgecolor="white", label=f"{scheme}: verify" if first else None)
-                ax.text(x, r["draft_ms"] + r["verify_ms"], r["verify_form"][0].upper(),
-                        ha="center", va="bottom", fontsize=6)
                 other = (r["verify_whole_ms"] if r["verify_form"] == "msb"
                          else r["verify_msb_ms"])
+                top = r["draft_ms"] + r["verify_ms"]
                 if abs(other - r["verify_ms"]) > 1e-3 * r["verify_ms"]:
                     ax.plot(x, r["draft_ms"] + other, "_", color="black", markersize=9,
                             label="verify with the other cache" if first_other[0] else None)
                     first_other[0] = False
+                    top = max(top, r["draft_ms"] + other)   # the letter above the tick
+                ax.annotate(r["verify_form"][0].upper(), (x, top), xytext=(0, 2),
+                            textcoords="offset points", ha="center", va="bottom", fontsize=6)
         ax.set_xticks(range(len(batches)), [f"batch {b}" for b in batches])
         ax.set_title(f"HB {hb[:-2]} GB", fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
@@ -545,7 +547,7 @@ def _fig16(args) -> int:
                     f"(Table 3's cache form, an LRU a layer)")
     for col in ("model", "benchmark", "source") + tuple(f"batch {b}" for b in lo.BATCHES):
         t.add_column(col, justify="right" if col.startswith("batch") else "left",
-                     overflow="fold")
+                     overflow="fold", no_wrap=col in ("model", "source"))   # names whole
     by = {}
     for r in rows:
         if r["fraction"] == f and r["kind"] != "trace":
@@ -682,7 +684,7 @@ def _plot_fig16(path, doc):
         ax.legend(fontsize=6 if ax in (a, c) else 7, ncols=2 if ax is d else 1,
                   loc="lower right" if ax is a else "best")
     f.suptitle("Fig. 16: expert locality by batch, request, model and benchmark on real "
-               "routing (solid: measured, or Che on a measured popularity in (c, d); dashed "
+               "routing\n(solid: measured, or Che on a measured popularity in (c, d); dashed "
                "and dash-dot: models; (c)'s dashed: Zipf laws fitted on Table 3)", fontsize=9)
     f.savefig(path, format="png", dpi=110)
 
@@ -960,7 +962,7 @@ def _plot_fig15(path, rows, hb, dram_background, nm_mac_scale):
 
     from ..sw.host import paper_eval as pe
 
-    f = Figure(figsize=(13, 4.2), layout="constrained")
+    f = Figure(figsize=(14, 4.4), layout="constrained")
     FigureCanvasAgg(f)
     axes = f.subplots(1, len(pe.TABLE3_MODELS), sharey=True)
     colors = dict(zip(pe.ENERGY_PARTS, ("tab:blue", "tab:red", "tab:green", "tab:purple",
@@ -988,11 +990,11 @@ def _plot_fig15(path, rows, hb, dram_background, nm_mac_scale):
                     ax.plot(x, bottom * 1.04, "v", color="black", markersize=3)
         ax.set_xticks([i + (j - (len(pe.PLATFORMS) - 1) / 2) * width
                        for i in range(len(pe.TABLE3_BATCHES)) for j in range(len(pe.PLATFORMS))],
-                      letters * len(pe.TABLE3_BATCHES), minor=True, fontsize=6)
+                      letters * len(pe.TABLE3_BATCHES), minor=True, fontsize=7.5)
         ax.tick_params(axis="x", which="minor", length=0, pad=2)
         ax.set_xticks(range(len(pe.TABLE3_BATCHES)),
                       [f"B{b}" for b in pe.TABLE3_BATCHES])
-        ax.tick_params(axis="x", which="major", length=0, pad=12)
+        ax.tick_params(axis="x", which="major", length=0, pad=14)
         ax.set_title(model, fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel("energy a token / ours (triangle: SD mode)")
@@ -1120,11 +1122,15 @@ def _plot_fig12(path, rows, hb):
                  fontsize=8)
     top.axvline(hb_gib, color="k", lw=0.8, ls="--")          # the HB capacity: its bars end there
     top.set_xlim(0, max(float(left.max()), hb_gib) * 1.25)
+    f.get_layout_engine().set(h_pad=0.1)       # the top panel's x label reads as its own
     xs = np.arange(len(rows))
-    bottom.bar(xs - 0.2, [r["draft_ms"] for r in rows], 0.4, label="draft latency")
-    bottom.bar(xs + 0.2, [r["verify_ms"] for r in rows], 0.4, label="verify latency")
+    for dx, key, what in ((-0.2, "draft_ms", "draft"), (0.2, "verify_ms", "verify")):
+        bars = bottom.bar(xs + dx, [r[key] for r in rows], 0.4, label=f"{what} latency")
+        bottom.bar_label(bars, fmt="%.1f", fontsize=7, padding=1)   # a short bar's value too
     bottom.set_xticks(xs, names)
     bottom.set_ylabel("ms per SD iteration")
+    bottom.set_title("an SD iteration's latency per scheme", fontsize=9)
+    bottom.margins(y=0.12)                      # room for the tallest bar's value
     acc = bottom.twinx()
     acc.plot(xs, [r["accept"] for r in rows], "kD-", label="accept length")
     acc.set_ylabel("tokens per iteration per sequence")

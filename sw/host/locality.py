@@ -121,7 +121,8 @@ def real_routing(who: str = "fig16") -> dict:
     for name in ROUTING_FILES:
         path = routing_path(name)
         if not path.is_file():
-            raise UserError(f"{who}: the real trace {path} is missing{traces_hint()}")
+            what = "a folder, not a file" if path.is_dir() else "missing"
+            raise UserError(f"{who}: the real trace {path} is {what}{traces_hint()}")
         out[name] = import_vllm_jsonl(path, model=ROUTING_MODEL)[0]
     return out
 

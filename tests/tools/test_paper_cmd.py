@@ -594,6 +594,12 @@ def test_cache_check_names_a_missing_trace_and_the_traces_folder(capsys, monkeyp
                            f"{traces / 'gsm8k_2_routing.jsonl'} is missing (the traces "
                            f"folder: $ELMOE3D_TRACES = {traces})")
     assert not out.exists()
+    (traces / "gsm8k_2_routing.jsonl").mkdir()  # a new user's trial: "missing" misled
+    assert cli.main(["paper", "cache-check", "--json", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"elmoe3d paper: error: cache-check: the real trace {traces / 'gsm8k_2_routing.jsonl'} "
+        f"is a folder, not a file (the traces folder: $ELMOE3D_TRACES = {traces})")
+    assert not out.exists()
     monkeypatch.delenv("ELMOE3D_TRACES")
     from elmoe3d.sw.host.corpus import traces_hint
     assert traces_hint() == (" (the traces folder: ../shared/traces beside the checkout, or "
