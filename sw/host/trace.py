@@ -25,6 +25,7 @@ the column and row for in-memory traces, where a ``ValueError`` subclass is rais
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 import zlib
 from collections import Counter
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...checks import is_int
+from ...checks import check_int, is_int
 from ...errors import UserError
 from .models import MODEL_PRESETS, model_preset, preset_for_model_id
 from .routelog import (WARMUP_MIN_ROWS, DialectError, forward_passes, layer_by_layer,
@@ -41,8 +42,8 @@ from .routelog import (WARMUP_MIN_ROWS, DialectError, forward_passes, layer_by_l
 
 
 __all__ = ["TRACE_FORMAT", "TRACE_VERSION", "PHASES", "TraceError", "MODEL_LINE_KINDS",
-           "RoutingTrace", "RequestRouting", "ImportReport", "import_vllm_jsonl", "describe_json",
-           "trace_from_router_logits", "capture_hf"]
+           "MAX_LAYERS", "RoutingTrace", "RequestRouting", "ImportReport", "import_vllm_jsonl",
+           "describe_json", "trace_from_router_logits", "capture_hf"]
 
 #: Value of the ``format`` key of a trace file's metadata.
 TRACE_FORMAT = "elmoe3d-routing-trace"
@@ -57,6 +58,18 @@ _META_KEYS = {"format", "version", "num_experts", "top_k", "layer_ids", "model",
               "weights_renormalised", "source", "notes"}
 #: Tolerance on "the k weights sum to 1".
 NORM_TOL = 1e-3
+#: Largest value of a layer index and of an expert id: the ``layer`` and ``expert_ids``
+#: columns are int16.
+_LAYER_MAX = int(np.iinfo(_COLUMNS["layer"]).max)
+_EXPERT_MAX = int(np.iinfo(_COLUMNS["expert_ids"]).max)
+#: Largest request id and position (int32 columns).
+_REQUEST_MAX = int(np.iinfo(_COLUMNS["request"]).max)
+_POSITION_MAX = int(np.iinfo(_COLUMNS["position"]).max)
+#: Layers a JSONL log may imply when nothing names them (no ``model``, no meta ``layer_ids`` or
+#: ``num_layers``): the importer then takes the layers as 0..largest index logged, and refuses
+#: an index >= this (or a meta ``num_layers`` / ``layers_logged`` beyond it) as no model's.
+#: The largest MoE models have about 100 decoder layers.
+MAX_LAYERS = 1024
 
 
 class TraceError(UserError, ValueError):
@@ -78,6 +91,40 @@ def _phase_code(phase) -> int:
     if isinstance(phase, str) and phase in PHASES:
         return PHASES.index(phase)
     raise TraceError(f"phase: expected one of {', '.join(PHASES)}, got {phase!r}")
+
+
+def _sequence(value, name, what) -> list:
+    """``value`` (a list, tuple, range or 1-D array; never a string or a mapping) as a list,
+    else a :class:`TraceError` naming ``name`` and ``what`` was expected."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        return value.tolist()
+    if not isinstance(value, (list, tuple, range)):
+        raise TraceError(f"{name}: expected {what}, got {value!r}")
+    return list(value)
+
+
+def _layer_ids_of(value, name="layer_ids") -> tuple:
+    """``layer_ids`` checked: a non-empty sorted list of distinct integer layer indices in
+    0..32767 (the ``layer`` column is int16), as a tuple of ints. Raises :class:`TraceError`
+    naming ``name`` (and the entry)."""
+    what = f"a sorted list of distinct layer indices in 0..{_LAYER_MAX}"
+    items = _sequence(value, name, what)
+    for i, x in enumerate(items):
+        check_int(f"{name}[{i}]", x, 0, _LAYER_MAX, error=TraceError)
+    ids = tuple(int(x) for x in items)
+    if not ids or list(ids) != sorted(set(ids)):
+        raise TraceError(f"{name}: expected {what}, got {value!r}")
+    return ids
+
+
+def _notes_of(value, name="notes") -> tuple:
+    """``notes`` checked: a list of strings (one string is refused, not split into its
+    characters), as a tuple. Raises :class:`TraceError` naming ``name`` (and the entry)."""
+    items = _sequence(value, name, "a list of strings")
+    for i, x in enumerate(items):
+        if not isinstance(x, str):
+            raise TraceError(f"{name}[{i}]: expected a string, got {x!r}")
+    return tuple(items)
 
 
 @dataclass(frozen=True)
@@ -131,11 +178,19 @@ class RoutingTrace:
     ============== ================ ======================================================
 
     Metadata: ``num_experts`` (E), ``top_k`` (k), ``layer_ids`` (the MoE layers every token is
-    expected to have, sorted), ``model`` (preset name or None), ``weights_renormalised``
-    (True if every row's weights sum to 1 within :data:`NORM_TOL`; computed), ``source`` and
-    ``notes`` (free text). A (request, position, layer) appears at most once per phase, except
-    in ``draft`` rows (a position may be drafted again after a rejection). Raises
-    :class:`TraceError` naming the column and first offending row.
+    expected to have: a sorted list of distinct integers in 0..32767), ``model`` (preset name
+    or None), ``weights_renormalised`` (True if every row's weights sum to 1 within
+    :data:`NORM_TOL`; computed), ``source`` (a string) and ``notes`` (a list of strings). A
+    (request, position, layer) appears at most once per phase, except in ``draft`` rows (a
+    position may be drafted again after a rejection).
+
+    Raises
+    ------
+    TraceError
+        Naming the column and first offending row (a ragged column included), or the
+        metadata field and entry: ``layer_ids`` not a list of integers (``0.7``, ``True``,
+        ``"0"`` refused, not converted), ``notes`` not a list of strings (one string is not
+        split into characters), ``model`` not a string or None, ``source`` not a string.
     """
 
     request: np.ndarray
@@ -153,7 +208,11 @@ class RoutingTrace:
 
     def __post_init__(self):
         def col(name, value, ndim):
-            a = np.asarray(value)
+            try:
+                a = np.asarray(value)
+            except (ValueError, TypeError):
+                raise TraceError(f"{name}: expected a {ndim}-D array, got a ragged sequence "
+                                 f"(rows of different lengths)") from None
             dt = np.dtype(_COLUMNS[name])
             if a.ndim != ndim:
                 raise TraceError(f"{name}: expected {ndim} dimension(s), got shape {a.shape}")
@@ -196,12 +255,14 @@ class RoutingTrace:
                 raise TraceError(f"scores: expected [{rows}, {self.num_experts}], got {s.shape}")
             self._first_bad("scores", ~np.isfinite(s).all(axis=1), "NaN or Inf score")
             self._first_bad("scores", (s < 0).any(axis=1), "negative score")
-        lids = tuple(int(x) for x in self.layer_ids)
-        if not lids or list(lids) != sorted(set(lids)) or lids[0] < 0:
-            raise TraceError(f"layer_ids: expected a sorted list of distinct layer indices >= 0,"
-                             f" got {self.layer_ids!r}")
+        lids = _layer_ids_of(self.layer_ids)
         object.__setattr__(self, "layer_ids", lids)
-        object.__setattr__(self, "notes", tuple(str(x) for x in self.notes))
+        object.__setattr__(self, "notes", _notes_of(self.notes))
+        if self.model is not None and not isinstance(self.model, str):
+            raise TraceError(f"model: expected a preset name (a string) or None, got "
+                             f"{self.model!r}")
+        if not isinstance(self.source, str):
+            raise TraceError(f"source: expected a string, got {self.source!r}")
         self._first_bad("request", req < 0, "negative request id")
         self._first_bad("position", self.position < 0, "negative position")
         self._first_bad("layer", ~np.isin(self.layer, lids),
@@ -345,22 +406,46 @@ class RoutingTrace:
 
     def save(self, path) -> Path:
         """Write the trace as an ``.npz`` of its columns plus a JSON ``meta`` (uint8) column.
-        The suffix ``.npz`` is added if missing. Returns the path written."""
+        The suffix ``.npz`` is added if missing. The file is written beside its destination
+        and renamed into place when complete (:func:`elmoe3d.cli.outputs.atomic_outputs`), so
+        a failed write leaves no partial file and an existing trace stays whole. Returns the
+        path written.
+
+        Raises
+        ------
+        UserError
+            Naming the path: not a path, a directory, a missing or read-only folder, a
+            path inside the shared traces folder, or a write that failed (disk full).
+        """
+        from ...cli.outputs import atomic_outputs, check_output
+        if not isinstance(path, (str, os.PathLike)) or not Path(path).name:
+            raise UserError(f"path: expected a file name, got {path!r}")
         path = Path(path)
         if path.suffix != ".npz":
             path = path.with_name(path.name + ".npz")
+        check_output(path, "path")
         cols = {name: getattr(self, name) for name in _COLUMNS
                 if getattr(self, name) is not None}
         meta = np.frombuffer(json.dumps(self.meta(), sort_keys=True).encode(), np.uint8)
-        with open(path, "wb") as f:
-            np.savez_compressed(f, meta=meta, **cols)
+        with atomic_outputs(lambda exc: f"path {path}: cannot write the trace ({exc})") as out:
+            with open(out.temp_for(path), "wb") as f:
+                np.savez_compressed(f, meta=meta, **cols)
         return path
 
     @classmethod
     def load(cls, path) -> "RoutingTrace":
-        """Read a trace written by :meth:`save`. Raises :class:`TraceError` naming the file on a
-        missing or corrupt file, a Git LFS pointer, another format or version, an unknown or
-        missing column or metadata key, or any violation of the format."""
+        """Read a trace written by :meth:`save`.
+
+        Raises
+        ------
+        TraceError
+            Naming the file: a missing or corrupt file, a Git LFS pointer, another format or
+            version, an unknown or missing column or metadata key, a metadata field of the
+            wrong type (named ``meta.FIELD``: ``layer_ids`` not a list of integer layer
+            indices, ``notes`` not a list of strings, ...), or any violation of the format.
+        """
+        if not isinstance(path, (str, os.PathLike)):
+            raise UserError(f"path: expected a file name, got {path!r}")
         path = Path(path)
         if path.is_dir():
             raise TraceError(f"{path}: a directory, not a trace file")
@@ -417,18 +502,29 @@ class RoutingTrace:
         if unknown or missing:
             raise TraceError(f"{path}: columns: unknown {unknown}, missing {missing}")
         try:
+            # the metadata fields first, named as such (not as the constructor's arguments)
+            check_int("meta.num_experts", meta["num_experts"], 1, error=TraceError)
+            check_int("meta.top_k", meta["top_k"], 1, error=TraceError)
+            lids = _layer_ids_of(meta["layer_ids"], "meta.layer_ids")
+            notes = _notes_of(meta["notes"], "meta.notes")
+            for key, want in (("model", (str, type(None))), ("source", str),
+                              ("weights_renormalised", bool)):
+                if not isinstance(meta[key], want):
+                    what = {"model": "a preset name (a string) or null", "source": "a string",
+                            "weights_renormalised": "true or false"}[key]
+                    raise TraceError(f"meta.{key}: expected {what}, got {meta[key]!r}")
             tr = cls(request=arrays["request"], position=arrays["position"],
                      layer=arrays["layer"], phase=arrays["phase"],
                      expert_ids=arrays["expert_ids"], gate_weights=arrays["gate_weights"],
                      scores=arrays.get("scores"), num_experts=meta["num_experts"],
-                     layer_ids=meta["layer_ids"], model=meta["model"],
-                     source=meta["source"], notes=meta["notes"])
+                     layer_ids=lids, model=meta["model"], source=meta["source"],
+                     notes=notes)
         except TraceError as exc:
             raise TraceError(f"{path}: {exc}") from None
         if tr.top_k != meta["top_k"]:
             raise TraceError(f"{path}: meta.top_k {meta['top_k']} but expert_ids has "
                              f"{tr.top_k} columns")
-        if bool(meta["weights_renormalised"]) != tr.weights_renormalised:
+        if meta["weights_renormalised"] != tr.weights_renormalised:
             raise TraceError(f"{path}: meta.weights_renormalised does not match the weights")
         return tr
 
@@ -480,8 +576,11 @@ class ImportReport:
     tokens, requests : int
     malformed : Counter
         Malformed lines skipped, by kind (only with ``on_error="warn"``; otherwise the first
-        one raised). Kind ``"duplicate"``: a record repeated; ``"unplaceable"``: a request whose
-        forward passes cannot be placed (all its rows).
+        one raised). Kind ``"duplicate"``: a record repeated (the copy skipped, the first
+        kept); ``"conflict"``: a record logged again with another routing in a log whose
+        index does not restart at each forward pass (every line of it skipped: which routing
+        is right cannot be told); ``"unplaceable"``: a request whose forward passes cannot be
+        placed (all its rows).
     issues : list of (line, kind, message)
         Every malformed line and every warning that belongs to one line.
     other_records : Counter
@@ -692,6 +791,23 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
       0..P-1, then every decode step at 0): positions and phases rebuilt per request
       (:func:`~elmoe3d.sw.host.routelog.forward_passes`), or the request refused with the reason.
 
+    Repeated records. A (request, index, layer) logged twice with the same routing is a line
+    logged twice (the copy is a ``duplicate``). Logged again with another routing, it is read
+    as a log whose index restarts at each forward pass only when the index restarts (falls
+    back to or below that layer's previous index) in more than half of the request's layers:
+    a forward pass routes every layer, so such a log repeats its index in all of them (a
+    record missing from a step may hide a restart in its layer, not in most). Otherwise, as
+    for one record of a real log written again with other experts, it is a conflicting
+    duplicate (``conflict``): an error naming the lines of both records, or with
+    ``on_error="warn"`` every line of that record skipped and counted (which routing is right
+    cannot be told; the (token, layer) is then counted missing). With one layer logged, a
+    conflicting record cannot be told from a restart.
+
+    Layers. Without ``model`` or a meta ``layer_ids`` / ``num_layers``, the layers are taken as
+    0..largest index logged, and a layer index >= :data:`MAX_LAYERS` (1024; no MoE model has
+    near that many layers) is a malformed line (``bad-layer``), as is an expert id beyond the
+    format's int16 ids or a position or request id beyond its int32 columns.
+
     Parameters
     ----------
     model : str or ModelPreset, optional
@@ -714,10 +830,11 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     warmup_min_rows : int
         Fewest consecutive alike records read as a warm-up block.
     on_error : {"raise", "warn"}
-        A malformed line (bad JSON; missing or ambiguous field; wrong type; unknown expert id,
-        -1 included; wrong k; ids and weights of different lengths; repeated id; negative,
-        NaN or > 1 weight; layer not a MoE layer; repeated record; a request whose forward
-        passes cannot be placed) raises :class:`TraceError` naming the file and line, or with
+        A malformed line (bad JSON, nested too deeply included; missing or ambiguous field;
+        wrong type; unknown expert id, -1 included; wrong k; ids and weights of different
+        lengths; repeated id; negative, NaN or > 1 weight; layer not a MoE layer; repeated
+        record; a record repeated with another routing; a request whose forward passes
+        cannot be placed) raises :class:`TraceError` naming the file and line, or with
         ``"warn"`` is skipped and counted in the report with its line.
     phase : str
         Phase of rows that carry none and are not rebuilt (``"decode"`` for these logs).
@@ -725,12 +842,23 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     Missing (token, layer) records and whole-token position gaps are never errors: they are
     counted per layer in the report (the real logs miss 0-3 records a layer).
 
-    Returns ``(RoutingTrace, ImportReport)``. Raises :class:`TraceError` naming the file for a
-    missing file or a directory, an unreadable or Git LFS pointer file, a log with no routing
-    record left (empty, only meta or other record types, or every line dropped or skipped:
-    the message carries the counts), and (``on_error="raise"``) a malformed line;
-    :class:`UserError` for a bad argument.
+    Returns ``(RoutingTrace, ImportReport)``.
+
+    Raises
+    ------
+    TraceError
+        Naming the file: a missing file or a directory, an unreadable or Git LFS pointer
+        file, a meta line field of the wrong type or range (``model``/``source`` not a
+        string, ``layer_ids`` not a sorted list of integer layer indices, ``num_layers`` or
+        ``layers_logged`` beyond :data:`MAX_LAYERS`), a log with no routing record left
+        (empty, only meta or other record types, or every line dropped or skipped: the
+        message carries the counts), and (``on_error="raise"``) a malformed line, named with
+        its line (a conflicting duplicate with the lines of both records).
+    UserError
+        A bad argument.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise UserError(f"path: expected a file name, got {path!r}")
     path = Path(path)
     if on_error not in ("raise", "warn"):
         raise UserError(f"on_error: expected 'raise' or 'warn', got {on_error!r}")
@@ -780,10 +908,18 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         rep.lines += 1
         try:
             obj = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             rep.records += 1
             bad(lineno, "bad-json", f"not JSON ({exc.msg.removesuffix(' at')} at column "
                                     f"{exc.colno})")     # "Unterminated string starting at"
+            continue
+        except ValueError as exc:             # an integer of more than 4300 digits
+            rep.records += 1
+            bad(lineno, "bad-json", f"not readable JSON ({exc})")
+            continue
+        except RecursionError:
+            rep.records += 1
+            bad(lineno, "bad-json", "not readable JSON (arrays or objects nested too deeply)")
             continue
         if not isinstance(obj, dict):
             rep.records += 1
@@ -832,6 +968,9 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         return vals[0][1] if vals else None
 
     meta_preset = None
+    for key in ("model", "source"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise TraceError(f"{path}: meta {key}: expected a string, got {meta[key]!r}")
     if meta.get("model") is not None:
         meta_preset = preset_for_model_id(meta["model"])
         if meta_preset is None:
@@ -859,14 +998,16 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     if preset is not None:
         layer_ids = tuple(preset.moe_layer_ids)
     if meta.get("layer_ids") is not None:
-        lids = tuple(meta["layer_ids"])
+        try:
+            lids = _layer_ids_of(meta["layer_ids"], "meta layer_ids")
+        except TraceError as exc:
+            raise TraceError(f"{path}: {exc}") from None
         if layer_ids is not None and lids != layer_ids:
             raise TraceError(f"{path}: meta layer_ids disagree with {preset.name}'s MoE layers")
         layer_ids = lids
     elif meta.get("num_layers") is not None:
-        nl = meta["num_layers"]
-        if not is_int(nl, numpy=False) or nl < 1:
-            raise TraceError(f"{path}: meta num_layers: expected a positive integer")
+        nl = check_int(f"{path}: meta num_layers", meta["num_layers"], 1, MAX_LAYERS,
+                       error=TraceError)
         if layer_ids is not None and len(layer_ids) != nl:
             raise TraceError(f"{path}: meta num_layers {nl} but {preset.name} has "
                              f"{len(layer_ids)} MoE layers")
@@ -874,9 +1015,9 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     logged = meta.get("layers_logged")
     if logged is not None:
         if (not isinstance(logged, list) or not logged
-                or not all(is_int(x, numpy=False) and x >= 0 for x in logged)):
+                or not all(is_int(x, numpy=False) and 0 <= x < MAX_LAYERS for x in logged)):
             raise TraceError(f"{path}: meta layers_logged: expected a non-empty list of layer "
-                             f"indices, got {logged!r}")
+                             f"indices in 0..{MAX_LAYERS - 1}, got {logged!r}")
         if layer_ids is not None and not set(logged) <= set(layer_ids):
             raise TraceError(f"{path}: meta layers_logged {logged} names layers that are not "
                              f"MoE layers of {preset.name if preset else 'the log'}")
@@ -922,11 +1063,21 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             if not is_int(vals[col], numpy=False) or vals[col] < 0:
                 problem = ("bad-type", f"{col} must be an integer >= 0, got {vals[col]!r}")
                 break
+        if not problem and vals["position"] > _POSITION_MAX:
+            problem = ("bad-type", f"position {vals['position']} is beyond the trace format's "
+                                   f"positions (0..{_POSITION_MAX})")
+        if not problem and layer_ids is None and vals["layer"] >= MAX_LAYERS:
+            # the layers are then taken as 0..largest index: one stray index must not imply
+            # millions of absent layers (or exhaust the memory)
+            problem = ("bad-layer", f"layer {vals['layer']} is beyond any MoE model's layers "
+                                    f"(0..{MAX_LAYERS - 1} read without model= or the meta "
+                                    f"line's layer_ids / num_layers)")
         req = vals["request"]
-        if not problem and req is not None and not (is_int(req, numpy=False) and req >= 0) and not (
+        if not problem and req is not None and not (
+                is_int(req, numpy=False) and 0 <= req <= _REQUEST_MAX) and not (
                 isinstance(req, str) and req.strip()):
-            problem = ("bad-type", f"request must be an integer >= 0 or a string id, got "
-                                   f"{req!r}")
+            problem = ("bad-type", f"request must be an integer in 0..{_REQUEST_MAX} or a "
+                                   f"string id, got {req!r}")
         if problem:
             bad(lineno, *problem)
             continue
@@ -962,6 +1113,10 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             continue
         if n_exp is not None and max(ids) >= n_exp:
             bad(lineno, "unknown-expert", f"expert id {max(ids)} >= num_experts ({n_exp})")
+            continue
+        if max(ids) > _EXPERT_MAX:
+            bad(lineno, "unknown-expert", f"expert id {max(ids)} is beyond any model's experts "
+                                          f"(the trace format's ids are 0..{_EXPERT_MAX})")
             continue
         if len(set(ids)) != len(ids):
             bad(lineno, "repeated-expert", f"expert ids repeat: {ids}")
@@ -1049,18 +1204,48 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         by_req.setdefault(r[1], []).append(r)
     for req, rr in by_req.items():
         # the index restarts at each forward pass when a (layer, index) repeats with another
-        # routing; a repeat with the same routing is then a step like any other (two decode
-        # steps may route alike), and otherwise a duplicated line
-        first, restarts = {}, False
+        # routing in most of the request's layers (_restart_layers); a repeat with the same
+        # routing is then a step like any other (two decode steps may route alike), and
+        # otherwise a duplicated line. A repeat with another routing in fewer layers is a
+        # conflicting record: refused, or (warn) every line of it skipped
+        first, conflicts = {}, []
         for r in rr:
             if r[4] == "draft":
                 continue
             prev = first.setdefault((r[2], r[3], r[4]), r)
-            if prev is not r and not (np.array_equal(prev[5], r[5])
-                                      and np.array_equal(prev[6], r[6])):
-                restarts = True
-                break
-        if not restarts:
+            if prev is not r and not _same_routing(prev, r):
+                conflicts.append((prev, r))
+        if conflicts:
+            restarting, layers = _restart_layers(rr)
+            if 2 * restarting <= layers:
+                name = _request_name(rep, req)
+                why = (f"the index repeats in {restarting} of the request's {layers} layer(s), "
+                       f"not in most of them as in a log whose index restarts at each forward "
+                       f"pass")
+
+                def record(r):
+                    return (f"record (request {name}, position {r[2]}, layer {r[3]}, "
+                            f"{r[4] or default_phase})")
+
+                if on_error == "raise":
+                    prev, r = conflicts[0]
+                    bad(r[0], "conflict", f"{record(r)} already on line {prev[0]} with another "
+                                          f"routing ({_routing_text(prev)} there, "
+                                          f"{_routing_text(r)} here): {why}")
+                keys = {(r[2], r[3], r[4]) for _, r in conflicts}
+                lines = {}
+                for r in rr:
+                    if r[4] != "draft" and (r[2], r[3], r[4]) in keys:
+                        lines.setdefault((r[2], r[3], r[4]), []).append(r[0])
+                for r in rr:
+                    if r[4] != "draft" and (r[2], r[3], r[4]) in keys:
+                        others = ", ".join(str(x) for x in lines[(r[2], r[3], r[4])]
+                                           if x != r[0])
+                        bad(r[0], "conflict", f"{record(r)} also on line(s) {others} with "
+                                              f"another routing: none of them kept ({why})")
+                rr = [r for r in rr if r[4] == "draft" or (r[2], r[3], r[4]) not in keys]
+                conflicts = []
+        if not conflicts:
             placed.extend((r, r[2], r[4] or default_phase) for r in rr)
             continue
         if not layer_by_layer([r[3] for r in rr]):
@@ -1217,7 +1402,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             layer=np.asarray(cols["layer"], np.int64), phase=np.asarray(cols["phase"], np.int64),
             expert_ids=ids, gate_weights=w, scores=scores, num_experts=n_exp,
             layer_ids=layer_ids, model=model_name,
-            source=str(meta.get("source", path.name)), notes=notes)
+            source=meta["source"] if meta.get("source") is not None else path.name,
+            notes=notes)
     except TraceError as exc:
         raise TraceError(f"{path}: {exc}") from None
     rep.rows = nrows
@@ -1240,6 +1426,36 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     return trace, rep
 
 
+def _same_routing(a, b) -> bool:
+    """Whether two parsed rows route alike (the same ids and weights, in order)."""
+    return np.array_equal(a[5], b[5]) and np.array_equal(a[6], b[6])
+
+
+def _routing_text(r) -> str:
+    """A parsed row's routing as ``experts [7, 0], weights [0.8, 0.2]``."""
+    return (f"experts {r[5].tolist()}, weights "
+            f"[{', '.join(f'{x:.4g}' for x in r[6].tolist())}]")
+
+
+def _restart_layers(rows) -> tuple:
+    """``(restarting, layers)`` of one request's parsed rows (file order, draft rows left
+    out): how many of its layers have a record whose index does not rise past that layer's
+    previous record (a copy of that record, same index and routing, aside), and how many
+    layers it has. A log whose index restarts at each forward pass restarts in every layer (a
+    pass routes them all); a record logged twice with another routing, in its own layer
+    only."""
+    last, restarting = {}, set()
+    for r in rows:
+        if r[4] == "draft":
+            continue
+        prev = last.get(r[3])
+        if prev is not None and r[2] <= prev[2] and not (r[2] == prev[2]
+                                                         and _same_routing(prev, r)):
+            restarting.add(r[3])
+        last[r[3]] = r
+    return len(restarting), len(last)
+
+
 def _request_name(rep, req) -> str:
     """A request as the log names it (its string id when it had one)."""
     for name, i in rep.request_names.items():
@@ -1255,7 +1471,7 @@ def describe_json(text, path="FILE") -> str | None:
     (:func:`~elmoe3d.sw.host.routelog.usage_counts`)."""
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):     # the line-by-line reading names the line
         return None
     if isinstance(doc, dict) and any(a in doc for a in _ALIASES["expert_ids"]):
         return None
@@ -1299,14 +1515,35 @@ def trace_from_router_logits(logits, model, *, request=None, position=None, phas
         Decoder-layer index of each array (default: the preset's ``moe_layer_ids``).
     source, notes : str, sequence of str
         Provenance kept in the trace's metadata.
+
+    Raises
+    ------
+    TraceError
+        ``logits`` not a sequence of arrays, empty (no layer), ragged or not numbers, or of
+        the wrong shape; ``layer_ids`` not a sorted list of distinct integer layer indices,
+        or not one per array; ``request``/``position`` of the wrong shape or values;
+        ``notes`` not a list of strings; NaN or Inf logits.
+    UserError
+        An unknown ``model``.
     """
     preset = model_preset(model)
+    if isinstance(logits, (str, bytes, dict)) or not hasattr(logits, "__iter__"):
+        raise TraceError(f"logits: expected a sequence of [T, E] arrays (one per MoE layer), "
+                         f"got {type(logits).__name__}")
     layers = list(logits)
-    lids = tuple(layer_ids) if layer_ids is not None else tuple(preset.moe_layer_ids)
+    if not layers:
+        raise TraceError("logits: no layer given (expected one [T, E] array per MoE layer)")
+    lids = _layer_ids_of(layer_ids) if layer_ids is not None else tuple(preset.moe_layer_ids)
     if len(layers) != len(lids):
         raise TraceError(f"logits: {len(layers)} layers given, {len(lids)} layer ids "
                          f"({preset.name} has {preset.moe_layers} MoE layers; pass layer_ids)")
-    arrays = [np.asarray(x, np.float64) for x in layers]
+    arrays = []
+    for j, x in enumerate(layers):
+        try:
+            arrays.append(np.asarray(x, np.float64))
+        except (ValueError, TypeError):
+            raise TraceError(f"logits[{j}]: expected a [T, {preset.routed_experts}] array of "
+                             f"numbers, got ragged rows or values that are not numbers") from None
     T = arrays[0].shape[0] if arrays and arrays[0].ndim == 2 else -1
     for j, a in enumerate(arrays):
         if a.ndim != 2 or a.shape != (T, preset.routed_experts):
@@ -1331,7 +1568,7 @@ def trace_from_router_logits(logits, model, *, request=None, position=None, phas
         phase=np.full(T * L, _phase_code(phase)), expert_ids=np.concatenate(ids),
         gate_weights=np.concatenate(ws), scores=np.concatenate(ss),
         num_experts=preset.routed_experts, layer_ids=lids, model=preset.name, source=source,
-        notes=tuple(notes))
+        notes=notes)
 
 
 #: Hugging Face config fields checked against the preset by :func:`capture_hf` (first present).
@@ -1380,8 +1617,9 @@ def capture_hf(hf_model, input_ids, model, *, attention_mask=None, phase="prefil
 
     Raises :class:`~elmoe3d.errors.UserError` when torch is missing (with the install
     command), on input_ids/attention_mask of the wrong shape or values, when the model's config
-    disagrees with the preset's router (expert count, top-k, ``norm_topk_prob``), or when the
-    model returns no router logits.
+    disagrees with the preset's router (expert count, top-k, ``norm_topk_prob``), when the
+    model returns no router logits, or (:class:`TraceError`) when ``notes`` is not a list of
+    strings.
     """
     try:
         import torch
@@ -1390,6 +1628,7 @@ def capture_hf(hf_model, input_ids, model, *, attention_mask=None, phase="prefil
                         "transformers, or pip install 'elmoe3d[hf]'); trace_from_router_logits "
                         "converts logits you already have without them") from None
     preset = model_preset(model)
+    notes = _notes_of(notes)
     ids = torch.as_tensor(input_ids)
     if ids.ndim != 2 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
         raise UserError(f"input_ids: expected an integer [batch, seq] tensor, got "
@@ -1448,4 +1687,4 @@ def capture_hf(hf_model, input_ids, model, *, attention_mask=None, phase="prefil
                   " random weights unless loaded by hand)")
     return trace_from_router_logits(arrays, preset, request=req, position=pos, phase=phase,
                                     layer_ids=layer_ids, source="hf output_router_logits",
-                                    notes=provenance + tuple(str(n) for n in notes))
+                                    notes=provenance + notes)

@@ -511,10 +511,17 @@ def test_a_short_block_of_uniform_weights_is_warmup_and_a_null_request_named(tmp
     path = D.write_lines(tmp_path / "w.jsonl", dummy + real)
     tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b")
     assert rep.dropped_warmup == 128 and rep.rows == 256 and tr.token_count() == 8
-    # fewer uniform rows than WARMUP_MIN_UNIFORM_ROWS are kept (and counted as routing)
+    # fewer uniform rows than WARMUP_MIN_UNIFORM_ROWS are no warmup: routing, here records
+    # of 5 of the 32 layers that the real tokens repeat with another routing. They were read
+    # as a restarted index (every real token shifted by 4) until an audit (2026-12-06): a
+    # restart repeats the index in most of a request's layers, a conflict is named
     path = D.write_lines(tmp_path / "w2.jsonl", dummy[:20] + real)
-    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b")
-    assert rep.dropped_warmup == 0 and rep.rows == 20 + 256 and rep.reconstructed
+    with pytest.raises(TraceError, match=r":21: record \(request 0, position 0, layer 0, "
+                                         r"decode\) already on line 1 with another routing"):
+        import_vllm_jsonl(path, model="mixtral-8x7b")
+    tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", on_error="warn")
+    assert rep.dropped_warmup == 0 and rep.malformed == {"conflict": 40}
+    assert rep.rows == 236 and tr.token_count() == 8 and not rep.reconstructed
     path = D.write_lines(tmp_path / "w3.jsonl", [dict(real[0], request_id=None)] + real[1:])
     with pytest.raises(TraceError, match=":1: no request id \\(the field is absent or null"):
         import_vllm_jsonl(path, model="mixtral-8x7b")
