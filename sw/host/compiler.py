@@ -57,7 +57,7 @@ import numpy as np
 from ...checks import is_int
 from ...errors import UserError
 from .elastic_sd import ElasticSD, LazyRecords, PoolKeys, _token_rows
-from .hbcache import HBExpertCache
+from .hbcache import HBExpertCache, _check_batch, _check_trace
 from .models import QUANT_GROUP, SCALE_BYTES, ModelPreset, model_preset
 
 
@@ -194,7 +194,8 @@ class RoutedCells(NamedTuple):
 
 def step_work(step, experts: int) -> StepWork:
     """``step.work`` if the schedule set it, else a :class:`StepWork` built from
-    ``step.layers`` and ``step.placements`` (``experts``: the model's routed experts, E)."""
+    ``step.layers`` and ``step.placements`` (``experts``: the model's routed experts, E).
+    Raises ``ValueError`` for a placed expert id E or more (a step of another model)."""
     if step.work is not None:
         return step.work
     lays = tuple(step.layers)
@@ -203,11 +204,15 @@ def step_work(step, experts: int) -> StepWork:
     group = np.full((len(lays), experts), -1, np.int64)
     for j, lay in enumerate(lays):
         pl = step.placements[lay]
-        for g, ex in enumerate(pl.groups):
-            for e, n in ex.items():
-                tok[j, e] = n
-                group[j, e] = g
-                cached[j, e] = e in pl.cached[g]
+        try:
+            for g, ex in enumerate(pl.groups):
+                for e, n in ex.items():
+                    tok[j, e] = n
+                    group[j, e] = g
+                    cached[j, e] = e in pl.cached[g]
+        except IndexError:
+            raise ValueError(f"step {step.index}: layer {lay}: expert id {e} outside "
+                             f"0..{experts - 1}: a step of another model?") from None
     return StepWork(lays, tok, cached, group)
 
 
@@ -366,9 +371,14 @@ class HomeGroups:
         self._home = value
 
     def _flat(self, key) -> int:
-        """The flat table index of ``key`` (``j * E + e``); KeyError for a layer not in the
-        table, ValueError for an expert outside 0..E-1."""
-        j = self._row[int(key[0])]
+        """The flat table index of ``key`` (``j * E + e``); ValueError for a layer not among
+        the table's layer ids or an expert outside 0..E-1."""
+        try:
+            j = self._row[int(key[0])]
+        except KeyError:
+            ids = self._lids.tolist()
+            raise ValueError(f"key {key!r}: layer {key[0]} is not among the layer ids"
+                             + (f" ({ids[0]}..{ids[-1]})" if ids else " (none)")) from None
         e = int(key[1])
         if not 0 <= e < self.table.shape[1]:
             raise ValueError(f"key {key!r}: expert outside 0..{self.table.shape[1] - 1}")
@@ -498,7 +508,8 @@ class HomeGroups:
 
     def sync(self, keys) -> tuple:
         """Homes for exactly ``keys``: returns ``(new keys, released keys)``, each sorted
-        (homes are assigned in that order)."""
+        (homes are assigned in that order). With a :attr:`table`, raises ``ValueError`` for a
+        key whose layer is not among ``layer_ids`` or whose expert is outside 0..E-1."""
         if self.table is not None:
             new, _, gone = self.sync_indices([self._flat(k) for k in keys])
             return self._keys(new), self._keys(gone)
@@ -594,6 +605,29 @@ def _orig(rr, t, j, E):
     return [int(e) for e in ids[keep]], [float(x) for x in rr.weights[t, j][keep]]
 
 
+def _selected_layers(layers, model: ModelPreset) -> set:
+    """The MoE layers ``layers`` selects (None: all of ``model``'s) as a set of ints.
+    Raises :class:`UserError` naming ``layers`` unless it is None or an iterable of at
+    least one MoE-layer id of ``model``."""
+    ids = list(model.moe_layer_ids)
+    if layers is None:
+        return set(ids)
+    try:
+        sel = list(layers) if not isinstance(layers, (str, bytes)) else None
+    except TypeError:
+        sel = None
+    if sel is None:
+        raise UserError(f"layers: expected MoE-layer ids of {model.name}, got {layers!r}")
+    if not sel:
+        raise UserError(f"layers: expected at least one MoE layer of {model.name}, got none")
+    known = set(ids)
+    for lay in sel:
+        if not is_int(lay) or lay not in known:
+            raise UserError(f"layers: {lay!r} is not a MoE layer of {model.name} "
+                            f"({ids[0]}..{ids[-1]})")
+    return {int(lay) for lay in sel}
+
+
 def replay_steps(trace, cache: HBExpertCache, *, layers=None, batch=1, groups=1,
                  phase="decode") -> list:
     """Decode steps of a plain trace replay through the LRU ``cache`` (demand admission), as
@@ -601,10 +635,22 @@ def replay_steps(trace, cache: HBExpertCache, *, layers=None, batch=1, groups=1,
     each MoE layer accessing the union of its tokens' experts once (all layers run through the
     cache; :class:`LayerWork` is kept for ``layers``, default all). A layer's ``cached`` set is
     its hits; admitted misses become :class:`PoolWrite` records of the step (never ``extra``:
-    the step streams them), evictions are listed. Homes over ``groups`` PE groups."""
+    the step streams them), evictions are listed. Homes over ``groups`` PE groups.
+
+    Raises
+    ------
+    UserError
+        ``batch`` not a positive integer; ``layers`` not None or an iterable of MoE-layer ids
+        of the cache's model; a ``trace`` whose layers, experts or top-k are not the model's
+        (as :func:`.hbcache.replay`); an unknown ``phase``.
+    ValueError
+        ``groups`` not a positive integer (:class:`HomeGroups`).
+    """
     p = cache.model
+    batch = _check_batch(batch)
+    sel = _selected_layers(layers, p)
+    _check_trace(trace, p, top_k=True)
     lids = list(p.moe_layer_ids)
-    sel = set(lids if layers is None else layers)
     E = p.routed_experts
     homes = HomeGroups(groups)
     homes.sync(cache.contents())
@@ -645,11 +691,20 @@ def elastic_steps(trace, esd: ElasticSD, *, layers=None, batch=1, groups=1,
     the iteration's pool, its pool update). Returns ``(steps, ElasticSDResult)``.
 
     The steps' pool writes are :class:`PoolWrites` and their evictions
-    :class:`~.elastic_sd.PoolKeys` (both equal to the lists of records and keys)."""
+    :class:`~.elastic_sd.PoolKeys` (both equal to the lists of records and keys).
+
+    Raises
+    ------
+    UserError
+        ``layers`` not None or an iterable of MoE-layer ids of the model; as
+        :meth:`~.elastic_sd.ElasticSD.run` does (``batch``, a trace of another model).
+    ValueError
+        ``groups`` not a positive integer (:class:`HomeGroups`).
+    """
     p = esd.model
     cache = esd.cache
     lids = list(p.moe_layer_ids)
-    sel = set(lids if layers is None else layers)
+    sel = _selected_layers(layers, p)
     E = p.routed_experts
     pool_start = cache.contents()
     res = esd.run(trace, batch=batch, phase=phase)

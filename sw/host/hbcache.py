@@ -49,8 +49,15 @@ def _nonneg_int(name, v):
 def hb_capacity_bytes(arch, *, dense_bytes=0, kv_bytes=0,
                       names=("dense_bytes", "kv_bytes")) -> int:
     """Bytes of HB left for expert MSB slices: ``arch.hb_bank_bytes * arch.pes - dense_bytes -
-    kv_bytes``. Raises :class:`UserError` naming the parameters (``names``: what the caller
+    kv_bytes``; ``arch`` an :class:`~elmoe3d.config.ArchConfig` or a preset's name (e.g.
+    ``"paper-8gb"``). Raises :class:`UserError` naming ``arch`` for another ``arch`` (an
+    unknown name, another type), and naming the parameters (``names``: what the caller
     calls them, e.g. its command-line options) when nothing is left."""
+    from ...config import ConfigError, arch_config
+    try:
+        arch = arch_config(arch)
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
     dense_bytes = _nonneg_int("dense_bytes", dense_bytes)
     kv_bytes = _nonneg_int("kv_bytes", kv_bytes)
     total = arch.hb_bank_bytes * arch.pes
@@ -166,11 +173,6 @@ class HBExpertCache:
         :class:`~elmoe3d.config.ArchConfig` or a preset's name (e.g. ``"paper-4gb"``). Raises
         :class:`UserError` naming the parameter for another ``arch`` and as
         :func:`hb_capacity_bytes` and the constructor do."""
-        from ...config import ConfigError, arch_config
-        try:
-            arch = arch_config(arch)
-        except ConfigError as exc:
-            raise UserError(str(exc)) from None
         return cls(capacity_bytes=hb_capacity_bytes(arch, dense_bytes=dense_bytes,
                                                     kv_bytes=kv_bytes),
                    model=model, admit=admit)
@@ -215,8 +217,17 @@ class HBExpertCache:
         return len(self._entries())
 
     def __contains__(self, key) -> bool:
-        """``(layer, expert) in cache``: a look-up without side effects (no refresh)."""
-        return tuple(key) in self._entries()
+        """``(layer, expert) in cache``: a look-up without side effects (no refresh). A key is
+        a (layer, expert) pair: anything else (``5``, ``"ab"``, ``(0,)``) is not in the cache
+        (False, as a dict answers for a key it cannot hold)."""
+        if not isinstance(key, tuple):
+            if isinstance(key, (str, bytes)) or not hasattr(key, "__len__"):
+                return False
+            key = tuple(key)
+        try:
+            return key in self._entries()
+        except TypeError:                       # an unhashable item
+            return False
 
     def contents(self) -> list:
         """Cached (layer, expert) keys, least recently used first."""
@@ -391,14 +402,17 @@ def _check_batch(batch) -> int:
     return int(batch)
 
 
-def _check_trace(trace, model: ModelPreset) -> None:
-    """A trace of ``model``'s MoE layers and routed experts; :class:`UserError` otherwise."""
+def _check_trace(trace, model: ModelPreset, *, top_k: bool = False) -> None:
+    """A trace of ``model``'s MoE layers and routed experts (and with ``top_k``, its top-k);
+    :class:`UserError` otherwise."""
     if tuple(trace.layer_ids) != tuple(model.moe_layer_ids):
         raise UserError(f"trace layers {trace.layer_ids[:3]}... are not the MoE layers of "
                         f"{model.name}")
     if trace.num_experts != model.routed_experts:
         raise UserError(f"trace has {trace.num_experts} experts, {model.name} "
                         f"{model.routed_experts}")
+    if top_k and trace.top_k != model.top_k:
+        raise UserError(f"trace routes top-{trace.top_k}, {model.name} top-{model.top_k}")
 
 
 def batch_accesses(trace, *, batch=1, phase="decode"):

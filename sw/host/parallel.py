@@ -539,7 +539,8 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
     ValueError
         A bad parameter (the message names it): ``pes`` not dividing an HB-resident expert's
         up/gate column blocks or giving an intermediate slice that is not a multiple of 32 and
-        W/32; ``phase``; ``cached``; ``routing`` (draft tokens routed to an expert not in HB);
+        W/32; ``phase``; ``cached`` (not an iterable of integer ids of ``group_experts``);
+        ``routing`` (draft tokens routed to an expert not in HB);
         ``buffer_words`` too small for one column block; expert shapes (K mismatches).
     ProgramError
         The shapes do not fit the PE's memories.
@@ -573,6 +574,12 @@ def compile_group(x, experts, routing, *, phase, config, pes=None, cached=None,
     if cached is None:
         hb_set = list(grp)
     else:
+        if isinstance(cached, (str, bytes)) or not hasattr(cached, "__iter__"):
+            raise ValueError(f"cached: expected an iterable of expert ids, got {cached!r}")
+        cached = list(cached)
+        for e in cached:
+            if not is_int(e):
+                raise ValueError(f"cached: expected integer expert ids, got {e!r}")
         hb_set = sorted(set(int(e) for e in cached))
         bad = [e for e in hb_set if e not in grp]
         if bad:

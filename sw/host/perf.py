@@ -93,6 +93,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...checks import check_int, is_int
 from ...config import ArchConfig
 from .compiler import LayerWork, Placement, step_work, write_arrays
 from .models import QUANT_GROUP, model_preset
@@ -102,11 +103,18 @@ from .perf_calib import FEEDS, compute_cycles, program_order
 __all__ = ["ExpertCost", "LayerCost", "StepCost", "PerfModel", "token_slices",
            "channel_slices"]
 
+#: The phases :meth:`PerfModel.expert` and :meth:`PerfModel.compute` price
+#: (:attr:`.compiler.Step.phase`).
+PHASES = ("draft", "verify")
+
 
 def token_slices(rbn: int, pes: int) -> list:
     """Row blocks per PE of an expert's ``rbn`` row blocks (DP over tokens): sizes differing by
     at most one, as :mod:`.parallel` cuts them (which PE gets the larger ones rotates; the
-    busiest PE's load does not depend on it)."""
+    busiest PE's load does not depend on it). Raises ``ValueError`` naming ``rbn`` (an
+    integer >= 0) or ``pes`` (a positive integer)."""
+    check_int("rbn", rbn, 0)
+    check_int("pes", pes, 1)
     base, extra = divmod(rbn, pes)
     return [base + (1 if p < extra else 0) for p in range(pes)]
 
@@ -118,7 +126,14 @@ def channel_slices(channels: int, pes: int) -> list:
     multiple of 32 x ``pes`` (the only split :mod:`.parallel` compiles); otherwise, e.g.
     GPT-OSS-20B's 2880 = 90 groups over 4 PEs: 736, 736, 704, 704 (the busiest bank and PE
     carry 23/90 of the expert instead of 1/4: 2.2 % more time where the bank or the PE bounds
-    the layer; zero-padding to 3072 channels would cost 6.7 % more bytes and MACs)."""
+    the layer; zero-padding to 3072 channels would cost 6.7 % more bytes and MACs). Raises
+    ``ValueError`` naming ``channels`` (an integer >= 0, a multiple of 32) or ``pes`` (a
+    positive integer)."""
+    check_int("channels", channels, 0)
+    if channels % QUANT_GROUP:
+        raise ValueError(f"channels: expected a multiple of {QUANT_GROUP} (whole quantization "
+                         f"groups), got {channels}")
+    check_int("pes", pes, 1)
     groups = channels // QUANT_GROUP
     base, extra = divmod(groups, pes)
     return [(base + (1 if p < extra else 0)) * QUANT_GROUP for p in range(pes)]
@@ -258,6 +273,11 @@ class PerfModel:
             acc = [a + b for a, b in zip(acc, hb)]
             self._hb_sums.append(list(acc))
         self._hb_sums = np.array(self._hb_sums)
+        # the MoE layers, as a set and as a mask by layer id (steps_summary's checks)
+        self._moe = frozenset(int(x) for x in self.model.moe_layer_ids)
+        self._moe_mask = np.zeros(max(self._moe) + 1, bool)
+        self._moe_mask[list(self._moe)] = True
+        self._fit_layers = set()
 
     # -- sizes ------------------------------------------------------------------------------
     @property
@@ -277,13 +297,34 @@ class PerfModel:
         return self.arch.cycles_to_us(cycles)
 
     # -- one expert -------------------------------------------------------------------------
+    @staticmethod
+    def _check_expert(tokens, phase, cached):
+        """``ValueError`` naming the first of ``tokens`` (a positive integer), ``phase``
+        (:data:`PHASES`) and ``cached`` (a bool) that is wrong (:meth:`expert`,
+        :meth:`compute`; called when their one-line test fails)."""
+        check_int("tokens", tokens, 1)
+        if phase not in PHASES:
+            raise ValueError(f"phase: expected one of {PHASES}, got {phase!r}")
+        raise ValueError(f"cached: expected a bool, got {cached!r}")
+
     def expert(self, e, tokens, *, phase, cached) -> ExpertCost:
         """Bytes, MACs and link words of one expert with ``tokens`` tokens on a group (the
-        figures depend on ``tokens``, ``phase`` and ``cached`` only: computed once each)."""
+        figures depend on ``tokens``, ``phase`` and ``cached`` only: computed once each).
+
+        Raises
+        ------
+        ValueError
+            ``tokens`` not a positive integer, ``phase`` not one of :data:`PHASES`,
+            ``cached`` not a bool (the message names it); a draft of an expert not
+            HB-resident."""
+        if not (is_int(tokens) and tokens >= 1 and phase in PHASES
+                and isinstance(cached, (bool, np.bool_))):
+            self._check_expert(tokens, phase, cached)
         key = (tokens, phase, bool(cached))
         c = self._experts.get(key)
-        if c is None:
-            c = self._experts[key] = self._expert(e, tokens, phase=phase, cached=cached)
+        if c is None:               # (a NumPy count as a Python int: no int32 overflow)
+            c = self._experts[key] = self._expert(e, int(tokens), phase=phase,
+                                                  cached=bool(cached))
         return ExpertCost(e, tokens, c.kind, list(c.hb_bytes), c.ext_bytes, list(c.w4_macs),
                           list(c.w8_macs), c.link_words)
 
@@ -326,10 +367,15 @@ class PerfModel:
         """``(cycles [G, G], rotation)`` of an expert of ``tokens`` tokens on a group: row
         ``j`` each PE's compute cycles when its token slices start at rotation ``j``, and how
         far it moves the next expert's (:meth:`.perf_calib.ComputeCycles.expert`,
-        :meth:`~.perf_calib.ComputeCycles.rotation`; computed once per key)."""
+        :meth:`~.perf_calib.ComputeCycles.rotation`; computed once per key). Raises
+        ``ValueError`` as :meth:`expert` does."""
+        if not (is_int(tokens) and tokens >= 1 and phase in PHASES
+                and isinstance(cached, (bool, np.bool_))):
+            self._check_expert(tokens, phase, cached)
         key = (tokens, phase, bool(cached))
         c = self._comp.get(key)
         if c is None:
+            tokens, cached = int(tokens), bool(cached)      # (no NumPy int32 overflow)
             x = self.expert(0, tokens, phase=phase, cached=cached)
             c = self._comp[key] = (self.calib.expert(phase, cached, tokens, x.w4_macs,
                                                      x.w8_macs),
@@ -376,6 +422,79 @@ class PerfModel:
         for c in range(1, x.shape[-1]):
             m = np.maximum(m, x[..., c])
         return m
+
+    def _check_fit(self, steps, works, cells):
+        """``ValueError`` naming the first of ``steps`` (``works`` their
+        :class:`~.compiler.StepWork`, ``cells`` its routed experts) that does not fit this
+        model and configuration, i.e. steps scheduled for another: a layer (computed or
+        written) that is not one of the model's MoE layers, an expert id outside 0..E-1, a
+        group outside 0..groups-1 (computed or written); :meth:`_check_top_k` checks the
+        top-k. A few whole-array operations a call, and a look-up a step."""
+        p, Gr = self.model, self.arch.groups
+        E = p.routed_experts
+        ids = self.model.moe_layer_ids
+        known = f"a MoE layer of {p.name} ({ids[0]}..{ids[-1]}): steps of another model?"
+        seen, last = self._fit_layers, None     # layer tuples known to fit (steps share one)
+        wls, wgs, wst = [], [], []
+        for st, w in zip(steps, works):
+            lays = w.layers
+            if lays is not last and lays not in seen:
+                bad = [x for x in lays if not (is_int(x) and x in self._moe)]
+                if bad:
+                    raise ValueError(f"step {st.index}: layer {bad[0]!r} is not {known}")
+                if len(seen) >= 1024:
+                    seen.clear()
+                seen.add(lays)
+            last = lays
+            if len(st.writes):
+                wl, wg, _ = write_arrays(st.writes)
+                wls.append(wl)
+                wgs.append(wg)
+                wst.append(st)
+        if wls:
+            wl, wg = np.concatenate(wls), np.concatenate(wgs)
+            ok = self._moe_mask
+            bad_l = (wl < 0) | (wl >= len(ok)) | ~ok[np.clip(wl, 0, len(ok) - 1)]
+            bad_g = (wg < 0) | (wg >= Gr)
+            if bad_l.any() or bad_g.any():
+                x = int(np.argmax(bad_l | bad_g))
+                st = wst[int(np.searchsorted(np.cumsum([len(a) for a in wls]), x,
+                                             side="right"))]
+                if bad_l[x]:
+                    raise ValueError(f"step {st.index}: pool write into layer {wl[x]}, which is "
+                                     f"not {known}")
+                raise ValueError(f"step {st.index}: pool write into group {wg[x]}; "
+                                 f"{self.arch.name} has groups 0..{Gr - 1}: steps of another "
+                                 f"configuration?")
+        n = [len(c.row) for c in cells]
+        if sum(n):
+            e = np.concatenate([c.expert for c in cells])
+            g = np.concatenate([c.group for c in cells])
+            bad_e, bad_g = (e < 0) | (e >= E), (g < 0) | (g >= Gr)
+            if bad_e.any() or bad_g.any():
+                x = int(np.argmax(bad_e | bad_g))
+                i = int(np.searchsorted(np.cumsum(n), x, side="right"))
+                st, lay = steps[i], works[i].layers[cells[i].row[x - sum(n[:i])]]
+                what = (f"expert id {e[x]}; {p.name} has experts 0..{E - 1}" if bad_e[x] else
+                        f"expert {e[x]} placed on group {g[x]}; {self.arch.name} has groups "
+                        f"0..{Gr - 1}")
+                raise ValueError(f"step {st.index}: layer {lay}: {what}: steps of another "
+                                 f"model or configuration?")
+
+    def _check_top_k(self, steps):
+        """``ValueError`` when the first of ``steps`` that computes a layer routes another
+        top-k than the model (its first :class:`~.compiler.LayerWork`'s width: steps of
+        another model whose layers and expert ids fit this one's, e.g. Mixtral's on
+        Qwen3-30B-A3B). One layer of one step: a schedule's steps share their model."""
+        k = self.model.top_k
+        for st in steps:
+            if len(st.layers):
+                lw = next(iter(st.layers.values()))
+                if np.shape(lw.ids)[1:] != (k,):
+                    raise ValueError(f"step {st.index}: layer {lw.layer}: routing of shape "
+                                     f"{np.shape(lw.ids)}; {self.model.name} routes top-{k} "
+                                     f"([tokens, {k}]): steps of another model?")
+                return
 
     # -- a layer and a step -----------------------------------------------------------------
     def layer(self, work, placement, *, phase, step_tokens, writes=()) -> LayerCost:
@@ -500,7 +619,20 @@ class PerfModel:
         once with NumPy; equal to :meth:`step`'s figures bit for bit (per layer the same
         figures; per step the same sums in the same order). The returned :class:`StepCost`
         records have no per-layer costs (``layers`` is empty): :meth:`step` gives those.
-        Raises ``ValueError`` as :meth:`layer` does (a draft routed outside the HB pool)."""
+
+        Raises
+        ------
+        ValueError
+            As :meth:`layer` does (a draft routed outside the HB pool); steps that do not
+            fit the model or configuration (scheduled for another: a layer, expert id,
+            group or top-k outside the model's or the configuration's, the message naming
+            the step and layer)."""
+        self._check_top_k(steps)
+        return self._steps_summary(steps)
+
+    def _steps_summary(self, steps) -> list:
+        """:meth:`steps_summary` without its top-k check (:func:`.backends.perf.run_perf`
+        checks the whole run's once, then prices it in chunks)."""
         a = self.arch
         E = self.model.routed_experts
         Gr, G, R = a.groups, self.G, self.pe.rows
@@ -509,6 +641,7 @@ class PerfModel:
             return out
         works = [step_work(st, E) for st in steps]
         cells = [sw.routed_cells() for sw in works]        # the routed experts of each
+        self._check_fit(steps, works, cells)
         t_all = np.concatenate([c.tokens for c in cells])
         T = int(t_all.max()) if t_all.size else 0
         tabs = {ph: self._table(ph, T) for ph in {st.phase for st in steps}}

@@ -38,11 +38,15 @@ def run_perf(steps, arch, model, *, feed="die", progress=None) -> list:
     """Perf-model records of ``steps`` (``model``: the preset whose shapes run; each record
     adds the layer-steps' ``bounds`` and the tile's ``gemm_beats``), :data:`CHUNK_ROWS`
     layer-steps at a time. ``progress(step)`` is called after each step. Raises
-    ``ValueError`` when the model cannot map ``model``."""
+    ``ValueError`` when the model cannot map ``model``, and for steps that do not fit
+    ``model`` or ``arch`` (scheduled for another: a layer, expert id, group or top-k outside
+    theirs; :meth:`~elmoe3d.sw.host.perf.PerfModel.steps_summary`)."""
     pm = PerfModel(arch, model, feed=feed)
+    steps = list(steps)
+    pm._check_top_k(steps)                      # once (steps_summary would, a chunk each)
     out = []
-    for chunk in _chunks(list(steps)):
-        for step, c in zip(chunk, pm.steps_summary(chunk)):
+    for chunk in _chunks(steps):
+        for step, c in zip(chunk, pm._steps_summary(chunk)):
             out.append(step_record(step, cycles=c.cycles, us=c.us, hb_read=c.hb_read_bytes,
                                    hb_write=c.hb_write_bytes, ext=c.ext_bytes,
                                    link=c.link_bytes, energy_pj=c.energy_pj,
