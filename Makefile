@@ -23,7 +23,7 @@ help:
 	@echo "make test-slow - the heavy RTL benches and longer variants (tests/conftest.py SLOW);"
 	@echo "              CI runs both"
 	@echo "make bench  - the benchmark figures, each with its definition and target (elmoe3d bench"
-	@echo "              --help lists all of them; --only-real or --only-sweep for those alone)"
+	@echo "              --help lists all of them; --only-real, --only-speed or --only-sweep alone)"
 	@echo "make sim-paper-pe - the paper PE (16x32x32 tile, W = 4096, 32 KB WMEM and IOMEM) in"
 	@echo "              Verilator: build time and peak memory, the root-PE program of one OLMoE-1B-7B"
 	@echo "              expert (4-PE group, synthetic weights) bit-exact, cycles/s and roofline;"

@@ -212,7 +212,13 @@ UNREAD_OPTIONS = {
     "only_sweep": (("config", "seed", "repeats", "beats", "skip_real"),
                    "the sweep figure runs its own spec, with its own seed"),
     "only_real": (("config", "repeats", "beats"),
-                  "the real-shape figures run the mid PE and no golden or throughput GEMM")}
+                  "the real-shape figures run the mid PE and no golden or throughput GEMM"),
+    "only_speed": (("config", "seed", "repeats", "beats", "skip_real"),
+                   "the model-speed figure times the performance models on their own presets")}
+
+
+#: Figure 12's step line.
+SPEED_WHAT = "whole-decoder performance model: simulated tokens per second (one core)"
 
 
 def configure(parser):
@@ -236,6 +242,9 @@ def configure(parser):
     parser.add_argument("--only-sweep", action="store_true",
                         help=f"run only figure {figure_number('sweep')} (sweep points per "
                              f"second on 1 and 2 local Dask workers)")
+    parser.add_argument("--only-speed", action="store_true",
+                        help=f"run only figure {figure_number('model-speed')} (simulated tokens "
+                             f"per second of the performance models, one core)")
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="write the figures to OUT (JSON; checked before the run, written "
                              "only when it completes)")
@@ -913,8 +922,9 @@ def run(args) -> int:
     from .sim import sim_config
     from ..sim.runner import SimulationError, SimulationFailure, resolve_seed
 
-    if args.only_sweep and args.only_real:
-        raise UserError("--only-sweep and --only-real exclude each other")
+    onlys = [f"--{o.replace('_', '-')}" for o in UNREAD_OPTIONS if getattr(args, o)]
+    if len(onlys) > 1:
+        raise UserError(f"{' and '.join(onlys)} exclude each other")
     for only, (unread, why) in UNREAD_OPTIONS.items():
         given = given_options(args, unread) if getattr(args, only) else []
         if given:
@@ -935,21 +945,32 @@ def run(args) -> int:
         console.width = max(console.width, 170)
     if args.skip_real and args.only_real:
         raise UserError("--skip-real and --only-real exclude each other")
-    seed = None if args.only_sweep else resolve_seed(args.seed)    # not $ELMOE3D_SEED either
+    alone = args.only_sweep or args.only_speed          # one figure without a seed
+    seed = None if alone else resolve_seed(args.seed)   # not $ELMOE3D_SEED either
     cfg = arch.tile
     console.print("elmoe3d bench: " + ("the sweep figure" if args.only_sweep else
+                                       "the model-speed figure" if args.only_speed else
                                        f"seed {seed}" if args.only_real else
                                        f"config {arch.name}, seed {seed}"))
 
     steps = len(FIGURES)
-    if args.only_sweep:
-        console.print(f"[{figure_number('sweep')}/{steps}] sweep points per second, serial "
-                      f"and 1 / 2 local Dask workers ...")
-        sweep = sweep_figures()
-        console.print()
-        missed = print_sweep(console, sweep)
+    if alone:
+        if args.only_sweep:
+            key, what = "sweep", "sweep points per second, serial and 1 / 2 local Dask workers"
+        else:
+            key, what = "model-speed", SPEED_WHAT
+        console.print(f"[{figure_number(key)}/{steps}] {what} ...")
+        if args.only_sweep:
+            sweep = sweep_figures()
+            doc = {"seed": sweep["seed"], "sweep": sweep}
+            console.print()
+            missed = print_sweep(console, sweep)
+        else:
+            doc = {"perf_model_speed": speed_figures(), "trace_path_speed": trace_path_speed()}
+            console.print()
+            missed = print_speed(console, doc["perf_model_speed"], doc["trace_path_speed"])
         if args.json:
-            write_json(args.json, {"seed": sweep["seed"], "sweep": sweep, "missed": missed})
+            write_json(args.json, {**doc, "missed": missed})
         for line in missed:
             console.print(f"[bold red]missed[/]: {escape(line)}")
         return 1 if missed else 0
@@ -1016,8 +1037,7 @@ def run(args) -> int:
     else:
         real = simulate("real", real_what, "real-expert bench", real_expert_figures, seed)
         peak = simulate("peak", peak_what, "tile MACs-per-cycle bench", peak_mac_figures, seed)
-    step("model-speed", "whole-decoder performance model: simulated tokens per second "
-                        "(one core) ...")
+    step("model-speed", f"{SPEED_WHAT} ...")
     speed = speed_figures()
     trace_speed = trace_path_speed()
     step("sweep", "sweep points per second, serial and 1 / 2 local Dask workers ...")

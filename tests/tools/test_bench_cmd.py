@@ -209,6 +209,11 @@ def test_beats_beyond_the_limit_refused(stub, capsys):
     (["--only-real", "--beats", "4096", "--config", "small"],
      "--config, --beats: not read with --only-real (the real-shape figures run the mid PE"),
     (["--only-real", "--repeats", "7"], "--repeats: not read with --only-real"),
+    (["--only-speed", "--seed", "0", "--config", "small"],
+     "--config, --seed: not read with --only-speed (the model-speed figure times the "
+     "performance models on their own presets)"),
+    (["--only-speed", "--only-sweep"], "--only-sweep and --only-speed exclude each other"),
+    (["--only-real", "--only-sweep"], "--only-sweep and --only-real exclude each other"),
 ])
 def test_options_a_single_figure_run_does_not_read_are_refused(stub, capsys, argv, refused):
     """``--only-sweep`` took ``--repeats`` / ``--beats`` / ``--seed`` / ``--config`` and dropped
@@ -234,6 +239,24 @@ def test_single_figure_runs_name_what_they_run(stub, capsys, tmp_path, monkeypat
     assert rc == 0, err
     rc, out, _ = bench_main(capsys, "--only-real", "--seed", "5")
     assert rc == 0 and out.splitlines()[0] == "elmoe3d bench: seed 5"
+
+
+def test_only_speed_runs_figure_12_alone(stub, capsys, tmp_path, monkeypatch):
+    """A new user's trial (2026-12-06) found no way to run figure 12 (the performance models'
+    speed) alone: ``--only-speed`` runs it, names it in the header and its step line, and
+    writes its two tables and the missed targets to ``--json``; no seed read."""
+    stub()
+    monkeypatch.setenv("ELMOE3D_SEED", "not a seed")
+    rc, out, err = bench_main(capsys, "--only-speed", "--json", tmp_path / "m.json")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "elmoe3d bench: the model-speed figure"
+    n = bench.figure_number("model-speed")
+    assert lines[1] == f"[{n}/13] {bench.SPEED_WHAT} ..."
+    doc = json.loads((tmp_path / "m.json").read_text())
+    assert sorted(doc) == ["missed", "perf_model_speed", "trace_path_speed"]
+    assert doc["missed"] == [] and doc["trace_path_speed"] == bench.trace_path_speed()
+    assert "[" not in "".join(lines[2:]).replace(f"[{n}/13]", "")   # no other step ran
 
 
 @pytest.mark.parametrize("command", ["bench", "sim"])
