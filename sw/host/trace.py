@@ -794,9 +794,11 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     Repeated records. A (request, index, layer) logged twice with the same routing is a line
     logged twice (the copy is a ``duplicate``). Logged again with another routing, it is read
     as a log whose index restarts at each forward pass only when the index restarts (falls
-    back to or below that layer's previous index) in more than half of the request's layers:
-    a forward pass routes every layer, so such a log repeats its index in all of them (a
-    record missing from a step may hide a restart in its layer, not in most). Otherwise, as
+    back to that layer's lowest index, the start of a pass, with another routing) in at least
+    2 layers (1 if the request logs one layer) and in more than half of the layers logged
+    from its first restart on (a pass routes every layer it logs, so such a log restarts in
+    all of them; a record missing from a step may hide a restart in its layer, not in most;
+    decode passes may log fewer layers than the prefill). Otherwise, as
     for one record of a real log written again with other experts, it is a conflicting
     duplicate (``conflict``): an error naming the lines of both records, or with
     ``on_error="warn"`` every line of that record skipped and counted (which routing is right
@@ -1203,10 +1205,10 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     for r in rows:
         by_req.setdefault(r[1], []).append(r)
     for req, rr in by_req.items():
-        # the index restarts at each forward pass when a (layer, index) repeats with another
-        # routing in most of the request's layers (_restart_layers); a repeat with the same
-        # routing is then a step like any other (two decode steps may route alike), and
-        # otherwise a duplicated line. A repeat with another routing in fewer layers is a
+        # the index restarts at each forward pass when it falls back to a pass start with
+        # another routing in most of the layers logged from there on (_restart_layers); a
+        # repeat with the same routing is then a step like any other (two decode steps may
+        # route alike), and otherwise a duplicated line. A repeat with another routing in fewer layers is a
         # conflicting record: refused, or (warn) every line of it skipped
         first, conflicts = {}, []
         for r in rr:
@@ -1216,12 +1218,15 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             if prev is not r and not _same_routing(prev, r):
                 conflicts.append((prev, r))
         if conflicts:
-            restarting, layers = _restart_layers(rr)
-            if 2 * restarting <= layers:
+            restarting, layers, logged = _restart_layers(rr)
+            if 2 * restarting <= layers or restarting < min(2, logged):
                 name = _request_name(rep, req)
-                why = (f"the index repeats in {restarting} of the request's {layers} layer(s), "
-                       f"not in most of them as in a log whose index restarts at each forward "
-                       f"pass")
+                why = ("the index never falls back to the start of a forward pass, as it "
+                       "would in every layer of a log whose index restarts at each pass"
+                       if not restarting else
+                       f"the index falls back to the start of a forward pass in {restarting} "
+                       f"of the {layers} layer(s) logged from there on; a log whose index "
+                       f"restarts at each pass does so in most of them (and in at least 2)")
 
                 def record(r):
                     return (f"record (request {name}, position {r[2]}, layer {r[3]}, "
@@ -1438,22 +1443,31 @@ def _routing_text(r) -> str:
 
 
 def _restart_layers(rows) -> tuple:
-    """``(restarting, layers)`` of one request's parsed rows (file order, draft rows left
-    out): how many of its layers have a record whose index does not rise past that layer's
-    previous record (a copy of that record, same index and routing, aside), and how many
-    layers it has. A log whose index restarts at each forward pass restarts in every layer (a
-    pass routes them all); a record logged twice with another routing, in its own layer
-    only."""
-    last, restarting = {}, set()
+    """``(restarting, layers, logged)`` of one request's parsed rows (file order, draft rows
+    left out). ``restarting``: how many of its layers have a record whose index falls back to
+    that layer's lowest index (the start of a forward pass) with another routing than the
+    record it repeats; ``layers``: how many layers have a record from the first such fall-back
+    on (the layers the later passes log, which may be fewer than the prefill's); ``logged``:
+    how many layers the request has at all. A log whose index restarts at each forward pass
+    restarts in every layer its passes log; a record logged again with another routing falls
+    back in its own layer only, and mostly not to a pass start."""
+    rows = [r for r in rows if r[4] != "draft"]
+    lowest = {}
     for r in rows:
-        if r[4] == "draft":
-            continue
+        lowest[r[3]] = min(r[2], lowest.get(r[3], r[2]))
+    last, first, restarting, after = {}, {}, set(), None
+    for r in rows:
         prev = last.get(r[3])
-        if prev is not None and r[2] <= prev[2] and not (r[2] == prev[2]
-                                                         and _same_routing(prev, r)):
+        twin = first.setdefault((r[2], r[3]), r)
+        if prev is not None and r[2] == lowest[r[3]] and r[2] <= prev[2] \
+                and not _same_routing(twin, r):
             restarting.add(r[3])
+            if after is None:
+                after = set()
+        if after is not None:
+            after.add(r[3])
         last[r[3]] = r
-    return len(restarting), len(last)
+    return len(restarting), len(after or ()), len(last)
 
 
 def _request_name(rep, req) -> str:

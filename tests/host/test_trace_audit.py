@@ -75,7 +75,9 @@ def test_conflicting_record_in_a_real_log_is_an_error_naming_both_lines(
     msg = str(exc.value)
     assert msg.startswith(f"{path}:{line}: record (request 0, position 99, layer 0, decode) "
                           f"already on line 100 with another routing (experts [4, 6], ")
-    assert "experts [6, 4]" in msg and "repeats in 1 of the request's 32 layer(s)" in msg
+    assert "experts [6, 4]" in msg and msg.endswith(
+        "here): the index never falls back to the start of a forward pass, as it would in "
+        "every layer of a log whose index restarts at each pass")
     assert exc.value.kind == "conflict"
     # warn: both lines skipped and counted, the rest read as the log it is (no rebuild)
     tr, rep = import_vllm_jsonl(path, model=MIX, on_error="warn")
@@ -115,6 +117,43 @@ def test_small_pass_by_pass_log_with_a_conflicting_record(tmp_path):
     tr, rep = import_vllm_jsonl(path, model=MIX, on_error="warn")
     assert rep.malformed == {"conflict": 2} and len(tr) == 9 and not rep.reconstructed
     assert tr.position.tolist() == [0, 0, 1, 1, 2, 3, 3, 4, 4]
+
+
+def test_a_restart_log_whose_decode_passes_log_fewer_layers_is_rebuilt(tmp_path):
+    """A review (2026-12-06): the rule first counted the restarting layers against all of the
+    request's layers, so a log whose decode passes log 10 of the prefill's 32 layers was
+    refused as a conflict (and with warn lost its prompt). The layers counted are those logged
+    from the first restart on."""
+    ids, w = (a.tolist() for a in D.routing(18, requests=1, seed=5))
+    rows = [rec(pos=t, layer=lay, ex=ids[0][t][lay], w=w[0][t][lay])
+            for t in range(8) for lay in range(32)]                     # the prefill pass
+    rows += [rec(pos=0, layer=lay, ex=ids[0][t][lay], w=w[0][t][lay])   # decode, index 0
+             for t in range(8, 18) for lay in range(10)]
+    tr, rep = import_vllm_jsonl(write(tmp_path / "few.jsonl", rows), model=MIX)
+    assert not rep.malformed and set(rep.reconstructed) == {"0"}
+    assert tr.token_count("prefill") == 8 and tr.token_count("decode") == 10
+    assert [r.positions.tolist() for r in tr.requests("decode")] == [list(range(8, 18))]
+
+
+@pytest.mark.parametrize("copies", [0, 12])
+def test_conflicts_in_two_layers_beside_identical_copies_stay_conflicts(tmp_path, copies):
+    """Two records logged again with another routing, in two layers, at positions that are no
+    pass start, are conflicts, not restarts, also beside identical copies of other records
+    (a copy is a duplicate, never a restart: a review's mutation that counted copies as
+    restarts survived every test)."""
+    ids, w = (a.tolist() for a in D.routing(6, requests=1, seed=6))
+    rows = [rec(pos=t, layer=lay, ex=ids[0][t][lay], w=w[0][t][lay])
+            for t in range(6) for lay in range(32)]
+    dup = [dict(r) for r in rows[:copies]]            # copies of pass starts (position 0)
+    bad = [rec(pos=3, layer=lay, ex=[(e + 1) % 8 for e in ids[0][3][lay]], w=w[0][3][lay])
+           for lay in (4, 9)]
+    path = write(tmp_path / "two.jsonl", rows + dup + bad)
+    with pytest.raises(TraceError, match=r"record \(request 0, position 3, layer 4, decode\) "
+                                         r"already on line 101 with another routing"):
+        import_vllm_jsonl(path, model=MIX)
+    tr, rep = import_vllm_jsonl(path, model=MIX, on_error="warn")
+    assert rep.malformed == dict({"conflict": 4}, **({"duplicate": copies} if copies else {}))
+    assert not rep.reconstructed and tr.token_count("decode") == 6
 
 
 def test_a_restart_log_is_still_rebuilt_with_a_record_missing(tmp_path):
