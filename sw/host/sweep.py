@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import time
 import uuid
@@ -477,6 +478,15 @@ def _stopped(store, points, exc) -> None:
         pass
 
 
+def _earlier_plots(before) -> list:
+    """The plots an earlier run's ``sweep.json`` (``before``, or ``None``) lists."""
+    files = (before or {}).get("files")
+    if not isinstance(files, dict):
+        return []
+    return [str(v) for k, v in files.items()
+            if isinstance(k, str) and k.startswith(("pareto:", "by-")) and isinstance(v, str)]
+
+
 def _earlier_sweep(out) -> dict | None:
     """The ``sweep.json`` an earlier run left in ``out`` (a dict), or ``None`` (none, or one
     that cannot be read as a JSON object)."""
@@ -556,7 +566,8 @@ def _run(spec, points, states, store, cache, task, *, code, client, progress, re
         r["point"] = p.index                      # a row kept from another spec: this spec's place
     files = consolidate(rows, store.out)
     if plots:
-        files.update(pareto_plots(rows, store.out, axes=swept_axes(spec)))
+        files.update(pareto_plots(rows, store.out, axes=swept_axes(spec),
+                                  earlier=_earlier_plots(before)))
     errors = sum(1 for r in rows if r.get("error"))
     run = SweepRun(points=len(points), skipped=skipped, ran=len(todo), errors=errors,
                    rows=rows, workers=n_workers, dashboard=dash, seconds=seconds, files=files)
@@ -734,7 +745,7 @@ def _axis_file(axis: str) -> str:
     return "hb" if axis == "hb_gb" else axis
 
 
-def pareto_plots(rows, out_dir, *, axes=None) -> dict:
+def pareto_plots(rows, out_dir, *, axes=None, earlier=()) -> dict:
     """Per model, ``pareto-<model>.png``: tokens/s and tokens/J against the die's mm2 of every
     point with an area and perf figures (without any area in the sweep: against the PE count,
     :data:`FALLBACK_X`, and the axis says so), the Pareto front of each batch drawn as a line
@@ -748,9 +759,9 @@ def pareto_plots(rows, out_dir, *, axes=None) -> dict:
     a line for each combination of the other swept axes and config fields that vary, the
     scheme always (a derived column such as a point's Table 3 alpha, which varies with the
     batch, is no axis of its own). The title counts the points drawn and those without a
-    number on the axis. Every other ``pareto-*.png`` and ``by-*.png`` in ``out_dir`` (an
-    earlier run's: a model's plot of the other kind, a model no longer in the rows, another
-    spec's) is removed, so the folder holds this run's plots only.
+    number on the axis. A model's plot of the other kind in ``out_dir`` and the plots of
+    ``earlier`` (an earlier run's, as its ``sweep.json`` lists them: models no longer swept,
+    another spec's) that this run did not draw are removed; no other file is touched.
 
     Returns ``{"pareto:<model>" or "by-<axis>:<model>": path}`` (nothing for a sweep without
     perf figures)."""
@@ -764,11 +775,18 @@ def pareto_plots(rows, out_dir, *, axes=None) -> dict:
     files = {}
     if pts:
         files = _draw_plots(pts, out_dir, xkey, xlabel, axes)
-    keep = set(files.values())
-    for old in [*Path(out_dir).glob("pareto-*.png"), *Path(out_dir).glob("by-*.png")]:
-        if old not in keep:                     # an earlier run's plot
-            old.unlink(missing_ok=True)
+    keep = {p.name for p in files.values()}
+    models = {r["model"] for r in pts}
+    other_kind = [f"{kind}-{m}.png" for m in models
+                  for kind in ["pareto", *(f"by-{_axis_file(a)}" for a in TREND_AXES)]]
+    for name in [*other_kind, *(Path(p).name for p in earlier)]:
+        if name not in keep and _PLOT_NAME.fullmatch(name):     # an earlier run's plot
+            (Path(out_dir) / name).unlink(missing_ok=True)
     return files
+
+
+#: The names :func:`pareto_plots` writes (the only files it removes).
+_PLOT_NAME = re.compile(r"(pareto|by-[a-z_]+)-[^/\\]+\.png")
 
 
 def _draw_plots(pts, out_dir, xkey, xlabel, axes) -> dict:

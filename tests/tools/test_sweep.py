@@ -219,6 +219,22 @@ def test_another_specs_out_folder_is_said_and_its_plots_replaced(tmp_path):
     assert not any("another spec" in line for line in said)
 
 
+def test_a_sweep_into_a_folder_of_ones_own_files_removes_none(tmp_path):
+    """A review (2026-12-06): the first form of the change above removed every pareto-*.png
+    and by-*.png of the out folder, a user's own files included. Only the plots a sweep.json
+    lists (and a swept model's plot of the other kind) are removed."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    own = {"by-night.png": b"1", "pareto-efficiency-2024.png": b"2", "holiday.png": b"3"}
+    for name, data in own.items():
+        (out / name).write_bytes(data)
+    spec = _write(tmp_path, "name: one\nworkload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n"
+                            "  batch: [1]\n")
+    run_sweep(spec, out, workers=0, cache_dir=tmp_path / "cache", progress=False, say=_quiet)
+    assert {n: (out / n).read_bytes() for n in own} == own
+    assert (out / "pareto-qwen3-30b-a3b.png").exists()
+
+
 def test_rows_of_other_code_are_run_again(tmp_path, monkeypatch):
     """A row stores the code it came from (the package's source digest and tool versions); a
     rerun after a code change runs every point again instead of keeping stale figures."""
@@ -1429,8 +1445,8 @@ def test_workload_plots_of_several_models_config_fields_and_reruns(tmp_path):
     """Review findings (2026-12-06, seventh session): every model of a sweep gets its by-axis
     plot (the second took the Pareto plot: a name reused for the panels), a config field that
     moves neither the area nor the PE count (the HB) is a line of its own, an earlier run's
-    plot of the other kind is removed (and, since a new user's trial, every plot not of this
-    run), the HB's file is by-hb, and the title counts what it draws."""
+    plot of the other kind is removed (and, since a new user's trial, the plots an earlier
+    run's sweep.json lists), the HB's file is by-hb, and the title counts what it draws."""
     from elmoe3d.sw.host.sweep import pareto_plots, swept_axes
     spec = parse_spec({"config": {"hb_bank_bytes": [2 ** 27, 2 ** 28]}, "workload": {
         "model": ["qwen3-30b-a3b", "gpt-oss-20b"], "context": [1024, 4096, 16384]}})
@@ -1460,7 +1476,11 @@ def test_workload_plots_of_several_models_config_fields_and_reruns(tmp_path):
         assert lines == [f"hb_bank_bytes {hb}" for hb in (2 ** 27, 2 ** 28)] * 6
         assert titles == [f"{m}: 6 points, all on 16 PEs" for m in "abc"]
         assert not (tmp_path / "pareto-a.png").exists()
-        assert not (tmp_path / "by-context-ab.png").exists()   # a model not in the rows
+        assert (tmp_path / "by-context-ab.png").read_bytes() == b"another model's"
+        # an earlier run's plots, as its sweep.json lists them, go
+        files = pareto_plots(rows, tmp_path, axes=swept_axes(spec),
+                             earlier=[str(tmp_path / "by-context-ab.png")])
+        assert not (tmp_path / "by-context-ab.png").exists()
         # a point without a number on the axis is counted apart; the HB's file is by-hb
         hb = [dict(r, hb_gb=4.0 * (1 + (r["hb_bank_bytes"] > 2 ** 27))) for r in rows
               if r["model"] == "a" and r["context"] == 1024]
