@@ -1205,12 +1205,13 @@ def check_model_trace(trace, model, *, source=None) -> ModelPreset:
     (:class:`UserError` otherwise, naming ``--model`` or ``source``: where the model was
     named when the user gave no ``--model``, e.g. the trace's meta line)."""
     p = model_preset(model)
-    if trace.num_experts != p.routed_experts or trace.top_k != p.top_k or \
-            tuple(trace.layer_ids) != tuple(p.moe_layer_ids):
+    try:
+        _check_trace(trace, p, top_k=True)
+    except UserError:
         where = f"--model {p.name}" if source is None else \
             f"{source} names {p.name}, which does not fit the trace (--model overrides it)"
         raise UserError(f"{where}: the trace has {trace.num_experts} experts, top-"
                         f"{trace.top_k}, layers {trace.layer_ids[0]}..{trace.layer_ids[-1]}; "
                         f"{p.name} has {p.routed_experts}, top-{p.top_k}, layers "
-                        f"{p.moe_layer_ids[0]}..{p.moe_layer_ids[-1]}")
+                        f"{p.moe_layer_ids[0]}..{p.moe_layer_ids[-1]}") from None
     return p

@@ -50,7 +50,7 @@ import numpy as np
 
 from ...checks import check_int, is_int, is_real
 from ...errors import UserError
-from .hbcache import CacheStats, HBExpertCache
+from .hbcache import CacheStats, HBExpertCache, _check_batch, _check_trace
 from .models import ModelPreset
 
 
@@ -758,13 +758,11 @@ class ElasticSD:
         time in increasing id, each batch in lockstep). The cache's contents at the start are
         the first pool (usually empty); the cache is left holding the last pool. Raises
         :class:`UserError` for a ``batch`` that is no positive integer, a trace of another
-        model, or an ``acceptance`` return that is not one bool per draft token."""
+        model (its layers, experts or top-k), or an ``acceptance`` return that is not one bool
+        per draft token."""
         p, cache = self.model, self._cache
-        if not is_int(batch) or batch < 1:
-            raise UserError(f"batch: expected a positive integer, got {batch!r}")
-        if tuple(trace.layer_ids) != tuple(p.moe_layer_ids) or trace.num_experts != \
-                p.routed_experts:
-            raise UserError(f"trace: layers/experts do not match {p.name}")
+        batch = _check_batch(batch)
+        _check_trace(trace, p, top_k=True)
         lids = tuple(p.moe_layer_ids)
         L, E, k = len(lids), p.routed_experts, p.top_k
         rng = np.random.default_rng(self._seed)

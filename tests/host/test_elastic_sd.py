@@ -233,7 +233,7 @@ def test_parameter_errors():
     with pytest.raises(UserError, match="alpha"):
         BernoulliAcceptance(-0.1)
     tr = synthetic_trace("olmoe-1b-7b", CALIBRATED["olmoe-1b-7b"], tokens=3)
-    with pytest.raises(UserError, match="do not match"):
+    with pytest.raises(UserError, match="are not the MoE layers of"):
         ElasticSD(cache=slots_cache(4), depth=2, acceptance=CoverageAcceptance(0.5)).run(tr)
 
 

@@ -222,6 +222,15 @@ def test_replay_steps_refuses_a_trace_of_another_model():
                                                      np.zeros((len(ids), 1), np.float32)]))
     with pytest.raises(UserError, match="trace routes top-3, mixtral-8x7b top-2"):
         host.replay_steps(t3, big_cache(MIX))
+    # elastic_steps and ElasticSD.run by the same rule (a review: a raw NumPy broadcast error)
+    esd = ElasticSD(cache=big_cache(MIX, admit=False), depth=2,
+                    acceptance=CoverageAcceptance(0.5))
+    with pytest.raises(UserError, match="trace routes top-3, mixtral-8x7b top-2"):
+        host.elastic_steps(t3, esd, groups=preset("paper-8gb").groups)
+    with pytest.raises(UserError, match="trace routes top-3, mixtral-8x7b top-2"):
+        esd.run(t3)
+    with pytest.raises(UserError, match=r"--model mixtral-8x7b: the trace has 8 experts, top-3"):
+        host.check_model_trace(t3, MIX)
 
 
 def test_replay_steps_layers_kept():
