@@ -81,7 +81,7 @@ def parse_int(name: str, text, lo: int | None = None, hi: int | None = None, *,
         ``"{name}: expected a positive integer, got 'abc'"``.
     """
     try:
-        value = int(str(text).strip())
+        value = int(str(text))                      # (int() takes surrounding spaces)
     except ValueError:
         value = text                                # not a number: named as given
     return check_int(name, value, lo, hi, error=error)

@@ -418,7 +418,7 @@ class RoutingTrace:
             path inside the shared traces folder, or a write that failed (disk full).
         """
         from ...cli.outputs import atomic_outputs, check_output
-        if not isinstance(path, (str, os.PathLike)) or not Path(path).name:
+        if not file_path("path", path).name:
             raise UserError(f"path: expected a file name, got {path!r}")
         path = Path(path)
         if path.suffix != ".npz":
@@ -444,9 +444,7 @@ class RoutingTrace:
             wrong type (named ``meta.FIELD``: ``layer_ids`` not a list of integer layer
             indices, ``notes`` not a list of strings, ...), or any violation of the format.
         """
-        if not isinstance(path, (str, os.PathLike)):
-            raise UserError(f"path: expected a file name, got {path!r}")
-        path = Path(path)
+        path = file_path("path", path)
         if path.is_dir():
             raise TraceError(f"{path}: a directory, not a trace file")
         if not path.is_file():
@@ -859,9 +857,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     UserError
         A bad argument.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise UserError(f"path: expected a file name, got {path!r}")
-    path = Path(path)
+    path = file_path("path", path)
     if on_error not in ("raise", "warn"):
         raise UserError(f"on_error: expected 'raise' or 'warn', got {on_error!r}")
     if renormalise not in ("keep", "topk", "model"):
@@ -1468,6 +1464,14 @@ def _restart_layers(rows) -> tuple:
             after.add(r[3])
         last[r[3]] = r
     return len(restarting), len(after or ()), len(last)
+
+
+def file_path(name, path) -> Path:
+    """``path`` (a ``str`` or ``os.PathLike``) as a :class:`Path`; :class:`UserError` naming
+    ``name`` otherwise (``"path: expected a file name, got 5"``)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise UserError(f"{name}: expected a file name, got {path!r}")
+    return Path(path)
 
 
 def _request_name(rep, req) -> str:

@@ -37,7 +37,7 @@ from ...errors import UserError
 from .corpus import COUNT_FILE, traces_dir
 from .models import model_preset
 from .routelog import usage_counts
-from .trace import RoutingTrace, TraceError, _phase_code
+from .trace import RoutingTrace, TraceError, _phase_code, file_path
 
 
 __all__ = ["RoutingStats", "routing_stats", "expert_count_table", "count_skew", "usage_counts",
@@ -148,13 +148,6 @@ def routing_stats(trace: RoutingTrace, phase="decode") -> RoutingStats:
                         tokens=tokens)
 
 
-def _file_path(name, path) -> Path:
-    """``path`` (a ``str`` or ``os.PathLike``) as a :class:`Path`; UserError otherwise."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise UserError(f"{name}: expected a file path, got {type(path).__name__}")
-    return Path(path)
-
-
 def _read_utf8(path: Path) -> str:
     """The text of ``path`` (UTF-8, a byte-order mark dropped); UserError naming the file (and
     the line of a byte that is not UTF-8) if it cannot be read."""
@@ -180,7 +173,7 @@ def expert_count_table(path=None) -> dict:
         Naming the file and line: a missing or unreadable file, text that is not UTF-8, a wrong
         header, a bad value, the same (model, variant, domain, layer, expert) on two lines (both
         named), or a gap in the expert ids."""
-    path = _file_path("path", path) if path is not None else traces_dir() / COUNT_FILE
+    path = file_path("path", path) if path is not None else traces_dir() / COUNT_FILE
     if not path.is_file():
         raise UserError(f"{path}: expert count table not found (set ELMOE3D_TRACES)")
     rows = {}
@@ -450,7 +443,7 @@ def expert_usage(path) -> dict:
         nested too deeply to read, a key given twice in one JSON object (which layer's counts
         are meant is ambiguous), or what :func:`usage_counts` refuses."""
     import json
-    path = _file_path("path", path)
+    path = file_path("path", path)
 
     def unique_keys(pairs):
         seen = set()

@@ -147,6 +147,25 @@ def test_run_perf_refuses_steps_of_more_groups(mix_steps):
         run_perf(mix_steps, preset("paper-4gb"), MIX)
 
 
+@pytest.mark.parametrize("field, value, msg", [
+    ("group", 8, r"pool write into group 8; paper-8gb has groups 0\.\.7: steps of another "
+                 r"configuration\?"),
+    ("layer", 40, r"pool write into layer 40, which is not a MoE layer of mixtral-8x7b "
+                  r"\(0\.\.31\)"),
+])
+def test_run_perf_refuses_a_pool_write_outside_the_configuration(mix_steps, field, value, msg):
+    """Only a pool write out of range (its step's routed experts all fit): a review's
+    mutation removing the writes' range check survived the group test above, which the
+    routed experts' own check catches first."""
+    st = next(s for s in mix_steps if len(s.writes))
+    w = st.writes
+    arrays = {k: getattr(w, k).copy() for k in ("layer", "expert", "group", "extra")}
+    arrays[field][0] = value
+    bad = dataclasses.replace(st, writes=host.PoolWrites(**arrays))
+    with pytest.raises(ValueError, match=rf"step {st.index}: " + msg):
+        run_perf([bad], ARCH, MIX)
+
+
 def test_steps_summary_refuses_steps_of_another_top_k(mix_steps):
     pm = PerfModel(ARCH, "qwen3-30b-a3b")
     with pytest.raises(ValueError, match=r"step 0: layer 0: routing of shape \(\d+, 2\); "

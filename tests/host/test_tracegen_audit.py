@@ -83,7 +83,7 @@ def test_count_table_with_byte_order_mark_is_read(tmp_path):
 
 @pytest.mark.parametrize("reader", [expert_count_table, expert_usage])
 def test_readers_name_a_path_that_is_no_path(reader):
-    with pytest.raises(UserError, match="^path: expected a file path, got int$"):
+    with pytest.raises(UserError, match="^path: expected a file name, got 5$"):
         reader(5)
 
 
