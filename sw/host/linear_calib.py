@@ -197,12 +197,18 @@ def calibrate_linear(arch: ArchConfig, in_features: int, bits: int, *,
     return cal
 
 
+#: The largest K whose calibration the notice calls "seconds" (paper-4gb, one core, 2026-12-06:
+#: 3.5 s at K = 16,384 and 17.4 s at 65,536 a bit width; a new user's K = 200,000 took 152 s
+#: for both).
+SECONDS_K = 32768
+
+
 def linear_calibration(arch: ArchConfig, in_features: int, bits: int) -> LinearCalibration:
     """The :class:`LinearCalibration` of a linear layer of ``in_features`` on one PE of
     ``arch`` at ``bits`` (4: DRAFT / W4A8, 8: FULL / W8A8): from the shipped table
     (:data:`~.linear_calib_table.TABLE`) when it holds the key, else computed on first use
-    (seconds) and kept, in this process and on disk
-    (:func:`~.compute_calib.memo_calibration`). Raises ValueError on another ``bits``,
+    (seconds; a minute or more above K = :data:`SECONDS_K`) and kept, in this process and on
+    disk (:func:`~.compute_calib.memo_calibration`). Raises ValueError on another ``bits``,
     :class:`UserError` naming K and the PE on a K the PE cannot stage."""
     if bits not in (4, 8):
         raise ValueError(f"bits: expected 4 or 8, got {bits!r}")
@@ -215,7 +221,9 @@ def linear_calibration(arch: ArchConfig, in_features: int, bits: int) -> LinearC
         try:
             c = (memo_calibration("linear", k, lambda: calibrate_linear(
                      arch, in_features, bits, check=False), LinearCalibration,
-                     f"a linear layer of K = {in_features} at W{bits}A8", "seconds")
+                     f"a linear layer of K = {in_features} at W{bits}A8",
+                     "seconds" if in_features <= SECONDS_K else "a minute or more: it grows "
+                     "with K")
                  if e is None
                  else LinearCalibration(k[0], int(in_features), int(bits), **e))
         except ProgramError as err:

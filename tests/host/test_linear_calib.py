@@ -111,6 +111,19 @@ def test_another_pe_is_computed_on_first_use(monkeypatch, tmp_path, caplog):
     assert a.cycles(256, 16) < lc.linear_calibration(PAPER, 2048, 8).cycles(256, 16)
 
 
+@pytest.mark.parametrize("k, takes", [(2048, "seconds"), (lc.SECONDS_K, "seconds"),
+                                      (lc.SECONDS_K + 32, "a minute or more: it grows with K")])
+def test_the_notice_says_how_long_by_k(monkeypatch, k, takes):
+    """A new user's K = 200,000 took 152 s under a notice that said "seconds" (2026-12-06):
+    above :data:`SECONDS_K` the notice says a minute or more."""
+    said = []
+    monkeypatch.setattr(lc, "_CACHE", {})
+    monkeypatch.setattr(lc, "memo_calibration", lambda *a: said.append(a[-2:]) or "made")
+    cfg = dataclasses.replace(PAPER, iomem_split=(14, 1, 9, 8))
+    assert lc.linear_calibration(cfg, k, 4) == "made"
+    assert said == [(f"a linear layer of K = {k} at W4A8", takes)]
+
+
 def test_bad_bits():
     with pytest.raises(ValueError, match="bits: expected 4 or 8, got 16"):
         lc.linear_calibration(PAPER, 2048, 16)
