@@ -122,7 +122,8 @@ def parse_bits(text) -> list:
                 if lo > hi:
                     raise UserError(f"--bits {text!r}: empty range {lo}-{hi} (expected "
                                     f"LO-HI with LO <= HI, e.g. 2-7)")
-                out.update(range(lo, hi + 1))
+                out.update(range(max(lo, 2), min(hi, 7) + 1))  # not a huge range: its
+                out.update(b for b in (lo, hi) if not 2 <= b <= 7)  # bad bounds, named below
             else:
                 out.add(int(part))
     except ValueError:

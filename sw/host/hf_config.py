@@ -44,6 +44,7 @@ import json
 import math
 import os
 import re
+import sys
 from pathlib import Path
 
 from ...checks import expected_int, is_int
@@ -109,6 +110,8 @@ def read_config(source) -> tuple:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    except (ValueError, RecursionError) as exc:   # an integer of over 4,300 digits, deep nests
+        raise UserError(f"{path}: not a config.json this reader takes ({exc})") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object of config fields, got "
                         f"{type(cfg).__name__}")
@@ -176,7 +179,8 @@ class _Fields:
         v = self.cfg.get(key)
         if key not in self.cfg:
             raise self.missing(key)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf:
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < math.inf \
+                or v > sys.float_info.max:          # an integer no float holds
             raise self.error(key, f"expected a finite number > 0, got {_show(v)}")
         return float(v)
 

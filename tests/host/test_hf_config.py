@@ -346,6 +346,8 @@ def test_a_bad_qwen3_config_names_the_file_and_the_field(tmp_path, edit, message
      "{f}: routed_scaling_factor: missing (a deepseek_v3 config has it)"),
     (lambda c: c.update(routed_scaling_factor=float("inf")),
      "{f}: routed_scaling_factor: expected a finite number > 0, got Infinity"),
+    (lambda c: c.update(routed_scaling_factor=10 ** 400),      # an audit: OverflowError
+     "{f}: routed_scaling_factor: expected a finite number > 0, got 1" + "0" * 400),
     (lambda c: c.update(moe_layer_freq=2),
      "{f}: moe_layer_freq: only 1 (every layer after first_k_dense_replace is MoE) is "
      "supported, got 2"),
@@ -392,6 +394,14 @@ def test_unreadable_and_clashing_configs(tmp_path):
     with pytest.raises(UserError, match=r"lst\.json: expected a JSON object of config fields, "
                                         r"got list"):
         model_from_config(_cfg_file(tmp_path, "[1, 2]", "lst.json"))
+    # an audit (2026-12-06): a raw ValueError / RecursionError from json.loads
+    huge = _cfg_file(tmp_path, '{"model_type": "mixtral", "x": 1' + "0" * 5000 + "}", "h.json")
+    with pytest.raises(UserError, match=r"h\.json: not a config\.json this reader takes "
+                                        r"\(Exceeds the limit \(4300 digits\)"):
+        model_from_config(huge)
+    deep = _cfg_file(tmp_path, "[" * 100000 + "]" * 100000, "d.json")
+    with pytest.raises(UserError, match=r"d\.json: not a config\.json this reader takes"):
+        model_from_config(deep)
     binary = tmp_path / "w.safetensors"
     binary.write_bytes(b"\x80\xff\x00" * 10)
     with pytest.raises(UserError, match=r"w\.safetensors: not a config\.json \(not UTF-8 "
