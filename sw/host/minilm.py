@@ -23,6 +23,12 @@ from ``config.json``. Text is tokenised with the ``tokenizers`` library from the
 longest text in a batch (the file says a fixed 128). Sentence embeddings are mean-pooled over
 real tokens and L2-normalised (``1_Pooling``, ``2_Normalize``).
 
+Loading checks everything once, up front: ``config.json``'s fields (positive integers, a
+finite ``layer_norm_eps`` > 0, nothing converted), and every tensor against one table of
+shapes in ``config.json``'s words (``_EMBEDDING_SHAPES``, ``_LAYER_SHAPES``): present, floating
+point, of that shape, finite. A bad file is a one-line :class:`~elmoe3d.errors.UserError`
+naming the file and the field or tensor, never NaN embeddings or a NumPy broadcast error.
+
 Validation: torch is not installed here (and is not a dependency), so the forward pass is not
 compared against PyTorch / sentence-transformers outputs. It is checked by its behaviour: the
 embeddings of paraphrases are far closer than those of unrelated sentences (see
@@ -33,15 +39,17 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import math
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ...checks import is_int
+from ...checks import check_int, is_int, is_real
 from ...errors import UserError
+from .hf_config import read_config
 from .weights import load_tensors
 
 
@@ -96,26 +104,117 @@ class BertConfig:
     layer_norm_eps: float
     max_positions: int
 
+    #: ``config.json`` field of each integer attribute (each a positive integer).
+    INT_FIELDS = (("hidden_size", "hidden_size"), ("num_heads", "num_attention_heads"),
+                  ("num_layers", "num_hidden_layers"),
+                  ("intermediate_size", "intermediate_size"),
+                  ("max_positions", "max_position_embeddings"))
+
     @classmethod
     def from_file(cls, path) -> "BertConfig":
-        try:
-            raw = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UserError(f"{path}: cannot read the model config: {exc}") from None
+        """Read and check a BERT ``config.json``.
+
+        Raises
+        ------
+        UserError
+            The file cannot be read, is not UTF-8 JSON or not a JSON object; a field is
+            missing; an integer field (``hidden_size``, ``num_attention_heads``,
+            ``num_hidden_layers``, ``intermediate_size``, ``max_position_embeddings``) is not
+            a positive integer (a bool, float or string is refused, not converted);
+            ``layer_norm_eps`` is not a finite real number > 0; ``hidden_size`` is not a
+            multiple of ``num_attention_heads``; an architecture field names something this
+            forward pass does not implement. The message names the file and the field.
+        """
+        raw, where = read_config(path)
         for key, want in (("hidden_act", "gelu"), ("position_embedding_type", "absolute"),
                           ("model_type", "bert")):
             if raw.get(key, want) != want:
-                raise UserError(f"{path}: {key} = {raw.get(key)!r}; this forward pass "
+                raise UserError(f"{where}: {key} = {raw.get(key)!r}; this forward pass "
                                 f"implements only {want!r}")
-        cfg = cls(hidden_size=int(raw["hidden_size"]), num_heads=int(raw["num_attention_heads"]),
-                  num_layers=int(raw["num_hidden_layers"]),
-                  intermediate_size=int(raw["intermediate_size"]),
-                  layer_norm_eps=float(raw["layer_norm_eps"]),
-                  max_positions=int(raw["max_position_embeddings"]))
+
+        def field(key):
+            if key not in raw:
+                raise UserError(f"{where}: no field {key!r} (the forward pass needs it)")
+            return raw[key]
+
+        ints = {attr: check_int(f"{where}: {key}", field(key), 1, error=UserError)
+                for attr, key in cls.INT_FIELDS}
+        eps = field("layer_norm_eps")
+        try:
+            positive = is_real(eps) and math.isfinite(float(eps)) and eps > 0
+        except OverflowError:                       # an integer too large for a float
+            positive = False
+        if not positive:
+            raise UserError(f"{where}: layer_norm_eps: expected a finite real number > 0, "
+                            f"got {eps!r}")
+        cfg = cls(layer_norm_eps=float(eps), **ints)
         if cfg.hidden_size % cfg.num_heads:
-            raise UserError(f"{path}: hidden_size {cfg.hidden_size} is not divisible by "
+            raise UserError(f"{where}: hidden_size {cfg.hidden_size} is not a multiple of "
                             f"num_attention_heads {cfg.num_heads}")
         return cfg
+
+
+# Every tensor the forward pass reads, its shape in config.json's words: embeddings by full
+# name, encoder layers by the name after "encoder.layer.L.". None is a free number of rows
+# (at least one; the word embeddings' rows are checked against the tokenizer's vocabulary).
+_EMBEDDING_SHAPES = {
+    "embeddings.word_embeddings.weight": (None, "hidden_size"),
+    "embeddings.position_embeddings.weight": ("max_position_embeddings", "hidden_size"),
+    "embeddings.token_type_embeddings.weight": (None, "hidden_size"),
+    "embeddings.LayerNorm.weight": ("hidden_size",),
+    "embeddings.LayerNorm.bias": ("hidden_size",),
+}
+_LAYER_SHAPES = {
+    **{f"attention.self.{which}.{kind}": shape for which in ("query", "key", "value")
+       for kind, shape in (("weight", ("hidden_size", "hidden_size")),
+                           ("bias", ("hidden_size",)))},
+    "attention.output.dense.weight": ("hidden_size", "hidden_size"),
+    "attention.output.dense.bias": ("hidden_size",),
+    "attention.output.LayerNorm.weight": ("hidden_size",),
+    "attention.output.LayerNorm.bias": ("hidden_size",),
+    "intermediate.dense.weight": ("intermediate_size", "hidden_size"),
+    "intermediate.dense.bias": ("intermediate_size",),
+    "output.dense.weight": ("hidden_size", "intermediate_size"),
+    "output.dense.bias": ("hidden_size",),
+    "output.LayerNorm.weight": ("hidden_size",),
+    "output.LayerNorm.bias": ("hidden_size",),
+}
+_LAYER_NAME = re.compile(r"encoder\.layer\.(0|[1-9][0-9]*)\.(.+)")
+#: Stored in the file but not read (the position indices ``0..max_positions-1``).
+_UNUSED = ("embeddings.position_ids",)
+
+
+def _tensor_dims(name, num_layers):
+    """The shape of tensor ``name`` in config words (see ``_EMBEDDING_SHAPES``), or None
+    when an encoder of ``num_layers`` layers has no such tensor."""
+    if name in _EMBEDDING_SHAPES:
+        return _EMBEDDING_SHAPES[name]
+    m = _LAYER_NAME.fullmatch(name)
+    if m is None or int(m.group(1)) >= num_layers:
+        return None
+    return _LAYER_SHAPES.get(m.group(2))
+
+
+def _check_tensor(path, name, info, array, dims, cfg: BertConfig, config_path):
+    """One tensor's dtype, shape (``dims`` in config words) and values, with a UserError
+    naming ``path``, the tensor and what was expected."""
+    if not info.is_float:
+        raise UserError(f"{path}: tensor {name!r}: dtype {info.dtype}; expected a "
+                        f"floating-point tensor (F16, BF16, F32 or F64)")
+    sizes = {"hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+             "max_position_embeddings": cfg.max_positions, None: None}
+    want = [sizes[d] for d in dims]
+    if len(info.shape) != len(want) or any(s != w if w is not None else s < 1
+                                            for s, w in zip(info.shape, want)):
+        shown = ", ".join("N" if w is None else str(w) for w in want)
+        words = ", ".join("N >= 1" if d is None else d for d in dims)
+        raise UserError(f"{path}: tensor {name!r}: shape {list(info.shape)}, expected "
+                        f"[{shown}] ({words} of {config_path})")
+    finite = np.isfinite(array)
+    if not finite.all():
+        pos = tuple(int(i) for i in np.argwhere(~finite)[0])
+        raise UserError(f"{path}: tensor {name!r}: non-finite value {array[pos]} at "
+                        f"{list(pos)}; expected finite weights")
 
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -159,21 +258,40 @@ class MiniLM:
     Raises
     ------
     UserError
-        The package is not installed, or a file is missing or unreadable.
+        The package is not installed; a file is missing or unreadable; ``config.json`` is
+        not a BERT config this forward pass runs (see :meth:`BertConfig.from_file`);
+        ``sentence_bert_config.json`` has no positive integer ``max_seq_length``; the
+        sequence length leaves no room for [CLS] and [SEP]; a tensor of ``model.safetensors``
+        is missing, not in the encoder ``config.json`` describes, not floating point, of a
+        shape other than ``config.json``'s (checked once, here), or holds a NaN or an
+        infinity; the word embeddings have fewer rows than the tokenizer's vocabulary.
+        Every message names the file and the field or tensor.
+    ValueError
+        ``batch_size`` is not a positive integer, or ``model_dir`` not a path.
     """
 
     PREFIX = "encoder.layer"
 
     def __init__(self, model_dir=None, *, batch_size: int = 8):
+        if model_dir is not None and not isinstance(model_dir, (str, os.PathLike)):
+            raise ValueError(f"model_dir: expected the path of a folder, got "
+                             f"{type(model_dir).__name__}")
         folder = Path(model_dir) if model_dir is not None else require_minilm_dir()
         self.model_dir = folder
-        self.batch_size = int(batch_size)
-        self.config = BertConfig.from_file(folder / "config.json")
-        self.max_seq_length = self.config.max_positions
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        config_path = folder / "config.json"
+        self.config = cfg = BertConfig.from_file(config_path)
+        self.max_seq_length = cfg.max_positions
+        length_from = f"{config_path}: max_position_embeddings"      # (for its error)
         st_cfg = folder / "sentence_bert_config.json"
         if st_cfg.is_file():
-            self.max_seq_length = min(self.max_seq_length,
-                                      int(json.loads(st_cfg.read_text())["max_seq_length"]))
+            st, where = read_config(st_cfg)
+            if "max_seq_length" not in st:
+                raise UserError(f"{where}: no field 'max_seq_length'")
+            st_len = check_int(f"{where}: max_seq_length", st["max_seq_length"], 1,
+                               error=UserError)
+            if st_len < self.max_seq_length:
+                self.max_seq_length, length_from = st_len, f"{where}: max_seq_length"
         try:
             from tokenizers import Tokenizer
         except ImportError:
@@ -184,13 +302,51 @@ class MiniLM:
         except Exception as exc:                     # the library raises a bare Exception
             raise UserError(f"{folder / 'tokenizer.json'}: cannot load the tokenizer: "
                             f"{exc}") from None
+        # Truncation shorter than the special tokens is ignored by the library (a text would
+        # run past the position table).
+        check_int(length_from, self.max_seq_length, tok.num_special_tokens_to_add(False),
+                  error=UserError)
+        raw = load_tensors(folder / "model.safetensors", "embeddings.*,encoder.layer.*")
+        self._check_weights(raw, config_path, tok.get_vocab_size(with_added_tokens=True))
+        # (after the check of the position table, which bounds max_seq_length)
         tok.enable_truncation(max_length=self.max_seq_length)
         tok.enable_padding(pad_id=0, pad_token="[PAD]")       # to the longest in the batch
         self.tokenizer = tok
-        raw = load_tensors(folder / "model.safetensors", "embeddings.*,encoder.layer.*")
         self._w = {name: (a if name == "embeddings.word_embeddings.weight"
                           else a.astype(np.float64)) for name, a in raw.items()
-                   if name != "embeddings.position_ids"}
+                   if name not in _UNUSED}
+
+    def _check_weights(self, raw, config_path, vocab):
+        """Every tensor the encoder of ``self.config`` reads, present once, of the shape in
+        the table ``_EMBEDDING_SHAPES`` / ``_LAYER_SHAPES``, floating point and finite; no
+        tensor it does not read; word embeddings for every token id."""
+        cfg, path = self.config, raw.path
+        for name, array in raw.items():
+            if name in _UNUSED:
+                continue
+            dims = _tensor_dims(name, cfg.num_layers)
+            if dims is None:
+                raise UserError(f"{path}: tensor {name!r} is not part of the BERT encoder "
+                                f"{config_path} describes (num_hidden_layers = "
+                                f"{cfg.num_layers}); this forward pass would ignore it")
+            _check_tensor(path, name, raw.info[name], array, dims, cfg, config_path)
+        if len(raw) - sum(n in raw for n in _UNUSED) != \
+                len(_EMBEDDING_SHAPES) + cfg.num_layers * len(_LAYER_SHAPES):
+            missing = next(n for n in self._weight_names() if n not in raw)
+            raise UserError(f"{path}: tensor {missing!r} is missing; the encoder of "
+                            f"{config_path} (num_hidden_layers = {cfg.num_layers}) reads it")
+        rows = raw["embeddings.word_embeddings.weight"].shape[0]
+        if rows < vocab:
+            raise UserError(f"{path}: tensor 'embeddings.word_embeddings.weight' has {rows} "
+                            f"rows, but {self.model_dir / 'tokenizer.json'} has {vocab} "
+                            f"tokens; expected a row per token")
+
+    def _weight_names(self):
+        """The names of the tensors the forward pass reads, in order (a generator)."""
+        yield from _EMBEDDING_SHAPES
+        for layer in range(self.config.num_layers):
+            for suffix in _LAYER_SHAPES:
+                yield f"{self.PREFIX}.{layer}.{suffix}"
 
     # -- weights ----------------------------------------------------------------------------
 
@@ -338,14 +494,21 @@ def ffn_weights(layer: int):
     ValueError
         ``layer`` outside 0..5.
     UserError
-        The package is not installed.
+        The package is not installed; its ``config.json`` is not valid (see
+        :meth:`BertConfig.from_file`); a tensor is missing, not floating point, of a shape
+        other than ``config.json``'s or not finite (as :class:`MiniLM` checks them).
     """
     folder = require_minilm_dir()
-    layer = _check_layer(layer, BertConfig.from_file(folder / "config.json").num_layers)
+    config_path = folder / "config.json"
+    cfg = BertConfig.from_file(config_path)
+    layer = _check_layer(layer, cfg.num_layers)
     path = folder / "model.safetensors"
     up = f"encoder.layer.{layer}.intermediate.dense.weight"
     down = f"encoder.layer.{layer}.output.dense.weight"
     t = load_tensors(path, [up, down])
+    for name in (up, down):
+        _check_tensor(path, name, t.info[name], t[name], _tensor_dims(name, cfg.num_layers),
+                      cfg, config_path)
     return t[up], t[down]
 
 
