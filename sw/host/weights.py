@@ -14,9 +14,13 @@ values need per-block scale tensors that this reader does not interpret).
 
 Every problem is an :class:`~elmoe3d.errors.UserError` whose message names the file (and the
 tensor where there is one): a missing file; a Git LFS pointer instead of the weights; a
-truncated or corrupt safetensors file (a header length beyond the file, data offsets past the
-end, a size that does not match dtype and shape); a corrupt ``.npz``; an unsupported format or
-dtype; a pattern that matches no tensor (the message lists available names).
+truncated or corrupt safetensors file (a header length beyond the file, a header that is not
+strict JSON, a shape or data offset that is not an integer >= 0, data offsets past the end, a
+size that does not match dtype and shape, a hole or an overlap between tensors' data or bytes
+after the last one, ``__metadata__`` that is not an object of strings: the safetensors
+library's rules, checked for every file before any tensor is read, BF16 included); a corrupt
+``.npz``; an unsupported format or dtype; a pattern that matches no tensor (the message lists
+available names).
 
 Plain NumPy plus the ``safetensors`` library (used for everything NumPy can represent).
 """
@@ -27,6 +31,7 @@ import difflib
 import fnmatch
 import json
 import math
+import reprlib
 import struct
 import zipfile
 import zlib
@@ -35,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...checks import expected_int, is_int
 from ...errors import UserError
 
 
@@ -59,6 +65,7 @@ _ST_DTYPES = {
     # Listed so that sizes can be checked, but not loadable (no NumPy dtype, and their real
     # value needs the checkpoint's block scales).
     "F8_E4M3": (None, 1, False), "F8_E5M2": (None, 1, False), "F8_E8M0": (None, 1, False),
+    "C64": (None, 8, False),
 }
 _LOADABLE_ST = {k for k, (dt, _, _) in _ST_DTYPES.items() if dt is not None} | {"BF16"}
 _MAX_HEADER = 100 * 1024 * 1024          # the safetensors library's own limit
@@ -69,6 +76,66 @@ _NP_CODES = {np.dtype(np.bool_): "BOOL", np.dtype(np.uint8): "U8", np.dtype(np.i
              np.dtype(np.uint64): "U64", np.dtype(np.int64): "I64",
              np.dtype(np.float16): "F16", np.dtype(np.float32): "F32",
              np.dtype(np.float64): "F64"}
+
+
+_ENTRY_KEYS = {"dtype", "shape", "data_offsets"}
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs) -> dict:
+    """``json.loads`` object hook: a dict, refusing a key given twice (the last one would
+    silently win)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def _refuse_json_constant(name):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_json_int(text) -> int:
+    """``json.loads`` integer hook: refuses more digits than a 64-bit offset has (Python's
+    ``int()`` would raise its own digit-limit error past 4,300)."""
+    if len(text.lstrip("-")) > 20:
+        raise ValueError(f"integer {text[:12]}... ({len(text)} digits) is out of range")
+    return int(text)
+
+
+def _brief(value, limit=60) -> str:
+    """A short repr of a header value (any JSON: it may be huge or deeply nested)."""
+    text = reprlib.repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _nbytes(shape, itemsize, cap):
+    """``prod(shape) * itemsize``; None once a shape of more than 64 dimensions exceeds
+    ``cap`` (a header can hold millions of them: the exact product would take minutes)."""
+    if 0 in shape:
+        return 0
+    n = itemsize
+    for s in shape:
+        n *= s
+        if n > cap and len(shape) > 64:
+            return None
+    return n
+
+
+def _header_int(where, field, value, lo) -> int:
+    """A header's shape entry or data offset: an integer (not a bool, not a float) >= lo."""
+    if not is_int(value) or value < lo:
+        raise UserError(f"{where}: {field}: expected {expected_int(lo)}, got {_brief(value)}")
+    return value
 
 
 def decode_bf16(raw) -> np.ndarray:
@@ -270,45 +337,110 @@ class TensorFile:
                 raise self._corrupt(f"header length {hlen} bytes runs past the end of the "
                                     f"file ({size} bytes): truncated or not a safetensors file")
             raw = f.read(hlen)
+        header = self._parse_header(raw)
+        data_start = 8 + hlen
+        entries = self._check_header(header, size - data_start)
+        infos = {}
+        for begin, end, info in entries:
+            infos[info.name] = info
+            self._offsets[info.name] = (data_start + begin, data_start + end)
+        return infos
+
+    def _parse_header(self, raw: bytes) -> dict:
+        """The header's JSON object, parsed as strictly as the safetensors library does (no
+        NaN/Infinity, no integer too long for 64 bits, no key twice)."""
+        detail = None
         try:
-            header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise self._corrupt("header is not valid JSON (corrupt, or not a safetensors "
-                                "file)") from None
+            header = json.loads(raw.decode("utf-8"), parse_constant=_refuse_json_constant,
+                                parse_int=_parse_json_int, object_pairs_hook=_unique_keys)
+        except UnicodeDecodeError:
+            detail = "not UTF-8 text"
+        except _DuplicateKey as exc:
+            raise self._corrupt(f"header names {exc.key!r} twice (corrupt safetensors "
+                                f"file)") from None
+        except RecursionError:
+            detail = "nested too deeply"
+        except ValueError as exc:              # JSONDecodeError, and the hooks' refusals
+            detail = str(exc)
+        if detail is not None:
+            raise self._corrupt(f"header is not valid JSON: {detail} (corrupt, or not a "
+                                f"safetensors file)")
         if not isinstance(header, dict):
             raise self._corrupt("header is not a JSON object (corrupt safetensors file)")
-        data_start = 8 + hlen
+        return header
+
+    def _check_header(self, header: dict, data_len: int) -> list:
+        """Check a parsed header against a data section of ``data_len`` bytes, with the
+        safetensors library's rules whatever the dtype: ``__metadata__`` maps names to
+        strings; shapes and data offsets are integers >= 0; a tensor of a known dtype holds
+        exactly ``prod(shape) * itemsize`` bytes; the tensors, in offset order, cover the data
+        section exactly (no hole, no overlap, nothing after the last one).
+
+        Returns ``[(begin, end, TensorInfo)]`` in file order (offsets within the data
+        section); raises :class:`UserError` naming the file and the tensor.
+        """
+        meta = header.get("__metadata__")
+        if meta is not None and not (isinstance(meta, dict)
+                                     and all(isinstance(v, str) for v in meta.values())):
+            raise self._corrupt(f"header: __metadata__: expected an object of strings, got "
+                                f"{_brief(meta)} (corrupt safetensors file)")
         entries = []
         for order, (name, entry) in enumerate(header.items()):
             if name == "__metadata__":
                 continue
-            where = f"tensor {name!r}"
-            try:
-                dtype = entry["dtype"]
-                shape = tuple(int(s) for s in entry["shape"])
-                begin, end = (int(o) for o in entry["data_offsets"])
-                if not isinstance(dtype, str) or any(s < 0 for s in shape) or \
-                        not 0 <= begin <= end:
-                    raise ValueError
-            except (KeyError, TypeError, ValueError):
-                raise self._corrupt(f"{where}: malformed header entry {entry!r}") from None
+            where = f"{self.path}: tensor {name!r}"
+            if not isinstance(entry, dict) or not _ENTRY_KEYS <= entry.keys():
+                raise UserError(f"{where}: malformed header entry {_brief(entry)}: expected "
+                                f"an object with dtype, shape and data_offsets")
+            dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+            if not isinstance(dtype, str):
+                raise UserError(f"{where}: dtype: expected a string such as 'F32', got "
+                                f"{_brief(dtype)}")
+            if not isinstance(shape, list):
+                raise UserError(f"{where}: shape: expected a list of integers >= 0, got "
+                                f"{_brief(shape)}")
+            shape = tuple(_header_int(where, f"shape[{i}]", s, 0) for i, s in enumerate(shape))
+            if not isinstance(offsets, list) or len(offsets) != 2:
+                raise UserError(f"{where}: data_offsets: expected [begin, end], got "
+                                f"{_brief(offsets)}")
+            begin = _header_int(where, "data_offsets[0]", offsets[0], 0)
+            end = _header_int(where, "data_offsets[1]", offsets[1], begin)
             if dtype in _ST_DTYPES:
-                itemsize = _ST_DTYPES[dtype][1]
-                need = math.prod(shape) * itemsize
+                need = _nbytes(shape, _ST_DTYPES[dtype][1], end - begin)
                 if end - begin != need:
-                    raise self._corrupt(f"{where}: data_offsets [{begin}, {end}] hold "
-                                        f"{end - begin} bytes but {dtype} {list(shape)} needs "
-                                        f"{need}: corrupt header")
-            if data_start + end > size:
-                raise self._corrupt(f"{where}: data ends at byte {data_start + end} but the "
-                                    f"file has only {size} bytes: truncated (incomplete "
-                                    f"download?)")
+                    words = f"{need}" if need is not None else f"more than {end - begin}"
+                    raise UserError(f"{where}: data_offsets [{begin}, {end}] hold "
+                                    f"{end - begin} bytes but {dtype} {_brief(list(shape))} "
+                                    f"needs {words}: corrupt header")
             is_float = dtype in _ST_DTYPES and _ST_DTYPES[dtype][2]
             info = TensorInfo(name, dtype, shape, bool(is_float), dtype in _LOADABLE_ST)
-            entries.append((begin, order, info))
-            self._offsets[name] = (data_start + begin, data_start + end)
-        entries.sort(key=lambda e: (e[0], e[1]))          # file order
-        return {info.name: info for _, _, info in entries}
+            entries.append((begin, end, order, info))
+        # Contiguity, in the library's order (by offsets), then file order (by start).
+        entries.sort(key=lambda e: (e[0], e[1]))
+        pos, prev, start = 0, None, self.size - data_len
+        for begin, end, _, info in entries:
+            where = f"{self.path}: tensor {info.name!r}"
+            if begin > pos:
+                after = f"the end of tensor {prev!r}" if prev is not None else \
+                    "the start of the data"
+                raise UserError(f"{where}: data_offsets [{begin}, {end}]: a hole of "
+                                f"{begin - pos} bytes between {after} (offset {pos}) and this "
+                                f"tensor (corrupt header)")
+            if begin < pos:
+                raise UserError(f"{where}: data_offsets [{begin}, {end}] overlap the data of "
+                                f"tensor {prev!r}, which ends at {pos} (corrupt header)")
+            if end > data_len:
+                raise UserError(f"{where}: data ends at byte {start + end} but the file has "
+                                f"only {self.size} bytes: truncated (incomplete download?)")
+            pos, prev = end, info.name
+        if pos != data_len:
+            extra = f"{data_len - pos} bytes follow it (corrupt, or not a safetensors file)"
+            if prev is None:
+                raise self._corrupt(f"the header lists no tensor but {extra}")
+            raise UserError(f"{self.path}: tensor {prev!r}: the last tensor's data ends at byte "
+                            f"{start + pos} but the file has {self.size} bytes: {extra}")
+        entries.sort(key=lambda e: (e[0], e[2]))          # file order
+        return [(begin, end, info) for begin, end, _, info in entries]
 
     def _load_safetensors(self, info: TensorInfo) -> np.ndarray:
         begin, end = self._offsets[info.name]
@@ -419,7 +551,13 @@ def open_tensors(path) -> TensorFile:
     ------
     UserError
         Missing file, directory, Git LFS pointer, empty, unsupported suffix, truncated or
-        corrupt file; the message names the file (and the tensor where there is one).
+        corrupt file; the message names the file (and the tensor where there is one). A
+        safetensors header is checked whole, whatever the dtypes: strict JSON (no NaN or
+        Infinity, no key twice, no integer beyond 64 bits, not nested too deeply); shapes and
+        data offsets integers >= 0 (not bools, floats or strings); each tensor's bytes equal
+        to ``prod(shape)`` times its dtype's size; the tensors' data contiguous (no hole, no
+        overlap) and covering the rest of the file exactly; ``__metadata__`` an object of
+        strings.
     """
     return TensorFile(path)
 
