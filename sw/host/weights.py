@@ -81,22 +81,23 @@ _NP_CODES = {np.dtype(np.bool_): "BOOL", np.dtype(np.uint8): "U8", np.dtype(np.i
 _ENTRY_KEYS = {"dtype", "shape", "data_offsets"}
 
 
-class _DuplicateKey(ValueError):
-    def __init__(self, key):
-        super().__init__(key)
-        self.key = key
+class _Object(dict):
+    """A header's JSON object; ``twice``: the keys it gave more than once (their last value
+    kept, as the safetensors library's parser keeps it for tensor names and metadata keys;
+    a tensor entry's own field given twice the library refuses, and so does this reader)."""
+
+    twice = frozenset()
 
 
-def _unique_keys(pairs) -> dict:
-    """``json.loads`` object hook: a dict, refusing a key given twice (the last one would
-    silently win)."""
+def _object(pairs) -> dict:
+    """``json.loads`` object hook: a dict, or an :class:`_Object` noting the keys given
+    twice."""
     out = dict(pairs)
-    if len(out) != len(pairs):
-        seen = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
+    if len(out) == len(pairs):
+        return out
+    keys = [k for k, _ in pairs]
+    out = _Object(out)
+    out.twice = frozenset(k for k in out if keys.count(k) > 1)
     return out
 
 
@@ -104,10 +105,16 @@ def _refuse_json_constant(name):
     raise ValueError(f"{name} is not a JSON number")
 
 
+#: The most digits a header's integer may have (Python's own limit on ``int()`` of a string;
+#: a shape entry or an offset that large fails its own check later, an integer in an unknown
+#: field is taken, as the safetensors library takes it).
+MAX_INT_DIGITS = 4300
+
+
 def _parse_json_int(text) -> int:
-    """``json.loads`` integer hook: refuses more digits than a 64-bit offset has (Python's
-    ``int()`` would raise its own digit-limit error past 4,300)."""
-    if len(text.lstrip("-")) > 20:
+    """``json.loads`` integer hook: an integer of at most :data:`MAX_INT_DIGITS` digits, else
+    a ValueError saying so (Python's own error would name ``sys.set_int_max_str_digits``)."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
         raise ValueError(f"integer {text[:12]}... ({len(text)} digits) is out of range")
     return int(text)
 
@@ -347,17 +354,15 @@ class TensorFile:
         return infos
 
     def _parse_header(self, raw: bytes) -> dict:
-        """The header's JSON object, parsed as strictly as the safetensors library does (no
-        NaN/Infinity, no integer too long for 64 bits, no key twice)."""
+        """The header's JSON object, parsed as the safetensors library parses it (no
+        NaN/Infinity; a key given twice keeps its last value, as the library's parser does
+        for tensor names and metadata keys: :class:`_Object`)."""
         detail = None
         try:
             header = json.loads(raw.decode("utf-8"), parse_constant=_refuse_json_constant,
-                                parse_int=_parse_json_int, object_pairs_hook=_unique_keys)
+                                parse_int=_parse_json_int, object_pairs_hook=_object)
         except UnicodeDecodeError:
             detail = "not UTF-8 text"
-        except _DuplicateKey as exc:
-            raise self._corrupt(f"header names {exc.key!r} twice (corrupt safetensors "
-                                f"file)") from None
         except RecursionError:
             detail = "nested too deeply"
         except ValueError as exc:              # JSONDecodeError, and the hooks' refusals
@@ -392,6 +397,10 @@ class TensorFile:
             if not isinstance(entry, dict) or not _ENTRY_KEYS <= entry.keys():
                 raise UserError(f"{where}: malformed header entry {_brief(entry)}: expected "
                                 f"an object with dtype, shape and data_offsets")
+            twice = sorted(_ENTRY_KEYS & getattr(entry, "twice", frozenset()))
+            if twice:
+                raise UserError(f"{where}: {twice[0]} given twice in its header entry "
+                                f"(corrupt safetensors file)")
             dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
             if not isinstance(dtype, str):
                 raise UserError(f"{where}: dtype: expected a string such as 'F32', got "
@@ -552,8 +561,10 @@ def open_tensors(path) -> TensorFile:
     UserError
         Missing file, directory, Git LFS pointer, empty, unsupported suffix, truncated or
         corrupt file; the message names the file (and the tensor where there is one). A
-        safetensors header is checked whole, whatever the dtypes: strict JSON (no NaN or
-        Infinity, no key twice, no integer beyond 64 bits, not nested too deeply); shapes and
+        safetensors header is checked whole, whatever the dtypes: JSON as the library reads
+        it (no NaN or Infinity, integers of at most :data:`MAX_INT_DIGITS` digits, not nested
+        too deeply; a tensor name or metadata key given twice keeps its last value, a
+        tensor entry's dtype, shape or data_offsets given twice is refused); shapes and
         data offsets integers >= 0 (not bools, floats or strings); each tensor's bytes equal
         to ``prod(shape)`` times its dtype's size; the tensors' data contiguous (no hole, no
         overlap) and covering the rest of the file exactly; ``__metadata__`` an object of

@@ -8,6 +8,7 @@ import struct
 
 import numpy as np
 import pytest
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 import elmoe3d.cli as cli
@@ -92,9 +93,6 @@ def corrupt_cases(dtype):
          "header is not valid JSON: integer 999999999999... (5000 digits) is out of range"),
         ("deep nesting", b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", b"",
          "header is not valid JSON: nested too deeply (corrupt, or not a safetensors file)"),
-        ("name twice", f'{{"w": {json.dumps(entry(dtype, [2, 32], 0, n))}, '
-                       f'"w": {json.dumps(entry(dtype, [2, 32], 0, n))}}}'.encode(), ones,
-         "header names 'w' twice (corrupt safetensors file)"),
     ]
 
 
@@ -120,15 +118,40 @@ def test_corrupt_header_refused_whatever_the_dtype(tmp_path, dtype, case, header
 
 
 @pytest.mark.parametrize("dtype, case, header, data, message",
-                         [c for c in CASES if c[0] == "F32" and c[1] != "name twice"],
-                         ids=[c[1] for c in CASES if c[0] == "F32" and c[1] != "name twice"])
+                         [c for c in CASES if c[0] == "F32"],
+                         ids=[c[1] for c in CASES if c[0] == "F32"])
 def test_the_safetensors_library_refuses_the_same_f32_files(tmp_path, dtype, case, header,
                                                             data, message):
-    """The rules are the library's: it refuses each of these F32 files too (a name given
-    twice, which it takes once, is refused here as ambiguous)."""
+    """The rules are the library's: it refuses each of these F32 files too."""
     path = write_st(tmp_path / "w.safetensors", header, data)
-    with pytest.raises(Exception):
+    with pytest.raises(SafetensorError):
         load_file(str(path))
+
+
+def test_a_key_given_twice_keeps_its_last_value_as_the_library_does(tmp_path):
+    """A review (2026-12-06): the first form of the header check refused a tensor name, a
+    metadata key or an entry field given twice, which the library loads (its parser keeps
+    the last value); now they load the same here, and a 30-digit integer in an unknown field
+    is taken as the library takes it."""
+    ones = np.ones(4, np.float32)
+    a = json.dumps(entry("F32", [4], 0, 16))
+    header = (f'{{"__metadata__": {{"k": "1", "k": "2"}}, "w": {a}, "w": '
+              f'{{"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16], "note": 1, '
+              f'"note": {"7" * 30}}}}}').encode()
+    path = write_st(tmp_path / "w.safetensors", header, ones.tobytes())
+    lib = load_file(str(path))
+    ours = load_tensors(path)
+    assert list(ours) == list(lib) == ["w"] and lib["w"].shape == (2, 2)
+    np.testing.assert_array_equal(ours["w"], lib["w"])
+    # a tensor entry's own field twice: the library refuses it, and so does this reader
+    bad = write_st(tmp_path / "b.safetensors", header.replace(b'"shape": [2, 2]',
+                                                              b'"shape": [4], "shape": [2, 2]'),
+                   ones.tobytes())
+    with pytest.raises(SafetensorError, match="duplicate field `shape`"):
+        load_file(str(bad))
+    with pytest.raises(UserError, match=r"tensor 'w': shape given twice in its header entry "
+                                        r"\(corrupt safetensors file\)"):
+        open_tensors(bad)
 
 
 def test_the_same_corruption_gives_the_same_message_for_bf16_and_f32(tmp_path):
