@@ -53,7 +53,7 @@ from .decoder import DECODER_SHAPES, DecoderShape
 from .models import MODEL_PRESETS, QUANT_GROUP, ModelPreset
 
 __all__ = ["FAMILIES", "model_from_config", "load_model", "model_figures", "register_figures",
-           "read_config", "default_name", "same_figures", "loaded_models", "INT_MAX"]
+           "read_config", "ConfigFields", "default_name", "same_figures", "loaded_models", "INT_MAX"]
 
 #: ``model_type`` -> (attention, scoring, default ``norm_topk_prob``): the families
 #: :func:`model_from_config` reads, with what their ``transformers`` modelling code fixes: the
@@ -89,29 +89,30 @@ _MISSING = object()
 _LOADED: set = set()
 
 
-def read_config(source) -> tuple:
+def read_config(source, *, file="config.json", kind="model config") -> tuple:
     """``(config dict, label)`` of ``source``: a path to a ``config.json`` (label: the path)
-    or a dict (label ``"config"``). Raises :class:`UserError` naming the file when it cannot
-    be read, is not UTF-8 JSON text or is not a JSON object, and naming ``source`` when it is
-    neither a path nor a dict."""
+    or a dict (label ``"config"``); ``file`` and ``kind`` name what the file should be in the
+    messages (e.g. ``"sentence_bert_config.json"``, ``"sentence-transformers config"``).
+    Raises :class:`UserError` naming the file when it cannot be read, is not UTF-8 JSON text
+    or is not a JSON object, and naming ``source`` when it is neither a path nor a dict."""
     if isinstance(source, dict):
         return source, "config"
     if not isinstance(source, (str, os.PathLike)):
-        raise UserError(f"source: expected the path of a config.json or its dict, got "
+        raise UserError(f"source: expected the path of a {file} or its dict, got "
                         f"{type(source).__name__}")
     path = Path(source)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"{path}: cannot read the model config ({exc.strerror})") from None
+        raise UserError(f"{path}: cannot read the {kind} ({exc.strerror})") from None
     except UnicodeDecodeError:
-        raise UserError(f"{path}: not a config.json (not UTF-8 text)") from None
+        raise UserError(f"{path}: not a {file} (not UTF-8 text)") from None
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not JSON (line {exc.lineno}: {exc.msg})") from None
     except (ValueError, RecursionError) as exc:   # an integer of over 4,300 digits, deep nests
-        raise UserError(f"{path}: not a config.json this reader takes ({exc})") from None
+        raise UserError(f"{path}: not a {file} this reader takes ({exc})") from None
     if not isinstance(cfg, dict):
         raise UserError(f"{path}: expected a JSON object of config fields, got "
                         f"{type(cfg).__name__}")
@@ -126,8 +127,11 @@ def _show(v) -> str:
         return repr(v)
 
 
-class _Fields:
-    """Typed reads of one config's fields; every error names ``where`` and the field."""
+class ConfigFields:
+    """Typed reads of one config's fields (a dict from :func:`read_config`: ``where`` its
+    label, ``family`` the kind of config, for the message of a missing field); every error
+    names ``where`` and the field. The one integer and number rule of the config readers
+    (this module's and MiniLM's, :mod:`.minilm`)."""
 
     def __init__(self, cfg: dict, where: str, family: str):
         self.cfg, self.where, self.family = cfg, where, family
@@ -240,7 +244,7 @@ def _name(source, where: str, name) -> str:
     return key
 
 
-def _layer_layout(f: _Fields, family: str, layers: int) -> tuple:
+def _layer_layout(f: ConfigFields, family: str, layers: int) -> tuple:
     """``(first_dense_layers, moe_layer_step)`` of the config's MoE layer layout. Raises
     :class:`UserError` naming the config field that leaves no MoE layer among the
     ``layers`` (``num_hidden_layers``)."""
@@ -253,7 +257,7 @@ def _layer_layout(f: _Fields, family: str, layers: int) -> tuple:
     return first, step
 
 
-def _layout_of(f: _Fields, family: str, layers: int) -> tuple:
+def _layout_of(f: ConfigFields, family: str, layers: int) -> tuple:
     """``(first_dense_layers, moe_layer_step, the config field that set them)``."""
     cfg = f.cfg
     if family in ("qwen2_moe", "qwen3_moe"):
@@ -301,7 +305,7 @@ def _layout_of(f: _Fields, family: str, layers: int) -> tuple:
     return 0, 1, "num_hidden_layers"
 
 
-def _sliding(f: _Fields, family: str, layers: int) -> tuple:
+def _sliding(f: ConfigFields, family: str, layers: int) -> tuple:
     """``(sliding_window, sliding_layers)``: ``layer_types`` where the config lists them
     (required for GPT-OSS), else Mixtral's rule (every layer when ``sliding_window`` is set);
     Qwen's ``use_sliding_window`` without ``layer_types`` is refused (which layers slide has
@@ -333,7 +337,7 @@ def model_from_config(source, *, name: str | None = None) -> tuple:
     if not isinstance(family, str) or family not in FAMILIES:
         got = "missing" if "model_type" not in cfg else f"got {_show(family)}"
         raise UserError(f"{where}: model_type: expected one of {', '.join(FAMILIES)}, {got}")
-    f = _Fields(cfg, where, family)
+    f = ConfigFields(cfg, where, family)
     attention, scoring, norm_default = FAMILIES[family]
     key = _name(source, where, name)
     layers, hidden = f.int("num_hidden_layers"), f.int("hidden_size")

@@ -47,9 +47,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...checks import check_int, is_int, is_real
+from ...checks import check_int, is_int
 from ...errors import UserError
-from .hf_config import read_config
+from .hf_config import ConfigFields, read_config
 from .weights import load_tensors
 
 
@@ -120,8 +120,9 @@ class BertConfig:
             The file cannot be read, is not UTF-8 JSON or not a JSON object; a field is
             missing; an integer field (``hidden_size``, ``num_attention_heads``,
             ``num_hidden_layers``, ``intermediate_size``, ``max_position_embeddings``) is not
-            a positive integer (a bool, float or string is refused, not converted);
-            ``layer_norm_eps`` is not a finite real number > 0; ``hidden_size`` is not a
+            a positive integer (:class:`~.hf_config.ConfigFields`: a bool, string or
+            fractional number is refused, not converted; 384.0 is 384);
+            ``layer_norm_eps`` is not a finite number > 0; ``hidden_size`` is not a
             multiple of ``num_attention_heads``; an architecture field names something this
             forward pass does not implement. The message names the file and the field.
         """
@@ -132,22 +133,9 @@ class BertConfig:
                 raise UserError(f"{where}: {key} = {raw.get(key)!r}; this forward pass "
                                 f"implements only {want!r}")
 
-        def field(key):
-            if key not in raw:
-                raise UserError(f"{where}: no field {key!r} (the forward pass needs it)")
-            return raw[key]
-
-        ints = {attr: check_int(f"{where}: {key}", field(key), 1, error=UserError)
-                for attr, key in cls.INT_FIELDS}
-        eps = field("layer_norm_eps")
-        try:
-            positive = is_real(eps) and math.isfinite(float(eps)) and eps > 0
-        except OverflowError:                       # an integer too large for a float
-            positive = False
-        if not positive:
-            raise UserError(f"{where}: layer_norm_eps: expected a finite real number > 0, "
-                            f"got {eps!r}")
-        cfg = cls(layer_norm_eps=float(eps), **ints)
+        f = ConfigFields(raw, where, "bert")       # the config readers' one rule
+        cfg = cls(layer_norm_eps=f.number("layer_norm_eps"),
+                  **{attr: f.int(key) for attr, key in cls.INT_FIELDS})
         if cfg.hidden_size % cfg.num_heads:
             raise UserError(f"{where}: hidden_size {cfg.hidden_size} is not a multiple of "
                             f"num_attention_heads {cfg.num_heads}")
@@ -285,12 +273,12 @@ class MiniLM:
         length_from = f"{config_path}: max_position_embeddings"      # (for its error)
         st_cfg = folder / "sentence_bert_config.json"
         if st_cfg.is_file():
-            st, where = read_config(st_cfg)
-            if "max_seq_length" not in st:
-                raise UserError(f"{where}: no field 'max_seq_length'")
-            st_len = check_int(f"{where}: max_seq_length", st["max_seq_length"], 1,
-                               error=UserError)
-            if st_len < self.max_seq_length:
+            st, where = read_config(st_cfg, file="sentence_bert_config.json",
+                                    kind="sentence-transformers config")
+            # absent or null: the model's limit, as sentence-transformers reads it
+            st_len = ConfigFields(st, where, "sentence-transformers").int(
+                "max_seq_length", default=None, null=None)
+            if st_len is not None and st_len < self.max_seq_length:
                 self.max_seq_length, length_from = st_len, f"{where}: max_seq_length"
         try:
             from tokenizers import Tokenizer
