@@ -53,7 +53,8 @@ from .decoder import DECODER_SHAPES, DecoderShape
 from .models import MODEL_PRESETS, QUANT_GROUP, ModelPreset
 
 __all__ = ["FAMILIES", "model_from_config", "load_model", "model_figures", "register_figures",
-           "read_config", "ConfigFields", "default_name", "same_figures", "loaded_models", "INT_MAX"]
+           "read_config", "ConfigFields", "default_name", "same_figures", "loaded_models",
+           "INT_MAX"]
 
 #: ``model_type`` -> (attention, scoring, default ``norm_topk_prob``): the families
 #: :func:`model_from_config` reads, with what their ``transformers`` modelling code fixes: the
