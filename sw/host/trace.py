@@ -1204,8 +1204,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         # the index restarts at each forward pass when it falls back to a pass start with
         # another routing in most of the layers logged from there on (_restart_layers); a
         # repeat with the same routing is then a step like any other (two decode steps may
-        # route alike), and otherwise a duplicated line. A repeat with another routing in fewer layers is a
-        # conflicting record: refused, or (warn) every line of it skipped
+        # route alike), and otherwise a duplicated line. Any other repeat with another
+        # routing is a conflicting record: refused, or (warn) every line of it skipped
         first, conflicts = {}, []
         for r in rr:
             if r[4] == "draft":
