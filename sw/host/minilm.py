@@ -248,7 +248,8 @@ class MiniLM:
     UserError
         The package is not installed; a file is missing or unreadable; ``config.json`` is
         not a BERT config this forward pass runs (see :meth:`BertConfig.from_file`);
-        ``sentence_bert_config.json`` has no positive integer ``max_seq_length``; the
+        ``sentence_bert_config.json``'s ``max_seq_length`` is not a positive integer
+        (absent or null: the model's limit, as sentence-transformers reads it); the
         sequence length leaves no room for [CLS] and [SEP]; a tensor of ``model.safetensors``
         is missing, not in the encoder ``config.json`` describes, not floating point, of a
         shape other than ``config.json``'s (checked once, here), or holds a NaN or an
