@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["BUILD_ROOT_ENV", "build_root", "memo_text"]
+__all__ = ["BUILD_ROOT_ENV", "build_root", "memo_text", "read_utf8"]
 
 #: Environment variable overriding the build root (default ``<repo>/build``).
 BUILD_ROOT_ENV = "ELMOE3D_BUILD_DIR"
@@ -81,3 +81,23 @@ def memo_text(path, produce, check=None) -> tuple:
             return text, True
         finally:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def read_utf8(path, what: str = "") -> str:
+    """The text of the user's file ``path`` (UTF-8, a byte-order mark dropped), the one way
+    the project's readers of specs and tables read one. Raises
+    :class:`~elmoe3d.errors.UserError` naming the file: ``"PATH: cannot read the WHAT
+    (reason)"``, or ``"PATH:LINE: not UTF-8 text (byte 0xff at offset N: reason)"``."""
+    from .errors import UserError
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read{' the ' + what if what else ''} "
+                        f"({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at "
+                        f"offset {exc.start}: {exc.reason})") from None

@@ -74,6 +74,7 @@ import numpy as np
 from ...checks import is_int
 from ...config import ArchConfig, ConfigError, TileConfig, preset
 from ...errors import UserError
+from ...paths import read_utf8
 from .paper_eval import HB_SIZES, TREE, ZIPF, ZIPF_MAX
 
 
@@ -363,15 +364,7 @@ def load_spec(path) -> SweepSpec:
     :class:`UserError` naming the file (and the line, for a file that does not parse; the
     byte offset, for a file that is not UTF-8)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the spec ({exc.strerror})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                        f"{exc.start}: {exc.reason})") from None
+    text = read_utf8(path, "spec")
     suffix = path.suffix.lower()
     if suffix == ".toml":
         import tomllib

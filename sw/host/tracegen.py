@@ -34,6 +34,7 @@ import numpy as np
 
 from ...checks import check_int, is_int, is_real
 from ...errors import UserError
+from ...paths import read_utf8
 from .corpus import COUNT_FILE, traces_dir
 from .models import model_preset
 from .routelog import usage_counts
@@ -148,21 +149,6 @@ def routing_stats(trace: RoutingTrace, phase="decode") -> RoutingStats:
                         tokens=tokens)
 
 
-def _read_utf8(path: Path) -> str:
-    """The text of ``path`` (UTF-8, a byte-order mark dropped); UserError naming the file (and
-    the line of a byte that is not UTF-8) if it cannot be read."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise UserError(f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at "
-                        f"offset {exc.start})") from None
-
-
 def expert_count_table(path=None) -> dict:
     """Read ``olmoe_mixtral_expert_counts.csv``: ``{(model, variant, domain, layer):
     counts [E] int64}``, experts 0..E-1.
@@ -177,7 +163,7 @@ def expert_count_table(path=None) -> dict:
     if not path.is_file():
         raise UserError(f"{path}: expert count table not found (set ELMOE3D_TRACES)")
     rows = {}
-    reader = csv.reader(io.StringIO(_read_utf8(path), newline=""))
+    reader = csv.reader(io.StringIO(read_utf8(path), newline=""))
     want = ["model", "variant", "domain", "layer", "expert", "count"]
     try:
         header = next(reader, None)

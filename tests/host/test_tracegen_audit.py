@@ -62,7 +62,7 @@ def test_count_table_not_utf8_names_file_and_line(tmp_path):
     path.write_bytes(HEADER.encode() + b"m,v,d,0,0,5\nm,v\xff,d,0,1,3\n")
     with pytest.raises(UserError) as e:
         expert_count_table(path)
-    assert str(e.value) == f"{path}:3: not UTF-8 text (byte 0xff at offset 55)"
+    assert str(e.value) == f"{path}:3: not UTF-8 text (byte 0xff at offset 55: invalid start byte)"
 
 
 @pytest.mark.parametrize("text, words", [

@@ -963,7 +963,7 @@ def test_a_spec_that_is_not_utf8_is_one_line(tmp_path, capsys, suffix):
     spec = tmp_path / f"bin{suffix}"
     spec.write_bytes(b"seed: 1\n\xff\xfe\x00bad")
     assert cli.main(["sweep", str(spec), "--check"]) == 2
-    assert capsys.readouterr().err == (f"elmoe3d sweep: error: {spec}: not UTF-8 text (byte "
+    assert capsys.readouterr().err == (f"elmoe3d sweep: error: {spec}:2: not UTF-8 text (byte "
                                        f"0xff at offset 8: invalid start byte)\n")
 
 
