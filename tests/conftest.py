@@ -124,6 +124,9 @@ SLOW = ("tests/cocotb/test_die.py",
         "tests/amaranth/test_pe.py::test_multipe_features_wider_pe",
         "tests/amaranth/test_pe.py::test_verilog_size",
         "tests/tools/test_sweep.py::test_area_task_is_the_synth_rollup_and_caches",
+        # the RTL export's two forms of the EXT controller, the PE and the small die side by
+        # side in Verilator: 1-2 minutes a block (the ring's stay in make test)
+        "tests/cocotb/test_export.py::test_block_hierarchy_equals_flat",
         # the FPGA-only PE build options (one OUT bank, narrow OUT, one memory per WMEM
         # plane, streamed weights, the whole FPGA-lean PE in FULL), each against the default
         # PE's cycles or fsim: 12-27 s of one worker each, about 113 s together (clean-clone

@@ -52,6 +52,9 @@ COMMANDS = {
     "sweep": ("elmoe3d.cli.sweep", "design-space sweep on Dask (embedded LocalCluster or a "
                                    "cluster): perf model, area/timing roll-up and RTL benches "
                                    "per point, Parquet/CSV/JSON table, Pareto plots"),
+    "verilog": ("elmoe3d.cli.verilog", "the Verilog of the logic die or any block in it at a "
+                                       "configuration preset: one module per distinct block "
+                                       "instance, or flat (--list shows the blocks)"),
     "blocks": ("elmoe3d.cli.blocks", "the block registry: each block's RTL, golden model, "
                                      "bench, tests, area category and doc section"),
 }

@@ -1,0 +1,216 @@
+"""``elmoe3d verilog``: the Verilog of the logic die or of any block in it, at a configuration
+preset (:mod:`elmoe3d.synth.export`; README "RTL export").
+
+Usage::
+
+    elmoe3d verilog --list [--config NAME]          # the die's blocks: instances, parameters
+    elmoe3d verilog BLOCK [--config NAME] [-o FILE] [--flat] [--instance N] [--name TOP]
+
+``BLOCK`` is a block of ``elmoe3d blocks`` (``die``, ``pe``, ``ring``, ...) or a top class
+(``LogicDie``, ``PE``, ``SwiGLUUnit``, ...), as the die at ``--config`` builds it. A block or
+class with several distinct instances (the VPU's units with and without a tag, the ring's two
+stations) needs ``--instance N``, N as ``--list`` numbers them. The form is hierarchical by
+default (one module per distinct instance: the paper dies in minutes); ``--flat`` converts the
+block whole, as ``make sim`` builds it (the paper dies are out of reach so). Without ``-o``
+the Verilog goes to standard output and the summary to standard error. The file starts with
+a comment naming the tool version, block, configuration (every field) and form; it is
+written only when complete. A mistake is one line naming the option (exit status 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import sys
+import time
+
+from ..errors import UserError
+from .outputs import atomic_outputs, check_output, output_path, plain_printer, report_console
+
+
+def configure(parser) -> None:
+    from ..config import PRESETS
+    parser.add_argument("block", nargs="?", default=None, metavar="BLOCK",
+                        help="a block (elmoe3d blocks: die, pe, tile, vpu, ring, ...) or a top "
+                             "class (LogicDie, PE, SwiGLUUnit, ...) of the die at --config")
+    parser.add_argument("--config", default="small", metavar="NAME",
+                        help=f"configuration preset: {', '.join(PRESETS)} (default small)")
+    parser.add_argument("--list", action="store_true",
+                        help="list the die's distinct block instances (count, parameters that "
+                             "tell instances of one class apart) and exit")
+    parser.add_argument("--instance", metavar="N", default=None,
+                        help="which instance of a block with several distinct ones (1, 2, ... "
+                             "as --list numbers them within the class)")
+    parser.add_argument("--flat", action="store_true",
+                        help="convert the block whole (every instance elaborated, identical "
+                             "modules merged) instead of one module per distinct instance")
+    parser.add_argument("--name", metavar="TOP", default=None,
+                        help="top module name (default elmoe3d_<block>_<config>)")
+    parser.add_argument("-o", "--out", metavar="FILE", type=output_path, default=None,
+                        help="write the Verilog to FILE (default: standard output)")
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _arch(name):
+    from ..config import ConfigError, preset
+    try:
+        return preset(name)
+    except ConfigError as exc:
+        raise UserError(f"--config: {exc}") from None
+
+
+def _label(entry, twins) -> str:
+    """``entry``'s parameters that differ from its ``twins`` (other instances of its class)."""
+    from ..synth.rollup import _differences
+    shown = []
+    for k, v in entry.params.items():
+        shown += _differences(k, v, [t.params.get(k) for t in twins])
+    return ", ".join(shown)
+
+
+def _by_class(found) -> dict:
+    """class name -> its distinct instances in walk order."""
+    out = {}
+    for entry in found.values():
+        out.setdefault(entry.cls, []).append(entry)
+    return out
+
+
+def _pick(found, text, instance):
+    """The one instance ``BLOCK`` (``text``) and ``--instance`` name: a class of the die's
+    instances by name (any letter case), else a block of :data:`elmoe3d.blocks.BLOCKS` (its
+    top classes)."""
+    from ..blocks import block
+    hits = [e for e in found.values() if e.cls.lower() == text.lower()]
+    if not hits:
+        try:
+            b = block(text)
+        except ValueError as exc:
+            raise UserError(f"BLOCK: {exc}") from None
+        tops = {top.rpartition(":")[2] for top in b.tops}
+        hits = [e for e in found.values() if e.block == b.name and e.cls in tops]
+        if not hits:
+            raise UserError(f"BLOCK {text}: the die at this configuration builds no "
+                            f"instance of block {b.name} (elmoe3d verilog --list shows what "
+                            f"it builds; the FPGA board's blocks: elmoe3d fpga)")
+        classes = sorted({e.cls for e in hits})
+        if len(classes) > 1:
+            raise UserError(f"BLOCK {text}: block {b.name} has the classes "
+                            f"{', '.join(classes)}; name one")
+    cls = hits[0].cls
+    if instance is None:
+        if len(hits) > 1:
+            options = "; ".join(f"{i} ({_label(e, [t for t in hits if t is not e])})"
+                                for i, e in enumerate(hits, 1))
+            raise UserError(f"BLOCK {text}: {len(hits)} distinct instances of {cls}; "
+                            f"--instance N picks one: {options}")
+        return hits[0]
+    from ..checks import parse_int
+    n = parse_int(f"--instance (of {len(hits)} distinct {cls} instances)", instance,
+                  lo=1, hi=len(hits), error=UserError)
+    return hits[n - 1]
+
+
+def _list(say, console, found, arch) -> None:
+    from rich.table import Table
+    table = Table(title=f"Block instances of the logic die at {arch.name} (elmoe3d verilog "
+                        f"BLOCK [--instance N])", title_justify="left")
+    for col in ("block", "class", "instance", "on the die", "parameters that differ"):
+        table.add_column(col, no_wrap=col != "parameters that differ")
+    classes = _by_class(found)
+    for entry in found.values():
+        twins = classes[entry.cls]
+        index = twins.index(entry) + 1
+        others = [t for t in twins if t is not entry]
+        table.add_row(entry.block, "  " * entry.depth + entry.cls,
+                      str(index) if others else "-", f"{entry.count:,}",
+                      _label(entry, others) if others else "")
+    console.print(table)
+
+
+def default_name(entry, found, arch) -> str:
+    """``elmoe3d_<class in snake case>[_<instance>]_<config>``: ``elmoe3d_pe_small``,
+    ``elmoe3d_ring_station_2_small``, ``elmoe3d_logic_die_paper_4gb``."""
+    twins = _by_class(found)[entry.cls]
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", entry.cls).lower()
+    index = f"_{twins.index(entry) + 1}" if len(twins) > 1 else ""
+    return f"elmoe3d_{snake}{index}_{arch.name}".replace("-", "_")
+
+
+def header(*, block, arch, flat, name) -> str:
+    """The comment the exported file starts with: tool version, block, configuration (every
+    field, JSON) and form."""
+    from .. import __version__
+    from ..sim.runner import source_digest
+    form = "flat" if flat else "hierarchical (one module per distinct block instance)"
+    params = {k: v for k, v in block.params.items()        # configurations: the line below
+              if not dataclasses.is_dataclass(v)}
+    return (f"// elmoe3d {__version__} (source {source_digest()[:16]}): elmoe3d verilog\n"
+            f"// top module {name}: {block.cls} (block {block.block}), parameters "
+            f"{json.dumps(params, sort_keys=True, default=str)}\n"
+            f"// configuration {arch.name}: {json.dumps(arch.to_dict(), sort_keys=True)}\n"
+            f"// form: {form}\n")
+
+
+def run(args) -> int:
+    from ..hw.checked import inspection
+    from ..hw.die import LogicDie
+    from ..synth.export import die_blocks, flat_verilog, hierarchical_verilog, verilog_ports
+    arch = _arch(args.config)
+    if args.list and (args.block or args.out or args.flat or args.name or args.instance):
+        raise UserError("--list: takes no BLOCK, -o, --flat, --name or --instance (it lists "
+                        "the die's blocks)")
+    if not args.list and args.block is None:
+        raise UserError("BLOCK: expected a block or class to export (elmoe3d verilog --list "
+                        "shows them), or --list")
+    name = args.name
+    if name is not None and not _IDENTIFIER.match(name):
+        raise UserError(f"--name {name}: expected a Verilog identifier (letters, digits, _, "
+                        f"not starting with a digit)")
+    if args.out is not None:
+        check_output(args.out, "-o")
+    to_stdout = args.out is None and not args.list
+    console = report_console()
+    if to_stdout:
+        from rich.console import Console
+        console = Console(stderr=True, highlight=False)
+    say = plain_printer(console, soft_wrap=True)
+    with inspection():
+        found, entry = die_blocks(LogicDie(config=arch)), None
+        try:                        # the blocks go before the scope ends, on an error too
+            if args.list:
+                _list(say, console, found, arch)
+                return 0
+            entry = _pick(found, args.block, args.instance)
+            name = name or default_name(entry, found, arch)
+            say(f"elmoe3d verilog: {entry.cls} (block {entry.block}, {entry.count:,} on the "
+                f"die) at {arch.name}, {'flat' if args.flat else 'hierarchical'}, top module "
+                f"{name}")
+            start = time.monotonic()
+            if args.flat:
+                text = flat_verilog(entry.obj, name=name)
+            else:
+                text = hierarchical_verilog(entry.obj, name=name,
+                                            progress=lambda s: say(f"  converting {s}"))
+            seconds = time.monotonic() - start
+            text = header(block=entry, arch=arch, flat=args.flat, name=name) + text
+            ports = verilog_ports(text, name)
+        finally:
+            found.clear()
+            entry = None
+    if to_stdout:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        with atomic_outputs(lambda exc: f"-o {args.out}: cannot write ({exc})") as outputs:
+            with open(outputs.temp_for(args.out), "w", encoding="utf-8") as f:
+                f.write(text)
+    modules = len(re.findall(r"^module ", text, re.M))
+    where = "standard output" if to_stdout else str(args.out)
+    say(f"wrote {where}: {len(text):,} bytes, {text.count(chr(10)):,} lines, {modules} "
+        f"module{'s' if modules != 1 else ''}, {len(ports)} ports of {name} "
+        f"({seconds:.1f} s)")
+    return 0
