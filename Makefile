@@ -28,6 +28,8 @@ help:
 	@echo "              Verilator: build time and peak memory, the root-PE program of one OLMoE-1B-7B"
 	@echo "              expert (4-PE group, synthetic weights) bit-exact, cycles/s and roofline;"
 	@echo "              not part of make test (PAPER_PE_ARGS='--tile 8x16x32 --modes DRAFT ...')"
+	@echo "(elmoe3d verilog BLOCK --config NAME -o FILE: the Verilog of the die or any block in it;"
+	@echo "              .venv/bin/elmoe3d verilog --list shows them, README \"RTL export\")"
 	@echo "make synth  - Yosys area of every block rolled up to the 4 GB and 8 GB logic dies, and"
 	@echo "              the worst register-to-register path of every block at 1 GHz (ASAP7 NLDM),"
 	@echo "              static power per block and die, pJ per MAC, SRAM, ring and link pJ per byte"

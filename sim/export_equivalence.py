@@ -8,8 +8,10 @@ that drives both with the same inputs and brings out every output of each (``gol
 ``gate__<port>``). The bench resets both, then for ``cycles`` cycles sets every input to random
 bits (the reset too, asserted on about one cycle in ``reset_every``) and compares every output
 of the two forms with plain equality after each rising edge. A port wired to the wrong child
-port, a clock or reset left unconnected or a child converted with other parameters shows as a
-mismatch (``tests/cocotb/test_export.py`` checks that a miswired hierarchy is caught).
+port or value, a reset tied off or a child converted with other parameters shows as a mismatch
+(``tests/cocotb/test_export.py`` checks that a miswired hierarchy is caught; a port of a child
+module left unconnected is refused by the export itself). Verilator is two-state: no X or Z
+to compare.
 
 Parameters (``params.json``, written by :func:`run_export_bench`)::
 
@@ -37,16 +39,11 @@ RESET_EVERY = 500
 
 def ports_of(obj) -> tuple:
     """``(inputs, outputs)`` of block ``obj``'s converted module: ``[name, width]`` of each
-    non-constant signature member (:func:`elmoe3d.synth.blocks.convert_ports`)."""
-    from ..synth.amaranth_internals import port_direction
-    from ..synth.blocks import convert_ports
-    from amaranth.lib import wiring
-    inputs, outputs = [], []
-    for name, (value, direction) in convert_ports(obj).items():
-        if len(value):
-            (inputs if direction == port_direction(wiring.In) else outputs).append(
-                [name, len(value)])
-    return inputs, outputs
+    wire of its signature (:func:`elmoe3d.synth.blocks.component_ports`)."""
+    from ..synth.blocks import component_ports
+    ports = component_ports(obj)
+    return ([[n, len(v)] for d, n, v in ports if d == "i"],
+            [[n, len(v)] for d, n, v in ports if d == "o"])
 
 
 def _decl(width: int) -> str:
@@ -129,7 +126,7 @@ async def test_export_equivalence(dut):
         for name, gold, gate in outputs:
             record["comparisons"] += 1
             a, b = gold.value, gate.value
-            if str(a) != str(b):                 # both as bit strings: X and Z compared too
+            if str(a) != str(b):                 # both as bit strings (two-state: 0 and 1)
                 record["mismatches"] += 1
                 if len(record["first"]) < 5:
                     record["first"].append(f"cycle {cycle}: {name} flat {a} hierarchical {b}")

@@ -327,6 +327,17 @@ _PORT_LIST = re.compile(r"\s*\(([^)]*)\);")
 _YOSYS_COUNTER = re.compile(r"dump_module\$\d+")
 
 
+def module_ports(text: str, module: str) -> list:
+    """The port names of module ``module`` (a plain identifier) in Amaranth's Verilog ``text``,
+    in the header's order. Raises ``ValueError`` if no module of that name is in it (Yosys
+    writes a keyword such as ``module`` or ``logic`` escaped: ``\\module``)."""
+    for m in _MODULE_HEAD.finditer(text):
+        if m.group(1).strip() == module:
+            ports = _PORT_LIST.match(text, m.end(1))
+            return [p.strip() for p in ports.group(1).split(",") if p.strip()]
+    raise ValueError(f"module {module!r} is not in the Verilog text")
+
+
 def dedup_modules(text: str) -> str:
     """Merge the modules of Amaranth's Verilog ``text`` whose bodies are identical but for
     their names: Amaranth emits one module per instance (``\\die.pe0.fp32_0`` ...

@@ -12,6 +12,10 @@ raises naming the first one a newer Amaranth lacks.
   reads children only through ``Fragment.get``, which elaborates every child (and is itself
   undocumented in 0.5); ``m.submodules[name]`` reads a named child but cannot list them, nor
   reach anonymous ones, nor replace one.
+* ``Module._domains`` (:func:`module_domains`): the clock domains a module defines
+  (``m.domains.x = ClockDomain(...)``), which the RTL export's hierarchical form refuses
+  (:mod:`elmoe3d.synth.export`: a child converted alone would lose the domain's clock edge
+  and reset kind); Amaranth reads them only through its private fragment API.
 * ``amaranth.hdl._nir.Netlist.check_comb_cycles`` (:func:`no_comb_cycle_check`): the
   combinational-loop check ``rtlil.convert`` runs cannot be switched off publicly; on the
   hollow PEs of the paper-size control fit it dominates conversion (measured with 0.5.10: the
@@ -37,13 +41,14 @@ from ..hw.checked import inspection
 
 
 __all__ = ["PRIVATE_NAMES", "check", "submodules", "replace_submodules", "no_comb_cycle_check",
-           "port_direction"]
+           "port_direction", "module_domains"]
 
 
 #: Every private Amaranth name used here: (owner, attribute, what it is).
 PRIVATE_NAMES = (
     ("amaranth.hdl.Module", "_named_submodules", "instance dict: name -> (submodule, src_loc)"),
     ("amaranth.hdl.Module", "_anon_submodules", "instance list of (submodule, src_loc)"),
+    ("amaranth.hdl.Module", "_domains", "instance dict: name -> ClockDomain it defines"),
     ("amaranth.hdl._nir.Netlist", "check_comb_cycles", "method run by rtlil.convert"),
     ("amaranth.hdl._ir", "PortDirection", "enum of rtlil.convert's port directions"),
 )
@@ -56,6 +61,7 @@ def check() -> None:
         m = Module()
         found = {"_named_submodules": isinstance(getattr(m, "_named_submodules", None), dict),
                  "_anon_submodules": isinstance(getattr(m, "_anon_submodules", None), list),
+                 "_domains": isinstance(getattr(m, "_domains", None), dict),
                  "check_comb_cycles": callable(getattr(_nir.Netlist, "check_comb_cycles",
                                                        None)),
                  "PortDirection": all(hasattr(getattr(_ir, "PortDirection", None), d)
@@ -72,6 +78,11 @@ def submodules(m: Module) -> list:
     the named ones first in the order added, then the anonymous ones (name ``None``)."""
     return ([(name, sub) for name, (sub, _src) in m._named_submodules.items()]
             + [(None, sub) for sub, _src in m._anon_submodules])
+
+
+def module_domains(m: Module) -> list:
+    """The clock domains (``ClockDomain``) the elaborated ``m`` defines itself."""
+    return list(m._domains.values())
 
 
 def replace_submodules(m: Module, replace) -> None:

@@ -52,7 +52,7 @@ from .amaranth_internals import (no_comb_cycle_check, port_direction, replace_su
 
 __all__ = ["SRAM_MIN_BITS", "BlockType", "DieBlock", "BLOCK_TYPES", "DIE_BLOCKS", "TILE_FIT",
            "SramUse", "Hollow", "hollow", "inventory", "instance_key", "instance_params",
-           "resolve", "MulLeaf", "DotRowLeaf", "LaneFieldsLeaf", "memory_role"]
+           "resolve", "MulLeaf", "DotRowLeaf", "LaneFieldsLeaf", "memory_role", "component_ports"]
 
 
 #: RAMs of at least this many bits are SRAM macros; smaller ones are synthesised as flops.
@@ -278,7 +278,11 @@ def convert_ports(component) -> dict:
     return ports
 
 
-def _component_ports(component):
+def component_ports(component) -> list:
+    """``(direction, name, value)`` of each wire of ``component``'s signature: ``"i"`` or
+    ``"o"``, the member's path joined by ``__`` (as Amaranth names the converted module's
+    ports) and its value; zero-width and constant members (an always-ready stream's
+    ``ready``), which make no wire, are left out."""
     ports = []
     for path, member, value in component.signature.flatten(component):
         value = Value.cast(value)
@@ -388,7 +392,7 @@ def inventory(top, *, owner: str, leaf_classes=()):
 def _replace(sub, stubs, subs):
     key = instance_key(sub)
     module = f"elmoe3d_bb_{type(sub).__name__}_{short_key(key)}"
-    ports = _component_ports(sub)
+    ports = component_ports(sub)
     if module not in stubs:
         stubs[module] = _stub(module, ports)
     rep, n = subs.get(key, (sub, 0))

@@ -23,7 +23,10 @@ instance, converted once, its registered children instantiated by module name
 child's clock and reset ports (``clk``/``rst``, ``<domain>_clk``/``<domain>_rst``) are
 connected to the parent's domain of that name. A child with 2^16 output bits or more (the
 paper dies' streamline ring) is converted inside its parent's module, as Amaranth's
-``Instance`` cannot drive that many (:data:`INSTANCE_OUTPUT_BITS`). Memories stay Amaranth's
+``Instance`` cannot drive that many (:data:`INSTANCE_OUTPUT_BITS`). A block that defines a
+clock domain of its own and has children is refused (:class:`ExportError`: a child converted
+alone would lose the domain's clock edge and reset kind); no block of the die defines one (the
+FPGA board top does). Memories stay Amaranth's
 behavioural Verilog in both forms (no macros). The paper-4gb die is then 64 modules, 13.0 MB
 in about 2.5 minutes and 1.25 GB. The two forms are one design:
 ``tests/cocotb/test_export.py`` runs both of a block side by side in Verilator on random
@@ -41,14 +44,20 @@ from dataclasses import dataclass, field
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
 from amaranth.lib.memory import Memory
 
-from ..sim.runner import dedup_modules
-from .amaranth_internals import no_comb_cycle_check, replace_submodules, submodules
-from .blocks import (BLOCK_TYPES, _component_ports, convert_ports, instance_key, instance_params,
+from ..sim.runner import dedup_modules, module_ports
+from .amaranth_internals import (module_domains, no_comb_cycle_check, replace_submodules,
+                                 submodules)
+from .blocks import (BLOCK_TYPES, component_ports, convert_ports, instance_key, instance_params,
                      inventory, short_key)
 
 
-__all__ = ["DieBlock", "die_blocks", "block_classes", "module_name", "flat_verilog",
+__all__ = ["ExportError", "DieBlock", "die_blocks", "block_classes", "module_name", "flat_verilog",
            "hierarchical_verilog", "verilog_ports", "INSTANCE_OUTPUT_BITS", "output_bits"]
+
+
+class ExportError(ValueError):
+    """A block the hierarchical form cannot export (it defines a clock domain and has
+    children): export it flat."""
 
 
 @dataclass
@@ -145,29 +154,24 @@ def flat_verilog(obj, *, name: str) -> str:
                                          ports=convert_ports(obj)))
 
 
-_HEADER = re.compile(r"^module\s+(\\?\S+)\s*\(([^)]*)\)\s*;", re.M)
-
-
 def verilog_ports(text: str, module: str) -> list:
-    """The port names of ``module``'s header in Amaranth's Verilog ``text``, in order."""
-    for m in _HEADER.finditer(text):
-        if m.group(1) == module:
-            return [p.strip() for p in m.group(2).split(",") if p.strip()]
-    raise ValueError(f"module {module!r} is not in the Verilog text")
+    """The port names of ``module``'s header in Amaranth's Verilog ``text``, in order
+    (:func:`elmoe3d.sim.runner.module_ports`); ``ValueError`` if it is not there."""
+    return module_ports(text, module)
 
 
 _DOMAIN_PORT = re.compile(r"^(?:(\w+)_)?(clk|rst)$")
 
 #: Amaranth's netlist numbers a cell's output bits in 16 bits, so an ``Instance`` drives fewer
-#: than this many (amaranth 0.5 ``hdl._nir.Net.from_cell``). A child block with more output
-#: bits (the paper dies' streamline ring: 65,553 at paper-4gb, 131,105 at paper-8gb) is
-#: converted inside its parent's module instead of as a module of its own.
+#: than this many (amaranth 0.5.10: an assertion fails beyond). A child block with more
+#: output bits (the paper dies' streamline ring: 65,553 at paper-4gb, 131,105 at paper-8gb)
+#: is converted inside its parent's module instead of as a module of its own.
 INSTANCE_OUTPUT_BITS = 1 << 16
 
 
 def output_bits(obj) -> int:
     """The output bits of block ``obj``'s module (its non-constant ``Out`` members)."""
-    return sum(len(v) for d, _n, v in _component_ports(obj) if d == "o")
+    return sum(len(v) for d, _n, v in component_ports(obj) if d == "o")
 
 
 def _own_module(sub, classes) -> bool:
@@ -180,7 +184,7 @@ def _child(module: str, obj, module_ports) -> Instance:
     """An ``Instance`` of a converted child block's module (put in the child's place, so it
     keeps the child's instance name): its signature's ports by name, and each clock or reset
     port of its module connected to the parent's domain of that name."""
-    kwargs = {f"{d}_{n}": v for d, n, v in _component_ports(obj)}
+    kwargs = {f"{d}_{n}": v for d, n, v in component_ports(obj)}
     for port in module_ports:
         hit = _DOMAIN_PORT.match(port)
         if f"i_{port}" in kwargs or f"o_{port}" in kwargs or hit is None:
@@ -188,7 +192,8 @@ def _child(module: str, obj, module_ports) -> Instance:
         domain = hit.group(1) or "sync"
         kwargs[f"i_{port}"] = ClockSignal(domain) if hit.group(2) == "clk" \
             else ResetSignal(domain)
-    missing = set(module_ports) - {k[2:] for k in kwargs}
+    zero = {n for n, (v, _d) in convert_ports(obj).items() if len(v) == 0}   # no wire
+    missing = set(module_ports) - {k[2:] for k in kwargs} - zero
     if missing:
         raise ValueError(f"{module}: ports {sorted(missing)} are neither signature members "
                          f"nor clock or reset ports")
@@ -198,7 +203,8 @@ def _child(module: str, obj, module_ports) -> Instance:
 def hierarchical_verilog(obj, *, name: str, progress=None) -> str:
     """Verilog of block ``obj`` as one module per distinct block instance (module
     docstring), top module ``name``; each module converted once, children before parents.
-    ``progress(label)`` is called before each conversion."""
+    ``progress(label)`` is called before each conversion. Raises :class:`ExportError` for
+    a block that defines a clock domain and has children."""
     from amaranth.back import verilog
     classes = block_classes()
     done = {}                                     # key -> (module name, ports, text)
@@ -212,6 +218,11 @@ def hierarchical_verilog(obj, *, name: str, progress=None) -> str:
         for _name, sub in submodules(m):
             if _own_module(sub, classes):
                 children.setdefault(instance_key(sub), sub)
+        domains = [cd.name for cd in module_domains(m)]
+        if domains and children:
+            raise ExportError(f"{type(block).__name__} ({module}) defines the clock domain(s) "
+                             f"{', '.join(domains)}: its children, converted alone, would "
+                             f"lose the clock edge and reset kind; export it flat")
         for sub_key, sub in children.items():
             if sub_key not in done:
                 emit(sub, module_name(sub))

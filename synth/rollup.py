@@ -37,7 +37,7 @@ from .sram import sram_area
 
 
 __all__ = ["Planner", "Node", "TileNode", "evaluate", "logic_area", "sram_total",
-           "tile_model"]
+           "tile_model", "param_differences"]
 
 
 @dataclass
@@ -94,7 +94,7 @@ class _Job:
 LABEL_PARAM_CHARS = 40
 
 
-def _differences(name, value, others) -> list:
+def param_differences(name, value, others) -> list:
     """``name=value`` for ``value`` unlike one of ``others``; of a dataclass (a configuration),
     each field that differs, as ``name.field=value`` (nested dataclasses likewise)."""
     if all(o == value for o in others):
@@ -102,7 +102,7 @@ def _differences(name, value, others) -> list:
     if dataclasses.is_dataclass(value) and all(type(o) is type(value) for o in others):
         out = []
         for f in dataclasses.fields(value):
-            out += _differences(f"{name}.{f.name}", getattr(value, f.name),
+            out += param_differences(f"{name}.{f.name}", getattr(value, f.name),
                                 [getattr(o, f.name) for o in others])
         return out
     return [f"{name}={value!r}"]
@@ -298,7 +298,7 @@ class Planner:
         shown = []
         for k, v in job.params.items():
             others = [t.params.get(k) if t.params is not None else None for t in twins]
-            shown += _differences(k.lstrip("_"), v, others)
+            shown += param_differences(k.lstrip("_"), v, others)
         kept = []
         for s in shown:                               # the first differences that fit
             if len(", ".join(kept + [s])) > LABEL_PARAM_CHARS:

@@ -48,10 +48,28 @@ def configure(parser) -> None:
     parser.add_argument("--name", metavar="TOP", default=None,
                         help="top module name (default elmoe3d_<block>_<config>)")
     parser.add_argument("-o", "--out", metavar="FILE", type=output_path, default=None,
-                        help="write the Verilog to FILE (default: standard output)")
+                        help="write the Verilog to FILE (default, or -: standard output)")
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: The export's child module names (:func:`elmoe3d.synth.export.module_name`).
+_CHILD_MODULE = re.compile(r"elmoe3d_[A-Za-z0-9]+_[0-9a-f]{10}\Z")
+
+
+def _check_name(name) -> None:
+    """``--name``: a Verilog identifier that Yosys writes as it is (not a keyword, which it
+    escapes: ``module``, ``logic``, ``int``, ...) and no child module's name."""
+    from amaranth.back import verilog
+    from amaranth.hdl import Module
+    if not _IDENTIFIER.match(name):
+        raise UserError(f"--name {name}: expected a Verilog identifier (letters, digits, _, "
+                        f"not starting with a digit)")
+    if _CHILD_MODULE.match(name):
+        raise UserError(f"--name {name}: the form of the export's child module names "
+                        f"(elmoe3d_<Class>_<10 hex digits>); choose another")
+    probe = verilog.convert(Module(), name=name, ports={}, emit_src=False)
+    if not re.search(rf"^module {re.escape(name)}\(", probe, re.M):
+        raise UserError(f"--name {name}: a Verilog or SystemVerilog keyword; choose another")
 
 
 def _arch(name):
@@ -64,10 +82,10 @@ def _arch(name):
 
 def _label(entry, twins) -> str:
     """``entry``'s parameters that differ from its ``twins`` (other instances of its class)."""
-    from ..synth.rollup import _differences
+    from ..synth.rollup import param_differences
     shown = []
     for k, v in entry.params.items():
-        shown += _differences(k, v, [t.params.get(k) for t in twins])
+        shown += param_differences(k, v, [t.params.get(k) for t in twins])
     return ", ".join(shown)
 
 
@@ -93,9 +111,12 @@ def _pick(found, text, instance):
         tops = {top.rpartition(":")[2] for top in b.tops}
         hits = [e for e in found.values() if e.block == b.name and e.cls in tops]
         if not hits:
-            raise UserError(f"BLOCK {text}: the die at this configuration builds no "
-                            f"instance of block {b.name} (elmoe3d verilog --list shows what "
-                            f"it builds; the FPGA board's blocks: elmoe3d fpga)")
+            alone = _alone(b)
+            if alone is None:
+                raise UserError(f"BLOCK {text}: the die at this configuration builds no "
+                                f"instance of block {b.name} (elmoe3d verilog --list shows "
+                                f"what it builds; the FPGA board's blocks: elmoe3d fpga)")
+            return alone
         classes = sorted({e.cls for e in hits})
         if len(classes) > 1:
             raise UserError(f"BLOCK {text}: block {b.name} has the classes "
@@ -112,6 +133,26 @@ def _pick(found, text, instance):
     n = parse_int(f"--instance (of {len(hits)} distinct {cls} instances)", instance,
                   lo=1, hi=len(hits), error=UserError)
     return hits[n - 1]
+
+
+def _alone(b):
+    """Block ``b`` that the die does not build but that needs no parameter (the IA8xW5 unit
+    PE, whose arithmetic the tile builds from its helpers): its one top class built with
+    its defaults, as a :class:`~elmoe3d.synth.export.DieBlock` of count 0; else None."""
+    import inspect
+    from ..synth.blocks import instance_key, resolve
+    from ..synth.export import DieBlock
+    if len(b.tops) != 1:
+        return None
+    cls = resolve(b.tops[0], optional=True)
+    if cls is None or any(p.default is p.empty and p.kind not in (p.VAR_POSITIONAL,
+                                                                  p.VAR_KEYWORD)
+                          for p in inspect.signature(cls.__init__).parameters.values()
+                          if p.name != "self"):
+        return None
+    obj = cls()
+    return DieBlock(key=instance_key(obj), obj=obj, block=b.name, count=0, depth=0,
+                    params={})
 
 
 def _list(say, console, found, arch) -> None:
@@ -131,10 +172,19 @@ def _list(say, console, found, arch) -> None:
     console.print(table)
 
 
+def _pes_under(found, entry) -> int:
+    """How many PEs one instance of ``entry`` holds (itself included)."""
+    def under(key):
+        node = found[key]
+        own = 1 if node.cls == "PE" else 0
+        return own + sum(n * under(k) for k, n in node.children.items())
+    return under(entry.key) if entry.key in found else 0
+
+
 def default_name(entry, found, arch) -> str:
     """``elmoe3d_<class in snake case>[_<instance>]_<config>``: ``elmoe3d_pe_small``,
     ``elmoe3d_ring_station_2_small``, ``elmoe3d_logic_die_paper_4gb``."""
-    twins = _by_class(found)[entry.cls]
+    twins = _by_class(found).get(entry.cls, [entry])
     snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", entry.cls).lower()
     index = f"_{twins.index(entry) + 1}" if len(twins) > 1 else ""
     return f"elmoe3d_{snake}{index}_{arch.name}".replace("-", "_")
@@ -158,18 +208,21 @@ def header(*, block, arch, flat, name) -> str:
 def run(args) -> int:
     from ..hw.checked import inspection
     from ..hw.die import LogicDie
-    from ..synth.export import die_blocks, flat_verilog, hierarchical_verilog, verilog_ports
+    from ..synth.export import (ExportError, die_blocks, flat_verilog, hierarchical_verilog,
+                                verilog_ports)
     arch = _arch(args.config)
-    if args.list and (args.block or args.out or args.flat or args.name or args.instance):
+    if args.list and (args.flat or any(v is not None for v in (args.block, args.out,
+                                                                 args.name, args.instance))):
         raise UserError("--list: takes no BLOCK, -o, --flat, --name or --instance (it lists "
                         "the die's blocks)")
     if not args.list and args.block is None:
         raise UserError("BLOCK: expected a block or class to export (elmoe3d verilog --list "
                         "shows them), or --list")
     name = args.name
-    if name is not None and not _IDENTIFIER.match(name):
-        raise UserError(f"--name {name}: expected a Verilog identifier (letters, digits, _, "
-                        f"not starting with a digit)")
+    if name is not None:
+        _check_name(name)
+    if args.out is not None and str(args.out) == "-":
+        args.out = None                                       # -o -: standard output
     if args.out is not None:
         check_output(args.out, "-o")
     to_stdout = args.out is None and not args.list
@@ -179,28 +232,43 @@ def run(args) -> int:
         console = Console(stderr=True, highlight=False)
     say = plain_printer(console, soft_wrap=True)
     with inspection():
-        found, entry = die_blocks(LogicDie(config=arch)), None
+        found, entry, interrupted = die_blocks(LogicDie(config=arch)), None, False
         try:                        # the blocks go before the scope ends, on an error too
             if args.list:
                 _list(say, console, found, arch)
                 return 0
             entry = _pick(found, args.block, args.instance)
             name = name or default_name(entry, found, arch)
-            say(f"elmoe3d verilog: {entry.cls} (block {entry.block}, {entry.count:,} on the "
-                f"die) at {arch.name}, {'flat' if args.flat else 'hierarchical'}, top module "
-                f"{name}")
+            where = f"{entry.count:,} on the die" if entry.count else \
+                "not on the die: built with its defaults"
+            say(f"elmoe3d verilog: {entry.cls} (block {entry.block}, {where}) at {arch.name}, "
+                f"{'flat' if args.flat else 'hierarchical'}, top module {name}")
             start = time.monotonic()
             if args.flat:
+                pes = _pes_under(found, entry)
+                if pes > 1:
+                    say(f"  flat: Amaranth elaborates each of the {pes} PEs (one paper PE: "
+                        f"about 2.5 minutes and 2.4 GB here); the default, hierarchical form "
+                        f"converts one")
                 text = flat_verilog(entry.obj, name=name)
             else:
-                text = hierarchical_verilog(entry.obj, name=name,
-                                            progress=lambda s: say(f"  converting {s}"))
+                try:
+                    text = hierarchical_verilog(entry.obj, name=name,
+                                                progress=lambda s: say(f"  converting {s}"))
+                except ExportError as exc:
+                    raise UserError(f"BLOCK {args.block}: {exc}") from None
             seconds = time.monotonic() - start
             text = header(block=entry, arch=arch, flat=args.flat, name=name) + text
             ports = verilog_ports(text, name)
+        except KeyboardInterrupt:
+            # raised again below, once the scope has collected the blocks the traceback's
+            # frames held: no "created but never used" warning follows "interrupted"
+            interrupted = True
         finally:
             found.clear()
             entry = None
+    if interrupted:
+        raise KeyboardInterrupt
     if to_stdout:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -212,5 +280,5 @@ def run(args) -> int:
     where = "standard output" if to_stdout else str(args.out)
     say(f"wrote {where}: {len(text):,} bytes, {text.count(chr(10)):,} lines, {modules} "
         f"module{'s' if modules != 1 else ''}, {len(ports)} ports of {name} "
-        f"({seconds:.1f} s)")
+        f"(conversion {seconds:.1f} s)")
     return 0

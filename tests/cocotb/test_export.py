@@ -72,10 +72,83 @@ def test_a_child_too_wide_for_an_instance_stays_in_its_parent(monkeypatch):
                 ["test_export_equivalence"])
 
 
-@pytest.mark.parametrize("cls", ["ExtController", "PE", "LogicDie"])
-def test_block_hierarchy_equals_flat(cls):
-    """The EXT controller (eight DRAM channel controllers), the PE (tile and VPU units) and
-    the whole small die (``make test-slow``: 1-2 minutes a block's Verilator build of both
-    forms)."""
-    records = check_bench(_bench(cls, cycles=1000), ["test_export_equivalence"])
+def test_ext_controller_hierarchy_equals_flat():
+    """The EXT controller and its eight DRAM channel controllers on random requests
+    (``make test-slow``: about a minute of Verilator build)."""
+    records = check_bench(_bench("ExtController", cycles=1000), ["test_export_equivalence"])
     assert records[0]["comparisons"] == 1000 * records[0]["outputs"] > 0
+
+
+def _hierarchical(block, top):
+    """``block``'s hierarchical Verilog with top module ``top`` (a bench's toplevel)."""
+    with inspection():
+        try:
+            return export.hierarchical_verilog(block, name=top)
+        finally:
+            block = None
+
+
+def test_hierarchical_pe_runs_the_real_moe_layer_bit_exact():
+    """Random inputs barely reach a PE's datapath (its commands are mostly refused), so the
+    hierarchical PE (the tile and nine VPU unit modules) runs the PE bench's MoE layers
+    routed by the real Mixtral trace, DRAFT and FULL, every output beat against the
+    functional simulator and the golden ``ref_moe``, as ``make sim``'s flat PE does."""
+    from elmoe3d.hw.pe import PE
+    from elmoe3d.sim.bench_pe import run_pe_bench
+    from elmoe3d.sim.runner import build
+    arch = preset("small")
+    built = build(_hierarchical(PE(config=arch), "pe"), name="export_pe_hierarchical",
+                  toplevel="pe")
+    result = run_pe_bench(arch, tests="test_trace_moe/traffic=stalls", built=built,
+                          params={"batches": [1, 4]})
+    records = check_bench(result, ["test_trace_moe"])
+    assert {(r["tokens"], r["mode"]) for r in records} == \
+        {(1, "DRAFT"), (1, "FULL"), (4, "DRAFT"), (4, "FULL")}
+
+
+def test_hierarchical_die_runs_draft_and_verify_bit_exact():
+    """The whole small die, hierarchical, runs the die bench's draft and verify MoE layers
+    (real Mixtral routing, the bench's EXT channels) bit-exact against ``ref_moe`` and the
+    multi-PE simulation (``make test-slow``: a few minutes of Verilator build)."""
+    from elmoe3d.sim.bench_die import die_kwargs, run_die_bench
+    from elmoe3d.sim.runner import build
+    arch = preset("small")
+    text = _hierarchical(LogicDie(config=arch, **die_kwargs({"die": None})), "die")
+    built = build(text, name="export_die_hierarchical", toplevel="die")
+    records = check_bench(run_die_bench(arch, tests="test_phases/traffic=smooth", built=built),
+                          ["test_phases"])
+    assert {r["phase"] for r in records} >= {"draft", "verify"}
+
+
+def test_a_zero_width_port_is_no_wire(monkeypatch):
+    """A child with a zero-width signature member (a ``tag_width=0``-like parameter):
+    Amaranth lists it in the child module's ports, the parent's instance has no wire for it;
+    the hierarchy converts and equals the flat form."""
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+
+    class Child(wiring.Component):
+        a: In(4)
+        z: In(0)
+        y: Out(4)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.y.eq(self.a + 1)
+            return m
+
+    class Parent(wiring.Component):
+        a: In(4)
+        y: Out(4)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.child = child = Child()
+            m.d.comb += [child.a.eq(self.a), self.y.eq(child.y)]
+            return m
+
+    monkeypatch.setattr(export, "block_classes", lambda: (Child, Parent))
+    with inspection():
+        check_bench(run_export_bench(Parent(), label="zero_width", cycles=200),
+                    ["test_export_equivalence"])

@@ -13,7 +13,7 @@ import elmoe3d.cli as cli
 from elmoe3d.config import preset
 from elmoe3d.hw.checked import inspection
 from elmoe3d.hw.die import LogicDie
-from elmoe3d.synth.blocks import DIE_BLOCKS
+from elmoe3d.synth.blocks import DIE_BLOCKS, component_ports
 from elmoe3d.synth.export import die_blocks, hierarchical_verilog, module_name, verilog_ports
 
 
@@ -75,7 +75,11 @@ def test_hierarchy_is_one_module_per_distinct_instance():
     for module in names.values():
         body_uses = re.findall(rf"^\s+{module} \w+ \(", text, re.M)
         assert body_uses, module                        # instantiated by its parent
-    assert "clk" in ports and "rst" in ports and len(ports) == 160
+    with inspection():
+        die = LogicDie(config=preset("small"))
+        wires = [n for d, n, v in component_ports(die)]
+        die = None
+    assert sorted(ports) == sorted(wires + ["clk", "rst"])
 
 
 def _run(capsys, *argv):
@@ -92,7 +96,8 @@ def test_list_shows_every_class_with_counts(capsys):
         assert cls in out
     assert "tag_width=38" in out and "first=2" in out
     row = next(line for line in out.splitlines() if "Fp32Converter" in line)
-    assert "64" in row
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    assert cells[:4] == ["vpu", "Fp32Converter", "-", "64"], cells
 
 
 def test_export_to_a_file_with_its_header(capsys, tmp_path):
@@ -129,8 +134,13 @@ def test_flat_to_standard_output(capsys):
     (["bridge"], "BLOCK bridge: the die at this configuration builds no instance of block "
                  "bridge"),
     (["pe", "--name", "9x"], "--name 9x: expected a Verilog identifier"),
+    (["pe", "--name", "module"], "--name module: a Verilog or SystemVerilog keyword"),
+    (["ringstation", "--instance", "1", "--flat", "--name", "logic"],
+     "--name logic: a Verilog or SystemVerilog keyword"),
+    (["pe", "--name", "elmoe3d_PE_0123456789"], "the form of the export's child module names"),
     (["pe", "--config", "big"], "--config: unknown configuration 'big'"),
     (["pe", "--list"], "--list: takes no BLOCK"),
+    (["--list", "--instance", ""], "--list: takes no BLOCK"),
     ([], "BLOCK: expected a block or class to export"),
 ])
 def test_mistakes_are_one_line(capsys, tmp_path, argv, message):
@@ -155,3 +165,72 @@ def test_a_failed_conversion_leaves_no_file(capsys, tmp_path, monkeypatch):
     with pytest.raises(MemoryError):
         cli.main(["verilog", "pe", "-o", str(out_file)])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_block_with_its_own_clock_domain_and_children_is_refused(monkeypatch):
+    """A parent that defines a clock domain (here a falling-edge one) would give its
+    children, converted alone, a rising-edge domain: the hierarchical form refuses it, naming
+    the block; the flat form keeps the edge."""
+    from amaranth.hdl import ClockDomain, Module
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import In, Out
+    from elmoe3d.synth import export
+
+    class Child(wiring.Component):
+        a: In(4)
+        y: Out(4)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.y.eq(self.a + 1)
+            return m
+
+    class Parent(wiring.Component):
+        a: In(4)
+        y: Out(4)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.domains.sync = ClockDomain("sync", clk_edge="neg")
+            m.submodules.child = child = Child()
+            m.d.comb += [child.a.eq(self.a), self.y.eq(child.y)]
+            return m
+
+    monkeypatch.setattr(export, "block_classes", lambda: (Child, Parent))
+    with inspection():                         # the refused block is never converted
+        with pytest.raises(export.ExportError, match=r"Parent \(top\) defines the clock "
+                                                     r"domain\(s\) sync: .* export it flat"):
+            export.hierarchical_verilog(Parent(), name="top")
+    assert "negedge" in export.flat_verilog(Parent(), name="top")
+
+
+def test_the_unit_pe_is_built_with_its_defaults(capsys):
+    """The unit PE is no instance of the die (the tile builds its arithmetic from the unit
+    PE's helpers) and takes no parameter: it is exported built with its defaults."""
+    code, out, err = _run(capsys, "unit_pe", "-o", "-")
+    assert code == 0
+    assert "not on the die: built with its defaults" in err
+    ports = verilog_ports(out, "elmoe3d_unit_pe_small")
+    assert {"a", "nibble", "is_msb", "aug", "product"} <= set(ports)
+
+
+def test_an_interrupt_leaves_no_file_and_no_warning(capsys, tmp_path, monkeypatch):
+    """Ctrl-C during the conversion: "interrupted", exit 130, no file, and none of Amaranth's
+    "created but never used" warnings for the blocks the walk built."""
+    import gc
+    import warnings
+    from amaranth.hdl import UnusedElaboratable
+    from elmoe3d.synth import export
+
+    def interrupted(obj, **kwargs):
+        obj.elaborate(None)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(export, "hierarchical_verilog", interrupted)
+    out_file = tmp_path / "pe.v"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = cli.main(["verilog", "pe", "-o", str(out_file)])
+        gc.collect()
+    assert code == 130 and "elmoe3d verilog: interrupted" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert not [str(w.message) for w in caught if issubclass(w.category, UnusedElaboratable)]
