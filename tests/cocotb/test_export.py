@@ -124,31 +124,9 @@ def test_a_zero_width_port_is_no_wire(monkeypatch):
     """A child with a zero-width signature member (a ``tag_width=0``-like parameter):
     Amaranth lists it in the child module's ports, the parent's instance has no wire for it;
     the hierarchy converts and equals the flat form."""
-    from amaranth.hdl import Module
-    from amaranth.lib import wiring
-    from amaranth.lib.wiring import In, Out
-
-    class Child(wiring.Component):
-        a: In(4)
-        z: In(0)
-        y: Out(4)
-
-        def elaborate(self, platform):
-            m = Module()
-            m.d.sync += self.y.eq(self.a + 1)
-            return m
-
-    class Parent(wiring.Component):
-        a: In(4)
-        y: Out(4)
-
-        def elaborate(self, platform):
-            m = Module()
-            m.submodules.child = child = Child()
-            m.d.comb += [child.a.eq(self.a), self.y.eq(child.y)]
-            return m
-
-    monkeypatch.setattr(export, "block_classes", lambda: (Child, Parent))
+    from ..tools.test_verilog_cmd import parent_and_child
+    child, parent = parent_and_child(zero_width=True)
+    monkeypatch.setattr(export, "block_classes", lambda: (child, parent))
     with inspection():
-        check_bench(run_export_bench(Parent(), label="zero_width", cycles=200),
+        check_bench(run_export_bench(parent(), label="zero_width", cycles=200),
                     ["test_export_equivalence"])

@@ -167,18 +167,18 @@ def test_a_failed_conversion_leaves_no_file(capsys, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_block_with_its_own_clock_domain_and_children_is_refused(monkeypatch):
-    """A parent that defines a clock domain (here a falling-edge one) would give its
-    children, converted alone, a rising-edge domain: the hierarchical form refuses it, naming
-    the block; the flat form keeps the edge."""
+def parent_and_child(*, clk_edge=None, zero_width=False) -> tuple:
+    """Two small blocks, ``(Child, Parent)``: the child registers ``a + 1``; the parent
+    passes its ports through it and, with ``clk_edge``, defines its own ``sync`` domain of
+    that edge; with ``zero_width`` the child has a zero-width input ``z`` (no wire).
+    Registered as blocks with ``monkeypatch.setattr(export, "block_classes", ...)``."""
     from amaranth.hdl import ClockDomain, Module
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
-    from elmoe3d.synth import export
 
     class Child(wiring.Component):
-        a: In(4)
-        y: Out(4)
+        def __init__(self):
+            super().__init__({"a": In(4), "y": Out(4)} | ({"z": In(0)} if zero_width else {}))
 
         def elaborate(self, platform):
             m = Module()
@@ -191,17 +191,27 @@ def test_a_block_with_its_own_clock_domain_and_children_is_refused(monkeypatch):
 
         def elaborate(self, platform):
             m = Module()
-            m.domains.sync = ClockDomain("sync", clk_edge="neg")
+            if clk_edge is not None:
+                m.domains.sync = ClockDomain("sync", clk_edge=clk_edge)
             m.submodules.child = child = Child()
             m.d.comb += [child.a.eq(self.a), self.y.eq(child.y)]
             return m
 
-    monkeypatch.setattr(export, "block_classes", lambda: (Child, Parent))
+    return Child, Parent
+
+
+def test_a_block_with_its_own_clock_domain_and_children_is_refused(monkeypatch):
+    """A parent that defines a clock domain (here a falling-edge one) would give its
+    children, converted alone, a rising-edge domain: the hierarchical form refuses it, naming
+    the block; the flat form keeps the edge."""
+    from elmoe3d.synth import export
+    child, parent = parent_and_child(clk_edge="neg")
+    monkeypatch.setattr(export, "block_classes", lambda: (child, parent))
     with inspection():                         # the refused block is never converted
         with pytest.raises(export.ExportError, match=r"Parent \(top\) defines the clock "
                                                      r"domain\(s\) sync: .* export it flat"):
-            export.hierarchical_verilog(Parent(), name="top")
-    assert "negedge" in export.flat_verilog(Parent(), name="top")
+            export.hierarchical_verilog(parent(), name="top")
+    assert "negedge" in export.flat_verilog(parent(), name="top")
 
 
 def test_the_unit_pe_is_built_with_its_defaults(capsys):
