@@ -29,7 +29,7 @@ from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge
 
 from .cocotb_streams import CLOCK_NS
 from .records import BenchResult, run_bench, write_summary
-from .runner import build, load_params, resolve_seed
+from .runner import build, load_params, module_ports, resolve_seed
 
 
 #: Cycles of random inputs by default, and the mean spacing of reset pulses among them.
@@ -54,13 +54,13 @@ def cosim_verilog(obj, *, gate_text: str | None = None) -> tuple:
     """The Verilog of the side-by-side model of block ``obj`` (module docstring) and its
     params: ``(text, params)``. ``gate_text``: the hierarchical form to check (default: what
     :func:`~elmoe3d.synth.export.hierarchical_verilog` gives; a test passes a broken one)."""
-    from ..synth.export import flat_verilog, hierarchical_verilog, verilog_ports
+    from ..synth.export import flat_verilog, hierarchical_verilog
     gold = flat_verilog(obj, name="gold")
     gate = gate_text if gate_text is not None else hierarchical_verilog(obj, name="gate")
     inputs, outputs = ports_of(obj)
-    module_ports = verilog_ports(gold, "gold")
-    clock, reset = "clk" in module_ports, "rst" in module_ports
-    if sorted(module_ports) != sorted(verilog_ports(gate, "gate")):
+    top_ports = module_ports(gold, "gold")
+    clock, reset = "clk" in top_ports, "rst" in top_ports
+    if sorted(top_ports) != sorted(module_ports(gate, "gate")):
         raise ValueError("the flat and hierarchical top modules have other ports")
     lines = ["module top("]
     names = (["clk"] if clock else []) + (["rst"] if reset else []) \

@@ -26,9 +26,9 @@ paper dies' streamline ring) is converted inside its parent's module, as Amarant
 ``Instance`` cannot drive that many (:data:`INSTANCE_OUTPUT_BITS`). A block that defines a
 clock domain of its own and has children is refused (:class:`ExportError`: a child converted
 alone would lose the domain's clock edge and reset kind); no block of the die defines one (the
-FPGA board top does). Memories stay Amaranth's
-behavioural Verilog in both forms (no macros). The paper-4gb die is then 64 modules, 13.0 MB
-in about 2.5 minutes and 1.25 GB. The two forms are one design:
+FPGA board top does). Memories stay Amaranth's behavioural Verilog in both forms (no macros).
+The paper-4gb die is then 64 modules, 13.0 MB in about 2.5 minutes and 1.25 GB. The two forms
+are one design:
 ``tests/cocotb/test_export.py`` runs both of a block side by side in Verilator on random
 inputs (:mod:`elmoe3d.sim.export_equivalence`).
 
@@ -51,8 +51,8 @@ from .blocks import (BLOCK_TYPES, component_ports, convert_ports, instance_key, 
                      inventory, short_key)
 
 
-__all__ = ["ExportError", "DieBlock", "die_blocks", "block_classes", "module_name", "flat_verilog",
-           "hierarchical_verilog", "verilog_ports", "INSTANCE_OUTPUT_BITS", "output_bits"]
+__all__ = ["ExportError", "DieBlock", "die_blocks", "block_classes", "module_name",
+           "flat_verilog", "hierarchical_verilog", "INSTANCE_OUTPUT_BITS", "output_bits"]
 
 
 class ExportError(ValueError):
@@ -154,12 +154,6 @@ def flat_verilog(obj, *, name: str) -> str:
                                          ports=convert_ports(obj)))
 
 
-def verilog_ports(text: str, module: str) -> list:
-    """The port names of ``module``'s header in Amaranth's Verilog ``text``, in order
-    (:func:`elmoe3d.sim.runner.module_ports`); ``ValueError`` if it is not there."""
-    return module_ports(text, module)
-
-
 _DOMAIN_PORT = re.compile(r"^(?:(\w+)_)?(clk|rst)$")
 
 #: Amaranth's netlist numbers a cell's output bits in 16 bits, so an ``Instance`` drives fewer
@@ -220,9 +214,10 @@ def hierarchical_verilog(obj, *, name: str, progress=None) -> str:
                 children.setdefault(instance_key(sub), sub)
         domains = [cd.name for cd in module_domains(m)]
         if domains and children:
-            raise ExportError(f"{type(block).__name__} ({module}) defines the clock domain(s) "
-                             f"{', '.join(domains)}: its children, converted alone, would "
-                             f"lose the clock edge and reset kind; export it flat")
+            raise ExportError(f"{type(block).__name__} ({module}) defines the clock "
+                              f"domain(s) {', '.join(domains)}: its children, converted "
+                              f"alone, would lose the clock edge and reset kind; export it "
+                              f"flat")
         for sub_key, sub in children.items():
             if sub_key not in done:
                 emit(sub, module_name(sub))
@@ -236,6 +231,8 @@ def hierarchical_verilog(obj, *, name: str, progress=None) -> str:
         replace_submodules(m, replace)
         if progress is not None:
             progress(f"{type(block).__name__} ({module})")
+        # Amaranth reads a block only through its elaborate(): the edited module is handed
+        # back that way for this one conversion
         block.elaborate = lambda platform: m
         try:
             # the combinational-loop check takes minutes on a paper-size PE; Verilator's
@@ -246,7 +243,7 @@ def hierarchical_verilog(obj, *, name: str, progress=None) -> str:
         finally:
             del block.elaborate
         text = dedup_modules(text)
-        done[key] = (module, verilog_ports(text, module), text)
+        done[key] = (module, module_ports(text, module), text)
 
     emit(obj, name)
     return "".join(text for _module, _ports, text in done.values())

@@ -12,9 +12,9 @@ class with several distinct instances (the VPU's units with and without a tag, t
 stations) needs ``--instance N``, N as ``--list`` numbers them. The form is hierarchical by
 default (one module per distinct instance: the paper dies in minutes); ``--flat`` converts the
 block whole, as ``make sim`` builds it (the paper dies are out of reach so). Without ``-o``
-the Verilog goes to standard output and the summary to standard error. The file starts with
-a comment naming the tool version, block, configuration (every field) and form; it is
-written only when complete. A mistake is one line naming the option (exit status 2).
+(or with ``-o -``) the Verilog goes to standard output and the summary to standard error. The
+file starts with a comment naming the tool version, block, configuration (every field) and
+form; it is written only when complete. A mistake is one line naming the option (exit status 2).
 """
 
 from __future__ import annotations
@@ -208,8 +208,8 @@ def header(*, block, arch, flat, name) -> str:
 def run(args) -> int:
     from ..hw.checked import inspection
     from ..hw.die import LogicDie
-    from ..synth.export import (ExportError, die_blocks, flat_verilog, hierarchical_verilog,
-                                verilog_ports)
+    from ..sim.runner import module_ports
+    from ..synth.export import ExportError, die_blocks, flat_verilog, hierarchical_verilog
     arch = _arch(args.config)
     if args.list and (args.flat or any(v is not None for v in (args.block, args.out,
                                                                  args.name, args.instance))):
@@ -259,7 +259,7 @@ def run(args) -> int:
                     raise UserError(f"BLOCK {args.block}: {exc}") from None
             seconds = time.monotonic() - start
             text = header(block=entry, arch=arch, flat=args.flat, name=name) + text
-            ports = verilog_ports(text, name)
+            ports = module_ports(text, name)
         except KeyboardInterrupt:
             # raised again below, once the scope has collected the blocks the traceback's
             # frames held: no "created but never used" warning follows "interrupted"

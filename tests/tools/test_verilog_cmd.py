@@ -14,7 +14,8 @@ from elmoe3d.config import preset
 from elmoe3d.hw.checked import inspection
 from elmoe3d.hw.die import LogicDie
 from elmoe3d.synth.blocks import DIE_BLOCKS, component_ports
-from elmoe3d.synth.export import die_blocks, hierarchical_verilog, module_name, verilog_ports
+from elmoe3d.sim.runner import module_ports
+from elmoe3d.synth.export import die_blocks, hierarchical_verilog, module_name
 
 
 def _walk(name):
@@ -66,7 +67,7 @@ def test_hierarchy_is_one_module_per_distinct_instance():
         found = die_blocks(die)
         text = hierarchical_verilog(die, name="top_die")
         names = {key: module_name(e.obj) for key, e in found.items() if e.depth}
-        ports = verilog_ports(text, "top_die")
+        ports = module_ports(text, "top_die")
         found.clear()
         die = None
     headers = re.findall(r"^module (\S+?)\s*\(", text, re.M)
@@ -111,7 +112,7 @@ def test_export_to_a_file_with_its_header(capsys, tmp_path):
     assert '"first": 2' in lines[1]
     assert lines[2].startswith("// configuration small: {") and '"pes": 4' in lines[2]
     assert lines[3] == "// form: hierarchical (one module per distinct block instance)"
-    assert verilog_ports(text, "elmoe3d_ring_station_2_small")
+    assert module_ports(text, "elmoe3d_ring_station_2_small")
     assert f"wrote {out_file}:" in out and "2 modules" in out
 
 
@@ -220,7 +221,7 @@ def test_the_unit_pe_is_built_with_its_defaults(capsys):
     code, out, err = _run(capsys, "unit_pe", "-o", "-")
     assert code == 0
     assert "not on the die: built with its defaults" in err
-    ports = verilog_ports(out, "elmoe3d_unit_pe_small")
+    ports = module_ports(out, "elmoe3d_unit_pe_small")
     assert {"a", "nibble", "is_msb", "aug", "product"} <= set(ports)
 
 
