@@ -26,7 +26,9 @@ paper dies' streamline ring) is converted inside its parent's module, as Amarant
 ``Instance`` cannot drive that many (:data:`INSTANCE_OUTPUT_BITS`). A block that defines a
 clock domain of its own and has children is refused (:class:`ExportError`: a child converted
 alone would lose the domain's clock edge and reset kind); no block of the die defines one (the
-FPGA board top does). Memories stay Amaranth's behavioural Verilog in both forms (no macros).
+FPGA board top does). Memories stay Amaranth's behavioural Verilog in both forms (no macros);
+the module names of Amaranth's internal submodules are made plain identifiers in both
+(:func:`plain_module_names`).
 The paper-4gb die is then 64 modules, 13.0 MB in about 2.5 minutes and 1.25 GB. The two forms
 are one design:
 ``tests/cocotb/test_export.py`` runs both of a block side by side in Verilator on random
@@ -52,7 +54,8 @@ from .blocks import (BLOCK_TYPES, component_ports, convert_ports, instance_key, 
 
 
 __all__ = ["ExportError", "DieBlock", "die_blocks", "block_classes", "module_name",
-           "flat_verilog", "hierarchical_verilog", "INSTANCE_OUTPUT_BITS", "output_bits"]
+           "flat_verilog", "hierarchical_verilog", "plain_module_names", "INSTANCE_OUTPUT_BITS",
+           "output_bits"]
 
 
 class ExportError(ValueError):
@@ -145,13 +148,43 @@ def module_name(obj) -> str:
     return f"elmoe3d_{type(obj).__name__}_{short_key(instance_key(obj))}"
 
 
+_ESCAPED_MODULE = re.compile(r"^module (\\\S+)\s", re.M)
+_PLAIN_MODULE = re.compile(r"^module ([A-Za-z_][\w$]*)", re.M)
+
+
+def plain_module_names(text: str) -> str:
+    """``text`` with every escaped module name Amaranth gives an internal submodule
+    (``\\elmoe3d_PE_1211f8f157.clear$2792``) made a plain identifier, each character outside
+    ``[A-Za-z0-9_]`` an underscore (``elmoe3d_PE_1211f8f157_clear_2792``; a suffix ``_2``,
+    ``_3``, ... where that name is taken), in its header and in every instantiation. Signal
+    names are left as they are. Many ASIC tools and SDC scripts handle escaped module names
+    poorly."""
+    escaped = _ESCAPED_MODULE.findall(text)
+    if not escaped:
+        return text
+    taken = set(_PLAIN_MODULE.findall(text))
+    mapping = {}
+    for name in escaped:
+        base = re.sub(r"\W", "_", name[1:])
+        new, n = base, 1
+        while new in taken:
+            n += 1
+            new = f"{base}_{n}"
+        taken.add(new)
+        mapping[name] = new
+    # an escaped name ends at the whitespace after it: whole names only
+    pattern = re.compile("|".join(re.escape(e) + r"(?=\s)"
+                                  for e in sorted(mapping, key=len, reverse=True)))
+    return pattern.sub(lambda m: mapping[m.group(0)], text)
+
+
 def flat_verilog(obj, *, name: str) -> str:
     """Verilog of block ``obj`` whole, top module ``name``, identical modules merged. Its ports
     are the block's signature members less the constant ones (an always-ready ``ready``), with
     ``clk`` and ``rst`` for its ``sync`` domain."""
     from amaranth.back import verilog
-    return dedup_modules(verilog.convert(obj, name=name, emit_src=False,
-                                         ports=convert_ports(obj)))
+    return plain_module_names(dedup_modules(verilog.convert(obj, name=name, emit_src=False,
+                                                            ports=convert_ports(obj))))
 
 
 _DOMAIN_PORT = re.compile(r"^(?:(\w+)_)?(clk|rst)$")
@@ -246,4 +279,4 @@ def hierarchical_verilog(obj, *, name: str, progress=None) -> str:
         done[key] = (module, module_ports(text, module), text)
 
     emit(obj, name)
-    return "".join(text for _module, _ports, text in done.values())
+    return plain_module_names("".join(text for _module, _ports, text in done.values()))

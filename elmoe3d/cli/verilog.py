@@ -52,8 +52,9 @@ def configure(parser) -> None:
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-#: The export's child module names (:func:`elmoe3d.synth.export.module_name`).
-_CHILD_MODULE = re.compile(r"elmoe3d_[A-Za-z0-9]+_[0-9a-f]{10}\Z")
+#: The export's child module names (:func:`elmoe3d.synth.export.module_name`) and their
+#: internal submodules' (:func:`~elmoe3d.synth.export.plain_module_names`).
+_CHILD_MODULE = re.compile(r"elmoe3d_[A-Za-z0-9]+_[0-9a-f]{10}(_\w*)?\Z")
 
 
 def _check_name(name) -> None:

@@ -71,8 +71,12 @@ def test_hierarchy_is_one_module_per_distinct_instance():
         found.clear()
         die = None
     headers = re.findall(r"^module (\S+?)\s*\(", text, re.M)
-    own = [h for h in headers if not h.startswith("\\")]
-    assert sorted(own) == sorted(["top_die", *names.values()])
+    blocks = {"top_die", *names.values()}
+    assert blocks <= set(headers) and len(set(headers)) == len(headers)
+    # the rest are Amaranth's internal submodules of a block, named after it, all plain
+    # identifiers (no escaped \\name.sub$12)
+    for h in set(headers) - blocks:
+        assert re.fullmatch(r"[A-Za-z_]\w*", h) and any(h.startswith(b + "_") for b in blocks), h
     for module in names.values():
         body_uses = re.findall(rf"^\s+{module} \w+ \(", text, re.M)
         assert body_uses, module                        # instantiated by its parent
@@ -245,3 +249,18 @@ def test_an_interrupt_leaves_no_file_and_no_warning(capsys, tmp_path, monkeypatc
     assert code == 130 and "elmoe3d verilog: interrupted" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
     assert not [str(w.message) for w in caught if issubclass(w.category, UnusedElaboratable)]
+
+
+def test_plain_module_names_keeps_names_apart():
+    """Escaped module names become plain identifiers in headers and instantiations, a name
+    already taken gets a suffix, and a name that is another's prefix is replaced whole."""
+    from elmoe3d.synth.export import plain_module_names
+    text = ("module top(a);\n  \\top.x  x (.a(a));\n  \\top.x.y  y (.a(a));\n"
+            "  top_x  z (.a(\\top.x.sig ));\nendmodule\n"
+            "module \\top.x (a);\nendmodule\nmodule \\top.x.y (a);\nendmodule\n"
+            "module top_x(a);\nendmodule\n")
+    out = plain_module_names(text)
+    assert re.findall(r"^module (\S+?)\s*\(", out, re.M) == ["top", "top_x_2", "top_x_y",
+                                                              "top_x"]
+    assert "  top_x_2  x (" in out and "  top_x_y  y (" in out and "  top_x  z (" in out
+    assert "\\top.x.sig " in out                    # a signal's escaped name is kept
