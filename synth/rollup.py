@@ -103,7 +103,7 @@ def param_differences(name, value, others) -> list:
         out = []
         for f in dataclasses.fields(value):
             out += param_differences(f"{name}.{f.name}", getattr(value, f.name),
-                                [getattr(o, f.name) for o in others])
+                                     [getattr(o, f.name) for o in others])
         return out
     return [f"{name}={value!r}"]
 
