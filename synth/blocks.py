@@ -9,13 +9,14 @@ typed): one line per block as well.
 
 **Hollowing** (:func:`hollow`). A block is synthesised with every direct sub-block whose class
 is registered replaced by a black box (an ``Instance`` of a port-compatible empty module), and
-every RAM (``amaranth.lib.memory.Memory`` with a write port) of at least
-:data:`SRAM_MIN_BITS` bits replaced by a black-box SRAM macro whose area comes from
-:mod:`elmoe3d.synth.sram`. ROMs and smaller RAMs (FIFOs of a few entries) are synthesised as
-logic. The sub-block instances found are returned with their parameters, so instance counts
-come from the RTL as elaborated for the configuration. Memories are caught through Amaranth's
-``platform.get_memory`` hook; sub-blocks by replacing them in the elaborated ``Module``
-(:mod:`elmoe3d.synth.amaranth_internals`, the one place private Amaranth names are used).
+every RAM (``amaranth.lib.memory.Memory`` with a write port and synchronous read ports) of
+at least :data:`SRAM_MIN_BITS` bits (:func:`is_sram_macro`) replaced by a black-box SRAM
+macro whose area comes from :mod:`elmoe3d.synth.sram`. ROMs and smaller RAMs (FIFOs of a
+few entries) are synthesised as logic. The sub-block instances found are returned with their
+parameters, so instance counts come from the RTL as elaborated for the configuration.
+Memories are caught through Amaranth's ``platform.get_memory`` hook; sub-blocks by replacing
+them in the elaborated ``Module`` (:mod:`elmoe3d.synth.amaranth_internals`, the one place
+private Amaranth names are used).
 
 **Tile leaves.** A 16x32x32 tile (16,384 unit PEs) is too large to synthesise whole here. The
 tile's area is ``a + b*L + c*R*L`` (``TensorTile`` builds per-tile control, per-lane weight
@@ -52,7 +53,8 @@ from .amaranth_internals import (no_comb_cycle_check, port_direction, replace_su
 
 __all__ = ["SRAM_MIN_BITS", "BlockType", "DieBlock", "BLOCK_TYPES", "DIE_BLOCKS", "TILE_FIT",
            "SramUse", "Hollow", "hollow", "inventory", "instance_key", "instance_params",
-           "resolve", "MulLeaf", "DotRowLeaf", "LaneFieldsLeaf", "memory_role", "component_ports"]
+           "resolve", "is_sram_macro", "memory_ports", "MulLeaf", "DotRowLeaf", "LaneFieldsLeaf",
+           "memory_role", "component_ports"]
 
 
 #: RAMs of at least this many bits are SRAM macros; smaller ones are synthesised as flops.
@@ -292,7 +294,11 @@ def component_ports(component) -> list:
     return ports
 
 
-def _memory_ports(mem):
+def memory_ports(mem) -> list:
+    """``(direction, name, value)`` of each data port of RAM ``mem`` as a macro has them:
+    ``rd<i>_addr``, ``rd<i>_en``, ``rd<i>_data`` of read port i, ``wr<j>_addr``, ``wr<j>_en``
+    (one bit a write granule), ``wr<j>_data`` of write port j; zero-width ones left out, no
+    clocks."""
     ports = []
     for i, rp in enumerate(mem.read_ports):
         ports += [("i", f"rd{i}_addr", rp.addr), ("i", f"rd{i}_en", rp.en),
@@ -303,9 +309,15 @@ def _memory_ports(mem):
     return [(d, n, v) for d, n, v in ports if len(v)]
 
 
-def _is_macro(mem) -> bool:
+def is_sram_macro(mem) -> bool:
+    """RAM ``mem`` (an ``amaranth.lib.memory.Memory``) is an SRAM macro, not flops: it has a
+    write port, at least :data:`SRAM_MIN_BITS` bits, and only synchronous read ports (a macro
+    reads on a clock edge; a RAM read combinationally is a register file). The one rule of the
+    area roll-up (:func:`hollow`) and the RTL export's ``--sram macro``
+    (:mod:`elmoe3d.synth.export`)."""
     width = len(Value.cast(Signal(mem.shape)))
-    return bool(mem.write_ports) and width * mem.depth >= SRAM_MIN_BITS
+    return (bool(mem.write_ports) and width * mem.depth >= SRAM_MIN_BITS
+            and all(port.domain != "comb" for port in mem.read_ports))
 
 
 class _Platform:
@@ -316,7 +328,7 @@ class _Platform:
         self.count = 0
 
     def get_memory(self, mem):
-        if not _is_macro(mem):
+        if not is_sram_macro(mem):
             return Memory.elaborate(mem, None)
         name = self.names.get(id(mem))
         if name is None:
@@ -326,7 +338,7 @@ class _Platform:
         self.srams.append(SramUse(owner=self.owner, name=name, width=width, depth=mem.depth,
                                   read_ports=len(mem.read_ports),
                                   write_ports=len(mem.write_ports)))
-        ports = _memory_ports(mem)
+        ports = memory_ports(mem)
         module = f"elmoe3d_sram_{_port_name([name])}_{width}x{mem.depth}"
         module = module.replace("<", "").replace(">", "")
         if module not in self.stubs:
@@ -376,7 +388,7 @@ def inventory(top, *, owner: str, leaf_classes=()):
     subs, srams, unelaborated = {}, [], [top, m]
     for name, sub in submodules(m):
         if isinstance(sub, Memory):
-            if _is_macro(sub):
+            if is_sram_macro(sub):
                 width = len(Value.cast(Signal(sub.shape)))
                 srams.append(SramUse(owner=owner, name=name or "<anon>", width=width,
                                      depth=sub.depth, read_ports=len(sub.read_ports),

@@ -26,9 +26,18 @@ paper dies' streamline ring) is converted inside its parent's module, as Amarant
 ``Instance`` cannot drive that many (:data:`INSTANCE_OUTPUT_BITS`). A block that defines a
 clock domain of its own and has children is refused (:class:`ExportError`: a child converted
 alone would lose the domain's clock edge and reset kind); no block of the die defines one (the
-FPGA board top does). Memories stay Amaranth's behavioural Verilog in both forms (no macros);
-the module names of Amaranth's internal submodules are made plain identifiers in both
-(:func:`plain_module_names`).
+FPGA board top does). The module names of Amaranth's internal submodules are made plain
+identifiers in both forms (:func:`plain_module_names`).
+
+**SRAM macros** (``srams=``, ``elmoe3d verilog --sram macro``). Memories are Amaranth's
+behavioural Verilog by default. In the macro form each RAM that the area roll-up calls an SRAM
+macro (:func:`~elmoe3d.synth.blocks.is_sram_macro`) becomes an ``Instance`` of a module of its
+kind (:class:`SramMacro`: geometry, ports, write granules, read-during-write), caught through
+Amaranth's ``platform.get_memory`` hook in either form; :func:`sram_models` gives each kind's
+behavioural model (:class:`SramModel`, an Amaranth memory with the macro's ports, so the
+macro form simulates as the RTL does) and :func:`memory_list` the macros with every
+instance's path, read back from the Verilog (:func:`instance_tree`). :func:`sdc` gives the top
+module's clock constraint.
 The paper-4gb die is then 64 modules, 13.0 MB in about 2.5 minutes and 1.25 GB. The two forms
 are one design:
 ``tests/cocotb/test_export.py`` runs both of a block side by side in Verilator on random
@@ -43,19 +52,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
+from amaranth.hdl import ClockDomain, ClockSignal, Instance, Module, ResetSignal, Shape, unsigned
+from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 from ..sim.runner import dedup_modules, module_ports
-from .amaranth_internals import (module_domains, no_comb_cycle_check, replace_submodules,
-                                 submodules)
+from .amaranth_internals import (module_domains, no_comb_cycle_check, port_direction,
+                                 replace_submodules, submodules)
 from .blocks import (BLOCK_TYPES, component_ports, convert_ports, instance_key, instance_params,
-                     inventory, short_key)
+                     inventory, is_sram_macro, memory_ports, short_key)
 
 
 __all__ = ["ExportError", "DieBlock", "die_blocks", "block_classes", "module_name",
            "flat_verilog", "hierarchical_verilog", "plain_module_names", "INSTANCE_OUTPUT_BITS",
-           "output_bits"]
+           "output_bits", "SramMacro", "SramModel", "sram_models", "instance_tree",
+           "sram_instances", "memory_list", "sdc"]
 
 
 class ExportError(ValueError):
@@ -178,13 +191,269 @@ def plain_module_names(text: str) -> str:
     return pattern.sub(lambda m: mapping[m.group(0)], text)
 
 
-def flat_verilog(obj, *, name: str) -> str:
+# ---- SRAM macros (``sram=``) ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SramMacro:
+    """One kind of SRAM macro of the export's macro form: what a RAM of the design
+    (:func:`~elmoe3d.synth.blocks.is_sram_macro`) needs from the macro that replaces it.
+
+    ``width`` and ``depth`` in bits and words; ``read_ports``: ``(domain, transparent_for)``
+    of each read port, ``transparent_for`` the indices of the write ports whose write of the
+    same cycle and word it returns (new data; otherwise the old word); ``write_ports``:
+    ``(domain, granularity)`` of each, ``granularity`` the bits a write-enable bit covers
+    (``None``: the whole word, one enable bit); ``collision_free``: the design never reads and
+    writes one word in one cycle (the memory's ``no_rw_check`` attribute,
+    :func:`elmoe3d.hw.pe.memories.memory`), so read-during-write behaviour is free."""
+
+    width: int
+    depth: int
+    read_ports: tuple
+    write_ports: tuple
+    collision_free: bool
+
+    @classmethod
+    def of(cls, mem) -> "SramMacro":
+        """The macro kind of RAM ``mem`` (an ``amaranth.lib.memory.Memory``)."""
+        writes = list(mem.write_ports)
+        index = {id(w): j for j, w in enumerate(writes)}
+        return cls(width=Shape.cast(mem.shape).width, depth=mem.depth,
+                   read_ports=tuple((p.domain, tuple(sorted(index[id(w)]
+                                                            for w in p.transparent_for)))
+                                    for p in mem.read_ports),
+                   write_ports=tuple((p.domain, p.signature.granularity) for p in writes),
+                   collision_free=bool((mem.attrs or {}).get("no_rw_check")))
+
+    @property
+    def addr_width(self) -> int:
+        return ceil_log2(self.depth)
+
+    def enable_width(self, j: int) -> int:
+        """Write-enable bits of write port ``j`` (one a granule)."""
+        granularity = self.write_ports[j][1]
+        return self.width // granularity if granularity else 1
+
+    @property
+    def clock_ports(self) -> tuple:
+        """``(domain, port)`` of each clock the macro takes: ``clk`` for ``sync``,
+        ``<domain>_clk`` for another, in port order."""
+        domains = dict.fromkeys(d for d, _ in self.read_ports + self.write_ports)
+        return tuple((d, "clk" if d == "sync" else f"{d}_clk") for d in domains)
+
+    @property
+    def base_name(self) -> str:
+        """``elmoe3d_sram_<width>x<depth>_<r>r<w>w`` then ``_g<granularity>`` (per write
+        port, the width for whole words) when a write port has granules, ``_wt`` when a read
+        port returns same-cycle writes (write-through), ``_nrw`` when collision free, and each
+        clock domain other than ``sync``."""
+        parts = [f"elmoe3d_sram_{self.width}x{self.depth}",
+                 f"{len(self.read_ports)}r{len(self.write_ports)}w"]
+        if any(g for _d, g in self.write_ports):
+            parts.append("g" + "_".join(str(g or self.width) for _d, g in self.write_ports))
+        if any(t for _d, t in self.read_ports):
+            parts.append("wt")
+        if self.collision_free:
+            parts.append("nrw")
+        parts += [d for d, _p in self.clock_ports if d != "sync"]
+        return "_".join(parts)
+
+    @property
+    def read_during_write(self) -> str:
+        """What a read of the word being written returns: ``"new data"`` (every read port
+        transparent for every write port), ``"old data"`` (none), ``"never happens"``
+        (collision free), else ``"per port"``."""
+        if self.collision_free:
+            return "never happens"
+        every = tuple(range(len(self.write_ports)))
+        if all(t == every for _d, t in self.read_ports):
+            return "new data"
+        if not any(t for _d, t in self.read_ports):
+            return "old data"
+        return "per port"
+
+    def to_dict(self) -> dict:
+        """The macro's fields for the memory list (:func:`memory_list`)."""
+        clocks = dict(self.clock_ports)
+        return {
+            "width": self.width, "depth": self.depth, "bits": self.width * self.depth,
+            "address_bits": self.addr_width,
+            "read_ports": [{"name": f"rd{i}", "clock": clocks[d], "enable": f"rd{i}_en",
+                            "transparent_for": [f"wr{j}" for j in t]}
+                           for i, (d, t) in enumerate(self.read_ports)],
+            "write_ports": [{"name": f"wr{j}", "clock": clocks[d],
+                             "granularity": g or self.width,
+                             "enable_bits": self.enable_width(j)}
+                            for j, (d, g) in enumerate(self.write_ports)],
+            "read_during_write": self.read_during_write,
+            "read_latency_cycles": 1,
+        }
+
+
+class _MacroPlatform:
+    """The ``platform`` of a conversion in the macro form: each RAM that
+    :func:`~elmoe3d.synth.blocks.is_sram_macro` calls a macro becomes an ``Instance`` of its
+    kind's module (``kinds``: :class:`SramMacro` -> module name, shared by the conversions of
+    one export); other memories stay Amaranth's."""
+
+    def __init__(self, kinds: dict):
+        self.kinds = kinds
+
+    def module(self, macro) -> str:
+        module = self.kinds.get(macro)
+        if module is None:
+            base, n, module = macro.base_name, 1, macro.base_name
+            while module in self.kinds.values():
+                n += 1
+                module = f"{base}_{n}"
+            self.kinds[macro] = module
+        return module
+
+    def get_memory(self, mem):
+        if not is_sram_macro(mem):
+            return Memory.elaborate(mem, None)
+        macro = SramMacro.of(mem)
+        kwargs = {f"i_{port}": ClockSignal(d) for d, port in macro.clock_ports}
+        kwargs.update({f"{d}_{n}": v for d, n, v in memory_ports(mem)})
+        return Instance(self.module(macro), **kwargs)
+
+
+class SramModel(wiring.Component):
+    """Behavioural model of an :class:`SramMacro`: an Amaranth ``Memory`` with the macro's
+    ports (``rd<i>_addr``, ``rd<i>_en``, ``rd<i>_data``, ``wr<j>_addr``, ``wr<j>_en``,
+    ``wr<j>_data``; clocks ``clk`` / ``<domain>_clk``), so that it behaves as the RAM it
+    replaces, cycle for cycle: one cycle of read latency, the same transparency and write
+    granules. ``power_up``: ``None`` for all-zero contents (the RTL's RAMs are declared with
+    zeros), else a seed for pseudo-random contents (a real macro's power-up contents are
+    undefined: a design that runs the same on them does not depend on them)."""
+
+    def __init__(self, macro: SramMacro, *, power_up=None):
+        self.macro, self.power_up = macro, power_up
+        a, members = macro.addr_width, {}
+        for i in range(len(macro.read_ports)):
+            members.update({f"rd{i}_addr": In(a), f"rd{i}_en": In(1, init=1),
+                            f"rd{i}_data": Out(macro.width)})
+        for j in range(len(macro.write_ports)):
+            members.update({f"wr{j}_addr": In(a), f"wr{j}_en": In(macro.enable_width(j)),
+                            f"wr{j}_data": In(macro.width)})
+        super().__init__({k: v for k, v in members.items() if Shape.cast(v.shape).width})
+        self.clock_domains = [ClockDomain(d, reset_less=True) for d, _p in macro.clock_ports]
+
+    def convert_ports(self) -> dict:
+        """The ``ports=`` of its conversion: the signature's and a clock input a domain
+        (Amaranth makes no port of a domain the module defines)."""
+        return {**convert_ports(self), **{port: (cd.clk, port_direction(In)) for cd, (_d, port)
+                                          in zip(self.clock_domains, self.macro.clock_ports)}}
+
+    def elaborate(self, platform):
+        import random
+        macro, m = self.macro, Module()
+        m.domains += self.clock_domains               # a clock and no reset: a macro's ports
+        init = [] if self.power_up is None else \
+            [random.Random(f"{self.power_up}/{macro}").getrandbits(macro.width)
+             for _ in range(macro.depth)]
+        m.submodules.mem = mem = Memory(shape=unsigned(macro.width), depth=macro.depth,
+                                        init=init)
+        writes = [mem.write_port(domain=d, granularity=g) for d, g in macro.write_ports]
+        for j, port in enumerate(writes):
+            for field_ in ("addr", "en", "data"):
+                if hasattr(self, f"wr{j}_{field_}"):
+                    m.d.comb += getattr(port, field_).eq(getattr(self, f"wr{j}_{field_}"))
+        for i, (d, t) in enumerate(macro.read_ports):
+            port = mem.read_port(domain=d, transparent_for=[writes[j] for j in t])
+            if hasattr(self, f"rd{i}_addr"):
+                m.d.comb += port.addr.eq(getattr(self, f"rd{i}_addr"))
+            m.d.comb += [port.en.eq(getattr(self, f"rd{i}_en")),
+                         getattr(self, f"rd{i}_data").eq(port.data)]
+        return m
+
+
+def sram_models(kinds: dict, *, power_up=None) -> str:
+    """Verilog of the behavioural model (:class:`SramModel`) of each macro kind of ``kinds``
+    (:class:`SramMacro` -> module name, as an export filled it), one module each."""
+    from amaranth.back import verilog
+    models = [(SramModel(macro, power_up=power_up), module) for macro, module in kinds.items()]
+    return "".join(verilog.convert(model, name=module, emit_src=False,
+                                   ports=model.convert_ports()) for model, module in models)
+
+
+_MODULE_TEXT = re.compile(r"^module (\\?\S+?)\s*\((.*?)^endmodule", re.M | re.S)
+_INSTANTIATION = re.compile(r"^  (\\?[A-Za-z_][\w$]*)\s+(\\\S+|[A-Za-z_][\w$]*)\s*\($", re.M)
+
+
+def instance_tree(text: str) -> dict:
+    """The instantiations in each module of Verilog ``text`` as Amaranth writes it (one
+    ``  <module> <instance> (`` line each): ``module -> [(module instantiated, instance name),
+    ...]``, escaped instance names without their backslash; instantiated modules need not be
+    defined in ``text`` (macros)."""
+    return {m.group(1): [(a, b.lstrip("\\")) for a, b in _INSTANTIATION.findall(m.group(2))]
+            for m in _MODULE_TEXT.finditer(text)}
+
+
+def sram_instances(text: str, top: str, modules) -> dict:
+    """``module -> [instance path, ...]`` of each macro module of ``modules`` under ``top``
+    in ``text`` (paths of instance names from ``top`` down, ``/``-joined), in text order."""
+    tree, found, modules = instance_tree(text), {}, set(modules)
+
+    def walk(module, path):
+        for child, name in tree.get(module, ()):
+            if child in modules:
+                found.setdefault(child, []).append(path + name)
+            else:
+                walk(child, f"{path}{name}/")
+
+    walk(top, "")
+    return found
+
+
+def memory_list(text: str, top: str, kinds: dict) -> dict:
+    """The SRAM macros of an export in the macro form: for each kind (``kinds``, as the export
+    filled it) its module, fields (:meth:`SramMacro.to_dict`), an area estimate
+    (:func:`elmoe3d.synth.sram.sram_area`, um^2 a macro) and every instance path under
+    ``top``; with their totals (``total_instances``, ``total_bits``, ``total_area_um2``).
+    Raises ``ValueError`` when a kind has no instance in ``text``."""
+    from .sram import sram_area
+    paths = sram_instances(text, top, kinds.values())
+    macros = []
+    for macro, module in kinds.items():
+        where = paths.get(module)
+        if not where:
+            raise ValueError(f"{module}: no instance under {top}")
+        area = sram_area(macro.width, macro.depth, len(macro.read_ports)).area
+        macros.append({"module": module, **macro.to_dict(), "area_um2": round(area, 3),
+                       "count": len(where), "instances": where})
+    return {"top": top, "macros": macros,
+            "total_instances": sum(m["count"] for m in macros),
+            "total_bits": sum(m["bits"] * m["count"] for m in macros),
+            "total_area_um2": round(sum(m["area_um2"] * m["count"] for m in macros), 3)}
+
+
+def sdc(*, top: str, ports, clock_ghz: float, comment: str = "") -> str:
+    """Timing constraints (SDC) of an exported top module ``top`` whose ports are ``ports``:
+    one ``create_clock`` a clock port (``clk``, ``<domain>_clk``) at ``clock_ghz`` (the
+    configuration's logic clock; every domain of the die runs on it), named as the port.
+    Nothing else is set: no input or output delays (a block's budget is its flow's), no
+    uncertainty; ``comment`` lines (``#``-prefixed here) open the file."""
+    clocks = [p for p in ports if (hit := _DOMAIN_PORT.match(p)) and hit.group(2) == "clk"]
+    if not clocks:
+        raise ValueError(f"{top}: no clock port")
+    lines = [f"# {line}" for line in comment.splitlines()]
+    lines.append(f"# logic clock {clock_ghz:g} GHz; no input/output delays or uncertainty set")
+    lines += [f"create_clock -name {c} -period {1 / clock_ghz:.4f} [get_ports {c}]"
+              for c in clocks]
+    return "\n".join(lines) + "\n"
+
+
+def flat_verilog(obj, *, name: str, srams: dict | None = None) -> str:
     """Verilog of block ``obj`` whole, top module ``name``, identical modules merged. Its ports
     are the block's signature members less the constant ones (an always-ready ``ready``), with
-    ``clk`` and ``rst`` for its ``sync`` domain."""
+    ``clk`` and ``rst`` for its ``sync`` domain. ``srams``: a dict to fill with the
+    :class:`SramMacro` kinds (-> module name) of the RAMs made macro instances; ``None``
+    keeps every memory Amaranth's behavioural Verilog."""
     from amaranth.back import verilog
+    platform = None if srams is None else _MacroPlatform(srams)
     return plain_module_names(dedup_modules(verilog.convert(obj, name=name, emit_src=False,
-                                                            ports=convert_ports(obj))))
+                                                            ports=convert_ports(obj),
+                                                            platform=platform)))
 
 
 _DOMAIN_PORT = re.compile(r"^(?:(\w+)_)?(clk|rst)$")
@@ -227,13 +496,15 @@ def _child(module: str, obj, module_ports) -> Instance:
     return Instance(module, **kwargs)
 
 
-def hierarchical_verilog(obj, *, name: str, progress=None) -> str:
+def hierarchical_verilog(obj, *, name: str, progress=None, srams: dict | None = None) -> str:
     """Verilog of block ``obj`` as one module per distinct block instance (module
     docstring), top module ``name``; each module converted once, children before parents.
-    ``progress(label)`` is called before each conversion. Raises :class:`ExportError` for
-    a block that defines a clock domain and has children."""
+    ``progress(label)`` is called before each conversion; ``srams`` as for
+    :func:`flat_verilog`. Raises :class:`ExportError` for a block that defines a clock domain
+    and has children."""
     from amaranth.back import verilog
     classes = block_classes()
+    platform = None if srams is None else _MacroPlatform(srams)
     done = {}                                     # key -> (module name, ports, text)
 
     def emit(block, module):
@@ -272,7 +543,7 @@ def hierarchical_verilog(obj, *, name: str, progress=None) -> str:
             # and Yosys' own checks report loops in the exported text
             with no_comb_cycle_check():
                 text = verilog.convert(block, name=module, emit_src=False,
-                                       ports=convert_ports(block))
+                                       ports=convert_ports(block), platform=platform)
         finally:
             del block.elaborate
         text = dedup_modules(text)

@@ -5,6 +5,7 @@ Usage::
 
     elmoe3d verilog --list [--config NAME]          # the die's blocks: instances, parameters
     elmoe3d verilog BLOCK [--config NAME] [-o FILE] [--flat] [--instance N] [--name TOP]
+                    [--sdc FILE] [--sram macro [--sram-models FILE] [--memories FILE]]
 
 ``BLOCK`` is a block of ``elmoe3d blocks`` (``die``, ``pe``, ``ring``, ...) or a top class
 (``LogicDie``, ``PE``, ``SwiGLUUnit``, ...), as the die at ``--config`` builds it. A block or
@@ -15,6 +16,15 @@ block whole, as ``make sim`` builds it (the paper dies are out of reach so). Wit
 (or with ``-o -``) the Verilog goes to standard output and the summary to standard error. The
 file starts with a comment naming the tool version, block, configuration (every field) and
 form; it is written only when complete. A mistake is one line naming the option (exit status 2).
+
+``--sram macro`` makes each RAM an SRAM macro would be (:func:`elmoe3d.synth.blocks.is_sram_macro`:
+a write port, synchronous reads, at least 2,048 bits) an instance of a macro module, one module
+a kind (``elmoe3d_sram_<width>x<depth>_<r>r<w>w...``, :class:`elmoe3d.synth.export.SramMacro`),
+for a memory compiler's macros to replace; their behavioural models (Amaranth memories with the
+macro's ports) follow the design, or go to ``--sram-models FILE``. ``--memories FILE`` writes
+the macro list as JSON (:func:`elmoe3d.synth.export.memory_list`: each kind's geometry, ports,
+write granules, read-during-write behaviour, ASAP7 area estimate and instance paths).
+``--sdc FILE`` writes a ``create_clock`` at the configuration's logic clock a clock port.
 """
 
 from __future__ import annotations
@@ -49,6 +59,21 @@ def configure(parser) -> None:
                         help="top module name (default elmoe3d_<block>_<config>)")
     parser.add_argument("-o", "--out", metavar="FILE", type=output_path, default=None,
                         help="write the Verilog to FILE (default, or -: standard output)")
+    parser.add_argument("--sdc", metavar="FILE", type=output_path, default=None,
+                        help="write timing constraints to FILE: a create_clock at the "
+                             "configuration's logic clock on each clock port of the top "
+                             "module (no I/O delays)")
+    parser.add_argument("--sram", choices=("rtl", "macro"), default="rtl",
+                        help="rtl: every memory as Amaranth's behavioural Verilog (default); "
+                             "macro: each RAM of at least 2,048 bits with synchronous reads "
+                             "an instance of an SRAM macro module, one module a kind, their "
+                             "behavioural models after the design")
+    parser.add_argument("--sram-models", metavar="FILE", type=output_path, default=None,
+                        help="with --sram macro: write the macros' behavioural models to FILE "
+                             "instead of after the design (to link a memory compiler's)")
+    parser.add_argument("--memories", metavar="FILE", type=output_path, default=None,
+                        help="with --sram macro: write the list of SRAM macros to FILE (JSON: "
+                             "geometry, ports, read-during-write, area estimate, instances)")
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -191,12 +216,14 @@ def default_name(entry, found, arch) -> str:
     return f"elmoe3d_{snake}{index}_{arch.name}".replace("-", "_")
 
 
-def header(*, block, arch, flat, name) -> str:
+def header(*, block, arch, flat, name, srams=None) -> str:
     """The comment the exported file starts with: tool version, block, configuration (every
-    field, JSON) and form."""
+    field, JSON) and form (``srams``: how the SRAM macros are given, if they are)."""
     from .. import __version__
     from ..sim.runner import source_digest
     form = "flat" if flat else "hierarchical (one module per distinct block instance)"
+    if srams:
+        form += f"; {srams}"
     params = {k: v for k, v in block.params.items()        # configurations: the line below
               if not dataclasses.is_dataclass(v)}
     return (f"// elmoe3d {__version__} (source {source_digest()[:16]}): elmoe3d verilog\n"
@@ -210,12 +237,28 @@ def run(args) -> int:
     from ..hw.checked import inspection
     from ..hw.die import LogicDie
     from ..sim.runner import module_ports
-    from ..synth.export import ExportError, die_blocks, flat_verilog, hierarchical_verilog
+    from ..synth.export import (ExportError, die_blocks, flat_verilog, hierarchical_verilog,
+                                memory_list, sdc, sram_models)
     arch = _arch(args.config)
-    if args.list and (args.flat or any(v is not None for v in (args.block, args.out,
-                                                                 args.name, args.instance))):
-        raise UserError("--list: takes no BLOCK, -o, --flat, --name or --instance (it lists "
-                        "the die's blocks)")
+    macro_files = [(option, path) for option, path in (("--sram-models", args.sram_models),
+                                                        ("--memories", args.memories))
+                   if path is not None]
+    if args.list and (args.flat or args.sram != "rtl" or macro_files
+                      or any(v is not None for v in (args.block, args.out, args.name,
+                                                     args.instance, args.sdc))):
+        raise UserError("--list: takes no BLOCK, -o, --flat, --name, --instance, --sdc or "
+                        "--sram options (it lists the die's blocks)")
+    if args.sdc is not None:
+        if str(args.sdc) == "-":
+            raise UserError("--sdc -: expected a file (standard output is the Verilog's)")
+        check_output(args.sdc, "--sdc")
+    for option, path in macro_files:
+        if args.sram != "macro":
+            raise UserError(f"{option}: needs --sram macro (with --sram rtl there are no "
+                            f"macros)")
+        if str(path) == "-":
+            raise UserError(f"{option} -: expected a file (standard output is the Verilog's)")
+        check_output(path, option)
     if not args.list and args.block is None:
         raise UserError("BLOCK: expected a block or class to export (elmoe3d verilog --list "
                         "shows them), or --list")
@@ -226,6 +269,11 @@ def run(args) -> int:
         args.out = None                                       # -o -: standard output
     if args.out is not None:
         check_output(args.out, "-o")
+    written = [p for p in [args.out, args.sdc] + [p for _o, p in macro_files]
+               if p is not None]
+    clash = [p for p in written if written.count(p) > 1]
+    if clash:
+        raise UserError(f"-o, --sdc, --sram-models, --memories: {clash[0]} given twice")
     to_stdout = args.out is None and not args.list
     console = report_console()
     if to_stdout:
@@ -240,26 +288,38 @@ def run(args) -> int:
                 return 0
             entry = _pick(found, args.block, args.instance)
             name = name or default_name(entry, found, arch)
+            block_label = f"{entry.cls} (block {entry.block})"
             where = f"{entry.count:,} on the die" if entry.count else \
                 "not on the die: built with its defaults"
             say(f"elmoe3d verilog: {entry.cls} (block {entry.block}, {where}) at {arch.name}, "
                 f"{'flat' if args.flat else 'hierarchical'}, top module {name}")
             start = time.monotonic()
+            kinds = {} if args.sram == "macro" else None
             if args.flat:
                 pes = _pes_under(found, entry)
                 if pes > 1:
                     say(f"  flat: Amaranth elaborates each of the {pes} PEs (one paper PE: "
                         f"about 2.5 minutes and 2.4 GB here); the default, hierarchical form "
                         f"converts one")
-                text = flat_verilog(entry.obj, name=name)
+                text = flat_verilog(entry.obj, name=name, srams=kinds)
             else:
                 try:
-                    text = hierarchical_verilog(entry.obj, name=name,
+                    text = hierarchical_verilog(entry.obj, name=name, srams=kinds,
                                                 progress=lambda s: say(f"  converting {s}"))
                 except ExportError as exc:
                     raise UserError(f"BLOCK {args.block}: {exc}") from None
+            models, macros, srams = "", None, None
+            if kinds is not None:
+                macros = memory_list(text, name, kinds)
+                models = sram_models(kinds)
+                srams = (f"SRAM macros: {len(kinds)} kinds, {macros['total_instances']} instances, "
+                         f"behavioural models "
+                         + (f"in {args.sram_models}" if args.sram_models else "after the design"))
             seconds = time.monotonic() - start
-            text = header(block=entry, arch=arch, flat=args.flat, name=name) + text
+            text = header(block=entry, arch=arch, flat=args.flat, name=name,
+                          srams=srams) + text
+            if not args.sram_models:
+                text, models = text + models, ""
             ports = module_ports(text, name)
         except KeyboardInterrupt:
             # raised again below, once the scope has collected the blocks the traceback's
@@ -270,16 +330,50 @@ def run(args) -> int:
             entry = None
     if interrupted:
         raise KeyboardInterrupt
+    constraints = None if args.sdc is None else sdc(
+        top=name, ports=ports, clock_ghz=arch.clock_ghz,
+        comment=f"elmoe3d verilog: {block_label} at {arch.name}, top module {name}")
+    files = [("-o", None if to_stdout else args.out, text),
+             ("--sdc", args.sdc, constraints),
+             ("--sram-models", args.sram_models, models),
+             ("--memories", args.memories, macros and json.dumps(
+                 {"block": block_label, "configuration": arch.name, **macros}, indent=1) + "\n")]
+    files = [(o, p, t) for o, p, t in files if p is not None]
+
+    def error(exc):
+        options = [o for o, p, _t in files if str(p) == str(exc.filename)] or \
+            [" / ".join(o for o, _p, _t in files)]
+        return f"{options[0]}: cannot write ({exc})"
+
+    with atomic_outputs(error) as outputs:
+        for _option, path, content in files:
+            with open(outputs.temp_for(path), "w", encoding="utf-8") as f:
+                f.write(content)
     if to_stdout:
         sys.stdout.write(text)
         sys.stdout.flush()
-    else:
-        with atomic_outputs(lambda exc: f"-o {args.out}: cannot write ({exc})") as outputs:
-            with open(outputs.temp_for(args.out), "w", encoding="utf-8") as f:
-                f.write(text)
     modules = len(re.findall(r"^module ", text, re.M))
     where = "standard output" if to_stdout else str(args.out)
     say(f"wrote {where}: {len(text):,} bytes, {text.count(chr(10)):,} lines, {modules} "
         f"module{'s' if modules != 1 else ''}, {len(ports)} ports of {name} "
         f"(conversion {seconds:.1f} s)")
+    if macros is not None:
+        _macro_summary(say, macros)
+    for option, path, content in files[0 if to_stdout else 1:]:
+        say(f"wrote {option} {path}: {len(content):,} bytes")
     return 0
+
+
+def _macro_summary(say, macros) -> None:
+    """The SRAM macros' kinds, one line each, and their totals."""
+    say(f"SRAM macros: {len(macros['macros'])} kinds, {macros['total_instances']:,} "
+        f"instances, {macros['total_bits']:,} bits, {macros['total_area_um2'] / 1e6:.4f} mm^2 "
+        f"(ASAP7 estimate, elmoe3d.synth.sram)")
+    for m in macros["macros"]:
+        grains = ", ".join(f"{w['granularity']}-bit granules" for w in m["write_ports"]
+                           if w["enable_bits"] > 1)
+        say(f"  {m['module']}: {m['count']} x {m['depth']} words of {m['width']} bits, "
+            f"{len(m['read_ports'])} read / {len(m['write_ports'])} write port"
+            f"{'s' if len(m['write_ports']) > 1 else ''}"
+            f"{', ' + grains if grains else ''}, read during write: "
+            f"{m['read_during_write']}")

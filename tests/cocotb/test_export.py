@@ -3,7 +3,9 @@ distinct instance, :mod:`elmoe3d.synth.export`) against its flat Verilog in one 
 model, every output compared cycle by cycle on random inputs and resets
 (:mod:`elmoe3d.sim.export_equivalence`), on the small configuration's blocks as the die builds them.
 A hierarchy with two children's modules swapped is caught; a child too wide for an Amaranth
-``Instance`` is converted inside its parent and still equal."""
+``Instance`` is converted inside its parent and still equal. The SRAM macro form: its models
+equal the RTL memories (a model with another read-during-write is caught), and the
+hierarchical PE with macros powered up at random runs the real-trace MoE layers bit-exact."""
 
 import re
 
@@ -79,26 +81,36 @@ def test_ext_controller_hierarchy_equals_flat():
     assert records[0]["comparisons"] == 1000 * records[0]["outputs"] > 0
 
 
-def _hierarchical(block, top):
+#: The seed of the PE's macro models' power-up contents (printed with the bench's own seed).
+PE_POWER_UP = 7
+
+
+def _hierarchical(block, top, srams=None):
     """``block``'s hierarchical Verilog with top module ``top`` (a bench's toplevel)."""
     with inspection():
         try:
-            return export.hierarchical_verilog(block, name=top)
+            return export.hierarchical_verilog(block, name=top, srams=srams)
         finally:
             block = None
 
 
-def test_hierarchical_pe_runs_the_real_moe_layer_bit_exact():
+def test_hierarchical_pe_with_macros_runs_the_real_moe_layer_bit_exact():
     """Random inputs barely reach a PE's datapath (its commands are mostly refused), so the
-    hierarchical PE (the tile and nine VPU unit modules) runs the PE bench's MoE layers
-    routed by the real Mixtral trace, DRAFT and FULL, every output beat against the
-    functional simulator and the golden ``ref_moe``, as ``make sim``'s flat PE does."""
+    hierarchical PE (the tile and nine VPU unit modules) in the macro form (its 12 RAMs
+    instances of 7 SRAM macro kinds, whose models power up with pseudo-random contents, as a
+    real macro's are undefined) runs the PE bench's MoE layers routed by the real Mixtral
+    trace, DRAFT and FULL, every output beat against the functional simulator and the golden
+    ``ref_moe``, as ``make sim``'s flat PE does. So the hierarchy, the macro wiring and the
+    models are right, and the PE does not depend on its RAMs' power-up contents."""
     from elmoe3d.hw.pe import PE
     from elmoe3d.sim.bench_pe import run_pe_bench
     from elmoe3d.sim.runner import build
     arch = preset("small")
-    built = build(_hierarchical(PE(config=arch), "pe"), name="export_pe_hierarchical",
-                  toplevel="pe")
+    kinds = {}
+    text = _hierarchical(PE(config=arch), "pe", srams=kinds)
+    assert len(kinds) == 7
+    built = build(text + export.sram_models(kinds, power_up=PE_POWER_UP),
+                  name="export_pe_hierarchical_macros", toplevel="pe")
     result = run_pe_bench(arch, tests="test_trace_moe/traffic=stalls", built=built,
                           params={"batches": [1, 4]})
     records = check_bench(result, ["test_trace_moe"])
@@ -130,3 +142,42 @@ def test_a_zero_width_port_is_no_wire(monkeypatch):
     with inspection():
         check_bench(run_export_bench(parent(), label="zero_width", cycles=200),
                     ["test_export_equivalence"])
+
+
+def _zoo_bench(*, label, mutate=None, cycles=2000):
+    """The memory zoo (``tests/tools/test_verilog_cmd.py``) flat against its macro form
+    (flat, each macro's behavioural model after it); ``mutate(kinds)`` changes the macros the
+    models are built from (a test's broken model)."""
+    from ..tools.test_verilog_cmd import memory_zoo
+    zoo, kinds = memory_zoo(), {}
+    with inspection():
+        gate = export.flat_verilog(zoo(), name="gate", srams=kinds)
+        models = kinds if mutate is None else mutate(kinds)
+        return run_export_bench(zoo(), label=label, cycles=cycles, check=mutate is None,
+                                gate_text=gate + export.sram_models(models))
+
+
+def test_sram_macros_equal_the_rtl_memories():
+    """The macro form of the memory zoo (three macros: two read ports, one transparent,
+    8-bit write granules; a struct-shaped word; collision free and not) against the RTL
+    memories on random addresses, enables and data: every output equal each cycle."""
+    records = check_bench(_zoo_bench(label="zoo_macros"), ["test_export_equivalence"])
+    assert records[0]["comparisons"] == 2000 * records[0]["outputs"] > 0
+
+
+def test_a_model_with_other_read_during_write_is_caught():
+    """The two-read-port macro's model built with both ports returning old data (the RTL's
+    second port is transparent): the bench finds mismatches."""
+    import dataclasses
+
+    def old_data(kinds):
+        out = {}
+        for macro, module in kinds.items():
+            if len(macro.read_ports) == 2:
+                macro = dataclasses.replace(macro, read_ports=tuple((d, ()) for d, _t
+                                                                    in macro.read_ports))
+            out[macro] = module
+        return out
+    result = _zoo_bench(label="zoo_old_data", mutate=old_data, cycles=500)
+    assert result.sim.failures == 1
+    assert result.records[0]["mismatches"] > 0 and result.records[0]["first"]

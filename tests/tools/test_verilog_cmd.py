@@ -147,6 +147,11 @@ def test_flat_to_standard_output(capsys):
     (["pe", "--list"], "--list: takes no BLOCK"),
     (["--list", "--instance", ""], "--list: takes no BLOCK"),
     ([], "BLOCK: expected a block or class to export"),
+    (["pe", "--memories", "m.json"], "--memories: needs --sram macro"),
+    (["pe", "--sram-models", "models.v"], "--sram-models: needs --sram macro"),
+    (["pe", "--sram", "macro", "--sram-models", "-"], "--sram-models -: expected a file"),
+    (["--list", "--sram", "macro"], "--list: takes no BLOCK"),
+    (["pe", "--sdc", "-"], "--sdc -: expected a file"),
 ])
 def test_mistakes_are_one_line(capsys, tmp_path, argv, message):
     out_file = tmp_path / "x.v"
@@ -264,3 +269,170 @@ def test_plain_module_names_keeps_names_apart():
                                                               "top_x"]
     assert "  top_x_2  x (" in out and "  top_x_y  y (" in out and "  top_x  z (" in out
     assert "\\top.x.sig " in out                    # a signal's escaped name is kept
+
+
+def memory_zoo():
+    """A block of five RAMs of every kind the macro form tells apart, each port a signature
+    member (random inputs reach every word): ``a`` 64 x 64 bits, two read ports (the second
+    transparent), 8-bit write granules; ``b`` 128 words of a 32-bit struct, one read port
+    with its enable left at 1, whole-word writes, collision free (``no_rw_check``); ``c`` the
+    same geometry as ``b`` but not collision free (its own kind); ``d`` 64 x 40 bits read
+    combinationally (a register file: not a macro); ``e`` 16 x 8 bits (below
+    :data:`~elmoe3d.synth.blocks.SRAM_MIN_BITS`: not a macro)."""
+    from amaranth.hdl import Module, unsigned
+    from amaranth.lib import data, wiring
+    from amaranth.lib.memory import Memory
+    from amaranth.lib.wiring import In, Out
+
+    entry = data.StructLayout({"tag": unsigned(12), "value": unsigned(20)})
+    geometry = {"a": (64, 64), "b": (32, 128), "c": (32, 128), "d": (40, 64), "e": (8, 16)}
+
+    class MemoryZoo(wiring.Component):
+        def __init__(self):
+            members = {}
+            for name, (width, depth) in geometry.items():
+                a = (depth - 1).bit_length()
+                members.update({f"{name}_waddr": In(a), f"{name}_wdata": In(width),
+                                f"{name}_wen": In(width // 8 if name == "a" else 1),
+                                f"{name}_raddr": In(a), f"{name}_ren": In(1),
+                                f"{name}_rdata": Out(width)})
+            members.update({"a_raddr1": In(6), "a_ren1": In(1), "a_rdata1": Out(64)})
+            super().__init__(members)
+
+        def elaborate(self, platform):
+            m = Module()
+            for name, (width, depth) in geometry.items():
+                shape = entry if name in "bc" else unsigned(width)
+                m.submodules[name] = mem = Memory(
+                    shape=shape, depth=depth, init=[],
+                    attrs={"no_rw_check": 1} if name == "b" else None)
+                wp = mem.write_port(granularity=8 if name == "a" else None)
+                rp = mem.read_port(domain="comb" if name == "d" else "sync")
+                m.d.comb += [wp.addr.eq(getattr(self, f"{name}_waddr")),
+                             wp.data.eq(getattr(self, f"{name}_wdata")),
+                             wp.en.eq(getattr(self, f"{name}_wen")),
+                             rp.addr.eq(getattr(self, f"{name}_raddr")),
+                             getattr(self, f"{name}_rdata").eq(rp.data)]
+                if name not in "bd":
+                    m.d.comb += rp.en.eq(getattr(self, f"{name}_ren"))
+                if name == "a":
+                    rp1 = mem.read_port(transparent_for=(wp,))
+                    m.d.comb += [rp1.addr.eq(self.a_raddr1), rp1.en.eq(self.a_ren1),
+                                 self.a_rdata1.eq(rp1.data)]
+            return m
+
+    return MemoryZoo
+
+
+def test_sram_macro_kinds():
+    """The macro form makes ``a``, ``b`` and ``c`` of the memory zoo macro instances, three
+    kinds named by geometry and ports, and leaves the combinationally read ``d`` and the small
+    ``e`` Amaranth's; the memory list gives each kind's ports, read-during-write behaviour and
+    instance path."""
+    from elmoe3d.synth.export import SramMacro, flat_verilog, memory_list
+    kinds = {}
+    with inspection():
+        text = flat_verilog(memory_zoo()(), name="zoo", srams=kinds)
+    assert list(kinds.values()) == ["elmoe3d_sram_64x64_2r1w_g8_wt", "elmoe3d_sram_32x128_1r1w_nrw",
+                                    "elmoe3d_sram_32x128_1r1w"]
+    assert list(kinds)[0] == SramMacro(width=64, depth=64, read_ports=(("sync", ()),
+                                                                       ("sync", (0,))),
+                                       write_ports=(("sync", 8),), collision_free=False)
+    arrays = re.findall(r"^\s*reg \[(\d+):0\] \S+ \[(\d+):0\];", text, re.M)
+    assert sorted(arrays) == [("39", "63"), ("7", "15")]        # d and e stay memories
+    listed = memory_list(text, "zoo", kinds)
+    a, b, c = listed["macros"]
+    assert [m["instances"] for m in listed["macros"]] == [["a"], ["b"], ["c"]]
+    assert a["read_during_write"] == "per port" and b["read_during_write"] == "never happens"
+    assert c["read_during_write"] == "old data"
+    assert a["read_ports"][1]["transparent_for"] == ["wr0"] and a["read_ports"][0][
+        "transparent_for"] == []
+    assert a["write_ports"] == [{"name": "wr0", "clock": "clk", "granularity": 8,
+                                 "enable_bits": 8}]
+    assert listed["total_bits"] == 64 * 64 + 2 * 32 * 128 and listed["total_instances"] == 3
+
+
+def test_macro_model_ports_and_clock_domains():
+    """A macro's behavioural model has the ports the macro instance connects: one clock a
+    domain (``clk``, ``<domain>_clk``), no reset, and each data port at its width."""
+    from amaranth.back import verilog
+    from elmoe3d.synth.export import SramMacro, SramModel
+    macro = SramMacro(width=16, depth=256, read_ports=(("fast", ()),),
+                      write_ports=(("sync", 4),), collision_free=False)
+    assert macro.base_name == "elmoe3d_sram_16x256_1r1w_g4_fast"
+    model = SramModel(macro)
+    text = verilog.convert(model, name="m", emit_src=False, ports=model.convert_ports())
+    ports = module_ports(text, "m")
+    assert sorted(ports) == ["clk", "fast_clk", "rd0_addr", "rd0_data", "rd0_en", "wr0_addr",
+                             "wr0_data", "wr0_en"]
+    assert re.search(r"input \[3:0\] wr0_en;", text) and re.search(r"input \[7:0\] rd0_addr;",
+                                                                     text)
+
+
+def test_memory_list_agrees_with_the_area_rollup():
+    """Two routes to the small PE's SRAMs: the macro export's memory list (conversion, then
+    the Verilog's instances) and the area roll-up's inventory of the PE (its elaboration):
+    the same RAMs, names, geometries and ASAP7 areas."""
+    from elmoe3d.hw.pe import PE
+    from elmoe3d.synth.blocks import inventory
+    from elmoe3d.synth.export import memory_list
+    from elmoe3d.synth.sram import sram_area
+    kinds = {}
+    with inspection():
+        pe = PE(config=preset("small"))
+        text = hierarchical_verilog(pe, name="pe", srams=kinds)
+        srams = inventory(PE(config=preset("small")), owner="PE")[1]
+        pe = None
+    listed = memory_list(text, "pe", kinds)
+    exported = sorted((path, m["width"], m["depth"], m["area_um2"]) for m in listed["macros"]
+                      for path in m["instances"])
+    rolled = sorted((s.name, s.width, s.depth,
+                     round(sram_area(s.width, s.depth, s.read_ports).area, 3)) for s in srams)
+    assert exported == rolled and len(rolled) == 12
+
+
+def test_macro_export_writes_its_three_files(capsys, tmp_path):
+    """``--sram macro --sram-models --memories``: the design with macro instances and no
+    model, the models apart, the memory list; the summary names each kind. Then the same
+    file given twice is refused, nothing written."""
+    import json
+    out, models, listed = (tmp_path / n for n in ("pe.v", "models.v", "srams.json"))
+    code, said, _err = _run(capsys, "pe", "--sram", "macro", "-o", str(out), "--sram-models",
+                            str(models), "--memories", str(listed))
+    assert code == 0
+    text, model_text, doc = out.read_text(), models.read_text(), json.loads(listed.read_text())
+    kinds = [m["module"] for m in doc["macros"]]
+    assert len(kinds) == 7 and doc["total_instances"] == 12 and doc["configuration"] == "small"
+    assert sorted(re.findall(r"^module (elmoe3d_sram_\w+)\(", model_text, re.M)) == sorted(kinds)
+    assert not re.search(r"^module elmoe3d_sram_", text, re.M)
+    assert all(re.search(rf"^  {k} \w+ \($", text, re.M) for k in kinds)
+    assert text.splitlines()[3].endswith(f"SRAM macros: 7 kinds, 12 instances, behavioural "
+                                         f"models in {models}")
+    assert "SRAM macros: 7 kinds, 12 instances, 335,872 bits" in said
+    assert "elmoe3d_sram_512x8_2r1w_g32_wt: 1 x 8 words of 512 bits, 2 read / 1 write" in said
+    for f in (out, models, listed):
+        f.unlink()
+    code, _said, err = _run(capsys, "pe", "--sram", "macro", "-o", str(out), "--memories",
+                            str(out))
+    assert code == 2 and f"{out} given twice" in err and list(tmp_path.iterdir()) == []
+
+
+def test_sdc_clocks_the_top_module_at_the_configuration_clock(capsys, tmp_path):
+    """``--sdc``: one ``create_clock`` on the top module's clock port at the configuration's
+    logic clock, beside the Verilog that has that port; another clock gives another period,
+    another domain's clock port its own clock."""
+    from elmoe3d.synth.export import sdc
+    out, constraints = tmp_path / "rs.v", tmp_path / "rs.sdc"
+    code, said, _err = _run(capsys, "ringstation", "--instance", "1", "-o", str(out),
+                            "--sdc", str(constraints))
+    assert code == 0 and f"wrote --sdc {constraints}" in said
+    lines = constraints.read_text().splitlines()
+    assert lines[0].startswith("# elmoe3d verilog: RingStation (block ring) at small")
+    assert [ln for ln in lines if not ln.startswith("#")] == [
+        "create_clock -name clk -period 1.0000 [get_ports clk]"]
+    assert "clk" in module_ports(out.read_text(), "elmoe3d_ring_station_1_small")
+    assert "-period 0.8000 [get_ports clk]" in sdc(top="t", ports=["clk", "a"], clock_ghz=1.25)
+    assert "-period 1.0000 [get_ports fast_clk]" in sdc(top="t", ports=["fast_clk", "rst"],
+                                                        clock_ghz=1.0)
+    with pytest.raises(ValueError, match="t: no clock port"):
+        sdc(top="t", ports=["a", "rst"], clock_ghz=1.0)
