@@ -81,8 +81,8 @@ def test_ext_controller_hierarchy_equals_flat():
     assert records[0]["comparisons"] == 1000 * records[0]["outputs"] > 0
 
 
-#: The seed of the PE's macro models' power-up contents (printed with the bench's own seed).
-PE_POWER_UP = 7
+#: The seed of the macro models' power-up contents in the PE and die benches.
+POWER_UP = 7
 
 
 def _hierarchical(block, top, srams=None):
@@ -109,7 +109,7 @@ def test_hierarchical_pe_with_macros_runs_the_real_moe_layer_bit_exact():
     kinds = {}
     text = _hierarchical(PE(config=arch), "pe", srams=kinds)
     assert len(kinds) == 7
-    built = build(text + export.sram_models(kinds, power_up=PE_POWER_UP),
+    built = build(text + export.sram_models(kinds, power_up=POWER_UP),
                   name="export_pe_hierarchical_macros", toplevel="pe")
     result = run_pe_bench(arch, tests="test_trace_moe/traffic=stalls", built=built,
                           params={"batches": [1, 4]})
@@ -118,15 +118,22 @@ def test_hierarchical_pe_with_macros_runs_the_real_moe_layer_bit_exact():
         {(1, "DRAFT"), (1, "FULL"), (4, "DRAFT"), (4, "FULL")}
 
 
-def test_hierarchical_die_runs_draft_and_verify_bit_exact():
+@pytest.mark.parametrize("sram", ["rtl", "macro"])
+def test_hierarchical_die_runs_draft_and_verify_bit_exact(sram):
     """The whole small die, hierarchical, runs the die bench's draft and verify MoE layers
     (real Mixtral routing, the bench's EXT channels) bit-exact against ``ref_moe`` and the
-    multi-PE simulation (``make test-slow``: a few minutes of Verilator build)."""
+    multi-PE simulation (``make test-slow``: a few minutes of Verilator build); in the macro
+    form its 60 RAMs of 9 kinds (the PEs' and the HB and EXT controllers' read FIFOs') are
+    macro models powered up at random."""
     from elmoe3d.sim.bench_die import die_kwargs, run_die_bench
     from elmoe3d.sim.runner import build
     arch = preset("small")
-    text = _hierarchical(LogicDie(config=arch, **die_kwargs({"die": None})), "die")
-    built = build(text, name="export_die_hierarchical", toplevel="die")
+    kinds = {} if sram == "macro" else None
+    text = _hierarchical(LogicDie(config=arch, **die_kwargs({"die": None})), "die", kinds)
+    if kinds is not None:
+        assert len(kinds) == 9
+        text += export.sram_models(kinds, power_up=POWER_UP)
+    built = build(text, name=f"export_die_hierarchical_{sram}", toplevel="die")
     records = check_bench(run_die_bench(arch, tests="test_phases/traffic=smooth", built=built),
                           ["test_phases"])
     assert {r["phase"] for r in records} >= {"draft", "verify"}
