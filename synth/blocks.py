@@ -9,14 +9,14 @@ typed): one line per block as well.
 
 **Hollowing** (:func:`hollow`). A block is synthesised with every direct sub-block whose class
 is registered replaced by a black box (an ``Instance`` of a port-compatible empty module), and
-every RAM (``amaranth.lib.memory.Memory`` with a write port and synchronous read ports) of
-at least :data:`SRAM_MIN_BITS` bits (:func:`is_sram_macro`) replaced by a black-box SRAM
-macro whose area comes from :mod:`elmoe3d.synth.sram`. ROMs and smaller RAMs (FIFOs of a
-few entries) are synthesised as logic. The sub-block instances found are returned with their
-parameters, so instance counts come from the RTL as elaborated for the configuration.
-Memories are caught through Amaranth's ``platform.get_memory`` hook; sub-blocks by replacing
-them in the elaborated ``Module`` (:mod:`elmoe3d.synth.amaranth_internals`, the one place
-private Amaranth names are used).
+every RAM (``amaranth.lib.memory.Memory`` with a write port) of at least
+:data:`SRAM_MIN_BITS` bits (:func:`is_sram_macro`) replaced by a black-box SRAM macro whose
+area comes from :mod:`elmoe3d.synth.sram`. ROMs and smaller RAMs (FIFOs of a few entries)
+are synthesised as logic. The sub-block instances found are returned with their parameters, so
+instance counts come from the RTL as elaborated for the configuration. Memories are caught
+through Amaranth's ``platform.get_memory`` hook; sub-blocks by replacing them in the elaborated
+``Module`` (:mod:`elmoe3d.synth.amaranth_internals`, the one place private Amaranth names are
+used).
 
 **Tile leaves.** A 16x32x32 tile (16,384 unit PEs) is too large to synthesise whole here. The
 tile's area is ``a + b*L + c*R*L`` (``TensorTile`` builds per-tile control, per-lane weight
@@ -310,14 +310,13 @@ def memory_ports(mem) -> list:
 
 
 def is_sram_macro(mem) -> bool:
-    """RAM ``mem`` (an ``amaranth.lib.memory.Memory``) is an SRAM macro, not flops: it has a
-    write port, at least :data:`SRAM_MIN_BITS` bits, and only synchronous read ports (a macro
-    reads on a clock edge; a RAM read combinationally is a register file). The one rule of the
-    area roll-up (:func:`hollow`) and the RTL export's ``--sram macro``
+    """RAM ``mem`` (an ``amaranth.lib.memory.Memory``) is a memory macro, not flops: it has a
+    write port and at least :data:`SRAM_MIN_BITS` bits (read ports synchronous, or
+    combinational as the FIFOs' are: a register-file macro). The one rule of the area roll-up
+    (:func:`hollow`, :func:`inventory`) and the RTL export's ``--sram macro``
     (:mod:`elmoe3d.synth.export`)."""
     width = len(Value.cast(Signal(mem.shape)))
-    return (bool(mem.write_ports) and width * mem.depth >= SRAM_MIN_BITS
-            and all(port.domain != "comb" for port in mem.read_ports))
+    return bool(mem.write_ports) and width * mem.depth >= SRAM_MIN_BITS
 
 
 class _Platform:

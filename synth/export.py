@@ -52,7 +52,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from amaranth.hdl import ClockDomain, ClockSignal, Instance, Module, ResetSignal, Shape, unsigned
+from amaranth.hdl import (ClockDomain, ClockSignal, Const, Instance, Module, ResetSignal, Shape,
+                          ShapeCastable, unsigned)
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -200,9 +201,12 @@ class SramMacro:
 
     ``width`` and ``depth`` in bits and words; ``read_ports``: ``(domain, transparent_for)``
     of each read port, ``transparent_for`` the indices of the write ports whose write of the
-    same cycle and word it returns (new data; otherwise the old word); ``write_ports``:
+    same cycle and word it returns (new data; otherwise the old word), ``domain`` ``"comb"``
+    for an asynchronous read (data in the same cycle, no enable: a register-file macro, as
+    the die's FIFOs read); ``write_ports``:
     ``(domain, granularity)`` of each, ``granularity`` the bits a write-enable bit covers
-    (``None``: the whole word, one enable bit); ``collision_free``: the design never reads and
+    (``None``: the whole word, one enable bit; a granule of the whole word is ``None`` too);
+    ``collision_free``: the design never reads and
     writes one word in one cycle (the memory's ``no_rw_check`` attribute,
     :func:`elmoe3d.hw.pe.memories.memory`), so read-during-write behaviour is free."""
 
@@ -221,7 +225,9 @@ class SramMacro:
                    read_ports=tuple((p.domain, tuple(sorted(index[id(w)]
                                                             for w in p.transparent_for)))
                                     for p in mem.read_ports),
-                   write_ports=tuple((p.domain, p.signature.granularity) for p in writes),
+                   write_ports=tuple((p.domain, None if p.signature.granularity in
+                                      (None, Shape.cast(mem.shape).width)
+                                      else p.signature.granularity) for p in writes),
                    collision_free=bool((mem.attrs or {}).get("no_rw_check")))
 
     @property
@@ -236,22 +242,26 @@ class SramMacro:
     @property
     def clock_ports(self) -> tuple:
         """``(domain, port)`` of each clock the macro takes: ``clk`` for ``sync``,
-        ``<domain>_clk`` for another, in port order."""
-        domains = dict.fromkeys(d for d, _ in self.read_ports + self.write_ports)
+        ``<domain>_clk`` for another, in port order (an asynchronous read takes none)."""
+        domains = dict.fromkeys(d for d, _ in self.read_ports + self.write_ports
+                                if d != "comb")
         return tuple((d, "clk" if d == "sync" else f"{d}_clk") for d in domains)
 
     @property
     def base_name(self) -> str:
         """``elmoe3d_sram_<width>x<depth>_<r>r<w>w`` then ``_g<granularity>`` (per write
         port, the width for whole words) when a write port has granules, ``_wt`` when a read
-        port returns same-cycle writes (write-through), ``_nrw`` when collision free, and each
-        clock domain other than ``sync``."""
+        port returns same-cycle writes (write-through), ``_ar`` when a read port is
+        asynchronous, ``_nrw`` when collision free, and each clock domain other than
+        ``sync``."""
         parts = [f"elmoe3d_sram_{self.width}x{self.depth}",
                  f"{len(self.read_ports)}r{len(self.write_ports)}w"]
         if any(g for _d, g in self.write_ports):
             parts.append("g" + "_".join(str(g or self.width) for _d, g in self.write_ports))
         if any(t for _d, t in self.read_ports):
             parts.append("wt")
+        if any(d == "comb" for d, _t in self.read_ports):
+            parts.append("ar")
         if self.collision_free:
             parts.append("nrw")
         parts += [d for d, _p in self.clock_ports if d != "sync"]
@@ -277,7 +287,9 @@ class SramMacro:
         return {
             "width": self.width, "depth": self.depth, "bits": self.width * self.depth,
             "address_bits": self.addr_width,
-            "read_ports": [{"name": f"rd{i}", "clock": clocks[d], "enable": f"rd{i}_en",
+            "read_ports": [{"name": f"rd{i}", "clock": clocks.get(d),
+                            "enable": None if d == "comb" else f"rd{i}_en",
+                            "read_latency_cycles": 0 if d == "comb" else 1,
                             "transparent_for": [f"wr{j}" for j in t]}
                            for i, (d, t) in enumerate(self.read_ports)],
             "write_ports": [{"name": f"wr{j}", "clock": clocks[d],
@@ -285,7 +297,6 @@ class SramMacro:
                              "enable_bits": self.enable_width(j)}
                             for j, (d, g) in enumerate(self.write_ports)],
             "read_during_write": self.read_during_write,
-            "read_latency_cycles": 1,
         }
 
 
@@ -312,26 +323,42 @@ class _MacroPlatform:
         if not is_sram_macro(mem):
             return Memory.elaborate(mem, None)
         macro = SramMacro.of(mem)
+        if _has_init(mem):
+            file, line = mem.src_loc
+            raise ExportError(f"the {macro.depth} x {macro.width}-bit RAM made at {file}:{line} "
+                              f"has initial contents, which an SRAM macro has not: export "
+                              f"with --sram rtl")
+        comb = {f"rd{i}_en" for i, (d, _t) in enumerate(macro.read_ports) if d == "comb"}
         kwargs = {f"i_{port}": ClockSignal(d) for d, port in macro.clock_ports}
-        kwargs.update({f"{d}_{n}": v for d, n, v in memory_ports(mem)})
+        kwargs.update({f"{d}_{n}": v for d, n, v in memory_ports(mem) if n not in comb})
         return Instance(self.module(macro), **kwargs)
+
+
+def _has_init(mem) -> bool:
+    """RAM ``mem`` has a non-zero word in its initial contents."""
+    shape = mem.shape
+    if isinstance(shape, ShapeCastable):
+        return any(Const.cast(shape.const(e)).value for e in mem.init)
+    return any(mem.init)
 
 
 class SramModel(wiring.Component):
     """Behavioural model of an :class:`SramMacro`: an Amaranth ``Memory`` with the macro's
     ports (``rd<i>_addr``, ``rd<i>_en``, ``rd<i>_data``, ``wr<j>_addr``, ``wr<j>_en``,
     ``wr<j>_data``; clocks ``clk`` / ``<domain>_clk``), so that it behaves as the RAM it
-    replaces, cycle for cycle: one cycle of read latency, the same transparency and write
-    granules. ``power_up``: ``None`` for all-zero contents (the RTL's RAMs are declared with
-    zeros), else a seed for pseudo-random contents (a real macro's power-up contents are
-    undefined: a design that runs the same on them does not depend on them)."""
+    replaces, cycle for cycle: one cycle of read latency (none for an asynchronous read port,
+    which has no enable), the same transparency and write granules. ``power_up``: ``None`` for
+    all-zero contents (the RTL's RAMs are declared with zeros), else a seed for pseudo-random
+    contents, one random word each (a real macro's power-up contents are undefined: a design
+    that runs the same on them does not depend on them)."""
 
     def __init__(self, macro: SramMacro, *, power_up=None):
         self.macro, self.power_up = macro, power_up
         a, members = macro.addr_width, {}
-        for i in range(len(macro.read_ports)):
-            members.update({f"rd{i}_addr": In(a), f"rd{i}_en": In(1, init=1),
-                            f"rd{i}_data": Out(macro.width)})
+        for i, (d, _t) in enumerate(macro.read_ports):
+            members.update({f"rd{i}_addr": In(a), f"rd{i}_data": Out(macro.width)})
+            if d != "comb":
+                members[f"rd{i}_en"] = In(1, init=1)
         for j in range(len(macro.write_ports)):
             members.update({f"wr{j}_addr": In(a), f"wr{j}_en": In(macro.enable_width(j)),
                             f"wr{j}_data": In(macro.width)})
@@ -348,9 +375,9 @@ class SramModel(wiring.Component):
         import random
         macro, m = self.macro, Module()
         m.domains += self.clock_domains               # a clock and no reset: a macro's ports
+        rng = random.Random(f"{self.power_up}/{macro}")
         init = [] if self.power_up is None else \
-            [random.Random(f"{self.power_up}/{macro}").getrandbits(macro.width)
-             for _ in range(macro.depth)]
+            [rng.getrandbits(macro.width) for _ in range(macro.depth)]
         m.submodules.mem = mem = Memory(shape=unsigned(macro.width), depth=macro.depth,
                                         init=init)
         writes = [mem.write_port(domain=d, granularity=g) for d, g in macro.write_ports]
@@ -362,8 +389,9 @@ class SramModel(wiring.Component):
             port = mem.read_port(domain=d, transparent_for=[writes[j] for j in t])
             if hasattr(self, f"rd{i}_addr"):
                 m.d.comb += port.addr.eq(getattr(self, f"rd{i}_addr"))
-            m.d.comb += [port.en.eq(getattr(self, f"rd{i}_en")),
-                         getattr(self, f"rd{i}_data").eq(port.data)]
+            if d != "comb":
+                m.d.comb += port.en.eq(getattr(self, f"rd{i}_en"))
+            m.d.comb += getattr(self, f"rd{i}_data").eq(port.data)
         return m
 
 
@@ -377,14 +405,15 @@ def sram_models(kinds: dict, *, power_up=None) -> str:
 
 
 _MODULE_TEXT = re.compile(r"^module (\\?\S+?)\s*\((.*?)^endmodule", re.M | re.S)
-_INSTANTIATION = re.compile(r"^  (\\?[A-Za-z_][\w$]*)\s+(\\\S+|[A-Za-z_][\w$]*)\s*\($", re.M)
+_INSTANTIATION = re.compile(r"^  ([A-Za-z_][\w$]*)\s+(\\\S+|[A-Za-z_][\w$]*)\s*\($", re.M)
 
 
 def instance_tree(text: str) -> dict:
     """The instantiations in each module of Verilog ``text`` as Amaranth writes it (one
-    ``  <module> <instance> (`` line each): ``module -> [(module instantiated, instance name),
-    ...]``, escaped instance names without their backslash; instantiated modules need not be
-    defined in ``text`` (macros)."""
+    ``  <module> <instance> (`` line each, no parameters) after :func:`plain_module_names`
+    (plain module names): ``module -> [(module instantiated, instance name), ...]``, escaped
+    instance names without their backslash; instantiated modules need not be defined in
+    ``text`` (macros)."""
     return {m.group(1): [(a, b.lstrip("\\")) for a, b in _INSTANTIATION.findall(m.group(2))]
             for m in _MODULE_TEXT.finditer(text)}
 

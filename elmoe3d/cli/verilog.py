@@ -36,7 +36,8 @@ import sys
 import time
 
 from ..errors import UserError
-from .outputs import atomic_outputs, check_output, output_path, plain_printer, report_console
+from .outputs import (atomic_outputs, check_distinct, check_output, output_path, plain_printer,
+                      report_console)
 
 
 def configure(parser) -> None:
@@ -269,11 +270,7 @@ def run(args) -> int:
         args.out = None                                       # -o -: standard output
     if args.out is not None:
         check_output(args.out, "-o")
-    written = [p for p in [args.out, args.sdc] + [p for _o, p in macro_files]
-               if p is not None]
-    clash = [p for p in written if written.count(p) > 1]
-    if clash:
-        raise UserError(f"-o, --sdc, --sram-models, --memories: {clash[0]} given twice")
+    check_distinct([("-o", args.out), ("--sdc", args.sdc)] + macro_files)
     to_stdout = args.out is None and not args.list
     console = report_console()
     if to_stdout:
@@ -301,18 +298,20 @@ def run(args) -> int:
                     say(f"  flat: Amaranth elaborates each of the {pes} PEs (one paper PE: "
                         f"about 2.5 minutes and 2.4 GB here); the default, hierarchical form "
                         f"converts one")
-                text = flat_verilog(entry.obj, name=name, srams=kinds)
-            else:
-                try:
+            try:
+                if args.flat:
+                    text = flat_verilog(entry.obj, name=name, srams=kinds)
+                else:
                     text = hierarchical_verilog(entry.obj, name=name, srams=kinds,
                                                 progress=lambda s: say(f"  converting {s}"))
-                except ExportError as exc:
-                    raise UserError(f"BLOCK {args.block}: {exc}") from None
+            except ExportError as exc:
+                raise UserError(f"BLOCK {args.block}: {exc}") from None
             models, macros, srams = "", None, None
             if kinds is not None:
                 macros = memory_list(text, name, kinds)
                 models = sram_models(kinds)
-                srams = (f"SRAM macros: {len(kinds)} kinds, {macros['total_instances']} instances, "
+                srams = (f"SRAM macros: {_plural(len(kinds), 'kind')}, "
+                         f"{_plural(macros['total_instances'], 'instance')}, "
                          f"behavioural models "
                          + (f"in {args.sram_models}" if args.sram_models else "after the design"))
             seconds = time.monotonic() - start
@@ -330,9 +329,14 @@ def run(args) -> int:
             entry = None
     if interrupted:
         raise KeyboardInterrupt
-    constraints = None if args.sdc is None else sdc(
-        top=name, ports=ports, clock_ghz=arch.clock_ghz,
-        comment=f"elmoe3d verilog: {block_label} at {arch.name}, top module {name}")
+    constraints = None
+    if args.sdc is not None:
+        if not any(p == "clk" or p.endswith("_clk") for p in ports):
+            raise UserError(f"--sdc {args.sdc}: top module {name} has no clock port (nothing "
+                            f"to constrain)")
+        constraints = sdc(top=name, ports=ports, clock_ghz=arch.clock_ghz,
+                          comment=f"elmoe3d verilog: {block_label} at {arch.name}, top module "
+                                  f"{name}")
     files = [("-o", None if to_stdout else args.out, text),
              ("--sdc", args.sdc, constraints),
              ("--sram-models", args.sram_models, models),
@@ -364,16 +368,25 @@ def run(args) -> int:
     return 0
 
 
+def _plural(n: int, noun: str) -> str:
+    """``1 kind``, ``2 kinds``, ``1,024 instances``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _macro_summary(say, macros) -> None:
     """The SRAM macros' kinds, one line each, and their totals."""
-    say(f"SRAM macros: {len(macros['macros'])} kinds, {macros['total_instances']:,} "
-        f"instances, {macros['total_bits']:,} bits, {macros['total_area_um2'] / 1e6:.4f} mm^2 "
-        f"(ASAP7 estimate, elmoe3d.synth.sram)")
+    say(f"SRAM macros: {_plural(len(macros['macros']), 'kind')}, "
+        f"{_plural(macros['total_instances'], 'instance')}, {macros['total_bits']:,} bits, "
+        f"{macros['total_area_um2'] / 1e6:.4f} mm^2 (ASAP7 estimate, elmoe3d.synth.sram)")
     for m in macros["macros"]:
         grains = ", ".join(f"{w['granularity']}-bit granules" for w in m["write_ports"]
                            if w["enable_bits"] > 1)
+        reads = len(m["read_ports"])
+        asynchronous = sum(r["clock"] is None for r in m["read_ports"])
+        kind = "" if not asynchronous else " asynchronous" if asynchronous == reads else \
+            f" ({asynchronous} asynchronous)"
         say(f"  {m['module']}: {m['count']} x {m['depth']} words of {m['width']} bits, "
-            f"{len(m['read_ports'])} read / {len(m['write_ports'])} write port"
+            f"{reads} read{kind} / {len(m['write_ports'])} write port"
             f"{'s' if len(m['write_ports']) > 1 else ''}"
             f"{', ' + grains if grains else ''}, read during write: "
             f"{m['read_during_write']}")

@@ -123,7 +123,7 @@ def test_hierarchical_die_runs_draft_and_verify_bit_exact(sram):
     """The whole small die, hierarchical, runs the die bench's draft and verify MoE layers
     (real Mixtral routing, the bench's EXT channels) bit-exact against ``ref_moe`` and the
     multi-PE simulation (``make test-slow``: a few minutes of Verilator build); in the macro
-    form its 60 RAMs of 9 kinds (the PEs' and the HB and EXT controllers' read FIFOs') are
+    form its 90 RAMs of 17 kinds (the PEs', the FIFOs' and the command queues') are
     macro models powered up at random."""
     from elmoe3d.sim.bench_die import die_kwargs, run_die_bench
     from elmoe3d.sim.runner import build
@@ -131,7 +131,7 @@ def test_hierarchical_die_runs_draft_and_verify_bit_exact(sram):
     kinds = {} if sram == "macro" else None
     text = _hierarchical(LogicDie(config=arch, **die_kwargs({"die": None})), "die", kinds)
     if kinds is not None:
-        assert len(kinds) == 9
+        assert len(kinds) == 17
         text += export.sram_models(kinds, power_up=POWER_UP)
     built = build(text, name=f"export_die_hierarchical_{sram}", toplevel="die")
     records = check_bench(run_die_bench(arch, tests="test_phases/traffic=smooth", built=built),
@@ -151,40 +151,53 @@ def test_a_zero_width_port_is_no_wire(monkeypatch):
                     ["test_export_equivalence"])
 
 
-def _zoo_bench(*, label, mutate=None, cycles=2000):
+def _zoo_bench(*, label, mutate=None, mutate_text=None, cycles=2000):
     """The memory zoo (``tests/tools/test_verilog_cmd.py``) flat against its macro form
     (flat, each macro's behavioural model after it); ``mutate(kinds)`` changes the macros the
-    models are built from (a test's broken model)."""
+    models are built from, ``mutate_text(gate)`` the macro form's text (a test's breakage)."""
     from ..tools.test_verilog_cmd import memory_zoo
     zoo, kinds = memory_zoo(), {}
+    broken = mutate is not None or mutate_text is not None
     with inspection():
         gate = export.flat_verilog(zoo(), name="gate", srams=kinds)
+        if mutate_text is not None:
+            gate = mutate_text(gate)
         models = kinds if mutate is None else mutate(kinds)
-        return run_export_bench(zoo(), label=label, cycles=cycles, check=mutate is None,
+        return run_export_bench(zoo(), label=label, cycles=cycles, check=not broken,
                                 gate_text=gate + export.sram_models(models))
 
 
 def test_sram_macros_equal_the_rtl_memories():
-    """The macro form of the memory zoo (three macros: two read ports, one transparent,
-    8-bit write granules; a struct-shaped word; collision free and not) against the RTL
-    memories on random addresses, enables and data: every output equal each cycle."""
+    """The macro form of the memory zoo (six macro kinds: two read ports with either one
+    transparent, 8-bit write granules, a struct-shaped word, collision free or not, a second
+    clock domain on the falling edge, an asynchronous read, exactly 2,048 bits) against the
+    RTL memories on random addresses, enables and data: every output equal each cycle."""
     records = check_bench(_zoo_bench(label="zoo_macros"), ["test_export_equivalence"])
     assert records[0]["comparisons"] == 2000 * records[0]["outputs"] > 0
 
 
-def test_a_model_with_other_read_during_write_is_caught():
-    """The two-read-port macro's model built with both ports returning old data (the RTL's
-    second port is transparent): the bench finds mismatches."""
+def _old_data(kinds):
+    """``a``'s macro with both read ports returning old data (the RTL's second port is
+    transparent)."""
     import dataclasses
+    return {dataclasses.replace(macro, read_ports=tuple((d, ()) for d, _t in macro.read_ports))
+            if module == "elmoe3d_sram_64x64_2r1w_g8_wt" else macro: module
+            for macro, module in kinds.items()}
 
-    def old_data(kinds):
-        out = {}
-        for macro, module in kinds.items():
-            if len(macro.read_ports) == 2:
-                macro = dataclasses.replace(macro, read_ports=tuple((d, ()) for d, _t
-                                                                    in macro.read_ports))
-            out[macro] = module
-        return out
-    result = _zoo_bench(label="zoo_old_data", mutate=old_data, cycles=500)
+
+def _sync_clock(gate):
+    """Every macro clocked by ``clk`` (``c``'s instance takes the ``other`` domain's clock,
+    the falling edge of ``clk``)."""
+    text, n = re.subn(r"\.other_clk\([^)]*\)", ".other_clk(clk)", gate)
+    assert n == 1
+    return text
+
+
+@pytest.mark.parametrize("label,mutate,mutate_text", [("zoo_old_data", _old_data, None),
+                                                      ("zoo_sync_clock", None, _sync_clock)])
+def test_a_broken_macro_form_is_caught(label, mutate, mutate_text):
+    """A model with another read-during-write, or a macro wired to another clock: the bench
+    finds mismatches."""
+    result = _zoo_bench(label=label, mutate=mutate, mutate_text=mutate_text, cycles=500)
     assert result.sim.failures == 1
     assert result.records[0]["mismatches"] > 0 and result.records[0]["first"]

@@ -152,6 +152,7 @@ def test_flat_to_standard_output(capsys):
     (["pe", "--sram", "macro", "--sram-models", "-"], "--sram-models -: expected a file"),
     (["--list", "--sram", "macro"], "--list: takes no BLOCK"),
     (["pe", "--sdc", "-"], "--sdc -: expected a file"),
+    (["unit_pe", "--sdc", "unit.sdc"], "top module elmoe3d_unit_pe_small has no clock port"),
 ])
 def test_mistakes_are_one_line(capsys, tmp_path, argv, message):
     out_file = tmp_path / "x.v"
@@ -271,85 +272,167 @@ def test_plain_module_names_keeps_names_apart():
     assert "\\top.x.sig " in out                    # a signal's escaped name is kept
 
 
+#: The memory zoo's RAMs: name -> (width, depth, read ports as (domain, transparent), write
+#: granularity, collision free, struct-shaped words).
+ZOO = {
+    "a": (64, 64, (("sync", False), ("sync", True)), 8, False, False),
+    "f": (64, 64, (("sync", True), ("sync", False)), 8, False, False),
+    "b": (32, 128, (("sync", False),), None, True, True),
+    "c": (32, 128, (("other", False),), None, False, True),
+    "d": (40, 64, (("comb", False),), None, False, False),
+    "g": (8, 256, (("sync", False),), None, False, False),
+    "e": (8, 255, (("sync", False),), None, False, False),
+}
+
+
 def memory_zoo():
-    """A block of five RAMs of every kind the macro form tells apart, each port a signature
-    member (random inputs reach every word): ``a`` 64 x 64 bits, two read ports (the second
-    transparent), 8-bit write granules; ``b`` 128 words of a 32-bit struct, one read port
-    with its enable left at 1, whole-word writes, collision free (``no_rw_check``); ``c`` the
-    same geometry as ``b`` but not collision free (its own kind); ``d`` 64 x 40 bits read
-    combinationally (a register file: not a macro); ``e`` 16 x 8 bits (below
-    :data:`~elmoe3d.synth.blocks.SRAM_MIN_BITS`: not a macro)."""
-    from amaranth.hdl import Module, unsigned
+    """A block holding the RAMs of :data:`ZOO`, every port a signature member (random inputs
+    reach every word): ``a`` and ``f`` 64 x 64 bits with two read ports, one transparent
+    (the second in ``a``, the first in ``f``: two kinds of one base name), 8-bit write
+    granules; ``b`` 128 words of a 32-bit struct, collision free (``no_rw_check``); ``c`` the
+    same geometry in the domain ``other``, clocked on the falling edge of ``clk``; ``d`` 64 x
+    40 bits read asynchronously (a register file, as the FIFOs read); ``g`` 256 x 8 bits, at
+    :data:`~elmoe3d.synth.blocks.SRAM_MIN_BITS`; ``e`` 255 x 8 bits, a word below it (stays
+    RTL)."""
+    from amaranth.hdl import ClockDomain, ClockSignal, Module, unsigned
     from amaranth.lib import data, wiring
     from amaranth.lib.memory import Memory
     from amaranth.lib.wiring import In, Out
 
     entry = data.StructLayout({"tag": unsigned(12), "value": unsigned(20)})
-    geometry = {"a": (64, 64), "b": (32, 128), "c": (32, 128), "d": (40, 64), "e": (8, 16)}
 
     class MemoryZoo(wiring.Component):
         def __init__(self):
             members = {}
-            for name, (width, depth) in geometry.items():
+            for name, (width, depth, reads, gran, _free, _struct) in ZOO.items():
                 a = (depth - 1).bit_length()
                 members.update({f"{name}_waddr": In(a), f"{name}_wdata": In(width),
-                                f"{name}_wen": In(width // 8 if name == "a" else 1),
-                                f"{name}_raddr": In(a), f"{name}_ren": In(1),
-                                f"{name}_rdata": Out(width)})
-            members.update({"a_raddr1": In(6), "a_ren1": In(1), "a_rdata1": Out(64)})
+                                f"{name}_wen": In(width // gran if gran else 1)})
+                for i, _read in enumerate(reads):
+                    members.update({f"{name}_raddr{i}": In(a), f"{name}_ren{i}": In(1),
+                                    f"{name}_rdata{i}": Out(width)})
             super().__init__(members)
 
         def elaborate(self, platform):
             m = Module()
-            for name, (width, depth) in geometry.items():
-                shape = entry if name in "bc" else unsigned(width)
+            m.domains.other = ClockDomain("other", reset_less=True)
+            m.d.comb += ClockSignal("other").eq(~ClockSignal("sync"))
+            for name, (width, depth, reads, gran, free, struct) in ZOO.items():
                 m.submodules[name] = mem = Memory(
-                    shape=shape, depth=depth, init=[],
-                    attrs={"no_rw_check": 1} if name == "b" else None)
-                wp = mem.write_port(granularity=8 if name == "a" else None)
-                rp = mem.read_port(domain="comb" if name == "d" else "sync")
+                    shape=entry if struct else unsigned(width), depth=depth, init=[],
+                    attrs={"no_rw_check": 1} if free else None)
+                wp = mem.write_port(domain=reads[0][0] if reads[0][0] != "comb" else "sync",
+                                    granularity=gran)
                 m.d.comb += [wp.addr.eq(getattr(self, f"{name}_waddr")),
                              wp.data.eq(getattr(self, f"{name}_wdata")),
-                             wp.en.eq(getattr(self, f"{name}_wen")),
-                             rp.addr.eq(getattr(self, f"{name}_raddr")),
-                             getattr(self, f"{name}_rdata").eq(rp.data)]
-                if name not in "bd":
-                    m.d.comb += rp.en.eq(getattr(self, f"{name}_ren"))
-                if name == "a":
-                    rp1 = mem.read_port(transparent_for=(wp,))
-                    m.d.comb += [rp1.addr.eq(self.a_raddr1), rp1.en.eq(self.a_ren1),
-                                 self.a_rdata1.eq(rp1.data)]
+                             wp.en.eq(getattr(self, f"{name}_wen"))]
+                for i, (domain, transparent) in enumerate(reads):
+                    rp = mem.read_port(domain=domain, transparent_for=(wp,) if transparent
+                                       else ())
+                    m.d.comb += [rp.addr.eq(getattr(self, f"{name}_raddr{i}")),
+                                 getattr(self, f"{name}_rdata{i}").eq(rp.data)]
+                    if domain != "comb":
+                        m.d.comb += rp.en.eq(getattr(self, f"{name}_ren{i}"))
             return m
 
     return MemoryZoo
 
 
 def test_sram_macro_kinds():
-    """The macro form makes ``a``, ``b`` and ``c`` of the memory zoo macro instances, three
-    kinds named by geometry and ports, and leaves the combinationally read ``d`` and the small
-    ``e`` Amaranth's; the memory list gives each kind's ports, read-during-write behaviour and
-    instance path."""
+    """The macro form makes every zoo RAM of at least 2,048 bits a macro instance, each kind
+    named by geometry and ports (``a`` and ``f`` one base name: ``_2``), and leaves ``e``, a
+    word short, Amaranth's; the memory list gives each kind's ports, clocks,
+    read-during-write behaviour and instance path."""
     from elmoe3d.synth.export import SramMacro, flat_verilog, memory_list
     kinds = {}
     with inspection():
         text = flat_verilog(memory_zoo()(), name="zoo", srams=kinds)
-    assert list(kinds.values()) == ["elmoe3d_sram_64x64_2r1w_g8_wt", "elmoe3d_sram_32x128_1r1w_nrw",
-                                    "elmoe3d_sram_32x128_1r1w"]
+    assert list(kinds.values()) == [
+        "elmoe3d_sram_64x64_2r1w_g8_wt", "elmoe3d_sram_64x64_2r1w_g8_wt_2",
+        "elmoe3d_sram_32x128_1r1w_nrw", "elmoe3d_sram_32x128_1r1w_other",
+        "elmoe3d_sram_40x64_1r1w_ar", "elmoe3d_sram_8x256_1r1w"]
     assert list(kinds)[0] == SramMacro(width=64, depth=64, read_ports=(("sync", ()),
                                                                        ("sync", (0,))),
                                        write_ports=(("sync", 8),), collision_free=False)
     arrays = re.findall(r"^\s*reg \[(\d+):0\] \S+ \[(\d+):0\];", text, re.M)
-    assert sorted(arrays) == [("39", "63"), ("7", "15")]        # d and e stay memories
+    assert arrays == [("7", "254")]                             # e stays a memory
     listed = memory_list(text, "zoo", kinds)
-    a, b, c = listed["macros"]
-    assert [m["instances"] for m in listed["macros"]] == [["a"], ["b"], ["c"]]
+    a, f, b, c, d, g = listed["macros"]
+    assert [m["instances"] for m in listed["macros"]] == [["a"], ["f"], ["b"], ["c"], ["d"],
+                                                         ["g"]]
     assert a["read_during_write"] == "per port" and b["read_during_write"] == "never happens"
-    assert c["read_during_write"] == "old data"
+    assert c["read_during_write"] == "old data" and c["read_ports"][0]["clock"] == "other_clk"
     assert a["read_ports"][1]["transparent_for"] == ["wr0"] and a["read_ports"][0][
         "transparent_for"] == []
     assert a["write_ports"] == [{"name": "wr0", "clock": "clk", "granularity": 8,
                                  "enable_bits": 8}]
-    assert listed["total_bits"] == 64 * 64 + 2 * 32 * 128 and listed["total_instances"] == 3
+    assert d["read_ports"] == [{"name": "rd0", "clock": None, "enable": None,
+                                "read_latency_cycles": 0, "transparent_for": []}]
+    assert listed["total_bits"] == 2 * 64 * 64 + 2 * 32 * 128 + 40 * 64 + 8 * 256
+    assert listed["total_instances"] == 6
+
+
+def test_memory_list_paths_go_down_the_hierarchy():
+    """Macro instance paths run from the top module through every instance on the way: the
+    small die's HB controllers' read FIFO storage, ``hb_ctrl0/rfifo/storage`` ...; and an
+    escaped instance name is read without its backslash."""
+    from elmoe3d.synth import export
+    kinds = {}
+    with inspection():
+        found = export.die_blocks(LogicDie(config=preset("small")))
+        text = hierarchical_verilog(found[next(iter(found))].obj, name="die", srams=kinds)
+        found.clear()
+    listed = export.memory_list(text, "die", kinds)["macros"]
+    paths = {p for m in listed for p in m["instances"]}
+    assert {f"hb_ctrl{i}/rfifo/storage" for i in range(4)} <= paths
+    assert {f"pe{i}/hbuf" for i in range(4)} <= paths and len(paths) == 90
+    snippet = ("module t(a);\n  x \\m$3  (\n    .a(a)\n  );\n  y  n (\n  );\nendmodule\n")
+    assert export.instance_tree(snippet) == {"t": [("x", "m$3"), ("y", "n")]}
+
+
+def test_a_ram_with_initial_contents_is_refused_in_the_macro_form():
+    """A RAM with non-zero initial contents: an SRAM macro has none, so the macro form
+    refuses it, naming where the RAM was made; a zero-initialised one passes."""
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from amaranth.lib.memory import Memory
+    from amaranth.lib.wiring import In, Out
+    from elmoe3d.synth.export import ExportError, flat_verilog
+
+    def block(init):
+        class Rom(wiring.Component):
+            addr: In(6)
+            data: Out(64)
+
+            def elaborate(self, platform):
+                m = Module()
+                m.submodules.mem = mem = Memory(shape=64, depth=64, init=init)
+                mem.write_port()
+                rp = mem.read_port()
+                m.d.comb += [rp.addr.eq(self.addr), self.data.eq(rp.data)]
+                return m
+        return Rom()
+
+    with inspection():
+        assert "elmoe3d_sram_64x64_1r1w" in flat_verilog(block([0, 0]), name="t", srams={})
+        with pytest.raises(ExportError, match=r"64 x 64-bit RAM made at .*test_verilog_cmd\.py:"
+                                              r"\d+ has initial contents"):
+            flat_verilog(block([0, 5]), name="t", srams={})
+
+
+def test_power_up_contents_are_one_random_word_each():
+    """``power_up``: every word of a model's initial contents drawn anew (not one word
+    repeated), the same for the same seed; ``None``: zeros."""
+    from elmoe3d.synth.export import SramMacro, sram_models
+    macro = SramMacro(width=16, depth=64, read_ports=(("sync", ()),),
+                      write_ports=(("sync", None),), collision_free=False)
+    words = re.findall(r"mem\[\d+\] = 16'h([0-9a-f]+);", sram_models({macro: "m"},
+                                                                        power_up=3))
+    assert len(words) == 64 and len(set(words)) > 60
+    assert words == re.findall(r"mem\[\d+\] = 16'h([0-9a-f]+);",
+                               sram_models({macro: "m"}, power_up=3))
+    assert set(re.findall(r"mem\[\d+\] = 16'h([0-9a-f]+);",
+                          sram_models({macro: "m"}))) == {"0000"}
 
 
 def test_macro_model_ports_and_clock_domains():
@@ -393,8 +476,9 @@ def test_memory_list_agrees_with_the_area_rollup():
 
 def test_macro_export_writes_its_three_files(capsys, tmp_path):
     """``--sram macro --sram-models --memories``: the design with macro instances and no
-    model, the models apart, the memory list; the summary names each kind. Then the same
-    file given twice is refused, nothing written."""
+    model, the models apart, the memory list; the summary names each kind. Then one file
+    given to two options (the same path, another spelling, through a symbolic link) is
+    refused, nothing written."""
     import json
     out, models, listed = (tmp_path / n for n in ("pe.v", "models.v", "srams.json"))
     code, said, _err = _run(capsys, "pe", "--sram", "macro", "-o", str(out), "--sram-models",
@@ -412,9 +496,17 @@ def test_macro_export_writes_its_three_files(capsys, tmp_path):
     assert "elmoe3d_sram_512x8_2r1w_g32_wt: 1 x 8 words of 512 bits, 2 read / 1 write" in said
     for f in (out, models, listed):
         f.unlink()
-    code, _said, err = _run(capsys, "pe", "--sram", "macro", "-o", str(out), "--memories",
-                            str(out))
-    assert code == 2 and f"{out} given twice" in err and list(tmp_path.iterdir()) == []
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "sub")
+    for other in (str(out), str(tmp_path / "." / "pe.v")):
+        code, _said, err = _run(capsys, "pe", "--sram", "macro", "-o", str(out),
+                                "--memories", other)
+        assert code == 2 and f"-o and --memories name the same file {out}" in err
+    code, _said, err = _run(capsys, "pe", "-o", str(tmp_path / "link" / "pe.v"), "--sdc",
+                            str(tmp_path / "sub" / "pe.v"))
+    assert code == 2 and "-o and --sdc name the same file" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "sub"]
+    assert not any((tmp_path / "sub").iterdir())
 
 
 def test_sdc_clocks_the_top_module_at_the_configuration_clock(capsys, tmp_path):
