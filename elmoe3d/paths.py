@@ -13,7 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["BUILD_ROOT_ENV", "build_root", "memo_text", "read_utf8"]
+__all__ = ["BUILD_ROOT_ENV", "build_root", "build_error", "ensure_build_root", "memo_text",
+           "read_utf8"]
 
 #: Environment variable overriding the build root (default ``<repo>/build``).
 BUILD_ROOT_ENV = "ELMOE3D_BUILD_DIR"
@@ -30,6 +31,44 @@ def build_root() -> Path:
     if (repo / "pyproject.toml").is_file():
         return repo / "build"
     return Path.cwd() / "build"
+
+
+def build_error(exc: BaseException):
+    """A :class:`~elmoe3d.errors.UserError` for ``exc`` when it is an :class:`OSError` on a
+    path in the build root (``$ELMOE3D_BUILD_DIR`` set to a read-only folder or to a file, a
+    full disk): one line naming the folder, where it comes from and the reason; ``None`` for
+    any other exception (a bug keeps its traceback)."""
+    from .errors import UserError
+    if not isinstance(exc, OSError):
+        return None
+    root = build_root()
+    for name in (exc.filename, exc.filename2):
+        if name is None:
+            continue
+        path = Path(os.fsdecode(name)).absolute()
+        if path == root or root in path.parents:
+            source = f"${BUILD_ROOT_ENV}" if os.environ.get(BUILD_ROOT_ENV) else \
+                "the build folder (set another with $" + BUILD_ROOT_ENV + ")"
+            reason = exc.strerror or type(exc).__name__
+            return UserError(f"{source} {root}: cannot write {path} ({reason})")
+    return None
+
+
+def ensure_build_root() -> Path:
+    """The build root, created if missing and checked writable (a probe file made and
+    removed), before a command builds anything. Raises the
+    :class:`~elmoe3d.errors.UserError` of :func:`build_error` when it cannot be written."""
+    import tempfile
+    root = build_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=root, prefix=".elmoe3d-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        error = build_error(exc) or build_error(OSError(exc.errno, exc.strerror, str(root)))
+        raise error from None
+    return root
 
 
 def memo_text(path, produce, check=None) -> tuple:

@@ -95,14 +95,24 @@ def default_routing() -> Path:
 def read_routing(path, *, problem: int, layer: int, tokens: int, n_experts: int = 8):
     """``(ids int64 [T, 2], weights float64 [T, 2], token_idx [T])`` of the first ``tokens``
     decode tokens of ``problem`` at ``layer`` (records sorted by token index; missing records
-    are skipped, as the trace README says a few are). Raises ``ValueError`` naming the file if
-    fewer records exist or an id is out of range."""
-    recs = []
+    are skipped, as the trace README says a few are). Raises ``ValueError`` naming the file
+    (and line) if a line is not a JSON record with the fields read, fewer records exist or an
+    id is out of range. (The bench's own reader of the ``../shared/traces`` format; a user's
+    log goes through :func:`elmoe3d.sw.host.trace.import_vllm_jsonl`, which ``elmoe3d sim``
+    also runs on this file before it builds anything.)"""
+    recs, fields = [], ("problem_id", "layer", "token_idx", "experts", "gating_probs")
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            r = json.loads(line)
+            try:
+                r = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{lineno}: not JSON ({exc})") from None
+            missing = [k for k in fields if not isinstance(r, dict) or k not in r]
+            if missing:
+                raise ValueError(f"{path}:{lineno}: a routing record needs the fields "
+                                 f"{', '.join(fields)}; missing {', '.join(missing)}")
             if r["problem_id"] == problem and r["layer"] == layer:
                 recs.append(r)
     recs.sort(key=lambda r: r["token_idx"])

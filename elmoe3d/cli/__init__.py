@@ -233,6 +233,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"elmoe3d {args.command}: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        from ..paths import build_error
+        error = build_error(exc)
+        if error is None:
+            raise
+        print(f"elmoe3d {args.command}: error: {error}", file=sys.stderr)
+        return 2
     finally:
         sys.stdout = stdout
 

@@ -193,6 +193,8 @@ def run(args) -> int:
         raise UserError(f"--shape {args.shape}: unknown model preset; known: "
                         f"{', '.join(MODEL_PRESETS)}")
     tokens = _tokens(args.tokens)
+    from ..paths import ensure_build_root
+    ensure_build_root()
     # a bad $ELMOE3D_SEED fails before the build, unless no run reads it
     seed = None if args.build_only else resolve_seed(args.seed)
     from ..config import preset

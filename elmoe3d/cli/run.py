@@ -691,7 +691,11 @@ PLOTS = ("hit_rate", "bytes_per_tier", "latency")
 
 def _check_outputs(args):
     """Refuse unusable output paths, two outputs that are one file, and an output that is the
-    trace (or the usage statistics) it would overwrite (UserError, one line)."""
+    trace (or the usage statistics) it would overwrite (UserError, one line); with the RTL
+    backend, a build folder that cannot be written."""
+    if args.backend == "rtl":
+        from ..paths import ensure_build_root
+        ensure_build_root()
     dests = []
     for opt, dest in (("--json", args.json), ("--csv", args.csv)):
         if dest is not None:
@@ -733,7 +737,10 @@ def run(args) -> int:
             doc = _clean(execute(args, progress_factory=factory))
     except UserError:
         raise
-    except Exception:           # a bug: not a mismatch (1) and not the user's input (2)
+    except Exception as exc:    # a bug: not a mismatch (1) and not the user's input (2)
+        from ..paths import build_error
+        if build_error(exc) is not None:
+            raise build_error(exc) from None
         import traceback
         traceback.print_exc()
         print("elmoe3d run: internal error (the traceback above; exit status 3)",

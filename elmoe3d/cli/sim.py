@@ -91,6 +91,11 @@ def _check_inputs():
     if not routing.is_file():
         raise UserError(f"the Mixtral routing trace is missing: {routing} (set ELMOE3D_TRACES "
                         f"to the folder holding {routing.name})")
+    # read whole by the trace importer (about a second): a malformed line is one error naming
+    # the file and line here, not a bench failure counted as mismatches after the build
+    from ..sw.host.corpus import ROUTING_MODEL
+    from ..sw.host.trace import import_vllm_jsonl
+    import_vllm_jsonl(routing, model=ROUTING_MODEL)
     return traces
 
 
@@ -211,6 +216,7 @@ def run(args) -> int:
     from rich.markup import escape
     from ..hw.tile import TensorTile
     from ..sim.bench_tile import build_tile, counted as _count, run_tile_bench
+    from ..paths import ensure_build_root
     from ..sim.runner import SimulationError, generate_verilog, resolve_seed
 
     console = Console(highlight=False)
@@ -221,6 +227,7 @@ def run(args) -> int:
     if args.json:
         check_output(args.json, "--json")
     traces = _check_inputs()
+    ensure_build_root()                     # a folder that cannot be written: one line, now
     seed = resolve_seed(args.seed)
     waves = True if args.waves else None
     console.print(f"elmoe3d sim: config [bold]{arch.name}[/] (tile {cfg.rows}x{cfg.lanes}x"

@@ -81,3 +81,33 @@ def test_memo_text_reads_a_cache_where_no_lock_can_be_made(tmp_path):
     assert memo_text(tmp_path / "x.json", lambda: "new") == ("kept", False)
     with pytest.raises(OSError):
         memo_text(tmp_path / "y.json", lambda: pytest.fail("made without a place to keep it"))
+
+
+def test_a_build_root_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, capsys):
+    """``$ELMOE3D_BUILD_DIR`` under a regular file: :func:`ensure_build_root` raises one
+    UserError naming the variable, the folder and the reason, and ``elmoe3d sim``, ``run
+    --backend rtl`` and ``paper-pe`` say so before building anything (a new user got a raw
+    traceback); an OSError elsewhere is not the build root's (``build_error`` gives None)."""
+    import errno
+    import pytest
+    import elmoe3d.cli as cli
+    from elmoe3d.errors import UserError
+    from elmoe3d.paths import build_error, ensure_build_root
+    from elmoe3d.sw.host import minilm
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(BUILD_ROOT_ENV, str(blocker / "build"))
+    with pytest.raises(UserError, match=rf"\$ELMOE3D_BUILD_DIR {blocker}/build: cannot write "
+                                        rf"{blocker}/build \(Not a directory\)"):
+        ensure_build_root()
+    assert build_error(OSError(errno.ENOSPC, "No space left", str(blocker / "x"))) is None
+    inside = build_error(OSError(errno.ENOSPC, "No space left on device",
+                                 str(blocker / "build" / "verilog" / "t.v")))
+    assert isinstance(inside, UserError) and "(No space left on device)" in str(inside)
+    monkeypatch.setattr(minilm, "minilm_path", lambda: tmp_path)   # sim's inputs: not checked
+    for argv in (["sim"], ["run", "--backend", "rtl", "--trace", "gsm8k"],
+                 ["paper-pe", "--build-only"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "cannot write" in err and "ELMOE3D_BUILD_DIR" in err
+    assert not (blocker.parent / "build").exists()

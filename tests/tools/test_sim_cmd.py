@@ -193,3 +193,30 @@ def test_mismatches_fail_and_waves_are_listed(fake_sim, capsys, tmp_path):
         assert f"waves: {tmp_path / 'runs' / test / 'dump.fst'}" in out
     assert "10 bit-exact comparisons on real MiniLM weights, 1 mismatch " in out
     assert out.rstrip().endswith("elmoe3d sim: FAILED (1 failure listed above; 1 mismatch)")
+
+
+def test_a_truncated_routing_trace_is_refused_before_the_build(tmp_path, monkeypatch, capsys):
+    """A routing trace cut mid-line: ``elmoe3d sim`` names the file and line before building
+    anything (it used to build, run and count the bench's crash as mismatches), and the
+    bench's own reader names them too."""
+    from elmoe3d.sim.bench_pe import read_routing
+    from elmoe3d.sw.host.corpus import PROMPT_FILE, ROUTING_FILES, traces_dir
+    real = traces_dir()
+    (tmp_path / PROMPT_FILE).write_bytes((real / PROMPT_FILE).read_bytes())
+    lines = (real / ROUTING_FILES["gsm8k"]).read_text(encoding="utf-8").splitlines(True)
+    cut = tmp_path / ROUTING_FILES["gsm8k"]
+    cut.write_text("".join(lines[:40]) + lines[40][:30], encoding="utf-8")
+    monkeypatch.setenv("ELMOE3D_TRACES", str(tmp_path))
+    from elmoe3d.sw.host import minilm
+    monkeypatch.setattr(minilm, "minilm_path", lambda: tmp_path)     # not what this checks
+    built = []
+    monkeypatch.setattr(runner, "generate_verilog", lambda *a, **k: built.append(a))
+    code = cli.main(["sim"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{cut}:41" in err and err.strip().count("\n") == 0, err
+    assert not built
+    with pytest.raises(ValueError, match=rf"{cut}:41: not JSON"):
+        read_routing(cut, problem=0, layer=0, tokens=1)
+    cut.write_text('{"problem_id": 0, "layer": 0}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"{cut}:1: .*missing token_idx, experts, gating_probs"):
+        read_routing(cut, problem=0, layer=0, tokens=1)
