@@ -15,10 +15,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 
 from .. import __version__
-from ..errors import UserError
+from ..errors import Terminated, UserError
 
 
 #: What ``elmoe3d --help`` says the tool is.
@@ -217,6 +219,11 @@ class _ClosedPipeGuard:
         return getattr(self._stream, name)
 
 
+def _terminate(signum, frame):
+    """SIGTERM's handler while a command runs: :class:`~elmoe3d.errors.Terminated`."""
+    raise Terminated
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
@@ -224,13 +231,19 @@ def main(argv=None) -> int:
     stdout = sys.stdout
     if stdout is not None:
         sys.stdout = _ClosedPipeGuard(stdout)
+    sigterm = None
+    if threading.current_thread() is threading.main_thread():
+        sigterm = signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except (UserError, QuantizationError) as exc:
         for line in str(exc).splitlines() or [""]:       # a mistake a line (a sweep's several)
             print(f"elmoe3d {args.command}: error: {line}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated):
+            print(f"elmoe3d {args.command}: terminated (SIGTERM)", file=sys.stderr)
+            return 143
         print(f"elmoe3d {args.command}: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:
@@ -242,6 +255,8 @@ def main(argv=None) -> int:
         return 2
     finally:
         sys.stdout = stdout
+        if sigterm is not None:
+            signal.signal(signal.SIGTERM, sigterm)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ residual. Exit status 0, or 2 on a usage error.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ..config import DRAM_BACKGROUND, DRAM_BACKGROUND_DEFAULT
 from ..errors import UserError
@@ -255,7 +256,13 @@ def run(args) -> int:
                         f"die's W8A8 pJ per MAC), got {args.nm_mac_scale:g}")
     args.nm_mac_scale += 0.0                                # -0 is 0
     if args.json:
-        check_output(args.json, "--json")
+        json_dir = Path(args.json).parent
+        if args.plot and not json_dir.exists() and \
+                json_dir.absolute() == Path(args.plot).absolute():
+            # into the folder --plot creates: checked as that folder's file
+            check_output_dir(args.plot, "--json", [Path(args.json).name])
+        else:
+            check_output(args.json, "--json")
         # the traces beside the checkout are what cache-check and the fits read
         from ..sw.host.corpus import traces_dir
         tdir = traces_dir()
@@ -742,6 +749,7 @@ def _write(console, args, doc, plot, draw):
     from .outputs import atomic_outputs
     with atomic_outputs(lambda exc: f"cannot write the outputs ({exc})") as outputs:
         if args.json:
+            outputs.make_dir(Path(args.json).parent)     # --plot's folder, if --json is in it
             outputs.add_json(args.json, doc)
         if plot:
             outputs.make_dir(plot.parent)

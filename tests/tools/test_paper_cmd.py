@@ -665,3 +665,20 @@ def test_json_records_the_options_that_applied(tmp_path, capsys):
         assert f"ours' AR cache {ar}" in capsys.readouterr().out
     assert (docs["best"]["ar_cache"], docs["whole"]["ar_cache"]) == ("best", "whole")
     assert "placement" not in docs["best"] and docs["best"]["tree"] == list(pe.TREE)
+
+
+def test_json_into_the_folder_plot_creates(tmp_path, capsys):
+    """``--plot DIR --json DIR/f.json`` with DIR new: both written, DIR made once (a new
+    user's first try was refused, "directory DIR does not exist"); a --json folder other
+    than --plot's must exist still, and nothing is made then."""
+    import json
+    new = tmp_path / "out" / "paper"
+    assert cli.main(["paper", "fig12", "--plot", str(new), "--json",
+                     str(new / "fig12.json")]) == 0
+    assert sorted(p.name for p in new.iterdir()) == ["fig12.json", "fig12_8gb.png"]
+    assert json.loads((new / "fig12.json").read_text())["hb"] == "8gb"
+    capsys.readouterr()
+    other = tmp_path / "elsewhere"
+    assert cli.main(["paper", "fig12", "--plot", str(other / "p"), "--json",
+                     str(other / "j" / "fig12.json")]) == 2
+    assert "directory" in capsys.readouterr().err and not other.exists()

@@ -1688,3 +1688,30 @@ def test_spec_mistakes_an_audit_found_are_named(tmp_path, capsys):
                      ({1: 8}, r"unknown config field 1;")):
         with pytest.raises(ConfigError, match="^" + msg):
             build_arch("paper-4gb", cfg)
+
+
+def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
+    """SIGTERM (``timeout``, ``kill``, a batch scheduler) on the third point: the command
+    says "terminated", exits 143 and sweep.json says "interrupted" with the two rows finished
+    (it said "running" for ever); SIGTERM's handler is restored afterwards."""
+    import signal
+    import elmoe3d.cli as cli
+    spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]")
+                  .replace("batch: [1, 16]", "batch: [1]"))
+    out, calls = tmp_path / "out", []
+    run_point = sweep_tasks.run_point
+
+    def terminated(point, cache_dir):
+        calls.append(point)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return run_point(point, cache_dir)
+    from elmoe3d.sw.host import sweep
+    monkeypatch.setattr(sweep, "run_point", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    code = cli.main(["sweep", str(spec), "--out", str(out), "--workers", "0", "--no-progress",
+                     "--cache", str(tmp_path / "c")])
+    assert code == 143 and "elmoe3d sweep: terminated (SIGTERM)" in capsys.readouterr().err
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["status"] == "interrupted" and doc["finished"] == 2
+    assert signal.getsignal(signal.SIGTERM) is before
