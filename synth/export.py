@@ -203,12 +203,15 @@ class SramMacro:
     of each read port, ``transparent_for`` the indices of the write ports whose write of the
     same cycle and word it returns (new data; otherwise the old word), ``domain`` ``"comb"``
     for an asynchronous read (data in the same cycle, no enable: a register-file macro, as
-    the die's FIFOs read); ``write_ports``:
-    ``(domain, granularity)`` of each, ``granularity`` the bits a write-enable bit covers
-    (``None``: the whole word, one enable bit; a granule of the whole word is ``None`` too);
-    ``collision_free``: the design never reads and
-    writes one word in one cycle (the memory's ``no_rw_check`` attribute,
-    :func:`elmoe3d.hw.pe.memories.memory`), so read-during-write behaviour is free."""
+    the die's FIFOs read); ``write_ports``: ``(domain, granularity)`` of each,
+    ``granularity`` the bits a write-enable bit covers (``None``: the whole word, one enable
+    bit; a granule of the whole word is ``None`` too); ``collision_free``: the design never
+    reads and writes one word in one cycle (the memory's ``no_rw_check`` attribute,
+    :func:`elmoe3d.hw.pe.memories.memory`), so read-during-write behaviour is free.
+
+    Clocks are rising-edge: a macro in a domain a block defines on the falling edge would be
+    clocked wrongly (no block of the die defines a domain; the hierarchical form refuses one
+    with children)."""
 
     width: int
     depth: int
@@ -310,6 +313,8 @@ class _MacroPlatform:
         self.kinds = kinds
 
     def module(self, macro) -> str:
+        """``macro``'s module name: :attr:`SramMacro.base_name`, with ``_2``, ``_3``, ... for
+        another kind of the same base name in this export (in the order they are met)."""
         module = self.kinds.get(macro)
         if module is None:
             base, n, module = macro.base_name, 1, macro.base_name
@@ -379,7 +384,8 @@ class SramModel(wiring.Component):
         init = [] if self.power_up is None else \
             [rng.getrandbits(macro.width) for _ in range(macro.depth)]
         m.submodules.mem = mem = Memory(shape=unsigned(macro.width), depth=macro.depth,
-                                        init=init)
+                                        init=init, attrs={"no_rw_check": 1}
+                                        if macro.collision_free else None)
         writes = [mem.write_port(domain=d, granularity=g) for d, g in macro.write_ports]
         for j, port in enumerate(writes):
             for field_ in ("addr", "en", "data"):

@@ -17,8 +17,9 @@ block whole, as ``make sim`` builds it (the paper dies are out of reach so). Wit
 file starts with a comment naming the tool version, block, configuration (every field) and
 form; it is written only when complete. A mistake is one line naming the option (exit status 2).
 
-``--sram macro`` makes each RAM an SRAM macro would be (:func:`elmoe3d.synth.blocks.is_sram_macro`:
-a write port, synchronous reads, at least 2,048 bits) an instance of a macro module, one module
+``--sram macro`` makes each RAM the area roll-up counts as a macro
+(:func:`elmoe3d.synth.blocks.is_sram_macro`: a write port, at least 2,048 bits; read
+asynchronously, as the FIFOs are, a register-file macro) an instance of a macro module, one module
 a kind (``elmoe3d_sram_<width>x<depth>_<r>r<w>w...``, :class:`elmoe3d.synth.export.SramMacro`),
 for a memory compiler's macros to replace; their behavioural models (Amaranth memories with the
 macro's ports) follow the design, or go to ``--sram-models FILE``. ``--memories FILE`` writes
@@ -66,9 +67,10 @@ def configure(parser) -> None:
                              "module (no I/O delays)")
     parser.add_argument("--sram", choices=("rtl", "macro"), default="rtl",
                         help="rtl: every memory as Amaranth's behavioural Verilog (default); "
-                             "macro: each RAM of at least 2,048 bits with synchronous reads "
-                             "an instance of an SRAM macro module, one module a kind, their "
-                             "behavioural models after the design")
+                             "macro: each RAM of at least 2,048 bits with a write port an "
+                             "instance of an SRAM (or, read asynchronously, register-file) "
+                             "macro module, one module a kind, their behavioural models after "
+                             "the design")
     parser.add_argument("--sram-models", metavar="FILE", type=output_path, default=None,
                         help="with --sram macro: write the macros' behavioural models to FILE "
                              "instead of after the design (to link a memory compiler's)")
@@ -278,7 +280,7 @@ def run(args) -> int:
         console = Console(stderr=True, highlight=False)
     say = plain_printer(console, soft_wrap=True)
     with inspection():
-        found, entry, interrupted = die_blocks(LogicDie(config=arch)), None, False
+        found, entry, interrupted = die_blocks(LogicDie(config=arch)), None, None
         try:                        # the blocks go before the scope ends, on an error too
             if args.list:
                 _list(say, console, found, arch)
@@ -320,15 +322,15 @@ def run(args) -> int:
             if not args.sram_models:
                 text, models = text + models, ""
             ports = module_ports(text, name)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             # raised again below, once the scope has collected the blocks the traceback's
             # frames held: no "created but never used" warning follows "interrupted"
-            interrupted = True
+            interrupted = type(exc)             # Ctrl-C, or SIGTERM (errors.Terminated)
         finally:
             found.clear()
             entry = None
-    if interrupted:
-        raise KeyboardInterrupt
+    if interrupted is not None:
+        raise interrupted
     constraints = None
     if args.sdc is not None:
         if not any(p == "clk" or p.endswith("_clk") for p in ports):

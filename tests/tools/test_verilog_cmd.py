@@ -235,24 +235,30 @@ def test_the_unit_pe_is_built_with_its_defaults(capsys):
     assert {"a", "nibble", "is_msb", "aug", "product"} <= set(ports)
 
 
-def test_an_interrupt_leaves_no_file_and_no_warning(capsys, tmp_path, monkeypatch):
-    """Ctrl-C during the conversion: "interrupted", exit 130, no file, and none of Amaranth's
-    "created but never used" warnings for the blocks the walk built."""
+@pytest.mark.parametrize("signal_name,code_said", [
+    ("SIGINT", (130, "elmoe3d verilog: interrupted")),
+    ("SIGTERM", (143, "elmoe3d verilog: terminated (SIGTERM)"))])
+def test_an_interrupt_leaves_no_file_and_no_warning(capsys, tmp_path, monkeypatch,
+                                                    signal_name, code_said):
+    """Ctrl-C (or SIGTERM, raised as ``errors.Terminated``) during the conversion: the
+    command says so with its exit status, no file, and none of Amaranth's "created but never
+    used" warnings for the blocks the walk built."""
     import gc
     import warnings
     from amaranth.hdl import UnusedElaboratable
+    from elmoe3d.errors import Terminated
     from elmoe3d.synth import export
 
     def interrupted(obj, **kwargs):
         obj.elaborate(None)
-        raise KeyboardInterrupt
+        raise KeyboardInterrupt if signal_name == "SIGINT" else Terminated
     monkeypatch.setattr(export, "hierarchical_verilog", interrupted)
     out_file = tmp_path / "pe.v"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         code = cli.main(["verilog", "pe", "-o", str(out_file)])
         gc.collect()
-    assert code == 130 and "elmoe3d verilog: interrupted" in capsys.readouterr().err
+    assert code == code_said[0] and code_said[1] in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
     assert not [str(w.message) for w in caught if issubclass(w.category, UnusedElaboratable)]
 
