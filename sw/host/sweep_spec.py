@@ -876,7 +876,8 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                 try:
                     arch = build_arch(base, cfg)
                 except ConfigError as exc:
-                    raise UserError(f"{where}: {exc}{_bandwidth_hint(exc, base)}") from None
+                    raise UserError(f"{where}: {exc}{_bandwidth_hint(exc, base)}"
+                                    f"{_range_hint(spec, cfg)}") from None
                 except TypeError as exc:                # dataclasses.replace on a bad name
                     raise UserError(f"{where}: {exc}") from None
                 fields.update({f: _field(arch, f) for f in CONFIG_FIELDS})
@@ -982,6 +983,19 @@ def _problems_text(problems: dict) -> str:
         more = len(problems) - MAX_MISTAKES
         lines.append(f"... and {more} more distinct mistake{'s' if more > 1 else ''}")
     return "\n".join(lines)
+
+
+def _range_hint(spec, cfg) -> str:
+    """What to do when a configuration refuses a point with a field drawn from a range: a
+    range draws any value in it, and some fields take only some (the HB capacity a
+    power-of-two number of rows, a tile shape that divides the width); ``""`` when no field of
+    the point is a range."""
+    ranged = [f for f in cfg if "min" in spec.config.get(f, {})]
+    if not ranged:
+        return ""
+    return (f" ({', '.join(ranged)} drawn from a range, which takes any value in it: give "
+            f"the values the configuration allows as a list, or drop the others with a "
+            f"constraint)")
 
 
 def _bandwidth_hint(exc, base) -> str:

@@ -699,6 +699,13 @@ BAD = [
      "ext_channels x the channel's peak = 102.4 GB/s; to sweep the EXT bandwidth, list ext_gbps "
      "beside ext_channels and keep the pairs that match with the constraint "
      "'abs(ext_gbps - 12.8 * ext_channels) < 0.01' (docs/sweep.md, Memory bandwidth)"),
+    # a range draws values a field refuses: the message says to list the allowed ones
+    ("sampling: lhs\nsamples: 1\nconfig:\n  hb_bank_bytes: {min: 134217728, max: 536870912}\n"
+     "workload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 0 (hb_bank_bytes=390692379, model=qwen3-30b-a3b): hb: capacity 390692379 B "
+     "is not a power-of-two number of rows of 16 banks x 2048 B (hb_bank_bytes drawn from a "
+     "range, which takes any value in it: give the values the configuration allows as a list, "
+     "or drop the others with a constraint)"),
     ("workload:\n  model: [qwen3-30b-a3b, llama]\n",
      "{spec}: point 1 (model=llama): model: expected one of qwen3-30b-a3b, glm-4.7-flash, "
      "deepseek-v2-lite, gpt-oss-20b, mixtral-8x7b or a model of the spec's models: section, "
