@@ -8,6 +8,7 @@ cache is made once, whatever number of processes want it."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import tempfile
@@ -33,32 +34,44 @@ def build_root() -> Path:
     return Path.cwd() / "build"
 
 
+#: The errors of writing into a folder that cannot take it (read-only, not a folder, full):
+#: what :func:`build_error` reports; a missing file there is a bug's, not the folder's.
+_WRITE_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT,
+                           errno.ENOTDIR, errno.EEXIST})
+
+
 def build_error(exc: BaseException):
-    """A :class:`~elmoe3d.errors.UserError` for ``exc`` when it is an :class:`OSError` on a
-    path in the build root (``$ELMOE3D_BUILD_DIR`` set to a read-only folder or to a file, a
-    full disk): one line naming the folder, where it comes from and the reason; ``None`` for
-    any other exception (a bug keeps its traceback)."""
+    """A :class:`~elmoe3d.errors.UserError` for ``exc`` when it is an :class:`OSError` of
+    writing (:data:`_WRITE_ERRNOS`) on an absolute path in the build root
+    (``$ELMOE3D_BUILD_DIR`` set to a read-only folder or to a file, a full disk): one line
+    naming the folder, where it comes from and the reason; ``None`` for any other exception
+    (a bug keeps its traceback)."""
     from .errors import UserError
-    if not isinstance(exc, OSError):
+    if not isinstance(exc, OSError) or exc.errno not in _WRITE_ERRNOS:
         return None
     root = build_root()
     for name in (exc.filename, exc.filename2):
-        if name is None:
-            continue
-        path = Path(os.fsdecode(name)).absolute()
+        if not isinstance(name, (str, bytes)) or not os.path.isabs(os.fsdecode(name)):
+            continue                    # a descriptor, or relative: not the build root's
+        path = Path(os.path.normpath(os.fsdecode(name)))
         if path == root or root in path.parents:
-            source = f"${BUILD_ROOT_ENV}" if os.environ.get(BUILD_ROOT_ENV) else \
-                "the build folder (set another with $" + BUILD_ROOT_ENV + ")"
-            reason = exc.strerror or type(exc).__name__
-            return UserError(f"{source} {root}: cannot write {path} ({reason})")
+            return UserError(_cannot_write(root, path, exc))
     return None
+
+
+def _cannot_write(root: Path, path, exc: OSError) -> str:
+    """The one line of a build root that cannot be written: where the root comes from, the
+    path and the reason."""
+    source = f"${BUILD_ROOT_ENV}" if os.environ.get(BUILD_ROOT_ENV) else \
+        f"the build folder (set another with ${BUILD_ROOT_ENV})"
+    return f"{source} {root}: cannot write {path} ({exc.strerror or type(exc).__name__})"
 
 
 def ensure_build_root() -> Path:
     """The build root, created if missing and checked writable (a probe file made and
     removed), before a command builds anything. Raises the
-    :class:`~elmoe3d.errors.UserError` of :func:`build_error` when it cannot be written."""
-    import tempfile
+    :class:`~elmoe3d.errors.UserError` (one line, as :func:`build_error`'s) when it cannot
+    be written."""
     root = build_root()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -66,8 +79,8 @@ def ensure_build_root() -> Path:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        error = build_error(exc) or build_error(OSError(exc.errno, exc.strerror, str(root)))
-        raise error from None
+        from .errors import UserError
+        raise UserError(_cannot_write(root, exc.filename or root, exc)) from None
     return root
 
 

@@ -37,7 +37,7 @@ import time
 import traceback
 
 
-__all__ = ["measured_call", "tree_rss"]
+__all__ = ["measured_call", "tree_rss", "kill_tree"]
 
 
 def tree_rss(root_pid):
@@ -61,6 +61,29 @@ def tree_rss(root_pid):
     return sum(r[0] for r in out), out
 
 
+def kill_tree(root_pid) -> None:
+    """Kill ``root_pid`` and its descendants (psutil; those gone meanwhile are skipped): a
+    measured build must not outlive the command that started it (SIGTERM reaches only the
+    command, not its process group as Ctrl-C does)."""
+    import psutil
+    try:
+        root = psutil.Process(root_pid)
+        procs = root.children(recursive=True) + [root]
+    except psutil.Error:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=KILL_WAIT_S)     # gone before the command says so
+
+
+#: Seconds :func:`kill_tree` waits for the killed processes to go (SIGKILL: at once, unless a
+#: process is stuck in the kernel).
+KILL_WAIT_S = 10
+
+
 def _load():
     """The 1-minute load average (None where the system has none)."""
     try:
@@ -70,6 +93,8 @@ def _load():
 
 
 def _child(conn, fn, args, kwargs):
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)    # not the command's handler: just stop
     try:
         value, error = fn(*args, **kwargs), None
     except BaseException as exc:                          # noqa: BLE001 - sent to the parent
@@ -114,6 +139,11 @@ def measured_call(fn, *args, interval: float = 0.25, **kwargs):
         result = parent.recv()
     except EOFError:
         result = None
+    except BaseException:               # Ctrl-C, SIGTERM (errors.Terminated): stop the child
+        stop.set()
+        kill_tree(proc.pid)
+        proc.join()
+        raise
     proc.join()
     wall = time.perf_counter() - start
     stop.set()

@@ -220,7 +220,9 @@ class _ClosedPipeGuard:
 
 
 def _terminate(signum, frame):
-    """SIGTERM's handler while a command runs: :class:`~elmoe3d.errors.Terminated`."""
+    """SIGTERM's handler while a command runs: :class:`~elmoe3d.errors.Terminated`, so that
+    the command's Ctrl-C clean-up runs; :func:`main` then says "terminated" and ends the
+    process by SIGTERM itself (its status 143 in a shell)."""
     raise Terminated
 
 
@@ -231,9 +233,12 @@ def main(argv=None) -> int:
     stdout = sys.stdout
     if stdout is not None:
         sys.stdout = _ClosedPipeGuard(stdout)
-    sigterm = None
-    if threading.current_thread() is threading.main_thread():
-        sigterm = signal.signal(signal.SIGTERM, _terminate)
+    # SIGTERM as Ctrl-C (its clean-up runs), unless someone chose otherwise (ignored, or a
+    # handler of theirs): only over the default action, in the main thread
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    if ours:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return int(importlib.import_module(args._module).run(args) or 0)
     except (UserError, QuantizationError) as exc:
@@ -243,7 +248,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt as exc:
         if isinstance(exc, Terminated):
             print(f"elmoe3d {args.command}: terminated (SIGTERM)", file=sys.stderr)
-            return 143
+            # cleaned up: now end as SIGTERM ends a process (the parent sees the signal, and a
+            # program that called main() in-process, such as pytest, stops too)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return 143                  # SIGTERM blocked or handled by the caller
         print(f"elmoe3d {args.command}: interrupted", file=sys.stderr)
         return 130
     except OSError as exc:
@@ -255,8 +264,8 @@ def main(argv=None) -> int:
         return 2
     finally:
         sys.stdout = stdout
-        if sigterm is not None:
-            signal.signal(signal.SIGTERM, sigterm)
+        if ours:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 if __name__ == "__main__":

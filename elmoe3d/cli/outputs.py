@@ -280,7 +280,7 @@ class AtomicOutputs:
                 backups.append(bak)
                 os.replace(tmp, dest)
                 done.append((dest, bak))
-        except OSError:
+        except BaseException:           # an OSError, or Ctrl-C / SIGTERM between two renames
             for dest, bak in reversed(done):
                 try:
                     if bak is None:

@@ -258,7 +258,7 @@ def run(args) -> int:
     if args.json:
         json_dir = Path(args.json).parent
         if args.plot and not json_dir.exists() and \
-                json_dir.absolute() == Path(args.plot).absolute():
+                json_dir.resolve() == Path(args.plot).resolve():
             # into the folder --plot creates: checked as that folder's file
             check_output_dir(args.plot, "--json", [Path(args.json).name])
         else:

@@ -691,11 +691,7 @@ PLOTS = ("hit_rate", "bytes_per_tier", "latency")
 
 def _check_outputs(args):
     """Refuse unusable output paths, two outputs that are one file, and an output that is the
-    trace (or the usage statistics) it would overwrite (UserError, one line); with the RTL
-    backend, a build folder that cannot be written."""
-    if args.backend == "rtl":
-        from ..paths import ensure_build_root
-        ensure_build_root()
+    trace (or the usage statistics) it would overwrite (UserError, one line)."""
     dests = []
     for opt, dest in (("--json", args.json), ("--csv", args.csv)):
         if dest is not None:

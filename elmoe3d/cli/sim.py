@@ -91,11 +91,18 @@ def _check_inputs():
     if not routing.is_file():
         raise UserError(f"the Mixtral routing trace is missing: {routing} (set ELMOE3D_TRACES "
                         f"to the folder holding {routing.name})")
-    # read whole by the trace importer (about a second): a malformed line is one error naming
-    # the file and line here, not a bench failure counted as mismatches after the build
+    # read whole by the trace importer and by the bench's own reader, every layer the bench
+    # reads (about a second): a malformed line is one error naming the file and line here,
+    # not a bench failure counted as mismatches after the build
+    from ..sim.bench_pe import DEFAULTS, read_routing
     from ..sw.host.corpus import ROUTING_MODEL
     from ..sw.host.trace import import_vllm_jsonl
     import_vllm_jsonl(routing, model=ROUTING_MODEL)
+    for tokens, layer in DEFAULTS["layers"].items():
+        try:
+            read_routing(routing, problem=DEFAULTS["problem"], layer=layer, tokens=int(tokens))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     return traces
 
 

@@ -174,6 +174,39 @@ def test_measured_call_sees_the_child_tree():
         measured_call(divmod, 1, 0)
 
 
+def test_an_interrupted_measured_call_stops_its_child_tree(tmp_path):
+    """An interrupt of the measuring process (Ctrl-C, or SIGTERM as ``errors.Terminated``,
+    which reaches only this process) kills the measured child and what it started (a
+    build): none outlives the command. The child's grandchild writes its pid, then the
+    parent is interrupted (an alarm's handler raises in it)."""
+    import signal
+    import threading
+    import time
+    import psutil
+    pidfile = tmp_path / "pid"
+    code = (f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); "
+            f"time.sleep(600)")
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    def alarm_once_it_runs():           # polled: no fixed delay to race
+        while not pidfile.exists() or not pidfile.read_text():
+            time.sleep(0.02)
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        threading.Thread(target=alarm_once_it_runs, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            measured_call(subprocess.run, [sys.executable, "-c", code])
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    grandchild = int(pidfile.read_text())
+    assert not psutil.pid_exists(grandchild) or \
+        psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+
+
 def test_ld_rate_words_and_the_roofline_at_that_rate():
     """The ld pacings the PE benches take, and the roofline's memory term at the pacing used
     (hand-computed: 1,000 words of 512 B at 0.1 words/cycle = 10,000 cycles)."""

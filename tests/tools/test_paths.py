@@ -100,11 +100,25 @@ def test_a_build_root_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, 
     with pytest.raises(UserError, match=rf"\$ELMOE3D_BUILD_DIR {blocker}/build: cannot write "
                                         rf"{blocker}/build \(Not a directory\)"):
         ensure_build_root()
-    assert build_error(OSError(errno.ENOSPC, "No space left", str(blocker / "x"))) is None
+    root = blocker / "build"
     inside = build_error(OSError(errno.ENOSPC, "No space left on device",
-                                 str(blocker / "build" / "verilog" / "t.v")))
+                                 str(root / "verilog" / "t.v")))
     assert isinstance(inside, UserError) and "(No space left on device)" in str(inside)
+    # not the build root's: outside it, beside it (a shared prefix), out of it by "..",
+    # relative, a descriptor, or not an error of writing (a missing file is a bug's)
+    for name, code in ((blocker / "x", errno.ENOSPC), (f"{root}2/x", errno.EACCES),
+                       (root / ".." / "x", errno.EACCES), ("build/x", errno.EACCES),
+                       (7, errno.EACCES), (root / "t.v", errno.ENOENT)):
+        assert build_error(OSError(code, "e", name if isinstance(name, int) else str(name))) \
+            is None, name
     monkeypatch.setattr(minilm, "minilm_path", lambda: tmp_path)   # sim's inputs: not checked
+    from elmoe3d.sim import bench_host, runner
+
+    def built(*a, **k):
+        raise AssertionError("built before the build folder was checked")
+    monkeypatch.setattr(runner, "generate_verilog", built)
+    monkeypatch.setattr(runner, "build", built)
+    monkeypatch.setattr(bench_host, "run_host_rtl", built)
     for argv in (["sim"], ["run", "--backend", "rtl", "--trace", "gsm8k"],
                  ["paper-pe", "--build-only"]):
         assert cli.main(argv) == 2

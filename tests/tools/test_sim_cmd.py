@@ -209,14 +209,23 @@ def test_a_truncated_routing_trace_is_refused_before_the_build(tmp_path, monkeyp
     monkeypatch.setenv("ELMOE3D_TRACES", str(tmp_path))
     from elmoe3d.sw.host import minilm
     monkeypatch.setattr(minilm, "minilm_path", lambda: tmp_path)     # not what this checks
-    built = []
-    monkeypatch.setattr(runner, "generate_verilog", lambda *a, **k: built.append(a))
+
+    def built(*a, **k):
+        raise AssertionError("built before the routing trace was read")
+    monkeypatch.setattr(runner, "generate_verilog", built)
     code = cli.main(["sim"])
     err = capsys.readouterr().err
     assert code == 2 and f"{cut}:41" in err and err.strip().count("\n") == 0, err
-    assert not built
     with pytest.raises(ValueError, match=rf"{cut}:41: not JSON"):
         read_routing(cut, problem=0, layer=0, tokens=1)
     cut.write_text('{"problem_id": 0, "layer": 0}\n', encoding="utf-8")
     with pytest.raises(ValueError, match=rf"{cut}:1: .*missing token_idx, experts, gating_probs"):
         read_routing(cut, problem=0, layer=0, tokens=1)
+    # a log the trace importer reads (its field aliases) but the bench's reader does not
+    aliased = [json.loads(line) for line in lines[:40]]
+    for r in aliased:
+        r["topk_ids"] = r.pop("experts")
+    cut.write_text("".join(json.dumps(r) + "\n" for r in aliased), encoding="utf-8")
+    assert cli.main(["sim"]) == 2
+    err = capsys.readouterr().err
+    assert f"{cut}:1: a routing record needs the fields" in err and "missing experts" in err

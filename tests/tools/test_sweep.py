@@ -1697,28 +1697,32 @@ def test_spec_mistakes_an_audit_found_are_named(tmp_path, capsys):
             build_arch("paper-4gb", cfg)
 
 
-def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
-    """SIGTERM (``timeout``, ``kill``, a batch scheduler) on the third point: the command
-    says "terminated", exits 143 and sweep.json says "interrupted" with the two rows finished
-    (it said "running" for ever); SIGTERM's handler is restored afterwards."""
+def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path):
+    """SIGTERM (``timeout``, ``kill``, a batch scheduler) on the third point of a sweep run as
+    a program: it says "terminated", sweep.json says "interrupted" with the two rows finished
+    (it said "running" for ever), and the process then ends by SIGTERM (status -15 here, 143
+    in a shell), as it would have without the clean-up."""
     import signal
-    import elmoe3d.cli as cli
+    import subprocess
     spec = _write(tmp_path, SPEC.replace("pes: [16, 32]", "pes: [16]")
                   .replace("batch: [1, 16]", "batch: [1]"))
-    out, calls = tmp_path / "out", []
-    run_point = sweep_tasks.run_point
-
-    def terminated(point, cache_dir):
-        calls.append(point)
-        if len(calls) == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return run_point(point, cache_dir)
-    from elmoe3d.sw.host import sweep
-    monkeypatch.setattr(sweep, "run_point", terminated)
-    before = signal.getsignal(signal.SIGTERM)
-    code = cli.main(["sweep", str(spec), "--out", str(out), "--workers", "0", "--no-progress",
-                     "--cache", str(tmp_path / "c")])
-    assert code == 143 and "elmoe3d sweep: terminated (SIGTERM)" in capsys.readouterr().err
+    out = tmp_path / "out"
+    script = (
+        "import os, signal, sys\n"
+        "from elmoe3d.sw.host import sweep\n"
+        "calls, run_point = [], sweep.run_point\n"
+        "def terminated(point, cache_dir):\n"
+        "    calls.append(point)\n"
+        "    if len(calls) == 3:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return run_point(point, cache_dir)\n"
+        "sweep.run_point = terminated\n"
+        "import elmoe3d.cli as cli\n"
+        f"sys.exit(cli.main(['sweep', {str(spec)!r}, '--out', {str(out)!r}, '--workers', '0',"
+        f" '--no-progress', '--cache', {str(tmp_path / 'c')!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert "elmoe3d sweep: terminated (SIGTERM)" in proc.stderr
     doc = json.loads((out / "sweep.json").read_text())
     assert doc["status"] == "interrupted" and doc["finished"] == 2
-    assert signal.getsignal(signal.SIGTERM) is before

@@ -253,12 +253,15 @@ def test_an_interrupt_leaves_no_file_and_no_warning(capsys, tmp_path, monkeypatc
         obj.elaborate(None)
         raise KeyboardInterrupt if signal_name == "SIGINT" else Terminated
     monkeypatch.setattr(export, "hierarchical_verilog", interrupted)
+    killed = []                 # main() ends by SIGTERM after the clean-up: not pytest here
+    monkeypatch.setattr(cli.os, "kill", lambda pid, sig: killed.append(sig))
     out_file = tmp_path / "pe.v"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         code = cli.main(["verilog", "pe", "-o", str(out_file)])
         gc.collect()
     assert code == code_said[0] and code_said[1] in capsys.readouterr().err
+    assert killed == ([] if signal_name == "SIGINT" else [15])
     assert list(tmp_path.iterdir()) == []
     assert not [str(w.message) for w in caught if issubclass(w.category, UnusedElaboratable)]
 

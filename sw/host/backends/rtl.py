@@ -39,7 +39,9 @@ class RTLBackend(GoldenBackend):
     reference = "the functional simulation and ref_moe"
 
     def run(self, steps, ctx: RunContext) -> BackendRun:
+        from ....paths import ensure_build_root
         from ....sim import bench_host
+        ensure_build_root()         # a folder that cannot be written: one line, before the run
         records, glayers = self.golden(steps, ctx)
         rtl = bench_host.run_host_rtl(glayers, ctx.arch, seed=ctx.seed,
                                       traffic=ctx.options["traffic"])
