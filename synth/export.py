@@ -69,7 +69,7 @@ from .blocks import (BLOCK_TYPES, component_ports, convert_ports, instance_key, 
 __all__ = ["ExportError", "DieBlock", "die_blocks", "block_classes", "module_name",
            "flat_verilog", "hierarchical_verilog", "plain_module_names", "INSTANCE_OUTPUT_BITS",
            "output_bits", "SramMacro", "SramModel", "sram_models", "instance_tree",
-           "sram_instances", "memory_list", "sdc"]
+           "sram_instances", "memory_list", "sdc", "one_top"]
 
 
 class ExportError(ValueError):
@@ -237,6 +237,21 @@ class SramMacro:
     def addr_width(self) -> int:
         return ceil_log2(self.depth)
 
+    def data_ports(self) -> list:
+        """``(direction, name, width)`` of each port but the clocks, ``"i"`` or ``"o"``:
+        ``rd<i>_addr``, ``rd<i>_data``, ``rd<i>_en`` (not for an asynchronous read),
+        ``wr<j>_addr``, ``wr<j>_en``, ``wr<j>_data``; none of zero width (a 1-word RAM's
+        address)."""
+        a, out = self.addr_width, []
+        for i, (d, _t) in enumerate(self.read_ports):
+            out += [("i", f"rd{i}_addr", a), ("o", f"rd{i}_data", self.width)]
+            if d != "comb":
+                out.append(("i", f"rd{i}_en", 1))
+        for j in range(len(self.write_ports)):
+            out += [("i", f"wr{j}_addr", a), ("i", f"wr{j}_en", self.enable_width(j)),
+                    ("i", f"wr{j}_data", self.width)]
+        return [p for p in out if p[2]]
+
     def enable_width(self, j: int) -> int:
         """Write-enable bits of write port ``j`` (one a granule)."""
         granularity = self.write_ports[j][1]
@@ -359,15 +374,8 @@ class SramModel(wiring.Component):
 
     def __init__(self, macro: SramMacro, *, power_up=None):
         self.macro, self.power_up = macro, power_up
-        a, members = macro.addr_width, {}
-        for i, (d, _t) in enumerate(macro.read_ports):
-            members.update({f"rd{i}_addr": In(a), f"rd{i}_data": Out(macro.width)})
-            if d != "comb":
-                members[f"rd{i}_en"] = In(1, init=1)
-        for j in range(len(macro.write_ports)):
-            members.update({f"wr{j}_addr": In(a), f"wr{j}_en": In(macro.enable_width(j)),
-                            f"wr{j}_data": In(macro.width)})
-        super().__init__({k: v for k, v in members.items() if Shape.cast(v.shape).width})
+        super().__init__({n: In(w, init=int(n.startswith("rd") and n.endswith("_en")))
+                          if d == "i" else Out(w) for d, n, w in macro.data_ports()})
         self.clock_domains = [ClockDomain(d, reset_less=True) for d, _p in macro.clock_ports]
 
     def convert_ports(self) -> dict:
@@ -406,8 +414,9 @@ def sram_models(kinds: dict, *, power_up=None) -> str:
     (:class:`SramMacro` -> module name, as an export filled it), one module each."""
     from amaranth.back import verilog
     models = [(SramModel(macro, power_up=power_up), module) for macro, module in kinds.items()]
-    return "".join(verilog.convert(model, name=module, emit_src=False,
-                                   ports=model.convert_ports()) for model, module in models)
+    return one_top("".join(verilog.convert(model, name=module, emit_src=False,
+                                           ports=model.convert_ports())
+                           for model, module in models), None)
 
 
 _MODULE_TEXT = re.compile(r"^module (\\?\S+?)\s*\((.*?)^endmodule", re.M | re.S)
@@ -442,8 +451,9 @@ def sram_instances(text: str, top: str, modules) -> dict:
 
 def memory_list(text: str, top: str, kinds: dict) -> dict:
     """The SRAM macros of an export in the macro form: for each kind (``kinds``, as the export
-    filled it) its module, fields (:meth:`SramMacro.to_dict`), an area estimate
-    (:func:`elmoe3d.synth.sram.sram_area`, um^2 a macro) and every instance path under
+    filled it) its module, fields (:meth:`SramMacro.to_dict`), its ports (name -> direction,
+    width), an area estimate (``area_um2_each``: :func:`elmoe3d.synth.sram.sram_area`, um^2 a
+    macro) and every instance path under
     ``top``; with their totals (``total_instances``, ``total_bits``, ``total_area_um2``).
     Raises ``ValueError`` when a kind has no instance in ``text``."""
     from .sram import sram_area
@@ -454,12 +464,21 @@ def memory_list(text: str, top: str, kinds: dict) -> dict:
         if not where:
             raise ValueError(f"{module}: no instance under {top}")
         area = sram_area(macro.width, macro.depth, len(macro.read_ports)).area
-        macros.append({"module": module, **macro.to_dict(), "area_um2": round(area, 3),
-                       "count": len(where), "instances": where})
+        macros.append({"module": module, **macro.to_dict(), "ports": _macro_ports(macro),
+                       "area_um2_each": round(area, 3), "count": len(where),
+                       "instances": where})
     return {"top": top, "macros": macros,
             "total_instances": sum(m["count"] for m in macros),
             "total_bits": sum(m["bits"] * m["count"] for m in macros),
-            "total_area_um2": round(sum(m["area_um2"] * m["count"] for m in macros), 3)}
+            "total_area_um2": round(sum(m["area_um2_each"] * m["count"] for m in macros), 3)}
+
+
+def _macro_ports(macro) -> dict:
+    """``port -> [direction, width]`` of a macro kind's module: its clocks, then
+    :meth:`SramMacro.data_ports`."""
+    ports = {port: ["input", 1] for _d, port in macro.clock_ports}
+    ports.update({n: ["input" if d == "i" else "output", w] for d, n, w in macro.data_ports()})
+    return ports
 
 
 def sdc(*, top: str, ports, clock_ghz: float, comment: str = "") -> str:
@@ -486,9 +505,8 @@ def flat_verilog(obj, *, name: str, srams: dict | None = None) -> str:
     keeps every memory Amaranth's behavioural Verilog."""
     from amaranth.back import verilog
     platform = None if srams is None else _MacroPlatform(srams)
-    return plain_module_names(dedup_modules(verilog.convert(obj, name=name, emit_src=False,
-                                                            ports=convert_ports(obj),
-                                                            platform=platform)))
+    return one_top(plain_module_names(dedup_modules(verilog.convert(
+        obj, name=name, emit_src=False, ports=convert_ports(obj), platform=platform))), name)
 
 
 _DOMAIN_PORT = re.compile(r"^(?:(\w+)_)?(clk|rst)$")
@@ -585,4 +603,16 @@ def hierarchical_verilog(obj, *, name: str, progress=None, srams: dict | None = 
         done[key] = (module, module_ports(text, module), text)
 
     emit(obj, name)
-    return plain_module_names("".join(text for _module, _ports, text in done.values()))
+    return one_top(plain_module_names("".join(text for _module, _ports, text in done.values())),
+                   name)
+
+
+_TOP_ATTRIBUTE = re.compile(
+    r"^\(\* top =\s*1\s*\*\)\n(?=(?:\(\*[^\n]*\*\)\n)*module (\S+?)\s*\()", re.M)
+
+
+def one_top(text: str, top: str | None) -> str:
+    """``text`` with Amaranth's ``(* top = 1 *)`` kept on module ``top`` only (each conversion
+    marks its own top: left on every child module, Yosys's ``hierarchy -auto-top`` picks one
+    of them and drops the real top); ``top`` None: on none (the macro models)."""
+    return _TOP_ATTRIBUTE.sub(lambda m: m.group(0) if m.group(1) == top else "", text)

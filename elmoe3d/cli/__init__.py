@@ -219,10 +219,16 @@ class _ClosedPipeGuard:
         return getattr(self._stream, name)
 
 
+#: Set by SIGTERM's handler: an exception raised while Python runs a ``__del__`` (Amaranth's
+#: unused-object checks) is lost, so :func:`main` also looks here when the command returns.
+_TERMINATED = []
+
+
 def _terminate(signum, frame):
     """SIGTERM's handler while a command runs: :class:`~elmoe3d.errors.Terminated`, so that
     the command's Ctrl-C clean-up runs; :func:`main` then says "terminated" and ends the
     process by SIGTERM itself (its status 143 in a shell)."""
+    _TERMINATED.append(signum)
     raise Terminated
 
 
@@ -237,10 +243,14 @@ def main(argv=None) -> int:
     # handler of theirs): only over the default action, in the main thread
     ours = threading.current_thread() is threading.main_thread() and \
         signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    _TERMINATED.clear()
     if ours:
         signal.signal(signal.SIGTERM, _terminate)
     try:
-        return int(importlib.import_module(args._module).run(args) or 0)
+        code = int(importlib.import_module(args._module).run(args) or 0)
+        if _TERMINATED:             # raised where Python dropped it: the command ran on
+            raise Terminated
+        return code
     except (UserError, QuantizationError) as exc:
         for line in str(exc).splitlines() or [""]:       # a mistake a line (a sweep's several)
             print(f"elmoe3d {args.command}: error: {line}", file=sys.stderr)

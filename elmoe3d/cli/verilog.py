@@ -93,6 +93,9 @@ def _check_name(name) -> None:
     if not _IDENTIFIER.match(name):
         raise UserError(f"--name {name}: expected a Verilog identifier (letters, digits, _, "
                         f"not starting with a digit)")
+    if name.startswith("elmoe3d_sram_"):
+        raise UserError(f"--name {name}: the form of the export's SRAM macro module names "
+                        f"(elmoe3d_sram_...); choose another")
     if _CHILD_MODULE.match(name):
         raise UserError(f"--name {name}: the form of the export's child module names "
                         f"(elmoe3d_<Class>_<10 hex digits>); choose another")
@@ -253,14 +256,14 @@ def run(args) -> int:
                         "--sram options (it lists the die's blocks)")
     if args.sdc is not None:
         if str(args.sdc) == "-":
-            raise UserError("--sdc -: expected a file (standard output is the Verilog's)")
+            raise UserError("--sdc -: expected a file (only -o writes to standard output)")
         check_output(args.sdc, "--sdc")
     for option, path in macro_files:
         if args.sram != "macro":
             raise UserError(f"{option}: needs --sram macro (with --sram rtl there are no "
                             f"macros)")
         if str(path) == "-":
-            raise UserError(f"{option} -: expected a file (standard output is the Verilog's)")
+            raise UserError(f"{option} -: expected a file (only -o writes to standard output)")
         check_output(path, option)
     if not args.list and args.block is None:
         raise UserError("BLOCK: expected a block or class to export (elmoe3d verilog --list "
@@ -311,14 +314,17 @@ def run(args) -> int:
             models, macros, srams = "", None, None
             if kinds is not None:
                 macros = memory_list(text, name, kinds)
-                models = sram_models(kinds)
+                models = (f"// elmoe3d verilog: behavioural models of the SRAM macros of "
+                          f"{name} ({_plural(len(kinds), 'kind')}), {block_label} at "
+                          f"{arch.name}\n" + sram_models(kinds))
                 srams = (f"SRAM macros: {_plural(len(kinds), 'kind')}, "
                          f"{_plural(macros['total_instances'], 'instance')}, "
                          f"behavioural models "
                          + (f"in {args.sram_models}" if args.sram_models else "after the design"))
             seconds = time.monotonic() - start
-            text = header(block=entry, arch=arch, flat=args.flat, name=name,
-                          srams=srams) + text
+            header_lines = header(block=entry, arch=arch, flat=args.flat, name=name,
+                                  srams=srams).splitlines(True)
+            text = "".join(header_lines) + text
             if not args.sram_models:
                 text, models = text + models, ""
             ports = module_ports(text, name)
@@ -343,7 +349,10 @@ def run(args) -> int:
              ("--sdc", args.sdc, constraints),
              ("--sram-models", args.sram_models, models),
              ("--memories", args.memories, macros and json.dumps(
-                 {"block": block_label, "configuration": arch.name, **macros}, indent=1) + "\n")]
+                 {"generated_by": header_lines[0].removeprefix("// "), "block": block_label,
+                  "configuration": arch.name,
+                  "verilog": "standard output" if to_stdout else str(args.out), **macros},
+                 indent=1) + "\n")]
     files = [(o, p, t) for o, p, t in files if p is not None]
 
     def error(exc):

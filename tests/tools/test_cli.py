@@ -157,3 +157,24 @@ def test_shape_sweep_refuses_bad_options_in_one_line(capsys, argv, msg):
     assert shape_sweep.main(["--models", "olmoe-1b-7b"] + argv) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"shape_sweep: {msg}")
+
+
+def test_a_sigterm_python_dropped_still_ends_the_command(monkeypatch, capsys):
+    """SIGTERM's exception raised inside a ``__del__`` (Amaranth's unused-object checks) is
+    dropped by Python and the command runs on: its handler's flag makes ``main`` say
+    "terminated" and end by SIGTERM all the same, not exit 0."""
+    import signal
+    from elmoe3d.cli import blocks as blocks_cmd
+
+    def dropped(args):
+        try:
+            cli._terminate(signal.SIGTERM, None)
+        except KeyboardInterrupt:
+            pass                        # as Python does in a __del__
+        return 0
+    monkeypatch.setattr(blocks_cmd, "run", dropped)
+    killed = []
+    monkeypatch.setattr(cli.os, "kill", lambda pid, sig: killed.append(sig))
+    assert cli.main(["blocks"]) == 143 and killed == [signal.SIGTERM]
+    assert "elmoe3d blocks: terminated (SIGTERM)" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -152,6 +152,8 @@ def test_flat_to_standard_output(capsys):
     (["pe", "--sram", "macro", "--sram-models", "-"], "--sram-models -: expected a file"),
     (["--list", "--sram", "macro"], "--list: takes no BLOCK"),
     (["pe", "--sdc", "-"], "--sdc -: expected a file"),
+    (["pe", "--sram", "macro", "--name", "elmoe3d_sram_512x32_1r1w_nrw"],
+     "the form of the export's SRAM macro module names"),
     (["unit_pe", "--sdc", "unit.sdc"], "top module elmoe3d_unit_pe_small has no clock port"),
 ])
 def test_mistakes_are_one_line(capsys, tmp_path, argv, message):
@@ -476,7 +478,7 @@ def test_memory_list_agrees_with_the_area_rollup():
         srams = inventory(PE(config=preset("small")), owner="PE")[1]
         pe = None
     listed = memory_list(text, "pe", kinds)
-    exported = sorted((path, m["width"], m["depth"], m["area_um2"]) for m in listed["macros"]
+    exported = sorted((path, m["width"], m["depth"], m["area_um2_each"]) for m in listed["macros"]
                       for path in m["instances"])
     rolled = sorted((s.name, s.width, s.depth,
                      round(sram_area(s.width, s.depth, s.read_ports).area, 3)) for s in srams)
@@ -497,6 +499,15 @@ def test_macro_export_writes_its_three_files(capsys, tmp_path):
     kinds = [m["module"] for m in doc["macros"]]
     assert len(kinds) == 7 and doc["total_instances"] == 12 and doc["configuration"] == "small"
     assert sorted(re.findall(r"^module (elmoe3d_sram_\w+)\(", model_text, re.M)) == sorted(kinds)
+    # one (* top *) attribute, on the top: Yosys's -auto-top finds it; none on the models
+    assert re.findall(r"^\(\* top =\s*1\s*\*\)\n(?:\(\*.*\*\)\n)*module (\w+)", text, re.M) \
+        == ["elmoe3d_pe_small"] and "(* top" not in model_text
+    assert model_text.startswith("// elmoe3d verilog: behavioural models of the SRAM macros")
+    assert doc["generated_by"].startswith("elmoe3d ") and doc["verilog"] == str(out)
+    assert doc["macros"][0]["ports"] == {"clk": ["input", 1], "rd0_addr": ["input", 5],
+                                         "rd0_data": ["output", 512], "rd0_en": ["input", 1],
+                                         "wr0_addr": ["input", 5], "wr0_en": ["input", 1],
+                                         "wr0_data": ["input", 512]}
     assert not re.search(r"^module elmoe3d_sram_", text, re.M)
     assert all(re.search(rf"^  {k} \w+ \($", text, re.M) for k in kinds)
     assert text.splitlines()[3].endswith(f"SRAM macros: 7 kinds, 12 instances, behavioural "
