@@ -735,8 +735,9 @@ def run(args) -> int:
         raise
     except Exception as exc:    # a bug: not a mismatch (1) and not the user's input (2)
         from ..paths import build_error
-        if build_error(exc) is not None:
-            raise build_error(exc) from None
+        error = build_error(exc)
+        if error is not None:           # the build folder, not a bug
+            raise error from None
         import traceback
         traceback.print_exc()
         print("elmoe3d run: internal error (the traceback above; exit status 3)",
