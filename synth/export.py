@@ -348,9 +348,9 @@ class _MacroPlatform:
             raise ExportError(f"the {macro.depth} x {macro.width}-bit RAM made at {file}:{line} "
                               f"has initial contents, which an SRAM macro has not: export "
                               f"with --sram rtl")
-        comb = {f"rd{i}_en" for i, (d, _t) in enumerate(macro.read_ports) if d == "comb"}
+        wired = {n for _d, n, _w in macro.data_ports()}      # the model's ports, no others
         kwargs = {f"i_{port}": ClockSignal(d) for d, port in macro.clock_ports}
-        kwargs.update({f"{d}_{n}": v for d, n, v in memory_ports(mem) if n not in comb})
+        kwargs.update({f"{d}_{n}": v for d, n, v in memory_ports(mem) if n in wired})
         return Instance(self.module(macro), **kwargs)
 
 
