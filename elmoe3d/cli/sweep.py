@@ -18,8 +18,10 @@ has an area task, else against the PE count; a model whose points all share one 
 ``by-<axis>-<model>.png`` instead, against its swept workload axis such as the context; not with
 ``--no-plots``) and ``sweep.json``
 (``"status": "running"`` until the tables are written, then ``"complete"``; ``"interrupted"`` after
-Ctrl-C, exit status 130). ``--check`` only expands and validates the spec and prints the point count
-(the options of a run, ``--out``, ``--cache``, ``--workers`` and the like, are refused with it). The
+Ctrl-C, exit status 130). ``--check`` only expands and validates the spec, prints the point count
+and notes the perf points the LPDDR5 cannot hold and those that will compute a compute
+calibration no shipped table or ``--cache``'s ``calib/`` holds (the options of a run, ``--out``,
+``--workers`` and the like, are refused with it). The
 options are checked before anything starts: ``--scheduler``'s address scheme (``tcp://``,
 ``tls://``, ...), ``--dashboard``'s ``[HOST]:PORT`` (only for the embedded cluster: not with
 ``--scheduler`` or ``--workers 0``); then, before anything is written to the out folder and
@@ -66,7 +68,8 @@ def configure(parser):
                         help="no plots (pareto-<model>.png, by-<axis>-<model>.png)")
     parser.add_argument("--check", action="store_true",
                         help="expand and validate the spec, print the point count and note the "
-                             "perf points their LPDDR5 cannot hold; run nothing")
+                             "perf points their LPDDR5 cannot hold and those that will compute "
+                             "a compute calibration (minutes each); run nothing")
 
 
 #: The embedded cluster's dashboard address without ``--dashboard``.
@@ -108,13 +111,43 @@ def _capacity_notes(points, say) -> None:
             say(f"note: {len(bad)} perf point(s) {what} (first, point {p.index}: {msg})")
 
 
-#: The options that say how and where the points run: ``--check`` runs none, so it refuses them.
-RUN_OPTIONS = ("scheduler", "workers", "out", "cache", "dashboard", "no_progress", "no_plots")
+def _calibration_notes(points, cache: Path, say) -> None:
+    """``--check``'s note on the perf points that will compute a compute calibration (seconds
+    to minutes each, once, by the first point needing it) that neither the shipped tables nor
+    the sweep cache's ``calib/`` holds (:func:`~elmoe3d.sw.host.sweep_tasks.calibrations_needed`):
+    how many points, how many calibrations, and the first point's first."""
+    from ..sw.host.sweep_tasks import calibrations_needed
+    need, first, count = {}, None, 0
+    for p in points:
+        if p.tasks.get("perf"):
+            found = calibrations_needed(p, cache)
+            if found:
+                count += 1
+                if first is None:
+                    (_, key), (notice, _) = next(iter(found.items()))
+                    first = p, f"{notice}, PE {key[0]}"
+                need.update(found)
+    if need:
+        slow = sum(1 for _, takes in need.values() if takes != "seconds")
+        fast = len(need) - slow
+        took = " and ".join(t for n, t in ((slow, f"{slow} about a minute or more each"),
+                                           (fast, f"{fast} seconds each")) if n)
+        p, notice = first
+        say(f"note: {count} perf point(s) need {len(need)} compute calibration(s) that neither "
+            f"the shipped tables nor {cache / 'calib'} hold ({took}): each is computed once, "
+            f"on the PE cycle model, by the first point that needs it, then kept there (first, "
+            f"point {p.index}: {notice})")
+
+
+#: The options that say how and where the points run: ``--check`` runs none, so it refuses them
+#: (``--cache`` it reads: the compute calibrations a sweep computed before).
+RUN_OPTIONS = ("scheduler", "workers", "out", "dashboard", "no_progress", "no_plots")
 
 
 def run(args) -> int:
     from ..sw.host.sweep import check_dashboard, check_scheduler, run_sweep
     from ..sw.host.sweep_spec import TASKS, dropped_text, expand, load_spec
+    from ..sw.host.sweep_tasks import default_cache_dir
     from . import given_options
     from .outputs import plain_printer, report_console
     if args.check and given_options(args, RUN_OPTIONS):
@@ -154,6 +187,8 @@ def run(args) -> int:
             say("note: the perf model does not read " + ", ".join(perf_only) + ": without an "
                 "area or RTL task their points differ only by id (docs/sweep.md)")
         _capacity_notes(points, say)
+        _calibration_notes(points, Path(args.cache).resolve() if args.cache is not None
+                           else default_cache_dir(), say)
         return 0
     out = args.out or Path("out") / f"sweep-{spec.name}"
     res = run_sweep(spec, out, out_given=args.out is not None, scheduler=args.scheduler,

@@ -80,7 +80,7 @@ MODULE = "elmoe3d.sw.host.compute_calib"
 
 __all__ = ["FFNCalibration", "ffn_calibration", "ffn_chunks", "pe_key", "program_root_cycles",
            "calibrate", "die_link_rate", "table_key", "table_shapes", "write_table", "FEEDS",
-           "SEED"]
+           "SEED", "calibrations_needed", "Unmeasured"]
 
 #: Seed of the synthetic weights and activations (values do not change the cycles; the gate
 #: weights are non-zero, so only padding rows take the COMBINE sink's zero-gate skip).
@@ -281,6 +281,36 @@ def calib_root_at(folder):
         _CALIB_ROOT.reset(token)
 
 
+#: The record of :func:`calibrations_needed` in force in this thread or task, or None.
+_NEEDED: contextvars.ContextVar = contextvars.ContextVar("calibrations_needed", default=None)
+
+
+class Unmeasured:
+    """What a calibration no shipped table or kept file holds is, inside
+    :func:`calibrations_needed`: nothing is computed, and its :meth:`utilisation` is 1 (the
+    peak), a stand-in whose figures mean nothing. Never kept in a calibration cache."""
+
+    def utilisation(self, *rows) -> float:
+        return 1.0
+
+
+@contextlib.contextmanager
+def calibrations_needed():
+    """Inside the ``with`` (in this thread), a compute calibration that neither a shipped table
+    nor a file kept under :func:`calib_root` holds is not computed: the ``with``'s dict gets
+    ``(kind, key) -> (notice, takes)`` (``kind`` ``"ffn"`` or ``"linear"``, ``key`` the table
+    key, what :func:`memo_calibration` would say before computing it and how long it would
+    take), and the caller an :class:`Unmeasured` in its place. What ``elmoe3d sweep --check``
+    runs each perf point under, to say which points will compute a calibration (seconds to
+    minutes each) before any does."""
+    found: dict = {}
+    token = _NEEDED.set(found)
+    try:
+        yield found
+    finally:
+        _NEEDED.reset(token)
+
+
 def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = None,
                      takes: str = "about a minute or more"):
     """A calibration (``cls``, a dataclass) of a shape no shipped table holds, made once on
@@ -292,7 +322,8 @@ def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = N
     written costs a recomputation, a damaged file is made again, never an error; an exception
     of ``compute()`` passes through. ``notice`` (what is computed) and ``takes`` (how long it
     takes) are said on the ``elmoe3d.calib`` logger before it starts, so that a first run
-    does not look hung."""
+    does not look hung. Inside :func:`calibrations_needed`, a calibration not on disk is
+    recorded and an :class:`Unmeasured` returned, ``compute`` not called."""
     from ...paths import memo_text
     from ...sim.runner import source_keyed
     path = calib_root() / f"{kind}-{source_keyed(kind=kind, key=key, numpy=np.__version__)}.json"
@@ -303,6 +334,13 @@ def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = N
         if not isinstance(fields, dict):
             raise ValueError("not an object")
         return cls(**{k: _tuples(v) for k, v in fields.items()})
+    needed = _NEEDED.get()
+    if needed is not None:
+        try:
+            return parse(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, TypeError):   # absent or damaged
+            needed.setdefault((kind, key), (notice, takes))
+            return Unmeasured()
 
     def produce():
         started.append(True)
@@ -349,7 +387,9 @@ def ffn_calibration(arch: ArchConfig, hidden: int, intermediate: int, bits: int,
     k = table_key(arch, hidden, intermediate, bits, feed)
     c = _CACHE.get(k)
     if c is None:
-        c = _CACHE[k] = _lookup(arch, k)
+        c = _lookup(arch, k)
+        if not isinstance(c, Unmeasured):
+            _CACHE[k] = c
     return c
 
 

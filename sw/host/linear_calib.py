@@ -44,7 +44,7 @@ import numpy as np
 from ...config import ArchConfig
 from ...errors import UserError
 from ...machine import usable_cpus
-from .compute_calib import (SEED, memo_calibration, pe_key, table_main,
+from .compute_calib import (SEED, Unmeasured, memo_calibration, pe_key, table_main,
                             write_table_module)
 
 
@@ -229,7 +229,8 @@ def linear_calibration(arch: ArchConfig, in_features: int, bits: int) -> LinearC
         except ProgramError as err:
             raise UserError(f"compute calibration: a linear layer of K = {in_features} does "
                             f"not fit one PE of this configuration ({k[0]}): {err}") from None
-        _CACHE[k] = c
+        if not isinstance(c, Unmeasured):
+            _CACHE[k] = c
     return c
 
 

@@ -40,10 +40,9 @@ A spec (YAML shown; TOML has the same keys)::
 
 A spec file is UTF-8 text. Every point is validated before anything runs (:func:`expand`): an
 unknown field or section, a value of the wrong type or a number that is not finite (checked
-before the constraints see it), a configuration
-:class:`~elmoe3d.config.ArchConfig` rejects (or, for points with an area task, whose PE geometry
-it rejects), an unknown model or scheme, a constraint that does not parse or names an unknown
-field: each is a line of a :class:`~elmoe3d.errors.UserError` naming the spec file, the field
+before the constraints see it), a configuration :class:`~elmoe3d.config.ArchConfig` rejects
+(or, for points with a perf or area task, whose PE geometry it rejects), an unknown model or
+scheme, a constraint that does not parse or names an unknown field: each is a line of a :class:`~elmoe3d.errors.UserError` naming the spec file, the field
 and the point (the points' distinct mistakes each a line, the first point of each named). The
 spec's own mistakes (an unknown key at any level, with the closest known names; a value of the
 wrong form; a constraint that does not compile) are all found first, a line each
@@ -899,11 +898,12 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                     continue
                 if tasks["timing"]:
                     tasks["area"] = True
-                if tasks["area"]:
-                    try:
-                        arch.pe                         # the die's PE must exist to synthesise it
+                if tasks["area"] or tasks["perf"]:
+                    try:        # the die's PE must exist to synthesise it and to calibrate
+                        arch.pe                         # the perf model's compute on it
                     except ConfigError as exc:
-                        raise UserError(f"{where}: {exc} (the PE of an area task)") from None
+                        which = " and ".join(k for k in ("perf", "area") if tasks[k])
+                        raise UserError(f"{where}: {exc} (the PE of a {which} task)") from None
                 # what the results do not depend on is left out of the id, so that equal points
                 # are one: an AR point has no SD tree or alpha, a point without the RTL task no
                 # bench seed or length

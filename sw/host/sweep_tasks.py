@@ -39,7 +39,7 @@ from .sweep_spec import Point
 
 __all__ = ["perf_task", "area_task", "rtl_task", "run_point", "area_key", "code_version",
            "RESULT_COLUMNS", "META_COLUMNS", "default_cache_dir", "cache_problem", "dask_setup",
-           "CACHE_ENV"]
+           "CACHE_ENV", "calibrations_needed", "capacity_check", "point_model"]
 
 #: Environment variable naming the cache directory workers share (else ~/.cache/elmoe3d).
 CACHE_ENV = "ELMOE3D_CACHE"
@@ -220,6 +220,24 @@ def capacity_check(point: Point) -> tuple:
         else:
             out.append(None)
     return tuple(out)
+
+
+def calibrations_needed(point: Point, cache_dir) -> dict:
+    """The compute calibrations :func:`perf_task` would compute at ``point`` with the cache
+    ``cache_dir`` (its ``calib/``; None: the build root's), computing none: ``(kind, key) ->
+    (notice, takes)`` (:func:`~.compute_calib.calibrations_needed`), empty where the shipped
+    tables or the kept files hold every one (the task then takes milliseconds). A point whose
+    model cannot be built (a :class:`~elmoe3d.errors.UserError`, a capacity refusal included:
+    its row will be an error, which ``--check`` reports on its own) needs none. What ``elmoe3d
+    sweep --check`` says before a run."""
+    from ...errors import UserError
+    from .compute_calib import calibrations_needed as needed
+    with needed() as found:
+        try:
+            perf_task(point, cache_dir)
+        except UserError:
+            return {}
+    return found
 
 
 # == area and timing ================================================================================

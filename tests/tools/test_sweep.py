@@ -503,9 +503,10 @@ def test_sampling_is_seeded_and_latin_hypercube_strata_are_each_hit_once():
 
 
 def test_constraints_filter_and_tasks_mark_points():
-    raw = {"config": {"pes": [8, 16, 32], "tile": {"rows": [8, 16]}},
+    raw = {"config": {"pes": [8, 16, 32], "tile": {"rows": [8, 16], "lanes": [16, 32]}},
            "workload": {"model": ["qwen3-30b-a3b"], "hb": ["4gb", "8gb"]},
-           "constraints": ["pes * tile.rows <= 256", "hb == '4gb' or pes >= 16"],
+           "constraints": ["pes * tile.rows <= 256", "hb == '4gb' or pes >= 16",
+                           "tile.lanes == 2 * tile.rows"],         # the PE's rule
            "tasks": {"rtl": "pes == 8 and tile.rows in [8]"}}
     pts = expand(parse_spec(raw, path="t.yaml"))
     got = sorted((p.config["pes"], p.config["tile.rows"], p.workload["hb"]) for p in pts)
@@ -616,11 +617,11 @@ def test_equal_points_are_one_and_samples_say_how_many_are_distinct(tmp_path, ca
 
 def test_check_refuses_the_options_of_a_run(tmp_path, capsys):
     """``--check`` runs nothing, so the options saying how and where to run (``--out``,
-    ``--cache``, ``--workers`` even at 0, ...) are refused by name, not dropped; nothing is
-    made."""
+    ``--workers`` even at 0, ...) are refused by name, not dropped; nothing is made.
+    ``--cache`` it reads (the calibrations kept there), making nothing either."""
     spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n")
     for options, named in ((["--out", tmp_path / "o", "--cache", tmp_path / "c"],
-                            "--out, --cache"), (["--workers", "0"], "--workers"),
+                            "--out"), (["--workers", "0"], "--workers"),
                            (["--no-plots", "--no-progress"], "--no-progress, --no-plots")):
         assert cli.main(["sweep", str(spec), "--check", *map(str, options)]) == 2
         err = capsys.readouterr().err
@@ -628,6 +629,80 @@ def test_check_refuses_the_options_of_a_run(tmp_path, capsys):
                                f"expands and validates the spec and runs no point)")
     assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]
     assert cli.main(["sweep", str(spec), "--check"]) == 0
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(tmp_path / "c")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]
+
+
+def _stand_in_calibrations(monkeypatch):
+    """Replace the two calibrators (minutes each on a new PE) by stand-ins that record their
+    calls and return the shipped paper-4gb calibration of the same shape under the new key.
+    The list of ``(kind, table key)`` they were called for."""
+    import dataclasses
+    from elmoe3d.config import preset
+    from elmoe3d.sw.host import compute_calib, linear_calib
+    paper, calls = preset("paper-4gb"), []
+
+    def ffn(arch, hidden, intermediate, bits, *, check=True, link_rate=None):
+        key = compute_calib.pe_key(arch), hidden, intermediate, bits, link_rate
+        calls.append(("ffn", key))
+        shipped = compute_calib.ffn_calibration(paper, hidden, intermediate, bits)
+        return dataclasses.replace(shipped, key=key[0], link_rate=link_rate)
+
+    def linear(arch, in_features, bits, *, check=True):
+        key = linear_calib.table_key(arch, in_features, bits)
+        calls.append(("linear", key))
+        return dataclasses.replace(linear_calib.linear_calibration(paper, in_features, bits),
+                                   key=key[0])
+    monkeypatch.setattr(compute_calib, "calibrate", ffn)
+    monkeypatch.setattr(linear_calib, "calibrate_linear", linear)
+    for mod in (compute_calib, linear_calib):       # this process's calibrations: none kept
+        monkeypatch.setattr(mod, "_CACHE", {})
+    return calls
+
+
+def test_check_notes_the_points_that_will_compute_a_calibration(tmp_path, capsys,
+                                                                monkeypatch):
+    """``--check`` runs each perf point's model computing no calibration
+    (``calibrations_needed``) and notes the points that will compute one a shipped table and
+    the cache lack: the very calibrations the run then computes, none of which the run after
+    it computes again (kept in the cache), nor ``--check`` notes. The paper's own PE notes
+    nothing."""
+    calls = _stand_in_calibrations(monkeypatch)
+    cache = tmp_path / "cache"
+    spec = _write(tmp_path, "config:\n  tile.rows: [16, 8]\n  tile.lanes: [32, 16]\n"
+                            "constraints: ['tile.lanes == 2 * tile.rows']\nworkload:\n"
+                            "  model: [qwen3-30b-a3b]\n  scheme: [ar, elastic]\n")
+    points = expand(load_spec(spec))
+    assert len(points) == 4
+    needed = [sweep_tasks.calibrations_needed(p, cache) for p in points]
+    paper_pe = [p.arch().tile.rows == 16 for p in points]
+    assert [not n for n in needed] == paper_pe == [True, True, False, False]
+    need = {**needed[2], **needed[3]}
+    assert needed[2].keys() < needed[3].keys()          # Elastic-SD's 4-bit steps need more
+    assert {kind for kind, _ in need} == {"ffn", "linear"}
+    assert all(key[0].startswith("tile 8x16x32") for _, key in need)
+    assert calls == [] and not cache.exists()           # nothing computed, nothing made
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(cache)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    first_kind, first_key = next(iter(needed[2]))
+    notice = needed[2][first_kind, first_key][0]
+    assert (f"note: 2 perf point(s) need {len(need)} compute calibration(s) that neither the "
+            f"shipped tables nor {cache / 'calib'} hold (") in out
+    assert f"(first, point 2: {notice}, PE {first_key[0]})" in out
+    assert calls == [] and not cache.exists()
+    # the run computes exactly those, each once; the next run and --check need none
+    for p in points:
+        sweep_tasks.perf_task(p, cache)
+    assert sorted(calls) == sorted(need) and len(calls) == len(need)
+    from elmoe3d.sw.host import compute_calib, linear_calib
+    monkeypatch.setattr(compute_calib, "_CACHE", {})
+    monkeypatch.setattr(linear_calib, "_CACHE", {})
+    assert all(not sweep_tasks.calibrations_needed(p, cache) for p in points)
+    for p in points:
+        sweep_tasks.perf_task(p, cache)
+    assert len(calls) == len(need)                      # read back from the cache's calib/
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(cache)]) == 0
+    assert "compute calibration" not in capsys.readouterr().out
 
 
 def test_alpha_source_says_where_alpha_came_from():
@@ -765,7 +840,13 @@ BAD = [
     ("config:\n  tile.rows: [16, 8]\nworkload:\n  model: [qwen3-30b-a3b]\ntasks:\n  area: true\n",
      "{spec}: point 1 (tile.rows=8, model=qwen3-30b-a3b): tile.lanes: the PE needs lanes == 2 * "
      "rows so that an activation word (rows x 32 INT8) is as wide as a weight word (lanes x 32 "
-     "nibbles); got rows=8, lanes=32 (the PE of an area task)"),
+     "nibbles); got rows=8, lanes=32 (the PE of a perf and area task)"),
+    # a perf point's compute is calibrated on its PE too (let through until 2026-12-07: every
+    # such point then failed as it ran)
+    ("config:\n  tile.rows: [16, 8]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 1 (tile.rows=8, model=qwen3-30b-a3b): tile.lanes: the PE needs lanes == 2 * "
+     "rows so that an activation word (rows x 32 INT8) is as wide as a weight word (lanes x 32 "
+     "nibbles); got rows=8, lanes=32 (the PE of a perf task)"),
     ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: [\"'a' * 10**18 == 'b'\"]\n",
      "{spec}: point 0 (model=qwen3-30b-a3b): constraint \"'a' * 10**18 == 'b'\": mult of a "
      "string or list is not allowed"),
