@@ -84,6 +84,7 @@ __all__ = [
     "Build", "TestcaseResult", "SimResult",
     "resolve_seed", "case_rng", "verilator_root", "verilator_environment",
     "generate_verilog", "cached_verilog", "dedup_modules", "build", "run", "simulate", "load_params", "build_root",
+    "module_ports", "port_directions", "split_modules",
 ]
 
 log = logging.getLogger("elmoe3d.sim")
@@ -336,6 +337,45 @@ def module_ports(text: str, module: str) -> list:
             ports = _PORT_LIST.match(text, m.end(1))
             return [p.strip() for p in ports.group(1).split(",") if p.strip()]
     raise ValueError(f"module {module!r} is not in the Verilog text")
+
+
+def split_modules(text: str) -> tuple:
+    """``(head, modules)`` of Verilog ``text``: what comes before its first module (the
+    header's comments) and ``name -> text`` of each module in the text's order (its attribute
+    lines, ``module`` to ``endmodule`` and what follows up to the next module). Joined in order
+    after ``head`` they give ``text`` back."""
+    starts = [m.start() for m in _MODULE_START.finditer(text)]
+    if not starts:
+        return text, {}
+    modules = {}
+    for a, b in zip(starts, starts[1:] + [len(text)]):
+        chunk = text[a:b]
+        modules[_MODULE_HEAD.search(chunk).group(1).strip()] = chunk
+    return text[:starts[0]], modules
+
+
+_PORT_DECL = re.compile(r"^\s*(input|output|inout)\s+(?:wire\s+|reg\s+)?(?:\[(\d+):(\d+)\]\s*)?"
+                        r"(\\\S+ |[A-Za-z_][\w$]*)\s*;", re.M)
+
+
+def port_directions(text: str, module: str) -> dict:
+    """``name -> (direction, width)`` of every port of module ``module`` in Amaranth's Verilog
+    ``text``, in the header's order: ``direction`` ``"input"``, ``"output"`` or ``"inout"``,
+    ``width`` in bits (from the declaration's range; 1 without one). Raises ``ValueError`` if
+    no module of that name is in it, or if a port of its header has no declaration."""
+    names = module_ports(text, module)
+    for m in _MODULE_HEAD.finditer(text):
+        if m.group(1).strip() == module:
+            end = text.find("\nendmodule", m.end())
+            body = text[m.end():end if end >= 0 else len(text)]
+            break
+    found = {d.group(4).strip(): (d.group(1), abs(int(d.group(2)) - int(d.group(3))) + 1
+                                  if d.group(2) is not None else 1)
+             for d in _PORT_DECL.finditer(body)}
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise ValueError(f"module {module!r}: no declaration of port(s) {', '.join(missing)}")
+    return {n: found[n] for n in names}
 
 
 def dedup_modules(text: str) -> str:

@@ -59,6 +59,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ..checks import is_real
 from ..sim.runner import dedup_modules, module_ports
 from .amaranth_internals import (module_domains, no_comb_cycle_check, port_direction,
                                  replace_submodules, submodules)
@@ -481,19 +482,47 @@ def _macro_ports(macro) -> dict:
     return ports
 
 
-def sdc(*, top: str, ports, clock_ghz: float, comment: str = "") -> str:
-    """Timing constraints (SDC) of an exported top module ``top`` whose ports are ``ports``:
+def sdc(*, top: str, ports, clock_ghz: float, comment: str = "",
+        io_delay: float | None = None) -> str:
+    """Timing constraints (SDC) of an exported top module ``top`` whose ports are ``ports``
+    (names, or :func:`~elmoe3d.sim.runner.port_directions`' ``name -> (direction, width)``):
     one ``create_clock`` a clock port (``clk``, ``<domain>_clk``) at ``clock_ghz`` (the
     configuration's logic clock; every domain of the die runs on it), named as the port.
-    Nothing else is set: no input or output delays (a block's budget is its flow's), no
-    uncertainty; ``comment`` lines (``#``-prefixed here) open the file."""
+    ``io_delay`` (a fraction of the period in [0, 1); ``ports`` with directions): a
+    ``set_input_delay`` on every other input (the reset too) and a ``set_output_delay`` on
+    every output, that fraction of the period against the one clock: what the logic outside
+    the block takes of a cycle (a bus port as ``name[*]``). None (the default): no I/O
+    delays (a block's budget is its flow's). No uncertainty, load or driving cell is set;
+    ``comment`` lines (``#``-prefixed here) open the file. Raises ValueError naming ``top``
+    when it has no clock port, or, with ``io_delay``, more than one (the ports' domains are
+    not known here) or an ``io_delay`` out of range."""
     clocks = [p for p in ports if (hit := _DOMAIN_PORT.match(p)) and hit.group(2) == "clk"]
     if not clocks:
         raise ValueError(f"{top}: no clock port")
+    period = 1 / clock_ghz
     lines = [f"# {line}" for line in comment.splitlines()]
-    lines.append(f"# logic clock {clock_ghz:g} GHz; no input/output delays or uncertainty set")
-    lines += [f"create_clock -name {c} -period {1 / clock_ghz:.4f} [get_ports {c}]"
-              for c in clocks]
+    if io_delay is None:
+        lines.append(f"# logic clock {clock_ghz:g} GHz; no input/output delays or uncertainty "
+                     f"set")
+    else:
+        if not (is_real(io_delay) and 0 <= io_delay < 1):
+            raise ValueError(f"io_delay: expected a fraction of the clock period in [0, 1), "
+                             f"got {io_delay!r}")
+        if len(clocks) > 1:
+            raise ValueError(f"{top}: {len(clocks)} clock ports ({', '.join(clocks)}): the "
+                             f"I/O delays need one clock (the ports' domains are not known "
+                             f"here)")
+        lines.append(f"# logic clock {clock_ghz:g} GHz; inputs arrive and outputs are "
+                     f"required {io_delay:g} x the period ({io_delay * period:.4f} ns) after "
+                     f"and before its edge; no uncertainty, load or driving cell set")
+    lines += [f"create_clock -name {c} -period {period:.4f} [get_ports {c}]" for c in clocks]
+    if io_delay is not None:
+        for name, (direction, width) in ports.items():
+            if name in clocks or direction not in ("input", "output"):
+                continue
+            what = f"{{{name}[*]}}" if width > 1 else name
+            lines.append(f"set_{direction}_delay -clock {clocks[0]} {io_delay * period:.4f} "
+                         f"[get_ports {what}]")
     return "\n".join(lines) + "\n"
 
 

@@ -5,7 +5,8 @@ Usage::
 
     elmoe3d verilog --list [--config NAME]          # the die's blocks: instances, parameters
     elmoe3d verilog BLOCK [--config NAME] [-o FILE] [--flat] [--instance N] [--name TOP]
-                    [--sdc FILE] [--sram macro [--sram-models FILE] [--memories FILE]]
+                    [--sdc FILE [--io-delay FRACTION]]
+                    [--sram macro [--sram-models FILE] [--memories FILE]]
 
 ``BLOCK`` is a block of ``elmoe3d blocks`` (``die``, ``pe``, ``ring``, ...) or a top class
 (``LogicDie``, ``PE``, ``SwiGLUUnit``, ...), as the die at ``--config`` builds it. A block or
@@ -25,7 +26,9 @@ for a memory compiler's macros to replace; their behavioural models (Amaranth me
 macro's ports) follow the design, or go to ``--sram-models FILE``. ``--memories FILE`` writes
 the macro list as JSON (:func:`elmoe3d.synth.export.memory_list`: each kind's geometry, ports,
 write granules, read-during-write behaviour, ASAP7 area estimate and instance paths).
-``--sdc FILE`` writes a ``create_clock`` at the configuration's logic clock a clock port.
+``--sdc FILE`` writes a ``create_clock`` at the configuration's logic clock a clock port; with
+``--io-delay FRACTION`` also a ``set_input_delay`` on every other input and a
+``set_output_delay`` on every output, that fraction of the period (a top with one clock port).
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ import sys
 import time
 
 from ..errors import UserError
-from .outputs import (atomic_outputs, check_distinct, check_output, output_path, plain_printer,
-                      report_console)
+from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir,
+                      output_path, plain_printer, report_console)
 
 
 def configure(parser) -> None:
@@ -61,10 +64,17 @@ def configure(parser) -> None:
                         help="top module name (default elmoe3d_<block>_<config>)")
     parser.add_argument("-o", "--out", metavar="FILE", type=output_path, default=None,
                         help="write the Verilog to FILE (default, or -: standard output)")
+    parser.add_argument("--split", metavar="DIR", type=output_path, default=None,
+                        help="write one file a module into DIR (<module>.v, the SRAM models' "
+                             "too unless --sram-models) and the filelist DIR/files.f (the "
+                             "top last; verilator -F DIR/files.f); instead of -o")
     parser.add_argument("--sdc", metavar="FILE", type=output_path, default=None,
                         help="write timing constraints to FILE: a create_clock at the "
                              "configuration's logic clock on each clock port of the top "
-                             "module (no I/O delays)")
+                             "module (no I/O delays without --io-delay)")
+    parser.add_argument("--io-delay", metavar="FRACTION", type=float, default=None,
+                        help="with --sdc: input and output delays on every other port, this "
+                             "fraction of the clock period (0 <= FRACTION < 1; one clock port)")
     parser.add_argument("--sram", choices=("rtl", "macro"), default="rtl",
                         help="rtl: every memory as Amaranth's behavioural Verilog (default); "
                              "macro: each RAM of at least 2,048 bits with a write port an "
@@ -242,7 +252,7 @@ def header(*, block, arch, flat, name, srams=None) -> str:
 def run(args) -> int:
     from ..hw.checked import inspection
     from ..hw.die import LogicDie
-    from ..sim.runner import module_ports
+    from ..sim.runner import module_ports, port_directions
     from ..synth.export import (ExportError, die_blocks, flat_verilog, hierarchical_verilog,
                                 memory_list, sdc, sram_models)
     arch = _arch(args.config)
@@ -251,9 +261,24 @@ def run(args) -> int:
                    if path is not None]
     if args.list and (args.flat or args.sram != "rtl" or macro_files
                       or any(v is not None for v in (args.block, args.out, args.name,
-                                                     args.instance, args.sdc))):
-        raise UserError("--list: takes no BLOCK, -o, --flat, --name, --instance, --sdc or "
-                        "--sram options (it lists the die's blocks)")
+                                                     args.instance, args.sdc,
+                                                     args.io_delay, args.split))):
+        raise UserError("--list: takes no BLOCK, -o, --split, --flat, --name, --instance, "
+                        "--sdc, --io-delay or --sram options (it lists the die's blocks)")
+    if args.split is not None:
+        if args.out is not None:
+            raise UserError("--split and -o exclude each other (--split writes a file a "
+                            "module, -o one file)")
+        if str(args.split) == "-":
+            raise UserError("--split -: expected a folder (only -o writes to standard output)")
+        check_output_dir(args.split, "--split", [FILELIST])
+    if args.io_delay is not None:
+        if args.sdc is None:
+            raise UserError("--io-delay: needs --sdc (it sets the SDC's input and output "
+                            "delays)")
+        if not 0 <= args.io_delay < 1:
+            raise UserError(f"--io-delay: expected a fraction of the clock period, 0 <= "
+                            f"FRACTION < 1, got {args.io_delay:g}")
     if args.sdc is not None:
         if str(args.sdc) == "-":
             raise UserError("--sdc -: expected a file (only -o writes to standard output)")
@@ -275,8 +300,10 @@ def run(args) -> int:
         args.out = None                                       # -o -: standard output
     if args.out is not None:
         check_output(args.out, "-o")
-    check_distinct([("-o", args.out), ("--sdc", args.sdc)] + macro_files)
-    to_stdout = args.out is None and not args.list
+    split_list = None if args.split is None else args.split / FILELIST
+    check_distinct([("-o", args.out), ("--split", split_list), ("--sdc", args.sdc)]
+                   + macro_files)
+    to_stdout = args.out is None and args.split is None and not args.list
     console = report_console()
     if to_stdout:
         from rich.console import Console
@@ -325,6 +352,8 @@ def run(args) -> int:
             header_lines = header(block=entry, arch=arch, flat=args.flat, name=name,
                                   srams=srams).splitlines(True)
             text = "".join(header_lines) + text
+            if args.split is not None:
+                split = _split(args.split, text, models if not args.sram_models else "", name)
             if not args.sram_models:
                 text, models = text + models, ""
             ports = module_ports(text, name)
@@ -342,16 +371,29 @@ def run(args) -> int:
         if not any(p == "clk" or p.endswith("_clk") for p in ports):
             raise UserError(f"--sdc {args.sdc}: top module {name} has no clock port (nothing "
                             f"to constrain)")
-        constraints = sdc(top=name, ports=ports, clock_ghz=arch.clock_ghz,
-                          comment=f"elmoe3d verilog: {block_label} at {arch.name}, top module "
-                                  f"{name}")
-    files = [("-o", None if to_stdout else args.out, text),
+        directions = port_directions(text, name)
+        try:
+            constraints = sdc(top=name, ports=directions,
+                              clock_ghz=arch.clock_ghz, io_delay=args.io_delay,
+                              comment=f"elmoe3d verilog: {block_label} at {arch.name}, top "
+                                      f"module {name}")
+        except ValueError as exc:                         # more than one clock: no I/O delays
+            raise UserError(f"--io-delay: {exc}") from None
+    if args.split is not None:
+        verilog_files = [("--split", path, content) for path, content in split]
+        check_distinct([(o, p) for o, p, _t in verilog_files]
+                       + [("--sdc", args.sdc)] + macro_files)
+    else:
+        verilog_files = [("-o", None if to_stdout else args.out, text)]
+    files = [*verilog_files,
              ("--sdc", args.sdc, constraints),
              ("--sram-models", args.sram_models, models),
              ("--memories", args.memories, macros and json.dumps(
-                 {"generated_by": header_lines[0].removeprefix("// "), "block": block_label,
+                 {"generated_by": header_lines[0].removeprefix("// ").rstrip("\n"),
+                  "block": block_label,
                   "configuration": arch.name,
-                  "verilog": "standard output" if to_stdout else str(args.out), **macros},
+                  "verilog": "standard output" if to_stdout else str(args.out or split_list),
+                  **macros},
                  indent=1) + "\n")]
     files = [(o, p, t) for o, p, t in files if p is not None]
 
@@ -361,6 +403,8 @@ def run(args) -> int:
         return f"{options[0]}: cannot write ({exc})"
 
     with atomic_outputs(error) as outputs:
+        if args.split is not None:
+            outputs.make_dir(args.split)
         for _option, path, content in files:
             with open(outputs.temp_for(path), "w", encoding="utf-8") as f:
                 f.write(content)
@@ -368,15 +412,35 @@ def run(args) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     modules = len(re.findall(r"^module ", text, re.M))
-    where = "standard output" if to_stdout else str(args.out)
+    where = "standard output" if to_stdout else str(args.out) if args.split is None else \
+        f"{args.split}: {len(split) - 1} files, one a module, and {FILELIST}"
     say(f"wrote {where}: {len(text):,} bytes, {text.count(chr(10)):,} lines, {modules} "
         f"module{'s' if modules != 1 else ''}, {len(ports)} ports of {name} "
         f"(conversion {seconds:.1f} s)")
     if macros is not None:
         _macro_summary(say, macros)
-    for option, path, content in files[0 if to_stdout else 1:]:
+    for option, path, content in files[0 if to_stdout else len(verilog_files):]:
         say(f"wrote {option} {path}: {len(content):,} bytes")
     return 0
+
+
+#: The filelist ``--split`` writes beside the modules' files.
+FILELIST = "files.f"
+
+
+def _split(folder, text: str, models: str, top: str) -> list:
+    """``--split``'s files: ``(folder / <module>.v, its text)`` for each module of ``text``
+    (the design, after its header) and of ``models`` (the SRAM macros' models, after theirs),
+    each file opened by its part's header comments, then the filelist ``folder / files.f``:
+    the file names (relative to the filelist, as ``verilator -F`` reads them), one a line,
+    the design's top module ``top`` last."""
+    from ..sim.runner import split_modules
+    out = []
+    for part in (models, text):
+        head, modules = split_modules(part)
+        out += [(folder / f"{m}.v", head + body) for m, body in modules.items()]
+    names = [p.name for p, _t in out if p.stem != top] + [f"{top}.v"]
+    return out + [(folder / FILELIST, "".join(f"{n}\n" for n in names))]
 
 
 def _plural(n: int, noun: str) -> str:

@@ -152,6 +152,12 @@ def test_flat_to_standard_output(capsys):
     (["pe", "--sram", "macro", "--sram-models", "-"], "--sram-models -: expected a file"),
     (["--list", "--sram", "macro"], "--list: takes no BLOCK"),
     (["pe", "--sdc", "-"], "--sdc -: expected a file"),
+    (["pe", "--io-delay", "0.2"], "--io-delay: needs --sdc"),
+    (["pe", "--sdc", "pe.sdc", "--io-delay", "1"], "--io-delay: expected a fraction of the "
+     "clock period, 0 <= FRACTION < 1, got 1"),
+    (["pe", "--sdc", "pe.sdc", "--io-delay", "-0.1"], "got -0.1"),
+    (["pe", "--sdc", "pe.sdc", "--io-delay", "nan"], "got nan"),
+    (["--list", "--io-delay", "0.2"], "--list: takes no BLOCK"),
     (["pe", "--sram", "macro", "--name", "elmoe3d_sram_512x32_1r1w_nrw"],
      "the form of the export's SRAM macro module names"),
     (["unit_pe", "--sdc", "unit.sdc"], "top module elmoe3d_unit_pe_small has no clock port"),
@@ -504,6 +510,7 @@ def test_macro_export_writes_its_three_files(capsys, tmp_path):
         == ["elmoe3d_pe_small"] and "(* top" not in model_text
     assert model_text.startswith("// elmoe3d verilog: behavioural models of the SRAM macros")
     assert doc["generated_by"].startswith("elmoe3d ") and doc["verilog"] == str(out)
+    assert "\n" not in doc["generated_by"]
     assert doc["macros"][0]["ports"] == {"clk": ["input", 1], "rd0_addr": ["input", 5],
                                          "rd0_data": ["output", 512], "rd0_en": ["input", 1],
                                          "wr0_addr": ["input", 5], "wr0_en": ["input", 1],
@@ -548,3 +555,98 @@ def test_sdc_clocks_the_top_module_at_the_configuration_clock(capsys, tmp_path):
                                                         clock_ghz=1.0)
     with pytest.raises(ValueError, match="t: no clock port"):
         sdc(top="t", ports=["a", "rst"], clock_ghz=1.0)
+
+
+def test_sdc_io_delays_on_every_other_port(capsys, tmp_path):
+    """``--sdc --io-delay F``: beside the clock, a ``set_input_delay`` on every input but the
+    clock (the reset too) and a ``set_output_delay`` on every output, F x the period against
+    the clock, a bus as ``name[*]``: one line a port of the exported top, by the Verilog's
+    own declarations. A top with two clocks is refused (the ports' domains are unknown)."""
+    from elmoe3d.sim.runner import port_directions
+    from elmoe3d.synth.export import sdc
+    out, constraints = tmp_path / "rs.v", tmp_path / "rs.sdc"
+    code, _said, _err = _run(capsys, "ringstation", "--instance", "1", "-o", str(out),
+                             "--sdc", str(constraints), "--io-delay", "0.25")
+    assert code == 0
+    top = "elmoe3d_ring_station_1_small"
+    ports = port_directions(out.read_text(), top)
+    assert ports["clk"] == ("input", 1) and ports["ring_i__payload"] == ("input", 1035)
+    assert ports["ext__0__payload"] == ("output", 512)
+    lines = [ln for ln in constraints.read_text().splitlines() if not ln.startswith("#")]
+    assert lines[0] == "create_clock -name clk -period 1.0000 [get_ports clk]"
+    want = {f"set_{d}_delay -clock clk 0.2500 [get_ports {{{n}[*]}}]" if w > 1 else
+            f"set_{d}_delay -clock clk 0.2500 [get_ports {n}]"
+            for n, (d, w) in ports.items() if n != "clk"}
+    assert set(lines[1:]) == want and len(lines) == len(ports)
+    assert "set_input_delay -clock clk 0.2500 [get_ports rst]" in want
+    assert "set_output_delay -clock clk 0.2500 [get_ports {ring_o__payload[*]}]" in want
+    assert "set_input_delay -clock clk 0.2500 [get_ports ring_i__valid]" in want
+    assert "inputs arrive and outputs are required 0.25 x the period (0.2500 ns)" \
+        in constraints.read_text()
+    two = {"clk": ("input", 1), "fast_clk": ("input", 1), "a": ("input", 4)}
+    with pytest.raises(ValueError, match="t: 2 clock ports \\(clk, fast_clk\\)"):
+        sdc(top="t", ports=two, clock_ghz=1.0, io_delay=0.2)
+    assert "set_" not in sdc(top="t", ports=two, clock_ghz=1.0)
+    assert "0.1600 [get_ports {a[*]}]" in sdc(top="t", ports={"clk": ("input", 1),
+                                                            "a": ("output", 4)},
+                                              clock_ghz=1.25, io_delay=0.2)
+    with pytest.raises(ValueError, match="port\\(s\\) b"):
+        port_directions("module m(a, b);\n  input a;\nendmodule\n", "m")
+
+
+def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypatch):
+    """``--split DIR``: the export of ``-o`` cut into one file a module (the SRAM models' too,
+    each file opened by its part's header comments) and ``files.f``, the top last; Verilator
+    lints it through ``-F`` from another folder. ``--split`` with ``-o``, at a file, at ``-``,
+    or with another output on one of its files, is refused, nothing written."""
+    import json
+    import subprocess
+    from elmoe3d.sim.runner import split_modules, verilator_environment
+    one, folder, listed = tmp_path / "pe.v", tmp_path / "split", tmp_path / "srams.json"
+    assert _run(capsys, "pe", "--sram", "macro", "-o", str(one))[0] == 0
+    code, said, _err = _run(capsys, "pe", "--sram", "macro", "--split", str(folder),
+                            "--memories", str(listed))
+    assert code == 0
+    head, modules = split_modules(one.read_text())
+    names = (folder / "files.f").read_text().splitlines()
+    assert sorted(names) == sorted(f"{m}.v" for m in modules) == \
+        sorted(p.name for p in folder.iterdir() if p.name != "files.f")
+    assert names[-1] == "elmoe3d_pe_small.v" and len(names) == len(modules) > 12
+    assert f"wrote {folder}: {len(names)} files, one a module, and files.f" in " ".join(
+        said.split())
+    models_head = "// elmoe3d verilog: behavioural models of the SRAM macros"
+
+    def stripped(v):            # a module without the comment lines between modules
+        return re.sub(r"^(//|/\*).*\n", "", v, flags=re.M).strip()
+    for m, body in modules.items():
+        text = (folder / f"{m}.v").read_text()
+        assert text.startswith(models_head if m.startswith("elmoe3d_sram_") else head)
+        (got,) = split_modules(text)[1].values()
+        assert stripped(got) == stripped(body)
+    assert json.loads(listed.read_text())["verilog"] == str(folder / "files.f")
+    monkeypatch.chdir(tmp_path.parent)
+    with verilator_environment():
+        lint = subprocess.run(["verilator", "--lint-only", "-Wno-lint", "-Wno-style", "-F",
+                               str(folder / "files.f"), "--top-module", "elmoe3d_pe_small"],
+                              capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stderr[-2000:]
+    # mistakes
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "s3").mkdir()
+    (tmp_path / "s4").mkdir()
+    for argv, said_err in (
+            (["--split", str(tmp_path / "s2"), "-o", str(tmp_path / "x.v")],
+             "--split and -o exclude each other"),
+            (["--split", str(tmp_path / "file")], f"--split {tmp_path / 'file'}: not a "
+                                                   f"directory"),
+            (["--split", "-"], "--split -: expected a folder"),
+            (["--split", str(tmp_path / "s3"), "--sdc", str(tmp_path / "s3" / "files.f")],
+             "name the same file")):
+        code, _out, err = _run(capsys, "ringstation", "--instance", "1", *argv)
+        assert code == 2 and said_err in err, err
+    code, _out, err = _run(capsys, "ringstation", "--instance", "1", "--split",
+                           str(tmp_path / "s4"), "--sdc",
+                           str(tmp_path / "s4" / "elmoe3d_ring_station_1_small.v"))
+    assert code == 2 and "name the same file" in err, err
+    assert not any((tmp_path / n).exists() for n in ("s2", "x.v"))
+    assert not any((tmp_path / "s3").iterdir()) and not any((tmp_path / "s4").iterdir())
