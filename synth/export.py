@@ -70,7 +70,7 @@ from .blocks import (BLOCK_TYPES, component_ports, convert_ports, instance_key, 
 __all__ = ["ExportError", "DieBlock", "die_blocks", "block_classes", "module_name",
            "flat_verilog", "hierarchical_verilog", "plain_module_names", "INSTANCE_OUTPUT_BITS",
            "output_bits", "SramMacro", "SramModel", "sram_models", "instance_tree",
-           "sram_instances", "memory_list", "sdc", "one_top"]
+           "sram_instances", "memory_list", "sdc", "one_top", "sram_liberty"]
 
 
 class ExportError(ValueError):
@@ -418,6 +418,96 @@ def sram_models(kinds: dict, *, power_up=None) -> str:
     return one_top("".join(verilog.convert(model, name=module, emit_src=False,
                                            ports=model.convert_ports())
                            for model, module in models), None)
+
+
+def sram_liberty(kinds: dict, *, library: str = "elmoe3d_srams", comment: str = "") -> str:
+    """A Liberty view (``.lib``) of each macro kind of ``kinds`` (:class:`SramMacro` -> module
+    name, as an export filled it), one cell each, named as the module, for a flow to time the
+    design around the macros before a memory compiler's own views replace these: the cell's
+    ``area`` (um^2, :func:`~elmoe3d.synth.sram.sram_area`, the memory list's
+    ``area_um2_each``), ``dont_use``, its pins with their directions and bus widths as
+    :meth:`SramMacro.data_ports` and :attr:`SramMacro.clock_ports` name them, and the timing
+    arcs a synchronous SRAM has: every input a ``setup_rising`` and a ``hold_rising`` against
+    its port's clock, every synchronous read's data a ``rising_edge`` arc from its clock. An
+    asynchronous read (``_ar``) has a ``combinational`` arc from its address to its data and a
+    ``rising_edge`` arc from each write port's clock (a write changes the word read), its
+    address no constraint. Every figure is one published ASAP7 SRAM bank's
+    (:mod:`elmoe3d.synth.sram`: ``srambank_256x4x64_6t122``) at 20 ps transitions and its
+    smallest load, scalar (no table): the same for every kind, whatever its size, as the
+    area roll-up's timing takes them. TT corner, 0.7 V, 25 C; units ps, fF, nW. No power, no
+    LEF. ``comment`` goes into the file's opening comment."""
+    from . import sram
+
+    def number(v):
+        return f"{v:g}"
+
+    def scalar(group, value):
+        return f"{group} (scalar) {{ values (\"{number(value)}\"); }}"
+
+    def constraints(clock):
+        return [f"timing () {{ related_pin : \"{clock}\"; timing_type : {kind}; "
+                f"{scalar('rise_constraint', v)} {scalar('fall_constraint', v)} }}"
+                for kind, v in (("setup_rising", sram.SETUP_PS), ("hold_rising", sram.HOLD_PS))]
+
+    def read_arc(related, kind):
+        rise_t, fall_t = sram.READ_TRANSITION_PS
+        sense = "" if kind == "rising_edge" else "timing_sense : non_unate; "
+        return (f"timing () {{ related_pin : \"{related}\"; timing_type : {kind}; {sense}"
+                f"{scalar('cell_rise', sram.READ_CLK_TO_Q_RISE_PS)} "
+                f"{scalar('cell_fall', sram.READ_CLK_TO_Q_PS)} "
+                f"{scalar('rise_transition', rise_t)} {scalar('fall_transition', fall_t)} }}")
+
+    widths = sorted({w for macro in kinds for _d, _n, w in macro.data_ports() if w > 1})
+    lines = ["/*"] + [f" * {line}" for line in comment.splitlines()] + [
+        " * Liberty view of the SRAM macro kinds of an elmoe3d export (elmoe3d.synth.export."
+        "sram_liberty):",
+        " * every figure one published ASAP7 bank's, " + sram.TIMING_SOURCE.split(", from ")[1]
+        + ",", " * scalar at 20 ps transitions; the area elmoe3d.synth.sram's model. A "
+        "placeholder for a memory compiler's views.", " */",
+        f"library ({library}) {{",
+        "  delay_model : table_lookup;", "  time_unit : \"1ps\";", "  voltage_unit : \"1V\";",
+        "  current_unit : \"1mA\";", "  leakage_power_unit : \"1nW\";",
+        "  pulling_resistance_unit : \"1kohm\";", "  capacitive_load_unit (1, ff);",
+        "  nom_process : 1;", "  nom_voltage : 0.7;", "  nom_temperature : 25;",
+        "  operating_conditions (tt_0p7v_25c) { process : 1; voltage : 0.7; "
+        "temperature : 25; }", "  default_operating_conditions : tt_0p7v_25c;",
+        "  input_threshold_pct_rise : 50;", "  input_threshold_pct_fall : 50;",
+        "  output_threshold_pct_rise : 50;", "  output_threshold_pct_fall : 50;",
+        "  slew_lower_threshold_pct_rise : 30;", "  slew_lower_threshold_pct_fall : 30;",
+        "  slew_upper_threshold_pct_rise : 70;", "  slew_upper_threshold_pct_fall : 70;",
+        "  bus_naming_style : \"%s[%d]\";"]
+    lines += [f"  type (elmoe3d_bus_{w}) {{ base_type : array; data_type : bit; bit_width : {w}; "
+              f"bit_from : {w - 1}; bit_to : 0; downto : true; }}" for w in widths]
+    for macro, module in kinds.items():
+        clocks = dict(macro.clock_ports)
+        area = sram.sram_area(macro.width, macro.depth, len(macro.read_ports)).area
+        lines += [f"  cell ({module}) {{", f"    area : {area:.3f};", "    dont_use : true;",
+                  "    dont_touch : true;", "    interface_timing : true;"]
+        for _domain, port in macro.clock_ports:
+            lines.append(f"    pin ({port}) {{ direction : input; clock : true; capacitance : "
+                         f"{number(sram.CLOCK_CAP_FF)}; }}")
+        write_clocks = [clocks[d] for d, _g in macro.write_ports]
+        for direction, name, width in macro.data_ports():
+            side, index = name.split("_")[0][:2], int(name.split("_")[0][2:])
+            domain = (macro.read_ports if side == "rd" else macro.write_ports)[index][0]
+            if direction == "i":
+                body = [f"direction : input; capacitance : {number(sram.INPUT_CAP_FF)};"]
+                if domain != "comb":
+                    body += constraints(clocks[domain])
+            elif domain != "comb":
+                body = [f"direction : output; max_capacitance : "
+                        f"{number(sram.MAX_LOAD_FF)};", read_arc(clocks[domain], "rising_edge")]
+            else:
+                body = [f"direction : output; max_capacitance : {number(sram.MAX_LOAD_FF)};"]
+                if macro.addr_width:
+                    body.append(read_arc(f"rd{index}_addr", "combinational"))
+                body += [read_arc(c, "rising_edge") for c in dict.fromkeys(write_clocks)]
+            group = f"bus ({name}) {{ bus_type : elmoe3d_bus_{width};" if width > 1 else \
+                f"pin ({name}) {{"
+            lines += [f"    {group}"] + [f"      {b}" for b in body] + ["    }"]
+        lines.append("  }")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 _MODULE_TEXT = re.compile(r"^module (\\?\S+?)\s*\((.*?)^endmodule", re.M | re.S)

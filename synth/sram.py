@@ -54,7 +54,8 @@ from ..checks import check_int
 
 
 __all__ = ["CELL_ROW_UM2", "COLUMN_UM2", "MAX_ROWS", "N7_HD_BITCELL_UM2", "sram_area",
-           "SOURCES", "READ_CLK_TO_Q_PS", "SETUP_PS", "TIMING_SOURCE"]
+           "SOURCES", "READ_CLK_TO_Q_PS", "SETUP_PS", "TIMING_SOURCE", "READ_CLK_TO_Q_RISE_PS",
+           "READ_TRANSITION_PS", "HOLD_PS", "INPUT_CAP_FF", "CLOCK_CAP_FF", "MAX_LOAD_FF"]
 
 
 _SMALL = (9.612 * 77.76, 64 * 256)         # (um^2, bits), 256 columns x 64 rows
@@ -75,6 +76,20 @@ READ_CLK_TO_Q_PS = 149.8
 #: Setup of a macro's inputs before the clock (ps): the bank's largest ``setup_rising``
 #: (``ADDRESS``, falling, 20 ps transitions).
 SETUP_PS = 50.1
+#: The rest of the bank's figures the export's Liberty view of a macro kind takes
+#: (:func:`elmoe3d.synth.export.sram_liberty`), from the same file, in ps and fF: ``dataout``'s
+#: ``cell_rise`` at the same point (the clock-to-data arc's rise; the fall is
+#: :data:`READ_CLK_TO_Q_PS`), its ``rise_transition`` and ``fall_transition`` there, the
+#: ``ADDRESS`` ``hold_rising`` (the larger of rise and fall, 20 ps transitions, interpolated in
+#: the related pin's), an input pin's ``capacitance`` (``ADDRESS``, ``wd``, ``write``, ``read``,
+#: ``banksel`` alike), ``clk``'s, and the delay tables' largest load (``max_capacitance``
+#: reads 368.64 there, in the file's pF: the table's last index, 0.36864 pF, is meant).
+READ_CLK_TO_Q_RISE_PS = 147.5
+READ_TRANSITION_PS = (20.0, 17.1)
+HOLD_PS = 10.8
+INPUT_CAP_FF = 0.319
+CLOCK_CAP_FF = 5.66
+MAX_LOAD_FF = 368.64
 TIMING_SOURCE = ("SRAM macro timing: clock-to-dataout 149.8 ps, setup 50.1 ps, from "
                  "The-OpenROAD-Project/asap7_sram_0p0 generated/LIB/"
                  "srambank_256x4x64_6t122.lib, commit 9f5af0939e8dd3cc1a9693a50b23441691dd7d25")

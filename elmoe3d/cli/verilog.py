@@ -6,7 +6,8 @@ Usage::
     elmoe3d verilog --list [--config NAME]          # the die's blocks: instances, parameters
     elmoe3d verilog BLOCK [--config NAME] [-o FILE] [--flat] [--instance N] [--name TOP]
                     [--sdc FILE [--io-delay FRACTION]]
-                    [--sram macro [--sram-models FILE] [--memories FILE]]
+                    [--sram macro [--sram-models FILE] [--sram-liberty FILE]
+                                  [--memories FILE]]
 
 ``BLOCK`` is a block of ``elmoe3d blocks`` (``die``, ``pe``, ``ring``, ...) or a top class
 (``LogicDie``, ``PE``, ``SwiGLUUnit``, ...), as the die at ``--config`` builds it. A block or
@@ -25,7 +26,8 @@ a kind (``elmoe3d_sram_<width>x<depth>_<r>r<w>w...``, :class:`elmoe3d.synth.expo
 for a memory compiler's macros to replace; their behavioural models (Amaranth memories with the
 macro's ports) follow the design, or go to ``--sram-models FILE``. ``--memories FILE`` writes
 the macro list as JSON (:func:`elmoe3d.synth.export.memory_list`: each kind's geometry, ports,
-write granules, read-during-write behaviour, ASAP7 area estimate and instance paths).
+write granules, read-during-write behaviour, ASAP7 area estimate and instance paths);
+``--sram-liberty FILE`` a Liberty view of each kind (:func:`elmoe3d.synth.export.sram_liberty`).
 ``--sdc FILE`` writes a ``create_clock`` at the configuration's logic clock a clock port; with
 ``--io-delay FRACTION`` also a ``set_input_delay`` on every other input and a
 ``set_output_delay`` on every output, that fraction of the period (a top with one clock port).
@@ -84,6 +86,10 @@ def configure(parser) -> None:
     parser.add_argument("--sram-models", metavar="FILE", type=output_path, default=None,
                         help="with --sram macro: write the macros' behavioural models to FILE "
                              "instead of after the design (to link a memory compiler's)")
+    parser.add_argument("--sram-liberty", metavar="FILE", type=output_path, default=None,
+                        help="with --sram macro: write a Liberty view of each macro kind to "
+                             "FILE (area, pins, setup/hold and clock-to-data arcs from one "
+                             "published ASAP7 SRAM bank; a placeholder for a compiler's views)")
     parser.add_argument("--memories", metavar="FILE", type=output_path, default=None,
                         help="with --sram macro: write the list of SRAM macros to FILE (JSON: "
                              "geometry, ports, read-during-write, area estimate, instances)")
@@ -254,9 +260,10 @@ def run(args) -> int:
     from ..hw.die import LogicDie
     from ..sim.runner import module_ports, port_directions
     from ..synth.export import (ExportError, die_blocks, flat_verilog, hierarchical_verilog,
-                                memory_list, sdc, sram_models)
+                                memory_list, sdc, sram_liberty, sram_models)
     arch = _arch(args.config)
     macro_files = [(option, path) for option, path in (("--sram-models", args.sram_models),
+                                                        ("--sram-liberty", args.sram_liberty),
                                                         ("--memories", args.memories))
                    if path is not None]
     if args.list and (args.flat or args.sram != "rtl" or macro_files
@@ -388,6 +395,9 @@ def run(args) -> int:
     files = [*verilog_files,
              ("--sdc", args.sdc, constraints),
              ("--sram-models", args.sram_models, models),
+             ("--sram-liberty", args.sram_liberty, None if kinds is None else sram_liberty(
+                 kinds, comment=f"{header_lines[0].removeprefix('// ').rstrip()}: the SRAM "
+                                f"macros of {name}, {block_label} at {arch.name}")),
              ("--memories", args.memories, macros and json.dumps(
                  {"generated_by": header_lines[0].removeprefix("// ").rstrip("\n"),
                   "block": block_label,

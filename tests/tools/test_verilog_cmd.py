@@ -650,3 +650,99 @@ def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypat
     assert code == 2 and "name the same file" in err, err
     assert not any((tmp_path / n).exists() for n in ("s2", "x.v"))
     assert not any((tmp_path / "s3").iterdir()) and not any((tmp_path / "s4").iterdir())
+
+
+def _liberty_cells(lib: str) -> dict:
+    """``cell -> (attributes text, {pin: (kind, body)})`` of a Liberty text as
+    :func:`~elmoe3d.synth.export.sram_liberty` writes it (one group a line or an indented
+    block)."""
+    cells = {}
+    for name, body in re.findall(r"^  cell \((\w+)\) \{\n(.*?)^  \}$", lib, re.M | re.S):
+        pins = {}
+        for part in re.split(r"^(?=    (?:pin|bus) \()", body, flags=re.M)[1:]:
+            kind, pin = re.match(r"    (pin|bus) \((\w+)\)", part).groups()
+            pins[pin] = (kind, part)
+        cells[name] = (body, pins)
+    return cells
+
+
+def test_sram_liberty_times_every_port_and_links_with_yosys(capsys, tmp_path):
+    """``--sram-liberty``: a cell a macro kind with its area (the memory list's), every port
+    of its model at its width, each input constrained (setup and hold) against its own port's
+    clock (the zoo's falling-edge domain its ``other_clk``), each synchronous read's data a
+    clock-to-data arc, an asynchronous read's a combinational arc from its address and a
+    clock arc from the write's clock, its address unconstrained; the figures the published
+    bank's. Yosys reads it as the macros' black boxes: ``hierarchy -check`` on the zoo and on
+    the small PE links every instance with no port resized, and fails on a renamed pin."""
+    import subprocess
+    from elmoe3d.synth import sram
+    from elmoe3d.synth.export import flat_verilog, memory_list, sram_liberty
+    from elmoe3d.synth.flow import yosys_command
+    kinds = {}
+    with inspection():
+        zoo = flat_verilog(memory_zoo()(), name="zoo", srams=kinds)
+    lib = sram_liberty(kinds, comment="the zoo")
+    cells = _liberty_cells(lib)
+    assert list(cells) == list(kinds.values()) and lib.startswith("/*\n * the zoo\n")
+    listed = {m["module"]: m for m in memory_list(zoo, "zoo", kinds)["macros"]}
+    setup = f'setup_rising; rise_constraint (scalar) {{ values ("{sram.SETUP_PS:g}"); }}'
+    hold = f'hold_rising; rise_constraint (scalar) {{ values ("{sram.HOLD_PS:g}"); }}'
+    clock_arc = f'cell_fall (scalar) {{ values ("{sram.READ_CLK_TO_Q_PS:g}"); }}'
+    for macro, module in kinds.items():
+        body, pins = cells[module]
+        assert f"area : {listed[module]['area_um2_each']:.3f};" in body
+        clocks = dict(macro.clock_ports)
+        assert {p: k for p, (k, _t) in pins.items()} == {
+            **{c: "pin" for c in clocks.values()},
+            **{n: "bus" if w > 1 else "pin" for _d, n, w in macro.data_ports()}}
+        for direction, name, width in macro.data_ports():
+            kind, text = pins[name]
+            if width > 1:
+                assert f"bus_type : elmoe3d_bus_{width};" in text
+                assert re.search(rf"type \(elmoe3d_bus_{width}\) \{{.*bit_width : {width}; "
+                                 rf"bit_from : {width - 1}; bit_to : 0;", lib)
+            side, i = name[:2], int(name.split("_")[0][2:])
+            domain = (macro.read_ports if side == "rd" else macro.write_ports)[i][0]
+            related = set(re.findall(r'related_pin : "(\w+)"; timing_type : (\w+)', text))
+            if direction == "i":
+                assert "direction : input;" in text
+                want = set() if domain == "comb" else {(clocks[domain], "setup_rising"),
+                                                       (clocks[domain], "hold_rising")}
+                assert related == want, (module, name)
+                if want:
+                    assert setup in text and hold in text
+            elif domain == "comb":
+                assert related == {(f"rd{i}_addr", "combinational"), ("clk", "rising_edge")}
+            else:
+                assert related == {(clocks[domain], "rising_edge")} and clock_arc in text
+    assert cells["elmoe3d_sram_32x128_1r1w_other"][1]["rd0_addr"][1].count('"other_clk"') == 2
+
+    def link(folder, lib_text, verilog, top):
+        (folder / "srams.lib").write_text(lib_text)
+        (folder / "design.v").write_text(verilog)
+        (folder / "link.ys").write_text(f"read_liberty -lib srams.lib\nread_verilog design.v\n"
+                                        f"hierarchy -check -top {top}\nstat\n")
+        return subprocess.run([*yosys_command(), "-s", "link.ys"], cwd=folder,
+                              capture_output=True, text=True)
+    done = link(tmp_path, lib, zoo, "zoo")
+    assert done.returncode == 0 and "Resizing" not in done.stdout, done.stdout[-3000:]
+    # every macro kind a black-box cell of the top, once a kind (the zoo's RAMs one each)
+    assert all(re.search(rf"^\s+1\s+{m}$", done.stdout, re.M) or
+               re.search(rf"^\s+{m}\s+1$", done.stdout, re.M) for m in kinds.values()), \
+        done.stdout[-3000:]
+    bad = link(tmp_path, lib.replace("bus (rd0_data)", "bus (rd0_datum)", 1), zoo, "zoo")
+    assert bad.returncode != 0 and "does not have a port named 'rd0_data'" in bad.stderr
+    narrow = link(tmp_path, lib.replace("bit_width : 40; bit_from : 39;",
+                                        "bit_width : 39; bit_from : 38;"), zoo, "zoo")
+    assert "Resizing cell port zoo.d.rd0_data from 40 bits to 39 bits" in narrow.stdout
+    # the command: the small PE's macros, with the design
+    pe, liberty = tmp_path / "pe.v", tmp_path / "pe.lib"
+    code, said, _err = _run(capsys, "pe", "--sram", "macro", "-o", str(pe), "--sram-models",
+                            str(tmp_path / "m.v"), "--sram-liberty", str(liberty))
+    assert code == 0 and f"wrote --sram-liberty {liberty}" in said
+    pe_lib = liberty.read_text()
+    assert len(_liberty_cells(pe_lib)) == 7 and "the SRAM macros of elmoe3d_pe_small" in pe_lib
+    done = link(tmp_path, pe_lib, pe.read_text(), "elmoe3d_pe_small")
+    assert done.returncode == 0 and "Resizing" not in done.stdout, done.stdout[-3000:]
+    code, _said, err = _run(capsys, "pe", "--sram-liberty", str(tmp_path / "x.lib"))
+    assert code == 2 and "--sram-liberty: needs --sram macro" in err
