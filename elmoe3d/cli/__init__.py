@@ -219,9 +219,11 @@ class _ClosedPipeGuard:
         return getattr(self._stream, name)
 
 
-#: Set by SIGTERM's handler: an exception raised while Python runs a ``__del__`` (Amaranth's
-#: unused-object checks) is lost, so :func:`main` also looks here when the command returns.
+#: Set by the SIGTERM and SIGINT handlers: an exception raised while Python runs a
+#: ``__del__`` (Amaranth's unused-object checks) is lost, so :func:`main` also looks here
+#: when the command returns.
 _TERMINATED = []
+_INTERRUPTED = []
 
 
 def _terminate(signum, frame):
@@ -232,6 +234,30 @@ def _terminate(signum, frame):
     raise Terminated
 
 
+def _interrupt(signum, frame):
+    """SIGINT's (Ctrl-C's) handler while a command runs: Python's own
+    (:class:`KeyboardInterrupt`), which also notes it for :func:`main`, in case Python drops
+    the exception in a ``__del__``."""
+    _INTERRUPTED.append(signum)
+    raise KeyboardInterrupt
+
+
+def _own_handlers() -> list:
+    """Install :func:`_terminate` and :func:`_interrupt` where the signal has its default
+    action (SIGTERM's, Python's KeyboardInterrupt for SIGINT), in the main thread only,
+    unless someone chose otherwise (ignored, or a handler of theirs): the signals taken, to
+    put back after the command."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    taken = []
+    for signum, default, handler in ((signal.SIGTERM, signal.SIG_DFL, _terminate),
+                                     (signal.SIGINT, signal.default_int_handler, _interrupt)):
+        if signal.getsignal(signum) is default:
+            signal.signal(signum, handler)
+            taken.append((signum, default))
+    return taken
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
@@ -239,17 +265,16 @@ def main(argv=None) -> int:
     stdout = sys.stdout
     if stdout is not None:
         sys.stdout = _ClosedPipeGuard(stdout)
-    # SIGTERM as Ctrl-C (its clean-up runs), unless someone chose otherwise (ignored, or a
-    # handler of theirs): only over the default action, in the main thread
-    ours = threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    # SIGTERM as Ctrl-C (its clean-up runs); both noted where Python may drop them
     _TERMINATED.clear()
-    if ours:
-        signal.signal(signal.SIGTERM, _terminate)
+    _INTERRUPTED.clear()
+    taken = _own_handlers()
     try:
         code = int(importlib.import_module(args._module).run(args) or 0)
         if _TERMINATED:             # raised where Python dropped it: the command ran on
             raise Terminated
+        if _INTERRUPTED:
+            raise KeyboardInterrupt
         return code
     except (UserError, QuantizationError) as exc:
         for line in str(exc).splitlines() or [""]:       # a mistake a line (a sweep's several)
@@ -274,8 +299,8 @@ def main(argv=None) -> int:
         return 2
     finally:
         sys.stdout = stdout
-        if ours:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for signum, default in taken:
+            signal.signal(signum, default)
 
 
 if __name__ == "__main__":

@@ -178,3 +178,38 @@ def test_a_sigterm_python_dropped_still_ends_the_command(monkeypatch, capsys):
     assert cli.main(["blocks"]) == 143 and killed == [signal.SIGTERM]
     assert "elmoe3d blocks: terminated (SIGTERM)" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_ctrl_c_python_dropped_still_ends_the_command(monkeypatch, capsys):
+    """Ctrl-C's ``KeyboardInterrupt`` raised inside a ``__del__`` is dropped by Python and the
+    command runs on: the SIGINT handler main installs over Python's own notes it, so ``main``
+    says "interrupted" and returns 130, not 0; Python's handler is back afterwards, and a
+    handler of the caller's is left alone."""
+    import signal
+    from elmoe3d.cli import blocks as blocks_cmd
+    seen = []
+
+    def dropped(args):
+        seen.append(signal.getsignal(signal.SIGINT))
+        try:
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        except KeyboardInterrupt:
+            pass                        # as Python does in a __del__
+        return 0
+    monkeypatch.setattr(blocks_cmd, "run", dropped)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert cli.main(["blocks"]) == 130 and seen == [cli._interrupt]
+    assert capsys.readouterr().err.strip() == "elmoe3d blocks: interrupted"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # a command that returns after no interrupt is unaffected by the last one's note
+    monkeypatch.setattr(blocks_cmd, "run", lambda args: 0)
+    assert cli.main(["blocks"]) == 0
+    # the caller's own handler: not replaced, not restored to Python's
+    mine = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: mine.append(signum))
+    try:
+        monkeypatch.setattr(blocks_cmd, "run", dropped)
+        assert cli.main(["blocks"]) == 0 and mine == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
