@@ -227,6 +227,8 @@ class AtomicOutputs:
             missing.append(p)
             p = p.parent
         for p in reversed(missing):
+            if p.exists():              # a ``..`` resolved through a folder just made
+                continue
             p.mkdir()
             self._made.append(p)
         return folder

@@ -116,6 +116,14 @@ def test_check_output_dir_and_make_dir(tmp_path):
     outputs.commit()
     outputs.discard()
     assert (new / "a.png").read_text() == "done"
+    # ``a/../b`` with ``a`` missing: made as ``mkdir -p`` makes it (``a`` first, then ``b``
+    # beside it), and both removed again by discard
+    odd = tmp_path / "missing" / ".." / "figs"
+    assert check_output_dir(odd, "--plot", ["a.png"]) == [odd / "a.png"]
+    outputs = AtomicOutputs()
+    assert outputs.make_dir(odd) == odd and (tmp_path / "figs").is_dir()
+    outputs.discard()
+    assert not (tmp_path / "figs").exists() and not (tmp_path / "missing").exists()
 
 
 def test_check_output_dir_read_only_parent(tmp_path, monkeypatch):
