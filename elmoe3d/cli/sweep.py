@@ -139,6 +139,27 @@ def _calibration_notes(points, cache: Path, say) -> None:
             f"point {p.index}: {notice})")
 
 
+def _area_notes(points, cache: Path, say) -> None:
+    """``--check``'s note on the area (and timing) points whose die has no roll-up in the
+    sweep cache's ``area/`` (:func:`~elmoe3d.sw.host.sweep_tasks.area_entry`): each will run
+    Yosys on the die's blocks that ``synth/`` does not hold yet (many minutes on a cold
+    cache)."""
+    from ..sw.host.sweep_tasks import area_entry
+    new, count = {}, 0
+    for p in points:
+        if p.tasks.get("area"):
+            entry = area_entry(p, cache, timing=bool(p.tasks.get("timing")))
+            if not entry.is_file():
+                new.setdefault(entry, p)
+                count += 1
+    if new:
+        first = next(iter(new.values()))
+        say(f"note: {count} area point(s), {len(new)} distinct die(s), have no area roll-up in "
+            f"{cache / 'area'}: each die runs Yosys on its blocks that {cache / 'synth'} does "
+            f"not hold yet (many minutes on a cold cache; docs/sweep.md \"Caches\") (first, "
+            f"point {first.index})")
+
+
 #: The options that say how and where the points run: ``--check`` runs none, so it refuses them
 #: (``--cache`` it reads: the compute calibrations a sweep computed before).
 RUN_OPTIONS = ("scheduler", "workers", "out", "dashboard", "no_progress", "no_plots")
@@ -187,8 +208,9 @@ def run(args) -> int:
             say("note: the perf model does not read " + ", ".join(perf_only) + ": without an "
                 "area or RTL task their points differ only by id (docs/sweep.md)")
         _capacity_notes(points, say)
-        _calibration_notes(points, Path(args.cache).resolve() if args.cache is not None
-                           else default_cache_dir(), say)
+        cache = Path(args.cache).resolve() if args.cache is not None else default_cache_dir()
+        _calibration_notes(points, cache, say)
+        _area_notes(points, cache, say)
         return 0
     out = args.out or Path("out") / f"sweep-{spec.name}"
     res = run_sweep(spec, out, out_given=args.out is not None, scheduler=args.scheduler,

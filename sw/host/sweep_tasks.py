@@ -39,7 +39,7 @@ from .sweep_spec import Point
 
 __all__ = ["perf_task", "area_task", "rtl_task", "run_point", "area_key", "code_version",
            "RESULT_COLUMNS", "META_COLUMNS", "default_cache_dir", "cache_problem", "dask_setup",
-           "CACHE_ENV", "calibrations_needed", "capacity_check", "point_model"]
+           "CACHE_ENV", "calibrations_needed", "capacity_check", "point_model", "area_entry"]
 
 #: Environment variable naming the cache directory workers share (else ~/.cache/elmoe3d).
 CACHE_ENV = "ELMOE3D_CACHE"
@@ -283,6 +283,15 @@ def area_key(arch, *, period=None, liberty_path=None) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def area_entry(point: Point, cache_dir, *, timing: bool = False) -> Path:
+    """The file of ``cache_dir`` that keeps the area roll-up of the point's die (with
+    ``timing``, at its clock's period): ``area/<area_key>.json``, there once a sweep has
+    computed it (:func:`area_task`)."""
+    arch = point.arch()
+    key = area_key(arch, period=1000.0 / arch.clock_ghz if timing else None)
+    return Path(cache_dir) / "area" / f"{key}.json"
+
+
 def area_task(point: Point, cache_dir, *, timing: bool = False, jobs: int = 1) -> dict:
     """The die's area roll-up of the point's configuration, as ``elmoe3d synth`` computes it
     (:func:`elmoe3d.cli.synth.die_nodes`, :func:`elmoe3d.cli.synth.synth_report`), and with
@@ -294,8 +303,7 @@ def area_task(point: Point, cache_dir, *, timing: bool = False, jobs: int = 1) -
     cache = Path(cache_dir)
     arch = point.arch()
     period = 1000.0 / arch.clock_ghz if timing else None
-    key = area_key(arch, period=period)
-    hit = cache / "area" / f"{key}.json"
+    hit = area_entry(point, cache, timing=timing)
     if hit.is_file():
         try:
             return {**json.loads(hit.read_text()), "area_cached": True}

@@ -705,6 +705,38 @@ def test_check_notes_the_points_that_will_compute_a_calibration(tmp_path, capsys
     assert "compute calibration" not in capsys.readouterr().out
 
 
+def test_check_notes_the_dies_without_an_area_rollup(tmp_path, capsys):
+    """``--check`` notes the area points whose die has no roll-up in the cache's ``area/``
+    (each runs Yosys), counting points and distinct dies (a timing task is its own entry);
+    an entry written there, as a run leaves it, takes its points off the note."""
+    cache = tmp_path / "cache"
+    spec = _write(tmp_path, "config:\n  pes: [8, 16]\nworkload:\n  model: [qwen3-30b-a3b]\n"
+                            "  batch: [1, 4]\ntasks:\n  area: true\n")
+    points = expand(load_spec(spec))
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(cache)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (f"note: 4 area point(s), 2 distinct die(s), have no area roll-up in "
+            f"{cache / 'area'}: each die runs Yosys on its blocks that {cache / 'synth'} does "
+            f"not hold yet") in out and "(first, point 0)" in out
+    entries = {sweep_tasks.area_entry(p, cache) for p in points}
+    assert len(entries) == 2 and not cache.exists()
+    timed = {sweep_tasks.area_entry(p, cache, timing=True) for p in points}
+    assert not timed & entries
+    done = sweep_tasks.area_entry(points[0], cache)
+    done.parent.mkdir(parents=True)
+    done.write_text('{"die_mm2": 1}')
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(cache)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "note: 2 area point(s), 1 distinct die(s)" in out
+    assert f"(first, point {next(p.index for p in points if p.config['pes'] == 16)})" in out
+    assert sweep_tasks.area_task(points[0], cache) == {"die_mm2": 1, "area_cached": True}
+    for p in points:
+        entry = sweep_tasks.area_entry(p, cache)
+        entry.write_text('{"die_mm2": 2}')
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(cache)]) == 0
+    assert "area roll-up" not in capsys.readouterr().out
+
+
 def test_alpha_source_says_where_alpha_came_from():
     spec = parse_spec({"workload": {"model": ["qwen3-30b-a3b"], "batch": [4, 2],
                                     "scheme": ["eagle"]}}, path="t.yaml")
