@@ -112,26 +112,42 @@ def _capacity_notes(points, say) -> None:
 
 
 def _calibration_notes(points, cache: Path, say) -> None:
-    """``--check``'s note on the perf points that will compute a compute calibration (seconds
+    """``--check``'s notes on the perf points that will compute a compute calibration (seconds
     to minutes each, once, by the first point needing it) that neither the shipped tables nor
     the sweep cache's ``calib/`` holds (:func:`~elmoe3d.sw.host.sweep_tasks.calibrations_needed`):
-    how many points, how many calibrations, and the first point's first."""
+    how many points, how many calibrations, and the first point's first; and on the points
+    whose model cannot run on their PE (a calibration's program does not fit it): their rows
+    will be errors. A point its LPDDR5 cannot hold is :func:`_capacity_notes`'."""
+    from ..sw.host.paper_eval import CapacityError
     from ..sw.host.sweep_tasks import calibrations_needed
-    need, first, count = {}, None, 0
+    need, first, count, failing = {}, None, 0, []
     for p in points:
-        if p.tasks.get("perf"):
+        if not p.tasks.get("perf"):
+            continue
+        try:
             found = calibrations_needed(p, cache)
-            if found:
-                count += 1
-                if first is None:
-                    (_, key), (notice, _) = next(iter(found.items()))
-                    first = p, f"{notice}, PE {key[0]}"
-                need.update(found)
+        except CapacityError:
+            continue
+        except Exception as exc:            # as the run records it: the point's error row
+            failing.append((p, " ".join(str(exc).split()) or type(exc).__name__))
+            continue
+        if found:
+            count += 1
+            if first is None:
+                (kind, key), (notice, _) = next(iter(found.items()))
+                link = f", link words at {key[-1]:g} a cycle" \
+                    if kind == "ffn" and key[-1] is not None else ""
+                first = p, f"{notice}, PE {key[0]}{link}"
+            need.update(found)
+    if failing:
+        p, msg = failing[0]
+        say(f"note: {len(failing)} perf point(s) cannot run on their PE: their rows will be "
+            f"errors (first, point {p.index}: {msg})")
     if need:
         slow = sum(1 for _, takes in need.values() if takes != "seconds")
-        fast = len(need) - slow
-        took = " and ".join(t for n, t in ((slow, f"{slow} about a minute or more each"),
-                                           (fast, f"{fast} seconds each")) if n)
+        took = ", ".join(t for n, t in ((slow, f"{slow} taking a minute or more"),
+                                        (len(need) - slow, f"{len(need) - slow} taking "
+                                                           f"seconds")) if n)
         p, notice = first
         say(f"note: {count} perf point(s) need {len(need)} compute calibration(s) that neither "
             f"the shipped tables nor {cache / 'calib'} hold ({took}): each is computed once, "
@@ -189,6 +205,9 @@ def run(args) -> int:
         check_scheduler(args.scheduler)
     if args.dashboard is not None:
         check_dashboard(args.dashboard)
+    if args.check and args.cache is not None:     # read, not made: the run's check, no mkdir
+        from .outputs import check_output_dir
+        check_output_dir(args.cache, "--cache", [], image_names=True)
     spec = load_spec(args.spec)
     console = report_console(110)
     say = plain_printer(console, soft_wrap=True)

@@ -293,6 +293,11 @@ class Unmeasured:
     def utilisation(self, *rows) -> float:
         return 1.0
 
+    def __getattr__(self, name):
+        raise AttributeError(f"{name}: a calibration calibrations_needed() did not compute "
+                             f"has only utilisation() (the paper_eval model's use; the "
+                             f"trace-driven perf model reads more)")
+
 
 @contextlib.contextmanager
 def calibrations_needed():
@@ -312,7 +317,7 @@ def calibrations_needed():
 
 
 def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = None,
-                     takes: str = "about a minute or more"):
+                     takes: str = "about a minute or more", plan=None):
     """A calibration (``cls``, a dataclass) of a shape no shipped table holds, made once on
     this machine: ``compute()`` on the first call, its fields kept as JSON under
     :func:`calib_root` (:func:`~elmoe3d.paths.memo_text`), keyed by ``kind``, ``key`` (the table
@@ -323,7 +328,9 @@ def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = N
     of ``compute()`` passes through. ``notice`` (what is computed) and ``takes`` (how long it
     takes) are said on the ``elmoe3d.calib`` logger before it starts, so that a first run
     does not look hung. Inside :func:`calibrations_needed`, a calibration not on disk is
-    recorded and an :class:`Unmeasured` returned, ``compute`` not called."""
+    recorded and an :class:`Unmeasured` returned, ``compute`` not called: ``plan()`` (when
+    given) runs instead, the cheap part of ``compute`` that raises what it raises on a shape
+    the PE cannot run (milliseconds), so that such a point fails here too."""
     from ...paths import memo_text
     from ...sim.runner import source_keyed
     path = calib_root() / f"{kind}-{source_keyed(kind=kind, key=key, numpy=np.__version__)}.json"
@@ -339,6 +346,8 @@ def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = N
         try:
             return parse(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, ValueError, TypeError):   # absent or damaged
+            if plan is not None:
+                plan()
             needed.setdefault((kind, key), (notice, takes))
             return Unmeasured()
 
@@ -369,7 +378,8 @@ def _lookup(arch: ArchConfig, k: tuple) -> FFNCalibration:
         return memo_calibration(
             "ffn", k, lambda: calibrate(arch, hidden, intermediate, bits, check=False,
                                         link_rate=link), FFNCalibration,
-            f"a {hidden} x {intermediate} FFN at W{bits}A8")
+            f"a {hidden} x {intermediate} FFN at W{bits}A8",
+            plan=lambda: ffn_chunks(hidden, intermediate, arch))
     return FFNCalibration(key, hidden, intermediate, bits, e["chunks"],
                           e["chunk_intermediate"], e["pes"], e["peak"], tuple(e["tile"]),
                           e["period"], e.get("fit_error"), link)

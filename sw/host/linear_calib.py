@@ -52,6 +52,7 @@ from .compute_calib import (SEED, Unmeasured, memo_calibration, pe_key, table_ma
 MODULE = "elmoe3d.sw.host.linear_calib"
 
 __all__ = ["LinearCalibration", "linear_calibration", "calibrate_linear", "linear_cycles",
+           "plan_linear",
            "table_key", "table_in_features", "write_table"]
 
 #: Calibrations in use, by :func:`table_key`.
@@ -161,6 +162,16 @@ def _positive(name: str, v) -> float:
     return f
 
 
+def plan_linear(arch: ArchConfig, in_features: int) -> tuple:
+    """``(step, out_chunk)`` of the streamed linear program of K = ``in_features`` on a PE of
+    ``arch``: the channels of one OUTPUT step and of one OUT chunk
+    (:func:`~elmoe3d.sw.golden.linear_stream.plan_linear_stream`, milliseconds). Raises
+    ProgramError on a K the PE cannot stage."""
+    from ..golden.linear_stream import plan_linear_stream
+    return (plan_linear_stream(in_features, 1, arch).out_padded,
+            plan_linear_stream(in_features, 1 << 20, arch).out_chunk)
+
+
 def calibrate_linear(arch: ArchConfig, in_features: int, bits: int, *,
                      check: bool = True) -> LinearCalibration:
     """A :class:`LinearCalibration` computed with :func:`linear_cycles`: ``2 (R + 1)`` programs
@@ -170,10 +181,8 @@ def calibrate_linear(arch: ArchConfig, in_features: int, bits: int, *,
     whole chunks and a one-step chunk, and a lone chunk one step short) for ``fit_error``.
     Raises ProgramError as :func:`~elmoe3d.sw.golden.linear_stream.plan_linear_stream` on a K
     the PE cannot stage."""
-    from ..golden.linear_stream import plan_linear_stream
     R = arch.tile.rows
-    step = plan_linear_stream(in_features, 1, arch).out_padded
-    oc = plan_linear_stream(in_features, 1 << 20, arch).out_chunk
+    step, oc = plan_linear(arch, in_features)
     spc = oc // step
 
     def run(chunks, t, j=0):
@@ -223,7 +232,7 @@ def linear_calibration(arch: ArchConfig, in_features: int, bits: int) -> LinearC
                      arch, in_features, bits, check=False), LinearCalibration,
                      f"a linear layer of K = {in_features} at W{bits}A8",
                      "seconds" if in_features <= SECONDS_K else "a minute or more: it grows "
-                     "with K")
+                     "with K", plan=lambda: plan_linear(arch, in_features))
                  if e is None
                  else LinearCalibration(k[0], int(in_features), int(bits), **e))
         except ProgramError as err:

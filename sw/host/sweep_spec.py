@@ -903,7 +903,10 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                         arch.pe                         # the perf model's compute on it
                     except ConfigError as exc:
                         which = " and ".join(k for k in ("perf", "area") if tasks[k])
-                        raise UserError(f"{where}: {exc} (the PE of a {which} task)") from None
+                        alone = "" if tasks["area"] else \
+                            "; a sweep of the tile alone: tasks.perf false, tasks.rtl true"
+                        raise UserError(f"{where}: {exc} (the PE of a {which} task{alone})") \
+                            from None
                 # what the results do not depend on is left out of the id, so that equal points
                 # are one: an AR point has no SD tree or alpha, a point without the RTL task no
                 # bench seed or length

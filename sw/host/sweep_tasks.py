@@ -226,17 +226,13 @@ def calibrations_needed(point: Point, cache_dir) -> dict:
     """The compute calibrations :func:`perf_task` would compute at ``point`` with the cache
     ``cache_dir`` (its ``calib/``; None: the build root's), computing none: ``(kind, key) ->
     (notice, takes)`` (:func:`~.compute_calib.calibrations_needed`), empty where the shipped
-    tables or the kept files hold every one (the task then takes milliseconds). A point whose
-    model cannot be built (a :class:`~elmoe3d.errors.UserError`, a capacity refusal included:
-    its row will be an error, which ``--check`` reports on its own) needs none. What ``elmoe3d
-    sweep --check`` says before a run."""
-    from ...errors import UserError
+    tables or the kept files hold every one (the task then takes milliseconds). Raises what
+    :func:`perf_task` raises where the point's model cannot be built, including a
+    calibration's shape its PE cannot run (planned, not computed) and a
+    :class:`~.paper_eval.CapacityError`. What ``elmoe3d sweep --check`` says before a run."""
     from .compute_calib import calibrations_needed as needed
     with needed() as found:
-        try:
-            perf_task(point, cache_dir)
-        except UserError:
-            return {}
+        perf_task(point, cache_dir)
     return found
 
 

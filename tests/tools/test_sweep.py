@@ -631,6 +631,11 @@ def test_check_refuses_the_options_of_a_run(tmp_path, capsys):
     assert cli.main(["sweep", str(spec), "--check"]) == 0
     assert cli.main(["sweep", str(spec), "--check", "--cache", str(tmp_path / "c")]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]
+    # a --cache the run would refuse: a file, or a folder that cannot be made
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(spec)]) == 2
+    assert f"--cache {spec}: not a directory" in capsys.readouterr().err
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(spec / "c")]) == 2
+    assert f"{spec} is not a directory" in capsys.readouterr().err
 
 
 def _stand_in_calibrations(monkeypatch):
@@ -686,9 +691,13 @@ def test_check_notes_the_points_that_will_compute_a_calibration(tmp_path, capsys
     out = " ".join(capsys.readouterr().out.split())
     first_kind, first_key = next(iter(needed[2]))
     notice = needed[2][first_kind, first_key][0]
+    slow = sum(1 for _n, takes in need.values() if takes != "seconds")
+    assert slow and slow < len(need)
     assert (f"note: 2 perf point(s) need {len(need)} compute calibration(s) that neither the "
-            f"shipped tables nor {cache / 'calib'} hold (") in out
-    assert f"(first, point 2: {notice}, PE {first_key[0]})" in out
+            f"shipped tables nor {cache / 'calib'} hold ({slow} taking a minute or more, "
+            f"{len(need) - slow} taking seconds): each is computed once") in out
+    link = f", link words at {first_key[-1]:g} a cycle" if first_kind == "ffn" else ""
+    assert f"(first, point 2: {notice}, PE {first_key[0]}{link})" in out
     assert calls == [] and not cache.exists()
     # the run computes exactly those, each once; the next run and --check need none
     for p in points:
@@ -703,6 +712,26 @@ def test_check_notes_the_points_that_will_compute_a_calibration(tmp_path, capsys
     assert len(calls) == len(need)                      # read back from the cache's calib/
     assert cli.main(["sweep", str(spec), "--check", "--cache", str(cache)]) == 0
     assert "compute calibration" not in capsys.readouterr().out
+
+
+def test_check_notes_the_points_that_cannot_run_on_their_pe(tmp_path, capsys):
+    """A PE whose IOMEM cannot stage a layer of the model: ``--check`` plans (does not
+    compute) the calibrations and notes the point whose row will be an error, with the
+    run's own message; the run then records that error and runs the other point."""
+    spec = _write(tmp_path, "config:\n  iomem_bytes: [32768, 16384]\nworkload:\n"
+                            "  model: [qwen3-30b-a3b]\n  scheme: [ar]\n")
+    cache = tmp_path / "cache"
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(cache)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("note: 1 perf point(s) cannot run on their PE: their rows will be errors (first, "
+            "point 1: compute calibration: a linear layer of K = 2048 does not fit one PE of "
+            "this configuration (tile 16x32x32, wmem 32768, iomem 16384") in out
+    assert "OUT overflows" in out and "compute calibration(s) that" not in out
+    bad, good = sorted(expand(load_spec(spec)), key=lambda p: -p.config["iomem_bytes"])[::-1]
+    row = sweep_tasks.run_point(bad, str(cache))
+    assert row["error"].startswith("perf: UserError: compute calibration: a linear layer of K "
+                                   "= 2048 does not fit one PE")
+    assert sweep_tasks.run_point(good, str(cache))["error"] is None
 
 
 def test_check_notes_the_dies_without_an_area_rollup(tmp_path, capsys):
@@ -878,7 +907,8 @@ BAD = [
     ("config:\n  tile.rows: [16, 8]\nworkload:\n  model: [qwen3-30b-a3b]\n",
      "{spec}: point 1 (tile.rows=8, model=qwen3-30b-a3b): tile.lanes: the PE needs lanes == 2 * "
      "rows so that an activation word (rows x 32 INT8) is as wide as a weight word (lanes x 32 "
-     "nibbles); got rows=8, lanes=32 (the PE of a perf task)"),
+     "nibbles); got rows=8, lanes=32 (the PE of a perf task; a sweep of the tile alone: "
+     "tasks.perf false, tasks.rtl true)"),
     ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: [\"'a' * 10**18 == 'b'\"]\n",
      "{spec}: point 0 (model=qwen3-30b-a3b): constraint \"'a' * 10**18 == 'b'\": mult of a "
      "string or list is not allowed"),
