@@ -581,11 +581,12 @@ def sdc(*, top: str, ports, clock_ghz: float, comment: str = "",
     ``io_delay`` (a fraction of the period in [0, 1); ``ports`` with directions): a
     ``set_input_delay`` on every other input (the reset too) and a ``set_output_delay`` on
     every output, that fraction of the period against the one clock: what the logic outside
-    the block takes of a cycle (a bus port as ``name[*]``). None (the default): no I/O
+    the block takes of a cycle (a port as ``{name}``, a bus as ``{name[*]}``: braced, no Tcl
+    substitution). ``inout`` ports get none (the die has none). None (the default): no I/O
     delays (a block's budget is its flow's). No uncertainty, load or driving cell is set;
     ``comment`` lines (``#``-prefixed here) open the file. Raises ValueError naming ``top``
     when it has no clock port, or, with ``io_delay``, more than one (the ports' domains are
-    not known here) or an ``io_delay`` out of range."""
+    not known here), an ``io_delay`` out of range, or ``ports`` without directions."""
     clocks = [p for p in ports if (hit := _DOMAIN_PORT.match(p)) and hit.group(2) == "clk"]
     if not clocks:
         raise ValueError(f"{top}: no clock port")
@@ -602,6 +603,10 @@ def sdc(*, top: str, ports, clock_ghz: float, comment: str = "",
             raise ValueError(f"{top}: {len(clocks)} clock ports ({', '.join(clocks)}): the "
                              f"I/O delays need one clock (the ports' domains are not known "
                              f"here)")
+        if not isinstance(ports, dict):
+            raise ValueError("ports: the I/O delays need each port's direction (name -> "
+                             "(direction, width), sim.runner.port_directions)")
+        io_delay = io_delay + 0.0                   # -0 as 0
         lines.append(f"# logic clock {clock_ghz:g} GHz; inputs arrive and outputs are "
                      f"required {io_delay:g} x the period ({io_delay * period:.4f} ns) after "
                      f"and before its edge; no uncertainty, load or driving cell set")
@@ -610,7 +615,7 @@ def sdc(*, top: str, ports, clock_ghz: float, comment: str = "",
         for name, (direction, width) in ports.items():
             if name in clocks or direction not in ("input", "output"):
                 continue
-            what = f"{{{name}[*]}}" if width > 1 else name
+            what = f"{{{name}[*]}}" if width > 1 else f"{{{name}}}"
             lines.append(f"set_{direction}_delay -clock {clocks[0]} {io_delay * period:.4f} "
                          f"[get_ports {what}]")
     return "\n".join(lines) + "\n"

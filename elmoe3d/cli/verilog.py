@@ -4,7 +4,8 @@ preset (:mod:`elmoe3d.synth.export`; README "RTL export").
 Usage::
 
     elmoe3d verilog --list [--config NAME]          # the die's blocks: instances, parameters
-    elmoe3d verilog BLOCK [--config NAME] [-o FILE] [--flat] [--instance N] [--name TOP]
+    elmoe3d verilog BLOCK [--config NAME] [-o FILE | --split DIR] [--flat] [--instance N]
+                    [--name TOP]
                     [--sdc FILE [--io-delay FRACTION]]
                     [--sram macro [--sram-models FILE] [--sram-liberty FILE]
                                   [--memories FILE]]
@@ -17,7 +18,10 @@ default (one module per distinct instance: the paper dies in minutes); ``--flat`
 block whole, as ``make sim`` builds it (the paper dies are out of reach so). Without ``-o``
 (or with ``-o -``) the Verilog goes to standard output and the summary to standard error. The
 file starts with a comment naming the tool version, block, configuration (every field) and
-form; it is written only when complete. A mistake is one line naming the option (exit status 2).
+form; it is written only when complete. ``--split DIR`` writes one file a module instead
+(``DIR/<module>.v``, each opening with that comment) and the filelist ``DIR/files.f`` (the
+top last; ``verilator -F DIR/files.f``), removing the module files an earlier ``--split``
+into DIR listed and this one has not. A mistake is one line naming the option (exit status 2).
 
 ``--sram macro`` makes each RAM the area roll-up counts as a macro
 (:func:`elmoe3d.synth.blocks.is_sram_macro`: a write port, at least 2,048 bits; read
@@ -35,11 +39,14 @@ write granules, read-during-write behaviour, ASAP7 area estimate and instance pa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import re
 import sys
 import time
+from pathlib import Path
 
 from ..errors import UserError
 from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir,
@@ -278,7 +285,17 @@ def run(args) -> int:
                             "module, -o one file)")
         if str(args.split) == "-":
             raise UserError("--split -: expected a folder (only -o writes to standard output)")
+        if args.split.suffix.lower() in (".v", ".sv") and not args.split.is_dir():
+            raise UserError(f"--split {args.split}: names a folder to write a file a module "
+                            f"into, not a file; give a folder (e.g. "
+                            f"{args.split.with_suffix('')}), or -o for one file")
         check_output_dir(args.split, "--split", [FILELIST])
+        folder = Path(os.path.abspath(args.split))
+        for option, path in [("--sdc", args.sdc)] + macro_files:
+            if path is not None and (folder == Path(os.path.abspath(path))
+                                     or folder.is_relative_to(os.path.abspath(path))):
+                raise UserError(f"{option} {path}: is --split's folder {args.split} or holds "
+                                f"it")
     if args.io_delay is not None:
         if args.sdc is None:
             raise UserError("--io-delay: needs --sdc (it sets the SDC's input and output "
@@ -354,13 +371,16 @@ def run(args) -> int:
                 srams = (f"SRAM macros: {_plural(len(kinds), 'kind')}, "
                          f"{_plural(macros['total_instances'], 'instance')}, "
                          f"behavioural models "
-                         + (f"in {args.sram_models}" if args.sram_models else "after the design"))
+                         + (f"in {args.sram_models}" if args.sram_models else
+                            f"in {args.split}, a file each" if args.split is not None
+                            else "after the design"))
             seconds = time.monotonic() - start
             header_lines = header(block=entry, arch=arch, flat=args.flat, name=name,
                                   srams=srams).splitlines(True)
             text = "".join(header_lines) + text
             if args.split is not None:
-                split = _split(args.split, text, models if not args.sram_models else "", name)
+                split = _split(args.split, text, models if not args.sram_models else "", name,
+                               args.sram_models)
             if not args.sram_models:
                 text, models = text + models, ""
             ports = module_ports(text, name)
@@ -412,19 +432,25 @@ def run(args) -> int:
             [" / ".join(o for o, _p, _t in files)]
         return f"{options[0]}: cannot write ({exc})"
 
+    stale = _stale_modules(args.split, split) if args.split is not None else []
     with atomic_outputs(error) as outputs:
         if args.split is not None:
             outputs.make_dir(args.split)
         for _option, path, content in files:
             with open(outputs.temp_for(path), "w", encoding="utf-8") as f:
                 f.write(content)
+    for path in stale:                  # the last export's modules this one has not
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
     if to_stdout:
         sys.stdout.write(text)
         sys.stdout.flush()
     modules = len(re.findall(r"^module ", text, re.M))
+    written = text if args.split is None else "".join(t for _p, t in split)
     where = "standard output" if to_stdout else str(args.out) if args.split is None else \
-        f"{args.split}: {len(split) - 1} files, one a module, and {FILELIST}"
-    say(f"wrote {where}: {len(text):,} bytes, {text.count(chr(10)):,} lines, {modules} "
+        f"{args.split}: {len(split) - 1} files, one a module, and {FILELIST}" + \
+        (f" (the last export's {len(stale)} other module files removed)" if stale else "")
+    say(f"wrote {where}: {len(written):,} bytes, {written.count(chr(10)):,} lines, {modules} "
         f"module{'s' if modules != 1 else ''}, {len(ports)} ports of {name} "
         f"(conversion {seconds:.1f} s)")
     if macros is not None:
@@ -438,19 +464,36 @@ def run(args) -> int:
 FILELIST = "files.f"
 
 
-def _split(folder, text: str, models: str, top: str) -> list:
+def _split(folder, text: str, models: str, top: str, models_file=None) -> list:
     """``--split``'s files: ``(folder / <module>.v, its text)`` for each module of ``text``
     (the design, after its header) and of ``models`` (the SRAM macros' models, after theirs),
     each file opened by its part's header comments, then the filelist ``folder / files.f``:
     the file names (relative to the filelist, as ``verilator -F`` reads them), one a line,
-    the design's top module ``top`` last."""
+    ``models_file`` first when the models went there (``--sram-models``), the design's top
+    module ``top`` last."""
     from ..sim.runner import split_modules
     out = []
     for part in (models, text):
         head, modules = split_modules(part)
         out += [(folder / f"{m}.v", head + body) for m, body in modules.items()]
     names = [p.name for p, _t in out if p.stem != top] + [f"{top}.v"]
+    if models_file is not None:
+        names.insert(0, os.path.relpath(os.path.abspath(models_file), os.path.abspath(folder)))
     return out + [(folder / FILELIST, "".join(f"{n}\n" for n in names))]
+
+
+def _stale_modules(folder, split) -> list:
+    """The module files an earlier ``--split`` into ``folder`` wrote that this one does not
+    (the names its ``files.f`` lists, plain ``.v`` names of that folder only): removed once
+    this export is written, so that the folder holds one design."""
+    try:
+        old = (Path(folder) / FILELIST).read_text(encoding="utf-8").split()
+    except (OSError, UnicodeDecodeError):
+        return []
+    new = {p.name for p, _t in split} | set(split[-1][1].split())   # the new files.f's too
+    return [Path(folder) / n for n in old
+            if n not in new and n.endswith(".v") and os.sep not in n and n not in (".", "..")
+            and (Path(folder) / n).is_file()]
 
 
 def _plural(n: int, noun: str) -> str:

@@ -557,6 +557,24 @@ def test_sdc_clocks_the_top_module_at_the_configuration_clock(capsys, tmp_path):
         sdc(top="t", ports=["a", "rst"], clock_ghz=1.0)
 
 
+def test_io_delay_on_a_top_with_two_clocks_is_one_line(capsys, tmp_path, monkeypatch):
+    """The command wraps ``sdc``'s refusal of a top with two clock ports (no die block has
+    one: ``sdc`` stands in) into one line naming ``--io-delay``, nothing written."""
+    from elmoe3d.synth import export
+
+    def two_clocks(*, top, ports, clock_ghz, comment="", io_delay=None):
+        raise ValueError(f"{top}: 2 clock ports (clk, fast_clk): the I/O delays need one "
+                         f"clock")
+    monkeypatch.setattr(export, "sdc", two_clocks)
+    code, _out, err = _run(capsys, "ringstation", "--instance", "1", "-o",
+                           str(tmp_path / "r.v"), "--sdc", str(tmp_path / "r.sdc"),
+                           "--io-delay", "0.2")
+    assert code == 2 and err.strip() == (
+        "elmoe3d verilog: error: --io-delay: elmoe3d_ring_station_1_small: 2 clock ports "
+        "(clk, fast_clk): the I/O delays need one clock")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_sdc_io_delays_on_every_other_port(capsys, tmp_path):
     """``--sdc --io-delay F``: beside the clock, a ``set_input_delay`` on every input but the
     clock (the reset too) and a ``set_output_delay`` on every output, F x the period against
@@ -575,12 +593,12 @@ def test_sdc_io_delays_on_every_other_port(capsys, tmp_path):
     lines = [ln for ln in constraints.read_text().splitlines() if not ln.startswith("#")]
     assert lines[0] == "create_clock -name clk -period 1.0000 [get_ports clk]"
     want = {f"set_{d}_delay -clock clk 0.2500 [get_ports {{{n}[*]}}]" if w > 1 else
-            f"set_{d}_delay -clock clk 0.2500 [get_ports {n}]"
+            f"set_{d}_delay -clock clk 0.2500 [get_ports {{{n}}}]"
             for n, (d, w) in ports.items() if n != "clk"}
     assert set(lines[1:]) == want and len(lines) == len(ports)
-    assert "set_input_delay -clock clk 0.2500 [get_ports rst]" in want
+    assert "set_input_delay -clock clk 0.2500 [get_ports {rst}]" in want
     assert "set_output_delay -clock clk 0.2500 [get_ports {ring_o__payload[*]}]" in want
-    assert "set_input_delay -clock clk 0.2500 [get_ports ring_i__valid]" in want
+    assert "set_input_delay -clock clk 0.2500 [get_ports {ring_i__valid}]" in want
     assert "inputs arrive and outputs are required 0.25 x the period (0.2500 ns)" \
         in constraints.read_text()
     two = {"clk": ("input", 1), "fast_clk": ("input", 1), "a": ("input", 4)}
@@ -590,6 +608,11 @@ def test_sdc_io_delays_on_every_other_port(capsys, tmp_path):
     assert "0.1600 [get_ports {a[*]}]" in sdc(top="t", ports={"clk": ("input", 1),
                                                             "a": ("output", 4)},
                                               clock_ghz=1.25, io_delay=0.2)
+    with pytest.raises(ValueError, match="the I/O delays need each port's direction"):
+        sdc(top="t", ports=["clk", "a"], clock_ghz=1.0, io_delay=0.2)
+    assert "-clock clk 0.0000 [get_ports {a}]" in sdc(top="t", ports={"clk": ("input", 1),
+                                                                     "a": ("input", 1)},
+                                                     clock_ghz=1.0, io_delay=-0.0)
     with pytest.raises(ValueError, match="port\\(s\\) b"):
         port_directions("module m(a, b);\n  input a;\nendmodule\n", "m")
 
@@ -618,9 +641,12 @@ def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypat
 
     def stripped(v):            # a module without the comment lines between modules
         return re.sub(r"^(//|/\*).*\n", "", v, flags=re.M).strip()
+    split_head = head.replace("behavioural models after the design",
+                              f"behavioural models in {folder}, a file each")
+    assert split_head != head
     for m, body in modules.items():
         text = (folder / f"{m}.v").read_text()
-        assert text.startswith(models_head if m.startswith("elmoe3d_sram_") else head)
+        assert text.startswith(models_head if m.startswith("elmoe3d_sram_") else split_head)
         (got,) = split_modules(text)[1].values()
         assert stripped(got) == stripped(body)
     assert json.loads(listed.read_text())["verilog"] == str(folder / "files.f")
@@ -630,6 +656,34 @@ def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypat
                                str(folder / "files.f"), "--top-module", "elmoe3d_pe_small"],
                               capture_output=True, text=True)
     assert lint.returncode == 0, lint.stderr[-2000:]
+    # the models in their own file: files.f names it (relative), first; an export of
+    # another block into the same folder removes the modules the last one listed, keeps the
+    # rest of the folder, and lints alone
+    (folder / "notes.txt").write_text("mine")
+    models = tmp_path / "models" / "m.v"
+    models.parent.mkdir()
+    code, said, _err = _run(capsys, "ringstation", "--instance", "1", "--sram", "macro",
+                            "--split", str(folder), "--sram-models", str(models))
+    assert code == 0
+    names = (folder / "files.f").read_text().splitlines()
+    assert names[0] == "../models/m.v" and names[-1] == "elmoe3d_ring_station_1_small.v"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["files.f", "notes.txt"] + names[1:])
+    assert f"the last export's {len(modules)} other module files removed" in " ".join(
+        said.split())
+    with verilator_environment():
+        lint = subprocess.run(["verilator", "--lint-only", "-Wno-lint", "-Wno-style", "-F",
+                               str(folder / "files.f"), "--top-module",
+                               "elmoe3d_ring_station_1_small"], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stderr[-2000:]
+    # the models file inside the folder is listed, and not taken for a stale module
+    code, _said, _err = _run(capsys, "ringstation", "--instance", "1", "--sram", "macro",
+                             "--split", str(folder), "--sram-models", str(folder / "m.v"))
+    assert code == 0 and (folder / "m.v").is_file()
+    assert (folder / "files.f").read_text().splitlines()[0] == "m.v"
+    code, _said, _err = _run(capsys, "ringstation", "--instance", "1", "--sram", "macro",
+                             "--split", str(folder), "--sram-models", str(folder / "m.v"))
+    assert code == 0 and (folder / "m.v").is_file()
     # mistakes
     (tmp_path / "file").write_text("x")
     (tmp_path / "s3").mkdir()
@@ -640,6 +694,13 @@ def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypat
             (["--split", str(tmp_path / "file")], f"--split {tmp_path / 'file'}: not a "
                                                    f"directory"),
             (["--split", "-"], "--split -: expected a folder"),
+            (["--split", str(tmp_path / "out.v")], f"--split {tmp_path / 'out.v'}: names a "
+                                                    f"folder to write a file a module into"),
+            (["--split", str(tmp_path / "q"), "--sdc", str(tmp_path / "q")],
+             f"--sdc {tmp_path / 'q'}: is --split's folder"),
+            (["--split", str(tmp_path / "q" / "sub"), "--sdc", str(tmp_path / "q")],
+             f"--sdc {tmp_path / 'q'}: is --split's folder {tmp_path / 'q' / 'sub'} or holds "
+             f"it"),
             (["--split", str(tmp_path / "s3"), "--sdc", str(tmp_path / "s3" / "files.f")],
              "name the same file")):
         code, _out, err = _run(capsys, "ringstation", "--instance", "1", *argv)
@@ -648,7 +709,7 @@ def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypat
                            str(tmp_path / "s4"), "--sdc",
                            str(tmp_path / "s4" / "elmoe3d_ring_station_1_small.v"))
     assert code == 2 and "name the same file" in err, err
-    assert not any((tmp_path / n).exists() for n in ("s2", "x.v"))
+    assert not any((tmp_path / n).exists() for n in ("s2", "x.v", "out.v", "q"))
     assert not any((tmp_path / "s3").iterdir()) and not any((tmp_path / "s4").iterdir())
 
 
