@@ -70,7 +70,7 @@ from .blocks import (BLOCK_TYPES, component_ports, convert_ports, instance_key, 
 __all__ = ["ExportError", "DieBlock", "die_blocks", "block_classes", "module_name",
            "flat_verilog", "hierarchical_verilog", "plain_module_names", "INSTANCE_OUTPUT_BITS",
            "output_bits", "SramMacro", "SramModel", "sram_models", "instance_tree",
-           "sram_instances", "memory_list", "sdc", "one_top", "sram_liberty"]
+           "sram_instances", "memory_list", "sdc", "one_top", "sram_liberty", "SDC_TIME_UNITS"]
 
 
 class ExportError(ValueError):
@@ -429,9 +429,9 @@ def sram_liberty(kinds: dict, *, library: str = "elmoe3d_srams", comment: str = 
     :meth:`SramMacro.data_ports` and :attr:`SramMacro.clock_ports` name them, and the timing
     arcs a synchronous SRAM has: every input a ``setup_rising`` and a ``hold_rising`` against
     its port's clock, every synchronous read's data a ``rising_edge`` arc from its clock. An
-    asynchronous read (``_ar``) has a ``combinational`` arc from its address to its data and a
-    ``rising_edge`` arc from each write port's clock (a write changes the word read), its
-    address no constraint. Every figure is one published ASAP7 SRAM bank's
+    asynchronous read (``_ar``) has a ``combinational`` arc from its address to its data
+    (``related_bus_pins``: every address bit to every data bit) and a ``rising_edge`` arc
+    from each write port's clock (a write changes the word read), its address no constraint. Every figure is one published ASAP7 SRAM bank's
     (:mod:`elmoe3d.synth.sram`: ``srambank_256x4x64_6t122``) at 20 ps transitions and its
     smallest load, scalar (no table): the same for every kind, whatever its size, as the
     area roll-up's timing takes them. TT corner, 0.7 V, 25 C; units ps, fF, nW. No power, no
@@ -449,10 +449,13 @@ def sram_liberty(kinds: dict, *, library: str = "elmoe3d_srams", comment: str = 
                 f"{scalar('rise_constraint', v)} {scalar('fall_constraint', v)} }}"
                 for kind, v in (("setup_rising", sram.SETUP_PS), ("hold_rising", sram.HOLD_PS))]
 
-    def read_arc(related, kind):
+    def read_arc(related, kind, bus=False):
         rise_t, fall_t = sram.READ_TRANSITION_PS
         sense = "" if kind == "rising_edge" else "timing_sense : non_unate; "
-        return (f"timing () {{ related_pin : \"{related}\"; timing_type : {kind}; {sense}"
+        # a bus to a bus, every bit to every bit: related_bus_pins (related_pin would pair
+        # bits one to one, or drop the arc where the widths differ)
+        rel = "related_bus_pins" if bus else "related_pin"
+        return (f"timing () {{ {rel} : \"{related}\"; timing_type : {kind}; {sense}"
                 f"{scalar('cell_rise', sram.READ_CLK_TO_Q_RISE_PS)} "
                 f"{scalar('cell_fall', sram.READ_CLK_TO_Q_PS)} "
                 f"{scalar('rise_transition', rise_t)} {scalar('fall_transition', fall_t)} }}")
@@ -500,7 +503,8 @@ def sram_liberty(kinds: dict, *, library: str = "elmoe3d_srams", comment: str = 
             else:
                 body = [f"direction : output; max_capacitance : {number(sram.MAX_LOAD_FF)};"]
                 if macro.addr_width:
-                    body.append(read_arc(f"rd{index}_addr", "combinational"))
+                    body.append(read_arc(f"rd{index}_addr", "combinational",
+                                         bus=macro.addr_width > 1))
                 body += [read_arc(c, "rising_edge") for c in dict.fromkeys(write_clocks)]
             group = f"bus ({name}) {{ bus_type : elmoe3d_bus_{width};" if width > 1 else \
                 f"pin ({name}) {{"
@@ -572,29 +576,40 @@ def _macro_ports(macro) -> dict:
     return ports
 
 
+#: The time units :func:`sdc` writes in, and a nanosecond's worth of each.
+SDC_TIME_UNITS = {"ps": 1000.0, "ns": 1.0}
+
+
 def sdc(*, top: str, ports, clock_ghz: float, comment: str = "",
-        io_delay: float | None = None) -> str:
+        io_delay: float | None = None, unit: str = "ps") -> str:
     """Timing constraints (SDC) of an exported top module ``top`` whose ports are ``ports``
     (names, or :func:`~elmoe3d.sim.runner.port_directions`' ``name -> (direction, width)``):
-    one ``create_clock`` a clock port (``clk``, ``<domain>_clk``) at ``clock_ghz`` (the
-    configuration's logic clock; every domain of the die runs on it), named as the port.
-    ``io_delay`` (a fraction of the period in [0, 1); ``ports`` with directions): a
-    ``set_input_delay`` on every other input (the reset too) and a ``set_output_delay`` on
-    every output, that fraction of the period against the one clock: what the logic outside
-    the block takes of a cycle (a port as ``{name}``, a bus as ``{name[*]}``: braced, no Tcl
-    substitution). ``inout`` ports get none (the die has none). None (the default): no I/O
-    delays (a block's budget is its flow's). No uncertainty, load or driving cell is set;
-    ``comment`` lines (``#``-prefixed here) open the file. Raises ValueError naming ``top``
-    when it has no clock port, or, with ``io_delay``, more than one (the ports' domains are
-    not known here), an ``io_delay`` out of range, or ``ports`` without directions."""
+    ``set_units -time <unit>`` (``"ps"``, the ASAP7 libraries' and :func:`sram_liberty`'s
+    unit, or ``"ns"``: :data:`SDC_TIME_UNITS`; SDC takes its units from the libraries, and
+    this line makes a tool that checks it, as OpenSTA does, refuse a library of another unit
+    instead of reading 1,000 ps as 1,000 ns), then one ``create_clock`` a clock port
+    (``clk``, ``<domain>_clk``) at ``clock_ghz`` (the configuration's logic clock; every
+    domain of the die runs on it), named as the port. ``io_delay`` (a fraction of the period
+    in [0, 1); ``ports`` with directions): a ``set_input_delay`` on every other input (the
+    reset too) and a ``set_output_delay`` on every output, that fraction of the period
+    against the one clock: what the logic outside the block takes of a cycle (a port as
+    ``{name}``, a bus as ``{name[*]}``: braced, no Tcl substitution). ``inout`` ports get
+    none (the die has none). None (the default): no I/O delays (a block's budget is its
+    flow's). No uncertainty, load or driving cell is set; ``comment`` lines (``#``-prefixed
+    here) open the file. Raises ValueError naming ``top`` when it has no clock port, or,
+    with ``io_delay``, more than one (the ports' domains are not known here), an
+    ``io_delay`` out of range, ``ports`` without directions, or another ``unit``."""
+    if unit not in SDC_TIME_UNITS:
+        raise ValueError(f"unit: expected one of {', '.join(SDC_TIME_UNITS)}, got {unit!r}")
     clocks = [p for p in ports if (hit := _DOMAIN_PORT.match(p)) and hit.group(2) == "clk"]
     if not clocks:
         raise ValueError(f"{top}: no clock port")
-    period = 1 / clock_ghz
+    period = SDC_TIME_UNITS[unit] / clock_ghz
+    digits = 1 if unit == "ps" else 4
     lines = [f"# {line}" for line in comment.splitlines()]
     if io_delay is None:
-        lines.append(f"# logic clock {clock_ghz:g} GHz; no input/output delays or uncertainty "
-                     f"set")
+        lines.append(f"# logic clock {clock_ghz:g} GHz; times in {unit}; no input/output delays "
+                     f"or uncertainty set")
     else:
         if not (is_real(io_delay) and 0 <= io_delay < 1):
             raise ValueError(f"io_delay: expected a fraction of the clock period in [0, 1), "
@@ -607,17 +622,20 @@ def sdc(*, top: str, ports, clock_ghz: float, comment: str = "",
             raise ValueError("ports: the I/O delays need each port's direction (name -> "
                              "(direction, width), sim.runner.port_directions)")
         io_delay = io_delay + 0.0                   # -0 as 0
-        lines.append(f"# logic clock {clock_ghz:g} GHz; inputs arrive and outputs are "
-                     f"required {io_delay:g} x the period ({io_delay * period:.4f} ns) after "
-                     f"and before its edge; no uncertainty, load or driving cell set")
-    lines += [f"create_clock -name {c} -period {period:.4f} [get_ports {c}]" for c in clocks]
+        lines.append(f"# logic clock {clock_ghz:g} GHz; times in {unit}; inputs arrive and "
+                     f"outputs are required {io_delay:g} x the period "
+                     f"({io_delay * period:.{digits}f} {unit}) after and before its edge; no "
+                     f"uncertainty, load or driving cell set")
+    lines.append(f"set_units -time {unit}")
+    lines += [f"create_clock -name {c} -period {period:.{digits}f} [get_ports {{{c}}}]"
+              for c in clocks]
     if io_delay is not None:
         for name, (direction, width) in ports.items():
             if name in clocks or direction not in ("input", "output"):
                 continue
             what = f"{{{name}[*]}}" if width > 1 else f"{{{name}}}"
-            lines.append(f"set_{direction}_delay -clock {clocks[0]} {io_delay * period:.4f} "
-                         f"[get_ports {what}]")
+            lines.append(f"set_{direction}_delay -clock {clocks[0]} "
+                         f"{io_delay * period:.{digits}f} [get_ports {what}]")
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,7 @@ Usage::
     elmoe3d verilog --list [--config NAME]          # the die's blocks: instances, parameters
     elmoe3d verilog BLOCK [--config NAME] [-o FILE | --split DIR] [--flat] [--instance N]
                     [--name TOP]
-                    [--sdc FILE [--io-delay FRACTION]]
+                    [--sdc FILE [--sdc-unit ps|ns] [--io-delay FRACTION]]
                     [--sram macro [--sram-models FILE] [--sram-liberty FILE]
                                   [--memories FILE]]
 
@@ -32,7 +32,8 @@ macro's ports) follow the design, or go to ``--sram-models FILE``. ``--memories 
 the macro list as JSON (:func:`elmoe3d.synth.export.memory_list`: each kind's geometry, ports,
 write granules, read-during-write behaviour, ASAP7 area estimate and instance paths);
 ``--sram-liberty FILE`` a Liberty view of each kind (:func:`elmoe3d.synth.export.sram_liberty`).
-``--sdc FILE`` writes a ``create_clock`` at the configuration's logic clock a clock port; with
+``--sdc FILE`` writes a ``create_clock`` at the configuration's logic clock a clock port, in ps
+(``set_units -time ps``, the ASAP7 libraries' unit; ``--sdc-unit ns`` for a library in ns); with
 ``--io-delay FRACTION`` also a ``set_input_delay`` on every other input and a
 ``set_output_delay`` on every output, that fraction of the period (a top with one clock port).
 """
@@ -81,6 +82,9 @@ def configure(parser) -> None:
                         help="write timing constraints to FILE: a create_clock at the "
                              "configuration's logic clock on each clock port of the top "
                              "module (no I/O delays without --io-delay)")
+    parser.add_argument("--sdc-unit", choices=("ps", "ns"), default=None,
+                        help="with --sdc: the time unit of its figures and its set_units line "
+                             "(default ps, the ASAP7 libraries' and --sram-liberty's)")
     parser.add_argument("--io-delay", metavar="FRACTION", type=float, default=None,
                         help="with --sdc: input and output delays on every other port, this "
                              "fraction of the clock period (0 <= FRACTION < 1; one clock port)")
@@ -276,7 +280,8 @@ def run(args) -> int:
     if args.list and (args.flat or args.sram != "rtl" or macro_files
                       or any(v is not None for v in (args.block, args.out, args.name,
                                                      args.instance, args.sdc,
-                                                     args.io_delay, args.split))):
+                                                     args.io_delay, args.split,
+                                                     args.sdc_unit))):
         raise UserError("--list: takes no BLOCK, -o, --split, --flat, --name, --instance, "
                         "--sdc, --io-delay or --sram options (it lists the die's blocks)")
     if args.split is not None:
@@ -296,6 +301,8 @@ def run(args) -> int:
                                      or folder.is_relative_to(os.path.abspath(path))):
                 raise UserError(f"{option} {path}: is --split's folder {args.split} or holds "
                                 f"it")
+    if args.sdc_unit is not None and args.sdc is None:
+        raise UserError("--sdc-unit: needs --sdc (the unit of its figures)")
     if args.io_delay is not None:
         if args.sdc is None:
             raise UserError("--io-delay: needs --sdc (it sets the SDC's input and output "
@@ -306,14 +313,14 @@ def run(args) -> int:
     if args.sdc is not None:
         if str(args.sdc) == "-":
             raise UserError("--sdc -: expected a file (only -o writes to standard output)")
-        check_output(args.sdc, "--sdc")
+        _check_output(args.sdc, "--sdc", args.split)
     for option, path in macro_files:
         if args.sram != "macro":
             raise UserError(f"{option}: needs --sram macro (with --sram rtl there are no "
                             f"macros)")
         if str(path) == "-":
             raise UserError(f"{option} -: expected a file (only -o writes to standard output)")
-        check_output(path, option)
+        _check_output(path, option, args.split)
     if not args.list and args.block is None:
         raise UserError("BLOCK: expected a block or class to export (elmoe3d verilog --list "
                         "shows them), or --list")
@@ -400,7 +407,7 @@ def run(args) -> int:
                             f"to constrain)")
         directions = port_directions(text, name)
         try:
-            constraints = sdc(top=name, ports=directions,
+            constraints = sdc(top=name, ports=directions, unit=args.sdc_unit or "ps",
                               clock_ghz=arch.clock_ghz, io_delay=args.io_delay,
                               comment=f"elmoe3d verilog: {block_label} at {arch.name}, top "
                                       f"module {name}")
@@ -423,6 +430,8 @@ def run(args) -> int:
                   "block": block_label,
                   "configuration": arch.name,
                   "verilog": "standard output" if to_stdout else str(args.out or split_list),
+                  "sram_models": str(args.sram_models) if args.sram_models else None,
+                  "sram_liberty": str(args.sram_liberty) if args.sram_liberty else None,
                   **macros},
                  indent=1) + "\n")]
     files = [(o, p, t) for o, p, t in files if p is not None]
@@ -437,6 +446,7 @@ def run(args) -> int:
         if args.split is not None:
             outputs.make_dir(args.split)
         for _option, path, content in files:
+            outputs.make_dir(Path(path).parent)     # one inside --split's new folder
             with open(outputs.temp_for(path), "w", encoding="utf-8") as f:
                 f.write(content)
     for path in stale:                  # the last export's modules this one has not
@@ -458,6 +468,18 @@ def run(args) -> int:
     for option, path, content in files[0 if to_stdout else len(verilog_files):]:
         say(f"wrote {option} {path}: {len(content):,} bytes")
     return 0
+
+
+def _check_output(path, option: str, split) -> None:
+    """:func:`~.outputs.check_output` of ``path``, or, for a file inside ``--split``'s folder
+    ``split`` (which the export makes), :func:`~.outputs.check_output_dir` of its folder:
+    ``--sdc DIR/x.sdc`` beside the modules, on the first export into DIR too."""
+    inside = split is not None and Path(os.path.abspath(path)).is_relative_to(
+        os.path.abspath(split))
+    if inside and not Path(path).parent.exists():
+        check_output_dir(Path(path).parent, option, [Path(path).name])
+    else:
+        check_output(path, option)
 
 
 #: The filelist ``--split`` writes beside the modules' files.
@@ -513,7 +535,8 @@ def _macro_summary(say, macros) -> None:
         asynchronous = sum(r["clock"] is None for r in m["read_ports"])
         kind = "" if not asynchronous else " asynchronous" if asynchronous == reads else \
             f" ({asynchronous} asynchronous)"
-        say(f"  {m['module']}: {m['count']} x {m['depth']} words of {m['width']} bits, "
+        say(f"  {m['module']}: {m['count']} x {_plural(m['depth'], 'word')} of {m['width']} "
+            f"bits, "
             f"{reads} read{kind} / {len(m['write_ports'])} write port"
             f"{'s' if len(m['write_ports']) > 1 else ''}"
             f"{', ' + grains if grains else ''}, read during write: "

@@ -510,6 +510,7 @@ def test_macro_export_writes_its_three_files(capsys, tmp_path):
         == ["elmoe3d_pe_small"] and "(* top" not in model_text
     assert model_text.startswith("// elmoe3d verilog: behavioural models of the SRAM macros")
     assert doc["generated_by"].startswith("elmoe3d ") and doc["verilog"] == str(out)
+    assert doc["sram_models"] == str(models) and doc["sram_liberty"] is None
     assert "\n" not in doc["generated_by"]
     assert doc["macros"][0]["ports"] == {"clk": ["input", 1], "rd0_addr": ["input", 5],
                                          "rd0_data": ["output", 512], "rd0_en": ["input", 1],
@@ -548,13 +549,24 @@ def test_sdc_clocks_the_top_module_at_the_configuration_clock(capsys, tmp_path):
     lines = constraints.read_text().splitlines()
     assert lines[0].startswith("# elmoe3d verilog: RingStation (block ring) at small")
     assert [ln for ln in lines if not ln.startswith("#")] == [
-        "create_clock -name clk -period 1.0000 [get_ports clk]"]
+        "set_units -time ps", "create_clock -name clk -period 1000.0 [get_ports {clk}]"]
     assert "clk" in module_ports(out.read_text(), "elmoe3d_ring_station_1_small")
-    assert "-period 0.8000 [get_ports clk]" in sdc(top="t", ports=["clk", "a"], clock_ghz=1.25)
-    assert "-period 1.0000 [get_ports fast_clk]" in sdc(top="t", ports=["fast_clk", "rst"],
-                                                        clock_ghz=1.0)
+    assert "-period 800.0 [get_ports {clk}]" in sdc(top="t", ports=["clk", "a"],
+                                                    clock_ghz=1.25)
+    assert "-period 1000.0 [get_ports {fast_clk}]" in sdc(top="t", ports=["fast_clk", "rst"],
+                                                          clock_ghz=1.0)
+    # in ns, for a library in ns: the figures and the unit line both
+    ns = sdc(top="t", ports=["clk"], clock_ghz=1.25, unit="ns")
+    assert "set_units -time ns\ncreate_clock -name clk -period 0.8000 [get_ports {clk}]" in ns
+    code, _said, _err = _run(capsys, "ringstation", "--instance", "1", "-o", str(out),
+                             "--sdc", str(constraints), "--sdc-unit", "ns")
+    assert code == 0 and "-period 1.0000 [get_ports {clk}]" in constraints.read_text()
+    code, _said, err = _run(capsys, "ringstation", "--instance", "1", "--sdc-unit", "ns")
+    assert code == 2 and "--sdc-unit: needs --sdc" in err
     with pytest.raises(ValueError, match="t: no clock port"):
         sdc(top="t", ports=["a", "rst"], clock_ghz=1.0)
+    with pytest.raises(ValueError, match="unit: expected one of ps, ns, got 'us'"):
+        sdc(top="t", ports=["clk"], clock_ghz=1.0, unit="us")
 
 
 def test_io_delay_on_a_top_with_two_clocks_is_one_line(capsys, tmp_path, monkeypatch):
@@ -562,7 +574,7 @@ def test_io_delay_on_a_top_with_two_clocks_is_one_line(capsys, tmp_path, monkeyp
     one: ``sdc`` stands in) into one line naming ``--io-delay``, nothing written."""
     from elmoe3d.synth import export
 
-    def two_clocks(*, top, ports, clock_ghz, comment="", io_delay=None):
+    def two_clocks(*, top, ports, clock_ghz, comment="", io_delay=None, unit="ps"):
         raise ValueError(f"{top}: 2 clock ports (clk, fast_clk): the I/O delays need one "
                          f"clock")
     monkeypatch.setattr(export, "sdc", two_clocks)
@@ -591,26 +603,30 @@ def test_sdc_io_delays_on_every_other_port(capsys, tmp_path):
     assert ports["clk"] == ("input", 1) and ports["ring_i__payload"] == ("input", 1035)
     assert ports["ext__0__payload"] == ("output", 512)
     lines = [ln for ln in constraints.read_text().splitlines() if not ln.startswith("#")]
-    assert lines[0] == "create_clock -name clk -period 1.0000 [get_ports clk]"
-    want = {f"set_{d}_delay -clock clk 0.2500 [get_ports {{{n}[*]}}]" if w > 1 else
-            f"set_{d}_delay -clock clk 0.2500 [get_ports {{{n}}}]"
+    assert lines[:2] == ["set_units -time ps",
+                         "create_clock -name clk -period 1000.0 [get_ports {clk}]"]
+    want = {f"set_{d}_delay -clock clk 250.0 [get_ports {{{n}[*]}}]" if w > 1 else
+            f"set_{d}_delay -clock clk 250.0 [get_ports {{{n}}}]"
             for n, (d, w) in ports.items() if n != "clk"}
-    assert set(lines[1:]) == want and len(lines) == len(ports)
-    assert "set_input_delay -clock clk 0.2500 [get_ports {rst}]" in want
-    assert "set_output_delay -clock clk 0.2500 [get_ports {ring_o__payload[*]}]" in want
-    assert "set_input_delay -clock clk 0.2500 [get_ports {ring_i__valid}]" in want
-    assert "inputs arrive and outputs are required 0.25 x the period (0.2500 ns)" \
+    assert set(lines[2:]) == want and len(lines) == len(ports) + 1
+    assert "set_input_delay -clock clk 250.0 [get_ports {rst}]" in want
+    assert "set_output_delay -clock clk 250.0 [get_ports {ring_o__payload[*]}]" in want
+    assert "set_input_delay -clock clk 250.0 [get_ports {ring_i__valid}]" in want
+    assert "inputs arrive and outputs are required 0.25 x the period (250.0 ps)" \
         in constraints.read_text()
     two = {"clk": ("input", 1), "fast_clk": ("input", 1), "a": ("input", 4)}
     with pytest.raises(ValueError, match="t: 2 clock ports \\(clk, fast_clk\\)"):
         sdc(top="t", ports=two, clock_ghz=1.0, io_delay=0.2)
-    assert "set_" not in sdc(top="t", ports=two, clock_ghz=1.0)
+    assert "_delay" not in sdc(top="t", ports=two, clock_ghz=1.0)
+    assert "160.0 [get_ports {a[*]}]" in sdc(top="t", ports={"clk": ("input", 1),
+                                                           "a": ("output", 4)},
+                                             clock_ghz=1.25, io_delay=0.2)
     assert "0.1600 [get_ports {a[*]}]" in sdc(top="t", ports={"clk": ("input", 1),
                                                             "a": ("output", 4)},
-                                              clock_ghz=1.25, io_delay=0.2)
+                                              clock_ghz=1.25, io_delay=0.2, unit="ns")
     with pytest.raises(ValueError, match="the I/O delays need each port's direction"):
         sdc(top="t", ports=["clk", "a"], clock_ghz=1.0, io_delay=0.2)
-    assert "-clock clk 0.0000 [get_ports {a}]" in sdc(top="t", ports={"clk": ("input", 1),
+    assert "-clock clk 0.0 [get_ports {a}]" in sdc(top="t", ports={"clk": ("input", 1),
                                                                      "a": ("input", 1)},
                                                      clock_ghz=1.0, io_delay=-0.0)
     with pytest.raises(ValueError, match="port\\(s\\) b"):
@@ -684,6 +700,13 @@ def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypat
     code, _said, _err = _run(capsys, "ringstation", "--instance", "1", "--sram", "macro",
                              "--split", str(folder), "--sram-models", str(folder / "m.v"))
     assert code == 0 and (folder / "m.v").is_file()
+    # the other outputs inside a new --split folder, the Liberty view in a subfolder of it
+    fresh = tmp_path / "fresh"
+    code, said, _err = _run(capsys, "ringstation", "--instance", "1", "--sram", "macro",
+                            "--split", str(fresh), "--sdc", str(fresh / "r.sdc"),
+                            "--sram-liberty", str(fresh / "lib" / "srams.lib"))
+    assert code == 0 and (fresh / "r.sdc").is_file() and (fresh / "lib" / "srams.lib").is_file()
+    assert "1 x 2 words of 1035 bits" in said
     # mistakes
     (tmp_path / "file").write_text("x")
     (tmp_path / "s3").mkdir()
@@ -764,7 +787,8 @@ def test_sram_liberty_times_every_port_and_links_with_yosys(capsys, tmp_path):
                                  rf"bit_from : {width - 1}; bit_to : 0;", lib)
             side, i = name[:2], int(name.split("_")[0][2:])
             domain = (macro.read_ports if side == "rd" else macro.write_ports)[i][0]
-            related = set(re.findall(r'related_pin : "(\w+)"; timing_type : (\w+)', text))
+            related = set(re.findall(r'related_(?:bus_)?pins? : "(\w+)"; timing_type : (\w+)',
+                                     text))
             if direction == "i":
                 assert "direction : input;" in text
                 want = set() if domain == "comb" else {(clocks[domain], "setup_rising"),
@@ -774,6 +798,8 @@ def test_sram_liberty_times_every_port_and_links_with_yosys(capsys, tmp_path):
                     assert setup in text and hold in text
             elif domain == "comb":
                 assert related == {(f"rd{i}_addr", "combinational"), ("clk", "rising_edge")}
+                # a bus to a bus: every address bit to every data bit, not bit to bit
+                assert f'related_bus_pins : "rd{i}_addr"; timing_type : combinational' in text
             else:
                 assert related == {(clocks[domain], "rising_edge")} and clock_arc in text
     assert cells["elmoe3d_sram_32x128_1r1w_other"][1]["rd0_addr"][1].count('"other_clk"') == 2
