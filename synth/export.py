@@ -431,7 +431,8 @@ def sram_liberty(kinds: dict, *, library: str = "elmoe3d_srams", comment: str = 
     its port's clock, every synchronous read's data a ``rising_edge`` arc from its clock. An
     asynchronous read (``_ar``) has a ``combinational`` arc from its address to its data
     (``related_bus_pins``: every address bit to every data bit) and a ``rising_edge`` arc
-    from each write port's clock (a write changes the word read), its address no constraint. Every figure is one published ASAP7 SRAM bank's
+    from each write port's clock (a write changes the word read), its address no constraint.
+    Every figure is one published ASAP7 SRAM bank's
     (:mod:`elmoe3d.synth.sram`: ``srambank_256x4x64_6t122``) at 20 ps transitions and its
     smallest load, scalar (no table): the same for every kind, whatever its size, as the
     area roll-up's timing takes them. TT corner, 0.7 V, 25 C; units ps, fF, nW. No power, no
