@@ -111,6 +111,16 @@ def _capacity_notes(points, say) -> None:
             say(f"note: {len(bad)} perf point(s) {what} (first, point {p.index}: {msg})")
 
 
+def _pe_text(arch) -> str:
+    """A PE's figures a calibration depends on, labelled (what ``compute_calib.pe_key``
+    holds): ``the 8x16x32 tile (rows x lanes x group), 32768 B of WMEM, 32768 B of IOMEM
+    split (7, 1, 16, 8), 4 PEs a group``."""
+    t = arch.tile
+    return (f"the {t.rows}x{t.lanes}x{t.group} tile (rows x lanes x group), {arch.wmem_bytes} B "
+            f"of WMEM, {arch.iomem_bytes} B of IOMEM split {tuple(arch.iomem_split)}, "
+            f"{arch.pes_per_group} PEs a group")
+
+
 def _calibration_notes(points, cache: Path, say) -> None:
     """``--check``'s notes on the perf points that will compute a compute calibration (seconds
     to minutes each, once, by the first point needing it) that neither the shipped tables nor
@@ -135,9 +145,9 @@ def _calibration_notes(points, cache: Path, say) -> None:
             count += 1
             if first is None:
                 (kind, key), (notice, _) = next(iter(found.items()))
-                link = f", link words at {key[-1]:g} a cycle" \
+                link = f", the aggregation link at {key[-1]:g} words a cycle" \
                     if kind == "ffn" and key[-1] is not None else ""
-                first = p, f"{notice}, PE {key[0]}{link}"
+                first = p, f"{notice} on {_pe_text(p.arch())}{link}"
             need.update(found)
     if failing:
         p, msg = failing[0]

@@ -696,8 +696,10 @@ def test_check_notes_the_points_that_will_compute_a_calibration(tmp_path, capsys
     assert (f"note: 2 perf point(s) need {len(need)} compute calibration(s) that neither the "
             f"shipped tables nor {cache / 'calib'} hold ({slow} taking a minute or more, "
             f"{len(need) - slow} taking seconds): each is computed once") in out
-    link = f", link words at {first_key[-1]:g} a cycle" if first_kind == "ffn" else ""
-    assert f"(first, point 2: {notice}, PE {first_key[0]}{link})" in out
+    link = f", the aggregation link at {first_key[-1]:g} words a cycle" \
+        if first_kind == "ffn" else ""
+    assert (f"(first, point 2: {notice} on the 8x16x32 tile (rows x lanes x group), 32768 B of "
+            f"WMEM, 32768 B of IOMEM split (7, 1, 16, 8), 4 PEs a group{link})") in out
     assert calls == [] and not cache.exists()
     # the run computes exactly those, each once; the next run and --check need none
     for p in points:
@@ -1480,6 +1482,18 @@ def test_the_own_model_example_checks(capsys, monkeypatch, model_registries):
     assert cli.main(["sweep", str(spec), "--check"]) == 0
     out = capsys.readouterr().out
     assert "36 valid points" in out and "LPDDR5" not in out
+
+
+def test_the_pe_shape_example_notes_its_calibrations(capsys, tmp_path, monkeypatch):
+    """examples/sweep_pe_shape.yaml (docs/sweep.md's ``--check`` sample) checks from any
+    folder, and on an empty cache notes the 8x16x32 tile's calibrations, none of the paper
+    tile's (shipped)."""
+    spec = Path(__file__).resolve().parents[2] / "examples" / "sweep_pe_shape.yaml"
+    monkeypatch.chdir("/")
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(tmp_path / "c")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "16 valid points" in out and "8 perf point(s) need 17 compute calibration(s)" in out
+    assert "on the 8x16x32 tile (rows x lanes x group)" in out and "16x32x32" not in out
 
 
 MIXTRAL_CONFIG = {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
