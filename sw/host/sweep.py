@@ -29,7 +29,8 @@ Out folder::
                              Pareto front per batch
     OUT/by-<axis>-<model>.png  instead, when a model's points share one die: the same
                              against the swept workload axis with the most values (context,
-                             batch, ...), a line per scheme, other swept axis and config field
+                             batch, ...; without one, the swept config field with the most:
+                             by-tile_rows), a line per scheme, other swept axis and config field
     OUT/sweep.json           "status" ("running" from the start, "complete" once the tables
                              are written; "interrupted" after Ctrl-C, "failed" with its
                              "error" after an exception, both with the "finished" rows a
@@ -51,7 +52,8 @@ from pathlib import Path
 from ...checks import is_int
 from ...errors import UserError
 from ...machine import usable_cpus
-from .sweep_spec import WORKLOAD_FIELDS, SweepSpec, dropped_text, expand, load_spec, need
+from .sweep_spec import (CONFIG_FIELDS, WORKLOAD_FIELDS, SweepSpec, dropped_text, expand,
+                         load_spec, need)
 from .sweep_tasks import (CACHE_ENV, META_COLUMNS, RESULT_COLUMNS, cache_problem, code_version,
                           default_cache_dir, run_point)
 
@@ -741,8 +743,23 @@ def swept_axes(spec: SweepSpec) -> set:
 
 
 def _axis_file(axis: str) -> str:
-    """An axis as its plot's file names it (``by-hb-<model>.png`` for ``hb_gb``)."""
-    return "hb" if axis == "hb_gb" else axis
+    """An axis as its plot's file names it (``by-hb-<model>.png`` for ``hb_gb``,
+    ``by-tile_rows-...`` for ``tile.rows``)."""
+    return "hb" if axis == "hb_gb" else axis.replace(".", "_")
+
+
+def _config_axes(swept) -> list:
+    """The swept config fields among ``swept`` (None: none known), in
+    :data:`~.sweep_spec.CONFIG_FIELDS`' order (``tile.rows`` before ``tile.lanes``)."""
+    if not swept:
+        return []
+    fields = swept - set(WORKLOAD_FIELDS) - {"hb_gb"}
+    return sorted(fields, key=lambda f: (CONFIG_FIELDS.index(f) if f in CONFIG_FIELDS
+                                         else len(CONFIG_FIELDS), f))
+
+
+def _axis_label(axis: str) -> str:
+    return TREND_AXES.get(axis) or f"{axis} (swept config field)"
 
 
 def pareto_plots(rows, out_dir, *, axes=None, earlier=()) -> dict:
@@ -756,8 +773,10 @@ def pareto_plots(rows, out_dir, *, axes=None, earlier=()) -> dict:
     ``by-<axis>-<model>.png`` instead (``by-hb-...`` for the HB capacity), tokens/s and
     tokens/J against the workload axis of :data:`TREND_AXES` with the most values among
     ``axes`` (the swept ones, :func:`swept_axes`, config fields included; None: every column),
-    a line for each combination of the other swept axes and config fields that vary, the
-    scheme always (a derived column such as a point's Table 3 alpha, which varies with the
+    or, when no workload axis varies, the swept config field with the most values
+    (``by-tile_rows-...`` for ``tile.rows``), a line for each combination of the other swept
+    axes and config fields that vary (not a config field that follows the x axis, as
+    ``tile.lanes`` follows ``tile.rows`` under ``lanes == 2 * rows``), the scheme always (a derived column such as a point's Table 3 alpha, which varies with the
     batch, is no axis of its own). The title counts the points drawn and those without a
     number on the axis. A model's plot of the other kind in ``out_dir`` and the plots of
     ``earlier`` (an earlier run's, as its ``sweep.json`` lists them: models no longer swept,
@@ -777,8 +796,9 @@ def pareto_plots(rows, out_dir, *, axes=None, earlier=()) -> dict:
         files = _draw_plots(pts, out_dir, xkey, xlabel, axes)
     keep = {p.name for p in files.values()}
     models = {r["model"] for r in pts}
+    trend = [*TREND_AXES, *_config_axes(None if axes is None else set(axes))]
     other_kind = [f"{kind}-{m}.png" for m in models
-                  for kind in ["pareto", *(f"by-{_axis_file(a)}" for a in TREND_AXES)]]
+                  for kind in ["pareto", *(f"by-{_axis_file(a)}" for a in trend)]]
     for name in [*other_kind, *(Path(p).name for p in earlier)]:
         if name not in keep and _PLOT_NAME.fullmatch(name):     # an earlier run's plot
             (Path(out_dir) / name).unlink(missing_ok=True)
@@ -786,7 +806,7 @@ def pareto_plots(rows, out_dir, *, axes=None, earlier=()) -> dict:
 
 
 #: The names :func:`pareto_plots` writes (the only files it removes).
-_PLOT_NAME = re.compile(r"(pareto|by-[a-z_]+)-[^/\\]+\.png")
+_PLOT_NAME = re.compile(r"(pareto|by-[a-z0-9_]+)-[^/\\]+\.png")
 
 
 def _draw_plots(pts, out_dir, xkey, xlabel, axes) -> dict:
@@ -807,7 +827,7 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes) -> dict:
                 ax.set_xlabel(xlabel)
             else:
                 _trend_axes(ax, good, axis, key, swept)
-                ax.set_xlabel(TREND_AXES[axis])
+                ax.set_xlabel(_axis_label(axis))
             ax.set_ylabel(label)
             ax.set_title(title, fontsize=9)
             ax.set_yscale("log")
@@ -858,18 +878,34 @@ def _numeric(v) -> bool:
 
 def _trend_axis(rows, swept):
     """The axis of :data:`TREND_AXES` in ``swept`` (None: all) with the most distinct numeric
-    values in ``rows`` (the first in its order on a tie), or None when none has two."""
-    counts = {a: len({r[a] for r in rows if _numeric(r.get(a))})
-              for a in TREND_AXES if swept is None or a in swept}
-    best = max(counts, key=lambda a: counts[a], default=None)  # max keeps the first of equals
-    return best if best is not None and counts[best] > 1 else None
+    values in ``rows`` (the first in its order on a tie); when none has two, the swept config
+    field with the most (``tile.rows``, ``aggregation_gbps``: a sweep of fields that move
+    neither the area nor the PE count, whose points would otherwise share one x); None when
+    none has two either."""
+    for candidates in ([a for a in TREND_AXES if swept is None or a in swept],
+                       _config_axes(swept)):
+        counts = {a: len({r[a] for r in rows if _numeric(r.get(a))}) for a in candidates}
+        best = max(counts, key=lambda a: counts[a], default=None)  # keeps the first of equals
+        if best is not None and counts[best] > 1:
+            return best
+    return None
+
+
+def _follows(rows, a, axis) -> bool:
+    """Whether column ``a`` takes one value at each value of ``axis`` in ``rows`` (a field
+    swept with the axis, as ``tile.lanes`` with ``tile.rows`` under ``lanes == 2 * rows``):
+    then it makes no line of its own."""
+    seen = {}
+    return all(seen.setdefault(_hashable(r.get(axis)), _hashable(r.get(a)))
+               == _hashable(r.get(a)) for r in rows)
 
 
 def _trend_axes(ax, good, axis, key, swept):
-    config = sorted(swept - set(WORKLOAD_FIELDS) - {"hb_gb"}) if swept else []
+    config = _config_axes(swept)
     others = [a for a in ("scheme", *TREND_AXES, *config)
               if a != axis and (a == "scheme" or swept is None or a in swept)
-              and len({_hashable(r.get(a)) for r in good}) > 1]
+              and len({_hashable(r.get(a)) for r in good}) > 1
+              and not (a in config and _follows(good, a, axis))]
     lines = {}
     for r in good:
         if _numeric(r.get(axis)):

@@ -1655,6 +1655,49 @@ def test_workload_plots_of_several_models_config_fields_and_reruns(tmp_path):
         assert not (tmp_path / "by-context-a.png").exists()
 
 
+def test_a_config_sweep_on_one_die_is_drawn_against_its_field(tmp_path):
+    """A new user's sweep of the tile shape (PE count constant, no area task, no workload
+    axis but the scheme): every point on one x (16 PEs) before; now against the swept config
+    field with the most values, a line a scheme, ``tile.lanes`` (which follows ``tile.rows``)
+    no line of its own; its file by-tile_rows. A workload axis that varies still wins."""
+    from elmoe3d.sw.host.sweep import pareto_plots, swept_axes
+    spec = parse_spec({"config": {"tile.rows": [8, 16], "tile.lanes": [16, 32]},
+                       "constraints": ["tile.lanes == 2 * tile.rows"],
+                       "workload": {"model": ["qwen3-30b-a3b"], "scheme": ["ar", "elastic"]}})
+    axes = swept_axes(spec)
+    assert axes == {"tile.rows", "tile.lanes", "scheme"}
+    rows = [{"model": "a", "scheme": sc, "batch": 1, "pes": 16, "tile.rows": r,
+             "tile.lanes": 2 * r, "tokens_per_s": r * (2 if sc == "elastic" else 1),
+             "tokens_per_j": 1.0 + r} for sc in ("ar", "elastic") for r in (16, 8)]
+    lines = []
+    import matplotlib.axes
+    import unittest.mock
+    real_plot, real_label = matplotlib.axes.Axes.plot, matplotlib.axes.Axes.set_xlabel
+    labels = []
+
+    def plot(self, xs, ys, *args, **kw):
+        lines.append((kw.get("label"), list(xs)))
+        return real_plot(self, xs, ys, *args, **kw)
+
+    def set_xlabel(self, text, *args, **kw):
+        labels.append(text)
+        return real_label(self, text, *args, **kw)
+    (tmp_path / "by-tile_rows-a.png").write_bytes(b"old")
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot), \
+            unittest.mock.patch.object(matplotlib.axes.Axes, "set_xlabel", set_xlabel):
+        files = pareto_plots(rows, tmp_path, axes=axes)
+    assert sorted(files) == ["by-tile_rows:a"]
+    assert files["by-tile_rows:a"].name == "by-tile_rows-a.png"
+    assert files["by-tile_rows:a"].stat().st_size > 1000
+    assert lines == [("ar", [8, 16]), ("elastic", [8, 16])] * 2
+    assert labels == ["tile.rows (swept config field)"] * 2
+    # a workload axis that varies is the x axis, the config field its lines
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot):
+        files = pareto_plots([dict(r, batch=b) for r in rows for b in (1, 4)], tmp_path,
+                             axes=axes | {"batch"})
+    assert sorted(files) == ["by-batch:a"] and not (tmp_path / "by-tile_rows-a.png").exists()
+
+
 def test_area_key_names_the_configuration():
     from elmoe3d.sw.host.sweep_spec import build_arch
     a = sweep_tasks.area_key(build_arch("small", {}))
