@@ -206,23 +206,15 @@ class LogicDie(wiring.Component):
             raise ValueError(f"router: ext_fifo_words {fifo} is less than ext_chunk_words "
                              f"({ext_chunk_words}); a full chunk would never be admitted")
         router = LogicDie._router(arch, router, ext_channels, ext_fifo_cycles, ext_chunk_words)
-        blocks["pes"] = [PE(config=arch, mul_stages=mul_stages) for _ in range(arch.pes)]
-        try:
-            blocks["routers"] = [LoadRouter(config=arch, **router) for _ in range(arch.pes)]
-        except (TypeError, ValueError) as e:
-            # a LoadRouter keyword's own message, named as the die's parameter
-            raise ValueError(f"router: {e}") from None
-        blocks["hb"] = [HBController(config=arch, queue_depth=hb_queue_depth,
-                                     read_buffer=hb_read_buffer) for _ in range(arch.pes)]
+        blocks["pes"] = [LogicDie._pe(arch, mul_stages) for _ in range(arch.pes)]
+        blocks["routers"] = [LogicDie._load_router(arch, router) for _ in range(arch.pes)]
+        blocks["hb"] = [LogicDie._hb(arch, hb_queue_depth, hb_read_buffer)
+                        for _ in range(arch.pes)]
         blocks["hb_ports"] = [LogicDie._hb_port(arch, router) for _ in blocks["hb"]]
-        blocks["links"] = [AggregationLink.from_arch(arch, buffer_words=link_buffer_words)
-                           for _ in range(arch.groups)]
-        blocks["ring"] = StreamlineRing.from_arch(arch, stream_bits=ring_stream_bits,
-                                                  buffer_flits=ring_buffer_flits)
-        blocks["ext"] = ExtController(config=arch,
-                                      channels=LogicDie._ext_channels(arch, ext_channels),
-                                      queue_depth=ext_queue_depth_bursts,
-                                      read_buffer=ext_read_buffer)
+        blocks["links"] = [LogicDie._link(arch, link_buffer_words) for _ in range(arch.groups)]
+        blocks["ring"] = LogicDie._ring(arch, ring_stream_bits, ring_buffer_flits)
+        blocks["ext"] = LogicDie._ext(arch, ext_channels, ext_queue_depth_bursts,
+                                      ext_read_buffer)
         lanes = LogicDie._ext_lanes(arch, ext_channels, ext_lanes)
         blocks["ext_port"] = LogicDie._ext_port(arch, ext_channels, ext_inflight, lanes)
         blocks["streamer"] = LogicDie._streamer(arch, ring_stream_bits, ext_inflight, lanes)
@@ -231,6 +223,36 @@ class LogicDie(wiring.Component):
 
     # The parts of the die that depend only on its parameters, built alike by the die and,
     # without a die, by :meth:`part` (the synthesis roll-up).
+
+    @staticmethod
+    def _pe(arch, mul_stages):
+        return PE(config=arch, mul_stages=mul_stages)
+
+    @staticmethod
+    def _load_router(arch, router):
+        try:
+            return LoadRouter(config=arch, **router)
+        except (TypeError, ValueError) as e:
+            # a LoadRouter keyword's own message, named as the die's parameter
+            raise ValueError(f"router: {e}") from None
+
+    @staticmethod
+    def _hb(arch, hb_queue_depth, hb_read_buffer):
+        return HBController(config=arch, queue_depth=hb_queue_depth, read_buffer=hb_read_buffer)
+
+    @staticmethod
+    def _link(arch, link_buffer_words):
+        return AggregationLink.from_arch(arch, buffer_words=link_buffer_words)
+
+    @staticmethod
+    def _ring(arch, ring_stream_bits, ring_buffer_flits):
+        return StreamlineRing.from_arch(arch, stream_bits=ring_stream_bits,
+                                        buffer_flits=ring_buffer_flits)
+
+    @staticmethod
+    def _ext(arch, ext_channels, ext_queue_depth_bursts, ext_read_buffer):
+        return ExtController(config=arch, channels=LogicDie._ext_channels(arch, ext_channels),
+                             queue_depth=ext_queue_depth_bursts, read_buffer=ext_read_buffer)
 
     @staticmethod
     def _hb_port(arch, router):
@@ -306,19 +328,38 @@ class LogicDie(wiring.Component):
     def _ext_stripe_bytes(arch, ext_channels):
         return LogicDie._ext_channels(arch, ext_channels) * arch.ext.burst_bytes
 
+    #: The names :meth:`part` builds.
+    PARTS = ("pe", "router", "hb", "hb_port", "link", "ring", "ext", "ext_port", "streamer",
+             "ext_sched")
+
     @classmethod
     def part(cls, name: str, **params):
-        """The die's part ``name`` -- ``"hb_port"`` (PE 0's, all are alike), ``"ext_port"``,
-        ``"streamer"`` or ``"ext_sched"`` -- as a die built with ``params`` (the constructor's
-        keywords) has it, built alone: neither the die nor its other blocks are built (the
-        synthesis roll-up).
+        """The die's part ``name`` (one of :data:`PARTS`: ``"pe"``, ``"router"``, ``"hb"``,
+        ``"hb_port"``, ``"link"`` -- PE 0's or group 0's, all are alike -- ``"ring"``,
+        ``"ext"``, ``"ext_port"``, ``"streamer"`` or ``"ext_sched"``) as a die built with
+        ``params`` (the constructor's keywords) has it, built alone by the same code: neither
+        the die nor its other blocks are built (the synthesis roll-up, which so synthesises
+        each block with the die's parameters, not the block's defaults).
 
         Raises ``ValueError`` for another ``name``; ``TypeError`` for a keyword the
         constructor does not take."""
         p = constructor_params(cls, **params)
         arch = p["config"]
+        if name == "pe":
+            return cls._pe(arch, p["mul_stages"])
+        if name == "router":
+            return cls._load_router(arch, cls._router_of(p))
+        if name == "hb":
+            return cls._hb(arch, p["hb_queue_depth"], p["hb_read_buffer"])
         if name == "hb_port":
             return cls._hb_port(arch, cls._router_of(p))
+        if name == "link":
+            return cls._link(arch, p["link_buffer_words"])
+        if name == "ring":
+            return cls._ring(arch, p["ring_stream_bits"], p["ring_buffer_flits"])
+        if name == "ext":
+            return cls._ext(arch, p["ext_channels"], p["ext_queue_depth_bursts"],
+                            p["ext_read_buffer"])
         lanes = cls._ext_lanes(arch, p["ext_channels"], p["ext_lanes"])
         if name == "ext_port":
             return cls._ext_port(arch, p["ext_channels"], p["ext_inflight"], lanes)
@@ -327,8 +368,8 @@ class LogicDie(wiring.Component):
         if name == "ext_sched":
             return cls._ext_sched(arch, cls._router_of(p), p["ext_window"],
                                   p["ext_chunk_words"])
-        raise ValueError(f"name: expected 'hb_port', 'ext_port', 'streamer' or 'ext_sched', "
-                         f"got {name!r}")
+        raise ValueError(f"name: expected one of {', '.join(map(repr, cls.PARTS))}, got "
+                         f"{name!r}")
 
     @classmethod
     def host_figures(cls, **params) -> dict:

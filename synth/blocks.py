@@ -133,18 +133,27 @@ BLOCK_TYPES = [
 ]
 
 
+def _part(name: str):
+    """A :class:`DieBlock` builder of the die's part ``name`` as the die builds it
+    (:meth:`elmoe3d.hw.die.LogicDie.part`: the die's parameters, not the block's defaults)."""
+    def build(arch, _cls):
+        from ..hw.die import LogicDie
+        return LogicDie.part(name, config=arch)
+    return build
+
+
 DIE_BLOCKS = [
-    DieBlock("PE", "elmoe3d.hw.pe:PE", lambda a, c: c(config=a), lambda a: a.pes),
-    DieBlock("load router", "elmoe3d.hw.load_router:LoadRouter",
-             lambda a, c: c(config=a), lambda a: a.pes),
-    DieBlock("HB controller", "elmoe3d.hw.hb_ctrl:HBController",
-             lambda a, c: c(config=a), lambda a: a.pes),
-    DieBlock("aggregation link", "elmoe3d.hw.agg_link:AggregationLink",
-             lambda a, c: c.from_arch(a), lambda a: a.groups),
-    DieBlock("streamline ring", "elmoe3d.hw.ring:StreamlineRing",
-             lambda a, c: c.from_arch(a), lambda a: 1),
-    DieBlock("EXT controller", "elmoe3d.hw.ext_ctrl:ExtController",
-             lambda a, c: c(config=a), lambda a: 1),
+    DieBlock("PE", "elmoe3d.hw.pe:PE", _part("pe"), lambda a: a.pes),
+    DieBlock("load router", "elmoe3d.hw.load_router:LoadRouter", _part("router"),
+             lambda a: a.pes),
+    DieBlock("HB controller", "elmoe3d.hw.hb_ctrl:HBController", _part("hb"),
+             lambda a: a.pes),
+    DieBlock("aggregation link", "elmoe3d.hw.agg_link:AggregationLink", _part("link"),
+             lambda a: a.groups),
+    DieBlock("streamline ring", "elmoe3d.hw.ring:StreamlineRing", _part("ring"),
+             lambda a: 1),
+    DieBlock("EXT controller", "elmoe3d.hw.ext_ctrl:ExtController", _part("ext"),
+             lambda a: 1),
     DieBlock("HB word ports", "elmoe3d.hw.die:LogicDie",
              lambda a, c: c.part("hb_port", config=a), lambda a: a.pes),
     DieBlock("EXT word port", "elmoe3d.hw.die:LogicDie",
