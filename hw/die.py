@@ -183,28 +183,14 @@ class LogicDie(wiring.Component):
                hb_read_buffer, ext_channels, ext_queue_depth_bursts, ext_read_buffer,
                ext_window, ext_chunk_words, ext_inflight, ext_lanes, ext_fifo_cycles,
                mul_stages):
-        """The die's parameter checks, then its sub-blocks (their constructors check their
-        own parameters) into ``blocks``."""
-        if not isinstance(config, ArchConfig):
-            raise TypeError(f"config: expected an ArchConfig, got {type(config).__name__}")
-        check_param("cmd_queue_depth", cmd_queue_depth)
-        check_param("link_queue_depth", link_queue_depth)
-        check_param("ext_queue_depth", ext_queue_depth)
-        check_param("ext_inflight", ext_inflight)
-        if router is not None and not isinstance(router, dict):
-            raise ValueError(f"router: expected a dict of LoadRouter parameters, got "
-                             f"{type(router).__name__}")
+        """The die's parameter checks (:meth:`_check`), then its sub-blocks (their
+        constructors check their own parameters) into ``blocks``."""
+        LogicDie._check(config=config, cmd_queue_depth=cmd_queue_depth,
+                        link_queue_depth=link_queue_depth, ext_queue_depth=ext_queue_depth,
+                        router=router, ext_inflight=ext_inflight,
+                        ext_fifo_cycles=ext_fifo_cycles, ext_window=ext_window,
+                        ext_chunk_words=ext_chunk_words, ext_lanes=ext_lanes)
         arch = config
-        check_param("ext_fifo_cycles", ext_fifo_cycles)
-        check_param("ext_window", ext_window)
-        check_param("ext_chunk_words", ext_chunk_words)
-        if ext_chunk_words >= 1 << WORDS_BITS:
-            raise ValueError(f"ext_chunk_words: {ext_chunk_words} does not fit the "
-                             f"{WORDS_BITS}-bit word count (at most {(1 << WORDS_BITS) - 1})")
-        fifo = (router or {}).get("ext_fifo_words")
-        if is_int(fifo, numpy=False) and 1 <= fifo < ext_chunk_words:
-            raise ValueError(f"router: ext_fifo_words {fifo} is less than ext_chunk_words "
-                             f"({ext_chunk_words}); a full chunk would never be admitted")
         router = LogicDie._router(arch, router, ext_channels, ext_fifo_cycles, ext_chunk_words)
         blocks["pes"] = [LogicDie._pe(arch, mul_stages) for _ in range(arch.pes)]
         blocks["routers"] = [LogicDie._load_router(arch, router) for _ in range(arch.pes)]
@@ -221,8 +207,45 @@ class LogicDie(wiring.Component):
         blocks["ext_sched"] = [LogicDie._ext_sched(arch, router, ext_window, ext_chunk_words)
                                for _ in range(arch.groups)]
 
+    @staticmethod
+    def _check(*, config, cmd_queue_depth, link_queue_depth, ext_queue_depth, router,
+               ext_inflight, ext_fifo_cycles, ext_window, ext_chunk_words, ext_lanes):
+        """The die's own parameter checks, before any block is built (the die and
+        :meth:`part` alike): ``TypeError`` for a ``config`` that is no ArchConfig,
+        ``ValueError`` naming the parameter otherwise."""
+        if not isinstance(config, ArchConfig):
+            raise TypeError(f"config: expected an ArchConfig, got {type(config).__name__}")
+        check_param("cmd_queue_depth", cmd_queue_depth)
+        check_param("link_queue_depth", link_queue_depth)
+        check_param("ext_queue_depth", ext_queue_depth)
+        check_param("ext_inflight", ext_inflight)
+        if router is not None and not isinstance(router, dict):
+            raise ValueError(f"router: expected a dict of LoadRouter parameters, got "
+                             f"{type(router).__name__}")
+        check_param("ext_fifo_cycles", ext_fifo_cycles)
+        check_param("ext_window", ext_window)
+        check_param("ext_chunk_words", ext_chunk_words)
+        if ext_chunk_words >= 1 << WORDS_BITS:
+            raise ValueError(f"ext_chunk_words: {ext_chunk_words} does not fit the "
+                             f"{WORDS_BITS}-bit word count (at most {(1 << WORDS_BITS) - 1})")
+        fifo = (router or {}).get("ext_fifo_words")
+        if is_int(fifo, numpy=False) and 1 <= fifo < ext_chunk_words:
+            raise ValueError(f"router: ext_fifo_words {fifo} is less than ext_chunk_words "
+                             f"({ext_chunk_words}); a full chunk would never be admitted")
+        if ext_lanes is not None:
+            check_param("ext_lanes", ext_lanes)
+
     # The parts of the die that depend only on its parameters, built alike by the die and,
     # without a die, by :meth:`part` (the synthesis roll-up).
+
+    @staticmethod
+    def _router_params(arch, router) -> dict:
+        """The load routers' constructor keywords with their defaults; a keyword LoadRouter
+        does not take is ``ValueError`` naming ``router``, as the routers' own build says."""
+        try:
+            return constructor_params(LoadRouter, config=arch, **(router or {}))
+        except TypeError as e:
+            raise ValueError(f"router: {e}") from None
 
     @staticmethod
     def _pe(arch, mul_stages):
@@ -249,6 +272,16 @@ class LogicDie(wiring.Component):
         return StreamlineRing.from_arch(arch, stream_bits=ring_stream_bits,
                                         buffer_flits=ring_buffer_flits)
 
+    @classmethod
+    def ring_params(cls, **params) -> dict:
+        """The constructor keywords of the ring a die built with ``params`` has
+        (:meth:`~elmoe3d.hw.ring.StreamlineRing.arch_params` with the die's
+        ``ring_stream_bits`` and ``ring_buffer_flits``): what the power model builds one
+        station from. ``TypeError`` for a keyword the die does not take."""
+        p = constructor_params(cls, **params)
+        return StreamlineRing.arch_params(p["config"], stream_bits=p["ring_stream_bits"],
+                                          buffer_flits=p["ring_buffer_flits"])
+
     @staticmethod
     def _ext(arch, ext_channels, ext_queue_depth_bursts, ext_read_buffer):
         return ExtController(config=arch, channels=LogicDie._ext_channels(arch, ext_channels),
@@ -256,7 +289,7 @@ class LogicDie(wiring.Component):
 
     @staticmethod
     def _hb_port(arch, router):
-        hb_fifo_words = constructor_params(LoadRouter, config=arch, **(router or {}))[
+        hb_fifo_words = LogicDie._router_params(arch, router)[
             "hb_fifo_words"]
         return DramWordPort(word_bits=arch.pe.word_bits, burst_bits=arch.hb.burst_bytes * 8,
                             addr_bits=address_bits(arch.hb.bursts), length_bits=16,
@@ -315,7 +348,7 @@ class LogicDie(wiring.Component):
 
     @staticmethod
     def _ext_sched(arch, router, ext_window, ext_chunk_words):
-        ext_fifo_words = constructor_params(LoadRouter, config=arch, **(router or {}))[
+        ext_fifo_words = LogicDie._router_params(arch, router)[
             "ext_fifo_words"]
         return ExtScheduler(pes=arch.pes_per_group, window=ext_window, credits=ext_fifo_words,
                             chunk_words=ext_chunk_words)
@@ -343,7 +376,13 @@ class LogicDie(wiring.Component):
 
         Raises ``ValueError`` for another ``name``; ``TypeError`` for a keyword the
         constructor does not take."""
+        if name not in cls.PARTS:
+            raise ValueError(f"name: expected one of {', '.join(map(repr, cls.PARTS))}, got "
+                             f"{name!r}")
         p = constructor_params(cls, **params)
+        cls._check(**{k: p[k] for k in (
+            "config", "cmd_queue_depth", "link_queue_depth", "ext_queue_depth", "router",
+            "ext_inflight", "ext_fifo_cycles", "ext_window", "ext_chunk_words", "ext_lanes")})
         arch = p["config"]
         if name == "pe":
             return cls._pe(arch, p["mul_stages"])
@@ -365,11 +404,7 @@ class LogicDie(wiring.Component):
             return cls._ext_port(arch, p["ext_channels"], p["ext_inflight"], lanes)
         if name == "streamer":
             return cls._streamer(arch, p["ring_stream_bits"], p["ext_inflight"], lanes)
-        if name == "ext_sched":
-            return cls._ext_sched(arch, cls._router_of(p), p["ext_window"],
-                                  p["ext_chunk_words"])
-        raise ValueError(f"name: expected one of {', '.join(map(repr, cls.PARTS))}, got "
-                         f"{name!r}")
+        return cls._ext_sched(arch, cls._router_of(p), p["ext_window"], p["ext_chunk_words"])
 
     @classmethod
     def host_figures(cls, **params) -> dict:

@@ -80,6 +80,10 @@ class ExtController(CheckedComponent):
                  queue_depth: int = 128, read_buffer: int = 32, length_bits: int = 16):
         channels = config.ext_channels if channels is None else channels
         self._arch, self._channels = config, channels
+        # kept for the block's identity (synth.blocks.instance_key): its channel controllers
+        # are built from them
+        self._queue_depth, self._read_buffer, self._length_bits = \
+            queue_depth, read_buffer, length_bits
         self._ctrl = [DramController(dram=config.ext, clock_ghz=config.clock_ghz,
                                      queue_depth=queue_depth, read_buffer=read_buffer,
                                      length_bits=length_bits) for _ in range(channels)]

@@ -335,13 +335,14 @@ def ring_energy(arch, lib: Liberty, *, workdir: Path, words: int = 256) -> dict:
     "pj_per_byte_delivered", ...}``: ``pj_per_byte`` per station a byte passes,
     ``pj_per_byte_delivered`` times the mean number of stations a byte passes to reach a
     uniformly chosen PE, ``(groups + 1) / 2``."""
+    from ..hw.die import LogicDie
     from ..hw.ring import StreamlineRing
     from .activity import annotate, ring_station_run, rtlil_aliases, vcd_activity
     from .blocks import hollow
     from .flow import synthesize
     from .power import PowerLib, analyze_power
     from .sta import read_blif, stub_ports
-    ring = StreamlineRing.arch_params(arch)       # station 0 of the die's ring
+    ring = LogicDie.ring_params(config=arch)      # station 0 of the die's ring
     st = StreamlineRing.station(0, **ring)
     workdir = Path(workdir)
     folder = workdir / "ring_station0"
@@ -418,7 +419,7 @@ def link_energy(arch, lib: Liberty, *, workdir: Path) -> dict:
     destination FIFOs (SRAM macros) at :func:`sram_access_pj` per reduced word written and
     read, plus leakage at 1 GHz. Returns ``{"pj_per_byte_in", "pj_per_byte_out", ...}``: per
     byte the sources send, per reduced byte delivered."""
-    from ..hw.agg_link import AggregationLink
+    from ..hw.die import LogicDie
     from .activity import annotate, link_reduce_run, rtlil_aliases, vcd_activity
     from .blocks import hollow
     from .flow import synthesize
@@ -426,7 +427,7 @@ def link_energy(arch, lib: Liberty, *, workdir: Path) -> dict:
     from .sta import read_blif, stub_ports
     workdir = Path(workdir)
     folder = workdir / "agg_link"
-    h = hollow(AggregationLink.from_arch(arch), owner="aggregation link")
+    h = hollow(LogicDie.part("link", config=arch), owner="aggregation link")  # the die's
     il, blif, stubs = folder / "block.il", folder / "timing.blif", folder / "stubs.txt"
     if not (il.is_file() and blif.is_file() and stubs.is_file() and il.read_text() == h.rtlil
             and stubs.read_text() == h.stubs):
@@ -435,7 +436,7 @@ def link_energy(arch, lib: Liberty, *, workdir: Path) -> dict:
                    keep=folder, timing=1000.0)
         stubs.write_text(h.stubs)
     vcd = workdir / "agg_link.vcd"
-    run = _big_stack(lambda: link_reduce_run(AggregationLink.from_arch(arch), vcd))
+    run = _big_stack(lambda: link_reduce_run(LogicDie.part("link", config=arch), vcd))
     act, cycles = vcd_activity(vcd)
     vcd.unlink()
     net = read_blif(blif.read_text())

@@ -587,8 +587,8 @@ def sdc(*, top: str, ports, clock_ghz: float, comment: str = "",
     (names, or :func:`~elmoe3d.sim.runner.port_directions`' ``name -> (direction, width)``):
     ``set_units -time <unit>`` (``"ps"``, the ASAP7 libraries' and :func:`sram_liberty`'s
     unit, or ``"ns"``: :data:`SDC_TIME_UNITS`; SDC takes its units from the libraries, and
-    this line makes a tool that checks it, as OpenSTA does, refuse a library of another unit
-    instead of reading 1,000 ps as 1,000 ns), then one ``create_clock`` a clock port
+    a tool that checks this line, as OpenSTA does, warns of a library of another unit, which
+    would read 1,000 ps as 1,000 ns), then one ``create_clock`` a clock port
     (``clk``, ``<domain>_clk``) at ``clock_ghz`` (the configuration's logic clock; every
     domain of the die runs on it), named as the port. ``io_delay`` (a fraction of the period
     in [0, 1); ``ports`` with directions): a ``set_input_delay`` on every other input (the

@@ -216,8 +216,10 @@ def run(args) -> int:
     if args.dashboard is not None:
         check_dashboard(args.dashboard)
     if args.check and args.cache is not None:     # read, not made: the run's check, no mkdir
-        from .outputs import check_output_dir
-        check_output_dir(args.cache, "--cache", [], image_names=True)
+        from ..sw.host.sweep_tasks import cache_problem
+        problem = cache_problem(args.cache, create=False)
+        if problem:
+            raise UserError(f"--cache {args.cache}: {problem}")
     spec = load_spec(args.spec)
     console = report_console(110)
     say = plain_printer(console, soft_wrap=True)

@@ -283,7 +283,8 @@ def run(args) -> int:
                                                      args.io_delay, args.split,
                                                      args.sdc_unit))):
         raise UserError("--list: takes no BLOCK, -o, --split, --flat, --name, --instance, "
-                        "--sdc, --io-delay or --sram options (it lists the die's blocks)")
+                        "--sdc, --sdc-unit, --io-delay or --sram options (it lists the die's "
+                        "blocks)")
     if args.split is not None:
         if args.out is not None:
             raise UserError("--split and -o exclude each other (--split writes a file a "
@@ -429,9 +430,12 @@ def run(args) -> int:
                  {"generated_by": header_lines[0].removeprefix("// ").rstrip("\n"),
                   "block": block_label,
                   "configuration": arch.name,
-                  "verilog": "standard output" if to_stdout else str(args.out or split_list),
-                  "sram_models": str(args.sram_models) if args.sram_models else None,
-                  "sram_liberty": str(args.sram_liberty) if args.sram_liberty else None,
+                  "verilog": "standard output" if to_stdout
+                  else os.path.abspath(args.out or split_list),
+                  "sram_models": os.path.abspath(args.sram_models) if args.sram_models
+                  else None,
+                  "sram_liberty": os.path.abspath(args.sram_liberty) if args.sram_liberty
+                  else None,
                   **macros},
                  indent=1) + "\n")]
     files = [(o, p, t) for o, p, t in files if p is not None]
@@ -500,22 +504,45 @@ def _split(folder, text: str, models: str, top: str, models_file=None) -> list:
         out += [(folder / f"{m}.v", head + body) for m, body in modules.items()]
     names = [p.name for p, _t in out if p.stem != top] + [f"{top}.v"]
     if models_file is not None:
-        names.insert(0, os.path.relpath(os.path.abspath(models_file), os.path.abspath(folder)))
-    return out + [(folder / FILELIST, "".join(f"{n}\n" for n in names))]
+        names.insert(0, os.path.relpath(os.path.realpath(models_file),
+                                        os.path.realpath(folder)))
+    return out + [(folder / FILELIST,
+                   f"{FILELIST_MARK} {top}\n" + "".join(f"{n}\n" for n in names))]
+
+
+#: The first line of a filelist ``--split`` writes (a comment to ``verilator -F``): the mark
+#: by which a later ``--split`` knows the folder's earlier export.
+FILELIST_MARK = "// elmoe3d verilog --split, top module"
+
+
+def _ours(path: Path) -> bool:
+    """Whether ``path`` is a file an elmoe3d export wrote: its first line the export's header
+    comment (``// elmoe3d <version> ...: elmoe3d verilog``, or the SRAM models' ``// elmoe3d
+    verilog: ...``)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return first.startswith("// elmoe3d ") and "elmoe3d verilog" in first
 
 
 def _stale_modules(folder, split) -> list:
-    """The module files an earlier ``--split`` into ``folder`` wrote that this one does not
-    (the names its ``files.f`` lists, plain ``.v`` names of that folder only): removed once
-    this export is written, so that the folder holds one design."""
+    """The module files an earlier ``--split`` into ``folder`` wrote that this one does not:
+    the names its ``files.f`` lists, only when that filelist carries :data:`FILELIST_MARK`
+    (elmoe3d wrote it), only plain ``.v`` names of that folder, and only files whose first
+    line is an export's header (:func:`_ours`): removed once this export is written, so that
+    the folder holds one design; a user's own file is never touched."""
     try:
-        old = (Path(folder) / FILELIST).read_text(encoding="utf-8").split()
+        old = (Path(folder) / FILELIST).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return []
+    if not old or not old[0].startswith(FILELIST_MARK):
+        return []
     new = {p.name for p, _t in split} | set(split[-1][1].split())   # the new files.f's too
-    return [Path(folder) / n for n in old
-            if n not in new and n.endswith(".v") and os.sep not in n and n not in (".", "..")
-            and (Path(folder) / n).is_file()]
+    return [Path(folder) / n for n in (line.strip() for line in old[1:])
+            if n not in new and n.endswith(".v") and "/" not in n and os.sep not in n
+            and (Path(folder) / n).is_file() and _ours(Path(folder) / n)]
 
 
 def _plural(n: int, noun: str) -> str:

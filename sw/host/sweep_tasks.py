@@ -67,14 +67,25 @@ def default_cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache").expanduser().resolve() / "elmoe3d"
 
 
-def cache_problem(path) -> str | None:
+def cache_problem(path, *, create: bool = True) -> str | None:
     """Why ``path`` cannot be the cache the tasks write (a folder, made if missing, in which a
     file can be created), in a few words; ``None`` if it can. Run before a sweep starts, on
-    the client and on every worker of a cluster (``--scheduler``); never raises."""
+    the client and on every worker of a cluster (``--scheduler``); never raises. With
+    ``create`` false (``sweep --check``, which writes nothing) a missing folder is not made:
+    its nearest existing ancestor must be a folder a file can be created in."""
     path = Path(path)
     try:
         if path.exists() and not path.is_dir():
             return "a file, not a folder"
+        if not create and not path.exists():
+            ancestor = path.parent
+            while not ancestor.exists() and ancestor != ancestor.parent:
+                ancestor = ancestor.parent
+            if not ancestor.is_dir():
+                return f"{ancestor} is not a folder"
+            with tempfile.TemporaryFile(dir=ancestor):
+                pass
+            return None
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass

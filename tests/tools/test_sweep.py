@@ -615,7 +615,7 @@ def test_equal_points_are_one_and_samples_say_how_many_are_distinct(tmp_path, ca
     assert "does not read" not in capsys.readouterr().out
 
 
-def test_check_refuses_the_options_of_a_run(tmp_path, capsys):
+def test_check_refuses_the_options_of_a_run(tmp_path, capsys, monkeypatch):
     """``--check`` runs nothing, so the options saying how and where to run (``--out``,
     ``--workers`` even at 0, ...) are refused by name, not dropped; nothing is made.
     ``--cache`` it reads (the calibrations kept there), making nothing either."""
@@ -633,9 +633,23 @@ def test_check_refuses_the_options_of_a_run(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]
     # a --cache the run would refuse: a file, or a folder that cannot be made
     assert cli.main(["sweep", str(spec), "--check", "--cache", str(spec)]) == 2
-    assert f"--cache {spec}: not a directory" in capsys.readouterr().err
+    assert f"--cache {spec}: a file, not a folder" in capsys.readouterr().err
     assert cli.main(["sweep", str(spec), "--check", "--cache", str(spec / "c")]) == 2
-    assert f"{spec} is not a directory" in capsys.readouterr().err
+    assert f"{spec} is not a folder" in capsys.readouterr().err
+    ro = tmp_path / "ro"                             # a folder no file can be created in
+    ro.mkdir(mode=0o555)
+    import tempfile as tempfile_mod
+    real = tempfile_mod.TemporaryFile
+
+    def no_write(*args, dir=None, **kw):             # as root, which writes anywhere
+        if dir is not None and Path(dir) == ro:
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kw)
+    monkeypatch.setattr(sweep_tasks.tempfile, "TemporaryFile", no_write)
+    for cache in (ro, ro / "new"):
+        assert cli.main(["sweep", str(spec), "--check", "--cache", str(cache)]) == 2
+        assert "Permission denied" in capsys.readouterr().err
+    assert sorted(p.name for p in ro.iterdir()) == []
 
 
 def _stand_in_calibrations(monkeypatch):

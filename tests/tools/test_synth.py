@@ -578,8 +578,28 @@ def test_die_parts_and_figures_without_a_die_match_the_die(kwargs):
             assert instance_key(part) == instance_key(theirs), name
             del part, theirs
         with pytest.raises(ValueError, match="name: expected one of 'pe', 'router'"):
-            LogicDie.part("rings", config=arch)
+            LogicDie.part("rings", config="not even a configuration")
         del die, built
+
+
+@pytest.mark.parametrize("name, kwargs, message", [
+    ("router", {"router": {"ext_fifo_words": 2}}, "router: ext_fifo_words 2 is less than "
+                                                   "ext_chunk_words"),
+    ("pe", {"ext_lanes": 0}, "ext_lanes"),
+    ("hb_port", {"router": {"bogus": 1}}, "router: .*bogus"),
+    ("ext_sched", {"router": {"bogus": 1}}, "router: .*bogus"),
+    ("link", {"router": [1]}, "router: expected a dict"),
+])
+def test_die_part_checks_the_die_parameters(name, kwargs, message):
+    """A part built alone refuses what the die refuses, with the die's words (a review:
+    LogicDie.part skipped the die's own checks)."""
+    from elmoe3d.hw.die import LogicDie
+    arch = preset("small")
+    with inspection():
+        for build in (lambda: LogicDie.part(name, config=arch, **kwargs),
+                      lambda: LogicDie(config=arch, **kwargs)):
+            with pytest.raises(ValueError, match=message):
+                build()
 
 
 @pytest.mark.parametrize("config", ["small", "paper-4gb"])

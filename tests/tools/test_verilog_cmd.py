@@ -647,7 +647,8 @@ def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypat
                             "--memories", str(listed))
     assert code == 0
     head, modules = split_modules(one.read_text())
-    names = (folder / "files.f").read_text().splitlines()
+    mark, *names = (folder / "files.f").read_text().splitlines()
+    assert mark == "// elmoe3d verilog --split, top module elmoe3d_pe_small"
     assert sorted(names) == sorted(f"{m}.v" for m in modules) == \
         sorted(p.name for p in folder.iterdir() if p.name != "files.f")
     assert names[-1] == "elmoe3d_pe_small.v" and len(names) == len(modules) > 12
@@ -681,7 +682,7 @@ def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypat
     code, said, _err = _run(capsys, "ringstation", "--instance", "1", "--sram", "macro",
                             "--split", str(folder), "--sram-models", str(models))
     assert code == 0
-    names = (folder / "files.f").read_text().splitlines()
+    names = (folder / "files.f").read_text().splitlines()[1:]
     assert names[0] == "../models/m.v" and names[-1] == "elmoe3d_ring_station_1_small.v"
     assert sorted(p.name for p in folder.iterdir()) == sorted(
         ["files.f", "notes.txt"] + names[1:])
@@ -696,7 +697,7 @@ def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypat
     code, _said, _err = _run(capsys, "ringstation", "--instance", "1", "--sram", "macro",
                              "--split", str(folder), "--sram-models", str(folder / "m.v"))
     assert code == 0 and (folder / "m.v").is_file()
-    assert (folder / "files.f").read_text().splitlines()[0] == "m.v"
+    assert (folder / "files.f").read_text().splitlines()[1] == "m.v"
     code, _said, _err = _run(capsys, "ringstation", "--instance", "1", "--sram", "macro",
                              "--split", str(folder), "--sram-models", str(folder / "m.v"))
     assert code == 0 and (folder / "m.v").is_file()
@@ -707,6 +708,21 @@ def test_split_writes_a_file_a_module_and_a_filelist(capsys, tmp_path, monkeypat
                             "--sram-liberty", str(fresh / "lib" / "srams.lib"))
     assert code == 0 and (fresh / "r.sdc").is_file() and (fresh / "lib" / "srams.lib").is_file()
     assert "1 x 2 words of 1035 bits" in said
+    # a user's own files are never removed: a files.f elmoe3d did not write, or a file of
+    # a marked one whose first line is not an export's header
+    mine = tmp_path / "proj"
+    mine.mkdir()
+    (mine / "files.f").write_text("cpu.v\nalu.v\n")
+    (mine / "cpu.v").write_text("module cpu; endmodule\n")
+    (mine / "alu.v").write_text("module alu; endmodule\n")
+    assert _run(capsys, "ringstation", "--instance", "1", "--split", str(mine))[0] == 0
+    assert (mine / "cpu.v").is_file() and (mine / "alu.v").is_file()
+    with open(mine / "files.f", "a") as f:
+        f.write("cpu.v\n")                          # a user adds a file to the export's list
+    code, said, _err = _run(capsys, "ringstation", "--instance", "2", "--split", str(mine))
+    assert code == 0 and (mine / "cpu.v").is_file()
+    assert not (mine / "elmoe3d_ring_station_1_small.v").exists()   # the last export's
+    assert "the last export's 3 other module files removed" in " ".join(said.split())
     # mistakes
     (tmp_path / "file").write_text("x")
     (tmp_path / "s3").mkdir()
