@@ -126,7 +126,7 @@ def _calibration_notes(points, cache: Path, say) -> None:
     to minutes each, once, by the first point needing it) that neither the shipped tables nor
     the sweep cache's ``calib/`` holds (:func:`~elmoe3d.sw.host.sweep_tasks.calibrations_needed`):
     how many points, how many calibrations, and the first point's first; and on the points
-    whose model cannot run on their PE (a calibration's program does not fit it): their rows
+    whose model cannot be built (a calibration's program does not fit the PE): their rows
     will be errors. A point its LPDDR5 cannot hold is :func:`_capacity_notes`'."""
     from ..sw.host.paper_eval import CapacityError
     from ..sw.host.sweep_tasks import calibrations_needed
@@ -139,7 +139,9 @@ def _calibration_notes(points, cache: Path, say) -> None:
         except CapacityError:
             continue
         except Exception as exc:            # as the run records it: the point's error row
-            failing.append((p, " ".join(str(exc).split()) or type(exc).__name__))
+            text = " ".join(str(exc).split())
+            failing.append((p, text if isinstance(exc, UserError) else
+                            f"{type(exc).__name__}: {text}"))
             continue
         if found:
             count += 1
@@ -151,8 +153,9 @@ def _calibration_notes(points, cache: Path, say) -> None:
             need.update(found)
     if failing:
         p, msg = failing[0]
-        say(f"note: {len(failing)} perf point(s) cannot run on their PE: their rows will be "
-            f"errors (first, point {p.index}: {msg})")
+        say(f"note: {len(failing)} perf point(s) will fail as they run (their model cannot "
+            f"be built on their configuration): their rows will be errors (first, point "
+            f"{p.index}: {msg})")
     if need:
         slow = sum(1 for _, takes in need.values() if takes != "seconds")
         took = ", ".join(t for n, t in ((slow, f"{slow} taking a minute or more"),

@@ -739,9 +739,10 @@ def test_check_notes_the_points_that_cannot_run_on_their_pe(tmp_path, capsys):
     cache = tmp_path / "cache"
     assert cli.main(["sweep", str(spec), "--check", "--cache", str(cache)]) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert ("note: 1 perf point(s) cannot run on their PE: their rows will be errors (first, "
-            "point 1: compute calibration: a linear layer of K = 2048 does not fit one PE of "
-            "this configuration (tile 16x32x32, wmem 32768, iomem 16384") in out
+    assert ("note: 1 perf point(s) will fail as they run (their model cannot be built on "
+            "their configuration): their rows will be errors (first, point 1: compute "
+            "calibration: a linear layer of K = 2048 does not fit one PE of this configuration "
+            "(tile 16x32x32, wmem 32768, iomem 16384") in out
     assert "OUT overflows" in out and "compute calibration(s) that" not in out
     bad, good = sorted(expand(load_spec(spec)), key=lambda p: -p.config["iomem_bytes"])[::-1]
     row = sweep_tasks.run_point(bad, str(cache))
