@@ -140,20 +140,22 @@ class DieEnergy:
         return arch.pes * per_pe
 
 
-#: The figures of the last ``make synth`` (``elmoe3d synth --timing --power``, 2026-12-03 at
-#: d0e2234, the always-ready SwiGLU and combine units; README table "Power and energy per
+#: The figures of the last ``make synth`` (``elmoe3d synth --timing --power``, 2026-12-07,
+#: once the roll-up built the die's blocks with the die's own parameters: the link's 64-deep
+#: flit FIFOs, the controllers' 32-deep queues; README table "Power and energy per
 #: operation"): tile 0.1356 / 0.2522 pJ per MAC dynamic, ring 1.936 pJ per delivered byte, link
-#: 1.888 pJ per reduced byte (dynamic: their leakage is under 0.1% of either), die 10.81 mW
-#: (4 GB) and 21.60 mW (8 GB). The runs before gave the same dynamic figures and a 4 GB die of
-#: 10.85 mW (784663f, before the always-ready units: their stage enables) and 10.51 mW
-#: (dcaff16, before the skid register and the units' input registers); another die is scaled
-#: per PE (:meth:`DieEnergy.static_of`).
+#: 1.884 pJ per reduced byte (dynamic: their leakage is under 0.1% of either), die 10.81 mW
+#: (4 GB) and 21.61 mW (8 GB). The runs before gave the same tile and ring figures, a link of
+#: 1.888 pJ and an 8 GB die of 21.60 mW (2026-12-03 at d0e2234, the link with 32-deep
+#: FIFOs), a 4 GB die of 10.85 mW (784663f, before the always-ready units: their stage
+#: enables) and 10.51 mW (dcaff16, before the skid register and the units' input registers);
+#: another die is scaled per PE (:meth:`DieEnergy.static_of`).
 DIE_ENERGY = DieEnergy(mac_pj=((4, 0.1356), (8, 0.2522)), ring_pj_per_byte=1.936,
-                       link_pj_per_byte=1.888,
-                       static_mw=(("paper-4gb", 10.81), ("paper-8gb", 21.60)),
+                       link_pj_per_byte=1.884,
+                       static_mw=(("paper-4gb", 10.81), ("paper-8gb", 21.61)),
                        tile="16x32", config="paper-4gb",
                        measured="elmoe3d synth --timing --power --config paper-4gb,paper-8gb, "
-                                "2026-12-03")
+                                "2026-12-07")
 
 
 def sram_pj_per_byte(*, write: bool = False) -> float:

@@ -267,18 +267,18 @@ def test_fig15(tmp_path, capsys):
             "0.94x, up to 1.85x") in text
     assert ("near-memory reads from published figures (NEAR_MEMORY_READ), their MACs at 1x the "
             "logic die's W8A8 pJ (AttAcc's convention; --nm-mac-scale)") in text
-    assert ("static: the logic die's leakage (21.60 mW) and the DRAM's background power, its "
+    assert ("static: the logic die's leakage (21.61 mW) and the DRAM's background power, its "
             "dies idle in power-down (8.74 mW a GiB with refresh, from an LPDDR4 part's IDD "
             "currents: config.DRAM_BACKGROUND): 560 mW for the 64 GiB of LPDDR5 of every "
             "platform, 629 mW with the 8 GiB of HB of ours and HB-xPU") in text
     assert doc["dram_background"] == "power-down" and doc["nm_mac_scale"] == 1.0
-    assert doc["static_mw"]["ours"] == pytest.approx({"logic": 21.60, "dram": 72 * 8.7425})
-    assert doc["static_mw"]["xpu-nmp"] == pytest.approx({"logic": 21.60, "dram": 64 * 8.7425})
+    assert doc["static_mw"]["ours"] == pytest.approx({"logic": 21.61, "dram": 72 * 8.7425})
+    assert doc["static_mw"]["xpu-nmp"] == pytest.approx({"logic": 21.61, "dram": 64 * 8.7425})
     # none: no DRAM background power (2.09x and 0.83x before the ring's EXT bytes, 2026-12-06)
     assert cli.main(["paper", "fig15", "--dram-background", "none", "--json", str(out)]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "2 of 16 points): 2.04x, up to 4.59x" in text and ": 0.81x, up to 1.87x" in text
-    assert "static: the logic die's leakage (21.60 mW) alone (--dram-background none)" in text
+    assert "static: the logic die's leakage (21.61 mW) alone (--dram-background none)" in text
     doc = json.loads(out.read_text())
     assert doc["dram_background"] == "none" and doc["static_mw"]["ours"]["dram"] == 0
     assert cli.main(["paper", "fig15", "--hb", "4gb", "--ar-cache", "msb"]) == 0
