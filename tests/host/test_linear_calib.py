@@ -118,7 +118,8 @@ def test_the_notice_says_how_long_by_k(monkeypatch, k, takes):
     above :data:`SECONDS_K` the notice says a minute or more."""
     said = []
     monkeypatch.setattr(lc, "_CACHE", {})
-    monkeypatch.setattr(lc, "memo_calibration", lambda *a: said.append(a[-2:]) or "made")
+    monkeypatch.setattr(lc, "memo_calibration",
+                        lambda *a, plan=None: said.append(a[-2:]) or "made")
     cfg = dataclasses.replace(PAPER, iomem_split=(14, 1, 9, 8))
     assert lc.linear_calibration(cfg, k, 4) == "made"
     assert said == [(f"a linear layer of K = {k} at W4A8", takes)]

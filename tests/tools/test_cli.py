@@ -184,10 +184,10 @@ def test_a_ctrl_c_python_dropped_still_ends_the_command(monkeypatch, capsys):
     """Ctrl-C's ``KeyboardInterrupt`` raised inside a ``__del__`` is dropped by Python and the
     command runs on: the SIGINT handler main installs over Python's own notes it, so ``main``
     says "interrupted" and returns 130, not 0; Python's handler is back afterwards, and a
-    handler of the caller's is left alone."""
+    handler of the caller's, or SIGINT ignored, is left alone."""
     import signal
     from elmoe3d.cli import blocks as blocks_cmd
-    seen = []
+    seen, mine = [], []
 
     def dropped(args):
         seen.append(signal.getsignal(signal.SIGINT))
@@ -196,20 +196,25 @@ def test_a_ctrl_c_python_dropped_still_ends_the_command(monkeypatch, capsys):
         except KeyboardInterrupt:
             pass                        # as Python does in a __del__
         return 0
-    monkeypatch.setattr(blocks_cmd, "run", dropped)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert cli.main(["blocks"]) == 130 and seen == [cli._interrupt]
-    assert capsys.readouterr().err.strip() == "elmoe3d blocks: interrupted"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    # a command that returns after no interrupt is unaffected by the last one's note
-    monkeypatch.setattr(blocks_cmd, "run", lambda args: 0)
-    assert cli.main(["blocks"]) == 0
-    # the caller's own handler: not replaced, not restored to Python's
-    mine = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: mine.append(signum))
+    # Python's own handler, as an interactive shell leaves it (a job started in the
+    # background by a script has SIGINT ignored: the last case below)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        monkeypatch.setattr(blocks_cmd, "run", dropped)
+        assert cli.main(["blocks"]) == 130 and seen == [cli._interrupt]
+        assert capsys.readouterr().err.strip() == "elmoe3d blocks: interrupted"
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        # a command that returns after no interrupt is unaffected by the last one's note
+        monkeypatch.setattr(blocks_cmd, "run", lambda args: 0)
+        assert cli.main(["blocks"]) == 0
+        # the caller's own handler: not replaced, not restored to Python's
+        signal.signal(signal.SIGINT, lambda signum, frame: mine.append(signum))
         monkeypatch.setattr(blocks_cmd, "run", dropped)
         assert cli.main(["blocks"]) == 0 and mine == [signal.SIGINT]
         assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        # SIGINT ignored: left ignored
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        monkeypatch.setattr(blocks_cmd, "run", lambda args: 0)
+        assert cli.main(["blocks"]) == 0 and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
