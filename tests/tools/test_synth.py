@@ -845,4 +845,6 @@ def test_job_labels_tell_the_jobs_apart():
     # two dies: instances that differ in a configuration show its fields that differ
     labels = labels_of("small", "mid")
     assert "PE (own logic; opts.config.rows=4, opts.config.lanes=8, ...)" in labels
-    assert "load router (pe.rows=2, pe.lanes=4, pe.word_bits=512, ...)" in labels
+    # the routers as the dies build them: their EXT FIFOs sized by each die's EXT stream
+    assert "load router (ext_fifo_words=64, pe.rows=2, pe.lanes=4, ...)" in labels
+    assert "load router (ext_fifo_words=52, pe.rows=4, pe.lanes=8, ...)" in labels
