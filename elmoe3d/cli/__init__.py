@@ -21,6 +21,7 @@ import threading
 
 from .. import __version__
 from ..errors import Terminated, UserError
+from .outputs import COMMITTED
 
 
 #: What ``elmoe3d --help`` says the tool is.
@@ -258,6 +259,18 @@ def _own_handlers() -> list:
     return taken
 
 
+def _written(shown: int = 3) -> str:
+    """The outputs a command committed before a Ctrl-C or SIGTERM ended it, as the tail of
+    the "interrupted" line: they are complete (written whole and renamed into place), the rest
+    were never made. Empty if none."""
+    if not COMMITTED:
+        return ""
+    names = [str(p) for p in dict.fromkeys(COMMITTED)]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return (f" after writing {len(names)} complete output{'s' if len(names) > 1 else ''}: "
+            + ", ".join(names[:shown]) + more)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = _parse(parser, argv)
@@ -268,6 +281,7 @@ def main(argv=None) -> int:
     # SIGTERM as Ctrl-C (its clean-up runs); both noted where Python may drop them
     _TERMINATED.clear()
     _INTERRUPTED.clear()
+    COMMITTED.clear()
     taken = _own_handlers()
     try:
         code = int(importlib.import_module(args._module).run(args) or 0)
@@ -282,13 +296,13 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt as exc:
         if isinstance(exc, Terminated):
-            print(f"elmoe3d {args.command}: terminated (SIGTERM)", file=sys.stderr)
+            print(f"elmoe3d {args.command}: terminated (SIGTERM){_written()}", file=sys.stderr)
             # cleaned up: now end as SIGTERM ends a process (the parent sees the signal, and a
             # program that called main() in-process, such as pytest, stops too)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return 143                  # SIGTERM blocked or handled by the caller
-        print(f"elmoe3d {args.command}: interrupted", file=sys.stderr)
+        print(f"elmoe3d {args.command}: interrupted{_written()}", file=sys.stderr)
         return 130
     except OSError as exc:
         from ..paths import build_error

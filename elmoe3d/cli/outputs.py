@@ -198,6 +198,12 @@ def _refuse_special(path: Path, option: str) -> None:
         raise UserError(f"{option} {path}: not a regular file")
 
 
+#: Every destination :meth:`AtomicOutputs.commit` renamed into place in this process, in
+#: order (cleared by :func:`elmoe3d.cli.main` as a command starts): a Ctrl-C or SIGTERM that
+#: ends a command after a commit names them as complete.
+COMMITTED = []
+
+
 class AtomicOutputs:
     """Temporary files in the destination folders, renamed into place by :meth:`commit`,
     removed by :meth:`discard` (safe to call after :meth:`commit`); output folders created by
@@ -299,6 +305,7 @@ class AtomicOutputs:
                         os.unlink(bak)
                     except OSError:
                         pass
+        COMMITTED.extend(Path(dest) for _, dest in self._pending)
         self._pending = []
         self._made = []
 

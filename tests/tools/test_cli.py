@@ -218,3 +218,33 @@ def test_a_ctrl_c_python_dropped_still_ends_the_command(monkeypatch, capsys):
         assert cli.main(["blocks"]) == 0 and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_an_interrupt_after_a_commit_names_the_complete_outputs(monkeypatch, capsys, tmp_path):
+    """A Ctrl-C that lands after a command committed an output (here between its ``--json``
+    and a later step) still ends it with 130 and "interrupted", and names the file written
+    whole, which is there and parses; one interrupted before its commit names none and leaves
+    no file. The list is the command's own: a second command starts from none."""
+    import json
+    from elmoe3d.cli import blocks as blocks_cmd
+    from elmoe3d.cli.outputs import atomic_outputs, write_json
+    done, never = tmp_path / "done.json", tmp_path / "never.json"
+
+    def after_commit(args):
+        write_json(done, {"rows": [1, 2]})
+        raise KeyboardInterrupt
+
+    def before_commit(args):
+        with atomic_outputs(str) as outputs:
+            outputs.add_json(never, {"rows": [3]})
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(blocks_cmd, "run", after_commit)
+    assert cli.main(["blocks"]) == 130
+    assert capsys.readouterr().err.strip() == (
+        f"elmoe3d blocks: interrupted after writing 1 complete output: {done}")
+    assert json.loads(done.read_text()) == {"rows": [1, 2]}
+    monkeypatch.setattr(blocks_cmd, "run", before_commit)
+    assert cli.main(["blocks"]) == 130
+    assert capsys.readouterr().err.strip() == "elmoe3d blocks: interrupted"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["done.json"]
