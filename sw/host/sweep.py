@@ -777,7 +777,9 @@ def pareto_plots(rows, out_dir, *, axes=None, earlier=()) -> dict:
     (``by-tile_rows-...`` for ``tile.rows``), a line for each combination of the other swept
     axes and config fields that vary (not a config field that follows the x axis, as
     ``tile.lanes`` follows ``tile.rows`` under ``lanes == 2 * rows``), the scheme always (a derived column such as a point's Table 3 alpha, which varies with the
-    batch, is no axis of its own). The title counts the points drawn and those without a
+    batch, is no axis of its own). A config field with more than :data:`MAX_LINE_VALUES`
+    values (sampled) is the x axis when it has more values than the workload axis, and
+    otherwise the points' colour: dots a line key, no lines, a colour bar. The title counts the points drawn and those without a
     number on the axis. A model's plot of the other kind in ``out_dir`` and the plots of
     ``earlier`` (an earlier run's, as its ``sweep.json`` lists them: models no longer swept,
     another spec's) that this run did not draw are removed; no other file is touched.
@@ -813,6 +815,7 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes) -> dict:
     """:func:`pareto_plots`' drawing of the rows ``pts`` (each with ``xkey``)."""
     import matplotlib
     matplotlib.use("Agg")
+    import matplotlib.collections
     import matplotlib.pyplot as plt
     files = {}
     swept = None if axes is None else set(axes)
@@ -831,7 +834,12 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes) -> dict:
             ax.set_ylabel(label)
             ax.set_title(title, fontsize=9)
             ax.set_yscale("log")
-            ax.legend(fontsize=7)
+            legend = ax.legend(fontsize=7)
+            for handle in legend.legend_handles:    # a colour-mapped marker: its shape only
+                if isinstance(handle, matplotlib.collections.PathCollection) \
+                        and handle.get_array() is not None:
+                    handle.set_array(None)
+                    handle.set_color("0.35")
             ax.grid(alpha=0.3)
         count = f"{len(mine)} points"
         if axis is not None:
@@ -876,48 +884,85 @@ def _numeric(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+#: A column with more distinct numbers than this is drawn as a continuum (the x axis, or the
+#: points' colour), never as a line a value: random and Latin-hypercube sampling give every
+#: point a value of its own, and a line (and a legend entry) each would bury the plot.
+MAX_LINE_VALUES = 8
+
+
+def _distinct_numbers(rows, a) -> int:
+    return len({r[a] for r in rows if _numeric(r.get(a))})
+
+
 def _trend_axis(rows, swept):
     """The axis of :data:`TREND_AXES` in ``swept`` (None: all) with the most distinct numeric
     values in ``rows`` (the first in its order on a tie); when none has two, the swept config
     field with the most (``tile.rows``, ``aggregation_gbps``: a sweep of fields that move
     neither the area nor the PE count, whose points would otherwise share one x); None when
-    none has two either."""
-    for candidates in ([a for a in TREND_AXES if swept is None or a in swept],
-                       _config_axes(swept)):
-        counts = {a: len({r[a] for r in rows if _numeric(r.get(a))}) for a in candidates}
-        best = max(counts, key=lambda a: counts[a], default=None)  # keeps the first of equals
-        if best is not None and counts[best] > 1:
-            return best
-    return None
+    none has two either. A config field with more than :data:`MAX_LINE_VALUES` values (a
+    sampled range) and more values than that workload axis is the x axis instead."""
+    best = {}
+    for kind, candidates in (("workload", [a for a in TREND_AXES if swept is None or a in swept]),
+                             ("config", _config_axes(swept))):
+        counts = {a: _distinct_numbers(rows, a) for a in candidates}
+        a = max(counts, key=lambda a: counts[a], default=None)     # keeps the first of equals
+        if a is not None and counts[a] > 1:
+            best[kind] = (a, counts[a])
+    workload, config = best.get("workload"), best.get("config")
+    if config and (workload is None or (config[1] > MAX_LINE_VALUES and config[1] > workload[1])):
+        return config[0]
+    return workload[0] if workload else None
 
 
 def _follows(rows, a, axis) -> bool:
-    """Whether column ``a`` takes one value at each value of ``axis`` in ``rows`` (a field
-    swept with the axis, as ``tile.lanes`` with ``tile.rows`` under ``lanes == 2 * rows``):
-    then it makes no line of its own."""
-    seen = {}
-    return all(seen.setdefault(_hashable(r.get(axis)), _hashable(r.get(a)))
-               == _hashable(r.get(a)) for r in rows)
+    """Whether column ``a`` and ``axis`` determine each other in ``rows`` (a field swept with
+    the axis, as ``tile.lanes`` with ``tile.rows`` under ``lanes == 2 * rows``): then it
+    makes no line of its own. One way is not enough: under random sampling every point has
+    an x of its own, so any other field is a function of it."""
+    def function(x, y):
+        seen = {}
+        return all(seen.setdefault(_hashable(r.get(x)), _hashable(r.get(y)))
+                   == _hashable(r.get(y)) for r in rows)
+    return function(axis, a) and function(a, axis)
 
 
 def _trend_axes(ax, good, axis, key, swept):
     config = _config_axes(swept)
     others = [a for a in ("scheme", *TREND_AXES, *config)
               if a != axis and (a == "scheme" or swept is None or a in swept)
-              and len({_hashable(r.get(a)) for r in good}) > 1
-              and not (a in config and _follows(good, a, axis))]
+              and len({_hashable(r.get(a)) for r in good}) > 1]
+    # a sampled column (more values than lines can show) is the points' colour, not lines
+    shades = sorted((a for a in others if a != "scheme"
+                     and all(_numeric(r.get(a)) for r in good)
+                     and _distinct_numbers(good, a) > MAX_LINE_VALUES),
+                    key=lambda a: -_distinct_numbers(good, a))
+    others = [a for a in others
+              if a not in shades and not (a in config and _follows(good, a, axis))]
     lines = {}
     for r in good:
         if _numeric(r.get(axis)):
             lines.setdefault(tuple(_hashable(r.get(a)) for a in others), []).append(r)
     def order(item):                # numbers as numbers: batch 4 before batch 16
         return tuple((0, v, "") if _numeric(v) else (1, 0, str(v)) for v in item[0])
+    scale = None
+    if shades:
+        import matplotlib.colors
+        values = [r[shades[0]] for rs in lines.values() for r in rs]
+        scale = matplotlib.colors.Normalize(min(values), max(values))
     for k, (group, rs) in enumerate(sorted(lines.items(), key=order)):
         rs.sort(key=lambda r: r[axis])
         label = ", ".join(str(v) if a == "scheme" else f"{a} {v}"
                           for a, v in zip(others, group)) or "every point"
-        ax.plot([r[axis] for r in rs], [r[key] for r in rs], marker="o", ms=3, lw=1,
-                ls=("-", "--", ":", "-.")[k // 10 % 4], label=label)
+        if scale is None:
+            ax.plot([r[axis] for r in rs], [r[key] for r in rs], marker="o", ms=3, lw=1,
+                    ls=("-", "--", ":", "-.")[k // 10 % 4], label=label)
+        else:                       # no line: its neighbours differ in the colour's field
+            dots = ax.scatter([r[axis] for r in rs], [r[key] for r in rs], s=16,
+                              c=[r[shades[0]] for r in rs], cmap="viridis", norm=scale,
+                              marker="osD^v<>ph*"[k % 10], label=label, edgecolors="none")
+    if scale is not None:
+        also = f"; also varying: {', '.join(shades[1:])}" if shades[1:] else ""
+        ax.figure.colorbar(dots, ax=ax, pad=0.01).set_label(f"{shades[0]}{also}", fontsize=7)
     xs = sorted({r[axis] for r in good if _numeric(r.get(axis))})
     if not xs:
         return

@@ -1941,3 +1941,84 @@ def test_sigterm_stops_a_sweep_as_ctrl_c_does(tmp_path):
     assert "elmoe3d sweep: terminated (SIGTERM)" in proc.stderr
     doc = json.loads((out / "sweep.json").read_text())
     assert doc["status"] == "interrupted" and doc["finished"] == 2
+
+
+def test_sampled_config_fields_are_an_axis_and_a_colour_not_a_line_each(tmp_path):
+    """A new user's random sample of two continuous config fields (2026-12-07): each point
+    had a line and a legend entry of its own (24 samples: 24 entries, the plot buried). Now the
+    sampled field with the most values is the x axis (over a workload axis with fewer), the
+    other the points' colour (a colour bar), and the lines' keys stay what has few values (the
+    batch, the scheme): a legend of four. A grid field that follows nothing but takes a value
+    per sampled point (``pes`` here, three choices) still makes lines."""
+    import random
+    from elmoe3d.sw.host import sweep as sweep_mod
+    from elmoe3d.sw.host.sweep import pareto_plots
+    rng = random.Random(5)
+    print("seed 5")
+    samples = [(rng.uniform(0.2, 0.8), rng.uniform(2.0, 6.0)) for _ in range(20)]
+    rows = [{"model": "a", "scheme": sc, "batch": b, "pes": 16, "hb_pj_per_bit": hb,
+             "ext_pj_per_bit": ext, "tokens_per_s": 10.0 * b, "tokens_per_j": 100.0 / ext}
+            for hb, ext in samples for b in (1, 4) for sc in ("ar", "elastic")]
+    axes = {"hb_pj_per_bit", "ext_pj_per_bit", "batch", "scheme"}
+    drawn, bars, legends = [], [], []
+    import matplotlib.axes
+    import matplotlib.figure
+    import unittest.mock
+    real_scatter, real_bar = matplotlib.axes.Axes.scatter, matplotlib.figure.Figure.colorbar
+    real_legend, real_plot = matplotlib.axes.Axes.legend, matplotlib.axes.Axes.plot
+
+    def scatter(self, xs, ys, *args, **kw):
+        drawn.append((kw.get("label"), list(xs), list(kw.get("c"))))
+        return real_scatter(self, xs, ys, *args, **kw)
+
+    def colorbar(self, mappable, *args, **kw):
+        bar = real_bar(self, mappable, *args, **kw)
+        bars.append(bar)
+        return bar
+
+    def legend(self, *args, **kw):
+        out = real_legend(self, *args, **kw)
+        legends.append([t.get_text() for t in out.get_texts()])
+        return out
+
+    def plot(self, *args, **kw):
+        raise AssertionError("no line joins points whose colour field differs")
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "scatter", scatter), \
+            unittest.mock.patch.object(matplotlib.figure.Figure, "colorbar", colorbar), \
+            unittest.mock.patch.object(matplotlib.axes.Axes, "legend", legend), \
+            unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot):
+        files = pareto_plots(rows, tmp_path, axes=axes)
+    assert sorted(files) == ["by-hb_pj_per_bit:a"]
+    assert files["by-hb_pj_per_bit:a"].stat().st_size > 1000
+    groups = ["ar, batch 1", "ar, batch 4", "elastic, batch 1", "elastic, batch 4"]
+    assert [label for label, _, _ in drawn] == groups * 2
+    assert legends == [groups] * 2
+    assert all(len(xs) == 20 and xs == sorted(xs) for _, xs, _ in drawn)
+    by_hb = dict(samples)
+    assert all(c == [by_hb[x] for x in xs] for _, xs, c in drawn)
+    assert [bar.ax.get_ylabel() for bar in bars] == ["ext_pj_per_bit"] * 2
+    # a third sampled field is named beside the colour's; a list field sampled with them
+    # (ext_channels, three choices) keys the groups: it does not follow the x axis, which
+    # determines it (every point has an x of its own) but is not determined by it
+    rows3 = [dict(r, clock_ghz=0.5 + r["hb_pj_per_bit"] * r["ext_pj_per_bit"] / 7,
+                  ext_channels=(2, 4, 8)[int(r["ext_pj_per_bit"] * 10) % 3]) for r in rows
+             if r["scheme"] == "ar" and r["batch"] == 1]
+    drawn.clear(), bars.clear()
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "scatter", scatter), \
+            unittest.mock.patch.object(matplotlib.figure.Figure, "colorbar", colorbar):
+        files = pareto_plots(rows3, tmp_path, axes={"hb_pj_per_bit", "ext_pj_per_bit",
+                                                     "clock_ghz", "ext_channels"})
+    assert sorted(files) == ["by-clock_ghz:a"]
+    channels = sorted({r["ext_channels"] for r in rows3})
+    assert len(channels) > 1
+    assert [label for label, _, _ in drawn] == [f"ext_channels {c}" for c in channels] * 2
+    assert [bar.ax.get_ylabel() for bar in bars] == [
+        "hb_pj_per_bit; also varying: ext_pj_per_bit"] * 2
+    # eight values or fewer: lines, as before (a grid's list)
+    few = [r for r in rows if r["hb_pj_per_bit"] in sorted(by_hb)[:5]]
+    lines = []
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "plot",
+                                    lambda self, xs, ys, *a, **kw: lines.append(kw["label"])
+                                    or real_plot(self, xs, ys, *a, **kw)):
+        assert sorted(pareto_plots(few, tmp_path, axes=axes)) == ["by-batch:a"]
+    assert len(lines) == 2 * 2 * 5 and sweep_mod.MAX_LINE_VALUES == 8
