@@ -317,5 +317,22 @@ def main(argv=None) -> int:
             signal.signal(signum, default)
 
 
+def console_main() -> int:
+    """The ``elmoe3d`` program (the console script and ``python -m elmoe3d``): :func:`main`,
+    and for an exception it lets through (a bug, not the user's input) the traceback and
+    "internal error", exit status 3, the same for every command (1 is a mismatch a check
+    found, 2 the user's input). :func:`main` itself lets it through, for a program or test
+    that calls it."""
+    try:
+        return main()
+    except Exception:
+        import traceback
+        traceback.print_exc()
+        command = next((a for a in sys.argv[1:] if a in COMMANDS), None)
+        print(f"elmoe3d{' ' + command if command else ''}: internal error (a bug: the "
+              f"traceback above; exit status 3)", file=sys.stderr)
+        return 3
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(console_main())

@@ -212,7 +212,14 @@ class AtomicOutputs:
     def __init__(self):
         self._pending = []
         self._made = []
+        self._stale = []
         self._dest_of = {}              # every temporary file's destination, even a failed one
+
+    def remove_on_commit(self, path) -> None:
+        """Remove ``path`` (an earlier run's output this one replaces with nothing, such as a
+        plot of a model no longer swept) once :meth:`commit` has renamed every new file into
+        place; kept if the commit fails or never runs. Missing by then: nothing to do."""
+        self._stale.append(Path(path))
 
     def for_user(self, exc: OSError) -> OSError:
         """``exc`` with the destination in place of a temporary file of this object's (the
@@ -306,10 +313,16 @@ class AtomicOutputs:
                     except OSError:
                         pass
         COMMITTED.extend(Path(dest) for _, dest in self._pending)
+        written = {os.path.abspath(dest) for _, dest in self._pending}
         self._pending = []
         self._made = []
+        stale, self._stale = self._stale, []
+        for path in stale:
+            if os.path.abspath(path) not in written:
+                path.unlink(missing_ok=True)
 
     def discard(self):
+        self._stale = []
         for tmp, _ in self._pending:
             try:
                 os.unlink(tmp)

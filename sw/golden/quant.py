@@ -88,7 +88,16 @@ def _to_array(x, what: str, expected: str) -> np.ndarray:
     check of that, so no caller shows NumPy's "inhomogeneous shape" error."""
     try:
         return np.asarray(x)
-    except (TypeError, ValueError, OverflowError):          # ragged nested lists
+    except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
+        dtype = getattr(x, "dtype", None)
+        if dtype is not None and not isinstance(x, (list, tuple)):
+            # another library's array NumPy cannot read: a torch BF16 tensor (NumPy has no
+            # BF16), one that requires grad (torch refuses), a GPU tensor
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise QuantizationTypeError(
+                f"{what}: expected {expected}, got a {type(x).__name__} of dtype {dtype} "
+                f"NumPy cannot read ({why}); convert it first, e.g. x.detach().cpu().float() "
+                f"for a torch tensor (BF16 widens to float32 exactly)") from None
         raise QuantizationTypeError(f"{what}: expected {expected}, got a {type(x).__name__} "
                                     f"NumPy cannot turn into one array (rows of different "
                                     f"lengths?)") from None

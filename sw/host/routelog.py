@@ -29,6 +29,7 @@ access, no Amaranth), each for one kind of log seen in the wild (``docs/traces.m
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -341,7 +342,12 @@ def usage_counts(doc) -> dict:
         if bad is not None:
             raise UserError(f"expert usage: layer {name!r}, expert {bad}: expected a count, "
                             f"got {json.dumps(v[bad])}")
-        c = np.asarray(v, np.float64)
+        try:
+            c = np.asarray(v, np.float64)
+        except OverflowError:           # an integer beyond a float64's range (1e308)
+            bad = next(i for i, x in enumerate(v) if abs(x) > sys.float_info.max)
+            raise UserError(f"expert usage: layer {name!r}, expert {bad}: count of "
+                            f"{len(str(v[bad]))} digits, beyond a float64's range") from None
         if len(c) < 2 or not np.isfinite(c).all() or (c < 0).any() or c.sum() <= 0:
             raise UserError(f"expert usage: layer {name!r}: expected >= 2 finite counts >= 0 "
                             f"with at least one pick")

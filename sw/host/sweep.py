@@ -566,10 +566,11 @@ def _run(spec, points, states, store, cache, task, *, code, client, progress, re
         raise UserError(f"{store.out}: rows of point(s) {missing[:5]} are missing after the run")
     for p, r in zip(points, rows):
         r["point"] = p.index                      # a row kept from another spec: this spec's place
-    files = consolidate(rows, store.out)
-    if plots:
-        files.update(pareto_plots(rows, store.out, axes=swept_axes(spec),
-                                  earlier=_earlier_plots(before)))
+    with _writing(None) as outputs:         # the tables and plots, all or none
+        files = consolidate(rows, store.out, outputs)
+        if plots:
+            files.update(pareto_plots(rows, store.out, axes=swept_axes(spec),
+                                      earlier=_earlier_plots(before), outputs=outputs))
     errors = sum(1 for r in rows if r.get("error"))
     run = SweepRun(points=len(points), skipped=skipped, ran=len(todo), errors=errors,
                    rows=rows, workers=n_workers, dashboard=dash, seconds=seconds, files=files)
@@ -656,10 +657,30 @@ def _columns(rows) -> list:
         + sorted(present - set(seen) - set(RESULT_COLUMNS) - set(META_COLUMNS))
 
 
-def consolidate(rows, out_dir) -> dict:
+@contextlib.contextmanager
+def _writing(outputs):
+    """``outputs`` (a caller's :class:`~elmoe3d.cli.outputs.AtomicOutputs`, committed by the
+    caller with the rest of its files), or a new one committed when the block completes and
+    discarded in any case."""
+    if outputs is not None:
+        yield outputs
+        return
+    from ...cli.outputs import AtomicOutputs
+    outputs = AtomicOutputs()
+    try:
+        yield outputs
+        outputs.commit()
+    except OSError as exc:              # naming the destination, not its temporary file
+        raise outputs.for_user(exc) from None
+    finally:
+        outputs.discard()
+
+
+def consolidate(rows, out_dir, outputs=None) -> dict:
     """Write ``rows`` (dicts, by point index) as ``results.parquet`` (pyarrow; one column per
-    key, missing values null), ``results.csv`` and ``results.json`` in ``out_dir``; returns
-    ``{"parquet", "csv", "json"}`` -> path."""
+    key, missing values null), ``results.csv`` and ``results.json`` in ``out_dir``, all three
+    or none (into ``outputs``, an :class:`~elmoe3d.cli.outputs.AtomicOutputs` the caller
+    commits, or committed here); returns ``{"parquet", "csv", "json"}`` -> path."""
     need("pyarrow")
     import pyarrow as pa
     import pyarrow.csv as pcsv
@@ -678,16 +699,16 @@ def consolidate(rows, out_dir) -> dict:
     table = pa.table(arrays)
     files = {"parquet": out / "results.parquet", "csv": out / "results.csv",
              "json": out / "results.json"}
-    for kind, path in files.items():
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        if kind == "parquet":
-            pq.write_table(table, tmp)
-        elif kind == "csv":
-            pcsv.write_csv(table, tmp)
-        else:
-            tmp.write_text(json.dumps([{c: r.get(c) for c in cols} for r in rows], indent=1,
-                                      default=_json_default))
-        tmp.replace(path)
+    with _writing(outputs) as outputs:
+        for kind, path in files.items():
+            tmp = outputs.temp_for(path)
+            if kind == "parquet":
+                pq.write_table(table, tmp)
+            elif kind == "csv":
+                pcsv.write_csv(table, tmp)
+            else:
+                Path(tmp).write_text(json.dumps([{c: r.get(c) for c in cols} for r in rows],
+                                                indent=1, default=_json_default))
     return files
 
 
@@ -762,7 +783,7 @@ def _axis_label(axis: str) -> str:
     return TREND_AXES.get(axis) or f"{axis} (swept config field)"
 
 
-def pareto_plots(rows, out_dir, *, axes=None, earlier=()) -> dict:
+def pareto_plots(rows, out_dir, *, axes=None, earlier=(), outputs=None) -> dict:
     """Per model, ``pareto-<model>.png``: tokens/s and tokens/J against the die's mm2 of every
     point with an area and perf figures (without any area in the sweep: against the PE count,
     :data:`FALLBACK_X`, and the axis says so), the Pareto front of each batch drawn as a line
@@ -782,7 +803,9 @@ def pareto_plots(rows, out_dir, *, axes=None, earlier=()) -> dict:
     otherwise the points' colour: dots a line key, no lines, a colour bar. The title counts the points drawn and those without a
     number on the axis. A model's plot of the other kind in ``out_dir`` and the plots of
     ``earlier`` (an earlier run's, as its ``sweep.json`` lists them: models no longer swept,
-    another spec's) that this run did not draw are removed; no other file is touched.
+    another spec's) that this run did not draw are removed; no other file is touched. The
+    plots are written and the old ones removed all at once (``outputs``: an
+    :class:`~elmoe3d.cli.outputs.AtomicOutputs` the caller commits, or committed here).
 
     Returns ``{"pareto:<model>" or "by-<axis>:<model>": path}`` (nothing for a sweep without
     perf figures)."""
@@ -794,16 +817,17 @@ def pareto_plots(rows, out_dir, *, axes=None, earlier=()) -> dict:
         pts = [dict(r, pes=r["pes"] if r.get("pes") is not None else _base_pes(r))
                for r in done]
     files = {}
-    if pts:
-        files = _draw_plots(pts, out_dir, xkey, xlabel, axes)
-    keep = {p.name for p in files.values()}
-    models = {r["model"] for r in pts}
-    trend = [*TREND_AXES, *_config_axes(None if axes is None else set(axes))]
-    other_kind = [f"{kind}-{m}.png" for m in models
-                  for kind in ["pareto", *(f"by-{_axis_file(a)}" for a in trend)]]
-    for name in [*other_kind, *(Path(p).name for p in earlier)]:
-        if name not in keep and _PLOT_NAME.fullmatch(name):     # an earlier run's plot
-            (Path(out_dir) / name).unlink(missing_ok=True)
+    with _writing(outputs) as outputs:
+        if pts:
+            files = _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs)
+        keep = {p.name for p in files.values()}
+        models = {r["model"] for r in pts}
+        trend = [*TREND_AXES, *_config_axes(None if axes is None else set(axes))]
+        other_kind = [f"{kind}-{m}.png" for m in models
+                      for kind in ["pareto", *(f"by-{_axis_file(a)}" for a in trend)]]
+        for name in [*other_kind, *(Path(p).name for p in earlier)]:
+            if name not in keep and _PLOT_NAME.fullmatch(name):     # an earlier run's plot
+                outputs.remove_on_commit(Path(out_dir) / name)
     return files
 
 
@@ -811,7 +835,7 @@ def pareto_plots(rows, out_dir, *, axes=None, earlier=()) -> dict:
 _PLOT_NAME = re.compile(r"(pareto|by-[a-z0-9_]+)-[^/\\]+\.png")
 
 
-def _draw_plots(pts, out_dir, xkey, xlabel, axes) -> dict:
+def _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs) -> dict:
     """:func:`pareto_plots`' drawing of the rows ``pts`` (each with ``xkey``)."""
     import matplotlib
     matplotlib.use("Agg")
@@ -853,10 +877,10 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes) -> dict:
         kind = "pareto" if axis is None else f"by-{_axis_file(axis)}"
         stem = f"{kind}-{model}"
         path = Path(out_dir) / f"{stem}.png"
-        tmp = path.with_name(f".{stem}.tmp.png")
-        fig.savefig(tmp, dpi=90)
-        plt.close(fig)
-        tmp.replace(path)
+        try:
+            fig.savefig(outputs.temp_for(path), dpi=90, format="png")
+        finally:
+            plt.close(fig)
         files[f"{kind}:{model}"] = path
     return files
 

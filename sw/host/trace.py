@@ -39,6 +39,7 @@ from ...errors import UserError
 from .models import MODEL_PRESETS, model_preset, preset_for_model_id
 from .routelog import (WARMUP_MIN_ROWS, DialectError, forward_passes, layer_by_layer,
                        router_norm_mismatch, usage_counts, warmup_blocks)
+from .weights import npy_member_header
 
 
 __all__ = ["TRACE_FORMAT", "TRACE_VERSION", "PHASES", "TraceError", "MODEL_LINE_KINDS",
@@ -290,9 +291,10 @@ class RoutingTrace:
                 u, first, cnt = np.unique(key[keep], axis=0, return_index=True,
                                           return_counts=True)
                 if (cnt > 1).any():
-                    r, p, lay, ph = u[np.argmax(cnt > 1)]
+                    i = np.argmax(cnt > 1)
+                    r, p, lay, ph = u[i]
                     raise TraceError(f"rows: (request {r}, position {p}, layer {lay}, phase "
-                                     f"{PHASES[ph]}) appears {cnt.max()} times")
+                                     f"{PHASES[ph]}) appears {cnt[i]} times")
 
     def _first_bad(self, column, bad, what):
         bad = np.asarray(bad)
@@ -464,6 +466,14 @@ class RoutingTrace:
                              f"kind of file, or truncated); {expected}")
         arrays = {}
         try:
+            with zipfile.ZipFile(path) as zf:       # each member's size before np.load
+                for member in zf.namelist():
+                    try:
+                        npy_member_header(zf, member)
+                    except ValueError as exc:
+                        raise TraceError(f"{path}: not a readable .npz trace: array "
+                                         f"{member.removesuffix('.npy')!r}: {exc}; "
+                                         f"{expected}") from None
             with np.load(path, allow_pickle=False) as z:
                 for name in z.files:
                     try:

@@ -180,6 +180,8 @@ def expert_count_table(path=None) -> dict:
                 e, c = int(expert), int(count)
                 if e < 0 or c < 0:
                     raise ValueError("negative expert or count")
+                if max(e, c) > np.iinfo(np.int64).max:
+                    raise ValueError("expert or count beyond a 64-bit integer")
             except ValueError as exc:
                 raise UserError(f"{path}:{lineno}: bad row {row} ({exc})") from None
             first = rows.setdefault(key, {}).setdefault(e, (c, lineno))[1]

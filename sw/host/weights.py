@@ -253,18 +253,22 @@ def select_names(names, pattern, *, source="the file") -> list:
     for glob in globs:
         hits = [n for n in names if fnmatch.fnmatchcase(n, glob)]
         if not hits:
-            close = difflib.get_close_matches(glob, names, n=3, cutoff=0.5)
-            if close:
-                hint = "did you mean " + ", ".join(close)
-            elif names:
-                shown = names[:5]
-                hint = "available: " + ", ".join(shown) + (
-                    f", ... ({len(names)} tensors)" if len(names) > len(shown) else "")
-            else:
-                hint = "the file holds no tensors"
-            raise UserError(f"{source}: no tensor matches {glob!r} ({hint})")
+            raise UserError(f"{source}: no tensor matches {glob!r} ({_names_hint(glob, names)})")
         chosen.update(hits)
     return [n for n in names if n in chosen]
+
+
+def _names_hint(wanted: str, names: list) -> str:
+    """What to say beside a tensor name or glob ``wanted`` that ``names`` lack: the close
+    names, else the first few."""
+    close = difflib.get_close_matches(wanted, names, n=3, cutoff=0.5)
+    if close:
+        return "did you mean " + ", ".join(close)
+    if names:
+        shown = names[:5]
+        return "available: " + ", ".join(shown) + (
+            f", ... ({len(names)} tensors)" if len(names) > len(shown) else "")
+    return "the file holds no tensors"
 
 
 def _check_path(path: Path) -> int:
@@ -293,6 +297,37 @@ def _check_path(path: Path) -> int:
     if size == 0:
         raise UserError(f"{path}: is empty (0 bytes)")
     return size
+
+
+def npy_member_header(zf: zipfile.ZipFile, member: str) -> tuple:
+    """The ``(shape, dtype)`` an ``.npz`` archive's ``.npy`` member declares, read from its
+    header alone (no data), checked against the member's size: a header that declares more
+    data than the member holds (a corrupt or crafted file) would otherwise make NumPy
+    allocate the declared array (149 GiB for a 200,000 x 200,000 float32) before it finds the
+    data short.
+
+    Raises
+    ------
+    ValueError
+        Not an ``.npy`` header, or the data it declares (bytes) exceeds the member's size.
+    OSError, EOFError, zipfile.BadZipFile, zlib.error
+        The archive itself is unreadable.
+    """
+    with zf.open(member) as f:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        header = f.tell()
+    size = zf.getinfo(member).file_size
+    if dtype.hasobject:                 # pickled objects: their size is not the shape's
+        return tuple(shape), dtype
+    need = math.prod(shape) * dtype.itemsize
+    if header + need > size:
+        raise ValueError(f"its header declares shape {tuple(shape)} of {dtype} ({need:,} B of "
+                         f"data) but the member holds {max(size - header, 0):,} B after it")
+    return tuple(shape), dtype
 
 
 class TensorFile:
@@ -493,12 +528,7 @@ class TensorFile:
             for member in zf.namelist():
                 name = member[:-4] if member.endswith(".npy") else member
                 try:
-                    with zf.open(member) as f:
-                        version = np.lib.format.read_magic(f)
-                        if version == (1, 0):
-                            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-                        else:
-                            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+                    shape, dtype = npy_member_header(zf, member)
                 except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
                     raise UserError(f"{self.path}: tensor {name!r}: corrupt .npy member "
                                     f"({exc})") from None
@@ -543,8 +573,9 @@ class TensorFile:
             No such tensor (lists close names); a dtype this reader does not load; corrupt data.
         """
         info = self.infos.get(name)
-        if info is None:
-            select_names(self.infos, [name], source=str(self.path))     # raises with a hint
+        if info is None:                # a name, not a glob: ``*.weight`` is looked up as is
+            raise UserError(f"{self.path}: no tensor named {name!r} "
+                            f"({_names_hint(name, list(self.infos))})")
         if not info.loadable:
             raise UserError(f"{self.path}: tensor {name!r}: dtype {info.dtype} is not "
                             f"supported (F16, BF16, F32, F64 and integer tensors are)")

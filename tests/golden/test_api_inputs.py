@@ -234,6 +234,29 @@ def test_quantize_weights_says_what_it_got(w, got):
         quantize_weights(w)
 
 
+def test_a_torch_tensor_numpy_cannot_read_is_named_with_the_way_out():
+    """A review's finding (2026-12-07): a torch BF16 tensor was said to be ragged lists, and
+    one that requires grad raised torch's RuntimeError; now both name the dtype, torch's
+    reason and the conversion, and the converted tensor quantizes as the float32 array."""
+    torch = pytest.importorskip("torch")
+    w = torch.from_numpy(_layer()[1].astype(np.float32))
+    for bad, why in ((w.bfloat16(), r"torch\.bfloat16 NumPy cannot read \(Got unsupported "
+                                    r"ScalarType BFloat16\)"),
+                     (w.clone().requires_grad_(True), r"torch\.float32 NumPy cannot read "
+                                                      r"\(Can't call numpy\(\) on Tensor that "
+                                                      r"requires grad")):
+        for f, what in ((quantize_weights, "tensor 'weight'"),
+                        (quantize_activations, "activation 'activation'")):
+            with pytest.raises(QuantizationTypeError, match=rf"^{what}: expected .*, got a "
+                               rf"Tensor of dtype {why}.*; convert it first, e\.g\. "
+                               rf"x\.detach\(\)\.cpu\(\)\.float\(\)"):
+                f(bad)
+        fixed = quantize_weights(bad.detach().cpu().float())
+        expect = quantize_weights(bad.detach().float().numpy())
+        np.testing.assert_array_equal(fixed.q, expect.q)
+        np.testing.assert_array_equal(fixed.scale, expect.scale)
+
+
 def test_quantized_weight_and_as_int8_codes_name_ragged_lists():
     with pytest.raises(QuantizationTypeError, match=r"^tensor 'd' codes: expected integer codes, "
                                                     + RAGGED_MSG):

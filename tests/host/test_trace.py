@@ -266,3 +266,11 @@ def test_the_trace_keeps_its_own_copy_of_a_callers_arrays():
     assert (view.expert_ids == t.expert_ids).all()
     assert (view.requests()[0].ids == before).all()
     assert not view.expert_ids.flags.writeable
+
+
+def test_a_repeated_row_is_counted_as_itself():
+    """A review's finding (2026-12-07): the message named the first repeated row but the
+    count of the most repeated one ((request 0, position 0, layer 0) twice, said 3 times)."""
+    with pytest.raises(TraceError, match=r"rows: \(request 0, position 0, layer 0, phase "
+                                         r"\w+\) appears 2 times$"):
+        small_trace(position=[0, 0, 0, 0, 1, 1] + [0] * 6)

@@ -118,7 +118,14 @@ def test_usage_json_nested_too_deeply(tmp_path):
     ("bad.csv", HEADER.encode() + b"m,v,d,0,0,\xff\n", "bad.csv:2: not UTF-8 text (byte 0xff"),
     ("deep.json", ("[" * 100_000 + "]" * 100_000).encode(), "deep.json: JSON nested too deeply"),
     ("dup.json", b'{"layers": {"a": [1, 2, 3, 4, 5, 6, 7, 8], "a": [1, 1, 1, 1, 1, 1, 1, 1]}}',
-     "dup.json: key 'a' given twice in one JSON object")])
+     "dup.json: key 'a' given twice in one JSON object"),
+    # a review's finding (2026-12-07): counts beyond a float64 or an int64 were a traceback
+    ("huge.json", ("[[" + "1" * 401 + ", 1, 1, 1, 1, 1, 1, 1]]").encode(),
+     "huge.json: expert usage: layer '0', expert 0: count of 401 digits, beyond a float64's "
+     "range"),
+    ("huge.csv", (HEADER + "m,expert_counts,d,0,0,100000000000000000000\n").encode(),
+     "huge.csv:2: bad row ['m', 'expert_counts', 'd', '0', '0', '100000000000000000000'] "
+     "(expert or count beyond a 64-bit integer)")])
 def test_run_synthetic_trace_names_the_file(tmp_path, capsys, name, data, words):
     path = tmp_path / name
     path.write_bytes(data)

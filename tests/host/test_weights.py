@@ -175,8 +175,43 @@ def test_pattern_matching_nothing_lists_names(st_file):
     with pytest.raises(UserError, match=r"no tensor matches 'zzz\*' \(available: "
                                         r"position_ids, "):
         load_tensors(path, "*.weight,zzz*")      # one bad glob among several is an error
-    with pytest.raises(UserError, match="no tensor matches 'nothere'"):
+    with pytest.raises(UserError, match=r"no tensor named 'nothere' \(available: "):
         open_tensors(path).load("nothere")
+    # a name with glob characters is a name (a review found it crashed when the glob matched)
+    with pytest.raises(UserError, match=r"no tensor named '\*\.weight' \(did you mean "):
+        open_tensors(path).load("*.weight")
+
+
+def test_an_npz_header_larger_than_its_data_is_refused_before_loading(tmp_path):
+    """A review's finding (2026-12-07): an .npz member whose header declares a shape far
+    larger than its data (corrupt or crafted) made NumPy allocate the declared array (149 GiB
+    here) and fail with a traceback. Now its header is checked against the member's size
+    when the file is opened, naming the tensor; as a routing trace the same."""
+    import io
+    import zipfile
+    from elmoe3d.sw.host.trace import TraceError, RoutingTrace
+
+    def member(shape):
+        b = io.BytesIO()
+        np.lib.format.write_array_header_1_0(b, {"descr": "<f4", "fortran_order": False,
+                                                 "shape": shape})
+        return b.getvalue() + b"\0" * 128
+    huge = tmp_path / "huge.npz"
+    with zipfile.ZipFile(huge, "w") as z:
+        z.writestr("w.npy", member((200000, 200000)))
+        z.writestr("ok.npy", member((32,)))
+    with pytest.raises(UserError, match=r"huge\.npz: tensor 'w': corrupt \.npy member \(its "
+                       r"header declares shape \(200000, 200000\) of float32 "
+                       r"\(160,000,000,000 B of data\) but the member holds 128 B after it\)"):
+        open_tensors(huge)
+    with zipfile.ZipFile(huge, "w") as z:
+        z.writestr("ok.npy", member((32,)))
+    assert open_tensors(huge).load("ok").shape == (32,)
+    with zipfile.ZipFile(huge, "w") as z:
+        z.writestr("request.npy", member((10 ** 11,)))
+    with pytest.raises(TraceError, match=r"huge\.npz: not a readable \.npz trace: array "
+                       r"'request': its header declares shape \(100000000000,\)"):
+        RoutingTrace.load(huge)
 
 
 def test_unsupported_format_and_dtype(tmp_path):

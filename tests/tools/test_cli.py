@@ -248,3 +248,28 @@ def test_an_interrupt_after_a_commit_names_the_complete_outputs(monkeypatch, cap
     assert cli.main(["blocks"]) == 130
     assert capsys.readouterr().err.strip() == "elmoe3d blocks: interrupted"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["done.json"]
+
+
+def test_a_bug_is_exit_status_3_in_every_command(monkeypatch, capsys):
+    """A review's finding (2026-12-07): an exception that is no user error (a bug) left
+    `elmoe3d quant` with Python's status 1, which `run` and `bench` use for a mismatch found;
+    only `run` said "internal error", 3. The program (console script, ``python -m elmoe3d``)
+    now does for every command; ``main`` lets it through for a caller in Python."""
+    from importlib.metadata import entry_points
+    from elmoe3d.cli import blocks as blocks_cmd
+    assert [e.value for e in entry_points(group="console_scripts", name="elmoe3d")] == [
+        "elmoe3d.cli:console_main"]
+
+    def bug(args):
+        raise RuntimeError("stand-in bug")
+    monkeypatch.setattr(blocks_cmd, "run", bug)
+    monkeypatch.setattr(sys, "argv", ["elmoe3d", "blocks"])
+    assert cli.console_main() == 3
+    err = capsys.readouterr().err
+    assert "RuntimeError: stand-in bug" in err and "Traceback" in err
+    assert err.strip().splitlines()[-1] == (
+        "elmoe3d blocks: internal error (a bug: the traceback above; exit status 3)")
+    with pytest.raises(RuntimeError, match="stand-in bug"):
+        cli.main(["blocks"])
+    monkeypatch.setattr(blocks_cmd, "run", lambda args: 0)
+    assert cli.console_main() == 0

@@ -2022,3 +2022,53 @@ def test_sampled_config_fields_are_an_axis_and_a_colour_not_a_line_each(tmp_path
                                     or real_plot(self, xs, ys, *a, **kw)):
         assert sorted(pareto_plots(few, tmp_path, axes=axes)) == ["by-batch:a"]
     assert len(lines) == 2 * 2 * 5 and sweep_mod.MAX_LINE_VALUES == 8
+
+
+def test_the_tables_and_plots_are_written_all_or_none(tmp_path, monkeypatch):
+    """A review's finding (2026-12-07): the three tables were renamed into place one by one,
+    so a CSV write that failed (a full disk) left the new parquet beside the old CSV and JSON
+    and its temporary file behind. Now a failure leaves the earlier run's three tables and
+    its plots as they were, and no temporary file; the error names the table, not a
+    temporary file. A run that succeeds replaces the tables and removes the plots it no
+    longer draws, after writing its own."""
+    import errno
+    import pyarrow.csv
+    from elmoe3d.sw.host.sweep import consolidate, pareto_plots
+    from elmoe3d.cli.outputs import AtomicOutputs
+    old = [{"point": 0, "model": "a", "scheme": "ar", "die_mm2": 1.0, "tokens_per_s": 1.0,
+            "tokens_per_j": 1.0}]
+    consolidate(old, tmp_path)
+    (tmp_path / "by-batch-a.png").write_bytes(b"an earlier run's plot")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real = pyarrow.csv.write_csv
+
+    def full_disk(table, where, *args, **kw):
+        Path(where).write_text("point,mod")
+        raise OSError(errno.ENOSPC, "No space left on device", str(where))
+    monkeypatch.setattr(pyarrow.csv, "write_csv", full_disk)
+    new = [dict(old[0], tokens_per_s=2.0), dict(old[0], point=1, die_mm2=2.0)]
+    outputs = AtomicOutputs()
+    with pytest.raises(OSError) as info:
+        try:
+            consolidate(new, tmp_path, outputs)
+            pareto_plots(new, tmp_path, outputs=outputs)
+            outputs.commit()
+        except OSError as exc:
+            raise outputs.for_user(exc) from None
+        finally:
+            outputs.discard()
+    assert info.value.filename == str(tmp_path / "results.csv")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    with pytest.raises(OSError) as info:        # consolidate on its own: the same
+        consolidate(new, tmp_path)
+    assert info.value.filename == str(tmp_path / "results.csv")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    monkeypatch.setattr(pyarrow.csv, "write_csv", real)
+    outputs = AtomicOutputs()
+    consolidate(new, tmp_path, outputs)
+    pareto_plots(new, tmp_path, outputs=outputs, earlier=[str(tmp_path / "by-batch-a.png")])
+    assert (tmp_path / "by-batch-a.png").exists()       # not before the commit
+    outputs.commit()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "pareto-a.png", "results.csv", "results.json", "results.parquet"]
+    assert len(json.loads((tmp_path / "results.json").read_text())) == 2
