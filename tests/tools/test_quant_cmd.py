@@ -450,7 +450,8 @@ def test_a_tensor_whose_k_is_no_multiple_of_32_is_skipped_and_reported(tmp_path,
             "odd.weight") in " ".join(out.split())
     doc = json.loads(out_json.read_text())
     assert [t["name"] for t in doc["tensors"]] == ["a.weight"]
-    assert doc["skipped"] == [{"name": "odd.weight", "dtype": "F32", "shape": [4, 48],
+    assert doc["skipped"] == [{"name": "odd.weight", "file": str(files["k48"]), "dtype": "F32",
+                               "shape": [4, 48],
                                "reason": "K not a multiple of the group size 32"}]
 
 
@@ -490,3 +491,110 @@ def test_groups_that_quantize_to_all_zeros_are_reported(tmp_path, capsys):
     np.savez(path, a=a, b=b)
     assert cli.main(["quant", str(path), "--json", str(out)]) == 0
     assert json.loads(out.read_text())["aggregate"]["zero_groups"] == 1
+
+
+# --- sharded checkpoints (a new user's finding, 2026-12-07) ---------------------------------
+
+def _sharded(folder):
+    """A two-shard checkpoint as Hugging Face writes it (and the same tensors in one file):
+    shard 1 holds an FFN weight and a norm, shard 2 another FFN weight."""
+    rng = np.random.default_rng(11)
+    one = {"model.layers.0.mlp.up_proj.weight": rng.normal(size=(64, 128)).astype(np.float32),
+           "model.layers.0.norm.weight": np.ones(128, np.float32)}
+    two = {"model.layers.1.mlp.up_proj.weight": rng.normal(size=(32, 96)).astype(np.float32)}
+    hf = folder / "hf"
+    hf.mkdir()
+    names = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+    for tensors, name in zip((one, two), names):
+        save_file(tensors, str(hf / name))
+    index = {"metadata": {"total_size": 0},
+             "weight_map": {**{k: names[0] for k in one}, **{k: names[1] for k in two}}}
+    (hf / "model.safetensors.index.json").write_text(json.dumps(index))
+    save_file({**one, **two}, str(folder / "whole.safetensors"))
+    return hf, names, index
+
+
+def test_a_sharded_checkpoint_is_one_model(tmp_path, capsys):
+    """Its folder, its index and its shards given one by one each give the single file's
+    pooled figures (every number of the JSON's aggregate), with each tensor's file named."""
+    hf, names, _ = _sharded(tmp_path)
+    rc, _, err = run_main(capsys, tmp_path / "whole.safetensors", "--bits", "3-4", "--json",
+                          tmp_path / "whole.json")
+    assert rc == 0, err
+    whole = json.loads((tmp_path / "whole.json").read_text())
+    for i, args in enumerate(([hf], [hf / "model.safetensors.index.json"],
+                              [hf / n for n in names])):
+        out = tmp_path / f"s{i}.json"
+        rc, text, err = run_main(capsys, *args, "--bits", "3-4", "--json", out)
+        assert rc == 0, err
+        doc = json.loads(out.read_text())
+        assert doc["aggregate"] == whole["aggregate"]
+        assert doc["files"] == [str(hf / n) for n in names]
+        assert [(t["name"], t["file"]) for t in doc["tensors"]] == [
+            ("model.layers.0.mlp.up_proj.weight", str(hf / names[0])),
+            ("model.layers.1.mlp.up_proj.weight", str(hf / names[1]))]
+        assert [(t["name"], t["file"], t["reason"]) for t in doc["skipped"]] == [
+            ("model.layers.0.norm.weight", str(hf / names[0]), "1-D")]
+        assert "2 tensors, 11,264 weights" in text
+    # --tensors selects over every shard; a glob matching none of them is the usual error
+    rc, text, err = run_main(capsys, hf, "--tensors", "*layers.1.*", "--bits", "4")
+    assert rc == 0 and "1 tensor, 3,072 weights" in text
+    rc, _, err = run_main(capsys, hf, "--tensors", "*layers.7.*")
+    assert rc == 2 and f"{hf}: no tensor matches '*layers.7.*'" in err
+
+
+@pytest.mark.parametrize("case, words", [
+    ("empty folder", r"empty: no weight file in this folder \(expected \.safetensors or \.npz "
+                     r"files, or a sharded checkpoint's \*\.safetensors\.index\.json\)"),
+    ("shard missing", r"model\.safetensors\.index\.json: names 1 shard\(s\) not beside it: "
+                      r"model-00002-of-00002\.safetensors"),
+    ("wrong shard", r"model\.safetensors\.index\.json: maps tensor "
+                    r"'model\.layers\.0\.mlp\.up_proj\.weight' to "
+                    r"model-00002-of-00002\.safetensors, but it is in "
+                    r"model-00001-of-00002\.safetensors"),
+    ("no such tensor", r"model\.safetensors\.index\.json: maps tensor 'lm_head\.weight' to "
+                       r"model-00002-of-00002\.safetensors, which does not hold it"),
+    ("no weight_map", r"model\.safetensors\.index\.json: expected a checkpoint index, an object "
+                      r"with \"weight_map\""),
+    ("not json", r"model\.safetensors\.index\.json: not a checkpoint index \(not JSON"),
+    ("two indexes", r"hf: holds 2 checkpoint indexes"),
+    ("given twice", r"model-00001-of-00002\.safetensors: given twice"),
+    ("tensor in two files", r"tensor 'model\.layers\.0\.mlp\.up_proj\.weight' is in both "),
+    ("bad tensor in a shard", r"^elmoe3d quant: error: \S*model-00002-of-00002\.safetensors: "
+                              r"tensor 'model\.layers\.1\.mlp\.up_proj\.weight': non-finite "
+                              r"weight nan"),
+])
+def test_a_sharded_checkpoints_mistakes_are_one_line_naming_the_file(case, words, tmp_path,
+                                                                       capsys):
+    hf, names, index = _sharded(tmp_path)
+    idx = hf / "model.safetensors.index.json"
+    args = [hf]
+    if case == "empty folder":
+        (tmp_path / "empty").mkdir()
+        args = [tmp_path / "empty"]
+    elif case == "shard missing":
+        (hf / names[1]).unlink()
+    elif case == "wrong shard":
+        index["weight_map"]["model.layers.0.mlp.up_proj.weight"] = names[1]
+        idx.write_text(json.dumps(index))
+    elif case == "no such tensor":
+        index["weight_map"]["lm_head.weight"] = names[1]
+        idx.write_text(json.dumps(index))
+    elif case == "no weight_map":
+        idx.write_text(json.dumps({"metadata": {}}))
+    elif case == "not json":
+        idx.write_text("{weight_map")
+    elif case == "two indexes":
+        (hf / "other.safetensors.index.json").write_text(json.dumps(index))
+    elif case == "given twice":
+        args = [hf, hf / names[0]]
+    elif case == "tensor in two files":
+        args = [tmp_path / "whole.safetensors", hf / names[0]]
+    elif case == "bad tensor in a shard":
+        bad = np.full((32, 96), np.nan, np.float32)
+        save_file({"model.layers.1.mlp.up_proj.weight": bad}, str(hf / names[1]))
+    out = tmp_path / "r.json"
+    rc, _, err = run_main(capsys, *args, "--json", out)
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert re.search(words, err.strip()), err
+    assert not out.exists() and leftovers(tmp_path) == []
