@@ -1110,7 +1110,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             rep.notes.append(f"top_k not given: {k} taken from line {lineno}")
         if len(ids) != k:
             fits = [n for n, m in MODEL_PRESETS.items() if m.top_k == len(ids)]
-            bad(lineno, "wrong-k", f"{len(ids)} experts, expected top_k = {k}" + (
+            bad(lineno, "wrong-k", f"{len(ids)} expert{'s' * (len(ids) != 1)}, expected top_k = {k}" + (
                 f" (the presets with top_k = {len(ids)}: {', '.join(fits)})"
                 if preset is not None and fits else ""))
             continue

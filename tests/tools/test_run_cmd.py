@@ -561,3 +561,32 @@ def test_synthetic_trace_mistakes_name_what_is_wrong(tmp_path, capsys):
                         "mixtral-8x7b")
     assert code == 2 and err.count("\n") == 1
     assert "expert usage: layer '0', expert 2: expected a count, got \"x\"" in err
+
+
+@pytest.mark.parametrize("built", [True, False])
+def test_a_verilator_build_is_left_out_of_the_simulation_speed(built, monkeypatch, capsys,
+                                                               tmp_path):
+    """A new user's finding (2026-12-07): the first RTL run's `sim tok/s` counted the
+    Verilator build (0.1 tokens/s against 0.9 the next time). A build this run made is now
+    reported apart and left out of the speed; a reused build (its own compile time in the
+    figures) is not subtracted. A stand-in backend reports a build of 1 ns."""
+    from elmoe3d.sw.host.backends import golden
+    real = golden.GoldenBackend.run
+
+    def with_build(self, steps, ctx):
+        res = real(self, steps, ctx)
+        res.figures = {"built": built, "build_seconds": 1e-9}
+        return res
+    monkeypatch.setattr(golden.GoldenBackend, "run", with_build)
+    out_json = tmp_path / "r.json"
+    code, out, err = _run(capsys, *BASE, "--config", "small", "--backend", "golden",
+                          "--tokens", "2", "--layers", "0", "--json", str(out_json))
+    assert code == 0, err
+    run = json.loads(out_json.read_text())["runs"][0]
+    w = run["wall_seconds"]
+    assert w["build"] == (1e-9 if built else 0.0)
+    tokens = json.loads(out_json.read_text())["tokens"]
+    assert run["tokens_simulated_per_s"] == pytest.approx(
+        tokens / (w["schedule"] + w["backend"] - w["build"]), rel=1e-12)
+    said = "of which the Verilator build 0.00 s, left out of the speed" in " ".join(out.split())
+    assert said == built
