@@ -673,23 +673,43 @@ def _plot_fig16(path, doc):
     c.set_title(f"(c) miss rate across models, {frac:g} of the experts", fontsize=9)
     domains = sorted({k[1] for k in sources if k[2] == "counts"})
     colour = {dom: f"C{i}" for i, dom in enumerate(domains)}      # a colour a benchmark
+    # Mixtral's benchmarks lie on one another (a new user could not tell them apart, nor
+    # from OLMoE's of the same colour): one grey line style, one entry giving their spread
+    mixtral = [curve(sel)[1] for (model, _, kind), sel in sources.items()
+               if kind == "counts" and model == "mixtral-8x7b"]
+    spread = max((max(ys) - min(ys) for ys in zip(*mixtral)), default=0.0)
+    said = False
     for (model, bench, kind), sel in sources.items():
-        if kind == "counts":
-            style = {"olmoe-1b-7b": "o-", "mixtral-8x7b": "x--",
-                     "olmoe-1b-7b-sft": "+:", "olmoe-1b-7b-dpo": "1-."}.get(model, "*:")
-            d.plot(*curve(sel), style, color=colour[bench],
-                   label=f"{model.removeprefix('olmoe-1b-7b').strip('-') or 'olmoe'} {bench}"
-                   if model.startswith("olmoe") else f"mixtral {bench}")
+        if kind != "counts":
+            continue
+        if model == "mixtral-8x7b":
+            d.plot(*curve(sel), "x--", color="0.35", lw=1, markersize=4,
+                   label=None if said else f"mixtral, {len(mixtral)} benchmarks (within "
+                                           f"{spread:.3f})")
+            said = True
+            continue
+        style = {"olmoe-1b-7b": "o-", "olmoe-1b-7b-sft": "+:",
+                 "olmoe-1b-7b-dpo": "1-."}.get(model, "*:")
+        d.plot(*curve(sel), style, color=colour[bench],
+               label=f"{model.removeprefix('olmoe-1b-7b').strip('-') or 'olmoe'} {bench}"
+               if model.startswith("olmoe") else f"{model} {bench}")
     d.set_title(f"(d) miss rate across benchmarks (count table), {frac:g} of the experts",
                 fontsize=9)
     for ax in (a, c, d):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch")
         ax.set_ylabel("miss rate")
+    # room below the curves for the legends of (a) and (c), which covered a point and a line
+    # of each (a new user's trial): the lowest point at 30% (a) and the axis from 0 (c)
+    for ax, room in ((a, 0.3), (d, 0.35)):
+        hi = ax.get_ylim()[1]
+        low = min(y for line in ax.get_lines() for y in line.get_ydata())
+        ax.set_ylim(low - room / (1 - room) * (hi - low), hi)
+    c.set_ylim(0, c.get_ylim()[1])
     for ax in (a, b, c, d):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6 if ax in (a, c) else 7, ncols=2 if ax is d else 1,
-                  loc="lower right" if ax is a else "best")
+        ax.legend(fontsize=6 if ax in (a, c) else 7, ncols=2 if ax in (a, d) else 1,
+                  loc="best" if ax is b else "lower right")
     f.suptitle("Fig. 16: expert locality by batch, request, model and benchmark on real "
                "routing\n(solid: measured, or Che on a measured popularity in (c, d); dashed "
                "and dash-dot: models; (c)'s dashed: Zipf laws fitted on Table 3)", fontsize=9)
@@ -996,9 +1016,14 @@ def _plot_fig15(path, rows, hb, dram_background, nm_mac_scale):
                     bottom += h
                 if r["mode"] == "sd":
                     ax.plot(x, bottom * 1.04, "v", color="black", markersize=3)
+                if p == "xpu":          # the headline's baseline: xPU in AR, its best or not
+                    ar = sum(pts[(b, "ours")]["xpu_energy"].values()) / ours
+                    ax.plot([x - width * 0.6, x + width * 0.6], [ar, ar], color="black",
+                            lw=1.4, solid_capstyle="butt",
+                            label="xPU in AR (the mean's baseline)" if b == 1 else None)
         ax.set_xticks([i + (j - (len(pe.PLATFORMS) - 1) / 2) * width
                        for i in range(len(pe.TABLE3_BATCHES)) for j in range(len(pe.PLATFORMS))],
-                      letters * len(pe.TABLE3_BATCHES), minor=True, fontsize=7.5)
+                      letters * len(pe.TABLE3_BATCHES), minor=True, fontsize=8.5)
         ax.tick_params(axis="x", which="minor", length=0, pad=2)
         ax.set_xticks(range(len(pe.TABLE3_BATCHES)),
                       [f"B{b}" for b in pe.TABLE3_BATCHES])
@@ -1030,12 +1055,17 @@ def _plot_fig14(path, rows, hb):
     colors = dict(zip(pe.PLATFORMS, ("gray", "tab:blue", "tab:cyan", "tab:green", "tab:orange",
                                      "tab:red")))
     for ax, model in zip(axes, pe.TABLE3_MODELS):
-        for p in pe.PLATFORMS:
+        for j, p in enumerate(pe.PLATFORMS):
             pts = [r for r in rows if r["model"] == model and r["platform"] == p]
             bs = [r["batch"] for r in pts]
-            ax.plot(bs, [r["phi_ar"] for r in pts], "^--", color=colors[p], markersize=4)
-            ax.plot(bs, [r["phi_sd"] for r in pts], "o-", color=colors[p], markersize=4,
-                    label=p)
+            # each platform's markers a size smaller than the one drawn before it: equal
+            # points show as nested markers (ours over HB-xPU at GPT-OSS-20B's HB-bound
+            # 15.68 hid it, a new user's trial)
+            size = 3.5 + 1.3 * (len(pe.PLATFORMS) - 1 - j)
+            ax.plot(bs, [r["phi_ar"] for r in pts], "^--", color=colors[p], markersize=size,
+                    lw=1)
+            ax.plot(bs, [r["phi_sd"] for r in pts], "o-", color=colors[p], markersize=size,
+                    lw=1, label=p)
         ax.set_xscale("log", base=2)
         ax.set_xticks(pe.TABLE3_BATCHES, [str(b) for b in pe.TABLE3_BATCHES])
         ax.set_title(model, fontsize=9)
@@ -1045,8 +1075,8 @@ def _plot_fig14(path, rows, hb):
     # below the panels: inside one it covers curves (GPT-OSS-20B's, new-user trial)
     handles, labels = axes[0].get_legend_handles_labels()
     f.legend(handles, labels, fontsize=8, ncols=len(labels), loc="outside lower center")
-    f.suptitle(f"Fig. 14 (model): speedup over xPU, MT-Bench alphas, {hb[:-2]} GB HB",
-               fontsize=10)
+    f.suptitle(f"Fig. 14 (model): speedup over xPU, MT-Bench alphas, {hb[:-2]} GB HB "
+               f"(equal points: nested markers)", fontsize=10)
     f.savefig(path, format="png", dpi=110)
 
 

@@ -682,3 +682,27 @@ def test_json_into_the_folder_plot_creates(tmp_path, capsys):
     assert cli.main(["paper", "fig12", "--plot", str(other / "p"), "--json",
                      str(other / "j" / "fig12.json")]) == 2
     assert "directory" in capsys.readouterr().err and not other.exists()
+
+
+def test_fig15_plot_marks_the_xpu_ar_baseline_of_its_mean(tmp_path, monkeypatch):
+    """A new user's finding (2026-12-07): the headline ratio is against xPU in AR, but the
+    xPU bar is its best mode (SD at most points). Each xPU bar now carries a mark at the xPU
+    AR energy, normalised to ours as the bars are, one legend entry; the mean of ours over
+    those marks is the summary's ``over_xpu``."""
+    import matplotlib.axes
+    from statistics import mean
+    marks = []
+    real = matplotlib.axes.Axes.plot
+
+    def plot(self, xs, ys, *args, **kw):
+        if isinstance(xs, list) and len(xs) == 2 and ys[0] == ys[1] \
+                and kw.get("color") == "black":
+            marks.append((ys[0], kw.get("label")))
+        return real(self, xs, ys, *args, **kw)
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", plot)
+    out = tmp_path / "f15.json"
+    assert cli.main(["paper", "fig15", "--plot", str(tmp_path), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert len(marks) == 4 * len(pe.TABLE3_BATCHES)
+    assert [label for _, label in marks].count("xPU in AR (the mean's baseline)") == 4
+    assert mean(y for y, _ in marks) == pytest.approx(doc["summary"]["over_xpu"], rel=1e-12)
