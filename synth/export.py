@@ -435,9 +435,22 @@ def sram_liberty(kinds: dict, *, library: str = "elmoe3d_srams", comment: str = 
     Every figure is one published ASAP7 SRAM bank's
     (:mod:`elmoe3d.synth.sram`: ``srambank_256x4x64_6t122``) at 20 ps transitions and its
     smallest load, scalar (no table): the same for every kind, whatever its size, as the
-    area roll-up's timing takes them. TT corner, 0.7 V, 25 C; units ps, fF, nW. No power, no
-    LEF. ``comment`` goes into the file's opening comment."""
+    area roll-up's timing takes them. TT corner, 0.7 V, 25 C; units ps, fF, nW.
+
+    Power (``internal_power``, fJ, the energy a power analysis charges an event): the
+    access energies of the area roll-up's power model, :func:`~elmoe3d.synth.energy.
+    sram_access_pj` (the same bank's clock-pin internal power, ``!write`` for a read,
+    ``write`` for a write, one bank access per 64 bits of the word). Each clock pin carries
+    a group for every combination of the synchronous ports it clocks (``when`` their enables:
+    ``rd<i>_en``, any bit of ``wr<j>_en``: a whole word's write energy for any granule, an
+    upper bound), a cycle costing the sum of the active ports' energies, half on each clock
+    edge; a cycle with no port enabled costs nothing (a clock-gated macro).
+    An asynchronous read (``_ar``) has no clock to charge: half its read energy is charged on
+    each transition of an address bit (a binary read pointer toggles two bits an increment on
+    average, so a FIFO read costs one read). No leakage: the published bank gives
+    ``cell_leakage_power : 0``. No LEF. ``comment`` goes into the file's opening comment."""
     from . import sram
+    from .energy import sram_access_pj
 
     def number(v):
         return f"{v:g}"
@@ -460,6 +473,34 @@ def sram_liberty(kinds: dict, *, library: str = "elmoe3d_srams", comment: str = 
                 f"{scalar('cell_rise', sram.READ_CLK_TO_Q_RISE_PS)} "
                 f"{scalar('cell_fall', sram.READ_CLK_TO_Q_PS)} "
                 f"{scalar('rise_transition', rise_t)} {scalar('fall_transition', fall_t)} }}")
+
+    def energy_group(when, fj):
+        """An ``internal_power`` group of ``fj`` a transition, rising or falling."""
+        cond = f"when : \"{when}\"; " if when else ""
+        return (f"internal_power () {{ {cond}{scalar('rise_power', round(fj, 3))} "
+                f"{scalar('fall_power', round(fj, 3))} }}")
+
+    def clock_power(macro, clock):
+        """The ``internal_power`` groups of clock pin ``clock``: one for each non-empty set
+        of the synchronous ports it clocks, each port's enable in its ``when``."""
+        ports = []                  # (enable expression, fJ) of each port on this clock
+        for i, (domain, _t) in enumerate(macro.read_ports):
+            if domain != "comb" and dict(macro.clock_ports)[domain] == clock:
+                ports.append((f"rd{i}_en", 1e3 * sram_access_pj(macro.width)))
+        for j, (domain, _g) in enumerate(macro.write_ports):
+            if dict(macro.clock_ports)[domain] == clock:
+                bits = macro.enable_width(j)
+                en = f"wr{j}_en" if bits == 1 else \
+                    "(" + " | ".join(f"wr{j}_en[{b}]" for b in range(bits)) + ")"
+                ports.append((en, 1e3 * sram_access_pj(macro.width, write=True)))
+        groups = []
+        for mask in range(1, 1 << len(ports)):
+            on = [k for k in range(len(ports)) if mask >> k & 1]
+            when = " & ".join(en if k in on else f"!{en}" for k, (en, _e) in enumerate(ports))
+            # a cycle's energy, half on each edge of the clock (tools charge each transition
+            # or average the two: either way a cycle costs the sum)
+            groups.append(energy_group(when, sum(ports[k][1] for k in on) / 2))
+        return groups
 
     widths = sorted({w for macro in kinds for _d, _n, w in macro.data_ports() if w > 1})
     lines = ["/*"] + [f" * {line}" for line in comment.splitlines()] + [
@@ -488,8 +529,9 @@ def sram_liberty(kinds: dict, *, library: str = "elmoe3d_srams", comment: str = 
         lines += [f"  cell ({module}) {{", f"    area : {area:.3f};", "    dont_use : true;",
                   "    dont_touch : true;", "    interface_timing : true;"]
         for _domain, port in macro.clock_ports:
-            lines.append(f"    pin ({port}) {{ direction : input; clock : true; capacitance : "
-                         f"{number(sram.CLOCK_CAP_FF)}; }}")
+            lines += [f"    pin ({port}) {{", f"      direction : input; clock : true; "
+                      f"capacitance : {number(sram.CLOCK_CAP_FF)};"] + \
+                [f"      {g}" for g in clock_power(macro, port)] + ["    }"]
         write_clocks = [clocks[d] for d, _g in macro.write_ports]
         for direction, name, width in macro.data_ports():
             side, index = name.split("_")[0][:2], int(name.split("_")[0][2:])
@@ -498,6 +540,8 @@ def sram_liberty(kinds: dict, *, library: str = "elmoe3d_srams", comment: str = 
                 body = [f"direction : input; capacitance : {number(sram.INPUT_CAP_FF)};"]
                 if domain != "comb":
                     body += constraints(clocks[domain])
+                elif name.endswith("_addr"):    # an asynchronous read's: see the docstring
+                    body.append(energy_group("", 1e3 * sram_access_pj(macro.width) / 2))
             elif domain != "comb":
                 body = [f"direction : output; max_capacitance : "
                         f"{number(sram.MAX_LOAD_FF)};", read_arc(clocks[domain], "rising_edge")]

@@ -99,8 +99,9 @@ def configure(parser) -> None:
                              "instead of after the design (to link a memory compiler's)")
     parser.add_argument("--sram-liberty", metavar="FILE", type=output_path, default=None,
                         help="with --sram macro: write a Liberty view of each macro kind to "
-                             "FILE (area, pins, setup/hold and clock-to-data arcs from one "
-                             "published ASAP7 SRAM bank; a placeholder for a compiler's views)")
+                             "FILE (area, pins, setup/hold and clock-to-data arcs and access "
+                             "energies from one published ASAP7 SRAM bank; a placeholder for "
+                             "a compiler's views)")
     parser.add_argument("--memories", metavar="FILE", type=output_path, default=None,
                         help="with --sram macro: write the list of SRAM macros to FILE (JSON: "
                              "geometry, ports, read-during-write, area estimate, instances)")

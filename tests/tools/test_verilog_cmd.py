@@ -766,6 +766,58 @@ def _liberty_cells(lib: str) -> dict:
     return cells
 
 
+def test_sram_liberty_charges_each_access_its_energy():
+    """``--sram-liberty``'s power: each clock pin a group for every non-empty set of the
+    synchronous ports it clocks (``when`` their enables, the others negated; any bit of a
+    granular write enable), a cycle charged the active ports' energies of the area roll-up's
+    power model (``sram_access_pj``, fJ), half on each edge; an asynchronous read's address
+    bits half a read a transition; no group on any other pin. The zoo's macros cover two read
+    ports on one clock, granules, another domain's clock and a register file."""
+    from elmoe3d.synth.energy import sram_access_pj
+    from elmoe3d.synth.export import flat_verilog, sram_liberty
+    kinds = {}
+    with inspection():
+        flat_verilog(memory_zoo()(), name="zoo", srams=kinds)
+    cells = _liberty_cells(sram_liberty(kinds))
+    group = re.compile(r'internal_power \(\) \{ (?:when : "([^"]*)"; )?rise_power \(scalar\) '
+                       r'\{ values \("([^"]+)"\); \} fall_power \(scalar\) \{ values '
+                       r'\("([^"]+)"\); \} \}')
+    seen_async = seen_two = seen_granules = False
+    for macro, module in kinds.items():
+        _body, pins = cells[module]
+        read, write = 1e3 * sram_access_pj(macro.width), \
+            1e3 * sram_access_pj(macro.width, write=True)
+        for pin, (_kind, text) in pins.items():
+            groups = group.findall(text)
+            assert text.count("internal_power") == len(groups), (module, pin)
+            assert all(r == f for _w, r, f in groups)          # half a cycle on each edge
+            clocks = dict(macro.clock_ports)
+            if pin in clocks.values():
+                ports = [(f"rd{i}_en", read) for i, (d, _t) in enumerate(macro.read_ports)
+                         if d != "comb" and clocks[d] == pin]
+                for j, (d, _g) in enumerate(macro.write_ports):
+                    if clocks[d] == pin:
+                        bits = macro.enable_width(j)
+                        seen_granules |= bits > 1
+                        ports.append((f"wr{j}_en" if bits == 1 else "(" + " | ".join(
+                            f"wr{j}_en[{b}]" for b in range(bits)) + ")", write))
+                seen_two |= len(ports) > 2
+                want = {}
+                for mask in range(1, 1 << len(ports)):
+                    when = " & ".join(en if mask >> k & 1 else f"!{en}"
+                                      for k, (en, _e) in enumerate(ports))
+                    want[when] = sum(e for k, (_en, e) in enumerate(ports) if mask >> k & 1)
+                assert {w: float(r) * 2 for w, r, _f in groups} == pytest.approx(want, rel=2e-6)
+            elif pin.endswith("_addr") and macro.read_ports[int(pin[2:].split("_")[0])][0] \
+                    == "comb" and pin.startswith("rd"):
+                seen_async = True
+                assert [(w, float(r)) for w, r, _f in groups] == [("", pytest.approx(
+                    read / 2, rel=1e-6))]
+            else:
+                assert groups == [], (module, pin)
+    assert seen_async and seen_two and seen_granules
+
+
 def test_sram_liberty_times_every_port_and_links_with_yosys(capsys, tmp_path):
     """``--sram-liberty``: a cell a macro kind with its area (the memory list's), every port
     of its model at its width, each input constrained (setup and hold) against its own port's
