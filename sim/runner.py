@@ -290,11 +290,63 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-def source_keyed(**parts) -> str:
+def import_closure(*roots: str) -> dict:
+    """The package's modules ``roots`` (dotted names, ``elmoe3d.``...) can run: each root, the
+    modules of its package any ``import`` statement of theirs names (at any depth in the file:
+    the function-level imports too, whether or not they run), their parents, and so on.
+    ``{name: Path}`` sorted by name. Read from the sources (``ast``), nothing imported but the
+    packages ``find_spec`` imports to locate a submodule. A superset of what the code uses,
+    unless it imports by a computed name (none of the calibration modules does). Modules of
+    other top-level packages than the roots' (NumPy, Amaranth) are left out."""
+    import ast
+    tops = {r.split(".")[0] for r in roots}
+    seen, todo = {}, list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen or name.split(".")[0] not in tops:
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ModuleNotFoundError, ValueError):   # ``from m import f``: f no module
+            continue
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        path = seen[name] = Path(spec.origin)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        todo += [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+            if isinstance(node, ast.Import):
+                todo += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")[:len(package.split(".")) - node.level + 1] \
+                    if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                todo += [module, *(f"{module}.{a.name}" for a in node.names)]
+    return dict(sorted(seen.items()))
+
+
+@functools.cache
+def closure_digest(*roots: str) -> str:
+    """SHA-256 of the sources of :func:`import_closure` of ``roots`` (each file's module name
+    and bytes) and the NumPy and Amaranth versions: what a result computed by those modules
+    can depend on. Unlike :func:`source_digest`, an edit elsewhere in the package (a command,
+    a plot, the RTL) leaves it unchanged. Computed once per process and ``roots``."""
+    h = hashlib.sha256(importlib.metadata.version("amaranth").encode())
+    h.update(np.__version__.encode())
+    for name, path in import_closure(*roots).items():
+        h.update(name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def source_keyed(*, modules: tuple = (), **parts) -> str:
     """16 hex digits of SHA-256 over ``parts`` (JSON, keys sorted, ``repr`` for the rest) and
     :func:`source_digest`: the key of a file made from the package's code and ``parts``
-    (:func:`cached_verilog`, :func:`~elmoe3d.sw.host.compute_calib.memo_calibration`)."""
-    return hashlib.sha256(json.dumps({**parts, "src": source_digest()}, sort_keys=True,
+    (:func:`cached_verilog`). With ``modules`` (dotted names), :func:`closure_digest` of them
+    in place of the whole package's digest: the key of a file made by those modules alone
+    (:func:`~elmoe3d.sw.host.compute_calib.memo_calibration`)."""
+    src = closure_digest(*modules) if modules else source_digest()
+    return hashlib.sha256(json.dumps({**parts, "src": src}, sort_keys=True,
                                      default=repr).encode()).hexdigest()[:16]
 
 

@@ -316,13 +316,22 @@ def calibrations_needed():
         _NEEDED.reset(token)
 
 
+#: The modules that compute a calibration (:func:`memo_calibration`): the sources of what
+#: they can import (:func:`~elmoe3d.sim.runner.import_closure`: the PE and group cycle models,
+#: the golden programs, the configuration and the ISA, not the commands, the RTL or the plots)
+#: key the calibrations kept on disk.
+CALIBRATION_MODULES = ("elmoe3d.sw.host.compute_calib", "elmoe3d.sw.host.linear_calib")
+
+
 def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = None,
                      takes: str = "about a minute or more", plan=None):
     """A calibration (``cls``, a dataclass) of a shape no shipped table holds, made once on
     this machine: ``compute()`` on the first call, its fields kept as JSON under
     :func:`calib_root` (:func:`~elmoe3d.paths.memo_text`), keyed by ``kind``, ``key`` (the table
-    key: the PE, the shape, the precision, the link rate), the NumPy version and the package's
-    source digest (any edit of the package makes it again; old files stay until removed);
+    key: the PE, the shape, the precision, the link rate), the NumPy and Amaranth versions and
+    the sources of the modules :data:`CALIBRATION_MODULES` can run
+    (:func:`~elmoe3d.sim.runner.closure_digest`: an edit of one of them makes it again, of
+    any other module not; old files stay until removed);
     later processes (a sweep's workers, the next run) read the file. A folder that cannot be
     written costs a recomputation, a damaged file is made again, never an error; an exception
     of ``compute()`` passes through. ``notice`` (what is computed) and ``takes`` (how long it
@@ -333,7 +342,8 @@ def memo_calibration(kind: str, key: tuple, compute, cls, notice: str | None = N
     the PE cannot run (milliseconds), so that such a point fails here too."""
     from ...paths import memo_text
     from ...sim.runner import source_keyed
-    path = calib_root() / f"{kind}-{source_keyed(kind=kind, key=key, numpy=np.__version__)}.json"
+    path = calib_root() / (f"{kind}-"
+                           f"{source_keyed(modules=CALIBRATION_MODULES, kind=kind, key=key)}.json")
     made, started = [], []
 
     def parse(text):

@@ -471,3 +471,38 @@ def test_verilog_is_cached_by_key_and_source(tmp_path, monkeypatch):
     runner.cached_verilog(Increment(), name="inc", key={"w": 8}, root=tmp_path)
     assert calls == ["inc", "inc", "inc"]
     assert len(list((tmp_path / "verilog").glob("inc-*.v"))) == 3
+
+
+def test_a_closure_digest_follows_the_modules_a_root_can_import(tmp_path, monkeypatch):
+    """``closure_digest`` keys what a few modules compute (the compute calibrations): it
+    changes with an edit of a module the roots import (at the top, inside a function, from
+    ``from . import``, through a parent package) and not with an edit elsewhere in the
+    package. The calibrations' own closure holds the PE cycle model and the golden programs,
+    not the commands, the RTL, the paper's evaluation or the sweeps."""
+    from elmoe3d.sim import runner
+    pkg = tmp_path / "calpkg"
+    (pkg / "sub").mkdir(parents=True)
+    files = {"__init__.py": "", "a.py": "from .sub import b\n",
+             "sub/__init__.py": "X = 1\n",
+             "sub/b.py": "def f():\n    from ..c import g\n    return g\n",
+             "c.py": "from calpkg import d as _d\n", "d.py": "", "other.py": "import calpkg.a\n"}
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert list(runner.import_closure("calpkg.a")) == [
+        "calpkg", "calpkg.a", "calpkg.c", "calpkg.d", "calpkg.sub", "calpkg.sub.b"]
+    before = runner.closure_digest.__wrapped__("calpkg.a")
+    (pkg / "other.py").write_text("import calpkg.a  # edited\n")
+    assert runner.closure_digest.__wrapped__("calpkg.a") == before
+    for name in ("d.py", "sub/__init__.py"):
+        (pkg / name).write_text(files[name] + "# edited\n")
+        assert runner.closure_digest.__wrapped__("calpkg.a") != before, name
+        (pkg / name).write_text(files[name])
+    assert runner.closure_digest.__wrapped__("calpkg.a") == before
+    from elmoe3d.sw.host.compute_calib import CALIBRATION_MODULES
+    calib = runner.import_closure(*CALIBRATION_MODULES)
+    assert {"elmoe3d.sw.host.pe_cycles", "elmoe3d.sw.host.stream_group", "elmoe3d.config",
+            "elmoe3d.isa", "elmoe3d.sw.golden.expert_stream",
+            "elmoe3d.sw.golden.linear_stream"} <= set(calib)
+    assert not [m for m in calib if m.startswith(("elmoe3d.cli", "elmoe3d.hw", "elmoe3d.synth"))
+                or m in ("elmoe3d.sw.host.paper_eval", "elmoe3d.sw.host.sweep")]
