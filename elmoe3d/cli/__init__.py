@@ -325,6 +325,9 @@ def console_main() -> int:
     that calls it."""
     try:
         return main()
+    except KeyboardInterrupt:           # before main installs its handlers (the imports)
+        print("elmoe3d: interrupted", file=sys.stderr)
+        return 130
     except Exception:
         import traceback
         traceback.print_exc()

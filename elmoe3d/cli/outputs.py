@@ -218,7 +218,8 @@ class AtomicOutputs:
     def remove_on_commit(self, path) -> None:
         """Remove ``path`` (an earlier run's output this one replaces with nothing, such as a
         plot of a model no longer swept) once :meth:`commit` has renamed every new file into
-        place; kept if the commit fails or never runs. Missing by then: nothing to do."""
+        place; kept if the commit fails or never runs. Missing by then, or not removable (a
+        folder by that name, a read-only folder): left as it is, the commit done."""
         self._stale.append(Path(path))
 
     def for_user(self, exc: OSError) -> OSError:
@@ -317,9 +318,12 @@ class AtomicOutputs:
         self._pending = []
         self._made = []
         stale, self._stale = self._stale, []
-        for path in stale:
+        for path in stale:              # best effort: the new outputs are in place already
             if os.path.abspath(path) not in written:
-                path.unlink(missing_ok=True)
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError:         # a folder of the user's by that name, a read-only one
+                    pass
 
     def discard(self):
         self._stale = []

@@ -52,7 +52,8 @@ the other methods' rows. The summary names every n/a cell below the table.
 
 JSON schema (numbers are floats; an SQNR of +inf, i.e. an exactly zero error, is ``null``)::
 
-    {"file", "files": [...], "format", "group_size": 32, "bits": [...], "methods": [...],
+    {"file" (the WEIGHTS path; null for several), "files": [...], "format", "group_size": 32,
+     "bits": [...], "methods": [...],
      "tensors": [{"name", "file", "dtype", "shape", "elements",
                   "int8": METRICS, "drafts": {method: {"<bits>": METRICS or NA}}}],
      "skipped": [{"name", "file", "dtype", "shape", "reason"}],
@@ -432,7 +433,7 @@ def run(args) -> int:
     ckpt = open_checkpoint([_resolve_weights(a) for a in args.weights])
     path = ckpt.label
     check_distinct([("--json", args.json), ("--plot", args.plot)],
-                   [("WEIGHTS", tf.path) for tf in ckpt.files])
+                   [("WEIGHTS", p) for p in [*(tf.path for tf in ckpt.files), *ckpt.indexes]])
     selected = ckpt.select(args.tensors)
     todo, skipped = [], []
     for info in selected:
@@ -518,7 +519,8 @@ def run(args) -> int:
 
     with atomic_outputs(lambda exc: f"cannot write output: {exc}") as outputs:
         if args.json is not None:
-            doc = {"file": str(path), "files": [str(tf.path) for tf in ckpt.files],
+            doc = {"file": str(path) if len(args.weights) == 1 else None,
+                   "files": [str(tf.path) for tf in ckpt.files],
                    "format": ckpt.format, "group_size": 32, "bits": bits,
                    "methods": methods,
                    "tensors": [{"name": r.name, "file": str(ckpt.file_of[r.name].path),

@@ -587,7 +587,8 @@ def summary_table(doc):
         if compares:
             bad = s.get("mismatches", 0)
             row += [f"{s.get('compared', 0):,}", f"[bold red]{bad}[/]" if bad else "0"]
-        row += [f"{run['tokens_simulated_per_s']:,.1f}"]
+        speed = run["tokens_simulated_per_s"]
+        row += ["-" if speed is None else f"{speed:,.1f}"]
         t.add_row(*row)
     return t
 

@@ -90,6 +90,12 @@ def _to_array(x, what: str, expected: str) -> np.ndarray:
         return np.asarray(x)
     except (TypeError, ValueError, OverflowError, RuntimeError) as exc:
         dtype = getattr(x, "dtype", None)
+        if isinstance(x, (list, tuple)) and x and getattr(x[0], "dtype", None) is not None:
+            try:                        # rows of another library's arrays: is one unreadable?
+                np.asarray(x[0])
+            except (TypeError, ValueError, OverflowError, RuntimeError):
+                x, dtype = x[0], x[0].dtype
+                what = f"{what}[0]"
         if dtype is not None and not isinstance(x, (list, tuple)):
             # another library's array NumPy cannot read: a torch BF16 tensor (NumPy has no
             # BF16), one that requires grad (torch refuses), a GPU tensor

@@ -955,9 +955,10 @@ def _trend_axes(ax, good, axis, key, swept):
     others = [a for a in ("scheme", *TREND_AXES, *config)
               if a != axis and (a == "scheme" or swept is None or a in swept)
               and len({_hashable(r.get(a)) for r in good}) > 1]
-    # a sampled column (more values than lines can show) is the points' colour, not lines
-    shades = sorted((a for a in others if a != "scheme"
-                     and all(_numeric(r.get(a)) for r in good)
+    # a sampled config field (more values than lines can show) is the points' colour, not
+    # lines; a row without a number there is drawn grey
+    shades = sorted((a for a in others if a in config
+                     and all(_numeric(r.get(a)) or r.get(a) is None for r in good)
                      and _distinct_numbers(good, a) > MAX_LINE_VALUES),
                     key=lambda a: -_distinct_numbers(good, a))
     others = [a for a in others
@@ -971,7 +972,7 @@ def _trend_axes(ax, good, axis, key, swept):
     scale = None
     if shades:
         import matplotlib.colors
-        values = [r[shades[0]] for rs in lines.values() for r in rs]
+        values = [r[shades[0]] for rs in lines.values() for r in rs if _numeric(r[shades[0]])]
         scale = matplotlib.colors.Normalize(min(values), max(values))
     for k, (group, rs) in enumerate(sorted(lines.items(), key=order)):
         rs.sort(key=lambda r: r[axis])
@@ -981,9 +982,15 @@ def _trend_axes(ax, good, axis, key, swept):
             ax.plot([r[axis] for r in rs], [r[key] for r in rs], marker="o", ms=3, lw=1,
                     ls=("-", "--", ":", "-.")[k // 10 % 4], label=label)
         else:                       # no line: its neighbours differ in the colour's field
-            dots = ax.scatter([r[axis] for r in rs], [r[key] for r in rs], s=16,
-                              c=[r[shades[0]] for r in rs], cmap="viridis", norm=scale,
-                              marker="osD^v<>ph*"[k % 10], label=label, edgecolors="none")
+            marker = "osD^v<>ph*"[k % 10]
+            have = [r for r in rs if _numeric(r.get(shades[0]))]
+            dots = ax.scatter([r[axis] for r in have], [r[key] for r in have], s=16,
+                              c=[r[shades[0]] for r in have], cmap="viridis", norm=scale,
+                              marker=marker, label=label, edgecolors="none")
+            if len(have) < len(rs):
+                ax.scatter([r[axis] for r in rs if r not in have],
+                           [r[key] for r in rs if r not in have], s=16, c="0.6",
+                           marker=marker, edgecolors="none")
     if scale is not None:
         also = f"; also varying: {', '.join(shades[1:])}" if shades[1:] else ""
         ax.figure.colorbar(dots, ax=ax, pad=0.01).set_label(f"{shades[0]}{also}", fontsize=7)

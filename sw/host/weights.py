@@ -31,6 +31,7 @@ import difflib
 import fnmatch
 import json
 import math
+import os
 import reprlib
 import struct
 import zipfile
@@ -320,14 +321,32 @@ def npy_member_header(zf: zipfile.ZipFile, member: str) -> tuple:
         else:
             shape, _, dtype = np.lib.format.read_array_header_2_0(f)
         header = f.tell()
-    size = zf.getinfo(member).file_size
+    info = zf.getinfo(member)
     if dtype.hasobject:                 # pickled objects: their size is not the shape's
         return tuple(shape), dtype
     need = math.prod(shape) * dtype.itemsize
+    # the member's size as the archive states it, and what the archive's bytes can hold: a
+    # crafted entry may state any size (a stored member holds at most the archive's bytes, a
+    # deflated one at most 1032 times them, DEFLATE's largest ratio)
+    archive = _archive_bytes(zf)
+    bound = {zipfile.ZIP_STORED: archive, zipfile.ZIP_DEFLATED: 1032 * archive}.get(
+        info.compress_type, info.file_size)
+    size = min(info.file_size, bound)
     if header + need > size:
         raise ValueError(f"its header declares shape {tuple(shape)} of {dtype} ({need:,} B of "
-                         f"data) but the member holds {max(size - header, 0):,} B after it")
+                         f"data) but the member holds at most {max(size - header, 0):,} B "
+                         f"after it")
     return tuple(shape), dtype
+
+
+def _archive_bytes(zf: zipfile.ZipFile) -> int:
+    """The size in bytes of the file ``zf`` reads (its stream's end)."""
+    fp = zf.fp
+    here = fp.tell()
+    try:
+        return fp.seek(0, 2)
+    finally:
+        fp.seek(here)
 
 
 class TensorFile:
@@ -545,6 +564,9 @@ class TensorFile:
         try:
             with self._open_zip() as zf, zf.open(self._members[info.name]) as f:
                 array = np.lib.format.read_array(f, allow_pickle=False)
+        except MemoryError:
+            raise UserError(f"{self.path}: tensor {info.name!r}: shape {info.shape} does not fit "
+                            f"in this machine's memory") from None
         except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
             raise UserError(f"{self.path}: tensor {info.name!r}: corrupt or truncated data "
                             f"({exc})") from None
@@ -626,11 +648,14 @@ class Checkpoint:
         Every tensor, file by file in file order.
     file_of : dict[str, TensorFile]
         The file holding each tensor.
+    indexes : list[Path]
+        The ``*.safetensors.index.json`` files read (given, or found in a given folder).
     """
 
     def __init__(self, files, label: str):
         self.files = list(files)
         self.label = label
+        self.indexes = []               # the checkpoint indexes read (open_checkpoint)
         self.infos, self.file_of = {}, {}
         for tf in self.files:
             for name, info in tf.infos.items():
@@ -689,7 +714,14 @@ def _index_map(index: Path) -> dict:
         raise UserError(f"{index}: expected a checkpoint index, an object with \"weight_map\": "
                         f"{{tensor name: shard file name}} (as Hugging Face writes "
                         f"model{INDEX_SUFFIX})")
-    return wmap
+    out = {}
+    for name, shard in wmap.items():        # one spelling a shard, beside the index
+        norm = os.path.normpath(shard)
+        if os.path.isabs(norm) or norm.split(os.sep)[0] == os.pardir:
+            raise UserError(f"{index}: maps tensor {name!r} to {shard}, outside the index's "
+                            f"folder (expected a shard file beside it)")
+        out[name] = norm
+    return out
 
 
 def checkpoint_paths(arg) -> list:
@@ -747,16 +779,24 @@ def open_checkpoint(args) -> Checkpoint:
     else:
         label = f"{len(files)} files"
     ckpt = Checkpoint(files, label)
-    for arg in args:                    # an index's map against its shards' own indexes
+    for arg in args:                    # an index's map against its shards, both ways
         index = _index_of(arg)
         if index is None:
             continue
-        for name, shard in _index_map(index).items():
+        ckpt.indexes.append(index)
+        wmap = _index_map(index)
+        for name, shard in wmap.items():
             tf = ckpt.file_of.get(name)
             if tf is None or tf.path.resolve() != (index.parent / shard).resolve():
                 where = f"but it is in {tf.path.name}" if tf is not None else \
                     "which does not hold it"
                 raise UserError(f"{index}: maps tensor {name!r} to {shard}, {where}")
+        mapped = {(index.parent / s).resolve() for s in wmap.values()}
+        for name, tf in ckpt.file_of.items():
+            if tf.path.resolve() in mapped and name not in wmap:
+                raise UserError(f"{index}: does not list tensor {name!r}, which its shard "
+                                f"{tf.path.name} holds (an index and shards of two "
+                                f"checkpoints?)")
     return ckpt
 
 

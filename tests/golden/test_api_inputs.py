@@ -251,6 +251,10 @@ def test_a_torch_tensor_numpy_cannot_read_is_named_with_the_way_out():
                                rf"Tensor of dtype {why}.*; convert it first, e\.g\. "
                                rf"x\.detach\(\)\.cpu\(\)\.float\(\)"):
                 f(bad)
+        if bad.dtype == torch.bfloat16:     # rows of such tensors: the row is named
+            with pytest.raises(QuantizationTypeError, match=r"^tensor 'weight'\[0\]: expected "
+                               r".*, got a Tensor of dtype torch\.bfloat16 NumPy cannot read"):
+                quantize_weights(list(bad))
         fixed = quantize_weights(bad.detach().cpu().float())
         expect = quantize_weights(bad.detach().float().numpy())
         np.testing.assert_array_equal(fixed.q, expect.q)

@@ -273,3 +273,11 @@ def test_a_bug_is_exit_status_3_in_every_command(monkeypatch, capsys):
         cli.main(["blocks"])
     monkeypatch.setattr(blocks_cmd, "run", lambda args: 0)
     assert cli.console_main() == 0
+    capsys.readouterr()
+    # a Ctrl-C before main installs its handlers (while the parser imports the commands)
+
+    def early(argv=None):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "main", early)
+    assert cli.console_main() == 130
+    assert capsys.readouterr().err.strip() == "elmoe3d: interrupted"

@@ -558,6 +558,18 @@ def test_a_sharded_checkpoint_is_one_model(tmp_path, capsys):
                       r"with \"weight_map\""),
     ("not json", r"model\.safetensors\.index\.json: not a checkpoint index \(not JSON"),
     ("two indexes", r"hf: holds 2 checkpoint indexes"),
+    # a review's trials (2026-12-07): a shard outside the folder, an index that lists some of
+    # a shard's tensors, the index as an output
+    ("shard outside", r"model\.safetensors\.index\.json: maps tensor "
+                      r"'model\.layers\.1\.mlp\.up_proj\.weight' to \.\./whole\.safetensors, "
+                      r"outside the index's folder"),
+    ("absolute shard", r"model\.safetensors\.index\.json: maps tensor "
+                       r"'model\.layers\.1\.mlp\.up_proj\.weight' to /\S*whole\.safetensors, "
+                       r"outside the index's folder"),
+    ("unlisted tensor", r"model\.safetensors\.index\.json: does not list tensor "
+                        r"'model\.layers\.0\.norm\.weight', which its shard "
+                        r"model-00001-of-00002\.safetensors holds"),
+    ("index as output", r"--json and WEIGHTS"),
     ("given twice", r"model-00001-of-00002\.safetensors: given twice"),
     ("tensor in two files", r"tensor 'model\.layers\.0\.mlp\.up_proj\.weight' is in both "),
     ("bad tensor in a shard", r"^elmoe3d quant: error: \S*model-00002-of-00002\.safetensors: "
@@ -586,6 +598,16 @@ def test_a_sharded_checkpoints_mistakes_are_one_line_naming_the_file(case, words
         idx.write_text("{weight_map")
     elif case == "two indexes":
         (hf / "other.safetensors.index.json").write_text(json.dumps(index))
+    elif case == "shard outside":
+        index["weight_map"]["model.layers.1.mlp.up_proj.weight"] = "../whole.safetensors"
+        idx.write_text(json.dumps(index))
+    elif case == "absolute shard":
+        index["weight_map"]["model.layers.1.mlp.up_proj.weight"] = str(
+            tmp_path / "whole.safetensors")
+        idx.write_text(json.dumps(index))
+    elif case == "unlisted tensor":
+        del index["weight_map"]["model.layers.0.norm.weight"]
+        idx.write_text(json.dumps(index))
     elif case == "given twice":
         args = [hf, hf / names[0]]
     elif case == "tensor in two files":
@@ -594,7 +616,28 @@ def test_a_sharded_checkpoints_mistakes_are_one_line_naming_the_file(case, words
         bad = np.full((32, 96), np.nan, np.float32)
         save_file({"model.layers.1.mlp.up_proj.weight": bad}, str(hf / names[1]))
     out = tmp_path / "r.json"
+    if case == "index as output":
+        out = idx
+    before = idx.read_bytes()
     rc, _, err = run_main(capsys, *args, "--json", out)
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
     assert re.search(words, err.strip()), err
-    assert not out.exists() and leftovers(tmp_path) == []
+    assert idx.read_bytes() == before
+    assert (case == "index as output" or not out.exists()) and leftovers(tmp_path) == []
+
+
+def test_an_index_may_spell_a_shard_two_ways(tmp_path, capsys):
+    """``./x`` and ``x`` are one shard (a review found "given twice (as hf and hf)"); the
+    report equals the plain index's, and --json's ``file`` is null for several arguments."""
+    hf, names, index = _sharded(tmp_path)
+    plain = tmp_path / "plain.json"
+    assert run_main(capsys, hf, "--bits", "4", "--json", plain)[0] == 0
+    index["weight_map"]["model.layers.0.norm.weight"] = "./" + names[0]
+    (hf / "model.safetensors.index.json").write_text(json.dumps(index))
+    out = tmp_path / "r.json"
+    rc, _, err = run_main(capsys, hf, "--bits", "4", "--json", out)
+    assert rc == 0, err
+    assert json.loads(out.read_text())["aggregate"] == json.loads(plain.read_text())["aggregate"]
+    rc, _, err = run_main(capsys, *(hf / n for n in names), "--bits", "4", "--json", out)
+    doc = json.loads(out.read_text())
+    assert rc == 0 and doc["file"] is None and doc["files"] == [str(hf / n) for n in names]

@@ -2014,6 +2014,32 @@ def test_sampled_config_fields_are_an_axis_and_a_colour_not_a_line_each(tmp_path
     assert [label for label, _, _ in drawn] == [f"ext_channels {c}" for c in channels] * 2
     assert [bar.ax.get_ylabel() for bar in bars] == [
         "hb_pj_per_bit; also varying: ext_pj_per_bit"] * 2
+    # a review's trials: a point without a number in the colour's field is drawn grey,
+    # not a flood of lines; a workload axis with many values (a grid's) stays lines
+    holes = [dict(r, ext_pj_per_bit=None) if i == 3 else r for i, r in enumerate(rows)]
+    drawn.clear(), bars.clear()
+    greys = []
+
+    def scatter2(self, xs, ys, *args, **kw):
+        if isinstance(kw.get("c"), str):
+            greys.append(list(xs))
+            return real_scatter(self, xs, ys, *args, **kw)
+        return scatter(self, xs, ys, *args, **kw)
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "scatter", scatter2), \
+            unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot):
+        files = pareto_plots(holes, tmp_path, axes=axes)
+    assert sorted(files) == ["by-hb_pj_per_bit:a"] and len(drawn) == 8
+    assert greys == [[rows[3]["hb_pj_per_bit"]]] * 2
+    grid = [{"model": "a", "scheme": "ar", "batch": b, "context": c, "pes": 16,
+             "tokens_per_s": 1.0 * b, "tokens_per_j": 1.0 / c}
+            for b in range(1, 10) for c in (256 * k for k in range(1, 11))]
+    lines = []
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "plot",
+                                    lambda self, xs, ys, *a, **kw: lines.append(kw["label"])
+                                    or real_plot(self, xs, ys, *a, **kw)):
+        assert sorted(pareto_plots(grid, tmp_path, axes={"batch", "context"})) == [
+            "by-context:a"]
+    assert lines == [f"batch {b}" for b in range(1, 10)] * 2
     # eight values or fewer: lines, as before (a grid's list)
     few = [r for r in rows if r["hb_pj_per_bit"] in sorted(by_hb)[:5]]
     lines = []
@@ -2072,3 +2098,11 @@ def test_the_tables_and_plots_are_written_all_or_none(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "pareto-a.png", "results.csv", "results.json", "results.parquet"]
     assert len(json.loads((tmp_path / "results.json").read_text())) == 2
+    # an earlier output that cannot be removed (a folder of that name) is left, the commit
+    # done (a review found it failed the run after the new files were in place)
+    (tmp_path / "by-batch-b.png").mkdir()
+    outputs = AtomicOutputs()
+    consolidate(new, tmp_path, outputs)
+    pareto_plots(new, tmp_path, outputs=outputs, earlier=[str(tmp_path / "by-batch-b.png")])
+    outputs.commit()
+    assert (tmp_path / "by-batch-b.png").is_dir() and (tmp_path / "pareto-a.png").exists()
