@@ -68,7 +68,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from ...config import ArchConfig
 from ...errors import UserError
