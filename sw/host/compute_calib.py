@@ -68,7 +68,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from ...config import ArchConfig
 from ...errors import UserError
 from ...machine import usable_cpus
