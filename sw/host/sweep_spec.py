@@ -71,7 +71,7 @@ from pathlib import Path
 import numpy as np
 
 from ...checks import is_int
-from ...config import ArchConfig, ConfigError, TileConfig, preset
+from ...config import ArchConfig, ConfigError, PEOptions, TileConfig, preset
 from ...errors import UserError
 from ...paths import read_utf8
 from .paper_eval import HB_SIZES, TREE, ZIPF, ZIPF_MAX
@@ -900,8 +900,8 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                     tasks["area"] = True
                 if tasks["area"] or tasks["perf"]:
                     try:        # the die's PE must exist to synthesise it and to calibrate
-                        arch.pe                         # the perf model's compute on it
-                    except ConfigError as exc:
+                        PEOptions(config=arch)          # the perf model's compute on it: the
+                    except ValueError as exc:           # RTL PE's own checks (ConfigError too)
                         which = " and ".join(k for k in ("perf", "area") if tasks[k])
                         alone = "" if tasks["area"] else \
                             "; a sweep of the tile alone: tasks.perf false, tasks.rtl true"

@@ -926,6 +926,14 @@ BAD = [
      "rows so that an activation word (rows x 32 INT8) is as wide as a weight word (lanes x 32 "
      "nibbles); got rows=8, lanes=32 (the PE of a perf task; a sweep of the tile alone: "
      "tasks.perf false, tasks.rtl true)"),
+    # and it must be a PE the RTL builds: a 6 x 12 tile passed, then failed as it ran (a new
+    # user's trial, 2026-12-07)
+    ("base: paper-4gb\nconfig:\n  tile.rows: [6]\n  tile.lanes: [12]\n  wmem_bytes: [24576]\n"
+     "  iomem_bytes: [24576]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+     "{spec}: point 0 (tile.rows=6, tile.lanes=12, wmem_bytes=24576, iomem_bytes=24576, "
+     "model=qwen3-30b-a3b): config: the PE needs a power-of-two number of lanes (word "
+     "addressing by shifts), got 12 (the PE of a perf task; a sweep of the tile alone: "
+     "tasks.perf false, tasks.rtl true)"),
     ("workload:\n  model: [qwen3-30b-a3b]\nconstraints: [\"'a' * 10**18 == 'b'\"]\n",
      "{spec}: point 0 (model=qwen3-30b-a3b): constraint \"'a' * 10**18 == 'b'\": mult of a "
      "string or list is not allowed"),
