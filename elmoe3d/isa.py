@@ -94,14 +94,15 @@ class Op(enum.IntEnum):
     #: FP32 conversion of the output accumulators onto the ``o`` stream (BRIEF 3.8); with
     #: ``raw``, the Q.24 OUT words themselves (partial outputs summed exactly elsewhere).
     OUTPUT = 4
-    #: Clear state: output accumulators, per-token row max, sticky flags (bit mask).
+    #: Clear state: output accumulators, per-token row max, sticky flags, performance counters
+    #: (a bit mask: ``out``, ``rowmax``, ``flags``, ``counters``).
     CLEAR = 5
     #: Send memory words on the link port (activations or psums).
     SEND = 6
     #: Receive link-port words into memory; ``accumulate`` adds them into OUT (psum
     #: reduction, saturating) or takes the unsigned max into ROWMAX (max all-reduce).
     RECV = 7
-    #: Wait until both engines are idle (all earlier commands complete).
+    #: Wait until all three engines are idle (all earlier commands complete).
     BARRIER = 8
     #: Emit the performance counters and sticky flags as one ``o`` beat.
     STATUS = 9

@@ -86,7 +86,9 @@ measured in the same run (design brief section 6; tests never time anything, thi
 Columns of figure 2: *np.matmul f32* is the baseline's time per call; *gemm prepared* is
 ``gemm`` with the weight layout cached (the hardware lays weights out once and reuses them);
 *gemm cold* includes preparing it; *ratio* = np.matmul time / gemm time (100% would be as fast
-as float32 np.matmul; higher is faster).
+as float32 np.matmul; higher is faster), the median of the rounds' ratios (each round times the
+three in turn), so under a varying load it may differ from the ratio of the printed medians.
+Both run with BLAS on one thread (threadpoolctl).
 
 Exit status: 0 when every target is met and the RTL results are bit-exact; 1 when a target is
 missed or a result mismatched (the last lines say which); 2 on a usage or setup error or a
@@ -314,6 +316,19 @@ def _operands(seed):
             {"up": rng.standard_normal((300, 384)), "down": rng.standard_normal((300, 1536))})
 
 
+def _one_blas_thread():
+    """A ``with`` in which NumPy's BLAS runs on one thread (threadpoolctl): figure 2's baseline
+    and the golden GEMM (whose products are BLAS float64 matmuls) alike. With the machine's
+    threads a loaded 2-core machine made one baseline's rounds swing 10x (a new user's run,
+    2026-12-07), and the paired ratio and the printed medians told different stories."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        raise UserError("elmoe3d bench needs threadpoolctl (figure 2 pins BLAS to one thread): "
+                        "pip install -e '.[dev]' (make venv installs it)") from None
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def golden_figures(seed, repeats):
     from ..sw.golden.datapath import Mode, gemm
     from ..sw.golden.quant import QuantizedWeight, quantize_activations, quantize_weights
@@ -332,8 +347,9 @@ def golden_figures(seed, repeats):
         def cold():
             fresh = QuantizedWeight(q=qw.q, scale=qw.scale, bits=qw.bits, name=qw.name)
             return gemm(a_q, fresh, Mode.FULL)
-        base, prepared, fresh = interleaved_times(
-            (lambda: np.matmul(a32, w32), lambda: gemm(a_q, qw, Mode.FULL), cold), repeats)
+        with _one_blas_thread():
+            base, prepared, fresh = interleaved_times(
+                (lambda: np.matmul(a32, w32), lambda: gemm(a_q, qw, Mode.FULL), cold), repeats)
         t_matmul, t_prepared, t_cold = (statistics.median(t) for t in (base, prepared, fresh))
         macs = m * k * n
         out.append({"label": label, "M": m, "K": k, "N": n, "source": source,

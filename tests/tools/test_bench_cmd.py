@@ -640,3 +640,22 @@ def test_golden_figure_samples_the_baseline_and_ours_in_turn(monkeypatch):
     assert calls == list("abc") + list("abc") * 2          # warm-ups, then two rounds in turn
     assert samples == [[1.0, 1.0]] * 3
     assert bench.paired_ratio([1.0, 8.0, 3.0], [2.0, 2.0, 1.0]) == 3.0   # of 0.5, 4, 3
+
+
+def test_figure_2_times_both_on_one_blas_thread(monkeypatch):
+    """A new user's finding (2026-12-07): on a loaded 2-core machine the multi-threaded
+    np.matmul baseline swung 10x between rounds, and the paired ratio disagreed with the
+    printed medians. Figure 2 now times the baseline and the golden GEMM (BLAS float64
+    matmuls too) with BLAS on one thread, and gives the machine its threads back after."""
+    from threadpoolctl import threadpool_info
+    from elmoe3d.cli import bench
+    seen = []
+
+    def timed(fns, repeats, min_seconds=0.05):
+        seen.append({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+        return [[1.0] * repeats for _ in fns]
+    before = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+    monkeypatch.setattr(bench, "interleaved_times", timed)
+    out = bench.golden_figures(1, 3)
+    assert len(seen) == len(out) == len(bench.GEMM_SHAPES) and seen == [{1}] * len(out)
+    assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == before
