@@ -891,12 +891,15 @@ def _pareto_axes(ax, good, xkey, key):
     for s in sorted({r["scheme"] for r in good}):
         sel = [i for i, r in enumerate(good) if r["scheme"] == s]
         ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], s=14, alpha=0.7, label=s)
-    # one front per batch: points of different batches are different workloads
-    for k, b in enumerate(sorted({r.get("batch") for r in good},
-                                 key=lambda b: (b is None, b or 0))):
+    # one front per batch: points of different batches are different workloads; a grey a
+    # batch, dark to light, beside the four line styles (a fifth batch repeated the first's
+    # style, a new user's sweep)
+    batches = sorted({r.get("batch") for r in good}, key=lambda b: (b is None, b or 0))
+    for k, b in enumerate(batches):
         sel = [i for i, r in enumerate(good) if r.get("batch") == b]
         front = [sel[i] for i in pareto_front([xs[i] for i in sel], [ys[i] for i in sel])]
-        ax.plot([xs[i] for i in front], [ys[i] for i in front], "k",
+        grey = 0.6 * k / max(len(batches) - 1, 1)
+        ax.plot([xs[i] for i in front], [ys[i] for i in front], color=f"{grey:.2f}",
                 ls=("-", "--", ":", "-.")[k % 4], lw=1, label=f"Pareto front, batch {b}")
 
 

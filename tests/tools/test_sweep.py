@@ -1579,6 +1579,16 @@ def test_pareto_plots_per_model(tmp_path):
     assert sorted(files) == ["pareto:a", "pareto:b"]
     assert fronts == ["Pareto front, batch 1", "Pareto front, batch 16"] * 4
     assert all(p.stat().st_size > 1000 for p in files.values())
+    # five batches: no two fronts drawn alike (the fifth repeated the first's style)
+    styles = []
+
+    def plot2(self, *args, **kw):
+        styles.append((kw.get("color"), kw.get("ls")))
+        return real_plot(self, *args, **kw)
+    five = [dict(r, batch=b) for r in rows[:3] for b in (1, 2, 4, 8, 16)]
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "plot", plot2):
+        pareto_plots(five, tmp_path)
+    assert len(styles) == 10 and len(set(styles[:5])) == 5 and styles[:5] == styles[5:]
 
 
 def test_a_workload_sweep_is_drawn_against_its_swept_axis(tmp_path):
