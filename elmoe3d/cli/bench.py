@@ -321,12 +321,18 @@ def _one_blas_thread():
     and the golden GEMM (whose products are BLAS float64 matmuls) alike. With the machine's
     threads a loaded 2-core machine made one baseline's rounds swing 10x (a new user's run,
     2026-12-07), and the paired ratio and the printed medians told different stories."""
+    return _threadpoolctl().threadpool_limits(limits=1, user_api="blas")
+
+
+def _threadpoolctl():
+    """The ``threadpoolctl`` module, or :class:`UserError` saying how to install it (checked
+    before figure 1 runs when figure 2 will)."""
     try:
-        from threadpoolctl import threadpool_limits
+        import threadpoolctl
     except ImportError:
         raise UserError("elmoe3d bench needs threadpoolctl (figure 2 pins BLAS to one thread): "
                         "pip install -e '.[dev]' (make venv installs it)") from None
-    return threadpool_limits(limits=1, user_api="blas")
+    return threadpoolctl
 
 
 def golden_figures(seed, repeats):
@@ -962,6 +968,8 @@ def run(args) -> int:
     if args.skip_real and args.only_real:
         raise UserError("--skip-real and --only-real exclude each other")
     alone = args.only_sweep or args.only_speed          # one figure without a seed
+    if not (alone or args.only_real):       # figure 2 will run: its setup, before figure 1
+        _threadpoolctl()
     seed = None if alone else resolve_seed(args.seed)   # not $ELMOE3D_SEED either
     cfg = arch.tile
     console.print("elmoe3d bench: " + ("the sweep figure" if args.only_sweep else

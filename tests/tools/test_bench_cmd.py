@@ -659,3 +659,19 @@ def test_figure_2_times_both_on_one_blas_thread(monkeypatch):
     out = bench.golden_figures(1, 3)
     assert len(seen) == len(out) == len(bench.GEMM_SHAPES) and seen == [{1}] * len(out)
     assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == before
+
+
+def test_a_missing_threadpoolctl_is_said_before_any_figure_runs(monkeypatch, capsys):
+    """A review's trial: without threadpoolctl the bench ran figure 1's RTL simulation, then
+    stopped at figure 2. It is now one line before anything runs (exit 2), and the figures
+    that do not use it run without it."""
+    import sys
+    import elmoe3d.cli as cli
+    from elmoe3d.cli import bench
+    ran = []
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)
+    monkeypatch.setattr(bench, "rtl_figures", lambda *a, **kw: ran.append("rtl"))
+    assert cli.main(["bench", "--repeats", "1"]) == 2
+    assert ran == [] and capsys.readouterr().err.strip().endswith(
+        "elmoe3d bench needs threadpoolctl (figure 2 pins BLAS to one thread): pip install -e "
+        "'.[dev]' (make venv installs it)")
