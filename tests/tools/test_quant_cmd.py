@@ -641,3 +641,41 @@ def test_an_index_may_spell_a_shard_two_ways(tmp_path, capsys):
     rc, _, err = run_main(capsys, *(hf / n for n in names), "--bits", "4", "--json", out)
     doc = json.loads(out.read_text())
     assert rc == 0 and doc["file"] is None and doc["files"] == [str(hf / n) for n in names]
+
+
+def test_a_checkpoint_transformers_shards_is_read_whole(tmp_path, capsys):
+    """The real format: a tiny Mixtral written by transformers' ``save_pretrained`` in nine
+    shards with its ``model.safetensors.index.json``; its folder gives the same pooled figures
+    as one file holding the same tensors, and every expert tensor of every shard."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    cfg = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2,
+                                     num_local_experts=4, num_experts_per_tok=2,
+                                     vocab_size=256)
+    model = transformers.MixtralForCausalLM(cfg)
+    model.save_pretrained(tmp_path / "tiny", max_shard_size="100KB")
+    shards = sorted((tmp_path / "tiny").glob("model-*.safetensors"))
+    assert len(shards) > 2 and (tmp_path / "tiny" / "model.safetensors.index.json").is_file()
+    from elmoe3d.sw.host.weights import open_checkpoint
+    ckpt = open_checkpoint(tmp_path / "tiny")
+    whole = {n: ckpt.load(n) for n in ckpt.infos}
+    save_file(whole, str(tmp_path / "one.safetensors"))
+    docs = []
+    for weights in (tmp_path / "tiny", tmp_path / "one.safetensors"):
+        out = tmp_path / f"{len(docs)}.json"
+        rc, _, err = run_main(capsys, weights, "--tensors", "*experts*", "--bits", "4",
+                              "--json", out)
+        assert rc == 0, err
+        docs.append(json.loads(out.read_text()))
+    # equal but for the order the tensors' error sums are pooled in (file order here, the
+    # name order safetensors writes there): the last bit of a float sum
+    a, b = docs[0]["aggregate"], docs[1]["aggregate"]
+    assert a["tensors"] == b["tensors"] > 0 and a["elements"] == b["elements"]
+    for key in ("int8",):
+        assert a[key] == pytest.approx(b[key], rel=1e-12)
+    for method, cells in a["drafts"].items():
+        assert cells["4"] == pytest.approx(b["drafts"][method]["4"], rel=1e-12)
+    assert len(docs[0]["files"]) == len(shards)
+    assert {t["name"] for t in docs[0]["tensors"]} == {t["name"] for t in docs[1]["tensors"]}
