@@ -850,7 +850,7 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs) -> dict:
         for ax, (key, label, title) in zip(panels, _Y_AXES):
             good = [r for r in mine if r.get(key) is not None]
             if axis is None:
-                _pareto_axes(ax, good, xkey, key)
+                _pareto_axes(ax, good, xkey, key, swept)
                 ax.set_xlabel(xlabel)
             else:
                 _trend_axes(ax, good, axis, key, swept)
@@ -885,12 +885,36 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs) -> dict:
     return files
 
 
-def _pareto_axes(ax, good, xkey, key):
+def _pareto_axes(ax, good, xkey, key, swept=None):
+    """Every point, a colour a scheme, and each batch's front. A swept config field with more
+    than :data:`MAX_LINE_VALUES` values (a sampled one, not the x axis) is the points' colour
+    instead (a colour bar; a point without a number there grey) and the scheme their marker:
+    points of one die that differ only in it were one dot (a new user's sweep)."""
     xs = [r[xkey] for r in good]
     ys = [r[key] for r in good]
-    for s in sorted({r["scheme"] for r in good}):
+    shade = next((a for a in sorted(_config_axes(swept), key=lambda a: -_distinct_numbers(good, a))
+                  if a != xkey and _distinct_numbers(good, a) > MAX_LINE_VALUES
+                  and all(_numeric(r.get(a)) or r.get(a) is None for r in good)), None)
+    dots = None
+    for k, s in enumerate(sorted({r["scheme"] for r in good})):
         sel = [i for i, r in enumerate(good) if r["scheme"] == s]
-        ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], s=14, alpha=0.7, label=s)
+        if shade is None:
+            ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], s=14, alpha=0.7, label=s)
+            continue
+        import matplotlib.colors
+        values = [r[shade] for r in good if _numeric(r.get(shade))]
+        have = [i for i in sel if _numeric(good[i].get(shade))]
+        marker = "osD^v<>ph*"[k % 10]
+        dots = ax.scatter([xs[i] for i in have], [ys[i] for i in have], s=16, alpha=0.8,
+                          c=[good[i][shade] for i in have], cmap="viridis", marker=marker,
+                          norm=matplotlib.colors.Normalize(min(values), max(values)),
+                          label=s, edgecolors="none")
+        rest = [i for i in sel if i not in have]
+        if rest:
+            ax.scatter([xs[i] for i in rest], [ys[i] for i in rest], s=16, c="0.6",
+                       marker=marker, edgecolors="none")
+    if dots is not None:
+        ax.figure.colorbar(dots, ax=ax, pad=0.01).set_label(shade, fontsize=7)
     # one front per batch: points of different batches are different workloads; a grey a
     # batch, dark to light, beside the four line styles (a fifth batch repeated the first's
     # style, a new user's sweep)

@@ -2124,3 +2124,43 @@ def test_the_tables_and_plots_are_written_all_or_none(tmp_path, monkeypatch):
     pareto_plots(new, tmp_path, outputs=outputs, earlier=[str(tmp_path / "by-batch-b.png")])
     outputs.commit()
     assert (tmp_path / "by-batch-b.png").is_dir() and (tmp_path / "pareto-a.png").exists()
+
+
+def test_a_sampled_field_colours_the_pareto_points(tmp_path):
+    """A new user's sweep (2026-12-07): two dies and a sampled field that moves neither the
+    area nor the PE count; the Pareto plot showed one dot where 12 points of a die differed
+    in it. Now the field is the points' colour (a colour bar), the scheme their marker, and
+    the fronts are unchanged; without such a field the points are coloured by scheme."""
+    import random
+    from elmoe3d.sw.host.sweep import pareto_plots
+    rng = random.Random(9)
+    print("seed 9")
+    rows = [{"model": "a", "scheme": sc, "batch": 1, "pes": pes, "ext_pj_per_bit": e,
+             "tokens_per_s": pes * (2 if sc == "elastic" else 1), "tokens_per_j": 100.0 / e}
+            for pes in (16, 32) for e in (rng.uniform(2.0, 6.0) for _ in range(12))
+            for sc in ("ar", "elastic")]
+    import matplotlib.axes
+    import matplotlib.figure
+    import unittest.mock
+    real_scatter, real_bar = matplotlib.axes.Axes.scatter, matplotlib.figure.Figure.colorbar
+    drawn, bars = [], []
+
+    def scatter(self, xs, ys, *args, **kw):
+        drawn.append((kw.get("label"), kw.get("c")))
+        return real_scatter(self, xs, ys, *args, **kw)
+
+    def colorbar(self, mappable, *args, **kw):
+        bar = real_bar(self, mappable, *args, **kw)
+        bars.append(bar)
+        return bar
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "scatter", scatter), \
+            unittest.mock.patch.object(matplotlib.figure.Figure, "colorbar", colorbar):
+        files = pareto_plots(rows, tmp_path, axes={"pes", "ext_pj_per_bit", "scheme"})
+        assert sorted(files) == ["pareto:a"]
+        assert [label for label, _ in drawn] == ["ar", "elastic"] * 2
+        assert all(len(c) == 24 for _, c in drawn)
+        assert [b.ax.get_ylabel() for b in bars] == ["ext_pj_per_bit"] * 2
+        drawn.clear(), bars.clear()
+        pareto_plots(rows, tmp_path, axes={"pes", "scheme"})     # not swept: by scheme
+        assert [(label, c) for label, c in drawn] == [("ar", None), ("elastic", None)] * 2
+        assert bars == []
