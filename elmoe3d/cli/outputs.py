@@ -347,12 +347,14 @@ def atomic_outputs(error):
     when the block completes and discards them in any case (so after a failure none is left).
     An :class:`OSError` in the block or the commit becomes a :class:`UserError` with the
     message ``error(exc)``, ``exc`` naming the destination rather than its temporary file
-    (:meth:`AtomicOutputs.for_user`)."""
+    (:meth:`AtomicOutputs.for_user`); with ``error`` None, that :class:`OSError` itself."""
     outputs = AtomicOutputs()
     try:
         yield outputs
         outputs.commit()
     except OSError as exc:
+        if error is None:
+            raise outputs.for_user(exc) from None
         raise UserError(error(outputs.for_user(exc))) from None
     finally:
         outputs.discard()

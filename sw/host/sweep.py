@@ -665,15 +665,9 @@ def _writing(outputs):
     if outputs is not None:
         yield outputs
         return
-    from ...cli.outputs import AtomicOutputs
-    outputs = AtomicOutputs()
-    try:
+    from ...cli.outputs import atomic_outputs
+    with atomic_outputs(None) as outputs:       # an OSError naming the destination
         yield outputs
-        outputs.commit()
-    except OSError as exc:              # naming the destination, not its temporary file
-        raise outputs.for_user(exc) from None
-    finally:
-        outputs.discard()
 
 
 def consolidate(rows, out_dir, outputs=None) -> dict:
@@ -885,6 +879,36 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs) -> dict:
     return files
 
 
+def _shade_fields(rows, fields) -> list:
+    """Those of ``fields`` (config fields) drawn as the points' colour rather than as lines:
+    more than :data:`MAX_LINE_VALUES` numbers in ``rows`` (a sampled field), every value a
+    number or None; the most values first."""
+    return sorted((a for a in fields if _distinct_numbers(rows, a) > MAX_LINE_VALUES
+                   and all(_numeric(r.get(a)) or r.get(a) is None for r in rows)),
+                  key=lambda a: -_distinct_numbers(rows, a))
+
+
+def _shaded_scatter(ax, rows, xkey, ykey, shade, scale, marker, label):
+    """``rows`` as dots coloured by their ``shade`` field (``scale``, a matplotlib
+    ``Normalize``), a row without a number there grey; returns the coloured collection (for
+    the colour bar)."""
+    have = [r for r in rows if _numeric(r.get(shade))]
+    rest = [r for r in rows if not _numeric(r.get(shade))]
+    dots = ax.scatter([r[xkey] for r in have], [r[ykey] for r in have], s=16,
+                      c=[r[shade] for r in have], cmap="viridis", norm=scale, marker=marker,
+                      label=label, edgecolors="none")
+    if rest:
+        ax.scatter([r[xkey] for r in rest], [r[ykey] for r in rest], s=16, c="0.6",
+                   marker=marker, edgecolors="none")
+    return dots
+
+
+def _shade_scale(rows, shade):
+    import matplotlib.colors
+    values = [r[shade] for r in rows if _numeric(r.get(shade))]
+    return matplotlib.colors.Normalize(min(values), max(values))
+
+
 def _pareto_axes(ax, good, xkey, key, swept=None):
     """Every point, a colour a scheme, and each batch's front. A swept config field with more
     than :data:`MAX_LINE_VALUES` values (a sampled one, not the x axis) is the points' colour
@@ -892,28 +916,16 @@ def _pareto_axes(ax, good, xkey, key, swept=None):
     points of one die that differ only in it were one dot (a new user's sweep)."""
     xs = [r[xkey] for r in good]
     ys = [r[key] for r in good]
-    shade = next((a for a in sorted(_config_axes(swept), key=lambda a: -_distinct_numbers(good, a))
-                  if a != xkey and _distinct_numbers(good, a) > MAX_LINE_VALUES
-                  and all(_numeric(r.get(a)) or r.get(a) is None for r in good)), None)
-    dots = None
+    shade = next(iter(_shade_fields(good, [a for a in _config_axes(swept) if a != xkey])), None)
+    scale = _shade_scale(good, shade) if shade else None
     for k, s in enumerate(sorted({r["scheme"] for r in good})):
-        sel = [i for i, r in enumerate(good) if r["scheme"] == s]
+        mine = [r for r in good if r["scheme"] == s]
         if shade is None:
-            ax.scatter([xs[i] for i in sel], [ys[i] for i in sel], s=14, alpha=0.7, label=s)
-            continue
-        import matplotlib.colors
-        values = [r[shade] for r in good if _numeric(r.get(shade))]
-        have = [i for i in sel if _numeric(good[i].get(shade))]
-        marker = "osD^v<>ph*"[k % 10]
-        dots = ax.scatter([xs[i] for i in have], [ys[i] for i in have], s=16, alpha=0.8,
-                          c=[good[i][shade] for i in have], cmap="viridis", marker=marker,
-                          norm=matplotlib.colors.Normalize(min(values), max(values)),
-                          label=s, edgecolors="none")
-        rest = [i for i in sel if i not in have]
-        if rest:
-            ax.scatter([xs[i] for i in rest], [ys[i] for i in rest], s=16, c="0.6",
-                       marker=marker, edgecolors="none")
-    if dots is not None:
+            ax.scatter([r[xkey] for r in mine], [r[key] for r in mine], s=14, alpha=0.7,
+                       label=s)
+        else:
+            dots = _shaded_scatter(ax, mine, xkey, key, shade, scale, "osD^v<>ph*"[k % 10], s)
+    if shade:
         ax.figure.colorbar(dots, ax=ax, pad=0.01).set_label(shade, fontsize=7)
     # one front per batch: points of different batches are different workloads; a grey a
     # batch, dark to light, beside the four line styles (a fifth batch repeated the first's
@@ -984,10 +996,7 @@ def _trend_axes(ax, good, axis, key, swept):
               and len({_hashable(r.get(a)) for r in good}) > 1]
     # a sampled config field (more values than lines can show) is the points' colour, not
     # lines; a row without a number there is drawn grey
-    shades = sorted((a for a in others if a in config
-                     and all(_numeric(r.get(a)) or r.get(a) is None for r in good)
-                     and _distinct_numbers(good, a) > MAX_LINE_VALUES),
-                    key=lambda a: -_distinct_numbers(good, a))
+    shades = _shade_fields(good, [a for a in others if a in config])
     others = [a for a in others
               if a not in shades and not (a in config and _follows(good, a, axis))]
     lines = {}
@@ -996,11 +1005,8 @@ def _trend_axes(ax, good, axis, key, swept):
             lines.setdefault(tuple(_hashable(r.get(a)) for a in others), []).append(r)
     def order(item):                # numbers as numbers: batch 4 before batch 16
         return tuple((0, v, "") if _numeric(v) else (1, 0, str(v)) for v in item[0])
-    scale = None
-    if shades:
-        import matplotlib.colors
-        values = [r[shades[0]] for rs in lines.values() for r in rs if _numeric(r[shades[0]])]
-        scale = matplotlib.colors.Normalize(min(values), max(values))
+    scale = _shade_scale([r for rs in lines.values() for r in rs], shades[0]) if shades \
+        else None
     for k, (group, rs) in enumerate(sorted(lines.items(), key=order)):
         rs.sort(key=lambda r: r[axis])
         label = ", ".join(str(v) if a == "scheme" else f"{a} {v}"
@@ -1009,15 +1015,8 @@ def _trend_axes(ax, good, axis, key, swept):
             ax.plot([r[axis] for r in rs], [r[key] for r in rs], marker="o", ms=3, lw=1,
                     ls=("-", "--", ":", "-.")[k // 10 % 4], label=label)
         else:                       # no line: its neighbours differ in the colour's field
-            marker = "osD^v<>ph*"[k % 10]
-            have = [r for r in rs if _numeric(r.get(shades[0]))]
-            dots = ax.scatter([r[axis] for r in have], [r[key] for r in have], s=16,
-                              c=[r[shades[0]] for r in have], cmap="viridis", norm=scale,
-                              marker=marker, label=label, edgecolors="none")
-            if len(have) < len(rs):
-                ax.scatter([r[axis] for r in rs if r not in have],
-                           [r[key] for r in rs if r not in have], s=16, c="0.6",
-                           marker=marker, edgecolors="none")
+            dots = _shaded_scatter(ax, rs, axis, key, shades[0], scale, "osD^v<>ph*"[k % 10],
+                                   label)
     if scale is not None:
         also = f"; also varying: {', '.join(shades[1:])}" if shades[1:] else ""
         ax.figure.colorbar(dots, ax=ax, pad=0.01).set_label(f"{shades[0]}{also}", fontsize=7)
