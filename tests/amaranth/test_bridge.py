@@ -100,6 +100,7 @@ class Run:
     def __init__(self, bridge, model, *, seed=0, idle=0.0, stall=0.0, drain_stall=None):
         self.bridge, self.model = bridge, model
         self.rng = random.Random(seed)
+        print(f"traffic seed {seed}")
         self.idle, self.stall = idle, stall
         self.drain_stall = drain_stall
         self.tx = bytearray()
@@ -370,6 +371,7 @@ def addr_words(addr, ws):
 
 def test_every_type_and_corners():
     rng = random.Random(1)
+    print("seed 1")
     bridge, model = make()
     fw = PARAMS["frame_words"]
     esc_word = int.from_bytes(bytes([FLAG, ESC] * (WB // 2)), "little")
@@ -442,6 +444,7 @@ def test_outputs_interleave_with_replies(idle, stall):
     frame boundaries, outputs numbered in the order sent, every reply still as the model
     says."""
     rng = random.Random(2)
+    print("seed 2")
     bridge, model = make()
     ops = [fr(Type.HELLO, 0)]
     for k in range(5):
@@ -463,6 +466,7 @@ def test_largest_frame_config_and_status():
     """frame_words = 16 (the default): a full HB_WRITE and a full CMD frame; nak_seen sticks
     after a NAK."""
     rng = random.Random(4)
+    print("seed 4")
     bridge, model = make(frame_words=16, hb_words=16, cmd_depth=64)
     ops = [fr(Type.HELLO, 9), fr(Type.HB_WRITE, 10, addr_words(0, words(rng, 16))),
            fr(Type.CMD, 11, cmd_bytes(rng, 64)),
@@ -481,6 +485,7 @@ def test_hello_soft_reset_with_output_stream(seed, stall):
     it keeps the old numbering, the first after it is number 0 (the model's counter is reset
     when the INFO leaves, so an output numbered 0 ahead of the INFO would not match)."""
     rng = random.Random(seed)
+    print(f"seed {seed}")
     bridge, model = make()
     ops = [fr(Type.HELLO, 0), fr(Type.CMD, 1, cmd_bytes(rng, 2)),
            fr(Type.HOST, 2, pack_words(words(rng, 3), W)),
@@ -518,6 +523,7 @@ def test_entries_drained_while_frames_arrive(seed, stall, drain):
     than the bridge) and the depth. The frames are sized by the model's credits, as the
     driver does, plus one HELLO in the middle (its INFO credits full)."""
     rng = random.Random(seed)
+    print(f"seed {seed}")
     bridge, model = make()
     scratch = make_model()
     ops = []
@@ -558,6 +564,7 @@ def test_word_fifo_rate():
     """A HOST / LINK FIFO drained with ``ready`` high delivers one word every W/8 + 2 cycles
     (the next fetch starts as the word on offer is taken)."""
     rng = random.Random(12)
+    print("seed 12")
     bridge, model = make(host_depth=5)
     ops = [fr(Type.HELLO, 0), fr(Type.HOST, 1, pack_words(words(rng, 3), W)),
            fr(Type.HOST, 2, pack_words(words(rng, 2), W)), ("drain", "host", 5)]
@@ -597,6 +604,7 @@ def test_random_sequences(script, traffic):
     add(fr(Type.HELLO, 255))
     for what, t, r in script:
         rng = random.Random(r)
+        print(f"seed {r}")
         seq = scratch.expect
         n = rng.randint(1, PARAMS["frame_words"])
         if t == Type.CMD:

@@ -14,16 +14,20 @@ from elmoe3d.hw.dram_port import DramWordPort
 from elmoe3d.sw.golden.ring import word_beats
 
 
+#: The controller's burst address width in these benches.
+ADDR_BITS = 16
+
+
 def burst_init(addr, bits):
     return random.Random(addr * 31 + 5).getrandbits(bits)
 
 
-def run_port(W, B, writes, reads, *, seed, stall, lanes=1):
+def run_port(W, B, writes, reads, *, seed, stall, lanes=1, length_bits=12):
     """``writes``: list of (word addr, word); ``reads``: list of (addr, n). Returns the words
     read (``lanes`` > 1: the beats, ``(words, [slot words])``) and the controller's request
-    log."""
-    dut = DramWordPort(word_bits=W, burst_bits=B, addr_bits=16, length_bits=12, inflight=3,
-                       lanes=lanes)
+    log. The port addresses ``2^ADDR_BITS`` bursts."""
+    dut = DramWordPort(word_bits=W, burst_bits=B, addr_bits=ADDR_BITS, length_bits=length_bits,
+                       inflight=3, lanes=lanes)
     rng = random.Random(seed)
     mem = {}                                   # burst addr -> burst (written)
     out = {"rd": [], "reqs": []}
@@ -143,15 +147,50 @@ def test_writes_then_reads(W, B, stall):
     out, _ = run_port(W, B, writes, reads, seed=seed, stall=stall)
     model = word_model(W, B, writes)
     assert out["rd"] == [model(a + k) for a, n in reads for k in range(n)]
-    # one burst request per read, covering exactly its bursts
-    rd_reqs = [r for r in out["reqs"] if not r[0]]
-    kw = max(1, W // B)
+    check_read_requests(W, B, reads, out["reqs"])
+
+
+def check_read_requests(W, B, reads, reqs):
+    """One burst request per read, covering exactly its bursts."""
+    kb, kw = max(1, B // W), max(1, W // B)
+    rd_reqs = [r for r in reqs if not r[0]]
+    assert len(rd_reqs) == len(reads)
     for (a, n), (_, ba, bl) in zip(reads, rd_reqs):
         if B >= W:
             assert (ba, bl) == (a // kb, (a + n - 1) // kb - a // kb + 1)
         else:
             assert (ba, bl) == (a * kw, n * kw)
-    assert len(rd_reqs) == len(reads)
+
+
+@pytest.mark.parametrize("W,B", [(64, 128), (32, 128), (64, 64), (128, 32)])
+def test_top_of_the_address_space(W, B):
+    """Corners of the controller's fields: writes and reads of the last bursts of the
+    ``2^ADDR_BITS`` (a read ending exactly on the last word), at addresses with every high
+    burst-address bit set in turn, and reads of the longest burst count ``length_bits``
+    allows (63 here; 60 when a word is 4 bursts), under random backpressure. A burst address cut short anywhere reads
+    another burst's data (the bench's bursts differ by address)."""
+    seed = W * 7 + B
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    kb, kw = max(1, B // W), max(1, W // B)
+    top = (1 << ADDR_BITS) * kb // kw                 # words the port addresses
+    longest = (2 ** 6 - 1) * kb // kw                 # words in 63 bursts
+    writes = []
+    for base in (top - kb, top - 2 * kb, (1 << (ADDR_BITS - 1)) * kb // kw):
+        base -= base % kb
+        writes += [(base + k, rng.getrandbits(W)) for k in range(kb)]
+    reads = [(top - 1, 1), (top - 5, 5), (top - longest, longest), (0, longest)]
+    for bit in range(ADDR_BITS - 4, ADDR_BITS):      # each high burst-address bit alone
+        a = (1 << bit) * kb // kw + rng.randrange(kb)
+        reads.append((a, rng.randint(1, 7)))
+    reads += [(a, 1) for a, _ in writes]
+    reads.append(((1 << (ADDR_BITS - 1)) * kb // kw - 3, 2 * kb + 3))   # across bit 15
+    out, _ = run_port(W, B, writes, reads, seed=seed, stall=0.4, length_bits=6)
+    model = word_model(W, B, writes)
+    assert all(a + n <= top for a, n in reads)
+    assert out["rd"] == [model(a + k) for a, n in reads for k in range(n)]
+    check_read_requests(W, B, reads, out["reqs"])
+    assert max(bl for w, _, bl in out["reqs"] if not w) == 63 // kw * kw   # the longest
 
 
 @pytest.mark.parametrize("W,B,lanes", [(64, 256, 2), (64, 256, 4), (32, 128, 2)])

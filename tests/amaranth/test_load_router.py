@@ -20,7 +20,7 @@ from amaranth.sim import Simulator
 from elmoe3d import isa
 from elmoe3d.config import preset
 from elmoe3d.hw.checked import inspection
-from elmoe3d.hw.load_router import LoadRouter
+from elmoe3d.hw.load_router import ADDR_BITS, WORDS_BITS, LoadRouter
 from elmoe3d.isa import Op, Source, Target
 from elmoe3d.sim.traffic import SMOOTH, Traffic
 
@@ -32,14 +32,19 @@ W = ARCH.pe.word_bits
 ROUTER_ROUGH = Traffic("rough", idle=0.35, backpressure=0.45)
 
 
-def random_program(rng, n_cmds, *, max_words=20, srcs=(Source.HOST, Source.HB, Source.EXT)):
-    """``(encoded commands, loads)``; loads are ``(src, hb_addr, words)`` in program order."""
+def random_program(rng, n_cmds, *, max_words=20, srcs=(Source.HOST, Source.HB, Source.EXT),
+                   empty=0.0, high=0.0):
+    """``(encoded commands, loads)``; loads are ``(src, hb_addr, words)`` in program order.
+    A LOAD has 0 words with probability ``empty``; an HB LOAD reads the top of the 32-bit HB
+    address space (ending at most on its last word) with probability ``high``."""
     cmds, loads = [], []
     for _ in range(n_cmds):
         if rng.random() < 0.6:
             src = rng.choice(srcs)
-            words = rng.randint(1, max_words)
+            words = 0 if empty and rng.random() < empty else rng.randint(1, max_words)
             addr = rng.randrange(0, 1 << 20) if src == Source.HB else rng.randrange(0, 1 << 32)
+            if src == Source.HB and high and rng.random() < high:
+                addr = (1 << ADDR_BITS) - words - addr
             cmds.append(isa.encode(Op.LOAD, target=rng.choice(list(Target)), buf=rng.randint(0, 1),
                                    addr=rng.randrange(1 << 16), words=words,
                                    signal=rng.randint(0, 1), src=src, hb_addr=addr))
@@ -63,6 +68,7 @@ def run_router(dut, cmds, loads, *, seed, idle=0.0, stall=0.0, hb_latency=(1, 6)
     """Drive the router; return a dict of what it did. ``ext_hold``: the ext source offers
     nothing for that many cycles (to watch HB prefetch)."""
     rng = random.Random(seed)
+    print(f"seed {seed}")
     ext_words = [rng.getrandbits(W) for s, _, n in loads if s == Source.EXT for _ in range(n)]
     host_words = [rng.getrandbits(W) for s, _, n in loads if s == Source.HOST for _ in range(n)]
     expect_ld = []
@@ -209,12 +215,37 @@ def test_random_programs(traffic, seed):
     flow = SMOOTH if traffic == "smooth" else ROUTER_ROUGH
     print(f"seed {seed}, traffic {traffic}")
     rng = random.Random(seed)
-    cmds, loads = random_program(rng, 40)
+    cmds, loads = random_program(rng, 40, empty=0.15, high=0.5)
     dut = LoadRouter(config=ARCH, queue_depth=4, hb_fifo_words=12, hb_burst_words=5,
                      ext_fifo_words=3, host_fifo_words=2)
     out = run_router(dut, cmds, loads, seed=seed, idle=flow.idle, stall=flow.backpressure)
     check(out, cmds, loads, dut)
     assert {s for s, _, _ in loads} == {Source.HOST, Source.HB, Source.EXT}
+    assert any(n == 0 for _, _, n in loads)
+    assert any(a >> 31 for s, a, _ in loads if s == Source.HB)
+
+
+@pytest.mark.parametrize("longest", [False, True], ids=["empty", "longest"])
+def test_empty_and_longest_loads(longest):
+    """The LOAD ``words`` field's corners: 0-word LOADs of every source (they forward nothing,
+    ask HB for nothing and do not hold up the LOADs behind them) around an HB LOAD ending on
+    the last word of the 32-bit HB address space, and (``longest``, 65,535 cycles: a
+    ``make test-slow`` case) the longest HB LOAD, ``2^16 - 1`` words, ending there too."""
+    top = (1 << ADDR_BITS) - 1
+    n = (1 << WORDS_BITS) - 1 if longest else 13
+    loads = [(Source.HB, 7, 0), (Source.EXT, 0, 0), (Source.HOST, 0, 0),
+             (Source.HB, top + 1 - n, n), (Source.HB, 9, 0),
+             (Source.EXT, 0, 1), (Source.HB, top, 1), (Source.HOST, 0, 0), (Source.HOST, 0, 1)]
+    print(f"seed 8, LOAD words {[w for _, _, w in loads]}")
+    cmds = [isa.encode(Op.LOAD, target=Target.ACT, words=w, src=src, hb_addr=a)
+            for src, a, w in loads]
+    dut = LoadRouter(config=ARCH, queue_depth=4, hb_fifo_words=12, hb_burst_words=5,
+                     ext_fifo_words=3, host_fifo_words=2)
+    out = run_router(dut, cmds, loads, seed=8, idle=0.0 if longest else ROUTER_ROUGH.idle,
+                     stall=0.0 if longest else ROUTER_ROUGH.backpressure)
+    check(out, cmds, loads, dut)
+    assert len(out["ld"]) == n + 3
+    assert out["hb_req"][-1] == (top, 1)
 
 
 @pytest.mark.parametrize("seed", [4, 5])
@@ -244,6 +275,7 @@ def test_back_to_back_at_full_rate():
     """Always-valid sources and always-ready sinks: one ld word per cycle across LOADs of
     every source (no idle cycle between LOADs)."""
     rng = random.Random(7)
+    print("seed 7")
     cmds, loads = random_program(rng, 30, max_words=6)
     cmds = [c for c in cmds if isa.decode(c)[0] is Op.LOAD]
     dut = LoadRouter(config=ARCH, queue_depth=8, hb_fifo_words=16, hb_burst_words=4)

@@ -53,6 +53,7 @@ def _loopback(divisor, data, seed, idle=0.3, stall=0.0):
     m.submodules.rx, m.submodules.tx = rx, tx
     m.d.comb += rx.rx.eq(tx.tx)
     rng = random.Random(seed)
+    print(f"seed {seed}")
     got, line = [], []
 
     async def bench(ctx):
@@ -92,6 +93,7 @@ def test_loopback_random_bytes(divisor, stall):
     """With and without backpressure on the receiver's output (a byte not taken at once
     stays on offer; at most a character time of stall, so no overrun)."""
     rng = random.Random(divisor)
+    print(f"seed {divisor}")
     data = [rng.randrange(256) for _ in range(40)] + [0x00, 0xFF, 0x7E, 0x7D, 0x55, 0xAA]
     got, line = _loopback(divisor, data, seed=divisor, stall=stall)
     assert got[:-1] == data
@@ -139,6 +141,7 @@ def _drive_line(divisor_rx, chars, period, gap_bits=1.5, ready=True):
                                           (4, 1.0)])
 def test_baud_mismatch_within_tolerance(divisor, skew):
     rng = random.Random(int(divisor * skew * 100))
+    print(f"seed {int(divisor * skew * 100)}")
     data = [rng.randrange(256) for _ in range(24)]
     got = _drive_line(divisor, [(b, 1) for b in data], divisor * skew, gap_bits=0.0)
     assert got[:-1] == data
@@ -154,6 +157,7 @@ def test_baud_mismatch_margins(divisor, skew, ok):
     """Just inside the stated margins every character arrives; beyond them some do not (a
     sample lands in the neighbouring bit)."""
     rng = random.Random(int(divisor * skew * 1000))
+    print(f"seed {int(divisor * skew * 1000)}")
     data = [rng.randrange(256) for _ in range(32)]
     got = _drive_line(divisor, [(b, 1) for b in data], divisor * skew, gap_bits=0.0)
     if ok:

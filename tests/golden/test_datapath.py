@@ -90,6 +90,7 @@ def _random_weight(rng, n, k, *, zero_group=True, subnormal=False, huge=False):
        st.sampled_from(list(Mode)), st.booleans(), st.booleans())
 def test_fast_gemm_equals_reference(seed, m, n, g, mode, subnormal, huge):
     rng = np.random.default_rng(seed)
+    print(f"seed {seed}")
     a = rng.integers(-128, 128, (m, g * 32)).astype(np.int8)
     qw = _random_weight(rng, n, g * 32, subnormal=subnormal, huge=huge)
     assert gemm(a, qw, mode) == gemm_reference(a, qw, mode)
@@ -99,6 +100,7 @@ def test_fast_gemm_equals_reference(seed, m, n, g, mode, subnormal, huge):
 @given(st.integers(0, 2 ** 32 - 1), st.integers(1, 12), st.integers(2, 12), st.integers(1, 6))
 def test_full_equals_msb_only_plus_lsb_only(seed, m, n, g):
     rng = np.random.default_rng(seed)
+    print(f"seed {seed}")
     a = rng.integers(-128, 128, (m, g * 32)).astype(np.int8)
     qw = _random_weight(rng, n, g * 32, subnormal=bool(seed & 1))
     full = gemm(a, qw, Mode.FULL)
@@ -112,6 +114,7 @@ def test_full_equals_msb_only_plus_lsb_only(seed, m, n, g):
        st.sampled_from(list(Mode)), st.data())
 def test_independent_of_k_tiling_and_mn_split(seed, m, n, g, mode, data):
     rng = np.random.default_rng(seed)
+    print(f"seed {seed}")
     a = rng.integers(-128, 128, (m, g * 32)).astype(np.int8)
     qw = _random_weight(rng, n, g * 32)
     whole = gemm(a, qw, mode)
@@ -138,6 +141,7 @@ def test_fast_path_falls_back_when_exponents_spread():
     # Scales 2^-24 and 65504 in one row: the float64 fast path cannot be exact; results must
     # still equal the int64 datapath.
     rng = np.random.default_rng(3)
+    print("seed 3")
     q = rng.integers(-127, 128, (2, 64)).astype(np.int8)
     scale = np.array([[np.uint16(1).view(np.float16), 65504]] * 2, np.float16)
     a = rng.integers(-128, 128, (3, 64)).astype(np.int8)
@@ -198,6 +202,7 @@ def test_acc_to_float_of_no_rows_takes_an_empty_exponent_list():
 
 def test_end_to_end_accuracy_against_float64():
     rng = np.random.default_rng(5)
+    print("seed 5")
     w = rng.standard_normal((96, 384)).astype(np.float32) * 0.05
     x = rng.standard_normal((16, 384))
     qa, qw = quantize_activations(x), quantize_weights(w)
@@ -232,6 +237,7 @@ def test_weight_codes_that_would_wrap_are_refused():
 
 def test_quantized_weight_is_immutable_so_the_gemm_cache_cannot_go_stale():
     rng = np.random.default_rng(6)
+    print("seed 6")
     q = rng.integers(-127, 128, (4, 64)).astype(np.int8)
     qw = QuantizedWeight(q, np.ones((4, 2), np.float16))
     a = rng.integers(-128, 128, (2, 64)).astype(np.int8)
@@ -260,6 +266,7 @@ def test_gemm_and_acc_to_float_refuse_wrong_operands_by_name():
     and what was expected (a TypeError too where the type is wrong, as before)."""
     from elmoe3d.sw.golden.quant import QuantizationError, QuantizationTypeError
     rng = np.random.default_rng(3)
+    print("seed 3")
     qw = quantize_weights(rng.standard_normal((16, 64)).astype(np.float32), name="up")
     x = rng.standard_normal((4, 64))
     qa = quantize_activations(x)

@@ -172,6 +172,28 @@ def test_acceptance_is_a_prefix_length(real):
         ElasticSD(cache=slots_cache(68), depth=4, acceptance=lambda c, r: [True]).run(real)
 
 
+@pytest.mark.parametrize("t", [0.0, 0.25, 0.5, 0.9, 1.0])
+def test_coverage_acceptance_threshold_is_inclusive(t):
+    """A coverage of exactly the threshold is accepted (>=, within 1e-12 of float64
+    rounding); 1e-9 below it is not."""
+    cov = np.array([t, min(1.0, t + 1e-9), max(0.0, t - 1e-9), 1.0])
+    assert CoverageAcceptance(t)(cov, None).tolist() == [True, True, t == 0.0, True]
+
+
+def test_coverage_one_accepts_exactly_the_untouched_tokens(real):
+    """``CoverageAcceptance(1.0)`` on the real trace: a draft token is accepted iff the pool
+    held every expert of its original routing in every layer (coverage exactly 1), up to the
+    first that was not; the run has both kinds."""
+    res = ElasticSD(cache=slots_cache(150), depth=4,
+                    acceptance=CoverageAcceptance(1.0)).run(real)
+    full = [c == 1.0 for it in res.iterations for c in it.coverage]
+    assert any(f.any() for f in full) and not all(f.all() for f in full)
+    got = [a for it in res.iterations for a in it.accepted]
+    assert got == [accepted_prefix(f) for f in full]
+    print(res.summary())
+    assert 0 < res.accepted < res.drafted
+
+
 def test_batched_run_and_scores_ranking():
     """Synthetic routing with full scores, two requests in lockstep: the draft's experts are
     the k best-scored experts of the pool, in score order."""

@@ -2,6 +2,8 @@
 (probabilities or strings are not verdicts), and the public helpers and constructors refuse
 nonsense with a named UserError instead of running on it or failing inside NumPy."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -101,7 +103,9 @@ def test_acceptance_parameter(cls, name, value):
 @pytest.mark.parametrize("cls", [CoverageAcceptance, BernoulliAcceptance])
 @pytest.mark.parametrize("value", [0, 1, 0.5, np.float32(0.25), np.int64(1)])
 def test_acceptance_parameter_in_range(cls, value):
-    cls(value)
+    rule = cls(value)
+    assert dataclasses.astuple(rule) == (value,)
+    assert rule(np.array([1.0] * 4), np.random.default_rng(0)).dtype == bool
 
 
 # -- the public helpers ------------------------------------------------------------------------
