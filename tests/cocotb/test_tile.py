@@ -4,13 +4,16 @@ Two tile shapes (the small 2x4 configuration and 1x2); the build of each shape i
 every test here (and across pytest-xdist workers: the runner keys build folders by the Verilog
 and builds under a lock). Every accumulator value is compared with plain equality against
 ``ref_tile`` and ``gemm`` inside the bench; these tests also check that the comparisons really
-happened.
+happened, as many as each case's shape gives (:func:`values_compared`).
 """
 
 import pytest
 
 from elmoe3d.config import TileConfig
 from elmoe3d.sim.bench_tile import run_tile_bench
+from elmoe3d.sw.golden.datapath import Mode
+from elmoe3d.sw.golden.quant import GROUP
+from elmoe3d.sw.golden.tile import channels_per_block
 
 pytestmark = pytest.mark.cocotb
 
@@ -23,7 +26,27 @@ SHAPES = {
 }
 
 
-def _check(result, *, tests, sources):
+def values_compared(rec, config):
+    """The accumulator values a case of the tile bench (``sim/bench_tile.py``) compares when
+    every result came: a GEMM ``[M, K] x [N, K]^T`` (``shape`` [M, K, N]) gives one result of
+    ``rows x lanes`` values per row block and output-channel block (``channels_per_block`` of
+    its mode: ``lanes // 2`` in FULL), each after ``K / 32`` beats, all against ``ref_tile``,
+    and its ``M x N`` values against ``gemm``; the split check (MSB_ONLY + LSB_ONLY against
+    FULL) the ``M x N`` only; a raw beat sequence (no shape) one result per ``last`` beat."""
+    per_result = config.rows * config.lanes
+    if rec["shape"] is None:
+        assert 0 < rec["results"] <= rec["beats"], rec
+        return rec["results"] * per_result
+    m, k, n = rec["shape"]
+    if rec["mode"] == "MSB+LSB":
+        return m * n
+    results = -(-m // config.rows) * -(-n // channels_per_block(Mode[rec["mode"]],
+                                                                   config.lanes))
+    assert (rec["results"], rec["beats"]) == (results, results * k // GROUP), rec
+    return results * per_result + m * n
+
+
+def _check(result, config, *, tests, sources):
     sim = result.sim
     assert sim.failures == 0 and sim.skipped == 0
     ran = {c.name.split("/")[0] for c in sim.testcases if c.status == "passed"}
@@ -34,7 +57,7 @@ def _check(result, *, tests, sources):
     assert result.mismatches == 0
     for rec in result.records:
         assert rec["mismatches"] == 0, rec
-        assert rec["comparisons"] > 0, rec
+        assert rec["comparisons"] == values_compared(rec, config) > 0, rec
     return result
 
 
@@ -42,7 +65,7 @@ def _check(result, *, tests, sources):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_minilm_weights_and_activations(shape, minilm_file):
     config, params = SHAPES[shape]
-    result = _check(run_tile_bench(config, tests="test_minilm", params=params),
+    result = _check(run_tile_bench(config, tests="test_minilm", params=params), config,
                     tests=["test_minilm"], sources=["minilm"])
     modes = {(r["case"], r["mode"], r["traffic"]) for r in result.records}
     for traffic in ("smooth", "stalls"):
@@ -57,7 +80,7 @@ def test_minilm_weights_and_activations(shape, minilm_file):
 def test_random_and_corners(shape):
     config, params = SHAPES[shape]
     result = _check(run_tile_bench(config, tests=("test_random", "test_corners"),
-                                   params=params),
+                                   params=params), config,
                     tests=["test_random", "test_corners"], sources=["random", "corner"])
     assert {r["traffic"] for r in result.records} == {"smooth", "stalls"}
     saturating = [r for r in result.records if r["case"] == "corner int64 saturation"]
@@ -68,7 +91,7 @@ def test_random_and_corners(shape):
 def test_throughput_one_beat_per_cycle(shape):
     config, params = SHAPES[shape]
     result = _check(run_tile_bench(config, tests="test_throughput",
-                                   params={**params, "throughput_beats": 1024}),
+                                   params={**params, "throughput_beats": 1024}), config,
                     tests=["test_throughput"], sources=["random"])
     (rec,) = result.records
     assert rec["beats"] >= 1024

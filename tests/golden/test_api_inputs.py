@@ -24,6 +24,8 @@ from elmoe3d.sw.golden.quant import (
     quantize_activations, quantize_activations_fp16, quantize_weights,
 )
 
+from ..conftest import hf_module
+
 SEED = 2612
 RAGGED = [[1, 2], [3]]
 TINY = 2.0 ** -24                    # the smallest FP16 subnormal: the smallest non-zero scale
@@ -69,8 +71,11 @@ def test_raw_output_must_be_a_bool(raw):
 
 
 def test_raw_output_takes_bools():
-    for raw in (True, np.True_, False, None):
-        plan_linear_stream(64, 96, preset("small"), raw_output=raw)
+    """A bool (NumPy's too) picks the OUTPUT format; None the PE's default (FP32 on the small
+    PE, whose OUT holds an FP32 chunk)."""
+    for raw, want in ((True, True), (np.True_, True), (False, False), (None, False)):
+        plan = plan_linear_stream(64, 96, preset("small"), raw_output=raw)
+        assert plan.raw_output is want
 
 
 def test_linear_output_range_and_resolution_are_documented_and_flagged():
@@ -238,7 +243,7 @@ def test_a_torch_tensor_numpy_cannot_read_is_named_with_the_way_out():
     """A review's finding (2026-12-07): a torch BF16 tensor was said to be ragged lists, and
     one that requires grad raised torch's RuntimeError; now both name the dtype, torch's
     reason and the conversion, and the converted tensor quantizes as the float32 array."""
-    torch = pytest.importorskip("torch")
+    torch = hf_module("torch")
     w = torch.from_numpy(_layer()[1].astype(np.float32))
     for bad, why in ((w.bfloat16(), r"torch\.bfloat16 NumPy cannot read \(Got unsupported "
                                     r"ScalarType BFloat16\)"),

@@ -8,6 +8,8 @@ and whole runs' figures and step records against those recorded from the code be
 path."""
 
 import dataclasses
+import hashlib
+import json
 
 import numpy as np
 import pytest
@@ -34,6 +36,12 @@ def gsm8k():
     return import_vllm_jsonl(routing_path("gsm8k"), model=MIX)[0]
 
 
+def records_digest(recs) -> str:
+    """The first 16 hex digits of the SHA-256 of the perf records ``recs`` as JSON (keys
+    sorted): every field of every record, not only the sums."""
+    return hashlib.sha256(json.dumps(recs, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def elastic(trace, config):
     arch = preset(config)
     dense, kv = host.reserved_hb_bytes(MIX)
@@ -45,7 +53,9 @@ def elastic(trace, config):
 def test_run_totals_equal_the_recorded_figures(gsm8k):
     """``elmoe3d run --trace gsm8k --model mixtral-8x7b --config paper-8gb --backend perf``:
     totals recorded at commit 8f4d3e2, before the fast path (exact: every figure is a sum of
-    whole bytes or of the same floats in the same order)."""
+    whole bytes or of the same floats in the same order), and the digest of the full step
+    records (:func:`records_digest`), which 8f4d3e2's code gives too (computed on it when the
+    digest was added, 2026-12-07)."""
     arch, steps = elastic(gsm8k, "paper-8gb")
     recs = run_perf(steps, arch, MIX, feed="ideal")     # the records predate the die feed
     assert len(recs) == 510
@@ -58,6 +68,7 @@ def test_run_totals_equal_the_recorded_figures(gsm8k):
     assert sum(r["accesses"] for r in recs) == 42097
     assert sum(r["hits"] for r in recs) == 31585
     assert sum(r["produced"] for r in recs) == 247
+    assert records_digest(recs) == "969b34dabe604569"
 
 
 def test_whole_run_fast_path_equals_step(gsm8k):
@@ -226,8 +237,6 @@ def test_synthetic_runs_equal_the_recorded_figures(case):
     """Every Table 3 model's trace-driven perf run (the schedule and the perf backend) gives
     the figures and the exact step records the code before the fast path gave (exact: sums
     of whole bytes, or of the same floats in the same order)."""
-    import hashlib
-    import json
     model, requests, tokens, seed, config, batch = case
     arch, steps, res = synthetic_elastic(model, config, requests=requests, tokens=tokens,
                                          seed=seed, batch=batch)
@@ -237,7 +246,7 @@ def test_synthetic_runs_equal_the_recorded_figures(case):
     assert tuple(sum(r[k] for r in recs) for k in (
         "cycles", "energy_pj", "hb_write_bytes", "ext_bytes", "link_bytes", "accesses", "hits",
         "produced", "pool_writes", "pool_extra")) == totals
-    assert hashlib.sha256(json.dumps(recs, sort_keys=True).encode()).hexdigest()[:16] == digest
+    assert records_digest(recs) == digest
     v, a = res.verify.summary(), res.ar.summary()
     assert (res.draft_hb_bytes, res.tokens, res.drafted, res.accepted, v["hits"],
             v["accesses"], a["accesses"], a["hits"], res.ar.ext_read_bytes,

@@ -16,6 +16,8 @@ from elmoe3d.sw.host.corpus import traces_dir
 from elmoe3d.sw.host.trace import (MAX_LAYERS, RoutingTrace, TraceError, capture_hf,
                                    import_vllm_jsonl, trace_from_router_logits)
 
+from ..conftest import hf_module
+
 MIX = "mixtral-8x7b"
 GSM8K = "gsm8k_2_routing.jsonl"
 
@@ -409,6 +411,6 @@ def test_trace_from_router_logits_keeps_notes():
 
 
 def test_capture_hf_refuses_a_string_of_notes():
-    pytest.importorskip("torch")
+    hf_module("torch")
     with pytest.raises(TraceError, match="^notes: expected a list of strings, got 'ab'$"):
         capture_hf(object(), [[1, 2]], MIX, notes="ab")

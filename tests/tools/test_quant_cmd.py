@@ -16,6 +16,8 @@ from elmoe3d.errors import UserError
 from elmoe3d.sw.golden.metrics import error_metrics
 from elmoe3d.sw.golden.quant import DraftMethod, draft_weights, quantize_weights
 
+from ..conftest import hf_module
+
 RNG = np.random.default_rng(7)
 
 
@@ -647,8 +649,8 @@ def test_a_checkpoint_transformers_shards_is_read_whole(tmp_path, capsys):
     """The real format: a tiny Mixtral written by transformers' ``save_pretrained`` in nine
     shards with its ``model.safetensors.index.json``; its folder gives the same pooled figures
     as one file holding the same tensors, and every expert tensor of every shard."""
-    transformers = pytest.importorskip("transformers")
-    torch = pytest.importorskip("torch")
+    transformers = hf_module("transformers")
+    torch = hf_module("torch")
     torch.manual_seed(0)
     cfg = transformers.MixtralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                      num_attention_heads=4, num_key_value_heads=2,
