@@ -626,6 +626,12 @@ class ArchConfig:
         return self.pes // self.pes_per_group
 
     @property
+    def hb_bytes(self) -> int:
+        """The die's HB capacity in bytes: ``pes x hb_bank_bytes`` (a bank per PE, Section
+        4.1; 4 GiB on paper-4gb, 8 GiB on paper-8gb)."""
+        return self.pes * self.hb_bank_bytes
+
+    @property
     def hb_bytes_per_cycle(self) -> float:
         """HB bytes delivered per logic-die cycle per bank (51.2 at 1 GHz)."""
         return self.hb_bank_gbps / self.clock_ghz
@@ -660,7 +666,7 @@ class ArchConfig:
         """DRAM background power, mW: ``{"hb": ..., "ext": ...}``, each capacity in GiB (HB:
         ``pes x hb_bank_bytes``; EXT: ``ext_bytes``) x its ``*_background_mw_per_gb``
         (:data:`DRAM_BACKGROUND`). paper-8gb: HB 70 mW, EXT 560 mW at the default."""
-        return {"hb": self.pes * self.hb_bank_bytes / 2**30 * self.hb_background_mw_per_gb,
+        return {"hb": self.hb_bytes / 2**30 * self.hb_background_mw_per_gb,
                 "ext": self.ext_bytes / 2**30 * self.ext_background_mw_per_gb}
 
     @property

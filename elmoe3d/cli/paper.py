@@ -980,7 +980,7 @@ def _static_note(args, static: dict) -> str:
             f"power, its dies idle in {state} ({DRAM_BACKGROUND[state]:.2f} mW a GiB with "
             f"refresh, from an LPDDR4 part's IDD currents: config.DRAM_BACKGROUND): "
             f"{x['dram']:,.0f} mW for the {arch.ext_bytes / 2**30:g} GiB of LPDDR5 of every "
-            f"platform, {o['dram']:,.0f} mW with the {arch.pes * arch.hb_bank_bytes / 2**30:g} "
+            f"platform, {o['dram']:,.0f} mW with the {arch.hb_bytes / 2**30:g} "
             f"GiB of HB of ours and HB-xPU")
 
 
@@ -1131,7 +1131,7 @@ def _capacities_gib(hb) -> tuple:
     8 GiB)."""
     from ..config import preset
     arch = preset(f"paper-{hb}")
-    return arch.pes * arch.hb_bank_bytes / 2**30, arch.ext_bytes / 2**30
+    return arch.hb_bytes / 2**30, arch.ext_bytes / 2**30
 
 
 def _plot_fig12(path, rows, hb):

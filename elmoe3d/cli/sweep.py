@@ -65,7 +65,9 @@ def configure(parser):
                              "--scheduler or --workers 0")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--no-plots", action="store_true",
-                        help="no plots (pareto-<model>.png, by-<axis>-<model>.png)")
+                        help="no plots (pareto-<model>.png, by-<axis>-<model>.png); an "
+                             "earlier run's plots in the out folder are removed, as its tables "
+                             "are replaced")
     parser.add_argument("--check", action="store_true",
                         help="expand and validate the spec, print the point count and note the "
                              "perf points their LPDDR5 cannot hold and those that will compute "

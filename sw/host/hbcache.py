@@ -10,7 +10,7 @@ recently used slice. A hit refreshes the slice's recency (design brief: "an LRU 
 refresh on a hit" is a failure kind).
 
 * :class:`HBExpertCache` -- the LRU; :meth:`HBExpertCache.for_model` sizes it from an
-  :class:`~elmoe3d.config.ArchConfig` (``hb_bank_bytes * pes``) less the reserved dense-weight and
+  :class:`~elmoe3d.config.ArchConfig` (``hb_bytes``) less the reserved dense-weight and
   KV-cache bytes; :meth:`~HBExpertCache.step` accesses the experts one step (a batch of tokens)
   uses at one layer, each once (weight reuse across the batch); :meth:`~HBExpertCache.fill`
   replaces the contents (Elastic-SD's pool update).
@@ -48,8 +48,8 @@ def _nonneg_int(name, v):
 
 def hb_capacity_bytes(arch, *, dense_bytes=0, kv_bytes=0,
                       names=("dense_bytes", "kv_bytes")) -> int:
-    """Bytes of HB left for expert MSB slices: ``arch.hb_bank_bytes * arch.pes - dense_bytes -
-    kv_bytes``; ``arch`` an :class:`~elmoe3d.config.ArchConfig` or a preset's name (e.g.
+    """Bytes of HB left for expert MSB slices: ``arch.hb_bytes - dense_bytes - kv_bytes``;
+    ``arch`` an :class:`~elmoe3d.config.ArchConfig` or a preset's name (e.g.
     ``"paper-8gb"``). Raises :class:`UserError` naming ``arch`` for another ``arch`` (an
     unknown name, another type), and naming the parameters (``names``: what the caller
     calls them, e.g. its command-line options) when nothing is left."""
@@ -60,7 +60,7 @@ def hb_capacity_bytes(arch, *, dense_bytes=0, kv_bytes=0,
         raise UserError(str(exc)) from None
     dense_bytes = _nonneg_int("dense_bytes", dense_bytes)
     kv_bytes = _nonneg_int("kv_bytes", kv_bytes)
-    total = arch.hb_bank_bytes * arch.pes
+    total = arch.hb_bytes
     left = total - dense_bytes - kv_bytes
     if left <= 0:
         raise UserError(f"{names[0]} ({dense_bytes}) + {names[1]} ({kv_bytes}) leave no HB for "

@@ -392,7 +392,7 @@ def platform(name: str, hb: str = "4gb", *, arch=None, link: str = "die",
         hb_gbps = a.pes * a.hb_bank_gbps * HB_EFFICIENCY
         ours = name == "ours"
         return replace(base, tops4=a.peak_tops(4) if ours else base.tops8, hb_gbps=hb_gbps,
-                       hb_bytes=a.pes * a.hb_bank_bytes, bit_sliced=ours,
+                       hb_bytes=a.hb_bytes, bit_sliced=ours,
                        dram_static_mw=background["ext"] + background["hb"])
     if name in NEAR_MEMORY:
         mult, tops, channels = NEAR_MEMORY[name]

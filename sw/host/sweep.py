@@ -46,6 +46,7 @@ import re
 import socket
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -571,6 +572,10 @@ def _run(spec, points, states, store, cache, task, *, code, client, progress, re
         if plots:
             files.update(pareto_plots(rows, store.out, axes=swept_axes(spec),
                                       earlier=_earlier_plots(before), outputs=outputs))
+        else:                               # --no-plots: an earlier run's plots go too
+            for name in (Path(p).name for p in _earlier_plots(before)):
+                if _PLOT_NAME.fullmatch(name):
+                    outputs.remove_on_commit(store.out / name)
     errors = sum(1 for r in rows if r.get("error"))
     run = SweepRun(points=len(points), skipped=skipped, ran=len(todo), errors=errors,
                    rows=rows, workers=n_workers, dashboard=dash, seconds=seconds, files=files)
@@ -852,13 +857,8 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs) -> dict:
             ax.set_ylabel(label)
             ax.set_title(title, fontsize=9)
             ax.set_yscale("log")
-            legend = ax.legend(fontsize=7)
-            for handle in legend.legend_handles:    # a colour-mapped marker: its shape only
-                if isinstance(handle, matplotlib.collections.PathCollection) \
-                        and handle.get_array() is not None:
-                    handle.set_array(None)
-                    handle.set_color("0.35")
             ax.grid(alpha=0.3)
+        unnamed, rect = _legends(fig, panels)
         count = f"{len(mine)} points"
         if axis is not None:
             drawn = sum(1 for r in mine if _numeric(r.get(axis)))
@@ -866,8 +866,12 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs) -> dict:
                      f"{drawn} of {len(mine)} points ({len(mine) - drawn} without a {axis})")
             count += (f", all on one die of {mine[0][xkey]:g} mm²" if xkey == "die_mm2"
                       else f", all on {mine[0][xkey]} PEs")
+        if unnamed:
+            count += f"; {unnamed} lines, too many to tell apart: no legend (results.csv)"
         fig.suptitle(f"{model}: {count}")
-        fig.tight_layout()
+        with warnings.catch_warnings():         # a crowded figure: laid out as well as it goes
+            warnings.simplefilter("ignore", UserWarning)
+            fig.tight_layout(rect=rect)
         kind = "pareto" if axis is None else f"by-{_axis_file(axis)}"
         stem = f"{kind}-{model}"
         path = Path(out_dir) / f"{stem}.png"
@@ -877,6 +881,66 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs) -> dict:
             plt.close(fig)
         files[f"{kind}:{model}"] = path
     return files
+
+
+#: Legend entries a plot names at most: beyond, line colours and styles repeat (10 colours x
+#: 4 styles) and a legend could not tell the lines apart; the plot is drawn without one and
+#: its title says so. Up to 8 entries each panel has its own legend; more, one legend under
+#: both panels.
+MAX_LEGEND = 40
+
+
+def _legends(fig, panels) -> tuple:
+    """The legends of a plot's two panels (their entries are the same: the first panel's are
+    used): per panel, under both, or none (:data:`MAX_LEGEND`). Returns the count of lines
+    left unnamed (0 when the legend names them) and the rectangle of the figure left to the
+    panels (``tight_layout``'s ``rect``)."""
+    import matplotlib.collections
+    handles, labels = panels[0].get_legend_handles_labels()
+    n = len(labels)
+    legends, rect = [], (0, 0, 1, 1)
+    if 0 < n <= 8:
+        legends = [ax.legend(fontsize=7) for ax in panels]
+    elif 8 < n <= MAX_LEGEND:
+        ncol = 3 if max(map(len, labels)) > 40 else 4
+        rows = -(-n // ncol)
+        below = 0.17 * rows + 0.2                           # inches of legend
+        fig.set_figheight(fig.get_figheight() + below)
+        legends = [fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=7,
+                              frameon=False)]
+        rect = (0, below / fig.get_figheight(), 1, 1)
+    for legend in legends:
+        for handle in legend.legend_handles:    # a colour-mapped marker: its shape only
+            if isinstance(handle, matplotlib.collections.PathCollection) \
+                    and handle.get_array() is not None:
+                handle.set_array(None)
+                handle.set_color("0.35")
+    return n if n > MAX_LEGEND else 0, rect
+
+
+def _line_label(fields, values) -> str:
+    """A line's legend entry: the scheme's name, ``field value`` for the others, a byte count
+    in KiB / MiB / GiB (``hb_bank_bytes 128 MiB``), a field without a value (``depth`` of an
+    AR point) left out; ``every point`` when nothing is left."""
+    parts = []
+    for a, v in zip(fields, values):
+        if v is None:
+            continue
+        if a == "scheme":
+            parts.append(str(v))
+        elif a.endswith("_bytes") and _numeric(v):
+            parts.append(f"{a} {_bytes_text(v)}")
+        else:
+            parts.append(f"{a} {v}")
+    return ", ".join(parts) or "every point"
+
+
+def _bytes_text(v) -> str:
+    """``v`` bytes in the largest binary unit it is a whole number of (``128 MiB``)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if v >= 1 << shift and v % (1 << shift) == 0:
+            return f"{v / (1 << shift):g} {unit}"
+    return f"{v:g} B"
 
 
 def _shade_fields(rows, fields) -> list:
@@ -1009,8 +1073,7 @@ def _trend_axes(ax, good, axis, key, swept):
         else None
     for k, (group, rs) in enumerate(sorted(lines.items(), key=order)):
         rs.sort(key=lambda r: r[axis])
-        label = ", ".join(str(v) if a == "scheme" else f"{a} {v}"
-                          for a, v in zip(others, group)) or "every point"
+        label = _line_label(others, group)
         if scale is None:
             ax.plot([r[axis] for r in rs], [r[key] for r in rs], marker="o", ms=3, lw=1,
                     ls=("-", "--", ":", "-.")[k // 10 % 4], label=label)

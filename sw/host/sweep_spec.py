@@ -60,6 +60,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import functools
 import hashlib
 import itertools
 import json
@@ -96,9 +97,10 @@ CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ArchConfig)
 WORKLOAD_FIELDS = {"model": None, "batch": 1, "scheme": "elastic",
                    **dict(zip(("depth", "width", "verify"), TREE)), "hb": "4gb", "alpha": None,
                    "context": 1024, "zipf": None}
-#: Config fields that change the HB capacity: sweeping one leaves a point's ``hb`` empty (the
-#: ``hb_gb`` column has the capacity), as does a ``base:`` preset.
-HB_FIELDS = ("hb_bank_bytes",)
+#: Config fields that make the HB capacity (:attr:`~elmoe3d.config.ArchConfig.hb_bytes`): a
+#: point whose values change it has an empty ``hb`` (the ``hb_gb`` column has the capacity),
+#: as does every point of a ``base:`` preset.
+HB_FIELDS = ("pes", "hb_bank_bytes")
 _TOP_KEYS = ("name", "seed", "base", "sampling", "samples", "config", "workload",
              "constraints", "tasks", "models")
 _TASK_KEYS = {"perf": True, "area": False, "timing": False, "rtl": False, "rtl_beats": 256}
@@ -841,7 +843,7 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                 if "verify" not in wl and ("depth" in wl or "width" in wl):
                     workload["verify"] = "all"          # TREE's verify size is for its own tree
                 base = spec.base or f"paper-{workload['hb']}"
-                if spec.base or any(f in cfg for f in HB_FIELDS):
+                if spec.base:
                     workload["hb"] = None               # not paper-<hb>'s capacity: see hb_gb
                 label = ", ".join(f"{k}={v}" for k, v in {**cfg, **wl}.items())
                 where = f"{spec.path}: point {combo} ({label})"
@@ -907,6 +909,10 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                             "; a sweep of the tile alone: tasks.perf false, tasks.rtl true"
                         raise UserError(f"{where}: {exc} (the PE of a {which} task{alone})") \
                             from None
+                if workload["hb"] is not None and not _keeps_hb(base, cfg):
+                    # the die's HB is not paper-<hb>'s (see hb_gb); the constraints and the
+                    # tasks saw the spec's value
+                    workload = {**workload, "hb": None}
                 # what the results do not depend on is left out of the id, so that equal points
                 # are one: an AR point has no SD tree or alpha, a point without the RTL task no
                 # bench seed or length
@@ -1031,6 +1037,23 @@ def _type_problem(value, default):
     if not math.isfinite(value):                # ArchConfig takes inf for a positive number
         return f"expected a finite number, got {value!r}"
     return None
+
+
+def _keeps_hb(base, cfg) -> bool:
+    """Whether the config point ``cfg`` leaves the HB capacity of the preset ``base`` as it
+    is (its :data:`HB_FIELDS` unswept, or swept to values of the same product; False where
+    they make no configuration: the point's own check names them)."""
+    swept = tuple((f, cfg[f]) for f in HB_FIELDS if f in cfg)
+    try:
+        return not swept or _hb_bytes(base, swept) == _preset(base).hb_bytes
+    except (TypeError, ValueError):             # unhashable, or no configuration
+        return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _hb_bytes(base, fields) -> int:
+    """The HB capacity of ``base`` with ``fields`` (``((name, value), ...)``) replaced."""
+    return build_arch(base, dict(fields)).hb_bytes
 
 
 def _preset(name, _cache={}):

@@ -64,7 +64,7 @@ def test_paper_presets_hold_table_1(name):
     arch = preset(name)
     assert {key: getattr(arch, key) for key in TABLE_1_SHARED} == TABLE_1_SHARED
     assert arch.pes == banks
-    assert arch.pes * arch.hb_bank_bytes == gb << 30
+    assert arch.hb_bytes == arch.pes * arch.hb_bank_bytes == gb << 30
     assert arch.pes * arch.hb.peak_gbps == pytest.approx(gbps)
     assert arch.hb.peak_gbps == pytest.approx(51.2)
     # LPDDR5-6400, 64 GB in 8 GB x16 channels, 102.4 GB/s

@@ -217,6 +217,12 @@ def test_another_specs_out_folder_is_said_and_its_plots_replaced(tmp_path):
     said.clear()                                # the same spec again: nothing to say
     run_sweep(two, out, say=said.append, **kw)
     assert not any("another spec" in line for line in said)
+    # --no-plots replaces the plots too: none left showing another run's rows (a new user's
+    # finding, 2026-12-07: the three plots of the earlier run stayed, no longer listed);
+    # a user's own file stays
+    (out / "pareto-efficiency-2024.png").write_bytes(b"mine")
+    run_sweep(one, out, say=_quiet, plots=False, **kw)
+    assert sorted(p.name for p in out.glob("*.png")) == ["pareto-efficiency-2024.png"]
 
 
 def test_a_sweep_into_a_folder_of_ones_own_files_removes_none(tmp_path):
@@ -509,9 +515,12 @@ def test_constraints_filter_and_tasks_mark_points():
                            "tile.lanes == 2 * tile.rows"],         # the PE's rule
            "tasks": {"rtl": "pes == 8 and tile.rows in [8]"}}
     pts = expand(parse_spec(raw, path="t.yaml"))
-    got = sorted((p.config["pes"], p.config["tile.rows"], p.workload["hb"]) for p in pts)
-    assert got == [(8, 8, "4gb"), (8, 16, "4gb"), (16, 8, "4gb"), (16, 8, "8gb"),
-                   (16, 16, "4gb"), (16, 16, "8gb"), (32, 8, "4gb"), (32, 8, "8gb")]
+    # the constraints see the spec's hb; a point's own is empty where its PEs make another
+    # HB capacity than paper-<hb>'s
+    got = sorted((p.config["pes"], p.config["tile.rows"], p.workload["hb"] or "-")
+                 for p in pts)
+    assert got == [(8, 8, "-"), (8, 16, "-"), (16, 8, "-"), (16, 8, "4gb"),
+                   (16, 16, "-"), (16, 16, "4gb"), (32, 8, "-"), (32, 8, "8gb")]
     assert [p.tasks["rtl"] for p in pts].count(True) == 1
     assert len({p.id for p in pts}) == len(pts)
 
@@ -575,7 +584,17 @@ def test_hb_is_empty_when_the_base_or_the_hb_capacity_is_not_paper_hb():
     assert hbs({"workload": model}) == {"4gb"}
     assert hbs({"workload": {**model, "hb": ["8gb"]}}) == {"8gb"}
     assert hbs({"base": "paper-8gb", "workload": model}) == {None}
-    assert hbs({"config": {"hb_bank_bytes": [2 ** 28, 2 ** 29]}, "workload": model}) == {None}
+    assert hbs({"config": {"hb_bank_bytes": [2 ** 27, 2 ** 29]}, "workload": model}) == {None}
+    assert hbs({"config": {"hb_bank_bytes": [2 ** 28, 2 ** 29]}, "workload": model}) == \
+        {"4gb", None}                                   # 2^28: paper-4gb's own banks
+    # a bank count changes the capacity too (a new user's finding: hb=8gb rows of 16 PEs held
+    # 4 GB); a point of the preset's own capacity keeps its name
+    pts = expand(parse_spec({"config": {"pes": [16, 32]},
+                             "workload": {**model, "hb": ["4gb", "8gb"]}}, path="t.yaml"))
+    assert sorted((p.config["pes"], p.workload["hb"] or "-") for p in pts) == \
+        [(16, "-"), (16, "4gb"), (32, "-"), (32, "8gb")]
+    assert hbs({"config": {"pes": [32], "hb_bank_bytes": [2 ** 27]},
+                "workload": model}) == {"4gb"}
 
 
 def test_area_timing_runs_at_the_points_clock(monkeypatch):
@@ -1638,6 +1657,64 @@ def test_a_workload_sweep_is_drawn_against_its_swept_axis(tmp_path):
     assert sorted(pareto_plots(rows[:1], tmp_path, axes=swept_axes(spec))) == ["pareto:a"]
 
 
+def test_a_crowded_plot_has_one_legend_under_both_panels_or_none(tmp_path):
+    """A new user's sweep (2026-12-07) over six workload axes drew about 200 lines a plot,
+    each named on both panels (``ar, context 512, depth None, width None, hb_bank_bytes
+    134217728``): the legends covered the panels and ran off the figure. Now up to 8 lines
+    each panel names them, up to :data:`MAX_LEGEND` one legend under both does, more are
+    drawn unnamed (colours and styles repeat beyond 40) and the title says how many; a field
+    without a value is left out of a name and a byte count reads in MiB."""
+    import matplotlib.axes
+    import matplotlib.figure
+    import unittest.mock
+    from elmoe3d.sw.host.sweep import MAX_LEGEND, pareto_plots
+    axes_legends, fig_legends, titles = [], [], []
+    real = (matplotlib.axes.Axes.legend, matplotlib.figure.Figure.legend,
+            matplotlib.figure.Figure.suptitle)
+
+    def ax_legend(self, *args, **kw):
+        out = real[0](self, *args, **kw)
+        axes_legends.append([t.get_text() for t in out.get_texts()])
+        return out
+
+    def fig_legend(self, *args, **kw):
+        out = real[1](self, *args, **kw)
+        fig_legends.append([t.get_text() for t in out.get_texts()])
+        return out
+
+    def suptitle(self, t, *args, **kw):
+        titles.append(t)
+        return real[2](self, t, *args, **kw)
+
+    def rows(contexts, batches=(1, 4, 16)):
+        return [{"model": "a", "scheme": sc, "batch": b, "context": c, "pes": 16,
+                 "depth": None if sc == "ar" else 4, "hb_bank_bytes": 2 ** 27,
+                 "tokens_per_s": 10.0 * b + c, "tokens_per_j": 1.0 + b}
+                for sc in ("ar", "elastic") for c in contexts for b in batches]
+    axes = {"batch", "context", "scheme", "depth"}
+    with unittest.mock.patch.object(matplotlib.axes.Axes, "legend", ax_legend), \
+            unittest.mock.patch.object(matplotlib.figure.Figure, "legend", fig_legend), \
+            unittest.mock.patch.object(matplotlib.figure.Figure, "suptitle", suptitle):
+        pareto_plots(rows([512, 1024]), tmp_path, axes=axes)            # 4 lines
+        assert axes_legends == [["ar, context 512", "ar, context 1024",
+                                 "elastic, context 512, depth 4",
+                                 "elastic, context 1024, depth 4"]] * 2
+        assert fig_legends == [] and "no legend" not in titles[-1]
+        axes_legends.clear()
+        batches = list(range(1, MAX_LEGEND // 2 + 1))                      # x: 21 contexts
+        many = [512 * (k + 1) for k in range(MAX_LEGEND // 2 + 1)]
+        pareto_plots(rows(many, batches), tmp_path, axes=axes)               # 40 lines
+        assert axes_legends == [] and len(fig_legends) == 1
+        assert len(fig_legends[0]) == MAX_LEGEND and "no legend" not in titles[-1]
+        assert fig_legends[0][-1] == f"elastic, batch {MAX_LEGEND // 2}, depth 4"
+        fig_legends.clear()
+        pareto_plots(rows(many + [512 * 100], batches + [99]), tmp_path, axes=axes)
+        assert axes_legends == fig_legends == []                             # 42 lines
+        assert titles[-1].endswith("; 42 lines, too many to tell apart: no legend "
+                                   "(results.csv)")
+    assert (tmp_path / "by-context-a.png").stat().st_size > 1000
+
+
 def test_workload_plots_of_several_models_config_fields_and_reruns(tmp_path):
     """Review findings (2026-12-06, seventh session): every model of a sweep gets its by-axis
     plot (the second took the Pareto plot: a name reused for the panels), a config field that
@@ -1670,7 +1747,7 @@ def test_workload_plots_of_several_models_config_fields_and_reruns(tmp_path):
             unittest.mock.patch.object(matplotlib.figure.Figure, "suptitle", suptitle):
         files = pareto_plots(rows, tmp_path, axes=swept_axes(spec))
         assert sorted(files) == ["by-context:a", "by-context:b", "by-context:c"]
-        assert lines == [f"hb_bank_bytes {hb}" for hb in (2 ** 27, 2 ** 28)] * 6
+        assert lines == [f"hb_bank_bytes {hb} MiB" for hb in (128, 256)] * 6
         assert titles == [f"{m}: 6 points, all on 16 PEs" for m in "abc"]
         assert not (tmp_path / "pareto-a.png").exists()
         assert (tmp_path / "by-context-ab.png").read_bytes() == b"another model's"
