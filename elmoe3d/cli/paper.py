@@ -206,7 +206,7 @@ def _model_note(args) -> str:
 
 
 def _tree(text):
-    from ..sw.host.paper_eval import TREE
+    from ..sw.host.paper_eval import MAX_TREE, TREE
     if text is None:
         return TREE
     if text == "best":
@@ -218,8 +218,8 @@ def _tree(text):
     if len(tree) not in (2, 3):
         raise UserError(f"--tree: expected D,W or D,W,V (integers) or best, got {text!r}")
     d, w = tree[:2]
-    if not (1 <= d <= 16 and 1 <= w <= 16):
-        raise UserError(f"--tree: depth and width must be 1-16, got {text!r}")
+    if not (1 <= d <= MAX_TREE and 1 <= w <= MAX_TREE):
+        raise UserError(f"--tree: depth and width must be 1-{MAX_TREE}, got {text!r}")
     if len(tree) == 3 and not 1 <= tree[2] <= d * w:
         raise UserError(f"--tree: the verify size V must be 1 .. D x W = {d * w} nodes, "
                         f"got {text!r}")

@@ -434,6 +434,10 @@ ZIPF = {"qwen3-30b-a3b": 1.55, "glm-4.7-flash": 1.1, "deepseek-v2-lite": 0.7,
 #: when :data:`INTRA_REQUEST` became the real traces' measured 0.88 instead of a fit (third
 #: session of 2026-12-05): 44 of the 64 within 15%, Elastic-SD's 15 of 16.
 TREE = (7, 8, 34)
+#: The deepest and widest SD tree the model takes (``elmoe3d paper --tree``, a sweep's
+#: ``depth`` and ``width``): far beyond a useful tree (EAGLE-3's default is 7 deep, 10 wide),
+#: a bound against a typo's millions of rows.
+MAX_TREE = 64
 #: Intra-request routing correlation: the tokens one request brings to a step (an SD tree's
 #: draft and verify rows) share context and route alike (Section 7, "Inference Framework": the
 #: paper's LRU approximation captures "inter/intra-request routing correlation"; Section 7.3,

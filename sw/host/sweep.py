@@ -169,23 +169,29 @@ def local_cluster(workers: int, *, dashboard: str | None = "localhost:8787"):
     import logging
     import dask
     from distributed import Client, LocalCluster
-    from .sweep_tasks import dask_setup
+    from .sweep_tasks import dask_setup, quiet_closed_connections
+    quiet_closed_connections()                  # this process: the scheduler's side
     quiet = None
     try:
         # every task goes to a worker at once (no scheduler-side queue): a point's task is
         # short, and a round trip to the scheduler between two tasks would cost about as much
         # as one
-        with dask.config.set({"distributed.scheduler.worker-saturation": float("inf")}), \
-                LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                             dashboard_address=dashboard, silence_logs=logging.ERROR,
-                             **_preloads(dask_setup.__module__)) as cluster, \
-                Client(cluster) as client:
-            try:
-                yield client
-            except BaseException:
-                quiet = logging.root.manager.disable
-                logging.disable(logging.CRITICAL)
-                raise
+        with dask.config.set({"distributed.scheduler.worker-saturation": float("inf")}):
+            # a dashboard port in use: Dask takes another and warns in three lines; the
+            # sweep's "dask: ..." line gives the dashboard's address either way
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", r"Port \d+ is already in use", UserWarning)
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1,
+                                       processes=True, dashboard_address=dashboard,
+                                       silence_logs=logging.ERROR,
+                                       **_preloads(dask_setup.__module__))
+            with cluster, Client(cluster) as client:
+                try:
+                    yield client
+                except BaseException:
+                    quiet = logging.root.manager.disable
+                    logging.disable(logging.CRITICAL)
+                    raise
     finally:
         if quiet is not None:
             logging.disable(quiet)

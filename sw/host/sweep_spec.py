@@ -608,9 +608,15 @@ def _unknown(what: str, key, known, given=()) -> str:
     """``unknown <what> 'key'`` with the closest names of ``known`` the section does not
     already give when any is close (:func:`_close`: ``(did you mean 'pes'?)``) and every known
     one: a spec's mistake."""
+    return f"unknown {what} {key!r}{_did_you_mean(key, known, given)}; known: " \
+        f"{', '.join(map(str, known))}"
+
+
+def _did_you_mean(key, known, given=()) -> str:
+    """`` (did you mean 'pes'?)`` with the names of ``known`` close to ``key`` (:func:`_close`),
+    or nothing when none is."""
     close = _close(key, known, given)
-    hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
-    return f"unknown {what} {key!r}{hint}; known: {', '.join(map(str, known))}"
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 #: Characters a spec's ``name`` may not hold: it names the folder ``out/sweep-<name>``, and
@@ -753,11 +759,12 @@ def _workload_problems(w) -> list:
     scheme, positive integers, an exponent, a rate, an HB size): :class:`_WorkloadError` for
     each, none left out for another (a spec's every mistake is named)."""
     from .decoder import DECODER_SHAPES
-    from .paper_eval import SCHEMES
+    from .paper_eval import MAX_TREE, SCHEMES
     out = []
     if w["model"] not in DECODER_SHAPES:
         out.append(_WorkloadError("model", f"expected one of {', '.join(DECODER_SHAPES)} or a "
-                                  f"model of the spec's models: section, got {w['model']!r}"))
+                                  f"model of the spec's models: section, got {w['model']!r}"
+                                  f"{_did_you_mean(w['model'], DECODER_SHAPES)}"))
     z = w["zipf"]
     if z is not None and (not isinstance(z, (int, float)) or isinstance(z, bool)
                           or not 0 <= z <= ZIPF_MAX):
@@ -765,11 +772,15 @@ def _workload_problems(w) -> list:
                                   f"{z!r}"))
     if w["scheme"] not in ("ar",) + SCHEMES:
         out.append(_WorkloadError("scheme", f"expected one of ar, {', '.join(SCHEMES)}, got "
-                                  f"{w['scheme']!r}"))
+                                  f"{w['scheme']!r}"
+                                  f"{_did_you_mean(w['scheme'], ('ar',) + SCHEMES)}"))
     for k in ("batch", "depth", "width", "context"):
         v = w[k]
         if not is_int(v, numpy=False) or v < 1:
             out.append(_WorkloadError(k, f"expected a positive integer, got {v!r}"))
+        elif k in ("depth", "width") and v > MAX_TREE:
+            out.append(_WorkloadError(k, f"expected 1 .. {MAX_TREE} (paper_eval.MAX_TREE), "
+                                      f"got {v!r}"))
     v, d, wd = w["verify"], w["depth"], w["width"]
     if w["scheme"] != "ar" and v != "all" and (not is_int(v, numpy=False) or v < 1):
         nodes = (f"1 .. depth x width = {d * wd}" if is_int(d, numpy=False)

@@ -116,6 +116,41 @@ def test_a_killed_worker_loses_nothing(serial, tmp_path, monkeypatch):
     assert comparable(res.rows) == comparable(serial.rows)
 
 
+def test_closed_connections_are_not_logged_other_errors_are(capsys):
+    """A new user's sweep (2026-12-07) ended, complete, under a worker's 20-line
+    ``CommClosedError`` traceback (its heartbeat in flight as the cluster closed). Records of
+    a closed connection, as the exception or its cause, are left out on the loggers that
+    report them; any other error still shows."""
+    import logging
+    from distributed.comm.core import CommClosedError
+    from tornado.iostream import StreamClosedError
+    sweep_tasks.quiet_closed_connections()
+    sweep_tasks.quiet_closed_connections()              # idempotent: one filter a logger
+    handler = logging.StreamHandler(sys.stderr)
+    log = logging.getLogger("tornado.application")
+    assert log.filters.count(sweep_tasks._not_a_closed_connection) == 1
+    log.addHandler(handler)
+    try:
+        for exc in (CommClosedError("in <TCP (closed) ConnectionPool.heartbeat_worker>"),
+                    StreamClosedError()):
+            try:
+                try:
+                    raise exc
+                except Exception as inner:
+                    raise RuntimeError("Exception in callback") from inner
+            except RuntimeError:
+                log.exception("Exception in callback heartbeat")
+        try:
+            raise ValueError("a real error")
+        except ValueError:
+            log.exception("Exception in callback other")
+    finally:
+        log.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert "heartbeat" not in err and "Closed" not in err
+    assert "Exception in callback other" in err and "ValueError: a real error" in err
+
+
 def always_die(point, cache_dir):
     """A point task that kills its worker process whenever it meets the last point (11)."""
     if point.index == 11:
@@ -882,6 +917,16 @@ BAD = [
      "{spec}: point 1 (model=llama): model: expected one of qwen3-30b-a3b, glm-4.7-flash, "
      "deepseek-v2-lite, gpt-oss-20b, mixtral-8x7b or a model of the spec's models: section, "
      "got 'llama'"),
+    ("workload:\n  model: [qwen3-30b]\n",
+     "{spec}: point 0 (model=qwen3-30b): model: expected one of "
+     "qwen3-30b-a3b, glm-4.7-flash, deepseek-v2-lite, gpt-oss-20b, mixtral-8x7b or a model of "
+     "the spec's models: section, got 'qwen3-30b' (did you mean 'qwen3-30b-a3b'?)"),
+    ("workload:\n  model: [qwen3-30b-a3b]\n  scheme: [elastik]\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b, scheme=elastik): scheme: expected one "
+     "of ar, eagle, slm, quant, elastic, got 'elastik' (did you mean 'elastic'?)"),
+    ("workload:\n  model: [qwen3-30b-a3b]\n  depth: [65]\n",
+     "{spec}: point 0 (model=qwen3-30b-a3b, depth=65): depth: expected 1 .. 64 "
+     "(paper_eval.MAX_TREE), got 65"),
     ("workload:\n  model: [qwen3-30b-a3b]\n  batch: [0]\n",
      "{spec}: point 0 (model=qwen3-30b-a3b, batch=0): batch: expected a positive integer, "
      "got 0"),
@@ -1044,7 +1089,7 @@ def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
         f"scheme=ar): batch: expected a positive integer, got 0 (and 3 more points)",
         f"elmoe3d sweep: error: {spec}: point 1 (pes=16, model=qwen3-30b-a3b, batch=0, "
         f"scheme=warp): scheme: expected one of ar, eagle, slm, quant, elastic, got 'warp' "
-        f"(and 3 more points)",
+        f"(did you mean 'ar'?) (and 3 more points)",
         f"elmoe3d sweep: error: {spec}: point 6 (pes=17, model=qwen3-30b-a3b, batch=1, "
         f"scheme=ar): pes: 17 is not a multiple of pes_per_group (4)"]
     # a new user's trial (2026-12-06): a wrong type in config hid the workload's mistakes
