@@ -452,6 +452,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
                 _warm_up_workers(client)
         try:
             store.create()
+            stack.enter_context(_out_lock(store.out))
             try:
                 return _run(spec, points, states, store, cache, task, code=code,
                             client=client, progress=progress, retries=retries, plots=plots,
@@ -466,6 +467,35 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
                 raise
             raise UserError(f"{_out_label(out_dir, out_given)}: cannot write the out folder: "
                             f"{exc.filename} ({exc.strerror or exc})") from None
+
+
+#: The out folder's lock file (:func:`_out_lock`).
+LOCK_NAME = ".lock"
+
+
+@contextlib.contextmanager
+def _out_lock(out: Path):
+    """Hold the out folder for this run (an exclusive ``flock`` on ``out/.lock``, released
+    when the run ends, however it ends, or its process dies). Raises :class:`UserError` when
+    another sweep holds it: two sweeps into one folder would write one ``sweep.json`` and one
+    set of tables (a new user ran two side by side without a word)."""
+    import fcntl
+    f = open(out / LOCK_NAME, "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise UserError(f"{out}: another sweep is running into this out folder ({holder}); "
+                            f"wait for it to end or give another --out") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        f.flush()
+        yield
+    finally:
+        f.close()
 
 
 def _stopped(store, points, exc) -> None:

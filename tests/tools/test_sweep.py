@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -258,6 +259,34 @@ def test_another_specs_out_folder_is_said_and_its_plots_replaced(tmp_path):
     (out / "pareto-efficiency-2024.png").write_bytes(b"mine")
     run_sweep(one, out, say=_quiet, plots=False, **kw)
     assert sorted(p.name for p in out.glob("*.png")) == ["pareto-efficiency-2024.png"]
+
+
+def test_a_second_sweep_into_a_busy_out_folder_is_refused(tmp_path):
+    """A new user ran two sweeps into one out folder side by side, without a word: they
+    would write one sweep.json and one set of tables. A run holds ``out/.lock`` (``flock``);
+    a second is one line naming the folder and the holder, and leaves the first's files as
+    they were; once the first has ended, the folder is free."""
+    import fcntl
+    from elmoe3d.sw.host.sweep import LOCK_NAME
+    spec = _write(tmp_path, "name: one\nworkload:\n  model: [qwen3-30b-a3b]\n  scheme: [ar]\n"
+                            "  batch: [1]\n")
+    out = tmp_path / "out"
+    kw = dict(workers=0, cache_dir=tmp_path / "cache", progress=False, plots=False, say=_quiet)
+    run_sweep(spec, out, **kw)
+    before = (out / "sweep.json").read_text()
+    with open(out / LOCK_NAME, "a+") as held:           # the first sweep, still running
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.truncate(0)
+        held.write("pid 4242 on host\n")
+        held.flush()
+        with pytest.raises(UserError) as info:
+            run_sweep(spec, out, **kw)
+        assert str(info.value) == (f"{out.resolve()}: another sweep is running into this out "
+                                   f"folder (pid 4242 on host); wait for it to end or give "
+                                   f"another --out")
+        assert (out / "sweep.json").read_text() == before
+    assert run_sweep(spec, out, **kw).skipped == 1      # released: the folder is free
+    assert (out / LOCK_NAME).read_text() == f"pid {os.getpid()} on {socket.gethostname()}\n"
 
 
 def test_a_sweep_into_a_folder_of_ones_own_files_removes_none(tmp_path):
