@@ -20,8 +20,9 @@ has an area task, else against the PE count; a model whose points all share one 
 (``"status": "running"`` until the tables are written, then ``"complete"``; ``"interrupted"`` after
 Ctrl-C, exit status 130). ``--check`` only expands and validates the spec, prints the point count
 and notes the perf points the LPDDR5 cannot hold and those that will compute a compute
-calibration no shipped table or ``--cache``'s ``calib/`` holds (the options of a run, ``--out``,
-``--workers`` and the like, are refused with it). The
+calibration no shipped table or ``--cache``'s ``calib/`` holds, and how many points the out
+folder (``--out`` or the default) has finished rows of (read, not made; the options of how a
+run runs, ``--workers`` and the like, are refused with it). The
 options are checked before anything starts: ``--scheduler``'s address scheme (``tcp://``,
 ``tls://``, ...), ``--dashboard``'s ``[HOST]:PORT`` (only for the embedded cluster: not with
 ``--scheduler`` or ``--workers 0``); then, before anything is written to the out folder and
@@ -70,8 +71,9 @@ def configure(parser):
                              "are replaced")
     parser.add_argument("--check", action="store_true",
                         help="expand and validate the spec, print the point count and note the "
-                             "perf points their LPDDR5 cannot hold and those that will compute "
-                             "a compute calibration (minutes each); run nothing")
+                             "perf points their LPDDR5 cannot hold, those that will compute "
+                             "a compute calibration (minutes each) and those the out folder "
+                             "has finished rows of; run nothing")
 
 
 #: The embedded cluster's dashboard address without ``--dashboard``.
@@ -191,9 +193,26 @@ def _area_notes(points, cache: Path, say) -> None:
             f"point {first.index})")
 
 
+def _reuse_note(points, out: Path, say) -> None:
+    """``--check``'s note on the out folder ``out`` (read, not made): how many of the points
+    have a finished row there that a run reuses, and how many a row from other code (run
+    again); nothing for a folder without rows of these points."""
+    from ..sw.host.sweep import ResultStore
+    from ..sw.host.sweep_tasks import code_version
+    store = ResultStore(out, create=False)
+    code = code_version()
+    states = [store.state(p.id, code) for p in points]
+    done, stale = states.count("done"), states.count("stale")
+    if done or stale:
+        other = f", {stale} a row from other code (run again)" if stale else ""
+        say(f"note: {out}: {done} of the {len(points)} points finished before (a run reuses "
+            f"them){other}; {len(points) - done} to run")
+
+
 #: The options that say how and where the points run: ``--check`` runs none, so it refuses them
-#: (``--cache`` it reads: the compute calibrations a sweep computed before).
-RUN_OPTIONS = ("scheduler", "workers", "out", "dashboard", "no_progress", "no_plots")
+#: (``--cache`` it reads: the compute calibrations a sweep computed before; ``--out`` too: the
+#: rows an earlier run left there).
+RUN_OPTIONS = ("scheduler", "workers", "dashboard", "no_progress", "no_plots")
 
 
 def run(args) -> int:
@@ -247,6 +266,7 @@ def run(args) -> int:
         cache = Path(args.cache).resolve() if args.cache is not None else default_cache_dir()
         _calibration_notes(points, cache, say)
         _area_notes(points, cache, say)
+        _reuse_note(points, Path(args.out or Path("out") / f"sweep-{spec.name}"), say)
         return 0
     out = args.out or Path("out") / f"sweep-{spec.name}"
     res = run_sweep(spec, out, out_given=args.out is not None, scheduler=args.scheduler,

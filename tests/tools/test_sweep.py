@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -699,12 +700,12 @@ def test_equal_points_are_one_and_samples_say_how_many_are_distinct(tmp_path, ca
 
 
 def test_check_refuses_the_options_of_a_run(tmp_path, capsys, monkeypatch):
-    """``--check`` runs nothing, so the options saying how and where to run (``--out``,
-    ``--workers`` even at 0, ...) are refused by name, not dropped; nothing is made.
-    ``--cache`` it reads (the calibrations kept there), making nothing either."""
+    """``--check`` runs nothing, so the options saying how to run (``--workers`` even at 0,
+    ...) are refused by name, not dropped; nothing is made. ``--cache`` it reads (the
+    calibrations kept there), and ``--out`` (the rows an earlier run left: a new user asked
+    how many points a folder would reuse), making nothing either."""
     spec = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n")
-    for options, named in ((["--out", tmp_path / "o", "--cache", tmp_path / "c"],
-                            "--out"), (["--workers", "0"], "--workers"),
+    for options, named in ((["--workers", "0", "--cache", tmp_path / "c"], "--workers"),
                            (["--no-plots", "--no-progress"], "--no-progress, --no-plots")):
         assert cli.main(["sweep", str(spec), "--check", *map(str, options)]) == 2
         err = capsys.readouterr().err
@@ -712,8 +713,23 @@ def test_check_refuses_the_options_of_a_run(tmp_path, capsys, monkeypatch):
                                f"expands and validates the spec and runs no point)")
     assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]
     assert cli.main(["sweep", str(spec), "--check"]) == 0
-    assert cli.main(["sweep", str(spec), "--check", "--cache", str(tmp_path / "c")]) == 0
+    assert cli.main(["sweep", str(spec), "--check", "--cache", str(tmp_path / "c"),
+                     "--out", str(tmp_path / "o")]) == 0
+    assert "finished before" not in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]
+    # an out folder with rows of these points: how many a run reuses
+    spec2 = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  batch: [1, 4]\n",
+                   "two.yaml")
+    run_sweep(spec, tmp_path / "o", workers=0, cache_dir=tmp_path / "c", progress=False,
+              plots=False, say=_quiet)
+    assert cli.main(["sweep", str(spec2), "--check", "--out", str(tmp_path / "o"),
+                     "--cache", str(tmp_path / "c")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"note: {tmp_path / 'o'}: 1 of the 2 points finished before (a run reuses them); 1 "
+        f"to run")
+    shutil.rmtree(tmp_path / "o")
+    shutil.rmtree(tmp_path / "c", ignore_errors=True)
+    (tmp_path / "two.yaml").unlink()
     # a --cache the run would refuse: a file, or a folder that cannot be made
     assert cli.main(["sweep", str(spec), "--check", "--cache", str(spec)]) == 2
     assert f"--cache {spec}: a file, not a folder" in capsys.readouterr().err
