@@ -219,7 +219,7 @@ def _tree(text):
         raise UserError(f"--tree: expected D,W or D,W,V (integers) or best, got {text!r}")
     d, w = tree[:2]
     if not (1 <= d <= MAX_TREE and 1 <= w <= MAX_TREE):
-        raise UserError(f"--tree: depth and width must be 1-{MAX_TREE}, got {text!r}")
+        raise UserError(f"--tree: depth and width must be 1 .. {MAX_TREE}, got {text!r}")
     if len(tree) == 3 and not 1 <= tree[2] <= d * w:
         raise UserError(f"--tree: the verify size V must be 1 .. D x W = {d * w} nodes, "
                         f"got {text!r}")

@@ -170,7 +170,7 @@ def local_cluster(workers: int, *, dashboard: str | None = "localhost:8787"):
     import dask
     from distributed import Client, LocalCluster
     from .sweep_tasks import dask_setup, quiet_closed_connections
-    quiet_closed_connections()                  # this process: the scheduler's side
+    loud = quiet_closed_connections()           # this process: the scheduler's side
     quiet = None
     try:
         # every task goes to a worker at once (no scheduler-side queue): a point's task is
@@ -193,6 +193,7 @@ def local_cluster(workers: int, *, dashboard: str | None = "localhost:8787"):
                     logging.disable(logging.CRITICAL)
                     raise
     finally:
+        loud()
         if quiet is not None:
             logging.disable(quiet)
 
@@ -412,7 +413,8 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
     (:func:`check_dashboard`) that is not one, an unreachable scheduler, an embedded cluster
     that cannot start or whose workers cannot import the tasks, a cache folder the
     tasks cannot write (checked here, or with a scheduler on every worker), an out folder
-    that is a file or (rows, tables, plots, sweep.json) cannot be written."""
+    that is a file or (rows, tables, plots, sweep.json) cannot be written, or one another
+    sweep is running into (:func:`_out_lock`)."""
     if scheduler:
         check_scheduler(scheduler)
     elif workers != 0 and dashboard is not None:
@@ -427,10 +429,13 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
         _check_cache(cache, cache_dir is not None)
     task = task or run_point
     out = Path(out_dir).resolve()
-    store = ResultStore(out, create=False)          # read what an earlier run finished
-    code = code_version()
-    states = [store.state(p.id, code) for p in points]
     with contextlib.ExitStack() as stack:
+        # a sweep running into an earlier run's folder is found before a cluster starts
+        # (nothing written: the lock itself is taken once the run starts, below)
+        _probe_out_lock(out)
+        store = ResultStore(out, create=False)          # read what an earlier run finished
+        code = code_version()
+        states = [store.state(p.id, code) for p in points]
         # the cluster before the out folder is made and the header said: a scheduler that
         # cannot be reached or an embedded cluster that cannot start or import the tasks
         # leaves no trace (nor an earlier sweep's sweep.json marked "failed")
@@ -452,7 +457,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
                 _warm_up_workers(client)
         try:
             store.create()
-            stack.enter_context(_out_lock(store.out))
+            stack.enter_context(_out_lock(store.out, say))
             try:
                 return _run(spec, points, states, store, cache, task, code=code,
                             client=client, progress=progress, retries=retries, plots=plots,
@@ -461,7 +466,7 @@ def run_sweep(spec, out_dir, *, scheduler: str | None = None, workers: int | Non
                 _stopped(store, points, exc)
                 raise
         except OSError as exc:
-            # the out folder, its rows, tables, plots or sweep.json: a one-line error
+            # the out folder, its rows, tables, plots, sweep.json or .lock: a one-line error
             if exc.filename is None \
                     or not str(Path(exc.filename).resolve()).startswith(str(out)):
                 raise
@@ -474,28 +479,63 @@ LOCK_NAME = ".lock"
 
 
 @contextlib.contextmanager
-def _out_lock(out: Path):
-    """Hold the out folder for this run (an exclusive ``flock`` on ``out/.lock``, released
-    when the run ends, however it ends, or its process dies). Raises :class:`UserError` when
-    another sweep holds it: two sweeps into one folder would write one ``sweep.json`` and one
-    set of tables (a new user ran two side by side without a word)."""
+def _out_lock(out: Path, say):
+    """Hold the out folder for this run: an exclusive ``flock`` on ``out/.lock`` (left in the
+    folder; the lock is released when the run ends, however it ends, or its process dies),
+    holding the holder's pid and host where the file can be written. Raises
+    :class:`UserError` when another sweep holds it: two sweeps into one folder would write one
+    ``sweep.json`` and one set of tables (a new user ran two side by side without a word). A
+    filesystem without ``flock`` (NFS without lockd, some FUSE mounts) runs unlocked, said in
+    one line; NFS locks do not exclude other hosts at all with ``local_lock=flock``."""
+    import errno
     import fcntl
-    f = open(out / LOCK_NAME, "a+")
+    try:
+        f = open(out / LOCK_NAME, "a+")
+    except PermissionError:                     # another user's .lock: flock reads suffice
+        f = open(out / LOCK_NAME)
     try:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            holder = f.read().strip() or "another process"
-            raise UserError(f"{out}: another sweep is running into this out folder ({holder}); "
-                            f"wait for it to end or give another --out") from None
-        f.seek(0)
-        f.truncate()
-        f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-        f.flush()
+            raise UserError(_busy(out, f.read().strip())) from None
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
+            say(f"note: {out}: this filesystem does not lock files ({exc.strerror}): the run "
+                f"goes on unlocked; run one sweep at a time into this folder")
+        if f.writable():
+            f.seek(0)
+            f.truncate()
+            f.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+            f.flush()
         yield
     finally:
         f.close()
+
+
+def _probe_out_lock(out: Path) -> None:
+    """Raise :class:`_out_lock`'s :class:`UserError` now if another sweep holds ``out``'s
+    lock; else nothing (the lock is not kept, nothing is written, and a folder without a lock
+    file, or one the filesystem cannot lock, passes)."""
+    import fcntl
+    try:
+        f = open(out / LOCK_NAME)
+    except OSError:
+        return
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(_busy(out, f.read().strip())) from None
+        except OSError:
+            return
+
+
+def _busy(out, holder: str) -> str:
+    """The refusal of a sweep into ``out``, which ``holder`` (its lock file's line) holds."""
+    return (f"{out}: another sweep is running into this out folder "
+            f"({holder or 'another process'}); wait for it to end or give another --out")
 
 
 def _stopped(store, points, exc) -> None:
@@ -560,7 +600,8 @@ def _run(spec, points, states, store, cache, task, *, code, client, progress, re
             f"points are reused; its tables and plots are replaced by this run's")
     # results.* of an earlier run stay until this one is consolidated: sweep.json says they
     # are not current
-    _status(store, spec, "running", points=len(points), dropped=dropped)
+    _status(store, spec, "running", points=len(points), dropped=dropped,
+            files=(before or {}).get("files", {}))     # still there: a rerun removes them
     say(f"sweep {spec.name}: {len(points)} points ({skipped} finished before, {len(todo)} to "
         f"run" + (f", {stale} rows from other code rerun" if stale else "")
         + dropped_text(dropped) +
@@ -605,13 +646,10 @@ def _run(spec, points, states, store, cache, task, *, code, client, progress, re
         r["point"] = p.index                      # a row kept from another spec: this spec's place
     with _writing(None) as outputs:         # the tables and plots, all or none
         files = consolidate(rows, store.out, outputs)
-        if plots:
-            files.update(pareto_plots(rows, store.out, axes=swept_axes(spec),
-                                      earlier=_earlier_plots(before), outputs=outputs))
-        else:                               # --no-plots: an earlier run's plots go too
-            for name in (Path(p).name for p in _earlier_plots(before)):
-                if _PLOT_NAME.fullmatch(name):
-                    outputs.remove_on_commit(store.out / name)
+        # --no-plots: an earlier run's plots go all the same
+        files.update(pareto_plots(rows, store.out, axes=swept_axes(spec),
+                                  earlier=_earlier_plots(before), outputs=outputs,
+                                  draw=plots))
     errors = sum(1 for r in rows if r.get("error"))
     run = SweepRun(points=len(points), skipped=skipped, ran=len(todo), errors=errors,
                    rows=rows, workers=n_workers, dashboard=dash, seconds=seconds, files=files)
@@ -818,7 +856,8 @@ def _axis_label(axis: str) -> str:
     return TREND_AXES.get(axis) or f"{axis} (swept config field)"
 
 
-def pareto_plots(rows, out_dir, *, axes=None, earlier=(), outputs=None) -> dict:
+def pareto_plots(rows, out_dir, *, axes=None, earlier=(), outputs=None,
+                 draw: bool = True) -> dict:
     """Per model, ``pareto-<model>.png``: tokens/s and tokens/J against the die's mm2 of every
     point with an area and perf figures (without any area in the sweep: against the PE count,
     :data:`FALLBACK_X`, and the axis says so), the Pareto front of each batch drawn as a line
@@ -841,6 +880,8 @@ def pareto_plots(rows, out_dir, *, axes=None, earlier=(), outputs=None) -> dict:
     another spec's) that this run did not draw are removed; no other file is touched. The
     plots are written and the old ones removed all at once (``outputs``: an
     :class:`~elmoe3d.cli.outputs.AtomicOutputs` the caller commits, or committed here).
+    ``draw`` False (``--no-plots``): nothing is drawn and those plots are removed all the
+    same.
 
     Returns ``{"pareto:<model>" or "by-<axis>:<model>": path}`` (nothing for a sweep without
     perf figures)."""
@@ -853,7 +894,7 @@ def pareto_plots(rows, out_dir, *, axes=None, earlier=(), outputs=None) -> dict:
                for r in done]
     files = {}
     with _writing(outputs) as outputs:
-        if pts:
+        if pts and draw:
             files = _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs)
         keep = {p.name for p in files.values()}
         models = {r["model"] for r in pts}
@@ -903,7 +944,8 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs) -> dict:
             count += (f", all on one die of {mine[0][xkey]:g} mm²" if xkey == "die_mm2"
                       else f", all on {mine[0][xkey]} PEs")
         if unnamed:
-            count += f"; {unnamed} lines, too many to tell apart: no legend (results.csv)"
+            count += f"; {unnamed} legend entries, too many to tell apart: no legend " \
+                "(results.csv)"
         fig.suptitle(f"{model}: {count}")
         with warnings.catch_warnings():         # a crowded figure: laid out as well as it goes
             warnings.simplefilter("ignore", UserWarning)
@@ -922,22 +964,27 @@ def _draw_plots(pts, out_dir, xkey, xlabel, axes, outputs) -> dict:
 #: Legend entries a plot names at most: beyond, line colours and styles repeat (10 colours x
 #: 4 styles) and a legend could not tell the lines apart; the plot is drawn without one and
 #: its title says so. Up to 8 entries each panel has its own legend; more, one legend under
-#: both panels.
+#: both panels. Dots coloured by a field (a colour bar) have only their 10 marker shapes in
+#: the legend: :data:`MAX_MARKER_LEGEND`.
 MAX_LEGEND = 40
+MAX_MARKER_LEGEND = 10
 
 
 def _legends(fig, panels) -> tuple:
     """The legends of a plot's two panels (their entries are the same: the first panel's are
-    used): per panel, under both, or none (:data:`MAX_LEGEND`). Returns the count of lines
-    left unnamed (0 when the legend names them) and the rectangle of the figure left to the
-    panels (``tight_layout``'s ``rect``)."""
+    used): per panel, under both, or none (:data:`MAX_LEGEND`, :data:`MAX_MARKER_LEGEND`).
+    Returns the count of entries left unnamed (0 when the legend names them) and the
+    rectangle of the figure left to the panels (``tight_layout``'s ``rect``)."""
     import matplotlib.collections
     handles, labels = panels[0].get_legend_handles_labels()
     n = len(labels)
+    shaded = sum(1 for h in handles if isinstance(h, matplotlib.collections.PathCollection)
+                 and h.get_array() is not None)
+    crowded = n > MAX_LEGEND or shaded > MAX_MARKER_LEGEND
     legends, rect = [], (0, 0, 1, 1)
-    if 0 < n <= 8:
+    if 0 < n <= 8 and not crowded:
         legends = [ax.legend(fontsize=7) for ax in panels]
-    elif 8 < n <= MAX_LEGEND:
+    elif 8 < n and not crowded:
         ncol = 3 if max(map(len, labels)) > 40 else 4
         rows = -(-n // ncol)
         below = 0.17 * rows + 0.2                           # inches of legend
@@ -951,7 +998,7 @@ def _legends(fig, panels) -> tuple:
                     and handle.get_array() is not None:
                 handle.set_array(None)
                 handle.set_color("0.35")
-    return n if n > MAX_LEGEND else 0, rect
+    return n if crowded else 0, rect
 
 
 def _line_label(fields, values) -> str:
@@ -976,7 +1023,7 @@ def _bytes_text(v) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if v >= 1 << shift and v % (1 << shift) == 0:
             return f"{v / (1 << shift):g} {unit}"
-    return f"{v:g} B"
+    return f"{int(v):,} B" if v == int(v) else f"{v:g} B"
 
 
 def _shade_fields(rows, fields) -> list:

@@ -60,7 +60,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
-import functools
 import hashlib
 import itertools
 import json
@@ -83,8 +82,9 @@ __all__ = ["need", "SweepSpec", "Point", "load_spec", "parse_spec", "expand", "b
            "compile_expr", "TASKS",
            "CONFIG_FIELDS", "WORKLOAD_FIELDS", "SAMPLINGS", "SPEC_VERSION"]
 
-#: Bumped when a point's results change meaning (part of every point's id).
-SPEC_VERSION = 2
+#: Bumped when a point's results change meaning or its id its form (part of every point's id;
+#: 3: the die by its fields, hb left out).
+SPEC_VERSION = 3
 #: Sampling methods of the config axes.
 SAMPLINGS = ("grid", "random", "lhs")
 #: Config fields a spec may sweep: every scalar ArchConfig field and the tile's shape.
@@ -601,7 +601,10 @@ def _close(key, known, given=()) -> list:
         k_prefix, k_dot, k_last = k.rpartition(".")
         if k not in given and k_prefix == prefix and bool(k_dot) == bool(dot):
             pool.setdefault(k_last, k)
-    return [pool[m] for m in difflib.get_close_matches(last, list(pool), n=3)]
+    # a name of 3 letters or fewer is close to too much at difflib's 0.6 ('warp' to 'ar'):
+    # such a name only for a key of about its length ('pez' to 'pes')
+    return [pool[m] for m in difflib.get_close_matches(last, list(pool), n=3)
+            if len(m) > 3 or abs(len(last) - len(m)) <= 1]
 
 
 def _unknown(what: str, key, known, given=()) -> str:
@@ -736,8 +739,9 @@ def _native(v):
 
 def point_id(base, config, workload, tasks, seed, figures=None) -> str:
     """A point's id: SHA-256 (16 hex digits) of everything its results depend on (the caller
-    leaves out what they do not: :func:`expand`); a model's ``figures`` when it is one of the
-    spec's ``models:``."""
+    leaves out what they do not: :func:`expand`); ``base`` the die's fields (a dict; a
+    preset's name in the ids of earlier versions); a model's ``figures`` when it is one of
+    the spec's ``models:``."""
     body = {"v": SPEC_VERSION, "base": base, "config": config, "workload": workload,
             "tasks": tasks, "seed": seed}
     if figures is not None:
@@ -843,7 +847,7 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                         f"(sampling: random or lhs) or give fewer values")
     wgrid = [dict(zip(wnames, combo)) for combo in
              itertools.product(*(spec.workload[n]["values"] for n in wnames))]
-    points, seen, problems = [], set(), {}
+    points, seen, problems = [], {}, {}
     combos = itertools.count()                  # a combination's place, for the mistakes' lines
     for cfg in _config_points(spec):
         for wl in wgrid:
@@ -920,7 +924,7 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                             "; a sweep of the tile alone: tasks.perf false, tasks.rtl true"
                         raise UserError(f"{where}: {exc} (the PE of a {which} task{alone})") \
                             from None
-                if workload["hb"] is not None and not _keeps_hb(base, cfg):
+                if workload["hb"] is not None and arch.hb_bytes != _preset(base).hb_bytes:
                     # the die's HB is not paper-<hb>'s (see hb_gb); the constraints and the
                     # tasks saw the spec's value
                     workload = {**workload, "hb": None}
@@ -942,11 +946,20 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                 figures = spec.models.get(workload["model"])
                 if figures is None and workload["model"] in loaded_models():
                     figures = model_figures(workload["model"])   # loaded before, this process
-                pid = point_id(base, cfg, workload, id_tasks, seed, figures)
+                # the die by its fields, not by the preset's name, and hb (a label) left out:
+                # paper-8gb cut to 16 PEs is paper-4gb's die, one point
+                die = {k: v for k, v in arch.to_dict().items() if k != "name"}
+                pid = point_id(die, cfg, {k: v for k, v in workload.items() if k != "hb"},
+                               id_tasks, seed, figures)
                 if pid in seen:
                     counts["duplicates"] += 1
+                    kept = points[seen[pid]]
+                    if kept.workload["hb"] is None and workload["hb"] is not None:
+                        # the die is a preset's: the point keeps its name (and base)
+                        points[seen[pid]] = dataclasses.replace(
+                            kept, base=base, workload={**kept.workload, "hb": workload["hb"]})
                     continue
-                seen.add(pid)
+                seen[pid] = len(points)
                 points.append(Point(index=len(points), id=pid, base=base, config=dict(cfg),
                                     workload=workload, tasks=tasks, seed=spec.seed,
                                     figures=figures))
@@ -1048,23 +1061,6 @@ def _type_problem(value, default):
     if not math.isfinite(value):                # ArchConfig takes inf for a positive number
         return f"expected a finite number, got {value!r}"
     return None
-
-
-def _keeps_hb(base, cfg) -> bool:
-    """Whether the config point ``cfg`` leaves the HB capacity of the preset ``base`` as it
-    is (its :data:`HB_FIELDS` unswept, or swept to values of the same product; False where
-    they make no configuration: the point's own check names them)."""
-    swept = tuple((f, cfg[f]) for f in HB_FIELDS if f in cfg)
-    try:
-        return not swept or _hb_bytes(base, swept) == _preset(base).hb_bytes
-    except (TypeError, ValueError):             # unhashable, or no configuration
-        return False
-
-
-@functools.lru_cache(maxsize=4096)
-def _hb_bytes(base, fields) -> int:
-    """The HB capacity of ``base`` with ``fields`` (``((name, value), ...)``) replaced."""
-    return build_arch(base, dict(fields)).hb_bytes
 
 
 def _preset(name, _cache={}):

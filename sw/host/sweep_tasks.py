@@ -126,26 +126,45 @@ CLOSED_CONNECTION_LOGGERS = ("tornado.application", "asyncio", "distributed.work
 
 
 def _not_a_closed_connection(record) -> bool:
-    """A ``logging`` filter: False for a record of a closed Dask or tornado connection
-    (``CommClosedError``, ``StreamClosedError``, its exception or its cause)."""
+    """A ``logging`` filter: False for a record whose exception is a closed Dask or tornado
+    connection (``CommClosedError``, ``StreamClosedError``), or was raised from one (its
+    explicit cause, as Dask raises ``CommClosedError`` from ``StreamClosedError``); not for
+    another error raised while one was handled (an implicit context: a real bug)."""
     exc = record.exc_info[1] if record.exc_info else None
-    while exc is not None:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
         if type(exc).__name__ in ("CommClosedError", "StreamClosedError"):
             return False
-        exc = exc.__cause__ or exc.__context__
+        seen.add(id(exc))
+        exc = exc.__cause__
     return True
 
 
-def quiet_closed_connections() -> None:
+def quiet_closed_connections():
     """Leave out the log records of connections closed under a worker or the scheduler (a
     new user saw a 20-line ``CommClosedError`` traceback from a worker's heartbeat after a
-    sweep that succeeded, once in 13 runs). Nothing is lost: a connection that closes while
-    points run fails their tasks, which the sweep reports. Idempotent."""
+    sweep that succeeded, once in 13 runs): a filter on the loggers of
+    :data:`CLOSED_CONNECTION_LOGGERS` (records logged on them) and on the handlers of
+    ``distributed``'s logger, the root logger's and Python's last resort (records of their
+    child loggers too). Nothing is lost: a connection that closes while points run fails
+    their tasks, which the sweep reports. Idempotent. Returns a function that removes the
+    filters this call added (the embedded cluster's client removes them as it closes; a
+    worker process keeps them)."""
     import logging
-    for name in CLOSED_CONNECTION_LOGGERS:
-        logger = logging.getLogger(name)
-        if _not_a_closed_connection not in logger.filters:
-            logger.addFilter(_not_a_closed_connection)
+    added = []
+    targets = [logging.getLogger(n) for n in CLOSED_CONNECTION_LOGGERS]
+    targets += logging.getLogger("distributed").handlers + logging.getLogger().handlers
+    if logging.lastResort is not None:
+        targets.append(logging.lastResort)
+    for t in targets:
+        if _not_a_closed_connection not in t.filters:
+            t.addFilter(_not_a_closed_connection)
+            added.append(t)
+
+    def undo():
+        for t in added:
+            t.removeFilter(_not_a_closed_connection)
+    return undo
 
 
 # == perf ===========================================================================================

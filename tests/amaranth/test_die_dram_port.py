@@ -167,8 +167,8 @@ def test_top_of_the_address_space(W, B):
     """Corners of the controller's fields: writes and reads of the last bursts of the
     ``2^ADDR_BITS`` (a read ending exactly on the last word), at addresses with every high
     burst-address bit set in turn, and reads of the longest burst count ``length_bits``
-    allows (63 here; 60 when a word is 4 bursts), under random backpressure. A burst address cut short anywhere reads
-    another burst's data (the bench's bursts differ by address)."""
+    allows (63 here; 60 when a word is 4 bursts), under random backpressure. A burst address
+    cut short anywhere reads another burst's data (the bench's bursts differ by address)."""
     seed = W * 7 + B
     print(f"seed {seed}")
     rng = random.Random(seed)

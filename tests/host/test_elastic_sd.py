@@ -176,8 +176,11 @@ def test_acceptance_is_a_prefix_length(real):
 def test_coverage_acceptance_threshold_is_inclusive(t):
     """A coverage of exactly the threshold is accepted (>=, within 1e-12 of float64
     rounding); 1e-9 below it is not."""
-    cov = np.array([t, min(1.0, t + 1e-9), max(0.0, t - 1e-9), 1.0])
-    assert CoverageAcceptance(t)(cov, None).tolist() == [True, True, t == 0.0, True]
+    cov = np.array([t, min(1.0, t + 1e-9), max(0.0, t - 1e-9), 1.0, t - 2 ** -52])
+    assert CoverageAcceptance(t)(cov, None).tolist() == [True, True, t == 0.0, True, True]
+    # a full coverage summed in another order rounds a unit below 1: still accepted
+    assert 0.7 + 0.1 + 0.1 + 0.1 < 1.0
+    assert CoverageAcceptance(1.0)(np.array([0.7 + 0.1 + 0.1 + 0.1]), None).tolist() == [True]
 
 
 def test_coverage_one_accepts_exactly_the_untouched_tokens(real):

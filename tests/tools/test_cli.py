@@ -113,7 +113,7 @@ def test_an_option_value_starting_with_a_dash_reaches_the_command(capsys):
     argument". One line naming what was expected, exit 2, no table."""
     assert cli.main(["paper", "table3", "--tree", "-3,4"]) == 2
     out, err = capsys.readouterr()
-    assert err.strip() == ("elmoe3d paper: error: --tree: depth and width must be 1-64, "
+    assert err.strip() == ("elmoe3d paper: error: --tree: depth and width must be 1 .. 64, "
                            "got '-3,4'")
     assert out == ""
 

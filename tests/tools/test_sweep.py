@@ -121,36 +121,56 @@ def test_a_killed_worker_loses_nothing(serial, tmp_path, monkeypatch):
 def test_closed_connections_are_not_logged_other_errors_are(capsys):
     """A new user's sweep (2026-12-07) ended, complete, under a worker's 20-line
     ``CommClosedError`` traceback (its heartbeat in flight as the cluster closed). Records of
-    a closed connection, as the exception or its cause, are left out on the loggers that
-    report them; any other error still shows."""
+    a closed connection, as the exception or its explicit cause, are left out, on the named
+    loggers and on the child loggers of ``distributed`` (through its handler); any other
+    error still shows, one raised while a closed connection was handled too (a review's
+    finding). The filters come off again (the client's process is the user's)."""
     import logging
     from distributed.comm.core import CommClosedError
     from tornado.iostream import StreamClosedError
-    sweep_tasks.quiet_closed_connections()
-    sweep_tasks.quiet_closed_connections()              # idempotent: one filter a logger
+    base = logging.getLogger("distributed")
     handler = logging.StreamHandler(sys.stderr)
-    log = logging.getLogger("tornado.application")
-    assert log.filters.count(sweep_tasks._not_a_closed_connection) == 1
-    log.addHandler(handler)
-    try:
-        for exc in (CommClosedError("in <TCP (closed) ConnectionPool.heartbeat_worker>"),
-                    StreamClosedError()):
-            try:
-                try:
-                    raise exc
-                except Exception as inner:
-                    raise RuntimeError("Exception in callback") from inner
-            except RuntimeError:
-                log.exception("Exception in callback heartbeat")
+    base.addHandler(handler)
+    tornado_log = logging.getLogger("tornado.application")
+    tornado_log.addHandler(handler)
+    child = logging.getLogger("distributed.worker.memory")     # no filter of its own
+
+    def log_error(logger, exc, *, cause=True, then=None):
         try:
-            raise ValueError("a real error")
-        except ValueError:
-            log.exception("Exception in callback other")
+            try:
+                raise exc
+            except Exception as inner:
+                if cause:
+                    raise RuntimeError("wrapped") from inner
+                raise (then or RuntimeError)("while handling it")
+        except Exception:
+            logger.exception(f"logged {type(exc).__name__} cause={cause} then={then}")
+    undo = sweep_tasks.quiet_closed_connections()
+    try:
+        assert sweep_tasks.quiet_closed_connections()() is None    # idempotent: adds none
+        assert tornado_log.filters.count(sweep_tasks._not_a_closed_connection) == 1
+        for logger in (tornado_log, child):
+            log_error(logger, CommClosedError("in <TCP (closed) heartbeat_worker>"))
+            log_error(logger, StreamClosedError())
+            log_error(logger, ValueError("a real error"))
+            log_error(logger, CommClosedError("closed"), cause=False, then=AttributeError)
+        err = capsys.readouterr().err
+        assert "heartbeat" not in err and "logged StreamClosedError" not in err
+        assert "logged CommClosedError cause=True" not in err
+        assert err.count("logged ValueError cause=True then=None") == 2
+        assert err.count("AttributeError: while handling it") == 2
     finally:
-        log.removeHandler(handler)
-    err = capsys.readouterr().err
-    assert "heartbeat" not in err and "Closed" not in err
-    assert "Exception in callback other" in err and "ValueError: a real error" in err
+        undo()
+        base.removeHandler(handler)
+        tornado_log.removeHandler(handler)
+    assert sweep_tasks._not_a_closed_connection not in tornado_log.filters
+    assert sweep_tasks._not_a_closed_connection not in handler.filters
+    base.addHandler(handler)
+    try:
+        log_error(child, StreamClosedError())
+    finally:
+        base.removeHandler(handler)
+    assert "StreamClosedError" in capsys.readouterr().err
 
 
 def always_die(point, cache_dir):
@@ -260,6 +280,21 @@ def test_another_specs_out_folder_is_said_and_its_plots_replaced(tmp_path):
     (out / "pareto-efficiency-2024.png").write_bytes(b"mine")
     run_sweep(one, out, say=_quiet, plots=False, **kw)
     assert sorted(p.name for p in out.glob("*.png")) == ["pareto-efficiency-2024.png"]
+    # ... after an interrupted run too, whose sweep.json ("running", then "interrupted")
+    # still lists the plots it found (a review's finding: it listed none, so they stayed)
+    run_sweep(one, out, say=_quiet, **kw)                  # every model of one.yaml's
+    drawn = sorted(p.name for p in out.glob("*.png"))
+    assert len(drawn) == len(plots) + 1
+
+    def stop(point, cache_dir):
+        raise KeyboardInterrupt
+    shutil.rmtree(out / "points")
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(two, out, say=_quiet, task=stop, **kw)
+    assert json.loads((out / "sweep.json").read_text())["status"] == "interrupted"
+    assert sorted(p.name for p in out.glob("*.png")) == drawn
+    run_sweep(two, out, say=_quiet, plots=False, **kw)
+    assert sorted(p.name for p in out.glob("*.png")) == ["pareto-efficiency-2024.png"]
 
 
 def test_a_second_sweep_into_a_busy_out_folder_is_refused(tmp_path):
@@ -288,6 +323,35 @@ def test_a_second_sweep_into_a_busy_out_folder_is_refused(tmp_path):
         assert (out / "sweep.json").read_text() == before
     assert run_sweep(spec, out, **kw).skipped == 1      # released: the folder is free
     assert (out / LOCK_NAME).read_text() == f"pid {os.getpid()} on {socket.gethostname()}\n"
+    # two real runs (a review's finding: a shared lock passed the lines above): the first
+    # run's task starts the second, into the same folder, new or earlier
+    for where in (tmp_path / "new", out):
+        said = []
+
+        def task(point, cache_dir):
+            with pytest.raises(UserError, match="another sweep is running into this out "
+                                                rf"folder \(pid {os.getpid()} on "):
+                run_sweep(spec, where, **kw)
+            said.append(point.index)
+            return sweep_tasks.run_point(point, cache_dir)
+        shutil.rmtree(where / "points", ignore_errors=True)
+        run_sweep(spec, where, task=task, **kw)
+        assert said == [0]
+    # a filesystem without flock: the run goes on, unlocked, and says so
+    import errno
+    real = fcntl.flock
+
+    def no_locks(f, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+    fcntl.flock = no_locks
+    try:
+        lines = []
+        run_sweep(spec, out, **dict(kw, say=lines.append))
+    finally:
+        fcntl.flock = real
+    assert lines[0] == (f"note: {out.resolve()}: this filesystem does not lock files (No locks "
+                        f"available): the run goes on unlocked; run one sweep at a time into "
+                        f"this folder")
 
 
 def test_a_sweep_into_a_folder_of_ones_own_files_removes_none(tmp_path):
@@ -581,11 +645,13 @@ def test_constraints_filter_and_tasks_mark_points():
            "tasks": {"rtl": "pes == 8 and tile.rows in [8]"}}
     pts = expand(parse_spec(raw, path="t.yaml"))
     # the constraints see the spec's hb; a point's own is empty where its PEs make another
-    # HB capacity than paper-<hb>'s
-    got = sorted((p.config["pes"], p.config["tile.rows"], p.workload["hb"] or "-")
+    # HB capacity than paper-<hb>'s, and a die two presets give is one point, with the name
+    # of the preset it is
+    got = sorted((p.config["pes"], p.config["tile.rows"], p.workload["hb"] or "-", p.base)
                  for p in pts)
-    assert got == [(8, 8, "-"), (8, 16, "-"), (16, 8, "-"), (16, 8, "4gb"),
-                   (16, 16, "-"), (16, 16, "4gb"), (32, 8, "-"), (32, 8, "8gb")]
+    assert got == [(8, 8, "-", "paper-4gb"), (8, 16, "-", "paper-4gb"),
+                   (16, 8, "4gb", "paper-4gb"), (16, 16, "4gb", "paper-4gb"),
+                   (32, 8, "8gb", "paper-8gb")]
     assert [p.tasks["rtl"] for p in pts].count(True) == 1
     assert len({p.id for p in pts}) == len(pts)
 
@@ -654,10 +720,20 @@ def test_hb_is_empty_when_the_base_or_the_hb_capacity_is_not_paper_hb():
         {"4gb", None}                                   # 2^28: paper-4gb's own banks
     # a bank count changes the capacity too (a new user's finding: hb=8gb rows of 16 PEs held
     # 4 GB); a point of the preset's own capacity keeps its name
+    counts = {}
     pts = expand(parse_spec({"config": {"pes": [16, 32]},
-                             "workload": {**model, "hb": ["4gb", "8gb"]}}, path="t.yaml"))
+                             "workload": {**model, "hb": ["4gb", "8gb"]}}, path="t.yaml"),
+                 counts)
+    # paper-8gb cut to 16 PEs is paper-4gb's die and paper-4gb at 32 PEs paper-8gb's: a
+    # point whose hb is empty is keyed by its die's fields, so each die is one point (a
+    # review's finding: four points computed two dies twice)
     assert sorted((p.config["pes"], p.workload["hb"] or "-") for p in pts) == \
-        [(16, "-"), (16, "4gb"), (32, "-"), (32, "8gb")]
+        [(16, "4gb"), (32, "8gb")]
+    assert counts["duplicates"] == 2
+    # a die of paper-4gb's capacity from other fields keeps the name (a review's finding: the
+    # capacity was checked on a configuration of the HB fields alone)
+    assert hbs({"config": {"pes": [2], "pes_per_group": [2], "hb_bank_bytes": [2 ** 31]},
+                "workload": model}) == {"4gb"}
     assert hbs({"config": {"pes": [32], "hb_bank_bytes": [2 ** 27]},
                 "workload": model}) == {"4gb"}
 
@@ -1134,7 +1210,7 @@ def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
         f"scheme=ar): batch: expected a positive integer, got 0 (and 3 more points)",
         f"elmoe3d sweep: error: {spec}: point 1 (pes=16, model=qwen3-30b-a3b, batch=0, "
         f"scheme=warp): scheme: expected one of ar, eagle, slm, quant, elastic, got 'warp' "
-        f"(did you mean 'ar'?) (and 3 more points)",
+        f"(and 3 more points)",
         f"elmoe3d sweep: error: {spec}: point 6 (pes=17, model=qwen3-30b-a3b, batch=1, "
         f"scheme=ar): pes: 17 is not a multiple of pes_per_group (4)"]
     # a new user's trial (2026-12-06): a wrong type in config hid the workload's mistakes
@@ -1800,9 +1876,22 @@ def test_a_crowded_plot_has_one_legend_under_both_panels_or_none(tmp_path):
         fig_legends.clear()
         pareto_plots(rows(many + [512 * 100], batches + [99]), tmp_path, axes=axes)
         assert axes_legends == fig_legends == []                             # 42 lines
-        assert titles[-1].endswith("; 42 lines, too many to tell apart: no legend "
-                                   "(results.csv)")
-    assert (tmp_path / "by-context-a.png").stat().st_size > 1000
+        assert titles[-1].endswith("; 42 legend entries, too many to tell apart: no "
+                                   "legend (results.csv)")
+        # dots coloured by a sampled field: their legend has 10 marker shapes to tell the
+        # groups apart (a review's finding), so 11 groups are drawn unnamed
+        shaded = [{"model": "a", "scheme": "ar", "batch": b, "pes": 16, "hb_pj_per_bit": h,
+                   "ext_pj_per_bit": 2 + h * b % 3, "tokens_per_s": b + h,
+                   "tokens_per_j": 1.0 + h} for b in range(1, 12)
+                  for h in (0.2 + 0.03 * k for k in range(12))]
+        fig_legends.clear()
+        pareto_plots(shaded, tmp_path, axes={"batch", "hb_pj_per_bit", "ext_pj_per_bit"})
+        assert fig_legends == [] and titles[-1].endswith(
+            "; 11 legend entries, too many to tell apart: no legend (results.csv)")
+        files = pareto_plots([r for r in shaded if r["batch"] <= 10], tmp_path,
+                             axes={"batch", "hb_pj_per_bit", "ext_pj_per_bit"})
+        assert len(fig_legends) == 1 and len(fig_legends[0]) == 10
+    assert [p.stat().st_size > 1000 for p in files.values()] == [True]
 
 
 def test_workload_plots_of_several_models_config_fields_and_reruns(tmp_path):
