@@ -313,9 +313,11 @@ def annotate(net, activity: dict, aliases: dict | None = None) -> tuple[dict, li
 def ring_station_run(station, vcd_path, *, words: int = 64, layer: int = 0) -> dict:
     """Stream the INT8 codes of all-MiniLM-L6-v2 FFN layer ``layer``'s up-projection weights
     (real weights, quantised as the PE stores them) through ``station``
-    (:class:`~elmoe3d.hw.ring.RingStation`) in Amaranth's simulator: ``words`` W-bit words,
-    word i unicast to PE ``i mod pes`` of the die (so the station keeps ``local_pes / pes`` of
-    them and forwards the rest), one flit offered every cycle, every sink always ready,
+    (:class:`~elmoe3d.hw.ring.RingStation`) in Amaranth's simulator: ``words`` W-bit words
+    (rounded up to whole flits), unicast in flit-sized runs, run c (one flit of
+    ``words_per_flit`` words, or the flits one word spans) to PE ``c mod pes`` of the die (so
+    the station keeps ``local_pes / pes`` of them and forwards the rest), one flit offered
+    every cycle, every sink always ready,
     writing the VCD to ``vcd_path``. Activity only: the words each PE receives are checked
     against the words sent to it (the ring's function is checked bit-exactly by
     ``tests/cocotb/test_ring.py``).
@@ -335,20 +337,22 @@ def ring_station_run(station, vcd_path, *, words: int = 64, layer: int = 0) -> d
     raw = np.ascontiguousarray(codes).view(np.uint8).reshape(-1)
     W, fb = station.word_bits, station.flit_bytes
     per, span = station.words_per_flit, station.flits_per_word
-    if per != 1:
-        raise ValueError("ring_station_run: flits holding several words are not driven here")
     wbytes = W // 8
-    flits, expect = [], {}
-    for i in range(words):
-        word = int.from_bytes(raw[i * wbytes:(i + 1) * wbytes].tobytes(), "little")
-        pe = i % station.pes
-        if station.first_pe <= pe < station.first_pe + station.local_pes:
-            expect.setdefault(pe - station.first_pe, []).append(word)
+    flits, expect, local = [], {}, 0
+    for c in range(-(-words // per)):               # a run: one flit, or one word's flits
+        run = [int.from_bytes(raw[i * wbytes:(i + 1) * wbytes].tobytes(), "little")
+               for i in range(c * per, c * per + per)]
+        pe = c % station.pes
+        mine = station.first_pe <= pe < station.first_pe + station.local_pes
+        if mine:
+            expect.setdefault(pe - station.first_pe, []).extend(run)
+        data = sum(w << (j * W) for j, w in enumerate(run))      # slot j: bits [jW, (j+1)W)
         for t in range(span):
-            part = (word >> (t * fb * 8)) & ((1 << (fb * 8)) - 1)
-            flits.append(pack_flit(RingFlit(data=part, dst_mask=1 << pe, stream=i % 2,
-                                            last=t == span - 1), pes=station.pes,
+            part = (data >> (t * fb * 8)) & ((1 << (fb * 8)) - 1)
+            flits.append(pack_flit(RingFlit(data=part, dst_mask=1 << pe, stream=c % 2,
+                                            last=t == span - 1, words=per), pes=station.pes,
                                    word_bits=W, flit_bytes=fb, stream_bits=station.stream_bits))
+            local += mine
     got = {p: [] for p in range(station.local_pes)}
     counts = {"cycles": 0, "taken": 0}
 
@@ -384,7 +388,6 @@ def ring_station_run(station, vcd_path, *, words: int = 64, layer: int = 0) -> d
         sim.run()
     for p, words_p in expect.items():
         assert got[p] == words_p, f"ring station: PE {p} received other words than sent"
-    local = sum(len(v) for v in expect.values()) * span
     return {"flits": len(flits), "cycles": counts["cycles"], "bytes": len(flits) * fb,
             "local_flits": local, "forwarded_flits": len(flits) - local}
 

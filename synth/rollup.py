@@ -32,7 +32,7 @@ from ..hw.checked import inspection
 from .blocks import (BLOCK_TYPES, PE_DIRECT_MAX_LANES, PE_FIT_LANES, TILE_FIT, DotRowLeaf,
                      LaneFieldsLeaf, MulLeaf, hollow, instance_key, instance_params,
                      inventory)
-from .flow import SynthResult, synthesize
+from .flow import SynthResult, stop_running, synthesize
 from .sram import sram_area
 
 
@@ -277,7 +277,8 @@ class Planner:
                                    cache_dir=self.cache_dir,
                                    timing=self.timing if job.timed else None)
 
-        with concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs) as pool:
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs)
+        try:
             futures = [pool.submit(one, j) for j in todo]
             for fut in concurrent.futures.as_completed(futures):
                 job, result = fut.result()
@@ -285,6 +286,16 @@ class Planner:
                 done += 1
                 if self.progress:
                     self.progress(done, total, self.label(job.name), result)
+        except KeyboardInterrupt:
+            # stopped (Ctrl-C; SIGTERM is a KeyboardInterrupt here, elmoe3d.errors.Terminated):
+            # the queued jobs are dropped and the running Yosys processes stopped, so the run
+            # ends now (a new user's SIGTERM waited 9.5 minutes for the queue)
+            pool.shutdown(wait=False, cancel_futures=True)
+            stop_running()
+            pool.shutdown(wait=True)
+            raise
+        finally:
+            pool.shutdown(wait=True)    # a job's error: the others finish (and are cached)
         return self.results
 
     def label(self, name) -> str:

@@ -215,6 +215,17 @@ def run(args) -> int:
                             f"the {args.shape} expert ({model.hidden} x "
                             f"{model.expert_intermediate}) under any IOMEM split")
         arch = fit
+    elif not args.build_only:       # refused now, not after the build (minutes, a new user)
+        from ..sw.golden.asm import ProgramError
+        from ..sw.host.stream_group import plan_group
+        model = MODEL_PRESETS[args.shape]
+        try:
+            plan_group(model.hidden, model.expert_intermediate, arch.pe, arch.pes_per_group)
+        except ProgramError as exc:
+            raise UserError(f"--shape {args.shape}: the {model.hidden} x "
+                            f"{model.expert_intermediate} expert does not fit {arch.name}'s "
+                            f"{arch.pes_per_group}-PE group ({exc}); --fit builds the nearest "
+                            f"configuration whose group holds it") from None
     rates = _ld_rates(arch, args.ld_rate)
     console = report_console()
     console.print(f"[1/2] Verilog + Verilator build of the {arch.name} PE (measured) ...")

@@ -140,8 +140,8 @@ def configure(parser) -> None:
                         help="also map every block for delay and report its worst "
                              "register-to-register path and slack (docs/synth.md, Timing)")
     parser.add_argument("--period", metavar="PS", default=None,
-                        help="clock period for the timing report, ps (default 1000: 1 GHz); "
-                             "implies --timing")
+                        help="clock period for the timing report, ps (default 1000: 1 GHz; "
+                             "or with a unit: 1000ps, 1ns; at least 10 ps); implies --timing")
     parser.add_argument("--power", action="store_true",
                         help="also report static power per block and die, the tile's pJ per "
                              "MAC (DRAFT, FULL) from a MiniLM run, SRAM pJ per byte")
@@ -229,16 +229,30 @@ DEFAULT_PERIOD = "1000"
 
 #: The longest clock period ``--period`` takes, in ps (1 ms: a 1 kHz clock).
 MAX_PERIOD_PS = 1e9
+#: The shortest, in ps: about one ASAP7 gate's delay (a period below it times no logic; a
+#: new user's ``--period 1``, meant as 1 ns, started a whole timing run at 1 ps).
+MIN_PERIOD_PS = 10.0
 
 
 def _period(text):
+    """``--period``: ps, or with a unit (``1000ps``, ``1ns``); :class:`UserError` naming it
+    outside [:data:`MIN_PERIOD_PS`, :data:`MAX_PERIOD_PS`)."""
+    number, scale = str(text).strip(), 1.0
+    for unit, factor in (("ps", 1.0), ("ns", 1000.0)):
+        if number.lower().endswith(unit):
+            number, scale = number[:-2].strip(), factor
+            break
     try:
-        value = float(text)
+        value = float(number) * scale
     except (TypeError, ValueError):
-        raise UserError(f"--period: expected a clock period in ps, got {text!r}") from None
+        raise UserError(f"--period: expected a clock period in ps (or with a unit: 1000ps, "
+                        f"1ns), got {text!r}") from None
     if not (value > 0 and value < MAX_PERIOD_PS):
         raise UserError(f"--period: expected a clock period in ps, more than 0 and less than "
                         f"{MAX_PERIOD_PS:.0e} (1 ms), got {text!r}")
+    if value < MIN_PERIOD_PS:
+        raise UserError(f"--period: {text!r} is {value:g} ps, below one gate's delay (at least "
+                        f"{MIN_PERIOD_PS:g} ps); 1 GHz is 1000 (or 1ns)")
     return value
 
 

@@ -1078,25 +1078,34 @@ def test_cli_route_patience(capsys, tmp_path, monkeypatch):
     assert built == [fpga.ROUTE_PATIENCE, 0]
 
 
-def test_sigterm_stops_the_tools(tmp_path):
+@pytest.mark.parametrize("caller", [False, True], ids=["alone", "caller-handler"])
+def test_sigterm_stops_the_tools(tmp_path, caller):
     """SIGTERM (a CI timeout, ``timeout``) to the flow stops the tools too: they run in their
     own session, where the terminal's signals do not reach them. The flow is signalled once
     it has said nextpnr's first step (the tool runs and the flow follows it), not after a
-    pause; nothing here waits on a wall-clock limit."""
+    pause; nothing here waits on a wall-clock limit. A caller's own SIGTERM handler (the
+    CLI's, which says "terminated (SIGTERM)": a new user's ``make fpga`` did not) is chained:
+    its exception comes out, else ``SystemExit(143)``."""
     import subprocess
     import sys
     _long_tool(tmp_path, _PACKED)
-    driver = (f"import os, time\nfrom elmoe3d.synth import fpga\n"
+    driver = (f"import os, signal, sys, time\nfrom elmoe3d.synth import fpga\n"
               f"fpga.PROGRESS_POLL_S = 0.05\n"
-              f"fpga._run_script('build.sh', cwd={str(tmp_path)!r}, env=dict(os.environ), "
+              f"class Mine(Exception): pass\n"
+              f"def mine(s, f): raise Mine\n"
+              f"{'signal.signal(signal.SIGTERM, mine)' if caller else 'pass'}\n"
+              f"try:\n"
+              f"    fpga._run_script('build.sh', cwd={str(tmp_path)!r}, env=dict(os.environ), "
               f"log=open(os.devnull, 'w'), tim_path={str(tmp_path / 'top.tim')!r}, "
-              f"say=lambda s: print(s, flush=True), start=time.time())\n")
+              f"say=lambda s: print(s, flush=True), start=time.time())\n"
+              f"except Mine:\n"
+              f"    sys.exit(7)\n")
     proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE,
                             text=True)
     first = proc.stdout.readline()
     assert "nextpnr: packed" in first, first
     proc.terminate()
-    assert proc.wait() == 128 + 15
+    assert proc.wait() == (7 if caller else 128 + 15)
     proc.stdout.close()
     _assert_tool_stopped(tmp_path)
 

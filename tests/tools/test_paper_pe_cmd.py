@@ -154,11 +154,17 @@ def test_fit_builds_the_nearest_configuration_that_holds_the_shape(monkeypatch, 
                                          "--modes: --build-only runs nothing"),
                                         (["--build-only", "--seed", "0"],
                                          "--seed: --build-only runs nothing"),
-                                        (["--config", "nosuch"], "--config nosuch: unknown")])
+                                        (["--config", "nosuch"], "--config nosuch: unknown"),
+                                        # before the build, not a mismatch after it (a new
+                                        # user waited 166 s for it)
+                                        (["--shape", "mixtral-8x7b"],
+                                         "--shape mixtral-8x7b: the 4096 x 14336 expert does "
+                                         "not fit paper-4gb's 4-PE group (")])
 def test_usage_errors_exit_2(monkeypatch, capsys, argv, word):
-    stub(monkeypatch, [])
+    calls = stub(monkeypatch, [])
     assert cli.main(["paper-pe", *argv]) == 2
     assert word in capsys.readouterr().err
+    assert "arch" not in calls                      # nothing built
 
 
 def test_measured_call_sees_the_child_tree():

@@ -10,6 +10,7 @@ import itertools
 import os
 import shutil
 import subprocess
+import time
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -194,6 +195,11 @@ def test_cli_bad_liberty_is_one_line(tmp_path, capsys):
     (["--jobs", "x"], "--jobs: expected a positive integer, got 'x'"),
     (["--scaling", "4,x"], "--scaling"),
     (["--period", "1e9"], "less than 1e+09 (1 ms)"),
+    # a new user's 1 (meant as 1 ns) ran a whole timing run at 1 ps
+    (["--period", "1"], "--period: '1' is 1 ps, below one gate's delay (at least 10 ps); 1 GHz "
+                        "is 1000 (or 1ns)"),
+    (["--period", "1000 ms"], "--period: expected a clock period in ps (or with a unit: "
+                              "1000ps, 1ns), got '1000 ms'"),
 ])
 def test_cli_bad_options_are_one_line(argv, needle, capsys):
     assert main(["synth", *argv]) == 2
@@ -403,6 +409,49 @@ def _fake_yosys(tmp_path, monkeypatch, stat_text):
     monkeypatch.setattr(flow, "yosys_command", lambda: ["sh", str(fake)])
     # a stand-in's results go to this test's build root, never the checkout's cache
     monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))
+
+
+def test_a_stopped_run_stops_its_yosys_processes_and_drops_the_queue(tmp_path, monkeypatch):
+    """A new user's SIGTERM to ``elmoe3d synth`` ended it 9.5 minutes later: leaving the
+    thread pool waited for every queued Yosys job. Now a Ctrl-C (SIGTERM is one here) drops
+    the queue and stops the running Yosys processes: here the first job ends, the user stops
+    the run, the two jobs running (a Yosys stand-in that would sleep for 10 minutes) are
+    stopped and the fourth never starts. Counted in jobs started and processes stopped, not
+    in seconds."""
+    from elmoe3d.synth.rollup import Planner
+    src = tmp_path / "stat.src"
+    src.write_text(STAT)
+    started = tmp_path / "started"
+    fake = tmp_path / "fake-yosys.sh"
+    fake.write_text('if [ "$1" = "-V" ]; then echo "Yosys 0.0 (fake)"; exit 0; fi\n'
+                    f'echo x >> "{started}"\n'
+                    f'if grep -q slow block.il; then exec sleep 600; fi\n'
+                    f'cp "{src}" stat.json\n: > check.txt\n: > yosys.log\n')
+    monkeypatch.setattr(flow, "yosys_command", lambda: ["sh", str(fake)])
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))
+    stopped = []
+    real_stop = flow.stop_running
+
+    def stop_running(grace=5.0):
+        stopped.append(len(flow._RUNNING))
+        return real_stop(grace)
+    monkeypatch.setattr("elmoe3d.synth.rollup.stop_running", stop_running)
+
+    def progress(done, total, label, result):
+        for _ in range(60_000):                 # until both slow jobs run (a hang guard)
+            if len(flow._RUNNING) >= 2:
+                break
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+    plan = Planner(liberty=LIB, jobs=2, progress=progress)
+    # largest first: "fast" (the longest text) runs beside the first slow job
+    for name, text in (("a", "fast" * 8), ("b", "slow 1"), ("c", "slow 2"), ("d", "slow")):
+        plan.add_job(name, name, text, timed=False)
+    with pytest.raises(KeyboardInterrupt):
+        plan.run()
+    assert stopped == [2]                         # both running, both stopped
+    assert len(started.read_text().split()) == 3  # the fourth never started
+    assert flow._RUNNING == set() and set(plan.results) == {"a"}
 
 
 def test_stat_parse_reads_yosys_format(tmp_path, monkeypatch):
@@ -781,7 +830,9 @@ def test_cli_period_implies_timing(monkeypatch, capsys):
     monkeypatch.setattr(flow, "yosys_command", lambda: ["true"])
     monkeypatch.setattr(rollup, "Planner", planner)
     for argv, period in ((["--period", "800"], 800.0), (["--timing"], 1000.0),
-                         (["--timing", "--period", "1250"], 1250.0), ([], None)):
+                         (["--timing", "--period", "1250"], 1250.0), ([], None),
+                         (["--period", "1000ps"], 1000.0), (["--period", "1.25ns"], 1250.0),
+                         (["--period", "1 NS"], 1000.0)):
         seen.clear()
         with pytest.raises(_PlannerReached):
             main(["synth", "--config", "small", *argv])

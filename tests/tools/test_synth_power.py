@@ -333,6 +333,28 @@ def test_vcd_activity_counts_toggles_and_time_at_one(tmp_path):
         assert a.p == pytest.approx(0.5, abs=0.1)
 
 
+@pytest.mark.parametrize("config, per, span", [("small", 2, 1), ("paper-4gb", 1, 4)])
+def test_ring_station_run_on_flits_of_several_words_and_words_of_several_flits(
+        tmp_path, config, per, span):
+    """The ring's power run streams real MiniLM weight words through station 0: on the small
+    die two 512-bit words a 128-byte flit (a new user's ``synth --power --config small``
+    died on them after 8 minutes), on the paper die a 4096-bit word in four flits. The
+    station's local PEs receive exactly the words sent to them (checked inside the run)."""
+    from elmoe3d.config import preset
+    from elmoe3d.hw.die import LogicDie
+    from elmoe3d.hw.ring import StreamlineRing
+    from elmoe3d.synth.activity import ring_station_run
+    ring = LogicDie.ring_params(config=preset(config))
+    st = StreamlineRing.station(0, **ring)
+    assert (st.words_per_flit, st.flits_per_word) == (per, span)
+    run = ring_station_run(st, tmp_path / "r.vcd", words=32)
+    local = st.local_pes / st.pes
+    assert run["flits"] == 32 // per * span and run["bytes"] == run["flits"] * st.flit_bytes
+    assert run["local_flits"] == run["flits"] * local
+    assert run["forwarded_flits"] == run["flits"] - run["local_flits"]
+    assert (tmp_path / "r.vcd").stat().st_size > 0
+
+
 def test_rtlil_aliases_join_connected_wires():
     from elmoe3d.synth.activity import rtlil_aliases
     il = ("module \\top\n  wire width 4 \\a\n  wire width 2 \\b\n  wire width 8 \\c\n"
