@@ -400,14 +400,16 @@ _RUNNING_LOCK = threading.Lock()
 
 
 def stop_running(grace: float = 5.0) -> int:
-    """Stop every Yosys process :func:`synthesize` is running now (SIGTERM, then SIGKILL after
-    ``grace`` seconds): what a stopped run does (Ctrl-C, SIGTERM), so that it ends now, not
-    when the jobs started by its threads end (a new user's SIGTERM took 9.5 minutes). Their
-    :func:`synthesize` calls raise :class:`SynthError`. Returns how many were running."""
+    """Stop every Yosys process :func:`synthesize` is running now (SIGINT, so that YoWASP's
+    wrapper removes its sandbox folder, then SIGKILL after ``grace`` seconds): what a stopped
+    run does (Ctrl-C, SIGTERM), so that it ends now, not when the jobs started by its threads
+    end (a new user's SIGTERM took 9.5 minutes). Their :func:`synthesize` calls raise
+    :class:`SynthError`. Returns how many were running."""
+    import signal
     with _RUNNING_LOCK:
         procs = list(_RUNNING)
     for p in procs:
-        p.terminate()
+        p.send_signal(signal.SIGINT)
     deadline = time.monotonic() + grace
     for p in procs:
         try:
