@@ -23,7 +23,7 @@ from .checks import is_int, python_int_hint
 from .isa import Sink
 
 
-__all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "ConfigError",
+__all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "preset_key", "ConfigError",
            "DramConfig", "HB_BANK", "LPDDR5_6400_X16", "PEOptions", "FPGA_LEAN_PE",
            "UNIT_PE_LATENCY", "ROWMAX_LATENCY", "REQUANT_LATENCY", "FP32_LATENCY",
            "RAW_SINK_LATENCY", "tile_latency", "swiglu_latency", "combine_latency",
@@ -1495,10 +1495,20 @@ def arch_config(arch, what: str = "arch") -> ArchConfig:
     raise ConfigError(f"{what}: expected an ArchConfig or a preset name, got {arch!r}")
 
 
+def preset_key(name):
+    """The key of :data:`PRESETS` that ``name`` names, case aside (``paper-8GB`` is
+    ``paper-8gb``, as ``paper --hb 8GB`` is ``8gb``); anything else is returned unchanged, for
+    its caller to refuse or to look up elsewhere. Usable as an argparse ``type``."""
+    if isinstance(name, str) and name.lower() in PRESETS:
+        return name.lower()
+    return name
+
+
 def preset(name: str) -> ArchConfig:
-    """Return the named preset; raises :class:`ConfigError` listing the known names (for a
-    name of another type too)."""
-    if not isinstance(name, str) or name not in PRESETS:
+    """Return the named preset (:func:`preset_key`: case aside); raises :class:`ConfigError`
+    listing the known names (for a name of another type too)."""
+    key = preset_key(name)
+    if not isinstance(key, str) or key not in PRESETS:
         raise ConfigError(f"unknown configuration {name!r}; expected one of "
                           f"{', '.join(PRESETS)}")
-    return PRESETS[name]
+    return PRESETS[key]

@@ -559,8 +559,10 @@ def resolve_config(name, board_name, *, hb_words=None, ext_words=None,
     name, or ``default``: the board's) or an :mod:`elmoe3d.config` preset (one PE of it, the
     stand-ins ``hb_words`` / ``ext_words``, default 256). Overrides apply to both. Raises
     :class:`FpgaError` naming the option."""
-    from ..config import ConfigError, PRESETS
+    from ..config import ConfigError, PRESETS, preset_key
     known = {c.name: c for c in FPGA_CONFIGS.values()}
+    if name not in known:
+        name = preset_key(name)
     if name == "default":
         if board_name not in FPGA_CONFIGS:
             raise FpgaError(f"--config: board {board_name} has no named default; use "

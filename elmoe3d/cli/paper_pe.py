@@ -23,7 +23,8 @@ from .outputs import output_path, check_output, report_console, write_json
 
 
 def configure(parser):
-    parser.add_argument("--config", default="paper-4gb", metavar="NAME",
+    from ..config import preset_key
+    parser.add_argument("--config", default="paper-4gb", metavar="NAME", type=preset_key,
                         help="configuration preset whose PE is built (default: paper-4gb)")
     parser.add_argument("--tile", default=None, metavar="RxLxG",
                         help="replace the preset's tile (e.g. 8x16x32), keeping its memories "

@@ -104,6 +104,7 @@ CSV_COLUMNS = ("run", "depth", "step", "kind", "iteration", "tokens", "produced"
 
 
 def configure(parser) -> None:
+    from ..config import preset_key
     parser.add_argument("--trace", required=True, metavar="FILE",
                         help="routing trace: vLLM-style .jsonl or canonical .npz; "
                              f"{' or '.join(map(repr, NAMED_TRACES))} for the real Mixtral "
@@ -115,7 +116,7 @@ def configure(parser) -> None:
                         help="model preset (e.g. mixtral-8x7b; default: the .npz trace's model, "
                              f"the JSONL meta line's, or {NAMED_TRACE_MODEL} for "
                              f"{' and '.join(NAMED_TRACES)})")
-    parser.add_argument("--config", default="small", metavar="NAME",
+    parser.add_argument("--config", default="small", metavar="NAME", type=preset_key,
                         help=f"architecture preset: {', '.join(CONFIGS)} (default small)")
     parser.add_argument("--backend", default=DEFAULT_BACKEND, metavar="NAME",
                         help=f"{', '.join(BACKENDS)} (default {DEFAULT_BACKEND}): "

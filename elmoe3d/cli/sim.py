@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from ..config import ConfigError, preset
+from ..config import ConfigError, preset, preset_key
 from ..errors import UserError
 from . import seed_type
 from .outputs import output_path, check_output, write_json
@@ -41,7 +41,7 @@ def add_config_option(parser, what, default=SIM_CONFIGS[0]):
     the preset is for. Checked by :func:`sim_config`. ``default=None`` leaves it None when not
     given, for a command that refuses it where it does not apply (the help still names
     ``SIM_CONFIGS[0]``, which the command then takes)."""
-    parser.add_argument("--config", default=default, metavar="NAME",
+    parser.add_argument("--config", default=default, metavar="NAME", type=preset_key,
                         help=f"configuration preset {what}: {', '.join(SIM_CONFIGS)} "
                              f"(default {SIM_CONFIGS[0]})")
 

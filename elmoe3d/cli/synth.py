@@ -160,9 +160,9 @@ def _parse_int_list(text, option):
 
 
 def _configs(text):
-    from ..config import ConfigError, preset
+    from ..config import ConfigError, preset, preset_key
     from . import comma_items
-    names = comma_items(text, "--config")
+    names = [preset_key(n) for n in comma_items(text, "--config")]
     if len(set(names)) < len(names):
         raise UserError(f"--config: {text!r} names a configuration twice")
     try:

@@ -55,11 +55,11 @@ from .outputs import (atomic_outputs, check_distinct, check_output, check_output
 
 
 def configure(parser) -> None:
-    from ..config import PRESETS
+    from ..config import PRESETS, preset_key
     parser.add_argument("block", nargs="?", default=None, metavar="BLOCK",
                         help="a block (elmoe3d blocks: die, pe, tile, vpu, ring, ...) or a top "
                              "class (LogicDie, PE, SwiGLUUnit, ...) of the die at --config")
-    parser.add_argument("--config", default="small", metavar="NAME",
+    parser.add_argument("--config", default="small", metavar="NAME", type=preset_key,
                         help=f"configuration preset: {', '.join(PRESETS)} (default small)")
     parser.add_argument("--list", action="store_true",
                         help="list the die's distinct block instances (count, parameters that "

@@ -8,7 +8,8 @@ import pytest
 from ..pe_cases import NARROW_OUT_NEEDS, NARROW_OUT_OK
 from elmoe3d.config import (FPGA_LEAN_PE, PRESETS, ArchConfig, ConfigError, PEOptions,
                             TileConfig, check_mul_stages, combine_latency, drain_cycles,
-                            max_requant_units, preset, swiglu_latency, tile_latency)
+                            max_requant_units, preset, preset_key, swiglu_latency,
+                            tile_latency)
 from elmoe3d.isa import Sink
 
 
@@ -110,6 +111,17 @@ def test_preset_unknown_name():
     listed = str(excinfo.value).rsplit("expected one of ", 1)[1].split(", ")
     assert listed == list(PRESETS) and {"small", "paper-4gb", "paper-8gb"} <= set(listed)
     assert preset("small") is PRESETS["small"]
+
+
+def test_preset_names_are_case_blind():
+    """``paper-8GB`` names paper-8gb, as ``paper --hb 8GB`` takes 8gb; a name that is no preset
+    in any case is returned unchanged by :func:`preset_key` and refused by :func:`preset` as
+    written."""
+    assert preset("Paper-8GB") is PRESETS["paper-8gb"] and preset("SMALL") is PRESETS["small"]
+    assert preset_key("Paper-4GB") == "paper-4gb" and preset_key("Arty") == "Arty"
+    assert preset_key(None) is None
+    with pytest.raises(ConfigError, match=r"unknown configuration 'Paper-16GB'"):
+        preset("Paper-16GB")
 
 
 # ---- PEOptions: the PE's build options and the timing they imply ---------------------------------

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 import elmoe3d.cli as cli
+from elmoe3d.errors import UserError
 
 
 def test_help_describes_the_tool():
@@ -126,6 +127,22 @@ def test_an_option_after_an_option_is_still_an_option(capsys):
     assert exc.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == \
         "elmoe3d paper: error: argument --tree: expected one argument"
+
+
+@pytest.mark.parametrize("command", ["run", "sim", "paper-pe", "verilog", "fpga", "synth"])
+def test_every_config_option_takes_a_preset_name_in_any_case(command):
+    """``--config paper-8GB`` is paper-8gb on every command taking a preset (``run`` refused
+    it as written); synth's comma list is checked by its own parse."""
+    from elmoe3d.cli.synth import _configs
+    from elmoe3d.config import preset
+    extra = {"run": ["--trace", "gsm8k"]}.get(command, [])
+    args = cli.build_parser().parse_args([command, *extra, "--config", "Paper-8GB"])
+    if command == "synth":
+        assert _configs(args.config) == [preset("paper-8gb")]
+        with pytest.raises(UserError, match="names a configuration twice"):
+            _configs("paper-4gb,PAPER-4GB")
+    else:
+        assert args.config == "paper-8gb"
 
 
 def test_option_like_values_and_the_double_dash_are_left_alone():

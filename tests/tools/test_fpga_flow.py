@@ -182,6 +182,7 @@ def test_config_validation():
         fpga.resolve_config("default", "icepi-zero")
     cfg = fpga.resolve_config("small", "ulx3s-85f", hb_words=128)
     assert (cfg.hb_words, cfg.ext_words, cfg.arch) == (128, 256, small)
+    assert fpga.resolve_config("Small", "ulx3s-85f").name == "small"    # a preset, case aside
     d = fpga.resolve_config("default", "ulx3s-85f")
     assert d == fpga.FPGA_CONFIGS["ulx3s-85f"] and d.estimate and d.note
     # changed by an option, it is no longer the measured named default
