@@ -497,7 +497,9 @@ def _plot(path, report, fmt="png"):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     cfg = next(iter(report["configs"].values()))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
+    sc = report.get("scaling")
+    scaling = bool(sc and sc["pes"])          # --scaling '': no third panel, not an empty one
+    fig, axes = plt.subplots(1, 3 if scaling else 2, figsize=(15 if scaling else 10, 4.8))
     die = cfg["die"]
     labels = list(die)
     vals = [die[k]["total"] / 1e6 for k in labels]
@@ -517,9 +519,8 @@ def _plot(path, report, fmt="png"):
     ax.set_xlabel("area per PE (1000 um²)")
     ax.set_title(f"inside one PE: {cfg['pe_total'] / 1e6:.3f} mm²\n"
                  f"bit-slice support {100 * cfg['bit_slice_share_of_pe']:.2f}% of the PE")
-    ax = axes[2]
-    sc = report.get("scaling")
-    if sc and sc["pes"]:
+    if scaling:
+        ax = axes[2]
         ax.plot(sc["pes"], [v / 1e6 for v in sc["die_total"]], "o-", label="roll-up")
         fit = sc.get("linear_fit")
         if fit:
@@ -527,9 +528,9 @@ def _plot(path, report, fmt="png"):
             ax.plot(xs, [(fit["fixed"] + fit["per_pe"] * x) / 1e6 for x in xs], "--",
                     color="gray", label=f"linear fit ({fit['per_pe'] / 1e6:.3f} mm²/PE)")
         ax.legend(fontsize=8)
-    ax.set_xlabel("PEs")
-    ax.set_ylabel("logic die area (mm²)")
-    ax.set_title("area vs PE count")
+        ax.set_xlabel("PEs")
+        ax.set_ylabel("logic die area (mm²)")
+        ax.set_title("area vs PE count")
     fig.tight_layout()
     fig.savefig(path, dpi=90, format=fmt)
     plt.close(fig)
@@ -660,6 +661,7 @@ def run(args) -> int:
         _print_timing(say, console, report["timing"])
     if "power" in report:
         _print_power(say, report["power"])
+    say(f"elmoe3d synth: done in {report['seconds']:.0f} s")
     if bad:
         names = ", ".join(bad)
         raise SynthError(f"blocks with latches, unmapped cells or check problems: {names} "
@@ -714,7 +716,6 @@ def _print(say, console, report, skipped):
     for label, why in skipped.items():
         say(f"not included: {label} ({why})")
     say(f"sources: {'; '.join(report['sources'])}")
-    say(f"elmoe3d synth: done in {report['seconds']:.0f} s")
 
 
 def _table(say, Table, title, header, rows):

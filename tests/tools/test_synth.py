@@ -544,16 +544,21 @@ def test_cli_whole_run_prints_and_writes_the_report(tmp_path, monkeypatch, capsy
     _fake_yosys(tmp_path, monkeypatch, STAT)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))  # caches
-    out = tmp_path / "report.json"
+    out, plot = tmp_path / "report.json", tmp_path / "area.png"
     rc = main(["synth", "--config", "small", "--no-check", "--scaling", "", "--jobs", "1",
-               "--json", str(out)])
+               "--json", str(out), "--plot", str(plot)])
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     assert "Traceback" not in captured.err
     assert "small: logic die" in captured.out and "inside one PE" in captured.out
+    # the run's time is its last line, after every table (it came before timing's and power's)
+    assert captured.out.strip().splitlines()[-1].startswith("elmoe3d synth: done in ")
     report = json.loads(out.read_text())
     assert set(report["configs"]) == {"small"}
     assert report["configs"]["small"]["die_total"] > 0
+    # --scaling '': two panels (10 in at 90 dpi), no empty third one
+    import matplotlib.image
+    assert matplotlib.image.imread(plot).shape[1] == 900
 
 
 # ---- hollowing and instance counts ----------------------------------------------------------

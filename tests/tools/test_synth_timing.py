@@ -499,6 +499,9 @@ def test_cli_timing_prints_and_writes_the_report(tmp_path, monkeypatch, capsys):
     captured = capsys.readouterr()
     assert rc == 0, captured.err
     assert "worst register-to-register path per block" in captured.out
+    lines = captured.out.strip().splitlines()
+    assert lines[-1].startswith("elmoe3d synth: done in ")      # after the timing tables,
+    assert sum("elmoe3d synth: done in" in line for line in lines) == 1    # not before them
     report = json.loads(out.read_text())
     timing = report["timing"]
     assert timing["period_ps"] == 1000.0 and "ABC" in timing["tool"]
