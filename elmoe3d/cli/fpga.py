@@ -70,7 +70,7 @@ def configure(parser) -> None:
                         help="write the figures as JSON (default fpga/<board>/report.json "
                              "under the build root: the checkout's build/)")
     parser.add_argument("--seed", metavar="N", type=int, default=None,
-                        help=f"nextpnr placement seed (default {DEFAULT_SEED})")
+                        help=f"nextpnr placement seed (default {DEFAULT_SEED}; not with --estimate-only)")
     parser.add_argument("--hb-words", metavar="N", type=int, default=None,
                         help="HB stand-in depth in W-bit words (power of two)")
     parser.add_argument("--ext-words", metavar="N", type=int, default=None,
@@ -158,6 +158,12 @@ def run(args) -> int:
     if args.force and args.estimate_only:
         raise UserError("--force places and routes a design the estimate says does not fit; "
                         "--estimate-only stops before place and route: give one of them")
+    if args.estimate_only:                       # options of place and route only
+        pnr = given_options(args, ("seed", "route_patience"))
+        if pnr:
+            raise UserError(f"{', '.join(pnr)}: nextpnr's, and --estimate-only stops before "
+                            f"place and route: leave {'them' if len(pnr) > 1 else 'it'} out "
+                            f"or drop --estimate-only")
     patience = args.route_patience
     if patience is None:
         patience = fpga.ROUTE_PATIENCE

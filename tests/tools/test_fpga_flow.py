@@ -418,6 +418,11 @@ def test_estimate_fit_rules():
                                    "stand-ins hold 549,755,944,960 bits (512-bit words), more "
                                    "than all 208 DP16KD of LFE5U-85F (3,407,872 bits)"),
     (["--force", "--estimate-only"], "give one of them"),
+    (["--estimate-only", "--seed", "3"], "--seed: nextpnr's, and --estimate-only stops before "
+                                         "place and route: leave it out"),
+    (["--estimate-only", "--seed", "0", "--route-patience", "0"],
+     "--seed, --route-patience: nextpnr's, and --estimate-only stops before place and route: "
+     "leave them out"),
     (["--max-runs", "3"], "--max-runs: only with --config auto"),
     (["--hb-words", "0"], "--hb-words: expected a positive integer, got 0"),
     (["--config", "auto", "--max-runs", "0"], "--max-runs: expected a positive integer, got 0"),
