@@ -103,17 +103,20 @@ def _comb_cycle_check(enabled: bool):
 
 
 def _build(arch: ArchConfig, comb_check: bool = False, verilator_args=()) -> dict:
-    """Child process: generate the PE's Verilog, build it (or reuse the build)."""
+    """Child process: generate the PE's Verilog (or read it from the Verilog cache, under the
+    key :func:`elmoe3d.sim.bench_pe.build_pe` uses: a re-run no longer generates it for 2-3
+    minutes only to find the build key), build it (or reuse the build)."""
     from ..hw.pe import PE
-    from .runner import build, generate_verilog
+    from .runner import build, cached_verilog_made
     start = time.perf_counter()
     with _comb_cycle_check(comb_check):
-        verilog = generate_verilog(PE(config=arch), name="pe")
+        verilog, made = cached_verilog_made(PE(config=arch), name="pe",
+                                            key={"PE": repr(arch)})
     gen = time.perf_counter() - start
     built = build(verilog, name=build_name(arch), toplevel="pe",
                   extra_args=tuple(verilator_args))
     return {"build_dir": str(built.build_dir), "built": built.built,
-            "verilog_seconds": gen, "verilog_bytes": len(verilog),
+            "verilog_seconds": gen, "verilog_cached": not made, "verilog_bytes": len(verilog),
             "verilator_seconds": built.seconds, "comb_cycle_check": bool(comb_check),
             "verilator_args": list(verilator_args)}
 

@@ -359,13 +359,19 @@ def cached_verilog(design, *, name: str, key, root=None) -> str:
     constructor argument. Amaranth takes up to about two minutes of one core for the small
     die; pytest-xdist workers and later runs that need the same design read the file instead
     (written under an exclusive lock, then renamed into place: never half a file)."""
+    return cached_verilog_made(design, name=name, key=key, root=root)[0]
+
+
+def cached_verilog_made(design, *, name: str, key, root=None) -> tuple:
+    """``(text, made)``: :func:`cached_verilog`'s text, and whether this call generated it
+    (False: read from the cache), for a caller that measures the generation."""
     digest = source_keyed(key=key, name=name)
     folder = (Path(root) if root is not None else build_root()) / "verilog"
     text, made = memo_text(folder / f"{name}-{digest}.v",
                            lambda: generate_verilog(design, name=name))
     if not made:
         design._MustUse__used = True                 # not elaborated: its Verilog is on disk
-    return text
+    return text, made
 
 
 #: A module header of Amaranth's Verilog (after its attribute lines): the name is a plain

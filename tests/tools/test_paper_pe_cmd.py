@@ -264,3 +264,38 @@ def test_run_paper_pe_checks_tokens_before_the_bench(monkeypatch):
     with pytest.raises(ValueError, match=r"^tokens: expected at least one positive integer"):
         paper_pe.run_paper_pe(arch, tokens=[])
     assert len(seen) == 4
+
+
+def test_a_rerun_reads_the_pe_verilog_from_the_cache(monkeypatch, tmp_path):
+    """A re-run generated the paper PE's Verilog again (154 s) only to find its build key. The
+    Verilog is now cached under the key the PE benches use: the first build generates it (and
+    times it), the second reads it, and says so."""
+    monkeypatch.setenv("ELMOE3D_BUILD_DIR", str(tmp_path / "build"))
+    made = []
+
+    def generate(design, *, name):
+        made.append(name)
+        return "module pe(); endmodule\n"
+    builds = []
+
+    def build(verilog, *, name, toplevel, extra_args):
+        builds.append(verilog)
+        return runner.Build(name, toplevel, tmp_path / "b", False, len(builds) == 1, 1.0)
+    monkeypatch.setattr(runner, "generate_verilog", generate)
+    monkeypatch.setattr(runner, "build", build)
+    arch = preset("small")
+    first = paper_pe._build(arch)
+    second = paper_pe._build(arch)
+    assert made == ["pe"] and builds == ["module pe(); endmodule\n"] * 2
+    assert (first["verilog_cached"], second["verilog_cached"]) == (False, True)
+    assert first["verilog_bytes"] == second["verilog_bytes"] == 23
+    # the report: the build's generation, or the cache named, never a cached read's time as
+    # the generation time
+    from elmoe3d.cli.paper_pe import build_lines
+    text = "\n".join(build_lines(arch, {**FIG, "verilog_cached": True}))
+    assert "Verilog: 19.9 MB read from the Verilog cache" in text and "in 180 s" not in text
+    text = "\n".join(build_lines(arch, {**FIG, "reused": True,
+                                        "this_run": {**FIG, "verilog_seconds": 0.4,
+                                                     "verilog_cached": True}}))
+    assert "this run: Verilog read from the Verilog cache in 0 s" in text
+    assert "Verilog (Amaranth, without its combinational-cycle check): 19.9 MB in 180 s" in text
