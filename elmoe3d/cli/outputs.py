@@ -25,19 +25,34 @@ from pathlib import Path
 from ..errors import UserError
 
 
-__all__ = ["output_path", "check_output", "check_output_dir", "check_distinct", "same_file",
+__all__ = ["output_path", "output_dir", "check_output", "check_output_dir", "check_distinct", "same_file",
            "AtomicOutputs", "atomic_outputs", "write_json", "report_console", "plot_format"]
 
 
-def output_path(text: str) -> Path:
-    """The ``type=`` of an output path option (``--json``, ``--plot``, ``--csv``, ``--out``,
-    ``--cache``): an empty path (a shell variable that was not set) is refused, where
+def output_dir(text: str) -> Path:
+    """The ``type=`` of an output folder option (``--plot DIR``, ``--out DIR``, ``--cache``,
+    ``--split``): an empty path (a shell variable that was not set) is refused, where
     :class:`~pathlib.Path` would read it as the current folder and a truthiness test as no
     option given. Raises :class:`argparse.ArgumentTypeError`: argparse prints its usage and
     the error, exit status 2."""
     import argparse
     if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path; expected a file or folder name")
+        raise argparse.ArgumentTypeError("an empty path; expected a folder name")
+    return Path(text)
+
+
+def output_path(text: str) -> Path:
+    """The ``type=`` of an output file option (``--json``, ``--plot OUT.png``, ``--csv``,
+    ``-o``): an empty path is refused (:func:`output_dir`), and so is one ending in a path
+    separator, a folder's name: :class:`~pathlib.Path` drops the separator, so ``--json
+    notes.txt/`` wrote the report over ``notes.txt`` (the shell refuses ``> notes.txt/``).
+    Raises :class:`argparse.ArgumentTypeError`, exit status 2."""
+    import argparse
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; expected a file name")
+    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        raise argparse.ArgumentTypeError(f"{text!r} ends in {text[-1]!r}, a folder's name; "
+                                         f"expected a file name")
     return Path(text)
 
 

@@ -54,8 +54,8 @@ from ..errors import UserError
 from ..sw.host.compute_calib import FEEDS
 from ..sw.host.paper_eval import HB_SIZES, NEAR_MEMORY_MAC_SCALE, PLACEMENTS
 from . import fill_defaults
-from .outputs import (check_distinct, check_output, check_output_dir, output_path, report_console,
-                      write_json)
+from .outputs import (check_distinct, check_output, check_output_dir, output_dir, output_path,
+                      report_console, write_json)
 
 
 FIGURES = ("table3", "fig12", "fig13", "fig14", "fig15", "fig16", "cache-check",
@@ -164,7 +164,7 @@ def configure(parser):
                              "section 3)")
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write the rows and the summary to OUT (JSON)")
-    parser.add_argument("--plot", metavar="DIR", type=output_path, default=None,
+    parser.add_argument("--plot", metavar="DIR", type=output_dir, default=None,
                         help=_applies("plot") + "also write the figure as "
                              "DIR/<figure>_<hb>.png; fig13 and fig16 (no one HB size): "
                              "DIR/<figure>.png (DIR created if missing)")

@@ -68,8 +68,8 @@ from ..sw.host.backends.records import format_bytes as _b
 from ..sw.host.backends.perf import compute_figures
 from ..sw.host.corpus import ROUTING_FILES, ROUTING_MODEL
 from . import fill_defaults, seed_type
-from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir, output_path,
-                      report_console)
+from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir, output_dir,
+                      output_path, report_console)
 
 
 __all__ = ["configure", "run", "resolve_trace", "parse_acceptance", "CONFIGS", "BACKENDS",
@@ -171,7 +171,7 @@ def configure(parser) -> None:
                         help="write the runs, their summaries and every step as JSON")
     parser.add_argument("--csv", type=output_path, default=None, metavar="F",
                         help="write one row per step as CSV")
-    parser.add_argument("--plot", type=output_path, default=None, metavar="DIR",
+    parser.add_argument("--plot", type=output_dir, default=None, metavar="DIR",
                         help="write hit_rate.png, bytes_per_tier.png, latency.png into DIR "
                              "(created if missing)")
 

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ..config import DRAM_ENERGY_FIELDS
 from ..errors import UserError
-from .outputs import output_path
+from .outputs import output_dir
 
 
 def configure(parser):
@@ -54,9 +54,9 @@ def configure(parser):
     parser.add_argument("--workers", metavar="N", type=int, default=None,
                         help="LocalCluster worker processes (default: the usable CPUs; 0: run the "
                              "points in this process)")
-    parser.add_argument("--out", metavar="DIR", type=output_path, default=None,
+    parser.add_argument("--out", metavar="DIR", type=output_dir, default=None,
                         help="out folder (default: out/sweep-<spec name>); a rerun resumes it")
-    parser.add_argument("--cache", metavar="DIR", type=output_path, default=None,
+    parser.add_argument("--cache", metavar="DIR", type=output_dir, default=None,
                         help="cache the workers share: Yosys runs, area roll-ups, Verilator "
                              "builds, compute calibrations of new shapes (default: "
                              "$ELMOE3D_CACHE, else ~/.cache/elmoe3d)")

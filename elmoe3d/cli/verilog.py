@@ -51,7 +51,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir,
-                      output_path, plain_printer, report_console)
+                      output_dir, output_path, plain_printer, report_console)
 
 
 def configure(parser) -> None:
@@ -74,7 +74,7 @@ def configure(parser) -> None:
                         help="top module name (default elmoe3d_<block>_<config>)")
     parser.add_argument("-o", "--out", metavar="FILE", type=output_path, default=None,
                         help="write the Verilog to FILE (default, or -: standard output)")
-    parser.add_argument("--split", metavar="DIR", type=output_path, default=None,
+    parser.add_argument("--split", metavar="DIR", type=output_dir, default=None,
                         help="write one file a module into DIR (<module>.v, the SRAM models' "
                              "too unless --sram-models) and the filelist DIR/files.f (the "
                              "top last; verilator -F DIR/files.f); instead of -o")

@@ -294,3 +294,40 @@ def test_outputs_inside_the_traces_folder_are_refused(tmp_path, monkeypatch, cap
     assert cli.main(["paper", "fig13", "--json", str(traces / "f.json")]) == 2
     assert "inside the traces folder" in capsys.readouterr().err
     assert sorted(p.name for p in traces.iterdir()) == ["gsm8k_2_routing.jsonl"]
+
+
+def _output_options():
+    """(command, option, type) of every output option of every command."""
+    from elmoe3d.cli.outputs import output_dir, output_path
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.choices and "quant" in a.choices)
+    return [(name, action.option_strings[-1], action.type)
+            for name, command in sub.choices.items() for action in command._actions
+            if action.type in (output_path, output_dir)]
+
+
+def test_a_file_output_ending_in_a_slash_is_refused(tmp_path, capsys):
+    """``--json notes.txt/`` wrote the report over ``notes.txt`` (``Path`` drops the slash; a
+    new user's Medium): every file output refuses a name ending in ``/``, every folder output
+    takes one; and the file named is left as it was."""
+    from elmoe3d.cli.outputs import output_dir, output_path
+    options = _output_options()
+    files = {(c, o) for c, o, t in options if t is output_path}
+    folders = {(c, o) for c, o, t in options if t is output_dir}
+    assert ("quant", "--json") in files and ("run", "--csv") in files
+    assert {("sweep", "--out"), ("sweep", "--cache"), ("run", "--plot"), ("paper", "--plot"),
+            ("verilog", "--split")} == folders
+    for command, option in sorted(files):
+        with pytest.raises(SystemExit) as exc:
+            cli.build_parser().parse_args([command, option, "notes.txt/"])
+        assert exc.value.code == 2
+        assert (f"{option}: 'notes.txt/' ends in '/', a folder's name; expected a file "
+                f"name") in capsys.readouterr().err, (command, option)
+    assert output_dir("plots/") == Path("plots")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("precious\n")
+    weights = tmp_path / "w.npz"
+    np.savez(weights, up=np.ones((4, 32), np.float32))
+    with pytest.raises(SystemExit):
+        cli.main(["quant", str(weights), "--json", f"{notes}/"])
+    assert notes.read_text() == "precious\n"
