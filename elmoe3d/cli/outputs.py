@@ -15,6 +15,7 @@ file; :func:`atomic_outputs` is the block that does so. New files get the usual 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -27,6 +28,11 @@ from ..errors import UserError
 
 __all__ = ["output_path", "output_dir", "check_output", "check_output_dir", "check_distinct", "same_file",
            "AtomicOutputs", "atomic_outputs", "write_json", "report_console", "plot_format"]
+
+
+#: The errors of writing to an open file, which carry no file name (:meth:`AtomicOutputs.for_user`).
+_WRITE_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EIO")
+                          if hasattr(errno, name))
 
 
 def output_dir(text: str) -> Path:
@@ -229,6 +235,7 @@ class AtomicOutputs:
         self._made = []
         self._stale = []
         self._dest_of = {}              # every temporary file's destination, even a failed one
+        self._writing = None            # the destination of the newest temporary file
 
     def remove_on_commit(self, path) -> None:
         """Remove ``path`` (an earlier run's output this one replaces with nothing, such as a
@@ -239,8 +246,16 @@ class AtomicOutputs:
 
     def for_user(self, exc: OSError) -> OSError:
         """``exc`` with the destination in place of a temporary file of this object's (the
-        user named the destination, never saw the temporary file); ``exc`` itself otherwise."""
-        dest = self._dest_of.get(str(exc.filename)) if exc.filename is not None else None
+        user named the destination, never saw the temporary file); a write error that names no
+        file (a full disk or quota, a file too large, an I/O error: ``write`` and ``close``
+        give no name) names the destination being written, the newest temporary file's (the
+        outputs are written one after another); ``exc`` itself otherwise."""
+        if exc.filename is not None:
+            dest = self._dest_of.get(str(exc.filename))
+        elif exc.errno in _WRITE_ERRNOS:
+            dest = self._writing
+        else:
+            dest = None
         if dest is None or exc.errno is None:
             return exc
         return OSError(exc.errno, exc.strerror, str(dest))
@@ -270,6 +285,7 @@ class AtomicOutputs:
         while True:
             tmp = folder / f".{dest.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
             self._dest_of[str(tmp)] = dest
+            self._writing = dest
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:

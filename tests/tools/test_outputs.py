@@ -243,6 +243,27 @@ def test_a_failed_write_or_rename_names_the_destination(tmp_path, monkeypatch):
                                f"device: '{out}')")
     assert tmp_files(tmp_path) == [] and not out.exists()
     monkeypatch.undo()
+    # a full disk while writing: write() and close() name no file (a new user's full tmpfs
+    # said "cannot write output: [Errno 28] No space left on device"); the output being
+    # written is named, the one before it is not
+    plot = tmp_path / "b.png"
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(UserError) as info:
+        with outputs_mod.atomic_outputs(lambda exc: f"cannot write output: {exc}") as outputs:
+            outputs.add_json(out, {"a": 1})
+            monkeypatch.setattr(outputs_mod.json, "dump", full_disk)
+            outputs.add_json(plot, {})
+    monkeypatch.undo()
+    assert str(info.value) == (f"cannot write output: [Errno 28] No space left on device: "
+                               f"'{plot}'")
+    assert tmp_files(tmp_path) == [] and not out.exists() and not plot.exists()
+    with pytest.raises(UserError) as info:             # not a write error: left as it was
+        with outputs_mod.atomic_outputs(lambda exc: f"cannot write output: {exc}") as outputs:
+            outputs.add_json(out, {"a": 1})
+            raise PermissionError(errno.EACCES, "Permission denied")
+    assert str(info.value) == "cannot write output: [Errno 13] Permission denied"
     if Path("/proc/self").is_dir():
         with pytest.raises(UserError) as info:
             write_json("/proc/elmoe3d-x.json", {})
