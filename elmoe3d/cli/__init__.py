@@ -95,6 +95,18 @@ def given_options(args, names) -> list:
             if getattr(args, name) is not None and getattr(args, name) is not False]
 
 
+def note_shadowed_path(command: str, keyword: str, meaning: str) -> None:
+    """A one-line note on standard error when ``keyword``, a name the command reads as one of
+    its bundled inputs (``quant minilm``, ``run --trace gsm8k``), is also a file or folder in
+    the current folder: the keyword wins (as documented), and the note says how to name the
+    local one (``./minilm``), where a new user's own ``minilm/`` was passed over silently."""
+    import os.path
+    if os.path.lexists(keyword):
+        kind = "folder" if os.path.isdir(keyword) else "file"
+        print(f"elmoe3d {command}: note: {keyword!r} is {meaning}, not the {kind} {keyword} "
+              f"here; write ./{keyword} for that", file=sys.stderr)
+
+
 def fill_defaults(args, defaults) -> None:
     """Set each option of ``defaults`` (``{attribute name: value}``) that ``args`` holds as
     None, i.e. not given: its default, applied after :func:`given_options` has refused it

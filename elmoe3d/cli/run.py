@@ -407,6 +407,9 @@ def execute(args, *, progress_factory=None) -> dict:
     be = check_request(backend, config=args.config, options=options)
     acceptance = parse_acceptance(args.acceptance) if schedule == "elastic" else None
     path = resolve_trace(args.trace)
+    if args.trace in NAMED_TRACES:
+        from . import note_shadowed_path
+        note_shadowed_path("run", args.trace, f"the named real trace {path}")
     if args.model is None and args.trace in NAMED_TRACES:
         args.model = NAMED_TRACE_MODEL
     if args.model is not None:

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -199,6 +200,21 @@ def test_dedicated_scale_beyond_fp16_is_na_and_the_rest_reported(tmp_path, capsy
     assert row_a[3] == "2" and row_a[-1] != "n/a", row_a
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert leftovers(tmp_path) == []
+
+
+@pytest.mark.minilm
+def test_a_local_minilm_folder_gets_a_note(minilm_file, tmp_path, capsys, monkeypatch):
+    """``quant minilm`` reads the bundled weights even where the current folder has a
+    ``minilm/`` of the user's own; a note says so and names ``./minilm`` (it was silent)."""
+    from elmoe3d.cli.quant import _resolve_weights
+    monkeypatch.chdir(tmp_path)
+    assert _resolve_weights("minilm") == minilm_file and capsys.readouterr().err == ""
+    (tmp_path / "minilm").mkdir()
+    assert _resolve_weights("minilm") == minilm_file
+    assert capsys.readouterr().err == (
+        "elmoe3d quant: note: 'minilm' is the bundled all-MiniLM-L6-v2 weights, not the folder "
+        "minilm here; write ./minilm for that\n")
+    assert _resolve_weights("./minilm") == Path("minilm")
 
 
 @pytest.mark.minilm

@@ -55,6 +55,22 @@ def test_golden_run_bit_exact(capsys):
     assert "0 mismatches" in out and "synthetic" in out
 
 
+def test_a_local_file_named_like_a_named_trace_gets_a_note(tmp_path, capsys, monkeypatch):
+    """``--trace gsm8k`` reads the named real trace even where the current folder has a file
+    ``gsm8k``; a note says so and how to name the local file (it was passed over silently)."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["run", "--trace", "gsm8k", "--config", "paper-8gb", "--tokens", "2", "--layers",
+            "0:2"]
+    code, _, err = _run(capsys, *argv)
+    assert code == 0 and "note:" not in err, err
+    (tmp_path / "gsm8k").write_text("{}\n")
+    code, _, err = _run(capsys, *argv)
+    assert code == 0, err
+    assert err.strip() == (f"elmoe3d run: note: 'gsm8k' is the named real trace "
+                           f"{routing_path('gsm8k')}, not the file gsm8k here; write ./gsm8k "
+                           f"for that")
+
+
 def test_named_trace_takes_its_model(tmp_path, capsys):
     """``--trace gsm8k`` without ``--model`` runs as Mixtral-8x7B, the model that routed it:
     the same records as with ``--model mixtral-8x7b`` given; the trace file itself, read by
