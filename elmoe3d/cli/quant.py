@@ -52,15 +52,20 @@ the other methods' rows. The summary names every n/a cell below the table.
 
 JSON schema (numbers are floats; an SQNR of +inf, i.e. an exactly zero error, is ``null``)::
 
-    {"file" (the WEIGHTS path; null for several), "files": [...], "format", "group_size": 32,
-     "bits": [...], "methods": [...],
-     "tensors": [{"name", "file", "dtype", "shape", "elements",
+    {"file" (the WEIGHTS path; null for several), "files": [...],
+     "not_read": [...] (a given folder's files not read: its .npz beside .safetensors),
+     "format", "group_size": 32, "bits": [...], "methods": [...],
+     "tensors": [{"name", "file", "dtype", "shape", "elements", "zero_groups",
                   "int8": METRICS, "drafts": {method: {"<bits>": METRICS or NA}}}],
      "skipped": [{"name", "file", "dtype", "shape", "reason"}],
-     "aggregate": {"tensors", "elements", "int8": METRICS,
+     "aggregate": {"tensors", "elements", "zero_groups", "int8": METRICS,
                    "drafts": {method: {"<bits>": METRICS or NA}}}}
     METRICS = {"mse", "sqnr_db", "cosine", "max_abs"}
     NA = {"na": REASON}     # a draft that cannot be made (dedicated scale beyond FP16)
+
+``zero_groups``: groups of 32 with nonzero weights that all quantize to 0 (max|W| below half the
+smallest FP16 group scale). An all-zero tensor quantizes exactly (SQNR ``null``, cosine 1): its
+error is zero, as the metrics define it (:func:`elmoe3d.sw.golden.metrics.error_metrics`).
 """
 
 from __future__ import annotations
@@ -506,6 +511,12 @@ def run(args) -> int:
             names[:4] + ["... (all in --per-tensor / --json)"]
         out.print(f"skipped {len(skipped)} of {len(selected)} selected tensors ({parts}): "
                   f"{', '.join(shown)}", highlight=False, soft_wrap=True, markup=False)
+    if ckpt.passed_over:
+        names = [str(p) for p in ckpt.passed_over]
+        shown = names if len(names) <= 4 else names[:4] + [f"... ({len(names)} in all)"]
+        out.print(f"note: not read: {', '.join(shown)} (a folder's .safetensors files are read "
+                  f"when it has any, as a checkpoint; name a file to read it)",
+                  highlight=False, soft_wrap=True, markup=False)
     if agg.zero_groups:
         hit = [r for r in results if r.zero_groups]
         shown = [f"{r.name} ({r.zero_groups})" for r in hit]
@@ -523,6 +534,7 @@ def run(args) -> int:
         if args.json is not None:
             doc = {"file": str(path) if len(args.weights) == 1 else None,
                    "files": [str(tf.path) for tf in ckpt.files],
+                   "not_read": [str(p) for p in ckpt.passed_over],
                    "format": ckpt.format, "group_size": 32, "bits": bits,
                    "methods": methods,
                    "tensors": [{"name": r.name, "file": str(ckpt.file_of[r.name].path),

@@ -650,12 +650,16 @@ class Checkpoint:
         The file holding each tensor.
     indexes : list[Path]
         The ``*.safetensors.index.json`` files read (given, or found in a given folder).
+    passed_over : list[Path]
+        Weight files in a given folder that are not read (:func:`passed_over`: its ``.npz``
+        files beside ``.safetensors`` ones), for the caller to report.
     """
 
     def __init__(self, files, label: str):
         self.files = list(files)
         self.label = label
         self.indexes = []               # the checkpoint indexes read (open_checkpoint)
+        self.passed_over = []           # a given folder's files not read (open_checkpoint)
         self.infos, self.file_of = {}, {}
         for tf in self.files:
             for name, info in tf.infos.items():
@@ -750,6 +754,19 @@ def checkpoint_paths(arg) -> list:
     return [index.parent / s for s in shards]
 
 
+def passed_over(folder) -> list:
+    """The weight files of ``folder`` that :func:`checkpoint_paths` does not read because files
+    of an earlier suffix of :data:`SUPPORTED_SUFFIXES` are there (its ``.npz`` beside
+    ``.safetensors``), by name; ``[]`` for anything but a folder without an index."""
+    path = Path(folder)
+    if not path.is_dir() or _index_of(path) is not None:
+        return []
+    found = [sorted(p for p in path.glob(f"*{suffix}") if p.is_file())
+             for suffix in SUPPORTED_SUFFIXES]
+    first = next((i for i, files in enumerate(found) if files), len(found))
+    return [p for files in found[first + 1:] for p in files]
+
+
 def open_checkpoint(args) -> Checkpoint:
     """Check every weight file ``args`` (paths, or one path) stand for
     (:func:`checkpoint_paths`: files, folders, ``*.safetensors.index.json``) and read their
@@ -779,6 +796,7 @@ def open_checkpoint(args) -> Checkpoint:
     else:
         label = f"{len(files)} files"
     ckpt = Checkpoint(files, label)
+    ckpt.passed_over = [p for arg in args for p in passed_over(arg)]
     for arg in args:                    # an index's map against its shards, both ways
         index = _index_of(arg)
         if index is None:

@@ -561,6 +561,29 @@ def test_a_sharded_checkpoint_is_one_model(tmp_path, capsys):
     assert rc == 2 and f"{hf}: no tensor matches '*layers.7.*'" in err
 
 
+def test_a_folders_npz_beside_safetensors_is_named_not_read(tmp_path, capsys):
+    """A folder's ``.safetensors`` files are its checkpoint; its ``.npz`` files beside them were
+    passed over silently (a new user's). They are named in a note and in the JSON's
+    ``not_read``; a folder of ``.npz`` alone has nothing to note."""
+    mix = tmp_path / "mix"
+    mix.mkdir()
+    save_file({"a.weight": np.ones((4, 32), np.float32)}, str(mix / "a.safetensors"))
+    np.savez(mix / "b.npz", **{"b.weight": np.ones((4, 32), np.float32)})
+    np.savez(mix / "c.npz", **{"c.weight": np.ones((4, 32), np.float32)})
+    out = tmp_path / "r.json"
+    rc, text, err = run_main(capsys, mix, "--bits", "4", "--json", out)
+    assert rc == 0, err
+    assert (f"note: not read: {mix / 'b.npz'}, {mix / 'c.npz'} (a folder's .safetensors files "
+            f"are read when it has any") in " ".join(text.split())
+    doc = json.loads(out.read_text())
+    assert doc["not_read"] == [str(mix / "b.npz"), str(mix / "c.npz")]
+    assert [t["name"] for t in doc["tensors"]] == ["a.weight"]
+    (mix / "a.safetensors").unlink()
+    rc, text, err = run_main(capsys, mix, "--bits", "4", "--json", out)
+    assert rc == 0 and "not read" not in text, err
+    assert json.loads(out.read_text())["not_read"] == []
+
+
 @pytest.mark.parametrize("case, words", [
     ("empty folder", r"empty: no weight file in this folder \(expected \.safetensors or \.npz "
                      r"files, or a sharded checkpoint's \*\.safetensors\.index\.json\)"),
