@@ -330,10 +330,18 @@ def quantize_weights(w, *, bits: int = 8, name: str = "weight") -> QuantizedWeig
         the tensor, the row and the group.
     QuantizationTypeError
         ``w`` is no float or integer array: a str (a file name: read the tensor first), None,
-        ragged nested lists, a bool, complex or object array. Named with what was found.
+        ragged nested lists, a bool, complex or object array, a masked array; ``name`` not a
+        str. Named with what was found.
     """
+    if not isinstance(name, str):
+        raise QuantizationTypeError(f"quantize_weights: name: expected the tensor's name (a "
+                                    f"str), got {type(name).__name__}")
     if not is_int(bits) or not 2 <= bits <= 8:
         raise QuantizationError(f"tensor {name!r}: bits must be an integer in 2..8, got {bits!r}")
+    if isinstance(w, np.ma.MaskedArray):
+        raise QuantizationTypeError(f"tensor {name!r}: a masked array (its masked values would "
+                                    f"be quantized as they are); fill or drop them first, e.g. "
+                                    f"w.filled(0)")
     expected = "a float (or integer) weight array of shape [..., N, K]"
     arr = _to_array(w, f"tensor {name!r}", expected)
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
@@ -479,16 +487,31 @@ def draft_codes(q, bits: int, method) -> np.ndarray:
 def draft_weights(w, qw: QuantizedWeight, bits: int, method) -> np.ndarray:
     """Dequantized k-bit draft weights (float64, shape of ``w``) for accuracy experiments.
 
-    ``qw`` is the INT8 quantization of ``w``; DEDICATED re-quantizes ``w`` at ``bits`` with
-    its own scales, the other methods derive codes from ``qw.q`` and use ``qw.scale``.
-    Raises :class:`QuantizationError` when ``w``'s shape is not ``qw``'s, for an unknown
-    ``method``, and for TRUNCATE, ROUND or LSB_AUG on a ``qw`` that is not INT8 (``bits !=
-    8``: its codes are not on the grid the draft codes cut).
+    ``qw`` is the quantization of ``w`` (INT8 for TRUNCATE, ROUND and LSB_AUG); DEDICATED
+    re-quantizes ``w`` at ``bits`` (2..8) with its own scales, the other methods derive codes
+    (2..7 bits) from ``qw.q`` and use ``qw.scale``. ``w`` is checked to be the weight ``qw``
+    quantizes: :func:`quantize_weights` of it at ``qw.bits`` gives ``qw``'s codes and scales
+    exactly (a draft measured against another ``w`` would give a wrong error silently; this
+    costs one quantization of ``w``).
+
+    Raises
+    ------
+    QuantizationError
+        ``w``'s shape is not ``qw``'s, or ``w`` is not the weight ``qw`` quantizes (the first
+        row and group that differ named); ``bits`` out of range; an unknown ``method``;
+        TRUNCATE, ROUND or LSB_AUG on a ``qw`` that is not INT8 (its codes are not on the grid
+        the draft codes cut); as :func:`quantize_weights` for ``w`` (a NaN, ...).
+    QuantizationTypeError
+        ``qw`` is no :class:`QuantizedWeight`; as :func:`quantize_weights` for ``w``.
     """
     method = draft_method(method, "draft_weights")
     if not isinstance(qw, QuantizedWeight):
         raise QuantizationTypeError(f"draft_weights: qw: expected a QuantizedWeight "
                                     f"(quantize_weights(w)), got {type(qw).__name__}")
+    top = 8 if method is DraftMethod.DEDICATED else 7
+    if not is_int(bits) or not 2 <= bits <= top:
+        raise QuantizationError(f"draft_weights: bits: expected an integer in 2..{top} for "
+                                f"{method.value!r} (draft bits), got {bits!r}")
     if method is not DraftMethod.DEDICATED and qw.bits != 8:
         raise QuantizationError(f"draft_weights: method {method.value!r} cuts INT8 codes; "
                                 f"tensor {qw.name!r} has {qw.bits}-bit codes (quantize w at "
@@ -497,6 +520,15 @@ def draft_weights(w, qw: QuantizedWeight, bits: int, method) -> np.ndarray:
         raise QuantizationError(f"draft_weights: w has shape {tuple(np.shape(w))}, but qw "
                                 f"(tensor {qw.name!r}) is the quantization of a {tuple(qw.shape)} "
                                 f"weight")
+    again = quantize_weights(w, bits=qw.bits, name=qw.name)
+    codes = (again.q != qw.q).reshape(*qw.scale.shape, GROUP).any(-1)
+    differ = codes | (again.scale.view(np.uint16) != qw.scale.view(np.uint16))
+    if differ.any():
+        *row, group = np.unravel_index(int(np.flatnonzero(differ)[0]), differ.shape)
+        row = int(row[0]) if len(row) == 1 else tuple(int(i) for i in row)
+        raise QuantizationError(f"draft_weights: w is not the weight qw (tensor {qw.name!r}) "
+                                f"quantizes: {int(differ.sum())} of {differ.size} groups differ, "
+                                f"first row {row}, group {group}")
     if method is DraftMethod.DEDICATED:
         return quantize_weights(w, bits=bits, name=qw.name).dequantize()
     return qw.dequantize(draft_codes(qw.q, bits, method))

@@ -6,8 +6,9 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from elmoe3d.sw.golden.quant import (
-    DraftMethod, QuantizationError, draft_codes, draft_weights, fp16_scale_for, join_slices,
-    lsb_slice, msb_slice, quantize_activations, quantize_activations_fp16, quantize_weights,
+    DraftMethod, QuantizationError, QuantizationTypeError, draft_codes, draft_weights,
+    fp16_scale_for, join_slices, lsb_slice, msb_slice, quantize_activations,
+    quantize_activations_fp16, quantize_weights,
 )
 
 ALL_INT8 = np.arange(-128, 128).astype(np.int8)
@@ -380,3 +381,44 @@ def test_a_second_review_of_the_quantizer_checks():
     with pytest.raises(QuantizationTypeError, match=r"scales must be float16 .* got dtype "
                                                     r"float32"):
         QuantizedWeight(q=np.zeros((2, 32), np.int8), scale=np.zeros((2, 1), np.float32))
+
+
+def test_draft_weights_checks_w_is_the_weight_qw_quantizes():
+    """``draft_weights(w * 2, qw, ...)`` and a ``w`` with a NaN returned ``qw``'s drafts
+    silently, so an SQNR against the wrong ``w`` went unnoticed (a new user's); a ``bits``
+    out of range named ``draft_codes``, an internal function. Each is now one error naming
+    ``draft_weights`` and the tensor."""
+    rng = np.random.default_rng(7)
+    print("seed 7")
+    w = rng.standard_normal((4, 64))
+    qw = quantize_weights(w, name="up")
+    assert np.array_equal(draft_weights(w, qw, 4, "lsb-aug"),
+                          qw.dequantize(draft_codes(qw.q, 4, "lsb-aug")))
+    with pytest.raises(QuantizationError, match=r"draft_weights: w is not the weight qw "
+                                                r"\(tensor 'up'\) quantizes: 8 of 8 groups "
+                                                r"differ, first row 0, group 0"):
+        draft_weights(w * 2, qw, 4, "round")
+    moved = w.copy()
+    moved[2, 40] += 0.3                               # one group, its codes or its scale
+    with pytest.raises(QuantizationError, match=r"1 of 8 groups differ, first row 2, group 1"):
+        draft_weights(moved, qw, 4, "truncate")
+    moved[2, 40] = np.nan
+    with pytest.raises(QuantizationError, match=r"tensor 'up': non-finite weight nan at row 2"):
+        draft_weights(moved, qw, 4, "truncate")
+    for bits, method, top in ((8, "lsb-aug", 7), (1, "truncate", 7), (0, "dedicated", 8),
+                              (9, "dedicated", 8)):
+        with pytest.raises(QuantizationError, match=rf"draft_weights: bits: expected an "
+                                                    rf"integer in 2\.\.{top} for '{method}'"):
+            draft_weights(w, qw, bits, method)
+    assert np.array_equal(draft_weights(w, qw, 8, "dedicated"), qw.dequantize())
+
+
+def test_quantize_weights_refuses_a_masked_array_and_a_name_not_a_str():
+    w = np.ma.masked_array(np.ones((2, 32)), mask=np.eye(2, 32, dtype=bool))
+    with pytest.raises(QuantizationTypeError, match=r"tensor 'weight': a masked array .* "
+                                                    r"w\.filled\(0\)"):
+        quantize_weights(w)
+    for name in (None, 5):
+        with pytest.raises(QuantizationTypeError, match=r"quantize_weights: name: expected the "
+                                                        r"tensor's name \(a str\), got "):
+            quantize_weights(np.ones((2, 32)), name=name)
