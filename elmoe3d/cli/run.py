@@ -264,7 +264,7 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
                 f"{exc}" + (f" (read as --model {model})" if model and exc.kind in
                             MODEL_LINE_KINDS else "") +
                 ("; --on-error warn skips malformed lines (counted and listed)"
-                 if exc.kind not in (None, "wrong-k") else "")) from None
+                 if exc.kind is not None and exc.stray else "")) from None
         name = model or tr.model
         if name is None or model is None and any(n.startswith("meta model") for n in rep.notes):
             why = ("its meta line names no known preset" if rep.meta else

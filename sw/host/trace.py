@@ -76,11 +76,15 @@ MAX_LAYERS = 1024
 class TraceError(UserError, ValueError):
     """A routing trace (in memory or on disk) breaks the format; the message names the column,
     row, file or line. ``kind``: for one malformed line of a JSONL log, its kind (a key of
-    :attr:`ImportReport.malformed`: ``on_error="warn"`` would have skipped it), else ``None``."""
+    :attr:`ImportReport.malformed`: ``on_error="warn"`` would have skipped it), else ``None``.
+    ``stray``: for such a line, whether skipping it is a remedy (False for a top-k that differs
+    from the first line's check on: the whole trace is then another model's, and skipping
+    every line is not one)."""
 
-    def __init__(self, message, kind=None):
+    def __init__(self, message, kind=None, stray=True):
         super().__init__(message)
         self.kind = kind
+        self.stray = stray
 
 
 #: Kinds of malformed JSONL line whose check depends on the model's sizes (top-k, number of
@@ -881,9 +885,9 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         raise TraceError(f"{path}: no such routing log")
     rep = ImportReport(path=path)
 
-    def bad(lineno, kind, msg):
+    def bad(lineno, kind, msg, stray=True):
         if on_error == "raise":
-            raise TraceError(f"{path}:{lineno}: {msg}", kind)
+            raise TraceError(f"{path}:{lineno}: {msg}", kind, stray)
         rep.malformed[kind] += 1
         rep.issues.append((lineno, kind, msg))
 
@@ -1042,6 +1046,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     # all rows carry full scores or none do: the first data row decides
     any_scores = bool(records) and has_scores(records[0][1])
     first_line = records[0][0] if records else 0
+    k_matched = False
     for lineno, obj in records:
         for key in obj:
             if key not in known:
@@ -1112,8 +1117,9 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             fits = [n for n, m in MODEL_PRESETS.items() if m.top_k == len(ids)]
             bad(lineno, "wrong-k", f"{len(ids)} expert{'s' * (len(ids) != 1)}, expected top_k = {k}" + (
                 f" (the presets with top_k = {len(ids)}: {', '.join(fits)})"
-                if preset is not None and fits else ""))
+                if preset is not None and fits else ""), stray=k_matched)
             continue
+        k_matched = True                # a line had the top-k: a later one that differs is stray
         if min(ids) < 0:
             bad(lineno, "unknown-expert", f"expert id {min(ids)} is not an expert "
                                           f"(ids are 0..num_experts-1; -1 is padding, not "

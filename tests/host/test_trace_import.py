@@ -196,6 +196,7 @@ def test_malformed_line_raises_naming_file_and_line(tmp_path, bad, kind, words):
         import_vllm_jsonl(path, model="mixtral-8x7b")
     line = 2 if kind == "duplicate" else 3
     assert f"{path}:{line}:" in str(e.value)
+    assert e.value.kind == kind and e.value.stray       # after good lines: skipping it helps
     # warn mode: skipped, counted, the line listed; the good rows all kept
     tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", on_error="warn")
     assert rep.malformed == Counter({kind: 1})

@@ -510,7 +510,7 @@ def test_skipped_lines_are_listed_with_their_kind_in_brackets(tmp_path, capsys):
     assert f"trace: {cut} (" in text
 
 
-def test_a_trace_of_another_top_k_names_the_presets_that_fit(capsys):
+def test_a_trace_of_another_top_k_names_the_presets_that_fit(capsys, tmp_path):
     """The Mixtral trace (top-2) read as Qwen3-30B-A3B (top-8): the error names the presets
     whose top-k the lines have (a new user's trial followed the ``--on-error warn`` hint
     instead, which skips every line)."""
@@ -518,6 +518,20 @@ def test_a_trace_of_another_top_k_names_the_presets_that_fit(capsys):
     assert code == 2
     assert "2 experts, expected top_k = 8 (the presets with top_k = 2: mixtral-8x7b)" in err
     assert "--on-error" not in err          # skipping the lines would skip every line
+    # one stray line of another top-k after lines of the model's: skipping it is the remedy,
+    # and the hint says so (it was left out for every wrong top-k)
+    lines = routing_path("gsm8k").read_text().splitlines(keepends=True)
+    row = json.loads(lines[500])
+    key = next(k for k in ("experts", "expert_ids", "topk_ids") if k in row)
+    wkey = next(k for k in ("gating_probs", "gate_weights", "topk_weights") if k in row)
+    row[key], row[wkey] = row[key] + [7 if 7 not in row[key] else 6], row[wkey] + [0.0]
+    stray = tmp_path / "stray.jsonl"
+    stray.write_text("".join(lines[:500]) + json.dumps(row) + "\n" + "".join(lines[501:]))
+    code, _, err = _run(capsys, "run", "--trace", str(stray), "--model", "mixtral-8x7b")
+    assert code == 2
+    assert err.strip() == (f"elmoe3d run: error: {stray}:501: 3 experts, expected top_k = 2 "
+                           f"(read as --model mixtral-8x7b); --on-error warn skips malformed "
+                           f"lines (counted and listed)")
 
 
 def test_a_reservation_leaving_no_hb_names_the_option(capsys):
