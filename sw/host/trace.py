@@ -1381,11 +1381,12 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         scores = np.stack(cols["scores"])
     sums = w.sum(axis=1)
     off = np.abs(sums - 1) > NORM_TOL
+    do_norm = renormalise == "topk" or (renormalise == "model" and preset.norm_topk_prob)
     if preset is not None:
         rep.router_mismatch, msg = router_norm_mismatch(sums, preset, NORM_TOL)
-        if msg:
-            rep.notes.append(msg)
-    do_norm = renormalise == "topk" or (renormalise == "model" and preset.norm_topk_prob)
+        if msg:             # of the weights as logged: say so where the import changed them
+            rep.notes.append(msg + ("; as logged: this import renormalised them over their "
+                                    "top-k" if do_norm and off.any() else ""))
     if do_norm:
         zero = sums <= 0
         if zero.any():

@@ -114,6 +114,14 @@ def test_unnormalised_weights_kept_or_renormalised(tmp_path):
     tr, rep = import_vllm_jsonl(path, num_experts=8, renormalise="topk")
     assert rep.renormalised_rows == 6 and tr.weights_renormalised
     np.testing.assert_allclose(tr.gate_weights[0], [0.625, 0.375])
+    # Mixtral renormalises its top-2: the note on the weights as logged says this import
+    # renormalised them (a new user read it as the weights still not summing to 1)
+    for renormalise, tail in (("topk", True), ("keep", False)):
+        _, rep = import_vllm_jsonl(path, model="mixtral-8x7b", renormalise=renormalise)
+        (note,) = [n for n in rep.notes if "not summing to 1" in n]
+        assert note.startswith("6 of 6 rows have gate weights not summing to 1, but mixtral")
+        assert note.endswith("; as logged: this import renormalised them over their top-k") \
+            == tail, note
     # OLMoE does not renormalise: "model" keeps its weights
     tr, rep = import_vllm_jsonl(write(tmp_path, [row(ids=list(range(8)), w=[0.1] * 8,
                                                      layer=l) for l in range(16)], "o2.jsonl"),
