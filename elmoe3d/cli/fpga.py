@@ -70,7 +70,8 @@ def configure(parser) -> None:
                         help="write the figures as JSON (default fpga/<board>/report.json "
                              "under the build root: the checkout's build/)")
     parser.add_argument("--seed", metavar="N", type=int, default=None,
-                        help=f"nextpnr placement seed (default {DEFAULT_SEED}; not with --estimate-only)")
+                        help=f"nextpnr placement seed (default {DEFAULT_SEED}; not with "
+                             f"--estimate-only)")
     parser.add_argument("--hb-words", metavar="N", type=int, default=None,
                         help="HB stand-in depth in W-bit words (power of two)")
     parser.add_argument("--ext-words", metavar="N", type=int, default=None,

@@ -26,8 +26,9 @@ from pathlib import Path
 from ..errors import UserError
 
 
-__all__ = ["output_path", "output_dir", "check_output", "check_output_dir", "check_distinct", "same_file",
-           "AtomicOutputs", "atomic_outputs", "write_json", "report_console", "plot_format"]
+__all__ = ["output_path", "output_dir", "check_output", "check_output_dir", "check_distinct",
+           "same_file", "AtomicOutputs", "atomic_outputs", "write_json", "report_console",
+           "plot_format"]
 
 
 #: The errors of writing to an open file, which carry no file name (:meth:`AtomicOutputs.for_user`).

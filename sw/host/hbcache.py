@@ -27,7 +27,7 @@ the bytes into cycles with the config's bandwidths).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -119,14 +119,13 @@ class CacheStats:
             return np.where(self.accesses > 0, self.hits / np.maximum(self.accesses, 1), np.nan)
 
     def merge(self, other: "CacheStats") -> "CacheStats":
+        """The two runs' statistics together: every field but ``layer_ids`` summed, field by
+        field by name. Raises ``ValueError`` for stats of other layers."""
         if other.layer_ids != self.layer_ids:
             raise ValueError("merge: different layer_ids")
-        return CacheStats(self.layer_ids, self.accesses + other.accesses,
-                          self.hits + other.hits, self.hb_read_bytes + other.hb_read_bytes,
-                          self.ext_read_bytes + other.ext_read_bytes,
-                          self.hb_write_bytes + other.hb_write_bytes,
-                          self.ext_extra_bytes + other.ext_extra_bytes,
-                          self.evictions + other.evictions)
+        return CacheStats(self.layer_ids, **{
+            f.name: getattr(self, f.name) + getattr(other, f.name)
+            for f in fields(self) if f.name != "layer_ids"})
 
     def summary(self) -> dict:
         return {"accesses": int(self.accesses.sum()), "hits": int(self.hits.sum()),

@@ -115,6 +115,14 @@ def test_rshift_rne_sat_matches_golden():
     vectors = [(v, s) for v in vals for s in shifts[:3]] + [
         (v, int(s)) for v, s in zip(vals, rng.choice(shifts, len(vals)))]
     vectors += [(v, s) for v in EDGE64 for s in shifts]
+    # rounding onto and past both bounds: around hi * 2^s and lo * 2^s, each tie and its
+    # neighbours (a round-up from hi went unsaturated, and only a VPU test caught it)
+    hi, lo = (1 << 31) - 1, -(1 << 31)
+    for sh in (1, 2, 8, 31):
+        half = 1 << (sh - 1)
+        for base in (hi, lo):
+            vectors += [((base << sh) + off, sh) for off in
+                        (-half - 1, -half, -half + 1, -1, 0, 1, half - 1, half, half + 1)]
     v_arr = np.array([x for x, _ in vectors], dtype=np.int64)
     s_arr = np.array([s for _, s in vectors], dtype=np.int64)
     value, flag = sw_vpu.sat(sw_vpu.rshift_rne(v_arr, s_arr), 32)

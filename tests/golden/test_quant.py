@@ -127,6 +127,20 @@ def test_draft_codes_at_four_bits():
     rounded = draft_codes(q, 4, DraftMethod.ROUND)
     assert rounded.min() == -128 and rounded.max() == 112           # clipped to 4-bit range
     assert (np.abs(rounded - q) <= 16).all()
+    # ties round up (towards +inf), as numerics 3.2 defines ROUND: 8 -> 16, -8 -> 0, 24 -> 32
+    # (a tie rounded down passed the bounds above; a test audit's mutation)
+    assert draft_codes(np.int8([8, -8, 24, -24]), 4, "round").tolist() == [16, 0, 32, -16]
+
+
+@pytest.mark.parametrize("bits", range(2, 8))
+def test_round_draft_equals_round_half_up_of_every_code(bits):
+    """ROUND against an independent reference, every INT8 code: ``floor(q / 2^d + 1/2)``
+    clipped to the k-bit range, times ``2^d``."""
+    import math
+    d = 8 - bits
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    want = [min(hi, max(lo, math.floor(int(q) / 2 ** d + 0.5))) << d for q in ALL_INT8]
+    assert draft_codes(ALL_INT8, bits, "round").tolist() == want
 
 
 @pytest.mark.parametrize("bits", range(2, 8))
@@ -336,8 +350,9 @@ def test_hand_built_weights_and_drafts_are_checked():
         for m in ("truncate", "round", "lsb-aug"):
             codes = draft_codes(ALL_INT8, k, m)
             assert codes.min() >= -128 and codes.max() <= 127
-            assert np.array_equal(qw.dequantize(draft_codes(qw.q, k, m)),
-                                  draft_weights(w, qw, k, m))
+            # draft_weights against codes x group scale computed here, not its own path
+            want = draft_codes(qw.q, k, m) * np.repeat(qw.scale.astype(np.float64), 32, -1)
+            assert np.array_equal(draft_weights(w, qw, k, m), want)
     with pytest.raises(QuantizationError, match=r"amax: expected magnitudes"):
         fp16_scale_for(np.array([1.0, np.nan]))
     with pytest.raises(QuantizationError, match=r"amax: expected magnitudes"):

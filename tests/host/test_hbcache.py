@@ -315,3 +315,19 @@ def test_batch_accesses_and_per_layer_replay_refuse_bad_input(gsm8k):
         replay_per_layer(gsm8k, "deepseek-v2-lite", 2)
     with pytest.raises(UserError, match="batch"):
         replay_per_layer(gsm8k, MIX, 2, batch=True)
+
+
+def test_merge_sums_every_field_by_name():
+    """``CacheStats.merge`` with every field different on both sides: each sum lands in its
+    own field (a test audit swapped ``ext_extra_bytes`` and ``evictions`` in the positional
+    call it was; the per-layer replay, its one caller, has ``ext_extra_bytes`` 0)."""
+    from elmoe3d.sw.host.hbcache import CacheStats
+    a = CacheStats(("x", "y"), np.array([1, 2]), np.array([1, 0]), 1, 2, 3, 4, 5)
+    b = CacheStats(("x", "y"), np.array([3, 4]), np.array([2, 4]), 10, 20, 30, 40, 50)
+    s = a.merge(b)
+    assert (s.accesses.tolist(), s.hits.tolist()) == ([4, 6], [3, 4])
+    assert s.summary() == {"accesses": 10, "hits": 7, "hit_rate": 0.7, "hb_read_bytes": 11,
+                           "ext_read_bytes": 22, "hb_write_bytes": 33, "ext_extra_bytes": 44,
+                           "evictions": 55}
+    with pytest.raises(ValueError, match="merge: different layer_ids"):
+        a.merge(CacheStats(("x",)))

@@ -539,6 +539,31 @@ def test_table3_rows_and_summary():
     # fills in HB: GPT-OSS-20B's AR steps, every expert they touch passing through HB, are
     # HB-bound at 8 GB; -> 7.695 and 7.732 with the measured intra-request exponent)
     assert pe.summary(rows8)["elastic_best_mode_mean"] == pytest.approx(7.695, abs=0.0005)
+    # the best mode of every row is the faster of the two (a test audit's mutation inverted
+    # the column table3 prints; no test read it): 25 SD rows at 4 GB, DeepSeek-V2-Lite's
+    # Elastic-SD batch 16 among them (Phi_AR 1.53, Phi_SD 4.56)
+    for r in rows + rows8:
+        assert r["mode"] == ("sd" if r["phi_sd"] > r["phi_ar"] else "ar") and \
+            r["best"] == max(r["phi_ar"], r["phi_sd"]), r
+    assert sum(r["mode"] == "sd" for r in rows) == 25
+    (cell,) = [r for r in rows if (r["model"], r["scheme"], r["batch"]) ==
+               ("deepseek-v2-lite", "elastic", 16)]
+    assert cell["mode"] == "sd"
+    # the 8 GB rows of every scheme, not only Elastic-SD's best-mode mean (a change to another
+    # scheme at 8 GB moved no Table 3 figure a test read): each scheme's Phi_AR and Phi_SD
+    # summed over its 16 rows, and its SD rows, at the measured values of 2026-12-07
+    by_scheme = {sc: (sum(r["phi_ar"] for r in rows8 if r["scheme"] == sc),
+                      sum(r["phi_sd"] for r in rows8 if r["scheme"] == sc),
+                      sum(r["mode"] == "sd" for r in rows8 if r["scheme"] == sc))
+                 for sc in ("eagle", "slm", "quant", "elastic")}
+    assert by_scheme == {"eagle": (pytest.approx(111.775782, abs=1e-5),
+                                   pytest.approx(74.347784, abs=1e-5), 4),
+                         "slm": (pytest.approx(61.207903, abs=1e-5),
+                                 pytest.approx(38.142260, abs=1e-5), 4),
+                         "quant": (pytest.approx(79.679716, abs=1e-5),
+                                   pytest.approx(33.243349, abs=1e-5), 7),
+                         "elastic": (pytest.approx(114.784737, abs=1e-5),
+                                     pytest.approx(66.650666, abs=1e-5), 4)}
     assert pe.summary(pe.table3("8gb", alphas=pe.model_alphas("8gb")))[
         "elastic_best_mode_mean"] == pytest.approx(7.732, abs=0.0005)
     # more HB: every Elastic-SD point at least as fast in AR

@@ -359,6 +359,10 @@ def test_expert_usage_calibrates_the_generator(tmp_path):
     ([[1, -2]], "finite counts >= 0"), ({"layers": {"a": "x"}}, "expected a list of counts"),
     ({"layers": {}}, "no layer \\(expected per-layer lists of expert counts"),
     ({"layers": [[1]], "counts": [[1]]}, "both"),
+    # a layer with no pick (0/0 in the calibration downstream; a test audit's mutation let
+    # it through), the first or a later one
+    ({"layers": {"a": [0, 0, 0, 0], "b": [3, 1, 0, 2]}}, "layer 'a': .* with at least one pick"),
+    ([[3, 1], [0.0, 0.0]], "layer '1': .* with at least one pick"),
     (3, "expected per-layer count lists")])
 def test_expert_usage_errors(doc, words):
     with pytest.raises(UserError, match=words):

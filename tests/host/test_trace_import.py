@@ -81,6 +81,22 @@ def grid(tokens=3, layers=2, **kw):
     return [row(t=t, layer=l, **kw) for l in range(layers) for t in range(tokens)]
 
 
+def test_the_meta_lines_phase_is_every_unmarked_rows(tmp_path):
+    """A meta line's ``phase`` is the phase of every row that gives none (a test audit's
+    mutation ignored it: no fixture put a phase in a meta line); a row's own phase wins, and
+    the ``phase=`` argument applies only without one in the meta line."""
+    lines = [{"meta": {"num_experts": 8, "top_k": 2, "phase": "prefill"}}] + grid(tokens=3)
+    lines[-1] = row(t=2, layer=1, phase="decode")
+    tr, _ = import_vllm_jsonl(write(tmp_path, lines))
+    prefill, decode = PHASES.index("prefill"), PHASES.index("decode")
+    assert tr.phase.tolist().count(prefill) == 5 and tr.phase.tolist().count(decode) == 1
+    tr, _ = import_vllm_jsonl(write(tmp_path, grid(tokens=3), "plain.jsonl"), num_experts=8,
+                              top_k=2, phase="prefill")
+    assert set(tr.phase.tolist()) == {prefill}
+    with pytest.raises(TraceError, match="phase"):
+        import_vllm_jsonl(write(tmp_path, [{"meta": {"phase": "sample"}}] + grid(), "b.jsonl"))
+
+
 def test_variant_schema_gives_the_same_trace(tmp_path, gsm8k):
     """The first 300 real rows rewritten with a meta line, topk_ids / topk_weights /
     token_pos / request_id, weights not renormalised (x 0.9) and warm-up rows: after
