@@ -155,6 +155,26 @@ def test_tccd_short_vs_long_by_bank_group():
     lp.issue(21, "RD", 1, col=0)
 
 
+def test_tppd_between_precharges_of_the_channel():
+    """LPDDR5's tPPD (2 clocks between any two PREs of the channel; 0 on the HB, which has no
+    such rule): no test fired it before (a test audit: only a controller bench exercised
+    it)."""
+    assert (LP.ck("tPPD"), HB.ck("tPPD")) == (2, 0)
+    lp = TimingChecker(LP)
+    lp.issue(0, "ACT", 0, row=0)
+    lp.issue(4, "ACT", 1, row=0)
+    t0 = 4 + LP.ck("tRAS")                                     # both banks past tRAS
+    lp.issue(t0, "PRE", 0)
+    violation(lambda: lp.issue(t0 + 1, "PRE", 1), "tPPD")      # 1 < 2 after bank 0's PRE
+    lp.issue(t0 + 2, "PRE", 1)                                  # exactly tPPD
+    hb = TimingChecker(HB)
+    hb.issue(0, "ACT", 0, row=0)
+    hb.issue(2, "ACT", 1, row=0)
+    t0 = 2 + HB.ck("tRAS")
+    hb.issue(t0, "PRE", 0)
+    hb.issue(t0 + 1, "PRE", 1)                                  # the HB: no tPPD
+
+
 def test_bank_rules_trcd_tras_trtp_twr_trp_trc():
     c = TimingChecker(HB)
     c.issue(0, "ACT", 0, row=3)
