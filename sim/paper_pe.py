@@ -13,10 +13,18 @@ child process tree measured by :func:`elmoe3d.sim.measure.measured_call`: wall t
 largest resident set of one process (``/usr/bin/time -v``'s "Maximum resident set size") and
 the sampled peak of the whole tree at once. A fresh build's figures are kept in
 ``measure.json`` in its build folder; when the build is reused (the same Verilog and options)
-the stored figures are reported, marked as such, beside this run's Verilog generation.
+the stored figures are reported, marked as such, beside this run's Verilog step.
+
+The Verilog is kept in the Verilog cache (:func:`elmoe3d.sim.runner.cached_verilog`, keyed by
+every source and the configuration): a re-run reads it instead of generating it again only to
+find the build key. A build whose Verilog was read from the cache reports no generation time
+(``verilog_cached``).
 
 Amaranth's combinational-cycle check is skipped for these builds by default
-(:func:`_comb_cycle_check`: quadratic in the word width, hours at W = 4096).
+(:func:`_comb_cycle_check`: quadratic in the word width, hours at W = 4096). Verilog generated
+without it is cached under its own key (``"comb_cycle_check": False``), apart from the checked
+Verilog the PE benches generate and read under ``{"PE": repr(arch)}``; a run without the check
+reads the checked Verilog where it is cached, a run with it never reads unchecked Verilog.
 
 A smaller tile with the paper memories (``tile="8x16x32"``, :func:`paper_arch`) is the fallback
 when the full tile does not fit a machine.
@@ -67,7 +75,7 @@ def paper_arch(config: str = "paper-4gb", tile=None) -> ArchConfig:
     tile = parse_tile(tile) if isinstance(tile, str) else tile
     if tile == arch.tile:
         return arch
-    arch = dataclasses.replace(arch, name=f"{config}-t{tile.rows}x{tile.lanes}x{tile.group}",
+    arch = dataclasses.replace(arch, name=f"{arch.name}-t{tile.rows}x{tile.lanes}x{tile.group}",
                                tile=tile)
     arch.pe                                          # ConfigError if the PE cannot be built
     return arch
@@ -107,17 +115,19 @@ def _build(arch: ArchConfig, comb_check: bool = False, verilator_args=()) -> dic
     key :func:`elmoe3d.sim.bench_pe.build_pe` uses: a re-run no longer generates it for 2-3
     minutes only to find the build key), build it (or reuse the build)."""
     from ..hw.pe import PE
-    from .runner import build, cached_verilog_made
+    from .runner import build, cached_verilog_made, verilog_cache_path
+    checked = {"PE": repr(arch)}                     # the PE benches' key: checked Verilog
+    key = checked if comb_check or verilog_cache_path("pe", checked).is_file() else \
+        {**checked, "comb_cycle_check": False}
     start = time.perf_counter()
-    with _comb_cycle_check(comb_check):
-        verilog, made = cached_verilog_made(PE(config=arch), name="pe",
-                                            key={"PE": repr(arch)})
+    with _comb_cycle_check(key is checked):
+        verilog, made = cached_verilog_made(PE(config=arch), name="pe", key=key)
     gen = time.perf_counter() - start
     built = build(verilog, name=build_name(arch), toplevel="pe",
                   extra_args=tuple(verilator_args))
     return {"build_dir": str(built.build_dir), "built": built.built,
             "verilog_seconds": gen, "verilog_cached": not made, "verilog_bytes": len(verilog),
-            "verilator_seconds": built.seconds, "comb_cycle_check": bool(comb_check),
+            "verilator_seconds": built.seconds, "comb_cycle_check": key is checked,
             "verilator_args": list(verilator_args)}
 
 
@@ -143,7 +153,9 @@ def measured_build(arch: ArchConfig, *, interval: float = 0.5, comb_check: bool 
                    verilator_args=()):
     """Build ``arch``'s PE in a measured child process tree; return ``(Build, figures)``.
 
-    ``figures``: ``verilog_seconds``, ``verilog_bytes``, ``verilator_seconds`` (Verilator and
+    ``figures``: ``verilog_seconds`` (generating it, or reading it from the Verilog cache:
+    ``verilog_cached``), ``verilog_bytes``, ``comb_cycle_check`` (whether the Verilog, this
+    run's or the cached one, passed Amaranth's check), ``verilator_seconds`` (Verilator and
     the C++ compile: :attr:`~elmoe3d.sim.runner.Build.seconds`), ``wall_seconds``,
     ``peak_rss_bytes`` and the others of :func:`~elmoe3d.sim.measure.measured_call`, Verilator's
     own report when its log has one, and ``reused`` (True: the build existed; the build

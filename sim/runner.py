@@ -362,12 +362,17 @@ def cached_verilog(design, *, name: str, key, root=None) -> str:
     return cached_verilog_made(design, name=name, key=key, root=root)[0]
 
 
+def verilog_cache_path(name: str, key, root=None) -> Path:
+    """The file :func:`cached_verilog` keeps the Verilog of ``name`` and ``key`` in (it may not
+    exist yet)."""
+    digest = source_keyed(key=key, name=name)
+    return (Path(root) if root is not None else build_root()) / "verilog" / f"{name}-{digest}.v"
+
+
 def cached_verilog_made(design, *, name: str, key, root=None) -> tuple:
     """``(text, made)``: :func:`cached_verilog`'s text, and whether this call generated it
     (False: read from the cache), for a caller that measures the generation."""
-    digest = source_keyed(key=key, name=name)
-    folder = (Path(root) if root is not None else build_root()) / "verilog"
-    text, made = memo_text(folder / f"{name}-{digest}.v",
+    text, made = memo_text(verilog_cache_path(name, key, root),
                            lambda: generate_verilog(design, name=name))
     if not made:
         design._MustUse__used = True                 # not elaborated: its Verilog is on disk

@@ -114,6 +114,8 @@ def test_tile_fallback_keeps_the_paper_memories(monkeypatch):
     monkeypatch.setenv("ELMOE3D_SEED", "not a seed")      # read by no build-only run
     assert cli.main(["paper-pe", "--tile", "8x16x32", "--build-only"]) == 0
     assert paper_pe.paper_arch(tile="16x32x32") is paper
+    # a preset named in another case is the same PE: one build, one cache key
+    assert paper_pe.paper_arch("Paper-4GB", tile="8x16x32") == arch
 
 
 def test_fit_builds_the_nearest_configuration_that_holds_the_shape(monkeypatch, capsys):
@@ -289,11 +291,26 @@ def test_a_rerun_reads_the_pe_verilog_from_the_cache(monkeypatch, tmp_path):
     assert made == ["pe"] and builds == ["module pe(); endmodule\n"] * 2
     assert (first["verilog_cached"], second["verilog_cached"]) == (False, True)
     assert first["verilog_bytes"] == second["verilog_bytes"] == 23
+    # generated without the combinational-cycle check, it is cached apart from the PE
+    # benches' checked Verilog: a run asking for the check generates it (a review's: it read
+    # the unchecked file and said the check had run), and a later run without the check
+    # reads the checked one
+    assert not first["comb_cycle_check"] and not second["comb_cycle_check"]
+    assert not runner.verilog_cache_path("pe", {"PE": repr(arch)}).exists()
+    checked = paper_pe._build(arch, comb_check=True)
+    assert made == ["pe"] * 2 and (checked["verilog_cached"], checked["comb_cycle_check"]) \
+        == (False, True)
+    assert runner.verilog_cache_path("pe", {"PE": repr(arch)}).exists()
+    again = paper_pe._build(arch)
+    assert made == ["pe"] * 2 and (again["verilog_cached"], again["comb_cycle_check"]) == \
+        (True, True)
     # the report: the build's generation, or the cache named, never a cached read's time as
     # the generation time
     from elmoe3d.cli.paper_pe import build_lines
     text = "\n".join(build_lines(arch, {**FIG, "verilog_cached": True}))
-    assert "Verilog: 19.9 MB read from the Verilog cache" in text and "in 180 s" not in text
+    assert "Verilog: 19.9 MB read from the Verilog cache (generated without Amaranth's " \
+        "combinational-cycle check" in text and "in 180 s" not in text
+    assert "the design not elaborated" in text
     text = "\n".join(build_lines(arch, {**FIG, "reused": True,
                                         "this_run": {**FIG, "verilog_seconds": 0.4,
                                                      "verilog_cached": True}}))
