@@ -51,15 +51,23 @@ def output_dir(text: str) -> Path:
 def output_path(text: str) -> Path:
     """The ``type=`` of an output file option (``--json``, ``--plot OUT.png``, ``--csv``,
     ``-o``): an empty path is refused (:func:`output_dir`), and so is one ending in a path
-    separator, a folder's name: :class:`~pathlib.Path` drops the separator, so ``--json
-    notes.txt/`` wrote the report over ``notes.txt`` (the shell refuses ``> notes.txt/``).
+    separator or in ``.`` or ``..``, a folder's name: :class:`~pathlib.Path` drops the
+    separator and the ``.``, so ``--json notes.txt/`` wrote the report over ``notes.txt``
+    (the shell refuses ``> notes.txt/``).
     Raises :class:`argparse.ArgumentTypeError`, exit status 2."""
     import argparse
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path; expected a file name")
-    if text.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+    seps = tuple(sep for sep in (os.sep, os.altsep) if sep)
+    if text.endswith(seps):
         raise argparse.ArgumentTypeError(f"{text!r} ends in {text[-1]!r}, a folder's name; "
                                          f"expected a file name")
+    last = text
+    for sep in seps:
+        last = last.rsplit(sep, 1)[-1]
+    if last in (".", ".."):             # notes.txt/. is notes.txt to Path, a folder to a shell
+        raise argparse.ArgumentTypeError(f"{text!r} ends in {last!r}, a folder; expected a "
+                                         f"file name")
     return Path(text)
 
 
@@ -249,8 +257,9 @@ class AtomicOutputs:
         """``exc`` with the destination in place of a temporary file of this object's (the
         user named the destination, never saw the temporary file); a write error that names no
         file (a full disk or quota, a file too large, an I/O error: ``write`` and ``close``
-        give no name) names the destination being written, the newest temporary file's (the
-        outputs are written one after another); ``exc`` itself otherwise."""
+        give no name) names the destination being written: the newest temporary file's, as a
+        caller makes each just before writing it (:meth:`temp_for`), or the one whose backup
+        :meth:`commit` is copying; ``exc`` itself otherwise."""
         if exc.filename is not None:
             dest = self._dest_of.get(str(exc.filename))
         elif exc.errno in _WRITE_ERRNOS:
@@ -280,7 +289,8 @@ class AtomicOutputs:
 
     def temp_for(self, dest) -> str:
         """A new empty file beside ``dest`` (created ``0o666`` less the umask) to write the
-        output into; returns its path."""
+        output into; returns its path. Make it just before writing it: a write error that
+        names no file is put on the newest one's destination (:meth:`for_user`)."""
         dest = Path(dest)
         folder = dest.parent if str(dest.parent) else Path(".")
         while True:
@@ -317,6 +327,7 @@ class AtomicOutputs:
         backups, done = [], []
         try:
             for tmp, dest in self._pending:
+                self._writing = dest            # a backup copy on a full disk names it
                 bak = None
                 if os.path.lexists(dest):
                     bak = f"{tmp}.bak"

@@ -635,8 +635,10 @@ def write_csv(path, doc):
                 w.writerow(["" if vals.get(c) is None else vals.get(c) for c in CSV_COLUMNS])
 
 
-def write_plots(paths, doc):
-    """``paths``: {name: temp file} for hit_rate, bytes_per_tier, latency (PNG)."""
+def write_plots(path_of, doc):
+    """The PNG plots hit_rate, bytes_per_tier and latency; ``path_of(name)`` gives each one's
+    file, called just before it is written (an output's temporary file made then, so that a
+    full disk names the plot being written)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -657,7 +659,7 @@ def write_plots(paths, doc):
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title(f"hit rate over time: {tag}", fontsize=9)
-    f.savefig(paths["hit_rate"], format="png", dpi=120)
+    f.savefig(path_of("hit_rate"), format="png", dpi=120)
 
     f, ax = fig()
     tiers = ("hb_read_bytes", "hb_write_bytes", "ext_bytes", "link_bytes")
@@ -672,7 +674,7 @@ def write_plots(paths, doc):
     ax.legend(fontsize=8)
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_title(f"bytes per tier: {tag}", fontsize=9)
-    f.savefig(paths["bytes_per_tier"], format="png", dpi=120)
+    f.savefig(path_of("bytes_per_tier"), format="png", dpi=120)
 
     f, ax = fig()
     any_t = False
@@ -693,7 +695,7 @@ def write_plots(paths, doc):
     ax.set_ylabel("latency (us)")
     ax.grid(True, alpha=0.3)
     ax.set_title(f"latency per step: {tag}", fontsize=9)
-    f.savefig(paths["latency"], format="png", dpi=120)
+    f.savefig(path_of("latency"), format="png", dpi=120)
 
 
 PLOTS = ("hit_rate", "bytes_per_tier", "latency")
@@ -808,7 +810,7 @@ def run(args) -> int:
             write_csv(outputs.temp_for(args.csv), doc)
         if args.plot is not None:
             outputs.make_dir(args.plot)
-            write_plots({n: outputs.temp_for(Path(args.plot) / f"{n}.png") for n in PLOTS}, doc)
+            write_plots(lambda n: outputs.temp_for(Path(args.plot) / f"{n}.png"), doc)
 
     if be.compares:
         bad = sum(r["summary"].get("mismatches", 0) for r in doc["runs"])

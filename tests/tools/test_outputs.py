@@ -349,6 +349,8 @@ def test_a_file_output_ending_in_a_slash_is_refused(tmp_path, capsys):
     notes.write_text("precious\n")
     weights = tmp_path / "w.npz"
     np.savez(weights, up=np.ones((4, 32), np.float32))
-    with pytest.raises(SystemExit):
-        cli.main(["quant", str(weights), "--json", f"{notes}/"])
+    for name in (f"{notes}/", f"{notes}/.", f"{notes}/..", ".", ".."):
+        with pytest.raises(SystemExit):
+            cli.main(["quant", str(weights), "--json", name])
+        assert "a folder" in capsys.readouterr().err, name
     assert notes.read_text() == "precious\n"

@@ -532,6 +532,16 @@ def test_a_trace_of_another_top_k_names_the_presets_that_fit(capsys, tmp_path):
     assert err.strip() == (f"elmoe3d run: error: {stray}:501: 3 experts, expected top_k = 2 "
                            f"(read as --model mixtral-8x7b); --on-error warn skips malformed "
                            f"lines (counted and listed)")
+    # the stray line first: most lines decide, with the model given or not (the first line
+    # decided: without --model its 3 became the top-k and every other line "wrong")
+    first = tmp_path / "first.jsonl"
+    first.write_text(json.dumps(row) + "\n" + "".join(lines[1:]))
+    for model in (["--model", "mixtral-8x7b"], []):
+        code, _, err = _run(capsys, "run", "--trace", str(first), *model)
+        assert code == 2, err
+        assert f"{first}:1: 3 experts, expected top_k = 2" in err, err
+        assert err.rstrip().endswith("; --on-error warn skips malformed lines (counted and "
+                                     "listed)"), err
 
 
 def test_a_reservation_leaving_no_hb_names_the_option(capsys):
@@ -624,3 +634,22 @@ def test_a_verilator_build_is_left_out_of_the_simulation_speed(built, seconds, m
         tokens / (w["schedule"] + w["backend"] - w["build"]), rel=1e-12)
     said = "of which the Verilator build 0.00 s, left out of the speed" in " ".join(out.split())
     assert said == built
+
+
+def test_a_full_disk_names_the_plot_being_written(tmp_path, capsys, monkeypatch):
+    """The three plots' temporary files were all made before the first was drawn, so a full
+    disk named the last (latency.png) while hit_rate.png failed (a review's); each is now
+    made just before it is written. Nothing is left behind."""
+    import errno
+    from matplotlib.figure import Figure
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(Figure, "savefig", full)
+    plots = tmp_path / "plots"
+    code, _, err = _run(capsys, *BASE, "--config", "paper-8gb", "--tokens", "2", "--layers",
+                        "0:2", "--plot", str(plots))
+    assert code == 2
+    assert err.strip() == (f"elmoe3d run: error: cannot write output: [Errno 28] No space "
+                           f"left on device: '{plots / 'hit_rate.png'}'")
+    assert not plots.exists()
