@@ -1496,11 +1496,13 @@ def arch_config(arch, what: str = "arch") -> ArchConfig:
 
 
 def preset_key(name):
-    """The key of :data:`PRESETS` that ``name`` names, case aside (``paper-8GB`` is
-    ``paper-8gb``, as ``paper --hb 8GB`` is ``8gb``); anything else is returned unchanged, for
-    its caller to refuse or to look up elsewhere. Usable as an argparse ``type``."""
-    if isinstance(name, str) and name.lower() in PRESETS:
-        return name.lower()
+    """The key of :data:`PRESETS` that ``name`` names, case and surrounding blanks aside
+    (``paper-8GB`` is ``paper-8gb``, as ``paper --hb 8GB`` is ``8gb`` and
+    :func:`~elmoe3d.sw.host.models.model_preset` takes a model's name); anything else is
+    returned unchanged, for its caller to refuse or to look up elsewhere. Usable as an
+    argparse ``type``."""
+    if isinstance(name, str) and name.strip().lower() in PRESETS:
+        return name.strip().lower()
     return name
 
 

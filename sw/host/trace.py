@@ -77,9 +77,9 @@ class TraceError(UserError, ValueError):
     """A routing trace (in memory or on disk) breaks the format; the message names the column,
     row, file or line. ``kind``: for one malformed line of a JSONL log, its kind (a key of
     :attr:`ImportReport.malformed`: ``on_error="warn"`` would have skipped it), else ``None``.
-    ``stray``: for such a line, whether skipping it is a remedy (False for a top-k that differs
-    from the first line's check on: the whole trace is then another model's, and skipping
-    every line is not one)."""
+    ``stray``: for such a line, whether skipping it is a remedy (False for a top-k that most
+    lines do not have: the whole trace is then another model's, and skipping every line is
+    not one)."""
 
     def __init__(self, message, kind=None, stray=True):
         super().__init__(message)
@@ -1046,7 +1046,17 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     # all rows carry full scores or none do: the first data row decides
     any_scores = bool(records) and has_scores(records[0][1])
     first_line = records[0][0] if records else 0
-    k_matched = False
+    # the top-k most lines log: where top_k is not given it is theirs (not the first line's,
+    # which may be the stray one), and a line of another count is stray (skipping it is a
+    # remedy) only where most lines have the top-k it is checked against
+    lengths = Counter(len(ids) for _, obj in records for a in _ALIASES["expert_ids"]
+                      if isinstance(ids := obj.get(a), list) and ids)
+    common_k, common_n = lengths.most_common(1)[0] if lengths else (None, 0)
+    if k is None and common_k is not None:
+        k = common_k
+        rep.notes.append(f"top_k not given: {k}, the expert count of {common_n} of "
+                         f"{sum(lengths.values())} lines")
+    most_k = k is not None and 2 * lengths.get(k, 0) > sum(lengths.values())
     for lineno, obj in records:
         for key in obj:
             if key not in known:
@@ -1110,16 +1120,12 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         if len(ids) != len(w):
             bad(lineno, "length-mismatch", f"{len(ids)} expert ids but {len(w)} weights")
             continue
-        if k is None:
-            k = len(ids)
-            rep.notes.append(f"top_k not given: {k} taken from line {lineno}")
         if len(ids) != k:
             fits = [n for n, m in MODEL_PRESETS.items() if m.top_k == len(ids)]
             bad(lineno, "wrong-k", f"{len(ids)} expert{'s' * (len(ids) != 1)}, expected top_k = {k}" + (
                 f" (the presets with top_k = {len(ids)}: {', '.join(fits)})"
-                if preset is not None and fits else ""), stray=k_matched)
+                if preset is not None and fits else ""), stray=most_k)
             continue
-        k_matched = True                # a line had the top-k: a later one that differs is stray
         if min(ids) < 0:
             bad(lineno, "unknown-expert", f"expert id {min(ids)} is not an expert "
                                           f"(ids are 0..num_experts-1; -1 is padding, not "
@@ -1385,8 +1391,9 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     if preset is not None:
         rep.router_mismatch, msg = router_norm_mismatch(sums, preset, NORM_TOL)
         if msg:             # of the weights as logged: say so where the import changed them
-            rep.notes.append(msg + ("; as logged: this import renormalised them over their "
-                                    "top-k" if do_norm and off.any() else ""))
+            rep.notes.append(msg + (f"; as logged: this import renormalised the "
+                                    f"{int(off.sum())} row(s) not summing to 1 over their top-k"
+                                    if do_norm and off.any() else ""))
     if do_norm:
         zero = sums <= 0
         if zero.any():

@@ -738,8 +738,7 @@ def checkpoint_paths(arg) -> list:
     path = Path(arg)
     index = _index_of(path)
     if index is None and path.is_dir():
-        for suffix in SUPPORTED_SUFFIXES:
-            files = sorted(p for p in path.glob(f"*{suffix}") if p.is_file())
+        for files in _folder_files(path):
             if files:
                 return files
         raise UserError(f"{path}: no weight file in this folder (expected .safetensors or "
@@ -754,6 +753,13 @@ def checkpoint_paths(arg) -> list:
     return [index.parent / s for s in shards]
 
 
+def _folder_files(folder: Path) -> list:
+    """A folder's weight files (not its subfolders'), a list by name for each suffix of
+    :data:`SUPPORTED_SUFFIXES` in its order."""
+    return [sorted(p for p in folder.glob(f"*{suffix}") if p.is_file())
+            for suffix in SUPPORTED_SUFFIXES]
+
+
 def passed_over(folder) -> list:
     """The weight files of ``folder`` that :func:`checkpoint_paths` does not read because files
     of an earlier suffix of :data:`SUPPORTED_SUFFIXES` are there (its ``.npz`` beside
@@ -761,8 +767,7 @@ def passed_over(folder) -> list:
     path = Path(folder)
     if not path.is_dir() or _index_of(path) is not None:
         return []
-    found = [sorted(p for p in path.glob(f"*{suffix}") if p.is_file())
-             for suffix in SUPPORTED_SUFFIXES]
+    found = _folder_files(path)
     first = next((i for i, files in enumerate(found) if files), len(found))
     return [p for files in found[first + 1:] for p in files]
 
@@ -796,7 +801,8 @@ def open_checkpoint(args) -> Checkpoint:
     else:
         label = f"{len(files)} files"
     ckpt = Checkpoint(files, label)
-    ckpt.passed_over = [p for arg in args for p in passed_over(arg)]
+    ckpt.passed_over = [p for arg in args for p in passed_over(arg)   # unless named as well
+                        if p.resolve() not in seen]
     for arg in args:                    # an index's map against its shards, both ways
         index = _index_of(arg)
         if index is None:

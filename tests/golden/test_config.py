@@ -119,6 +119,7 @@ def test_preset_names_are_case_blind():
     written."""
     assert preset("Paper-8GB") is PRESETS["paper-8gb"] and preset("SMALL") is PRESETS["small"]
     assert preset_key("Paper-4GB") == "paper-4gb" and preset_key("Arty") == "Arty"
+    assert preset_key(" paper-8gb ") == "paper-8gb" and preset(" Small") is PRESETS["small"]
     assert preset_key(None) is None
     with pytest.raises(ConfigError, match=r"unknown configuration 'Paper-16GB'"):
         preset("Paper-16GB")

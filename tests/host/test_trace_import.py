@@ -136,8 +136,20 @@ def test_unnormalised_weights_kept_or_renormalised(tmp_path):
         _, rep = import_vllm_jsonl(path, model="mixtral-8x7b", renormalise=renormalise)
         (note,) = [n for n in rep.notes if "not summing to 1" in n]
         assert note.startswith("6 of 6 rows have gate weights not summing to 1, but mixtral")
-        assert note.endswith("; as logged: this import renormalised them over their top-k") \
-            == tail, note
+        assert note.endswith("; as logged: this import renormalised the 6 row(s) not summing "
+                             "to 1 over their top-k") == tail, note
+    # OLMoE does not renormalise: its note is of the rows that do sum to 1, and the import's
+    # renormalisation touched the others only, as the count says
+    w1 = [0.3, 0.2, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05]                  # sums to 1
+    lines = [row(ids=[(5 * t + l + 7 * j) % 64 for j in range(8)],
+                 w=w1 if t < 3 else [0.8 * x for x in w1], layer=l, t=t)
+             for l in range(16) for t in range(4)]
+    _, rep = import_vllm_jsonl(write(tmp_path, lines, "o3.jsonl"), model="olmoe-1b-7b",
+                               renormalise="topk")
+    (note,) = [n for n in rep.notes if "summing to 1" in n]
+    assert note.startswith("48 of 64 rows have gate weights summing to 1, but olmoe-1b-7b")
+    assert note.endswith("this import renormalised the 16 row(s) not summing to 1 over their "
+                         "top-k") and rep.renormalised_rows == 16
     # OLMoE does not renormalise: "model" keeps its weights
     tr, rep = import_vllm_jsonl(write(tmp_path, [row(ids=list(range(8)), w=[0.1] * 8,
                                                      layer=l) for l in range(16)], "o2.jsonl"),

@@ -136,7 +136,7 @@ def test_every_config_option_takes_a_preset_name_in_any_case(command):
     from elmoe3d.cli.synth import _configs
     from elmoe3d.config import preset
     extra = {"run": ["--trace", "gsm8k"]}.get(command, [])
-    args = cli.build_parser().parse_args([command, *extra, "--config", "Paper-8GB"])
+    args = cli.build_parser().parse_args([command, *extra, "--config", " Paper-8GB"])
     if command == "synth":
         assert _configs(args.config) == [preset("paper-8gb")]
         with pytest.raises(UserError, match="names a configuration twice"):

@@ -183,6 +183,10 @@ def test_config_validation():
     cfg = fpga.resolve_config("small", "ulx3s-85f", hb_words=128)
     assert (cfg.hb_words, cfg.ext_words, cfg.arch) == (128, 256, small)
     assert fpga.resolve_config("Small", "ulx3s-85f").name == "small"    # a preset, case aside
+    parser = cli.build_parser()             # the command: every --config name, case aside
+    for given, want in (("AUTO", "auto"), (" Default", "default"),
+                        ("FPGA-ULX3S-85F", "fpga-ulx3s-85f"), ("Small", "small")):
+        assert parser.parse_args(["fpga", "--config", given]).config == want
     d = fpga.resolve_config("default", "ulx3s-85f")
     assert d == fpga.FPGA_CONFIGS["ulx3s-85f"] and d.estimate and d.note
     # changed by an option, it is no longer the measured named default

@@ -215,6 +215,12 @@ def test_a_local_minilm_folder_gets_a_note(minilm_file, tmp_path, capsys, monkey
         "elmoe3d quant: note: 'minilm' is the bundled all-MiniLM-L6-v2 weights, not the folder "
         "minilm here; write ./minilm for that\n")
     assert _resolve_weights("./minilm") == Path("minilm")
+    # the package missing: its error names ./minilm too
+    from elmoe3d.sw.host import minilm as minilm_mod
+    monkeypatch.setattr(minilm_mod, "minilm_path", lambda: None)
+    with pytest.raises(UserError, match=r"which is not installed .*; write \./minilm for the "
+                                        r"minilm here$"):
+        _resolve_weights("minilm")
 
 
 @pytest.mark.minilm
@@ -578,6 +584,12 @@ def test_a_folders_npz_beside_safetensors_is_named_not_read(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["not_read"] == [str(mix / "b.npz"), str(mix / "c.npz")]
     assert [t["name"] for t in doc["tensors"]] == ["a.weight"]
+    # named on the command line as well, b.npz is read, and not listed as not read
+    rc, text, err = run_main(capsys, mix, mix / "b.npz", "--bits", "4", "--json", out)
+    assert rc == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["not_read"] == [str(mix / "c.npz")]
+    assert [t["name"] for t in doc["tensors"]] == ["a.weight", "b.weight"]
     (mix / "a.safetensors").unlink()
     rc, text, err = run_main(capsys, mix, "--bits", "4", "--json", out)
     assert rc == 0 and "not read" not in text, err
