@@ -23,8 +23,8 @@ from .checks import is_int, python_int_hint
 from .isa import Sink
 
 
-__all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "preset_key", "ConfigError",
-           "DramConfig", "HB_BANK", "LPDDR5_6400_X16", "PEOptions", "FPGA_LEAN_PE",
+__all__ = ["TileConfig", "ArchConfig", "PEConfig", "PRESETS", "preset", "preset_key",
+           "ConfigError", "DramConfig", "HB_BANK", "LPDDR5_6400_X16", "PEOptions", "FPGA_LEAN_PE",
            "UNIT_PE_LATENCY", "ROWMAX_LATENCY", "REQUANT_LATENCY", "FP32_LATENCY",
            "RAW_SINK_LATENCY", "tile_latency", "swiglu_latency", "combine_latency",
            "swiglu_sink_latency", "combine_sink_latency", "max_requant_units",

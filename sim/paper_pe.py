@@ -111,9 +111,10 @@ def _comb_cycle_check(enabled: bool):
 
 
 def _build(arch: ArchConfig, comb_check: bool = False, verilator_args=()) -> dict:
-    """Child process: generate the PE's Verilog (or read it from the Verilog cache, under the
-    key :func:`elmoe3d.sim.bench_pe.build_pe` uses: a re-run no longer generates it for 2-3
-    minutes only to find the build key), build it (or reuse the build)."""
+    """Child process: generate the PE's Verilog or read it from the Verilog cache (the checked
+    Verilog of :func:`elmoe3d.sim.bench_pe.build_pe`'s key where it is there or ``comb_check``
+    asks for it, else the unchecked Verilog's own key: module docstring), then build it (or
+    reuse the build)."""
     from ..hw.pe import PE
     from .runner import build, cached_verilog_made, verilog_cache_path
     checked = {"PE": repr(arch)}                     # the PE benches' key: checked Verilog

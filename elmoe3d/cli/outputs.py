@@ -31,7 +31,8 @@ __all__ = ["output_path", "output_dir", "check_output", "check_output_dir", "che
            "plot_format"]
 
 
-#: The errors of writing to an open file, which carry no file name (:meth:`AtomicOutputs.for_user`).
+#: The errors of writing to an open file, which carry no file name
+#: (:meth:`AtomicOutputs.for_user`).
 _WRITE_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EIO")
                           if hasattr(errno, name))
 

@@ -64,8 +64,9 @@ JSON schema (numbers are floats; an SQNR of +inf, i.e. an exactly zero error, is
     NA = {"na": REASON}     # a draft that cannot be made (dedicated scale beyond FP16)
 
 ``zero_groups``: groups of 32 with nonzero weights that all quantize to 0 (max|W| at most half
-the smallest FP16 group scale). An all-zero tensor quantizes exactly (SQNR ``null``, cosine 1): its
-error is zero, as the metrics define it (:func:`elmoe3d.sw.golden.metrics.error_metrics`).
+the smallest FP16 group scale). An all-zero tensor quantizes exactly (SQNR ``null``, cosine
+1): its error is zero, as the metrics define it
+(:func:`elmoe3d.sw.golden.metrics.error_metrics`).
 """
 
 from __future__ import annotations
