@@ -372,8 +372,12 @@ def verilog_cache_path(name: str, key, root=None) -> Path:
 def cached_verilog_made(design, *, name: str, key, root=None) -> tuple:
     """``(text, made)``: :func:`cached_verilog`'s text, and whether this call generated it
     (False: read from the cache), for a caller that measures the generation."""
-    text, made = memo_text(verilog_cache_path(name, key, root),
-                           lambda: generate_verilog(design, name=name))
+    try:
+        text, made = memo_text(verilog_cache_path(name, key, root),
+                               lambda: generate_verilog(design, name=name))
+    except BaseException:
+        design._MustUse__used = True                 # not elaborated: the cache failed
+        raise
     if not made:
         design._MustUse__used = True                 # not elaborated: its Verilog is on disk
     return text, made
