@@ -1046,17 +1046,32 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     # all rows carry full scores or none do: the first data row decides
     any_scores = bool(records) and has_scores(records[0][1])
     first_line = records[0][0] if records else 0
-    # the top-k most lines log: where top_k is not given it is theirs (not the first line's,
-    # which may be the stray one), and a line of another count is stray (skipping it is a
-    # remedy) only where most lines have the top-k it is checked against
-    lengths = Counter(len(ids) for _, obj in records for a in _ALIASES["expert_ids"]
-                      if isinstance(ids := obj.get(a), list) and ids)
-    common_k, common_n = lengths.most_common(1)[0] if lengths else (None, 0)
-    if k is None and common_k is not None:
-        k = common_k
-        rep.notes.append(f"top_k not given: {k}, the expert count of {common_n} of "
-                         f"{sum(lengths.values())} lines")
-    most_k = k is not None and 2 * lengths.get(k, 0) > sum(lengths.values())
+    # the top-k most lines log, counted over the lines that reach the top-k check (one id and
+    # one weight field, as many integer ids as weights; not warm-up or padding): where top_k
+    # is not given it is theirs (not the first line's, which may be the stray one), and a
+    # line of another count is stray (skipping it is a remedy) only where most lines have the
+    # top-k it is checked against
+    def expert_count(obj):
+        ids = [obj[a] for a in _ALIASES["expert_ids"] if a in obj]
+        w = [obj[a] for a in _ALIASES["gate_weights"] if a in obj]
+        if len(ids) != 1 or len(w) != 1 or obj.get("padding") is True or (
+                obj.get("warmup") is True and not keep_warmup):
+            return None
+        ids, w = ids[0], w[0]
+        if not isinstance(ids, list) or not ids or not isinstance(w, list) or \
+                len(w) != len(ids) or not all(is_int(x, numpy=False) for x in ids):
+            return None
+        return len(ids)
+    lengths = Counter(n for _, obj in records if (n := expert_count(obj)) is not None)
+    voters = sum(lengths.values())
+    if k is None and lengths:
+        k, most = lengths.most_common(1)[0]
+        if 2 * most <= voters:
+            counts = ", ".join(f"{n} line(s) of {c}" for c, n in sorted(lengths.items()))
+            raise TraceError(f"{path}: top_k not given and no expert count is most lines' "
+                             f"({counts}); give the model (model=, --model) or top_k")
+        rep.notes.append(f"top_k not given: {k}, the expert count of {most} of {voters} lines")
+    most_k = k is not None and 2 * lengths.get(k, 0) > voters
     for lineno, obj in records:
         for key in obj:
             if key not in known:

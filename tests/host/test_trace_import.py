@@ -81,6 +81,38 @@ def grid(tokens=3, layers=2, **kw):
     return [row(t=t, layer=l, **kw) for l in range(layers) for t in range(tokens)]
 
 
+def test_top_k_not_given_is_most_valid_lines(tmp_path):
+    """Without top_k (no model, meta line or argument) the top-k is the expert count of most
+    lines that reach its check: malformed, warm-up and padding lines do not vote (a review's:
+    three bad lines of 3 made every good line of 2 'wrong'), and lines that disagree with no
+    count most lines' are refused in both modes, naming the counts."""
+    good = [row(t=0, ids=(0, 1)), row(t=1, ids=(1, 2))]
+    for bad in ([row(t=5 + i, ids=("a", "b", "c"), w=(0.5, 0.3, 0.2)) for i in range(3)],
+                [row(t=5 + i, ids=(1, 2, 3), w=(0.5, 0.3, 0.2), warmup=True)
+                 for i in range(3)],
+                [row(t=5 + i, ids=(1, 2, 3), w=(0.5, 0.3, 0.2), padding=True)
+                 for i in range(3)],
+                [row(t=5 + i, ids=(1, 2, 3), w=(0.5,)) for i in range(3)]):
+        path = write(tmp_path, bad + good, "bad.jsonl")
+        tr, rep = import_vllm_jsonl(path, num_experts=8, on_error="warn")
+        assert len(tr) == 2 and tr.expert_ids.shape[1] == 2, rep.malformed
+        assert "top_k not given: 2, the expert count of 2 of 2 lines" in rep.notes
+    # a tie, or a count of no majority: refused, in warn mode too
+    for counts in ((3, 2, 3, 2), (2, 2, 3, 4)):
+        lines = [row(t=i, ids=tuple(range(n)), w=(1 / n,) * n) for i, n in enumerate(counts)]
+        path = write(tmp_path, lines, "tie.jsonl")
+        for on_error in ("raise", "warn"):
+            with pytest.raises(TraceError, match=r"top_k not given and no expert count is most "
+                                                 r"lines' \(2 line\(s\) of 2, "):
+                import_vllm_jsonl(path, num_experts=8, on_error=on_error)
+    # a stray line first: most lines decide, and the stray one is flagged as such
+    lines = [row(t=0, ids=(1, 2, 3), w=(0.5, 0.3, 0.2))] + [row(t=i, ids=(0, 1))
+                                                            for i in range(1, 4)]
+    with pytest.raises(TraceError, match=r":1: 3 experts, expected top_k = 2") as e:
+        import_vllm_jsonl(write(tmp_path, lines, "first.jsonl"), num_experts=8)
+    assert e.value.stray
+
+
 def test_the_meta_lines_phase_is_every_unmarked_rows(tmp_path):
     """A meta line's ``phase`` is the phase of every row that gives none (a test audit's
     mutation ignored it: no fixture put a phase in a meta line); a row's own phase wins, and
