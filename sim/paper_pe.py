@@ -116,20 +116,36 @@ def _build(arch: ArchConfig, comb_check: bool = False, verilator_args=()) -> dic
     asks for it, else the unchecked Verilog's own key: module docstring), then build it (or
     reuse the build)."""
     from ..hw.pe import PE
+    from ..paths import memo_text
     from .runner import build, cached_verilog_made, verilog_cache_path
     checked = {"PE": repr(arch)}                     # the PE benches' key: checked Verilog
-    key = checked if comb_check or verilog_cache_path("pe", checked).is_file() else \
-        {**checked, "comb_cycle_check": False}
     start = time.perf_counter()
-    with _comb_cycle_check(key is checked):
-        verilog, made = cached_verilog_made(PE(config=arch), name="pe", key=key)
+    verilog = None
+    if not comb_check and verilog_cache_path("pe", checked).is_file():
+        try:                                          # read only: never made here unchecked
+            verilog, made = memo_text(verilog_cache_path("pe", checked), _not_cached)
+        except (_NotCached, OSError):
+            verilog = None                            # damaged or unreadable: the own key's
+    was_checked = verilog is not None or comb_check
+    if verilog is None:
+        key = checked if comb_check else {**checked, "comb_cycle_check": False}
+        with _comb_cycle_check(comb_check):
+            verilog, made = cached_verilog_made(PE(config=arch), name="pe", key=key)
     gen = time.perf_counter() - start
     built = build(verilog, name=build_name(arch), toplevel="pe",
                   extra_args=tuple(verilator_args))
     return {"build_dir": str(built.build_dir), "built": built.built,
             "verilog_seconds": gen, "verilog_cached": not made, "verilog_bytes": len(verilog),
-            "verilator_seconds": built.seconds, "comb_cycle_check": key is checked,
+            "verilator_seconds": built.seconds, "comb_cycle_check": was_checked,
             "verilator_args": list(verilator_args)}
+
+
+class _NotCached(Exception):
+    """The checked Verilog is not whole in the cache (:func:`_build` then uses its own key)."""
+
+
+def _not_cached():
+    raise _NotCached
 
 
 def _verilator_report(build_dir: Path) -> dict:

@@ -150,6 +150,8 @@ def build_lines(arch, fig) -> list:
     if fig.get("reused") and fig.get("this_run"):
         here = fig["this_run"]
         how = "read from the Verilog cache" if here.get("verilog_cached") else "generated"
+        how += (", combinational-cycle checked," if here.get("comb_cycle_check") else
+                ", not combinational-cycle checked,")
         lines.append(f"  this run: Verilog {how} in {here['verilog_seconds']:.0f} s (to "
                      f"check the build key), peak RSS {_gb(here['peak_rss_bytes'])}")
     return lines

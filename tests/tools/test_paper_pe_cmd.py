@@ -304,6 +304,18 @@ def test_a_rerun_reads_the_pe_verilog_from_the_cache(monkeypatch, tmp_path):
     again = paper_pe._build(arch)
     assert made == ["pe"] * 2 and (again["verilog_cached"], again["comb_cycle_check"]) == \
         (True, True)
+    # a damaged checked file: a run without the check generates under its own key, never
+    # the hours-long check (a review's), and never writes unchecked Verilog under the
+    # checked key
+    checked_path = runner.verilog_cache_path("pe", {"PE": repr(arch)})
+    checked_path.write_bytes(b"\xff\xfe damaged")
+    checks = []
+    real_check = paper_pe._comb_cycle_check
+    monkeypatch.setattr(paper_pe, "_comb_cycle_check",
+                        lambda on: checks.append(on) or real_check(on))
+    damaged = paper_pe._build(arch)
+    assert checks == [False] and not damaged["comb_cycle_check"]
+    assert damaged["verilog_cached"] and checked_path.read_bytes() == b"\xff\xfe damaged"
     # the report: the build's generation, or the cache named, never a cached read's time as
     # the generation time
     from elmoe3d.cli.paper_pe import build_lines
@@ -313,6 +325,8 @@ def test_a_rerun_reads_the_pe_verilog_from_the_cache(monkeypatch, tmp_path):
     assert "the design not elaborated" in text
     text = "\n".join(build_lines(arch, {**FIG, "reused": True,
                                         "this_run": {**FIG, "verilog_seconds": 0.4,
-                                                     "verilog_cached": True}}))
-    assert "this run: Verilog read from the Verilog cache in 0 s" in text
+                                                     "verilog_cached": True,
+                                                     "comb_cycle_check": True}}))
+    assert "this run: Verilog read from the Verilog cache, combinational-cycle checked, in 0 s" \
+        in text
     assert "Verilog (Amaranth, without its combinational-cycle check): 19.9 MB in 180 s" in text
