@@ -62,8 +62,7 @@ def configure(parser) -> None:
     from ..synth.fpga import DEFAULT_BOARD, DEFAULT_SEED
     parser.add_argument("--board", metavar="NAME", default=DEFAULT_BOARD,
                         help=f"amaranth-boards board (default {DEFAULT_BOARD}; --list-boards)")
-    parser.add_argument("--config", metavar="NAME", default="default",
-                        type=lambda text: text.strip().lower(),    # every name is lower case
+    parser.add_argument("--config", metavar="NAME", default="default", type=_config_name,
                         help="default (the board's named configuration), auto (fit search), "
                              "a named FPGA configuration or a preset (default: default)")
     parser.add_argument("--json", metavar="F", type=output_path, default=None,
@@ -97,6 +96,17 @@ def configure(parser) -> None:
                         help="leave out the ASIC area roll-up of the same configuration")
     parser.add_argument("--list-boards", action="store_true",
                         help="list the supported boards with their devices and capacities")
+
+
+def _config_name(text: str) -> str:
+    """``--config``'s name, case and surrounding blanks aside where it names one (auto,
+    default, a named FPGA configuration, a preset: all lower case); anything else as typed,
+    for its error."""
+    from ..config import PRESETS
+    from ..synth.fpga import FPGA_CONFIGS
+    key = text.strip().lower()
+    known = {"auto", "default", *(c.name for c in FPGA_CONFIGS.values()), *PRESETS}
+    return key if key in known else text
 
 
 def _console():

@@ -187,6 +187,7 @@ def test_config_validation():
     for given, want in (("AUTO", "auto"), (" Default", "default"),
                         ("FPGA-ULX3S-85F", "fpga-ulx3s-85f"), ("Small", "small")):
         assert parser.parse_args(["fpga", "--config", given]).config == want
+    assert parser.parse_args(["fpga", "--config", "Nope"]).config == "Nope"   # as typed
     d = fpga.resolve_config("default", "ulx3s-85f")
     assert d == fpga.FPGA_CONFIGS["ulx3s-85f"] and d.estimate and d.note
     # changed by an option, it is no longer the measured named default

@@ -259,6 +259,26 @@ def test_a_failed_write_or_rename_names_the_destination(tmp_path, monkeypatch):
     assert str(info.value) == (f"cannot write output: [Errno 28] No space left on device: "
                                f"'{plot}'")
     assert tmp_files(tmp_path) == [] and not out.exists() and not plot.exists()
+    # the commit's backup copy of an existing output (no hard links) on a full disk names
+    # that output, not the newest temporary file's
+    out.write_text("old\n")
+
+    def no_link(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted", src, None, dst)
+
+    def copy_full(src, dst, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(outputs_mod.os, "link", no_link)
+    monkeypatch.setattr(outputs_mod.shutil, "copy2", copy_full)
+    with pytest.raises(UserError) as info:
+        with outputs_mod.atomic_outputs(lambda exc: f"cannot write output: {exc}") as outputs:
+            outputs.add_json(out, {"a": 1})
+            outputs.add_json(plot, {})
+    monkeypatch.undo()
+    assert str(info.value) == (f"cannot write output: [Errno 28] No space left on device: "
+                               f"'{out}'")
+    assert out.read_text() == "old\n" and not plot.exists() and tmp_files(tmp_path) == []
+    out.unlink()
     with pytest.raises(UserError) as info:             # not a write error: left as it was
         with outputs_mod.atomic_outputs(lambda exc: f"cannot write output: {exc}") as outputs:
             outputs.add_json(out, {"a": 1})

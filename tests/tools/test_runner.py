@@ -471,6 +471,14 @@ def test_verilog_is_cached_by_key_and_source(tmp_path, monkeypatch):
     runner.cached_verilog(Increment(), name="inc", key={"w": 8}, root=tmp_path)
     assert calls == ["inc", "inc", "inc"]
     assert len(list((tmp_path / "verilog").glob("inc-*.v"))) == 3
+    # a cache that cannot be written: the error passes through and the design, never
+    # elaborated, is marked used (an UnusedElaboratable warning showed in make test)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    design = Increment()
+    with pytest.raises(OSError):
+        runner.cached_verilog(design, name="inc", key={"w": 8}, root=blocker)
+    assert design._MustUse__used and calls == ["inc", "inc", "inc"]
 
 
 def test_a_closure_digest_follows_the_modules_a_root_can_import(tmp_path, monkeypatch):
