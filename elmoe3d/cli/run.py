@@ -422,6 +422,12 @@ def execute(args, *, progress_factory=None) -> dict:
     warmup = getattr(args, "warmup", None)
     _at_least("--warmup", warmup, 0)
     usage = str(args.trace).startswith(SYNTHETIC_PREFIX)
+    from ..sw.host.elastic_sd import BernoulliAcceptance
+    if args.seed is not None and backend == "perf" and not usage and \
+            not isinstance(acceptance, BernoulliAcceptance):
+        print(f"elmoe3d run: note: --seed {args.seed} is not used: the perf backend on a "
+              f"logged trace with {'coverage' if acceptance else 'no'} acceptance draws "
+              f"nothing at random", file=sys.stderr)
     on_error = _choice("--on-error", getattr(args, "on_error", "raise"), ("raise", "warn"))
     renorm = _choice("--renormalise", getattr(args, "renormalise", "keep"),
                      ("keep", "topk", "model"))
@@ -476,6 +482,13 @@ def execute(args, *, progress_factory=None) -> dict:
         doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
             f"the trace logs {logged} of {real_model.moe_layers} MoE layers: their experts get "
             f"{logged}/{real_model.moe_layers} of the HB expert capacity, as in a full log")
+    if args.hb_slots is not None:                  # a cap: say where the HB leaves fewer
+        fit = _cache(model, arch, args, admit=False, real=real,
+                     share=doc.get("hb_share", 1.0))[0].slots
+        if fit < args.hb_slots:
+            doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+                f"--hb-slots {args.hb_slots} but {fit} fit the HB the dense weights and KV "
+                f"cache leave: {fit} used")
     depths = args.depth if schedule == "elastic" else [None]
     # the backend's session (the FPGA board) opens before the first run: a missing device
     # fails in seconds, not after the golden run

@@ -653,3 +653,36 @@ def test_a_full_disk_names_the_plot_being_written(tmp_path, capsys, monkeypatch)
     assert err.strip() == (f"elmoe3d run: error: cannot write output: [Errno 28] No space "
                            f"left on device: '{plots / 'hit_rate.png'}'")
     assert not plots.exists()
+
+
+def test_a_seed_nothing_uses_gets_a_note(capsys):
+    """``--seed`` on the perf backend with a logged trace and coverage acceptance changed
+    nothing, silently (a new user's); a note says so. Where the seed is drawn from (Bernoulli
+    acceptance, the golden backend's synthetic weights) there is no note."""
+    argv = [*BASE, "--config", "paper-8gb", "--tokens", "2", "--layers", "0:2"]
+    code, _, err = _run(capsys, *argv, "--seed", "5")
+    assert code == 0 and err.strip() == (
+        "elmoe3d run: note: --seed 5 is not used: the perf backend on a logged trace with "
+        "coverage acceptance draws nothing at random"), err
+    code, _, err = _run(capsys, *argv, "--seed", "5", "--acceptance", "bernoulli:0.7")
+    assert code == 0 and "note" not in err, err
+    code, _, err = _run(capsys, *BASE, "--tokens", "2", "--layers", "0:2", "--backend",
+                        "golden", "--seed", "5")
+    assert code == 0 and "note" not in err, err
+
+
+def test_hb_slots_above_what_fits_gets_a_note(tmp_path, capsys):
+    """``--hb-slots 68`` with reservations that leave 14 ran with 14, silently (a new user's):
+    the note says so; a cap the HB holds gets none."""
+    j = tmp_path / "r.json"
+    argv = ["run", "--trace", "gsm8k", "--layers", "0:32:8", "--tokens", "8", "--backend",
+            "perf", "--dense-bytes", "4000000", "--json", str(j)]
+    code, out, err = _run(capsys, *argv, "--hb-slots", "68")
+    assert code == 0, err
+    doc = json.loads(j.read_text())
+    slots = doc["runs"][0]["hb_slots"]
+    assert slots < 68
+    assert (f"--hb-slots 68 but {slots} fit the HB the dense weights and KV cache leave: "
+            f"{slots} used") in doc["note"] and "--hb-slots 68 but" in " ".join(out.split())
+    code, out, err = _run(capsys, *argv, "--hb-slots", str(slots))
+    assert code == 0 and "--hb-slots" not in (json.loads(j.read_text()).get("note") or "")
