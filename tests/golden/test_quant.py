@@ -407,8 +407,10 @@ def test_draft_weights_checks_w_is_the_weight_qw_quantizes():
     print("seed 7")
     w = rng.standard_normal((4, 64))
     qw = quantize_weights(w, name="up")
-    assert np.array_equal(draft_weights(w, qw, 4, "lsb-aug"),
-                          qw.dequantize(draft_codes(qw.q, 4, "lsb-aug")))
+    # LSB augmentation at k = 4 by hand: 16 * msb + 8, times the group scale
+    msb = (qw.q.astype(np.int16) >> 4)
+    want = (16 * msb + 8) * np.repeat(qw.scale.astype(np.float64), 32, -1)
+    assert np.array_equal(draft_weights(w, qw, 4, "lsb-aug"), want)
     with pytest.raises(QuantizationError, match=r"draft_weights: w is not the weight qw "
                                                 r"\(tensor 'up'\) quantizes: 8 of 8 groups "
                                                 r"differ, first row 0, group 0"):
