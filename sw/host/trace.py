@@ -1046,23 +1046,61 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     # all rows carry full scores or none do: the first data row decides
     any_scores = bool(records) and has_scores(records[0][1])
     first_line = records[0][0] if records else 0
-    # the top-k most lines log, counted over the lines that reach the top-k check (one id and
-    # one weight field, as many integer ids as weights; not warm-up or padding): where top_k
-    # is not given it is theirs (not the first line's, which may be the stray one), and a
-    # line of another count is stray (skipping it is a remedy) only where most lines have the
-    # top-k it is checked against
-    def expert_count(obj):
-        ids = [obj[a] for a in _ALIASES["expert_ids"] if a in obj]
-        w = [obj[a] for a in _ALIASES["gate_weights"] if a in obj]
-        if len(ids) != 1 or len(w) != 1 or obj.get("padding") is True or (
-                obj.get("warmup") is True and not keep_warmup):
-            return None
-        ids, w = ids[0], w[0]
-        if not isinstance(ids, list) or not ids or not isinstance(w, list) or \
-                len(w) != len(ids) or not all(is_int(x, numpy=False) for x in ids):
-            return None
-        return len(ids)
-    lengths = Counter(n for _, obj in records if (n := expert_count(obj)) is not None)
+
+    def early_checks(obj):
+        """A record's checks before the top-k one, in the order lines are judged: ``(vals,
+        None)`` for a line that reaches the top-k check, ``(None, "warmup" | "padding")``
+        for a dropped one, ``(None, (kind, message))`` for a malformed one."""
+        vals = {}
+        for col, aliases in _ALIASES.items():
+            got = [a for a in aliases if a in obj]
+            if len(got) > 1:
+                return None, ("ambiguous-field", f"both {got[0]!r} and {got[1]!r} given")
+            vals[col] = obj[got[0]] if got else None
+            if not got and col not in ("scores", "request"):
+                return None, ("missing-field", f"no {col} field (expected one of "
+                                               f"{', '.join(aliases)})")
+        if obj.get("warmup") is True and not keep_warmup:
+            return None, "warmup"
+        if obj.get("padding") is True:
+            return None, "padding"
+        for col in ("position", "layer"):
+            if not is_int(vals[col], numpy=False) or vals[col] < 0:
+                return None, ("bad-type", f"{col} must be an integer >= 0, got {vals[col]!r}")
+        if vals["position"] > _POSITION_MAX:
+            return None, ("bad-type", f"position {vals['position']} is beyond the trace "
+                                      f"format's positions (0..{_POSITION_MAX})")
+        if layer_ids is None and vals["layer"] >= MAX_LAYERS:
+            # the layers are then taken as 0..largest index: one stray index must not imply
+            # millions of absent layers (or exhaust the memory)
+            return None, ("bad-layer", f"layer {vals['layer']} is beyond any MoE model's "
+                                       f"layers (0..{MAX_LAYERS - 1} read without model= or "
+                                       f"the meta line's layer_ids / num_layers)")
+        req = vals["request"]
+        if req is not None and not (is_int(req, numpy=False) and 0 <= req <= _REQUEST_MAX) \
+                and not (isinstance(req, str) and req.strip()):
+            return None, ("bad-type", f"request must be an integer in 0..{_REQUEST_MAX} or a "
+                                      f"string id, got {req!r}")
+        ph = obj.get("phase")
+        if ph is not None and ph not in PHASES:
+            return None, ("bad-phase", f"phase must be one of {', '.join(PHASES)}, got {ph!r}")
+        ids, w = vals["expert_ids"], vals["gate_weights"]
+        if not isinstance(ids, list) or not all(is_int(x, numpy=False) for x in ids) or not ids:
+            return None, ("bad-type", f"expert ids must be a non-empty list of integers, "
+                                      f"got {ids!r}")
+        if not isinstance(w, list) or not all(isinstance(x, (int, float)) and
+                                              not isinstance(x, bool) for x in w):
+            return None, ("bad-type", f"gate weights must be a list of numbers, got {w!r}")
+        if len(ids) != len(w):
+            return None, ("length-mismatch", f"{len(ids)} expert ids but {len(w)} weights")
+        return vals, None
+
+    checked = [(lineno, obj, *early_checks(obj)) for lineno, obj in records]
+    # the top-k most lines log, counted over the lines that reach the top-k check: where
+    # top_k is not given it is theirs (not the first line's, which may be the stray one), and
+    # a line of another count is stray (skipping it is a remedy) only where most lines have
+    # the top-k it is checked against
+    lengths = Counter(len(vals["expert_ids"]) for _, _, vals, _ in checked if vals is not None)
     voters = sum(lengths.values())
     if k is None and lengths:
         k, most = lengths.most_common(1)[0]
@@ -1072,69 +1110,21 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                              f"({counts}); give the model (model=, --model) or top_k")
         rep.notes.append(f"top_k not given: {k}, the expert count of {most} of {voters} lines")
     most_k = k is not None and 2 * lengths.get(k, 0) > voters
-    for lineno, obj in records:
+    for lineno, obj, vals, problem in checked:
         for key in obj:
             if key not in known:
                 rep.unknown_fields[key] += 1
-        vals = {}
-        problem = None
-        for col, aliases in _ALIASES.items():
-            got = [a for a in aliases if a in obj]
-            if len(got) > 1:
-                problem = ("ambiguous-field", f"both {got[0]!r} and {got[1]!r} given")
-                break
-            vals[col] = obj[got[0]] if got else None
-            if not got and col not in ("scores", "request"):
-                problem = ("missing-field", f"no {col} field (expected one of "
-                                            f"{', '.join(aliases)})")
-                break
-        if problem:
-            bad(lineno, *problem)
-            continue
-        if obj.get("warmup") is True and not keep_warmup:
+        if problem == "warmup":
             rep.dropped_warmup += 1
             continue
-        if obj.get("padding") is True:
+        if problem == "padding":
             rep.dropped_padding += 1
             continue
-        for col in ("position", "layer"):
-            if not is_int(vals[col], numpy=False) or vals[col] < 0:
-                problem = ("bad-type", f"{col} must be an integer >= 0, got {vals[col]!r}")
-                break
-        if not problem and vals["position"] > _POSITION_MAX:
-            problem = ("bad-type", f"position {vals['position']} is beyond the trace format's "
-                                   f"positions (0..{_POSITION_MAX})")
-        if not problem and layer_ids is None and vals["layer"] >= MAX_LAYERS:
-            # the layers are then taken as 0..largest index: one stray index must not imply
-            # millions of absent layers (or exhaust the memory)
-            problem = ("bad-layer", f"layer {vals['layer']} is beyond any MoE model's layers "
-                                    f"(0..{MAX_LAYERS - 1} read without model= or the meta "
-                                    f"line's layer_ids / num_layers)")
-        req = vals["request"]
-        if not problem and req is not None and not (
-                is_int(req, numpy=False) and 0 <= req <= _REQUEST_MAX) and not (
-                isinstance(req, str) and req.strip()):
-            problem = ("bad-type", f"request must be an integer in 0..{_REQUEST_MAX} or a "
-                                   f"string id, got {req!r}")
         if problem:
             bad(lineno, *problem)
             continue
-        ph = obj.get("phase")
-        if ph is not None and ph not in PHASES:
-            bad(lineno, "bad-phase", f"phase must be one of {', '.join(PHASES)}, got {ph!r}")
-            continue
+        req, ph = vals["request"], obj.get("phase")
         ids, w = vals["expert_ids"], vals["gate_weights"]
-        if not isinstance(ids, list) or not all(is_int(x, numpy=False) for x in ids) or not ids:
-            bad(lineno, "bad-type", f"expert ids must be a non-empty list of integers, "
-                                    f"got {ids!r}")
-            continue
-        if not isinstance(w, list) or not all(isinstance(x, (int, float)) and
-                                              not isinstance(x, bool) for x in w):
-            bad(lineno, "bad-type", f"gate weights must be a list of numbers, got {w!r}")
-            continue
-        if len(ids) != len(w):
-            bad(lineno, "length-mismatch", f"{len(ids)} expert ids but {len(w)} weights")
-            continue
         if len(ids) != k:
             fits = [n for n, m in MODEL_PRESETS.items() if m.top_k == len(ids)]
             bad(lineno, "wrong-k", f"{len(ids)} expert{'s' * (len(ids) != 1)}, expected top_k = {k}" + (

@@ -84,7 +84,9 @@ def grid(tokens=3, layers=2, **kw):
 def test_top_k_not_given_is_most_valid_lines(tmp_path):
     """Without top_k (no model, meta line or argument) the top-k is the expert count of most
     lines that reach its check: malformed, warm-up and padding lines do not vote (a review's:
-    three bad lines of 3 made every good line of 2 'wrong'), and lines that disagree with no
+    three bad lines of 3 made every good line of 2 'wrong'; a bad position, layer, request or
+    phase kept a line from voting only since the vote and the import share their checks), and
+    lines that disagree with no
     count most lines' are refused in both modes, naming the counts."""
     good = [row(t=0, ids=(0, 1)), row(t=1, ids=(1, 2))]
     for bad in ([row(t=5 + i, ids=("a", "b", "c"), w=(0.5, 0.3, 0.2)) for i in range(3)],
@@ -92,7 +94,14 @@ def test_top_k_not_given_is_most_valid_lines(tmp_path):
                  for i in range(3)],
                 [row(t=5 + i, ids=(1, 2, 3), w=(0.5, 0.3, 0.2), padding=True)
                  for i in range(3)],
-                [row(t=5 + i, ids=(1, 2, 3), w=(0.5,)) for i in range(3)]):
+                [row(t=5 + i, ids=(1, 2, 3), w=(0.5,)) for i in range(3)],
+                # malformed in a field checked before the top-k (position, layer, request,
+                # phase): every check before the top-k one keeps a line from voting
+                [row(t=-1, ids=(1, 2, 3), w=(0.5, 0.3, 0.2)) for i in range(3)],
+                [row(t=5 + i, layer="x", ids=(1, 2, 3), w=(0.5, 0.3, 0.2)) for i in range(3)],
+                [row(p=-1, t=5 + i, ids=(1, 2, 3), w=(0.5, 0.3, 0.2)) for i in range(3)],
+                [row(t=5 + i, ids=(1, 2, 3), w=(0.5, 0.3, 0.2), phase="sample")
+                 for i in range(3)]):
         path = write(tmp_path, bad + good, "bad.jsonl")
         tr, rep = import_vllm_jsonl(path, num_experts=8, on_error="warn")
         assert len(tr) == 2 and tr.expert_ids.shape[1] == 2, rep.malformed
