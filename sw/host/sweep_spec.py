@@ -65,6 +65,7 @@ import itertools
 import json
 import math
 import operator
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -964,7 +965,8 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                                     workload=workload, tasks=tasks, seed=spec.seed,
                                     figures=figures))
             except UserError as exc:             # named; the other points checked too
-                _note(problems, exc, where, point=True)
+                _note(problems, exc, where, point=True,
+                      ranged=any("min" in spec.config.get(f, {}) for f in cfg))
     if problems:
         raise UserError(_problems_text(problems))
     if not points and counts["no_task"]:
@@ -990,28 +992,39 @@ def dropped_text(counts: dict) -> str:
 MAX_MISTAKES = 10
 
 
-def _note(problems: dict, exc: UserError, where: str, *, point: bool = False):
+def _note(problems: dict, exc: UserError, where: str, *, point: bool = False,
+          ranged: bool = False):
     """Record a mistake under its message without the point (one line a mistake, however
-    many points, or places of the spec, share it): ``{message: [first line, count, point]}``;
-    ``point``: a point's mistake, else one of the spec itself."""
+    many points, or places of the spec, share it): ``{message: [first line, count, point,
+    other values]}``; ``point``: a point's mistake, else one of the spec itself; ``ranged``:
+    the point has a field drawn from a range, whose values are arbitrary, so its mistake is
+    keyed with every number in it left out (six sampled HB capacities that are not a
+    power-of-two number of rows are one mistake, not six lines differing in a number)."""
     text = str(exc)
     key = text[len(where):] if text.startswith(where) else text
+    exact = key
+    if ranged:
+        key = re.sub(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", "#", key)
     if key in problems:
         problems[key][1] += 1
+        problems[key][3] |= problems[key][4] != exact
     else:
-        problems[key] = [text, 1, point]
+        problems[key] = [text, 1, point, False, exact]
 
 
 def _problems_text(problems: dict) -> str:
     """One line a distinct mistake (its first point named; ``and N more points`` sharing it,
     or ``N times`` for a mistake the spec itself makes in several places), at most
     :data:`MAX_MISTAKES` of them."""
-    def shared(n, point):
+    def shared(n, point, other):
         if n == 1:
             return ""
-        return f" (and {n - 1} more point{'s' if n > 2 else ''})" if point else f" ({n} times)"
-    lines = [first + shared(n, point)
-             for first, n, point in list(problems.values())[:MAX_MISTAKES]]
+        if not point:
+            return f" ({n} times)"
+        return (f" (and {n - 1} more point{'s' if n > 2 else ''}"
+                f"{', other values of the range' if other else ''})")
+    lines = [first + shared(n, point, other)
+             for first, n, point, other, _ in list(problems.values())[:MAX_MISTAKES]]
     if len(problems) > MAX_MISTAKES:
         more = len(problems) - MAX_MISTAKES
         lines.append(f"... and {more} more distinct mistake{'s' if more > 1 else ''}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -1191,6 +1192,29 @@ def test_a_bad_spec_is_one_exact_line(tmp_path, capsys, text, expected):
         assert line.startswith(want)
     else:
         assert line == want
+
+
+def test_a_ranges_values_refused_alike_are_one_line(tmp_path, capsys):
+    """Points whose field is drawn from a range and refused for one reason at different values
+    are one mistake (six sampled HB bank sizes that are not a power-of-two number of rows gave
+    six lines differing in a number); values listed, not ranged, keep a line each (below)."""
+    spec = _write(tmp_path, "sampling: random\nsamples: 6\nseed: 3\nbase: paper-4gb\n"
+                            "config:\n  hb_bank_bytes: {min: 134217728, max: 536870912}\n"
+                            "workload:\n  model: [qwen3-30b-a3b]\n  batch: [1]\n"
+                            "  scheme: [ar]\n")
+    assert cli.main(["sweep", str(spec), "--check"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert re.fullmatch(r"elmoe3d sweep: error: .*: point 0 \(hb_bank_bytes=\d+, "
+                        r"model=qwen3-30b-a3b, batch=1, scheme=ar\): hb: capacity \d+ B is not "
+                        r"a power-of-two number of rows .* \(and 5 more points, other values of "
+                        r"the range\)", lines[0]), lines[0]
+    listed = _write(tmp_path, "base: paper-4gb\nconfig:\n  hb_bank_bytes: [150000000, "
+                              "160000000]\nworkload:\n  model: [qwen3-30b-a3b]\n  batch: [1]\n"
+                              "  scheme: [ar]\n", "listed.yaml")
+    assert cli.main(["sweep", str(listed), "--check"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "more point" not in "".join(lines), lines
 
 
 def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
