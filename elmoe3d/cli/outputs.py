@@ -46,7 +46,17 @@ def output_dir(text: str) -> Path:
     import argparse
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path; expected a folder name")
+    _not_stdout(text, "a folder")
     return Path(text)
+
+
+def _not_stdout(text, what):
+    """``-`` names standard output only where an option says so (``verilog -o -``); elsewhere
+    it made a file or folder named ``-`` (``paper table3 --json -``, a new user's)."""
+    import argparse
+    if text == "-":
+        raise argparse.ArgumentTypeError(f"'-': expected {what} name (only verilog -o writes "
+                                         f"to standard output; ./- names a {what[2:]} '-')")
 
 
 def output_path(text: str) -> Path:
@@ -55,10 +65,12 @@ def output_path(text: str) -> Path:
     separator or in ``.`` or ``..``, a folder's name: :class:`~pathlib.Path` drops the
     separator and the ``.``, so ``--json notes.txt/`` wrote the report over ``notes.txt``
     (the shell refuses ``> notes.txt/``).
+    ``-`` is refused too (:func:`stdout_or_path` takes it as standard output).
     Raises :class:`argparse.ArgumentTypeError`, exit status 2."""
     import argparse
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path; expected a file name")
+    _not_stdout(text, "a file")
     seps = tuple(sep for sep in (os.sep, os.altsep) if sep)
     if text.endswith(seps):
         raise argparse.ArgumentTypeError(f"{text!r} ends in {text[-1]!r}, a folder's name; "
@@ -70,6 +82,12 @@ def output_path(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text!r} ends in {last!r}, a folder; expected a "
                                          f"file name")
     return Path(text)
+
+
+def stdout_or_path(text: str):
+    """The ``type=`` of an output file option that writes to standard output when given
+    ``-`` (``verilog -o``): ``"-"``, or :func:`output_path`'s path."""
+    return "-" if text == "-" else output_path(text)
 
 
 def report_console(min_width=120):

@@ -51,7 +51,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir,
-                      output_dir, output_path, plain_printer, report_console)
+                      output_dir, output_path, plain_printer, report_console,
+                      stdout_or_path)
 
 
 def configure(parser) -> None:
@@ -72,7 +73,7 @@ def configure(parser) -> None:
                              "modules merged) instead of one module per distinct instance")
     parser.add_argument("--name", metavar="TOP", default=None,
                         help="top module name (default elmoe3d_<block>_<config>)")
-    parser.add_argument("-o", "--out", metavar="FILE", type=output_path, default=None,
+    parser.add_argument("-o", "--out", metavar="FILE", type=stdout_or_path, default=None,
                         help="write the Verilog to FILE (default, or -: standard output)")
     parser.add_argument("--split", metavar="DIR", type=output_dir, default=None,
                         help="write one file a module into DIR (<module>.v, the SRAM models' "
@@ -290,8 +291,6 @@ def run(args) -> int:
         if args.out is not None:
             raise UserError("--split and -o exclude each other (--split writes a file a "
                             "module, -o one file)")
-        if str(args.split) == "-":
-            raise UserError("--split -: expected a folder (only -o writes to standard output)")
         if args.split.suffix.lower() in (".v", ".sv") and not args.split.is_dir():
             raise UserError(f"--split {args.split}: names a folder to write a file a module "
                             f"into, not a file; give a folder (e.g. "
@@ -313,15 +312,11 @@ def run(args) -> int:
             raise UserError(f"--io-delay: expected a fraction of the clock period, 0 <= "
                             f"FRACTION < 1, got {args.io_delay:g}")
     if args.sdc is not None:
-        if str(args.sdc) == "-":
-            raise UserError("--sdc -: expected a file (only -o writes to standard output)")
         _check_output(args.sdc, "--sdc", args.split)
     for option, path in macro_files:
         if args.sram != "macro":
             raise UserError(f"{option}: needs --sram macro (with --sram rtl there are no "
                             f"macros)")
-        if str(path) == "-":
-            raise UserError(f"{option} -: expected a file (only -o writes to standard output)")
         _check_output(path, option, args.split)
     if not args.list and args.block is None:
         raise UserError("BLOCK: expected a block or class to export (elmoe3d verilog --list "
@@ -329,7 +324,7 @@ def run(args) -> int:
     name = args.name
     if name is not None:
         _check_name(name)
-    if args.out is not None and str(args.out) == "-":
+    if args.out == "-":
         args.out = None                                       # -o -: standard output
     if args.out is not None:
         check_output(args.out, "-o")

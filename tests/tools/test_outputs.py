@@ -339,21 +339,44 @@ def test_outputs_inside_the_traces_folder_are_refused(tmp_path, monkeypatch, cap
 
 def _output_options():
     """(command, option, type) of every output option of every command."""
-    from elmoe3d.cli.outputs import output_dir, output_path
+    from elmoe3d.cli.outputs import output_dir, output_path, stdout_or_path
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.choices and "quant" in a.choices)
     return [(name, action.option_strings[-1], action.type)
             for name, command in sub.choices.items() for action in command._actions
-            if action.type in (output_path, output_dir)]
+            if action.type in (output_path, output_dir, stdout_or_path)]
+
+
+def test_a_dash_is_standard_output_only_for_verilog_o(tmp_path, capsys, monkeypatch):
+    """``paper table3 --json -`` wrote a file named ``-`` (a new user's; ``verilog -o -`` is
+    standard output): every output option but ``verilog -o`` refuses ``-`` when the options
+    are parsed, naming what it expects, and writes nothing."""
+    from elmoe3d.cli.outputs import output_dir, stdout_or_path
+    monkeypatch.chdir(tmp_path)
+    options = _output_options()
+    assert [(c, o) for c, o, t in options if t is stdout_or_path] == [("verilog", "--out")]
+    for command, option, kind in options:
+        if kind is stdout_or_path:
+            continue
+        with pytest.raises(SystemExit) as exc:
+            cli.build_parser().parse_args([command, option, "-"])
+        assert exc.value.code == 2
+        what = "a folder" if kind is output_dir else "a file"
+        assert (f"{option}: '-': expected {what} name (only verilog -o writes to standard "
+                f"output") in capsys.readouterr().err, (command, option)
+    with pytest.raises(SystemExit):
+        cli.main(["paper", "table3", "--json", "-"])
+    assert list(tmp_path.iterdir()) == []
+    assert cli.build_parser().parse_args(["verilog", "-o", "-"]).out == "-"
 
 
 def test_a_file_output_ending_in_a_slash_is_refused(tmp_path, capsys):
     """``--json notes.txt/`` wrote the report over ``notes.txt`` (``Path`` drops the slash; a
     new user's Medium): every file output refuses a name ending in ``/``, every folder output
     takes one; and the file named is left as it was."""
-    from elmoe3d.cli.outputs import output_dir, output_path
+    from elmoe3d.cli.outputs import output_dir, output_path, stdout_or_path
     options = _output_options()
-    files = {(c, o) for c, o, t in options if t is output_path}
+    files = {(c, o) for c, o, t in options if t in (output_path, stdout_or_path)}
     folders = {(c, o) for c, o, t in options if t is output_dir}
     assert ("quant", "--json") in files and ("run", "--csv") in files
     assert {("sweep", "--out"), ("sweep", "--cache"), ("run", "--plot"), ("paper", "--plot"),
