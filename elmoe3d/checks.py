@@ -1,4 +1,5 @@
-"""What counts as an integer or a real number where a user gives one, written once.
+"""What counts as an integer or a real number where a user gives one, written once; and the
+names a misspelt one likely meant (:func:`did_you_mean`).
 
 Python's ``bool`` is an ``int`` (``True + True == 2``) and NumPy's ``np.True_`` compares as
 1, so a flag passed where a count belongs would run as 1 (one batch, one bit, one PE) instead
@@ -14,10 +15,13 @@ and names the parameter (:func:`elmoe3d.hw.checked.check_param`).
 
 from __future__ import annotations
 
+import difflib
+
 import numpy as np
 
 
-__all__ = ["is_int", "is_real", "expected_int", "python_int_hint", "check_int", "parse_int"]
+__all__ = ["is_int", "is_real", "expected_int", "python_int_hint", "check_int", "parse_int",
+           "close_names", "did_you_mean"]
 
 
 def is_int(value, *, numpy: bool = True) -> bool:
@@ -85,3 +89,29 @@ def parse_int(name: str, text, lo: int | None = None, hi: int | None = None, *,
     except ValueError:
         value = text                                # not a number: named as given
     return check_int(name, value, lo, hi, error=error)
+
+
+def close_names(key, known, given=()) -> list:
+    """The names of ``known`` close to ``key`` (:func:`difflib.get_close_matches`, at most 3,
+    best first) that the section does not already give (``given``): what a misspelt key
+    likely meant. A dotted key (``tile.rowz``) is matched on its last part against the known
+    names of the same prefix only, so the shared prefix does not make every one look close."""
+    key = str(key)
+    given = {str(g) for g in given}
+    prefix, dot, last = key.rpartition(".")
+    pool = {}
+    for k in map(str, known):
+        k_prefix, k_dot, k_last = k.rpartition(".")
+        if k not in given and k_prefix == prefix and bool(k_dot) == bool(dot):
+            pool.setdefault(k_last, k)
+    # a name of 3 letters or fewer is close to too much at difflib's 0.6 ('warp' to 'ar'):
+    # such a name only for a key of about its length ('pez' to 'pes')
+    return [pool[m] for m in difflib.get_close_matches(last, list(pool), n=3)
+            if len(m) > 3 or abs(len(last) - len(m)) <= 1]
+
+
+def did_you_mean(key, known, given=()) -> str:
+    """`` (did you mean 'pes'?)`` with the names of ``known`` close to ``key``
+    (:func:`close_names`), or nothing when none is."""
+    close = close_names(key, known, given)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""

@@ -184,7 +184,7 @@ def _options_doc(args, figure) -> dict:
     option of :data:`APPLIES` that applies to ``figure`` (the tree as ``[depth, width,
     verify]`` or ``"best"``), so that two runs' JSON files say how they differ."""
     tree = _tree(args.tree)
-    doc = {"hb": args.hb}
+    doc = {"figure": figure, "hb": args.hb}
     for opt in ("tree", "cache_form", "alpha", "ar_cache", "link", "placement",
                 "dram_background", "nm_mac_scale", "draft_pool"):
         if figure in APPLIES[opt]:
@@ -209,7 +209,7 @@ def _tree(text):
     from ..sw.host.paper_eval import MAX_TREE, TREE
     if text is None:
         return TREE
-    if text == "best":
+    if text.strip().lower() == "best":
         return "best"
     try:
         tree = tuple(int(v) for v in text.split(","))
@@ -239,11 +239,11 @@ def run(args) -> int:
     from ..sw.host import paper_eval as pe
     from .run import _choice
 
-    _choice("figure", args.figure, FIGURES)
+    args.figure = _choice("figure", args.figure, FIGURES)       # Table3 is table3
     for opt, values in CHOICES.items():
-        if getattr(args, opt) is not None:
-            setattr(args, opt, getattr(args, opt).lower())      # 8GB is 8gb
-            _choice(f"--{opt.replace('_', '-')}", getattr(args, opt), values)
+        if getattr(args, opt) is not None:                          # 8GB is 8gb
+            setattr(args, opt, _choice(f"--{opt.replace('_', '-')}", getattr(args, opt),
+                                       values))
     for opt, figures in APPLIES.items():
         if getattr(args, opt) is not None and args.figure not in figures:
             names = [f for f in FIGURES if f in figures]
@@ -333,8 +333,9 @@ def run(args) -> int:
         console.print(f"worst cell: {w['model']} {w['scheme']} batch {w['batch']} "
                       f"{w['figure']}: ratio {w['ratio']:.2f}")
     if args.json:
-        write_json(args.json, {**_options_doc(args, "table3"), "zipf": zipf, "rows": rows,
-                               "summary": summ})
+        write_json(args.json, {**_options_doc(args, "table3"), "zipf": zipf,
+                               "units": pe.TABLE3_UNITS, "summary_units": pe.SUMMARY_UNITS,
+                               "rows": rows, "summary": summ})
     return 0
 
 
@@ -346,7 +347,7 @@ def _cache_check(args) -> int:
     from ..sw.host.locality import real_routing
 
     console = report_console()
-    doc, traces, summ = {}, [], {}
+    doc, traces, summ = {"figure": "cache-check"}, [], {}
     for name, trace in real_routing("cache-check").items():
         traces.append(trace)
         rows = pe.cache_check(trace, ROUTING_MODEL)
@@ -759,7 +760,8 @@ def _cross_validate(args) -> int:
     console.print("still in sample either way: the model's structure (its rules and caches), "
                   "chosen while reading every cell (docs/paper.md section 4)")
     if args.json:
-        write_json(args.json, cv)
+        write_json(args.json, {"figure": "cross-validate", **cv,
+                               "summary_units": pe.SUMMARY_UNITS})
     return 0
 
 
@@ -858,7 +860,7 @@ def _fig14(args) -> int:
                                      f"strongest prior {p14['over_best_prior']}x, "
                                      f"{pe.PAPER_FIG15['over_best_prior']}x"))
     _write(console, args, {**_options_doc(args, "fig14"), "paper_hb": PAPER_HB["fig14"],
-                           "rows": rows, "summary": summ}, plot,
+                           "units": pe.FIG14_UNITS, "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig14(path, rows, args.hb))
     return 0
 
@@ -951,7 +953,11 @@ def _fig15(args) -> int:
                   f"'s convention; --nm-mac-scale); {_static_note(args, static)}; "
                   f"{_model_note(args)}")
     _write(console, args, {**_options_doc(args, "fig15"), "paper_hb": PAPER_HB["fig15"],
-                           "static_mw": static, "rows": rows, "summary": summ}, plot,
+                           "static_mw": static,
+                           "units": {**pe.FIG14_UNITS, "static_mw": "mW of static power by "
+                                     "platform: the logic die's leakage and the DRAM's "
+                                     "background"},
+                           "rows": rows, "summary": summ}, plot,
            lambda path: _plot_fig15(path, rows, args.hb, args.dram_background,
                                     args.nm_mac_scale))
     return 0

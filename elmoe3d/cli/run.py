@@ -60,7 +60,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..checks import check_int
+from ..checks import check_int, close_names
 from ..errors import UserError
 from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_options,
                                 check_request, run_perf, summarise)
@@ -330,9 +330,17 @@ def parse_acceptance(text):
 
 
 def _choice(option, value, choices):
-    if value not in choices:
-        raise UserError(f"{option} {value}: expected one of {', '.join(choices)}")
-    return value
+    """``value`` as the one of ``choices`` it names, in any case and with blanks around it
+    (``8GB`` is ``8gb``, ``Table3`` is ``table3``); else a :class:`UserError` naming
+    ``option``, every choice and the one close to it if only one is (``tabel3``: did you
+    mean 'table3'?; ``16gb`` is as close to ``4gb`` as to ``8gb``: no guess)."""
+    key = str(value).strip().lower()
+    for c in choices:
+        if key == str(c).lower():
+            return c
+    close = close_names(key, choices)
+    raise UserError(f"{option} {value}: expected one of {', '.join(map(str, choices))}"
+                    + (f" (did you mean {close[0]!r}?)" if len(close) == 1 else ""))
 
 
 def _at_least(option, value, lo):
@@ -390,7 +398,7 @@ def execute(args, *, progress_factory=None) -> dict:
     if len(set(args.depth)) < len(args.depth):
         raise UserError(f"--depth {' '.join(map(str, args.depth))}: a depth given twice "
                         f"(one run per depth)")
-    _choice("--traffic", args.traffic, BENCH_TRAFFIC)
+    args.traffic = _choice("--traffic", args.traffic, BENCH_TRAFFIC)
     for opt, v in (("--tokens", args.tokens), ("--batch", args.batch)):
         _at_least(opt, v, 1)
     for opt, v in (("--hb-slots", args.hb_slots), ("--dense-bytes", args.dense_bytes),

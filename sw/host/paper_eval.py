@@ -119,7 +119,7 @@ __all__ = ["Platform", "platform", "ExpertPopularity", "EvalModel", "CapacityErr
            "DraftModel", "DRAFT_MODELS", "EAGLE3_HEADS", "QWEN25_1P5B", "eagle_head",
            "linear_utilisation", "SCHEMES", "ZIPF", "TABLE3_4GB", "TABLE3_MODELS",
            "TABLE3_BATCHES", "table3", "summary", "calibrate_zipf", "calibrate_tree", "TREE",
-           "FIG12_UNITS",
+           "FIG12_UNITS", "TABLE3_UNITS", "FIG14_UNITS", "SUMMARY_UNITS",
            "PAPER_BEST_MODE_MEAN", "HB_EFFICIENCY", "EXT_EFFICIENCY", "CONTEXT", "PLATFORMS",
            "NEAR_MEMORY", "PLATFORM_SCHEME", "fig12", "fig13", "fig13_summary", "HB_SIZES", "fig14",
            "fig14_summary", "PAPER_FIG14",
@@ -1718,9 +1718,65 @@ def table3(hb: str = "4gb", *, zipf: dict | None = None, alphas: dict | None = N
     return rows
 
 
+#: What a :func:`table3` row (``elmoe3d paper table3 --json``'s ``rows``) holds, field by field.
+TABLE3_UNITS = {
+    "alpha": "acceptance rate the SD step ran with (the paper's 4 GB alpha, or --alpha model's)",
+    "phi_ar": "AR-mode tokens/s over the xPU's AR at the same batch (times)",
+    "phi_sd": "SD-mode tokens/s over the xPU's AR at the same batch (times)",
+    "best": "max(phi_ar, phi_sd)", "mode": "the faster mode: ar or sd",
+    "depth": "SD tree depth (draft levels)", "width": "SD tree width (candidates a level)",
+    "verify": "tree nodes verified a sequence an iteration",
+    "tokens": "tokens a sequence an SD iteration yields (expected: the accepted prefix and "
+              "the bonus token, accepted_tokens)",
+    "slots": "expert-cache slots a MoE layer, in MSB slices (the HB left after the static "
+             "weights, the KV and the scheme's own data)",
+    "whole_slots": "the same HB in whole INT8 experts",
+    "pool_slots": "Elastic-SD's draft pool, slots a MoE layer (null for the other schemes)",
+    "ar_form": "what the AR step's expert cache holds: msb, whole or none",
+    "verify_form": "what the verify step's expert cache holds: msb, whole or none",
+    "xpu_ms_token": "ms a token (a step's time over the batch), the xPU in AR",
+    "ar_ms_token": "ms a token, ours in AR", "sd_ms_token": "ms a token, ours in SD",
+    "xpu_pj_token": "pJ a token, HB and EXT access energy only, the xPU in AR",
+    "ar_pj_token": "pJ a token, access energy only, ours in AR",
+    "sd_pj_token": "pJ a token, access energy only, ours in SD",
+    "paper_alpha": "the paper's Table 3 alpha (4 GB rows only: its 8 GB rows are withheld "
+                   "from this copy)",
+    "paper_phi_ar": "the paper's Phi_AR (4 GB rows only)",
+    "paper_phi_sd": "the paper's Phi_SD (4 GB rows only)",
+}
+
+#: What a :func:`fig14` row (``elmoe3d paper fig14 | fig15 --json``'s ``rows``) holds.
+FIG14_UNITS = {
+    "platform": "one of PLATFORMS (xpu, xpu-pim, xpu-logicpim, xpu-nmp, hb-xpu, ours)",
+    "scheme": "the SD scheme the platform runs (PLATFORM_SCHEME)",
+    "phi_ar": "AR-mode tokens/s over the xPU's AR at the same batch (times)",
+    "phi_sd": "SD-mode tokens/s over the xPU's AR at the same batch (times)",
+    "best": "max(phi_ar, phi_sd)", "mode": "the faster mode: ar or sd",
+    "pj_token": "pJ a token in the best mode: HB and EXT access energy only, every EXT byte "
+                "at the LPDDR5 read figure",
+    "energy": "pJ a token in the best mode by component (ENERGY_PARTS): the whole energy",
+    "xpu_pj_token": "pJ a token of the xPU in AR, access energy only",
+    "xpu_energy": "pJ a token of the xPU in AR by component",
+}
+
+
 #: The paper's best-mode speedups of Elastic-SD over xPU averaged over Table 3's models and
 #: batches (Section 7.1): 3.4x at 4 GB, 7.0x at 8 GB.
 PAPER_BEST_MODE_MEAN = {"4gb": 3.4, "8gb": 7.0}
+
+
+#: What :func:`summary` (``table3 --json``'s and ``cross-validate --json``'s ``summary``,
+#: ``held_out``, ``in_sample``) holds, field by field.
+SUMMARY_UNITS = {
+    "cells": "Table 3 cells compared (Phi_AR and Phi_SD of each 4 GB row)",
+    "within_15": "cells whose ratio ours / paper is within 15% of 1",
+    "mean_abs_error": "mean |ours / paper - 1| over the cells",
+    "worst": "the cell of the largest |ratio - 1|: model, scheme, batch, figure, ratio",
+    "by_scheme": "mean |ratio - 1| of each scheme's cells",
+    "by_figure": "mean |ratio - 1| of the Phi_AR and of the Phi_SD cells",
+    "elastic_best_mode_mean": "Elastic-SD's best-mode speedup over the xPU, mean over the "
+                              "models and batches (times; paper: PAPER_BEST_MODE_MEAN)",
+}
 
 
 def summary(rows) -> dict:
@@ -2208,7 +2264,16 @@ def routing_exponents(traces, windows=(2, 4, 8, 16), batches=(2, 3, 4), *,
 FIG12_UNITS = {"hb": "GB (10^9 bytes; the table prints GiB)", "ext": "GB (10^9 bytes)",
                "draft_ms": "ms an iteration", "verify_ms": "ms an iteration",
                "verify_msb_ms": "ms an iteration", "verify_whole_ms": "ms an iteration",
-               "ms_token": "ms a token (all sequences)"}
+               "ms_token": "ms a token (all sequences)",
+               "alpha": "acceptance rate the SD step ran with",
+               "depth": "SD tree depth (draft levels)",
+               "width": "SD tree width (candidates a level)",
+               "verify": "tree nodes verified a sequence an iteration",
+               "verify_form": "what the verify step's expert cache holds: msb, whole or none",
+               "accept": "tokens a sequence an SD iteration yields (expected: the accepted "
+                         "prefix and the bonus token, accepted_tokens)",
+               "phi_sd": "SD-mode tokens/s over the xPU's AR at the same batch (times)",
+               "hb_size": "fig13: the HB capacity of the row (4gb or 8gb)"}
 
 
 def fig12(hb: str = "8gb", model: str = "qwen3-30b-a3b", batch: int = 16, *,

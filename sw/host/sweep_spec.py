@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import difflib
 import hashlib
 import itertools
 import json
@@ -71,7 +70,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...checks import is_int
+from ...checks import close_names, did_you_mean, is_int
 from ...config import ArchConfig, ConfigError, PEOptions, TileConfig, preset
 from ...errors import UserError
 from ...paths import read_utf8
@@ -465,7 +464,7 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     for key in raw:
         if key not in _TOP_KEYS:
             note(_unknown("section", key, _TOP_KEYS, raw))
-            meant.update(_close(key, _TOP_KEYS, raw))
+            meant.update(close_names(key, _TOP_KEYS, raw))
     sampling = raw.get("sampling", "grid")
     if sampling not in SAMPLINGS:
         note(f"sampling: expected one of {', '.join(SAMPLINGS)}, got {sampling!r}")
@@ -514,7 +513,7 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                 if k not in known:
                     given = [g for g, _ in items] + list(body)
                     note(f"{section}: {_unknown('field', k, known, given)}")
-                    meant.update(f"{section}.{c}" for c in _close(k, known, given))
+                    meant.update(f"{section}.{c}" for c in close_names(k, known, given))
                     continue
                 try:
                     out[k] = _axis(path, section, k, v, sampling)
@@ -556,7 +555,7 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     for key in tasks_raw:
         if key not in _TASK_KEYS:
             note(f"tasks: {_unknown('task', key, _TASK_KEYS, tasks_raw)}")
-            tasks_sound = tasks_sound and not set(_close(key, _TASK_KEYS, tasks_raw)) & set(TASKS)
+            tasks_sound = tasks_sound and not set(close_names(key, _TASK_KEYS, tasks_raw)) & set(TASKS)
     tasks = {}
     for key, default in _TASK_KEYS.items():
         v = tasks_raw.get(key, default)
@@ -589,38 +588,12 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
                      models=models)
 
 
-def _close(key, known, given=()) -> list:
-    """The names of ``known`` close to ``key`` (:func:`difflib.get_close_matches`, at most 3,
-    best first) that the section does not already give (``given``): what a misspelt key
-    likely meant. A dotted key (``tile.rowz``) is matched on its last part against the known
-    names of the same prefix only, so the shared prefix does not make every one look close."""
-    key = str(key)
-    given = {str(g) for g in given}
-    prefix, dot, last = key.rpartition(".")
-    pool = {}
-    for k in map(str, known):
-        k_prefix, k_dot, k_last = k.rpartition(".")
-        if k not in given and k_prefix == prefix and bool(k_dot) == bool(dot):
-            pool.setdefault(k_last, k)
-    # a name of 3 letters or fewer is close to too much at difflib's 0.6 ('warp' to 'ar'):
-    # such a name only for a key of about its length ('pez' to 'pes')
-    return [pool[m] for m in difflib.get_close_matches(last, list(pool), n=3)
-            if len(m) > 3 or abs(len(last) - len(m)) <= 1]
-
-
 def _unknown(what: str, key, known, given=()) -> str:
     """``unknown <what> 'key'`` with the closest names of ``known`` the section does not
-    already give when any is close (:func:`_close`: ``(did you mean 'pes'?)``) and every known
+    already give when any is close (:func:`~elmoe3d.checks.close_names`: ``(did you mean 'pes'?)``) and every known
     one: a spec's mistake."""
-    return f"unknown {what} {key!r}{_did_you_mean(key, known, given)}; known: " \
+    return f"unknown {what} {key!r}{did_you_mean(key, known, given)}; known: " \
         f"{', '.join(map(str, known))}"
-
-
-def _did_you_mean(key, known, given=()) -> str:
-    """`` (did you mean 'pes'?)`` with the names of ``known`` close to ``key`` (:func:`_close`),
-    or nothing when none is."""
-    close = _close(key, known, given)
-    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 #: Characters a spec's ``name`` may not hold: it names the folder ``out/sweep-<name>``, and
@@ -769,7 +742,7 @@ def _workload_problems(w) -> list:
     if w["model"] not in DECODER_SHAPES:
         out.append(_WorkloadError("model", f"expected one of {', '.join(DECODER_SHAPES)} or a "
                                   f"model of the spec's models: section, got {w['model']!r}"
-                                  f"{_did_you_mean(w['model'], DECODER_SHAPES)}"))
+                                  f"{did_you_mean(w['model'], DECODER_SHAPES)}"))
     z = w["zipf"]
     if z is not None and (not isinstance(z, (int, float)) or isinstance(z, bool)
                           or not 0 <= z <= ZIPF_MAX):
@@ -778,7 +751,7 @@ def _workload_problems(w) -> list:
     if w["scheme"] not in ("ar",) + SCHEMES:
         out.append(_WorkloadError("scheme", f"expected one of ar, {', '.join(SCHEMES)}, got "
                                   f"{w['scheme']!r}"
-                                  f"{_did_you_mean(w['scheme'], ('ar',) + SCHEMES)}"))
+                                  f"{did_you_mean(w['scheme'], ('ar',) + SCHEMES)}"))
     for k in ("batch", "depth", "width", "context"):
         v = w[k]
         if not is_int(v, numpy=False) or v < 1:
@@ -856,6 +829,9 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
             try:
                 workload = {**WORKLOAD_FIELDS, **wl}
                 workload["model"] = str(workload["model"]).strip().lower()   # as names are kept
+                for name in ("scheme", "verify"):           # AR is ar, All is all
+                    if isinstance(workload[name], str):
+                        workload[name] = workload[name].strip().lower()
                 if "verify" not in wl and ("depth" in wl or "width" in wl):
                     workload["verify"] = "all"          # TREE's verify size is for its own tree
                 base = spec.base or f"paper-{workload['hb']}"

@@ -67,8 +67,9 @@ def test_cache_check(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "gsm8k: Che (Zipf) - exact: mean |error|" in text and "humaneval:" in text
     doc = json.loads(out.read_text())
-    assert set(doc) == {"gsm8k", "humaneval", "routing_exponents",
+    assert set(doc) == {"figure", "gsm8k", "humaneval", "routing_exponents",
                         "routing_exponents_per_trace", "summary", "units"}
+    assert doc["figure"] == "cache-check"
     assert len(doc["gsm8k"]) == 12 and set(doc["units"]) >= set(doc["gsm8k"][0]) - {
         "batch", "slots_per_layer", "zipf"}
     g = doc["summary"]["gsm8k"]
@@ -106,6 +107,37 @@ def test_fig12_plot(tmp_path, capsys):
     assert cli.main(["paper", "fig12", "--hb", "4GB"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "alpha: the paper's 4 GB value at batch 16;" in text and "withheld" not in text
+
+
+@pytest.mark.parametrize("figure", ["table3", "fig12", "fig13", "fig14", "fig15"])
+def test_every_json_field_is_described(tmp_path, capsys, figure):
+    """Every ``--json`` document names its figure, and its ``units`` describe every field of its
+    rows (a new user found table3's ``whole_slots``, ``ar_form`` and ``*_pj_token``
+    explained nowhere, and ``units`` in four figures' documents only); table3's
+    ``summary_units`` every field of its summary. The model, scheme and batch of a row are
+    its key, not described."""
+    out = tmp_path / "f.json"
+    assert cli.main(["paper", figure, "--json", str(out)]) == 0
+    capsys.readouterr()
+    doc = json.loads(out.read_text())
+    assert doc["figure"] == figure
+    fields = {k for r in doc["rows"] for k in r} - {"model", "scheme", "batch"}
+    assert fields and fields <= set(doc["units"]), fields - set(doc["units"])
+    if figure == "table3":
+        assert set(doc["summary"]) == set(doc["summary_units"])
+
+
+def test_figure_names_and_tree_best_in_any_case(tmp_path, capsys):
+    """The figure and ``--tree best`` are taken in any case, as every option value of the
+    command is (a new user's ``paper Table3`` and ``--tree BEST`` were refused while ``--hb
+    4GB`` ran): the same JSON as the lower-case names'."""
+    docs = []
+    for figure, tree in (("table3", "best"), ("Table3", "BEST"), (" TABLE3 ", " Best")):
+        out = tmp_path / f"{len(docs)}.json"
+        assert cli.main(["paper", figure, "--tree", tree, "--json", str(out)]) == 0
+        capsys.readouterr()
+        docs.append(json.loads(out.read_text()))
+    assert docs[0]["figure"] == "table3" and docs[0] == docs[1] == docs[2]
 
 
 def test_plot_creates_the_folder_like_run(tmp_path, capsys):
@@ -343,9 +375,15 @@ def test_draft_pool_option(tmp_path, capsys):
     (["table3", "--hb", "16gb"], "--hb 16gb: expected one of 4gb, 8gb"),
     (["fig99"], "figure fig99: expected one of table3, fig12, fig13, fig14, fig15, fig16, "
                 "cache-check, cross-validate"),
+    (["tabel3"], "figure tabel3: expected one of table3, fig12, fig13, fig14, fig15, fig16, "
+                 "cache-check, cross-validate (did you mean 'table3'?)"),
+    (["table3", "--ar-cache", "hole"], "--ar-cache hole: expected one of best, msb, whole "
+                                       "(did you mean 'whole'?)"),
     (["fig12", "--alpha", "fitted"], "--alpha fitted: expected one of paper, model"),
     (["fig14", "--cache-form", "x"], "--cache-form x: expected one of token, step"),
-    (["table3", "--ar-cache", "lsb"], "--ar-cache lsb: expected one of best, msb, whole"),
+    (["table3", "--ar-cache", "lsb"], "--ar-cache lsb: expected one of best, msb, whole "
+                                      "(did you mean 'msb'?)"),
+    (["table3", "--hb", "16GB"], "--hb 16GB: expected one of 4gb, 8gb"),     # no guess of two
     (["fig15", "--link", "fast"], "--link fast: expected one of die, ideal"),
     (["fig15", "--dram-background", "off"],
      "--dram-background off: expected one of standby, power-down, self-refresh, none"),
@@ -486,6 +524,8 @@ def test_cross_validate(tmp_path, capsys):
     # before Quant-SD's experts went before its static 4-bit copy (83 of 128)
     assert doc["held_out"]["mean_abs_error"] == pytest.approx(0.1306, abs=0.0005)
     assert doc["in_sample"] == pe.summary(pe.table3("4gb"))
+    assert doc["figure"] == "cross-validate"
+    assert set(doc["held_out"]) == set(doc["summary_units"]) == set(doc["in_sample"])
     assert ("out of sample (each cell predicted by the fit without its batch): 86 of 128 "
             "cells within 15% of the paper, mean |ratio - 1| 0.131") in text
     assert "in sample (the shipped fit, every cell: `paper table3`): 102 of 128" in text

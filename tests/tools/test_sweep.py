@@ -1194,6 +1194,19 @@ def test_a_bad_spec_is_one_exact_line(tmp_path, capsys, text, expected):
         assert line == want
 
 
+def test_workload_names_in_any_case(tmp_path):
+    """A workload's scheme and verify are taken in any case, as its model and hb are (a new
+    user's ``scheme: [AR]`` was refused beside ``model: [Qwen3-30B-A3B]``): the same points."""
+    from elmoe3d.sw.host.sweep_spec import expand, load_spec
+    lower = _write(tmp_path, "workload:\n  model: [qwen3-30b-a3b]\n  batch: [1]\n"
+                             "  scheme: [ar, elastic]\n  verify: [all]\n  hb: [8gb]\n", "l.yaml")
+    upper = _write(tmp_path, "workload:\n  model: [Qwen3-30B-A3B]\n  batch: [1]\n"
+                             "  scheme: [AR, ' Elastic']\n  verify: [All]\n  hb: [8GB]\n",
+                   "u.yaml")
+    points = [[(p.id, p.workload) for p in expand(load_spec(f))] for f in (lower, upper)]
+    assert len(points[0]) == 2 and points[0] == points[1]
+
+
 def test_a_ranges_values_refused_alike_are_one_line(tmp_path, capsys):
     """Points whose field is drawn from a range and refused for one reason at different values
     are one mistake (six sampled HB bank sizes that are not a power-of-two number of rows gave
