@@ -41,8 +41,12 @@ def traces_hint() -> str:
     """Where the traces folder is taken from, for an error about a missing trace file:
     ``" (the traces folder: ...)"``."""
     env = os.environ.get("ELMOE3D_TRACES")
-    return (f" (the traces folder: $ELMOE3D_TRACES = {env})" if env else
-            " (the traces folder: ../shared/traces beside the checkout, or $ELMOE3D_TRACES)")
+    if not env:
+        return " (the traces folder: ../shared/traces beside the checkout, or $ELMOE3D_TRACES)"
+    # $ELMOE3D_TRACES naming a file (its README) or nothing: said, not left to the file's path
+    what = ("" if Path(env).is_dir() else ", a file, not a folder" if Path(env).exists()
+            else ", which does not exist")
+    return f" (the traces folder: $ELMOE3D_TRACES = {env}{what})"
 
 
 def routing_path(name: str = "gsm8k") -> Path:

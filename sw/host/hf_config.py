@@ -91,17 +91,24 @@ _LOADED: set = set()
 
 
 def read_config(source, *, file="config.json", kind="model config") -> tuple:
-    """``(config dict, label)`` of ``source``: a path to a ``config.json`` (label: the path)
-    or a dict (label ``"config"``); ``file`` and ``kind`` name what the file should be in the
-    messages (e.g. ``"sentence_bert_config.json"``, ``"sentence-transformers config"``).
-    Raises :class:`UserError` naming the file when it cannot be read, is not UTF-8 JSON text
-    or is not a JSON object, and naming ``source`` when it is neither a path nor a dict."""
+    """``(config dict, label)`` of ``source``: a path to a ``config.json``, or to the folder
+    holding one (a checkpoint's folder; label: the file's path), or a dict (label
+    ``"config"``); ``file`` and ``kind`` name what the file should be in the messages (e.g.
+    ``"sentence_bert_config.json"``, ``"sentence-transformers config"``). Raises
+    :class:`UserError` naming the file when it cannot be read, is not UTF-8 JSON text or is
+    not a JSON object, naming a folder without ``file``, and naming ``source`` when it is
+    neither a path nor a dict."""
     if isinstance(source, dict):
         return source, "config"
     if not isinstance(source, (str, os.PathLike)):
         raise UserError(f"source: expected the path of a {file} or its dict, got "
                         f"{type(source).__name__}")
     path = Path(source)
+    if path.is_dir():
+        if not (path / file).is_file():
+            raise UserError(f"{path}: a folder without a {file} (expected the {kind} or the "
+                            f"folder that holds it)")
+        path = path / file
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -383,6 +384,28 @@ def test_glm_flash_layer_kinds_must_agree(tmp_path):
     glm["mlp_layer_types"] = ["sparse", "dense"] + ["sparse"] * 45
     with pytest.raises(UserError, match="mlp_layer_types: only a leading run of dense layers"):
         model_from_config(glm, name="g")
+
+
+def test_a_checkpoint_folder_reads_its_config_json(tmp_path):
+    """A folder holding a ``config.json`` (a checkpoint's, as a new user gave a sweep's
+    ``models:``) is read as that file, named after the folder; a folder without one is one
+    error naming it (it was "cannot read the model config (Is a directory)")."""
+    shipped = Path(__file__).resolve().parents[2] / "examples" / "models" / \
+        "qwen3-235b-a22b.json"
+    cfg = json.loads(shipped.read_text())
+    cfg.pop("_name_or_path", None)
+    folder = tmp_path / "My-MoE"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    preset, shape = model_from_config(folder)
+    assert preset.name == "my-moe"
+    assert (preset, shape) == model_from_config(folder / "config.json")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UserError) as exc:
+        model_from_config(empty)
+    assert str(exc.value) == (f"{empty}: a folder without a config.json (expected the model "
+                              f"config or the folder that holds it)")
 
 
 def test_unreadable_and_clashing_configs(tmp_path):

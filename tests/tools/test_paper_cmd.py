@@ -640,6 +640,17 @@ def test_cache_check_names_a_missing_trace_and_the_traces_folder(capsys, monkeyp
         f"elmoe3d paper: error: cache-check: the real trace {traces / 'gsm8k_2_routing.jsonl'} "
         f"is a folder, not a file (the traces folder: $ELMOE3D_TRACES = {traces})")
     assert not out.exists()
+    # $ELMOE3D_TRACES naming a file (the traces' README) or nothing: said so (a new user's
+    # "README.md/gsm8k_2_routing.jsonl is missing" did not)
+    readme = tmp_path / "README.md"
+    readme.write_text("traces\n")
+    for env, what in ((readme, "a file, not a folder"), (tmp_path / "nowhere",
+                                                          "which does not exist")):
+        monkeypatch.setenv("ELMOE3D_TRACES", str(env))
+        assert cli.main(["paper", "cache-check", "--json", str(out)]) == 2
+        assert capsys.readouterr().err.strip().endswith(
+            f"is missing (the traces folder: $ELMOE3D_TRACES = {env}, {what})")
+        assert not out.exists()
     monkeypatch.delenv("ELMOE3D_TRACES")
     from elmoe3d.sw.host.corpus import traces_hint
     assert traces_hint() == (" (the traces folder: ../shared/traces beside the checkout, or "
@@ -746,3 +757,24 @@ def test_fig15_plot_marks_the_xpu_ar_baseline_of_its_mean(tmp_path, monkeypatch)
     assert len(marks) == 4 * len(pe.TABLE3_BATCHES)
     assert [label for _, label in marks].count("xPU in AR (the mean's baseline)") == 4
     assert mean(y for y, _ in marks) == pytest.approx(doc["summary"]["over_xpu"], rel=1e-12)
+
+
+def test_docs_usage_lines_name_every_option_of_their_figure():
+    """docs/paper.md's usage line of each figure (``elmoe3d paper FIGURE [...]``) names exactly
+    the options :data:`~elmoe3d.cli.paper.APPLIES` gives the figure, with ``--json`` (a new
+    user found table3's line without ``--draft-pool``, fig12's without ``--link``,
+    ``--placement`` and ``--draft-pool``, fig14's without three)."""
+    import re
+    from pathlib import Path
+
+    from elmoe3d.cli.paper import APPLIES, FIGURES
+    text = (Path(__file__).resolve().parents[2] / "docs" / "paper.md").read_text()
+    seen = set()
+    for m in re.finditer(r"`elmoe3d paper ([a-z0-9-]+) ((?:\[(?:[^][]|\[[^]]*\])*\]\s*)+)`",
+                         text):
+        figure, usage = m.group(1), m.group(2)
+        named = set(re.findall(r"\[--([a-z-]+)", usage))
+        applies = {o.replace("_", "-") for o, figs in APPLIES.items() if figure in figs}
+        assert named == applies | {"json"}, (figure, named ^ (applies | {"json"}))
+        seen.add(figure)
+    assert seen == set(FIGURES), set(FIGURES) - seen
