@@ -36,7 +36,10 @@ def test_shipped_calibration_equals_group_cycles(hidden, inter, bits, rows, feed
         got = cc.program_root_cycles(PAPER, hidden, inter, bits, r, link_rate=cal.link_rate)
         assert cal.cycles(r) == got
         assert cal.macs_per_cycle(r) == pytest.approx(3 * hidden * inter * r / (4 * got))
-        assert cal.utilisation(r) == pytest.approx(cal.macs_per_cycle(r) / cal.peak)
+        # the fraction of the PE's peak MACs a cycle: at W4A8 16,384, at W8A8 8,192 (Table 1's
+        # 16x32x32 PE), not the calibration's own peak figure
+        assert cal.utilisation(r) == pytest.approx(
+            3 * hidden * inter * r / (4 * got) / {4: 16384, 8: 8192}[bits])
 
 
 def test_table_covers_every_paper_model_shape_exactly():
@@ -65,6 +68,7 @@ def test_not_a_constant():
     assert len({a.utilisation(16), b.utilisation(16), f.utilisation(16)}) == 3
     assert a.cycles(15) < a.cycles(15.5) < a.cycles(16)
     assert a.cycles(16) < a.cycles(16.5) < a.cycles(17)
+    assert a.cycles(16.5) == pytest.approx((a.cycles(16) + a.cycles(17)) / 2)
 
 
 def test_a_shape_outside_the_table_is_computed_with_the_cycle_model(monkeypatch, tmp_path,

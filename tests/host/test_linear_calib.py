@@ -45,6 +45,18 @@ def test_cycles_equal_the_cycle_model(k, bits, n, rows):
     assert c.cycles(n, rows) == lc.linear_cycles(PAPER, k, math.ceil(n), bits, rows)
 
 
+def test_fractional_rows_lie_linearly_between_their_neighbours():
+    """``cycles`` at fractional rows is linear between the integer neighbours, as its
+    docstring says (a test audit's mutation rounded 16.5 rows up to 17's cycles unseen: no
+    test gave a fraction); fewer than 1 row count as 1."""
+    c = lc.linear_calibration(PAPER, 2048, 8)
+    lo, hi = c.cycles(256, 16), c.cycles(256, 17)
+    assert lo < hi                          # a 17th row is a second token tile
+    assert c.cycles(256, 16.5) == pytest.approx((lo + hi) / 2)
+    assert c.cycles(256, 16.25) == pytest.approx(lo + (hi - lo) / 4)
+    assert c.cycles(256, 0.5) == c.cycles(256, 1)
+
+
 @pytest.mark.parametrize("arch,k,bits", [("mid", 96, 4), ("mid", 1056, 8), ("small", 64, 8)])
 def test_partial_chunks_equal_the_cycle_model_on_other_pes(arch, k, bits):
     """Where an OUT chunk holds several OUTPUT steps (mid: 3, small: 44; the paper PE's holds

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import re
 import shutil
@@ -636,6 +637,23 @@ def test_sampling_is_seeded_and_latin_hypercube_strata_are_each_hit_once():
     assert [p.config for p in other] != [p.config for p in pts]
     rnd = expand(parse_spec({**raw, "sampling": "random"}, path="t.yaml"))
     assert 1 <= len(rnd) <= 8 and all(0.5 <= p.config["clock_ghz"] <= 1.5 for p in rnd)
+    # a log range: one sample in each stratum of log2(clock), every one within the range (a
+    # test audit's mutation, base-10 powers of a natural log, drew 0.2-4.9 GHz unseen)
+    log = {**raw, "config": {"clock_ghz": {"min": 0.5, "max": 2.0, "log": True}}}
+    clocks = sorted(p.config["clock_ghz"] for p in expand(parse_spec(log, path="t.yaml")))
+    assert all(0.5 <= c <= 2.0 for c in clocks) and len(clocks) == 8
+    assert [int((math.log2(c) + 1) / 2 * 8) for c in clocks] == list(range(8))
+
+
+def test_an_integer_range_rounds_to_the_nearest():
+    """An integer range's sample is the nearest integer of its point in the range (1.75 is 2,
+    1.25 is 1; truncating, a test audit's mutation, drew the lower bound three times in
+    four), within the bounds, and a log integer range likewise (2 ** 1.5 = 2.83 is 3)."""
+    from elmoe3d.sw.host.sweep_spec import _sample
+    lin = {"min": 1, "max": 2, "log": False, "int": True}
+    assert [_sample(lin, u) for u in (0.0, 0.25, 0.49, 0.51, 0.75, 1.0)] == [1, 1, 1, 2, 2, 2]
+    log = {"min": 1, "max": 8, "log": True, "int": True}
+    assert [_sample(log, u) for u in (0.0, 0.5, 1.0)] == [1, 3, 8]
 
 
 def test_constraints_filter_and_tasks_mark_points():
@@ -1781,6 +1799,11 @@ def test_pareto_front():
     xs = [1.0, 2.0, 2.0, 3.0, 4.0]
     ys = [1.0, 3.0, 2.0, 2.5, 5.0]
     assert pareto_front(xs, ys) == [0, 1, 4]
+    # a tie in benefit: the costlier point is dominated (a test audit's >= for > kept it), and
+    # of two equal points one is on the front
+    assert pareto_front([1.0, 2.0], [3.0, 3.0]) == [0]
+    assert pareto_front([2.0, 1.0, 3.0], [3.0, 3.0, 4.0]) == [1, 2]
+    assert pareto_front([1.0, 1.0], [2.0, 2.0]) == [0]
 
 
 def test_pareto_plots_per_model(tmp_path):
