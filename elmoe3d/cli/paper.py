@@ -334,7 +334,9 @@ def run(args) -> int:
                       f"{w['figure']}: ratio {w['ratio']:.2f}")
     if args.json:
         write_json(args.json, {**_options_doc(args, "table3"), "zipf": zipf,
-                               "units": pe.TABLE3_UNITS, "summary_units": pe.SUMMARY_UNITS,
+                               "units": pe.TABLE3_UNITS,
+                               "summary_units": {k: v for k, v in pe.SUMMARY_UNITS.items()
+                                                 if k in summ},       # 8 GB: no paper cells
                                "rows": rows, "summary": summ})
     return 0
 

@@ -379,7 +379,7 @@ def execute(args, *, progress_factory=None) -> dict:
 
     backend = _choice("--backend", args.backend, BACKENDS)
     schedule = _choice("--schedule", args.schedule, SCHEDULES)
-    _choice("--config", args.config, CONFIGS)
+    args.config = _choice("--config", args.config, CONFIGS)
     from ..sim.traffic import BENCH_TRAFFIC
     # options of one backend or schedule only are refused elsewhere, not dropped
     if args.traffic is not None and backend != "rtl":

@@ -231,7 +231,7 @@ def default_name(source) -> str | None:
         return raw.strip("/").rsplit("/", 1)[-1].lower()
     if where == "config":
         return None
-    p = Path(where)
+    p = Path(os.path.abspath(where))           # '.' or '..' given as the folder: its name
     if p.name != "config.json" or not p.parent.name:
         return p.stem.lower()
     if p.parent.parent.name == "snapshots" and p.parents[2].name.startswith("models--"):

@@ -851,7 +851,8 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                 mistakes += [f"{exc.field}: {exc}" for exc in _workload_problems(workload)]
                 if mistakes:
                     for m in mistakes:
-                        _note(problems, UserError(f"{where}: {m}"), where, point=True)
+                        _note(problems, UserError(f"{where}: {m}"), where, point=True,
+                              ranged=_ranged_values(spec, cfg))
                     continue
                 fields.update(cfg)
                 fields.update(workload)
@@ -941,8 +942,7 @@ def expand(spec: SweepSpec, counts: dict | None = None) -> list:
                                     workload=workload, tasks=tasks, seed=spec.seed,
                                     figures=figures))
             except UserError as exc:             # named; the other points checked too
-                _note(problems, exc, where, point=True,
-                      ranged=any("min" in spec.config.get(f, {}) for f in cfg))
+                _note(problems, exc, where, point=True, ranged=_ranged_values(spec, cfg))
     if problems:
         raise UserError(_problems_text(problems))
     if not points and counts["no_task"]:
@@ -969,23 +969,34 @@ MAX_MISTAKES = 10
 
 
 def _note(problems: dict, exc: UserError, where: str, *, point: bool = False,
-          ranged: bool = False):
+          ranged: tuple = ()):
     """Record a mistake under its message without the point (one line a mistake, however
     many points, or places of the spec, share it): ``{message: [first line, count, point,
     other values]}``; ``point``: a point's mistake, else one of the spec itself; ``ranged``:
-    the point has a field drawn from a range, whose values are arbitrary, so its mistake is
-    keyed with every number in it left out (six sampled HB capacities that are not a
-    power-of-two number of rows are one mistake, not six lines differing in a number)."""
+    the point's values drawn from a range (:func:`_ranged_values`), which are arbitrary, so
+    the mistake is keyed with them left out (six sampled HB capacities that are not a
+    power-of-two number of rows are one mistake, not six lines differing in a number); a
+    listed value, or a number of the spec's own text, stays in the key."""
     text = str(exc)
     key = text[len(where):] if text.startswith(where) else text
     exact = key
-    if ranged:
-        key = re.sub(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", "#", key)
+    for v in sorted({str(v) for v in ranged}, key=len, reverse=True):
+        key = re.sub(rf"(?<![\w.]){re.escape(v)}(?![\w.])", "#", key)
     if key in problems:
         problems[key][1] += 1
         problems[key][3] |= problems[key][4] != exact
     else:
         problems[key] = [text, 1, point, False, exact]
+
+
+def _ranged_values(spec, cfg) -> tuple:
+    """The values of the point ``cfg`` whose fields ``spec`` draws from a range."""
+    return tuple(cfg[f] for f in _ranged_fields(spec, cfg))
+
+
+def _ranged_fields(spec, cfg) -> list:
+    """The fields of the point ``cfg`` that ``spec`` draws from a range (``{min:, max:}``)."""
+    return [f for f in cfg if "min" in spec.config.get(f, {})]
 
 
 def _problems_text(problems: dict) -> str:
@@ -1012,7 +1023,7 @@ def _range_hint(spec, cfg) -> str:
     range draws any value in it, and some fields take only some (the HB capacity a
     power-of-two number of rows, a tile shape that divides the width); ``""`` when no field of
     the point is a range."""
-    ranged = [f for f in cfg if "min" in spec.config.get(f, {})]
+    ranged = _ranged_fields(spec, cfg)
     if not ranged:
         return ""
     return (f" ({', '.join(ranged)} drawn from a range, which takes any value in it: give "

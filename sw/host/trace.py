@@ -831,7 +831,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         meta line and the arguments.
     num_experts, top_k : int, optional
         When neither these, ``model`` nor the meta line give them, they are inferred from the
-        data (a counted note): ``num_experts`` = largest id + 1, ``top_k`` = first row's k.
+        data (a counted note): ``num_experts`` = largest id + 1, ``top_k`` = the expert count
+        of most lines that reach its check (refused when no count has a majority).
     renormalise : {"keep", "topk", "model"}
         ``"keep"``: weights as stored (rows not summing to 1 are counted,
         ``weights_renormalised`` is False). ``"topk"``: divide each row's weights by their sum.
@@ -1105,9 +1106,17 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
     if k is None and lengths:
         k, most = lengths.most_common(1)[0]
         if 2 * most <= voters:
+            if on_error == "raise":             # the file's first mistake, not the vote's
+                for lineno, _, _, problem in checked:
+                    if problem not in (None, "warmup", "padding"):
+                        bad(lineno, *problem)
             counts = ", ".join(f"{n} line(s) of {c}" for c, n in sorted(lengths.items()))
+            left = len(checked) - voters
             raise TraceError(f"{path}: top_k not given and no expert count is most lines' "
-                             f"({counts}); give the model (model=, --model) or top_k")
+                             f"({counts}"
+                             + (f"; {left} malformed, warm-up or padding line(s) not counted"
+                                if left else "")
+                             + "); give the model (model=, --model) or top_k")
         rep.notes.append(f"top_k not given: {k}, the expert count of {most} of {voters} lines")
     most_k = k is not None and 2 * lengths.get(k, 0) > voters
     for lineno, obj, vals, problem in checked:

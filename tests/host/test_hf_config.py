@@ -386,7 +386,7 @@ def test_glm_flash_layer_kinds_must_agree(tmp_path):
         model_from_config(glm, name="g")
 
 
-def test_a_checkpoint_folder_reads_its_config_json(tmp_path):
+def test_a_checkpoint_folder_reads_its_config_json(tmp_path, monkeypatch):
     """A folder holding a ``config.json`` (a checkpoint's, as a new user gave a sweep's
     ``models:``) is read as that file, named after the folder; a folder without one is one
     error naming it (it was "cannot read the model config (Is a directory)")."""
@@ -399,6 +399,14 @@ def test_a_checkpoint_folder_reads_its_config_json(tmp_path):
     (folder / "config.json").write_text(json.dumps(cfg))
     preset, shape = model_from_config(folder)
     assert preset.name == "my-moe"
+    # the folder given as '.' or '..' is named too (a review's: 'config' and a refusal)
+    sub = folder / "sub"
+    sub.mkdir()
+    with monkeypatch.context() as m:
+        m.chdir(folder)
+        assert default_name(".") == "my-moe"
+        m.chdir(sub)
+        assert model_from_config("..")[0].name == "my-moe"
     assert (preset, shape) == model_from_config(folder / "config.json")
     empty = tmp_path / "empty"
     empty.mkdir()

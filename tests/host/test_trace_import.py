@@ -114,6 +114,17 @@ def test_top_k_not_given_is_most_valid_lines(tmp_path):
             with pytest.raises(TraceError, match=r"top_k not given and no expert count is most "
                                                  r"lines' \(2 line\(s\) of 2, "):
                 import_vllm_jsonl(path, num_experts=8, on_error=on_error)
+    # a malformed line that no longer votes leaves a tie: raise names the file's first
+    # mistake (line 1, not the vote), warn the tie with the lines left out (a review's)
+    lines = [row(t=0, ids=(0, 1), w=("a", "b")), row(t=1, ids=(2,), w=(1.0,)),
+             row(t=2, ids=(0, 1))]
+    path = write(tmp_path, lines, "tie2.jsonl")
+    with pytest.raises(TraceError, match=r"tie2\.jsonl:1: gate weights must be a list of "
+                                         r"numbers"):
+        import_vllm_jsonl(path, num_experts=8)
+    with pytest.raises(TraceError, match=r"\(1 line\(s\) of 1, 1 line\(s\) of 2; 1 malformed, "
+                                         r"warm-up or padding line\(s\) not counted\)"):
+        import_vllm_jsonl(path, num_experts=8, on_error="warn")
     # a stray line first: most lines decide, and the stray one is flagged as such
     lines = [row(t=0, ids=(1, 2, 3), w=(0.5, 0.3, 0.2))] + [row(t=i, ids=(0, 1))
                                                             for i in range(1, 4)]

@@ -125,6 +125,10 @@ def test_every_json_field_is_described(tmp_path, capsys, figure):
     assert fields and fields <= set(doc["units"]), fields - set(doc["units"])
     if figure == "table3":
         assert set(doc["summary"]) == set(doc["summary_units"])
+        assert cli.main(["paper", figure, "--hb", "8gb", "--json", str(out)]) == 0
+        capsys.readouterr()
+        doc = json.loads(out.read_text())
+        assert set(doc["summary"]) == set(doc["summary_units"]) == {"elastic_best_mode_mean"}
 
 
 def test_figure_names_and_tree_best_in_any_case(tmp_path, capsys):

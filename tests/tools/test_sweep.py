@@ -1246,6 +1246,23 @@ def test_a_ranges_values_refused_alike_are_one_line(tmp_path, capsys):
     assert cli.main(["sweep", str(listed), "--check"]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2 and "more point" not in "".join(lines), lines
+    # beside a range, listed values still keep a line each (a review: every number of a
+    # ranged point's message was left out of its key, so pes 10 and 14 were one line), and
+    # so do the numbers of the spec's own text; a float drawn for an integer field likewise
+    # is one mistake
+    mixed = _write(tmp_path, "sampling: random\nsamples: 6\nconfig:\n  clock_ghz: {min: 0.9, "
+                             "max: 1.1}\n  pes: [10, 14]\nworkload:\n  model: [qwen3-30b-a3b]\n",
+                   "mixed.yaml")
+    assert cli.main(["sweep", str(mixed), "--check"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert sorted(ln.split("): pes: ")[1][:2] for ln in lines) == ["10", "14"], lines
+    floats = _write(tmp_path, "sampling: random\nsamples: 6\nbase: paper-4gb\nconfig:\n"
+                              "  hb_bank_bytes: {min: 134217728.0, max: 536870912.0}\n"
+                              "workload:\n  model: [qwen3-30b-a3b]\n", "floats.yaml")
+    assert cli.main(["sweep", str(floats), "--check"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "hb_bank_bytes: expected an integer, got " in lines[0] and \
+        lines[0].endswith("(and 5 more points, other values of the range)"), lines
 
 
 def test_every_distinct_mistake_is_a_line(tmp_path, capsys):
