@@ -273,6 +273,15 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
                             f"mixtral-8x7b")
         note = rep.counts_line()
     p = model_preset(name)
+    moe = tuple(p.moe_layer_ids)
+    if _kind(path) == "npz" and tuple(tr.layer_ids) != moe and set(tr.layer_ids) < set(moe):
+        # a trace of some of the model's MoE layers (trace_from_router_logits with layer_ids,
+        # capture_hf on a cut model): the others are absent, as a log's unlogged layers are
+        import dataclasses
+        from ..sw.host.trace import _span_text
+        part = f"layers {_span_text(tr.layer_ids)} of {p.name}'s {len(moe)} MoE layers"
+        tr = dataclasses.replace(tr, layer_ids=moe, notes=tuple(tr.notes) + (part,))
+        note += f"; {part}"
     from ..sw.host.compiler import check_model_trace
     check_model_trace(tr, p, source=None if model is not None else
                       f"{path.name}'s " + ("model field" if _kind(path) == "npz" else
@@ -301,7 +310,10 @@ def check_layer_coverage(trace, model, layers, asked) -> list:
     if not absent:
         return []
     logged = sorted(have & set(model.moe_layer_ids))
-    hint = (f"pass --layers {','.join(str(x) for x in logged)} to run the logged layer(s) only"
+    consecutive = len(logged) > 2 and logged == list(range(logged[0], logged[-1] + 1))
+    layers_arg = (f"{logged[0]}:{logged[-1] + 1}" if consecutive else     # 0:16, not 0,1,...
+                  ",".join(str(x) for x in logged))
+    hint = (f"pass --layers {layers_arg} to run the logged layer(s) only"
             if logged else "the trace has no MoE layer of the model")
     if asked:
         raise UserError(f"--layers: layer(s) {_span_text(absent)} have no record in the trace; "
@@ -446,6 +458,9 @@ def execute(args, *, progress_factory=None) -> dict:
     _check_ffn(real_model)
     layers = host.parse_layers(args.layers, real_model)
     available = trace.token_count()
+    # the design decodes: a log's prefill (and logged draft) rows are read, counted, not run
+    from ..sw.host.trace import PHASES
+    not_run = {ph: int(trace.phase_mask(ph).sum()) for ph in PHASES if ph != "decode"}
     trace = host.limit_tokens(trace, args.tokens)
     if not trace.phase_mask("decode").any():
         raise UserError(f"--trace {args.trace}: no decode tokens ({note})")
@@ -481,6 +496,11 @@ def execute(args, *, progress_factory=None) -> dict:
         doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
             f"--batch {args.batch} but the trace has {n_req} request(s): {n_req} run in "
             f"lockstep")
+    if any(not_run.values()):
+        doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+            " and ".join(f"{n} {ph} row(s)" for ph, n in not_run.items() if n)
+            + " of the trace not run: the run decodes its decode tokens (prefill is not "
+              "modelled)")
     if args.tokens is not None and args.tokens > available:
         doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
             f"--tokens {args.tokens} but the trace has {available} decode tokens: all "

@@ -48,6 +48,28 @@ def test_perf_run_writes_json_csv_plots(tmp_path, capsys):
     assert "tokens simulated per second" in out and "depth 4" in out
 
 
+def test_prefill_rows_not_run_get_a_note(tmp_path, capsys):
+    """A log's prefill rows are imported and counted but not run (the design decodes): the run
+    says so, in its output and its JSON (a new user's 480 prefill rows left out unsaid)."""
+    lines = []
+    for req in range(2):
+        lines += [{"request_id": req, "layer": lay, "token_pos": t, "phase": "prefill",
+                   "expert_ids": [t % 8, (t + 1) % 8], "gate_weights": [0.6, 0.4]}
+                  for lay in range(32) for t in range(6)]
+        lines += [{"request_id": req, "layer": lay, "token_pos": t, "phase": "decode",
+                   "expert_ids": [(t + lay) % 8, (t + lay + 3) % 8], "gate_weights": [0.7, 0.3]}
+                  for t in range(6, 10) for lay in range(32)]
+    log = tmp_path / "pf.jsonl"
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "r.json"
+    assert main(["run", "--trace", str(log), "--model", "mixtral-8x7b", "--config",
+                 "paper-8gb", "--json", str(out)]) == 0
+    said = "384 prefill row(s) of the trace not run: the run decodes its decode tokens"
+    assert said in " ".join(capsys.readouterr().out.split())
+    doc = json.loads(out.read_text())
+    assert said in doc["note"] and doc["tokens"] == 8
+
+
 def test_golden_run_bit_exact(capsys):
     code, out, err = _run(capsys, *BASE, "--config", "small", "--backend", "golden",
                           "--tokens", "5", "--layers", "7:9", "--schedule", "replay")
@@ -88,6 +110,28 @@ def test_named_trace_takes_its_model(tmp_path, capsys):
     code, _, err = _run(capsys, "run", "--trace", str(routing_path("gsm8k")),
                         "--config", "paper-8gb", "--tokens", "6")
     assert code == 2 and "--model: required with gsm8k_2_routing.jsonl" in err
+
+
+def test_an_npz_trace_of_some_layers_runs_them(tmp_path, capsys):
+    """A trace the library writes of some of a model's MoE layers (``trace_from_router_logits``
+    with ``layer_ids``, as ``capture_hf`` on a cut model) runs with ``--layers`` as a log of
+    those layers does (a new user's was refused even with ``--model``), the others absent;
+    without ``--layers`` the advice names the logged span as A:B."""
+    import numpy as np
+    from elmoe3d.sw.host.trace import trace_from_router_logits
+    logits = np.random.default_rng(3).normal(size=(4, 5, 8))
+    tr = trace_from_router_logits(logits, "mixtral-8x7b", request=np.zeros(5, int),
+                                  position=np.arange(5), layer_ids=[0, 1, 2, 3], phase="decode")
+    path = tr.save(tmp_path / "fl4.npz")
+    out = tmp_path / "r.json"
+    code, text, err = _run(capsys, "run", "--trace", str(path), "--config", "paper-8gb",
+                           "--layers", "0:4", "--json", str(out))
+    assert code == 0, err
+    assert "layers 0..3 of mixtral-8x7b's 32 MoE layers" in text
+    doc = json.loads(out.read_text())
+    assert doc["layers"] == [0, 1, 2, 3] and doc["tokens"] == 5
+    code, _, err = _run(capsys, "run", "--trace", str(path), "--config", "paper-8gb")
+    assert code == 2 and "pass --layers 0:4 to run the logged layer(s) only" in err
 
 
 def test_npz_trace_and_model_from_it(tmp_path, capsys):
