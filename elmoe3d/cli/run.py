@@ -265,6 +265,15 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
                             MODEL_LINE_KINDS else "") +
                 ("; --on-error warn skips malformed lines (counted and listed)"
                  if exc.kind is not None and exc.stray else "")) from None
+        c = rep.counts()
+        if c["malformed"] > c["kept"]:
+            # --on-error warn skips stray lines; most lines malformed is another format (raw
+            # logits as weights, another model's ids), not strays: refused, the first named
+            line, kind, msg = next((i for i in rep.issues if i[1] != "duplicate"),
+                                   rep.issues[0])
+            raise UserError(f"{path}: {c['malformed']} of {c['records']} records malformed "
+                            f"(kept {c['kept']}): --on-error warn skips stray lines, not most "
+                            f"of a log; the first, line {line} [{kind}]: {msg}")
         name = model or tr.model
         if name is None or model is None and any(n.startswith("meta model") for n in rep.notes):
             why = ("its meta line names no known preset" if rep.meta else

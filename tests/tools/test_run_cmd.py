@@ -134,6 +134,32 @@ def test_an_npz_trace_of_some_layers_runs_them(tmp_path, capsys):
     assert code == 2 and "pass --layers 0:4 to run the logged layer(s) only" in err
 
 
+def test_warn_refuses_a_log_mostly_malformed(tmp_path, capsys):
+    """``--on-error warn`` skips stray lines; a log most of whose lines are malformed (raw
+    router logits logged as gate weights) is refused naming the count and the first line,
+    where it ran on the few lines left (a new user followed the absent-layers advice into a
+    run on 3.5% of the log); a few malformed lines are still skipped."""
+    def log(name, bad):
+        lines = [{"request_id": 0, "layer": lay, "token_pos": t,
+                  "expert_ids": [lay % 8, (lay + 1) % 8],
+                  "gate_weights": [3.2, -1.1] if bad(t * 32 + lay) else [0.7, 0.3]}
+                 for t in range(4) for lay in range(32)]
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        return path
+    code, _, err = _run(capsys, "run", "--trace", str(log("most.jsonl", lambda i: i % 29)),
+                        "--model", "mixtral-8x7b", "--config", "paper-8gb", "--on-error", "warn")
+    assert code == 2 and err.strip().splitlines() == [
+        f"elmoe3d run: error: {tmp_path / 'most.jsonl'}: 123 of 128 records malformed (kept "
+        f"5): --on-error warn skips stray lines, not most of a log; the first, line 2 "
+        f"[negative-weight]: negative gate weight -1.1 (raw router logits used as weights?)"]
+    code, out, err = _run(capsys, "run", "--trace",
+                          str(log("few.jsonl", lambda i: i % 29 == 1)), "--model",
+                          "mixtral-8x7b", "--config", "paper-8gb", "--on-error", "warn")
+    assert code == 0, err
+    assert "128 records read, 123 kept" in " ".join(out.split())
+
+
 def test_npz_trace_and_model_from_it(tmp_path, capsys):
     from elmoe3d.sw.host.trace import import_vllm_jsonl
     tr, _ = import_vllm_jsonl(routing_path("gsm8k"), model="mixtral-8x7b")
