@@ -610,6 +610,11 @@ class ImportReport:
     router_mismatch : int
         Rows whose weights, as logged, disagree with the model's router about renormalisation
         (:func:`~elmoe3d.sw.host.routelog.router_norm_mismatch`; the message is in ``notes``).
+    scores_disagree : int
+        Rows with full router scores (``scores`` or ``router_logits``) whose expert ids are
+        not the top-k of those scores (kept and noted, with the first line: a group-limited
+        or biased router, DeepSeek-V3's, may route so; a log's ids and logits out of step
+        would too, and Elastic-SD ranks experts by the scores).
     sorted_rows : int
         Rows whose (ids, weights) were reordered best first.
     phase_rows : Counter
@@ -650,6 +655,7 @@ class ImportReport:
     renormalised_rows: int = 0
     unnormalised_rows: int = 0
     router_mismatch: int = 0
+    scores_disagree: int = 0
     sorted_rows: int = 0
     phase_rows: Counter = field(default_factory=Counter)
     reconstructed: dict = field(default_factory=dict)
@@ -675,7 +681,7 @@ class ImportReport:
         and repaired rows, gaps, unknown fields and file-level notes."""
         return (sum(self.malformed.values()) + self.missing_records + self.dropped_warmup
                 + self.dropped_padding + self.renormalised_rows + self.unnormalised_rows
-                + self.sorted_rows + self.position_gaps + sum(self.unknown_fields.values())
+                + self.scores_disagree + self.sorted_rows + self.position_gaps + sum(self.unknown_fields.values())
                 + len(self.notes))
 
     def counts(self) -> dict:
@@ -1198,9 +1204,27 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                                       f"here but {'given' if any_scores else 'not'} on the "
                                       f"first row (line {first_line}): all rows or none")
             continue
+        if sc is not None and len(ids) < len(sc):
+            # the logged experts should score at least as high as every other (ties allowed)
+            chosen = np.zeros(len(sc), bool)
+            inside = max(ids) < len(sc)
+            if inside:
+                chosen[np.asarray(ids)] = True
+            if not inside or sc[chosen].min() < sc[~chosen].max():
+                if not rep.scores_disagree:
+                    top = np.argsort(-sc, kind="stable")[:len(ids)].tolist()
+                    rep.notes.append(f"line {lineno}: expert ids {list(ids)} are not the "
+                                     f"top-{len(ids)} of the line's router scores ({top}); "
+                                     f"counted in scores_disagree")
+                rep.scores_disagree += 1
         rows.append((lineno, req, vals["position"], vals["layer"], ph, np.asarray(ids), wa,
                      sc))
 
+    if rep.scores_disagree > 1:
+        rep.notes.append(f"{rep.scores_disagree} rows' expert ids are not the top-k of their "
+                         f"router scores (a grouped or biased router routes so; ids and "
+                         f"scores out of step would too: Elastic-SD ranks experts by the "
+                         f"scores)")
     # -- warm-up blocks (profiling dummy passes) --------------------------------------------
     if not keep_warmup and rows:
         blocks = warmup_blocks([r[3] for r in rows], [r[5] for r in rows],

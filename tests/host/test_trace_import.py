@@ -303,6 +303,27 @@ def test_scores_and_router_logits_columns(tmp_path):
     np.testing.assert_allclose(tr.scores, sc.astype(np.float32), rtol=1e-6)
 
 
+def test_ids_not_the_top_k_of_their_scores_are_noted(tmp_path):
+    """Router logits or scores whose top-k is not the logged ids (a log's columns out of step;
+    a grouped or biased router may route so) are kept, counted and noted with the first line
+    (a new user's log with two such rows imported silently); ids that are the top-k, in any
+    order and with a tie at the k-th score, are not."""
+    z = np.array([[0.1, 2.0, -1.0, 3.0, 0.0, 0.0, -2.0, 1.0],
+                  [1.0, 1.0, 1.0, 0.5, 0.0, -1.0, -1.0, -1.0]])
+    good = [row(t=0, ids=(3, 1), w=(0.6, 0.4), router_logits=z[0].tolist()),
+            row(t=1, ids=(1, 0), w=(0.5, 0.5), router_logits=z[1].tolist()),     # a tie
+            row(t=2, ids=(1, 3), w=(0.6, 0.4), router_logits=z[0].tolist())]     # any order
+    _, rep = import_vllm_jsonl(write(tmp_path, good, "g.jsonl"), model="mixtral-8x7b")
+    assert rep.scores_disagree == 0
+    bad = good + [row(t=3, ids=(0, 5), w=(0.6, 0.4), router_logits=z[0].tolist()),
+                  row(t=4, ids=(3, 7), w=(0.6, 0.4), router_logits=z[0].tolist())]
+    _, rep = import_vllm_jsonl(write(tmp_path, bad, "b.jsonl"), model="mixtral-8x7b")
+    assert rep.scores_disagree == 2 and not rep.malformed
+    assert "line 4: expert ids [0, 5] are not the top-2 of the line's router scores ([3, 1]); " \
+           "counted in scores_disagree" in rep.notes
+    assert any(n.startswith("2 rows' expert ids are not the top-k") for n in rep.notes)
+
+
 def test_file_level_errors(tmp_path):
     with pytest.raises(TraceError, match="no such"):
         import_vllm_jsonl(tmp_path / "none.jsonl")
