@@ -899,13 +899,27 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         rep.issues.append((lineno, kind, msg))
 
     try:
-        if path.suffix.lower() == ".gz":
-            import gzip
-            with gzip.open(path, "rt", encoding="utf-8-sig") as f:
-                text = f.read()
-        else:
-            text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc})") from None
+    if raw[:2] == b"\x1f\x8b":               # gzip, by its magic bytes whatever the name
+        import zlib
+        if path.suffix.lower() != ".gz":
+            rep.notes.append("gzip data in a file not named .gz: decompressed")
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            raw = inflate.decompress(raw) + inflate.flush()
+        except zlib.error as exc:
+            raise TraceError(f"{path}: cannot read (corrupt gzip data: {exc})") from None
+        if not inflate.eof:                    # a logger killed mid-write
+            if on_error == "raise":
+                raise TraceError(f"{path}: cannot read (the gzip data ends early: a truncated "
+                                 f"file; --on-error warn reads the lines it holds)", None, True)
+            rep.notes.append("the gzip data ends early (a truncated file): its lines read, "
+                             "the last one cut short")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: cannot read ({exc})") from None
     if text.startswith("version https://git-lfs"):
         raise TraceError(f"{path}: a Git LFS pointer, not the routing log (run git lfs pull)")

@@ -556,6 +556,25 @@ def test_file_forms_gzip_bom_comments_hf_names(tmp_path, capsys):
     assert code == 2 and ".jsonl.gz" in err and "got .parquet" in err
     code, out, err = run_cli(capsys, "--trace", str(path), *PERF)
     assert code == 2 and "it has no meta line naming the model" in err
+    # gzip data by its bytes, whatever the name (a new user's .jsonl of gzip data was "'utf-8'
+    # codec can't decode byte 0x8b"), and a truncated .gz (a logger killed mid-write): refused
+    # naming --on-error warn, which reads the lines it holds (the last one cut short)
+    named = tmp_path / "gz-data.jsonl"
+    named.write_bytes(gz.read_bytes())
+    tr, rep = import_vllm_jsonl(named, model="mixtral-8x7b")
+    check_counts(rep, want)
+    assert "gzip data in a file not named .gz: decompressed" in rep.notes
+    from elmoe3d.sw.host.corpus import routing_path
+    data = gzip.compress(routing_path("gsm8k").read_bytes())
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(data[:len(data) * 2 // 3])
+    with pytest.raises(TraceError, match=r"cut\.jsonl\.gz: cannot read \(the gzip data ends "
+                                         r"early: a truncated file; --on-error warn reads the "
+                                         r"lines it holds\)"):
+        import_vllm_jsonl(cut, model="mixtral-8x7b")
+    tr, rep = import_vllm_jsonl(cut, model="mixtral-8x7b", on_error="warn")
+    assert 1000 < rep.rows < 7889 and rep.malformed["bad-json"] <= 1
+    assert any("the gzip data ends early" in n for n in rep.notes)
 
 
 def test_run_on_error_warn_keeps_a_log_with_a_cut_off_last_line(tmp_path, capsys):
