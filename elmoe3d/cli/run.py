@@ -278,8 +278,12 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
         if name is None or model is None and any(n.startswith("meta model") for n in rep.notes):
             why = ("its meta line names no known preset" if rep.meta else
                    "it has no meta line naming the model")
-            raise UserError(f"--model: required with {path.name} ({why}), e.g. --model "
-                            f"mixtral-8x7b")
+            from ..sw.host.models import MODEL_PRESETS
+            fits = [m.name for m in MODEL_PRESETS.values()
+                    if (m.routed_experts, m.top_k) == (tr.num_experts, tr.top_k)]
+            raise UserError(f"--model: required with {path.name} ({why}); its "
+                            f"{tr.num_experts} experts, top-{tr.top_k}, are "
+                            + (f"{' or '.join(fits)}'s" if fits else "no preset's"))
         note = rep.counts_line()
     p = model_preset(name)
     moe = tuple(p.moe_layer_ids)

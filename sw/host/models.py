@@ -400,8 +400,10 @@ def model_preset(name) -> ModelPreset:
     try:
         return MODEL_PRESETS[key]
     except KeyError:
-        raise UserError(f"unknown model preset {name!r}; known presets: "
-                        f"{', '.join(MODEL_PRESETS)}") from None
+        same = preset_for_model_id(key)           # a checkpoint's id: name its preset
+        raise UserError(f"unknown model preset {name!r}"
+                        + (f" (a checkpoint of {same.name}: give {same.name})" if same else "")
+                        + f"; known presets: {', '.join(MODEL_PRESETS)}") from None
 
 
 #: Words of a checkpoint name that do not change the routing: fine-tunes and re-quantizations

@@ -109,7 +109,17 @@ def test_named_trace_takes_its_model(tmp_path, capsys):
         assert (a["steps"], a["summary"]) == (b["steps"], b["summary"])
     code, _, err = _run(capsys, "run", "--trace", str(routing_path("gsm8k")),
                         "--config", "paper-8gb", "--tokens", "6")
-    assert code == 2 and "--model: required with gsm8k_2_routing.jsonl" in err
+    assert code == 2 and err.strip().endswith(
+        "--model: required with gsm8k_2_routing.jsonl (it has no meta line naming the model); "
+        "its 8 experts, top-2, are mixtral-8x7b's")
+    # a log of no preset's sizes is not pointed at one (a new user's 64 experts, top-8, were
+    # told "e.g. --model mixtral-8x7b")
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text("".join(json.dumps({"request_id": 0, "layer": 0, "token_pos": t,
+                                       "expert_ids": [t % 16, 15 - t % 16],
+                                       "gate_weights": [0.6, 0.4]}) + "\n" for t in range(4)))
+    code, _, err = _run(capsys, "run", "--trace", str(odd), "--config", "paper-8gb")
+    assert code == 2 and err.strip().endswith("its 16 experts, top-2, are no preset's"), err
 
 
 def test_an_npz_trace_of_some_layers_runs_them(tmp_path, capsys):
@@ -180,7 +190,11 @@ def test_npz_trace_and_model_from_it(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, what", [
-    (["--model", "mixtral-9x9b"], "--model mixtral-9x9b: unknown model preset"),
+    (["--model", "mixtral-9x9b"], "--model mixtral-9x9b: unknown model preset 'mixtral-9x9b'; "
+                                  "known presets"),
+    (["--model", "mistralai/Mixtral-8x7B-Instruct-v0.1"],          # a new user's
+     "unknown model preset 'mistralai/Mixtral-8x7B-Instruct-v0.1' (a checkpoint of "
+     "mixtral-8x7b: give mixtral-8x7b)"),
     (["--layers", "40:41"], "--layers"),
     (["--layers", "a:b"], "--layers"),
     (["--config", "paper-16gb"], "--config"),
