@@ -1009,7 +1009,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         if meta_preset is None:
             rep.notes.append(f"meta model {meta['model']!r} is not a known preset")
         elif preset is not None and meta_preset.name != preset.name:
-            raise TraceError(f"{path}: meta model {meta['model']!r} is not {preset.name}")
+            raise TraceError(f"{path}: meta model {meta['model']!r} is not {preset.name} "
+                             f"(it is {meta_preset.name}'s)")
         elif preset is None:
             preset = meta_preset
             rep.notes.append(f"model {preset.name} from the meta line ({meta['model']!r})")

@@ -77,7 +77,7 @@ def test_meta_layers_logged_rejects_a_record_of_another_layer(tmp_path):
 def test_meta_model_disagreeing_with_the_argument(tmp_path, capsys):
     path = tmp_path / "meta.jsonl"
     D.meta_route(path)
-    with pytest.raises(TraceError, match="is not olmoe-1b-7b"):
+    with pytest.raises(TraceError, match=r"is not olmoe-1b-7b \(it is mixtral-8x7b's\)"):
         import_vllm_jsonl(path, model="olmoe-1b-7b")
     # a model id no preset knows: noted; --model decides
     text = path.read_text().replace("mistralai/Mixtral-8x7B-Instruct-v0.1", "acme/moe-9000")
