@@ -1272,6 +1272,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
 
     # -- positions: as logged, or rebuilt where the index restarts at each forward pass -----
     placed = []
+    unmarked = []           # (request, rows, first and last position) of a prefill read as decode
     by_req = {}
     for r in rows:
         by_req.setdefault(r[1], []).append(r)
@@ -1323,6 +1324,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                 conflicts = []
         if not conflicts:
             placed.extend((r, r[2], r[4] or default_phase) for r in rr)
+            if default_phase == "decode" and (first := _unmarked_prefill(rr)) is not None:
+                unmarked.append((req, *first))
             continue
         if not layer_by_layer([r[3] for r in rr]):
             # pass by pass, a genuine step of a layer has the other layers' records between
@@ -1392,6 +1395,13 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             f"prefill pass(es) of {lay.tokens('prefill')} token(s) and "
             f"{lay.passes('decode')} decode step(s)")
         placed.extend((r, p, ph) for r, p, ph in zip(rr, lay.position, lay.phase))
+    if unmarked:
+        req, n, lo, hi = unmarked[0]
+        rep.notes.append(
+            f"{len(unmarked)} request(s) start with a forward pass of several positions a "
+            f"layer, then one a pass (request {_request_name(rep, req)}: positions {lo}..{hi}, "
+            f"{n} rows): a prefill the log marks no phase of, read as decode steps; give those "
+            f"rows \"phase\": \"prefill\" to read them as prefill")
 
     # -- warm-up positions, repeated records ------------------------------------------------
     cols = {c: [] for c in ("request", "position", "layer", "phase", "ids", "w", "scores",
@@ -1513,6 +1523,30 @@ def _routing_text(r) -> str:
     """A parsed row's routing as ``experts [7, 0], weights [0.8, 0.2]``."""
     return (f"experts {r[5].tolist()}, weights "
             f"[{', '.join(f'{x:.4g}' for x in r[6].tolist())}]")
+
+
+def _unmarked_prefill(rows):
+    """``(rows, first position, last position)`` of a request's first forward pass when it logs
+    several positions a layer (``layer 0: positions 0..5, layer 1: 0..5, ...``) and a later
+    pass one (a decode step), the rows giving no phase: a prefill pass a log without phases
+    reads as decode steps. None otherwise (a log sorted by layer has no later pass of one)."""
+    rows = [r for r in rows if r[4] is None]
+    runs, start = [], 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or rows[i][3] != rows[start][3]:
+            runs.append((start, i))
+            start = i
+    if len(runs) < 2 or runs[0][1] - runs[0][0] < 2 or \
+            not any(b - a == 1 for a, b in runs[1:]):
+        return None
+    k = runs[0][1] - runs[0][0]
+    n = 0
+    for a, b in runs:                               # the leading runs of k rows a layer
+        if b - a != k:
+            break
+        n += k
+    positions = [r[2] for r in rows[:n]]
+    return n, min(positions), max(positions)
 
 
 def _restart_layers(rows) -> tuple:

@@ -324,6 +324,35 @@ def test_ids_not_the_top_k_of_their_scores_are_noted(tmp_path):
     assert any(n.startswith("2 rows' expert ids are not the top-k") for n in rep.notes)
 
 
+def test_a_prefill_pass_without_phases_is_noted(tmp_path):
+    """A log without phases whose requests start with a pass of several positions a layer (a
+    prefill) and go on one a pass is read as decode, as logged, and noted (a new user's
+    6-token prefills ran as 12 decode tokens unsaid); a log sorted by layer, or one whose
+    rows give their phase, is not noted."""
+    def lines(prefill, phase=False):
+        out = []
+        for req in range(2):
+            out += [row(p=req, layer=lay, t=t, ids=(t % 8, (t + 1) % 8),
+                        **({"phase": "prefill"} if phase else {}))
+                    for lay in range(4) for t in range(prefill)]
+            out += [row(p=req, layer=lay, t=t, ids=((t + lay) % 8, (t + lay + 3) % 8),
+                        **({"phase": "decode"} if phase else {}))
+                    for t in range(prefill, 9) for lay in range(4)]
+        return out
+    said = ("2 request(s) start with a forward pass of several positions a layer, then one a "
+            "pass (request 0: positions 0..5, 24 rows): a prefill the log marks no phase of, "
+            "read as decode steps; give those rows \"phase\": \"prefill\" to read them as "
+            "prefill")
+    tr, rep = import_vllm_jsonl(write(tmp_path, lines(6), "np.jsonl"), num_experts=8, top_k=2)
+    assert said in rep.notes and tr.token_count("decode") == 18
+    for name, text in (("phased.jsonl", lines(6, phase=True)),
+                       ("decode.jsonl", lines(1)),
+                       ("by-layer.jsonl", sorted(lines(6), key=lambda r: (r["problem_id"],
+                                                                          r["layer"])))):
+        _, rep = import_vllm_jsonl(write(tmp_path, text, name), num_experts=8, top_k=2)
+        assert not any("forward pass of several" in n for n in rep.notes), name
+
+
 def test_file_level_errors(tmp_path):
     with pytest.raises(TraceError, match="no such"):
         import_vllm_jsonl(tmp_path / "none.jsonl")
