@@ -1269,6 +1269,12 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         shown = ", ".join(f"{n!r} -> {i}" for n, i in list(rep.request_names.items())[:4])
         rep.notes.append(f"request ids are strings: numbered in order of first appearance "
                          f"({shown}{', ...' if len(names) > 4 else ''})")
+        ints = {v for kind, v in names if kind != "str"}
+        clash = sorted(v for v in ints if ("str", str(v)) in names)
+        if ints:
+            rep.notes.append(f"request ids mix integers and strings ({len(ints)} integer "
+                             f"id(s)): each kind its own requests"
+                             + (f", so {clash[0]} and '{clash[0]}' are two" if clash else ""))
 
     # -- positions: as logged, or rebuilt where the index restarts at each forward pass -----
     placed = []

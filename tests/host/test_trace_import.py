@@ -353,6 +353,22 @@ def test_a_prefill_pass_without_phases_is_noted(tmp_path):
         assert not any("forward pass of several" in n for n in rep.notes), name
 
 
+def test_mixed_integer_and_string_request_ids_are_noted(tmp_path):
+    """Integer and string request ids in one log are each kind's own requests, and a note
+    says so, naming a pair that reads alike (a new user's one "0" among integer ids split
+    request 0 under the note "request ids are strings" alone)."""
+    lines = [row(p="0" if (p, t, lay) == (0, 2, 0) else p, layer=lay, t=t)
+             for t in range(3) for lay in range(2) for p in (0, 1)]
+    tr, rep = import_vllm_jsonl(write(tmp_path, lines), num_experts=8, top_k=2)
+    assert "request ids mix integers and strings (2 integer id(s)): each kind its own " \
+           "requests, so 0 and '0' are two" in rep.notes
+    assert len(set(tr.request.tolist())) == 3
+    _, rep = import_vllm_jsonl(write(tmp_path, [dict(x, problem_id=str(x["problem_id"]))
+                                                for x in lines], "s.jsonl"),
+                               num_experts=8, top_k=2)
+    assert not any("mix integers" in n for n in rep.notes)
+
+
 def test_file_level_errors(tmp_path):
     with pytest.raises(TraceError, match="no such"):
         import_vllm_jsonl(tmp_path / "none.jsonl")
