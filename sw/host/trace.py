@@ -723,7 +723,9 @@ class ImportReport:
             return ", ".join(str(x) for x in ls[:5]) + more
 
         for kind, n in sorted(self.malformed.items()):
-            out.append(f"{p}: skipped {n} malformed line(s) [{kind}]: line {lines_of(kind)}")
+            what = ("duplicate line(s) (the first kept)" if kind == "duplicate" else
+                    f"malformed line(s) [{kind}]")      # as counts_line counts them
+            out.append(f"{p}: skipped {n} {what}: line {lines_of(kind)}")
         for first, last, rows, why in self.warmup_blocks:
             out.append(f"{p}: lines {first}-{last}: {rows} records dropped as a warm-up "
                        f"(profiling dummy) block: {why} (--keep-warmup keeps them)")

@@ -204,6 +204,10 @@ def test_every_line_logged_twice_is_duplicates_not_warmup(tmp_path):
     tr, rep = import_vllm_jsonl(path, model="mixtral-8x7b", on_error="warn")
     assert rep.counts()["duplicates"] == want["kept"] and rep.dropped_warmup == 0
     assert len(tr) == want["kept"] and rep.records == 2 * want["kept"]
+    # the event line words them as the counts do: duplicates, not malformed (a new user's)
+    assert any(f"skipped {want['kept']} duplicate line(s) (the first kept): line 2, 4, " in x
+               for x in rep.summary())
+    assert not any("[duplicate]" in x for x in rep.summary())
 
 
 def test_pass_log_with_two_decode_steps_routed_alike_and_a_line_logged_twice(tmp_path):
