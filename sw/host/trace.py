@@ -1647,7 +1647,8 @@ def trace_from_router_logits(logits, model, *, request=None, position=None, phas
         Gate weights are stored *without* the routed scaling factor (so they stay
         probabilities); the preset re-applies it.
     request, position : array [T], optional
-        Request id and position of each of the T tokens (default: one request, 0..T-1).
+        Request id and position of each of the T tokens (default: one request, 0..T-1); a
+        single ``request`` is every token's.
     layer_ids : sequence of int, optional
         Decoder-layer index of each array (default: the preset's ``moe_layer_ids``).
     source, notes : str, sequence of str
@@ -1688,6 +1689,8 @@ def trace_from_router_logits(logits, model, *, request=None, position=None, phas
                              f"got {a.shape}")
     req = np.zeros(T, np.int64) if request is None else np.asarray(request)
     pos = np.arange(T) if position is None else np.asarray(position)
+    if req.ndim == 0:                           # one request for every token (request=0)
+        req = np.full(T, req)
     if req.shape != (T,) or pos.shape != (T,):
         raise TraceError(f"request/position: expected [{T}] each, got {req.shape}/{pos.shape}")
     ids, ws, ss = [], [], []

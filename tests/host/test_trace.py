@@ -249,6 +249,9 @@ def test_trace_from_router_logits_routes_like_the_model():
         trace_from_router_logits(logits[:-1], p)
     with pytest.raises(TraceError, match=r"logits\[0\]"):
         trace_from_router_logits([np.zeros((5, 8))] * 46, p)
+    # one request id is every token's (a new user's request=0 was refused as shape ())
+    one = trace_from_router_logits(logits, p, request=7)
+    assert set(one.request.tolist()) == {7} and one.token_count("prefill") == 5
 
 
 
