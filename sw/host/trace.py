@@ -1465,6 +1465,11 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             rep.notes.append(msg + (f"; as logged: this import renormalised the "
                                     f"{int(off.sum())} row(s) not summing to 1 over their top-k"
                                     if do_norm and off.any() else ""))
+    if renormalise == "topk" and preset is not None and not preset.norm_topk_prob and off.any():
+        rep.notes.append(f"renormalised over the top-k as asked, though {preset.name}'s router "
+                         f"does not renormalise (norm_topk_prob false): its gate weights sum "
+                         f"below 1, and these now differ from them (renormalise='model' "
+                         f"keeps them)")
     if do_norm:
         zero = sums <= 0
         if zero.any():

@@ -369,6 +369,24 @@ def test_mixed_integer_and_string_request_ids_are_noted(tmp_path):
     assert not any("mix integers" in n for n in rep.notes)
 
 
+def test_renormalising_a_router_that_does_not_is_noted(tmp_path):
+    """``renormalise="topk"`` on a model whose router does not renormalise (OLMoE's top-8 of
+    64, weights summing below 1) does as asked and says the weights now differ from the
+    model's (a new user's ran silently); on a renormalising model, or with "model", no note."""
+    ids, w = tuple(range(8)), (0.2, 0.15, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05)
+    lines = [row(t=t, layer=lay, ids=ids, w=w) for t in range(2) for lay in range(16)]
+    path = write(tmp_path, lines, "olmoe.jsonl")
+    said = "renormalised over the top-k as asked, though olmoe-1b-7b's router does not"
+    tr, rep = import_vllm_jsonl(path, model="olmoe-1b-7b", renormalise="topk")
+    assert any(n.startswith(said) for n in rep.notes) and tr.weights_renormalised
+    _, rep = import_vllm_jsonl(path, model="olmoe-1b-7b", renormalise="model")
+    assert not any(n.startswith("renormalised over the top-k") for n in rep.notes)
+    mix = write(tmp_path, [row(t=t, layer=lay, w=(0.5, 0.3)) for t in range(2)
+                           for lay in range(32)], "mix.jsonl")
+    _, rep = import_vllm_jsonl(mix, model="mixtral-8x7b", renormalise="topk")
+    assert not any(n.startswith("renormalised over the top-k") for n in rep.notes)
+
+
 def test_file_level_errors(tmp_path):
     with pytest.raises(TraceError, match="no such"):
         import_vllm_jsonl(tmp_path / "none.jsonl")
