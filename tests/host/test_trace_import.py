@@ -290,7 +290,8 @@ def test_malformed_line_raises_naming_file_and_line(tmp_path, bad, kind, words):
     assert rep.malformed == Counter({kind: 1})
     assert [(ln, kd) for ln, kd, _ in rep.issues] == [(line, kind)]
     assert len(tr) == len(good)
-    assert any(f"[{kind}]: line {line}" in s for s in rep.summary())
+    said = "duplicate line(s) (the first kept)" if kind == "duplicate" else f"[{kind}]"
+    assert any(f"{said}: line {line}" in s for s in rep.summary())
 
 
 def test_scores_and_router_logits_columns(tmp_path):
