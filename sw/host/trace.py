@@ -1191,8 +1191,13 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                                       f"logits, or a routed scaling factor applied?)")
             continue
         if layer_ids is not None and vals["layer"] not in layer_ids:
-            bad(lineno, "bad-layer", f"layer {vals['layer']} is not a MoE layer "
-                                     f"(expected one of {layer_ids[0]}..{layer_ids[-1]})")
+            lay = vals["layer"]
+            why = ("; layers numbered from 1? The index is the decoder layer's, from 0"
+                   if lay == layer_ids[-1] + 1 else
+                   "; a dense layer, or MoE layers numbered from 0? The index is the decoder "
+                   "layer's" if lay < layer_ids[0] else "")
+            bad(lineno, "bad-layer", f"layer {lay} is not a MoE layer (expected one of "
+                                     f"{_span_text(layer_ids)}){why}")
             continue
         if rep.layers_logged is not None and vals["layer"] not in rep.layers_logged:
             bad(lineno, "bad-layer", f"layer {vals['layer']} is not in the meta line's "

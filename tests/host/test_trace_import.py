@@ -388,6 +388,26 @@ def test_renormalising_a_router_that_does_not_is_noted(tmp_path):
     assert not any(n.startswith("renormalised over the top-k") for n in rep.notes)
 
 
+def test_a_layer_off_by_the_numbering_gets_a_hint(tmp_path):
+    """A layer one past the model's last MoE layer, or below its first (1-based numbering, or
+    DeepSeek's MoE layers counted from 0), is refused with a hint at the numbering (a new
+    user's got the range alone)."""
+    for model, layer, hint in (("mixtral-8x7b", 32, "(expected one of 0..31); layers numbered "
+                                                    "from 1? The index is the decoder layer's, "
+                                                    "from 0"),
+                               ("deepseek-v2-lite", 0, "(expected one of 1..26); a dense layer, "
+                                                       "or MoE layers numbered from 0? The index "
+                                                       "is the decoder layer's"),
+                               ("mixtral-8x7b", 40, "(expected one of 0..31)")):
+        from elmoe3d.sw.host.models import model_preset
+        top = model_preset(model).top_k
+        path = write(tmp_path, [row(layer=layer, ids=tuple(range(top)), w=(1 / top,) * top)],
+                     f"{model}{layer}.jsonl")
+        with pytest.raises(TraceError) as exc:
+            import_vllm_jsonl(path, model=model)
+        assert str(exc.value).endswith(f":1: layer {layer} is not a MoE layer {hint}")
+
+
 def test_file_level_errors(tmp_path):
     with pytest.raises(TraceError, match="no such"):
         import_vllm_jsonl(tmp_path / "none.jsonl")
