@@ -1075,12 +1075,13 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         """A record's checks before the top-k one, in the order lines are judged: ``(vals,
         None)`` for a line that reaches the top-k check, ``(None, "warmup" | "padding")``
         for a dropped one, ``(None, (kind, message))`` for a malformed one."""
-        vals = {}
+        vals, field = {}, {}             # field: the name the line gives a column by
         for col, aliases in _ALIASES.items():
             got = [a for a in aliases if a in obj]
             if len(got) > 1:
                 return None, ("ambiguous-field", f"both {got[0]!r} and {got[1]!r} given")
             vals[col] = obj[got[0]] if got else None
+            field[col] = got[0] if got else col
             if not got and col not in ("scores", "request"):
                 return None, ("missing-field", f"no {col} field (expected one of "
                                                f"{', '.join(aliases)})")
@@ -1090,10 +1091,11 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             return None, "padding"
         for col in ("position", "layer"):
             if not is_int(vals[col], numpy=False) or vals[col] < 0:
-                return None, ("bad-type", f"{col} must be an integer >= 0, got {vals[col]!r}")
+                return None, ("bad-type", f"{field[col]} must be an integer >= 0, got "
+                                          f"{vals[col]!r}")
         if vals["position"] > _POSITION_MAX:
-            return None, ("bad-type", f"position {vals['position']} is beyond the trace "
-                                      f"format's positions (0..{_POSITION_MAX})")
+            return None, ("bad-type", f"{field['position']} {vals['position']} is beyond "
+                                      f"the trace format's positions (0..{_POSITION_MAX})")
         if layer_ids is None and vals["layer"] >= MAX_LAYERS:
             # the layers are then taken as 0..largest index: one stray index must not imply
             # millions of absent layers (or exhaust the memory)
@@ -1103,8 +1105,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         req = vals["request"]
         if req is not None and not (is_int(req, numpy=False) and 0 <= req <= _REQUEST_MAX) \
                 and not (isinstance(req, str) and req.strip()):
-            return None, ("bad-type", f"request must be an integer in 0..{_REQUEST_MAX} or a "
-                                      f"string id, got {req!r}")
+            return None, ("bad-type", f"{field['request']} must be an integer in "
+                                      f"0..{_REQUEST_MAX} or a string id, got {req!r}")
         ph = obj.get("phase")
         if ph is not None and ph not in PHASES:
             return None, ("bad-phase", f"phase must be one of {', '.join(PHASES)}, got {ph!r}")

@@ -184,10 +184,12 @@ def test_a_restart_log_is_still_rebuilt_with_a_record_missing(tmp_path):
     (rec(ex=(2 ** 70, 1)), ":1: expert id 1180591620717411303424 is beyond any model's experts "
                            "(the trace format's ids are 0..32767)"),
     (rec(ex=(40000, 1)), ":1: expert id 40000 is beyond any model's experts"),
-    (rec(pos=2 ** 70), ":1: position 1180591620717411303424 is beyond the trace format's "
+    # named by the line's own field names (token_idx, problem_id; a new user's)
+    (rec(pos=2 ** 70), ":1: token_idx 1180591620717411303424 is beyond the trace format's "
                        "positions (0..2147483647)"),
-    (rec(req=2 ** 70), ":1: request must be an integer in 0..2147483647 or a string id, got "
-                       "1180591620717411303424"),
+    (rec(req=2 ** 70), ":1: problem_id must be an integer in 0..2147483647 or a string id, "
+                       "got 1180591620717411303424"),
+    (rec(pos=None), ":1: token_idx must be an integer >= 0, got None"),
 ])
 def test_values_beyond_any_model_name_the_line(tmp_path, row, words):
     path = write(tmp_path / "a.jsonl", [row])
