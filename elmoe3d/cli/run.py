@@ -266,14 +266,16 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
                 ("; --on-error warn skips malformed lines (counted and listed)"
                  if exc.kind is not None and exc.stray else "")) from None
         c = rep.counts()
-        if c["malformed"] > c["kept"]:
+        routed = c["records"] - c["padding"] - c["duplicates"]      # warm-up rows count:
+        # a malformed line is counted malformed whatever its position
+        if 2 * c["malformed"] > routed:
             # --on-error warn skips stray lines; most lines malformed is another format (raw
             # logits as weights, another model's ids), not strays: refused, the first named
-            line, kind, msg = next((i for i in rep.issues if i[1] != "duplicate"),
-                                   rep.issues[0])
-            raise UserError(f"{path}: {c['malformed']} of {c['records']} records malformed "
-                            f"(kept {c['kept']}): --on-error warn skips stray lines, not most "
-                            f"of a log; the first, line {line} [{kind}]: {msg}")
+            line, kind, msg = next(i for i in rep.issues if i[1] != "duplicate")
+            raise UserError(f"{path}: {c['malformed']} of its {routed} routing records "
+                            f"malformed (padding and duplicates aside; kept "
+                            f"{c['kept']}): --on-error warn skips stray lines, not most of a "
+                            f"log; the first, line {line} [{kind}]: {msg}")
         name = model or tr.model
         if name is None or model is None and any(n.startswith("meta model") for n in rep.notes):
             why = ("its meta line names no known preset" if rep.meta else
@@ -287,7 +289,9 @@ def load_trace(path: Path, model, *, warmup=None, keep_warmup=False, usage=False
         note = rep.counts_line()
     p = model_preset(name)
     moe = tuple(p.moe_layer_ids)
-    if _kind(path) == "npz" and tuple(tr.layer_ids) != moe and set(tr.layer_ids) < set(moe):
+    if _kind(path) == "npz" and tuple(tr.layer_ids) != moe and set(tr.layer_ids) < set(moe) \
+            and (tr.num_experts, tr.top_k) == (p.routed_experts, p.top_k) \
+            and tr.model in (None, p.name):     # another model's trace: check_model_trace names
         # a trace of some of the model's MoE layers (trace_from_router_logits with layer_ids,
         # capture_hf on a cut model): the others are absent, as a log's unlogged layers are
         import dataclasses

@@ -908,21 +908,30 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         import zlib
         if path.suffix.lower() != ".gz":
             rep.notes.append("gzip data in a file not named .gz: decompressed")
-        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            raw = inflate.decompress(raw) + inflate.flush()
-        except zlib.error as exc:
-            raise TraceError(f"{path}: cannot read (corrupt gzip data: {exc})") from None
-        if not inflate.eof:                    # a logger killed mid-write
+        parts, rest, ended = [], raw, True
+        while rest:                            # every member (a logger appending with "ab")
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                parts.append(inflate.decompress(rest) + inflate.flush())
+            except zlib.error as exc:
+                raise TraceError(f"{path}: cannot read (corrupt gzip data: {exc})") from None
+            ended, rest = inflate.eof, inflate.unused_data
+            if not ended:
+                break
+        raw = b"".join(parts)
+        if not ended:                          # a logger killed mid-write
             if on_error == "raise":
                 raise TraceError(f"{path}: cannot read (the gzip data ends early: a truncated "
                                  f"file; --on-error warn reads the lines it holds)", None, True)
-            rep.notes.append("the gzip data ends early (a truncated file): its lines read, "
-                             "the last one cut short")
+            # its lines up to the last whole one (a cut may split a character)
+            raw = raw[:raw.rfind(b"\n") + 1]
+            rep.notes.append("the gzip data ends early (a truncated file): its whole lines "
+                             "read, the last one, cut short, left out")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: cannot read ({exc})") from None
+    del raw
     if text.startswith("version https://git-lfs"):
         raise TraceError(f"{path}: a Git LFS pointer, not the routing log (run git lfs pull)")
     if path.suffix.lower() == ".json" or text.lstrip()[:1] == "[":
@@ -1228,27 +1237,9 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                                       f"here but {'given' if any_scores else 'not'} on the "
                                       f"first row (line {first_line}): all rows or none")
             continue
-        if sc is not None and len(ids) < len(sc):
-            # the logged experts should score at least as high as every other (ties allowed)
-            chosen = np.zeros(len(sc), bool)
-            inside = max(ids) < len(sc)
-            if inside:
-                chosen[np.asarray(ids)] = True
-            if not inside or sc[chosen].min() < sc[~chosen].max():
-                if not rep.scores_disagree:
-                    top = np.argsort(-sc, kind="stable")[:len(ids)].tolist()
-                    rep.notes.append(f"line {lineno}: expert ids {list(ids)} are not the "
-                                     f"top-{len(ids)} of the line's router scores ({top}); "
-                                     f"counted in scores_disagree")
-                rep.scores_disagree += 1
         rows.append((lineno, req, vals["position"], vals["layer"], ph, np.asarray(ids), wa,
                      sc))
 
-    if rep.scores_disagree > 1:
-        rep.notes.append(f"{rep.scores_disagree} rows' expert ids are not the top-k of their "
-                         f"router scores (a grouped or biased router routes so; ids and "
-                         f"scores out of step would too: Elastic-SD ranks experts by the "
-                         f"scores)")
     # -- warm-up blocks (profiling dummy passes) --------------------------------------------
     if not keep_warmup and rows:
         blocks = warmup_blocks([r[3] for r in rows], [r[5] for r in rows],
@@ -1339,7 +1330,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                 conflicts = []
         if not conflicts:
             placed.extend((r, r[2], r[4] or default_phase) for r in rr)
-            if default_phase == "decode" and (first := _unmarked_prefill(rr)) is not None:
+            if meta.get("phase") is None and default_phase == "decode" and \
+                    (first := _unmarked_prefill(rr)) is not None:
                 unmarked.append((req, *first))
             continue
         if not layer_by_layer([r[3] for r in rr]):
@@ -1463,6 +1455,24 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         if lens != {n_exp}:
             raise TraceError(f"{path}: scores have {sorted(lens)} entries, expected {n_exp}")
         scores = np.stack(cols["scores"])
+        if k < n_exp:
+            # the kept rows' experts should score at least as high as every other (ties
+            # allowed): else counted and noted (a grouped or biased router routes so)
+            chosen = np.zeros(scores.shape, bool)
+            np.put_along_axis(chosen, ids, True, axis=1)
+            low = np.where(chosen, scores, np.inf).min(axis=1)
+            high = np.where(chosen, -np.inf, scores).max(axis=1)
+            disagree = low < high
+            rep.scores_disagree = int(disagree.sum())
+            if rep.scores_disagree:
+                i = int(np.argmax(disagree))
+                top = np.argsort(-scores[i], kind="stable")[:k].tolist()
+                rep.notes.append(f"line {cols['line'][i]}: expert ids {ids[i].tolist()} are "
+                                 f"not the top-{k} of the line's router scores ({top}); "
+                                 f"{rep.scores_disagree} such row(s) in all (scores_disagree: "
+                                 f"a grouped or biased router routes so; ids and scores out "
+                                 f"of step would too, and Elastic-SD ranks experts by the "
+                                 f"scores)")
     sums = w.sum(axis=1)
     off = np.abs(sums - 1) > NORM_TOL
     do_norm = renormalise == "topk" or (renormalise == "model" and preset.norm_topk_prob)
@@ -1547,26 +1557,23 @@ def _routing_text(r) -> str:
 
 def _unmarked_prefill(rows):
     """``(rows, first position, last position)`` of a request's first forward pass when it logs
-    several positions a layer (``layer 0: positions 0..5, layer 1: 0..5, ...``) and a later
-    pass one (a decode step), the rows giving no phase: a prefill pass a log without phases
-    reads as decode steps. None otherwise (a log sorted by layer has no later pass of one)."""
+    several positions a layer (``layer 0: positions 0..5, layer 1: 0..5, ...``) and is followed
+    by passes of one position a layer (decode steps: at least as many one-position runs as
+    the first pass has layers), the rows giving no phase: a prefill pass a log without phases
+    reads as decode steps. None otherwise: a log sorted by layer (its one-position runs are
+    at most a few missing records), a repeated line (one position twice)."""
     rows = [r for r in rows if r[4] is None]
-    runs, start = [], 0
+    runs, start = [], 0                         # runs of consecutive rows of one layer
     for i in range(1, len(rows) + 1):
         if i == len(rows) or rows[i][3] != rows[start][3]:
-            runs.append((start, i))
+            runs.append({r[2] for r in rows[start:i]})
             start = i
-    if len(runs) < 2 or runs[0][1] - runs[0][0] < 2 or \
-            not any(b - a == 1 for a, b in runs[1:]):
+    lead = 0
+    while lead < len(runs) and len(runs[lead]) > 1 and runs[lead] == runs[0]:
+        lead += 1
+    if lead < 2 or sum(len(r) == 1 for r in runs[lead:]) < lead:
         return None
-    k = runs[0][1] - runs[0][0]
-    n = 0
-    for a, b in runs:                               # the leading runs of k rows a layer
-        if b - a != k:
-            break
-        n += k
-    positions = [r[2] for r in rows[:n]]
-    return n, min(positions), max(positions)
+    return sum(len(r) for r in runs[:lead]), min(runs[0]), max(runs[0])
 
 
 def _restart_layers(rows) -> tuple:

@@ -320,9 +320,13 @@ def test_ids_not_the_top_k_of_their_scores_are_noted(tmp_path):
                   row(t=4, ids=(3, 7), w=(0.6, 0.4), router_logits=z[0].tolist())]
     _, rep = import_vllm_jsonl(write(tmp_path, bad, "b.jsonl"), model="mixtral-8x7b")
     assert rep.scores_disagree == 2 and not rep.malformed
-    assert "line 4: expert ids [0, 5] are not the top-2 of the line's router scores ([3, 1]); " \
-           "counted in scores_disagree" in rep.notes
-    assert any(n.startswith("2 rows' expert ids are not the top-k") for n in rep.notes)
+    assert any(n.startswith("line 4: expert ids [0, 5] are not the top-2 of the line's router "
+                            "scores ([3, 1]); 2 such row(s) in all (scores_disagree") for n in
+               rep.notes), rep.notes
+    # counted over the rows kept: a repeated line is one (a review's)
+    _, rep = import_vllm_jsonl(write(tmp_path, bad + bad[-1:], "d.jsonl"), model="mixtral-8x7b",
+                               on_error="warn")
+    assert rep.scores_disagree == 2 and rep.duplicates == 1
 
 
 def test_a_prefill_pass_without_phases_is_noted(tmp_path):
@@ -346,11 +350,18 @@ def test_a_prefill_pass_without_phases_is_noted(tmp_path):
             "prefill")
     tr, rep = import_vllm_jsonl(write(tmp_path, lines(6), "np.jsonl"), num_experts=8, top_k=2)
     assert said in rep.notes and tr.token_count("decode") == 18
+    by_layer = sorted(lines(6), key=lambda r: (r["problem_id"], r["layer"]))
+    # a review's false alarms: a repeated first line, a layer-major log missing two records,
+    # a meta line saying the phase
+    decode = lines(1)
     for name, text in (("phased.jsonl", lines(6, phase=True)),
-                       ("decode.jsonl", lines(1)),
-                       ("by-layer.jsonl", sorted(lines(6), key=lambda r: (r["problem_id"],
-                                                                          r["layer"])))):
-        _, rep = import_vllm_jsonl(write(tmp_path, text, name), num_experts=8, top_k=2)
+                       ("decode.jsonl", decode),
+                       ("by-layer.jsonl", by_layer),
+                       ("repeated.jsonl", decode[:1] + decode),
+                       ("holes.jsonl", [r for i, r in enumerate(by_layer) if i not in (5, 40)]),
+                       ("meta.jsonl", [{"meta": {"phase": "decode"}}] + lines(6))):
+        _, rep = import_vllm_jsonl(write(tmp_path, text, name), num_experts=8, top_k=2,
+                                   on_error="warn")
         assert not any("forward pass of several" in n for n in rep.notes), name
 
 

@@ -142,6 +142,19 @@ def test_an_npz_trace_of_some_layers_runs_them(tmp_path, capsys):
     assert doc["layers"] == [0, 1, 2, 3] and doc["tokens"] == 5
     code, _, err = _run(capsys, "run", "--trace", str(path), "--config", "paper-8gb")
     assert code == 2 and "pass --layers 0:4 to run the logged layer(s) only" in err
+    # layers that do not start at 0 likewise; another model's trace is not widened: its own
+    # layers are named (a review's: an OLMoE trace read as Mixtral's 32 layers)
+    mid = trace_from_router_logits(logits, "mixtral-8x7b", layer_ids=[4, 5, 6, 7],
+                                   phase="decode").save(tmp_path / "mid.npz")
+    code, _, err = _run(capsys, "run", "--trace", str(mid), "--config", "paper-8gb",
+                        "--layers", "4:8")
+    assert code == 0, err
+    olmoe = trace_from_router_logits(np.random.default_rng(4).normal(size=(4, 5, 64)),
+                                     "olmoe-1b-7b", layer_ids=[0, 1, 2, 3],
+                                     phase="decode").save(tmp_path / "olmoe.npz")
+    code, _, err = _run(capsys, "run", "--trace", str(olmoe), "--model", "mixtral-8x7b",
+                        "--config", "paper-8gb", "--layers", "0:4")
+    assert code == 2 and "the trace has 64 experts, top-8, layers 0..3;" in err
 
 
 def test_warn_refuses_a_log_mostly_malformed(tmp_path, capsys):
@@ -160,9 +173,16 @@ def test_warn_refuses_a_log_mostly_malformed(tmp_path, capsys):
     code, _, err = _run(capsys, "run", "--trace", str(log("most.jsonl", lambda i: i % 29)),
                         "--model", "mixtral-8x7b", "--config", "paper-8gb", "--on-error", "warn")
     assert code == 2 and err.strip().splitlines() == [
-        f"elmoe3d run: error: {tmp_path / 'most.jsonl'}: 123 of 128 records malformed (kept "
-        f"5): --on-error warn skips stray lines, not most of a log; the first, line 2 "
-        f"[negative-weight]: negative gate weight -1.1 (raw router logits used as weights?)"]
+        f"elmoe3d run: error: {tmp_path / 'most.jsonl'}: 123 of its 128 routing records "
+        f"malformed (padding and duplicates aside; kept 5): --on-error warn skips "
+        f"stray lines, not most of a log; the first, line 2 [negative-weight]: negative gate "
+        f"weight -1.1 (raw router logits used as weights?)"]
+    # a minority malformed beside many warm-up rows is not "most" (a review's: 40 malformed
+    # of 128 with 64 warm-up rows dropped was refused)
+    code, _, err = _run(capsys, "run", "--trace", str(log("warm.jsonl", lambda i: i % 3 == 1)),
+                        "--model", "mixtral-8x7b", "--config", "paper-8gb", "--on-error", "warn",
+                        "--warmup", "2")
+    assert code == 0, err
     code, out, err = _run(capsys, "run", "--trace",
                           str(log("few.jsonl", lambda i: i % 29 == 1)), "--model",
                           "mixtral-8x7b", "--config", "paper-8gb", "--on-error", "warn")
