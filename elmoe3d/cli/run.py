@@ -398,6 +398,11 @@ def _cache(model, arch, args, *, admit, real, share=1.0):
     return HBExpertCache(capacity_bytes=cap, model=model, admit=admit), dense, kv
 
 
+def _add_note(doc, text):
+    """Append ``text`` to the run document's ``note`` (``; `` between notes)."""
+    doc["note"] = f"{doc['note']}; {text}" if doc.get("note") else text
+
+
 def execute(args, *, progress_factory=None) -> dict:
     """Run everything ``args`` asks for and return the JSON document (no output written).
     ``progress_factory(total, description)`` returns a callable advanced once per step."""
@@ -510,28 +515,28 @@ def execute(args, *, progress_factory=None) -> dict:
         doc["note"] = host.SYNTHETIC_NOTE.format(h=model.hidden, i=model.expert_intermediate)
     n_req = len(np.unique(trace.request[trace.phase_mask("decode")]))
     if args.batch > n_req:
-        doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+        _add_note(doc,
             f"--batch {args.batch} but the trace has {n_req} request(s): {n_req} run in "
             f"lockstep")
     if any(not_run.values()):
-        doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+        _add_note(doc,
             " and ".join(f"{n} {ph} row(s)" for ph, n in not_run.items() if n)
             + " of the trace not run: the run decodes its decode tokens (prefill is not "
               "modelled)")
     if args.tokens is not None and args.tokens > available:
-        doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+        _add_note(doc,
             f"--tokens {args.tokens} but the trace has {available} decode tokens: all "
             f"{available} run")
     if logged < real_model.moe_layers:
         doc["hb_share"] = logged / real_model.moe_layers
-        doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+        _add_note(doc,
             f"the trace logs {logged} of {real_model.moe_layers} MoE layers: their experts get "
             f"{logged}/{real_model.moe_layers} of the HB expert capacity, as in a full log")
     if args.hb_slots is not None:                  # a cap: say where the HB leaves fewer
         fit = _cache(model, arch, args, admit=False, real=real,
                      share=doc.get("hb_share", 1.0))[0].slots
         if fit < args.hb_slots:
-            doc["note"] = ((doc.get("note", "") + "; ") if doc.get("note") else "") + (
+            _add_note(doc,
                 f"--hb-slots {args.hb_slots} but {fit} fit the HB the dense weights and KV "
                 f"cache leave: {fit} used")
     depths = args.depth if schedule == "elastic" else [None]

@@ -555,7 +555,8 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
     for key in tasks_raw:
         if key not in _TASK_KEYS:
             note(f"tasks: {_unknown('task', key, _TASK_KEYS, tasks_raw)}")
-            tasks_sound = tasks_sound and not set(close_names(key, _TASK_KEYS, tasks_raw)) & set(TASKS)
+            tasks_sound = tasks_sound and \
+                not set(close_names(key, _TASK_KEYS, tasks_raw)) & set(TASKS)
     tasks = {}
     for key, default in _TASK_KEYS.items():
         v = tasks_raw.get(key, default)
@@ -590,8 +591,8 @@ def parse_spec(raw, *, path: str = "<spec>", text: str = "") -> SweepSpec:
 
 def _unknown(what: str, key, known, given=()) -> str:
     """``unknown <what> 'key'`` with the closest names of ``known`` the section does not
-    already give when any is close (:func:`~elmoe3d.checks.close_names`: ``(did you mean 'pes'?)``) and every known
-    one: a spec's mistake."""
+    already give when any is close (:func:`~elmoe3d.checks.close_names`: ``(did you mean
+    'pes'?)``) and every known one: a spec's mistake."""
     return f"unknown {what} {key!r}{did_you_mean(key, known, given)}; known: " \
         f"{', '.join(map(str, known))}"
 

@@ -681,8 +681,8 @@ class ImportReport:
         and repaired rows, gaps, unknown fields and file-level notes."""
         return (sum(self.malformed.values()) + self.missing_records + self.dropped_warmup
                 + self.dropped_padding + self.renormalised_rows + self.unnormalised_rows
-                + self.scores_disagree + self.sorted_rows + self.position_gaps + sum(self.unknown_fields.values())
-                + len(self.notes))
+                + self.scores_disagree + self.sorted_rows + self.position_gaps
+                + sum(self.unknown_fields.values()) + len(self.notes))
 
     def counts(self) -> dict:
         """The import's counts by name: ``records`` read, ``kept``, ``warmup`` and ``padding``
