@@ -110,8 +110,11 @@ def close_names(key, known, given=()) -> list:
             if len(m) > 3 or abs(len(last) - len(m)) <= 1]
 
 
-def did_you_mean(key, known, given=()) -> str:
+def did_you_mean(key, known, given=(), *, only_one: bool = False) -> str:
     """`` (did you mean 'pes'?)`` with the names of ``known`` close to ``key``
-    (:func:`close_names`), or nothing when none is."""
+    (:func:`close_names`), or nothing when none is; ``only_one``: nothing either when
+    several are (``16gb`` is as close to ``4gb`` as to ``8gb``: no guess)."""
     close = close_names(key, known, given)
-    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    if not close or only_one and len(close) > 1:
+        return ""
+    return f" (did you mean {' or '.join(map(repr, close))}?)"

@@ -60,7 +60,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..checks import check_int, close_names
+from ..checks import check_int, did_you_mean
 from ..errors import UserError
 from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_options,
                                 check_request, run_perf, summarise)
@@ -367,9 +367,8 @@ def _choice(option, value, choices):
     for c in choices:
         if key == str(c).lower():
             return c
-    close = close_names(key, choices)
     raise UserError(f"{option} {value}: expected one of {', '.join(map(str, choices))}"
-                    + (f" (did you mean {close[0]!r}?)" if len(close) == 1 else ""))
+                    f"{did_you_mean(key, choices, only_one=True)}")
 
 
 def _at_least(option, value, lo):
