@@ -1256,6 +1256,8 @@ def test_a_ranges_values_refused_alike_are_one_line(tmp_path, capsys):
     assert cli.main(["sweep", str(mixed), "--check"]) == 2
     lines = capsys.readouterr().err.splitlines()
     assert sorted(ln.split("): pes: ")[1][:2] for ln in lines) == ["10", "14"], lines
+    # the listed value's mistake: no advice about the ranged clock (a new user's finding)
+    assert not any("drawn from a range" in ln for ln in lines), lines
     floats = _write(tmp_path, "sampling: random\nsamples: 6\nbase: paper-4gb\nconfig:\n"
                               "  hb_bank_bytes: {min: 134217728.0, max: 536870912.0}\n"
                               "workload:\n  model: [qwen3-30b-a3b]\n", "floats.yaml")
