@@ -21,7 +21,7 @@ import numpy as np
 
 
 __all__ = ["is_int", "is_real", "expected_int", "python_int_hint", "check_int", "parse_int",
-           "close_names", "did_you_mean"]
+           "parse_bytes", "BYTE_UNITS", "close_names", "did_you_mean"]
 
 
 def is_int(value, *, numpy: bool = True) -> bool:
@@ -89,6 +89,43 @@ def parse_int(name: str, text, lo: int | None = None, hi: int | None = None, *,
     except ValueError:
         value = text                                # not a number: named as given
     return check_int(name, value, lo, hi, error=error)
+
+
+#: The unit suffixes :func:`parse_bytes` takes (case-blind), in bytes: SI (kB = 1000) and IEC
+#: (KiB = 1024).
+BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+              "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(name: str, text, *, error: type[Exception] = ValueError) -> int:
+    """``text`` (a command line's string) as a whole number of bytes >= 0: an integer
+    (``4000000``, ``4_000_000``), a number in e-notation that is whole (``1e9``, ``1.5e9``), or
+    either with a unit of :data:`BYTE_UNITS` (``512MiB``, ``1.5 GB``).
+
+    Raises
+    ------
+    error (``ValueError`` unless given)
+        ``"{name}: expected a whole number of bytes >= 0 (4000000, 1e9, 512MiB or 1.5GB), got
+        '1.5'"`` (without ``name``, from "expected"), for a fraction of a byte, a negative, a
+        non-finite or no number.
+    """
+    from decimal import Decimal, InvalidOperation
+    import re
+    match = re.fullmatch(r"\s*([^a-zA-Z\s]+(?:[eE][-+]?\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = match[2].lower() if match else ""
+    value = None
+    if match and (unit in BYTE_UNITS or not unit):
+        try:
+            number = Decimal(match[1].replace("_", "")) * BYTE_UNITS.get(unit or "b")
+        except InvalidOperation:
+            number = None
+        if number is not None and number.is_finite() and number >= 0 \
+                and number == number.to_integral_value():
+            value = int(number)
+    if value is None:
+        raise error(f"{name + ': ' if name else ''}expected a whole number of bytes >= 0 "
+                    f"(4000000, 1e9, 512MiB or 1.5GB), got {str(text)!r}")
+    return value
 
 
 def close_names(key, known, given=()) -> list:

@@ -20,6 +20,7 @@ import sys
 import threading
 
 from .. import __version__
+from ..checks import parse_bytes
 from ..errors import Terminated, UserError
 from .outputs import COMMITTED
 
@@ -73,6 +74,13 @@ def seed_type(text) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
     return value
+
+
+def bytes_type(text) -> int:
+    """``type=`` of an option giving a number of bytes: :func:`elmoe3d.checks.parse_bytes`
+    (``4000000``, ``1e9``, ``512MiB``, ``1.5GB``). Raises :class:`argparse.ArgumentTypeError`
+    otherwise (argparse then exits with status 2)."""
+    return parse_bytes(None, text, error=argparse.ArgumentTypeError)
 
 
 def comma_items(text, option) -> list:

@@ -67,7 +67,7 @@ from ..sw.host.backends import (BACKENDS, SMALL_CONFIG, RunContext, backend_opti
 from ..sw.host.backends.records import format_bytes as _b
 from ..sw.host.backends.perf import compute_figures
 from ..sw.host.corpus import ROUTING_FILES, ROUTING_MODEL
-from . import fill_defaults, seed_type
+from . import bytes_type, fill_defaults, seed_type
 from .outputs import (atomic_outputs, check_distinct, check_output, check_output_dir, output_dir,
                       output_path, report_console)
 
@@ -153,10 +153,11 @@ def configure(parser) -> None:
                         help="cap the HB expert-slice slots (default: the HB capacity less the "
                              "reservations; 0: no expert cache, Elastic-SD then decodes "
                              "autoregressively)")
-    parser.add_argument("--dense-bytes", type=int, default=None, metavar="B",
-                        help="HB bytes reserved for dense weights (default: the model's "
-                             "figure for real shapes, 0 for synthetic ones)")
-    parser.add_argument("--kv-bytes", type=int, default=None, metavar="B",
+    parser.add_argument("--dense-bytes", type=bytes_type, default=None, metavar="B",
+                        help="HB bytes reserved for dense weights (4000000, 1e9, 512MiB, "
+                             "1.5GB; default: the model's figure for real shapes, 0 for "
+                             "synthetic ones)")
+    parser.add_argument("--kv-bytes", type=bytes_type, default=None, metavar="B",
                         help="HB bytes reserved for the KV cache (default as --dense-bytes)")
     parser.add_argument("--seed", type=seed_type, default=None,
                         help="seed of the synthetic weights, activations and Bernoulli "

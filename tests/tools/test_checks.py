@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from elmoe3d.checks import (check_int, expected_int, is_int, is_real, parse_int,
+from elmoe3d.checks import (check_int, expected_int, is_int, is_real, parse_bytes, parse_int,
                             python_int_hint)
 from elmoe3d.config import TileConfig, preset
 from elmoe3d.hw.board import BoardTop
@@ -236,3 +236,22 @@ def test_gemm_issue_refuses_a_memory_of_true_words():
 def test_a_bool_is_not_a_size(call, words):
     with pytest.raises(ValueError, match=words):
         call()
+
+
+@pytest.mark.parametrize("text, out", [
+    ("4000000", 4_000_000), ("4_000_000", 4_000_000), (" 7 ", 7), ("0", 0),
+    ("1e9", 10**9), ("1.5e9", 1_500_000_000), ("1E3", 1000),
+    ("512MiB", 512 * 1024**2), ("1.5 GB", 1_500_000_000), ("1gib", 1024**3), ("2kB", 2000),
+    ("3KiB", 3072), ("0.5kb", 500), ("10B", 10), ("1TiB", 1024**4)])
+def test_parse_bytes_takes_integers_e_notation_and_units(text, out):
+    value = parse_bytes("--dense-bytes", text)
+    assert value == out and type(value) is int
+
+
+@pytest.mark.parametrize("text", ["1.5", "-1", "nan", "inf", "1e-3", "abc", "12 parsecs", "",
+                                  "0x10", "1.0000001e3", "0.3KiB", "GB", "1 2"])
+def test_parse_bytes_refuses_a_fraction_of_a_byte_or_no_number(text):
+    with pytest.raises(ValueError) as exc:
+        parse_bytes("--kv-bytes", text)
+    assert str(exc.value) == (f"--kv-bytes: expected a whole number of bytes >= 0 (4000000, "
+                              f"1e9, 512MiB or 1.5GB), got {text!r}")

@@ -659,6 +659,22 @@ def test_a_reservation_leaving_no_hb_names_the_option(capsys):
     assert "leave no HB for experts: paper-4gb has 4294967296 bytes of HB" in err
 
 
+def test_a_reservation_takes_e_notation_and_units(capsys):
+    """``--dense-bytes 1e9`` was refused as no integer (a new user's trial); it and ``1GB``
+    reserve 10^9 bytes, which the error of an oversized reservation quotes back."""
+    for given in ("1e9", "1GB", "1000000000"):
+        code, out, err = _run(capsys, "run", "--trace", "gsm8k", "--model", "mixtral-8x7b",
+                              "--config", "paper-4gb", "--backend", "perf", "--kv-bytes",
+                              "4GiB", "--dense-bytes", given)
+        assert code == 2, (given, err)
+        assert f"--dense-bytes (1000000000) + --kv-bytes (4294967296) " in err, (given, err)
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--trace", "gsm8k", "--dense-bytes", "1.5"])
+    assert exc.value.code == 2
+    assert "argument --dense-bytes: expected a whole number of bytes >= 0 (4000000, 1e9, " \
+           "512MiB or 1.5GB), got '1.5'" in capsys.readouterr().err
+
+
 def test_a_named_trace_missing_names_the_traces_folder(capsys, monkeypatch, tmp_path):
     """``--trace gsm8k`` with ``$ELMOE3D_TRACES`` pointing at a folder without it: the error
     names the variable and its value (a new user's trial found it said only ``no such
