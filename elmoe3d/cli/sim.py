@@ -13,12 +13,17 @@ experts and gate weights of each token picked by the real Mixtral-8x7B routing t
 ``o`` beat compared with the functional simulator (:mod:`elmoe3d.sw.golden.pe`) and the FP32
 output with the golden MoE layer (:func:`elmoe3d.sw.golden.expert.ref_moe`). Exit status 0 when
 everything matched, 1 on any mismatch or failing test, 2 on a usage or setup error.
+
+``--test NAME`` runs only the named cocotb tests (:func:`select_tests`; ``--list-tests``
+names them, :func:`sim_tests`), the other steps skipped: with ``--waves``, the waveform of
+one failing test instead of the whole run's.
 """
 
 from __future__ import annotations
 
 import time
 
+from ..checks import close_names
 from ..config import ConfigError, preset, preset_key
 from ..errors import UserError
 from . import seed_type
@@ -57,6 +62,14 @@ def configure(parser):
     parser.add_argument("--json", metavar="OUT", type=output_path, default=None,
                         help="also write every case record to OUT (JSON; checked before the "
                              "run, written only when the run completes)")
+    parser.add_argument("--test", metavar="NAME", action="append", default=None,
+                        help="run only these cocotb tests (repeat or comma-separate; a test's "
+                             "name selects all its variants, a variant is "
+                             "NAME/traffic=smooth|stalls, shell globs match): with --waves, a "
+                             "waveform of one failing test instead of the whole run's "
+                             "(--list-tests names them)")
+    parser.add_argument("--list-tests", action="store_true",
+                        help="list the tests (every variant) this command runs, then exit")
 
 
 def sim_config(name):
@@ -73,8 +86,93 @@ def sim_config(name):
     return preset(name)
 
 
+#: The tile bench's steps, in order: what each runs, and its cocotb tests.
+TILE_PLAN = (
+    ("real MiniLM FFN weights and activations on GSM8K prompts, smooth and stalled streams",
+     ("test_minilm",)),
+    ("random and corner cases, smooth and stalled streams", ("test_random", "test_corners")),
+    ("throughput: always-valid source, always-ready sink", ("test_throughput",)),
+)
+
 #: The PE bench's tests this command runs (trace-driven whole experts).
 PE_TESTS = ("test_trace_moe",)
+
+
+def sim_tests() -> dict:
+    """Every cocotb test this command runs, by bench (``"tile"``, ``"pe"``), in run order: a
+    dict of each bench's test name to its variants as cocotb names them
+    (``test_random/traffic=smooth``; a test without parameters is its own one variant). The
+    variants come from the benches' own ``cocotb.parametrize`` decorators."""
+    from ..sim import bench_pe, bench_tile
+    benches = (("tile", bench_tile, [t for _, tests in TILE_PLAN for t in tests]),
+               ("pe", bench_pe, PE_TESTS))
+    return {bench: {name: tuple(t.name for t in getattr(module, name).generate_tests())
+                    for name in names}
+            for bench, module, names in benches}
+
+
+def select_tests(patterns) -> set | None:
+    """The test variants of :func:`sim_tests` that ``--test`` names (``None``: all). Each
+    pattern (comma-separated within one ``--test`` too) is a test's name, which selects every
+    variant of it, a variant's name, or a shell glob over either (``*stalls``).
+
+    Raises :class:`UserError` naming a pattern that selects nothing, with the close names."""
+    import fnmatch
+    if patterns is None:
+        return None
+    tests = {name: variants for bench in sim_tests().values()
+             for name, variants in bench.items()}
+    names = [*tests, *(v for variants in tests.values() for v in variants)]
+    chosen = set()
+    pats = [p.strip() for text in patterns for p in text.split(",")]
+    if not any(pats):
+        raise UserError("--test: expected a test name (--list-tests names them)")
+    for pat in filter(None, pats):
+        hit = {v for name, variants in tests.items() for v in variants
+               if fnmatch.fnmatchcase(name, pat) or fnmatch.fnmatchcase(v, pat)}
+        if not hit:
+            # matched without the shared "test_", which makes every name look close
+            short = {n.removeprefix("test_"): n for n in names}
+            hint = close_names(pat.removeprefix("test_"), short)
+            hint = f" (did you mean {' or '.join(repr(short[h]) for h in hint)}?)" \
+                if hint else ""
+            raise UserError(f"--test {pat}: no test of this command has that name{hint}; "
+                            f"--list-tests names them")
+        chosen |= hit
+    return chosen
+
+
+def _any_chosen(chosen, tests) -> bool:
+    """Whether ``chosen`` (:func:`select_tests`; ``None``: all) selects any variant of
+    ``tests`` (one bench's dict of :func:`sim_tests`)."""
+    return chosen is None or any(v in chosen for vs in tests.values() for v in vs)
+
+
+def _list_tests(console) -> int:
+    """``--list-tests``: every variant :func:`sim_tests` names, by bench and step."""
+    from rich.markup import escape
+    benches = sim_tests()
+    steps = [*(("tile", what, names) for what, names in TILE_PLAN),
+             ("pe", "trace-driven whole experts, DRAFT and FULL", PE_TESTS)]
+    for bench, what, names in steps:
+        console.print(f"{'PE' if bench == 'pe' else bench}: {escape(what)}")
+        for name in names:
+            console.print("  " + "  ".join(escape(v) for v in benches[bench][name]))
+    console.print("--test NAME selects a test (all its variants) or one variant; shell globs "
+                  "match (--test '*stalls')")
+    return 0
+
+
+def _selected(tests, chosen) -> list:
+    """The variants that ``chosen`` (:func:`select_tests`; ``None``: all) selects of
+    ``tests``, pairs of a test's name and its variants as :func:`sim_tests` gives them, in run
+    order; a test whose every variant is chosen is named whole (the run folder's name stays
+    the unfiltered run's)."""
+    out = []
+    for name, variants in tests:
+        picked = [v for v in variants if chosen is None or v in chosen]
+        out.extend([name] if len(picked) == len(variants) else picked)
+    return out
 
 
 def _check_inputs():
@@ -167,8 +265,9 @@ PE_COLUMNS = ("experts: the expert ids the routing trace sends the batch's token
               "every o beat and link word against fsim, the STATUS counters and sticky flags")
 
 
-def _pe_run(console, arch, seed, waves, steps, failed):
-    """Steps 6 and 7: build the PE, run the trace-driven whole experts. Returns the records
+def _pe_run(console, arch, seed, waves, steps, failed, tests=PE_TESTS):
+    """Steps 6 and 7: build the PE, run the trace-driven whole experts (``tests``: the
+    variants :func:`_selected` picks; none, and the PE is not built). Returns the records
     (empty when the build or the simulator failed; the failure is appended to ``failed``)."""
     from rich.markup import escape
     from ..sim.bench_pe import SYNTHETIC_NOTE, build_pe, default_routing, run_pe_bench
@@ -176,6 +275,10 @@ def _pe_run(console, arch, seed, waves, steps, failed):
     from ..sim.runner import SimulationError
 
     pe = arch.pe
+    what = "trace-driven whole experts on the PE, DRAFT and FULL, smooth and stalled streams"
+    if not tests:
+        console.print(f"[{steps - 1}-{steps}/{steps}] PE: {what}: not selected by --test")
+        return []
     t0 = time.perf_counter()
     try:
         built = build_pe(arch, waves=waves)
@@ -191,10 +294,9 @@ def _pe_run(console, arch, seed, waves, steps, failed):
                   f"{escape(str(built.build_dir))}/{built.toplevel}.v {how}"
                   + (f", {built.wave_format.upper()} waves" if built.waves else "")
                   + f"; {time.perf_counter() - t0:.1f} s")
-    what = "trace-driven whole experts on the PE, DRAFT and FULL, smooth and stalled streams"
     t0 = time.perf_counter()
     try:
-        res = run_pe_bench(arch, tests=PE_TESTS, seed=seed, built=built, check=False)
+        res = run_pe_bench(arch, tests=tests, seed=seed, built=built, check=False)
     except SimulationError as exc:
         console.print(f"[{steps}/{steps}] {what}: [bold red]simulator error[/]: "
                       f"{escape(str(exc))}")
@@ -218,19 +320,49 @@ def _pe_run(console, arch, seed, waves, steps, failed):
     return res.records
 
 
+def _tile_build(console, cfg, waves, steps):
+    """Steps 1 and 2: the tile's Verilog, then its Verilator build (None, printed, when the
+    build failed)."""
+    from rich.markup import escape
+    from ..hw.tile import TensorTile
+    from ..sim.bench_tile import build_tile
+    from ..sim.runner import SimulationError, generate_verilog
+
+    t0 = time.perf_counter()
+    verilog = generate_verilog(TensorTile(config=cfg), name="tensor_tile")
+    console.print(f"[1/{steps}] Verilog: TensorTile rows={cfg.rows} lanes={cfg.lanes}, "
+                  f"{verilog.count(chr(10)):,} lines ({time.perf_counter() - t0:.1f} s)")
+    try:
+        built = build_tile(cfg, waves=waves)
+    except SimulationError as exc:
+        console.print(f"[bold red]Verilator build failed[/]: {escape(str(exc))}")
+        return None
+    how = f"built in {built.seconds:.1f} s" if built.built else \
+        f"reused (built earlier in {built.seconds:.1f} s)"
+    console.print(f"[2/{steps}] Verilator: {escape(str(built.build_dir))}/{built.toplevel}.v "
+                  f"{how}" + (f", {built.wave_format.upper()} waves" if built.waves else ""))
+    if built.wave_format == "vcd":
+        console.print("      note: FST needs the lz4 and zlib headers (liblz4-dev, zlib1g-dev); "
+                      "dumping VCD instead")
+    return built
+
+
 def run(args) -> int:
     from rich.console import Console
     from rich.markup import escape
-    from ..hw.tile import TensorTile
-    from ..sim.bench_tile import build_tile, counted as _count, run_tile_bench
+    from ..sim.bench_tile import counted as _count, run_tile_bench
     from ..paths import ensure_build_root
-    from ..sim.runner import SimulationError, generate_verilog, resolve_seed
+    from ..sim.runner import SimulationError, resolve_seed
 
     console = Console(highlight=False)
     if not console.is_terminal:            # logs and pipes: wide enough for the tables
         console.width = max(console.width, 120)
     arch = sim_config(args.config)
     cfg = arch.tile
+    if args.list_tests:
+        return _list_tests(console)
+    chosen = select_tests(args.test)
+    benches = sim_tests()
     if args.json:
         check_output(args.json, "--json")
     traces = _check_inputs()
@@ -241,32 +373,20 @@ def run(args) -> int:
                   f"{cfg.group}), seed {seed} (--seed or ELMOE3D_SEED to change)")
 
     steps = 7
-    t0 = time.perf_counter()
-    verilog = generate_verilog(TensorTile(config=cfg), name="tensor_tile")
-    console.print(f"[1/{steps}] Verilog: TensorTile rows={cfg.rows} lanes={cfg.lanes}, "
-                  f"{verilog.count(chr(10)):,} lines ({time.perf_counter() - t0:.1f} s)")
-    try:
-        built = build_tile(cfg, waves=waves)
-    except SimulationError as exc:
-        console.print(f"[bold red]Verilator build failed[/]: {escape(str(exc))}")
-        return 1
-    how = f"built in {built.seconds:.1f} s" if built.built else \
-        f"reused (built earlier in {built.seconds:.1f} s)"
-    console.print(f"[2/{steps}] Verilator: {escape(str(built.build_dir))}/{built.toplevel}.v "
-                  f"{how}" + (f", {built.wave_format.upper()} waves" if built.waves else ""))
-
-    if built.wave_format == "vcd":
-        console.print("      note: FST needs the lz4 and zlib headers (liblz4-dev, zlib1g-dev); "
-                      "dumping VCD instead")
-
-    plan = [
-        ("real MiniLM FFN weights and activations on GSM8K prompts, smooth and stalled "
-         "streams", ("test_minilm",)),
-        ("random and corner cases, smooth and stalled streams", ("test_random", "test_corners")),
-        ("throughput: always-valid source, always-ready sink", ("test_throughput",)),
-    ]
+    tile_tests = [_selected(((n, benches["tile"][n]) for n in names), chosen)
+                  for _, names in TILE_PLAN]
     records, failed = [], []
-    for i, (what, tests) in enumerate(plan, start=3):
+    if any(tile_tests):
+        built = _tile_build(console, cfg, waves, steps)
+        if built is None:
+            return 1
+    else:
+        console.print(f"[1-{len(TILE_PLAN) + 2}/{steps}] TensorTile: not selected by --test")
+    for i, ((what, _), tests) in enumerate(zip(TILE_PLAN, tile_tests), start=3):
+        if not tests:
+            if any(tile_tests):
+                console.print(f"[{i}/{steps}] {what}: not selected by --test")
+            continue
         t0 = time.perf_counter()
         try:
             res = run_tile_bench(cfg, tests=tests, seed=seed, built=built,
@@ -295,11 +415,13 @@ def run(args) -> int:
         if not res.sim.tests:
             failed.append(f"{what}: no tests ran")
 
-    pe_records = _pe_run(console, arch, seed, waves, steps, failed)
+    pe_records = _pe_run(console, arch, seed, waves, steps, failed,
+                         _selected(benches["pe"].items(), chosen))
 
     console.print()
-    console.print(summary_table(records, f"TensorTile {cfg.rows}x{cfg.lanes}x{cfg.group} vs "
-                                         f"golden model (seed {seed})"))
+    if records or not pe_records:
+        console.print(summary_table(records, f"TensorTile {cfg.rows}x{cfg.lanes}x{cfg.group} "
+                                             f"vs golden model (seed {seed})"))
     thr = next((r for r in records if r["case"] == "throughput"), None)
     if thr:
         console.print(f"tile throughput: {thr['beats']:,} beats, {thr['fraction']:.4f} of peak "
@@ -307,11 +429,13 @@ def run(args) -> int:
                       f"{thr['latency']} cycles from tile.latency)")
     shapes = sorted({(r["hidden"], r["intermediate"]) for r in pe_records
                      if r.get("hidden") and r.get("intermediate")})
-    console.print(pe_table(pe_records, f"PE {arch.pe.rows}x{arch.pe.lanes}: whole SwiGLU "
-                                       f"experts (H x I = "
-                                       f"{', '.join(f'{h}x{i}' for h, i in shapes) or '-'}) "
-                                       f"routed by the Mixtral trace, synthetic expert weights, "
-                                       f"vs fsim and ref_moe (seed {seed})", PE_COLUMNS))
+    if pe_records or not records:
+        console.print(pe_table(pe_records, f"PE {arch.pe.rows}x{arch.pe.lanes}: whole "
+                                           f"SwiGLU experts (H x I = "
+                                           f"{', '.join(f'{h}x{i}' for h, i in shapes) or '-'}"
+                                           f") routed by the Mixtral trace, synthetic expert "
+                                           f"weights, vs fsim and ref_moe (seed {seed})",
+                               PE_COLUMNS))
     minilm = [r for r in records if r["source"] == "minilm"]
     total_cmp = sum(r["comparisons"] for r in records + pe_records)
     total_bad = sum(r["mismatches"] for r in records + pe_records)
@@ -321,31 +445,42 @@ def run(args) -> int:
     minilm_cmp = sum(r["comparisons"] for r in minilm)
     minilm_bad = sum(r["mismatches"] for r in minilm)
     if args.json:
-        write_json(args.json, {"config": arch.name, "seed": seed, "records": records,
-                               "pe_records": pe_records})
+        write_json(args.json, {"config": arch.name, "seed": seed,
+                               "tests": None if chosen is None else sorted(chosen),
+                               "records": records, "pe_records": pe_records})
     for line in failed:
         console.print(f"[bold red]failed[/]: {escape(line)}")
-    ok = not (minilm_bad or total_bad or failed) and minilm_cmp and pe_fp32
+    # what the run must have compared: real MiniLM weights and whole experts on the PE
+    # unless --test left their tests out, and something in any case
+    want_minilm = _any_chosen(chosen, {"test_minilm": benches["tile"]["test_minilm"]})
+    want_pe = _any_chosen(chosen, benches["pe"])
+    short = [*(["nothing compared on real MiniLM weights"] if want_minilm and not minilm_cmp
+               else []),
+             *(["no whole-expert output compared on the PE"] if want_pe and not pe_fp32
+               else []),
+             *(["nothing compared"] if not total_cmp else [])]
+    ok = not (total_bad or failed or short)
     console.print(f"{_count(total_cmp, 'bit-exact comparison')} in total, "
                   f"{_count(total_bad, 'mismatch')}")
     style = "bold green" if ok else "bold red"
-    console.print(f"[{style}]{_count(minilm_cmp, 'bit-exact comparison')} on real MiniLM "
-                  f"weights, {_count(minilm_bad, 'mismatch')}[/]")
-    console.print(f"[{style}]{_count(pe_fp32, 'bit-exact FP32 output')} of whole experts on "
-                  f"the PE ({'/'.join(pe_modes) or 'no mode'}, Mixtral-routed, synthetic "
-                  f"weights), {_count(pe_bad, 'mismatch')}[/]")
+    if want_minilm:
+        console.print(f"[{style}]{_count(minilm_cmp, 'bit-exact comparison')} on real MiniLM "
+                      f"weights, {_count(minilm_bad, 'mismatch')}[/]")
+    if want_pe:
+        console.print(f"[{style}]{_count(pe_fp32, 'bit-exact FP32 output')} of whole experts "
+                      f"on the PE ({'/'.join(pe_modes) or 'no mode'}, Mixtral-routed, "
+                      f"synthetic weights), {_count(pe_bad, 'mismatch')}[/]")
+    every = sum(len(vs) for bench in benches.values() for vs in bench.values())
+    picked = "" if chosen is None else \
+        f"; {len(chosen)} of {_count(every, 'test')} selected by --test"
     if ok:
-        console.print("[bold green]elmoe3d sim: PASSED[/] (every value bit-exact)")
+        console.print(f"[bold green]elmoe3d sim: PASSED[/] (every value bit-exact{picked})")
         return 0
-    why = []
-    if failed:
-        why.append(f"{_count(len(failed), 'failure')} listed above")
-    if total_bad:
-        why.append(_count(total_bad, "mismatch"))
-    if not minilm_cmp:
-        why.append("nothing compared on real MiniLM weights")
-    if not pe_fp32:
-        why.append("no whole-expert output compared on the PE")
-    console.print(f"[bold red]elmoe3d sim: FAILED[/] ({'; '.join(why)})")
+    if failed and (chosen is None or len(chosen) > 1):
+        console.print("one test again, with its waveform: elmoe3d sim --test NAME --waves "
+                      "(NAME as listed above; --list-tests)")
+    why = [*([f"{_count(len(failed), 'failure')} listed above"] if failed else []),
+           *([_count(total_bad, "mismatch")] if total_bad else []), *short]
+    console.print(f"[bold red]elmoe3d sim: FAILED[/] ({'; '.join(why)}{picked})")
     return 1
 

@@ -6,6 +6,7 @@ final count of bit-exact FP32 outputs of whole experts, and the verdict when the
 mismatches or compares nothing."""
 
 import json
+import re
 
 import pytest
 
@@ -31,7 +32,8 @@ def _pe_record(mode="FULL", traffic="smooth", tokens=4, mismatches=0, **extra):
 def fake(monkeypatch, tmp_path):
     """Canned tile runs (one passing MiniLM case each) and a canned PE build and bench."""
     state = {"pe_records": [_pe_record("DRAFT"), _pe_record("FULL")], "pe_failed": {},
-             "pe_build_error": None, "pe_calls": []}
+             "pe_build_error": None, "pe_calls": [], "tile_calls": [], "pe_builds": 0,
+             "tile_records": [_tile_record()]}
     tile_built = runner.Build("tile", "tensor_tile", tmp_path, False, False, 2.0)
     pe_built = runner.Build("pe_small", "pe", tmp_path / "pe", False, False, 60.0)
 
@@ -42,11 +44,14 @@ def fake(monkeypatch, tmp_path):
         return runner.SimResult(built, folder, 1, len(cases), len(failures), 0, cases)
 
     def fake_tile(cfg, *, tests, **kwargs):
+        state["tile_calls"].append(list(tests))
         return bench_tile.TileBenchResult(
-            sim=sim_result(tile_built, tmp_path / "runs" / tests[0], tests, {}),
-            records=[_tile_record()])
+            sim=sim_result(tile_built, tmp_path / "runs" / tests[0].replace("/", "_"), tests,
+                           {}),
+            records=list(state["tile_records"]))
 
     def fake_build_pe(arch, *, waves=None):
+        state["pe_builds"] += 1
         if state["pe_build_error"]:
             raise runner.SimulationError(state["pe_build_error"])
         return pe_built
@@ -135,3 +140,95 @@ def test_missing_routing_trace_is_a_user_error(monkeypatch, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert rc == 2
     assert f"the Mixtral routing trace is missing: {folder / 'gsm8k_2_routing.jsonl'}" in err
+
+
+# -- --test and --list-tests: one test (with its waveform) instead of the whole run ----------
+
+#: Every test variant ``elmoe3d sim`` runs, as the benches' cocotb decorators name them.
+ALL_VARIANTS = ["test_minilm/traffic=smooth", "test_minilm/traffic=stalls",
+                "test_random/traffic=smooth", "test_random/traffic=stalls",
+                "test_corners/traffic=smooth", "test_corners/traffic=stalls",
+                "test_throughput", "test_trace_moe/traffic=smooth",
+                "test_trace_moe/traffic=stalls"]
+
+
+def test_list_tests_names_every_variant_the_run_takes(capsys):
+    rc, out, err = sim_run(capsys, "--list-tests")
+    assert rc == 0 and not err
+    assert re.findall(r"test_\S+", out) == ALL_VARIANTS
+    assert sorted(v for bench in sim_main.sim_tests().values() for vs in bench.values()
+                  for v in vs) == sorted(ALL_VARIANTS)
+
+
+def test_one_variant_runs_alone_and_the_pe_is_not_built(fake, capsys, tmp_path):
+    rc, out, err = sim_run(capsys, "--test", "test_random/traffic=stalls", "--json",
+                           tmp_path / "s.json")
+    assert rc == 0, (out, err)
+    assert fake["tile_calls"] == [["test_random/traffic=stalls"]]
+    assert fake["pe_builds"] == 0 and not fake["pe_calls"]
+    assert "[3/7] real MiniLM FFN weights and activations on GSM8K prompts, smooth and " \
+           "stalled streams: not selected by --test" in out
+    assert "[5/7] throughput: always-valid source, always-ready sink: not selected" in out
+    assert "[6-7/7] PE: trace-driven whole experts" in out
+    # the requirements of steps left out are not asked for
+    assert "on real MiniLM weights" not in out and "of whole experts on the PE" not in out
+    assert out.rstrip().endswith("elmoe3d sim: PASSED (every value bit-exact; 1 of 9 tests "
+                                 "selected by --test)")
+    assert json.loads((tmp_path / "s.json").read_text())["tests"] == \
+        ["test_random/traffic=stalls"]
+
+
+def test_a_test_name_selects_its_variants_and_globs_match(fake, capsys):
+    rc, out, err = sim_run(capsys, "--test", "test_random", "--test",
+                           "test_trace_moe/traffic=stalls,test_throughput")
+    assert rc == 0, (out, err)
+    assert fake["tile_calls"] == [["test_random"], ["test_throughput"]]
+    assert [c["tests"] for c in fake["pe_calls"]] == [["test_trace_moe/traffic=stalls"]]
+    assert "4 of 9 tests selected by --test" in out
+    fake["tile_calls"].clear()
+    fake["pe_calls"].clear()
+    rc, out, err = sim_run(capsys, "--test", "test_trace_moe")
+    assert rc == 0, (out, err)
+    assert not fake["tile_calls"] and "[1-5/7] TensorTile: not selected by --test" in out
+    assert "[1/7] Verilog" not in out and "TensorTile 2x4x32 vs golden" not in out
+    assert [c["tests"] for c in fake["pe_calls"]] == [["test_trace_moe"]]
+    fake["tile_calls"].clear()
+    fake["pe_calls"].clear()
+    rc, out, err = sim_run(capsys, "--test", "*stalls")
+    assert rc == 0, (out, err)
+    assert fake["tile_calls"] == [["test_minilm/traffic=stalls"],
+                                  ["test_random/traffic=stalls", "test_corners/traffic=stalls"]]
+    assert [c["tests"] for c in fake["pe_calls"]] == [["test_trace_moe/traffic=stalls"]]
+    # test_minilm chosen: the real-weight count is required and printed again
+    assert "20 bit-exact comparisons on real MiniLM weights, 0 mismatches" in out
+
+
+@pytest.mark.parametrize("given, error", [
+    ("randum", "--test randum: no test of this command has that name (did you mean "
+               "'test_random'?); --list-tests names them"),
+    ("test_random/traffic=rough", "--test test_random/traffic=rough: no test of this command"),
+    ("test_hb_roofline", "--test test_hb_roofline: no test of this command has that name"),
+    (",", "--test: expected a test name (--list-tests names them)"),
+])
+def test_an_unknown_test_is_one_line_before_any_build(fake, capsys, given, error):
+    rc, out, err = sim_run(capsys, "--test", given)
+    assert rc == 2 and not fake["tile_calls"] and not fake["pe_builds"]
+    assert f"elmoe3d sim: error: {error}" in err and "Traceback" not in err
+
+
+def test_a_selected_step_that_compares_nothing_fails(fake, capsys):
+    fake["tile_records"] = []
+    rc, out, err = sim_run(capsys, "--test", "test_corners")
+    assert rc == 1
+    assert out.rstrip().endswith("elmoe3d sim: FAILED (nothing compared; 2 of 9 tests "
+                                 "selected by --test)")
+
+
+def test_a_failure_names_how_to_rerun_one_test_with_waves(fake, capsys):
+    fake["pe_failed"] = {"test_trace_moe": "1 case(s) failed (seed 1)"}
+    hint = "one test again, with its waveform: elmoe3d sim --test NAME --waves"
+    rc, out, err = sim_run(capsys)
+    assert rc == 1 and hint in out
+    fake["pe_failed"] = {"test_trace_moe/traffic=stalls": "1 case(s) failed (seed 1)"}
+    rc, out, err = sim_run(capsys, "--test", "test_trace_moe/traffic=stalls")
+    assert rc == 1 and hint not in out          # already one test
