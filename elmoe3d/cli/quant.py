@@ -122,7 +122,9 @@ def configure(parser) -> None:
 
 
 def parse_bits(text) -> list:
-    """``"4"`` -> [4]; ``"2-7"`` -> [2, ..., 7]; ``"3,5"`` -> [3, 5]. Raises UserError."""
+    """``"4"`` -> [4]; ``"2-7"`` -> [2, ..., 7]; ``"3,5"`` -> [3, 5]. Raises UserError, also
+    for a width given twice (``4,4``, ``2-7,4``: as ``run --depth 4 4`` is refused, a
+    repeat is more likely a slip than a wish)."""
     text = str(text).strip()
     out = set()
     try:
@@ -133,10 +135,15 @@ def parse_bits(text) -> list:
                 if lo > hi:
                     raise UserError(f"--bits {text!r}: empty range {lo}-{hi} (expected "
                                     f"LO-HI with LO <= HI, e.g. 2-7)")
-                out.update(range(max(lo, 2), min(hi, 7) + 1))  # not a huge range: its
-                out.update(b for b in (lo, hi) if not 2 <= b <= 7)  # bad bounds, named below
+                # not a huge range: its bad bounds are named below
+                new = {*range(max(lo, 2), min(hi, 7) + 1),
+                       *(b for b in (lo, hi) if not 2 <= b <= 7)}
             else:
-                out.add(int(part))
+                new = {int(part)}
+            if out & new:
+                raise UserError(f"--bits {text!r}: {min(out & new)} given twice (one column a "
+                                f"width)")
+            out |= new
     except ValueError:
         raise UserError(f"--bits {text!r}: expected K, LO-HI or a comma-separated list of "
                         f"integers in 2..7") from None

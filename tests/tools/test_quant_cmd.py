@@ -65,6 +65,16 @@ def test_parse_bits_checks_a_range_before_expanding_it():
     assert quant_cmd.parse_bits("3-5") == [3, 4, 5]
 
 
+@pytest.mark.parametrize("text, twice", [("4,4", 4), ("2-7,4", 4), ("3,2-4", 3),
+                                         ("2-4,4-6", 4)])
+def test_parse_bits_refuses_a_width_given_twice(text, twice):
+    """``--bits 4,4`` was taken as ``4`` while ``run --depth 4 4`` is refused (a new user's
+    finding): a width given twice is named."""
+    with pytest.raises(UserError, match=rf"^--bits {re.escape(repr(text))}: {twice} given "
+                                        rf"twice \(one column a width\)$"):
+        quant_cmd.parse_bits(text)
+
+
 def test_parse_bits_says_what_a_range_is():
     with pytest.raises(UserError, match=r"^--bits '7-2': empty range 7-2 \(expected LO-HI with "
                                         r"LO <= HI, e.g. 2-7\)$"):
