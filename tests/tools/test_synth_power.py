@@ -415,3 +415,59 @@ def test_power_print_says_which_ring_and_link_figures_include_leakage():
             "hops mean), both with leakage (dynamic: logic 0.133, flit FIFOs 0.641 a hop)") in lines
     assert ("paper-4gb: aggregation link (REDUCE_ADD) 0.472 pJ/B sent, 1.889 pJ/B reduced, both "
             "with leakage (dynamic: logic 0.321, destination FIFOs 0.151 a byte sent)") in lines
+
+
+def test_tile_energy_per_mac_from_canned_fits_worked_by_hand(monkeypatch, tmp_path):
+    """``tile_energy``'s arithmetic, its netlists, runs and power analysis canned: per fit
+    tile (R, L) a dynamic energy a + b L + c R L fJ a cycle and a leakage la + lb L + lc R L
+    nW. At the paper tile (16 x 32) the model must give back those polynomials, DRAFT must
+    count 16 x 32 x 32 = 16,384 MACs a cycle and FULL half (two unit-PE products a MAC), and
+    the leakage a cycle at 1 GHz is nW x 1 ns = 1e-3 fJ a nW. A test audit found the leakage
+    added as nW / GHz straight to fJ (1,000 times too much: the README's 0.181 / 0.342 pJ/MAC
+    "with leakage" against 0.136 / 0.252 dynamic) and FULL's MACs untested."""
+    from elmoe3d.synth import activity, energy, power, sta
+    a, b, c = 1000.0, 250.0, 4000.0                     # fJ a cycle
+    la, lb, lc = 50.0, 20.0, 1400.0                     # nW
+    cur = {}
+
+    class Canned:
+        def __init__(self, r, l):
+            self.dynamic_fj = a + b * l + c * r * l
+            self.leakage_nw = la + lb * l + lc * r * l
+            self.internal_fj = self.switching_fj = self.clock_pins_fj = 0.0
+            self.sources, self.annotated, self.mean_toggle = [], 0, 0.0
+
+    def netlist(r, l, lib, workdir):
+        return f"{r}x{l}", ""
+
+    def run(cfg, mode, vcd):
+        cur["rl"] = (cfg.rows, cfg.lanes)
+        vcd.write_text("")                              # removed by tile_energy
+        return {"beats": 1}
+
+    monkeypatch.setattr(energy, "_netlist", netlist)
+    monkeypatch.setattr(activity, "minilm_tile_run", run)
+    monkeypatch.setattr(activity, "vcd_activity", lambda vcd: ({}, 100))
+    monkeypatch.setattr(activity, "annotate", lambda net, act, aliases: (act, []))
+    monkeypatch.setattr(activity, "rtlil_aliases", lambda il: {})
+    monkeypatch.setattr(sta, "read_blif", lambda text: text)
+    monkeypatch.setattr(power, "analyze_power", lambda net, plib, act: Canned(*cur["rl"]))
+    monkeypatch.setattr(power, "PowerLib", lambda lib: None)
+    out = energy.tile_energy(None, workdir=tmp_path, rows=16, lanes=32)
+    fj = a + b * 32 + c * 16 * 32                       # 2,057,000 fJ a cycle
+    nw = la + lb * 32 + lc * 16 * 32                    # 717,490 nW: 717.49 fJ a cycle
+    for mode, macs in (("DRAFT", 16 * 32 * 32), ("FULL", 16 * 32 * 16)):
+        e = out[mode]
+        assert e.macs_per_cycle == macs
+        assert e.fj_per_cycle == pytest.approx(fj, rel=1e-12)
+        assert e.leakage_nw == pytest.approx(nw, rel=1e-12)
+        assert e.pj_per_mac_dynamic == pytest.approx(fj / 1000 / macs, rel=1e-12)
+        assert e.pj_per_mac == pytest.approx((fj + nw * 1e-3) / 1000 / macs, rel=1e-12)
+    assert out["DRAFT"].pj_per_mac - out["DRAFT"].pj_per_mac_dynamic == \
+        pytest.approx(717.49 / 1000 / 16384, rel=1e-9)
+    # the fit through (1, 2), (2, 2), (1, 4) gives a, b, c back
+    assert out["FULL"].model["a_fj"] == pytest.approx(a) and \
+        out["FULL"].model["b_fj"] == pytest.approx(b) and \
+        out["FULL"].model["c_fj"] == pytest.approx(c)
+    assert energy.leakage_fj_per_cycle(740_000.0, 1.0) == pytest.approx(740.0)
+    assert energy.leakage_fj_per_cycle(740_000.0, 2.0) == pytest.approx(370.0)
