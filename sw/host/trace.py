@@ -1082,7 +1082,8 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
 
     def early_checks(obj):
         """A record's checks before the top-k one, in the order lines are judged: ``(vals,
-        None)`` for a line that reaches the top-k check, ``(None, "warmup" | "padding")``
+        None)`` for a line that reaches the top-k check (``vals``: its columns in the order
+        of ``_ALIASES``), ``(None, "warmup" | "padding")``
         for a dropped one, ``(None, (kind, message))`` for a malformed one."""
         vals, field = {}, {}             # field: the name the line gives a column by
         for col, aliases in _ALIASES.items():
@@ -1128,24 +1129,27 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
             return None, ("bad-type", f"gate weights must be a list of numbers, got {w!r}")
         if len(ids) != len(w):
             return None, ("length-mismatch", f"{len(ids)} expert ids but {len(w)} weights")
-        return vals, None
+        # a tuple in _ALIASES' order: the lines' checks are all held for the top-k vote, and a
+        # dict each took 175 MB more than a tuple on a 500k-line log
+        return tuple(vals.values()), None
 
-    checked = [(lineno, obj, *early_checks(obj)) for lineno, obj in records]
+    outcomes = [early_checks(obj) for _, obj in records]        # (vals, problem) a record
     # the top-k most lines log, counted over the lines that reach the top-k check: where
     # top_k is not given it is theirs (not the first line's, which may be the stray one), and
     # a line of another count is stray (skipping it is a remedy) only where most lines have
     # the top-k it is checked against
-    lengths = Counter(len(vals["expert_ids"]) for _, _, vals, _ in checked if vals is not None)
+    at_ids = tuple(_ALIASES).index("expert_ids")
+    lengths = Counter(len(vals[at_ids]) for vals, _ in outcomes if vals is not None)
     voters = sum(lengths.values())
     if k is None and lengths:
         k, most = lengths.most_common(1)[0]
         if 2 * most <= voters:
             if on_error == "raise":             # the file's first mistake, not the vote's
-                for lineno, _, _, problem in checked:
+                for (lineno, _), (_, problem) in zip(records, outcomes):
                     if problem not in (None, "warmup", "padding"):
                         bad(lineno, *problem)
             counts = ", ".join(f"{n} line(s) of {c}" for c, n in sorted(lengths.items()))
-            left = len(checked) - voters
+            left = len(outcomes) - voters
             raise TraceError(f"{path}: top_k not given and no expert count is most lines' "
                              f"({counts}"
                              + (f"; {left} malformed, warm-up or padding line(s) not counted"
@@ -1153,7 +1157,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
                              + "); give the model (model=, --model) or top_k")
         rep.notes.append(f"top_k not given: {k}, the expert count of {most} of {voters} lines")
     most_k = k is not None and 2 * lengths.get(k, 0) > voters
-    for lineno, obj, vals, problem in checked:
+    for (lineno, obj), (vals, problem) in zip(records, outcomes):
         for key in obj:
             if key not in known:
                 rep.unknown_fields[key] += 1
@@ -1166,6 +1170,7 @@ def import_vllm_jsonl(path, *, model=None, num_experts=None, top_k=None,
         if problem:
             bad(lineno, *problem)
             continue
+        vals = dict(zip(_ALIASES, vals))
         req, ph = vals["request"], obj.get("phase")
         ids, w = vals["expert_ids"], vals["gate_weights"]
         if len(ids) != k:
