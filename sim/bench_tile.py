@@ -150,9 +150,11 @@ class TileBench(CaseRecorder):
     # -- comparisons --
 
     @staticmethod
-    def compare_results(rtl, ref, details):
+    def compare_results(rtl, ref, details, result_cycles=()):
         """RTL results vs ref_tile results: (values compared, mismatches). A missing result
-        counts all its values as compared and mismatched."""
+        counts all its values as compared and mismatched. ``result_cycles``: the cycle each
+        result was taken on ``o`` (:class:`StreamRun`), named in the details with its
+        simulation time, where a waveform shows it."""
         n_ref = len(ref["mode"])
         n_rtl = len(rtl["mode"])
         per = ref["acc"][0].size if n_ref else 0
@@ -166,26 +168,32 @@ class TileBench(CaseRecorder):
             bad_ovf = rtl["overflow"][i] != ref["overflow"][i]
             bad_mode = int(rtl["mode"][i]) != int(ref["mode"][i])
             mismatches += int(bad_acc.sum()) + int(bad_ovf.sum()) + int(bad_mode)
+            when = f" (on o at {result_cycles[i] * streams.CLOCK_NS} ns, cycle " \
+                f"{result_cycles[i]})" if i < len(result_cycles) else ""
             for r, n in zip(*np.nonzero(bad_acc | bad_ovf)):
                 if len(details) < MAX_DETAILS:
-                    details.append(f"result {i} row {r} lane {n}: RTL acc "
-                                   f"{int(rtl['acc'][i, r, n])} ovf {bool(rtl['overflow'][i, r, n])}"
-                                   f", ref_tile acc {int(ref['acc'][i, r, n])} ovf "
+                    details.append(f"result {i}{when} row {r} lane {n}: RTL acc "
+                                   f"{int(rtl['acc'][i, r, n])} ovf "
+                                   f"{bool(rtl['overflow'][i, r, n])}, ref_tile acc "
+                                   f"{int(ref['acc'][i, r, n])} ovf "
                                    f"{bool(ref['overflow'][i, r, n])}")
             if bad_mode and len(details) < MAX_DETAILS:
-                details.append(f"result {i}: RTL mode {int(rtl['mode'][i])}, ref_tile mode "
-                               f"{int(ref['mode'][i])}")
+                details.append(f"result {i}{when}: RTL mode {int(rtl['mode'][i])}, ref_tile "
+                               f"mode {int(ref['mode'][i])}")
         return values, mismatches
 
     @staticmethod
-    def compare_acc(got, want, what, details):
-        """Two Accumulators ([M, N]): (values compared, mismatches)."""
+    def compare_acc(got, want, names, details):
+        """Two Accumulators ([M tokens, N channels]): (values compared, mismatches).
+        ``names``: what ``got`` and ``want`` are (``("RTL", "gemm()")``), each value in the
+        details named so (a split check compares two RTL results, neither one expected)."""
         bad = (got.acc != want.acc) | (got.overflow != want.overflow)
         for m, n in zip(*np.nonzero(bad)):
             if len(details) < MAX_DETAILS:
-                details.append(f"{what} [{m}, {n}]: acc {int(got.acc[m, n])} ovf "
-                               f"{bool(got.overflow[m, n])}, expected {int(want.acc[m, n])} "
-                               f"ovf {bool(want.overflow[m, n])}")
+                details.append(f"{names[0]} vs {names[1]} [token {m}, channel {n}]: "
+                               f"{names[0]} acc {int(got.acc[m, n])} ovf "
+                               f"{bool(got.overflow[m, n])}, {names[1]} acc "
+                               f"{int(want.acc[m, n])} ovf {bool(want.overflow[m, n])}")
         mismatches = int((got.acc != want.acc).sum()) + int((got.overflow != want.overflow).sum())
         return int(want.acc.size), mismatches
 
@@ -213,14 +221,15 @@ class TileBench(CaseRecorder):
                                 idle=flow.idle_at("i"), backpressure=flow.backpressure_at("o"))
         details = list(run.errors)
         ref = ref_tile(beats)
-        tile_values, tile_bad = self.compare_results(run.results, ref, details)
+        tile_values, tile_bad = self.compare_results(run.results, ref, details,
+                                                     run.result_cycles)
         golden = gemm(a_q, qw, mode)
         assembled = None
         gemm_values, gemm_bad = int(golden.acc.size), int(2 * golden.acc.size)
         if len(run.results["mode"]) == run.expected:
             assembled = tile_assemble(run.results, a_q.shape[0], qw.q.shape[0], mode, rows,
                                       lanes)
-            gemm_values, gemm_bad = self.compare_acc(assembled, golden, "GEMM vs gemm()",
+            gemm_values, gemm_bad = self.compare_acc(assembled, golden, ("RTL GEMM", "gemm()"),
                                                      details)
         self.record(case=case, source=source, mode=mode.name, traffic=traffic,
                     shape=[int(a_q.shape[0]), int(a_q.shape[1]), int(qw.q.shape[0])],
@@ -238,7 +247,7 @@ class TileBench(CaseRecorder):
                                 backpressure=flow.backpressure_at("o"))
         details = list(run.errors)
         ref = ref_tile(beats)
-        values, bad = self.compare_results(run.results, ref, details)
+        values, bad = self.compare_results(run.results, ref, details, run.result_cycles)
         self.record(case=case, source=source, mode=None, traffic=traffic, shape=None,
                     beats=len(beats["mode"]), results=run.expected, cycles=run.cycles,
                     tile_values=values, gemm_values=0, comparisons=values,
@@ -266,7 +275,8 @@ class TileBench(CaseRecorder):
                              traffic=traffic, shape=shape)
         details = []
         split = Accumulator(msb.acc + lsb.acc, msb.overflow | lsb.overflow)
-        values, bad = self.compare_acc(split, full, "MSB_ONLY + LSB_ONLY vs FULL", details)
+        values, bad = self.compare_acc(split, full, ("MSB_ONLY + LSB_ONLY", "RTL FULL"),
+                                       details)
         return self.record(case=f"{case} split", source=source, mode="MSB+LSB", traffic=traffic,
                            shape=shape, beats=0, results=0, cycles=0, tile_values=0,
                            gemm_values=values, comparisons=values, mismatches=bad,
@@ -505,12 +515,13 @@ async def test_throughput(dut):
         beats = tile_schedule(a_q, qw, Mode.FULL, rows, lanes)
         run = await bench.stream(beats, rng=bench.rng("traffic"))
         details = list(run.errors)
-        values, bad = bench.compare_results(run.results, ref_tile(beats), details)
+        values, bad = bench.compare_results(run.results, ref_tile(beats), details,
+                                            run.result_cycles)
         golden = gemm(a_q, qw, Mode.FULL)
         gvalues, gbad = int(golden.acc.size), int(2 * golden.acc.size)
         if len(run.results["mode"]) == run.expected:
             got = tile_assemble(run.results, m, n, Mode.FULL, rows, lanes)
-            gvalues, gbad = bench.compare_acc(got, golden, "GEMM vs gemm()", details)
+            gvalues, gbad = bench.compare_acc(got, golden, ("RTL GEMM", "gemm()"), details)
         nbeats = len(beats["mode"])
         first, last_result = run.accept_cycles[0], run.end_cycle
         span = last_result - first + 1 - bench.latency

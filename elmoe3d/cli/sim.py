@@ -113,8 +113,8 @@ def sim_tests() -> dict:
 
 def select_tests(patterns) -> set | None:
     """The test variants of :func:`sim_tests` that ``--test`` names (``None``: all). Each
-    pattern (comma-separated within one ``--test`` too) is a test's name, which selects every
-    variant of it, a variant's name, or a shell glob over either (``*stalls``).
+    pattern (comma-separated within one ``--test`` too; any case) is a test's name, which
+    selects every variant of it, a variant's name, or a shell glob over either (``*stalls``).
 
     Raises :class:`UserError` naming a pattern that selects nothing, with the close names."""
     import fnmatch
@@ -128,17 +128,24 @@ def select_tests(patterns) -> set | None:
     if not any(pats):
         raise UserError("--test: expected a test name (--list-tests names them)")
     for pat in filter(None, pats):
+        low = pat.lower()
         hit = {v for name, variants in tests.items() for v in variants
-               if fnmatch.fnmatchcase(name, pat) or fnmatch.fnmatchcase(v, pat)}
-        if not hit:
-            # matched without the shared "test_", which makes every name look close
-            short = {n.removeprefix("test_"): n for n in names}
-            hint = close_names(pat.removeprefix("test_"), short)
-            hint = f" (did you mean {' or '.join(repr(short[h]) for h in hint)}?)" \
-                if hint else ""
-            raise UserError(f"--test {pat}: no test of this command has that name{hint}; "
+               if fnmatch.fnmatchcase(name, low) or fnmatch.fnmatchcase(v, low)}
+        if hit:
+            chosen |= hit
+            continue
+        if any(c in pat for c in "*?["):
+            raise UserError(f"--test {pat}: the pattern matches no test of this command; "
                             f"--list-tests names them")
-        chosen |= hit
+        # matched without the shared "test_", which makes every name look close, and by the
+        # test's name too where a variant was named (test_throughput runs once, no variant)
+        short = {n.removeprefix("test_"): n for n in names}
+        close = [short[h] for key in dict.fromkeys((low.split("/")[0], low))
+                 for h in close_names(key.removeprefix("test_"), short)]
+        close = list(dict.fromkeys(close))[:3]
+        hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+        raise UserError(f"--test {pat}: no test of this command has that name{hint}; "
+                        f"--list-tests names them")
     return chosen
 
 
@@ -148,16 +155,22 @@ def _any_chosen(chosen, tests) -> bool:
     return chosen is None or any(v in chosen for vs in tests.values() for v in vs)
 
 
-def _list_tests(console) -> int:
-    """``--list-tests``: every variant :func:`sim_tests` names, by bench and step."""
+def _list_tests(console, chosen=None) -> int:
+    """``--list-tests``: every variant :func:`sim_tests` names, by bench and step, or those
+    ``chosen`` (:func:`select_tests`: what a ``--test`` would run)."""
     from rich.markup import escape
-    benches = sim_tests()
+    benches = {bench: {name: tuple(v for v in variants if chosen is None or v in chosen)
+                       for name, variants in tests.items()}
+               for bench, tests in sim_tests().items()}
     steps = [*(("tile", what, names) for what, names in TILE_PLAN),
              ("pe", "trace-driven whole experts, DRAFT and FULL", PE_TESTS)]
     for bench, what, names in steps:
+        if not any(benches[bench][name] for name in names):
+            continue
         console.print(f"{'PE' if bench == 'pe' else bench}: {escape(what)}")
         for name in names:
-            console.print("  " + "  ".join(escape(v) for v in benches[bench][name]))
+            if benches[bench][name]:
+                console.print("  " + "  ".join(escape(v) for v in benches[bench][name]))
     console.print("--test NAME selects a test (all its variants) or one variant; shell globs "
                   "match (--test '*stalls')")
     return 0
@@ -359,9 +372,12 @@ def run(args) -> int:
         console.width = max(console.width, 120)
     arch = sim_config(args.config)
     cfg = arch.tile
-    if args.list_tests:
-        return _list_tests(console)
     chosen = select_tests(args.test)
+    if args.list_tests:
+        if args.json or args.waves:
+            raise UserError(f"{'--json' if args.json else '--waves'}: --list-tests runs "
+                            f"nothing (it lists what --test selects)")
+        return _list_tests(console, chosen)
     benches = sim_tests()
     if args.json:
         check_output(args.json, "--json")
@@ -371,6 +387,10 @@ def run(args) -> int:
     waves = True if args.waves else None
     console.print(f"elmoe3d sim: config [bold]{arch.name}[/] (tile {cfg.rows}x{cfg.lanes}x"
                   f"{cfg.group}), seed {seed} (--seed or ELMOE3D_SEED to change)")
+    if waves and chosen is None:
+        console.print("      note: --waves without --test dumps every test's waveform, GBs "
+                      "(10.7 GB of VCD measured); --test NAME --waves dumps one test's "
+                      "(--list-tests names them)")
 
     steps = 7
     tile_tests = [_selected(((n, benches["tile"][n]) for n in names), chosen)
@@ -444,10 +464,6 @@ def run(args) -> int:
     pe_modes = sorted({r["mode"] for r in pe_records if fp32_outputs(r)})
     minilm_cmp = sum(r["comparisons"] for r in minilm)
     minilm_bad = sum(r["mismatches"] for r in minilm)
-    if args.json:
-        write_json(args.json, {"config": arch.name, "seed": seed,
-                               "tests": None if chosen is None else sorted(chosen),
-                               "records": records, "pe_records": pe_records})
     for line in failed:
         console.print(f"[bold red]failed[/]: {escape(line)}")
     # what the run must have compared: real MiniLM weights and whole experts on the PE
@@ -460,6 +476,11 @@ def run(args) -> int:
                else []),
              *(["nothing compared"] if not total_cmp else [])]
     ok = not (total_bad or failed or short)
+    if args.json:
+        write_json(args.json, {"config": arch.name, "seed": seed,
+                               "tests": None if chosen is None else sorted(chosen),
+                               "passed": bool(ok), "failures": failed,
+                               "records": records, "pe_records": pe_records})
     console.print(f"{_count(total_cmp, 'bit-exact comparison')} in total, "
                   f"{_count(total_bad, 'mismatch')}")
     style = "bold green" if ok else "bold red"

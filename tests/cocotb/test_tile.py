@@ -99,3 +99,29 @@ def test_throughput_one_beat_per_cycle(shape):
     # cycle and each result comes tile.latency cycles after its last beat (both checked in
     # the bench); the figure follows.
     assert rec["fraction"] >= 0.99
+
+
+def test_a_mismatch_names_its_time_on_o_and_what_each_value_is():
+    """A new user debugging a planted tile bug (2026-12-07): a mismatch named no simulation
+    time, so finding it in a waveform meant counting handshakes; the split check called the
+    RTL's FULL result "expected"; and the GEMM check's ``[m, n]`` did not say which index is
+    the token. Each detail now says so (no simulator needed: the comparisons are NumPy)."""
+    import numpy as np
+    from elmoe3d.sim.bench_tile import TileBench
+    from elmoe3d.sim.cocotb_streams import CLOCK_NS
+    from elmoe3d.sw.golden.datapath import Accumulator
+    zeros = np.zeros((2, 1, 2), np.int64)
+    rtl = {"acc": zeros.copy(), "overflow": zeros.astype(bool), "mode": np.zeros(2, np.int64)}
+    ref = {"acc": zeros.copy(), "overflow": zeros.astype(bool), "mode": np.zeros(2, np.int64)}
+    ref["acc"][1, 0, 1] = 5
+    details = []
+    assert TileBench.compare_results(rtl, ref, details, [30, 35]) == (4, 1)
+    assert details == [f"result 1 (on o at {35 * CLOCK_NS} ns, cycle 35) row 0 lane 1: RTL acc "
+                       f"0 ovf False, ref_tile acc 5 ovf False"]
+    got = Accumulator(np.array([[1, 2]], np.int64), np.zeros((1, 2), bool))
+    want = Accumulator(np.array([[1, 7]], np.int64), np.array([[False, True]]))
+    details = []
+    assert TileBench.compare_acc(got, want, ("MSB_ONLY + LSB_ONLY", "RTL FULL"), details) == \
+        (2, 2)
+    assert details == ["MSB_ONLY + LSB_ONLY vs RTL FULL [token 0, channel 1]: MSB_ONLY + "
+                       "LSB_ONLY acc 2 ovf False, RTL FULL acc 7 ovf True"]

@@ -206,6 +206,10 @@ def test_a_test_name_selects_its_variants_and_globs_match(fake, capsys):
 @pytest.mark.parametrize("given, error", [
     ("randum", "--test randum: no test of this command has that name (did you mean "
                "'test_random'?); --list-tests names them"),
+    ("test_throughput/traffic=smooth", "--test test_throughput/traffic=smooth: no test of this "
+                                       "command has that name (did you mean 'test_throughput'"),
+    ("*stals", "--test *stals: the pattern matches no test of this command; --list-tests "
+               "names them"),
     ("test_random/traffic=rough", "--test test_random/traffic=rough: no test of this command"),
     ("test_hb_roofline", "--test test_hb_roofline: no test of this command has that name"),
     (",", "--test: expected a test name (--list-tests names them)"),
@@ -232,3 +236,37 @@ def test_a_failure_names_how_to_rerun_one_test_with_waves(fake, capsys):
     fake["pe_failed"] = {"test_trace_moe/traffic=stalls": "1 case(s) failed (seed 1)"}
     rc, out, err = sim_run(capsys, "--test", "test_trace_moe/traffic=stalls")
     assert rc == 1 and hint not in out          # already one test
+
+
+def test_selection_is_case_blind_and_listed_before_a_run(fake, capsys, tmp_path):
+    """A new user's trial: ``--test TEST_CORNERS`` got no match, ``--list-tests --test X``
+    listed all nine, and ``--list-tests --json F`` wrote nothing without a word."""
+    rc, out, err = sim_run(capsys, "--test", "TEST_Corners/traffic=STALLS")
+    assert rc == 0, (out, err)
+    assert fake["tile_calls"] == [["test_corners/traffic=stalls"]]
+    rc, out, err = sim_run(capsys, "--list-tests", "--test", "test_corners,*trace_moe*smooth")
+    assert rc == 0 and re.findall(r"test_\S+", out) == [
+        "test_corners/traffic=smooth", "test_corners/traffic=stalls",
+        "test_trace_moe/traffic=smooth"]
+    assert "throughput" not in out and "MiniLM" not in out
+    for opt in (["--json", str(tmp_path / "l.json")], ["--waves"]):
+        rc, out, err = sim_run(capsys, "--list-tests", *opt)
+        assert rc == 2 and f"{opt[0]}: --list-tests runs nothing" in err
+    assert not (tmp_path / "l.json").exists()
+
+
+def test_waves_of_the_whole_run_are_announced_and_json_says_the_verdict(fake, capsys,
+                                                                          tmp_path):
+    """``--waves`` without ``--test`` began a 10.7 GB dump without a word (a new user's
+    trial); the JSON had no verdict."""
+    rc, out, err = sim_run(capsys, "--waves", "--json", tmp_path / "w.json")
+    assert rc == 0 and "note: --waves without --test dumps every test's waveform" in out
+    doc = json.loads((tmp_path / "w.json").read_text())
+    assert doc["passed"] is True and doc["failures"] == [] and doc["tests"] is None
+    rc, out, err = sim_run(capsys, "--waves", "--test", "test_random")
+    assert "without --test" not in out
+    fake["pe_failed"] = {"test_trace_moe": "1 case(s) failed (seed 1)"}
+    rc, out, err = sim_run(capsys, "--json", tmp_path / "f.json")
+    doc = json.loads((tmp_path / "f.json").read_text())
+    assert rc == 1 and doc["passed"] is False
+    assert doc["failures"] == ["test_trace_moe: 1 case(s) failed (seed 1)"]
