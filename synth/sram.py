@@ -26,7 +26,7 @@ b5c90cbbf2c3a962501040f81234bb84c877cba3)::
     srambank_256x4x64_6t122  SIZE 30.348 BY 77.76  = 2359.860 um^2   (65,536 bits)
 
     CELL_ROW_UM2 = (2359.860 - 747.429) / (256*256 - 64*256) = 0.032805 um^2
-    COLUMN_UM2   = (747.429 - 64*256*CELL_ROW_UM2) / 256     = 0.82017 um^2
+    COLUMN_UM2   = (747.429 - 64*256*CELL_ROW_UM2) / 256     = 0.820125 um^2
 
 Timing (``make synth --timing``, :mod:`elmoe3d.synth.timing`): a macro's read data arrives
 :data:`READ_CLK_TO_Q_PS` after the clock edge and its inputs (address, enables, write data)

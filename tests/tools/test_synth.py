@@ -555,7 +555,30 @@ def test_cli_whole_run_prints_and_writes_the_report(tmp_path, monkeypatch, capsy
     assert captured.out.strip().splitlines()[-1].startswith("elmoe3d synth: done in ")
     report = json.loads(out.read_text())
     assert set(report["configs"]) == {"small"}
-    assert report["configs"]["small"]["die_total"] > 0
+    small = report["configs"]["small"]
+    # every job maps to 2 INVx1 + 1 NAND2xp33, LEF 0.162 x 0.27 and 0.216 x 0.27 um: the
+    # same area A = 0.1458 um^2 (the stand-in's "area" figure is not read)
+    a = 2 * 0.162 * 0.27 + 0.216 * 0.27
+    # the tile model through three equal fits: a = A, no per-lane or per-(row, lane) area;
+    # the small PE's 2 x 4 tile: MAC 32 multipliers x 8 (row, lane), adder tree the dot row
+    # less them (1 - 32) x 8
+    assert (small["tile_model"]["a"], small["tile_model"]["b"], small["tile_model"]["c"]) \
+        == (pytest.approx(a), pytest.approx(0.0, abs=1e-12), pytest.approx(0.0, abs=1e-12))
+    pe = small["pe"]
+    assert pe["MAC"] == pytest.approx(256 * a) and pe["adder tree"] == pytest.approx(-248 * a)
+    # the VPU's units in one PE (4 lanes, 512-bit words): 2 SwiGLU, 4 combine, 16 requant,
+    # 16 FP32 converters, 1 row-max exponent
+    assert pe["VPU"] == pytest.approx(39 * a)
+    # WMEM: four 32 x 512-bit weight planes and two 4 x 512-bit scale planes, 512 columns
+    # each at 0.032805 um^2 a bit and 0.820125 um^2 a column (the LEF macros):
+    # 4 x (16384 x 0.032805 + 419.904) + 2 x (2048 x 0.032805 + 419.904)
+    assert pe["sram:WMEM"] == pytest.approx(4 * 957.38112 + 2 * 487.08864)
+    assert small["pe_total"] == pytest.approx(sum(pe.values()))
+    die = small["die"]
+    assert die["PE"]["instances"] == 4
+    assert die["PE"]["total"] == pytest.approx(4 * small["pe_total"])
+    assert small["die_total"] == pytest.approx(sum(b["total"] for b in die.values()))
+    assert all(b["total"] == pytest.approx(b["logic"] + b["sram"]) for b in die.values())
     # --scaling '': two panels (10 in at 90 dpi), no empty third one
     import matplotlib.image
     assert matplotlib.image.imread(plot).shape[1] == 900
@@ -737,6 +760,63 @@ def test_sram_model_reproduces_the_published_macros():
     assert sram_area(32, 128, read_ports=2).area == pytest.approx(2 * sram_area(32, 128).area)
     with pytest.raises(ValueError, match="depth"):
         sram_area(8, 0)
+
+
+def test_sram_model_folds_a_deep_memory_with_a_column_mux():
+    """300 words of 64 bits: deeper than the 256 rows of the largest published macro, so a
+    2-way column mux (ceil(300 / 256)): 150 rows of 128 columns. From the two LEF sizes
+    (256 columns each): per bit with its row periphery (30.348 x 77.76 - 9.612 x 77.76) /
+    (256 x 256 - 64 x 256) = 1612.43136 / 49152 = 0.032805 um^2; per column (9.612 x 77.76
+    - 64 x 256 x 0.032805) / 256 = (747.42912 - 537.47712) / 256 = 0.820125 um^2. Area 150 x
+    128 x 0.032805 + 128 x 0.820125 = 629.856 + 104.976 = 734.832 um^2."""
+    m = sram_area(64, 300)
+    assert (m.mux, m.rows, m.cols, m.copies) == (2, 150, 128, 1)
+    assert CELL_ROW_UM2 == pytest.approx(0.032805, rel=1e-9)
+    assert COLUMN_UM2 == pytest.approx(0.820125, rel=1e-9)
+    assert m.area == pytest.approx(734.832, rel=1e-9)
+    # one row more than a macro's 256: 2-way, 129 rows (ceil(257 / 2)) of 16 columns
+    m = sram_area(8, 257)
+    assert (m.mux, m.rows, m.cols) == (2, 129, 16)
+    assert m.area == pytest.approx(129 * 16 * 0.032805 + 16 * 0.820125, rel=1e-9)
+
+
+def test_roll_up_multiplies_each_child_by_its_instance_count():
+    """A block (own logic 10 um^2) with 3 instances of a child (own logic 7 um^2 and one
+    64 x 256-bit SRAM, the small published macro: 9.612 x 77.76 = 747.42912 um^2), each child
+    holding 2 instances of a grandchild (5 um^2): 3 x 7, 3 x 747.42912 and 3 x 2 x 5 in
+    their categories. With another metric (leakage, say) the same multiplication, no SRAM."""
+    from elmoe3d.synth.blocks import SramUse
+    from elmoe3d.synth.rollup import Node, evaluate, logic_area, sram_total
+    grand = Node(label="g", category="MAC", job="g")
+    child = Node(label="c", category="adder tree", job="c", children=[(grand, 2)],
+                 srams=[SramUse(owner="PE", name="wmem", width=256, depth=64, read_ports=1,
+                                write_ports=1)])
+    top = Node(label="t", category="PE control", job="t", children=[(child, 3)])
+    res = {"t": _R(10.0), "c": _R(7.0), "g": _R(5.0)}
+    got = evaluate(top, res)
+    role = child.srams[0].role
+    assert dict(got) == pytest.approx({"PE control": 10.0, "adder tree": 21.0, "MAC": 30.0,
+                                       f"sram:{role}": 3 * 747.42912})
+    assert logic_area(got) == pytest.approx(61.0)
+    assert sram_total(got) == pytest.approx(2242.28736)
+    twice = evaluate(top, res, metric=lambda r: 2 * r.area)
+    assert dict(twice) == pytest.approx({"PE control": 20.0, "adder tree": 42.0, "MAC": 60.0})
+
+
+def test_pe_control_model_interpolates_its_three_fits():
+    """A PE too large to synthesise: its control logic is the quadratic through its fits at
+    4, 8 and 16 lanes, here 7 + 3 L + L^2 / 2 (27, 63, 183 um^2), at 32 lanes 7 + 96 + 512
+    = 615 um^2 (and exactly the fits at their own lanes)."""
+    from elmoe3d.synth.rollup import PEModelNode, evaluate, pe_control_model
+    res = {f"fit{x}": _R(7 + 3 * x + 0.5 * x * x) for x in (4, 8, 16)}
+    assert [res[f"fit{x}"].area for x in (4, 8, 16)] == [27.0, 63.0, 183.0]
+    for lanes, want in ((32, 615.0), (4, 27.0), (8, 63.0), (16, 183.0), (12, 115.0)):
+        node = PEModelNode(label="PE", category="PE control", lanes=lanes,
+                           fits={16: "fit16", 4: "fit4", 8: "fit8"})
+        m = pe_control_model(node, res)
+        assert m["area"] == pytest.approx(want), lanes
+        assert m["points"] == {4: 27.0, 8: 63.0, 16: 183.0}
+        assert dict(evaluate(node, res)) == pytest.approx({"PE control": want})
 
 
 def test_cli_output_that_is_the_liberty_file_is_refused(tmp_path, capsys):

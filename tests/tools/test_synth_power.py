@@ -9,6 +9,7 @@ import re
 import pytest
 
 from elmoe3d.cli import main
+from elmoe3d.synth import flow
 from elmoe3d.synth.liberty import BUNDLED_LIBERTY, LibertyError, read_liberty, read_text
 from elmoe3d.synth.power import Activity, PowerLib, analyze_power, check_power
 from elmoe3d.synth.sta import CLOCK_SLEW_PS, PORT_SLEW_PS, read_blif
@@ -143,26 +144,32 @@ POWER_BLIF = """.model top
 """
 
 
-def test_power_of_a_tiny_netlist_computed_by_hand_from_the_liberty_text():
-    """Register r1 holds a signal with P(1) = 0.5 toggling every other cycle (its QN the same),
-    port x has P(1) = 0.3 and 0.2 toggles per cycle, r2 is not annotated (default activity,
-    P = 0.5, t = 0.1). Every figure below is read from the Liberty text with regular
-    expressions (not liberty.py) and combined as docs/synth.md "Power" says; the module must
-    agree to 1e-9 fJ."""
+@pytest.mark.parametrize("r1, t1_hand", [
+    # P(AB now and before) = (0.5 - 0.25)(0.3 - 0.1) = 0.05, t = 2 (0.5 x 0.3 - 0.05) = 0.2
+    (Activity(0.5, 0.5), 0.2),
+    # QN = !r1: P(1) = 0.8; (0.8 - 0.15)(0.3 - 0.1) = 0.13, t = 2 (0.8 x 0.3 - 0.13) = 0.22
+    (Activity(0.2, 0.3), 0.22)])
+def test_power_of_a_tiny_netlist_computed_by_hand_from_the_liberty_text(r1, t1_hand):
+    """Register r1 holds a signal with P(1) = ``r1.p`` toggling ``r1.t`` times a cycle (its
+    flip-flop's QN, the net the logic reads, the complement: P(1) = 1 - ``r1.p``; with P = 0.5
+    alone a QN read as the register itself would go unseen), port x has P(1) = 0.3 and 0.2
+    toggles per cycle, r2 is not annotated (default activity, P = 0.5, t = 0.1). Every figure
+    below is read from the Liberty text with regular expressions (not liberty.py) and
+    combined as docs/synth.md "Power" says; the module must agree to 1e-9 fJ."""
     v = 0.7
     port_load = max(float(re.search(r"rise_capacitance : ([0-9.]+);", _pin(DFF, "D")).group(1)),
                     float(re.search(r"fall_capacitance : ([0-9.]+);", _pin(DFF, "D")).group(1)))
     load = {"n0": _cap(NAND, "A"), "x": _cap(NAND, "B") + _cap(DFF, "D"),
             "n1": _cap(INV, "A"), "n2": _cap(DFF, "D"), "q": port_load}
     # activity: (P(1), toggles per cycle)
-    pa, ta = 0.5, 0.5                        # n0 = !r1: P = 1 - 0.5
+    pa, ta = 1 - r1.p, r1.t                  # n0 = QN = !r1
     pb, tb = 0.3, 0.2                        # x
     # NAND: y = !(A B); A B changes when (prev, now) = (11, not 11) or back
     p_and_prev_now = (pa - ta / 2) * (pb - tb / 2)
     t1 = 2 * (pa * pb - p_and_prev_now)
     p1 = 1 - pa * pb
     act = {"n0": (pa, ta), "x": (pb, tb), "n1": (p1, t1), "n2": (1 - p1, t1), "q": (0.5, 0.1)}
-    assert t1 == pytest.approx(0.2)
+    assert t1 == pytest.approx(t1_hand)
     # slews (mean of rise and fall), the worst over a cell's arcs as the STA
     s_n0 = sum(_transition(DFF, "QN", "CLK", "rising_edge", CLOCK_SLEW_PS, load["n0"])) / 2
     s_x = PORT_SLEW_PS
@@ -222,7 +229,7 @@ def test_power_of_a_tiny_netlist_computed_by_hand_from_the_liberty_text():
     leak /= 1000.0
 
     got = analyze_power(read_blif(POWER_BLIF), PowerLib(LIB),
-                        {"r1": Activity(0.5, 0.5), "x": Activity(0.3, 0.2)})
+                        {"r1": r1, "x": Activity(0.3, 0.2)})
     assert got.registers == 2 and got.annotated == 2 and got.sources == 3
     assert got.switching_fj == pytest.approx(switching, abs=1e-9)
     assert got.clock_pins_fj == pytest.approx(clock_pins, abs=1e-9)
@@ -231,6 +238,50 @@ def test_power_of_a_tiny_netlist_computed_by_hand_from_the_liberty_text():
     assert got.dynamic_fj == pytest.approx(e + switching + clock_pins, abs=1e-9)
     assert 1.0 < got.dynamic_fj < 10.0 and 0.1 < got.leakage_nw < 2.0      # fJ, nW: sane
     assert got.power_uw(1.0) == pytest.approx(got.dynamic_fj + got.leakage_nw / 1000)
+
+
+#: Ports a1, a2, b -> AOI21xp33 -> port y.
+AOI_BLIF = """.model top
+.inputs a1 a2 b
+.outputs y
+.gate AOI21xp33_ASAP7_75t_R A1=a1 A2=a2 B=b Y=y
+.cname g1
+.end
+"""
+
+
+def test_internal_energy_of_an_arc_averages_its_when_states():
+    """AOI21xp33's B -> Y energy comes in three ``when`` states, A1 !A2, !A1 A2 and !A1 !A2,
+    whose probabilities do not add up to 1 (in the fourth, A1 A2, Y is 0 and B cannot switch
+    it): a switching of Y from B happened in one of them, so their energies are averaged
+    with the states' probabilities normalised by their sum. A1 and A2 are held (P(1) = 0.6
+    and 0.3, no toggles), B has P(1) = 0.5 and 0.4 toggles a cycle; by hand from the Liberty
+    text: Y toggles 0.4 x (1 - 0.6 x 0.3) = 0.328 times a cycle, each at the states' mean
+    energy (slew PORT_SLEW_PS, Y loaded with one D pin); B's input-pin group (state A1 A2
+    !Y, P = 0.6 x 0.3 = 0.18) adds 0.4 x 0.18 x its energy a toggle."""
+    aoi = "AOI21xp33_ASAP7_75t_R"
+    port_load = max(float(re.search(rf"{e}_capacitance : ([0-9.]+);", _pin(DFF, "D")).group(1))
+                    for e in ("rise", "fall"))
+    p1, p2, pb, tb = 0.6, 0.3, 0.5, 0.4
+    t_y = tb * (1 - p1 * p2)
+    states = {"(A1 * !A2)": p1 * (1 - p2), "(!A1 * A2)": (1 - p1) * p2,
+              "(!A1 * !A2)": (1 - p1) * (1 - p2)}                     # 0.42, 0.12, 0.28
+    assert sum(states.values()) == pytest.approx(0.82)
+    groups = _power_groups(aoi, "Y", "B")
+    assert set(groups) == set(states)
+    mean = sum(states[w] * sum(_energy(tabs, PORT_SLEW_PS, port_load)) / 2
+               for w, tabs in groups.items()) / 0.82
+    (passive,) = _power_groups(aoi, "B").items()
+    assert passive[0] == "(A1 * A2 * !Y)"                             # P = 0.6 x 0.3
+    hand = t_y * mean + tb * p1 * p2 * sum(_energy(passive[1], PORT_SLEW_PS)) / 2
+
+    got = analyze_power(read_blif(AOI_BLIF), PowerLib(LIB),
+                        {"a1": Activity(p1, 0.0), "a2": Activity(p2, 0.0),
+                         "b": Activity(pb, tb)})
+    assert got.internal_fj == pytest.approx(hand, abs=1e-9)
+    # nets y (one D pin) and b (the AOI's B pin); a1 and a2 do not toggle
+    assert got.switching_fj == pytest.approx(
+        (t_y * port_load + tb * _cap(aoi, "B")) * 0.5 * 0.7 ** 2, abs=1e-9)
 
 
 def test_activity_propagation_is_bounded_and_exact_on_an_xor_chain():
@@ -307,15 +358,20 @@ def test_power_cli_bad_liberty_is_one_line(tmp_path, capsys):
 
 
 def test_vcd_activity_counts_toggles_and_time_at_one(tmp_path):
-    """A 3-bit counter run for 16 cycles in Amaranth's simulator: bit b of the count toggles
-    16 / 2^b times and is 1 half the time; names as the netlist gives them (``count[1]``)."""
+    """A 3-bit counter run for 16 cycles in Amaranth's simulator (1 ns clock, the count
+    changing 0.5 ns after each rising edge, the dump ending at 16 ns): bit b of the count
+    toggles 16 / 2^b times in the 16 cycles (exactly: 1, 1/2, 1/4 a cycle) and is 1 for 8 of
+    the 16 ns; ``hi`` (count == 7) is 1 from 6.5 to 7.5 and 14.5 to 15.5 ns (2 of 16: 1/8)
+    and toggles 4 times (1/4 a cycle). Names as the netlist gives them (``count[1]``)."""
     from amaranth.hdl import Module, Signal
     from amaranth.sim import Simulator
 
     from elmoe3d.synth.activity import vcd_activity
     m = Module()
     count = Signal(3, name="count")
+    hi = Signal(name="hi")
     m.d.sync += count.eq(count + 1)
+    m.d.comb += hi.eq(count == 7)
     sim = Simulator(m)
     sim.add_clock(1e-9)
 
@@ -329,8 +385,14 @@ def test_vcd_activity_counts_toggles_and_time_at_one(tmp_path):
     assert cycles == 16
     for b in range(3):
         a = act[f"count[{b}]"]
-        assert a.t == pytest.approx(1 / 2 ** b, abs=1 / 16)
-        assert a.p == pytest.approx(0.5, abs=0.1)
+        assert a.t == pytest.approx(1 / 2 ** b, abs=1e-12)
+        assert a.p == pytest.approx(0.5, abs=1e-12)
+    assert (act["hi"].p, act["hi"].t) == (pytest.approx(1 / 8, abs=1e-12),
+                                          pytest.approx(1 / 4, abs=1e-12))
+    # from 8 ns on: 8 rising edges (8.5 to 15.5 ns), bit 0 toggling at each
+    act, cycles = vcd_activity(vcd, start=8_000_000)
+    assert cycles == 8 and act["count[0]"].t == pytest.approx(1.0, abs=1e-12)
+    assert act["hi"].p == pytest.approx(1 / 8, abs=1e-12)
 
 
 @pytest.mark.parametrize("config, per, span", [("small", 2, 1), ("paper-4gb", 1, 4)])
@@ -370,6 +432,94 @@ def test_leakage_roll_up_of_cell_counts():
     nand = float(re.findall(r"value : ([0-9.]+);\s*related_pg_pin : VDD;\s*\}",
                             _cell(NAND))[-1])
     assert leakage_nw({NAND: 1000}, LIB) == pytest.approx(1000 * nand / 1000)
+
+
+def test_sram_access_energy_by_hand_from_the_bank_liberty():
+    """An access of a ``width``-bit memory is one access of each 64-bit ASAP7 bank it spans
+    (rounded up). Per bank, from srambank_256x4x64_6t122.lib's figures (pJ): the clock pin's
+    internal power when !write (a read) 1.44236 + 2.11495 + 0.373495 + 0.360267 = 4.291072,
+    when write 0.186927 + 0.132678 = 0.319605, plus 10 address and control pins toggling
+    once, each (0.00471622 + 0.00620875 + 0.00490932 + 0.00604381) / 2 = 0.01093905: a read
+    4.4004625 pJ, a write 0.4289955 pJ. 1035 bits (a ring station's output FIFO word) span
+    17 banks (16 x 64 = 1024 < 1035)."""
+    from elmoe3d.synth.energy import sram_access_pj, sram_pj_per_byte
+    read, write = 4.4004625, 0.4289955
+    assert sram_access_pj(1035) == pytest.approx(17 * read, rel=1e-12)        # 74.8078625
+    assert sram_access_pj(1035, write=True) == pytest.approx(17 * write, rel=1e-12)
+    assert sram_access_pj(1024) == pytest.approx(16 * read, rel=1e-12)
+    assert sram_access_pj(1) == sram_access_pj(64) == pytest.approx(read, rel=1e-12)
+    assert sram_access_pj(65) == pytest.approx(2 * read, rel=1e-12)
+    assert sram_pj_per_byte() == pytest.approx(read / 8, rel=1e-12)             # 0.5500578
+    assert sram_pj_per_byte(write=True) == pytest.approx(write / 8, rel=1e-12)  # 0.0536244
+
+
+def _canned_energy_run(monkeypatch, srams):
+    """Stand-ins for the heavy calls of :func:`~elmoe3d.synth.energy.ring_energy` and
+    :func:`~elmoe3d.synth.energy.link_energy`: a hollowed block with ``srams`` and no logic,
+    a synthesis writing an empty netlist, a 100-cycle VCD annotating nothing and a power
+    analysis of 2,000 fJ a cycle and 1,000 nW of leakage."""
+    from types import SimpleNamespace
+
+    from elmoe3d.synth import activity, blocks, power
+    from elmoe3d.synth.power import Power
+    block = SimpleNamespace(rtlil="module \\top\nend\n", stubs="", srams=srams)
+
+    def synthesize(name, text, *, keep, **kw):
+        keep.mkdir(parents=True, exist_ok=True)
+        (keep / "block.il").write_text(text)
+        (keep / "timing.blif").write_text(".model top\n.inputs clk\n.end\n")
+
+    def run(block, vcd, **kw):
+        vcd.write_text("")
+        return {"flits": 10, "cycles": 100, "bytes": 1280, "local_flits": 4,
+                "forwarded_flits": 6, "words": 10, "bytes_in": 1280, "bytes_out": 640}
+    monkeypatch.setattr(blocks, "hollow", lambda *a, **kw: block)
+    monkeypatch.setattr(flow, "synthesize", synthesize)
+    monkeypatch.setattr(activity, "ring_station_run", run)
+    monkeypatch.setattr(activity, "link_reduce_run", run)
+    monkeypatch.setattr(activity, "vcd_activity", lambda vcd, **kw: ({}, 100))
+    monkeypatch.setattr(power, "analyze_power", lambda *a, **kw: Power(
+        internal_fj=1500.0, switching_fj=400.0, clock_pins_fj=100.0, dynamic_fj=2000.0,
+        leakage_nw=1000.0, registers=3, annotated=0, sources=4))
+
+
+def test_ring_and_link_energy_per_byte_by_hand(tmp_path, monkeypatch):
+    """The ring's and the link's pJ per byte from their parts (canned runs: 100 cycles at
+    2,000 fJ a cycle and 1,000 nW; 1,280 bytes): logic 2,000 fJ x 100 = 200 pJ; leakage
+    1,000 nW x 100 ns (1 GHz) = 1e-13 J = 0.1 pJ; the FIFOs an SRAM write and read of every
+    flit or word they hold, per 64-bit bank 0.4289955 + 4.4004625 = 4.829458 pJ
+    (test_sram_access_energy_by_hand_from_the_bank_liberty)."""
+    from elmoe3d.config import preset
+    from elmoe3d.synth.blocks import SramUse
+    from elmoe3d.synth.energy import link_energy, ring_energy
+    bank = 0.4289955 + 4.4004625
+
+    def sram(width, depth):
+        return SramUse(owner="x", name="fifo", width=width, depth=depth, read_ports=1,
+                       write_ports=1)
+    small = preset("small")
+    # the small die's ring: 4 PEs in groups of 2, 8-flit station FIFOs. Station 0 keeps 4
+    # flits in its 8-deep local FIFO (100 bits: 2 banks) and forwards 6 through its output
+    # FIFO (200 bits: 4 banks): (4 x 2 + 6 x 4) x 4.829458 = 154.542656 pJ
+    _canned_energy_run(monkeypatch, [sram(100, 8), sram(200, 2)])
+    r = ring_energy(small, LIB, workdir=tmp_path)
+    fifo = (4 * 2 + 6 * 4) * bank
+    assert r["logic_pj_per_byte"] == pytest.approx(200.0 / 1280, rel=1e-12)
+    assert r["leakage_pj_per_byte"] == pytest.approx(0.1 / 1280, rel=1e-12)
+    assert r["fifo_pj_per_byte"] == pytest.approx(fifo / 1280, rel=1e-12)
+    per = (200.0 + 0.1 + fifo) / 1280
+    assert r["pj_per_byte"] == pytest.approx(per, rel=1e-12)
+    # a byte passes (2 groups + 1) / 2 = 1.5 stations on the mean
+    assert (r["hops_mean"], r["pj_per_byte_delivered"]) == (1.5, pytest.approx(1.5 * per))
+    # the link: 10 reduced words of 512 bits (8 banks) into its destination FIFO;
+    # 1,280 bytes sent, 640 delivered
+    _canned_energy_run(monkeypatch, [sram(512, 64), sram(512, 64)])
+    k = link_energy(small, LIB, workdir=tmp_path)
+    fifo = 10 * 8 * bank
+    assert (k["logic_pj"], k["leakage_pj"]) == (pytest.approx(200.0), pytest.approx(0.1))
+    assert k["fifo_pj"] == pytest.approx(fifo, rel=1e-12)
+    assert k["pj_per_byte_in"] == pytest.approx((200.1 + fifo) / 1280, rel=1e-12)
+    assert k["pj_per_byte_out"] == pytest.approx((200.1 + fifo) / 640, rel=1e-12)
 
 
 def test_power_print_names_the_drift_against_die_energy():

@@ -113,6 +113,39 @@ def test_table_lookup_interpolates_and_extrapolates_linearly():
     assert at(10, 3) == pytest.approx(3.0)                          # load beyond the index
 
 
+def test_fast_table_lookup_uses_every_segment_and_extrapolates():
+    """The STA's compiled lookup (``sta._T2``, what every delay, slew and setup figure goes
+    through) on a 3 x 3 table, by hand: bilinear inside the last segment of both indices,
+    linear extrapolation (a fraction above 1 or below 0) outside, the variables in either
+    order. Index (10, 20, 40) x (1, 2, 4); rows (1, 2, 4), (3, 5, 9), (7, 13, 25)."""
+    from elmoe3d.synth.sta import _T2
+    slew, load = "input_net_transition", "total_output_net_capacitance"
+    t = Table(kind="cell_rise", template="t", variables=(slew, load),
+              index=((10.0, 20.0, 40.0), (1.0, 2.0, 4.0)),
+              values=((1.0, 2.0, 4.0), (3.0, 5.0, 9.0), (7.0, 13.0, 25.0)))
+    fast = _T2(t, slew, load)
+    assert fast.i1 is not None                      # compiled, not the general lookup
+    # (30, 3): halfway along [20, 40] and [2, 4]: row 20 gives 5 + (9 - 5) / 2 = 7, row 40
+    # gives 13 + (25 - 13) / 2 = 19; halfway between them 13
+    assert fast(30.0, 3.0) == pytest.approx(13.0)
+    assert fast(40.0, 4.0) == pytest.approx(25.0)   # the last grid point
+    assert fast(20.0, 2.0) == pytest.approx(5.0)    # an inner grid point
+    # (60, 4): slew 60 is (60 - 20) / 20 = 2 segments along [20, 40] at load 4:
+    # 9 + 2 * (25 - 9) = 41
+    assert fast(60.0, 4.0) == pytest.approx(41.0)
+    # (40, 8): load 8 is (8 - 2) / 2 = 3 along [2, 4] at slew 40: 13 + 3 * (25 - 13) = 49
+    assert fast(40.0, 8.0) == pytest.approx(49.0)
+    # (5, 0.5): below both indices, the first segments at fractions -1/2: row 10 gives
+    # 1 - (2 - 1) / 2 = 0.5, row 20 gives 3 - (5 - 3) / 2 = 2; 0.5 - (2 - 0.5) / 2 = -0.25
+    assert fast(5.0, 0.5) == pytest.approx(-0.25)
+    # (15, 1.5): inside the first segments: (1 + 2 + 3 + 5) / 4
+    assert fast(15.0, 1.5) == pytest.approx(2.75)
+    # compiled with the variables the other way round: called (load, slew)
+    swapped = _T2(t, load, slew)
+    assert swapped(3.0, 30.0) == pytest.approx(13.0)
+    assert swapped(4.0, 60.0) == pytest.approx(41.0)
+
+
 # ---- the STA against a path computed by hand --------------------------------------------------
 
 def _cell_text(name):
@@ -275,6 +308,17 @@ def test_sta_under_abc_conventions_matches_abc_on_a_mapped_block():
     assert rr and 0 < rr["ps"] < 1000 and rr["slack"] == pytest.approx(1000 - rr["ps"])
     assert rr["start"] and rr["end"] and not rr["start"].startswith("$")
     assert rr["path"][0][0] == "DFFHQNx1_ASAP7_75t_R" and rr["levels"] >= 2
+    # the path adds up: clock-to-Q (the first step's arrival), the logic (to the last step's
+    # arrival at the D pin, every cell later than the one before), the setup
+    arrivals = [step[2] for step in rr["path"]]
+    assert len(rr["path"]) == rr["levels"] + 1 <= 80
+    assert arrivals[0] == pytest.approx(rr["clk_to_q"], abs=0.01)
+    assert arrivals[-1] == pytest.approx(rr["clk_to_q"] + rr["logic"], abs=0.01)
+    assert all(b > a for a, b in zip(arrivals, arrivals[1:]))
+    assert rr["ps"] == pytest.approx(rr["clk_to_q"] + rr["logic"] + rr["setup"])
+    assert 20 < rr["clk_to_q"] < 100 and -20 < rr["setup"] < 50
+    # no register-to-output or input-to-register arc is longer than the period either
+    assert all(0 < v < 1000 for d in ("in2reg", "reg2out") for v in t[d].values())
     assert t["in2reg"] and t["reg2out"] and t["cells"] > 100
     # the area part of the same run is the area-only result
     assert r.area == synthesize("rowmax", text, liberty=LIB).area
@@ -378,6 +422,170 @@ def test_sta_reaches_many_box_pins_through_a_buffer_tree():
                 stubs=_fanout_stubs(2)).reg2out["box/we"])
 
 
+def _hand_merged(cell, pin, kind, timing_type, related):
+    """Like :func:`_hand_table`, for a pin with several ``timing`` groups from ``related``
+    (``when`` conditions): their tables' element-wise worst case (as ABC reads them; the
+    groups share their indices)."""
+    pin_text = _group(_cell_text(cell), f"pin ({pin})")
+    tables = []
+    for m in re.finditer(r"timing \(\) \{", pin_text):
+        body = _group(pin_text[m.start():], "timing ()")
+        if f"timing_type : {timing_type};" in body and f'related_pin : "{related}";' in body:
+            table = _group(body, f"{kind} (")
+
+            def floats(s):
+                return [float(v) for v in s.replace("\\", " ").split(",")]
+            tables.append((floats(re.search(r'index_1 \("([^"]*)"\)', table).group(1)),
+                           floats(re.search(r'index_2 \("([^"]*)"\)', table).group(1)),
+                           [floats(r) for r in re.findall(r'"([^"]*)"',
+                                                          table.split("values", 1)[1])]))
+    assert tables and all(t[:2] == tables[0][:2] for t in tables), (cell, pin, kind)
+    rows = [[max(t[2][i][j] for t in tables) for j in range(len(tables[0][2][0]))]
+            for i in range(len(tables[0][2]))]
+    return tables[0][0], tables[0][1], rows
+
+
+_KINDS = ("cell_rise", "cell_fall", "rise_transition", "fall_transition")
+
+
+def _hand_stage(cell, arr, slew, load, *, senses=("neg",), related="A"):
+    """Arrival and transition (rise, fall) at the output Y of ``cell`` from input
+    ``related`` with arrival ``arr`` and transition ``slew`` (rise, fall), its output loaded
+    with ``load`` (rise, fall) fF. A negative-unate sense takes the output rise from the
+    input fall (and fall from rise), a positive one rise from rise; a non-unate arc both
+    (``senses=("pos", "neg")``), the later arrival and the larger transition of each edge."""
+    t = {k: _hand_merged(cell, "Y", k, "combinational", related) for k in _KINDS}
+    a_r = a_f = s_r = s_f = -1e300
+    for sense in senses:
+        src_r, src_f = (0, 1) if sense == "pos" else (1, 0)   # input edge making Y rise/fall
+        a_r = max(a_r, arr[src_r] + _bilinear(t["cell_rise"], slew[src_r], load[0]))
+        a_f = max(a_f, arr[src_f] + _bilinear(t["cell_fall"], slew[src_f], load[1]))
+        s_r = max(s_r, _bilinear(t["rise_transition"], slew[src_r], load[0]))
+        s_f = max(s_f, _bilinear(t["fall_transition"], slew[src_f], load[1]))
+    return (a_r, a_f), (s_r, s_f)
+
+
+def _hand_clock_to_q(load):
+    """Arrival and transition (rise, fall) at a DFFHQNx1's QN loaded with ``load`` fF."""
+    q = {k: _hand_table("DFFHQNx1_ASAP7_75t_R", "QN", k, "rising_edge", "CLK") for k in _KINDS}
+    clk = CLOCK_SLEW_PS
+    return ((_bilinear(q["cell_rise"], clk, load[0]), _bilinear(q["cell_fall"], clk, load[1])),
+            (_bilinear(q["rise_transition"], clk, load[0]),
+             _bilinear(q["fall_transition"], clk, load[1])))
+
+
+def _hand_setup(slew):
+    """Setup (rise, fall) of a DFFHQNx1's D at transition ``slew`` (rise, fall)."""
+    dff = "DFFHQNx1_ASAP7_75t_R"
+    return tuple(_bilinear(_hand_table(dff, "D", f"{e}_constraint", "setup_rising", "CLK"),
+                           s, CLOCK_SLEW_PS) for e, s in zip(("rise", "fall"), slew))
+
+
+#: Port a through one INV to r1 and to y[0], through three to r2 and to y[1]: one input bus
+#: reaching two registers and one output bus over paths of different depth.
+BOUNDARY_BLIF = """.model top
+.inputs clk a
+.outputs y[0] y[1]
+.gate INVx1_ASAP7_75t_R A=a Y=n1
+.gate DFFHQNx1_ASAP7_75t_R CLK=clk D=n1 QN=q1
+.cname r1$_DFF_P_
+.gate INVx1_ASAP7_75t_R A=a Y=m1
+.gate INVx1_ASAP7_75t_R A=m1 Y=m2
+.gate INVx1_ASAP7_75t_R A=m2 Y=m3
+.gate DFFHQNx1_ASAP7_75t_R CLK=clk D=m3 QN=q2
+.cname r2$_DFF_P_
+.gate INVx1_ASAP7_75t_R A=a Y=y[0]
+.gate INVx1_ASAP7_75t_R A=a Y=k1
+.gate INVx1_ASAP7_75t_R A=k1 Y=k2
+.gate INVx1_ASAP7_75t_R A=k2 Y=y[1]
+.end
+"""
+
+
+def test_sta_boundary_arcs_are_the_longest_path_of_each_bus():
+    """A block's boundary model (what the hierarchical composition adds across block
+    boundaries) keeps, per bus, the worst path: ``in2reg`` of port ``a`` is its three-INV path
+    into r2 with r2's setup, not the one-INV path into r1; ``in2out`` of ``a -> y`` is the
+    three-INV path to ``y[1]``, not the one to ``y[0]``; rise and fall alike, the later one.
+    Computed here from the Liberty text (ports: arrival 0, transition PORT_SLEW_PS; an
+    output port loads its net with one D pin, the larger of its rise and fall capacitance)."""
+    from elmoe3d.synth.sta import PORT_SLEW_PS
+    inv, dff = "INVx1_ASAP7_75t_R", "DFFHQNx1_ASAP7_75t_R"
+    inv_in = (_cap(inv, "A", "rise"), _cap(inv, "A", "fall"))
+    d_in = (_cap(dff, "D", "rise"), _cap(dff, "D", "fall"))
+    port = (max(d_in),) * 2
+    start = ((0.0, 0.0), (PORT_SLEW_PS, PORT_SLEW_PS))
+
+    def chain(stages, last_load):
+        arr, slew = start
+        for k in range(stages):
+            arr, slew = _hand_stage(inv, arr, slew, last_load if k == stages - 1 else inv_in)
+        return arr, slew
+
+    def to_reg(stages):
+        arr, slew = chain(stages, d_in)
+        return max(a + s for a, s in zip(arr, _hand_setup(slew)))
+    short_reg, long_reg = to_reg(1), to_reg(3)
+    short_out, long_out = max(chain(1, port)[0]), max(chain(3, port)[0])
+    assert long_reg > short_reg + 5 and long_out > short_out + 5      # two INVs apart
+
+    t = analyze(read_blif(BOUNDARY_BLIF), TimingLib(LIB), period=1000.0)
+    assert t.in2reg == {"a": pytest.approx(long_reg, abs=1e-6)}
+    assert t.in2reg_to == {"a": "r2"}
+    assert t.in2out == {"a -> y": pytest.approx(long_out, abs=1e-6)}
+    assert t.reg2reg is None and t.reg2out == {}
+
+
+#: r1 -> NAND2 (B tied to 1) -> INV -> XOR2xp5 (A; B tied to 0) -> r2 -> r1: a non-unate arc
+#: between two registers, its input's fall 4.5 ps later than its rise.
+XOR_BLIF = """.model top
+.inputs clk
+.outputs q
+.names $true
+1
+.names $false
+.gate DFFHQNx1_ASAP7_75t_R CLK=clk D=q QN=n0
+.cname r1$_DFF_P_
+.gate NAND2xp33_ASAP7_75t_R A=n0 B=$true Y=n1
+.cname g1
+.gate INVx1_ASAP7_75t_R A=n1 Y=n2
+.cname g2
+.gate XOR2xp5_ASAP7_75t_R A=n2 B=$false Y=n3
+.cname g3
+.gate DFFHQNx1_ASAP7_75t_R CLK=clk D=n3 QN=q
+.cname r2$_DFF_P_
+.end
+"""
+
+
+def test_sta_times_a_non_unate_arc_in_both_senses():
+    """XOR2xp5's A -> Y is two ``timing`` groups, positive unate ``when !B`` and negative
+    unate ``when B``: merged (element-wise worst table) into one non-unate arc, whose output
+    rise comes from the input's rise or its fall, whichever is later (and fall likewise).
+    Clock-to-Q of r1, NAND2, INV (negative unate), the XOR and r2's setup by hand from the
+    Liberty text; the STA must agree to 1e-6 ps. Taken as positive unate alone (the INV's
+    later fall not reaching the XOR's rise), the path is 4.3 ps shorter."""
+    xor, nand, inv, dff = (f"{c}_ASAP7_75t_R" for c in ("XOR2xp5", "NAND2xp33", "INVx1",
+                                                        "DFFHQNx1"))
+    senses = re.findall(r"timing_sense : (\w+);", _group(_cell_text(xor), "pin (Y)"))
+    assert senses[:2] == ["positive_unate", "negative_unate"]
+
+    def cap(cell, pin="A"):
+        return _cap(cell, pin, "rise"), _cap(cell, pin, "fall")
+    arr, slew = _hand_clock_to_q(cap(nand))
+    arr, slew = _hand_stage(nand, arr, slew, cap(inv))
+    arr, slew = _hand_stage(inv, arr, slew, cap(xor))
+    assert arr[1] > arr[0] + 4                            # the XOR's input falls later
+    both, slew_both = _hand_stage(xor, arr, slew, cap(dff, "D"), senses=("pos", "neg"))
+    hand = max(a + s for a, s in zip(both, _hand_setup(slew_both)))
+    pos, slew_pos = _hand_stage(xor, arr, slew, cap(dff, "D"), senses=("pos",))
+    assert hand > max(a + s for a, s in zip(pos, _hand_setup(slew_pos))) + 4
+
+    r = analyze(read_blif(XOR_BLIF), TimingLib(LIB), period=1000.0).reg2reg
+    assert r["ps"] == pytest.approx(hand, abs=1e-6)
+    assert (r["start"], r["end"], r["levels"]) == ("r1", "r2", 3)
+
+
 # ---- hierarchical composition ----------------------------------------------------------------
 
 class _R:
@@ -415,6 +623,55 @@ def test_composition_adds_paths_across_sub_block_boundaries():
     assert d["segments"][0]["to"] == "u.bb/a" and d["segments"][1]["from"] == "a"
     # the child's r -> v arc and the parent's v -> r arc form a bus-level loop: cut, reported
     assert any("u.bb/" in c for c in m.cut)
+
+
+def test_tile_model_is_the_worst_of_its_fits_arc_by_arc():
+    """The tensor tile is timed from its three fit tiles: each arc (register to register,
+    input to register, register to output, input to output) is the largest of the fits'
+    figures for it, which need not come from one fit; an arc one fit alone has is kept."""
+    from elmoe3d.synth.blocks import TILE_FIT
+    from elmoe3d.synth.rollup import TileNode
+    from elmoe3d.synth.timing import block_model
+    figures = [  # (reg2reg, in2reg of i, reg2out of o, in2out of i -> o)
+        (300.0, 120.0, 90.0, 40.0), (250.0, 310.0, 60.0, 20.0), (280.0, 200.0, 95.0, 70.0)]
+    results = {}
+    for (r, lanes), (rr, ir, ro, io) in zip(TILE_FIT, figures):
+        job = f"tile_r{r}_l{lanes}"
+        results[job] = _R(_t(reg2reg={"ps": rr, "start": "a", "end": "b"}, in2reg={"i": ir},
+                             reg2out={"o": ro}, in2out={"i -> o": io}), name=job)
+    results["tile_r2_l2"].timing["in2reg"]["only"] = 5.0
+    m = block_model(TileNode(label="tile", rows=16, lanes=32), results, {})
+    assert m.r2r["ps"] == 300.0 and "tile_r1_l2" in m.r2r["segments"][0][0]
+    assert {b: p["ps"] for b, p in m.i2r.items()} == {"i": 310.0, "only": 5.0}
+    assert "tile_r2_l2" in m.i2r["i"]["segments"][0][0]
+    assert {b: p["ps"] for b, p in m.r2o.items()} == {"o": 95.0}
+    assert {k: p["ps"] for k, p in m.i2o.items()} == {("i", "o"): 70.0}
+
+
+def test_sram_macro_paths_take_its_clock_to_data_and_its_setup():
+    """A block whose register reaches an SRAM macro's address 300 ps later and whose
+    register is reached 100 ps after the macro's read data: the worst register-to-register
+    path is 300 ps + the macro's setup (ADDRESS ``setup_rising``, 50.1 ps in
+    srambank_256x4x64_6t122.lib), not its hold (10.8 ps); the read path is its clock to
+    ``dataout`` (149.8 ps) + 100 ps."""
+    from elmoe3d.synth.rollup import Node
+    from elmoe3d.synth.timing import block_model, describe
+    stub = "(* blackbox *)\nmodule elmoe3d_sram_8x64 (\n  input [5:0] addr,\n" \
+           "  output [7:0] rdata\n);\nendmodule\n"
+    parent = Node(label="parent", category="p", job="p")
+    results = {"p": _R(_t(reg2reg={"ps": 200.0, "start": "x", "end": "y"},
+                          reg2out={"u.bb/addr": 300.0}, in2reg={"u.bb/rdata": 100.0},
+                          boxes={"u.bb": "elmoe3d_sram_8x64"}))}
+    m = block_model(parent, results, {"p": stub})
+    d = describe(m.r2r, 1000.0)
+    assert d["ps"] == pytest.approx(300.0 + 50.1) and d["slack"] == pytest.approx(649.9)
+    assert [(s["block"], s["ps"]) for s in d["segments"]] == [
+        ("parent", 300.0), ("u: SRAM macro", pytest.approx(50.1))]
+    # without the address path, the read path: clock to data, then the parent's logic
+    results["p"].timing["reg2out"] = {}
+    m = block_model(parent, results, {"p": stub})
+    assert m.r2r["ps"] == pytest.approx(149.8 + 100.0)
+    assert [s[3] for s in m.r2r["segments"]] == [pytest.approx(149.8), 100.0]
 
 
 # ---- bad input: one line naming the file and the cell ----------------------------------------

@@ -767,10 +767,12 @@ def test_sram_liberty_charges_each_access_its_energy():
     """``--sram-liberty``'s power: each clock pin a group for every non-empty set of the
     synchronous ports it clocks (``when`` their enables, the others negated; any bit of a
     granular write enable), a cycle charged the active ports' energies of the area roll-up's
-    power model (``sram_access_pj``, fJ), half on each edge; an asynchronous read's address
-    bits half a read a transition; no group on any other pin. The zoo's macros cover two read
-    ports on one clock, granules, another domain's clock and a register file."""
-    from elmoe3d.synth.energy import sram_access_pj
+    power model (``sram_access_pj``: per 64-bit bank spanned, a read 4400.4625 fJ, a write
+    428.9955 fJ, the bank Liberty's figures as test_synth_power's
+    test_sram_access_energy_by_hand_from_the_bank_liberty adds them up), half on each edge;
+    an asynchronous read's address bits half a read a transition; no group on any other pin.
+    The zoo's macros cover two read ports on one clock, granules, another domain's clock and
+    a register file."""
     from elmoe3d.synth.export import flat_verilog, sram_liberty
     kinds = {}
     with inspection():
@@ -782,8 +784,8 @@ def test_sram_liberty_charges_each_access_its_energy():
     seen_async = seen_two = seen_granules = False
     for macro, module in kinds.items():
         _body, pins = cells[module]
-        read, write = 1e3 * sram_access_pj(macro.width), \
-            1e3 * sram_access_pj(macro.width, write=True)
+        banks = -(-macro.width // 64)                     # 64-bit banks, rounded up
+        read, write = banks * 4400.4625, banks * 428.9955  # fJ
         for pin, (_kind, text) in pins.items():
             groups = group.findall(text)
             assert text.count("internal_power") == len(groups), (module, pin)
