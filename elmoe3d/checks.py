@@ -21,7 +21,7 @@ import numpy as np
 
 
 __all__ = ["is_int", "is_real", "expected_int", "python_int_hint", "check_int", "parse_int",
-           "parse_bytes", "BYTE_UNITS", "close_names", "did_you_mean"]
+           "parse_bytes", "BYTE_UNITS", "BYTES_MAX", "close_names", "did_you_mean"]
 
 
 def is_int(value, *, numpy: bool = True) -> bool:
@@ -91,41 +91,71 @@ def parse_int(name: str, text, lo: int | None = None, hi: int | None = None, *,
     return check_int(name, value, lo, hi, error=error)
 
 
-#: The unit suffixes :func:`parse_bytes` takes (case-blind), in bytes: SI (kB = 1000) and IEC
-#: (KiB = 1024).
-BYTE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-              "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+#: The unit suffixes :func:`parse_bytes` takes, in bytes: SI (kB = 1000) and IEC (KiB =
+#: 1024). The prefix is taken in any case, the ``B`` only as a capital: ``Gb`` is a gigabit.
+BYTE_UNITS = {"B": 1, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+#: The largest byte count :func:`parse_bytes` takes: 2^63 - 1 (what an int64 holds).
+BYTES_MAX = 2**63 - 1
 
 
-def parse_bytes(name: str, text, *, error: type[Exception] = ValueError) -> int:
-    """``text`` (a command line's string) as a whole number of bytes >= 0: an integer
-    (``4000000``, ``4_000_000``), a number in e-notation that is whole (``1e9``, ``1.5e9``), or
-    either with a unit of :data:`BYTE_UNITS` (``512MiB``, ``1.5 GB``).
+def parse_bytes(name: str | None, text, *, error: type[Exception] = ValueError) -> int:
+    """``text`` (a command line's string) as a whole number of bytes in 0..2^63 - 1: an
+    integer (``4000000``, ``4_000_000``), a decimal number in e-notation that is whole
+    (``1e9``, ``1.5e9``), or either with a unit of :data:`BYTE_UNITS` (``512MiB``, ``1.5 GB``),
+    worked exactly (no rounding of long numbers).
 
     Raises
     ------
     error (``ValueError`` unless given)
         ``"{name}: expected a whole number of bytes >= 0 (4000000, 1e9, 512MiB or 1.5GB), got
-        '1.5'"`` (without ``name``, from "expected"), for a fraction of a byte, a negative, a
-        non-finite or no number.
+        '1.5'"`` (without ``name``, from "expected"), for a fraction of a byte, a negative or
+        no number; a unit in bits (``Gb``) and a count beyond 2^63 - 1 are named as such.
     """
-    from decimal import Decimal, InvalidOperation
+    from fractions import Fraction
     import re
-    match = re.fullmatch(r"\s*([^a-zA-Z\s]+(?:[eE][-+]?\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    unit = match[2].lower() if match else ""
-    value = None
-    if match and (unit in BYTE_UNITS or not unit):
-        try:
-            number = Decimal(match[1].replace("_", "")) * BYTE_UNITS.get(unit or "b")
-        except InvalidOperation:
-            number = None
-        if number is not None and number.is_finite() and number >= 0 \
-                and number == number.to_integral_value():
-            value = int(number)
-    if value is None:
-        raise error(f"{name + ': ' if name else ''}expected a whole number of bytes >= 0 "
-                    f"(4000000, 1e9, 512MiB or 1.5GB), got {str(text)!r}")
-    return value
+    given = str(text)
+    where = f"{name}: " if name else ""
+    expected = (f"{where}expected a whole number of bytes >= 0 (4000000, 1e9, 512MiB or "
+                f"1.5GB), got {given[:40]!r}{'...' if len(given) > 40 else ''}")
+    match = re.fullmatch(r"\s*([0-9]+(?:_[0-9]+)*(?:\.[0-9]+(?:_[0-9]+)*)?|\.[0-9]+)"
+                         r"(?:[eE]([-+]?)([0-9]+))?\s*([A-Za-z]*)\s*", given, re.ASCII)
+    if match is None:
+        raise error(expected)
+    digits, unit = match[1].replace("_", ""), match[4]
+    beyond = f"{where}{given.strip()[:40]!r}: beyond {BYTES_MAX:,} bytes"
+    scale = 1
+    if unit:
+        key = next((u for u in BYTE_UNITS if u.lower() == unit.lower()), None)
+        if key is None:
+            raise error(expected)
+        if unit[-1] != "B":
+            raise error(f"{where}{given.strip()!r}: {unit} is a unit of bits; bytes are "
+                        f"{key}")
+        scale = BYTE_UNITS[key]
+    whole, _, frac = digits.partition(".")
+    whole, frac = whole.lstrip("0"), frac.rstrip("0")
+    if not (whole + frac).strip("0"):
+        return 0                                # 0, 0.000e30, 0e99999999999
+    if match[3] and len(match[3].lstrip("0")) > 9:      # an exponent of more than 9 digits
+        raise error(expected if match[2] == "-" else beyond)
+    exponent = int(f"{match[2]}{match[3]}") if match[3] else 0
+    # numbers are not built before their size is known (1e5000 would be): the leading digit
+    # beyond 10^25 is beyond 2^63 whatever the unit, and more than 60 digits are a fraction
+    # of a byte in practice (and beyond what int() reads of a string)
+    lead = len(whole) or -(len(frac) - len(frac.lstrip("0")))
+    if lead + exponent > 25:
+        raise error(beyond)
+    if len(whole) + len(frac) > 60:
+        raise error(expected)
+    value = Fraction(int(whole + frac or "0"), 10 ** len(frac)) * Fraction(10) ** exponent \
+        * scale
+    if value.denominator != 1:
+        raise error(expected)
+    if value > BYTES_MAX:
+        raise error(beyond)
+    return int(value)
 
 
 def close_names(key, known, given=()) -> list:

@@ -168,8 +168,9 @@ class TileBench(CaseRecorder):
             bad_ovf = rtl["overflow"][i] != ref["overflow"][i]
             bad_mode = int(rtl["mode"][i]) != int(ref["mode"][i])
             mismatches += int(bad_acc.sum()) + int(bad_ovf.sum()) + int(bad_mode)
-            when = f" (on o at {result_cycles[i] * streams.CLOCK_NS} ns, cycle " \
-                f"{result_cycles[i]})" if i < len(result_cycles) else ""
+            when = f" (valid on o from {streams.edge_ns(result_cycles[i])} ns, taken at the " \
+                f"{streams.edge_ns(result_cycles[i] + 1)} ns edge)" \
+                if i < len(result_cycles) else ""
             for r, n in zip(*np.nonzero(bad_acc | bad_ovf)):
                 if len(details) < MAX_DETAILS:
                     details.append(f"result {i}{when} row {r} lane {n}: RTL acc "

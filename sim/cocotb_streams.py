@@ -15,7 +15,7 @@ from cocotb.simtime import get_sim_time
 from cocotb.triggers import ReadOnly, RisingEdge
 
 
-__all__ = ["CLOCK_NS", "cycle", "start", "offer", "drive_ready", "monitor"]
+__all__ = ["CLOCK_NS", "cycle", "edge_ns", "start", "offer", "drive_ready", "monitor"]
 
 #: Clock period of the benches (ns of simulation time).
 CLOCK_NS = 10
@@ -24,6 +24,15 @@ CLOCK_NS = 10
 def cycle() -> int:
     """The current cycle: simulation time in units of :data:`CLOCK_NS`."""
     return int(get_sim_time("ns")) // CLOCK_NS
+
+
+def edge_ns(c: int) -> int:
+    """The simulation time (ns) of the rising edge that begins cycle ``c`` of :func:`cycle`:
+    the clock starts low (:func:`start`), so its rising edges fall half a period into each
+    :data:`CLOCK_NS` (5, 15, 25 ns ...). A handshake :func:`monitor` logs at cycle ``c`` is
+    valid and ready from ``edge_ns(c)`` and taken at the edge ``edge_ns(c + 1)``: what a
+    waveform shows."""
+    return c * CLOCK_NS + CLOCK_NS // 2
 
 
 async def start(dut, zero=(), *, settle: int = 1):

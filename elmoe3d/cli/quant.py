@@ -126,7 +126,7 @@ def parse_bits(text) -> list:
     for a width given twice (``4,4``, ``2-7,4``: as ``run --depth 4 4`` is refused, a
     repeat is more likely a slip than a wish)."""
     text = str(text).strip()
-    out = set()
+    out, repeats = set(), set()
     try:
         for part in text.split(","):
             part = part.strip()
@@ -140,9 +140,7 @@ def parse_bits(text) -> list:
                        *(b for b in (lo, hi) if not 2 <= b <= 7)}
             else:
                 new = {int(part)}
-            if out & new:
-                raise UserError(f"--bits {text!r}: {min(out & new)} given twice (one column a "
-                                f"width)")
+            repeats |= out & new
             out |= new
     except ValueError:
         raise UserError(f"--bits {text!r}: expected K, LO-HI or a comma-separated list of "
@@ -151,6 +149,9 @@ def parse_bits(text) -> list:
     if bad:
         raise UserError(f"--bits {text!r}: draft bit widths must be in 2..7 (got {bad[0]}); "
                         f"8 bits is the INT8 baseline, always reported")
+    if repeats:
+        raise UserError(f"--bits {text!r}: {min(repeats)} given twice (each width is one "
+                        f"column)")
     return sorted(out)
 
 

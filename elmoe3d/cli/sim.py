@@ -21,6 +21,7 @@ one failing test instead of the whole run's.
 
 from __future__ import annotations
 
+import re
 import time
 
 from ..checks import close_names
@@ -94,8 +95,9 @@ TILE_PLAN = (
     ("throughput: always-valid source, always-ready sink", ("test_throughput",)),
 )
 
-#: The PE bench's tests this command runs (trace-driven whole experts).
+#: The PE bench's tests this command runs (trace-driven whole experts), and what they run.
 PE_TESTS = ("test_trace_moe",)
+PE_STEP = "trace-driven whole experts on the PE, DRAFT and FULL, smooth and stalled streams"
 
 
 def sim_tests() -> dict:
@@ -124,13 +126,14 @@ def select_tests(patterns) -> set | None:
              for name, variants in bench.items()}
     names = [*tests, *(v for variants in tests.values() for v in variants)]
     chosen = set()
-    pats = [p.strip() for text in patterns for p in text.split(",")]
+    # commas outside a glob's [...] separate patterns ('test_[rc]*,test_throughput')
+    pats = [p.strip() for text in patterns for p in re.split(r",(?![^\[]*\])", text)]
     if not any(pats):
         raise UserError("--test: expected a test name (--list-tests names them)")
     for pat in filter(None, pats):
         low = pat.lower()
         hit = {v for name, variants in tests.items() for v in variants
-               if fnmatch.fnmatchcase(name, low) or fnmatch.fnmatchcase(v, low)}
+               if fnmatch.fnmatchcase(name.lower(), low) or fnmatch.fnmatchcase(v.lower(), low)}
         if hit:
             chosen |= hit
             continue
@@ -149,12 +152,6 @@ def select_tests(patterns) -> set | None:
     return chosen
 
 
-def _any_chosen(chosen, tests) -> bool:
-    """Whether ``chosen`` (:func:`select_tests`; ``None``: all) selects any variant of
-    ``tests`` (one bench's dict of :func:`sim_tests`)."""
-    return chosen is None or any(v in chosen for vs in tests.values() for v in vs)
-
-
 def _list_tests(console, chosen=None) -> int:
     """``--list-tests``: every variant :func:`sim_tests` names, by bench and step, or those
     ``chosen`` (:func:`select_tests`: what a ``--test`` would run)."""
@@ -163,7 +160,7 @@ def _list_tests(console, chosen=None) -> int:
                        for name, variants in tests.items()}
                for bench, tests in sim_tests().items()}
     steps = [*(("tile", what, names) for what, names in TILE_PLAN),
-             ("pe", "trace-driven whole experts, DRAFT and FULL", PE_TESTS)]
+             ("pe", PE_STEP, PE_TESTS)]
     for bench, what, names in steps:
         if not any(benches[bench][name] for name in names):
             continue
@@ -278,7 +275,7 @@ PE_COLUMNS = ("experts: the expert ids the routing trace sends the batch's token
               "every o beat and link word against fsim, the STATUS counters and sticky flags")
 
 
-def _pe_run(console, arch, seed, waves, steps, failed, tests=PE_TESTS):
+def _pe_run(console, arch, seed, waves, steps, failed, failed_tests, tests=PE_TESTS):
     """Steps 6 and 7: build the PE, run the trace-driven whole experts (``tests``: the
     variants :func:`_selected` picks; none, and the PE is not built). Returns the records
     (empty when the build or the simulator failed; the failure is appended to ``failed``)."""
@@ -288,7 +285,7 @@ def _pe_run(console, arch, seed, waves, steps, failed, tests=PE_TESTS):
     from ..sim.runner import SimulationError
 
     pe = arch.pe
-    what = "trace-driven whole experts on the PE, DRAFT and FULL, smooth and stalled streams"
+    what = PE_STEP
     if not tests:
         console.print(f"[{steps - 1}-{steps}/{steps}] PE: {what}: not selected by --test")
         return []
@@ -318,6 +315,7 @@ def _pe_run(console, arch, seed, waves, steps, failed, tests=PE_TESTS):
     bad = [c for c in res.sim.testcases if c.status == "failed"]
     failed.extend(f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}"
                   for c in bad)
+    failed_tests.extend(c.name for c in bad)
     if not res.sim.tests:
         failed.append(f"{what}: no tests ran")
     console.print(f"[{steps}/{steps}] {what}: {_count(len(res.records), 'case')}, "
@@ -378,7 +376,8 @@ def run(args) -> int:
             raise UserError(f"{'--json' if args.json else '--waves'}: --list-tests runs "
                             f"nothing (it lists what --test selects)")
         return _list_tests(console, chosen)
-    benches = sim_tests()
+    # the variants only where --test chose some (sim_tests reads the benches' decorators)
+    benches = None if chosen is None else sim_tests()
     if args.json:
         check_output(args.json, "--json")
     traces = _check_inputs()
@@ -387,25 +386,32 @@ def run(args) -> int:
     waves = True if args.waves else None
     console.print(f"elmoe3d sim: config [bold]{arch.name}[/] (tile {cfg.rows}x{cfg.lanes}x"
                   f"{cfg.group}), seed {seed} (--seed or ELMOE3D_SEED to change)")
-    if waves and chosen is None:
-        console.print("      note: --waves without --test dumps every test's waveform, GBs "
-                      "(10.7 GB of VCD measured); --test NAME --waves dumps one test's "
-                      "(--list-tests names them)")
+    every = None if benches is None else \
+        sum(len(vs) for bench in benches.values() for vs in bench.values())
+    if waves and (chosen is None or len(chosen) == every):
+        console.print("      note: --waves of every test dumps GBs (10.7 GB of VCD measured); "
+                      "--test NAME --waves dumps one test's (--list-tests names them)")
 
     steps = 7
-    tile_tests = [_selected(((n, benches["tile"][n]) for n in names), chosen)
+    tile_tests = [list(names) if chosen is None else
+                  _selected(((n, benches["tile"][n]) for n in names), chosen)
                   for _, names in TILE_PLAN]
-    records, failed = [], []
+    pe_tests = list(PE_TESTS) if chosen is None else \
+        _selected(benches["pe"].items(), chosen)
+    records, failed, failed_tests = [], [], []
+    built = None
     if any(tile_tests):
         built = _tile_build(console, cfg, waves, steps)
         if built is None:
-            return 1
+            failed.append("TensorTile: Verilator build failed")
     else:
         console.print(f"[1-{len(TILE_PLAN) + 2}/{steps}] TensorTile: not selected by --test")
     for i, ((what, _), tests) in enumerate(zip(TILE_PLAN, tile_tests), start=3):
-        if not tests:
+        if not tests or built is None:
             if any(tile_tests):
-                console.print(f"[{i}/{steps}] {what}: not selected by --test")
+                console.print(f"[{i}/{steps}] {what}: "
+                              + ("not selected by --test" if not tests else
+                                 "not run (the tile's build failed)"))
             continue
         t0 = time.perf_counter()
         try:
@@ -422,6 +428,7 @@ def run(args) -> int:
         skipped = [c for c in res.sim.testcases if c.status == "skipped"]
         failed.extend(f"{c.name}: {c.message.splitlines()[0] if c.message else 'failed'}"
                       for c in bad)
+        failed_tests.extend(c.name for c in bad)
         status = "[bold red]FAILED[/]" if bad else "ok"
         console.print(f"[{i}/{steps}] {what}: {_count(len(res.records), 'case')}, "
                       f"{_count(res.comparisons, 'value')} compared, "
@@ -435,11 +442,10 @@ def run(args) -> int:
         if not res.sim.tests:
             failed.append(f"{what}: no tests ran")
 
-    pe_records = _pe_run(console, arch, seed, waves, steps, failed,
-                         _selected(benches["pe"].items(), chosen))
+    pe_records = _pe_run(console, arch, seed, waves, steps, failed, failed_tests, pe_tests)
 
     console.print()
-    if records or not pe_records:
+    if any(tile_tests):
         console.print(summary_table(records, f"TensorTile {cfg.rows}x{cfg.lanes}x{cfg.group} "
                                              f"vs golden model (seed {seed})"))
     thr = next((r for r in records if r["case"] == "throughput"), None)
@@ -449,7 +455,7 @@ def run(args) -> int:
                       f"{thr['latency']} cycles from tile.latency)")
     shapes = sorted({(r["hidden"], r["intermediate"]) for r in pe_records
                      if r.get("hidden") and r.get("intermediate")})
-    if pe_records or not records:
+    if pe_tests:
         console.print(pe_table(pe_records, f"PE {arch.pe.rows}x{arch.pe.lanes}: whole "
                                            f"SwiGLU experts (H x I = "
                                            f"{', '.join(f'{h}x{i}' for h, i in shapes) or '-'}"
@@ -468,8 +474,8 @@ def run(args) -> int:
         console.print(f"[bold red]failed[/]: {escape(line)}")
     # what the run must have compared: real MiniLM weights and whole experts on the PE
     # unless --test left their tests out, and something in any case
-    want_minilm = _any_chosen(chosen, {"test_minilm": benches["tile"]["test_minilm"]})
-    want_pe = _any_chosen(chosen, benches["pe"])
+    want_minilm = any(t.split("/")[0] == "test_minilm" for tests in tile_tests for t in tests)
+    want_pe = bool(pe_tests)
     short = [*(["nothing compared on real MiniLM weights"] if want_minilm and not minilm_cmp
                else []),
              *(["no whole-expert output compared on the PE"] if want_pe and not pe_fp32
@@ -491,15 +497,14 @@ def run(args) -> int:
         console.print(f"[{style}]{_count(pe_fp32, 'bit-exact FP32 output')} of whole experts "
                       f"on the PE ({'/'.join(pe_modes) or 'no mode'}, Mixtral-routed, "
                       f"synthetic weights), {_count(pe_bad, 'mismatch')}[/]")
-    every = sum(len(vs) for bench in benches.values() for vs in bench.values())
     picked = "" if chosen is None else \
         f"; {len(chosen)} of {_count(every, 'test')} selected by --test"
     if ok:
         console.print(f"[bold green]elmoe3d sim: PASSED[/] (every value bit-exact{picked})")
         return 0
-    if failed and (chosen is None or len(chosen) > 1):
-        console.print("one test again, with its waveform: elmoe3d sim --test NAME --waves "
-                      "(NAME as listed above; --list-tests)")
+    if failed_tests and (chosen is None or len(chosen) > 1):
+        console.print(f"one test again, with its waveform: elmoe3d sim --test "
+                      f"{escape(failed_tests[0])} --waves (or another failed test above)")
     why = [*([f"{_count(len(failed), 'failure')} listed above"] if failed else []),
            *([_count(total_bad, "mismatch")] if total_bad else []), *short]
     console.print(f"[bold red]elmoe3d sim: FAILED[/] ({'; '.join(why)}{picked})")

@@ -116,8 +116,12 @@ def test_a_mismatch_names_its_time_on_o_and_what_each_value_is():
     ref["acc"][1, 0, 1] = 5
     details = []
     assert TileBench.compare_results(rtl, ref, details, [30, 35]) == (4, 1)
-    assert details == [f"result 1 (on o at {35 * CLOCK_NS} ns, cycle 35) row 0 lane 1: RTL acc "
-                       f"0 ovf False, ref_tile acc 5 ovf False"]
+    # the monitor logs a handshake at cycle 35 when it reads valid and ready after the rising
+    # edge at 355 ns (the clock starts low: edges at 5, 15, ... ns); the beat is taken at the
+    # next edge, 365 ns (a review: "at 350 ns" named a time before valid rose)
+    assert CLOCK_NS == 10
+    assert details == ["result 1 (valid on o from 355 ns, taken at the 365 ns edge) row 0 "
+                       "lane 1: RTL acc 0 ovf False, ref_tile acc 5 ovf False"]
     got = Accumulator(np.array([[1, 2]], np.int64), np.zeros((1, 2), bool))
     want = Accumulator(np.array([[1, 7]], np.int64), np.array([[False, True]]))
     details = []

@@ -241,17 +241,40 @@ def test_a_bool_is_not_a_size(call, words):
 @pytest.mark.parametrize("text, out", [
     ("4000000", 4_000_000), ("4_000_000", 4_000_000), (" 7 ", 7), ("0", 0),
     ("1e9", 10**9), ("1.5e9", 1_500_000_000), ("1E3", 1000),
-    ("512MiB", 512 * 1024**2), ("1.5 GB", 1_500_000_000), ("1gib", 1024**3), ("2kB", 2000),
-    ("3KiB", 3072), ("0.5kb", 500), ("10B", 10), ("1TiB", 1024**4)])
+    ("512MiB", 512 * 1024**2), ("1.5 GB", 1_500_000_000), ("1giB", 1024**3), ("2kB", 2000),
+    ("3KiB", 3072), ("0.5KB", 500), ("10B", 10), ("1TiB", 1024**4), ("0.0009765625KiB", 1),
+    ("0.000e30", 0), ("0e99999999999", 0), ("9223372036854775807", 2**63 - 1),
+    ("9.223372036854775807e18", 2**63 - 1), ("1." + "0" * 5000, 1)])
 def test_parse_bytes_takes_integers_e_notation_and_units(text, out):
     value = parse_bytes("--dense-bytes", text)
     assert value == out and type(value) is int
 
 
 @pytest.mark.parametrize("text", ["1.5", "-1", "nan", "inf", "1e-3", "abc", "12 parsecs", "",
-                                  "0x10", "1.0000001e3", "0.3KiB", "GB", "1 2"])
+                                  "0x10", "1.0000001e3", "0.3KiB", "GB", "1 2", "1__0", "_1",
+                                  "\uff11\uff12", "1.00000000000000000000000000001",
+                                  "1e-99999999999"])
 def test_parse_bytes_refuses_a_fraction_of_a_byte_or_no_number(text):
     with pytest.raises(ValueError) as exc:
         parse_bytes("--kv-bytes", text)
     assert str(exc.value) == (f"--kv-bytes: expected a whole number of bytes >= 0 (4000000, "
                               f"1e9, 512MiB or 1.5GB), got {text!r}")
+
+
+@pytest.mark.parametrize("text, error", [
+    ("8Gb", "'8Gb': Gb is a unit of bits; bytes are GB"),
+    ("10b", "'10b': b is a unit of bits; bytes are B"),
+    ("1e19", "'1e19': beyond 9,223,372,036,854,775,807 bytes"),
+    ("9223372036854775808", "'9223372036854775808': beyond 9,223,372,036,854,775,807 bytes"),
+    ("1e1000000", "'1e1000000': beyond 9,223,372,036,854,775,807 bytes"),
+    ("1e5000", "'1e5000': beyond 9,223,372,036,854,775,807 bytes"),
+    ("9" * 5000, f"'{'9' * 40}': beyond 9,223,372,036,854,775,807 bytes"),
+    ("12345678901234567890123456789", "'12345678901234567890123456789': beyond "
+                                      "9,223,372,036,854,775,807 bytes")])
+def test_parse_bytes_names_bits_and_counts_beyond_int64(text, error):
+    """A review: ``1e1000000`` raised decimal.Overflow (an internal error), ``1e5000`` int()'s
+    4,300-digit limit, a 29-digit count was rounded to 28 digits, and ``8Gb`` (gigabits, a
+    DRAM datasheet's unit) was read as gigabytes."""
+    with pytest.raises(ValueError) as exc:
+        parse_bytes("--dense-bytes", text)
+    assert str(exc.value) == f"--dense-bytes: {error}"

@@ -71,8 +71,12 @@ def test_parse_bits_refuses_a_width_given_twice(text, twice):
     """``--bits 4,4`` was taken as ``4`` while ``run --depth 4 4`` is refused (a new user's
     finding): a width given twice is named."""
     with pytest.raises(UserError, match=rf"^--bits {re.escape(repr(text))}: {twice} given "
-                                        rf"twice \(one column a width\)$"):
+                                        rf"twice \(each width is one column\)$"):
         quant_cmd.parse_bits(text)
+    # a width out of range is named as such first (a review: 8,8 said "given twice")
+    with pytest.raises(UserError, match=r"^--bits '8,8': draft bit widths must be in 2\.\.7 "
+                                        r"\(got 8\); 8 bits is the INT8 baseline"):
+        quant_cmd.parse_bits("8,8")
 
 
 def test_parse_bits_says_what_a_range_is():

@@ -230,12 +230,17 @@ def test_a_selected_step_that_compares_nothing_fails(fake, capsys):
 
 def test_a_failure_names_how_to_rerun_one_test_with_waves(fake, capsys):
     fake["pe_failed"] = {"test_trace_moe": "1 case(s) failed (seed 1)"}
-    hint = "one test again, with its waveform: elmoe3d sim --test NAME --waves"
+    hint = "one test again, with its waveform: elmoe3d sim --test test_trace_moe --waves"
     rc, out, err = sim_run(capsys)
     assert rc == 1 and hint in out
     fake["pe_failed"] = {"test_trace_moe/traffic=stalls": "1 case(s) failed (seed 1)"}
     rc, out, err = sim_run(capsys, "--test", "test_trace_moe/traffic=stalls")
-    assert rc == 1 and hint not in out          # already one test
+    assert rc == 1 and "one test again" not in out          # already one test
+    # a build failure names no test: no hint at names that are not there (a review)
+    fake["pe_failed"] = {}
+    fake["pe_build_error"] = "Verilator build of 'pe' failed; log /b/build.log"
+    rc, out, err = sim_run(capsys)
+    assert rc == 1 and "one test again" not in out
 
 
 def test_selection_is_case_blind_and_listed_before_a_run(fake, capsys, tmp_path):
@@ -259,14 +264,70 @@ def test_waves_of_the_whole_run_are_announced_and_json_says_the_verdict(fake, ca
                                                                           tmp_path):
     """``--waves`` without ``--test`` began a 10.7 GB dump without a word (a new user's
     trial); the JSON had no verdict."""
+    note = "note: --waves of every test dumps GBs"
     rc, out, err = sim_run(capsys, "--waves", "--json", tmp_path / "w.json")
-    assert rc == 0 and "note: --waves without --test dumps every test's waveform" in out
+    assert rc == 0 and note in out
     doc = json.loads((tmp_path / "w.json").read_text())
     assert doc["passed"] is True and doc["failures"] == [] and doc["tests"] is None
     rc, out, err = sim_run(capsys, "--waves", "--test", "test_random")
-    assert "without --test" not in out
+    assert note not in out
+    rc, out, err = sim_run(capsys, "--waves", "--test", "*")          # all nine: said too
+    assert note in out
     fake["pe_failed"] = {"test_trace_moe": "1 case(s) failed (seed 1)"}
     rc, out, err = sim_run(capsys, "--json", tmp_path / "f.json")
     doc = json.loads((tmp_path / "f.json").read_text())
     assert rc == 1 and doc["passed"] is False
     assert doc["failures"] == ["test_trace_moe: 1 case(s) failed (seed 1)"]
+
+
+def test_a_failed_tile_build_still_runs_the_pe_and_gives_a_verdict(fake, capsys, tmp_path,
+                                                                   monkeypatch):
+    """A review: a failing tile build returned at once, with no verdict, the selected PE
+    tests not run and an earlier ``--json`` (saying passed) left in place."""
+    def broken(cfg, waves=None):
+        raise runner.SimulationError("verilator died")
+    monkeypatch.setattr(bench_tile, "build_tile", broken)
+    j = tmp_path / "j.json"
+    j.write_text('{"passed": true}')
+    rc, out, err = sim_run(capsys, "--test", "test_random,test_trace_moe", "--json", j)
+    assert rc == 1 and not fake["tile_calls"] and fake["pe_builds"] == 1
+    assert "[4/7] random and corner cases, smooth and stalled streams: not run (the tile's " \
+           "build failed)" in out
+    assert out.rstrip().endswith("elmoe3d sim: FAILED (1 failure listed above; 4 of 9 tests "
+                                 "selected by --test)")
+    doc = json.loads(j.read_text())
+    assert doc["passed"] is False and doc["failures"] == ["TensorTile: Verilator build failed"]
+
+
+def test_only_the_selected_benchs_table_is_printed(fake, capsys):
+    """A review: an empty TensorTile table was printed for a PE-only selection whose PE build
+    failed (and an empty PE table for a tile-only one)."""
+    fake["pe_build_error"] = "Verilator build of 'pe' failed; log /b/build.log"
+    rc, out, err = sim_run(capsys, "--test", "test_trace_moe")
+    assert rc == 1 and "TensorTile 2x4x32 vs golden" not in out and "whole SwiGLU" in out
+    fake["pe_build_error"] = None
+    rc, out, err = sim_run(capsys, "--test", "test_random")
+    assert rc == 0 and "TensorTile 2x4x32 vs golden" in out and "whole SwiGLU" not in out
+
+
+def test_glob_brackets_keep_their_commas_and_case_is_blind_on_both_sides(fake, capsys):
+    """A review: ``--test 'test_[r,c]*'`` was split at the comma inside the brackets."""
+    rc, out, err = sim_run(capsys, "--test", "test_[r,c]*/TRAFFIC=smooth")
+    assert rc == 0, (out, err)
+    assert fake["tile_calls"] == [["test_random/traffic=smooth",
+                                   "test_corners/traffic=smooth"]]
+    assert sim_main.select_tests(["test_[r,c]*,test_throughput"]) == {
+        "test_random/traffic=smooth", "test_random/traffic=stalls",
+        "test_corners/traffic=smooth", "test_corners/traffic=stalls", "test_throughput"}
+
+
+def test_a_run_without_test_does_not_read_the_benches_decorators(fake, capsys, monkeypatch):
+    """A review: every run called ``sim_tests`` (cocotb's ``generate_tests``), which only a
+    selection needs."""
+    def refuse():
+        raise AssertionError("sim_tests called without --test")
+    monkeypatch.setattr(sim_main, "sim_tests", refuse)
+    rc, out, err = sim_run(capsys)
+    assert rc == 0, (out, err)
+    assert fake["tile_calls"] == [["test_minilm"], ["test_random", "test_corners"],
+                                  ["test_throughput"]]

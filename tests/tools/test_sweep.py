@@ -1258,6 +1258,25 @@ def test_a_ranges_values_refused_alike_are_one_line(tmp_path, capsys):
     assert sorted(ln.split("): pes: ")[1][:2] for ln in lines) == ["10", "14"], lines
     # the listed value's mistake: no advice about the ranged clock (a new user's finding)
     assert not any("drawn from a range" in ln for ln in lines), lines
+    # decided by building the point with the base preset's value in the range's place, not
+    # by the message's words (a review): a per-channel capacity quotes neither ext_bytes nor
+    # its value, and a listed HB size refused beside a ranged tile.rows is the list's
+    # mistake, though "16 banks" and "rows" are in its message
+    ext = _write(tmp_path, "sampling: random\nsamples: 4\nseed: 1\nbase: paper-4gb\nconfig:\n"
+                           "  ext_bytes: {min: 1000, max: 100000000000}\nworkload:\n"
+                           "  model: [qwen3-30b-a3b]\n", "ext.yaml")
+    assert cli.main(["sweep", str(ext), "--check"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    per_channel = [ln for ln in lines if "ext: capacity" in ln]
+    assert per_channel and all("(ext_bytes drawn from a range" in ln for ln in per_channel), \
+        lines
+    rows = _write(tmp_path, "sampling: random\nsamples: 2\nbase: paper-4gb\nconfig:\n"
+                            "  tile.rows: {min: 16, max: 16}\n  hb_bank_bytes: [150000000]\n"
+                            "workload:\n  model: [qwen3-30b-a3b]\n", "rows.yaml")
+    assert cli.main(["sweep", str(rows), "--check"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "hb: capacity 150000000 B" in lines[0] and \
+        "drawn from a range" not in lines[0], lines
     floats = _write(tmp_path, "sampling: random\nsamples: 6\nbase: paper-4gb\nconfig:\n"
                               "  hb_bank_bytes: {min: 134217728.0, max: 536870912.0}\n"
                               "workload:\n  model: [qwen3-30b-a3b]\n", "floats.yaml")
